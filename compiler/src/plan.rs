@@ -1,0 +1,316 @@
+//! The launch plan: everything a runner needs to launch the emitted kernel.
+//!
+//! It is serde-serialisable (the playground shows it, `hopfuse compile --plan` prints it as JSON,
+//! the runner reads it). Sizes that depend on the problem (grid, block, shared memory, tensor
+//! shapes) are [`SizeExpr`]s over the fusion's size symbols and are evaluated by the runner with
+//! the real sizes.
+
+use crate::dtype::DType;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// An integer expression over the fusion's size symbols (`M`, `N`, ...).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SizeExpr {
+    Const(i64),
+    Sym(String),
+    Add(Box<SizeExpr>, Box<SizeExpr>),
+    Mul(Box<SizeExpr>, Box<SizeExpr>),
+    CeilDiv(Box<SizeExpr>, Box<SizeExpr>),
+    Max(Box<SizeExpr>, Box<SizeExpr>),
+}
+
+/// Why a [`SizeExpr`] could not be evaluated.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EvalError {
+    #[error("size symbol `{0}` has no value (pass it with --size {0}=...)")]
+    Unbound(String),
+    #[error("division by zero while evaluating `{0}`")]
+    DivByZero(String),
+    #[error("integer overflow while evaluating `{0}`")]
+    Overflow(String),
+}
+
+impl SizeExpr {
+    pub fn sym(name: &str) -> SizeExpr {
+        SizeExpr::Sym(name.to_string())
+    }
+
+    /// Evaluates with the given symbol values.
+    pub fn eval(&self, sizes: &BTreeMap<String, i64>) -> Result<i64, EvalError> {
+        let overflow = || EvalError::Overflow(self.to_string());
+        Ok(match self {
+            SizeExpr::Const(c) => *c,
+            SizeExpr::Sym(s) => *sizes.get(s).ok_or_else(|| EvalError::Unbound(s.clone()))?,
+            SizeExpr::Add(a, b) => a.eval(sizes)?.checked_add(b.eval(sizes)?).ok_or_else(overflow)?,
+            SizeExpr::Mul(a, b) => a.eval(sizes)?.checked_mul(b.eval(sizes)?).ok_or_else(overflow)?,
+            SizeExpr::Max(a, b) => a.eval(sizes)?.max(b.eval(sizes)?),
+            SizeExpr::CeilDiv(a, b) => {
+                let (a, b) = (a.eval(sizes)?, b.eval(sizes)?);
+                if b == 0 {
+                    return Err(EvalError::DivByZero(self.to_string()));
+                }
+                a.checked_add(b - 1).ok_or_else(overflow)?.div_euclid(b)
+            }
+        })
+    }
+
+    /// The value when the expression has no symbols.
+    pub fn as_const(&self) -> Option<i64> {
+        self.eval(&BTreeMap::new()).ok()
+    }
+}
+
+impl fmt::Display for SizeExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SizeExpr::Const(c) => write!(f, "{c}"),
+            SizeExpr::Sym(s) => write!(f, "{s}"),
+            SizeExpr::Add(a, b) => write!(f, "({a} + {b})"),
+            SizeExpr::Mul(a, b) => write!(f, "{a} * {b}"),
+            SizeExpr::CeilDiv(a, b) => write!(f, "ceilDiv({a}, {b})"),
+            SizeExpr::Max(a, b) => write!(f, "max({a}, {b})"),
+        }
+    }
+}
+
+/// What a tensor parameter is to the runner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorRole {
+    /// Filled with seeded random data by the runner.
+    Input,
+    /// Poisoned with NaN before the launch, validated after.
+    Output,
+    /// A global intermediate: allocated, never validated.
+    Scratch,
+}
+
+/// One kernel parameter, in the order the kernel declares them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Param {
+    /// A pointer to a dense, row-major tensor in global memory.
+    Tensor {
+        name: String,
+        dtype: DType,
+        role: TensorRole,
+        /// Logical shape, outermost first (reduction axes removed, broadcast axes as 1).
+        shape: Vec<SizeExpr>,
+    },
+    /// A size symbol passed by value as the kernel's index type.
+    Size { symbol: String },
+    /// A scalar input passed by value.
+    Scalar { name: String, dtype: DType },
+}
+
+/// Integer type of index arithmetic and size parameters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndexType {
+    I32,
+    #[default]
+    I64,
+}
+
+impl IndexType {
+    pub fn cuda(self) -> &'static str {
+        match self {
+            IndexType::I32 => "int",
+            IndexType::I64 => "long long",
+        }
+    }
+}
+
+/// A condition the runner checks with the real sizes before it launches.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Constraint {
+    /// `value % divisor == 0` (vector accesses need aligned rows).
+    Divisible { value: SizeExpr, divisor: i64, reason: String },
+    /// `value <= max` (thread block limits, grid y/z limits).
+    AtMost { value: SizeExpr, max: i64, reason: String },
+    /// `value >= 1`.
+    Positive { value: SizeExpr, reason: String },
+}
+
+/// A TMA tensor map the runner encodes with `cuTensorMapEncodeTiled` (filled by the TMA lowering).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorMapSpec {
+    pub param: String,
+    pub tensor: String,
+    pub dtype: DType,
+    /// Innermost first.
+    pub global_dims: Vec<SizeExpr>,
+    /// Bytes, innermost first, rank - 1 entries.
+    pub global_strides: Vec<SizeExpr>,
+    pub box_dims: Vec<i64>,
+    pub element_strides: Vec<i64>,
+    pub swizzle_bytes: u32,
+}
+
+/// `setmaxnreg` settings of a warp-specialized kernel (filled by the warp-specialization lowering).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterSharing {
+    pub producer: u32,
+    pub consumer: u32,
+}
+
+/// Everything needed to launch the kernel of one compilation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LaunchPlan {
+    pub kernel_name: String,
+    pub index_type: IndexType,
+    /// Size symbols of the fusion, in order of first appearance.
+    pub symbols: Vec<String>,
+    pub params: Vec<Param>,
+    pub grid: [SizeExpr; 3],
+    pub block: [SizeExpr; 3],
+    /// Dynamic shared memory in bytes.
+    pub dynamic_smem_bytes: SizeExpr,
+    pub constraints: Vec<Constraint>,
+    pub tensor_maps: Vec<TensorMapSpec>,
+    pub register_sharing: Option<RegisterSharing>,
+    /// Bytes moved through global memory at the minimum (each input read once, each output
+    /// written once): the numerator of GB/s.
+    pub min_global_bytes: SizeExpr,
+}
+
+/// A launch configuration evaluated with real sizes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConcreteLaunch {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub dynamic_smem_bytes: u32,
+}
+
+/// Why a plan cannot be launched with the given sizes.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LaunchError {
+    #[error(transparent)]
+    Eval(#[from] EvalError),
+    #[error("{reason}: {value} = {actual} is not a multiple of {divisor}")]
+    NotDivisible { value: String, actual: i64, divisor: i64, reason: String },
+    #[error("{reason}: {value} = {actual} exceeds {max}")]
+    TooLarge { value: String, actual: i64, max: i64, reason: String },
+    #[error("{reason}: {value} = {actual} must be at least 1")]
+    NotPositive { value: String, actual: i64, reason: String },
+    #[error("unknown size symbol `{0}` (the fusion's symbols are: {1})")]
+    UnknownSymbol(String, String),
+}
+
+impl LaunchPlan {
+    /// Checks every constraint and evaluates grid, block and shared memory.
+    pub fn concretize(&self, sizes: &BTreeMap<String, i64>) -> Result<ConcreteLaunch, LaunchError> {
+        for name in sizes.keys() {
+            if !self.symbols.contains(name) {
+                return Err(LaunchError::UnknownSymbol(name.clone(), self.symbols.join(", ")));
+            }
+        }
+        for symbol in &self.symbols {
+            let value = SizeExpr::Sym(symbol.clone());
+            let actual = value.eval(sizes)?;
+            if actual < 1 {
+                return Err(LaunchError::NotPositive {
+                    value: symbol.clone(),
+                    actual,
+                    reason: "every size must be positive".into(),
+                });
+            }
+        }
+        for c in &self.constraints {
+            match c {
+                Constraint::Divisible { value, divisor, reason } => {
+                    let actual = value.eval(sizes)?;
+                    if actual % divisor != 0 {
+                        return Err(LaunchError::NotDivisible {
+                            value: value.to_string(),
+                            actual,
+                            divisor: *divisor,
+                            reason: reason.clone(),
+                        });
+                    }
+                }
+                Constraint::AtMost { value, max, reason } => {
+                    let actual = value.eval(sizes)?;
+                    if actual > *max {
+                        return Err(LaunchError::TooLarge {
+                            value: value.to_string(),
+                            actual,
+                            max: *max,
+                            reason: reason.clone(),
+                        });
+                    }
+                }
+                Constraint::Positive { value, reason } => {
+                    let actual = value.eval(sizes)?;
+                    if actual < 1 {
+                        return Err(LaunchError::NotPositive {
+                            value: value.to_string(),
+                            actual,
+                            reason: reason.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        let dim = |e: &SizeExpr, max: i64, what: &str| -> Result<u32, LaunchError> {
+            let actual = e.eval(sizes)?;
+            if actual < 1 {
+                return Err(LaunchError::NotPositive {
+                    value: e.to_string(),
+                    actual,
+                    reason: what.to_string(),
+                });
+            }
+            if actual > max {
+                return Err(LaunchError::TooLarge {
+                    value: e.to_string(),
+                    actual,
+                    max,
+                    reason: what.to_string(),
+                });
+            }
+            Ok(actual as u32)
+        };
+        let grid = [
+            dim(&self.grid[0], (1 << 31) - 1, "grid x")?,
+            dim(&self.grid[1], 65535, "grid y")?,
+            dim(&self.grid[2], 65535, "grid z")?,
+        ];
+        let block = [
+            dim(&self.block[0], 1024, "block x")?,
+            dim(&self.block[1], 1024, "block y")?,
+            dim(&self.block[2], 64, "block z")?,
+        ];
+        let threads = block.iter().map(|&b| b as i64).product::<i64>();
+        if threads > 1024 {
+            return Err(LaunchError::TooLarge {
+                value: "threads per block".into(),
+                actual: threads,
+                max: 1024,
+                reason: "a thread block has at most 1024 threads".into(),
+            });
+        }
+        let smem = self.dynamic_smem_bytes.eval(sizes)?;
+        if smem > 227 * 1024 {
+            return Err(LaunchError::TooLarge {
+                value: "dynamic shared memory".into(),
+                actual: smem,
+                max: 227 * 1024,
+                reason: "an H100 block has at most 227 KB of shared memory".into(),
+            });
+        }
+        Ok(ConcreteLaunch { grid, block, dynamic_smem_bytes: smem.max(0) as u32 })
+    }
+
+    /// Input, output and scratch tensors in parameter order.
+    pub fn tensors(&self) -> impl Iterator<Item = (&str, DType, TensorRole, &[SizeExpr])> {
+        self.params.iter().filter_map(|p| match p {
+            Param::Tensor { name, dtype, role, shape } => Some((name.as_str(), *dtype, *role, shape.as_slice())),
+            _ => None,
+        })
+    }
+}
