@@ -35,6 +35,8 @@ pub struct Compilation {
     pub cuda: String,
     pub plan: LaunchPlan,
     pub passes: Vec<PassDump>,
+    /// The fusion as written (before scheduling): what [`reference::evaluate`] runs.
+    pub fusion: fusion::Fusion,
 }
 
 pub mod fusion {
@@ -58,6 +60,6 @@ pub mod reference {
 }
 
 /// Parses, schedules and lowers a program.
-pub fn compile(_source: &str, _options: &CompileOptions) -> Result<(Compilation, fusion::Fusion), Diagnostics> {
+pub fn compile(_source: &str, _options: &CompileOptions) -> Result<Compilation, Diagnostics> {
     Err(Diagnostic::new("compiler not built yet", None).into())
 }
