@@ -224,7 +224,8 @@ fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic
         for &id in &tensor.loop_domain {
             let p = f.ids[id].parallel;
             if !p.is_hw() {
-                if p == ParallelType::Vectorize {
+                let is_copy = tensor.definition.is_some_and(|d| matches!(f.exprs[d].op, Op::Set));
+                if p == ParallelType::Vectorize && is_copy {
                     let w = cx.id_extent(id).as_const().unwrap_or(0);
                     let bytes = w * tensor.dtype.size_bytes() as i64;
                     if !(w as u64).is_power_of_two() || bytes > 16 {
