@@ -1,1 +1,345 @@
-fn main() {}
+//! `hopfuse`: compile, check and run hopfuse programs.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use hopfuse::{CompileOptions, IndexType};
+use hopfuse_runner::engine::{self, RunRequest};
+use hopfuse_runner::{nvrtc, report, selftest, sizes};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "hopfuse",
+    version,
+    about = "A lowering compiler for NVIDIA Hopper fusion kernels"
+)]
+struct Cli {
+    /// More logging (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Index {
+    I32,
+    I64,
+}
+
+impl From<Index> for IndexType {
+    fn from(i: Index) -> IndexType {
+        match i {
+            Index::I32 => IndexType::I32,
+            Index::I64 => IndexType::I64,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the CUDA a program compiles to (no GPU needed).
+    ///
+    /// With --passes and/or --plan, print those instead (add --cuda to print the CUDA as well).
+    Compile {
+        file: PathBuf,
+        /// Print the kernel IR after each pass.
+        #[arg(long)]
+        passes: bool,
+        /// Print the launch plan as JSON.
+        #[arg(long)]
+        plan: bool,
+        /// Print the CUDA too when --passes or --plan is given.
+        #[arg(long)]
+        cuda: bool,
+        /// Index type of the generated code.
+        #[arg(long, value_enum, default_value = "i64")]
+        index: Index,
+    },
+    /// Compile programs with hopfuse, then with NVRTC to a CUBIN for sm_90a (no GPU needed).
+    ///
+    /// Fails on any NVRTC error or warning. Checks both index types unless --index is given.
+    NvrtcCheck {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long, value_enum)]
+        index: Option<Index>,
+        /// The files are CUDA C++, not hopfuse programs.
+        #[arg(long)]
+        cuda: bool,
+    },
+    /// Compile, launch, validate and time a program on the GPU.
+    Run(RunArgs),
+    /// Check the runner itself on built-in kernels with known answers (needs a GPU).
+    Selftest {
+        #[arg(long, default_value_t = 20)]
+        iters: u32,
+        #[arg(long, default_value_t = 3)]
+        warmup: u32,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Skip the device-to-device copy ceiling.
+        #[arg(long)]
+        no_ceiling: bool,
+    },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    file: PathBuf,
+    /// Size symbols, e.g. M=4096,N=4096 (may be repeated).
+    #[arg(long, short = 's', required = true)]
+    size: Vec<String>,
+    /// Timed launches.
+    #[arg(long, default_value_t = 100)]
+    iters: u32,
+    /// Untimed launches before the timed ones.
+    #[arg(long, default_value_t = 10)]
+    warmup: u32,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Index type (default: i32 when every tensor has fewer than 2^31 elements, else i64).
+    #[arg(long, value_enum)]
+    index: Option<Index>,
+    /// Skip the device-to-device copy ceiling (e.g. under compute-sanitizer).
+    #[arg(long)]
+    no_ceiling: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("hopfuse_runner={level},hopfuse={level}"))
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    match dispatch(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Compile {
+            file,
+            passes,
+            plan,
+            cuda,
+            index,
+        } => compile(&file, passes, plan, cuda, index.into()),
+        Command::NvrtcCheck { files, index, cuda } => {
+            nvrtc_check(&files, index.map(Into::into), cuda)
+        }
+        Command::Run(args) => run(args),
+        Command::Selftest {
+            iters,
+            warmup,
+            seed,
+            no_ceiling,
+        } => self_test(iters, warmup, seed, !no_ceiling),
+    }
+}
+
+fn read(file: &Path) -> Result<String> {
+    std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))
+}
+
+fn compile(
+    file: &Path,
+    passes: bool,
+    plan: bool,
+    cuda: bool,
+    index_type: IndexType,
+) -> Result<ExitCode> {
+    let source = read(file)?;
+    let name = file.display().to_string();
+    let compilation = match hopfuse::compile(&source, &CompileOptions { index_type }) {
+        Ok(c) => c,
+        Err(d) => {
+            eprintln!("{}", d.render(&source, &name));
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if passes {
+        for p in &compilation.passes {
+            writeln!(out, "// ---- pass {}: {}", p.name, p.summary)?;
+            writeln!(out, "{}", p.ir.trim_end())?;
+        }
+    }
+    if plan {
+        writeln!(out, "{}", serde_json::to_string_pretty(&compilation.plan)?)?;
+    }
+    if cuda || !(passes || plan) {
+        write!(out, "{}", compilation.cuda)?;
+        if !compilation.cuda.ends_with('\n') {
+            writeln!(out)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn nvrtc_check(files: &[PathBuf], index: Option<IndexType>, raw_cuda: bool) -> Result<ExitCode> {
+    let (major, minor) = nvrtc::version()?;
+    let include = nvrtc::include_dir()?;
+    eprintln!(
+        "NVRTC {major}.{minor}, {}, headers: {}",
+        nvrtc::ARCH,
+        include
+            .as_ref()
+            .map(|d| d.display().to_string())
+            .unwrap_or_else(|| "none found".into())
+    );
+    let indices = match index {
+        Some(i) => vec![i],
+        None => vec![IndexType::I32, IndexType::I64],
+    };
+    let (mut passed, mut failed) = (0, 0);
+    for file in files {
+        let name = file.display().to_string();
+        let source = match read(file) {
+            Ok(s) => s,
+            Err(e) => {
+                println!("FAIL {name}: {e:#}");
+                failed += 1;
+                continue;
+            }
+        };
+        // (label, CUDA source) pairs to build.
+        let mut units = Vec::new();
+        if raw_cuda {
+            units.push((name.clone(), source));
+        } else {
+            for &index_type in &indices {
+                let label = format!("{name} [{}]", index_type.cuda());
+                match hopfuse::compile(&source, &CompileOptions { index_type }) {
+                    Ok(c) => units.push((label, c.cuda)),
+                    Err(d) => {
+                        println!(
+                            "FAIL {label}: hopfuse compile error\n{}",
+                            d.render(&source, &name)
+                        );
+                        failed += 1;
+                    }
+                }
+            }
+        }
+        for (label, cuda) in units {
+            match nvrtc::compile(&cuda, &label).and_then(|c| c.deny_warnings(&label)) {
+                Ok(cubin) => {
+                    println!(
+                        "OK   {label}: CUBIN {} bytes ({:.0} ms)",
+                        cubin.image.len(),
+                        cubin.compile_ms
+                    );
+                    passed += 1;
+                }
+                Err(e) => {
+                    println!("FAIL {label}: {e}");
+                    failed += 1;
+                }
+            }
+        }
+    }
+    println!("nvrtc-check: {passed} passed, {failed} failed");
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn parse_size_args(args: &[String]) -> Result<BTreeMap<String, i64>> {
+    let mut map = BTreeMap::new();
+    for a in args {
+        sizes::merge_sizes(&mut map, a).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+    }
+    Ok(map)
+}
+
+fn run(args: RunArgs) -> Result<ExitCode> {
+    let req = RunRequest {
+        file: args.file.display().to_string(),
+        source: read(&args.file)?,
+        sizes: parse_size_args(&args.size)?,
+        iters: args.iters,
+        warmup: args.warmup,
+        seed: args.seed,
+        index: args.index.map(Into::into),
+        copy_ceiling: !args.no_ceiling,
+    };
+    match engine::run(&req) {
+        Ok(result) => {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&result)?);
+            } else {
+                println!("{}", report::render(&result));
+            }
+            Ok(if result.passed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Err(e) => {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({ "error": e }))?
+                );
+            }
+            eprintln!("{e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn self_test(iters: u32, warmup: u32, seed: u64, ceiling: bool) -> Result<ExitCode> {
+    let (mut ok, mut bad) = (0, 0);
+    for case in selftest::cases() {
+        println!("== {}", case.name);
+        let verdict = match selftest::run_case(&case, iters, warmup, seed, ceiling) {
+            Ok(r) => {
+                println!("{}", report::render(&r));
+                if r.passed == case.expect_pass {
+                    "as expected"
+                } else {
+                    "UNEXPECTED"
+                }
+            }
+            Err(e) => {
+                println!("{e}");
+                "ERROR"
+            }
+        };
+        println!("   -> {verdict}\n");
+        if verdict == "as expected" {
+            ok += 1;
+        } else {
+            bad += 1;
+        }
+    }
+    println!("selftest: {ok} passed, {bad} failed");
+    if bad > 0 {
+        bail!("{bad} self-test case(s) did not behave as expected");
+    }
+    Ok(ExitCode::SUCCESS)
+}

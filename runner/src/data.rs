@@ -1,0 +1,186 @@
+//! Host-side tensor data: seeded inputs, poisoned outputs, and conversion between float64 values
+//! and the bytes of each dtype.
+//!
+//! Poison values written to outputs (and scratch) before a launch, so an element the kernel
+//! never writes fails validation:
+//! - float types: NaN (quiet NaN of the type);
+//! - `i32`: [`I32_POISON`] = `i32::MAX` (0x7fffffff);
+//! - `bool`: the byte 0xFF, which is neither 0 nor 1 and reads back as 255.
+
+use half::{bf16, f16};
+use hopfuse::DType;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+pub const I32_POISON: i32 = i32::MAX;
+pub const BOOL_POISON: u8 = 0xFF;
+
+/// A generator for one named tensor: the stream depends on the seed and the name only, so a
+/// tensor's data does not change when parameters are reordered or added.
+pub fn rng_for(seed: u64, name: &str) -> ChaCha8Rng {
+    // FNV-1a of the name as the ChaCha stream id.
+    let stream = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(stream);
+    rng
+}
+
+/// `n` seeded input values, exactly representable in `dtype`: floats uniform in [-1, 1) before
+/// rounding to the dtype (so ±1.0 can occur after it);
+/// `i32` in {-8..-1, 1..8} (never 0, so integer division by an input is defined); `bool` 0 or 1.
+pub fn random_values(dtype: DType, n: usize, rng: &mut ChaCha8Rng) -> Vec<f64> {
+    (0..n)
+        .map(|_| match dtype {
+            DType::I32 => {
+                let v: i32 = rng.random_range(1..=8);
+                if rng.random::<bool>() {
+                    -v as f64
+                } else {
+                    v as f64
+                }
+            }
+            DType::Bool => rng.random::<bool>() as u8 as f64,
+            d => representable(d, rng.random_range(-1.0f64..1.0)),
+        })
+        .collect()
+}
+
+/// `v` rounded to the nearest value of `dtype` by the compiler's own rounding
+/// ([`DType::round`]), the rounding the reference evaluator uses.
+pub fn representable(dtype: DType, v: f64) -> f64 {
+    dtype.round(v)
+}
+
+/// Little-endian bytes of `values` stored as `dtype`. Values should be representable already
+/// ([`representable`]): half types go through f32 (`half`'s `from_f64` rounds twice, through f32,
+/// so it is not used).
+pub fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * dtype.size_bytes() as usize);
+    for &v in values {
+        encode_one(dtype, v, &mut out);
+    }
+    out
+}
+
+fn encode_one(dtype: DType, v: f64, out: &mut Vec<u8>) {
+    match dtype {
+        DType::F64 => out.extend_from_slice(&v.to_le_bytes()),
+        DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+        DType::BF16 => out.extend_from_slice(&bf16::from_f32(v as f32).to_le_bytes()),
+        DType::F16 => out.extend_from_slice(&f16::from_f32(v as f32).to_le_bytes()),
+        DType::I32 => out.extend_from_slice(&(dtype.round(v) as i32).to_le_bytes()),
+        DType::Bool => out.push((v != 0.0) as u8),
+    }
+}
+
+/// Float64 values of little-endian `dtype` bytes. A `bool` byte reads as its integer value, so
+/// the poison byte (255) never equals a reference 0 or 1.
+pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    let w = dtype.size_bytes() as usize;
+    bytes
+        .chunks_exact(w)
+        .map(|c| match dtype {
+            DType::F64 => f64::from_le_bytes(c.try_into().expect("8 bytes")),
+            DType::F32 => f32::from_le_bytes(c.try_into().expect("4 bytes")) as f64,
+            DType::BF16 => bf16::from_le_bytes([c[0], c[1]]).to_f64(),
+            DType::F16 => f16::from_le_bytes([c[0], c[1]]).to_f64(),
+            DType::I32 => i32::from_le_bytes(c.try_into().expect("4 bytes")) as f64,
+            DType::Bool => c[0] as f64,
+        })
+        .collect()
+}
+
+/// The poison bytes of `n` elements of `dtype` (see the module docs).
+pub fn poison(dtype: DType, n: usize) -> Vec<u8> {
+    let one: Vec<u8> = match dtype {
+        DType::F64 => f64::NAN.to_le_bytes().to_vec(),
+        DType::F32 => f32::NAN.to_le_bytes().to_vec(),
+        DType::BF16 => bf16::NAN.to_le_bytes().to_vec(),
+        DType::F16 => f16::NAN.to_le_bytes().to_vec(),
+        DType::I32 => I32_POISON.to_le_bytes().to_vec(),
+        DType::Bool => vec![BOOL_POISON],
+    };
+    one.repeat(n)
+}
+
+/// A scalar kernel argument: its bytes in the low end of an 8-byte slot.
+pub fn scalar_slot(dtype: DType, v: f64) -> u64 {
+    let mut bytes = [0u8; 8];
+    let enc = encode(dtype, &[v]);
+    bytes[..enc.len()].copy_from_slice(&enc);
+    u64::from_le_bytes(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inputs_are_seeded_nonzero_and_representable() {
+        for dtype in [DType::F32, DType::BF16, DType::F16, DType::F64, DType::I32] {
+            let a = random_values(dtype, 1000, &mut rng_for(1, "x"));
+            let b = random_values(dtype, 1000, &mut rng_for(1, "x"));
+            let c = random_values(dtype, 1000, &mut rng_for(1, "w"));
+            let d = random_values(dtype, 1000, &mut rng_for(2, "x"));
+            assert_eq!(a, b);
+            assert_ne!(a, c);
+            assert_ne!(a, d);
+            assert!(a.iter().filter(|&&v| v != 0.0).count() > 990, "{dtype}");
+            assert!(a.iter().all(|&v| (-8.0..8.0 + 1e-9).contains(&v)));
+            if dtype.is_float() {
+                assert!(a.iter().all(|&v| (-1.0..=1.0).contains(&v)));
+            } else {
+                assert!(a
+                    .iter()
+                    .all(|&v| v != 0.0 && v.fract() == 0.0 && v.abs() <= 8.0));
+            }
+            // Round trip through the device bytes is exact.
+            assert_eq!(decode(dtype, &encode(dtype, &a)), a, "{dtype}");
+        }
+    }
+
+    #[test]
+    fn compiler_rounding_agrees_with_half_from_f32() {
+        // `half`'s f32 → f16/bf16 conversions round once, to nearest even: an independent check
+        // of `DType::round` on f32 values.
+        let mut rng = rng_for(7, "round");
+        for _ in 0..50_000 {
+            let v = (rng.random_range(-4.0..4.0) * 10f64.powi(rng.random_range(-9..5))) as f32;
+            assert_eq!(
+                DType::F16.round(v as f64),
+                f16::from_f32(v).to_f64(),
+                "f16 {v:e}"
+            );
+            assert_eq!(
+                DType::BF16.round(v as f64),
+                bf16::from_f32(v).to_f64(),
+                "bf16 {v:e}"
+            );
+        }
+    }
+
+    #[test]
+    fn poison_decodes_to_values_that_fail_validation() {
+        for dtype in [DType::F32, DType::BF16, DType::F16, DType::F64] {
+            let p = decode(dtype, &poison(dtype, 3));
+            assert_eq!(p.len(), 3);
+            assert!(p.iter().all(|v| v.is_nan()), "{dtype}");
+        }
+        assert_eq!(
+            decode(DType::I32, &poison(DType::I32, 2)),
+            vec![2147483647.0; 2]
+        );
+        assert_eq!(decode(DType::Bool, &poison(DType::Bool, 1)), vec![255.0]);
+    }
+
+    #[test]
+    fn scalar_slots_hold_the_low_bytes() {
+        assert_eq!(scalar_slot(DType::F32, 1.0), 1.0f32.to_bits() as u64);
+        assert_eq!(scalar_slot(DType::I32, -1.0), 0xffff_ffff);
+        assert_eq!(scalar_slot(DType::BF16, 1.0), 0x3f80);
+        assert_eq!(scalar_slot(DType::F16, 1.0), 0x3c00);
+        assert_eq!(scalar_slot(DType::F64, 2.0), 2.0f64.to_bits());
+    }
+}

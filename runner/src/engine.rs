@@ -1,0 +1,734 @@
+//! One run: compile a program, launch its kernel on the GPU, validate the outputs against the
+//! float64 reference and time it. `hopfuse run` is a thin wrapper; the planned service will run
+//! each [`RunRequest`] in a `hopfuse worker` child process and read back a [`RunResult`].
+
+use crate::data;
+use crate::gpu::{self, DeviceInfo, Gpu, KernelArgs, KernelAttributes, Spin, Timing};
+use crate::nvrtc;
+use crate::validate::{self, Check};
+use hopfuse::plan::{ConcreteLaunch, Param, SizeExpr, TensorRole};
+use hopfuse::{Compilation, CompileOptions, DType, IndexType, LaunchPlan};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use tracing::{debug, info};
+
+/// Everything one run needs; the program travels as text so a service can send it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRequest {
+    /// The program's file name, for diagnostics and the report.
+    pub file: String,
+    pub source: String,
+    pub sizes: BTreeMap<String, i64>,
+    pub iters: u32,
+    pub warmup: u32,
+    pub seed: u64,
+    /// `None`: `i32` when every tensor has fewer than 2^31 elements, else `i64`.
+    pub index: Option<IndexType>,
+    /// Measure the device-to-device copy ceiling.
+    pub copy_ceiling: bool,
+}
+
+impl RunRequest {
+    pub const MAX_ITERS: u32 = 100_000;
+
+    fn check(&self) -> Result<(), RunError> {
+        if self.iters == 0 || self.iters > Self::MAX_ITERS {
+            return Err(RunError::new(
+                Stage::Request,
+                format!("iters must be in 1..={}", Self::MAX_ITERS),
+            ));
+        }
+        if self.warmup > Self::MAX_ITERS {
+            return Err(RunError::new(
+                Stage::Request,
+                format!("warmup must be at most {}", Self::MAX_ITERS),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Which part of a run failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Request,
+    Compile,
+    Sizes,
+    Nvrtc,
+    Cuda,
+    Reference,
+}
+
+/// A run that could not produce a result (a failed validation is a result, not an error).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
+pub struct RunError {
+    pub stage: Stage,
+    pub message: String,
+}
+
+impl RunError {
+    pub fn new(stage: Stage, message: impl Into<String>) -> RunError {
+        RunError {
+            stage,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let stage = match self.stage {
+            Stage::Request => "bad request",
+            Stage::Compile => "compile error",
+            Stage::Sizes => "sizes",
+            Stage::Nvrtc => "NVRTC",
+            Stage::Cuda => "CUDA",
+            Stage::Reference => "reference evaluator",
+        };
+        write!(f, "{stage}: {}", self.message)
+    }
+}
+
+/// How the timed launches keep the working set from being served out of L2.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum L2Policy {
+    /// The working set is larger than twice the L2: nothing needed.
+    None,
+    /// Launches cycle through `sets` copies of every tensor.
+    Rotate { sets: u32 },
+    /// A `bytes` scratch buffer is written (untimed) before every launch.
+    Flush { bytes: u64 },
+}
+
+impl fmt::Display for L2Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            L2Policy::None => write!(f, "none (working set > 2x L2)"),
+            L2Policy::Rotate { sets } => write!(f, "rotating {sets} copies of every tensor"),
+            L2Policy::Flush { bytes } => write!(
+                f,
+                "L2 flushed by writing {} MiB before each launch",
+                bytes >> 20
+            ),
+        }
+    }
+}
+
+/// The device-to-device copy ceiling.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CopyCeiling {
+    /// Size of one copy; it moves twice this (read + written).
+    pub buffer_bytes: u64,
+    pub timing: Timing,
+    pub gbps: f64,
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub file: String,
+    pub kernel: String,
+    pub sizes: BTreeMap<String, i64>,
+    pub seed: u64,
+    pub index_type: IndexType,
+    /// Why that index type (with `--index`: "requested").
+    pub index_reason: String,
+    pub launch: ConcreteLaunch,
+    pub attributes: KernelAttributes,
+    pub cubin_bytes: usize,
+    pub nvrtc_ms: f64,
+    pub device: DeviceInfo,
+    /// Bytes of every tensor of one launch.
+    pub working_set_bytes: u64,
+    pub l2_policy: L2Policy,
+    pub warmup: u32,
+    pub timing: Timing,
+    /// `LaunchPlan::min_global_bytes` with these sizes.
+    pub min_global_bytes: u64,
+    pub gbps: f64,
+    pub copy: Option<CopyCeiling>,
+    /// `gbps / copy.gbps`.
+    pub fraction_of_copy: Option<f64>,
+    /// Outputs of the first launch against the reference.
+    pub validation: Vec<Check>,
+    /// The outputs of the first tensor set checked again after every timed launch (catches
+    /// races that show up only sometimes).
+    pub validation_after_timing: Vec<Check>,
+    pub passed: bool,
+}
+
+/// The float64 reference: sizes and input values (tensors and scalars by name) to outputs.
+pub type Reference<'a> = dyn Fn(
+        &BTreeMap<String, i64>,
+        &BTreeMap<String, Vec<f64>>,
+    ) -> Result<BTreeMap<String, Vec<f64>>, String>
+    + 'a;
+
+/// Number of elements of a tensor shape with these sizes.
+pub fn tensor_elements(shape: &[SizeExpr], sizes: &BTreeMap<String, i64>) -> Result<u64, String> {
+    shape.iter().try_fold(1u64, |acc, dim| {
+        let d = dim.eval(sizes).map_err(|e| e.to_string())?;
+        let d = u64::try_from(d).map_err(|_| format!("dimension {dim} = {d} is negative"))?;
+        acc.checked_mul(d)
+            .ok_or_else(|| "tensor element count overflows".to_string())
+    })
+}
+
+/// `I32` when every tensor has fewer than 2^31 elements and every size fits an `int`, else
+/// `I64`; with the reason.
+pub fn choose_index_type(
+    plan: &LaunchPlan,
+    sizes: &BTreeMap<String, i64>,
+) -> Result<(IndexType, String), String> {
+    const LIMIT: u64 = 1 << 31;
+    for (name, _, _, shape) in plan.tensors() {
+        let n = tensor_elements(shape, sizes).map_err(|e| format!("tensor `{name}`: {e}"))?;
+        if n >= LIMIT {
+            return Ok((
+                IndexType::I64,
+                format!("tensor `{name}` has {n} elements (>= 2^31)"),
+            ));
+        }
+    }
+    if let Some((k, v)) = sizes.iter().find(|(_, &v)| v > i32::MAX as i64) {
+        return Ok((
+            IndexType::I64,
+            format!("size {k} = {v} does not fit in 32 bits"),
+        ));
+    }
+    Ok((
+        IndexType::I32,
+        "every tensor has fewer than 2^31 elements".into(),
+    ))
+}
+
+/// How a compiled program is launched with the request's sizes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Setup {
+    pub index_type: IndexType,
+    /// Why that index type.
+    pub index_reason: String,
+    pub launch: ConcreteLaunch,
+}
+
+/// Compiles the program with the right index type and checks the sizes against its plan.
+pub fn prepare(req: &RunRequest) -> Result<(Compilation, Setup), RunError> {
+    let compile = |index_type| {
+        hopfuse::compile(&req.source, &CompileOptions { index_type })
+            .map_err(|d| RunError::new(Stage::Compile, d.render(&req.source, &req.file)))
+    };
+    let first = compile(req.index.unwrap_or(IndexType::I64))?;
+    let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
+    first
+        .plan
+        .concretize(&req.sizes)
+        .map_err(|e| sizes_err(e.to_string()))?;
+    let (wanted, reason) = choose_index_type(&first.plan, &req.sizes).map_err(sizes_err)?;
+    let (index_type, index_reason) = match req.index {
+        None => (wanted, reason),
+        Some(IndexType::I32) if wanted == IndexType::I64 => {
+            return Err(sizes_err(format!("--index i32 is too small: {reason}")));
+        }
+        Some(i) => (i, "requested".to_string()),
+    };
+    let compilation = if index_type == first.plan.index_type {
+        first
+    } else {
+        compile(index_type)?
+    };
+    let launch = compilation
+        .plan
+        .concretize(&req.sizes)
+        .map_err(|e| sizes_err(e.to_string()))?;
+    Ok((
+        compilation,
+        Setup {
+            index_type,
+            index_reason,
+            launch,
+        },
+    ))
+}
+
+/// Compiles, launches, validates and times the request's program.
+pub fn run(req: &RunRequest) -> Result<RunResult, RunError> {
+    req.check()?;
+    let (compilation, setup) = prepare(req)?;
+    let reference = |sizes: &BTreeMap<String, i64>, inputs: &BTreeMap<String, Vec<f64>>| {
+        hopfuse::reference::evaluate(&compilation.fusion, sizes, inputs)
+    };
+    execute(
+        req,
+        &compilation.cuda,
+        &compilation.plan,
+        &setup,
+        &reference,
+    )
+}
+
+struct Tensor {
+    name: String,
+    dtype: DType,
+    role: TensorRole,
+    elements: u64,
+    bytes: u64,
+    /// Host bytes to upload (inputs: data; outputs and scratch: poison).
+    init: Vec<u8>,
+}
+
+/// Launches `cuda`'s kernel as `plan` describes; `reference` computes the expected outputs.
+/// Used by [`run`] and by the self-test, which brings hand-written kernels.
+pub fn execute(
+    req: &RunRequest,
+    cuda: &str,
+    plan: &LaunchPlan,
+    setup: &Setup,
+    reference: &Reference,
+) -> Result<RunResult, RunError> {
+    req.check()?;
+    let sizes = &req.sizes;
+    let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
+    let Setup {
+        index_type,
+        index_reason,
+        launch,
+    } = setup;
+    let index_type = *index_type;
+    if plan.index_type != index_type {
+        return Err(RunError::new(
+            Stage::Compile,
+            "the plan's index type differs from the one compiled for",
+        ));
+    }
+
+    // Host data, in parameter order.
+    let mut tensors = Vec::new();
+    let mut inputs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut scalars: BTreeMap<String, f64> = BTreeMap::new();
+    for p in &plan.params {
+        match p {
+            Param::Tensor {
+                name,
+                dtype,
+                role,
+                shape,
+            } => {
+                let elements = tensor_elements(shape, sizes)
+                    .map_err(|e| sizes_err(format!("tensor `{name}`: {e}")))?;
+                let bytes = elements
+                    .checked_mul(dtype.size_bytes() as u64)
+                    .ok_or_else(|| sizes_err(format!("tensor `{name}` is too large")))?;
+                let n = usize::try_from(elements)
+                    .map_err(|_| sizes_err(format!("tensor `{name}` is too large")))?;
+                let init = match role {
+                    TensorRole::Input => {
+                        let values =
+                            data::random_values(*dtype, n, &mut data::rng_for(req.seed, name));
+                        let init = data::encode(*dtype, &values);
+                        // The reference gets exactly what the device reads.
+                        inputs.insert(name.clone(), data::decode(*dtype, &init));
+                        init
+                    }
+                    TensorRole::Output | TensorRole::Scratch => data::poison(*dtype, n),
+                };
+                tensors.push(Tensor {
+                    name: name.clone(),
+                    dtype: *dtype,
+                    role: *role,
+                    elements,
+                    bytes,
+                    init,
+                });
+            }
+            Param::Scalar { name, dtype } => {
+                let v = data::random_values(*dtype, 1, &mut data::rng_for(req.seed, name))[0];
+                inputs.insert(name.clone(), vec![v]);
+                scalars.insert(name.clone(), v);
+            }
+            Param::Size { symbol } => {
+                let v = SizeExpr::sym(symbol)
+                    .eval(sizes)
+                    .map_err(|e| sizes_err(e.to_string()))?;
+                if index_type == IndexType::I32 && i32::try_from(v).is_err() {
+                    return Err(sizes_err(format!(
+                        "size {symbol} = {v} does not fit the kernel's 32-bit index type"
+                    )));
+                }
+            }
+        }
+    }
+    let working_set: u64 = tensors.iter().map(|t| t.bytes).sum();
+    let min_global_bytes = plan
+        .min_global_bytes
+        .eval(sizes)
+        .map_err(|e| sizes_err(e.to_string()))?;
+    let min_global_bytes = u64::try_from(min_global_bytes)
+        .map_err(|_| sizes_err("min_global_bytes is negative".into()))?;
+
+    // The reference, before the GPU work (it needs only the inputs).
+    info!("evaluating the float64 reference");
+    let expected = reference(sizes, &inputs).map_err(|e| RunError::new(Stage::Reference, e))?;
+    for t in tensors.iter().filter(|t| t.role == TensorRole::Output) {
+        if !expected.contains_key(&t.name) {
+            return Err(RunError::new(
+                Stage::Reference,
+                format!("the reference computed no output `{}`", t.name),
+            ));
+        }
+    }
+    drop(inputs);
+
+    info!(
+        "compiling {} with NVRTC for {}",
+        plan.kernel_name,
+        nvrtc::ARCH
+    );
+    let cubin = nvrtc::compile(cuda, &format!("{}.cu", req.file))
+        .and_then(|c| c.deny_warnings(&req.file))
+        .map_err(|e| RunError::new(Stage::Nvrtc, e.to_string()))?;
+    let (cubin_bytes, nvrtc_ms) = (cubin.image.len(), cubin.compile_ms);
+
+    let gpu = Gpu::open()?;
+    info!(
+        "device: {} (sm_{}{})",
+        gpu.info.name, gpu.info.compute_capability.0, gpu.info.compute_capability.1
+    );
+    let func = gpu.load(cubin.image, &plan.kernel_name)?;
+    let attributes = gpu::attributes(&func)?;
+    let smem = launch.dynamic_smem_bytes;
+    let static_smem = attributes.static_smem_bytes.max(0) as u32;
+    if smem + static_smem > gpu.info.max_dynamic_smem_optin {
+        return Err(sizes_err(format!(
+            "the kernel needs {smem} bytes of dynamic + {static_smem} bytes of static shared memory; \
+             the device allows {} per block",
+            gpu.info.max_dynamic_smem_optin
+        )));
+    }
+    if smem > 48 * 1024 {
+        gpu::allow_dynamic_smem(&func, smem)?;
+    }
+    let threads: u32 = launch.block.iter().product();
+    if threads as i32 > attributes.max_threads_per_block {
+        return Err(sizes_err(format!(
+            "the block has {threads} threads but the compiled kernel allows at most {}",
+            attributes.max_threads_per_block
+        )));
+    }
+    let (free, _) = gpu.memory()?;
+    if working_set > free {
+        return Err(RunError::new(
+            Stage::Cuda,
+            format!("the tensors need {working_set} bytes but the device has {free} bytes free"),
+        ));
+    }
+
+    // Tensor set 0, from the host.
+    let mut sets: Vec<Vec<cudarc::driver::CudaSlice<u8>>> = vec![tensors
+        .iter()
+        .map(|t| gpu.upload(&t.init))
+        .collect::<Result<_, _>>()?];
+    let args_for = |set: &[cudarc::driver::CudaSlice<u8>]| -> KernelArgs {
+        let mut tensor_bufs = set.iter();
+        let slots = plan
+            .params
+            .iter()
+            .map(|p| match p {
+                Param::Tensor { .. } => gpu::pointer_slot(
+                    tensor_bufs.next().expect("one buffer per tensor"),
+                    &gpu.stream,
+                ),
+                Param::Size { symbol } => {
+                    let v = sizes[symbol];
+                    match index_type {
+                        IndexType::I32 => v as i32 as u32 as u64,
+                        IndexType::I64 => v as u64,
+                    }
+                }
+                Param::Scalar { name, dtype } => data::scalar_slot(*dtype, scalars[name]),
+            })
+            .collect();
+        KernelArgs::new(slots)
+    };
+
+    // First launch: correctness.
+    let mut args0 = args_for(&sets[0]);
+    gpu.launch(&func, launch, &mut args0)?;
+    gpu.sync("the first launch of the kernel")?;
+    let check_outputs = |set: &[cudarc::driver::CudaSlice<u8>]| -> Result<Vec<Check>, RunError> {
+        let mut checks = Vec::new();
+        for (t, buf) in tensors.iter().zip(set) {
+            if t.role != TensorRole::Output {
+                continue;
+            }
+            let out = data::decode(t.dtype, &gpu.download(buf, t.bytes as usize)?);
+            let check = validate::check(&t.name, t.dtype, &out, &expected[&t.name])
+                .map_err(|e| RunError::new(Stage::Reference, e))?;
+            debug!(?check, "validated");
+            checks.push(check);
+        }
+        Ok(checks)
+    };
+    let validation = check_outputs(&sets[0])?;
+    debug!(
+        elements = tensors.iter().map(|t| t.elements).sum::<u64>(),
+        "first launch validated"
+    );
+
+    // L2: rotate copies of the tensors when a few suffice, else flush.
+    let l2 = gpu.info.l2_bytes;
+    let l2_policy = if working_set > 2 * l2 {
+        L2Policy::None
+    } else {
+        let sets_needed = (2 * l2).div_ceil(working_set.max(1)) + 1;
+        if sets_needed <= 16 {
+            L2Policy::Rotate {
+                sets: sets_needed as u32,
+            }
+        } else {
+            L2Policy::Flush { bytes: 2 * l2 }
+        }
+    };
+    let mut flush = None;
+    match &l2_policy {
+        L2Policy::None => {}
+        L2Policy::Rotate { sets: n } => {
+            for _ in 1..*n {
+                let copy = sets[0]
+                    .iter()
+                    .map(|src| {
+                        let dst = gpu.alloc(src.len() as u64)?;
+                        gpu.copy(&dst, src, src.len())?;
+                        Ok(dst)
+                    })
+                    .collect::<Result<Vec<_>, RunError>>()?;
+                sets.push(copy);
+            }
+            gpu.sync("copying tensor sets")?;
+        }
+        L2Policy::Flush { bytes } => flush = Some(gpu.alloc(*bytes)?),
+    }
+    let mut args: Vec<KernelArgs> = sets.iter().map(|s| args_for(s)).collect();
+    let spin = Spin::new(&gpu)?;
+    info!(%l2_policy, "timing {} launches after {} warm-up launches", req.iters, req.warmup);
+    let nsets = args.len() as u64;
+    let timing = gpu.time(
+        Some(&spin),
+        req.warmup,
+        req.iters,
+        || match &flush {
+            Some(buf) => gpu.memset(buf, 0),
+            None => Ok(()),
+        },
+        |k| gpu.launch(&func, launch, &mut args[(k % nsets) as usize]),
+    )?;
+    let validation_after_timing = check_outputs(&sets[0])?;
+    drop(flush);
+    drop(sets);
+    gpu.sync("freeing the tensors")?;
+    let gbps = timing.gbps(min_global_bytes);
+
+    let copy = if req.copy_ceiling {
+        copy_ceiling(&gpu, Some(&spin), min_global_bytes, req)?
+    } else {
+        None
+    };
+    let fraction_of_copy = copy.as_ref().map(|c| gbps / c.gbps);
+    let passed = validation
+        .iter()
+        .chain(&validation_after_timing)
+        .all(|c| c.passed);
+    Ok(RunResult {
+        file: req.file.clone(),
+        kernel: plan.kernel_name.clone(),
+        sizes: sizes.clone(),
+        seed: req.seed,
+        index_type,
+        index_reason: index_reason.clone(),
+        launch: launch.clone(),
+        attributes,
+        cubin_bytes,
+        nvrtc_ms,
+        device: gpu.info.clone(),
+        working_set_bytes: working_set,
+        l2_policy,
+        warmup: req.warmup,
+        timing,
+        min_global_bytes,
+        gbps,
+        copy,
+        fraction_of_copy,
+        validation,
+        validation_after_timing,
+        passed,
+    })
+}
+
+/// Times `cuMemcpyDtoDAsync` of max(1 GiB, half the kernel's bytes), as much as fits in free
+/// memory; `None` when less than 64 MiB could be had.
+fn copy_ceiling(
+    gpu: &Gpu,
+    spin: Option<&Spin>,
+    kernel_bytes: u64,
+    req: &RunRequest,
+) -> Result<Option<CopyCeiling>, RunError> {
+    let (free, _) = gpu.memory()?;
+    let want = (1u64 << 30).max(kernel_bytes / 2);
+    let room = free.saturating_sub(512 << 20) / 2;
+    let bytes = want.min(room) & !0xfff;
+    if bytes < 64 << 20 {
+        info!("skipping the copy ceiling: only {free} bytes free");
+        return Ok(None);
+    }
+    let src = gpu.alloc(bytes)?;
+    let dst = gpu.alloc(bytes)?;
+    gpu.memset(&src, 1)?;
+    gpu.memset(&dst, 0)?;
+    let timing = gpu.time(
+        spin,
+        req.warmup,
+        req.iters,
+        || Ok(()),
+        |_| gpu.copy(&dst, &src, bytes as usize),
+    )?;
+    let gbps = timing.gbps(2 * bytes);
+    Ok(Some(CopyCeiling {
+        buffer_bytes: bytes,
+        timing,
+        gbps,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hopfuse::plan::SizeExpr as E;
+
+    fn plan(shapes: Vec<Vec<E>>) -> LaunchPlan {
+        let params = shapes
+            .into_iter()
+            .enumerate()
+            .map(|(i, shape)| Param::Tensor {
+                name: format!("t{i}"),
+                dtype: DType::F32,
+                role: if i == 0 {
+                    TensorRole::Output
+                } else {
+                    TensorRole::Input
+                },
+                shape,
+            })
+            .collect();
+        LaunchPlan {
+            kernel_name: "k".into(),
+            index_type: IndexType::I64,
+            symbols: vec!["M".into(), "N".into()],
+            params,
+            grid: [E::Const(1), E::Const(1), E::Const(1)],
+            block: [E::Const(128), E::Const(1), E::Const(1)],
+            dynamic_smem_bytes: E::Const(0),
+            constraints: vec![],
+            tensor_maps: vec![],
+            register_sharing: None,
+            min_global_bytes: E::Const(0),
+        }
+    }
+
+    fn sizes(m: i64, n: i64) -> BTreeMap<String, i64> {
+        [("M".to_string(), m), ("N".to_string(), n)].into()
+    }
+
+    fn mn() -> Vec<E> {
+        vec![E::sym("M"), E::sym("N")]
+    }
+
+    #[test]
+    fn i32_below_two_to_the_31_elements() {
+        let p = plan(vec![mn(), vec![E::sym("N")]]);
+        assert_eq!(
+            choose_index_type(&p, &sizes(4096, 4096)).unwrap().0,
+            IndexType::I32
+        );
+        // 2^31 - 1 elements still fit.
+        let p1 = plan(vec![vec![E::sym("M")]]);
+        assert_eq!(
+            choose_index_type(&p1, &sizes((1 << 31) - 1, 1)).unwrap().0,
+            IndexType::I32
+        );
+    }
+
+    #[test]
+    fn i64_from_two_to_the_31_elements() {
+        let p = plan(vec![mn(), vec![E::sym("N")]]);
+        let (t, why) = choose_index_type(&p, &sizes(1 << 16, 1 << 15)).unwrap();
+        assert_eq!(t, IndexType::I64);
+        assert!(why.contains("t0") && why.contains("2147483648"), "{why}");
+        // Broadcast shapes count their own elements only.
+        let p = plan(vec![vec![E::sym("N"), E::Const(1)]]);
+        assert_eq!(
+            choose_index_type(&p, &sizes(1 << 20, 1 << 20)).unwrap().0,
+            IndexType::I32
+        );
+    }
+
+    #[test]
+    fn i64_when_a_size_does_not_fit_an_int() {
+        let p = plan(vec![vec![E::Const(4)]]);
+        let (t, why) = choose_index_type(&p, &sizes(1 << 31, 1)).unwrap();
+        assert_eq!(t, IndexType::I64);
+        assert!(why.contains("M = 2147483648"), "{why}");
+    }
+
+    #[test]
+    fn unbound_symbols_are_reported() {
+        let p = plan(vec![mn()]);
+        let err = choose_index_type(&p, &[("M".to_string(), 4)].into()).unwrap_err();
+        assert!(err.contains("`N`") && err.contains("t0"), "{err}");
+    }
+
+    #[test]
+    fn element_counts_overflow_cleanly() {
+        let shape = vec![E::sym("M"), E::sym("M"), E::sym("M")];
+        assert!(tensor_elements(&shape, &sizes(1 << 30, 1))
+            .unwrap_err()
+            .contains("overflow"));
+    }
+
+    #[test]
+    fn requests_round_trip_through_json() {
+        let req = RunRequest {
+            file: "a.hf".into(),
+            source: "fusion".into(),
+            sizes: sizes(1, 2),
+            iters: 10,
+            warmup: 1,
+            seed: 3,
+            index: Some(IndexType::I32),
+            copy_ceiling: true,
+        };
+        let json = serde_json::to_string(&req).unwrap();
+        assert_eq!(serde_json::from_str::<RunRequest>(&json).unwrap(), req);
+        let err = RunError::new(Stage::Nvrtc, "boom");
+        assert_eq!(serde_json::to_value(&err).unwrap()["stage"], "nvrtc");
+    }
+
+    #[test]
+    fn bad_iteration_counts_are_rejected() {
+        let mut req = RunRequest {
+            file: "a.hf".into(),
+            source: "@@@ not a program".into(),
+            sizes: BTreeMap::new(),
+            iters: 0,
+            warmup: 0,
+            seed: 1,
+            index: None,
+            copy_ceiling: false,
+        };
+        assert_eq!(run(&req).unwrap_err().stage, Stage::Request);
+        req.iters = 1;
+        // Not a program: fails at compile time.
+        assert_eq!(run(&req).unwrap_err().stage, Stage::Compile);
+    }
+}

@@ -1,0 +1,400 @@
+//! The driver-API side of a run, through cudarc's safe `driver` layer (context, stream, module,
+//! function, events, device buffers) plus `cudarc::driver::result` where the safe layer has no
+//! call (raw `cuLaunchKernel` with a parameter array, `cuMemsetD8Async`, `cuMemcpyDtoDAsync`).
+//!
+//! The context runs with cudarc's event tracking off: one stream does everything, and the
+//! tracking events would otherwise be recorded between a kernel and its timing event.
+
+use crate::engine::{RunError, Stage};
+use cudarc::driver::result as cu;
+use cudarc::driver::sys::{self, CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError,
+};
+use serde::{Deserialize, Serialize};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// The device a run used.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub sm_count: i32,
+    pub l2_bytes: u64,
+    pub max_dynamic_smem_optin: u32,
+    /// `cuDriverGetVersion`, e.g. 13000 for CUDA 13.0.
+    pub driver_version: i32,
+    pub total_memory_bytes: u64,
+}
+
+/// Statistics of timed samples, in microseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    pub samples: usize,
+    pub min_us: f64,
+    pub median_us: f64,
+    pub max_us: f64,
+}
+
+impl Timing {
+    pub fn from_samples(mut us: Vec<f64>) -> Option<Timing> {
+        if us.is_empty() || us.iter().any(|t| !t.is_finite()) {
+            return None;
+        }
+        us.sort_by(f64::total_cmp);
+        let n = us.len();
+        let median = if n % 2 == 1 {
+            us[n / 2]
+        } else {
+            (us[n / 2 - 1] + us[n / 2]) / 2.0
+        };
+        Some(Timing {
+            samples: n,
+            min_us: us[0],
+            median_us: median,
+            max_us: us[n - 1],
+        })
+    }
+
+    /// GB/s (1e9 bytes per second) of moving `bytes` in the median time.
+    pub fn gbps(&self, bytes: u64) -> f64 {
+        bytes as f64 / (self.median_us * 1e3)
+    }
+}
+
+pub(crate) fn cuda_err(what: impl std::fmt::Display) -> impl FnOnce(DriverError) -> RunError {
+    move |e| {
+        let name = e
+            .error_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| format!("{:?}", e.0));
+        let text = e
+            .error_string()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        RunError::new(Stage::Cuda, format!("{what}: {name}: {text}"))
+    }
+}
+
+/// Device 0 with one stream.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub info: DeviceInfo,
+}
+
+impl Gpu {
+    pub fn open() -> Result<Gpu, RunError> {
+        // SAFETY: only tries to dlopen the driver library.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(RunError::new(
+                Stage::Cuda,
+                "the NVIDIA driver library (libcuda.so.1) cannot be loaded: this command needs a GPU",
+            ));
+        }
+        let ctx = CudaContext::new(0).map_err(cuda_err("opening device 0"))?;
+        // SAFETY: called before any buffer or stream of this context exists.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(cuda_err("creating a stream"))?;
+        let attr =
+            |a: CUdevice_attribute| ctx.attribute(a).map_err(cuda_err("cuDeviceGetAttribute"));
+        let mut driver_version = 0;
+        // SAFETY: plain out-parameter.
+        unsafe { sys::cuDriverGetVersion(&mut driver_version) }
+            .result()
+            .map_err(cuda_err("cuDriverGetVersion"))?;
+        let info = DeviceInfo {
+            name: ctx.name().map_err(cuda_err("cuDeviceGetName"))?,
+            compute_capability: ctx
+                .compute_capability()
+                .map_err(cuda_err("compute capability"))?,
+            sm_count: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            l2_bytes: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?.max(0) as u64,
+            max_dynamic_smem_optin: attr(
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )?
+            .max(0) as u32,
+            driver_version,
+            total_memory_bytes: ctx.total_mem().map_err(cuda_err("cuDeviceTotalMem"))? as u64,
+        };
+        if info.compute_capability != (9, 0) {
+            return Err(RunError::new(
+                Stage::Cuda,
+                format!(
+                    "device 0 ({}) is sm_{}{}; kernels are built for sm_90a and need a Hopper (H100/H200) GPU",
+                    info.name, info.compute_capability.0, info.compute_capability.1
+                ),
+            ));
+        }
+        Ok(Gpu { ctx, stream, info })
+    }
+
+    /// Loads a CUBIN and looks up one `extern "C"` kernel of it.
+    pub fn load(&self, cubin: Vec<u8>, kernel: &str) -> Result<CudaFunction, RunError> {
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+            .map_err(cuda_err("cuModuleLoadData (loading the CUBIN)"))?;
+        module
+            .load_function(kernel)
+            .map_err(cuda_err(format!("cuModuleGetFunction `{kernel}`")))
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn memory(&self) -> Result<(u64, u64), RunError> {
+        let (free, total) = self.ctx.mem_get_info().map_err(cuda_err("cuMemGetInfo"))?;
+        Ok((free as u64, total as u64))
+    }
+
+    /// A device buffer of at least one byte holding `bytes`.
+    pub fn upload(&self, bytes: &[u8]) -> Result<CudaSlice<u8>, RunError> {
+        let mut buf = self.alloc(bytes.len() as u64)?;
+        if !bytes.is_empty() {
+            self.stream
+                .memcpy_htod(bytes, &mut buf)
+                .map_err(cuda_err("cuMemcpyHtoD"))?;
+        }
+        Ok(buf)
+    }
+
+    /// An uninitialised device buffer of `bytes` (at least 1) bytes.
+    pub fn alloc(&self, bytes: u64) -> Result<CudaSlice<u8>, RunError> {
+        let len = usize::try_from(bytes.max(1)).map_err(|_| {
+            RunError::new(Stage::Cuda, format!("{bytes} bytes do not fit this host"))
+        })?;
+        // SAFETY: u8 has no invalid bit patterns; every buffer is written before it is read.
+        unsafe { self.stream.alloc::<u8>(len) }
+            .map_err(cuda_err(format!("allocating {bytes} bytes")))
+    }
+
+    pub fn download(&self, buf: &CudaSlice<u8>, bytes: usize) -> Result<Vec<u8>, RunError> {
+        let mut host = vec![0u8; buf.len()];
+        self.stream
+            .memcpy_dtoh(buf, &mut host)
+            .map_err(cuda_err("cuMemcpyDtoH"))?;
+        self.sync("downloading outputs")?;
+        host.truncate(bytes);
+        Ok(host)
+    }
+
+    pub fn copy(
+        &self,
+        dst: &CudaSlice<u8>,
+        src: &CudaSlice<u8>,
+        bytes: usize,
+    ) -> Result<(), RunError> {
+        // SAFETY: both buffers hold at least `bytes` bytes and belong to this context.
+        unsafe {
+            cu::memcpy_dtod_async(
+                ptr(dst, &self.stream),
+                ptr(src, &self.stream),
+                bytes,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(cuda_err("cuMemcpyDtoDAsync"))
+    }
+
+    pub fn memset(&self, buf: &CudaSlice<u8>, value: u8) -> Result<(), RunError> {
+        // SAFETY: the whole buffer belongs to this context.
+        unsafe {
+            cu::memset_d8_async(
+                ptr(buf, &self.stream),
+                value,
+                buf.len(),
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(cuda_err("cuMemsetD8Async"))
+    }
+
+    pub fn sync(&self, what: &str) -> Result<(), RunError> {
+        self.stream
+            .synchronize()
+            .map_err(cuda_err(format!("synchronizing after {what}")))
+    }
+
+    /// Launches `func` with the argument pointers of `args`.
+    pub fn launch(
+        &self,
+        func: &CudaFunction,
+        launch: &hopfuse::plan::ConcreteLaunch,
+        args: &mut KernelArgs,
+    ) -> Result<(), RunError> {
+        let [gx, gy, gz] = launch.grid;
+        let [bx, by, bz] = launch.block;
+        // SAFETY: the argument slots match the kernel's parameters in order and type (the launch
+        // plan says so); every pointer slot holds a live device buffer of the tensor's size.
+        unsafe {
+            cu::launch_kernel(
+                func.cu_function(),
+                (gx, gy, gz),
+                (bx, by, bz),
+                launch.dynamic_smem_bytes,
+                self.stream.cu_stream(),
+                &mut args.ptrs,
+            )
+        }
+        .map_err(cuda_err("cuLaunchKernel"))
+    }
+
+    /// Runs `op(k)` `warmup` times, then `iters` times between a pair of events each, with
+    /// `before()` enqueued (untimed) ahead of every run. A spin kernel holds the stream first so
+    /// that the host enqueues everything before the GPU starts and no host latency lands
+    /// between an event pair.
+    pub fn time(
+        &self,
+        spin: Option<&Spin>,
+        warmup: u32,
+        iters: u32,
+        mut before: impl FnMut() -> Result<(), RunError>,
+        mut op: impl FnMut(u64) -> Result<(), RunError>,
+    ) -> Result<Timing, RunError> {
+        let event = || {
+            self.ctx
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(cuda_err("cuEventCreate"))
+        };
+        let events: Vec<(CudaEvent, CudaEvent)> = (0..iters)
+            .map(|_| Ok((event()?, event()?)))
+            .collect::<Result<_, RunError>>()?;
+        if let Some(spin) = spin {
+            // About 20 us of host work per enqueued run, at most 200 ms.
+            let ns = ((warmup as u64 + iters as u64) * 20_000 + 1_000_000).min(200_000_000);
+            spin.hold(self, ns)?;
+        }
+        let mut k = 0u64;
+        for _ in 0..warmup {
+            before()?;
+            op(k)?;
+            k += 1;
+        }
+        for (start, end) in &events {
+            before()?;
+            start
+                .record(&self.stream)
+                .map_err(cuda_err("cuEventRecord"))?;
+            op(k)?;
+            end.record(&self.stream)
+                .map_err(cuda_err("cuEventRecord"))?;
+            k += 1;
+        }
+        self.sync("the timed runs")?;
+        let mut us = Vec::with_capacity(events.len());
+        for (start, end) in &events {
+            us.push(
+                start
+                    .elapsed_ms(end)
+                    .map_err(cuda_err("cuEventElapsedTime"))? as f64
+                    * 1e3,
+            );
+        }
+        Timing::from_samples(us)
+            .ok_or_else(|| RunError::new(Stage::Cuda, "no valid timing samples"))
+    }
+}
+
+fn ptr(buf: &CudaSlice<u8>, stream: &CudaStream) -> sys::CUdeviceptr {
+    // Event tracking is off, so the guard does nothing.
+    buf.device_ptr(stream).0
+}
+
+/// Kernel arguments: one 8-byte slot per parameter (device pointer, size or scalar in its low
+/// bytes) and the pointer array `cuLaunchKernel` reads them through.
+pub struct KernelArgs {
+    // Never touched after construction: `ptrs` point into this allocation.
+    _slots: Box<[u64]>,
+    ptrs: Vec<*mut c_void>,
+}
+
+impl KernelArgs {
+    pub fn new(slots: Vec<u64>) -> KernelArgs {
+        let mut slots = slots.into_boxed_slice();
+        let ptrs = slots
+            .iter_mut()
+            .map(|s| s as *mut u64 as *mut c_void)
+            .collect();
+        KernelArgs {
+            _slots: slots,
+            ptrs,
+        }
+    }
+}
+
+/// A device pointer as a kernel argument slot.
+pub fn pointer_slot(buf: &CudaSlice<u8>, stream: &CudaStream) -> u64 {
+    ptr(buf, stream)
+}
+
+/// A kernel that spins on `%globaltimer` for a given time: it holds the stream while the host
+/// enqueues timed work.
+pub struct Spin {
+    func: CudaFunction,
+}
+
+pub const SPIN_SOURCE: &str = r#"
+extern "C" __global__ void hopfuse_spin(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+"#;
+
+impl Spin {
+    pub fn new(gpu: &Gpu) -> Result<Spin, RunError> {
+        let cubin = crate::nvrtc::compile(SPIN_SOURCE, "hopfuse_spin.cu")
+            .and_then(|c| c.deny_warnings("hopfuse_spin.cu"))
+            .map_err(|e| RunError::new(Stage::Nvrtc, e.to_string()))?;
+        Ok(Spin {
+            func: gpu.load(cubin.image, "hopfuse_spin")?,
+        })
+    }
+
+    fn hold(&self, gpu: &Gpu, ns: u64) -> Result<(), RunError> {
+        let launch = hopfuse::plan::ConcreteLaunch {
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            dynamic_smem_bytes: 0,
+        };
+        gpu.launch(&self.func, &launch, &mut KernelArgs::new(vec![ns]))
+    }
+}
+
+/// `cuFuncGetAttribute` of a loaded kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelAttributes {
+    pub registers_per_thread: i32,
+    pub local_bytes_per_thread: i32,
+    pub static_smem_bytes: i32,
+    pub max_threads_per_block: i32,
+    /// `CU_FUNC_ATTRIBUTE_BINARY_VERSION`: 90 for sm_90a.
+    pub binary_version: i32,
+}
+
+pub fn attributes(func: &CudaFunction) -> Result<KernelAttributes, RunError> {
+    let get = |a: CUfunction_attribute| {
+        func.get_attribute(a)
+            .map_err(cuda_err("cuFuncGetAttribute"))
+    };
+    Ok(KernelAttributes {
+        registers_per_thread: get(CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+        local_bytes_per_thread: get(CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+        static_smem_bytes: get(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+        max_threads_per_block: get(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+        binary_version: get(CUfunction_attribute::CU_FUNC_ATTRIBUTE_BINARY_VERSION)?,
+    })
+}
+
+/// Allows a kernel more than 48 KB of dynamic shared memory.
+pub fn allow_dynamic_smem(func: &CudaFunction, bytes: u32) -> Result<(), RunError> {
+    func.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        bytes as i32,
+    )
+    .map_err(cuda_err(format!(
+        "raising the kernel's dynamic shared memory limit to {bytes} bytes"
+    )))
+}

@@ -1,0 +1,11 @@
+//! The hopfuse runner: compiles programs with the `hopfuse` compiler, builds the CUDA with NVRTC
+//! for sm_90a, launches, validates and times the kernels (see `engine`).
+
+pub mod data;
+pub mod engine;
+pub mod gpu;
+pub mod nvrtc;
+pub mod report;
+pub mod selftest;
+pub mod sizes;
+pub mod validate;

@@ -1,0 +1,180 @@
+//! The human-readable report of `hopfuse run`.
+
+use crate::engine::RunResult;
+use crate::validate::Check;
+use std::fmt::Write;
+
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+fn check_line(c: &Check) -> String {
+    let mut line = format!(
+        "    {:<12} {:<5} {:>11} elements  rel_l2 {:.3e}  max_abs {:.3e}  tol {:.0e}  {}",
+        c.output,
+        c.dtype.name(),
+        c.elements,
+        c.rel_l2,
+        c.max_abs,
+        c.tolerance,
+        if c.passed { "PASS" } else { "FAIL" }
+    );
+    if c.non_finite > 0 {
+        let _ = write!(
+            line,
+            "  ({} NaN/inf where the reference is finite)",
+            c.non_finite
+        );
+    }
+    if c.reference_non_finite > 0 {
+        let _ = write!(
+            line,
+            "  ({} reference NaN/inf, {} not matched)",
+            c.reference_non_finite, c.reference_non_finite_mismatched
+        );
+    }
+    if let (false, Some(b)) = (c.passed, &c.first_bad) {
+        let _ = write!(
+            line,
+            "\n      e.g. element {}: got {:e}, expected {:e}",
+            b.index, b.output, b.reference
+        );
+    }
+    line
+}
+
+pub fn render(r: &RunResult) -> String {
+    let mut s = String::new();
+    let d = &r.device;
+    let sizes = crate::sizes::format_sizes(&r.sizes);
+    let _ = writeln!(
+        s,
+        "hopfuse run {}  --size {}  --seed {}",
+        r.file, sizes, r.seed
+    );
+    let _ = writeln!(
+        s,
+        "  device      {} (sm_{}{}, {} SMs, L2 {}, driver {}.{})",
+        d.name,
+        d.compute_capability.0,
+        d.compute_capability.1,
+        d.sm_count,
+        bytes(d.l2_bytes),
+        d.driver_version / 1000,
+        d.driver_version % 1000 / 10
+    );
+    let _ = writeln!(
+        s,
+        "  kernel      {}  index {} ({})",
+        r.kernel,
+        r.index_type.cuda(),
+        r.index_reason
+    );
+    let (g, b) = (r.launch.grid, r.launch.block);
+    let _ = writeln!(
+        s,
+        "  launch      grid ({},{},{})  block ({},{},{})  dynamic smem {}",
+        g[0],
+        g[1],
+        g[2],
+        b[0],
+        b[1],
+        b[2],
+        bytes(r.launch.dynamic_smem_bytes as u64)
+    );
+    let a = &r.attributes;
+    let _ = writeln!(
+        s,
+        "  resources   {} registers/thread, {} local memory/thread, {} static smem; CUBIN {} (NVRTC {:.1} ms)",
+        a.registers_per_thread,
+        bytes(a.local_bytes_per_thread.max(0) as u64),
+        bytes(a.static_smem_bytes.max(0) as u64),
+        bytes(r.cubin_bytes as u64),
+        r.nvrtc_ms
+    );
+    let t = &r.timing;
+    let _ = writeln!(
+        s,
+        "  time        min {:.2} us  median {:.2} us  max {:.2} us  ({} timed launches after {} warm-up)",
+        t.min_us, t.median_us, t.max_us, t.samples, r.warmup
+    );
+    let _ = writeln!(
+        s,
+        "  L2          working set {}; {}",
+        bytes(r.working_set_bytes),
+        r.l2_policy
+    );
+    let _ = writeln!(
+        s,
+        "  bandwidth   {:.1} GB/s ({} bytes at least, / median time)",
+        r.gbps, r.min_global_bytes
+    );
+    match &r.copy {
+        Some(c) => {
+            let _ = writeln!(
+                s,
+                "  copy        {:.1} GB/s device-to-device ({} buffer, read + written; median {:.2} us)",
+                c.gbps,
+                bytes(c.buffer_bytes),
+                c.timing.median_us
+            );
+        }
+        None => {
+            let _ = writeln!(s, "  copy        not measured");
+        }
+    }
+    if let Some(f) = r.fraction_of_copy {
+        let _ = writeln!(s, "  ratio       {:.1}% of the copy", f * 100.0);
+    }
+    let first_ok = r.validation.iter().all(|c| c.passed);
+    let _ = writeln!(
+        s,
+        "  validation  {} (first launch, against the float64 reference)",
+        if first_ok { "PASS" } else { "FAIL" }
+    );
+    for c in &r.validation {
+        let _ = writeln!(s, "{}", check_line(c));
+    }
+    let after_ok = r.validation_after_timing.iter().all(|c| c.passed);
+    let _ = writeln!(
+        s,
+        "  re-checked  {} (outputs of tensor set 0 after the timed launches)",
+        if after_ok { "PASS" } else { "FAIL" }
+    );
+    if !after_ok {
+        for c in r.validation_after_timing.iter().filter(|c| !c.passed) {
+            let _ = writeln!(s, "{}", check_line(c));
+        }
+    }
+    let _ = write!(
+        s,
+        "  result      {}",
+        if r.passed { "PASS" } else { "FAIL" }
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(50 << 20), "50.0 MiB");
+        assert_eq!(bytes(1 << 30), "1.0 GiB");
+    }
+}

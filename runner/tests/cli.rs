@@ -1,0 +1,149 @@
+//! The `hopfuse` binary end to end, without a GPU. The NVRTC tests need libnvrtc (CUDA 13) on
+//! the library path (`eval "$(scripts/setup-nvrtc.sh)"`, as .ci/run does); without it they say
+//! SKIPPED and pass.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn hopfuse(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hopfuse"))
+        .args(args)
+        .output()
+        .expect("run hopfuse")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/cuda")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn tmp_file(name: &str, contents: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("hopfuse-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path.display().to_string()
+}
+
+fn nvrtc_missing() -> bool {
+    if hopfuse_runner::nvrtc::available() {
+        return false;
+    }
+    eprintln!(
+        "SKIPPED: libnvrtc (CUDA 13) cannot be loaded; run `eval \"$(scripts/setup-nvrtc.sh)\"`"
+    );
+    true
+}
+
+#[test]
+fn compile_errors_are_rendered_and_exit_1() {
+    let file = tmp_file("bad.hf", "@@@ this is not a hopfuse program\n");
+    let out = hopfuse(&["compile", &file]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error"), "{err}");
+    assert!(err.contains("bad.hf"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn missing_files_are_a_clear_error() {
+    let out = hopfuse(&["compile", "/nonexistent/x.hf"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("cannot read /nonexistent/x.hf"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn bad_sizes_are_a_clear_error() {
+    let file = tmp_file("s.hf", "fusion\n");
+    for (size, needle) in [
+        ("M", "not NAME=VALUE"),
+        ("M=x", "not an integer"),
+        ("M=1,M=2", "given twice"),
+    ] {
+        let out = hopfuse(&["run", &file, "--size", size]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(text(&out).contains(needle), "{size}: {}", text(&out));
+        assert!(!text(&out).contains("panicked"), "{}", text(&out));
+    }
+    // --size is required.
+    let out = hopfuse(&["run", &file]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    // A zero iteration count is refused before anything runs.
+    let out = hopfuse(&["run", &file, "--size", "M=1", "--iters", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("iters must be"), "{}", text(&out));
+}
+
+#[test]
+fn run_reports_errors_as_json_with_json() {
+    let file = tmp_file("j.hf", "@@@\n");
+    let out = hopfuse(&["run", &file, "--size", "M=4", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["error"]["stage"], "compile");
+}
+
+#[test]
+fn nvrtc_check_builds_hopper_features() {
+    if nvrtc_missing() {
+        return;
+    }
+    let out = hopfuse(&["nvrtc-check", "--cuda", &fixture("hopper_features.cu")]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains("OK   ") && t.contains("CUBIN"), "{t}");
+    assert!(t.contains("1 passed, 0 failed"), "{t}");
+}
+
+#[test]
+fn nvrtc_check_fails_on_warnings() {
+    if nvrtc_missing() {
+        return;
+    }
+    let out = hopfuse(&["nvrtc-check", "--cuda", &fixture("unused_variable.cu")]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("warning #177-D"), "{t}");
+    // ptxas advisories printed as "info" count too.
+    let out = hopfuse(&["nvrtc-check", "--cuda", &fixture("setmaxnreg_ignored.cu")]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("C7508"), "{t}");
+}
+
+#[test]
+fn nvrtc_check_fails_on_errors_and_checks_every_file() {
+    if nvrtc_missing() {
+        return;
+    }
+    let out = hopfuse(&[
+        "nvrtc-check",
+        "--cuda",
+        &fixture("syntax_error.cu"),
+        &fixture("hopper_features.cu"),
+        "/nonexistent/k.cu",
+    ]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("identifier \"undefined_name\" is undefined"),
+        "{t}"
+    );
+    assert!(t.contains("1 passed, 2 failed"), "{t}");
+}
