@@ -31,6 +31,7 @@ pub enum Val {
     True,
 }
 
+#[allow(clippy::should_implement_trait)]
 impl Val {
     pub fn add(a: Val, b: Val) -> Val {
         Val::Add(Box::new(a), Box::new(b))
@@ -121,8 +122,16 @@ impl Val {
     /// C-like text; `hw` names hardware indices.
     pub fn text(&self) -> String {
         let bin = |a: &Val, op: &str, b: &Val, p: u8| {
-            let l = if a.prec() < p { format!("({})", a.text()) } else { a.text() };
-            let r = if b.prec() <= p { format!("({})", b.text()) } else { b.text() };
+            let l = if a.prec() < p {
+                format!("({})", a.text())
+            } else {
+                a.text()
+            };
+            let r = if b.prec() <= p {
+                format!("({})", b.text())
+            } else {
+                b.text()
+            };
             format!("{l} {op} {r}")
         };
         match self {
@@ -198,12 +207,21 @@ pub struct Loop {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
     Loop(Loop),
-    If { cond: Val, then: Vec<Stmt>, els: Vec<Stmt> },
+    If {
+        cond: Val,
+        then: Vec<Stmt>,
+        els: Vec<Stmt>,
+    },
     Alloc(BufferId),
     Compute(Compute),
     /// Every thread gets the reduction of `acc` over the threads that differ only in the
     /// reduced thread dims (`dims[0..3]` = x, y, z).
-    BlockReduce { acc: Access, op: ReduceOp, dtype: DType, dims: [bool; 3] },
+    BlockReduce {
+        acc: Access,
+        op: ReduceOp,
+        dtype: DType,
+        dims: [bool; 3],
+    },
     /// `__syncthreads()`
     Sync,
 }
@@ -264,12 +282,26 @@ impl Kernel {
     /// The readable dump shown after every pass.
     pub fn print(&self) -> String {
         let mut s = String::new();
-        let dims = |d: &[SizeExpr; 3]| d.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
-        let _ = writeln!(s, "kernel {}  grid({})  block({})", self.name, dims(&self.grid), dims(&self.block));
+        let dims = |d: &[SizeExpr; 3]| {
+            d.iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            s,
+            "kernel {}  grid({})  block({})",
+            self.name,
+            dims(&self.grid),
+            dims(&self.block)
+        );
         for b in &self.buffers {
             if b.memory == MemoryType::Global {
-                let shape: Vec<String> =
-                    b.global_shape.iter().map(|(e, bc)| if *bc { "1".into() } else { e.to_string() }).collect();
+                let shape: Vec<String> = b
+                    .global_shape
+                    .iter()
+                    .map(|(e, bc)| if *bc { "1".into() } else { e.to_string() })
+                    .collect();
                 let _ = writeln!(
                     s,
                     "  param {}: {}[{}] global {}",
@@ -293,7 +325,13 @@ fn print_block(k: &Kernel, body: &[Stmt], depth: usize, s: &mut String) {
     for st in body {
         match st {
             Stmt::Loop(l) => {
-                let _ = writeln!(s, "{ind}for {} in {} @{}:", l.var, l.extent.text(), l.parallel);
+                let _ = writeln!(
+                    s,
+                    "{ind}for {} in {} @{}:",
+                    l.var,
+                    l.extent.text(),
+                    l.parallel
+                );
                 print_block(k, &l.body, depth + 1, s);
             }
             Stmt::If { cond, then, els } => {
@@ -306,9 +344,23 @@ fn print_block(k: &Kernel, body: &[Stmt], depth: usize, s: &mut String) {
             }
             Stmt::Alloc(b) => {
                 let buf = &k.buffers[*b];
-                let size = buf.size.as_ref().map(|v| v.text()).unwrap_or_else(|| "?".into());
-                let off = buf.smem_offset.as_ref().map(|o| format!(" at smem+{}", o.text())).unwrap_or_default();
-                let _ = writeln!(s, "{ind}alloc {}: {}[{size}] {}{off}", buf.name, buf.dtype, buf.memory.name());
+                let size = buf
+                    .size
+                    .as_ref()
+                    .map(|v| v.text())
+                    .unwrap_or_else(|| "?".into());
+                let off = buf
+                    .smem_offset
+                    .as_ref()
+                    .map(|o| format!(" at smem+{}", o.text()))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "{ind}alloc {}: {}[{size}] {}{off}",
+                    buf.name,
+                    buf.dtype,
+                    buf.memory.name()
+                );
             }
             Stmt::Compute(c) => {
                 let tag = match c.role {
@@ -317,12 +369,31 @@ fn print_block(k: &Kernel, body: &[Stmt], depth: usize, s: &mut String) {
                     ComputeRole::ReductionUpdate => "  // reduce",
                     ComputeRole::ReductionWrite => "  // write",
                 };
-                let vec = c.vector.as_ref().map(|(v, w)| format!("vector<{w}> over {v}: ")).unwrap_or_default();
-                let _ = writeln!(s, "{ind}{vec}{} = {}{tag}", access_text(k, &c.out), c.value.text(k));
+                let vec = c
+                    .vector
+                    .as_ref()
+                    .map(|(v, w)| format!("vector<{w}> over {v}: "))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "{ind}{vec}{} = {}{tag}",
+                    access_text(k, &c.out),
+                    c.value.text(k)
+                );
             }
             Stmt::BlockReduce { acc, op, dims, .. } => {
-                let d: String = ["x", "y", "z"].iter().zip(dims).filter(|(_, &b)| b).map(|(n, _)| *n).collect();
-                let _ = writeln!(s, "{ind}block_{}_over_{d}({})", op.name(), access_text(k, acc));
+                let d: String = ["x", "y", "z"]
+                    .iter()
+                    .zip(dims)
+                    .filter(|(_, &b)| b)
+                    .map(|(n, _)| *n)
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "{ind}block_{}_over_{d}({})",
+                    op.name(),
+                    access_text(k, acc)
+                );
             }
             Stmt::Sync => {
                 let _ = writeln!(s, "{ind}__syncthreads()");

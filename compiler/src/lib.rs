@@ -7,13 +7,13 @@
 
 pub mod codegen;
 pub mod diag;
+pub mod dtype;
 pub mod frontend;
 pub mod fusion;
 pub mod kir;
 pub mod passes;
-pub mod reference;
-pub mod dtype;
 pub mod plan;
+pub mod reference;
 
 pub use diag::{Diagnostic, Diagnostics};
 pub use dtype::DType;
@@ -57,18 +57,39 @@ pub fn compile(source: &str, options: &CompileOptions) -> Result<Compilation, Di
         name: format!("{}_kernel", scheduled.name),
         buffers: Vec::new(),
         body: Vec::new(),
-        block: [plan::SizeExpr::Const(1), plan::SizeExpr::Const(1), plan::SizeExpr::Const(1)],
-        grid: [plan::SizeExpr::Const(1), plan::SizeExpr::Const(1), plan::SizeExpr::Const(1)],
+        block: [
+            plan::SizeExpr::Const(1),
+            plan::SizeExpr::Const(1),
+            plan::SizeExpr::Const(1),
+        ],
+        grid: [
+            plan::SizeExpr::Const(1),
+            plan::SizeExpr::Const(1),
+            plan::SizeExpr::Const(1),
+        ],
         hw_vars: Vec::new(),
         reduce_scratch: None,
         dynamic_smem: plan::SizeExpr::Const(0),
     };
-    let mut dumps = vec![PassDump { name: "fusion", summary: "scheduled fusion IR", ir: fusion::print(&scheduled) }];
+    let mut dumps = vec![PassDump {
+        name: "fusion",
+        summary: "scheduled fusion IR",
+        ir: fusion::print(&scheduled),
+    }];
     for pass in passes::PIPELINE {
         (pass.run)(&mut cx, &mut kernel).map_err(locate)?;
-        dumps.push(PassDump { name: pass.name, summary: pass.summary, ir: kernel.print() });
+        dumps.push(PassDump {
+            name: pass.name,
+            summary: pass.summary,
+            ir: kernel.print(),
+        });
     }
     let constraints = cx.constraints.clone();
     let (cuda, plan) = codegen::emit(&scheduled, &kernel, options.index_type, constraints);
-    Ok(Compilation { cuda, plan, passes: dumps, fusion })
+    Ok(Compilation {
+        cuda,
+        plan,
+        passes: dumps,
+        fusion,
+    })
 }

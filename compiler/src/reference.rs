@@ -19,7 +19,10 @@ pub fn evaluate(
                 if fusion.ids[id].kind == IterKind::Broadcast {
                     return Ok(1);
                 }
-                let e = fusion.ids[id].root_extent.clone().ok_or("axis without extent")?;
+                let e = fusion.ids[id]
+                    .root_extent
+                    .clone()
+                    .ok_or("axis without extent")?;
                 let v = e.eval(sizes).map_err(|e| e.to_string())?;
                 usize::try_from(v).map_err(|_| format!("size {e} = {v} is negative"))
             })
@@ -28,10 +31,15 @@ pub fn evaluate(
     let mut values: Vec<Option<Vec<f64>>> = vec![None; fusion.tensors.len()];
     for &t in &fusion.inputs {
         let name = &fusion.tensors[t].name;
-        let v = inputs.get(name).ok_or_else(|| format!("no values for input `{name}`"))?;
+        let v = inputs
+            .get(name)
+            .ok_or_else(|| format!("no values for input `{name}`"))?;
         let n: usize = shape(t)?.iter().product();
         if v.len() != n {
-            return Err(format!("input `{name}` has {} values, expected {n}", v.len()));
+            return Err(format!(
+                "input `{name}` has {} values, expected {n}",
+                v.len()
+            ));
         }
         values[t] = Some(v.clone());
     }
@@ -42,9 +50,12 @@ pub fn evaluate(
         let operand = |o: &Operand| -> Result<(Vec<f64>, Vec<usize>), String> {
             match o {
                 Operand::Scalar(v) => Ok((vec![*v], vec![])),
-                Operand::Tensor(t) => {
-                    Ok((values[*t].clone().ok_or_else(|| format!("`{}` used before it is computed", fusion.tensors[*t].name))?, shape(*t)?))
-                }
+                Operand::Tensor(t) => Ok((
+                    values[*t].clone().ok_or_else(|| {
+                        format!("`{}` used before it is computed", fusion.tensors[*t].name)
+                    })?,
+                    shape(*t)?,
+                )),
             }
         };
         // Value of an operand at a multi-index of the output (broadcast axes and scalars repeat).
@@ -69,8 +80,16 @@ pub fn evaluate(
         let out_dtype = fusion.tensors[expr.output].dtype;
         let result: Vec<f64> = match &expr.op {
             Op::Set | Op::Broadcast { .. } => operand(&expr.inputs[0])?.0,
-            Op::Cast(d) => operand(&expr.inputs[0])?.0.iter().map(|&x| d.round(x)).collect(),
-            Op::Unary(u) => operand(&expr.inputs[0])?.0.iter().map(|&x| u.eval(x)).collect(),
+            Op::Cast(d) => operand(&expr.inputs[0])?
+                .0
+                .iter()
+                .map(|&x| d.round(x))
+                .collect(),
+            Op::Unary(u) => operand(&expr.inputs[0])?
+                .0
+                .iter()
+                .map(|&x| u.eval(x))
+                .collect(),
             Op::Binary(b) => {
                 let (va, sa) = operand(&expr.inputs[0])?;
                 let (vb, sb) = operand(&expr.inputs[1])?;
@@ -106,7 +125,10 @@ pub fn evaluate(
     }
     let mut out = BTreeMap::new();
     for &t in &fusion.outputs {
-        out.insert(fusion.tensors[t].name.clone(), values[t].clone().ok_or("output not computed")?);
+        out.insert(
+            fusion.tensors[t].name.clone(),
+            values[t].clone().ok_or("output not computed")?,
+        );
     }
     Ok(out)
 }

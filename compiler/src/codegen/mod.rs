@@ -12,8 +12,17 @@ use crate::kir::{Access, Compute, Data, Kernel, Stmt, Val};
 use crate::plan::{Constraint, IndexType, LaunchPlan, Param, SizeExpr, TensorRole};
 use std::fmt::Write;
 
-pub fn emit(f: &Fusion, k: &Kernel, index_type: IndexType, constraints: Vec<Constraint>) -> (String, LaunchPlan) {
-    let mut e = Emitter { k, out: String::new(), uses: Uses::default() };
+pub fn emit(
+    f: &Fusion,
+    k: &Kernel,
+    index_type: IndexType,
+    constraints: Vec<Constraint>,
+) -> (String, LaunchPlan) {
+    let mut e = Emitter {
+        k,
+        out: String::new(),
+        uses: Uses::default(),
+    };
     let mut body = String::new();
     std::mem::swap(&mut e.out, &mut body);
     e.block(&k.body, 1);
@@ -22,19 +31,44 @@ pub fn emit(f: &Fusion, k: &Kernel, index_type: IndexType, constraints: Vec<Cons
     // Parameters.
     let mut params = Vec::new();
     let mut decls = Vec::new();
-    let tensor_param = |b: usize, role: TensorRole, params: &mut Vec<Param>, decls: &mut Vec<String>| {
-        let buf = &k.buffers[b];
-        let shape = buf.global_shape.iter().map(|(e, bc)| if *bc { SizeExpr::Const(1) } else { e.clone() }).collect();
-        params.push(Param::Tensor { name: buf.name.clone(), dtype: buf.dtype, role, shape });
-        let c = if role == TensorRole::Input { "const " } else { "" };
-        decls.push(format!("{c}{}* __restrict__ {}", storage(buf.dtype), buf.name));
-    };
+    let tensor_param =
+        |b: usize, role: TensorRole, params: &mut Vec<Param>, decls: &mut Vec<String>| {
+            let buf = &k.buffers[b];
+            let shape = buf
+                .global_shape
+                .iter()
+                .map(|(e, bc)| if *bc { SizeExpr::Const(1) } else { e.clone() })
+                .collect();
+            params.push(Param::Tensor {
+                name: buf.name.clone(),
+                dtype: buf.dtype,
+                role,
+                shape,
+            });
+            let c = if role == TensorRole::Input {
+                "const "
+            } else {
+                ""
+            };
+            decls.push(format!(
+                "{c}{}* __restrict__ {}",
+                storage(buf.dtype),
+                buf.name
+            ));
+        };
     for &t in &f.inputs {
         if f.rank(t) == 0 {
             if !f.uses(t).is_empty() {
                 let tensor = &f.tensors[t];
-                params.push(Param::Scalar { name: tensor.name.clone(), dtype: tensor.dtype });
-                decls.push(format!("{} {}", storage(tensor.dtype.compute()), tensor.name));
+                params.push(Param::Scalar {
+                    name: tensor.name.clone(),
+                    dtype: tensor.dtype,
+                });
+                decls.push(format!(
+                    "{} {}",
+                    storage(tensor.dtype.compute()),
+                    tensor.name
+                ));
             }
         } else if let Some(b) = k.buffers.iter().position(|b| b.tensor == Some(t)) {
             tensor_param(b, TensorRole::Input, &mut params, &mut decls);
@@ -46,7 +80,10 @@ pub fn emit(f: &Fusion, k: &Kernel, index_type: IndexType, constraints: Vec<Cons
         }
     }
     for (b, buf) in k.buffers.iter().enumerate() {
-        if buf.memory == MemoryType::Global && !buf.is_input && buf.tensor.is_some_and(|t| !f.tensors[t].is_output) {
+        if buf.memory == MemoryType::Global
+            && !buf.is_input
+            && buf.tensor.is_some_and(|t| !f.tensors[t].is_output)
+        {
             tensor_param(b, TensorRole::Scratch, &mut params, &mut decls);
         }
     }
@@ -82,14 +119,20 @@ pub fn emit(f: &Fusion, k: &Kernel, index_type: IndexType, constraints: Vec<Cons
         src.push_str(prelude::BLOCK_REDUCE);
     }
     src.push('\n');
-    let bounds = threads.map(|n| format!("__launch_bounds__({n}) ")).unwrap_or_default();
+    let bounds = threads
+        .map(|n| format!("__launch_bounds__({n}) "))
+        .unwrap_or_default();
     let _ = writeln!(src, "extern \"C\" __global__ void {bounds}{kernel_name}(");
     let _ = writeln!(src, "    {}) {{", decls.join(",\n    "));
     if k.dynamic_smem != SizeExpr::Const(0) {
         src.push_str("  extern __shared__ __align__(16) unsigned char hf_smem[];\n");
     }
     for (var, p) in &k.hw_vars {
-        let _ = writeln!(src, "  const index_t {var} = {};", p.cuda_index().unwrap_or("0"));
+        let _ = writeln!(
+            src,
+            "  const index_t {var} = {};",
+            p.cuda_index().unwrap_or("0")
+        );
     }
     src.push_str(&body);
     src.push_str("}\n");
@@ -97,17 +140,28 @@ pub fn emit(f: &Fusion, k: &Kernel, index_type: IndexType, constraints: Vec<Cons
     let min_global_bytes = params
         .iter()
         .filter_map(|p| match p {
-            Param::Tensor { dtype, role, shape, .. } if *role != TensorRole::Scratch => Some(
-                shape.iter().cloned().fold(SizeExpr::Const(dtype.size_bytes() as i64), crate::passes::mul),
-            ),
+            Param::Tensor {
+                dtype, role, shape, ..
+            } if *role != TensorRole::Scratch => Some(shape.iter().cloned().fold(
+                SizeExpr::Const(dtype.size_bytes() as i64),
+                crate::passes::mul,
+            )),
             _ => None,
         })
         .reduce(|a, b| SizeExpr::Add(Box::new(a), Box::new(b)))
         .unwrap_or(SizeExpr::Const(0));
     let mut constraints = constraints;
     if threads.is_none() {
-        let total = k.block.iter().cloned().fold(SizeExpr::Const(1), crate::passes::mul);
-        constraints.push(Constraint::AtMost { value: total, max: 1024, reason: "threads per block".into() });
+        let total = k
+            .block
+            .iter()
+            .cloned()
+            .fold(SizeExpr::Const(1), crate::passes::mul);
+        constraints.push(Constraint::AtMost {
+            value: total,
+            max: 1024,
+            reason: "threads per block".into(),
+        });
     }
     let plan = LaunchPlan {
         kernel_name,
@@ -184,14 +238,26 @@ impl Emitter<'_> {
             Val::Mul(..) | Val::Div(..) | Val::Mod(..) => 4,
             _ => 5,
         };
-        let l = if prec(a) < p { format!("({})", self.val(a)) } else { self.val(a) };
-        let r = if prec(b) <= p { format!("({})", self.val(b)) } else { self.val(b) };
+        let l = if prec(a) < p {
+            format!("({})", self.val(a))
+        } else {
+            self.val(a)
+        };
+        let r = if prec(b) <= p {
+            format!("({})", self.val(b))
+        } else {
+            self.val(b)
+        };
         format!("{l} {op} {r}")
     }
 
     fn access(&mut self, a: &Access) -> String {
         let name = &self.k.buffers[a.buffer].name;
-        let idx = a.index.as_ref().map(|i| self.val(i)).unwrap_or_else(|| "0".into());
+        let idx = a
+            .index
+            .as_ref()
+            .map(|i| self.val(i))
+            .unwrap_or_else(|| "0".into());
         format!("{name}[{idx}]")
     }
 
@@ -231,7 +297,12 @@ impl Emitter<'_> {
                 if v.is_nan() {
                     "__int_as_float(0x7fc00000)".into()
                 } else if v.is_infinite() {
-                    if v > 0.0 { "__int_as_float(0x7f800000)" } else { "__int_as_float(0xff800000)" }.into()
+                    if v > 0.0 {
+                        "__int_as_float(0x7f800000)"
+                    } else {
+                        "__int_as_float(0xff800000)"
+                    }
+                    .into()
                 } else {
                     format!("{:?}f", v as f32)
                 }
@@ -240,15 +311,24 @@ impl Emitter<'_> {
                 if v.is_nan() {
                     "__longlong_as_double(0x7ff8000000000000LL)".into()
                 } else if v.is_infinite() {
-                    if v > 0.0 { "__longlong_as_double(0x7ff0000000000000LL)" } else { "__longlong_as_double((long long)0xfff0000000000000ULL)" }
-                        .into()
+                    if v > 0.0 {
+                        "__longlong_as_double(0x7ff0000000000000LL)"
+                    } else {
+                        "__longlong_as_double((long long)0xfff0000000000000ULL)"
+                    }
+                    .into()
                 } else {
                     format!("{v:?}")
                 }
             }
             DType::I32 => {
                 if v.is_infinite() {
-                    if v > 0.0 { "2147483647" } else { "(-2147483647 - 1)" }.into()
+                    if v > 0.0 {
+                        "2147483647"
+                    } else {
+                        "(-2147483647 - 1)"
+                    }
+                    .into()
                 } else {
                     format!("{}", v as i64 as i32)
                 }
@@ -278,14 +358,23 @@ impl Emitter<'_> {
                     (UnaryOp::Exp, _) => format!("{}({x})", if f64t { "exp" } else { "expf" }),
                     (UnaryOp::Abs, _) => format!("{}({x})", if f64t { "fabs" } else { "fabsf" }),
                     (UnaryOp::Sqrt, _) => format!("{}({x})", if f64t { "sqrt" } else { "sqrtf" }),
-                    (UnaryOp::Rsqrt, _) => format!("{}({x})", if f64t { "rsqrt" } else { "rsqrtf" }),
+                    (UnaryOp::Rsqrt, _) => {
+                        format!("{}({x})", if f64t { "rsqrt" } else { "rsqrtf" })
+                    }
                     (UnaryOp::Tanh, _) => format!("{}({x})", if f64t { "tanh" } else { "tanhf" }),
                     (UnaryOp::Relu, _) => {
-                        format!("{}({x}, {})", if f64t { "fmax" } else { "fmaxf" }, Self::literal(0.0, *dt))
+                        format!(
+                            "{}({x}, {})",
+                            if f64t { "fmax" } else { "fmaxf" },
+                            Self::literal(0.0, *dt)
+                        )
                     }
                     (UnaryOp::Sigmoid, _) => {
                         let one = Self::literal(1.0, *dt);
-                        format!("{one} / ({one} + {}(-({x})))", if f64t { "exp" } else { "expf" })
+                        format!(
+                            "{one} / ({one} + {}(-({x})))",
+                            if f64t { "exp" } else { "expf" }
+                        )
                     }
                 };
                 (s, *dt)
@@ -336,16 +425,30 @@ impl Emitter<'_> {
             match s {
                 Stmt::Loop(l) => {
                     if l.parallel.is_hw() {
-                        self.line(depth, &format!("{{  // {} = {}", l.var, l.parallel.cuda_index().unwrap_or("")));
+                        self.line(
+                            depth,
+                            &format!(
+                                "{{  // {} = {}",
+                                l.var,
+                                l.parallel.cuda_index().unwrap_or("")
+                            ),
+                        );
                         self.block(&l.body, depth + 1);
                         self.line(depth, "}");
                         continue;
                     }
-                    if matches!(l.parallel, crate::fusion::ParallelType::Unroll | crate::fusion::ParallelType::Vectorize) {
+                    if matches!(
+                        l.parallel,
+                        crate::fusion::ParallelType::Unroll
+                            | crate::fusion::ParallelType::Vectorize
+                    ) {
                         self.line(depth, "#pragma unroll");
                     }
                     let ext = self.val(&l.extent);
-                    self.line(depth, &format!("for (index_t {v} = 0; {v} < {ext}; ++{v}) {{", v = l.var));
+                    self.line(
+                        depth,
+                        &format!("for (index_t {v} = 0; {v} < {ext}; ++{v}) {{", v = l.var),
+                    );
                     self.block(&l.body, depth + 1);
                     self.line(depth, "}");
                 }
@@ -363,7 +466,11 @@ impl Emitter<'_> {
                 }
                 Stmt::Alloc(b) => {
                     let buf = &self.k.buffers[*b];
-                    let size = buf.size.as_ref().map(|s| self.val(s)).unwrap_or_else(|| "1".into());
+                    let size = buf
+                        .size
+                        .as_ref()
+                        .map(|s| self.val(s))
+                        .unwrap_or_else(|| "1".into());
                     let ty = storage(buf.dtype);
                     match buf.memory {
                         MemoryType::Local => {
@@ -371,7 +478,11 @@ impl Emitter<'_> {
                             self.line(depth, &format!("alignas(16) {ty} {name}[{size}];"));
                         }
                         MemoryType::Shared => {
-                            let off = buf.smem_offset.as_ref().map(|o| self.val(o)).unwrap_or_else(|| "0".into());
+                            let off = buf
+                                .smem_offset
+                                .as_ref()
+                                .map(|o| self.val(o))
+                                .unwrap_or_else(|| "0".into());
                             let name = buf.name.clone();
                             self.line(depth, &format!("{ty}* {name} = reinterpret_cast<{ty}*>(hf_smem + {off});  // {size} elements"));
                         }
@@ -379,7 +490,12 @@ impl Emitter<'_> {
                     }
                 }
                 Stmt::Compute(c) => self.compute(c, depth),
-                Stmt::BlockReduce { acc, op, dtype, dims } => {
+                Stmt::BlockReduce {
+                    acc,
+                    op,
+                    dtype,
+                    dims,
+                } => {
                     self.uses.block_reduce = true;
                     let a = self.access(acc);
                     let f = match op {
@@ -387,7 +503,12 @@ impl Emitter<'_> {
                         ReduceOp::Max => "hf_max",
                         ReduceOp::Min => "hf_min",
                     };
-                    let off = self.k.reduce_scratch.as_ref().map(|o| self.val(&Val::from_size(o))).unwrap_or_else(|| "0".into());
+                    let off = self
+                        .k
+                        .reduce_scratch
+                        .as_ref()
+                        .map(|o| self.val(&Val::from_size(o)))
+                        .unwrap_or_else(|| "0".into());
                     let ty = dtype.cuda();
                     self.line(
                         depth,

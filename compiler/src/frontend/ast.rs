@@ -37,7 +37,12 @@ pub enum Dim {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
     /// `input x: f32[M, N]`; `dims` is None for a scalar (`input alpha: f32`).
-    Input { name: String, dtype: DType, dims: Option<Vec<Dim>>, loc: Loc },
+    Input {
+        name: String,
+        dtype: DType,
+        dims: Option<Vec<Dim>>,
+        loc: Loc,
+    },
     /// `y = expr`
     Let { name: String, value: Expr, loc: Loc },
     /// `output y`
@@ -78,7 +83,11 @@ pub enum Expr {
     Float(f64, String, Loc),
     Neg(Box<Expr>, Loc),
     Binary(BinOp, Box<Expr>, Box<Expr>, Loc),
-    Call { func: String, args: Vec<Arg>, loc: Loc },
+    Call {
+        func: String,
+        args: Vec<Arg>,
+        loc: Loc,
+    },
     /// `[0, 1]` (axis lists)
     List(Vec<Expr>, Loc),
 }
@@ -101,9 +110,23 @@ impl Expr {
 #[derive(Clone, Debug, PartialEq)]
 pub enum SchedStmt {
     /// `xs = cache_after(x, memory=shared)` (and `cache_before`)
-    Bind { name: String, func: String, args: Vec<Arg>, loc: Loc },
+    Bind {
+        name: String,
+        func: String,
+        args: Vec<Arg>,
+        loc: Loc,
+    },
     /// `y.split(1, 128)`
-    Method { tensor: String, method: String, args: Vec<Arg>, loc: Loc },
+    Method {
+        tensor: String,
+        method: String,
+        args: Vec<Arg>,
+        loc: Loc,
+    },
     /// `inline_most()`, `propagate(y)`
-    Call { func: String, args: Vec<Arg>, loc: Loc },
+    Call {
+        func: String,
+        args: Vec<Arg>,
+        loc: Loc,
+    },
 }

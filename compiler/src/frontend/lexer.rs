@@ -31,7 +31,10 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Diagnostic> {
             b' ' | b'\t' | b'\r' => i += 1,
             b'\n' => {
                 if depth == 0 {
-                    out.push(Token { tok: Tok::Newline, span: Span::new(i, i + 1) });
+                    out.push(Token {
+                        tok: Tok::Newline,
+                        span: Span::new(i, i + 1),
+                    });
                 }
                 i += 1;
             }
@@ -44,14 +47,20 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Diagnostic> {
                 while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
                     i += 1;
                 }
-                out.push(Token { tok: Tok::Ident(src[start..i].to_string()), span: Span::new(start, i) });
+                out.push(Token {
+                    tok: Tok::Ident(src[start..i].to_string()),
+                    span: Span::new(start, i),
+                });
             }
             b'0'..=b'9' => {
                 while i < bytes.len() && bytes[i].is_ascii_digit() {
                     i += 1;
                 }
                 let mut is_float = false;
-                if i < bytes.len() && bytes[i] == b'.' && bytes.get(i + 1).is_some_and(|b| b.is_ascii_digit()) {
+                if i < bytes.len()
+                    && bytes[i] == b'.'
+                    && bytes.get(i + 1).is_some_and(|b| b.is_ascii_digit())
+                {
                     is_float = true;
                     i += 1;
                     while i < bytes.len() && bytes[i].is_ascii_digit() {
@@ -74,10 +83,14 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Diagnostic> {
                 let text = &src[start..i];
                 let span = Span::new(start, i);
                 let tok = if is_float {
-                    let v: f64 =
-                        text.parse().map_err(|_| Diagnostic::new(format!("bad number `{text}`"), Some(span)))?;
+                    let v: f64 = text
+                        .parse()
+                        .map_err(|_| Diagnostic::new(format!("bad number `{text}`"), Some(span)))?;
                     if !v.is_finite() {
-                        return Err(Diagnostic::new(format!("number `{text}` is out of range"), Some(span)));
+                        return Err(Diagnostic::new(
+                            format!("number `{text}` is out of range"),
+                            Some(span),
+                        ));
                     }
                     Tok::Float(v, text.to_string())
                 } else {
@@ -89,16 +102,25 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Diagnostic> {
             }
             b'(' | b'[' => {
                 depth += 1;
-                out.push(Token { tok: Tok::Punct(c as char), span: Span::new(i, i + 1) });
+                out.push(Token {
+                    tok: Tok::Punct(c as char),
+                    span: Span::new(i, i + 1),
+                });
                 i += 1;
             }
             b')' | b']' => {
                 depth = (depth - 1).max(0);
-                out.push(Token { tok: Tok::Punct(c as char), span: Span::new(i, i + 1) });
+                out.push(Token {
+                    tok: Tok::Punct(c as char),
+                    span: Span::new(i, i + 1),
+                });
                 i += 1;
             }
             b'{' | b'}' | b',' | b':' | b'=' | b'+' | b'-' | b'*' | b'/' | b'.' | b';' => {
-                out.push(Token { tok: Tok::Punct(c as char), span: Span::new(i, i + 1) });
+                out.push(Token {
+                    tok: Tok::Punct(c as char),
+                    span: Span::new(i, i + 1),
+                });
                 i += 1;
             }
             _ => {
@@ -110,6 +132,9 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Diagnostic> {
             }
         }
     }
-    out.push(Token { tok: Tok::Eof, span: Span::new(src.len(), src.len()) });
+    out.push(Token {
+        tok: Tok::Eof,
+        span: Span::new(src.len(), src.len()),
+    });
     Ok(out)
 }

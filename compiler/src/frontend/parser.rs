@@ -10,7 +10,11 @@ const MAX_DEPTH: usize = 64;
 
 pub fn parse(src: &str) -> Result<Program, Diagnostic> {
     let tokens = lex(src)?;
-    let mut p = Parser { tokens, pos: 0, depth: 0 };
+    let mut p = Parser {
+        tokens,
+        pos: 0,
+        depth: 0,
+    };
     let program = p.program()?;
     Ok(program)
 }
@@ -56,7 +60,10 @@ impl Parser {
         t
     }
     fn err<T>(&self, what: &str) -> PResult<T> {
-        Err(Diagnostic::new(format!("expected {what}, found {}", describe(self.peek())), Some(self.span())))
+        Err(Diagnostic::new(
+            format!("expected {what}, found {}", describe(self.peek())),
+            Some(self.span()),
+        ))
     }
     fn is_punct(&self, c: char) -> bool {
         *self.peek() == Tok::Punct(c)
@@ -158,55 +165,89 @@ impl Parser {
                 _ => return self.err("`input`, `output` or an assignment"),
             };
             let item = match word.as_str() {
-                "input" if !matches!(self.tokens.get(self.pos + 1).map(|t| &t.tok), Some(Tok::Punct('='))) => {
+                "input"
+                    if !matches!(
+                        self.tokens.get(self.pos + 1).map(|t| &t.tok),
+                        Some(Tok::Punct('='))
+                    ) =>
+                {
                     self.bump();
                     let (name, _) = self.ident("an input name")?;
                     self.expect_punct(':')?;
                     let (ty, ty_span) = self.ident("a dtype (f32, f16, bf16, i32, f64)")?;
                     let dtype = DType::parse(&ty).ok_or_else(|| {
-                        Diagnostic::new(format!("unknown dtype `{ty}` (expected f32, f16, bf16, i32 or f64)"), Some(ty_span))
+                        Diagnostic::new(
+                            format!("unknown dtype `{ty}` (expected f32, f16, bf16, i32 or f64)"),
+                            Some(ty_span),
+                        )
                     })?;
-                    let dims = if self.eat_punct('[') {
-                        let mut dims = Vec::new();
-                        loop {
-                            match self.peek().clone() {
-                                Tok::Ident(s) => {
-                                    self.bump();
-                                    dims.push(Dim::Sym(s));
-                                }
-                                Tok::Int(i) => {
-                                    let sp = self.bump().span;
-                                    if i < 1 {
-                                        return Err(Diagnostic::new("a constant extent must be at least 1", Some(sp)));
+                    let dims =
+                        if self.eat_punct('[') {
+                            let mut dims = Vec::new();
+                            loop {
+                                match self.peek().clone() {
+                                    Tok::Ident(s) => {
+                                        self.bump();
+                                        dims.push(Dim::Sym(s));
                                     }
-                                    dims.push(Dim::Const(i));
+                                    Tok::Int(i) => {
+                                        let sp = self.bump().span;
+                                        if i < 1 {
+                                            return Err(Diagnostic::new(
+                                                "a constant extent must be at least 1",
+                                                Some(sp),
+                                            ));
+                                        }
+                                        dims.push(Dim::Const(i));
+                                    }
+                                    _ => return self.err(
+                                        "an extent (a size symbol like `N` or a positive integer)",
+                                    ),
                                 }
-                                _ => return self.err("an extent (a size symbol like `N` or a positive integer)"),
+                                if self.eat_punct(']') {
+                                    break;
+                                }
+                                self.expect_punct(',')?;
                             }
-                            if self.eat_punct(']') {
-                                break;
+                            if dims.len() > 8 {
+                                return Err(Diagnostic::new(
+                                    "a tensor has at most 8 dimensions",
+                                    Some(ty_span),
+                                ));
                             }
-                            self.expect_punct(',')?;
-                        }
-                        if dims.len() > 8 {
-                            return Err(Diagnostic::new("a tensor has at most 8 dimensions", Some(ty_span)));
-                        }
-                        Some(dims)
-                    } else {
-                        None
-                    };
-                    Item::Input { name, dtype, dims, loc: Loc(Span::new(start, self.prev_end())) }
+                            Some(dims)
+                        } else {
+                            None
+                        };
+                    Item::Input {
+                        name,
+                        dtype,
+                        dims,
+                        loc: Loc(Span::new(start, self.prev_end())),
+                    }
                 }
-                "output" if !matches!(self.tokens.get(self.pos + 1).map(|t| &t.tok), Some(Tok::Punct('='))) => {
+                "output"
+                    if !matches!(
+                        self.tokens.get(self.pos + 1).map(|t| &t.tok),
+                        Some(Tok::Punct('='))
+                    ) =>
+                {
                     self.bump();
                     let (name, _) = self.ident("an output name")?;
-                    Item::Output { name, loc: Loc(Span::new(start, self.prev_end())) }
+                    Item::Output {
+                        name,
+                        loc: Loc(Span::new(start, self.prev_end())),
+                    }
                 }
                 _ => {
                     self.bump();
                     self.expect_punct('=')?;
                     let value = self.expr()?;
-                    Item::Let { name: word, value, loc: Loc(word_span.join(Span::new(start, self.prev_end()))) }
+                    Item::Let {
+                        name: word,
+                        value,
+                        loc: Loc(word_span.join(Span::new(start, self.prev_end()))),
+                    }
                 }
             };
             items.push(item);
@@ -221,16 +262,31 @@ impl Parser {
         if self.eat_punct('=') {
             let (func, _) = self.ident("`cache_after` or `cache_before`")?;
             let args = self.call_args()?;
-            return Ok(SchedStmt::Bind { name: first, func, args, loc: Loc(Span::new(start, self.prev_end())) });
+            return Ok(SchedStmt::Bind {
+                name: first,
+                func,
+                args,
+                loc: Loc(Span::new(start, self.prev_end())),
+            });
         }
         if self.eat_punct('.') {
-            let (method, _) = self.ident("a schedule method (split, merge, reorder, parallelize, ...)")?;
+            let (method, _) =
+                self.ident("a schedule method (split, merge, reorder, parallelize, ...)")?;
             let args = self.call_args()?;
-            return Ok(SchedStmt::Method { tensor: first, method, args, loc: Loc(Span::new(start, self.prev_end())) });
+            return Ok(SchedStmt::Method {
+                tensor: first,
+                method,
+                args,
+                loc: Loc(Span::new(start, self.prev_end())),
+            });
         }
         if self.is_punct('(') {
             let args = self.call_args()?;
-            return Ok(SchedStmt::Call { func: first, args, loc: Loc(Span::new(start, self.prev_end())) });
+            return Ok(SchedStmt::Call {
+                func: first,
+                args,
+                loc: Loc(Span::new(start, self.prev_end())),
+            });
         }
         self.err("`=`, `.` or `(` in a schedule statement")
     }
@@ -243,7 +299,10 @@ impl Parser {
         }
         loop {
             let is_named = matches!(self.peek(), Tok::Ident(_))
-                && matches!(self.tokens.get(self.pos + 1).map(|t| &t.tok), Some(Tok::Punct('=')));
+                && matches!(
+                    self.tokens.get(self.pos + 1).map(|t| &t.tok),
+                    Some(Tok::Punct('='))
+                );
             if is_named {
                 let (name, sp) = self.ident("an argument name")?;
                 self.expect_punct('=')?;
@@ -263,7 +322,10 @@ impl Parser {
     fn expr(&mut self) -> PResult<Expr> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
-            return Err(Diagnostic::new("expression nested too deeply", Some(self.span())));
+            return Err(Diagnostic::new(
+                "expression nested too deeply",
+                Some(self.span()),
+            ));
         }
         let r = self.additive();
         self.depth -= 1;
@@ -335,7 +397,11 @@ impl Parser {
                 self.bump();
                 if self.is_punct('(') {
                     let args = self.call_args()?;
-                    Ok(Expr::Call { func: name, args, loc: Loc(Span::new(sp.start, self.prev_end())) })
+                    Ok(Expr::Call {
+                        func: name,
+                        args,
+                        loc: Loc(Span::new(sp.start, self.prev_end())),
+                    })
                 } else {
                     Ok(Expr::Name(name, Loc(sp)))
                 }

@@ -8,7 +8,9 @@ pub fn print(p: &Program) -> String {
     let _ = writeln!(s, "fusion {} {{", p.fusion.name);
     for item in &p.fusion.items {
         match item {
-            Item::Input { name, dtype, dims, .. } => {
+            Item::Input {
+                name, dtype, dims, ..
+            } => {
                 let _ = write!(s, "  input {name}: {dtype}");
                 if let Some(dims) = dims {
                     let d: Vec<String> = dims
@@ -35,8 +37,15 @@ pub fn print(p: &Program) -> String {
         s.push_str("schedule {\n");
         for st in &p.schedule {
             let line = match st {
-                SchedStmt::Bind { name, func, args, .. } => format!("{name} = {func}({})", args_text(args)),
-                SchedStmt::Method { tensor, method, args, .. } => format!("{tensor}.{method}({})", args_text(args)),
+                SchedStmt::Bind {
+                    name, func, args, ..
+                } => format!("{name} = {func}({})", args_text(args)),
+                SchedStmt::Method {
+                    tensor,
+                    method,
+                    args,
+                    ..
+                } => format!("{tensor}.{method}({})", args_text(args)),
                 SchedStmt::Call { func, args, .. } => format!("{func}({})", args_text(args)),
             };
             let _ = writeln!(s, "  {line}");
@@ -74,7 +83,8 @@ pub fn expr(e: &Expr) -> String {
         Expr::Neg(inner, _) => {
             // `--x` would lex fine, but `-(-1)` keeps literals readable.
             let t = expr(inner);
-            if prec(inner) < 3 || matches!(**inner, Expr::Neg(..) | Expr::Int(..) | Expr::Float(..)) {
+            if prec(inner) < 3 || matches!(**inner, Expr::Neg(..) | Expr::Int(..) | Expr::Float(..))
+            {
                 format!("-({t})")
             } else {
                 format!("-{t}")
@@ -82,12 +92,23 @@ pub fn expr(e: &Expr) -> String {
         }
         Expr::Binary(op, l, r, _) => {
             let p = prec(e);
-            let lt = if prec(l) < p { format!("({})", expr(l)) } else { expr(l) };
+            let lt = if prec(l) < p {
+                format!("({})", expr(l))
+            } else {
+                expr(l)
+            };
             // Left-associative: a right operand of equal precedence needs parentheses.
-            let rt = if prec(r) <= p { format!("({})", expr(r)) } else { expr(r) };
+            let rt = if prec(r) <= p {
+                format!("({})", expr(r))
+            } else {
+                expr(r)
+            };
             format!("{lt} {} {rt}", op.symbol())
         }
         Expr::Call { func, args, .. } => format!("{func}({})", args_text(args)),
-        Expr::List(items, _) => format!("[{}]", items.iter().map(expr).collect::<Vec<_>>().join(", ")),
+        Expr::List(items, _) => format!(
+            "[{}]",
+            items.iter().map(expr).collect::<Vec<_>>().join(", ")
+        ),
     }
 }

@@ -24,7 +24,12 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
     };
     for item in &def.items {
         match item {
-            Item::Input { name, dtype, dims, loc } => {
+            Item::Input {
+                name,
+                dtype,
+                dims,
+                loc,
+            } => {
                 b.check_new_name(name, loc.0)?;
                 let mut root = Vec::new();
                 for d in dims.iter().flatten() {
@@ -50,7 +55,9 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                     Value::Tensor(t) => t,
                     Value::Scalar(v) => {
                         return Err(Diagnostic::new(
-                            format!("`{name}` is the constant {v}; a tensor must depend on an input"),
+                            format!(
+                                "`{name}` is the constant {v}; a tensor must depend on an input"
+                            ),
                             Some(loc.0),
                         ))
                     }
@@ -68,10 +75,9 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                 b.names.insert(name.clone(), t);
             }
             Item::Output { name, loc } => {
-                let t = *b
-                    .names
-                    .get(name)
-                    .ok_or_else(|| Diagnostic::new(format!("unknown tensor `{name}`"), Some(loc.0)))?;
+                let t = *b.names.get(name).ok_or_else(|| {
+                    Diagnostic::new(format!("unknown tensor `{name}`"), Some(loc.0))
+                })?;
                 if b.f.tensors[t].is_input {
                     return Err(Diagnostic::new(
                         format!("`{name}` is an input; an output must be computed (write `y = {name}` first)"),
@@ -79,7 +85,10 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                     ));
                 }
                 if b.f.tensors[t].is_output {
-                    return Err(Diagnostic::new(format!("`{name}` is already an output"), Some(loc.0)));
+                    return Err(Diagnostic::new(
+                        format!("`{name}` is already an output"),
+                        Some(loc.0),
+                    ));
                 }
                 if b.f.rank(t) == 0 {
                     return Err(Diagnostic::new(
@@ -94,10 +103,19 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
         }
     }
     if b.f.outputs.is_empty() {
-        return Err(Diagnostic::new(format!("fusion `{}` has no output", def.name), None));
+        return Err(Diagnostic::new(
+            format!("fusion `{}` has no output", def.name),
+            None,
+        ));
     }
     if b.f.inputs.iter().all(|&t| b.f.rank(t) == 0) {
-        return Err(Diagnostic::new(format!("fusion `{}` needs at least one input tensor with axes", def.name), None));
+        return Err(Diagnostic::new(
+            format!(
+                "fusion `{}` needs at least one input tensor with axes",
+                def.name
+            ),
+            None,
+        ));
     }
     Ok(b.f)
 }
@@ -119,22 +137,39 @@ fn unary_by_name(s: &str) -> Option<UnaryOp> {
 impl Builder {
     fn check_new_name(&self, name: &str, span: Span) -> BResult<()> {
         if self.names.contains_key(name) {
-            return Err(Diagnostic::new(format!("`{name}` is already defined"), Some(span)));
+            return Err(Diagnostic::new(
+                format!("`{name}` is already defined"),
+                Some(span),
+            ));
         }
         if DType::parse(name).is_some() || self.f.symbols.iter().any(|s| s == name) {
-            return Err(Diagnostic::new(format!("`{name}` is a dtype or size symbol, not a tensor name"), Some(span)));
+            return Err(Diagnostic::new(
+                format!("`{name}` is a dtype or size symbol, not a tensor name"),
+                Some(span),
+            ));
         }
         Ok(())
     }
 
-    fn add_tensor(&mut self, name: String, dtype: DType, root: Vec<IterId>, def: Option<ExprId>, span: Option<Span>) -> TensorId {
+    fn add_tensor(
+        &mut self,
+        name: String,
+        dtype: DType,
+        root: Vec<IterId>,
+        def: Option<ExprId>,
+        span: Option<Span>,
+    ) -> TensorId {
         let t = self.f.tensors.len();
         self.f.tensors.push(Tensor {
             name: name.clone(),
             dtype,
             loop_domain: root.clone(),
             root,
-            memory: if def.is_none() { MemoryType::Global } else { MemoryType::Local },
+            memory: if def.is_none() {
+                MemoryType::Global
+            } else {
+                MemoryType::Local
+            },
             inline: Inline::Most,
             definition: def,
             is_input: false,
@@ -160,15 +195,21 @@ impl Builder {
         match e {
             E::Name(n, loc) => match self.names.get(n) {
                 Some(&t) => Ok(Value::Tensor(t)),
-                None => Err(Diagnostic::new(format!("unknown tensor `{n}`"), Some(loc.0))),
+                None => Err(Diagnostic::new(
+                    format!("unknown tensor `{n}`"),
+                    Some(loc.0),
+                )),
             },
             E::Int(i, _) => Ok(Value::Scalar(*i as f64)),
             E::Float(v, _, _) => Ok(Value::Scalar(*v)),
             E::Neg(inner, loc) => match self.expr(inner, dest)? {
                 Value::Scalar(v) => Ok(Value::Scalar(-v)),
-                Value::Tensor(t) => {
-                    Ok(Value::Tensor(self.op(Op::Unary(UnaryOp::Neg), vec![Operand::Tensor(t)], dest, Some(loc.0))?))
-                }
+                Value::Tensor(t) => Ok(Value::Tensor(self.op(
+                    Op::Unary(UnaryOp::Neg),
+                    vec![Operand::Tensor(t)],
+                    dest,
+                    Some(loc.0),
+                )?)),
             },
             E::Binary(op, l, r, loc) => {
                 let op = match op {
@@ -180,23 +221,42 @@ impl Builder {
                 let (a, b) = (self.expr(l, dest)?, self.expr(r, dest)?);
                 self.binary(op, a, b, dest, loc.0)
             }
-            E::List(_, loc) => Err(Diagnostic::new("a list is only allowed as an `axis=` argument", Some(loc.0))),
+            E::List(_, loc) => Err(Diagnostic::new(
+                "a list is only allowed as an `axis=` argument",
+                Some(loc.0),
+            )),
             E::Call { func, args, loc } => self.call(func, args, dest, loc.0),
         }
     }
 
-    fn binary(&mut self, op: BinaryOp, a: Value, b: Value, dest: &str, span: Span) -> BResult<Value> {
+    fn binary(
+        &mut self,
+        op: BinaryOp,
+        a: Value,
+        b: Value,
+        dest: &str,
+        span: Span,
+    ) -> BResult<Value> {
         match (a, b) {
             (Value::Scalar(x), Value::Scalar(y)) => Ok(Value::Scalar(op.eval(x, y))),
-            (Value::Tensor(t), Value::Scalar(s)) => {
-                Ok(Value::Tensor(self.op(Op::Binary(op), vec![Operand::Tensor(t), Operand::Scalar(s)], dest, Some(span))?))
-            }
-            (Value::Scalar(s), Value::Tensor(t)) => {
-                Ok(Value::Tensor(self.op(Op::Binary(op), vec![Operand::Scalar(s), Operand::Tensor(t)], dest, Some(span))?))
-            }
-            (Value::Tensor(x), Value::Tensor(y)) => {
-                Ok(Value::Tensor(self.op(Op::Binary(op), vec![Operand::Tensor(x), Operand::Tensor(y)], dest, Some(span))?))
-            }
+            (Value::Tensor(t), Value::Scalar(s)) => Ok(Value::Tensor(self.op(
+                Op::Binary(op),
+                vec![Operand::Tensor(t), Operand::Scalar(s)],
+                dest,
+                Some(span),
+            )?)),
+            (Value::Scalar(s), Value::Tensor(t)) => Ok(Value::Tensor(self.op(
+                Op::Binary(op),
+                vec![Operand::Scalar(s), Operand::Tensor(t)],
+                dest,
+                Some(span),
+            )?)),
+            (Value::Tensor(x), Value::Tensor(y)) => Ok(Value::Tensor(self.op(
+                Op::Binary(op),
+                vec![Operand::Tensor(x), Operand::Tensor(y)],
+                dest,
+                Some(span),
+            )?)),
         }
     }
 
@@ -219,7 +279,14 @@ impl Builder {
         Ok(out)
     }
 
-    fn axes_arg(&self, args: &[Arg], call: Span, rank: usize, extra: usize, what: &str) -> BResult<Vec<usize>> {
+    fn axes_arg(
+        &self,
+        args: &[Arg],
+        call: Span,
+        rank: usize,
+        extra: usize,
+        what: &str,
+    ) -> BResult<Vec<usize>> {
         let mut found = None;
         for a in args {
             match a {
@@ -234,31 +301,52 @@ impl Builder {
                             ast::Expr::Int(i, l) => (*i, l.0),
                             ast::Expr::Neg(inner, l) => match **inner {
                                 ast::Expr::Int(i, _) => (-i, l.0),
-                                _ => return Err(Diagnostic::new("an axis must be an integer", Some(it.loc()))),
+                                _ => {
+                                    return Err(Diagnostic::new(
+                                        "an axis must be an integer",
+                                        Some(it.loc()),
+                                    ))
+                                }
                             },
-                            _ => return Err(Diagnostic::new("an axis must be an integer", Some(it.loc()))),
+                            _ => {
+                                return Err(Diagnostic::new(
+                                    "an axis must be an integer",
+                                    Some(it.loc()),
+                                ))
+                            }
                         };
                         let n = (rank + extra) as i64;
                         let ax = if v < 0 { v + n } else { v };
                         if ax < 0 || ax >= n {
                             return Err(Diagnostic::new(
-                                format!("{what}: axis {v} is out of range for a result of rank {n}"),
+                                format!(
+                                    "{what}: axis {v} is out of range for a result of rank {n}"
+                                ),
                                 Some(sp),
                             ));
                         }
                         if axes.contains(&(ax as usize)) {
-                            return Err(Diagnostic::new(format!("{what}: axis {v} is listed twice"), Some(sp)));
+                            return Err(Diagnostic::new(
+                                format!("{what}: axis {v} is listed twice"),
+                                Some(sp),
+                            ));
                         }
                         axes.push(ax as usize);
                     }
                     if axes.is_empty() {
-                        return Err(Diagnostic::new(format!("{what}: give at least one axis"), Some(*loc).map(|l| l.0)));
+                        return Err(Diagnostic::new(
+                            format!("{what}: give at least one axis"),
+                            Some(*loc).map(|l| l.0),
+                        ));
                     }
                     axes.sort_unstable();
                     found = Some(axes);
                 }
                 Arg::Named { name, loc, .. } => {
-                    return Err(Diagnostic::new(format!("{what}: unknown argument `{name}`"), Some(loc.0)))
+                    return Err(Diagnostic::new(
+                        format!("{what}: unknown argument `{name}`"),
+                        Some(loc.0),
+                    ))
                 }
                 Arg::Pos(_) => {}
             }
@@ -272,16 +360,28 @@ impl Builder {
         let tensor_arg = |pos: &[(Value, Span)], i: usize, this: &Self| -> BResult<TensorId> {
             match pos.get(i) {
                 Some((Value::Tensor(t), _)) => Ok(*t),
-                Some((_, sp)) => Err(Diagnostic::new(format!("`{func}` expects a tensor here"), Some(*sp))),
+                Some((_, sp)) => Err(Diagnostic::new(
+                    format!("`{func}` expects a tensor here"),
+                    Some(*sp),
+                )),
                 None => {
                     let _ = this;
-                    Err(Diagnostic::new(format!("`{func}` is missing an argument"), Some(span)))
+                    Err(Diagnostic::new(
+                        format!("`{func}` is missing an argument"),
+                        Some(span),
+                    ))
                 }
             }
         };
         let nargs = |n: usize| -> BResult<()> {
             if pos.len() != n {
-                Err(Diagnostic::new(format!("`{func}` takes {n} positional argument(s), got {}", pos.len()), Some(span)))
+                Err(Diagnostic::new(
+                    format!(
+                        "`{func}` takes {n} positional argument(s), got {}",
+                        pos.len()
+                    ),
+                    Some(span),
+                ))
             } else {
                 Ok(())
             }
@@ -289,11 +389,19 @@ impl Builder {
         if let Some(u) = unary_by_name(func) {
             nargs(1)?;
             if has_axis {
-                return Err(Diagnostic::new(format!("`{func}` takes no named arguments"), Some(span)));
+                return Err(Diagnostic::new(
+                    format!("`{func}` takes no named arguments"),
+                    Some(span),
+                ));
             }
             return match pos[0].0 {
                 Value::Scalar(v) => Ok(Value::Scalar(u.eval(v))),
-                Value::Tensor(t) => Ok(Value::Tensor(self.op(Op::Unary(u), vec![Operand::Tensor(t)], dest, Some(span))?)),
+                Value::Tensor(t) => Ok(Value::Tensor(self.op(
+                    Op::Unary(u),
+                    vec![Operand::Tensor(t)],
+                    dest,
+                    Some(span),
+                )?)),
             };
         }
         match func {
@@ -379,9 +487,23 @@ impl Builder {
     }
 
     /// Adds `out = op(inputs)`, creating the output's root axes and joining axis classes.
-    pub(super) fn op(&mut self, op: Op, inputs: Vec<Operand>, dest: &str, span: Option<Span>) -> BResult<TensorId> {
-        let tensors: Vec<TensorId> =
-            inputs.iter().filter_map(|o| if let Operand::Tensor(t) = o { Some(*t) } else { None }).collect();
+    pub(super) fn op(
+        &mut self,
+        op: Op,
+        inputs: Vec<Operand>,
+        dest: &str,
+        span: Option<Span>,
+    ) -> BResult<TensorId> {
+        let tensors: Vec<TensorId> = inputs
+            .iter()
+            .filter_map(|o| {
+                if let Operand::Tensor(t) = o {
+                    Some(*t)
+                } else {
+                    None
+                }
+            })
+            .collect();
         let err = |msg: String| Diagnostic::new(msg, span);
         let opname = match &op {
             Op::Set => "set".to_string(),
@@ -393,21 +515,33 @@ impl Builder {
             Op::Mma => "mma".into(),
         };
         // Operands with axes must have equal ranks; rank-0 tensors (scalars) broadcast implicitly.
-        let ranked: Vec<TensorId> = tensors.iter().copied().filter(|&t| self.f.rank(t) > 0).collect();
+        let ranked: Vec<TensorId> = tensors
+            .iter()
+            .copied()
+            .filter(|&t| self.f.rank(t) > 0)
+            .collect();
         let dtype = match &op {
             Op::Cast(d) => *d,
             Op::Set | Op::Broadcast { .. } => self.f.tensors[tensors[0]].dtype,
             Op::Reduce { .. } | Op::Unary(_) => {
                 let d = self.f.tensors[tensors[0]].dtype.compute();
-                if matches!(op, Op::Unary(UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu)) || d != DType::I32 {
+                if matches!(op, Op::Unary(UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu))
+                    || d != DType::I32
+                {
                     d
                 } else {
                     DType::F32
                 }
             }
             Op::Binary(b) => {
-                let mut d = tensors.iter().map(|&t| self.f.tensors[t].dtype.compute()).max().unwrap_or(DType::F32);
-                let has_float_literal = inputs.iter().any(|o| matches!(o, Operand::Scalar(v) if v.fract() != 0.0));
+                let mut d = tensors
+                    .iter()
+                    .map(|&t| self.f.tensors[t].dtype.compute())
+                    .max()
+                    .unwrap_or(DType::F32);
+                let has_float_literal = inputs
+                    .iter()
+                    .any(|o| matches!(o, Operand::Scalar(v) if v.fract() != 0.0));
                 if d == DType::I32 && (*b == BinaryOp::Div || has_float_literal) {
                     d = DType::F32;
                 }
@@ -448,9 +582,15 @@ impl Builder {
                 let mut root = Vec::new();
                 for k in 0..n {
                     if axes.contains(&k) {
-                        root.push(self.f.new_id(IterKind::Broadcast, IterOrigin::Root, Some(SizeExpr::Const(1))));
+                        root.push(self.f.new_id(
+                            IterKind::Broadcast,
+                            IterOrigin::Root,
+                            Some(SizeExpr::Const(1)),
+                        ));
                     } else {
-                        let &id = src.next().ok_or_else(|| err("broadcast: internal rank mismatch".into()))?;
+                        let &id = src
+                            .next()
+                            .ok_or_else(|| err("broadcast: internal rank mismatch".into()))?;
                         let ext = self.f.ids[id].root_extent.clone();
                         let kind = self.f.ids[id].kind;
                         let new = self.f.new_id(kind, IterOrigin::Root, ext);
@@ -466,7 +606,9 @@ impl Builder {
                     if self.f.rank(t) != rank {
                         let names: Vec<String> = ranked
                             .iter()
-                            .map(|&t| format!("`{}` (rank {})", self.f.tensors[t].name, self.f.rank(t)))
+                            .map(|&t| {
+                                format!("`{}` (rank {})", self.f.tensors[t].name, self.f.rank(t))
+                            })
                             .collect();
                         return Err(err(format!(
                             "{opname}: operands have different ranks: {}; use broadcast(x, axis=...) to add axes",
@@ -476,9 +618,13 @@ impl Builder {
                 }
                 let mut root = Vec::new();
                 for k in 0..rank {
-                    let members: Vec<IterId> = ranked.iter().map(|&t| self.f.logical(t)[k]).collect();
-                    let concrete: Vec<IterId> =
-                        members.iter().copied().filter(|&i| self.f.ids[i].kind != IterKind::Broadcast).collect();
+                    let members: Vec<IterId> =
+                        ranked.iter().map(|&t| self.f.logical(t)[k]).collect();
+                    let concrete: Vec<IterId> = members
+                        .iter()
+                        .copied()
+                        .filter(|&i| self.f.ids[i].kind != IterKind::Broadcast)
+                        .collect();
                     for w in concrete.windows(2) {
                         let (ea, eb) = (self.class_extent_of(w[0]), self.class_extent_of(w[1]));
                         if ea != eb {
@@ -496,7 +642,10 @@ impl Builder {
                         // A broadcast axis joined with an axis of another class must agree with
                         // every other use of its class.
                         let (ea, eb) = (self.class_extent_of(m), self.class_extent_of(new));
-                        if self.f.ids[new].kind != IterKind::Broadcast && ea != eb && ea != SizeExpr::Const(1) {
+                        if self.f.ids[new].kind != IterKind::Broadcast
+                            && ea != eb
+                            && ea != SizeExpr::Const(1)
+                        {
                             return Err(err(format!(
                                 "{opname}: axis {k} joins extents {ea} and {eb}"
                             )));
@@ -511,7 +660,12 @@ impl Builder {
         let name = self.fresh_name(dest, &opname);
         let e = self.f.exprs.len();
         let out = self.add_tensor(name, dtype, out_root, Some(e), span);
-        self.f.exprs.push(Expr { op, inputs, output: out, span });
+        self.f.exprs.push(Expr {
+            op,
+            inputs,
+            output: out,
+            span,
+        });
         Ok(out)
     }
 

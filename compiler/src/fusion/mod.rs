@@ -67,10 +67,16 @@ impl ParallelType {
         ParallelType::ALL.into_iter().find(|p| p.name() == s)
     }
     pub fn is_thread(self) -> bool {
-        matches!(self, ParallelType::TIDx | ParallelType::TIDy | ParallelType::TIDz)
+        matches!(
+            self,
+            ParallelType::TIDx | ParallelType::TIDy | ParallelType::TIDz
+        )
     }
     pub fn is_block(self) -> bool {
-        matches!(self, ParallelType::BIDx | ParallelType::BIDy | ParallelType::BIDz)
+        matches!(
+            self,
+            ParallelType::BIDx | ParallelType::BIDy | ParallelType::BIDz
+        )
     }
     /// Bound to a hardware index (no loop is emitted).
     pub fn is_hw(self) -> bool {
@@ -143,8 +149,16 @@ pub enum IterOrigin {
     Root,
     /// One output of a split. `inner_split`: the factor is the inner extent (nvFuser's default);
     /// otherwise the factor is the outer extent.
-    Split { parent: IterId, factor: i64, inner_split: bool, is_outer: bool },
-    Merge { outer: IterId, inner: IterId },
+    Split {
+        parent: IterId,
+        factor: i64,
+        inner_split: bool,
+        is_outer: bool,
+    },
+    Merge {
+        outer: IterId,
+        inner: IterId,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -277,9 +291,14 @@ pub enum Op {
     Binary(BinaryOp),
     Cast(DType),
     /// New broadcast axes at these output positions.
-    Broadcast { axes: Vec<usize> },
+    Broadcast {
+        axes: Vec<usize>,
+    },
     /// Reduces these logical axes of the input.
-    Reduce { op: ReduceOp, axes: Vec<usize> },
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+    },
     /// Matrix product `[M, K] x [K, N]` (lowered by the wgmma issue; no syntax produces it yet).
     Mma,
 }
@@ -351,7 +370,12 @@ impl Fusion {
 
     /// Logical axes: the root without reduction axes.
     pub fn logical(&self, t: TensorId) -> Vec<IterId> {
-        self.tensors[t].root.iter().copied().filter(|&i| self.ids[i].kind != IterKind::Reduction).collect()
+        self.tensors[t]
+            .root
+            .iter()
+            .copied()
+            .filter(|&i| self.ids[i].kind != IterKind::Reduction)
+            .collect()
     }
 
     pub fn rank(&self, t: TensorId) -> usize {
@@ -374,15 +398,27 @@ impl Fusion {
         }
     }
 
-    pub(crate) fn new_id(&mut self, kind: IterKind, origin: IterOrigin, root_extent: Option<SizeExpr>) -> IterId {
-        self.ids.push(IterDomain { kind, parallel: ParallelType::Serial, origin, root_extent });
+    pub(crate) fn new_id(
+        &mut self,
+        kind: IterKind,
+        origin: IterOrigin,
+        root_extent: Option<SizeExpr>,
+    ) -> IterId {
+        self.ids.push(IterDomain {
+            kind,
+            parallel: ParallelType::Serial,
+            origin,
+            root_extent,
+        });
         self.class_parent.push(self.ids.len() - 1);
         self.ids.len() - 1
     }
 
     /// Exprs reading tensor `t`.
     pub fn uses(&self, t: TensorId) -> Vec<ExprId> {
-        (0..self.exprs.len()).filter(|&e| self.exprs[e].input_tensors().any(|i| i == t)).collect()
+        (0..self.exprs.len())
+            .filter(|&e| self.exprs[e].input_tensors().any(|i| i == t))
+            .collect()
     }
 
     /// Exprs in an order where every producer comes before its consumers.
@@ -415,7 +451,10 @@ impl Fusion {
         for id in 0..self.ids.len() {
             if self.ids[id].root_extent.is_some() && self.class_of(id) == class {
                 if self.ids[id].kind != IterKind::Broadcast {
-                    return self.ids[id].root_extent.clone().unwrap_or(SizeExpr::Const(1));
+                    return self.ids[id]
+                        .root_extent
+                        .clone()
+                        .unwrap_or(SizeExpr::Const(1));
                 }
                 found = Some(SizeExpr::Const(1));
             }
@@ -442,12 +481,25 @@ pub fn print(f: &Fusion) -> String {
         };
         let body = match &d.origin {
             IterOrigin::Root => format!("{}", f.class_extent(f.class_of(id))),
-            IterOrigin::Split { parent, factor, inner_split, is_outer } => {
-                format!("{}{}{factor}@{parent}", if *is_outer { "o" } else { "i" }, if *inner_split { "/" } else { "|" })
+            IterOrigin::Split {
+                parent,
+                factor,
+                inner_split,
+                is_outer,
+            } => {
+                format!(
+                    "{}{}{factor}@{parent}",
+                    if *is_outer { "o" } else { "i" },
+                    if *inner_split { "/" } else { "|" }
+                )
             }
             IterOrigin::Merge { outer, inner } => format!("{outer}*{inner}"),
         };
-        let par = if d.parallel == ParallelType::Serial { String::new() } else { format!(" {}", d.parallel) };
+        let par = if d.parallel == ParallelType::Serial {
+            String::new()
+        } else {
+            format!(" {}", d.parallel)
+        };
         format!("{id}:{kind}{body}{par}")
     };
     let _ = writeln!(s, "fusion {}", f.name);
@@ -494,7 +546,12 @@ pub fn print(f: &Fusion) -> String {
             Op::Reduce { op, axes } => format!("{}{axes:?}", op.name()),
             Op::Mma => "mma".into(),
         };
-        let _ = writeln!(s, "  {} = {op}({})", f.tensors[e.output].name, ins.join(", "));
+        let _ = writeln!(
+            s,
+            "  {} = {op}({})",
+            f.tensors[e.output].name,
+            ins.join(", ")
+        );
     }
     s
 }

@@ -34,15 +34,30 @@ impl<'a> Args<'a> {
                 Arg::Named { name, value, loc } => named.push((name.as_str(), value, loc.0)),
             }
         }
-        Args { what, pos, named, span }
+        Args {
+            what,
+            pos,
+            named,
+            span,
+        }
     }
     fn err<T>(&self, msg: impl Into<String>, span: Option<Span>) -> SResult<T> {
-        Err(Diagnostic::new(format!("{}: {}", self.what, msg.into()), span.or(Some(self.span))))
+        Err(Diagnostic::new(
+            format!("{}: {}", self.what, msg.into()),
+            span.or(Some(self.span)),
+        ))
     }
     fn count(&self, min: usize, max: usize) -> SResult<()> {
         if self.pos.len() < min || self.pos.len() > max {
-            let n = if min == max { format!("{min}") } else { format!("{min} to {max}") };
-            return self.err(format!("takes {n} positional argument(s), got {}", self.pos.len()), None);
+            let n = if min == max {
+                format!("{min}")
+            } else {
+                format!("{min} to {max}")
+            };
+            return self.err(
+                format!("takes {n} positional argument(s), got {}", self.pos.len()),
+                None,
+            );
         }
         Ok(())
     }
@@ -53,7 +68,9 @@ impl<'a> Args<'a> {
         Ok(())
     }
     fn int(&self, i: usize) -> SResult<i64> {
-        int_of(self.pos[i]).ok_or(()).or_else(|_| self.err("expected an integer", Some(self.pos[i].loc())))
+        int_of(self.pos[i])
+            .ok_or(())
+            .or_else(|_| self.err("expected an integer", Some(self.pos[i].loc())))
     }
     fn ident(&self, i: usize) -> SResult<(&'a str, Span)> {
         match self.pos[i] {
@@ -72,7 +89,8 @@ fn int_of(e: &ast::Expr) -> Option<i64> {
 }
 
 fn tensor(f: &Fusion, name: &str, span: Span) -> SResult<TensorId> {
-    f.tensor_by_name(name).ok_or_else(|| Diagnostic::new(format!("unknown tensor `{name}`"), Some(span)))
+    f.tensor_by_name(name)
+        .ok_or_else(|| Diagnostic::new(format!("unknown tensor `{name}`"), Some(span)))
 }
 
 /// Resolves a (possibly negative) axis of a tensor's loop domain.
@@ -82,7 +100,10 @@ fn axis(f: &Fusion, t: TensorId, a: &Args, i: usize) -> SResult<usize> {
     let ax = if v < 0 { v + n } else { v };
     if ax < 0 || ax >= n {
         return a.err(
-            format!("axis {v} is out of range: `{}` has {n} loop axes", f.tensors[t].name),
+            format!(
+                "axis {v} is out of range: `{}` has {n} loop axes",
+                f.tensors[t].name
+            ),
             Some(a.pos[i].loc()),
         );
     }
@@ -96,7 +117,10 @@ fn memory_arg(a: &Args) -> SResult<Option<MemoryType>> {
             "memory" => match value {
                 ast::Expr::Name(m, _) => {
                     mem = Some(MemoryType::parse(m).ok_or_else(|| {
-                        Diagnostic::new(format!("{}: unknown memory `{m}` (global, shared or local)", a.what), Some(*sp))
+                        Diagnostic::new(
+                            format!("{}: unknown memory `{m}` (global, shared or local)", a.what),
+                            Some(*sp),
+                        )
                     })?)
                 }
                 _ => return a.err("memory must be global, shared or local", Some(*sp)),
@@ -104,7 +128,12 @@ fn memory_arg(a: &Args) -> SResult<Option<MemoryType>> {
             "load" => match value {
                 ast::Expr::Name(k, _) if k == "plain" => {}
                 ast::Expr::Name(k, l) => {
-                    return a.err(format!("load kind `{k}` is not supported (only `plain` loads lower today)"), Some(l.0))
+                    return a.err(
+                        format!(
+                            "load kind `{k}` is not supported (only `plain` loads lower today)"
+                        ),
+                        Some(l.0),
+                    )
                 }
                 _ => return a.err("load must be a load kind such as `plain`", Some(*sp)),
             },
@@ -116,7 +145,10 @@ fn memory_arg(a: &Args) -> SResult<Option<MemoryType>> {
 
 fn untransformed(f: &Fusion, t: TensorId, a: &Args) -> SResult<()> {
     if f.tensors[t].loop_domain != f.tensors[t].root
-        || f.tensors[t].root.iter().any(|&i| f.ids[i].parallel != ParallelType::Serial)
+        || f.tensors[t]
+            .root
+            .iter()
+            .any(|&i| f.ids[i].parallel != ParallelType::Serial)
     {
         return a.err(
             format!("`{}` is already scheduled: cache it before splitting, merging, reordering or parallelizing it", f.tensors[t].name),
@@ -128,7 +160,10 @@ fn untransformed(f: &Fusion, t: TensorId, a: &Args) -> SResult<()> {
 
 fn new_name(f: &Fusion, name: &str, span: Span) -> SResult<()> {
     if f.tensor_by_name(name).is_some() {
-        return Err(Diagnostic::new(format!("`{name}` is already defined"), Some(span)));
+        return Err(Diagnostic::new(
+            format!("`{name}` is already defined"),
+            Some(span),
+        ));
     }
     Ok(())
 }
@@ -149,7 +184,12 @@ fn fresh_logical_root(f: &mut Fusion, like: TensorId) -> Vec<IterId> {
 
 fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
     match st {
-        SchedStmt::Bind { name, func, args, loc } => {
+        SchedStmt::Bind {
+            name,
+            func,
+            args,
+            loc,
+        } => {
             let a = Args::new(format!("{name} = {func}(...)"), args, loc.0);
             a.count(1, 1)?;
             let (src_name, src_span) = a.ident(0)?;
@@ -159,13 +199,23 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
             match func.as_str() {
                 "cache_after" => {
                     if f.rank(src) == 0 {
-                        return a.err(format!("`{src_name}` is a scalar; only tensors with axes can be cached"), None);
+                        return a.err(
+                            format!(
+                                "`{src_name}` is a scalar; only tensors with axes can be cached"
+                            ),
+                            None,
+                        );
                     }
                     let root = fresh_logical_root(f, src);
                     let uses = f.uses(src);
                     let t = push_tensor(f, name, f.tensors[src].dtype, root, memory, Some(loc.0));
                     let e = f.exprs.len();
-                    f.exprs.push(Expr { op: Op::Set, inputs: vec![Operand::Tensor(src)], output: t, span: Some(loc.0) });
+                    f.exprs.push(Expr {
+                        op: Op::Set,
+                        inputs: vec![Operand::Tensor(src)],
+                        output: t,
+                        span: Some(loc.0),
+                    });
                     f.tensors[t].definition = Some(e);
                     for u in uses {
                         for op in &mut f.exprs[u].inputs {
@@ -178,27 +228,46 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                 }
                 "cache_before" => {
                     let Some(def) = f.tensors[src].definition else {
-                        return a.err(format!("`{src_name}` is an input; cache_before needs a computed tensor"), None);
+                        return a.err(
+                            format!(
+                                "`{src_name}` is an input; cache_before needs a computed tensor"
+                            ),
+                            None,
+                        );
                     };
                     untransformed(f, src, &a)?;
                     // The new tensor takes over the definition (and the root, reduction axes
                     // included); the original becomes a copy of it.
                     let old_root = f.tensors[src].root.clone();
-                    let t = push_tensor(f, name, f.tensors[src].dtype, old_root, memory, Some(loc.0));
+                    let t =
+                        push_tensor(f, name, f.tensors[src].dtype, old_root, memory, Some(loc.0));
                     f.exprs[def].output = t;
                     f.tensors[t].definition = Some(def);
                     let new_root = fresh_logical_root(f, t);
                     f.tensors[src].root = new_root.clone();
                     f.tensors[src].loop_domain = new_root;
                     let e = f.exprs.len();
-                    f.exprs.push(Expr { op: Op::Set, inputs: vec![Operand::Tensor(t)], output: src, span: Some(loc.0) });
+                    f.exprs.push(Expr {
+                        op: Op::Set,
+                        inputs: vec![Operand::Tensor(t)],
+                        output: src,
+                        span: Some(loc.0),
+                    });
                     f.tensors[src].definition = Some(e);
                     Ok(())
                 }
-                other => a.err(format!("unknown function `{other}` (expected cache_after or cache_before)"), None),
+                other => a.err(
+                    format!("unknown function `{other}` (expected cache_after or cache_before)"),
+                    None,
+                ),
             }
         }
-        SchedStmt::Method { tensor: tname, method, args, loc } => {
+        SchedStmt::Method {
+            tensor: tname,
+            method,
+            args,
+            loc,
+        } => {
             let t = tensor(f, tname, loc.0)?;
             let a = Args::new(format!("{tname}.{method}"), args, loc.0);
             if f.tensors[t].is_input && method != "set_memory" {
@@ -382,7 +451,9 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     let targets: Vec<TensorId> = if a.pos.is_empty() {
                         (0..f.tensors.len()).collect()
                     } else {
-                        (0..a.pos.len()).map(|i| a.ident(i).and_then(|(n, sp)| tensor(f, n, sp))).collect::<SResult<_>>()?
+                        (0..a.pos.len())
+                            .map(|i| a.ident(i).and_then(|(n, sp)| tensor(f, n, sp)))
+                            .collect::<SResult<_>>()?
                     };
                     for t in targets {
                         f.tensors[t].inline = Inline::Most;
@@ -395,7 +466,10 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     let (n, sp) = a.ident(0)?;
                     let reference = tensor(f, n, sp)?;
                     if f.tensors[reference].is_input {
-                        return a.err(format!("`{n}` is an input: propagate from a computed tensor"), Some(sp));
+                        return a.err(
+                            format!("`{n}` is an input: propagate from a computed tensor"),
+                            Some(sp),
+                        );
                     }
                     for t in 0..f.tensors.len() {
                         if t != reference && !f.tensors[t].is_input {
@@ -404,14 +478,26 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     }
                     Ok(())
                 }
-                "cache_after" | "cache_before" => a.err(format!("bind the result: `name = {func}(tensor)`"), None),
-                other => a.err(format!("unknown schedule function `{other}` (inline_most, propagate)"), None),
+                "cache_after" | "cache_before" => {
+                    a.err(format!("bind the result: `name = {func}(tensor)`"), None)
+                }
+                other => a.err(
+                    format!("unknown schedule function `{other}` (inline_most, propagate)"),
+                    None,
+                ),
             }
         }
     }
 }
 
-fn push_tensor(f: &mut Fusion, name: &str, dtype: DType, root: Vec<IterId>, memory: MemoryType, span: Option<Span>) -> TensorId {
+fn push_tensor(
+    f: &mut Fusion,
+    name: &str,
+    dtype: DType,
+    root: Vec<IterId>,
+    memory: MemoryType,
+    span: Option<Span>,
+) -> TensorId {
     f.tensors.push(Tensor {
         name: name.to_string(),
         dtype,
@@ -431,23 +517,54 @@ fn push_tensor(f: &mut Fusion, name: &str, dtype: DType, root: Vec<IterId>, memo
 pub fn extent_const(f: &Fusion, id: IterId) -> Option<i64> {
     match &f.ids[id].origin {
         IterOrigin::Root => f.class_extent(f.class_of(id)).as_const(),
-        IterOrigin::Split { parent, factor, inner_split, is_outer } => {
+        IterOrigin::Split {
+            parent,
+            factor,
+            inner_split,
+            is_outer,
+        } => {
             if *inner_split != *is_outer {
                 Some(*factor)
             } else {
                 extent_const(f, *parent).map(|e| (e + factor - 1) / factor)
             }
         }
-        IterOrigin::Merge { outer, inner } => Some(extent_const(f, *outer)?.checked_mul(extent_const(f, *inner)?)?),
+        IterOrigin::Merge { outer, inner } => {
+            Some(extent_const(f, *outer)?.checked_mul(extent_const(f, *inner)?)?)
+        }
     }
 }
 
 /// Splits loop axis `ax` of `t` into (outer, inner).
-pub(crate) fn split(f: &mut Fusion, t: TensorId, ax: usize, factor: i64, inner_split: bool) -> (IterId, IterId) {
+pub(crate) fn split(
+    f: &mut Fusion,
+    t: TensorId,
+    ax: usize,
+    factor: i64,
+    inner_split: bool,
+) -> (IterId, IterId) {
     let id = f.tensors[t].loop_domain[ax];
     let kind = f.ids[id].kind;
-    let o = f.new_id(kind, IterOrigin::Split { parent: id, factor, inner_split, is_outer: true }, None);
-    let i = f.new_id(kind, IterOrigin::Split { parent: id, factor, inner_split, is_outer: false }, None);
+    let o = f.new_id(
+        kind,
+        IterOrigin::Split {
+            parent: id,
+            factor,
+            inner_split,
+            is_outer: true,
+        },
+        None,
+    );
+    let i = f.new_id(
+        kind,
+        IterOrigin::Split {
+            parent: id,
+            factor,
+            inner_split,
+            is_outer: false,
+        },
+        None,
+    );
     f.tensors[t].loop_domain.splice(ax..=ax, [o, i]);
     (o, i)
 }
@@ -462,7 +579,14 @@ pub(crate) fn merge(f: &mut Fusion, t: TensorId, ax: usize, bx: usize) -> IterId
     } else {
         IterKind::Iteration
     };
-    let m = f.new_id(kind, IterOrigin::Merge { outer: ia, inner: ib }, None);
+    let m = f.new_id(
+        kind,
+        IterOrigin::Merge {
+            outer: ia,
+            inner: ib,
+        },
+        None,
+    );
     let at = ax.min(bx);
     let ld = &mut f.tensors[t].loop_domain;
     ld.retain(|&x| x != ia && x != ib);
@@ -473,7 +597,11 @@ pub(crate) fn merge(f: &mut Fusion, t: TensorId, ax: usize, bx: usize) -> IterId
 /// Replays the transformations and parallel types of `reference` onto `target`, matching root
 /// axes by class. Axes of `target` that `reference` lacks keep their place. Returns the map from
 /// `reference`'s axes to `target`'s.
-pub(crate) fn replay(f: &mut Fusion, reference: TensorId, target: TensorId) -> Vec<(IterId, IterId)> {
+pub(crate) fn replay(
+    f: &mut Fusion,
+    reference: TensorId,
+    target: TensorId,
+) -> Vec<(IterId, IterId)> {
     let mut map: HashMap<IterId, IterId> = HashMap::new();
     let target_root = f.tensors[target].root.clone();
     for &r in &f.tensors[reference].root.clone() {
@@ -503,12 +631,19 @@ pub(crate) fn replay(f: &mut Fusion, reference: TensorId, target: TensorId) -> V
     for &id in &needed {
         match f.ids[id].origin.clone() {
             IterOrigin::Root => {}
-            IterOrigin::Split { parent, factor, inner_split, is_outer } => {
+            IterOrigin::Split {
+                parent,
+                factor,
+                inner_split,
+                is_outer,
+            } => {
                 if !is_outer || map.contains_key(&id) {
                     continue;
                 }
                 let Some(&u) = map.get(&parent) else { continue };
-                let Some(ax) = f.tensors[target].loop_domain.iter().position(|&x| x == u) else { continue };
+                let Some(ax) = f.tensors[target].loop_domain.iter().position(|&x| x == u) else {
+                    continue;
+                };
                 let sibling = needed.iter().copied().find(|&s| {
                     s != id && matches!(f.ids[s].origin, IterOrigin::Split { parent: p, is_outer: false, .. } if p == parent)
                 });
@@ -519,12 +654,18 @@ pub(crate) fn replay(f: &mut Fusion, reference: TensorId, target: TensorId) -> V
                 }
             }
             IterOrigin::Merge { outer, inner } => {
-                let (Some(&uo), Some(&ui)) = (map.get(&outer), map.get(&inner)) else { continue };
-                let ld = &f.tensors[target].loop_domain;
-                let (Some(ao), Some(ai)) = (ld.iter().position(|&x| x == uo), ld.iter().position(|&x| x == ui)) else {
+                let (Some(&uo), Some(&ui)) = (map.get(&outer), map.get(&inner)) else {
                     continue;
                 };
-                let kinds_ok = (f.ids[uo].kind == IterKind::Reduction) == (f.ids[ui].kind == IterKind::Reduction);
+                let ld = &f.tensors[target].loop_domain;
+                let (Some(ao), Some(ai)) = (
+                    ld.iter().position(|&x| x == uo),
+                    ld.iter().position(|&x| x == ui),
+                ) else {
+                    continue;
+                };
+                let kinds_ok = (f.ids[uo].kind == IterKind::Reduction)
+                    == (f.ids[ui].kind == IterKind::Reduction);
                 if !kinds_ok {
                     continue;
                 }
@@ -535,8 +676,11 @@ pub(crate) fn replay(f: &mut Fusion, reference: TensorId, target: TensorId) -> V
     }
     // Order target's loop axes like reference's; unmapped axes follow their left neighbour.
     let ref_loop = f.tensors[reference].loop_domain.clone();
-    let inverse: HashMap<IterId, usize> =
-        ref_loop.iter().enumerate().filter_map(|(p, r)| map.get(r).map(|&u| (u, p))).collect();
+    let inverse: HashMap<IterId, usize> = ref_loop
+        .iter()
+        .enumerate()
+        .filter_map(|(p, r)| map.get(r).map(|&u| (u, p)))
+        .collect();
     let mut keyed = Vec::new();
     let mut last = -1.0f64;
     for (k, &u) in f.tensors[target].loop_domain.iter().enumerate() {
@@ -553,7 +697,10 @@ pub(crate) fn replay(f: &mut Fusion, reference: TensorId, target: TensorId) -> V
         if let Some(&u) = map.get(&r) {
             let p = f.ids[r].parallel;
             // A parallel type already used by another axis of the target stays where it is.
-            let clash = f.tensors[target].loop_domain.iter().any(|&x| x != u && f.ids[x].parallel == p && p != ParallelType::Serial);
+            let clash = f.tensors[target]
+                .loop_domain
+                .iter()
+                .any(|&x| x != u && f.ids[x].parallel == p && p != ParallelType::Serial);
             let grid_reduction = p.is_block() && f.ids[u].kind == IterKind::Reduction;
             if !clash && !grid_reduction {
                 f.ids[u].parallel = p;

@@ -18,7 +18,8 @@ pub const SMEM_LIMIT: i64 = 227 * 1024;
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
-    let mut placements: Vec<(TensorId, usize)> = cx.tensor_buffer.iter().map(|(&t, &b)| (t, b)).collect();
+    let mut placements: Vec<(TensorId, usize)> =
+        cx.tensor_buffer.iter().map(|(&t, &b)| (t, b)).collect();
     placements.sort_unstable();
     for (t, b) in placements {
         let tensor = &f.tensors[t];
@@ -45,14 +46,21 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             .collect();
         cx.alloc_ids.insert(b, ids);
         if !insert_alloc(&mut k.body, b, q, 0) {
-            return Err(Diagnostic::new(format!("internal: no place to allocate `{}`", tensor.name), tensor.span));
+            return Err(Diagnostic::new(
+                format!("internal: no place to allocate `{}`", tensor.name),
+                tensor.span,
+            ));
         }
     }
     // Sizes.
     let mut offset = SizeExpr::Const(0);
     for b in 0..k.buffers.len() {
-        let Some(ids) = cx.alloc_ids.get(&b).cloned() else { continue };
-        let size = ids.iter().fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id)));
+        let Some(ids) = cx.alloc_ids.get(&b).cloned() else {
+            continue;
+        };
+        let size = ids
+            .iter()
+            .fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id)));
         let buf = &k.buffers[b];
         match buf.memory {
             MemoryType::Local => {
@@ -68,7 +76,10 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 };
                 if n > 1024 {
                     return Err(Diagnostic::new(
-                        format!("register tensor `{}` needs {n} elements per thread (at most 1024)", buf.name),
+                        format!(
+                            "register tensor `{}` needs {n} elements per thread (at most 1024)",
+                            buf.name
+                        ),
                         None,
                     ));
                 }

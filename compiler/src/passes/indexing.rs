@@ -30,7 +30,12 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     Ok(())
 }
 
-fn walk(cx: &mut Ctx, buffers: &[crate::kir::Buffer], body: &mut [Stmt], env: &mut HashMap<LoopKey, Val>) -> Result<(), Diagnostic> {
+fn walk(
+    cx: &mut Ctx,
+    buffers: &[crate::kir::Buffer],
+    body: &mut [Stmt],
+    env: &mut HashMap<LoopKey, Val>,
+) -> Result<(), Diagnostic> {
     for s in body.iter_mut() {
         match s {
             Stmt::Loop(l) => {
@@ -48,13 +53,23 @@ fn walk(cx: &mut Ctx, buffers: &[crate::kir::Buffer], body: &mut [Stmt], env: &m
             Stmt::Compute(c) => {
                 let consumer = cx.fusion.exprs[c.expr].output;
                 let roots = consumer_roots(cx, consumer, env);
-                let mut ix = Indexer { cx, env, roots: &roots, buffers };
+                let mut ix = Indexer {
+                    cx,
+                    env,
+                    roots: &roots,
+                    buffers,
+                };
                 ix.access(&mut c.out)?;
                 ix.data(&mut c.value)?;
             }
             Stmt::BlockReduce { acc, .. } => {
                 let roots = HashMap::new();
-                let mut ix = Indexer { cx, env, roots: &roots, buffers };
+                let mut ix = Indexer {
+                    cx,
+                    env,
+                    roots: &roots,
+                    buffers,
+                };
                 ix.access(acc)?;
             }
             Stmt::Alloc(_) | Stmt::Sync => {}
@@ -64,7 +79,11 @@ fn walk(cx: &mut Ctx, buffers: &[crate::kir::Buffer], body: &mut [Stmt], env: &m
 }
 
 /// Root indices of the consumer, by axis class, from the loop variables in scope.
-pub fn consumer_roots(cx: &mut Ctx, c: TensorId, env: &HashMap<LoopKey, Val>) -> HashMap<usize, Val> {
+pub fn consumer_roots(
+    cx: &mut Ctx,
+    c: TensorId,
+    env: &HashMap<LoopKey, Val>,
+) -> HashMap<usize, Val> {
     let f = cx.fusion;
     let mut vals: HashMap<usize, Val> = HashMap::new();
     for &id in &f.tensors[c].loop_domain {
@@ -96,14 +115,22 @@ pub fn consumer_roots(cx: &mut Ctx, c: TensorId, env: &HashMap<LoopKey, Val>) ->
         }
         match f.ids[id].origin.clone() {
             IterOrigin::Root => {}
-            IterOrigin::Split { parent, factor, inner_split, is_outer } => {
+            IterOrigin::Split {
+                parent,
+                factor,
+                inner_split,
+                is_outer,
+            } => {
                 if !is_outer || vals.contains_key(&parent) {
                     continue;
                 }
                 let sibling = between.iter().copied().find(|&s| {
                     matches!(f.ids[s].origin, IterOrigin::Split { parent: p, is_outer: false, .. } if p == parent)
                 });
-                let (Some(o), Some(i)) = (vals.get(&id).cloned(), sibling.and_then(|s| vals.get(&s).cloned())) else {
+                let (Some(o), Some(i)) = (
+                    vals.get(&id).cloned(),
+                    sibling.and_then(|s| vals.get(&s).cloned()),
+                ) else {
                     continue;
                 };
                 let inner_extent = if inner_split {
@@ -115,10 +142,13 @@ pub fn consumer_roots(cx: &mut Ctx, c: TensorId, env: &HashMap<LoopKey, Val>) ->
                 vals.insert(parent, Val::add(Val::mul(o, inner_extent), i));
             }
             IterOrigin::Merge { outer, inner } => {
-                let Some(m) = vals.get(&id).cloned() else { continue };
+                let Some(m) = vals.get(&id).cloned() else {
+                    continue;
+                };
                 let ik = cx.key(inner);
                 let ext = Val::from_size(&cx.key_extent(ik));
-                vals.entry(outer).or_insert_with(|| Val::div(m.clone(), ext.clone()));
+                vals.entry(outer)
+                    .or_insert_with(|| Val::div(m.clone(), ext.clone()));
                 vals.entry(inner).or_insert_with(|| Val::rem(m, ext));
             }
         }
@@ -169,27 +199,43 @@ impl Indexer<'_, '_> {
                 let v = if f.ids[r].kind == IterKind::Broadcast {
                     Val::Int(0)
                 } else {
-                    self.roots.get(&f.class_of(r)).cloned().ok_or_else(|| missing(&format!("axis {p}")))?
+                    self.roots
+                        .get(&f.class_of(r))
+                        .cloned()
+                        .ok_or_else(|| missing(&format!("axis {p}")))?
                 };
                 idx = Some(match idx {
                     None => v,
                     Some(prev) => {
                         let (ext, bc) = &buf.global_shape[p];
-                        let e = if *bc { Val::Int(1) } else { Val::from_size(ext) };
+                        let e = if *bc {
+                            Val::Int(1)
+                        } else {
+                            Val::from_size(ext)
+                        };
                         Val::add(Val::mul(prev, e), v)
                     }
                 });
             }
             idx.unwrap_or(Val::Int(0))
         } else {
-            let ids = self.cx.alloc_ids.get(&a.buffer).cloned().unwrap_or_default();
+            let ids = self
+                .cx
+                .alloc_ids
+                .get(&a.buffer)
+                .cloned()
+                .unwrap_or_default();
             let mut idx: Option<Val> = None;
             for id in ids {
                 let key = self.cx.key(id);
-                let v = self.forward(id).ok_or_else(|| missing(&format!("loop `{}`", self.cx.keys.names[key])))?;
+                let v = self
+                    .forward(id)
+                    .ok_or_else(|| missing(&format!("loop `{}`", self.cx.keys.names[key])))?;
                 idx = Some(match idx {
                     None => v,
-                    Some(prev) => Val::add(Val::mul(prev, Val::from_size(&self.cx.id_extent(id))), v),
+                    Some(prev) => {
+                        Val::add(Val::mul(prev, Val::from_size(&self.cx.id_extent(id))), v)
+                    }
                 });
             }
             idx.unwrap_or(Val::Int(0))
@@ -207,7 +253,12 @@ impl Indexer<'_, '_> {
         let f = self.cx.fusion;
         match f.ids[id].origin.clone() {
             IterOrigin::Root => self.roots.get(&f.class_of(id)).cloned(),
-            IterOrigin::Split { parent, factor, inner_split, is_outer } => {
+            IterOrigin::Split {
+                parent,
+                factor,
+                inner_split,
+                is_outer,
+            } => {
                 let p = self.forward(parent)?;
                 let inner_extent = if inner_split {
                     Val::Int(factor)
@@ -215,11 +266,18 @@ impl Indexer<'_, '_> {
                     let pk = self.cx.key(parent);
                     Val::ceil_div(Val::from_size(&self.cx.key_extent(pk)), Val::Int(factor))
                 };
-                Some(if is_outer { Val::div(p, inner_extent) } else { Val::rem(p, inner_extent) })
+                Some(if is_outer {
+                    Val::div(p, inner_extent)
+                } else {
+                    Val::rem(p, inner_extent)
+                })
             }
             IterOrigin::Merge { outer, inner } => {
                 let (o, i) = (self.forward(outer)?, self.forward(inner)?);
-                Some(Val::add(Val::mul(o, Val::from_size(&self.cx.id_extent(inner))), i))
+                Some(Val::add(
+                    Val::mul(o, Val::from_size(&self.cx.id_extent(inner))),
+                    i,
+                ))
             }
         }
     }

@@ -25,7 +25,10 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     }
     for e in &f.exprs {
         if matches!(e.op, Op::Mma) {
-            return Err(Diagnostic::new("matrix products are not lowered by this compiler yet", e.span));
+            return Err(Diagnostic::new(
+                "matrix products are not lowered by this compiler yet",
+                e.span,
+            ));
         }
     }
     let computed: Vec<TensorId> = order.iter().map(|&e| f.exprs[e].output).collect();
@@ -55,7 +58,12 @@ fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
         let global_shape = if tensor.memory == MemoryType::Global {
             f.logical(t)
                 .iter()
-                .map(|&id| (f.ids[id].root_extent.clone().unwrap_or(SizeExpr::Const(1)), f.ids[id].kind == IterKind::Broadcast))
+                .map(|&id| {
+                    (
+                        f.ids[id].root_extent.clone().unwrap_or(SizeExpr::Const(1)),
+                        f.ids[id].kind == IterKind::Broadcast,
+                    )
+                })
                 .collect()
         } else {
             Vec::new()
@@ -80,7 +88,9 @@ fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
 fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<usize>> {
     let mut out: HashMap<TensorId, HashSet<usize>> = HashMap::new();
     let n = f.tensors.len();
-    let consumers = |t: TensorId| -> Vec<TensorId> { f.uses(t).into_iter().map(|e| f.exprs[e].output).collect() };
+    let consumers = |t: TensorId| -> Vec<TensorId> {
+        f.uses(t).into_iter().map(|e| f.exprs[e].output).collect()
+    };
     let mut cons: Vec<Vec<TensorId>> = (0..n).map(consumers).collect();
     cons.iter_mut().for_each(|c| c.dedup());
     let descendants = |start: TensorId| -> HashSet<TensorId> {
@@ -103,11 +113,11 @@ fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<usize>> {
             .map(|&id| f.class_of(id))
             .collect();
         let after = descendants(r);
-        for p in 0..n {
+        for (p, consumers_of_p) in cons.iter().enumerate() {
             if !descendants(p).contains(&r) {
                 continue;
             }
-            if cons[p].iter().any(|c| after.contains(c)) {
+            if consumers_of_p.iter().any(|c| after.contains(c)) {
                 out.entry(p).or_default().extend(classes.iter().copied());
             }
         }
@@ -117,15 +127,28 @@ fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<usize>> {
 
 /// Matches the first `pos` loop axes of `t` into a consumer's placement; returns how many of the
 /// consumer's loops are shared, or why not.
-fn match_prefix(cx: &mut Ctx, t: TensorId, pos: usize, consumer_keys: &[LoopKey]) -> Result<usize, String> {
+fn match_prefix(
+    cx: &mut Ctx,
+    t: TensorId,
+    pos: usize,
+    consumer_keys: &[LoopKey],
+) -> Result<usize, String> {
     let f = cx.fusion;
-    let own: Vec<LoopKey> = f.tensors[t].loop_domain.clone().into_iter().map(|id| cx.key(id)).collect();
+    let own: Vec<LoopKey> = f.tensors[t]
+        .loop_domain
+        .clone()
+        .into_iter()
+        .map(|id| cx.key(id))
+        .collect();
     let t_classes: HashSet<usize> = f.tensors[t].root.iter().map(|&id| f.class_of(id)).collect();
     let mut j = 0;
     for (kpos, &key) in own.iter().enumerate().take(pos) {
         loop {
             let Some(&ck) = consumer_keys.get(j) else {
-                return Err(format!("loop {kpos} of `{}` has no matching loop in its consumer", f.tensors[t].name));
+                return Err(format!(
+                    "loop {kpos} of `{}` has no matching loop in its consumer",
+                    f.tensors[t].name
+                ));
             };
             j += 1;
             if ck == key {
@@ -142,10 +165,19 @@ fn match_prefix(cx: &mut Ctx, t: TensorId, pos: usize, consumer_keys: &[LoopKey]
     Ok(j)
 }
 
-fn place(cx: &mut Ctx, t: TensorId, restricted: &HashMap<TensorId, HashSet<usize>>) -> Result<(Vec<LoopKey>, usize), Diagnostic> {
+fn place(
+    cx: &mut Ctx,
+    t: TensorId,
+    restricted: &HashMap<TensorId, HashSet<usize>>,
+) -> Result<(Vec<LoopKey>, usize), Diagnostic> {
     let f = cx.fusion;
     let tensor = &f.tensors[t];
-    let own: Vec<LoopKey> = tensor.loop_domain.clone().into_iter().map(|id| cx.key(id)).collect();
+    let own: Vec<LoopKey> = tensor
+        .loop_domain
+        .clone()
+        .into_iter()
+        .map(|id| cx.key(id))
+        .collect();
     let consumers: Vec<TensorId> = {
         let mut v: Vec<TensorId> = f.uses(t).into_iter().map(|e| f.exprs[e].output).collect();
         v.dedup();
@@ -154,7 +186,10 @@ fn place(cx: &mut Ctx, t: TensorId, restricted: &HashMap<TensorId, HashSet<usize
     if consumers.is_empty() {
         return Ok((own, 0));
     }
-    let cplacements: Vec<Vec<LoopKey>> = consumers.iter().map(|c| cx.placement[c].0.clone()).collect();
+    let cplacements: Vec<Vec<LoopKey>> = consumers
+        .iter()
+        .map(|c| cx.placement[c].0.clone())
+        .collect();
     // The deepest position allowed by the axes themselves.
     let mut limit = 0;
     for (p, &id) in tensor.loop_domain.iter().enumerate() {
@@ -162,7 +197,9 @@ fn place(cx: &mut Ctx, t: TensorId, restricted: &HashMap<TensorId, HashSet<usize
         let k = own[p];
         let blocked = ax.kind == IterKind::Reduction
             || ax.parallel == ParallelType::Vectorize
-            || restricted.get(&t).is_some_and(|r| cx.key_classes(k).iter().any(|c| r.contains(c)));
+            || restricted
+                .get(&t)
+                .is_some_and(|r| cx.key_classes(k).iter().any(|c| r.contains(c)));
         if blocked {
             break;
         }
@@ -176,7 +213,12 @@ fn place(cx: &mut Ctx, t: TensorId, restricted: &HashMap<TensorId, HashSet<usize
             match &shared {
                 None => shared = Some(prefix),
                 Some(s) if *s == prefix => {}
-                Some(_) => return Err(format!("the consumers of `{}` do not share the same outer loops", f.tensors[t].name)),
+                Some(_) => {
+                    return Err(format!(
+                        "the consumers of `{}` do not share the same outer loops",
+                        f.tensors[t].name
+                    ))
+                }
             }
         }
         let prefix = shared.unwrap_or_default();
@@ -197,11 +239,19 @@ fn place(cx: &mut Ctx, t: TensorId, restricted: &HashMap<TensorId, HashSet<usize
                     "a consumer reads the tensor again after a reduction over this axis is broadcast back (keep it as a persistent buffer)"
                 };
                 return Err(Diagnostic::new(
-                    format!("`{}`.inline_at({pos}): cannot inline past loop {limit}: {why}", tensor.name),
+                    format!(
+                        "`{}`.inline_at({pos}): cannot inline past loop {limit}: {why}",
+                        tensor.name
+                    ),
                     tensor.span,
                 ));
             }
-            try_pos(cx, pos).map_err(|m| Diagnostic::new(format!("`{}`.inline_at({pos}): {m}", tensor.name), tensor.span))
+            try_pos(cx, pos).map_err(|m| {
+                Diagnostic::new(
+                    format!("`{}`.inline_at({pos}): {m}", tensor.name),
+                    tensor.span,
+                )
+            })
         }
         Inline::Most => {
             for pos in (0..=limit).rev() {
@@ -224,7 +274,9 @@ fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic
         for &id in &tensor.loop_domain {
             let p = f.ids[id].parallel;
             if !p.is_hw() {
-                let is_copy = tensor.definition.is_some_and(|d| matches!(f.exprs[d].op, Op::Set));
+                let is_copy = tensor
+                    .definition
+                    .is_some_and(|d| matches!(f.exprs[d].op, Op::Set));
                 if p == ParallelType::Vectorize && is_copy {
                     let w = cx.id_extent(id).as_const().unwrap_or(0);
                     let bytes = w * tensor.dtype.size_bytes() as i64;
@@ -256,14 +308,34 @@ fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic
         }
         let _ = t;
     }
-    let get = |p: ParallelType| bound.get(&p).map(|b| b.0.clone()).unwrap_or(SizeExpr::Const(1));
-    k.grid = [get(ParallelType::BIDx), get(ParallelType::BIDy), get(ParallelType::BIDz)];
-    k.block = [get(ParallelType::TIDx), get(ParallelType::TIDy), get(ParallelType::TIDz)];
-    let threads = k.block.iter().map(|e| e.as_const()).collect::<Option<Vec<i64>>>();
+    let get = |p: ParallelType| {
+        bound
+            .get(&p)
+            .map(|b| b.0.clone())
+            .unwrap_or(SizeExpr::Const(1))
+    };
+    k.grid = [
+        get(ParallelType::BIDx),
+        get(ParallelType::BIDy),
+        get(ParallelType::BIDz),
+    ];
+    k.block = [
+        get(ParallelType::TIDx),
+        get(ParallelType::TIDy),
+        get(ParallelType::TIDz),
+    ];
+    let threads = k
+        .block
+        .iter()
+        .map(|e| e.as_const())
+        .collect::<Option<Vec<i64>>>();
     if let Some(th) = threads {
         let n: i64 = th.iter().product();
         if n > 1024 {
-            return Err(Diagnostic::new(format!("the block has {n} threads; at most 1024 are allowed"), None));
+            return Err(Diagnostic::new(
+                format!("the block has {n} threads; at most 1024 are allowed"),
+                None,
+            ));
         }
     }
     Ok(())
@@ -297,10 +369,14 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
         let (keys, _) = cx.placement[&t].clone();
         let own_ids = f.tensors[t].loop_domain.clone();
         // Parallel type of each placement entry: from the tensor's own axis when it has it.
-        let key_parallel: HashMap<LoopKey, ParallelType> =
-            own_ids.iter().map(|&id| (cx.id_keys[&id], f.ids[id].parallel)).collect();
-        let producers: Vec<TensorId> =
-            expr.input_tensors().filter(|p| f.tensors[*p].definition.is_some()).collect();
+        let key_parallel: HashMap<LoopKey, ParallelType> = own_ids
+            .iter()
+            .map(|&id| (cx.id_keys[&id], f.ids[id].parallel))
+            .collect();
+        let producers: Vec<TensorId> = expr
+            .input_tensors()
+            .filter(|p| f.tensors[*p].definition.is_some())
+            .collect();
         let mut d = 0;
         let mut best: Option<TensorId> = None;
         for &p in &producers {
@@ -310,7 +386,9 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
                 best = Some(p);
             }
         }
-        let mut inst: Vec<usize> = best.map(|b| instances[&b][..d].to_vec()).unwrap_or_default();
+        let mut inst: Vec<usize> = best
+            .map(|b| instances[&b][..d].to_vec())
+            .unwrap_or_default();
         // Loops already opened for a consumer of `t` by a sibling producer are shared too.
         let q_t = cx.placement[&t].1;
         let consumers: Vec<TensorId> = f.uses(t).into_iter().map(|u| f.exprs[u].output).collect();
@@ -343,7 +421,11 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
             }
             // A producer computed outside the shared loops must come before them.
             if q < d {
-                let outer_of_p = if instances[&p].len() > q { seq_of_node[instances[&p][q]] } else { stmt_seq[&p] };
+                let outer_of_p = if instances[&p].len() > q {
+                    seq_of_node[instances[&p][q]]
+                } else {
+                    stmt_seq[&p]
+                };
                 if outer_of_p > seq_of_node[inst[q]] {
                     return Err(Diagnostic::new(
                         format!(
@@ -370,9 +452,16 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
             }
         }
         for &key in &keys[d..] {
-            let parallel = key_parallel.get(&key).copied().unwrap_or(ParallelType::Serial);
+            let parallel = key_parallel
+                .get(&key)
+                .copied()
+                .unwrap_or(ParallelType::Serial);
             let id = nodes.len();
-            nodes.push(LoopNode { key, parallel, children: Vec::new() });
+            nodes.push(LoopNode {
+                key,
+                parallel,
+                children: Vec::new(),
+            });
             seq_of_node.push(seq);
             seq += 1;
             match inst.last() {
@@ -385,7 +474,9 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
         stmt_seq.insert(t, seq);
         seq += 1;
         match inst.last() {
-            Some(&parent) => nodes[parent].children.push(Child::Compute(Box::new(compute))),
+            Some(&parent) => nodes[parent]
+                .children
+                .push(Child::Compute(Box::new(compute))),
             None => top.push(Child::Compute(Box::new(compute))),
         }
         for c in consumers {
@@ -397,7 +488,12 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
         instances.insert(t, inst);
     }
     let mut hw: Vec<(String, ParallelType)> = Vec::new();
-    fn convert(cx: &Ctx, nodes: &mut [LoopNode], children: Vec<Child>, hw: &mut Vec<(String, ParallelType)>) -> Vec<Stmt> {
+    fn convert(
+        cx: &Ctx,
+        nodes: &mut [LoopNode],
+        children: Vec<Child>,
+        hw: &mut Vec<(String, ParallelType)>,
+    ) -> Vec<Stmt> {
         children
             .into_iter()
             .map(|c| match c {
@@ -438,17 +534,35 @@ fn make_compute(cx: &Ctx, e: usize) -> Result<Compute, Diagnostic> {
                 if f.tensors[p].is_input && f.rank(p) == 0 {
                     Data::Param(f.tensors[p].name.clone(), f.tensors[p].dtype)
                 } else {
-                    Data::Read(Access { buffer: cx.tensor_buffer[&p], index: None })
+                    Data::Read(Access {
+                        buffer: cx.tensor_buffer[&p],
+                        index: None,
+                    })
                 }
             }
         }
     };
-    let out = Access { buffer: cx.tensor_buffer[&t], index: None };
+    let out = Access {
+        buffer: cx.tensor_buffer[&t],
+        index: None,
+    };
     let compute_type = out_dtype.compute();
     let (value, role) = match &expr.op {
-        Op::Set | Op::Broadcast { .. } => (operand(&expr.inputs[0], out_dtype), ComputeRole::Normal),
-        Op::Cast(d) => (Data::Cast(*d, Box::new(operand(&expr.inputs[0], *d))), ComputeRole::Normal),
-        Op::Unary(u) => (Data::Unary(*u, compute_type, Box::new(operand(&expr.inputs[0], compute_type))), ComputeRole::Normal),
+        Op::Set | Op::Broadcast { .. } => {
+            (operand(&expr.inputs[0], out_dtype), ComputeRole::Normal)
+        }
+        Op::Cast(d) => (
+            Data::Cast(*d, Box::new(operand(&expr.inputs[0], *d))),
+            ComputeRole::Normal,
+        ),
+        Op::Unary(u) => (
+            Data::Unary(
+                *u,
+                compute_type,
+                Box::new(operand(&expr.inputs[0], compute_type)),
+            ),
+            ComputeRole::Normal,
+        ),
         Op::Binary(b) => (
             Data::Binary(
                 *b,
@@ -467,7 +581,18 @@ fn make_compute(cx: &Ctx, e: usize) -> Result<Compute, Diagnostic> {
             ),
             ComputeRole::ReductionUpdate,
         ),
-        Op::Mma => return Err(Diagnostic::new("matrix products are not lowered by this compiler yet", expr.span)),
+        Op::Mma => {
+            return Err(Diagnostic::new(
+                "matrix products are not lowered by this compiler yet",
+                expr.span,
+            ))
+        }
     };
-    Ok(Compute { expr: e, out, value, role, vector: None })
+    Ok(Compute {
+        expr: e,
+        out,
+        value,
+        role,
+        vector: None,
+    })
 }

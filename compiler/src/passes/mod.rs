@@ -25,13 +25,41 @@ pub struct Pass {
 
 /// Every pass, in the order it runs.
 pub const PIPELINE: &[Pass] = &[
-    Pass { name: "loop_nest", summary: "loop nests from inlining positions", run: loop_nest::run },
-    Pass { name: "reduction", summary: "accumulators, block reductions, reduction writes", run: reduction::run },
-    Pass { name: "allocation", summary: "register and shared-memory allocations", run: allocation::run },
-    Pass { name: "indexing", summary: "index expressions for every access", run: indexing::run },
-    Pass { name: "predicate", summary: "bounds and thread predicates, vector tails", run: predicate::run },
-    Pass { name: "sync", summary: "block barriers for shared memory (RAW and WAR)", run: sync::run },
-    Pass { name: "simplify", summary: "index arithmetic simplification", run: simplify::run },
+    Pass {
+        name: "loop_nest",
+        summary: "loop nests from inlining positions",
+        run: loop_nest::run,
+    },
+    Pass {
+        name: "reduction",
+        summary: "accumulators, block reductions, reduction writes",
+        run: reduction::run,
+    },
+    Pass {
+        name: "allocation",
+        summary: "register and shared-memory allocations",
+        run: allocation::run,
+    },
+    Pass {
+        name: "indexing",
+        summary: "index expressions for every access",
+        run: indexing::run,
+    },
+    Pass {
+        name: "predicate",
+        summary: "bounds and thread predicates, vector tails",
+        run: predicate::run,
+    },
+    Pass {
+        name: "sync",
+        summary: "block barriers for shared memory (RAW and WAR)",
+        run: sync::run,
+    },
+    Pass {
+        name: "simplify",
+        summary: "index arithmetic simplification",
+        run: simplify::run,
+    },
 ];
 
 pub type LoopKey = usize;
@@ -41,8 +69,16 @@ pub type LoopKey = usize;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum KeyNode {
     Root(IterId),
-    Split { parent: LoopKey, factor: i64, inner_split: bool, is_outer: bool },
-    Merge { outer: LoopKey, inner: LoopKey },
+    Split {
+        parent: LoopKey,
+        factor: i64,
+        inner_split: bool,
+        is_outer: bool,
+    },
+    Merge {
+        outer: LoopKey,
+        inner: LoopKey,
+    },
 }
 
 #[derive(Default)]
@@ -94,10 +130,21 @@ impl<'a> Ctx<'a> {
         let f = self.fusion;
         let node = match f.ids[id].origin {
             IterOrigin::Root => KeyNode::Root(f.class_of(id)),
-            IterOrigin::Split { parent, factor, inner_split, is_outer } => {
-                KeyNode::Split { parent: self.key(parent), factor, inner_split, is_outer }
-            }
-            IterOrigin::Merge { outer, inner } => KeyNode::Merge { outer: self.key(outer), inner: self.key(inner) },
+            IterOrigin::Split {
+                parent,
+                factor,
+                inner_split,
+                is_outer,
+            } => KeyNode::Split {
+                parent: self.key(parent),
+                factor,
+                inner_split,
+                is_outer,
+            },
+            IterOrigin::Merge { outer, inner } => KeyNode::Merge {
+                outer: self.key(outer),
+                inner: self.key(inner),
+            },
         };
         let k = match self.keys.map.get(&node) {
             Some(&k) => k,
@@ -120,14 +167,20 @@ impl<'a> Ctx<'a> {
                 SizeExpr::Sym(s) => s.to_lowercase(),
                 _ => "d".to_string(),
             },
-            KeyNode::Split { parent, is_outer, .. } => {
+            KeyNode::Split {
+                parent, is_outer, ..
+            } => {
                 let p = &self.keys.names[*parent];
                 let sep = if p.contains('_') { "" } else { "_" };
                 format!("{p}{sep}{}", if *is_outer { "o" } else { "i" })
             }
             KeyNode::Merge { outer, inner } => {
                 let strip = |s: &str| s.trim_end_matches(|c: char| c.is_ascii_digit()).to_string();
-                format!("{}{}", strip(&self.keys.names[*outer]), strip(&self.keys.names[*inner]))
+                format!(
+                    "{}{}",
+                    strip(&self.keys.names[*outer]),
+                    strip(&self.keys.names[*inner])
+                )
             }
         };
         let mut name = base.clone();
@@ -142,14 +195,21 @@ impl<'a> Ctx<'a> {
     pub fn key_extent(&self, k: LoopKey) -> SizeExpr {
         match &self.keys.nodes[k] {
             KeyNode::Root(class) => self.fusion.class_extent(*class),
-            KeyNode::Split { parent, factor, inner_split, is_outer } => {
+            KeyNode::Split {
+                parent,
+                factor,
+                inner_split,
+                is_outer,
+            } => {
                 if inner_split != is_outer {
                     SizeExpr::Const(*factor)
                 } else {
                     ceil_div(self.key_extent(*parent), *factor)
                 }
             }
-            KeyNode::Merge { outer, inner } => mul(self.key_extent(*outer), self.key_extent(*inner)),
+            KeyNode::Merge { outer, inner } => {
+                mul(self.key_extent(*outer), self.key_extent(*inner))
+            }
         }
     }
 
@@ -181,7 +241,11 @@ impl<'a> Ctx<'a> {
         match &self.keys.nodes[k] {
             KeyNode::Root(_) => true,
             KeyNode::Split { parent, factor, .. } => {
-                self.divisible(*parent) && self.key_extent(*parent).as_const().is_some_and(|e| e % factor == 0)
+                self.divisible(*parent)
+                    && self
+                        .key_extent(*parent)
+                        .as_const()
+                        .is_some_and(|e| e % factor == 0)
             }
             KeyNode::Merge { outer, inner } => self.divisible(*outer) && self.divisible(*inner),
         }

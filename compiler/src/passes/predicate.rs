@@ -36,12 +36,20 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     .into_iter()
     .filter(|p| {
         let d = p.dim().unwrap_or(0);
-        let e = if p.is_block() { &k.grid[d] } else { &k.block[d] };
+        let e = if p.is_block() {
+            &k.grid[d]
+        } else {
+            &k.block[d]
+        };
         *e != SizeExpr::Const(1)
     })
     .collect();
     let mut body = std::mem::take(&mut k.body);
-    let mut st = State { k, used, constraints: Vec::new() };
+    let mut st = State {
+        k,
+        used,
+        constraints: Vec::new(),
+    };
     body = st.block(cx, body, &mut env)?;
     let constraints = std::mem::take(&mut st.constraints);
     k.body = body;
@@ -56,7 +64,12 @@ struct State<'a> {
 }
 
 impl State<'_> {
-    fn block(&mut self, cx: &mut Ctx, body: Vec<Stmt>, env: &mut HashMap<LoopKey, Val>) -> Result<Vec<Stmt>, Diagnostic> {
+    fn block(
+        &mut self,
+        cx: &mut Ctx,
+        body: Vec<Stmt>,
+        env: &mut HashMap<LoopKey, Val>,
+    ) -> Result<Vec<Stmt>, Diagnostic> {
         let mut out = Vec::new();
         for s in body {
             match s {
@@ -67,7 +80,9 @@ impl State<'_> {
                         && l.body.len() == 1
                         && matches!(&l.body[0], Stmt::Compute(c) if self.vectorizable(cx, c));
                     if single_vector {
-                        let Some(Stmt::Compute(c)) = l.body.pop() else { unreachable!() };
+                        let Some(Stmt::Compute(c)) = l.body.pop() else {
+                            unreachable!()
+                        };
                         out.extend(self.vector(cx, l, c, env)?);
                     } else {
                         if l.parallel == ParallelType::Vectorize {
@@ -146,22 +161,52 @@ impl State<'_> {
         if c.role != ComputeRole::Normal || !matches!(f.exprs[c.expr].op, Op::Set) {
             return false;
         }
-        let Data::Read(src) = &c.value else { return false };
-        let (a, b) = (self.k.buffers[src.buffer].memory, self.k.buffers[c.out.buffer].memory);
-        matches!((a, b), (MemoryType::Global, MemoryType::Local) | (MemoryType::Local, MemoryType::Global))
+        let Data::Read(src) = &c.value else {
+            return false;
+        };
+        let (a, b) = (
+            self.k.buffers[src.buffer].memory,
+            self.k.buffers[c.out.buffer].memory,
+        );
+        matches!(
+            (a, b),
+            (MemoryType::Global, MemoryType::Local) | (MemoryType::Local, MemoryType::Global)
+        )
     }
 
-    fn vector(&mut self, cx: &mut Ctx, l: Loop, c: Compute, env: &HashMap<LoopKey, Val>) -> Result<Vec<Stmt>, Diagnostic> {
+    fn vector(
+        &mut self,
+        cx: &mut Ctx,
+        l: Loop,
+        c: Compute,
+        env: &HashMap<LoopKey, Val>,
+    ) -> Result<Vec<Stmt>, Diagnostic> {
         let f = cx.fusion;
         let width = match l.extent {
             Val::Int(w) => w,
-            _ => return Err(Diagnostic::new("internal: vector loop without constant extent", None)),
+            _ => {
+                return Err(Diagnostic::new(
+                    "internal: vector loop without constant extent",
+                    None,
+                ))
+            }
         };
-        let Data::Read(src) = &c.value else { unreachable!() };
-        let global = if self.k.buffers[src.buffer].memory == MemoryType::Global { src } else { &c.out };
+        let Data::Read(src) = &c.value else {
+            unreachable!()
+        };
+        let global = if self.k.buffers[src.buffer].memory == MemoryType::Global {
+            src
+        } else {
+            &c.out
+        };
         let gname = self.k.buffers[global.buffer].name.clone();
         let gidx = global.index.clone().unwrap_or(Val::Int(0));
-        let lidx = if global.buffer == src.buffer { c.out.index.clone() } else { src.index.clone() }.unwrap_or(Val::Int(0));
+        let lidx = if global.buffer == src.buffer {
+            c.out.index.clone()
+        } else {
+            src.index.clone()
+        }
+        .unwrap_or(Val::Int(0));
         let dtype_bytes = self.k.buffers[global.buffer].dtype.size_bytes() as i64;
         // Lanes must be consecutive in memory on both sides.
         let lanes_ok = |idx: &Val| (0..width).all(|v| probe_all(idx, &l.var, v));
@@ -184,7 +229,10 @@ impl State<'_> {
                         let c = Constraint::Divisible {
                             value: SizeExpr::Sym(s.clone()),
                             divisor: width,
-                            reason: format!("`{gname}` is accessed {} bytes at a time", width * dtype_bytes),
+                            reason: format!(
+                                "`{gname}` is accessed {} bytes at a time",
+                                width * dtype_bytes
+                            ),
                         };
                         if !self.constraints.contains(&c) {
                             self.constraints.push(c);
@@ -220,7 +268,11 @@ impl State<'_> {
             parallel: ParallelType::Unroll,
             body: vec![guard(pred, vec![Stmt::Compute(c)])],
         });
-        Ok(vec![Stmt::If { cond: last, then: vec![Stmt::Compute(vc)], els: vec![tail] }])
+        Ok(vec![Stmt::If {
+            cond: last,
+            then: vec![Stmt::Compute(vc)],
+            els: vec![tail],
+        }])
     }
 }
 
@@ -228,13 +280,19 @@ fn guard(pred: Val, body: Vec<Stmt>) -> Stmt {
     if pred == Val::True {
         body.into_iter().next().unwrap_or(Stmt::Sync)
     } else {
-        Stmt::If { cond: pred, then: body, els: Vec::new() }
+        Stmt::If {
+            cond: pred,
+            then: body,
+            els: Vec::new(),
+        }
     }
 }
 
 /// Deterministic pseudo-random values for probing index expressions.
 fn sample(seed: u64) -> i64 {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(0x632B_E59B_D9B4_E019);
+    let mut x = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(0x632B_E59B_D9B4_E019);
     x ^= x >> 29;
     x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x ^= x >> 32;
@@ -243,8 +301,18 @@ fn sample(seed: u64) -> i64 {
 
 /// Evaluates `idx` with `var = lane` and every other variable and size set from `seed`
 /// (sizes listed in `multiples` are made multiples of `mult`).
-fn eval(idx: &Val, var: &str, lane: i64, seed: u64, multiples: &[String], mult: i64) -> Option<i64> {
-    let h = |s: &str| s.bytes().fold(seed, |a, b| a.wrapping_mul(31).wrapping_add(b as u64));
+fn eval(
+    idx: &Val,
+    var: &str,
+    lane: i64,
+    seed: u64,
+    multiples: &[String],
+    mult: i64,
+) -> Option<i64> {
+    let h = |s: &str| {
+        s.bytes()
+            .fold(seed, |a, b| a.wrapping_mul(31).wrapping_add(b as u64))
+    };
     let go = |v: &Val| eval(v, var, lane, seed, multiples, mult);
     Some(match idx {
         Val::Int(i) => *i,
@@ -273,9 +341,14 @@ fn eval(idx: &Val, var: &str, lane: i64, seed: u64, multiples: &[String], mult: 
 }
 
 fn probe_all(idx: &Val, var: &str, lane: i64) -> bool {
-    (0..16u64).all(|seed| match (eval(idx, var, lane, seed, &[], 1), eval(idx, var, 0, seed, &[], 1)) {
-        (Some(a), Some(b)) => a - b == lane,
-        _ => false,
+    (0..16u64).all(|seed| {
+        match (
+            eval(idx, var, lane, seed, &[], 1),
+            eval(idx, var, 0, seed, &[], 1),
+        ) {
+            (Some(a), Some(b)) => a - b == lane,
+            _ => false,
+        }
     })
 }
 

@@ -15,10 +15,16 @@ use crate::kir::{Access, Buffer, Compute, ComputeRole, Data, Kernel, Loop, Stmt,
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     for (e, expr) in f.exprs.iter().enumerate() {
-        let Op::Reduce { op, .. } = expr.op else { continue };
+        let Op::Reduce { op, .. } = expr.op else {
+            continue;
+        };
         let t = expr.output;
         let tensor = &f.tensors[t];
-        let Some(first) = tensor.loop_domain.iter().position(|&id| f.ids[id].kind == IterKind::Reduction) else {
+        let Some(first) = tensor
+            .loop_domain
+            .iter()
+            .position(|&id| f.ids[id].kind == IterKind::Reduction)
+        else {
             continue;
         };
         let first_key = cx.id_keys[&tensor.loop_domain[first]];
@@ -58,13 +64,20 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                     key,
                     var: cx.keys.names[key].clone(),
                     extent: Val::from_size(&cx.key_extent(key)),
-                    parallel: if f.ids[id].parallel == ParallelType::Vectorize { ParallelType::Unroll } else { f.ids[id].parallel },
+                    parallel: if f.ids[id].parallel == ParallelType::Vectorize {
+                        ParallelType::Unroll
+                    } else {
+                        f.ids[id].parallel
+                    },
                     body,
                 })];
             }
             body
         };
-        let acc_access = Access { buffer: acc, index: None };
+        let acc_access = Access {
+            buffer: acc,
+            index: None,
+        };
         let mut replacement = vec![Stmt::Alloc(acc)];
         replacement.extend(loops_over(
             cx,
@@ -78,21 +91,42 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         ));
         let mut tail = Vec::new();
         if dims.iter().any(|&d| d) {
-            tail.extend(loops_over(cx, vec![Stmt::BlockReduce { acc: acc_access.clone(), op, dtype, dims }]));
+            tail.extend(loops_over(
+                cx,
+                vec![Stmt::BlockReduce {
+                    acc: acc_access.clone(),
+                    op,
+                    dtype,
+                    dims,
+                }],
+            ));
         }
         tail.extend(loops_over(
             cx,
             vec![Stmt::Compute(Compute {
                 expr: e,
-                out: Access { buffer: out_buf, index: None },
+                out: Access {
+                    buffer: out_buf,
+                    index: None,
+                },
                 value: Data::Read(acc_access.clone()),
                 role: ComputeRole::ReductionWrite,
                 vector: None,
             })],
         ));
-        if !rewrite(&mut k.body, e, first_key, acc, out_buf, &mut Some((replacement, tail))) {
+        if !rewrite(
+            &mut k.body,
+            e,
+            first_key,
+            acc,
+            out_buf,
+            &mut Some((replacement, tail)),
+        ) {
             return Err(Diagnostic::new(
-                format!("internal: the reduction loop of `{}` was not found", tensor.name),
+                format!(
+                    "internal: the reduction loop of `{}` was not found",
+                    tensor.name
+                ),
                 tensor.span,
             ));
         }
@@ -124,7 +158,9 @@ fn rewrite(
             _ => false,
         };
         if hit {
-            let Some((before, after)) = parts.take() else { return false };
+            let Some((before, after)) = parts.take() else {
+                return false;
+            };
             let n_before = before.len();
             for (j, s) in after.into_iter().enumerate() {
                 body.insert(i + 1 + j, s);
@@ -143,16 +179,23 @@ fn redirect(body: &mut [Stmt], e: usize, acc: usize, out_buf: usize) -> bool {
     for s in body.iter_mut() {
         match s {
             Stmt::Compute(c) if c.expr == e && c.role == ComputeRole::ReductionUpdate => {
-                c.out = Access { buffer: acc, index: None };
+                c.out = Access {
+                    buffer: acc,
+                    index: None,
+                };
                 if let Data::Binary(_, _, lhs, _) = &mut c.value {
                     if matches!(**lhs, Data::Read(Access { buffer, .. }) if buffer == out_buf) {
-                        **lhs = Data::Read(Access { buffer: acc, index: None });
+                        **lhs = Data::Read(Access {
+                            buffer: acc,
+                            index: None,
+                        });
                     }
                 }
                 return true;
             }
             Stmt::Loop(l) => {
-                if redirect(&mut l.body, e, acc, out_buf) {
+                let found = redirect(&mut l.body, e, acc, out_buf);
+                if found {
                     return true;
                 }
             }

@@ -23,7 +23,11 @@ pub fn run(_cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     // Hardware-bound variables range over their launch dimension.
     for (var, p) in &k.hw_vars {
         let d = p.dim().unwrap_or(0);
-        let e = if p.is_block() { &k.grid[d] } else { &k.block[d] };
+        let e = if p.is_block() {
+            &k.grid[d]
+        } else {
+            &k.block[d]
+        };
         extents.insert(var.clone(), Val::from_size(e));
     }
     let body = std::mem::take(&mut k.body);
@@ -60,9 +64,19 @@ fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>) -> Vec<Stmt> {
                 data(&mut c.value, ext);
                 out.push(Stmt::Compute(c));
             }
-            Stmt::BlockReduce { mut acc, op, dtype, dims } => {
+            Stmt::BlockReduce {
+                mut acc,
+                op,
+                dtype,
+                dims,
+            } => {
                 access(&mut acc, ext);
-                out.push(Stmt::BlockReduce { acc, op, dtype, dims });
+                out.push(Stmt::BlockReduce {
+                    acc,
+                    op,
+                    dtype,
+                    dims,
+                });
             }
             other => out.push(other),
         }
@@ -97,7 +111,11 @@ pub fn simplify(v: &Val, ext: &HashMap<String, Val>) -> Val {
             (Int(x), Int(y)) => Int(x + y),
             (Int(0), e) | (e, Int(0)) => e,
             // (x / e) * e + x % e = x
-            (Mul(q, e1), Mod(x2, e2)) if e1 == e2 && matches!(&*q, Div(x1, e0) if x1 == &x2 && e0 == &e1) => *x2,
+            (Mul(q, e1), Mod(x2, e2))
+                if e1 == e2 && matches!(&*q, Div(x1, e0) if x1 == &x2 && e0 == &e1) =>
+            {
+                *x2
+            }
             (a, b) => Val::add(a, b),
         },
         Sub(a, b) => match (s(a), s(b)) {
@@ -144,7 +162,10 @@ pub fn simplify(v: &Val, ext: &HashMap<String, Val>) -> Val {
                 (Int(x), Int(y)) => bool_val(x < y),
                 (Mod(_, m), e) if **m == *e => True,
                 // x / d < e  <=>  x < e * d  (non-negative indices, positive d)
-                (Div(x, d), e) => simplify(&Val::lt((**x).clone(), Val::mul(e.clone(), (**d).clone())), ext),
+                (Div(x, d), e) => simplify(
+                    &Val::lt((**x).clone(), Val::mul(e.clone(), (**d).clone())),
+                    ext,
+                ),
                 (Var(name), e) if ext.get(name).is_some_and(|x| simplify(x, ext) == *e) => True,
                 _ => Val::lt(a, b),
             }
