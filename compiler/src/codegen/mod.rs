@@ -437,11 +437,17 @@ impl Emitter<'_> {
                         self.line(depth, "}");
                         continue;
                     }
-                    if matches!(
-                        l.parallel,
-                        crate::fusion::ParallelType::Unroll
-                            | crate::fusion::ParallelType::Vectorize
-                    ) {
+                    // Register arrays stay in registers only when indexed by compile-time
+                    // constants, so loops that index them are unrolled.
+                    let indexes_registers = matches!(l.extent, Val::Int(n) if n <= 64)
+                        && indexes_local(self.k, &l.body, &l.var);
+                    if indexes_registers
+                        || matches!(
+                            l.parallel,
+                            crate::fusion::ParallelType::Unroll
+                                | crate::fusion::ParallelType::Vectorize
+                        )
+                    {
                         self.line(depth, "#pragma unroll");
                     }
                     let ext = self.val(&l.extent);
@@ -546,4 +552,27 @@ fn strip_parens(s: String) -> String {
         }
     }
     s
+}
+
+/// Whether a register buffer is indexed with `var` anywhere in `body`.
+fn indexes_local(k: &Kernel, body: &[Stmt], var: &str) -> bool {
+    fn data(k: &Kernel, d: &Data, var: &str) -> bool {
+        match d {
+            Data::Read(a) => access(k, a, var),
+            Data::Unary(_, _, x) | Data::Cast(_, x) => data(k, x, var),
+            Data::Binary(_, _, x, y) => data(k, x, var) || data(k, y, var),
+            _ => false,
+        }
+    }
+    fn access(k: &Kernel, a: &Access, var: &str) -> bool {
+        k.buffers[a.buffer].memory == MemoryType::Local
+            && a.index.as_ref().is_some_and(|i| i.mentions(var))
+    }
+    body.iter().any(|s| match s {
+        Stmt::Loop(l) => indexes_local(k, &l.body, var),
+        Stmt::If { then, els, .. } => indexes_local(k, then, var) || indexes_local(k, els, var),
+        Stmt::Compute(c) => access(k, &c.out, var) || data(k, &c.value, var),
+        Stmt::BlockReduce { acc, .. } => access(k, acc, var),
+        _ => false,
+    })
 }
