@@ -119,9 +119,8 @@ pub fn emit(
         src.push_str(prelude::BLOCK_REDUCE);
     }
     src.push('\n');
-    let bounds = threads
-        .map(|n| format!("__launch_bounds__({n}) "))
-        .unwrap_or_default();
+    // A block size known only at run time is still at most 1024 threads (the plan checks it).
+    let bounds = format!("__launch_bounds__({}) ", threads.unwrap_or(1024));
     let _ = writeln!(src, "extern \"C\" __global__ void {bounds}{kernel_name}(");
     let _ = writeln!(src, "    {}) {{", decls.join(",\n    "));
     if k.dynamic_smem != SizeExpr::Const(0) {
