@@ -130,7 +130,7 @@ impl State<'_> {
                     continue;
                 }
                 if let Some(v) = roots.get(&class) {
-                    conds.push(Val::lt(v.clone(), Val::from_size(&f.class_extent(class))));
+                    conds.push(Val::lt(v.clone(), Val::from_size(&cx.class_extent(class))));
                 }
             }
         }
