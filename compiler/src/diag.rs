@@ -15,7 +15,10 @@ impl Span {
         Span { start, end }
     }
     pub fn join(self, other: Span) -> Span {
-        Span { start: self.start.min(other.start), end: self.end.max(other.end) }
+        Span {
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
     }
 }
 
@@ -30,7 +33,12 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn new(message: impl Into<String>, span: Option<Span>) -> Diagnostic {
-        Diagnostic { message: message.into(), span, line: 0, column: 0 }
+        Diagnostic {
+            message: message.into(),
+            span,
+            line: 0,
+            column: 0,
+        }
     }
 
     /// Fills line and column from the source text.
@@ -51,10 +59,21 @@ impl Diagnostic {
         let (line, column) = line_col(source, span.start);
         let text = source.lines().nth(line - 1).unwrap_or("");
         let width = {
-            let end = span.end.min(span.start + text.len().saturating_sub(column - 1)).max(span.start + 1);
-            source.get(span.start..end).map(|s| s.chars().count()).unwrap_or(1).max(1)
+            let end = span
+                .end
+                .min(span.start + text.len().saturating_sub(column - 1))
+                .max(span.start + 1);
+            source
+                .get(span.start..end)
+                .map(|s| s.chars().count())
+                .unwrap_or(1)
+                .max(1)
         };
-        let pad: String = text.chars().take(column - 1).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+        let pad: String = text
+            .chars()
+            .take(column - 1)
+            .map(|c| if c == '\t' { '\t' } else { ' ' })
+            .collect();
         format!(
             "{file}:{line}:{column}: error: {msg}\n{line:>4} | {text}\n     | {pad}{carets}",
             msg = self.message,
@@ -77,7 +96,11 @@ pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
             line_start = i + 1;
         }
     }
-    let column = source.get(line_start..offset).map(|s| s.chars().count()).unwrap_or(0) + 1;
+    let column = source
+        .get(line_start..offset)
+        .map(|s| s.chars().count())
+        .unwrap_or(0)
+        + 1;
     (line, column)
 }
 
@@ -87,7 +110,11 @@ pub struct Diagnostics(pub Vec<Diagnostic>);
 
 impl Diagnostics {
     pub fn render(&self, source: &str, file: &str) -> String {
-        self.0.iter().map(|d| d.render(source, file)).collect::<Vec<_>>().join("\n")
+        self.0
+            .iter()
+            .map(|d| d.render(source, file))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 

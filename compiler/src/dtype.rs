@@ -133,7 +133,11 @@ fn round_f16(v: f64) -> f64 {
     let ulp = 2f64.powf(exp - 10.0);
     let q = a / ulp;
     let r = q.round();
-    let r = if (q - q.floor() - 0.5).abs() < 1e-12 && r % 2.0 != 0.0 { r - 1.0 } else { r };
+    let r = if (q - q.floor() - 0.5).abs() < 1e-12 && r % 2.0 != 0.0 {
+        r - 1.0
+    } else {
+        r
+    };
     (r * ulp).copysign(v)
 }
 

@@ -5,9 +5,15 @@
 //! one named pass at a time, printed after each) → [`codegen`] (CUDA source + [`plan::LaunchPlan`]).
 //! [`reference`] evaluates the fusion's math in float64 for validation.
 
+pub mod codegen;
 pub mod diag;
 pub mod dtype;
+pub mod frontend;
+pub mod fusion;
+pub mod kir;
+pub mod passes;
 pub mod plan;
+pub mod reference;
 
 pub use diag::{Diagnostic, Diagnostics};
 pub use dtype::DType;
@@ -39,27 +45,51 @@ pub struct Compilation {
     pub fusion: fusion::Fusion,
 }
 
-pub mod fusion {
-    //! Placeholder until the fusion IR lands.
-    #[derive(Clone, Debug)]
-    pub struct Fusion;
-}
-
-pub mod reference {
-    //! Placeholder until the reference evaluator lands.
-    use std::collections::BTreeMap;
-    /// Runs the fusion's math in float64. `inputs` maps each input tensor (or scalar) name to its
-    /// row-major values; returns each output's row-major values.
-    pub fn evaluate(
-        _fusion: &crate::fusion::Fusion,
-        _sizes: &BTreeMap<String, i64>,
-        _inputs: &BTreeMap<String, Vec<f64>>,
-    ) -> Result<BTreeMap<String, Vec<f64>>, String> {
-        Err("reference evaluator not built yet".into())
+/// Parses, schedules and lowers a program: the whole pipeline, with the kernel IR after each pass.
+pub fn compile(source: &str, options: &CompileOptions) -> Result<Compilation, Diagnostics> {
+    let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
+    let program = frontend::parse(source).map_err(locate)?;
+    let fusion = fusion::build(&program.fusion).map_err(locate)?;
+    let mut scheduled = fusion.clone();
+    fusion::schedule::apply(&mut scheduled, &program.schedule).map_err(locate)?;
+    let mut cx = passes::Ctx::new(&scheduled);
+    let mut kernel = kir::Kernel {
+        name: format!("{}_kernel", scheduled.name),
+        buffers: Vec::new(),
+        body: Vec::new(),
+        block: [
+            plan::SizeExpr::Const(1),
+            plan::SizeExpr::Const(1),
+            plan::SizeExpr::Const(1),
+        ],
+        grid: [
+            plan::SizeExpr::Const(1),
+            plan::SizeExpr::Const(1),
+            plan::SizeExpr::Const(1),
+        ],
+        hw_vars: Vec::new(),
+        reduce_scratch: None,
+        dynamic_smem: plan::SizeExpr::Const(0),
+    };
+    let mut dumps = vec![PassDump {
+        name: "fusion",
+        summary: "scheduled fusion IR",
+        ir: fusion::print(&scheduled),
+    }];
+    for pass in passes::PIPELINE {
+        (pass.run)(&mut cx, &mut kernel).map_err(locate)?;
+        dumps.push(PassDump {
+            name: pass.name,
+            summary: pass.summary,
+            ir: kernel.print(),
+        });
     }
-}
-
-/// Parses, schedules and lowers a program.
-pub fn compile(_source: &str, _options: &CompileOptions) -> Result<Compilation, Diagnostics> {
-    Err(Diagnostic::new("compiler not built yet", None).into())
+    let constraints = cx.constraints.clone();
+    let (cuda, plan) = codegen::emit(&scheduled, &kernel, options.index_type, constraints);
+    Ok(Compilation {
+        cuda,
+        plan,
+        passes: dumps,
+        fusion,
+    })
 }

@@ -44,8 +44,14 @@ impl SizeExpr {
         Ok(match self {
             SizeExpr::Const(c) => *c,
             SizeExpr::Sym(s) => *sizes.get(s).ok_or_else(|| EvalError::Unbound(s.clone()))?,
-            SizeExpr::Add(a, b) => a.eval(sizes)?.checked_add(b.eval(sizes)?).ok_or_else(overflow)?,
-            SizeExpr::Mul(a, b) => a.eval(sizes)?.checked_mul(b.eval(sizes)?).ok_or_else(overflow)?,
+            SizeExpr::Add(a, b) => a
+                .eval(sizes)?
+                .checked_add(b.eval(sizes)?)
+                .ok_or_else(overflow)?,
+            SizeExpr::Mul(a, b) => a
+                .eval(sizes)?
+                .checked_mul(b.eval(sizes)?)
+                .ok_or_else(overflow)?,
             SizeExpr::Max(a, b) => a.eval(sizes)?.max(b.eval(sizes)?),
             SizeExpr::CeilDiv(a, b) => {
                 let (a, b) = (a.eval(sizes)?, b.eval(sizes)?);
@@ -129,9 +135,17 @@ impl IndexType {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Constraint {
     /// `value % divisor == 0` (vector accesses need aligned rows).
-    Divisible { value: SizeExpr, divisor: i64, reason: String },
+    Divisible {
+        value: SizeExpr,
+        divisor: i64,
+        reason: String,
+    },
     /// `value <= max` (thread block limits, grid y/z limits).
-    AtMost { value: SizeExpr, max: i64, reason: String },
+    AtMost {
+        value: SizeExpr,
+        max: i64,
+        reason: String,
+    },
     /// `value >= 1`.
     Positive { value: SizeExpr, reason: String },
 }
@@ -192,11 +206,25 @@ pub enum LaunchError {
     #[error(transparent)]
     Eval(#[from] EvalError),
     #[error("{reason}: {value} = {actual} is not a multiple of {divisor}")]
-    NotDivisible { value: String, actual: i64, divisor: i64, reason: String },
+    NotDivisible {
+        value: String,
+        actual: i64,
+        divisor: i64,
+        reason: String,
+    },
     #[error("{reason}: {value} = {actual} exceeds {max}")]
-    TooLarge { value: String, actual: i64, max: i64, reason: String },
+    TooLarge {
+        value: String,
+        actual: i64,
+        max: i64,
+        reason: String,
+    },
     #[error("{reason}: {value} = {actual} must be at least 1")]
-    NotPositive { value: String, actual: i64, reason: String },
+    NotPositive {
+        value: String,
+        actual: i64,
+        reason: String,
+    },
     #[error("unknown size symbol `{0}` (the fusion's symbols are: {1})")]
     UnknownSymbol(String, String),
 }
@@ -206,7 +234,10 @@ impl LaunchPlan {
     pub fn concretize(&self, sizes: &BTreeMap<String, i64>) -> Result<ConcreteLaunch, LaunchError> {
         for name in sizes.keys() {
             if !self.symbols.contains(name) {
-                return Err(LaunchError::UnknownSymbol(name.clone(), self.symbols.join(", ")));
+                return Err(LaunchError::UnknownSymbol(
+                    name.clone(),
+                    self.symbols.join(", "),
+                ));
             }
         }
         for symbol in &self.symbols {
@@ -222,7 +253,11 @@ impl LaunchPlan {
         }
         for c in &self.constraints {
             match c {
-                Constraint::Divisible { value, divisor, reason } => {
+                Constraint::Divisible {
+                    value,
+                    divisor,
+                    reason,
+                } => {
                     let actual = value.eval(sizes)?;
                     if actual % divisor != 0 {
                         return Err(LaunchError::NotDivisible {
@@ -303,13 +338,22 @@ impl LaunchPlan {
                 reason: "an H100 block has at most 227 KB of shared memory".into(),
             });
         }
-        Ok(ConcreteLaunch { grid, block, dynamic_smem_bytes: smem.max(0) as u32 })
+        Ok(ConcreteLaunch {
+            grid,
+            block,
+            dynamic_smem_bytes: smem.max(0) as u32,
+        })
     }
 
     /// Input, output and scratch tensors in parameter order.
     pub fn tensors(&self) -> impl Iterator<Item = (&str, DType, TensorRole, &[SizeExpr])> {
         self.params.iter().filter_map(|p| match p {
-            Param::Tensor { name, dtype, role, shape } => Some((name.as_str(), *dtype, *role, shape.as_slice())),
+            Param::Tensor {
+                name,
+                dtype,
+                role,
+                shape,
+            } => Some((name.as_str(), *dtype, *role, shape.as_slice())),
             _ => None,
         })
     }

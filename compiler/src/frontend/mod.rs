@@ -1,0 +1,10 @@
+//! Front end: program text → syntax tree ([`ast::Program`]), and back ([`printer::print`]).
+
+pub mod ast;
+pub mod lexer;
+pub mod parser;
+pub mod printer;
+
+pub use ast::Program;
+pub use parser::parse;
+pub use printer::print;

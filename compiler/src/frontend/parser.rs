@@ -1,0 +1,432 @@
+//! Recursive-descent parser: tokens → [`Program`]. Never panics; every error carries a span.
+
+use super::ast::*;
+use super::lexer::{lex, Tok, Token};
+use crate::diag::{Diagnostic, Span};
+use crate::dtype::DType;
+
+/// Deepest expression nesting accepted (keeps recursion bounded on hostile input).
+const MAX_DEPTH: usize = 64;
+
+pub fn parse(src: &str) -> Result<Program, Diagnostic> {
+    let tokens = lex(src)?;
+    let mut p = Parser {
+        tokens,
+        pos: 0,
+        depth: 0,
+    };
+    let program = p.program()?;
+    Ok(program)
+}
+
+struct Parser {
+    tokens: Vec<Token>,
+    pos: usize,
+    depth: usize,
+}
+
+type PResult<T> = Result<T, Diagnostic>;
+
+fn describe(t: &Tok) -> String {
+    match t {
+        Tok::Ident(s) => format!("`{s}`"),
+        Tok::Int(i) => format!("`{i}`"),
+        Tok::Float(_, s) => format!("`{s}`"),
+        Tok::Punct(c) => format!("`{c}`"),
+        Tok::Newline => "end of line".into(),
+        Tok::Eof => "end of input".into(),
+    }
+}
+
+impl Parser {
+    fn peek(&self) -> &Tok {
+        &self.tokens[self.pos.min(self.tokens.len() - 1)].tok
+    }
+    fn span(&self) -> Span {
+        self.tokens[self.pos.min(self.tokens.len() - 1)].span
+    }
+    fn prev_end(&self) -> usize {
+        if self.pos == 0 {
+            0
+        } else {
+            self.tokens[self.pos - 1].span.end
+        }
+    }
+    fn bump(&mut self) -> Token {
+        let t = self.tokens[self.pos.min(self.tokens.len() - 1)].clone();
+        if self.pos < self.tokens.len() - 1 {
+            self.pos += 1;
+        }
+        t
+    }
+    fn err<T>(&self, what: &str) -> PResult<T> {
+        Err(Diagnostic::new(
+            format!("expected {what}, found {}", describe(self.peek())),
+            Some(self.span()),
+        ))
+    }
+    fn is_punct(&self, c: char) -> bool {
+        *self.peek() == Tok::Punct(c)
+    }
+    fn eat_punct(&mut self, c: char) -> bool {
+        if self.is_punct(c) {
+            self.bump();
+            true
+        } else {
+            false
+        }
+    }
+    fn expect_punct(&mut self, c: char) -> PResult<Span> {
+        if self.is_punct(c) {
+            Ok(self.bump().span)
+        } else {
+            self.err(&format!("`{c}`"))
+        }
+    }
+    fn ident(&mut self, what: &str) -> PResult<(String, Span)> {
+        match self.peek().clone() {
+            Tok::Ident(s) => {
+                let sp = self.bump().span;
+                Ok((s, sp))
+            }
+            _ => self.err(what),
+        }
+    }
+    fn keyword(&mut self, kw: &str) -> PResult<Span> {
+        match self.peek() {
+            Tok::Ident(s) if s == kw => Ok(self.bump().span),
+            _ => self.err(&format!("`{kw}`")),
+        }
+    }
+    fn skip_newlines(&mut self) {
+        while matches!(self.peek(), Tok::Newline) || self.is_punct(';') {
+            self.bump();
+        }
+    }
+    /// A statement ends at a newline, `;` or before `}`.
+    fn end_stmt(&mut self) -> PResult<()> {
+        match self.peek() {
+            Tok::Newline | Tok::Eof => {
+                self.bump();
+                Ok(())
+            }
+            Tok::Punct(';') => {
+                self.bump();
+                Ok(())
+            }
+            Tok::Punct('}') => Ok(()),
+            _ => self.err("end of statement (a new line or `;`)"),
+        }
+    }
+
+    fn program(&mut self) -> PResult<Program> {
+        self.skip_newlines();
+        let fusion = self.fusion()?;
+        self.skip_newlines();
+        let mut schedule = Vec::new();
+        if let Tok::Ident(s) = self.peek() {
+            if s == "schedule" {
+                self.bump();
+                self.expect_punct('{')?;
+                loop {
+                    self.skip_newlines();
+                    if self.eat_punct('}') {
+                        break;
+                    }
+                    if matches!(self.peek(), Tok::Eof) {
+                        return self.err("`}` closing the schedule");
+                    }
+                    schedule.push(self.sched_stmt()?);
+                    self.end_stmt()?;
+                }
+            }
+        }
+        self.skip_newlines();
+        if !matches!(self.peek(), Tok::Eof) {
+            return self.err("end of input after the fusion and its schedule");
+        }
+        Ok(Program { fusion, schedule })
+    }
+
+    fn fusion(&mut self) -> PResult<FusionDef> {
+        self.keyword("fusion")?;
+        let (name, _) = self.ident("a fusion name")?;
+        self.expect_punct('{')?;
+        let mut items = Vec::new();
+        loop {
+            self.skip_newlines();
+            if self.eat_punct('}') {
+                break;
+            }
+            let start = self.span().start;
+            let (word, word_span) = match self.peek().clone() {
+                Tok::Ident(s) => (s, self.span()),
+                Tok::Eof => return self.err("`}` closing the fusion"),
+                _ => return self.err("`input`, `output` or an assignment"),
+            };
+            let item = match word.as_str() {
+                "input"
+                    if !matches!(
+                        self.tokens.get(self.pos + 1).map(|t| &t.tok),
+                        Some(Tok::Punct('='))
+                    ) =>
+                {
+                    self.bump();
+                    let (name, _) = self.ident("an input name")?;
+                    self.expect_punct(':')?;
+                    let (ty, ty_span) = self.ident("a dtype (f32, f16, bf16, i32, f64)")?;
+                    let dtype = DType::parse(&ty).ok_or_else(|| {
+                        Diagnostic::new(
+                            format!("unknown dtype `{ty}` (expected f32, f16, bf16, i32 or f64)"),
+                            Some(ty_span),
+                        )
+                    })?;
+                    let dims =
+                        if self.eat_punct('[') {
+                            let mut dims = Vec::new();
+                            loop {
+                                match self.peek().clone() {
+                                    Tok::Ident(s) => {
+                                        self.bump();
+                                        dims.push(Dim::Sym(s));
+                                    }
+                                    Tok::Int(i) => {
+                                        let sp = self.bump().span;
+                                        if i < 1 {
+                                            return Err(Diagnostic::new(
+                                                "a constant extent must be at least 1",
+                                                Some(sp),
+                                            ));
+                                        }
+                                        dims.push(Dim::Const(i));
+                                    }
+                                    _ => return self.err(
+                                        "an extent (a size symbol like `N` or a positive integer)",
+                                    ),
+                                }
+                                if self.eat_punct(']') {
+                                    break;
+                                }
+                                self.expect_punct(',')?;
+                            }
+                            if dims.len() > 8 {
+                                return Err(Diagnostic::new(
+                                    "a tensor has at most 8 dimensions",
+                                    Some(ty_span),
+                                ));
+                            }
+                            Some(dims)
+                        } else {
+                            None
+                        };
+                    Item::Input {
+                        name,
+                        dtype,
+                        dims,
+                        loc: Loc(Span::new(start, self.prev_end())),
+                    }
+                }
+                "output"
+                    if !matches!(
+                        self.tokens.get(self.pos + 1).map(|t| &t.tok),
+                        Some(Tok::Punct('='))
+                    ) =>
+                {
+                    self.bump();
+                    let (name, _) = self.ident("an output name")?;
+                    Item::Output {
+                        name,
+                        loc: Loc(Span::new(start, self.prev_end())),
+                    }
+                }
+                _ => {
+                    self.bump();
+                    self.expect_punct('=')?;
+                    let value = self.expr()?;
+                    Item::Let {
+                        name: word,
+                        value,
+                        loc: Loc(word_span.join(Span::new(start, self.prev_end()))),
+                    }
+                }
+            };
+            items.push(item);
+            self.end_stmt()?;
+        }
+        Ok(FusionDef { name, items })
+    }
+
+    fn sched_stmt(&mut self) -> PResult<SchedStmt> {
+        let start = self.span().start;
+        let (first, _) = self.ident("a schedule statement")?;
+        if self.eat_punct('=') {
+            let (func, _) = self.ident("`cache_after` or `cache_before`")?;
+            let args = self.call_args()?;
+            return Ok(SchedStmt::Bind {
+                name: first,
+                func,
+                args,
+                loc: Loc(Span::new(start, self.prev_end())),
+            });
+        }
+        if self.eat_punct('.') {
+            let (method, _) =
+                self.ident("a schedule method (split, merge, reorder, parallelize, ...)")?;
+            let args = self.call_args()?;
+            return Ok(SchedStmt::Method {
+                tensor: first,
+                method,
+                args,
+                loc: Loc(Span::new(start, self.prev_end())),
+            });
+        }
+        if self.is_punct('(') {
+            let args = self.call_args()?;
+            return Ok(SchedStmt::Call {
+                func: first,
+                args,
+                loc: Loc(Span::new(start, self.prev_end())),
+            });
+        }
+        self.err("`=`, `.` or `(` in a schedule statement")
+    }
+
+    fn call_args(&mut self) -> PResult<Vec<Arg>> {
+        self.expect_punct('(')?;
+        let mut args = Vec::new();
+        if self.eat_punct(')') {
+            return Ok(args);
+        }
+        loop {
+            let is_named = matches!(self.peek(), Tok::Ident(_))
+                && matches!(
+                    self.tokens.get(self.pos + 1).map(|t| &t.tok),
+                    Some(Tok::Punct('='))
+                );
+            if is_named {
+                let (name, sp) = self.ident("an argument name")?;
+                self.expect_punct('=')?;
+                let value = self.expr()?;
+                let loc = Loc(sp.join(value.loc()));
+                args.push(Arg::Named { name, value, loc });
+            } else {
+                args.push(Arg::Pos(self.expr()?));
+            }
+            if self.eat_punct(')') {
+                return Ok(args);
+            }
+            self.expect_punct(',')?;
+        }
+    }
+
+    fn expr(&mut self) -> PResult<Expr> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(Diagnostic::new(
+                "expression nested too deeply",
+                Some(self.span()),
+            ));
+        }
+        let r = self.additive();
+        self.depth -= 1;
+        r
+    }
+
+    fn additive(&mut self) -> PResult<Expr> {
+        let mut lhs = self.multiplicative()?;
+        loop {
+            let op = if self.is_punct('+') {
+                BinOp::Add
+            } else if self.is_punct('-') {
+                BinOp::Sub
+            } else {
+                return Ok(lhs);
+            };
+            self.bump();
+            let rhs = self.multiplicative()?;
+            let loc = Loc(lhs.loc().join(rhs.loc()));
+            lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs), loc);
+        }
+    }
+
+    fn multiplicative(&mut self) -> PResult<Expr> {
+        let mut lhs = self.unary()?;
+        loop {
+            let op = if self.is_punct('*') {
+                BinOp::Mul
+            } else if self.is_punct('/') {
+                BinOp::Div
+            } else {
+                return Ok(lhs);
+            };
+            self.bump();
+            let rhs = self.unary()?;
+            let loc = Loc(lhs.loc().join(rhs.loc()));
+            lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs), loc);
+        }
+    }
+
+    fn unary(&mut self) -> PResult<Expr> {
+        if self.is_punct('-') {
+            let sp = self.bump().span;
+            self.depth += 1;
+            if self.depth > MAX_DEPTH {
+                return Err(Diagnostic::new("expression nested too deeply", Some(sp)));
+            }
+            let inner = self.unary();
+            self.depth -= 1;
+            let inner = inner?;
+            let loc = Loc(sp.join(inner.loc()));
+            return Ok(Expr::Neg(Box::new(inner), loc));
+        }
+        self.primary()
+    }
+
+    fn primary(&mut self) -> PResult<Expr> {
+        let sp = self.span();
+        match self.peek().clone() {
+            Tok::Int(i) => {
+                self.bump();
+                Ok(Expr::Int(i, Loc(sp)))
+            }
+            Tok::Float(v, text) => {
+                self.bump();
+                Ok(Expr::Float(v, text, Loc(sp)))
+            }
+            Tok::Ident(name) => {
+                self.bump();
+                if self.is_punct('(') {
+                    let args = self.call_args()?;
+                    Ok(Expr::Call {
+                        func: name,
+                        args,
+                        loc: Loc(Span::new(sp.start, self.prev_end())),
+                    })
+                } else {
+                    Ok(Expr::Name(name, Loc(sp)))
+                }
+            }
+            Tok::Punct('(') => {
+                self.bump();
+                let e = self.expr()?;
+                self.expect_punct(')')?;
+                Ok(e)
+            }
+            Tok::Punct('[') => {
+                self.bump();
+                let mut items = Vec::new();
+                if !self.eat_punct(']') {
+                    loop {
+                        items.push(self.expr()?);
+                        if self.eat_punct(']') {
+                            break;
+                        }
+                        self.expect_punct(',')?;
+                    }
+                }
+                Ok(Expr::List(items, Loc(Span::new(sp.start, self.prev_end()))))
+            }
+            _ => self.err("an expression"),
+        }
+    }
+}

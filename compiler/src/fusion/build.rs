@@ -1,0 +1,675 @@
+//! Builds the fusion IR from the fusion block of a program, checking names, ranks, extents and
+//! dtypes. Nested expressions become anonymous tensors named `{result}_{op}`.
+
+use super::*;
+use crate::diag::Diagnostic;
+use crate::frontend::ast::{self, Arg, Dim, Item};
+use std::collections::HashMap;
+
+type BResult<T> = Result<T, Diagnostic>;
+
+pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
+    let mut b = Builder {
+        f: Fusion {
+            name: def.name.clone(),
+            tensors: Vec::new(),
+            exprs: Vec::new(),
+            ids: Vec::new(),
+            symbols: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            class_parent: Vec::new(),
+        },
+        names: HashMap::new(),
+    };
+    for item in &def.items {
+        match item {
+            Item::Input {
+                name,
+                dtype,
+                dims,
+                loc,
+            } => {
+                b.check_new_name(name, loc.0)?;
+                let mut root = Vec::new();
+                for d in dims.iter().flatten() {
+                    let extent = match d {
+                        Dim::Sym(s) => {
+                            if !b.f.symbols.contains(s) {
+                                b.f.symbols.push(s.clone());
+                            }
+                            SizeExpr::Sym(s.clone())
+                        }
+                        Dim::Const(c) => SizeExpr::Const(*c),
+                    };
+                    root.push(b.f.new_id(IterKind::Iteration, IterOrigin::Root, Some(extent)));
+                }
+                let t = b.add_tensor(name.clone(), *dtype, root, None, Some(loc.0));
+                b.f.tensors[t].is_input = true;
+                b.f.inputs.push(t);
+            }
+            Item::Let { name, value, loc } => {
+                b.check_new_name(name, loc.0)?;
+                let first_new = b.f.tensors.len();
+                let t = match b.expr(value, name)? {
+                    Value::Tensor(t) => t,
+                    Value::Scalar(v) => {
+                        return Err(Diagnostic::new(
+                            format!(
+                                "`{name}` is the constant {v}; a tensor must depend on an input"
+                            ),
+                            Some(loc.0),
+                        ))
+                    }
+                };
+                // The statement's last op is the named tensor; `y = x` makes a copy.
+                let t = if t >= first_new {
+                    let old = std::mem::take(&mut b.f.tensors[t].name);
+                    b.names.remove(&old);
+                    t
+                } else {
+                    b.op(Op::Set, vec![Operand::Tensor(t)], name, Some(loc.0))?
+                };
+                b.f.tensors[t].name = name.clone();
+                b.f.tensors[t].span = Some(loc.0);
+                b.names.insert(name.clone(), t);
+            }
+            Item::Output { name, loc } => {
+                let t = *b.names.get(name).ok_or_else(|| {
+                    Diagnostic::new(format!("unknown tensor `{name}`"), Some(loc.0))
+                })?;
+                if b.f.tensors[t].is_input {
+                    return Err(Diagnostic::new(
+                        format!("`{name}` is an input; an output must be computed (write `y = {name}` first)"),
+                        Some(loc.0),
+                    ));
+                }
+                if b.f.tensors[t].is_output {
+                    return Err(Diagnostic::new(
+                        format!("`{name}` is already an output"),
+                        Some(loc.0),
+                    ));
+                }
+                if b.f.rank(t) == 0 {
+                    return Err(Diagnostic::new(
+                        format!("`{name}` is a scalar: an output needs at least one axis"),
+                        Some(loc.0),
+                    ));
+                }
+                b.f.tensors[t].is_output = true;
+                b.f.tensors[t].memory = MemoryType::Global;
+                b.f.outputs.push(t);
+            }
+        }
+    }
+    if b.f.outputs.is_empty() {
+        return Err(Diagnostic::new(
+            format!("fusion `{}` has no output", def.name),
+            None,
+        ));
+    }
+    if b.f.inputs.iter().all(|&t| b.f.rank(t) == 0) {
+        return Err(Diagnostic::new(
+            format!(
+                "fusion `{}` needs at least one input tensor with axes",
+                def.name
+            ),
+            None,
+        ));
+    }
+    Ok(b.f)
+}
+
+enum Value {
+    Tensor(TensorId),
+    Scalar(f64),
+}
+
+struct Builder {
+    f: Fusion,
+    names: HashMap<String, TensorId>,
+}
+
+fn unary_by_name(s: &str) -> Option<UnaryOp> {
+    UnaryOp::ALL.into_iter().find(|u| u.name() == s)
+}
+
+impl Builder {
+    fn check_new_name(&self, name: &str, span: Span) -> BResult<()> {
+        if self.names.contains_key(name) {
+            return Err(Diagnostic::new(
+                format!("`{name}` is already defined"),
+                Some(span),
+            ));
+        }
+        if DType::parse(name).is_some() || self.f.symbols.iter().any(|s| s == name) {
+            return Err(Diagnostic::new(
+                format!("`{name}` is a dtype or size symbol, not a tensor name"),
+                Some(span),
+            ));
+        }
+        Ok(())
+    }
+
+    fn add_tensor(
+        &mut self,
+        name: String,
+        dtype: DType,
+        root: Vec<IterId>,
+        def: Option<ExprId>,
+        span: Option<Span>,
+    ) -> TensorId {
+        let t = self.f.tensors.len();
+        self.f.tensors.push(Tensor {
+            name: name.clone(),
+            dtype,
+            loop_domain: root.clone(),
+            root,
+            memory: if def.is_none() {
+                MemoryType::Global
+            } else {
+                MemoryType::Local
+            },
+            inline: Inline::Most,
+            definition: def,
+            is_input: false,
+            is_output: false,
+            span,
+        });
+        self.names.entry(name).or_insert(t);
+        t
+    }
+
+    fn fresh_name(&self, base: &str, op: &str) -> String {
+        let mut name = format!("{base}_{op}");
+        let mut k = 2;
+        while self.f.tensors.iter().any(|t| t.name == name) {
+            name = format!("{base}_{op}{k}");
+            k += 1;
+        }
+        name
+    }
+
+    fn expr(&mut self, e: &ast::Expr, dest: &str) -> BResult<Value> {
+        use ast::Expr as E;
+        match e {
+            E::Name(n, loc) => match self.names.get(n) {
+                Some(&t) => Ok(Value::Tensor(t)),
+                None => Err(Diagnostic::new(
+                    format!("unknown tensor `{n}`"),
+                    Some(loc.0),
+                )),
+            },
+            E::Int(i, _) => Ok(Value::Scalar(*i as f64)),
+            E::Float(v, _, _) => Ok(Value::Scalar(*v)),
+            E::Neg(inner, loc) => match self.expr(inner, dest)? {
+                Value::Scalar(v) => Ok(Value::Scalar(-v)),
+                Value::Tensor(t) => Ok(Value::Tensor(self.op(
+                    Op::Unary(UnaryOp::Neg),
+                    vec![Operand::Tensor(t)],
+                    dest,
+                    Some(loc.0),
+                )?)),
+            },
+            E::Binary(op, l, r, loc) => {
+                let op = match op {
+                    ast::BinOp::Add => BinaryOp::Add,
+                    ast::BinOp::Sub => BinaryOp::Sub,
+                    ast::BinOp::Mul => BinaryOp::Mul,
+                    ast::BinOp::Div => BinaryOp::Div,
+                };
+                let (a, b) = (self.expr(l, dest)?, self.expr(r, dest)?);
+                self.binary(op, a, b, dest, loc.0)
+            }
+            E::List(_, loc) => Err(Diagnostic::new(
+                "a list is only allowed as an `axis=` argument",
+                Some(loc.0),
+            )),
+            E::Call { func, args, loc } => self.call(func, args, dest, loc.0),
+        }
+    }
+
+    fn binary(
+        &mut self,
+        op: BinaryOp,
+        a: Value,
+        b: Value,
+        dest: &str,
+        span: Span,
+    ) -> BResult<Value> {
+        match (a, b) {
+            (Value::Scalar(x), Value::Scalar(y)) => Ok(Value::Scalar(op.eval(x, y))),
+            (Value::Tensor(t), Value::Scalar(s)) => Ok(Value::Tensor(self.op(
+                Op::Binary(op),
+                vec![Operand::Tensor(t), Operand::Scalar(s)],
+                dest,
+                Some(span),
+            )?)),
+            (Value::Scalar(s), Value::Tensor(t)) => Ok(Value::Tensor(self.op(
+                Op::Binary(op),
+                vec![Operand::Scalar(s), Operand::Tensor(t)],
+                dest,
+                Some(span),
+            )?)),
+            (Value::Tensor(x), Value::Tensor(y)) => Ok(Value::Tensor(self.op(
+                Op::Binary(op),
+                vec![Operand::Tensor(x), Operand::Tensor(y)],
+                dest,
+                Some(span),
+            )?)),
+        }
+    }
+
+    fn positional(&mut self, args: &[Arg], dest: &str) -> BResult<Vec<(Value, Span)>> {
+        let mut out = Vec::new();
+        for a in args {
+            if let Arg::Pos(e) = a {
+                if let ast::Expr::Name(n, loc) = e {
+                    if let Some(d) = DType::parse(n) {
+                        // dtype arguments (cast) are handled by the caller
+                        let _ = d;
+                        out.push((Value::Scalar(f64::NAN), loc.0));
+                        continue;
+                    }
+                }
+                let v = self.expr(e, dest)?;
+                out.push((v, e.loc()));
+            }
+        }
+        Ok(out)
+    }
+
+    fn axes_arg(
+        &self,
+        args: &[Arg],
+        call: Span,
+        rank: usize,
+        extra: usize,
+        what: &str,
+    ) -> BResult<Vec<usize>> {
+        let mut found = None;
+        for a in args {
+            match a {
+                Arg::Named { name, value, loc } if name == "axis" || name == "axes" => {
+                    let items: Vec<&ast::Expr> = match value {
+                        ast::Expr::List(items, _) => items.iter().collect(),
+                        other => vec![other],
+                    };
+                    let mut axes = Vec::new();
+                    for it in items {
+                        let (v, sp) = match it {
+                            ast::Expr::Int(i, l) => (*i, l.0),
+                            ast::Expr::Neg(inner, l) => match **inner {
+                                ast::Expr::Int(i, _) => (-i, l.0),
+                                _ => {
+                                    return Err(Diagnostic::new(
+                                        "an axis must be an integer",
+                                        Some(it.loc()),
+                                    ))
+                                }
+                            },
+                            _ => {
+                                return Err(Diagnostic::new(
+                                    "an axis must be an integer",
+                                    Some(it.loc()),
+                                ))
+                            }
+                        };
+                        let n = (rank + extra) as i64;
+                        let ax = if v < 0 { v + n } else { v };
+                        if ax < 0 || ax >= n {
+                            return Err(Diagnostic::new(
+                                format!(
+                                    "{what}: axis {v} is out of range for a result of rank {n}"
+                                ),
+                                Some(sp),
+                            ));
+                        }
+                        if axes.contains(&(ax as usize)) {
+                            return Err(Diagnostic::new(
+                                format!("{what}: axis {v} is listed twice"),
+                                Some(sp),
+                            ));
+                        }
+                        axes.push(ax as usize);
+                    }
+                    if axes.is_empty() {
+                        return Err(Diagnostic::new(
+                            format!("{what}: give at least one axis"),
+                            Some(*loc).map(|l| l.0),
+                        ));
+                    }
+                    axes.sort_unstable();
+                    found = Some(axes);
+                }
+                Arg::Named { name, loc, .. } => {
+                    return Err(Diagnostic::new(
+                        format!("{what}: unknown argument `{name}`"),
+                        Some(loc.0),
+                    ))
+                }
+                Arg::Pos(_) => {}
+            }
+        }
+        found.ok_or_else(|| Diagnostic::new(format!("{what} needs `axis=`"), Some(call)))
+    }
+
+    fn call(&mut self, func: &str, args: &[Arg], dest: &str, span: Span) -> BResult<Value> {
+        let pos = self.positional(args, dest)?;
+        let has_axis = args.iter().any(|a| matches!(a, Arg::Named { .. }));
+        let tensor_arg = |pos: &[(Value, Span)], i: usize, this: &Self| -> BResult<TensorId> {
+            match pos.get(i) {
+                Some((Value::Tensor(t), _)) => Ok(*t),
+                Some((_, sp)) => Err(Diagnostic::new(
+                    format!("`{func}` expects a tensor here"),
+                    Some(*sp),
+                )),
+                None => {
+                    let _ = this;
+                    Err(Diagnostic::new(
+                        format!("`{func}` is missing an argument"),
+                        Some(span),
+                    ))
+                }
+            }
+        };
+        let nargs = |n: usize| -> BResult<()> {
+            if pos.len() != n {
+                Err(Diagnostic::new(
+                    format!(
+                        "`{func}` takes {n} positional argument(s), got {}",
+                        pos.len()
+                    ),
+                    Some(span),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        if let Some(u) = unary_by_name(func) {
+            nargs(1)?;
+            if has_axis {
+                return Err(Diagnostic::new(
+                    format!("`{func}` takes no named arguments"),
+                    Some(span),
+                ));
+            }
+            return match pos[0].0 {
+                Value::Scalar(v) => Ok(Value::Scalar(u.eval(v))),
+                Value::Tensor(t) => Ok(Value::Tensor(self.op(
+                    Op::Unary(u),
+                    vec![Operand::Tensor(t)],
+                    dest,
+                    Some(span),
+                )?)),
+            };
+        }
+        match func {
+            "sum" | "max" | "min" if has_axis || (func == "sum" && pos.len() == 1) => {
+                nargs(1)?;
+                let t = tensor_arg(&pos, 0, self)?;
+                let rank = self.f.rank(t);
+                let axes = self.axes_arg(args, span, rank, 0, func)?;
+                let op = match func {
+                    "sum" => ReduceOp::Sum,
+                    "max" => ReduceOp::Max,
+                    _ => ReduceOp::Min,
+                };
+                Ok(Value::Tensor(self.op(Op::Reduce { op, axes }, vec![Operand::Tensor(t)], dest, Some(span))?))
+            }
+            "max" | "min" => {
+                nargs(2)?;
+                let op = if func == "max" { BinaryOp::Max } else { BinaryOp::Min };
+                let mut it = pos.into_iter();
+                let (a, b) = (it.next().map(|p| p.0), it.next().map(|p| p.0));
+                match (a, b) {
+                    (Some(a), Some(b)) => self.binary(op, a, b, dest, span),
+                    _ => Err(Diagnostic::new(format!("`{func}` takes two arguments"), Some(span))),
+                }
+            }
+            "add" | "sub" | "mul" | "div" => {
+                nargs(2)?;
+                let op = match func {
+                    "add" => BinaryOp::Add,
+                    "sub" => BinaryOp::Sub,
+                    "mul" => BinaryOp::Mul,
+                    _ => BinaryOp::Div,
+                };
+                let mut it = pos.into_iter();
+                let (a, b) = (it.next().map(|p| p.0), it.next().map(|p| p.0));
+                match (a, b) {
+                    (Some(a), Some(b)) => self.binary(op, a, b, dest, span),
+                    _ => Err(Diagnostic::new(format!("`{func}` takes two arguments"), Some(span))),
+                }
+            }
+            "broadcast" => {
+                nargs(1)?;
+                let t = tensor_arg(&pos, 0, self)?;
+                let rank = self.f.rank(t);
+                let n_new = match args.iter().find_map(|a| match a {
+                    Arg::Named { value: ast::Expr::List(items, _), .. } => Some(items.len()),
+                    Arg::Named { .. } => Some(1),
+                    _ => None,
+                }) {
+                    Some(n) => n,
+                    None => return Err(Diagnostic::new("broadcast needs `axis=`", Some(span))),
+                };
+                let axes = self.axes_arg(args, span, rank, n_new, "broadcast")?;
+                Ok(Value::Tensor(self.op(Op::Broadcast { axes }, vec![Operand::Tensor(t)], dest, Some(span))?))
+            }
+            "cast" => {
+                if args.len() != 2 {
+                    return Err(Diagnostic::new("`cast` takes a tensor and a dtype: cast(x, bf16)", Some(span)));
+                }
+                let t = tensor_arg(&pos, 0, self)?;
+                let dtype = match &args[1] {
+                    Arg::Pos(ast::Expr::Name(n, loc)) => DType::parse(n).ok_or_else(|| {
+                        Diagnostic::new(format!("unknown dtype `{n}`"), Some(loc.0))
+                    })?,
+                    Arg::Pos(e) => return Err(Diagnostic::new("expected a dtype (f32, f16, bf16, i32, f64)", Some(e.loc()))),
+                    Arg::Named { loc, .. } => return Err(Diagnostic::new("expected a dtype", Some(loc.0))),
+                };
+                Ok(Value::Tensor(self.op(Op::Cast(dtype), vec![Operand::Tensor(t)], dest, Some(span))?))
+            }
+            "set" | "copy" => {
+                nargs(1)?;
+                let t = tensor_arg(&pos, 0, self)?;
+                Ok(Value::Tensor(self.op(Op::Set, vec![Operand::Tensor(t)], dest, Some(span))?))
+            }
+            _ => Err(Diagnostic::new(
+                format!(
+                    "unknown function `{func}` (expected one of: neg, exp, relu, abs, sqrt, rsqrt, tanh, sigmoid, \
+                     add, sub, mul, div, max, min, sum, broadcast, cast, set)"
+                ),
+                Some(span),
+            )),
+        }
+    }
+
+    /// Adds `out = op(inputs)`, creating the output's root axes and joining axis classes.
+    pub(super) fn op(
+        &mut self,
+        op: Op,
+        inputs: Vec<Operand>,
+        dest: &str,
+        span: Option<Span>,
+    ) -> BResult<TensorId> {
+        let tensors: Vec<TensorId> = inputs
+            .iter()
+            .filter_map(|o| {
+                if let Operand::Tensor(t) = o {
+                    Some(*t)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let err = |msg: String| Diagnostic::new(msg, span);
+        let opname = match &op {
+            Op::Set => "set".to_string(),
+            Op::Unary(u) => u.name().to_string(),
+            Op::Binary(b) => b.name().to_string(),
+            Op::Cast(d) => format!("cast_{d}"),
+            Op::Broadcast { .. } => "broadcast".into(),
+            Op::Reduce { op, .. } => op.name().into(),
+            Op::Mma => "mma".into(),
+        };
+        // Operands with axes must have equal ranks; rank-0 tensors (scalars) broadcast implicitly.
+        let ranked: Vec<TensorId> = tensors
+            .iter()
+            .copied()
+            .filter(|&t| self.f.rank(t) > 0)
+            .collect();
+        let dtype = match &op {
+            Op::Cast(d) => *d,
+            Op::Set | Op::Broadcast { .. } => self.f.tensors[tensors[0]].dtype,
+            Op::Reduce { .. } | Op::Unary(_) => {
+                let d = self.f.tensors[tensors[0]].dtype.compute();
+                if matches!(op, Op::Unary(UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu))
+                    || d != DType::I32
+                {
+                    d
+                } else {
+                    DType::F32
+                }
+            }
+            Op::Binary(b) => {
+                let mut d = tensors
+                    .iter()
+                    .map(|&t| self.f.tensors[t].dtype.compute())
+                    .max()
+                    .unwrap_or(DType::F32);
+                let has_float_literal = inputs
+                    .iter()
+                    .any(|o| matches!(o, Operand::Scalar(v) if v.fract() != 0.0));
+                if d == DType::I32 && (*b == BinaryOp::Div || has_float_literal) {
+                    d = DType::F32;
+                }
+                d
+            }
+            Op::Mma => DType::F32,
+        };
+        let out_root: Vec<IterId> = match &op {
+            Op::Reduce { axes, .. } => {
+                let t = tensors[0];
+                let logical = self.f.logical(t);
+                let mut root = Vec::new();
+                for (k, &id) in logical.iter().enumerate() {
+                    let in_kind = self.f.ids[id].kind;
+                    let kind = if axes.contains(&k) {
+                        if in_kind == IterKind::Broadcast {
+                            return Err(err(format!(
+                                "{opname}: axis {k} of `{}` is a broadcast axis and cannot be reduced",
+                                self.f.tensors[t].name
+                            )));
+                        }
+                        IterKind::Reduction
+                    } else {
+                        in_kind
+                    };
+                    let ext = self.f.ids[id].root_extent.clone();
+                    let new = self.f.new_id(kind, IterOrigin::Root, ext);
+                    self.f.union(new, id);
+                    root.push(new);
+                }
+                root
+            }
+            Op::Broadcast { axes } => {
+                let t = tensors[0];
+                let logical = self.f.logical(t);
+                let n = logical.len() + axes.len();
+                let mut src = logical.iter();
+                let mut root = Vec::new();
+                for k in 0..n {
+                    if axes.contains(&k) {
+                        root.push(self.f.new_id(
+                            IterKind::Broadcast,
+                            IterOrigin::Root,
+                            Some(SizeExpr::Const(1)),
+                        ));
+                    } else {
+                        let &id = src
+                            .next()
+                            .ok_or_else(|| err("broadcast: internal rank mismatch".into()))?;
+                        let ext = self.f.ids[id].root_extent.clone();
+                        let kind = self.f.ids[id].kind;
+                        let new = self.f.new_id(kind, IterOrigin::Root, ext);
+                        self.f.union(new, id);
+                        root.push(new);
+                    }
+                }
+                root
+            }
+            _ => {
+                let rank = ranked.first().map(|&t| self.f.rank(t)).unwrap_or(0);
+                for &t in &ranked {
+                    if self.f.rank(t) != rank {
+                        let names: Vec<String> = ranked
+                            .iter()
+                            .map(|&t| {
+                                format!("`{}` (rank {})", self.f.tensors[t].name, self.f.rank(t))
+                            })
+                            .collect();
+                        return Err(err(format!(
+                            "{opname}: operands have different ranks: {}; use broadcast(x, axis=...) to add axes",
+                            names.join(" and ")
+                        )));
+                    }
+                }
+                let mut root = Vec::new();
+                for k in 0..rank {
+                    let members: Vec<IterId> =
+                        ranked.iter().map(|&t| self.f.logical(t)[k]).collect();
+                    let concrete: Vec<IterId> = members
+                        .iter()
+                        .copied()
+                        .filter(|&i| self.f.ids[i].kind != IterKind::Broadcast)
+                        .collect();
+                    for w in concrete.windows(2) {
+                        let (ea, eb) = (self.class_extent_of(w[0]), self.class_extent_of(w[1]));
+                        if ea != eb {
+                            return Err(err(format!(
+                                "{opname}: axis {k} has extent {ea} in one operand and {eb} in another"
+                            )));
+                        }
+                    }
+                    let (kind, ext) = match concrete.first() {
+                        Some(&c) => (IterKind::Iteration, self.f.ids[c].root_extent.clone()),
+                        None => (IterKind::Broadcast, Some(SizeExpr::Const(1))),
+                    };
+                    let new = self.f.new_id(kind, IterOrigin::Root, ext);
+                    for &m in &members {
+                        // A broadcast axis joined with an axis of another class must agree with
+                        // every other use of its class.
+                        let (ea, eb) = (self.class_extent_of(m), self.class_extent_of(new));
+                        if self.f.ids[new].kind != IterKind::Broadcast
+                            && ea != eb
+                            && ea != SizeExpr::Const(1)
+                        {
+                            return Err(err(format!(
+                                "{opname}: axis {k} joins extents {ea} and {eb}"
+                            )));
+                        }
+                        self.f.union(new, m);
+                    }
+                    root.push(new);
+                }
+                root
+            }
+        };
+        let name = self.fresh_name(dest, &opname);
+        let e = self.f.exprs.len();
+        let out = self.add_tensor(name, dtype, out_root, Some(e), span);
+        self.f.exprs.push(Expr {
+            op,
+            inputs,
+            output: out,
+            span,
+        });
+        Ok(out)
+    }
+
+    fn class_extent_of(&self, id: IterId) -> SizeExpr {
+        self.f.class_extent(self.f.class_of(id))
+    }
+}

@@ -1,0 +1,557 @@
+//! The fusion IR: tensors, the expressions that define them, and iteration domains.
+//!
+//! Every tensor has a *root* domain (its logical axes, plus the axes it reduces) and a *loop*
+//! domain derived from the root by split / merge / reorder. Root axes that ops align (the same
+//! axis of an operand and of the result, a reduced axis and the reduction's input axis, a
+//! broadcast axis and the axis it is combined with) are joined into one *axis class*; loops of
+//! different tensors are the same loop when they are derived the same way from the same classes
+//! (see `passes::loop_nest`).
+
+mod build;
+pub mod schedule;
+
+pub use build::build;
+
+use crate::diag::Span;
+use crate::dtype::DType;
+use crate::plan::SizeExpr;
+use std::fmt;
+
+pub type TensorId = usize;
+pub type IterId = usize;
+pub type ExprId = usize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ParallelType {
+    Serial,
+    BIDx,
+    BIDy,
+    BIDz,
+    TIDx,
+    TIDy,
+    TIDz,
+    Vectorize,
+    Unroll,
+    /// Axes covered by one TMA box (lowered by the TMA issue; rejected until then).
+    Bulk,
+}
+
+impl ParallelType {
+    pub const ALL: [ParallelType; 10] = [
+        ParallelType::Serial,
+        ParallelType::BIDx,
+        ParallelType::BIDy,
+        ParallelType::BIDz,
+        ParallelType::TIDx,
+        ParallelType::TIDy,
+        ParallelType::TIDz,
+        ParallelType::Vectorize,
+        ParallelType::Unroll,
+        ParallelType::Bulk,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            ParallelType::Serial => "Serial",
+            ParallelType::BIDx => "BIDx",
+            ParallelType::BIDy => "BIDy",
+            ParallelType::BIDz => "BIDz",
+            ParallelType::TIDx => "TIDx",
+            ParallelType::TIDy => "TIDy",
+            ParallelType::TIDz => "TIDz",
+            ParallelType::Vectorize => "Vectorize",
+            ParallelType::Unroll => "Unroll",
+            ParallelType::Bulk => "Bulk",
+        }
+    }
+    pub fn parse(s: &str) -> Option<ParallelType> {
+        ParallelType::ALL.into_iter().find(|p| p.name() == s)
+    }
+    pub fn is_thread(self) -> bool {
+        matches!(
+            self,
+            ParallelType::TIDx | ParallelType::TIDy | ParallelType::TIDz
+        )
+    }
+    pub fn is_block(self) -> bool {
+        matches!(
+            self,
+            ParallelType::BIDx | ParallelType::BIDy | ParallelType::BIDz
+        )
+    }
+    /// Bound to a hardware index (no loop is emitted).
+    pub fn is_hw(self) -> bool {
+        self.is_thread() || self.is_block()
+    }
+    /// 0, 1, 2 for x, y, z of thread and block indices.
+    pub fn dim(self) -> Option<usize> {
+        match self {
+            ParallelType::BIDx | ParallelType::TIDx => Some(0),
+            ParallelType::BIDy | ParallelType::TIDy => Some(1),
+            ParallelType::BIDz | ParallelType::TIDz => Some(2),
+            _ => None,
+        }
+    }
+    /// The CUDA index variable (`threadIdx.x`, ...).
+    pub fn cuda_index(self) -> Option<&'static str> {
+        Some(match self {
+            ParallelType::BIDx => "blockIdx.x",
+            ParallelType::BIDy => "blockIdx.y",
+            ParallelType::BIDz => "blockIdx.z",
+            ParallelType::TIDx => "threadIdx.x",
+            ParallelType::TIDy => "threadIdx.y",
+            ParallelType::TIDz => "threadIdx.z",
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for ParallelType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemoryType {
+    Global,
+    Shared,
+    Local,
+}
+
+impl MemoryType {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryType::Global => "global",
+            MemoryType::Shared => "shared",
+            MemoryType::Local => "local",
+        }
+    }
+    pub fn parse(s: &str) -> Option<MemoryType> {
+        Some(match s {
+            "global" => MemoryType::Global,
+            "shared" => MemoryType::Shared,
+            "local" => MemoryType::Local,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IterKind {
+    Iteration,
+    Reduction,
+    /// Extent 1 in memory; iterated with the extent of the axis it is combined with.
+    Broadcast,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum IterOrigin {
+    Root,
+    /// One output of a split. `inner_split`: the factor is the inner extent (nvFuser's default);
+    /// otherwise the factor is the outer extent.
+    Split {
+        parent: IterId,
+        factor: i64,
+        inner_split: bool,
+        is_outer: bool,
+    },
+    Merge {
+        outer: IterId,
+        inner: IterId,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct IterDomain {
+    pub kind: IterKind,
+    pub parallel: ParallelType,
+    pub origin: IterOrigin,
+    /// Memory extent of a root axis (1 for broadcast axes); None for derived axes.
+    pub root_extent: Option<SizeExpr>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnaryOp {
+    Neg,
+    Exp,
+    Relu,
+    Abs,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Sigmoid,
+}
+
+impl UnaryOp {
+    pub const ALL: [UnaryOp; 8] = [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Relu,
+        UnaryOp::Abs,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+        }
+    }
+    pub fn eval(self, x: f64) -> f64 {
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+}
+
+impl BinaryOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Max => "max",
+            BinaryOp::Min => "min",
+        }
+    }
+    pub fn eval(self, a: f64, b: f64) -> f64 {
+        match self {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::Max => a.max(b),
+            BinaryOp::Min => a.min(b),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}
+
+impl ReduceOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+        }
+    }
+    pub fn identity(self) -> f64 {
+        match self {
+            ReduceOp::Sum => 0.0,
+            ReduceOp::Max => f64::NEG_INFINITY,
+            ReduceOp::Min => f64::INFINITY,
+        }
+    }
+    pub fn combine(self) -> BinaryOp {
+        match self {
+            ReduceOp::Sum => BinaryOp::Add,
+            ReduceOp::Max => BinaryOp::Max,
+            ReduceOp::Min => BinaryOp::Min,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Copy (also what cache_after / cache_before insert).
+    Set,
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Cast(DType),
+    /// New broadcast axes at these output positions.
+    Broadcast {
+        axes: Vec<usize>,
+    },
+    /// Reduces these logical axes of the input.
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+    },
+    /// Matrix product `[M, K] x [K, N]` (lowered by the wgmma issue; no syntax produces it yet).
+    Mma,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Operand {
+    Tensor(TensorId),
+    /// A literal, converted to the op's compute type.
+    Scalar(f64),
+}
+
+#[derive(Clone, Debug)]
+pub struct Expr {
+    pub op: Op,
+    pub inputs: Vec<Operand>,
+    pub output: TensorId,
+    pub span: Option<Span>,
+}
+
+impl Expr {
+    pub fn input_tensors(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.inputs.iter().filter_map(|o| match o {
+            Operand::Tensor(t) => Some(*t),
+            Operand::Scalar(_) => None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inline {
+    /// Loops [0, pos) of the loop domain are shared with the consumers.
+    At(usize),
+    /// As deep as legal (decided when the loop nest is built).
+    Most,
+}
+
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    pub name: String,
+    pub dtype: DType,
+    pub root: Vec<IterId>,
+    pub loop_domain: Vec<IterId>,
+    pub memory: MemoryType,
+    pub inline: Inline,
+    pub definition: Option<ExprId>,
+    pub is_input: bool,
+    pub is_output: bool,
+    pub span: Option<Span>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Fusion {
+    pub name: String,
+    pub tensors: Vec<Tensor>,
+    pub exprs: Vec<Expr>,
+    pub ids: Vec<IterDomain>,
+    /// Size symbols in order of first appearance.
+    pub symbols: Vec<String>,
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+    /// Union-find parent of each root axis (axis classes); derived axes point to themselves.
+    pub(crate) class_parent: Vec<IterId>,
+}
+
+impl Fusion {
+    pub fn tensor_by_name(&self, name: &str) -> Option<TensorId> {
+        self.tensors.iter().position(|t| t.name == name)
+    }
+
+    /// Logical axes: the root without reduction axes.
+    pub fn logical(&self, t: TensorId) -> Vec<IterId> {
+        self.tensors[t]
+            .root
+            .iter()
+            .copied()
+            .filter(|&i| self.ids[i].kind != IterKind::Reduction)
+            .collect()
+    }
+
+    pub fn rank(&self, t: TensorId) -> usize {
+        self.logical(t).len()
+    }
+
+    /// Axis class of a root axis.
+    pub fn class_of(&self, mut id: IterId) -> IterId {
+        while self.class_parent[id] != id {
+            id = self.class_parent[id];
+        }
+        id
+    }
+
+    pub(crate) fn union(&mut self, a: IterId, b: IterId) {
+        let (ra, rb) = (self.class_of(a), self.class_of(b));
+        if ra != rb {
+            let (lo, hi) = if ra < rb { (ra, rb) } else { (rb, ra) };
+            self.class_parent[hi] = lo;
+        }
+    }
+
+    pub(crate) fn new_id(
+        &mut self,
+        kind: IterKind,
+        origin: IterOrigin,
+        root_extent: Option<SizeExpr>,
+    ) -> IterId {
+        self.ids.push(IterDomain {
+            kind,
+            parallel: ParallelType::Serial,
+            origin,
+            root_extent,
+        });
+        self.class_parent.push(self.ids.len() - 1);
+        self.ids.len() - 1
+    }
+
+    /// Exprs reading tensor `t`.
+    pub fn uses(&self, t: TensorId) -> Vec<ExprId> {
+        (0..self.exprs.len())
+            .filter(|&e| self.exprs[e].input_tensors().any(|i| i == t))
+            .collect()
+    }
+
+    /// Exprs in an order where every producer comes before its consumers.
+    pub fn topo_exprs(&self) -> Vec<ExprId> {
+        let mut done = vec![false; self.tensors.len()];
+        for &i in &self.inputs {
+            done[i] = true;
+        }
+        let mut order = Vec::new();
+        let mut placed = vec![false; self.exprs.len()];
+        loop {
+            let mut progress = false;
+            for (e, expr) in self.exprs.iter().enumerate() {
+                if !placed[e] && expr.input_tensors().all(|t| done[t]) {
+                    placed[e] = true;
+                    done[expr.output] = true;
+                    order.push(e);
+                    progress = true;
+                }
+            }
+            if !progress {
+                return order;
+            }
+        }
+    }
+
+    /// Extent of a root axis class: the extent of any non-broadcast member, else 1.
+    pub fn class_extent(&self, class: IterId) -> SizeExpr {
+        let mut found = None;
+        for id in 0..self.ids.len() {
+            if self.ids[id].root_extent.is_some() && self.class_of(id) == class {
+                if self.ids[id].kind != IterKind::Broadcast {
+                    return self.ids[id]
+                        .root_extent
+                        .clone()
+                        .unwrap_or(SizeExpr::Const(1));
+                }
+                found = Some(SizeExpr::Const(1));
+            }
+        }
+        found.unwrap_or(SizeExpr::Const(1))
+    }
+
+    /// Human-readable description of an axis of a tensor (for messages).
+    pub fn describe_axis(&self, t: TensorId, axis: usize) -> String {
+        format!("axis {axis} of `{}`", self.tensors[t].name)
+    }
+}
+
+/// Text of the fusion IR: each tensor with its root and loop domains, then each expression.
+pub fn print(f: &Fusion) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let axis = |id: IterId| -> String {
+        let d = &f.ids[id];
+        let kind = match d.kind {
+            IterKind::Iteration => "",
+            IterKind::Reduction => "r",
+            IterKind::Broadcast => "b",
+        };
+        let body = match &d.origin {
+            IterOrigin::Root => format!("{}", f.class_extent(f.class_of(id))),
+            IterOrigin::Split {
+                parent,
+                factor,
+                inner_split,
+                is_outer,
+            } => {
+                format!(
+                    "{}{}{factor}@{parent}",
+                    if *is_outer { "o" } else { "i" },
+                    if *inner_split { "/" } else { "|" }
+                )
+            }
+            IterOrigin::Merge { outer, inner } => format!("{outer}*{inner}"),
+        };
+        let par = if d.parallel == ParallelType::Serial {
+            String::new()
+        } else {
+            format!(" {}", d.parallel)
+        };
+        format!("{id}:{kind}{body}{par}")
+    };
+    let _ = writeln!(s, "fusion {}", f.name);
+    for (t, tensor) in f.tensors.iter().enumerate() {
+        let root: Vec<String> = tensor.root.iter().map(|&i| axis(i)).collect();
+        let lp: Vec<String> = tensor.loop_domain.iter().map(|&i| axis(i)).collect();
+        let role = if tensor.is_input {
+            "input"
+        } else if tensor.is_output {
+            "output"
+        } else {
+            ""
+        };
+        let inline = match tensor.inline {
+            Inline::At(p) => format!("inline_at {p}"),
+            Inline::Most => "inline_most".into(),
+        };
+        let _ = writeln!(
+            s,
+            "  {}: {} {} {role}\n    root [{}]\n    loop [{}]  {inline}",
+            tensor.name,
+            tensor.dtype,
+            tensor.memory.name(),
+            root.join(", "),
+            lp.join(", ")
+        );
+        let _ = t;
+    }
+    for e in &f.exprs {
+        let ins: Vec<String> = e
+            .inputs
+            .iter()
+            .map(|o| match o {
+                Operand::Tensor(t) => f.tensors[*t].name.clone(),
+                Operand::Scalar(v) => format!("{v}"),
+            })
+            .collect();
+        let op = match &e.op {
+            Op::Set => "set".to_string(),
+            Op::Unary(u) => u.name().to_string(),
+            Op::Binary(b) => b.name().to_string(),
+            Op::Cast(d) => format!("cast<{d}>"),
+            Op::Broadcast { axes } => format!("broadcast{axes:?}"),
+            Op::Reduce { op, axes } => format!("{}{axes:?}", op.name()),
+            Op::Mma => "mma".into(),
+        };
+        let _ = writeln!(
+            s,
+            "  {} = {op}({})",
+            f.tensors[e.output].name,
+            ins.join(", ")
+        );
+    }
+    s
+}

@@ -1,0 +1,711 @@
+//! Applies a schedule (the `schedule { ... }` block) to a fusion: caching, loop transformations,
+//! parallelization, memory types and inlining positions. Each statement is checked as it is
+//! applied; an error names the tensor, the axis and the rule.
+
+use super::*;
+use crate::diag::Diagnostic;
+use crate::frontend::ast::{self, Arg, SchedStmt};
+use std::collections::HashMap;
+
+type SResult<T> = Result<T, Diagnostic>;
+
+pub fn apply(f: &mut Fusion, stmts: &[SchedStmt]) -> SResult<()> {
+    for st in stmts {
+        apply_one(f, st)?;
+    }
+    Ok(())
+}
+
+/// Arguments of a schedule call, checked one at a time.
+struct Args<'a> {
+    what: String,
+    pos: Vec<&'a ast::Expr>,
+    named: Vec<(&'a str, &'a ast::Expr, Span)>,
+    span: Span,
+}
+
+impl<'a> Args<'a> {
+    fn new(what: String, args: &'a [Arg], span: Span) -> Args<'a> {
+        let mut pos = Vec::new();
+        let mut named = Vec::new();
+        for a in args {
+            match a {
+                Arg::Pos(e) => pos.push(e),
+                Arg::Named { name, value, loc } => named.push((name.as_str(), value, loc.0)),
+            }
+        }
+        Args {
+            what,
+            pos,
+            named,
+            span,
+        }
+    }
+    fn err<T>(&self, msg: impl Into<String>, span: Option<Span>) -> SResult<T> {
+        Err(Diagnostic::new(
+            format!("{}: {}", self.what, msg.into()),
+            span.or(Some(self.span)),
+        ))
+    }
+    fn count(&self, min: usize, max: usize) -> SResult<()> {
+        if self.pos.len() < min || self.pos.len() > max {
+            let n = if min == max {
+                format!("{min}")
+            } else {
+                format!("{min} to {max}")
+            };
+            return self.err(
+                format!("takes {n} positional argument(s), got {}", self.pos.len()),
+                None,
+            );
+        }
+        Ok(())
+    }
+    fn no_named(&self) -> SResult<()> {
+        if let Some((n, _, sp)) = self.named.first() {
+            return self.err(format!("unknown argument `{n}`"), Some(*sp));
+        }
+        Ok(())
+    }
+    fn int(&self, i: usize) -> SResult<i64> {
+        int_of(self.pos[i])
+            .ok_or(())
+            .or_else(|_| self.err("expected an integer", Some(self.pos[i].loc())))
+    }
+    fn ident(&self, i: usize) -> SResult<(&'a str, Span)> {
+        match self.pos[i] {
+            ast::Expr::Name(n, l) => Ok((n.as_str(), l.0)),
+            e => self.err("expected a name", Some(e.loc())),
+        }
+    }
+}
+
+fn int_of(e: &ast::Expr) -> Option<i64> {
+    match e {
+        ast::Expr::Int(i, _) => Some(*i),
+        ast::Expr::Neg(inner, _) => int_of(inner).map(|v| -v),
+        _ => None,
+    }
+}
+
+fn tensor(f: &Fusion, name: &str, span: Span) -> SResult<TensorId> {
+    f.tensor_by_name(name)
+        .ok_or_else(|| Diagnostic::new(format!("unknown tensor `{name}`"), Some(span)))
+}
+
+/// Resolves a (possibly negative) axis of a tensor's loop domain.
+fn axis(f: &Fusion, t: TensorId, a: &Args, i: usize) -> SResult<usize> {
+    let v = a.int(i)?;
+    let n = f.tensors[t].loop_domain.len() as i64;
+    let ax = if v < 0 { v + n } else { v };
+    if ax < 0 || ax >= n {
+        return a.err(
+            format!(
+                "axis {v} is out of range: `{}` has {n} loop axes",
+                f.tensors[t].name
+            ),
+            Some(a.pos[i].loc()),
+        );
+    }
+    Ok(ax as usize)
+}
+
+fn memory_arg(a: &Args) -> SResult<Option<MemoryType>> {
+    let mut mem = None;
+    for (name, value, sp) in &a.named {
+        match *name {
+            "memory" => match value {
+                ast::Expr::Name(m, _) => {
+                    mem = Some(MemoryType::parse(m).ok_or_else(|| {
+                        Diagnostic::new(
+                            format!("{}: unknown memory `{m}` (global, shared or local)", a.what),
+                            Some(*sp),
+                        )
+                    })?)
+                }
+                _ => return a.err("memory must be global, shared or local", Some(*sp)),
+            },
+            "load" => match value {
+                ast::Expr::Name(k, _) if k == "plain" => {}
+                ast::Expr::Name(k, l) => {
+                    return a.err(
+                        format!(
+                            "load kind `{k}` is not supported (only `plain` loads lower today)"
+                        ),
+                        Some(l.0),
+                    )
+                }
+                _ => return a.err("load must be a load kind such as `plain`", Some(*sp)),
+            },
+            other => return a.err(format!("unknown argument `{other}`"), Some(*sp)),
+        }
+    }
+    Ok(mem)
+}
+
+fn untransformed(f: &Fusion, t: TensorId, a: &Args) -> SResult<()> {
+    if f.tensors[t].loop_domain != f.tensors[t].root
+        || f.tensors[t]
+            .root
+            .iter()
+            .any(|&i| f.ids[i].parallel != ParallelType::Serial)
+    {
+        return a.err(
+            format!("`{}` is already scheduled: cache it before splitting, merging, reordering or parallelizing it", f.tensors[t].name),
+            None,
+        );
+    }
+    Ok(())
+}
+
+fn new_name(f: &Fusion, name: &str, span: Span) -> SResult<()> {
+    if f.tensor_by_name(name).is_some() {
+        return Err(Diagnostic::new(
+            format!("`{name}` is already defined"),
+            Some(span),
+        ));
+    }
+    Ok(())
+}
+
+/// Fresh root axes joined to the logical axes of `like` (reduction axes dropped).
+fn fresh_logical_root(f: &mut Fusion, like: TensorId) -> Vec<IterId> {
+    let logical = f.logical(like);
+    logical
+        .into_iter()
+        .map(|id| {
+            let (kind, ext) = (f.ids[id].kind, f.ids[id].root_extent.clone());
+            let new = f.new_id(kind, IterOrigin::Root, ext);
+            f.union(new, id);
+            new
+        })
+        .collect()
+}
+
+fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
+    match st {
+        SchedStmt::Bind {
+            name,
+            func,
+            args,
+            loc,
+        } => {
+            let a = Args::new(format!("{name} = {func}(...)"), args, loc.0);
+            a.count(1, 1)?;
+            let (src_name, src_span) = a.ident(0)?;
+            let src = tensor(f, src_name, src_span)?;
+            new_name(f, name, loc.0)?;
+            let memory = memory_arg(&a)?.unwrap_or(MemoryType::Local);
+            match func.as_str() {
+                "cache_after" => {
+                    if f.rank(src) == 0 {
+                        return a.err(
+                            format!(
+                                "`{src_name}` is a scalar; only tensors with axes can be cached"
+                            ),
+                            None,
+                        );
+                    }
+                    let root = fresh_logical_root(f, src);
+                    let uses = f.uses(src);
+                    let t = push_tensor(f, name, f.tensors[src].dtype, root, memory, Some(loc.0));
+                    let e = f.exprs.len();
+                    f.exprs.push(Expr {
+                        op: Op::Set,
+                        inputs: vec![Operand::Tensor(src)],
+                        output: t,
+                        span: Some(loc.0),
+                    });
+                    f.tensors[t].definition = Some(e);
+                    for u in uses {
+                        for op in &mut f.exprs[u].inputs {
+                            if *op == Operand::Tensor(src) {
+                                *op = Operand::Tensor(t);
+                            }
+                        }
+                    }
+                    Ok(())
+                }
+                "cache_before" => {
+                    let Some(def) = f.tensors[src].definition else {
+                        return a.err(
+                            format!(
+                                "`{src_name}` is an input; cache_before needs a computed tensor"
+                            ),
+                            None,
+                        );
+                    };
+                    untransformed(f, src, &a)?;
+                    // The new tensor takes over the definition (and the root, reduction axes
+                    // included); the original becomes a copy of it.
+                    let old_root = f.tensors[src].root.clone();
+                    let t =
+                        push_tensor(f, name, f.tensors[src].dtype, old_root, memory, Some(loc.0));
+                    f.exprs[def].output = t;
+                    f.tensors[t].definition = Some(def);
+                    let new_root = fresh_logical_root(f, t);
+                    f.tensors[src].root = new_root.clone();
+                    f.tensors[src].loop_domain = new_root;
+                    let e = f.exprs.len();
+                    f.exprs.push(Expr {
+                        op: Op::Set,
+                        inputs: vec![Operand::Tensor(t)],
+                        output: src,
+                        span: Some(loc.0),
+                    });
+                    f.tensors[src].definition = Some(e);
+                    Ok(())
+                }
+                other => a.err(
+                    format!("unknown function `{other}` (expected cache_after or cache_before)"),
+                    None,
+                ),
+            }
+        }
+        SchedStmt::Method {
+            tensor: tname,
+            method,
+            args,
+            loc,
+        } => {
+            let t = tensor(f, tname, loc.0)?;
+            let a = Args::new(format!("{tname}.{method}"), args, loc.0);
+            if f.tensors[t].is_input && method != "set_memory" {
+                return a.err(
+                    format!("`{tname}` is an input and is never computed; schedule a cache of it (x_c = cache_after({tname}))"),
+                    None,
+                );
+            }
+            match method.as_str() {
+                "split" => {
+                    a.count(2, 3)?;
+                    a.no_named()?;
+                    let ax = axis(f, t, &a, 0)?;
+                    let factor = a.int(1)?;
+                    if factor < 1 {
+                        return a.err(format!("split factor must be at least 1, got {factor}"), Some(a.pos[1].loc()));
+                    }
+                    let inner_split = if a.pos.len() == 3 {
+                        match a.ident(2)?.0 {
+                            "inner" => true,
+                            "outer" => false,
+                            other => return a.err(format!("expected `inner` or `outer`, got `{other}`"), Some(a.pos[2].loc())),
+                        }
+                    } else {
+                        true
+                    };
+                    let id = f.tensors[t].loop_domain[ax];
+                    if f.ids[id].parallel != ParallelType::Serial {
+                        return a.err(format!("axis {ax} of `{tname}` is parallelized ({}); split it before parallelizing", f.ids[id].parallel), None);
+                    }
+                    split(f, t, ax, factor, inner_split);
+                    Ok(())
+                }
+                "merge" => {
+                    a.count(1, 2)?;
+                    a.no_named()?;
+                    let ax = axis(f, t, &a, 0)?;
+                    let bx = if a.pos.len() == 2 {
+                        axis(f, t, &a, 1)?
+                    } else {
+                        if ax + 1 >= f.tensors[t].loop_domain.len() {
+                            return a.err(format!("axis {ax} is the last axis of `{tname}`: nothing to merge it with"), None);
+                        }
+                        ax + 1
+                    };
+                    if ax == bx {
+                        return a.err("cannot merge an axis with itself", None);
+                    }
+                    let (ia, ib) = (f.tensors[t].loop_domain[ax], f.tensors[t].loop_domain[bx]);
+                    let (ka, kb) = (f.ids[ia].kind, f.ids[ib].kind);
+                    if (ka == IterKind::Reduction) != (kb == IterKind::Reduction) {
+                        return a.err(format!("cannot merge a reduction axis with an iteration axis of `{tname}`"), None);
+                    }
+                    for (x, i) in [(ax, ia), (bx, ib)] {
+                        if f.ids[i].parallel != ParallelType::Serial {
+                            return a.err(format!("axis {x} of `{tname}` is parallelized; merge before parallelizing"), None);
+                        }
+                    }
+                    merge(f, t, ax, bx);
+                    Ok(())
+                }
+                "reorder" => {
+                    a.no_named()?;
+                    let n = f.tensors[t].loop_domain.len();
+                    if a.pos.len() != n {
+                        return a.err(format!("give a permutation of all {n} loop axes of `{tname}` (new order, old positions)"), None);
+                    }
+                    let mut perm = Vec::new();
+                    for i in 0..n {
+                        let ax = axis(f, t, &a, i)?;
+                        if perm.contains(&ax) {
+                            return a.err(format!("axis {ax} appears twice in the permutation"), Some(a.pos[i].loc()));
+                        }
+                        perm.push(ax);
+                    }
+                    let old = f.tensors[t].loop_domain.clone();
+                    f.tensors[t].loop_domain = perm.iter().map(|&p| old[p]).collect();
+                    Ok(())
+                }
+                "parallelize" => {
+                    a.count(2, 2)?;
+                    a.no_named()?;
+                    let ax = axis(f, t, &a, 0)?;
+                    let (pname, psp) = a.ident(1)?;
+                    let p = ParallelType::parse(pname).ok_or_else(|| {
+                        Diagnostic::new(
+                            format!("{}: unknown parallel type `{pname}` (BIDx, BIDy, BIDz, TIDx, TIDy, TIDz, Vectorize, Unroll, Serial, Bulk)", a.what),
+                            Some(psp),
+                        )
+                    })?;
+                    if p == ParallelType::Bulk {
+                        return a.err("the Bulk parallel type marks TMA boxes, and TMA loads are not supported by this compiler yet", Some(psp));
+                    }
+                    let id = f.tensors[t].loop_domain[ax];
+                    if p != ParallelType::Serial {
+                        if let Some(other) = f.tensors[t].loop_domain.iter().position(|&i| i != id && f.ids[i].parallel == p) {
+                            return a.err(format!("axis {other} of `{tname}` is already bound to {p}"), Some(psp));
+                        }
+                    }
+                    if p == ParallelType::Vectorize && extent_const(f, id).is_none() {
+                        return a.err(
+                            format!("axis {ax} of `{tname}` has no constant extent; split it by 2, 4 or 8 and vectorize the inner axis"),
+                            Some(psp),
+                        );
+                    }
+                    if p.is_block() && f.ids[id].kind == IterKind::Reduction {
+                        return a.err(format!("axis {ax} of `{tname}` is a reduction axis: reductions across blocks (grid reductions) are not supported"), Some(psp));
+                    }
+                    f.ids[id].parallel = p;
+                    Ok(())
+                }
+                "vectorize" => {
+                    a.count(1, 1)?;
+                    a.no_named()?;
+                    let ax = axis(f, t, &a, 0)?;
+                    let id = f.tensors[t].loop_domain[ax];
+                    if extent_const(f, id).is_none() {
+                        return a.err(format!("axis {ax} of `{tname}` has no constant extent; split it first"), None);
+                    }
+                    f.ids[id].parallel = ParallelType::Vectorize;
+                    Ok(())
+                }
+                "set_memory" => {
+                    a.count(1, 1)?;
+                    a.no_named()?;
+                    let (m, msp) = a.ident(0)?;
+                    let m = MemoryType::parse(m).ok_or_else(|| {
+                        Diagnostic::new(format!("{}: unknown memory `{m}` (global, shared or local)", a.what), Some(msp))
+                    })?;
+                    if (f.tensors[t].is_input || f.tensors[t].is_output) && m != MemoryType::Global {
+                        return a.err(format!("`{tname}` is a fusion input or output and lives in global memory; cache it to use {}", m.name()), Some(msp));
+                    }
+                    f.tensors[t].memory = m;
+                    Ok(())
+                }
+                "inline_at" => {
+                    a.count(1, 1)?;
+                    a.no_named()?;
+                    let pos = a.int(0)?;
+                    let n = f.tensors[t].loop_domain.len() as i64;
+                    if pos < 0 || pos > n {
+                        return a.err(format!("position {pos} is out of range 0..={n} for `{tname}`"), Some(a.pos[0].loc()));
+                    }
+                    f.tensors[t].inline = Inline::At(pos as usize);
+                    Ok(())
+                }
+                "compute_at" => {
+                    a.count(2, 2)?;
+                    a.no_named()?;
+                    let (cname, csp) = a.ident(0)?;
+                    let c = tensor(f, cname, csp)?;
+                    if !f.uses(t).iter().any(|&e| f.exprs[e].output == c) {
+                        return a.err(format!("`{cname}` does not read `{tname}`"), Some(csp));
+                    }
+                    let pos = a.int(1)?;
+                    let n = f.tensors[c].loop_domain.len() as i64;
+                    if pos < 0 || pos > n {
+                        return a.err(format!("position {pos} is out of range 0..={n} for `{cname}`"), Some(a.pos[1].loc()));
+                    }
+                    let map = replay(f, c, t);
+                    let shared: Vec<IterId> = f.tensors[c].loop_domain[..pos as usize].to_vec();
+                    let k = f.tensors[t]
+                        .loop_domain
+                        .iter()
+                        .take_while(|id| map.iter().any(|(from, to)| to == *id && shared.contains(from)))
+                        .count();
+                    f.tensors[t].inline = Inline::At(k);
+                    Ok(())
+                }
+                other => a.err(
+                    format!("unknown schedule method `{other}` (split, merge, reorder, parallelize, vectorize, set_memory, inline_at, compute_at)"),
+                    None,
+                ),
+            }
+        }
+        SchedStmt::Call { func, args, loc } => {
+            let a = Args::new(format!("{func}(...)"), args, loc.0);
+            match func.as_str() {
+                "inline_most" => {
+                    a.no_named()?;
+                    let targets: Vec<TensorId> = if a.pos.is_empty() {
+                        (0..f.tensors.len()).collect()
+                    } else {
+                        (0..a.pos.len())
+                            .map(|i| a.ident(i).and_then(|(n, sp)| tensor(f, n, sp)))
+                            .collect::<SResult<_>>()?
+                    };
+                    for t in targets {
+                        f.tensors[t].inline = Inline::Most;
+                    }
+                    Ok(())
+                }
+                "propagate" => {
+                    a.count(1, 1)?;
+                    a.no_named()?;
+                    let (n, sp) = a.ident(0)?;
+                    let reference = tensor(f, n, sp)?;
+                    if f.tensors[reference].is_input {
+                        return a.err(
+                            format!("`{n}` is an input: propagate from a computed tensor"),
+                            Some(sp),
+                        );
+                    }
+                    for t in 0..f.tensors.len() {
+                        if t != reference && !f.tensors[t].is_input {
+                            replay(f, reference, t);
+                        }
+                    }
+                    Ok(())
+                }
+                "cache_after" | "cache_before" => {
+                    a.err(format!("bind the result: `name = {func}(tensor)`"), None)
+                }
+                other => a.err(
+                    format!("unknown schedule function `{other}` (inline_most, propagate)"),
+                    None,
+                ),
+            }
+        }
+    }
+}
+
+fn push_tensor(
+    f: &mut Fusion,
+    name: &str,
+    dtype: DType,
+    root: Vec<IterId>,
+    memory: MemoryType,
+    span: Option<Span>,
+) -> TensorId {
+    f.tensors.push(Tensor {
+        name: name.to_string(),
+        dtype,
+        loop_domain: root.clone(),
+        root,
+        memory,
+        inline: Inline::Most,
+        definition: None,
+        is_input: false,
+        is_output: false,
+        span,
+    });
+    f.tensors.len() - 1
+}
+
+/// Constant extent of an axis, when it has one.
+pub fn extent_const(f: &Fusion, id: IterId) -> Option<i64> {
+    match &f.ids[id].origin {
+        IterOrigin::Root => f.class_extent(f.class_of(id)).as_const(),
+        IterOrigin::Split {
+            parent,
+            factor,
+            inner_split,
+            is_outer,
+        } => {
+            if *inner_split != *is_outer {
+                Some(*factor)
+            } else {
+                extent_const(f, *parent).map(|e| (e + factor - 1) / factor)
+            }
+        }
+        IterOrigin::Merge { outer, inner } => {
+            Some(extent_const(f, *outer)?.checked_mul(extent_const(f, *inner)?)?)
+        }
+    }
+}
+
+/// Splits loop axis `ax` of `t` into (outer, inner).
+pub(crate) fn split(
+    f: &mut Fusion,
+    t: TensorId,
+    ax: usize,
+    factor: i64,
+    inner_split: bool,
+) -> (IterId, IterId) {
+    let id = f.tensors[t].loop_domain[ax];
+    let kind = f.ids[id].kind;
+    let o = f.new_id(
+        kind,
+        IterOrigin::Split {
+            parent: id,
+            factor,
+            inner_split,
+            is_outer: true,
+        },
+        None,
+    );
+    let i = f.new_id(
+        kind,
+        IterOrigin::Split {
+            parent: id,
+            factor,
+            inner_split,
+            is_outer: false,
+        },
+        None,
+    );
+    f.tensors[t].loop_domain.splice(ax..=ax, [o, i]);
+    (o, i)
+}
+
+/// Merges loop axes `ax` (outer) and `bx` (inner) of `t`; the result takes the lower position.
+pub(crate) fn merge(f: &mut Fusion, t: TensorId, ax: usize, bx: usize) -> IterId {
+    let (ia, ib) = (f.tensors[t].loop_domain[ax], f.tensors[t].loop_domain[bx]);
+    let kind = if f.ids[ia].kind == IterKind::Broadcast && f.ids[ib].kind == IterKind::Broadcast {
+        IterKind::Broadcast
+    } else if f.ids[ia].kind == IterKind::Reduction {
+        IterKind::Reduction
+    } else {
+        IterKind::Iteration
+    };
+    let m = f.new_id(
+        kind,
+        IterOrigin::Merge {
+            outer: ia,
+            inner: ib,
+        },
+        None,
+    );
+    let at = ax.min(bx);
+    let ld = &mut f.tensors[t].loop_domain;
+    ld.retain(|&x| x != ia && x != ib);
+    ld.insert(at, m);
+    m
+}
+
+/// Replays the transformations and parallel types of `reference` onto `target`, matching root
+/// axes by class. Axes of `target` that `reference` lacks keep their place. Returns the map from
+/// `reference`'s axes to `target`'s.
+pub(crate) fn replay(
+    f: &mut Fusion,
+    reference: TensorId,
+    target: TensorId,
+) -> Vec<(IterId, IterId)> {
+    let mut map: HashMap<IterId, IterId> = HashMap::new();
+    let target_root = f.tensors[target].root.clone();
+    for &r in &f.tensors[reference].root.clone() {
+        let c = f.class_of(r);
+        if let Some(&u) = target_root.iter().find(|&&u| f.class_of(u) == c) {
+            map.insert(r, u);
+        }
+    }
+    // Axes between reference's root and loop domain, in creation order.
+    let mut needed = Vec::new();
+    let mut stack: Vec<IterId> = f.tensors[reference].loop_domain.clone();
+    while let Some(id) = stack.pop() {
+        if needed.contains(&id) {
+            continue;
+        }
+        needed.push(id);
+        match f.ids[id].origin {
+            IterOrigin::Root => {}
+            IterOrigin::Split { parent, .. } => stack.push(parent),
+            IterOrigin::Merge { outer, inner } => {
+                stack.push(outer);
+                stack.push(inner);
+            }
+        }
+    }
+    needed.sort_unstable();
+    for &id in &needed {
+        match f.ids[id].origin.clone() {
+            IterOrigin::Root => {}
+            IterOrigin::Split {
+                parent,
+                factor,
+                inner_split,
+                is_outer,
+            } => {
+                if !is_outer || map.contains_key(&id) {
+                    continue;
+                }
+                let Some(&u) = map.get(&parent) else { continue };
+                let Some(ax) = f.tensors[target].loop_domain.iter().position(|&x| x == u) else {
+                    continue;
+                };
+                let sibling = needed.iter().copied().find(|&s| {
+                    s != id && matches!(f.ids[s].origin, IterOrigin::Split { parent: p, is_outer: false, .. } if p == parent)
+                });
+                let (o, i) = split(f, target, ax, factor, inner_split);
+                map.insert(id, o);
+                if let Some(s) = sibling {
+                    map.insert(s, i);
+                }
+            }
+            IterOrigin::Merge { outer, inner } => {
+                let (Some(&uo), Some(&ui)) = (map.get(&outer), map.get(&inner)) else {
+                    continue;
+                };
+                let ld = &f.tensors[target].loop_domain;
+                let (Some(ao), Some(ai)) = (
+                    ld.iter().position(|&x| x == uo),
+                    ld.iter().position(|&x| x == ui),
+                ) else {
+                    continue;
+                };
+                let kinds_ok = (f.ids[uo].kind == IterKind::Reduction)
+                    == (f.ids[ui].kind == IterKind::Reduction);
+                if !kinds_ok {
+                    continue;
+                }
+                let m = merge(f, target, ao, ai);
+                map.insert(id, m);
+            }
+        }
+    }
+    // Order target's loop axes like reference's; unmapped axes follow their left neighbour.
+    let ref_loop = f.tensors[reference].loop_domain.clone();
+    let inverse: HashMap<IterId, usize> = ref_loop
+        .iter()
+        .enumerate()
+        .filter_map(|(p, r)| map.get(r).map(|&u| (u, p)))
+        .collect();
+    let mut keyed = Vec::new();
+    let mut last = -1.0f64;
+    for (k, &u) in f.tensors[target].loop_domain.iter().enumerate() {
+        let key = match inverse.get(&u) {
+            Some(&p) => p as f64,
+            None => last + 0.5,
+        };
+        last = key;
+        keyed.push((key, k, u));
+    }
+    keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    f.tensors[target].loop_domain = keyed.into_iter().map(|(_, _, u)| u).collect();
+    for &r in &ref_loop {
+        if let Some(&u) = map.get(&r) {
+            let p = f.ids[r].parallel;
+            // A parallel type already used by another axis of the target stays where it is.
+            let clash = f.tensors[target]
+                .loop_domain
+                .iter()
+                .any(|&x| x != u && f.ids[x].parallel == p && p != ParallelType::Serial);
+            let grid_reduction = p.is_block() && f.ids[u].kind == IterKind::Reduction;
+            if !clash && !grid_reduction {
+                f.ids[u].parallel = p;
+            }
+        }
+    }
+    map.into_iter().collect()
+}

@@ -1,0 +1,418 @@
+//! The kernel IR: a tree of loops, conditionals, allocations, computations and barriers over
+//! buffers, with index arithmetic as [`Val`] trees. Every pass takes and returns a [`Kernel`];
+//! [`Kernel::print`] is the dump the playground shows after each pass.
+
+use crate::dtype::DType;
+use crate::fusion::{BinaryOp, MemoryType, ParallelType, ReduceOp, UnaryOp};
+use crate::plan::SizeExpr;
+use std::fmt::Write;
+
+pub type BufferId = usize;
+
+/// Integer index arithmetic.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Val {
+    Int(i64),
+    /// A size parameter (`M`).
+    Size(String),
+    /// A loop index variable, by name.
+    Var(String),
+    /// threadIdx.x, blockIdx.y, ...
+    Hw(ParallelType),
+    Add(Box<Val>, Box<Val>),
+    Sub(Box<Val>, Box<Val>),
+    Mul(Box<Val>, Box<Val>),
+    Div(Box<Val>, Box<Val>),
+    Mod(Box<Val>, Box<Val>),
+    CeilDiv(Box<Val>, Box<Val>),
+    Lt(Box<Val>, Box<Val>),
+    Eq(Box<Val>, Box<Val>),
+    And(Box<Val>, Box<Val>),
+    True,
+}
+
+#[allow(clippy::should_implement_trait)]
+impl Val {
+    pub fn add(a: Val, b: Val) -> Val {
+        Val::Add(Box::new(a), Box::new(b))
+    }
+    pub fn mul(a: Val, b: Val) -> Val {
+        Val::Mul(Box::new(a), Box::new(b))
+    }
+    pub fn div(a: Val, b: Val) -> Val {
+        Val::Div(Box::new(a), Box::new(b))
+    }
+    pub fn rem(a: Val, b: Val) -> Val {
+        Val::Mod(Box::new(a), Box::new(b))
+    }
+    pub fn ceil_div(a: Val, b: Val) -> Val {
+        Val::CeilDiv(Box::new(a), Box::new(b))
+    }
+    pub fn lt(a: Val, b: Val) -> Val {
+        Val::Lt(Box::new(a), Box::new(b))
+    }
+    pub fn eq(a: Val, b: Val) -> Val {
+        Val::Eq(Box::new(a), Box::new(b))
+    }
+    pub fn and(a: Val, b: Val) -> Val {
+        match (a, b) {
+            (Val::True, x) | (x, Val::True) => x,
+            (a, b) => Val::And(Box::new(a), Box::new(b)),
+        }
+    }
+    pub fn all(vals: impl IntoIterator<Item = Val>) -> Val {
+        vals.into_iter().fold(Val::True, Val::and)
+    }
+
+    pub fn from_size(e: &SizeExpr) -> Val {
+        match e {
+            SizeExpr::Const(c) => Val::Int(*c),
+            SizeExpr::Sym(s) => Val::Size(s.clone()),
+            SizeExpr::Add(a, b) => Val::add(Val::from_size(a), Val::from_size(b)),
+            SizeExpr::Mul(a, b) => Val::mul(Val::from_size(a), Val::from_size(b)),
+            SizeExpr::CeilDiv(a, b) => Val::ceil_div(Val::from_size(a), Val::from_size(b)),
+            SizeExpr::Max(a, _) => Val::from_size(a),
+        }
+    }
+
+    /// Replaces variable `name` by `with`.
+    pub fn subst(&self, name: &str, with: &Val) -> Val {
+        let s = |v: &Val| Box::new(v.subst(name, with));
+        match self {
+            Val::Var(n) if n == name => with.clone(),
+            Val::Add(a, b) => Val::Add(s(a), s(b)),
+            Val::Sub(a, b) => Val::Sub(s(a), s(b)),
+            Val::Mul(a, b) => Val::Mul(s(a), s(b)),
+            Val::Div(a, b) => Val::Div(s(a), s(b)),
+            Val::Mod(a, b) => Val::Mod(s(a), s(b)),
+            Val::CeilDiv(a, b) => Val::CeilDiv(s(a), s(b)),
+            Val::Lt(a, b) => Val::Lt(s(a), s(b)),
+            Val::Eq(a, b) => Val::Eq(s(a), s(b)),
+            Val::And(a, b) => Val::And(s(a), s(b)),
+            v => v.clone(),
+        }
+    }
+
+    pub fn mentions(&self, name: &str) -> bool {
+        match self {
+            Val::Var(n) => n == name,
+            Val::Add(a, b)
+            | Val::Sub(a, b)
+            | Val::Mul(a, b)
+            | Val::Div(a, b)
+            | Val::Mod(a, b)
+            | Val::CeilDiv(a, b)
+            | Val::Lt(a, b)
+            | Val::Eq(a, b)
+            | Val::And(a, b) => a.mentions(name) || b.mentions(name),
+            _ => false,
+        }
+    }
+
+    fn prec(&self) -> u8 {
+        match self {
+            Val::And(..) => 1,
+            Val::Lt(..) | Val::Eq(..) => 2,
+            Val::Add(..) | Val::Sub(..) => 3,
+            Val::Mul(..) | Val::Div(..) | Val::Mod(..) => 4,
+            _ => 5,
+        }
+    }
+
+    /// C-like text; `hw` names hardware indices.
+    pub fn text(&self) -> String {
+        let bin = |a: &Val, op: &str, b: &Val, p: u8| {
+            let l = if a.prec() < p {
+                format!("({})", a.text())
+            } else {
+                a.text()
+            };
+            let r = if b.prec() <= p {
+                format!("({})", b.text())
+            } else {
+                b.text()
+            };
+            format!("{l} {op} {r}")
+        };
+        match self {
+            Val::Int(i) => i.to_string(),
+            Val::Size(s) => s.clone(),
+            Val::Var(v) => v.clone(),
+            Val::Hw(p) => p.cuda_index().unwrap_or("?").to_string(),
+            Val::Add(a, b) => bin(a, "+", b, 3),
+            Val::Sub(a, b) => bin(a, "-", b, 3),
+            Val::Mul(a, b) => bin(a, "*", b, 4),
+            Val::Div(a, b) => bin(a, "/", b, 4),
+            Val::Mod(a, b) => bin(a, "%", b, 4),
+            Val::CeilDiv(a, b) => format!("ceilDiv({}, {})", a.text(), b.text()),
+            Val::Lt(a, b) => bin(a, "<", b, 2),
+            Val::Eq(a, b) => bin(a, "==", b, 2),
+            Val::And(a, b) => bin(a, "&&", b, 1),
+            Val::True => "true".into(),
+        }
+    }
+}
+
+/// A read or write of a buffer element. `index` is None until the indexing pass.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Access {
+    pub buffer: BufferId,
+    pub index: Option<Val>,
+}
+
+/// A data value (in the compute type of its op).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Data {
+    Read(Access),
+    /// A scalar kernel parameter.
+    Param(String, DType),
+    Literal(f64, DType),
+    Unary(UnaryOp, DType, Box<Data>),
+    Binary(BinaryOp, DType, Box<Data>, Box<Data>),
+    Cast(DType, Box<Data>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ComputeRole {
+    Normal,
+    /// `acc = identity` before the reduction loops.
+    ReductionInit,
+    /// `acc = op(acc, x)` inside them.
+    ReductionUpdate,
+    /// `out = acc` after them (and after the cross-thread reduction).
+    ReductionWrite,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compute {
+    /// The fusion expression this computes (for the dump and the messages).
+    pub expr: usize,
+    pub out: Access,
+    pub value: Data,
+    pub role: ComputeRole,
+    /// Width when the compute is one vector access (a loop variable ranging over the lanes).
+    pub vector: Option<(String, u32)>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Loop {
+    /// The loop key (see `passes::Keys`): loops with equal keys iterate the same index space.
+    pub key: usize,
+    pub var: String,
+    pub extent: Val,
+    pub parallel: ParallelType,
+    pub body: Vec<Stmt>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    Loop(Loop),
+    If {
+        cond: Val,
+        then: Vec<Stmt>,
+        els: Vec<Stmt>,
+    },
+    Alloc(BufferId),
+    Compute(Compute),
+    /// Every thread gets the reduction of `acc` over the threads that differ only in the
+    /// reduced thread dims (`dims[0..3]` = x, y, z).
+    BlockReduce {
+        acc: Access,
+        op: ReduceOp,
+        dtype: DType,
+        dims: [bool; 3],
+    },
+    /// `__syncthreads()`
+    Sync,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffer {
+    pub name: String,
+    pub dtype: DType,
+    pub memory: MemoryType,
+    /// The fusion tensor stored here (None for reduction accumulators).
+    pub tensor: Option<usize>,
+    /// Elements (local and shared buffers), set by the allocation pass.
+    pub size: Option<Val>,
+    /// Byte offset in dynamic shared memory, set by the allocation pass.
+    pub smem_offset: Option<Val>,
+    /// Global tensors: logical extents (outermost first) and whether each axis is broadcast.
+    pub global_shape: Vec<(SizeExpr, bool)>,
+    /// Global buffers: kernel parameter role.
+    pub is_input: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub name: String,
+    pub buffers: Vec<Buffer>,
+    pub body: Vec<Stmt>,
+    pub block: [SizeExpr; 3],
+    pub grid: [SizeExpr; 3],
+    /// Loop variables bound to hardware indices, declared once at the top.
+    pub hw_vars: Vec<(String, ParallelType)>,
+    /// Scratch for block reductions (bytes, at the end of dynamic shared memory).
+    pub reduce_scratch: Option<SizeExpr>,
+    pub dynamic_smem: SizeExpr,
+}
+
+impl Data {
+    pub fn text(&self, k: &Kernel) -> String {
+        match self {
+            Data::Read(a) => access_text(k, a),
+            Data::Param(n, _) => n.clone(),
+            Data::Literal(v, _) => format!("{v:?}"),
+            Data::Unary(u, _, x) => format!("{}({})", u.name(), x.text(k)),
+            Data::Binary(b, _, x, y) => format!("{}({}, {})", b.name(), x.text(k), y.text(k)),
+            Data::Cast(d, x) => format!("cast<{d}>({})", x.text(k)),
+        }
+    }
+}
+
+pub fn access_text(k: &Kernel, a: &Access) -> String {
+    let name = &k.buffers[a.buffer].name;
+    match &a.index {
+        None => format!("{name}[*]"),
+        Some(i) => format!("{name}[{}]", i.text()),
+    }
+}
+
+impl Kernel {
+    /// The readable dump shown after every pass.
+    pub fn print(&self) -> String {
+        let mut s = String::new();
+        let dims = |d: &[SizeExpr; 3]| {
+            d.iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            s,
+            "kernel {}  grid({})  block({})",
+            self.name,
+            dims(&self.grid),
+            dims(&self.block)
+        );
+        for b in &self.buffers {
+            if b.memory == MemoryType::Global {
+                let shape: Vec<String> = b
+                    .global_shape
+                    .iter()
+                    .map(|(e, bc)| if *bc { "1".into() } else { e.to_string() })
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "  param {}: {}[{}] global {}",
+                    b.name,
+                    b.dtype,
+                    shape.join(", "),
+                    if b.is_input { "in" } else { "out" }
+                );
+            }
+        }
+        for (v, p) in &self.hw_vars {
+            let _ = writeln!(s, "  {v} = {}", p.cuda_index().unwrap_or("?"));
+        }
+        print_block(self, &self.body, 1, &mut s);
+        s
+    }
+}
+
+fn print_block(k: &Kernel, body: &[Stmt], depth: usize, s: &mut String) {
+    let ind = "  ".repeat(depth);
+    for st in body {
+        match st {
+            Stmt::Loop(l) => {
+                let _ = writeln!(
+                    s,
+                    "{ind}for {} in {} @{}:",
+                    l.var,
+                    l.extent.text(),
+                    l.parallel
+                );
+                print_block(k, &l.body, depth + 1, s);
+            }
+            Stmt::If { cond, then, els } => {
+                let _ = writeln!(s, "{ind}if {}:", cond.text());
+                print_block(k, then, depth + 1, s);
+                if !els.is_empty() {
+                    let _ = writeln!(s, "{ind}else:");
+                    print_block(k, els, depth + 1, s);
+                }
+            }
+            Stmt::Alloc(b) => {
+                let buf = &k.buffers[*b];
+                let size = buf
+                    .size
+                    .as_ref()
+                    .map(|v| v.text())
+                    .unwrap_or_else(|| "?".into());
+                let off = buf
+                    .smem_offset
+                    .as_ref()
+                    .map(|o| format!(" at smem+{}", o.text()))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "{ind}alloc {}: {}[{size}] {}{off}",
+                    buf.name,
+                    buf.dtype,
+                    buf.memory.name()
+                );
+            }
+            Stmt::Compute(c) => {
+                let tag = match c.role {
+                    ComputeRole::Normal => "",
+                    ComputeRole::ReductionInit => "  // init",
+                    ComputeRole::ReductionUpdate => "  // reduce",
+                    ComputeRole::ReductionWrite => "  // write",
+                };
+                let vec = c
+                    .vector
+                    .as_ref()
+                    .map(|(v, w)| format!("vector<{w}> over {v}: "))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "{ind}{vec}{} = {}{tag}",
+                    access_text(k, &c.out),
+                    c.value.text(k)
+                );
+            }
+            Stmt::BlockReduce { acc, op, dims, .. } => {
+                let d: String = ["x", "y", "z"]
+                    .iter()
+                    .zip(dims)
+                    .filter(|(_, &b)| b)
+                    .map(|(n, _)| *n)
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "{ind}block_{}_over_{d}({})",
+                    op.name(),
+                    access_text(k, acc)
+                );
+            }
+            Stmt::Sync => {
+                let _ = writeln!(s, "{ind}__syncthreads()");
+            }
+        }
+    }
+}
+
+/// Visits every statement list, innermost last, with mutable access.
+pub fn for_each_block_mut(body: &mut Vec<Stmt>, f: &mut dyn FnMut(&mut Vec<Stmt>)) {
+    for st in body.iter_mut() {
+        match st {
+            Stmt::Loop(l) => for_each_block_mut(&mut l.body, f),
+            Stmt::If { then, els, .. } => {
+                for_each_block_mut(then, f);
+                for_each_block_mut(els, f);
+            }
+            _ => {}
+        }
+    }
+    f(body);
+}

@@ -1,0 +1,163 @@
+//! Pass `allocation`: sizes and places register and shared-memory buffers.
+//!
+//! Requires: `loop_nest` placements. A tensor computed at position `p` is allocated in the
+//! innermost loop it shares with its consumers, over its own loop axes after `p` (reduction axes
+//! never take space; registers skip axes bound to thread and block indices; shared memory skips
+//! block indices but keeps every thread-bound axis, so threads can exchange values). Guarantees:
+//! register arrays have a constant size, shared buffers have 16-byte aligned offsets in dynamic
+//! shared memory, the total fits the 227 KB of an H100 block when it is known at compile time.
+//! Emits: `alloc` statements and the kernel's dynamic shared memory size.
+
+use super::{mul, Ctx};
+use crate::diag::Diagnostic;
+use crate::fusion::{IterKind, MemoryType, TensorId};
+use crate::kir::{Kernel, Stmt, Val};
+use crate::plan::SizeExpr;
+
+pub const SMEM_LIMIT: i64 = 227 * 1024;
+
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let mut placements: Vec<(TensorId, usize)> =
+        cx.tensor_buffer.iter().map(|(&t, &b)| (t, b)).collect();
+    placements.sort_unstable();
+    for (t, b) in placements {
+        let tensor = &f.tensors[t];
+        if tensor.memory == MemoryType::Global {
+            continue;
+        }
+        let (keys, q) = cx.placement[&t].clone();
+        let pos = tensor.loop_domain.len() - (keys.len() - q);
+        let ids: Vec<usize> = tensor
+            .loop_domain
+            .iter()
+            .enumerate()
+            .filter(|&(p, &id)| {
+                let ax = &f.ids[id];
+                if ax.kind == IterKind::Reduction {
+                    return false;
+                }
+                match tensor.memory {
+                    MemoryType::Local => p >= pos && !ax.parallel.is_hw(),
+                    _ => (p >= pos && !ax.parallel.is_block()) || ax.parallel.is_thread(),
+                }
+            })
+            .map(|(_, &id)| id)
+            .collect();
+        cx.alloc_ids.insert(b, ids);
+        if !insert_alloc(&mut k.body, b, q, 0) {
+            return Err(Diagnostic::new(
+                format!("internal: no place to allocate `{}`", tensor.name),
+                tensor.span,
+            ));
+        }
+    }
+    // Sizes.
+    let mut offset = SizeExpr::Const(0);
+    for b in 0..k.buffers.len() {
+        let Some(ids) = cx.alloc_ids.get(&b).cloned() else {
+            continue;
+        };
+        let size = ids
+            .iter()
+            .fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id)));
+        let buf = &k.buffers[b];
+        match buf.memory {
+            MemoryType::Local => {
+                let Some(n) = size.as_const() else {
+                    let t = buf.tensor.map(|t| f.tensors[t].span).unwrap_or(None);
+                    return Err(Diagnostic::new(
+                        format!(
+                            "register tensor `{}` needs {size} elements per thread: a register array needs a constant size (split by a constant, inline it further, or use shared memory)",
+                            buf.name
+                        ),
+                        t,
+                    ));
+                };
+                if n > 1024 {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "register tensor `{}` needs {n} elements per thread (at most 1024)",
+                            buf.name
+                        ),
+                        None,
+                    ));
+                }
+            }
+            MemoryType::Shared => {
+                let bytes = mul(size.clone(), SizeExpr::Const(buf.dtype.size_bytes() as i64));
+                let aligned = mul(super::ceil_div(bytes, 16), SizeExpr::Const(16));
+                k.buffers[b].smem_offset = Some(Val::from_size(&offset));
+                offset = add(offset, aligned);
+            }
+            MemoryType::Global => {}
+        }
+        k.buffers[b].size = Some(Val::from_size(&size));
+    }
+    // Scratch for block reductions: one 8-byte slot per thread, after the buffers.
+    if contains_block_reduce(&k.body) {
+        let threads = k.block.iter().cloned().fold(SizeExpr::Const(1), mul);
+        let scratch = mul(threads, SizeExpr::Const(8));
+        k.reduce_scratch = Some(offset.clone());
+        offset = add(offset, scratch);
+    }
+    if let Some(total) = offset.as_const() {
+        if total > SMEM_LIMIT {
+            return Err(Diagnostic::new(
+                format!("the kernel needs {total} bytes of shared memory; an H100 block has at most {SMEM_LIMIT} (227 KB)"),
+                None,
+            ));
+        }
+    }
+    k.dynamic_smem = offset;
+    Ok(())
+}
+
+fn add(a: SizeExpr, b: SizeExpr) -> SizeExpr {
+    match (a, b) {
+        (SizeExpr::Const(x), SizeExpr::Const(y)) => SizeExpr::Const(x + y),
+        (SizeExpr::Const(0), e) | (e, SizeExpr::Const(0)) => e,
+        (a, b) => SizeExpr::Add(Box::new(a), Box::new(b)),
+    }
+}
+
+fn contains_block_reduce(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::BlockReduce { .. } => true,
+        Stmt::Loop(l) => contains_block_reduce(&l.body),
+        Stmt::If { then, els, .. } => contains_block_reduce(then) || contains_block_reduce(els),
+        _ => false,
+    })
+}
+
+fn writes(body: &[Stmt], b: usize) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Compute(c) => c.out.buffer == b,
+        Stmt::Loop(l) => writes(&l.body, b),
+        Stmt::If { then, els, .. } => writes(then, b) || writes(els, b),
+        _ => false,
+    })
+}
+
+/// Inserts `alloc b` at loop depth `q` before the statement that holds its first write.
+fn insert_alloc(body: &mut Vec<Stmt>, b: usize, q: usize, depth: usize) -> bool {
+    let Some(i) = body.iter().position(|s| match s {
+        Stmt::Compute(c) => c.out.buffer == b,
+        Stmt::Loop(l) => writes(&l.body, b),
+        Stmt::If { then, els, .. } => writes(then, b) || writes(els, b),
+        _ => false,
+    }) else {
+        return false;
+    };
+    if depth == q {
+        body.insert(i, Stmt::Alloc(b));
+        return true;
+    }
+    match &mut body[i] {
+        Stmt::Loop(l) => insert_alloc(&mut l.body, b, q, depth + 1),
+        _ => {
+            body.insert(i, Stmt::Alloc(b));
+            true
+        }
+    }
+}

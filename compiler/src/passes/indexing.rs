@@ -1,0 +1,284 @@
+//! Pass `indexing`: gives every buffer access its index expression.
+//!
+//! Requires: `allocation` (the axes each register/shared buffer spans). For a computation of
+//! tensor `C`, the loop variables in scope give `C`'s loop axes; walking `C`'s splits and merges
+//! backwards gives its root indices (an inner split `(o, i)` of extent factor `f` is
+//! `o * f + i`; a merge `m` of `(a, b)` is `a = m / ext(b)`, `b = m % ext(b)`). A producer's
+//! root index is the consumer's root index of the same axis class (0 on broadcast axes of global
+//! tensors). Global tensors are dense row-major over their logical axes; register and shared
+//! buffers are row-major over their allocated axes, each found from a loop variable of the same
+//! key or forwards from the roots. Guarantees: every `Access` has `index: Some(..)`.
+
+use super::{Ctx, LoopKey};
+use crate::diag::Diagnostic;
+use crate::fusion::{IterKind, IterOrigin, MemoryType, TensorId};
+use crate::kir::{Access, Data, Kernel, Stmt, Val};
+use std::collections::HashMap;
+
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let mut env: HashMap<LoopKey, Val> = HashMap::new();
+    for (var, p) in &k.hw_vars {
+        if let Some(key) = cx.keys.names.iter().position(|n| n == var) {
+            env.insert(key, Val::Var(var.clone()));
+        }
+        let _ = p;
+    }
+    let buffers = k.buffers.clone();
+    let mut body = std::mem::take(&mut k.body);
+    walk(cx, &buffers, &mut body, &mut env)?;
+    k.body = body;
+    Ok(())
+}
+
+fn walk(
+    cx: &mut Ctx,
+    buffers: &[crate::kir::Buffer],
+    body: &mut [Stmt],
+    env: &mut HashMap<LoopKey, Val>,
+) -> Result<(), Diagnostic> {
+    for s in body.iter_mut() {
+        match s {
+            Stmt::Loop(l) => {
+                let prev = env.insert(l.key, Val::Var(l.var.clone()));
+                walk(cx, buffers, &mut l.body, env)?;
+                match prev {
+                    Some(p) => env.insert(l.key, p),
+                    None => env.remove(&l.key),
+                };
+            }
+            Stmt::If { then, els, .. } => {
+                walk(cx, buffers, then, env)?;
+                walk(cx, buffers, els, env)?;
+            }
+            Stmt::Compute(c) => {
+                let consumer = cx.fusion.exprs[c.expr].output;
+                let roots = consumer_roots(cx, consumer, env);
+                let mut ix = Indexer {
+                    cx,
+                    env,
+                    roots: &roots,
+                    buffers,
+                };
+                ix.access(&mut c.out)?;
+                ix.data(&mut c.value)?;
+            }
+            Stmt::BlockReduce { acc, .. } => {
+                let roots = HashMap::new();
+                let mut ix = Indexer {
+                    cx,
+                    env,
+                    roots: &roots,
+                    buffers,
+                };
+                ix.access(acc)?;
+            }
+            Stmt::Alloc(_) | Stmt::Sync => {}
+        }
+    }
+    Ok(())
+}
+
+/// Root indices of the consumer, by axis class, from the loop variables in scope.
+pub fn consumer_roots(
+    cx: &mut Ctx,
+    c: TensorId,
+    env: &HashMap<LoopKey, Val>,
+) -> HashMap<usize, Val> {
+    let f = cx.fusion;
+    let mut vals: HashMap<usize, Val> = HashMap::new();
+    for &id in &f.tensors[c].loop_domain {
+        if let Some(v) = env.get(&cx.key(id)) {
+            vals.insert(id, v.clone());
+        }
+    }
+    // Axes between root and loop domain, newest first (children before parents).
+    let mut between: Vec<usize> = Vec::new();
+    let mut stack = f.tensors[c].loop_domain.clone();
+    while let Some(id) = stack.pop() {
+        if between.contains(&id) {
+            continue;
+        }
+        between.push(id);
+        match f.ids[id].origin {
+            IterOrigin::Root => {}
+            IterOrigin::Split { parent, .. } => stack.push(parent),
+            IterOrigin::Merge { outer, inner } => {
+                stack.push(outer);
+                stack.push(inner);
+            }
+        }
+    }
+    between.sort_unstable_by(|a, b| b.cmp(a));
+    for &id in &between {
+        if let Some(v) = env.get(&cx.key(id)) {
+            vals.entry(id).or_insert_with(|| v.clone());
+        }
+        match f.ids[id].origin.clone() {
+            IterOrigin::Root => {}
+            IterOrigin::Split {
+                parent,
+                factor,
+                inner_split,
+                is_outer,
+            } => {
+                if !is_outer || vals.contains_key(&parent) {
+                    continue;
+                }
+                let sibling = between.iter().copied().find(|&s| {
+                    matches!(f.ids[s].origin, IterOrigin::Split { parent: p, is_outer: false, .. } if p == parent)
+                });
+                let (Some(o), Some(i)) = (
+                    vals.get(&id).cloned(),
+                    sibling.and_then(|s| vals.get(&s).cloned()),
+                ) else {
+                    continue;
+                };
+                let inner_extent = if inner_split {
+                    Val::Int(factor)
+                } else {
+                    let pk = cx.key(parent);
+                    Val::ceil_div(Val::from_size(&cx.key_extent(pk)), Val::Int(factor))
+                };
+                vals.insert(parent, Val::add(Val::mul(o, inner_extent), i));
+            }
+            IterOrigin::Merge { outer, inner } => {
+                let Some(m) = vals.get(&id).cloned() else {
+                    continue;
+                };
+                let ik = cx.key(inner);
+                let ext = Val::from_size(&cx.key_extent(ik));
+                vals.entry(outer)
+                    .or_insert_with(|| Val::div(m.clone(), ext.clone()));
+                vals.entry(inner).or_insert_with(|| Val::rem(m, ext));
+            }
+        }
+    }
+    let mut by_class = HashMap::new();
+    for &r in &f.tensors[c].root {
+        if let Some(v) = vals.get(&r) {
+            by_class.insert(f.class_of(r), v.clone());
+        }
+    }
+    by_class
+}
+
+struct Indexer<'a, 'b> {
+    cx: &'a mut Ctx<'b>,
+    env: &'a HashMap<LoopKey, Val>,
+    roots: &'a HashMap<usize, Val>,
+    buffers: &'a [crate::kir::Buffer],
+}
+
+impl Indexer<'_, '_> {
+    fn data(&mut self, d: &mut Data) -> Result<(), Diagnostic> {
+        match d {
+            Data::Read(a) => self.access(a),
+            Data::Unary(_, _, x) | Data::Cast(_, x) => self.data(x),
+            Data::Binary(_, _, x, y) => {
+                self.data(x)?;
+                self.data(y)
+            }
+            Data::Param(..) | Data::Literal(..) => Ok(()),
+        }
+    }
+
+    fn access(&mut self, a: &mut Access) -> Result<(), Diagnostic> {
+        let buf = &self.buffers[a.buffer];
+        let f = self.cx.fusion;
+        let missing = |what: &str| {
+            Diagnostic::new(
+                format!("cannot index `{}`: {what} is not available where it is read (check the inlining positions)", buf.name),
+                buf.tensor.and_then(|t| f.tensors[t].span),
+            )
+        };
+        let index = if buf.memory == MemoryType::Global {
+            let t = buf.tensor.ok_or_else(|| missing("the tensor"))?;
+            let mut idx: Option<Val> = None;
+            let logical = f.logical(t);
+            for (p, &r) in logical.iter().enumerate() {
+                let v = if f.ids[r].kind == IterKind::Broadcast {
+                    Val::Int(0)
+                } else {
+                    self.roots
+                        .get(&f.class_of(r))
+                        .cloned()
+                        .ok_or_else(|| missing(&format!("axis {p}")))?
+                };
+                idx = Some(match idx {
+                    None => v,
+                    Some(prev) => {
+                        let (ext, bc) = &buf.global_shape[p];
+                        let e = if *bc {
+                            Val::Int(1)
+                        } else {
+                            Val::from_size(ext)
+                        };
+                        Val::add(Val::mul(prev, e), v)
+                    }
+                });
+            }
+            idx.unwrap_or(Val::Int(0))
+        } else {
+            let ids = self
+                .cx
+                .alloc_ids
+                .get(&a.buffer)
+                .cloned()
+                .unwrap_or_default();
+            let mut idx: Option<Val> = None;
+            for id in ids {
+                let key = self.cx.key(id);
+                let v = self
+                    .forward(id)
+                    .ok_or_else(|| missing(&format!("loop `{}`", self.cx.keys.names[key])))?;
+                idx = Some(match idx {
+                    None => v,
+                    Some(prev) => {
+                        Val::add(Val::mul(prev, Val::from_size(&self.cx.id_extent(id))), v)
+                    }
+                });
+            }
+            idx.unwrap_or(Val::Int(0))
+        };
+        a.index = Some(index);
+        Ok(())
+    }
+
+    /// Index of an axis of a producer: a loop variable of the same key, else from its parents.
+    fn forward(&mut self, id: usize) -> Option<Val> {
+        let key = self.cx.key(id);
+        if let Some(v) = self.env.get(&key) {
+            return Some(v.clone());
+        }
+        let f = self.cx.fusion;
+        match f.ids[id].origin.clone() {
+            IterOrigin::Root => self.roots.get(&f.class_of(id)).cloned(),
+            IterOrigin::Split {
+                parent,
+                factor,
+                inner_split,
+                is_outer,
+            } => {
+                let p = self.forward(parent)?;
+                let inner_extent = if inner_split {
+                    Val::Int(factor)
+                } else {
+                    let pk = self.cx.key(parent);
+                    Val::ceil_div(Val::from_size(&self.cx.key_extent(pk)), Val::Int(factor))
+                };
+                Some(if is_outer {
+                    Val::div(p, inner_extent)
+                } else {
+                    Val::rem(p, inner_extent)
+                })
+            }
+            IterOrigin::Merge { outer, inner } => {
+                let (o, i) = (self.forward(outer)?, self.forward(inner)?);
+                Some(Val::add(
+                    Val::mul(o, Val::from_size(&self.cx.id_extent(inner))),
+                    i,
+                ))
+            }
+        }
+    }
+}

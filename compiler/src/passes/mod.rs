@@ -1,0 +1,269 @@
+//! The lowering pipeline: scheduled fusion → kernel IR → CUDA.
+//!
+//! [`PIPELINE`] lists every pass in order; each pass is a module whose doc comment says what it
+//! requires, what it guarantees and what it emits. The kernel IR is printed after each pass.
+
+pub mod allocation;
+pub mod indexing;
+pub mod loop_nest;
+pub mod predicate;
+pub mod reduction;
+pub mod simplify;
+pub mod sync;
+
+use crate::diag::Diagnostic;
+use crate::fusion::{Fusion, IterId, IterKind, IterOrigin, TensorId};
+use crate::kir::{BufferId, Kernel};
+use crate::plan::SizeExpr;
+use std::collections::{BTreeSet, HashMap};
+
+pub struct Pass {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub run: fn(&mut Ctx, &mut Kernel) -> Result<(), Diagnostic>,
+}
+
+/// Every pass, in the order it runs.
+pub const PIPELINE: &[Pass] = &[
+    Pass {
+        name: "loop_nest",
+        summary: "loop nests from inlining positions",
+        run: loop_nest::run,
+    },
+    Pass {
+        name: "reduction",
+        summary: "accumulators, block reductions, reduction writes",
+        run: reduction::run,
+    },
+    Pass {
+        name: "allocation",
+        summary: "register and shared-memory allocations",
+        run: allocation::run,
+    },
+    Pass {
+        name: "indexing",
+        summary: "index expressions for every access",
+        run: indexing::run,
+    },
+    Pass {
+        name: "predicate",
+        summary: "bounds and thread predicates, vector tails",
+        run: predicate::run,
+    },
+    Pass {
+        name: "sync",
+        summary: "block barriers for shared memory (RAW and WAR)",
+        run: sync::run,
+    },
+    Pass {
+        name: "simplify",
+        summary: "index arithmetic simplification",
+        run: simplify::run,
+    },
+];
+
+pub type LoopKey = usize;
+
+/// Structural identity of a loop: axes of different tensors derived the same way from the same
+/// axis classes get the same key, and so can share one loop.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KeyNode {
+    Root(IterId),
+    Split {
+        parent: LoopKey,
+        factor: i64,
+        inner_split: bool,
+        is_outer: bool,
+    },
+    Merge {
+        outer: LoopKey,
+        inner: LoopKey,
+    },
+}
+
+#[derive(Default)]
+pub struct Keys {
+    pub nodes: Vec<KeyNode>,
+    map: HashMap<KeyNode, LoopKey>,
+    pub names: Vec<String>,
+}
+
+/// State shared by the passes.
+pub struct Ctx<'a> {
+    pub fusion: &'a Fusion,
+    pub keys: Keys,
+    pub id_keys: HashMap<IterId, LoopKey>,
+    /// Buffer of each tensor (inputs and outputs included).
+    pub tensor_buffer: HashMap<TensorId, BufferId>,
+    /// Axes (of the tensor's loop domain) each local or shared buffer spans.
+    pub alloc_ids: HashMap<BufferId, Vec<IterId>>,
+    /// Placement: loop keys enclosing each tensor's computation, and how many are shared with
+    /// its consumers.
+    pub placement: HashMap<TensorId, (Vec<LoopKey>, usize)>,
+    /// Names loop variables must avoid (size symbols, tensors).
+    pub reserved_names: BTreeSet<String>,
+    /// Conditions on the sizes checked by the runner before launch.
+    pub constraints: Vec<crate::plan::Constraint>,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(fusion: &'a Fusion) -> Ctx<'a> {
+        let mut reserved: BTreeSet<String> = fusion.symbols.iter().cloned().collect();
+        reserved.extend(fusion.tensors.iter().map(|t| t.name.clone()));
+        Ctx {
+            fusion,
+            keys: Keys::default(),
+            id_keys: HashMap::new(),
+            tensor_buffer: HashMap::new(),
+            alloc_ids: HashMap::new(),
+            placement: HashMap::new(),
+            reserved_names: reserved,
+            constraints: Vec::new(),
+        }
+    }
+
+    /// The loop key of an axis.
+    pub fn key(&mut self, id: IterId) -> LoopKey {
+        if let Some(&k) = self.id_keys.get(&id) {
+            return k;
+        }
+        let f = self.fusion;
+        let node = match f.ids[id].origin {
+            IterOrigin::Root => KeyNode::Root(f.class_of(id)),
+            IterOrigin::Split {
+                parent,
+                factor,
+                inner_split,
+                is_outer,
+            } => KeyNode::Split {
+                parent: self.key(parent),
+                factor,
+                inner_split,
+                is_outer,
+            },
+            IterOrigin::Merge { outer, inner } => KeyNode::Merge {
+                outer: self.key(outer),
+                inner: self.key(inner),
+            },
+        };
+        let k = match self.keys.map.get(&node) {
+            Some(&k) => k,
+            None => {
+                let name = self.key_name(&node);
+                let k = self.keys.nodes.len();
+                self.keys.nodes.push(node.clone());
+                self.keys.map.insert(node, k);
+                self.keys.names.push(name);
+                k
+            }
+        };
+        self.id_keys.insert(id, k);
+        k
+    }
+
+    fn key_name(&mut self, node: &KeyNode) -> String {
+        let base = match node {
+            KeyNode::Root(class) => match self.fusion.class_extent(*class) {
+                SizeExpr::Sym(s) => s.to_lowercase(),
+                _ => "d".to_string(),
+            },
+            KeyNode::Split {
+                parent, is_outer, ..
+            } => {
+                let p = &self.keys.names[*parent];
+                let sep = if p.contains('_') { "" } else { "_" };
+                format!("{p}{sep}{}", if *is_outer { "o" } else { "i" })
+            }
+            KeyNode::Merge { outer, inner } => {
+                let strip = |s: &str| s.trim_end_matches(|c: char| c.is_ascii_digit()).to_string();
+                format!(
+                    "{}{}",
+                    strip(&self.keys.names[*outer]),
+                    strip(&self.keys.names[*inner])
+                )
+            }
+        };
+        let mut name = base.clone();
+        let mut n = 2;
+        while self.reserved_names.contains(&name) || self.keys.names.contains(&name) {
+            name = format!("{base}{n}");
+            n += 1;
+        }
+        name
+    }
+
+    pub fn key_extent(&self, k: LoopKey) -> SizeExpr {
+        match &self.keys.nodes[k] {
+            KeyNode::Root(class) => self.fusion.class_extent(*class),
+            KeyNode::Split {
+                parent,
+                factor,
+                inner_split,
+                is_outer,
+            } => {
+                if inner_split != is_outer {
+                    SizeExpr::Const(*factor)
+                } else {
+                    ceil_div(self.key_extent(*parent), *factor)
+                }
+            }
+            KeyNode::Merge { outer, inner } => {
+                mul(self.key_extent(*outer), self.key_extent(*inner))
+            }
+        }
+    }
+
+    /// Axis classes a key is derived from.
+    pub fn key_classes(&self, k: LoopKey) -> Vec<IterId> {
+        match &self.keys.nodes[k] {
+            KeyNode::Root(c) => vec![*c],
+            KeyNode::Split { parent, .. } => self.key_classes(*parent),
+            KeyNode::Merge { outer, inner } => {
+                let mut v = self.key_classes(*outer);
+                v.extend(self.key_classes(*inner));
+                v
+            }
+        }
+    }
+
+    /// Extent of an axis of some tensor (broadcast roots iterate their class's extent).
+    pub fn id_extent(&mut self, id: IterId) -> SizeExpr {
+        let k = self.key(id);
+        self.key_extent(k)
+    }
+
+    pub fn is_reduction(&self, id: IterId) -> bool {
+        self.fusion.ids[id].kind == IterKind::Reduction
+    }
+
+    /// Whether a split of this axis may leave a ragged last tile.
+    pub fn divisible(&self, k: LoopKey) -> bool {
+        match &self.keys.nodes[k] {
+            KeyNode::Root(_) => true,
+            KeyNode::Split { parent, factor, .. } => {
+                self.divisible(*parent)
+                    && self
+                        .key_extent(*parent)
+                        .as_const()
+                        .is_some_and(|e| e % factor == 0)
+            }
+            KeyNode::Merge { outer, inner } => self.divisible(*outer) && self.divisible(*inner),
+        }
+    }
+}
+
+pub fn ceil_div(a: SizeExpr, b: i64) -> SizeExpr {
+    match a {
+        SizeExpr::Const(x) => SizeExpr::Const((x + b - 1) / b),
+        a if b == 1 => a,
+        a => SizeExpr::CeilDiv(Box::new(a), Box::new(SizeExpr::Const(b))),
+    }
+}
+
+pub fn mul(a: SizeExpr, b: SizeExpr) -> SizeExpr {
+    match (a, b) {
+        (SizeExpr::Const(x), SizeExpr::Const(y)) => SizeExpr::Const(x.saturating_mul(y)),
+        (SizeExpr::Const(1), e) | (e, SizeExpr::Const(1)) => e,
+        (a, b) => SizeExpr::Mul(Box::new(a), Box::new(b)),
+    }
+}

@@ -1,0 +1,357 @@
+//! Pass `predicate`: guards computations that may fall outside the tensor or repeat work.
+//!
+//! Requires: `indexing`. Bounds: every root axis of the computed tensor reached through a split
+//! that may not divide evenly gets `index < extent`. Thread predicates: a write to global or
+//! shared memory by a tensor that does not vary along a thread or block dimension the kernel
+//! uses happens only where that index is 0 (one writer, no racing identical stores).
+//! Vectorization: a copy between global memory and registers that is alone in its `Vectorize`
+//! loop, with lanes contiguous in memory, becomes one vector access; with a bounds predicate it
+//! is taken when the whole vector is in bounds, else the lanes run one by one (the tail).
+//! Predicates wrap single computations, never barriers or block reductions, so every thread
+//! reaches every barrier. Emits: `if` statements; vector computes; runtime alignment constraints.
+
+use super::indexing::consumer_roots;
+use super::{Ctx, LoopKey};
+use crate::diag::Diagnostic;
+use crate::fusion::{IterKind, MemoryType, Op, ParallelType};
+use crate::kir::{Compute, ComputeRole, Data, Kernel, Loop, Stmt, Val};
+use crate::plan::{Constraint, SizeExpr};
+use std::collections::HashMap;
+
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let mut env: HashMap<LoopKey, Val> = HashMap::new();
+    for (var, _) in &k.hw_vars {
+        if let Some(key) = cx.keys.names.iter().position(|n| n == var) {
+            env.insert(key, Val::Var(var.clone()));
+        }
+    }
+    let used: Vec<ParallelType> = [
+        ParallelType::BIDx,
+        ParallelType::BIDy,
+        ParallelType::BIDz,
+        ParallelType::TIDx,
+        ParallelType::TIDy,
+        ParallelType::TIDz,
+    ]
+    .into_iter()
+    .filter(|p| {
+        let d = p.dim().unwrap_or(0);
+        let e = if p.is_block() {
+            &k.grid[d]
+        } else {
+            &k.block[d]
+        };
+        *e != SizeExpr::Const(1)
+    })
+    .collect();
+    let mut body = std::mem::take(&mut k.body);
+    let mut st = State {
+        k,
+        used,
+        constraints: Vec::new(),
+    };
+    body = st.block(cx, body, &mut env)?;
+    let constraints = std::mem::take(&mut st.constraints);
+    k.body = body;
+    cx.constraints.extend(constraints);
+    Ok(())
+}
+
+struct State<'a> {
+    k: &'a Kernel,
+    used: Vec<ParallelType>,
+    constraints: Vec<Constraint>,
+}
+
+impl State<'_> {
+    fn block(
+        &mut self,
+        cx: &mut Ctx,
+        body: Vec<Stmt>,
+        env: &mut HashMap<LoopKey, Val>,
+    ) -> Result<Vec<Stmt>, Diagnostic> {
+        let mut out = Vec::new();
+        for s in body {
+            match s {
+                Stmt::Loop(mut l) => {
+                    let key = l.key;
+                    let prev = env.insert(key, Val::Var(l.var.clone()));
+                    let single_vector = l.parallel == ParallelType::Vectorize
+                        && l.body.len() == 1
+                        && matches!(&l.body[0], Stmt::Compute(c) if self.vectorizable(cx, c));
+                    if single_vector {
+                        let Some(Stmt::Compute(c)) = l.body.pop() else {
+                            unreachable!()
+                        };
+                        out.extend(self.vector(cx, l, c, env)?);
+                    } else {
+                        if l.parallel == ParallelType::Vectorize {
+                            l.parallel = ParallelType::Unroll;
+                        }
+                        l.body = self.block(cx, std::mem::take(&mut l.body), env)?;
+                        out.push(Stmt::Loop(l));
+                    }
+                    match prev {
+                        Some(p) => {
+                            env.insert(key, p);
+                        }
+                        None => {
+                            env.remove(&key);
+                        }
+                    }
+                }
+                Stmt::Compute(c) => {
+                    let pred = self.predicate(cx, &c, env);
+                    out.push(guard(pred, vec![Stmt::Compute(c)]));
+                }
+                other => out.push(other),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Bounds and thread predicate of one computation.
+    fn predicate(&self, cx: &mut Ctx, c: &Compute, env: &HashMap<LoopKey, Val>) -> Val {
+        let f = cx.fusion;
+        let t = f.exprs[c.expr].output;
+        let tensor = &f.tensors[t];
+        let roots = consumer_roots(cx, t, env);
+        let mut conds = Vec::new();
+        if c.role != ComputeRole::ReductionInit {
+            for &r in &tensor.root {
+                let ax = &f.ids[r];
+                if ax.kind == IterKind::Broadcast {
+                    continue;
+                }
+                if c.role == ComputeRole::ReductionWrite && ax.kind == IterKind::Reduction {
+                    continue;
+                }
+                let class = f.class_of(r);
+                let ragged = tensor
+                    .loop_domain
+                    .iter()
+                    .map(|&id| cx.id_keys[&id])
+                    .any(|key| cx.key_classes(key).contains(&class) && !cx.divisible(key));
+                if !ragged {
+                    continue;
+                }
+                if let Some(v) = roots.get(&class) {
+                    conds.push(Val::lt(v.clone(), Val::from_size(&f.class_extent(class))));
+                }
+            }
+        }
+        let out_mem = self.k.buffers[c.out.buffer].memory;
+        if out_mem != MemoryType::Local {
+            for &p in &self.used {
+                let varies = tensor
+                    .loop_domain
+                    .iter()
+                    .any(|&id| f.ids[id].parallel == p && f.ids[id].kind != IterKind::Reduction);
+                if !varies {
+                    conds.push(Val::eq(Val::Hw(p), Val::Int(0)));
+                }
+            }
+        }
+        Val::all(conds)
+    }
+
+    /// A copy between global memory and registers (either way) of one vector.
+    fn vectorizable(&self, cx: &Ctx, c: &Compute) -> bool {
+        let f = cx.fusion;
+        if c.role != ComputeRole::Normal || !matches!(f.exprs[c.expr].op, Op::Set) {
+            return false;
+        }
+        let Data::Read(src) = &c.value else {
+            return false;
+        };
+        let (a, b) = (
+            self.k.buffers[src.buffer].memory,
+            self.k.buffers[c.out.buffer].memory,
+        );
+        matches!(
+            (a, b),
+            (MemoryType::Global, MemoryType::Local) | (MemoryType::Local, MemoryType::Global)
+        )
+    }
+
+    fn vector(
+        &mut self,
+        cx: &mut Ctx,
+        l: Loop,
+        c: Compute,
+        env: &HashMap<LoopKey, Val>,
+    ) -> Result<Vec<Stmt>, Diagnostic> {
+        let f = cx.fusion;
+        let width = match l.extent {
+            Val::Int(w) => w,
+            _ => {
+                return Err(Diagnostic::new(
+                    "internal: vector loop without constant extent",
+                    None,
+                ))
+            }
+        };
+        let Data::Read(src) = &c.value else {
+            unreachable!()
+        };
+        let global = if self.k.buffers[src.buffer].memory == MemoryType::Global {
+            src
+        } else {
+            &c.out
+        };
+        let gname = self.k.buffers[global.buffer].name.clone();
+        let gidx = global.index.clone().unwrap_or(Val::Int(0));
+        let lidx = if global.buffer == src.buffer {
+            c.out.index.clone()
+        } else {
+            src.index.clone()
+        }
+        .unwrap_or(Val::Int(0));
+        let dtype_bytes = self.k.buffers[global.buffer].dtype.size_bytes() as i64;
+        // Lanes must be consecutive in memory on both sides.
+        let lanes_ok = |idx: &Val| (0..width).all(|v| probe_all(idx, &l.var, v));
+        if !lanes_ok(&gidx) || !lanes_ok(&lidx) {
+            return Err(Diagnostic::new(
+                format!(
+                    "cannot vectorize the access to `{gname}`: the vectorized axis `{}` is not contiguous in memory (vectorize the innermost axis of the tensor)",
+                    l.var
+                ),
+                f.tensors[f.exprs[c.expr].output].span,
+            ));
+        }
+        // The first lane must be aligned to the vector: find which sizes must be multiples.
+        let symbols = f.symbols.clone();
+        if !aligned(&gidx, &l.var, width, &symbols, &[]) {
+            if aligned(&gidx, &l.var, width, &symbols, &symbols) {
+                let shape = &self.k.buffers[global.buffer].global_shape;
+                for (e, _) in shape.iter().skip(1) {
+                    if let SizeExpr::Sym(s) = e {
+                        let c = Constraint::Divisible {
+                            value: SizeExpr::Sym(s.clone()),
+                            divisor: width,
+                            reason: format!(
+                                "`{gname}` is accessed {} bytes at a time",
+                                width * dtype_bytes
+                            ),
+                        };
+                        if !self.constraints.contains(&c) {
+                            self.constraints.push(c);
+                        }
+                    }
+                }
+            } else {
+                return Err(Diagnostic::new(
+                    format!("cannot vectorize the access to `{gname}`: its vectors are not aligned to {} bytes", width * dtype_bytes),
+                    f.tensors[f.exprs[c.expr].output].span,
+                ));
+            }
+        }
+        let pred = self.predicate(cx, &c, env);
+        let mut vc = c.clone();
+        let zero = Val::Int(0);
+        vc.out.index = vc.out.index.map(|i| i.subst(&l.var, &zero));
+        if let Data::Read(a) = &mut vc.value {
+            a.index = a.index.take().map(|i| i.subst(&l.var, &zero));
+        }
+        vc.vector = Some((l.var.clone(), width as u32));
+        if pred == Val::True {
+            return Ok(vec![Stmt::Compute(vc)]);
+        }
+        if !pred.mentions(&l.var) {
+            return Ok(vec![guard(pred, vec![Stmt::Compute(vc)])]);
+        }
+        let last = pred.subst(&l.var, &Val::Int(width - 1));
+        let tail = Stmt::Loop(Loop {
+            key: l.key,
+            var: l.var.clone(),
+            extent: l.extent.clone(),
+            parallel: ParallelType::Unroll,
+            body: vec![guard(pred, vec![Stmt::Compute(c)])],
+        });
+        Ok(vec![Stmt::If {
+            cond: last,
+            then: vec![Stmt::Compute(vc)],
+            els: vec![tail],
+        }])
+    }
+}
+
+fn guard(pred: Val, body: Vec<Stmt>) -> Stmt {
+    if pred == Val::True {
+        body.into_iter().next().unwrap_or(Stmt::Sync)
+    } else {
+        Stmt::If {
+            cond: pred,
+            then: body,
+            els: Vec::new(),
+        }
+    }
+}
+
+/// Deterministic pseudo-random values for probing index expressions.
+fn sample(seed: u64) -> i64 {
+    let mut x = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(0x632B_E59B_D9B4_E019);
+    x ^= x >> 29;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 32;
+    (x % 997) as i64
+}
+
+/// Evaluates `idx` with `var = lane` and every other variable and size set from `seed`
+/// (sizes listed in `multiples` are made multiples of `mult`).
+fn eval(
+    idx: &Val,
+    var: &str,
+    lane: i64,
+    seed: u64,
+    multiples: &[String],
+    mult: i64,
+) -> Option<i64> {
+    let h = |s: &str| {
+        s.bytes()
+            .fold(seed, |a, b| a.wrapping_mul(31).wrapping_add(b as u64))
+    };
+    let go = |v: &Val| eval(v, var, lane, seed, multiples, mult);
+    Some(match idx {
+        Val::Int(i) => *i,
+        Val::Var(v) if v == var => lane,
+        Val::Var(v) => sample(h(v)),
+        Val::Hw(p) => sample(h(p.name())),
+        Val::Size(s) => {
+            let base = 1000 + sample(h(s));
+            if multiples.contains(s) {
+                base / mult * mult
+            } else {
+                base
+            }
+        }
+        Val::Add(a, b) => go(a)? + go(b)?,
+        Val::Sub(a, b) => go(a)? - go(b)?,
+        Val::Mul(a, b) => go(a)?.checked_mul(go(b)?)?,
+        Val::Div(a, b) => go(a)?.checked_div(go(b)?)?,
+        Val::Mod(a, b) => go(a)?.checked_rem(go(b)?)?,
+        Val::CeilDiv(a, b) => {
+            let (a, b) = (go(a)?, go(b)?);
+            (a + b - 1).checked_div(b)?
+        }
+        _ => return None,
+    })
+}
+
+fn probe_all(idx: &Val, var: &str, lane: i64) -> bool {
+    (0..16u64).all(|seed| {
+        match (
+            eval(idx, var, lane, seed, &[], 1),
+            eval(idx, var, 0, seed, &[], 1),
+        ) {
+            (Some(a), Some(b)) => a - b == lane,
+            _ => false,
+        }
+    })
+}
+
+fn aligned(idx: &Val, var: &str, width: i64, _symbols: &[String], multiples: &[String]) -> bool {
+    (0..16u64).all(|seed| eval(idx, var, 0, seed, multiples, width).is_some_and(|v| v % width == 0))
+}

@@ -1,0 +1,200 @@
+//! Pass `simplify`: folds index arithmetic and drops predicates that are always true.
+//!
+//! Requires: nothing beyond a well-formed kernel. Guarantees the same values with fewer
+//! operations: constant folding, `x + 0`, `x * 1`, `x * 0`, `x / 1`, `x % 1`, `(x % e) < e`,
+//! `v < extent(v)` for a loop variable `v`, `(a * f + b) / f = a` and `(a * f + b) % f = b` when
+//! `b` is a loop variable of extent `f`; `if true` disappears.
+
+use super::Ctx;
+use crate::diag::Diagnostic;
+use crate::kir::{Access, Data, Kernel, Stmt, Val};
+use std::collections::HashMap;
+
+pub fn run(_cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let mut extents: HashMap<String, Val> = HashMap::new();
+    for b in &mut k.buffers {
+        if let Some(s) = b.size.take() {
+            b.size = Some(simplify(&s, &extents));
+        }
+        if let Some(s) = b.smem_offset.take() {
+            b.smem_offset = Some(simplify(&s, &extents));
+        }
+    }
+    // Hardware-bound variables range over their launch dimension.
+    for (var, p) in &k.hw_vars {
+        let d = p.dim().unwrap_or(0);
+        let e = if p.is_block() {
+            &k.grid[d]
+        } else {
+            &k.block[d]
+        };
+        extents.insert(var.clone(), Val::from_size(e));
+    }
+    let body = std::mem::take(&mut k.body);
+    k.body = block(body, &mut extents);
+    Ok(())
+}
+
+fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::Loop(mut l) => {
+                l.extent = simplify(&l.extent, ext);
+                let prev = ext.insert(l.var.clone(), l.extent.clone());
+                l.body = block(l.body, ext);
+                match prev {
+                    Some(p) => ext.insert(l.var.clone(), p),
+                    None => ext.remove(&l.var),
+                };
+                out.push(Stmt::Loop(l));
+            }
+            Stmt::If { cond, then, els } => {
+                let cond = simplify(&cond, ext);
+                let then = block(then, ext);
+                let els = block(els, ext);
+                if cond == Val::True {
+                    out.extend(then);
+                } else {
+                    out.push(Stmt::If { cond, then, els });
+                }
+            }
+            Stmt::Compute(mut c) => {
+                access(&mut c.out, ext);
+                data(&mut c.value, ext);
+                out.push(Stmt::Compute(c));
+            }
+            Stmt::BlockReduce {
+                mut acc,
+                op,
+                dtype,
+                dims,
+            } => {
+                access(&mut acc, ext);
+                out.push(Stmt::BlockReduce {
+                    acc,
+                    op,
+                    dtype,
+                    dims,
+                });
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn access(a: &mut Access, ext: &HashMap<String, Val>) {
+    if let Some(i) = a.index.take() {
+        a.index = Some(simplify(&i, ext));
+    }
+}
+
+fn data(d: &mut Data, ext: &HashMap<String, Val>) {
+    match d {
+        Data::Read(a) => access(a, ext),
+        Data::Unary(_, _, x) | Data::Cast(_, x) => data(x, ext),
+        Data::Binary(_, _, x, y) => {
+            data(x, ext);
+            data(y, ext);
+        }
+        _ => {}
+    }
+}
+
+/// Simplifies bottom-up.
+pub fn simplify(v: &Val, ext: &HashMap<String, Val>) -> Val {
+    use Val::*;
+    let s = |x: &Val| simplify(x, ext);
+    match v {
+        Add(a, b) => match (s(a), s(b)) {
+            (Int(x), Int(y)) => Int(x + y),
+            (Int(0), e) | (e, Int(0)) => e,
+            // (x / e) * e + x % e = x
+            (Mul(q, e1), Mod(x2, e2))
+                if e1 == e2 && matches!(&*q, Div(x1, e0) if x1 == &x2 && e0 == &e1) =>
+            {
+                *x2
+            }
+            (a, b) => Val::add(a, b),
+        },
+        Sub(a, b) => match (s(a), s(b)) {
+            (Int(x), Int(y)) => Int(x - y),
+            (e, Int(0)) => e,
+            (a, b) => Sub(Box::new(a), Box::new(b)),
+        },
+        Mul(a, b) => match (s(a), s(b)) {
+            (Int(x), Int(y)) => Int(x.saturating_mul(y)),
+            (Int(0), _) | (_, Int(0)) => Int(0),
+            (Int(1), e) | (e, Int(1)) => e,
+            (a, b) => Val::mul(a, b),
+        },
+        Div(a, b) => {
+            let (a, b) = (s(a), s(b));
+            match (&a, &b) {
+                (Int(x), Int(y)) if *y != 0 => Int(x / y),
+                (_, Int(1)) => a,
+                _ => match split_affine(&a, &b, ext) {
+                    Some((hi, _)) => hi,
+                    None => Val::div(a, b),
+                },
+            }
+        }
+        Mod(a, b) => {
+            let (a, b) = (s(a), s(b));
+            match (&a, &b) {
+                (Int(x), Int(y)) if *y != 0 => Int(x % y),
+                (_, Int(1)) => Int(0),
+                _ => match split_affine(&a, &b, ext) {
+                    Some((_, lo)) => lo,
+                    None => Val::rem(a, b),
+                },
+            }
+        }
+        CeilDiv(a, b) => match (s(a), s(b)) {
+            (Int(x), Int(y)) if y > 0 => Int((x + y - 1) / y),
+            (e, Int(1)) => e,
+            (a, b) => Val::ceil_div(a, b),
+        },
+        Lt(a, b) => {
+            let (a, b) = (s(a), s(b));
+            match (&a, &b) {
+                (Int(x), Int(y)) => bool_val(x < y),
+                (Mod(_, m), e) if **m == *e => True,
+                // x / d < e  <=>  x < e * d  (non-negative indices, positive d)
+                (Div(x, d), e) => simplify(
+                    &Val::lt((**x).clone(), Val::mul(e.clone(), (**d).clone())),
+                    ext,
+                ),
+                (Var(name), e) if ext.get(name).is_some_and(|x| simplify(x, ext) == *e) => True,
+                _ => Val::lt(a, b),
+            }
+        }
+        Eq(a, b) => match (s(a), s(b)) {
+            (Int(x), Int(y)) => bool_val(x == y),
+            (a, b) => Val::eq(a, b),
+        },
+        And(a, b) => Val::and(s(a), s(b)),
+        other => other.clone(),
+    }
+}
+
+fn bool_val(b: bool) -> Val {
+    if b {
+        Val::True
+    } else {
+        Val::Lt(Box::new(Val::Int(1)), Box::new(Val::Int(0)))
+    }
+}
+
+/// `a = hi * f + lo` with `lo` a variable ranging over exactly `[0, f)`.
+fn split_affine(a: &Val, f: &Val, ext: &HashMap<String, Val>) -> Option<(Val, Val)> {
+    if let Val::Add(x, y) = a {
+        if let (Val::Mul(hi, g), Val::Var(lo)) = (&**x, &**y) {
+            if **g == *f && ext.get(lo).is_some_and(|e| simplify(e, ext) == *f) {
+                return Some(((**hi).clone(), Val::Var(lo.clone())));
+            }
+        }
+    }
+    None
+}

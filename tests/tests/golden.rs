@@ -1,0 +1,72 @@
+//! Golden tests: every example's CUDA and its kernel IR after every pass (text in, text out).
+//! Update with `INSTA_UPDATE=always cargo test -p hopfuse-tests` and review the diff.
+
+use std::path::Path;
+
+fn examples() -> Vec<std::path::PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut out = Vec::new();
+    for group in std::fs::read_dir(&root).expect("examples/") {
+        let group = group.unwrap().path();
+        if group.is_dir() {
+            for f in std::fs::read_dir(&group).unwrap() {
+                let f = f.unwrap().path();
+                if f.extension().is_some_and(|e| e == "hf") {
+                    out.push(f);
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn every_example_lowers_and_matches_its_golden_output() {
+    let files = examples();
+    assert!(
+        files.len() >= 5,
+        "expected the five basic examples, found {}",
+        files.len()
+    );
+    for path in files {
+        let src = std::fs::read_to_string(&path).unwrap();
+        let name = format!(
+            "{}__{}",
+            path.parent()
+                .unwrap()
+                .file_name()
+                .unwrap()
+                .to_string_lossy(),
+            path.file_stem().unwrap().to_string_lossy()
+        );
+        let c = hopfuse::compile(&src, &Default::default())
+            .unwrap_or_else(|e| panic!("{}", e.render(&src, &path.display().to_string())));
+        let mut passes = String::new();
+        for p in &c.passes {
+            passes.push_str(&format!(
+                "// ---- pass {}: {}\n{}\n",
+                p.name, p.summary, p.ir
+            ));
+        }
+        insta::assert_snapshot!(format!("{name}__cuda"), c.cuda);
+        insta::assert_snapshot!(format!("{name}__passes"), passes);
+        insta::assert_snapshot!(format!("{name}__plan"), serde_json_plan(&c.plan));
+    }
+}
+
+fn serde_json_plan(p: &hopfuse::LaunchPlan) -> String {
+    format!("{p:#?}")
+}
+
+#[test]
+fn printer_round_trips_every_example() {
+    for path in examples() {
+        let src = std::fs::read_to_string(&path).unwrap();
+        let p = hopfuse::frontend::parse(&src).unwrap();
+        let printed = hopfuse::frontend::print(&p);
+        let again = hopfuse::frontend::parse(&printed).unwrap();
+        assert_eq!(p, again, "{}", path.display());
+        assert_eq!(printed, hopfuse::frontend::print(&again));
+    }
+}

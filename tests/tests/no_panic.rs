@@ -1,0 +1,133 @@
+//! Property tests: the parser and the whole lowering never panic, on random text and on
+//! mutations of the real examples (every outcome is Ok or a located diagnostic).
+
+use proptest::prelude::*;
+
+fn examples() -> Vec<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/basics");
+    let mut v: Vec<String> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+fn check(src: &str) {
+    match hopfuse::compile(src, &Default::default()) {
+        Ok(_) => {}
+        Err(d) => {
+            let text = d.render(src, "p.hf");
+            assert!(!text.is_empty());
+        }
+    }
+}
+
+const TOKENS: &[&str] = &[
+    "fusion",
+    "schedule",
+    "input",
+    "output",
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    "]",
+    ",",
+    ":",
+    "=",
+    "+",
+    "-",
+    "*",
+    "/",
+    ".",
+    ";",
+    "\n",
+    "x",
+    "y",
+    "M",
+    "N",
+    "f32",
+    "bf16",
+    "0",
+    "1",
+    "4",
+    "128",
+    "-1",
+    "split",
+    "merge",
+    "reorder",
+    "parallelize",
+    "TIDx",
+    "BIDx",
+    "Vectorize",
+    "cache_after",
+    "cache_before",
+    "inline_most",
+    "inline_at",
+    "propagate",
+    "sum",
+    "max",
+    "exp",
+    "broadcast",
+    "axis",
+    "memory",
+    "shared",
+    "outer",
+    "cast",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_token_soup_never_panics(toks in proptest::collection::vec(0..TOKENS.len(), 0..60)) {
+        let src: Vec<&str> = toks.iter().map(|&i| TOKENS[i]).collect();
+        check(&src.join(" "));
+    }
+
+    #[test]
+    fn random_bytes_never_panic(s in "\\PC{0,200}") {
+        check(&s);
+    }
+
+    #[test]
+    fn mutated_examples_never_panic(which in 0usize..5, edits in proptest::collection::vec((0usize..2000, 0..TOKENS.len(), 0u8..3), 1..6)) {
+        let ex = examples();
+        let mut src = ex[which % ex.len()].clone();
+        for (pos, tok, kind) in edits {
+            let mut p = pos % (src.len() + 1);
+            while !src.is_char_boundary(p) { p -= 1; }
+            match kind {
+                0 => src.insert_str(p, TOKENS[tok]),
+                1 => { let end = (p + 3).min(src.len()); if src.is_char_boundary(end) { src.replace_range(p..end, ""); } }
+                _ => { let end = (p + 1).min(src.len()); if src.is_char_boundary(end) { src.replace_range(p..end, TOKENS[tok]); } }
+            }
+        }
+        check(&src);
+    }
+
+    #[test]
+    fn random_schedules_on_softmax_never_panic(stmts in proptest::collection::vec((0usize..6, 0usize..8, -2i64..4, 0i64..300, 0usize..10), 0..8)) {
+        let tensors = ["y", "x_c", "y_c", "m", "e", "s"];
+        let pts = ["BIDx", "TIDx", "TIDy", "Vectorize", "Unroll", "Serial", "BIDy", "TIDz", "BIDz", "Serial"];
+        let mut sched = String::from("  x_c = cache_after(x)\n  y_c = cache_before(y)\n");
+        for (t, op, ax, f, p) in stmts {
+            let t = tensors[t];
+            let line = match op {
+                0 => format!("{t}.split({ax}, {f})"),
+                1 => format!("{t}.merge({ax})"),
+                2 => format!("{t}.parallelize({ax}, {})", pts[p]),
+                3 => format!("{t}.inline_at({ax})"),
+                4 => format!("propagate({t})"),
+                5 => "inline_most()".to_string(),
+                6 => format!("{t}.split({ax}, {f}, outer)"),
+                _ => format!("{t}.reorder(1, 0)"),
+            };
+            sched.push_str(&format!("  {line}\n"));
+        }
+        let src = format!("fusion softmax {{\n  input x: f32[M, N]\n  m = max(x, axis=1)\n  e = exp(x - broadcast(m, axis=1))\n  s = sum(e, axis=1)\n  y = e / broadcast(s, axis=1)\n  output y\n}}\nschedule {{\n{sched}}}\n");
+        check(&src);
+    }
+}
