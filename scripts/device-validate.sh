@@ -12,6 +12,8 @@
 #                     under compute-sanitizer memcheck, racecheck and synccheck with
 #                     --iters 1 --warmup 0 --no-ceiling (use small sizes)
 #   --iters N, --warmup N, --seed N   passed to `hopfuse run`
+#   --timeout S       kill a run after S seconds (default 300): a hung kernel, e.g. an mbarrier
+#                     that never completes, cannot be stopped from inside its process
 #
 # Files under $OUT (default ./device-logs): run.log (every report), results.jsonl (one JSON
 # result per pair), sanitize.log (with --sanitize), summary.txt (the table printed last),
@@ -24,6 +26,7 @@ usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' 
 bin=${HOPFUSE:-target/release/hopfuse}
 selftest=0
 sanitize=0
+limit=300
 run_opts=()
 seed_opts=()
 pairs=()
@@ -31,6 +34,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin=$2; shift 2 ;;
     --selftest) selftest=1; shift ;;
+    --timeout) limit=$2; shift 2 ;;
     --sanitize) sanitize=1; shift ;;
     --iters|--warmup) run_opts+=("$1" "$2"); shift 2 ;;
     --seed) run_opts+=("$1" "$2"); seed_opts+=("$1" "$2"); shift 2 ;;
@@ -75,9 +79,12 @@ sanitized() { # label, then the hopfuse arguments: one row of the sanitizer tabl
   row="$label"
   for tool in memcheck racecheck synccheck; do
     echo "== compute-sanitizer --tool $tool: hopfuse $*" | tee -a "$out/sanitize.log"
-    compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin" "$@" >>"$out/sanitize.log" 2>&1
+    timeout -k 10 "$limit" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin" "$@" >>"$out/sanitize.log" 2>&1
     rc=$?
-    case $rc in 0) row="$row|clean" ;; 3) row="$row|ERRORS" ;; 1) row="$row|FAIL(run)" ;; *) row="$row|rc=$rc" ;; esac
+    case $rc in
+      0) row="$row|clean" ;; 3) row="$row|ERRORS" ;; 1) row="$row|FAIL(run)" ;;
+      124|137) row="$row|TIMEOUT" ;; *) row="$row|rc=$rc" ;;
+    esac
     [ "$rc" = 0 ] || status=1
     tail -n 2 "$out/sanitize.log"
   done
@@ -88,7 +95,7 @@ if [ "$selftest" = 1 ] && [ "$sanitize" = 1 ]; then
   sanitized "selftest|built-in" selftest --iters 1 --warmup 0 --no-ceiling
 elif [ "$selftest" = 1 ]; then
   echo "== hopfuse selftest" | tee -a "$out/run.log"
-  if "$bin" selftest 2>&1 | tee -a "$out/run.log"; then selftest_status=PASS; else selftest_status=FAIL; status=1; fi
+  if timeout -k 10 "$limit" "$bin" selftest 2>&1 | tee -a "$out/run.log"; then selftest_status=PASS; else selftest_status=FAIL; status=1; fi
 fi
 
 : >"$out/results.jsonl"
@@ -102,14 +109,17 @@ for pair in "${pairs[@]}"; do
   json="$tmp/result.json"
   rm -f "$json"
   echo "== hopfuse run $file --size $sizes" | tee -a "$out/run.log"
-  "$bin" run "$file" --size "$sizes" --json-file "$json" "${run_opts[@]}" 2>&1 | tee -a "$out/run.log"
+  timeout -k 10 "$limit" "$bin" run "$file" --size "$sizes" --json-file "$json" "${run_opts[@]}" 2>&1 \
+    | tee -a "$out/run.log"
   rc=${PIPESTATUS[0]}
+  case $rc in 124|137) echo "device-validate: killed after ${limit}s" | tee -a "$out/run.log" ;; esac
   [ "$rc" = 0 ] || status=1
   if [ -s "$json" ]; then
     python3 -c 'import json,sys; print(json.dumps({"pair": sys.argv[2], **json.load(open(sys.argv[1]))}))' \
       "$json" "$pair" >>"$out/results.jsonl"
   else
-    echo "{\"pair\": \"$pair\", \"error\": {\"stage\": \"runner\", \"message\": \"exit $rc, no JSON\"}}" >>"$out/results.jsonl"
+    case $rc in 124|137) why="killed after ${limit}s (hung?)" ;; *) why="exit $rc, no JSON" ;; esac
+    echo "{\"pair\": \"$pair\", \"error\": {\"stage\": \"runner\", \"message\": \"$why\"}}" >>"$out/results.jsonl"
   fi
 done
 
