@@ -200,7 +200,10 @@ impl<'a> Ctx<'a> {
 
     /// Extent of an axis class.
     pub fn class_extent(&self, class: IterId) -> SizeExpr {
-        self.class_extents.get(&class).cloned().unwrap_or(SizeExpr::Const(1))
+        self.class_extents
+            .get(&class)
+            .cloned()
+            .unwrap_or(SizeExpr::Const(1))
     }
 
     pub fn key_extent(&self, k: LoopKey) -> SizeExpr {

@@ -340,5 +340,5 @@ fn probe_all(idx: &Val, var: &str, lane: i64) -> bool {
 }
 
 fn aligned(idx: &Val, var: &str, width: i64, _symbols: &[String], multiples: &[String]) -> bool {
-    (0..16u64).all(|seed| eval(idx, var, 0, seed, multiples, width).is_some_and(|v| v % width == 0))
+    (0..6u64).all(|seed| eval(idx, var, 0, seed, multiples, width).is_some_and(|v| v % width == 0))
 }
