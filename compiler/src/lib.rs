@@ -25,6 +25,10 @@ pub struct CompileOptions {
     /// Integer type of indices and size parameters. The runner picks `I32` when every tensor has
     /// fewer than 2^31 elements.
     pub index_type: IndexType,
+    /// Specialise vector accesses for sizes that keep them aligned: no run-time alignment check,
+    /// and the plan gets a divisibility constraint instead. The runner turns it on when the
+    /// sizes it runs with satisfy those constraints (as it picks the index type).
+    pub assume_aligned_vectors: bool,
 }
 
 /// The kernel IR after one pass of the pipeline.
@@ -53,6 +57,7 @@ pub fn compile(source: &str, options: &CompileOptions) -> Result<Compilation, Di
     let mut scheduled = fusion.clone();
     fusion::schedule::apply(&mut scheduled, &program.schedule).map_err(locate)?;
     let mut cx = passes::Ctx::new(&scheduled);
+    cx.assume_aligned_vectors = options.assume_aligned_vectors;
     let mut kernel = kir::Kernel {
         name: format!("{}_kernel", scheduled.name),
         buffers: Vec::new(),

@@ -216,11 +216,15 @@ pub struct Setup {
 
 /// Compiles the program with the right index type and checks the sizes against its plan.
 pub fn prepare(req: &RunRequest) -> Result<(Compilation, Setup), RunError> {
-    let compile = |index_type| {
-        hopfuse::compile(&req.source, &CompileOptions { index_type })
+    let compile = |index_type, assume_aligned_vectors| {
+        let options = CompileOptions {
+            index_type,
+            assume_aligned_vectors,
+        };
+        hopfuse::compile(&req.source, &options)
             .map_err(|d| RunError::new(Stage::Compile, d.render(&req.source, &req.file)))
     };
-    let first = compile(req.index.unwrap_or(IndexType::I64))?;
+    let first = compile(req.index.unwrap_or(IndexType::I64), false)?;
     let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
     first
         .plan
@@ -234,10 +238,15 @@ pub fn prepare(req: &RunRequest) -> Result<(Compilation, Setup), RunError> {
         }
         Some(i) => (i, "requested".to_string()),
     };
-    let compilation = if index_type == first.plan.index_type {
+    // Specialise for aligned vectors when these sizes keep every vector aligned (the plan of
+    // the specialised kernel says which sizes must be multiples); else keep the run-time check.
+    let aligned = compile(index_type, true)?;
+    let compilation = if aligned.plan.concretize(&req.sizes).is_ok() {
+        aligned
+    } else if index_type == first.plan.index_type {
         first
     } else {
-        compile(index_type)?
+        compile(index_type, false)?
     };
     let launch = compilation
         .plan

@@ -174,7 +174,11 @@ fn compile(
 ) -> Result<ExitCode> {
     let source = read(file)?;
     let name = file.display().to_string();
-    let compilation = match hopfuse::compile(&source, &CompileOptions { index_type }) {
+    let options = CompileOptions {
+        index_type,
+        assume_aligned_vectors: false,
+    };
+    let compilation = match hopfuse::compile(&source, &options) {
         Ok(c) => c,
         Err(d) => {
             eprintln!("{}", d.render(&source, &name));
@@ -231,9 +235,22 @@ fn nvrtc_check(files: &[PathBuf], index: Option<IndexType>, raw_cuda: bool) -> R
         if raw_cuda {
             units.push((name.clone(), source));
         } else {
-            for &index_type in &indices {
-                let label = format!("{name} [{}]", index_type.cuda());
-                match hopfuse::compile(&source, &CompileOptions { index_type }) {
+            // Every variant the runner may build: both index types, with the run-time
+            // alignment check and specialised for aligned vectors.
+            for (&index_type, assume_aligned_vectors) in
+                indices.iter().flat_map(|i| [(i, false), (i, true)])
+            {
+                let aligned = if assume_aligned_vectors {
+                    ", aligned"
+                } else {
+                    ""
+                };
+                let label = format!("{name} [{}{aligned}]", index_type.cuda());
+                let options = CompileOptions {
+                    index_type,
+                    assume_aligned_vectors,
+                };
+                match hopfuse::compile(&source, &options) {
                     Ok(c) => units.push((label, c.cuda)),
                     Err(d) => {
                         println!(

@@ -121,3 +121,37 @@ fn unknown_parallel_type_points_at_it() {
         "{e}"
     );
 }
+
+#[test]
+fn vectors_check_alignment_at_run_time_unless_specialised() {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/basics/softmax.hf"
+    ))
+    .unwrap();
+    let general = hopfuse::compile(&src, &Default::default()).unwrap();
+    assert!(general.cuda.contains("m2 * N % 4 == 0"), "{}", general.cuda);
+    assert!(general
+        .plan
+        .constraints
+        .iter()
+        .all(|c| !matches!(c, hopfuse::plan::Constraint::Divisible { .. })));
+    let options = hopfuse::CompileOptions {
+        assume_aligned_vectors: true,
+        ..Default::default()
+    };
+    let aligned = hopfuse::compile(&src, &options).unwrap();
+    assert!(!aligned.cuda.contains("% 4 == 0"), "{}", aligned.cuda);
+    let sizes = |n: i64| {
+        [("M".to_string(), 8), ("N".to_string(), n)]
+            .into_iter()
+            .collect()
+    };
+    assert!(aligned.plan.concretize(&sizes(1028)).is_ok());
+    let err = aligned
+        .plan
+        .concretize(&sizes(1023))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not a multiple of 4"), "{err}");
+}

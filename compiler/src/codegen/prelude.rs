@@ -44,13 +44,20 @@ struct hf_min { template <typename T> __device__ __forceinline__ T operator()(T 
 template <bool RX, bool RY, bool RZ, typename T, typename Op>
 __device__ __forceinline__ T hf_block_reduce(T val, Op op, T* scratch) {
   const unsigned bx = blockDim.x, by = blockDim.y, bz = blockDim.z;
-  if (RX && !RY && !RZ && bx % 32u == 0u) {
-    // Warp shuffles, then one partial per warp through shared memory.
+  if (RX && !RY && !RZ && (bx % 32u == 0u || by * bz == 1u)) {
+    // Warp shuffles (the last warp may be partial), then one partial per warp through shared
+    // memory; every thread combines the partials of its row.
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
+    const unsigned warps = (bx + 31u) / 32u;
+    const unsigned active = bx - warp * 32u < 32u ? bx - warp * 32u : 32u;
+    const unsigned mask = active == 32u ? 0xffffffffu : ((1u << active) - 1u);
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) val = op(val, __shfl_xor_sync(0xffffffffu, val, offset));
-    const unsigned warps = bx / 32u;
+    for (unsigned offset = 16; offset > 0; offset >>= 1) {
+      const T other = __shfl_down_sync(mask, val, offset);
+      if (lane + offset < active) val = op(val, other);
+    }
     const unsigned row = threadIdx.y + by * threadIdx.z;
-    if ((threadIdx.x & 31u) == 0u) scratch[row * warps + threadIdx.x / 32u] = val;
+    if (lane == 0u) scratch[row * warps + warp] = val;
     __syncthreads();
     T r = scratch[row * warps];
     for (unsigned w = 1; w < warps; ++w) r = op(r, scratch[row * warps + w]);

@@ -104,6 +104,8 @@ pub struct Ctx<'a> {
     pub reserved_names: BTreeSet<String>,
     /// Conditions on the sizes checked by the runner before launch.
     pub constraints: Vec<crate::plan::Constraint>,
+    /// See [`crate::CompileOptions::assume_aligned_vectors`].
+    pub assume_aligned_vectors: bool,
     /// Extent of every axis class (computed once: the fusion's lookup scans every axis).
     class_extents: HashMap<IterId, SizeExpr>,
 }
@@ -121,6 +123,7 @@ impl<'a> Ctx<'a> {
             placement: HashMap::new(),
             reserved_names: reserved,
             constraints: Vec::new(),
+            assume_aligned_vectors: false,
             class_extents: (0..fusion.ids.len())
                 .filter(|&id| fusion.class_of(id) == id)
                 .map(|c| (c, fusion.class_extent(c)))

@@ -16,7 +16,7 @@ use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterKind, MemoryType, Op, ParallelType};
 use crate::kir::{Compute, ComputeRole, Data, Kernel, Loop, Stmt, Val};
-use crate::plan::SizeExpr;
+use crate::plan::{Constraint, SizeExpr};
 use std::collections::HashMap;
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
@@ -229,10 +229,29 @@ impl State<'_> {
                     f.tensors[f.exprs[c.expr].output].span,
                 ));
             }
-            align_check = Val::eq(
-                Val::rem(gidx.subst(&l.var, &zero), Val::Int(width)),
-                Val::Int(0),
-            );
+            if cx.assume_aligned_vectors {
+                let shape = self.k.buffers[global.buffer].global_shape.clone();
+                for (e, _) in shape.iter().skip(1) {
+                    if let SizeExpr::Sym(s) = e {
+                        let c = Constraint::Divisible {
+                            value: SizeExpr::Sym(s.clone()),
+                            divisor: width,
+                            reason: format!(
+                                "compiled for aligned {}-byte vectors of `{gname}`",
+                                width * dtype_bytes
+                            ),
+                        };
+                        if !cx.constraints.contains(&c) {
+                            cx.constraints.push(c);
+                        }
+                    }
+                }
+            } else {
+                align_check = Val::eq(
+                    Val::rem(gidx.subst(&l.var, &zero), Val::Int(width)),
+                    Val::Int(0),
+                );
+            }
         }
         let pred = self.predicate(cx, &c, env);
         let mut vc = c.clone();

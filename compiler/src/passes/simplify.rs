@@ -146,6 +146,10 @@ pub fn simplify(v: &Val, ext: &HashMap<String, Val>) -> Val {
                 (Int(x), Int(y)) if *y != 0 => Int(x % y),
                 (_, Int(1)) => Int(0),
                 (Mul(_, k), m) if **k == *m => Int(0),
+                // (a + b * k) % k = a % k (indices are non-negative)
+                (Add(x, y), m) if matches!(&**y, Mul(_, k) if **k == *m) => {
+                    simplify(&Val::rem((**x).clone(), m.clone()), ext)
+                }
                 _ => match split_affine(&a, &b, ext) {
                     Some((_, lo)) => lo,
                     None => Val::rem(a, b),
