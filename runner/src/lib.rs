@@ -3,6 +3,7 @@
 
 pub mod data;
 pub mod engine;
+pub mod faults;
 pub mod gpu;
 pub mod nvrtc;
 pub mod queue;

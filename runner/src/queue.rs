@@ -3,8 +3,9 @@
 //! [`JobResult`], whatever the worker did, and the next job always runs.
 
 use crate::engine::{Progress, RunError, RunRequest, RunResult};
+use crate::faults::Fault;
 use crate::store::Store;
-use crate::worker::{FakeCompile, Outcome, WorkerEvent, WorkerJob};
+use crate::worker::{FakeCompile, Outcome, Part, WorkerEvent, WorkerJob};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -145,8 +146,43 @@ pub struct JobResult {
     /// The end of the worker's stderr when it did not end normally.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
+    /// A/B: the second program's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub b: Option<Box<JobResult>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comparison: Option<Comparison>,
     pub queued_ms: f64,
     pub worker_ms: f64,
+}
+
+/// What a job runs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub request: RunRequest,
+    /// A/B: the second program (same sizes, seed and options).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_b: Option<RunRequest>,
+    /// A fault kernel instead of the program (`--fault-kernels`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<Fault>,
+    /// A/B: whether both programs have the same input tensors (names, dtypes, shapes), so the
+    /// seeded inputs are identical.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_inputs: Option<bool>,
+}
+
+/// An A/B comparison of two measured runs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Comparison {
+    /// B's median time over A's (below 1: B is faster).
+    pub b_over_a_median: f64,
+    /// The range of B/A from the two runs' min and max times: [B.min/A.max, B.max/A.min].
+    pub b_over_a_range: [f64; 2],
+    pub a_median_us: f64,
+    pub b_median_us: f64,
+    pub same_inputs: Option<bool>,
+    /// False: A's launches all ran, then B's, in one worker process on one GPU.
+    pub interleaved: bool,
 }
 
 /// The job was refused: too many waiting.
@@ -159,7 +195,7 @@ pub struct QueueFull {
 pub struct Job {
     pub id: String,
     pub client: String,
-    pub request: RunRequest,
+    pub spec: JobSpec,
     submitted: Instant,
     state: Mutex<JobState>,
 }
@@ -295,7 +331,7 @@ impl Queue {
     }
 
     /// Queues a run; `QueueFull` when `cap` jobs are already waiting or running.
-    pub fn submit(&self, request: RunRequest, client: &str) -> Result<Arc<Job>, QueueFull> {
+    pub fn submit(&self, spec: JobSpec, client: &str) -> Result<Arc<Job>, QueueFull> {
         let cap = self.config.cap;
         let ahead = self
             .pending
@@ -310,7 +346,7 @@ impl Queue {
         let job = Arc::new(Job {
             id: self.new_id(),
             client: client.to_string(),
-            request,
+            spec,
             submitted: Instant::now(),
             state: Mutex::new(JobState {
                 events: Vec::new(),
@@ -362,7 +398,7 @@ impl Queue {
         });
         self.finished.fetch_add(1, Ordering::SeqCst);
         if let Some(store) = &self.store {
-            let request = serde_json::to_value(&job.request).unwrap_or_default();
+            let request = serde_json::to_value(&job.spec).unwrap_or_default();
             let value = serde_json::to_value(&*result).unwrap_or_default();
             if let Err(e) = store
                 .put_run(&job.id, result.status.name(), &job.client, &request, &value)
@@ -384,7 +420,7 @@ impl Queue {
         let queued_ms = job.elapsed_ms();
         let start = Instant::now();
         let mut progress = Vec::new();
-        let mut outcome: Option<Outcome> = None;
+        let (mut outcome_a, mut outcome_b): (Option<Outcome>, Option<Outcome>) = (None, None);
         let mut cubin_cached = None;
         let result = |status, message: Option<String>| JobResult {
             job_id: job.id.clone(),
@@ -397,6 +433,8 @@ impl Queue {
             compile: None,
             progress: Vec::new(),
             stderr: None,
+            b: None,
+            comparison: None,
             queued_ms,
             worker_ms: 0.0,
         };
@@ -424,7 +462,9 @@ impl Queue {
             }
         };
         let payload = serde_json::to_vec(&WorkerJob {
-            request: job.request.clone(),
+            request: job.spec.request.clone(),
+            request_b: job.spec.request_b.clone(),
+            fault: job.spec.fault,
             cubin_cache: self.config.cubin_cache.clone(),
         })
         .expect("jobs serialize");
@@ -473,13 +513,18 @@ impl Queue {
                         progress.push(step);
                     }
                     Some(WorkerEvent::CubinCached { .. }) => cubin_cached = Some(true),
-                    Some(WorkerEvent::Outcome { outcome: o }) => outcome = Some(*o),
+                    Some(WorkerEvent::Outcome { outcome: o, part }) => match part {
+                        Part::A => outcome_a = Some(*o),
+                        Part::B => outcome_b = Some(*o),
+                    },
                     None => {}
                 }
             }
             child.wait().await
         };
-        let waited = tokio::time::timeout(self.config.timeout, read_and_wait).await;
+        // An A/B job runs two programs.
+        let limit = self.config.timeout * if job.spec.request_b.is_some() { 2 } else { 1 };
+        let waited = tokio::time::timeout(limit, read_and_wait).await;
         let status = match waited {
             Ok(s) => Some(s),
             Err(_) => {
@@ -497,14 +542,11 @@ impl Queue {
         let worker_ms = start.elapsed().as_secs_f64() * 1e3;
         let stderr_opt = (!stderr_tail.trim().is_empty()).then(|| stderr_tail.clone());
 
-        let mut r = match (outcome, &status) {
-            (
-                Some(Outcome::Measured {
-                    result: run,
-                    cubin_cached: cached,
-                }),
-                _,
-            ) => {
+        let from_outcome = |outcome: Option<Outcome>| match outcome {
+            Some(Outcome::Measured {
+                result: run,
+                cubin_cached: cached,
+            }) => {
                 let mut r = result(
                     if run.passed {
                         JobStatus::Passed
@@ -520,36 +562,54 @@ impl Queue {
                 r.cubin_cached = Some(cached || cubin_cached.unwrap_or(false));
                 r
             }
-            (Some(Outcome::Error { error }), _) => {
+            Some(Outcome::Error { error }) => {
                 let mut r = result(JobStatus::Error, Some(error.to_string()));
                 r.error = Some(error);
                 r.stderr = stderr_opt.clone();
                 r
             }
-            (Some(Outcome::Fake { compile, .. }), _) => {
+            Some(Outcome::Fake { compile, .. }) => {
                 let mut r = result(JobStatus::Fake, Some(compile.note.clone()));
                 r.fake = true;
                 r.compile = Some(compile);
                 r
             }
-            (None, None) => {
-                let mut r = result(JobStatus::TimedOut, Some(TIMEOUT_MESSAGE.to_string()));
-                r.stderr = stderr_opt.clone();
-                r
-            }
-            (None, Some(exit)) => {
-                let how = match exit {
-                    Ok(s) => describe_exit(s),
-                    Err(e) => format!("could not be waited for: {e}"),
-                };
-                let mut r = result(
-                    JobStatus::Crashed,
-                    Some(format!("crashed: the worker {how} without a result")),
-                );
-                r.stderr = stderr_opt.clone();
-                r
-            }
+            None => match &status {
+                None => {
+                    let mut r = result(JobStatus::TimedOut, Some(TIMEOUT_MESSAGE.to_string()));
+                    r.stderr = stderr_opt.clone();
+                    r
+                }
+                Some(exit) => {
+                    let how = match exit {
+                        Ok(s) => describe_exit(s),
+                        Err(e) => format!("could not be waited for: {e}"),
+                    };
+                    let mut r = result(
+                        JobStatus::Crashed,
+                        Some(format!("crashed: the worker {how} without a result")),
+                    );
+                    r.stderr = stderr_opt.clone();
+                    r
+                }
+            },
         };
+        let mut r = from_outcome(outcome_a);
+        if job.spec.request_b.is_some() {
+            let b = from_outcome(outcome_b);
+            if let (Some(a), Some(b)) = (&r.result, &b.result) {
+                let (ta, tb) = (&a.timing, &b.timing);
+                r.comparison = Some(Comparison {
+                    b_over_a_median: tb.median_us / ta.median_us,
+                    b_over_a_range: [tb.min_us / ta.max_us, tb.max_us / ta.min_us],
+                    a_median_us: ta.median_us,
+                    b_median_us: tb.median_us,
+                    same_inputs: job.spec.same_inputs,
+                    interleaved: false,
+                });
+            }
+            r.b = Some(Box::new(b));
+        }
         r.progress = progress;
         r.worker_ms = worker_ms;
         r

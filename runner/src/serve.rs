@@ -5,8 +5,9 @@
 //! JSON `{"error": ...}` with a 4xx/5xx status.
 
 use crate::engine::{self, RunRequest};
+use crate::faults::Fault;
 use crate::gpu::DeviceInfo;
-use crate::queue::{JobEvent, JobStage, Queue, QueueConfig, QueueStats};
+use crate::queue::{JobEvent, JobSpec, JobStage, Queue, QueueConfig, QueueStats};
 use crate::store::Store;
 use crate::worker::FakeBehaviour;
 use axum::body::{Body, Bytes};
@@ -24,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -95,6 +97,10 @@ pub struct ServeArgs {
     /// Test hook of the fake worker.
     #[arg(long, value_enum, requires = "fake_worker")]
     pub fake_behaviour: Option<FakeBehaviour>,
+    /// Accept `"fault": "deadlock" | "illegal_address" | "nvrtc_error"` in POST /api/run:
+    /// kernels that fail on purpose, to check the fault handling on a GPU.
+    #[arg(long)]
+    pub fault_kernels: bool,
     /// Do not cache CUBINs on disk.
     #[arg(long)]
     pub no_cubin_cache: bool,
@@ -678,7 +684,10 @@ async fn compile(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RunBody {
+    #[serde(default)]
     program: String,
+    /// A/B: a second program, run after the first on the same inputs.
+    program_b: Option<String>,
     #[serde(default)]
     sizes: BTreeMap<String, i64>,
     iters: Option<u32>,
@@ -688,6 +697,8 @@ struct RunBody {
     copy_ceiling: Option<bool>,
     /// A name for messages (default `playground.hf`).
     file: Option<String>,
+    /// A fault kernel instead of the program (only with `--fault-kernels`).
+    fault: Option<Fault>,
 }
 
 async fn run(
@@ -697,15 +708,30 @@ async fn run(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     limit(&app.run_limiter, &client, "runs")?;
     app.check_program(&body.program)?;
+    if let Some(b) = &body.program_b {
+        app.check_program(b)?;
+    }
     if let Some(reason) = app.run_unavailable() {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
     }
     let a = &app.args;
+    if body.fault.is_some() && !a.fault_kernels {
+        return Err(ApiError::bad_request(
+            "fault kernels are a device-test hook: start the service with --fault-kernels",
+        ));
+    }
+    if body.fault.is_some() && body.program_b.is_some() {
+        return Err(ApiError::bad_request("a fault run takes no program_b"));
+    }
+    if body.fault.is_some() && a.fake_worker {
+        return Err(ApiError::bad_request("fault kernels need the GPU worker"));
+    }
+    let file = body
+        .file
+        .filter(|f| !f.is_empty() && f.len() <= 200)
+        .unwrap_or_else(|| "playground.hf".into());
     let request = RunRequest {
-        file: body
-            .file
-            .filter(|f| !f.is_empty() && f.len() <= 200)
-            .unwrap_or_else(|| "playground.hf".into()),
+        file: file.clone(),
         source: body.program,
         sizes: body.sizes,
         iters: body.iters.unwrap_or(100),
@@ -714,6 +740,11 @@ async fn run(
         index: body.index,
         copy_ceiling: body.copy_ceiling.unwrap_or(true),
     };
+    let request_b = body.program_b.map(|source| RunRequest {
+        file: format!("{file} (B)"),
+        source,
+        ..request.clone()
+    });
     let cap = |name: &str, value: u64, min: u64, max: u64| {
         if value < min || value > max {
             Err(ApiError::bad_request(format!(
@@ -728,19 +759,39 @@ async fn run(
     cap("iters", request.iters as u64, 1, a.max_iters as u64)?;
     cap("warmup", request.warmup as u64, 0, a.max_warmup as u64)?;
     let max_tensor_bytes = a.max_tensor_bytes;
-    let checked = {
+    let fault = body.fault;
+    let same_inputs = {
         let _permit = app
             .compile_slots
             .acquire()
             .await
             .map_err(ApiError::internal)?;
-        let request = request.clone();
-        tokio::task::spawn_blocking(move || check_run(&request, max_tensor_bytes))
-            .await
-            .map_err(|_| ApiError::internal("the compiler panicked on this program"))?
+        let (request, request_b) = (request.clone(), request_b.clone());
+        tokio::task::spawn_blocking(move || -> Result<Option<bool>, ApiError> {
+            if fault.is_some() {
+                let bytes = 4 * crate::faults::elements(&request).max(0) as u64;
+                check_bytes(bytes, max_tensor_bytes)?;
+                return Ok(None);
+            }
+            let inputs_a = check_run(&request, max_tensor_bytes, "")?;
+            match &request_b {
+                Some(b) => {
+                    let inputs_b = check_run(b, max_tensor_bytes, "program_b: ")?;
+                    Ok(Some(inputs_a == inputs_b))
+                }
+                None => Ok(None),
+            }
+        })
+        .await
+        .map_err(|_| ApiError::internal("the compiler panicked on this program"))??
     };
-    checked?;
-    let job = app.queue.submit(request, &client.0).map_err(|full| {
+    let spec = JobSpec {
+        request,
+        request_b,
+        fault,
+        same_inputs,
+    };
+    let job = app.queue.submit(spec, &client.0).map_err(|full| {
         ApiError::too_many(
             format!(
                 "the queue is full ({} jobs waiting or running); retry in {} s",
@@ -760,23 +811,7 @@ async fn run(
     ))
 }
 
-/// Everything that can be known before a worker: the program compiles (400 with diagnostics),
-/// the sizes fit its plan, the tensors fit the byte cap.
-fn check_run(req: &RunRequest, max_tensor_bytes: u64) -> Result<(), ApiError> {
-    if let Err(d) = hopfuse::compile(&req.source, &CompileOptions::default()) {
-        return Err(
-            ApiError::bad_request(format!("the program does not compile: {d}").trim_end())
-                .with("diagnostics", json!(d.0)),
-        );
-    }
-    let (compilation, _) =
-        engine::prepare(req).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let mut total: u64 = 0;
-    for (name, dtype, _, shape) in compilation.plan.tensors() {
-        let n = engine::tensor_elements(shape, &req.sizes)
-            .map_err(|e| ApiError::bad_request(format!("tensor `{name}`: {e}")))?;
-        total = total.saturating_add(n.saturating_mul(dtype.size_bytes() as u64));
-    }
+fn check_bytes(total: u64, max_tensor_bytes: u64) -> Result<(), ApiError> {
     if total > max_tensor_bytes {
         return Err(ApiError::bad_request(format!(
             "the tensors need {total} bytes; the limit is {max_tensor_bytes} bytes (max_tensor_bytes)"
@@ -785,6 +820,57 @@ fn check_run(req: &RunRequest, max_tensor_bytes: u64) -> Result<(), ApiError> {
         .with("max", json!(max_tensor_bytes)));
     }
     Ok(())
+}
+
+/// The input tensors and scalars of a run: name, dtype and concrete shape.
+type Inputs = Vec<(String, hopfuse::DType, Vec<u64>)>;
+
+/// Everything that can be known before a worker: the program compiles (400 with diagnostics),
+/// the sizes fit its plan, the tensors fit the byte cap. Returns the run's inputs.
+fn check_run(req: &RunRequest, max_tensor_bytes: u64, which: &str) -> Result<Inputs, ApiError> {
+    if let Err(d) = hopfuse::compile(&req.source, &CompileOptions::default()) {
+        return Err(ApiError::bad_request(
+            format!("{which}the program does not compile: {d}").trim_end(),
+        )
+        .with("diagnostics", json!(d.0)));
+    }
+    let (compilation, _) = engine::prepare(req)
+        .map_err(|e| ApiError::bad_request(format!("{which}{}", api_wording(&e.to_string()))))?;
+    let mut total: u64 = 0;
+    let mut inputs = Vec::new();
+    for p in &compilation.plan.params {
+        match p {
+            hopfuse::plan::Param::Tensor {
+                name,
+                dtype,
+                role,
+                shape,
+            } => {
+                let n = engine::tensor_elements(shape, &req.sizes).map_err(|e| {
+                    ApiError::bad_request(format!("{which}tensor `{name}`: {}", api_wording(&e)))
+                })?;
+                total = total.saturating_add(n.saturating_mul(dtype.size_bytes() as u64));
+                if *role == hopfuse::plan::TensorRole::Input {
+                    let dims = shape
+                        .iter()
+                        .map(|d| d.eval(&req.sizes).unwrap_or(-1) as u64)
+                        .collect();
+                    inputs.push((name.clone(), *dtype, dims));
+                }
+            }
+            hopfuse::plan::Param::Scalar { name, dtype } => {
+                inputs.push((name.clone(), *dtype, vec![]))
+            }
+            hopfuse::plan::Param::Size { .. } => {}
+        }
+    }
+    check_bytes(total, max_tensor_bytes)?;
+    Ok(inputs)
+}
+
+/// The engine's messages speak of the CLI's `--size`; the API takes `sizes`.
+fn api_wording(message: &str) -> String {
+    message.replace("(pass it with --size ", "(give it in `sizes`, e.g. ")
 }
 
 fn not_found(what: &str, id: &str) -> ApiError {
@@ -952,12 +1038,28 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let store = app.store.clone();
-    axum::serve(
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let server = axum::serve(
         listener,
         router(app).into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown_signal())
-    .await?;
+    .with_graceful_shutdown(stopped(stop_rx.clone()))
+    .into_future();
+    // Open event streams would hold a graceful shutdown forever: give them 5 s.
+    tokio::select! {
+        r = server => r?,
+        _ = async {
+            stopped(stop_rx).await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        } => warn!("closing connections still open after 5 s"),
+    }
     store.close().await;
     Ok(())
 }

@@ -11,6 +11,7 @@
 //! mode only) lets tests exercise the service's kill and crash paths.
 
 use crate::engine::{self, Hooks, Progress, RunError, RunRequest, RunResult, Stage};
+use crate::faults::{self, Fault};
 use crate::gpu::{DeviceInfo, Gpu};
 use crate::nvrtc;
 use hopfuse::plan::ConcreteLaunch;
@@ -25,6 +26,12 @@ use std::time::Instant;
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WorkerJob {
     pub request: RunRequest,
+    /// A/B: a second program run after the first in the same process, same seed.
+    #[serde(default)]
+    pub request_b: Option<RunRequest>,
+    /// Run a fault kernel instead of the program (device tests of the service).
+    #[serde(default)]
+    pub fault: Option<Fault>,
     /// Where CUBINs are cached by content hash (none: no cache).
     #[serde(default)]
     pub cubin_cache: Option<PathBuf>,
@@ -43,7 +50,19 @@ pub enum WorkerEvent {
     },
     Outcome {
         outcome: Box<Outcome>,
+        /// Which program of an A/B job (`a` for a single program).
+        #[serde(default)]
+        part: Part,
     },
+}
+
+/// Which program of a job an outcome belongs to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Part {
+    #[default]
+    A,
+    B,
 }
 
 /// How a job ended, as the worker saw it.
@@ -147,37 +166,53 @@ pub fn main(options: &WorkerOptions) -> i32 {
                 &mut out,
                 &WorkerEvent::Outcome {
                     outcome: Box::new(Outcome::Error { error }),
+                    part: Part::A,
                 },
             );
             return 2;
         }
     };
-    let outcome = if options.fake {
-        fake(
-            &job,
-            options.behaviour.resolve(&job.request.source),
-            &mut out,
-        )
-    } else {
-        let mut hooks = WorkerHooks {
-            out: &mut out,
-            cache: job.cubin_cache.clone(),
-            cached: false,
+    let parts = [
+        (Part::A, Some(&job.request)),
+        (Part::B, job.request_b.as_ref()),
+    ];
+    for (part, request) in parts {
+        let Some(request) = request else { continue };
+        let outcome = if options.fake {
+            let behaviour = options.behaviour.resolve(&request.source);
+            if job.fault.is_some() {
+                Outcome::Error {
+                    error: RunError::new(Stage::Request, "fault kernels need the GPU worker"),
+                }
+            } else {
+                fake(request, behaviour, &mut out)
+            }
+        } else {
+            let mut hooks = WorkerHooks {
+                out: &mut out,
+                cache: job.cubin_cache.clone(),
+                cached: false,
+            };
+            let result = match job.fault {
+                Some(fault) => faults::run(fault, request, &mut hooks),
+                None => engine::run_with(request, &mut hooks),
+            };
+            match result {
+                Ok(result) => Outcome::Measured {
+                    result: Box::new(result),
+                    cubin_cached: hooks.cached,
+                },
+                Err(error) => Outcome::Error { error },
+            }
         };
-        match engine::run_with(&job.request, &mut hooks) {
-            Ok(result) => Outcome::Measured {
-                result: Box::new(result),
-                cubin_cached: hooks.cached,
+        emit(
+            &mut out,
+            &WorkerEvent::Outcome {
+                outcome: Box::new(outcome),
+                part,
             },
-            Err(error) => Outcome::Error { error },
-        }
-    };
-    emit(
-        &mut out,
-        &WorkerEvent::Outcome {
-            outcome: Box::new(outcome),
-        },
-    );
+        );
+    }
     0
 }
 
@@ -197,8 +232,7 @@ fn die_with_parent() {
     }
 }
 
-fn fake(job: &WorkerJob, behaviour: FakeBehaviour, out: &mut impl Write) -> Outcome {
-    let req = &job.request;
+fn fake(req: &RunRequest, behaviour: FakeBehaviour, out: &mut impl Write) -> Outcome {
     emit(
         out,
         &WorkerEvent::Progress {
@@ -307,11 +341,34 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// CUBINs kept in the cache; past this the oldest half is removed.
+const CACHE_ENTRIES: usize = 4096;
+
 fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    prune(dir);
     let tmp = dir.join(format!(".tmp-{}", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)
+}
+
+/// Keeps the cache directory bounded (oldest entries go first).
+fn prune(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "cubin"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    if files.len() < CACHE_ENTRIES {
+        return;
+    }
+    files.sort();
+    for (_, path) in files.iter().take(files.len() / 2) {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// `hopfuse worker --probe`: the GPU the service would run on, as JSON on stdout, or why none.
@@ -356,4 +413,60 @@ pub fn read_events(reader: impl BufRead) -> Vec<WorkerEvent> {
         .map_while(Result::ok)
         .filter_map(|l| parse_event(&l))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cubins_are_cached_by_content_hash() {
+        if !nvrtc::available() {
+            eprintln!("SKIPPED: libnvrtc cannot be loaded");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("hopfuse-cubin-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cuda = crate::faults::Fault::IllegalAddress.cuda();
+        let mut out = Vec::new();
+        let mut hooks = WorkerHooks {
+            out: &mut out,
+            cache: Some(dir.clone()),
+            cached: false,
+        };
+        let first = hooks.cubin(cuda, "a.cu").unwrap();
+        assert!(!hooks.cached);
+        let second = hooks.cubin(cuda, "b.cu").unwrap();
+        assert!(hooks.cached);
+        assert_eq!(first.image, second.image);
+        let events = read_events(&out[..]);
+        assert!(
+            matches!(events[..], [WorkerEvent::CubinCached { .. }]),
+            "{events:?}"
+        );
+        // Another source is another entry.
+        let mut hooks = WorkerHooks {
+            out: &mut out,
+            cache: Some(dir.clone()),
+            cached: false,
+        };
+        hooks.cubin(crate::gpu::SPIN_SOURCE, "spin.cu").unwrap();
+        assert!(!hooks.cached);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn fake_behaviour_from_the_program() {
+        let b = FakeBehaviour::FromProgram;
+        assert_eq!(
+            b.resolve("// fake-behaviour: hang\nfusion"),
+            FakeBehaviour::Hang
+        );
+        assert_eq!(b.resolve("fusion"), FakeBehaviour::Ok);
+        assert_eq!(
+            FakeBehaviour::Crash.resolve("// fake-behaviour: ok"),
+            FakeBehaviour::Crash
+        );
+    }
 }

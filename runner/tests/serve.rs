@@ -657,3 +657,54 @@ async fn two_hundred_concurrent_runs_all_get_a_result() {
     assert_eq!(h["queue"]["queued"], 0, "{h}");
     let _ = &s.dir;
 }
+
+#[tokio::test]
+async fn ab_runs_report_both_programs() {
+    let dir = temp_dir("ab");
+    let s = Server::start(&dir, &["--fake-worker"]);
+    let c = client();
+    let mut body = add_run("");
+    body["program_b"] = json!(format!("// B\n{}", example("add.hf")));
+    let id = submit(&s, &c, &body).await;
+    let (_, r) = events(&s, &c, &id).await;
+    assert_eq!(r["status"], "fake", "{r}");
+    assert_eq!(r["b"]["status"], "fake", "{r}");
+    assert_eq!(r["b"]["compile"]["kernel"], "add_kernel", "{r}");
+    // Fake runs measure nothing, so there is nothing to compare.
+    assert!(r.get("comparison").is_none(), "{r}");
+    let (_, rec) = get(&c, s.url("/api/runs")).await;
+    assert_eq!(rec["runs"][0]["request"]["same_inputs"], true, "{rec}");
+
+    // B must compile too; its errors say which program.
+    body["program_b"] = json!("fusion f {\n  @@@\n}");
+    let (status, v, _) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().starts_with("program_b: "),
+        "{v}"
+    );
+    s.stop();
+}
+
+#[tokio::test]
+async fn fault_kernels_need_the_flag_and_a_gpu_worker() {
+    let dir = temp_dir("faults");
+    let s = Server::start(&dir, &["--fake-worker"]);
+    let c = client();
+    let body = json!({"fault": "deadlock", "sizes": {"N": 1024}, "iters": 5});
+    let (status, v, _) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("--fault-kernels"),
+        "{v}"
+    );
+    s.stop();
+    let s = Server::start(&dir, &["--fake-worker", "--fault-kernels"]);
+    let (status, v, _) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("GPU worker"), "{v}");
+    let bad = json!({"fault": "melt", "sizes": {"N": 1024}});
+    let (status, _, _) = post(&c, s.url("/api/run"), bad.to_string()).await;
+    assert_eq!(status, 400);
+    s.stop();
+}
