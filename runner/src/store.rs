@@ -270,7 +270,23 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("hopfuse-store-{}", std::process::id()));
         let db = dir.join("t.db").display().to_string();
         let _ = std::fs::remove_file(&db);
-        let store = Store::open(&db).await.unwrap();
+        round_trip(&db, "j1").await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The same against PostgreSQL when `HOPFUSE_TEST_POSTGRES_URL` names a database.
+    #[tokio::test]
+    async fn postgres_round_trip_when_configured() {
+        let Ok(url) = std::env::var("HOPFUSE_TEST_POSTGRES_URL") else {
+            eprintln!("SKIPPED: set HOPFUSE_TEST_POSTGRES_URL=postgres://... to test PostgreSQL");
+            return;
+        };
+        let job = format!("pg-{}-{}", std::process::id(), now());
+        round_trip(&url, &job).await;
+    }
+
+    async fn round_trip(db: &str, job: &str) {
+        let store = Store::open(db).await.unwrap();
         let l1 = store.put_link("p", &json!({"s": 1})).await.unwrap();
         let l2 = store.put_link("p", &json!({"s": 1})).await.unwrap();
         assert_eq!(l1.id, l2.id);
@@ -279,17 +295,26 @@ mod tests {
         assert_eq!(store.get_link(&l1.id).await.unwrap().unwrap().program, "p");
         assert!(store.get_link("nope").await.unwrap().is_none());
         store
-            .put_run("j1", "ok", "127.0.0.1", &json!({"a": 1}), &json!({"b": 2}))
+            .put_run(job, "ok", "127.0.0.1", &json!({"a": 1}), &json!({"b": 2}))
             .await
             .unwrap();
-        let r = store.get_run("j1").await.unwrap().unwrap();
+        // Stored once.
+        store
+            .put_run(job, "ok", "127.0.0.1", &json!({"a": 1}), &json!({"b": 3}))
+            .await
+            .unwrap();
+        let r = store.get_run(job).await.unwrap().unwrap();
         assert_eq!(r.result, json!({"b": 2}));
-        assert_eq!(store.recent_runs(10).await.unwrap().len(), 1);
+        assert!(store
+            .recent_runs(10)
+            .await
+            .unwrap()
+            .iter()
+            .any(|r| r.id == job));
         store.close().await;
         // Survives reopening.
-        let store = Store::open(&db).await.unwrap();
+        let store = Store::open(db).await.unwrap();
         assert_eq!(store.get_link(&l1.id).await.unwrap().unwrap(), l1);
         store.close().await;
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
