@@ -37,6 +37,8 @@ pub struct QueueConfig {
     pub timeout: Duration,
     /// Jobs waiting or running at most; more are refused (429).
     pub cap: usize,
+    /// Jobs one client may have waiting or running (0: no limit beyond `cap`).
+    pub client_cap: usize,
     /// GPUs: one worker at a time on each (`CUDA_VISIBLE_DEVICES` set when more than one).
     pub gpus: usize,
     pub cubin_cache: Option<PathBuf>,
@@ -189,6 +191,8 @@ pub struct Comparison {
 #[derive(Clone, Debug)]
 pub struct QueueFull {
     pub cap: usize,
+    /// The client's own cap was reached (not the queue's).
+    pub per_client: bool,
     pub retry_after_s: u64,
 }
 
@@ -260,6 +264,8 @@ pub struct Queue {
     config: QueueConfig,
     jobs: Mutex<HashMap<String, Arc<Job>>>,
     finished_order: Mutex<VecDeque<String>>,
+    /// Jobs waiting or running per client.
+    per_client: Mutex<HashMap<String, usize>>,
     tx: mpsc::UnboundedSender<Arc<Job>>,
     /// Waiting + running.
     pending: AtomicUsize,
@@ -279,6 +285,7 @@ impl Queue {
             config,
             jobs: Mutex::new(HashMap::new()),
             finished_order: Mutex::new(VecDeque::new()),
+            per_client: Mutex::new(HashMap::new()),
             tx,
             pending: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
@@ -298,6 +305,7 @@ impl Queue {
                     let result = q.run_job(&job, gpu).await;
                     q.finish(&job, result).await;
                     q.running.fetch_sub(1, Ordering::SeqCst);
+                    q.release_client(&job.client);
                     q.pending.fetch_sub(1, Ordering::SeqCst);
                 }
             });
@@ -333,14 +341,32 @@ impl Queue {
     /// Queues a run; `QueueFull` when `cap` jobs are already waiting or running.
     pub fn submit(&self, spec: JobSpec, client: &str) -> Result<Arc<Job>, QueueFull> {
         let cap = self.config.cap;
+        let client_cap = self.config.client_cap;
+        {
+            let mut per_client = self.per_client.lock().expect("per-client lock");
+            let mine = per_client.entry(client.to_string()).or_insert(0);
+            if client_cap > 0 && *mine >= client_cap {
+                let retry_after_s = self.retry_after(*mine);
+                return Err(QueueFull {
+                    cap: client_cap,
+                    per_client: true,
+                    retry_after_s,
+                });
+            }
+            *mine += 1;
+        }
         let ahead = self
             .pending
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < cap).then_some(n + 1)
             })
-            .map_err(|n| QueueFull {
-                cap,
-                retry_after_s: self.retry_after(n),
+            .map_err(|n| {
+                self.release_client(client);
+                QueueFull {
+                    cap,
+                    per_client: false,
+                    retry_after_s: self.retry_after(n),
+                }
             })?;
         let (tx, _) = broadcast::channel(256);
         let job = Arc::new(Job {
@@ -370,6 +396,16 @@ impl Queue {
             self.pending.fetch_sub(1, Ordering::SeqCst);
         }
         Ok(job)
+    }
+
+    fn release_client(&self, client: &str) {
+        let mut per_client = self.per_client.lock().expect("per-client lock");
+        if let Some(n) = per_client.get_mut(client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                per_client.remove(client);
+            }
+        }
     }
 
     /// Seconds until a slot is likely free with `pending` jobs ahead.

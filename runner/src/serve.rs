@@ -60,6 +60,9 @@ pub struct ServeArgs {
     /// Jobs waiting or running at most; more get 429.
     #[arg(long, default_value_t = 64)]
     pub queue_cap: usize,
+    /// Jobs one client (IP address) may have waiting or running; more get 429 (0: no limit).
+    #[arg(long, default_value_t = 16)]
+    pub client_queue_cap: usize,
     /// GPUs to run on, one job at a time on each.
     #[arg(long, default_value_t = 1)]
     pub gpus: usize,
@@ -198,6 +201,7 @@ impl App {
                 worker_args,
                 timeout: Duration::from_secs_f64(args.job_timeout),
                 cap: args.queue_cap,
+                client_cap: args.client_queue_cap,
                 gpus: args.gpus.max(1),
                 cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
             },
@@ -622,6 +626,8 @@ async fn health(State(app): State<Arc<App>>) -> Json<Health> {
             "max_iters": a.max_iters,
             "max_warmup": a.max_warmup,
             "max_tensor_bytes": a.max_tensor_bytes,
+            "queue_cap": a.queue_cap,
+            "client_queue_cap": a.client_queue_cap,
             "runs_per_minute": a.runs_per_minute,
             "requests_per_minute": a.requests_per_minute,
             "job_timeout_s": a.job_timeout,
@@ -792,12 +798,25 @@ async fn run(
         same_inputs,
     };
     let job = app.queue.submit(spec, &client.0).map_err(|full| {
+        let whose = if full.per_client {
+            "you have the most jobs one client may have"
+        } else {
+            "the queue is full"
+        };
         ApiError::too_many(
             format!(
-                "the queue is full ({} jobs waiting or running); retry in {} s",
+                "{whose} ({} waiting or running); retry in {} s",
                 full.cap, full.retry_after_s
             ),
             full.retry_after_s,
+        )
+        .with(
+            "limit",
+            json!(if full.per_client {
+                "client_queue_cap"
+            } else {
+                "queue_cap"
+            }),
         )
     })?;
     let id = &job.id;

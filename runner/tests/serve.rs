@@ -433,6 +433,27 @@ async fn the_queue_cap_and_the_rate_limit_answer_429_with_retry_after() {
     );
     s.stop();
 
+    // One client's own cap.
+    let dir = temp_dir("client-cap");
+    let s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--fake-behaviour",
+            "hang",
+            "--job-timeout",
+            "2",
+            "--client-queue-cap",
+            "1",
+        ],
+    );
+    submit(&s, &c, &body).await;
+    let (status, v, headers) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 429, "{v}");
+    assert_eq!(v["limit"], "client_queue_cap", "{v}");
+    assert!(headers.contains_key("retry-after"));
+    s.stop();
+
     let dir = temp_dir("rate-limit");
     let s = Server::start(&dir, &["--fake-worker", "--runs-per-minute", "2"]);
     submit(&s, &c, &body).await;
@@ -628,6 +649,8 @@ async fn two_hundred_concurrent_runs_all_get_a_result() {
             "--fake-worker",
             "--queue-cap",
             "256",
+            "--client-queue-cap",
+            "0",
             "--runs-per-minute",
             "0",
         ],
