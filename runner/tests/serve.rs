@@ -488,7 +488,7 @@ async fn a_hanging_worker_is_killed_at_the_limit_and_the_service_keeps_answering
     let t = Instant::now();
     let (status, h) = get(&c, s.url("/api/health")).await;
     assert_eq!(status, 200);
-    assert!(t.elapsed() < Duration::from_millis(500));
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     assert_eq!(h["queue"]["running"], 1, "{h}");
     let (status, v) = get(&c, s.url(&format!("/api/jobs/{hung}"))).await;
     assert_eq!(status, 200);
