@@ -262,19 +262,61 @@ pub fn prepare(req: &RunRequest) -> Result<(Compilation, Setup), RunError> {
     ))
 }
 
+/// Where a run is, for a caller that reports progress (the service's worker).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Progress {
+    /// hopfuse compile (program text to CUDA and plan).
+    Lowering,
+    /// The float64 reference on the host.
+    Reference,
+    /// NVRTC to a CUBIN.
+    Nvrtc,
+    /// The first launch.
+    Launch,
+    /// Outputs against the reference.
+    Validate,
+    /// The timed launches.
+    Time,
+    /// The device-to-device copy ceiling.
+    Ceiling,
+}
+
+/// What a caller of [`run_with`] / [`execute_with`] may change: progress reports and how the
+/// CUDA becomes a CUBIN (the worker caches CUBINs by content hash).
+pub trait Hooks {
+    fn progress(&mut self, _step: Progress) {}
+    /// Must return a CUBIN for [`nvrtc::ARCH`] built with [`nvrtc::options`], warnings denied.
+    fn cubin(&mut self, cuda: &str, name: &str) -> Result<nvrtc::Cubin, nvrtc::NvrtcError> {
+        nvrtc::compile(cuda, name).and_then(|c| c.deny_warnings(name))
+    }
+}
+
+/// No progress reports, NVRTC every time.
+pub struct NoHooks;
+
+impl Hooks for NoHooks {}
+
 /// Compiles, launches, validates and times the request's program.
 pub fn run(req: &RunRequest) -> Result<RunResult, RunError> {
+    run_with(req, &mut NoHooks)
+}
+
+/// [`run`] with progress reports and a CUBIN source.
+pub fn run_with(req: &RunRequest, hooks: &mut dyn Hooks) -> Result<RunResult, RunError> {
     req.check()?;
+    hooks.progress(Progress::Lowering);
     let (compilation, setup) = prepare(req)?;
     let reference = |sizes: &BTreeMap<String, i64>, inputs: &BTreeMap<String, Vec<f64>>| {
         hopfuse::reference::evaluate(&compilation.fusion, sizes, inputs)
     };
-    execute(
+    execute_with(
         req,
         &compilation.cuda,
         &compilation.plan,
         &setup,
         &reference,
+        hooks,
     )
 }
 
@@ -296,6 +338,18 @@ pub fn execute(
     plan: &LaunchPlan,
     setup: &Setup,
     reference: &Reference,
+) -> Result<RunResult, RunError> {
+    execute_with(req, cuda, plan, setup, reference, &mut NoHooks)
+}
+
+/// [`execute`] with progress reports and a CUBIN source.
+pub fn execute_with(
+    req: &RunRequest,
+    cuda: &str,
+    plan: &LaunchPlan,
+    setup: &Setup,
+    reference: &Reference,
+    hooks: &mut dyn Hooks,
 ) -> Result<RunResult, RunError> {
     req.check()?;
     let sizes = &req.sizes;
@@ -379,6 +433,7 @@ pub fn execute(
 
     // The reference, before the GPU work (it needs only the inputs).
     info!("evaluating the float64 reference");
+    hooks.progress(Progress::Reference);
     let expected = reference(sizes, &inputs).map_err(|e| RunError::new(Stage::Reference, e))?;
     for t in tensors.iter().filter(|t| t.role == TensorRole::Output) {
         if !expected.contains_key(&t.name) {
@@ -395,8 +450,9 @@ pub fn execute(
         plan.kernel_name,
         nvrtc::ARCH
     );
-    let cubin = nvrtc::compile(cuda, &format!("{}.cu", req.file))
-        .and_then(|c| c.deny_warnings(&req.file))
+    hooks.progress(Progress::Nvrtc);
+    let cubin = hooks
+        .cubin(cuda, &format!("{}.cu", req.file))
         .map_err(|e| RunError::new(Stage::Nvrtc, e.to_string()))?;
     let (cubin_bytes, nvrtc_ms) = (cubin.image.len(), cubin.compile_ms);
 
@@ -463,6 +519,7 @@ pub fn execute(
     };
 
     // First launch: correctness.
+    hooks.progress(Progress::Launch);
     let mut args0 = args_for(&sets[0]);
     gpu.launch(&func, launch, &mut args0)?;
     gpu.sync("the first launch of the kernel")?;
@@ -480,6 +537,7 @@ pub fn execute(
         }
         Ok(checks)
     };
+    hooks.progress(Progress::Validate);
     let validation = check_outputs(&sets[0])?;
     debug!(
         elements = tensors.iter().map(|t| t.elements).sum::<u64>(),
@@ -521,6 +579,7 @@ pub fn execute(
     }
     let mut args: Vec<KernelArgs> = sets.iter().map(|s| args_for(s)).collect();
     let spin = Spin::new(&gpu)?;
+    hooks.progress(Progress::Time);
     info!(%l2_policy, "timing {} launches after {} warm-up launches", req.iters, req.warmup);
     let nsets = args.len() as u64;
     let timing = gpu.time(
@@ -533,6 +592,7 @@ pub fn execute(
         },
         |k| gpu.launch(&func, launch, &mut args[(k % nsets) as usize]),
     )?;
+    hooks.progress(Progress::Validate);
     let validation_after_timing = check_outputs(&sets[0])?;
     drop(flush);
     drop(sets);
@@ -540,6 +600,7 @@ pub fn execute(
     let gbps = timing.gbps(min_global_bytes);
 
     let copy = if req.copy_ceiling {
+        hooks.progress(Progress::Ceiling);
         copy_ceiling(&gpu, Some(&spin), min_global_bytes, req)?
     } else {
         None

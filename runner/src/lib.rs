@@ -3,9 +3,14 @@
 
 pub mod data;
 pub mod engine;
+pub mod faults;
 pub mod gpu;
 pub mod nvrtc;
+pub mod queue;
 pub mod report;
 pub mod selftest;
+pub mod serve;
 pub mod sizes;
+pub mod store;
 pub mod validate;
+pub mod worker;

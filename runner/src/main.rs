@@ -85,6 +85,25 @@ enum Command {
         #[arg(long)]
         no_ceiling: bool,
     },
+    /// Serve the playground and the HTTP API (docs/api.md); runs go to `hopfuse worker`s.
+    Serve(Box<hopfuse_runner::serve::ServeArgs>),
+    /// Run one job: job JSON on stdin, events and the result as JSON lines on stdout (used by
+    /// `hopfuse serve`).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(Args)]
+struct WorkerArgs {
+    /// Compile and check only; run and measure nothing (CI without a GPU).
+    #[arg(long)]
+    fake: bool,
+    /// Test hook of the fake worker.
+    #[arg(long, value_enum, default_value = "ok", requires = "fake")]
+    fake_behaviour: hopfuse_runner::worker::FakeBehaviour,
+    /// Print the GPU (or why there is none) as JSON and exit.
+    #[arg(long, conflicts_with = "fake")]
+    probe: bool,
 }
 
 #[derive(Args)]
@@ -158,7 +177,22 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             seed,
             no_ceiling,
         } => self_test(iters, warmup, seed, !no_ceiling),
+        Command::Serve(args) => hopfuse_runner::serve::main(*args).map(|()| ExitCode::SUCCESS),
+        Command::Worker(args) => Ok(worker(args)),
     }
+}
+
+fn worker(args: WorkerArgs) -> ExitCode {
+    use hopfuse_runner::worker;
+    let code = if args.probe {
+        worker::probe()
+    } else {
+        worker::main(&worker::WorkerOptions {
+            fake: args.fake,
+            behaviour: args.fake_behaviour,
+        })
+    };
+    ExitCode::from(code as u8)
 }
 
 fn read(file: &Path) -> Result<String> {

@@ -1,0 +1,175 @@
+//! Kernels that fail on purpose, for checking the service's fault handling on a real GPU
+//! (`hopfuse serve --fault-kernels`, then `POST /api/run` with `"fault": "deadlock"` etc.):
+//! a kernel that waits on an mbarrier nobody arrives on (the service must kill it at the
+//! wall-clock limit), one that stores to an unmapped address (a CUDA error result), and one that
+//! NVRTC rejects (an NVRTC error result). They run through the same engine as every program.
+
+use crate::engine::{self, Hooks, Progress, RunError, RunRequest, RunResult, Setup, Stage};
+use hopfuse::plan::{Param, SizeExpr as E, TensorRole};
+use hopfuse::{DType, IndexType, LaunchPlan};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// `mbarrier.try_wait` on a barrier that expects an arrival that never comes.
+    Deadlock,
+    /// Stores through a pointer near address 0: `CUDA_ERROR_ILLEGAL_ADDRESS`.
+    IllegalAddress,
+    /// Not CUDA: NVRTC fails.
+    NvrtcError,
+}
+
+impl Fault {
+    pub fn kernel(self) -> &'static str {
+        match self {
+            Fault::Deadlock => "fault_deadlock",
+            Fault::IllegalAddress => "fault_illegal_address",
+            Fault::NvrtcError => "fault_nvrtc_error",
+        }
+    }
+
+    pub fn cuda(self) -> &'static str {
+        match self {
+            Fault::Deadlock => DEADLOCK,
+            Fault::IllegalAddress => ILLEGAL_ADDRESS,
+            Fault::NvrtcError => NVRTC_ERROR,
+        }
+    }
+}
+
+const DEADLOCK: &str = r#"
+extern "C" __global__ void __launch_bounds__(256) fault_deadlock(float* y, int N) {
+    __shared__ __align__(8) unsigned long long bar;
+    unsigned addr = (unsigned)__cvta_generic_to_shared(&bar);
+    if (threadIdx.x == 0) {
+        // One arrival expected; nobody ever arrives, so phase 0 never completes.
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(addr) : "memory");
+    }
+    __syncthreads();
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
+        "@!done bra WAIT;\n"
+        "}\n" :: "r"(addr) : "memory");
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) y[i] = 0.0f;
+}
+"#;
+
+const ILLEGAL_ADDRESS: &str = r#"
+extern "C" __global__ void __launch_bounds__(256) fault_illegal_address(float* y, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) {
+        volatile float* bad = (volatile float*)(16ull + 4ull * (unsigned long long)i);
+        *bad = 1.0f;
+        y[i] = 0.0f;
+    }
+}
+"#;
+
+const NVRTC_ERROR: &str = r#"
+extern "C" __global__ void fault_nvrtc_error(float* y, int N) {
+    this is not CUDA;
+}
+"#;
+
+/// The plan every fault kernel shares: `y: f32[N]` written by `ceil(N / 256)` blocks of 256.
+pub fn plan(fault: Fault) -> LaunchPlan {
+    let n = E::sym("N");
+    LaunchPlan {
+        kernel_name: fault.kernel().into(),
+        index_type: IndexType::I32,
+        symbols: vec!["N".into()],
+        params: vec![
+            Param::Tensor {
+                name: "y".into(),
+                dtype: DType::F32,
+                role: TensorRole::Output,
+                shape: vec![n.clone()],
+            },
+            Param::Size { symbol: "N".into() },
+        ],
+        grid: [
+            E::CeilDiv(Box::new(n.clone()), Box::new(E::Const(256))),
+            E::Const(1),
+            E::Const(1),
+        ],
+        block: [E::Const(256), E::Const(1), E::Const(1)],
+        dynamic_smem_bytes: E::Const(0),
+        constraints: vec![],
+        tensor_maps: vec![],
+        register_sharing: None,
+        min_global_bytes: E::Mul(Box::new(E::Const(4)), Box::new(n)),
+    }
+}
+
+/// `N` of a fault run: the request's, else 2^20.
+pub fn elements(req: &RunRequest) -> i64 {
+    req.sizes.get("N").copied().unwrap_or(1 << 20)
+}
+
+/// Runs a fault kernel as the engine runs any kernel (validated against `y = 0`).
+pub fn run(fault: Fault, req: &RunRequest, hooks: &mut dyn Hooks) -> Result<RunResult, RunError> {
+    hooks.progress(Progress::Lowering);
+    let n = elements(req);
+    if !(1..=1 << 28).contains(&n) {
+        return Err(RunError::new(
+            Stage::Sizes,
+            "a fault kernel needs 1 <= N <= 2^28",
+        ));
+    }
+    let sizes: BTreeMap<String, i64> = [("N".to_string(), n)].into();
+    let plan = plan(fault);
+    let launch = plan
+        .concretize(&sizes)
+        .map_err(|e| RunError::new(Stage::Sizes, e.to_string()))?;
+    let setup = Setup {
+        index_type: IndexType::I32,
+        index_reason: "fixed by the fault kernel".into(),
+        launch,
+    };
+    let req = RunRequest {
+        file: format!("fault/{}", fault.kernel()),
+        source: String::new(),
+        sizes,
+        index: Some(IndexType::I32),
+        copy_ceiling: false,
+        ..req.clone()
+    };
+    let reference = |sizes: &BTreeMap<String, i64>, _: &BTreeMap<String, Vec<f64>>| {
+        Ok([("y".to_string(), vec![0.0; sizes["N"] as usize])].into())
+    };
+    engine::execute_with(&req, fault.cuda(), &plan, &setup, &reference, hooks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_concretize() {
+        for f in [Fault::Deadlock, Fault::IllegalAddress, Fault::NvrtcError] {
+            let l = plan(f)
+                .concretize(&[("N".to_string(), 1000)].into())
+                .unwrap();
+            assert_eq!(l.grid, [4, 1, 1]);
+        }
+    }
+
+    #[test]
+    fn the_good_faults_compile_and_the_bad_one_does_not() {
+        if !crate::nvrtc::available() {
+            eprintln!("SKIPPED: libnvrtc cannot be loaded");
+            return;
+        }
+        for f in [Fault::Deadlock, Fault::IllegalAddress] {
+            let c = crate::nvrtc::compile(f.cuda(), f.kernel()).unwrap();
+            assert!(c.warnings.is_empty(), "{f:?}: {}", c.log);
+        }
+        assert!(crate::nvrtc::compile(NVRTC_ERROR, "bad").is_err());
+    }
+}

@@ -1,0 +1,677 @@
+//! The service's job queue: jobs wait in a FIFO with a cap, one `hopfuse worker` child process
+//! runs at a time per GPU, with a wall-clock limit (SIGKILL on timeout); every job ends with a
+//! [`JobResult`], whatever the worker did, and the next job always runs.
+
+use crate::engine::{Progress, RunError, RunRequest, RunResult};
+use crate::faults::Fault;
+use crate::store::Store;
+use crate::worker::{FakeCompile, Outcome, Part, WorkerEvent, WorkerJob};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{broadcast, mpsc};
+use tracing::{info, warn};
+
+/// The message of a job killed at the wall-clock limit.
+pub const TIMEOUT_MESSAGE: &str =
+    "timed out: the kernel did not finish (a deadlock such as an mbarrier that never completes?)";
+
+/// Finished jobs kept in memory (older ones are still in the run history).
+const KEEP_FINISHED: usize = 2000;
+/// Bytes of a worker's stderr kept for the result.
+const STDERR_TAIL: usize = 8 * 1024;
+/// Longest stdout line read from a worker.
+const MAX_LINE: usize = 16 << 20;
+
+#[derive(Clone, Debug)]
+pub struct QueueConfig {
+    /// The `hopfuse` binary that has the `worker` subcommand.
+    pub worker_exe: PathBuf,
+    /// Arguments after `worker` (`--fake`, `--fake-behaviour ...`).
+    pub worker_args: Vec<String>,
+    pub timeout: Duration,
+    /// Jobs waiting or running at most; more are refused (429).
+    pub cap: usize,
+    /// Jobs one client may have waiting or running (0: no limit beyond `cap`).
+    pub client_cap: usize,
+    /// GPUs: one worker at a time on each (`CUDA_VISIBLE_DEVICES` set when more than one).
+    pub gpus: usize,
+    pub cubin_cache: Option<PathBuf>,
+}
+
+/// Where a job is, as the SSE stream names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStage {
+    Queued,
+    Compiling,
+    Running,
+    Validating,
+    Done,
+}
+
+impl JobStage {
+    pub fn name(self) -> &'static str {
+        match self {
+            JobStage::Queued => "queued",
+            JobStage::Compiling => "compiling",
+            JobStage::Running => "running",
+            JobStage::Validating => "validating",
+            JobStage::Done => "done",
+        }
+    }
+
+    fn of(step: Progress) -> JobStage {
+        match step {
+            Progress::Lowering | Progress::Reference | Progress::Nvrtc => JobStage::Compiling,
+            Progress::Launch | Progress::Time | Progress::Ceiling => JobStage::Running,
+            Progress::Validate => JobStage::Validating,
+        }
+    }
+}
+
+/// One event of a job's stream.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobEvent {
+    pub stage: JobStage,
+    /// The worker's finer step, when it reported one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<Progress>,
+    /// Jobs ahead of this one (queued only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<usize>,
+    /// Milliseconds since the job was submitted.
+    pub elapsed_ms: f64,
+    /// The final result (done only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Arc<JobResult>>,
+}
+
+/// How a job ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Ran on the GPU and validated.
+    Passed,
+    /// Ran on the GPU; validation failed (wrong or unwritten outputs).
+    Failed,
+    /// Could not run: compile, NVRTC, CUDA (illegal address, launch failure, ...) errors.
+    Error,
+    /// Killed at the wall-clock limit.
+    TimedOut,
+    /// The worker died without a result.
+    Crashed,
+    /// Fake worker: compiled and checked, nothing ran, nothing measured.
+    Fake,
+}
+
+impl JobStatus {
+    pub fn name(self) -> &'static str {
+        match self {
+            JobStatus::Passed => "passed",
+            JobStatus::Failed => "failed",
+            JobStatus::Error => "error",
+            JobStatus::TimedOut => "timed_out",
+            JobStatus::Crashed => "crashed",
+            JobStatus::Fake => "fake",
+        }
+    }
+}
+
+/// The final result of a job (`GET /api/jobs/{id}` and the `done` event).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobResult {
+    pub job_id: String,
+    pub status: JobStatus,
+    /// True only for the fake worker: then there are no measurements at all.
+    pub fake: bool,
+    /// A sentence for people (errors, timeouts, crashes, fake runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The measurement (real worker only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Box<RunResult>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cubin_cached: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+    /// What the fake worker checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compile: Option<Box<FakeCompile>>,
+    /// The steps the worker reported, in order (for a timeout: how far it got).
+    pub progress: Vec<Progress>,
+    /// The end of the worker's stderr when it did not end normally.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    /// A/B: the second program's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub b: Option<Box<JobResult>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comparison: Option<Comparison>,
+    pub queued_ms: f64,
+    pub worker_ms: f64,
+}
+
+/// What a job runs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub request: RunRequest,
+    /// A/B: the second program (same sizes, seed and options).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_b: Option<RunRequest>,
+    /// A fault kernel instead of the program (`--fault-kernels`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<Fault>,
+    /// A/B: whether both programs have the same input tensors (names, dtypes, shapes), so the
+    /// seeded inputs are identical.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_inputs: Option<bool>,
+}
+
+/// An A/B comparison of two measured runs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Comparison {
+    /// B's median time over A's (below 1: B is faster).
+    pub b_over_a_median: f64,
+    /// The range of B/A from the two runs' min and max times: [B.min/A.max, B.max/A.min].
+    pub b_over_a_range: [f64; 2],
+    pub a_median_us: f64,
+    pub b_median_us: f64,
+    pub same_inputs: Option<bool>,
+    /// False: A's launches all ran, then B's, in one worker process on one GPU.
+    pub interleaved: bool,
+}
+
+/// The job was refused: too many waiting.
+#[derive(Clone, Debug)]
+pub struct QueueFull {
+    pub cap: usize,
+    /// The client's own cap was reached (not the queue's).
+    pub per_client: bool,
+    pub retry_after_s: u64,
+}
+
+pub struct Job {
+    pub id: String,
+    pub client: String,
+    pub spec: JobSpec,
+    submitted: Instant,
+    state: Mutex<JobState>,
+}
+
+struct JobState {
+    events: Vec<JobEvent>,
+    tx: broadcast::Sender<JobEvent>,
+    result: Option<Arc<JobResult>>,
+}
+
+impl Job {
+    fn elapsed_ms(&self) -> f64 {
+        self.submitted.elapsed().as_secs_f64() * 1e3
+    }
+
+    fn push(&self, event: JobEvent) {
+        let mut st = self.state.lock().expect("job state lock");
+        if st.result.is_some() {
+            return;
+        }
+        if let Some(r) = &event.result {
+            st.result = Some(r.clone());
+        }
+        st.events.push(event.clone());
+        // No receivers is fine: nobody is watching.
+        let _ = st.tx.send(event);
+    }
+
+    fn stage(&self, stage: JobStage, step: Option<Progress>) {
+        self.push(JobEvent {
+            stage,
+            step,
+            position: None,
+            elapsed_ms: self.elapsed_ms(),
+            result: None,
+        });
+    }
+
+    pub fn result(&self) -> Option<Arc<JobResult>> {
+        self.state.lock().expect("job state lock").result.clone()
+    }
+
+    /// The events so far and a receiver for the rest (atomically: none is missed or repeated).
+    pub fn subscribe(&self) -> (Vec<JobEvent>, broadcast::Receiver<JobEvent>) {
+        let st = self.state.lock().expect("job state lock");
+        (st.events.clone(), st.tx.subscribe())
+    }
+}
+
+/// Counters for `/api/health`.
+#[derive(Clone, Debug, Serialize)]
+pub struct QueueStats {
+    pub queued: usize,
+    pub running: usize,
+    pub cap: usize,
+    pub gpus: usize,
+    pub finished: u64,
+    pub job_timeout_s: f64,
+}
+
+pub struct Queue {
+    config: QueueConfig,
+    jobs: Mutex<HashMap<String, Arc<Job>>>,
+    finished_order: Mutex<VecDeque<String>>,
+    /// Jobs waiting or running per client.
+    per_client: Mutex<HashMap<String, usize>>,
+    tx: mpsc::UnboundedSender<Arc<Job>>,
+    /// Waiting + running.
+    pending: AtomicUsize,
+    running: AtomicUsize,
+    finished: AtomicU64,
+    /// Mean worker time of recent jobs in milliseconds (for Retry-After).
+    mean_ms: AtomicU64,
+    next_id: AtomicU64,
+    store: Option<Store>,
+}
+
+impl Queue {
+    /// Starts one dispatcher per GPU.
+    pub fn start(config: QueueConfig, store: Option<Store>) -> Arc<Queue> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let queue = Arc::new(Queue {
+            config,
+            jobs: Mutex::new(HashMap::new()),
+            finished_order: Mutex::new(VecDeque::new()),
+            per_client: Mutex::new(HashMap::new()),
+            tx,
+            pending: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            finished: AtomicU64::new(0),
+            mean_ms: AtomicU64::new(1000),
+            next_id: AtomicU64::new(0),
+            store,
+        });
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        for gpu in 0..queue.config.gpus.max(1) {
+            let (q, rx) = (queue.clone(), rx.clone());
+            tokio::spawn(async move {
+                loop {
+                    let job = { rx.lock().await.recv().await };
+                    let Some(job) = job else { break };
+                    q.running.fetch_add(1, Ordering::SeqCst);
+                    let result = q.run_job(&job, gpu).await;
+                    q.finish(&job, result).await;
+                    q.running.fetch_sub(1, Ordering::SeqCst);
+                    q.release_client(&job.client);
+                    q.pending.fetch_sub(1, Ordering::SeqCst);
+                }
+            });
+        }
+        queue
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        let pending = self.pending.load(Ordering::SeqCst);
+        let running = self.running.load(Ordering::SeqCst);
+        QueueStats {
+            queued: pending.saturating_sub(running),
+            running,
+            cap: self.config.cap,
+            gpus: self.config.gpus.max(1),
+            finished: self.finished.load(Ordering::SeqCst),
+            job_timeout_s: self.config.timeout.as_secs_f64(),
+        }
+    }
+
+    fn new_id(&self) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let mut h = <sha2::Sha256 as sha2::Digest>::new();
+        sha2::Digest::update(&mut h, format!("{t}/{n}/{}", std::process::id()).as_bytes());
+        let digest = sha2::Digest::finalize(h);
+        format!("j{}", crate::worker::hex(&digest[..8]))
+    }
+
+    /// Queues a run; `QueueFull` when `cap` jobs are already waiting or running.
+    pub fn submit(&self, spec: JobSpec, client: &str) -> Result<Arc<Job>, QueueFull> {
+        let cap = self.config.cap;
+        let client_cap = self.config.client_cap;
+        {
+            let mut per_client = self.per_client.lock().expect("per-client lock");
+            let mine = per_client.entry(client.to_string()).or_insert(0);
+            if client_cap > 0 && *mine >= client_cap {
+                let retry_after_s = self.retry_after(*mine);
+                return Err(QueueFull {
+                    cap: client_cap,
+                    per_client: true,
+                    retry_after_s,
+                });
+            }
+            *mine += 1;
+        }
+        let ahead = self
+            .pending
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .map_err(|n| {
+                self.release_client(client);
+                QueueFull {
+                    cap,
+                    per_client: false,
+                    retry_after_s: self.retry_after(n),
+                }
+            })?;
+        let (tx, _) = broadcast::channel(256);
+        let job = Arc::new(Job {
+            id: self.new_id(),
+            client: client.to_string(),
+            spec,
+            submitted: Instant::now(),
+            state: Mutex::new(JobState {
+                events: Vec::new(),
+                tx,
+                result: None,
+            }),
+        });
+        job.push(JobEvent {
+            stage: JobStage::Queued,
+            step: None,
+            position: Some(ahead),
+            elapsed_ms: 0.0,
+            result: None,
+        });
+        self.jobs
+            .lock()
+            .expect("jobs lock")
+            .insert(job.id.clone(), job.clone());
+        if self.tx.send(job.clone()).is_err() {
+            // The dispatchers are gone (shutting down): end the job here.
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+        }
+        Ok(job)
+    }
+
+    fn release_client(&self, client: &str) {
+        let mut per_client = self.per_client.lock().expect("per-client lock");
+        if let Some(n) = per_client.get_mut(client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                per_client.remove(client);
+            }
+        }
+    }
+
+    /// Seconds until a slot is likely free with `pending` jobs ahead.
+    pub fn retry_after(&self, pending: usize) -> u64 {
+        let mean = self.mean_ms.load(Ordering::Relaxed) as f64 / 1e3;
+        let per_gpu = pending as f64 / self.config.gpus.max(1) as f64;
+        ((per_gpu * mean).ceil() as u64).clamp(1, 600)
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Job>> {
+        self.jobs.lock().expect("jobs lock").get(id).cloned()
+    }
+
+    async fn finish(&self, job: &Arc<Job>, result: JobResult) {
+        let ms = result.worker_ms.max(1.0) as u64;
+        let old = self.mean_ms.load(Ordering::Relaxed);
+        self.mean_ms.store((old * 7 + ms) / 8, Ordering::Relaxed);
+        let result = Arc::new(result);
+        info!(job = %job.id, status = result.status.name(), ms = result.worker_ms, "job finished");
+        job.push(JobEvent {
+            stage: JobStage::Done,
+            step: None,
+            position: None,
+            elapsed_ms: job.elapsed_ms(),
+            result: Some(result.clone()),
+        });
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        if let Some(store) = &self.store {
+            let request = serde_json::to_value(&job.spec).unwrap_or_default();
+            let value = serde_json::to_value(&*result).unwrap_or_default();
+            if let Err(e) = store
+                .put_run(&job.id, result.status.name(), &job.client, &request, &value)
+                .await
+            {
+                warn!(job = %job.id, "cannot store the run: {e}");
+            }
+        }
+        let mut order = self.finished_order.lock().expect("order lock");
+        order.push_back(job.id.clone());
+        if order.len() > KEEP_FINISHED {
+            if let Some(old) = order.pop_front() {
+                self.jobs.lock().expect("jobs lock").remove(&old);
+            }
+        }
+    }
+
+    async fn run_job(&self, job: &Arc<Job>, gpu: usize) -> JobResult {
+        let queued_ms = job.elapsed_ms();
+        let start = Instant::now();
+        let mut progress = Vec::new();
+        let (mut outcome_a, mut outcome_b): (Option<Outcome>, Option<Outcome>) = (None, None);
+        let mut cubin_cached = None;
+        let result = |status, message: Option<String>| JobResult {
+            job_id: job.id.clone(),
+            status,
+            fake: false,
+            message,
+            result: None,
+            cubin_cached: None,
+            error: None,
+            compile: None,
+            progress: Vec::new(),
+            stderr: None,
+            b: None,
+            comparison: None,
+            queued_ms,
+            worker_ms: 0.0,
+        };
+
+        let mut cmd = tokio::process::Command::new(&self.config.worker_exe);
+        cmd.arg("worker")
+            .args(&self.config.worker_args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if self.config.gpus > 1 {
+            cmd.env("CUDA_VISIBLE_DEVICES", gpu.to_string());
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                return result(
+                    JobStatus::Crashed,
+                    Some(format!(
+                        "crashed: cannot start the worker {}: {e}",
+                        self.config.worker_exe.display()
+                    )),
+                )
+            }
+        };
+        let payload = serde_json::to_vec(&WorkerJob {
+            request: job.spec.request.clone(),
+            request_b: job.spec.request_b.clone(),
+            fault: job.spec.fault,
+            cubin_cache: self.config.cubin_cache.clone(),
+        })
+        .expect("jobs serialize");
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let writer = tokio::spawn(async move {
+            let _ = stdin.write_all(&payload).await;
+            let _ = stdin.shutdown().await;
+        });
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let stderr_task = tokio::spawn(async move {
+            let mut tail: Vec<u8> = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                tail.extend_from_slice(&buf[..n]);
+                if tail.len() > 2 * STDERR_TAIL {
+                    tail.drain(..tail.len() - STDERR_TAIL);
+                }
+            }
+            let start = tail.len().saturating_sub(STDERR_TAIL);
+            String::from_utf8_lossy(&tail[start..]).into_owned()
+        });
+        let stdout = child.stdout.take().expect("piped stdout");
+
+        let read_and_wait = async {
+            let mut lines = BufReader::new(stdout);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                let n = (&mut lines)
+                    .take(MAX_LINE as u64)
+                    .read_until(b'\n', &mut line)
+                    .await
+                    .unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                let text = String::from_utf8_lossy(&line);
+                match crate::worker::parse_event(&text) {
+                    Some(WorkerEvent::Progress { step }) => {
+                        if progress.last() != Some(&step) || step == Progress::Validate {
+                            job.stage(JobStage::of(step), Some(step));
+                        }
+                        progress.push(step);
+                    }
+                    Some(WorkerEvent::CubinCached { .. }) => cubin_cached = Some(true),
+                    Some(WorkerEvent::Outcome { outcome: o, part }) => match part {
+                        Part::A => outcome_a = Some(*o),
+                        Part::B => outcome_b = Some(*o),
+                    },
+                    None => {}
+                }
+            }
+            child.wait().await
+        };
+        // An A/B job runs two programs.
+        let limit = self.config.timeout * if job.spec.request_b.is_some() { 2 } else { 1 };
+        let waited = tokio::time::timeout(limit, read_and_wait).await;
+        let status = match waited {
+            Ok(s) => Some(s),
+            Err(_) => {
+                // SIGKILL: a hung kernel cannot be stopped from inside its process.
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                None
+            }
+        };
+        let _ = writer.await;
+        let stderr_tail = match tokio::time::timeout(Duration::from_secs(2), stderr_task).await {
+            Ok(Ok(s)) => s,
+            _ => String::new(),
+        };
+        let worker_ms = start.elapsed().as_secs_f64() * 1e3;
+        let stderr_opt = (!stderr_tail.trim().is_empty()).then(|| stderr_tail.clone());
+
+        let from_outcome = |outcome: Option<Outcome>| match outcome {
+            Some(Outcome::Measured {
+                result: run,
+                cubin_cached: cached,
+            }) => {
+                let mut r = result(
+                    if run.passed {
+                        JobStatus::Passed
+                    } else {
+                        JobStatus::Failed
+                    },
+                    (!run.passed).then(|| {
+                        "the kernel ran but its outputs do not match the float64 reference"
+                            .to_string()
+                    }),
+                );
+                r.result = Some(run);
+                r.cubin_cached = Some(cached || cubin_cached.unwrap_or(false));
+                r
+            }
+            Some(Outcome::Error { error }) => {
+                let mut r = result(JobStatus::Error, Some(error.to_string()));
+                r.error = Some(error);
+                r.stderr = stderr_opt.clone();
+                r
+            }
+            Some(Outcome::Fake { compile, .. }) => {
+                let mut r = result(JobStatus::Fake, Some(compile.note.clone()));
+                r.fake = true;
+                r.compile = Some(compile);
+                r
+            }
+            None => match &status {
+                None => {
+                    let mut r = result(JobStatus::TimedOut, Some(TIMEOUT_MESSAGE.to_string()));
+                    r.stderr = stderr_opt.clone();
+                    r
+                }
+                Some(exit) => {
+                    let how = match exit {
+                        Ok(s) => describe_exit(s),
+                        Err(e) => format!("could not be waited for: {e}"),
+                    };
+                    let mut r = result(
+                        JobStatus::Crashed,
+                        Some(format!("crashed: the worker {how} without a result")),
+                    );
+                    r.stderr = stderr_opt.clone();
+                    r
+                }
+            },
+        };
+        let mut r = from_outcome(outcome_a);
+        if job.spec.request_b.is_some() {
+            let b = from_outcome(outcome_b);
+            if let (Some(a), Some(b)) = (&r.result, &b.result) {
+                let (ta, tb) = (&a.timing, &b.timing);
+                r.comparison = Some(Comparison {
+                    b_over_a_median: tb.median_us / ta.median_us,
+                    b_over_a_range: [tb.min_us / ta.max_us, tb.max_us / ta.min_us],
+                    a_median_us: ta.median_us,
+                    b_median_us: tb.median_us,
+                    same_inputs: job.spec.same_inputs,
+                    interleaved: false,
+                });
+            }
+            r.b = Some(Box::new(b));
+        }
+        r.progress = progress;
+        r.worker_ms = worker_ms;
+        r
+    }
+}
+
+fn describe_exit(status: &std::process::ExitStatus) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            let name = match sig {
+                4 => " (SIGILL)",
+                6 => " (SIGABRT)",
+                7 => " (SIGBUS)",
+                8 => " (SIGFPE)",
+                9 => " (SIGKILL)",
+                11 => " (SIGSEGV)",
+                15 => " (SIGTERM)",
+                _ => "",
+            };
+            return format!("was killed by signal {sig}{name}");
+        }
+    }
+    match status.code() {
+        Some(c) => format!("exited with status {c}"),
+        None => "exited".to_string(),
+    }
+}

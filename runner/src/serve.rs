@@ -1,0 +1,1106 @@
+//! `hopfuse serve`: the playground's static files and the HTTP API (see `docs/api.md`).
+//!
+//! Compiles run in the server (a blocking thread per request, as many at once as there are
+//! cores); runs go through the [`Queue`] to `hopfuse worker` child processes. Every error is a
+//! JSON `{"error": ...}` with a 4xx/5xx status.
+
+use crate::engine::{self, RunRequest};
+use crate::faults::Fault;
+use crate::gpu::DeviceInfo;
+use crate::queue::{JobEvent, JobSpec, JobStage, Queue, QueueConfig, QueueStats};
+use crate::store::Store;
+use crate::worker::FakeBehaviour;
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{any, get, post};
+use axum::{Json, Router};
+use hopfuse::{CompileOptions, IndexType};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{broadcast, Semaphore};
+use tower::ServiceExt;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::services::ServeDir;
+use tracing::{info, warn};
+
+/// `hopfuse serve` options.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: any free port; the chosen address is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// The playground's static files (a short HTML note is served while it does not exist).
+    #[arg(long, default_value = "dist")]
+    pub static_dir: PathBuf,
+    /// Directory of the database and the CUBIN cache [default: $XDG_DATA_HOME/hopfuse or
+    /// ~/.local/share/hopfuse].
+    #[arg(long, env = "HOPFUSE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Database: a SQLite file path, or a URL (sqlite://..., postgres://...)
+    /// [default: DATA_DIR/hopfuse.db].
+    #[arg(long, env = "HOPFUSE_DB")]
+    pub db: Option<String>,
+    /// Wall-clock limit of one job in seconds; the worker is killed (SIGKILL) past it.
+    #[arg(long, default_value_t = 10.0)]
+    pub job_timeout: f64,
+    /// Jobs waiting or running at most; more get 429.
+    #[arg(long, default_value_t = 64)]
+    pub queue_cap: usize,
+    /// Jobs one client (IP address) may have waiting or running; more get 429 (0: no limit).
+    #[arg(long, default_value_t = 16)]
+    pub client_queue_cap: usize,
+    /// GPUs to run on, one job at a time on each.
+    #[arg(long, default_value_t = 1)]
+    pub gpus: usize,
+    /// Require `Authorization: Bearer TOKEN` on every API call but GET /api/health.
+    #[arg(long, env = "HOPFUSE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Origins allowed to call the API from a browser (repeat; `*` for any).
+    #[arg(long = "cors-origin")]
+    pub cors_origins: Vec<String>,
+    /// Largest request body in bytes (413 past it).
+    #[arg(long, default_value_t = 256 * 1024)]
+    pub max_body_bytes: usize,
+    /// Largest program text in bytes (413 past it).
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub max_program_bytes: usize,
+    /// Most timed launches of one run.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_iters: u32,
+    /// Most warm-up launches of one run.
+    #[arg(long, default_value_t = 1_000)]
+    pub max_warmup: u32,
+    /// Most bytes of all the tensors of one run together.
+    #[arg(long, default_value_t = 4 << 30)]
+    pub max_tensor_bytes: u64,
+    /// Runs one client may start per minute (0: no limit).
+    #[arg(long, default_value_t = 60)]
+    pub runs_per_minute: u32,
+    /// Other POST requests (compile, links) one client may make per minute (0: no limit).
+    #[arg(long, default_value_t = 600)]
+    pub requests_per_minute: u32,
+    /// Run jobs with the fake worker: programs are compiled and checked, nothing is executed or
+    /// measured (CI without a GPU).
+    #[arg(long)]
+    pub fake_worker: bool,
+    /// Test hook of the fake worker.
+    #[arg(long, value_enum, requires = "fake_worker")]
+    pub fake_behaviour: Option<FakeBehaviour>,
+    /// Accept `"fault": "deadlock" | "illegal_address" | "nvrtc_error"` in POST /api/run:
+    /// kernels that fail on purpose, to check the fault handling on a GPU.
+    #[arg(long)]
+    pub fault_kernels: bool,
+    /// Do not cache CUBINs on disk.
+    #[arg(long)]
+    pub no_cubin_cache: bool,
+    /// The binary run as `hopfuse worker` [default: this one].
+    #[arg(long, hide = true)]
+    pub worker_exe: Option<PathBuf>,
+}
+
+/// What the startup probe found.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GpuStatus {
+    pub gpu: Option<DeviceInfo>,
+    pub reason: Option<String>,
+    pub nvrtc: Option<String>,
+}
+
+pub struct App {
+    args: ServeArgs,
+    queue: Arc<Queue>,
+    store: Store,
+    gpu: GpuStatus,
+    compile_slots: Semaphore,
+    run_limiter: RateLimiter,
+    post_limiter: RateLimiter,
+    started: Instant,
+}
+
+fn default_data_dir() -> PathBuf {
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
+    match std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d).join("hopfuse"),
+        None => match home {
+            Some(h) => PathBuf::from(h).join(".local/share/hopfuse"),
+            None => PathBuf::from("hopfuse-data"),
+        },
+    }
+}
+
+impl App {
+    pub async fn new(args: ServeArgs) -> anyhow::Result<Arc<App>> {
+        let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+        std::fs::create_dir_all(&data_dir)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", data_dir.display()))?;
+        let db = args
+            .db
+            .clone()
+            .unwrap_or_else(|| data_dir.join("hopfuse.db").display().to_string());
+        let store = Store::open(&db)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot open the database {db}: {e}"))?;
+        let worker_exe = match &args.worker_exe {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()?,
+        };
+        let gpu = if args.fake_worker {
+            GpuStatus {
+                gpu: None,
+                reason: Some(
+                    "fake worker mode (--fake-worker): runs are compiled and checked, never \
+                     executed or measured"
+                        .into(),
+                ),
+                nvrtc: None,
+            }
+        } else {
+            probe(&worker_exe).await
+        };
+        match &gpu.gpu {
+            Some(g) => info!("GPU: {} ({} SMs)", g.name, g.sm_count),
+            None => warn!(
+                "no GPU for runs: {}",
+                gpu.reason.as_deref().unwrap_or("unknown")
+            ),
+        }
+        let mut worker_args = Vec::new();
+        if args.fake_worker {
+            worker_args.push("--fake".to_string());
+            if let Some(b) = args.fake_behaviour {
+                worker_args.push("--fake-behaviour".to_string());
+                let name = match b {
+                    FakeBehaviour::Ok => "ok",
+                    FakeBehaviour::Hang => "hang",
+                    FakeBehaviour::Crash => "crash",
+                    FakeBehaviour::FromProgram => "from-program",
+                };
+                worker_args.push(name.to_string());
+            }
+        }
+        if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
+            anyhow::bail!("--job-timeout must be a positive number of seconds");
+        }
+        let queue = Queue::start(
+            QueueConfig {
+                worker_exe,
+                worker_args,
+                timeout: Duration::from_secs_f64(args.job_timeout),
+                cap: args.queue_cap,
+                client_cap: args.client_queue_cap,
+                gpus: args.gpus.max(1),
+                cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
+            },
+            Some(store.clone()),
+        );
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
+        Ok(Arc::new(App {
+            run_limiter: RateLimiter::new(args.runs_per_minute),
+            post_limiter: RateLimiter::new(args.requests_per_minute),
+            args,
+            queue,
+            store,
+            gpu,
+            compile_slots: Semaphore::new(cores),
+            started: Instant::now(),
+        }))
+    }
+
+    fn run_unavailable(&self) -> Option<String> {
+        if self.args.fake_worker || self.gpu.gpu.is_some() {
+            return None;
+        }
+        Some(format!(
+            "runs are unavailable: no usable GPU ({}); compiling works (POST /api/compile)",
+            self.gpu.reason.as_deref().unwrap_or("unknown reason")
+        ))
+    }
+
+    fn check_program(&self, program: &str) -> Result<(), ApiError> {
+        let max = self.args.max_program_bytes;
+        if program.len() > max {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the program is {} bytes; the limit is {max} bytes (max_program_bytes)",
+                    program.len()
+                ),
+            )
+            .with("limit", json!("max_program_bytes"))
+            .with("max", json!(max)));
+        }
+        Ok(())
+    }
+}
+
+/// Asks a `hopfuse worker --probe` child which GPU there is (a broken driver cannot take the
+/// server down with it).
+async fn probe(worker_exe: &std::path::Path) -> GpuStatus {
+    let failed = |reason: String| GpuStatus {
+        gpu: None,
+        reason: Some(reason),
+        nvrtc: None,
+    };
+    let out = tokio::process::Command::new(worker_exe)
+        .args(["worker", "--probe"])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(Duration::from_secs(30), out).await {
+        Err(_) => failed("the GPU probe did not finish in 30 s".into()),
+        Ok(Err(e)) => failed(format!("cannot start the GPU probe: {e}")),
+        Ok(Ok(o)) => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            match serde_json::from_str::<GpuStatus>(text.trim()) {
+                Ok(s) => s,
+                Err(_) => failed(format!(
+                    "the GPU probe failed ({}): {}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stderr).trim()
+                )),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors and extractors
+
+/// A JSON error response.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    body: Value,
+    retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            body: json!({ "error": message.into() }),
+            retry_after: None,
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    fn with(mut self, key: &str, value: Value) -> ApiError {
+        self.body[key] = value;
+        self
+    }
+
+    fn internal(what: impl std::fmt::Display) -> ApiError {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal error: {what}"),
+        )
+    }
+
+    fn too_many(message: String, retry_after: u64) -> ApiError {
+        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, message)
+            .with("retry_after_s", json!(retry_after));
+        e.retry_after = Some(retry_after);
+        e
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, Json(self.body)).into_response();
+        if let Some(s) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+/// A JSON body: 413 over the body limit, 400 (with serde's message) when it is not the JSON
+/// the endpoint takes. No content type is required.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<Arc<App>> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, app).await.map_err(|r| {
+            if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                let max = app.args.max_body_bytes;
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "the request body is larger than the limit of {max} bytes (max_body_bytes)"
+                    ),
+                )
+                .with("limit", json!("max_body_bytes"))
+                .with("max", json!(max))
+            } else {
+                ApiError::new(r.status(), r.body_text())
+            }
+        })?;
+        serde_json::from_slice(&bytes)
+            .map(ApiJson)
+            .map_err(|e| ApiError::bad_request(format!("malformed JSON request: {e}")))
+    }
+}
+
+/// The client a request came from (its IP address), for rate limits and the run history.
+pub struct Client(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Client {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
+        Ok(Client(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip().to_string())
+                .unwrap_or_else(|| "local".into()),
+        ))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rate limiting
+
+/// A token bucket per client: `per_minute` tokens, refilled continuously.
+pub struct RateLimiter {
+    per_minute: u32,
+    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+}
+
+impl RateLimiter {
+    pub fn new(per_minute: u32) -> RateLimiter {
+        RateLimiter {
+            per_minute,
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes a token, or says in how many seconds one will be there.
+    pub fn check(&self, client: &str) -> Result<(), u64> {
+        if self.per_minute == 0 {
+            return Ok(());
+        }
+        let cap = self.per_minute as f64;
+        let rate = cap / 60.0;
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().expect("rate limiter lock");
+        if buckets.len() > 10_000 {
+            buckets.retain(|_, (tokens, t)| {
+                *tokens + now.duration_since(*t).as_secs_f64() * rate < cap
+            });
+        }
+        let (tokens, last) = buckets.entry(client.to_string()).or_insert((cap, now));
+        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * rate).min(cap);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(((1.0 - *tokens) / rate).ceil().max(1.0) as u64)
+        }
+    }
+}
+
+fn limit(limiter: &RateLimiter, client: &Client, what: &str) -> Result<(), ApiError> {
+    limiter.check(&client.0).map_err(|s| {
+        ApiError::too_many(
+            format!(
+                "rate limit: at most {} {what} per minute per client; retry in {s} s",
+                limiter.per_minute
+            ),
+            s,
+        )
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Router
+
+pub fn router(app: Arc<App>) -> Router {
+    let protected = Router::new()
+        .route("/api/compile", post(compile))
+        .route("/api/run", post(run))
+        .route("/api/jobs/{id}", get(job))
+        .route("/api/jobs/{id}/events", get(job_events))
+        .route("/api/links", post(put_link))
+        .route("/api/links/{id}", get(get_link))
+        .route("/api/runs", get(runs))
+        .route_layer(middleware::from_fn_with_state(app.clone(), auth));
+    let mut router = Router::new()
+        .merge(protected)
+        .route("/api/health", get(health))
+        .route("/api", any(api_not_found))
+        .route("/api/{*rest}", any(api_not_found))
+        .fallback(static_files)
+        .layer(axum::extract::DefaultBodyLimit::max(
+            app.args.max_body_bytes,
+        ))
+        .layer(middleware::from_fn(json_errors))
+        .layer(CatchPanicLayer::custom(
+            |_: Box<dyn std::any::Any + Send>| {
+                ApiError::internal("the server panicked on this request (a bug: please report it)")
+                    .into_response()
+            },
+        ))
+        .with_state(app.clone());
+    if let Some(cors) = cors_layer(&app.args.cors_origins) {
+        router = router.layer(cors);
+    }
+    router
+}
+
+fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o.trim_end_matches('/')).ok()),
+        )
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION])
+            .expose_headers([header::RETRY_AFTER])
+            .max_age(Duration::from_secs(3600)),
+    )
+}
+
+async fn auth(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    if let Some(token) = &app.args.token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let ok = given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), token.as_bytes()));
+        if !ok {
+            let msg = if given.is_none() {
+                "this service requires a token: send `Authorization: Bearer <token>`"
+            } else {
+                "wrong token"
+            };
+            return ApiError::new(StatusCode::UNAUTHORIZED, msg).into_response();
+        }
+    }
+    next.run(req).await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Every error status under /api has a JSON body (axum's own 404/405/413 are plain text).
+async fn json_errors(req: Request, next: Next) -> Response {
+    let api = req.uri().path().starts_with("/api");
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/event-stream"));
+    if !api || status.as_u16() < 400 || is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    let mut json_resp = ApiError::new(status, message).into_response();
+    for (k, v) in parts.headers.iter() {
+        if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
+            json_resp.headers_mut().insert(k.clone(), v.clone());
+        }
+    }
+    json_resp
+}
+
+async fn api_not_found(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no such API endpoint: {method} {}", uri.path()),
+    )
+}
+
+const NO_PLAYGROUND: &str = r#"<!doctype html>
+<html><head><meta charset="utf-8"><title>hopfuse</title></head>
+<body style="font-family: sans-serif; max-width: 42em; margin: 3em auto">
+<h1>hopfuse serve</h1>
+<p>The playground's files are not built yet (no <code>STATIC_DIR</code>). The API works:
+see <code>docs/api.md</code>, or try <a href="/api/health"><code>GET /api/health</code></a>.</p>
+</body></html>
+"#;
+
+async fn static_files(State(app): State<Arc<App>>, req: Request) -> Response {
+    let dir = &app.args.static_dir;
+    if dir.is_dir() {
+        match ServeDir::new(dir)
+            .append_index_html_on_directories(true)
+            .oneshot(req)
+            .await
+        {
+            Ok(resp) => resp.map(Body::new),
+            Err(e) => match e {},
+        }
+    } else if req.uri().path() == "/" || req.uri().path() == "/index.html" {
+        Html(NO_PLAYGROUND.replace("STATIC_DIR", &dir.display().to_string())).into_response()
+    } else {
+        (StatusCode::NOT_FOUND, "not found").into_response()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handlers
+
+#[derive(Serialize)]
+struct Health {
+    status: &'static str,
+    version: &'static str,
+    /// "gpu" (runs execute on the GPU) or "fake" (compiled and checked only).
+    worker: &'static str,
+    gpu: Option<DeviceInfo>,
+    /// Why there is no GPU.
+    gpu_reason: Option<String>,
+    nvrtc: Option<String>,
+    run_available: bool,
+    run_unavailable_reason: Option<String>,
+    queue: QueueStats,
+    limits: Value,
+    uptime_s: f64,
+}
+
+async fn health(State(app): State<Arc<App>>) -> Json<Health> {
+    let a = &app.args;
+    Json(Health {
+        status: "ok",
+        version: env!("CARGO_PKG_VERSION"),
+        worker: if a.fake_worker { "fake" } else { "gpu" },
+        gpu: app.gpu.gpu.clone(),
+        gpu_reason: app.gpu.reason.clone(),
+        nvrtc: app.gpu.nvrtc.clone(),
+        run_available: app.run_unavailable().is_none(),
+        run_unavailable_reason: app.run_unavailable(),
+        queue: app.queue.stats(),
+        limits: json!({
+            "max_body_bytes": a.max_body_bytes,
+            "max_program_bytes": a.max_program_bytes,
+            "max_iters": a.max_iters,
+            "max_warmup": a.max_warmup,
+            "max_tensor_bytes": a.max_tensor_bytes,
+            "queue_cap": a.queue_cap,
+            "client_queue_cap": a.client_queue_cap,
+            "runs_per_minute": a.runs_per_minute,
+            "requests_per_minute": a.requests_per_minute,
+            "job_timeout_s": a.job_timeout,
+            "token_required": a.token.is_some(),
+        }),
+        uptime_s: app.started.elapsed().as_secs_f64(),
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompileBody {
+    program: String,
+    #[serde(default)]
+    index: Option<IndexType>,
+}
+
+async fn compile(
+    State(app): State<Arc<App>>,
+    client: Client,
+    ApiJson(body): ApiJson<CompileBody>,
+) -> Result<Json<Value>, ApiError> {
+    limit(&app.post_limiter, &client, "requests")?;
+    app.check_program(&body.program)?;
+    let _permit = app
+        .compile_slots
+        .acquire()
+        .await
+        .map_err(ApiError::internal)?;
+    let index_type = body.index.unwrap_or_default();
+    let program = body.program;
+    let out = tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        let result = hopfuse::compile(&program, &CompileOptions { index_type });
+        let lower_ms = start.elapsed().as_secs_f64() * 1e3;
+        match result {
+            Ok(c) => json!({
+                "cuda": c.cuda,
+                "passes": c.passes,
+                "plan": c.plan,
+                "diagnostics": [],
+                "lower_ms": lower_ms,
+            }),
+            Err(d) => json!({
+                "cuda": null,
+                "passes": [],
+                "plan": null,
+                "diagnostics": d.0,
+                "lower_ms": lower_ms,
+            }),
+        }
+    })
+    .await
+    .map_err(|_| {
+        ApiError::internal("the compiler panicked on this program (a bug: please report it)")
+    })?;
+    Ok(Json(out))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunBody {
+    #[serde(default)]
+    program: String,
+    /// A/B: a second program, run after the first on the same inputs.
+    program_b: Option<String>,
+    #[serde(default)]
+    sizes: BTreeMap<String, i64>,
+    iters: Option<u32>,
+    warmup: Option<u32>,
+    seed: Option<u64>,
+    index: Option<IndexType>,
+    copy_ceiling: Option<bool>,
+    /// A name for messages (default `playground.hf`).
+    file: Option<String>,
+    /// A fault kernel instead of the program (only with `--fault-kernels`).
+    fault: Option<Fault>,
+}
+
+async fn run(
+    State(app): State<Arc<App>>,
+    client: Client,
+    ApiJson(body): ApiJson<RunBody>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    limit(&app.run_limiter, &client, "runs")?;
+    app.check_program(&body.program)?;
+    if let Some(b) = &body.program_b {
+        app.check_program(b)?;
+    }
+    if let Some(reason) = app.run_unavailable() {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
+    }
+    let a = &app.args;
+    if body.fault.is_some() && !a.fault_kernels {
+        return Err(ApiError::bad_request(
+            "fault kernels are a device-test hook: start the service with --fault-kernels",
+        ));
+    }
+    if body.fault.is_some() && body.program_b.is_some() {
+        return Err(ApiError::bad_request("a fault run takes no program_b"));
+    }
+    if body.fault.is_some() && a.fake_worker {
+        return Err(ApiError::bad_request("fault kernels need the GPU worker"));
+    }
+    let file = body
+        .file
+        .filter(|f| !f.is_empty() && f.len() <= 200)
+        .unwrap_or_else(|| "playground.hf".into());
+    let request = RunRequest {
+        file: file.clone(),
+        source: body.program,
+        sizes: body.sizes,
+        iters: body.iters.unwrap_or(100),
+        warmup: body.warmup.unwrap_or(10),
+        seed: body.seed.unwrap_or(1),
+        index: body.index,
+        copy_ceiling: body.copy_ceiling.unwrap_or(true),
+    };
+    let request_b = body.program_b.map(|source| RunRequest {
+        file: format!("{file} (B)"),
+        source,
+        ..request.clone()
+    });
+    let cap = |name: &str, value: u64, min: u64, max: u64| {
+        if value < min || value > max {
+            Err(ApiError::bad_request(format!(
+                "{name} = {value} is outside the limit {min}..={max} (max_{name})"
+            ))
+            .with("limit", json!(format!("max_{name}")))
+            .with("max", json!(max)))
+        } else {
+            Ok(())
+        }
+    };
+    cap("iters", request.iters as u64, 1, a.max_iters as u64)?;
+    cap("warmup", request.warmup as u64, 0, a.max_warmup as u64)?;
+    let max_tensor_bytes = a.max_tensor_bytes;
+    let fault = body.fault;
+    let same_inputs = {
+        let _permit = app
+            .compile_slots
+            .acquire()
+            .await
+            .map_err(ApiError::internal)?;
+        let (request, request_b) = (request.clone(), request_b.clone());
+        tokio::task::spawn_blocking(move || -> Result<Option<bool>, ApiError> {
+            if fault.is_some() {
+                let bytes = 4 * crate::faults::elements(&request).max(0) as u64;
+                check_bytes(bytes, max_tensor_bytes)?;
+                return Ok(None);
+            }
+            let inputs_a = check_run(&request, max_tensor_bytes, "")?;
+            match &request_b {
+                Some(b) => {
+                    let inputs_b = check_run(b, max_tensor_bytes, "program_b: ")?;
+                    Ok(Some(inputs_a == inputs_b))
+                }
+                None => Ok(None),
+            }
+        })
+        .await
+        .map_err(|_| ApiError::internal("the compiler panicked on this program"))??
+    };
+    let spec = JobSpec {
+        request,
+        request_b,
+        fault,
+        same_inputs,
+    };
+    let job = app.queue.submit(spec, &client.0).map_err(|full| {
+        let whose = if full.per_client {
+            "you have the most jobs one client may have"
+        } else {
+            "the queue is full"
+        };
+        ApiError::too_many(
+            format!(
+                "{whose} ({} waiting or running); retry in {} s",
+                full.cap, full.retry_after_s
+            ),
+            full.retry_after_s,
+        )
+        .with(
+            "limit",
+            json!(if full.per_client {
+                "client_queue_cap"
+            } else {
+                "queue_cap"
+            }),
+        )
+    })?;
+    let id = &job.id;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "job_id": id,
+            "events": format!("/api/jobs/{id}/events"),
+            "result": format!("/api/jobs/{id}"),
+        })),
+    ))
+}
+
+fn check_bytes(total: u64, max_tensor_bytes: u64) -> Result<(), ApiError> {
+    if total > max_tensor_bytes {
+        return Err(ApiError::bad_request(format!(
+            "the tensors need {total} bytes; the limit is {max_tensor_bytes} bytes (max_tensor_bytes)"
+        ))
+        .with("limit", json!("max_tensor_bytes"))
+        .with("max", json!(max_tensor_bytes)));
+    }
+    Ok(())
+}
+
+/// The input tensors and scalars of a run: name, dtype and concrete shape.
+type Inputs = Vec<(String, hopfuse::DType, Vec<u64>)>;
+
+/// Everything that can be known before a worker: the program compiles (400 with diagnostics),
+/// the sizes fit its plan, the tensors fit the byte cap. Returns the run's inputs.
+fn check_run(req: &RunRequest, max_tensor_bytes: u64, which: &str) -> Result<Inputs, ApiError> {
+    if let Err(d) = hopfuse::compile(&req.source, &CompileOptions::default()) {
+        return Err(ApiError::bad_request(
+            format!("{which}the program does not compile: {d}").trim_end(),
+        )
+        .with("diagnostics", json!(d.0)));
+    }
+    let (compilation, _) = engine::prepare(req)
+        .map_err(|e| ApiError::bad_request(format!("{which}{}", api_wording(&e.to_string()))))?;
+    let mut total: u64 = 0;
+    let mut inputs = Vec::new();
+    for p in &compilation.plan.params {
+        match p {
+            hopfuse::plan::Param::Tensor {
+                name,
+                dtype,
+                role,
+                shape,
+            } => {
+                let n = engine::tensor_elements(shape, &req.sizes).map_err(|e| {
+                    ApiError::bad_request(format!("{which}tensor `{name}`: {}", api_wording(&e)))
+                })?;
+                total = total.saturating_add(n.saturating_mul(dtype.size_bytes() as u64));
+                if *role == hopfuse::plan::TensorRole::Input {
+                    let dims = shape
+                        .iter()
+                        .map(|d| d.eval(&req.sizes).unwrap_or(-1) as u64)
+                        .collect();
+                    inputs.push((name.clone(), *dtype, dims));
+                }
+            }
+            hopfuse::plan::Param::Scalar { name, dtype } => {
+                inputs.push((name.clone(), *dtype, vec![]))
+            }
+            hopfuse::plan::Param::Size { .. } => {}
+        }
+    }
+    check_bytes(total, max_tensor_bytes)?;
+    Ok(inputs)
+}
+
+/// The engine's messages speak of the CLI's `--size`; the API takes `sizes`.
+fn api_wording(message: &str) -> String {
+    message.replace("(pass it with --size ", "(give it in `sizes`, e.g. ")
+}
+
+fn not_found(what: &str, id: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, format!("no {what} with id `{id}`"))
+}
+
+fn done_json(result: &impl Serialize) -> Value {
+    let mut v = serde_json::to_value(result).unwrap_or_default();
+    v["done"] = json!(true);
+    v
+}
+
+async fn job(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    if let Some(job) = app.queue.get(&id) {
+        return Ok(Json(match job.result() {
+            Some(r) => done_json(&*r),
+            None => {
+                let (events, _) = job.subscribe();
+                let stage = events.last().map(|e| e.stage).unwrap_or(JobStage::Queued);
+                json!({ "job_id": id, "done": false, "stage": stage })
+            }
+        }));
+    }
+    match app.store.get_run(&id).await.map_err(ApiError::internal)? {
+        Some(rec) => Ok(Json(done_json(&rec.result))),
+        None => Err(not_found("job", &id)),
+    }
+}
+
+fn sse_event(e: &JobEvent) -> Event {
+    Event::default()
+        .event(e.stage.name())
+        .json_data(e)
+        .unwrap_or_else(|_| Event::default().event("error").data("unserializable event"))
+}
+
+async fn job_events(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    type Live = Option<broadcast::Receiver<JobEvent>>;
+    let (history, live): (Vec<JobEvent>, Live) = match app.queue.get(&id) {
+        Some(job) => {
+            let (h, rx) = job.subscribe();
+            (h, Some(rx))
+        }
+        None => match app.store.get_run(&id).await.map_err(ApiError::internal)? {
+            Some(rec) => (
+                vec![JobEvent {
+                    stage: JobStage::Done,
+                    step: None,
+                    position: None,
+                    elapsed_ms: 0.0,
+                    result: serde_json::from_value(rec.result).ok().map(Arc::new),
+                }],
+                None,
+            ),
+            None => return Err(not_found("job", &id)),
+        },
+    };
+    let stream = futures_util::stream::unfold(
+        (history.into_iter(), live, false),
+        |(mut history, live, finished)| async move {
+            if finished {
+                return None;
+            }
+            if let Some(e) = history.next() {
+                let fin = e.stage == JobStage::Done;
+                return Some((Ok(sse_event(&e)), (history, live, fin)));
+            }
+            let mut rx = live?;
+            loop {
+                match rx.recv().await {
+                    Ok(e) => {
+                        let fin = e.stage == JobStage::Done;
+                        return Some((Ok(sse_event(&e)), (history, Some(rx), fin)));
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkBody {
+    program: String,
+    #[serde(default)]
+    state: Value,
+}
+
+async fn put_link(
+    State(app): State<Arc<App>>,
+    client: Client,
+    ApiJson(body): ApiJson<LinkBody>,
+) -> Result<Json<Value>, ApiError> {
+    limit(&app.post_limiter, &client, "requests")?;
+    app.check_program(&body.program)?;
+    let link = app
+        .store
+        .put_link(&body.program, &body.state)
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Json(json!({
+        "id": link.id,
+        "path": format!("/api/links/{}", link.id),
+        "created_at": link.created_at,
+    })))
+}
+
+async fn get_link(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Json<crate::store::Link>, ApiError> {
+    if id.len() > 64 {
+        return Err(not_found("link", "(too long)"));
+    }
+    match app.store.get_link(&id).await.map_err(ApiError::internal)? {
+        Some(link) => Ok(Json(link)),
+        None => Err(not_found("link", &id)),
+    }
+}
+
+#[derive(Deserialize)]
+struct RunsQuery {
+    limit: Option<i64>,
+}
+
+async fn runs(
+    State(app): State<Arc<App>>,
+    Query(q): Query<RunsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = q.limit.unwrap_or(20).clamp(1, 100);
+    let runs = app
+        .store
+        .recent_runs(limit)
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Json(json!({ "runs": runs })))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry point
+
+/// Runs the service until Ctrl-C or SIGTERM.
+pub fn main(args: ServeArgs) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(serve(args))
+}
+
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let addr = args.addr;
+    let app = App::new(args).await?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr()?;
+    // Tests and scripts read this line for the port.
+    println!("hopfuse serve: listening on http://{local}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let store = app.store.clone();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let server = axum::serve(
+        listener,
+        router(app).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stopped(stop_rx.clone()))
+    .into_future();
+    // Open event streams would hold a graceful shutdown forever: give them 5 s.
+    tokio::select! {
+        r = server => r?,
+        _ = async {
+            stopped(stop_rx).await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        } => warn!("closing connections still open after 5 s"),
+    }
+    store.close().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    info!("shutting down");
+}

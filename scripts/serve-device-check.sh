@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs on the lent H100 (no Rust there; needs curl): one `hopfuse serve` session with a
+# deadlocking kernel, an illegal-address kernel, an NVRTC error and a good kernel (twice, the
+# second from the CUBIN cache), checking each result and that the service stays healthy; then
+# the end-to-end request time of a tiny cached run (overhead: kernel time is microseconds).
+# Usage: scripts/serve-device-check.sh [hopfuse binary]; logs and summary.txt go to $OUT.
+set -uo pipefail
+B=${1:-target/release/hopfuse}
+OUT=${OUT:-/tmp/hopfuse-out}
+mkdir -p "$OUT"
+DATA=$(mktemp -d)
+summary="$OUT/serve-summary.txt"
+: >"$summary"
+say() { echo "$*" | tee -a "$summary"; }
+
+"$B" serve --addr 127.0.0.1:0 --data-dir "$DATA" --fault-kernels --job-timeout 10 \
+  --static-dir "$DATA/none" >"$OUT/serve.out" 2>"$OUT/serve.log" &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null' EXIT
+for _ in $(seq 100); do
+  BASE=$(grep -o 'http://[0-9.:]*' "$OUT/serve.out" 2>/dev/null | head -1)
+  [ -n "$BASE" ] && break
+  sleep 0.2
+done
+[ -n "${BASE:-}" ] || { say "FAIL: the service did not start"; cat "$OUT/serve.log"; exit 1; }
+curl -s "$BASE/api/health" >"$OUT/health-start.json"
+say "health at start: $(cat "$OUT/health-start.json" | cut -c1-400)"
+
+json_file() { # file -> JSON string of its text
+  printf '"%s"' "$(sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' "$1" | awk '{printf "%s\\n", $0}')"
+}
+field() { # json key -> first string or number value of key
+  grep -o "\"$2\":\(\"[^\"]*\"\|[-0-9.e]*\|true\|false\)" <<<"$1" | head -1 | cut -d: -f2- | tr -d '"'
+}
+run_job() { # name body -> prints the done event's data; the SSE stream goes to $OUT/NAME.sse
+  local name=$1 body=$2 answer id
+  answer=$(curl -s -X POST "$BASE/api/run" -d "$body")
+  id=$(field "$answer" job_id)
+  if [ -z "$id" ]; then echo "{\"submit_error\": $answer}"; return; fi
+  curl -s -N --max-time 120 "$BASE/api/jobs/$id/events" >"$OUT/$name.sse"
+  grep '^data: {"stage":"done"' "$OUT/$name.sse" | head -1 | cut -c7-
+}
+check() { # name expected-status result [extra grep]
+  local name=$1 want=$2 r=$3 extra=${4:-} got ok=PASS
+  got=$(field "$r" status)
+  [ "$got" = "$want" ] || ok=FAIL
+  if [ -n "$extra" ] && ! grep -q -- "$extra" <<<"$r"; then ok=FAIL; fi
+  local h
+  h=$(curl -s --max-time 5 -o /dev/null -w '%{http_code}' "$BASE/api/health")
+  [ "$h" = 200 ] || ok=FAIL
+  say "$ok $name: status=$got (want $want${extra:+, with $extra}), health=$h, message=$(field "$r" message)"
+}
+
+r=$(run_job deadlock '{"fault":"deadlock","sizes":{"N":1048576},"iters":10}')
+check deadlock timed_out "$r" '"launch"'
+r=$(run_job illegal_address '{"fault":"illegal_address","sizes":{"N":1048576},"iters":10}')
+check illegal_address error "$r" 'ILLEGAL_ADDRESS'
+r=$(run_job nvrtc_error '{"fault":"nvrtc_error","sizes":{"N":1024},"iters":10}')
+check nvrtc_error error "$r" '"stage":"nvrtc"'
+ADD=$(json_file examples/basics/add.hf)
+r=$(run_job good "{\"program\":$ADD,\"sizes\":{\"M\":4096,\"N\":4096},\"iters\":100}")
+check good passed "$r" '"passed":true'
+say "   good: median_us=$(field "$r" median_us) gbps=$(field "$r" gbps) cubin_cached=$(field "$r" cubin_cached)"
+r=$(run_job good_cached "{\"program\":$ADD,\"sizes\":{\"M\":4096,\"N\":4096},\"iters\":100}")
+check good_cached passed "$r" '"cubin_cached":true'
+SOFTMAX=$(json_file examples/basics/softmax.hf)
+r=$(run_job ab "{\"program\":$ADD,\"program_b\":$ADD,\"sizes\":{\"M\":4096,\"N\":4096},\"iters\":100}")
+check ab passed "$r" '"b_over_a_median"'
+say "   ab (same program twice): b_over_a_median=$(field "$r" b_over_a_median)"
+
+# Overhead: a tiny run (kernel time ~ microseconds) with a cached CUBIN, no copy ceiling.
+tiny="{\"program\":$SOFTMAX,\"sizes\":{\"M\":64,\"N\":64},\"iters\":1,\"warmup\":0,\"copy_ceiling\":false}"
+run_job tiny_warm "$tiny" >/dev/null
+for i in 1 2 3 4 5; do
+  t0=$(date +%s%N)
+  r=$(run_job "tiny_$i" "$tiny")
+  t1=$(date +%s%N)
+  say "overhead run $i: end-to-end $(( (t1 - t0) / 1000000 )) ms, worker_ms=$(field "$r" worker_ms), cubin_cached=$(field "$r" cubin_cached), status=$(field "$r" status)"
+done
+curl -s "$BASE/api/health" >"$OUT/health-end.json"
+say "health at end: $(cut -c1-400 "$OUT/health-end.json")"
+echo "---- summary"; cat "$summary"
