@@ -661,7 +661,11 @@ async fn compile(
     let program = body.program;
     let out = tokio::task::spawn_blocking(move || {
         let start = Instant::now();
-        let result = hopfuse::compile(&program, &CompileOptions { index_type });
+        let options = CompileOptions {
+            index_type,
+            ..CompileOptions::default()
+        };
+        let result = hopfuse::compile(&program, &options);
         let lower_ms = start.elapsed().as_secs_f64() * 1e3;
         match result {
             Ok(c) => json!({
