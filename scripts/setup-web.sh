@@ -2,8 +2,11 @@
 # Installs what the playground's build and tests need, idempotently: the wasm32 target,
 # wasm-bindgen-cli at the version web/Cargo.toml pins, the npm packages of web/ (CodeMirror,
 # esbuild, binaryen's wasm-opt, playwright-core) from the committed lock file, and Debian's
-# chromium for the end-to-end test.
+# chromium for the end-to-end test (not with --build-only).
+# Usage: scripts/setup-web.sh [--build-only]
 set -euo pipefail
+build_only=false
+[ "${1:-}" = "--build-only" ] && build_only=true
 cd "$(dirname "$0")/.."
 log() { echo "setup-web: $*" >&2; }
 
@@ -28,7 +31,7 @@ if [ ! -f "$stamp" ] || ! cmp -s web/package-lock.json "$stamp"; then
   cp web/package-lock.json "$stamp"
 fi
 
-if ! command -v chromium >/dev/null 2>&1; then
+if ! $build_only && ! command -v chromium >/dev/null 2>&1; then
   log "installing Debian's chromium"
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

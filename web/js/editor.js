@@ -139,6 +139,41 @@ const cudaLanguage = StreamLanguage.define({
   languageData: { commentTokens: { line: "//", block: { open: "/*", close: "*/" } } },
 });
 
+// ---- the kernel IR printed after every pass --------------------------------------------------
+
+const IR_KEYWORDS = new Set(
+  "kernel fusion param alloc for in if else root loop sync __syncthreads grid block".split(" "),
+);
+const IR_PLACES = new Set("global local shared input output in out".split(" "));
+
+const irLanguage = StreamLanguage.define({
+  name: "hopfuse-ir",
+  token(stream) {
+    if (stream.eatSpace()) return null;
+    if (stream.match("//")) {
+      stream.skipToEnd();
+      return "comment";
+    }
+    if (stream.match(/^@[A-Za-z]+/)) return "atom";
+    if (stream.match(/^[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?/)) return "number";
+    const word = stream.match(/^[A-Za-z_][A-Za-z0-9_]*/);
+    if (word) {
+      const w = word[0];
+      if (IR_KEYWORDS.has(w)) return "keyword";
+      if (DTYPES.has(w)) return "typeName";
+      if (PARALLEL.has(w)) return "atom";
+      if (IR_PLACES.has(w)) return "propertyName";
+      if (stream.match(/^\s*\(/, false)) return "variableName.function";
+      return "variableName";
+    }
+    const ch = stream.next();
+    if ("()[]{}".includes(ch)) return "bracket";
+    if ("+-*/%=<>!&|".includes(ch)) return "operator";
+    return "punctuation";
+  },
+  languageData: { commentTokens: { line: "//" } },
+});
+
 // Colours come from CSS variables, so the light/dark switch is a class on <html>.
 const highlight = HighlightStyle.define([
   { tag: tags.keyword, color: "var(--tok-keyword)", fontWeight: "600" },
@@ -245,7 +280,7 @@ export class FusionEditor {
   }
 }
 
-/** A read-only viewer: `lang` is "cpp" (CUDA) or anything else for plain text. */
+/** A read-only viewer: `lang` is "cpp" (CUDA) or "ir" (the kernel IR). */
 export class CodeViewer {
   constructor(parent, lang) {
     const extensions = [
@@ -263,6 +298,7 @@ export class CodeViewer {
       keymap.of([...searchKeymap, ...foldKeymap]),
     ];
     if (lang === "cpp") extensions.push(cudaLanguage);
+    else if (lang === "ir") extensions.push(irLanguage);
     this.view = new EditorView({ parent, state: EditorState.create({ doc: "", extensions }) });
   }
   setText(text) {

@@ -544,6 +544,14 @@ pub fn App() -> impl IntoView {
         } else if cmd && e.key().eq_ignore_ascii_case("s") {
             e.prevent_default();
             ui.short_link();
+        } else if e.alt_key() && !cmd && matches!(e.key().as_str(), "1" | "2" | "3" | "4") {
+            e.prevent_default();
+            ui.pane.set(match e.key().as_str() {
+                "1" => Pane::Cuda,
+                "2" => Pane::Passes,
+                "3" => Pane::Plan,
+                _ => Pane::Run,
+            });
         } else if e.key() == "F1" {
             e.prevent_default();
             ui.dialog.set(Some(Dialog::Help));
@@ -1258,6 +1266,7 @@ fn DialogView(ui: Ui, dialog: Dialog) -> impl IntoView {
                 <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"Z"</kbd>" / "<kbd>"Ctrl"</kbd>"+"<kbd>"Shift"</kbd>"+"<kbd>"Z"</kbd></td><td>"Undo / redo"</td></tr>
                 <tr><td><kbd>"Tab"</kbd>" / "<kbd>"Shift"</kbd>"+"<kbd>"Tab"</kbd></td><td>"Indent / dedent"</td></tr>
                 <tr><td><kbd>"←"</kbd>" "<kbd>"→"</kbd>" on the divider"</td><td>"Resize the editor and the panes"</td></tr>
+                <tr><td><kbd>"Alt"</kbd>"+"<kbd>"1"</kbd>" … "<kbd>"4"</kbd></td><td>"CUDA, Passes, Launch plan, Run"</td></tr>
                 <tr><td><kbd>"F1"</kbd></td><td>"This help"</td></tr>
                 <tr><td><kbd>"Esc"</kbd></td><td>"Close a dialog"</td></tr>
             </table>

@@ -23,7 +23,7 @@ extern "C" {
     #[wasm_bindgen(method)]
     pub fn focus(this: &FusionEditor);
 
-    /// A read-only CodeMirror ("cpp" for CUDA highlighting, anything else for plain text).
+    /// A read-only CodeMirror: "cpp" highlights CUDA, "ir" the kernel IR.
     pub type CodeViewer;
     #[wasm_bindgen(constructor)]
     pub fn new(parent: &web_sys::HtmlElement, lang: &str) -> CodeViewer;

@@ -30,7 +30,7 @@ const MIME = {
 
 // ---- the server --------------------------------------------------------------------------------
 
-const fake = { enabled: false, runs: [], links: new Map() };
+const fake = { enabled: false, runs: [], links: new Map(), auth: [] };
 
 const RESULT = {
   file: "playground.hf",
@@ -65,6 +65,7 @@ function readBody(req) {
 }
 
 async function api(req, res, url) {
+  fake.auth.push(req.headers.authorization ?? "");
   if (url.pathname === "/api/health") return json(res, 200, { version: "fake", gpu: { name: "FAKE H100 (test)" }, queue: 0 });
   if (url.pathname === "/api/run" && req.method === "POST") {
     const body = JSON.parse(await readBody(req));
@@ -250,6 +251,8 @@ try {
     assert(await p2.locator('.pass.selected[data-pass="predicate"]').count(), "pass restored");
     assert(await p2.locator("#pass-diff.active").count(), "diff mode restored");
     assert((await p2.inputValue('input[data-size="M"]')) === "1000", "sizes restored");
+    await p2.click("#tab-cuda"); // the CUDA viewer was made while its pane was hidden
+    await p2.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("add_kernel"));
     await p2.close();
   });
 
@@ -263,12 +266,34 @@ try {
     await page.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("__launch_bounds__(64)"));
   });
 
+  await check("download .cu and the resizable divider", async () => {
+    await page.click("#tab-cuda");
+    const [download] = await Promise.all([page.waitForEvent("download"), page.click("#download-cuda")]);
+    assert(download.suggestedFilename() === "add_kernel.cu", `file: ${download.suggestedFilename()}`);
+    const saved = path.join(artifacts, "add_kernel.cu");
+    await download.saveAs(saved);
+    assert(fs.readFileSync(saved, "utf8").includes("__launch_bounds__(64)"), "the file is the current CUDA");
+    const width = () => page.locator(".editor-pane").evaluate((e) => e.getBoundingClientRect().width);
+    const before = await width();
+    const bar = await page.locator(".splitter").boundingBox();
+    await page.mouse.move(bar.x + 3, bar.y + 200);
+    await page.mouse.down();
+    await page.mouse.move(bar.x + 203, bar.y + 200, { steps: 5 });
+    await page.mouse.up();
+    const after = await width();
+    assert(Math.abs(after - before - 200) < 12, `editor width ${before} -> ${after}`);
+  });
+
   await check("help dialog, theme switch, toggle comment", async () => {
     await page.keyboard.press("F1");
     await page.waitForSelector("#help-dialog");
     assert((await page.locator("#help-dialog").textContent()).includes("Ctrl+Enter"), "shortcuts listed");
     await page.keyboard.press("Escape");
     await page.waitForSelector("#help-dialog", { state: "detached" });
+    await page.keyboard.press("Alt+3");
+    assert((await page.getAttribute("#tab-plan", "aria-selected")) === "true", "Alt+3 shows the launch plan");
+    await page.keyboard.press("Alt+1");
+    assert((await page.getAttribute("#tab-cuda", "aria-selected")) === "true", "Alt+1 shows the CUDA");
     await page.click("#theme");
     const dark = await page.evaluate(() => document.documentElement.classList.contains("dark"));
     await page.click("#theme");
@@ -312,6 +337,17 @@ try {
     assert(sent.iters === 100 && sent.seed === 0, "iters and seed sent");
     assert(!(await editorText(q)).includes("\n\n\n"), "Ctrl+Enter did not insert a line");
     await q.screenshot({ path: path.join(artifacts, "playground-run.png") });
+  });
+
+  await check("settings: a runner URL and token are used for the requests", async () => {
+    await q.click("#settings");
+    await q.fill("#runner-url", base);
+    await q.fill("#runner-token", "secret-token");
+    fake.auth.length = 0;
+    await q.click("#settings-save");
+    await q.waitForFunction(() => document.querySelector("#settings-dialog").textContent.includes("Reachable: runner fake"));
+    assert(fake.auth.includes("Bearer secret-token"), `headers: ${fake.auth}`);
+    await q.keyboard.press("Escape");
   });
 
   await check("a short link (Ctrl+S) restores the state in a new page", async () => {
