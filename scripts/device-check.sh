@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the lent H100 (no Rust there): validates every example on divisible and non-divisible
-# sizes, times the large cases against the device copy, and runs compute-sanitizer on the
-# kernels with barriers. Usage: scripts/device-check.sh [hopfuse binary]; logs go to $OUT.
+# sizes, times the large cases against the device copy measured in the same process, and runs
+# compute-sanitizer on the kernels with barriers and vector tails.
+# Usage: scripts/device-check.sh [hopfuse binary]; full logs go to $OUT/run.log.
 set -uo pipefail
 B=${1:-target/release/hopfuse}
 OUT=${OUT:-/tmp/hopfuse-out}
@@ -9,30 +10,49 @@ mkdir -p "$OUT"
 nvidia-smi -L | tee "$OUT/gpu.txt"
 summary="$OUT/summary.txt"
 : >"$summary"
+printf '| example | sizes | validation | rel_l2 | median | GB/s | copy GB/s | ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n' | tee -a "$summary"
 run() { # example sizes [extra args]
   local ex=$1 sizes=$2; shift 2
-  local log="$OUT/run.log"
-  echo "=== $ex $sizes $*" >>"$log"
-  if "$B" run "examples/$ex.hf" --size "$sizes" "$@" >>"$log" 2>&1; then r=PASS; else r=FAIL; fi
-  line=$(tail -n 30 "$log" | grep -E "median|GB/s|rel_l2|ratio|valid" | tr '\n' ' ' | cut -c1-300)
-  printf '%-20s %-22s %s %s\n' "$ex" "$sizes" "$r" "$line" | tee -a "$summary"
+  local one="$OUT/one.log"
+  "$B" run "examples/$ex.hf" --size "$sizes" "$@" >"$one" 2>&1
+  local rc=$?
+  { echo "=== $ex $sizes $* (exit $rc)"; cat "$one"; } >>"$OUT/run.log"
+  local v med gbs copy ratio l2
+  v=$(grep -m1 -oE 'validation +[A-Z]+' "$one" | awk '{print $2}')
+  l2=$(grep -m1 -oE 'rel_l2 [0-9.eE+-]+' "$one" | awk '{print $2}')
+  med=$(grep -m1 -oE 'median [0-9.]+ us' "$one" | awk '{print $2" us"}')
+  gbs=$(grep -m1 -oE 'bandwidth +[0-9.]+' "$one" | awk '{print $2}')
+  copy=$(grep -m1 -oE 'copy +[0-9.]+' "$one" | awk '{print $2}')
+  ratio=$(grep -m1 -oE 'ratio +[0-9.]+%' "$one" | awk '{print $2}')
+  [ $rc -eq 0 ] || v="FAIL(exit $rc): $(grep -m1 -iE 'error' "$one" | cut -c1-120)"
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$ex" "$sizes" "${v:-?}" "${l2:-}" "${med:-}" "${gbs:-}" "${copy:-}" "${ratio:-}" | tee -a "$summary"
 }
 for ex in basics/add basics/bias_add basics/row_sum basics/softmax basics/gelu_bf16; do
   run "$ex" M=1000,N=1023 --iters 20
+  run "$ex" M=1000,N=1028 --iters 20
   run "$ex" M=4096,N=4096 --iters 20
 done
 run basics/add M=16384,N=16384 --iters 100
 run basics/softmax M=16384,N=16384 --iters 100
 run basics/row_sum M=16384,N=16384 --iters 100
+run basics/bias_add M=16384,N=16384 --iters 100
+run basics/gelu_bf16 M=16384,N=16384 --iters 100
 san() { # tool example sizes
-  local tool=$1 ex=$2 sizes=$3
-  if compute-sanitizer --tool "$tool" --error-exitcode 9 "$B" run "examples/$ex.hf" --size "$sizes" --iters 1 --warmup 0 --no-ceiling >"$OUT/san-$tool-${ex##*/}.log" 2>&1; then r=CLEAN; else r=ERRORS; fi
-  printf '%-12s %-20s %-16s %s %s\n' "$tool" "$ex" "$sizes" "$r" "$(grep -E 'ERROR SUMMARY' "$OUT/san-$tool-${ex##*/}.log" | head -1)" | tee -a "$summary"
+  local tool=$1 ex=$2 sizes=$3 log="$OUT/san.log"
+  if compute-sanitizer --tool "$tool" --error-exitcode 9 "$B" run "examples/$ex.hf" --size "$sizes" --iters 1 --warmup 0 --no-ceiling >"$OUT/san-one.log" 2>&1; then r=CLEAN; else r=ERRORS; fi
+  { echo "=== $tool $ex $sizes: $r"; cat "$OUT/san-one.log"; } >>"$log"
+  printf '| %s | %s | %s | %s | %s |\n' "$tool" "$ex" "$sizes" "$r" "$(grep -m1 'ERROR SUMMARY' "$OUT/san-one.log")" | tee -a "$summary"
 }
+printf '\n| tool | example | sizes | result | summary |\n| --- | --- | --- | --- | --- |\n' | tee -a "$summary"
 for ex in basics/row_sum basics/softmax; do
-  san racecheck "$ex" M=8,N=1023
-  san synccheck "$ex" M=8,N=1023
+  for sizes in M=8,N=1023 M=8,N=1028; do
+    san racecheck "$ex" "$sizes"
+    san synccheck "$ex" "$sizes"
+    san memcheck "$ex" "$sizes"
+  done
 done
 san memcheck basics/add M=100,N=1023
+san memcheck basics/bias_add M=100,N=1023
 san memcheck basics/gelu_bf16 M=100,N=1023
+rm -f "$OUT/one.log" "$OUT/san-one.log"
 echo "---- summary"; cat "$summary"

@@ -144,7 +144,7 @@ mod tests {
         let src = "fusion f {\n  y = exp(x\n}";
         let d = Diagnostic::new("expected `)`", Some(Span::new(22, 23)));
         let r = d.render(src, "f.hf");
-        assert!(r.starts_with("f.hf:2:11: error: expected `)`"), "{r}");
-        assert!(r.ends_with("     |           ^"), "{r}");
+        assert!(r.starts_with("f.hf:2:12: error: expected `)`"), "{r}");
+        assert!(r.ends_with("     |            ^"), "{r}");
     }
 }

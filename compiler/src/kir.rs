@@ -120,35 +120,89 @@ impl Val {
     }
 
     /// C-like text; `hw` names hardware indices.
+    /// Readable text (the kernel IR dump).
     pub fn text(&self) -> String {
-        let bin = |a: &Val, op: &str, b: &Val, p: u8| {
-            let l = if a.prec() < p {
-                format!("({})", a.text())
-            } else {
-                a.text()
-            };
-            let r = if b.prec() <= p {
-                format!("({})", b.text())
-            } else {
-                b.text()
-            };
-            format!("{l} {op} {r}")
+        let mut out = String::new();
+        self.write(&mut out, false);
+        out
+    }
+
+    /// Appends the expression to `out`; `cuda` selects the CUDA spelling of hardware indices
+    /// and ceiling division. One buffer, no allocation per node: this runs for every access of
+    /// every pass dump.
+    pub fn write(&self, out: &mut String, cuda: bool) {
+        let bin = |a: &Val, op: &str, b: &Val, p: u8, out: &mut String| {
+            let (pl, pr) = (a.prec() < p, b.prec() <= p);
+            if pl {
+                out.push('(');
+            }
+            a.write(out, cuda);
+            if pl {
+                out.push(')');
+            }
+            out.push(' ');
+            out.push_str(op);
+            out.push(' ');
+            if pr {
+                out.push('(');
+            }
+            b.write(out, cuda);
+            if pr {
+                out.push(')');
+            }
         };
         match self {
-            Val::Int(i) => i.to_string(),
-            Val::Size(s) => s.clone(),
-            Val::Var(v) => v.clone(),
-            Val::Hw(p) => p.cuda_index().unwrap_or("?").to_string(),
-            Val::Add(a, b) => bin(a, "+", b, 3),
-            Val::Sub(a, b) => bin(a, "-", b, 3),
-            Val::Mul(a, b) => bin(a, "*", b, 4),
-            Val::Div(a, b) => bin(a, "/", b, 4),
-            Val::Mod(a, b) => bin(a, "%", b, 4),
-            Val::CeilDiv(a, b) => format!("ceilDiv({}, {})", a.text(), b.text()),
-            Val::Lt(a, b) => bin(a, "<", b, 2),
-            Val::Eq(a, b) => bin(a, "==", b, 2),
-            Val::And(a, b) => bin(a, "&&", b, 1),
-            Val::True => "true".into(),
+            Val::Int(i) => {
+                use std::fmt::Write as _;
+                let _ = write!(out, "{i}");
+            }
+            Val::Size(s) | Val::Var(s) => out.push_str(s),
+            Val::Hw(p) => {
+                let name = p.cuda_index().unwrap_or("0");
+                if cuda {
+                    out.push_str("((index_t)");
+                    out.push_str(name);
+                    out.push(')');
+                } else {
+                    out.push_str(name);
+                }
+            }
+            Val::Add(a, b) => bin(a, "+", b, 3, out),
+            Val::Sub(a, b) => bin(a, "-", b, 3, out),
+            Val::Mul(a, b) => bin(a, "*", b, 4, out),
+            Val::Div(a, b) => bin(a, "/", b, 4, out),
+            Val::Mod(a, b) => bin(a, "%", b, 4, out),
+            Val::CeilDiv(a, b) => {
+                out.push_str(if cuda {
+                    "hf_ceil_div<index_t>("
+                } else {
+                    "ceilDiv("
+                });
+                a.write(out, cuda);
+                out.push_str(", ");
+                b.write(out, cuda);
+                out.push(')');
+            }
+            Val::Lt(a, b) => bin(a, "<", b, 2, out),
+            Val::Eq(a, b) => bin(a, "==", b, 2, out),
+            Val::And(a, b) => bin(a, "&&", b, 1, out),
+            Val::True => out.push_str("true"),
+        }
+    }
+
+    /// Whether a ceiling division appears (the CUDA prelude then needs its helper).
+    pub fn has_ceil_div(&self) -> bool {
+        match self {
+            Val::CeilDiv(..) => true,
+            Val::Add(a, b)
+            | Val::Sub(a, b)
+            | Val::Mul(a, b)
+            | Val::Div(a, b)
+            | Val::Mod(a, b)
+            | Val::Lt(a, b)
+            | Val::Eq(a, b)
+            | Val::And(a, b) => a.has_ceil_div() || b.has_ceil_div(),
+            _ => false,
         }
     }
 }

@@ -108,9 +108,12 @@ struct RunArgs {
     /// Skip the device-to-device copy ceiling (e.g. under compute-sanitizer).
     #[arg(long)]
     no_ceiling: bool,
-    /// Print the result as JSON.
+    /// Print the result as JSON instead of the report.
     #[arg(long)]
     json: bool,
+    /// Also write the result (or `{"error": ...}`) as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    json_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -286,11 +289,21 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         index: args.index.map(Into::into),
         copy_ceiling: !args.no_ceiling,
     };
-    match engine::run(&req) {
+    let outcome = engine::run(&req);
+    let json = match &outcome {
+        Ok(result) => serde_json::to_string_pretty(result)?,
+        Err(e) => serde_json::to_string_pretty(&serde_json::json!({ "error": e }))?,
+    };
+    if let Some(path) = &args.json_file {
+        std::fs::write(path, format!("{json}\n"))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if args.json {
+        println!("{json}");
+    }
+    match outcome {
         Ok(result) => {
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&result)?);
-            } else {
+            if !args.json {
                 println!("{}", report::render(&result));
             }
             Ok(if result.passed {
@@ -300,12 +313,6 @@ fn run(args: RunArgs) -> Result<ExitCode> {
             })
         }
         Err(e) => {
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({ "error": e }))?
-                );
-            }
             eprintln!("{e}");
             Ok(ExitCode::FAILURE)
         }

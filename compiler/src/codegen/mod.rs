@@ -211,43 +211,10 @@ impl Emitter<'_> {
     }
 
     fn val(&mut self, v: &Val) -> String {
-        match v {
-            Val::CeilDiv(a, b) => {
-                self.uses.ceil_div = true;
-                format!("hf_ceil_div<index_t>({}, {})", self.val(a), self.val(b))
-            }
-            Val::Hw(p) => format!("((index_t){})", p.cuda_index().unwrap_or("0")),
-            Val::Add(a, b) => self.bin(v, a, "+", b, 3),
-            Val::Sub(a, b) => self.bin(v, a, "-", b, 3),
-            Val::Mul(a, b) => self.bin(v, a, "*", b, 4),
-            Val::Div(a, b) => self.bin(v, a, "/", b, 4),
-            Val::Mod(a, b) => self.bin(v, a, "%", b, 4),
-            Val::Lt(a, b) => self.bin(v, a, "<", b, 2),
-            Val::Eq(a, b) => self.bin(v, a, "==", b, 2),
-            Val::And(a, b) => self.bin(v, a, "&&", b, 1),
-            other => other.text(),
-        }
-    }
-
-    fn bin(&mut self, _v: &Val, a: &Val, op: &str, b: &Val, p: u8) -> String {
-        let prec = |x: &Val| match x {
-            Val::And(..) => 1,
-            Val::Lt(..) | Val::Eq(..) => 2,
-            Val::Add(..) | Val::Sub(..) => 3,
-            Val::Mul(..) | Val::Div(..) | Val::Mod(..) => 4,
-            _ => 5,
-        };
-        let l = if prec(a) < p {
-            format!("({})", self.val(a))
-        } else {
-            self.val(a)
-        };
-        let r = if prec(b) <= p {
-            format!("({})", self.val(b))
-        } else {
-            self.val(b)
-        };
-        format!("{l} {op} {r}")
+        self.uses.ceil_div |= v.has_ceil_div();
+        let mut out = String::new();
+        v.write(&mut out, true);
+        out
     }
 
     fn access(&mut self, a: &Access) -> String {

@@ -104,6 +104,8 @@ pub struct Ctx<'a> {
     pub reserved_names: BTreeSet<String>,
     /// Conditions on the sizes checked by the runner before launch.
     pub constraints: Vec<crate::plan::Constraint>,
+    /// Extent of every axis class (computed once: the fusion's lookup scans every axis).
+    class_extents: HashMap<IterId, SizeExpr>,
 }
 
 impl<'a> Ctx<'a> {
@@ -119,6 +121,10 @@ impl<'a> Ctx<'a> {
             placement: HashMap::new(),
             reserved_names: reserved,
             constraints: Vec::new(),
+            class_extents: (0..fusion.ids.len())
+                .filter(|&id| fusion.class_of(id) == id)
+                .map(|c| (c, fusion.class_extent(c)))
+                .collect(),
         }
     }
 
@@ -163,7 +169,7 @@ impl<'a> Ctx<'a> {
 
     fn key_name(&mut self, node: &KeyNode) -> String {
         let base = match node {
-            KeyNode::Root(class) => match self.fusion.class_extent(*class) {
+            KeyNode::Root(class) => match self.class_extent(*class) {
                 SizeExpr::Sym(s) => s.to_lowercase(),
                 _ => "d".to_string(),
             },
@@ -192,9 +198,17 @@ impl<'a> Ctx<'a> {
         name
     }
 
+    /// Extent of an axis class.
+    pub fn class_extent(&self, class: IterId) -> SizeExpr {
+        self.class_extents
+            .get(&class)
+            .cloned()
+            .unwrap_or(SizeExpr::Const(1))
+    }
+
     pub fn key_extent(&self, k: LoopKey) -> SizeExpr {
         match &self.keys.nodes[k] {
-            KeyNode::Root(class) => self.fusion.class_extent(*class),
+            KeyNode::Root(class) => self.class_extent(*class),
             KeyNode::Split {
                 parent,
                 factor,

@@ -8,14 +8,15 @@
 //! loop, with lanes contiguous in memory, becomes one vector access; with a bounds predicate it
 //! is taken when the whole vector is in bounds, else the lanes run one by one (the tail).
 //! Predicates wrap single computations, never barriers or block reductions, so every thread
-//! reaches every barrier. Emits: `if` statements; vector computes; runtime alignment constraints.
+//! reaches every barrier. Vectors whose alignment depends on the sizes also check it at run time
+//! and take the scalar path when misaligned. Emits: `if` statements and vector computes.
 
 use super::indexing::consumer_roots;
 use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterKind, MemoryType, Op, ParallelType};
 use crate::kir::{Compute, ComputeRole, Data, Kernel, Loop, Stmt, Val};
-use crate::plan::{Constraint, SizeExpr};
+use crate::plan::SizeExpr;
 use std::collections::HashMap;
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
@@ -45,22 +46,15 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     })
     .collect();
     let mut body = std::mem::take(&mut k.body);
-    let mut st = State {
-        k,
-        used,
-        constraints: Vec::new(),
-    };
+    let mut st = State { k, used };
     body = st.block(cx, body, &mut env)?;
-    let constraints = std::mem::take(&mut st.constraints);
     k.body = body;
-    cx.constraints.extend(constraints);
     Ok(())
 }
 
 struct State<'a> {
     k: &'a Kernel,
     used: Vec<ParallelType>,
-    constraints: Vec<Constraint>,
 }
 
 impl State<'_> {
@@ -136,7 +130,7 @@ impl State<'_> {
                     continue;
                 }
                 if let Some(v) = roots.get(&class) {
-                    conds.push(Val::lt(v.clone(), Val::from_size(&f.class_extent(class))));
+                    conds.push(Val::lt(v.clone(), Val::from_size(&cx.class_extent(class))));
                 }
             }
         }
@@ -221,46 +215,39 @@ impl State<'_> {
         }
         // The first lane must be aligned to the vector: find which sizes must be multiples.
         let symbols = f.symbols.clone();
+        // When alignment depends on the sizes (rows of a length that is not a multiple of the
+        // vector), the vector path also checks it at run time and falls back to scalars.
+        let zero = Val::Int(0);
+        let mut align_check = Val::True;
         if !aligned(&gidx, &l.var, width, &symbols, &[]) {
-            if aligned(&gidx, &l.var, width, &symbols, &symbols) {
-                let shape = &self.k.buffers[global.buffer].global_shape;
-                for (e, _) in shape.iter().skip(1) {
-                    if let SizeExpr::Sym(s) = e {
-                        let c = Constraint::Divisible {
-                            value: SizeExpr::Sym(s.clone()),
-                            divisor: width,
-                            reason: format!(
-                                "`{gname}` is accessed {} bytes at a time",
-                                width * dtype_bytes
-                            ),
-                        };
-                        if !self.constraints.contains(&c) {
-                            self.constraints.push(c);
-                        }
-                    }
-                }
-            } else {
+            if !aligned(&gidx, &l.var, width, &symbols, &symbols) {
                 return Err(Diagnostic::new(
-                    format!("cannot vectorize the access to `{gname}`: its vectors are not aligned to {} bytes", width * dtype_bytes),
+                    format!(
+                        "cannot vectorize the access to `{gname}`: its vectors are never aligned to {} bytes",
+                        width * dtype_bytes
+                    ),
                     f.tensors[f.exprs[c.expr].output].span,
                 ));
             }
+            align_check = Val::eq(
+                Val::rem(gidx.subst(&l.var, &zero), Val::Int(width)),
+                Val::Int(0),
+            );
         }
         let pred = self.predicate(cx, &c, env);
         let mut vc = c.clone();
-        let zero = Val::Int(0);
         vc.out.index = vc.out.index.map(|i| i.subst(&l.var, &zero));
         if let Data::Read(a) = &mut vc.value {
             a.index = a.index.take().map(|i| i.subst(&l.var, &zero));
         }
         vc.vector = Some((l.var.clone(), width as u32));
-        if pred == Val::True {
+        if pred == Val::True && align_check == Val::True {
             return Ok(vec![Stmt::Compute(vc)]);
         }
-        if !pred.mentions(&l.var) {
+        if !pred.mentions(&l.var) && align_check == Val::True {
             return Ok(vec![guard(pred, vec![Stmt::Compute(vc)])]);
         }
-        let last = pred.subst(&l.var, &Val::Int(width - 1));
+        let last = Val::and(pred.subst(&l.var, &Val::Int(width - 1)), align_check);
         let tail = Stmt::Loop(Loop {
             key: l.key,
             var: l.var.clone(),
@@ -353,5 +340,5 @@ fn probe_all(idx: &Val, var: &str, lane: i64) -> bool {
 }
 
 fn aligned(idx: &Val, var: &str, width: i64, _symbols: &[String], multiples: &[String]) -> bool {
-    (0..16u64).all(|seed| eval(idx, var, 0, seed, multiples, width).is_some_and(|v| v % width == 0))
+    (0..6u64).all(|seed| eval(idx, var, 0, seed, multiples, width).is_some_and(|v| v % width == 0))
 }

@@ -145,6 +145,7 @@ pub fn simplify(v: &Val, ext: &HashMap<String, Val>) -> Val {
             match (&a, &b) {
                 (Int(x), Int(y)) if *y != 0 => Int(x % y),
                 (_, Int(1)) => Int(0),
+                (Mul(_, k), m) if **k == *m => Int(0),
                 _ => match split_affine(&a, &b, ext) {
                     Some((_, lo)) => lo,
                     None => Val::rem(a, b),
