@@ -70,6 +70,8 @@ pub struct Ui {
     /// The state may be written to the URL (false while a short link loads).
     ready: RwSignal<bool>,
     editor: StoredValue<Option<js::FusionEditor>, LocalStorage>,
+    /// The events of the job being followed.
+    stream: StoredValue<Option<js::EventStream>, LocalStorage>,
     /// The fragment this page wrote last (a hashchange to anything else is a new link).
     written: StoredValue<String>,
 }
@@ -109,6 +111,7 @@ impl Ui {
             split: RwSignal::new(44.0),
             ready: RwSignal::new(false),
             editor: StoredValue::new_local(None),
+            stream: StoredValue::new_local(None),
             written: StoredValue::new(String::new()),
         }
     }
@@ -318,6 +321,21 @@ impl Ui {
         });
     }
 
+    /// Stops following the current job (it may still run on the runner).
+    fn stop_waiting(self) {
+        if let RunState::Active { job, .. } = self.run.get_untracked() {
+            self.run.set(RunState::Failed(match job {
+                Some(j) => format!("Stopped waiting for job {j}; it may still run on the runner."),
+                None => "Stopped waiting for the runner.".to_string(),
+            }));
+        }
+        self.stream.with_value(|s| {
+            if let Some(s) = s {
+                s.cancel();
+            }
+        });
+    }
+
     fn note_unreachable(self, e: &ApiError, settings: &Settings) {
         if let ApiError::Unreachable(_) = e {
             self.runner.set(RunnerStatus::Down(e.describe(settings)));
@@ -408,7 +426,10 @@ impl Ui {
                 settings.token.trim(),
                 &on_event,
             );
-            let ended = wasm_bindgen_futures::JsFuture::from(stream.done()).await;
+            let done = stream.done();
+            self.stream.set_value(Some(stream));
+            let ended = wasm_bindgen_futures::JsFuture::from(done).await;
+            self.stream.set_value(None);
             if matches!(run.get_untracked(), RunState::Active { .. }) {
                 run.set(RunState::Failed(match ended {
                     Err(e) => format!(
@@ -1128,6 +1149,10 @@ fn RunPane(ui: Ui) -> impl IntoView {
                                     Some(j) => format!("job {j}: {stage}…"),
                                     None => format!("{stage}…"),
                                 }}
+                                " "
+                                <button id="stop-waiting" on:click=move |_| ui.stop_waiting()>
+                                    "Stop waiting"
+                                </button>
                             </p>
                         }
                         .into_any()

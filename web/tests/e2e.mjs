@@ -70,7 +70,9 @@ async function api(req, res, url) {
   if (url.pathname === "/api/run" && req.method === "POST") {
     const body = JSON.parse(await readBody(req));
     fake.runs.push(body);
-    return json(res, 200, { job_id: `job${fake.runs.length}` });
+    const id = `job${fake.runs.length}`;
+    if (body.program.includes("// hang")) fake.hang = id; // its events stop after "queued"
+    return json(res, 200, { job_id: id });
   }
   const ev = url.pathname.match(/^\/api\/jobs\/([^/]+)\/events$/);
   if (ev) {
@@ -83,7 +85,9 @@ async function api(req, res, url) {
       ["done", { result: RESULT }],
     ];
     let i = 0;
+    if (fake.hang === ev[1]) events.length = 1;
     const tick = () => {
+      if (i === events.length && fake.hang === ev[1]) return; // keep the stream open
       if (i === events.length) return res.end();
       const [name, data] = events[i++];
       res.write(`event: ${name}\ndata: ${JSON.stringify(data)}\n\n`);
@@ -337,6 +341,16 @@ try {
     assert(sent.iters === 100 && sent.seed === 0, "iters and seed sent");
     assert(!(await editorText(q)).includes("\n\n\n"), "Ctrl+Enter did not insert a line");
     await q.screenshot({ path: path.join(artifacts, "playground-run.png") });
+  });
+
+  await check("Stop waiting leaves a job that never finishes", async () => {
+    await replaceProgram(q, ADD + "// hang\n");
+    await q.click("#run");
+    await q.waitForSelector(".stages .stage.now");
+    await q.click("#stop-waiting");
+    const msg = await q.locator("#run-error").textContent();
+    assert(/^Stopped waiting for job job\d+/.test(msg), `message: ${msg}`);
+    assert(await q.locator("#run").isEnabled(), "Run is available again");
   });
 
   await check("settings: a runner URL and token are used for the requests", async () => {
