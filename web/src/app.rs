@@ -894,15 +894,16 @@ fn PassesPane(ui: Ui, selected: Memo<Option<usize>>, ir_ref: NodeRef<html::Div>)
                     .into_any(),
             );
         }
-        let lines = diff::lines(old, new)
+        let lines = diff::hunks(&diff::lines(old, new), 3)
             .into_iter()
-            .map(|(op, l)| {
-                let (class, mark) = match op {
-                    diff::Op::Same => ("d-same", "  "),
-                    diff::Op::Added => ("d-add", "+ "),
-                    diff::Op::Removed => ("d-del", "- "),
+            .map(|row| {
+                let (class, text) = match row {
+                    diff::Row::Skipped(n) => ("d-skip", format!("⋯ {n} unchanged lines")),
+                    diff::Row::Line(diff::Op::Same, l) => ("d-same", format!("  {l}")),
+                    diff::Row::Line(diff::Op::Added, l) => ("d-add", format!("+ {l}")),
+                    diff::Row::Line(diff::Op::Removed, l) => ("d-del", format!("- {l}")),
                 };
-                view! { <div class=class>{mark}{l.to_string()}</div> }
+                view! { <div class=class>{text}</div> }
             })
             .collect_view();
         Some(view! { <pre class="diff">{lines}</pre> }.into_any())

@@ -57,9 +57,71 @@ pub fn lines<'a>(old: &'a str, new: &'a str) -> Vec<(Op, &'a str)> {
     out
 }
 
+/// A row of a diff as shown: a line, or a run of unchanged lines left out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Row<'a> {
+    Line(Op, &'a str),
+    Skipped(usize),
+}
+
+/// Keeps `context` unchanged lines around each change and folds longer unchanged runs.
+pub fn hunks<'a>(lines: &[(Op, &'a str)], context: usize) -> Vec<Row<'a>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].0 != Op::Same {
+            out.push(Row::Line(lines[i].0, lines[i].1));
+            i += 1;
+            continue;
+        }
+        let end = lines[i..]
+            .iter()
+            .position(|(o, _)| *o != Op::Same)
+            .map_or(lines.len(), |p| i + p);
+        let keep_head = if i == 0 { 0 } else { context };
+        let keep_tail = if end == lines.len() { 0 } else { context };
+        if end - i > keep_head + keep_tail + 1 {
+            out.extend(
+                lines[i..i + keep_head]
+                    .iter()
+                    .map(|(o, l)| Row::Line(*o, l)),
+            );
+            out.push(Row::Skipped(end - i - keep_head - keep_tail));
+            out.extend(
+                lines[end - keep_tail..end]
+                    .iter()
+                    .map(|(o, l)| Row::Line(*o, l)),
+            );
+        } else {
+            out.extend(lines[i..end].iter().map(|(o, l)| Row::Line(*o, l)));
+        }
+        i = end;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn folds_unchanged_runs() {
+        let old: String = (0..20).map(|i| format!("l{i}\n")).collect();
+        let new = old.replace("l10\n", "changed\n");
+        let rows = hunks(&lines(&old, &new), 2);
+        assert_eq!(rows[0], Row::Skipped(8));
+        assert_eq!(rows[1], Row::Line(Op::Same, "l8"));
+        assert_eq!(rows[3], Row::Line(Op::Removed, "l10"));
+        assert_eq!(rows[4], Row::Line(Op::Added, "changed"));
+        assert_eq!(rows[7], Row::Skipped(7));
+        assert_eq!(rows.len(), 8);
+        // A short unchanged run between two changes is kept whole.
+        let near = old.replace("l3\n", "x\n").replace("l6\n", "y\n");
+        let rows = hunks(&lines(&old, &near), 2);
+        assert!(
+            rows.contains(&Row::Line(Op::Same, "l4")) && rows.contains(&Row::Line(Op::Same, "l5"))
+        );
+    }
 
     #[test]
     fn marks_added_and_removed_lines() {
