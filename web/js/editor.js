@@ -1,0 +1,441 @@
+// The playground's JavaScript side, bundled by esbuild into dist/editor.js and imported by the
+// Rust crate through wasm-bindgen (`raw_module = "./editor.js"`): CodeMirror 6 editors (the
+// fusion language mode, lint marks, a read-only C++ viewer) and the runner API over fetch
+// (JSON requests and server-sent events read from a streamed body, so a bearer token can be
+// sent, which EventSource cannot do).
+
+import { EditorState } from "@codemirror/state";
+import {
+  EditorView,
+  keymap,
+  lineNumbers,
+  highlightActiveLine,
+  highlightActiveLineGutter,
+  drawSelection,
+  highlightSpecialChars,
+} from "@codemirror/view";
+import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
+import {
+  StreamLanguage,
+  HighlightStyle,
+  syntaxHighlighting,
+  bracketMatching,
+  indentOnInput,
+  foldGutter,
+  foldKeymap,
+} from "@codemirror/language";
+import { closeBrackets, closeBracketsKeymap } from "@codemirror/autocomplete";
+import { searchKeymap, highlightSelectionMatches } from "@codemirror/search";
+import { lintGutter, setDiagnostics } from "@codemirror/lint";
+import { tags } from "@lezer/highlight";
+
+// ---- the fusion language -------------------------------------------------------------------
+
+const KEYWORDS = new Set(["fusion", "schedule", "input", "output"]);
+const DTYPES = new Set(["f32", "f16", "bf16", "i32", "f64"]);
+const PARALLEL = new Set([
+  "BIDx", "BIDy", "BIDz", "TIDx", "TIDy", "TIDz", "Vectorize", "Unroll", "Serial", "Bulk",
+]);
+const OPTIONS = new Set(["inner", "outer", "local", "shared", "global", "plain", "axis", "memory", "load"]);
+
+const fusionLanguage = StreamLanguage.define({
+  name: "fusion",
+  startState: () => ({}),
+  token(stream) {
+    if (stream.eatSpace()) return null;
+    if (stream.match("//")) {
+      stream.skipToEnd();
+      return "comment";
+    }
+    if (stream.match(/^[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?/) || stream.match(/^\.[0-9]+/)) {
+      return "number";
+    }
+    const word = stream.match(/^[A-Za-z_][A-Za-z0-9_]*/);
+    if (word) {
+      const w = word[0];
+      if (KEYWORDS.has(w)) return "keyword";
+      if (DTYPES.has(w)) return "typeName";
+      if (PARALLEL.has(w)) return "atom";
+      if (OPTIONS.has(w) && stream.match(/^\s*=/, false)) return "propertyName";
+      if (OPTIONS.has(w)) return "atom";
+      if (stream.match(/^\s*\(/, false)) return "variableName.function";
+      return "variableName";
+    }
+    const ch = stream.next();
+    if ("()[]{}".includes(ch)) return "bracket";
+    if ("+-*/=<>".includes(ch)) return "operator";
+    if (ch === "." || ch === "," || ch === ":") return "punctuation";
+    return null;
+  },
+  languageData: {
+    commentTokens: { line: "//" },
+    closeBrackets: { brackets: ["(", "[", "{"] },
+    indentOnInput: /^\s*\}$/,
+  },
+});
+
+// ---- CUDA C++ (the emitted kernel): a small tokenizer instead of the full C++ grammar --------
+
+const CPP_KEYWORDS = new Set(
+  ("if else for while do return break continue switch case default goto typedef struct union enum " +
+    "template typename using namespace static const constexpr volatile inline extern sizeof " +
+    "alignof alignas static_assert true false nullptr auto operator").split(" "),
+);
+const CPP_TYPES = new Set(
+  ("void bool char short int long float double unsigned signed size_t int8_t int16_t int32_t " +
+    "int64_t uint8_t uint16_t uint32_t uint64_t float2 float4 int2 int4 uint2 uint4 __half __half2 " +
+    "__nv_bfloat16 __nv_bfloat162 half index_t dim3").split(" "),
+);
+const CUDA_QUALIFIERS = new Set(
+  ("__global__ __device__ __host__ __shared__ __constant__ __restrict__ __forceinline__ " +
+    "__launch_bounds__ __align__ __noinline__").split(" "),
+);
+const CUDA_BUILTINS = new Set("threadIdx blockIdx blockDim gridDim warpSize".split(" "));
+
+const cudaLanguage = StreamLanguage.define({
+  name: "cuda",
+  startState: () => ({ inComment: false }),
+  token(stream, state) {
+    if (state.inComment) {
+      if (stream.skipTo("*/")) {
+        stream.pos += 2;
+        state.inComment = false;
+      } else stream.skipToEnd();
+      return "comment";
+    }
+    if (stream.eatSpace()) return null;
+    if (stream.sol() && stream.match(/^#\s*[a-z]+/)) {
+      stream.skipToEnd();
+      return "meta";
+    }
+    if (stream.match("//")) {
+      stream.skipToEnd();
+      return "comment";
+    }
+    if (stream.match("/*")) {
+      state.inComment = true;
+      return "comment";
+    }
+    if (stream.match(/^"([^"\\]|\\.)*"?/)) return "string";
+    if (stream.match(/^'([^'\\]|\\.)*'?/)) return "string";
+    if (stream.match(/^(0x[0-9a-fA-F]+|[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?[0-9]+)?)[uUlLfF]*/)) {
+      return "number";
+    }
+    const word = stream.match(/^[A-Za-z_][A-Za-z0-9_]*/);
+    if (word) {
+      const w = word[0];
+      if (CPP_KEYWORDS.has(w)) return "keyword";
+      if (CPP_TYPES.has(w)) return "typeName";
+      if (CUDA_QUALIFIERS.has(w)) return "modifier";
+      if (CUDA_BUILTINS.has(w)) return "atom";
+      if (stream.match(/^\s*\(/, false)) return "variableName.function";
+      return "variableName";
+    }
+    const ch = stream.next();
+    if ("()[]{}".includes(ch)) return "bracket";
+    if ("+-*/%=<>!&|^~?".includes(ch)) return "operator";
+    return "punctuation";
+  },
+  languageData: { commentTokens: { line: "//", block: { open: "/*", close: "*/" } } },
+});
+
+// ---- the kernel IR printed after every pass --------------------------------------------------
+
+const IR_KEYWORDS = new Set(
+  "kernel fusion param alloc for in if else root loop sync __syncthreads grid block".split(" "),
+);
+const IR_PLACES = new Set("global local shared input output in out".split(" "));
+
+const irLanguage = StreamLanguage.define({
+  name: "hopfuse-ir",
+  token(stream) {
+    if (stream.eatSpace()) return null;
+    if (stream.match("//")) {
+      stream.skipToEnd();
+      return "comment";
+    }
+    if (stream.match(/^@[A-Za-z]+/)) return "atom";
+    if (stream.match(/^[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?/)) return "number";
+    const word = stream.match(/^[A-Za-z_][A-Za-z0-9_]*/);
+    if (word) {
+      const w = word[0];
+      if (IR_KEYWORDS.has(w)) return "keyword";
+      if (DTYPES.has(w)) return "typeName";
+      if (PARALLEL.has(w)) return "atom";
+      if (IR_PLACES.has(w)) return "propertyName";
+      if (stream.match(/^\s*\(/, false)) return "variableName.function";
+      return "variableName";
+    }
+    const ch = stream.next();
+    if ("()[]{}".includes(ch)) return "bracket";
+    if ("+-*/%=<>!&|".includes(ch)) return "operator";
+    return "punctuation";
+  },
+  languageData: { commentTokens: { line: "//" } },
+});
+
+// Colours come from CSS variables, so the light/dark switch is a class on <html>.
+const highlight = HighlightStyle.define([
+  { tag: tags.keyword, color: "var(--tok-keyword)", fontWeight: "600" },
+  { tag: [tags.typeName, tags.standard(tags.typeName)], color: "var(--tok-type)" },
+  { tag: tags.atom, color: "var(--tok-atom)" },
+  { tag: [tags.number, tags.bool], color: "var(--tok-number)" },
+  { tag: [tags.string, tags.character], color: "var(--tok-string)" },
+  { tag: [tags.comment, tags.lineComment, tags.blockComment], color: "var(--tok-comment)", fontStyle: "italic" },
+  { tag: [tags.function(tags.variableName), tags.function(tags.propertyName), tags.macroName], color: "var(--tok-function)" },
+  { tag: [tags.propertyName], color: "var(--tok-property)" },
+  { tag: [tags.operator, tags.punctuation, tags.bracket], color: "var(--tok-operator)" },
+  { tag: [tags.processingInstruction, tags.meta], color: "var(--tok-meta)" },
+  { tag: [tags.controlKeyword, tags.modifier, tags.definitionKeyword], color: "var(--tok-keyword)", fontWeight: "600" },
+]);
+
+const baseTheme = EditorView.theme({
+  "&": { height: "100%", fontSize: "13px", backgroundColor: "var(--bg-editor)", color: "var(--fg)" },
+  ".cm-scroller": { fontFamily: "var(--mono)", lineHeight: "1.45" },
+  ".cm-content": { caretColor: "var(--fg)" },
+  ".cm-cursor, .cm-dropCursor": { borderLeftColor: "var(--fg)" },
+  ".cm-gutters": { backgroundColor: "var(--bg-gutter)", color: "var(--fg-dim)", border: "none" },
+  ".cm-activeLine": { backgroundColor: "var(--bg-active)" },
+  ".cm-activeLineGutter": { backgroundColor: "var(--bg-active)" },
+  "&.cm-focused .cm-selectionBackground, .cm-selectionBackground, ::selection": {
+    backgroundColor: "var(--bg-selection) !important",
+  },
+  ".cm-matchingBracket": { backgroundColor: "var(--bg-bracket)", outline: "1px solid var(--fg-dim)" },
+  ".cm-tooltip": { backgroundColor: "var(--bg-panel)", color: "var(--fg)", border: "1px solid var(--border)" },
+  ".cm-panels": { backgroundColor: "var(--bg-panel)", color: "var(--fg)" },
+});
+
+// ---- editors ---------------------------------------------------------------------------------
+
+/** The program editor. `onChange(text)` is called `delayMs` after the last edit. */
+export class FusionEditor {
+  constructor(parent, doc, delayMs, onChange, onShortcut) {
+    let timer = null;
+    const shortcuts = keymap.of([
+      { key: "Mod-Enter", run: () => (onShortcut("run"), true) },
+      { key: "Mod-s", run: () => (onShortcut("short-link"), true) },
+    ]);
+    this.view = new EditorView({
+      parent,
+      state: EditorState.create({
+        doc,
+        extensions: [
+          shortcuts,
+          lineNumbers(),
+          highlightActiveLineGutter(),
+          highlightSpecialChars(),
+          history(),
+          foldGutter(),
+          drawSelection(),
+          indentOnInput(),
+          bracketMatching(),
+          closeBrackets(),
+          highlightActiveLine(),
+          highlightSelectionMatches(),
+          lintGutter(),
+          fusionLanguage,
+          syntaxHighlighting(highlight),
+          baseTheme,
+          keymap.of([
+            ...closeBracketsKeymap,
+            ...defaultKeymap,
+            ...searchKeymap,
+            ...historyKeymap,
+            ...foldKeymap,
+            indentWithTab,
+          ]),
+          EditorView.updateListener.of((u) => {
+            if (!u.docChanged || u.transactions.every((t) => t.annotation(EditorState.userEvent) === "hopfuse.set")) return;
+            clearTimeout(timer);
+            timer = setTimeout(() => onChange(this.view.state.doc.toString()), delayMs);
+          }),
+          EditorView.lineWrapping,
+          EditorView.contentAttributes.of({ "aria-label": "fusion program" }),
+        ],
+      }),
+    });
+  }
+  text() {
+    return this.view.state.doc.toString();
+  }
+  /** Replaces the program without calling onChange (the caller compiles it itself). */
+  setText(text) {
+    this.view.dispatch({
+      changes: { from: 0, to: this.view.state.doc.length, insert: text },
+      userEvent: "hopfuse.set",
+    });
+  }
+  /** `json`: [{from, to, message}] in UTF-16 offsets; severity is always error. */
+  setDiagnostics(json) {
+    const len = this.view.state.doc.length;
+    const list = JSON.parse(json).map((d) => {
+      const from = Math.max(0, Math.min(d.from, len));
+      const to = Math.max(from, Math.min(d.to, len));
+      return { from, to, severity: "error", message: d.message, source: "hopfuse" };
+    });
+    this.view.dispatch(setDiagnostics(this.view.state, list));
+  }
+  focus() {
+    this.view.focus();
+  }
+}
+
+/** A read-only viewer: `lang` is "cpp" (CUDA) or "ir" (the kernel IR). */
+export class CodeViewer {
+  constructor(parent, lang) {
+    const extensions = [
+      lineNumbers(),
+      highlightSpecialChars(),
+      drawSelection(),
+      highlightActiveLine(),
+      highlightSelectionMatches(),
+      foldGutter(),
+      EditorState.readOnly.of(true),
+      EditorView.editable.of(false),
+      EditorView.contentAttributes.of({ tabindex: "0" }),
+      syntaxHighlighting(highlight),
+      baseTheme,
+      keymap.of([...searchKeymap, ...foldKeymap]),
+    ];
+    if (lang === "cpp") extensions.push(cudaLanguage);
+    else if (lang === "ir") extensions.push(irLanguage);
+    this.view = new EditorView({ parent, state: EditorState.create({ doc: "", extensions }) });
+  }
+  setText(text) {
+    if (text === this.view.state.doc.toString()) return;
+    this.view.dispatch({ changes: { from: 0, to: this.view.state.doc.length, insert: text } });
+  }
+}
+
+// ---- the runner API --------------------------------------------------------------------------
+
+function headers(token, json) {
+  const h = {};
+  if (token) h["Authorization"] = `Bearer ${token}`;
+  if (json) h["Content-Type"] = "application/json";
+  return h;
+}
+
+/**
+ * One JSON request. Resolves to {status, body} (body as text) for any HTTP answer; rejects with
+ * a message when nothing answered (no runner reachable, CORS refusal, timeout).
+ */
+export async function apiRequest(method, url, token, body, timeoutMs) {
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), timeoutMs);
+  try {
+    const res = await fetch(url, {
+      method,
+      headers: headers(token, body != null),
+      body: body ?? undefined,
+      signal: ctl.signal,
+      cache: "no-store",
+    });
+    return { status: res.status, body: await res.text() };
+  } catch (e) {
+    throw ctl.signal.aborted ? `no answer within ${timeoutMs / 1000} s` : String(e && e.message ? e.message : e);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Server-sent events from `url`: `onEvent(name, data)` for each event; `done()` resolves when the
+ * stream ends and rejects with a message when it cannot be opened; `cancel()` stops it.
+ */
+export class EventStream {
+  constructor(url, token, onEvent) {
+    this.ctl = new AbortController();
+    this.promise = this.read(url, token, onEvent);
+  }
+  async read(url, token, onEvent) {
+    let res;
+    try {
+      res = await fetch(url, { headers: { ...headers(token, false), Accept: "text/event-stream" }, signal: this.ctl.signal });
+    } catch (e) {
+      if (this.ctl.signal.aborted) return;
+      throw String(e && e.message ? e.message : e);
+    }
+    if (!res.ok || !res.body) throw `HTTP ${res.status}: ${await res.text()}`;
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = "";
+    let name = "message";
+    let data = [];
+    const line = (l) => {
+      if (l === "") {
+        if (data.length) onEvent(name, data.join("\n"));
+        name = "message";
+        data = [];
+      } else if (l.startsWith(":")) {
+        // a comment (keep-alive)
+      } else {
+        const i = l.indexOf(":");
+        const field = i < 0 ? l : l.slice(0, i);
+        let value = i < 0 ? "" : l.slice(i + 1);
+        if (value.startsWith(" ")) value = value.slice(1);
+        if (field === "event") name = value;
+        else if (field === "data") data.push(value);
+      }
+    };
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let i;
+        while ((i = buf.search(/\r\n|\r|\n/)) >= 0) {
+          const sep = buf[i] === "\r" && buf[i + 1] === "\n" ? 2 : 1;
+          line(buf.slice(0, i));
+          buf = buf.slice(i + sep);
+        }
+      }
+    } catch (e) {
+      if (this.ctl.signal.aborted) return;
+      throw String(e && e.message ? e.message : e);
+    }
+    if (buf) line(buf);
+    line("");
+  }
+  done() {
+    return this.promise;
+  }
+  cancel() {
+    this.ctl.abort();
+  }
+}
+
+/** Copies text to the clipboard; resolves to true when it worked. */
+export async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch {
+    // No clipboard permission (plain http, headless): fall back to a selected textarea.
+    const ta = document.createElement("textarea");
+    ta.value = text;
+    ta.style.position = "fixed";
+    ta.style.opacity = "0";
+    document.body.appendChild(ta);
+    ta.select();
+    let ok = false;
+    try {
+      ok = document.execCommand("copy");
+    } catch {
+      ok = false;
+    }
+    ta.remove();
+    return ok;
+  }
+}
+
+/** Offers `text` as a file download. */
+export function download(name, text, mime) {
+  const url = URL.createObjectURL(new Blob([text], { type: mime }));
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}

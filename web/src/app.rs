@@ -1,0 +1,1378 @@
+//! The page: header (examples, sizes, Run, Share, short link, settings, theme, help), the editor,
+//! the output panes (CUDA, Passes, Launch plan, Run) and the status bar.
+
+use crate::diff;
+use crate::examples;
+use crate::js;
+use crate::model::{self, Compiled, Diag};
+use crate::runner::{self, ApiError, RunView, Settings};
+use crate::share::{self, Pane, PassMode, State};
+use leptos::ev;
+use leptos::html;
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use wasm_bindgen::prelude::*;
+
+/// Milliseconds of quiet after an edit before the program is compiled again.
+const DEBOUNCE_MS: u32 = 150;
+/// Size given to a symbol the first time it appears.
+const DEFAULT_SIZE: i64 = 4096;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunState {
+    Idle,
+    /// Sent, or streaming: the last event's name.
+    Active {
+        stage: String,
+        job: Option<String>,
+    },
+    Done(Arc<RunView>),
+    Failed(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunnerStatus {
+    Checking,
+    Up(String),
+    NoGpu(String),
+    Down(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialog {
+    Help,
+    Settings,
+}
+
+/// Every signal of the page, as one copyable handle.
+#[derive(Clone, Copy)]
+pub struct Ui {
+    program: RwSignal<String>,
+    sizes: RwSignal<BTreeMap<String, i64>>,
+    pane: RwSignal<Pane>,
+    pass: RwSignal<Option<String>>,
+    pass_mode: RwSignal<PassMode>,
+    iters: RwSignal<u32>,
+    seed: RwSignal<u64>,
+    compiled: RwSignal<Option<Arc<Compiled>>>,
+    diags: RwSignal<Vec<Diag>>,
+    lower_ms: RwSignal<Option<f64>>,
+    settings: RwSignal<Settings>,
+    runner: RwSignal<RunnerStatus>,
+    run: RwSignal<RunState>,
+    dialog: RwSignal<Option<Dialog>>,
+    toast: RwSignal<Option<(u32, String)>>,
+    dark: RwSignal<bool>,
+    split: RwSignal<f64>,
+    /// The state may be written to the URL (false while a short link loads).
+    ready: RwSignal<bool>,
+    editor: StoredValue<Option<js::FusionEditor>, LocalStorage>,
+    /// The events of the job being followed.
+    stream: StoredValue<Option<js::EventStream>, LocalStorage>,
+    /// The fragment this page wrote last (a hashchange to anything else is a new link).
+    written: StoredValue<String>,
+}
+
+fn now_ms() -> Option<f64> {
+    window().performance().map(|p| p.now())
+}
+
+impl Ui {
+    fn new() -> Ui {
+        let dark = match crate::storage_get("hopfuse.theme").as_deref() {
+            Some("dark") => true,
+            Some("light") => false,
+            _ => window()
+                .match_media("(prefers-color-scheme: dark)")
+                .ok()
+                .flatten()
+                .is_some_and(|m| m.matches()),
+        };
+        Ui {
+            program: RwSignal::new(String::new()),
+            sizes: RwSignal::new(BTreeMap::new()),
+            pane: RwSignal::new(Pane::Cuda),
+            pass: RwSignal::new(None),
+            pass_mode: RwSignal::new(PassMode::Ir),
+            iters: RwSignal::new(share::default_iters()),
+            seed: RwSignal::new(0),
+            compiled: RwSignal::new(None),
+            diags: RwSignal::new(Vec::new()),
+            lower_ms: RwSignal::new(None),
+            settings: RwSignal::new(Settings::load()),
+            runner: RwSignal::new(RunnerStatus::Checking),
+            run: RwSignal::new(RunState::Idle),
+            dialog: RwSignal::new(None),
+            toast: RwSignal::new(None),
+            dark: RwSignal::new(dark),
+            split: RwSignal::new(44.0),
+            ready: RwSignal::new(false),
+            editor: StoredValue::new_local(None),
+            stream: StoredValue::new_local(None),
+            written: StoredValue::new(String::new()),
+        }
+    }
+
+    /// Compiles `text` in the page and updates every pane.
+    fn compile(self, text: String) {
+        let t0 = now_ms();
+        let result = model::compile(&text);
+        let ms = t0.zip(now_ms()).map(|(a, b)| b - a);
+        match result {
+            Ok(c) => {
+                let missing = self
+                    .sizes
+                    .with_untracked(|s| c.plan.symbols.iter().any(|sym| !s.contains_key(sym)));
+                if missing {
+                    self.sizes.update(|s| {
+                        for sym in &c.plan.symbols {
+                            s.entry(sym.clone()).or_insert(DEFAULT_SIZE);
+                        }
+                    });
+                }
+                self.compiled.set(Some(Arc::new(c)));
+                self.diags.set(Vec::new());
+            }
+            Err(d) => self.diags.set(d),
+        }
+        self.lower_ms.set(ms);
+        self.program.set(text);
+        self.push_diagnostics();
+    }
+
+    fn push_diagnostics(self) {
+        let json = self
+            .diags
+            .with_untracked(|d| serde_json::to_string(d).unwrap_or_else(|_| "[]".into()));
+        self.editor.with_value(|e| {
+            if let Some(e) = e {
+                e.set_diagnostics(&json);
+            }
+        });
+    }
+
+    /// Replaces the program (an example, a link) and compiles it now.
+    fn set_program(self, text: &str) {
+        self.editor.with_value(|e| {
+            if let Some(e) = e {
+                e.set_text(text);
+            }
+        });
+        self.compile(text.to_string());
+    }
+
+    fn state(self) -> State {
+        State {
+            program: self.program.get_untracked(),
+            sizes: self.sizes.get_untracked(),
+            pane: self.pane.get_untracked(),
+            pass: self.pass.get_untracked(),
+            pass_mode: self.pass_mode.get_untracked(),
+            iters: self.iters.get_untracked(),
+            seed: self.seed.get_untracked(),
+        }
+    }
+
+    fn apply(self, s: State) {
+        self.sizes.set(s.sizes);
+        self.pane.set(s.pane);
+        self.pass.set(s.pass);
+        self.pass_mode.set(s.pass_mode);
+        self.iters.set(s.iters.max(1));
+        self.seed.set(s.seed);
+        self.set_program(&s.program);
+    }
+
+    fn load_example(self, e: examples::Example) {
+        self.pass.set(None);
+        self.run.set(RunState::Idle);
+        self.set_program(e.source);
+    }
+
+    /// Restores the state a fragment names (`#v1:...` or a short link `#s:ID`); anything else
+    /// loads the first example.
+    fn restore(self, hash: &str) {
+        if let Some(id) = hash.strip_prefix("#s:") {
+            let id = id.to_string();
+            self.ready.set(false);
+            let settings = self.settings.get_untracked();
+            spawn_local(async move {
+                match runner::get_link(&settings, &id).await {
+                    Ok(state) => match share::decode(&state) {
+                        Ok(s) => self.apply(s),
+                        Err(e) => self.say(format!("Short link {id}: {e}")),
+                    },
+                    Err(e) => self.say(format!(
+                        "Short link {id} could not be opened. {}",
+                        e.describe(&settings)
+                    )),
+                }
+                if self.program.get_untracked().is_empty() {
+                    self.load_example(examples::ALL[0]);
+                }
+                self.ready.set(true);
+            });
+            return;
+        }
+        if hash.len() > 1 {
+            match share::decode(hash) {
+                Ok(s) => {
+                    self.apply(s);
+                    self.ready.set(true);
+                    return;
+                }
+                Err(e) => self.say(e),
+            }
+        }
+        self.load_example(examples::ALL[0]);
+        self.ready.set(true);
+    }
+
+    /// Writes the state into the address bar (so the page URL is always a full link).
+    fn write_fragment(self) {
+        let fragment = format!("#{}", share::encode(&self.state()));
+        if self.written.with_value(|w| *w == fragment) {
+            return;
+        }
+        if let Ok(h) = window().history() {
+            let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&fragment));
+        }
+        self.written.set_value(fragment);
+    }
+
+    /// A short message at the bottom of the page for a few seconds.
+    fn say(self, msg: impl Into<String>) {
+        let n = self.toast.with_untracked(|t| t.as_ref().map_or(0, |t| t.0)) + 1;
+        self.toast.set(Some((n, msg.into())));
+        set_timeout(
+            move || {
+                if self
+                    .toast
+                    .with_untracked(|t| t.as_ref().is_some_and(|t| t.0 == n))
+                {
+                    self.toast.set(None);
+                }
+            },
+            Duration::from_millis(6000),
+        );
+    }
+
+    fn copy(self, text: String, what: &'static str) {
+        spawn_local(async move {
+            let ok = js::copy_text(&text).await.as_bool().unwrap_or(false);
+            self.say(if ok {
+                format!("{what} copied")
+            } else {
+                format!("Could not copy the {what} (no clipboard access)")
+            });
+        });
+    }
+
+    /// Compiles the editor's text now if an edit is still waiting for the debounce.
+    fn sync(self) {
+        let text = self.editor.with_value(|e| e.as_ref().map(|e| e.text()));
+        if let Some(text) = text {
+            if text != self.program.get_untracked() {
+                self.compile(text);
+            }
+        }
+    }
+
+    fn share(self) {
+        self.sync();
+        self.write_fragment();
+        let url = window().location().href().unwrap_or_default();
+        self.copy(url, "Link");
+    }
+
+    /// `POST /api/links` and copies the short link.
+    fn short_link(self) {
+        self.sync();
+        self.write_fragment();
+        let state = share::encode(&self.state());
+        let settings = self.settings.get_untracked();
+        spawn_local(async move {
+            match runner::create_link(&settings, &state).await {
+                Ok(id) => {
+                    let loc = window().location();
+                    let url = format!(
+                        "{}{}#s:{id}",
+                        loc.origin().unwrap_or_default(),
+                        loc.pathname().unwrap_or_default()
+                    );
+                    let ok = js::copy_text(&url).await.as_bool().unwrap_or(false);
+                    self.say(if ok {
+                        format!("Short link copied: {url}")
+                    } else {
+                        format!("Short link: {url}")
+                    });
+                }
+                Err(e) => {
+                    self.note_unreachable(&e, &settings);
+                    self.say(format!(
+                        "No short link: {} The address bar already holds a full link (Share).",
+                        e.describe(&settings)
+                    ));
+                }
+            }
+        });
+    }
+
+    /// Stops following the current job (it may still run on the runner).
+    fn stop_waiting(self) {
+        if let RunState::Active { job, .. } = self.run.get_untracked() {
+            self.run.set(RunState::Failed(match job {
+                Some(j) => format!("Stopped waiting for job {j}; it may still run on the runner."),
+                None => "Stopped waiting for the runner.".to_string(),
+            }));
+        }
+        self.stream.with_value(|s| {
+            if let Some(s) = s {
+                s.cancel();
+            }
+        });
+    }
+
+    fn note_unreachable(self, e: &ApiError, settings: &Settings) {
+        if let ApiError::Unreachable(_) = e {
+            self.runner.set(RunnerStatus::Down(e.describe(settings)));
+        }
+    }
+
+    fn check_runner(self) {
+        let settings = self.settings.get_untracked();
+        self.runner.set(RunnerStatus::Checking);
+        spawn_local(async move {
+            self.runner.set(match runner::health(&settings).await {
+                Ok((desc, true)) => RunnerStatus::Up(desc),
+                Ok((desc, false)) => RunnerStatus::NoGpu(desc),
+                Err(e) => RunnerStatus::Down(e.describe(&settings)),
+            });
+        });
+    }
+
+    /// Sends the program to the runner and follows the job's events.
+    fn run(self) {
+        if matches!(self.run.get_untracked(), RunState::Active { .. }) {
+            return;
+        }
+        self.pane.set(Pane::Run);
+        self.sync();
+        if let Some(d) = self.diags.with_untracked(|d| d.first().cloned()) {
+            self.run.set(RunState::Failed(format!(
+                "The program does not compile ({}:{}: {}); fix it before running.",
+                d.line, d.column, d.message
+            )));
+            return;
+        }
+        let Some(c) = self.compiled.get_untracked() else {
+            return;
+        };
+        let program = self.program.get_untracked();
+        let sizes: BTreeMap<String, i64> = self.sizes.with_untracked(|s| {
+            c.plan
+                .symbols
+                .iter()
+                .map(|k| (k.clone(), s.get(k).copied().unwrap_or(DEFAULT_SIZE)))
+                .collect()
+        });
+        let (iters, seed) = (self.iters.get_untracked(), self.seed.get_untracked());
+        let settings = self.settings.get_untracked();
+        self.run.set(RunState::Active {
+            stage: "sending".into(),
+            job: None,
+        });
+        let run = self.run;
+        spawn_local(async move {
+            let job = match runner::start_run(&settings, &program, &sizes, iters, seed).await {
+                Ok(job) => job,
+                Err(e) => {
+                    self.note_unreachable(&e, &settings);
+                    run.set(RunState::Failed(e.describe(&settings)));
+                    return;
+                }
+            };
+            run.set(RunState::Active {
+                stage: "queued".into(),
+                job: Some(job.clone()),
+            });
+            let job2 = job.clone();
+            let on_event =
+                Closure::<dyn FnMut(String, String)>::new(move |name: String, data: String| {
+                    if !matches!(run.get_untracked(), RunState::Active { .. }) {
+                        return;
+                    }
+                    match name.as_str() {
+                        "done" | "result" => {
+                            run.set(RunState::Done(Arc::new(runner::parse_result(&data))))
+                        }
+                        "error" | "failed" => {
+                            let v = runner::parse_result(&data);
+                            run.set(RunState::Failed(v.error.unwrap_or(data)));
+                        }
+                        "message" | "progress" | "log" => {}
+                        stage => run.set(RunState::Active {
+                            stage: stage.to_string(),
+                            job: Some(job2.clone()),
+                        }),
+                    }
+                })
+                .into_js_value();
+            let stream = js::EventStream::new(
+                &runner::events_url(&settings, &job),
+                settings.token.trim(),
+                &on_event,
+            );
+            let done = stream.done();
+            self.stream.set_value(Some(stream));
+            let ended = wasm_bindgen_futures::JsFuture::from(done).await;
+            self.stream.set_value(None);
+            if matches!(run.get_untracked(), RunState::Active { .. }) {
+                run.set(RunState::Failed(match ended {
+                    Err(e) => format!(
+                        "Job {job}: the event stream failed: {}",
+                        e.as_string().unwrap_or_else(|| format!("{e:?}"))
+                    ),
+                    Ok(_) => format!("Job {job}: the event stream ended without a result."),
+                }));
+            }
+        });
+    }
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    let ui = Ui::new();
+    let editor_ref = NodeRef::<html::Div>::new();
+    let cuda_ref = NodeRef::<html::Div>::new();
+    let ir_ref = NodeRef::<html::Div>::new();
+    let main_ref = NodeRef::<html::Main>::new();
+    let cuda_viewer: StoredValue<Option<js::CodeViewer>, LocalStorage> =
+        StoredValue::new_local(None);
+    let ir_viewer: StoredValue<Option<js::CodeViewer>, LocalStorage> = StoredValue::new_local(None);
+
+    ui.restore(&window().location().hash().unwrap_or_default());
+    ui.check_runner();
+
+    // The editor, once its element exists.
+    Effect::new(move |_| {
+        let Some(el) = editor_ref.get() else { return };
+        if ui.editor.with_value(|e| e.is_some()) {
+            return;
+        }
+        let on_change =
+            Closure::<dyn FnMut(String)>::new(move |text: String| ui.compile(text)).into_js_value();
+        let on_shortcut =
+            Closure::<dyn FnMut(String)>::new(move |name: String| match name.as_str() {
+                "run" => ui.run(),
+                "short-link" => ui.short_link(),
+                _ => {}
+            })
+            .into_js_value();
+        let ed = js::FusionEditor::new(
+            &el,
+            &ui.program.get_untracked(),
+            DEBOUNCE_MS,
+            &on_change,
+            &on_shortcut,
+        );
+        ed.focus();
+        ui.editor.set_value(Some(ed));
+        ui.push_diagnostics();
+    });
+    // The CUDA viewer follows the last successful compilation.
+    Effect::new(move |_| {
+        let c = ui.compiled.get();
+        let Some(el) = cuda_ref.get() else { return };
+        if cuda_viewer.with_value(|v| v.is_none()) {
+            cuda_viewer.set_value(Some(js::CodeViewer::new(&el, "cpp")));
+        }
+        cuda_viewer.with_value(|v| {
+            if let (Some(v), Some(c)) = (v, c) {
+                v.set_text(&c.cuda);
+            }
+        });
+    });
+    let selected = Memo::new(move |_| {
+        let sel = ui.pass.get();
+        ui.compiled.with(|c| {
+            let c = c.as_ref()?;
+            let i = sel
+                .and_then(|name| c.passes.iter().position(|p| p.name == name))
+                .unwrap_or(c.passes.len() - 1);
+            Some(i)
+        })
+    });
+    Effect::new(move |_| {
+        let i = selected.get();
+        let Some(el) = ir_ref.get() else { return };
+        if ir_viewer.with_value(|v| v.is_none()) {
+            ir_viewer.set_value(Some(js::CodeViewer::new(&el, "ir")));
+        }
+        let text = ui.compiled.with(|c| {
+            c.as_ref()
+                .zip(i)
+                .map(|(c, i)| c.passes[i].ir.clone())
+                .unwrap_or_default()
+        });
+        ir_viewer.with_value(|v| {
+            if let Some(v) = v {
+                v.set_text(&text);
+            }
+        });
+    });
+    // The address bar always holds the whole state.
+    Effect::new(move |_| {
+        ui.program.track();
+        ui.sizes.track();
+        ui.pane.track();
+        ui.pass.track();
+        ui.pass_mode.track();
+        ui.iters.track();
+        ui.seed.track();
+        if ui.ready.get() {
+            ui.write_fragment();
+        }
+    });
+    Effect::new(move |_| {
+        let dark = ui.dark.get();
+        if let Some(root) = document().document_element() {
+            let _ = root.class_list().toggle_with_force("dark", dark);
+        }
+    });
+
+    let _ = window_event_listener(ev::hashchange, move |_| {
+        let hash = window().location().hash().unwrap_or_default();
+        if ui.written.with_value(|w| *w != hash) {
+            ui.restore(&hash);
+        }
+    });
+    let _ = window_event_listener(ev::keydown, move |e: web_sys::KeyboardEvent| {
+        let cmd = e.ctrl_key() || e.meta_key();
+        if e.key() == "Escape" && ui.dialog.get_untracked().is_some() {
+            ui.dialog.set(None);
+            return;
+        }
+        if e.default_prevented() {
+            return; // the editor handled it
+        }
+        if cmd && e.key() == "Enter" {
+            e.prevent_default();
+            ui.run();
+        } else if cmd && e.key().eq_ignore_ascii_case("s") {
+            e.prevent_default();
+            ui.short_link();
+        } else if e.alt_key() && !cmd && matches!(e.key().as_str(), "1" | "2" | "3" | "4") {
+            e.prevent_default();
+            ui.pane.set(match e.key().as_str() {
+                "1" => Pane::Cuda,
+                "2" => Pane::Passes,
+                "3" => Pane::Plan,
+                _ => Pane::Run,
+            });
+        } else if e.key() == "F1" {
+            e.prevent_default();
+            ui.dialog.set(Some(Dialog::Help));
+        }
+    });
+
+    let symbols = Memo::new(move |_| {
+        ui.compiled.with(|c| {
+            c.as_ref()
+                .map(|c| c.plan.symbols.clone())
+                .unwrap_or_default()
+        })
+    });
+
+    view! {
+        <header class="bar">
+            <span class="logo">"hopfuse"</span>
+            <select
+                id="examples"
+                aria-label="examples"
+                prop:value=move || {
+                    ui.program.with(|p| examples::matching(p).map(|e| examples::key(&e)).unwrap_or_default())
+                }
+                on:change=move |ev| {
+                    if let Some(e) = examples::find(&event_target_value(&ev)) {
+                        ui.load_example(e);
+                    }
+                }
+            >
+                <option value="">"Examples…"</option>
+                {examples::grouped()
+                    .into_iter()
+                    .map(|(group, list)| {
+                        view! {
+                            <optgroup label=examples::group_title(group)>
+                                {list
+                                    .into_iter()
+                                    .map(|e| view! { <option value=examples::key(&e)>{e.name}</option> })
+                                    .collect_view()}
+                            </optgroup>
+                        }
+                    })
+                    .collect_view()}
+            </select>
+            <span class="sizes" title="problem sizes (used by the launch plan and Run)">
+                {move || {
+                    symbols
+                        .get()
+                        .into_iter()
+                        .map(|sym| {
+                            let s2 = sym.clone();
+                            let s3 = sym.clone();
+                            view! {
+                                <label class="size">
+                                    {sym.clone()}
+                                    "="
+                                    <input
+                                        type="number"
+                                        min="1"
+                                        data-size=sym.clone()
+                                        prop:value=move || {
+                                            ui.sizes.with(|s| s.get(&s2).copied().unwrap_or(DEFAULT_SIZE)).to_string()
+                                        }
+                                        on:change=move |ev| {
+                                            if let Ok(v) = event_target_value(&ev).trim().parse::<i64>() {
+                                                if v >= 1 {
+                                                    ui.sizes.update(|s| {
+                                                        s.insert(s3.clone(), v);
+                                                    });
+                                                }
+                                            }
+                                        }
+                                    />
+                                </label>
+                            }
+                        })
+                        .collect_view()
+                }}
+            </span>
+            <span class="spacer"></span>
+            <button
+                id="run"
+                class="primary"
+                title="Run on the runner's GPU (Ctrl+Enter)"
+                disabled=move || matches!(ui.run.get(), RunState::Active { .. })
+                on:click=move |_| ui.run()
+            >
+                "▶ Run"
+            </button>
+            <button id="share" title="Copy a link holding the whole state" on:click=move |_| ui.share()>
+                "Share"
+            </button>
+            <button id="short-link" title="Copy a short link made by the runner (Ctrl+S)" on:click=move |_| ui.short_link()>
+                "Short link"
+            </button>
+            <button id="settings" title="Runner URL and token" on:click=move |_| ui.dialog.set(Some(Dialog::Settings))>
+                "Settings"
+            </button>
+            <button
+                id="theme"
+                title="Light or dark theme"
+                on:click=move |_| {
+                    let d = !ui.dark.get_untracked();
+                    ui.dark.set(d);
+                    crate::storage_set("hopfuse.theme", if d { "dark" } else { "light" });
+                }
+            >
+                {move || if ui.dark.get() { "☀ Light" } else { "☾ Dark" }}
+            </button>
+            <button id="help" title="Shortcuts (F1)" on:click=move |_| ui.dialog.set(Some(Dialog::Help))>
+                "?"
+            </button>
+        </header>
+        <main
+            node_ref=main_ref
+            class="main"
+            style:grid-template-columns=move || format!("{:.1}% 6px 1fr", ui.split.get())
+        >
+            <section class="editor-pane">
+                <div class="editor" node_ref=editor_ref></div>
+            </section>
+            <Splitter ui=ui main_ref=main_ref />
+            <section class="output">
+                <nav class="tabs" role="tablist">
+                    <PaneTab ui=ui pane=Pane::Cuda label="CUDA" />
+                    <PaneTab ui=ui pane=Pane::Passes label="Passes" />
+                    <PaneTab ui=ui pane=Pane::Plan label="Launch plan" />
+                    <PaneTab ui=ui pane=Pane::Run label="Run" />
+                </nav>
+                <div class="pane" id="pane-cuda" class:hidden=move || ui.pane.get() != Pane::Cuda>
+                    <div class="pane-tools">
+                        <span class="stale" class:hidden=move || ui.diags.with(|d| d.is_empty())>
+                            "last successful compile (the program has errors)"
+                        </span>
+                        <span class="spacer"></span>
+                        <button
+                            id="copy-cuda"
+                            on:click=move |_| {
+                                if let Some(c) = ui.compiled.get_untracked() {
+                                    ui.copy(c.cuda.clone(), "CUDA source");
+                                }
+                            }
+                        >
+                            "Copy"
+                        </button>
+                        <button
+                            id="download-cuda"
+                            on:click=move |_| {
+                                if let Some(c) = ui.compiled.get_untracked() {
+                                    js::download(&format!("{}.cu", c.plan.kernel_name), &c.cuda, "text/x-cuda");
+                                }
+                            }
+                        >
+                            "Download .cu"
+                        </button>
+                    </div>
+                    <div class="viewer" id="cuda" node_ref=cuda_ref></div>
+                </div>
+                <div class="pane" id="pane-passes" class:hidden=move || ui.pane.get() != Pane::Passes>
+                    <PassesPane ui=ui selected=selected ir_ref=ir_ref />
+                </div>
+                <div class="pane scroll" id="pane-plan" class:hidden=move || ui.pane.get() != Pane::Plan>
+                    <PlanPane ui=ui />
+                </div>
+                <div class="pane scroll" id="pane-run" class:hidden=move || ui.pane.get() != Pane::Run>
+                    <RunPane ui=ui />
+                </div>
+            </section>
+        </main>
+        <footer class="status">
+            <span id="lowered">
+                {move || ui.lower_ms.get().map(|ms| format!("lowered in {ms:.1} ms")).unwrap_or_default()}
+            </span>
+            <span id="diagnostics" class="diag">
+                {move || {
+                    ui.diags
+                        .with(|d| match d.first() {
+                            None => String::new(),
+                            Some(f) => {
+                                let more = if d.len() > 1 { format!(" (+{} more)", d.len() - 1) } else { String::new() };
+                                format!("error at {}:{}: {}{more}", f.line, f.column, f.message)
+                            }
+                        })
+                }}
+            </span>
+            <span class="spacer"></span>
+            <button
+                id="runner-status"
+                class="link"
+                title="Runner settings"
+                on:click=move |_| ui.dialog.set(Some(Dialog::Settings))
+            >
+                {move || match ui.runner.get() {
+                    RunnerStatus::Checking => "runner: checking…".to_string(),
+                    RunnerStatus::Up(d) => format!("● {d}"),
+                    RunnerStatus::NoGpu(d) => format!("◐ {d} (compile only)"),
+                    RunnerStatus::Down(_) => "○ no runner (compile only)".to_string(),
+                }}
+            </button>
+        </footer>
+        <div id="toast" class="toast" class:hidden=move || ui.toast.with(|t| t.is_none())>
+            {move || ui.toast.get().map(|t| t.1).unwrap_or_default()}
+        </div>
+        {move || ui.dialog.get().map(|d| view! { <DialogView ui=ui dialog=d /> })}
+    }
+}
+
+/// The bar between the editor and the panes: drag it (or use the arrow keys on it).
+#[component]
+fn Splitter(ui: Ui, main_ref: NodeRef<html::Main>) -> impl IntoView {
+    let dragging = RwSignal::new(false);
+    let set_from = move |x: f64| {
+        if let Some(m) = main_ref.get_untracked() {
+            let r = m.get_bounding_client_rect();
+            if r.width() > 0.0 {
+                ui.split
+                    .set(((x - r.left()) / r.width() * 100.0).clamp(15.0, 85.0));
+            }
+        }
+    };
+    view! {
+        <div
+            class="splitter"
+            role="separator"
+            aria-orientation="vertical"
+            aria-label="resize the editor and the panes"
+            tabindex="0"
+            class:dragging=move || dragging.get()
+            on:pointerdown=move |e: ev::PointerEvent| {
+                if let Some(t) = e.target() {
+                    use wasm_bindgen::JsCast;
+                    if let Ok(el) = t.dyn_into::<web_sys::Element>() {
+                        let _ = el.set_pointer_capture(e.pointer_id());
+                    }
+                }
+                dragging.set(true);
+                e.prevent_default();
+            }
+            on:pointermove=move |e: ev::PointerEvent| {
+                if dragging.get_untracked() {
+                    set_from(e.client_x() as f64);
+                }
+            }
+            on:pointerup=move |_| dragging.set(false)
+            on:pointercancel=move |_| dragging.set(false)
+            on:keydown=move |e: ev::KeyboardEvent| {
+                let step = match e.key().as_str() {
+                    "ArrowLeft" => -2.0,
+                    "ArrowRight" => 2.0,
+                    _ => return,
+                };
+                ui.split.update(|s| *s = (*s + step).clamp(15.0, 85.0));
+            }
+        ></div>
+    }
+}
+
+#[component]
+fn PaneTab(ui: Ui, pane: Pane, label: &'static str) -> impl IntoView {
+    view! {
+        <button
+            role="tab"
+            class="tab"
+            id=format!("tab-{}", format!("{pane:?}").to_lowercase())
+            class:active=move || ui.pane.get() == pane
+            aria-selected=move || (ui.pane.get() == pane).to_string()
+            on:click=move |_| ui.pane.set(pane)
+        >
+            {label}
+        </button>
+    }
+}
+
+#[component]
+fn PassesPane(ui: Ui, selected: Memo<Option<usize>>, ir_ref: NodeRef<html::Div>) -> impl IntoView {
+    let list = move || {
+        ui.compiled.get().map(|c| {
+            c.passes
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let name = p.name;
+                    view! {
+                        <li>
+                            <button
+                                class="pass"
+                                data-pass=name
+                                class:unchanged=!p.changed
+                                class:selected=move || selected.get() == Some(i)
+                                title=if p.changed {
+                                    p.summary.to_string()
+                                } else {
+                                    format!("{} (changed nothing)", p.summary)
+                                }
+                                on:click=move |_| ui.pass.set(Some(name.to_string()))
+                            >
+                                <span class="pass-name">{name}</span>
+                                <span class="pass-summary">{p.summary}</span>
+                            </button>
+                        </li>
+                    }
+                })
+                .collect_view()
+        })
+    };
+    let diff_view = move || {
+        let c = ui.compiled.get()?;
+        let i = selected.get()?;
+        if i == 0 {
+            return Some(
+                view! { <p class="note">"The first dump: there is no pass before it."</p> }
+                    .into_any(),
+            );
+        }
+        let (old, new) = (&c.passes[i - 1].ir, &c.passes[i].ir);
+        if old == new {
+            return Some(
+                view! { <p class="note">{format!("{} changed nothing.", c.passes[i].name)}</p> }
+                    .into_any(),
+            );
+        }
+        let lines = diff::hunks(&diff::lines(old, new), 3)
+            .into_iter()
+            .map(|row| {
+                let (class, text) = match row {
+                    diff::Row::Skipped(n) => ("d-skip", format!("⋯ {n} unchanged lines")),
+                    diff::Row::Line(diff::Op::Same, l) => ("d-same", format!("  {l}")),
+                    diff::Row::Line(diff::Op::Added, l) => ("d-add", format!("+ {l}")),
+                    diff::Row::Line(diff::Op::Removed, l) => ("d-del", format!("- {l}")),
+                };
+                view! { <div class=class>{text}</div> }
+            })
+            .collect_view();
+        Some(view! { <pre class="diff">{lines}</pre> }.into_any())
+    };
+    view! {
+        <div class="passes">
+            <ol class="pass-list">{list}</ol>
+            <div class="pass-detail">
+                <div class="pane-tools">
+                    <span class="pass-title">
+                        {move || {
+                            ui.compiled
+                                .get()
+                                .zip(selected.get())
+                                .map(|(c, i)| {
+                                    let p = &c.passes[i];
+                                    let prev = if i > 0 { c.passes[i - 1].name } else { "" };
+                                    match ui.pass_mode.get() {
+                                        PassMode::Ir => format!("IR after {}", p.name),
+                                        PassMode::Diff if i > 0 => format!("{prev} → {}", p.name),
+                                        PassMode::Diff => p.name.to_string(),
+                                    }
+                                })
+                                .unwrap_or_default()
+                        }}
+                    </span>
+                    <span class="spacer"></span>
+                    <span class="toggle">
+                        <button
+                            id="pass-ir"
+                            class:active=move || ui.pass_mode.get() == PassMode::Ir
+                            on:click=move |_| ui.pass_mode.set(PassMode::Ir)
+                        >
+                            "IR"
+                        </button>
+                        <button
+                            id="pass-diff"
+                            class:active=move || ui.pass_mode.get() == PassMode::Diff
+                            on:click=move |_| ui.pass_mode.set(PassMode::Diff)
+                        >
+                            "Diff vs previous"
+                        </button>
+                    </span>
+                </div>
+                <div class="viewer" id="pass-ir-view" node_ref=ir_ref class:hidden=move || ui.pass_mode.get() != PassMode::Ir></div>
+                <div class="viewer scroll" id="pass-diff-view" class:hidden=move || ui.pass_mode.get() != PassMode::Diff>
+                    {diff_view}
+                </div>
+            </div>
+        </div>
+    }
+}
+
+#[component]
+fn PlanPane(ui: Ui) -> impl IntoView {
+    move || {
+        let Some(c) = ui.compiled.get() else {
+            return view! { <p class="note">"No compilation yet."</p> }.into_any();
+        };
+        let sizes = ui.sizes.get();
+        let p = &c.plan;
+        let dims = |d: &[hopfuse::plan::SizeExpr; 3]| {
+            d.iter()
+                .map(|e| model::expr_row(e, &sizes))
+                .collect::<Vec<_>>()
+                .join("  ×  ")
+        };
+        let sizes_text = p
+            .symbols
+            .iter()
+            .map(|s| format!("{s}={}", sizes.get(s).copied().unwrap_or(DEFAULT_SIZE)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let params = p
+            .params
+            .iter()
+            .map(|param| {
+                let (kind, name, detail) = model::param_row(param);
+                view! {
+                    <tr>
+                        <td>{kind}</td>
+                        <td class="mono">{name}</td>
+                        <td class="mono">{detail}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        let constraints = if p.constraints.is_empty() {
+            view! { <p class="note">"None."</p> }.into_any()
+        } else {
+            view! {
+                <ul class="constraints">
+                    {p
+                        .constraints
+                        .iter()
+                        .map(|k| {
+                            let (text, ok) = model::constraint_row(k, &sizes);
+                            let (class, mark) = match ok {
+                                Some(true) => ("ok", "✓"),
+                                Some(false) => ("bad", "✗"),
+                                None => ("", "?"),
+                            };
+                            view! {
+                                <li class=class>
+                                    <span class="mark">{mark}</span>
+                                    <span class="mono">{text}</span>
+                                </li>
+                            }
+                        })
+                        .collect_view()}
+                </ul>
+            }
+            .into_any()
+        };
+        let bytes = p
+            .min_global_bytes
+            .eval(&sizes)
+            .map(|b| format!("{} ({})", model::bytes(b as f64), p.min_global_bytes))
+            .unwrap_or_else(|e| e.to_string());
+        let tensor_maps = if p.tensor_maps.is_empty() {
+            "none".to_string()
+        } else {
+            p.tensor_maps
+                .iter()
+                .map(|t| format!("{} ({}, box {:?})", t.param, t.tensor, t.box_dims))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let sharing = p
+            .register_sharing
+            .as_ref()
+            .map(|r| {
+                format!(
+                    "producer {} / consumer {} registers",
+                    r.producer, r.consumer
+                )
+            })
+            .unwrap_or_else(|| "none (registers per thread come from a run)".to_string());
+        view! {
+            <div class="plan">
+                <p class="note">{format!("Values with {sizes_text}.")}</p>
+                <table class="kv">
+                    <tr><th>"kernel"</th><td class="mono">{p.kernel_name.clone()}</td></tr>
+                    <tr><th>"index type"</th><td class="mono">{p.index_type.cuda()}</td></tr>
+                    <tr><th>"grid"</th><td class="mono" id="plan-grid">{dims(&p.grid)}</td></tr>
+                    <tr><th>"block"</th><td class="mono" id="plan-block">{dims(&p.block)}</td></tr>
+                    <tr><th>"dynamic shared memory"</th><td class="mono">{model::expr_row(&p.dynamic_smem_bytes, &sizes) + " bytes"}</td></tr>
+                    <tr><th>"global traffic (minimum)"</th><td class="mono">{bytes}</td></tr>
+                    <tr><th>"tensor maps"</th><td class="mono">{tensor_maps}</td></tr>
+                    <tr><th>"register sharing"</th><td class="mono">{sharing}</td></tr>
+                </table>
+                <h3>"Parameters"</h3>
+                <table class="params">
+                    <tr><th>"kind"</th><th>"name"</th><th>"type"</th></tr>
+                    {params}
+                </table>
+                <h3>"Constraints (checked with these sizes)"</h3>
+                {constraints}
+            </div>
+        }
+        .into_any()
+    }
+}
+
+fn fmt_opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "—".into())
+}
+
+#[component]
+fn RunPane(ui: Ui) -> impl IntoView {
+    let stages = ["queued", "compiling", "running", "validating", "done"];
+    view! {
+        <div class="run">
+            <div class="run-form">
+                <label>
+                    "iterations "
+                    <input
+                        type="number"
+                        min="1"
+                        id="iters"
+                        prop:value=move || ui.iters.get().to_string()
+                        on:change=move |ev| {
+                            if let Ok(v) = event_target_value(&ev).trim().parse::<u32>() {
+                                ui.iters.set(v.max(1));
+                            }
+                        }
+                    />
+                </label>
+                <label>
+                    "seed "
+                    <input
+                        type="number"
+                        min="0"
+                        id="seed"
+                        prop:value=move || ui.seed.get().to_string()
+                        on:change=move |ev| {
+                            if let Ok(v) = event_target_value(&ev).trim().parse::<u64>() {
+                                ui.seed.set(v);
+                            }
+                        }
+                    />
+                </label>
+                <button class="primary" disabled=move || matches!(ui.run.get(), RunState::Active { .. }) on:click=move |_| ui.run()>
+                    "▶ Run (Ctrl+Enter)"
+                </button>
+                <span class="runner-line">
+                    {move || match ui.runner.get() {
+                        RunnerStatus::Checking => "Checking the runner…".to_string(),
+                        RunnerStatus::Up(d) => d,
+                        RunnerStatus::NoGpu(d) => format!("{d}: runs are refused until a GPU is there"),
+                        RunnerStatus::Down(m) => m,
+                    }}
+                </span>
+            </div>
+            <div id="run-result">
+                {move || match ui.run.get() {
+                    RunState::Idle => view! {
+                        <p class="note">
+                            "Run sends the program and the sizes to the runner, which compiles the CUDA with NVRTC for sm_90a, \
+                             launches it, validates every output against a float64 reference and times it against the \
+                             device's copy bandwidth."
+                        </p>
+                    }
+                    .into_any(),
+                    RunState::Active { stage, job } => {
+                        let at = stages.iter().position(|s| *s == stage);
+                        view! {
+                            <ol class="stages">
+                                {stages
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(i, s)| {
+                                        let class = match at {
+                                            Some(a) if i < a => "stage past",
+                                            Some(a) if i == a => "stage now",
+                                            _ => "stage",
+                                        };
+                                        view! { <li class=class>{*s}</li> }
+                                    })
+                                    .collect_view()}
+                            </ol>
+                            <p class="note">
+                                {match job {
+                                    Some(j) => format!("job {j}: {stage}…"),
+                                    None => format!("{stage}…"),
+                                }}
+                                " "
+                                <button id="stop-waiting" on:click=move |_| ui.stop_waiting()>
+                                    "Stop waiting"
+                                </button>
+                            </p>
+                        }
+                        .into_any()
+                    }
+                    RunState::Failed(msg) => view! { <div class="error" id="run-error">{msg}</div> }.into_any(),
+                    RunState::Done(r) => view! { <RunResult r=r /> }.into_any(),
+                }}
+            </div>
+        </div>
+    }
+}
+
+#[component]
+fn RunResult(r: Arc<RunView>) -> impl IntoView {
+    let ratio = r.ratio;
+    let pct = ratio.map(|x| (x * 100.0).clamp(0.0, 100.0)).unwrap_or(0.0);
+    let verdict = match r.passed {
+        Some(true) => ("v-pass", "passed"),
+        Some(false) => ("v-fail", "FAILED"),
+        None => ("", "no verdict"),
+    };
+    let checks = r
+        .checks
+        .iter()
+        .map(|c| {
+            view! {
+                <tr class=if c.passed { "ok" } else { "bad" }>
+                    <td class="mono">{c.output.clone()}</td>
+                    <td>{if c.passed { "pass" } else { "FAIL" }}</td>
+                    <td class="mono">{fmt_opt(c.rel_l2, |x| format!("{x:.3e}"))}</td>
+                    <td class="mono">{fmt_opt(c.max_abs, |x| format!("{x:.3e}"))}</td>
+                    <td class="mono">{fmt_opt(c.tolerance, |x| format!("{x:.0e}"))}</td>
+                    <td class="mono">{c.elements.map(|e| e.to_string()).unwrap_or_default()}</td>
+                    <td class="mono">{if c.non_finite > 0 { format!("{} NaN/inf", c.non_finite) } else { String::new() }}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    let spills = match r.local_bytes {
+        Some(0) => "none".to_string(),
+        Some(b) => format!("{b} B local memory per thread"),
+        None => "—".to_string(),
+    };
+    view! {
+        <div class="result">
+            {r.error.clone().map(|e| view! { <div class="error" id="run-error">{e}</div> })}
+            <div class="headline">
+                <div class="big">
+                    <span class="label">"median"</span>
+                    <span class="value" id="median">{fmt_opt(r.median_us, |x| format!("{x:.2} µs"))}</span>
+                </div>
+                <div class="big">
+                    <span class="label">"bandwidth"</span>
+                    <span class="value">
+                        {match (r.gbps, r.tflops) {
+                            (_, Some(t)) => format!("{t:.1} TFLOP/s"),
+                            (Some(g), None) => format!("{g:.0} GB/s"),
+                            _ => "—".to_string(),
+                        }}
+                    </span>
+                </div>
+                <div class=format!("big verdict {}", verdict.0) id="verdict">
+                    <span class="label">"validation"</span>
+                    <span class="value">{verdict.1}</span>
+                </div>
+            </div>
+            <div class="ratio" title="achieved bandwidth / device-to-device copy bandwidth measured by the same worker">
+                <div class="ratio-bar" style:width=format!("{pct:.1}%")></div>
+                <span class="ratio-text">
+                    {match (ratio, r.ceiling_gbps) {
+                        (Some(x), Some(c)) => format!("{:.1}% of the copy ceiling ({c:.0} GB/s)", x * 100.0),
+                        (Some(x), None) => format!("{:.1}% of the ceiling", x * 100.0),
+                        _ => "no ceiling measured".to_string(),
+                    }}
+                </span>
+            </div>
+            <table class="kv">
+                <tr><th>"device"</th><td>{r.device.clone().unwrap_or_else(|| "—".into())}</td></tr>
+                <tr><th>"launch"</th><td class="mono">{r.launch.clone().unwrap_or_else(|| "—".into())}</td></tr>
+                <tr>
+                    <th>"time"</th>
+                    <td class="mono">
+                        {format!(
+                            "min {}  median {}  max {}{}",
+                            fmt_opt(r.min_us, |x| format!("{x:.2} µs")),
+                            fmt_opt(r.median_us, |x| format!("{x:.2} µs")),
+                            fmt_opt(r.max_us, |x| format!("{x:.2} µs")),
+                            r.samples.map(|s| format!("  ({s} launches)")).unwrap_or_default()
+                        )}
+                    </td>
+                </tr>
+                <tr><th>"registers / thread"</th><td class="mono">{r.registers.map(|x| x.to_string()).unwrap_or_else(|| "—".into())}</td></tr>
+                <tr>
+                    <th>"shared memory"</th>
+                    <td class="mono">
+                        {format!(
+                            "{} static, {} dynamic",
+                            r.static_smem.map(|x| model::bytes(x as f64)).unwrap_or_else(|| "—".into()),
+                            r.dynamic_smem.map(|x| model::bytes(x as f64)).unwrap_or_else(|| "—".into())
+                        )}
+                    </td>
+                </tr>
+                <tr><th>"spills"</th><td class="mono">{spills}</td></tr>
+                <tr><th>"seed"</th><td class="mono">{r.seed.map(|s| s.to_string()).unwrap_or_else(|| "—".into())}</td></tr>
+                <tr><th>"NVRTC"</th><td class="mono">{fmt_opt(r.nvrtc_ms, |x| format!("{x:.1} ms"))}</td></tr>
+            </table>
+            <h3>"Validation against the float64 reference"</h3>
+            <table class="params">
+                <tr>
+                    <th>"output"</th><th>""</th><th>"rel L2"</th><th>"max abs"</th><th>"tolerance"</th><th>"elements"</th><th>""</th>
+                </tr>
+                {checks}
+            </table>
+            <h3>"NVRTC log"</h3>
+            <pre class="log">
+                {match r.nvrtc_log.as_deref() {
+                    Some("") | None => "(empty)".to_string(),
+                    Some(l) => l.to_string(),
+                }}
+            </pre>
+        </div>
+    }
+}
+
+#[component]
+fn DialogView(ui: Ui, dialog: Dialog) -> impl IntoView {
+    let close = move |_| ui.dialog.set(None);
+    let body = match dialog {
+        Dialog::Help => view! {
+            <h2>"Shortcuts"</h2>
+            <table class="keys">
+                <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"Enter"</kbd></td><td>"Run on the runner's GPU"</td></tr>
+                <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"S"</kbd></td><td>"Copy a short link (needs the runner)"</td></tr>
+                <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"/"</kbd></td><td>"Comment or uncomment the lines"</td></tr>
+                <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"F"</kbd></td><td>"Search (in the editor or a viewer)"</td></tr>
+                <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"Z"</kbd>" / "<kbd>"Ctrl"</kbd>"+"<kbd>"Shift"</kbd>"+"<kbd>"Z"</kbd></td><td>"Undo / redo"</td></tr>
+                <tr><td><kbd>"Tab"</kbd>" / "<kbd>"Shift"</kbd>"+"<kbd>"Tab"</kbd></td><td>"Indent / dedent"</td></tr>
+                <tr><td><kbd>"←"</kbd>" "<kbd>"→"</kbd>" on the divider"</td><td>"Resize the editor and the panes"</td></tr>
+                <tr><td><kbd>"Alt"</kbd>"+"<kbd>"1"</kbd>" … "<kbd>"4"</kbd></td><td>"CUDA, Passes, Launch plan, Run"</td></tr>
+                <tr><td><kbd>"F1"</kbd></td><td>"This help"</td></tr>
+                <tr><td><kbd>"Esc"</kbd></td><td>"Close a dialog"</td></tr>
+            </table>
+            <p class="note">
+                "The program compiles in the page on every edit. The address bar always holds the whole state \
+                 (program, sizes, panes): Share copies it. Passes that changed nothing are greyed."
+            </p>
+        }
+        .into_any(),
+        Dialog::Settings => {
+            let s = ui.settings.get_untracked();
+            let url = RwSignal::new(s.url);
+            let token = RwSignal::new(s.token);
+            view! {
+                <h2>"Runner"</h2>
+                <p class="note">
+                    "Empty URL: this page's own origin (the runner serves the playground). The token is sent as a \
+                     bearer token and stays in this browser."
+                </p>
+                <label class="field">
+                    "Runner URL"
+                    <input
+                        id="runner-url"
+                        type="url"
+                        placeholder="https://runner.example:8080"
+                        prop:value=move || url.get()
+                        on:input=move |ev| url.set(event_target_value(&ev))
+                    />
+                </label>
+                <label class="field">
+                    "Token"
+                    <input
+                        id="runner-token"
+                        type="password"
+                        autocomplete="off"
+                        prop:value=move || token.get()
+                        on:input=move |ev| token.set(event_target_value(&ev))
+                    />
+                </label>
+                <p class="note">
+                    {move || match ui.runner.get() {
+                        RunnerStatus::Checking => "Checking…".to_string(),
+                        RunnerStatus::Up(d) => format!("Reachable: {d}"),
+                        RunnerStatus::NoGpu(d) => format!("Reachable, no GPU: {d}"),
+                        RunnerStatus::Down(m) => m,
+                    }}
+                </p>
+                <div class="buttons">
+                    <button
+                        id="settings-save"
+                        class="primary"
+                        on:click=move |_| {
+                            let s = Settings { url: url.get_untracked().trim().to_string(), token: token.get_untracked().trim().to_string() };
+                            s.save();
+                            ui.settings.set(s);
+                            ui.check_runner();
+                        }
+                    >
+                        "Save and check"
+                    </button>
+                </div>
+            }
+            .into_any()
+        }
+    };
+    view! {
+        <div class="overlay" on:click=close>
+            <div
+                class="dialog"
+                role="dialog"
+                aria-modal="true"
+                id=match dialog {
+                    Dialog::Help => "help-dialog",
+                    Dialog::Settings => "settings-dialog",
+                }
+                on:click=|e| e.stop_propagation()
+            >
+                <button class="close" aria-label="close" on:click=close>"×"</button>
+                {body}
+            </div>
+        </div>
+    }
+}

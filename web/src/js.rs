@@ -1,0 +1,55 @@
+//! Bindings to `js/editor.js` (bundled next to the generated glue as `dist/editor.js`).
+
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen(raw_module = "./editor.js")]
+extern "C" {
+    /// The program editor (CodeMirror 6 with the fusion language mode and lint marks).
+    pub type FusionEditor;
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        parent: &web_sys::HtmlElement,
+        doc: &str,
+        delay_ms: u32,
+        on_change: &JsValue,
+        on_shortcut: &JsValue,
+    ) -> FusionEditor;
+    #[wasm_bindgen(method)]
+    pub fn text(this: &FusionEditor) -> String;
+    #[wasm_bindgen(method, js_name = setText)]
+    pub fn set_text(this: &FusionEditor, text: &str);
+    #[wasm_bindgen(method, js_name = setDiagnostics)]
+    pub fn set_diagnostics(this: &FusionEditor, json: &str);
+    #[wasm_bindgen(method)]
+    pub fn focus(this: &FusionEditor);
+
+    /// A read-only CodeMirror: "cpp" highlights CUDA, "ir" the kernel IR.
+    pub type CodeViewer;
+    #[wasm_bindgen(constructor)]
+    pub fn new(parent: &web_sys::HtmlElement, lang: &str) -> CodeViewer;
+    #[wasm_bindgen(method, js_name = setText)]
+    pub fn set_text(this: &CodeViewer, text: &str);
+
+    /// `{status, body}` for any HTTP answer; an error string when nothing answered.
+    #[wasm_bindgen(js_name = apiRequest, catch)]
+    pub async fn api_request(
+        method: &str,
+        url: &str,
+        token: &str,
+        body: Option<String>,
+        timeout_ms: u32,
+    ) -> Result<JsValue, JsValue>;
+
+    /// Server-sent events read from a fetch body.
+    pub type EventStream;
+    #[wasm_bindgen(constructor)]
+    pub fn new(url: &str, token: &str, on_event: &JsValue) -> EventStream;
+    #[wasm_bindgen(method)]
+    pub fn done(this: &EventStream) -> js_sys::Promise;
+    #[wasm_bindgen(method)]
+    pub fn cancel(this: &EventStream);
+
+    #[wasm_bindgen(js_name = copyText)]
+    pub async fn copy_text(text: &str) -> JsValue;
+    pub fn download(name: &str, text: &str, mime: &str);
+}

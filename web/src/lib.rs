@@ -1,0 +1,32 @@
+//! The hopfuse playground: a Leptos (client-side rendered) page that links the compiler and
+//! lowers the program in the page on every edit. Built by `scripts/build-web.sh` into `dist/`.
+
+pub mod app;
+pub mod diff;
+pub mod examples;
+pub mod js;
+pub mod model;
+pub mod runner;
+pub mod share;
+
+use wasm_bindgen::prelude::*;
+
+/// A value from localStorage (None when storage is unavailable).
+pub fn storage_get(key: &str) -> Option<String> {
+    web_sys::window()?
+        .local_storage()
+        .ok()??
+        .get_item(key)
+        .ok()?
+}
+
+pub fn storage_set(key: &str, value: &str) {
+    if let Some(s) = web_sys::window().and_then(|w| w.local_storage().ok().flatten()) {
+        let _ = s.set_item(key, value);
+    }
+}
+
+#[wasm_bindgen(start)]
+pub fn start() {
+    leptos::mount::mount_to_body(app::App);
+}

@@ -1,0 +1,151 @@
+//! The playground's state in a URL fragment: JSON, deflated, base64url, behind a version tag
+//! (`#v1:...`), so a link restores the program, sizes and panes with no server.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The output pane on the right.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pane {
+    #[default]
+    Cuda,
+    Passes,
+    Plan,
+    Run,
+}
+
+/// How the Passes pane shows the selected pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PassMode {
+    #[default]
+    Ir,
+    Diff,
+}
+
+/// Everything a link restores.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    pub program: String,
+    #[serde(default)]
+    pub sizes: BTreeMap<String, i64>,
+    #[serde(default)]
+    pub pane: Pane,
+    /// The pass selected in the Passes pane (by name).
+    #[serde(default)]
+    pub pass: Option<String>,
+    #[serde(default)]
+    pub pass_mode: PassMode,
+    #[serde(default = "default_iters")]
+    pub iters: u32,
+    #[serde(default)]
+    pub seed: u64,
+}
+
+pub fn default_iters() -> u32 {
+    100
+}
+
+/// The version tag of [`encode`]'s output.
+pub const V1: &str = "v1:";
+
+/// `v1:` + base64url(deflate(JSON)).
+pub fn encode(state: &State) -> String {
+    let json = serde_json::to_vec(state).expect("state serializes");
+    let deflated = miniz_oxide::deflate::compress_to_vec(&json, 9);
+    format!("{V1}{}", base64url_encode(&deflated))
+}
+
+/// The inverse of [`encode`]; accepts a leading `#`.
+pub fn decode(fragment: &str) -> Result<State, String> {
+    let f = fragment.strip_prefix('#').unwrap_or(fragment);
+    let Some(body) = f.strip_prefix(V1) else {
+        let version = f.split(':').next().unwrap_or("");
+        return Err(format!(
+            "this link's state has an unknown version `{version}` (this playground reads v1)"
+        ));
+    };
+    let bytes = base64url_decode(body).ok_or("the link is damaged (not base64url)")?;
+    let json = miniz_oxide::inflate::decompress_to_vec_with_limit(&bytes, 4 << 20)
+        .map_err(|_| "the link is damaged (cannot inflate)".to_string())?;
+    serde_json::from_slice(&json).map_err(|e| format!("the link is damaged ({e})"))
+}
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// Base64 with the URL alphabet and no padding.
+pub fn base64url_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..=chunk.len() {
+            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+pub fn base64url_decode(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim_end_matches('=');
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in text.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' | b'+' => 62,
+            b'_' | b'/' => 63,
+            _ => return None,
+        };
+        acc = acc << 6 | v as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64url_round_trips() {
+        for n in 0..40 {
+            let bytes: Vec<u8> = (0..n).map(|i| (i * 37 + 11) as u8).collect();
+            let s = base64url_encode(&bytes);
+            assert!(!s.contains(['+', '/', '=']));
+            assert_eq!(base64url_decode(&s).unwrap(), bytes);
+        }
+        assert_eq!(base64url_encode(b"hello"), "aGVsbG8");
+    }
+
+    #[test]
+    fn state_round_trips_and_versions_are_checked() {
+        let state = State {
+            program: "fusion f { // ü\n}".into(),
+            sizes: [("M".to_string(), 1024), ("N".to_string(), 7)].into(),
+            pane: Pane::Passes,
+            pass: Some("indexing".into()),
+            pass_mode: PassMode::Diff,
+            iters: 20,
+            seed: 3,
+        };
+        let link = encode(&state);
+        assert!(link.starts_with("v1:"));
+        assert_eq!(decode(&format!("#{link}")).unwrap(), state);
+        assert!(decode("v9:abc").unwrap_err().contains("v9"));
+        assert!(decode("v1:!!").is_err());
+        assert!(decode("v1:AAAA").is_err());
+    }
+}
