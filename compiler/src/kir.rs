@@ -313,23 +313,58 @@ pub struct Kernel {
 
 impl Data {
     pub fn text(&self, k: &Kernel) -> String {
+        let mut out = String::new();
+        self.write(k, &mut out);
+        out
+    }
+
+    fn write(&self, k: &Kernel, out: &mut String) {
         match self {
-            Data::Read(a) => access_text(k, a),
-            Data::Param(n, _) => n.clone(),
-            Data::Literal(v, _) => format!("{v:?}"),
-            Data::Unary(u, _, x) => format!("{}({})", u.name(), x.text(k)),
-            Data::Binary(b, _, x, y) => format!("{}({}, {})", b.name(), x.text(k), y.text(k)),
-            Data::Cast(d, x) => format!("cast<{d}>({})", x.text(k)),
+            Data::Read(a) => write_access(k, a, out),
+            Data::Param(n, _) => out.push_str(n),
+            Data::Literal(v, _) => {
+                use std::fmt::Write as _;
+                let _ = write!(out, "{v:?}");
+            }
+            Data::Unary(u, _, x) => {
+                out.push_str(u.name());
+                out.push('(');
+                x.write(k, out);
+                out.push(')');
+            }
+            Data::Binary(b, _, x, y) => {
+                out.push_str(b.name());
+                out.push('(');
+                x.write(k, out);
+                out.push_str(", ");
+                y.write(k, out);
+                out.push(')');
+            }
+            Data::Cast(d, x) => {
+                out.push_str("cast<");
+                out.push_str(d.name());
+                out.push_str(">(");
+                x.write(k, out);
+                out.push(')');
+            }
         }
     }
 }
 
 pub fn access_text(k: &Kernel, a: &Access) -> String {
-    let name = &k.buffers[a.buffer].name;
+    let mut out = String::new();
+    write_access(k, a, &mut out);
+    out
+}
+
+fn write_access(k: &Kernel, a: &Access, out: &mut String) {
+    out.push_str(&k.buffers[a.buffer].name);
+    out.push('[');
     match &a.index {
-        None => format!("{name}[*]"),
-        Some(i) => format!("{name}[{}]", i.text()),
+        None => out.push('*'),
+        Some(i) => i.write(out, false),
     }
+    out.push(']');
 }
 
 impl Kernel {

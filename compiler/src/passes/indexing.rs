@@ -7,7 +7,8 @@
 //! root index is the consumer's root index of the same axis class (0 on broadcast axes of global
 //! tensors). Global tensors are dense row-major over their logical axes; register and shared
 //! buffers are row-major over their allocated axes, each found from a loop variable of the same
-//! key or forwards from the roots. Guarantees: every `Access` has `index: Some(..)`.
+//! key or forwards from the roots. Guarantees: every `Access` has `index: Some(..)`, with constants
+//! folded (the `simplify` pass later uses loop-bound facts too).
 
 use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
@@ -240,7 +241,8 @@ impl Indexer<'_, '_> {
             }
             idx.unwrap_or(Val::Int(0))
         };
-        a.index = Some(index);
+        // Fold constants now (no loop facts yet): later passes and dumps see smaller trees.
+        a.index = Some(super::simplify::simplify(&index, &HashMap::new()));
         Ok(())
     }
 

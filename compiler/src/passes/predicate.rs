@@ -203,8 +203,14 @@ impl State<'_> {
         .unwrap_or(Val::Int(0));
         let dtype_bytes = self.k.buffers[global.buffer].dtype.size_bytes() as i64;
         // Lanes must be consecutive in memory on both sides.
-        let lanes_ok = |idx: &Val| (0..width).all(|v| probe_all(idx, &l.var, v));
-        if !lanes_ok(&gidx) || !lanes_ok(&lidx) {
+        // Probe the simplified forms: smaller trees, same values.
+        let no_facts = HashMap::new();
+        let (gprobe, lprobe) = (
+            super::simplify::simplify(&gidx, &no_facts),
+            super::simplify::simplify(&lidx, &no_facts),
+        );
+        let lanes_ok = |idx: &Val| lanes_consecutive(idx, &l.var, width);
+        if !lanes_ok(&gprobe) || !lanes_ok(&lprobe) {
             return Err(Diagnostic::new(
                 format!(
                     "cannot vectorize the access to `{gname}`: the vectorized axis `{}` is not contiguous in memory (vectorize the innermost axis of the tensor)",
@@ -219,8 +225,8 @@ impl State<'_> {
         // vector), the vector path also checks it at run time and falls back to scalars.
         let zero = Val::Int(0);
         let mut align_check = Val::True;
-        if !aligned(&gidx, &l.var, width, &symbols, &[]) {
-            if !aligned(&gidx, &l.var, width, &symbols, &symbols) {
+        if !aligned(&gprobe, &l.var, width, &symbols, &[]) {
+            if !aligned(&gprobe, &l.var, width, &symbols, &symbols) {
                 return Err(Diagnostic::new(
                     format!(
                         "cannot vectorize the access to `{gname}`: its vectors are never aligned to {} bytes",
@@ -346,15 +352,13 @@ fn eval(
     })
 }
 
-fn probe_all(idx: &Val, var: &str, lane: i64) -> bool {
-    (0..16u64).all(|seed| {
-        match (
-            eval(idx, var, lane, seed, &[], 1),
-            eval(idx, var, 0, seed, &[], 1),
-        ) {
-            (Some(a), Some(b)) => a - b == lane,
-            _ => false,
+/// Whether lanes `0..width` of `var` address consecutive elements, on several probes.
+fn lanes_consecutive(idx: &Val, var: &str, width: i64) -> bool {
+    (0..8u64).all(|seed| match eval(idx, var, 0, seed, &[], 1) {
+        Some(base) => {
+            (1..width).all(|lane| eval(idx, var, lane, seed, &[], 1) == Some(base + lane))
         }
+        None => false,
     })
 }
 
