@@ -155,3 +155,54 @@ fn vectors_check_alignment_at_run_time_unless_specialised() {
         .to_string();
     assert!(err.contains("not a multiple of 4"), "{err}");
 }
+
+const ROW_SUM: &str = "fusion f {\n  input x: f32[M, N]\n  s = sum(x, axis=1)\n  output s\n}\n";
+
+fn row_sum_with(schedule: &str) -> String {
+    format!("{ROW_SUM}schedule {{\n  s.split(1, 128)\n{schedule}\n}}\n")
+}
+
+#[test]
+fn rfactor_rules() {
+    let e = err(&row_sum_with("  s.rfactor(0)"));
+    assert!(
+        e.contains("s.rfactor: axis 0 of `s` is not a reduction axis"),
+        "{e}"
+    );
+    let e = err(&row_sum_with("  s.rfactor(1, 2)"));
+    assert!(e.contains("leave at least one for `s` to reduce"), "{e}");
+    let e = err(&row_sum_with("  s.rfactor(1)\n  s_rf.set_memory(global)"));
+    assert!(
+        e.contains("rfactor tensor") && e.contains("not global memory"),
+        "{e}"
+    );
+    let e = err("fusion f {\n  input x: f32[M, N]\n  y = exp(x)\n  output y\n}\nschedule {\n  y.rfactor(1)\n}\n");
+    assert!(e.contains("`y` is not a reduction"), "{e}");
+}
+
+#[test]
+fn rfactor_splits_the_reduction_in_two() {
+    let c = hopfuse::compile(
+        &row_sum_with("  s.parallelize(0, BIDx)\n  s.parallelize(2, TIDx)\n  s.rfactor(1)"),
+        &Default::default(),
+    )
+    .unwrap();
+    // The partial sum of each thread is reduced serially, then across the block.
+    assert!(
+        c.cuda
+            .contains("s_rf_acc[0] = s_rf_acc[0] + x[m * N + (n_o * 128 + n_i)]"),
+        "{}",
+        c.cuda
+    );
+    assert!(
+        c.cuda.contains("s_acc[0] = s_acc[0] + s_rf[0];"),
+        "{}",
+        c.cuda
+    );
+    assert!(
+        c.cuda
+            .contains("hf_block_reduce<true, false, false>(s_acc[0]"),
+        "{}",
+        c.cuda
+    );
+}

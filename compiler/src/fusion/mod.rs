@@ -168,6 +168,9 @@ pub struct IterDomain {
     pub origin: IterOrigin,
     /// Memory extent of a root axis (1 for broadcast axes); None for derived axes.
     pub root_extent: Option<SizeExpr>,
+    /// A root axis that stands for a derived axis of another tensor (the reduction axes left to
+    /// a tensor by `rfactor` are the split-off axes of its rfactor tensor): same loop, same index.
+    pub alias: Option<IterId>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -409,6 +412,7 @@ impl Fusion {
             parallel: ParallelType::Serial,
             origin,
             root_extent,
+            alias: None,
         });
         self.class_parent.push(self.ids.len() - 1);
         self.ids.len() - 1

@@ -400,6 +400,12 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     if (f.tensors[t].is_input || f.tensors[t].is_output) && m != MemoryType::Global {
                         return a.err(format!("`{tname}` is a fusion input or output and lives in global memory; cache it to use {}", m.name()), Some(msp));
                     }
+                    if m == MemoryType::Global && has_rfactor_axes(f, t) {
+                        return a.err(
+                            format!("`{tname}` holds partial reductions (an rfactor tensor): it lives in registers or shared memory, not global memory"),
+                            Some(msp),
+                        );
+                    }
                     f.tensors[t].memory = m;
                     Ok(())
                 }
@@ -437,8 +443,42 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     f.tensors[t].inline = Inline::At(k);
                     Ok(())
                 }
+                "rfactor" => {
+                    a.no_named()?;
+                    if !matches!(f.tensors[t].definition.map(|d| &f.exprs[d].op), Some(Op::Reduce { .. })) {
+                        return a.err(format!("`{tname}` is not a reduction"), None);
+                    }
+                    if a.pos.is_empty() {
+                        return a.err("give the loop axes the new tensor reduces", None);
+                    }
+                    let mut axes = Vec::new();
+                    for i in 0..a.pos.len() {
+                        let ax = axis(f, t, &a, i)?;
+                        let id = f.tensors[t].loop_domain[ax];
+                        if f.ids[id].kind != IterKind::Reduction {
+                            return a.err(format!("axis {ax} of `{tname}` is not a reduction axis"), Some(a.pos[i].loc()));
+                        }
+                        if axes.contains(&ax) {
+                            return a.err(format!("axis {ax} is listed twice"), Some(a.pos[i].loc()));
+                        }
+                        axes.push(ax);
+                    }
+                    let remaining = f.tensors[t]
+                        .loop_domain
+                        .iter()
+                        .enumerate()
+                        .filter(|&(p, &id)| f.ids[id].kind == IterKind::Reduction && !axes.contains(&p))
+                        .count();
+                    if remaining == 0 {
+                        return a.err(format!("every reduction axis of `{tname}` is listed: leave at least one for `{tname}` to reduce"), None);
+                    }
+                    let name = format!("{tname}_rf");
+                    new_name(f, &name, loc.0)?;
+                    rfactor(f, t, &axes, &name, loc.0);
+                    Ok(())
+                }
                 other => a.err(
-                    format!("unknown schedule method `{other}` (split, merge, reorder, parallelize, vectorize, set_memory, inline_at, compute_at)"),
+                    format!("unknown schedule method `{other}` (split, merge, reorder, parallelize, vectorize, set_memory, inline_at, compute_at, rfactor)"),
                     None,
                 ),
             }
@@ -708,4 +748,142 @@ pub(crate) fn replay(
         }
     }
     map.into_iter().collect()
+}
+
+/// Extent of any axis as a size expression.
+pub fn extent_of(f: &Fusion, id: IterId) -> SizeExpr {
+    match &f.ids[id].origin {
+        IterOrigin::Root => match f.ids[id].alias {
+            Some(target) => extent_of(f, target),
+            None => f.class_extent(f.class_of(id)),
+        },
+        IterOrigin::Split {
+            parent,
+            factor,
+            inner_split,
+            is_outer,
+        } => {
+            if inner_split != is_outer {
+                SizeExpr::Const(*factor)
+            } else {
+                crate::passes::ceil_div(extent_of(f, *parent), *factor)
+            }
+        }
+        IterOrigin::Merge { outer, inner } => {
+            crate::passes::mul(extent_of(f, *outer), extent_of(f, *inner))
+        }
+    }
+}
+
+/// Splits reduction `t` in two: a new tensor `name` computes `t`'s expression but reduces only
+/// the loop axes `axes` (its other reduction axes become iteration axes: one partial result
+/// each), and `t` reduces those partials over its remaining reduction axes. The remaining
+/// reduction axes of `t` become roots that alias the new tensor's axes, so the two share loops.
+pub(crate) fn rfactor(
+    f: &mut Fusion,
+    t: TensorId,
+    axes: &[usize],
+    name: &str,
+    span: Span,
+) -> TensorId {
+    let def = f.tensors[t]
+        .definition
+        .expect("a reduction has a definition");
+    // The new tensor: t's root (reduction axes included) with t's transformations.
+    let root: Vec<IterId> = f.tensors[t]
+        .root
+        .clone()
+        .into_iter()
+        .map(|id| {
+            let (kind, ext) = (f.ids[id].kind, f.ids[id].root_extent.clone());
+            let new = f.new_id(kind, IterOrigin::Root, ext);
+            f.union(new, id);
+            new
+        })
+        .collect();
+    let rf = push_tensor(
+        f,
+        name,
+        f.tensors[t].dtype.compute(),
+        root,
+        MemoryType::Local,
+        Some(span),
+    );
+    let map: HashMap<IterId, IterId> = replay(f, t, rf).into_iter().collect();
+    let old_loop = f.tensors[t].loop_domain.clone();
+    for (p, &id) in old_loop.iter().enumerate() {
+        if f.ids[id].kind == IterKind::Reduction && !axes.contains(&p) {
+            if let Some(&r) = map.get(&id) {
+                f.ids[r].kind = IterKind::Iteration;
+            }
+        }
+    }
+    f.exprs[def].output = rf;
+    f.tensors[rf].definition = Some(def);
+    // t keeps its logical axes and gets one aliasing reduction root per remaining axis.
+    let mut new_root = fresh_logical_root(f, t);
+    let mut reduced = Vec::new();
+    for (p, &id) in old_loop.iter().enumerate() {
+        if f.ids[id].kind != IterKind::Reduction || axes.contains(&p) {
+            continue;
+        }
+        let Some(&target) = map.get(&id) else {
+            continue;
+        };
+        let ext = extent_of(f, target);
+        let r = f.new_id(IterKind::Reduction, IterOrigin::Root, Some(ext));
+        f.ids[r].alias = Some(target);
+        reduced.push(new_root.len());
+        new_root.push(r);
+    }
+    let op = match &f.exprs[def].op {
+        Op::Reduce { op, .. } => *op,
+        _ => unreachable!("checked by the caller"),
+    };
+    f.tensors[t].root = new_root.clone();
+    f.tensors[t].loop_domain = new_root;
+    f.tensors[t].inline = Inline::Most;
+    let e = f.exprs.len();
+    f.exprs.push(Expr {
+        op: Op::Reduce { op, axes: reduced },
+        inputs: vec![Operand::Tensor(rf)],
+        output: t,
+        span: Some(span),
+    });
+    f.tensors[t].definition = Some(e);
+    // Loop order and parallel types of t follow the rfactor tensor.
+    let back: HashMap<IterId, IterId> = replay(f, rf, t).into_iter().map(|(a, b)| (b, a)).collect();
+    let rf_loop = f.tensors[rf].loop_domain.clone();
+    let position = |f: &Fusion, id: IterId| -> usize {
+        let target = f.ids[id].alias.or_else(|| back.get(&id).copied());
+        target
+            .and_then(|x| rf_loop.iter().position(|&y| y == x))
+            .unwrap_or(usize::MAX)
+    };
+    let mut ld = f.tensors[t].loop_domain.clone();
+    ld.sort_by_key(|&id| position(f, id));
+    for &id in &ld {
+        if let Some(target) = f.ids[id].alias {
+            f.ids[id].parallel = f.ids[target].parallel;
+        }
+    }
+    f.tensors[t].loop_domain = ld;
+    rf
+}
+
+/// Whether a tensor has iteration axes split off a reduction axis (made by `rfactor`).
+fn has_rfactor_axes(f: &Fusion, t: TensorId) -> bool {
+    fn from_reduction(f: &Fusion, id: IterId) -> bool {
+        match f.ids[id].origin {
+            IterOrigin::Root => f.ids[id].kind == IterKind::Reduction,
+            IterOrigin::Split { parent, .. } => from_reduction(f, parent),
+            IterOrigin::Merge { outer, inner } => {
+                from_reduction(f, outer) || from_reduction(f, inner)
+            }
+        }
+    }
+    f.tensors[t]
+        .loop_domain
+        .iter()
+        .any(|&id| f.ids[id].kind == IterKind::Iteration && from_reduction(f, id))
 }

@@ -137,6 +137,11 @@ impl<'a> Ctx<'a> {
             return k;
         }
         let f = self.fusion;
+        if let Some(target) = f.ids[id].alias {
+            let k = self.key(target);
+            self.id_keys.insert(id, k);
+            return k;
+        }
         let node = match f.ids[id].origin {
             IterOrigin::Root => KeyNode::Root(f.class_of(id)),
             IterOrigin::Split {
