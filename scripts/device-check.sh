@@ -27,7 +27,7 @@ run() { # example sizes [extra args]
   [ $rc -eq 0 ] || v="FAIL(exit $rc): $(grep -m1 -iE 'error' "$one" | cut -c1-120)"
   printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$ex" "$sizes" "${v:-?}" "${l2:-}" "${med:-}" "${gbs:-}" "${copy:-}" "${ratio:-}" | tee -a "$summary"
 }
-for ex in basics/add basics/bias_add basics/row_sum basics/softmax basics/gelu_bf16; do
+for ex in basics/add basics/bias_add basics/row_sum basics/row_sum_rfactor basics/softmax basics/softmax_shared basics/gelu_bf16; do
   run "$ex" M=1000,N=1023 --iters 20
   run "$ex" M=1000,N=1028 --iters 20
   run "$ex" M=4096,N=4096 --iters 20
@@ -44,7 +44,7 @@ san() { # tool example sizes
   printf '| %s | %s | %s | %s | %s |\n' "$tool" "$ex" "$sizes" "$r" "$(grep -m1 'ERROR SUMMARY' "$OUT/san-one.log")" | tee -a "$summary"
 }
 printf '\n| tool | example | sizes | result | summary |\n| --- | --- | --- | --- | --- |\n' | tee -a "$summary"
-for ex in basics/row_sum basics/softmax; do
+for ex in basics/row_sum basics/row_sum_rfactor basics/softmax basics/softmax_shared; do
   for sizes in M=8,N=1023 M=8,N=1028; do
     san racecheck "$ex" "$sizes"
     san synccheck "$ex" "$sizes"
