@@ -418,6 +418,29 @@ impl Fusion {
         self.ids.len() - 1
     }
 
+    /// Every axis on the paths from `t`'s root to its loop domain, oldest first (parents
+    /// before the axes split or merged from them).
+    pub fn axes_between(&self, t: TensorId) -> Vec<IterId> {
+        let mut seen = Vec::new();
+        let mut stack: Vec<IterId> = self.tensors[t].loop_domain.clone();
+        while let Some(id) = stack.pop() {
+            if seen.contains(&id) {
+                continue;
+            }
+            seen.push(id);
+            match self.ids[id].origin {
+                IterOrigin::Root => {}
+                IterOrigin::Split { parent, .. } => stack.push(parent),
+                IterOrigin::Merge { outer, inner } => {
+                    stack.push(outer);
+                    stack.push(inner);
+                }
+            }
+        }
+        seen.sort_unstable();
+        seen
+    }
+
     /// Exprs reading tensor `t`.
     pub fn uses(&self, t: TensorId) -> Vec<ExprId> {
         (0..self.exprs.len())

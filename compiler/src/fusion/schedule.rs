@@ -555,24 +555,7 @@ fn push_tensor(
 
 /// Constant extent of an axis, when it has one.
 pub fn extent_const(f: &Fusion, id: IterId) -> Option<i64> {
-    match &f.ids[id].origin {
-        IterOrigin::Root => f.class_extent(f.class_of(id)).as_const(),
-        IterOrigin::Split {
-            parent,
-            factor,
-            inner_split,
-            is_outer,
-        } => {
-            if *inner_split != *is_outer {
-                Some(*factor)
-            } else {
-                extent_const(f, *parent).map(|e| (e + factor - 1) / factor)
-            }
-        }
-        IterOrigin::Merge { outer, inner } => {
-            Some(extent_const(f, *outer)?.checked_mul(extent_const(f, *inner)?)?)
-        }
-    }
+    extent_of(f, id).as_const()
 }
 
 /// Splits loop axis `ax` of `t` into (outer, inner).
@@ -651,23 +634,7 @@ pub(crate) fn replay(
         }
     }
     // Axes between reference's root and loop domain, in creation order.
-    let mut needed = Vec::new();
-    let mut stack: Vec<IterId> = f.tensors[reference].loop_domain.clone();
-    while let Some(id) = stack.pop() {
-        if needed.contains(&id) {
-            continue;
-        }
-        needed.push(id);
-        match f.ids[id].origin {
-            IterOrigin::Root => {}
-            IterOrigin::Split { parent, .. } => stack.push(parent),
-            IterOrigin::Merge { outer, inner } => {
-                stack.push(outer);
-                stack.push(inner);
-            }
-        }
-    }
-    needed.sort_unstable();
+    let needed = f.axes_between(reference);
     for &id in &needed {
         match f.ids[id].origin.clone() {
             IterOrigin::Root => {}

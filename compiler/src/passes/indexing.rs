@@ -93,23 +93,8 @@ pub fn consumer_roots(
         }
     }
     // Axes between root and loop domain, newest first (children before parents).
-    let mut between: Vec<usize> = Vec::new();
-    let mut stack = f.tensors[c].loop_domain.clone();
-    while let Some(id) = stack.pop() {
-        if between.contains(&id) {
-            continue;
-        }
-        between.push(id);
-        match f.ids[id].origin {
-            IterOrigin::Root => {}
-            IterOrigin::Split { parent, .. } => stack.push(parent),
-            IterOrigin::Merge { outer, inner } => {
-                stack.push(outer);
-                stack.push(inner);
-            }
-        }
-    }
-    between.sort_unstable_by(|a, b| b.cmp(a));
+    let mut between = f.axes_between(c);
+    between.reverse();
     for &id in &between {
         if let Some(v) = env.get(&cx.key(id)) {
             vals.entry(id).or_insert_with(|| v.clone());
