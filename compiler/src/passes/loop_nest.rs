@@ -393,7 +393,7 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
         let q_t = cx.placement[&t].1;
         let consumers: Vec<TensorId> = f.uses(t).into_iter().map(|u| f.exprs[u].output).collect();
         for c in &consumers {
-            if let Some(open) = pending.get(c) {
+            if let Some(open) = open_loops(cx, &pending, *c, q_t) {
                 let n = q_t.min(open.len());
                 let common = n.min(inst.len());
                 if open[..common] != inst[..common] {
@@ -595,4 +595,26 @@ fn make_compute(cx: &Ctx, e: usize) -> Result<Compute, Diagnostic> {
         role,
         vector: None,
     })
+}
+
+/// Loop instances already opened for the outer `depth` loops of tensor `c`: by a producer of `c`
+/// placed earlier, or, when `c` is itself inlined, for the loops it shares with its consumers.
+fn open_loops(
+    cx: &Ctx,
+    pending: &HashMap<TensorId, Vec<usize>>,
+    c: TensorId,
+    depth: usize,
+) -> Option<Vec<usize>> {
+    if depth == 0 {
+        return None;
+    }
+    if let Some(open) = pending.get(&c) {
+        return Some(open[..depth.min(open.len())].to_vec());
+    }
+    let f = cx.fusion;
+    let q_c = cx.placement[&c].1;
+    f.uses(c)
+        .into_iter()
+        .map(|u| f.exprs[u].output)
+        .find_map(|d| open_loops(cx, pending, d, depth.min(q_c)))
 }
