@@ -425,14 +425,7 @@ impl Queue {
         self.mean_ms.store((old * 7 + ms) / 8, Ordering::Relaxed);
         let result = Arc::new(result);
         info!(job = %job.id, status = result.status.name(), ms = result.worker_ms, "job finished");
-        job.push(JobEvent {
-            stage: JobStage::Done,
-            step: None,
-            position: None,
-            elapsed_ms: job.elapsed_ms(),
-            result: Some(result.clone()),
-        });
-        self.finished.fetch_add(1, Ordering::SeqCst);
+        // Stored before `done` is announced: whoever sees `done` can rely on the history.
         if let Some(store) = &self.store {
             let request = serde_json::to_value(&job.spec).unwrap_or_default();
             let value = serde_json::to_value(&*result).unwrap_or_default();
@@ -443,6 +436,14 @@ impl Queue {
                 warn!(job = %job.id, "cannot store the run: {e}");
             }
         }
+        job.push(JobEvent {
+            stage: JobStage::Done,
+            step: None,
+            position: None,
+            elapsed_ms: job.elapsed_ms(),
+            result: Some(result.clone()),
+        });
+        self.finished.fetch_add(1, Ordering::SeqCst);
         let mut order = self.finished_order.lock().expect("order lock");
         order.push_back(job.id.clone());
         if order.len() > KEEP_FINISHED {
