@@ -783,7 +783,7 @@ pub fn App() -> impl IntoView {
                     RunnerStatus::Checking => "runner: checking…".to_string(),
                     RunnerStatus::Up(d) => format!("● {d}"),
                     RunnerStatus::Fake(_) => "◐ fake runner: no GPU, runs are checked, not measured".to_string(),
-                    RunnerStatus::NoGpu(d) => format!("◐ {d} (compile only)"),
+                    RunnerStatus::NoGpu(_) => "◐ runner without a GPU (compile only)".to_string(),
                     RunnerStatus::Down(_) => "○ no runner (compile only)".to_string(),
                 }}
             </button>
@@ -1128,7 +1128,7 @@ fn RunPane(ui: Ui) -> impl IntoView {
                     {move || match ui.runner.get() {
                         RunnerStatus::Checking => "Checking the runner…".to_string(),
                         RunnerStatus::Up(d) | RunnerStatus::Fake(d) => d,
-                        RunnerStatus::NoGpu(d) => format!("{d}: runs are refused until a GPU is there"),
+                        RunnerStatus::NoGpu(d) => format!("{d}: the runner refuses runs until it has a GPU; compiling works in the page"),
                         RunnerStatus::Down(m) => m,
                     }}
                 </span>
@@ -1237,8 +1237,12 @@ fn RunResult(r: Arc<RunView>) -> impl IntoView {
             <div class="fake-result" id="fake-result">
                 <p class="fake-headline">
                     <strong>"Not measured. "</strong>
-                    "Compiled and checked by the fake worker: no GPU, nothing ran, so there is no time, \
-                     bandwidth or validation."
+                    {if fk.note.is_empty() {
+                        "The fake worker compiled the program and checked its sizes; nothing ran on a GPU.".to_string()
+                    } else {
+                        fk.note.clone()
+                    }}
+                    " There is no time, bandwidth or validation."
                 </p>
                 <table class="kv">
                     <tr><th>"kernel"</th><td class="mono">{fk.kernel.clone().unwrap_or_else(|| "—".into())}</td></tr>
@@ -1249,7 +1253,6 @@ fn RunResult(r: Arc<RunView>) -> impl IntoView {
                     {steps}
                     {job}
                 </table>
-                <p class="note">{fk.note.clone()}</p>
             </div>
         }
         .into_any()

@@ -156,9 +156,11 @@ pub fn describe_health(v: &Value) -> (String, RunMode) {
         .unwrap_or(false);
     let gpu = v.get("gpu").filter(|g| g.is_object());
     if !available {
-        let why = s("run_unavailable_reason")
-            .or(s("gpu_reason"))
-            .unwrap_or("runs are unavailable");
+        let why = match (s("gpu_reason"), s("run_unavailable_reason")) {
+            (Some(g), _) => format!("no usable GPU ({g})"),
+            (None, Some(r)) => r.to_string(),
+            (None, None) => "runs are unavailable".into(),
+        };
         return (format!("runner {version} · {why}"), RunMode::Unavailable);
     }
     if s("worker") == Some("fake") {
@@ -668,7 +670,7 @@ mod tests {
         });
         let (text, mode) = describe_health(&none);
         assert_eq!(mode, RunMode::Unavailable);
-        assert!(text.contains("no usable GPU (no driver)"), "{text}");
+        assert_eq!(text, "runner 0.1.0 · no usable GPU (no driver)");
     }
 
     #[test]
