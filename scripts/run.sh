@@ -1,10 +1,28 @@
 #!/usr/bin/env bash
-# Builds the hopfuse binary and compiles an example, then builds the playground into dist/ (the
-# service comes with its issue). Usage: scripts/run.sh [program.hf]
+# The README's run command: builds the hopfuse binary (release) and the playground (dist/), then
+# starts `hopfuse serve` on http://127.0.0.1:8080 with the playground and the API (docs/api.md).
+# With a usable GPU, Run executes on it (NVRTC is set up from PyPI wheels into .tools/ when
+# needed); without one the service is compile-only: runs answer 503 with the reason and the page
+# says so. Ctrl-C stops it.
+# Usage: scripts/run.sh [hopfuse serve options]   e.g. --addr 0.0.0.0:8080, --fake-worker
+# The database (short links, run history) and the CUBIN cache live in $HOPFUSE_DATA_DIR
+# (default ~/.local/share/hopfuse).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+log() { echo "run.sh: $*" >&2; }
+
 cargo build --release -p hopfuse-runner
-./target/release/hopfuse compile --passes "${1:-examples/basics/add.hf}"
 bash scripts/setup-web.sh --build-only
 bash scripts/build-web.sh
-echo "playground: dist/ (serve it with any static server, e.g. python3 -m http.server -d dist 8000)"
+
+# The same probe the service makes at startup (a child process, so a broken driver cannot hurt).
+if ./target/release/hopfuse worker --probe 2>/dev/null | grep -q '"gpu":{'; then
+  if nvrtc_env=$(bash scripts/setup-nvrtc.sh); then
+    eval "$nvrtc_env"
+  else
+    log "a GPU is there but NVRTC could not be set up: runs will be unavailable"
+  fi
+else
+  log "no usable GPU: compile-only (runs answer 503 with the reason; the page says so)"
+fi
+exec ./target/release/hopfuse serve --static-dir dist "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The playground's checks: clippy for wasm32, the crate's unit tests (native), the dist/ build,
 # the gzipped-wasm size budget, and the end-to-end test in headless Chromium (web/tests/e2e.mjs,
-# which starts and stops its own static server; screenshots go to target/web-artifacts/).
+# which starts and stops its own `target/release/hopfuse serve --fake-worker` on a free port with
+# a temporary database; screenshots go to target/web-artifacts/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUDGET=$((400 * 1024)) # bytes of gzipped wasm, compiler included
@@ -16,4 +17,5 @@ if [ "$gz" -gt "$BUDGET" ]; then
   echo "test-web: FAIL: the gzipped wasm is over the budget" >&2
   exit 1
 fi
+cargo build --release -p hopfuse-runner # the service the browser test runs against
 node web/tests/e2e.mjs dist target/web-artifacts

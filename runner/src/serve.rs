@@ -118,6 +118,9 @@ pub struct GpuStatus {
     pub gpu: Option<DeviceInfo>,
     pub reason: Option<String>,
     pub nvrtc: Option<String>,
+    /// Why NVRTC cannot be loaded (runs need it as much as the GPU).
+    #[serde(default)]
+    pub nvrtc_reason: Option<String>,
 }
 
 pub struct App {
@@ -167,11 +170,17 @@ impl App {
                         .into(),
                 ),
                 nvrtc: None,
+                nvrtc_reason: None,
             }
         } else {
             probe(&worker_exe).await
         };
         match &gpu.gpu {
+            Some(g) if gpu.nvrtc.is_none() => warn!(
+                "GPU {}, but no NVRTC for runs: {}",
+                g.name,
+                gpu.nvrtc_reason.as_deref().unwrap_or("unknown")
+            ),
             Some(g) => info!("GPU: {} ({} SMs)", g.name, g.sm_count),
             None => warn!(
                 "no GPU for runs: {}",
@@ -223,13 +232,23 @@ impl App {
     }
 
     fn run_unavailable(&self) -> Option<String> {
-        if self.args.fake_worker || self.gpu.gpu.is_some() {
+        if self.args.fake_worker {
             return None;
         }
-        Some(format!(
-            "runs are unavailable: no usable GPU ({}); compiling works (POST /api/compile)",
-            self.gpu.reason.as_deref().unwrap_or("unknown reason")
-        ))
+        if self.gpu.gpu.is_none() {
+            return Some(format!(
+                "runs are unavailable: no usable GPU ({}); compiling works (POST /api/compile)",
+                self.gpu.reason.as_deref().unwrap_or("unknown reason")
+            ));
+        }
+        if self.gpu.nvrtc.is_none() {
+            return Some(format!(
+                "runs are unavailable: NVRTC cannot be loaded ({}); compiling works (POST \
+                 /api/compile)",
+                self.gpu.nvrtc_reason.as_deref().unwrap_or("unknown reason")
+            ));
+        }
+        None
     }
 
     fn check_program(&self, program: &str) -> Result<(), ApiError> {
@@ -256,6 +275,7 @@ async fn probe(worker_exe: &std::path::Path) -> GpuStatus {
         gpu: None,
         reason: Some(reason),
         nvrtc: None,
+        nvrtc_reason: None,
     };
     let out = tokio::process::Command::new(worker_exe)
         .args(["worker", "--probe"])

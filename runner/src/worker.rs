@@ -378,20 +378,24 @@ pub fn probe() -> i32 {
         gpu: Option<DeviceInfo>,
         reason: Option<String>,
         nvrtc: Option<String>,
+        nvrtc_reason: Option<String>,
     }
-    let nvrtc = nvrtc::version()
-        .ok()
-        .map(|(major, minor)| format!("{major}.{minor}"));
+    let (nvrtc, nvrtc_reason) = match nvrtc::version() {
+        Ok((major, minor)) => (Some(format!("{major}.{minor}")), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
     let probe = match Gpu::open() {
         Ok(gpu) => Probe {
             gpu: Some(gpu.info.clone()),
             reason: None,
             nvrtc,
+            nvrtc_reason,
         },
         Err(e) => Probe {
             gpu: None,
             reason: Some(e.to_string()),
             nvrtc,
+            nvrtc_reason,
         },
     };
     println!(

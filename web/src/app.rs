@@ -24,10 +24,11 @@ const DEFAULT_SIZE: i64 = 4096;
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunState {
     Idle,
-    /// Sent, or streaming: the last event's name.
+    /// Sent, or streaming: the last event's name and every stage seen so far.
     Active {
         stage: String,
         job: Option<String>,
+        seen: Vec<String>,
     },
     Done(Arc<RunView>),
     Failed(String),
@@ -36,7 +37,11 @@ pub enum RunState {
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunnerStatus {
     Checking,
+    /// Runs execute on a GPU.
     Up(String),
+    /// The fake worker: runs are compiled and checked, never measured.
+    Fake(String),
+    /// Reachable, but runs are unavailable (no usable GPU): the reason.
     NoGpu(String),
     Down(String),
 }
@@ -201,10 +206,7 @@ impl Ui {
             let settings = self.settings.get_untracked();
             spawn_local(async move {
                 match runner::get_link(&settings, &id).await {
-                    Ok(state) => match share::decode(&state) {
-                        Ok(s) => self.apply(s),
-                        Err(e) => self.say(format!("Short link {id}: {e}")),
-                    },
+                    Ok(s) => self.apply(s),
                     Err(e) => self.say(format!(
                         "Short link {id} could not be opened. {}",
                         e.describe(&settings)
@@ -292,7 +294,7 @@ impl Ui {
     fn short_link(self) {
         self.sync();
         self.write_fragment();
-        let state = share::encode(&self.state());
+        let state = self.state();
         let settings = self.settings.get_untracked();
         spawn_local(async move {
             match runner::create_link(&settings, &state).await {
@@ -347,8 +349,9 @@ impl Ui {
         self.runner.set(RunnerStatus::Checking);
         spawn_local(async move {
             self.runner.set(match runner::health(&settings).await {
-                Ok((desc, true)) => RunnerStatus::Up(desc),
-                Ok((desc, false)) => RunnerStatus::NoGpu(desc),
+                Ok((desc, runner::RunMode::Gpu)) => RunnerStatus::Up(desc),
+                Ok((desc, runner::RunMode::Fake)) => RunnerStatus::Fake(desc),
+                Ok((desc, runner::RunMode::Unavailable)) => RunnerStatus::NoGpu(desc),
                 Err(e) => RunnerStatus::Down(e.describe(&settings)),
             });
         });
@@ -384,6 +387,7 @@ impl Ui {
         self.run.set(RunState::Active {
             stage: "sending".into(),
             job: None,
+            seen: Vec::new(),
         });
         let run = self.run;
         spawn_local(async move {
@@ -398,26 +402,36 @@ impl Ui {
             run.set(RunState::Active {
                 stage: "queued".into(),
                 job: Some(job.clone()),
+                seen: Vec::new(),
             });
             let job2 = job.clone();
+            // The events (docs/api.md): queued, compiling, running, validating, then done with
+            // the result.
             let on_event =
                 Closure::<dyn FnMut(String, String)>::new(move |name: String, data: String| {
-                    if !matches!(run.get_untracked(), RunState::Active { .. }) {
+                    let RunState::Active { mut seen, .. } = run.get_untracked() else {
                         return;
+                    };
+                    if seen.last() != Some(&name) {
+                        seen.push(name.clone());
                     }
                     match name.as_str() {
-                        "done" | "result" => {
-                            run.set(RunState::Done(Arc::new(runner::parse_result(&data))))
+                        "done" => {
+                            let mut v = runner::parse_result(&data);
+                            v.stages = seen;
+                            run.set(RunState::Done(Arc::new(v)));
                         }
-                        "error" | "failed" => {
-                            let v = runner::parse_result(&data);
-                            run.set(RunState::Failed(v.error.unwrap_or(data)));
+                        "queued" | "compiling" | "running" | "validating" => {
+                            run.set(RunState::Active {
+                                stage: name,
+                                job: Some(job2.clone()),
+                                seen,
+                            })
                         }
-                        "message" | "progress" | "log" => {}
-                        stage => run.set(RunState::Active {
-                            stage: stage.to_string(),
-                            job: Some(job2.clone()),
-                        }),
+                        // "error": an event the service could not serialize.
+                        _ => run.set(RunState::Failed(format!(
+                            "Job {job2}: unexpected event `{name}` from the runner: {data}"
+                        ))),
                     }
                 })
                 .into_js_value();
@@ -768,7 +782,8 @@ pub fn App() -> impl IntoView {
                 {move || match ui.runner.get() {
                     RunnerStatus::Checking => "runner: checking…".to_string(),
                     RunnerStatus::Up(d) => format!("● {d}"),
-                    RunnerStatus::NoGpu(d) => format!("◐ {d} (compile only)"),
+                    RunnerStatus::Fake(_) => "◐ fake runner: no GPU, runs are checked, not measured".to_string(),
+                    RunnerStatus::NoGpu(_) => "◐ runner without a GPU (compile only)".to_string(),
                     RunnerStatus::Down(_) => "○ no runner (compile only)".to_string(),
                 }}
             </button>
@@ -1112,8 +1127,8 @@ fn RunPane(ui: Ui) -> impl IntoView {
                 <span class="runner-line">
                     {move || match ui.runner.get() {
                         RunnerStatus::Checking => "Checking the runner…".to_string(),
-                        RunnerStatus::Up(d) => d,
-                        RunnerStatus::NoGpu(d) => format!("{d}: runs are refused until a GPU is there"),
+                        RunnerStatus::Up(d) | RunnerStatus::Fake(d) => d,
+                        RunnerStatus::NoGpu(d) => format!("{d}: the runner refuses runs until it has a GPU; compiling works in the page"),
                         RunnerStatus::Down(m) => m,
                     }}
                 </span>
@@ -1128,7 +1143,7 @@ fn RunPane(ui: Ui) -> impl IntoView {
                         </p>
                     }
                     .into_any(),
-                    RunState::Active { stage, job } => {
+                    RunState::Active { stage, job, .. } => {
                         let at = stages.iter().position(|s| *s == stage);
                         view! {
                             <ol class="stages">
@@ -1166,17 +1181,8 @@ fn RunPane(ui: Ui) -> impl IntoView {
     }
 }
 
-#[component]
-fn RunResult(r: Arc<RunView>) -> impl IntoView {
-    let ratio = r.ratio;
-    let pct = ratio.map(|x| (x * 100.0).clamp(0.0, 100.0)).unwrap_or(0.0);
-    let verdict = match r.passed {
-        Some(true) => ("v-pass", "passed"),
-        Some(false) => ("v-fail", "FAILED"),
-        None => ("", "no verdict"),
-    };
-    let checks = r
-        .checks
+fn checks_table(checks: &[runner::Check]) -> impl IntoView + use<> {
+    let rows = checks
         .iter()
         .map(|c| {
             view! {
@@ -1192,89 +1198,185 @@ fn RunResult(r: Arc<RunView>) -> impl IntoView {
             }
         })
         .collect_view();
-    let spills = match r.local_bytes {
+    view! {
+        <table class="params">
+            <tr>
+                <th>"output"</th><th>""</th><th>"rel L2"</th><th>"max abs"</th><th>"tolerance"</th><th>"elements"</th><th>""</th>
+            </tr>
+            {rows}
+        </table>
+    }
+}
+
+/// A finished job: the stages it went through, then by status a measurement (passed, failed),
+/// what the fake worker checked (fake: never a number), or what went wrong.
+#[component]
+fn RunResult(r: Arc<RunView>) -> impl IntoView {
+    let stages = (!r.stages.is_empty()).then(|| {
+        let list = r
+            .stages
+            .iter()
+            .map(|s| view! { <li class="stage past">{s.clone()}</li> })
+            .collect_view();
+        view! { <ol class="stages" id="run-stages">{list}</ol> }
+    });
+    let steps = (!r.progress.is_empty()).then(|| {
+        view! {
+            <tr><th>"worker steps"</th><td class="mono" id="run-steps">{r.progress.join(" → ")}</td></tr>
+        }
+    });
+    let job = r
+        .job_id
+        .clone()
+        .map(|j| view! { <tr><th>"job"</th><td class="mono">{j}</td></tr> });
+    let worker_ms = r.worker_ms.map(
+        |ms| view! { <tr><th>"worker time"</th><td class="mono">{format!("{ms:.0} ms")}</td></tr> },
+    );
+    let body = if let Some(fk) = r.fake.clone() {
+        view! {
+            <div class="fake-result" id="fake-result">
+                <p class="fake-headline">
+                    <strong>"Not measured. "</strong>
+                    {if fk.note.is_empty() {
+                        "The fake worker compiled the program and checked its sizes; nothing ran on a GPU.".to_string()
+                    } else {
+                        fk.note.clone()
+                    }}
+                    " There is no time, bandwidth or validation."
+                </p>
+                <table class="kv">
+                    <tr><th>"kernel"</th><td class="mono">{fk.kernel.clone().unwrap_or_else(|| "—".into())}</td></tr>
+                    <tr><th>"launch"</th><td class="mono">{fk.launch.clone().unwrap_or_else(|| "—".into())}</td></tr>
+                    <tr><th>"index type"</th><td class="mono">{fk.index.clone().unwrap_or_else(|| "—".into())}</td></tr>
+                    <tr><th>"tensors"</th><td class="mono">{fmt_opt(fk.working_set_bytes, model::bytes)}</td></tr>
+                    <tr><th>"CUDA source"</th><td class="mono">{fmt_opt(fk.cuda_bytes, model::bytes)}</td></tr>
+                    {steps}
+                    {job}
+                </table>
+            </div>
+        }
+        .into_any()
+    } else if let Some(m) = r.measured.clone() {
+        let rows = view! { {steps}{job}{worker_ms} }.into_any();
+        measured_view(&r, m, rows).into_any()
+    } else {
+        // `message` of an error result is `error.message` behind its stage: show one of them.
+        let detail = r
+            .error
+            .clone()
+            .or_else(|| r.message.clone())
+            .unwrap_or_default();
+        view! {
+            <div class="error" id="run-error">{detail}</div>
+            <table class="kv">{steps}{job}{worker_ms}</table>
+            {r.stderr.clone().map(|e| view! { <h3>"worker stderr"</h3><pre class="log" id="run-stderr">{e}</pre> })}
+        }
+        .into_any()
+    };
+    view! {
+        <div class="result">
+            {stages}
+            <p class=format!("run-status s-{}", r.status) id="run-status">
+                <span class="label">{r.status.clone()}</span>
+                " "
+                {r.headline()}
+            </p>
+            {body}
+        </div>
+    }
+}
+
+fn measured_view(r: &RunView, m: runner::Measured, rows: AnyView) -> impl IntoView + use<> {
+    let ratio = m.ratio;
+    let pct = ratio.map(|x| (x * 100.0).clamp(0.0, 100.0)).unwrap_or(0.0);
+    let verdict = if m.passed {
+        ("v-pass", "passed")
+    } else {
+        ("v-fail", "FAILED")
+    };
+    let spills = match m.local_bytes {
         Some(0) => "none".to_string(),
         Some(b) => format!("{b} B local memory per thread"),
         None => "—".to_string(),
     };
+    let message = r.message.clone();
+    let after = (!m.checks_after_timing.is_empty()).then(|| {
+        view! {
+            <h3>"Checked again after the timed launches"</h3>
+            {checks_table(&m.checks_after_timing)}
+        }
+    });
     view! {
-        <div class="result">
-            {r.error.clone().map(|e| view! { <div class="error" id="run-error">{e}</div> })}
-            <div class="headline">
-                <div class="big">
-                    <span class="label">"median"</span>
-                    <span class="value" id="median">{fmt_opt(r.median_us, |x| format!("{x:.2} µs"))}</span>
-                </div>
-                <div class="big">
-                    <span class="label">"bandwidth"</span>
-                    <span class="value">
-                        {match (r.gbps, r.tflops) {
-                            (_, Some(t)) => format!("{t:.1} TFLOP/s"),
-                            (Some(g), None) => format!("{g:.0} GB/s"),
-                            _ => "—".to_string(),
-                        }}
-                    </span>
-                </div>
-                <div class=format!("big verdict {}", verdict.0) id="verdict">
-                    <span class="label">"validation"</span>
-                    <span class="value">{verdict.1}</span>
-                </div>
+        {message.map(|msg| view! { <p class="note">{msg}</p> })}
+        <div class="headline">
+            <div class="big">
+                <span class="label">"median"</span>
+                <span class="value" id="median">{fmt_opt(m.median_us, |x| format!("{x:.2} µs"))}</span>
             </div>
-            <div class="ratio" title="achieved bandwidth / device-to-device copy bandwidth measured by the same worker">
-                <div class="ratio-bar" style:width=format!("{pct:.1}%")></div>
-                <span class="ratio-text">
-                    {match (ratio, r.ceiling_gbps) {
-                        (Some(x), Some(c)) => format!("{:.1}% of the copy ceiling ({c:.0} GB/s)", x * 100.0),
-                        (Some(x), None) => format!("{:.1}% of the ceiling", x * 100.0),
-                        _ => "no ceiling measured".to_string(),
-                    }}
-                </span>
+            <div class="big">
+                <span class="label">"bandwidth"</span>
+                <span class="value">{fmt_opt(m.gbps, |g| format!("{g:.0} GB/s"))}</span>
             </div>
-            <table class="kv">
-                <tr><th>"device"</th><td>{r.device.clone().unwrap_or_else(|| "—".into())}</td></tr>
-                <tr><th>"launch"</th><td class="mono">{r.launch.clone().unwrap_or_else(|| "—".into())}</td></tr>
-                <tr>
-                    <th>"time"</th>
-                    <td class="mono">
-                        {format!(
-                            "min {}  median {}  max {}{}",
-                            fmt_opt(r.min_us, |x| format!("{x:.2} µs")),
-                            fmt_opt(r.median_us, |x| format!("{x:.2} µs")),
-                            fmt_opt(r.max_us, |x| format!("{x:.2} µs")),
-                            r.samples.map(|s| format!("  ({s} launches)")).unwrap_or_default()
-                        )}
-                    </td>
-                </tr>
-                <tr><th>"registers / thread"</th><td class="mono">{r.registers.map(|x| x.to_string()).unwrap_or_else(|| "—".into())}</td></tr>
-                <tr>
-                    <th>"shared memory"</th>
-                    <td class="mono">
-                        {format!(
-                            "{} static, {} dynamic",
-                            r.static_smem.map(|x| model::bytes(x as f64)).unwrap_or_else(|| "—".into()),
-                            r.dynamic_smem.map(|x| model::bytes(x as f64)).unwrap_or_else(|| "—".into())
-                        )}
-                    </td>
-                </tr>
-                <tr><th>"spills"</th><td class="mono">{spills}</td></tr>
-                <tr><th>"seed"</th><td class="mono">{r.seed.map(|s| s.to_string()).unwrap_or_else(|| "—".into())}</td></tr>
-                <tr><th>"NVRTC"</th><td class="mono">{fmt_opt(r.nvrtc_ms, |x| format!("{x:.1} ms"))}</td></tr>
-            </table>
-            <h3>"Validation against the float64 reference"</h3>
-            <table class="params">
-                <tr>
-                    <th>"output"</th><th>""</th><th>"rel L2"</th><th>"max abs"</th><th>"tolerance"</th><th>"elements"</th><th>""</th>
-                </tr>
-                {checks}
-            </table>
-            <h3>"NVRTC log"</h3>
-            <pre class="log">
-                {match r.nvrtc_log.as_deref() {
-                    Some("") | None => "(empty)".to_string(),
-                    Some(l) => l.to_string(),
-                }}
-            </pre>
+            <div class=format!("big verdict {}", verdict.0) id="verdict">
+                <span class="label">"validation"</span>
+                <span class="value">{verdict.1}</span>
+            </div>
         </div>
+        <div class="ratio" title="achieved bandwidth / device-to-device copy bandwidth measured by the same worker">
+            <div class="ratio-bar" style:width=format!("{pct:.1}%")></div>
+            <span class="ratio-text">
+                {match (ratio, m.ceiling_gbps) {
+                    (Some(x), Some(c)) => format!("{:.1}% of the copy ceiling ({c:.0} GB/s)", x * 100.0),
+                    (Some(x), None) => format!("{:.1}% of the ceiling", x * 100.0),
+                    _ => "no ceiling measured".to_string(),
+                }}
+            </span>
+        </div>
+        <table class="kv">
+            <tr><th>"device"</th><td>{m.device.clone().unwrap_or_else(|| "—".into())}</td></tr>
+            <tr><th>"launch"</th><td class="mono">{m.launch.clone().unwrap_or_else(|| "—".into())}</td></tr>
+            <tr>
+                <th>"time"</th>
+                <td class="mono">
+                    {format!(
+                        "min {}  median {}  max {}{}",
+                        fmt_opt(m.min_us, |x| format!("{x:.2} µs")),
+                        fmt_opt(m.median_us, |x| format!("{x:.2} µs")),
+                        fmt_opt(m.max_us, |x| format!("{x:.2} µs")),
+                        m.samples.map(|s| format!("  ({s} launches)")).unwrap_or_default()
+                    )}
+                </td>
+            </tr>
+            <tr><th>"L2 between launches"</th><td class="mono">{m.l2_policy.clone().unwrap_or_else(|| "—".into())}</td></tr>
+            <tr><th>"registers / thread"</th><td class="mono">{m.registers.map(|x| x.to_string()).unwrap_or_else(|| "—".into())}</td></tr>
+            <tr>
+                <th>"shared memory"</th>
+                <td class="mono">
+                    {format!(
+                        "{} static, {} dynamic",
+                        m.static_smem.map(|x| model::bytes(x as f64)).unwrap_or_else(|| "—".into()),
+                        m.dynamic_smem.map(|x| model::bytes(x as f64)).unwrap_or_else(|| "—".into())
+                    )}
+                </td>
+            </tr>
+            <tr><th>"spills"</th><td class="mono">{spills}</td></tr>
+            <tr><th>"index type"</th><td class="mono">{m.index.clone().unwrap_or_else(|| "—".into())}</td></tr>
+            <tr><th>"seed"</th><td class="mono">{m.seed.map(|s| s.to_string()).unwrap_or_else(|| "—".into())}</td></tr>
+            <tr>
+                <th>"NVRTC"</th>
+                <td class="mono">
+                    {match (m.nvrtc_ms, m.cubin_cached) {
+                        (Some(ms), Some(true)) => format!("cached CUBIN (read in {ms:.1} ms)"),
+                        (Some(ms), _) => format!("{ms:.1} ms, no warnings"),
+                        _ => "—".into(),
+                    }}
+                </td>
+            </tr>
+            {rows}
+        </table>
+        <h3>"Validation against the float64 reference"</h3>
+        {checks_table(&m.checks)}
+        {after}
     }
 }
 
@@ -1335,7 +1437,7 @@ fn DialogView(ui: Ui, dialog: Dialog) -> impl IntoView {
                 <p class="note">
                     {move || match ui.runner.get() {
                         RunnerStatus::Checking => "Checking…".to_string(),
-                        RunnerStatus::Up(d) => format!("Reachable: {d}"),
+                        RunnerStatus::Up(d) | RunnerStatus::Fake(d) => format!("Reachable: {d}"),
                         RunnerStatus::NoGpu(d) => format!("Reachable, no GPU: {d}"),
                         RunnerStatus::Down(m) => m,
                     }}

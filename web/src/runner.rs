@@ -66,7 +66,7 @@ impl ApiError {
                  runner URL in Settings to run on a GPU.",
                 settings.place()
             ),
-            ApiError::Http(503, msg) => format!("The runner has no GPU available: {msg}"),
+            ApiError::Http(503, msg) => format!("The runner cannot run programs (HTTP 503): {msg}"),
             ApiError::Http(401, msg) => {
                 format!("The runner wants a token (HTTP 401): {msg}. Set it in Settings.")
             }
@@ -130,28 +130,55 @@ pub async fn request(
         .map_err(|_| ApiError::Unreachable(format!("{path} did not answer JSON")))
 }
 
-/// `GET /api/health`, described in one line, and whether a GPU is there.
-pub async fn health(settings: &Settings) -> Result<(String, bool), ApiError> {
+/// What the runner can do with a run, from `GET /api/health`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunMode {
+    /// Runs execute on a GPU and are measured.
+    Gpu,
+    /// The fake worker (`--fake-worker`): runs are compiled and checked, never executed.
+    Fake,
+    /// No usable GPU: runs answer 503 (compiling works).
+    Unavailable,
+}
+
+/// `GET /api/health` (docs/api.md), described in one line.
+pub async fn health(settings: &Settings) -> Result<(String, RunMode), ApiError> {
     let v = request(settings, "GET", "/api/health", None, 4000).await?;
-    let gpu = v.get("gpu").filter(|g| !g.is_null());
-    let name = gpu
-        .and_then(|g| g.as_str().or_else(|| g.get("name").and_then(Value::as_str)))
-        .or_else(|| v.get("gpu_name").and_then(Value::as_str));
-    let version = v.get("version").and_then(Value::as_str).unwrap_or("");
-    match name {
-        Some(n) => Ok((format!("runner {version} · {n}").replace("  ", " "), true)),
-        None => {
-            let why = v
-                .get("reason")
-                .or_else(|| v.get("gpu_error"))
-                .and_then(Value::as_str)
-                .unwrap_or("no GPU");
-            Ok((
-                format!("runner {version} · {why}").replace("  ", " "),
-                false,
-            ))
-        }
+    Ok(describe_health(&v))
+}
+
+pub fn describe_health(v: &Value) -> (String, RunMode) {
+    let s = |k: &str| v.get(k).and_then(Value::as_str);
+    let version = s("version").unwrap_or("?");
+    let available = v
+        .get("run_available")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let gpu = v.get("gpu").filter(|g| g.is_object());
+    if !available {
+        let why = match (s("gpu_reason"), s("run_unavailable_reason")) {
+            (Some(g), _) => format!("no usable GPU ({g})"),
+            (None, Some(r)) => r.to_string(),
+            (None, None) => "runs are unavailable".into(),
+        };
+        return (format!("runner {version} · {why}"), RunMode::Unavailable);
     }
+    if s("worker") == Some("fake") {
+        return (
+            format!("runner {version} · fake worker, no GPU: runs are compiled and checked, not measured"),
+            RunMode::Fake,
+        );
+    }
+    let name = gpu
+        .and_then(|g| g.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("GPU");
+    let sms = gpu
+        .and_then(|g| g.get("sm_count"))
+        .and_then(Value::as_u64)
+        .map(|n| format!(" ({n} SMs)"))
+        .unwrap_or_default();
+    (format!("runner {version} · {name}{sms}"), RunMode::Gpu)
 }
 
 /// `POST /api/run` -> the job id.
@@ -166,12 +193,8 @@ pub async fn start_run(
         serde_json::json!({ "program": program, "sizes": sizes, "iters": iters, "seed": seed });
     let v = request(settings, "POST", "/api/run", Some(&body), 15000).await?;
     v.get("job_id")
-        .or_else(|| v.get("id"))
-        .and_then(|id| {
-            id.as_str()
-                .map(str::to_string)
-                .or_else(|| id.as_u64().map(|n| n.to_string()))
-        })
+        .and_then(Value::as_str)
+        .map(str::to_string)
         .ok_or_else(|| ApiError::Unreachable("/api/run answered without a job_id".into()))
 }
 
@@ -184,13 +207,51 @@ pub fn events_url(settings: &Settings, job: &str) -> String {
     )
 }
 
-/// `POST /api/links` with the versioned state -> the short id.
-pub async fn create_link(settings: &Settings, state: &str) -> Result<String, ApiError> {
+/// The body of `POST /api/links`: the program, and the rest of the state as a JSON object with
+/// a version (`"v": 1`), so the same program and state always get the same id.
+pub fn link_body(state: &crate::share::State) -> Value {
+    let mut rest = serde_json::to_value(state).expect("state serializes");
+    let obj = rest.as_object_mut().expect("state is an object");
+    obj.remove("program");
+    obj.insert("v".into(), Value::from(1));
+    serde_json::json!({ "program": state.program, "state": rest })
+}
+
+/// The state a `GET /api/links/{id}` answer holds (the inverse of [`link_body`]).
+pub fn state_of_link(v: &Value) -> Result<crate::share::State, String> {
+    let program = v
+        .get("program")
+        .and_then(Value::as_str)
+        .ok_or("the link holds no program")?;
+    let mut state = match v.get("state") {
+        Some(Value::Object(o)) => o.clone(),
+        Some(Value::Null) | None => serde_json::Map::new(),
+        Some(_) => return Err("the link's state is not a playground state".into()),
+    };
+    match state.remove("v") {
+        None => {}
+        Some(n) if n == 1 => {}
+        Some(n) => {
+            return Err(format!(
+                "the link's state has version {n}; this playground reads version 1"
+            ))
+        }
+    }
+    state.insert("program".into(), Value::from(program));
+    serde_json::from_value(Value::Object(state))
+        .map_err(|e| format!("the link holds no playground state: {e}"))
+}
+
+/// `POST /api/links` -> the short id.
+pub async fn create_link(
+    settings: &Settings,
+    state: &crate::share::State,
+) -> Result<String, ApiError> {
     let v = request(
         settings,
         "POST",
         "/api/links",
-        Some(&serde_json::json!({ "state": state })),
+        Some(&link_body(state)),
         8000,
     )
     .await?;
@@ -200,20 +261,11 @@ pub async fn create_link(settings: &Settings, state: &str) -> Result<String, Api
         .ok_or_else(|| ApiError::Unreachable("/api/links answered without an id".into()))
 }
 
-/// `GET /api/links/{id}` -> the versioned state it holds.
-pub async fn get_link(settings: &Settings, id: &str) -> Result<String, ApiError> {
+/// `GET /api/links/{id}` -> the state it holds.
+pub async fn get_link(settings: &Settings, id: &str) -> Result<crate::share::State, ApiError> {
     let path = format!("/api/links/{}", js_sys::encode_uri_component(id));
     let v = request(settings, "GET", &path, None, 8000).await?;
-    match v.get("state") {
-        Some(Value::String(s)) => Ok(s.clone()),
-        // A state stored as an object: encode it the way a fragment holds it.
-        Some(o @ Value::Object(_)) => serde_json::from_value::<crate::share::State>(o.clone())
-            .map(|s| crate::share::encode(&s))
-            .map_err(|e| {
-                ApiError::Unreachable(format!("link {id} holds no playground state: {e}"))
-            }),
-        _ => Err(ApiError::Unreachable(format!("link {id} holds no state"))),
-    }
+    state_of_link(&v).map_err(|e| ApiError::Unreachable(format!("link {id}: {e}")))
 }
 
 /// One output's validation.
@@ -228,68 +280,127 @@ pub struct Check {
     pub non_finite: u64,
 }
 
-/// What a finished run shows (fields are optional: the result is read leniently).
+/// What the fake worker checked (`compile` of a `fake` result): no numbers were measured.
 #[derive(Clone, Debug, PartialEq, Default)]
-pub struct RunView {
-    pub passed: Option<bool>,
+pub struct FakeView {
+    pub note: String,
+    pub kernel: Option<String>,
+    pub index: Option<String>,
+    pub launch: Option<String>,
+    pub working_set_bytes: Option<f64>,
+    pub cuda_bytes: Option<f64>,
+}
+
+/// The measurement of a `passed` or `failed` run (`result`, the runner's `RunResult`).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Measured {
+    pub passed: bool,
     pub device: Option<String>,
     pub launch: Option<String>,
+    pub index: Option<String>,
+    pub l2_policy: Option<String>,
     pub min_us: Option<f64>,
     pub median_us: Option<f64>,
     pub max_us: Option<f64>,
     pub samples: Option<u64>,
     pub gbps: Option<f64>,
-    pub tflops: Option<f64>,
     pub ceiling_gbps: Option<f64>,
     pub ratio: Option<f64>,
     pub checks: Vec<Check>,
+    /// The re-check after timing (races that show up only sometimes).
+    pub checks_after_timing: Vec<Check>,
     pub seed: Option<u64>,
     pub registers: Option<i64>,
     pub static_smem: Option<i64>,
     pub dynamic_smem: Option<i64>,
     pub local_bytes: Option<i64>,
     pub nvrtc_ms: Option<f64>,
-    pub nvrtc_log: Option<String>,
+    pub cubin_cached: Option<bool>,
+}
+
+/// A finished job: the `done` event's `result` (or `GET /api/jobs/{id}`), see docs/api.md.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct RunView {
+    pub job_id: Option<String>,
+    /// passed | failed | error | timed_out | crashed | fake
+    pub status: String,
+    /// A sentence for every status but passed.
+    pub message: Option<String>,
+    /// `error.stage` of an `error` result (compile, sizes, nvrtc, cuda, reference, request).
+    pub error_stage: Option<String>,
+    /// `error.message` (for NVRTC errors, with the NVRTC log).
     pub error: Option<String>,
+    /// The worker's steps, in order.
+    pub progress: Vec<String>,
+    pub stderr: Option<String>,
+    pub measured: Option<Measured>,
+    pub fake: Option<FakeView>,
+    pub worker_ms: Option<f64>,
+    /// The stages the event stream went through (set by the page).
+    pub stages: Vec<String>,
+}
+
+impl RunView {
+    /// The status in words.
+    pub fn headline(&self) -> String {
+        match self.status.as_str() {
+            "passed" => "ran on the GPU and validated".into(),
+            "failed" => "ran on the GPU; the outputs differ from the float64 reference".into(),
+            "fake" => {
+                "compiled and checked by the fake worker: no GPU, nothing ran, nothing was measured"
+                    .into()
+            }
+            "timed_out" => "timed out: killed at the runner's time limit".into(),
+            "crashed" => "the worker crashed".into(),
+            "error" => match &self.error_stage {
+                Some(s) => format!("could not run ({s} error)"),
+                None => "could not run".into(),
+            },
+            other => format!("status `{other}`"),
+        }
+    }
 }
 
 fn f(v: &Value, path: &[&str]) -> Option<f64> {
     path.iter().try_fold(v, |v, k| v.get(*k))?.as_f64()
 }
 
-/// Reads the `done` event's result (the runner's `RunResult`, possibly under `result`).
-pub fn parse_result(data: &str) -> RunView {
-    let Ok(root) = serde_json::from_str::<Value>(data) else {
-        return RunView {
-            error: Some(format!("the runner's result is not JSON: {data}")),
-            ..RunView::default()
-        };
-    };
-    let r = root
-        .get("result")
-        .filter(|r| r.is_object())
-        .unwrap_or(&root);
-    let error = ["error", "message"]
-        .iter()
-        .find_map(|k| {
-            root.get(*k).or_else(|| r.get(*k)).and_then(|e| {
-                e.as_str()
-                    .map(str::to_string)
-                    .or_else(|| e.get("message").and_then(Value::as_str).map(str::to_string))
+fn s(v: &Value, path: &[&str]) -> Option<String> {
+    path.iter()
+        .try_fold(v, |v, k| v.get(*k))?
+        .as_str()
+        .map(str::to_string)
+}
+
+fn launch_text(l: &Value) -> String {
+    let dims = |k: &str| {
+        l.get(k)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             })
-        })
-        .filter(|_| r.get("timing").is_none());
-    let checks = r
-        .get("validation")
-        .and_then(Value::as_array)
+            .unwrap_or_default()
+    };
+    let smem = f(l, &["dynamic_smem_bytes"]).unwrap_or(0.0);
+    let mut t = format!("grid ({})  block ({})", dims("grid"), dims("block"));
+    if smem > 0.0 {
+        t.push_str(&format!(
+            "  {} dynamic shared memory",
+            crate::model::bytes(smem)
+        ));
+    }
+    t
+}
+
+fn checks(v: Option<&Value>) -> Vec<Check> {
+    v.and_then(Value::as_array)
         .map(|list| {
             list.iter()
                 .map(|c| Check {
-                    output: c
-                        .get("output")
-                        .and_then(Value::as_str)
-                        .unwrap_or("?")
-                        .to_string(),
+                    output: s(c, &["output"]).unwrap_or_else(|| "?".into()),
                     passed: c.get("passed").and_then(Value::as_bool).unwrap_or(false),
                     rel_l2: f(c, &["rel_l2"]),
                     max_abs: f(c, &["max_abs"]),
@@ -299,54 +410,120 @@ pub fn parse_result(data: &str) -> RunView {
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    let launch = r.get("launch").map(|l| {
-        let dims = |k: &str| {
-            l.get(k)
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .map(|x| x.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
-                .unwrap_or_default()
+        .unwrap_or_default()
+}
+
+fn index_text(v: &Value) -> Option<String> {
+    let t = s(v, &["index_type"])?;
+    Some(match s(v, &["index_reason"]) {
+        Some(r) if !r.is_empty() => format!("{t} ({r})"),
+        _ => t,
+    })
+}
+
+fn l2_text(p: &Value) -> Option<String> {
+    Some(match s(p, &["kind"])?.as_str() {
+        "none" => "none (working set > 2x L2)".to_string(),
+        "rotate" => format!(
+            "rotating {} copies of every tensor",
+            f(p, &["sets"]).unwrap_or(0.0)
+        ),
+        "flush" => format!(
+            "L2 flushed ({}) before each launch",
+            crate::model::bytes(f(p, &["bytes"]).unwrap_or(0.0))
+        ),
+        other => other.to_string(),
+    })
+}
+
+/// Reads a job's result: the data of the `done` event (`{"stage": "done", "result": {...}}`) or
+/// the answer of `GET /api/jobs/{id}` (the result itself).
+pub fn parse_result(data: &str) -> RunView {
+    let Ok(root) = serde_json::from_str::<Value>(data) else {
+        return RunView {
+            status: "error".into(),
+            error: Some(format!("the runner's result is not JSON: {data}")),
+            ..RunView::default()
         };
-        format!("grid ({})  block ({})", dims("grid"), dims("block"))
+    };
+    let job = if root.get("stage").is_some() {
+        root.get("result").unwrap_or(&Value::Null)
+    } else {
+        &root
+    };
+    if !job.is_object() {
+        return RunView {
+            status: "error".into(),
+            error: Some("the runner's done event holds no result".into()),
+            ..RunView::default()
+        };
+    }
+    let status = s(job, &["status"]).unwrap_or_else(|| "error".into());
+    let measured = job.get("result").filter(|r| r.is_object()).map(|r| {
+        let i = |path: &[&str]| f(r, path).map(|x| x as i64);
+        Measured {
+            passed: r.get("passed").and_then(Value::as_bool).unwrap_or(false),
+            device: s(r, &["device", "name"]),
+            launch: r.get("launch").map(launch_text),
+            index: index_text(r),
+            l2_policy: r.get("l2_policy").and_then(l2_text),
+            min_us: f(r, &["timing", "min_us"]),
+            median_us: f(r, &["timing", "median_us"]),
+            max_us: f(r, &["timing", "max_us"]),
+            samples: r
+                .get("timing")
+                .and_then(|t| t.get("samples"))
+                .and_then(Value::as_u64),
+            gbps: f(r, &["gbps"]),
+            ceiling_gbps: f(r, &["copy", "gbps"]),
+            ratio: f(r, &["fraction_of_copy"]),
+            checks: checks(r.get("validation")),
+            checks_after_timing: checks(r.get("validation_after_timing")),
+            seed: r.get("seed").and_then(Value::as_u64),
+            registers: i(&["attributes", "registers_per_thread"]),
+            static_smem: i(&["attributes", "static_smem_bytes"]),
+            dynamic_smem: i(&["launch", "dynamic_smem_bytes"]),
+            local_bytes: i(&["attributes", "local_bytes_per_thread"]),
+            nvrtc_ms: f(r, &["nvrtc_ms"]),
+            cubin_cached: job.get("cubin_cached").and_then(Value::as_bool),
+        }
     });
-    let i = |path: &[&str]| f(r, path).map(|x| x as i64);
+    let fake = job
+        .get("compile")
+        .filter(|c| c.is_object())
+        .map(|c| FakeView {
+            note: s(c, &["note"]).unwrap_or_default(),
+            kernel: s(c, &["kernel"]),
+            index: index_text(c),
+            launch: c.get("launch").map(launch_text),
+            working_set_bytes: f(c, &["working_set_bytes"]),
+            cuda_bytes: f(c, &["cuda_bytes"]),
+        });
     RunView {
-        passed: r.get("passed").and_then(Value::as_bool),
-        device: r
-            .get("device")
-            .and_then(|d| d.get("name").or(Some(d)))
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        launch,
-        min_us: f(r, &["timing", "min_us"]),
-        median_us: f(r, &["timing", "median_us"]),
-        max_us: f(r, &["timing", "max_us"]),
-        samples: r
-            .get("timing")
-            .and_then(|t| t.get("samples"))
-            .and_then(Value::as_u64),
-        gbps: f(r, &["gbps"]),
-        tflops: f(r, &["tflops"]),
-        ceiling_gbps: f(r, &["copy", "gbps"]).or_else(|| f(r, &["ceiling", "gbps"])),
-        ratio: f(r, &["fraction_of_copy"]).or_else(|| f(r, &["ratio"])),
-        checks,
-        seed: r.get("seed").and_then(Value::as_u64),
-        registers: i(&["attributes", "registers_per_thread"]),
-        static_smem: i(&["attributes", "static_smem_bytes"]),
-        dynamic_smem: i(&["launch", "dynamic_smem_bytes"]),
-        local_bytes: i(&["attributes", "local_bytes_per_thread"]),
-        nvrtc_ms: f(r, &["nvrtc_ms"]),
-        nvrtc_log: ["nvrtc_log", "log"]
-            .iter()
-            .find_map(|k| r.get(*k).or_else(|| root.get(*k)))
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        error,
+        job_id: s(job, &["job_id"]),
+        message: s(job, &["message"]),
+        error_stage: s(job, &["error", "stage"]),
+        error: s(job, &["error", "message"]),
+        progress: job
+            .get("progress")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        stderr: s(job, &["stderr"]).filter(|e| !e.trim().is_empty()),
+        // A fake result never shows numbers, whatever else it holds.
+        measured: if status == "fake" { None } else { measured },
+        fake: if status == "fake" {
+            Some(fake.unwrap_or_default())
+        } else {
+            None
+        },
+        worker_ms: f(job, &["worker_ms"]),
+        status,
+        stages: Vec::new(),
     }
 }
 
@@ -354,30 +531,169 @@ pub fn parse_result(data: &str) -> RunView {
 mod tests {
     use super::*;
 
+    // The `done` events the service sends, serialized from the runner's types by
+    // runner/tests/api_fixtures.rs.
+    const PASSED: &str = include_str!("../tests/fixtures/done-passed.json");
+    const FAILED: &str = include_str!("../tests/fixtures/done-failed.json");
+    const ERROR: &str = include_str!("../tests/fixtures/done-error.json");
+    const TIMED_OUT: &str = include_str!("../tests/fixtures/done-timed-out.json");
+    const FAKE: &str = include_str!("../tests/fixtures/done-fake.json");
+
     #[test]
-    fn reads_a_run_result() {
-        let v = parse_result(
-            r#"{"result":{"passed":true,"device":{"name":"NVIDIA H100"},"seed":1,
-            "launch":{"grid":[8,1,1],"block":[128,1,1],"dynamic_smem_bytes":0},
-            "attributes":{"registers_per_thread":20,"local_bytes_per_thread":0,"static_smem_bytes":0},
-            "timing":{"samples":100,"min_us":1.0,"median_us":2.5,"max_us":3.0},
-            "gbps":2900.5,"copy":{"gbps":3000.0},"fraction_of_copy":0.97,
-            "validation":[{"output":"c","passed":true,"rel_l2":1e-7,"max_abs":2e-7,"tolerance":1e-5,"elements":64}],
-            "nvrtc_log":""}}"#,
-        );
-        assert_eq!(v.median_us, Some(2.5));
-        assert_eq!(v.ratio, Some(0.97));
-        assert_eq!(v.registers, Some(20));
-        assert_eq!(v.device.as_deref(), Some("NVIDIA H100"));
+    fn reads_a_measured_run() {
+        let v = parse_result(PASSED);
+        assert_eq!(v.status, "passed");
+        assert!(v.fake.is_none() && v.error.is_none());
+        let m = v.measured.expect("a measurement");
+        assert!(m.passed);
+        assert_eq!(m.median_us, Some(2.5));
         assert_eq!(
-            v.launch.as_deref(),
-            Some("grid (8, 1, 1)  block (128, 1, 1)")
+            (m.min_us, m.max_us, m.samples),
+            (Some(2.25), Some(3.0), Some(100))
         );
-        assert!(v.checks[0].passed && v.error.is_none());
-        let e = parse_result(r#"{"error":"timed out: the kernel did not finish"}"#);
+        assert_eq!(m.gbps, Some(4915.2));
+        assert_eq!(m.ceiling_gbps, Some(3158.0));
+        assert_eq!(m.ratio, Some(0.9356));
+        assert_eq!(m.registers, Some(24));
         assert_eq!(
-            e.error.as_deref(),
-            Some("timed out: the kernel did not finish")
+            (m.static_smem, m.dynamic_smem, m.local_bytes),
+            (Some(0), Some(0), Some(0))
         );
+        assert_eq!(m.device.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+        assert_eq!(
+            m.launch.as_deref(),
+            Some("grid (2000, 1, 1)  block (128, 1, 1)")
+        );
+        assert_eq!(m.seed, Some(7));
+        assert_eq!(m.nvrtc_ms, Some(41.5));
+        assert_eq!(m.cubin_cached, Some(false));
+        assert_eq!(
+            m.index.as_deref(),
+            Some("i32 (every tensor has fewer than 2^31 elements)")
+        );
+        assert_eq!(
+            m.l2_policy.as_deref(),
+            Some("rotating 9 copies of every tensor")
+        );
+        assert_eq!(m.checks.len(), 1);
+        let c = &m.checks[0];
+        assert!(c.passed && c.output == "c");
+        assert_eq!(
+            (c.rel_l2, c.tolerance, c.elements),
+            (Some(1.25e-8), Some(1e-5), Some(1_024_000))
+        );
+        assert_eq!(m.checks_after_timing.len(), 1);
+        assert_eq!(v.progress.first().map(String::as_str), Some("lowering"));
+        assert_eq!(v.job_id.as_deref(), Some("j1f0c2d3e4a5b6c7"));
+        // GET /api/jobs/{id} answers the result itself (with "done": true).
+        let job: Value = serde_json::from_str(PASSED).unwrap();
+        let direct = parse_result(&job["result"].to_string());
+        assert_eq!(direct, parse_result(PASSED));
+    }
+
+    #[test]
+    fn reads_a_failed_validation() {
+        let v = parse_result(FAILED);
+        assert_eq!(v.status, "failed");
+        let m = v.measured.expect("a failed run is still measured");
+        assert!(!m.passed && !m.checks[0].passed);
+        assert_eq!(m.checks[0].non_finite, 512);
+        assert_eq!(m.cubin_cached, Some(true));
+        assert!(v.message.unwrap().contains("do not match"));
+    }
+
+    #[test]
+    fn reads_errors_and_timeouts() {
+        let e = parse_result(ERROR);
+        assert_eq!(e.status, "error");
+        assert_eq!(e.error_stage.as_deref(), Some("nvrtc"));
+        assert!(e.error.unwrap().contains("identifier \"x\" is undefined"));
+        assert!(e.measured.is_none() && e.fake.is_none());
+        assert_eq!(
+            parse_result(ERROR).headline(),
+            "could not run (nvrtc error)"
+        );
+        let t = parse_result(TIMED_OUT);
+        assert_eq!(t.status, "timed_out");
+        assert!(t
+            .message
+            .unwrap()
+            .starts_with("timed out: the kernel did not finish"));
+        assert_eq!(t.progress, ["lowering", "nvrtc", "launch"]);
+        assert!(parse_result("not json").error.is_some());
+    }
+
+    #[test]
+    fn a_fake_result_has_no_numbers() {
+        let v = parse_result(FAKE);
+        assert_eq!(v.status, "fake");
+        assert!(v.measured.is_none(), "a fake result is never a measurement");
+        let f = v.fake.clone().expect("what the fake worker checked");
+        assert_eq!(f.kernel.as_deref(), Some("add_kernel"));
+        assert_eq!(
+            f.launch.as_deref(),
+            Some("grid (2000, 1, 1)  block (128, 1, 1)")
+        );
+        assert_eq!(f.working_set_bytes, Some(12_288_000.0));
+        assert!(f.note.contains("nothing was measured"));
+        assert!(v.headline().contains("fake worker"));
+        // Even with a `result` in it, a fake status shows no numbers.
+        let mut j: Value = serde_json::from_str(FAKE).unwrap();
+        let passed: Value = serde_json::from_str(PASSED).unwrap();
+        j["result"]["result"] = passed["result"]["result"].clone();
+        assert!(parse_result(&j.to_string()).measured.is_none());
+    }
+
+    #[test]
+    fn reads_health() {
+        let gpu = serde_json::json!({
+            "status": "ok", "version": "0.1.0", "worker": "gpu",
+            "gpu": {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132},
+            "gpu_reason": null, "run_available": true, "run_unavailable_reason": null,
+        });
+        assert_eq!(
+            describe_health(&gpu),
+            (
+                "runner 0.1.0 · NVIDIA H100 80GB HBM3 (132 SMs)".into(),
+                RunMode::Gpu
+            )
+        );
+        let fake = serde_json::json!({
+            "version": "0.1.0", "worker": "fake", "gpu": null,
+            "gpu_reason": "fake worker mode", "run_available": true,
+        });
+        assert_eq!(describe_health(&fake).1, RunMode::Fake);
+        let none = serde_json::json!({
+            "version": "0.1.0", "worker": "gpu", "gpu": null, "gpu_reason": "no driver",
+            "run_available": false,
+            "run_unavailable_reason": "runs are unavailable: no usable GPU (no driver)",
+        });
+        let (text, mode) = describe_health(&none);
+        assert_eq!(mode, RunMode::Unavailable);
+        assert_eq!(text, "runner 0.1.0 · no usable GPU (no driver)");
+    }
+
+    #[test]
+    fn a_link_holds_the_program_and_the_state() {
+        let state = crate::share::State {
+            program: "fusion f {}\n".into(),
+            sizes: [("M".to_string(), 1000)].into(),
+            pane: crate::share::Pane::Passes,
+            pass: Some("predicate".into()),
+            iters: 50,
+            seed: 3,
+            ..Default::default()
+        };
+        let body = link_body(&state);
+        assert_eq!(body["program"], "fusion f {}\n");
+        assert!(body["state"].get("program").is_none());
+        assert_eq!(body["state"]["v"], 1);
+        // What GET /api/links/{id} answers.
+        let answer = serde_json::json!({
+            "id": "k3n", "program": body["program"], "state": body["state"], "created_at": 1,
+        });
+        assert_eq!(state_of_link(&answer), Ok(state));
+        let future = serde_json::json!({"program": "", "state": {"v": 2}});
+        assert!(state_of_link(&future).unwrap_err().contains("version 2"));
     }
 }

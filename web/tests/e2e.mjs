@@ -1,128 +1,129 @@
 // End-to-end test of the playground in headless Debian Chromium (playwright-core), against the
-// built dist/ served by a tiny static server that this test starts and stops.
+// real service: `hopfuse serve --fake-worker` started here on a free port with a temporary
+// database, serving the built dist/ (and always stopped here, whatever happens).
 //
-// Part 1, a plain static server (no runner API, like `python3 -m http.server`): the page loads
-// with no console error, an example shows its CUDA, typing changes the CUDA, a syntax error shows
-// a lint mark and its message, the Passes and Launch plan panes, the fragment link restores the
-// state in a new page, Run says clearly that no runner is reachable, screenshots.
-// Part 2, the same server with a FAKE runner that follows the documented API of issue 5
-// (POST /api/run, SSE /api/jobs/{id}/events, /api/links, /api/health): Run streams progress and
-// shows the result; a short link restores the state in a new page. The fake checks the request
-// bodies the page sends.
+// Against the fake-worker service: the page loads with no console error and says the runner is a
+// fake; an example shows its CUDA; typing changes the CUDA; a syntax error shows a lint mark and
+// its message; the Passes and Launch plan panes; the fragment link restores the state in a new
+// page; Run shows the fake worker's result (marked as not measured, no numbers) with its stages;
+// a hung job is shown as timed out, a crashed one as crashed, and Stop waiting lets go of a job;
+// the short link (through /api/links) restores the state in a new page, and again after the
+// service restarts on the same database.
+// Against a second service with no GPU, a token and CORS for the first one's origin (set as the
+// runner URL in Settings): 401 without the right token, then runs refused with the 503's reason.
+// Against a plain static server (no API at all): the page says no runner is reachable and
+// compiling keeps working.
+// Screenshots go to the artifacts directory.
 //
 // Usage: node web/tests/e2e.mjs [dist dir] [artifacts dir]
+//   $HOPFUSE_BIN: the hopfuse binary (default target/release/hopfuse)
 
 import http from "node:http";
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 
-const root = path.resolve(process.argv[2] ?? "dist");
+const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+const dist = path.resolve(process.argv[2] ?? "dist");
 const artifacts = path.resolve(process.argv[3] ?? "target/web-artifacts");
+const bin = path.resolve(process.env.HOPFUSE_BIN ?? path.join(repo, "target/release/hopfuse"));
 fs.mkdirSync(artifacts, { recursive: true });
-
-const MIME = {
-  ".html": "text/html; charset=utf-8",
-  ".js": "text/javascript; charset=utf-8",
-  ".css": "text/css; charset=utf-8",
-  ".wasm": "application/wasm",
-};
-
-// ---- the server --------------------------------------------------------------------------------
-
-const fake = { enabled: false, runs: [], links: new Map(), auth: [] };
-
-const RESULT = {
-  file: "playground.hf",
-  kernel: "add_kernel",
-  sizes: { M: 1000, N: 1024 },
-  seed: 7,
-  launch: { grid: [500, 1, 1], block: [128, 1, 1], dynamic_smem_bytes: 0 },
-  attributes: { registers_per_thread: 24, local_bytes_per_thread: 0, static_smem_bytes: 0, max_threads_per_block: 1024 },
-  nvrtc_ms: 41.5,
-  device: { name: "FAKE H100 (test)" },
-  timing: { samples: 20, min_us: 2.25, median_us: 2.5, max_us: 3.0 },
-  min_global_bytes: 12288000,
-  gbps: 2900.4,
-  copy: { buffer_bytes: 1 << 28, timing: { samples: 20, min_us: 1, median_us: 1, max_us: 1 }, gbps: 3100.0 },
-  fraction_of_copy: 0.9356,
-  validation: [{ output: "c", dtype: "f32", elements: 1024000, rel_l2: 1.2e-8, max_abs: 4.7e-7, tolerance: 1e-5, non_finite: 0, passed: true }],
-  passed: true,
-  nvrtc_log: "",
-};
-
-function json(res, status, body) {
-  res.writeHead(status, { "Content-Type": "application/json" });
-  res.end(JSON.stringify(body));
+if (!fs.existsSync(bin)) {
+  console.error(`e2e: ${bin} is missing (cargo build --release -p hopfuse-runner)`);
+  process.exit(1);
 }
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "hopfuse-e2e-"));
 
-function readBody(req) {
-  return new Promise((resolve) => {
-    let b = "";
-    req.on("data", (c) => (b += c));
-    req.on("end", () => resolve(b));
+// ---- services ----------------------------------------------------------------------------------
+
+// Every service this test started; killed on any exit (a failure, an exception, Ctrl-C). Their
+// workers die with them (PR_SET_PDEATHSIG).
+const children = new Set();
+function killAll() {
+  for (const c of children) c.kill("SIGKILL");
+  children.clear();
+}
+process.on("exit", () => {
+  killAll();
+  fs.rmSync(tmp, { recursive: true, force: true });
+});
+for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(sig, () => process.exit(130));
+
+/** Starts `hopfuse serve ARGS`; resolves once it prints the address it listens on. */
+function serve(name, args, env = {}) {
+  const child = spawn(bin, ["serve", ...args], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, RUST_LOG: "warn", ...env },
   });
-}
-
-async function api(req, res, url) {
-  fake.auth.push(req.headers.authorization ?? "");
-  if (url.pathname === "/api/health") return json(res, 200, { version: "fake", gpu: { name: "FAKE H100 (test)" }, queue: 0 });
-  if (url.pathname === "/api/run" && req.method === "POST") {
-    const body = JSON.parse(await readBody(req));
-    fake.runs.push(body);
-    const id = `job${fake.runs.length}`;
-    if (body.program.includes("// hang")) fake.hang = id; // its events stop after "queued"
-    return json(res, 200, { job_id: id });
-  }
-  const ev = url.pathname.match(/^\/api\/jobs\/([^/]+)\/events$/);
-  if (ev) {
-    res.writeHead(200, { "Content-Type": "text/event-stream", "Cache-Control": "no-cache" });
-    const events = [
-      ["queued", { job_id: ev[1] }],
-      ["compiling", {}],
-      ["running", {}],
-      ["validating", {}],
-      ["done", { result: RESULT }],
-    ];
-    let i = 0;
-    if (fake.hang === ev[1]) events.length = 1;
-    const tick = () => {
-      if (i === events.length && fake.hang === ev[1]) return; // keep the stream open
-      if (i === events.length) return res.end();
-      const [name, data] = events[i++];
-      res.write(`event: ${name}\ndata: ${JSON.stringify(data)}\n\n`);
-      setTimeout(tick, 60);
+  children.add(child);
+  let log = "";
+  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve(code ?? signal)));
+  exited.then(() => children.delete(child));
+  const ready = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name}: no address after 60 s:\n${log}`)), 60000);
+    const read = (d) => {
+      log += d;
+      const m = /hopfuse serve: listening on (http:\/\/\S+)/.exec(log);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
     };
-    return tick();
-  }
-  if (url.pathname === "/api/links" && req.method === "POST") {
-    const { state } = JSON.parse(await readBody(req));
-    const id = `L${fake.links.size + 1}`;
-    fake.links.set(id, state);
-    return json(res, 200, { id });
-  }
-  const link = url.pathname.match(/^\/api\/links\/([^/]+)$/);
-  if (link && fake.links.has(link[1])) return json(res, 200, { state: fake.links.get(link[1]) });
-  return json(res, 404, { error: "not found" });
+    child.stdout.on("data", read);
+    child.stderr.on("data", read);
+    exited.then((how) => {
+      clearTimeout(timer);
+      reject(new Error(`${name}: hopfuse serve exited (${how}):\n${log}`));
+    });
+  });
+  return ready.then((origin) => ({
+    origin,
+    base: `${origin}/`,
+    port: Number(new URL(origin).port),
+    log: () => log,
+    /** SIGTERM (graceful), SIGKILL if it is still there after 10 s. */
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGTERM");
+      const t = setTimeout(() => child.kill("SIGKILL"), 10000);
+      await exited;
+      clearTimeout(t);
+    },
+  }));
 }
 
-const server = http.createServer(async (req, res) => {
+const dataA = path.join(tmp, "fake");
+// The fake worker, with its test hook reading `// fake-behaviour: hang|crash` from the program,
+// and a short job limit so a hung job is killed quickly.
+const fakeArgs = (addr) => [
+  "--addr", addr, "--static-dir", dist, "--data-dir", dataA, "--db", path.join(dataA, "e2e.db"),
+  "--fake-worker", "--fake-behaviour", "from-program", "--job-timeout", "3",
+];
+let A = await serve("fake-worker service", fakeArgs("127.0.0.1:0"));
+// No GPU (CUDA_VISIBLE_DEVICES empty, so also on a GPU machine), a token, CORS for A's pages.
+const B = await serve(
+  "no-GPU service",
+  ["--addr", "127.0.0.1:0", "--static-dir", dist, "--data-dir", path.join(tmp, "nogpu"), "--token", "secret-token", "--cors-origin", A.origin],
+  { CUDA_VISIBLE_DEVICES: "" },
+);
+
+// A plain static server with no API (like `python3 -m http.server`).
+const MIME = { ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".wasm": "application/wasm" };
+const plain = http.createServer((req, res) => {
   const url = new URL(req.url, "http://localhost");
-  if (url.pathname.startsWith("/api/")) {
-    if (fake.enabled) return api(req, res, url);
-    res.writeHead(404, { "Content-Type": "text/plain" }); // a static server: no API
-    return res.end("File not found");
-  }
-  const file = path.join(root, url.pathname === "/" ? "index.html" : path.normalize(url.pathname));
-  if (!file.startsWith(root) || !fs.existsSync(file) || !fs.statSync(file).isFile()) {
-    res.writeHead(404);
+  const file = path.join(dist, url.pathname === "/" ? "index.html" : path.normalize(url.pathname));
+  if (!file.startsWith(dist) || !fs.existsSync(file) || !fs.statSync(file).isFile()) {
+    res.writeHead(404, { "Content-Type": "text/plain" });
     return res.end("File not found");
   }
   res.writeHead(200, { "Content-Type": MIME[path.extname(file)] ?? "application/octet-stream" });
   fs.createReadStream(file).pipe(res);
 });
-await new Promise((r) => server.listen(0, "127.0.0.1", r));
-const base = `http://127.0.0.1:${server.address().port}/`;
+await new Promise((r) => plain.listen(0, "127.0.0.1", r));
+const plainBase = `http://127.0.0.1:${plain.address().port}/`;
 
 // ---- helpers -----------------------------------------------------------------------------------
 
@@ -143,15 +144,14 @@ function assert(cond, msg) {
 }
 
 const errors = [];
-async function open(browser, url) {
+/** A new page (a new browser context: its own localStorage). `allow(text, url)` names console
+ * errors this page expects (the browser logs every failed request as one). */
+async function open(browser, url, allow = () => false) {
   const page = await browser.newPage({ viewport: { width: 1400, height: 860 } });
   page.on("console", (m) => {
     if (m.type() !== "error") return;
-    // The runner probe on a static server: the browser logs the 404 of /api/health (expected
-    // there, and the page says "no runner"); any other console error fails the test.
     const from = m.location()?.url ?? "";
-    if (!fake.enabled && /Failed to load resource/.test(m.text()) && /\/api\//.test(from)) return;
-    errors.push(`${url}: ${m.text()} (${from})`);
+    if (!allow(m.text(), from)) errors.push(`${url}: ${m.text()} (${from})`);
   });
   page.on("pageerror", (e) => errors.push(`${url}: ${e.message}`));
   await page.goto(url);
@@ -168,8 +168,17 @@ async function replaceProgram(page, text) {
   await page.keyboard.press("Control+A");
   await page.keyboard.insertText(text);
 }
+async function setSize(page, name, value) {
+  await page.fill(`input[data-size="${name}"]`, String(value));
+  await page.press(`input[data-size="${name}"]`, "Enter");
+}
+const runnerStatus = (page) => page.locator("#runner-status").textContent();
+async function getJson(url) {
+  const res = await fetch(url);
+  return { status: res.status, body: await res.json() };
+}
 
-const ADD = fs.readFileSync(path.resolve(root, "../examples/basics/add.hf"), "utf8");
+const ADD = fs.readFileSync(path.join(repo, "examples/basics/add.hf"), "utf8");
 
 // ---- the test ----------------------------------------------------------------------------------
 
@@ -177,14 +186,19 @@ const browser = await chromium.launch({
   executablePath: "/usr/bin/chromium",
   args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
 });
+let shortUrl = null;
+let shortProgram = null;
 try {
-  const page = await open(browser, base);
+  const page = await open(browser, A.base);
 
-  await check("page loads, compiles the first example and shows the lowering time", async () => {
+  await check("page loads from hopfuse serve, compiles the first example, says the runner is a fake", async () => {
     const t = await page.locator("#lowered").textContent();
     assert(/^lowered in \d+\.\d ms$/.test(t), `status: ${t}`);
     assert((await cuda(page)).includes("add_kernel"), "first example's CUDA");
     assert((await page.locator("#examples option").count()) >= 6, "examples listed");
+    await page.waitForFunction(() => !/checking/.test(document.querySelector("#runner-status").textContent));
+    const status = await runnerStatus(page);
+    assert(/fake runner: no GPU/.test(status), `runner status: ${status}`);
   });
 
   await check("choosing an example shows its CUDA", async () => {
@@ -232,10 +246,8 @@ try {
 
   await check("launch plan pane evaluates grid and block with the sizes", async () => {
     await page.click("#tab-plan");
-    await page.fill('input[data-size="M"]', "1000");
-    await page.press('input[data-size="M"]', "Enter");
-    await page.fill('input[data-size="N"]', "1024");
-    await page.press('input[data-size="N"]', "Enter");
+    await setSize(page, "M", 1000);
+    await setSize(page, "N", 1024);
     const grid = await page.locator("#plan-grid").textContent();
     assert(grid.includes("= 2000"), `grid: ${grid}`); // ceilDiv(1000*1024, 512)
     assert((await page.locator("#plan-block").textContent()).startsWith("128"), "block");
@@ -260,23 +272,14 @@ try {
     await p2.close();
   });
 
-  await check("Run without a runner says so, compile keeps working", async () => {
-    await page.click("#run");
-    await page.waitForSelector("#run-error");
-    const msg = await page.locator("#run-error").textContent();
-    assert(msg.includes("No runner reachable"), `message: ${msg}`);
-    assert((await page.locator("#runner-status").textContent()).includes("no runner"), "status bar");
-    await replaceProgram(page, ADD.replace("c.split(0, 128)", "c.split(0, 64)"));
-    await page.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("__launch_bounds__(64)"));
-  });
-
   await check("download .cu and the resizable divider", async () => {
     await page.click("#tab-cuda");
     const [download] = await Promise.all([page.waitForEvent("download"), page.click("#download-cuda")]);
     assert(download.suggestedFilename() === "add_kernel.cu", `file: ${download.suggestedFilename()}`);
     const saved = path.join(artifacts, "add_kernel.cu");
     await download.saveAs(saved);
-    assert(fs.readFileSync(saved, "utf8").includes("__launch_bounds__(64)"), "the file is the current CUDA");
+    const file = fs.readFileSync(saved, "utf8");
+    assert(file.includes("add_kernel") && file.includes("__launch_bounds__(128)"), "the file is the current CUDA");
     const width = () => page.locator(".editor-pane").evaluate((e) => e.getBoundingClientRect().width);
     const before = await width();
     const bar = await page.locator(".splitter").boundingBox();
@@ -318,73 +321,152 @@ try {
   await page.click("#theme");
   await page.close();
 
-  // ---- part 2: a fake runner --------------------------------------------------------------------
-  fake.enabled = true;
-  const q = await open(browser, base);
+  // ---- runs through the fake worker -------------------------------------------------------------
+  const q = await open(browser, A.base);
+  const runResult = () => q.locator("#run-result").textContent();
 
-  await check("Run against a fake runner streams progress and shows the result", async () => {
-    await q.waitForFunction(() => document.querySelector("#runner-status").textContent.includes("FAKE H100"));
-    await q.fill('input[data-size="M"]', "1000");
-    await q.press('input[data-size="M"]', "Enter");
+  await check("Run (Ctrl+Enter) shows the fake worker's result, marked as not measured, with its stages", async () => {
+    await setSize(q, "M", 1000);
     await q.locator(".editor .cm-content").click();
     await q.keyboard.press("Control+Enter");
-    await q.waitForSelector(".stages .stage.now");
-    await q.waitForSelector("#median");
-    assert((await q.locator("#median").textContent()) === "2.50 µs", "median");
-    const text = await q.locator("#run-result").textContent();
-    assert((await q.locator("#verdict").textContent()) === "validationpassed", "verdict");
-    for (const s of ["2900 GB/s", "93.6% of the copy ceiling", "FAKE H100", "1.200e-8"]) {
-      assert(text.includes(s), `result shows ${s}`);
+    await q.waitForSelector("#run-status");
+    const status = await q.locator("#run-status").textContent();
+    assert(/^fake\s+compiled and checked by the fake worker: no GPU/.test(status), `status: ${status}`);
+    assert(await q.locator("#fake-result").isVisible(), "the fake result");
+    const text = await runResult();
+    assert(text.includes("Not measured"), "says it was not measured");
+    for (const s of ["add_kernel", "grid (8000, 1, 1)  block (128, 1, 1)", "i32 (every tensor has fewer than 2^31 elements)", "lowering"]) {
+      assert(text.includes(s), `result shows ${s}: ${text}`);
     }
-    const sent = fake.runs.at(-1);
-    assert(sent.program.includes("fusion add") && sent.sizes.M === 1000 && sent.sizes.N === 4096, `request: ${JSON.stringify(sent).slice(0, 200)}`);
-    assert(sent.iters === 100 && sent.seed === 0, "iters and seed sent");
+    // Never a number that looks like a measurement.
+    assert(!(await q.locator("#median, #verdict, .ratio").count()), "no median, verdict or ceiling bar");
+    assert(!/µs|GB\/s|validation\s*passed/.test(text), `no timing or bandwidth: ${text}`);
+    const stages = await q.locator("#run-stages .stage").allTextContents();
+    assert(stages[0] === "queued" && stages.includes("compiling") && stages.at(-1) === "done", `stages: ${stages}`);
     assert(!(await editorText(q)).includes("\n\n\n"), "Ctrl+Enter did not insert a line");
+    // What the page sent, from the service's run history.
+    const { body } = await getJson(`${A.origin}/api/runs?limit=1`);
+    const sent = body.runs[0].request.request;
+    assert(body.runs[0].status === "fake", `history: ${body.runs[0].status}`);
+    assert(sent.source.includes("fusion add") && sent.sizes.M === 1000 && sent.sizes.N === 4096, `request: ${JSON.stringify(sent).slice(0, 200)}`);
+    assert(sent.iters === 100 && sent.seed === 0, "iters and seed sent");
     await q.screenshot({ path: path.join(artifacts, "playground-run.png") });
   });
 
-  await check("Stop waiting leaves a job that never finishes", async () => {
-    await replaceProgram(q, ADD + "// hang\n");
+  await check("a job that hangs is killed at the limit and shown as timed out", async () => {
+    await replaceProgram(q, ADD + "// fake-behaviour: hang\n");
+    await q.click("#run");
+    await q.waitForSelector(".stages .stage.now");
+    await q.waitForSelector("#run-status", { timeout: 15000 });
+    const status = await q.locator("#run-status").textContent();
+    assert(/^timed_out/.test(status), `status: ${status}`);
+    const msg = await q.locator("#run-error").textContent();
+    assert(msg.startsWith("timed out: the kernel did not finish"), `message: ${msg}`);
+    assert((await q.locator("#run-steps").textContent()) === "lowering → launch", "how far it got");
+  });
+
+  await check("a worker that crashes is shown as crashed with its stderr", async () => {
+    await replaceProgram(q, ADD + "// fake-behaviour: crash\n");
+    await q.click("#run");
+    await q.waitForSelector("#run-status", { timeout: 15000 });
+    const status = await q.locator("#run-status").textContent();
+    assert(/^crashed/.test(status), `status: ${status}`);
+    assert((await q.locator("#run-error").textContent()).includes("SIGABRT"), "the signal");
+    assert((await q.locator("#run-stderr").textContent()).includes("crashing on purpose"), "the stderr");
+  });
+
+  await check("Stop waiting lets go of a job that does not finish", async () => {
+    await replaceProgram(q, ADD + "// fake-behaviour: hang\n");
     await q.click("#run");
     await q.waitForSelector(".stages .stage.now");
     await q.click("#stop-waiting");
     const msg = await q.locator("#run-error").textContent();
-    assert(/^Stopped waiting for job job\d+/.test(msg), `message: ${msg}`);
+    assert(/^Stopped waiting for job j[0-9a-f]+/.test(msg), `message: ${msg}`);
     assert(await q.locator("#run").isEnabled(), "Run is available again");
   });
 
-  await check("settings: a runner URL and token are used for the requests", async () => {
-    await q.click("#settings");
-    await q.fill("#runner-url", base);
-    await q.fill("#runner-token", "secret-token");
-    fake.auth.length = 0;
-    await q.click("#settings-save");
-    await q.waitForFunction(() => document.querySelector("#settings-dialog").textContent.includes("Reachable: runner fake"));
-    assert(fake.auth.includes("Bearer secret-token"), `headers: ${fake.auth}`);
-    await q.keyboard.press("Escape");
-  });
-
-  await check("a short link (Ctrl+S) restores the state in a new page", async () => {
-    await replaceProgram(q, ADD.replace("// Example 1", "// short link test"));
+  await check("a short link (Ctrl+S, POST /api/links) restores the state in a new page", async () => {
+    shortProgram = ADD.replace("// Example 1", "// short link test");
+    await replaceProgram(q, shortProgram);
     await q.keyboard.press("Control+S"); // at once: the edit is still in the debounce
     await q.waitForFunction(() => document.querySelector("#toast").textContent.includes("hort link"));
     const toast = await q.locator("#toast").textContent();
-    const url = toast.match(/(http\S+#s:\S+)/)?.[1];
-    assert(url && toast.startsWith("Short link copied"), `toast: ${toast}`);
-    const p3 = await open(browser, url);
+    shortUrl = toast.match(/(http\S+#s:[A-Za-z0-9]+)/)?.[1];
+    assert(shortUrl && toast.startsWith("Short link copied"), `toast: ${toast}`);
+    assert(shortUrl.startsWith(A.base), `link: ${shortUrl}`);
+    const id = shortUrl.split("#s:")[1];
+    const { status, body } = await getJson(`${A.origin}/api/links/${id}`);
+    assert(status === 200 && body.program === shortProgram && body.state.sizes.M === 1000 && body.state.v === 1, `stored: ${JSON.stringify(body).slice(0, 300)}`);
+    const p3 = await open(browser, shortUrl);
     await p3.waitForFunction(() => document.querySelector(".editor .cm-content").textContent.includes("short link test"));
+    assert((await editorText(p3)) === shortProgram, "program restored exactly");
     assert((await p3.inputValue('input[data-size="M"]')) === "1000", "sizes restored");
     await p3.close();
   });
   await q.close();
+
+  // ---- a runner with no GPU and a token, set in Settings --------------------------------------
+  await check("settings: a runner URL and token are used; no GPU: runs refused with the reason", async () => {
+    // The browser logs the refused runs (401, then 503) as failed requests: expected here.
+    const r = await open(browser, A.base, (text, from) => from.startsWith(`${B.origin}/api/run`) && /status of (401|503)/.test(text));
+    await r.click("#settings");
+    await r.fill("#runner-url", B.base);
+    await r.fill("#runner-token", "wrong-token");
+    await r.click("#settings-save");
+    await r.waitForFunction(() => /Reachable, no GPU/.test(document.querySelector("#settings-dialog").textContent));
+    const note = await r.locator("#settings-dialog").textContent();
+    assert(/Reachable, no GPU: runner \S+ · no usable GPU \(.+\)/.test(note), `settings: ${note}`);
+    await r.keyboard.press("Escape");
+    assert((await runnerStatus(r)).includes("(compile only)"), `status bar: ${await runnerStatus(r)}`);
+    await r.click("#run");
+    await r.waitForSelector("#run-error");
+    let msg = await r.locator("#run-error").textContent();
+    assert(/wants a token \(HTTP 401\): wrong token/.test(msg), `message: ${msg}`);
+    await r.click("#settings");
+    await r.fill("#runner-token", "secret-token");
+    await r.click("#settings-save");
+    await r.keyboard.press("Escape");
+    await r.click("#run");
+    await r.waitForFunction(() => /HTTP 503/.test(document.querySelector("#run-error")?.textContent ?? ""));
+    msg = await r.locator("#run-error").textContent();
+    assert(/cannot run programs \(HTTP 503\): runs are unavailable: no usable GPU \(.+\); compiling works/.test(msg), `message: ${msg}`);
+    await r.screenshot({ path: path.join(artifacts, "playground-no-gpu.png") });
+    await r.close();
+  });
+
+  await check("no runner at all (a static server): the page says so and compiling keeps working", async () => {
+    // The browser logs the 404 of /api/health there: expected (the page says "no runner").
+    const s = await open(browser, plainBase, (text, from) => /Failed to load resource/.test(text) && /\/api\//.test(from));
+    await s.waitForFunction(() => /no runner/.test(document.querySelector("#runner-status").textContent));
+    await s.click("#run");
+    await s.waitForSelector("#run-error");
+    const msg = await s.locator("#run-error").textContent();
+    assert(msg.includes("No runner reachable"), `message: ${msg}`);
+    await replaceProgram(s, ADD.replace("c.split(0, 128)", "c.split(0, 64)"));
+    await s.click("#tab-cuda");
+    await s.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("__launch_bounds__(64)"));
+    await s.close();
+  });
+
+  await check("the short link survives a restart of the service (same database)", async () => {
+    assert(shortUrl, "no short link was made");
+    await A.stop();
+    A = await serve("fake-worker service (restarted)", fakeArgs(`127.0.0.1:${A.port}`));
+    const p4 = await open(browser, shortUrl);
+    await p4.waitForFunction(() => document.querySelector(".editor .cm-content").textContent.includes("short link test"));
+    assert((await editorText(p4)) === shortProgram, "program restored exactly");
+    await p4.close();
+  });
 
   await check("no console errors", async () => {
     assert(errors.length === 0, errors.join("\n"));
   });
 } finally {
   await browser.close();
-  server.close();
-  server.closeAllConnections?.();
+  plain.close();
+  plain.closeAllConnections?.();
+  await Promise.all([A.stop(), B.stop()]);
+  killAll();
 }
 
 console.log(`${passed} passed, ${failed} failed`);

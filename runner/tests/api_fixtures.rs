@@ -1,0 +1,218 @@
+//! The contract between the service and the playground: the `done` events the service sends
+//! (docs/api.md), serialized from the runner's own types into `web/tests/fixtures/`, where the
+//! playground's unit tests read them (`web/src/runner.rs`). A change to a result type fails here
+//! first; `HOPFUSE_BLESS=1 cargo test -p hopfuse-runner --test api_fixtures` rewrites the files,
+//! and the playground's tests then say whether it still reads them.
+
+use hopfuse::plan::ConcreteLaunch;
+use hopfuse::{DType, IndexType};
+use hopfuse_runner::engine::{CopyCeiling, L2Policy, Progress, RunError, RunResult, Stage};
+use hopfuse_runner::gpu::{DeviceInfo, KernelAttributes, Timing};
+use hopfuse_runner::queue::{JobEvent, JobResult, JobStage, JobStatus};
+use hopfuse_runner::validate::Check;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn fixture_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../web/tests/fixtures/{name}"))
+}
+
+/// Compares `event` (as the SSE data of a `done` event) with the fixture, or rewrites it.
+fn check(name: &str, event: &JobEvent) {
+    let value = serde_json::to_value(event).unwrap();
+    let path = fixture_path(name);
+    if std::env::var_os("HOPFUSE_BLESS").is_some() {
+        let text = serde_json::to_string_pretty(&value).unwrap() + "\n";
+        std::fs::write(&path, text).unwrap();
+        return;
+    }
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (HOPFUSE_BLESS=1 writes it)", path.display()));
+    let stored: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        stored == value,
+        "{} is not what the service sends now; if the change is meant, rerun with \
+         HOPFUSE_BLESS=1 and check the playground still reads it (cargo test -p hopfuse-web \
+         --lib). Now:\n{}",
+        path.display(),
+        serde_json::to_string_pretty(&value).unwrap()
+    );
+}
+
+fn done(result: JobResult) -> JobEvent {
+    JobEvent {
+        stage: JobStage::Done,
+        step: None,
+        position: None,
+        elapsed_ms: 1650.25,
+        result: Some(Arc::new(result)),
+    }
+}
+
+fn job(status: JobStatus) -> JobResult {
+    JobResult {
+        job_id: "j1f0c2d3e4a5b6c7".into(),
+        status,
+        fake: false,
+        message: None,
+        result: None,
+        cubin_cached: None,
+        error: None,
+        compile: None,
+        progress: vec![],
+        stderr: None,
+        b: None,
+        comparison: None,
+        queued_ms: 0.5,
+        worker_ms: 1649.75,
+    }
+}
+
+fn check_of(output: &str, passed: bool) -> Check {
+    Check {
+        output: output.into(),
+        dtype: DType::F32,
+        elements: 1_024_000,
+        rel_l2: if passed { 1.25e-8 } else { 0.5 },
+        max_abs: if passed { 4.75e-7 } else { 3.0 },
+        tolerance: 1e-5,
+        non_finite: if passed { 0 } else { 512 },
+        reference_non_finite: 0,
+        reference_non_finite_mismatched: 0,
+        first_bad: None,
+        passed,
+    }
+}
+
+fn measured(passed: bool) -> RunResult {
+    RunResult {
+        file: "playground.hf".into(),
+        kernel: "add_kernel".into(),
+        sizes: BTreeMap::from([("M".into(), 1000), ("N".into(), 1024)]),
+        seed: 7,
+        index_type: IndexType::I32,
+        index_reason: "every tensor has fewer than 2^31 elements".into(),
+        launch: ConcreteLaunch {
+            grid: [2000, 1, 1],
+            block: [128, 1, 1],
+            dynamic_smem_bytes: 0,
+        },
+        attributes: KernelAttributes {
+            registers_per_thread: 24,
+            local_bytes_per_thread: 0,
+            static_smem_bytes: 0,
+            max_threads_per_block: 1024,
+            binary_version: 90,
+        },
+        cubin_bytes: 5120,
+        nvrtc_ms: 41.5,
+        device: DeviceInfo {
+            name: "NVIDIA H100 80GB HBM3".into(),
+            compute_capability: (9, 0),
+            sm_count: 132,
+            l2_bytes: 52_428_800,
+            max_dynamic_smem_optin: 232_448,
+            driver_version: 13000,
+            total_memory_bytes: 85_045_477_376,
+        },
+        working_set_bytes: 12_288_000,
+        l2_policy: L2Policy::Rotate { sets: 9 },
+        warmup: 10,
+        timing: Timing {
+            samples: 100,
+            min_us: 2.25,
+            median_us: 2.5,
+            max_us: 3.0,
+        },
+        min_global_bytes: 12_288_000,
+        gbps: 4915.2,
+        copy: Some(CopyCeiling {
+            buffer_bytes: 1 << 28,
+            timing: Timing {
+                samples: 20,
+                min_us: 160.0,
+                median_us: 170.0,
+                max_us: 180.0,
+            },
+            gbps: 3158.0,
+        }),
+        fraction_of_copy: Some(0.9356),
+        validation: vec![check_of("c", passed)],
+        validation_after_timing: vec![check_of("c", passed)],
+        passed,
+    }
+}
+
+#[test]
+fn a_passed_run() {
+    let mut j = job(JobStatus::Passed);
+    j.result = Some(Box::new(measured(true)));
+    j.cubin_cached = Some(false);
+    j.progress = vec![
+        Progress::Lowering,
+        Progress::Reference,
+        Progress::Nvrtc,
+        Progress::Launch,
+        Progress::Validate,
+        Progress::Time,
+        Progress::Validate,
+        Progress::Ceiling,
+    ];
+    check("done-passed.json", &done(j));
+}
+
+#[test]
+fn a_failed_validation() {
+    let mut j = job(JobStatus::Failed);
+    j.result = Some(Box::new(measured(false)));
+    j.cubin_cached = Some(true);
+    j.message = Some("the kernel ran but its outputs do not match the float64 reference".into());
+    j.progress = vec![Progress::Lowering, Progress::Launch, Progress::Validate];
+    check("done-failed.json", &done(j));
+}
+
+#[test]
+fn an_nvrtc_error() {
+    let mut j = job(JobStatus::Error);
+    let error = RunError::new(
+        Stage::Nvrtc,
+        "NVRTC failed to compile add_kernel (NVRTC_ERROR_COMPILATION):\nk.cu(3): error: identifier \"x\" is undefined",
+    );
+    j.message = Some(error.to_string());
+    j.error = Some(error);
+    j.progress = vec![Progress::Lowering, Progress::Reference, Progress::Nvrtc];
+    check("done-error.json", &done(j));
+}
+
+#[test]
+fn a_timeout() {
+    let mut j = job(JobStatus::TimedOut);
+    j.message = Some(hopfuse_runner::queue::TIMEOUT_MESSAGE.into());
+    j.progress = vec![Progress::Lowering, Progress::Nvrtc, Progress::Launch];
+    check("done-timed-out.json", &done(j));
+}
+
+#[test]
+fn a_fake_run() {
+    use hopfuse_runner::worker::{FakeCompile, FAKE_NOTE};
+    let mut j = job(JobStatus::Fake);
+    j.fake = true;
+    j.message = Some(FAKE_NOTE.into());
+    j.compile = Some(Box::new(FakeCompile {
+        note: FAKE_NOTE.into(),
+        kernel: "add_kernel".into(),
+        index_type: IndexType::I32,
+        index_reason: "every tensor has fewer than 2^31 elements".into(),
+        launch: ConcreteLaunch {
+            grid: [2000, 1, 1],
+            block: [128, 1, 1],
+            dynamic_smem_bytes: 0,
+        },
+        working_set_bytes: 12_288_000,
+        cuda_bytes: 2077,
+    }));
+    j.progress = vec![Progress::Lowering];
+    check("done-fake.json", &done(j));
+}
