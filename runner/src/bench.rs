@@ -174,6 +174,9 @@ async fn run_one(
     warm: &mut Option<WarmWorker>,
     job: &WorkerJob,
 ) -> RowOutcome {
+    if warm.as_mut().is_some_and(|w| !w.is_alive()) {
+        *warm = None;
+    }
     if warm.is_none() {
         match WarmWorker::spawn(&options.worker).await {
             Ok(w) => *warm = Some(w),

@@ -973,14 +973,8 @@ pub fn run_ab_on(
     };
     let pa = prepared(req_a, hooks);
     let pb = prepared(req_b, hooks);
-    fn reference_of(
-        c: &Compilation,
-    ) -> impl Fn(
-        &BTreeMap<String, i64>,
-        &BTreeMap<String, Vec<f64>>,
-    ) -> Result<BTreeMap<String, Vec<f64>>, String>
-           + '_ {
-        move |sizes, inputs| hopfuse::reference::evaluate(&c.fusion, sizes, inputs)
+    fn reference_of(c: &Compilation) -> Box<Reference<'_>> {
+        Box::new(move |sizes, inputs| hopfuse::reference::evaluate(&c.fusion, sizes, inputs))
     }
     let (ca, cb) = match (pa, pb) {
         (Ok(a), Ok(b)) => (a, b),
@@ -1049,10 +1043,14 @@ pub fn run_ab_on(
             Some(&dev.spin),
             req_a.warmup,
             req_a.iters,
-            &mut || Staged::before(flush_a, gpu),
-            &mut |k| gpu.launch(fa, la, &mut args_a[(k % na) as usize]),
-            &mut || Staged::before(flush_b, gpu),
-            &mut |k| gpu.launch(fb, lb, &mut args_b[(k % nb) as usize]),
+            gpu::TimedOp {
+                before: &mut || Staged::before(flush_a, gpu),
+                op: &mut |k| gpu.launch(fa, la, &mut args_a[(k % na) as usize]),
+            },
+            gpu::TimedOp {
+                before: &mut || Staged::before(flush_b, gpu),
+                op: &mut |k| gpu.launch(fb, lb, &mut args_b[(k % nb) as usize]),
+            },
         )
     };
     let (a_us, b_us) = match timed {

@@ -295,6 +295,13 @@ impl Gpu {
     }
 }
 
+/// One side of [`Gpu::time_pairs`]: untimed work before each launch (an L2 flush) and the
+/// timed launch `op(k)`.
+pub struct TimedOp<'a> {
+    pub before: &'a mut dyn FnMut() -> Result<(), RunError>,
+    pub op: &'a mut dyn FnMut(u64) -> Result<(), RunError>,
+}
+
 impl Gpu {
     /// Interleaved timing of two operations (an A/B comparison): `warmup` untimed pairs, then
     /// `iters` timed pairs; pair k runs `a(k)` then `b(k)` for even k and `b(k)` then `a(k)`
@@ -307,11 +314,11 @@ impl Gpu {
         spin: Option<&Spin>,
         warmup: u32,
         iters: u32,
-        before_a: &mut dyn FnMut() -> Result<(), RunError>,
-        a: &mut dyn FnMut(u64) -> Result<(), RunError>,
-        before_b: &mut dyn FnMut() -> Result<(), RunError>,
-        b: &mut dyn FnMut(u64) -> Result<(), RunError>,
+        a: TimedOp,
+        b: TimedOp,
     ) -> Result<(Vec<f64>, Vec<f64>), RunError> {
+        let (before_a, a) = (a.before, a.op);
+        let (before_b, b) = (b.before, b.op);
         let event = || {
             self.ctx
                 .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))

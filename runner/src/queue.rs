@@ -527,6 +527,9 @@ impl Queue {
         };
 
         let mut spawn_ms = None;
+        if warm.as_mut().is_some_and(|w| !w.is_alive()) {
+            *warm = None;
+        }
         if warm.is_none() {
             let t = Instant::now();
             match WarmWorker::spawn(&self.worker_command(gpu)).await {

@@ -211,6 +211,12 @@ impl WarmWorker {
             .unwrap_or(JobEnd::TimedOut)
     }
 
+    /// Whether the process is still running (a warm worker that died while idle is replaced
+    /// before a job is sent to it).
+    pub fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Stderr bytes so far (a mark for [`WarmWorker::stderr_since`]).
     pub fn stderr_mark(&self) -> u64 {
         self.stderr.lock().expect("stderr lock").total
