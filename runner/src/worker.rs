@@ -696,6 +696,38 @@ mod tests {
     }
 
     #[test]
+    fn a_warm_worker_keeps_cubins_in_memory() {
+        if !nvrtc::available() {
+            eprintln!("SKIPPED: libnvrtc cannot be loaded");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("hopfuse-cubin-mem-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cuda = crate::faults::Fault::Deadlock.cuda();
+        let mut memory = HashMap::new();
+        let mut out = Vec::new();
+        let mut hooks = WorkerHooks {
+            out: &mut out,
+            cache: Some(dir.clone()),
+            memory: Some(&mut memory),
+            cached: false,
+        };
+        let first = hooks.cubin(cuda, "a.cu").unwrap();
+        assert!(!hooks.cached);
+        // Gone from disk: the memory layer still has it.
+        std::fs::remove_dir_all(&dir).unwrap();
+        let second = hooks.cubin(cuda, "a.cu").unwrap();
+        assert!(hooks.cached);
+        assert_eq!(first.image, second.image);
+        let events = read_events(&out[..]);
+        assert!(
+            matches!(&events[..], [WorkerEvent::CubinCached { from, .. }] if from == "memory"),
+            "{events:?}"
+        );
+        assert_eq!(memory.len(), 1);
+    }
+
+    #[test]
     fn fake_behaviour_from_the_program() {
         let b = FakeBehaviour::FromProgram;
         assert_eq!(
@@ -703,6 +735,10 @@ mod tests {
             FakeBehaviour::Hang
         );
         assert_eq!(b.resolve("fusion"), FakeBehaviour::Ok);
+        assert_eq!(
+            b.resolve("// fake-behaviour: cuda-error"),
+            FakeBehaviour::CudaError
+        );
         assert_eq!(
             FakeBehaviour::Crash.resolve("// fake-behaviour: ok"),
             FakeBehaviour::Crash
