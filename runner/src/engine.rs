@@ -1,6 +1,7 @@
 //! One run: compile a program, launch its kernel on the GPU, validate the outputs against the
-//! float64 reference and time it. `hopfuse run` is a thin wrapper; the planned service will run
-//! each [`RunRequest`] in a `hopfuse worker` child process and read back a [`RunResult`].
+//! float64 reference and time it. `hopfuse run` is a thin wrapper; the service and `hopfuse
+//! bench` send each [`RunRequest`] to a warm `hopfuse worker --serve` child process, which keeps
+//! a [`Device`] between runs, and read back a [`RunResult`].
 
 use crate::data;
 use crate::gpu::{self, DeviceInfo, Gpu, KernelArgs, KernelAttributes, Spin, Timing};

@@ -1,7 +1,7 @@
 //! `hopfuse serve`: the playground's static files and the HTTP API (see `docs/api.md`).
 //!
 //! Compiles run in the server (a blocking thread per request, as many at once as there are
-//! cores); runs go through the [`Queue`] to `hopfuse worker` child processes. Every error is a
+//! cores); runs go through the [`Queue`] to warm `hopfuse worker --serve` child processes. Every error is a
 //! JSON `{"error": ...}` with a 4xx/5xx status.
 
 use crate::engine::{self, RunRequest};
