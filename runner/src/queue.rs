@@ -284,6 +284,35 @@ pub struct QueueStats {
     pub gpus: usize,
     pub finished: u64,
     pub job_timeout_s: f64,
+    /// The warm worker of each GPU (`null`: none running now; one starts with the next job).
+    pub workers: Vec<Option<WarmStatus>>,
+}
+
+/// A GPU's warm worker, for `GET /api/health`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WarmStatus {
+    pub pid: u32,
+    /// Jobs it has been sent.
+    pub jobs: u64,
+    pub uptime_s: f64,
+    pub startup_ms: f64,
+    /// The copy ceiling it measured when it started (reused by its jobs).
+    pub ceiling_gbps: Option<f64>,
+    /// Why it has no GPU, if it has none.
+    pub gpu_error: Option<String>,
+}
+
+impl WarmStatus {
+    fn of(w: &WarmWorker) -> WarmStatus {
+        WarmStatus {
+            pid: w.ready.pid,
+            jobs: w.jobs,
+            uptime_s: w.started.elapsed().as_secs_f64(),
+            startup_ms: w.ready.startup_ms,
+            ceiling_gbps: w.ready.ceiling.as_ref().map(|c| c.gbps),
+            gpu_error: w.ready.gpu_error.clone(),
+        }
+    }
 }
 
 pub struct Queue {
@@ -301,12 +330,15 @@ pub struct Queue {
     mean_ms: AtomicU64,
     next_id: AtomicU64,
     store: Option<Store>,
+    /// Each GPU's warm worker as its dispatcher last saw it.
+    workers: Mutex<Vec<Option<(WarmStatus, Instant)>>>,
 }
 
 impl Queue {
     /// Starts one dispatcher per GPU.
     pub fn start(config: QueueConfig, store: Option<Store>) -> Arc<Queue> {
         let (tx, rx) = mpsc::unbounded_channel();
+        let config_gpus = config.gpus.max(1);
         let queue = Arc::new(Queue {
             config,
             jobs: Mutex::new(HashMap::new()),
@@ -316,6 +348,7 @@ impl Queue {
             pending: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
             finished: AtomicU64::new(0),
+            workers: Mutex::new(vec![None; config_gpus]),
             mean_ms: AtomicU64::new(1000),
             next_id: AtomicU64::new(0),
             store,
@@ -331,10 +364,12 @@ impl Queue {
                         // reported) by that job.
                         warm = WarmWorker::spawn(&q.worker_command(gpu)).await.ok();
                     }
+                    q.note_worker(gpu, warm.as_ref());
                     let job = { rx.lock().await.recv().await };
                     let Some(job) = job else { break };
                     q.running.fetch_add(1, Ordering::SeqCst);
                     let result = q.run_job(&job, gpu, &mut warm).await;
+                    q.note_worker(gpu, warm.as_ref());
                     q.finish(&job, result).await;
                     q.running.fetch_sub(1, Ordering::SeqCst);
                     q.release_client(&job.client);
@@ -343,6 +378,12 @@ impl Queue {
             });
         }
         queue
+    }
+
+    fn note_worker(&self, gpu: usize, w: Option<&WarmWorker>) {
+        if let Some(slot) = self.workers.lock().expect("workers lock").get_mut(gpu) {
+            *slot = w.map(|w| (WarmStatus::of(w), Instant::now()));
+        }
     }
 
     pub fn stats(&self) -> QueueStats {
@@ -355,6 +396,18 @@ impl Queue {
             gpus: self.config.gpus.max(1),
             finished: self.finished.load(Ordering::SeqCst),
             job_timeout_s: self.config.timeout.as_secs_f64(),
+            workers: self
+                .workers
+                .lock()
+                .expect("workers lock")
+                .iter()
+                .map(|w| {
+                    w.as_ref().map(|(s, at)| WarmStatus {
+                        uptime_s: s.uptime_s + at.elapsed().as_secs_f64(),
+                        ..s.clone()
+                    })
+                })
+                .collect(),
         }
     }
 

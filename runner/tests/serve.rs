@@ -810,8 +810,13 @@ async fn one_warm_worker_serves_many_jobs_and_a_fault_gets_a_fresh_process() {
     let last = run("").await;
     assert_eq!(last["status"], "fake", "{last}");
     assert_ne!(last["worker"]["pid"], crashed["worker"]["pid"]);
-    let (status, _) = get(&c, s.url("/api/health")).await;
+    let (status, h) = get(&c, s.url("/api/health")).await;
     assert_eq!(status, 200);
+    // Health names the warm worker that ran the last job.
+    assert_eq!(
+        h["queue"]["workers"][0]["pid"], last["worker"]["pid"],
+        "{h}"
+    );
     s.stop();
 }
 
