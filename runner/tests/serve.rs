@@ -842,3 +842,30 @@ async fn warm_fake_runs_are_fast_end_to_end() {
     assert!(best < Duration::from_millis(500), "{best:?}");
     s.stop();
 }
+
+#[tokio::test]
+async fn a_worker_that_cannot_start_is_reported_and_the_service_keeps_answering() {
+    let dir = temp_dir("no-worker");
+    let missing = dir.join("no-such-hopfuse");
+    let s = Server::start(
+        &dir,
+        &["--fake-worker", "--worker-exe", missing.to_str().unwrap()],
+    );
+    let c = client();
+    for _ in 0..2 {
+        let id = submit(&s, &c, &add_run("")).await;
+        let (_, r) = events(&s, &c, &id).await;
+        assert_eq!(r["status"], "crashed", "{r}");
+        assert!(
+            r["message"]
+                .as_str()
+                .unwrap()
+                .contains("the worker did not start: cannot start the worker"),
+            "{r}"
+        );
+    }
+    let (status, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(status, 200);
+    assert!(h["queue"]["workers"][0].is_null(), "{h}");
+    s.stop();
+}
