@@ -614,6 +614,16 @@ async fn links_and_run_history_persist_across_a_restart() {
     assert_ne!(a["id"], o["id"]);
     let job = submit(&s, &c, &add_run("")).await;
     events(&s, &c, &job).await;
+    // The run history is written just after the `done` event: wait for it before the restart.
+    let t = Instant::now();
+    loop {
+        let (_, runs) = get(&c, s.url("/api/runs")).await;
+        if runs["runs"][0]["id"] == job.as_str() {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{runs}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     s.stop();
 
     let s = Server::start(&dir, &["--fake-worker"]);
