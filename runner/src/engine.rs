@@ -1,6 +1,7 @@
 //! One run: compile a program, launch its kernel on the GPU, validate the outputs against the
-//! float64 reference and time it. `hopfuse run` is a thin wrapper; the planned service will run
-//! each [`RunRequest`] in a `hopfuse worker` child process and read back a [`RunResult`].
+//! float64 reference and time it. `hopfuse run` is a thin wrapper; the service and `hopfuse
+//! bench` send each [`RunRequest`] to a warm `hopfuse worker --serve` child process, which keeps
+//! a [`Device`] between runs, and read back a [`RunResult`].
 
 use crate::data;
 use crate::gpu::{self, DeviceInfo, Gpu, KernelArgs, KernelAttributes, Spin, Timing};
@@ -124,6 +125,24 @@ pub struct CopyCeiling {
     pub buffer_bytes: u64,
     pub timing: Timing,
     pub gbps: f64,
+    /// `run`: measured by this run; `worker_start`: measured once when the worker process
+    /// started and reused by every run of that process (see `age_s`).
+    #[serde(default)]
+    pub measured: CeilingWhen,
+    /// Seconds from the measurement to this run (0 for `run`).
+    #[serde(default)]
+    pub age_s: f64,
+}
+
+/// When a copy ceiling was measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CeilingWhen {
+    /// By the run that reports it.
+    #[default]
+    Run,
+    /// Once, when the (warm) worker process started.
+    WorkerStart,
 }
 
 /// What one run measured.
@@ -302,22 +321,9 @@ pub fn run(req: &RunRequest) -> Result<RunResult, RunError> {
     run_with(req, &mut NoHooks)
 }
 
-/// [`run`] with progress reports and a CUBIN source.
+/// [`run`] with progress reports and a CUBIN source (a device of its own).
 pub fn run_with(req: &RunRequest, hooks: &mut dyn Hooks) -> Result<RunResult, RunError> {
-    req.check()?;
-    hooks.progress(Progress::Lowering);
-    let (compilation, setup) = prepare(req)?;
-    let reference = |sizes: &BTreeMap<String, i64>, inputs: &BTreeMap<String, Vec<f64>>| {
-        hopfuse::reference::evaluate(&compilation.fusion, sizes, inputs)
-    };
-    execute_with(
-        req,
-        &compilation.cuda,
-        &compilation.plan,
-        &setup,
-        &reference,
-        hooks,
-    )
+    run_on(&mut None, req, hooks)
 }
 
 struct Tensor {
@@ -326,40 +332,94 @@ struct Tensor {
     role: TensorRole,
     elements: u64,
     bytes: u64,
-    /// Host bytes to upload (inputs: data; outputs and scratch: poison).
+    /// Host bytes to upload (inputs: data; outputs and scratch: poison); emptied once uploaded.
     init: Vec<u8>,
 }
 
-/// Launches `cuda`'s kernel as `plan` describes; `reference` computes the expected outputs.
-/// Used by [`run`] and by the self-test, which brings hand-written kernels.
-pub fn execute(
-    req: &RunRequest,
-    cuda: &str,
-    plan: &LaunchPlan,
-    setup: &Setup,
-    reference: &Reference,
-) -> Result<RunResult, RunError> {
-    execute_with(req, cuda, plan, setup, reference, &mut NoHooks)
+/// A GPU context kept across runs: the context and stream, the spin kernel that holds the stream
+/// while timed work is enqueued, and, once measured, the device-copy ceiling. `hopfuse run`
+/// opens one per run; a warm `hopfuse worker --serve` keeps one for its whole life and
+/// measures the ceiling once, when it starts.
+pub struct Device {
+    pub gpu: Gpu,
+    spin: Spin,
+    ceiling: Option<(CopyCeiling, std::time::Instant)>,
 }
 
-/// [`execute`] with progress reports and a CUBIN source.
-pub fn execute_with(
-    req: &RunRequest,
+impl Device {
+    /// Device 0, a stream and the spin kernel (NVRTC, once).
+    pub fn open() -> Result<Device, RunError> {
+        let gpu = Gpu::open()?;
+        let spin = Spin::new(&gpu)?;
+        Ok(Device {
+            gpu,
+            spin,
+            ceiling: None,
+        })
+    }
+
+    /// Measures the device-to-device copy ceiling now (1 GiB buffers, or as much as fits) and
+    /// keeps it: later runs on this device report it with its age instead of measuring again.
+    pub fn measure_ceiling(
+        &mut self,
+        warmup: u32,
+        iters: u32,
+    ) -> Result<Option<CopyCeiling>, RunError> {
+        let mut c = copy_ceiling(&self.gpu, Some(&self.spin), 0, warmup, iters)?;
+        if let Some(c) = &mut c {
+            c.measured = CeilingWhen::WorkerStart;
+            self.ceiling = Some((c.clone(), std::time::Instant::now()));
+        }
+        Ok(c)
+    }
+
+    /// The kept ceiling, with its age.
+    pub fn kept_ceiling(&self) -> Option<CopyCeiling> {
+        self.ceiling.as_ref().map(|(c, at)| CopyCeiling {
+            age_s: at.elapsed().as_secs_f64(),
+            ..c.clone()
+        })
+    }
+
+    /// Whether the context still works: a fault such as an illegal address poisons it for good
+    /// (every later call fails), so a warm worker checks this after every job.
+    pub fn check_health(&self) -> Result<(), RunError> {
+        self.gpu.sync("the job")?;
+        self.gpu
+            .ctx
+            .synchronize()
+            .map_err(gpu::cuda_err("cuCtxSynchronize after the job"))?;
+        let probe = self.gpu.alloc(4096)?;
+        self.gpu.memset(&probe, 0)?;
+        self.gpu.sync("the health check")
+    }
+}
+
+/// The host half of a run: inputs, the float64 reference and the CUBIN (no GPU needed yet).
+struct HostStaged<'a> {
+    req: &'a RunRequest,
+    plan: &'a LaunchPlan,
+    setup: &'a Setup,
+    tensors: Vec<Tensor>,
+    scalars: BTreeMap<String, f64>,
+    expected: BTreeMap<String, Vec<f64>>,
+    cubin: nvrtc::Cubin,
+    working_set: u64,
+    min_global_bytes: u64,
+}
+
+fn stage_host<'a>(
+    req: &'a RunRequest,
     cuda: &str,
-    plan: &LaunchPlan,
-    setup: &Setup,
+    plan: &'a LaunchPlan,
+    setup: &'a Setup,
     reference: &Reference,
     hooks: &mut dyn Hooks,
-) -> Result<RunResult, RunError> {
+) -> Result<HostStaged<'a>, RunError> {
     req.check()?;
     let sizes = &req.sizes;
     let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
-    let Setup {
-        index_type,
-        index_reason,
-        launch,
-    } = setup;
-    let index_type = *index_type;
+    let index_type = setup.index_type;
     if plan.index_type != index_type {
         return Err(RunError::new(
             Stage::Compile,
@@ -454,9 +514,63 @@ pub fn execute_with(
     let cubin = hooks
         .cubin(cuda, &format!("{}.cu", req.file))
         .map_err(|e| RunError::new(Stage::Nvrtc, e.to_string()))?;
-    let (cubin_bytes, nvrtc_ms) = (cubin.image.len(), cubin.compile_ms);
+    Ok(HostStaged {
+        req,
+        plan,
+        setup,
+        tensors,
+        scalars,
+        expected,
+        cubin,
+        working_set,
+        min_global_bytes,
+    })
+}
 
-    let gpu = Gpu::open()?;
+/// A run ready to be timed: the kernel loaded, its tensor sets on the device, the first launch
+/// validated, the L2 policy chosen.
+struct Staged<'a> {
+    dev: &'a Device,
+    req: &'a RunRequest,
+    plan: &'a LaunchPlan,
+    setup: &'a Setup,
+    func: cudarc::driver::CudaFunction,
+    attributes: KernelAttributes,
+    cubin_bytes: usize,
+    nvrtc_ms: f64,
+    tensors: Vec<Tensor>,
+    expected: BTreeMap<String, Vec<f64>>,
+    sets: Vec<Vec<cudarc::driver::CudaSlice<u8>>>,
+    args: Vec<KernelArgs>,
+    flush: Option<cudarc::driver::CudaSlice<u8>>,
+    l2_policy: L2Policy,
+    working_set: u64,
+    min_global_bytes: u64,
+    validation: Vec<Check>,
+}
+
+fn stage_device<'a>(
+    host: HostStaged<'a>,
+    dev: &'a Device,
+    hooks: &mut dyn Hooks,
+) -> Result<Staged<'a>, RunError> {
+    let gpu = &dev.gpu;
+    let HostStaged {
+        req,
+        plan,
+        setup,
+        mut tensors,
+        scalars,
+        expected,
+        cubin,
+        working_set,
+        min_global_bytes,
+    } = host;
+    let sizes = &req.sizes;
+    let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
+    let (cubin_bytes, nvrtc_ms) = (cubin.image.len(), cubin.compile_ms);
+    let launch = &setup.launch;
+    let index_type = setup.index_type;
     info!(
         "device: {} (sm_{}{})",
         gpu.info.name, gpu.info.compute_capability.0, gpu.info.compute_capability.1
@@ -495,6 +609,9 @@ pub fn execute_with(
         .iter()
         .map(|t| gpu.upload(&t.init))
         .collect::<Result<_, _>>()?];
+    for t in &mut tensors {
+        t.init = Vec::new();
+    }
     let args_for = |set: &[cudarc::driver::CudaSlice<u8>]| -> KernelArgs {
         let mut tensor_bufs = set.iter();
         let slots = plan
@@ -523,22 +640,8 @@ pub fn execute_with(
     let mut args0 = args_for(&sets[0]);
     gpu.launch(&func, launch, &mut args0)?;
     gpu.sync("the first launch of the kernel")?;
-    let check_outputs = |set: &[cudarc::driver::CudaSlice<u8>]| -> Result<Vec<Check>, RunError> {
-        let mut checks = Vec::new();
-        for (t, buf) in tensors.iter().zip(set) {
-            if t.role != TensorRole::Output {
-                continue;
-            }
-            let out = data::decode(t.dtype, &gpu.download(buf, t.bytes as usize)?);
-            let check = validate::check(&t.name, t.dtype, &out, &expected[&t.name])
-                .map_err(|e| RunError::new(Stage::Reference, e))?;
-            debug!(?check, "validated");
-            checks.push(check);
-        }
-        Ok(checks)
-    };
     hooks.progress(Progress::Validate);
-    let validation = check_outputs(&sets[0])?;
+    let validation = check_outputs(gpu, &tensors, &expected, &sets[0])?;
     debug!(
         elements = tensors.iter().map(|t| t.elements).sum::<u64>(),
         "first launch validated"
@@ -577,63 +680,417 @@ pub fn execute_with(
         }
         L2Policy::Flush { bytes } => flush = Some(gpu.alloc(*bytes)?),
     }
-    let mut args: Vec<KernelArgs> = sets.iter().map(|s| args_for(s)).collect();
-    let spin = Spin::new(&gpu)?;
-    hooks.progress(Progress::Time);
-    info!(%l2_policy, "timing {} launches after {} warm-up launches", req.iters, req.warmup);
-    let nsets = args.len() as u64;
-    let timing = gpu.time(
-        Some(&spin),
-        req.warmup,
-        req.iters,
-        || match &flush {
-            Some(buf) => gpu.memset(buf, 0),
-            None => Ok(()),
-        },
-        |k| gpu.launch(&func, launch, &mut args[(k % nsets) as usize]),
-    )?;
-    hooks.progress(Progress::Validate);
-    let validation_after_timing = check_outputs(&sets[0])?;
-    drop(flush);
-    drop(sets);
-    gpu.sync("freeing the tensors")?;
-    let gbps = timing.gbps(min_global_bytes);
-
-    let copy = if req.copy_ceiling {
-        hooks.progress(Progress::Ceiling);
-        copy_ceiling(&gpu, Some(&spin), min_global_bytes, req)?
-    } else {
-        None
-    };
-    let fraction_of_copy = copy.as_ref().map(|c| gbps / c.gbps);
-    let passed = validation
-        .iter()
-        .chain(&validation_after_timing)
-        .all(|c| c.passed);
-    Ok(RunResult {
-        file: req.file.clone(),
-        kernel: plan.kernel_name.clone(),
-        sizes: sizes.clone(),
-        seed: req.seed,
-        index_type,
-        index_reason: index_reason.clone(),
-        launch: launch.clone(),
+    let args: Vec<KernelArgs> = sets.iter().map(|s| args_for(s)).collect();
+    Ok(Staged {
+        dev,
+        req,
+        plan,
+        setup,
+        func,
         attributes,
         cubin_bytes,
         nvrtc_ms,
-        device: gpu.info.clone(),
-        working_set_bytes: working_set,
+        tensors,
+        expected,
+        sets,
+        args,
+        flush,
         l2_policy,
-        warmup: req.warmup,
-        timing,
+        working_set,
         min_global_bytes,
-        gbps,
-        copy,
-        fraction_of_copy,
         validation,
-        validation_after_timing,
-        passed,
     })
+}
+
+fn check_outputs(
+    gpu: &Gpu,
+    tensors: &[Tensor],
+    expected: &BTreeMap<String, Vec<f64>>,
+    set: &[cudarc::driver::CudaSlice<u8>],
+) -> Result<Vec<Check>, RunError> {
+    let mut checks = Vec::new();
+    for (t, buf) in tensors.iter().zip(set) {
+        if t.role != TensorRole::Output {
+            continue;
+        }
+        let out = data::decode(t.dtype, &gpu.download(buf, t.bytes as usize)?);
+        let check = validate::check(&t.name, t.dtype, &out, &expected[&t.name])
+            .map_err(|e| RunError::new(Stage::Reference, e))?;
+        debug!(?check, "validated");
+        checks.push(check);
+    }
+    Ok(checks)
+}
+
+impl Staged<'_> {
+    /// Enqueues the untimed work before one timed launch (the L2 flush, if any).
+    fn before(flush: &Option<cudarc::driver::CudaSlice<u8>>, gpu: &Gpu) -> Result<(), RunError> {
+        match flush {
+            Some(buf) => gpu.memset(buf, 0),
+            None => Ok(()),
+        }
+    }
+
+    /// Times the launches alone.
+    fn time(&mut self) -> Result<Timing, RunError> {
+        let gpu = &self.dev.gpu;
+        let (func, launch) = (&self.func, &self.setup.launch);
+        let flush = &self.flush;
+        let args = &mut self.args;
+        let nsets = args.len() as u64;
+        info!(l2_policy = %self.l2_policy, "timing {} launches after {} warm-up launches", self.req.iters, self.req.warmup);
+        gpu.time(
+            Some(&self.dev.spin),
+            self.req.warmup,
+            self.req.iters,
+            || Staged::before(flush, gpu),
+            |k| gpu.launch(func, launch, &mut args[(k % nsets) as usize]),
+        )
+    }
+
+    /// Checks the outputs again, frees the tensors and assembles the result.
+    fn finish(
+        self,
+        timing: Timing,
+        copy: Option<CopyCeiling>,
+        hooks: &mut dyn Hooks,
+    ) -> Result<RunResult, RunError> {
+        let gpu = &self.dev.gpu;
+        hooks.progress(Progress::Validate);
+        let validation_after_timing =
+            check_outputs(gpu, &self.tensors, &self.expected, &self.sets[0])?;
+        let Staged {
+            req,
+            plan,
+            setup,
+            attributes,
+            cubin_bytes,
+            nvrtc_ms,
+            sets,
+            flush,
+            l2_policy,
+            working_set,
+            min_global_bytes,
+            validation,
+            ..
+        } = self;
+        drop(flush);
+        drop(sets);
+        gpu.sync("freeing the tensors")?;
+        let gbps = timing.gbps(min_global_bytes);
+        let fraction_of_copy = copy.as_ref().map(|c| gbps / c.gbps);
+        let passed = validation
+            .iter()
+            .chain(&validation_after_timing)
+            .all(|c| c.passed);
+        Ok(RunResult {
+            file: req.file.clone(),
+            kernel: plan.kernel_name.clone(),
+            sizes: req.sizes.clone(),
+            seed: req.seed,
+            index_type: setup.index_type,
+            index_reason: setup.index_reason.clone(),
+            launch: setup.launch.clone(),
+            attributes,
+            cubin_bytes,
+            nvrtc_ms,
+            device: gpu.info.clone(),
+            working_set_bytes: working_set,
+            l2_policy,
+            warmup: req.warmup,
+            timing,
+            min_global_bytes,
+            gbps,
+            copy,
+            fraction_of_copy,
+            validation,
+            validation_after_timing,
+            passed,
+        })
+    }
+}
+
+/// The ceiling a run reports: the device's kept one (a warm worker), else measured now.
+fn ceiling_for(
+    dev: &Device,
+    req: &RunRequest,
+    kernel_bytes: u64,
+    hooks: &mut dyn Hooks,
+) -> Result<Option<CopyCeiling>, RunError> {
+    if !req.copy_ceiling {
+        return Ok(None);
+    }
+    if let Some(c) = dev.kept_ceiling() {
+        return Ok(Some(c));
+    }
+    hooks.progress(Progress::Ceiling);
+    copy_ceiling(
+        &dev.gpu,
+        Some(&dev.spin),
+        kernel_bytes,
+        req.warmup,
+        req.iters,
+    )
+}
+
+/// Opens the device into `slot` unless it is open.
+fn device(slot: &mut Option<Device>) -> Result<&Device, RunError> {
+    if slot.is_none() {
+        *slot = Some(Device::open()?);
+    }
+    Ok(slot.as_ref().expect("just opened"))
+}
+
+/// Launches `cuda`'s kernel as `plan` describes; `reference` computes the expected outputs.
+/// Used by [`run`] and by the self-test, which brings hand-written kernels.
+pub fn execute(
+    req: &RunRequest,
+    cuda: &str,
+    plan: &LaunchPlan,
+    setup: &Setup,
+    reference: &Reference,
+) -> Result<RunResult, RunError> {
+    execute_with(req, cuda, plan, setup, reference, &mut NoHooks)
+}
+
+/// [`execute`] with progress reports and a CUBIN source (a device of its own).
+pub fn execute_with(
+    req: &RunRequest,
+    cuda: &str,
+    plan: &LaunchPlan,
+    setup: &Setup,
+    reference: &Reference,
+    hooks: &mut dyn Hooks,
+) -> Result<RunResult, RunError> {
+    execute_on(&mut None, req, cuda, plan, setup, reference, hooks)
+}
+
+/// [`execute_with`] on a device kept by the caller (opened into `slot` when it is `None`,
+/// after the host work, so a machine without a GPU still gets as far as NVRTC).
+pub fn execute_on(
+    slot: &mut Option<Device>,
+    req: &RunRequest,
+    cuda: &str,
+    plan: &LaunchPlan,
+    setup: &Setup,
+    reference: &Reference,
+    hooks: &mut dyn Hooks,
+) -> Result<RunResult, RunError> {
+    let host = stage_host(req, cuda, plan, setup, reference, hooks)?;
+    let dev = device(slot)?;
+    let mut staged = stage_device(host, dev, hooks)?;
+    hooks.progress(Progress::Time);
+    let timing = staged.time()?;
+    let bytes = staged.min_global_bytes;
+    // The ceiling is measured (when not kept) after the tensors are freed.
+    let result = staged.finish(timing, None, hooks)?;
+    let copy = ceiling_for(dev, req, bytes, hooks)?;
+    Ok(with_ceiling(result, copy))
+}
+
+fn with_ceiling(mut r: RunResult, copy: Option<CopyCeiling>) -> RunResult {
+    r.fraction_of_copy = copy.as_ref().map(|c| r.gbps / c.gbps);
+    r.copy = copy;
+    r
+}
+
+/// [`run_with`] on a device kept by the caller (a warm worker).
+pub fn run_on(
+    slot: &mut Option<Device>,
+    req: &RunRequest,
+    hooks: &mut dyn Hooks,
+) -> Result<RunResult, RunError> {
+    req.check()?;
+    hooks.progress(Progress::Lowering);
+    let (compilation, setup) = prepare(req)?;
+    let reference = |sizes: &BTreeMap<String, i64>, inputs: &BTreeMap<String, Vec<f64>>| {
+        hopfuse::reference::evaluate(&compilation.fusion, sizes, inputs)
+    };
+    execute_on(
+        slot,
+        req,
+        &compilation.cuda,
+        &compilation.plan,
+        &setup,
+        &reference,
+        hooks,
+    )
+}
+
+/// B/A over launch pairs of an interleaved A/B run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PairRatios {
+    /// Timed pairs (one launch of A and one of B each).
+    pub pairs: usize,
+    /// Median, smallest and largest of the per-pair ratios B time / A time.
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// How each pair was ordered: `"AB,BA alternating"`.
+    pub order: String,
+}
+
+impl PairRatios {
+    pub fn from_samples(a_us: &[f64], b_us: &[f64]) -> Option<PairRatios> {
+        let ratios: Vec<f64> = a_us
+            .iter()
+            .zip(b_us)
+            .filter(|(a, _)| **a > 0.0)
+            .map(|(a, b)| b / a)
+            .collect();
+        let t = Timing::from_samples(ratios)?;
+        Some(PairRatios {
+            pairs: t.samples,
+            median: t.median_us,
+            min: t.min_us,
+            max: t.max_us,
+            order: "AB,BA alternating".into(),
+        })
+    }
+}
+
+/// An A/B run: each program's result or error, and the per-pair ratios when both ran.
+pub struct AbRun {
+    pub a: Result<RunResult, RunError>,
+    pub b: Result<RunResult, RunError>,
+    pub ratios: Option<PairRatios>,
+}
+
+/// Compiles and stages both programs on the same device with the same sizes, seed and options
+/// (inputs are seeded by tensor name, so equally named and shaped inputs are identical), then
+/// times them interleaved: pair k launches A then B for even k and B then A for odd k, each
+/// between its own pair of events, with each program's L2 flush or tensor rotation before its
+/// launch. When only one program can run, it is timed alone and there are no ratios.
+pub fn run_ab_on(
+    slot: &mut Option<Device>,
+    req_a: &RunRequest,
+    req_b: &RunRequest,
+    hooks: &mut dyn Hooks,
+) -> AbRun {
+    let prepared = |req: &RunRequest, hooks: &mut dyn Hooks| {
+        req.check()?;
+        hooks.progress(Progress::Lowering);
+        prepare(req)
+    };
+    let pa = prepared(req_a, hooks);
+    let pb = prepared(req_b, hooks);
+    fn reference_of(c: &Compilation) -> Box<Reference<'_>> {
+        Box::new(move |sizes, inputs| hopfuse::reference::evaluate(&c.fusion, sizes, inputs))
+    }
+    let (ca, cb) = match (pa, pb) {
+        (Ok(a), Ok(b)) => (a, b),
+        // One cannot even compile: run the other alone.
+        (a, b) => {
+            let alone = |p: Result<(Compilation, Setup), RunError>,
+                         req: &RunRequest,
+                         slot: &mut Option<Device>,
+                         hooks: &mut dyn Hooks| {
+                let (c, setup) = p?;
+                let reference = reference_of(&c);
+                execute_on(slot, req, &c.cuda, &c.plan, &setup, &reference, hooks)
+            };
+            let a = alone(a, req_a, slot, hooks);
+            let b = alone(b, req_b, slot, hooks);
+            return AbRun { a, b, ratios: None };
+        }
+    };
+    let (ref_a, ref_b) = (reference_of(&ca.0), reference_of(&cb.0));
+    let ha = stage_host(req_a, &ca.0.cuda, &ca.0.plan, &ca.1, &ref_a, hooks);
+    let hb = stage_host(req_b, &cb.0.cuda, &cb.0.plan, &cb.1, &ref_b, hooks);
+    let (ha, hb) = match (ha, hb) {
+        (Ok(a), Ok(b)) => (a, b),
+        (a, b) => {
+            let a = a.and_then(|h| time_alone(slot, h, hooks));
+            let b = b.and_then(|h| time_alone(slot, h, hooks));
+            return AbRun { a, b, ratios: None };
+        }
+    };
+    let dev = match device(slot) {
+        Ok(d) => d,
+        Err(e) => {
+            return AbRun {
+                a: Err(e.clone()),
+                b: Err(e),
+                ratios: None,
+            }
+        }
+    };
+    let sa = stage_device(ha, dev, hooks);
+    let sb = stage_device(hb, dev, hooks);
+    let (mut sa, mut sb) = match (sa, sb) {
+        (Ok(a), Ok(b)) => (a, b),
+        (a, b) => {
+            let alone = |s: Result<Staged, RunError>, hooks: &mut dyn Hooks| {
+                let mut s = s?;
+                let req = s.req;
+                let bytes = s.min_global_bytes;
+                hooks.progress(Progress::Time);
+                let timing = s.time()?;
+                let r = s.finish(timing, None, hooks)?;
+                Ok(with_ceiling(r, ceiling_for(dev, req, bytes, hooks)?))
+            };
+            let a = alone(a, hooks);
+            let b = alone(b, hooks);
+            return AbRun { a, b, ratios: None };
+        }
+    };
+    hooks.progress(Progress::Time);
+    let gpu = &dev.gpu;
+    let timed = {
+        let (fa, la, flush_a, args_a) = (&sa.func, &sa.setup.launch, &sa.flush, &mut sa.args);
+        let (fb, lb, flush_b, args_b) = (&sb.func, &sb.setup.launch, &sb.flush, &mut sb.args);
+        let (na, nb) = (args_a.len() as u64, args_b.len() as u64);
+        gpu.time_pairs(
+            Some(&dev.spin),
+            req_a.warmup,
+            req_a.iters,
+            gpu::TimedOp {
+                before: &mut || Staged::before(flush_a, gpu),
+                op: &mut |k| gpu.launch(fa, la, &mut args_a[(k % na) as usize]),
+            },
+            gpu::TimedOp {
+                before: &mut || Staged::before(flush_b, gpu),
+                op: &mut |k| gpu.launch(fb, lb, &mut args_b[(k % nb) as usize]),
+            },
+        )
+    };
+    let (a_us, b_us) = match timed {
+        Ok(x) => x,
+        Err(e) => {
+            return AbRun {
+                a: Err(e.clone()),
+                b: Err(e),
+                ratios: None,
+            }
+        }
+    };
+    let ratios = PairRatios::from_samples(&a_us, &b_us);
+    let no_samples = || RunError::new(Stage::Cuda, "no valid timing samples");
+    let (bytes_a, bytes_b) = (sa.min_global_bytes, sb.min_global_bytes);
+    let a = Timing::from_samples(a_us)
+        .ok_or_else(no_samples)
+        .and_then(|t| sa.finish(t, None, hooks));
+    let b = Timing::from_samples(b_us)
+        .ok_or_else(no_samples)
+        .and_then(|t| sb.finish(t, None, hooks));
+    let a = a.and_then(|r| Ok(with_ceiling(r, ceiling_for(dev, req_a, bytes_a, hooks)?)));
+    let b = b.and_then(|r| Ok(with_ceiling(r, ceiling_for(dev, req_b, bytes_b, hooks)?)));
+    AbRun { a, b, ratios }
+}
+
+fn time_alone(
+    slot: &mut Option<Device>,
+    host: HostStaged,
+    hooks: &mut dyn Hooks,
+) -> Result<RunResult, RunError> {
+    let req = host.req;
+    let dev = device(slot)?;
+    let mut s = stage_device(host, dev, hooks)?;
+    let bytes = s.min_global_bytes;
+    hooks.progress(Progress::Time);
+    let timing = s.time()?;
+    let r = s.finish(timing, None, hooks)?;
+    Ok(with_ceiling(r, ceiling_for(dev, req, bytes, hooks)?))
 }
 
 /// Times `cuMemcpyDtoDAsync` of max(1 GiB, half the kernel's bytes), as much as fits in free
@@ -642,7 +1099,8 @@ fn copy_ceiling(
     gpu: &Gpu,
     spin: Option<&Spin>,
     kernel_bytes: u64,
-    req: &RunRequest,
+    warmup: u32,
+    iters: u32,
 ) -> Result<Option<CopyCeiling>, RunError> {
     let (free, _) = gpu.memory()?;
     let want = (1u64 << 30).max(kernel_bytes / 2);
@@ -658,8 +1116,8 @@ fn copy_ceiling(
     gpu.memset(&dst, 0)?;
     let timing = gpu.time(
         spin,
-        req.warmup,
-        req.iters,
+        warmup,
+        iters,
         || Ok(()),
         |_| gpu.copy(&dst, &src, bytes as usize),
     )?;
@@ -668,6 +1126,8 @@ fn copy_ceiling(
         buffer_bytes: bytes,
         timing,
         gbps,
+        measured: CeilingWhen::Run,
+        age_s: 0.0,
     }))
 }
 
@@ -782,6 +1242,29 @@ mod tests {
         assert_eq!(serde_json::from_str::<RunRequest>(&json).unwrap(), req);
         let err = RunError::new(Stage::Nvrtc, "boom");
         assert_eq!(serde_json::to_value(&err).unwrap()["stage"], "nvrtc");
+    }
+
+    #[test]
+    fn pair_ratios_are_per_pair() {
+        // B is twice as slow in every pair, whatever the drift of both over time.
+        let a = [10.0, 20.0, 40.0, 10.0];
+        let b = [20.0, 40.0, 80.0, 21.0];
+        let r = PairRatios::from_samples(&a, &b).unwrap();
+        assert_eq!(r.pairs, 4);
+        assert_eq!((r.min, r.max), (2.0, 2.1));
+        assert_eq!(r.median, 2.0);
+        assert!(PairRatios::from_samples(&[], &[]).is_none());
+        assert!(PairRatios::from_samples(&[1.0], &[f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn ceilings_from_before_the_worker_field_still_parse() {
+        let c: CopyCeiling = serde_json::from_value(serde_json::json!({
+            "buffer_bytes": 1, "gbps": 2.0,
+            "timing": {"samples": 1, "min_us": 1.0, "median_us": 1.0, "max_us": 1.0}
+        }))
+        .unwrap();
+        assert_eq!((c.measured, c.age_s), (CeilingWhen::Run, 0.0));
     }
 
     #[test]

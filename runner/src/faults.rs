@@ -4,7 +4,7 @@
 //! wall-clock limit), one that stores to an unmapped address (a CUDA error result), and one that
 //! NVRTC rejects (an NVRTC error result). They run through the same engine as every program.
 
-use crate::engine::{self, Hooks, Progress, RunError, RunRequest, RunResult, Setup, Stage};
+use crate::engine::{self, Device, Hooks, Progress, RunError, RunRequest, RunResult, Setup, Stage};
 use hopfuse::plan::{Param, SizeExpr as E, TensorRole};
 use hopfuse::{DType, IndexType, LaunchPlan};
 use serde::{Deserialize, Serialize};
@@ -112,8 +112,14 @@ pub fn elements(req: &RunRequest) -> i64 {
     req.sizes.get("N").copied().unwrap_or(1 << 20)
 }
 
-/// Runs a fault kernel as the engine runs any kernel (validated against `y = 0`).
-pub fn run(fault: Fault, req: &RunRequest, hooks: &mut dyn Hooks) -> Result<RunResult, RunError> {
+/// Runs a fault kernel as the engine runs any kernel (validated against `y = 0`), on the
+/// device in `slot` (opened there when `None`).
+pub fn run_on(
+    slot: &mut Option<Device>,
+    fault: Fault,
+    req: &RunRequest,
+    hooks: &mut dyn Hooks,
+) -> Result<RunResult, RunError> {
     hooks.progress(Progress::Lowering);
     let n = elements(req);
     if !(1..=1 << 28).contains(&n) {
@@ -143,7 +149,7 @@ pub fn run(fault: Fault, req: &RunRequest, hooks: &mut dyn Hooks) -> Result<RunR
     let reference = |sizes: &BTreeMap<String, i64>, _: &BTreeMap<String, Vec<f64>>| {
         Ok([("y".to_string(), vec![0.0; sizes["N"] as usize])].into())
     };
-    engine::execute_with(&req, fault.cuda(), &plan, &setup, &reference, hooks)
+    engine::execute_on(slot, &req, fault.cuda(), &plan, &setup, &reference, hooks)
 }
 
 #[cfg(test)]

@@ -295,6 +295,92 @@ impl Gpu {
     }
 }
 
+/// One side of [`Gpu::time_pairs`]: untimed work before each launch (an L2 flush) and the
+/// timed launch `op(k)`.
+pub struct TimedOp<'a> {
+    pub before: &'a mut dyn FnMut() -> Result<(), RunError>,
+    pub op: &'a mut dyn FnMut(u64) -> Result<(), RunError>,
+}
+
+impl Gpu {
+    /// Interleaved timing of two operations (an A/B comparison): `warmup` untimed pairs, then
+    /// `iters` timed pairs; pair k runs `a(k)` then `b(k)` for even k and `b(k)` then `a(k)`
+    /// for odd k (so neither always goes first), each between its own pair of events and each
+    /// preceded (untimed) by its `before` (`before_a` / `before_b`: an L2 flush). Returns
+    /// the samples of A and of B in microseconds, pair by pair. The spin kernel holds the stream
+    /// while everything is enqueued, as in [`Gpu::time`].
+    pub fn time_pairs(
+        &self,
+        spin: Option<&Spin>,
+        warmup: u32,
+        iters: u32,
+        a: TimedOp,
+        b: TimedOp,
+    ) -> Result<(Vec<f64>, Vec<f64>), RunError> {
+        let (before_a, a) = (a.before, a.op);
+        let (before_b, b) = (b.before, b.op);
+        let event = || {
+            self.ctx
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(cuda_err("cuEventCreate"))
+        };
+        type Pair = (CudaEvent, CudaEvent);
+        let events: Vec<(Pair, Pair)> = (0..iters)
+            .map(|_| Ok(((event()?, event()?), (event()?, event()?))))
+            .collect::<Result<_, RunError>>()?;
+        if let Some(spin) = spin {
+            let ns = ((warmup as u64 + iters as u64) * 40_000 + 1_000_000).min(200_000_000);
+            spin.hold(self, ns)?;
+        }
+        let mut k = 0u64;
+        for _ in 0..warmup {
+            before_a()?;
+            a(k)?;
+            before_b()?;
+            b(k)?;
+            k += 1;
+        }
+        let timed = |before: &mut dyn FnMut() -> Result<(), RunError>,
+                     op: &mut dyn FnMut(u64) -> Result<(), RunError>,
+                     (start, end): &Pair,
+                     k: u64|
+         -> Result<(), RunError> {
+            before()?;
+            start
+                .record(&self.stream)
+                .map_err(cuda_err("cuEventRecord"))?;
+            op(k)?;
+            end.record(&self.stream).map_err(cuda_err("cuEventRecord"))
+        };
+        for (i, (ea, eb)) in events.iter().enumerate() {
+            if i % 2 == 0 {
+                timed(before_a, a, ea, k)?;
+                timed(before_b, b, eb, k)?;
+            } else {
+                timed(before_b, b, eb, k)?;
+                timed(before_a, a, ea, k)?;
+            }
+            k += 1;
+        }
+        self.sync("the interleaved timed runs")?;
+        let us = |(start, end): &Pair| -> Result<f64, RunError> {
+            Ok(start
+                .elapsed_ms(end)
+                .map_err(cuda_err("cuEventElapsedTime"))? as f64
+                * 1e3)
+        };
+        let mut out = (
+            Vec::with_capacity(events.len()),
+            Vec::with_capacity(events.len()),
+        );
+        for (ea, eb) in &events {
+            out.0.push(us(ea)?);
+            out.1.push(us(eb)?);
+        }
+        Ok(out)
+    }
+}
+
 fn ptr(buf: &CudaSlice<u8>, stream: &CudaStream) -> sys::CUdeviceptr {
     // Event tracking is off, so the guard does nothing.
     buf.device_ptr(stream).0

@@ -1,6 +1,7 @@
 //! The hopfuse runner: compiles programs with the `hopfuse` compiler, builds the CUDA with NVRTC
 //! for sm_90a, launches, validates and times the kernels (see `engine`).
 
+pub mod bench;
 pub mod data;
 pub mod engine;
 pub mod faults;
@@ -13,4 +14,5 @@ pub mod serve;
 pub mod sizes;
 pub mod store;
 pub mod validate;
+pub mod warm;
 pub mod worker;

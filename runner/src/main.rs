@@ -85,6 +85,11 @@ enum Command {
         #[arg(long)]
         no_ceiling: bool,
     },
+    /// Run every example (or the given programs) on the GPU; print a Markdown table.
+    ///
+    /// Sizes: --size for every program, else each program's `// bench: M=...,N=...` lines
+    /// (one row each). Runs go through one warm worker process (docs/api.md, Isolation).
+    Bench(BenchArgs),
     /// Serve the playground and the HTTP API (docs/api.md); runs go to `hopfuse worker`s.
     Serve(Box<hopfuse_runner::serve::ServeArgs>),
     /// Run one job: job JSON on stdin, events and the result as JSON lines on stdout (used by
@@ -102,8 +107,40 @@ struct WorkerArgs {
     #[arg(long, value_enum, default_value = "ok", requires = "fake")]
     fake_behaviour: hopfuse_runner::worker::FakeBehaviour,
     /// Print the GPU (or why there is none) as JSON and exit.
-    #[arg(long, conflicts_with = "fake")]
+    #[arg(long, conflicts_with_all = ["fake", "serve"])]
     probe: bool,
+    /// Stay warm: open the GPU and measure the copy ceiling once, then run one job per stdin
+    /// line (each ended by a `job_end` event) until stdin closes or a CUDA error.
+    #[arg(long)]
+    serve: bool,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Programs [default: examples/*/*.hf below the current directory].
+    files: Vec<PathBuf>,
+    /// Sizes for every program, e.g. M=4096,N=4096 (may be repeated) [default: each
+    /// program's `// bench:` lines].
+    #[arg(long, short = 's')]
+    size: Vec<String>,
+    #[arg(long, default_value_t = 100)]
+    iters: u32,
+    #[arg(long, default_value_t = 10)]
+    warmup: u32,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Seconds one run may take before its worker is killed.
+    #[arg(long, default_value_t = 60.0)]
+    job_timeout: f64,
+    /// Directory of the CUBIN cache (`cubin/`) [default: as `hopfuse serve`].
+    #[arg(long, env = "HOPFUSE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Always run NVRTC.
+    #[arg(long)]
+    no_cubin_cache: bool,
+    /// Use the fake worker (compile and check only; tests without a GPU).
+    #[arg(long, hide = true)]
+    fake_worker: bool,
 }
 
 #[derive(Args)]
@@ -177,6 +214,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             seed,
             no_ceiling,
         } => self_test(iters, warmup, seed, !no_ceiling),
+        Command::Bench(args) => bench(args),
         Command::Serve(args) => hopfuse_runner::serve::main(*args).map(|()| ExitCode::SUCCESS),
         Command::Worker(args) => Ok(worker(args)),
     }
@@ -190,9 +228,70 @@ fn worker(args: WorkerArgs) -> ExitCode {
         worker::main(&worker::WorkerOptions {
             fake: args.fake,
             behaviour: args.fake_behaviour,
+            serve: args.serve,
         })
     };
     ExitCode::from(code as u8)
+}
+
+fn bench(args: BenchArgs) -> Result<ExitCode> {
+    use hopfuse_runner::bench;
+    if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
+        bail!("--job-timeout must be a positive number of seconds");
+    }
+    let files = if args.files.is_empty() {
+        let root = Path::new("examples");
+        let files = bench::example_files(root)
+            .with_context(|| "no programs given and no ./examples directory to take them from")?;
+        if files.is_empty() {
+            bail!("no programs given and no examples/*/*.hf files");
+        }
+        files
+    } else {
+        args.files
+    };
+    let sizes = if args.size.is_empty() {
+        None
+    } else {
+        Some(parse_size_args(&args.size)?)
+    };
+    let data_dir = args
+        .data_dir
+        .unwrap_or_else(hopfuse_runner::serve::default_data_dir);
+    let options = bench::BenchOptions {
+        files,
+        sizes,
+        iters: args.iters,
+        warmup: args.warmup,
+        seed: args.seed,
+        timeout: std::time::Duration::from_secs_f64(args.job_timeout),
+        worker: hopfuse_runner::warm::WorkerCommand {
+            exe: std::env::current_exe()?,
+            args: if args.fake_worker {
+                vec!["--fake".into()]
+            } else {
+                vec![]
+            },
+            env: vec![],
+            startup_timeout: std::time::Duration::from_secs(60),
+        },
+        cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
+    };
+    let rows = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(bench::run(&options, &mut |row| {
+            eprintln!("bench: {} {} done", row.example, row.sizes);
+        }));
+    if let Some(line) = bench::summary(&rows) {
+        println!("{line}\n");
+    }
+    print!("{}", bench::render(&rows));
+    Ok(if rows.iter().all(|r| r.ok()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn read(file: &Path) -> Result<String> {

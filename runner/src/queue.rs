@@ -1,19 +1,20 @@
-//! The service's job queue: jobs wait in a FIFO with a cap, one `hopfuse worker` child process
-//! runs at a time per GPU, with a wall-clock limit (SIGKILL on timeout); every job ends with a
-//! [`JobResult`], whatever the worker did, and the next job always runs.
+//! The service's job queue: jobs wait in a FIFO with a cap; each GPU has one warm `hopfuse
+//! worker --serve` child process that runs its jobs one at a time, each with a wall-clock limit
+//! (SIGKILL on timeout). A worker that is killed, crashes, or exits after a CUDA error (which may
+//! poison its context) is replaced by a fresh process; every job ends with a [`JobResult`],
+//! whatever the worker did, and the next job always runs.
 
-use crate::engine::{Progress, RunError, RunRequest, RunResult};
+use crate::engine::{PairRatios, Progress, RunError, RunRequest, RunResult};
 use crate::faults::Fault;
 use crate::store::Store;
+use crate::warm::{JobEnd, WarmWorker, WorkerCommand};
 use crate::worker::{FakeCompile, Outcome, Part, WorkerEvent, WorkerJob};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{broadcast, mpsc};
 use tracing::{info, warn};
 
@@ -23,10 +24,6 @@ pub const TIMEOUT_MESSAGE: &str =
 
 /// Finished jobs kept in memory (older ones are still in the run history).
 const KEEP_FINISHED: usize = 2000;
-/// Bytes of a worker's stderr kept for the result.
-const STDERR_TAIL: usize = 8 * 1024;
-/// Longest stdout line read from a worker.
-const MAX_LINE: usize = 16 << 20;
 
 #[derive(Clone, Debug)]
 pub struct QueueConfig {
@@ -42,6 +39,8 @@ pub struct QueueConfig {
     /// GPUs: one worker at a time on each (`CUDA_VISIBLE_DEVICES` set when more than one).
     pub gpus: usize,
     pub cubin_cache: Option<PathBuf>,
+    /// Start each GPU's worker before the first job (when runs are possible at all).
+    pub prespawn: bool,
 }
 
 /// Where a job is, as the SSE stream names it.
@@ -153,8 +152,30 @@ pub struct JobResult {
     pub b: Option<Box<JobResult>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comparison: Option<Comparison>,
+    /// The worker process that ran the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerInfo>,
     pub queued_ms: f64,
+    /// From sending the job to the worker to its end (not counting a worker start).
     pub worker_ms: f64,
+}
+
+/// Which worker process ran a job.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    pub pid: u32,
+    /// The job's number in that process (1: its first job).
+    pub job_in_process: u64,
+    /// Set when the process was started for this job (no warm one was there): milliseconds
+    /// until it was ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawn_ms: Option<f64>,
+    /// The process's own startup (CUDA context, spin kernel, copy ceiling), as it reported it.
+    pub startup_ms: f64,
+    /// Why the process ended after this job (a CUDA error, a timeout, a crash), if it did: the
+    /// next job gets a fresh process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
 }
 
 /// What a job runs.
@@ -173,17 +194,22 @@ pub struct JobSpec {
     pub same_inputs: Option<bool>,
 }
 
-/// An A/B comparison of two measured runs.
+/// An A/B comparison of two measured runs, timed interleaved.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Comparison {
-    /// B's median time over A's (below 1: B is faster).
+    /// The median over launch pairs of B's time / A's time (below 1: B is faster).
     pub b_over_a_median: f64,
-    /// The range of B/A from the two runs' min and max times: [B.min/A.max, B.max/A.min].
+    /// The smallest and largest per-pair ratio.
     pub b_over_a_range: [f64; 2],
+    /// Timed pairs.
+    pub pairs: usize,
+    /// Launch order within pairs (`AB,BA alternating`).
+    pub order: String,
+    /// The medians of A's and B's interleaved launches.
     pub a_median_us: f64,
     pub b_median_us: f64,
     pub same_inputs: Option<bool>,
-    /// False: A's launches all ran, then B's, in one worker process on one GPU.
+    /// True: A's and B's launches alternate in one worker process on one GPU.
     pub interleaved: bool,
 }
 
@@ -258,6 +284,35 @@ pub struct QueueStats {
     pub gpus: usize,
     pub finished: u64,
     pub job_timeout_s: f64,
+    /// The warm worker of each GPU (`null`: none running now; one starts with the next job).
+    pub workers: Vec<Option<WarmStatus>>,
+}
+
+/// A GPU's warm worker, for `GET /api/health`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WarmStatus {
+    pub pid: u32,
+    /// Jobs it has been sent.
+    pub jobs: u64,
+    pub uptime_s: f64,
+    pub startup_ms: f64,
+    /// The copy ceiling it measured when it started (reused by its jobs).
+    pub ceiling_gbps: Option<f64>,
+    /// Why it has no GPU, if it has none.
+    pub gpu_error: Option<String>,
+}
+
+impl WarmStatus {
+    fn of(w: &WarmWorker) -> WarmStatus {
+        WarmStatus {
+            pid: w.ready.pid,
+            jobs: w.jobs,
+            uptime_s: w.started.elapsed().as_secs_f64(),
+            startup_ms: w.ready.startup_ms,
+            ceiling_gbps: w.ready.ceiling.as_ref().map(|c| c.gbps),
+            gpu_error: w.ready.gpu_error.clone(),
+        }
+    }
 }
 
 pub struct Queue {
@@ -275,12 +330,15 @@ pub struct Queue {
     mean_ms: AtomicU64,
     next_id: AtomicU64,
     store: Option<Store>,
+    /// Each GPU's warm worker as its dispatcher last saw it.
+    workers: Mutex<Vec<Option<(WarmStatus, Instant)>>>,
 }
 
 impl Queue {
     /// Starts one dispatcher per GPU.
     pub fn start(config: QueueConfig, store: Option<Store>) -> Arc<Queue> {
         let (tx, rx) = mpsc::unbounded_channel();
+        let config_gpus = config.gpus.max(1);
         let queue = Arc::new(Queue {
             config,
             jobs: Mutex::new(HashMap::new()),
@@ -290,6 +348,7 @@ impl Queue {
             pending: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
             finished: AtomicU64::new(0),
+            workers: Mutex::new(vec![None; config_gpus]),
             mean_ms: AtomicU64::new(1000),
             next_id: AtomicU64::new(0),
             store,
@@ -298,11 +357,19 @@ impl Queue {
         for gpu in 0..queue.config.gpus.max(1) {
             let (q, rx) = (queue.clone(), rx.clone());
             tokio::spawn(async move {
+                let mut warm: Option<WarmWorker> = None;
                 loop {
+                    if warm.is_none() && q.config.prespawn {
+                        // Ready before the next job arrives; a failure is retried (and
+                        // reported) by that job.
+                        warm = WarmWorker::spawn(&q.worker_command(gpu)).await.ok();
+                    }
+                    q.note_worker(gpu, warm.as_ref());
                     let job = { rx.lock().await.recv().await };
                     let Some(job) = job else { break };
                     q.running.fetch_add(1, Ordering::SeqCst);
-                    let result = q.run_job(&job, gpu).await;
+                    let result = q.run_job(&job, gpu, &mut warm).await;
+                    q.note_worker(gpu, warm.as_ref());
                     q.finish(&job, result).await;
                     q.running.fetch_sub(1, Ordering::SeqCst);
                     q.release_client(&job.client);
@@ -311,6 +378,12 @@ impl Queue {
             });
         }
         queue
+    }
+
+    fn note_worker(&self, gpu: usize, w: Option<&WarmWorker>) {
+        if let Some(slot) = self.workers.lock().expect("workers lock").get_mut(gpu) {
+            *slot = w.map(|w| (WarmStatus::of(w), Instant::now()));
+        }
     }
 
     pub fn stats(&self) -> QueueStats {
@@ -323,6 +396,18 @@ impl Queue {
             gpus: self.config.gpus.max(1),
             finished: self.finished.load(Ordering::SeqCst),
             job_timeout_s: self.config.timeout.as_secs_f64(),
+            workers: self
+                .workers
+                .lock()
+                .expect("workers lock")
+                .iter()
+                .map(|w| {
+                    w.as_ref().map(|(s, at)| WarmStatus {
+                        uptime_s: s.uptime_s + at.elapsed().as_secs_f64(),
+                        ..s.clone()
+                    })
+                })
+                .collect(),
         }
     }
 
@@ -453,12 +538,30 @@ impl Queue {
         }
     }
 
-    async fn run_job(&self, job: &Arc<Job>, gpu: usize) -> JobResult {
+    fn worker_command(&self, gpu: usize) -> WorkerCommand {
+        let mut env = Vec::new();
+        if self.config.gpus > 1 {
+            env.push(("CUDA_VISIBLE_DEVICES".to_string(), gpu.to_string()));
+        }
+        WorkerCommand {
+            exe: self.config.worker_exe.clone(),
+            args: self.config.worker_args.clone(),
+            env,
+            startup_timeout: self.config.timeout.max(Duration::from_secs(60)),
+        }
+    }
+
+    async fn run_job(
+        &self,
+        job: &Arc<Job>,
+        gpu: usize,
+        warm: &mut Option<WarmWorker>,
+    ) -> JobResult {
         let queued_ms = job.elapsed_ms();
-        let start = Instant::now();
         let mut progress = Vec::new();
         let (mut outcome_a, mut outcome_b): (Option<Outcome>, Option<Outcome>) = (None, None);
         let mut cubin_cached = None;
+        let mut ratios: Option<PairRatios> = None;
         let result = |status, message: Option<String>| JobResult {
             job_id: job.id.clone(),
             status,
@@ -472,111 +575,91 @@ impl Queue {
             stderr: None,
             b: None,
             comparison: None,
+            worker: None,
             queued_ms,
             worker_ms: 0.0,
         };
 
-        let mut cmd = tokio::process::Command::new(&self.config.worker_exe);
-        cmd.arg("worker")
-            .args(&self.config.worker_args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        if self.config.gpus > 1 {
-            cmd.env("CUDA_VISIBLE_DEVICES", gpu.to_string());
+        let mut spawn_ms = None;
+        if warm.as_mut().is_some_and(|w| !w.is_alive()) {
+            *warm = None;
         }
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                return result(
-                    JobStatus::Crashed,
-                    Some(format!(
-                        "crashed: cannot start the worker {}: {e}",
-                        self.config.worker_exe.display()
-                    )),
-                )
+        if warm.is_none() {
+            let t = Instant::now();
+            match WarmWorker::spawn(&self.worker_command(gpu)).await {
+                Ok(w) => {
+                    *warm = Some(w);
+                    spawn_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+                }
+                Err(e) => {
+                    let mut r = result(
+                        JobStatus::Crashed,
+                        Some(format!("crashed: the worker did not start: {}", e.message)),
+                    );
+                    r.stderr = (!e.stderr.trim().is_empty()).then_some(e.stderr);
+                    return r;
+                }
             }
-        };
-        let payload = serde_json::to_vec(&WorkerJob {
+        }
+        let w = warm.as_mut().expect("a worker");
+        let payload = WorkerJob {
             request: job.spec.request.clone(),
             request_b: job.spec.request_b.clone(),
             fault: job.spec.fault,
             cubin_cache: self.config.cubin_cache.clone(),
-        })
-        .expect("jobs serialize");
-        let mut stdin = child.stdin.take().expect("piped stdin");
-        let writer = tokio::spawn(async move {
-            let _ = stdin.write_all(&payload).await;
-            let _ = stdin.shutdown().await;
-        });
-        let mut stderr = child.stderr.take().expect("piped stderr");
-        let stderr_task = tokio::spawn(async move {
-            let mut tail: Vec<u8> = Vec::new();
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stderr.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                tail.extend_from_slice(&buf[..n]);
-                if tail.len() > 2 * STDERR_TAIL {
-                    tail.drain(..tail.len() - STDERR_TAIL);
-                }
-            }
-            let start = tail.len().saturating_sub(STDERR_TAIL);
-            String::from_utf8_lossy(&tail[start..]).into_owned()
-        });
-        let stdout = child.stdout.take().expect("piped stdout");
-
-        let read_and_wait = async {
-            let mut lines = BufReader::new(stdout);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                let n = (&mut lines)
-                    .take(MAX_LINE as u64)
-                    .read_until(b'\n', &mut line)
-                    .await
-                    .unwrap_or(0);
-                if n == 0 {
-                    break;
-                }
-                let text = String::from_utf8_lossy(&line);
-                match crate::worker::parse_event(&text) {
-                    Some(WorkerEvent::Progress { step }) => {
-                        if progress.last() != Some(&step) || step == Progress::Validate {
-                            job.stage(JobStage::of(step), Some(step));
-                        }
-                        progress.push(step);
-                    }
-                    Some(WorkerEvent::CubinCached { .. }) => cubin_cached = Some(true),
-                    Some(WorkerEvent::Outcome { outcome: o, part }) => match part {
-                        Part::A => outcome_a = Some(*o),
-                        Part::B => outcome_b = Some(*o),
-                    },
-                    None => {}
-                }
-            }
-            child.wait().await
         };
         // An A/B job runs two programs.
         let limit = self.config.timeout * if job.spec.request_b.is_some() { 2 } else { 1 };
-        let waited = tokio::time::timeout(limit, read_and_wait).await;
-        let status = match waited {
-            Ok(s) => Some(s),
-            Err(_) => {
-                // SIGKILL: a hung kernel cannot be stopped from inside its process.
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                None
+        let mark = w.stderr_mark();
+        let start = Instant::now();
+        let end = w
+            .run(&payload, limit, &mut |event| match event {
+                WorkerEvent::Progress { step } => {
+                    if progress.last() != Some(&step) || step == Progress::Validate {
+                        job.stage(JobStage::of(step), Some(step));
+                    }
+                    progress.push(step);
+                }
+                WorkerEvent::CubinCached { .. } => cubin_cached = Some(true),
+                WorkerEvent::Comparison { ratios: r } => ratios = Some(r),
+                WorkerEvent::Outcome { outcome: o, part } => match part {
+                    Part::A => outcome_a = Some(*o),
+                    Part::B => outcome_b = Some(*o),
+                },
+                WorkerEvent::Ready { .. } | WorkerEvent::JobEnd { .. } => {}
+            })
+            .await;
+        let worker_ms = start.elapsed().as_secs_f64() * 1e3;
+        let mut info = WorkerInfo {
+            pid: w.ready.pid,
+            job_in_process: w.jobs,
+            spawn_ms,
+            startup_ms: w.ready.startup_ms,
+            ended: None,
+        };
+        // (timed out, how the worker died)
+        let (timed_out, died) = match end {
+            JobEnd::Done { exit: None } => (false, None),
+            JobEnd::Done { exit: Some(reason) } => {
+                let how = w.wait_exit().await;
+                info.ended = Some(format!("{reason}; the worker {how}"));
+                (false, None)
+            }
+            JobEnd::TimedOut => {
+                w.kill().await;
+                info.ended = Some("killed (SIGKILL) at the job's time limit".into());
+                (true, None)
+            }
+            JobEnd::Died => {
+                let how = w.wait_exit().await;
+                info.ended = Some(format!("the worker {how}"));
+                (false, Some(how))
             }
         };
-        let _ = writer.await;
-        let stderr_tail = match tokio::time::timeout(Duration::from_secs(2), stderr_task).await {
-            Ok(Ok(s)) => s,
-            _ => String::new(),
-        };
-        let worker_ms = start.elapsed().as_secs_f64() * 1e3;
+        let stderr_tail = w.stderr_since(mark);
+        if info.ended.is_some() {
+            *warm = None;
+        }
         let stderr_opt = (!stderr_tail.trim().is_empty()).then(|| stderr_tail.clone());
 
         let from_outcome = |outcome: Option<Outcome>| match outcome {
@@ -611,68 +694,41 @@ impl Queue {
                 r.compile = Some(compile);
                 r
             }
-            None => match &status {
-                None => {
-                    let mut r = result(JobStatus::TimedOut, Some(TIMEOUT_MESSAGE.to_string()));
-                    r.stderr = stderr_opt.clone();
-                    r
-                }
-                Some(exit) => {
-                    let how = match exit {
-                        Ok(s) => describe_exit(s),
-                        Err(e) => format!("could not be waited for: {e}"),
-                    };
-                    let mut r = result(
-                        JobStatus::Crashed,
-                        Some(format!("crashed: the worker {how} without a result")),
-                    );
-                    r.stderr = stderr_opt.clone();
-                    r
-                }
-            },
+            None if timed_out => {
+                let mut r = result(JobStatus::TimedOut, Some(TIMEOUT_MESSAGE.to_string()));
+                r.stderr = stderr_opt.clone();
+                r
+            }
+            None => {
+                let how = died.clone().unwrap_or_else(|| "ended the job".to_string());
+                let mut r = result(
+                    JobStatus::Crashed,
+                    Some(format!("crashed: the worker {how} without a result")),
+                );
+                r.stderr = stderr_opt.clone();
+                r
+            }
         };
         let mut r = from_outcome(outcome_a);
         if job.spec.request_b.is_some() {
             let b = from_outcome(outcome_b);
-            if let (Some(a), Some(b)) = (&r.result, &b.result) {
-                let (ta, tb) = (&a.timing, &b.timing);
+            if let (Some(a), Some(b), Some(p)) = (&r.result, &b.result, &ratios) {
                 r.comparison = Some(Comparison {
-                    b_over_a_median: tb.median_us / ta.median_us,
-                    b_over_a_range: [tb.min_us / ta.max_us, tb.max_us / ta.min_us],
-                    a_median_us: ta.median_us,
-                    b_median_us: tb.median_us,
+                    b_over_a_median: p.median,
+                    b_over_a_range: [p.min, p.max],
+                    pairs: p.pairs,
+                    order: p.order.clone(),
+                    a_median_us: a.timing.median_us,
+                    b_median_us: b.timing.median_us,
                     same_inputs: job.spec.same_inputs,
-                    interleaved: false,
+                    interleaved: true,
                 });
             }
             r.b = Some(Box::new(b));
         }
         r.progress = progress;
         r.worker_ms = worker_ms;
+        r.worker = Some(info);
         r
-    }
-}
-
-fn describe_exit(status: &std::process::ExitStatus) -> String {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(sig) = status.signal() {
-            let name = match sig {
-                4 => " (SIGILL)",
-                6 => " (SIGABRT)",
-                7 => " (SIGBUS)",
-                8 => " (SIGFPE)",
-                9 => " (SIGKILL)",
-                11 => " (SIGSEGV)",
-                15 => " (SIGTERM)",
-                _ => "",
-            };
-            return format!("was killed by signal {sig}{name}");
-        }
-    }
-    match status.code() {
-        Some(c) => format!("exited with status {c}"),
-        None => "exited".to_string(),
     }
 }

@@ -1,7 +1,7 @@
 //! `hopfuse serve`: the playground's static files and the HTTP API (see `docs/api.md`).
 //!
 //! Compiles run in the server (a blocking thread per request, as many at once as there are
-//! cores); runs go through the [`Queue`] to `hopfuse worker` child processes. Every error is a
+//! cores); runs go through the [`Queue`] to warm `hopfuse worker --serve` child processes. Every error is a
 //! JSON `{"error": ...}` with a 4xx/5xx status.
 
 use crate::engine::{self, RunRequest};
@@ -134,7 +134,8 @@ pub struct App {
     started: Instant,
 }
 
-fn default_data_dir() -> PathBuf {
+/// `$XDG_DATA_HOME/hopfuse`, `~/.local/share/hopfuse`, or `./hopfuse-data`.
+pub fn default_data_dir() -> PathBuf {
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
     match std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d).join("hopfuse"),
@@ -196,6 +197,7 @@ impl App {
                     FakeBehaviour::Ok => "ok",
                     FakeBehaviour::Hang => "hang",
                     FakeBehaviour::Crash => "crash",
+                    FakeBehaviour::CudaError => "cuda-error",
                     FakeBehaviour::FromProgram => "from-program",
                 };
                 worker_args.push(name.to_string());
@@ -213,6 +215,7 @@ impl App {
                 client_cap: args.client_queue_cap,
                 gpus: args.gpus.max(1),
                 cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
+                prespawn: args.fake_worker || gpu.gpu.is_some(),
             },
             Some(store.clone()),
         );

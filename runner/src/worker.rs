@@ -1,16 +1,28 @@
-//! `hopfuse worker`: runs one job in its own process so the service can kill it.
+//! `hopfuse worker`: runs jobs in a process of their own so the service can kill it.
 //!
-//! Protocol: the job ([`WorkerJob`]) as JSON on stdin; on stdout, one JSON object per line:
-//! zero or more `{"event":"progress",...}` lines, then exactly one `{"event":"outcome",...}`
-//! line. The service reads the lines as they come (progress for the SSE stream, the outcome as
-//! the result). Anything else goes to stderr, which the service keeps the tail of.
+//! Protocol: a job ([`WorkerJob`]) as JSON; on stdout, one JSON object per line: zero or more
+//! `{"event":"progress",...}` lines, then one `{"event":"outcome",...}` line per program. The
+//! service reads the lines as they come (progress for the SSE stream, the outcome as the
+//! result). Anything else goes to stderr, which the service keeps the tail of.
+//!
+//! One-shot (`hopfuse worker`): one job, all of stdin, then exit. Warm (`hopfuse worker
+//! --serve`, what the service and `hopfuse bench` run): the worker opens the GPU and measures the
+//! device-copy ceiling once, says `{"event":"ready",...}`, then reads one job per line on stdin
+//! and ends each with `{"event":"job_end","exit":...}`. It keeps the CUDA context, the spin
+//! kernel, the ceiling and an in-memory CUBIN cache between jobs. After a job with a CUDA error
+//! (an illegal address poisons the context for good) or when the context fails a health check
+//! it says `"exit": true` and exits, so the next job gets a fresh process. A hung kernel is the
+//! service's business: it kills the worker with SIGKILL and starts another.
 //!
 //! `--fake` compiles the program for real (hopfuse compile, the size checks, the launch
 //! configuration) but runs nothing: its outcome is `{"status":"fake", ...}` with no timing,
-//! bandwidth or validation, for CI machines without a GPU. `--fake-behaviour hang|crash` (fake
-//! mode only) lets tests exercise the service's kill and crash paths.
+//! bandwidth or validation, for CI machines without a GPU. `--fake-behaviour hang|crash|
+//! cuda-error` (fake mode only) lets tests exercise the service's kill, crash and
+//! fresh-process-after-a-fault paths.
 
-use crate::engine::{self, Hooks, Progress, RunError, RunRequest, RunResult, Stage};
+use crate::engine::{
+    self, CopyCeiling, Device, Hooks, PairRatios, Progress, RunError, RunRequest, RunResult, Stage,
+};
 use crate::faults::{self, Fault};
 use crate::gpu::{DeviceInfo, Gpu};
 use crate::nvrtc;
@@ -18,6 +30,7 @@ use hopfuse::plan::ConcreteLaunch;
 use hopfuse::IndexType;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -26,7 +39,7 @@ use std::time::Instant;
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WorkerJob {
     pub request: RunRequest,
-    /// A/B: a second program run after the first in the same process, same seed.
+    /// A/B: a second program, timed interleaved with the first on the same device.
     #[serde(default)]
     pub request_b: Option<RunRequest>,
     /// Run a fault kernel instead of the program (device tests of the service).
@@ -37,22 +50,56 @@ pub struct WorkerJob {
     pub cubin_cache: Option<PathBuf>,
 }
 
+/// What a warm worker says once it is ready for jobs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Ready {
+    pub pid: u32,
+    pub fake: bool,
+    /// The GPU it opened (none: fake, or `gpu_error`).
+    pub gpu: Option<DeviceInfo>,
+    /// Why it has no GPU (its jobs will fail with this error).
+    pub gpu_error: Option<String>,
+    /// The device-copy ceiling measured at start (reused by every job of this process).
+    pub ceiling: Option<CopyCeiling>,
+    /// From process start to ready (CUDA context, spin kernel, ceiling).
+    pub startup_ms: f64,
+}
+
 /// One line of a worker's stdout.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum WorkerEvent {
+    /// A warm worker is ready for jobs.
+    Ready {
+        ready: Box<Ready>,
+    },
     Progress {
         step: Progress,
     },
     /// A CUBIN came from the cache instead of NVRTC.
     CubinCached {
         key: String,
+        /// `memory` (this warm worker compiled or read it before) or `disk`.
+        #[serde(default)]
+        from: String,
+    },
+    /// A/B: B/A per interleaved launch pair (before the two outcomes).
+    Comparison {
+        ratios: PairRatios,
     },
     Outcome {
         outcome: Box<Outcome>,
         /// Which program of an A/B job (`a` for a single program).
         #[serde(default)]
         part: Part,
+    },
+    /// A warm worker finished a job; with `exit` it exits now (`reason` says why).
+    JobEnd {
+        exit: bool,
+        #[serde(default)]
+        reason: Option<String>,
+        /// Jobs this process has run, this one included.
+        jobs: u64,
     },
 }
 
@@ -109,7 +156,11 @@ pub enum FakeBehaviour {
     Hang,
     /// Report `launch`, then abort (like a driver crash).
     Crash,
-    /// Taken from a `// fake-behaviour: hang|crash|ok` line in the program (tests only).
+    /// Report `launch`, then a CUDA error outcome (like an illegal address): a warm worker
+    /// exits after it.
+    CudaError,
+    /// Taken from a `// fake-behaviour: hang|crash|cuda-error|ok` line in the program (tests
+    /// only).
     FromProgram,
 }
 
@@ -123,6 +174,7 @@ impl FakeBehaviour {
                 return match rest.trim() {
                     "hang" => FakeBehaviour::Hang,
                     "crash" => FakeBehaviour::Crash,
+                    "cuda-error" => FakeBehaviour::CudaError,
                     _ => FakeBehaviour::Ok,
                 };
             }
@@ -136,6 +188,8 @@ impl FakeBehaviour {
 pub struct WorkerOptions {
     pub fake: bool,
     pub behaviour: FakeBehaviour,
+    /// Warm: many jobs, one per stdin line.
+    pub serve: bool,
 }
 
 fn emit(out: &mut impl Write, event: &WorkerEvent) {
@@ -146,74 +200,225 @@ fn emit(out: &mut impl Write, event: &WorkerEvent) {
     }
 }
 
-/// `hopfuse worker`: one job from stdin, events and the outcome on stdout. Returns the exit code.
+/// The longest job line (or one-shot job) read.
+const MAX_JOB_BYTES: u64 = 64 << 20;
+/// CUBINs a warm worker keeps in memory (past this the memory layer starts over).
+const MEMORY_CUBINS: usize = 256;
+
+/// What a worker keeps between jobs.
+#[derive(Default)]
+struct State {
+    device: Option<Device>,
+    /// CUBINs by cache key.
+    memory: HashMap<String, Vec<u8>>,
+    jobs: u64,
+}
+
+/// `hopfuse worker`: jobs from stdin, events and outcomes on stdout. Returns the exit code.
 pub fn main(options: &WorkerOptions) -> i32 {
     die_with_parent();
-    let mut input = String::new();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    let mut state = State::default();
+    if options.serve {
+        return serve(options, &mut state, &mut out);
+    }
+    let mut input = String::new();
     let job: WorkerJob = match std::io::stdin()
         .lock()
-        .take(64 << 20)
+        .take(MAX_JOB_BYTES)
         .read_to_string(&mut input)
         .map_err(|e| e.to_string())
         .and_then(|_| serde_json::from_str(&input).map_err(|e| e.to_string()))
     {
         Ok(job) => job,
         Err(e) => {
-            let error = RunError::new(Stage::Request, format!("worker: bad job JSON: {e}"));
-            emit(
-                &mut out,
-                &WorkerEvent::Outcome {
-                    outcome: Box::new(Outcome::Error { error }),
-                    part: Part::A,
-                },
-            );
+            bad_job(&mut out, &e);
             return 2;
         }
     };
-    let parts = [
-        (Part::A, Some(&job.request)),
-        (Part::B, job.request_b.as_ref()),
-    ];
-    for (part, request) in parts {
-        let Some(request) = request else { continue };
-        let outcome = if options.fake {
+    run_job(&job, options, &mut state, &mut out);
+    0
+}
+
+fn bad_job(out: &mut impl Write, e: &str) {
+    let error = RunError::new(Stage::Request, format!("worker: bad job JSON: {e}"));
+    emit(
+        out,
+        &WorkerEvent::Outcome {
+            outcome: Box::new(Outcome::Error { error }),
+            part: Part::A,
+        },
+    );
+}
+
+/// `hopfuse worker --serve`: open the GPU, measure the ceiling, then one job per line.
+fn serve(options: &WorkerOptions, state: &mut State, out: &mut impl Write) -> i32 {
+    let start = Instant::now();
+    let mut ready = Ready {
+        pid: std::process::id(),
+        fake: options.fake,
+        gpu: None,
+        gpu_error: None,
+        ceiling: None,
+        startup_ms: 0.0,
+    };
+    if !options.fake {
+        match Device::open() {
+            Ok(mut dev) => {
+                ready.gpu = Some(dev.gpu.info.clone());
+                match dev.measure_ceiling(5, 50) {
+                    Ok(c) => ready.ceiling = c,
+                    Err(e) => ready.gpu_error = Some(format!("measuring the copy ceiling: {e}")),
+                }
+                if ready.gpu_error.is_none() {
+                    state.device = Some(dev);
+                }
+            }
+            Err(e) => ready.gpu_error = Some(e.to_string()),
+        }
+    }
+    ready.startup_ms = start.elapsed().as_secs_f64() * 1e3;
+    emit(
+        out,
+        &WorkerEvent::Ready {
+            ready: Box::new(ready),
+        },
+    );
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match (&mut input).take(MAX_JOB_BYTES).read_line(&mut line) {
+            Ok(0) => return 0,
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("worker: cannot read stdin: {e}");
+                return 2;
+            }
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        let exit = if !line.ends_with('\n') && line.len() as u64 >= MAX_JOB_BYTES {
+            bad_job(out, "the job line is too long");
+            Some("the job line was too long to read".to_string())
+        } else {
+            match serde_json::from_str::<WorkerJob>(&line) {
+                Ok(job) => run_job(&job, options, state, out),
+                Err(e) => {
+                    bad_job(out, &e.to_string());
+                    None
+                }
+            }
+        };
+        state.jobs += 1;
+        emit(
+            out,
+            &WorkerEvent::JobEnd {
+                exit: exit.is_some(),
+                reason: exit.clone(),
+                jobs: state.jobs,
+            },
+        );
+        if exit.is_some() {
+            return 0;
+        }
+    }
+}
+
+/// Runs one job, emitting its events and outcomes. Returns why this process must not run
+/// another job (a CUDA error may have poisoned the context), if it must not.
+fn run_job(
+    job: &WorkerJob,
+    options: &WorkerOptions,
+    state: &mut State,
+    out: &mut impl Write,
+) -> Option<String> {
+    let mut outcomes: Vec<(Part, Outcome)> = Vec::new();
+    if options.fake {
+        let parts = [
+            (Part::A, Some(&job.request)),
+            (Part::B, job.request_b.as_ref()),
+        ];
+        for (part, request) in parts {
+            let Some(request) = request else { continue };
             let behaviour = options.behaviour.resolve(&request.source);
-            if job.fault.is_some() {
+            let outcome = if job.fault.is_some() {
                 Outcome::Error {
                     error: RunError::new(Stage::Request, "fault kernels need the GPU worker"),
                 }
             } else {
-                fake(request, behaviour, &mut out)
-            }
-        } else {
-            let mut hooks = WorkerHooks {
-                out: &mut out,
-                cache: job.cubin_cache.clone(),
-                cached: false,
+                fake(request, behaviour, out)
             };
-            let result = match job.fault {
-                Some(fault) => faults::run(fault, request, &mut hooks),
-                None => engine::run_with(request, &mut hooks),
-            };
-            match result {
-                Ok(result) => Outcome::Measured {
-                    result: Box::new(result),
-                    cubin_cached: hooks.cached,
-                },
-                Err(error) => Outcome::Error { error },
-            }
+            emit_outcome(out, part, &outcome);
+            outcomes.push((part, outcome));
+        }
+    } else {
+        let State { device, memory, .. } = state;
+        let mut hooks = WorkerHooks {
+            out,
+            cache: job.cubin_cache.clone(),
+            memory: Some(memory),
+            cached: false,
         };
-        emit(
-            &mut out,
-            &WorkerEvent::Outcome {
-                outcome: Box::new(outcome),
-                part,
+        let measured = |r: Result<RunResult, RunError>, cached: bool| match r {
+            Ok(result) => Outcome::Measured {
+                result: Box::new(result),
+                cubin_cached: cached,
             },
-        );
+            Err(error) => Outcome::Error { error },
+        };
+        match (&job.request_b, job.fault) {
+            (Some(b), None) => {
+                let ab = engine::run_ab_on(device, &job.request, b, &mut hooks);
+                let cached = hooks.cached;
+                if let Some(ratios) = ab.ratios {
+                    emit(&mut *hooks.out, &WorkerEvent::Comparison { ratios });
+                }
+                outcomes.push((Part::A, measured(ab.a, cached)));
+                outcomes.push((Part::B, measured(ab.b, cached)));
+            }
+            (_, fault) => {
+                let r = match fault {
+                    Some(fault) => faults::run_on(device, fault, &job.request, &mut hooks),
+                    None => engine::run_on(device, &job.request, &mut hooks),
+                };
+                outcomes.push((Part::A, measured(r, hooks.cached)));
+            }
+        }
+        for (part, outcome) in &outcomes {
+            emit_outcome(&mut *hooks.out, *part, outcome);
+        }
     }
-    0
+    // A CUDA error may have poisoned the context: never run another job in this process.
+    for (_, o) in &outcomes {
+        if let Outcome::Error { error } = o {
+            if error.stage == Stage::Cuda {
+                return Some(format!(
+                    "a CUDA error may have poisoned the context ({})",
+                    error.message
+                ));
+            }
+        }
+    }
+    if let Some(dev) = &state.device {
+        if let Err(e) = dev.check_health() {
+            return Some(format!("the CUDA context failed its health check: {e}"));
+        }
+    }
+    None
+}
+
+fn emit_outcome(out: &mut impl Write, part: Part, outcome: &Outcome) {
+    emit(
+        out,
+        &WorkerEvent::Outcome {
+            outcome: Box::new(outcome.clone()),
+            part,
+        },
+    );
 }
 
 /// A worker whose service died (even by SIGKILL) must not keep the GPU: ask Linux to kill it.
@@ -268,6 +473,14 @@ fn fake(req: &RunRequest, behaviour: FakeBehaviour, out: &mut impl Write) -> Out
             eprintln!("fake worker: crashing on purpose (--fake-behaviour crash)");
             std::process::abort();
         }
+        FakeBehaviour::CudaError => {
+            return Outcome::Error {
+                error: RunError::new(
+                    Stage::Cuda,
+                    "fake worker: a CUDA error on purpose (--fake-behaviour cuda-error)",
+                ),
+            }
+        }
         FakeBehaviour::Ok | FakeBehaviour::FromProgram => {}
     }
     Outcome::Fake {
@@ -287,6 +500,8 @@ fn fake(req: &RunRequest, behaviour: FakeBehaviour, out: &mut impl Write) -> Out
 struct WorkerHooks<'a, W: Write> {
     out: &'a mut W,
     cache: Option<PathBuf>,
+    /// A warm worker's in-memory CUBINs.
+    memory: Option<&'a mut HashMap<String, Vec<u8>>>,
     cached: bool,
 }
 
@@ -299,26 +514,48 @@ impl<W: Write> Hooks for WorkerHooks<'_, W> {
         let Some(dir) = self.cache.clone() else {
             return nvrtc::compile(cuda, name).and_then(|c| c.deny_warnings(name));
         };
+        let start = Instant::now();
         let key = cubin_key(cuda)?;
         let path = dir.join(format!("{key}.cubin"));
-        let start = Instant::now();
-        if let Ok(image) = std::fs::read(&path) {
-            if !image.is_empty() {
-                self.cached = true;
-                emit(self.out, &WorkerEvent::CubinCached { key });
-                return Ok(nvrtc::Cubin {
-                    image,
-                    log: String::new(),
-                    warnings: Vec::new(),
-                    options: nvrtc::options(nvrtc::include_dir()?.as_deref()),
-                    compile_ms: start.elapsed().as_secs_f64() * 1e3,
-                });
-            }
+        let from_memory = self.memory.as_ref().and_then(|m| m.get(&key).cloned());
+        let (image, from) = match from_memory {
+            Some(image) => (Some(image), "memory"),
+            None => (std::fs::read(&path).ok().filter(|i| !i.is_empty()), "disk"),
+        };
+        if let Some(image) = image {
+            self.cached = true;
+            self.remember(&key, &image);
+            emit(
+                self.out,
+                &WorkerEvent::CubinCached {
+                    key,
+                    from: from.into(),
+                },
+            );
+            return Ok(nvrtc::Cubin {
+                image,
+                log: String::new(),
+                warnings: Vec::new(),
+                options: nvrtc::options(nvrtc::include_dir()?.as_deref()),
+                compile_ms: start.elapsed().as_secs_f64() * 1e3,
+            });
         }
         let cubin = nvrtc::compile(cuda, name).and_then(|c| c.deny_warnings(name))?;
+        self.remember(&key, &cubin.image);
         // Best effort: a cache that cannot be written only costs the next run a compile.
         let _ = write_atomically(&dir, &path, &cubin.image);
         Ok(cubin)
+    }
+}
+
+impl<W: Write> WorkerHooks<'_, W> {
+    fn remember(&mut self, key: &str, image: &[u8]) {
+        if let Some(m) = self.memory.as_mut() {
+            if m.len() >= MEMORY_CUBINS && !m.contains_key(key) {
+                m.clear();
+            }
+            m.insert(key.to_string(), image.to_vec());
+        }
     }
 }
 
@@ -436,6 +673,7 @@ mod tests {
         let mut hooks = WorkerHooks {
             out: &mut out,
             cache: Some(dir.clone()),
+            memory: None,
             cached: false,
         };
         let first = hooks.cubin(cuda, "a.cu").unwrap();
@@ -452,12 +690,45 @@ mod tests {
         let mut hooks = WorkerHooks {
             out: &mut out,
             cache: Some(dir.clone()),
+            memory: None,
             cached: false,
         };
         hooks.cubin(crate::gpu::SPIN_SOURCE, "spin.cu").unwrap();
         assert!(!hooks.cached);
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_warm_worker_keeps_cubins_in_memory() {
+        if !nvrtc::available() {
+            eprintln!("SKIPPED: libnvrtc cannot be loaded");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("hopfuse-cubin-mem-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cuda = crate::faults::Fault::Deadlock.cuda();
+        let mut memory = HashMap::new();
+        let mut out = Vec::new();
+        let mut hooks = WorkerHooks {
+            out: &mut out,
+            cache: Some(dir.clone()),
+            memory: Some(&mut memory),
+            cached: false,
+        };
+        let first = hooks.cubin(cuda, "a.cu").unwrap();
+        assert!(!hooks.cached);
+        // Gone from disk: the memory layer still has it.
+        std::fs::remove_dir_all(&dir).unwrap();
+        let second = hooks.cubin(cuda, "a.cu").unwrap();
+        assert!(hooks.cached);
+        assert_eq!(first.image, second.image);
+        let events = read_events(&out[..]);
+        assert!(
+            matches!(&events[..], [WorkerEvent::CubinCached { from, .. }] if from == "memory"),
+            "{events:?}"
+        );
+        assert_eq!(memory.len(), 1);
     }
 
     #[test]
@@ -468,6 +739,10 @@ mod tests {
             FakeBehaviour::Hang
         );
         assert_eq!(b.resolve("fusion"), FakeBehaviour::Ok);
+        assert_eq!(
+            b.resolve("// fake-behaviour: cuda-error"),
+            FakeBehaviour::CudaError
+        );
         assert_eq!(
             FakeBehaviour::Crash.resolve("// fake-behaviour: ok"),
             FakeBehaviour::Crash

@@ -152,3 +152,71 @@ fn nvrtc_check_fails_on_errors_and_checks_every_file() {
     );
     assert!(t.contains("1 passed, 2 failed"), "{t}");
 }
+
+#[test]
+fn bench_runs_every_example_with_its_bench_sizes() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let data = std::env::temp_dir().join(format!("hopfuse-bench-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_hopfuse"))
+        .args(["bench", "--fake-worker", "--no-cubin-cache", "--data-dir"])
+        .arg(&data)
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    let lines: Vec<&str> = t.lines().collect();
+    assert!(
+        lines[0].starts_with("| example | size | time (us): median (min-max) | GB/s | ceiling"),
+        "{t}"
+    );
+    let examples = std::fs::read_dir(root.join("examples/basics"))
+        .unwrap()
+        .count();
+    assert_eq!(lines.len(), 2 + examples, "{t}");
+    assert!(
+        t.contains("| basics/add | M=16384,N=16384 |") && t.contains("fake worker"),
+        "{t}"
+    );
+    assert!(
+        t.contains("| basics/softmax_shared | M=4096,N=8192 |"),
+        "{t}"
+    );
+}
+
+#[test]
+fn bench_takes_sizes_and_reports_programs_it_cannot_run() {
+    let no_line = tmp_file(
+        "nobench.hf",
+        "fusion f {\n  input x: f32[N]\n  y = x\n  output y\n}\n",
+    );
+    let add = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/basics/add.hf");
+    let add = add.display().to_string();
+    let out = hopfuse(&["bench", "--fake-worker", "--no-cubin-cache", &add, &no_line]);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(t.contains("| basics/add | M=16384,N=16384 |"), "{t}");
+    assert!(
+        t.contains("no `// bench: M=...,N=...` line; give --size"),
+        "{t}"
+    );
+    let out = hopfuse(&[
+        "bench",
+        "--fake-worker",
+        "--no-cubin-cache",
+        "--size",
+        "M=64,N=64",
+        &add,
+    ]);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(t.contains("| basics/add | M=64,N=64 |"), "{t}");
+    // Sizes the program cannot take: an error row, not a panic.
+    let out = hopfuse(&["bench", "--fake-worker", "--size", "M=-1,N=4", &add]);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        t.contains("| basics/add | M=-1,N=4 |") && t.contains("error:"),
+        "{t}"
+    );
+}

@@ -120,3 +120,62 @@ fn the_probe_says_what_it_found() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["gpu"].is_object() || v["reason"].is_string(), "{v}");
 }
+
+/// `hopfuse worker --serve`: the events of all jobs written at once, stdin then closed.
+fn serve(args: &[&str], jobs: &[String]) -> (Vec<Value>, std::process::ExitStatus) {
+    let mut full = vec!["--serve"];
+    full.extend_from_slice(args);
+    worker(&full, &(jobs.join("\n") + "\n"))
+}
+
+#[test]
+fn a_warm_worker_runs_one_job_per_line_until_stdin_closes() {
+    let jobs = [job(&add()), "{not json".to_string(), job(&add())];
+    let (lines, status) = serve(&["--fake"], &jobs);
+    assert!(status.success());
+    assert_eq!(lines[0]["event"], "ready", "{lines:?}");
+    assert_eq!(lines[0]["ready"]["fake"], true);
+    let ends: Vec<&Value> = lines.iter().filter(|l| l["event"] == "job_end").collect();
+    assert_eq!(ends.len(), 3, "{lines:?}");
+    assert!(ends.iter().all(|e| e["exit"] == false));
+    assert_eq!(ends[2]["jobs"], 3);
+    let outcomes: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["event"] == "outcome")
+        .map(|l| l["outcome"]["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["fake", "error", "fake"]);
+}
+
+#[test]
+fn a_warm_worker_exits_after_a_cuda_error() {
+    let jobs = [job(&add()), job(&add())];
+    let (lines, status) = serve(&["--fake", "--fake-behaviour", "cuda-error"], &jobs);
+    assert!(status.success());
+    let ends: Vec<&Value> = lines.iter().filter(|l| l["event"] == "job_end").collect();
+    // The second job is never read.
+    assert_eq!(ends.len(), 1, "{lines:?}");
+    assert_eq!(ends[0]["exit"], true);
+    assert!(ends[0]["reason"].as_str().unwrap().contains("poisoned"));
+}
+
+#[test]
+fn a_warm_real_worker_without_a_gpu_says_why_and_exits_after_the_job() {
+    let (lines, status) = serve(&[], &[job(&add()), job(&add())]);
+    assert!(status.success());
+    let ready = &lines[0]["ready"];
+    if ready["gpu"].is_object() {
+        eprintln!("SKIPPED: this machine has a GPU");
+        return;
+    }
+    assert!(ready["gpu_error"].is_string(), "{ready}");
+    let o = lines
+        .iter()
+        .find(|l| l["event"] == "outcome")
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert_eq!(o["outcome"]["status"], "error", "{o}");
+    let stage = o["outcome"]["error"]["stage"].as_str().unwrap();
+    let end = lines.iter().find(|l| l["event"] == "job_end").unwrap();
+    // A CUDA error (no driver) ends the worker; an NVRTC error (no libnvrtc) does not.
+    assert_eq!(end["exit"], stage == "cuda", "{lines:?}");
+}

@@ -1,0 +1,369 @@
+//! `hopfuse bench`: runs every example (or the given programs) on the GPU and prints a Markdown
+//! table: example, size, time, GB/s, ceiling, ratio, validation.
+//!
+//! The runs go through one warm `hopfuse worker --serve` process, as the service's do: the
+//! worker opens the GPU and measures the device-copy ceiling once, every run reuses both, a
+//! run past the time limit is killed (SIGKILL) and a fault (an illegal address poisons the
+//! context) ends the worker, and the next run gets a fresh one. Sizes come from `--size` or
+//! from the program's `// bench: M=16384,N=16384` lines (one row per line).
+
+use crate::engine::{RunRequest, RunResult};
+use crate::sizes;
+use crate::warm::{JobEnd, WarmWorker, WorkerCommand};
+use crate::worker::{Outcome, WorkerEvent, WorkerJob};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The marker of a program's benchmark sizes.
+pub const BENCH_PREFIX: &str = "// bench:";
+
+/// The sizes of a program's `// bench: NAME=VALUE,...` lines, in order.
+pub fn bench_sizes(source: &str) -> Result<Vec<BTreeMap<String, i64>>, String> {
+    source
+        .lines()
+        .enumerate()
+        .filter_map(|(i, l)| l.trim().strip_prefix(BENCH_PREFIX).map(|rest| (i, rest)))
+        .map(|(i, rest)| sizes::parse_sizes(rest).map_err(|e| format!("line {}: {e}", i + 1)))
+        .collect()
+}
+
+/// `ROOT/*/*.hf` (the examples), sorted.
+pub fn example_files(root: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for dir in std::fs::read_dir(root)? {
+        let dir = dir?.path();
+        if !dir.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&dir)? {
+            let f = f?.path();
+            if f.extension().is_some_and(|e| e == "hf") {
+                files.push(f);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// What `hopfuse bench` runs.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    pub files: Vec<PathBuf>,
+    /// `--size` for every program (else each program's `// bench:` lines).
+    pub sizes: Option<BTreeMap<String, i64>>,
+    pub iters: u32,
+    pub warmup: u32,
+    pub seed: u64,
+    /// Per run, from sending it to the worker to its result.
+    pub timeout: Duration,
+    pub worker: WorkerCommand,
+    pub cubin_cache: Option<PathBuf>,
+}
+
+/// One row of the table.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub example: String,
+    pub sizes: String,
+    pub outcome: RowOutcome,
+}
+
+#[derive(Clone, Debug)]
+pub enum RowOutcome {
+    Measured(Box<RunResult>),
+    /// Compiled and checked by the fake worker; nothing measured.
+    Fake,
+    /// Not run: why (an error, a timeout, a crash, no sizes).
+    NotRun(String),
+}
+
+impl Row {
+    pub fn ok(&self) -> bool {
+        match &self.outcome {
+            RowOutcome::Measured(r) => r.passed,
+            RowOutcome::Fake => true,
+            RowOutcome::NotRun(_) => false,
+        }
+    }
+}
+
+/// The name of a program in the table: its path below `examples/` without `.hf`.
+pub fn example_name(file: &Path) -> String {
+    let text = file.display().to_string();
+    let short = match text.rfind("examples/") {
+        Some(i) => &text[i + "examples/".len()..],
+        None => &text,
+    };
+    short.strip_suffix(".hf").unwrap_or(short).to_string()
+}
+
+/// Runs every (program, sizes) pair; `progress` gets each row as it is done.
+pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let mut warm: Option<WarmWorker> = None;
+    for file in &options.files {
+        let example = example_name(file);
+        let mut push = |row: Row, rows: &mut Vec<Row>| {
+            progress(&row);
+            rows.push(row);
+        };
+        let source = match std::fs::read_to_string(file) {
+            Ok(s) => s,
+            Err(e) => {
+                let why = format!("cannot read {}: {e}", file.display());
+                push(row(&example, "", RowOutcome::NotRun(why)), &mut rows);
+                continue;
+            }
+        };
+        let size_sets = match &options.sizes {
+            Some(s) => vec![s.clone()],
+            None => match bench_sizes(&source) {
+                Ok(s) if s.is_empty() => {
+                    let why = format!("no `{BENCH_PREFIX} M=...,N=...` line; give --size");
+                    push(row(&example, "", RowOutcome::NotRun(why)), &mut rows);
+                    continue;
+                }
+                Ok(s) => s,
+                Err(e) => {
+                    let why = format!("bad `{BENCH_PREFIX}` {e}");
+                    push(row(&example, "", RowOutcome::NotRun(why)), &mut rows);
+                    continue;
+                }
+            },
+        };
+        for sizes in size_sets {
+            let label = sizes::format_sizes(&sizes);
+            let job = WorkerJob {
+                request: RunRequest {
+                    file: file.display().to_string(),
+                    source: source.clone(),
+                    sizes,
+                    iters: options.iters,
+                    warmup: options.warmup,
+                    seed: options.seed,
+                    index: None,
+                    copy_ceiling: true,
+                },
+                request_b: None,
+                fault: None,
+                cubin_cache: options.cubin_cache.clone(),
+            };
+            let outcome = run_one(options, &mut warm, &job).await;
+            push(row(&example, &label, outcome), &mut rows);
+        }
+    }
+    if let Some(mut w) = warm {
+        w.kill().await;
+    }
+    rows
+}
+
+fn row(example: &str, sizes: &str, outcome: RowOutcome) -> Row {
+    Row {
+        example: example.to_string(),
+        sizes: sizes.to_string(),
+        outcome,
+    }
+}
+
+async fn run_one(
+    options: &BenchOptions,
+    warm: &mut Option<WarmWorker>,
+    job: &WorkerJob,
+) -> RowOutcome {
+    if warm.as_mut().is_some_and(|w| !w.is_alive()) {
+        *warm = None;
+    }
+    if warm.is_none() {
+        match WarmWorker::spawn(&options.worker).await {
+            Ok(w) => *warm = Some(w),
+            Err(e) => {
+                let stderr = e.stderr.trim();
+                return RowOutcome::NotRun(if stderr.is_empty() {
+                    format!("the worker did not start: {}", e.message)
+                } else {
+                    format!("the worker did not start: {} ({stderr})", e.message)
+                });
+            }
+        }
+    }
+    let w = warm.as_mut().expect("a worker");
+    let mut outcome = None;
+    let end = w
+        .run(job, options.timeout, &mut |e| {
+            if let WorkerEvent::Outcome { outcome: o, .. } = e {
+                outcome = Some(*o);
+            }
+        })
+        .await;
+    let ended = match end {
+        JobEnd::Done { exit: None } => None,
+        JobEnd::Done { exit: Some(_) } => {
+            w.wait_exit().await;
+            Some(String::new())
+        }
+        JobEnd::TimedOut => {
+            w.kill().await;
+            Some(format!(
+                "timed out after {:.0} s: the worker was killed",
+                options.timeout.as_secs_f64()
+            ))
+        }
+        JobEnd::Died => Some(format!("crashed: the worker {}", w.wait_exit().await)),
+    };
+    if ended.is_some() {
+        *warm = None;
+    }
+    match outcome {
+        Some(Outcome::Measured { result, .. }) => RowOutcome::Measured(result),
+        Some(Outcome::Fake { .. }) => RowOutcome::Fake,
+        Some(Outcome::Error { error }) => RowOutcome::NotRun(format!("error: {error}")),
+        None => RowOutcome::NotRun(ended.unwrap_or_else(|| "no result".into())),
+    }
+}
+
+/// A table cell: no pipes or line breaks, at most 160 characters.
+fn cell(text: &str) -> String {
+    let one_line: String = text
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|");
+    if one_line.chars().count() > 160 {
+        let cut: String = one_line.chars().take(157).collect();
+        format!("{cut}...")
+    } else {
+        one_line
+    }
+}
+
+/// The Markdown table.
+pub fn render(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| example | size | time (us): median (min-max) | GB/s | ceiling GB/s | ratio | validation |"
+    );
+    let _ = writeln!(s, "| --- | --- | --- | --- | --- | --- | --- |");
+    for r in rows {
+        let (time, gbps, ceiling, ratio, validation) = match &r.outcome {
+            RowOutcome::Measured(m) => {
+                let t = &m.timing;
+                let rel = m
+                    .validation
+                    .iter()
+                    .chain(&m.validation_after_timing)
+                    .map(|c| c.rel_l2)
+                    .fold(0.0f64, f64::max);
+                (
+                    format!("{:.2} ({:.2}-{:.2})", t.median_us, t.min_us, t.max_us),
+                    format!("{:.1}", m.gbps),
+                    m.copy
+                        .as_ref()
+                        .map(|c| format!("{:.1}", c.gbps))
+                        .unwrap_or_else(|| "not measured".into()),
+                    m.fraction_of_copy
+                        .map(|f| format!("{:.1}%", f * 100.0))
+                        .unwrap_or_else(|| "-".into()),
+                    format!(
+                        "{} (rel_l2 {rel:.3e})",
+                        if m.passed { "PASS" } else { "FAIL" }
+                    ),
+                )
+            }
+            RowOutcome::Fake => (
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "fake worker: compiled and checked, not run".into(),
+            ),
+            RowOutcome::NotRun(why) => ("-".into(), "-".into(), "-".into(), "-".into(), cell(why)),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {time} | {gbps} | {ceiling} | {ratio} | {validation} |",
+            cell(&r.example),
+            cell(&r.sizes)
+        );
+    }
+    s
+}
+
+/// A line about the device and the ceiling, from the first measured row.
+pub fn summary(rows: &[Row]) -> Option<String> {
+    let m = rows.iter().find_map(|r| match &r.outcome {
+        RowOutcome::Measured(m) => Some(m),
+        _ => None,
+    })?;
+    let d = &m.device;
+    let mut s = format!(
+        "Device: {} ({} SMs), driver {}.{}.",
+        d.name,
+        d.sm_count,
+        d.driver_version / 1000,
+        d.driver_version % 1000 / 10
+    );
+    if let Some(c) = &m.copy {
+        let when = match c.measured {
+            crate::engine::CeilingWhen::WorkerStart => "once at worker start and reused",
+            crate::engine::CeilingWhen::Run => "by the run",
+        };
+        let _ = write!(
+            s,
+            " Ceiling: device-to-device copy of {} (read + written), measured {when}.",
+            crate::report::bytes(c.buffer_bytes)
+        );
+    }
+    Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_lines_give_the_sizes() {
+        let src = "// a program\n// bench: M=16384,N=16384\nfusion f {}\n// bench: M=8, N=1_000\n";
+        let s = bench_sizes(src).unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!(sizes::format_sizes(&s[0]), "M=16384,N=16384");
+        assert_eq!(sizes::format_sizes(&s[1]), "M=8,N=1000");
+        assert!(bench_sizes("fusion f {}").unwrap().is_empty());
+        let err = bench_sizes("x\n// bench: M=lots").unwrap_err();
+        assert!(err.starts_with("line 2:"), "{err}");
+    }
+
+    #[test]
+    fn names_and_cells() {
+        assert_eq!(
+            example_name(Path::new("examples/basics/add.hf")),
+            "basics/add"
+        );
+        assert_eq!(example_name(Path::new("/tmp/x.hf")), "/tmp/x");
+        assert_eq!(cell("a | b\n  c"), "a \\| b c");
+        assert_eq!(cell(&"x".repeat(300)).len(), 160);
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_run() {
+        let rows = vec![
+            row("basics/add", "M=1,N=2", RowOutcome::Fake),
+            row(
+                "basics/bad",
+                "",
+                RowOutcome::NotRun("error: CUDA: boom".into()),
+            ),
+        ];
+        let t = render(&rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4, "{t}");
+        assert!(lines[0].starts_with("| example | size | time"));
+        assert!(lines[3].contains("error: CUDA: boom"), "{t}");
+        assert!(!rows[1].ok() && rows[0].ok());
+        assert!(summary(&rows).is_none());
+    }
+}
