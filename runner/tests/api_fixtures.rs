@@ -8,7 +8,7 @@ use hopfuse::plan::ConcreteLaunch;
 use hopfuse::{DType, IndexType};
 use hopfuse_runner::engine::{CopyCeiling, L2Policy, Progress, RunError, RunResult, Stage};
 use hopfuse_runner::gpu::{DeviceInfo, KernelAttributes, Timing};
-use hopfuse_runner::queue::{JobEvent, JobResult, JobStage, JobStatus};
+use hopfuse_runner::queue::{JobEvent, JobResult, JobStage, JobStatus, WorkerInfo};
 use hopfuse_runner::validate::Check;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -65,8 +65,15 @@ fn job(status: JobStatus) -> JobResult {
         stderr: None,
         b: None,
         comparison: None,
+        worker: Some(WorkerInfo {
+            pid: 4242,
+            job_in_process: 3,
+            spawn_ms: None,
+            startup_ms: 310.5,
+            ended: None,
+        }),
         queued_ms: 0.5,
-        worker_ms: 1649.75,
+        worker_ms: 21.25,
     }
 }
 
