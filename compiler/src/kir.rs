@@ -450,6 +450,24 @@ impl Kernel {
                 );
             }
         }
+        for m in &self.tensor_maps {
+            let list = |v: &[SizeExpr]| {
+                v.iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let _ = writeln!(
+                s,
+                "  param {}: tensor map of `{}` ({}), innermost first: dims [{}] strides [{}] bytes, box {:?}",
+                m.param,
+                m.tensor,
+                m.dtype,
+                list(&m.global_dims),
+                list(&m.global_strides),
+                m.box_dims
+            );
+        }
         for (v, p) in &self.hw_vars {
             let _ = writeln!(s, "  {v} = {}", p.cuda_index().unwrap_or("?"));
         }

@@ -12,5 +12,6 @@ pub mod selftest;
 pub mod serve;
 pub mod sizes;
 pub mod store;
+pub mod tensor_map;
 pub mod validate;
 pub mod worker;

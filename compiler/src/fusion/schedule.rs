@@ -390,7 +390,8 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                         return a.err(format!("the Bulk parallel type marks the box of a TMA or bulk copy, and `{tname}` is not one (cache it with cache_after(x, memory=shared, load=tma))"), Some(psp));
                     }
                     let id = f.tensors[t].loop_domain[ax];
-                    if p != ParallelType::Serial {
+                    // A box spans several Bulk axes; other parallel types bind one axis each.
+                    if p != ParallelType::Serial && p != ParallelType::Bulk {
                         if let Some(other) = f.tensors[t].loop_domain.iter().position(|&i| i != id && f.ids[i].parallel == p) {
                             return a.err(format!("axis {other} of `{tname}` is already bound to {p}"), Some(psp));
                         }
