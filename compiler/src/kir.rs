@@ -279,16 +279,31 @@ pub enum Stmt {
     /// `__syncthreads()`
     Sync,
     /// `const index_t var = value;`
-    Let { var: String, value: Val },
+    Let {
+        var: String,
+        value: Val,
+    },
     /// Initialises every mbarrier of array `bars` to one arrival and fences the init (issued by
     /// one thread; a block barrier follows).
-    MbarInit { bars: usize },
+    MbarInit {
+        bars: usize,
+    },
     /// Invalidates every mbarrier of array `bars` (one thread, after a block barrier).
-    MbarInval { bars: usize },
+    MbarInval {
+        bars: usize,
+    },
     /// Arrives on `bars[slot]` and announces `bytes` of asynchronous copies to it.
-    MbarArriveExpectTx { bars: usize, slot: Val, bytes: i64 },
+    MbarArriveExpectTx {
+        bars: usize,
+        slot: Val,
+        bytes: i64,
+    },
     /// Every thread waits until phase `parity` of `bars[slot]` has completed.
-    MbarWait { bars: usize, slot: Val, parity: Val },
+    MbarWait {
+        bars: usize,
+        slot: Val,
+        parity: Val,
+    },
     /// An asynchronous copy of one box from global to shared memory completing on `bars[slot]`.
     TmaLoad(TmaLoad),
 }

@@ -598,10 +598,7 @@ pub fn execute_with(
         }
         L2Policy::Flush { bytes } => flush = Some(gpu.alloc(*bytes)?),
     }
-    let mut args: Vec<KernelArgs> = sets
-        .iter()
-        .map(|s| args_for(s))
-        .collect::<Result<_, _>>()?;
+    let mut args: Vec<KernelArgs> = sets.iter().map(|s| args_for(s)).collect::<Result<_, _>>()?;
     let spin = Spin::new(&gpu)?;
     hooks.progress(Progress::Time);
     info!(%l2_policy, "timing {} launches after {} warm-up launches", req.iters, req.warmup);
@@ -679,7 +676,12 @@ fn encode_map(
     let index = plan
         .tensors()
         .position(|(t, ..)| t == spec.tensor)
-        .ok_or_else(|| err(format!("tensor map `{name}` reads `{}`, which is not a tensor parameter", spec.tensor)))?;
+        .ok_or_else(|| {
+            err(format!(
+                "tensor map `{name}` reads `{}`, which is not a tensor parameter",
+                spec.tensor
+            ))
+        })?;
     let args = crate::tensor_map::encode_args(spec, sizes, pointers[index]).map_err(err)?;
     crate::tensor_map::encode(&args).map_err(err)
 }

@@ -305,7 +305,7 @@ fn ptr(buf: &CudaSlice<u8>, stream: &CudaStream) -> sys::CUdeviceptr {
 pub struct KernelArgs {
     // Never touched after construction: `ptrs` point into these allocations.
     _slots: Box<[u64]>,
-    _maps: Vec<Box<sys::CUtensorMap>>,
+    _maps: Box<[sys::CUtensorMap]>,
     ptrs: Vec<*mut c_void>,
 }
 
@@ -334,16 +334,17 @@ impl KernelArgs {
                 }
                 Arg::Map(m) => {
                     order.push((true, maps.len()));
-                    maps.push(m);
+                    maps.push(*m);
                 }
             }
         }
         let mut slots = words.into_boxed_slice();
+        let mut maps = maps.into_boxed_slice();
         let ptrs = order
             .into_iter()
             .map(|(is_map, i)| {
                 if is_map {
-                    &mut *maps[i] as *mut sys::CUtensorMap as *mut c_void
+                    &mut maps[i] as *mut sys::CUtensorMap as *mut c_void
                 } else {
                     &mut slots[i] as *mut u64 as *mut c_void
                 }

@@ -59,7 +59,7 @@ pub fn encode_args(
             "{what}: the box, element strides and global strides do not match rank {rank}"
         ));
     }
-    if address % 16 != 0 {
+    if !address.is_multiple_of(16) {
         return Err(format!(
             "{what}: the global address {address:#x} is not 16-byte aligned"
         ));
@@ -69,9 +69,7 @@ pub fn encode_args(
     for (d, e) in spec.global_dims.iter().enumerate() {
         let v = e.eval(sizes).map_err(|e| format!("{what}: {e}"))?;
         if !(1..=1i64 << 32).contains(&v) {
-            return Err(format!(
-                "{what}: dimension {d} = {v} is outside 1..2^32"
-            ));
+            return Err(format!("{what}: dimension {d} = {v} is outside 1..2^32"));
         }
         global_dims.push(v as u64);
     }
@@ -209,7 +207,10 @@ mod tests {
     #[test]
     fn real_sizes_are_checked_again() {
         let e = encode_args(&spec(), &sizes(100, 1001), 0x1000).unwrap_err();
-        assert!(e.contains("stride 1 = 4004 bytes is not a multiple of 16"), "{e}");
+        assert!(
+            e.contains("stride 1 = 4004 bytes is not a multiple of 16"),
+            "{e}"
+        );
         let e = encode_args(&spec(), &sizes(100, 1000), 0x1008).unwrap_err();
         assert!(e.contains("not 16-byte aligned"), "{e}");
         let e = encode_args(&spec(), &sizes(0, 1000), 0x1000).unwrap_err();

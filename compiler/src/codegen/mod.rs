@@ -588,7 +588,10 @@ impl Emitter<'_> {
                             let src = self.access(&t.src);
                             self.line(
                                 depth,
-                                &format!("hf_bulk_load(&{dst}, &{src}, {}u, &{bars}[{slot}]);", t.bytes),
+                                &format!(
+                                    "hf_bulk_load(&{dst}, &{src}, {}u, &{bars}[{slot}]);",
+                                    t.bytes
+                                ),
                             );
                         }
                     }

@@ -205,7 +205,10 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
             let memory = memory.unwrap_or(MemoryType::Local);
             if load != LoadKind::Plain && func != "cache_after" {
                 return a.err(
-                    format!("load={} fills a cache from global memory: use it with cache_after", load.name()),
+                    format!(
+                        "load={} fills a cache from global memory: use it with cache_after",
+                        load.name()
+                    ),
                     None,
                 );
             }
@@ -214,7 +217,10 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     if load != LoadKind::Plain {
                         if memory != MemoryType::Shared {
                             return a.err(
-                                format!("load={} copies into shared memory: add memory=shared", load.name()),
+                                format!(
+                                    "load={} copies into shared memory: add memory=shared",
+                                    load.name()
+                                ),
                                 None,
                             );
                         }

@@ -82,13 +82,11 @@ fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>) -> Vec<Stmt> {
                 var,
                 value: simplify(&value, ext),
             }),
-            Stmt::MbarArriveExpectTx { bars, slot, bytes } => {
-                out.push(Stmt::MbarArriveExpectTx {
-                    bars,
-                    slot: simplify(&slot, ext),
-                    bytes,
-                })
-            }
+            Stmt::MbarArriveExpectTx { bars, slot, bytes } => out.push(Stmt::MbarArriveExpectTx {
+                bars,
+                slot: simplify(&slot, ext),
+                bytes,
+            }),
             Stmt::MbarWait { bars, slot, parity } => out.push(Stmt::MbarWait {
                 bars,
                 slot: simplify(&slot, ext),

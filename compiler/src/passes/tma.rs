@@ -28,9 +28,7 @@ use super::indexing::consumer_roots;
 use super::{mul, Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterOrigin, LoadKind, MemoryType, ParallelType, TensorId};
-use crate::kir::{
-    Access, CopyKind, Data, Kernel, Loop, MbarArray, Stmt, TmaLoad, Val,
-};
+use crate::kir::{Access, CopyKind, Data, Kernel, Loop, MbarArray, Stmt, TmaLoad, Val};
 use crate::plan::{Constraint, SizeExpr, TensorMapSpec};
 use std::collections::HashMap;
 
@@ -171,7 +169,9 @@ pub fn run_plan(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 ));
             };
             let Some(dim) = logical.iter().position(|&r| r == root) else {
-                return err(format!("Bulk axis {p} of `{name}` is not a dimension of it"));
+                return err(format!(
+                    "Bulk axis {p} of `{name}` is not a dimension of it"
+                ));
             };
             if last_dim.is_some_and(|l| l >= dim) {
                 return err(format!(
@@ -183,7 +183,11 @@ pub fn run_plan(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         }
         let box_dims: Vec<i64> = box_outer_first.iter().rev().copied().collect();
         let elem = tensor.dtype.size_bytes() as i64;
-        let what = format!("`{name}` ({} load of `{}`)", tensor.load.name(), f.tensors[src].name);
+        let what = format!(
+            "`{name}` ({} load of `{}`)",
+            tensor.load.name(),
+            f.tensors[src].name
+        );
         check_box(&what, elem, &box_dims, 0).or_else(err)?;
         if tensor.load == LoadKind::Bulk && box_dims[1..].iter().any(|&b| b != 1) {
             return err(format!(
@@ -221,25 +225,29 @@ pub fn run_plan(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             global_strides.push(stride.clone());
         }
         let row_multiple = 16 / elem;
-        let mut need_divisible = |value: &SizeExpr, divisor: i64, rule: &str| -> Result<(), Diagnostic> {
-            match value.as_const() {
-                Some(v) if v % divisor != 0 => err(format!(
-                    "{what}: {rule} ({value} is not a multiple of {divisor})"
-                )),
-                Some(_) => Ok(()),
-                None => {
-                    let c = Constraint::Divisible {
-                        value: value.clone(),
-                        divisor,
-                        reason: format!("{} load of `{src_name}` into `{name}`: {rule}", tensor.load.name()),
-                    };
-                    if !cx.constraints.contains(&c) {
-                        cx.constraints.push(c);
+        let mut need_divisible =
+            |value: &SizeExpr, divisor: i64, rule: &str| -> Result<(), Diagnostic> {
+                match value.as_const() {
+                    Some(v) if v % divisor != 0 => err(format!(
+                        "{what}: {rule} ({value} is not a multiple of {divisor})"
+                    )),
+                    Some(_) => Ok(()),
+                    None => {
+                        let c = Constraint::Divisible {
+                            value: value.clone(),
+                            divisor,
+                            reason: format!(
+                                "{} load of `{src_name}` into `{name}`: {rule}",
+                                tensor.load.name()
+                            ),
+                        };
+                        if !cx.constraints.contains(&c) {
+                            cx.constraints.push(c);
+                        }
+                        Ok(())
                     }
-                    Ok(())
                 }
-            }
-        };
+            };
         if rank > 1 {
             need_divisible(
                 &global_dims[0],
@@ -364,33 +372,32 @@ pub fn run_issue(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         }
     }
     let mut body = std::mem::take(&mut k.body);
-    issue_block(cx, k, &mut body, &mut env)?;
+    issue_block(cx, &mut body, &mut env)?;
     k.body = body;
     Ok(())
 }
 
 fn issue_block(
     cx: &mut Ctx,
-    k: &Kernel,
     body: &mut [Stmt],
     env: &mut HashMap<LoopKey, Val>,
 ) -> Result<(), Diagnostic> {
     for s in body.iter_mut() {
         match s {
             Stmt::Loop(l) if l.parallel == ParallelType::Bulk => {
-                *s = Stmt::TmaLoad(box_load(cx, k, l, env)?);
+                *s = Stmt::TmaLoad(box_load(cx, l, env)?);
             }
             Stmt::Loop(l) => {
                 let prev = env.insert(l.key, Val::Var(l.var.clone()));
-                issue_block(cx, k, &mut l.body, env)?;
+                issue_block(cx, &mut l.body, env)?;
                 match prev {
                     Some(p) => env.insert(l.key, p),
                     None => env.remove(&l.key),
                 };
             }
             Stmt::If { then, els, .. } => {
-                issue_block(cx, k, then, env)?;
-                issue_block(cx, k, els, env)?;
+                issue_block(cx, then, env)?;
+                issue_block(cx, els, env)?;
             }
             _ => {}
         }
@@ -399,12 +406,7 @@ fn issue_block(
 }
 
 /// The copy of the whole box that a nest of `Bulk` loops around one copy stands for.
-fn box_load(
-    cx: &mut Ctx,
-    k: &Kernel,
-    l: &Loop,
-    env: &HashMap<LoopKey, Val>,
-) -> Result<TmaLoad, Diagnostic> {
+fn box_load(cx: &mut Ctx, l: &Loop, env: &HashMap<LoopKey, Val>) -> Result<TmaLoad, Diagnostic> {
     let mut env = env.clone();
     let mut vars = Vec::new();
     let mut cur = l;
@@ -457,13 +459,15 @@ fn box_load(
         coords.push(zero(v));
     }
     let Data::Read(src) = &compute.value else {
-        return Err(Diagnostic::new("internal: a cache copy reads a tensor", None));
+        return Err(Diagnostic::new(
+            "internal: a cache copy reads a tensor",
+            None,
+        ));
     };
     let src = Access {
         buffer: src.buffer,
         index: src.index.as_ref().map(zero),
     };
-    let _ = k;
     Ok(TmaLoad {
         kind: match info.map {
             Some(map) => CopyKind::Tile { map },
@@ -483,18 +487,25 @@ fn box_load(
 
 pub fn run_circular(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let infos = cx.tma.clone();
-    let issuer = Val::all((0..3).filter(|&d| k.block[d] != SizeExpr::Const(1)).map(|d| {
-        let p = [ParallelType::TIDx, ParallelType::TIDy, ParallelType::TIDz][d];
-        Val::eq(Val::Hw(p), Val::Int(0))
-    }));
+    let issuer = Val::all(
+        (0..3)
+            .filter(|&d| k.block[d] != SizeExpr::Const(1))
+            .map(|d| {
+                let p = [ParallelType::TIDx, ParallelType::TIDy, ParallelType::TIDz][d];
+                Val::eq(Val::Hw(p), Val::Int(0))
+            }),
+    );
     let mut body = std::mem::take(&mut k.body);
     for info in &infos {
         let buffer = cx.tensor_buffer[&info.tensor];
-        let done = pipeline(cx, k, &mut body, info, buffer, &issuer, &Val::Int(0), false)?;
+        let done = pipeline(cx, &mut body, info, buffer, &issuer, &Val::Int(0), false)?;
         if !done {
             let f = cx.fusion;
             return Err(Diagnostic::new(
-                format!("internal: the load of `{}` was not found", f.tensors[info.tensor].name),
+                format!(
+                    "internal: the load of `{}` was not found",
+                    f.tensors[info.tensor].name
+                ),
                 None,
             ));
         }
@@ -539,7 +550,6 @@ fn contains_load(body: &[Stmt], buffer: usize) -> bool {
 #[allow(clippy::too_many_arguments)]
 fn pipeline(
     cx: &Ctx,
-    k: &Kernel,
     body: &mut Vec<Stmt>,
     info: &TmaInfo,
     buffer: usize,
@@ -555,8 +565,17 @@ fn pipeline(
         return Ok(false);
     };
     if let Stmt::TmaLoad(t) = &body[i] {
+        if in_loop {
+            let f = cx.fusion;
+            return Err(Diagnostic::new(
+                format!(
+                    "the load of `{}` is separated from the serial loop around it by block-index loops: put the serial loops inside the blockIdx-bound ones",
+                    f.tensors[info.tensor].name
+                ),
+                f.tensors[info.tensor].span,
+            ));
+        }
         // Not inside any serial loop: one load, waited on once.
-        debug_assert!(!in_loop);
         let t = t.clone();
         let stmts = vec![
             issue(info, issuer, t, &Val::Int(0)),
@@ -573,15 +592,16 @@ fn pipeline(
         unreachable!()
     };
     if l.parallel.is_hw() {
-        return pipeline(cx, k, &mut l.body, info, buffer, issuer, outer, in_loop);
+        return pipeline(cx, &mut l.body, info, buffer, issuer, outer, in_loop);
     }
     let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
-    let direct = l.body.iter().position(
-        |s| matches!(s, Stmt::TmaLoad(t) if t.dst.buffer == buffer),
-    );
+    let direct = l
+        .body
+        .iter()
+        .position(|s| matches!(s, Stmt::TmaLoad(t) if t.dst.buffer == buffer));
     let Some(j) = direct else {
         let outer = lin;
-        return pipeline(cx, k, &mut l.body, info, buffer, issuer, &outer, true);
+        return pipeline(cx, &mut l.body, info, buffer, issuer, &outer, true);
     };
     // `l` is the buffered loop.
     let Stmt::Loop(l) = body.remove(i) else {
