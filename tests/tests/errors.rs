@@ -454,3 +454,15 @@ fn tma_cache_axes_outside_the_shared_loops_must_be_bulk() {
         .replace("  inline_most()", "  inline_most()\n  x_s.inline_at(1)"));
     assert!(e.contains("axis 1 of `x_s` (Serial) is not Bulk"), "{e}");
 }
+
+#[test]
+fn two_tma_loads_in_one_loop_are_rejected_for_now() {
+    let src = format!(
+        "{ADD}schedule {{\n  a_s = cache_after(a, memory=shared, load=tma)\n  b_s = cache_after(b, memory=shared, load=tma)\n  c.split(1, 64)\n  c.parallelize(0, BIDx)\n  c.parallelize(2, TIDx)\n  propagate(c)\n  a_s.parallelize(2, Bulk)\n  b_s.parallelize(2, Bulk)\n  inline_most()\n}}\n"
+    );
+    let e = err(&src);
+    assert!(
+        e.contains("`b_s` and `a_s` are both loaded by TMA in the serial loop `n_o`: one TMA or bulk load per loop is supported so far"),
+        "{e}"
+    );
+}

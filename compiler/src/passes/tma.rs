@@ -54,6 +54,8 @@ pub struct TmaInfo {
     /// Rank of the source and the box, innermost first (bulk copies: only `box_dims[0]` > 1).
     pub box_dims: Vec<i64>,
     pub global_dims: Vec<SizeExpr>,
+    /// The innermost serial loop around the load (the one it pipelines).
+    pub loop_key: Option<LoopKey>,
 }
 
 /// Whether the fusion has TMA or bulk loads (the three passes run only then).
@@ -274,6 +276,21 @@ pub fn run_plan(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 }
             }
         }
+        // One load per pipelined loop for now (several tensors in one loop share the slot
+        // arithmetic and need one pipeline transform: not lowered yet).
+        let loop_key = keys[..q]
+            .iter()
+            .rev()
+            .find(|&&key| loop_parallel(&k.body, key).is_some_and(|p| !p.is_hw()))
+            .copied();
+        if let Some(key) = loop_key {
+            if let Some(other) = cx.tma.iter().find(|i| i.loop_key == Some(key)) {
+                return err(format!(
+                    "`{name}` and `{}` are both loaded by TMA in the serial loop `{}`: one TMA or bulk load per loop is supported so far",
+                    f.tensors[other.tensor].name, cx.keys.names[key]
+                ));
+            }
+        }
         let (stages, prefetch) = match tensor.circular {
             Some(cb) => (cb.stages, cb.prefetch),
             None => (1, 0),
@@ -336,6 +353,7 @@ pub fn run_plan(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             bars: k.mbarriers.len() - 1,
             box_dims,
             global_dims,
+            loop_key,
         });
     }
     Ok(())
