@@ -278,6 +278,66 @@ pub enum Stmt {
     },
     /// `__syncthreads()`
     Sync,
+    /// `const index_t var = value;`
+    Let {
+        var: String,
+        value: Val,
+    },
+    /// Initialises every mbarrier of array `bars` to one arrival and fences the init (issued by
+    /// one thread; a block barrier follows).
+    MbarInit {
+        bars: usize,
+    },
+    /// Invalidates every mbarrier of array `bars` (one thread, after a block barrier).
+    MbarInval {
+        bars: usize,
+    },
+    /// Arrives on `bars[slot]` and announces `bytes` of asynchronous copies to it.
+    MbarArriveExpectTx {
+        bars: usize,
+        slot: Val,
+        bytes: i64,
+    },
+    /// Every thread waits until phase `parity` of `bars[slot]` has completed.
+    MbarWait {
+        bars: usize,
+        slot: Val,
+        parity: Val,
+    },
+    /// An asynchronous copy of one box from global to shared memory completing on `bars[slot]`.
+    TmaLoad(TmaLoad),
+}
+
+/// What a [`Stmt::TmaLoad`] issues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyKind {
+    /// `cp.async.bulk.tensor.Nd` through tensor map `map` (an index into `Kernel::tensor_maps`).
+    Tile { map: usize },
+    /// `cp.async.bulk` of one contiguous run.
+    Bulk,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TmaLoad {
+    pub kind: CopyKind,
+    /// The shared buffer; the index is the element offset of the box (its stage).
+    pub dst: Access,
+    /// The global tensor; for bulk copies the index is the first element of the run.
+    pub src: Access,
+    /// Box origin in elements, innermost dimension first (tile copies).
+    pub coords: Vec<Val>,
+    pub bytes: i64,
+    pub bars: usize,
+    pub slot: Val,
+}
+
+/// An array of mbarriers in dynamic shared memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MbarArray {
+    pub name: String,
+    pub count: i64,
+    /// Byte offset in dynamic shared memory (8-byte aligned), set by the allocation pass.
+    pub smem_offset: Option<Val>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -309,6 +369,10 @@ pub struct Kernel {
     /// Scratch for block reductions (bytes, at the end of dynamic shared memory).
     pub reduce_scratch: Option<SizeExpr>,
     pub dynamic_smem: SizeExpr,
+    /// mbarrier arrays (circular buffers and TMA loads).
+    pub mbarriers: Vec<MbarArray>,
+    /// Tensor maps of TMA tile loads, passed as kernel parameters in this order.
+    pub tensor_maps: Vec<crate::plan::TensorMapSpec>,
 }
 
 impl Data {
@@ -401,6 +465,24 @@ impl Kernel {
                 );
             }
         }
+        for m in &self.tensor_maps {
+            let list = |v: &[SizeExpr]| {
+                v.iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let _ = writeln!(
+                s,
+                "  param {}: tensor map of `{}` ({}), innermost first: dims [{}] strides [{}] bytes, box {:?}",
+                m.param,
+                m.tensor,
+                m.dtype,
+                list(&m.global_dims),
+                list(&m.global_strides),
+                m.box_dims
+            );
+        }
         for (v, p) in &self.hw_vars {
             let _ = writeln!(s, "  {v} = {}", p.cuda_index().unwrap_or("?"));
         }
@@ -486,6 +568,65 @@ fn print_block(k: &Kernel, body: &[Stmt], depth: usize, s: &mut String) {
             }
             Stmt::Sync => {
                 let _ = writeln!(s, "{ind}__syncthreads()");
+            }
+            Stmt::Let { var, value } => {
+                let _ = writeln!(s, "{ind}let {var} = {}", value.text());
+            }
+            Stmt::MbarInit { bars } => {
+                let m = &k.mbarriers[*bars];
+                let off = m
+                    .smem_offset
+                    .as_ref()
+                    .map(|o| format!(" at smem+{}", o.text()))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "{ind}mbarrier_init {}[{}]{off}; fence.mbarrier_init",
+                    m.name, m.count
+                );
+            }
+            Stmt::MbarInval { bars } => {
+                let m = &k.mbarriers[*bars];
+                let _ = writeln!(s, "{ind}mbarrier_inval {}[{}]", m.name, m.count);
+            }
+            Stmt::MbarArriveExpectTx { bars, slot, bytes } => {
+                let _ = writeln!(
+                    s,
+                    "{ind}mbarrier_arrive_expect_tx {}[{}], {bytes} bytes",
+                    k.mbarriers[*bars].name,
+                    slot.text()
+                );
+            }
+            Stmt::MbarWait { bars, slot, parity } => {
+                let _ = writeln!(
+                    s,
+                    "{ind}mbarrier_wait {}[{}], parity {}",
+                    k.mbarriers[*bars].name,
+                    slot.text(),
+                    parity.text()
+                );
+            }
+            Stmt::TmaLoad(t) => {
+                let what = match t.kind {
+                    CopyKind::Tile { map } => {
+                        let c: Vec<String> = t.coords.iter().map(|v| v.text()).collect();
+                        format!(
+                            "tma_load_{}d {} {{{}}}",
+                            t.coords.len(),
+                            k.tensor_maps[map].param,
+                            c.join(", ")
+                        )
+                    }
+                    CopyKind::Bulk => format!("bulk_load {}", access_text(k, &t.src)),
+                };
+                let _ = writeln!(
+                    s,
+                    "{ind}{} <- {what}, {} bytes, on {}[{}]",
+                    access_text(k, &t.dst),
+                    t.bytes,
+                    k.mbarriers[t.bars].name,
+                    t.slot.text()
+                );
             }
         }
     }

@@ -75,6 +75,8 @@ pub fn compile(source: &str, options: &CompileOptions) -> Result<Compilation, Di
         hw_vars: Vec::new(),
         reduce_scratch: None,
         dynamic_smem: plan::SizeExpr::Const(0),
+        mbarriers: Vec::new(),
+        tensor_maps: Vec::new(),
     };
     let mut dumps = vec![PassDump {
         name: "fusion",
@@ -82,6 +84,9 @@ pub fn compile(source: &str, options: &CompileOptions) -> Result<Compilation, Di
         ir: fusion::print(&scheduled),
     }];
     for pass in passes::PIPELINE {
+        if !(pass.applies)(&cx) {
+            continue;
+        }
         (pass.run)(&mut cx, &mut kernel).map_err(locate)?;
         dumps.push(PassDump {
             name: pass.name,

@@ -110,6 +110,8 @@ pub enum Param {
     Size { symbol: String },
     /// A scalar input passed by value.
     Scalar { name: String, dtype: DType },
+    /// A TMA tensor map (`LaunchPlan::tensor_maps[map]`), 128 bytes passed by value.
+    TensorMap { name: String, map: usize },
 }
 
 /// Integer type of index arithmetic and size parameters.

@@ -271,6 +271,10 @@ pub fn prepare(req: &RunRequest) -> Result<(Compilation, Setup), RunError> {
         .plan
         .concretize(&req.sizes)
         .map_err(|e| sizes_err(e.to_string()))?;
+    // TMA tensor maps with the real sizes (the device address is checked when it is encoded).
+    for spec in &compilation.plan.tensor_maps {
+        crate::tensor_map::encode_args(spec, &req.sizes, 0).map_err(sizes_err)?;
+    }
     Ok((
         compilation,
         Setup {
@@ -466,6 +470,16 @@ fn stage_host<'a>(
                     init,
                 });
             }
+            Param::TensorMap { name, map } => {
+                // Checked with the real sizes (the address is checked when it is encoded).
+                let spec = plan.tensor_maps.get(*map).ok_or_else(|| {
+                    RunError::new(
+                        Stage::Compile,
+                        format!("tensor map `{name}` is missing from the plan"),
+                    )
+                })?;
+                crate::tensor_map::encode_args(spec, sizes, 0).map_err(sizes_err)?;
+            }
             Param::Scalar { name, dtype } => {
                 let v = data::random_values(*dtype, 1, &mut data::rng_for(req.seed, name))[0];
                 inputs.insert(name.clone(), vec![v]);
@@ -612,32 +626,39 @@ fn stage_device<'a>(
     for t in &mut tensors {
         t.init = Vec::new();
     }
-    let args_for = |set: &[cudarc::driver::CudaSlice<u8>]| -> KernelArgs {
-        let mut tensor_bufs = set.iter();
-        let slots = plan
-            .params
+    let args_for = |set: &[cudarc::driver::CudaSlice<u8>]| -> Result<KernelArgs, RunError> {
+        let pointers: Vec<u64> = set
             .iter()
-            .map(|p| match p {
-                Param::Tensor { .. } => gpu::pointer_slot(
-                    tensor_bufs.next().expect("one buffer per tensor"),
-                    &gpu.stream,
-                ),
+            .map(|b| gpu::pointer_slot(b, &gpu.stream))
+            .collect();
+        let mut tensor_ptrs = pointers.iter();
+        let mut args = Vec::new();
+        for p in &plan.params {
+            args.push(match p {
+                Param::Tensor { .. } => {
+                    gpu::Arg::Word(*tensor_ptrs.next().expect("one buffer per tensor"))
+                }
                 Param::Size { symbol } => {
                     let v = sizes[symbol];
-                    match index_type {
+                    gpu::Arg::Word(match index_type {
                         IndexType::I32 => v as i32 as u32 as u64,
                         IndexType::I64 => v as u64,
-                    }
+                    })
                 }
-                Param::Scalar { name, dtype } => data::scalar_slot(*dtype, scalars[name]),
-            })
-            .collect();
-        KernelArgs::new(slots)
+                Param::Scalar { name, dtype } => {
+                    gpu::Arg::Word(data::scalar_slot(*dtype, scalars[name]))
+                }
+                Param::TensorMap { name, map } => {
+                    gpu::Arg::Map(Box::new(encode_map(plan, *map, name, sizes, &pointers)?))
+                }
+            });
+        }
+        Ok(KernelArgs::from_args(args))
     };
 
     // First launch: correctness.
     hooks.progress(Progress::Launch);
-    let mut args0 = args_for(&sets[0]);
+    let mut args0 = args_for(&sets[0])?;
     gpu.launch(&func, launch, &mut args0)?;
     gpu.sync("the first launch of the kernel")?;
     hooks.progress(Progress::Validate);
@@ -680,7 +701,7 @@ fn stage_device<'a>(
         }
         L2Policy::Flush { bytes } => flush = Some(gpu.alloc(*bytes)?),
     }
-    let args: Vec<KernelArgs> = sets.iter().map(|s| args_for(s)).collect();
+    let args: Vec<KernelArgs> = sets.iter().map(|s| args_for(s)).collect::<Result<_, _>>()?;
     Ok(Staged {
         dev,
         req,
@@ -1095,6 +1116,35 @@ fn time_alone(
 
 /// Times `cuMemcpyDtoDAsync` of max(1 GiB, half the kernel's bytes), as much as fits in free
 /// memory; `None` when less than 64 MiB could be had.
+/// Encodes tensor map `map` of the plan for the tensors at `pointers` (one per tensor parameter,
+/// in order).
+fn encode_map(
+    plan: &hopfuse::LaunchPlan,
+    map: usize,
+    name: &str,
+    sizes: &BTreeMap<String, i64>,
+    pointers: &[u64],
+) -> Result<sys_map::CUtensorMap, RunError> {
+    let err = |m: String| RunError::new(Stage::Cuda, m);
+    let spec = plan
+        .tensor_maps
+        .get(map)
+        .ok_or_else(|| err(format!("tensor map `{name}` is missing from the plan")))?;
+    let index = plan
+        .tensors()
+        .position(|(t, ..)| t == spec.tensor)
+        .ok_or_else(|| {
+            err(format!(
+                "tensor map `{name}` reads `{}`, which is not a tensor parameter",
+                spec.tensor
+            ))
+        })?;
+    let args = crate::tensor_map::encode_args(spec, sizes, pointers[index]).map_err(err)?;
+    crate::tensor_map::encode(&args).map_err(err)
+}
+
+use cudarc::driver::sys as sys_map;
+
 fn copy_ceiling(
     gpu: &Gpu,
     spin: Option<&Spin>,

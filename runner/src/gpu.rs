@@ -389,20 +389,56 @@ fn ptr(buf: &CudaSlice<u8>, stream: &CudaStream) -> sys::CUdeviceptr {
 /// Kernel arguments: one 8-byte slot per parameter (device pointer, size or scalar in its low
 /// bytes) and the pointer array `cuLaunchKernel` reads them through.
 pub struct KernelArgs {
-    // Never touched after construction: `ptrs` point into this allocation.
+    // Never touched after construction: `ptrs` point into these allocations.
     _slots: Box<[u64]>,
+    _maps: Box<[sys::CUtensorMap]>,
     ptrs: Vec<*mut c_void>,
+}
+
+/// One kernel argument: an 8-byte word, or a 128-byte TMA tensor map passed by value.
+pub enum Arg {
+    Word(u64),
+    Map(Box<sys::CUtensorMap>),
 }
 
 impl KernelArgs {
     pub fn new(slots: Vec<u64>) -> KernelArgs {
-        let mut slots = slots.into_boxed_slice();
-        let ptrs = slots
-            .iter_mut()
-            .map(|s| s as *mut u64 as *mut c_void)
+        KernelArgs::from_args(slots.into_iter().map(Arg::Word).collect())
+    }
+
+    /// Arguments in parameter order; a tensor map's slot points at its 128 bytes (64-byte
+    /// aligned, as the kernel's `__grid_constant__` parameter expects).
+    pub fn from_args(args: Vec<Arg>) -> KernelArgs {
+        let mut words = Vec::new();
+        let mut maps = Vec::new();
+        let mut order = Vec::new();
+        for a in args {
+            match a {
+                Arg::Word(w) => {
+                    order.push((false, words.len()));
+                    words.push(w);
+                }
+                Arg::Map(m) => {
+                    order.push((true, maps.len()));
+                    maps.push(*m);
+                }
+            }
+        }
+        let mut slots = words.into_boxed_slice();
+        let mut maps = maps.into_boxed_slice();
+        let ptrs = order
+            .into_iter()
+            .map(|(is_map, i)| {
+                if is_map {
+                    &mut maps[i] as *mut sys::CUtensorMap as *mut c_void
+                } else {
+                    &mut slots[i] as *mut u64 as *mut c_void
+                }
+            })
             .collect();
         KernelArgs {
             _slots: slots,
+            _maps: maps,
             ptrs,
         }
     }

@@ -13,6 +13,7 @@ pub mod selftest;
 pub mod serve;
 pub mod sizes;
 pub mod store;
+pub mod tensor_map;
 pub mod validate;
 pub mod warm;
 pub mod worker;

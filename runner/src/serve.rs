@@ -907,7 +907,7 @@ fn check_run(req: &RunRequest, max_tensor_bytes: u64, which: &str) -> Result<Inp
             hopfuse::plan::Param::Scalar { name, dtype } => {
                 inputs.push((name.clone(), *dtype, vec![]))
             }
-            hopfuse::plan::Param::Size { .. } => {}
+            hopfuse::plan::Param::Size { .. } | hopfuse::plan::Param::TensorMap { .. } => {}
         }
     }
     check_bytes(total, max_tensor_bytes)?;

@@ -6,7 +6,9 @@
 
 use hopfuse::plan::ConcreteLaunch;
 use hopfuse::{DType, IndexType};
-use hopfuse_runner::engine::{CopyCeiling, L2Policy, Progress, RunError, RunResult, Stage};
+use hopfuse_runner::engine::{
+    CeilingWhen, CopyCeiling, L2Policy, Progress, RunError, RunResult, Stage,
+};
 use hopfuse_runner::gpu::{DeviceInfo, KernelAttributes, Timing};
 use hopfuse_runner::queue::{JobEvent, JobResult, JobStage, JobStatus, WorkerInfo};
 use hopfuse_runner::validate::Check;
@@ -144,6 +146,8 @@ fn measured(passed: bool) -> RunResult {
                 max_us: 180.0,
             },
             gbps: 3158.0,
+            measured: CeilingWhen::WorkerStart,
+            age_s: 12.5,
         }),
         fraction_of_copy: Some(0.9356),
         validation: vec![check_of("c", passed)],

@@ -170,9 +170,11 @@ fn bench_runs_every_example_with_its_bench_sizes() {
         lines[0].starts_with("| example | size | time (us): median (min-max) | GB/s | ceiling"),
         "{t}"
     );
-    let examples = std::fs::read_dir(root.join("examples/basics"))
+    // Every example of every group (examples/<group>/<name>.hf).
+    let examples: usize = std::fs::read_dir(root.join("examples"))
         .unwrap()
-        .count();
+        .map(|g| std::fs::read_dir(g.unwrap().path()).unwrap().count())
+        .sum();
     assert_eq!(lines.len(), 2 + examples, "{t}");
     assert!(
         t.contains("| basics/add | M=16384,N=16384 |") && t.contains("fake worker"),

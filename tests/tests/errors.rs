@@ -206,3 +206,263 @@ fn rfactor_splits_the_reduction_in_two() {
         c.cuda
     );
 }
+
+// ---- TMA and circular buffering (issue 3) ----
+
+const COPY: &str = "fusion f {\n  input x: f32[N]\n  y = x\n  output y\n}\n";
+
+/// `y = x` over [N]: tiles of `tile`, `serial` tiles per block, the cache loaded by `load`.
+fn tma_copy(load: &str, tile: i64, serial: i64, extra: &str) -> String {
+    format!(
+        "{COPY}schedule {{\n  x_s = cache_after(x, memory=shared, load={load})\n  y.split(0, {tile})\n  y.split(0, {serial})\n  y.parallelize(0, BIDx)\n  y.parallelize(2, TIDx)\n  propagate(y)\n  x_s.parallelize(2, Bulk)\n{extra}\n  inline_most()\n}}\n"
+    )
+}
+
+#[test]
+fn tma_copy_compiles_and_fills_the_plan() {
+    let src = tma_copy("tma", 256, 16, "  x_s.circular_buffer(3)");
+    let c = hopfuse::compile(&src, &Default::default()).unwrap();
+    assert_eq!(c.plan.tensor_maps.len(), 1);
+    let m = &c.plan.tensor_maps[0];
+    assert_eq!((m.param.as_str(), m.tensor.as_str()), ("x_s_map", "x"));
+    assert_eq!(m.box_dims, vec![256]);
+    assert!(c
+        .cuda
+        .contains("const __grid_constant__ hf_tensor_map x_s_map"));
+    assert!(c.cuda.contains("hf_tma_load_1d("));
+    assert!(c
+        .cuda
+        .contains("hf_mbarrier_wait(&x_s_bars[n_oi % 3], (unsigned)(n_oi / 3 % 2));"));
+    assert!(!c.cuda.contains("#include"));
+}
+
+#[test]
+fn tma_box_dims_are_1_to_256() {
+    let e = err(&tma_copy("tma", 512, 4, ""));
+    assert!(
+        e.contains("`x_s` (tma load of `x`): box dimension 0 (innermost first) is 512 elements; a TMA box has 1 to 256 elements per dimension"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tma_inner_box_row_is_a_multiple_of_16_bytes() {
+    let e = err(&tma_copy("tma", 2, 4, ""));
+    assert!(
+        e.contains("`x_s` (tma load of `x`): the inner box row is 8 bytes (2 x 4); TMA needs a multiple of 16 bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tma_rows_must_be_multiples_of_16_bytes() {
+    let src = "fusion f {\n  input x: f32[M, 6]\n  y = x\n  output y\n}\nschedule {\n  x_s = cache_after(x, memory=shared, load=tma)\n  y.split(0, 4)\n  y.parallelize(0, BIDx)\n  y.parallelize(1, TIDy)\n  y.parallelize(2, TIDx)\n  propagate(y)\n  x_s.parallelize(1, Serial)\n  x_s.parallelize(2, Serial)\n  x_s.parallelize(1, Bulk)\n  x_s.parallelize(2, Bulk)\n  inline_most()\n}\n";
+    let e = err(src);
+    assert!(
+        e.contains("the inner box row is 24 bytes")
+            || e.contains("rows of the tensor must be multiples of 16 bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tma_symbolic_rows_become_a_plan_constraint() {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/tma/exp_2d.hf"
+    ))
+    .unwrap();
+    let c = hopfuse::compile(&src, &Default::default()).unwrap();
+    let sizes = |m: i64, n: i64| -> std::collections::BTreeMap<String, i64> {
+        [("M".to_string(), m), ("N".to_string(), n)].into()
+    };
+    assert!(c.plan.concretize(&sizes(100, 1000)).is_ok());
+    let e = c
+        .plan
+        .concretize(&sizes(100, 1001))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("rows of the tensor must be multiples of 16 bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tma_load_needs_shared_memory_and_an_input() {
+    let e = err(&format!(
+        "{COPY}schedule {{\n  x_s = cache_after(x, load=tma)\n}}\n"
+    ));
+    assert!(
+        e.contains("load=tma copies into shared memory: add memory=shared"),
+        "{e}"
+    );
+    let e = err(&format!("{COPY}schedule {{\n  x_s = cache_after(x, memory=shared, load=tma)\n  x_t = cache_after(x_s, memory=shared, load=tma)\n}}\n"));
+    assert!(
+        e.contains("load=tma reads a fusion input in global memory, and `x_s` is not one"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{COPY}schedule {{\n  x_s = cache_after(x, memory=shared, load=async)\n}}\n"
+    ));
+    assert!(
+        e.contains("unknown load kind `async` (plain, tma or bulk)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tma_swizzle_is_rejected_until_consumers_can_read_it() {
+    let e = err(&format!(
+        "{COPY}schedule {{\n  x_s = cache_after(x, memory=shared, load=tma, swizzle=128)\n}}\n"
+    ));
+    assert!(
+        e.contains("swizzled TMA boxes are not supported yet"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tma_swizzle_rules() {
+    use hopfuse::passes::tma::check_box;
+    assert!(check_box("`t`", 4, &[32, 8], 128).is_ok());
+    let e = check_box("`t`", 4, &[64, 8], 128).unwrap_err();
+    assert!(
+        e.contains("with 128-byte swizzle the inner box row must be exactly 128 bytes, it is 256"),
+        "{e}"
+    );
+    let e = check_box("`t`", 2, &[16, 8], 64).unwrap_err();
+    assert!(e.contains("exactly 64 bytes, it is 32"), "{e}");
+    let e = check_box("`t`", 4, &[8, 8], 48).unwrap_err();
+    assert!(
+        e.contains("swizzle must be none, 32, 64 or 128 bytes"),
+        "{e}"
+    );
+    let e = check_box("`t`", 4, &[4, 1, 1, 1, 1, 1], 0).unwrap_err();
+    assert!(e.contains("rank 1 to 5"), "{e}");
+}
+
+#[test]
+fn bulk_axis_needs_a_tma_cache() {
+    let e = err(&format!(
+        "{COPY}schedule {{\n  y.split(0, 256)\n  y.parallelize(1, Bulk)\n}}\n"
+    ));
+    assert!(
+        e.contains(
+            "the Bulk parallel type marks the box of a TMA or bulk copy, and `y` is not one"
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn bulk_axes_must_be_split_inner_parts_in_order() {
+    let src = tma_copy("tma", 256, 16, "").replace("y.split(0, 16)", "y.split(0, 16, outer)");
+    // The outer split makes the serial axis 16 and the Bulk axis still the 256 inner part: fine.
+    assert!(hopfuse::compile(&src, &Default::default()).is_ok());
+    let src = format!("{COPY}schedule {{\n  x_s = cache_after(x, memory=shared, load=tma)\n  y.split(0, 4, outer)\n  y.parallelize(0, BIDx)\n  propagate(y)\n  x_s.parallelize(1, Bulk)\n  inline_most()\n}}\n");
+    let e = err(&src);
+    assert!(e.contains("Bulk axis 1 of `x_s` must be a whole dimension of constant extent or the inner part of a split of one dimension"), "{e}");
+    let src = "fusion f {\n  input x: f32[M, N]\n  y = x\n  output y\n}\nschedule {\n  x_s = cache_after(x, memory=shared, load=tma)\n  y.split(1, 64)\n  y.split(0, 8)\n  y.reorder(0, 2, 3, 1)\n  y.parallelize(0, BIDx)\n  propagate(y)\n  x_s.parallelize(2, Bulk)\n  x_s.parallelize(3, Bulk)\n  inline_most()\n}\n";
+    let e = err(src);
+    assert!(
+        e.contains("the Bulk axes of `x_s` must follow its dimension order"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bulk_copies_are_one_dimensional_and_need_whole_runs() {
+    let src = "fusion f {\n  input x: f32[M, N]\n  y = x\n  output y\n}\nschedule {\n  x_s = cache_after(x, memory=shared, load=bulk)\n  y.split(1, 64)\n  y.split(0, 8)\n  y.reorder(0, 2, 1, 3)\n  y.parallelize(0, BIDx)\n  propagate(y)\n  x_s.parallelize(2, Bulk)\n  x_s.parallelize(3, Bulk)\n  inline_most()\n}\n";
+    let e = err(src);
+    assert!(
+        e.contains(
+            "a bulk copy moves one contiguous run, so only the innermost dimension may be Bulk"
+        ),
+        "{e}"
+    );
+    let c = hopfuse::compile(&tma_copy("bulk", 256, 16, ""), &Default::default()).unwrap();
+    let sizes =
+        |n: i64| -> std::collections::BTreeMap<String, i64> { [("N".to_string(), n)].into() };
+    assert!(c.plan.concretize(&sizes(4096)).is_ok());
+    let e = c.plan.concretize(&sizes(4100)).unwrap_err().to_string();
+    assert!(
+        e.contains("a bulk copy has no out-of-bounds handling"),
+        "{e}"
+    );
+    assert!(c.plan.tensor_maps.is_empty());
+    assert!(c.cuda.contains("hf_bulk_load("));
+}
+
+#[test]
+fn circular_buffer_stages_and_prefetch() {
+    let e = err(&tma_copy("tma", 256, 16, "  x_s.circular_buffer(1)"));
+    assert!(
+        e.contains("`x_s` needs at least 2 stages to be circular-buffered, got 1"),
+        "{e}"
+    );
+    let e = err(&tma_copy(
+        "tma",
+        256,
+        16,
+        "  x_s.circular_buffer(3, prefetch=3)",
+    ));
+    assert!(
+        e.contains("prefetch of `x_s` must be in 0..3 (0 <= prefetch < stages), got 3"),
+        "{e}"
+    );
+    let e = err(&tma_copy(
+        "tma",
+        256,
+        16,
+        "  x_s.circular_buffer(3, prefetch=-1)",
+    ));
+    assert!(e.contains("prefetch of `x_s` must be in 0..3"), "{e}");
+    assert!(hopfuse::compile(
+        &tma_copy("tma", 256, 16, "  x_s.circular_buffer(3, prefetch=0)"),
+        &Default::default()
+    )
+    .is_ok());
+}
+
+#[test]
+fn circular_buffer_stages_fit_the_loop() {
+    let e = err(&tma_copy("tma", 256, 2, "  x_s.circular_buffer(3)"));
+    assert!(
+        e.contains("`x_s`.circular_buffer(3): 3 stages is more than the 2 iterations of the buffered loop `n_oi`"),
+        "{e}"
+    );
+    let src = format!("{COPY}schedule {{\n  x_s = cache_after(x, memory=shared, load=tma)\n  y.split(0, 256)\n  y.parallelize(0, BIDx)\n  y.parallelize(1, TIDx)\n  propagate(y)\n  x_s.parallelize(1, Bulk)\n  x_s.circular_buffer(2)\n  inline_most()\n}}\n");
+    let e = err(&src);
+    assert!(
+        e.contains("no serial loop encloses the load of `x_s`, so there is nothing to pipeline"),
+        "{e}"
+    );
+}
+
+#[test]
+fn circular_buffer_needs_a_tma_cache() {
+    let e = err(&format!(
+        "{COPY}schedule {{\n  x_s = cache_after(x, memory=shared)\n  x_s.circular_buffer(2)\n}}\n"
+    ));
+    assert!(e.contains("`x_s` is not loaded by TMA"), "{e}");
+}
+
+#[test]
+fn tma_cache_axes_outside_the_shared_loops_must_be_bulk() {
+    let e = err(&tma_copy("tma", 256, 16, "")
+        .replace("  inline_most()", "  inline_most()\n  x_s.inline_at(1)"));
+    assert!(e.contains("axis 1 of `x_s` (Serial) is not Bulk"), "{e}");
+}
+
+#[test]
+fn two_tma_loads_in_one_loop_are_rejected_for_now() {
+    let src = format!(
+        "{ADD}schedule {{\n  a_s = cache_after(a, memory=shared, load=tma)\n  b_s = cache_after(b, memory=shared, load=tma)\n  c.split(1, 64)\n  c.parallelize(0, BIDx)\n  c.parallelize(2, TIDx)\n  propagate(c)\n  a_s.parallelize(2, Bulk)\n  b_s.parallelize(2, Bulk)\n  inline_most()\n}}\n"
+    );
+    let e = err(&src);
+    assert!(
+        e.contains("`b_s` and `a_s` are both loaded by TMA in the serial loop `n_o`: one TMA or bulk load per loop is supported so far"),
+        "{e}"
+    );
+}

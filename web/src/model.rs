@@ -150,6 +150,11 @@ pub fn param_row(p: &Param) -> (String, String, String) {
         ),
         Param::Size { symbol } => ("size".into(), symbol.clone(), "index type".into()),
         Param::Scalar { name, dtype } => ("scalar".into(), name.clone(), dtype.name().into()),
+        Param::TensorMap { name, map } => (
+            "tensor map".into(),
+            name.clone(),
+            format!("TMA map #{map}, 128 bytes by value"),
+        ),
     }
 }
 
@@ -191,6 +196,14 @@ mod tests {
         let c = compile(src).unwrap();
         assert!(c.passes[0].changed);
         assert!(c.cuda.contains("__global__"));
-        assert_eq!(c.passes.len(), 1 + hopfuse::passes::PIPELINE.len());
+        // The TMA passes run (and are dumped) only for fusions with TMA loads.
+        let tma_passes = ["tma", "tma_issue", "circular_buffer"];
+        let general = hopfuse::passes::PIPELINE
+            .iter()
+            .filter(|p| !tma_passes.contains(&p.name))
+            .count();
+        assert_eq!(c.passes.len(), 1 + general);
+        let tma = compile(crate::examples::find("tma/exp_2d").unwrap().source).unwrap();
+        assert_eq!(tma.passes.len(), 1 + hopfuse::passes::PIPELINE.len());
     }
 }

@@ -91,6 +91,13 @@ pub fn emit(
         params.push(Param::Size { symbol: s.clone() });
         decls.push(format!("index_t {s}"));
     }
+    for (i, m) in k.tensor_maps.iter().enumerate() {
+        params.push(Param::TensorMap {
+            name: m.param.clone(),
+            map: i,
+        });
+        decls.push(format!("const __grid_constant__ hf_tensor_map {}", m.param));
+    }
 
     let kernel_name = format!("{}_kernel", f.name);
     let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
@@ -118,13 +125,34 @@ pub fn emit(
         src.push('\n');
         src.push_str(prelude::BLOCK_REDUCE);
     }
+    if uses.tma || !k.tensor_maps.is_empty() {
+        src.push('\n');
+        src.push_str(prelude::TMA);
+    }
     src.push('\n');
     // A block size known only at run time is still at most 1024 threads (the plan checks it).
     let bounds = format!("__launch_bounds__({}) ", threads.unwrap_or(1024));
     let _ = writeln!(src, "extern \"C\" __global__ void {bounds}{kernel_name}(");
     let _ = writeln!(src, "    {}) {{", decls.join(",\n    "));
     if k.dynamic_smem != SizeExpr::Const(0) {
-        src.push_str("  extern __shared__ __align__(16) unsigned char hf_smem[];\n");
+        // TMA boxes need 128-byte aligned shared memory.
+        let align = if k.mbarriers.is_empty() { 16 } else { 128 };
+        let _ = writeln!(
+            src,
+            "  extern __shared__ __align__({align}) unsigned char hf_smem[];"
+        );
+    }
+    for m in &k.mbarriers {
+        let mut off = String::new();
+        m.smem_offset
+            .as_ref()
+            .unwrap_or(&Val::Int(0))
+            .write(&mut off, true);
+        let _ = writeln!(
+            src,
+            "  unsigned long long* {} = reinterpret_cast<unsigned long long*>(hf_smem + {off});  // {} mbarriers",
+            m.name, m.count
+        );
     }
     for (var, p) in &k.hw_vars {
         let _ = writeln!(
@@ -171,7 +199,7 @@ pub fn emit(
         block: k.block.clone(),
         dynamic_smem_bytes: k.dynamic_smem.clone(),
         constraints,
-        tensor_maps: Vec::new(),
+        tensor_maps: k.tensor_maps.clone(),
         register_sharing: None,
         min_global_bytes,
     };
@@ -185,6 +213,7 @@ struct Uses {
     f16: bool,
     vector: bool,
     block_reduce: bool,
+    tma: bool,
 }
 
 struct Emitter<'a> {
@@ -491,6 +520,82 @@ impl Emitter<'_> {
                     );
                 }
                 Stmt::Sync => self.line(depth, "__syncthreads();"),
+                Stmt::Let { var, value } => {
+                    let v = strip_parens(self.val(value));
+                    self.line(depth, &format!("const index_t {var} = {v};"));
+                }
+                Stmt::MbarInit { bars } => {
+                    self.uses.tma = true;
+                    let m = &self.k.mbarriers[*bars];
+                    let (name, n) = (m.name.clone(), m.count);
+                    self.line(
+                        depth,
+                        &format!("for (int s = 0; s < {n}; ++s) hf_mbarrier_init(&{name}[s], 1);"),
+                    );
+                    self.line(depth, "hf_fence_mbarrier_init();");
+                }
+                Stmt::MbarInval { bars } => {
+                    self.uses.tma = true;
+                    let m = &self.k.mbarriers[*bars];
+                    let (name, n) = (m.name.clone(), m.count);
+                    self.line(
+                        depth,
+                        &format!("for (int s = 0; s < {n}; ++s) hf_mbarrier_inval(&{name}[s]);"),
+                    );
+                }
+                Stmt::MbarArriveExpectTx { bars, slot, bytes } => {
+                    self.uses.tma = true;
+                    let name = self.k.mbarriers[*bars].name.clone();
+                    let slot = strip_parens(self.val(slot));
+                    self.line(
+                        depth,
+                        &format!("hf_mbarrier_arrive_expect_tx(&{name}[{slot}], {bytes}u);"),
+                    );
+                }
+                Stmt::MbarWait { bars, slot, parity } => {
+                    self.uses.tma = true;
+                    let name = self.k.mbarriers[*bars].name.clone();
+                    let slot = strip_parens(self.val(slot));
+                    let parity = strip_parens(self.val(parity));
+                    self.line(
+                        depth,
+                        &format!("hf_mbarrier_wait(&{name}[{slot}], (unsigned)({parity}));"),
+                    );
+                }
+                Stmt::TmaLoad(t) => {
+                    self.uses.tma = true;
+                    let bars = self.k.mbarriers[t.bars].name.clone();
+                    let slot = strip_parens(self.val(&t.slot));
+                    let dst = self.access(&t.dst);
+                    match t.kind {
+                        crate::kir::CopyKind::Tile { map } => {
+                            let param = self.k.tensor_maps[map].param.clone();
+                            let coords: Vec<String> = t
+                                .coords
+                                .iter()
+                                .map(|c| format!("(int)({})", strip_parens(self.val(c))))
+                                .collect();
+                            self.line(
+                                depth,
+                                &format!(
+                                    "hf_tma_load_{}d(&{dst}, &{param}, {}, &{bars}[{slot}]);",
+                                    coords.len(),
+                                    coords.join(", ")
+                                ),
+                            );
+                        }
+                        crate::kir::CopyKind::Bulk => {
+                            let src = self.access(&t.src);
+                            self.line(
+                                depth,
+                                &format!(
+                                    "hf_bulk_load(&{dst}, &{src}, {}u, &{bars}[{slot}]);",
+                                    t.bytes
+                                ),
+                            );
+                        }
+                    }
+                }
             }
         }
     }

@@ -77,3 +77,60 @@ __device__ __forceinline__ T hf_block_reduce(T val, Op op, T* scratch) {
   return r;
 }
 ";
+
+pub const TMA: &str = "// TMA and mbarriers (sm_90). A tensor map is 128 opaque bytes encoded on the host by
+// cuTensorMapEncodeTiled and passed by value as a const __grid_constant__ parameter.
+struct __align__(64) hf_tensor_map { unsigned long long opaque[16]; };
+__device__ __forceinline__ unsigned hf_smem_addr(const void* p) {
+  unsigned r;
+  asm(\"{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\" : \"=r\"(r) : \"l\"(p));
+  return r;
+}
+__device__ __forceinline__ void hf_mbarrier_init(unsigned long long* bar, unsigned count) {
+  asm volatile(\"mbarrier.init.shared::cta.b64 [%0], %1;\" :: \"r\"(hf_smem_addr(bar)), \"r\"(count) : \"memory\");
+}
+__device__ __forceinline__ void hf_fence_mbarrier_init() {
+  asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");
+}
+__device__ __forceinline__ void hf_mbarrier_inval(unsigned long long* bar) {
+  asm volatile(\"mbarrier.inval.shared::cta.b64 [%0];\" :: \"r\"(hf_smem_addr(bar)) : \"memory\");
+}
+__device__ __forceinline__ void hf_mbarrier_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+  asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" :: \"r\"(hf_smem_addr(bar)), \"r\"(bytes) : \"memory\");
+}
+// Every thread waits until the phase with this parity has completed.
+__device__ __forceinline__ void hf_mbarrier_wait(unsigned long long* bar, unsigned parity) {
+  const unsigned addr = hf_smem_addr(bar);
+  unsigned done;
+  do {
+    asm volatile(\"{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\"
+                 : \"=r\"(done) : \"r\"(addr), \"r\"(parity) : \"memory\");
+  } while (!done);
+}
+// One contiguous run of `bytes` (a multiple of 16, 16-byte aligned) from global to shared memory.
+__device__ __forceinline__ void hf_bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+  asm volatile(\"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\"
+               :: \"r\"(hf_smem_addr(dst)), \"l\"(src), \"r\"(bytes), \"r\"(hf_smem_addr(bar)) : \"memory\");
+}
+// One box of a tensor map at element coordinates (innermost first) to shared memory.
+__device__ __forceinline__ void hf_tma_load_1d(void* dst, const hf_tensor_map* map, int c0, unsigned long long* bar) {
+  asm volatile(\"cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\"
+               :: \"r\"(hf_smem_addr(dst)), \"l\"(map), \"r\"(hf_smem_addr(bar)), \"r\"(c0) : \"memory\");
+}
+__device__ __forceinline__ void hf_tma_load_2d(void* dst, const hf_tensor_map* map, int c0, int c1, unsigned long long* bar) {
+  asm volatile(\"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\"
+               :: \"r\"(hf_smem_addr(dst)), \"l\"(map), \"r\"(hf_smem_addr(bar)), \"r\"(c0), \"r\"(c1) : \"memory\");
+}
+__device__ __forceinline__ void hf_tma_load_3d(void* dst, const hf_tensor_map* map, int c0, int c1, int c2, unsigned long long* bar) {
+  asm volatile(\"cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\"
+               :: \"r\"(hf_smem_addr(dst)), \"l\"(map), \"r\"(hf_smem_addr(bar)), \"r\"(c0), \"r\"(c1), \"r\"(c2) : \"memory\");
+}
+__device__ __forceinline__ void hf_tma_load_4d(void* dst, const hf_tensor_map* map, int c0, int c1, int c2, int c3, unsigned long long* bar) {
+  asm volatile(\"cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\"
+               :: \"r\"(hf_smem_addr(dst)), \"l\"(map), \"r\"(hf_smem_addr(bar)), \"r\"(c0), \"r\"(c1), \"r\"(c2), \"r\"(c3) : \"memory\");
+}
+__device__ __forceinline__ void hf_tma_load_5d(void* dst, const hf_tensor_map* map, int c0, int c1, int c2, int c3, int c4, unsigned long long* bar) {
+  asm volatile(\"cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\"
+               :: \"r\"(hf_smem_addr(dst)), \"l\"(map), \"r\"(hf_smem_addr(bar)), \"r\"(c0), \"r\"(c1), \"r\"(c2), \"r\"(c3), \"r\"(c4) : \"memory\");
+}
+";

@@ -175,6 +175,8 @@ impl Builder {
             is_input: false,
             is_output: false,
             span,
+            load: LoadKind::Plain,
+            circular: None,
         });
         self.names.entry(name).or_insert(t);
         t

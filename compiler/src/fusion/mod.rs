@@ -350,6 +350,45 @@ pub struct Tensor {
     pub is_input: bool,
     pub is_output: bool,
     pub span: Option<Span>,
+    /// How a shared-memory cache is filled (`cache_after(x, load=...)`).
+    pub load: LoadKind,
+    /// `t.circular_buffer(stages, prefetch=...)`.
+    pub circular: Option<CircularBuffer>,
+}
+
+/// How a cache is filled from global memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LoadKind {
+    /// Ordinary loads by every thread.
+    Plain,
+    /// A TMA tile copy (`cp.async.bulk.tensor`) of the box the `Bulk` axes cover.
+    Tma,
+    /// A 1-D bulk copy (`cp.async.bulk`) of one contiguous run.
+    Bulk,
+}
+
+impl LoadKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LoadKind::Plain => "plain",
+            LoadKind::Tma => "tma",
+            LoadKind::Bulk => "bulk",
+        }
+    }
+    pub fn parse(s: &str) -> Option<LoadKind> {
+        [LoadKind::Plain, LoadKind::Tma, LoadKind::Bulk]
+            .into_iter()
+            .find(|k| k.name() == s)
+    }
+}
+
+/// Circular buffering of a cache over the serial loop that encloses its load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CircularBuffer {
+    pub stages: i64,
+    /// Loads issued ahead of the iteration that consumes them (`0 <= prefetch < stages`).
+    pub prefetch: i64,
+    pub span: Span,
 }
 
 #[derive(Clone, Debug)]
@@ -544,9 +583,20 @@ pub fn print(f: &Fusion) -> String {
             Inline::At(p) => format!("inline_at {p}"),
             Inline::Most => "inline_most".into(),
         };
+        let mut extra = String::new();
+        if tensor.load != LoadKind::Plain {
+            let _ = write!(extra, " load={}", tensor.load.name());
+        }
+        if let Some(cb) = &tensor.circular {
+            let _ = write!(
+                extra,
+                " circular_buffer(stages={}, prefetch={})",
+                cb.stages, cb.prefetch
+            );
+        }
         let _ = writeln!(
             s,
-            "  {}: {} {} {role}\n    root [{}]\n    loop [{}]  {inline}",
+            "  {}: {} {} {role}\n    root [{}]\n    loop [{}]  {inline}{extra}",
             tensor.name,
             tensor.dtype,
             tensor.memory.name(),

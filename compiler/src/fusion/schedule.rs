@@ -110,8 +110,9 @@ fn axis(f: &Fusion, t: TensorId, a: &Args, i: usize) -> SResult<usize> {
     Ok(ax as usize)
 }
 
-fn memory_arg(a: &Args) -> SResult<Option<MemoryType>> {
+fn memory_arg(a: &Args) -> SResult<(Option<MemoryType>, LoadKind)> {
     let mut mem = None;
+    let mut load = LoadKind::Plain;
     for (name, value, sp) in &a.named {
         match *name {
             "memory" => match value {
@@ -126,21 +127,26 @@ fn memory_arg(a: &Args) -> SResult<Option<MemoryType>> {
                 _ => return a.err("memory must be global, shared or local", Some(*sp)),
             },
             "load" => match value {
-                ast::Expr::Name(k, _) if k == "plain" => {}
                 ast::Expr::Name(k, l) => {
-                    return a.err(
-                        format!(
-                            "load kind `{k}` is not supported (only `plain` loads lower today)"
-                        ),
-                        Some(l.0),
-                    )
+                    load = LoadKind::parse(k).ok_or_else(|| {
+                        Diagnostic::new(
+                            format!("{}: unknown load kind `{k}` (plain, tma or bulk)", a.what),
+                            Some(l.0),
+                        )
+                    })?
                 }
-                _ => return a.err("load must be a load kind such as `plain`", Some(*sp)),
+                _ => return a.err("load must be a load kind: plain, tma or bulk", Some(*sp)),
             },
+            "swizzle" => {
+                return a.err(
+                    "swizzled TMA boxes are not supported yet (boxes are loaded unswizzled)",
+                    Some(*sp),
+                )
+            }
             other => return a.err(format!("unknown argument `{other}`"), Some(*sp)),
         }
     }
-    Ok(mem)
+    Ok((mem, load))
 }
 
 fn untransformed(f: &Fusion, t: TensorId, a: &Args) -> SResult<()> {
@@ -195,9 +201,36 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
             let (src_name, src_span) = a.ident(0)?;
             let src = tensor(f, src_name, src_span)?;
             new_name(f, name, loc.0)?;
-            let memory = memory_arg(&a)?.unwrap_or(MemoryType::Local);
+            let (memory, load) = memory_arg(&a)?;
+            let memory = memory.unwrap_or(MemoryType::Local);
+            if load != LoadKind::Plain && func != "cache_after" {
+                return a.err(
+                    format!(
+                        "load={} fills a cache from global memory: use it with cache_after",
+                        load.name()
+                    ),
+                    None,
+                );
+            }
             match func.as_str() {
                 "cache_after" => {
+                    if load != LoadKind::Plain {
+                        if memory != MemoryType::Shared {
+                            return a.err(
+                                format!(
+                                    "load={} copies into shared memory: add memory=shared",
+                                    load.name()
+                                ),
+                                None,
+                            );
+                        }
+                        if !f.tensors[src].is_input || f.tensors[src].memory != MemoryType::Global {
+                            return a.err(
+                                format!("load={} reads a fusion input in global memory, and `{src_name}` is not one", load.name()),
+                                Some(src_span),
+                            );
+                        }
+                    }
                     if f.rank(src) == 0 {
                         return a.err(
                             format!(
@@ -217,6 +250,7 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                         span: Some(loc.0),
                     });
                     f.tensors[t].definition = Some(e);
+                    f.tensors[t].load = load;
                     for u in uses {
                         for op in &mut f.exprs[u].inputs {
                             if *op == Operand::Tensor(src) {
@@ -358,11 +392,12 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                             Some(psp),
                         )
                     })?;
-                    if p == ParallelType::Bulk {
-                        return a.err("the Bulk parallel type marks TMA boxes, and TMA loads are not supported by this compiler yet", Some(psp));
+                    if p == ParallelType::Bulk && f.tensors[t].load == LoadKind::Plain {
+                        return a.err(format!("the Bulk parallel type marks the box of a TMA or bulk copy, and `{tname}` is not one (cache it with cache_after(x, memory=shared, load=tma))"), Some(psp));
                     }
                     let id = f.tensors[t].loop_domain[ax];
-                    if p != ParallelType::Serial {
+                    // A box spans several Bulk axes; other parallel types bind one axis each.
+                    if p != ParallelType::Serial && p != ParallelType::Bulk {
                         if let Some(other) = f.tensors[t].loop_domain.iter().position(|&i| i != id && f.ids[i].parallel == p) {
                             return a.err(format!("axis {other} of `{tname}` is already bound to {p}"), Some(psp));
                         }
@@ -477,8 +512,38 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     rfactor(f, t, &axes, &name, loc.0);
                     Ok(())
                 }
+                "circular_buffer" => {
+                    a.count(1, 1)?;
+                    let stages = a.int(0)?;
+                    let mut prefetch = stages - 1;
+                    for (n, v, sp) in &a.named {
+                        match *n {
+                            "prefetch" => {
+                                prefetch = int_of(v).ok_or(()).or_else(|_| a.err("prefetch must be an integer", Some(*sp)))?
+                            }
+                            other => return a.err(format!("unknown argument `{other}` (prefetch)"), Some(*sp)),
+                        }
+                    }
+                    if f.tensors[t].load == LoadKind::Plain {
+                        return a.err(format!("`{tname}` is not loaded by TMA: circular buffering lowers only for caches made with cache_after(x, memory=shared, load=tma) or load=bulk so far"), None);
+                    }
+                    if stages < 2 {
+                        return a.err(format!("`{tname}` needs at least 2 stages to be circular-buffered, got {stages}"), Some(a.pos[0].loc()));
+                    }
+                    if stages > 32 {
+                        return a.err(format!("`{tname}`: at most 32 stages, got {stages}"), Some(a.pos[0].loc()));
+                    }
+                    if prefetch < 0 || prefetch >= stages {
+                        return a.err(format!("prefetch of `{tname}` must be in 0..{stages} (0 <= prefetch < stages), got {prefetch}"), None);
+                    }
+                    if f.tensors[t].circular.is_some() {
+                        return a.err(format!("`{tname}` is already circular-buffered"), None);
+                    }
+                    f.tensors[t].circular = Some(CircularBuffer { stages, prefetch, span: loc.0 });
+                    Ok(())
+                }
                 other => a.err(
-                    format!("unknown schedule method `{other}` (split, merge, reorder, parallelize, vectorize, set_memory, inline_at, compute_at, rfactor)"),
+                    format!("unknown schedule method `{other}` (split, merge, reorder, parallelize, vectorize, set_memory, inline_at, compute_at, rfactor, circular_buffer)"),
                     None,
                 ),
             }
@@ -549,6 +614,8 @@ fn push_tensor(
         is_input: false,
         is_output: false,
         span,
+        load: LoadKind::Plain,
+        circular: None,
     });
     f.tensors.len() - 1
 }

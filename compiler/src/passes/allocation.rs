@@ -54,13 +54,26 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     }
     // Sizes.
     let mut offset = SizeExpr::Const(0);
-    for b in 0..k.buffers.len() {
+    // TMA boxes first: each stage starts at a multiple of 128 bytes.
+    let tma_stages: std::collections::HashMap<usize, i64> = cx
+        .tma
+        .iter()
+        .map(|i| (cx.tensor_buffer[&i.tensor], i.stage_elems * i.stages))
+        .collect();
+    let order: Vec<usize> = (0..k.buffers.len())
+        .filter(|b| tma_stages.contains_key(b))
+        .chain((0..k.buffers.len()).filter(|b| !tma_stages.contains_key(b)))
+        .collect();
+    for b in order {
         let Some(ids) = cx.alloc_ids.get(&b).cloned() else {
             continue;
         };
-        let size = ids
-            .iter()
-            .fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id)));
+        let size = match tma_stages.get(&b) {
+            Some(&n) => SizeExpr::Const(n),
+            None => ids
+                .iter()
+                .fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id))),
+        };
         let buf = &k.buffers[b];
         match buf.memory {
             MemoryType::Local => {
@@ -86,13 +99,23 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             }
             MemoryType::Shared => {
                 let bytes = mul(size.clone(), SizeExpr::Const(buf.dtype.size_bytes() as i64));
-                let aligned = mul(super::ceil_div(bytes, 16), SizeExpr::Const(16));
+                let align = if tma_stages.contains_key(&b) {
+                    super::tma::SMEM_ALIGN
+                } else {
+                    16
+                };
+                let aligned = mul(super::ceil_div(bytes, align), SizeExpr::Const(align));
                 k.buffers[b].smem_offset = Some(Val::from_size(&offset));
                 offset = add(offset, aligned);
             }
             MemoryType::Global => {}
         }
         k.buffers[b].size = Some(Val::from_size(&size));
+    }
+    // mbarrier arrays (8 bytes each), 16-byte aligned.
+    for m in &mut k.mbarriers {
+        m.smem_offset = Some(Val::from_size(&offset));
+        offset = add(offset, SizeExpr::Const((m.count * 8 + 15) / 16 * 16));
     }
     // Scratch for block reductions: one 8-byte slot per thread, after the buffers.
     if contains_block_reduce(&k.body) {

@@ -73,7 +73,7 @@ fn walk(
                 };
                 ix.access(acc)?;
             }
-            Stmt::Alloc(_) | Stmt::Sync => {}
+            _ => {}
         }
     }
     Ok(())

@@ -197,6 +197,7 @@ fn place(
         let k = own[p];
         let blocked = ax.kind == IterKind::Reduction
             || ax.parallel == ParallelType::Vectorize
+            || ax.parallel == ParallelType::Bulk
             || restricted
                 .get(&t)
                 .is_some_and(|r| cx.key_classes(k).iter().any(|c| r.contains(c)));
@@ -235,6 +236,8 @@ fn place(
                     "it is a reduction axis (the result is complete only after the loop)"
                 } else if f.ids[id].parallel == ParallelType::Vectorize {
                     "it is vectorized (one access covers the whole axis)"
+                } else if f.ids[id].parallel == ParallelType::Bulk {
+                    "it is a Bulk axis (one copy covers the whole box)"
                 } else {
                     "a consumer reads the tensor again after a reduction over this axis is broadcast back (keep it as a persistent buffer)"
                 };

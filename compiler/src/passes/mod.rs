@@ -10,6 +10,7 @@ pub mod predicate;
 pub mod reduction;
 pub mod simplify;
 pub mod sync;
+pub mod tma;
 
 use crate::diag::Diagnostic;
 use crate::fusion::{Fusion, IterId, IterKind, IterOrigin, TensorId};
@@ -21,6 +22,13 @@ pub struct Pass {
     pub name: &'static str,
     pub summary: &'static str,
     pub run: fn(&mut Ctx, &mut Kernel) -> Result<(), Diagnostic>,
+    /// Whether the pass runs for this fusion (passes for features a fusion does not use are
+    /// skipped and not dumped).
+    pub applies: fn(&Ctx) -> bool,
+}
+
+fn always(_: &Ctx) -> bool {
+    true
 }
 
 /// Every pass, in the order it runs.
@@ -29,36 +37,61 @@ pub const PIPELINE: &[Pass] = &[
         name: "loop_nest",
         summary: "loop nests from inlining positions",
         run: loop_nest::run,
+        applies: always,
+    },
+    Pass {
+        name: "tma",
+        summary: "TMA boxes, tensor maps and mbarriers (checks the TMA rules)",
+        run: tma::run_plan,
+        applies: tma::used,
     },
     Pass {
         name: "reduction",
         summary: "accumulators, block reductions, reduction writes",
         run: reduction::run,
+        applies: always,
     },
     Pass {
         name: "allocation",
         summary: "register and shared-memory allocations",
         run: allocation::run,
+        applies: always,
     },
     Pass {
         name: "indexing",
         summary: "index expressions for every access",
         run: indexing::run,
+        applies: always,
+    },
+    Pass {
+        name: "tma_issue",
+        summary: "one TMA or bulk copy per box",
+        run: tma::run_issue,
+        applies: tma::used,
     },
     Pass {
         name: "predicate",
         summary: "bounds and thread predicates, vector tails",
         run: predicate::run,
+        applies: always,
+    },
+    Pass {
+        name: "circular_buffer",
+        summary: "mbarrier pipelines: prologue, main, epilogue; init and inval",
+        run: tma::run_circular,
+        applies: tma::used,
     },
     Pass {
         name: "sync",
         summary: "block barriers for shared memory (RAW and WAR)",
         run: sync::run,
+        applies: always,
     },
     Pass {
         name: "simplify",
         summary: "index arithmetic simplification",
         run: simplify::run,
+        applies: always,
     },
 ];
 
@@ -106,6 +139,8 @@ pub struct Ctx<'a> {
     pub constraints: Vec<crate::plan::Constraint>,
     /// See [`crate::CompileOptions::assume_aligned_vectors`].
     pub assume_aligned_vectors: bool,
+    /// TMA and bulk loads (the `tma` pass).
+    pub tma: Vec<tma::TmaInfo>,
     /// Extent of every axis class (computed once: the fusion's lookup scans every axis).
     class_extents: HashMap<IterId, SizeExpr>,
 }
@@ -124,6 +159,7 @@ impl<'a> Ctx<'a> {
             reserved_names: reserved,
             constraints: Vec::new(),
             assume_aligned_vectors: false,
+            tma: Vec::new(),
             class_extents: (0..fusion.ids.len())
                 .filter(|&id| fusion.class_of(id) == id)
                 .map(|c| (c, fusion.class_extent(c)))

@@ -7,7 +7,9 @@
 //! statement that writes a shared buffer read by an earlier sibling since the last barrier gets
 //! one too, and a loop whose body both writes and reads a shared buffer ends each iteration
 //! with one, so the next iteration's writes cannot overtake this iteration's reads.
-//! Block reductions synchronise internally and count as barriers.
+//! Block reductions synchronise internally and count as barriers. Shared buffers filled by TMA
+//! or bulk copies are read after an mbarrier wait, so read-after-write needs no block barrier
+//! for them; write-after-read (a copy refilling a slot that an earlier iteration read) does.
 
 use super::Ctx;
 use crate::diag::Diagnostic;
@@ -60,6 +62,27 @@ fn collect(body: &[Stmt], r: &mut HashSet<usize>, w: &mut HashSet<usize>) {
                 w.insert(c.out.buffer);
                 data_reads(&c.value, r);
             }
+            Stmt::TmaLoad(t) => {
+                w.insert(t.dst.buffer);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Shared buffers written by TMA or bulk copies: their readers wait on an mbarrier, so they
+/// need no block barrier for read-after-write (write-after-read still does).
+fn async_writes(body: &[Stmt], w: &mut HashSet<usize>) {
+    for s in body {
+        match s {
+            Stmt::Loop(l) => async_writes(&l.body, w),
+            Stmt::If { then, els, .. } => {
+                async_writes(then, w);
+                async_writes(els, w);
+            }
+            Stmt::TmaLoad(t) => {
+                w.insert(t.dst.buffer);
+            }
             _ => {}
         }
     }
@@ -74,6 +97,8 @@ fn block(body: Vec<Stmt>, shared: &HashSet<usize>) -> Vec<Stmt> {
         collect(std::slice::from_ref(&s), &mut r, &mut w);
         r.retain(|b| shared.contains(b));
         w.retain(|b| shared.contains(b));
+        let mut by_copy = HashSet::new();
+        async_writes(std::slice::from_ref(&s), &mut by_copy);
         let raw = r.iter().any(|b| pending_w.contains(b));
         let war = w.iter().any(|b| pending_r.contains(b));
         if (raw || war) && !matches!(out.last(), Some(Stmt::Sync)) {
@@ -102,7 +127,7 @@ fn block(body: Vec<Stmt>, shared: &HashSet<usize>) -> Vec<Stmt> {
             }
             other => other,
         };
-        pending_w.extend(w);
+        pending_w.extend(w.into_iter().filter(|b| !by_copy.contains(b)));
         pending_r.extend(r);
         out.push(s);
     }
