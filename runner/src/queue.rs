@@ -695,7 +695,21 @@ impl Queue {
                 r
             }
             None if timed_out => {
-                let mut r = result(JobStatus::TimedOut, Some(TIMEOUT_MESSAGE.to_string()));
+                // Before any launch the time went to the host (the float64 reference, NVRTC):
+                // say so instead of suspecting the kernel.
+                let before_launch = match progress.last() {
+                    Some(Progress::Lowering) => Some("lowering"),
+                    Some(Progress::Reference) => Some("the float64 reference on the host"),
+                    Some(Progress::Nvrtc) => Some("NVRTC"),
+                    _ => None,
+                };
+                let message = match before_launch {
+                    Some(step) => format!(
+                        "timed out before the kernel was launched, in {step}: the sizes need more than the job's time limit"
+                    ),
+                    None => TIMEOUT_MESSAGE.to_string(),
+                };
+                let mut r = result(JobStatus::TimedOut, Some(message));
                 r.stderr = stderr_opt.clone();
                 r
             }
