@@ -480,6 +480,27 @@ impl Fusion {
         seen
     }
 
+    /// The inner axis made by the same split as `outer` (splits create the pair together).
+    pub fn split_inner(&self, outer: IterId) -> Option<IterId> {
+        let IterOrigin::Split {
+            parent,
+            is_outer: true,
+            ..
+        } = self.ids[outer].origin
+        else {
+            return None;
+        };
+        let inner = outer + 1;
+        match self.ids.get(inner).map(|d| &d.origin) {
+            Some(IterOrigin::Split {
+                parent: p,
+                is_outer: false,
+                ..
+            }) if *p == parent => Some(inner),
+            _ => None,
+        }
+    }
+
     /// Exprs reading tensor `t`.
     pub fn uses(&self, t: TensorId) -> Vec<ExprId> {
         (0..self.exprs.len())

@@ -718,9 +718,7 @@ pub(crate) fn replay(
                 let Some(ax) = f.tensors[target].loop_domain.iter().position(|&x| x == u) else {
                     continue;
                 };
-                let sibling = needed.iter().copied().find(|&s| {
-                    s != id && matches!(f.ids[s].origin, IterOrigin::Split { parent: p, is_outer: false, .. } if p == parent)
-                });
+                let sibling = f.split_inner(id);
                 let (o, i) = split(f, target, ax, factor, inner_split);
                 map.insert(id, o);
                 if let Some(s) = sibling {
@@ -796,13 +794,7 @@ pub fn extent_of(f: &Fusion, id: IterId) -> SizeExpr {
             factor,
             inner_split,
             is_outer,
-        } => {
-            if inner_split != is_outer {
-                SizeExpr::Const(*factor)
-            } else {
-                crate::passes::ceil_div(extent_of(f, *parent), *factor)
-            }
-        }
+        } => crate::passes::split_extent(extent_of(f, *parent), *factor, *inner_split, *is_outer),
         IterOrigin::Merge { outer, inner } => {
             crate::passes::mul(extent_of(f, *outer), extent_of(f, *inner))
         }

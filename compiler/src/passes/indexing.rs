@@ -110,9 +110,7 @@ pub fn consumer_roots(
                 if !is_outer || vals.contains_key(&parent) {
                     continue;
                 }
-                let sibling = between.iter().copied().find(|&s| {
-                    matches!(f.ids[s].origin, IterOrigin::Split { parent: p, is_outer: false, .. } if p == parent)
-                });
+                let sibling = f.split_inner(id);
                 let (Some(o), Some(i)) = (
                     vals.get(&id).cloned(),
                     sibling.and_then(|s| vals.get(&s).cloned()),

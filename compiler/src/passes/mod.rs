@@ -258,13 +258,7 @@ impl<'a> Ctx<'a> {
                 factor,
                 inner_split,
                 is_outer,
-            } => {
-                if inner_split != is_outer {
-                    SizeExpr::Const(*factor)
-                } else {
-                    ceil_div(self.key_extent(*parent), *factor)
-                }
-            }
+            } => split_extent(self.key_extent(*parent), *factor, *inner_split, *is_outer),
             KeyNode::Merge { outer, inner } => {
                 mul(self.key_extent(*outer), self.key_extent(*inner))
             }
@@ -307,6 +301,16 @@ impl<'a> Ctx<'a> {
             }
             KeyNode::Merge { outer, inner } => self.divisible(*outer) && self.divisible(*inner),
         }
+    }
+}
+
+/// Extent of one output of a split: the factor is the inner extent of an inner split and the
+/// outer extent of an outer split; the other side is the ceiling of the quotient.
+pub fn split_extent(parent: SizeExpr, factor: i64, inner_split: bool, is_outer: bool) -> SizeExpr {
+    if inner_split != is_outer {
+        SizeExpr::Const(factor)
+    } else {
+        ceil_div(parent, factor)
     }
 }
 
