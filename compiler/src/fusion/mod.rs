@@ -559,6 +559,11 @@ impl Fusion {
 pub fn print(f: &Fusion) -> String {
     use std::fmt::Write;
     let mut s = String::new();
+    // Class extents once: looking one up scans every axis.
+    let extents: std::collections::HashMap<IterId, SizeExpr> = (0..f.ids.len())
+        .filter(|&id| f.class_of(id) == id)
+        .map(|c| (c, f.class_extent(c)))
+        .collect();
     let axis = |id: IterId| -> String {
         let d = &f.ids[id];
         let kind = match d.kind {
@@ -567,7 +572,7 @@ pub fn print(f: &Fusion) -> String {
             IterKind::Broadcast => "b",
         };
         let body = match &d.origin {
-            IterOrigin::Root => format!("{}", f.class_extent(f.class_of(id))),
+            IterOrigin::Root => format!("{}", extents[&f.class_of(id)]),
             IterOrigin::Split {
                 parent,
                 factor,
