@@ -501,6 +501,25 @@ impl Fusion {
         }
     }
 
+    /// Appends `output = op(inputs)` and makes it `output`'s definition.
+    pub(crate) fn define(
+        &mut self,
+        op: Op,
+        inputs: Vec<Operand>,
+        output: TensorId,
+        span: Option<Span>,
+    ) -> ExprId {
+        let e = self.exprs.len();
+        self.exprs.push(Expr {
+            op,
+            inputs,
+            output,
+            span,
+        });
+        self.tensors[output].definition = Some(e);
+        e
+    }
+
     /// Exprs reading tensor `t`.
     pub fn uses(&self, t: TensorId) -> Vec<ExprId> {
         (0..self.exprs.len())

@@ -242,14 +242,7 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     let root = fresh_logical_root(f, src);
                     let uses = f.uses(src);
                     let t = push_tensor(f, name, f.tensors[src].dtype, root, memory, Some(loc.0));
-                    let e = f.exprs.len();
-                    f.exprs.push(Expr {
-                        op: Op::Set,
-                        inputs: vec![Operand::Tensor(src)],
-                        output: t,
-                        span: Some(loc.0),
-                    });
-                    f.tensors[t].definition = Some(e);
+                    f.define(Op::Set, vec![Operand::Tensor(src)], t, Some(loc.0));
                     f.tensors[t].load = load;
                     for u in uses {
                         for op in &mut f.exprs[u].inputs {
@@ -280,14 +273,7 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     let new_root = fresh_logical_root(f, t);
                     f.tensors[src].root = new_root.clone();
                     f.tensors[src].loop_domain = new_root;
-                    let e = f.exprs.len();
-                    f.exprs.push(Expr {
-                        op: Op::Set,
-                        inputs: vec![Operand::Tensor(t)],
-                        output: src,
-                        span: Some(loc.0),
-                    });
-                    f.tensors[src].definition = Some(e);
+                    f.define(Op::Set, vec![Operand::Tensor(t)], src, Some(loc.0));
                     Ok(())
                 }
                 other => a.err(
@@ -869,14 +855,12 @@ pub(crate) fn rfactor(
     f.tensors[t].root = new_root.clone();
     f.tensors[t].loop_domain = new_root;
     f.tensors[t].inline = Inline::Most;
-    let e = f.exprs.len();
-    f.exprs.push(Expr {
-        op: Op::Reduce { op, axes: reduced },
-        inputs: vec![Operand::Tensor(rf)],
-        output: t,
-        span: Some(span),
-    });
-    f.tensors[t].definition = Some(e);
+    f.define(
+        Op::Reduce { op, axes: reduced },
+        vec![Operand::Tensor(rf)],
+        t,
+        Some(span),
+    );
     // Loop order and parallel types of t follow the rfactor tensor.
     let back: HashMap<IterId, IterId> = replay(f, rf, t).into_iter().map(|(a, b)| (b, a)).collect();
     let rf_loop = f.tensors[rf].loop_domain.clone();

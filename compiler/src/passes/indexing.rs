@@ -17,13 +17,7 @@ use crate::kir::{Access, Data, Kernel, Stmt, Val};
 use std::collections::HashMap;
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
-    let mut env: HashMap<LoopKey, Val> = HashMap::new();
-    for (var, p) in &k.hw_vars {
-        if let Some(key) = cx.keys.names.iter().position(|n| n == var) {
-            env.insert(key, Val::Var(var.clone()));
-        }
-        let _ = p;
-    }
+    let mut env = cx.hw_env(k);
     let buffers = k.buffers.clone();
     let mut body = std::mem::take(&mut k.body);
     walk(cx, &buffers, &mut body, &mut env)?;

@@ -242,6 +242,18 @@ impl<'a> Ctx<'a> {
         name
     }
 
+    /// Loop keys bound to hardware indices anywhere in the kernel (their variables are declared
+    /// once at the top), as the starting index environment of a walk over the kernel.
+    pub fn hw_env(&self, k: &Kernel) -> HashMap<LoopKey, crate::kir::Val> {
+        k.hw_vars
+            .iter()
+            .filter_map(|(var, _)| {
+                let key = self.keys.names.iter().position(|n| n == var)?;
+                Some((key, crate::kir::Val::Var(var.clone())))
+            })
+            .collect()
+    }
+
     /// Extent of an axis class.
     pub fn class_extent(&self, class: IterId) -> SizeExpr {
         self.class_extents

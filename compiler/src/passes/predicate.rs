@@ -20,31 +20,20 @@ use crate::plan::{Constraint, SizeExpr};
 use std::collections::HashMap;
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
-    let mut env: HashMap<LoopKey, Val> = HashMap::new();
-    for (var, _) in &k.hw_vars {
-        if let Some(key) = cx.keys.names.iter().position(|n| n == var) {
-            env.insert(key, Val::Var(var.clone()));
-        }
-    }
-    let used: Vec<ParallelType> = [
-        ParallelType::BIDx,
-        ParallelType::BIDy,
-        ParallelType::BIDz,
-        ParallelType::TIDx,
-        ParallelType::TIDy,
-        ParallelType::TIDz,
-    ]
-    .into_iter()
-    .filter(|p| {
-        let d = p.dim().unwrap_or(0);
-        let e = if p.is_block() {
-            &k.grid[d]
-        } else {
-            &k.block[d]
-        };
-        *e != SizeExpr::Const(1)
-    })
-    .collect();
+    let mut env = cx.hw_env(k);
+    let used: Vec<ParallelType> = ParallelType::ALL
+        .into_iter()
+        .filter(|p| p.is_hw())
+        .filter(|p| {
+            let d = p.dim().unwrap_or(0);
+            let e = if p.is_block() {
+                &k.grid[d]
+            } else {
+                &k.block[d]
+            };
+            *e != SizeExpr::Const(1)
+        })
+        .collect();
     let mut body = std::mem::take(&mut k.body);
     let mut st = State { k, used };
     body = st.block(cx, body, &mut env)?;

@@ -383,12 +383,7 @@ fn loop_parallel(body: &[Stmt], key: LoopKey) -> Option<ParallelType> {
 }
 
 pub fn run_issue(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
-    let mut env: HashMap<LoopKey, Val> = HashMap::new();
-    for (var, _) in &k.hw_vars {
-        if let Some(key) = cx.keys.names.iter().position(|n| n == var) {
-            env.insert(key, Val::Var(var.clone()));
-        }
-    }
+    let mut env = cx.hw_env(k);
     let mut body = std::mem::take(&mut k.body);
     issue_block(cx, &mut body, &mut env)?;
     k.body = body;
