@@ -29,6 +29,11 @@ pub enum Val {
     Eq(Box<Val>, Box<Val>),
     And(Box<Val>, Box<Val>),
     True,
+    /// The thread's warp index in the block, made warp-uniform (`__shfl_sync` from lane 0):
+    /// predicates around warp-collective instructions are built from it.
+    Warp,
+    /// `elect.sync`: true on exactly one lane of the (whole, converged) warp.
+    Elect,
 }
 
 #[allow(clippy::should_implement_trait)]
@@ -187,6 +192,29 @@ impl Val {
             Val::Eq(a, b) => bin(a, "==", b, 2, out),
             Val::And(a, b) => bin(a, "&&", b, 1, out),
             Val::True => out.push_str("true"),
+            Val::Warp => out.push_str(if cuda { "hf_warp" } else { "warp" }),
+            Val::Elect => out.push_str(if cuda {
+                "hf_elect_one()"
+            } else {
+                "elect_one()"
+            }),
+        }
+    }
+
+    /// Whether the warp index appears (the kernel then computes it once at entry).
+    pub fn mentions_warp(&self) -> bool {
+        match self {
+            Val::Warp => true,
+            Val::Add(a, b)
+            | Val::Sub(a, b)
+            | Val::Mul(a, b)
+            | Val::Div(a, b)
+            | Val::Mod(a, b)
+            | Val::CeilDiv(a, b)
+            | Val::Lt(a, b)
+            | Val::Eq(a, b)
+            | Val::And(a, b) => a.mentions_warp() || b.mentions_warp(),
+            _ => false,
         }
     }
 
@@ -283,8 +311,8 @@ pub enum Stmt {
         var: String,
         value: Val,
     },
-    /// Initialises every mbarrier of array `bars` to one arrival and fences the init (issued by
-    /// one thread; a block barrier follows).
+    /// Initialises every mbarrier of array `bars` to its arrival count and fences the init
+    /// (issued by one thread; a block barrier follows).
     MbarInit {
         bars: usize,
     },
@@ -298,14 +326,37 @@ pub enum Stmt {
         slot: Val,
         bytes: i64,
     },
+    /// Announces `bytes` more of asynchronous copies to `bars[slot]` without arriving (a copy
+    /// that is issued only under a condition).
+    MbarExpectTx {
+        bars: usize,
+        slot: Val,
+        bytes: i64,
+    },
     /// Every thread waits until phase `parity` of `bars[slot]` has completed.
     MbarWait {
         bars: usize,
         slot: Val,
         parity: Val,
     },
+    /// Releases `bars[slot]`: every thread arrives, or (`per_warp`) each warp converges with
+    /// `__syncwarp` and its lane 0 arrives once for it.
+    MbarArrive {
+        bars: usize,
+        slot: Val,
+        per_warp: bool,
+    },
     /// An asynchronous copy of one box from global to shared memory completing on `bars[slot]`.
     TmaLoad(TmaLoad),
+    /// An asynchronous TMA copy of one box from shared to global memory (a bulk async-group).
+    TmaStore(TmaStore),
+    /// `cp.async.bulk.commit_group`: closes the bulk async-group of the stores issued so far.
+    BulkCommit,
+    /// `cp.async.bulk.wait_group.read N`: waits until at most `N` groups still read shared memory.
+    BulkWaitRead(u32),
+    /// `fence.proxy.async.shared::cta`: orders this thread's generic shared-memory writes before
+    /// later async-proxy reads (TMA stores).
+    FenceProxyAsync,
 }
 
 /// What a [`Stmt::TmaLoad`] issues.
@@ -331,11 +382,23 @@ pub struct TmaLoad {
     pub slot: Val,
 }
 
+/// A TMA store of one box: shared memory at `src` to the tensor of map `map` at `coords`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TmaStore {
+    pub map: usize,
+    pub src: Access,
+    /// Box origin in elements, innermost dimension first.
+    pub coords: Vec<Val>,
+    pub bytes: i64,
+}
+
 /// An array of mbarriers in dynamic shared memory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MbarArray {
     pub name: String,
     pub count: i64,
+    /// Arrivals that complete one phase of each barrier.
+    pub arrivals: i64,
     /// Byte offset in dynamic shared memory (8-byte aligned), set by the allocation pass.
     pub smem_offset: Option<Val>,
 }
@@ -581,8 +644,8 @@ fn print_block(k: &Kernel, body: &[Stmt], depth: usize, s: &mut String) {
                     .unwrap_or_default();
                 let _ = writeln!(
                     s,
-                    "{ind}mbarrier_init {}[{}]{off}; fence.mbarrier_init",
-                    m.name, m.count
+                    "{ind}mbarrier_init {}[{}]{off}, {} arrivals; fence.mbarrier_init",
+                    m.name, m.count, m.arrivals
                 );
             }
             Stmt::MbarInval { bars } => {
@@ -605,6 +668,52 @@ fn print_block(k: &Kernel, body: &[Stmt], depth: usize, s: &mut String) {
                     slot.text(),
                     parity.text()
                 );
+            }
+            Stmt::MbarExpectTx { bars, slot, bytes } => {
+                let _ = writeln!(
+                    s,
+                    "{ind}mbarrier_expect_tx {}[{}], {bytes} bytes",
+                    k.mbarriers[*bars].name,
+                    slot.text()
+                );
+            }
+            Stmt::MbarArrive {
+                bars,
+                slot,
+                per_warp,
+            } => {
+                let _ = writeln!(
+                    s,
+                    "{ind}mbarrier_arrive {}[{}]{}",
+                    k.mbarriers[*bars].name,
+                    slot.text(),
+                    if *per_warp {
+                        " (lane 0 of each warp)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            Stmt::TmaStore(t) => {
+                let c: Vec<String> = t.coords.iter().map(|v| v.text()).collect();
+                let _ = writeln!(
+                    s,
+                    "{ind}tma_store_{}d {} {{{}}} <- {}, {} bytes",
+                    t.coords.len(),
+                    k.tensor_maps[t.map].param,
+                    c.join(", "),
+                    access_text(k, &t.src),
+                    t.bytes
+                );
+            }
+            Stmt::BulkCommit => {
+                let _ = writeln!(s, "{ind}bulk_commit_group");
+            }
+            Stmt::BulkWaitRead(n) => {
+                let _ = writeln!(s, "{ind}bulk_wait_group_read {n}");
+            }
+            Stmt::FenceProxyAsync => {
+                let _ = writeln!(s, "{ind}fence.proxy.async.shared::cta");
             }
             Stmt::TmaLoad(t) => {
                 let what = match t.kind {
@@ -645,4 +754,76 @@ pub fn for_each_block_mut(body: &mut Vec<Stmt>, f: &mut dyn FnMut(&mut Vec<Stmt>
         }
     }
     f(body);
+}
+
+fn map_access(a: &mut Access, f: &mut dyn FnMut(&Val) -> Val) {
+    if let Some(i) = &a.index {
+        a.index = Some(f(i));
+    }
+}
+
+impl Data {
+    /// Applies `f` to the index of every read.
+    pub fn map_vals(&mut self, f: &mut dyn FnMut(&Val) -> Val) {
+        match self {
+            Data::Read(a) => map_access(a, f),
+            Data::Unary(_, _, x) | Data::Cast(_, x) => x.map_vals(f),
+            Data::Binary(_, _, x, y) => {
+                x.map_vals(f);
+                y.map_vals(f);
+            }
+            Data::Param(..) | Data::Literal(..) => {}
+        }
+    }
+}
+
+impl Stmt {
+    /// Applies `f` to every index value of the statement tree: loop extents, conditions,
+    /// accesses, slots, parities and coordinates (used to move a statement to another iteration).
+    pub fn map_vals(&mut self, f: &mut dyn FnMut(&Val) -> Val) {
+        match self {
+            Stmt::Loop(l) => {
+                l.extent = f(&l.extent);
+                for s in &mut l.body {
+                    s.map_vals(f);
+                }
+            }
+            Stmt::If { cond, then, els } => {
+                *cond = f(cond);
+                for s in then.iter_mut().chain(els.iter_mut()) {
+                    s.map_vals(f);
+                }
+            }
+            Stmt::Compute(c) => {
+                map_access(&mut c.out, f);
+                c.value.map_vals(f);
+            }
+            Stmt::BlockReduce { acc, .. } => map_access(acc, f),
+            Stmt::Let { value, .. } => *value = f(value),
+            Stmt::MbarArriveExpectTx { slot, .. }
+            | Stmt::MbarExpectTx { slot, .. }
+            | Stmt::MbarArrive { slot, .. } => *slot = f(slot),
+            Stmt::MbarWait { slot, parity, .. } => {
+                *slot = f(slot);
+                *parity = f(parity);
+            }
+            Stmt::TmaLoad(t) => {
+                map_access(&mut t.dst, f);
+                map_access(&mut t.src, f);
+                t.coords = t.coords.iter().map(&mut *f).collect();
+                t.slot = f(&t.slot);
+            }
+            Stmt::TmaStore(t) => {
+                map_access(&mut t.src, f);
+                t.coords = t.coords.iter().map(&mut *f).collect();
+            }
+            Stmt::Alloc(_)
+            | Stmt::Sync
+            | Stmt::MbarInit { .. }
+            | Stmt::MbarInval { .. }
+            | Stmt::BulkCommit
+            | Stmt::BulkWaitRead(_)
+            | Stmt::FenceProxyAsync => {}
+        }
+    }
 }

@@ -232,7 +232,7 @@ fn tma_copy_compiles_and_fills_the_plan() {
     assert!(c.cuda.contains("hf_tma_load_1d("));
     assert!(c
         .cuda
-        .contains("hf_mbarrier_wait(&x_s_bars[n_oi % 3], (unsigned)(n_oi / 3 % 2));"));
+        .contains("hf_mbarrier_wait(&x_s_full[n_oi % 3], (unsigned)(n_oi / 3 % 2));"));
     assert!(!c.cuda.contains("#include"));
 }
 
@@ -441,11 +441,26 @@ fn circular_buffer_stages_fit_the_loop() {
 }
 
 #[test]
-fn circular_buffer_needs_a_tma_cache() {
+fn circular_buffer_needs_a_cache_of_an_input() {
+    // `y` is computed in the loop it would be buffered over: its producer runs there too.
     let e = err(&format!(
-        "{COPY}schedule {{\n  x_s = cache_after(x, memory=shared)\n  x_s.circular_buffer(2)\n}}\n"
+        "{COPY}schedule {{\n  y.split(0, 256)\n  y.circular_buffer(2)\n}}\n"
     ));
-    assert!(e.contains("`x_s` is not loaded by TMA"), "{e}");
+    assert!(e.contains("`y` is not a cache of a fusion input"), "{e}");
+    let e = err(&format!(
+        "{COPY}schedule {{\n  x_s = cache_after(x, memory=shared)\n  x_s.circular_buffer(2, war=mbarrier)\n}}\n"
+    ));
+    assert!(
+        e.contains("war=mbarrier: `x_s` is filled by plain loads"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{COPY}schedule {{\n  x_s = cache_after(x, memory=shared)\n  x_s.circular_buffer(2, war=maybe)\n}}\n"
+    ));
+    assert!(
+        e.contains("unknown write-after-read mode `maybe` (sync or mbarrier)"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -456,13 +471,78 @@ fn tma_cache_axes_outside_the_shared_loops_must_be_bulk() {
 }
 
 #[test]
-fn two_tma_loads_in_one_loop_are_rejected_for_now() {
+fn loads_sharing_a_loop_need_the_same_circular_buffering() {
     let src = format!(
-        "{ADD}schedule {{\n  a_s = cache_after(a, memory=shared, load=tma)\n  b_s = cache_after(b, memory=shared, load=tma)\n  c.split(1, 64)\n  c.parallelize(0, BIDx)\n  c.parallelize(2, TIDx)\n  propagate(c)\n  a_s.parallelize(2, Bulk)\n  b_s.parallelize(2, Bulk)\n  inline_most()\n}}\n"
+        "{ADD}schedule {{\n  a_s = cache_after(a, memory=shared, load=tma)\n  b_s = cache_after(b, memory=shared, load=tma)\n  c.split(1, 64)\n  c.parallelize(0, BIDx)\n  c.parallelize(2, TIDx)\n  propagate(c)\n  a_s.parallelize(2, Bulk)\n  b_s.parallelize(2, Bulk)\n  a_s.circular_buffer(3)\n  inline_most()\n}}\n"
     );
     let e = err(&src);
     assert!(
-        e.contains("`b_s` and `a_s` are both loaded by TMA in the serial loop `n_o`: one TMA or bulk load per loop is supported so far"),
+        e.contains("`b_s` and `a_s` are loaded in the same loop `n_o` and share its pipeline, so they need the same circular buffering: `b_s` has no circular buffering, `a_s` has circular_buffer(3, prefetch=2, war=sync)"),
         "{e}"
     );
+}
+
+const STORE: &str = "fusion f {\n  input x: f32[M, N]\n  y = exp(x)\n  output y\n}\n";
+
+fn tma_store(extra: &str) -> String {
+    format!(
+        "{STORE}schedule {{\n  y_s = cache_before(y, memory=shared, store=tma)\n  y.split(1, 64)\n  y.split(0, 8)\n  y.reorder(0, 2, 1, 3)\n  y.parallelize(0, BIDx)\n  propagate(y)\n  y_s.parallelize(2, TIDy)\n  y_s.parallelize(3, TIDx)\n{extra}\n  inline_most()\n}}\n"
+    )
+}
+
+#[test]
+fn tma_store_errors_name_the_tensor_and_the_rule() {
+    let e = err(&tma_store(
+        "  y.parallelize(2, Bulk)\n  y.parallelize(3, Bulk)\n  y_s.reorder(0, 1, 3, 2)",
+    ));
+    assert!(e.contains("`y_s` is read by the TMA store of `y` as a row-major box of [64, 8] (innermost first), but its shared-memory layout differs"), "{e}");
+    let e = err(&tma_store(
+        "  y.parallelize(2, TIDy)\n  y.parallelize(3, TIDx)",
+    ));
+    assert!(
+        e.contains("`y` is written by a TMA store and has no Bulk axis"),
+        "{e}"
+    );
+    let e = err(&tma_store(
+        "  y.parallelize(2, TIDy)\n  y.parallelize(3, Bulk)",
+    ));
+    assert!(e.contains("`y` is written by a TMA store, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `m_i` (TIDy)"), "{e}");
+    let e = err(&tma_store("  y.parallelize(2, Bulk)"));
+    assert!(
+        e.contains("axis 3 of `y` (Serial) is inside its Bulk axes"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{STORE}schedule {{\n  y_s = cache_before(y, memory=local, store=tma)\n}}\n"
+    ));
+    assert!(
+        e.contains("store=tma copies from shared memory: add memory=shared"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{STORE}schedule {{\n  y_s = cache_before(y, memory=shared, fence=per_store)\n}}\n"
+    ));
+    assert!(
+        e.contains("fence= places the fence before a TMA store: add store=tma"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{STORE}schedule {{\n  x_s = cache_after(x, memory=shared, store=tma)\n}}\n"
+    ));
+    assert!(e.contains("use them with cache_before"), "{e}");
+    let e = err(&format!(
+        "{STORE}schedule {{\n  y_s = cache_before(y, memory=shared, store=tma, fence=sometimes)\n}}\n"
+    ));
+    assert!(
+        e.contains("unknown fence placement `sometimes` (analysis, per_store or issuing_warp)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_plain_circular_buffer_cannot_be_pipelined_over_a_thread_loop() {
+    let e = err(&format!(
+        "{COPY}schedule {{\n  x_s = cache_after(x, memory=shared)\n  y.split(0, 256)\n  y.split(0, 16)\n  y.parallelize(0, BIDx)\n  y.parallelize(2, TIDx)\n  propagate(y)\n  x_s.circular_buffer(2)\n  x_s.inline_at(3)\n}}\n"
+    ));
+    assert!(e.contains("`x_s`.inline_at(3): cannot inline past loop 2: the innermost loop a circular-buffered cache shares with its consumers is the one it is pipelined over, and must be serial"), "{e}");
 }

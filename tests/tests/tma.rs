@@ -16,7 +16,7 @@ fn slot_and_parity_use_the_linear_iteration_over_every_enclosing_serial_loop() {
     let lin = "m_oi * hf_ceil_div<index_t>(N, 64) + n_o";
     assert!(
         c.cuda.contains(&format!(
-            "hf_mbarrier_wait(&x_s_bars[({lin}) % 3], (unsigned)(({lin}) / 3 % 2));"
+            "hf_mbarrier_wait(&x_s_full[({lin}) % 3], (unsigned)(({lin}) / 3 % 2));"
         )),
         "{}",
         c.cuda
@@ -50,11 +50,11 @@ fn tma_data_needs_no_block_barrier_before_it_is_read() {
     assert!(c
         .cuda
         .contains("hf_fence_mbarrier_init();\n  }\n  __syncthreads();"));
-    assert!(c.cuda.contains("__syncthreads();\n  if (((index_t)threadIdx.x) == 0 && ((index_t)threadIdx.y) == 0) {\n    for (int s = 0; s < 4; ++s) hf_mbarrier_inval(&x_s_bars[s]);"));
+    assert!(c.cuda.contains("__syncthreads();\n  if (hf_warp == 0 && hf_elect_one()) {\n    for (int hf_s = 0; hf_s < 4; ++hf_s) hf_mbarrier_inval(&x_s_full[hf_s]);"));
     // expect_tx is the full box (8 x 64 floats), also for ragged tiles.
     assert!(c
         .cuda
-        .contains("hf_mbarrier_arrive_expect_tx(&x_s_bars[n_o % 4], 2048u);"));
+        .contains("hf_mbarrier_arrive_expect_tx(&x_s_full[n_o % 4], 2048u);"));
 }
 
 #[test]
@@ -63,9 +63,159 @@ fn without_circular_buffering_a_tma_load_is_issued_and_waited_each_iteration() {
     let c = compile(src);
     assert!(
         c.cuda
-            .contains("hf_mbarrier_wait(&x_s_bars[0], (unsigned)(n_oi % 2));"),
+            .contains("hf_mbarrier_wait(&x_s_full[0], (unsigned)(n_oi % 2));"),
         "{}",
         c.cuda
     );
     assert!(!c.cuda.contains("_epi"));
+}
+
+fn example(path: &str) -> String {
+    std::fs::read_to_string(format!("{}/../examples/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+#[test]
+fn the_issuing_thread_is_an_elected_lane_under_a_warp_uniform_predicate() {
+    let c = compile(&example("tma/exp_2d.hf"));
+    // The warp index is broadcast from lane 0; elect.sync runs only in warp 0, all of it.
+    assert!(c.cuda.contains(
+        "const unsigned hf_warp = __shfl_sync(0xffffffffu, (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32u, 0);"
+    ));
+    assert!(c
+        .cuda
+        .contains("if (hf_warp == 0 && hf_elect_one()) {\n        hf_mbarrier_arrive_expect_tx("));
+    assert!(!c.cuda.contains("threadIdx.x) == 0"), "{}", c.cuda);
+    // A block that is not made of whole warps falls back to thread 0 (elect.sync needs a full warp).
+    let odd = example("tma/exp_2d.hf")
+        .replace("y.split(1, 64)", "y.split(1, 36)")
+        .replace("y.split(0, 8)", "y.split(0, 3)");
+    let c = compile(&odd);
+    assert!(
+        c.cuda
+            .contains("if (((index_t)threadIdx.x) == 0 && ((index_t)threadIdx.y) == 0) {"),
+        "{}",
+        c.cuda
+    );
+    assert!(!c.cuda.contains("&& hf_elect_one()"), "{}", c.cuda);
+}
+
+#[test]
+fn two_tma_loads_in_one_loop_share_one_pipeline() {
+    let c = compile(&example("tma/add_2d.hf"));
+    // One full barrier per stage, one arrival announcing both boxes, two copies into the slot.
+    assert!(
+        c.cuda.contains("hf_mbarrier_init(&n_o_full[hf_s], 1);"),
+        "{}",
+        c.cuda
+    );
+    assert!(c.cuda.contains(
+        "hf_mbarrier_arrive_expect_tx(&n_o_full[(n_o + 3) % 4], 4096u);\n        hf_tma_load_2d(&a_s[(n_o + 3) % 4 * 512], &a_s_map, (int)((n_o + 3) * 64), (int)(m_o * 8), &n_o_full[(n_o + 3) % 4]);\n        hf_tma_load_2d(&b_s[(n_o + 3) % 4 * 512], &b_s_map, (int)((n_o + 3) * 64), (int)(m_o * 8), &n_o_full[(n_o + 3) % 4]);"
+    ), "{}", c.cuda);
+    assert_eq!(
+        c.cuda.matches("hf_mbarrier_wait(&").count(),
+        2,
+        "{}",
+        c.cuda
+    );
+}
+
+#[test]
+fn empty_mbarriers_replace_the_block_barrier_of_a_pipeline() {
+    let src = example("tma/exp_2d.hf").replace(
+        "x_s.circular_buffer(4)",
+        "x_s.circular_buffer(4, war=mbarrier)",
+    );
+    let c = compile(&src);
+    // 512 threads = 16 warps: one arrival per warp completes a phase of an empty barrier.
+    assert!(
+        c.cuda.contains("hf_mbarrier_init(&x_s_empty[hf_s], 16);"),
+        "{}",
+        c.cuda
+    );
+    // The issuer waits for the slot it refills: iteration i + 3 reuses the slot read in i - 1.
+    assert!(
+        c.cuda.contains(
+            "hf_mbarrier_wait(&x_s_empty[(n_o + 3) % 4], (unsigned)(((n_o + 3) / 4 + 1) % 2));"
+        ),
+        "{}",
+        c.cuda
+    );
+    assert!(c
+        .cuda
+        .contains("hf_mbarrier_arrive_per_warp(&x_s_empty[n_o % 4]);"));
+    // The loops need no block barrier at all.
+    let main = c
+        .cuda
+        .split("for (index_t n_o = 0; n_o < hf_ceil_div")
+        .nth(1)
+        .unwrap();
+    let main = main.split("n_o_epi").next().unwrap();
+    assert!(!main.contains("__syncthreads"), "{}", c.cuda);
+}
+
+#[test]
+fn plain_loads_are_circular_buffered_without_mbarriers() {
+    let src = "fusion f {\n  input x: f32[N]\n  y = x\n  output y\n}\nschedule {\n  x_s = cache_after(x, memory=shared)\n  y.split(0, 256)\n  y.split(0, 16)\n  y.parallelize(0, BIDx)\n  y.parallelize(2, TIDx)\n  propagate(y)\n  x_s.circular_buffer(2)\n  inline_most()\n}\n";
+    let c = compile(src);
+    assert!(!c.cuda.contains("mbarrier"), "{}", c.cuda);
+    // Two stages of 256 floats; iteration i loads i + 1 into the other slot and reads its own.
+    assert!(c
+        .cuda
+        .contains("float* x_s = reinterpret_cast<float*>(hf_smem + 0);  // 512 elements"));
+    assert!(
+        c.cuda
+            .contains("x_s[(n_oi + 1) % 2 * 256 + n_i] = x[(n_oo * 16 + (n_oi + 1)) * 256 + n_i];"),
+        "{}",
+        c.cuda
+    );
+    assert!(c
+        .cuda
+        .contains("y[(n_oo * 16 + n_oi) * 256 + n_i] = x_s[n_oi % 2 * 256 + n_i];"));
+    // In registers: each thread's own slots, no barrier.
+    let local = compile(&src.replace("memory=shared", "memory=local"));
+    assert!(local.cuda.contains("float x_s[2];"), "{}", local.cuda);
+    assert!(!local.cuda.contains("__syncthreads"), "{}", local.cuda);
+}
+
+#[test]
+fn a_tma_store_is_fenced_by_every_writer_before_the_barrier() {
+    let c = compile(&example("tma/exp_store.hf"));
+    // Writes of y_s, then the fence (no predicate), the barrier, and the elected store that is
+    // committed and waited on before y_s can be written again.
+    assert!(c.cuda.contains(
+        "      hf_fence_proxy_async();\n      __syncthreads();\n      if (hf_warp == 0 && hf_elect_one()) {\n        hf_tma_store_2d(&y_map, (int)(n_o * 64), (int)(m_o * 8), &y_s[0]);\n        hf_bulk_commit_group();\n        hf_bulk_wait_group_read<0>();\n      }\n      __syncthreads();"
+    ), "{}", c.cuda);
+    // Every fence is executed by all threads: none sits inside a thread-dependent branch.
+    for line in c
+        .cuda
+        .lines()
+        .filter(|l| l.contains("hf_fence_proxy_async();"))
+    {
+        assert!(
+            line.starts_with("      hf_fence") || line.starts_with("        hf_fence"),
+            "{line}"
+        );
+    }
+    let tm: Vec<&str> = c
+        .plan
+        .tensor_maps
+        .iter()
+        .map(|m| m.param.as_str())
+        .collect();
+    assert_eq!(tm, ["y_map", "x_s_map"]);
+    assert_eq!(c.plan.tensor_maps[0].box_dims, vec![64, 8]);
+}
+
+#[test]
+fn the_other_fence_placements_are_where_they_say() {
+    let per_store =
+        compile(&example("tma/exp_store.hf").replace("store=tma)", "store=tma, fence=per_store)"));
+    assert!(per_store.cuda.contains("y_s[m_i * 64 + n_i] = expf(x_s[n_o % 4 * 512 + (m_i * 64 + n_i)]);\n            hf_fence_proxy_async();"), "{}", per_store.cuda);
+    assert!(!per_store
+        .cuda
+        .contains("hf_fence_proxy_async();\n      __syncthreads();"));
+    let warp = compile(
+        &example("tma/exp_store.hf").replace("store=tma)", "store=tma, fence=issuing_warp)"),
+    );
+    assert!(warp.cuda.contains("__syncthreads();\n      if (hf_warp == 0) {\n        hf_fence_proxy_async();\n        if (hf_elect_one()) {\n          hf_tma_store_2d("), "{}", warp.cuda);
 }

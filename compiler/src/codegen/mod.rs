@@ -129,6 +129,10 @@ pub fn emit(
         src.push('\n');
         src.push_str(prelude::TMA);
     }
+    if uses.tma_store {
+        src.push('\n');
+        src.push_str(prelude::TMA_STORE);
+    }
     src.push('\n');
     // A block size known only at run time is still at most 1024 threads (the plan checks it).
     let bounds = format!("__launch_bounds__({}) ", threads.unwrap_or(1024));
@@ -152,6 +156,15 @@ pub fn emit(
             src,
             "  unsigned long long* {} = reinterpret_cast<unsigned long long*>(hf_smem + {off});  // {} mbarriers",
             m.name, m.count
+        );
+    }
+    if uses.warp {
+        // Warp-uniform by construction: broadcast from lane 0, so the compiler keeps it in a
+        // uniform register and predicates on it never split a warp.
+        let linear = "(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))";
+        let _ = writeln!(
+            src,
+            "  const unsigned hf_warp = __shfl_sync(0xffffffffu, {linear} / 32u, 0);"
         );
     }
     for (var, p) in &k.hw_vars {
@@ -214,6 +227,9 @@ struct Uses {
     vector: bool,
     block_reduce: bool,
     tma: bool,
+    tma_store: bool,
+    /// The warp index (`hf_warp`) is read.
+    warp: bool,
 }
 
 struct Emitter<'a> {
@@ -241,6 +257,7 @@ impl Emitter<'_> {
 
     fn val(&mut self, v: &Val) -> String {
         self.uses.ceil_div |= v.has_ceil_div();
+        self.uses.warp |= v.mentions_warp();
         let mut out = String::new();
         v.write(&mut out, true);
         out
@@ -527,12 +544,17 @@ impl Emitter<'_> {
                 Stmt::MbarInit { bars } => {
                     self.uses.tma = true;
                     let m = &self.k.mbarriers[*bars];
-                    let (name, n) = (m.name.clone(), m.count);
+                    let (name, n, arrivals) = (m.name.clone(), m.count, m.arrivals);
                     self.line(
                         depth,
-                        &format!("for (int s = 0; s < {n}; ++s) hf_mbarrier_init(&{name}[s], 1);"),
+                        &format!(
+                            "for (int hf_s = 0; hf_s < {n}; ++hf_s) hf_mbarrier_init(&{name}[hf_s], {arrivals});"
+                        ),
                     );
-                    self.line(depth, "hf_fence_mbarrier_init();");
+                    // One fence after the last array's init (the block barrier follows).
+                    if *bars + 1 == self.k.mbarriers.len() {
+                        self.line(depth, "hf_fence_mbarrier_init();");
+                    }
                 }
                 Stmt::MbarInval { bars } => {
                     self.uses.tma = true;
@@ -540,7 +562,7 @@ impl Emitter<'_> {
                     let (name, n) = (m.name.clone(), m.count);
                     self.line(
                         depth,
-                        &format!("for (int s = 0; s < {n}; ++s) hf_mbarrier_inval(&{name}[s]);"),
+                        &format!("for (int hf_s = 0; hf_s < {n}; ++hf_s) hf_mbarrier_inval(&{name}[hf_s]);"),
                     );
                 }
                 Stmt::MbarArriveExpectTx { bars, slot, bytes } => {
@@ -561,6 +583,61 @@ impl Emitter<'_> {
                         depth,
                         &format!("hf_mbarrier_wait(&{name}[{slot}], (unsigned)({parity}));"),
                     );
+                }
+                Stmt::MbarExpectTx { bars, slot, bytes } => {
+                    self.uses.tma = true;
+                    let name = self.k.mbarriers[*bars].name.clone();
+                    let slot = strip_parens(self.val(slot));
+                    self.line(
+                        depth,
+                        &format!("hf_mbarrier_expect_tx(&{name}[{slot}], {bytes}u);"),
+                    );
+                }
+                Stmt::MbarArrive {
+                    bars,
+                    slot,
+                    per_warp,
+                } => {
+                    self.uses.tma = true;
+                    let name = self.k.mbarriers[*bars].name.clone();
+                    let slot = strip_parens(self.val(slot));
+                    let f = if *per_warp {
+                        "hf_mbarrier_arrive_per_warp"
+                    } else {
+                        "hf_mbarrier_arrive"
+                    };
+                    self.line(depth, &format!("{f}(&{name}[{slot}]);"));
+                }
+                Stmt::TmaStore(t) => {
+                    self.uses.tma = true;
+                    self.uses.tma_store = true;
+                    let param = self.k.tensor_maps[t.map].param.clone();
+                    let src = self.access(&t.src);
+                    let coords: Vec<String> = t
+                        .coords
+                        .iter()
+                        .map(|c| format!("(int)({})", strip_parens(self.val(c))))
+                        .collect();
+                    self.line(
+                        depth,
+                        &format!(
+                            "hf_tma_store_{}d(&{param}, {}, &{src});",
+                            coords.len(),
+                            coords.join(", ")
+                        ),
+                    );
+                }
+                Stmt::BulkCommit => {
+                    self.uses.tma_store = true;
+                    self.line(depth, "hf_bulk_commit_group();");
+                }
+                Stmt::BulkWaitRead(n) => {
+                    self.uses.tma_store = true;
+                    self.line(depth, &format!("hf_bulk_wait_group_read<{n}>();"));
+                }
+                Stmt::FenceProxyAsync => {
+                    self.uses.tma_store = true;
+                    self.line(depth, "hf_fence_proxy_async();");
                 }
                 Stmt::TmaLoad(t) => {
                     self.uses.tma = true;

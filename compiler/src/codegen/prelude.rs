@@ -98,6 +98,26 @@ __device__ __forceinline__ void hf_mbarrier_inval(unsigned long long* bar) {
 __device__ __forceinline__ void hf_mbarrier_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
   asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" :: \"r\"(hf_smem_addr(bar)), \"r\"(bytes) : \"memory\");
 }
+// Announces more bytes without arriving (a copy issued under a condition).
+__device__ __forceinline__ void hf_mbarrier_expect_tx(unsigned long long* bar, unsigned bytes) {
+  asm volatile(\"mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\" :: \"r\"(hf_smem_addr(bar)), \"r\"(bytes) : \"memory\");
+}
+__device__ __forceinline__ void hf_mbarrier_arrive(unsigned long long* bar) {
+  asm volatile(\"mbarrier.arrive.shared::cta.b64 _, [%0];\" :: \"r\"(hf_smem_addr(bar)) : \"memory\");
+}
+// Lane 0 arrives once for its warp, after every lane of the (converged) warp is done.
+__device__ __forceinline__ void hf_mbarrier_arrive_per_warp(unsigned long long* bar) {
+  __syncwarp();
+  unsigned lane;
+  asm(\"mov.u32 %0, %%laneid;\" : \"=r\"(lane));
+  if (lane == 0) hf_mbarrier_arrive(bar);
+}
+// elect.sync: true on exactly one lane; the whole warp must execute it.
+__device__ __forceinline__ bool hf_elect_one() {
+  unsigned elected;
+  asm volatile(\"{ .reg .pred p; elect.sync _|p, 0xffffffff; selp.u32 %0, 1, 0, p; }\" : \"=r\"(elected));
+  return elected != 0;
+}
 // Every thread waits until the phase with this parity has completed.
 __device__ __forceinline__ void hf_mbarrier_wait(unsigned long long* bar, unsigned parity) {
   const unsigned addr = hf_smem_addr(bar);
@@ -132,5 +152,40 @@ __device__ __forceinline__ void hf_tma_load_4d(void* dst, const hf_tensor_map* m
 __device__ __forceinline__ void hf_tma_load_5d(void* dst, const hf_tensor_map* map, int c0, int c1, int c2, int c3, int c4, unsigned long long* bar) {
   asm volatile(\"cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\"
                :: \"r\"(hf_smem_addr(dst)), \"l\"(map), \"r\"(hf_smem_addr(bar)), \"r\"(c0), \"r\"(c1), \"r\"(c2), \"r\"(c3), \"r\"(c4) : \"memory\");
+}
+";
+
+pub const TMA_STORE: &str = "// TMA stores (shared to global, bulk async-groups) and the async-proxy fence.
+__device__ __forceinline__ void hf_tma_store_1d(const hf_tensor_map* map, int c0, const void* src) {
+  asm volatile(\"cp.async.bulk.tensor.1d.global.shared::cta.bulk_group [%0, {%2}], [%1];\"
+               :: \"l\"(map), \"r\"(hf_smem_addr(src)), \"r\"(c0) : \"memory\");
+}
+__device__ __forceinline__ void hf_tma_store_2d(const hf_tensor_map* map, int c0, int c1, const void* src) {
+  asm volatile(\"cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\"
+               :: \"l\"(map), \"r\"(hf_smem_addr(src)), \"r\"(c0), \"r\"(c1) : \"memory\");
+}
+__device__ __forceinline__ void hf_tma_store_3d(const hf_tensor_map* map, int c0, int c1, int c2, const void* src) {
+  asm volatile(\"cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\"
+               :: \"l\"(map), \"r\"(hf_smem_addr(src)), \"r\"(c0), \"r\"(c1), \"r\"(c2) : \"memory\");
+}
+__device__ __forceinline__ void hf_tma_store_4d(const hf_tensor_map* map, int c0, int c1, int c2, int c3, const void* src) {
+  asm volatile(\"cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\"
+               :: \"l\"(map), \"r\"(hf_smem_addr(src)), \"r\"(c0), \"r\"(c1), \"r\"(c2), \"r\"(c3) : \"memory\");
+}
+__device__ __forceinline__ void hf_tma_store_5d(const hf_tensor_map* map, int c0, int c1, int c2, int c3, int c4, const void* src) {
+  asm volatile(\"cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\"
+               :: \"l\"(map), \"r\"(hf_smem_addr(src)), \"r\"(c0), \"r\"(c1), \"r\"(c2), \"r\"(c3), \"r\"(c4) : \"memory\");
+}
+__device__ __forceinline__ void hf_bulk_commit_group() {
+  asm volatile(\"cp.async.bulk.commit_group;\" ::: \"memory\");
+}
+// Waits until at most N bulk groups still read their shared memory.
+template <int N>
+__device__ __forceinline__ void hf_bulk_wait_group_read() {
+  asm volatile(\"cp.async.bulk.wait_group.read %0;\" :: \"n\"(N) : \"memory\");
+}
+// Orders this thread's generic shared-memory writes before later async-proxy reads.
+__device__ __forceinline__ void hf_fence_proxy_async() {
+  asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");
 }
 ";

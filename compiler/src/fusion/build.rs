@@ -177,6 +177,8 @@ impl Builder {
             span,
             load: LoadKind::Plain,
             circular: None,
+            store: LoadKind::Plain,
+            fence: FenceMode::Analysis,
         });
         self.names.entry(name).or_insert(t);
         t

@@ -354,6 +354,55 @@ pub struct Tensor {
     pub load: LoadKind,
     /// `t.circular_buffer(stages, prefetch=...)`.
     pub circular: Option<CircularBuffer>,
+    /// How this global output is written from its shared cache (`cache_before(y, store=tma)`
+    /// makes it `Tma`: its `Bulk` axes are the box of one TMA store).
+    pub store: LoadKind,
+    /// Where the async-proxy fence before a TMA store of this tensor goes.
+    pub fence: FenceMode,
+}
+
+/// Placement of `fence.proxy.async.shared::cta` between the generic writes of a shared buffer
+/// and the TMA store that reads it (`cache_before(y, ..., fence=...)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum FenceMode {
+    /// Chosen by the sync analysis: every thread fences once, after its writes of the buffer and
+    /// before the block barrier that precedes the store (unpredicated, so warps never split).
+    #[default]
+    Analysis,
+    /// After every shared-memory store of the buffer, inside the loops that write it.
+    PerStore,
+    /// After the block barrier, by the issuing warp only (a warp-uniform predicate).
+    IssuingWarp,
+}
+
+impl FenceMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            FenceMode::Analysis => "analysis",
+            FenceMode::PerStore => "per_store",
+            FenceMode::IssuingWarp => "issuing_warp",
+        }
+    }
+    pub fn parse(s: &str) -> Option<FenceMode> {
+        [
+            FenceMode::Analysis,
+            FenceMode::PerStore,
+            FenceMode::IssuingWarp,
+        ]
+        .into_iter()
+        .find(|k| k.name() == s)
+    }
+}
+
+/// How a circular buffer learns that a slot may be refilled (write-after-read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum WarMode {
+    /// A block barrier at the end of every iteration that read a slot.
+    #[default]
+    Sync,
+    /// "Empty" mbarriers: each warp arrives after its last read of a slot; the issuing thread
+    /// waits on the slot's empty barrier before refilling it.
+    Mbarrier,
 }
 
 /// How a cache is filled from global memory.
@@ -388,6 +437,7 @@ pub struct CircularBuffer {
     pub stages: i64,
     /// Loads issued ahead of the iteration that consumes them (`0 <= prefetch < stages`).
     pub prefetch: i64,
+    pub war: WarMode,
     pub span: Span,
 }
 
@@ -632,10 +682,22 @@ pub fn print(f: &Fusion) -> String {
         if tensor.load != LoadKind::Plain {
             let _ = write!(extra, " load={}", tensor.load.name());
         }
-        if let Some(cb) = &tensor.circular {
+        if tensor.store != LoadKind::Plain {
             let _ = write!(
                 extra,
-                " circular_buffer(stages={}, prefetch={})",
+                " store={} fence={}",
+                tensor.store.name(),
+                tensor.fence.name()
+            );
+        }
+        if let Some(cb) = &tensor.circular {
+            let war = match cb.war {
+                WarMode::Sync => "",
+                WarMode::Mbarrier => ", war=mbarrier",
+            };
+            let _ = write!(
+                extra,
+                " circular_buffer(stages={}, prefetch={}{war})",
                 cb.stages, cb.prefetch
             );
         }

@@ -110,33 +110,77 @@ fn axis(f: &Fusion, t: TensorId, a: &Args, i: usize) -> SResult<usize> {
     Ok(ax as usize)
 }
 
-fn memory_arg(a: &Args) -> SResult<(Option<MemoryType>, LoadKind)> {
-    let mut mem = None;
-    let mut load = LoadKind::Plain;
+/// The named arguments of `cache_after` / `cache_before`.
+struct CacheArgs {
+    memory: Option<MemoryType>,
+    load: LoadKind,
+    store: LoadKind,
+    fence: Option<FenceMode>,
+}
+
+fn name_arg<T>(
+    a: &Args,
+    value: &ast::Expr,
+    sp: Span,
+    what: &str,
+    choices: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> SResult<T> {
+    match value {
+        ast::Expr::Name(k, l) => parse(k).ok_or_else(|| {
+            Diagnostic::new(
+                format!("{}: unknown {what} `{k}` ({choices})", a.what),
+                Some(l.0),
+            )
+        }),
+        _ => a.err(format!("{what} must be one of: {choices}"), Some(sp)),
+    }
+}
+
+fn cache_args(a: &Args) -> SResult<CacheArgs> {
+    let mut out = CacheArgs {
+        memory: None,
+        load: LoadKind::Plain,
+        store: LoadKind::Plain,
+        fence: None,
+    };
     for (name, value, sp) in &a.named {
         match *name {
-            "memory" => match value {
-                ast::Expr::Name(m, _) => {
-                    mem = Some(MemoryType::parse(m).ok_or_else(|| {
-                        Diagnostic::new(
-                            format!("{}: unknown memory `{m}` (global, shared or local)", a.what),
-                            Some(*sp),
-                        )
-                    })?)
-                }
-                _ => return a.err("memory must be global, shared or local", Some(*sp)),
-            },
-            "load" => match value {
-                ast::Expr::Name(k, l) => {
-                    load = LoadKind::parse(k).ok_or_else(|| {
-                        Diagnostic::new(
-                            format!("{}: unknown load kind `{k}` (plain, tma or bulk)", a.what),
-                            Some(l.0),
-                        )
-                    })?
-                }
-                _ => return a.err("load must be a load kind: plain, tma or bulk", Some(*sp)),
-            },
+            "memory" => {
+                out.memory = Some(name_arg(
+                    a,
+                    value,
+                    *sp,
+                    "memory",
+                    "global, shared or local",
+                    MemoryType::parse,
+                )?)
+            }
+            "load" => {
+                out.load = name_arg(
+                    a,
+                    value,
+                    *sp,
+                    "load kind",
+                    "plain, tma or bulk",
+                    LoadKind::parse,
+                )?
+            }
+            "store" => {
+                out.store = name_arg(a, value, *sp, "store kind", "plain or tma", |k| {
+                    LoadKind::parse(k).filter(|&k| k != LoadKind::Bulk)
+                })?
+            }
+            "fence" => {
+                out.fence = Some(name_arg(
+                    a,
+                    value,
+                    *sp,
+                    "fence placement",
+                    "analysis, per_store or issuing_warp",
+                    FenceMode::parse,
+                )?)
+            }
             "swizzle" => {
                 return a.err(
                     "swizzled TMA boxes are not supported yet (boxes are loaded unswizzled)",
@@ -146,7 +190,7 @@ fn memory_arg(a: &Args) -> SResult<(Option<MemoryType>, LoadKind)> {
             other => return a.err(format!("unknown argument `{other}`"), Some(*sp)),
         }
     }
-    Ok((mem, load))
+    Ok(out)
 }
 
 fn untransformed(f: &Fusion, t: TensorId, a: &Args) -> SResult<()> {
@@ -201,7 +245,12 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
             let (src_name, src_span) = a.ident(0)?;
             let src = tensor(f, src_name, src_span)?;
             new_name(f, name, loc.0)?;
-            let (memory, load) = memory_arg(&a)?;
+            let CacheArgs {
+                memory,
+                load,
+                store,
+                fence,
+            } = cache_args(&a)?;
             let memory = memory.unwrap_or(MemoryType::Local);
             if load != LoadKind::Plain && func != "cache_after" {
                 return a.err(
@@ -209,6 +258,12 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                         "load={} fills a cache from global memory: use it with cache_after",
                         load.name()
                     ),
+                    None,
+                );
+            }
+            if (store != LoadKind::Plain || fence.is_some()) && func != "cache_before" {
+                return a.err(
+                    "store= and fence= say how an output is written from its cache: use them with cache_before",
                     None,
                 );
             }
@@ -263,6 +318,25 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                         );
                     };
                     untransformed(f, src, &a)?;
+                    if store == LoadKind::Tma {
+                        if memory != MemoryType::Shared {
+                            return a.err(
+                                "store=tma copies from shared memory: add memory=shared",
+                                None,
+                            );
+                        }
+                        if !f.tensors[src].is_output {
+                            return a.err(
+                                format!("store=tma writes a fusion output in global memory, and `{src_name}` is not one"),
+                                Some(src_span),
+                            );
+                        }
+                    } else if fence.is_some() {
+                        return a.err(
+                            "fence= places the fence before a TMA store: add store=tma",
+                            None,
+                        );
+                    }
                     // The new tensor takes over the definition (and the root, reduction axes
                     // included); the original becomes a copy of it.
                     let old_root = f.tensors[src].root.clone();
@@ -274,6 +348,8 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     f.tensors[src].root = new_root.clone();
                     f.tensors[src].loop_domain = new_root;
                     f.define(Op::Set, vec![Operand::Tensor(t)], src, Some(loc.0));
+                    f.tensors[src].store = store;
+                    f.tensors[src].fence = fence.unwrap_or_default();
                     Ok(())
                 }
                 other => a.err(
@@ -378,8 +454,8 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                             Some(psp),
                         )
                     })?;
-                    if p == ParallelType::Bulk && f.tensors[t].load == LoadKind::Plain {
-                        return a.err(format!("the Bulk parallel type marks the box of a TMA or bulk copy, and `{tname}` is not one (cache it with cache_after(x, memory=shared, load=tma))"), Some(psp));
+                    if p == ParallelType::Bulk && f.tensors[t].load == LoadKind::Plain && f.tensors[t].store == LoadKind::Plain {
+                        return a.err(format!("the Bulk parallel type marks the box of a TMA or bulk copy, and `{tname}` is not one (cache it with cache_after(x, memory=shared, load=tma), or write an output with cache_before(y, memory=shared, store=tma))"), Some(psp));
                     }
                     let id = f.tensors[t].loop_domain[ax];
                     // A box spans several Bulk axes; other parallel types bind one axis each.
@@ -502,16 +578,32 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     a.count(1, 1)?;
                     let stages = a.int(0)?;
                     let mut prefetch = stages - 1;
+                    let mut war = WarMode::Sync;
                     for (n, v, sp) in &a.named {
                         match *n {
                             "prefetch" => {
                                 prefetch = int_of(v).ok_or(()).or_else(|_| a.err("prefetch must be an integer", Some(*sp)))?
                             }
-                            other => return a.err(format!("unknown argument `{other}` (prefetch)"), Some(*sp)),
+                            "war" => {
+                                war = name_arg(&a, v, *sp, "write-after-read mode", "sync or mbarrier", |k| match k {
+                                    "sync" => Some(WarMode::Sync),
+                                    "mbarrier" => Some(WarMode::Mbarrier),
+                                    _ => None,
+                                })?
+                            }
+                            other => return a.err(format!("unknown argument `{other}` (prefetch, war)"), Some(*sp)),
                         }
                     }
-                    if f.tensors[t].load == LoadKind::Plain {
-                        return a.err(format!("`{tname}` is not loaded by TMA: circular buffering lowers only for caches made with cache_after(x, memory=shared, load=tma) or load=bulk so far"), None);
+                    let tensor = &f.tensors[t];
+                    let is_cache = tensor.definition.is_some_and(|d| {
+                        f.exprs[d].op == Op::Set
+                            && f.exprs[d].input_tensors().next().is_some_and(|s| f.tensors[s].is_input)
+                    });
+                    if !is_cache || tensor.memory == MemoryType::Global {
+                        return a.err(format!("`{tname}` is not a cache of a fusion input: circular buffering pipelines the loads of a cache made with cache_after(x, memory=shared|local, load=...)"), None);
+                    }
+                    if war == WarMode::Mbarrier && tensor.load == LoadKind::Plain {
+                        return a.err(format!("war=mbarrier: `{tname}` is filled by plain loads of every thread, which a block barrier must order; empty mbarriers track slots filled by TMA or bulk copies (load=tma|bulk)"), None);
                     }
                     if stages < 2 {
                         return a.err(format!("`{tname}` needs at least 2 stages to be circular-buffered, got {stages}"), Some(a.pos[0].loc()));
@@ -525,7 +617,7 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     if f.tensors[t].circular.is_some() {
                         return a.err(format!("`{tname}` is already circular-buffered"), None);
                     }
-                    f.tensors[t].circular = Some(CircularBuffer { stages, prefetch, span: loc.0 });
+                    f.tensors[t].circular = Some(CircularBuffer { stages, prefetch, war, span: loc.0 });
                     Ok(())
                 }
                 other => a.err(
@@ -602,6 +694,8 @@ fn push_tensor(
         span,
         load: LoadKind::Plain,
         circular: None,
+        store: LoadKind::Plain,
+        fence: FenceMode::Analysis,
     });
     f.tensors.len() - 1
 }

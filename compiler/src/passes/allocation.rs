@@ -54,11 +54,17 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     }
     // Sizes.
     let mut offset = SizeExpr::Const(0);
-    // TMA boxes first: each stage starts at a multiple of 128 bytes.
+    // TMA boxes first: each stage starts at a multiple of 128 bytes. Circular buffers hold
+    // `stages` copies of their stage (plain ones padded to 16 bytes, for vector accesses).
     let tma_stages: std::collections::HashMap<usize, i64> = cx
         .tma
         .iter()
-        .map(|i| (cx.tensor_buffer[&i.tensor], i.stage_elems * i.stages))
+        .filter_map(|i| Some((cx.tensor_buffer[&i.tensor], i.stage_elems?)))
+        .collect();
+    let stages_of: std::collections::HashMap<usize, i64> = cx
+        .tma
+        .iter()
+        .map(|i| (cx.tensor_buffer[&i.tensor], cx.pipes[i.pipe].stages))
         .collect();
     let order: Vec<usize> = (0..k.buffers.len())
         .filter(|b| tma_stages.contains_key(b))
@@ -68,11 +74,27 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         let Some(ids) = cx.alloc_ids.get(&b).cloned() else {
             continue;
         };
-        let size = match tma_stages.get(&b) {
+        let stage = match tma_stages.get(&b) {
             Some(&n) => SizeExpr::Const(n),
-            None => ids
-                .iter()
-                .fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id))),
+            None => {
+                let base = ids
+                    .iter()
+                    .fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id)));
+                match stages_of.get(&b) {
+                    Some(_) if k.buffers[b].memory == MemoryType::Shared => {
+                        let per16 = (16 / k.buffers[b].dtype.size_bytes() as i64).max(1);
+                        mul(super::ceil_div(base, per16), SizeExpr::Const(per16))
+                    }
+                    _ => base,
+                }
+            }
+        };
+        let size = match stages_of.get(&b) {
+            Some(&n) => {
+                cx.stage_elems.insert(b, Val::from_size(&stage));
+                mul(stage, SizeExpr::Const(n))
+            }
+            None => stage,
         };
         let buf = &k.buffers[b];
         match buf.memory {

@@ -206,10 +206,44 @@ fn place(
         }
         limit = p + 1;
     }
+    // A circular-buffered cache filled by plain loads is pipelined over the innermost loop it
+    // shares with its consumers, which must therefore be a serial one: its own loops after it
+    // are the loads that move to another iteration.
+    let mut buffered_limit = None;
+    if tensor.circular.is_some() && tensor.load == crate::fusion::LoadKind::Plain {
+        let serial = (0..limit)
+            .rev()
+            .find(|&p| !f.ids[tensor.loop_domain[p]].parallel.is_hw());
+        if let Some(p) = serial {
+            buffered_limit = Some(p + 1);
+            limit = p + 1;
+        }
+    }
+    // A consumer's Bulk loops stand for one copy of its whole box (a TMA store): a producer
+    // cannot run inside them.
+    let consumer_bulk: Vec<Vec<LoopKey>> = consumers
+        .iter()
+        .map(|&c| {
+            f.tensors[c]
+                .loop_domain
+                .iter()
+                .filter(|&&id| f.ids[id].parallel == ParallelType::Bulk)
+                .map(|&id| cx.key(id))
+                .collect()
+        })
+        .collect();
     let try_pos = |cx: &mut Ctx, pos: usize| -> Result<(Vec<LoopKey>, usize), String> {
         let mut shared: Option<Vec<LoopKey>> = None;
-        for cp in &cplacements {
-            let q = match_prefix(cx, t, pos, cp)?;
+        for (cp, bulk) in cplacements.iter().zip(&consumer_bulk) {
+            let mut q = match_prefix(cx, t, pos, cp)?;
+            if let Some(b) = cp[..q].iter().position(|k| bulk.contains(k)) {
+                if pos > b {
+                    return Err(format!(
+                        "loop {b} of its consumer is a Bulk axis (one copy covers the whole box)"
+                    ));
+                }
+                q = b;
+            }
             let prefix = cp[..q].to_vec();
             match &shared {
                 None => shared = Some(prefix),
@@ -232,7 +266,9 @@ fn place(
         Inline::At(pos) => {
             if pos > limit {
                 let id = tensor.loop_domain[limit.min(tensor.loop_domain.len() - 1)];
-                let why = if f.ids[id].kind == IterKind::Reduction {
+                let why = if buffered_limit == Some(limit) {
+                    "the innermost loop a circular-buffered cache shares with its consumers is the one it is pipelined over, and must be serial"
+                } else if f.ids[id].kind == IterKind::Reduction {
                     "it is a reduction axis (the result is complete only after the loop)"
                 } else if f.ids[id].parallel == ParallelType::Vectorize {
                     "it is vectorized (one access covers the whole axis)"

@@ -139,8 +139,18 @@ pub struct Ctx<'a> {
     pub constraints: Vec<crate::plan::Constraint>,
     /// See [`crate::CompileOptions::assume_aligned_vectors`].
     pub assume_aligned_vectors: bool,
-    /// TMA and bulk loads (the `tma` pass).
+    /// Loads that pipelines fill: TMA and bulk copies, and circular-buffered plain loads (the
+    /// `tma` pass).
     pub tma: Vec<tma::TmaInfo>,
+    /// One per serial loop that holds such loads.
+    pub pipes: Vec<tma::Pipe>,
+    /// TMA stores of outputs.
+    pub stores: Vec<tma::StoreInfo>,
+    /// Elements of one stage of each circular-buffered (or TMA-filled) buffer (the `allocation`
+    /// pass).
+    pub stage_elems: HashMap<BufferId, crate::kir::Val>,
+    /// Who issues copies and initialises mbarriers (see `tma::run_plan`).
+    pub issuer: crate::kir::Val,
     /// Extent of every axis class (computed once: the fusion's lookup scans every axis).
     class_extents: HashMap<IterId, SizeExpr>,
 }
@@ -160,6 +170,10 @@ impl<'a> Ctx<'a> {
             constraints: Vec::new(),
             assume_aligned_vectors: false,
             tma: Vec::new(),
+            pipes: Vec::new(),
+            stores: Vec::new(),
+            stage_elems: HashMap::new(),
+            issuer: crate::kir::Val::True,
             class_extents: (0..fusion.ids.len())
                 .filter(|&id| fusion.class_of(id) == id)
                 .map(|c| (c, fusion.class_extent(c)))

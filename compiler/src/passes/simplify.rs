@@ -82,24 +82,11 @@ fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>) -> Vec<Stmt> {
                 var,
                 value: simplify(&value, ext),
             }),
-            Stmt::MbarArriveExpectTx { bars, slot, bytes } => out.push(Stmt::MbarArriveExpectTx {
-                bars,
-                slot: simplify(&slot, ext),
-                bytes,
-            }),
-            Stmt::MbarWait { bars, slot, parity } => out.push(Stmt::MbarWait {
-                bars,
-                slot: simplify(&slot, ext),
-                parity: simplify(&parity, ext),
-            }),
-            Stmt::TmaLoad(mut t) => {
-                access(&mut t.dst, ext);
-                access(&mut t.src, ext);
-                t.coords = t.coords.iter().map(|c| simplify(c, ext)).collect();
-                t.slot = simplify(&t.slot, ext);
-                out.push(Stmt::TmaLoad(t));
+            // Statements without a body: every index they hold.
+            mut leaf => {
+                leaf.map_vals(&mut |v| simplify(v, ext));
+                out.push(leaf);
             }
-            other => out.push(other),
         }
     }
     out

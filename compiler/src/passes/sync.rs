@@ -9,21 +9,36 @@
 //! with one, so the next iteration's writes cannot overtake this iteration's reads.
 //! Block reductions synchronise internally and count as barriers. Shared buffers filled by TMA
 //! or bulk copies are read after an mbarrier wait, so read-after-write needs no block barrier
-//! for them; write-after-read (a copy refilling a slot that an earlier iteration read) does.
+//! for them; write-after-read (a copy refilling a slot that an earlier iteration read) does,
+//! unless the pipeline tracks it with empty mbarriers (`war=mbarrier`): such buffers need no
+//! block barrier at all.
+//!
+//! Async-proxy fences: a TMA store reads shared memory through the async proxy. When a block
+//! barrier orders generic writes of a buffer before a TMA store of it (and the store's fence
+//! mode is `analysis`), `fence.proxy.async.shared::cta` goes right before that barrier, executed
+//! by every thread with no predicate: each writer fences after its own writes, and no
+//! lane-dependent condition splits a warp in front of the `bar.sync`.
 
 use super::Ctx;
 use crate::diag::Diagnostic;
-use crate::fusion::MemoryType;
-use crate::kir::{Data, Kernel, Stmt};
+use crate::fusion::{FenceMode, MemoryType};
+use crate::kir::{Data, Kernel, Stmt, Val};
 use std::collections::HashSet;
 
-pub fn run(_cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut written = HashSet::new();
     let mut read = HashSet::new();
     collect(&k.body, &mut read, &mut written);
+    // Slots ordered by full and empty mbarriers on both sides.
+    let tracked: HashSet<usize> = cx
+        .tma
+        .iter()
+        .filter(|i| cx.pipes[i.pipe].empty.is_some())
+        .map(|i| cx.tensor_buffer[&i.tensor])
+        .collect();
     let shared: HashSet<usize> = (0..k.buffers.len())
         .filter(|&b| match k.buffers[b].memory {
-            MemoryType::Shared => true,
+            MemoryType::Shared => !tracked.contains(&b),
             MemoryType::Global => written.contains(&b) && read.contains(&b),
             MemoryType::Local => false,
         })
@@ -31,9 +46,36 @@ pub fn run(_cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     if shared.is_empty() {
         return Ok(());
     }
+    let fenced: HashSet<usize> = cx
+        .stores
+        .iter()
+        .filter(|s| s.fence == FenceMode::Analysis)
+        .map(|s| cx.tensor_buffer[&s.cache])
+        .collect();
     let body = std::mem::take(&mut k.body);
-    k.body = block(body, &shared);
+    let thread_vars = k
+        .hw_vars
+        .iter()
+        .filter(|(_, p)| p.is_thread())
+        .map(|(v, _)| v.clone())
+        .collect();
+    k.body = block(
+        body,
+        &Sets {
+            shared,
+            thread_vars,
+            fenced,
+        },
+    );
     Ok(())
+}
+
+struct Sets {
+    shared: HashSet<usize>,
+    /// Variables bound to thread indices (conditions on them differ between threads).
+    thread_vars: HashSet<String>,
+    /// Caches read by TMA stores whose fence the analysis places.
+    fenced: HashSet<usize>,
 }
 
 fn data_reads(d: &Data, r: &mut HashSet<usize>) {
@@ -65,6 +107,26 @@ fn collect(body: &[Stmt], r: &mut HashSet<usize>, w: &mut HashSet<usize>) {
             Stmt::TmaLoad(t) => {
                 w.insert(t.dst.buffer);
             }
+            Stmt::TmaStore(t) => {
+                r.insert(t.src.buffer);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Shared buffers read through the async proxy (TMA stores).
+fn async_reads(body: &[Stmt], r: &mut HashSet<usize>) {
+    for s in body {
+        match s {
+            Stmt::Loop(l) => async_reads(&l.body, r),
+            Stmt::If { then, els, .. } => {
+                async_reads(then, r);
+                async_reads(els, r);
+            }
+            Stmt::TmaStore(t) => {
+                r.insert(t.src.buffer);
+            }
             _ => {}
         }
     }
@@ -88,7 +150,8 @@ fn async_writes(body: &[Stmt], w: &mut HashSet<usize>) {
     }
 }
 
-fn block(body: Vec<Stmt>, shared: &HashSet<usize>) -> Vec<Stmt> {
+fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
+    let shared = &sets.shared;
     let mut out = Vec::new();
     let mut pending_w: HashSet<usize> = HashSet::new();
     let mut pending_r: HashSet<usize> = HashSet::new();
@@ -101,16 +164,30 @@ fn block(body: Vec<Stmt>, shared: &HashSet<usize>) -> Vec<Stmt> {
         async_writes(std::slice::from_ref(&s), &mut by_copy);
         let raw = r.iter().any(|b| pending_w.contains(b));
         let war = w.iter().any(|b| pending_r.contains(b));
-        if (raw || war) && !matches!(out.last(), Some(Stmt::Sync)) {
+        let mut by_store = HashSet::new();
+        async_reads(std::slice::from_ref(&s), &mut by_store);
+        let fence = by_store
+            .iter()
+            .any(|b| sets.fenced.contains(b) && pending_w.contains(b));
+        if fence {
+            // Generic writes, then an async-proxy read: every writer fences before the barrier.
+            if matches!(out.last(), Some(Stmt::Sync)) {
+                out.pop();
+            }
+            out.push(Stmt::FenceProxyAsync);
+            out.push(Stmt::Sync);
+        } else if (raw || war) && !matches!(out.last(), Some(Stmt::Sync)) {
             out.push(Stmt::Sync);
         }
         if raw || war {
             pending_w.clear();
             pending_r.clear();
         }
+        // Whether every write and read of the statement is followed by a barrier inside it.
+        let mut closed = false;
         let s = match s {
             Stmt::Loop(mut l) => {
-                l.body = block(l.body, shared);
+                l.body = block(l.body, sets);
                 let (mut lr, mut lw) = (HashSet::new(), HashSet::new());
                 collect(&l.body, &mut lr, &mut lw);
                 let carried = lr.iter().any(|b| shared.contains(b) && lw.contains(b));
@@ -118,7 +195,16 @@ fn block(body: Vec<Stmt>, shared: &HashSet<usize>) -> Vec<Stmt> {
                 if carried && trips && !matches!(l.body.last(), Some(Stmt::Sync)) {
                     l.body.push(Stmt::Sync);
                 }
+                closed = matches!(l.body.last(), Some(Stmt::Sync));
                 Stmt::Loop(l)
+            }
+            // A condition every thread of the block evaluates alike: barriers may go inside.
+            Stmt::If { cond, then, els } if uniform(&cond, &sets.thread_vars) => {
+                let then = block(then, sets);
+                let els = block(els, sets);
+                let ends = |b: &[Stmt]| b.is_empty() || matches!(b.last(), Some(Stmt::Sync));
+                closed = ends(&then) && ends(&els);
+                Stmt::If { cond, then, els }
             }
             Stmt::BlockReduce { .. } => {
                 pending_w.clear();
@@ -127,9 +213,31 @@ fn block(body: Vec<Stmt>, shared: &HashSet<usize>) -> Vec<Stmt> {
             }
             other => other,
         };
-        pending_w.extend(w.into_iter().filter(|b| !by_copy.contains(b)));
-        pending_r.extend(r);
+        if !closed {
+            pending_w.extend(w.into_iter().filter(|b| !by_copy.contains(b)));
+            pending_r.extend(r);
+        }
         out.push(s);
     }
     out
+}
+
+/// Whether a condition has the same value in every thread of the block (no thread index, no
+/// variable bound to one, no warp index or election).
+fn uniform(v: &Val, thread_vars: &HashSet<String>) -> bool {
+    match v {
+        Val::Hw(p) => !p.is_thread(),
+        Val::Var(n) => !thread_vars.contains(n),
+        Val::Warp | Val::Elect => false,
+        Val::Add(a, b)
+        | Val::Sub(a, b)
+        | Val::Mul(a, b)
+        | Val::Div(a, b)
+        | Val::Mod(a, b)
+        | Val::CeilDiv(a, b)
+        | Val::Lt(a, b)
+        | Val::Eq(a, b)
+        | Val::And(a, b) => uniform(a, thread_vars) && uniform(b, thread_vars),
+        Val::Int(_) | Val::Size(_) | Val::True => true,
+    }
 }

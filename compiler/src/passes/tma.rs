@@ -1,66 +1,111 @@
-//! TMA and bulk loads into shared memory, and their circular buffering. Three passes, run only
-//! when the fusion has a cache made with `cache_after(x, memory=shared, load=tma|bulk)`.
+//! TMA and bulk copies between global and shared memory, and circular buffering. Three passes,
+//! run only when the fusion has a cache filled by `load=tma|bulk`, an output written by
+//! `cache_before(y, memory=shared, store=tma)`, or a circular-buffered cache.
 //!
 //! `tma` (after `loop_nest`): checks every TMA rule that the sizes known at compile time allow
 //! (box dims 1..256 elements, inner box row a multiple of 16 bytes, rank 1..5, global dims below
-//! 2^32, strides multiples of 16 bytes below 2^40, bulk runs contiguous), derives the box from
+//! 2^32, strides multiples of 16 bytes below 2^40, bulk runs contiguous), derives each box from
 //! the `Bulk` axes (each a whole dimension of constant extent or the inner part of a split of
 //! one, in the dimension order of the tensor), the tensor-map encode arguments (innermost
 //! first; rows that must be multiples of 16 bytes at run time become plan constraints), and
-//! the mbarrier array of each load. Errors name the tensor and the rule.
+//! groups the loads of each serial loop into one pipeline with its mbarrier arrays ("full":
+//! one per stage, one arrival; "empty" with `war=mbarrier`: one arrival per warp). Errors name
+//! the tensor and the rule.
 //!
-//! `tma_issue` (after `indexing`): replaces the `Bulk` loops of each such cache by one
-//! `TmaLoad` of the whole box: coordinates are the tensor's root indices with the box axes at 0.
+//! `tma_issue` (after `indexing`): replaces the `Bulk` loops of each copy by one `TmaLoad` or
+//! `TmaStore` of the whole box: coordinates are the global tensor's root indices with the box
+//! axes at 0.
 //!
-//! `circular_buffer` (after `predicate`): builds the pipeline around the serial loop that
-//! encloses each load (the buffered loop; `i` is the linear iteration over every serial loop
-//! around it): prologue `[0, prefetch)` issues loads; main iteration `i` issues the load of
-//! `i + prefetch`, waits on `bars[i % stages]` for parity `(i / stages) % 2` and computes;
-//! epilogue runs the last `prefetch` iterations. One thread (the block's thread 0) arrives with
-//! `expect_tx` = the full box bytes (also at a ragged edge: TMA fills the out-of-bounds part
-//! with zeros) and issues the copy. The mbarriers are initialised once at kernel entry (fence,
-//! block barrier) and invalidated at kernel exit after a block barrier. Reads of the cache add
-//! the slot's offset. Write-after-read is left to the `sync` pass (a block barrier at the end of
-//! an iteration that reads a slot, before the slot is refilled); read-after-write needs no
-//! block barrier: the mbarrier wait orders the copy before the reads.
+//! `circular_buffer` (after `predicate`): builds each pipeline around its serial loop (the
+//! buffered loop; `i` is the linear iteration over every serial loop around it): prologue
+//! `[0, prefetch)` issues loads; main iteration `i` issues the loads of `i + prefetch`, waits
+//! on `full[i % stages]` for parity `(i / stages) % 2` and computes; epilogue runs the last
+//! `prefetch` iterations. One elected lane of warp 0 (`elect.sync` under a warp-uniform
+//! predicate) waits for the slot to be empty (`war=mbarrier`), arrives with `expect_tx` = the
+//! full box bytes of every copy of the stage (also at a ragged edge: TMA fills the
+//! out-of-bounds part with zeros) and issues the copies. Plain loads of a circular-buffered
+//! cache are moved the same way, by every thread, with no mbarrier. Reads of a cache and plain
+//! writes of it add the slot's offset. The mbarriers are initialised once at kernel entry
+//! (fence, block barrier) and invalidated at kernel exit after a block barrier. TMA stores are
+//! issued by the same elected lane, committed as a bulk group and waited on
+//! (`wait_group.read 0`) before the shared buffer can be written again.
+//!
+//! Write-after-read of slots refilled by copies is left to the `sync` pass (a block barrier at
+//! the end of an iteration that read a slot) unless the pipeline has empty mbarriers: then each
+//! warp arrives on `empty[i % stages]` after its reads. Read-after-write of copied slots needs
+//! no block barrier: the mbarrier wait orders the copy before the reads. The async-proxy fence
+//! before a TMA store is placed by the `sync` pass (or here, for the non-default placements).
 
 use super::indexing::consumer_roots;
 use super::{mul, Ctx, LoopKey};
 use crate::diag::Diagnostic;
-use crate::fusion::{IterOrigin, LoadKind, MemoryType, ParallelType, TensorId};
-use crate::kir::{Access, CopyKind, Data, Kernel, Loop, MbarArray, Stmt, TmaLoad, Val};
+use crate::fusion::{FenceMode, IterOrigin, LoadKind, MemoryType, ParallelType, TensorId, WarMode};
+use crate::kir::{
+    Access, BufferId, CopyKind, Data, Kernel, Loop, MbarArray, Stmt, TmaLoad, TmaStore, Val,
+};
 use crate::plan::{Constraint, SizeExpr, TensorMapSpec};
 use std::collections::HashMap;
 
 /// Alignment of a TMA box in shared memory (and of every stage of it).
 pub const SMEM_ALIGN: i64 = 128;
 
-/// What the `tma` pass decided for one cache.
+/// What the `tma` pass decided for one cache that a pipeline fills.
 #[derive(Clone, Debug)]
 pub struct TmaInfo {
     pub tensor: TensorId,
     pub src: TensorId,
+    /// `Plain` for a circular-buffered cache filled by ordinary loads.
     pub kind: LoadKind,
-    /// Elements of one stage in shared memory (the box, padded to [`SMEM_ALIGN`] bytes).
-    pub stage_elems: i64,
-    /// Bytes of one box (the expected transaction count).
+    /// Elements of one stage in shared memory (the box, padded to [`SMEM_ALIGN`] bytes); None
+    /// for plain loads (the allocation pass sizes them).
+    pub stage_elems: Option<i64>,
+    /// Bytes of one box (the expected transaction count); 0 for plain loads.
     pub bytes: i64,
-    pub stages: i64,
-    pub prefetch: i64,
     /// Index into `Kernel::tensor_maps` (tile copies).
     pub map: Option<usize>,
-    /// Index into `Kernel::mbarriers`.
-    pub bars: usize,
     /// Rank of the source and the box, innermost first (bulk copies: only `box_dims[0]` > 1).
     pub box_dims: Vec<i64>,
     pub global_dims: Vec<SizeExpr>,
-    /// The innermost serial loop around the load (the one it pipelines).
-    pub loop_key: Option<LoopKey>,
+    /// Index into `Ctx::pipes`.
+    pub pipe: usize,
 }
 
-/// Whether the fusion has TMA or bulk loads (the three passes run only then).
+/// The loads of one serial loop, pipelined together: they share slots, barriers and phases.
+#[derive(Clone, Debug)]
+pub struct Pipe {
+    /// The innermost serial loop around the loads (None: no serial loop, one load).
+    pub loop_key: Option<LoopKey>,
+    pub stages: i64,
+    pub prefetch: i64,
+    pub war: WarMode,
+    /// "Full" mbarriers (index into `Kernel::mbarriers`) when a copy fills the slots.
+    pub full: Option<usize>,
+    /// "Empty" mbarriers with `war=mbarrier`.
+    pub empty: Option<usize>,
+    /// Indices into `Ctx::tma`.
+    pub members: Vec<usize>,
+}
+
+/// A TMA store of an output from its shared-memory cache.
+#[derive(Clone, Debug)]
+pub struct StoreInfo {
+    /// The global output.
+    pub tensor: TensorId,
+    /// Its shared-memory cache (`cache_before`).
+    pub cache: TensorId,
+    pub map: usize,
+    pub bytes: i64,
+    pub box_dims: Vec<i64>,
+    pub fence: FenceMode,
+}
+
+/// Whether the fusion has TMA or bulk copies or circular buffering (the three passes run only
+/// then).
 pub fn used(cx: &Ctx) -> bool {
-    cx.fusion.tensors.iter().any(|t| t.load != LoadKind::Plain)
+    cx.fusion
+        .tensors
+        .iter()
+        .any(|t| t.load != LoadKind::Plain || t.store != LoadKind::Plain || t.circular.is_some())
 }
 
 /// Checks the constant parts of a tensor map: the rules of `cuTensorMapEncodeTiled`.
@@ -104,27 +149,251 @@ pub fn check_box(what: &str, elem: i64, box_dims: &[i64], swizzle: u32) -> Resul
     Ok(())
 }
 
+/// The box a tensor's `Bulk` axes (loop axes `pos..`) cover, innermost dimension first.
+fn box_of(cx: &Ctx, t: TensorId, pos: usize) -> Result<Vec<i64>, Diagnostic> {
+    let f = cx.fusion;
+    let tensor = &f.tensors[t];
+    let name = &tensor.name;
+    let err = |m: String| Err(Diagnostic::new(m, tensor.span));
+    let logical = f.logical(t);
+    let mut box_outer_first = vec![1i64; logical.len()];
+    let mut last_dim: Option<usize> = None;
+    for (p, &id) in tensor.loop_domain.iter().enumerate().skip(pos) {
+        let (root, extent) = match f.ids[id].origin {
+            IterOrigin::Root => (id, crate::fusion::schedule::extent_const(f, id)),
+            IterOrigin::Split {
+                parent,
+                factor,
+                inner_split: true,
+                is_outer: false,
+            } if matches!(f.ids[parent].origin, IterOrigin::Root) => (parent, Some(factor)),
+            _ => {
+                return err(format!(
+                    "Bulk axis {p} of `{name}` must be a whole dimension of constant extent or the inner part of a split of one dimension"
+                ))
+            }
+        };
+        let Some(extent) = extent else {
+            return err(format!(
+                "Bulk axis {p} of `{name}` has no constant extent: split the dimension by the box size and make the inner part Bulk"
+            ));
+        };
+        let Some(dim) = logical.iter().position(|&r| r == root) else {
+            return err(format!(
+                "Bulk axis {p} of `{name}` is not a dimension of it"
+            ));
+        };
+        if last_dim.is_some_and(|l| l >= dim) {
+            return err(format!(
+                "the Bulk axes of `{name}` must follow its dimension order (outermost dimension first, each once): shared memory holds the box row-major"
+            ));
+        }
+        last_dim = Some(dim);
+        box_outer_first[dim] = extent;
+    }
+    Ok(box_outer_first.into_iter().rev().collect())
+}
+
+/// Global dims and byte strides of a global tensor (innermost first), checked where constant;
+/// rows that must be multiples of 16 bytes at run time become plan constraints.
+fn global_layout(
+    cx: &mut Ctx,
+    global: TensorId,
+    elem: i64,
+    what: &str,
+    rule_owner: &str,
+    span: Option<crate::diag::Span>,
+) -> Result<(Vec<SizeExpr>, Vec<SizeExpr>), Diagnostic> {
+    let f = cx.fusion;
+    let err = |m: String| Err(Diagnostic::new(m, span));
+    let global_dims: Vec<SizeExpr> = f
+        .logical(global)
+        .iter()
+        .rev()
+        .map(|&id| f.ids[id].root_extent.clone().unwrap_or(SizeExpr::Const(1)))
+        .collect();
+    let gname = &f.tensors[global].name;
+    for (d, g) in global_dims.iter().enumerate() {
+        if let Some(v) = g.as_const() {
+            if !(1..=1i64 << 32).contains(&v) {
+                return err(format!(
+                    "{what}: dimension {d} (innermost first) of `{gname}` is {v}; a tensor map dimension is 1 to 2^32"
+                ));
+            }
+        }
+    }
+    let rank = global_dims.len();
+    let mut strides = Vec::new();
+    let mut stride = SizeExpr::Const(elem);
+    for g in &global_dims[..rank - 1] {
+        stride = mul(stride, g.clone());
+        if let Some(s) = stride.as_const() {
+            if s >= 1i64 << 40 {
+                return err(format!(
+                    "{what}: a global stride of `{gname}` is {s} bytes; tensor map strides are below 2^40"
+                ));
+            }
+        }
+        strides.push(stride.clone());
+    }
+    if rank > 1 {
+        need_divisible(
+            cx,
+            &global_dims[0],
+            16 / elem,
+            what,
+            rule_owner,
+            "the rows of the tensor must be multiples of 16 bytes (tensor map strides and bulk-copy alignment)",
+            span,
+        )?;
+    }
+    Ok((global_dims, strides))
+}
+
+fn need_divisible(
+    cx: &mut Ctx,
+    value: &SizeExpr,
+    divisor: i64,
+    what: &str,
+    rule_owner: &str,
+    rule: &str,
+    span: Option<crate::diag::Span>,
+) -> Result<(), Diagnostic> {
+    match value.as_const() {
+        Some(v) if v % divisor != 0 => Err(Diagnostic::new(
+            format!("{what}: {rule} ({value} is not a multiple of {divisor})"),
+            span,
+        )),
+        Some(_) => Ok(()),
+        None => {
+            let c = Constraint::Divisible {
+                value: value.clone(),
+                divisor,
+                reason: format!("{rule_owner}: {rule}"),
+            };
+            if !cx.constraints.contains(&c) {
+                cx.constraints.push(c);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Innermost serial (non-hardware) loop among `keys`.
+fn serial_loop(body: &[Stmt], keys: &[LoopKey]) -> Option<LoopKey> {
+    keys.iter()
+        .rev()
+        .find(|&&key| loop_parallel(body, key).is_some_and(|p| !p.is_hw()))
+        .copied()
+}
+
 pub fn run_plan(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+    cx.issuer = issuer(k);
     let f = cx.fusion;
     for t in 0..f.tensors.len() {
-        let tensor = &f.tensors[t];
-        if tensor.load == LoadKind::Plain || !cx.placement.contains_key(&t) {
+        if !cx.placement.contains_key(&t) {
             continue;
         }
-        let name = &tensor.name;
-        let err = |m: String| Err(Diagnostic::new(m, tensor.span));
+        if f.tensors[t].load != LoadKind::Plain || f.tensors[t].circular.is_some() {
+            plan_load(cx, k, t)?;
+        }
+        if f.tensors[t].store != LoadKind::Plain {
+            plan_store(cx, k, t)?;
+        }
+    }
+    // Barriers of each pipeline: full when a copy fills its slots, empty with war=mbarrier.
+    let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
+    for p in 0..cx.pipes.len() {
+        let pipe = cx.pipes[p].clone();
+        let first = &f.tensors[cx.tma[pipe.members[0]].tensor];
+        let copies = pipe
+            .members
+            .iter()
+            .any(|&m| cx.tma[m].kind != LoadKind::Plain);
+        let base = match pipe.loop_key {
+            Some(key) if pipe.members.len() > 1 => cx.keys.names[key].clone(),
+            _ => first.name.clone(),
+        };
+        if copies {
+            k.mbarriers.push(MbarArray {
+                name: format!("{base}_full"),
+                count: pipe.stages,
+                arrivals: 1,
+                smem_offset: None,
+            });
+            cx.pipes[p].full = Some(k.mbarriers.len() - 1);
+        }
+        if pipe.war == WarMode::Mbarrier {
+            let Some(threads) = threads else {
+                return Err(Diagnostic::new(
+                    format!("`{}`: war=mbarrier counts one arrival per warp, so the block size must be known at compile time", first.name),
+                    first.circular.map(|c| c.span),
+                ));
+            };
+            k.mbarriers.push(MbarArray {
+                name: format!("{base}_empty"),
+                count: pipe.stages,
+                arrivals: if threads % 32 == 0 {
+                    threads / 32
+                } else {
+                    threads
+                },
+                smem_offset: None,
+            });
+            cx.pipes[p].empty = Some(k.mbarriers.len() - 1);
+        }
+    }
+    Ok(())
+}
+
+/// The thread that issues copies and initialises barriers: one elected lane of warp 0 when the
+/// block is made of whole warps (the predicate is warp-uniform up to `elect.sync`, which the
+/// whole warp executes), thread 0 otherwise.
+fn issuer(k: &Kernel) -> Val {
+    let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
+    if threads.is_some_and(|n| n % 32 == 0) {
+        return Val::and(Val::eq(Val::Warp, Val::Int(0)), Val::Elect);
+    }
+    Val::all(
+        (0..3)
+            .filter(|&d| k.block[d] != SizeExpr::Const(1))
+            .map(|d| {
+                let p = [ParallelType::TIDx, ParallelType::TIDy, ParallelType::TIDz][d];
+                Val::eq(Val::Hw(p), Val::Int(0))
+            }),
+    )
+}
+
+fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let tensor = &f.tensors[t];
+    let name = &tensor.name;
+    let err = |m: String| Err(Diagnostic::new(m, tensor.span));
+    let src = f.exprs[tensor.definition.expect("a cache has a definition")]
+        .input_tensors()
+        .next()
+        .expect("a cache reads its source");
+    let (keys, q) = cx.placement[&t].clone();
+    let pos = tensor.loop_domain.len() - (keys.len() - q);
+    let elem = tensor.dtype.size_bytes() as i64;
+    let mut info = TmaInfo {
+        tensor: t,
+        src,
+        kind: tensor.load,
+        stage_elems: None,
+        bytes: 0,
+        map: None,
+        box_dims: Vec::new(),
+        global_dims: Vec::new(),
+        pipe: 0,
+    };
+    if tensor.load != LoadKind::Plain {
         if tensor.memory != MemoryType::Shared {
             return err(format!(
                 "`{name}` is loaded by {} and must stay in shared memory",
                 tensor.load.name()
             ));
         }
-        let src = f.exprs[tensor.definition.expect("a cache has a definition")]
-            .input_tensors()
-            .next()
-            .expect("a cache reads its source");
-        let (keys, q) = cx.placement[&t].clone();
-        let pos = tensor.loop_domain.len() - (keys.len() - q);
         for (p, &id) in tensor.loop_domain.iter().enumerate() {
             let bulk = f.ids[id].parallel == ParallelType::Bulk;
             if p < pos && bulk {
@@ -145,46 +414,7 @@ pub fn run_plan(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 "`{name}` has no Bulk axis: mark the axes the box covers with parallelize(axis, Bulk)"
             ));
         }
-        // The box: one constant extent per logical dimension (1 where no Bulk axis covers it).
-        let logical = f.logical(t);
-        let rank = logical.len();
-        let mut box_outer_first = vec![1i64; rank];
-        let mut last_dim: Option<usize> = None;
-        for (p, &id) in tensor.loop_domain.iter().enumerate().skip(pos) {
-            let (root, extent) = match f.ids[id].origin {
-                IterOrigin::Root => (id, crate::fusion::schedule::extent_const(f, id)),
-                IterOrigin::Split {
-                    parent,
-                    factor,
-                    inner_split: true,
-                    is_outer: false,
-                } if matches!(f.ids[parent].origin, IterOrigin::Root) => (parent, Some(factor)),
-                _ => {
-                    return err(format!(
-                        "Bulk axis {p} of `{name}` must be a whole dimension of constant extent or the inner part of a split of one dimension"
-                    ))
-                }
-            };
-            let Some(extent) = extent else {
-                return err(format!(
-                    "Bulk axis {p} of `{name}` has no constant extent: split the dimension by the box size and make the inner part Bulk"
-                ));
-            };
-            let Some(dim) = logical.iter().position(|&r| r == root) else {
-                return err(format!(
-                    "Bulk axis {p} of `{name}` is not a dimension of it"
-                ));
-            };
-            if last_dim.is_some_and(|l| l >= dim) {
-                return err(format!(
-                    "the Bulk axes of `{name}` must follow its dimension order (outermost dimension first, each once): shared memory holds the box row-major"
-                ));
-            }
-            last_dim = Some(dim);
-            box_outer_first[dim] = extent;
-        }
-        let box_dims: Vec<i64> = box_outer_first.iter().rev().copied().collect();
-        let elem = tensor.dtype.size_bytes() as i64;
+        let box_dims = box_of(cx, t, pos)?;
         let what = format!(
             "`{name}` ({} load of `{}`)",
             tensor.load.name(),
@@ -196,72 +426,19 @@ pub fn run_plan(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 "{what}: a bulk copy moves one contiguous run, so only the innermost dimension may be Bulk (use load=tma for boxes of several dimensions)"
             ));
         }
-        // Global dims and strides, innermost first.
-        let src_logical = f.logical(src);
-        let global_dims: Vec<SizeExpr> = src_logical
-            .iter()
-            .rev()
-            .map(|&id| f.ids[id].root_extent.clone().unwrap_or(SizeExpr::Const(1)))
-            .collect();
         let src_name = f.tensors[src].name.clone();
-        for (d, g) in global_dims.iter().enumerate() {
-            if let Some(v) = g.as_const() {
-                if !(1..=1i64 << 32).contains(&v) {
-                    return err(format!(
-                        "{what}: dimension {d} (innermost first) of `{src_name}` is {v}; a tensor map dimension is 1 to 2^32"
-                    ));
-                }
-            }
-        }
-        let mut global_strides = Vec::new();
-        let mut stride = SizeExpr::Const(elem);
-        for g in &global_dims[..rank - 1] {
-            stride = mul(stride, g.clone());
-            if let Some(s) = stride.as_const() {
-                if s >= 1i64 << 40 {
-                    return err(format!(
-                        "{what}: a global stride of `{src_name}` is {s} bytes; tensor map strides are below 2^40"
-                    ));
-                }
-            }
-            global_strides.push(stride.clone());
-        }
-        let row_multiple = 16 / elem;
-        let mut need_divisible =
-            |value: &SizeExpr, divisor: i64, rule: &str| -> Result<(), Diagnostic> {
-                match value.as_const() {
-                    Some(v) if v % divisor != 0 => err(format!(
-                        "{what}: {rule} ({value} is not a multiple of {divisor})"
-                    )),
-                    Some(_) => Ok(()),
-                    None => {
-                        let c = Constraint::Divisible {
-                            value: value.clone(),
-                            divisor,
-                            reason: format!(
-                                "{} load of `{src_name}` into `{name}`: {rule}",
-                                tensor.load.name()
-                            ),
-                        };
-                        if !cx.constraints.contains(&c) {
-                            cx.constraints.push(c);
-                        }
-                        Ok(())
-                    }
-                }
-            };
-        if rank > 1 {
-            need_divisible(
-                &global_dims[0],
-                row_multiple,
-                "the rows of the tensor must be multiples of 16 bytes (tensor map strides and bulk-copy alignment)",
-            )?;
-        }
+        let owner = format!("{} load of `{src_name}` into `{name}`", tensor.load.name());
+        let (global_dims, global_strides) =
+            global_layout(cx, src, elem, &what, &owner, tensor.span)?;
         if tensor.load == LoadKind::Bulk {
             need_divisible(
+                cx,
                 &global_dims[0],
                 box_dims[0],
+                &what,
+                &owner,
                 "a bulk copy has no out-of-bounds handling, so the innermost dimension must be a multiple of the run",
+                tensor.span,
             )?;
         }
         // Enclosing loops: none bound to threads (one thread issues the copy for the block).
@@ -276,86 +453,159 @@ pub fn run_plan(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 }
             }
         }
-        // One load per pipelined loop for now (several tensors in one loop share the slot
-        // arithmetic and need one pipeline transform: not lowered yet).
-        let loop_key = keys[..q]
-            .iter()
-            .rev()
-            .find(|&&key| loop_parallel(&k.body, key).is_some_and(|p| !p.is_hw()))
-            .copied();
-        if let Some(key) = loop_key {
-            if let Some(other) = cx.tma.iter().find(|i| i.loop_key == Some(key)) {
-                return err(format!(
-                    "`{name}` and `{}` are both loaded by TMA in the serial loop `{}`: one TMA or bulk load per loop is supported so far",
-                    f.tensors[other.tensor].name, cx.keys.names[key]
-                ));
-            }
-        }
-        let (stages, prefetch) = match tensor.circular {
-            Some(cb) => (cb.stages, cb.prefetch),
-            None => (1, 0),
-        };
-        if let Some(cb) = tensor.circular {
-            let serial = keys[..q]
-                .iter()
-                .rev()
-                .find(|&&key| loop_parallel(&k.body, key).is_some_and(|p| !p.is_hw()));
-            let Some(&bk) = serial else {
-                return Err(Diagnostic::new(
-                    format!("`{name}`.circular_buffer({}): no serial loop encloses the load of `{name}`, so there is nothing to pipeline", cb.stages),
-                    Some(cb.span),
-                ));
-            };
-            if let Some(e) = cx.key_extent(bk).as_const() {
-                if cb.stages > e {
-                    return Err(Diagnostic::new(
-                        format!(
-                            "`{name}`.circular_buffer({}): {} stages is more than the {e} iterations of the buffered loop `{}`",
-                            cb.stages, cb.stages, cx.keys.names[bk]
-                        ),
-                        Some(cb.span),
-                    ));
-                }
-            }
-        }
         let box_elems: i64 = box_dims.iter().product();
-        let bytes = box_elems * elem;
-        let stage_bytes = (bytes + SMEM_ALIGN - 1) / SMEM_ALIGN * SMEM_ALIGN;
-        let map = if tensor.load == LoadKind::Tma {
+        info.bytes = box_elems * elem;
+        info.stage_elems = Some((info.bytes + SMEM_ALIGN - 1) / SMEM_ALIGN * SMEM_ALIGN / elem);
+        if tensor.load == LoadKind::Tma {
             k.tensor_maps.push(TensorMapSpec {
                 param: format!("{name}_map"),
-                tensor: src_name.clone(),
+                tensor: src_name,
                 dtype: tensor.dtype,
                 global_dims: global_dims.clone(),
                 global_strides,
                 box_dims: box_dims.clone(),
-                element_strides: vec![1; rank],
+                element_strides: vec![1; box_dims.len()],
                 swizzle_bytes: 0,
             });
-            Some(k.tensor_maps.len() - 1)
-        } else {
-            None
-        };
-        k.mbarriers.push(MbarArray {
-            name: format!("{name}_bars"),
-            count: stages,
-            smem_offset: None,
-        });
-        cx.tma.push(TmaInfo {
-            tensor: t,
-            src,
-            kind: tensor.load,
-            stage_elems: stage_bytes / elem,
-            bytes,
-            stages,
-            prefetch,
-            map,
-            bars: k.mbarriers.len() - 1,
-            box_dims,
-            global_dims,
-            loop_key,
-        });
+            info.map = Some(k.tensor_maps.len() - 1);
+        }
+        info.box_dims = box_dims;
+        info.global_dims = global_dims;
     }
+    // The pipeline: the innermost serial loop around the load.
+    let loop_key = serial_loop(&k.body, &keys[..q]);
+    let (stages, prefetch, war) = match tensor.circular {
+        Some(cb) => (cb.stages, cb.prefetch, cb.war),
+        None => (1, 0, WarMode::Sync),
+    };
+    if let Some(cb) = tensor.circular {
+        let Some(bk) = loop_key else {
+            return Err(Diagnostic::new(
+                format!("`{name}`.circular_buffer({}): no serial loop encloses the load of `{name}`, so there is nothing to pipeline", cb.stages),
+                Some(cb.span),
+            ));
+        };
+        if let Some(e) = cx.key_extent(bk).as_const() {
+            if cb.stages > e {
+                return Err(Diagnostic::new(
+                    format!(
+                        "`{name}`.circular_buffer({}): {} stages is more than the {e} iterations of the buffered loop `{}`",
+                        cb.stages, cb.stages, cx.keys.names[bk]
+                    ),
+                    Some(cb.span),
+                ));
+            }
+        }
+    }
+    let same_loop = loop_key.and_then(|key| cx.pipes.iter().position(|p| p.loop_key == Some(key)));
+    match same_loop {
+        Some(p) => {
+            let pipe = &cx.pipes[p];
+            if (pipe.stages, pipe.prefetch, pipe.war) != (stages, prefetch, war) {
+                let other = &f.tensors[cx.tma[pipe.members[0]].tensor].name;
+                let describe = |s: i64, p: i64, w: WarMode| {
+                    if s == 1 {
+                        "no circular buffering".to_string()
+                    } else {
+                        format!(
+                            "circular_buffer({s}, prefetch={p}, war={})",
+                            if w == WarMode::Sync {
+                                "sync"
+                            } else {
+                                "mbarrier"
+                            }
+                        )
+                    }
+                };
+                return err(format!(
+                    "`{name}` and `{other}` are loaded in the same loop `{}` and share its pipeline, so they need the same circular buffering: `{name}` has {}, `{other}` has {}",
+                    cx.keys.names[loop_key.expect("same loop")],
+                    describe(stages, prefetch, war),
+                    describe(pipe.stages, pipe.prefetch, pipe.war)
+                ));
+            }
+            info.pipe = p;
+            cx.pipes[p].members.push(cx.tma.len());
+        }
+        None => {
+            info.pipe = cx.pipes.len();
+            cx.pipes.push(Pipe {
+                loop_key,
+                stages,
+                prefetch,
+                war,
+                full: None,
+                empty: None,
+                members: vec![cx.tma.len()],
+            });
+        }
+    }
+    cx.tma.push(info);
+    Ok(())
+}
+
+/// An output written by TMA from its shared cache: the box of its `Bulk` axes.
+fn plan_store(cx: &mut Ctx, k: &mut Kernel, y: TensorId) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let tensor = &f.tensors[y];
+    let name = &tensor.name;
+    let err = |m: String| Err(Diagnostic::new(m, tensor.span));
+    let cache = f.exprs[tensor.definition.expect("a stored output has a definition")]
+        .input_tensors()
+        .next()
+        .expect("the store reads its cache");
+    let Some(pos) = tensor
+        .loop_domain
+        .iter()
+        .position(|&id| f.ids[id].parallel == ParallelType::Bulk)
+    else {
+        return err(format!(
+            "`{name}` is written by a TMA store and has no Bulk axis: mark the axes the box covers with parallelize(axis, Bulk)"
+        ));
+    };
+    for (p, &id) in tensor.loop_domain.iter().enumerate().skip(pos) {
+        if f.ids[id].parallel != ParallelType::Bulk {
+            return err(format!(
+                "axis {p} of `{name}` ({}) is inside its Bulk axes: the Bulk axes of a TMA store must be its innermost loop axes",
+                f.ids[id].parallel
+            ));
+        }
+    }
+    let (keys, _) = cx.placement[&y].clone();
+    for &key in &keys[..pos] {
+        if let Some(p) = loop_parallel(&k.body, key) {
+            if p.is_thread() {
+                return err(format!(
+                    "`{name}` is written by a TMA store, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `{}` ({p})",
+                    cx.keys.names[key]
+                ));
+            }
+        }
+    }
+    let box_dims = box_of(cx, y, pos)?;
+    let elem = tensor.dtype.size_bytes() as i64;
+    let what = format!("`{name}` (TMA store from `{}`)", f.tensors[cache].name);
+    check_box(&what, elem, &box_dims, 0).or_else(err)?;
+    let owner = format!("TMA store of `{}` into `{name}`", f.tensors[cache].name);
+    let (global_dims, global_strides) = global_layout(cx, y, elem, &what, &owner, tensor.span)?;
+    k.tensor_maps.push(TensorMapSpec {
+        param: format!("{name}_map"),
+        tensor: name.clone(),
+        dtype: tensor.dtype,
+        global_dims,
+        global_strides,
+        box_dims: box_dims.clone(),
+        element_strides: vec![1; box_dims.len()],
+        swizzle_bytes: 0,
+    });
+    cx.stores.push(StoreInfo {
+        tensor: y,
+        cache,
+        map: k.tensor_maps.len() - 1,
+        bytes: box_dims.iter().product::<i64>() * elem,
+        box_dims,
+        fence: tensor.fence,
+    });
     Ok(())
 }
 
@@ -385,32 +635,33 @@ fn loop_parallel(body: &[Stmt], key: LoopKey) -> Option<ParallelType> {
 pub fn run_issue(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut env = cx.hw_env(k);
     let mut body = std::mem::take(&mut k.body);
-    issue_block(cx, &mut body, &mut env)?;
+    issue_block(cx, k, &mut body, &mut env)?;
     k.body = body;
     Ok(())
 }
 
 fn issue_block(
     cx: &mut Ctx,
+    k: &Kernel,
     body: &mut [Stmt],
     env: &mut HashMap<LoopKey, Val>,
 ) -> Result<(), Diagnostic> {
     for s in body.iter_mut() {
         match s {
             Stmt::Loop(l) if l.parallel == ParallelType::Bulk => {
-                *s = Stmt::TmaLoad(box_load(cx, l, env)?);
+                *s = box_copy(cx, k, l, env)?;
             }
             Stmt::Loop(l) => {
                 let prev = env.insert(l.key, Val::Var(l.var.clone()));
-                issue_block(cx, &mut l.body, env)?;
+                issue_block(cx, k, &mut l.body, env)?;
                 match prev {
                     Some(p) => env.insert(l.key, p),
                     None => env.remove(&l.key),
                 };
             }
             Stmt::If { then, els, .. } => {
-                issue_block(cx, then, env)?;
-                issue_block(cx, els, env)?;
+                issue_block(cx, k, then, env)?;
+                issue_block(cx, k, els, env)?;
             }
             _ => {}
         }
@@ -418,8 +669,14 @@ fn issue_block(
     Ok(())
 }
 
-/// The copy of the whole box that a nest of `Bulk` loops around one copy stands for.
-fn box_load(cx: &mut Ctx, l: &Loop, env: &HashMap<LoopKey, Val>) -> Result<TmaLoad, Diagnostic> {
+/// The copy of the whole box that a nest of `Bulk` loops around one copy stands for: a load
+/// into a cache, or a store of an output from its cache.
+fn box_copy(
+    cx: &mut Ctx,
+    k: &Kernel,
+    l: &Loop,
+    env: &HashMap<LoopKey, Val>,
+) -> Result<Stmt, Diagnostic> {
     let mut env = env.clone();
     let mut vars = Vec::new();
     let mut cur = l;
@@ -442,28 +699,20 @@ fn box_load(cx: &mut Ctx, l: &Loop, env: &HashMap<LoopKey, Val>) -> Result<TmaLo
     };
     let f = cx.fusion;
     let t = f.exprs[compute.expr].output;
-    let Some(info) = cx.tma.iter().find(|i| i.tensor == t).cloned() else {
-        return Err(Diagnostic::new(
-            format!(
-                "`{}` has Bulk axes but is not a TMA or bulk load",
-                f.tensors[t].name
-            ),
-            f.tensors[t].span,
-        ));
-    };
     let zero = |v: &Val| {
         let z = vars
             .iter()
             .fold(v.clone(), |acc, var| acc.subst(var, &Val::Int(0)));
         super::simplify::simplify(&z, &HashMap::new())
     };
+    // Box origin: the global tensor's root indices with the box axes at 0.
     let roots = consumer_roots(cx, t, &env);
     let mut coords = Vec::new();
     for r in f.logical(t).into_iter().rev() {
         let v = roots.get(&f.class_of(r)).ok_or_else(|| {
             Diagnostic::new(
                 format!(
-                    "cannot index the box of `{}`: a dimension has no index where it is loaded",
+                    "cannot index the box of `{}`: a dimension has no index where it is copied",
                     f.tensors[t].name
                 ),
                 f.tensors[t].span,
@@ -477,11 +726,32 @@ fn box_load(cx: &mut Ctx, l: &Loop, env: &HashMap<LoopKey, Val>) -> Result<TmaLo
             None,
         ));
     };
+    if let Some(store) = cx.stores.iter().find(|s| s.tensor == t).cloned() {
+        check_box_layout(cx, k, &store, src, &vars)?;
+        return Ok(Stmt::TmaStore(TmaStore {
+            map: store.map,
+            src: Access {
+                buffer: src.buffer,
+                index: src.index.as_ref().map(zero),
+            },
+            coords,
+            bytes: store.bytes,
+        }));
+    }
+    let Some(info) = cx.tma.iter().find(|i| i.tensor == t).cloned() else {
+        return Err(Diagnostic::new(
+            format!(
+                "`{}` has Bulk axes but is not a TMA or bulk copy",
+                f.tensors[t].name
+            ),
+            f.tensors[t].span,
+        ));
+    };
     let src = Access {
         buffer: src.buffer,
         index: src.index.as_ref().map(zero),
     };
-    Ok(TmaLoad {
+    Ok(Stmt::TmaLoad(TmaLoad {
         kind: match info.map {
             Some(map) => CopyKind::Tile { map },
             None => CopyKind::Bulk,
@@ -493,47 +763,108 @@ fn box_load(cx: &mut Ctx, l: &Loop, env: &HashMap<LoopKey, Val>) -> Result<TmaLo
         src,
         coords,
         bytes: info.bytes,
-        bars: info.bars,
+        bars: cx.pipes[info.pipe].full.expect("a copy has full barriers"),
         slot: Val::Int(0),
-    })
+    }))
+}
+
+/// A TMA store reads its box row-major from shared memory: the cache must be laid out that way
+/// (its index at the box axes must step by the row-major strides of the box).
+fn check_box_layout(
+    cx: &Ctx,
+    k: &Kernel,
+    store: &StoreInfo,
+    src: &Access,
+    vars: &[String],
+) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let index = src.index.clone().unwrap_or(Val::Int(0));
+    // `vars` are outermost first and follow the box's dimension order, innermost last; box
+    // dims of 1 have no Bulk axis.
+    let extents: Vec<i64> = store
+        .box_dims
+        .iter()
+        .rev()
+        .copied()
+        .filter(|&b| b != 1)
+        .collect();
+    let at = |point: &[i64]| -> Option<i64> {
+        let v = vars
+            .iter()
+            .zip(point)
+            .fold(index.clone(), |acc, (var, &x)| acc.subst(var, &Val::Int(x)));
+        match super::simplify::simplify(&v, &HashMap::new()) {
+            Val::Int(i) => Some(i),
+            _ => None,
+        }
+    };
+    let zero = vec![0i64; vars.len()];
+    let mut ok = extents.len() == vars.len() && at(&zero) == Some(0);
+    let mut stride = 1i64;
+    for d in (0..vars.len()).rev() {
+        if !ok {
+            break;
+        }
+        let mut point = zero.clone();
+        point[d] = extents[d] - 1;
+        ok = at(&point) == Some((extents[d] - 1) * stride);
+        stride *= extents[d];
+    }
+    let last: Vec<i64> = extents.iter().map(|e| e - 1).collect();
+    ok = ok && at(&last) == Some(stride - 1);
+    if ok {
+        return Ok(());
+    }
+    let cache = &f.tensors[store.cache];
+    Err(Diagnostic::new(
+        format!(
+            "`{}` is read by the TMA store of `{}` as a row-major box of {:?} (innermost first), but its shared-memory layout differs ({} in {}): schedule its own axes like the Bulk axes of `{}`, in the same order",
+            cache.name,
+            f.tensors[store.tensor].name,
+            store.box_dims,
+            k.buffers[src.buffer].name,
+            index.text(),
+            f.tensors[store.tensor].name
+        ),
+        cache.span,
+    ))
 }
 
 pub fn run_circular(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
-    let infos = cx.tma.clone();
-    let issuer = Val::all(
-        (0..3)
-            .filter(|&d| k.block[d] != SizeExpr::Const(1))
-            .map(|d| {
-                let p = [ParallelType::TIDx, ParallelType::TIDy, ParallelType::TIDz][d];
-                Val::eq(Val::Hw(p), Val::Int(0))
-            }),
-    );
+    let issuer = cx.issuer.clone();
     let mut body = std::mem::take(&mut k.body);
-    for info in &infos {
-        let buffer = cx.tensor_buffer[&info.tensor];
-        let done = pipeline(cx, &mut body, info, buffer, &issuer, &Val::Int(0), false)?;
-        if !done {
+    for p in 0..cx.pipes.len() {
+        if !pipeline(cx, &mut body, p, &Val::Int(0), false)? {
             let f = cx.fusion;
+            let t = cx.tma[cx.pipes[p].members[0]].tensor;
             return Err(Diagnostic::new(
                 format!(
                     "internal: the load of `{}` was not found",
-                    f.tensors[info.tensor].name
+                    f.tensors[t].name
                 ),
                 None,
             ));
         }
     }
-    // Init once at entry, invalidate once at exit.
-    let mut init = Vec::new();
-    let mut inval = vec![Stmt::Sync];
-    for info in &infos {
-        init.push(Stmt::MbarInit { bars: info.bars });
-        inval.push(Stmt::MbarInval { bars: info.bars });
+    let stores = cx.stores.clone();
+    for s in &stores {
+        issue_stores(cx, &mut body, s, &issuer);
     }
+    if k.mbarriers.is_empty() {
+        k.body = body;
+        return Ok(());
+    }
+    // Init once at entry, invalidate once at exit.
+    let init = (0..k.mbarriers.len())
+        .map(|bars| Stmt::MbarInit { bars })
+        .collect();
+    let inval = (0..k.mbarriers.len())
+        .map(|bars| Stmt::MbarInval { bars })
+        .collect();
     let mut out = vec![guard(issuer.clone(), init), Stmt::Sync];
     out.extend(body);
     out.push(Stmt::Sync);
-    out.push(guard(issuer, inval.split_off(1)));
+    out.push(guard(issuer, inval));
     k.body = out;
     Ok(())
 }
@@ -549,82 +880,87 @@ fn guard(cond: Val, body: Vec<Stmt>) -> Stmt {
     }
 }
 
-fn contains_load(body: &[Stmt], buffer: usize) -> bool {
-    body.iter().any(|s| match s {
-        Stmt::TmaLoad(t) => t.dst.buffer == buffer,
-        Stmt::Loop(l) => contains_load(&l.body, buffer),
-        Stmt::If { then, els, .. } => contains_load(then, buffer) || contains_load(els, buffer),
-        _ => false,
-    })
+/// Buffers a statement writes (copies included).
+fn writes(s: &Stmt, out: &mut Vec<BufferId>) {
+    match s {
+        Stmt::TmaLoad(t) => out.push(t.dst.buffer),
+        Stmt::Compute(c) => out.push(c.out.buffer),
+        Stmt::Loop(l) => l.body.iter().for_each(|s| writes(s, out)),
+        Stmt::If { then, els, .. } => then.iter().chain(els).for_each(|s| writes(s, out)),
+        _ => {}
+    }
 }
 
-/// Finds the load of `info` under `body`; `outer` is the linear iteration of the serial loops
-/// entered so far. Rewrites the innermost serial loop around it into the pipeline.
-#[allow(clippy::too_many_arguments)]
+fn fills(s: &Stmt, buffers: &[BufferId]) -> bool {
+    let mut w = Vec::new();
+    writes(s, &mut w);
+    w.iter().any(|b| buffers.contains(b))
+}
+
+/// Finds the loads of pipe `p` under `body`; `outer` is the linear iteration of the serial
+/// loops entered so far. Rewrites the innermost serial loop around them into the pipeline.
 fn pipeline(
     cx: &Ctx,
     body: &mut Vec<Stmt>,
-    info: &TmaInfo,
-    buffer: usize,
-    issuer: &Val,
+    p: usize,
     outer: &Val,
     in_loop: bool,
 ) -> Result<bool, Diagnostic> {
+    let pipe = &cx.pipes[p];
+    let f = cx.fusion;
+    let members: Vec<&TmaInfo> = pipe.members.iter().map(|&m| &cx.tma[m]).collect();
+    let buffers: Vec<BufferId> = members
+        .iter()
+        .map(|i| cx.tensor_buffer[&i.tensor])
+        .collect();
+    let name = &f.tensors[members[0].tensor].name;
+    let span = f.tensors[members[0].tensor].span;
     let Some(i) = body.iter().position(|s| match s {
-        Stmt::TmaLoad(t) => t.dst.buffer == buffer,
-        Stmt::Loop(l) => contains_load(&l.body, buffer),
+        Stmt::Loop(_) | Stmt::TmaLoad(_) => fills(s, &buffers),
         _ => false,
     }) else {
         return Ok(false);
     };
-    if let Stmt::TmaLoad(t) = &body[i] {
-        if in_loop {
-            let f = cx.fusion;
+    if let Stmt::TmaLoad(_) = &body[i] {
+        if pipe.loop_key.is_some() {
             return Err(Diagnostic::new(
                 format!(
-                    "the load of `{}` is separated from the serial loop around it by block-index loops: put the serial loops inside the blockIdx-bound ones",
-                    f.tensors[info.tensor].name
+                    "the load of `{name}` is separated from the serial loop around it by block-index loops: put the serial loops inside the blockIdx-bound ones"
                 ),
-                f.tensors[info.tensor].span,
+                span,
             ));
         }
-        // Not inside any serial loop: one load, waited on once.
-        let t = t.clone();
+        // No serial loop around the loads: one load of each, waited on once.
+        let is_load = |s: &Stmt| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer));
+        let loads: Vec<Stmt> = body.iter().filter(|s| is_load(s)).cloned().collect();
+        body.retain(|s| !is_load(s));
         let stmts = vec![
-            issue(info, issuer, t, &Val::Int(0)),
+            issue(cx, pipe, &loads, &Val::Int(0), &Val::Int(0)),
             Stmt::MbarWait {
-                bars: info.bars,
+                bars: pipe.full.expect("copies have full barriers"),
                 slot: Val::Int(0),
                 parity: Val::Int(0),
             },
         ];
-        body.splice(i..=i, stmts);
+        body.splice(i..i, stmts);
         return Ok(true);
     }
     let Stmt::Loop(l) = &mut body[i] else {
         unreachable!()
     };
-    if l.parallel.is_hw() {
-        return pipeline(cx, &mut l.body, info, buffer, issuer, outer, in_loop);
+    if Some(l.key) != pipe.loop_key {
+        if l.parallel.is_hw() {
+            return pipeline(cx, &mut l.body, p, outer, in_loop);
+        }
+        let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
+        return pipeline(cx, &mut l.body, p, &lin, true);
     }
-    let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
-    let direct = l
-        .body
-        .iter()
-        .position(|s| matches!(s, Stmt::TmaLoad(t) if t.dst.buffer == buffer));
-    let Some(j) = direct else {
-        let outer = lin;
-        return pipeline(cx, &mut l.body, info, buffer, issuer, &outer, true);
-    };
-    // `l` is the buffered loop.
+    // `l` is the buffered loop: its direct children that fill a member buffer are the loads.
     let Stmt::Loop(l) = body.remove(i) else {
         unreachable!()
     };
-    let Stmt::TmaLoad(load) = l.body[j].clone() else {
-        unreachable!()
-    };
+    let (s, pf) = (pipe.stages, pipe.prefetch);
     let var = l.var.clone();
-    let (s, p) = (info.stages, info.prefetch);
     let at = |v: &Val| linear(outer, &l.extent, v, in_loop);
     let slot = |lin: &Val| {
         if s == 1 {
@@ -640,36 +976,78 @@ fn pipeline(
             Val::rem(Val::div(lin.clone(), Val::Int(s)), Val::Int(2))
         }
     };
-    let issue_at = |v: &Val| {
-        let mut t = load.clone();
-        t.coords = t.coords.iter().map(|c| c.subst(&var, v)).collect();
-        t.src.index = t.src.index.as_ref().map(|x| x.subst(&var, v));
-        issue(info, issuer, t, &slot(&at(v)))
+    let mut copies = Vec::new();
+    let mut plain = Vec::new();
+    let mut allocs = Vec::new();
+    let mut rest = Vec::new();
+    for st in l.body.iter().cloned() {
+        match &st {
+            Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer) => copies.push(st),
+            Stmt::Alloc(b) if buffers.contains(b) => allocs.push(st),
+            _ if fills(&st, &buffers) => {
+                if contains_copy(&st) {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "the load of `{name}` is separated from the serial loop `{var}` that pipelines it by other loops: it must be issued directly in `{var}` (put block-index loops outside it)"
+                        ),
+                        span,
+                    ));
+                }
+                plain.push(st)
+            }
+            _ => rest.push(st),
+        }
+    }
+    let stage_of = |b: BufferId| cx.stage_elems[&b].clone();
+    // Moves the loads to iteration `v`, each into its slot.
+    let issue_at = |v: &Val| -> Vec<Stmt> {
+        let sl = slot(&at(v));
+        let mut out = Vec::new();
+        let moved: Vec<Stmt> = copies
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                c.map_vals(&mut |x| x.subst(&var, v));
+                c
+            })
+            .collect();
+        if !moved.is_empty() {
+            out.push(issue(cx, pipe, &moved, &sl, &at(v)));
+        }
+        for st in &plain {
+            let mut st = st.clone();
+            st.map_vals(&mut |x| x.subst(&var, v));
+            for &b in &buffers {
+                shift_writes(&mut st, b, &Val::mul(sl.clone(), stage_of(b)));
+            }
+            out.push(st);
+        }
+        out
     };
     let v = Val::Var(var.clone());
-    // The body of one iteration without its own issue: wait, then the reads at the slot.
-    let mut rest = l.body.clone();
-    rest.remove(j);
-    let mut alloc = None;
-    if let Some(a) = rest
-        .iter()
-        .position(|s| matches!(s, Stmt::Alloc(b) if *b == buffer))
-    {
-        alloc = Some(rest.remove(a));
+    for &b in &buffers {
+        shift_reads(&mut rest, b, &Val::mul(slot(&at(&v)), stage_of(b)));
     }
-    let offset = Val::mul(slot(&at(&v)), Val::Int(info.stage_elems));
-    shift_reads(&mut rest, buffer, &offset);
-    let wait = Stmt::MbarWait {
-        bars: info.bars,
-        slot: slot(&at(&v)),
-        parity: parity(&at(&v)),
-    };
-    let mut iteration = vec![wait];
+    let mut iteration = Vec::new();
+    if !copies.is_empty() {
+        iteration.push(Stmt::MbarWait {
+            bars: pipe.full.expect("copies have full barriers"),
+            slot: slot(&at(&v)),
+            parity: parity(&at(&v)),
+        });
+    }
     iteration.extend(rest);
-    let mut out: Vec<Stmt> = alloc.into_iter().collect();
+    if let Some(empty) = pipe.empty {
+        iteration.push(Stmt::MbarArrive {
+            bars: empty,
+            slot: slot(&at(&v)),
+            per_warp: cx.issuer != Val::True && matches!(cx.issuer, Val::And(..)),
+        });
+    }
+    let mut out: Vec<Stmt> = allocs;
     let extent = l.extent.clone();
-    if p == 0 {
-        let mut b = vec![issue_at(&v)];
+    if pf == 0 {
+        let mut b = issue_at(&v);
         b.extend(iteration);
         out.push(Stmt::Loop(Loop { body: b, ..l }));
     } else {
@@ -679,24 +1057,24 @@ fn pipeline(
         };
         // Prologue: loads of iterations [0, prefetch).
         let first = issue_at(&v);
-        let pro_body = if known.is_some_and(|e| e >= p) {
-            vec![first]
+        let pro_body = if known.is_some_and(|e| e >= pf) {
+            first
         } else {
-            vec![guard(Val::lt(v.clone(), extent.clone()), vec![first])]
+            vec![guard(Val::lt(v.clone(), extent.clone()), first)]
         };
         out.push(Stmt::Loop(Loop {
             key: l.key,
             var: var.clone(),
-            extent: Val::Int(p),
+            extent: Val::Int(pf),
             parallel: ParallelType::Serial,
             body: pro_body,
         }));
         // Main: issue iteration i + prefetch, then run iteration i.
         let main_extent = match known {
-            Some(e) => Val::Int(e - p),
-            None => Val::Sub(Box::new(extent.clone()), Box::new(Val::Int(p))),
+            Some(e) => Val::Int(e - pf),
+            None => Val::Sub(Box::new(extent.clone()), Box::new(Val::Int(pf))),
         };
-        let mut main = vec![issue_at(&Val::add(v.clone(), Val::Int(p)))];
+        let mut main = issue_at(&Val::add(v.clone(), Val::Int(pf)));
         main.extend(iteration.clone());
         out.push(Stmt::Loop(Loop {
             key: l.key,
@@ -711,7 +1089,7 @@ fn pipeline(
             var: var.clone(),
             value: Val::add(main_extent, Val::Var(epi.clone())),
         }];
-        if known.is_some_and(|e| e >= p) {
+        if known.is_some_and(|e| e >= pf) {
             epi_body.extend(iteration);
         } else {
             epi_body.push(Stmt::If {
@@ -723,13 +1101,22 @@ fn pipeline(
         out.push(Stmt::Loop(Loop {
             key: l.key,
             var: epi,
-            extent: Val::Int(p),
+            extent: Val::Int(pf),
             parallel: ParallelType::Serial,
             body: epi_body,
         }));
     }
     body.splice(i..i, out);
     Ok(true)
+}
+
+fn contains_copy(s: &Stmt) -> bool {
+    match s {
+        Stmt::TmaLoad(_) => true,
+        Stmt::Loop(l) => l.body.iter().any(contains_copy),
+        Stmt::If { then, els, .. } => then.iter().chain(els).any(contains_copy),
+        _ => false,
+    }
 }
 
 /// `outer * extent + v`, or `v` at the outermost serial loop.
@@ -741,46 +1128,123 @@ fn linear(outer: &Val, extent: &Val, v: &Val, in_loop: bool) -> Val {
     }
 }
 
-/// One thread arrives with the box's bytes and issues the copy into `slot`.
-fn issue(info: &TmaInfo, issuer: &Val, mut t: TmaLoad, slot: &Val) -> Stmt {
-    t.dst.index = Some(Val::mul(slot.clone(), Val::Int(info.stage_elems)));
-    t.slot = slot.clone();
-    let arrive = |bytes| Stmt::MbarArriveExpectTx {
-        bars: info.bars,
+/// The issuing thread fills `slot` (linear iteration `lin`) with `loads`: it waits until the
+/// slot is empty (empty barriers), announces the bytes and issues the copies.
+fn issue(cx: &Ctx, pipe: &Pipe, loads: &[Stmt], slot: &Val, lin: &Val) -> Stmt {
+    let full = pipe.full.expect("copies have full barriers");
+    let mut out = Vec::new();
+    if let Some(empty) = pipe.empty {
+        // Slot `lin % stages` was last read in iteration `lin - stages`: phase
+        // `lin / stages - 1` of its empty barrier. A fresh barrier counts its preceding phase
+        // (parity 1) as complete, so the first `stages` loads pass at once.
+        out.push(Stmt::MbarWait {
+            bars: empty,
+            slot: slot.clone(),
+            parity: Val::rem(
+                Val::add(Val::div(lin.clone(), Val::Int(pipe.stages)), Val::Int(1)),
+                Val::Int(2),
+            ),
+        });
+    }
+    let mut unconditional = Vec::new();
+    let mut bytes = 0;
+    for st in loads {
+        let Stmt::TmaLoad(t) = st else { continue };
+        let info = cx
+            .tma
+            .iter()
+            .find(|i| cx.tensor_buffer[&i.tensor] == t.dst.buffer)
+            .expect("a load of the pipe");
+        let mut t = t.clone();
+        t.dst.index = Some(Val::mul(
+            slot.clone(),
+            Val::Int(info.stage_elems.expect("copies have a stage size")),
+        ));
+        t.slot = slot.clone();
+        if info.kind == LoadKind::Bulk {
+            // A bulk copy must stay inside the tensor: a run outside it is not copied and
+            // announces no bytes. (The innermost dimension is a multiple of the run.)
+            let inside = Val::all(
+                t.coords
+                    .iter()
+                    .zip(&info.global_dims)
+                    .map(|(c, g)| Val::lt(c.clone(), Val::from_size(g))),
+            );
+            if inside != Val::True {
+                // Announced before the arrival below, so the phase cannot complete without it.
+                out.push(Stmt::If {
+                    cond: inside,
+                    then: vec![
+                        Stmt::MbarExpectTx {
+                            bars: full,
+                            slot: slot.clone(),
+                            bytes: info.bytes,
+                        },
+                        Stmt::TmaLoad(t),
+                    ],
+                    els: Vec::new(),
+                });
+                continue;
+            }
+        }
+        bytes += info.bytes;
+        unconditional.push(Stmt::TmaLoad(t));
+    }
+    out.push(Stmt::MbarArriveExpectTx {
+        bars: full,
         slot: slot.clone(),
         bytes,
-    };
-    if info.kind == LoadKind::Bulk {
-        // A bulk copy must stay inside the tensor: a run outside it is not copied, and the
-        // arrival then expects no bytes. (The innermost dimension is a multiple of the run.)
-        let inside = Val::all(
-            t.coords
-                .iter()
-                .zip(&info.global_dims)
-                .map(|(c, g)| Val::lt(c.clone(), Val::from_size(g))),
-        );
-        if inside != Val::True {
-            return guard(
-                issuer.clone(),
-                vec![Stmt::If {
-                    cond: inside,
-                    then: vec![arrive(info.bytes), Stmt::TmaLoad(t)],
-                    els: vec![arrive(0)],
-                }],
-            );
+    });
+    out.extend(unconditional);
+    guard(cx.issuer.clone(), out)
+}
+
+/// Wraps every TMA store of `s` in the issuing thread's guard, commits it as a bulk group and
+/// waits until shared memory has been read (the cache may then be written again), with the
+/// async-proxy fence where the store's fence mode puts it.
+fn issue_stores(cx: &Ctx, body: &mut Vec<Stmt>, s: &StoreInfo, issuer: &Val) {
+    let cache = cx.tensor_buffer[&s.cache];
+    let mut i = 0;
+    while i < body.len() {
+        match &mut body[i] {
+            Stmt::TmaStore(t) if t.map == s.map => {
+                let store = body.remove(i);
+                let elected = vec![store, Stmt::BulkCommit, Stmt::BulkWaitRead(0)];
+                let issue = match (s.fence, issuer) {
+                    (FenceMode::IssuingWarp, Val::And(warp, elect)) => Stmt::If {
+                        cond: (**warp).clone(),
+                        then: vec![Stmt::FenceProxyAsync, guard((**elect).clone(), elected)],
+                        els: Vec::new(),
+                    },
+                    (FenceMode::IssuingWarp, _) => {
+                        let mut v = vec![Stmt::FenceProxyAsync];
+                        v.extend(elected);
+                        guard(issuer.clone(), v)
+                    }
+                    _ => guard(issuer.clone(), elected),
+                };
+                body.insert(i, issue);
+            }
+            Stmt::Compute(c) if s.fence == FenceMode::PerStore && c.out.buffer == cache => {
+                body.insert(i + 1, Stmt::FenceProxyAsync);
+                i += 1;
+            }
+            Stmt::Loop(l) => issue_stores(cx, &mut l.body, s, issuer),
+            Stmt::If { then, els, .. } => {
+                issue_stores(cx, then, s, issuer);
+                issue_stores(cx, els, s, issuer);
+            }
+            _ => {}
         }
+        i += 1;
     }
-    guard(issuer.clone(), vec![arrive(info.bytes), Stmt::TmaLoad(t)])
 }
 
 /// Adds `offset` to every read of `buffer`.
 fn shift_reads(body: &mut [Stmt], buffer: usize, offset: &Val) {
     fn data(d: &mut Data, buffer: usize, offset: &Val) {
         match d {
-            Data::Read(a) if a.buffer == buffer => {
-                let i = a.index.take().unwrap_or(Val::Int(0));
-                a.index = Some(Val::add(offset.clone(), i));
-            }
+            Data::Read(a) if a.buffer == buffer => shift(a, offset),
             Data::Unary(_, _, x) | Data::Cast(_, x) => data(x, buffer, offset),
             Data::Binary(_, _, x, y) => {
                 data(x, buffer, offset);
@@ -792,6 +1256,7 @@ fn shift_reads(body: &mut [Stmt], buffer: usize, offset: &Val) {
     for s in body {
         match s {
             Stmt::Compute(c) => data(&mut c.value, buffer, offset),
+            Stmt::TmaStore(t) if t.src.buffer == buffer => shift(&mut t.src, offset),
             Stmt::Loop(l) => shift_reads(&mut l.body, buffer, offset),
             Stmt::If { then, els, .. } => {
                 shift_reads(then, buffer, offset);
@@ -799,5 +1264,26 @@ fn shift_reads(body: &mut [Stmt], buffer: usize, offset: &Val) {
             }
             _ => {}
         }
+    }
+}
+
+fn shift(a: &mut Access, offset: &Val) {
+    let i = a.index.take().unwrap_or(Val::Int(0));
+    a.index = Some(Val::add(offset.clone(), i));
+}
+
+/// Adds `offset` to every plain write of `buffer`.
+fn shift_writes(s: &mut Stmt, buffer: usize, offset: &Val) {
+    match s {
+        Stmt::Compute(c) if c.out.buffer == buffer => shift(&mut c.out, offset),
+        Stmt::Loop(l) => l
+            .body
+            .iter_mut()
+            .for_each(|s| shift_writes(s, buffer, offset)),
+        Stmt::If { then, els, .. } => then
+            .iter_mut()
+            .chain(els.iter_mut())
+            .for_each(|s| shift_writes(s, buffer, offset)),
+        _ => {}
     }
 }
