@@ -357,6 +357,16 @@ pub enum Stmt {
     /// `fence.proxy.async.shared::cta`: orders this thread's generic shared-memory writes before
     /// later async-proxy reads (TMA stores).
     FenceProxyAsync,
+    /// Warp specialization: producer warps (a warp-uniform condition) run `producer`, the other
+    /// warps run `consumer`. Register counts move with `setmaxnreg` at the start of each branch;
+    /// block barriers inside `consumer` are named barriers over its `consumer_threads`.
+    WarpRoles {
+        is_producer: Val,
+        producer: Vec<Stmt>,
+        consumer: Vec<Stmt>,
+        registers: Option<(u32, u32)>,
+        consumer_threads: i64,
+    },
 }
 
 /// What a [`Stmt::TmaLoad`] issues.
@@ -436,6 +446,8 @@ pub struct Kernel {
     pub mbarriers: Vec<MbarArray>,
     /// Tensor maps of TMA tile loads, passed as kernel parameters in this order.
     pub tensor_maps: Vec<crate::plan::TensorMapSpec>,
+    /// setmaxnreg counts (producer, consumer) of a warp-specialized kernel.
+    pub register_sharing: Option<(u32, u32)>,
 }
 
 impl Data {
@@ -715,6 +727,32 @@ fn print_block(k: &Kernel, body: &[Stmt], depth: usize, s: &mut String) {
             Stmt::FenceProxyAsync => {
                 let _ = writeln!(s, "{ind}fence.proxy.async.shared::cta");
             }
+            Stmt::WarpRoles {
+                is_producer,
+                producer,
+                consumer,
+                registers,
+                consumer_threads,
+            } => {
+                let regs = |n: usize| {
+                    registers
+                        .map(|r| format!(", setmaxnreg {}", if n == 0 { r.0 } else { r.1 }))
+                        .unwrap_or_default()
+                };
+                let _ = writeln!(
+                    s,
+                    "{ind}producer warps (if {}){}:",
+                    is_producer.text(),
+                    regs(0)
+                );
+                print_block(k, producer, depth + 1, s);
+                let _ = writeln!(
+                    s,
+                    "{ind}consumer warps ({consumer_threads} threads, barriers are named){}:",
+                    regs(1)
+                );
+                print_block(k, consumer, depth + 1, s);
+            }
             Stmt::TmaLoad(t) => {
                 let what = match t.kind {
                     CopyKind::Tile { map } => {
@@ -749,6 +787,12 @@ pub fn for_each_block_mut(body: &mut Vec<Stmt>, f: &mut dyn FnMut(&mut Vec<Stmt>
             Stmt::If { then, els, .. } => {
                 for_each_block_mut(then, f);
                 for_each_block_mut(els, f);
+            }
+            Stmt::WarpRoles {
+                producer, consumer, ..
+            } => {
+                for_each_block_mut(producer, f);
+                for_each_block_mut(consumer, f);
             }
             _ => {}
         }
@@ -797,6 +841,17 @@ impl Stmt {
             Stmt::Compute(c) => {
                 map_access(&mut c.out, f);
                 c.value.map_vals(f);
+            }
+            Stmt::WarpRoles {
+                is_producer,
+                producer,
+                consumer,
+                ..
+            } => {
+                *is_producer = f(is_producer);
+                for s in producer.iter_mut().chain(consumer.iter_mut()) {
+                    s.map_vals(f);
+                }
             }
             Stmt::BlockReduce { acc, .. } => map_access(acc, f),
             Stmt::Let { value, .. } => *value = f(value),

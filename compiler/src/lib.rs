@@ -77,6 +77,7 @@ pub fn compile(source: &str, options: &CompileOptions) -> Result<Compilation, Di
         dynamic_smem: plan::SizeExpr::Const(0),
         mbarriers: Vec::new(),
         tensor_maps: Vec::new(),
+        register_sharing: None,
     };
     let mut dumps = vec![PassDump {
         name: "fusion",

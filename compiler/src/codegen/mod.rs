@@ -22,6 +22,7 @@ pub fn emit(
         k,
         out: String::new(),
         uses: Uses::default(),
+        consumer_threads: None,
     };
     let mut body = String::new();
     std::mem::swap(&mut e.out, &mut body);
@@ -121,6 +122,10 @@ pub fn emit(
         src.push('\n');
         src.push_str(prelude::VECTOR);
     }
+    if uses.block_reduce || uses.named_barrier {
+        src.push('\n');
+        src.push_str(prelude::BAR_SYNC);
+    }
     if uses.block_reduce {
         src.push('\n');
         src.push_str(prelude::BLOCK_REDUCE);
@@ -135,7 +140,11 @@ pub fn emit(
     }
     src.push('\n');
     // A block size known only at run time is still at most 1024 threads (the plan checks it).
-    let bounds = format!("__launch_bounds__({}) ", threads.unwrap_or(1024));
+    // setmaxnreg needs one block per SM: `__launch_bounds__(threads, 1)`.
+    let bounds = match k.register_sharing {
+        Some(_) => format!("__launch_bounds__({}, 1) ", threads.unwrap_or(1024)),
+        None => format!("__launch_bounds__({}) ", threads.unwrap_or(1024)),
+    };
     let _ = writeln!(src, "extern \"C\" __global__ void {bounds}{kernel_name}(");
     let _ = writeln!(src, "    {}) {{", decls.join(",\n    "));
     if k.dynamic_smem != SizeExpr::Const(0) {
@@ -213,7 +222,9 @@ pub fn emit(
         dynamic_smem_bytes: k.dynamic_smem.clone(),
         constraints,
         tensor_maps: k.tensor_maps.clone(),
-        register_sharing: None,
+        register_sharing: k
+            .register_sharing
+            .map(|(producer, consumer)| crate::plan::RegisterSharing { producer, consumer }),
         min_global_bytes,
     };
     (src, plan)
@@ -230,12 +241,17 @@ struct Uses {
     tma_store: bool,
     /// The warp index (`hf_warp`) is read.
     warp: bool,
+    /// Consumer-only (named) barriers.
+    named_barrier: bool,
 }
 
 struct Emitter<'a> {
     k: &'a Kernel,
     out: String,
     uses: Uses,
+    /// Inside the consumer branch of a warp-specialized kernel: block barriers are named
+    /// barriers over this many threads (the producers have left).
+    consumer_threads: Option<i64>,
 }
 
 fn storage(d: DType) -> &'static str {
@@ -470,6 +486,37 @@ impl Emitter<'_> {
                     self.block(&l.body, depth + 1);
                     self.line(depth, "}");
                 }
+                Stmt::WarpRoles {
+                    is_producer,
+                    producer,
+                    consumer,
+                    registers,
+                    consumer_threads,
+                } => {
+                    let c = self.val(is_producer);
+                    self.line(
+                        depth,
+                        &format!("if ({}) {{  // producer warp group", strip_parens(c)),
+                    );
+                    if let Some((p, _)) = registers {
+                        self.line(
+                            depth + 1,
+                            &format!("asm volatile(\"setmaxnreg.dec.sync.aligned.u32 {p};\");"),
+                        );
+                    }
+                    self.block(producer, depth + 1);
+                    self.line(depth, "} else {  // consumer warps");
+                    if let Some((_, c)) = registers {
+                        self.line(
+                            depth + 1,
+                            &format!("asm volatile(\"setmaxnreg.inc.sync.aligned.u32 {c};\");"),
+                        );
+                    }
+                    let outer = self.consumer_threads.replace(*consumer_threads);
+                    self.block(consumer, depth + 1);
+                    self.consumer_threads = outer;
+                    self.line(depth, "}");
+                }
                 Stmt::If { cond, then, els } => {
                     let c = self.val(cond);
                     self.line(depth, &format!("if ({}) {{", strip_parens(c)));
@@ -531,12 +578,20 @@ impl Emitter<'_> {
                     self.line(
                         depth,
                         &format!(
-                            "{a} = hf_block_reduce<{}, {}, {}>({a}, {f}(), reinterpret_cast<{ty}*>(hf_smem + {off}));",
-                            dims[0], dims[1], dims[2]
+                            "{a} = hf_block_reduce<{}, {}, {}{}>({a}, {f}(), reinterpret_cast<{ty}*>(hf_smem + {off}));",
+                            dims[0], dims[1], dims[2],
+                            self.consumer_threads.map(|n| format!(", {n}u")).unwrap_or_default()
                         ),
                     );
                 }
-                Stmt::Sync => self.line(depth, "__syncthreads();"),
+                Stmt::Sync => match self.consumer_threads {
+                    // Barrier 1 over the consumer threads (0 is __syncthreads).
+                    Some(n) => {
+                        self.uses.named_barrier = true;
+                        self.line(depth, &format!("hf_bar_sync<{n}>();"))
+                    }
+                    None => self.line(depth, "__syncthreads();"),
+                },
                 Stmt::Let { var, value } => {
                     let v = strip_parens(self.val(value));
                     self.line(depth, &format!("const index_t {var} = {v};"));

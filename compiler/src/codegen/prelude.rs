@@ -41,7 +41,7 @@ struct hf_min { template <typename T> __device__ __forceinline__ T operator()(T 
 // Reduces `val` over the threads that differ only in the reduced dims (RX, RY, RZ) and returns
 // the result to every one of them. Every thread of the block must call it (it has barriers).
 // `scratch` holds one T per thread.
-template <bool RX, bool RY, bool RZ, typename T, typename Op>
+template <bool RX, bool RY, bool RZ, unsigned BAR = 0u, typename T, typename Op>
 __device__ __forceinline__ T hf_block_reduce(T val, Op op, T* scratch) {
   const unsigned bx = blockDim.x, by = blockDim.y, bz = blockDim.z;
   if (RX && !RY && !RZ && (bx % 32u == 0u || by * bz == 1u)) {
@@ -58,14 +58,14 @@ __device__ __forceinline__ T hf_block_reduce(T val, Op op, T* scratch) {
     }
     const unsigned row = threadIdx.y + by * threadIdx.z;
     if (lane == 0u) scratch[row * warps + warp] = val;
-    __syncthreads();
+    hf_bar_sync<BAR>();
     T r = scratch[row * warps];
     for (unsigned w = 1; w < warps; ++w) r = op(r, scratch[row * warps + w]);
-    __syncthreads();
+    hf_bar_sync<BAR>();
     return r;
   }
   scratch[threadIdx.x + bx * (threadIdx.y + by * threadIdx.z)] = val;
-  __syncthreads();
+  hf_bar_sync<BAR>();
   const unsigned nx = RX ? bx : 1u, ny = RY ? by : 1u, nz = RZ ? bz : 1u;
   const unsigned x0 = RX ? 0u : threadIdx.x, y0 = RY ? 0u : threadIdx.y, z0 = RZ ? 0u : threadIdx.z;
   T r = scratch[x0 + bx * (y0 + by * z0)];
@@ -73,8 +73,18 @@ __device__ __forceinline__ T hf_block_reduce(T val, Op op, T* scratch) {
     for (unsigned y = 0; y < ny; ++y)
       for (unsigned x = 0; x < nx; ++x)
         if (x + y + z != 0u) r = op(r, scratch[(x0 + x) + bx * ((y0 + y) + by * (z0 + z))]);
-  __syncthreads();
+  hf_bar_sync<BAR>();
   return r;
+}
+";
+
+pub const BAR_SYNC: &str =
+    "// BAR = 0: the block's barrier; BAR = n: named barrier 1 over the n consumer threads of a
+// warp-specialized kernel (the producer warps do not take part).
+template <unsigned BAR>
+__device__ __forceinline__ void hf_bar_sync() {
+  if (BAR == 0u) __syncthreads();
+  else asm volatile(\"bar.sync 1, %0;\" :: \"n\"(BAR) : \"memory\");
 }
 ";
 

@@ -438,7 +438,19 @@ pub struct CircularBuffer {
     /// Loads issued ahead of the iteration that consumes them (`0 <= prefetch < stages`).
     pub prefetch: i64,
     pub war: WarMode,
+    /// `warp_specialized(...)`: a producer warp group issues the loads.
+    pub ws: Option<WarpSpecialized>,
     pub span: Span,
+}
+
+/// `warp_specialized(on, registers=[producer, consumer], warp=N)` of a circular buffer: the block
+/// gets a 128-thread producer warp group along `on`; warp `warp` of it issues this tensor's loads
+/// (different warps = different producer roles, each with its own barriers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WarpSpecialized {
+    pub on: ParallelType,
+    pub registers: Option<(u32, u32)>,
+    pub warp: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -691,9 +703,16 @@ pub fn print(f: &Fusion) -> String {
             );
         }
         if let Some(cb) = &tensor.circular {
-            let war = match cb.war {
-                WarMode::Sync => "",
-                WarMode::Mbarrier => ", war=mbarrier",
+            let war = match (cb.war, cb.ws) {
+                (_, Some(ws)) => {
+                    let regs = ws
+                        .registers
+                        .map(|(p, c)| format!(", registers=[{p}, {c}]"))
+                        .unwrap_or_default();
+                    format!(", warp_specialized({}{regs}, warp={})", ws.on, ws.warp)
+                }
+                (WarMode::Sync, None) => String::new(),
+                (WarMode::Mbarrier, None) => ", war=mbarrier".into(),
             };
             let _ = write!(
                 extra,

@@ -193,6 +193,63 @@ fn cache_args(a: &Args) -> SResult<CacheArgs> {
     Ok(out)
 }
 
+/// `warp_specialized(TIDx|TIDy|TIDz, registers=[producer, consumer], warp=N)`.
+fn warp_specialized(a: &Args, args: &[Arg], span: Span) -> SResult<WarpSpecialized> {
+    let inner = Args::new("warp_specialized(...)".into(), args, span);
+    inner.count(1, 1)?;
+    let (on, on_span) = inner.ident(0)?;
+    let on = match ParallelType::parse(on) {
+        Some(p @ (ParallelType::TIDx | ParallelType::TIDy | ParallelType::TIDz)) => p,
+        _ => {
+            return a.err(
+                format!("warp_specialized: `{on}` is not a thread dim (TIDx, TIDy or TIDz)"),
+                Some(on_span),
+            )
+        }
+    };
+    let mut out = WarpSpecialized {
+        on,
+        registers: None,
+        warp: 0,
+    };
+    for (n, v, sp) in &inner.named {
+        match *n {
+            "registers" => {
+                let ast::Expr::List(items, _) = v else {
+                    return a.err("registers must be a list [producer, consumer]", Some(*sp));
+                };
+                let vals: Vec<i64> = items.iter().filter_map(int_of).collect();
+                if items.len() != 2 || vals.len() != 2 {
+                    return a.err(
+                        "registers must be two integers: [producer, consumer]",
+                        Some(*sp),
+                    );
+                }
+                if vals.iter().any(|&r| !(0..=1024).contains(&r)) {
+                    return a.err("register counts are 24 to 256", Some(*sp));
+                }
+                out.registers = Some((vals[0] as u32, vals[1] as u32));
+            }
+            "warp" => match int_of(v) {
+                Some(w @ 0..=3) => out.warp = w as u32,
+                _ => {
+                    return a.err(
+                        "warp is the producer warp (0 to 3) that issues this tensor's loads",
+                        Some(*sp),
+                    )
+                }
+            },
+            other => {
+                return a.err(
+                    format!("unknown argument `{other}` of warp_specialized (registers, warp)"),
+                    Some(*sp),
+                )
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn untransformed(f: &Fusion, t: TensorId, a: &Args) -> SResult<()> {
     if f.tensors[t].loop_domain != f.tensors[t].root
         || f.tensors[t]
@@ -575,14 +632,26 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     Ok(())
                 }
                 "circular_buffer" => {
-                    a.count(1, 1)?;
+                    a.count(1, 3)?;
                     let stages = a.int(0)?;
-                    let mut prefetch = stages - 1;
+                    let mut prefetch = None;
                     let mut war = WarMode::Sync;
+                    let mut ws = None;
+                    for e in &a.pos[1..] {
+                        match e {
+                            ast::Expr::Call { func, args, loc } if func == "warp_specialized" => {
+                                ws = Some(warp_specialized(&a, args, loc.0)?);
+                            }
+                            e => match int_of(e) {
+                                Some(v) if prefetch.is_none() => prefetch = Some((v, e.loc())),
+                                _ => return a.err("expected the prefetch distance (an integer) or warp_specialized(...)", Some(e.loc())),
+                            },
+                        }
+                    }
                     for (n, v, sp) in &a.named {
                         match *n {
                             "prefetch" => {
-                                prefetch = int_of(v).ok_or(()).or_else(|_| a.err("prefetch must be an integer", Some(*sp)))?
+                                prefetch = Some((int_of(v).ok_or(()).or_else(|_| a.err("prefetch must be an integer", Some(*sp)))?, *sp))
                             }
                             "war" => {
                                 war = name_arg(&a, v, *sp, "write-after-read mode", "sync or mbarrier", |k| match k {
@@ -594,6 +663,17 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                             other => return a.err(format!("unknown argument `{other}` (prefetch, war)"), Some(*sp)),
                         }
                     }
+                    if let (Some(_), Some((_, sp))) = (ws, prefetch) {
+                        return a.err("a warp-specialized pipeline has no prefetch distance: the producer warp runs ahead until every one of the stages is full", Some(sp));
+                    }
+                    if ws.is_some() {
+                        // Consumers release slots through empty mbarriers.
+                        war = WarMode::Mbarrier;
+                        if f.tensors[t].load == LoadKind::Plain {
+                            return a.err(format!("warp_specialized: `{tname}` is filled by plain loads; a producer warp issues TMA or bulk copies (load=tma|bulk)"), None);
+                        }
+                    }
+                    let prefetch = prefetch.map(|p| p.0).unwrap_or(stages - 1);
                     let tensor = &f.tensors[t];
                     let is_cache = tensor.definition.is_some_and(|d| {
                         f.exprs[d].op == Op::Set
@@ -617,7 +697,7 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     if f.tensors[t].circular.is_some() {
                         return a.err(format!("`{tname}` is already circular-buffered"), None);
                     }
-                    f.tensors[t].circular = Some(CircularBuffer { stages, prefetch, war, span: loc.0 });
+                    f.tensors[t].circular = Some(CircularBuffer { stages, prefetch, war, ws, span: loc.0 });
                     Ok(())
                 }
                 other => a.err(

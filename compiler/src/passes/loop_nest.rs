@@ -651,6 +651,18 @@ fn open_loops(
         return Some(open[..depth.min(open.len())].to_vec());
     }
     let f = cx.fusion;
+    // A sibling producer of `c` already has loops open for it (its own producers opened them):
+    // `c` will run in those, as deep as that sibling is inlined into it.
+    if let Some(def) = f.tensors[c].definition {
+        for p in f.exprs[def].input_tensors() {
+            if let (Some(open), Some(&(_, q_p))) = (pending.get(&p), cx.placement.get(&p)) {
+                let n = depth.min(open.len()).min(q_p);
+                if n > 0 {
+                    return Some(open[..n].to_vec());
+                }
+            }
+        }
+    }
     let q_c = cx.placement[&c].1;
     f.uses(c)
         .into_iter()

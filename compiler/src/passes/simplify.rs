@@ -59,6 +59,19 @@ fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>) -> Vec<Stmt> {
                     out.push(Stmt::If { cond, then, els });
                 }
             }
+            Stmt::WarpRoles {
+                is_producer,
+                producer,
+                consumer,
+                registers,
+                consumer_threads,
+            } => out.push(Stmt::WarpRoles {
+                is_producer: simplify(&is_producer, ext),
+                producer: block(producer, ext),
+                consumer: block(consumer, ext),
+                registers,
+                consumer_threads,
+            }),
             Stmt::Compute(mut c) => {
                 access(&mut c.out, ext);
                 data(&mut c.value, ext);

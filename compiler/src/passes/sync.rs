@@ -33,7 +33,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let tracked: HashSet<usize> = cx
         .tma
         .iter()
-        .filter(|i| cx.pipes[i.pipe].empty.is_some())
+        .filter(|i| cx.pipes[i.pipe].empty.is_some() || cx.pipes[i.pipe].ws.is_some())
         .map(|i| cx.tensor_buffer[&i.tensor])
         .collect();
     let shared: HashSet<usize> = (0..k.buffers.len())
@@ -95,6 +95,12 @@ fn data_reads(d: &Data, r: &mut HashSet<usize>) {
 fn collect(body: &[Stmt], r: &mut HashSet<usize>, w: &mut HashSet<usize>) {
     for s in body {
         match s {
+            Stmt::WarpRoles {
+                producer, consumer, ..
+            } => {
+                collect(producer, r, w);
+                collect(consumer, r, w);
+            }
             Stmt::Loop(l) => collect(&l.body, r, w),
             Stmt::If { then, els, .. } => {
                 collect(then, r, w);
@@ -197,6 +203,24 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
                 }
                 closed = matches!(l.body.last(), Some(Stmt::Sync));
                 Stmt::Loop(l)
+            }
+            // Consumer warps synchronise among themselves (named barriers); the producer branch
+            // only issues copies and waits on mbarriers.
+            Stmt::WarpRoles {
+                is_producer,
+                producer,
+                consumer,
+                registers,
+                consumer_threads,
+            } => {
+                closed = true;
+                Stmt::WarpRoles {
+                    is_producer,
+                    producer,
+                    consumer: block(consumer, sets),
+                    registers,
+                    consumer_threads,
+                }
             }
             // A condition every thread of the block evaluates alike: barriers may go inside.
             Stmt::If { cond, then, els } if uniform(&cond, &sets.thread_vars) => {

@@ -39,7 +39,9 @@
 use super::indexing::consumer_roots;
 use super::{mul, Ctx, LoopKey};
 use crate::diag::Diagnostic;
-use crate::fusion::{FenceMode, IterOrigin, LoadKind, MemoryType, ParallelType, TensorId, WarMode};
+use crate::fusion::{
+    FenceMode, IterId, IterOrigin, LoadKind, MemoryType, ParallelType, TensorId, WarMode,
+};
 use crate::kir::{
     Access, BufferId, CopyKind, Data, Kernel, Loop, MbarArray, Stmt, TmaLoad, TmaStore, Val,
 };
@@ -68,6 +70,14 @@ pub struct TmaInfo {
     pub global_dims: Vec<SizeExpr>,
     /// Index into `Ctx::pipes`.
     pub pipe: usize,
+    pub circular: Option<crate::fusion::CircularBuffer>,
+}
+
+impl TmaInfo {
+    /// The warp specialization of its circular buffer.
+    pub fn ws(&self) -> Option<crate::fusion::WarpSpecialized> {
+        self.circular.and_then(|c| c.ws)
+    }
 }
 
 /// The loads of one serial loop, pipelined together: they share slots, barriers and phases.
@@ -82,6 +92,31 @@ pub struct Pipe {
     pub full: Option<usize>,
     /// "Empty" mbarriers with `war=mbarrier`.
     pub empty: Option<usize>,
+    /// Indices into `Ctx::tma`.
+    pub members: Vec<usize>,
+    /// Warp specialization (`warp_specialized(...)`), planned by `tma`.
+    pub ws: Option<WsPlan>,
+}
+
+/// A warp-specialized pipeline: the padded block, who produces, who issues which loads.
+#[derive(Clone, Debug)]
+pub struct WsPlan {
+    pub spec: crate::fusion::WarpSpecialized,
+    /// Warp-uniform: this warp belongs to the producer warp group.
+    pub is_producer: Val,
+    pub consumer_threads: i64,
+    /// One per producer warp that issues loads, each with its own full and empty barriers.
+    pub roles: Vec<WsRole>,
+}
+
+#[derive(Clone, Debug)]
+pub struct WsRole {
+    /// Producer warp (0..4) as scheduled.
+    pub warp: u32,
+    /// Its warp index in the block.
+    pub block_warp: i64,
+    pub full: usize,
+    pub empty: usize,
     /// Indices into `Ctx::tma`.
     pub members: Vec<usize>,
 }
@@ -150,6 +185,10 @@ pub fn check_box(what: &str, elem: i64, box_dims: &[i64], swizzle: u32) -> Resul
 }
 
 /// The box a tensor's `Bulk` axes (loop axes `pos..`) cover, innermost dimension first.
+/// The Bulk axes of one box dimension: (dimension, the part of it they cover, each axis as
+/// (path of inner splits below that part, extent, loop position)).
+type BoxGroup = (usize, IterId, Vec<(Vec<u8>, i64, usize)>);
+
 fn box_of(cx: &Ctx, t: TensorId, pos: usize) -> Result<Vec<i64>, Diagnostic> {
     let f = cx.fusion;
     let tensor = &f.tensors[t];
@@ -157,39 +196,71 @@ fn box_of(cx: &Ctx, t: TensorId, pos: usize) -> Result<Vec<i64>, Diagnostic> {
     let err = |m: String| Err(Diagnostic::new(m, tensor.span));
     let logical = f.logical(t);
     let mut box_outer_first = vec![1i64; logical.len()];
-    let mut last_dim: Option<usize> = None;
+    // Each Bulk axis: the box part of its dimension it descends from (the root, or the inner
+    // part of an inner split of it) and its path of inner splits below that (0 = outer side).
+    let mut groups: Vec<BoxGroup> = Vec::new();
     for (p, &id) in tensor.loop_domain.iter().enumerate().skip(pos) {
-        let (root, extent) = match f.ids[id].origin {
-            IterOrigin::Root => (id, crate::fusion::schedule::extent_const(f, id)),
-            IterOrigin::Split {
-                parent,
-                factor,
-                inner_split: true,
-                is_outer: false,
-            } if matches!(f.ids[parent].origin, IterOrigin::Root) => (parent, Some(factor)),
-            _ => {
-                return err(format!(
-                    "Bulk axis {p} of `{name}` must be a whole dimension of constant extent or the inner part of a split of one dimension"
-                ))
+        let mut path = Vec::new();
+        let mut cur = id;
+        let top = loop {
+            match f.ids[cur].origin {
+                IterOrigin::Root => break cur,
+                IterOrigin::Split {
+                    parent,
+                    inner_split: true,
+                    is_outer,
+                    ..
+                } => {
+                    if !is_outer && matches!(f.ids[parent].origin, IterOrigin::Root) {
+                        break cur;
+                    }
+                    path.push(u8::from(!is_outer));
+                    cur = parent;
+                }
+                _ => {
+                    return err(format!(
+                        "Bulk axis {p} of `{name}` must be a whole dimension of constant extent or the inner part of a split of one dimension (split further by inner splits)"
+                    ))
+                }
             }
         };
-        let Some(extent) = extent else {
+        path.reverse();
+        let Some(extent) = crate::fusion::schedule::extent_const(f, id) else {
             return err(format!(
                 "Bulk axis {p} of `{name}` has no constant extent: split the dimension by the box size and make the inner part Bulk"
             ));
+        };
+        let root = match f.ids[top].origin {
+            IterOrigin::Split { parent, .. } => parent,
+            _ => top,
         };
         let Some(dim) = logical.iter().position(|&r| r == root) else {
             return err(format!(
                 "Bulk axis {p} of `{name}` is not a dimension of it"
             ));
         };
-        if last_dim.is_some_and(|l| l >= dim) {
+        match groups.last_mut() {
+            Some((d, tp, axes)) if *d == dim && *tp == top => axes.push((path, extent, p)),
+            Some((d, ..)) if *d >= dim => {
+                return err(format!(
+                    "the Bulk axes of `{name}` must follow its dimension order (outermost dimension first, each once): shared memory holds the box row-major"
+                ))
+            }
+            _ => groups.push((dim, top, vec![(path, extent, p)])),
+        }
+    }
+    for (dim, top, axes) in groups {
+        // The axes must be the pieces of `top` in order, so the box row is contiguous.
+        let sorted = axes.windows(2).all(|w| w[0].0 < w[1].0);
+        let product: i64 = axes.iter().map(|a| a.1).product();
+        let whole = crate::fusion::schedule::extent_const(f, top);
+        if !sorted || (axes.len() > 1 && whole != Some(product)) {
             return err(format!(
-                "the Bulk axes of `{name}` must follow its dimension order (outermost dimension first, each once): shared memory holds the box row-major"
+                "the Bulk axes {:?} of `{name}` must together cover one part of a dimension, outer pieces first (a box row is contiguous)",
+                axes.iter().map(|a| a.2).collect::<Vec<_>>()
             ));
         }
-        last_dim = Some(dim);
-        box_outer_first[dim] = extent;
+        box_outer_first[dim] = product;
     }
     Ok(box_outer_first.into_iter().rev().collect())
 }
@@ -303,9 +374,26 @@ pub fn run_plan(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     }
     // Barriers of each pipeline: full when a copy fills its slots, empty with war=mbarrier.
     let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
+    if cx
+        .pipes
+        .iter()
+        .filter(|p| cx.tma[p.members[0]].ws().is_some())
+        .count()
+        > 1
+    {
+        return Err(Diagnostic::new(
+            "warp specialization splits the block once: only one loop may be warp-specialized",
+            None,
+        ));
+    }
     for p in 0..cx.pipes.len() {
         let pipe = cx.pipes[p].clone();
         let first = &f.tensors[cx.tma[pipe.members[0]].tensor];
+        if let Some(spec) = cx.tma[pipe.members[0]].ws() {
+            let plan = plan_ws(cx, k, &pipe, spec)?;
+            cx.pipes[p].ws = Some(plan);
+            continue;
+        }
         let copies = pipe
             .members
             .iter()
@@ -386,6 +474,7 @@ fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(), Diagnostic
         box_dims: Vec::new(),
         global_dims: Vec::new(),
         pipe: 0,
+        circular: tensor.circular,
     };
     if tensor.load != LoadKind::Plain {
         if tensor.memory != MemoryType::Shared {
@@ -501,6 +590,18 @@ fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(), Diagnostic
     match same_loop {
         Some(p) => {
             let pipe = &cx.pipes[p];
+            let other_ws = cx.tma[pipe.members[0]].ws().map(|w| (w.on, w.registers));
+            let this_ws = tensor
+                .circular
+                .and_then(|c| c.ws)
+                .map(|w| (w.on, w.registers));
+            if other_ws != this_ws {
+                let other = &f.tensors[cx.tma[pipe.members[0]].tensor].name;
+                return err(format!(
+                    "`{name}` and `{other}` are loaded in the same loop `{}`: warp-specialize both, on the same thread dim with the same registers (only warp= may differ)",
+                    cx.keys.names[loop_key.expect("same loop")]
+                ));
+            }
             if (pipe.stages, pipe.prefetch, pipe.war) != (stages, prefetch, war) {
                 let other = &f.tensors[cx.tma[pipe.members[0]].tensor].name;
                 let describe = |s: i64, p: i64, w: WarMode| {
@@ -537,6 +638,7 @@ fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(), Diagnostic
                 full: None,
                 empty: None,
                 members: vec![cx.tma.len()],
+                ws: None,
             });
         }
     }
@@ -763,9 +865,29 @@ fn box_copy(
         src,
         coords,
         bytes: info.bytes,
-        bars: cx.pipes[info.pipe].full.expect("a copy has full barriers"),
+        bars: full_of(cx, t),
         slot: Val::Int(0),
     }))
+}
+
+/// The full barriers a load of cache `t` completes on (its role's, when warp-specialized).
+fn full_of(cx: &Ctx, t: TensorId) -> usize {
+    let m = cx
+        .tma
+        .iter()
+        .position(|i| i.tensor == t)
+        .expect("a planned load");
+    let pipe = &cx.pipes[cx.tma[m].pipe];
+    match &pipe.ws {
+        Some(ws) => {
+            ws.roles
+                .iter()
+                .find(|r| r.members.contains(&m))
+                .expect("a role of the load")
+                .full
+        }
+        None => pipe.full.expect("a copy has full barriers"),
+    }
 }
 
 /// A TMA store reads its box row-major from shared memory: the cache must be laid out that way
@@ -834,6 +956,9 @@ pub fn run_circular(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let issuer = cx.issuer.clone();
     let mut body = std::mem::take(&mut k.body);
     for p in 0..cx.pipes.len() {
+        if cx.pipes[p].ws.is_some() {
+            continue;
+        }
         if !pipeline(cx, &mut body, p, &Val::Int(0), false)? {
             let f = cx.fusion;
             let t = cx.tma[cx.pipes[p].members[0]].tensor;
@@ -854,17 +979,30 @@ pub fn run_circular(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         k.body = body;
         return Ok(());
     }
-    // Init once at entry, invalidate once at exit.
+    // Init once at entry, invalidate once at exit (by the consumers when the producers have
+    // left: their last barrier is a named one, and they waited on every copy).
     let init = (0..k.mbarriers.len())
         .map(|bars| Stmt::MbarInit { bars })
         .collect();
-    let inval = (0..k.mbarriers.len())
+    let inval: Vec<Stmt> = (0..k.mbarriers.len())
         .map(|bars| Stmt::MbarInval { bars })
         .collect();
     let mut out = vec![guard(issuer.clone(), init), Stmt::Sync];
-    out.extend(body);
-    out.push(Stmt::Sync);
-    out.push(guard(issuer, inval));
+    match cx.pipes.iter().position(|p| p.ws.is_some()) {
+        Some(p) => {
+            let mut roles = warp_specialize(cx, body, p)?;
+            if let Stmt::WarpRoles { consumer, .. } = &mut roles {
+                consumer.push(Stmt::Sync);
+                consumer.push(guard(issuer, inval));
+            }
+            out.push(roles);
+        }
+        None => {
+            out.extend(body);
+            out.push(Stmt::Sync);
+            out.push(guard(issuer, inval));
+        }
+    }
     k.body = out;
     Ok(())
 }
@@ -935,7 +1073,16 @@ fn pipeline(
         let loads: Vec<Stmt> = body.iter().filter(|s| is_load(s)).cloned().collect();
         body.retain(|s| !is_load(s));
         let stmts = vec![
-            issue(cx, pipe, &loads, &Val::Int(0), &Val::Int(0)),
+            issue(
+                cx,
+                pipe.stages,
+                pipe.full.expect("copies have full barriers"),
+                pipe.empty,
+                &loads,
+                &Val::Int(0),
+                &Val::Int(0),
+                &cx.issuer,
+            ),
             Stmt::MbarWait {
                 bars: pipe.full.expect("copies have full barriers"),
                 slot: Val::Int(0),
@@ -1012,7 +1159,16 @@ fn pipeline(
             })
             .collect();
         if !moved.is_empty() {
-            out.push(issue(cx, pipe, &moved, &sl, &at(v)));
+            out.push(issue(
+                cx,
+                pipe.stages,
+                pipe.full.expect("copies have full barriers"),
+                pipe.empty,
+                &moved,
+                &sl,
+                &at(v),
+                &cx.issuer,
+            ));
         }
         for st in &plain {
             let mut st = st.clone();
@@ -1130,10 +1286,19 @@ fn linear(outer: &Val, extent: &Val, v: &Val, in_loop: bool) -> Val {
 
 /// The issuing thread fills `slot` (linear iteration `lin`) with `loads`: it waits until the
 /// slot is empty (empty barriers), announces the bytes and issues the copies.
-fn issue(cx: &Ctx, pipe: &Pipe, loads: &[Stmt], slot: &Val, lin: &Val) -> Stmt {
-    let full = pipe.full.expect("copies have full barriers");
+#[allow(clippy::too_many_arguments)]
+fn issue(
+    cx: &Ctx,
+    stages: i64,
+    full: usize,
+    empty: Option<usize>,
+    loads: &[Stmt],
+    slot: &Val,
+    lin: &Val,
+    issuer: &Val,
+) -> Stmt {
     let mut out = Vec::new();
-    if let Some(empty) = pipe.empty {
+    if let Some(empty) = empty {
         // Slot `lin % stages` was last read in iteration `lin - stages`: phase
         // `lin / stages - 1` of its empty barrier. A fresh barrier counts its preceding phase
         // (parity 1) as complete, so the first `stages` loads pass at once.
@@ -1141,7 +1306,7 @@ fn issue(cx: &Ctx, pipe: &Pipe, loads: &[Stmt], slot: &Val, lin: &Val) -> Stmt {
             bars: empty,
             slot: slot.clone(),
             parity: Val::rem(
-                Val::add(Val::div(lin.clone(), Val::Int(pipe.stages)), Val::Int(1)),
+                Val::add(Val::div(lin.clone(), Val::Int(stages)), Val::Int(1)),
                 Val::Int(2),
             ),
         });
@@ -1196,7 +1361,14 @@ fn issue(cx: &Ctx, pipe: &Pipe, loads: &[Stmt], slot: &Val, lin: &Val) -> Stmt {
         bytes,
     });
     out.extend(unconditional);
-    guard(cx.issuer.clone(), out)
+    if *issuer == Val::True {
+        return Stmt::If {
+            cond: Val::True,
+            then: out,
+            els: Vec::new(),
+        };
+    }
+    guard(issuer.clone(), out)
 }
 
 /// Wraps every TMA store of `s` in the issuing thread's guard, commits it as a bulk group and
@@ -1285,5 +1457,419 @@ fn shift_writes(s: &mut Stmt, buffer: usize, offset: &Val) {
             .chain(els.iter_mut())
             .for_each(|s| shift_writes(s, buffer, offset)),
         _ => {}
+    }
+}
+
+/// Register counts of `setmaxnreg`: multiples of 8 in 24..256, producer <= the count every
+/// thread starts with <= consumer, and the block's total within the 64K register file.
+pub fn check_registers(
+    producer: u32,
+    consumer: u32,
+    threads: i64,
+    producer_threads: i64,
+) -> Result<(), String> {
+    for (who, r) in [("producer", producer), ("consumer", consumer)] {
+        if !(24..=256).contains(&r) || r % 8 != 0 {
+            return Err(format!(
+                "the {who} register count is {r}; setmaxnreg takes a multiple of 8 from 24 to 256"
+            ));
+        }
+    }
+    let entry = ((65536 / threads).min(255) / 8 * 8) as u32;
+    if producer > entry || entry > consumer {
+        return Err(format!(
+            "registers=[{producer}, {consumer}]: with {threads} threads every thread starts with {entry} registers, and setmaxnreg needs producer <= {entry} <= consumer"
+        ));
+    }
+    let total = producer as i64 * producer_threads + consumer as i64 * (threads - producer_threads);
+    if total > 65536 {
+        return Err(format!(
+            "registers=[{producer}, {consumer}]: {producer} x {producer_threads} producer threads + {consumer} x {} consumer threads = {total} registers, more than the 65536 of an SM",
+            threads - producer_threads
+        ));
+    }
+    Ok(())
+}
+
+/// Pads the specialised thread dim with a 128-thread producer warp group and gives every
+/// producer role (warp) its own full and empty barriers.
+fn plan_ws(
+    cx: &Ctx,
+    k: &mut Kernel,
+    pipe: &Pipe,
+    spec: crate::fusion::WarpSpecialized,
+) -> Result<WsPlan, Diagnostic> {
+    let f = cx.fusion;
+    let first = &f.tensors[cx.tma[pipe.members[0]].tensor];
+    let span = first.circular.map(|c| c.span);
+    let diag = |m: String| Diagnostic::new(format!("`{}`: {m}", first.name), span);
+    let err = |m: String| Err(diag(m));
+    let d = spec.on.dim().expect("a thread dim");
+    let mut dims = [0i64; 3];
+    for (i, b) in k.block.iter().enumerate() {
+        match b.as_const() {
+            Some(v) => dims[i] = v,
+            None => {
+                return err(format!(
+                    "warp_specialized({}) needs a block size known at compile time, and thread dim {} is {b}: split the axes bound to threads by constants",
+                    spec.on,
+                    ["x", "y", "z"][i]
+                ))
+            }
+        }
+    }
+    let others: i64 = (0..3).filter(|&i| i != d).map(|i| dims[i]).product();
+    if 128 % others != 0 {
+        return err(format!(
+            "warp_specialized({}) adds a 128-thread producer warp group along {}, so the other thread dims must multiply to a divisor of 128; they multiply to {others}",
+            spec.on,
+            ["x", "y", "z"][d]
+        ));
+    }
+    let pad = 128 / others;
+    let consumer_threads: i64 = dims.iter().product();
+    // Warps in linear thread order (x fastest): one period of the specialised dim holds the
+    // consumer part then the producer part; each part must be whole warps.
+    let inner: i64 = dims[..d].iter().product();
+    let (consumer_part, producer_part) = (inner * dims[d], inner * pad);
+    if consumer_part % 32 != 0 || producer_part % 32 != 0 {
+        return err(format!(
+            "warp_specialized({}): each warp must have one role, but along {} the consumers take {consumer_part} and the producers {producer_part} consecutive threads (not multiples of 32)",
+            spec.on,
+            ["x", "y", "z"][d]
+        ));
+    }
+    let period = (consumer_part + producer_part) / 32;
+    let base = consumer_part / 32;
+    let chunk = producer_part / 32;
+    let is_producer = if d == 2 {
+        Val::lt(Val::Int(base - 1), Val::Warp)
+    } else {
+        Val::lt(Val::Int(base - 1), Val::rem(Val::Warp, Val::Int(period)))
+    };
+    let threads = consumer_threads + 128;
+    if let Some((p, c)) = spec.registers {
+        check_registers(p, c, threads, 128).map_err(diag)?;
+    }
+    if threads > 1024 {
+        return err(format!(
+            "warp_specialized adds 128 producer threads to the {consumer_threads} of the block: {threads} is more than 1024"
+        ));
+    }
+    k.block[d] = SizeExpr::Const(dims[d] + pad);
+    k.register_sharing = spec.registers;
+    // Roles: one per producer warp named by the loads.
+    let mut roles: Vec<WsRole> = Vec::new();
+    for &m in &pipe.members {
+        let w = cx.tma[m].ws().map(|w| w.warp).unwrap_or(0);
+        match roles.iter_mut().find(|r| r.warp == w) {
+            Some(r) => r.members.push(m),
+            None => roles.push(WsRole {
+                warp: w,
+                block_warp: (w as i64 / chunk) * period + base + w as i64 % chunk,
+                full: 0,
+                empty: 0,
+                members: vec![m],
+            }),
+        }
+    }
+    roles.sort_by_key(|r| r.warp);
+    for r in &mut roles {
+        let names: Vec<&str> = r
+            .members
+            .iter()
+            .map(|&m| f.tensors[cx.tma[m].tensor].name.as_str())
+            .collect();
+        let base_name = names.join("_");
+        k.mbarriers.push(MbarArray {
+            name: format!("{base_name}_full"),
+            count: pipe.stages,
+            arrivals: 1,
+            smem_offset: None,
+        });
+        r.full = k.mbarriers.len() - 1;
+        k.mbarriers.push(MbarArray {
+            name: format!("{base_name}_empty"),
+            count: pipe.stages,
+            arrivals: consumer_threads / 32,
+            smem_offset: None,
+        });
+        r.empty = k.mbarriers.len() - 1;
+    }
+    Ok(WsPlan {
+        spec,
+        is_producer,
+        consumer_threads,
+        roles,
+    })
+}
+
+/// Splits the kernel into the producer warp group and the consumers around pipe `p`.
+/// Producer role `r`: one elected lane of its warp walks the loops that enclose its loads
+/// (projected from the kernel: every other statement dropped) and, for each iteration `i` of
+/// the buffered loop, waits until slot `i % stages` is empty, announces its bytes on its full
+/// barrier and issues its copies. Consumers: the kernel without the copies; each iteration of
+/// the buffered loop waits on the full barrier of every role and releases every empty one
+/// (lane 0 of each warp). Slot and parity come from the same linear iteration on both sides.
+fn warp_specialize(cx: &Ctx, body: Vec<Stmt>, p: usize) -> Result<Stmt, Diagnostic> {
+    let pipe = &cx.pipes[p];
+    let ws = pipe.ws.as_ref().expect("a warp-specialized pipe");
+    let f = cx.fusion;
+    let name = &f.tensors[cx.tma[pipe.members[0]].tensor].name;
+    let span = f.tensors[cx.tma[pipe.members[0]].tensor].span;
+    if contains_reduce_over(&body, ws.spec.on) {
+        return Err(Diagnostic::new(
+            format!(
+                "`{name}` is warp-specialized on {} and the kernel reduces across {}: the producer warps would take part; specialise another thread dim",
+                ws.spec.on, ws.spec.on
+            ),
+            span,
+        ));
+    }
+    let mut producer = Vec::new();
+    for role in &ws.roles {
+        let buffers: Vec<BufferId> = role
+            .members
+            .iter()
+            .map(|&m| cx.tensor_buffer[&cx.tma[m].tensor])
+            .collect();
+        let nest = project(cx, pipe, role, &buffers, &body, &Val::Int(0), false);
+        if !contains_copy_list(&nest) {
+            return Err(Diagnostic::new(
+                format!(
+                    "internal: the loads of producer warp {} were not found",
+                    role.warp
+                ),
+                span,
+            ));
+        }
+        producer.push(Stmt::If {
+            cond: Val::eq(Val::Warp, Val::Int(role.block_warp)),
+            then: vec![Stmt::If {
+                cond: Val::Elect,
+                then: nest,
+                els: Vec::new(),
+            }],
+            els: Vec::new(),
+        });
+    }
+    let all: Vec<BufferId> = pipe
+        .members
+        .iter()
+        .map(|&m| cx.tensor_buffer[&cx.tma[m].tensor])
+        .collect();
+    let mut consumer = body;
+    let mut found = false;
+    consume(
+        cx,
+        pipe,
+        ws,
+        &all,
+        &mut consumer,
+        &Val::Int(0),
+        false,
+        &mut found,
+    );
+    if !found {
+        return Err(Diagnostic::new(
+            format!("the loads of `{name}` are not inside the serial loop it is buffered over"),
+            span,
+        ));
+    }
+    for role in &ws.roles {
+        let reads = role.members.iter().any(|&m| {
+            let b = cx.tensor_buffer[&cx.tma[m].tensor];
+            reads_buffer(&consumer, b)
+        });
+        if !reads {
+            let t = &f.tensors[cx.tma[role.members[0]].tensor].name;
+            return Err(Diagnostic::new(
+                format!(
+                    "producer warp {} loads `{t}`, which no consumer reads",
+                    role.warp
+                ),
+                span,
+            ));
+        }
+    }
+    Ok(Stmt::WarpRoles {
+        is_producer: ws.is_producer.clone(),
+        producer,
+        consumer,
+        registers: ws.spec.registers,
+        consumer_threads: ws.consumer_threads,
+    })
+}
+
+fn contains_copy_list(b: &[Stmt]) -> bool {
+    b.iter().any(contains_copy)
+}
+
+fn contains_reduce_over(body: &[Stmt], on: ParallelType) -> bool {
+    let d = on.dim().expect("a thread dim");
+    body.iter().any(|s| match s {
+        Stmt::BlockReduce { dims, .. } => dims[d],
+        Stmt::Loop(l) => contains_reduce_over(&l.body, on),
+        Stmt::If { then, els, .. } => {
+            contains_reduce_over(then, on) || contains_reduce_over(els, on)
+        }
+        _ => false,
+    })
+}
+
+fn reads_buffer(body: &[Stmt], b: BufferId) -> bool {
+    fn data(d: &Data, b: BufferId) -> bool {
+        match d {
+            Data::Read(a) => a.buffer == b,
+            Data::Unary(_, _, x) | Data::Cast(_, x) => data(x, b),
+            Data::Binary(_, _, x, y) => data(x, b) || data(y, b),
+            _ => false,
+        }
+    }
+    body.iter().any(|s| match s {
+        Stmt::Compute(c) => data(&c.value, b),
+        Stmt::TmaStore(t) => t.src.buffer == b,
+        Stmt::Loop(l) => reads_buffer(&l.body, b),
+        Stmt::If { then, els, .. } => reads_buffer(then, b) || reads_buffer(els, b),
+        _ => false,
+    })
+}
+
+/// The loops of `body` that lead to the loads of `role`, with only those loads (issued in the
+/// buffered loop) and the declarations they need.
+fn project(
+    cx: &Ctx,
+    pipe: &Pipe,
+    role: &WsRole,
+    buffers: &[BufferId],
+    body: &[Stmt],
+    outer: &Val,
+    in_loop: bool,
+) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::Alloc(b) if buffers.contains(b) => out.push(s.clone()),
+            Stmt::Let { .. } => out.push(s.clone()),
+            Stmt::Loop(l) if fills(s, buffers) => {
+                let mut l2 = Loop {
+                    key: l.key,
+                    var: l.var.clone(),
+                    extent: l.extent.clone(),
+                    parallel: l.parallel,
+                    body: Vec::new(),
+                };
+                if Some(l.key) == pipe.loop_key {
+                    let v = Val::Var(l.var.clone());
+                    let lin = linear(outer, &l.extent, &v, in_loop);
+                    let slot = Val::rem(lin.clone(), Val::Int(pipe.stages));
+                    let loads: Vec<Stmt> = l
+                        .body
+                        .iter()
+                        .filter(
+                            |s| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer)),
+                        )
+                        .cloned()
+                        .collect();
+                    l2.body = l
+                        .body
+                        .iter()
+                        .filter(|s| matches!(s, Stmt::Alloc(b) if buffers.contains(b)))
+                        .cloned()
+                        .collect();
+                    l2.body.push(issue(
+                        cx,
+                        pipe.stages,
+                        role.full,
+                        Some(role.empty),
+                        &loads,
+                        &slot,
+                        &lin,
+                        &Val::True,
+                    ));
+                } else if l.parallel.is_hw() {
+                    l2.body = project(cx, pipe, role, buffers, &l.body, outer, in_loop);
+                } else {
+                    let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
+                    l2.body = project(cx, pipe, role, buffers, &l.body, &lin, true);
+                }
+                out.push(Stmt::Loop(l2));
+            }
+            Stmt::If { cond, then, els } if fills(s, buffers) => out.push(Stmt::If {
+                cond: cond.clone(),
+                then: project(cx, pipe, role, buffers, then, outer, in_loop),
+                els: project(cx, pipe, role, buffers, els, outer, in_loop),
+            }),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Removes the loads of the pipe from the consumers' code and makes each iteration of the
+/// buffered loop wait on every role's full barrier and release every role's empty barrier.
+#[allow(clippy::too_many_arguments)]
+fn consume(
+    cx: &Ctx,
+    pipe: &Pipe,
+    ws: &WsPlan,
+    buffers: &[BufferId],
+    body: &mut [Stmt],
+    outer: &Val,
+    in_loop: bool,
+    found: &mut bool,
+) {
+    for s in body.iter_mut() {
+        let Stmt::Loop(l) = s else {
+            if let Stmt::If { then, els, .. } = s {
+                consume(cx, pipe, ws, buffers, then, outer, in_loop, found);
+                consume(cx, pipe, ws, buffers, els, outer, in_loop, found);
+            }
+            continue;
+        };
+        if Some(l.key) == pipe.loop_key
+            && l.body
+                .iter()
+                .any(|s| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer)))
+        {
+            *found = true;
+            let v = Val::Var(l.var.clone());
+            let lin = linear(outer, &l.extent, &v, in_loop);
+            let slot = Val::rem(lin.clone(), Val::Int(pipe.stages));
+            let parity = Val::rem(Val::div(lin, Val::Int(pipe.stages)), Val::Int(2));
+            l.body
+                .retain(|s| !matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer)));
+            let mut allocs = Vec::new();
+            l.body.retain(|s| {
+                let keep = !matches!(s, Stmt::Alloc(b) if buffers.contains(b));
+                if !keep {
+                    allocs.push(s.clone());
+                }
+                keep
+            });
+            for &m in &pipe.members {
+                let b = cx.tensor_buffer[&cx.tma[m].tensor];
+                let stage = Val::Int(cx.tma[m].stage_elems.expect("copies have a stage size"));
+                shift_reads(&mut l.body, b, &Val::mul(slot.clone(), stage));
+            }
+            let mut it: Vec<Stmt> = allocs;
+            it.extend(ws.roles.iter().map(|r| Stmt::MbarWait {
+                bars: r.full,
+                slot: slot.clone(),
+                parity: parity.clone(),
+            }));
+            it.append(&mut l.body);
+            it.extend(ws.roles.iter().map(|r| Stmt::MbarArrive {
+                bars: r.empty,
+                slot: slot.clone(),
+                per_warp: true,
+            }));
+            l.body = it;
+        } else if l.parallel.is_hw() {
+            consume(cx, pipe, ws, buffers, &mut l.body, outer, in_loop, found);
+        } else {
+            let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
+            consume(cx, pipe, ws, buffers, &mut l.body, &lin, true, found);
+        }
     }
 }

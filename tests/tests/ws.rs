@@ -1,0 +1,230 @@
+//! Warp specialization: the structure of the lowered kernels and every error the issue lists.
+
+fn compile(src: &str) -> hopfuse::Compilation {
+    hopfuse::compile(src, &Default::default())
+        .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")))
+}
+
+fn err(src: &str) -> String {
+    match hopfuse::compile(src, &Default::default()) {
+        Ok(_) => panic!("expected an error for:\n{src}"),
+        Err(e) => e.render(src, "t.hf"),
+    }
+}
+
+fn example(path: &str) -> String {
+    std::fs::read_to_string(format!("{}/../examples/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+#[test]
+fn the_block_gets_a_producer_warp_group_and_consumers_use_named_barriers() {
+    let c = compile(&example("ws/exp_tidy.hf"));
+    // 64 x 8 consumers + 128 producers along y: blockDim (64, 10, 1), warps 16..19 produce.
+    assert_eq!(c.plan.block[1].as_const(), Some(10));
+    assert!(
+        c.cuda
+            .contains("if (15 < hf_warp % 20) {  // producer warp group"),
+        "{}",
+        c.cuda
+    );
+    assert!(
+        c.cuda
+            .contains("    if (hf_warp == 16) {\n      if (hf_elect_one()) {"),
+        "{}",
+        c.cuda
+    );
+    // The producer has no prologue: it waits for an empty slot (parity trick: the first
+    // `stages` waits pass on fresh barriers) before announcing the box.
+    assert!(
+        c.cuda
+            .contains("hf_mbarrier_wait(&x_s_empty[n_o % 6], (unsigned)((n_o / 6 + 1) % 2));"),
+        "{}",
+        c.cuda
+    );
+    assert!(c
+        .cuda
+        .contains("hf_mbarrier_arrive_expect_tx(&x_s_full[n_o % 6], 4096u);"));
+    // Consumers: wait full, compute, release (one arrival per warp: 16 warps).
+    assert!(c.cuda.contains("hf_mbarrier_init(&x_s_empty[hf_s], 16);"));
+    assert!(c
+        .cuda
+        .contains("hf_mbarrier_arrive_per_warp(&x_s_empty[n_o % 6]);"));
+    // No block-wide barrier after the split: the producers have left.
+    let consumer = c.cuda.split("// consumer warps").nth(1).unwrap();
+    assert!(!consumer.contains("__syncthreads"), "{}", c.cuda);
+    assert!(consumer.contains("hf_bar_sync<512>();"), "{}", c.cuda);
+    assert!(c.cuda.contains("__launch_bounds__(640) "), "{}", c.cuda);
+    assert!(c.plan.register_sharing.is_none());
+}
+
+#[test]
+fn register_sharing_uses_setmaxnreg_and_one_block_per_sm() {
+    let c = compile(&example("ws/mul_two_roles.hf"));
+    assert!(c.cuda.contains("__launch_bounds__(384, 1) "), "{}", c.cuda);
+    assert!(c
+        .cuda
+        .contains("asm volatile(\"setmaxnreg.dec.sync.aligned.u32 152;\");"));
+    assert!(c
+        .cuda
+        .contains("asm volatile(\"setmaxnreg.inc.sync.aligned.u32 176;\");"));
+    let rs = c.plan.register_sharing.as_ref().unwrap();
+    assert_eq!((rs.producer, rs.consumer), (152, 176));
+}
+
+#[test]
+fn each_producer_role_has_its_own_barriers_and_consumers_wait_on_all() {
+    let c = compile(&example("ws/mul_two_roles.hf"));
+    // 256 consumer threads on x, producers are warps 8..11; t2 by warp 8, t3 by warp 9.
+    assert!(c.cuda.contains("if (hf_warp == 8) {"), "{}", c.cuda);
+    assert!(c.cuda.contains("if (hf_warp == 9) {"), "{}", c.cuda);
+    for t in ["t2_s", "t3_s"] {
+        assert!(c
+            .cuda
+            .contains(&format!("hf_mbarrier_init(&{t}_full[hf_s], 1);")));
+        assert!(c
+            .cuda
+            .contains(&format!("hf_mbarrier_init(&{t}_empty[hf_s], 8);")));
+        assert!(
+            c.cuda.contains(&format!(
+                "hf_mbarrier_wait(&{t}_full[n_o % 4], (unsigned)(n_o / 4 % 2));"
+            )),
+            "{}",
+            c.cuda
+        );
+        assert!(c.cuda.contains(&format!(
+            "hf_mbarrier_arrive_per_warp(&{t}_empty[n_o % 4]);"
+        )));
+        // Each role announces only its own box (8 x 256 floats).
+        assert!(c.cuda.contains(&format!(
+            "hf_mbarrier_arrive_expect_tx(&{t}_full[n_o % 4], 8192u);"
+        )));
+    }
+    let three = compile(&example("ws/add_three_roles.hf"));
+    assert_eq!(
+        three.cuda.matches("hf_mbarrier_arrive_expect_tx(&").count(),
+        3,
+        "{}",
+        three.cuda
+    );
+}
+
+#[test]
+fn a_persistent_kernel_keeps_slot_and_parity_in_step_across_tiles() {
+    let c = compile(&example("ws/row_sum_persistent.hf"));
+    assert_eq!(c.plan.grid[0].as_const(), Some(132));
+    let lin = "m_oi * hf_ceil_div<index_t>(N, 256) + n_o";
+    // Producer and consumers count the same linear iteration over (tile, column block).
+    assert!(
+        c.cuda.contains(&format!(
+            "hf_mbarrier_wait(&x_s_empty[({lin}) % 6], (unsigned)((({lin}) / 6 + 1) % 2));"
+        )),
+        "{}",
+        c.cuda
+    );
+    assert!(
+        c.cuda.contains(&format!(
+            "hf_mbarrier_wait(&x_s_full[({lin}) % 6], (unsigned)(({lin}) / 6 % 2));"
+        )),
+        "{}",
+        c.cuda
+    );
+    // The per-tile epilogue reduces over the consumers only.
+    assert!(
+        c.cuda
+            .contains("hf_block_reduce<true, false, false, 512u>("),
+        "{}",
+        c.cuda
+    );
+}
+
+const EXP: &str = "fusion f {\n  input x: f32[M, N]\n  y = exp(x)\n  output y\n}\n";
+
+fn ws(split_cols: i64, split_rows: i64, extra: &str, cb: &str) -> String {
+    format!(
+        "{EXP}schedule {{\n  x_s = cache_after(x, memory=shared, load=tma)\n  y.split(1, {split_cols})\n  y.split(0, {split_rows})\n  y.reorder(0, 2, 1, 3)\n  y.parallelize(0, BIDx)\n  y.parallelize(2, TIDy)\n  y.parallelize(3, TIDx)\n  propagate(y)\n  x_s.parallelize(2, Bulk)\n  x_s.parallelize(3, Bulk)\n{extra}  x_s.circular_buffer({cb})\n  inline_most()\n}}\n"
+    )
+}
+
+#[test]
+fn warp_specialization_errors_name_the_tensor_and_the_rule() {
+    // Other thread dims must multiply to a divisor of 128.
+    let e = err(&ws(96, 8, "", "4, warp_specialized(TIDy)"));
+    assert!(e.contains("`x_s`: warp_specialized(TIDy) adds a 128-thread producer warp group along y, so the other thread dims must multiply to a divisor of 128; they multiply to 96"), "{e}");
+    // Each warp must have one role.
+    let e = err(&ws(4, 4, "", "4, warp_specialized(TIDy)"));
+    assert!(e.contains("each warp must have one role"), "{e}");
+    // Register rules.
+    let e = err(&ws(
+        64,
+        8,
+        "",
+        "4, warp_specialized(TIDy, registers=[30, 112])",
+    ));
+    assert!(
+        e.contains(
+            "the producer register count is 30; setmaxnreg takes a multiple of 8 from 24 to 256"
+        ),
+        "{e}"
+    );
+    let e = err(&ws(
+        64,
+        8,
+        "",
+        "4, warp_specialized(TIDy, registers=[120, 232])",
+    ));
+    assert!(e.contains("registers=[120, 232]: with 640 threads every thread starts with 96 registers, and setmaxnreg needs producer <= 96 <= consumer"), "{e}");
+    let e = err(&ws(
+        64,
+        8,
+        "",
+        "4, warp_specialized(TIDy, registers=[40, 232])",
+    ));
+    assert!(e.contains("more than the 65536 of an SM"), "{e}");
+    // Arguments.
+    let e = err(&ws(64, 8, "", "4, warp_specialized(BIDx)"));
+    assert!(
+        e.contains("warp_specialized: `BIDx` is not a thread dim (TIDx, TIDy or TIDz)"),
+        "{e}"
+    );
+    let e = err(&ws(64, 8, "", "4, warp_specialized(TIDy, warp=4)"));
+    assert!(e.contains("warp is the producer warp (0 to 3)"), "{e}");
+    let e = err(&ws(64, 8, "", "4, 2, warp_specialized(TIDy)"));
+    assert!(
+        e.contains("a warp-specialized pipeline has no prefetch distance"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_dynamic_thread_dim_cannot_be_specialised() {
+    // A second output binds TIDz to the symbolic K: the block size is known only at run time.
+    let src = "fusion f {\n  input x: f32[M, N]\n  input w: f32[K]\n  y = exp(x)\n  z = w * 2.0\n  output y\n  output z\n}\nschedule {\n  x_s = cache_after(x, memory=shared, load=tma)\n  y.split(1, 64)\n  y.split(0, 8)\n  y.reorder(0, 2, 1, 3)\n  y.parallelize(0, BIDx)\n  y.parallelize(2, TIDy)\n  y.parallelize(3, TIDx)\n  propagate(y)\n  x_s.parallelize(2, Bulk)\n  x_s.parallelize(3, Bulk)\n  x_s.circular_buffer(4, warp_specialized(TIDy))\n  z.parallelize(0, TIDz)\n  inline_most()\n}\n";
+    let e = err(src);
+    assert!(
+        e.contains("`x_s`: warp_specialized(TIDy) needs a block size known at compile time, and thread dim z is K"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_thread_parallel_tma_load_cannot_be_issued_by_the_elected_lane() {
+    // The serial loop inside the TIDy loop: the load would sit in a thread-parallel loop.
+    let src = format!(
+        "{EXP}schedule {{\n  x_s = cache_after(x, memory=shared, load=tma)\n  y.split(1, 64)\n  y.split(0, 8)\n  y.parallelize(0, BIDx)\n  y.parallelize(1, TIDy)\n  y.parallelize(3, TIDx)\n  propagate(y)\n  x_s.parallelize(3, Bulk)\n  x_s.circular_buffer(4, warp_specialized(TIDy))\n  inline_most()\n}}\n"
+    );
+    let e = err(&src);
+    assert!(
+        e.contains("`x_s` is loaded by tma, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `m_i` (TIDy)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_reduction_across_the_specialised_dim_is_rejected() {
+    let src = "fusion f {\n  input x: f32[M, N]\n  s = sum(x, axis=1)\n  output s\n}\nschedule {\n  x_s = cache_after(x, memory=shared, load=tma)\n  s.split(1, 128)\n  s.split(0, 4)\n  s.reorder(0, 2, 1, 3)\n  s.parallelize(0, BIDx)\n  s.parallelize(2, TIDy)\n  s.parallelize(3, TIDx)\n  propagate(s)\n  x_s.parallelize(2, Bulk)\n  x_s.parallelize(3, Bulk)\n  x_s.circular_buffer(4, warp_specialized(TIDx))\n  inline_most()\n}\n";
+    let e = err(src);
+    assert!(
+        e.contains("is warp-specialized on TIDx and the kernel reduces across TIDx"),
+        "{e}"
+    );
+}
