@@ -192,21 +192,6 @@ struct Walk<'k> {
     events: Vec<Event<'k>>,
 }
 
-fn any(v: &Val, f: &dyn Fn(&Val) -> bool) -> bool {
-    f(v) || match v {
-        Val::Add(a, b)
-        | Val::Sub(a, b)
-        | Val::Mul(a, b)
-        | Val::Div(a, b)
-        | Val::Mod(a, b)
-        | Val::CeilDiv(a, b)
-        | Val::Lt(a, b)
-        | Val::Eq(a, b)
-        | Val::And(a, b) => any(a, f) || any(b, f),
-        _ => false,
-    }
-}
-
 fn conjuncts(v: &Val, out: &mut Vec<Val>) {
     match v {
         Val::And(a, b) => {
@@ -232,13 +217,20 @@ impl<'k> Walk<'k> {
     }
 
     fn guard(&self, v: Val, negated: bool) -> Guard {
+        let plain = v.text();
+        // Depends on the thread index: `threadIdx.*` (no name holds a dot) or a variable bound
+        // to one.
+        let on_thread = plain.contains("threadIdx.")
+            || self.thread_vars.iter().any(|(name, _)| v.mentions(name));
         let text = if negated {
-            format!("!({})", v.text())
+            format!("!({plain})")
         } else {
-            v.text()
+            plain
         };
-        let thread = any(&v, &|x| self.thread_of(x).is_some()).then_some((v, negated));
-        Guard { text, thread }
+        Guard {
+            text,
+            thread: on_thread.then_some((v, negated)),
+        }
     }
 
     fn block(&mut self, body: &'k [Stmt], guards: &mut Vec<Guard>, lp: Option<usize>) {
@@ -498,18 +490,18 @@ fn pipeline(k: &Kernel, walk: &Walk, roles: &[RoleAcc], full: &[usize], bars: us
     // The loops the loads and waits are in, in order: prologue (loads), main (both), epilogue
     // (waits); without a main loop, a producer's loop and the consumers' loop; straight-line
     // code is `Once`.
+    // (Events are in program order, so their loops are too.)
     let mut places: Vec<Option<usize>> = Vec::new();
-    for lp in loads
-        .iter()
-        .map(|(i, ..)| *i)
-        .chain(waits.iter().map(|(i, _)| *i))
-        .map(|i| events[i].lp)
-    {
-        if !places.contains(&lp) {
-            places.push(lp);
+    for e in events {
+        let here = match e.what {
+            What::Load(t) => t.bars == bars,
+            What::Wait { bars: b, .. } => b == bars,
+            _ => false,
+        };
+        if here && !places.contains(&e.lp) {
+            places.push(e.lp);
         }
     }
-    places.sort_by_key(|lp| lp.map_or(usize::MAX, |l| l));
     let issues = |lp: Option<usize>| loads.iter().any(|(_, e, _)| e.lp == lp);
     let waits_in = |lp: Option<usize>| waits.iter().any(|(_, e)| e.lp == lp);
     let has_main = places
