@@ -4,6 +4,7 @@
 //! program text → [`frontend`] (AST) → [`fusion`] (fusion IR + schedule) → [`passes`] (kernel IR,
 //! one named pass at a time, printed after each) → [`codegen`] (CUDA source + [`plan::LaunchPlan`]).
 //! [`reference`] evaluates the fusion's math in float64 for validation.
+//! [`pipeline_view`] describes the final kernel's TMA pipelines (roles, stages, barriers) as data.
 
 pub mod codegen;
 pub mod diag;
@@ -12,6 +13,7 @@ pub mod frontend;
 pub mod fusion;
 pub mod kir;
 pub mod passes;
+pub mod pipeline_view;
 pub mod plan;
 pub mod reference;
 
@@ -47,6 +49,9 @@ pub struct Compilation {
     pub passes: Vec<PassDump>,
     /// The fusion as written (before scheduling): what [`reference::evaluate`] runs.
     pub fusion: fusion::Fusion,
+    /// The kernel's roles and circular-buffer pipelines, from the kernel IR after the last pass
+    /// (empty without TMA or bulk loads).
+    pub pipeline: pipeline_view::PipelineView,
 }
 
 /// Parses, schedules and lowers a program: the whole pipeline, with the kernel IR after each pass.
@@ -95,6 +100,7 @@ pub fn compile(source: &str, options: &CompileOptions) -> Result<Compilation, Di
             ir: kernel.print(),
         });
     }
+    let pipeline = pipeline_view::extract(&kernel);
     let constraints = cx.constraints.clone();
     let (cuda, plan) = codegen::emit(&scheduled, &kernel, options.index_type, constraints);
     Ok(Compilation {
@@ -102,5 +108,6 @@ pub fn compile(source: &str, options: &CompileOptions) -> Result<Compilation, Di
         plan,
         passes: dumps,
         fusion,
+        pipeline,
     })
 }

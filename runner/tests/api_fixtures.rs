@@ -156,11 +156,17 @@ fn measured(passed: bool) -> RunResult {
     }
 }
 
+/// A passed job with its measurement (a CUBIN compiled for it).
+fn passed(result: RunResult) -> JobResult {
+    let mut j = job(JobStatus::Passed);
+    j.result = Some(Box::new(result));
+    j.cubin_cached = Some(false);
+    j
+}
+
 #[test]
 fn a_passed_run() {
-    let mut j = job(JobStatus::Passed);
-    j.result = Some(Box::new(measured(true)));
-    j.cubin_cached = Some(false);
+    let mut j = passed(measured(true));
     j.progress = vec![
         Progress::Lowering,
         Progress::Reference,
@@ -226,4 +232,32 @@ fn a_fake_run() {
     }));
     j.progress = vec![Progress::Lowering];
     check("done-fake.json", &done(j));
+}
+
+#[test]
+fn an_ab_comparison() {
+    use hopfuse_runner::queue::Comparison;
+    let mut j = passed(measured(true));
+    j.progress = vec![Progress::Lowering, Progress::Nvrtc, Progress::Launch];
+    j.progress
+        .extend([Progress::Validate, Progress::Time, Progress::Validate]);
+    // B as the queue reports it: its own result, no worker or timing of its own.
+    let mut faster = measured(true);
+    faster.file = "playground.hf (B)".into();
+    faster.timing.median_us = 2.25;
+    let mut b = passed(faster);
+    b.worker = None;
+    b.worker_ms = 0.0;
+    j.b = Some(Box::new(b));
+    j.comparison = Some(Comparison {
+        b_over_a_median: 0.9,
+        b_over_a_range: [0.875, 0.9375],
+        pairs: 100,
+        order: "AB,BA alternating".into(),
+        a_median_us: 2.5,
+        b_median_us: 2.25,
+        same_inputs: Some(true),
+        interleaved: true,
+    });
+    check("done-ab.json", &done(j));
 }

@@ -210,50 +210,66 @@ const baseTheme = EditorView.theme({
 /** The program editor. `onChange(text)` is called `delayMs` after the last edit. */
 export class FusionEditor {
   constructor(parent, doc, delayMs, onChange, onShortcut) {
-    let timer = null;
+    this.timer = null;
+    /** The documents of the tabs not shown, by key (each with its own undo history). */
+    this.saved = new Map();
+    this.key = "a";
     const shortcuts = keymap.of([
       { key: "Mod-Enter", run: () => (onShortcut("run"), true) },
       { key: "Mod-s", run: () => (onShortcut("short-link"), true) },
     ]);
-    this.view = new EditorView({
-      parent,
-      state: EditorState.create({
-        doc,
-        extensions: [
-          shortcuts,
-          lineNumbers(),
-          highlightActiveLineGutter(),
-          highlightSpecialChars(),
-          history(),
-          foldGutter(),
-          drawSelection(),
-          indentOnInput(),
-          bracketMatching(),
-          closeBrackets(),
-          highlightActiveLine(),
-          highlightSelectionMatches(),
-          lintGutter(),
-          fusionLanguage,
-          syntaxHighlighting(highlight),
-          baseTheme,
-          keymap.of([
-            ...closeBracketsKeymap,
-            ...defaultKeymap,
-            ...searchKeymap,
-            ...historyKeymap,
-            ...foldKeymap,
-            indentWithTab,
-          ]),
-          EditorView.updateListener.of((u) => {
-            if (!u.docChanged || u.transactions.every((t) => t.annotation(EditorState.userEvent) === "hopfuse.set")) return;
-            clearTimeout(timer);
-            timer = setTimeout(() => onChange(this.view.state.doc.toString()), delayMs);
-          }),
-          EditorView.lineWrapping,
-          EditorView.contentAttributes.of({ "aria-label": "fusion program" }),
-        ],
+    this.extensions = [
+      shortcuts,
+      lineNumbers(),
+      highlightActiveLineGutter(),
+      highlightSpecialChars(),
+      history(),
+      foldGutter(),
+      drawSelection(),
+      indentOnInput(),
+      bracketMatching(),
+      closeBrackets(),
+      highlightActiveLine(),
+      highlightSelectionMatches(),
+      lintGutter(),
+      fusionLanguage,
+      syntaxHighlighting(highlight),
+      baseTheme,
+      keymap.of([
+        ...closeBracketsKeymap,
+        ...defaultKeymap,
+        ...searchKeymap,
+        ...historyKeymap,
+        ...foldKeymap,
+        indentWithTab,
+      ]),
+      EditorView.updateListener.of((u) => {
+        if (!u.docChanged || u.transactions.every((t) => t.annotation(EditorState.userEvent) === "hopfuse.set")) return;
+        clearTimeout(this.timer);
+        this.timer = setTimeout(() => onChange(this.view.state.doc.toString()), delayMs);
       }),
-    });
+      EditorView.lineWrapping,
+      EditorView.contentAttributes.of({ "aria-label": "fusion program" }),
+    ];
+    this.view = new EditorView({ parent, state: EditorState.create({ doc, extensions: this.extensions }) });
+  }
+  /** Shows the document of tab `key` holding `text`: the tab's own editor state (undo history,
+   * selection) when it still holds `text`, else a new one. A pending edit is dropped: the caller
+   * reads text() before switching. */
+  switchTo(key, text) {
+    if (key === this.key) return;
+    clearTimeout(this.timer);
+    this.saved.set(this.key, this.view.state);
+    const old = this.saved.get(key);
+    this.saved.delete(key);
+    this.key = key;
+    this.view.setState(
+      old && old.doc.toString() === text ? old : EditorState.create({ doc: text, extensions: this.extensions }),
+    );
+  }
+  /** Forgets the saved document of a tab that was closed. */
+  forget(key) {
+    this.saved.delete(key);
   }
   text() {
     return this.view.state.doc.toString();

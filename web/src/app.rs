@@ -1,12 +1,14 @@
-//! The page: header (examples, sizes, Run, Share, short link, settings, theme, help), the editor,
-//! the output panes (CUDA, Passes, Launch plan, Run) and the status bar.
+//! The page: header (examples, sizes, Run, Share, short link, settings, theme, help), the editor
+//! with its A/B tabs, the output panes (CUDA, Passes, Launch plan, Pipeline, Run) and the status
+//! bar. The panes follow the tab shown; with a tab B, Run compares A and B.
 
 use crate::diff;
 use crate::examples;
 use crate::js;
 use crate::model::{self, Compiled, Diag};
+use crate::pipeline;
 use crate::runner::{self, ApiError, RunView, Settings};
-use crate::share::{self, Pane, PassMode, State};
+use crate::share::{self, Pane, PassMode, State, Tab};
 use leptos::ev;
 use leptos::html;
 use leptos::prelude::*;
@@ -55,7 +57,12 @@ pub enum Dialog {
 /// Every signal of the page, as one copyable handle.
 #[derive(Clone, Copy)]
 pub struct Ui {
+    /// Program A (tab A).
     program: RwSignal<String>,
+    /// Program B (tab B), when there is a tab B.
+    program_b: RwSignal<Option<String>>,
+    /// The tab in the editor; the compilation and the panes are its program's.
+    tab: RwSignal<Tab>,
     sizes: RwSignal<BTreeMap<String, i64>>,
     pane: RwSignal<Pane>,
     pass: RwSignal<Option<String>>,
@@ -98,6 +105,8 @@ impl Ui {
         };
         Ui {
             program: RwSignal::new(String::new()),
+            program_b: RwSignal::new(None),
+            tab: RwSignal::new(Tab::A),
             sizes: RwSignal::new(BTreeMap::new()),
             pane: RwSignal::new(Pane::Cuda),
             pass: RwSignal::new(None),
@@ -144,8 +153,79 @@ impl Ui {
             Err(d) => self.diags.set(d),
         }
         self.lower_ms.set(ms);
-        self.program.set(text);
+        if self.tab.get_untracked() == Tab::B && self.program_b.with_untracked(Option::is_some) {
+            self.program_b.set(Some(text));
+        } else {
+            self.program.set(text);
+        }
         self.push_diagnostics();
+    }
+
+    /// The program of `tab` (A's when there is no B).
+    fn text_of(self, tab: Tab) -> String {
+        match tab {
+            Tab::B => self
+                .program_b
+                .get_untracked()
+                .unwrap_or_else(|| self.program.get_untracked()),
+            Tab::A => self.program.get_untracked(),
+        }
+    }
+
+    /// The program of the tab shown, tracked.
+    fn shown_text(self) -> String {
+        match self.tab.get() {
+            Tab::B => self.program_b.get().unwrap_or_else(|| self.program.get()),
+            Tab::A => self.program.get(),
+        }
+    }
+
+    /// Shows `tab` in the editor and compiles its program (the panes follow).
+    fn show(self, tab: Tab) {
+        self.tab.set(tab);
+        let text = self.text_of(tab);
+        self.editor.with_value(|e| {
+            if let Some(e) = e {
+                e.switch_to(tab.key(), &text);
+                if e.text() != text {
+                    e.set_text(&text);
+                }
+            }
+        });
+        self.compile(text);
+    }
+
+    /// Switches to `tab`, keeping an edit of the tab shown that still waits for the debounce.
+    fn select_tab(self, tab: Tab) {
+        if tab == self.tab.get_untracked()
+            || (tab == Tab::B && self.program_b.with_untracked(Option::is_none))
+        {
+            return;
+        }
+        self.sync();
+        self.show(tab);
+    }
+
+    /// Opens tab B with a copy of A's program.
+    fn open_b(self) {
+        self.sync();
+        if self.program_b.with_untracked(Option::is_none) {
+            self.program_b.set(Some(self.program.get_untracked()));
+        }
+        self.show(Tab::B);
+    }
+
+    /// Closes tab B (its program is dropped) and shows A.
+    fn close_b(self) {
+        if self.tab.get_untracked() == Tab::B {
+            self.show(Tab::A);
+        }
+        self.program_b.set(None);
+        self.editor.with_value(|e| {
+            if let Some(e) = e {
+                e.forget(Tab::B.key());
+            }
+        });
     }
 
     fn push_diagnostics(self) {
@@ -178,6 +258,8 @@ impl Ui {
             pass_mode: self.pass_mode.get_untracked(),
             iters: self.iters.get_untracked(),
             seed: self.seed.get_untracked(),
+            program_b: self.program_b.get_untracked(),
+            tab: self.tab.get_untracked(),
         }
     }
 
@@ -188,7 +270,10 @@ impl Ui {
         self.pass_mode.set(s.pass_mode);
         self.iters.set(s.iters.max(1));
         self.seed.set(s.seed);
-        self.set_program(&s.program);
+        let tab = if s.program_b.is_some() { s.tab } else { Tab::A };
+        self.program.set(s.program);
+        self.program_b.set(s.program_b);
+        self.show(tab);
     }
 
     fn load_example(self, e: examples::Example) {
@@ -277,7 +362,7 @@ impl Ui {
     fn sync(self) {
         let text = self.editor.with_value(|e| e.as_ref().map(|e| e.text()));
         if let Some(text) = text {
-            if text != self.program.get_untracked() {
+            if text != self.text_of(self.tab.get_untracked()) {
                 self.compile(text);
             }
         }
@@ -357,32 +442,63 @@ impl Ui {
         });
     }
 
-    /// Sends the program to the runner and follows the job's events.
+    /// Sends the program (with a tab B: programs A and B, an A/B comparison) to the runner and
+    /// follows the job's events.
     fn run(self) {
         if matches!(self.run.get_untracked(), RunState::Active { .. }) {
             return;
         }
         self.pane.set(Pane::Run);
         self.sync();
-        if let Some(d) = self.diags.with_untracked(|d| d.first().cloned()) {
+        let shown = self.tab.get_untracked();
+        let program_b = self.program_b.get_untracked();
+        let name = |t: Tab| match (&program_b, t) {
+            (None, _) => "The program",
+            (Some(_), Tab::A) => "Program A",
+            (Some(_), Tab::B) => "Program B",
+        };
+        let refuse = |who: &str, d: &Diag| {
             self.run.set(RunState::Failed(format!(
-                "The program does not compile ({}:{}: {}); fix it before running.",
+                "{who} does not compile ({}:{}: {}); fix it before running.",
                 d.line, d.column, d.message
             )));
+        };
+        if let Some(d) = self.diags.with_untracked(|d| d.first().cloned()) {
+            refuse(name(shown), &d);
             return;
         }
         let Some(c) = self.compiled.get_untracked() else {
             return;
         };
-        let program = self.program.get_untracked();
+        // The sizes of every symbol of both programs: the tab not shown is compiled here.
+        let mut symbols = c.plan.symbols.clone();
+        if program_b.is_some() {
+            let other = match shown {
+                Tab::A => Tab::B,
+                Tab::B => Tab::A,
+            };
+            match model::compile(&self.text_of(other)) {
+                Ok(o) => symbols.extend(o.plan.symbols.iter().cloned()),
+                Err(d) => {
+                    refuse(name(other), &d[0]);
+                    return;
+                }
+            }
+        }
         let sizes: BTreeMap<String, i64> = self.sizes.with_untracked(|s| {
-            c.plan
-                .symbols
+            symbols
                 .iter()
                 .map(|k| (k.clone(), s.get(k).copied().unwrap_or(DEFAULT_SIZE)))
                 .collect()
         });
         let (iters, seed) = (self.iters.get_untracked(), self.seed.get_untracked());
+        let body = runner::run_body(
+            &self.program.get_untracked(),
+            program_b.as_deref(),
+            &sizes,
+            iters,
+            seed,
+        );
         let settings = self.settings.get_untracked();
         self.run.set(RunState::Active {
             stage: "sending".into(),
@@ -391,7 +507,7 @@ impl Ui {
         });
         let run = self.run;
         spawn_local(async move {
-            let job = match runner::start_run(&settings, &program, &sizes, iters, seed).await {
+            let job = match runner::start_run(&settings, &body).await {
                 Ok(job) => job,
                 Err(e) => {
                     self.note_unreachable(&e, &settings);
@@ -493,6 +609,9 @@ pub fn App() -> impl IntoView {
             &on_change,
             &on_shortcut,
         );
+        if ui.tab.get_untracked() == Tab::B {
+            ed.switch_to(Tab::B.key(), &ui.text_of(Tab::B));
+        }
         ed.focus();
         ui.editor.set_value(Some(ed));
         ui.push_diagnostics();
@@ -541,6 +660,8 @@ pub fn App() -> impl IntoView {
     // The address bar always holds the whole state.
     Effect::new(move |_| {
         ui.program.track();
+        ui.program_b.track();
+        ui.tab.track();
         ui.sizes.track();
         ui.pane.track();
         ui.pass.track();
@@ -579,12 +700,13 @@ pub fn App() -> impl IntoView {
         } else if cmd && e.key().eq_ignore_ascii_case("s") {
             e.prevent_default();
             ui.short_link();
-        } else if e.alt_key() && !cmd && matches!(e.key().as_str(), "1" | "2" | "3" | "4") {
+        } else if e.alt_key() && !cmd && matches!(e.key().as_str(), "1" | "2" | "3" | "4" | "5") {
             e.prevent_default();
             ui.pane.set(match e.key().as_str() {
                 "1" => Pane::Cuda,
                 "2" => Pane::Passes,
                 "3" => Pane::Plan,
+                "4" => Pane::Pipeline,
                 _ => Pane::Run,
             });
         } else if e.key() == "F1" {
@@ -608,7 +730,7 @@ pub fn App() -> impl IntoView {
                 id="examples"
                 aria-label="examples"
                 prop:value=move || {
-                    ui.program.with(|p| examples::matching(p).map(|e| examples::key(&e)).unwrap_or_default())
+                    examples::matching(&ui.shown_text()).map(|e| examples::key(&e)).unwrap_or_default()
                 }
                 on:change=move |ev| {
                     if let Some(e) = examples::find(&event_target_value(&ev)) {
@@ -706,6 +828,7 @@ pub fn App() -> impl IntoView {
             style:grid-template-columns=move || format!("{:.1}% 6px 1fr", ui.split.get())
         >
             <section class="editor-pane">
+                <EditorTabs ui=ui />
                 <div class="editor" node_ref=editor_ref></div>
             </section>
             <Splitter ui=ui main_ref=main_ref />
@@ -714,6 +837,7 @@ pub fn App() -> impl IntoView {
                     <PaneTab ui=ui pane=Pane::Cuda label="CUDA" />
                     <PaneTab ui=ui pane=Pane::Passes label="Passes" />
                     <PaneTab ui=ui pane=Pane::Plan label="Launch plan" />
+                    <PaneTab ui=ui pane=Pane::Pipeline label="Pipeline" />
                     <PaneTab ui=ui pane=Pane::Run label="Run" />
                 </nav>
                 <div class="pane" id="pane-cuda" class:hidden=move || ui.pane.get() != Pane::Cuda>
@@ -750,6 +874,9 @@ pub fn App() -> impl IntoView {
                 </div>
                 <div class="pane scroll" id="pane-plan" class:hidden=move || ui.pane.get() != Pane::Plan>
                     <PlanPane ui=ui />
+                </div>
+                <div class="pane scroll" id="pane-pipeline" class:hidden=move || ui.pane.get() != Pane::Pipeline>
+                    <PipelinePane ui=ui />
                 </div>
                 <div class="pane scroll" id="pane-run" class:hidden=move || ui.pane.get() != Pane::Run>
                     <RunPane ui=ui />
@@ -792,6 +919,51 @@ pub fn App() -> impl IntoView {
             {move || ui.toast.get().map(|t| t.1).unwrap_or_default()}
         </div>
         {move || ui.dialog.get().map(|d| view! { <DialogView ui=ui dialog=d /> })}
+    }
+}
+
+/// Tabs A and B above the editor: "+ B" opens B with a copy of A, × closes it.
+#[component]
+fn EditorTabs(ui: Ui) -> impl IntoView {
+    let tab = move |t: Tab, label: &'static str| {
+        view! {
+            <button
+                role="tab"
+                class="etab"
+                id=format!("edit-{}", t.key())
+                class:active=move || ui.tab.get() == t
+                aria-selected=move || (ui.tab.get() == t).to_string()
+                title=format!("Program {label}")
+                on:click=move |_| ui.select_tab(t)
+            >
+                {label}
+            </button>
+        }
+    };
+    view! {
+        <nav class="etabs" role="tablist" aria-label="programs">
+            {tab(Tab::A, "A")}
+            {move || {
+                if ui.program_b.with(Option::is_some) {
+                    view! {
+                        {tab(Tab::B, "B")}
+                        <button id="close-b" class="link" title="Close B (its program is dropped)" aria-label="close B" on:click=move |_| ui.close_b()>
+                            "×"
+                        </button>
+                        <span class="spacer"></span>
+                        <span class="note ab-note">"Run compares A and B"</span>
+                    }
+                    .into_any()
+                } else {
+                    view! {
+                        <button id="open-b" class="link" title="Open B with a copy of A, to compare them (A/B run)" on:click=move |_| ui.open_b()>
+                            "+ B"
+                        </button>
+                    }
+                    .into_any()
+                }
+            }}
+        </nav>
     }
 }
 
@@ -1083,6 +1255,17 @@ fn PlanPane(ui: Ui) -> impl IntoView {
     }
 }
 
+/// The diagram of every pipeline of the compiled kernel, with its loads, waits and release.
+#[component]
+fn PipelinePane(ui: Ui) -> impl IntoView {
+    view! {
+        <p class="stale" class:hidden=move || ui.diags.with(|d| d.is_empty())>
+            "last successful compile (the program has errors)"
+        </p>
+        <div inner_html=move || ui.compiled.with(|c| c.as_ref().map(|c| pipeline::html(&c.pipeline)))></div>
+    }
+}
+
 fn fmt_opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map(f).unwrap_or_else(|| "—".into())
 }
@@ -1208,8 +1391,8 @@ fn checks_table(checks: &[runner::Check]) -> impl IntoView + use<> {
     }
 }
 
-/// A finished job: the stages it went through, then by status a measurement (passed, failed),
-/// what the fake worker checked (fake: never a number), or what went wrong.
+/// A finished job: the stages it went through, then its result; an A/B job shows B/A with its
+/// spread (when both were measured) and both results.
 #[component]
 fn RunResult(r: Arc<RunView>) -> impl IntoView {
     let stages = (!r.stages.is_empty()).then(|| {
@@ -1220,21 +1403,90 @@ fn RunResult(r: Arc<RunView>) -> impl IntoView {
             .collect_view();
         view! { <ol class="stages" id="run-stages">{list}</ol> }
     });
+    let Some(b) = r.b.clone() else {
+        return view! { <div class="result">{stages}{run_outcome(&r, true)}</div> }.into_any();
+    };
+    let comparison = match &r.comparison {
+        Some(c) => {
+            let spread = c
+                .range
+                .map(|(lo, hi)| format!("{lo:.3} – {hi:.3}"))
+                .unwrap_or_else(|| "—".into());
+            let mut facts = Vec::new();
+            if let (Some(a), Some(b)) = (c.a_median_us, c.b_median_us) {
+                facts.push(format!("medians A {a:.2} µs, B {b:.2} µs"));
+            }
+            if let Some(o) = &c.order {
+                facts.push(format!("launches {o}"));
+            }
+            match c.same_inputs {
+                Some(true) => facts.push("same inputs".into()),
+                Some(false) => facts.push("different inputs".into()),
+                None => {}
+            }
+            view! {
+                <div class="headline">
+                    <div class="big" id="ab-ratio">
+                        <span class="label">"B / A (median of pairs)"</span>
+                        <span class="value">{format!("{:.3}", c.median)}</span>
+                    </div>
+                    <div class="big">
+                        <span class="label">"spread (min – max)"</span>
+                        <span class="value" id="ab-spread">{spread}</span>
+                    </div>
+                </div>
+                <p class="note" id="ab-text">{c.text()}</p>
+                <p class="note">{facts.join(" · ")}</p>
+            }
+            .into_any()
+        }
+        None => {
+            let why = if r.status == "fake" || b.status == "fake" {
+                "No B/A ratio: the fake worker measures nothing."
+            } else {
+                "No B/A ratio: it needs both programs measured on the GPU (see each result)."
+            };
+            view! { <p class="note" id="ab-none">{why}</p> }.into_any()
+        }
+    };
+    view! {
+        <div class="result">
+            {stages}
+            {comparison}
+            <section class="ab-part" id="run-a">
+                <h3 class="ab-title">"A"</h3>
+                {run_outcome(&r, true)}
+            </section>
+            <section class="ab-part" id="run-b">
+                <h3 class="ab-title">"B"</h3>
+                {run_outcome(&b, false)}
+            </section>
+        </div>
+    }
+    .into_any()
+}
+
+/// One program's result by status: a measurement (passed, failed), what the fake worker checked
+/// (fake: never a number), or what went wrong. Element ids only on the `primary` one (A).
+fn run_outcome(r: &RunView, primary: bool) -> AnyView {
+    let id = move |name: &'static str| primary.then_some(name);
     let steps = (!r.progress.is_empty()).then(|| {
         view! {
-            <tr><th>"worker steps"</th><td class="mono" id="run-steps">{r.progress.join(" → ")}</td></tr>
+            <tr><th>"worker steps"</th><td class="mono" id=id("run-steps")>{r.progress.join(" → ")}</td></tr>
         }
     });
+    // The job and the worker are the whole job's: shown with A.
     let job = r
         .job_id
         .clone()
+        .filter(|_| primary)
         .map(|j| view! { <tr><th>"job"</th><td class="mono">{j}</td></tr> });
-    let worker_ms = r.worker_ms.map(
+    let worker_ms = r.worker_ms.filter(|_| primary).map(
         |ms| view! { <tr><th>"worker time"</th><td class="mono">{format!("{ms:.0} ms")}</td></tr> },
     );
     let body = if let Some(fk) = r.fake.clone() {
         view! {
-            <div class="fake-result" id="fake-result">
+            <div class="fake-result" id=id("fake-result")>
                 <p class="fake-headline">
                     <strong>"Not measured. "</strong>
                     {if fk.note.is_empty() {
@@ -1258,7 +1510,7 @@ fn RunResult(r: Arc<RunView>) -> impl IntoView {
         .into_any()
     } else if let Some(m) = r.measured.clone() {
         let rows = view! { {steps}{job}{worker_ms} }.into_any();
-        measured_view(&r, m, rows).into_any()
+        measured_view(r, m, rows, primary).into_any()
     } else {
         // `message` of an error result is `error.message` behind its stage: show one of them.
         let detail = r
@@ -1267,26 +1519,30 @@ fn RunResult(r: Arc<RunView>) -> impl IntoView {
             .or_else(|| r.message.clone())
             .unwrap_or_default();
         view! {
-            <div class="error" id="run-error">{detail}</div>
+            <div class="error" id=id("run-error")>{detail}</div>
             <table class="kv">{steps}{job}{worker_ms}</table>
-            {r.stderr.clone().map(|e| view! { <h3>"worker stderr"</h3><pre class="log" id="run-stderr">{e}</pre> })}
+            {r.stderr.clone().map(|e| view! { <h3>"worker stderr"</h3><pre class="log" id=id("run-stderr")>{e}</pre> })}
         }
         .into_any()
     };
     view! {
-        <div class="result">
-            {stages}
-            <p class=format!("run-status s-{}", r.status) id="run-status">
-                <span class="label">{r.status.clone()}</span>
-                " "
-                {r.headline()}
-            </p>
-            {body}
-        </div>
+        <p class=format!("run-status s-{}", r.status) id=id("run-status")>
+            <span class="label">{r.status.clone()}</span>
+            " "
+            {r.headline()}
+        </p>
+        {body}
     }
+    .into_any()
 }
 
-fn measured_view(r: &RunView, m: runner::Measured, rows: AnyView) -> impl IntoView + use<> {
+fn measured_view(
+    r: &RunView,
+    m: runner::Measured,
+    rows: AnyView,
+    primary: bool,
+) -> impl IntoView + use<> {
+    let id = move |name: &'static str| primary.then_some(name);
     let ratio = m.ratio;
     let pct = ratio.map(|x| (x * 100.0).clamp(0.0, 100.0)).unwrap_or(0.0);
     let verdict = if m.passed {
@@ -1311,13 +1567,13 @@ fn measured_view(r: &RunView, m: runner::Measured, rows: AnyView) -> impl IntoVi
         <div class="headline">
             <div class="big">
                 <span class="label">"median"</span>
-                <span class="value" id="median">{fmt_opt(m.median_us, |x| format!("{x:.2} µs"))}</span>
+                <span class="value" id=id("median")>{fmt_opt(m.median_us, |x| format!("{x:.2} µs"))}</span>
             </div>
             <div class="big">
                 <span class="label">"bandwidth"</span>
                 <span class="value">{fmt_opt(m.gbps, |g| format!("{g:.0} GB/s"))}</span>
             </div>
-            <div class=format!("big verdict {}", verdict.0) id="verdict">
+            <div class=format!("big verdict {}", verdict.0) id=id("verdict")>
                 <span class="label">"validation"</span>
                 <span class="value">{verdict.1}</span>
             </div>
@@ -1394,13 +1650,15 @@ fn DialogView(ui: Ui, dialog: Dialog) -> impl IntoView {
                 <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"Z"</kbd>" / "<kbd>"Ctrl"</kbd>"+"<kbd>"Shift"</kbd>"+"<kbd>"Z"</kbd></td><td>"Undo / redo"</td></tr>
                 <tr><td><kbd>"Tab"</kbd>" / "<kbd>"Shift"</kbd>"+"<kbd>"Tab"</kbd></td><td>"Indent / dedent"</td></tr>
                 <tr><td><kbd>"←"</kbd>" "<kbd>"→"</kbd>" on the divider"</td><td>"Resize the editor and the panes"</td></tr>
-                <tr><td><kbd>"Alt"</kbd>"+"<kbd>"1"</kbd>" … "<kbd>"4"</kbd></td><td>"CUDA, Passes, Launch plan, Run"</td></tr>
+                <tr><td><kbd>"Alt"</kbd>"+"<kbd>"1"</kbd>" … "<kbd>"5"</kbd></td><td>"CUDA, Passes, Launch plan, Pipeline, Run"</td></tr>
                 <tr><td><kbd>"F1"</kbd></td><td>"This help"</td></tr>
                 <tr><td><kbd>"Esc"</kbd></td><td>"Close a dialog"</td></tr>
             </table>
             <p class="note">
                 "The program compiles in the page on every edit. The address bar always holds the whole state \
-                 (program, sizes, panes): Share copies it. Passes that changed nothing are greyed."
+                 (program, sizes, panes): Share copies it. Passes that changed nothing are greyed. \
+                 \"+ B\" opens a second program (a copy of A): the panes follow the tab shown, and Run \
+                 then times A and B interleaved and shows B/A."
             </p>
         }
         .into_any(),

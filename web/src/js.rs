@@ -22,6 +22,13 @@ extern "C" {
     pub fn set_diagnostics(this: &FusionEditor, json: &str);
     #[wasm_bindgen(method)]
     pub fn focus(this: &FusionEditor);
+    /// Shows tab `key`'s document holding `text` (the tab's own undo history when it still
+    /// holds `text`).
+    #[wasm_bindgen(method, js_name = switchTo)]
+    pub fn switch_to(this: &FusionEditor, key: &str, text: &str);
+    /// Forgets a closed tab's document.
+    #[wasm_bindgen(method)]
+    pub fn forget(this: &FusionEditor, key: &str);
 
     /// A read-only CodeMirror: "cpp" highlights CUDA, "ir" the kernel IR.
     pub type CodeViewer;

@@ -6,6 +6,7 @@ pub mod diff;
 pub mod examples;
 pub mod js;
 pub mod model;
+pub mod pipeline;
 pub mod runner;
 pub mod share;
 

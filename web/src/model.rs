@@ -20,6 +20,8 @@ pub struct Compiled {
     pub cuda: String,
     pub plan: LaunchPlan,
     pub passes: Vec<PassView>,
+    /// Roles and circular buffers of the final kernel (the Pipeline pane).
+    pub pipeline: hopfuse::pipeline_view::PipelineView,
 }
 
 /// A diagnostic located in the editor.
@@ -60,6 +62,7 @@ pub fn compile(source: &str) -> Result<Compiled, Vec<Diag>> {
                 cuda: c.cuda,
                 plan: c.plan,
                 passes,
+                pipeline: c.pipeline,
             })
         }
         Err(d) => Err(d

@@ -181,17 +181,25 @@ pub fn describe_health(v: &Value) -> (String, RunMode) {
     (format!("runner {version} · {name}{sms}"), RunMode::Gpu)
 }
 
-/// `POST /api/run` -> the job id.
-pub async fn start_run(
-    settings: &Settings,
+/// The body of `POST /api/run`; with `program_b`, an A/B comparison (docs/api.md).
+pub fn run_body(
     program: &str,
+    program_b: Option<&str>,
     sizes: &BTreeMap<String, i64>,
     iters: u32,
     seed: u64,
-) -> Result<String, ApiError> {
-    let body =
+) -> Value {
+    let mut body =
         serde_json::json!({ "program": program, "sizes": sizes, "iters": iters, "seed": seed });
-    let v = request(settings, "POST", "/api/run", Some(&body), 15000).await?;
+    if let Some(b) = program_b {
+        body["program_b"] = Value::from(b);
+    }
+    body
+}
+
+/// `POST /api/run` -> the job id.
+pub async fn start_run(settings: &Settings, body: &Value) -> Result<String, ApiError> {
+    let v = request(settings, "POST", "/api/run", Some(body), 15000).await?;
     v.get("job_id")
         .and_then(Value::as_str)
         .map(str::to_string)
@@ -318,6 +326,41 @@ pub struct Measured {
     pub cubin_cached: Option<bool>,
 }
 
+/// The `comparison` of an A/B job: B's time over A's, per launch pair, when both were measured.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Comparison {
+    /// The median over the pairs of B's time / A's time (below 1: B is faster).
+    pub median: f64,
+    /// The smallest and largest per-pair ratio.
+    pub range: Option<(f64, f64)>,
+    pub pairs: Option<u64>,
+    pub order: Option<String>,
+    pub a_median_us: Option<f64>,
+    pub b_median_us: Option<f64>,
+    pub same_inputs: Option<bool>,
+}
+
+impl Comparison {
+    /// The ratio in words: `B/A = 0.930 (0.900–0.970 over 100 pairs): B is 7.0% faster`.
+    pub fn text(&self) -> String {
+        let spread = match (self.range, self.pairs) {
+            (Some((lo, hi)), Some(n)) => format!(" ({lo:.3}–{hi:.3} over {n} pairs)"),
+            (Some((lo, hi)), None) => format!(" ({lo:.3}–{hi:.3})"),
+            (None, Some(n)) => format!(" (median of {n} pairs)"),
+            (None, None) => String::new(),
+        };
+        let change = (self.median - 1.0) * 100.0;
+        let verdict = if change.abs() < 0.05 {
+            "as fast as A".to_string()
+        } else if change < 0.0 {
+            format!("{:.1}% faster than A", -change)
+        } else {
+            format!("{change:.1}% slower than A")
+        };
+        format!("B/A = {:.3}{spread}: B is {verdict}", self.median)
+    }
+}
+
 /// A finished job: the `done` event's `result` (or `GET /api/jobs/{id}`), see docs/api.md.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct RunView {
@@ -338,6 +381,9 @@ pub struct RunView {
     pub worker_ms: Option<f64>,
     /// The stages the event stream went through (set by the page).
     pub stages: Vec<String>,
+    /// An A/B job: program B's result (`b`), and the comparison when both were measured.
+    pub b: Option<Box<RunView>>,
+    pub comparison: Option<Comparison>,
 }
 
 impl RunView {
@@ -458,6 +504,27 @@ pub fn parse_result(data: &str) -> RunView {
             ..RunView::default()
         };
     }
+    parse_job(job)
+}
+
+fn parse_comparison(c: &Value) -> Option<Comparison> {
+    let range = c
+        .get("b_over_a_range")
+        .and_then(Value::as_array)
+        .and_then(|r| Some((r.first()?.as_f64()?, r.get(1)?.as_f64()?)));
+    Some(Comparison {
+        median: f(c, &["b_over_a_median"])?,
+        range,
+        pairs: c.get("pairs").and_then(Value::as_u64),
+        order: s(c, &["order"]),
+        a_median_us: f(c, &["a_median_us"]),
+        b_median_us: f(c, &["b_median_us"]),
+        same_inputs: c.get("same_inputs").and_then(Value::as_bool),
+    })
+}
+
+/// One job result object (A's, or `b` of an A/B job).
+fn parse_job(job: &Value) -> RunView {
     let status = s(job, &["status"]).unwrap_or_else(|| "error".into());
     let measured = job.get("result").filter(|r| r.is_object()).map(|r| {
         let i = |path: &[&str]| f(r, path).map(|x| x as i64);
@@ -524,6 +591,11 @@ pub fn parse_result(data: &str) -> RunView {
         worker_ms: f(job, &["worker_ms"]),
         status,
         stages: Vec::new(),
+        b: job
+            .get("b")
+            .filter(|b| b.is_object())
+            .map(|b| Box::new(parse_job(b))),
+        comparison: job.get("comparison").and_then(parse_comparison),
     }
 }
 
@@ -538,6 +610,7 @@ mod tests {
     const ERROR: &str = include_str!("../tests/fixtures/done-error.json");
     const TIMED_OUT: &str = include_str!("../tests/fixtures/done-timed-out.json");
     const FAKE: &str = include_str!("../tests/fixtures/done-fake.json");
+    const AB: &str = include_str!("../tests/fixtures/done-ab.json");
 
     #[test]
     fn reads_a_measured_run() {
@@ -645,6 +718,50 @@ mod tests {
     }
 
     #[test]
+    fn reads_an_ab_comparison() {
+        let v = parse_result(AB);
+        assert_eq!(v.status, "passed");
+        assert_eq!(v.measured.as_ref().unwrap().median_us, Some(2.5));
+        let b = v.b.as_ref().expect("B's result");
+        assert_eq!(b.status, "passed");
+        assert_eq!(b.measured.as_ref().unwrap().median_us, Some(2.25));
+        assert!(b.b.is_none() && b.comparison.is_none());
+        let c = v.comparison.clone().expect("the comparison");
+        assert_eq!(c.median, 0.9);
+        assert_eq!(c.range, Some((0.875, 0.9375)));
+        assert_eq!(c.pairs, Some(100));
+        assert_eq!((c.a_median_us, c.b_median_us), (Some(2.5), Some(2.25)));
+        assert_eq!(c.same_inputs, Some(true));
+        assert_eq!(c.order.as_deref(), Some("AB,BA alternating"));
+        assert_eq!(
+            c.text(),
+            "B/A = 0.900 (0.875–0.938 over 100 pairs): B is 10.0% faster than A"
+        );
+        let slower = Comparison {
+            median: 1.25,
+            ..Comparison::default()
+        };
+        assert_eq!(slower.text(), "B/A = 1.250: B is 25.0% slower than A");
+        // A single run has neither.
+        let one = parse_result(PASSED);
+        assert!(one.b.is_none() && one.comparison.is_none());
+    }
+
+    #[test]
+    fn an_ab_run_sends_program_b() {
+        let sizes = [("N".to_string(), 1024)].into();
+        let ab = run_body("fusion a {}", Some("fusion b {}"), &sizes, 20, 3);
+        assert_eq!(ab["program"], "fusion a {}");
+        assert_eq!(ab["program_b"], "fusion b {}");
+        assert_eq!(
+            (&ab["sizes"]["N"], &ab["iters"], &ab["seed"]),
+            (&1024.into(), &20.into(), &3.into())
+        );
+        let one = run_body("fusion a {}", None, &sizes, 20, 3);
+        assert!(one.get("program_b").is_none(), "{one}");
+    }
+
+    #[test]
     fn reads_health() {
         let gpu = serde_json::json!({
             "status": "ok", "version": "0.1.0", "worker": "gpu",
@@ -692,8 +809,19 @@ mod tests {
         let answer = serde_json::json!({
             "id": "k3n", "program": body["program"], "state": body["state"], "created_at": 1,
         });
-        assert_eq!(state_of_link(&answer), Ok(state));
+        assert_eq!(state_of_link(&answer), Ok(state.clone()));
         let future = serde_json::json!({"program": "", "state": {"v": 2}});
         assert!(state_of_link(&future).unwrap_err().contains("version 2"));
+        // Program B and the tab travel in the state; a state without them has neither key.
+        assert!(body["state"].get("program_b").is_none() && body["state"].get("tab").is_none());
+        let ab = crate::share::State {
+            program_b: Some("fusion g {}\n".into()),
+            tab: crate::share::Tab::B,
+            ..state
+        };
+        let body = link_body(&ab);
+        assert_eq!(body["state"]["program_b"], "fusion g {}\n");
+        let answer = serde_json::json!({"program": body["program"], "state": body["state"]});
+        assert_eq!(state_of_link(&answer), Ok(ab));
     }
 }

@@ -1,5 +1,10 @@
 //! The playground's state in a URL fragment: JSON, deflated, base64url, behind a version tag
-//! (`#v1:...`), so a link restores the program, sizes and panes with no server.
+//! (`#v1:...`), so a link restores the program (and program B of an A/B comparison), sizes and
+//! panes with no server.
+//!
+//! Fields added after the first links (`program_b`, `tab`) are optional and left out while they
+//! hold their default, so links without them still decode, and a state without B encodes
+//! exactly as before (the same fragment, the same short-link id).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -12,7 +17,30 @@ pub enum Pane {
     Cuda,
     Passes,
     Plan,
+    Pipeline,
     Run,
+}
+
+/// The editor tab: program A, or program B of an A/B comparison.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tab {
+    #[default]
+    A,
+    B,
+}
+
+impl Tab {
+    /// The editor's name for the tab's document.
+    pub fn key(self) -> &'static str {
+        match self {
+            Tab::A => "a",
+            Tab::B => "b",
+        }
+    }
+    fn is_a(&self) -> bool {
+        *self == Tab::A
+    }
 }
 
 /// How the Passes pane shows the selected pass.
@@ -41,6 +69,12 @@ pub struct State {
     pub iters: u32,
     #[serde(default)]
     pub seed: u64,
+    /// Program B (tab B); None: no A/B comparison.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program_b: Option<String>,
+    /// The tab in the editor (B only when there is a program B).
+    #[serde(default, skip_serializing_if = "Tab::is_a")]
+    pub tab: Tab,
 }
 
 pub fn default_iters() -> u32 {
@@ -140,6 +174,8 @@ mod tests {
             pass_mode: PassMode::Diff,
             iters: 20,
             seed: 3,
+            program_b: None,
+            tab: Tab::A,
         };
         let link = encode(&state);
         assert!(link.starts_with("v1:"));
@@ -147,5 +183,50 @@ mod tests {
         assert!(decode("v9:abc").unwrap_err().contains("v9"));
         assert!(decode("v1:!!").is_err());
         assert!(decode("v1:AAAA").is_err());
+    }
+
+    #[test]
+    fn program_b_and_the_tab_round_trip() {
+        let state = State {
+            program: "fusion a {}\n".into(),
+            program_b: Some("fusion b {}\n".into()),
+            tab: Tab::B,
+            pane: Pane::Pipeline,
+            iters: 10,
+            ..Default::default()
+        };
+        let decoded = decode(&encode(&state)).unwrap();
+        assert_eq!(decoded, state);
+        assert_eq!(decoded.program_b.as_deref(), Some("fusion b {}\n"));
+        let json = serde_json::to_value(&state).unwrap();
+        assert_eq!(
+            (&json["program_b"], &json["tab"], &json["pane"]),
+            (
+                &serde_json::json!("fusion b {}\n"),
+                &serde_json::json!("b"),
+                &serde_json::json!("pipeline")
+            )
+        );
+    }
+
+    /// A fragment written by the playground before tab B existed (with its JSON).
+    const OLD_FRAGMENT: &str = "#v1:LYxbCsMgEEW3MsxXC_kIfUGEbiEbaEoRHMNAMkqMYCruvQr9vOceTka_uXnTKyq0MbATcIuBPAkAi487JAX2enmN74YOeAIlf0rntlzcm3FMUibBDgN_KaDKOKK69cOjdOi1UE37RTfB61B_ZDGUWOY_-azONMmwtRXxTlu17n0NEhlUQ_kB";
+    const OLD_JSON: &str = r#"{"program":"fusion old {\n  input x: f32[N]\n  y = exp(x)\n  output y\n}\n","sizes":{"N":4096},"pane":"plan","pass":"indexing","pass_mode":"diff","iters":50,"seed":9}"#;
+
+    #[test]
+    fn old_links_without_b_still_open_and_encode_the_same() {
+        let old = decode(OLD_FRAGMENT).unwrap();
+        assert_eq!(
+            old.program,
+            "fusion old {\n  input x: f32[N]\n  y = exp(x)\n  output y\n}\n"
+        );
+        assert_eq!(old.sizes, [("N".to_string(), 4096)].into());
+        assert_eq!((old.pane, old.pass_mode), (Pane::Plan, PassMode::Diff));
+        assert_eq!((old.iters, old.seed), (50, 9));
+        assert_eq!((old.program_b, old.tab), (None, Tab::A));
+        // Without B the state serializes as before: same fragment, same short-link id.
+        let old = decode(OLD_FRAGMENT).unwrap();
+        assert_eq!(serde_json::to_string(&old).unwrap(), OLD_JSON);
+        assert_eq!(format!("#{}", encode(&old)), OLD_FRAGMENT);
     }
 }

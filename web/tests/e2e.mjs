@@ -5,7 +5,10 @@
 // Against the fake-worker service: the page loads with no console error and says the runner is a
 // fake; an example shows its CUDA; typing changes the CUDA; a syntax error shows a lint mark and
 // its message; the Passes and Launch plan panes; the fragment link restores the state in a new
-// page; Run shows the fake worker's result (marked as not measured, no numbers) with its stages;
+// page; tab B (a copy of A, its own CUDA, restored with A from a fragment); the Pipeline pane
+// (exp_2d's diagram with 4 slots, in both themes; none for a kernel without TMA); Run shows the
+// fake worker's result (marked as not measured, no numbers) with its stages; with tab B, an A/B
+// job with both results (and B/A with its spread from the runner's A/B `done` event);
 // a hung job is shown as timed out, a crashed one as crashed, and Stop waiting lets go of a job;
 // the short link (through /api/links) restores the state in a new page, and again after the
 // service restarts on the same database.
@@ -227,7 +230,7 @@ try {
     const tip = await page.waitForSelector(".cm-tooltip-lint");
     assert((await tip.textContent()).includes(message), `tooltip: ${await tip.textContent()}`);
     assert(await page.locator(".editor .cm-lint-marker-error").count(), "gutter marker");
-    assert(await page.locator(".stale").isVisible(), "CUDA pane says it is the last good compile");
+    assert(await page.locator("#pane-cuda .stale").isVisible(), "CUDA pane says it is the last good compile");
     await replaceProgram(page, ADD);
     await page.waitForFunction(() => !document.querySelector(".editor .cm-lintRange-error"));
   });
@@ -312,6 +315,75 @@ try {
     assert((await editorText(page)).split("\n")[1].startsWith("fusion add"), "line uncommented");
   });
 
+  await check("tab B: + B copies A, editing B changes only B's CUDA, a fragment restores both tabs", async () => {
+    await page.selectOption("#examples", "basics/add");
+    await page.click("#tab-cuda");
+    await page.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("__launch_bounds__(128)"));
+    assert(!(await page.locator("#edit-b").count()), "no tab B before + B");
+    const a = await editorText(page);
+    await page.click("#open-b");
+    await page.waitForSelector("#edit-b.active");
+    assert((await editorText(page)) === a, "B starts as a copy of A");
+    await replaceProgram(page, ADD.replace("c.split(0, 128)", "c.split(0, 256)"));
+    await page.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("__launch_bounds__(256)"));
+    assert((await page.inputValue("#examples")) === "", "B is no longer the example");
+    await page.click("#edit-a");
+    await page.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("__launch_bounds__(128)"));
+    assert((await editorText(page)) === a, "A is unchanged");
+    assert((await page.inputValue("#examples")) === "basics/add", "A is still the example");
+    await page.click("#edit-b");
+    await page.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("__launch_bounds__(256)"));
+    assert((await editorText(page)).includes("c.split(0, 256)"), "B kept its edit");
+    // The fragment holds both programs and the tab shown.
+    await page.waitForFunction(() => location.hash.length > 10);
+    const p2 = await open(browser, page.url());
+    await p2.waitForSelector("#edit-b.active");
+    assert((await editorText(p2)).includes("c.split(0, 256)"), "B restored and shown");
+    await p2.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("__launch_bounds__(256)"));
+    await p2.click("#edit-a");
+    await p2.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("__launch_bounds__(128)"));
+    assert((await editorText(p2)) === a, "A restored");
+    await p2.close();
+    await page.click("#close-b");
+    await page.waitForSelector("#open-b");
+    assert((await page.getAttribute("#edit-a", "aria-selected")) === "true", "A shown after closing B");
+    await page.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("__launch_bounds__(128)"));
+  });
+
+  await check("Pipeline pane: exp_2d's diagram has 4 slots, in both themes; add has no pipeline", async () => {
+    await page.selectOption("#examples", "tma/exp_2d");
+    await page.click("#tab-pipeline");
+    await page.waitForSelector("#pane-pipeline svg.pl-svg");
+    assert((await page.locator("#pane-pipeline svg .pl-slot").count()) === 4, "4 slots");
+    const svg = page.locator("#pane-pipeline svg.pl-svg");
+    const text = await svg.textContent();
+    for (const s of ["slot 3", "producer", "consumers", "load x → x_s[0]", "TMA 2-D · 2.0 KiB", "expect_tx 2048 B", "wait x_s_bars[2]", "x_s_bars[3]", "__syncthreads()"]) {
+      assert(text.includes(s), `diagram shows ${s}`);
+    }
+    const box = await svg.boundingBox();
+    assert(box && box.width > 400 && box.height > 200, `diagram size: ${JSON.stringify(box)}`);
+    const heading = await page.locator("#pane-pipeline .pipeline h3").textContent();
+    assert(heading.startsWith("x → x_s: 4 stages of 2.0 KiB, 3 loaded ahead, loop n_o"), `heading: ${heading}`);
+    // The colours are the theme's: text and slot boxes change with it.
+    const colours = () =>
+      page.evaluate(() => [".pl-strong", ".pl-slot-box"].map((c) => {
+        const st = getComputedStyle(document.querySelector(`#pane-pipeline ${c}`));
+        return `${st.fill}/${st.stroke}`;
+      }).join(" "));
+    const light = await colours();
+    await page.screenshot({ path: path.join(artifacts, "playground-pipeline.png") });
+    await page.click("#theme");
+    const dark = await colours();
+    await page.screenshot({ path: path.join(artifacts, "playground-pipeline-dark.png") });
+    await page.click("#theme");
+    assert(light !== dark, `colours follow the theme: ${light} | ${dark}`);
+    await page.selectOption("#examples", "basics/add");
+    await page.waitForSelector("#no-pipeline");
+    const none = await page.locator("#no-pipeline").textContent();
+    assert(none === "no pipeline: this kernel has no TMA / circular-buffered loads", `says: ${none}`);
+    assert(!(await page.locator("#pane-pipeline svg").count()), "no diagram");
+  });
+
   await page.selectOption("#examples", "basics/softmax");
   await page.click("#tab-cuda");
   await page.screenshot({ path: path.join(artifacts, "playground.png") });
@@ -351,6 +423,55 @@ try {
     assert(sent.source.includes("fusion add") && sent.sizes.M === 1000 && sent.sizes.N === 4096, `request: ${JSON.stringify(sent).slice(0, 200)}`);
     assert(sent.iters === 100 && sent.seed === 0, "iters and seed sent");
     await q.screenshot({ path: path.join(artifacts, "playground-run.png") });
+  });
+
+  await check("with tab B, Run sends an A/B job and shows the fake worker's two results", async () => {
+    await q.click("#open-b");
+    await q.waitForSelector("#edit-b.active");
+    await replaceProgram(q, ADD.replace("c.split(0, 128)", "c.split(0, 256)"));
+    await q.keyboard.press("Control+Enter"); // at once: B's edit is still in the debounce
+    await q.waitForSelector("#run-b .run-status");
+    const a = await q.locator("#run-a .run-status").textContent();
+    const b = await q.locator("#run-b .run-status").textContent();
+    assert(/^fake\s/.test(a) && /^fake\s/.test(b), `statuses: ${a} | ${b}`);
+    const ta = await q.locator("#run-a").textContent();
+    const tb = await q.locator("#run-b").textContent();
+    assert(ta.includes("Not measured") && tb.includes("Not measured"), "both not measured");
+    assert(ta.includes("grid (8000, 1, 1)  block (128, 1, 1)"), `A's launch: ${ta}`);
+    assert(tb.includes("grid (4000, 1, 1)  block (256, 1, 1)"), `B's launch: ${tb}`);
+    const none = await q.locator("#ab-none").textContent();
+    assert(none.includes("the fake worker measures nothing"), `no ratio: ${none}`);
+    assert(!(await q.locator("#ab-ratio, #median").count()), "no ratio, no numbers");
+    const { body } = await getJson(`${A.origin}/api/runs?limit=1`);
+    const req = body.runs[0].request;
+    assert(req.request.source.includes("c.split(0, 128)") && req.request_b.source.includes("c.split(0, 256)"), `sent: ${JSON.stringify(req).slice(0, 300)}`);
+    assert(req.request_b.sizes.M === 1000 && req.same_inputs === true, "same sizes, same inputs");
+  });
+
+  await check("an A/B result with a comparison shows B/A and its spread (the runner's A/B done event)", async () => {
+    // A GPU runner's answer, serialized from the runner's types by runner/tests/api_fixtures.rs;
+    // the fake worker never measures, so its events are replaced by this one here.
+    const done = fs.readFileSync(path.join(repo, "web/tests/fixtures/done-ab.json"), "utf8");
+    await q.route("**/api/jobs/*/events", (route) =>
+      route.fulfill({
+        status: 200,
+        headers: { "Content-Type": "text/event-stream" },
+        body: `event: queued\ndata: {"stage":"queued","position":0,"elapsed_ms":0}\n\nevent: done\ndata: ${JSON.stringify(JSON.parse(done))}\n\n`,
+      }),
+    );
+    await q.click("#run");
+    await q.waitForSelector("#ab-ratio");
+    await q.unroute("**/api/jobs/*/events");
+    assert((await q.locator("#ab-ratio .value").textContent()) === "0.900", "the median ratio");
+    assert((await q.locator("#ab-spread").textContent()) === "0.875 – 0.938", "the spread");
+    const t = await q.locator("#ab-text").textContent();
+    assert(t === "B/A = 0.900 (0.875–0.938 over 100 pairs): B is 10.0% faster than A", `text: ${t}`);
+    assert((await q.locator("#run-a #median").textContent()) === "2.50 µs", "A's median");
+    assert((await q.locator("#run-b").textContent()).includes("2.25 µs"), "B's median");
+    assert((await q.locator("#run-a .verdict").textContent()).includes("passed"), "A validated");
+    await q.screenshot({ path: path.join(artifacts, "playground-ab.png") });
+    await q.click("#close-b");
+    await q.waitForSelector("#open-b");
   });
 
   await check("a job that hangs is killed at the limit and shown as timed out", async () => {

@@ -1,0 +1,998 @@
+//! The software pipelines of a lowered kernel as plain data (the playground's Pipeline pane
+//! draws it): the thread roles that issue loads and wait on them, and for every circular buffer
+//! its stages, the loads into its slots, the mbarriers that say a slot is full (and, once the
+//! kernel has them, empty), and how a slot is given back to the producer.
+//!
+//! It is derived from the final kernel IR alone, by walking its statements: `TmaLoad`,
+//! `MbarArriveExpectTx`, `MbarWait` and `Sync`, with the `If` guards and the serial loops around
+//! them. A guard's conjuncts that depend on the thread index select a role (today one thread,
+//! `threadIdx.x == 0 && ...`, issues every load and every thread waits); the others (bounds) are
+//! kept as the load's guard. Statement kinds it does not know are skipped, so statements added to
+//! the kernel IR later do not break it (loads nested inside such statements are not seen until
+//! the walk learns them).
+
+use crate::fusion::ParallelType;
+use crate::kir::{CopyKind, Kernel, Stmt, TmaLoad, Val};
+use serde::Serialize;
+
+/// Every pipeline of one kernel; empty when it has no TMA or bulk loads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PipelineView {
+    /// The roles that issue or wait, producers first.
+    pub roles: Vec<Role>,
+    pub pipelines: Vec<Pipeline>,
+}
+
+/// A set of threads of the block with one job in the pipelines.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Role {
+    /// `producer`, `consumers`, or `producer + consumer` (numbered when several differ).
+    pub name: String,
+    /// The thread condition that selects the role (`threadIdx.x == 0 && threadIdx.y == 0`);
+    /// None: every thread of the block.
+    pub condition: Option<String>,
+    /// Threads of one block in the role, when the block size is a constant.
+    pub thread_count: Option<i64>,
+    /// The role's threads in words (`1 thread: threadIdx.x == 0`).
+    pub threads: String,
+    /// Registers per thread the role asks for (`setmaxnreg`); None: the kernel's allocation.
+    pub registers: Option<u32>,
+    pub issues: bool,
+    pub waits: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadKind {
+    /// `cp.async.bulk.tensor` through a tensor map.
+    Tile,
+    /// `cp.async.bulk` of one contiguous run.
+    Bulk,
+}
+
+/// Where in the pipelined loop a load or a wait happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PhaseKind {
+    /// Loads of the first `prefetch` iterations, before any wait.
+    Prologue,
+    /// Load iteration `i + prefetch`, wait for iteration `i`, compute on it.
+    Main,
+    /// The last `prefetch` iterations: waits, no loads.
+    Epilogue,
+    /// Not in a serial loop: one load, waited on once.
+    Once,
+    /// A loop of loads only, with no main loop: a producer that walks its own loop (warp
+    /// specialization), running ahead as far as the empty barriers let it.
+    Produce,
+    /// A loop of waits only, with no main loop: the consumers' own loop.
+    Consume,
+}
+
+/// One loop of the pipeline (or the straight-line code of a [`PhaseKind::Once`] load).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Phase {
+    pub kind: PhaseKind,
+    /// The loop variable and extent (None for `Once`).
+    pub var: Option<String>,
+    pub extent: Option<String>,
+}
+
+/// One asynchronous copy into the buffer's slots.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Load {
+    pub kind: LoadKind,
+    /// The shared-memory buffer it fills.
+    pub buffer: String,
+    /// The global tensor it reads.
+    pub tensor: String,
+    /// The tensor-map parameter (tile copies).
+    pub tensor_map: Option<String>,
+    /// Coordinates of the box origin (1 for bulk copies).
+    pub rank: usize,
+    /// Bytes one copy writes into a slot.
+    pub bytes: i64,
+    /// Bytes announced by the `mbarrier.arrive.expect_tx` before the copy.
+    pub expect_tx: Option<i64>,
+    /// Index into [`PipelineView::roles`]: who issues it.
+    pub role: usize,
+    /// The slot it fills (in the main loop when there is one), e.g. `(n_o + 3) % 4`.
+    pub slot: String,
+    /// Conditions besides the role's (bounds), as text.
+    pub guard: Option<String>,
+    /// When it is issued, in order.
+    pub phases: Vec<PhaseKind>,
+}
+
+/// A wait for a slot to be full.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Wait {
+    /// Index into [`PipelineView::roles`]: who waits.
+    pub role: usize,
+    pub barrier: String,
+    pub slot: String,
+    pub parity: String,
+    pub phases: Vec<PhaseKind>,
+}
+
+/// How the consumers give a slot back before the producer refills it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Release {
+    /// `__syncthreads()` after the reads of each main-loop iteration: the producer refills a
+    /// slot only after every thread has passed it.
+    SyncThreads,
+    /// The producer waits on [`Pipeline::empty_barrier`] before it refills a slot.
+    EmptyBarrier,
+    /// No slot is refilled (no main loop).
+    NotReused,
+    /// Slots are refilled, but neither a block barrier after the reads nor an empty barrier was
+    /// found.
+    NotFound,
+}
+
+/// One circular buffer: the loads completing on one mbarrier array.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Pipeline {
+    pub buffers: Vec<String>,
+    pub tensors: Vec<String>,
+    /// Slots (the mbarrier array's size).
+    pub stages: i64,
+    /// Iterations loaded ahead (the prologue's extent); None when it is not a constant, or when
+    /// the producer has a loop of its own.
+    pub prefetch: Option<i64>,
+    /// The pipelined loop's variable (its main loop's, else the producer's).
+    pub loop_var: Option<String>,
+    pub phases: Vec<Phase>,
+    pub loads: Vec<Load>,
+    /// Bytes of all loads of one stage.
+    pub stage_bytes: i64,
+    /// The mbarrier array a slot's loads complete on (`x_s_bars`).
+    pub full_barrier: String,
+    /// The mbarrier array the producer waits on before refilling a slot, when there is one.
+    pub empty_barrier: Option<String>,
+    pub waits: Vec<Wait>,
+    pub release: Release,
+}
+
+/// A condition on the path to a statement.
+#[derive(Clone, Debug, PartialEq)]
+struct Guard {
+    text: String,
+    /// Depends on the thread index (it selects a role): the condition, and whether it is negated
+    /// (an `else` branch).
+    thread: Option<(Val, bool)>,
+}
+
+enum What<'k> {
+    Arrive {
+        bars: usize,
+        bytes: i64,
+    },
+    Load(&'k TmaLoad),
+    Wait {
+        bars: usize,
+        slot: &'k Val,
+        parity: &'k Val,
+    },
+    Sync,
+}
+
+struct Event<'k> {
+    what: What<'k>,
+    guards: Vec<Guard>,
+    /// The innermost serial loop around it (index into `Walk::loops`).
+    lp: Option<usize>,
+}
+
+struct Walk<'k> {
+    /// Loop variables bound to thread indices.
+    thread_vars: Vec<(&'k str, ParallelType)>,
+    loops: Vec<(&'k str, &'k Val)>,
+    events: Vec<Event<'k>>,
+}
+
+fn conjuncts(v: &Val, out: &mut Vec<Val>) {
+    match v {
+        Val::And(a, b) => {
+            conjuncts(a, out);
+            conjuncts(b, out);
+        }
+        Val::True => {}
+        v => out.push(v.clone()),
+    }
+}
+
+impl<'k> Walk<'k> {
+    fn thread_of(&self, v: &Val) -> Option<ParallelType> {
+        match v {
+            Val::Hw(p) if p.is_thread() => Some(*p),
+            Val::Var(n) => self
+                .thread_vars
+                .iter()
+                .find(|(name, _)| name == n)
+                .map(|(_, p)| *p),
+            _ => None,
+        }
+    }
+
+    fn guard(&self, v: Val, negated: bool) -> Guard {
+        let plain = v.text();
+        // Depends on the thread index: `threadIdx.*` (no name holds a dot) or a variable bound
+        // to one.
+        let on_thread = plain.contains("threadIdx.")
+            || self.thread_vars.iter().any(|(name, _)| v.mentions(name));
+        let text = if negated {
+            format!("!({plain})")
+        } else {
+            plain
+        };
+        Guard {
+            text,
+            thread: on_thread.then_some((v, negated)),
+        }
+    }
+
+    fn block(&mut self, body: &'k [Stmt], guards: &mut Vec<Guard>, lp: Option<usize>) {
+        for st in body {
+            let what = match st {
+                Stmt::Loop(l) if l.parallel.is_hw() => {
+                    self.block(&l.body, guards, lp);
+                    continue;
+                }
+                Stmt::Loop(l) => {
+                    self.loops.push((&l.var, &l.extent));
+                    let id = self.loops.len() - 1;
+                    self.block(&l.body, guards, Some(id));
+                    continue;
+                }
+                Stmt::If { cond, then, els } => {
+                    let n = guards.len();
+                    let mut parts = Vec::new();
+                    conjuncts(cond, &mut parts);
+                    for c in parts {
+                        guards.push(self.guard(c, false));
+                    }
+                    self.block(then, guards, lp);
+                    guards.truncate(n);
+                    if !els.is_empty() {
+                        guards.push(self.guard(cond.clone(), true));
+                        self.block(els, guards, lp);
+                        guards.truncate(n);
+                    }
+                    continue;
+                }
+                Stmt::MbarArriveExpectTx { bars, bytes, .. } => What::Arrive {
+                    bars: *bars,
+                    bytes: *bytes,
+                },
+                Stmt::TmaLoad(t) => What::Load(t),
+                Stmt::MbarWait { bars, slot, parity } => What::Wait {
+                    bars: *bars,
+                    slot,
+                    parity,
+                },
+                Stmt::Sync => What::Sync,
+                // Statements that say nothing about the pipelines, and kinds added later.
+                _ => continue,
+            };
+            self.events.push(Event {
+                what,
+                guards: guards.clone(),
+                lp,
+            });
+        }
+    }
+}
+
+/// The role part (thread conditions) of a guard list: None for every thread.
+fn role_key(guards: &[Guard]) -> Option<String> {
+    let parts: Vec<&str> = guards
+        .iter()
+        .filter(|g| g.thread.is_some())
+        .map(|g| g.text.as_str())
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(" && "))
+}
+
+/// The other conditions (bounds), as one text.
+fn other_guards(guards: &[Guard]) -> Option<String> {
+    let parts: Vec<&str> = guards
+        .iter()
+        .filter(|g| g.thread.is_none())
+        .map(|g| g.text.as_str())
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(" && "))
+}
+
+struct RoleAcc {
+    key: Option<String>,
+    conds: Vec<(Val, bool)>,
+    issues: bool,
+    waits: bool,
+}
+
+/// Threads of a block that satisfy `conds`, when countable: conjunctions of `thread index ==
+/// constant`, or the negation of one such conjunction.
+fn count_threads(walk: &Walk, k: &Kernel, conds: &[(Val, bool)]) -> Option<i64> {
+    match conds {
+        [(c, true)] => {
+            let mut parts = Vec::new();
+            conjuncts(c, &mut parts);
+            Some(count_pinned(walk, k, &[])? - count_pinned(walk, k, &parts)?)
+        }
+        _ if conds.iter().any(|(_, negated)| *negated) => None,
+        _ => {
+            let parts: Vec<Val> = conds.iter().map(|(c, _)| c.clone()).collect();
+            count_pinned(walk, k, &parts)
+        }
+    }
+}
+
+/// Threads of a block with every condition of `eqs` (each `thread index == constant`).
+fn count_pinned(walk: &Walk, k: &Kernel, eqs: &[Val]) -> Option<i64> {
+    let mut pinned = [false; 3];
+    for c in eqs {
+        let Val::Eq(a, b) = c else { return None };
+        let p = match (walk.thread_of(a), walk.thread_of(b), &**a, &**b) {
+            (Some(p), None, _, Val::Int(_)) | (None, Some(p), Val::Int(_), _) => p,
+            _ => return None,
+        };
+        pinned[p.dim()?] = true;
+    }
+    (0..3)
+        .filter(|&d| !pinned[d])
+        .map(|d| k.block[d].as_const())
+        .product()
+}
+
+fn role_of(roles: &[RoleAcc], guards: &[Guard]) -> usize {
+    let key = role_key(guards);
+    roles
+        .iter()
+        .position(|r| r.key == key)
+        .expect("every role was collected")
+}
+
+/// The pipelines of `k` (the kernel after the last pass).
+pub fn extract(k: &Kernel) -> PipelineView {
+    let mut walk = Walk {
+        thread_vars: k
+            .hw_vars
+            .iter()
+            .filter(|(_, p)| p.is_thread())
+            .map(|(v, p)| (v.as_str(), *p))
+            .collect(),
+        loops: Vec::new(),
+        events: Vec::new(),
+    };
+    walk.block(&k.body, &mut Vec::new(), None);
+    let events = &walk.events;
+
+    // Full barriers: the arrays loads complete on, in order of their first load.
+    let mut full: Vec<usize> = Vec::new();
+    for e in events {
+        if let What::Load(t) = e.what {
+            if !full.contains(&t.bars) {
+                full.push(t.bars);
+            }
+        }
+    }
+    // Roles: those that issue loads first, then those that wait on a full barrier.
+    let mut roles: Vec<RoleAcc> = Vec::new();
+    for issuing in [true, false] {
+        for e in events {
+            let counts = match e.what {
+                What::Load(_) => issuing,
+                What::Wait { bars, .. } => !issuing && full.contains(&bars),
+                _ => false,
+            };
+            if !counts {
+                continue;
+            }
+            let key = role_key(&e.guards);
+            let i = match roles.iter().position(|r| r.key == key) {
+                Some(i) => i,
+                None => {
+                    roles.push(RoleAcc {
+                        key,
+                        conds: e.guards.iter().filter_map(|g| g.thread.clone()).collect(),
+                        issues: false,
+                        waits: false,
+                    });
+                    roles.len() - 1
+                }
+            };
+            if issuing {
+                roles[i].issues = true;
+            } else {
+                roles[i].waits = true;
+            }
+        }
+    }
+
+    let pipelines = full
+        .iter()
+        .map(|&bars| pipeline(k, &walk, &roles, &full, bars))
+        .collect();
+    PipelineView {
+        roles: name_roles(k, &walk, &roles),
+        pipelines,
+    }
+}
+
+fn name_roles(k: &Kernel, walk: &Walk, roles: &[RoleAcc]) -> Vec<Role> {
+    let base = |r: &RoleAcc| match (r.issues, r.waits) {
+        (true, true) => "producer + consumer",
+        (true, false) => "producer",
+        _ => "consumers",
+    };
+    roles
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let same = roles.iter().filter(|o| base(o) == base(r)).count();
+            let nth = roles[..i].iter().filter(|o| base(o) == base(r)).count() + 1;
+            let name = if same > 1 {
+                format!("{} {nth}", base(r))
+            } else {
+                base(r).to_string()
+            };
+            let count = count_threads(walk, k, &r.conds);
+            let threads = match (&r.key, count) {
+                (None, Some(n)) => {
+                    let dims: Vec<String> = k
+                        .block
+                        .iter()
+                        .filter(|d| d.as_const() != Some(1))
+                        .map(|d| d.to_string())
+                        .collect();
+                    if dims.len() > 1 {
+                        format!("all {n} threads of the block ({})", dims.join(" × "))
+                    } else {
+                        format!("all {n} threads of the block")
+                    }
+                }
+                (None, None) => "every thread of the block".to_string(),
+                (Some(c), Some(1)) => format!("1 thread: {c}"),
+                (Some(c), Some(n)) => format!("{n} threads: {c}"),
+                (Some(c), None) => format!("the threads where {c}"),
+            };
+            Role {
+                name,
+                condition: r.key.clone(),
+                thread_count: count,
+                threads,
+                registers: None,
+                issues: r.issues,
+                waits: r.waits,
+            }
+        })
+        .collect()
+}
+
+fn pipeline(k: &Kernel, walk: &Walk, roles: &[RoleAcc], full: &[usize], bars: usize) -> Pipeline {
+    let events = &walk.events;
+    let loads: Vec<(usize, &Event, &TmaLoad)> = events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e.what {
+            What::Load(t) if t.bars == bars => Some((i, e, t)),
+            _ => None,
+        })
+        .collect();
+    let waits: Vec<(usize, &Event)> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e.what, What::Wait { bars: b, .. } if b == bars))
+        .collect();
+
+    // The loops the loads and waits are in, in order: prologue (loads), main (both), epilogue
+    // (waits); without a main loop, a producer's loop and the consumers' loop; straight-line
+    // code is `Once`.
+    // (Events are in program order, so their loops are too.)
+    let mut places: Vec<Option<usize>> = Vec::new();
+    for e in events {
+        let here = match e.what {
+            What::Load(t) => t.bars == bars,
+            What::Wait { bars: b, .. } => b == bars,
+            _ => false,
+        };
+        if here && !places.contains(&e.lp) {
+            places.push(e.lp);
+        }
+    }
+    let issues = |lp: Option<usize>| loads.iter().any(|(_, e, _)| e.lp == lp);
+    let waits_in = |lp: Option<usize>| waits.iter().any(|(_, e)| e.lp == lp);
+    let has_main = places
+        .iter()
+        .any(|&lp| lp.is_some() && issues(lp) && waits_in(lp));
+    let kind_of = |lp: Option<usize>| match (lp, issues(lp), waits_in(lp), has_main) {
+        (None, ..) => PhaseKind::Once,
+        (_, true, true, _) => PhaseKind::Main,
+        (_, true, false, true) => PhaseKind::Prologue,
+        (_, true, false, false) => PhaseKind::Produce,
+        (_, false, _, true) => PhaseKind::Epilogue,
+        (_, false, _, false) => PhaseKind::Consume,
+    };
+    let phases: Vec<Phase> = places
+        .iter()
+        .map(|&lp| Phase {
+            kind: kind_of(lp),
+            var: lp.map(|l| walk.loops[l].0.to_string()),
+            extent: lp.map(|l| walk.loops[l].1.text()),
+        })
+        .collect();
+    let lp_of = |kind| places.iter().copied().find(|&lp| kind_of(lp) == kind);
+    let main = lp_of(PhaseKind::Main).flatten();
+    let prologue = lp_of(PhaseKind::Prologue).flatten();
+    let produce = lp_of(PhaseKind::Produce).flatten();
+    let prefetch = match (prologue, produce) {
+        (Some(l), _) => match walk.loops[l].1 {
+            Val::Int(p) => Some(*p),
+            _ => None,
+        },
+        (None, Some(_)) => None,
+        (None, None) => Some(0),
+    };
+    // Where slots are refilled (loads) and waited on in the steady state.
+    let refill = main.or(produce);
+    let drain = main.or(lp_of(PhaseKind::Consume).flatten());
+    let loop_var = refill.or(prologue).map(|l| walk.loops[l].0.to_string());
+    // The instance shown for a load or a wait: the one in the steady-state loop, else the first.
+    let steady = |lp: Option<usize>, at: Option<usize>| at.is_some() && lp == at;
+
+    let mut out_loads: Vec<Load> = Vec::new();
+    let mut shown: Vec<bool> = Vec::new();
+    for &(i, e, t) in &loads {
+        let (kind, tensor, tensor_map) = match t.kind {
+            CopyKind::Tile { map } => (
+                LoadKind::Tile,
+                k.tensor_maps[map].tensor.clone(),
+                Some(k.tensor_maps[map].param.clone()),
+            ),
+            CopyKind::Bulk => (LoadKind::Bulk, k.buffers[t.src.buffer].name.clone(), None),
+        };
+        // The arrival that announces this copy: the last one before it on the same barrier,
+        // under the same guards, in the same loop.
+        let expect_tx = events[..i].iter().rev().find_map(|a| match a.what {
+            What::Arrive { bars: b, bytes }
+                if b == bars && a.lp == e.lp && a.guards == e.guards =>
+            {
+                Some(bytes)
+            }
+            _ => None,
+        });
+        let load = Load {
+            kind,
+            buffer: k.buffers[t.dst.buffer].name.clone(),
+            tensor,
+            tensor_map,
+            rank: t.coords.len().max(1),
+            bytes: t.bytes,
+            expect_tx,
+            role: role_of(roles, &e.guards),
+            slot: t.slot.text(),
+            guard: other_guards(&e.guards),
+            phases: vec![kind_of(e.lp)],
+        };
+        let same = out_loads.iter().position(|o| {
+            (o.kind, &o.buffer, &o.tensor, o.bytes, o.role)
+                == (load.kind, &load.buffer, &load.tensor, load.bytes, load.role)
+        });
+        match same {
+            Some(j) => {
+                let phase = load.phases[0];
+                if !shown[j] && steady(e.lp, refill) {
+                    let phases = std::mem::take(&mut out_loads[j].phases);
+                    out_loads[j] = load;
+                    out_loads[j].phases = phases;
+                    shown[j] = true;
+                }
+                if !out_loads[j].phases.contains(&phase) {
+                    out_loads[j].phases.push(phase);
+                }
+            }
+            None => {
+                shown.push(steady(e.lp, refill));
+                out_loads.push(load);
+            }
+        }
+    }
+
+    let mut out_waits: Vec<Wait> = Vec::new();
+    for &(_, e) in &waits {
+        let What::Wait { slot, parity, .. } = e.what else {
+            continue;
+        };
+        let role = role_of(roles, &e.guards);
+        let phase = kind_of(e.lp);
+        match out_waits.iter_mut().find(|w| w.role == role) {
+            Some(w) => {
+                if steady(e.lp, drain) {
+                    w.slot = slot.text();
+                    w.parity = parity.text();
+                }
+                if !w.phases.contains(&phase) {
+                    w.phases.push(phase);
+                }
+            }
+            None => out_waits.push(Wait {
+                role,
+                barrier: k.mbarriers[bars].name.clone(),
+                slot: slot.text(),
+                parity: parity.text(),
+                phases: vec![phase],
+            }),
+        }
+    }
+
+    // Release: an empty barrier the producer waits on where it refills slots (an array no load
+    // completes on), else a block barrier after the main loop's wait.
+    let producer_keys: Vec<Option<String>> =
+        loads.iter().map(|(_, e, _)| role_key(&e.guards)).collect();
+    let empty_barrier = refill.and_then(|m| {
+        events.iter().find_map(|e| match e.what {
+            What::Wait { bars: b, .. }
+                if b != bars
+                    && !full.contains(&b)
+                    && e.lp == Some(m)
+                    && producer_keys.contains(&role_key(&e.guards)) =>
+            {
+                Some(k.mbarriers[b].name.clone())
+            }
+            _ => None,
+        })
+    });
+    let release = match (refill, main) {
+        (None, _) => Release::NotReused,
+        _ if empty_barrier.is_some() => Release::EmptyBarrier,
+        (_, None) => Release::NotFound,
+        (_, Some(m)) => {
+            let first_wait = waits.iter().find(|(_, e)| e.lp == Some(m)).map(|(i, _)| *i);
+            let synced = first_wait.is_some_and(|w| {
+                events[w..]
+                    .iter()
+                    .any(|e| matches!(e.what, What::Sync) && e.lp == Some(m))
+            });
+            if synced {
+                Release::SyncThreads
+            } else {
+                Release::NotFound
+            }
+        }
+    };
+
+    let mut buffers: Vec<String> = Vec::new();
+    let mut tensors: Vec<String> = Vec::new();
+    for l in &out_loads {
+        if !buffers.contains(&l.buffer) {
+            buffers.push(l.buffer.clone());
+        }
+        if !tensors.contains(&l.tensor) {
+            tensors.push(l.tensor.clone());
+        }
+    }
+    Pipeline {
+        buffers,
+        tensors,
+        stages: k.mbarriers[bars].count,
+        prefetch,
+        loop_var,
+        phases,
+        stage_bytes: out_loads.iter().map(|l| l.bytes).sum(),
+        loads: out_loads,
+        full_barrier: k.mbarriers[bars].name.clone(),
+        empty_barrier,
+        waits: out_waits,
+        release,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::fusion::MemoryType;
+    use crate::kir::{Access, Buffer, Loop, MbarArray};
+    use crate::plan::SizeExpr;
+
+    fn view(src: &str) -> PipelineView {
+        crate::compile(src, &Default::default())
+            .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")))
+            .pipeline
+    }
+
+    fn phase(kind: PhaseKind, var: &str, extent: &str) -> Phase {
+        Phase {
+            kind,
+            var: Some(var.into()),
+            extent: Some(extent.into()),
+        }
+    }
+
+    fn one_thread(condition: &str) -> Role {
+        Role {
+            name: "producer".into(),
+            condition: Some(condition.into()),
+            thread_count: Some(1),
+            threads: format!("1 thread: {condition}"),
+            registers: None,
+            issues: true,
+            waits: false,
+        }
+    }
+
+    fn all_threads(n: i64, threads: &str) -> Role {
+        Role {
+            name: "consumers".into(),
+            condition: None,
+            thread_count: Some(n),
+            threads: threads.into(),
+            registers: None,
+            issues: false,
+            waits: true,
+        }
+    }
+
+    #[test]
+    fn copy_1d_stages3_is_one_thread_loading_two_ahead_into_three_slots() {
+        let v = view(include_str!("../../examples/tma/copy_1d_stages3.hf"));
+        assert_eq!(
+            v.roles,
+            [
+                one_thread("threadIdx.x == 0"),
+                all_threads(256, "all 256 threads of the block"),
+            ]
+        );
+        assert_eq!(
+            v.pipelines,
+            [Pipeline {
+                buffers: vec!["x_s".into()],
+                tensors: vec!["x".into()],
+                stages: 3,
+                prefetch: Some(2),
+                loop_var: Some("n_oi".into()),
+                phases: vec![
+                    phase(PhaseKind::Prologue, "n_oi", "2"),
+                    phase(PhaseKind::Main, "n_oi", "14"),
+                    phase(PhaseKind::Epilogue, "n_oi_epi", "2"),
+                ],
+                loads: vec![Load {
+                    kind: LoadKind::Tile,
+                    buffer: "x_s".into(),
+                    tensor: "x".into(),
+                    tensor_map: Some("x_s_map".into()),
+                    rank: 1,
+                    bytes: 1024,
+                    expect_tx: Some(1024),
+                    role: 0,
+                    slot: "(n_oi + 2) % 3".into(),
+                    guard: None,
+                    phases: vec![PhaseKind::Prologue, PhaseKind::Main],
+                }],
+                stage_bytes: 1024,
+                full_barrier: "x_s_bars".into(),
+                empty_barrier: None,
+                waits: vec![Wait {
+                    role: 1,
+                    barrier: "x_s_bars".into(),
+                    slot: "n_oi % 3".into(),
+                    parity: "n_oi / 3 % 2".into(),
+                    phases: vec![PhaseKind::Main, PhaseKind::Epilogue],
+                }],
+                release: Release::SyncThreads,
+            }]
+        );
+    }
+
+    #[test]
+    fn exp_2d_is_a_2d_box_through_four_slots() {
+        let v = view(include_str!("../../examples/tma/exp_2d.hf"));
+        assert_eq!(
+            v.roles,
+            [
+                one_thread("threadIdx.x == 0 && threadIdx.y == 0"),
+                all_threads(512, "all 512 threads of the block (64 × 8)"),
+            ]
+        );
+        let [p] = &v.pipelines[..] else {
+            panic!("one pipeline: {v:#?}")
+        };
+        assert_eq!((p.stages, p.prefetch), (4, Some(3)));
+        assert_eq!(p.loop_var.as_deref(), Some("n_o"));
+        assert_eq!(
+            p.phases,
+            [
+                phase(PhaseKind::Prologue, "n_o", "3"),
+                phase(PhaseKind::Main, "n_o", "ceilDiv(N, 64) - 3"),
+                phase(PhaseKind::Epilogue, "n_o_epi", "3"),
+            ]
+        );
+        let [l] = &p.loads[..] else {
+            panic!("one load: {p:#?}")
+        };
+        assert_eq!(
+            (l.kind, l.rank, l.bytes, l.expect_tx),
+            (LoadKind::Tile, 2, 2048, Some(2048))
+        );
+        assert_eq!((&*l.buffer, &*l.tensor), ("x_s", "x"));
+        assert_eq!(l.slot, "(n_o + 3) % 4");
+        // The prologue's bound (`n_o < ceilDiv(N, 64)`) is not the main loop's.
+        assert_eq!(l.guard, None);
+        assert_eq!(p.stage_bytes, 2048);
+        assert_eq!(p.full_barrier, "x_s_bars");
+        assert_eq!(p.empty_barrier, None);
+        assert_eq!(p.waits.len(), 1);
+        assert_eq!(
+            (&*p.waits[0].slot, &*p.waits[0].parity),
+            ("n_o % 4", "n_o / 4 % 2")
+        );
+        assert_eq!(p.release, Release::SyncThreads);
+    }
+
+    #[test]
+    fn a_bulk_copy_keeps_its_bounds_guard_and_its_full_expect_tx() {
+        let v = view(include_str!("../../examples/tma/copy_1d_bulk.hf"));
+        let l = &v.pipelines[0].loads[0];
+        assert_eq!((l.kind, &l.tensor_map), (LoadKind::Bulk, &None));
+        assert_eq!(l.tensor, "x");
+        // Out of bounds the thread arrives with 0 bytes in the `else`: not this load's arrival.
+        assert_eq!(l.expect_tx, Some(1024));
+        assert_eq!(
+            l.guard.as_deref(),
+            Some("(n_oo * 16 + (n_oi + 2)) * 256 < N")
+        );
+        assert_eq!(
+            v.roles[l.role].condition.as_deref(),
+            Some("threadIdx.x == 0")
+        );
+    }
+
+    #[test]
+    fn one_stage_loads_and_waits_in_the_same_loop() {
+        let src =
+            include_str!("../../examples/tma/exp_2d.hf").replace("x_s.circular_buffer(4)\n", "");
+        let p = &view(&src).pipelines[0];
+        assert_eq!((p.stages, p.prefetch), (1, Some(0)));
+        assert_eq!(p.phases, [phase(PhaseKind::Main, "n_o", "ceilDiv(N, 64)")]);
+        assert_eq!(p.release, Release::SyncThreads);
+    }
+
+    #[test]
+    fn kernels_without_tma_have_no_pipeline() {
+        for src in [
+            include_str!("../../examples/basics/add.hf"),
+            include_str!("../../examples/basics/softmax_shared.hf"),
+        ] {
+            assert_eq!(view(src), PipelineView::default());
+        }
+    }
+
+    /// A warp-specialized kernel as the compiler does not make it yet: warps with
+    /// `threadIdx.y == 1` load in a loop of their own after waiting on an empty barrier, the
+    /// others wait on the full barrier in theirs.
+    fn specialized(empty_wait: bool) -> Kernel {
+        let (i, slot) = (
+            Val::Var("i".into()),
+            Val::rem(Val::Var("i".into()), Val::Int(2)),
+        );
+        let parity = Val::rem(Val::div(i.clone(), Val::Int(2)), Val::Int(2));
+        let buffer = |name: &str, memory| Buffer {
+            name: name.into(),
+            dtype: DType::F32,
+            memory,
+            tensor: None,
+            size: None,
+            smem_offset: None,
+            global_shape: vec![(SizeExpr::Sym("N".into()), false)],
+            is_input: true,
+        };
+        let serial = |body| {
+            Stmt::Loop(Loop {
+                key: 0,
+                var: "i".into(),
+                extent: Val::Int(8),
+                parallel: ParallelType::Serial,
+                body,
+            })
+        };
+        let mut producer = vec![
+            Stmt::MbarArriveExpectTx {
+                bars: 0,
+                slot: slot.clone(),
+                bytes: 512,
+            },
+            Stmt::TmaLoad(TmaLoad {
+                kind: CopyKind::Bulk,
+                dst: Access {
+                    buffer: 1,
+                    index: Some(Val::mul(slot.clone(), Val::Int(128))),
+                },
+                src: Access {
+                    buffer: 0,
+                    index: Some(Val::mul(i.clone(), Val::Int(128))),
+                },
+                coords: vec![Val::mul(i.clone(), Val::Int(128))],
+                bytes: 512,
+                bars: 0,
+                slot: slot.clone(),
+            }),
+        ];
+        if empty_wait {
+            producer.insert(
+                0,
+                Stmt::MbarWait {
+                    bars: 1,
+                    slot: slot.clone(),
+                    parity: parity.clone(),
+                },
+            );
+        }
+        let bars = |name: &str| MbarArray {
+            name: name.into(),
+            count: 2,
+            smem_offset: None,
+        };
+        Kernel {
+            name: "ws".into(),
+            buffers: vec![
+                buffer("x", MemoryType::Global),
+                buffer("x_s", MemoryType::Shared),
+            ],
+            body: vec![
+                Stmt::MbarInit { bars: 0 },
+                Stmt::MbarInit { bars: 1 },
+                Stmt::Sync,
+                Stmt::If {
+                    cond: Val::eq(Val::Hw(ParallelType::TIDy), Val::Int(1)),
+                    then: vec![serial(producer)],
+                    els: vec![serial(vec![Stmt::MbarWait {
+                        bars: 0,
+                        slot,
+                        parity,
+                    }])],
+                },
+            ],
+            block: [SizeExpr::Const(128), SizeExpr::Const(2), SizeExpr::Const(1)],
+            grid: [SizeExpr::Const(1), SizeExpr::Const(1), SizeExpr::Const(1)],
+            hw_vars: Vec::new(),
+            reduce_scratch: None,
+            dynamic_smem: SizeExpr::Const(0),
+            mbarriers: vec![bars("x_s_full"), bars("x_s_empty")],
+            tensor_maps: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_producer_branch_with_its_own_loop_and_an_empty_barrier() {
+        let v = extract(&specialized(true));
+        let names: Vec<(&str, Option<&str>, Option<i64>)> = v
+            .roles
+            .iter()
+            .map(|r| (&*r.name, r.condition.as_deref(), r.thread_count))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("producer", Some("threadIdx.y == 1"), Some(128)),
+                ("consumers", Some("!(threadIdx.y == 1)"), Some(128)),
+            ]
+        );
+        let p = &v.pipelines[0];
+        assert_eq!(
+            p.phases.iter().map(|p| p.kind).collect::<Vec<_>>(),
+            [PhaseKind::Produce, PhaseKind::Consume]
+        );
+        assert_eq!(p.prefetch, None);
+        assert_eq!(p.full_barrier, "x_s_full");
+        assert_eq!(p.empty_barrier.as_deref(), Some("x_s_empty"));
+        assert_eq!(p.release, Release::EmptyBarrier);
+        assert_eq!((p.loads[0].role, p.waits[0].role), (0, 1));
+
+        // Without the empty barrier nothing gives a slot back.
+        let v = extract(&specialized(false));
+        assert_eq!(v.pipelines[0].empty_barrier, None);
+        assert_eq!(v.pipelines[0].release, Release::NotFound);
+    }
+}
