@@ -218,9 +218,11 @@ impl<'k> Walk<'k> {
 
     fn guard(&self, v: Val, negated: bool) -> Guard {
         let plain = v.text();
-        // Depends on the thread index: `threadIdx.*` (no name holds a dot) or a variable bound
-        // to one.
+        // Depends on the thread index: `threadIdx.*` (no name holds a dot), a variable bound
+        // to one, the warp index or an election.
         let on_thread = plain.contains("threadIdx.")
+            || plain.contains("elect_one()")
+            || v.mentions_warp()
             || self.thread_vars.iter().any(|(name, _)| v.mentions(name));
         let text = if negated {
             format!("!({plain})")
@@ -262,7 +264,8 @@ impl<'k> Walk<'k> {
                     }
                     continue;
                 }
-                Stmt::MbarArriveExpectTx { bars, bytes, .. } => What::Arrive {
+                Stmt::MbarArriveExpectTx { bars, bytes, .. }
+                | Stmt::MbarExpectTx { bars, bytes, .. } => What::Arrive {
                     bars: *bars,
                     bytes: *bytes,
                 },
@@ -273,6 +276,23 @@ impl<'k> Walk<'k> {
                     parity,
                 },
                 Stmt::Sync => What::Sync,
+                // Warp specialization: the producer branch under the warp condition, the
+                // consumers under its negation.
+                Stmt::WarpRoles {
+                    is_producer,
+                    producer,
+                    consumer,
+                    ..
+                } => {
+                    let n = guards.len();
+                    guards.push(self.guard(is_producer.clone(), false));
+                    self.block(producer, guards, lp);
+                    guards.truncate(n);
+                    guards.push(self.guard(is_producer.clone(), true));
+                    self.block(consumer, guards, lp);
+                    guards.truncate(n);
+                    continue;
+                }
                 // Statements that say nothing about the pipelines, and kinds added later.
                 _ => continue,
             };
@@ -438,7 +458,7 @@ fn name_roles(k: &Kernel, walk: &Walk, roles: &[RoleAcc]) -> Vec<Role> {
             } else {
                 base(r).to_string()
             };
-            let count = count_threads(walk, k, &r.conds);
+            let count = count_threads(walk, k, &r.conds).or_else(|| warp_role_count(k, r));
             let threads = match (&r.key, count) {
                 (None, Some(n)) => {
                     let dims: Vec<String> = k
@@ -463,12 +483,48 @@ fn name_roles(k: &Kernel, walk: &Walk, roles: &[RoleAcc]) -> Vec<Role> {
                 condition: r.key.clone(),
                 thread_count: count,
                 threads,
-                registers: None,
+                registers: warp_role_registers(k, r),
                 issues: r.issues,
                 waits: r.waits,
             }
         })
         .collect()
+}
+
+/// The warp-specialization statement of the kernel, if any: (consumer threads, registers).
+fn warp_roles(k: &Kernel) -> Option<(i64, Option<(u32, u32)>)> {
+    k.body.iter().find_map(|s| match s {
+        Stmt::WarpRoles {
+            consumer_threads,
+            registers,
+            ..
+        } => Some((*consumer_threads, *registers)),
+        _ => None,
+    })
+}
+
+/// Threads of a role selected by an election (one thread) or, in a warp-specialized kernel,
+/// by the warp condition (the consumers when negated, else the producer warp group).
+fn warp_role_count(k: &Kernel, r: &RoleAcc) -> Option<i64> {
+    if r.conds.iter().any(|(c, n)| *c == Val::Elect && !n) {
+        return Some(1);
+    }
+    let (consumers, _) = warp_roles(k)?;
+    match r.conds.as_slice() {
+        [(c, true)] if c.mentions_warp() => Some(consumers),
+        [(c, false)] if c.mentions_warp() => Some(128),
+        _ => None,
+    }
+}
+
+fn warp_role_registers(k: &Kernel, r: &RoleAcc) -> Option<u32> {
+    let (_, regs) = warp_roles(k)?;
+    let (producer, consumer) = regs?;
+    let negated = r
+        .conds
+        .first()
+        .is_some_and(|(c, n)| *n && c.mentions_warp());
+    Some(if negated { consumer } else { producer })
 }
 
 fn pipeline(k: &Kernel, walk: &Walk, roles: &[RoleAcc], full: &[usize], bars: usize) -> Pipeline {
@@ -741,7 +797,7 @@ mod tests {
         assert_eq!(
             v.roles,
             [
-                one_thread("threadIdx.x == 0"),
+                one_thread("warp == 0 && elect_one()"),
                 all_threads(256, "all 256 threads of the block"),
             ]
         );
@@ -772,11 +828,11 @@ mod tests {
                     phases: vec![PhaseKind::Prologue, PhaseKind::Main],
                 }],
                 stage_bytes: 1024,
-                full_barrier: "x_s_bars".into(),
+                full_barrier: "x_s_full".into(),
                 empty_barrier: None,
                 waits: vec![Wait {
                     role: 1,
-                    barrier: "x_s_bars".into(),
+                    barrier: "x_s_full".into(),
                     slot: "n_oi % 3".into(),
                     parity: "n_oi / 3 % 2".into(),
                     phases: vec![PhaseKind::Main, PhaseKind::Epilogue],
@@ -792,7 +848,7 @@ mod tests {
         assert_eq!(
             v.roles,
             [
-                one_thread("threadIdx.x == 0 && threadIdx.y == 0"),
+                one_thread("warp == 0 && elect_one()"),
                 all_threads(512, "all 512 threads of the block (64 × 8)"),
             ]
         );
@@ -821,7 +877,7 @@ mod tests {
         // The prologue's bound (`n_o < ceilDiv(N, 64)`) is not the main loop's.
         assert_eq!(l.guard, None);
         assert_eq!(p.stage_bytes, 2048);
-        assert_eq!(p.full_barrier, "x_s_bars");
+        assert_eq!(p.full_barrier, "x_s_full");
         assert_eq!(p.empty_barrier, None);
         assert_eq!(p.waits.len(), 1);
         assert_eq!(
@@ -845,7 +901,7 @@ mod tests {
         );
         assert_eq!(
             v.roles[l.role].condition.as_deref(),
-            Some("threadIdx.x == 0")
+            Some("warp == 0 && elect_one()")
         );
     }
 
@@ -872,127 +928,51 @@ mod tests {
     /// A warp-specialized kernel as the compiler does not make it yet: warps with
     /// `threadIdx.y == 1` load in a loop of their own after waiting on an empty barrier, the
     /// others wait on the full barrier in theirs.
-    fn specialized(empty_wait: bool) -> Kernel {
-        let (i, slot) = (
-            Val::Var("i".into()),
-            Val::rem(Val::Var("i".into()), Val::Int(2)),
+    fn example(path: &str) -> String {
+        std::fs::read_to_string(format!("{}/../examples/{path}", env!("CARGO_MANIFEST_DIR")))
+            .unwrap()
+    }
+
+    #[test]
+    fn warp_specialized_roles_each_load_on_their_own_barriers() {
+        let v = view(&example("ws/mul_two_roles.hf"));
+        let roles: Vec<(&str, Option<i64>, Option<u32>, bool, bool)> = v
+            .roles
+            .iter()
+            .map(|r| (&*r.name, r.thread_count, r.registers, r.issues, r.waits))
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                ("producer 1", Some(1), Some(152), true, false),
+                ("producer 2", Some(1), Some(152), true, false),
+                ("consumers", Some(256), Some(176), false, true),
+            ]
         );
-        let parity = Val::rem(Val::div(i.clone(), Val::Int(2)), Val::Int(2));
-        let buffer = |name: &str, memory| Buffer {
-            name: name.into(),
-            dtype: DType::F32,
-            memory,
-            tensor: None,
-            size: None,
-            smem_offset: None,
-            global_shape: vec![(SizeExpr::Sym("N".into()), false)],
-            is_input: true,
-        };
-        let serial = |body| {
-            Stmt::Loop(Loop {
-                key: 0,
-                var: "i".into(),
-                extent: Val::Int(8),
-                parallel: ParallelType::Serial,
-                body,
-            })
-        };
-        let mut producer = vec![
-            Stmt::MbarArriveExpectTx {
-                bars: 0,
-                slot: slot.clone(),
-                bytes: 512,
-            },
-            Stmt::TmaLoad(TmaLoad {
-                kind: CopyKind::Bulk,
-                dst: Access {
-                    buffer: 1,
-                    index: Some(Val::mul(slot.clone(), Val::Int(128))),
-                },
-                src: Access {
-                    buffer: 0,
-                    index: Some(Val::mul(i.clone(), Val::Int(128))),
-                },
-                coords: vec![Val::mul(i.clone(), Val::Int(128))],
-                bytes: 512,
-                bars: 0,
-                slot: slot.clone(),
-            }),
-        ];
-        if empty_wait {
-            producer.insert(
-                0,
-                Stmt::MbarWait {
-                    bars: 1,
-                    slot: slot.clone(),
-                    parity: parity.clone(),
-                },
+        assert_eq!(v.pipelines.len(), 2);
+        for (p, t) in v.pipelines.iter().zip(["t2_s", "t3_s"]) {
+            assert_eq!(p.full_barrier, format!("{t}_full"));
+            assert_eq!(p.empty_barrier.as_deref(), Some(&*format!("{t}_empty")));
+            assert_eq!(p.release, Release::EmptyBarrier);
+            assert_eq!(
+                p.phases.iter().map(|p| p.kind).collect::<Vec<_>>(),
+                [PhaseKind::Produce, PhaseKind::Consume]
             );
-        }
-        let bars = |name: &str| MbarArray {
-            name: name.into(),
-            count: 2,
-            smem_offset: None,
-        };
-        Kernel {
-            name: "ws".into(),
-            buffers: vec![
-                buffer("x", MemoryType::Global),
-                buffer("x_s", MemoryType::Shared),
-            ],
-            body: vec![
-                Stmt::MbarInit { bars: 0 },
-                Stmt::MbarInit { bars: 1 },
-                Stmt::Sync,
-                Stmt::If {
-                    cond: Val::eq(Val::Hw(ParallelType::TIDy), Val::Int(1)),
-                    then: vec![serial(producer)],
-                    els: vec![serial(vec![Stmt::MbarWait {
-                        bars: 0,
-                        slot,
-                        parity,
-                    }])],
-                },
-            ],
-            block: [SizeExpr::Const(128), SizeExpr::Const(2), SizeExpr::Const(1)],
-            grid: [SizeExpr::Const(1), SizeExpr::Const(1), SizeExpr::Const(1)],
-            hw_vars: Vec::new(),
-            reduce_scratch: None,
-            dynamic_smem: SizeExpr::Const(0),
-            mbarriers: vec![bars("x_s_full"), bars("x_s_empty")],
-            tensor_maps: Vec::new(),
+            assert_eq!((p.stages, p.loads.len(), p.loads[0].bytes), (4, 1, 8192));
+            assert_eq!(p.waits[0].role, 2);
         }
     }
 
     #[test]
-    fn a_producer_branch_with_its_own_loop_and_an_empty_barrier() {
-        let v = extract(&specialized(true));
-        let names: Vec<(&str, Option<&str>, Option<i64>)> = v
-            .roles
-            .iter()
-            .map(|r| (&*r.name, r.condition.as_deref(), r.thread_count))
-            .collect();
-        assert_eq!(
-            names,
-            [
-                ("producer", Some("threadIdx.y == 1"), Some(128)),
-                ("consumers", Some("!(threadIdx.y == 1)"), Some(128)),
-            ]
+    fn an_empty_barrier_pipeline_without_warp_roles() {
+        let src = example("tma/exp_2d.hf").replace(
+            "x_s.circular_buffer(4)",
+            "x_s.circular_buffer(4, war=mbarrier)",
         );
+        let v = view(&src);
         let p = &v.pipelines[0];
-        assert_eq!(
-            p.phases.iter().map(|p| p.kind).collect::<Vec<_>>(),
-            [PhaseKind::Produce, PhaseKind::Consume]
-        );
-        assert_eq!(p.prefetch, None);
-        assert_eq!(p.full_barrier, "x_s_full");
         assert_eq!(p.empty_barrier.as_deref(), Some("x_s_empty"));
         assert_eq!(p.release, Release::EmptyBarrier);
-        assert_eq!((p.loads[0].role, p.waits[0].role), (0, 1));
-
-        // Without the empty barrier nothing gives a slot back.
-        let v = extract(&specialized(false));
-        assert_eq!(v.pipelines[0].empty_barrier, None);
-        assert_eq!(v.pipelines[0].release, Release::NotFound);
+        assert_eq!(v.roles[0].thread_count, Some(1));
     }
 }
