@@ -748,10 +748,6 @@ fn pipeline(k: &Kernel, walk: &Walk, roles: &[RoleAcc], full: &[usize], bars: us
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dtype::DType;
-    use crate::fusion::MemoryType;
-    use crate::kir::{Access, Buffer, Loop, MbarArray};
-    use crate::plan::SizeExpr;
 
     fn view(src: &str) -> PipelineView {
         crate::compile(src, &Default::default())
@@ -936,17 +932,22 @@ mod tests {
     #[test]
     fn warp_specialized_roles_each_load_on_their_own_barriers() {
         let v = view(&example("ws/mul_two_roles.hf"));
-        let roles: Vec<(&str, Option<i64>, Option<u32>, bool, bool)> = v
+        let roles: Vec<String> = v
             .roles
             .iter()
-            .map(|r| (&*r.name, r.thread_count, r.registers, r.issues, r.waits))
+            .map(|r| {
+                format!(
+                    "{} {:?} {:?} {} {}",
+                    r.name, r.thread_count, r.registers, r.issues, r.waits
+                )
+            })
             .collect();
         assert_eq!(
             roles,
             [
-                ("producer 1", Some(1), Some(152), true, false),
-                ("producer 2", Some(1), Some(152), true, false),
-                ("consumers", Some(256), Some(176), false, true),
+                "producer 1 Some(1) Some(152) true false",
+                "producer 2 Some(1) Some(152) true false",
+                "consumers Some(256) Some(176) false true",
             ]
         );
         assert_eq!(v.pipelines.len(), 2);
