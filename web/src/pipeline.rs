@@ -530,8 +530,8 @@ mod tests {
         for k in 0..4 {
             assert!(svg.contains(&format!(r#"data-slot="{k}""#)));
             assert!(svg.contains(&format!(">slot {k}<")));
-            assert!(svg.contains(&format!(">x_s_bars[{k}]<")));
-            assert!(svg.contains(&format!(">wait x_s_bars[{k}]<")));
+            assert!(svg.contains(&format!(">x_s_full[{k}]<")));
+            assert!(svg.contains(&format!(">wait x_s_full[{k}]<")));
             assert!(svg.contains(&format!(">read x_s[{k}]<")));
         }
         assert!(svg.contains(">load x → x_s[3]<"));
@@ -539,12 +539,12 @@ mod tests {
         assert_eq!(svg.matches(">expect_tx 2048 B<").count(), 4);
         // Role captions; the condition's `&&` is escaped.
         assert!(svg.contains(
-            ">producer</tspan><tspan dx=\"8\" class=\"pl-small\">1 thread: threadIdx.x == 0 &amp;&amp; threadIdx.y == 0<"
+            ">producer</tspan><tspan dx=\"8\" class=\"pl-small\">1 thread: warp == 0 &amp;&amp; elect_one()<"
         ), "{svg}");
         assert!(svg.contains(
             ">consumers</tspan><tspan dx=\"8\" class=\"pl-small\">all 512 threads of the block (64 × 8) · wait parity n_o / 4 % 2<"
         ), "{svg}");
-        assert!(svg.contains(">x_s: 4 × 2.0 KiB · full barriers x_s_bars<"));
+        assert!(svg.contains(">x_s: 4 × 2.0 KiB · full barriers x_s_full<"));
         assert!(!svg.contains("&&"));
         // Slots 0..3 are filled first by the prologue (3 ahead), slot 3 by the main loop.
         assert_eq!(svg.matches(">first: prologue<").count(), 3);
@@ -569,16 +569,16 @@ mod tests {
         let rows = details(&v, &v.pipelines[0]);
         let kinds: Vec<&str> = rows.iter().map(|r| r.0).collect();
         assert_eq!(kinds, ["role", "role", "load", "wait", "release"]);
-        assert_eq!(rows[0].1, "producer: 1 thread: threadIdx.x == 0");
+        assert_eq!(rows[0].1, "producer: 1 thread: warp == 0 && elect_one()");
         assert_eq!(rows[1].1, "consumers: all 256 threads of the block");
         assert_eq!(
             rows[2].1,
             "producer issues x → x_s[(n_oi + 2) % 3] (bulk copy, 1024 B, expect_tx 1024 B) on \
-             x_s_bars[(n_oi + 2) % 3] if (n_oo * 16 + (n_oi + 2)) * 256 < N; in prologue, main"
+             x_s_full[(n_oi + 2) % 3] if (n_oo * 16 + (n_oi + 2)) * 256 < N; in prologue, main"
         );
         assert_eq!(
             rows[3].1,
-            "consumers wait on x_s_bars[n_oi % 3] for parity n_oi / 3 % 2; in main, epilogue"
+            "consumers wait on x_s_full[n_oi % 3] for parity n_oi / 3 % 2; in main, epilogue"
         );
     }
 
@@ -590,7 +590,7 @@ mod tests {
         assert!(page.contains(&svg(&v, 0)));
         assert!(page.contains("<th>load</th>") && page.contains("<th>release</th>"));
         // Conditions are escaped in the table too.
-        assert!(page.contains("1 thread: threadIdx.x == 0 &amp;&amp; threadIdx.y == 0"));
+        assert!(page.contains("1 thread: warp == 0 &amp;&amp; elect_one()"));
         let none = html(&view("basics/softmax"));
         assert_eq!(
             none,

@@ -357,7 +357,7 @@ try {
     assert((await page.locator("#pane-pipeline svg .pl-slot").count()) === 4, "4 slots");
     const svg = page.locator("#pane-pipeline svg.pl-svg");
     const text = await svg.textContent();
-    for (const s of ["slot 3", "producer", "consumers", "load x → x_s[0]", "TMA 2-D · 2.0 KiB", "expect_tx 2048 B", "wait x_s_bars[2]", "x_s_bars[3]", "__syncthreads()"]) {
+    for (const s of ["slot 3", "producer", "consumers", "load x → x_s[0]", "TMA 2-D · 2.0 KiB", "expect_tx 2048 B", "wait x_s_full[2]", "x_s_full[3]", "__syncthreads()"]) {
       assert(text.includes(s), `diagram shows ${s}`);
     }
     const box = await svg.boundingBox();
