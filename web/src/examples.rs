@@ -25,7 +25,7 @@ pub fn group_title(group: &str) -> String {
             let g = g.replace('_', " ");
             let mut c = g.chars();
             c.next()
-                .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
                 .unwrap_or_default()
         }
     }

@@ -148,7 +148,7 @@ pub fn param_row(p: &Param) -> (String, String, String) {
                     .map(|s| s.to_string())
                     .collect::<Vec<_>>()
                     .join(", "),
-                format!("{role:?}").to_lowercase()
+                format!("{role:?}").to_ascii_lowercase()
             ),
         ),
         Param::Size { symbol } => ("size".into(), symbol.clone(), "index type".into()),

@@ -228,7 +228,7 @@ impl<'a> Ctx<'a> {
     fn key_name(&mut self, node: &KeyNode) -> String {
         let base = match node {
             KeyNode::Root(class) => match self.class_extent(*class) {
-                SizeExpr::Sym(s) => s.to_lowercase(),
+                SizeExpr::Sym(s) => s.to_ascii_lowercase(),
                 _ => "d".to_string(),
             },
             KeyNode::Split {
