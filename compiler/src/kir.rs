@@ -28,6 +28,8 @@ pub enum Val {
     Lt(Box<Val>, Box<Val>),
     Eq(Box<Val>, Box<Val>),
     And(Box<Val>, Box<Val>),
+    /// Bitwise exclusive or (the shared-memory swizzle of TMA boxes).
+    Xor(Box<Val>, Box<Val>),
     True,
     /// The thread's warp index in the block, made warp-uniform (`__shfl_sync` from lane 0):
     /// predicates around warp-collective instructions are built from it.
@@ -80,27 +82,9 @@ impl Val {
         }
     }
 
-    /// Replaces variable `name` by `with`.
-    pub fn subst(&self, name: &str, with: &Val) -> Val {
-        let s = |v: &Val| Box::new(v.subst(name, with));
+    /// The two operands of a binary node.
+    pub fn operands(&self) -> Option<(&Val, &Val)> {
         match self {
-            Val::Var(n) if n == name => with.clone(),
-            Val::Add(a, b) => Val::Add(s(a), s(b)),
-            Val::Sub(a, b) => Val::Sub(s(a), s(b)),
-            Val::Mul(a, b) => Val::Mul(s(a), s(b)),
-            Val::Div(a, b) => Val::Div(s(a), s(b)),
-            Val::Mod(a, b) => Val::Mod(s(a), s(b)),
-            Val::CeilDiv(a, b) => Val::CeilDiv(s(a), s(b)),
-            Val::Lt(a, b) => Val::Lt(s(a), s(b)),
-            Val::Eq(a, b) => Val::Eq(s(a), s(b)),
-            Val::And(a, b) => Val::And(s(a), s(b)),
-            v => v.clone(),
-        }
-    }
-
-    pub fn mentions(&self, name: &str) -> bool {
-        match self {
-            Val::Var(n) => n == name,
             Val::Add(a, b)
             | Val::Sub(a, b)
             | Val::Mul(a, b)
@@ -109,9 +93,49 @@ impl Val {
             | Val::CeilDiv(a, b)
             | Val::Lt(a, b)
             | Val::Eq(a, b)
-            | Val::And(a, b) => a.mentions(name) || b.mentions(name),
-            _ => false,
+            | Val::And(a, b)
+            | Val::Xor(a, b) => Some((a, b)),
+            _ => None,
         }
+    }
+
+    /// The same binary node over new operands.
+    pub fn with_operands(&self, a: Val, b: Val) -> Val {
+        let (a, b) = (Box::new(a), Box::new(b));
+        match self {
+            Val::Add(..) => Val::Add(a, b),
+            Val::Sub(..) => Val::Sub(a, b),
+            Val::Mul(..) => Val::Mul(a, b),
+            Val::Div(..) => Val::Div(a, b),
+            Val::Mod(..) => Val::Mod(a, b),
+            Val::CeilDiv(..) => Val::CeilDiv(a, b),
+            Val::Lt(..) => Val::Lt(a, b),
+            Val::Eq(..) => Val::Eq(a, b),
+            Val::And(..) => Val::And(a, b),
+            Val::Xor(..) => Val::Xor(a, b),
+            v => v.clone(),
+        }
+    }
+
+    /// Whether `leaf` holds for some leaf of the tree.
+    pub fn any_leaf(&self, leaf: &dyn Fn(&Val) -> bool) -> bool {
+        match self.operands() {
+            Some((a, b)) => a.any_leaf(leaf) || b.any_leaf(leaf),
+            None => leaf(self),
+        }
+    }
+
+    /// Replaces variable `name` by `with`.
+    pub fn subst(&self, name: &str, with: &Val) -> Val {
+        match (self, self.operands()) {
+            (Val::Var(n), _) if n == name => with.clone(),
+            (_, Some((a, b))) => self.with_operands(a.subst(name, with), b.subst(name, with)),
+            (v, None) => v.clone(),
+        }
+    }
+
+    pub fn mentions(&self, name: &str) -> bool {
+        self.any_leaf(&|v| matches!(v, Val::Var(n) if n == name))
     }
 
     fn prec(&self) -> u8 {
@@ -191,6 +215,12 @@ impl Val {
             Val::Lt(a, b) => bin(a, "<", b, 2, out),
             Val::Eq(a, b) => bin(a, "==", b, 2, out),
             Val::And(a, b) => bin(a, "&&", b, 1, out),
+            // Always parenthesized: C binds `^` below `==` and `<`.
+            Val::Xor(a, b) => {
+                out.push('(');
+                bin(a, "^", b, 5, out);
+                out.push(')');
+            }
             Val::True => out.push_str("true"),
             Val::Warp => out.push_str(if cuda { "hf_warp" } else { "warp" }),
             Val::Elect => out.push_str(if cuda {
@@ -203,34 +233,16 @@ impl Val {
 
     /// Whether the warp index appears (the kernel then computes it once at entry).
     pub fn mentions_warp(&self) -> bool {
-        match self {
-            Val::Warp => true,
-            Val::Add(a, b)
-            | Val::Sub(a, b)
-            | Val::Mul(a, b)
-            | Val::Div(a, b)
-            | Val::Mod(a, b)
-            | Val::CeilDiv(a, b)
-            | Val::Lt(a, b)
-            | Val::Eq(a, b)
-            | Val::And(a, b) => a.mentions_warp() || b.mentions_warp(),
-            _ => false,
-        }
+        self.any_leaf(&|v| matches!(v, Val::Warp))
     }
 
     /// Whether a ceiling division appears (the CUDA prelude then needs its helper).
     pub fn has_ceil_div(&self) -> bool {
-        match self {
-            Val::CeilDiv(..) => true,
-            Val::Add(a, b)
-            | Val::Sub(a, b)
-            | Val::Mul(a, b)
-            | Val::Div(a, b)
-            | Val::Mod(a, b)
-            | Val::Lt(a, b)
-            | Val::Eq(a, b)
-            | Val::And(a, b) => a.has_ceil_div() || b.has_ceil_div(),
-            _ => false,
+        match self.operands() {
+            Some((a, b)) => {
+                matches!(self, Val::CeilDiv(..)) || a.has_ceil_div() || b.has_ceil_div()
+            }
+            None => false,
         }
     }
 }

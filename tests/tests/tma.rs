@@ -219,3 +219,53 @@ fn the_other_fence_placements_are_where_they_say() {
     );
     assert!(warp.cuda.contains("__syncthreads();\n      if (hf_warp == 0) {\n        hf_fence_proxy_async();\n        if (hf_elect_one()) {\n          hf_tma_store_2d("), "{}", warp.cuda);
 }
+
+#[test]
+fn swizzled_boxes_are_addressed_through_the_swizzle() {
+    let c = compile(&example("tma/exp_swizzle.hf"));
+    assert!(c
+        .cuda
+        .contains("extern __shared__ __align__(1024) unsigned char hf_smem[];"));
+    // Element (m_i, n_i) of a 16 x 32 f32 box: chunk (m_i * 32 + n_i) / 4 XOR row % 8.
+    assert!(c.cuda.contains("y_s[(((m_i * 32 + n_i) / 4) ^ (m_i % 8)) * 4 + (m_i * 32 + n_i) % 4] = expf(x_s[n_o % 4 * 512 + ((((m_i * 32 + n_i) / 4) ^ (m_i % 8)) * 4 + (m_i * 32 + n_i) % 4)]);"), "{}", c.cuda);
+    assert!(c.plan.tensor_maps.iter().all(|m| m.swizzle_bytes == 128));
+    // The swizzled store cache starts at a multiple of 1024 bytes.
+    assert!(c
+        .cuda
+        .contains("float* y_s = reinterpret_cast<float*>(hf_smem + 8192);"));
+}
+
+#[test]
+fn swizzle_errors_name_the_rule() {
+    let src = example("tma/exp_swizzle.hf");
+    let e = hopfuse::compile(
+        &src.replace("y.split(1, 32)", "y.split(1, 64)"),
+        &Default::default(),
+    )
+    .err()
+    .unwrap()
+    .render(&src, "t.hf");
+    assert!(
+        e.contains("with 128-byte swizzle the inner box row must be exactly 128 bytes, it is 256"),
+        "{e}"
+    );
+    let e = hopfuse::compile(
+        &src.replace("swizzle=128)\n  y_s", "swizzle=48)\n  y_s"),
+        &Default::default(),
+    )
+    .err()
+    .unwrap()
+    .render(&src, "t.hf");
+    assert!(e.contains("swizzle is none, 32, 64 or 128 (bytes)"), "{e}");
+    let e = hopfuse::compile(
+        &src.replace("load=tma, swizzle=128", "swizzle=128"),
+        &Default::default(),
+    )
+    .err()
+    .unwrap()
+    .render(&src, "t.hf");
+    assert!(
+        e.contains("swizzle= lays out a TMA box in shared memory: use it with load=tma"),
+        "{e}"
+    );
+}

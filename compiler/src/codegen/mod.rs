@@ -148,8 +148,14 @@ pub fn emit(
     let _ = writeln!(src, "extern \"C\" __global__ void {bounds}{kernel_name}(");
     let _ = writeln!(src, "    {}) {{", decls.join(",\n    "));
     if k.dynamic_smem != SizeExpr::Const(0) {
-        // TMA boxes need 128-byte aligned shared memory.
-        let align = if k.mbarriers.is_empty() { 16 } else { 128 };
+        // TMA boxes need 128-byte aligned shared memory, swizzled ones 1024 bytes.
+        let align = if k.tensor_maps.iter().any(|m| m.swizzle_bytes != 0) {
+            1024
+        } else if k.mbarriers.is_empty() {
+            16
+        } else {
+            128
+        };
         let _ = writeln!(
             src,
             "  extern __shared__ __align__({align}) unsigned char hf_smem[];"

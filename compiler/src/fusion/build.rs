@@ -179,6 +179,7 @@ impl Builder {
             circular: None,
             store: LoadKind::Plain,
             fence: FenceMode::Analysis,
+            swizzle: 0,
         });
         self.names.entry(name).or_insert(t);
         t

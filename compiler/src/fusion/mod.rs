@@ -359,6 +359,9 @@ pub struct Tensor {
     pub store: LoadKind,
     /// Where the async-proxy fence before a TMA store of this tensor goes.
     pub fence: FenceMode,
+    /// Shared-memory swizzle (0, 32, 64 or 128 bytes) of the TMA box this tensor is loaded into
+    /// (a cache) or stored from (an output's `cache_before`).
+    pub swizzle: u32,
 }
 
 /// Placement of `fence.proxy.async.shared::cta` between the generic writes of a shared buffer
@@ -693,6 +696,9 @@ pub fn print(f: &Fusion) -> String {
         let mut extra = String::new();
         if tensor.load != LoadKind::Plain {
             let _ = write!(extra, " load={}", tensor.load.name());
+        }
+        if tensor.swizzle != 0 {
+            let _ = write!(extra, " swizzle={}", tensor.swizzle);
         }
         if tensor.store != LoadKind::Plain {
             let _ = write!(

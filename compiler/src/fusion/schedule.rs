@@ -116,6 +116,7 @@ struct CacheArgs {
     load: LoadKind,
     store: LoadKind,
     fence: Option<FenceMode>,
+    swizzle: Option<(u32, Span)>,
 }
 
 fn name_arg<T>(
@@ -143,6 +144,7 @@ fn cache_args(a: &Args) -> SResult<CacheArgs> {
         load: LoadKind::Plain,
         store: LoadKind::Plain,
         fence: None,
+        swizzle: None,
     };
     for (name, value, sp) in &a.named {
         match *name {
@@ -182,10 +184,14 @@ fn cache_args(a: &Args) -> SResult<CacheArgs> {
                 )?)
             }
             "swizzle" => {
-                return a.err(
-                    "swizzled TMA boxes are not supported yet (boxes are loaded unswizzled)",
-                    Some(*sp),
-                )
+                let bytes = match value {
+                    ast::Expr::Name(n, _) if n == "none" => Some(0),
+                    e => int_of(e).filter(|b| [0, 32, 64, 128].contains(b)),
+                };
+                let Some(bytes) = bytes else {
+                    return a.err("swizzle is none, 32, 64 or 128 (bytes)", Some(*sp));
+                };
+                out.swizzle = Some((bytes as u32, *sp));
             }
             other => return a.err(format!("unknown argument `{other}`"), Some(*sp)),
         }
@@ -307,7 +313,17 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                 load,
                 store,
                 fence,
+                swizzle,
             } = cache_args(&a)?;
+            if let Some((_, sp)) = swizzle {
+                if load != LoadKind::Tma && store != LoadKind::Tma {
+                    return a.err(
+                        "swizzle= lays out a TMA box in shared memory: use it with load=tma (cache_after) or store=tma (cache_before)",
+                        Some(sp),
+                    );
+                }
+            }
+            let swizzle = swizzle.map(|s| s.0).unwrap_or(0);
             let memory = memory.unwrap_or(MemoryType::Local);
             if load != LoadKind::Plain && func != "cache_after" {
                 return a.err(
@@ -356,6 +372,7 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     let t = push_tensor(f, name, f.tensors[src].dtype, root, memory, Some(loc.0));
                     f.define(Op::Set, vec![Operand::Tensor(src)], t, Some(loc.0));
                     f.tensors[t].load = load;
+                    f.tensors[t].swizzle = swizzle;
                     for u in uses {
                         for op in &mut f.exprs[u].inputs {
                             if *op == Operand::Tensor(src) {
@@ -407,6 +424,7 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     f.define(Op::Set, vec![Operand::Tensor(t)], src, Some(loc.0));
                     f.tensors[src].store = store;
                     f.tensors[src].fence = fence.unwrap_or_default();
+                    f.tensors[src].swizzle = swizzle;
                     Ok(())
                 }
                 other => a.err(
@@ -776,6 +794,7 @@ fn push_tensor(
         circular: None,
         store: LoadKind::Plain,
         fence: FenceMode::Analysis,
+        swizzle: 0,
     });
     f.tensors.len() - 1
 }

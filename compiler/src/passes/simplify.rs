@@ -201,6 +201,11 @@ pub fn simplify(v: &Val, ext: &HashMap<String, Val>) -> Val {
             (a, b) => Val::eq(a, b),
         },
         And(a, b) => Val::and(s(a), s(b)),
+        Xor(a, b) => match (s(a), s(b)) {
+            (Int(x), Int(y)) => Int(x ^ y),
+            (e, Int(0)) | (Int(0), e) => e,
+            (a, b) => Xor(Box::new(a), Box::new(b)),
+        },
         other => other.clone(),
     }
 }

@@ -249,19 +249,10 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
 /// Whether a condition has the same value in every thread of the block (no thread index, no
 /// variable bound to one, no warp index or election).
 fn uniform(v: &Val, thread_vars: &HashSet<String>) -> bool {
-    match v {
-        Val::Hw(p) => !p.is_thread(),
-        Val::Var(n) => !thread_vars.contains(n),
-        Val::Warp | Val::Elect => false,
-        Val::Add(a, b)
-        | Val::Sub(a, b)
-        | Val::Mul(a, b)
-        | Val::Div(a, b)
-        | Val::Mod(a, b)
-        | Val::CeilDiv(a, b)
-        | Val::Lt(a, b)
-        | Val::Eq(a, b)
-        | Val::And(a, b) => uniform(a, thread_vars) && uniform(b, thread_vars),
-        Val::Int(_) | Val::Size(_) | Val::True => true,
-    }
+    !v.any_leaf(&|leaf| match leaf {
+        Val::Hw(p) => p.is_thread(),
+        Val::Var(n) => thread_vars.contains(n),
+        Val::Warp | Val::Elect => true,
+        _ => false,
+    })
 }

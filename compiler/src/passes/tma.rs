@@ -51,6 +51,37 @@ use std::collections::HashMap;
 /// Alignment of a TMA box in shared memory (and of every stage of it).
 pub const SMEM_ALIGN: i64 = 128;
 
+/// Alignment of a box in shared memory: the swizzle pattern repeats every 8 rows of 128 bytes
+/// (address bits 4..7 are XORed with bits 7..10), so a swizzled box starts at a multiple of 1024
+/// bytes and the pattern is the same relative to its start.
+pub fn stage_align(swizzle: u32) -> i64 {
+    if swizzle == 0 {
+        SMEM_ALIGN
+    } else {
+        1024
+    }
+}
+
+/// The shared-memory element a swizzled box puts logical element `e` at: 16-byte chunk
+/// `c = e / (16 / elem)` becomes `c ^ ((e * elem / 128) % (swizzle / 16))` (CUTLASS's
+/// `Swizzle<log2(swizzle / 16), 4, 3>` on byte addresses), the element within the chunk stays.
+pub fn swizzled(e: Val, elem: i64, swizzle: u32) -> Val {
+    let per_chunk = 16 / elem;
+    let per_line = 128 / elem;
+    let chunk = Val::div(e.clone(), Val::Int(per_chunk));
+    let line = Val::rem(
+        Val::div(e.clone(), Val::Int(per_line)),
+        Val::Int(swizzle as i64 / 16),
+    );
+    Val::add(
+        Val::mul(
+            Val::Xor(Box::new(chunk), Box::new(line)),
+            Val::Int(per_chunk),
+        ),
+        Val::rem(e, Val::Int(per_chunk)),
+    )
+}
+
 /// What the `tma` pass decided for one cache that a pipeline fills.
 #[derive(Clone, Debug)]
 pub struct TmaInfo {
@@ -71,6 +102,8 @@ pub struct TmaInfo {
     /// Index into `Ctx::pipes`.
     pub pipe: usize,
     pub circular: Option<crate::fusion::CircularBuffer>,
+    /// Shared-memory swizzle of the box in bytes (0: none).
+    pub swizzle: u32,
 }
 
 impl TmaInfo {
@@ -132,6 +165,8 @@ pub struct StoreInfo {
     pub bytes: i64,
     pub box_dims: Vec<i64>,
     pub fence: FenceMode,
+    /// Shared-memory swizzle of the box in bytes (0: none).
+    pub swizzle: u32,
 }
 
 /// Whether the fusion has TMA or bulk copies or circular buffering (the three passes run only
@@ -475,6 +510,7 @@ fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(), Diagnostic
         global_dims: Vec::new(),
         pipe: 0,
         circular: tensor.circular,
+        swizzle: tensor.swizzle,
     };
     if tensor.load != LoadKind::Plain {
         if tensor.memory != MemoryType::Shared {
@@ -509,7 +545,7 @@ fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(), Diagnostic
             tensor.load.name(),
             f.tensors[src].name
         );
-        check_box(&what, elem, &box_dims, 0).or_else(err)?;
+        check_box(&what, elem, &box_dims, tensor.swizzle).or_else(err)?;
         if tensor.load == LoadKind::Bulk && box_dims[1..].iter().any(|&b| b != 1) {
             return err(format!(
                 "{what}: a bulk copy moves one contiguous run, so only the innermost dimension may be Bulk (use load=tma for boxes of several dimensions)"
@@ -544,7 +580,8 @@ fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(), Diagnostic
         }
         let box_elems: i64 = box_dims.iter().product();
         info.bytes = box_elems * elem;
-        info.stage_elems = Some((info.bytes + SMEM_ALIGN - 1) / SMEM_ALIGN * SMEM_ALIGN / elem);
+        let align = stage_align(tensor.swizzle);
+        info.stage_elems = Some((info.bytes + align - 1) / align * align / elem);
         if tensor.load == LoadKind::Tma {
             k.tensor_maps.push(TensorMapSpec {
                 param: format!("{name}_map"),
@@ -554,7 +591,7 @@ fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(), Diagnostic
                 global_strides,
                 box_dims: box_dims.clone(),
                 element_strides: vec![1; box_dims.len()],
-                swizzle_bytes: 0,
+                swizzle_bytes: tensor.swizzle,
             });
             info.map = Some(k.tensor_maps.len() - 1);
         }
@@ -687,7 +724,7 @@ fn plan_store(cx: &mut Ctx, k: &mut Kernel, y: TensorId) -> Result<(), Diagnosti
     let box_dims = box_of(cx, y, pos)?;
     let elem = tensor.dtype.size_bytes() as i64;
     let what = format!("`{name}` (TMA store from `{}`)", f.tensors[cache].name);
-    check_box(&what, elem, &box_dims, 0).or_else(err)?;
+    check_box(&what, elem, &box_dims, tensor.swizzle).or_else(err)?;
     let owner = format!("TMA store of `{}` into `{name}`", f.tensors[cache].name);
     let (global_dims, global_strides) = global_layout(cx, y, elem, &what, &owner, tensor.span)?;
     k.tensor_maps.push(TensorMapSpec {
@@ -698,7 +735,7 @@ fn plan_store(cx: &mut Ctx, k: &mut Kernel, y: TensorId) -> Result<(), Diagnosti
         global_strides,
         box_dims: box_dims.clone(),
         element_strides: vec![1; box_dims.len()],
-        swizzle_bytes: 0,
+        swizzle_bytes: tensor.swizzle,
     });
     cx.stores.push(StoreInfo {
         tensor: y,
@@ -707,6 +744,7 @@ fn plan_store(cx: &mut Ctx, k: &mut Kernel, y: TensorId) -> Result<(), Diagnosti
         bytes: box_dims.iter().product::<i64>() * elem,
         box_dims,
         fence: tensor.fence,
+        swizzle: tensor.swizzle,
     });
     Ok(())
 }
@@ -738,8 +776,66 @@ pub fn run_issue(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut env = cx.hw_env(k);
     let mut body = std::mem::take(&mut k.body);
     issue_block(cx, k, &mut body, &mut env)?;
+    // Swizzled boxes: every element access of the buffer goes through the swizzle (the copies
+    // address the box's start, which the swizzle keeps in place).
+    let swizzled_buffers: Vec<(BufferId, i64, u32)> = cx
+        .tma
+        .iter()
+        .filter(|i| i.swizzle != 0)
+        .map(|i| (i.tensor, i.swizzle))
+        .chain(
+            cx.stores
+                .iter()
+                .filter(|s| s.swizzle != 0)
+                .map(|s| (s.cache, s.swizzle)),
+        )
+        .map(|(t, sw)| {
+            let b = cx.tensor_buffer[&t];
+            (b, k.buffers[b].dtype.size_bytes() as i64, sw)
+        })
+        .collect();
+    for &(b, elem, sw) in &swizzled_buffers {
+        for s in body.iter_mut() {
+            swizzle_accesses(s, b, elem, sw);
+        }
+    }
     k.body = body;
     Ok(())
+}
+
+fn swizzle_accesses(s: &mut Stmt, b: BufferId, elem: i64, sw: u32) {
+    fn access(a: &mut Access, b: BufferId, elem: i64, sw: u32) {
+        if a.buffer == b {
+            let i = a.index.take().unwrap_or(Val::Int(0));
+            a.index = Some(swizzled(i, elem, sw));
+        }
+    }
+    fn data(d: &mut Data, b: BufferId, elem: i64, sw: u32) {
+        match d {
+            Data::Read(a) => access(a, b, elem, sw),
+            Data::Unary(_, _, x) | Data::Cast(_, x) => data(x, b, elem, sw),
+            Data::Binary(_, _, x, y) => {
+                data(x, b, elem, sw);
+                data(y, b, elem, sw);
+            }
+            _ => {}
+        }
+    }
+    match s {
+        Stmt::Compute(c) => {
+            access(&mut c.out, b, elem, sw);
+            data(&mut c.value, b, elem, sw);
+        }
+        Stmt::Loop(l) => l
+            .body
+            .iter_mut()
+            .for_each(|s| swizzle_accesses(s, b, elem, sw)),
+        Stmt::If { then, els, .. } => then
+            .iter_mut()
+            .chain(els.iter_mut())
+            .for_each(|s| swizzle_accesses(s, b, elem, sw)),
+        _ => {}
+    }
 }
 
 fn issue_block(
