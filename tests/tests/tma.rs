@@ -269,3 +269,19 @@ fn swizzle_errors_name_the_rule() {
         "{e}"
     );
 }
+
+#[test]
+fn a_buffered_loop_outside_the_block_loops_cannot_be_pipelined() {
+    // The serial column loop is outermost and the blockIdx loop sits between it and the load.
+    let src = example("tma/exp_2d.hf")
+        .replace("y.reorder(0, 2, 1, 3)", "y.reorder(2, 0, 1, 3)")
+        .replace("y.parallelize(0, BIDx)", "y.parallelize(1, BIDx)");
+    let e = hopfuse::compile(&src, &Default::default())
+        .err()
+        .unwrap()
+        .render(&src, "t.hf");
+    assert!(
+        e.contains("the load of `x_s` is separated from the serial loop `n_o` that pipelines it by other loops: it must be issued directly in `n_o` (put block-index loops outside it)"),
+        "{e}"
+    );
+}
