@@ -442,8 +442,14 @@ try {
     const none = await q.locator("#ab-none").textContent();
     assert(none.includes("the fake worker measures nothing"), `no ratio: ${none}`);
     assert(!(await q.locator("#ab-ratio, #median").count()), "no ratio, no numbers");
-    const { body } = await getJson(`${A.origin}/api/runs?limit=1`);
-    const req = body.runs[0].request;
+    // The history is written when the job ends, which can be just after the page shows it.
+    let req = null;
+    for (let i = 0; i < 50 && !req?.request_b; i++) {
+      const { body } = await getJson(`${A.origin}/api/runs?limit=1`);
+      req = body.runs[0]?.request;
+      if (!req?.request_b) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert(req?.request_b, `the A/B run is in the history: ${JSON.stringify(req).slice(0, 300)}`);
     assert(req.request.source.includes("c.split(0, 128)") && req.request_b.source.includes("c.split(0, 256)"), `sent: ${JSON.stringify(req).slice(0, 300)}`);
     assert(req.request_b.sizes.M === 1000 && req.same_inputs === true, "same sizes, same inputs");
   });
