@@ -442,11 +442,12 @@ try {
     const none = await q.locator("#ab-none").textContent();
     assert(none.includes("the fake worker measures nothing"), `no ratio: ${none}`);
     assert(!(await q.locator("#ab-ratio, #median").count()), "no ratio, no numbers");
-    // The history is written when the job ends, which can be just after the page shows it.
+    // The history is written when the job ends, which can be just after the page shows it, and
+    // runs finished within the same instant may come in either order: look at the last few.
     let req = null;
     for (let i = 0; i < 50 && !req?.request_b; i++) {
-      const { body } = await getJson(`${A.origin}/api/runs?limit=1`);
-      req = body.runs[0]?.request;
+      const { body } = await getJson(`${A.origin}/api/runs?limit=10`);
+      req = body.runs.map((r) => r.request).find((r) => r?.request_b);
       if (!req?.request_b) await new Promise((r) => setTimeout(r, 100));
     }
     assert(req?.request_b, `the A/B run is in the history: ${JSON.stringify(req).slice(0, 300)}`);
