@@ -819,17 +819,35 @@ fn map_access(a: &mut Access, f: &mut dyn FnMut(&Val) -> Val) {
 }
 
 impl Data {
-    /// Applies `f` to the index of every read.
-    pub fn map_vals(&mut self, f: &mut dyn FnMut(&Val) -> Val) {
+    /// Visits every read.
+    pub fn for_each_read(&self, f: &mut dyn FnMut(&Access)) {
         match self {
-            Data::Read(a) => map_access(a, f),
-            Data::Unary(_, _, x) | Data::Cast(_, x) => x.map_vals(f),
+            Data::Read(a) => f(a),
+            Data::Unary(_, _, x) | Data::Cast(_, x) => x.for_each_read(f),
             Data::Binary(_, _, x, y) => {
-                x.map_vals(f);
-                y.map_vals(f);
+                x.for_each_read(f);
+                y.for_each_read(f);
             }
             Data::Param(..) | Data::Literal(..) => {}
         }
+    }
+
+    /// Visits every read, mutably.
+    pub fn for_each_read_mut(&mut self, f: &mut dyn FnMut(&mut Access)) {
+        match self {
+            Data::Read(a) => f(a),
+            Data::Unary(_, _, x) | Data::Cast(_, x) => x.for_each_read_mut(f),
+            Data::Binary(_, _, x, y) => {
+                x.for_each_read_mut(f);
+                y.for_each_read_mut(f);
+            }
+            Data::Param(..) | Data::Literal(..) => {}
+        }
+    }
+
+    /// Applies `f` to the index of every read.
+    pub fn map_vals(&mut self, f: &mut dyn FnMut(&Val) -> Val) {
+        self.for_each_read_mut(&mut |a| map_access(a, f));
     }
 }
 

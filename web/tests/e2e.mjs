@@ -25,9 +25,9 @@ import http from "node:http";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
+import { startServe } from "./serve.mjs";
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const dist = path.resolve(process.argv[2] ?? "dist");
@@ -55,48 +55,8 @@ process.on("exit", () => {
 });
 for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(sig, () => process.exit(130));
 
-/** Starts `hopfuse serve ARGS`; resolves once it prints the address it listens on. */
-function serve(name, args, env = {}) {
-  const child = spawn(bin, ["serve", ...args], {
-    stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, RUST_LOG: "warn", ...env },
-  });
-  children.add(child);
-  let log = "";
-  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve(code ?? signal)));
-  exited.then(() => children.delete(child));
-  const ready = new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${name}: no address after 60 s:\n${log}`)), 60000);
-    const read = (d) => {
-      log += d;
-      const m = /hopfuse serve: listening on (http:\/\/\S+)/.exec(log);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
-    };
-    child.stdout.on("data", read);
-    child.stderr.on("data", read);
-    exited.then((how) => {
-      clearTimeout(timer);
-      reject(new Error(`${name}: hopfuse serve exited (${how}):\n${log}`));
-    });
-  });
-  return ready.then((origin) => ({
-    origin,
-    base: `${origin}/`,
-    port: Number(new URL(origin).port),
-    log: () => log,
-    /** SIGTERM (graceful), SIGKILL if it is still there after 10 s. */
-    async stop() {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill("SIGTERM");
-      const t = setTimeout(() => child.kill("SIGKILL"), 10000);
-      await exited;
-      clearTimeout(t);
-    },
-  }));
-}
+/** Starts `hopfuse serve ARGS` (killed with the other services on exit). */
+const serve = (name, args, env = {}) => startServe(bin, name, args, env, children);
 
 const dataA = path.join(tmp, "fake");
 // The fake worker, with its test hook reading `// fake-behaviour: hang|crash` from the program,

@@ -10,9 +10,9 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
+import { startServe } from "./serve.mjs";
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const [recording, health, out, distArg] = process.argv.slice(2);
@@ -30,24 +30,10 @@ const result = JSON.parse(done.split("\ndata: ")[1]).result;
 const source = result.request?.source ?? fs.readFileSync(path.join(repo, "examples/tma/exp_2d.hf"), "utf8");
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "hopfuse-shot-"));
-const child = spawn(bin, ["serve", "--addr", "127.0.0.1:0", "--static-dir", dist, "--data-dir", tmp, "--fake-worker"], {
-  stdio: ["ignore", "pipe", "pipe"],
-  env: { ...process.env, RUST_LOG: "warn" },
-});
-const origin = await new Promise((resolve, reject) => {
-  let log = "";
-  const timer = setTimeout(() => reject(new Error(`no address:\n${log}`)), 60000);
-  const read = (d) => {
-    log += d;
-    const m = /hopfuse serve: listening on (http:\/\/\S+)/.exec(log);
-    if (m) {
-      clearTimeout(timer);
-      resolve(m[1]);
-    }
-  };
-  child.stdout.on("data", read);
-  child.stderr.on("data", read);
-});
+const service = await startServe(bin, "playground service", [
+  "--addr", "127.0.0.1:0", "--static-dir", dist, "--data-dir", tmp, "--fake-worker",
+]);
+const origin = service.origin;
 const browser = await chromium.launch({
   executablePath: "/usr/bin/chromium",
   args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
@@ -72,6 +58,6 @@ try {
   console.log(`screenshot: ${out} (median ${await page.locator("#median").textContent()})`);
 } finally {
   await browser.close();
-  child.kill("SIGKILL");
+  await service.stop();
   fs.rmSync(tmp, { recursive: true, force: true });
 }

@@ -285,6 +285,23 @@ impl Emitter<'_> {
         out
     }
 
+    /// The rank and the `(int)`-cast coordinates of a box origin, innermost first.
+    fn box_coords(&mut self, coords: &[Val]) -> (usize, String) {
+        let list: Vec<String> = coords
+            .iter()
+            .map(|c| format!("(int)({})", strip_parens(self.val(c))))
+            .collect();
+        (list.len(), list.join(", "))
+    }
+
+    /// `&bars[slot]` (and the TMA prelude is needed).
+    fn barrier(&mut self, bars: usize, slot: &Val) -> String {
+        self.uses.tma = true;
+        let name = self.k.mbarriers[bars].name.clone();
+        let slot = strip_parens(self.val(slot));
+        format!("&{name}[{slot}]")
+    }
+
     fn access(&mut self, a: &Access) -> String {
         let name = &self.k.buffers[a.buffer].name;
         let idx = a
@@ -627,65 +644,46 @@ impl Emitter<'_> {
                     );
                 }
                 Stmt::MbarArriveExpectTx { bars, slot, bytes } => {
-                    self.uses.tma = true;
-                    let name = self.k.mbarriers[*bars].name.clone();
-                    let slot = strip_parens(self.val(slot));
+                    let bar = self.barrier(*bars, slot);
                     self.line(
                         depth,
-                        &format!("hf_mbarrier_arrive_expect_tx(&{name}[{slot}], {bytes}u);"),
+                        &format!("hf_mbarrier_arrive_expect_tx({bar}, {bytes}u);"),
                     );
                 }
                 Stmt::MbarWait { bars, slot, parity } => {
-                    self.uses.tma = true;
-                    let name = self.k.mbarriers[*bars].name.clone();
-                    let slot = strip_parens(self.val(slot));
+                    let bar = self.barrier(*bars, slot);
                     let parity = strip_parens(self.val(parity));
                     self.line(
                         depth,
-                        &format!("hf_mbarrier_wait(&{name}[{slot}], (unsigned)({parity}));"),
+                        &format!("hf_mbarrier_wait({bar}, (unsigned)({parity}));"),
                     );
                 }
                 Stmt::MbarExpectTx { bars, slot, bytes } => {
-                    self.uses.tma = true;
-                    let name = self.k.mbarriers[*bars].name.clone();
-                    let slot = strip_parens(self.val(slot));
-                    self.line(
-                        depth,
-                        &format!("hf_mbarrier_expect_tx(&{name}[{slot}], {bytes}u);"),
-                    );
+                    let bar = self.barrier(*bars, slot);
+                    self.line(depth, &format!("hf_mbarrier_expect_tx({bar}, {bytes}u);"));
                 }
                 Stmt::MbarArrive {
                     bars,
                     slot,
                     per_warp,
                 } => {
-                    self.uses.tma = true;
-                    let name = self.k.mbarriers[*bars].name.clone();
-                    let slot = strip_parens(self.val(slot));
+                    let bar = self.barrier(*bars, slot);
                     let f = if *per_warp {
                         "hf_mbarrier_arrive_per_warp"
                     } else {
                         "hf_mbarrier_arrive"
                     };
-                    self.line(depth, &format!("{f}(&{name}[{slot}]);"));
+                    self.line(depth, &format!("{f}({bar});"));
                 }
                 Stmt::TmaStore(t) => {
                     self.uses.tma = true;
                     self.uses.tma_store = true;
                     let param = self.k.tensor_maps[t.map].param.clone();
                     let src = self.access(&t.src);
-                    let coords: Vec<String> = t
-                        .coords
-                        .iter()
-                        .map(|c| format!("(int)({})", strip_parens(self.val(c))))
-                        .collect();
+                    let (rank, coords) = self.box_coords(&t.coords);
                     self.line(
                         depth,
-                        &format!(
-                            "hf_tma_store_{}d(&{param}, {}, &{src});",
-                            coords.len(),
-                            coords.join(", ")
-                        ),
+                        &format!("hf_tma_store_{rank}d(&{param}, {coords}, &{src});"),
                     );
                 }
                 Stmt::BulkCommit => {
@@ -701,35 +699,22 @@ impl Emitter<'_> {
                     self.line(depth, "hf_fence_proxy_async();");
                 }
                 Stmt::TmaLoad(t) => {
-                    self.uses.tma = true;
-                    let bars = self.k.mbarriers[t.bars].name.clone();
-                    let slot = strip_parens(self.val(&t.slot));
+                    let bar = self.barrier(t.bars, &t.slot);
                     let dst = self.access(&t.dst);
                     match t.kind {
                         crate::kir::CopyKind::Tile { map } => {
                             let param = self.k.tensor_maps[map].param.clone();
-                            let coords: Vec<String> = t
-                                .coords
-                                .iter()
-                                .map(|c| format!("(int)({})", strip_parens(self.val(c))))
-                                .collect();
+                            let (rank, coords) = self.box_coords(&t.coords);
                             self.line(
                                 depth,
-                                &format!(
-                                    "hf_tma_load_{}d(&{dst}, &{param}, {}, &{bars}[{slot}]);",
-                                    coords.len(),
-                                    coords.join(", ")
-                                ),
+                                &format!("hf_tma_load_{rank}d(&{dst}, &{param}, {coords}, {bar});"),
                             );
                         }
                         crate::kir::CopyKind::Bulk => {
                             let src = self.access(&t.src);
                             self.line(
                                 depth,
-                                &format!(
-                                    "hf_bulk_load(&{dst}, &{src}, {}u, &{bars}[{slot}]);",
-                                    t.bytes
-                                ),
+                                &format!("hf_bulk_load(&{dst}, &{src}, {}u, {bar});", t.bytes),
                             );
                         }
                     }

@@ -22,13 +22,12 @@
 use super::Ctx;
 use crate::diag::Diagnostic;
 use crate::fusion::{FenceMode, MemoryType};
-use crate::kir::{Data, Kernel, Stmt, Val};
+use crate::kir::{Kernel, Stmt, Val};
 use std::collections::HashSet;
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
-    let mut written = HashSet::new();
-    let mut read = HashSet::new();
-    collect(&k.body, &mut read, &mut written);
+    let mut all = Touched::default();
+    collect(&k.body, &mut all);
     // Slots ordered by full and empty mbarriers on both sides.
     let tracked: HashSet<usize> = cx
         .tma
@@ -39,7 +38,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let shared: HashSet<usize> = (0..k.buffers.len())
         .filter(|&b| match k.buffers[b].memory {
             MemoryType::Shared => !tracked.contains(&b),
-            MemoryType::Global => written.contains(&b) && read.contains(&b),
+            MemoryType::Global => all.writes.contains(&b) && all.reads.contains(&b),
             MemoryType::Local => false,
         })
         .collect();
@@ -78,78 +77,45 @@ struct Sets {
     fenced: HashSet<usize>,
 }
 
-fn data_reads(d: &Data, r: &mut HashSet<usize>) {
-    match d {
-        Data::Read(a) => {
-            r.insert(a.buffer);
-        }
-        Data::Unary(_, _, x) | Data::Cast(_, x) => data_reads(x, r),
-        Data::Binary(_, _, x, y) => {
-            data_reads(x, r);
-            data_reads(y, r);
-        }
-        _ => {}
-    }
+/// The buffers a statement tree touches, gathered in one walk.
+#[derive(Default)]
+struct Touched {
+    reads: HashSet<usize>,
+    writes: HashSet<usize>,
+    /// Written by TMA or bulk copies: their readers wait on an mbarrier, so they need no block
+    /// barrier for read-after-write (write-after-read still does).
+    by_copy: HashSet<usize>,
+    /// Read through the async proxy (TMA stores).
+    by_store: HashSet<usize>,
 }
 
-fn collect(body: &[Stmt], r: &mut HashSet<usize>, w: &mut HashSet<usize>) {
+fn collect(body: &[Stmt], t: &mut Touched) {
     for s in body {
         match s {
             Stmt::WarpRoles {
                 producer, consumer, ..
             } => {
-                collect(producer, r, w);
-                collect(consumer, r, w);
+                collect(producer, t);
+                collect(consumer, t);
             }
-            Stmt::Loop(l) => collect(&l.body, r, w),
+            Stmt::Loop(l) => collect(&l.body, t),
             Stmt::If { then, els, .. } => {
-                collect(then, r, w);
-                collect(els, r, w);
+                collect(then, t);
+                collect(els, t);
             }
             Stmt::Compute(c) => {
-                w.insert(c.out.buffer);
-                data_reads(&c.value, r);
+                t.writes.insert(c.out.buffer);
+                c.value.for_each_read(&mut |a| {
+                    t.reads.insert(a.buffer);
+                });
             }
-            Stmt::TmaLoad(t) => {
-                w.insert(t.dst.buffer);
+            Stmt::TmaLoad(l) => {
+                t.writes.insert(l.dst.buffer);
+                t.by_copy.insert(l.dst.buffer);
             }
-            Stmt::TmaStore(t) => {
-                r.insert(t.src.buffer);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Shared buffers read through the async proxy (TMA stores).
-fn async_reads(body: &[Stmt], r: &mut HashSet<usize>) {
-    for s in body {
-        match s {
-            Stmt::Loop(l) => async_reads(&l.body, r),
-            Stmt::If { then, els, .. } => {
-                async_reads(then, r);
-                async_reads(els, r);
-            }
-            Stmt::TmaStore(t) => {
-                r.insert(t.src.buffer);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Shared buffers written by TMA or bulk copies: their readers wait on an mbarrier, so they
-/// need no block barrier for read-after-write (write-after-read still does).
-fn async_writes(body: &[Stmt], w: &mut HashSet<usize>) {
-    for s in body {
-        match s {
-            Stmt::Loop(l) => async_writes(&l.body, w),
-            Stmt::If { then, els, .. } => {
-                async_writes(then, w);
-                async_writes(els, w);
-            }
-            Stmt::TmaLoad(t) => {
-                w.insert(t.dst.buffer);
+            Stmt::TmaStore(st) => {
+                t.reads.insert(st.src.buffer);
+                t.by_store.insert(st.src.buffer);
             }
             _ => {}
         }
@@ -162,16 +128,18 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
     let mut pending_w: HashSet<usize> = HashSet::new();
     let mut pending_r: HashSet<usize> = HashSet::new();
     for s in body {
-        let (mut r, mut w) = (HashSet::new(), HashSet::new());
-        collect(std::slice::from_ref(&s), &mut r, &mut w);
+        let mut touched = Touched::default();
+        collect(std::slice::from_ref(&s), &mut touched);
+        let Touched {
+            reads: mut r,
+            writes: mut w,
+            by_copy,
+            by_store,
+        } = touched;
         r.retain(|b| shared.contains(b));
         w.retain(|b| shared.contains(b));
-        let mut by_copy = HashSet::new();
-        async_writes(std::slice::from_ref(&s), &mut by_copy);
         let raw = r.iter().any(|b| pending_w.contains(b));
         let war = w.iter().any(|b| pending_r.contains(b));
-        let mut by_store = HashSet::new();
-        async_reads(std::slice::from_ref(&s), &mut by_store);
         let fence = by_store
             .iter()
             .any(|b| sets.fenced.contains(b) && pending_w.contains(b));
@@ -194,9 +162,12 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
         let s = match s {
             Stmt::Loop(mut l) => {
                 l.body = block(l.body, sets);
-                let (mut lr, mut lw) = (HashSet::new(), HashSet::new());
-                collect(&l.body, &mut lr, &mut lw);
-                let carried = lr.iter().any(|b| shared.contains(b) && lw.contains(b));
+                let mut inner = Touched::default();
+                collect(&l.body, &mut inner);
+                let carried = inner
+                    .reads
+                    .iter()
+                    .any(|b| shared.contains(b) && inner.writes.contains(b));
                 let trips = !matches!(l.extent, crate::kir::Val::Int(1)) && !l.parallel.is_hw();
                 if carried && trips && !matches!(l.body.last(), Some(Stmt::Sync)) {
                     l.body.push(Stmt::Sync);

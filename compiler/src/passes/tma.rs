@@ -804,27 +804,16 @@ pub fn run_issue(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
 }
 
 fn swizzle_accesses(s: &mut Stmt, b: BufferId, elem: i64, sw: u32) {
-    fn access(a: &mut Access, b: BufferId, elem: i64, sw: u32) {
+    let mut swizzle = |a: &mut Access| {
         if a.buffer == b {
             let i = a.index.take().unwrap_or(Val::Int(0));
             a.index = Some(swizzled(i, elem, sw));
         }
-    }
-    fn data(d: &mut Data, b: BufferId, elem: i64, sw: u32) {
-        match d {
-            Data::Read(a) => access(a, b, elem, sw),
-            Data::Unary(_, _, x) | Data::Cast(_, x) => data(x, b, elem, sw),
-            Data::Binary(_, _, x, y) => {
-                data(x, b, elem, sw);
-                data(y, b, elem, sw);
-            }
-            _ => {}
-        }
-    }
+    };
     match s {
         Stmt::Compute(c) => {
-            access(&mut c.out, b, elem, sw);
-            data(&mut c.value, b, elem, sw);
+            swizzle(&mut c.out);
+            c.value.for_each_read_mut(&mut swizzle);
         }
         Stmt::Loop(l) => l
             .body
@@ -1457,13 +1446,6 @@ fn issue(
         bytes,
     });
     out.extend(unconditional);
-    if *issuer == Val::True {
-        return Stmt::If {
-            cond: Val::True,
-            then: out,
-            els: Vec::new(),
-        };
-    }
     guard(issuer.clone(), out)
 }
 
@@ -1510,20 +1492,13 @@ fn issue_stores(cx: &Ctx, body: &mut Vec<Stmt>, s: &StoreInfo, issuer: &Val) {
 
 /// Adds `offset` to every read of `buffer`.
 fn shift_reads(body: &mut [Stmt], buffer: usize, offset: &Val) {
-    fn data(d: &mut Data, buffer: usize, offset: &Val) {
-        match d {
-            Data::Read(a) if a.buffer == buffer => shift(a, offset),
-            Data::Unary(_, _, x) | Data::Cast(_, x) => data(x, buffer, offset),
-            Data::Binary(_, _, x, y) => {
-                data(x, buffer, offset);
-                data(y, buffer, offset);
-            }
-            _ => {}
-        }
-    }
     for s in body {
         match s {
-            Stmt::Compute(c) => data(&mut c.value, buffer, offset),
+            Stmt::Compute(c) => c.value.for_each_read_mut(&mut |a| {
+                if a.buffer == buffer {
+                    shift(a, offset)
+                }
+            }),
             Stmt::TmaStore(t) if t.src.buffer == buffer => shift(&mut t.src, offset),
             Stmt::Loop(l) => shift_reads(&mut l.body, buffer, offset),
             Stmt::If { then, els, .. } => {
@@ -1730,7 +1705,7 @@ fn warp_specialize(cx: &Ctx, body: Vec<Stmt>, p: usize) -> Result<Stmt, Diagnost
             .map(|&m| cx.tensor_buffer[&cx.tma[m].tensor])
             .collect();
         let nest = project(cx, pipe, role, &buffers, &body, &Val::Int(0), false);
-        if !contains_copy_list(&nest) {
+        if !nest.iter().any(contains_copy) {
             return Err(Diagnostic::new(
                 format!(
                     "internal: the loads of producer warp {} were not found",
@@ -1797,10 +1772,6 @@ fn warp_specialize(cx: &Ctx, body: Vec<Stmt>, p: usize) -> Result<Stmt, Diagnost
     })
 }
 
-fn contains_copy_list(b: &[Stmt]) -> bool {
-    b.iter().any(contains_copy)
-}
-
 fn contains_reduce_over(body: &[Stmt], on: ParallelType) -> bool {
     let d = on.dim().expect("a thread dim");
     body.iter().any(|s| match s {
@@ -1814,16 +1785,12 @@ fn contains_reduce_over(body: &[Stmt], on: ParallelType) -> bool {
 }
 
 fn reads_buffer(body: &[Stmt], b: BufferId) -> bool {
-    fn data(d: &Data, b: BufferId) -> bool {
-        match d {
-            Data::Read(a) => a.buffer == b,
-            Data::Unary(_, _, x) | Data::Cast(_, x) => data(x, b),
-            Data::Binary(_, _, x, y) => data(x, b) || data(y, b),
-            _ => false,
-        }
-    }
     body.iter().any(|s| match s {
-        Stmt::Compute(c) => data(&c.value, b),
+        Stmt::Compute(c) => {
+            let mut found = false;
+            c.value.for_each_read(&mut |a| found |= a.buffer == b);
+            found
+        }
         Stmt::TmaStore(t) => t.src.buffer == b,
         Stmt::Loop(l) => reads_buffer(&l.body, b),
         Stmt::If { then, els, .. } => reads_buffer(then, b) || reads_buffer(els, b),
