@@ -102,7 +102,8 @@ pub fn compile(source: &str, options: &CompileOptions) -> Result<Compilation, Di
     }
     let pipeline = pipeline_view::extract(&kernel);
     let constraints = cx.constraints.clone();
-    let (cuda, plan) = codegen::emit(&scheduled, &kernel, options.index_type, constraints);
+    let (cuda, mut plan) = codegen::emit(&scheduled, &kernel, options.index_type, constraints);
+    plan.matmul = fusion::matmul::detect(&fusion);
     Ok(Compilation {
         cuda,
         plan,

@@ -174,6 +174,86 @@ pub struct RegisterSharing {
     pub consumer: u32,
 }
 
+/// How an operand of a matrix product is stored (row-major, by its axes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperandLayout {
+    /// `[rows, K]` for the left operand, `[K, cols]` for the right one: no transpose.
+    Normal,
+    /// `[K, rows]` for the left operand, `[cols, K]` for the right one.
+    Transposed,
+}
+
+/// A fusion that is exactly one matrix product `c[M, N] = sum_k a[M, K] * b[K, N]` (each operand
+/// in either layout, optionally widened by a cast, the result optionally cast), found by
+/// [`crate::fusion::matmul::detect`]. The runner times cuBLAS on the same shape, layouts and
+/// types as the ceiling and reports TFLOP/s (`2 M N K` floating-point operations).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatmulShape {
+    /// Input tensor names: the left operand (the one with the `M` axis) and the right one.
+    pub a: String,
+    pub b: String,
+    /// The output tensor.
+    pub c: String,
+    pub m: SizeExpr,
+    pub n: SizeExpr,
+    pub k: SizeExpr,
+    pub a_layout: OperandLayout,
+    pub b_layout: OperandLayout,
+    pub a_dtype: DType,
+    pub b_dtype: DType,
+    pub c_dtype: DType,
+    /// The type products are summed in.
+    pub accumulate: DType,
+}
+
+impl MatmulShape {
+    /// `2 M N K` with these sizes.
+    pub fn flops(&self, sizes: &BTreeMap<String, i64>) -> Result<f64, EvalError> {
+        let (m, n, k) = (
+            self.m.eval(sizes)?,
+            self.n.eval(sizes)?,
+            self.k.eval(sizes)?,
+        );
+        Ok(2.0 * m as f64 * n as f64 * k as f64)
+    }
+}
+
+impl fmt::Display for MatmulShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let layout = |l: OperandLayout| match l {
+            OperandLayout::Normal => "N",
+            OperandLayout::Transposed => "T",
+        };
+        write!(
+            f,
+            "{}[{}, {}] = {}{} x {}{} ({}{}, {} {} -> {}, accumulate {})",
+            self.c,
+            self.m,
+            self.n,
+            self.a,
+            if self.a_layout == OperandLayout::Transposed {
+                "^T"
+            } else {
+                ""
+            },
+            self.b,
+            if self.b_layout == OperandLayout::Transposed {
+                "^T"
+            } else {
+                ""
+            },
+            layout(self.a_layout),
+            layout(self.b_layout),
+            self.a_dtype.name(),
+            self.b_dtype.name(),
+            self.c_dtype.name(),
+            self.accumulate.name(),
+        )?;
+        write!(f, ", K = {}", self.k)
+    }
+}
+
 /// Everything needed to launch the kernel of one compilation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LaunchPlan {
@@ -192,6 +272,9 @@ pub struct LaunchPlan {
     /// Bytes moved through global memory at the minimum (each input read once, each output
     /// written once): the numerator of GB/s.
     pub min_global_bytes: SizeExpr,
+    /// Set when the fusion is one matrix product: the runner then reports TFLOP/s against cuBLAS.
+    #[serde(default)]
+    pub matmul: Option<MatmulShape>,
 }
 
 /// A launch configuration evaluated with real sizes.

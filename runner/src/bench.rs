@@ -245,7 +245,7 @@ pub fn render(rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| example | size | time (us): median (min-max) | GB/s | ceiling GB/s | ratio | validation |"
+        "| example | size | time (us): median (min-max) | throughput | ceiling | ratio | validation |"
     );
     let _ = writeln!(s, "| --- | --- | --- | --- | --- | --- | --- |");
     for r in rows {
@@ -258,16 +258,12 @@ pub fn render(rows: &[Row]) -> String {
                     .chain(&m.validation_after_timing)
                     .map(|c| c.rel_l2)
                     .fold(0.0f64, f64::max);
+                let (gbps, ceiling, ratio) = crate::report::throughput(m);
                 (
                     format!("{:.2} ({:.2}-{:.2})", t.median_us, t.min_us, t.max_us),
-                    format!("{:.1}", m.gbps),
-                    m.copy
-                        .as_ref()
-                        .map(|c| format!("{:.1}", c.gbps))
-                        .unwrap_or_else(|| "not measured".into()),
-                    m.fraction_of_copy
-                        .map(|f| format!("{:.1}%", f * 100.0))
-                        .unwrap_or_else(|| "-".into()),
+                    gbps,
+                    cell(&ceiling),
+                    ratio,
                     format!(
                         "{} (rel_l2 {rel:.3e})",
                         if m.passed { "PASS" } else { "FAIL" }

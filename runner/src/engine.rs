@@ -145,6 +145,17 @@ pub enum CeilingWhen {
     WorkerStart,
 }
 
+/// The cuBLAS ceiling of a matrix-product fusion (see [`crate::cublas`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GemmCeiling {
+    /// The call, e.g. `cublasGemmEx(N, T, m=4096, n=4096, k=4096) f32 x f32 -> f32, compute 32F`.
+    pub call: String,
+    pub timing: Timing,
+    pub tflops: f64,
+    /// cuBLAS's output on tensor set 0 against the same float64 reference as the kernel.
+    pub validation: Check,
+}
+
 /// What one run measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
@@ -171,6 +182,21 @@ pub struct RunResult {
     pub copy: Option<CopyCeiling>,
     /// `gbps / copy.gbps`.
     pub fraction_of_copy: Option<f64>,
+    /// `2 M N K` when the fusion is a matrix product ([`LaunchPlan::matmul`]).
+    #[serde(default)]
+    pub flops: Option<f64>,
+    /// `flops` / median time, in 1e12 per second.
+    #[serde(default)]
+    pub tflops: Option<f64>,
+    /// cuBLAS on the same shape, layouts and types, timed the same way in the same process.
+    #[serde(default)]
+    pub cublas: Option<GemmCeiling>,
+    /// `tflops / cublas.tflops`.
+    #[serde(default)]
+    pub fraction_of_cublas: Option<f64>,
+    /// Why a matrix product has no cuBLAS ceiling (unsupported types, cuBLAS missing, ...).
+    #[serde(default)]
+    pub cublas_skipped: Option<String>,
     /// Outputs of the first launch against the reference.
     pub validation: Vec<Check>,
     /// The outputs of the first tensor set checked again after every timed launch (catches
@@ -345,6 +371,8 @@ struct Tensor {
 /// opens one per run; a warm `hopfuse worker --serve` keeps one for its whole life and
 /// measures the ceiling once, when it starts.
 pub struct Device {
+    /// Created on the first matrix product; declared first so it is destroyed before the stream.
+    blas: std::cell::OnceCell<Result<crate::cublas::Blas, RunError>>,
     pub gpu: Gpu,
     spin: Spin,
     ceiling: Option<(CopyCeiling, std::time::Instant)>,
@@ -356,6 +384,7 @@ impl Device {
         let gpu = Gpu::open()?;
         let spin = Spin::new(&gpu)?;
         Ok(Device {
+            blas: std::cell::OnceCell::new(),
             gpu,
             spin,
             ceiling: None,
@@ -383,6 +412,14 @@ impl Device {
             age_s: at.elapsed().as_secs_f64(),
             ..c.clone()
         })
+    }
+
+    /// The cuBLAS handle on this device's stream (created once).
+    fn blas(&self) -> Result<&crate::cublas::Blas, RunError> {
+        self.blas
+            .get_or_init(|| crate::cublas::Blas::new(&self.gpu.stream))
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// Whether the context still works: a fault such as an illegal address poisons it for good
@@ -769,6 +806,77 @@ impl Staged<'_> {
         )
     }
 
+    /// Times cuBLAS on the fusion's matrix product with this run's tensor sets and L2 policy,
+    /// after one call on set 0 whose output is checked against the reference.
+    fn gemm_ceiling(&self, shape: &hopfuse::plan::MatmulShape) -> Result<GemmCeiling, RunError> {
+        let gpu = &self.dev.gpu;
+        let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
+        let eval = |e: &SizeExpr| {
+            e.eval(&self.req.sizes)
+                .map_err(|e| sizes_err(e.to_string()))
+        };
+        let (m, n, k) = (eval(&shape.m)?, eval(&shape.n)?, eval(&shape.k)?);
+        let args = crate::cublas::gemm_args(shape, m, n, k)
+            .ok_or_else(|| sizes_err("a size does not fit cuBLAS's 32-bit int".into()))?;
+        let types = crate::cublas::gemm_types(shape).map_err(|e| RunError::new(Stage::Cuda, e))?;
+        let blas = self.dev.blas()?;
+        let index = |name: &str| {
+            self.tensors
+                .iter()
+                .position(|t| t.name == name)
+                .ok_or_else(|| RunError::new(Stage::Compile, format!("no tensor `{name}`")))
+        };
+        let (ia, ib, ic) = (index(&shape.a)?, index(&shape.b)?, index(&shape.c)?);
+        let pointers = |set: &[cudarc::driver::CudaSlice<u8>]| {
+            let p = |i: usize| gpu::pointer_slot(&set[i], &gpu.stream);
+            (p(ia), p(ib), p(ic))
+        };
+        // SAFETY (both calls): the pointers are this run's a, b and c, allocated for these sizes.
+        unsafe { blas.gemm(&args, types, pointers(&self.sets[0])) }?;
+        gpu.sync("the cuBLAS call")?;
+        let c = &self.tensors[ic];
+        let out = data::decode(c.dtype, &gpu.download(&self.sets[0][ic], c.bytes as usize)?);
+        let validation = validate::check(
+            &format!("cuBLAS {}", c.name),
+            c.dtype,
+            &out,
+            &self.expected[&c.name],
+        )
+        .map_err(|e| RunError::new(Stage::Reference, e))?;
+        let (flush, sets) = (&self.flush, &self.sets);
+        let nsets = sets.len() as u64;
+        let timing = gpu.time(
+            Some(&self.dev.spin),
+            self.req.warmup,
+            self.req.iters,
+            || Staged::before(flush, gpu),
+            |i| unsafe { blas.gemm(&args, types, pointers(&sets[(i % nsets) as usize])) },
+        )?;
+        let flops = 2.0 * m as f64 * n as f64 * k as f64;
+        let op = |t: bool| if t { "T" } else { "N" };
+        Ok(GemmCeiling {
+            call: format!(
+                "cublasGemmEx({}, {}, m={}, n={}, k={}) {} x {} -> {}, compute {}",
+                op(args.transa),
+                op(args.transb),
+                args.m,
+                args.n,
+                args.k,
+                shape.a_dtype.name(),
+                shape.b_dtype.name(),
+                shape.c_dtype.name(),
+                if types.2 == cudarc::cublas::sys::cublasComputeType_t::CUBLAS_COMPUTE_64F {
+                    "64F"
+                } else {
+                    "32F"
+                },
+            ),
+            tflops: flops / (timing.median_us * 1e6),
+            timing,
+            validation,
+        })
+    }
+
     /// Checks the outputs again, frees the tensors and assembles the result.
     fn finish(
         self,
@@ -780,6 +888,18 @@ impl Staged<'_> {
         hooks.progress(Progress::Validate);
         let validation_after_timing =
             check_outputs(gpu, &self.tensors, &self.expected, &self.sets[0])?;
+        // cuBLAS writes the outputs of every tensor set: only after they were checked.
+        let (cublas, cublas_skipped) = match (&self.plan.matmul, self.req.copy_ceiling) {
+            (Some(shape), true) => {
+                hooks.progress(Progress::Ceiling);
+                match self.gemm_ceiling(shape) {
+                    Ok(c) => (Some(c), None),
+                    Err(e) => (None, Some(e.to_string())),
+                }
+            }
+            (Some(_), false) => (None, Some("ceilings not requested".to_string())),
+            (None, _) => (None, None),
+        };
         let Staged {
             req,
             plan,
@@ -800,6 +920,19 @@ impl Staged<'_> {
         gpu.sync("freeing the tensors")?;
         let gbps = timing.gbps(min_global_bytes);
         let fraction_of_copy = copy.as_ref().map(|c| gbps / c.gbps);
+        let flops = match &plan.matmul {
+            Some(shape) => Some(
+                shape
+                    .flops(&req.sizes)
+                    .map_err(|e| RunError::new(Stage::Sizes, e.to_string()))?,
+            ),
+            None => None,
+        };
+        let tflops = flops.map(|f| f / (timing.median_us * 1e6));
+        let fraction_of_cublas = match (tflops, &cublas) {
+            (Some(t), Some(c)) => Some(t / c.tflops),
+            _ => None,
+        };
         let passed = validation
             .iter()
             .chain(&validation_after_timing)
@@ -824,6 +957,11 @@ impl Staged<'_> {
             gbps,
             copy,
             fraction_of_copy,
+            flops,
+            tflops,
+            cublas,
+            fraction_of_cublas,
+            cublas_skipped,
             validation,
             validation_after_timing,
             passed,
@@ -1212,6 +1350,7 @@ mod tests {
             constraints: vec![],
             tensor_maps: vec![],
             register_sharing: None,
+            matmul: None,
             min_global_bytes: E::Const(0),
         }
     }

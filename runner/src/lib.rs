@@ -2,6 +2,7 @@
 //! for sm_90a, launches, validates and times the kernels (see `engine`).
 
 pub mod bench;
+pub mod cublas;
 pub mod data;
 pub mod engine;
 pub mod faults;

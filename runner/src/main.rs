@@ -81,7 +81,7 @@ enum Command {
         warmup: u32,
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Skip the device-to-device copy ceiling.
+        /// Skip the ceilings (device-to-device copy; cuBLAS for a matrix product).
         #[arg(long)]
         no_ceiling: bool,
     },
@@ -161,7 +161,7 @@ struct RunArgs {
     /// Index type (default: i32 when every tensor has fewer than 2^31 elements, else i64).
     #[arg(long, value_enum)]
     index: Option<Index>,
-    /// Skip the device-to-device copy ceiling (e.g. under compute-sanitizer).
+    /// Skip the ceilings: device-to-device copy, and cuBLAS for a matrix product (e.g. under compute-sanitizer).
     #[arg(long)]
     no_ceiling: bool,
     /// Print the result as JSON instead of the report.

@@ -54,6 +54,38 @@ fn check_line(c: &Check) -> String {
     line
 }
 
+/// Throughput, ceiling and ratio cells: TFLOP/s against cuBLAS for a matrix product, else
+/// GB/s against the device copy.
+pub fn throughput(r: &RunResult) -> (String, String, String) {
+    if let Some(t) = r.tflops {
+        return match (&r.cublas, r.fraction_of_cublas) {
+            (Some(c), Some(f)) => (
+                format!("{t:.2} TFLOP/s"),
+                format!("cuBLAS {:.2} TFLOP/s", c.tflops),
+                format!("{:.1}% of cuBLAS", f * 100.0),
+            ),
+            _ => (
+                format!("{t:.2} TFLOP/s"),
+                format!(
+                    "cuBLAS not measured: {}",
+                    r.cublas_skipped.as_deref().unwrap_or("no reason given")
+                ),
+                "-".into(),
+            ),
+        };
+    }
+    (
+        format!("{:.1} GB/s", r.gbps),
+        r.copy
+            .as_ref()
+            .map(|c| format!("copy {:.1} GB/s", c.gbps))
+            .unwrap_or_else(|| "copy not measured".into()),
+        r.fraction_of_copy
+            .map(|f| format!("{:.1}% of copy", f * 100.0))
+            .unwrap_or_else(|| "-".into()),
+    )
+}
+
 pub fn render(r: &RunResult) -> String {
     let mut s = String::new();
     let d = &r.device;
@@ -134,8 +166,32 @@ pub fn render(r: &RunResult) -> String {
             let _ = writeln!(s, "  copy        not measured");
         }
     }
-    if let Some(f) = r.fraction_of_copy {
+    // A matrix product is compute-bound: its ratio is the one to cuBLAS below.
+    if let (Some(f), None) = (r.fraction_of_copy, r.tflops) {
         let _ = writeln!(s, "  ratio       {:.1}% of the copy", f * 100.0);
+    }
+    if let (Some(flops), Some(t)) = (r.flops, r.tflops) {
+        let _ = writeln!(
+            s,
+            "  compute     {t:.2} TFLOP/s ({flops:.3e} floating-point operations = 2 M N K, / median time)"
+        );
+        match (&r.cublas, &r.cublas_skipped) {
+            (Some(c), _) => {
+                let _ = writeln!(
+                    s,
+                    "  cuBLAS      {:.2} TFLOP/s, median {:.2} us: {}",
+                    c.tflops, c.timing.median_us, c.call
+                );
+                let _ = writeln!(s, "{}", check_line(&c.validation));
+            }
+            (None, Some(why)) => {
+                let _ = writeln!(s, "  cuBLAS      not measured: {why}");
+            }
+            (None, None) => {}
+        }
+        if let Some(f) = r.fraction_of_cublas {
+            let _ = writeln!(s, "  ratio       {:.1}% of cuBLAS", f * 100.0);
+        }
     }
     let first_ok = r.validation.iter().all(|c| c.passed);
     let _ = writeln!(

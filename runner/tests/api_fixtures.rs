@@ -7,7 +7,7 @@
 use hopfuse::plan::ConcreteLaunch;
 use hopfuse::{DType, IndexType};
 use hopfuse_runner::engine::{
-    CeilingWhen, CopyCeiling, L2Policy, Progress, RunError, RunResult, Stage,
+    CeilingWhen, CopyCeiling, GemmCeiling, L2Policy, Progress, RunError, RunResult, Stage,
 };
 use hopfuse_runner::gpu::{DeviceInfo, KernelAttributes, Timing};
 use hopfuse_runner::queue::{JobEvent, JobResult, JobStage, JobStatus, WorkerInfo};
@@ -150,6 +150,11 @@ fn measured(passed: bool) -> RunResult {
             age_s: 12.5,
         }),
         fraction_of_copy: Some(0.9356),
+        flops: None,
+        tflops: None,
+        cublas: None,
+        fraction_of_cublas: None,
+        cublas_skipped: None,
         validation: vec![check_of("c", passed)],
         validation_after_timing: vec![check_of("c", passed)],
         passed,
@@ -178,6 +183,32 @@ fn a_passed_run() {
         Progress::Ceiling,
     ];
     check("done-passed.json", &done(j));
+}
+
+#[test]
+fn a_matrix_product_against_cublas() {
+    let mut r = measured(true);
+    r.file = "basics/matmul.hf".into();
+    r.kernel = "matmul_kernel".into();
+    r.sizes = [("M", 2048), ("N", 2048), ("K", 2048)]
+        .map(|(k, v)| (k.to_string(), v))
+        .into();
+    r.flops = Some(2.0 * 2048f64.powi(3));
+    r.timing.median_us = 2000.0;
+    r.tflops = Some(2.0 * 2048f64.powi(3) / 2000.0e6);
+    r.cublas = Some(GemmCeiling {
+        call: "cublasGemmEx(T, N, m=2048, n=2048, k=2048) f32 x f32 -> f32, compute 32F".into(),
+        timing: Timing {
+            samples: 20,
+            min_us: 390.0,
+            median_us: 400.0,
+            max_us: 420.0,
+        },
+        tflops: 2.0 * 2048f64.powi(3) / 400.0e6,
+        validation: check_of("cuBLAS c", true),
+    });
+    r.fraction_of_cublas = Some(0.2);
+    check("done-matmul.json", &done(passed(r)));
 }
 
 #[test]

@@ -167,7 +167,8 @@ fn bench_runs_every_example_with_its_bench_sizes() {
     assert!(out.status.success(), "{}", text(&out));
     let lines: Vec<&str> = t.lines().collect();
     assert!(
-        lines[0].starts_with("| example | size | time (us): median (min-max) | GB/s | ceiling"),
+        lines[0]
+            .starts_with("| example | size | time (us): median (min-max) | throughput | ceiling"),
         "{t}"
     );
     // Every example of every group (examples/<group>/<name>.hf).

@@ -207,6 +207,33 @@ fn a_tma_store_is_fenced_by_every_writer_before_the_barrier() {
 }
 
 #[test]
+fn a_store_box_split_over_several_bulk_axes_is_row_major_and_warp_specialized() {
+    // The 128 columns of the 8 x 128 store box are two Bulk axes (2 x 64) of `y`; `y_s` has the
+    // same axes, so its layout (m_i * 2 + n_io) * 64 + n_ii is the row-major box.
+    let src = "fusion exp_ws_store {\n  input x: f32[M, N]\n  y = exp(x)\n  output y\n}\nschedule {\n  x_s = cache_after(x, memory=shared, load=tma)\n  y_s = cache_before(y, memory=shared, store=tma)\n  y.split(1, 128)\n  y.split(2, 64)\n  y.split(0, 8)\n  y.reorder(0, 2, 1, 3, 4)\n  y.parallelize(0, BIDx)\n  propagate(y)\n  y_s.parallelize(2, TIDy)\n  y_s.parallelize(4, TIDx)\n  y.parallelize(2, Bulk)\n  y.parallelize(3, Bulk)\n  y.parallelize(4, Bulk)\n  x_s.parallelize(2, Bulk)\n  x_s.parallelize(3, Bulk)\n  x_s.parallelize(4, Bulk)\n  x_s.circular_buffer(6, warp_specialized(TIDy))\n  inline_most()\n}\n";
+    let c = compile(src);
+    assert_eq!(c.plan.tensor_maps[0].box_dims, vec![128, 8]);
+    // Consumers write the box, fence, sync among themselves (named barrier), and one elected
+    // lane stores it.
+    assert!(
+        c.cuda.contains("y_s[(m_i * 2 + n_io) * 64 + n_ii] = expf("),
+        "{}",
+        c.cuda
+    );
+    assert!(c.cuda.contains("hf_fence_proxy_async();\n        hf_bar_sync<512>();\n        if (hf_warp == 0 && hf_elect_one()) {\n          hf_tma_store_2d(&y_map, (int)(n_o * 128), (int)(m_o * 8), &y_s[0]);"), "{}", c.cuda);
+    // The same axes in another order are not the row-major box.
+    let swapped = src.replace(
+        "  y_s.parallelize(2, TIDy)",
+        "  y_s.reorder(0, 1, 3, 2, 4)\n  y_s.parallelize(3, TIDy)",
+    );
+    let e = match hopfuse::compile(&swapped, &Default::default()) {
+        Ok(c) => panic!("expected a layout error:\n{}", c.cuda),
+        Err(e) => e.render(&swapped, "t.hf"),
+    };
+    assert!(e.contains("shared-memory layout differs"), "{e}");
+}
+
+#[test]
 fn the_other_fence_placements_are_where_they_say() {
     let per_store =
         compile(&example("tma/exp_store.hf").replace("store=tma)", "store=tma, fence=per_store)"));

@@ -1543,8 +1543,50 @@ fn measured_view(
     primary: bool,
 ) -> impl IntoView + use<> {
     let id = move |name: &'static str| primary.then_some(name);
-    let ratio = m.ratio;
+    // A matrix product is measured in TFLOP/s against cuBLAS, anything else in GB/s against the
+    // device copy.
+    let matmul = m.tflops.is_some();
+    let ratio = if matmul { m.cublas_ratio } else { m.ratio };
     let pct = ratio.map(|x| (x * 100.0).clamp(0.0, 100.0)).unwrap_or(0.0);
+    let (rate_label, rate) = match m.tflops {
+        Some(t) => ("compute", format!("{t:.2} TFLOP/s")),
+        None => ("bandwidth", fmt_opt(m.gbps, |g| format!("{g:.0} GB/s"))),
+    };
+    let ratio_title = if matmul {
+        "achieved TFLOP/s / cuBLAS TFLOP/s on the same shape, layouts and types, measured by the same worker"
+    } else {
+        "achieved bandwidth / device-to-device copy bandwidth measured by the same worker"
+    };
+    let ratio_text = match (matmul, ratio) {
+        (true, Some(x)) => format!(
+            "{:.1}% of cuBLAS ({})",
+            x * 100.0,
+            fmt_opt(m.cublas_tflops, |c| format!("{c:.2} TFLOP/s"))
+        ),
+        (true, None) => format!(
+            "cuBLAS not measured: {}",
+            m.cublas_skipped
+                .clone()
+                .unwrap_or_else(|| "no reason given".into())
+        ),
+        (false, Some(x)) => match m.ceiling_gbps {
+            Some(c) => format!("{:.1}% of the copy ceiling ({c:.0} GB/s)", x * 100.0),
+            None => format!("{:.1}% of the ceiling", x * 100.0),
+        },
+        (false, None) => "no ceiling measured".to_string(),
+    };
+    let cublas_row = m.cublas_call.clone().map(|call| {
+        let check = m.cublas_check.clone().map(|c| {
+            format!(
+                "; its output {} the reference (rel L2 {})",
+                if c.passed { "matches" } else { "DOES NOT match" },
+                fmt_opt(c.rel_l2, |x| format!("{x:.3e}"))
+            )
+        });
+        view! {
+            <tr><th>"cuBLAS"</th><td class="mono" id=id("cublas")>{format!("{call}{}", check.unwrap_or_default())}</td></tr>
+        }
+    });
     let verdict = if m.passed {
         ("v-pass", "passed")
     } else {
@@ -1570,26 +1612,21 @@ fn measured_view(
                 <span class="value" id=id("median")>{fmt_opt(m.median_us, |x| format!("{x:.2} µs"))}</span>
             </div>
             <div class="big">
-                <span class="label">"bandwidth"</span>
-                <span class="value">{fmt_opt(m.gbps, |g| format!("{g:.0} GB/s"))}</span>
+                <span class="label">{rate_label}</span>
+                <span class="value" id=id("rate")>{rate}</span>
             </div>
             <div class=format!("big verdict {}", verdict.0) id=id("verdict")>
                 <span class="label">"validation"</span>
                 <span class="value">{verdict.1}</span>
             </div>
         </div>
-        <div class="ratio" title="achieved bandwidth / device-to-device copy bandwidth measured by the same worker">
+        <div class="ratio" title=ratio_title>
             <div class="ratio-bar" style:width=format!("{pct:.1}%")></div>
-            <span class="ratio-text">
-                {match (ratio, m.ceiling_gbps) {
-                    (Some(x), Some(c)) => format!("{:.1}% of the copy ceiling ({c:.0} GB/s)", x * 100.0),
-                    (Some(x), None) => format!("{:.1}% of the ceiling", x * 100.0),
-                    _ => "no ceiling measured".to_string(),
-                }}
-            </span>
+            <span class="ratio-text">{ratio_text}</span>
         </div>
         <table class="kv">
             <tr><th>"device"</th><td>{m.device.clone().unwrap_or_else(|| "—".into())}</td></tr>
+            {cublas_row}
             <tr><th>"launch"</th><td class="mono">{m.launch.clone().unwrap_or_else(|| "—".into())}</td></tr>
             <tr>
                 <th>"time"</th>

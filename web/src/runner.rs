@@ -314,6 +314,14 @@ pub struct Measured {
     pub gbps: Option<f64>,
     pub ceiling_gbps: Option<f64>,
     pub ratio: Option<f64>,
+    /// A matrix product: its TFLOP/s, and cuBLAS's on the same shape (with the call, its own
+    /// check against the reference, and the kernel's fraction of it), or why cuBLAS was not run.
+    pub tflops: Option<f64>,
+    pub cublas_tflops: Option<f64>,
+    pub cublas_ratio: Option<f64>,
+    pub cublas_call: Option<String>,
+    pub cublas_check: Option<Check>,
+    pub cublas_skipped: Option<String>,
     pub checks: Vec<Check>,
     /// The re-check after timing (races that show up only sometimes).
     pub checks_after_timing: Vec<Check>,
@@ -441,21 +449,21 @@ fn launch_text(l: &Value) -> String {
     t
 }
 
+fn check(c: &Value) -> Check {
+    Check {
+        output: s(c, &["output"]).unwrap_or_else(|| "?".into()),
+        passed: c.get("passed").and_then(Value::as_bool).unwrap_or(false),
+        rel_l2: f(c, &["rel_l2"]),
+        max_abs: f(c, &["max_abs"]),
+        tolerance: f(c, &["tolerance"]),
+        elements: c.get("elements").and_then(Value::as_u64),
+        non_finite: c.get("non_finite").and_then(Value::as_u64).unwrap_or(0),
+    }
+}
+
 fn checks(v: Option<&Value>) -> Vec<Check> {
     v.and_then(Value::as_array)
-        .map(|list| {
-            list.iter()
-                .map(|c| Check {
-                    output: s(c, &["output"]).unwrap_or_else(|| "?".into()),
-                    passed: c.get("passed").and_then(Value::as_bool).unwrap_or(false),
-                    rel_l2: f(c, &["rel_l2"]),
-                    max_abs: f(c, &["max_abs"]),
-                    tolerance: f(c, &["tolerance"]),
-                    elements: c.get("elements").and_then(Value::as_u64),
-                    non_finite: c.get("non_finite").and_then(Value::as_u64).unwrap_or(0),
-                })
-                .collect()
-        })
+        .map(|list| list.iter().map(check).collect())
         .unwrap_or_default()
 }
 
@@ -544,6 +552,16 @@ fn parse_job(job: &Value) -> RunView {
             gbps: f(r, &["gbps"]),
             ceiling_gbps: f(r, &["copy", "gbps"]),
             ratio: f(r, &["fraction_of_copy"]),
+            tflops: f(r, &["tflops"]),
+            cublas_tflops: f(r, &["cublas", "tflops"]),
+            cublas_ratio: f(r, &["fraction_of_cublas"]),
+            cublas_call: s(r, &["cublas", "call"]),
+            cublas_check: r
+                .get("cublas")
+                .and_then(|c| c.get("validation"))
+                .filter(|c| c.is_object())
+                .map(check),
+            cublas_skipped: s(r, &["cublas_skipped"]),
             checks: checks(r.get("validation")),
             checks_after_timing: checks(r.get("validation_after_timing")),
             seed: r.get("seed").and_then(Value::as_u64),
@@ -611,6 +629,23 @@ mod tests {
     const TIMED_OUT: &str = include_str!("../tests/fixtures/done-timed-out.json");
     const FAKE: &str = include_str!("../tests/fixtures/done-fake.json");
     const AB: &str = include_str!("../tests/fixtures/done-ab.json");
+    const MATMUL: &str = include_str!("../tests/fixtures/done-matmul.json");
+
+    #[test]
+    fn reads_a_matrix_product_against_cublas() {
+        let m = parse_result(MATMUL).measured.expect("a measurement");
+        let t = 2.0 * 2048f64.powi(3);
+        assert_eq!(m.tflops, Some(t / 2000.0e6));
+        assert_eq!(m.cublas_tflops, Some(t / 400.0e6));
+        assert_eq!(m.cublas_ratio, Some(0.2));
+        assert!(m.cublas_call.unwrap().starts_with("cublasGemmEx(T, N"));
+        let c = m.cublas_check.expect("cuBLAS's own check");
+        assert!(c.passed && c.output == "cuBLAS c");
+        assert!(m.cublas_skipped.is_none());
+        // A run that is not a matrix product has none of it.
+        let p = parse_result(PASSED).measured.unwrap();
+        assert!(p.tflops.is_none() && p.cublas_tflops.is_none() && p.cublas_check.is_none());
+    }
 
     #[test]
     fn reads_a_measured_run() {

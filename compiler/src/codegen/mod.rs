@@ -232,6 +232,7 @@ pub fn emit(
             .register_sharing
             .map(|(producer, consumer)| crate::plan::RegisterSharing { producer, consumer }),
         min_global_bytes,
+        matmul: None,
     };
     (src, plan)
 }

@@ -8,6 +8,7 @@
 //! (see `passes::loop_nest`).
 
 mod build;
+pub mod matmul;
 pub mod schedule;
 
 pub use build::build;

@@ -866,10 +866,15 @@ fn box_copy(
 ) -> Result<Stmt, Diagnostic> {
     let mut env = env.clone();
     let mut vars = Vec::new();
+    let mut extents = Vec::new();
     let mut cur = l;
     let compute = loop {
         env.insert(cur.key, Val::Var(cur.var.clone()));
         vars.push(cur.var.clone());
+        extents.push(match cur.extent {
+            Val::Int(e) => e,
+            _ => 0,
+        });
         match cur.body.as_slice() {
             [Stmt::Loop(inner)] if inner.parallel == ParallelType::Bulk => cur = inner,
             [Stmt::Compute(c)] => break c,
@@ -914,7 +919,7 @@ fn box_copy(
         ));
     };
     if let Some(store) = cx.stores.iter().find(|s| s.tensor == t).cloned() {
-        check_box_layout(cx, k, &store, src, &vars)?;
+        check_box_layout(cx, k, &store, src, &vars, &extents)?;
         return Ok(Stmt::TmaStore(TmaStore {
             map: store.map,
             src: Access {
@@ -983,18 +988,21 @@ fn check_box_layout(
     store: &StoreInfo,
     src: &Access,
     vars: &[String],
+    extents: &[i64],
 ) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     let index = src.index.clone().unwrap_or(Val::Int(0));
-    // `vars` are outermost first and follow the box's dimension order, innermost last; box
-    // dims of 1 have no Bulk axis.
-    let extents: Vec<i64> = store
-        .box_dims
+    // `vars` are the Bulk loops, outermost first, with their constant `extents` (several may
+    // split one box dimension). Row-major over the box is row-major over these loops when the
+    // loops cover the box in order; the box's element count must match too.
+    let box_elements: i64 = store.box_dims.iter().product();
+    let loop_elements: i64 = extents.iter().product();
+    let (vars, extents): (Vec<String>, Vec<i64>) = vars
         .iter()
-        .rev()
-        .copied()
-        .filter(|&b| b != 1)
-        .collect();
+        .cloned()
+        .zip(extents.iter().copied())
+        .filter(|&(_, e)| e != 1)
+        .unzip();
     let at = |point: &[i64]| -> Option<i64> {
         let v = vars
             .iter()
@@ -1006,7 +1014,7 @@ fn check_box_layout(
         }
     };
     let zero = vec![0i64; vars.len()];
-    let mut ok = extents.len() == vars.len() && at(&zero) == Some(0);
+    let mut ok = box_elements == loop_elements && at(&zero) == Some(0);
     let mut stride = 1i64;
     for d in (0..vars.len()).rev() {
         if !ok {

@@ -1,0 +1,263 @@
+//! Recognises a fusion that is exactly one matrix product, so the runner can compare it with
+//! cuBLAS on the same problem.
+//!
+//! Takes the unscheduled fusion. Finds the shape
+//! `c = [cast](sum(x * y, axis=r))` where `x` and `y` are rank-3 broadcasts (one new axis each,
+//! reached through copies and widening casts) of the fusion's only inputs `a` and `b`, rank 2.
+//! The product's axes are positional, so the axes left after the sum, in order, are `M` and `N`;
+//! the operand without `N` is the left one. Each operand's layout follows from where its
+//! broadcast axis sits. Anything else (an epilogue, a second output, a narrowing cast before the
+//! product, a product used twice) is not a plain matrix product and gets `None`: a cuBLAS
+//! ceiling would then time different work.
+
+use super::{BinaryOp, Fusion, Op, Operand, ReduceOp, TensorId};
+use crate::dtype::DType;
+use crate::plan::{MatmulShape, OperandLayout};
+
+/// The matrix product `f` computes, if it is exactly one.
+pub fn detect(f: &Fusion) -> Option<MatmulShape> {
+    let [c] = f.outputs[..] else { return None };
+    // An optional cast of the sum (e.g. a bf16 result).
+    let mut sum_out = c;
+    if let Op::Cast(_) = definition(f, c)?.op {
+        sum_out = only_tensor_input(f, c)?;
+    }
+    let Op::Reduce {
+        op: ReduceOp::Sum,
+        axes,
+    } = &definition(f, sum_out)?.op
+    else {
+        return None;
+    };
+    let [r] = axes[..] else { return None };
+    let product = only_tensor_input(f, sum_out)?;
+    if f.rank(product) != 3 || f.uses(product).len() != 1 || f.tensors[product].is_output {
+        return None;
+    }
+    let mul = definition(f, product)?;
+    let (Op::Binary(BinaryOp::Mul), [Operand::Tensor(x), Operand::Tensor(y)]) =
+        (&mul.op, &mul.inputs[..])
+    else {
+        return None;
+    };
+    let accumulate = f.tensors[product].dtype;
+    if !matches!(accumulate, DType::F32 | DType::F64)
+        || f.tensors[sum_out].dtype != accumulate
+        || !f.tensors[c].dtype.is_float()
+    {
+        return None;
+    }
+    // Positions of the product's axes: the two kept ones are M then N.
+    let kept: Vec<usize> = (0..3).filter(|&p| p != r).collect();
+    let (pm, pn) = (kept[0], kept[1]);
+    let (ix, bx) = broadcast_input(f, *x)?;
+    let (iy, by) = broadcast_input(f, *y)?;
+    // The left operand lacks N, the right one lacks M.
+    let ((a, _), (b, _)) = match (bx, by) {
+        (p, q) if p == pn && q == pm => ((ix, bx), (iy, by)),
+        (p, q) if p == pm && q == pn => ((iy, by), (ix, bx)),
+        _ => return None,
+    };
+    let mut inputs = f.inputs.clone();
+    inputs.sort_unstable();
+    let mut used = vec![a, b];
+    used.sort_unstable();
+    used.dedup();
+    if inputs != used || f.rank(a) != 2 || f.rank(b) != 2 {
+        return None;
+    }
+    // Row-major axes of each operand: the product's positions without its broadcast axis.
+    let a_layout = if pm < r {
+        OperandLayout::Normal
+    } else {
+        OperandLayout::Transposed
+    };
+    let b_layout = if r < pn {
+        OperandLayout::Normal
+    } else {
+        OperandLayout::Transposed
+    };
+    let logical = f.logical(product);
+    let extent = |p: usize| f.class_extent(f.class_of(logical[p]));
+    Some(MatmulShape {
+        a: f.tensors[a].name.clone(),
+        b: f.tensors[b].name.clone(),
+        c: f.tensors[c].name.clone(),
+        m: extent(pm),
+        n: extent(pn),
+        k: extent(r),
+        a_layout,
+        b_layout,
+        a_dtype: f.tensors[a].dtype,
+        b_dtype: f.tensors[b].dtype,
+        c_dtype: f.tensors[c].dtype,
+        accumulate,
+    })
+}
+
+fn definition(f: &Fusion, t: TensorId) -> Option<&super::Expr> {
+    f.tensors[t].definition.map(|e| &f.exprs[e])
+}
+
+fn only_tensor_input(f: &Fusion, t: TensorId) -> Option<TensorId> {
+    match definition(f, t)?.inputs[..] {
+        [Operand::Tensor(i)] => Some(i),
+        _ => None,
+    }
+}
+
+/// The fusion input `t` is a broadcast of, through copies and widening float casts, and the
+/// position of the one broadcast axis.
+fn broadcast_input(f: &Fusion, mut t: TensorId) -> Option<(TensorId, usize)> {
+    let mut position = None;
+    while !f.tensors[t].is_input {
+        let e = definition(f, t)?;
+        let from = only_tensor_input(f, t)?;
+        match &e.op {
+            Op::Set => {}
+            Op::Cast(to) if widens(f.tensors[from].dtype, *to) => {}
+            Op::Broadcast { axes } if position.is_none() && axes.len() == 1 => {
+                position = Some(axes[0]);
+            }
+            _ => return None,
+        }
+        t = from;
+    }
+    Some((t, position?))
+}
+
+/// A cast that loses nothing: same type, or a float type to a wider one.
+fn widens(from: DType, to: DType) -> bool {
+    from == to
+        || (from.is_float()
+            && to.is_float()
+            && to.size_bytes() > from.size_bytes()
+            && matches!(to, DType::F32 | DType::F64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::SizeExpr;
+
+    fn detect_in(src: &str) -> Option<MatmulShape> {
+        let program = crate::frontend::parse(src).unwrap();
+        detect(&crate::fusion::build(&program.fusion).unwrap())
+    }
+
+    fn fusion(inputs: &str, body: &str) -> String {
+        format!("fusion f {{\n{inputs}\n{body}\n  output c\n}}")
+    }
+
+    #[test]
+    fn all_four_layouts() {
+        use OperandLayout::{Normal as N, Transposed as T};
+        let cases = [
+            // a[M, K] b[N, K]: reduce the last axis.
+            (
+                "  input a: f32[M, K]\n  input b: f32[N, K]",
+                "  c = sum(broadcast(a, axis=1) * broadcast(b, axis=0), axis=2)",
+                (N, T),
+            ),
+            // a[M, K] b[K, N]: reduce the middle axis.
+            (
+                "  input a: f32[M, K]\n  input b: f32[K, N]",
+                "  c = sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1)",
+                (N, N),
+            ),
+            // a[K, M] b[K, N]: reduce the first axis.
+            (
+                "  input a: f32[K, M]\n  input b: f32[K, N]",
+                "  c = sum(broadcast(a, axis=2) * broadcast(b, axis=1), axis=0)",
+                (T, N),
+            ),
+            // a[M, K] b[K, N], operands written in the other order. (a[K, M] with b[N, K]
+            // needs a transpose the language does not have.)
+            (
+                "  input b: f32[K, N]\n  input a: f32[M, K]",
+                "  c = sum(broadcast(b, axis=0) * broadcast(a, axis=2), axis=1)",
+                (N, N),
+            ),
+        ];
+        for (inputs, body, (la, lb)) in cases {
+            let src = fusion(inputs, body);
+            let s = detect_in(&src).unwrap_or_else(|| panic!("not detected:\n{src}"));
+            assert_eq!(
+                (s.a.as_str(), s.b.as_str(), s.c.as_str()),
+                ("a", "b", "c"),
+                "{src}"
+            );
+            assert_eq!((s.a_layout, s.b_layout), (la, lb), "{src}");
+            assert_eq!(
+                (s.m, s.n, s.k),
+                (SizeExpr::sym("M"), SizeExpr::sym("N"), SizeExpr::sym("K")),
+                "{src}"
+            );
+        }
+    }
+
+    #[test]
+    fn widening_casts_and_a_narrowing_result() {
+        let s = detect_in(&fusion(
+            "  input a: bf16[M, K]\n  input b: bf16[N, K]",
+            "  p = broadcast(cast(a, f32), axis=1) * broadcast(cast(b, f32), axis=0)\n  c = cast(sum(p, axis=2), bf16)",
+        ))
+        .unwrap();
+        assert_eq!(
+            (s.a_dtype, s.b_dtype, s.c_dtype, s.accumulate),
+            (DType::BF16, DType::BF16, DType::BF16, DType::F32)
+        );
+        assert_eq!(
+            s.to_string(),
+            "c[M, N] = a x b^T (NT, bf16 bf16 -> bf16, accumulate f32), K = K"
+        );
+    }
+
+    #[test]
+    fn not_a_plain_matrix_product() {
+        let mm = "  c = sum(broadcast(a, axis=1) * broadcast(b, axis=0), axis=2)";
+        let ab = "  input a: f32[M, K]\n  input b: f32[N, K]";
+        for (inputs, body) in [
+            // An epilogue after the sum.
+            (
+                ab,
+                "  c = exp(sum(broadcast(a, axis=1) * broadcast(b, axis=0), axis=2))",
+            ),
+            // A sum, not a product.
+            (
+                ab,
+                "  c = sum(broadcast(a, axis=1) + broadcast(b, axis=0), axis=2)",
+            ),
+            // Max instead of sum.
+            (
+                ab,
+                "  c = max(broadcast(a, axis=1) * broadcast(b, axis=0), axis=2)",
+            ),
+            // Both operands lack the same axis: an outer product summed, not a matrix product.
+            (
+                "  input a: f32[M, K]\n  input b: f32[M, K]",
+                "  c = sum(broadcast(a, axis=1) * broadcast(b, axis=1), axis=2)",
+            ),
+            // The broadcast axis is the summed one.
+            (
+                "  input a: f32[M, N]\n  input b: f32[N, K]",
+                "  c = sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=2)",
+            ),
+            // A narrowing cast before the product.
+            (
+                ab,
+                "  c = sum(broadcast(cast(a, f16), axis=1) * broadcast(b, axis=0), axis=2)",
+            ),
+            // A third input.
+            (
+                "  input a: f32[M, K]\n  input b: f32[N, K]\n  input s: f32[M]",
+                &format!("{mm}\n  t = s"),
+            ),
+        ] {
+            let src = fusion(inputs, body);
+            assert!(detect_in(&src).is_none(), "detected:\n{src}");
+        }
+        // The example programs that are not matrix products.
+        assert!(detect_in(&fusion(ab, mm)).is_some());
+    }
+}
