@@ -114,13 +114,25 @@ fn a_persistent_kernel_keeps_slot_and_parity_in_step_across_tiles() {
     let c = compile(&example("ws/row_sum_persistent.hf"));
     assert_eq!(c.plan.grid[0].as_const(), Some(132));
     let lin = "m_oi * hf_ceil_div<index_t>(N, 256) + n_o";
-    // Producer and consumers count the same linear iteration over (tile, column block).
+    // The producer walks one flat loop over the (tile, column block) pairs; the consumers keep
+    // the tile loop, the block loop and the per-tile epilogue. Both count the same linear
+    // iteration.
+    let producer = c.cuda.split("// producer warp group").nth(1).unwrap();
+    let producer = producer.split("// consumer warps").next().unwrap();
     assert!(
-        c.cuda.contains(&format!(
-            "hf_mbarrier_wait(&x_s_empty[({lin}) % 6], (unsigned)((({lin}) / 6 + 1) % 2));"
-        )),
-        "{}",
-        c.cuda
+        producer.contains("for (index_t m_oi_n_o = 0; m_oi_n_o < hf_ceil_div<index_t>(hf_ceil_div<index_t>(M, 8), 132) * hf_ceil_div<index_t>(N, 256); ++m_oi_n_o) {"),
+        "{producer}"
+    );
+    assert_eq!(producer.matches("for (").count(), 1, "{producer}");
+    assert!(
+        producer.contains(
+            "hf_mbarrier_wait(&x_s_empty[m_oi_n_o % 6], (unsigned)((m_oi_n_o / 6 + 1) % 2));"
+        ),
+        "{producer}"
+    );
+    assert!(
+        producer.contains("(int)(m_oi_n_o % hf_ceil_div<index_t>(N, 256) * 256)"),
+        "{producer}"
     );
     assert!(
         c.cuda.contains(&format!(
@@ -226,6 +238,35 @@ fn a_reduction_across_the_specialised_dim_is_rejected() {
     let e = err(src);
     assert!(
         e.contains("is warp-specialized on TIDx and the kernel reduces across TIDx"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_producer_role_that_no_consumer_reads_is_rejected() {
+    // `z` is declared and cached but nothing reads the cache: warp 1's role would fill slots that
+    // no consumer waits on or releases.
+    let src = "fusion f {\n  input x: f32[M, N]\n  input z: f32[M, N]\n  y = exp(x)\n  output y\n}\nschedule {\n  x_s = cache_after(x, memory=shared, load=tma)\n  z_s = cache_after(z, memory=shared, load=tma)\n  y.split(1, 128)\n  y.split(0, 4)\n  y.reorder(0, 2, 1, 3)\n  y.parallelize(0, BIDx)\n  y.parallelize(2, TIDy)\n  y.parallelize(3, TIDx)\n  propagate(y)\n  x_s.parallelize(2, Bulk)\n  x_s.parallelize(3, Bulk)\n  z_s.split(1, 128)\n  z_s.split(0, 4)\n  z_s.reorder(0, 2, 1, 3)\n  z_s.parallelize(0, BIDx)\n  z_s.parallelize(2, Bulk)\n  z_s.parallelize(3, Bulk)\n  x_s.circular_buffer(4, warp_specialized(TIDy, warp=0))\n  z_s.circular_buffer(4, warp_specialized(TIDy, warp=1))\n  inline_most()\n}\n";
+    let e = err(src);
+    assert!(
+        e.contains("t.hf:9:3: error: `z_s` (tma load of `z`) is read by nothing (its producer role would fill slots that no consumer reads or releases)"),
+        "{e}"
+    );
+    // Without warp specialization the same cache is still an error, without the role.
+    let plain = src
+        .replace(
+            "  x_s.circular_buffer(4, warp_specialized(TIDy, warp=0))\n",
+            "",
+        )
+        .replace(
+            "  z_s.circular_buffer(4, warp_specialized(TIDy, warp=1))\n",
+            "",
+        );
+    let e = err(&plain);
+    assert!(
+        e.contains(
+            "`z_s` (tma load of `z`) is read by nothing: use it in the fusion or remove the cache"
+        ),
         "{e}"
     );
 }

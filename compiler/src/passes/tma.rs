@@ -496,6 +496,19 @@ fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(), Diagnostic
         .input_tensors()
         .next()
         .expect("a cache reads its source");
+    // A cache nothing reads would be filled for nobody; with warp specialization its producer
+    // role would fill slots that no consumer ever releases.
+    if tensor.load != LoadKind::Plain && f.uses(t).is_empty() {
+        let role = match tensor.circular.as_ref().and_then(|c| c.ws.as_ref()) {
+            Some(_) => " (its producer role would fill slots that no consumer reads or releases)",
+            None => "",
+        };
+        return err(format!(
+            "`{name}` ({} load of `{}`) is read by nothing{role}: use it in the fusion or remove the cache",
+            tensor.load.name(),
+            f.tensors[src].name
+        ));
+    }
     let (keys, q) = cx.placement[&t].clone();
     let pos = tensor.loop_domain.len() - (keys.len() - q);
     let elem = tensor.dtype.size_bytes() as i64;
@@ -1712,7 +1725,15 @@ fn warp_specialize(cx: &Ctx, body: Vec<Stmt>, p: usize) -> Result<Stmt, Diagnost
             .iter()
             .map(|&m| cx.tensor_buffer[&cx.tma[m].tensor])
             .collect();
-        let nest = project(cx, pipe, role, &buffers, &body, &Val::Int(0), false);
+        let nest = flatten_serial_nests(project(
+            cx,
+            pipe,
+            role,
+            &buffers,
+            &body,
+            &Val::Int(0),
+            false,
+        ));
         if !nest.iter().any(contains_copy) {
             return Err(Diagnostic::new(
                 format!(
@@ -1804,6 +1825,53 @@ fn reads_buffer(body: &[Stmt], b: BufferId) -> bool {
         Stmt::If { then, els, .. } => reads_buffer(then, b) || reads_buffer(els, b),
         _ => false,
     })
+}
+
+/// Turns every perfect nest of serial loops (a loop whose whole body is one serial loop) into
+/// one loop over the linear iteration `outer * inner_extent + inner`, recovering both indices
+/// by division: a persistent producer walks one flat sequence of (tile, block) pairs, and its
+/// slot and parity are that linear count directly.
+fn flatten_serial_nests(nest: Vec<Stmt>) -> Vec<Stmt> {
+    nest.into_iter()
+        .map(|s| match s {
+            Stmt::Loop(mut l) => {
+                l.body = flatten_serial_nests(std::mem::take(&mut l.body));
+                let merge = l.parallel == ParallelType::Serial
+                    && matches!(&l.body[..], [Stmt::Loop(inner)]
+                        if inner.parallel == ParallelType::Serial && !inner.extent.mentions(&l.var));
+                if !merge {
+                    return Stmt::Loop(l);
+                }
+                let Some(Stmt::Loop(inner)) = l.body.pop() else {
+                    unreachable!("checked above")
+                };
+                let var = format!("{}_{}", l.var, inner.var);
+                let lin = Val::Var(var.clone());
+                let outer_index = Val::div(lin.clone(), inner.extent.clone());
+                let inner_index = Val::rem(lin, inner.extent.clone());
+                let mut body = inner.body;
+                for st in &mut body {
+                    st.map_vals(&mut |x| {
+                        x.subst(&l.var, &outer_index)
+                            .subst(&inner.var, &inner_index)
+                    });
+                }
+                Stmt::Loop(Loop {
+                    key: inner.key,
+                    var,
+                    extent: Val::mul(l.extent, inner.extent),
+                    parallel: ParallelType::Serial,
+                    body,
+                })
+            }
+            Stmt::If { cond, then, els } => Stmt::If {
+                cond,
+                then: flatten_serial_nests(then),
+                els: flatten_serial_nests(els),
+            },
+            other => other,
+        })
+        .collect()
 }
 
 /// The loops of `body` that lead to the loads of `role`, with only those loads (issued in the
