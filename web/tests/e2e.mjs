@@ -8,7 +8,8 @@
 // page; tab B (a copy of A, its own CUDA, restored with A from a fragment); the Pipeline pane
 // (exp_2d's diagram with 4 slots, in both themes; none for a kernel without TMA); Run shows the
 // fake worker's result (marked as not measured, no numbers) with its stages; with tab B, an A/B
-// job with both results (and B/A with its spread from the runner's A/B `done` event);
+// job with both results (and B/A with its spread from the runner's A/B `done` event); a matrix
+// product's TFLOP/s against cuBLAS (events recorded from a run on the H100);
 // a hung job is shown as timed out, a crashed one as crashed, and Stop waiting lets go of a job;
 // the short link (through /api/links) restores the state in a new page, and again after the
 // service restarts on the same database.
@@ -439,6 +440,30 @@ try {
     await q.screenshot({ path: path.join(artifacts, "playground-ab.png") });
     await q.click("#close-b");
     await q.waitForSelector("#open-b");
+  });
+
+  await check("a matrix product shows TFLOP/s against cuBLAS (events recorded from a run on the H100)", async () => {
+    // docs/recordings/matmul_h100.sse: every event of a real basics/matmul job on the H100
+    // (scripts/record-run.py against `hopfuse serve` there), replayed in place of the fake
+    // worker's events.
+    const events = fs.readFileSync(path.join(repo, "docs/recordings/matmul_h100.sse"), "utf8");
+    await q.selectOption("#examples", "basics/matmul");
+    for (const name of ["M", "N", "K"]) await setSize(q, name, 2048);
+    await q.route("**/api/jobs/*/events", (route) =>
+      route.fulfill({ status: 200, headers: { "Content-Type": "text/event-stream" }, body: events }),
+    );
+    await q.click("#run");
+    await q.waitForSelector("#rate");
+    await q.unroute("**/api/jobs/*/events");
+    const rate = await q.locator("#rate").textContent();
+    assert(rate === "3.88 TFLOP/s", `the kernel's rate: ${rate}`);
+    const ratio = await q.locator(".ratio-text").first().textContent();
+    assert(ratio === "7.7% of cuBLAS (50.10 TFLOP/s)", `the ratio: ${ratio}`);
+    const cublas = await q.locator("#cublas").textContent();
+    assert(cublas.startsWith("cublasGemmEx(N, N, m=2048, n=2048, k=2048) f32 x f32 -> f32, compute 32F"), `the call: ${cublas}`);
+    assert(cublas.includes("its output matches the reference"), `cuBLAS's check: ${cublas}`);
+    assert((await q.locator(".verdict").first().textContent()).includes("passed"), "validated");
+    await q.screenshot({ path: path.join(artifacts, "playground-matmul.png") });
   });
 
   await check("a job that hangs is killed at the limit and shown as timed out", async () => {
