@@ -85,3 +85,35 @@ fn global_intermediate_gets_a_scratch_parameter_and_barriers() {
     assert!(c.cuda.contains("__syncthreads();"), "{}", c.cuda);
     assert!(c.plan.params.iter().any(|p| matches!(p, hopfuse::plan::Param::Tensor { name, role: hopfuse::plan::TensorRole::Scratch, .. } if name == "t1")));
 }
+
+#[test]
+fn an_op_before_a_broadcast_runs_in_the_consumers_block_loop() {
+    // exp(b) has no M axis; inlined into y it runs inside y's loops, including the M loop bound
+    // to blockIdx.x, which it opens first (it comes first in the program).
+    let c = compile(
+        "fusion t {\n  input x: f32[M, N]\n  input b: f32[N]\n  y = x + broadcast(exp(b), axis=0)\n  output y\n}\nschedule {\n  y.split(1, 128)\n  y.parallelize(0, BIDx)\n  y.parallelize(2, TIDx)\n  propagate(y)\n  inline_most()\n}\n",
+    );
+    assert!(
+        c.cuda.contains("const index_t m = blockIdx.x;"),
+        "{}",
+        c.cuda
+    );
+    assert!(!c.cuda.contains("for (index_t m "), "{}", c.cuda);
+    assert!(
+        c.cuda.contains("y_exp[0] = expf(b[n_o * 128 + n_i]);"),
+        "{}",
+        c.cuda
+    );
+    assert!(
+        c.cuda.contains(
+            "y[m * N + (n_o * 128 + n_i)] = x[m * N + (n_o * 128 + n_i)] + y_broadcast[0];"
+        ),
+        "{}",
+        c.cuda
+    );
+    // Casts before the broadcasts of matrix-product operands (this failed the same way).
+    let mm = compile(
+        "fusion t {\n  input a: bf16[M, K]\n  input b: bf16[N, K]\n  s = sum(broadcast(cast(a, f32), axis=1) * broadcast(cast(b, f32), axis=0), axis=2)\n  output s\n}\nschedule {\n  s.split(0, 8)\n  s.split(2, 32)\n  s.reorder(0, 2, 1, 3, 4)\n  s.parallelize(0, BIDy)\n  s.parallelize(1, BIDx)\n  s.parallelize(2, TIDy)\n  s.parallelize(3, TIDx)\n  propagate(s)\n  inline_most()\n}\n",
+    );
+    assert!(mm.plan.matmul.is_some());
+}

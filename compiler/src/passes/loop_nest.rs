@@ -402,6 +402,20 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
     let mut stmt_seq: HashMap<TensorId, usize> = HashMap::new();
     let mut pending: HashMap<TensorId, Vec<usize>> = HashMap::new();
     let mut seq = 0usize;
+    // The parallel type of each loop, from the tensors that own an axis with its key: a producer
+    // placed in a consumer loop over an axis it lacks (broadcast to it) may open that loop first.
+    let mut owned_parallel: HashMap<LoopKey, ParallelType> = HashMap::new();
+    for &e in order {
+        for &id in &f.tensors[f.exprs[e].output].loop_domain {
+            let p = f.ids[id].parallel;
+            let slot = owned_parallel
+                .entry(cx.id_keys[&id])
+                .or_insert(ParallelType::Serial);
+            if *slot == ParallelType::Serial {
+                *slot = p;
+            }
+        }
+    }
     for &e in order {
         let expr = &f.exprs[e];
         let t = expr.output;
@@ -493,6 +507,7 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
         for &key in &keys[d..] {
             let parallel = key_parallel
                 .get(&key)
+                .or_else(|| owned_parallel.get(&key))
                 .copied()
                 .unwrap_or(ParallelType::Serial);
             let id = nodes.len();
