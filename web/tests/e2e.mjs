@@ -464,6 +464,9 @@ try {
     assert(cublas.includes("its output matches the reference"), `cuBLAS's check: ${cublas}`);
     assert((await q.locator(".verdict").first().textContent()).includes("passed"), "validated");
     await q.screenshot({ path: path.join(artifacts, "playground-matmul.png") });
+    // Back to the sizes the later checks expect.
+    await setSize(q, "M", 1000);
+    await setSize(q, "N", 4096);
   });
 
   await check("a job that hangs is killed at the limit and shown as timed out", async () => {
