@@ -45,16 +45,19 @@ pub fn evaluate(
     }
     // A reduction of a binary op whose result feeds nothing else is evaluated in one pass,
     // without the intermediate: a matrix product's [M, N, K] products would not fit in memory.
-    let fused_into_reduction = |t: TensorId| {
-        let binary = fusion.tensors[t]
-            .definition
-            .is_some_and(|d| matches!(fusion.exprs[d].op, Op::Binary(_)));
-        let uses = fusion.uses(t);
-        binary
-            && !fusion.tensors[t].is_output
-            && uses.len() == 1
-            && matches!(fusion.exprs[uses[0]].op, Op::Reduce { .. })
-    };
+    let fused: std::collections::HashSet<TensorId> = (0..fusion.tensors.len())
+        .filter(|&t| {
+            let binary = fusion.tensors[t]
+                .definition
+                .is_some_and(|d| matches!(fusion.exprs[d].op, Op::Binary(_)));
+            let uses = fusion.uses(t);
+            binary
+                && !fusion.tensors[t].is_output
+                && uses.len() == 1
+                && matches!(fusion.exprs[uses[0]].op, Op::Reduce { .. })
+        })
+        .collect();
+    let fused_into_reduction = |t: TensorId| fused.contains(&t);
     for e in fusion.topo_exprs() {
         let expr = &fusion.exprs[e];
         if fused_into_reduction(expr.output) {
@@ -162,15 +165,8 @@ pub fn evaluate(
                 }
                 let (v, s) = operand(&expr.inputs[0])?;
                 let mut out = vec![op.identity(); n];
-                // Output offset of each input element: strides of the kept axes, 0 on reduced ones.
-                let mut ostride = vec![0usize; s.len()];
-                let mut acc = 1;
-                for k in (0..s.len()).rev() {
-                    if !axes.contains(&k) {
-                        ostride[k] = acc;
-                        acc *= s[k];
-                    }
-                }
+                let reduced: Vec<bool> = (0..s.len()).map(|k| axes.contains(&k)).collect();
+                let ostride = kept_strides(&s, &reduced);
                 let combine = op.combine();
                 let mut idx = vec![0usize; s.len()];
                 let mut o = 0usize;
@@ -200,6 +196,20 @@ pub fn evaluate(
         );
     }
     Ok(out)
+}
+
+/// Output offset strides of a reduction's input axes: row-major over the kept axes, 0 on the
+/// `reduced` ones.
+fn kept_strides(shape: &[usize], reduced: &[bool]) -> Vec<usize> {
+    let mut stride = vec![0usize; shape.len()];
+    let mut acc = 1;
+    for k in (0..shape.len()).rev() {
+        if !reduced[k] {
+            stride[k] = acc;
+            acc *= shape[k];
+        }
+    }
+    stride
 }
 
 /// `out[kept index] = combine(out, b(a[i], b[i]))` over every index `i` of `shape`, where the
@@ -234,14 +244,7 @@ fn reduce_binary(
     if shape.contains(&0) {
         return;
     }
-    let mut ostride = vec![0usize; rank];
-    let mut acc = 1;
-    for k in (0..rank).rev() {
-        if !reduced[k] {
-            ostride[k] = acc;
-            acc *= shape[k];
-        }
-    }
+    let ostride = kept_strides(shape, reduced);
     let last = rank - 1;
     let (len, sa, sb, so) = (shape[last], ta[last], tb[last], ostride[last]);
     let dot = b == BinaryOp::Mul && combine == BinaryOp::Add && !round_i32;

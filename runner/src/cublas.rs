@@ -69,6 +69,28 @@ pub fn gemm_args(shape: &MatmulShape, m: i64, n: i64, k: i64) -> Option<GemmArgs
     })
 }
 
+/// The call as the report shows it, e.g.
+/// `cublasGemmEx(N, T, m=4096, n=4096, k=4096) f32 x f32 -> f32, compute 32F`.
+pub fn describe(args: &GemmArgs, shape: &MatmulShape, compute: sys::cublasComputeType_t) -> String {
+    let op = |t: bool| if t { "T" } else { "N" };
+    let compute = if compute == sys::cublasComputeType_t::CUBLAS_COMPUTE_64F {
+        "64F"
+    } else {
+        "32F"
+    };
+    format!(
+        "cublasGemmEx({}, {}, m={}, n={}, k={}) {} x {} -> {}, compute {compute}",
+        op(args.transa),
+        op(args.transb),
+        args.m,
+        args.n,
+        args.k,
+        shape.a_dtype.name(),
+        shape.b_dtype.name(),
+        shape.c_dtype.name(),
+    )
+}
+
 /// `cublasGemmEx` types for these operand and result types, or why cuBLAS has none.
 pub fn gemm_types(
     shape: &MatmulShape,
@@ -292,6 +314,16 @@ mod tests {
         }
         // Sizes beyond cuBLAS's int.
         assert!(gemm_args(&shape(Normal, Normal), 1 << 31, 2, 2).is_none());
+    }
+
+    #[test]
+    fn the_call_is_described_as_cublas_sees_it() {
+        let s = shape(OperandLayout::Normal, OperandLayout::Transposed);
+        let g = gemm_args(&s, 3, 5, 7).unwrap();
+        assert_eq!(
+            describe(&g, &s, sys::cublasComputeType_t::CUBLAS_COMPUTE_32F),
+            "cublasGemmEx(T, N, m=5, n=3, k=7) f32 x f32 -> f32, compute 32F"
+        );
     }
 
     #[test]

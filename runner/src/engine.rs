@@ -852,26 +852,12 @@ impl Staged<'_> {
             || Staged::before(flush, gpu),
             |i| unsafe { blas.gemm(&args, types, pointers(&sets[(i % nsets) as usize])) },
         )?;
-        let flops = 2.0 * m as f64 * n as f64 * k as f64;
-        let op = |t: bool| if t { "T" } else { "N" };
+        let flops = shape
+            .flops(&self.req.sizes)
+            .map_err(|e| sizes_err(e.to_string()))?;
         Ok(GemmCeiling {
-            call: format!(
-                "cublasGemmEx({}, {}, m={}, n={}, k={}) {} x {} -> {}, compute {}",
-                op(args.transa),
-                op(args.transb),
-                args.m,
-                args.n,
-                args.k,
-                shape.a_dtype.name(),
-                shape.b_dtype.name(),
-                shape.c_dtype.name(),
-                if types.2 == cudarc::cublas::sys::cublasComputeType_t::CUBLAS_COMPUTE_64F {
-                    "64F"
-                } else {
-                    "32F"
-                },
-            ),
-            tflops: flops / (timing.median_us * 1e6),
+            call: crate::cublas::describe(&args, shape, types.2),
+            tflops: timing.tflops(flops),
             timing,
             validation,
         })
@@ -928,7 +914,7 @@ impl Staged<'_> {
             ),
             None => None,
         };
-        let tflops = flops.map(|f| f / (timing.median_us * 1e6));
+        let tflops = flops.map(|f| timing.tflops(f));
         let fraction_of_cublas = match (tflops, &cublas) {
             (Some(t), Some(c)) => Some(t / c.tflops),
             _ => None,

@@ -61,6 +61,11 @@ impl Timing {
     pub fn gbps(&self, bytes: u64) -> f64 {
         bytes as f64 / (self.median_us * 1e3)
     }
+
+    /// TFLOP/s (1e12 floating-point operations per second) of `flops` in the median time.
+    pub fn tflops(&self, flops: f64) -> f64 {
+        flops / (self.median_us * 1e6)
+    }
 }
 
 pub(crate) fn cuda_err(what: impl std::fmt::Display) -> impl FnOnce(DriverError) -> RunError {

@@ -53,10 +53,12 @@ pub fn detect(f: &Fusion) -> Option<MatmulShape> {
     let (ix, bx) = broadcast_input(f, *x)?;
     let (iy, by) = broadcast_input(f, *y)?;
     // The left operand lacks N, the right one lacks M.
-    let ((a, _), (b, _)) = match (bx, by) {
-        (p, q) if p == pn && q == pm => ((ix, bx), (iy, by)),
-        (p, q) if p == pm && q == pn => ((iy, by), (ix, bx)),
-        _ => return None,
+    let (a, b) = if (bx, by) == (pn, pm) {
+        (ix, iy)
+    } else if (bx, by) == (pm, pn) {
+        (iy, ix)
+    } else {
+        return None;
     };
     let mut inputs = f.inputs.clone();
     inputs.sort_unstable();

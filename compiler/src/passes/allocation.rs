@@ -121,17 +121,10 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             }
             MemoryType::Shared => {
                 let bytes = mul(size.clone(), SizeExpr::Const(buf.dtype.size_bytes() as i64));
-                let swizzle = cx
-                    .tma
-                    .iter()
-                    .map(|i| (i.tensor, i.swizzle))
-                    .chain(cx.stores.iter().map(|s| (s.cache, s.swizzle)))
-                    .find(|(t, _)| cx.tensor_buffer[t] == b)
-                    .map(|(_, sw)| sw);
-                let align = match swizzle {
-                    Some(sw) if sw != 0 => super::tma::stage_align(sw),
-                    _ if tma_stages.contains_key(&b) => super::tma::SMEM_ALIGN,
-                    _ => 16,
+                let align = match cx.box_swizzle(b) {
+                    Some(sw) => super::tma::stage_align(sw),
+                    None if tma_stages.contains_key(&b) => super::tma::SMEM_ALIGN,
+                    None => 16,
                 };
                 let aligned = mul(super::ceil_div(bytes, align), SizeExpr::Const(align));
                 // The start too (a 128-byte aligned box may precede a 1024-byte aligned one).

@@ -156,6 +156,17 @@ pub struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
+    /// The shared-memory swizzle (bytes) of buffer `b` when it holds a swizzled TMA box: a
+    /// swizzled load's cache or a swizzled store's source.
+    pub fn box_swizzle(&self, b: BufferId) -> Option<u32> {
+        self.tma
+            .iter()
+            .map(|i| (i.tensor, i.swizzle))
+            .chain(self.stores.iter().map(|s| (s.cache, s.swizzle)))
+            .find(|&(t, sw)| sw != 0 && self.tensor_buffer[&t] == b)
+            .map(|(_, sw)| sw)
+    }
+
     pub fn new(fusion: &'a Fusion) -> Ctx<'a> {
         let mut reserved: BTreeSet<String> = fusion.symbols.iter().cloned().collect();
         reserved.extend(fusion.tensors.iter().map(|t| t.name.clone()));

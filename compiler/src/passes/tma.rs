@@ -65,7 +65,7 @@ pub fn stage_align(swizzle: u32) -> i64 {
 /// The shared-memory element a swizzled box puts logical element `e` at: 16-byte chunk
 /// `c = e / (16 / elem)` becomes `c ^ ((e * elem / 128) % (swizzle / 16))` (CUTLASS's
 /// `Swizzle<log2(swizzle / 16), 4, 3>` on byte addresses), the element within the chunk stays.
-pub fn swizzled(e: Val, elem: i64, swizzle: u32) -> Val {
+pub fn swizzled_index(e: Val, elem: i64, swizzle: u32) -> Val {
     let per_chunk = 16 / elem;
     let per_line = 128 / elem;
     let chunk = Val::div(e.clone(), Val::Int(per_chunk));
@@ -791,53 +791,30 @@ pub fn run_issue(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     issue_block(cx, k, &mut body, &mut env)?;
     // Swizzled boxes: every element access of the buffer goes through the swizzle (the copies
     // address the box's start, which the swizzle keeps in place).
-    let swizzled_buffers: Vec<(BufferId, i64, u32)> = cx
-        .tma
-        .iter()
-        .filter(|i| i.swizzle != 0)
-        .map(|i| (i.tensor, i.swizzle))
-        .chain(
-            cx.stores
-                .iter()
-                .filter(|s| s.swizzle != 0)
-                .map(|s| (s.cache, s.swizzle)),
-        )
-        .map(|(t, sw)| {
-            let b = cx.tensor_buffer[&t];
-            (b, k.buffers[b].dtype.size_bytes() as i64, sw)
+    let swizzled: HashMap<BufferId, (i64, u32)> = (0..k.buffers.len())
+        .filter_map(|b| {
+            let sw = cx.box_swizzle(b)?;
+            Some((b, (k.buffers[b].dtype.size_bytes() as i64, sw)))
         })
         .collect();
-    for &(b, elem, sw) in &swizzled_buffers {
-        for s in body.iter_mut() {
-            swizzle_accesses(s, b, elem, sw);
-        }
+    if !swizzled.is_empty() {
+        let mut swizzle = |a: &mut Access| {
+            if let Some(&(elem, sw)) = swizzled.get(&a.buffer) {
+                let i = a.index.take().unwrap_or(Val::Int(0));
+                a.index = Some(swizzled_index(i, elem, sw));
+            }
+        };
+        crate::kir::for_each_block_mut(&mut body, &mut |block| {
+            for s in block.iter_mut() {
+                if let Stmt::Compute(c) = s {
+                    swizzle(&mut c.out);
+                    c.value.for_each_read_mut(&mut swizzle);
+                }
+            }
+        });
     }
     k.body = body;
     Ok(())
-}
-
-fn swizzle_accesses(s: &mut Stmt, b: BufferId, elem: i64, sw: u32) {
-    let mut swizzle = |a: &mut Access| {
-        if a.buffer == b {
-            let i = a.index.take().unwrap_or(Val::Int(0));
-            a.index = Some(swizzled(i, elem, sw));
-        }
-    };
-    match s {
-        Stmt::Compute(c) => {
-            swizzle(&mut c.out);
-            c.value.for_each_read_mut(&mut swizzle);
-        }
-        Stmt::Loop(l) => l
-            .body
-            .iter_mut()
-            .for_each(|s| swizzle_accesses(s, b, elem, sw)),
-        Stmt::If { then, els, .. } => then
-            .iter_mut()
-            .chain(els.iter_mut())
-            .for_each(|s| swizzle_accesses(s, b, elem, sw)),
-        _ => {}
-    }
 }
 
 fn issue_block(
