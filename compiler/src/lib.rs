@@ -7,6 +7,7 @@
 //! [`pipeline_view`] describes the final kernel's TMA pipelines (roles, stages, barriers) as data.
 
 pub mod codegen;
+pub mod cuda;
 pub mod diag;
 pub mod dtype;
 pub mod frontend;

@@ -361,7 +361,7 @@ fn bulk_axes_must_be_split_inner_parts_in_order() {
     assert!(hopfuse::compile(&src, &Default::default()).is_ok());
     let src = format!("{COPY}schedule {{\n  x_s = cache_after(x, memory=shared, load=tma)\n  y.split(0, 4, outer)\n  y.parallelize(0, BIDx)\n  propagate(y)\n  x_s.parallelize(1, Bulk)\n  inline_most()\n}}\n");
     let e = err(&src);
-    assert!(e.contains("Bulk axis 1 of `x_s` must be a whole dimension of constant extent or the inner part of a split of one dimension"), "{e}");
+    assert!(e.contains("Bulk axis 1 of `x_s` comes from an outer split (split(.., .., outer)): a box dimension is a whole dimension of constant extent or the inner part of a split of one"), "{e}");
     let src = "fusion f {\n  input x: f32[M, N]\n  y = x\n  output y\n}\nschedule {\n  x_s = cache_after(x, memory=shared, load=tma)\n  y.split(1, 64)\n  y.split(0, 8)\n  y.reorder(0, 2, 3, 1)\n  y.parallelize(0, BIDx)\n  propagate(y)\n  x_s.parallelize(2, Bulk)\n  x_s.parallelize(3, Bulk)\n  inline_most()\n}\n";
     let e = err(src);
     assert!(

@@ -346,17 +346,20 @@ impl Emitter<'_> {
     fn literal(v: f64, d: DType) -> String {
         match d {
             DType::F32 | DType::BF16 | DType::F16 => {
-                if v.is_nan() {
+                // Rounded to f32 first: a finite f64 beyond f32's range is an infinity here, and
+                // must not print as `inff`.
+                let f = v as f32;
+                if f.is_nan() {
                     "__int_as_float(0x7fc00000)".into()
-                } else if v.is_infinite() {
-                    if v > 0.0 {
+                } else if f.is_infinite() {
+                    if f > 0.0 {
                         "__int_as_float(0x7f800000)"
                     } else {
                         "__int_as_float(0xff800000)"
                     }
                     .into()
                 } else {
-                    format!("{:?}f", v as f32)
+                    format!("{f:?}f")
                 }
             }
             DType::F64 => {

@@ -7,6 +7,11 @@ use crate::dtype::DType;
 
 /// Deepest expression nesting accepted (keeps recursion bounded on hostile input).
 const MAX_DEPTH: usize = 64;
+/// Most operations in one statement's expression. The expression tree is walked recursively
+/// after parsing (builder, printer, drop), and its height is at most its operation count, so
+/// this bounds every later walk of it: `x + x + ... + x` builds a left spine as tall as the sum
+/// is long.
+pub const MAX_EXPR_OPS: usize = 512;
 
 pub fn parse(src: &str) -> Result<Program, Diagnostic> {
     let tokens = lex(src)?;
@@ -14,6 +19,7 @@ pub fn parse(src: &str) -> Result<Program, Diagnostic> {
         tokens,
         pos: 0,
         depth: 0,
+        ops: 0,
     };
     let program = p.program()?;
     Ok(program)
@@ -23,6 +29,8 @@ struct Parser {
     tokens: Vec<Token>,
     pos: usize,
     depth: usize,
+    /// Operations in the expression being parsed (see [`MAX_EXPR_OPS`]).
+    ops: usize,
 }
 
 type PResult<T> = Result<T, Diagnostic>;
@@ -319,7 +327,22 @@ impl Parser {
         }
     }
 
+    /// Counts one operation of the current statement's expression.
+    fn count_op(&mut self, at: Span) -> PResult<()> {
+        self.ops += 1;
+        if self.ops > MAX_EXPR_OPS {
+            return Err(Diagnostic::new(
+                format!("this expression has more than {MAX_EXPR_OPS} operations; split it into several statements (`t = ...`)"),
+                Some(at),
+            ));
+        }
+        Ok(())
+    }
+
     fn expr(&mut self) -> PResult<Expr> {
+        if self.depth == 0 {
+            self.ops = 0;
+        }
         self.depth += 1;
         if self.depth > MAX_DEPTH {
             return Err(Diagnostic::new(
@@ -342,7 +365,8 @@ impl Parser {
             } else {
                 return Ok(lhs);
             };
-            self.bump();
+            let at = self.bump().span;
+            self.count_op(at)?;
             let rhs = self.multiplicative()?;
             let loc = Loc(lhs.loc().join(rhs.loc()));
             lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs), loc);
@@ -359,7 +383,8 @@ impl Parser {
             } else {
                 return Ok(lhs);
             };
-            self.bump();
+            let at = self.bump().span;
+            self.count_op(at)?;
             let rhs = self.unary()?;
             let loc = Loc(lhs.loc().join(rhs.loc()));
             lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs), loc);
@@ -369,6 +394,7 @@ impl Parser {
     fn unary(&mut self) -> PResult<Expr> {
         if self.is_punct('-') {
             let sp = self.bump().span;
+            self.count_op(sp)?;
             self.depth += 1;
             if self.depth > MAX_DEPTH {
                 return Err(Diagnostic::new("expression nested too deeply", Some(sp)));

@@ -4,7 +4,7 @@
 use super::*;
 use crate::diag::Diagnostic;
 use crate::frontend::ast::{self, Arg, Dim, Item};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 type BResult<T> = Result<T, Diagnostic>;
 
@@ -21,6 +21,8 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             class_parent: Vec::new(),
         },
         names: HashMap::new(),
+        taken: HashSet::new(),
+        name_suffix: HashMap::new(),
     };
     for item in &def.items {
         match item {
@@ -35,6 +37,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                 for d in dims.iter().flatten() {
                     let extent = match d {
                         Dim::Sym(s) => {
+                            check_identifier(s, loc.0)?;
                             if !b.f.symbols.contains(s) {
                                 b.f.symbols.push(s.clone());
                             }
@@ -71,6 +74,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                     b.op(Op::Set, vec![Operand::Tensor(t)], name, Some(loc.0))?
                 };
                 b.f.tensors[t].name = name.clone();
+                b.taken.insert(name.clone());
                 b.f.tensors[t].span = Some(loc.0);
                 b.names.insert(name.clone(), t);
             }
@@ -128,6 +132,10 @@ enum Value {
 struct Builder {
     f: Fusion,
     names: HashMap<String, TensorId>,
+    /// Every tensor name handed out (anonymous ones included).
+    taken: HashSet<String>,
+    /// The next numeric suffix to try per anonymous-name stem.
+    name_suffix: HashMap<String, usize>,
 }
 
 fn unary_by_name(s: &str) -> Option<UnaryOp> {
@@ -136,6 +144,7 @@ fn unary_by_name(s: &str) -> Option<UnaryOp> {
 
 impl Builder {
     fn check_new_name(&self, name: &str, span: Span) -> BResult<()> {
+        check_identifier(name, span)?;
         if self.names.contains_key(name) {
             return Err(Diagnostic::new(
                 format!("`{name}` is already defined"),
@@ -181,16 +190,21 @@ impl Builder {
             fence: FenceMode::Analysis,
             swizzle: 0,
         });
+        self.taken.insert(name.clone());
         self.names.entry(name).or_insert(t);
         t
     }
 
-    fn fresh_name(&self, base: &str, op: &str) -> String {
-        let mut name = format!("{base}_{op}");
-        let mut k = 2;
-        while self.f.tensors.iter().any(|t| t.name == name) {
-            name = format!("{base}_{op}{k}");
-            k += 1;
+    /// `{base}_{op}`, or the first free `{base}_{op}{k}`: a hash lookup per candidate, and the
+    /// search for a stem resumes where it stopped, so a long expression names its anonymous
+    /// tensors in linear time.
+    fn fresh_name(&mut self, base: &str, op: &str) -> String {
+        let stem = format!("{base}_{op}");
+        let mut name = stem.clone();
+        let k = self.name_suffix.entry(stem.clone()).or_insert(2);
+        while self.taken.contains(&name) {
+            name = format!("{stem}{k}");
+            *k += 1;
         }
         name
     }
@@ -554,6 +568,23 @@ impl Builder {
             }
             Op::Mma => DType::F32,
         };
+        // A literal takes the type of the arithmetic it is part of; one that type cannot hold
+        // would be emitted wrapped (i32) or as an infinity the user never wrote.
+        for o in &inputs {
+            if let Operand::Scalar(v) = o {
+                if let Some(why) = literal_out_of_range(*v, dtype) {
+                    let text = if v.abs() >= 1e16 {
+                        format!("{v:e}")
+                    } else {
+                        format!("{v}")
+                    };
+                    return Err(err(format!(
+                        "{opname}: the literal {text} {why} (the operation computes in {})",
+                        dtype.name()
+                    )));
+                }
+            }
+        }
         let out_root: Vec<IterId> = match &op {
             Op::Reduce { axes, .. } => {
                 let t = tensors[0];
@@ -676,5 +707,35 @@ impl Builder {
 
     fn class_extent_of(&self, id: IterId) -> SizeExpr {
         self.f.class_extent(self.f.class_of(id))
+    }
+}
+
+/// Why a finite literal cannot be represented in the type its operation computes in (`None`
+/// when it can). Infinities and NaN written through arithmetic on literals (`1.0 / 0.0`) are
+/// kept: the back end emits them as bit patterns.
+fn literal_out_of_range(v: f64, d: DType) -> Option<&'static str> {
+    if !v.is_finite() {
+        return None;
+    }
+    match d {
+        DType::I32 if v < i32::MIN as f64 || v > i32::MAX as f64 => {
+            Some("is out of range for i32 (-2147483648..=2147483647)")
+        }
+        DType::F32 | DType::BF16 | DType::F16 if (v as f32).is_infinite() => {
+            Some("is out of range for f32 (|x| <= 3.4028235e38)")
+        }
+        _ => None,
+    }
+}
+
+/// A user name reaches the CUDA source verbatim (as a parameter, buffer or size name), so it must
+/// not be one the emitted code or C++ already gives a meaning.
+pub(crate) fn check_identifier(name: &str, span: Span) -> BResult<()> {
+    match crate::cuda::reserved_reason(name) {
+        Some(why) => Err(Diagnostic::new(
+            format!("`{name}` cannot be used as a name: it is {why}"),
+            Some(span),
+        )),
+        None => Ok(()),
     }
 }

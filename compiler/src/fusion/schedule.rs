@@ -272,6 +272,7 @@ fn untransformed(f: &Fusion, t: TensorId, a: &Args) -> SResult<()> {
 }
 
 fn new_name(f: &Fusion, name: &str, span: Span) -> SResult<()> {
+    super::build::check_identifier(name, span)?;
     if f.tensor_by_name(name).is_some() {
         return Err(Diagnostic::new(
             format!("`{name}` is already defined"),
@@ -605,8 +606,24 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     if pos < 0 || pos > n {
                         return a.err(format!("position {pos} is out of range 0..={n} for `{cname}`"), Some(a.pos[1].loc()));
                     }
+                    let pos = pos as usize;
+                    if f.tensors[t].loop_domain != f.tensors[t].root {
+                        // Already transformed (by `propagate` or its own splits): replaying the
+                        // consumer again would find none of its roots in the loop domain, so the
+                        // loops are matched by how they are derived instead.
+                        let k = shared_prefix(f, t, c, pos);
+                        if k < pos {
+                            let why = match f.tensors[t].loop_domain.get(k) {
+                                Some(_) => format!("axis {k} of `{tname}` is not the same loop as axis {k} of `{cname}` (they are split, merged or ordered differently)"),
+                                None => format!("`{tname}` has only {k} loop axes"),
+                            };
+                            return a.err(format!("`{tname}` is already transformed, so it is computed inside the loops of `{cname}` only where its loop axes are the same loops, in the same order: {why}; use a position of at most {k}, or write compute_at before the transforms of `{tname}` (before propagate)"), Some(a.pos[1].loc()));
+                        }
+                        f.tensors[t].inline = Inline::At(k);
+                        return Ok(());
+                    }
                     let map = replay(f, c, t);
-                    let shared: Vec<IterId> = f.tensors[c].loop_domain[..pos as usize].to_vec();
+                    let shared: Vec<IterId> = f.tensors[c].loop_domain[..pos].to_vec();
                     let k = f.tensors[t]
                         .loop_domain
                         .iter()
@@ -959,6 +976,69 @@ pub(crate) fn replay(
         }
     }
     map.into_iter().collect()
+}
+
+/// How many leading loop axes of `producer` are the same loops as the first `pos` loop axes of
+/// `consumer`: derived by the same splits and merges from the same axis classes (what the passes
+/// later hash into one loop key).
+fn shared_prefix(f: &Fusion, producer: TensorId, consumer: TensorId, pos: usize) -> usize {
+    let (p, c) = (
+        &f.tensors[producer].loop_domain,
+        &f.tensors[consumer].loop_domain,
+    );
+    p.iter()
+        .zip(&c[..pos.min(c.len())])
+        .take_while(|(&a, &b)| same_loop(f, a, b))
+        .count()
+}
+
+/// Whether two axes are derived the same way from the same axis classes.
+fn same_loop(f: &Fusion, a: IterId, b: IterId) -> bool {
+    // Iterative over the pair stack: derivation chains are as deep as the schedule is long.
+    let mut stack = vec![(a, b)];
+    while let Some((a, b)) = stack.pop() {
+        match (&f.ids[a].origin, &f.ids[b].origin) {
+            (IterOrigin::Root, IterOrigin::Root) => {
+                if f.class_of(a) != f.class_of(b) {
+                    return false;
+                }
+            }
+            (
+                IterOrigin::Split {
+                    parent: pa,
+                    factor: fa,
+                    inner_split: ia,
+                    is_outer: oa,
+                },
+                IterOrigin::Split {
+                    parent: pb,
+                    factor: fb,
+                    inner_split: ib,
+                    is_outer: ob,
+                },
+            ) => {
+                if (fa, ia, oa) != (fb, ib, ob) {
+                    return false;
+                }
+                stack.push((*pa, *pb));
+            }
+            (
+                IterOrigin::Merge {
+                    outer: oa,
+                    inner: ia,
+                },
+                IterOrigin::Merge {
+                    outer: ob,
+                    inner: ib,
+                },
+            ) => {
+                stack.push((*oa, *ob));
+                stack.push((*ia, *ib));
+            }
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Extent of any axis as a size expression.

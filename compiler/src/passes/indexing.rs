@@ -12,22 +12,88 @@
 
 use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
-use crate::fusion::{IterKind, IterOrigin, MemoryType, TensorId};
+use crate::fusion::{IterKind, IterOrigin, MemoryType, ParallelType, TensorId};
 use crate::kir::{Access, Data, Kernel, Stmt, Val};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut env = cx.hw_env(k);
+    let hw: HashSet<LoopKey> = env.keys().copied().collect();
     let buffers = k.buffers.clone();
     let mut body = std::mem::take(&mut k.body);
-    walk(cx, &buffers, &mut body, &mut env)?;
+    walk(cx, &buffers, &hw, &mut body, &mut env)?;
     k.body = body;
+    Ok(())
+}
+
+/// The loop variables that index a computation of `consumer`: every enclosing serial loop, but
+/// of the thread and block bindings only those of the consumer's own loop axes. A binding of
+/// another tensor's axis (a producer written with another thread layout) names where *that*
+/// tensor's thread stands, not where the consumer reads: the producer's index is then derived
+/// from the consumer's root indices instead.
+fn consumer_env(
+    cx: &mut Ctx,
+    consumer: TensorId,
+    hw: &HashSet<LoopKey>,
+    env: &HashMap<LoopKey, Val>,
+) -> HashMap<LoopKey, Val> {
+    let own: HashSet<LoopKey> = cx.fusion.tensors[consumer]
+        .loop_domain
+        .iter()
+        .map(|&id| cx.key(id))
+        .collect();
+    env.iter()
+        .filter(|(k, _)| !hw.contains(k) || own.contains(k))
+        .map(|(k, v)| (*k, v.clone()))
+        .collect()
+}
+
+/// A consumer that reads a producer written with another thread or block layout reads elements
+/// other threads wrote: a thread-bound axis of the producer that is not a loop of the consumer.
+/// Shared and global memory make that visible within the block (the `sync` pass inserts the
+/// barrier), registers never do, and nothing orders writes of one block before reads of another.
+fn check_layout_change(
+    cx: &mut Ctx,
+    producer: TensorId,
+    consumer: TensorId,
+    memory: MemoryType,
+) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    // The consumer's loops and how each is bound.
+    let own: HashMap<LoopKey, ParallelType> = f.tensors[consumer]
+        .loop_domain
+        .iter()
+        .map(|&id| (cx.key(id), f.ids[id].parallel))
+        .collect();
+    for (pos, &id) in f.tensors[producer].loop_domain.iter().enumerate() {
+        let par = f.ids[id].parallel;
+        // Reduction axes are combined before anyone reads the result (every thread holds it).
+        if !par.is_hw()
+            || f.ids[id].kind != IterKind::Iteration
+            || own.get(&cx.key(id)) == Some(&par)
+        {
+            continue;
+        }
+        let (pn, cn) = (&f.tensors[producer].name, &f.tensors[consumer].name);
+        let rule = if par.is_block() {
+            format!("blocks cannot read what other blocks write within one kernel; parallelize `{pn}` and `{cn}` over {par} the same way (propagate)")
+        } else if memory == MemoryType::Local {
+            format!("a thread cannot read another thread's registers; keep `{pn}` in shared memory (set_memory(shared)) or give both the same {par} axis")
+        } else {
+            continue;
+        };
+        return Err(Diagnostic::new(
+            format!("`{cn}` reads `{pn}` with another thread layout: axis {pos} of `{pn}` is bound to {par}, and `{cn}` does not bind that loop to {par}, so it reads elements other threads wrote; {rule}"),
+            f.tensors[consumer].span.or(f.tensors[producer].span),
+        ));
+    }
     Ok(())
 }
 
 fn walk(
     cx: &mut Ctx,
     buffers: &[crate::kir::Buffer],
+    hw: &HashSet<LoopKey>,
     body: &mut [Stmt],
     env: &mut HashMap<LoopKey, Val>,
 ) -> Result<(), Diagnostic> {
@@ -35,22 +101,30 @@ fn walk(
         match s {
             Stmt::Loop(l) => {
                 let prev = env.insert(l.key, Val::Var(l.var.clone()));
-                walk(cx, buffers, &mut l.body, env)?;
+                walk(cx, buffers, hw, &mut l.body, env)?;
                 match prev {
                     Some(p) => env.insert(l.key, p),
                     None => env.remove(&l.key),
                 };
             }
             Stmt::If { then, els, .. } => {
-                walk(cx, buffers, then, env)?;
-                walk(cx, buffers, els, env)?;
+                walk(cx, buffers, hw, then, env)?;
+                walk(cx, buffers, hw, els, env)?;
             }
             Stmt::Compute(c) => {
                 let consumer = cx.fusion.exprs[c.expr].output;
-                let roots = consumer_roots(cx, consumer, env);
+                let mut reads = Vec::new();
+                c.value.for_each_read(&mut |a| reads.push(a.buffer));
+                for b in reads {
+                    if let Some(p) = buffers[b].tensor {
+                        check_layout_change(cx, p, consumer, buffers[b].memory)?;
+                    }
+                }
+                let env = consumer_env(cx, consumer, hw, env);
+                let roots = consumer_roots(cx, consumer, &env);
                 let mut ix = Indexer {
                     cx,
-                    env,
+                    env: &env,
                     roots: &roots,
                     buffers,
                 };

@@ -16,7 +16,7 @@ use crate::diag::Diagnostic;
 use crate::fusion::{Fusion, IterId, IterKind, IterOrigin, TensorId};
 use crate::kir::{BufferId, Kernel};
 use crate::plan::SizeExpr;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{HashMap, HashSet};
 
 pub struct Pass {
     pub name: &'static str,
@@ -134,7 +134,12 @@ pub struct Ctx<'a> {
     /// its consumers.
     pub placement: HashMap<TensorId, (Vec<LoopKey>, usize)>,
     /// Names loop variables must avoid (size symbols, tensors).
-    pub reserved_names: BTreeSet<String>,
+    /// Every identifier the kernel already uses or may not use (user names, C++ and CUDA names,
+    /// loop variables and derived buffer names handed out so far): [`Ctx::fresh_name`] steps
+    /// around them.
+    pub taken_names: HashSet<String>,
+    /// The next numeric suffix to try per base name.
+    name_suffix: HashMap<String, usize>,
     /// Conditions on the sizes checked by the runner before launch.
     pub constraints: Vec<crate::plan::Constraint>,
     /// See [`crate::CompileOptions::assume_aligned_vectors`].
@@ -168,8 +173,9 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn new(fusion: &'a Fusion) -> Ctx<'a> {
-        let mut reserved: BTreeSet<String> = fusion.symbols.iter().cloned().collect();
+        let mut reserved: HashSet<String> = fusion.symbols.iter().cloned().collect();
         reserved.extend(fusion.tensors.iter().map(|t| t.name.clone()));
+        reserved.extend(crate::cuda::fixed_reserved().map(String::from));
         Ctx {
             fusion,
             keys: Keys::default(),
@@ -177,7 +183,8 @@ impl<'a> Ctx<'a> {
             tensor_buffer: HashMap::new(),
             alloc_ids: HashMap::new(),
             placement: HashMap::new(),
-            reserved_names: reserved,
+            taken_names: reserved,
+            name_suffix: HashMap::new(),
             constraints: Vec::new(),
             assume_aligned_vectors: false,
             tma: Vec::new(),
@@ -258,12 +265,21 @@ impl<'a> Ctx<'a> {
                 )
             }
         };
-        let mut name = base.clone();
-        let mut n = 2;
-        while self.reserved_names.contains(&name) || self.keys.names.contains(&name) {
+        self.fresh_name(&base)
+    }
+
+    /// `base`, or `base2`, `base3`, ... : the first that no name of the kernel takes yet; it is
+    /// taken from then on.
+    pub fn fresh_name(&mut self, base: &str) -> String {
+        let mut name = base.to_string();
+        // Resume the suffix search where the last one for this base stopped: many loops over
+        // one size symbol must not make naming quadratic.
+        let n = self.name_suffix.entry(base.to_string()).or_insert(2);
+        while self.taken_names.contains(&name) {
             name = format!("{base}{n}");
-            n += 1;
+            *n += 1;
         }
+        self.taken_names.insert(name.clone());
         name
     }
 

@@ -44,8 +44,9 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         }
         let dtype = tensor.dtype.compute();
         let acc = k.buffers.len();
+        let acc_name = cx.fresh_name(&format!("{}_acc", tensor.name));
         k.buffers.push(Buffer {
-            name: format!("{}_acc", tensor.name),
+            name: acc_name,
             dtype,
             memory: MemoryType::Local,
             tensor: None,

@@ -219,11 +219,21 @@ pub fn check_box(what: &str, elem: i64, box_dims: &[i64], swizzle: u32) -> Resul
     Ok(())
 }
 
-/// The box a tensor's `Bulk` axes (loop axes `pos..`) cover, innermost dimension first.
-/// The Bulk axes of one box dimension: (dimension, the part of it they cover, each axis as
-/// (path of inner splits below that part, extent, loop position)).
-type BoxGroup = (usize, IterId, Vec<(Vec<u8>, i64, usize)>);
+/// One Bulk axis of a box: its path of inner splits from its dimension's root (0 = outer part,
+/// 1 = inner part), the axis, its extent and its loop position.
+struct BoxPiece {
+    path: Vec<u8>,
+    id: IterId,
+    extent: i64,
+    pos: usize,
+}
 
+/// The box a tensor's `Bulk` axes (loop axes `pos..`) cover, innermost dimension first.
+///
+/// The rule: each box dimension is a contiguous part of one dimension of the tensor, the whole
+/// dimension or the inner part of a split of it (the outer part is a loop), possibly cut into
+/// pieces by further inner splits, every piece Bulk and the outer pieces first; dimensions in
+/// order. Shared memory then holds the box row-major, as TMA writes it.
 fn box_of(cx: &Ctx, t: TensorId, pos: usize) -> Result<Vec<i64>, Diagnostic> {
     let f = cx.fusion;
     let tensor = &f.tensors[t];
@@ -231,68 +241,88 @@ fn box_of(cx: &Ctx, t: TensorId, pos: usize) -> Result<Vec<i64>, Diagnostic> {
     let err = |m: String| Err(Diagnostic::new(m, tensor.span));
     let logical = f.logical(t);
     let mut box_outer_first = vec![1i64; logical.len()];
-    // Each Bulk axis: the box part of its dimension it descends from (the root, or the inner
-    // part of an inner split of it) and its path of inner splits below that (0 = outer side).
-    let mut groups: Vec<BoxGroup> = Vec::new();
+    let mut groups: Vec<(usize, Vec<BoxPiece>)> = Vec::new();
     for (p, &id) in tensor.loop_domain.iter().enumerate().skip(pos) {
         let mut path = Vec::new();
         let mut cur = id;
-        let top = loop {
-            match f.ids[cur].origin {
-                IterOrigin::Root => break cur,
-                IterOrigin::Split {
-                    parent,
-                    inner_split: true,
-                    is_outer,
-                    ..
-                } => {
-                    if !is_outer && matches!(f.ids[parent].origin, IterOrigin::Root) {
-                        break cur;
-                    }
-                    path.push(u8::from(!is_outer));
-                    cur = parent;
-                }
-                _ => {
-                    return err(format!(
-                        "Bulk axis {p} of `{name}` must be a whole dimension of constant extent or the inner part of a split of one dimension (split further by inner splits)"
-                    ))
-                }
+        while let IterOrigin::Split {
+            parent,
+            inner_split,
+            is_outer,
+            ..
+        } = f.ids[cur].origin
+        {
+            if !inner_split {
+                return err(format!(
+                    "Bulk axis {p} of `{name}` comes from an outer split (split(.., .., outer)): a box dimension is a whole dimension of constant extent or the inner part of a split of one, split further only by inner splits"
+                ));
             }
-        };
+            path.push(u8::from(!is_outer));
+            cur = parent;
+        }
+        if !matches!(f.ids[cur].origin, IterOrigin::Root) {
+            return err(format!(
+                "Bulk axis {p} of `{name}` comes from a merge: a box dimension is a whole dimension of constant extent or the inner part of a split of one, split further only by inner splits"
+            ));
+        }
         path.reverse();
         let Some(extent) = crate::fusion::schedule::extent_const(f, id) else {
             return err(format!(
                 "Bulk axis {p} of `{name}` has no constant extent: split the dimension by the box size and make the inner part Bulk"
             ));
         };
-        let root = match f.ids[top].origin {
-            IterOrigin::Split { parent, .. } => parent,
-            _ => top,
-        };
-        let Some(dim) = logical.iter().position(|&r| r == root) else {
+        let Some(dim) = logical.iter().position(|&r| r == cur) else {
             return err(format!(
                 "Bulk axis {p} of `{name}` is not a dimension of it"
             ));
         };
+        let piece = BoxPiece {
+            path,
+            id,
+            extent,
+            pos: p,
+        };
         match groups.last_mut() {
-            Some((d, tp, axes)) if *d == dim && *tp == top => axes.push((path, extent, p)),
-            Some((d, ..)) if *d >= dim => {
+            Some((d, pieces)) if *d == dim => pieces.push(piece),
+            Some((d, pieces)) if *d > dim => {
                 return err(format!(
-                    "the Bulk axes of `{name}` must follow its dimension order (outermost dimension first, each once): shared memory holds the box row-major"
+                    "the Bulk axes of `{name}` must follow its dimension order, outermost dimension first, each dimension's pieces together: Bulk axis {p} (dimension {dim}) comes after Bulk axis {} (dimension {d}); shared memory holds the box row-major",
+                    pieces.last().map_or(p, |x| x.pos)
                 ))
             }
-            _ => groups.push((dim, top, vec![(path, extent, p)])),
+            _ => groups.push((dim, vec![piece])),
         }
     }
-    for (dim, top, axes) in groups {
-        // The axes must be the pieces of `top` in order, so the box row is contiguous.
-        let sorted = axes.windows(2).all(|w| w[0].0 < w[1].0);
-        let product: i64 = axes.iter().map(|a| a.1).product();
-        let whole = crate::fusion::schedule::extent_const(f, top);
-        if !sorted || (axes.len() > 1 && whole != Some(product)) {
+    for (dim, pieces) in groups {
+        let axes: Vec<usize> = pieces.iter().map(|x| x.pos).collect();
+        // The part of the dimension the pieces share: reached from the root through inner
+        // parts only, else the box would skip what the outer loop's sibling covers.
+        let mut prefix = pieces[0].path.clone();
+        for x in &pieces[1..] {
+            let common = prefix
+                .iter()
+                .zip(&x.path)
+                .take_while(|(a, b)| a == b)
+                .count();
+            prefix.truncate(common);
+        }
+        if prefix.contains(&0) {
             return err(format!(
-                "the Bulk axes {:?} of `{name}` must together cover one part of a dimension, outer pieces first (a box row is contiguous)",
-                axes.iter().map(|a| a.2).collect::<Vec<_>>()
+                "Bulk axes {axes:?} of `{name}` lie in the outer part of a split of dimension {dim} whose inner part is not in the box: a box row must be contiguous, so make the inner part Bulk too (after them), or make only the inner part Bulk"
+            ));
+        }
+        let sorted = pieces.windows(2).all(|w| w[0].path < w[1].path);
+        let product: i64 = pieces.iter().map(|x| x.extent).product();
+        let mut top = pieces[0].id;
+        for _ in prefix.len()..pieces[0].path.len() {
+            if let IterOrigin::Split { parent, .. } = f.ids[top].origin {
+                top = parent;
+            }
+        }
+        let whole = crate::fusion::schedule::extent_const(f, top);
+        if !sorted || whole != Some(product) {
+            return err(format!(
+                "the Bulk axes {axes:?} of `{name}` must together cover one contiguous part of dimension {dim} (the whole dimension or the inner part of a split), every piece of it Bulk, outer pieces first"
             ));
         }
         box_outer_first[dim] = product;
@@ -439,7 +469,7 @@ pub fn run_plan(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         };
         if copies {
             k.mbarriers.push(MbarArray {
-                name: format!("{base}_full"),
+                name: cx.fresh_name(&format!("{base}_full")),
                 count: pipe.stages,
                 arrivals: 1,
                 smem_offset: None,
@@ -454,7 +484,7 @@ pub fn run_plan(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 ));
             };
             k.mbarriers.push(MbarArray {
-                name: format!("{base}_empty"),
+                name: cx.fresh_name(&format!("{base}_empty")),
                 count: pipe.stages,
                 arrivals: if threads % 32 == 0 {
                     threads / 32
@@ -597,7 +627,7 @@ fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(), Diagnostic
         info.stage_elems = Some((info.bytes + align - 1) / align * align / elem);
         if tensor.load == LoadKind::Tma {
             k.tensor_maps.push(TensorMapSpec {
-                param: format!("{name}_map"),
+                param: cx.fresh_name(&format!("{name}_map")),
                 tensor: src_name,
                 dtype: tensor.dtype,
                 global_dims: global_dims.clone(),
@@ -741,7 +771,7 @@ fn plan_store(cx: &mut Ctx, k: &mut Kernel, y: TensorId) -> Result<(), Diagnosti
     let owner = format!("TMA store of `{}` into `{name}`", f.tensors[cache].name);
     let (global_dims, global_strides) = global_layout(cx, y, elem, &what, &owner, tensor.span)?;
     k.tensor_maps.push(TensorMapSpec {
-        param: format!("{name}_map"),
+        param: cx.fresh_name(&format!("{name}_map")),
         tensor: name.clone(),
         dtype: tensor.dtype,
         global_dims,
@@ -1121,7 +1151,7 @@ fn fills(s: &Stmt, buffers: &[BufferId]) -> bool {
 /// Finds the loads of pipe `p` under `body`; `outer` is the linear iteration of the serial
 /// loops entered so far. Rewrites the innermost serial loop around them into the pipeline.
 fn pipeline(
-    cx: &Ctx,
+    cx: &mut Ctx,
     body: &mut Vec<Stmt>,
     p: usize,
     outer: &Val,
@@ -1323,7 +1353,7 @@ fn pipeline(
             body: main,
         }));
         // Epilogue: the last `prefetch` iterations, no loads.
-        let epi = format!("{var}_epi");
+        let epi = cx.fresh_name(&format!("{var}_epi"));
         let mut epi_body = vec![Stmt::Let {
             var: var.clone(),
             value: Val::add(main_extent, Val::Var(epi.clone())),
@@ -1563,7 +1593,7 @@ pub fn check_registers(
 /// Pads the specialised thread dim with a 128-thread producer warp group and gives every
 /// producer role (warp) its own full and empty barriers.
 fn plan_ws(
-    cx: &Ctx,
+    cx: &mut Ctx,
     k: &mut Kernel,
     pipe: &Pipe,
     spec: crate::fusion::WarpSpecialized,
@@ -1651,14 +1681,14 @@ fn plan_ws(
             .collect();
         let base_name = names.join("_");
         k.mbarriers.push(MbarArray {
-            name: format!("{base_name}_full"),
+            name: cx.fresh_name(&format!("{base_name}_full")),
             count: pipe.stages,
             arrivals: 1,
             smem_offset: None,
         });
         r.full = k.mbarriers.len() - 1;
         k.mbarriers.push(MbarArray {
-            name: format!("{base_name}_empty"),
+            name: cx.fresh_name(&format!("{base_name}_empty")),
             count: pipe.stages,
             arrivals: consumer_threads / 32,
             smem_offset: None,
