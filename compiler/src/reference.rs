@@ -45,12 +45,13 @@ pub fn evaluate(
     }
     // A reduction of a binary op whose result feeds nothing else is evaluated in one pass,
     // without the intermediate: a matrix product's [M, N, K] products would not fit in memory.
+    let use_index = fusion.use_index();
     let fused: std::collections::HashSet<TensorId> = (0..fusion.tensors.len())
         .filter(|&t| {
             let binary = fusion.tensors[t]
                 .definition
                 .is_some_and(|d| matches!(fusion.exprs[d].op, Op::Binary(_)));
-            let uses = fusion.uses(t);
+            let uses = &use_index[t];
             binary
                 && !fusion.tensors[t].is_output
                 && uses.len() == 1

@@ -1,1 +1,166 @@
-//! Integration tests live in tests/tests/.
+//! Integration tests live in tests/tests/. This library holds what they share with the fuzz
+//! script and the lowering benchmark: generators of large and hostile programs.
+
+pub mod stress {
+    //! Programs of every shape up to the service's 64 KiB program limit: long chains of
+    //! statements, one expression at the operation limit, wide fusions, deep schedules, chains
+    //! of reductions, nesting at the parser's depth limit. Each must lower (or be rejected with
+    //! a located error) quickly and without exhausting a 2 MiB thread stack.
+
+    /// The service's program size limit (`hopfuse serve --max-program-bytes`).
+    pub const PROGRAM_LIMIT: usize = 64 * 1024;
+
+    fn fits(
+        lines: impl Iterator<Item = String>,
+        head: &str,
+        tail: impl Fn(usize) -> String,
+    ) -> String {
+        let mut body = String::new();
+        let mut n = 0;
+        for l in lines {
+            if head.len() + body.len() + l.len() + 1 + tail(n + 1).len() > PROGRAM_LIMIT {
+                break;
+            }
+            body.push_str(&l);
+            body.push('\n');
+            n += 1;
+        }
+        format!("{head}{body}{}", tail(n))
+    }
+
+    /// `t{i} = t{i-1} + x` as many times as fit, scheduled and inlined.
+    pub fn statement_chain() -> String {
+        fits(
+            (0..).map(|i| {
+                if i == 0 {
+                    "  t0 = x + 1.0".to_string()
+                } else {
+                    format!("  t{i} = t{} + x", i - 1)
+                }
+            }),
+            "fusion chain {\n  input x: f32[N]\n",
+            |n| {
+                let y = format!("t{}", n.saturating_sub(1));
+                format!("  output {y}\n}}\nschedule {{\n  {y}.split(0, 128)\n  {y}.parallelize(0, BIDx)\n  {y}.parallelize(1, TIDx)\n  propagate({y})\n  inline_most()\n}}\n")
+            },
+        )
+    }
+
+    /// Statements of `x + x + ... + x` at the per-statement operation limit, chained.
+    pub fn long_expressions() -> String {
+        let sum = |prev: &str| {
+            let mut e = prev.to_string();
+            for _ in 0..hopfuse::frontend::parser::MAX_EXPR_OPS {
+                e.push_str("+x");
+            }
+            e
+        };
+        fits(
+            (0..).map(|i| {
+                if i == 0 {
+                    format!("  e0 = {}", sum("x"))
+                } else {
+                    format!("  e{i} = {}", sum(&format!("e{}", i - 1)))
+                }
+            }),
+            "fusion long {\n  input x: f32[N]\n",
+            |n| format!("  output e{}\n}}\n", n.saturating_sub(1)),
+        )
+    }
+
+    /// One more operation than a statement may hold (rejected with a located error).
+    pub fn too_long_expression() -> String {
+        let mut e = "x".to_string();
+        for _ in 0..=hopfuse::frontend::parser::MAX_EXPR_OPS {
+            e.push_str(" + x");
+        }
+        format!("fusion long {{\n  input x: f32[N]\n  y = {e}\n  output y\n}}\n")
+    }
+
+    /// Many inputs, added pairwise into a tree of statements.
+    pub fn wide_fusion() -> String {
+        let n = 1200;
+        let mut head = String::from("fusion wide {\n");
+        for i in 0..n {
+            head.push_str(&format!("  input x{i}: f32[M, N]\n"));
+        }
+        fits(
+            (0..n - 1).map(|i| {
+                if i == 0 {
+                    "  s0 = x0 + x1".to_string()
+                } else {
+                    format!("  s{i} = s{} * x{}", i - 1, i + 1)
+                }
+            }),
+            &head,
+            |k| {
+                format!("  output s{}\n}}\nschedule {{\n  s{0}.parallelize(0, BIDx)\n  s{0}.parallelize(1, TIDx)\n  propagate(s{0})\n  inline_most()\n}}\n", k.saturating_sub(1))
+            },
+        )
+    }
+
+    /// Softmax-like chains: each step reduces the last and broadcasts the result back, so every
+    /// tensor is reached along many paths.
+    pub fn reduction_chain() -> String {
+        fits(
+            (0..).map(|i| {
+                let prev = if i == 0 {
+                    "x".to_string()
+                } else {
+                    format!("y{}", i - 1)
+                };
+                format!("  m{i} = max({prev}, axis=1)\n  y{i} = {prev} - broadcast(m{i}, axis=1)")
+            }),
+            "fusion red {\n  input x: f32[M, 256]\n",
+            |n| {
+                let y = format!("y{}", n.saturating_sub(1));
+                format!("  output {y}\n}}\nschedule {{\n  {y}.parallelize(0, BIDx)\n  {y}.parallelize(1, TIDx)\n  propagate({y})\n  inline_most()\n}}\n")
+            },
+        )
+    }
+
+    /// As many splits of one tensor as the schedule allows, then more (rejected at the limit).
+    pub fn deep_schedule() -> String {
+        fits(
+            (0..).map(|i| format!("  y.split({i}, 1)")),
+            "fusion deep {\n  input x: f32[N]\n  y = exp(x)\n  output y\n}\nschedule {\n",
+            |_| "}\n".to_string(),
+        )
+    }
+
+    /// Merges and splits alternating on one axis, deepening its derivation.
+    pub fn deep_derivation() -> String {
+        fits(
+            (0..).map(|_| "  y.split(0, 2)\n  y.merge(0)".to_string()),
+            "fusion deep {\n  input x: f32[N]\n  y = exp(x)\n  output y\n}\nschedule {\n",
+            |_| "}\n".to_string(),
+        )
+    }
+
+    /// Parentheses and calls nested to the parser's depth limit, repeated.
+    pub fn deep_nesting() -> String {
+        let nested = |d: usize| format!("{}x{}", "exp(".repeat(d), ")".repeat(d));
+        fits(
+            (0..).map(|i| format!("  n{i} = {}", nested(60))),
+            "fusion nest {\n  input x: f32[N]\n",
+            |n| {
+                let y = format!("n{}", n.saturating_sub(1));
+                format!("  output {y}\n}}\nschedule {{\n  {y}.split(0, 128)\n  {y}.parallelize(0, BIDx)\n  {y}.parallelize(1, TIDx)\n  propagate({y})\n  inline_most()\n}}\n")
+            },
+        )
+    }
+
+    /// Every generator, by name.
+    pub fn all() -> Vec<(&'static str, String)> {
+        vec![
+            ("statement chain", statement_chain()),
+            ("long expressions", long_expressions()),
+            ("too long expression", too_long_expression()),
+            ("wide fusion", wide_fusion()),
+            ("reduction chain", reduction_chain()),
+            ("deep schedule", deep_schedule()),
+            ("deep derivation", deep_derivation()),
+            ("deep nesting", deep_nesting()),
+        ]
+    }
+}

@@ -131,3 +131,43 @@ proptest! {
         check(&src);
     }
 }
+
+/// Every large program shape within the 64 KiB limit lowers or is rejected with a located
+/// error, on a thread with the 2 MiB stack of the service's compile threads (no walk over
+/// user-shaped structure may recurse as deep as the program is long).
+#[test]
+fn programs_of_every_shape_at_the_size_limit() {
+    for (name, src) in hopfuse_tests::stress::all() {
+        assert!(
+            src.len() <= hopfuse_tests::stress::PROGRAM_LIMIT,
+            "{name}: {} bytes",
+            src.len()
+        );
+        let s = src.clone();
+        let outcome = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || match hopfuse::compile(&s, &Default::default()) {
+                Ok(c) => Ok(c.cuda.len()),
+                Err(d) => Err((d.0.iter().all(|d| d.span.is_some()), d.render(&s, "p.hf"))),
+            })
+            .unwrap()
+            .join()
+            .unwrap_or_else(|_| panic!("{name}: the compiler panicked"));
+        match (name, outcome) {
+            ("too long expression", Err((true, e))) => {
+                assert!(e.contains("more than 512 operations"), "{e}")
+            }
+            ("deep schedule", Err((true, e))) => assert!(e.contains("loop axes; at most"), "{e}"),
+            ("deep derivation", Err((true, e))) => {
+                assert!(
+                    e.contains(
+                        "splits and merges (counted along every path to its roots); at most 256"
+                    ),
+                    "{e}"
+                )
+            }
+            (_, Ok(len)) => assert!(len > 0),
+            (_, Err((located, e))) => panic!("{name}: unexpected error (located: {located}):\n{e}"),
+        }
+    }
+}

@@ -57,9 +57,10 @@ pub fn emit(
                 buf.name
             ));
         };
+    let uses = f.use_index();
     for &t in &f.inputs {
         if f.rank(t) == 0 {
-            if !f.uses(t).is_empty() {
+            if !uses[t].is_empty() {
                 let tensor = &f.tensors[t];
                 params.push(Param::Scalar {
                     name: tensor.name.clone(),

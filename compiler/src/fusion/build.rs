@@ -19,6 +19,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             inputs: Vec::new(),
             outputs: Vec::new(),
             class_parent: Vec::new(),
+            class_extent_member: Vec::new(),
         },
         names: HashMap::new(),
         taken: HashSet::new(),

@@ -469,6 +469,10 @@ pub struct Fusion {
     pub outputs: Vec<TensorId>,
     /// Union-find parent of each root axis (axis classes); derived axes point to themselves.
     pub(crate) class_parent: Vec<IterId>,
+    /// Per class root: its lowest-numbered member that is not a broadcast and has a root
+    /// extent (the member whose extent is the class's), kept up to date by `new_id` and `union`
+    /// so that [`Fusion::class_extent`] is a lookup.
+    pub(crate) class_extent_member: Vec<Option<IterId>>,
 }
 
 impl Fusion {
@@ -503,6 +507,11 @@ impl Fusion {
         if ra != rb {
             let (lo, hi) = if ra < rb { (ra, rb) } else { (rb, ra) };
             self.class_parent[hi] = lo;
+            let best = match (self.class_extent_member[lo], self.class_extent_member[hi]) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            self.class_extent_member[lo] = best;
         }
     }
 
@@ -512,6 +521,9 @@ impl Fusion {
         origin: IterOrigin,
         root_extent: Option<SizeExpr>,
     ) -> IterId {
+        let id = self.ids.len();
+        self.class_extent_member
+            .push((kind != IterKind::Broadcast && root_extent.is_some()).then_some(id));
         self.ids.push(IterDomain {
             kind,
             parallel: ParallelType::Serial,
@@ -519,7 +531,7 @@ impl Fusion {
             root_extent,
             alias: None,
         });
-        self.class_parent.push(self.ids.len() - 1);
+        self.class_parent.push(id);
         self.ids.len() - 1
     }
 
@@ -586,6 +598,20 @@ impl Fusion {
         e
     }
 
+    /// For every tensor, the exprs reading it (one pass; for walks that ask for many tensors,
+    /// where [`Fusion::uses`] per tensor would be quadratic).
+    pub fn use_index(&self) -> Vec<Vec<ExprId>> {
+        let mut uses = vec![Vec::new(); self.tensors.len()];
+        for (e, expr) in self.exprs.iter().enumerate() {
+            for t in expr.input_tensors() {
+                if uses[t].last() != Some(&e) {
+                    uses[t].push(e);
+                }
+            }
+        }
+        uses
+    }
+
     /// Exprs reading tensor `t`.
     pub fn uses(&self, t: TensorId) -> Vec<ExprId> {
         (0..self.exprs.len())
@@ -619,19 +645,9 @@ impl Fusion {
 
     /// Extent of a root axis class: the extent of any non-broadcast member, else 1.
     pub fn class_extent(&self, class: IterId) -> SizeExpr {
-        let mut found = None;
-        for id in 0..self.ids.len() {
-            if self.ids[id].root_extent.is_some() && self.class_of(id) == class {
-                if self.ids[id].kind != IterKind::Broadcast {
-                    return self.ids[id]
-                        .root_extent
-                        .clone()
-                        .unwrap_or(SizeExpr::Const(1));
-                }
-                found = Some(SizeExpr::Const(1));
-            }
-        }
-        found.unwrap_or(SizeExpr::Const(1))
+        self.class_extent_member[self.class_of(class)]
+            .and_then(|id| self.ids[id].root_extent.clone())
+            .unwrap_or(SizeExpr::Const(1))
     }
 
     /// Human-readable description of an axis of a tensor (for messages).

@@ -470,6 +470,13 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     if f.ids[id].parallel != ParallelType::Serial {
                         return a.err(format!("axis {ax} of `{tname}` is parallelized ({}); split it before parallelizing", f.ids[id].parallel), None);
                     }
+                    if f.tensors[t].loop_domain.len() >= MAX_LOOP_AXES {
+                        return a.err(format!("`{tname}` already has {} loop axes; at most {MAX_LOOP_AXES} are supported", f.tensors[t].loop_domain.len()), None);
+                    }
+                    let size = derivation_size(f, id) + 1;
+                    if size > MAX_DERIVATION_SIZE {
+                        return a.err(format!("this split would make an axis of `{tname}` stand for {size} splits and merges (counted along every path to its roots); at most {MAX_DERIVATION_SIZE} are supported"), None);
+                    }
                     split(f, t, ax, factor, inner_split);
                     Ok(())
                 }
@@ -497,6 +504,10 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                         if f.ids[i].parallel != ParallelType::Serial {
                             return a.err(format!("axis {x} of `{tname}` is parallelized; merge before parallelizing"), None);
                         }
+                    }
+                    let size = derivation_size(f, ia) + derivation_size(f, ib) + 1;
+                    if size > MAX_DERIVATION_SIZE {
+                        return a.err(format!("this merge would make an axis of `{tname}` stand for {size} splits and merges (counted along every path to its roots); at most {MAX_DERIVATION_SIZE} are supported"), None);
                     }
                     merge(f, t, ax, bx);
                     Ok(())
@@ -1039,6 +1050,46 @@ fn same_loop(f: &Fusion, a: IterId, b: IterId) -> bool {
         }
     }
     true
+}
+
+/// Most loop axes a tensor may have (a loop nest deeper than this has no use on a GPU, and
+/// keeps every walk over loop nests shallow).
+pub const MAX_LOOP_AXES: usize = 24;
+/// Most splits and merges one axis may stand for, counted along every path to its roots (a
+/// merge of the two parts of one split reaches that split twice): walks over an axis's
+/// derivation (loop keys, extents, indices) recurse along every such path.
+pub const MAX_DERIVATION_SIZE: usize = 256;
+
+/// How many split and merge steps the walks from `id` to its roots take, counted along every
+/// path (saturating), computed once per ancestor in creation order (parents come first).
+fn derivation_size(f: &Fusion, id: IterId) -> usize {
+    let mut ancestors = vec![id];
+    let mut seen = std::collections::HashSet::from([id]);
+    let mut i = 0;
+    while i < ancestors.len() {
+        let parents = match f.ids[ancestors[i]].origin {
+            IterOrigin::Root => vec![],
+            IterOrigin::Split { parent, .. } => vec![parent],
+            IterOrigin::Merge { outer, inner } => vec![outer, inner],
+        };
+        for p in parents {
+            if seen.insert(p) {
+                ancestors.push(p);
+            }
+        }
+        i += 1;
+    }
+    ancestors.sort_unstable();
+    let mut size: HashMap<IterId, usize> = HashMap::new();
+    for &a in &ancestors {
+        let n = match f.ids[a].origin {
+            IterOrigin::Root => 0,
+            IterOrigin::Split { parent, .. } => 1 + size[&parent],
+            IterOrigin::Merge { outer, inner } => 1 + size[&outer] + size[&inner],
+        };
+        size.insert(a, n.min(usize::MAX / 4));
+    }
+    size[&id]
 }
 
 /// Extent of any axis as a size expression.

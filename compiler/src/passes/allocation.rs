@@ -13,6 +13,7 @@ use crate::diag::Diagnostic;
 use crate::fusion::{IterKind, MemoryType, TensorId};
 use crate::kir::{Kernel, Stmt, Val};
 use crate::plan::SizeExpr;
+use std::collections::HashMap;
 
 pub const SMEM_LIMIT: i64 = 227 * 1024;
 
@@ -21,6 +22,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut placements: Vec<(TensorId, usize)> =
         cx.tensor_buffer.iter().map(|(&t, &b)| (t, b)).collect();
     placements.sort_unstable();
+    let mut allocs = Vec::new();
     for (t, b) in placements {
         let tensor = &f.tensors[t];
         if tensor.memory == MemoryType::Global {
@@ -45,13 +47,14 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             .map(|(_, &id)| id)
             .collect();
         cx.alloc_ids.insert(b, ids);
-        if !insert_alloc(&mut k.body, b, q, 0) {
-            return Err(Diagnostic::new(
-                format!("internal: no place to allocate `{}`", tensor.name),
-                tensor.span,
-            ));
-        }
+        allocs.push((b, q, t));
     }
+    insert_allocs(&mut k.body, &allocs).map_err(|t| {
+        Diagnostic::new(
+            format!("internal: no place to allocate `{}`", f.tensors[t].name),
+            f.tensors[t].span,
+        )
+    })?;
     // Sizes.
     let mut offset = SizeExpr::Const(0);
     // TMA boxes first: each stage starts at a multiple of 128 bytes. Circular buffers hold
@@ -179,34 +182,93 @@ fn contains_block_reduce(body: &[Stmt]) -> bool {
     })
 }
 
-fn writes(body: &[Stmt], b: usize) -> bool {
-    body.iter().any(|s| match s {
-        Stmt::Compute(c) => c.out.buffer == b,
-        Stmt::Loop(l) => writes(&l.body, b),
-        Stmt::If { then, els, .. } => writes(then, b) || writes(els, b),
-        _ => false,
-    })
+/// Inserts `alloc b` for every `(b, q, tensor)`: at loop depth `q` (or shallower, where a
+/// non-loop statement holds the write) right before the statement that holds the first write
+/// of `b`, allocations at one place in the order given. One walk finds every first write and
+/// one rebuild per block inserts them, so this is linear in the kernel's size. Fails with the
+/// tensor of a buffer nothing writes.
+fn insert_allocs(
+    body: &mut Vec<Stmt>,
+    allocs: &[(usize, usize, TensorId)],
+) -> Result<(), TensorId> {
+    // Path to the first write of each buffer: (index, whether that statement is a loop).
+    let wanted: HashMap<usize, usize> = allocs.iter().enumerate().map(|(i, a)| (a.0, i)).collect();
+    let mut first: HashMap<usize, Vec<(usize, bool)>> = HashMap::new();
+    let mut path = Vec::new();
+    first_writes(body, &wanted, &mut path, &mut first);
+    // Insertions per block (keyed by the loop indices leading to it): (index, order, buffer).
+    let mut at: HashMap<Vec<usize>, Vec<(usize, usize, usize)>> = HashMap::new();
+    for (order, &(b, q, t)) in allocs.iter().enumerate() {
+        let path = first.get(&b).ok_or(t)?;
+        let mut depth = 0;
+        while depth < q && depth + 1 < path.len() && path[depth].1 {
+            depth += 1;
+        }
+        let prefix = path[..depth].iter().map(|p| p.0).collect();
+        at.entry(prefix)
+            .or_default()
+            .push((path[depth].0, order, b));
+    }
+    let mut prefix = Vec::new();
+    place(body, &mut prefix, &mut at);
+    Ok(())
 }
 
-/// Inserts `alloc b` at loop depth `q` before the statement that holds its first write.
-fn insert_alloc(body: &mut Vec<Stmt>, b: usize, q: usize, depth: usize) -> bool {
-    let Some(i) = body.iter().position(|s| match s {
-        Stmt::Compute(c) => c.out.buffer == b,
-        Stmt::Loop(l) => writes(&l.body, b),
-        Stmt::If { then, els, .. } => writes(then, b) || writes(els, b),
-        _ => false,
-    }) else {
-        return false;
-    };
-    if depth == q {
-        body.insert(i, Stmt::Alloc(b));
-        return true;
-    }
-    match &mut body[i] {
-        Stmt::Loop(l) => insert_alloc(&mut l.body, b, q, depth + 1),
-        _ => {
-            body.insert(i, Stmt::Alloc(b));
-            true
+fn first_writes(
+    body: &[Stmt],
+    wanted: &HashMap<usize, usize>,
+    path: &mut Vec<(usize, bool)>,
+    first: &mut HashMap<usize, Vec<(usize, bool)>>,
+) {
+    for (i, s) in body.iter().enumerate() {
+        match s {
+            Stmt::Compute(c)
+                if wanted.contains_key(&c.out.buffer) && !first.contains_key(&c.out.buffer) =>
+            {
+                let mut p = path.clone();
+                p.push((i, false));
+                first.insert(c.out.buffer, p);
+            }
+            Stmt::Loop(l) => {
+                path.push((i, true));
+                first_writes(&l.body, wanted, path, first);
+                path.pop();
+            }
+            Stmt::If { then, els, .. } => {
+                // A write inside a condition is allocated before the whole `if`.
+                path.push((i, false));
+                first_writes(then, wanted, path, first);
+                first_writes(els, wanted, path, first);
+                path.pop();
+            }
+            _ => {}
         }
+    }
+}
+
+fn place(
+    body: &mut Vec<Stmt>,
+    prefix: &mut Vec<usize>,
+    at: &mut HashMap<Vec<usize>, Vec<(usize, usize, usize)>>,
+) {
+    for (i, s) in body.iter_mut().enumerate() {
+        if let Stmt::Loop(l) = s {
+            prefix.push(i);
+            place(&mut l.body, prefix, at);
+            prefix.pop();
+        }
+    }
+    let Some(mut here) = at.remove(prefix.as_slice()) else {
+        return;
+    };
+    here.sort_unstable();
+    let old = std::mem::take(body);
+    let mut next = here.into_iter().peekable();
+    for (i, s) in old.into_iter().enumerate() {
+        while let Some(&(_, _, b)) = next.peek().filter(|x| x.0 == i) {
+            body.push(Stmt::Alloc(b));
+            next.next();
+        }
+        body.push(s);
     }
 }

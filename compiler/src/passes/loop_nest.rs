@@ -51,7 +51,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
 fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
     let f = cx.fusion;
     for (t, tensor) in f.tensors.iter().enumerate() {
-        let used = tensor.definition.is_some() || !f.uses(t).is_empty();
+        let used = tensor.definition.is_some() || !cx.uses[t].clone().is_empty();
         if !used || (tensor.is_input && f.rank(t) == 0) {
             continue;
         }
@@ -88,17 +88,25 @@ fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
 fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<usize>> {
     let mut out: HashMap<TensorId, HashSet<usize>> = HashMap::new();
     let n = f.tensors.len();
-    let consumers = |t: TensorId| -> Vec<TensorId> {
-        f.uses(t).into_iter().map(|e| f.exprs[e].output).collect()
-    };
-    let mut cons: Vec<Vec<TensorId>> = (0..n).map(consumers).collect();
-    cons.iter_mut().for_each(|c| c.dedup());
-    let descendants = |start: TensorId| -> HashSet<TensorId> {
-        let mut seen = HashSet::new();
-        let mut stack = cons[start].clone();
+    let uses = f.use_index();
+    let consumers: Vec<Vec<TensorId>> = (0..n)
+        .map(|t| uses[t].iter().map(|&e| f.exprs[e].output).collect())
+        .collect();
+    let producers: Vec<Vec<TensorId>> = (0..n)
+        .map(|t| match f.tensors[t].definition {
+            Some(d) => f.exprs[d].input_tensors().collect(),
+            None => Vec::new(),
+        })
+        .collect();
+    // Every tensor reachable from `start` along `edges` (not `start` itself unless on a cycle),
+    // as marks: one linear walk per reduction.
+    let reach = |start: TensorId, edges: &[Vec<TensorId>]| -> Vec<bool> {
+        let mut seen = vec![false; n];
+        let mut stack = edges[start].clone();
         while let Some(t) = stack.pop() {
-            if seen.insert(t) {
-                stack.extend(cons[t].iter().copied());
+            if !seen[t] {
+                seen[t] = true;
+                stack.extend(edges[t].iter().copied());
             }
         }
         seen
@@ -112,12 +120,10 @@ fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<usize>> {
             .filter(|&&id| f.ids[id].kind == IterKind::Reduction)
             .map(|&id| f.class_of(id))
             .collect();
-        let after = descendants(r);
-        for (p, consumers_of_p) in cons.iter().enumerate() {
-            if !descendants(p).contains(&r) {
-                continue;
-            }
-            if consumers_of_p.iter().any(|c| after.contains(c)) {
+        let after = reach(r, &consumers);
+        let before = reach(r, &producers);
+        for p in (0..n).filter(|&p| before[p]) {
+            if consumers[p].iter().any(|&c| after[c]) {
                 out.entry(p).or_default().extend(classes.iter().copied());
             }
         }
@@ -179,7 +185,11 @@ fn place(
         .map(|id| cx.key(id))
         .collect();
     let consumers: Vec<TensorId> = {
-        let mut v: Vec<TensorId> = f.uses(t).into_iter().map(|e| f.exprs[e].output).collect();
+        let mut v: Vec<TensorId> = cx.uses[t]
+            .clone()
+            .into_iter()
+            .map(|e| f.exprs[e].output)
+            .collect();
         v.dedup();
         v
     };
@@ -444,7 +454,11 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
             .unwrap_or_default();
         // Loops already opened for a consumer of `t` by a sibling producer are shared too.
         let q_t = cx.placement[&t].1;
-        let consumers: Vec<TensorId> = f.uses(t).into_iter().map(|u| f.exprs[u].output).collect();
+        let consumers: Vec<TensorId> = cx.uses[t]
+            .clone()
+            .into_iter()
+            .map(|u| f.exprs[u].output)
+            .collect();
         for c in &consumers {
             if let Some(open) = open_loops(cx, &pending, *c, q_t) {
                 let n = q_t.min(open.len());
@@ -652,35 +666,77 @@ fn make_compute(cx: &Ctx, e: usize) -> Result<Compute, Diagnostic> {
 }
 
 /// Loop instances already opened for the outer `depth` loops of tensor `c`: by a producer of `c`
-/// placed earlier, or, when `c` is itself inlined, for the loops it shares with its consumers.
+/// placed earlier, or, when `c` is itself inlined, for the loops it shares with its consumers
+/// (the first consumer, in use order, that has some).
+///
+/// The consumers form a DAG (softmax-like chains reach one tensor along many paths), so the
+/// search memoises each (tensor, depth) and keeps its own stack instead of recursing.
 fn open_loops(
     cx: &Ctx,
     pending: &HashMap<TensorId, Vec<usize>>,
     c: TensorId,
     depth: usize,
 ) -> Option<Vec<usize>> {
-    if depth == 0 {
-        return None;
-    }
-    if let Some(open) = pending.get(&c) {
-        return Some(open[..depth.min(open.len())].to_vec());
-    }
     let f = cx.fusion;
-    // A sibling producer of `c` already has loops open for it (its own producers opened them):
-    // `c` will run in those, as deep as that sibling is inlined into it.
-    if let Some(def) = f.tensors[c].definition {
-        for p in f.exprs[def].input_tensors() {
-            if let (Some(open), Some(&(_, q_p))) = (pending.get(&p), cx.placement.get(&p)) {
-                let n = depth.min(open.len()).min(q_p);
-                if n > 0 {
-                    return Some(open[..n].to_vec());
+    // The answer for (c, depth) found without looking at consumers, if there is one.
+    let direct = |c: TensorId, depth: usize| -> Option<Option<Vec<usize>>> {
+        if depth == 0 {
+            return Some(None);
+        }
+        if let Some(open) = pending.get(&c) {
+            return Some(Some(open[..depth.min(open.len())].to_vec()));
+        }
+        // A sibling producer of `c` already has loops open for it (its own producers opened
+        // them): `c` will run in those, as deep as that sibling is inlined into it.
+        if let Some(def) = f.tensors[c].definition {
+            for p in f.exprs[def].input_tensors() {
+                if let (Some(open), Some(&(_, q_p))) = (pending.get(&p), cx.placement.get(&p)) {
+                    let n = depth.min(open.len()).min(q_p);
+                    if n > 0 {
+                        return Some(Some(open[..n].to_vec()));
+                    }
                 }
             }
         }
+        None
+    };
+    let mut memo: HashMap<(TensorId, usize), Option<Vec<usize>>> = HashMap::new();
+    // Frames: (tensor, depth, index of the next consumer to try).
+    let mut stack = vec![(c, depth, 0usize)];
+    while let Some(&mut (t, d, ref mut next)) = stack.last_mut() {
+        if memo.contains_key(&(t, d)) {
+            stack.pop();
+            continue;
+        }
+        if *next == 0 {
+            if let Some(answer) = direct(t, d) {
+                memo.insert((t, d), answer);
+                stack.pop();
+                continue;
+            }
+        }
+        let child_depth = d.min(cx.placement[&t].1);
+        // The consumer tried last, once its answer is known.
+        if *next > 0 {
+            let prev = f.exprs[cx.uses[t][*next - 1]].output;
+            if let Some(Some(open)) = memo.get(&(prev, child_depth)) {
+                let open = open.clone();
+                memo.insert((t, d), Some(open));
+                stack.pop();
+                continue;
+            }
+        }
+        match cx.uses[t].get(*next) {
+            Some(&u) => {
+                *next += 1;
+                let consumer = f.exprs[u].output;
+                stack.push((consumer, child_depth, 0));
+            }
+            None => {
+                memo.insert((t, d), None);
+                stack.pop();
+            }
+        }
     }
-    let q_c = cx.placement[&c].1;
-    f.uses(c)
-        .into_iter()
-        .map(|u| f.exprs[u].output)
-        .find_map(|d| open_loops(cx, pending, d, depth.min(q_c)))
+    memo.remove(&(c, depth)).flatten()
 }

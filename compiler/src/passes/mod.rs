@@ -126,6 +126,8 @@ pub struct Ctx<'a> {
     pub fusion: &'a Fusion,
     pub keys: Keys,
     pub id_keys: HashMap<IterId, LoopKey>,
+    /// The exprs reading each tensor ([`Fusion::use_index`], computed once).
+    pub uses: Vec<Vec<crate::fusion::ExprId>>,
     /// Buffer of each tensor (inputs and outputs included).
     pub tensor_buffer: HashMap<TensorId, BufferId>,
     /// Axes (of the tensor's loop domain) each local or shared buffer spans.
@@ -180,6 +182,7 @@ impl<'a> Ctx<'a> {
             fusion,
             keys: Keys::default(),
             id_keys: HashMap::new(),
+            uses: fusion.use_index(),
             tensor_buffer: HashMap::new(),
             alloc_ids: HashMap::new(),
             placement: HashMap::new(),

@@ -528,7 +528,7 @@ fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(), Diagnostic
         .expect("a cache reads its source");
     // A cache nothing reads would be filled for nobody; with warp specialization its producer
     // role would fill slots that no consumer ever releases.
-    if tensor.load != LoadKind::Plain && f.uses(t).is_empty() {
+    if tensor.load != LoadKind::Plain && cx.uses[t].is_empty() {
         let role = match tensor.circular.as_ref().and_then(|c| c.ws.as_ref()) {
             Some(_) => " (its producer role would fill slots that no consumer reads or releases)",
             None => "",
