@@ -2,6 +2,7 @@
 //! for sm_90a, launches, validates and times the kernels (see `engine`).
 
 pub mod bench;
+pub mod compile_slots;
 pub mod cublas;
 pub mod data;
 pub mod engine;
@@ -9,6 +10,7 @@ pub mod faults;
 pub mod gpu;
 pub mod nvrtc;
 pub mod queue;
+pub mod rate_limit;
 pub mod report;
 pub mod selftest;
 pub mod serve;

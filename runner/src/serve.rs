@@ -1,13 +1,16 @@
 //! `hopfuse serve`: the playground's static files and the HTTP API (see `docs/api.md`).
 //!
-//! Compiles run in the server (a blocking thread per request, as many at once as there are
-//! cores); runs go through the [`Queue`] to warm `hopfuse worker --serve` child processes. Every error is a
+//! Compiles run in the server (a blocking thread per request in a compile slot, as many at
+//! once as there are cores, each request within a deadline: `compile_slots.rs`); runs go
+//! through the [`Queue`] to warm `hopfuse worker --serve` child processes. Every error is a
 //! JSON `{"error": ...}` with a 4xx/5xx status.
 
+use crate::compile_slots::{CompileSlots, Refused};
 use crate::engine::{self, RunRequest};
 use crate::faults::Fault;
 use crate::gpu::DeviceInfo;
 use crate::queue::{JobEvent, JobSpec, JobStage, Queue, QueueConfig, QueueStats};
+use crate::rate_limit::ClientRateLimiter;
 use crate::store::Store;
 use crate::worker::FakeBehaviour;
 use axum::body::{Body, Bytes};
@@ -23,14 +26,14 @@ use hopfuse::{CompileOptions, IndexType};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{broadcast, Semaphore};
+use tokio::sync::broadcast;
 use tower::ServiceExt;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -107,6 +110,16 @@ pub struct ServeArgs {
     /// Do not cache CUBINs on disk.
     #[arg(long)]
     pub no_cubin_cache: bool,
+    /// Seconds one request may spend compiling (waiting for a compile slot included); past it
+    /// the request is answered with an error (422, or 503 when no slot came free).
+    #[arg(long, default_value_t = 10.0)]
+    pub compile_timeout: f64,
+    /// Compiles at once (abandoned ones included) [default: the number of cores].
+    #[arg(long)]
+    pub compile_slots: Option<usize>,
+    /// Test hook: every compile first sleeps this long on its blocking thread.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub compile_test_delay_ms: u64,
     /// The binary run as `hopfuse worker` [default: this one].
     #[arg(long, hide = true)]
     pub worker_exe: Option<PathBuf>,
@@ -128,9 +141,9 @@ pub struct App {
     queue: Arc<Queue>,
     store: Store,
     gpu: GpuStatus,
-    compile_slots: Semaphore,
-    run_limiter: RateLimiter,
-    post_limiter: RateLimiter,
+    compiles: CompileSlots,
+    run_limiter: ClientRateLimiter,
+    post_limiter: ClientRateLimiter,
     started: Instant,
 }
 
@@ -219,17 +232,25 @@ impl App {
             },
             Some(store.clone()),
         );
+        if !(args.compile_timeout.is_finite() && args.compile_timeout > 0.0) {
+            anyhow::bail!("--compile-timeout must be a positive number of seconds");
+        }
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(2);
+        let compiles = CompileSlots::new(
+            args.compile_slots.unwrap_or(cores),
+            Duration::from_secs_f64(args.compile_timeout),
+            Duration::from_millis(args.compile_test_delay_ms),
+        );
         Ok(Arc::new(App {
-            run_limiter: RateLimiter::new(args.runs_per_minute),
-            post_limiter: RateLimiter::new(args.requests_per_minute),
+            run_limiter: ClientRateLimiter::new(args.runs_per_minute),
+            post_limiter: ClientRateLimiter::new(args.requests_per_minute),
             args,
             queue,
             store,
             gpu,
-            compile_slots: Semaphore::new(cores),
+            compiles,
             started: Instant::now(),
         }))
     }
@@ -252,6 +273,40 @@ impl App {
             ));
         }
         None
+    }
+
+    /// Runs a compile in a compile slot within the deadline (`compile_slots.rs`).
+    async fn compile<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.compiles
+            .run(work)
+            .await
+            .map_err(|refused| match refused {
+                Refused::Busy { deadline } => ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                    "every compile slot stayed busy for the compile deadline of {} s; retry later",
+                    deadline.as_secs_f64()
+                ),
+                )
+                .with("limit", json!("compile_timeout_s"))
+                .retry_after(deadline.as_secs().max(1)),
+                Refused::Deadline { deadline } => ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!(
+                        "compiling this program took longer than the deadline of {} s \
+                     (compile_timeout_s)",
+                        deadline.as_secs_f64()
+                    ),
+                )
+                .with("limit", json!("compile_timeout_s"))
+                .with("max", json!(deadline.as_secs_f64())),
+                Refused::Panicked => ApiError::internal(
+                    "the compiler panicked on this program (a bug: please report it)",
+                ),
+            })
     }
 
     fn check_program(&self, program: &str) -> Result<(), ApiError> {
@@ -338,6 +393,11 @@ impl ApiError {
         )
     }
 
+    fn retry_after(mut self, seconds: u64) -> ApiError {
+        self.retry_after = Some(seconds);
+        self
+    }
+
     fn too_many(message: String, retry_after: u64) -> ApiError {
         let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, message)
             .with("retry_after_s", json!(retry_after));
@@ -410,52 +470,12 @@ impl<S: Send + Sync> FromRequestParts<S> for Client {
 // ---------------------------------------------------------------------------------------------
 // Rate limiting
 
-/// A token bucket per client: `per_minute` tokens, refilled continuously.
-pub struct RateLimiter {
-    per_minute: u32,
-    buckets: Mutex<HashMap<String, (f64, Instant)>>,
-}
-
-impl RateLimiter {
-    pub fn new(per_minute: u32) -> RateLimiter {
-        RateLimiter {
-            per_minute,
-            buckets: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Takes a token, or says in how many seconds one will be there.
-    pub fn check(&self, client: &str) -> Result<(), u64> {
-        if self.per_minute == 0 {
-            return Ok(());
-        }
-        let cap = self.per_minute as f64;
-        let rate = cap / 60.0;
-        let now = Instant::now();
-        let mut buckets = self.buckets.lock().expect("rate limiter lock");
-        if buckets.len() > 10_000 {
-            buckets.retain(|_, (tokens, t)| {
-                *tokens + now.duration_since(*t).as_secs_f64() * rate < cap
-            });
-        }
-        let (tokens, last) = buckets.entry(client.to_string()).or_insert((cap, now));
-        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * rate).min(cap);
-        *last = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(((1.0 - *tokens) / rate).ceil().max(1.0) as u64)
-        }
-    }
-}
-
-fn limit(limiter: &RateLimiter, client: &Client, what: &str) -> Result<(), ApiError> {
+fn limit(limiter: &ClientRateLimiter, client: &Client, what: &str) -> Result<(), ApiError> {
     limiter.check(&client.0).map_err(|s| {
         ApiError::too_many(
             format!(
                 "rate limit: at most {} {what} per minute per client; retry in {s} s",
-                limiter.per_minute
+                limiter.per_minute()
             ),
             s,
         )
@@ -627,6 +647,8 @@ struct Health {
     run_available: bool,
     run_unavailable_reason: Option<String>,
     queue: QueueStats,
+    /// Compiles running (abandoned ones included) and the slots for them.
+    compiles: Value,
     limits: Value,
     uptime_s: f64,
 }
@@ -643,6 +665,10 @@ async fn health(State(app): State<Arc<App>>) -> Json<Health> {
         run_available: app.run_unavailable().is_none(),
         run_unavailable_reason: app.run_unavailable(),
         queue: app.queue.stats(),
+        compiles: json!({
+            "running": app.compiles.running(),
+            "slots": app.compiles.total(),
+        }),
         limits: json!({
             "max_body_bytes": a.max_body_bytes,
             "max_program_bytes": a.max_program_bytes,
@@ -654,6 +680,7 @@ async fn health(State(app): State<Arc<App>>) -> Json<Health> {
             "runs_per_minute": a.runs_per_minute,
             "requests_per_minute": a.requests_per_minute,
             "job_timeout_s": a.job_timeout,
+            "compile_timeout_s": a.compile_timeout,
             "token_required": a.token.is_some(),
         }),
         uptime_s: app.started.elapsed().as_secs_f64(),
@@ -675,42 +702,35 @@ async fn compile(
 ) -> Result<Json<Value>, ApiError> {
     limit(&app.post_limiter, &client, "requests")?;
     app.check_program(&body.program)?;
-    let _permit = app
-        .compile_slots
-        .acquire()
-        .await
-        .map_err(ApiError::internal)?;
     let index_type = body.index.unwrap_or_default();
     let program = body.program;
-    let out = tokio::task::spawn_blocking(move || {
-        let start = Instant::now();
-        let options = CompileOptions {
-            index_type,
-            ..CompileOptions::default()
-        };
-        let result = hopfuse::compile(&program, &options);
-        let lower_ms = start.elapsed().as_secs_f64() * 1e3;
-        match result {
-            Ok(c) => json!({
-                "cuda": c.cuda,
-                "passes": c.passes,
-                "plan": c.plan,
-                "diagnostics": [],
-                "lower_ms": lower_ms,
-            }),
-            Err(d) => json!({
-                "cuda": null,
-                "passes": [],
-                "plan": null,
-                "diagnostics": d.0,
-                "lower_ms": lower_ms,
-            }),
-        }
-    })
-    .await
-    .map_err(|_| {
-        ApiError::internal("the compiler panicked on this program (a bug: please report it)")
-    })?;
+    let out = app
+        .compile(move || {
+            let start = Instant::now();
+            let options = CompileOptions {
+                index_type,
+                ..CompileOptions::default()
+            };
+            let result = hopfuse::compile(&program, &options);
+            let lower_ms = start.elapsed().as_secs_f64() * 1e3;
+            match result {
+                Ok(c) => json!({
+                    "cuda": c.cuda,
+                    "passes": c.passes,
+                    "plan": c.plan,
+                    "diagnostics": [],
+                    "lower_ms": lower_ms,
+                }),
+                Err(d) => json!({
+                    "cuda": null,
+                    "passes": [],
+                    "plan": null,
+                    "diagnostics": d.0,
+                    "lower_ms": lower_ms,
+                }),
+            }
+        })
+        .await?;
     Ok(Json(out))
 }
 
@@ -794,13 +814,8 @@ async fn run(
     let max_tensor_bytes = a.max_tensor_bytes;
     let fault = body.fault;
     let same_inputs = {
-        let _permit = app
-            .compile_slots
-            .acquire()
-            .await
-            .map_err(ApiError::internal)?;
         let (request, request_b) = (request.clone(), request_b.clone());
-        tokio::task::spawn_blocking(move || -> Result<Option<bool>, ApiError> {
+        app.compile(move || -> Result<Option<bool>, ApiError> {
             if fault.is_some() {
                 let bytes = 4 * crate::faults::elements(&request).max(0) as u64;
                 check_bytes(bytes, max_tensor_bytes)?;
@@ -815,8 +830,7 @@ async fn run(
                 None => Ok(None),
             }
         })
-        .await
-        .map_err(|_| ApiError::internal("the compiler panicked on this program"))??
+        .await??
     };
     let spec = JobSpec {
         request,
@@ -1066,10 +1080,14 @@ async fn runs(
 
 /// Runs the service until Ctrl-C or SIGTERM.
 pub fn main(args: ServeArgs) -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(serve(args))
+        .build()?;
+    let served = runtime.block_on(serve(args));
+    // Compiles whose clients went away may still be running on blocking threads (they cannot
+    // be interrupted); dropping the runtime would wait for them. Exit without them.
+    runtime.shutdown_background();
+    served
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {

@@ -879,3 +879,103 @@ async fn a_worker_that_cannot_start_is_reported_and_the_service_keeps_answering(
     assert!(h["queue"]["workers"][0].is_null(), "{h}");
     s.stop();
 }
+
+/// A compile whose client went away keeps its slot while it runs (the permit follows the
+/// work), and SIGTERM does not wait for it.
+#[tokio::test]
+async fn an_abandoned_compile_keeps_its_slot_and_does_not_hold_shutdown() {
+    let dir = temp_dir("abandoned-compile");
+    let mut s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--compile-slots",
+            "1",
+            "--compile-timeout",
+            "120",
+            "--compile-test-delay-ms",
+            "60000",
+        ],
+    );
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let body = json!({"program": example("add.hf")}).to_string();
+    let gone = impatient
+        .post(s.url("/api/compile"))
+        .body(body)
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gives up: {gone:?}");
+    let c = client();
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(h["compiles"]["slots"], 1, "{h}");
+    assert_eq!(
+        h["compiles"]["running"], 1,
+        "the abandoned compile holds its slot: {h}"
+    );
+    // SIGTERM: the service exits without waiting the minute the compile still needs.
+    let start = Instant::now();
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(
+        unsafe { libc::kill(s.child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let status = loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "SIGTERM waited on the abandoned compile"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// A compile past the deadline answers 422 at the deadline; while its compile still holds the
+/// only slot, the next request answers 503 with Retry-After (compile and run alike).
+#[tokio::test]
+async fn compiles_past_the_deadline_get_an_error_at_the_deadline() {
+    let dir = temp_dir("compile-deadline");
+    let s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--compile-slots",
+            "1",
+            "--compile-timeout",
+            "1",
+            "--compile-test-delay-ms",
+            "4000",
+        ],
+    );
+    let c = client();
+    let body = json!({"program": example("add.hf")}).to_string();
+    let start = Instant::now();
+    let (status, v, _) = post(&c, s.url("/api/compile"), body.clone()).await;
+    assert_eq!(status, 422, "{v}");
+    assert_eq!(v["limit"], "compile_timeout_s", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("deadline"), "{v}");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    let (status, v, headers) = post(&c, s.url("/api/compile"), body).await;
+    assert_eq!(status, 503, "{v}");
+    assert!(headers.contains_key("retry-after"), "{headers:?}");
+    let (status, v, _) = post(&c, s.url("/api/run"), add_run("").to_string()).await;
+    assert!(status == 503 || status == 422, "{status} {v}");
+    assert_eq!(v["limit"], "compile_timeout_s", "{v}");
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(h["limits"]["compile_timeout_s"], 1.0, "{h}");
+    s.stop();
+}
