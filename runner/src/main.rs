@@ -146,8 +146,9 @@ struct BenchArgs {
 #[derive(Args)]
 struct RunArgs {
     file: PathBuf,
-    /// Size symbols, e.g. M=4096,N=4096 (may be repeated).
-    #[arg(long, short = 's', required = true)]
+    /// Size symbols, e.g. M=4096,N=4096 (may be repeated; not needed when every extent is a
+    /// constant).
+    #[arg(long, short = 's')]
     size: Vec<String>,
     /// Timed launches.
     #[arg(long, default_value_t = 100)]
