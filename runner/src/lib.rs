@@ -8,6 +8,7 @@ pub mod data;
 pub mod engine;
 pub mod faults;
 pub mod gpu;
+pub mod not_run;
 pub mod nvrtc;
 pub mod queue;
 pub mod rate_limit;

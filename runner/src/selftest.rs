@@ -287,14 +287,7 @@ mod tests {
 
     #[test]
     fn case_kernels_compile_without_warnings() {
-        if !crate::nvrtc::available() {
-            assert!(
-                std::env::var_os("HOPFUSE_REQUIRE_NVRTC").is_none(),
-                "HOPFUSE_REQUIRE_NVRTC: no libnvrtc"
-            );
-            eprintln!(
-                "SKIPPED: libnvrtc cannot be loaded (run `eval \"$(scripts/setup-nvrtc.sh)\"`)"
-            );
+        if crate::not_run::nvrtc_missing("selftest kernels through NVRTC") {
             return;
         }
         for case in cases() {

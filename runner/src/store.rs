@@ -277,8 +277,7 @@ mod tests {
     /// The same against PostgreSQL when `HOPFUSE_TEST_POSTGRES_URL` names a database.
     #[tokio::test]
     async fn postgres_round_trip_when_configured() {
-        let Ok(url) = std::env::var("HOPFUSE_TEST_POSTGRES_URL") else {
-            eprintln!("SKIPPED: set HOPFUSE_TEST_POSTGRES_URL=postgres://... to test PostgreSQL");
+        let Some(url) = crate::not_run::postgres_url("the store on PostgreSQL") else {
             return;
         };
         let job = format!("pg-{}-{}", std::process::id(), now());

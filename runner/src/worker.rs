@@ -662,8 +662,7 @@ mod tests {
 
     #[test]
     fn cubins_are_cached_by_content_hash() {
-        if !nvrtc::available() {
-            eprintln!("SKIPPED: libnvrtc cannot be loaded");
+        if crate::not_run::nvrtc_missing("the CUBIN cache") {
             return;
         }
         let dir = std::env::temp_dir().join(format!("hopfuse-cubin-{}", std::process::id()));
@@ -701,8 +700,7 @@ mod tests {
 
     #[test]
     fn a_warm_worker_keeps_cubins_in_memory() {
-        if !nvrtc::available() {
-            eprintln!("SKIPPED: libnvrtc cannot be loaded");
+        if crate::not_run::nvrtc_missing("the CUBIN cache") {
             return;
         }
         let dir = std::env::temp_dir().join(format!("hopfuse-cubin-mem-{}", std::process::id()));

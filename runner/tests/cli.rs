@@ -1,6 +1,6 @@
 //! The `hopfuse` binary end to end, without a GPU. The NVRTC tests need libnvrtc (CUDA 13) on
-//! the library path (`eval "$(scripts/setup-nvrtc.sh)"`, as .ci/run does); without it they say
-//! SKIPPED and pass.
+//! the library path (`eval "$(scripts/setup-nvrtc.sh)"`, as .ci/run does); without it they are
+//! reported as not run, and fail where `HOPFUSE_REQUIRE_NVRTC` is set (`not_run.rs`).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -36,19 +36,10 @@ fn tmp_file(name: &str, contents: &str) -> String {
     path.display().to_string()
 }
 
-/// Whether to skip an NVRTC test. With `HOPFUSE_REQUIRE_NVRTC` set (scripts/test.sh sets it),
-/// a missing libnvrtc fails the test instead.
+/// Whether to skip an NVRTC test (reported as not run; a failure under
+/// `HOPFUSE_REQUIRE_NVRTC`, which scripts/test.sh sets).
 fn nvrtc_missing() -> bool {
-    if hopfuse_runner::nvrtc::available() {
-        return false;
-    }
-    if std::env::var_os("HOPFUSE_REQUIRE_NVRTC").is_some() {
-        panic!("HOPFUSE_REQUIRE_NVRTC is set but libnvrtc (CUDA 13) cannot be loaded");
-    }
-    eprintln!(
-        "SKIPPED: libnvrtc (CUDA 13) cannot be loaded; run `eval \"$(scripts/setup-nvrtc.sh)\"`"
-    );
-    true
+    hopfuse_runner::not_run::nvrtc_missing("hopfuse nvrtc-check")
 }
 
 #[test]
