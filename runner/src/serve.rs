@@ -57,6 +57,16 @@ pub struct ServeArgs {
     /// [default: DATA_DIR/hopfuse.db].
     #[arg(long, env = "HOPFUSE_DB")]
     pub db: Option<String>,
+    /// Runs kept in the history, newest first (0: no limit).
+    #[arg(long, default_value_t = 10_000)]
+    pub keep_runs: u64,
+    /// Days a run is kept in the history (0: no limit).
+    #[arg(long, default_value_t = 30)]
+    pub keep_runs_days: u64,
+    /// Bytes of run history kept (each run's request and result JSON), newest first (0: no
+    /// limit).
+    #[arg(long, default_value_t = 256 << 20)]
+    pub keep_runs_bytes: u64,
     /// Wall-clock limit of one job in seconds; the worker is killed (SIGKILL) past it.
     #[arg(long, default_value_t = 10.0)]
     pub job_timeout: f64,
@@ -125,6 +135,19 @@ pub struct ServeArgs {
     pub worker_exe: Option<PathBuf>,
 }
 
+impl ServeArgs {
+    /// The run history's retention policy from `--keep-runs*`.
+    pub fn retention(&self) -> crate::store::Retention {
+        let limit = |n: u64| (n > 0).then_some(n);
+        crate::store::Retention {
+            max_runs: limit(self.keep_runs),
+            max_age: limit(self.keep_runs_days)
+                .map(|d| Duration::from_secs(d.saturating_mul(86_400))),
+            max_bytes: limit(self.keep_runs_bytes),
+        }
+    }
+}
+
 /// What the startup probe found.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct GpuStatus {
@@ -168,7 +191,7 @@ impl App {
             .db
             .clone()
             .unwrap_or_else(|| data_dir.join("hopfuse.db").display().to_string());
-        let store = Store::open(&db)
+        let store = Store::open(&db, args.retention())
             .await
             .map_err(|e| anyhow::anyhow!("cannot open the database {db}: {e}"))?;
         let worker_exe = match &args.worker_exe {
@@ -681,6 +704,9 @@ async fn health(State(app): State<Arc<App>>) -> Json<Health> {
             "requests_per_minute": a.requests_per_minute,
             "job_timeout_s": a.job_timeout,
             "compile_timeout_s": a.compile_timeout,
+            "keep_runs": a.keep_runs,
+            "keep_runs_days": a.keep_runs_days,
+            "keep_runs_bytes": a.keep_runs_bytes,
             "token_required": a.token.is_some(),
         }),
         uptime_s: app.started.elapsed().as_secs_f64(),

@@ -983,3 +983,42 @@ async fn compiles_past_the_deadline_get_an_error_at_the_deadline() {
     assert_eq!(h["limits"]["compile_timeout_s"], 1.0, "{h}");
     s.stop();
 }
+
+/// `--keep-runs` bounds the run history: after four runs with a limit of two, the two newest
+/// are left.
+#[tokio::test]
+async fn the_run_history_keeps_what_the_retention_flags_say() {
+    let dir = temp_dir("retention");
+    let s = Server::start(&dir, &["--fake-worker", "--keep-runs", "2"]);
+    let c = client();
+    let mut jobs = Vec::new();
+    for _ in 0..4 {
+        let job = submit(&s, &c, &add_run("")).await;
+        events(&s, &c, &job).await;
+        jobs.push(job);
+    }
+    let t = Instant::now();
+    let runs = loop {
+        let (_, runs) = get(&c, s.url("/api/runs?limit=100")).await;
+        // Written just after `done`: wait for the last one.
+        if runs["runs"][0]["id"] == jobs[3].as_str() {
+            break runs;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{runs}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let ids: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "{runs}");
+    assert!(
+        ids.contains(&jobs[3].as_str()) && ids.contains(&jobs[2].as_str()),
+        "{ids:?} {jobs:?}"
+    );
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(h["limits"]["keep_runs"], 2, "{h}");
+    s.stop();
+}
