@@ -159,6 +159,8 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
                 request_b: None,
                 fault: None,
                 cubin_cache: options.cubin_cache.clone(),
+                prepared: None,
+                prepared_b: None,
             };
             let outcome = run_one(options, &mut warm, &job).await;
             push(row(&example, &label, outcome), &mut rows);

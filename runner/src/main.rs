@@ -310,7 +310,7 @@ fn compile(
     let name = file.display().to_string();
     let options = CompileOptions {
         index_type,
-        assume_aligned_vectors: false,
+        ..CompileOptions::default()
     };
     let compilation = match hopfuse::compile(&source, &options) {
         Ok(c) => c,
@@ -383,6 +383,7 @@ fn nvrtc_check(files: &[PathBuf], index: Option<IndexType>, raw_cuda: bool) -> R
                 let options = CompileOptions {
                     index_type,
                     assume_aligned_vectors,
+                    aligned_for: None,
                 };
                 match hopfuse::compile(&source, &options) {
                     Ok(c) => units.push((label, c.cuda)),

@@ -226,6 +226,12 @@ pub struct JobSpec {
     /// seeded inputs are identical.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_inputs: Option<bool>,
+    /// The programs as the service compiled them for the sizes, handed to the worker so it
+    /// does not lower them again (not kept in the run history).
+    #[serde(skip)]
+    pub prepared: Option<crate::engine::Prepared>,
+    #[serde(skip)]
+    pub prepared_b: Option<crate::engine::Prepared>,
 }
 
 /// An A/B comparison of two measured runs, timed interleaved.
@@ -682,6 +688,12 @@ impl Queue {
     ) -> JobResult {
         let queued_ms = job.elapsed_ms();
         let mut progress = Vec::new();
+        if job.spec.prepared.is_some() {
+            // The service lowered the program(s) before queueing the job (once, for its
+            // sizes); the job reports it as its first step, as a worker that lowers does.
+            job.stage(JobStage::Compiling, Some(Progress::Lowering));
+            progress.push(Progress::Lowering);
+        }
         let (mut outcome_a, mut outcome_b): (Option<Outcome>, Option<Outcome>) = (None, None);
         let mut cubin_cached = None;
         let mut ratios: Option<PairRatios> = None;
@@ -715,6 +727,8 @@ impl Queue {
             request_b: job.spec.request_b.clone(),
             fault: job.spec.fault,
             cubin_cache: self.config.cubin_cache.clone(),
+            prepared: job.spec.prepared.clone(),
+            prepared_b: job.spec.prepared_b.clone(),
         };
         // An A/B job runs two programs.
         let limit = self.config.timeout * if job.spec.request_b.is_some() { 2 } else { 1 };
@@ -887,6 +901,8 @@ mod tests {
             request_b: None,
             fault: None,
             same_inputs: None,
+            prepared: None,
+            prepared_b: None,
         }
     }
 

@@ -670,7 +670,8 @@ struct Health {
     run_available: bool,
     run_unavailable_reason: Option<String>,
     queue: QueueStats,
-    /// Compiles running (abandoned ones included) and the slots for them.
+    /// Compiles running (abandoned ones included), the slots for them, and the programs this
+    /// service has lowered.
     compiles: Value,
     limits: Value,
     uptime_s: f64,
@@ -691,6 +692,7 @@ async fn health(State(app): State<Arc<App>>) -> Json<Health> {
         compiles: json!({
             "running": app.compiles.running(),
             "slots": app.compiles.total(),
+            "lowered": engine::lowerings(),
         }),
         limits: json!({
             "max_body_bytes": a.max_body_bytes,
@@ -737,7 +739,7 @@ async fn compile(
                 index_type,
                 ..CompileOptions::default()
             };
-            let result = hopfuse::compile(&program, &options);
+            let result = engine::lower(&program, &options);
             let lower_ms = start.elapsed().as_secs_f64() * 1e3;
             match result {
                 Ok(c) => json!({
@@ -839,22 +841,26 @@ async fn run(
     cap("warmup", request.warmup as u64, 0, a.max_warmup as u64)?;
     let max_tensor_bytes = a.max_tensor_bytes;
     let fault = body.fault;
-    let same_inputs = {
+    // Each program is compiled once, here, for these sizes; the worker gets the result.
+    let checked = {
         let (request, request_b) = (request.clone(), request_b.clone());
-        app.compile(move || -> Result<Option<bool>, ApiError> {
+        app.compile(move || -> Result<Checked, ApiError> {
             if fault.is_some() {
                 let bytes = 4 * crate::faults::elements(&request).max(0) as u64;
                 check_bytes(bytes, max_tensor_bytes)?;
-                return Ok(None);
+                return Ok(Checked::default());
             }
-            let inputs_a = check_run(&request, max_tensor_bytes, "")?;
-            match &request_b {
-                Some(b) => {
-                    let inputs_b = check_run(b, max_tensor_bytes, "program_b: ")?;
-                    Ok(Some(inputs_a == inputs_b))
-                }
-                None => Ok(None),
+            let (inputs_a, prepared) = check_run(&request, max_tensor_bytes, "")?;
+            let mut checked = Checked {
+                prepared: Some(prepared),
+                ..Checked::default()
+            };
+            if let Some(b) = &request_b {
+                let (inputs_b, prepared_b) = check_run(b, max_tensor_bytes, "program_b: ")?;
+                checked.same_inputs = Some(inputs_a == inputs_b);
+                checked.prepared_b = Some(prepared_b);
             }
+            Ok(checked)
         })
         .await??
     };
@@ -862,7 +868,9 @@ async fn run(
         request,
         request_b,
         fault,
-        same_inputs,
+        same_inputs: checked.same_inputs,
+        prepared: checked.prepared,
+        prepared_b: checked.prepared_b,
     };
     let job = app.queue.submit(spec, &client.0).map_err(|full| {
         let whose = if full.per_client {
@@ -911,17 +919,33 @@ fn check_bytes(total: u64, max_tensor_bytes: u64) -> Result<(), ApiError> {
 /// The input tensors and scalars of a run: name, dtype and concrete shape.
 type Inputs = Vec<(String, hopfuse::DType, Vec<u64>)>;
 
-/// Everything that can be known before a worker: the program compiles (400 with diagnostics),
-/// the sizes fit its plan, the tensors fit the byte cap. Returns the run's inputs.
-fn check_run(req: &RunRequest, max_tensor_bytes: u64, which: &str) -> Result<Inputs, ApiError> {
-    if let Err(d) = hopfuse::compile(&req.source, &CompileOptions::default()) {
-        return Err(ApiError::bad_request(
-            format!("{which}the program does not compile: {d}").trim_end(),
-        )
-        .with("diagnostics", json!(d.0)));
-    }
-    let (compilation, _) = engine::prepare(req)
-        .map_err(|e| ApiError::bad_request(format!("{which}{}", api_wording(&e.to_string()))))?;
+/// What the checks of a run found: the programs compiled for its sizes, and for A/B whether
+/// both have the same inputs.
+#[derive(Default)]
+struct Checked {
+    prepared: Option<engine::Prepared>,
+    prepared_b: Option<engine::Prepared>,
+    same_inputs: Option<bool>,
+}
+
+/// Everything that can be known before a worker, from one compile of the program for the
+/// run's sizes: it compiles (400 with diagnostics), the sizes fit its plan, the tensors fit the
+/// byte cap. Returns the run's inputs and the compiled program, which the worker then runs.
+fn check_run(
+    req: &RunRequest,
+    max_tensor_bytes: u64,
+    which: &str,
+) -> Result<(Inputs, engine::Prepared), ApiError> {
+    let (compilation, setup) = engine::compile_for_run(req).map_err(|e| match e {
+        engine::PrepareError::Compile(d) => {
+            ApiError::bad_request(format!("{which}the program does not compile: {d}").trim_end())
+                .with("diagnostics", json!(d.0))
+        }
+        engine::PrepareError::Sizes(e) => ApiError::bad_request(format!(
+            "{which}{}",
+            api_wording(&engine::RunError::new(engine::Stage::Sizes, e).to_string())
+        )),
+    })?;
     let mut total: u64 = 0;
     let mut inputs = Vec::new();
     for p in &compilation.plan.params {
@@ -951,7 +975,7 @@ fn check_run(req: &RunRequest, max_tensor_bytes: u64, which: &str) -> Result<Inp
         }
     }
     check_bytes(total, max_tensor_bytes)?;
-    Ok(inputs)
+    Ok((inputs, engine::Prepared::new(&compilation, setup)))
 }
 
 /// The engine's messages speak of the CLI's `--size`; the API takes `sizes`.

@@ -1022,3 +1022,36 @@ async fn the_run_history_keeps_what_the_retention_flags_say() {
     assert_eq!(h["limits"]["keep_runs"], 2, "{h}");
     s.stop();
 }
+
+/// `POST /api/run` lowers each program once, in the service, for the run's sizes (before, the
+/// checks lowered it three times); the worker runs that compilation (see the worker test
+/// `a_job_with_its_compilation_is_not_lowered_again`).
+#[tokio::test]
+async fn a_run_is_compiled_once() {
+    let dir = temp_dir("compile-once");
+    let s = Server::start(&dir, &["--fake-worker"]);
+    let c = client();
+    let lowered = |h: &Value| h["compiles"]["lowered"].as_u64().unwrap();
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    let before = lowered(&h);
+    let job = submit(&s, &c, &add_run("")).await;
+    let (_, result) = events(&s, &c, &job).await;
+    assert_eq!(result["status"], "fake", "{result}");
+    assert_eq!(result["compile"]["index_type"], "i32", "{result}");
+    // The service's lowering is the job's first step; the worker adds none.
+    assert_eq!(result["progress"], json!(["lowering"]), "{result}");
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(lowered(&h), before + 1, "{h}");
+    // A/B: each program once.
+    let ab = json!({
+        "program": example("add.hf"),
+        "program_b": example("bias_add.hf"),
+        "sizes": {"M": 256, "N": 256},
+    });
+    let job = submit(&s, &c, &ab).await;
+    let (_, result) = events(&s, &c, &job).await;
+    assert_eq!(result["b"]["status"], "fake", "{result}");
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(lowered(&h), before + 3, "{h}");
+    s.stop();
+}

@@ -174,3 +174,33 @@ fn a_warm_real_worker_without_a_gpu_says_why_and_exits_after_the_job() {
     // A CUDA error (no driver) ends the worker; an NVRTC error (no libnvrtc) does not.
     assert_eq!(end["exit"], stage == "cuda", "{lines:?}");
 }
+
+/// A job that carries its compilation (as the service sends it) is run as given: the worker
+/// does not lower the program (no `lowering` step) and uses the CUDA and plan it got.
+#[test]
+fn a_job_with_its_compilation_is_not_lowered_again() {
+    use hopfuse_runner::engine::{self, Prepared, RunRequest};
+    let request: RunRequest = serde_json::from_value(
+        serde_json::from_str::<Value>(&job(&add())).unwrap()["request"].clone(),
+    )
+    .unwrap();
+    let (compilation, setup) = engine::prepare(&request).unwrap();
+    let mut prepared = Prepared::new(&compilation, setup);
+    // Marked, so the outcome shows which CUDA the worker took.
+    prepared.cuda = format!("// compiled by the service\n{}", prepared.cuda);
+    let cuda_bytes = prepared.cuda.len();
+    let job = json!({"request": request, "prepared": prepared}).to_string();
+    let (lines, status) = worker(&["--fake"], &job);
+    assert!(status.success());
+    assert!(
+        lines.iter().all(|l| l["step"] != "lowering"),
+        "the worker lowered the program again: {lines:?}"
+    );
+    let o = &lines.last().unwrap()["outcome"];
+    assert_eq!(o["status"], "fake", "{o}");
+    assert_eq!(o["compile"]["cuda_bytes"], cuda_bytes, "{o}");
+    assert_eq!(o["compile"]["index_type"], "i32", "{o}");
+    // Without it, the worker compiles (and says so).
+    let (lines, _) = worker(&["--fake"], &json!({"request": request}).to_string());
+    assert_eq!(lines[0], json!({"event": "progress", "step": "lowering"}));
+}
