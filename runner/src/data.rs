@@ -77,19 +77,25 @@ fn encode_one(dtype: DType, v: f64, out: &mut Vec<u8>) {
 
 /// Float64 values of little-endian `dtype` bytes. A `bool` byte reads as its integer value, so
 /// the poison byte (255) never equals a reference 0 or 1.
+/// Large tensors are decoded on every core.
 pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    const CHUNK: usize = 1 << 16;
     let w = dtype.size_bytes() as usize;
-    bytes
-        .chunks_exact(w)
-        .map(|c| match dtype {
-            DType::F64 => f64::from_le_bytes(c.try_into().expect("8 bytes")),
-            DType::F32 => f32::from_le_bytes(c.try_into().expect("4 bytes")) as f64,
-            DType::BF16 => bf16::from_le_bytes([c[0], c[1]]).to_f64(),
-            DType::F16 => f16::from_le_bytes([c[0], c[1]]).to_f64(),
-            DType::I32 => i32::from_le_bytes(c.try_into().expect("4 bytes")) as f64,
-            DType::Bool => c[0] as f64,
-        })
-        .collect()
+    let mut out = vec![0.0; bytes.len() / w];
+    crate::host_parallel::Threads::all().for_chunks(&mut out, CHUNK, |i, out| {
+        let src = &bytes[i * CHUNK * w..];
+        for (o, c) in out.iter_mut().zip(src.chunks_exact(w)) {
+            *o = match dtype {
+                DType::F64 => f64::from_le_bytes(c.try_into().expect("8 bytes")),
+                DType::F32 => f32::from_le_bytes(c.try_into().expect("4 bytes")) as f64,
+                DType::BF16 => bf16::from_le_bytes([c[0], c[1]]).to_f64(),
+                DType::F16 => f16::from_le_bytes([c[0], c[1]]).to_f64(),
+                DType::I32 => i32::from_le_bytes(c.try_into().expect("4 bytes")) as f64,
+                DType::Bool => c[0] as f64,
+            };
+        }
+    });
+    out
 }
 
 /// The poison bytes of `n` elements of `dtype` (see the module docs).

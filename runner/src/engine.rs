@@ -394,8 +394,16 @@ impl ForRun {
         }
     }
 
+    /// The float64 reference of the fusion, on every core.
     fn reference(&self) -> Box<Reference<'_>> {
-        Box::new(move |sizes, inputs| hopfuse::reference::evaluate(&self.fusion, sizes, inputs))
+        Box::new(move |sizes, inputs| {
+            hopfuse::reference::evaluate_with(
+                &self.fusion,
+                sizes,
+                inputs,
+                &crate::host_parallel::Threads::all(),
+            )
+        })
     }
 }
 

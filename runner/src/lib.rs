@@ -8,6 +8,7 @@ pub mod data;
 pub mod engine;
 pub mod faults;
 pub mod gpu;
+pub mod host_parallel;
 pub mod not_run;
 pub mod nvrtc;
 pub mod queue;
