@@ -224,6 +224,50 @@ impl Blas {
     }
 }
 
+impl Blas {
+    /// Enqueues `c = a x b` in float64 (`cublasDgemm_v2`, `alpha = 1`, `beta = 0`): the GPU
+    /// reference of a matrix product ([`crate::gemm_reference`]).
+    ///
+    /// # Safety
+    /// `a`, `b` and `c` must be device pointers to f64 tensors of the shape `args` was made
+    /// for.
+    pub unsafe fn dgemm(
+        &self,
+        args: &GemmArgs,
+        (a, b, c): (u64, u64, u64),
+    ) -> Result<(), RunError> {
+        let op = |t: bool| {
+            if t {
+                sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let pick = |w: Which| match w {
+            Which::A => a,
+            Which::B => b,
+        };
+        let (one, zero) = (1.0f64, 0.0f64);
+        result::dgemm(
+            self.handle,
+            op(args.transa),
+            op(args.transb),
+            args.m,
+            args.n,
+            args.k,
+            &one,
+            pick(args.first) as *const f64,
+            args.lda,
+            pick(args.second) as *const f64,
+            args.ldb,
+            &zero,
+            c as *mut f64,
+            args.ldc,
+        )
+        .map_err(|e| RunError::new(Stage::Cuda, format!("cublasDgemm: {e:?}")))
+    }
+}
+
 impl Drop for Blas {
     fn drop(&mut self) {
         // SAFETY: created by `Blas::new`, destroyed once.

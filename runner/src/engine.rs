@@ -12,7 +12,7 @@ use hopfuse::{Compilation, CompileOptions, DType, IndexType, LaunchPlan};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 /// Everything one run needs; the program travels as text so a service can send it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -197,6 +197,10 @@ pub struct RunResult {
     /// Why a matrix product has no cuBLAS ceiling (unsupported types, cuBLAS missing, ...).
     #[serde(default)]
     pub cublas_skipped: Option<String>,
+    /// How the float64 reference was computed (on the host, or cuBLAS DGEMM for a large
+    /// matrix product).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
     /// Outputs of the first launch against the reference.
     pub validation: Vec<Check>,
     /// The outputs of the first tensor set checked again after every timed launch (catches
@@ -511,7 +515,7 @@ impl Device {
     }
 
     /// The cuBLAS handle on this device's stream (created once).
-    fn blas(&self) -> Result<&crate::cublas::Blas, RunError> {
+    pub(crate) fn blas(&self) -> Result<&crate::cublas::Blas, RunError> {
         self.blas
             .get_or_init(|| crate::cublas::Blas::new(&self.gpu.stream))
             .as_ref()
@@ -539,10 +543,47 @@ struct HostStaged<'a> {
     setup: &'a Setup,
     tensors: Vec<Tensor>,
     scalars: BTreeMap<String, f64>,
-    expected: BTreeMap<String, Vec<f64>>,
+    expected: Expected<'a>,
     cubin: nvrtc::Cubin,
     working_set: u64,
     min_global_bytes: u64,
+}
+
+/// The reference outputs, or what computes them on the device.
+enum Expected<'a> {
+    /// Computed on the host.
+    Host(BTreeMap<String, Vec<f64>>),
+    /// A large matrix product: cuBLAS DGEMM once the device is open ([`crate::gemm_reference`]),
+    /// the host reference if that fails.
+    Gemm {
+        shape: hopfuse::plan::MatmulShape,
+        inputs: BTreeMap<String, Vec<f64>>,
+        reference: &'a Reference<'a>,
+    },
+}
+
+/// Every output of the run has reference values.
+fn check_reference_outputs(
+    tensors: &[Tensor],
+    expected: &BTreeMap<String, Vec<f64>>,
+) -> Result<(), RunError> {
+    for t in tensors.iter().filter(|t| t.role == TensorRole::Output) {
+        if !expected.contains_key(&t.name) {
+            return Err(RunError::new(
+                Stage::Reference,
+                format!("the reference computed no output `{}`", t.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How a host reference was computed, for the report.
+fn host_reference_note() -> String {
+    format!(
+        "float64 on the host ({} threads)",
+        crate::host_parallel::Threads::all().threads
+    )
 }
 
 fn stage_host<'a>(
@@ -550,7 +591,7 @@ fn stage_host<'a>(
     cuda: &str,
     plan: &'a LaunchPlan,
     setup: &'a Setup,
-    reference: &Reference,
+    reference: &'a Reference<'a>,
     hooks: &mut dyn Hooks,
 ) -> Result<HostStaged<'a>, RunError> {
     req.check()?;
@@ -638,19 +679,27 @@ fn stage_host<'a>(
     let min_global_bytes = u64::try_from(min_global_bytes)
         .map_err(|_| sizes_err("min_global_bytes is negative".into()))?;
 
-    // The reference, before the GPU work (it needs only the inputs).
-    info!("evaluating the float64 reference");
-    hooks.progress(Progress::Reference);
-    let expected = reference(sizes, &inputs).map_err(|e| RunError::new(Stage::Reference, e))?;
-    for t in tensors.iter().filter(|t| t.role == TensorRole::Output) {
-        if !expected.contains_key(&t.name) {
-            return Err(RunError::new(
-                Stage::Reference,
-                format!("the reference computed no output `{}`", t.name),
-            ));
+    // The reference, before the GPU work (it needs only the inputs); a large matrix product's
+    // on the GPU, as soon as it is open.
+    let expected = match plan
+        .matmul
+        .as_ref()
+        .filter(|shape| crate::gemm_reference::wanted(shape, sizes))
+    {
+        Some(shape) => Expected::Gemm {
+            shape: shape.clone(),
+            inputs,
+            reference,
+        },
+        None => {
+            info!("evaluating the float64 reference");
+            hooks.progress(Progress::Reference);
+            let expected =
+                reference(sizes, &inputs).map_err(|e| RunError::new(Stage::Reference, e))?;
+            check_reference_outputs(&tensors, &expected)?;
+            Expected::Host(expected)
         }
-    }
-    drop(inputs);
+    };
 
     info!(
         "compiling {} with NVRTC for {}",
@@ -694,6 +743,7 @@ struct Staged<'a> {
     working_set: u64,
     min_global_bytes: u64,
     validation: Vec<Check>,
+    reference_note: String,
 }
 
 fn stage_device<'a>(
@@ -750,6 +800,35 @@ fn stage_device<'a>(
             format!("the tensors need {working_set} bytes but the device has {free} bytes free"),
         ));
     }
+    let (expected, reference_note) = match expected {
+        Expected::Host(e) => (e, host_reference_note()),
+        Expected::Gemm {
+            shape,
+            inputs,
+            reference,
+        } => {
+            // Before the kernel's first launch: a faulting kernel may poison the context.
+            info!("evaluating the float64 reference with cuBLAS DGEMM");
+            hooks.progress(Progress::Reference);
+            let (expected, note) =
+                match crate::gemm_reference::on_device(dev, &shape, sizes, &inputs) {
+                    Ok(c) => (
+                        BTreeMap::from([(shape.c.clone(), c)]),
+                        crate::gemm_reference::describe(&shape, sizes),
+                    ),
+                    Err(e) => {
+                        warn!("the GPU reference failed ({e}); computing it on the host");
+                        let expected = reference(sizes, &inputs)
+                            .map_err(|e| RunError::new(Stage::Reference, e))?;
+                        let note =
+                            format!("{} (the GPU reference failed: {e})", host_reference_note());
+                        (expected, note)
+                    }
+                };
+            check_reference_outputs(&tensors, &expected)?;
+            (expected, note)
+        }
+    };
 
     // Tensor set 0, from the host.
     let mut sets: Vec<Vec<cudarc::driver::CudaSlice<u8>>> = vec![tensors
@@ -853,6 +932,7 @@ fn stage_device<'a>(
         working_set,
         min_global_bytes,
         validation,
+        reference_note,
     })
 }
 
@@ -995,6 +1075,7 @@ impl Staged<'_> {
             working_set,
             min_global_bytes,
             validation,
+            reference_note,
             ..
         } = self;
         drop(flush);
@@ -1044,6 +1125,7 @@ impl Staged<'_> {
             cublas,
             fraction_of_cublas,
             cublas_skipped,
+            reference: Some(reference_note),
             validation,
             validation_after_timing,
             passed,

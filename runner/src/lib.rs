@@ -7,6 +7,7 @@ pub mod cublas;
 pub mod data;
 pub mod engine;
 pub mod faults;
+pub mod gemm_reference;
 pub mod gpu;
 pub mod host_parallel;
 pub mod not_run;

@@ -496,6 +496,18 @@ fn self_test(iters: u32, warmup: u32, seed: u64, ceiling: bool) -> Result<ExitCo
             bad += 1;
         }
     }
+    println!("== the GPU float64 reference (cublasDgemm) against the host reference");
+    match selftest::gemm_reference_check() {
+        Ok(lines) => {
+            lines.iter().for_each(|l| println!("{l}"));
+            println!("   -> as expected\n");
+            ok += 1;
+        }
+        Err(e) => {
+            println!("{e}\n   -> ERROR\n");
+            bad += 1;
+        }
+    }
     println!("selftest: {ok} passed, {bad} failed");
     if bad > 0 {
         bail!("{bad} self-test case(s) did not behave as expected");

@@ -821,7 +821,7 @@ impl Queue {
                 // say so instead of suspecting the kernel.
                 let before_launch = match progress.last() {
                     Some(Progress::Lowering) => Some("lowering"),
-                    Some(Progress::Reference) => Some("the float64 reference on the host"),
+                    Some(Progress::Reference) => Some("the float64 reference"),
                     Some(Progress::Nvrtc) => Some("NVRTC"),
                     _ => None,
                 };

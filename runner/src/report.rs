@@ -201,6 +201,9 @@ pub fn render(r: &RunResult) -> String {
     for c in &r.validation {
         let _ = writeln!(s, "{}", check_line(c));
     }
+    if let Some(how) = &r.reference {
+        let _ = writeln!(s, "  reference   {how}");
+    }
     let after_ok = r.validation_after_timing.iter().all(|c| c.passed);
     let _ = writeln!(
         s,

@@ -244,6 +244,13 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// Runs one case.
+/// cuBLAS DGEMM, the GPU reference of large matrix products, against the host reference at
+/// small sizes in every layout ([`crate::gemm_reference::cross_check`]): one line per case.
+pub fn gemm_reference_check() -> Result<Vec<String>, RunError> {
+    let dev = crate::engine::Device::open()?;
+    crate::gemm_reference::cross_check(&dev)
+}
+
 pub fn run_case(
     case: &Case,
     iters: u32,
