@@ -297,17 +297,82 @@ fn advance<const N: usize>(
     }
 }
 
+/// Runs `$body` with `$f` bound to a closure computing the binary op `$op`: one copy of the
+/// body per op, so inner loops are straight-line code (`BinaryOp::eval`'s results exactly).
+macro_rules! with_op {
+    ($op:expr, |$f:ident| $body:expr) => {
+        match $op {
+            BinaryOp::Add => {
+                let $f = |a: f64, b: f64| a + b;
+                $body
+            }
+            BinaryOp::Sub => {
+                let $f = |a: f64, b: f64| a - b;
+                $body
+            }
+            BinaryOp::Mul => {
+                let $f = |a: f64, b: f64| a * b;
+                $body
+            }
+            BinaryOp::Div => {
+                let $f = |a: f64, b: f64| a / b;
+                $body
+            }
+            BinaryOp::Max => {
+                let $f = |a: f64, b: f64| a.max(b);
+                $body
+            }
+            BinaryOp::Min => {
+                let $f = |a: f64, b: f64| a.min(b);
+                $body
+            }
+        }
+    };
+}
+
 /// `out = b(a, b)` over `shape`, with each operand's strides (0 along broadcast axes); pieces
 /// are ranges of the row-major output.
 fn binary(
     executor: &dyn Executor,
     shape: &[usize],
-    (va, ta): (&[f64], &[usize]),
-    (vb, tb): (&[f64], &[usize]),
-    b: BinaryOp,
+    a: (&[f64], &[usize]),
+    b: (&[f64], &[usize]),
+    op: BinaryOp,
     round_i32: bool,
     out: &mut [f64],
 ) {
+    let round = move |r: f64| {
+        if round_i32 {
+            crate::DType::I32.round(r)
+        } else {
+            r
+        }
+    };
+    with_op!(op, |f| binary_with(
+        executor,
+        shape,
+        a,
+        b,
+        move |x, y| round(f(x, y)),
+        out
+    ))
+}
+
+fn binary_with(
+    executor: &dyn Executor,
+    shape: &[usize],
+    (va, ta): (&[f64], &[usize]),
+    (vb, tb): (&[f64], &[usize]),
+    f: impl Fn(f64, f64) -> f64 + Copy + Send + Sync,
+    out: &mut [f64],
+) {
+    let Some(last) = shape.len().checked_sub(1) else {
+        if let Some(o) = out.first_mut() {
+            *o = f(va[0], vb[0]);
+        }
+        return;
+    };
+    let (inner, sa, sb) = (shape[last], ta[last], tb[last]);
     let pieces = out
         .chunks_mut(PIECE_ELEMENTS)
         .enumerate()
@@ -315,14 +380,28 @@ fn binary(
             Box::new(move || {
                 let mut idx = unravel(p * PIECE_ELEMENTS, shape);
                 let mut at = [offset(&idx, ta), offset(&idx, tb)];
-                for o in out.iter_mut() {
-                    let r = b.eval(va[at[0]], vb[at[1]]);
-                    *o = if round_i32 {
-                        crate::DType::I32.round(r)
-                    } else {
-                        r
-                    };
-                    advance(&mut idx, shape, &mut at, [ta, tb]);
+                let mut done = 0;
+                // Row by row: the innermost axis is a plain loop.
+                while done < out.len() {
+                    let run = (inner - idx[last]).min(out.len() - done);
+                    let (x, y) = (at[0], at[1]);
+                    for (j, o) in out[done..done + run].iter_mut().enumerate() {
+                        *o = f(va[x + j * sa], vb[y + j * sb]);
+                    }
+                    done += run;
+                    if done == out.len() {
+                        break;
+                    }
+                    // The row is done: back to its start, then the next row.
+                    at[0] -= idx[last] * sa;
+                    at[1] -= idx[last] * sb;
+                    idx[last] = 0;
+                    advance(
+                        &mut idx[..last],
+                        &shape[..last],
+                        &mut at,
+                        [&ta[..last], &tb[..last]],
+                    );
                 }
             }) as Piece
         })
@@ -339,21 +418,6 @@ struct Source<'v> {
 }
 
 impl Source<'_> {
-    #[inline]
-    fn at(&self, ia: usize, ib: usize) -> f64 {
-        match &self.b {
-            None => self.a.0[ia],
-            Some((vb, _, op, round_i32)) => {
-                let r = op.eval(self.a.0[ia], vb[ib]);
-                if *round_i32 {
-                    crate::DType::I32.round(r)
-                } else {
-                    r
-                }
-            }
-        }
-    }
-
     fn b_strides(&self) -> &[usize] {
         match &self.b {
             Some((_, tb, ..)) => tb,
@@ -371,6 +435,111 @@ fn reduce(
     reduced: &[bool],
     source: &Source,
     combine: BinaryOp,
+    out: &mut [f64],
+) {
+    // One copy of the loops per combine (sum, max, min) and common value (an operand, a
+    // product); other binary ops go through `BinaryOp::eval`.
+    let va = source.a.0;
+    let with = |c: BinaryOp, out: &mut [f64]| match &source.b {
+        None => with_reduce(
+            c,
+            executor,
+            shape,
+            reduced,
+            source,
+            move |ia, _| va[ia],
+            out,
+        ),
+        Some((vb, _, BinaryOp::Mul, false)) => with_reduce(
+            c,
+            executor,
+            shape,
+            reduced,
+            source,
+            move |ia, ib| va[ia] * vb[ib],
+            out,
+        ),
+        Some((vb, _, op, round_i32)) => {
+            let (op, round_i32) = (*op, *round_i32);
+            let value = move |ia: usize, ib: usize| {
+                let r = op.eval(va[ia], vb[ib]);
+                if round_i32 {
+                    crate::DType::I32.round(r)
+                } else {
+                    r
+                }
+            };
+            with_reduce(c, executor, shape, reduced, source, value, out)
+        }
+    };
+    with(combine, out)
+}
+
+/// [`reduce_with`] with `combine` as a closure (sum, max and min get their own copies).
+fn with_reduce(
+    combine: BinaryOp,
+    executor: &dyn Executor,
+    shape: &[usize],
+    reduced: &[bool],
+    source: &Source,
+    value: impl Fn(usize, usize) -> f64 + Copy + Send + Sync,
+    out: &mut [f64],
+) {
+    match combine {
+        BinaryOp::Add => reduce_with(
+            executor,
+            shape,
+            reduced,
+            source,
+            |a, b| a + b,
+            true,
+            value,
+            out,
+        ),
+        BinaryOp::Max => reduce_with(
+            executor,
+            shape,
+            reduced,
+            source,
+            f64::max,
+            false,
+            value,
+            out,
+        ),
+        BinaryOp::Min => reduce_with(
+            executor,
+            shape,
+            reduced,
+            source,
+            f64::min,
+            false,
+            value,
+            out,
+        ),
+        op => reduce_with(
+            executor,
+            shape,
+            reduced,
+            source,
+            move |a, b| op.eval(a, b),
+            false,
+            value,
+            out,
+        ),
+    }
+}
+
+/// [`reduce`]'s loops; `sum` says `combine` is `+` (then summed products over a contiguous
+/// innermost axis are dot products).
+#[allow(clippy::too_many_arguments)]
+fn reduce_with(
+    executor: &dyn Executor,
+    shape: &[usize],
+    reduced: &[bool],
+    source: &Source,
+    combine: impl Fn(f64, f64) -> f64 + Copy + Send + Sync,
+    sum: bool,
+    value: impl Fn(usize, usize) -> f64 + Copy + Send + Sync,
     out: &mut [f64],
 ) {
     if shape.contains(&0) || out.is_empty() {
@@ -393,7 +562,7 @@ fn reduce(
     let innermost_reduced = reduced.last().copied().unwrap_or(false);
     // A summed product over a contiguous innermost axis: dot products.
     let dot = innermost_reduced
-        && combine == BinaryOp::Add
+        && sum
         && matches!(source.b, Some((_, _, BinaryOp::Mul, false)))
         && ra.last() == Some(&1)
         && rb.last() == Some(&1);
@@ -432,9 +601,9 @@ fn reduce(
                                 let vb = source.b.as_ref().expect("dot has two operands").0;
                                 acc += dot_product(&source.a.0[ia..ia + len], &vb[ib..ib + len]);
                             } else {
+                                let (sa, sb) = (ra[last], rb[last]);
                                 for j in 0..len {
-                                    let v = source.at(ia + j * ra[last], ib + j * rb[last]);
-                                    acc = combine.eval(acc, v);
+                                    acc = combine(acc, value(ia + j * sa, ib + j * sb));
                                 }
                             }
                             // The outer reduced axes (the innermost is walked above).
@@ -450,8 +619,9 @@ fn reduce(
                 } else {
                     let mut r = [0usize, 0usize];
                     for _ in 0..visits {
+                        let (x, y) = (r[0], r[1]);
                         for (o, base) in out.iter_mut().zip(&bases) {
-                            *o = combine.eval(*o, source.at(base[0] + r[0], base[1] + r[1]));
+                            *o = combine(*o, value(base[0] + x, base[1] + y));
                         }
                         advance(&mut ridx, red, &mut r, [ra, rb]);
                     }

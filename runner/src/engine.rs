@@ -626,8 +626,7 @@ fn stage_host<'a>(
                     .map_err(|_| sizes_err(format!("tensor `{name}` is too large")))?;
                 let init = match role {
                     TensorRole::Input => {
-                        let values =
-                            data::random_values(*dtype, n, &mut data::rng_for(req.seed, name));
+                        let values = data::seeded_values(*dtype, n, req.seed, name);
                         let init = data::encode(*dtype, &values);
                         // The reference gets exactly what the device reads.
                         inputs.insert(name.clone(), data::decode(*dtype, &init));
@@ -655,7 +654,7 @@ fn stage_host<'a>(
                 crate::tensor_map::encode_args(spec, sizes, 0).map_err(sizes_err)?;
             }
             Param::Scalar { name, dtype } => {
-                let v = data::random_values(*dtype, 1, &mut data::rng_for(req.seed, name))[0];
+                let v = data::seeded_values(*dtype, 1, req.seed, name)[0];
                 inputs.insert(name.clone(), vec![v]);
                 scalars.insert(name.clone(), v);
             }

@@ -170,9 +170,7 @@ fn seeded_inputs(
     seed: u64,
 ) -> Result<BTreeMap<String, Vec<f64>>, RunError> {
     let (m, n, k, _) = call(shape, sizes)?;
-    let values = |t: &str, dtype: DType, len: usize| {
-        data::random_values(dtype, len, &mut data::rng_for(seed, t))
-    };
+    let values = |t: &str, dtype: DType, len: usize| data::seeded_values(dtype, len, seed, t);
     Ok([
         (shape.a.clone(), values(&shape.a, shape.a_dtype, m * k)),
         (shape.b.clone(), values(&shape.b, shape.b_dtype, k * n)),
