@@ -460,12 +460,15 @@ mod tests {
 
     #[tokio::test]
     async fn the_run_history_is_kept_within_the_count() {
-        let db = temp_db("count");
+        kept_within_the_count(&temp_db("count")).await;
+    }
+
+    async fn kept_within_the_count(db: &str) {
         let retention = Retention {
             max_runs: Some(3),
             ..Retention::UNBOUNDED
         };
-        let store = Store::open(&db, retention).await.unwrap();
+        let store = Store::open(db, retention).await.unwrap();
         ten_runs(&store, 10).await;
         assert_eq!(store.prune_runs().await.unwrap(), Pruned { runs: 7 });
         assert_eq!(ids(&store).await, ["r7", "r8", "r9"]);
@@ -476,12 +479,16 @@ mod tests {
             .unwrap();
         assert_eq!(ids(&store).await, ["new", "r8", "r9"]);
         assert_eq!(store.run_totals().await.unwrap().0, 3);
+        store.close().await;
     }
 
     #[tokio::test]
     async fn the_run_history_is_kept_within_the_bytes_and_the_age() {
-        let db = temp_db("bytes");
-        let store = Store::open(&db, Retention::UNBOUNDED).await.unwrap();
+        kept_within_the_bytes_and_the_age(&temp_db("bytes")).await;
+    }
+
+    async fn kept_within_the_bytes_and_the_age(db: &str) {
+        let store = Store::open(db, Retention::UNBOUNDED).await.unwrap();
         ten_runs(&store, 1000).await;
         let (n, bytes) = store.run_totals().await.unwrap();
         assert_eq!(n, 10);
@@ -492,7 +499,7 @@ mod tests {
             max_bytes: Some(3500),
             ..Retention::UNBOUNDED
         };
-        let store = Store::open(&db, retention).await.unwrap();
+        let store = Store::open(db, retention).await.unwrap();
         assert_eq!(ids(&store).await, ["r7", "r8", "r9"]);
         store.close().await;
         // By age: runs created more than 250 s ago go (r7 is 300 s old, r8 200 s).
@@ -500,12 +507,23 @@ mod tests {
             max_age: Some(Duration::from_secs(250)),
             ..Retention::UNBOUNDED
         };
-        let store = Store::open(&db, retention).await.unwrap();
+        let store = Store::open(db, retention).await.unwrap();
         assert_eq!(ids(&store).await, ["r8", "r9"]);
         // Links are never pruned.
         let link = store.put_link("p", &json!({})).await.unwrap();
         store.prune_runs().await.unwrap();
         assert!(store.get_link(&link.id).await.unwrap().is_some());
+        store.close().await;
+    }
+
+    /// Empties the run history (the PostgreSQL test database is shared by its tests).
+    async fn clear_runs(db: &str) {
+        let store = Store::open(db, Retention::UNBOUNDED).await.unwrap();
+        sqlx::query("DELETE FROM runs")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        store.close().await;
     }
 
     /// A database made before the migrations (the tables without `bytes`) is migrated: its
@@ -546,7 +564,8 @@ mod tests {
         assert_eq!(store.run_totals().await.unwrap(), (1, 9));
     }
 
-    /// The same against PostgreSQL when `HOPFUSE_TEST_POSTGRES_URL` names a database.
+    /// The same against PostgreSQL when `HOPFUSE_TEST_POSTGRES_URL` names a database (one
+    /// the test may empty the run history of): round trip, migrations, retention.
     #[tokio::test]
     async fn postgres_round_trip_when_configured() {
         let Some(url) = crate::not_run::postgres_url("the store on PostgreSQL") else {
@@ -554,6 +573,10 @@ mod tests {
         };
         let job = format!("pg-{}-{}", std::process::id(), now());
         round_trip(&url, &job).await;
+        clear_runs(&url).await;
+        kept_within_the_count(&url).await;
+        clear_runs(&url).await;
+        kept_within_the_bytes_and_the_age(&url).await;
     }
 
     async fn round_trip(db: &str, job: &str) {
