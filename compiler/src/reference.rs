@@ -239,22 +239,31 @@ fn strides_in(s: &[usize], rank: usize) -> Vec<usize> {
     st
 }
 
+/// Cuts `out` into pieces of `per_piece` elements and runs `f(index of the piece's first
+/// element, piece)` for each on `executor`.
+fn in_pieces(
+    executor: &dyn Executor,
+    out: &mut [f64],
+    per_piece: usize,
+    f: impl Fn(usize, &mut [f64]) + Sync,
+) {
+    let f = &f;
+    let pieces = out
+        .chunks_mut(per_piece)
+        .enumerate()
+        .map(|(p, out)| Box::new(move || f(p * per_piece, out)) as Piece)
+        .collect();
+    executor.run(pieces);
+}
+
 /// `f` of every value, in pieces.
 fn map(executor: &dyn Executor, src: &[f64], f: impl Fn(f64) -> f64 + Sync) -> Vec<f64> {
     let mut out = vec![0.0; src.len()];
-    let f = &f;
-    let pieces = out
-        .chunks_mut(PIECE_ELEMENTS)
-        .zip(src.chunks(PIECE_ELEMENTS))
-        .map(|(out, src)| {
-            Box::new(move || {
-                for (o, &x) in out.iter_mut().zip(src) {
-                    *o = f(x);
-                }
-            }) as Piece
-        })
-        .collect();
-    executor.run(pieces);
+    in_pieces(executor, &mut out, PIECE_ELEMENTS, |start, out| {
+        for (o, &x) in out.iter_mut().zip(&src[start..]) {
+            *o = f(x);
+        }
+    });
     out
 }
 
@@ -373,40 +382,33 @@ fn binary_with(
         return;
     };
     let (inner, sa, sb) = (shape[last], ta[last], tb[last]);
-    let pieces = out
-        .chunks_mut(PIECE_ELEMENTS)
-        .enumerate()
-        .map(|(p, out)| {
-            Box::new(move || {
-                let mut idx = unravel(p * PIECE_ELEMENTS, shape);
-                let mut at = [offset(&idx, ta), offset(&idx, tb)];
-                let mut done = 0;
-                // Row by row: the innermost axis is a plain loop.
-                while done < out.len() {
-                    let run = (inner - idx[last]).min(out.len() - done);
-                    let (x, y) = (at[0], at[1]);
-                    for (j, o) in out[done..done + run].iter_mut().enumerate() {
-                        *o = f(va[x + j * sa], vb[y + j * sb]);
-                    }
-                    done += run;
-                    if done == out.len() {
-                        break;
-                    }
-                    // The row is done: back to its start, then the next row.
-                    at[0] -= idx[last] * sa;
-                    at[1] -= idx[last] * sb;
-                    idx[last] = 0;
-                    advance(
-                        &mut idx[..last],
-                        &shape[..last],
-                        &mut at,
-                        [&ta[..last], &tb[..last]],
-                    );
-                }
-            }) as Piece
-        })
-        .collect();
-    executor.run(pieces);
+    in_pieces(executor, out, PIECE_ELEMENTS, |start, out| {
+        let mut idx = unravel(start, shape);
+        let mut at = [offset(&idx, ta), offset(&idx, tb)];
+        let mut done = 0;
+        // Row by row: the innermost axis is a plain loop.
+        while done < out.len() {
+            let run = (inner - idx[last]).min(out.len() - done);
+            let (x, y) = (at[0], at[1]);
+            for (j, o) in out[done..done + run].iter_mut().enumerate() {
+                *o = f(va[x + j * sa], vb[y + j * sb]);
+            }
+            done += run;
+            if done == out.len() {
+                break;
+            }
+            // The row is done: back to its start, then the next row.
+            at[0] -= idx[last] * sa;
+            at[1] -= idx[last] * sb;
+            idx[last] = 0;
+            advance(
+                &mut idx[..last],
+                &shape[..last],
+                &mut at,
+                [&ta[..last], &tb[..last]],
+            );
+        }
+    });
 }
 
 /// What a reduction folds: one operand, or a binary op of two (a product fused into its sum),
@@ -573,63 +575,56 @@ fn reduce_with(
         (PIECE_VISITS / visits.max(1)).max(256)
     };
     let (kept, ka, kb, red, ra, rb) = (&kept, &ka, &kb, &red, &ra, &rb);
-    let pieces = out
-        .chunks_mut(per_piece)
-        .enumerate()
-        .map(|(p, out)| {
-            Box::new(move || {
-                // Offsets of each output element's first visit.
-                let mut idx = unravel(p * per_piece, kept);
-                let mut at = [offset(&idx, ka), offset(&idx, kb)];
-                let mut bases = Vec::with_capacity(out.len());
-                for _ in 0..out.len() {
-                    bases.push(at);
-                    advance(&mut idx, kept, &mut at, [ka, kb]);
-                }
-                let mut ridx = vec![0usize; red.len()];
-                if innermost_reduced {
-                    let last = red.len() - 1;
-                    let len = red[last];
-                    let outer_visits = visits / len.max(1);
-                    for (o, base) in out.iter_mut().zip(&bases) {
-                        let mut acc = *o;
-                        ridx.iter_mut().for_each(|i| *i = 0);
-                        let mut r = [0usize, 0usize];
-                        for _ in 0..outer_visits {
-                            let (ia, ib) = (base[0] + r[0], base[1] + r[1]);
-                            if dot {
-                                let vb = source.b.as_ref().expect("dot has two operands").0;
-                                acc += dot_product(&source.a.0[ia..ia + len], &vb[ib..ib + len]);
-                            } else {
-                                let (sa, sb) = (ra[last], rb[last]);
-                                for j in 0..len {
-                                    acc = combine(acc, value(ia + j * sa, ib + j * sb));
-                                }
-                            }
-                            // The outer reduced axes (the innermost is walked above).
-                            advance(
-                                &mut ridx[..last],
-                                &red[..last],
-                                &mut r,
-                                [&ra[..last], &rb[..last]],
-                            );
+    in_pieces(executor, out, per_piece, |start, out| {
+        // Offsets of each output element's first visit.
+        let mut idx = unravel(start, kept);
+        let mut at = [offset(&idx, ka), offset(&idx, kb)];
+        let mut bases = Vec::with_capacity(out.len());
+        for _ in 0..out.len() {
+            bases.push(at);
+            advance(&mut idx, kept, &mut at, [ka, kb]);
+        }
+        let mut ridx = vec![0usize; red.len()];
+        if innermost_reduced {
+            let last = red.len() - 1;
+            let len = red[last];
+            let outer_visits = visits / len.max(1);
+            for (o, base) in out.iter_mut().zip(&bases) {
+                let mut acc = *o;
+                ridx.iter_mut().for_each(|i| *i = 0);
+                let mut r = [0usize, 0usize];
+                for _ in 0..outer_visits {
+                    let (ia, ib) = (base[0] + r[0], base[1] + r[1]);
+                    if dot {
+                        let vb = source.b.as_ref().expect("dot has two operands").0;
+                        acc += dot_product(&source.a.0[ia..ia + len], &vb[ib..ib + len]);
+                    } else {
+                        let (sa, sb) = (ra[last], rb[last]);
+                        for j in 0..len {
+                            acc = combine(acc, value(ia + j * sa, ib + j * sb));
                         }
-                        *o = acc;
                     }
-                } else {
-                    let mut r = [0usize, 0usize];
-                    for _ in 0..visits {
-                        let (x, y) = (r[0], r[1]);
-                        for (o, base) in out.iter_mut().zip(&bases) {
-                            *o = combine(*o, value(base[0] + x, base[1] + y));
-                        }
-                        advance(&mut ridx, red, &mut r, [ra, rb]);
-                    }
+                    // The outer reduced axes (the innermost is walked above).
+                    advance(
+                        &mut ridx[..last],
+                        &red[..last],
+                        &mut r,
+                        [&ra[..last], &rb[..last]],
+                    );
                 }
-            }) as Piece
-        })
-        .collect();
-    executor.run(pieces);
+                *o = acc;
+            }
+        } else {
+            let mut r = [0usize, 0usize];
+            for _ in 0..visits {
+                let (x, y) = (r[0], r[1]);
+                for (o, base) in out.iter_mut().zip(&bases) {
+                    *o = combine(*o, value(base[0] + x, base[1] + y));
+                }
+                advance(&mut ridx, red, &mut r, [ra, rb]);
+            }
+        }
+    });
 }
 
 /// `sum x[i] * y[i]` with four partial sums.

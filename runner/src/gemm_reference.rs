@@ -11,7 +11,7 @@
 //! `hopfuse::reference::evaluate`; [`cross_check`] (`hopfuse selftest`) compares cuBLAS with
 //! the host reference at small sizes on the GPU.
 
-use crate::cublas::{self, GemmArgs, Which};
+use crate::cublas::{self, GemmArgs};
 use crate::engine::{Device, RunError, Stage};
 use crate::{data, gpu};
 use hopfuse::plan::{MatmulShape, SizeExpr};
@@ -65,9 +65,9 @@ pub fn compute(
         Ok(v)
     };
     let (a, b) = (operand(&shape.a, m * k)?, operand(&shape.b, k * n)?);
-    let pick = |w: Which| if w == Which::A { a } else { b };
+    let (first, second) = args.operands(&a[..], &b[..]);
     // Column-major C^T [N, M] with ldc = N is row-major C [M, N].
-    let mut c = gemm(&args, pick(args.first), pick(args.second))?;
+    let mut c = gemm(&args, first, second)?;
     if c.len() != m * n {
         return Err(RunError::new(
             Stage::Reference,
@@ -203,33 +203,6 @@ fn test_programs() -> Vec<(&'static str, String)> {
 mod tests {
     use super::*;
 
-    /// GEMM as cuBLAS defines it: column-major, `C = op(A) op(B)`.
-    fn column_major_gemm(g: &GemmArgs, a: &[f64], b: &[f64]) -> Result<Vec<f64>, RunError> {
-        let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
-        let (lda, ldb, ldc) = (g.lda as usize, g.ldb as usize, g.ldc as usize);
-        let op_a = |i: usize, l: usize| {
-            if g.transa {
-                a[l + i * lda]
-            } else {
-                a[i + l * lda]
-            }
-        };
-        let op_b = |l: usize, j: usize| {
-            if g.transb {
-                b[j + l * ldb]
-            } else {
-                b[l + j * ldb]
-            }
-        };
-        let mut c = vec![f64::NAN; ldc * n];
-        for i in 0..m {
-            for j in 0..n {
-                c[i + j * ldc] = (0..k).map(|l| op_a(i, l) * op_b(l, j)).sum();
-            }
-        }
-        Ok(c)
-    }
-
     /// The whole GPU path but the device (the argument mapping, the operands, the final cast)
     /// gives the host reference's values, in every layout.
     #[test]
@@ -240,7 +213,10 @@ mod tests {
             let (fusion, shape) = product_of(name, &source).unwrap();
             let inputs = seeded_inputs(&shape, &sizes, 3).unwrap();
             let host = hopfuse::reference::evaluate(&fusion, &sizes, &inputs).unwrap();
-            let gemm = compute(&shape, &sizes, &inputs, column_major_gemm).unwrap();
+            let gemm = compute(&shape, &sizes, &inputs, |g, a, b| {
+                Ok(cublas::column_major_gemm(g, a, b))
+            })
+            .unwrap();
             let want = &host[&shape.c];
             assert_eq!(gemm.len(), want.len(), "{name}");
             for (g, w) in gemm.iter().zip(want) {
