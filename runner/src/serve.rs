@@ -255,15 +255,18 @@ impl App {
             },
             Some(store.clone()),
         );
-        if !(args.compile_timeout.is_finite() && args.compile_timeout > 0.0) {
-            anyhow::bail!("--compile-timeout must be a positive number of seconds");
-        }
+        let compile_timeout = Duration::try_from_secs_f64(args.compile_timeout)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                anyhow::anyhow!("--compile-timeout must be a positive number of seconds")
+            })?;
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(2);
         let compiles = CompileSlots::new(
             args.compile_slots.unwrap_or(cores),
-            Duration::from_secs_f64(args.compile_timeout),
+            compile_timeout,
             Duration::from_millis(args.compile_test_delay_ms),
         );
         Ok(Arc::new(App {
