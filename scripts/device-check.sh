@@ -18,12 +18,12 @@ tally() { # PASS | FAIL | NOT_RUN
 }
 [ -x "$B" ] || { echo "NOT RUN: no hopfuse binary at $B"; echo "device-check: 0 passed, 0 failed, 1 not run"; exit 1; }
 nvidia-smi -L | tee "$OUT/gpu.txt" || { echo "NOT RUN: nvidia-smi found no GPU"; echo "device-check: 0 passed, 0 failed, 1 not run"; exit 1; }
-printf '| example | sizes | validation | rel_l2 | median | GB/s | copy GB/s | ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n' | tee -a "$summary"
+printf '| example | sizes | validation | rel_l2 | median | GB/s | copy GB/s | ratio | wall s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n' | tee -a "$summary"
 run() { # example sizes [extra args]
   local ex=$1 sizes=$2; shift 2
-  local one="$OUT/one.log"
+  local one="$OUT/one.log" t0=$SECONDS
   "$B" run "examples/$ex.hf" --size "$sizes" "$@" >"$one" 2>&1
-  local rc=$?
+  local rc=$? secs=$((SECONDS - t0))
   { echo "=== $ex $sizes $* (exit $rc)"; cat "$one"; } >>"$OUT/run.log"
   local v med gbs copy ratio l2
   v=$(grep -m1 -oE 'validation +[A-Z]+' "$one" | awk '{print $2}')
@@ -34,7 +34,7 @@ run() { # example sizes [extra args]
   ratio=$(grep -m1 -oE 'ratio +[0-9.]+%' "$one" | awk '{print $2}')
   [ $rc -eq 0 ] || v="FAIL(exit $rc): $(grep -m1 -iE 'error' "$one" | cut -c1-120)"
   if [ $rc -eq 0 ] && [ "${v:-}" = PASS ]; then tally PASS; else tally FAIL; fi
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$ex" "$sizes" "${v:-?}" "${l2:-}" "${med:-}" "${gbs:-}" "${copy:-}" "${ratio:-}" | tee -a "$summary"
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$ex" "$sizes" "${v:-?}" "${l2:-}" "${med:-}" "${gbs:-}" "${copy:-}" "${ratio:-}" "$secs" | tee -a "$summary"
 }
 for ex in basics/add basics/bias_add basics/row_sum basics/row_sum_rfactor basics/softmax basics/softmax_shared basics/gelu_bf16; do
   run "$ex" M=1000,N=1023 --iters 20
@@ -46,6 +46,25 @@ run basics/softmax M=16384,N=16384 --iters 100
 run basics/row_sum M=16384,N=16384 --iters 100
 run basics/bias_add M=16384,N=16384 --iters 100
 run basics/gelu_bf16 M=16384,N=16384 --iters 100
+# Host reference at bench sizes (on every core): the wall seconds column (limit of hopfuse
+# bench: 60 s per run).
+run basics/dtypes M=16384,N=16384 --iters 20
+# Matrix products: the float64 reference on the GPU (cuBLAS DGEMM) above M N K = 2^27.
+gpu_reference() { # example sizes
+  run "$1" "$2" --iters 20
+  local r=FAIL
+  grep -q 'reference   float64 on the GPU: cublasDgemm' "$OUT/one.log" && r=PASS
+  tally "$r"
+  printf '| %s | %s | reference on the GPU: %s | %s |\n' "$1" "$2" "$r" "$(grep -m1 'reference ' "$OUT/one.log" | cut -c1-140)" | tee -a "$summary"
+}
+gpu_reference basics/matmul M=4096,N=4096,K=4096
+gpu_reference basics/matmul_bf16 M=4096,N=4096,K=4096
+# Below the threshold the host computes it; both agree with the kernel.
+run basics/matmul M=500,N=512,K=512 --iters 20
+# cuBLAS DGEMM against the host reference, small sizes, every layout (and the built-in cases).
+if "$B" selftest >"$OUT/selftest.log" 2>&1; then st=PASS; else st=FAIL; fi
+tally "$st"
+printf '| selftest | built-in cases and cublasDgemm vs host reference | %s | %s |\n' "$st" "$(grep -m1 -E 'selftest: ' "$OUT/selftest.log")" | tee -a "$summary"
 san() { # tool example sizes
   local tool=$1 ex=$2 sizes=$3 log="$OUT/san.log" rc
   if ! command -v compute-sanitizer >/dev/null; then
