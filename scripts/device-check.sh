@@ -3,19 +3,27 @@
 # sizes, times the large cases against the device copy measured in the same process, and runs
 # compute-sanitizer on the kernels with barriers and vector tails.
 # Usage: scripts/device-check.sh [hopfuse binary]; full logs go to $OUT/run.log.
+# Every row is a check: it passes, fails, or did not run (no compute-sanitizer, ...); the script
+# ends with "device-check: P passed, F failed, N not run" and exits 1 unless every check ran and
+# passed.
 set -uo pipefail
 B=${1:-target/release/hopfuse}
 OUT=${OUT:-/tmp/hopfuse-out}
 mkdir -p "$OUT"
-nvidia-smi -L | tee "$OUT/gpu.txt"
 summary="$OUT/summary.txt"
 : >"$summary"
-printf '| example | sizes | validation | rel_l2 | median | GB/s | copy GB/s | ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n' | tee -a "$summary"
+passed=0 failed=0 not_run=0
+tally() { # PASS | FAIL | NOT_RUN
+  case $1 in PASS) passed=$((passed + 1)) ;; NOT_RUN) not_run=$((not_run + 1)) ;; *) failed=$((failed + 1)) ;; esac
+}
+[ -x "$B" ] || { echo "NOT RUN: no hopfuse binary at $B"; echo "device-check: 0 passed, 0 failed, 1 not run"; exit 1; }
+nvidia-smi -L | tee "$OUT/gpu.txt" || { echo "NOT RUN: nvidia-smi found no GPU"; echo "device-check: 0 passed, 0 failed, 1 not run"; exit 1; }
+printf '| example | sizes | validation | rel_l2 | median | GB/s | copy GB/s | ratio | wall s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n' | tee -a "$summary"
 run() { # example sizes [extra args]
   local ex=$1 sizes=$2; shift 2
-  local one="$OUT/one.log"
+  local one="$OUT/one.log" t0=$SECONDS
   "$B" run "examples/$ex.hf" --size "$sizes" "$@" >"$one" 2>&1
-  local rc=$?
+  local rc=$? secs=$((SECONDS - t0))
   { echo "=== $ex $sizes $* (exit $rc)"; cat "$one"; } >>"$OUT/run.log"
   local v med gbs copy ratio l2
   v=$(grep -m1 -oE 'validation +[A-Z]+' "$one" | awk '{print $2}')
@@ -25,7 +33,8 @@ run() { # example sizes [extra args]
   copy=$(grep -m1 -oE 'copy +[0-9.]+' "$one" | awk '{print $2}')
   ratio=$(grep -m1 -oE 'ratio +[0-9.]+%' "$one" | awk '{print $2}')
   [ $rc -eq 0 ] || v="FAIL(exit $rc): $(grep -m1 -iE 'error' "$one" | cut -c1-120)"
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$ex" "$sizes" "${v:-?}" "${l2:-}" "${med:-}" "${gbs:-}" "${copy:-}" "${ratio:-}" | tee -a "$summary"
+  if [ $rc -eq 0 ] && [ "${v:-}" = PASS ]; then tally PASS; else tally FAIL; fi
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$ex" "$sizes" "${v:-?}" "${l2:-}" "${med:-}" "${gbs:-}" "${copy:-}" "${ratio:-}" "$secs" | tee -a "$summary"
 }
 for ex in basics/add basics/bias_add basics/row_sum basics/row_sum_rfactor basics/softmax basics/softmax_shared basics/gelu_bf16; do
   run "$ex" M=1000,N=1023 --iters 20
@@ -37,9 +46,35 @@ run basics/softmax M=16384,N=16384 --iters 100
 run basics/row_sum M=16384,N=16384 --iters 100
 run basics/bias_add M=16384,N=16384 --iters 100
 run basics/gelu_bf16 M=16384,N=16384 --iters 100
+# Host reference at bench sizes (on every core): the wall seconds column (limit of hopfuse
+# bench: 60 s per run).
+run basics/dtypes M=16384,N=16384 --iters 20
+# Matrix products: the float64 reference on the GPU (cuBLAS DGEMM) above M N K = 2^27.
+gpu_reference() { # example sizes
+  run "$1" "$2" --iters 20
+  local r=FAIL
+  grep -q 'reference   float64 on the GPU: cublasDgemm' "$OUT/one.log" && r=PASS
+  tally "$r"
+  printf '| %s | %s | reference on the GPU: %s | %s |\n' "$1" "$2" "$r" "$(grep -m1 'reference ' "$OUT/one.log" | cut -c1-140)" | tee -a "$summary"
+}
+gpu_reference basics/matmul M=4096,N=4096,K=4096
+gpu_reference basics/matmul_bf16 M=4096,N=4096,K=4096
+# Below the threshold the host computes it; both agree with the kernel.
+run basics/matmul M=500,N=512,K=512 --iters 20
+# cuBLAS DGEMM against the host reference, small sizes, every layout (and the built-in cases).
+if "$B" selftest >"$OUT/selftest.log" 2>&1; then st=PASS; else st=FAIL; fi
+tally "$st"
+printf '| selftest | built-in cases and cublasDgemm vs host reference | %s | %s |\n' "$st" "$(grep -m1 -E 'selftest: ' "$OUT/selftest.log")" | tee -a "$summary"
 san() { # tool example sizes
-  local tool=$1 ex=$2 sizes=$3 log="$OUT/san.log"
-  if compute-sanitizer --tool "$tool" --error-exitcode 9 "$B" run "examples/$ex.hf" --size "$sizes" --iters 1 --warmup 0 --no-ceiling >"$OUT/san-one.log" 2>&1; then r=CLEAN; else r=ERRORS; fi
+  local tool=$1 ex=$2 sizes=$3 log="$OUT/san.log" rc
+  if ! command -v compute-sanitizer >/dev/null; then
+    printf '| %s | %s | %s | NOT RUN | no compute-sanitizer on PATH |\n' "$tool" "$ex" "$sizes" | tee -a "$summary"
+    tally NOT_RUN
+    return
+  fi
+  compute-sanitizer --tool "$tool" --error-exitcode 9 "$B" run "examples/$ex.hf" --size "$sizes" --iters 1 --warmup 0 --no-ceiling >"$OUT/san-one.log" 2>&1
+  rc=$?
+  case $rc in 0) r=CLEAN; tally PASS ;; 9) r=ERRORS; tally FAIL ;; *) r="FAIL(run exit $rc)"; tally FAIL ;; esac
   { echo "=== $tool $ex $sizes: $r"; cat "$OUT/san-one.log"; } >>"$log"
   printf '| %s | %s | %s | %s | %s |\n' "$tool" "$ex" "$sizes" "$r" "$(grep -m1 'ERROR SUMMARY' "$OUT/san-one.log")" | tee -a "$summary"
 }
@@ -56,3 +91,5 @@ san memcheck basics/bias_add M=100,N=1023
 san memcheck basics/gelu_bf16 M=100,N=1023
 rm -f "$OUT/one.log" "$OUT/san-one.log"
 echo "---- summary"; cat "$summary"
+echo "device-check: $passed passed, $failed failed, $not_run not run" | tee -a "$summary"
+[ "$failed" -eq 0 ] && [ "$not_run" -eq 0 ]

@@ -6,8 +6,13 @@
 # request time of tiny cached runs on the warm worker (overhead: kernel time is microseconds;
 # target <= 100 ms).
 # Usage: scripts/serve-device-check.sh [hopfuse binary]; logs and summary.txt go to $OUT.
+# Each check prints a PASS or FAIL line; the script ends with "serve-device-check: P passed, F
+# failed" and exits 1 unless every check passed (a check that could not run is a FAIL).
 set -uo pipefail
 B=${1:-target/release/hopfuse}
+for tool in curl "$B"; do
+  command -v "$tool" >/dev/null || { echo "NOT RUN: $tool is missing"; echo "serve-device-check: 0 passed, 0 failed, 1 not run"; exit 1; }
+done
 OUT=${OUT:-/tmp/hopfuse-out}
 mkdir -p "$OUT"
 DATA=$(mktemp -d)
@@ -103,3 +108,7 @@ say "$verdict overhead: end-to-end ms over 10 tiny cached runs: min $(head -1 <<
 curl -s "$BASE/api/health" >"$OUT/health-end.json"
 say "health at end: $(cut -c1-400 "$OUT/health-end.json")"
 echo "---- summary"; cat "$summary"
+passed=$(grep -c '^PASS' "$summary")
+failed=$(grep -c '^FAIL' "$summary")
+echo "serve-device-check: $passed passed, $failed failed" | tee -a "$summary"
+[ "$failed" -eq 0 ]

@@ -32,6 +32,11 @@ pub struct CompileOptions {
     /// and the plan gets a divisibility constraint instead. The runner turns it on when the
     /// sizes it runs with satisfy those constraints (as it picks the index type).
     pub assume_aligned_vectors: bool,
+    /// Specialise for the sizes the kernel will run with: each vector access whose alignment
+    /// these sizes keep gets the aligned path (its divisibility becomes a plan constraint, which
+    /// these sizes meet); the others keep the run-time check. One lowering then fits the sizes
+    /// (what the runner uses; `assume_aligned_vectors` specialises every access regardless).
+    pub aligned_for: Option<std::collections::BTreeMap<String, i64>>,
 }
 
 /// The kernel IR after one pass of the pipeline.
@@ -55,8 +60,27 @@ pub struct Compilation {
     pub pipeline: pipeline_view::PipelineView,
 }
 
+/// The fusion as written (what [`reference::evaluate`] runs), from the front end alone: no
+/// scheduling, no lowering. For a caller that has the rest of a [`Compilation`] already.
+pub fn reference_fusion(source: &str) -> Result<fusion::Fusion, Diagnostics> {
+    let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
+    let program = frontend::parse(source).map_err(locate)?;
+    fusion::build(&program.fusion).map_err(locate)
+}
+
 /// Parses, schedules and lowers a program: the whole pipeline, with the kernel IR after each pass.
 pub fn compile(source: &str, options: &CompileOptions) -> Result<Compilation, Diagnostics> {
+    compile_choosing_index(source, options, |_| options.index_type)
+}
+
+/// [`compile`] with the index type chosen after lowering, from the plan (it changes only the
+/// emitted code, so the program is lowered once): `choose` gets the plan emitted with
+/// `options.index_type` and returns the type to emit with.
+pub fn compile_choosing_index(
+    source: &str,
+    options: &CompileOptions,
+    choose: impl FnOnce(&LaunchPlan) -> IndexType,
+) -> Result<Compilation, Diagnostics> {
     let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
     let program = frontend::parse(source).map_err(locate)?;
     let fusion = fusion::build(&program.fusion).map_err(locate)?;
@@ -64,6 +88,7 @@ pub fn compile(source: &str, options: &CompileOptions) -> Result<Compilation, Di
     fusion::schedule::apply(&mut scheduled, &program.schedule).map_err(locate)?;
     let mut cx = passes::Ctx::new(&scheduled);
     cx.assume_aligned_vectors = options.assume_aligned_vectors;
+    cx.aligned_for = options.aligned_for.clone();
     let mut kernel = kir::Kernel {
         name: format!("{}_kernel", scheduled.name),
         buffers: Vec::new(),
@@ -103,7 +128,12 @@ pub fn compile(source: &str, options: &CompileOptions) -> Result<Compilation, Di
     }
     let pipeline = pipeline_view::extract(&kernel);
     let constraints = cx.constraints.clone();
-    let (cuda, mut plan) = codegen::emit(&scheduled, &kernel, options.index_type, constraints);
+    let (mut cuda, mut plan) =
+        codegen::emit(&scheduled, &kernel, options.index_type, constraints.clone());
+    let index_type = choose(&plan);
+    if index_type != options.index_type {
+        (cuda, plan) = codegen::emit(&scheduled, &kernel, index_type, constraints);
+    }
     plan.matmul = fusion::matmul::detect(&fusion);
     Ok(Compilation {
         cuda,

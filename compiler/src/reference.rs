@@ -1,8 +1,42 @@
 //! Reference evaluator: runs a fusion's math on the CPU in float64, ignoring the schedule.
 //! Casts round to their target type, so a bf16 output is compared with a bf16-rounded reference.
+//!
+//! Each step (one expression over its whole output) is cut into pieces that write disjoint
+//! ranges of that output, and the pieces go to an [`Executor`]. The cut depends only on the
+//! shapes, never on who runs the pieces, so every executor gives bit-identical results:
+//! [`evaluate`] runs them in order (this crate stays pure Rust and builds for wasm32), the
+//! runner runs them on threads ([`evaluate_with`]). A reduction folds the reduced indices of
+//! each output element in row-major order (a summed product over a contiguous innermost axis
+//! as a dot product with four partial sums), reading its input row by row when the innermost
+//! axis is kept. A tensor's values are dropped after their last use.
 
-use crate::fusion::{Fusion, IterKind, Op, Operand, TensorId};
+use crate::fusion::{BinaryOp, Fusion, IterKind, Op, Operand, TensorId};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+
+/// One piece of a step: writes its own part of the step's output.
+pub type Piece<'a> = Box<dyn FnOnce() + Send + 'a>;
+
+/// Runs the pieces of a step.
+pub trait Executor: Sync {
+    /// Runs every piece (in any order, on any threads) and returns once all have run.
+    fn run<'a>(&self, pieces: Vec<Piece<'a>>);
+}
+
+/// Runs the pieces one after another on the calling thread.
+pub struct InOrder;
+
+impl Executor for InOrder {
+    fn run<'a>(&self, pieces: Vec<Piece<'a>>) {
+        for piece in pieces {
+            piece();
+        }
+    }
+}
+
+/// Output elements of an elementwise piece, and input elements a reduction piece visits.
+const PIECE_ELEMENTS: usize = 1 << 16;
+const PIECE_VISITS: usize = 1 << 18;
 
 /// Runs the fusion. `inputs` maps each input tensor (or scalar) name to its row-major values;
 /// returns each output's row-major values.
@@ -10,6 +44,16 @@ pub fn evaluate(
     fusion: &Fusion,
     sizes: &BTreeMap<String, i64>,
     inputs: &BTreeMap<String, Vec<f64>>,
+) -> Result<BTreeMap<String, Vec<f64>>, String> {
+    evaluate_with(fusion, sizes, inputs, &InOrder)
+}
+
+/// [`evaluate`] with the pieces of each step run by `executor`.
+pub fn evaluate_with(
+    fusion: &Fusion,
+    sizes: &BTreeMap<String, i64>,
+    inputs: &BTreeMap<String, Vec<f64>>,
+    executor: &dyn Executor,
 ) -> Result<BTreeMap<String, Vec<f64>>, String> {
     let shape = |t: TensorId| -> Result<Vec<usize>, String> {
         fusion
@@ -28,7 +72,7 @@ pub fn evaluate(
             })
             .collect()
     };
-    let mut values: Vec<Option<Vec<f64>>> = vec![None; fusion.tensors.len()];
+    let mut values: Vec<Option<Cow<[f64]>>> = vec![None; fusion.tensors.len()];
     for &t in &fusion.inputs {
         let name = &fusion.tensors[t].name;
         let v = inputs
@@ -41,7 +85,7 @@ pub fn evaluate(
                 v.len()
             ));
         }
-        values[t] = Some(v.clone());
+        values[t] = Some(Cow::Borrowed(&v[..]));
     }
     // A reduction of a binary op whose result feeds nothing else is evaluated in one pass,
     // without the intermediate: a matrix product's [M, N, K] products would not fit in memory.
@@ -58,244 +102,545 @@ pub fn evaluate(
                 && matches!(fusion.exprs[uses[0]].op, Op::Reduce { .. })
         })
         .collect();
-    let fused_into_reduction = |t: TensorId| fused.contains(&t);
-    for e in fusion.topo_exprs() {
+    let order = fusion.topo_exprs();
+    // Reads left of each tensor (an operand read twice by one expression counts twice).
+    let mut reads = vec![0usize; fusion.tensors.len()];
+    for &e in &order {
+        for o in &fusion.exprs[e].inputs {
+            if let Operand::Tensor(t) = o {
+                reads[*t] += 1;
+            }
+        }
+    }
+    for e in order {
         let expr = &fusion.exprs[e];
-        if fused_into_reduction(expr.output) {
+        if fused.contains(&expr.output) {
             continue;
         }
         let out_shape = shape(expr.output)?;
         let n: usize = out_shape.iter().product();
-        let operand = |o: &Operand| -> Result<(Vec<f64>, Vec<usize>), String> {
+        let out_dtype = fusion.tensors[expr.output].dtype;
+        // The values of an operand with its shape (a literal is one value of shape []).
+        let operand = |o: &Operand| -> Result<(Cow<[f64]>, Vec<usize>), String> {
             match o {
-                Operand::Scalar(v) => Ok((vec![*v], vec![])),
+                Operand::Scalar(v) => Ok((Cow::Owned(vec![*v]), vec![])),
                 Operand::Tensor(t) => Ok((
-                    values[*t].clone().ok_or_else(|| {
+                    Cow::Borrowed(values[*t].as_deref().ok_or_else(|| {
                         format!("`{}` used before it is computed", fusion.tensors[*t].name)
-                    })?,
+                    })?),
                     shape(*t)?,
                 )),
             }
         };
-        // Element strides of an operand seen through the output's shape: 0 along its broadcast
-        // (extent 1) axes, and everywhere for scalars, so one running offset per operand walks
-        // it in step with the output (no per-element allocation: references run at sizes of
-        // 2^28 elements).
-        let strides_in = |s: &[usize], rank: usize| -> Vec<usize> {
-            if s.is_empty() {
-                return vec![0; rank];
-            }
-            let mut st = vec![0; s.len()];
-            let mut acc = 1;
-            for k in (0..s.len()).rev() {
-                st[k] = if s[k] == 1 { 0 } else { acc };
-                acc *= s[k];
-            }
-            st
-        };
-        let out_dtype = fusion.tensors[expr.output].dtype;
+        // The tensors this step reads (for the fused product: the product's operands).
+        let mut read: Vec<&Operand> = expr.inputs.iter().collect();
         let result: Vec<f64> = match &expr.op {
-            Op::Set | Op::Broadcast { .. } => operand(&expr.inputs[0])?.0,
-            Op::Cast(d) => operand(&expr.inputs[0])?
-                .0
-                .iter()
-                .map(|&x| d.round(x))
-                .collect(),
-            Op::Unary(u) => operand(&expr.inputs[0])?
-                .0
-                .iter()
-                .map(|&x| u.eval(x))
-                .collect(),
+            Op::Set | Op::Broadcast { .. } => map(executor, &operand(&expr.inputs[0])?.0, |x| x),
+            Op::Cast(d) => {
+                let d = *d;
+                map(executor, &operand(&expr.inputs[0])?.0, move |x| d.round(x))
+            }
+            Op::Unary(u) => {
+                let u = *u;
+                map(executor, &operand(&expr.inputs[0])?.0, move |x| u.eval(x))
+            }
             Op::Binary(b) => {
                 let (va, sa) = operand(&expr.inputs[0])?;
                 let (vb, sb) = operand(&expr.inputs[1])?;
                 let rank = out_shape.len();
-                let (ta, tb) = (strides_in(&sa, rank), strides_in(&sb, rank));
-                let mut idx = vec![0usize; rank];
-                let (mut oa, mut ob) = (0usize, 0usize);
-                let mut out = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let r = b.eval(va[oa], vb[ob]);
-                    out.push(if out_dtype == crate::DType::I32 {
-                        out_dtype.round(r)
-                    } else {
-                        r
-                    });
-                    // Advance the multi-index like an odometer, keeping both offsets in step.
-                    for k in (0..rank).rev() {
-                        idx[k] += 1;
-                        oa += ta[k];
-                        ob += tb[k];
-                        if idx[k] < out_shape[k] {
-                            break;
-                        }
-                        oa -= ta[k] * out_shape[k];
-                        ob -= tb[k] * out_shape[k];
-                        idx[k] = 0;
-                    }
-                }
+                let mut out = vec![0.0; n];
+                binary(
+                    executor,
+                    &out_shape,
+                    (&va, &strides_in(&sa, rank)),
+                    (&vb, &strides_in(&sb, rank)),
+                    *b,
+                    out_dtype == crate::DType::I32,
+                    &mut out,
+                );
                 out
             }
             Op::Reduce { op, axes } => {
-                let input = match expr.inputs[0] {
-                    Operand::Tensor(t) if fused_into_reduction(t) => Some(t),
+                let product = match expr.inputs[0] {
+                    Operand::Tensor(t) if fused.contains(&t) => Some(t),
                     _ => None,
                 };
-                if let Some(product) = input {
-                    let def = &fusion.exprs[fusion.tensors[product].definition.expect("binary")];
-                    let Op::Binary(b) = def.op else {
-                        unreachable!("fused_into_reduction checks for a binary op")
-                    };
-                    let (va, sa) = operand(&def.inputs[0])?;
-                    let (vb, sb) = operand(&def.inputs[1])?;
-                    let ps = shape(product)?;
-                    let reduced: Vec<bool> = (0..ps.len()).map(|k| axes.contains(&k)).collect();
-                    let mut out = vec![op.identity(); n];
-                    reduce_binary(
-                        &ps,
-                        &reduced,
-                        (&va, &strides_in(&sa, ps.len())),
-                        (&vb, &strides_in(&sb, ps.len())),
-                        b,
-                        op.combine(),
-                        fusion.tensors[product].dtype == crate::DType::I32,
-                        &mut out,
-                    );
-                    values[expr.output] = Some(out);
-                    continue;
-                }
-                let (v, s) = operand(&expr.inputs[0])?;
                 let mut out = vec![op.identity(); n];
-                let reduced: Vec<bool> = (0..s.len()).map(|k| axes.contains(&k)).collect();
-                let ostride = kept_strides(&s, &reduced);
-                let combine = op.combine();
-                let mut idx = vec![0usize; s.len()];
-                let mut o = 0usize;
-                for &x in &v {
-                    out[o] = combine.eval(out[o], x);
-                    for k in (0..s.len()).rev() {
-                        idx[k] += 1;
-                        o += ostride[k];
-                        if idx[k] < s[k] {
-                            break;
-                        }
-                        o -= ostride[k] * s[k];
-                        idx[k] = 0;
+                match product {
+                    Some(product) => {
+                        let def =
+                            &fusion.exprs[fusion.tensors[product].definition.expect("binary")];
+                        let Op::Binary(b) = def.op else {
+                            unreachable!("`fused` holds products of binary ops only")
+                        };
+                        read.extend(def.inputs.iter());
+                        let (va, sa) = operand(&def.inputs[0])?;
+                        let (vb, sb) = operand(&def.inputs[1])?;
+                        let ps = shape(product)?;
+                        let reduced: Vec<bool> = (0..ps.len()).map(|k| axes.contains(&k)).collect();
+                        let source = Source {
+                            a: (&va, strides_in(&sa, ps.len())),
+                            b: Some((
+                                &vb,
+                                strides_in(&sb, ps.len()),
+                                b,
+                                fusion.tensors[product].dtype == crate::DType::I32,
+                            )),
+                        };
+                        reduce(executor, &ps, &reduced, &source, op.combine(), &mut out);
+                    }
+                    None => {
+                        let (v, s) = operand(&expr.inputs[0])?;
+                        let reduced: Vec<bool> = (0..s.len()).map(|k| axes.contains(&k)).collect();
+                        let source = Source {
+                            a: (&v, strides_in(&s, s.len())),
+                            b: None,
+                        };
+                        reduce(executor, &s, &reduced, &source, op.combine(), &mut out);
                     }
                 }
                 out
             }
             Op::Mma => return Err("matrix products are not evaluated yet".into()),
         };
-        values[expr.output] = Some(result);
+        // Drop what no later step reads (large references hold many tensors of 2^28 values).
+        for o in read {
+            if let Operand::Tensor(t) = o {
+                reads[*t] -= 1;
+                if reads[*t] == 0 && !fusion.tensors[*t].is_output {
+                    values[*t] = None;
+                }
+            }
+        }
+        values[expr.output] = Some(Cow::Owned(result));
     }
     let mut out = BTreeMap::new();
     for &t in &fusion.outputs {
         out.insert(
             fusion.tensors[t].name.clone(),
-            values[t].clone().ok_or("output not computed")?,
+            values[t].take().ok_or("output not computed")?.into_owned(),
         );
     }
     Ok(out)
 }
 
-/// Output offset strides of a reduction's input axes: row-major over the kept axes, 0 on the
-/// `reduced` ones.
-fn kept_strides(shape: &[usize], reduced: &[bool]) -> Vec<usize> {
-    let mut stride = vec![0usize; shape.len()];
-    let mut acc = 1;
-    for k in (0..shape.len()).rev() {
-        if !reduced[k] {
-            stride[k] = acc;
-            acc *= shape[k];
-        }
+/// Element strides of an operand of shape `s` seen through an iteration of rank `rank`: 0
+/// along its broadcast (extent 1) axes, and everywhere for scalars, so one running offset per
+/// operand walks it in step (no per-element allocation: references run at 2^28 elements).
+fn strides_in(s: &[usize], rank: usize) -> Vec<usize> {
+    if s.is_empty() {
+        return vec![0; rank];
     }
-    stride
+    let mut st = vec![0; s.len()];
+    let mut acc = 1;
+    for k in (0..s.len()).rev() {
+        st[k] = if s[k] == 1 { 0 } else { acc };
+        acc *= s[k];
+    }
+    st
 }
 
-/// `out[kept index] = combine(out, b(a[i], b[i]))` over every index `i` of `shape`, where the
-/// `reduced` axes do not appear in `out`; `a` and `b` are values with their strides in `shape`
-/// (0 along broadcast axes). The innermost axis is a plain loop; a summed product over a
-/// contiguous innermost axis is a dot product with four partial sums.
-#[allow(clippy::too_many_arguments)]
-fn reduce_binary(
+/// Cuts `out` into pieces of `per_piece` elements and runs `f(index of the piece's first
+/// element, piece)` for each on `executor`.
+fn in_pieces(
+    executor: &dyn Executor,
+    out: &mut [f64],
+    per_piece: usize,
+    f: impl Fn(usize, &mut [f64]) + Sync,
+) {
+    let f = &f;
+    let pieces = out
+        .chunks_mut(per_piece)
+        .enumerate()
+        .map(|(p, out)| Box::new(move || f(p * per_piece, out)) as Piece)
+        .collect();
+    executor.run(pieces);
+}
+
+/// `f` of every value, in pieces.
+fn map(executor: &dyn Executor, src: &[f64], f: impl Fn(f64) -> f64 + Sync) -> Vec<f64> {
+    let mut out = vec![0.0; src.len()];
+    in_pieces(executor, &mut out, PIECE_ELEMENTS, |start, out| {
+        for (o, &x) in out.iter_mut().zip(&src[start..]) {
+            *o = f(x);
+        }
+    });
+    out
+}
+
+/// The multi-index of row-major position `flat` in `shape`.
+fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; shape.len()];
+    for k in (0..shape.len()).rev() {
+        if shape[k] > 0 {
+            idx[k] = flat % shape[k];
+            flat /= shape[k];
+        }
+    }
+    idx
+}
+
+fn offset(idx: &[usize], strides: &[usize]) -> usize {
+    idx.iter().zip(strides).map(|(i, s)| i * s).sum()
+}
+
+/// Advances a multi-index like an odometer, keeping the offsets of `strides` in step.
+#[inline]
+fn advance<const N: usize>(
+    idx: &mut [usize],
     shape: &[usize],
-    reduced: &[bool],
-    (va, ta): (&[f64], &[usize]),
-    (vb, tb): (&[f64], &[usize]),
-    b: crate::fusion::BinaryOp,
-    combine: crate::fusion::BinaryOp,
+    offsets: &mut [usize; N],
+    strides: [&[usize]; N],
+) {
+    for k in (0..idx.len()).rev() {
+        idx[k] += 1;
+        for j in 0..N {
+            offsets[j] += strides[j][k];
+        }
+        if idx[k] < shape[k] {
+            return;
+        }
+        for j in 0..N {
+            offsets[j] -= strides[j][k] * shape[k];
+        }
+        idx[k] = 0;
+    }
+}
+
+/// Runs `$body` with `$f` bound to a closure computing the binary op `$op`: one copy of the
+/// body per op, so inner loops are straight-line code (`BinaryOp::eval`'s results exactly).
+macro_rules! with_op {
+    ($op:expr, |$f:ident| $body:expr) => {
+        match $op {
+            BinaryOp::Add => {
+                let $f = |a: f64, b: f64| a + b;
+                $body
+            }
+            BinaryOp::Sub => {
+                let $f = |a: f64, b: f64| a - b;
+                $body
+            }
+            BinaryOp::Mul => {
+                let $f = |a: f64, b: f64| a * b;
+                $body
+            }
+            BinaryOp::Div => {
+                let $f = |a: f64, b: f64| a / b;
+                $body
+            }
+            BinaryOp::Max => {
+                let $f = |a: f64, b: f64| a.max(b);
+                $body
+            }
+            BinaryOp::Min => {
+                let $f = |a: f64, b: f64| a.min(b);
+                $body
+            }
+        }
+    };
+}
+
+/// `out = b(a, b)` over `shape`, with each operand's strides (0 along broadcast axes); pieces
+/// are ranges of the row-major output.
+fn binary(
+    executor: &dyn Executor,
+    shape: &[usize],
+    a: (&[f64], &[usize]),
+    b: (&[f64], &[usize]),
+    op: BinaryOp,
     round_i32: bool,
     out: &mut [f64],
 ) {
-    use crate::fusion::BinaryOp;
-    let eval = |x: f64, y: f64| {
-        let r = b.eval(x, y);
+    let round = move |r: f64| {
         if round_i32 {
             crate::DType::I32.round(r)
         } else {
             r
         }
     };
-    let rank = shape.len();
-    if rank == 0 {
-        out[0] = combine.eval(out[0], eval(va[0], vb[0]));
-        return;
-    }
-    if shape.contains(&0) {
-        return;
-    }
-    let ostride = kept_strides(shape, reduced);
-    let last = rank - 1;
-    let (len, sa, sb, so) = (shape[last], ta[last], tb[last], ostride[last]);
-    let dot = b == BinaryOp::Mul && combine == BinaryOp::Add && !round_i32;
-    let outer: usize = shape[..last].iter().product();
-    let mut idx = vec![0usize; last];
-    let (mut oa, mut ob, mut o) = (0usize, 0usize, 0usize);
-    for _ in 0..outer {
-        if reduced[last] && dot && sa == 1 && sb == 1 {
-            let (x, y) = (&va[oa..oa + len], &vb[ob..ob + len]);
-            let mut partial = [0.0f64; 4];
-            let (xc, yc) = (x.chunks_exact(4), y.chunks_exact(4));
-            let (xr, yr) = (xc.remainder(), yc.remainder());
-            for (p, q) in xc.zip(yc) {
-                for l in 0..4 {
-                    partial[l] += p[l] * q[l];
-                }
-            }
-            let tail: f64 = xr.iter().zip(yr).map(|(p, q)| p * q).sum();
-            out[o] += (partial[0] + partial[1]) + (partial[2] + partial[3]) + tail;
-        } else if !reduced[last] && dot && so == 1 && (sa == 0 || sb == 0) {
-            // One operand is broadcast along the innermost axis: out += scalar * row (axpy).
-            let (scalar, row, step) = if sa == 0 {
-                (va[oa], &vb[ob..], sb)
-            } else {
-                (vb[ob], &va[oa..], sa)
-            };
-            for (j, acc) in out[o..o + len].iter_mut().enumerate() {
-                *acc += scalar * row[j * step];
-            }
-        } else {
-            for j in 0..len {
-                let oj = o + j * so;
-                out[oj] = combine.eval(out[oj], eval(va[oa + j * sa], vb[ob + j * sb]));
-            }
+    with_op!(op, |f| binary_with(
+        executor,
+        shape,
+        a,
+        b,
+        move |x, y| round(f(x, y)),
+        out
+    ))
+}
+
+fn binary_with(
+    executor: &dyn Executor,
+    shape: &[usize],
+    (va, ta): (&[f64], &[usize]),
+    (vb, tb): (&[f64], &[usize]),
+    f: impl Fn(f64, f64) -> f64 + Copy + Send + Sync,
+    out: &mut [f64],
+) {
+    let Some(last) = shape.len().checked_sub(1) else {
+        if let Some(o) = out.first_mut() {
+            *o = f(va[0], vb[0]);
         }
-        // Advance the outer multi-index like an odometer.
-        for k in (0..last).rev() {
-            idx[k] += 1;
-            oa += ta[k];
-            ob += tb[k];
-            o += ostride[k];
-            if idx[k] < shape[k] {
+        return;
+    };
+    let (inner, sa, sb) = (shape[last], ta[last], tb[last]);
+    in_pieces(executor, out, PIECE_ELEMENTS, |start, out| {
+        let mut idx = unravel(start, shape);
+        let mut at = [offset(&idx, ta), offset(&idx, tb)];
+        let mut done = 0;
+        // Row by row: the innermost axis is a plain loop.
+        while done < out.len() {
+            let run = (inner - idx[last]).min(out.len() - done);
+            let (x, y) = (at[0], at[1]);
+            for (j, o) in out[done..done + run].iter_mut().enumerate() {
+                *o = f(va[x + j * sa], vb[y + j * sb]);
+            }
+            done += run;
+            if done == out.len() {
                 break;
             }
-            oa -= ta[k] * shape[k];
-            ob -= tb[k] * shape[k];
-            o -= ostride[k] * shape[k];
-            idx[k] = 0;
+            // The row is done: back to its start, then the next row.
+            at[0] -= idx[last] * sa;
+            at[1] -= idx[last] * sb;
+            idx[last] = 0;
+            advance(
+                &mut idx[..last],
+                &shape[..last],
+                &mut at,
+                [&ta[..last], &tb[..last]],
+            );
+        }
+    });
+}
+
+/// What a reduction folds: one operand, or a binary op of two (a product fused into its sum),
+/// each with its strides in the iteration shape; with `true`, the op's result is rounded to
+/// i32.
+struct Source<'v> {
+    a: (&'v [f64], Vec<usize>),
+    b: Option<(&'v [f64], Vec<usize>, BinaryOp, bool)>,
+}
+
+impl Source<'_> {
+    fn b_strides(&self) -> &[usize] {
+        match &self.b {
+            Some((_, tb, ..)) => tb,
+            None => &self.a.1,
         }
     }
+}
+
+/// `out[kept index] = combine(out, value)` over every index of `shape`, the `reduced` axes left
+/// out of `out` (row-major over the kept axes). Pieces are ranges of output elements; each
+/// folds the reduced indices of its elements in row-major order.
+fn reduce(
+    executor: &dyn Executor,
+    shape: &[usize],
+    reduced: &[bool],
+    source: &Source,
+    combine: BinaryOp,
+    out: &mut [f64],
+) {
+    // One copy of the loops per combine (sum, max, min) and common value (an operand, a
+    // product); other binary ops go through `BinaryOp::eval`.
+    let va = source.a.0;
+    let with = |c: BinaryOp, out: &mut [f64]| match &source.b {
+        None => with_reduce(
+            c,
+            executor,
+            shape,
+            reduced,
+            source,
+            move |ia, _| va[ia],
+            out,
+        ),
+        Some((vb, _, BinaryOp::Mul, false)) => with_reduce(
+            c,
+            executor,
+            shape,
+            reduced,
+            source,
+            move |ia, ib| va[ia] * vb[ib],
+            out,
+        ),
+        Some((vb, _, op, round_i32)) => {
+            let (op, round_i32) = (*op, *round_i32);
+            let value = move |ia: usize, ib: usize| {
+                let r = op.eval(va[ia], vb[ib]);
+                if round_i32 {
+                    crate::DType::I32.round(r)
+                } else {
+                    r
+                }
+            };
+            with_reduce(c, executor, shape, reduced, source, value, out)
+        }
+    };
+    with(combine, out)
+}
+
+/// [`reduce_with`] with `combine` as a closure (sum, max and min get their own copies).
+fn with_reduce(
+    combine: BinaryOp,
+    executor: &dyn Executor,
+    shape: &[usize],
+    reduced: &[bool],
+    source: &Source,
+    value: impl Fn(usize, usize) -> f64 + Copy + Send + Sync,
+    out: &mut [f64],
+) {
+    match combine {
+        BinaryOp::Add => reduce_with(
+            executor,
+            shape,
+            reduced,
+            source,
+            |a, b| a + b,
+            true,
+            value,
+            out,
+        ),
+        BinaryOp::Max => reduce_with(
+            executor,
+            shape,
+            reduced,
+            source,
+            f64::max,
+            false,
+            value,
+            out,
+        ),
+        BinaryOp::Min => reduce_with(
+            executor,
+            shape,
+            reduced,
+            source,
+            f64::min,
+            false,
+            value,
+            out,
+        ),
+        op => reduce_with(
+            executor,
+            shape,
+            reduced,
+            source,
+            move |a, b| op.eval(a, b),
+            false,
+            value,
+            out,
+        ),
+    }
+}
+
+/// [`reduce`]'s loops; `sum` says `combine` is `+` (then summed products over a contiguous
+/// innermost axis are dot products).
+#[allow(clippy::too_many_arguments)]
+fn reduce_with(
+    executor: &dyn Executor,
+    shape: &[usize],
+    reduced: &[bool],
+    source: &Source,
+    combine: impl Fn(f64, f64) -> f64 + Copy + Send + Sync,
+    sum: bool,
+    value: impl Fn(usize, usize) -> f64 + Copy + Send + Sync,
+    out: &mut [f64],
+) {
+    if shape.contains(&0) || out.is_empty() {
+        return;
+    }
+    let (ta, tb) = (&source.a.1[..], source.b_strides());
+    let pick = |keep: bool| -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+        let axes = (0..shape.len()).filter(|&k| reduced[k] != keep);
+        let (mut e, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new());
+        for k in axes {
+            e.push(shape[k]);
+            sa.push(ta[k]);
+            sb.push(tb[k]);
+        }
+        (e, sa, sb)
+    };
+    let (kept, ka, kb) = pick(true);
+    let (red, ra, rb) = pick(false);
+    let visits: usize = red.iter().product();
+    let innermost_reduced = reduced.last().copied().unwrap_or(false);
+    // A summed product over a contiguous innermost axis: dot products.
+    let dot = innermost_reduced
+        && sum
+        && matches!(source.b, Some((_, _, BinaryOp::Mul, false)))
+        && ra.last() == Some(&1)
+        && rb.last() == Some(&1);
+    let per_piece = if innermost_reduced {
+        (PIECE_VISITS / visits.max(1)).max(1)
+    } else {
+        // Read the input row by row: enough outputs for whole cache lines of every row.
+        (PIECE_VISITS / visits.max(1)).max(256)
+    };
+    let (kept, ka, kb, red, ra, rb) = (&kept, &ka, &kb, &red, &ra, &rb);
+    in_pieces(executor, out, per_piece, |start, out| {
+        // Offsets of each output element's first visit.
+        let mut idx = unravel(start, kept);
+        let mut at = [offset(&idx, ka), offset(&idx, kb)];
+        let mut bases = Vec::with_capacity(out.len());
+        for _ in 0..out.len() {
+            bases.push(at);
+            advance(&mut idx, kept, &mut at, [ka, kb]);
+        }
+        let mut ridx = vec![0usize; red.len()];
+        if innermost_reduced {
+            let last = red.len() - 1;
+            let len = red[last];
+            let outer_visits = visits / len.max(1);
+            for (o, base) in out.iter_mut().zip(&bases) {
+                let mut acc = *o;
+                ridx.iter_mut().for_each(|i| *i = 0);
+                let mut r = [0usize, 0usize];
+                for _ in 0..outer_visits {
+                    let (ia, ib) = (base[0] + r[0], base[1] + r[1]);
+                    if dot {
+                        let vb = source.b.as_ref().expect("dot has two operands").0;
+                        acc += dot_product(&source.a.0[ia..ia + len], &vb[ib..ib + len]);
+                    } else {
+                        let (sa, sb) = (ra[last], rb[last]);
+                        for j in 0..len {
+                            acc = combine(acc, value(ia + j * sa, ib + j * sb));
+                        }
+                    }
+                    // The outer reduced axes (the innermost is walked above).
+                    advance(
+                        &mut ridx[..last],
+                        &red[..last],
+                        &mut r,
+                        [&ra[..last], &rb[..last]],
+                    );
+                }
+                *o = acc;
+            }
+        } else {
+            let mut r = [0usize, 0usize];
+            for _ in 0..visits {
+                let (x, y) = (r[0], r[1]);
+                for (o, base) in out.iter_mut().zip(&bases) {
+                    *o = combine(*o, value(base[0] + x, base[1] + y));
+                }
+                advance(&mut ridx, red, &mut r, [ra, rb]);
+            }
+        }
+    });
+}
+
+/// `sum x[i] * y[i]` with four partial sums.
+#[inline]
+fn dot_product(x: &[f64], y: &[f64]) -> f64 {
+    let mut partial = [0.0f64; 4];
+    let (xc, yc) = (x.chunks_exact(4), y.chunks_exact(4));
+    let (xr, yr) = (xc.remainder(), yc.remainder());
+    for (p, q) in xc.zip(yc) {
+        for l in 0..4 {
+            partial[l] += p[l] * q[l];
+        }
+    }
+    let tail: f64 = xr.iter().zip(yr).map(|(p, q)| p * q).sum();
+    (partial[0] + partial[1]) + (partial[2] + partial[3]) + tail
 }
 
 #[cfg(test)]
@@ -437,5 +782,102 @@ mod tests {
             let want: f64 = (0..6).map(|j| x[i * 6 + j] * x[i * 6 + j]).sum();
             assert!((out["s"][i] - want).abs() < 1e-12);
         }
+    }
+
+    /// Runs the pieces in reverse order on threads of their own.
+    struct Reversed;
+
+    impl Executor for Reversed {
+        fn run<'a>(&self, mut pieces: Vec<Piece<'a>>) {
+            pieces.reverse();
+            std::thread::scope(|s| {
+                for piece in pieces {
+                    s.spawn(piece);
+                }
+            });
+        }
+    }
+
+    fn both(
+        src: &str,
+        sizes: &[(&str, i64)],
+        inputs: &[(&str, Vec<f64>)],
+    ) -> (BTreeMap<String, Vec<f64>>, BTreeMap<String, Vec<f64>>) {
+        let program = crate::frontend::parse(src).unwrap();
+        let fusion = crate::fusion::build(&program.fusion).unwrap();
+        let sizes = sizes.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let inputs = inputs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        (
+            evaluate(&fusion, &sizes, &inputs).unwrap(),
+            evaluate_with(&fusion, &sizes, &inputs, &Reversed).unwrap(),
+        )
+    }
+
+    /// Pieces run in any order on any threads give the same bits as in order, on shapes large
+    /// enough for many pieces of every kind of step.
+    #[test]
+    fn pieces_give_the_same_bits_whatever_runs_them() {
+        for (src, m, n) in [(
+            "fusion f {\n  input x: f32[M, N]\n  input v: f32[N]\n  e = exp(x - broadcast(max(x, axis=1), axis=1))\n  y = e / broadcast(sum(e, axis=1), axis=1) + broadcast(v, axis=0)\n  s = sum(x, axis=0)\n  t = cast(x * 3.0, bf16)\n  output y\n  output s\n  output t\n}",
+            2000usize,
+            300usize,
+        ), (
+            "fusion f {\n  input x: f32[M, N]\n  input v: f32[N]\n  c = sum(broadcast(x, axis=2) * broadcast(x, axis=1), axis=0)\n  d = max(x - broadcast(v, axis=0), axis=0)\n  output c\n  output d\n}",
+            600,
+            40,
+        )] {
+            let (x, v) = (values(m * n, 5), values(n, 6));
+            let (a, b) = both(
+                src,
+                &[("M", m as i64), ("N", n as i64)],
+                &[("x", x.clone()), ("v", v.clone())],
+            );
+            assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+            for (name, values) in &a {
+                let same = values
+                    .iter()
+                    .zip(&b[name])
+                    .all(|(p, q)| p.to_bits() == q.to_bits());
+                assert!(same && values.len() == b[name].len(), "{name} differs");
+            }
+        }
+    }
+
+    /// Reductions over outer, middle and several axes of a 3-D tensor against a plain loop.
+    #[test]
+    fn reductions_over_any_axes_match_a_plain_loop() {
+        let (p, q, r) = (7usize, 300usize, 400usize);
+        let x = values(p * q * r, 7);
+        let at = |i: usize, j: usize, k: usize| x[(i * q + j) * r + k];
+        let sizes = [("P", p as i64), ("Q", q as i64), ("R", r as i64)];
+        let close = |got: &[f64], want: &[f64]| {
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(want) {
+                assert!((g - w).abs() <= 1e-9 * w.abs().max(1.0), "{g} vs {w}");
+            }
+        };
+        let out = run(
+            "fusion f {\n  input x: f32[P, Q, R]\n  a = sum(x, axis=0)\n  b = sum(x, axis=1)\n  c = max(x, axis=[0, 2])\n  output a\n  output b\n  output c\n}",
+            &sizes,
+            &[("x", x.clone())],
+        );
+        let mut a = vec![0.0; q * r];
+        let mut b = vec![0.0; p * r];
+        let mut c = vec![f64::NEG_INFINITY; q];
+        for i in 0..p {
+            for j in 0..q {
+                for k in 0..r {
+                    a[j * r + k] += at(i, j, k);
+                    b[i * r + k] += at(i, j, k);
+                    c[j] = c[j].max(at(i, j, k));
+                }
+            }
+        }
+        close(&out["a"], &a);
+        close(&out["b"], &b);
+        assert_eq!(out["c"], c);
     }
 }

@@ -5,7 +5,8 @@
 //! worker opens the GPU and measures the device-copy ceiling once, every run reuses both, a
 //! run past the time limit is killed (SIGKILL) and a fault (an illegal address poisons the
 //! context) ends the worker, and the next run gets a fresh one. Sizes come from `--size` or
-//! from the program's `// bench: M=16384,N=16384` lines (one row per line).
+//! from the program's `// bench: M=16384,N=16384` lines (one row per line); a fusion whose
+//! extents are all constants needs none (no line, or an empty `// bench:` line).
 
 use crate::engine::{RunRequest, RunResult};
 use crate::sizes;
@@ -121,11 +122,19 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
         let size_sets = match &options.sizes {
             Some(s) => vec![s.clone()],
             None => match bench_sizes(&source) {
-                Ok(s) if s.is_empty() => {
-                    let why = format!("no `{BENCH_PREFIX} M=...,N=...` line; give --size");
-                    push(row(&example, "", RowOutcome::NotRun(why)), &mut rows);
-                    continue;
-                }
+                Ok(s) if s.is_empty() => match symbols(&source) {
+                    // A constant fusion runs as it is; one that does not compile runs too, so
+                    // its row shows the compile error.
+                    None => vec![BTreeMap::new()],
+                    Some(symbols) => {
+                        let why = format!(
+                            "no `{BENCH_PREFIX} M=...,N=...` line for its sizes ({}); give --size",
+                            symbols.join(", ")
+                        );
+                        push(row(&example, "", RowOutcome::NotRun(why)), &mut rows);
+                        continue;
+                    }
+                },
                 Ok(s) => s,
                 Err(e) => {
                     let why = format!("bad `{BENCH_PREFIX}` {e}");
@@ -135,7 +144,7 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
             },
         };
         for sizes in size_sets {
-            let label = sizes::format_sizes(&sizes);
+            let label = sizes::label(&sizes);
             let job = WorkerJob {
                 request: RunRequest {
                     file: file.display().to_string(),
@@ -150,6 +159,8 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
                 request_b: None,
                 fault: None,
                 cubin_cache: options.cubin_cache.clone(),
+                prepared: None,
+                prepared_b: None,
             };
             let outcome = run_one(options, &mut warm, &job).await;
             push(row(&example, &label, outcome), &mut rows);
@@ -159,6 +170,13 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
         w.kill().await;
     }
     rows
+}
+
+/// The size symbols of a program that compiles and has some; `None` otherwise.
+fn symbols(source: &str) -> Option<Vec<String>> {
+    let compilation = hopfuse::compile(source, &hopfuse::CompileOptions::default()).ok()?;
+    let symbols = compilation.plan.symbols;
+    (!symbols.is_empty()).then_some(symbols)
 }
 
 fn row(example: &str, sizes: &str, outcome: RowOutcome) -> Row {
@@ -329,6 +347,10 @@ mod tests {
         assert_eq!(sizes::format_sizes(&s[0]), "M=16384,N=16384");
         assert_eq!(sizes::format_sizes(&s[1]), "M=8,N=1000");
         assert!(bench_sizes("fusion f {}").unwrap().is_empty());
+        // An empty line: one run with no sizes (a constant fusion).
+        let s = bench_sizes("// bench:\nfusion f {}").unwrap();
+        assert_eq!(s.len(), 1);
+        assert!(s[0].is_empty());
         let err = bench_sizes("x\n// bench: M=lots").unwrap_err();
         assert!(err.starts_with("line 2:"), "{err}");
     }

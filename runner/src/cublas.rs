@@ -36,6 +36,29 @@ pub struct GemmArgs {
     pub ldc: i32,
 }
 
+impl GemmArgs {
+    /// cuBLAS's `transa` and `transb`.
+    fn ops(&self) -> (sys::cublasOperation_t, sys::cublasOperation_t) {
+        let op = |t: bool| {
+            if t {
+                sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        (op(self.transa), op(self.transb))
+    }
+
+    /// cuBLAS's `A` and `B`, given the fusion's operands `a` and `b`.
+    pub fn operands<T: Copy>(&self, a: T, b: T) -> (T, T) {
+        let pick = |w: Which| match w {
+            Which::A => a,
+            Which::B => b,
+        };
+        (pick(self.first), pick(self.second))
+    }
+}
+
 /// The call computing row-major `c[M, N] = a x b` for `shape`'s layouts; `None` when a size does
 /// not fit cuBLAS's 32-bit integers.
 pub fn gemm_args(shape: &MatmulShape, m: i64, n: i64, k: i64) -> Option<GemmArgs> {
@@ -178,17 +201,7 @@ impl Blas {
         ),
         (a, b, c): (u64, u64, u64),
     ) -> Result<(), RunError> {
-        let op = |t: bool| {
-            if t {
-                sys::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                sys::cublasOperation_t::CUBLAS_OP_N
-            }
-        };
-        let pick = |w: Which| match w {
-            Which::A => a,
-            Which::B => b,
-        };
+        let ((transa, transb), (first, second)) = (args.ops(), args.operands(a, b));
         let (ab, ct, compute) = types;
         // alpha and beta in the compute type.
         let (one64, zero64) = (1.0f64, 0.0f64);
@@ -201,16 +214,16 @@ impl Blas {
             };
         result::gemm_ex(
             self.handle,
-            op(args.transa),
-            op(args.transb),
+            transa,
+            transb,
             args.m,
             args.n,
             args.k,
             alpha,
-            pick(args.first) as *const c_void,
+            first as *const c_void,
             ab,
             args.lda,
-            pick(args.second) as *const c_void,
+            second as *const c_void,
             ab,
             args.ldb,
             beta,
@@ -224,11 +237,73 @@ impl Blas {
     }
 }
 
+impl Blas {
+    /// Enqueues `c = a x b` in float64 (`cublasDgemm_v2`, `alpha = 1`, `beta = 0`): the GPU
+    /// reference of a matrix product ([`crate::gemm_reference`]).
+    ///
+    /// # Safety
+    /// `a`, `b` and `c` must be device pointers to f64 tensors of the shape `args` was made
+    /// for.
+    pub unsafe fn dgemm(
+        &self,
+        args: &GemmArgs,
+        (a, b, c): (u64, u64, u64),
+    ) -> Result<(), RunError> {
+        let ((transa, transb), (first, second)) = (args.ops(), args.operands(a, b));
+        let (one, zero) = (1.0f64, 0.0f64);
+        result::dgemm(
+            self.handle,
+            transa,
+            transb,
+            args.m,
+            args.n,
+            args.k,
+            &one,
+            first as *const f64,
+            args.lda,
+            second as *const f64,
+            args.ldb,
+            &zero,
+            c as *mut f64,
+            args.ldc,
+        )
+        .map_err(|e| RunError::new(Stage::Cuda, format!("cublasDgemm: {e:?}")))
+    }
+}
+
 impl Drop for Blas {
     fn drop(&mut self) {
         // SAFETY: created by `Blas::new`, destroyed once.
         let _ = unsafe { result::destroy_handle(self.handle) };
     }
+}
+
+/// GEMM as cuBLAS defines it: column-major, `C = op(A) op(B)` (cuBLAS of the host tests).
+#[cfg(test)]
+pub(crate) fn column_major_gemm(g: &GemmArgs, a: &[f64], b: &[f64]) -> Vec<f64> {
+    let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
+    let (lda, ldb, ldc) = (g.lda as usize, g.ldb as usize, g.ldc as usize);
+    let op_a = |i: usize, l: usize| {
+        if g.transa {
+            a[l + i * lda]
+        } else {
+            a[i + l * lda]
+        }
+    };
+    let op_b = |l: usize, j: usize| {
+        if g.transb {
+            b[j + l * ldb]
+        } else {
+            b[l + j * ldb]
+        }
+    };
+    let mut c = vec![f64::NAN; ldc * n];
+    for i in 0..m {
+        for j in 0..n {
+            c[i + j * ldc] = (0..k).map(|l| op_a(i, l) * op_b(l, j)).sum();
+        }
+    }
+    c
 }
 
 #[cfg(test)]
@@ -251,33 +326,6 @@ mod tests {
             c_dtype: DType::F32,
             accumulate: DType::F32,
         }
-    }
-
-    /// GEMM as cuBLAS defines it: column-major, `C = op(A) op(B)`.
-    fn column_major_gemm(g: &GemmArgs, a: &[f64], b: &[f64]) -> Vec<f64> {
-        let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
-        let (lda, ldb, ldc) = (g.lda as usize, g.ldb as usize, g.ldc as usize);
-        let op_a = |i: usize, l: usize| {
-            if g.transa {
-                a[l + i * lda]
-            } else {
-                a[i + l * lda]
-            }
-        };
-        let op_b = |l: usize, j: usize| {
-            if g.transb {
-                b[j + l * ldb]
-            } else {
-                b[l + j * ldb]
-            }
-        };
-        let mut c = vec![f64::NAN; ldc * n];
-        for i in 0..m {
-            for j in 0..n {
-                c[i + j * ldc] = (0..k).map(|l| op_a(i, l) * op_b(l, j)).sum();
-            }
-        }
-        c
     }
 
     #[test]
@@ -303,8 +351,8 @@ mod tests {
                 Transposed => (0..n * k).map(|x| b_at(x % k, x / k)).collect(),
             };
             let g = gemm_args(&shape(la, lb), m as i64, n as i64, k as i64).unwrap();
-            let pick = |w: Which| if w == Which::A { &a } else { &b };
-            let c = column_major_gemm(&g, pick(g.first), pick(g.second));
+            let (first, second) = g.operands(&a, &b);
+            let c = column_major_gemm(&g, first, second);
             for i in 0..m {
                 for j in 0..n {
                     let want: f64 = (0..k).map(|l| a_at(i, l) * b_at(l, j)).sum();

@@ -47,6 +47,23 @@ pub fn random_values(dtype: DType, n: usize, rng: &mut ChaCha8Rng) -> Vec<f64> {
         .collect()
 }
 
+/// Values per block of [`seeded_values`].
+const SEED_BLOCK: usize = 1 << 20;
+
+/// The values of input `name` of a run with `seed`: [`random_values`] in blocks of 2^20 values,
+/// block `b` drawn from the tensor's stream ([`rng_for`]) at word position `b << 40` (blocks
+/// never overlap), so large inputs are drawn on every core and the values do not depend on
+/// how many there are.
+pub fn seeded_values(dtype: DType, n: usize, seed: u64, name: &str) -> Vec<f64> {
+    let mut out = vec![0.0; n];
+    crate::host_parallel::Threads::all().for_chunks(&mut out, SEED_BLOCK, |b, block| {
+        let mut rng = rng_for(seed, name);
+        rng.set_word_pos((b as u128) << 40);
+        block.copy_from_slice(&random_values(dtype, block.len(), &mut rng));
+    });
+    out
+}
+
 /// `v` rounded to the nearest value of `dtype` by the compiler's own rounding
 /// ([`DType::round`]), the rounding the reference evaluator uses.
 pub fn representable(dtype: DType, v: f64) -> f64 {
@@ -56,11 +73,18 @@ pub fn representable(dtype: DType, v: f64) -> f64 {
 /// Little-endian bytes of `values` stored as `dtype`. Values should be representable already
 /// ([`representable`]): half types go through f32 (`half`'s `from_f64` rounds twice, through f32,
 /// so it is not used).
+/// Large tensors are encoded on every core.
 pub fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.len() * dtype.size_bytes() as usize);
-    for &v in values {
-        encode_one(dtype, v, &mut out);
-    }
+    const CHUNK: usize = 1 << 16;
+    let w = dtype.size_bytes() as usize;
+    let mut out = vec![0u8; values.len() * w];
+    crate::host_parallel::Threads::all().for_chunks(&mut out, CHUNK * w, |i, out| {
+        let mut bytes = Vec::with_capacity(out.len());
+        for &v in &values[i * CHUNK..(i * CHUNK + out.len() / w)] {
+            encode_one(dtype, v, &mut bytes);
+        }
+        out.copy_from_slice(&bytes);
+    });
     out
 }
 
@@ -77,19 +101,25 @@ fn encode_one(dtype: DType, v: f64, out: &mut Vec<u8>) {
 
 /// Float64 values of little-endian `dtype` bytes. A `bool` byte reads as its integer value, so
 /// the poison byte (255) never equals a reference 0 or 1.
+/// Large tensors are decoded on every core.
 pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    const CHUNK: usize = 1 << 16;
     let w = dtype.size_bytes() as usize;
-    bytes
-        .chunks_exact(w)
-        .map(|c| match dtype {
-            DType::F64 => f64::from_le_bytes(c.try_into().expect("8 bytes")),
-            DType::F32 => f32::from_le_bytes(c.try_into().expect("4 bytes")) as f64,
-            DType::BF16 => bf16::from_le_bytes([c[0], c[1]]).to_f64(),
-            DType::F16 => f16::from_le_bytes([c[0], c[1]]).to_f64(),
-            DType::I32 => i32::from_le_bytes(c.try_into().expect("4 bytes")) as f64,
-            DType::Bool => c[0] as f64,
-        })
-        .collect()
+    let mut out = vec![0.0; bytes.len() / w];
+    crate::host_parallel::Threads::all().for_chunks(&mut out, CHUNK, |i, out| {
+        let src = &bytes[i * CHUNK * w..];
+        for (o, c) in out.iter_mut().zip(src.chunks_exact(w)) {
+            *o = match dtype {
+                DType::F64 => f64::from_le_bytes(c.try_into().expect("8 bytes")),
+                DType::F32 => f32::from_le_bytes(c.try_into().expect("4 bytes")) as f64,
+                DType::BF16 => bf16::from_le_bytes([c[0], c[1]]).to_f64(),
+                DType::F16 => f16::from_le_bytes([c[0], c[1]]).to_f64(),
+                DType::I32 => i32::from_le_bytes(c.try_into().expect("4 bytes")) as f64,
+                DType::Bool => c[0] as f64,
+            };
+        }
+    });
+    out
 }
 
 /// The poison bytes of `n` elements of `dtype` (see the module docs).
@@ -116,6 +146,35 @@ pub fn scalar_slot(dtype: DType, v: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Blocks come from their own positions of the tensor's stream, whoever draws them.
+    #[test]
+    fn seeded_values_are_blocks_of_the_stream() {
+        let n = 2 * SEED_BLOCK + 1000;
+        let v = seeded_values(DType::BF16, n, 9, "x");
+        assert_eq!(v, seeded_values(DType::BF16, n, 9, "x"));
+        for b in 0..3 {
+            let mut rng = rng_for(9, "x");
+            rng.set_word_pos((b as u128) << 40);
+            let start = b * SEED_BLOCK;
+            let len = SEED_BLOCK.min(n - start);
+            assert_eq!(
+                v[start..start + len],
+                random_values(DType::BF16, len, &mut rng)[..]
+            );
+        }
+        // Blocks are not copies of each other, and another name is another stream.
+        assert_ne!(v[..1000], v[SEED_BLOCK..SEED_BLOCK + 1000]);
+        assert_ne!(v[..1000], seeded_values(DType::BF16, 1000, 9, "y")[..]);
+        // Encoding in chunks is encoding one by one.
+        let bytes = encode(DType::BF16, &v);
+        let mut one_by_one = Vec::new();
+        for &x in &v {
+            encode_one(DType::BF16, x, &mut one_by_one);
+        }
+        assert_eq!(bytes, one_by_one);
+        assert_eq!(decode(DType::BF16, &bytes), v);
+    }
 
     #[test]
     fn inputs_are_seeded_nonzero_and_representable() {

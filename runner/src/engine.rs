@@ -12,7 +12,7 @@ use hopfuse::{Compilation, CompileOptions, DType, IndexType, LaunchPlan};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 /// Everything one run needs; the program travels as text so a service can send it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -197,6 +197,10 @@ pub struct RunResult {
     /// Why a matrix product has no cuBLAS ceiling (unsupported types, cuBLAS missing, ...).
     #[serde(default)]
     pub cublas_skipped: Option<String>,
+    /// How the float64 reference was computed (on the host, or cuBLAS DGEMM for a large
+    /// matrix product).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
     /// Outputs of the first launch against the reference.
     pub validation: Vec<Check>,
     /// The outputs of the first tensor set checked again after every timed launch (catches
@@ -251,7 +255,7 @@ pub fn choose_index_type(
 }
 
 /// How a compiled program is launched with the request's sizes.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Setup {
     pub index_type: IndexType,
     /// Why that index type.
@@ -259,23 +263,71 @@ pub struct Setup {
     pub launch: ConcreteLaunch,
 }
 
-/// Compiles the program with the right index type and checks the sizes against its plan.
-pub fn prepare(req: &RunRequest) -> Result<(Compilation, Setup), RunError> {
-    let compile = |index_type, assume_aligned_vectors| {
-        let options = CompileOptions {
-            index_type,
-            assume_aligned_vectors,
-        };
-        hopfuse::compile(&req.source, &options)
-            .map_err(|d| RunError::new(Stage::Compile, d.render(&req.source, &req.file)))
+/// A program compiled for a run: what the service computes once and hands to the worker in
+/// the job, so the worker does not lower the program again (it rebuilds only the unscheduled
+/// fusion for the reference, from the front end: [`hopfuse::reference_fusion`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Prepared {
+    pub cuda: String,
+    pub plan: LaunchPlan,
+    pub setup: Setup,
+}
+
+/// Why a program cannot be prepared for a run.
+#[derive(Clone, Debug)]
+pub enum PrepareError {
+    /// It does not compile.
+    Compile(hopfuse::Diagnostics),
+    /// The sizes do not fit its plan.
+    Sizes(String),
+}
+
+/// Lowerings this process has done through [`lower`] and [`compile_for_run`].
+static LOWERINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many programs this process has lowered (through [`lower`] and [`compile_for_run`]).
+pub fn lowerings() -> u64 {
+    LOWERINGS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `hopfuse::compile`, counted in [`lowerings`].
+pub fn lower(source: &str, options: &CompileOptions) -> Result<Compilation, hopfuse::Diagnostics> {
+    LOWERINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    hopfuse::compile(source, options)
+}
+
+/// Compiles the program for the request's sizes, lowering it once: vector accesses these sizes
+/// keep aligned are specialised ([`CompileOptions::aligned_for`]), the index type is the one the
+/// sizes need ([`choose_index_type`]) unless the request names one, and the sizes are checked
+/// against the plan and its TMA tensor maps.
+pub fn compile_for_run(req: &RunRequest) -> Result<(Compilation, Setup), PrepareError> {
+    let options = CompileOptions {
+        index_type: req.index.unwrap_or(IndexType::I64),
+        assume_aligned_vectors: false,
+        aligned_for: Some(req.sizes.clone()),
     };
-    let first = compile(req.index.unwrap_or(IndexType::I64), false)?;
-    let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
-    first
+    let mut needed = None;
+    LOWERINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let compilation = hopfuse::compile_choosing_index(&req.source, &options, |plan| {
+        let choice = choose_index_type(plan, &req.sizes);
+        let emit = match (req.index, &choice) {
+            (Some(requested), _) => requested,
+            (None, Ok((t, _))) => *t,
+            // The sizes are refused below; any type will do.
+            (None, Err(_)) => IndexType::I64,
+        };
+        needed = Some(choice);
+        emit
+    })
+    .map_err(PrepareError::Compile)?;
+    let sizes_err = PrepareError::Sizes;
+    let launch = compilation
         .plan
         .concretize(&req.sizes)
         .map_err(|e| sizes_err(e.to_string()))?;
-    let (wanted, reason) = choose_index_type(&first.plan, &req.sizes).map_err(sizes_err)?;
+    let (wanted, reason) = needed
+        .expect("the index type is chosen during the compile")
+        .map_err(sizes_err)?;
     let (index_type, index_reason) = match req.index {
         None => (wanted, reason),
         Some(IndexType::I32) if wanted == IndexType::I64 => {
@@ -283,20 +335,6 @@ pub fn prepare(req: &RunRequest) -> Result<(Compilation, Setup), RunError> {
         }
         Some(i) => (i, "requested".to_string()),
     };
-    // Specialise for aligned vectors when these sizes keep every vector aligned (the plan of
-    // the specialised kernel says which sizes must be multiples); else keep the run-time check.
-    let aligned = compile(index_type, true)?;
-    let compilation = if aligned.plan.concretize(&req.sizes).is_ok() {
-        aligned
-    } else if index_type == first.plan.index_type {
-        first
-    } else {
-        compile(index_type, false)?
-    };
-    let launch = compilation
-        .plan
-        .concretize(&req.sizes)
-        .map_err(|e| sizes_err(e.to_string()))?;
     // TMA tensor maps with the real sizes (the device address is checked when it is encoded).
     for spec in &compilation.plan.tensor_maps {
         crate::tensor_map::encode_args(spec, &req.sizes, 0).map_err(sizes_err)?;
@@ -309,6 +347,68 @@ pub fn prepare(req: &RunRequest) -> Result<(Compilation, Setup), RunError> {
             launch,
         },
     ))
+}
+
+/// [`compile_for_run`] with its errors as a [`RunError`] (a compile error rendered with the
+/// file name and locations).
+pub fn prepare(req: &RunRequest) -> Result<(Compilation, Setup), RunError> {
+    compile_for_run(req).map_err(|e| match e {
+        PrepareError::Compile(d) => RunError::new(Stage::Compile, d.render(&req.source, &req.file)),
+        PrepareError::Sizes(e) => RunError::new(Stage::Sizes, e),
+    })
+}
+
+impl Prepared {
+    pub fn new(compilation: &Compilation, setup: Setup) -> Prepared {
+        Prepared {
+            cuda: compilation.cuda.clone(),
+            plan: compilation.plan.clone(),
+            setup,
+        }
+    }
+}
+
+/// A program ready to run: compiled for the request (here, or by the service) and its
+/// unscheduled fusion for the reference.
+struct ForRun {
+    prepared: Prepared,
+    fusion: hopfuse::fusion::Fusion,
+}
+
+impl ForRun {
+    /// Uses `prepared` when the caller has it (then only the front end runs, for the reference
+    /// fusion), else compiles the request.
+    fn of(req: &RunRequest, prepared: Option<&Prepared>) -> Result<ForRun, RunError> {
+        match prepared {
+            Some(p) => {
+                let fusion = hopfuse::reference_fusion(&req.source)
+                    .map_err(|d| RunError::new(Stage::Compile, d.render(&req.source, &req.file)))?;
+                Ok(ForRun {
+                    prepared: p.clone(),
+                    fusion,
+                })
+            }
+            None => {
+                let (c, setup) = prepare(req)?;
+                Ok(ForRun {
+                    prepared: Prepared::new(&c, setup),
+                    fusion: c.fusion,
+                })
+            }
+        }
+    }
+
+    /// The float64 reference of the fusion, on every core.
+    fn reference(&self) -> Box<Reference<'_>> {
+        Box::new(move |sizes, inputs| {
+            hopfuse::reference::evaluate_with(
+                &self.fusion,
+                sizes,
+                inputs,
+                &crate::host_parallel::Threads::all(),
+            )
+        })
+    }
 }
 
 /// Where a run is, for a caller that reports progress (the service's worker).
@@ -353,7 +453,7 @@ pub fn run(req: &RunRequest) -> Result<RunResult, RunError> {
 
 /// [`run`] with progress reports and a CUBIN source (a device of its own).
 pub fn run_with(req: &RunRequest, hooks: &mut dyn Hooks) -> Result<RunResult, RunError> {
-    run_on(&mut None, req, hooks)
+    run_on(&mut None, req, None, hooks)
 }
 
 struct Tensor {
@@ -415,7 +515,7 @@ impl Device {
     }
 
     /// The cuBLAS handle on this device's stream (created once).
-    fn blas(&self) -> Result<&crate::cublas::Blas, RunError> {
+    pub(crate) fn blas(&self) -> Result<&crate::cublas::Blas, RunError> {
         self.blas
             .get_or_init(|| crate::cublas::Blas::new(&self.gpu.stream))
             .as_ref()
@@ -443,10 +543,47 @@ struct HostStaged<'a> {
     setup: &'a Setup,
     tensors: Vec<Tensor>,
     scalars: BTreeMap<String, f64>,
-    expected: BTreeMap<String, Vec<f64>>,
+    expected: Expected<'a>,
     cubin: nvrtc::Cubin,
     working_set: u64,
     min_global_bytes: u64,
+}
+
+/// The reference outputs, or what computes them on the device.
+enum Expected<'a> {
+    /// Computed on the host.
+    Host(BTreeMap<String, Vec<f64>>),
+    /// A large matrix product: cuBLAS DGEMM once the device is open ([`crate::gemm_reference`]),
+    /// the host reference if that fails.
+    Gemm {
+        shape: hopfuse::plan::MatmulShape,
+        inputs: BTreeMap<String, Vec<f64>>,
+        reference: &'a Reference<'a>,
+    },
+}
+
+/// Every output of the run has reference values.
+fn check_reference_outputs(
+    tensors: &[Tensor],
+    expected: &BTreeMap<String, Vec<f64>>,
+) -> Result<(), RunError> {
+    for t in tensors.iter().filter(|t| t.role == TensorRole::Output) {
+        if !expected.contains_key(&t.name) {
+            return Err(RunError::new(
+                Stage::Reference,
+                format!("the reference computed no output `{}`", t.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How a host reference was computed, for the report.
+fn host_reference_note() -> String {
+    format!(
+        "float64 on the host ({} threads)",
+        crate::host_parallel::Threads::all().threads
+    )
 }
 
 fn stage_host<'a>(
@@ -454,7 +591,7 @@ fn stage_host<'a>(
     cuda: &str,
     plan: &'a LaunchPlan,
     setup: &'a Setup,
-    reference: &Reference,
+    reference: &'a Reference<'a>,
     hooks: &mut dyn Hooks,
 ) -> Result<HostStaged<'a>, RunError> {
     req.check()?;
@@ -489,8 +626,7 @@ fn stage_host<'a>(
                     .map_err(|_| sizes_err(format!("tensor `{name}` is too large")))?;
                 let init = match role {
                     TensorRole::Input => {
-                        let values =
-                            data::random_values(*dtype, n, &mut data::rng_for(req.seed, name));
+                        let values = data::seeded_values(*dtype, n, req.seed, name);
                         let init = data::encode(*dtype, &values);
                         // The reference gets exactly what the device reads.
                         inputs.insert(name.clone(), data::decode(*dtype, &init));
@@ -518,7 +654,7 @@ fn stage_host<'a>(
                 crate::tensor_map::encode_args(spec, sizes, 0).map_err(sizes_err)?;
             }
             Param::Scalar { name, dtype } => {
-                let v = data::random_values(*dtype, 1, &mut data::rng_for(req.seed, name))[0];
+                let v = data::seeded_values(*dtype, 1, req.seed, name)[0];
                 inputs.insert(name.clone(), vec![v]);
                 scalars.insert(name.clone(), v);
             }
@@ -542,19 +678,27 @@ fn stage_host<'a>(
     let min_global_bytes = u64::try_from(min_global_bytes)
         .map_err(|_| sizes_err("min_global_bytes is negative".into()))?;
 
-    // The reference, before the GPU work (it needs only the inputs).
-    info!("evaluating the float64 reference");
-    hooks.progress(Progress::Reference);
-    let expected = reference(sizes, &inputs).map_err(|e| RunError::new(Stage::Reference, e))?;
-    for t in tensors.iter().filter(|t| t.role == TensorRole::Output) {
-        if !expected.contains_key(&t.name) {
-            return Err(RunError::new(
-                Stage::Reference,
-                format!("the reference computed no output `{}`", t.name),
-            ));
+    // The reference, before the GPU work (it needs only the inputs); a large matrix product's
+    // on the GPU, as soon as it is open.
+    let expected = match plan
+        .matmul
+        .as_ref()
+        .filter(|shape| crate::gemm_reference::wanted(shape, sizes))
+    {
+        Some(shape) => Expected::Gemm {
+            shape: shape.clone(),
+            inputs,
+            reference,
+        },
+        None => {
+            info!("evaluating the float64 reference");
+            hooks.progress(Progress::Reference);
+            let expected =
+                reference(sizes, &inputs).map_err(|e| RunError::new(Stage::Reference, e))?;
+            check_reference_outputs(&tensors, &expected)?;
+            Expected::Host(expected)
         }
-    }
-    drop(inputs);
+    };
 
     info!(
         "compiling {} with NVRTC for {}",
@@ -598,6 +742,7 @@ struct Staged<'a> {
     working_set: u64,
     min_global_bytes: u64,
     validation: Vec<Check>,
+    reference_note: String,
 }
 
 fn stage_device<'a>(
@@ -654,6 +799,35 @@ fn stage_device<'a>(
             format!("the tensors need {working_set} bytes but the device has {free} bytes free"),
         ));
     }
+    let (expected, reference_note) = match expected {
+        Expected::Host(e) => (e, host_reference_note()),
+        Expected::Gemm {
+            shape,
+            inputs,
+            reference,
+        } => {
+            // Before the kernel's first launch: a faulting kernel may poison the context.
+            info!("evaluating the float64 reference with cuBLAS DGEMM");
+            hooks.progress(Progress::Reference);
+            let (expected, note) =
+                match crate::gemm_reference::on_device(dev, &shape, sizes, &inputs) {
+                    Ok(c) => (
+                        BTreeMap::from([(shape.c.clone(), c)]),
+                        crate::gemm_reference::describe(&shape, sizes),
+                    ),
+                    Err(e) => {
+                        warn!("the GPU reference failed ({e}); computing it on the host");
+                        let expected = reference(sizes, &inputs)
+                            .map_err(|e| RunError::new(Stage::Reference, e))?;
+                        let note =
+                            format!("{} (the GPU reference failed: {e})", host_reference_note());
+                        (expected, note)
+                    }
+                };
+            check_reference_outputs(&tensors, &expected)?;
+            (expected, note)
+        }
+    };
 
     // Tensor set 0, from the host.
     let mut sets: Vec<Vec<cudarc::driver::CudaSlice<u8>>> = vec![tensors
@@ -757,6 +931,7 @@ fn stage_device<'a>(
         working_set,
         min_global_bytes,
         validation,
+        reference_note,
     })
 }
 
@@ -899,6 +1074,7 @@ impl Staged<'_> {
             working_set,
             min_global_bytes,
             validation,
+            reference_note,
             ..
         } = self;
         drop(flush);
@@ -948,6 +1124,7 @@ impl Staged<'_> {
             cublas,
             fraction_of_cublas,
             cublas_skipped,
+            reference: Some(reference_note),
             validation,
             validation_after_timing,
             passed,
@@ -1039,27 +1216,32 @@ fn with_ceiling(mut r: RunResult, copy: Option<CopyCeiling>) -> RunResult {
     r
 }
 
-/// [`run_with`] on a device kept by the caller (a warm worker).
+/// Checks the request and gets its program ready: `prepared` (compiled by the service) when
+/// given, else compiled here (reported as [`Progress::Lowering`]).
+fn for_run(
+    req: &RunRequest,
+    prepared: Option<&Prepared>,
+    hooks: &mut dyn Hooks,
+) -> Result<ForRun, RunError> {
+    req.check()?;
+    if prepared.is_none() {
+        hooks.progress(Progress::Lowering);
+    }
+    ForRun::of(req, prepared)
+}
+
+/// [`run_with`] on a device kept by the caller (a warm worker), with the program compiled by
+/// the caller when it gives `prepared`.
 pub fn run_on(
     slot: &mut Option<Device>,
     req: &RunRequest,
+    prepared: Option<&Prepared>,
     hooks: &mut dyn Hooks,
 ) -> Result<RunResult, RunError> {
-    req.check()?;
-    hooks.progress(Progress::Lowering);
-    let (compilation, setup) = prepare(req)?;
-    let reference = |sizes: &BTreeMap<String, i64>, inputs: &BTreeMap<String, Vec<f64>>| {
-        hopfuse::reference::evaluate(&compilation.fusion, sizes, inputs)
-    };
-    execute_on(
-        slot,
-        req,
-        &compilation.cuda,
-        &compilation.plan,
-        &setup,
-        &reference,
-        hooks,
-    )
+    let program = for_run(req, prepared, hooks)?;
+    let p = &program.prepared;
+    let reference = program.reference();
+    execute_on(slot, req, &p.cuda, &p.plan, &p.setup, &reference, hooks)
 }
 
 /// B/A over launch pairs of an interleaved A/B run.
@@ -1108,40 +1290,34 @@ pub struct AbRun {
 /// launch. When only one program can run, it is timed alone and there are no ratios.
 pub fn run_ab_on(
     slot: &mut Option<Device>,
-    req_a: &RunRequest,
-    req_b: &RunRequest,
+    (req_a, prepared_a): (&RunRequest, Option<&Prepared>),
+    (req_b, prepared_b): (&RunRequest, Option<&Prepared>),
     hooks: &mut dyn Hooks,
 ) -> AbRun {
-    let prepared = |req: &RunRequest, hooks: &mut dyn Hooks| {
-        req.check()?;
-        hooks.progress(Progress::Lowering);
-        prepare(req)
-    };
-    let pa = prepared(req_a, hooks);
-    let pb = prepared(req_b, hooks);
-    fn reference_of(c: &Compilation) -> Box<Reference<'_>> {
-        Box::new(move |sizes, inputs| hopfuse::reference::evaluate(&c.fusion, sizes, inputs))
-    }
+    let pa = for_run(req_a, prepared_a, hooks);
+    let pb = for_run(req_b, prepared_b, hooks);
     let (ca, cb) = match (pa, pb) {
         (Ok(a), Ok(b)) => (a, b),
         // One cannot even compile: run the other alone.
         (a, b) => {
-            let alone = |p: Result<(Compilation, Setup), RunError>,
+            let alone = |p: Result<ForRun, RunError>,
                          req: &RunRequest,
                          slot: &mut Option<Device>,
                          hooks: &mut dyn Hooks| {
-                let (c, setup) = p?;
-                let reference = reference_of(&c);
-                execute_on(slot, req, &c.cuda, &c.plan, &setup, &reference, hooks)
+                let program = p?;
+                let p = &program.prepared;
+                let reference = program.reference();
+                execute_on(slot, req, &p.cuda, &p.plan, &p.setup, &reference, hooks)
             };
             let a = alone(a, req_a, slot, hooks);
             let b = alone(b, req_b, slot, hooks);
             return AbRun { a, b, ratios: None };
         }
     };
-    let (ref_a, ref_b) = (reference_of(&ca.0), reference_of(&cb.0));
-    let ha = stage_host(req_a, &ca.0.cuda, &ca.0.plan, &ca.1, &ref_a, hooks);
-    let hb = stage_host(req_b, &cb.0.cuda, &cb.0.plan, &cb.1, &ref_b, hooks);
+    let (ref_a, ref_b) = (ca.reference(), cb.reference());
+    let (pa, pb) = (&ca.prepared, &cb.prepared);
+    let ha = stage_host(req_a, &pa.cuda, &pa.plan, &pa.setup, &ref_a, hooks);
+    let hb = stage_host(req_b, &pb.cuda, &pb.plan, &pb.setup, &ref_b, hooks);
     let (ha, hb) = match (ha, hb) {
         (Ok(a), Ok(b)) => (a, b),
         (a, b) => {
@@ -1440,6 +1616,63 @@ mod tests {
         }))
         .unwrap();
         assert_eq!((c.measured, c.age_s), (CeilingWhen::Run, 0.0));
+    }
+
+    /// One lowering for the sizes gives what the two whole-program variants gave: the aligned
+    /// kernel when the sizes keep the vectors aligned, the run-time check otherwise, with the
+    /// index type the sizes need.
+    #[test]
+    fn compile_for_run_specialises_for_the_sizes_in_one_lowering() {
+        let source = include_str!("../../examples/basics/softmax.hf");
+        let req = |m: i64, n: i64, index| RunRequest {
+            file: "softmax.hf".into(),
+            source: source.into(),
+            sizes: sizes(m, n),
+            iters: 1,
+            warmup: 0,
+            seed: 1,
+            index,
+            copy_ceiling: false,
+        };
+        let variant = |index_type, assume_aligned_vectors| {
+            hopfuse::compile(
+                source,
+                &CompileOptions {
+                    index_type,
+                    assume_aligned_vectors,
+                    aligned_for: None,
+                },
+            )
+            .unwrap()
+        };
+        let (aligned, setup) = compile_for_run(&req(64, 1024, None)).unwrap();
+        assert_eq!(setup.index_type, IndexType::I32);
+        assert_eq!(aligned.cuda, variant(IndexType::I32, true).cuda);
+        assert!(aligned
+            .plan
+            .constraints
+            .iter()
+            .any(|c| matches!(c, hopfuse::plan::Constraint::Divisible { .. })));
+        assert!(!aligned.cuda.contains("% 4 == 0"), "{}", aligned.cuda);
+        let (checked, _) = compile_for_run(&req(64, 1023, None)).unwrap();
+        assert!(checked.cuda.contains("m2 * N % 4 == 0"), "{}", checked.cuda);
+        assert_eq!(checked.cuda, variant(IndexType::I32, false).cuda);
+        assert_eq!(checked.plan, variant(IndexType::I32, false).plan);
+        // 2^32 elements: a 64-bit index, chosen after the one lowering.
+        let (big, setup) = compile_for_run(&req(1 << 17, 1 << 15, None)).unwrap();
+        assert_eq!(
+            (setup.index_type, big.plan.index_type),
+            (IndexType::I64, IndexType::I64)
+        );
+        assert_eq!(big.cuda, variant(IndexType::I64, true).cuda);
+        match compile_for_run(&req(1 << 17, 1 << 15, Some(IndexType::I32))) {
+            Err(PrepareError::Sizes(e)) => assert!(e.contains("too small"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        match compile_for_run(&req(64, 0, None)) {
+            Err(PrepareError::Sizes(e)) => assert!(e.contains("positive"), "{e}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -169,8 +169,7 @@ mod tests {
 
     #[test]
     fn the_good_faults_compile_and_the_bad_one_does_not() {
-        if !crate::nvrtc::available() {
-            eprintln!("SKIPPED: libnvrtc cannot be loaded");
+        if crate::not_run::nvrtc_missing("fault kernels through NVRTC") {
             return;
         }
         for f in [Fault::Deadlock, Fault::IllegalAddress] {

@@ -2,13 +2,18 @@
 //! for sm_90a, launches, validates and times the kernels (see `engine`).
 
 pub mod bench;
+pub mod compile_slots;
 pub mod cublas;
 pub mod data;
 pub mod engine;
 pub mod faults;
+pub mod gemm_reference;
 pub mod gpu;
+pub mod host_parallel;
+pub mod not_run;
 pub mod nvrtc;
 pub mod queue;
+pub mod rate_limit;
 pub mod report;
 pub mod selftest;
 pub mod serve;

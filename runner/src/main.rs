@@ -146,8 +146,9 @@ struct BenchArgs {
 #[derive(Args)]
 struct RunArgs {
     file: PathBuf,
-    /// Size symbols, e.g. M=4096,N=4096 (may be repeated).
-    #[arg(long, short = 's', required = true)]
+    /// Size symbols, e.g. M=4096,N=4096 (may be repeated; not needed when every extent is a
+    /// constant).
+    #[arg(long, short = 's')]
     size: Vec<String>,
     /// Timed launches.
     #[arg(long, default_value_t = 100)]
@@ -309,7 +310,7 @@ fn compile(
     let name = file.display().to_string();
     let options = CompileOptions {
         index_type,
-        assume_aligned_vectors: false,
+        ..CompileOptions::default()
     };
     let compilation = match hopfuse::compile(&source, &options) {
         Ok(c) => c,
@@ -382,6 +383,7 @@ fn nvrtc_check(files: &[PathBuf], index: Option<IndexType>, raw_cuda: bool) -> R
                 let options = CompileOptions {
                     index_type,
                     assume_aligned_vectors,
+                    aligned_for: None,
                 };
                 match hopfuse::compile(&source, &options) {
                     Ok(c) => units.push((label, c.cuda)),
@@ -491,6 +493,18 @@ fn self_test(iters: u32, warmup: u32, seed: u64, ceiling: bool) -> Result<ExitCo
         if verdict == "as expected" {
             ok += 1;
         } else {
+            bad += 1;
+        }
+    }
+    println!("== the GPU float64 reference (cublasDgemm) against the host reference");
+    match selftest::gemm_reference_check() {
+        Ok(lines) => {
+            lines.iter().for_each(|l| println!("{l}"));
+            println!("   -> as expected\n");
+            ok += 1;
+        }
+        Err(e) => {
+            println!("{e}\n   -> ERROR\n");
             bad += 1;
         }
     }

@@ -3,6 +3,12 @@
 //! (SIGKILL on timeout). A worker that is killed, crashes, or exits after a CUDA error (which may
 //! poison its context) is replaced by a fresh process; every job ends with a [`JobResult`],
 //! whatever the worker did, and the next job always runs.
+//!
+//! Admission is counted with RAII: a queued job travels to its dispatcher as a [`Ticket`] that
+//! owns its place in the queue and in its client's share ([`QueueSlot`]); dropping the ticket,
+//! on any path (sent, refused by a closed channel, a dispatcher that panics or is dropped at
+//! shutdown), gives both back and, if the job has no result yet, ends it with one, so every
+//! subscriber gets a terminal `done` event.
 
 use crate::engine::{PairRatios, Progress, RunError, RunRequest, RunResult};
 use crate::faults::Fault;
@@ -160,6 +166,34 @@ pub struct JobResult {
     pub worker_ms: f64,
 }
 
+impl JobResult {
+    /// A result with a status and a message and nothing else yet.
+    fn empty(
+        job_id: &str,
+        status: JobStatus,
+        message: Option<String>,
+        queued_ms: f64,
+    ) -> JobResult {
+        JobResult {
+            job_id: job_id.to_string(),
+            status,
+            fake: false,
+            message,
+            result: None,
+            cubin_cached: None,
+            error: None,
+            compile: None,
+            progress: Vec::new(),
+            stderr: None,
+            b: None,
+            comparison: None,
+            worker: None,
+            queued_ms,
+            worker_ms: 0.0,
+        }
+    }
+}
+
 /// Which worker process ran a job.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WorkerInfo {
@@ -192,6 +226,12 @@ pub struct JobSpec {
     /// seeded inputs are identical.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_inputs: Option<bool>,
+    /// The programs as the service compiled them for the sizes, handed to the worker so it
+    /// does not lower them again (not kept in the run history).
+    #[serde(skip)]
+    pub prepared: Option<crate::engine::Prepared>,
+    #[serde(skip)]
+    pub prepared_b: Option<crate::engine::Prepared>,
 }
 
 /// An A/B comparison of two measured runs, timed interleaved.
@@ -220,6 +260,120 @@ pub struct QueueFull {
     /// The client's own cap was reached (not the queue's).
     pub per_client: bool,
     pub retry_after_s: u64,
+}
+
+/// The queue's counts: jobs waiting or running in all, and per client. Only [`QueueSlot`]s
+/// change them, so each increment has exactly one decrement (its drop).
+#[derive(Default)]
+struct Admission {
+    /// Waiting + running.
+    pending: AtomicUsize,
+    /// Waiting + running per client (clients with none are removed).
+    per_client: Mutex<HashMap<String, usize>>,
+}
+
+/// One job's place in the queue and in its client's share; released when dropped.
+pub struct QueueSlot {
+    admission: Arc<Admission>,
+    client: String,
+}
+
+impl Admission {
+    /// Takes a place for `client` unless the client's cap or the queue's cap is reached; on
+    /// success also returns how many jobs are ahead.
+    fn admit(
+        self: &Arc<Self>,
+        client: &str,
+        cap: usize,
+        client_cap: usize,
+    ) -> Result<(QueueSlot, usize), (bool, usize)> {
+        let mut per_client = self.per_client.lock().expect("per-client lock");
+        let mine = per_client.get(client).copied().unwrap_or(0);
+        if client_cap > 0 && mine >= client_cap {
+            return Err((true, mine));
+        }
+        let ahead = self
+            .pending
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .map_err(|n| (false, n))?;
+        *per_client.entry(client.to_string()).or_insert(0) += 1;
+        Ok((
+            QueueSlot {
+                admission: self.clone(),
+                client: client.to_string(),
+            },
+            ahead,
+        ))
+    }
+
+    fn of_client(&self, client: &str) -> usize {
+        let per_client = self.per_client.lock().expect("per-client lock");
+        per_client.get(client).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for QueueSlot {
+    fn drop(&mut self) {
+        let mut per_client = self.admission.per_client.lock().expect("per-client lock");
+        if let Some(n) = per_client.get_mut(&self.client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                per_client.remove(&self.client);
+            }
+        }
+        self.admission.pending.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A queued job on its way to (and in the hands of) a dispatcher. Dropping it releases the
+/// job's [`QueueSlot`] and, when the job has no result yet (it was never run: the service is
+/// shutting down, or its dispatcher died), ends it with an `error` result so that nobody
+/// waits on it forever.
+struct Ticket {
+    job: Arc<Job>,
+    _slot: QueueSlot,
+}
+
+/// The message of a job that ended without being run.
+pub const NOT_RUN_MESSAGE: &str =
+    "the job was not run: the service is shutting down (or its dispatcher stopped)";
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.job.result().is_none() {
+            let r = JobResult::empty(
+                &self.job.id,
+                JobStatus::Error,
+                Some(NOT_RUN_MESSAGE.to_string()),
+                self.job.elapsed_ms(),
+            );
+            self.job.push(JobEvent {
+                stage: JobStage::Done,
+                step: None,
+                position: None,
+                elapsed_ms: self.job.elapsed_ms(),
+                result: Some(Arc::new(r)),
+            });
+        }
+    }
+}
+
+/// Counts a job as running while it lives.
+struct Running<'a>(&'a AtomicUsize);
+
+impl<'a> Running<'a> {
+    fn start(count: &'a AtomicUsize) -> Running<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Running(count)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 pub struct Job {
@@ -319,11 +473,8 @@ pub struct Queue {
     config: QueueConfig,
     jobs: Mutex<HashMap<String, Arc<Job>>>,
     finished_order: Mutex<VecDeque<String>>,
-    /// Jobs waiting or running per client.
-    per_client: Mutex<HashMap<String, usize>>,
-    tx: mpsc::UnboundedSender<Arc<Job>>,
-    /// Waiting + running.
-    pending: AtomicUsize,
+    admission: Arc<Admission>,
+    tx: mpsc::UnboundedSender<Ticket>,
     running: AtomicUsize,
     finished: AtomicU64,
     /// Mean worker time of recent jobs in milliseconds (for Retry-After).
@@ -343,9 +494,8 @@ impl Queue {
             config,
             jobs: Mutex::new(HashMap::new()),
             finished_order: Mutex::new(VecDeque::new()),
-            per_client: Mutex::new(HashMap::new()),
+            admission: Arc::default(),
             tx,
-            pending: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
             finished: AtomicU64::new(0),
             workers: Mutex::new(vec![None; config_gpus]),
@@ -365,15 +515,15 @@ impl Queue {
                         warm = WarmWorker::spawn(&q.worker_command(gpu)).await.ok();
                     }
                     q.note_worker(gpu, warm.as_ref());
-                    let job = { rx.lock().await.recv().await };
-                    let Some(job) = job else { break };
-                    q.running.fetch_add(1, Ordering::SeqCst);
-                    let result = q.run_job(&job, gpu, &mut warm).await;
+                    let ticket = { rx.lock().await.recv().await };
+                    let Some(ticket) = ticket else { break };
+                    let running = Running::start(&q.running);
+                    let result = q.run_job(&ticket.job, gpu, &mut warm).await;
                     q.note_worker(gpu, warm.as_ref());
-                    q.finish(&job, result).await;
-                    q.running.fetch_sub(1, Ordering::SeqCst);
-                    q.release_client(&job.client);
-                    q.pending.fetch_sub(1, Ordering::SeqCst);
+                    q.finish(&ticket.job, result).await;
+                    drop(running);
+                    // Releases the job's place in the queue and in its client's share.
+                    drop(ticket);
                 }
             });
         }
@@ -387,7 +537,7 @@ impl Queue {
     }
 
     pub fn stats(&self) -> QueueStats {
-        let pending = self.pending.load(Ordering::SeqCst);
+        let pending = self.admission.pending.load(Ordering::SeqCst);
         let running = self.running.load(Ordering::SeqCst);
         QueueStats {
             queued: pending.saturating_sub(running),
@@ -423,36 +573,18 @@ impl Queue {
         format!("j{}", crate::worker::hex(&digest[..8]))
     }
 
-    /// Queues a run; `QueueFull` when `cap` jobs are already waiting or running.
+    /// Queues a run; `QueueFull` when `cap` jobs are already waiting or running, or the client
+    /// already has `client_cap`. The job's counts are held by its [`Ticket`] from here on.
     pub fn submit(&self, spec: JobSpec, client: &str) -> Result<Arc<Job>, QueueFull> {
-        let cap = self.config.cap;
-        let client_cap = self.config.client_cap;
-        {
-            let mut per_client = self.per_client.lock().expect("per-client lock");
-            let mine = per_client.entry(client.to_string()).or_insert(0);
-            if client_cap > 0 && *mine >= client_cap {
-                let retry_after_s = self.retry_after(*mine);
-                return Err(QueueFull {
-                    cap: client_cap,
-                    per_client: true,
-                    retry_after_s,
-                });
-            }
-            *mine += 1;
-        }
-        let ahead = self
-            .pending
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < cap).then_some(n + 1)
-            })
-            .map_err(|n| {
-                self.release_client(client);
-                QueueFull {
-                    cap,
-                    per_client: false,
+        let (cap, client_cap) = (self.config.cap, self.config.client_cap);
+        let (slot, ahead) =
+            self.admission
+                .admit(client, cap, client_cap)
+                .map_err(|(per_client, n)| QueueFull {
+                    cap: if per_client { client_cap } else { cap },
+                    per_client,
                     retry_after_s: self.retry_after(n),
-                }
-            })?;
+                })?;
         let (tx, _) = broadcast::channel(256);
         let job = Arc::new(Job {
             id: self.new_id(),
@@ -476,21 +608,18 @@ impl Queue {
             .lock()
             .expect("jobs lock")
             .insert(job.id.clone(), job.clone());
-        if self.tx.send(job.clone()).is_err() {
-            // The dispatchers are gone (shutting down): end the job here.
-            self.pending.fetch_sub(1, Ordering::SeqCst);
-        }
+        // When the dispatchers are gone (shutting down), the refused ticket is dropped here:
+        // that ends the job with a result and releases its counts.
+        let _ = self.tx.send(Ticket {
+            job: job.clone(),
+            _slot: slot,
+        });
         Ok(job)
     }
 
-    fn release_client(&self, client: &str) {
-        let mut per_client = self.per_client.lock().expect("per-client lock");
-        if let Some(n) = per_client.get_mut(client) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                per_client.remove(client);
-            }
-        }
+    /// Jobs `client` has waiting or running.
+    pub fn client_jobs(&self, client: &str) -> usize {
+        self.admission.of_client(client)
     }
 
     /// Seconds until a slot is likely free with `pending` jobs ahead.
@@ -559,26 +688,17 @@ impl Queue {
     ) -> JobResult {
         let queued_ms = job.elapsed_ms();
         let mut progress = Vec::new();
+        if job.spec.prepared.is_some() {
+            // The service lowered the program(s) before queueing the job (once, for its
+            // sizes); the job reports it as its first step, as a worker that lowers does.
+            job.stage(JobStage::Compiling, Some(Progress::Lowering));
+            progress.push(Progress::Lowering);
+        }
         let (mut outcome_a, mut outcome_b): (Option<Outcome>, Option<Outcome>) = (None, None);
         let mut cubin_cached = None;
         let mut ratios: Option<PairRatios> = None;
-        let result = |status, message: Option<String>| JobResult {
-            job_id: job.id.clone(),
-            status,
-            fake: false,
-            message,
-            result: None,
-            cubin_cached: None,
-            error: None,
-            compile: None,
-            progress: Vec::new(),
-            stderr: None,
-            b: None,
-            comparison: None,
-            worker: None,
-            queued_ms,
-            worker_ms: 0.0,
-        };
+        let result =
+            |status, message: Option<String>| JobResult::empty(&job.id, status, message, queued_ms);
 
         let mut spawn_ms = None;
         if warm.as_mut().is_some_and(|w| !w.is_alive()) {
@@ -607,6 +727,8 @@ impl Queue {
             request_b: job.spec.request_b.clone(),
             fault: job.spec.fault,
             cubin_cache: self.config.cubin_cache.clone(),
+            prepared: job.spec.prepared.clone(),
+            prepared_b: job.spec.prepared_b.clone(),
         };
         // An A/B job runs two programs.
         let limit = self.config.timeout * if job.spec.request_b.is_some() { 2 } else { 1 };
@@ -699,7 +821,7 @@ impl Queue {
                 // say so instead of suspecting the kernel.
                 let before_launch = match progress.last() {
                     Some(Progress::Lowering) => Some("lowering"),
-                    Some(Progress::Reference) => Some("the float64 reference on the host"),
+                    Some(Progress::Reference) => Some("the float64 reference"),
                     Some(Progress::Nvrtc) => Some("NVRTC"),
                     _ => None,
                 };
@@ -744,5 +866,124 @@ impl Queue {
         r.worker_ms = worker_ms;
         r.worker = Some(info);
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(cap: usize, client_cap: usize) -> QueueConfig {
+        QueueConfig {
+            worker_exe: PathBuf::from("/nonexistent/hopfuse"),
+            worker_args: vec![],
+            timeout: Duration::from_secs(1),
+            cap,
+            client_cap,
+            gpus: 1,
+            cubin_cache: None,
+            prespawn: false,
+        }
+    }
+
+    fn spec() -> JobSpec {
+        JobSpec {
+            request: RunRequest {
+                file: "t.hf".into(),
+                source: String::new(),
+                sizes: Default::default(),
+                iters: 1,
+                warmup: 0,
+                seed: 1,
+                index: None,
+                copy_ceiling: false,
+            },
+            request_b: None,
+            fault: None,
+            same_inputs: None,
+            prepared: None,
+            prepared_b: None,
+        }
+    }
+
+    /// The dispatchers are gone (their runtime was dropped, as at shutdown): a submitted job
+    /// must still end with a result, and its counts must come back.
+    #[test]
+    fn a_job_the_dispatchers_cannot_take_ends_and_releases_its_counts() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let queue = rt.block_on(async { Queue::start(config(4, 1), None) });
+        // Dropping the runtime drops the dispatcher tasks and the receiver with them.
+        drop(rt);
+        for _ in 0..3 {
+            // With a leaked per-client count the second submit would be refused (cap 1).
+            let job = queue.submit(spec(), "10.0.0.1").expect("admitted");
+            let (events, _) = job.subscribe();
+            let last = events.last().expect("events");
+            assert_eq!(last.stage, JobStage::Done, "{events:?}");
+            let result = job.result().expect("a result");
+            assert_eq!(result.status, JobStatus::Error);
+            assert_eq!(result.message.as_deref(), Some(NOT_RUN_MESSAGE));
+            assert_eq!(queue.client_jobs("10.0.0.1"), 0);
+            let stats = queue.stats();
+            assert_eq!((stats.queued, stats.running), (0, 0));
+        }
+    }
+
+    #[test]
+    fn slots_count_per_client_and_in_all_until_dropped() {
+        let admission: Arc<Admission> = Arc::default();
+        let (a1, ahead) = admission.admit("a", 3, 2).unwrap();
+        assert_eq!(ahead, 0);
+        let (a2, ahead) = admission.admit("a", 3, 2).unwrap();
+        assert_eq!(ahead, 1);
+        // The client's cap, then the queue's.
+        assert_eq!(admission.admit("a", 3, 2).err(), Some((true, 2)));
+        let (b1, _) = admission.admit("b", 3, 2).unwrap();
+        assert_eq!(admission.admit("c", 3, 2).err(), Some((false, 3)));
+        // A refused admission takes nothing.
+        assert_eq!(admission.of_client("c"), 0);
+        assert_eq!(admission.pending.load(Ordering::SeqCst), 3);
+        drop(a1);
+        assert_eq!(admission.of_client("a"), 1);
+        drop((a2, b1));
+        assert_eq!(admission.pending.load(Ordering::SeqCst), 0);
+        assert!(admission.per_client.lock().unwrap().is_empty());
+    }
+
+    /// A ticket dropped by a dispatcher that fails mid-job (a panic unwinds through it) still
+    /// ends the job and releases its counts.
+    #[test]
+    fn a_ticket_dropped_without_a_result_ends_its_job() {
+        let admission: Arc<Admission> = Arc::default();
+        let (slot, _) = admission.admit("a", 1, 0).unwrap();
+        let (tx, _) = broadcast::channel(4);
+        let job = Arc::new(Job {
+            id: "j1".into(),
+            client: "a".into(),
+            spec: spec(),
+            submitted: Instant::now(),
+            state: Mutex::new(JobState {
+                events: Vec::new(),
+                tx,
+                result: None,
+            }),
+        });
+        let (_, mut rx) = job.subscribe();
+        let ticket = Ticket {
+            job: job.clone(),
+            _slot: slot,
+        };
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _held = ticket;
+            panic!("a dispatcher bug");
+        }));
+        assert!(panicked.is_err());
+        let done = rx.try_recv().expect("a terminal event");
+        assert_eq!(done.stage, JobStage::Done);
+        assert_eq!(done.result.unwrap().status, JobStatus::Error);
+        assert_eq!(admission.pending.load(Ordering::SeqCst), 0);
+        assert_eq!(admission.of_client("a"), 0);
     }
 }

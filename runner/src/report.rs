@@ -89,12 +89,11 @@ pub fn throughput(r: &RunResult) -> (String, String, String) {
 pub fn render(r: &RunResult) -> String {
     let mut s = String::new();
     let d = &r.device;
-    let sizes = crate::sizes::format_sizes(&r.sizes);
-    let _ = writeln!(
-        s,
-        "hopfuse run {}  --size {}  --seed {}",
-        r.file, sizes, r.seed
-    );
+    let sizes = match crate::sizes::format_sizes(&r.sizes) {
+        none if none.is_empty() => String::new(),
+        some => format!("  --size {some}"),
+    };
+    let _ = writeln!(s, "hopfuse run {}{sizes}  --seed {}", r.file, r.seed);
     let _ = writeln!(
         s,
         "  device      {} (sm_{}{}, {} SMs, L2 {}, driver {}.{})",
@@ -201,6 +200,9 @@ pub fn render(r: &RunResult) -> String {
     );
     for c in &r.validation {
         let _ = writeln!(s, "{}", check_line(c));
+    }
+    if let Some(how) = &r.reference {
+        let _ = writeln!(s, "  reference   {how}");
     }
     let after_ok = r.validation_after_timing.iter().all(|c| c.passed);
     let _ = writeln!(

@@ -244,6 +244,13 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// Runs one case.
+/// cuBLAS DGEMM, the GPU reference of large matrix products, against the host reference at
+/// small sizes in every layout ([`crate::gemm_reference::cross_check`]): one line per case.
+pub fn gemm_reference_check() -> Result<Vec<String>, RunError> {
+    let dev = crate::engine::Device::open()?;
+    crate::gemm_reference::cross_check(&dev)
+}
+
 pub fn run_case(
     case: &Case,
     iters: u32,
@@ -287,14 +294,7 @@ mod tests {
 
     #[test]
     fn case_kernels_compile_without_warnings() {
-        if !crate::nvrtc::available() {
-            assert!(
-                std::env::var_os("HOPFUSE_REQUIRE_NVRTC").is_none(),
-                "HOPFUSE_REQUIRE_NVRTC: no libnvrtc"
-            );
-            eprintln!(
-                "SKIPPED: libnvrtc cannot be loaded (run `eval \"$(scripts/setup-nvrtc.sh)\"`)"
-            );
+        if crate::not_run::nvrtc_missing("selftest kernels through NVRTC") {
             return;
         }
         for case in cases() {

@@ -1,13 +1,16 @@
 //! `hopfuse serve`: the playground's static files and the HTTP API (see `docs/api.md`).
 //!
-//! Compiles run in the server (a blocking thread per request, as many at once as there are
-//! cores); runs go through the [`Queue`] to warm `hopfuse worker --serve` child processes. Every error is a
+//! Compiles run in the server (a blocking thread per request in a compile slot, as many at
+//! once as there are cores, each request within a deadline: `compile_slots.rs`); runs go
+//! through the [`Queue`] to warm `hopfuse worker --serve` child processes. Every error is a
 //! JSON `{"error": ...}` with a 4xx/5xx status.
 
+use crate::compile_slots::{CompileSlots, Refused};
 use crate::engine::{self, RunRequest};
 use crate::faults::Fault;
 use crate::gpu::DeviceInfo;
 use crate::queue::{JobEvent, JobSpec, JobStage, Queue, QueueConfig, QueueStats};
+use crate::rate_limit::ClientRateLimiter;
 use crate::store::Store;
 use crate::worker::FakeBehaviour;
 use axum::body::{Body, Bytes};
@@ -23,14 +26,14 @@ use hopfuse::{CompileOptions, IndexType};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{broadcast, Semaphore};
+use tokio::sync::broadcast;
 use tower::ServiceExt;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -54,6 +57,16 @@ pub struct ServeArgs {
     /// [default: DATA_DIR/hopfuse.db].
     #[arg(long, env = "HOPFUSE_DB")]
     pub db: Option<String>,
+    /// Runs kept in the history, newest first (0: no limit).
+    #[arg(long, default_value_t = 10_000)]
+    pub keep_runs: u64,
+    /// Days a run is kept in the history (0: no limit).
+    #[arg(long, default_value_t = 30)]
+    pub keep_runs_days: u64,
+    /// Bytes of run history kept (each run's request and result JSON), newest first (0: no
+    /// limit).
+    #[arg(long, default_value_t = 256 << 20)]
+    pub keep_runs_bytes: u64,
     /// Wall-clock limit of one job in seconds; the worker is killed (SIGKILL) past it.
     #[arg(long, default_value_t = 10.0)]
     pub job_timeout: f64,
@@ -107,9 +120,32 @@ pub struct ServeArgs {
     /// Do not cache CUBINs on disk.
     #[arg(long)]
     pub no_cubin_cache: bool,
+    /// Seconds one request may spend compiling (waiting for a compile slot included); past it
+    /// the request is answered with an error (422, or 503 when no slot came free).
+    #[arg(long, default_value_t = 10.0)]
+    pub compile_timeout: f64,
+    /// Compiles at once (abandoned ones included) [default: the number of cores].
+    #[arg(long)]
+    pub compile_slots: Option<usize>,
+    /// Test hook: every compile first sleeps this long on its blocking thread.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub compile_test_delay_ms: u64,
     /// The binary run as `hopfuse worker` [default: this one].
     #[arg(long, hide = true)]
     pub worker_exe: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    /// The run history's retention policy from `--keep-runs*`.
+    pub fn retention(&self) -> crate::store::Retention {
+        let limit = |n: u64| (n > 0).then_some(n);
+        crate::store::Retention {
+            max_runs: limit(self.keep_runs),
+            max_age: limit(self.keep_runs_days)
+                .map(|d| Duration::from_secs(d.saturating_mul(86_400))),
+            max_bytes: limit(self.keep_runs_bytes),
+        }
+    }
 }
 
 /// What the startup probe found.
@@ -128,9 +164,9 @@ pub struct App {
     queue: Arc<Queue>,
     store: Store,
     gpu: GpuStatus,
-    compile_slots: Semaphore,
-    run_limiter: RateLimiter,
-    post_limiter: RateLimiter,
+    compiles: CompileSlots,
+    run_limiter: ClientRateLimiter,
+    post_limiter: ClientRateLimiter,
     started: Instant,
 }
 
@@ -155,7 +191,7 @@ impl App {
             .db
             .clone()
             .unwrap_or_else(|| data_dir.join("hopfuse.db").display().to_string());
-        let store = Store::open(&db)
+        let store = Store::open(&db, args.retention())
             .await
             .map_err(|e| anyhow::anyhow!("cannot open the database {db}: {e}"))?;
         let worker_exe = match &args.worker_exe {
@@ -219,17 +255,28 @@ impl App {
             },
             Some(store.clone()),
         );
+        let compile_timeout = Duration::try_from_secs_f64(args.compile_timeout)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                anyhow::anyhow!("--compile-timeout must be a positive number of seconds")
+            })?;
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(2);
+        let compiles = CompileSlots::new(
+            args.compile_slots.unwrap_or(cores),
+            compile_timeout,
+            Duration::from_millis(args.compile_test_delay_ms),
+        );
         Ok(Arc::new(App {
-            run_limiter: RateLimiter::new(args.runs_per_minute),
-            post_limiter: RateLimiter::new(args.requests_per_minute),
+            run_limiter: ClientRateLimiter::new(args.runs_per_minute),
+            post_limiter: ClientRateLimiter::new(args.requests_per_minute),
             args,
             queue,
             store,
             gpu,
-            compile_slots: Semaphore::new(cores),
+            compiles,
             started: Instant::now(),
         }))
     }
@@ -252,6 +299,40 @@ impl App {
             ));
         }
         None
+    }
+
+    /// Runs a compile in a compile slot within the deadline (`compile_slots.rs`).
+    async fn compile<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.compiles
+            .run(work)
+            .await
+            .map_err(|refused| match refused {
+                Refused::Busy { deadline } => ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                    "every compile slot stayed busy for the compile deadline of {} s; retry later",
+                    deadline.as_secs_f64()
+                ),
+                )
+                .with("limit", json!("compile_timeout_s"))
+                .retry_after(deadline.as_secs().max(1)),
+                Refused::Deadline { deadline } => ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!(
+                        "compiling this program took longer than the deadline of {} s \
+                     (compile_timeout_s)",
+                        deadline.as_secs_f64()
+                    ),
+                )
+                .with("limit", json!("compile_timeout_s"))
+                .with("max", json!(deadline.as_secs_f64())),
+                Refused::Panicked => ApiError::internal(
+                    "the compiler panicked on this program (a bug: please report it)",
+                ),
+            })
     }
 
     fn check_program(&self, program: &str) -> Result<(), ApiError> {
@@ -338,6 +419,11 @@ impl ApiError {
         )
     }
 
+    fn retry_after(mut self, seconds: u64) -> ApiError {
+        self.retry_after = Some(seconds);
+        self
+    }
+
     fn too_many(message: String, retry_after: u64) -> ApiError {
         let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, message)
             .with("retry_after_s", json!(retry_after));
@@ -410,52 +496,12 @@ impl<S: Send + Sync> FromRequestParts<S> for Client {
 // ---------------------------------------------------------------------------------------------
 // Rate limiting
 
-/// A token bucket per client: `per_minute` tokens, refilled continuously.
-pub struct RateLimiter {
-    per_minute: u32,
-    buckets: Mutex<HashMap<String, (f64, Instant)>>,
-}
-
-impl RateLimiter {
-    pub fn new(per_minute: u32) -> RateLimiter {
-        RateLimiter {
-            per_minute,
-            buckets: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Takes a token, or says in how many seconds one will be there.
-    pub fn check(&self, client: &str) -> Result<(), u64> {
-        if self.per_minute == 0 {
-            return Ok(());
-        }
-        let cap = self.per_minute as f64;
-        let rate = cap / 60.0;
-        let now = Instant::now();
-        let mut buckets = self.buckets.lock().expect("rate limiter lock");
-        if buckets.len() > 10_000 {
-            buckets.retain(|_, (tokens, t)| {
-                *tokens + now.duration_since(*t).as_secs_f64() * rate < cap
-            });
-        }
-        let (tokens, last) = buckets.entry(client.to_string()).or_insert((cap, now));
-        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * rate).min(cap);
-        *last = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(((1.0 - *tokens) / rate).ceil().max(1.0) as u64)
-        }
-    }
-}
-
-fn limit(limiter: &RateLimiter, client: &Client, what: &str) -> Result<(), ApiError> {
+fn limit(limiter: &ClientRateLimiter, client: &Client, what: &str) -> Result<(), ApiError> {
     limiter.check(&client.0).map_err(|s| {
         ApiError::too_many(
             format!(
                 "rate limit: at most {} {what} per minute per client; retry in {s} s",
-                limiter.per_minute
+                limiter.per_minute()
             ),
             s,
         )
@@ -627,6 +673,9 @@ struct Health {
     run_available: bool,
     run_unavailable_reason: Option<String>,
     queue: QueueStats,
+    /// Compiles running (abandoned ones included), the slots for them, and the programs this
+    /// service has lowered.
+    compiles: Value,
     limits: Value,
     uptime_s: f64,
 }
@@ -643,6 +692,11 @@ async fn health(State(app): State<Arc<App>>) -> Json<Health> {
         run_available: app.run_unavailable().is_none(),
         run_unavailable_reason: app.run_unavailable(),
         queue: app.queue.stats(),
+        compiles: json!({
+            "running": app.compiles.running(),
+            "slots": app.compiles.total(),
+            "lowered": engine::lowerings(),
+        }),
         limits: json!({
             "max_body_bytes": a.max_body_bytes,
             "max_program_bytes": a.max_program_bytes,
@@ -654,6 +708,10 @@ async fn health(State(app): State<Arc<App>>) -> Json<Health> {
             "runs_per_minute": a.runs_per_minute,
             "requests_per_minute": a.requests_per_minute,
             "job_timeout_s": a.job_timeout,
+            "compile_timeout_s": a.compile_timeout,
+            "keep_runs": a.keep_runs,
+            "keep_runs_days": a.keep_runs_days,
+            "keep_runs_bytes": a.keep_runs_bytes,
             "token_required": a.token.is_some(),
         }),
         uptime_s: app.started.elapsed().as_secs_f64(),
@@ -675,42 +733,35 @@ async fn compile(
 ) -> Result<Json<Value>, ApiError> {
     limit(&app.post_limiter, &client, "requests")?;
     app.check_program(&body.program)?;
-    let _permit = app
-        .compile_slots
-        .acquire()
-        .await
-        .map_err(ApiError::internal)?;
     let index_type = body.index.unwrap_or_default();
     let program = body.program;
-    let out = tokio::task::spawn_blocking(move || {
-        let start = Instant::now();
-        let options = CompileOptions {
-            index_type,
-            ..CompileOptions::default()
-        };
-        let result = hopfuse::compile(&program, &options);
-        let lower_ms = start.elapsed().as_secs_f64() * 1e3;
-        match result {
-            Ok(c) => json!({
-                "cuda": c.cuda,
-                "passes": c.passes,
-                "plan": c.plan,
-                "diagnostics": [],
-                "lower_ms": lower_ms,
-            }),
-            Err(d) => json!({
-                "cuda": null,
-                "passes": [],
-                "plan": null,
-                "diagnostics": d.0,
-                "lower_ms": lower_ms,
-            }),
-        }
-    })
-    .await
-    .map_err(|_| {
-        ApiError::internal("the compiler panicked on this program (a bug: please report it)")
-    })?;
+    let out = app
+        .compile(move || {
+            let start = Instant::now();
+            let options = CompileOptions {
+                index_type,
+                ..CompileOptions::default()
+            };
+            let result = engine::lower(&program, &options);
+            let lower_ms = start.elapsed().as_secs_f64() * 1e3;
+            match result {
+                Ok(c) => json!({
+                    "cuda": c.cuda,
+                    "passes": c.passes,
+                    "plan": c.plan,
+                    "diagnostics": [],
+                    "lower_ms": lower_ms,
+                }),
+                Err(d) => json!({
+                    "cuda": null,
+                    "passes": [],
+                    "plan": null,
+                    "diagnostics": d.0,
+                    "lower_ms": lower_ms,
+                }),
+            }
+        })
+        .await?;
     Ok(Json(out))
 }
 
@@ -793,36 +844,36 @@ async fn run(
     cap("warmup", request.warmup as u64, 0, a.max_warmup as u64)?;
     let max_tensor_bytes = a.max_tensor_bytes;
     let fault = body.fault;
-    let same_inputs = {
-        let _permit = app
-            .compile_slots
-            .acquire()
-            .await
-            .map_err(ApiError::internal)?;
+    // Each program is compiled once, here, for these sizes; the worker gets the result.
+    let checked = {
         let (request, request_b) = (request.clone(), request_b.clone());
-        tokio::task::spawn_blocking(move || -> Result<Option<bool>, ApiError> {
+        app.compile(move || -> Result<Checked, ApiError> {
             if fault.is_some() {
                 let bytes = 4 * crate::faults::elements(&request).max(0) as u64;
                 check_bytes(bytes, max_tensor_bytes)?;
-                return Ok(None);
+                return Ok(Checked::default());
             }
-            let inputs_a = check_run(&request, max_tensor_bytes, "")?;
-            match &request_b {
-                Some(b) => {
-                    let inputs_b = check_run(b, max_tensor_bytes, "program_b: ")?;
-                    Ok(Some(inputs_a == inputs_b))
-                }
-                None => Ok(None),
+            let (inputs_a, prepared) = check_run(&request, max_tensor_bytes, "")?;
+            let mut checked = Checked {
+                prepared: Some(prepared),
+                ..Checked::default()
+            };
+            if let Some(b) = &request_b {
+                let (inputs_b, prepared_b) = check_run(b, max_tensor_bytes, "program_b: ")?;
+                checked.same_inputs = Some(inputs_a == inputs_b);
+                checked.prepared_b = Some(prepared_b);
             }
+            Ok(checked)
         })
-        .await
-        .map_err(|_| ApiError::internal("the compiler panicked on this program"))??
+        .await??
     };
     let spec = JobSpec {
         request,
         request_b,
         fault,
-        same_inputs,
+        same_inputs: checked.same_inputs,
+        prepared: checked.prepared,
+        prepared_b: checked.prepared_b,
     };
     let job = app.queue.submit(spec, &client.0).map_err(|full| {
         let whose = if full.per_client {
@@ -871,17 +922,33 @@ fn check_bytes(total: u64, max_tensor_bytes: u64) -> Result<(), ApiError> {
 /// The input tensors and scalars of a run: name, dtype and concrete shape.
 type Inputs = Vec<(String, hopfuse::DType, Vec<u64>)>;
 
-/// Everything that can be known before a worker: the program compiles (400 with diagnostics),
-/// the sizes fit its plan, the tensors fit the byte cap. Returns the run's inputs.
-fn check_run(req: &RunRequest, max_tensor_bytes: u64, which: &str) -> Result<Inputs, ApiError> {
-    if let Err(d) = hopfuse::compile(&req.source, &CompileOptions::default()) {
-        return Err(ApiError::bad_request(
-            format!("{which}the program does not compile: {d}").trim_end(),
-        )
-        .with("diagnostics", json!(d.0)));
-    }
-    let (compilation, _) = engine::prepare(req)
-        .map_err(|e| ApiError::bad_request(format!("{which}{}", api_wording(&e.to_string()))))?;
+/// What the checks of a run found: the programs compiled for its sizes, and for A/B whether
+/// both have the same inputs.
+#[derive(Default)]
+struct Checked {
+    prepared: Option<engine::Prepared>,
+    prepared_b: Option<engine::Prepared>,
+    same_inputs: Option<bool>,
+}
+
+/// Everything that can be known before a worker, from one compile of the program for the
+/// run's sizes: it compiles (400 with diagnostics), the sizes fit its plan, the tensors fit the
+/// byte cap. Returns the run's inputs and the compiled program, which the worker then runs.
+fn check_run(
+    req: &RunRequest,
+    max_tensor_bytes: u64,
+    which: &str,
+) -> Result<(Inputs, engine::Prepared), ApiError> {
+    let (compilation, setup) = engine::compile_for_run(req).map_err(|e| match e {
+        engine::PrepareError::Compile(d) => {
+            ApiError::bad_request(format!("{which}the program does not compile: {d}").trim_end())
+                .with("diagnostics", json!(d.0))
+        }
+        engine::PrepareError::Sizes(e) => ApiError::bad_request(format!(
+            "{which}{}",
+            api_wording(&engine::RunError::new(engine::Stage::Sizes, e).to_string())
+        )),
+    })?;
     let mut total: u64 = 0;
     let mut inputs = Vec::new();
     for p in &compilation.plan.params {
@@ -911,7 +978,7 @@ fn check_run(req: &RunRequest, max_tensor_bytes: u64, which: &str) -> Result<Inp
         }
     }
     check_bytes(total, max_tensor_bytes)?;
-    Ok(inputs)
+    Ok((inputs, engine::Prepared::new(&compilation, setup)))
 }
 
 /// The engine's messages speak of the CLI's `--size`; the API takes `sizes`.
@@ -1066,10 +1133,14 @@ async fn runs(
 
 /// Runs the service until Ctrl-C or SIGTERM.
 pub fn main(args: ServeArgs) -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(serve(args))
+        .build()?;
+    let served = runtime.block_on(serve(args));
+    // Compiles whose clients went away may still be running on blocking threads (they cannot
+    // be interrupted); dropping the runtime would wait for them. Exit without them.
+    runtime.shutdown_background();
+    served
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {

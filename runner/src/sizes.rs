@@ -1,4 +1,5 @@
-//! `--size M=4096,N=4096`: the values of a fusion's size symbols.
+//! `--size M=4096,N=4096`: the values of a fusion's size symbols. A fusion whose extents are all
+//! constants has none: an empty list (or no `--size` at all) is then the whole answer.
 
 use std::collections::BTreeMap;
 
@@ -12,10 +13,10 @@ pub fn parse_sizes(text: &str) -> Result<BTreeMap<String, i64>, String> {
 }
 
 /// Adds the sizes in `text` to `sizes` (so `--size M=1 --size N=2` works); a name given twice
-/// is an error.
+/// is an error. An empty (or blank) text adds nothing: the sizes of a fusion without symbols.
 pub fn merge_sizes(sizes: &mut BTreeMap<String, i64>, text: &str) -> Result<(), String> {
     if text.trim().is_empty() {
-        return Err("empty size list: expected NAME=VALUE[,NAME=VALUE...]".into());
+        return Ok(());
     }
     for item in text.split(',') {
         let item = item.trim();
@@ -40,6 +41,16 @@ pub fn merge_sizes(sizes: &mut BTreeMap<String, i64>, text: &str) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// How a set of sizes is shown in reports and tables: `M=4096,N=4096`, or `(constant shapes)`
+/// for none.
+pub fn label(sizes: &BTreeMap<String, i64>) -> String {
+    if sizes.is_empty() {
+        "(constant shapes)".to_string()
+    } else {
+        format_sizes(sizes)
+    }
 }
 
 /// `M=4096,N=4096`: the inverse of [`parse_sizes`].
@@ -76,7 +87,6 @@ mod tests {
     #[test]
     fn rejects_bad_items() {
         for (text, needle) in [
-            ("", "empty"),
             ("M", "not NAME=VALUE"),
             ("M=", "not an integer"),
             ("M=4k", "not an integer"),
@@ -90,6 +100,14 @@ mod tests {
             let err = parse_sizes(text).unwrap_err();
             assert!(err.contains(needle), "{text:?}: {err}");
         }
+    }
+
+    #[test]
+    fn an_empty_list_is_no_sizes() {
+        assert!(parse_sizes("").unwrap().is_empty());
+        assert!(parse_sizes("  ").unwrap().is_empty());
+        assert_eq!(label(&parse_sizes("").unwrap()), "(constant shapes)");
+        assert_eq!(label(&parse_sizes("M=2").unwrap()), "M=2");
     }
 
     #[test]

@@ -2,16 +2,50 @@
 //!
 //! SQLite by default (a file path or `sqlite://...` URL); a `postgres://...` URL works too: the
 //! SQL here is the common subset (`$n` parameters, `TEXT`/`BIGINT`, `ON CONFLICT DO NOTHING`).
+//! The schema is made by the migrations in `runner/migrations/` (sqlx's migrator, compiled in),
+//! which also bring a database from before them up to date.
+//!
+//! The run history is bounded by a [`Retention`] policy (count, age, bytes), enforced after
+//! every insert: the oldest runs go first.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Row};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::{AnyPool, Row, SqlStr};
 use std::path::Path;
+use std::time::Duration;
 
 #[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
+    retention: Retention,
+}
+
+/// How much run history is kept; `None`: no bound of that kind. Links are never removed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Retention {
+    /// The newest this many runs.
+    pub max_runs: Option<u64>,
+    /// Runs younger than this.
+    pub max_age: Option<Duration>,
+    /// The newest runs whose request and result JSON add up to at most this many bytes.
+    pub max_bytes: Option<u64>,
+}
+
+impl Retention {
+    /// Keep everything.
+    pub const UNBOUNDED: Retention = Retention {
+        max_runs: None,
+        max_age: None,
+        max_bytes: None,
+    };
+}
+
+/// What one enforcement of the retention policy removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pruned {
+    pub runs: u64,
 }
 
 /// A stored short link.
@@ -47,28 +81,42 @@ pub fn database_url(db: &str) -> String {
     }
 }
 
-const SCHEMA: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS links (
-        id TEXT PRIMARY KEY,
-        program TEXT NOT NULL,
-        state TEXT NOT NULL,
-        created_at BIGINT NOT NULL
-    )",
-    "CREATE TABLE IF NOT EXISTS runs (
-        id TEXT PRIMARY KEY,
-        created_at BIGINT NOT NULL,
-        status TEXT NOT NULL,
-        client TEXT NOT NULL,
-        request TEXT NOT NULL,
-        result TEXT NOT NULL
-    )",
-    "CREATE INDEX IF NOT EXISTS runs_created_at ON runs (created_at)",
+/// The schema, version by version (`runner/migrations/NNNN_name.sql`).
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/0001_init.sql")),
+    (
+        2,
+        "run size and order",
+        include_str!("../migrations/0002_run_size_and_order.sql"),
+    ),
 ];
 
+fn migrator() -> Migrator {
+    Migrator::with_migrations(
+        MIGRATIONS
+            .iter()
+            .map(|&(version, name, sql)| {
+                Migration::new(
+                    version,
+                    name.into(),
+                    MigrationType::Simple,
+                    SqlStr::from_static(sql),
+                    false,
+                )
+            })
+            .collect(),
+    )
+}
+
 fn now() -> i64 {
+    now_us() / 1_000_000
+}
+
+/// Microseconds since the Unix epoch.
+fn now_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
+        .map(|d| d.as_micros() as i64)
         .unwrap_or(0)
 }
 
@@ -105,8 +153,9 @@ pub fn link_id(program: &str, state: &serde_json::Value, len: usize) -> String {
 const ID_LENGTHS: [usize; 3] = [12, 20, 51];
 
 impl Store {
-    /// Connects (creating a SQLite file and its directory when needed) and creates the tables.
-    pub async fn open(db: &str) -> Result<Store, Error> {
+    /// Connects (creating a SQLite file and its directory when needed), migrates the schema to
+    /// the current version, and keeps the run history within `retention`.
+    pub async fn open(db: &str, retention: Retention) -> Result<Store, Error> {
         sqlx::any::install_default_drivers();
         let url = database_url(db);
         if let Some(path) = url
@@ -126,10 +175,13 @@ impl Store {
             .max_connections(if sqlite { 1 } else { 8 })
             .connect(&url)
             .await?;
-        for stmt in SCHEMA {
-            sqlx::query(*stmt).execute(&pool).await?;
-        }
-        Ok(Store { pool })
+        migrator()
+            .run(&pool)
+            .await
+            .map_err(|e| Error::Migrate(Box::new(e)))?;
+        let store = Store { pool, retention };
+        store.prune_runs().await?;
+        Ok(store)
     }
 
     /// Stores a link and returns its id; the same program and state always get the same id.
@@ -174,7 +226,8 @@ impl Store {
         .transpose()
     }
 
-    /// Adds a finished job to the run history (a job id is stored once).
+    /// Adds a finished job to the run history (a job id is stored once), then enforces the
+    /// retention policy.
     pub async fn put_run(
         &self,
         id: &str,
@@ -183,19 +236,114 @@ impl Store {
         request: &serde_json::Value,
         result: &serde_json::Value,
     ) -> Result<(), Error> {
+        self.insert_run(id, now_us(), status, client, request, result)
+            .await?;
+        self.prune_runs().await?;
+        Ok(())
+    }
+
+    /// Inserts a run finished at `created_us` (microseconds since the epoch).
+    async fn insert_run(
+        &self,
+        id: &str,
+        created_us: i64,
+        status: &str,
+        client: &str,
+        request: &serde_json::Value,
+        result: &serde_json::Value,
+    ) -> Result<(), Error> {
+        let request = serde_json::to_string(request).expect("JSON values serialize");
+        let result = serde_json::to_string(result).expect("JSON values serialize");
+        let bytes = (request.len() + result.len()) as i64;
         sqlx::query(
-            "INSERT INTO runs (id, created_at, status, client, request, result) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
+            "INSERT INTO runs (id, created_at, created_us, status, client, request, result, bytes) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
         )
         .bind(id)
-        .bind(now())
+        .bind(created_us.div_euclid(1_000_000))
+        .bind(created_us)
         .bind(status)
         .bind(client)
-        .bind(serde_json::to_string(request).expect("JSON values serialize"))
-        .bind(serde_json::to_string(result).expect("JSON values serialize"))
+        .bind(request)
+        .bind(result)
+        .bind(bytes)
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    /// Removes the runs the retention policy does not keep: older than `max_age`, then, newest
+    /// first, every run from the first one past `max_runs` or past `max_bytes` on.
+    pub async fn prune_runs(&self) -> Result<Pruned, Error> {
+        let Retention {
+            max_runs,
+            max_age,
+            max_bytes,
+        } = self.retention;
+        let mut pruned = Pruned::default();
+        if let Some(age) = max_age {
+            let age_us = i64::try_from(age.as_micros()).unwrap_or(i64::MAX);
+            let cutoff = now_us().saturating_sub(age_us);
+            let done = sqlx::query("DELETE FROM runs WHERE created_us < $1")
+                .bind(cutoff)
+                .execute(&self.pool)
+                .await?;
+            pruned.runs += done.rows_affected();
+        }
+        if max_runs.is_none() && max_bytes.is_none() {
+            return Ok(pruned);
+        }
+        let (count, bytes) = self.run_totals().await?;
+        let over_count = max_runs.is_some_and(|m| count > m);
+        let over_bytes = max_bytes.is_some_and(|m| bytes > m);
+        if !(over_count || over_bytes) {
+            return Ok(pruned);
+        }
+        // The first run (newest first) that is not kept: it and every older one go.
+        let rows =
+            sqlx::query("SELECT created_us, id, bytes FROM runs ORDER BY created_us DESC, id DESC")
+                .fetch_all(&self.pool)
+                .await?;
+        let (mut kept, mut kept_bytes) = (0u64, 0u64);
+        let mut first_dropped = None;
+        for row in &rows {
+            let size = row.try_get::<i64, _>("bytes")?.max(0) as u64;
+            if max_runs.is_some_and(|m| kept + 1 > m)
+                || max_bytes.is_some_and(|m| kept_bytes + size > m)
+            {
+                first_dropped = Some((
+                    row.try_get::<i64, _>("created_us")?,
+                    row.try_get::<String, _>("id")?,
+                ));
+                break;
+            }
+            kept += 1;
+            kept_bytes += size;
+        }
+        if let Some((created_us, id)) = first_dropped {
+            let done = sqlx::query(
+                "DELETE FROM runs WHERE created_us < $1 OR (created_us = $1 AND id <= $2)",
+            )
+            .bind(created_us)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+            pruned.runs += done.rows_affected();
+        }
+        Ok(pruned)
+    }
+
+    /// Runs in the history and the bytes of their JSON.
+    pub async fn run_totals(&self) -> Result<(u64, u64), Error> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n, CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM runs",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((
+            row.try_get::<i64, _>("n")?.max(0) as u64,
+            row.try_get::<i64, _>("bytes")?.max(0) as u64,
+        ))
     }
 
     pub async fn get_run(&self, id: &str) -> Result<Option<RunRecord>, Error> {
@@ -212,7 +360,7 @@ impl Store {
     pub async fn recent_runs(&self, limit: i64) -> Result<Vec<RunRecord>, Error> {
         let rows = sqlx::query(
             "SELECT id, created_at, status, client, request, result FROM runs \
-             ORDER BY created_at DESC, id DESC LIMIT $1",
+             ORDER BY created_us DESC, id DESC LIMIT $1",
         )
         .bind(limit)
         .fetch_all(&self.pool)
@@ -274,19 +422,165 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// The same against PostgreSQL when `HOPFUSE_TEST_POSTGRES_URL` names a database.
+    fn temp_db(name: &str) -> String {
+        let dir = std::env::temp_dir().join(format!("hopfuse-store-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir.join("t.db").display().to_string()
+    }
+
+    async fn ids(store: &Store) -> Vec<String> {
+        let mut ids: Vec<String> = store
+            .recent_runs(1000)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Runs `r0..r9`, 100 s apart (r9 newest, 100 s old), each about `payload` bytes.
+    async fn ten_runs(store: &Store, payload: usize) {
+        let t = now_us();
+        for i in 0..10 {
+            store
+                .insert_run(
+                    &format!("r{i}"),
+                    t - (1000 - 100 * i) * 1_000_000,
+                    "passed",
+                    "c",
+                    &json!({"i": i}),
+                    &json!({"pad": "x".repeat(payload)}),
+                )
+                .await
+                .unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn the_run_history_is_kept_within_the_count() {
+        kept_within_the_count(&temp_db("count")).await;
+    }
+
+    async fn kept_within_the_count(db: &str) {
+        let retention = Retention {
+            max_runs: Some(3),
+            ..Retention::UNBOUNDED
+        };
+        let store = Store::open(db, retention).await.unwrap();
+        ten_runs(&store, 10).await;
+        assert_eq!(store.prune_runs().await.unwrap(), Pruned { runs: 7 });
+        assert_eq!(ids(&store).await, ["r7", "r8", "r9"]);
+        // Enforced on every insert.
+        store
+            .put_run("new", "passed", "c", &json!({}), &json!({}))
+            .await
+            .unwrap();
+        assert_eq!(ids(&store).await, ["new", "r8", "r9"]);
+        assert_eq!(store.run_totals().await.unwrap().0, 3);
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn the_run_history_is_kept_within_the_bytes_and_the_age() {
+        kept_within_the_bytes_and_the_age(&temp_db("bytes")).await;
+    }
+
+    async fn kept_within_the_bytes_and_the_age(db: &str) {
+        let store = Store::open(db, Retention::UNBOUNDED).await.unwrap();
+        ten_runs(&store, 1000).await;
+        let (n, bytes) = store.run_totals().await.unwrap();
+        assert_eq!(n, 10);
+        assert!((10_000..11_000).contains(&bytes), "{bytes}");
+        store.close().await;
+        // Reopened with a policy: enforced at once. ~1 KB a run, 3.5 KB: the newest three.
+        let retention = Retention {
+            max_bytes: Some(3500),
+            ..Retention::UNBOUNDED
+        };
+        let store = Store::open(db, retention).await.unwrap();
+        assert_eq!(ids(&store).await, ["r7", "r8", "r9"]);
+        store.close().await;
+        // By age: runs created more than 250 s ago go (r7 is 300 s old, r8 200 s).
+        let retention = Retention {
+            max_age: Some(Duration::from_secs(250)),
+            ..Retention::UNBOUNDED
+        };
+        let store = Store::open(db, retention).await.unwrap();
+        assert_eq!(ids(&store).await, ["r8", "r9"]);
+        // Links are never pruned.
+        let link = store.put_link("p", &json!({})).await.unwrap();
+        store.prune_runs().await.unwrap();
+        assert!(store.get_link(&link.id).await.unwrap().is_some());
+        store.close().await;
+    }
+
+    /// Empties the run history (the PostgreSQL test database is shared by its tests).
+    async fn clear_runs(db: &str) {
+        let store = Store::open(db, Retention::UNBOUNDED).await.unwrap();
+        sqlx::query("DELETE FROM runs")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        store.close().await;
+    }
+
+    /// A database made before the migrations (the tables without `bytes`) is migrated: its
+    /// runs get their sizes and are kept.
+    #[tokio::test]
+    async fn a_database_from_before_the_migrations_is_migrated() {
+        let db = temp_db("old");
+        std::fs::create_dir_all(Path::new(&db).parent().unwrap()).unwrap();
+        sqlx::any::install_default_drivers();
+        let pool = AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&database_url(&db))
+            .await
+            .unwrap();
+        // The schema as it was: the first migration's tables, without sqlx's bookkeeping.
+        let old_schema: String = include_str!("../migrations/0001_init.sql")
+            .lines()
+            .filter(|l| !l.starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for stmt in old_schema.split(';').filter(|s| !s.trim().is_empty()) {
+            sqlx::query(sqlx::AssertSqlSafe(stmt.to_string()))
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        sqlx::query(
+            "INSERT INTO runs (id, created_at, status, client, request, result) \
+             VALUES ('old', 1, 'passed', 'c', '{}', '{\"b\":2}')",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        let store = Store::open(&db, Retention::UNBOUNDED).await.unwrap();
+        let r = store.get_run("old").await.unwrap().unwrap();
+        assert_eq!(r.result, json!({"b": 2}));
+        assert_eq!(store.run_totals().await.unwrap(), (1, 9));
+    }
+
+    /// The same against PostgreSQL when `HOPFUSE_TEST_POSTGRES_URL` names a database (one
+    /// the test may empty the run history of): round trip, migrations, retention.
     #[tokio::test]
     async fn postgres_round_trip_when_configured() {
-        let Ok(url) = std::env::var("HOPFUSE_TEST_POSTGRES_URL") else {
-            eprintln!("SKIPPED: set HOPFUSE_TEST_POSTGRES_URL=postgres://... to test PostgreSQL");
+        let Some(url) = crate::not_run::postgres_url("the store on PostgreSQL") else {
             return;
         };
         let job = format!("pg-{}-{}", std::process::id(), now());
         round_trip(&url, &job).await;
+        clear_runs(&url).await;
+        kept_within_the_count(&url).await;
+        clear_runs(&url).await;
+        kept_within_the_bytes_and_the_age(&url).await;
     }
 
     async fn round_trip(db: &str, job: &str) {
-        let store = Store::open(db).await.unwrap();
+        let store = Store::open(db, Retention::UNBOUNDED).await.unwrap();
         let l1 = store.put_link("p", &json!({"s": 1})).await.unwrap();
         let l2 = store.put_link("p", &json!({"s": 1})).await.unwrap();
         assert_eq!(l1.id, l2.id);
@@ -313,7 +607,7 @@ mod tests {
             .any(|r| r.id == job));
         store.close().await;
         // Survives reopening.
-        let store = Store::open(db).await.unwrap();
+        let store = Store::open(db, Retention::UNBOUNDED).await.unwrap();
         assert_eq!(store.get_link(&l1.id).await.unwrap().unwrap(), l1);
         store.close().await;
     }

@@ -48,40 +48,23 @@ pub fn check(output: &str, dtype: DType, out: &[f64], reference: &[f64]) -> Resu
         ));
     }
     let tolerance = dtype.tolerance();
-    let (mut diff2, mut ref2, mut max_abs) = (0f64, 0f64, 0f64);
-    let (mut non_finite, mut ref_nf, mut ref_nf_bad) = (0usize, 0usize, 0usize);
-    let mut first_bad: Option<BadElement> = None;
-    let mut worst: Option<(f64, BadElement)> = None;
-    for (i, (&o, &r)) in out.iter().zip(reference).enumerate() {
-        let bad = BadElement {
-            index: i,
-            output: o,
-            reference: r,
-        };
-        if !r.is_finite() {
-            ref_nf += 1;
-            let same = (r.is_nan() && o.is_nan()) || r == o;
-            if !same {
-                ref_nf_bad += 1;
-                first_bad.get_or_insert(bad);
-            }
-            continue;
-        }
-        if !o.is_finite() {
-            non_finite += 1;
-            first_bad.get_or_insert(bad);
-            continue;
-        }
-        let d = (o - r).abs();
-        diff2 += d * d;
-        ref2 += r * r;
-        if d > max_abs {
-            max_abs = d;
-        }
-        if d > 0.0 && worst.as_ref().is_none_or(|(w, _)| d > *w) {
-            worst = Some((d, bad));
-        }
-    }
+    // Sums per chunk (on every core), added in chunk order: the same result on any machine.
+    const CHUNK: usize = 1 << 16;
+    let mut parts = vec![Sums::default(); out.len().div_ceil(CHUNK)];
+    crate::host_parallel::Threads::all().for_chunks(&mut parts, 1, |i, part| {
+        let range = i * CHUNK..((i + 1) * CHUNK).min(out.len());
+        part[0] = Sums::of(range.start, &out[range.clone()], &reference[range]);
+    });
+    let Sums {
+        diff2,
+        ref2,
+        max_abs,
+        non_finite,
+        ref_nf,
+        ref_nf_bad,
+        first_bad,
+        worst,
+    } = parts.into_iter().fold(Sums::default(), Sums::then);
     let rel_l2 = if ref2 > 0.0 {
         (diff2 / ref2).sqrt()
     } else {
@@ -103,6 +86,76 @@ pub fn check(output: &str, dtype: DType, out: &[f64], reference: &[f64]) -> Resu
         first_bad,
         passed,
     })
+}
+
+/// What [`check`] adds up over a range of elements.
+#[derive(Clone, Debug, Default)]
+struct Sums {
+    diff2: f64,
+    ref2: f64,
+    max_abs: f64,
+    non_finite: usize,
+    ref_nf: usize,
+    ref_nf_bad: usize,
+    first_bad: Option<BadElement>,
+    /// The largest error, the first one among equals.
+    worst: Option<(f64, BadElement)>,
+}
+
+impl Sums {
+    /// Over `out` and `reference`, whose first element is element `start`.
+    fn of(start: usize, out: &[f64], reference: &[f64]) -> Sums {
+        let mut s = Sums::default();
+        for (i, (&o, &r)) in out.iter().zip(reference).enumerate() {
+            let bad = BadElement {
+                index: start + i,
+                output: o,
+                reference: r,
+            };
+            if !r.is_finite() {
+                s.ref_nf += 1;
+                let same = (r.is_nan() && o.is_nan()) || r == o;
+                if !same {
+                    s.ref_nf_bad += 1;
+                    s.first_bad.get_or_insert(bad);
+                }
+                continue;
+            }
+            if !o.is_finite() {
+                s.non_finite += 1;
+                s.first_bad.get_or_insert(bad);
+                continue;
+            }
+            let d = (o - r).abs();
+            s.diff2 += d * d;
+            s.ref2 += r * r;
+            if d > s.max_abs {
+                s.max_abs = d;
+            }
+            if d > 0.0 && s.worst.as_ref().is_none_or(|(w, _)| d > *w) {
+                s.worst = Some((d, bad));
+            }
+        }
+        s
+    }
+
+    /// These sums followed by `next`'s (the elements after them).
+    fn then(self, next: Sums) -> Sums {
+        let worst = match (self.worst, next.worst) {
+            (Some(a), Some(b)) => Some(if b.0 > a.0 { b } else { a }),
+            (a, b) => a.or(b),
+        };
+        Sums {
+            diff2: self.diff2 + next.diff2,
+            ref2: self.ref2 + next.ref2,
+            max_abs: self.max_abs.max(next.max_abs),
+            non_finite: self.non_finite + next.non_finite,
+            ref_nf: self.ref_nf + next.ref_nf,
+            ref_nf_bad: self.ref_nf_bad + next.ref_nf_bad,
+            first_bad: self.first_bad.or(next.first_bad),
+            worst,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -199,6 +252,35 @@ mod tests {
                 .unwrap()
                 .passed
         );
+    }
+
+    /// Chunks (summed on threads) find the same first bad element, largest error and sums as
+    /// one pass over a long output.
+    #[test]
+    fn long_outputs_are_checked_in_chunks_like_short_ones() {
+        let n = 300_000;
+        let reference: Vec<f64> = (0..n).map(|i| (i % 97) as f64 - 48.0).collect();
+        let mut out = reference.clone();
+        out[70_000] += 0.5;
+        out[250_000] += 2.0;
+        out[260_000] = f64::NAN;
+        out[270_000] -= 2.0;
+        let c = check("y", DType::F32, &out, &reference).unwrap();
+        let one = Sums::of(0, &out, &reference);
+        assert_eq!(c.non_finite, 1);
+        assert_eq!(c.first_bad.as_ref().unwrap().index, 260_000);
+        assert_eq!(c.max_abs, 2.0);
+        assert_eq!(one.worst.as_ref().unwrap().1.index, 250_000);
+        let rel = (one.diff2 / one.ref2).sqrt();
+        assert!(
+            (c.rel_l2 - rel).abs() <= 1e-12 * rel,
+            "{} vs {rel}",
+            c.rel_l2
+        );
+        // Without the NaN, the largest error (the first of the two 2.0s) is pointed at.
+        out[260_000] = reference[260_000];
+        let c = check("y", DType::F32, &out, &reference).unwrap();
+        assert_eq!(c.first_bad.unwrap().index, 250_000);
     }
 
     #[test]

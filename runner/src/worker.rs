@@ -21,7 +21,8 @@
 //! fresh-process-after-a-fault paths.
 
 use crate::engine::{
-    self, CopyCeiling, Device, Hooks, PairRatios, Progress, RunError, RunRequest, RunResult, Stage,
+    self, CopyCeiling, Device, Hooks, PairRatios, Prepared, Progress, RunError, RunRequest,
+    RunResult, Stage,
 };
 use crate::faults::{self, Fault};
 use crate::gpu::{DeviceInfo, Gpu};
@@ -48,6 +49,12 @@ pub struct WorkerJob {
     /// Where CUBINs are cached by content hash (none: no cache).
     #[serde(default)]
     pub cubin_cache: Option<PathBuf>,
+    /// The programs as the service compiled them for these sizes (then the worker does not
+    /// lower them again); `None`: the worker compiles (`hopfuse bench`, a one-shot worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared: Option<Prepared>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared_b: Option<Prepared>,
 }
 
 /// What a warm worker says once it is ready for jobs.
@@ -339,10 +346,10 @@ fn run_job(
     let mut outcomes: Vec<(Part, Outcome)> = Vec::new();
     if options.fake {
         let parts = [
-            (Part::A, Some(&job.request)),
-            (Part::B, job.request_b.as_ref()),
+            (Part::A, Some(&job.request), job.prepared.as_ref()),
+            (Part::B, job.request_b.as_ref(), job.prepared_b.as_ref()),
         ];
-        for (part, request) in parts {
+        for (part, request, prepared) in parts {
             let Some(request) = request else { continue };
             let behaviour = options.behaviour.resolve(&request.source);
             let outcome = if job.fault.is_some() {
@@ -350,7 +357,7 @@ fn run_job(
                     error: RunError::new(Stage::Request, "fault kernels need the GPU worker"),
                 }
             } else {
-                fake(request, behaviour, out)
+                fake(request, prepared, behaviour, out)
             };
             emit_outcome(out, part, &outcome);
             outcomes.push((part, outcome));
@@ -372,7 +379,12 @@ fn run_job(
         };
         match (&job.request_b, job.fault) {
             (Some(b), None) => {
-                let ab = engine::run_ab_on(device, &job.request, b, &mut hooks);
+                let ab = engine::run_ab_on(
+                    device,
+                    (&job.request, job.prepared.as_ref()),
+                    (b, job.prepared_b.as_ref()),
+                    &mut hooks,
+                );
                 let cached = hooks.cached;
                 if let Some(ratios) = ab.ratios {
                     emit(&mut *hooks.out, &WorkerEvent::Comparison { ratios });
@@ -383,7 +395,7 @@ fn run_job(
             (_, fault) => {
                 let r = match fault {
                     Some(fault) => faults::run_on(device, fault, &job.request, &mut hooks),
-                    None => engine::run_on(device, &job.request, &mut hooks),
+                    None => engine::run_on(device, &job.request, job.prepared.as_ref(), &mut hooks),
                 };
                 outcomes.push((Part::A, measured(r, hooks.cached)));
             }
@@ -437,19 +449,29 @@ fn die_with_parent() {
     }
 }
 
-fn fake(req: &RunRequest, behaviour: FakeBehaviour, out: &mut impl Write) -> Outcome {
-    emit(
-        out,
-        &WorkerEvent::Progress {
-            step: Progress::Lowering,
-        },
-    );
-    let (compilation, setup) = match engine::prepare(req) {
-        Ok(x) => x,
-        Err(error) => return Outcome::Error { error },
+fn fake(
+    req: &RunRequest,
+    prepared: Option<&Prepared>,
+    behaviour: FakeBehaviour,
+    out: &mut impl Write,
+) -> Outcome {
+    let compiled = match prepared {
+        Some(p) => p.clone(),
+        None => {
+            emit(
+                out,
+                &WorkerEvent::Progress {
+                    step: Progress::Lowering,
+                },
+            );
+            match engine::prepare(req) {
+                Ok((c, setup)) => Prepared::new(&c, setup),
+                Err(error) => return Outcome::Error { error },
+            }
+        }
     };
-    let working_set_bytes = compilation
-        .plan
+    let Prepared { cuda, plan, setup } = compiled;
+    let working_set_bytes = plan
         .tensors()
         .map(|(_, dtype, _, shape)| {
             engine::tensor_elements(shape, &req.sizes)
@@ -487,12 +509,12 @@ fn fake(req: &RunRequest, behaviour: FakeBehaviour, out: &mut impl Write) -> Out
         fake: true,
         compile: Box::new(FakeCompile {
             note: FAKE_NOTE.to_string(),
-            kernel: compilation.plan.kernel_name.clone(),
+            kernel: plan.kernel_name.clone(),
             index_type: setup.index_type,
             index_reason: setup.index_reason,
             launch: setup.launch,
             working_set_bytes,
-            cuda_bytes: compilation.cuda.len(),
+            cuda_bytes: cuda.len(),
         }),
     }
 }
@@ -662,8 +684,7 @@ mod tests {
 
     #[test]
     fn cubins_are_cached_by_content_hash() {
-        if !nvrtc::available() {
-            eprintln!("SKIPPED: libnvrtc cannot be loaded");
+        if crate::not_run::nvrtc_missing("the CUBIN cache") {
             return;
         }
         let dir = std::env::temp_dir().join(format!("hopfuse-cubin-{}", std::process::id()));
@@ -701,8 +722,7 @@ mod tests {
 
     #[test]
     fn a_warm_worker_keeps_cubins_in_memory() {
-        if !nvrtc::available() {
-            eprintln!("SKIPPED: libnvrtc cannot be loaded");
+        if crate::not_run::nvrtc_missing("the CUBIN cache") {
             return;
         }
         let dir = std::env::temp_dir().join(format!("hopfuse-cubin-mem-{}", std::process::id()));

@@ -155,6 +155,7 @@ fn measured(passed: bool) -> RunResult {
         cublas: None,
         fraction_of_cublas: None,
         cublas_skipped: None,
+        reference: None,
         validation: vec![check_of("c", passed)],
         validation_after_timing: vec![check_of("c", passed)],
         passed,

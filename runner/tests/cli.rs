@@ -1,6 +1,6 @@
 //! The `hopfuse` binary end to end, without a GPU. The NVRTC tests need libnvrtc (CUDA 13) on
-//! the library path (`eval "$(scripts/setup-nvrtc.sh)"`, as .ci/run does); without it they say
-//! SKIPPED and pass.
+//! the library path (`eval "$(scripts/setup-nvrtc.sh)"`, as .ci/run does); without it they are
+//! reported as not run, and fail where `HOPFUSE_REQUIRE_NVRTC` is set (`not_run.rs`).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -36,19 +36,10 @@ fn tmp_file(name: &str, contents: &str) -> String {
     path.display().to_string()
 }
 
-/// Whether to skip an NVRTC test. With `HOPFUSE_REQUIRE_NVRTC` set (scripts/test.sh sets it),
-/// a missing libnvrtc fails the test instead.
+/// Whether to skip an NVRTC test (reported as not run; a failure under
+/// `HOPFUSE_REQUIRE_NVRTC`, which scripts/test.sh sets).
 fn nvrtc_missing() -> bool {
-    if hopfuse_runner::nvrtc::available() {
-        return false;
-    }
-    if std::env::var_os("HOPFUSE_REQUIRE_NVRTC").is_some() {
-        panic!("HOPFUSE_REQUIRE_NVRTC is set but libnvrtc (CUDA 13) cannot be loaded");
-    }
-    eprintln!(
-        "SKIPPED: libnvrtc (CUDA 13) cannot be loaded; run `eval \"$(scripts/setup-nvrtc.sh)\"`"
-    );
-    true
+    hopfuse_runner::not_run::nvrtc_missing("hopfuse nvrtc-check")
 }
 
 #[test]
@@ -86,13 +77,55 @@ fn bad_sizes_are_a_clear_error() {
         assert!(text(&out).contains(needle), "{size}: {}", text(&out));
         assert!(!text(&out).contains("panicked"), "{}", text(&out));
     }
-    // --size is required.
-    let out = hopfuse(&["run", &file]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    // Without --size, a fusion with symbols is told which one is missing.
+    let sym = tmp_file(
+        "sym.hf",
+        "fusion f {\n  input x: f32[N]\n  y = exp(x)\n  output y\n}\n",
+    );
+    let out = hopfuse(&["run", &sym, "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["error"]["stage"], "sizes", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`N` has no value"),
+        "{v}"
+    );
     // A zero iteration count is refused before anything runs.
     let out = hopfuse(&["run", &file, "--size", "M=1", "--iters", "0"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("iters must be"), "{}", text(&out));
+}
+
+/// A fusion whose extents are all constants needs no `--size` (and takes an empty one): it
+/// gets past the sizes to NVRTC / the GPU, which this machine may lack.
+#[test]
+fn constant_fusions_run_without_sizes() {
+    let file = tmp_file(
+        "const.hf",
+        "fusion f {\n  input x: f32[4, 64]\n  y = exp(x)\n  output y\n}\n",
+    );
+    for args in [
+        vec!["run", &file, "--json"],
+        vec!["run", &file, "--size", "", "--json"],
+    ] {
+        let out = hopfuse(&args);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+        match v.get("error") {
+            // No GPU or NVRTC here: the run got past compiling and the sizes.
+            Some(e) => {
+                let stage = e["stage"].as_str().unwrap();
+                assert!(stage == "cuda" || stage == "nvrtc", "{args:?}: {v}");
+                assert_eq!(out.status.code(), Some(1));
+            }
+            None => {
+                assert_eq!(v["sizes"], serde_json::json!({}), "{v}");
+                assert_eq!(v["passed"], true, "{v}");
+            }
+        }
+    }
 }
 
 #[test]
@@ -200,9 +233,24 @@ fn bench_takes_sizes_and_reports_programs_it_cannot_run() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(t.contains("| basics/add | M=16384,N=16384 |"), "{t}");
     assert!(
-        t.contains("no `// bench: M=...,N=...` line; give --size"),
+        t.contains("no `// bench: M=...,N=...` line for its sizes (N); give --size"),
         "{t}"
     );
+    // Constant fusions need no bench line, or take an empty one.
+    let constant = "fusion f {\n  input x: f32[8, 32]\n  y = exp(x)\n  output y\n}\n";
+    let bare = tmp_file("const_bare.hf", constant);
+    let empty = tmp_file("const_empty.hf", &format!("// bench:\n{constant}"));
+    let out = hopfuse(&["bench", "--fake-worker", "--no-cubin-cache", &bare, &empty]);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    for name in ["const_bare", "const_empty"] {
+        assert!(
+            t.lines().any(|l| l.contains(name)
+                && l.contains("| (constant shapes) |")
+                && l.contains("fake worker")),
+            "{t}"
+        );
+    }
     let out = hopfuse(&[
         "bench",
         "--fake-worker",

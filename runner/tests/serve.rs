@@ -26,6 +26,11 @@ fn temp_dir(name: &str) -> PathBuf {
 impl Server {
     /// Starts `hopfuse serve` with its data in `dir` and these extra arguments.
     fn start(dir: &Path, extra: &[&str]) -> Server {
+        Server::start_env(dir, extra, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables.
+    fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -42,6 +47,7 @@ impl Server {
             .args(extra)
             .env_remove("HOPFUSE_TOKEN")
             .env_remove("HOPFUSE_DB")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -578,13 +584,11 @@ async fn fake_results_are_marked_and_carry_no_measurements() {
 #[tokio::test]
 async fn without_a_gpu_runs_answer_503_and_compile_works() {
     let dir = temp_dir("no-gpu");
-    let s = Server::start(&dir, &[]);
+    // No GPU visible to the service's probe, also on a machine that has one.
+    let s = Server::start_env(&dir, &[], &[("CUDA_VISIBLE_DEVICES", "")]);
     let c = client();
     let (_, h) = get(&c, s.url("/api/health")).await;
-    if !h["gpu"].is_null() {
-        eprintln!("SKIPPED: this machine has a GPU ({})", h["gpu"]["name"]);
-        return;
-    }
+    assert!(h["gpu"].is_null(), "{h}");
     assert_eq!(h["run_available"], false, "{h}");
     assert!(h["gpu_reason"].is_string(), "{h}");
     let (status, v, _) = post(&c, s.url("/api/run"), add_run("").to_string()).await;
@@ -877,5 +881,177 @@ async fn a_worker_that_cannot_start_is_reported_and_the_service_keeps_answering(
     let (status, h) = get(&c, s.url("/api/health")).await;
     assert_eq!(status, 200);
     assert!(h["queue"]["workers"][0].is_null(), "{h}");
+    s.stop();
+}
+
+/// A compile whose client went away keeps its slot while it runs (the permit follows the
+/// work), and SIGTERM does not wait for it.
+#[tokio::test]
+async fn an_abandoned_compile_keeps_its_slot_and_does_not_hold_shutdown() {
+    let dir = temp_dir("abandoned-compile");
+    let mut s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--compile-slots",
+            "1",
+            "--compile-timeout",
+            "120",
+            "--compile-test-delay-ms",
+            "60000",
+        ],
+    );
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let body = json!({"program": example("add.hf")}).to_string();
+    let gone = impatient
+        .post(s.url("/api/compile"))
+        .body(body)
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gives up: {gone:?}");
+    let c = client();
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(h["compiles"]["slots"], 1, "{h}");
+    assert_eq!(
+        h["compiles"]["running"], 1,
+        "the abandoned compile holds its slot: {h}"
+    );
+    // SIGTERM: the service exits without waiting the minute the compile still needs.
+    let start = Instant::now();
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(
+        unsafe { libc::kill(s.child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let status = loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "SIGTERM waited on the abandoned compile"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// A compile past the deadline answers 422 at the deadline; while its compile still holds the
+/// only slot, the next request answers 503 with Retry-After (compile and run alike).
+#[tokio::test]
+async fn compiles_past_the_deadline_get_an_error_at_the_deadline() {
+    let dir = temp_dir("compile-deadline");
+    let s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--compile-slots",
+            "1",
+            "--compile-timeout",
+            "1",
+            "--compile-test-delay-ms",
+            "4000",
+        ],
+    );
+    let c = client();
+    let body = json!({"program": example("add.hf")}).to_string();
+    let start = Instant::now();
+    let (status, v, _) = post(&c, s.url("/api/compile"), body.clone()).await;
+    assert_eq!(status, 422, "{v}");
+    assert_eq!(v["limit"], "compile_timeout_s", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("deadline"), "{v}");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    let (status, v, headers) = post(&c, s.url("/api/compile"), body).await;
+    assert_eq!(status, 503, "{v}");
+    assert!(headers.contains_key("retry-after"), "{headers:?}");
+    let (status, v, _) = post(&c, s.url("/api/run"), add_run("").to_string()).await;
+    assert!(status == 503 || status == 422, "{status} {v}");
+    assert_eq!(v["limit"], "compile_timeout_s", "{v}");
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(h["limits"]["compile_timeout_s"], 1.0, "{h}");
+    s.stop();
+}
+
+/// `--keep-runs` bounds the run history: after four runs with a limit of two, the two newest
+/// are left.
+#[tokio::test]
+async fn the_run_history_keeps_what_the_retention_flags_say() {
+    let dir = temp_dir("retention");
+    let s = Server::start(&dir, &["--fake-worker", "--keep-runs", "2"]);
+    let c = client();
+    let mut jobs = Vec::new();
+    for _ in 0..4 {
+        let job = submit(&s, &c, &add_run("")).await;
+        events(&s, &c, &job).await;
+        jobs.push(job);
+    }
+    let t = Instant::now();
+    let runs = loop {
+        let (_, runs) = get(&c, s.url("/api/runs?limit=100")).await;
+        // Written just after `done`: wait for the last one.
+        if runs["runs"][0]["id"] == jobs[3].as_str() {
+            break runs;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{runs}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let ids: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "{runs}");
+    assert!(
+        ids.contains(&jobs[3].as_str()) && ids.contains(&jobs[2].as_str()),
+        "{ids:?} {jobs:?}"
+    );
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(h["limits"]["keep_runs"], 2, "{h}");
+    s.stop();
+}
+
+/// `POST /api/run` lowers each program once, in the service, for the run's sizes (before, the
+/// checks lowered it three times); the worker runs that compilation (see the worker test
+/// `a_job_with_its_compilation_is_not_lowered_again`).
+#[tokio::test]
+async fn a_run_is_compiled_once() {
+    let dir = temp_dir("compile-once");
+    let s = Server::start(&dir, &["--fake-worker"]);
+    let c = client();
+    let lowered = |h: &Value| h["compiles"]["lowered"].as_u64().unwrap();
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    let before = lowered(&h);
+    let job = submit(&s, &c, &add_run("")).await;
+    let (_, result) = events(&s, &c, &job).await;
+    assert_eq!(result["status"], "fake", "{result}");
+    assert_eq!(result["compile"]["index_type"], "i32", "{result}");
+    // The service's lowering is the job's first step; the worker adds none.
+    assert_eq!(result["progress"], json!(["lowering"]), "{result}");
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(lowered(&h), before + 1, "{h}");
+    // A/B: each program once.
+    let ab = json!({
+        "program": example("add.hf"),
+        "program_b": example("bias_add.hf"),
+        "sizes": {"M": 256, "N": 256},
+    });
+    let job = submit(&s, &c, &ab).await;
+    let (_, result) = events(&s, &c, &job).await;
+    assert_eq!(result["b"]["status"], "fake", "{result}");
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(lowered(&h), before + 3, "{h}");
     s.stop();
 }

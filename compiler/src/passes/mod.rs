@@ -146,6 +146,8 @@ pub struct Ctx<'a> {
     pub constraints: Vec<crate::plan::Constraint>,
     /// See [`crate::CompileOptions::assume_aligned_vectors`].
     pub assume_aligned_vectors: bool,
+    /// See [`crate::CompileOptions::aligned_for`].
+    pub aligned_for: Option<std::collections::BTreeMap<String, i64>>,
     /// Loads that pipelines fill: TMA and bulk copies, and circular-buffered plain loads (the
     /// `tma` pass).
     pub tma: Vec<tma::TmaInfo>,
@@ -163,6 +165,18 @@ pub struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
+    /// Whether a vector access whose alignment needs `divisible` (value, divisor) pairs takes
+    /// the aligned path: always with `assume_aligned_vectors`, else when the sizes it is
+    /// specialised for meet every pair.
+    pub fn vectors_aligned(&self, divisible: &[(SizeExpr, i64)]) -> bool {
+        self.assume_aligned_vectors
+            || self.aligned_for.as_ref().is_some_and(|sizes| {
+                divisible
+                    .iter()
+                    .all(|(value, divisor)| value.eval(sizes).is_ok_and(|v| v % divisor == 0))
+            })
+    }
+
     /// The shared-memory swizzle (bytes) of buffer `b` when it holds a swizzled TMA box: a
     /// swizzled load's cache or a swizzled store's source.
     pub fn box_swizzle(&self, b: BufferId) -> Option<u32> {
@@ -190,6 +204,7 @@ impl<'a> Ctx<'a> {
             name_suffix: HashMap::new(),
             constraints: Vec::new(),
             assume_aligned_vectors: false,
+            aligned_for: None,
             tma: Vec::new(),
             pipes: Vec::new(),
             stores: Vec::new(),

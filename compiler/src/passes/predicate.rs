@@ -224,21 +224,25 @@ impl State<'_> {
                     f.tensors[f.exprs[c.expr].output].span,
                 ));
             }
-            if cx.assume_aligned_vectors {
-                let shape = self.k.buffers[global.buffer].global_shape.clone();
-                for (e, _) in shape.iter().skip(1) {
-                    if let SizeExpr::Sym(s) = e {
-                        let c = Constraint::Divisible {
-                            value: SizeExpr::Sym(s.clone()),
-                            divisor: width,
-                            reason: format!(
-                                "compiled for aligned {}-byte vectors of `{gname}`",
-                                width * dtype_bytes
-                            ),
-                        };
-                        if !cx.constraints.contains(&c) {
-                            cx.constraints.push(c);
-                        }
+            let divisible: Vec<(SizeExpr, i64)> = self.k.buffers[global.buffer]
+                .global_shape
+                .iter()
+                .skip(1)
+                .filter(|(e, _)| matches!(e, SizeExpr::Sym(_)))
+                .map(|(e, _)| (e.clone(), width))
+                .collect();
+            if cx.vectors_aligned(&divisible) {
+                for (value, _) in divisible {
+                    let c = Constraint::Divisible {
+                        value,
+                        divisor: width,
+                        reason: format!(
+                            "compiled for aligned {}-byte vectors of `{gname}`",
+                            width * dtype_bytes
+                        ),
+                    };
+                    if !cx.constraints.contains(&c) {
+                        cx.constraints.push(c);
                     }
                 }
             } else {

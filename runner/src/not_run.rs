@@ -1,0 +1,82 @@
+//! One policy for checks that cannot run on this machine (no libnvrtc, no PostgreSQL to test
+//! against): a check that did not run says so, as `NOT RUN: <check>: <why>` on stderr and as a
+//! line in the file named by `HOPFUSE_NOT_RUN_LOG` (scripts/test.sh prints that file at the
+//! end), and where the variable that requires it is set (`HOPFUSE_REQUIRE_NVRTC`,
+//! `HOPFUSE_REQUIRE_POSTGRES`), it fails instead. A check that ran and failed always fails.
+
+use std::io::Write;
+
+/// Requires the NVRTC checks (scripts/test.sh sets it).
+pub const REQUIRE_NVRTC: &str = "HOPFUSE_REQUIRE_NVRTC";
+/// Requires the PostgreSQL checks.
+pub const REQUIRE_POSTGRES: &str = "HOPFUSE_REQUIRE_POSTGRES";
+/// A file to append one line per check that did not run.
+pub const LOG: &str = "HOPFUSE_NOT_RUN_LOG";
+
+/// Reports that `check` did not run because of `why` and returns `true` (the caller returns);
+/// panics instead when `required_by` is set in the environment.
+pub fn skip(check: &str, why: &str, required_by: &str) -> bool {
+    if std::env::var_os(required_by).is_some_and(|v| !v.is_empty()) {
+        panic!("{check} did not run ({why}), and {required_by} is set: it is required here");
+    }
+    let line = format!("NOT RUN: {check}: {why} (set {required_by} to make this a failure)");
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os(LOG).filter(|p| !p.is_empty()) {
+        // Best effort: the line on stderr is the report of record.
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+    true
+}
+
+/// Whether `check`, which needs libnvrtc, must be skipped (see [`skip`]).
+pub fn nvrtc_missing(check: &str) -> bool {
+    !crate::nvrtc::available()
+        && skip(
+            check,
+            "libnvrtc (CUDA 13) cannot be loaded; run `eval \"$(scripts/setup-nvrtc.sh)\"`",
+            REQUIRE_NVRTC,
+        )
+}
+
+/// The PostgreSQL URL to test against (`HOPFUSE_TEST_POSTGRES_URL`), or `None` after
+/// reporting `check` as not run (see [`skip`]).
+pub fn postgres_url(check: &str) -> Option<String> {
+    match std::env::var("HOPFUSE_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            skip(
+                check,
+                "no database: set HOPFUSE_TEST_POSTGRES_URL=postgres://...",
+                REQUIRE_POSTGRES,
+            );
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_required_check_that_cannot_run_fails() {
+        // A variable of this test alone (tests run in parallel and share the environment).
+        const VAR: &str = "HOPFUSE_TEST_REQUIRE_NOT_RUN_POLICY";
+        assert!(skip("the policy check", "nothing to run on", VAR));
+        std::env::set_var(VAR, "1");
+        let failed = std::panic::catch_unwind(|| skip("the policy check", "nothing", VAR));
+        std::env::remove_var(VAR);
+        let message = failed.unwrap_err();
+        let message = message.downcast_ref::<String>().unwrap();
+        assert!(
+            message.contains("did not run") && message.contains(VAR),
+            "{message}"
+        );
+    }
+}
