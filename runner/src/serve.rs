@@ -10,7 +10,7 @@ use crate::gpu::DeviceInfo;
 use crate::queue::{JobEvent, JobSpec, JobStage, Queue, QueueConfig, QueueStats};
 use crate::store::Store;
 use crate::worker::FakeBehaviour;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, Method, StatusCode};
