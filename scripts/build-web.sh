@@ -13,7 +13,12 @@ cd "$(dirname "$0")/.."
 log() { echo "build-web: $*" >&2; }
 SECONDS=0
 
-(cd web && npm run --silent bundle -- --log-level=warning)
+# The CodeMirror bundle, when a source or the npm lock file is newer than it.
+bundle=web/js/dist/editor.js
+if [ ! -f "$bundle" ] || [ -n "$(find web/js -maxdepth 1 -name '*.js' -newer "$bundle")" ] ||
+  [ web/package-lock.json -nt "$bundle" ]; then
+  (cd web && npm run --silent bundle -- --log-level=warning)
+fi
 log "wasm32 build of the playground (cargo: a first build takes minutes)"
 cargo build -p hopfuse-web --target wasm32-unknown-unknown --profile wasm-release
 mkdir -p dist
@@ -24,7 +29,9 @@ wasm_in=target/wasm32-unknown-unknown/wasm-release/hopfuse_web.wasm
 opt_flags=(-Oz --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
   --enable-mutable-globals --enable-reference-types --enable-multivalue)
 wasm_opt=web/node_modules/.bin/wasm-opt
-stamp="$(sha256sum "$wasm_in" | cut -d' ' -f1) $(wasm-bindgen --version) $("$wasm_opt" --version) ${opt_flags[*]}"
+# (binaryen's version from its package: `wasm-opt --version` starts node, which takes a while)
+binaryen=$(grep -m1 '"version"' web/node_modules/binaryen/package.json | tr -dc '0-9.')
+stamp="$(sha256sum "$wasm_in" | cut -d' ' -f1) $(wasm-bindgen --version) binaryen $binaryen ${opt_flags[*]}"
 if [ -f dist/hopfuse_web_bg.wasm ] && [ -f dist/hopfuse_web.js ] &&
   [ "$(cat dist/.wasm-stamp 2>/dev/null)" = "$stamp" ]; then
   log "wasm unchanged: wasm-bindgen and wasm-opt skipped"
