@@ -307,7 +307,10 @@ mod tests {
         assert_eq!(e.len(), 1);
         // At the unclosed `(` (byte 26, UTF-16 offset 25: `é` is two bytes, one code unit).
         assert_eq!((e[0].from, e[0].to, e[0].line), (25, 26, 3), "{e:?}");
-        assert_eq!(e[0].located(), "3:10: unclosed `(`: expected `)` before `}`");
+        assert_eq!(
+            e[0].located(),
+            "3:10: unclosed `(`: expected `)` before `}`"
+        );
         let src = crate::examples::find("basics/add").unwrap().source;
         let c = compile(src).unwrap();
         assert!(c.passes[0].changed);
