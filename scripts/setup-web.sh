@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the playground's build and tests need, idempotently: the wasm32 target,
-# wasm-bindgen-cli at the version web/Cargo.toml pins, the npm packages of web/ (CodeMirror,
+# wasm-bindgen's CLI at the version web/Cargo.toml pins (tools/wasm-bindgen, locked), the npm packages of web/ (CodeMirror,
 # esbuild, binaryen's wasm-opt, playwright-core) from the committed lock file, and Debian's
 # chromium for the end-to-end test (not with --build-only).
 # Usage: scripts/setup-web.sh [--build-only]
@@ -14,13 +14,17 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   rustup target add wasm32-unknown-unknown
 fi
 
-# The CLI must be exactly the crate's wasm-bindgen version.
+# The CLI must be exactly the crate's wasm-bindgen version. It is built from tools/wasm-bindgen,
+# whose committed Cargo.lock fixes every dependency version (the lock file published with
+# wasm-bindgen-cli names versions this project's registry lacks, so `--locked` on it fails).
 want=$(sed -n 's/^wasm-bindgen = "=\([0-9.]*\)"/\1/p' web/Cargo.toml)
 [ -n "$want" ] || { log "no pinned wasm-bindgen version in web/Cargo.toml"; exit 1; }
+grep -q "^wasm-bindgen-cli = { version = \"=$want\"" tools/wasm-bindgen/Cargo.toml ||
+  { log "tools/wasm-bindgen/Cargo.toml does not pin wasm-bindgen-cli $want"; exit 1; }
 have=$(wasm-bindgen --version 2>/dev/null | awk '{print $2}' || true)
 if [ "$have" != "$want" ]; then
-  log "installing wasm-bindgen-cli $want (found: ${have:-none})"
-  cargo install wasm-bindgen-cli --version "$want"
+  log "installing wasm-bindgen $want (found: ${have:-none}); builds from source, about 3 minutes"
+  cargo install --locked --force --path tools/wasm-bindgen
 fi
 
 # npm ci only when the lock file changed since the last install.

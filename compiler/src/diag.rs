@@ -104,7 +104,8 @@ pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
-/// One or more diagnostics (compilation stops at the first error of a stage).
+/// One or more diagnostics: every syntax error, or every independent schedule error, or the
+/// first error of a later stage.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Diagnostics(pub Vec<Diagnostic>);
 

@@ -82,10 +82,17 @@ pub fn compile_choosing_index(
     choose: impl FnOnce(&LaunchPlan) -> IndexType,
 ) -> Result<Compilation, Diagnostics> {
     let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
-    let program = frontend::parse(source).map_err(locate)?;
+    let locate_all =
+        |ds: Vec<Diagnostic>| Diagnostics(ds.into_iter().map(|d| d.locate(source)).collect());
+    // Every syntax error, then every independent schedule error: each stage recovers at
+    // statement boundaries.
+    let program = frontend::parse_all(source).map_err(locate_all)?;
     let fusion = fusion::build(&program.fusion).map_err(locate)?;
     let mut scheduled = fusion.clone();
-    fusion::schedule::apply(&mut scheduled, &program.schedule).map_err(locate)?;
+    let schedule_errors = fusion::schedule::apply_all(&mut scheduled, &program.schedule);
+    if !schedule_errors.is_empty() {
+        return Err(locate_all(schedule_errors));
+    }
     let mut cx = passes::Ctx::new(&scheduled);
     cx.assume_aligned_vectors = options.assume_aligned_vectors;
     cx.aligned_for = options.aligned_for.clone();

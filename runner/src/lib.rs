@@ -18,6 +18,7 @@ pub mod report;
 pub mod selftest;
 pub mod serve;
 pub mod sizes;
+pub mod static_files;
 pub mod store;
 pub mod tensor_map;
 pub mod validate;

@@ -13,13 +13,13 @@ use crate::queue::{JobEvent, JobSpec, JobStage, Queue, QueueConfig, QueueStats};
 use crate::rate_limit::ClientRateLimiter;
 use crate::store::Store;
 use crate::worker::FakeBehaviour;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use hopfuse::{CompileOptions, IndexType};
@@ -34,10 +34,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
-use tower::ServiceExt;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::services::ServeDir;
 use tracing::{info, warn};
 
 /// `hopfuse serve` options.
@@ -630,31 +628,9 @@ async fn api_not_found(method: Method, uri: axum::http::Uri) -> ApiError {
     )
 }
 
-const NO_PLAYGROUND: &str = r#"<!doctype html>
-<html><head><meta charset="utf-8"><title>hopfuse</title></head>
-<body style="font-family: sans-serif; max-width: 42em; margin: 3em auto">
-<h1>hopfuse serve</h1>
-<p>The playground's files are not built yet (no <code>STATIC_DIR</code>). The API works:
-see <code>docs/api.md</code>, or try <a href="/api/health"><code>GET /api/health</code></a>.</p>
-</body></html>
-"#;
-
+/// The playground's files (`crate::static_files`): precompressed, with ETags.
 async fn static_files(State(app): State<Arc<App>>, req: Request) -> Response {
-    let dir = &app.args.static_dir;
-    if dir.is_dir() {
-        match ServeDir::new(dir)
-            .append_index_html_on_directories(true)
-            .oneshot(req)
-            .await
-        {
-            Ok(resp) => resp.map(Body::new),
-            Err(e) => match e {},
-        }
-    } else if req.uri().path() == "/" || req.uri().path() == "/index.html" {
-        Html(NO_PLAYGROUND.replace("STATIC_DIR", &dir.display().to_string())).into_response()
-    } else {
-        (StatusCode::NOT_FOUND, "not found").into_response()
-    }
+    crate::static_files::serve(&app.args.static_dir, req).await
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -194,9 +194,10 @@ async fn compile_reports_cuda_passes_and_located_diagnostics() {
     assert!(v["cuda"].is_null());
     let d = &v["diagnostics"][0];
     assert!(d["message"].as_str().unwrap().contains("expected"), "{d}");
+    // At the unclosed `(`.
     assert_eq!(
         (d["line"].as_u64(), d["column"].as_u64()),
-        (Some(4), Some(3)),
+        (Some(3), Some(10)),
         "{d}"
     );
 

@@ -1,10 +1,11 @@
 // The playground's JavaScript side, bundled by esbuild into dist/editor.js and imported by the
 // Rust crate through wasm-bindgen (`raw_module = "./editor.js"`): CodeMirror 6 editors (the
-// fusion language mode, lint marks, a read-only C++ viewer) and the runner API over fetch
-// (JSON requests and server-sent events read from a streamed body, so a bearer token can be
-// sent, which EventSource cannot do).
+// fusion language mode, lint marks, completion and hover docs from the language reference, a
+// read-only viewer that folds the CUDA helpers before the kernel) and the runner API over
+// fetch (JSON requests and server-sent events read from a streamed body, so a bearer token can
+// be sent, which EventSource cannot do).
 
-import { EditorState } from "@codemirror/state";
+import { EditorState, Compartment } from "@codemirror/state";
 import {
   EditorView,
   keymap,
@@ -13,6 +14,7 @@ import {
   highlightActiveLineGutter,
   drawSelection,
   highlightSpecialChars,
+  hoverTooltip,
 } from "@codemirror/view";
 import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
 import {
@@ -23,8 +25,17 @@ import {
   indentOnInput,
   foldGutter,
   foldKeymap,
+  codeFolding,
+  foldEffect,
+  unfoldEffect,
+  foldedRanges,
 } from "@codemirror/language";
-import { closeBrackets, closeBracketsKeymap } from "@codemirror/autocomplete";
+import {
+  closeBrackets,
+  closeBracketsKeymap,
+  autocompletion,
+  completionKeymap,
+} from "@codemirror/autocomplete";
 import { searchKeymap, highlightSelectionMatches } from "@codemirror/search";
 import { lintGutter, setDiagnostics } from "@codemirror/lint";
 import { tags } from "@lezer/highlight";
@@ -205,12 +216,109 @@ const baseTheme = EditorView.theme({
   ".cm-panels": { backgroundColor: "var(--bg-panel)", color: "var(--fg)" },
 });
 
+// ---- completion and hover docs ---------------------------------------------------------------
+
+/** The tensors a program names: inputs, outputs, assignments and schedule bindings. */
+function tensorNames(text) {
+  const names = new Map();
+  for (const m of text.matchAll(/^[ \t]*(?:input|output)[ \t]+([A-Za-z_]\w*)/gm)) names.set(m[1], m[0].trim());
+  for (const m of text.matchAll(/^[ \t]*([A-Za-z_]\w*)[ \t]*=(?!=)([^\n]*)/gm)) {
+    if (!KEYWORDS.has(m[1])) names.set(m[1], `${m[1]} =${m[2]}`.trim());
+  }
+  return names;
+}
+
+const COMPLETION_TYPES = {
+  keyword: "keyword", dtype: "type", op: "function", schedule: "method",
+  parallel: "constant", memory: "enum", load: "enum", argument: "property",
+};
+
+/**
+ * Completion from the language reference (`entries`: [{name, kind, signature, doc}]) and the
+ * program's tensors. After `t.` only schedule primitives; as the second argument of
+ * parallelize, parallel types; after `memory=`, `load=`, `store=`, their kinds.
+ */
+function completionSource(entries) {
+  const option = (e) => ({
+    label: e.name,
+    type: COMPLETION_TYPES[e.kind] ?? "variable",
+    detail: e.signature.length > 48 ? e.signature.slice(0, 47) + "…" : e.signature,
+    info: `${e.signature}\n\n${e.doc}`,
+  });
+  const byKind = (...kinds) => entries.filter((e) => kinds.includes(e.kind)).map(option);
+  const methods = entries.filter((e) => e.kind === "schedule" && /^\w+\./.test(e.signature)).map(option);
+  return (context) => {
+    const word = context.matchBefore(/[A-Za-z_]\w*/);
+    const line = context.state.doc.lineAt(context.pos);
+    const before = line.text.slice(0, (word ? word.from : context.pos) - line.from);
+    if (!word && !context.explicit) return null;
+    const from = word ? word.from : context.pos;
+    let options;
+    if (/\.\s*$/.test(before)) options = methods;
+    else if (/\.parallelize\(\s*\d+\s*,\s*$/.test(before)) options = byKind("parallel");
+    else if (/\bmemory\s*=\s*$/.test(before)) options = byKind("memory");
+    else if (/\b(load|store)\s*=\s*$/.test(before)) options = byKind("load");
+    else {
+      const tensors = [...tensorNames(context.state.doc.toString())].map(([name, decl]) => ({
+        label: name, type: "variable", detail: "tensor", info: decl, boost: 1,
+      }));
+      options = [...tensors, ...entries.filter((e) => e.kind !== "argument").map(option)];
+    }
+    return { from, options, validFor: /^\w*$/ };
+  };
+}
+
+/** Hover docs: the reference entry (or the tensor's declaration) of the word under the mouse. */
+function hoverDocs(entries) {
+  const byName = new Map(entries.map((e) => [e.name, e]));
+  return hoverTooltip((view, pos) => {
+    const { from, to, text } = view.state.doc.lineAt(pos);
+    let start = pos, end = pos;
+    while (start > from && /\w/.test(text[start - from - 1])) start--;
+    while (end < to && /\w/.test(text[end - from])) end++;
+    if (start === end) return null;
+    const word = text.slice(start - from, end - from);
+    const entry = byName.get(word);
+    const decl = entry ? null : tensorNames(view.state.doc.toString()).get(word);
+    if (!entry && !decl) return null;
+    return {
+      pos: start,
+      end,
+      above: true,
+      create() {
+        const dom = document.createElement("div");
+        dom.className = "hf-doc";
+        const sig = document.createElement("div");
+        sig.className = "hf-doc-sig";
+        sig.textContent = entry ? entry.signature : decl;
+        const doc = document.createElement("div");
+        doc.className = "hf-doc-text";
+        doc.textContent = entry ? entry.doc : `The tensor \`${word}\` of this program.`;
+        dom.append(sig, doc);
+        return { dom };
+      },
+    };
+  });
+}
+
 // ---- editors ---------------------------------------------------------------------------------
 
-/** The program editor. `onChange(text)` is called `delayMs` after the last edit. */
+/** Compiles this fast or faster run on every edit; slower ones wait for a pause in typing. */
+const FAST_COMPILE_MS = 25;
+
+/**
+ * The program editor. `onChange(text)` runs right after an edit while the last call took at
+ * most FAST_COMPILE_MS (one call per burst of edits in the same task); after a slower one it
+ * waits for a pause of twice that call's time, at most `maxDelayMs`.
+ */
 export class FusionEditor {
-  constructor(parent, doc, delayMs, onChange, onShortcut) {
+  constructor(parent, doc, maxDelayMs, onChange, onShortcut, referenceJson) {
     this.timer = null;
+    this.queued = false;
+    this.lastMs = 0;
+    this.onChange = onChange;
+    this.maxDelayMs = maxDelayMs;
+    const entries = JSON.parse(referenceJson);
     /** The documents of the tabs not shown, by key (each with its own undo history). */
     this.saved = new Map();
     this.key = "a";
@@ -235,8 +343,11 @@ export class FusionEditor {
       fusionLanguage,
       syntaxHighlighting(highlight),
       baseTheme,
+      autocompletion({ override: [completionSource(entries)], icons: false }),
+      hoverDocs(entries),
       keymap.of([
         ...closeBracketsKeymap,
+        ...completionKeymap,
         ...defaultKeymap,
         ...searchKeymap,
         ...historyKeymap,
@@ -245,13 +356,36 @@ export class FusionEditor {
       ]),
       EditorView.updateListener.of((u) => {
         if (!u.docChanged || u.transactions.every((t) => t.annotation(EditorState.userEvent) === "hopfuse.set")) return;
-        clearTimeout(this.timer);
-        this.timer = setTimeout(() => onChange(this.view.state.doc.toString()), delayMs);
+        this.schedule();
       }),
       EditorView.lineWrapping,
       EditorView.contentAttributes.of({ "aria-label": "fusion program" }),
     ];
     this.view = new EditorView({ parent, state: EditorState.create({ doc, extensions: this.extensions }) });
+  }
+  /** Compiles now (after the current update, in a microtask) or after a pause. */
+  schedule() {
+    clearTimeout(this.timer);
+    if (this.lastMs <= FAST_COMPILE_MS) {
+      if (this.queued) return;
+      this.queued = true;
+      queueMicrotask(() => {
+        this.queued = false;
+        this.fire();
+      });
+    } else {
+      this.timer = setTimeout(() => this.fire(), Math.min(this.maxDelayMs, Math.ceil(2 * this.lastMs)));
+    }
+  }
+  fire() {
+    const t0 = performance.now();
+    this.onChange(this.view.state.doc.toString());
+    this.lastMs = performance.now() - t0;
+  }
+  goto(offset) {
+    const pos = Math.max(0, Math.min(offset, this.view.state.doc.length));
+    this.view.dispatch({ selection: { anchor: pos }, scrollIntoView: true });
+    this.view.focus();
   }
   /** Shows the document of tab `key` holding `text`: the tab's own editor state (undo history,
    * selection) when it still holds `text`, else a new one. A pending edit is dropped: the caller
@@ -259,6 +393,7 @@ export class FusionEditor {
   switchTo(key, text) {
     if (key === this.key) return;
     clearTimeout(this.timer);
+    this.queued = false;
     this.saved.set(this.key, this.view.state);
     const old = this.saved.get(key);
     this.saved.delete(key);
@@ -296,30 +431,104 @@ export class FusionEditor {
   }
 }
 
-/** A read-only viewer: `lang` is "cpp" (CUDA) or "ir" (the kernel IR). */
+/** The first line of the emitted kernel; everything above it is helpers. */
+const KERNEL_LINE = /^extern "C" __global__/;
+
+/**
+ * A read-only viewer: `lang` is "cpp" (CUDA), "ir" (the kernel IR) or "fusion" (a program).
+ * The CUDA viewer folds the helpers before the kernel, so the kernel is what shows first; once
+ * the user opens them they stay open.
+ */
 export class CodeViewer {
   constructor(parent, lang) {
+    this.lang = lang;
+    this.wrap = new Compartment();
+    this.preludeOpen = false;
+    this.refolding = false;
+    const lines = (state, range) => state.doc.lineAt(range.to).number - state.doc.lineAt(range.from).number + 1;
     const extensions = [
       lineNumbers(),
       highlightSpecialChars(),
       drawSelection(),
       highlightActiveLine(),
       highlightSelectionMatches(),
+      codeFolding({
+        preparePlaceholder: (state, range) =>
+          range.from === 0 && lang === "cpp"
+            ? `⋯ ${lines(state, range)} lines of helpers before the kernel (click to show)`
+            : `⋯ ${lines(state, range)} lines`,
+        placeholderDOM: (view, onclick, text) => {
+          const el = document.createElement("span");
+          el.className = "cm-foldPlaceholder hf-fold";
+          el.textContent = text;
+          el.title = "show the folded lines";
+          el.onclick = onclick;
+          return el;
+        },
+      }),
       foldGutter(),
+      this.wrap.of([]),
       EditorState.readOnly.of(true),
       EditorView.editable.of(false),
       EditorView.contentAttributes.of({ tabindex: "0" }),
       syntaxHighlighting(highlight),
       baseTheme,
       keymap.of([...searchKeymap, ...foldKeymap]),
+      EditorView.updateListener.of((u) => {
+        if (this.refolding) return;
+        for (const tr of u.transactions) {
+          for (const e of tr.effects) if (e.is(unfoldEffect) && e.value.from === 0) this.preludeOpen = true;
+        }
+      }),
     ];
     if (lang === "cpp") extensions.push(cudaLanguage);
     else if (lang === "ir") extensions.push(irLanguage);
+    else if (lang === "fusion") extensions.push(fusionLanguage);
     this.view = new EditorView({ parent, state: EditorState.create({ doc: "", extensions }) });
   }
+  /** Replaces the text by its smallest changed middle, so folds and the scroll position of the
+   * unchanged parts stay. */
   setText(text) {
-    if (text === this.view.state.doc.toString()) return;
-    this.view.dispatch({ changes: { from: 0, to: this.view.state.doc.length, insert: text } });
+    const old = this.view.state.doc.toString();
+    if (text === old) return;
+    const n = Math.min(old.length, text.length);
+    let a = 0;
+    while (a < n && old.charCodeAt(a) === text.charCodeAt(a)) a++;
+    let b = 0;
+    while (b < n - a && old.charCodeAt(old.length - 1 - b) === text.charCodeAt(text.length - 1 - b)) b++;
+    this.view.dispatch({ changes: { from: a, to: old.length - b, insert: text.slice(a, text.length - b) } });
+    if (this.lang === "cpp") this.foldPrelude();
+  }
+  /** Folds lines 1 .. (the kernel's line - 1), unless the user opened them. */
+  foldPrelude() {
+    if (this.preludeOpen) return;
+    const doc = this.view.state.doc;
+    let kernel = 0;
+    for (let i = 1; i <= doc.lines; i++) {
+      if (KERNEL_LINE.test(doc.line(i).text)) {
+        kernel = i;
+        break;
+      }
+    }
+    if (kernel < 3) return;
+    const to = doc.line(kernel - 1).to;
+    const effects = [];
+    let done = false;
+    foldedRanges(this.view.state).between(0, 0, (from, end) => {
+      if (from !== 0) return;
+      if (end === to) done = true;
+      else effects.push(unfoldEffect.of({ from, to: end }));
+    });
+    if (done) return;
+    effects.push(foldEffect.of({ from: 0, to }));
+    this.refolding = true;
+    this.view.dispatch({ effects });
+    this.refolding = false;
+  }
+  setWrap(on) {
+    if (this.wrapped === on) return;
+    this.wrapped = on;
+    this.view.dispatch({ effects: this.wrap.reconfigure(on ? EditorView.lineWrapping : []) });
   }
 }
 

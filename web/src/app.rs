@@ -1,12 +1,18 @@
-//! The page: header (examples, sizes, Run, Share, short link, settings, theme, help), the editor
-//! with its A/B tabs, the output panes (CUDA, Passes, Launch plan, Pipeline, Run) and the status
-//! bar. The panes follow the tab shown; with a tab B, Run compares A and B.
+//! The page: header (examples, sizes, Run, Share, settings, theme, reference, help), the editor
+//! with its A/B tabs and the Problems list, the output panes ([`PANES`]: CUDA, Passes, Launch
+//! plan, Pipeline, Run) and the status bar. The panes follow the tab shown; with a tab B, Run
+//! compares A and B. With `?embed=PANE` in the URL the page is the read-only embed view
+//! ([`Embed`]): the program and that one pane, for blog posts and docs.
+//!
+//! The state is in the address bar (a full link) and in localStorage (the bare URL reopens the
+//! last program); closing the page with edits not shared since they were loaded asks first.
 
 use crate::diff;
 use crate::examples;
 use crate::js;
 use crate::model::{self, Compiled, Diag};
 use crate::pipeline;
+use crate::reference;
 use crate::runner::{self, ApiError, RunView, Settings};
 use crate::share::{self, Pane, PassMode, State, Tab};
 use leptos::ev;
@@ -18,8 +24,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use wasm_bindgen::prelude::*;
 
-/// Milliseconds of quiet after an edit before the program is compiled again.
-const DEBOUNCE_MS: u32 = 150;
+/// The longest wait after an edit before the program is compiled again; the editor compiles at
+/// once while compiles are fast and waits only for slow programs (js/editor.js).
+const MAX_COMPILE_DELAY_MS: u32 = 150;
+/// localStorage: the fragment of the last state (the bare URL restores it).
+const LAST_STATE_KEY: &str = "hopfuse.last";
+/// localStorage: whether the CUDA and IR viewers wrap long lines.
+const WRAP_KEY: &str = "hopfuse.wrap";
 /// Size given to a symbol the first time it appears.
 const DEFAULT_SIZE: i64 = 4096;
 
@@ -48,10 +59,54 @@ pub enum RunnerStatus {
     Down(String),
 }
 
+impl RunnerStatus {
+    /// Why Run is off, in plain words (None: Run is available).
+    fn run_blocked(&self) -> Option<&'static str> {
+        match self {
+            RunnerStatus::NoGpu(_) => Some(
+                "Run is off: the runner has no usable GPU, so it cannot run programs. \
+                 Compiling works in the page as usual.",
+            ),
+            RunnerStatus::Down(_) => Some(
+                "Run is off: no runner is reachable. Compiling works in the page as usual; \
+                 set a runner in Settings to run on a GPU.",
+            ),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dialog {
     Help,
     Settings,
+    Share,
+    Reference,
+}
+
+/// The short link of the Share dialog.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ShortLink {
+    None,
+    Making,
+    Made(String),
+    Failed(String),
+}
+
+/// The output panes in tab order (Alt+1 ... follow it): the pane, its tab's label, and whether
+/// the embed view can show it. A new pane is a variant of [`Pane`], a row here and an arm in
+/// [`pane_body`].
+pub const PANES: &[(Pane, &str, bool)] = &[
+    (Pane::Cuda, "CUDA", true),
+    (Pane::Passes, "Passes", true),
+    (Pane::Plan, "Launch plan", true),
+    (Pane::Pipeline, "Pipeline", true),
+    (Pane::Run, "Run", false),
+];
+
+/// The pane's name in URLs (`?embed=cuda`) and element ids.
+pub fn pane_key(pane: Pane) -> String {
+    format!("{pane:?}").to_ascii_lowercase()
 }
 
 /// Every signal of the page, as one copyable handle.
@@ -64,6 +119,8 @@ pub struct Ui {
     /// The tab in the editor; the compilation and the panes are its program's.
     tab: RwSignal<Tab>,
     sizes: RwSignal<BTreeMap<String, i64>>,
+    /// Size boxes holding something that is not a size: the text and why it is refused.
+    size_errors: RwSignal<BTreeMap<String, (String, String)>>,
     pane: RwSignal<Pane>,
     pass: RwSignal<Option<String>>,
     pass_mode: RwSignal<PassMode>,
@@ -78,6 +135,11 @@ pub struct Ui {
     dialog: RwSignal<Option<Dialog>>,
     toast: RwSignal<Option<(u32, String)>>,
     dark: RwSignal<bool>,
+    /// The CUDA and IR viewers (and the diff) wrap long lines.
+    wrap: RwSignal<bool>,
+    short: RwSignal<ShortLink>,
+    /// The pane the Share dialog's embed snippet shows.
+    embed_pane: RwSignal<Pane>,
     split: RwSignal<f64>,
     /// The state may be written to the URL (false while a short link loads).
     ready: RwSignal<bool>,
@@ -86,6 +148,10 @@ pub struct Ui {
     stream: StoredValue<Option<js::EventStream>, LocalStorage>,
     /// The fragment this page wrote last (a hashchange to anything else is a new link).
     written: StoredValue<String>,
+    /// Programs A and B as last loaded or shared: other text is an unshared edit.
+    baseline: StoredValue<(String, Option<String>)>,
+    /// The read-only embed view: nothing is written to the URL or to localStorage.
+    embedded: bool,
 }
 
 fn now_ms() -> Option<f64> {
@@ -93,7 +159,7 @@ fn now_ms() -> Option<f64> {
 }
 
 impl Ui {
-    fn new() -> Ui {
+    fn new(embedded: bool) -> Ui {
         let dark = match crate::storage_get("hopfuse.theme").as_deref() {
             Some("dark") => true,
             Some("light") => false,
@@ -108,6 +174,7 @@ impl Ui {
             program_b: RwSignal::new(None),
             tab: RwSignal::new(Tab::A),
             sizes: RwSignal::new(BTreeMap::new()),
+            size_errors: RwSignal::new(BTreeMap::new()),
             pane: RwSignal::new(Pane::Cuda),
             pass: RwSignal::new(None),
             pass_mode: RwSignal::new(PassMode::Ir),
@@ -122,12 +189,30 @@ impl Ui {
             dialog: RwSignal::new(None),
             toast: RwSignal::new(None),
             dark: RwSignal::new(dark),
+            wrap: RwSignal::new(crate::storage_get(WRAP_KEY).as_deref() == Some("on")),
+            short: RwSignal::new(ShortLink::None),
+            embed_pane: RwSignal::new(Pane::Cuda),
             split: RwSignal::new(44.0),
             ready: RwSignal::new(false),
             editor: StoredValue::new_local(None),
             stream: StoredValue::new_local(None),
             written: StoredValue::new(String::new()),
+            baseline: StoredValue::new((String::new(), None)),
+            embedded,
         }
+    }
+
+    /// The programs as they are now count as shared (loaded from a link, copied, short-linked).
+    fn mark_shared(self) {
+        self.baseline
+            .set_value((self.program.get_untracked(), self.program_b.get_untracked()));
+    }
+
+    /// Whether the programs changed since they were last loaded or shared.
+    fn unshared_edits(self) -> bool {
+        self.sync();
+        let now = (self.program.get_untracked(), self.program_b.get_untracked());
+        self.baseline.with_value(|b| *b != now)
     }
 
     /// Compiles `text` in the page and updates every pane.
@@ -276,22 +361,39 @@ impl Ui {
         self.show(tab);
     }
 
+    /// Loads an example with the sizes of its `// bench:` line.
     fn load_example(self, e: examples::Example) {
         self.pass.set(None);
         self.run.set(RunState::Idle);
+        let bench = examples::bench_sizes(&e);
+        self.sizes.update(|s| s.extend(bench));
+        self.size_errors.set(BTreeMap::new());
         self.set_program(e.source);
+        self.mark_shared();
     }
 
-    /// Restores the state a fragment names (`#v1:...` or a short link `#s:ID`); anything else
-    /// loads the first example.
+    /// Restores the state a fragment names (`#v1:...` or a short link `#s:ID`); with none, the
+    /// state this browser had last, else the first example.
     fn restore(self, hash: &str) {
+        if hash.len() <= 1 && !self.embedded {
+            if let Some(Ok(s)) = crate::storage_get(LAST_STATE_KEY).map(|f| share::decode(&f)) {
+                self.apply(s);
+                self.mark_shared();
+                self.ready.set(true);
+                self.say("Your last program is back (kept in this browser).");
+                return;
+            }
+        }
         if let Some(id) = hash.strip_prefix("#s:") {
             let id = id.to_string();
             self.ready.set(false);
             let settings = self.settings.get_untracked();
             spawn_local(async move {
                 match runner::get_link(&settings, &id).await {
-                    Ok(s) => self.apply(s),
+                    Ok(s) => {
+                        self.apply(s);
+                        self.mark_shared();
+                    }
                     Err(e) => self.say(format!(
                         "Short link {id} could not be opened. {}",
                         e.describe(&settings)
@@ -308,6 +410,7 @@ impl Ui {
             match share::decode(hash) {
                 Ok(s) => {
                     self.apply(s);
+                    self.mark_shared();
                     self.ready.set(true);
                     return;
                 }
@@ -318,8 +421,12 @@ impl Ui {
         self.ready.set(true);
     }
 
-    /// Writes the state into the address bar (so the page URL is always a full link).
+    /// Writes the state into the address bar (so the page URL is always a full link) and into
+    /// localStorage (so the bare URL reopens it).
     fn write_fragment(self) {
+        if self.embedded {
+            return;
+        }
         let fragment = format!("#{}", share::encode(&self.state()));
         if self.written.with_value(|w| *w == fragment) {
             return;
@@ -327,7 +434,33 @@ impl Ui {
         if let Ok(h) = window().history() {
             let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&fragment));
         }
+        crate::storage_set(LAST_STATE_KEY, &fragment);
         self.written.set_value(fragment);
+    }
+
+    /// The page's address without query and fragment.
+    fn page_url(self) -> String {
+        let loc = window().location();
+        format!(
+            "{}{}",
+            loc.origin().unwrap_or_default(),
+            loc.pathname().unwrap_or_default()
+        )
+    }
+
+    /// The full link: the page with the whole state in the fragment.
+    fn full_link(self) -> String {
+        format!("{}#{}", self.page_url(), share::encode(&self.state()))
+    }
+
+    /// The read-only embed view of the current state, showing `pane`.
+    fn embed_link(self, pane: Pane) -> String {
+        format!(
+            "{}?embed={}#{}",
+            self.page_url(),
+            pane_key(pane),
+            share::encode(&self.state())
+        )
     }
 
     /// A short message at the bottom of the page for a few seconds.
@@ -368,28 +501,35 @@ impl Ui {
         }
     }
 
+    /// Opens the Share dialog (full link, short link, embed snippet).
     fn share(self) {
         self.sync();
         self.write_fragment();
-        let url = window().location().href().unwrap_or_default();
-        self.copy(url, "Link");
+        self.short.set(ShortLink::None);
+        if self.pane.get_untracked() != Pane::Run {
+            self.embed_pane.set(self.pane.get_untracked());
+        }
+        self.dialog.set(Some(Dialog::Share));
     }
 
-    /// `POST /api/links` and copies the short link.
+    /// Copies `text` as the shared state (no unshared edits after it).
+    fn copy_shared(self, text: String, what: &'static str) {
+        self.mark_shared();
+        self.copy(text, what);
+    }
+
+    /// Opens the Share dialog and makes a short link there (`POST /api/links`), copied at once.
     fn short_link(self) {
-        self.sync();
-        self.write_fragment();
+        self.share();
         let state = self.state();
         let settings = self.settings.get_untracked();
+        self.short.set(ShortLink::Making);
         spawn_local(async move {
             match runner::create_link(&settings, &state).await {
                 Ok(id) => {
-                    let loc = window().location();
-                    let url = format!(
-                        "{}{}#s:{id}",
-                        loc.origin().unwrap_or_default(),
-                        loc.pathname().unwrap_or_default()
-                    );
+                    let url = format!("{}#s:{id}", self.page_url());
+                    self.short.set(ShortLink::Made(url.clone()));
+                    self.mark_shared();
                     let ok = js::copy_text(&url).await.as_bool().unwrap_or(false);
                     self.say(if ok {
                         format!("Short link copied: {url}")
@@ -399,10 +539,10 @@ impl Ui {
                 }
                 Err(e) => {
                     self.note_unreachable(&e, &settings);
-                    self.say(format!(
-                        "No short link: {} The address bar already holds a full link (Share).",
+                    self.short.set(ShortLink::Failed(format!(
+                        "No short link: {} The full link above holds the whole state without a runner.",
                         e.describe(&settings)
-                    ));
+                    )));
                 }
             }
         });
@@ -448,8 +588,21 @@ impl Ui {
         if matches!(self.run.get_untracked(), RunState::Active { .. }) {
             return;
         }
+        if let Some(why) = self.runner.with_untracked(|r| r.run_blocked()) {
+            self.say(why);
+            return;
+        }
         self.pane.set(Pane::Run);
         self.sync();
+        if let Some((sym, (text, why))) = self
+            .size_errors
+            .with_untracked(|e| e.first_key_value().map(|(k, v)| (k.clone(), v.clone())))
+        {
+            self.run.set(RunState::Failed(format!(
+                "The size {sym}={text} is not valid ({why}); fix it before running."
+            )));
+            return;
+        }
         let shown = self.tab.get_untracked();
         let program_b = self.program_b.get_untracked();
         let name = |t: Tab| match (&program_b, t) {
@@ -459,8 +612,8 @@ impl Ui {
         };
         let refuse = |who: &str, d: &Diag| {
             self.run.set(RunState::Failed(format!(
-                "{who} does not compile ({}:{}: {}); fix it before running.",
-                d.line, d.column, d.message
+                "{who} does not compile ({}); fix it before running.",
+                d.located()
             )));
         };
         if let Some(d) = self.diags.with_untracked(|d| d.first().cloned()) {
@@ -575,16 +728,37 @@ impl Ui {
 
 #[component]
 pub fn App() -> impl IntoView {
-    let ui = Ui::new();
-    let editor_ref = NodeRef::<html::Div>::new();
-    let cuda_ref = NodeRef::<html::Div>::new();
-    let ir_ref = NodeRef::<html::Div>::new();
-    let main_ref = NodeRef::<html::Main>::new();
-    let cuda_viewer: StoredValue<Option<js::CodeViewer>, LocalStorage> =
-        StoredValue::new_local(None);
-    let ir_viewer: StoredValue<Option<js::CodeViewer>, LocalStorage> = StoredValue::new_local(None);
-
+    let search = window().location().search().unwrap_or_default();
+    let embed = search
+        .trim_start_matches('?')
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("embed="))
+        .map(|key| {
+            PANES
+                .iter()
+                .find(|(p, _, embeddable)| *embeddable && pane_key(*p) == key)
+                .map_or(Pane::Cuda, |(p, _, _)| *p)
+        });
+    let ui = Ui::new(embed.is_some());
     ui.restore(&window().location().hash().unwrap_or_default());
+    let dark = ui.dark;
+    Effect::new(move |_| {
+        let dark = dark.get();
+        if let Some(root) = document().document_element() {
+            let _ = root.class_list().toggle_with_force("dark", dark);
+        }
+    });
+    match embed {
+        Some(pane) => view! { <Embed ui=ui pane=pane /> }.into_any(),
+        None => view! { <Playground ui=ui /> }.into_any(),
+    }
+}
+
+/// The whole playground.
+#[component]
+fn Playground(ui: Ui) -> impl IntoView {
+    let editor_ref = NodeRef::<html::Div>::new();
+    let main_ref = NodeRef::<html::Main>::new();
     ui.check_runner();
 
     // The editor, once its element exists.
@@ -605,9 +779,10 @@ pub fn App() -> impl IntoView {
         let ed = js::FusionEditor::new(
             &el,
             &ui.program.get_untracked(),
-            DEBOUNCE_MS,
+            MAX_COMPILE_DELAY_MS,
             &on_change,
             &on_shortcut,
+            &reference::json(),
         );
         if ui.tab.get_untracked() == Tab::B {
             ed.switch_to(Tab::B.key(), &ui.text_of(Tab::B));
@@ -616,48 +791,7 @@ pub fn App() -> impl IntoView {
         ui.editor.set_value(Some(ed));
         ui.push_diagnostics();
     });
-    // The CUDA viewer follows the last successful compilation.
-    Effect::new(move |_| {
-        let c = ui.compiled.get();
-        let Some(el) = cuda_ref.get() else { return };
-        if cuda_viewer.with_value(|v| v.is_none()) {
-            cuda_viewer.set_value(Some(js::CodeViewer::new(&el, "cpp")));
-        }
-        cuda_viewer.with_value(|v| {
-            if let (Some(v), Some(c)) = (v, c) {
-                v.set_text(&c.cuda);
-            }
-        });
-    });
-    let selected = Memo::new(move |_| {
-        let sel = ui.pass.get();
-        ui.compiled.with(|c| {
-            let c = c.as_ref()?;
-            let i = sel
-                .and_then(|name| c.passes.iter().position(|p| p.name == name))
-                .unwrap_or(c.passes.len() - 1);
-            Some(i)
-        })
-    });
-    Effect::new(move |_| {
-        let i = selected.get();
-        let Some(el) = ir_ref.get() else { return };
-        if ir_viewer.with_value(|v| v.is_none()) {
-            ir_viewer.set_value(Some(js::CodeViewer::new(&el, "ir")));
-        }
-        let text = ui.compiled.with(|c| {
-            c.as_ref()
-                .zip(i)
-                .map(|(c, i)| c.passes[i].ir.clone())
-                .unwrap_or_default()
-        });
-        ir_viewer.with_value(|v| {
-            if let Some(v) = v {
-                v.set_text(&text);
-            }
-        });
-    });
-    // The address bar always holds the whole state.
+    // The address bar and localStorage always hold the whole state.
     Effect::new(move |_| {
         ui.program.track();
         ui.program_b.track();
@@ -672,17 +806,18 @@ pub fn App() -> impl IntoView {
             ui.write_fragment();
         }
     });
-    Effect::new(move |_| {
-        let dark = ui.dark.get();
-        if let Some(root) = document().document_element() {
-            let _ = root.class_list().toggle_with_force("dark", dark);
-        }
-    });
 
     let _ = window_event_listener(ev::hashchange, move |_| {
         let hash = window().location().hash().unwrap_or_default();
         if ui.written.with_value(|w| *w != hash) {
             ui.restore(&hash);
+        }
+    });
+    // Closing with edits that were never shared asks first (the browser's own dialog).
+    let _ = window_event_listener(ev::beforeunload, move |e: web_sys::BeforeUnloadEvent| {
+        if ui.unshared_edits() {
+            e.prevent_default();
+            e.set_return_value("");
         }
     });
     let _ = window_event_listener(ev::keydown, move |e: web_sys::KeyboardEvent| {
@@ -700,15 +835,14 @@ pub fn App() -> impl IntoView {
         } else if cmd && e.key().eq_ignore_ascii_case("s") {
             e.prevent_default();
             ui.short_link();
-        } else if e.alt_key() && !cmd && matches!(e.key().as_str(), "1" | "2" | "3" | "4" | "5") {
+        } else if let Some(i) = e
+            .alt_key()
+            .then(|| e.key().parse::<usize>().ok())
+            .flatten()
+            .filter(|i| !cmd && (1..=PANES.len()).contains(i))
+        {
             e.prevent_default();
-            ui.pane.set(match e.key().as_str() {
-                "1" => Pane::Cuda,
-                "2" => Pane::Passes,
-                "3" => Pane::Plan,
-                "4" => Pane::Pipeline,
-                _ => Pane::Run,
-            });
+            ui.pane.set(PANES[i - 1].0);
         } else if e.key() == "F1" {
             e.prevent_default();
             ui.dialog.set(Some(Dialog::Help));
@@ -722,6 +856,7 @@ pub fn App() -> impl IntoView {
                 .unwrap_or_default()
         })
     });
+    let run_blocked = move || ui.runner.with(|r| r.run_blocked());
 
     view! {
         <header class="bar">
@@ -729,6 +864,11 @@ pub fn App() -> impl IntoView {
             <select
                 id="examples"
                 aria-label="examples"
+                title=move || {
+                    examples::matching(&ui.shown_text())
+                        .map(|e| examples::description(&e))
+                        .unwrap_or_else(|| "Load an example program (with its benchmark sizes)".into())
+                }
                 prop:value=move || {
                     examples::matching(&ui.shown_text()).map(|e| examples::key(&e)).unwrap_or_default()
                 }
@@ -746,7 +886,14 @@ pub fn App() -> impl IntoView {
                             <optgroup label=examples::group_title(group)>
                                 {list
                                     .into_iter()
-                                    .map(|e| view! { <option value=examples::key(&e)>{e.name}</option> })
+                                    .map(|e| {
+                                        let desc = examples::description(&e);
+                                        view! {
+                                            <option value=examples::key(&e) title=desc.clone()>
+                                                {format!("{} — {desc}", e.name)}
+                                            </option>
+                                        }
+                                    })
                                     .collect_view()}
                             </optgroup>
                         }
@@ -758,51 +905,23 @@ pub fn App() -> impl IntoView {
                     symbols
                         .get()
                         .into_iter()
-                        .map(|sym| {
-                            let s2 = sym.clone();
-                            let s3 = sym.clone();
-                            view! {
-                                <label class="size">
-                                    {sym.clone()}
-                                    "="
-                                    <input
-                                        type="number"
-                                        min="1"
-                                        data-size=sym.clone()
-                                        prop:value=move || {
-                                            ui.sizes.with(|s| s.get(&s2).copied().unwrap_or(DEFAULT_SIZE)).to_string()
-                                        }
-                                        on:change=move |ev| {
-                                            if let Ok(v) = event_target_value(&ev).trim().parse::<i64>() {
-                                                if v >= 1 {
-                                                    ui.sizes.update(|s| {
-                                                        s.insert(s3.clone(), v);
-                                                    });
-                                                }
-                                            }
-                                        }
-                                    />
-                                </label>
-                            }
-                        })
+                        .map(|sym| view! { <SizeBox ui=ui sym=sym /> })
                         .collect_view()
                 }}
             </span>
             <span class="spacer"></span>
-            <button
-                id="run"
-                class="primary"
-                title="Run on the runner's GPU (Ctrl+Enter)"
-                disabled=move || matches!(ui.run.get(), RunState::Active { .. })
-                on:click=move |_| ui.run()
-            >
-                "▶ Run"
-            </button>
-            <button id="share" title="Copy a link holding the whole state" on:click=move |_| ui.share()>
+            <span id="run-wrap" title=move || run_blocked().unwrap_or("Run on the runner's GPU (Ctrl+Enter)")>
+                <button
+                    id="run"
+                    class="primary"
+                    disabled=move || matches!(ui.run.get(), RunState::Active { .. }) || run_blocked().is_some()
+                    on:click=move |_| ui.run()
+                >
+                    "▶ Run"
+                </button>
+            </span>
+            <button id="share" title="Full link, short link and embed snippet (Ctrl+S)" on:click=move |_| ui.share()>
                 "Share"
-            </button>
-            <button id="short-link" title="Copy a short link made by the runner (Ctrl+S)" on:click=move |_| ui.short_link()>
-                "Short link"
             </button>
             <button id="settings" title="Runner URL and token" on:click=move |_| ui.dialog.set(Some(Dialog::Settings))>
                 "Settings"
@@ -818,6 +937,9 @@ pub fn App() -> impl IntoView {
             >
                 {move || if ui.dark.get() { "☀ Light" } else { "☾ Dark" }}
             </button>
+            <button id="reference" title="The language: ops, schedule primitives, parallel types" on:click=move |_| ui.dialog.set(Some(Dialog::Reference))>
+                "Reference"
+            </button>
             <button id="help" title="Shortcuts (F1)" on:click=move |_| ui.dialog.set(Some(Dialog::Help))>
                 "?"
             </button>
@@ -825,62 +947,37 @@ pub fn App() -> impl IntoView {
         <main
             node_ref=main_ref
             class="main"
-            style:grid-template-columns=move || format!("{:.1}% 6px 1fr", ui.split.get())
+            style=move || format!("--split: {:.1}%", ui.split.get())
         >
             <section class="editor-pane">
                 <EditorTabs ui=ui />
                 <div class="editor" node_ref=editor_ref></div>
+                <Problems ui=ui />
             </section>
             <Splitter ui=ui main_ref=main_ref />
             <section class="output">
                 <nav class="tabs" role="tablist">
-                    <PaneTab ui=ui pane=Pane::Cuda label="CUDA" />
-                    <PaneTab ui=ui pane=Pane::Passes label="Passes" />
-                    <PaneTab ui=ui pane=Pane::Plan label="Launch plan" />
-                    <PaneTab ui=ui pane=Pane::Pipeline label="Pipeline" />
-                    <PaneTab ui=ui pane=Pane::Run label="Run" />
+                    {PANES
+                        .iter()
+                        .map(|&(pane, label, _)| view! { <PaneTab ui=ui pane=pane label=label /> })
+                        .collect_view()}
                 </nav>
-                <div class="pane" id="pane-cuda" class:hidden=move || ui.pane.get() != Pane::Cuda>
-                    <div class="pane-tools">
-                        <span class="stale" class:hidden=move || ui.diags.with(|d| d.is_empty())>
-                            "last successful compile (the program has errors)"
-                        </span>
-                        <span class="spacer"></span>
-                        <button
-                            id="copy-cuda"
-                            on:click=move |_| {
-                                if let Some(c) = ui.compiled.get_untracked() {
-                                    ui.copy(c.cuda.clone(), "CUDA source");
-                                }
-                            }
-                        >
-                            "Copy"
-                        </button>
-                        <button
-                            id="download-cuda"
-                            on:click=move |_| {
-                                if let Some(c) = ui.compiled.get_untracked() {
-                                    js::download(&format!("{}.cu", c.plan.kernel_name), &c.cuda, "text/x-cuda");
-                                }
-                            }
-                        >
-                            "Download .cu"
-                        </button>
-                    </div>
-                    <div class="viewer" id="cuda" node_ref=cuda_ref></div>
-                </div>
-                <div class="pane" id="pane-passes" class:hidden=move || ui.pane.get() != Pane::Passes>
-                    <PassesPane ui=ui selected=selected ir_ref=ir_ref />
-                </div>
-                <div class="pane scroll" id="pane-plan" class:hidden=move || ui.pane.get() != Pane::Plan>
-                    <PlanPane ui=ui />
-                </div>
-                <div class="pane scroll" id="pane-pipeline" class:hidden=move || ui.pane.get() != Pane::Pipeline>
-                    <PipelinePane ui=ui />
-                </div>
-                <div class="pane scroll" id="pane-run" class:hidden=move || ui.pane.get() != Pane::Run>
-                    <RunPane ui=ui />
-                </div>
+                {PANES
+                    .iter()
+                    .map(|&(pane, _, _)| {
+                        let scroll = !matches!(pane, Pane::Cuda | Pane::Passes);
+                        view! {
+                            <div
+                                class="pane"
+                                class:scroll=scroll
+                                id=format!("pane-{}", pane_key(pane))
+                                class:hidden=move || ui.pane.get() != pane
+                            >
+                                {pane_body(ui, pane)}
+                            </div>
+                        }
+                    })
+                    .collect_view()}
             </section>
         </main>
         <footer class="status">
@@ -892,10 +989,8 @@ pub fn App() -> impl IntoView {
                     ui.diags
                         .with(|d| match d.first() {
                             None => String::new(),
-                            Some(f) => {
-                                let more = if d.len() > 1 { format!(" (+{} more)", d.len() - 1) } else { String::new() };
-                                format!("error at {}:{}: {}{more}", f.line, f.column, f.message)
-                            }
+                            Some(f) if d.len() == 1 => format!("1 problem: {}", f.located()),
+                            Some(f) => format!("{} problems; the first: {}", d.len(), f.located()),
                         })
                 }}
             </span>
@@ -919,6 +1014,237 @@ pub fn App() -> impl IntoView {
             {move || ui.toast.get().map(|t| t.1).unwrap_or_default()}
         </div>
         {move || ui.dialog.get().map(|d| view! { <DialogView ui=ui dialog=d /> })}
+    }
+}
+
+/// What a pane shows (the same in the playground and in the embed view).
+fn pane_body(ui: Ui, pane: Pane) -> AnyView {
+    match pane {
+        Pane::Cuda => view! { <CudaPane ui=ui /> }.into_any(),
+        Pane::Passes => view! { <PassesPane ui=ui /> }.into_any(),
+        Pane::Plan => view! { <PlanPane ui=ui /> }.into_any(),
+        Pane::Pipeline => view! { <PipelinePane ui=ui /> }.into_any(),
+        Pane::Run => view! { <RunPane ui=ui /> }.into_any(),
+    }
+}
+
+/// The read-only embed view (`?embed=PANE#v1:...`): the program and one pane, with a link to
+/// open the same state in the playground.
+#[component]
+fn Embed(ui: Ui, pane: Pane) -> impl IntoView {
+    let program_ref = NodeRef::<html::Div>::new();
+    let viewer: StoredValue<Option<js::CodeViewer>, LocalStorage> = StoredValue::new_local(None);
+    ui.pane.set(pane);
+    Effect::new(move |_| {
+        let text = ui.shown_text();
+        let Some(el) = program_ref.get() else { return };
+        if viewer.with_value(|v| v.is_none()) {
+            viewer.set_value(Some(js::CodeViewer::new(&el, "fusion")));
+        }
+        viewer.with_value(|v| {
+            if let Some(v) = v {
+                v.set_text(&text);
+            }
+        });
+    });
+    let open = move || {
+        let loc = window().location();
+        format!(
+            "{}{}{}",
+            loc.origin().unwrap_or_default(),
+            loc.pathname().unwrap_or_default(),
+            loc.hash().unwrap_or_default()
+        )
+    };
+    let label = PANES
+        .iter()
+        .find(|(p, _, _)| *p == pane)
+        .map_or("", |(_, l, _)| l);
+    view! {
+        <header class="bar embed-bar">
+            <span class="logo">"hopfuse"</span>
+            <span class="mono">
+                {move || ui.compiled.with(|c| c.as_ref().map(|c| c.plan.kernel_name.clone()).unwrap_or_default())}
+            </span>
+            <span class="note">{format!("· {label}")}</span>
+            <span class="spacer"></span>
+            <a id="open-playground" href=open target="_blank" rel="noopener">"Open in the playground ↗"</a>
+        </header>
+        <main class="main embed">
+            <section class="editor-pane">
+                <div class="viewer" id="embed-program" node_ref=program_ref></div>
+            </section>
+            <section class="output">
+                <div class="pane" class:scroll=!matches!(pane, Pane::Cuda | Pane::Passes) id=format!("pane-{}", pane_key(pane))>
+                    {pane_body(ui, pane)}
+                </div>
+            </section>
+        </main>
+        <footer class="status">
+            <span id="diagnostics" class="diag">
+                {move || ui.diags.with(|d| d.first().map(|f| format!("the program has errors: {}", f.located())).unwrap_or_default())}
+            </span>
+        </footer>
+    }
+}
+
+/// One size box: takes whole numbers ≥ 1; anything else stays in the box, marked, with the
+/// reason (the plan keeps the last valid value meanwhile).
+#[component]
+fn SizeBox(ui: Ui, sym: String) -> impl IntoView {
+    let (s1, s2, s3) = (sym.clone(), sym.clone(), sym.clone());
+    let error = Memo::new(move |_| ui.size_errors.with(|e| e.get(&s1).cloned()));
+    view! {
+        <label class="size" class:invalid=move || error.with(Option::is_some)>
+            {sym.clone()}
+            "="
+            <input
+                type="text"
+                inputmode="numeric"
+                size="8"
+                data-size=sym.clone()
+                aria-invalid=move || error.with(Option::is_some).to_string()
+                title=move || error.get().map(|(_, why)| why).unwrap_or_else(|| format!("the size {s3}"))
+                prop:value=move || match error.get() {
+                    Some((text, _)) => text,
+                    None => ui.sizes.with(|s| s.get(&s2).copied().unwrap_or(DEFAULT_SIZE)).to_string(),
+                }
+                on:change=move |ev| {
+                    let text = event_target_value(&ev);
+                    match model::parse_size(&text) {
+                        Ok(v) => {
+                            ui.size_errors.update(|e| {
+                                e.remove(&sym);
+                            });
+                            ui.sizes.update(|s| {
+                                s.insert(sym.clone(), v);
+                            });
+                        }
+                        Err(why) => ui.size_errors.update(|e| {
+                            e.insert(sym.clone(), (text.trim().to_string(), why));
+                        }),
+                    }
+                }
+            />
+            {move || error.get().map(|(_, why)| view! { <span class="size-error" role="alert">{why}</span> })}
+        </label>
+    }
+}
+
+/// Every diagnostic of the program shown, under the editor: click one to go there.
+#[component]
+fn Problems(ui: Ui) -> impl IntoView {
+    view! {
+        <div id="problems" class="problems" class:hidden=move || ui.diags.with(|d| d.is_empty())>
+            <div class="problems-title">
+                {move || ui.diags.with(|d| match d.len() {
+                    1 => "Problems: 1".to_string(),
+                    n => format!("Problems: {n}"),
+                })}
+            </div>
+            <ol class="problem-list">
+                {move || {
+                    ui.diags
+                        .get()
+                        .into_iter()
+                        .map(|d| {
+                            let at = if d.line == 0 { "—".to_string() } else { format!("{}:{}", d.line, d.column) };
+                            let from = d.from;
+                            let has_place = d.line != 0;
+                            view! {
+                                <li>
+                                    <button
+                                        class="problem"
+                                        disabled=!has_place
+                                        on:click=move |_| ui.editor.with_value(|e| {
+                                            if let Some(e) = e {
+                                                e.goto(from as u32);
+                                            }
+                                        })
+                                    >
+                                        <span class="problem-at mono">{at}</span>
+                                        <span class="problem-message">{d.message.clone()}</span>
+                                    </button>
+                                </li>
+                            }
+                        })
+                        .collect_view()
+                }}
+            </ol>
+        </div>
+    }
+}
+
+/// The CUDA source: the kernel first (the helpers before it are folded), optional wrapping.
+#[component]
+fn CudaPane(ui: Ui) -> impl IntoView {
+    let cuda_ref = NodeRef::<html::Div>::new();
+    let viewer: StoredValue<Option<js::CodeViewer>, LocalStorage> = StoredValue::new_local(None);
+    Effect::new(move |_| {
+        let c = ui.compiled.get();
+        let wrap = ui.wrap.get();
+        let Some(el) = cuda_ref.get() else { return };
+        if viewer.with_value(|v| v.is_none()) {
+            viewer.set_value(Some(js::CodeViewer::new(&el, "cpp")));
+        }
+        viewer.with_value(|v| {
+            if let Some(v) = v {
+                v.set_wrap(wrap);
+                if let Some(c) = c {
+                    v.set_text(&c.cuda);
+                }
+            }
+        });
+    });
+    view! {
+        <div class="pane-tools">
+            <span class="stale" class:hidden=move || ui.diags.with(|d| d.is_empty())>
+                "last successful compile (the program has errors)"
+            </span>
+            <span class="spacer"></span>
+            <WrapToggle ui=ui />
+            <button
+                id="copy-cuda"
+                on:click=move |_| {
+                    if let Some(c) = ui.compiled.get_untracked() {
+                        ui.copy(c.cuda.clone(), "CUDA source");
+                    }
+                }
+            >
+                "Copy"
+            </button>
+            <button
+                id="download-cuda"
+                on:click=move |_| {
+                    if let Some(c) = ui.compiled.get_untracked() {
+                        js::download(&format!("{}.cu", c.plan.kernel_name), &c.cuda, "text/x-cuda");
+                    }
+                }
+            >
+                "Download .cu"
+            </button>
+        </div>
+        <div class="viewer" id="cuda" node_ref=cuda_ref></div>
+    }
+}
+
+/// Wrap long lines in the CUDA, IR and diff views (kept in this browser).
+#[component]
+fn WrapToggle(ui: Ui) -> impl IntoView {
+    view! {
+        <label class="wrap-toggle" title="Wrap long lines in the CUDA, IR and diff views">
+            <input
+                type="checkbox"
+                class="wrap-lines"
+                prop:checked=move || ui.wrap.get()
+                on:change=move |ev| {
+                    let on = event_target_checked(&ev);
+                    ui.wrap.set(on);
+                    crate::storage_set(WRAP_KEY, if on { "on" } else { "off" });
+                }
+            />
+            " Wrap"
+        </label>
     }
 }
 
@@ -1023,7 +1349,7 @@ fn PaneTab(ui: Ui, pane: Pane, label: &'static str) -> impl IntoView {
         <button
             role="tab"
             class="tab"
-            id=format!("tab-{}", format!("{pane:?}").to_ascii_lowercase())
+            id=format!("tab-{}", pane_key(pane))
             class:active=move || ui.pane.get() == pane
             aria-selected=move || (ui.pane.get() == pane).to_string()
             on:click=move |_| ui.pane.set(pane)
@@ -1034,7 +1360,39 @@ fn PaneTab(ui: Ui, pane: Pane, label: &'static str) -> impl IntoView {
 }
 
 #[component]
-fn PassesPane(ui: Ui, selected: Memo<Option<usize>>, ir_ref: NodeRef<html::Div>) -> impl IntoView {
+fn PassesPane(ui: Ui) -> impl IntoView {
+    let ir_ref = NodeRef::<html::Div>::new();
+    let ir_viewer: StoredValue<Option<js::CodeViewer>, LocalStorage> = StoredValue::new_local(None);
+    let selected = Memo::new(move |_| {
+        let sel = ui.pass.get();
+        ui.compiled.with(|c| {
+            let c = c.as_ref()?;
+            let i = sel
+                .and_then(|name| c.passes.iter().position(|p| p.name == name))
+                .unwrap_or(c.passes.len() - 1);
+            Some(i)
+        })
+    });
+    Effect::new(move |_| {
+        let i = selected.get();
+        let wrap = ui.wrap.get();
+        let Some(el) = ir_ref.get() else { return };
+        if ir_viewer.with_value(|v| v.is_none()) {
+            ir_viewer.set_value(Some(js::CodeViewer::new(&el, "ir")));
+        }
+        let text = ui.compiled.with(|c| {
+            c.as_ref()
+                .zip(i)
+                .map(|(c, i)| c.passes[i].ir.clone())
+                .unwrap_or_default()
+        });
+        ir_viewer.with_value(|v| {
+            if let Some(v) = v {
+                v.set_wrap(wrap);
+                v.set_text(&text);
+            }
+        });
+    });
     let list = move || {
         ui.compiled.get().map(|c| {
             c.passes
@@ -1093,7 +1451,7 @@ fn PassesPane(ui: Ui, selected: Memo<Option<usize>>, ir_ref: NodeRef<html::Div>)
                 view! { <div class=class>{text}</div> }
             })
             .collect_view();
-        Some(view! { <pre class="diff">{lines}</pre> }.into_any())
+        Some(view! { <pre class="diff" class:wrap=move || ui.wrap.get()>{lines}</pre> }.into_any())
     };
     view! {
         <div class="passes">
@@ -1118,6 +1476,7 @@ fn PassesPane(ui: Ui, selected: Memo<Option<usize>>, ir_ref: NodeRef<html::Div>)
                         }}
                     </span>
                     <span class="spacer"></span>
+                    <WrapToggle ui=ui />
                     <span class="toggle">
                         <button
                             id="pass-ir"
@@ -1178,13 +1537,22 @@ fn PlanPane(ui: Ui) -> impl IntoView {
                 }
             })
             .collect_view();
-        let constraints = if p.constraints.is_empty() {
+        // The compiler's constraints, then CUDA's launch limits on grid, block and shared memory.
+        let all_constraints: Vec<_> = p
+            .constraints
+            .iter()
+            .cloned()
+            .chain(model::launch_limits(p))
+            .collect();
+        let launch_error = p.concretize(&sizes).err().map(|e| {
+            view! { <p class="error" id="plan-error">{format!("These sizes cannot be launched: {e}.")}</p> }
+        });
+        let constraints = if all_constraints.is_empty() {
             view! { <p class="note">"None."</p> }.into_any()
         } else {
             view! {
-                <ul class="constraints">
-                    {p
-                        .constraints
+                <ul class="constraints" id="plan-constraints">
+                    {all_constraints
                         .iter()
                         .map(|k| {
                             let (text, ok) = model::constraint_row(k, &sizes);
@@ -1248,6 +1616,7 @@ fn PlanPane(ui: Ui) -> impl IntoView {
                     {params}
                 </table>
                 <h3>"Constraints (checked with these sizes)"</h3>
+                {launch_error}
                 {constraints}
             </div>
         }
@@ -1304,15 +1673,21 @@ fn RunPane(ui: Ui) -> impl IntoView {
                         }
                     />
                 </label>
-                <button class="primary" disabled=move || matches!(ui.run.get(), RunState::Active { .. }) on:click=move |_| ui.run()>
-                    "▶ Run (Ctrl+Enter)"
-                </button>
-                <span class="runner-line">
+                <span title=move || ui.runner.with(|r| r.run_blocked()).unwrap_or("Run on the runner's GPU")>
+                    <button
+                        class="primary"
+                        id="run-pane-run"
+                        disabled=move || matches!(ui.run.get(), RunState::Active { .. }) || ui.runner.with(|r| r.run_blocked().is_some())
+                        on:click=move |_| ui.run()
+                    >
+                        "▶ Run (Ctrl+Enter)"
+                    </button>
+                </span>
+                <span class="runner-line" id="runner-line">
                     {move || match ui.runner.get() {
                         RunnerStatus::Checking => "Checking the runner…".to_string(),
                         RunnerStatus::Up(d) | RunnerStatus::Fake(d) => d,
-                        RunnerStatus::NoGpu(d) => format!("{d}: the runner refuses runs until it has a GPU; compiling works in the page"),
-                        RunnerStatus::Down(m) => m,
+                        s => s.run_blocked().unwrap_or_default().to_string(),
                     }}
                 </span>
             </div>
@@ -1681,24 +2056,33 @@ fn DialogView(ui: Ui, dialog: Dialog) -> impl IntoView {
             <h2>"Shortcuts"</h2>
             <table class="keys">
                 <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"Enter"</kbd></td><td>"Run on the runner's GPU"</td></tr>
-                <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"S"</kbd></td><td>"Copy a short link (needs the runner)"</td></tr>
+                <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"S"</kbd></td><td>"Share: make and copy a short link (needs the runner)"</td></tr>
+                <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"Space"</kbd></td><td>"Complete a name (ops, schedule primitives, tensors, parallel types)"</td></tr>
                 <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"/"</kbd></td><td>"Comment or uncomment the lines"</td></tr>
                 <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"F"</kbd></td><td>"Search (in the editor or a viewer)"</td></tr>
                 <tr><td><kbd>"Ctrl"</kbd>"+"<kbd>"Z"</kbd>" / "<kbd>"Ctrl"</kbd>"+"<kbd>"Shift"</kbd>"+"<kbd>"Z"</kbd></td><td>"Undo / redo"</td></tr>
                 <tr><td><kbd>"Tab"</kbd>" / "<kbd>"Shift"</kbd>"+"<kbd>"Tab"</kbd></td><td>"Indent / dedent"</td></tr>
                 <tr><td><kbd>"←"</kbd>" "<kbd>"→"</kbd>" on the divider"</td><td>"Resize the editor and the panes"</td></tr>
-                <tr><td><kbd>"Alt"</kbd>"+"<kbd>"1"</kbd>" … "<kbd>"5"</kbd></td><td>"CUDA, Passes, Launch plan, Pipeline, Run"</td></tr>
+                <tr>
+                    <td><kbd>"Alt"</kbd>"+"<kbd>"1"</kbd>" … "<kbd>{PANES.len().to_string()}</kbd></td>
+                    <td>{PANES.iter().map(|p| p.1).collect::<Vec<_>>().join(", ")}</td>
+                </tr>
                 <tr><td><kbd>"F1"</kbd></td><td>"This help"</td></tr>
                 <tr><td><kbd>"Esc"</kbd></td><td>"Close a dialog"</td></tr>
             </table>
             <p class="note">
-                "The program compiles in the page on every edit. The address bar always holds the whole state \
-                 (program, sizes, panes): Share copies it. Passes that changed nothing are greyed. \
+                "The program compiles in the page on every edit; Problems under the editor lists every error \
+                 (click one to go there). The address bar always holds the whole state (program, sizes, \
+                 panes), and this browser keeps it: the bare address reopens your last program. Share shows \
+                 the full link, a short link and an embed snippet. Passes that changed nothing are greyed. \
                  \"+ B\" opens a second program (a copy of A): the panes follow the tab shown, and Run \
-                 then times A and B interleaved and shows B/A."
+                 then times A and B interleaved and shows B/A. Hover a name in the editor for its \
+                 documentation; Reference lists the whole language."
             </p>
         }
         .into_any(),
+        Dialog::Share => share_dialog(ui),
+        Dialog::Reference => reference_view().into_any(),
         Dialog::Settings => {
             let s = ui.settings.get_untracked();
             let url = RwSignal::new(s.url);
@@ -1761,9 +2145,12 @@ fn DialogView(ui: Ui, dialog: Dialog) -> impl IntoView {
                 class="dialog"
                 role="dialog"
                 aria-modal="true"
+                class:wide=dialog == Dialog::Reference
                 id=match dialog {
                     Dialog::Help => "help-dialog",
                     Dialog::Settings => "settings-dialog",
+                    Dialog::Share => "share-dialog",
+                    Dialog::Reference => "reference-dialog",
                 }
                 on:click=|e| e.stop_propagation()
             >
@@ -1771,5 +2158,163 @@ fn DialogView(ui: Ui, dialog: Dialog) -> impl IntoView {
                 {body}
             </div>
         </div>
+    }
+}
+
+/// A read-only text box with a Copy button.
+fn copy_field(
+    ui: Ui,
+    id: &'static str,
+    label: &'static str,
+    text: impl Fn() -> String + Send + Sync + Clone + 'static,
+    what: &'static str,
+    multiline: bool,
+) -> impl IntoView {
+    let text2 = text.clone();
+    let field = if multiline {
+        view! { <textarea id=id readonly rows="3" prop:value=text on:focus=|e| select_target(&e)></textarea> }
+            .into_any()
+    } else {
+        view! { <input id=id type="text" readonly prop:value=text on:focus=|e| select_target(&e) /> }
+            .into_any()
+    };
+    view! {
+        <div class="field">
+            <span>{label}</span>
+            <div class="copy-row">
+                {field}
+                <button id=format!("{id}-copy") on:click=move |_| ui.copy_shared(text2(), what)>"Copy"</button>
+            </div>
+        </div>
+    }
+}
+
+fn select_target(e: &ev::FocusEvent) {
+    use wasm_bindgen::JsCast;
+    if let Some(t) = e.target() {
+        if let Ok(i) = t.clone().dyn_into::<web_sys::HtmlInputElement>() {
+            i.select();
+        } else if let Ok(a) = t.dyn_into::<web_sys::HtmlTextAreaElement>() {
+            a.select();
+        }
+    }
+}
+
+/// The Share dialog: the full link (the whole state, no server), a short link made by the
+/// runner, and an embed snippet (an iframe of the read-only view with one pane).
+fn share_dialog(ui: Ui) -> AnyView {
+    let full = move || ui.full_link();
+    let embed = move || {
+        let pane = ui.embed_pane.get();
+        let title = ui
+            .compiled
+            .with_untracked(|c| c.as_ref().map(|c| c.plan.kernel_name.clone()))
+            .unwrap_or_else(|| "program".into());
+        format!(
+            "<iframe src=\"{}\" title=\"hopfuse: {title}\" width=\"100%\" height=\"480\" style=\"border: 1px solid #d8dde3; border-radius: 6px\" loading=\"lazy\"></iframe>",
+            ui.embed_link(pane)
+        )
+    };
+    view! {
+        <h2>"Share"</h2>
+        {copy_field(ui, "share-url", "Full link: the whole state is in it; no server keeps anything", full, "Link", false)}
+        <div class="field">
+            <span>"Short link: kept by the runner"</span>
+            {move || match ui.short.get() {
+                ShortLink::None => view! {
+                    <div class="copy-row">
+                        <button id="make-short" on:click=move |_| ui.short_link()>"Make a short link"</button>
+                    </div>
+                }
+                .into_any(),
+                ShortLink::Making => view! { <p class="note" id="short-making">"Asking the runner…"</p> }.into_any(),
+                ShortLink::Made(url) => {
+                    let u = url.clone();
+                    view! {
+                        <div class="copy-row">
+                            <input id="share-short" type="text" readonly prop:value=url on:focus=|e| select_target(&e) />
+                            <button id="share-short-copy" on:click=move |_| ui.copy_shared(u.clone(), "Short link")>"Copy"</button>
+                        </div>
+                    }
+                    .into_any()
+                }
+                ShortLink::Failed(why) => view! { <p class="error" id="short-error">{why}</p> }.into_any(),
+            }}
+        </div>
+        <div class="field">
+            <span>"Embed: a read-only view of the program and one pane, for blog posts and docs"</span>
+            <div class="copy-row">
+                <select
+                    id="embed-pane"
+                    aria-label="pane to embed"
+                    prop:value=move || pane_key(ui.embed_pane.get())
+                    on:change=move |ev| {
+                        let key = event_target_value(&ev);
+                        if let Some((p, _, _)) = PANES.iter().find(|(p, _, _)| pane_key(*p) == key) {
+                            ui.embed_pane.set(*p);
+                        }
+                    }
+                >
+                    {PANES
+                        .iter()
+                        .filter(|p| p.2)
+                        .map(|&(p, label, _)| view! { <option value=pane_key(p)>{label}</option> })
+                        .collect_view()}
+                </select>
+                <a id="embed-preview" href=move || ui.embed_link(ui.embed_pane.get()) target="_blank" rel="noopener">"Preview ↗"</a>
+            </div>
+        </div>
+        {copy_field(ui, "share-embed", "Embed snippet (HTML)", embed, "Embed snippet", true)}
+    }
+    .into_any()
+}
+
+/// The language reference (web/src/reference.rs; docs/language.md is the same table).
+fn reference_view() -> impl IntoView {
+    let sections = reference::Kind::ALL
+        .iter()
+        .map(|&kind| {
+            let rows = reference::of_kind(kind)
+                .map(|e| {
+                    view! {
+                        <tr id=format!("ref-{}", e.name)>
+                            <td class="mono ref-name">{e.name}</td>
+                            <td class="mono ref-sig">{e.signature}</td>
+                            <td>{e.doc}</td>
+                        </tr>
+                    }
+                })
+                .collect_view();
+            view! {
+                <h3 id=format!("ref-section-{}", kind.anchor())>{kind.title()}</h3>
+                <table class="params ref-table">{rows}</table>
+            }
+        })
+        .collect_view();
+    let examples = examples::grouped()
+        .into_iter()
+        .map(|(group, list)| {
+            let items = list
+                .into_iter()
+                .map(|e| {
+                    view! {
+                        <li><span class="mono">{examples::key(&e)}</span>": "{examples::description(&e)}</li>
+                    }
+                })
+                .collect_view();
+            view! { <h4>{examples::group_title(group)}</h4><ul class="ref-examples">{items}</ul> }
+        })
+        .collect_view();
+    view! {
+        <h2>"Language reference"</h2>
+        <p class="note">
+            "A program is a " <code>"fusion"</code> " (tensors and ops) and an optional " <code>"schedule"</code>
+            " (how its loops are split, parallelized, cached and pipelined). Axes count from 0, outermost first. \
+             In the editor, Ctrl+Space completes these names and the program's tensors; hovering a name shows its entry. \
+             The same table is docs/language.md in the repository."
+        </p>
+        {sections}
+        <h3 id="ref-section-examples">"Examples (the Examples menu)"</h3>
+        {examples}
     }
 }

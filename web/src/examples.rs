@@ -54,6 +54,48 @@ pub fn find(key: &str) -> Option<Example> {
     ALL.iter().copied().find(|e| self::key(e) == key)
 }
 
+/// The example's one-line description: the first sentence of its header comment, without an
+/// "Example 3:" style label, cut at 110 characters.
+pub fn description(e: &Example) -> String {
+    let header: Vec<&str> = e
+        .source
+        .lines()
+        .map_while(|l| l.trim().strip_prefix("//"))
+        .map(str::trim)
+        .collect();
+    let text = header.join(" ");
+    let text = match text.split_once(": ") {
+        Some((label, rest)) if label.to_ascii_lowercase().contains("example") => rest,
+        _ => text.as_str(),
+    };
+    let sentence = match text.find(". ") {
+        Some(i) => &text[..=i],
+        None => text,
+    };
+    if sentence.chars().count() > 110 {
+        let cut: String = sentence.chars().take(109).collect();
+        format!("{}…", cut.trim_end())
+    } else {
+        sentence.to_string()
+    }
+}
+
+/// The sizes of the example's first `// bench: M=...,N=...` line (empty without one).
+pub fn bench_sizes(e: &Example) -> std::collections::BTreeMap<String, i64> {
+    e.source
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("// bench:"))
+        .map(|list| {
+            list.split(',')
+                .filter_map(|kv| {
+                    let (k, v) = kv.split_once('=')?;
+                    Some((k.trim().to_string(), v.trim().parse().ok()?))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The example whose text is exactly `source`, if any (to show it selected in the menu).
 pub fn matching(source: &str) -> Option<Example> {
     ALL.iter().copied().find(|e| e.source == source)
@@ -73,5 +115,37 @@ mod tests {
         assert_eq!(grouped()[0].0, "basics");
         assert_eq!(group_title("warp_specialization"), "Warp specialization");
         assert!(find("basics/add").is_some());
+    }
+
+    #[test]
+    fn descriptions_and_bench_sizes() {
+        let add = find("basics/add").unwrap();
+        assert_eq!(
+            description(&add),
+            "c = a + b over f32 [M, N], 16-byte vector loads and stores."
+        );
+        assert_eq!(
+            bench_sizes(&add).into_iter().collect::<Vec<_>>(),
+            vec![("M".to_string(), 16384), ("N".to_string(), 16384)]
+        );
+        for e in ALL {
+            let d = description(e);
+            assert!(!d.is_empty() && d.chars().count() <= 110, "{}: {d}", key(e));
+            assert!(
+                !d.starts_with("Example") && !d.starts_with("TMA example"),
+                "{}: {d}",
+                key(e)
+            );
+            // Every example has bench sizes, and they name exactly its size symbols.
+            let c = hopfuse::compile(e.source, &Default::default()).unwrap();
+            let sizes = bench_sizes(e);
+            for sym in &c.plan.symbols {
+                assert!(
+                    sizes.contains_key(sym),
+                    "{}: no bench size for {sym}",
+                    key(e)
+                );
+            }
+        }
     }
 }

@@ -4,16 +4,22 @@ use wasm_bindgen::prelude::*;
 
 #[wasm_bindgen(raw_module = "./editor.js")]
 extern "C" {
-    /// The program editor (CodeMirror 6 with the fusion language mode and lint marks).
+    /// The program editor (CodeMirror 6 with the fusion language mode, lint marks, completion
+    /// and hover docs from `reference_json`). `on_change(text)` runs at once after an edit while
+    /// compiles are fast, else after a delay of at most `max_delay_ms`.
     pub type FusionEditor;
     #[wasm_bindgen(constructor)]
     pub fn new(
         parent: &web_sys::HtmlElement,
         doc: &str,
-        delay_ms: u32,
+        max_delay_ms: u32,
         on_change: &JsValue,
         on_shortcut: &JsValue,
+        reference_json: &str,
     ) -> FusionEditor;
+    /// Puts the cursor at a UTF-16 offset, scrolls to it and focuses the editor.
+    #[wasm_bindgen(method)]
+    pub fn goto(this: &FusionEditor, offset: u32);
     #[wasm_bindgen(method)]
     pub fn text(this: &FusionEditor) -> String;
     #[wasm_bindgen(method, js_name = setText)]
@@ -30,12 +36,15 @@ extern "C" {
     #[wasm_bindgen(method)]
     pub fn forget(this: &FusionEditor, key: &str);
 
-    /// A read-only CodeMirror: "cpp" highlights CUDA, "ir" the kernel IR.
+    /// A read-only CodeMirror: "cpp" highlights CUDA (and folds the helpers before the kernel),
+    /// "ir" the kernel IR, "fusion" a program.
     pub type CodeViewer;
     #[wasm_bindgen(constructor)]
     pub fn new(parent: &web_sys::HtmlElement, lang: &str) -> CodeViewer;
     #[wasm_bindgen(method, js_name = setText)]
     pub fn set_text(this: &CodeViewer, text: &str);
+    #[wasm_bindgen(method, js_name = setWrap)]
+    pub fn set_wrap(this: &CodeViewer, wrap: bool);
 
     /// `{status, body}` for any HTTP answer; an error string when nothing answered.
     #[wasm_bindgen(js_name = apiRequest, catch)]

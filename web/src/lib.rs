@@ -7,6 +7,7 @@ pub mod examples;
 pub mod js;
 pub mod model;
 pub mod pipeline;
+pub mod reference;
 pub mod runner;
 pub mod share;
 

@@ -35,6 +35,82 @@ pub struct Diag {
     pub column: usize,
 }
 
+impl Diag {
+    /// `line:column: message`, or the message alone for an error without a place.
+    pub fn located(&self) -> String {
+        if self.line == 0 {
+            self.message.clone()
+        } else {
+            format!("{}:{}: {}", self.line, self.column, self.message)
+        }
+    }
+}
+
+/// A size box's text as a size: a whole number of at least 1 written in digits, or why not.
+pub fn parse_size(text: &str) -> Result<i64, String> {
+    let t = text.trim().replace('_', "");
+    if t.is_empty() {
+        return Err("empty: give a whole number of at least 1".into());
+    }
+    if let Ok(v) = t.parse::<i64>() {
+        return if v >= 1 {
+            Ok(v)
+        } else {
+            Err(format!("a size is at least 1, not {v}"))
+        };
+    }
+    if t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("too large (at most {})", i64::MAX));
+    }
+    match t.parse::<f64>() {
+        Ok(v) if t.contains(['e', 'E']) && v.fract() == 0.0 && (1.0..9.2e18).contains(&v) => {
+            Err(format!("write it out in digits: {}", v as i64))
+        }
+        Ok(_) => Err("a size is a whole number".into()),
+        Err(_) => Err(format!("`{}` is not a number", text.trim())),
+    }
+}
+
+/// CUDA's launch limits as constraints on the plan's sizes: grid x up to 2^31 - 1, grid y and
+/// z up to 65535, block x and y up to 1024, z up to 64, and the H100's 227 KB of dynamic shared
+/// memory (the runner refuses a launch that breaks one: `LaunchPlan::concretize`). Only limits
+/// that depend on the sizes are listed (the compiler rejects constant ones itself).
+pub fn launch_limits(plan: &LaunchPlan) -> Vec<Constraint> {
+    let dims = ["x", "y", "z"];
+    let grid = [(1i64 << 31) - 1, 65535, 65535];
+    let block = [1024, 1024, 64];
+    let mut out = Vec::new();
+    let mut limit = |value: &SizeExpr, max: i64, reason: String| {
+        if value.as_const().is_none() {
+            out.push(Constraint::AtMost {
+                value: value.clone(),
+                max,
+                reason,
+            });
+        }
+    };
+    for i in 0..3 {
+        limit(
+            &plan.grid[i],
+            grid[i],
+            format!("CUDA's limit on grid {} (blocks)", dims[i]),
+        );
+    }
+    for i in 0..3 {
+        limit(
+            &plan.block[i],
+            block[i],
+            format!("CUDA's limit on block {} (threads)", dims[i]),
+        );
+    }
+    limit(
+        &plan.dynamic_smem_bytes,
+        227 * 1024,
+        "an H100 block's shared memory (227 KB)".into(),
+    );
+    out
+}
+
 /// UTF-16 offset of a byte offset (clamped, and moved back to a character boundary).
 pub fn utf16_offset(source: &str, byte: usize) -> usize {
     let mut b = byte.min(source.len());
@@ -190,11 +266,51 @@ mod tests {
     }
 
     #[test]
+    fn sizes_are_whole_numbers_of_at_least_one() {
+        assert_eq!(parse_size(" 4096 "), Ok(4096));
+        assert_eq!(parse_size("16_384"), Ok(16384));
+        assert_eq!(parse_size("0"), Err("a size is at least 1, not 0".into()));
+        assert_eq!(parse_size("-5"), Err("a size is at least 1, not -5".into()));
+        assert_eq!(
+            parse_size("1e3"),
+            Err("write it out in digits: 1000".into())
+        );
+        assert_eq!(parse_size("2.5"), Err("a size is a whole number".into()));
+        assert_eq!(parse_size("M"), Err("`M` is not a number".into()));
+        assert!(parse_size("").unwrap_err().starts_with("empty"));
+        assert!(parse_size("99999999999999999999")
+            .unwrap_err()
+            .starts_with("too large"));
+    }
+
+    #[test]
+    fn launch_limits_catch_a_grid_too_large() {
+        let src = crate::examples::find("basics/add").unwrap().source;
+        let c = compile(src).unwrap();
+        let limits = launch_limits(&c.plan);
+        // add: a 1-D grid over M * N / 512 blocks; the block is constant (checked by the compiler).
+        assert_eq!(limits.len(), 1, "{limits:?}");
+        let sizes = |m: i64| BTreeMap::from([("M".to_string(), m), ("N".to_string(), 4096)]);
+        assert_eq!(constraint_row(&limits[0], &sizes(4096)).1, Some(true));
+        let (text, ok) = constraint_row(&limits[0], &sizes(3_000_000_000));
+        assert_eq!(ok, Some(false), "{text}");
+        assert!(
+            text.contains("2147483647") && text.contains("grid x"),
+            "{text}"
+        );
+        assert!(c.plan.concretize(&sizes(3_000_000_000)).is_err());
+    }
+
+    #[test]
     fn errors_are_located_and_passes_marked() {
         let e = compile("// é\nfusion f {\n  y = exp(x\n}").unwrap_err();
         assert_eq!(e.len(), 1);
-        // At the `}` (byte 29, UTF-16 offset 28: `é` is two bytes, one code unit).
-        assert_eq!((e[0].from, e[0].to, e[0].line), (28, 29, 4), "{e:?}");
+        // At the unclosed `(` (byte 26, UTF-16 offset 25: `é` is two bytes, one code unit).
+        assert_eq!((e[0].from, e[0].to, e[0].line), (25, 26, 3), "{e:?}");
+        assert_eq!(
+            e[0].located(),
+            "3:10: unclosed `(`: expected `)` before `}`"
+        );
         let src = crate::examples::find("basics/add").unwrap().source;
         let c = compile(src).unwrap();
         assert!(c.passes[0].changed);

@@ -66,13 +66,26 @@ impl ApiError {
                  runner URL in Settings to run on a GPU.",
                 settings.place()
             ),
-            ApiError::Http(503, msg) => format!("The runner cannot run programs (HTTP 503): {msg}"),
+            ApiError::Http(503, msg) => format!(
+                "The runner cannot run programs right now: {}. Compiling works in the page as usual.",
+                plain_reason(msg)
+            ),
             ApiError::Http(401, msg) => {
-                format!("The runner wants a token (HTTP 401): {msg}. Set it in Settings.")
+                format!("The runner needs a token ({msg}): set it in Settings.")
             }
             ApiError::Http(s, msg) => format!("The runner answered HTTP {s}: {msg}"),
         }
     }
+}
+
+/// A refusal's reason without what the service says to API clients: "runs are unavailable:
+/// no usable GPU (...); compiling works (POST /api/compile)" → "no usable GPU (...)".
+fn plain_reason(msg: &str) -> &str {
+    let m = msg.strip_prefix("runs are unavailable: ").unwrap_or(msg);
+    m.split("; compiling works")
+        .next()
+        .unwrap_or(m)
+        .trim_end_matches('.')
 }
 
 /// The message of an error body: its `error` or `message` field, or the text itself.
@@ -620,6 +633,26 @@ fn parse_job(job: &Value) -> RunView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_are_in_plain_words() {
+        let s = Settings::default();
+        let msg = ApiError::Http(
+            503,
+            "runs are unavailable: no usable GPU (CUDA_VISIBLE_DEVICES is empty); compiling works (POST /api/compile)".into(),
+        )
+        .describe(&s);
+        assert_eq!(
+            msg,
+            "The runner cannot run programs right now: no usable GPU (CUDA_VISIBLE_DEVICES is empty). \
+             Compiling works in the page as usual."
+        );
+        let msg = ApiError::Http(401, "wrong token".into()).describe(&s);
+        assert!(
+            !msg.contains("HTTP") && msg.contains("wrong token"),
+            "{msg}"
+        );
+    }
 
     // The `done` events the service sends, serialized from the runner's types by
     // runner/tests/api_fixtures.rs.

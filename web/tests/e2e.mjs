@@ -3,8 +3,16 @@
 // database, serving the built dist/ (and always stopped here, whatever happens).
 //
 // Against the fake-worker service: the page loads with no console error and says the runner is a
-// fake; an example shows its CUDA; typing changes the CUDA; a syntax error shows a lint mark and
-// its message; the Passes and Launch plan panes; the fragment link restores the state in a new
+// fake; what a cold load transfers (brotli, within the budget) and that a reload revalidates
+// instead of downloading again; an example shows its CUDA (kernel first, helpers folded) and its
+// description, and brings its bench sizes; typing changes the CUDA, and the keystroke-to-CUDA
+// latency (median <= 50 ms); a syntax error shows a lint mark, its message and a Problems list
+// with every error, an unclosed `(` is reported at the `(`, a block too large at its split;
+// invalid sizes are marked in place with the reason and the plan lists launch limits; the Passes
+// and Launch plan panes, the diff not clipped, wrapping; the language reference, completion and
+// hover docs; the Share dialog (full link, short link, embed snippet) and the read-only embed
+// view; the last state comes back on the bare URL and closing with unshared edits asks first;
+// the phone-width layout stacks the panes; the fragment link restores the state in a new
 // page; tab B (a copy of A, its own CUDA, restored with A from a fragment); the Pipeline pane
 // (exp_2d's diagram with 4 slots, in both themes; none for a kernel without TMA); Run shows the
 // fake worker's result (marked as not measured, no numbers) with its stages; with tab B, an A/B
@@ -14,10 +22,11 @@
 // the short link (through /api/links) restores the state in a new page, and again after the
 // service restarts on the same database.
 // Against a second service with no GPU, a token and CORS for the first one's origin (set as the
-// runner URL in Settings): 401 without the right token, then runs refused with the 503's reason.
-// Against a plain static server (no API at all): the page says no runner is reachable and
-// compiling keeps working.
-// Screenshots go to the artifacts directory.
+// runner URL in Settings): Run is disabled with a plain-words tooltip (no HTTP status, no API
+// path), the reason is shown once; the token is asked for (short link) until it is right.
+// Against a plain static server (no API at all): the page says no runner is reachable, Run is
+// disabled, and compiling keeps working.
+// Screenshots go to the artifacts directory; the measured figures to metrics.json there.
 //
 // Usage: node web/tests/e2e.mjs [dist dir] [artifacts dir]
 //   $HOPFUSE_BIN: the hopfuse binary (default target/release/hopfuse)
@@ -108,10 +117,13 @@ function assert(cond, msg) {
 }
 
 const errors = [];
-/** A new page (a new browser context: its own localStorage). `allow(text, url)` names console
- * errors this page expects (the browser logs every failed request as one). */
-async function open(browser, url, allow = () => false) {
-  const page = await browser.newPage({ viewport: { width: 1400, height: 860 } });
+/** Figures measured here, written to ARTIFACTS/metrics.json (docs/benchmarks.md quotes them). */
+const metrics = {};
+/** A new page (a new browser context: its own localStorage, unless `context` is given).
+ * `allow(text, url)` names console errors this page expects (the browser logs every failed
+ * request as one). */
+async function open(browser, url, allow = () => false, { context = null, viewport = { width: 1400, height: 860 } } = {}) {
+  const page = context ? await context.newPage() : await browser.newPage({ viewport });
   page.on("console", (m) => {
     if (m.type() !== "error") return;
     const from = m.location()?.url ?? "";
@@ -131,6 +143,33 @@ async function replaceProgram(page, text) {
   await page.locator(".editor .cm-content").click();
   await page.keyboard.press("Control+A");
   await page.keyboard.insertText(text);
+}
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/** The centre of the first occurrence of `text` in the editor, for mouse hovering. */
+const textPoint = (page, text) =>
+  page.evaluate((text) => {
+    for (const line of document.querySelectorAll(".editor .cm-line")) {
+      const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
+      for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+        const i = n.textContent.indexOf(text);
+        if (i < 0) continue;
+        const r = document.createRange();
+        r.setStart(n, i);
+        r.setEnd(n, i + text.length);
+        const b = r.getBoundingClientRect();
+        return { x: b.left + b.width / 2, y: b.top + b.height / 2 };
+      }
+    }
+    return null;
+  }, text);
+/** Puts the editor's cursor at the end of the first line holding `text`. */
+async function cursorAtEndOf(page, text) {
+  await page.locator(".editor .cm-line", { hasText: text }).first().click();
+  await page.keyboard.press("End");
 }
 async function setSize(page, name, value) {
   await page.fill(`input[data-size="${name}"]`, String(value));
@@ -160,6 +199,8 @@ try {
     assert(/^lowered in \d+\.\d ms$/.test(t), `status: ${t}`);
     assert((await cuda(page)).includes("add_kernel"), "first example's CUDA");
     assert((await page.locator("#examples option").count()) >= 6, "examples listed");
+    const option = await page.locator('#examples option[value="basics/add"]').textContent();
+    assert(option === "add — c = a + b over f32 [M, N], 16-byte vector loads and stores.", `option: ${option}`);
     await page.waitForFunction(() => !/checking/.test(document.querySelector("#runner-status").textContent));
     const status = await runnerStatus(page);
     assert(/fake runner: no GPU/.test(status), `runner status: ${status}`);
@@ -181,12 +222,14 @@ try {
     assert((await page.inputValue("#examples")) === "", "an edited program is no longer the example");
   });
 
-  await check("a syntax error shows a lint mark and its message", async () => {
+  await check("a syntax error shows a lint mark, its message and a Problems list; a missing ) is reported at the (", async () => {
     await replaceProgram(page, "fusion f {\n  input x: f32[M]\n  y = exp(x\n  output y\n}\nschedule {\n}\n");
     await page.waitForSelector(".editor .cm-lintRange-error");
     const status = await page.locator("#diagnostics").textContent();
-    assert(/error at 4:3: expected/.test(status), `status bar: ${status}`);
-    const message = status.replace(/^error at \d+:\d+: /, "");
+    assert(status === "1 problem: 3:10: unclosed `(`: expected `)` before `output`", `status bar: ${status}`);
+    const message = status.replace(/^1 problem: \d+:\d+: /, "");
+    const problems = await page.locator("#problems .problem").allTextContents();
+    assert(problems.length === 1 && problems[0].includes("3:10") && problems[0].includes(message), `problems: ${problems}`);
     await page.locator(".editor .cm-lintRange-error").first().hover();
     const tip = await page.waitForSelector(".cm-tooltip-lint");
     assert((await tip.textContent()).includes(message), `tooltip: ${await tip.textContent()}`);
@@ -194,6 +237,66 @@ try {
     assert(await page.locator("#pane-cuda .stale").isVisible(), "CUDA pane says it is the last good compile");
     await replaceProgram(page, ADD);
     await page.waitForFunction(() => !document.querySelector(".editor .cm-lintRange-error"));
+  });
+
+  await check("every independent error is in Problems; a schedule error points at its statement, never 0:0", async () => {
+    const bad = "fusion f {\n  input a: f32[M]\n  b = a *\n  c = exp(a))\n  output c\n}\nschedule {\n  c.split(0 4)\n  c.parallelize(0, BIDx)\n}\n";
+    await replaceProgram(page, bad);
+    await page.waitForFunction(() => document.querySelectorAll("#problems .problem").length === 3);
+    const at = await page.locator("#problems .problem-at").allTextContents();
+    assert(at.join(" ") === "3:10 4:13 8:13", `places: ${at}`);
+    assert((await page.locator("#diagnostics").textContent()).startsWith("3 problems; the first: 3:10: "), "status counts them");
+    await page.screenshot({ path: path.join(artifacts, "problems.png") });
+    // Clicking a problem puts the cursor there.
+    await page.locator("#problems .problem").nth(2).click();
+    const active = await page.locator(".editor .cm-activeLine").textContent();
+    assert(active.includes("c.split(0 4)"), `cursor line: ${active}`);
+    // A block of 4096 threads: the error is at the split that made it.
+    const big = ADD.replace("c.split(0, 128)", "c.split(0, 4096)");
+    await replaceProgram(page, big);
+    await page.waitForFunction(() => /threads/.test(document.querySelector("#diagnostics").textContent));
+    const status = await page.locator("#diagnostics").textContent();
+    const line = big.split("\n").findIndex((l) => l.includes("c.split(0, 4096)")) + 1;
+    assert(status.startsWith(`1 problem: ${line}:3: the block has 4096 threads`), `status: ${status}`);
+    assert(!/0:0/.test(status), "no 0:0");
+    await replaceProgram(page, ADD);
+    await page.waitForSelector("#problems", { state: "hidden" });
+  });
+
+  await check("keystroke to updated CUDA: every keystroke compiles; median <= 50 ms", async () => {
+    await page.click("#tab-cuda");
+    await replaceProgram(page, ADD.replace("  c = a + b\n", "  c = a + b * 1.5\n"));
+    await page.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("* 1.5f"));
+    await sleep(300);
+    await page.evaluate(() => {
+      window.__latency = [];
+      let t0 = null;
+      document.addEventListener("keydown", () => (t0 = performance.now()), true);
+      const target = document.querySelector("#cuda .cm-content");
+      new MutationObserver(() => {
+        if (t0 !== null) {
+          window.__latency.push(performance.now() - t0);
+          t0 = null;
+        }
+      }).observe(target, { childList: true, subtree: true, characterData: true });
+    });
+    await cursorAtEndOf(page, "c = a + b * 1.5");
+    let sent = 0;
+    for (let i = 0; i < 15; i++) {
+      for (const key of [String((i % 9) + 1), "Backspace"]) {
+        await page.keyboard.press(key);
+        sent++;
+        await sleep(80);
+      }
+    }
+    const lat = await page.evaluate(() => window.__latency);
+    const med = median(lat);
+    const lower = await page.locator("#lowered").textContent();
+    metrics.keystroke_to_cuda_ms = { median: +med.toFixed(1), max: +Math.max(...lat).toFixed(1), samples: lat.length, lowered: lower };
+    console.log(`     (keystroke to CUDA: median ${med.toFixed(1)} ms, max ${Math.max(...lat).toFixed(1)} ms over ${lat.length} of ${sent} keystrokes; ${lower})`);
+    assert(lat.length >= sent - 2, `every keystroke updated the CUDA: ${lat.length} of ${sent}`);
+    assert(med <= 50, `median ${med} ms`);
+    await replaceProgram(page, ADD);
   });
 
   await check("passes pane: list, IR after a pass, diff, unchanged passes greyed", async () => {
@@ -206,6 +309,21 @@ try {
     await page.waitForSelector("#pass-diff-view .d-add");
     const unchanged = await page.locator(".pass.unchanged").count();
     console.log(`     (${unchanged} of ${n} passes changed nothing for add)`);
+    // The diff is not clipped: its longest line fits in the scrollable view, or wraps.
+    const fit = () =>
+      page.evaluate(() => {
+        const view = document.querySelector("#pass-diff-view");
+        const pre = view.querySelector(".diff");
+        const widest = Math.max(...Array.from(pre.children, (d) => d.scrollWidth));
+        return { widest, pre: pre.scrollWidth, preBox: pre.getBoundingClientRect().width, view: view.clientWidth, scroll: view.scrollWidth };
+      });
+    await page.click('.pass[data-pass="indexing"]');
+    let f = await fit();
+    assert(f.widest <= f.preBox + 1 && f.scroll >= f.widest, `diff rows fit their box: ${JSON.stringify(f)}`);
+    await page.locator("#pane-passes .wrap-lines").check();
+    f = await fit();
+    assert(f.scroll <= f.view + 1, `wrapped: no horizontal scroll: ${JSON.stringify(f)}`);
+    await page.locator("#pane-passes .wrap-lines").uncheck();
   });
 
   await check("launch plan pane evaluates grid and block with the sizes", async () => {
@@ -215,6 +333,28 @@ try {
     const grid = await page.locator("#plan-grid").textContent();
     assert(grid.includes("= 2000"), `grid: ${grid}`); // ceilDiv(1000*1024, 512)
     assert((await page.locator("#plan-block").textContent()).startsWith("128"), "block");
+  });
+
+  await check("invalid sizes are marked in place with the reason; the plan lists launch limits", async () => {
+    for (const [value, reason] of [["0", "a size is at least 1, not 0"], ["-5", "a size is at least 1, not -5"], ["1e3", "write it out in digits: 1000"]]) {
+      await setSize(page, "M", value);
+      await page.waitForSelector('label.size.invalid input[data-size="M"]');
+      assert((await page.inputValue('input[data-size="M"]')) === value, "the box keeps what was typed");
+      assert((await page.locator("label.size.invalid .size-error").textContent()) === reason, `reason for ${value}`);
+      assert((await page.getAttribute('input[data-size="M"]', "aria-invalid")) === "true", "aria-invalid");
+      assert((await page.locator("#plan-grid").textContent()).includes("= 2000"), "the plan keeps the last valid size");
+    }
+    await page.screenshot({ path: path.join(artifacts, "invalid-size.png") });
+    await setSize(page, "M", 3000000000);
+    await page.waitForSelector('label.size:not(.invalid) input[data-size="M"]');
+    const limits = await page.locator("#plan-constraints li").allTextContents();
+    const grid = limits.find((l) => l.includes("grid x"));
+    assert(grid && grid.startsWith("✗") && grid.includes("<= 2147483647"), `grid limit: ${limits}`);
+    const err = await page.locator("#plan-error").textContent();
+    assert(err.includes("cannot be launched") && err.includes("grid x"), `plan error: ${err}`);
+    await setSize(page, "M", 1000);
+    await page.waitForSelector("#plan-error", { state: "detached" });
+    assert((await page.locator("#plan-constraints li").first().textContent()).startsWith("✓"), "within the limits again");
   });
 
   await check("the fragment link restores the state in a new page", async () => {
@@ -354,12 +494,211 @@ try {
   await page.click("#theme");
   await page.close();
 
+
+  // ---- cold load, the CUDA pane, help in the page, sharing, state, phone width ------------------
+  await check("a cold load transfers the wasm, JS and CSS brotli-compressed within 550 KiB; a reload revalidates", async () => {
+    const encodings = {};
+    const c = await browser.newPage({ viewport: { width: 1400, height: 860 } });
+    c.on("response", (r) => (encodings[new URL(r.url()).pathname] = r.headers()["content-encoding"] ?? "identity"));
+    await c.goto(A.base);
+    await c.waitForFunction(() => /lowered in/.test(document.querySelector("#lowered")?.textContent));
+    const entries = () =>
+      c.evaluate(() =>
+        performance.getEntriesByType("resource")
+          .filter((e) => /\.(wasm|js|css)$/.test(new URL(e.name).pathname))
+          .map((e) => ({ path: new URL(e.name).pathname, transfer: e.transferSize, body: e.encodedBodySize, size: e.decodedBodySize })),
+      );
+    const cold = await entries();
+    const nav = await c.evaluate(() => performance.getEntriesByType("navigation")[0].transferSize);
+    for (const e of cold) assert(encodings[e.path] === "br", `${e.path} sent as ${encodings[e.path]}`);
+    assert(cold.some((e) => e.path.endsWith(".wasm")) && cold.some((e) => e.path.endsWith(".css")), `loaded: ${JSON.stringify(cold)}`);
+    const total = cold.reduce((a, e) => a + e.transfer, 0);
+    const body = cold.reduce((a, e) => a + e.body, 0);
+    const size = cold.reduce((a, e) => a + e.size, 0);
+    metrics.cold_load = { files: cold, wasm_js_css_transfer_bytes: total, wasm_js_css_body_bytes: body, uncompressed_bytes: size, html_transfer_bytes: nav };
+    console.log(`     (cold load: wasm + JS + CSS ${(total / 1024).toFixed(1)} KiB transferred, ${(size / 1024).toFixed(1)} KiB uncompressed; index.html ${nav} B)`);
+    assert(total <= 550 * 1024, `cold load transfers ${total} bytes`);
+    // A reload asks again (no-cache) and gets 304s: headers only.
+    await c.reload();
+    await c.waitForFunction(() => /lowered in/.test(document.querySelector("#lowered")?.textContent));
+    const warm = await entries();
+    const again = warm.reduce((a, e) => a + e.transfer, 0);
+    metrics.reload = { wasm_js_css_transfer_bytes: again };
+    console.log(`     (reload: ${again} B transferred for the same files)`);
+    assert(warm.length >= cold.length && warm.every((e) => e.body === 0 || e.transfer < 1024), `reload: ${JSON.stringify(warm)}`);
+    await c.close();
+  });
+
+  await check("the CUDA pane shows the kernel first (helpers folded, opened on click) and wraps on demand", async () => {
+    const c = await open(browser, A.base);
+    await c.waitForSelector("#cuda .hf-fold");
+    const fold = await c.locator("#cuda .hf-fold").textContent();
+    assert(/^⋯ \d+ lines of helpers before the kernel \(click to show\)$/.test(fold), `placeholder: ${fold}`);
+    const lines = await c.locator("#cuda .cm-line").allTextContents();
+    assert(lines[1].startsWith('extern "C" __global__ void __launch_bounds__(128) add_kernel('), `second line: ${lines[1]}`);
+    await c.screenshot({ path: path.join(artifacts, "cuda-kernel-first.png") });
+    assert(!(await c.locator("#cuda .cm-content.cm-lineWrapping").count()), "no wrapping by default");
+    await c.locator("#pane-cuda .wrap-lines").check();
+    await c.waitForSelector("#cuda .cm-content.cm-lineWrapping");
+    await c.click("#cuda .hf-fold");
+    await c.waitForSelector("#cuda .hf-fold", { state: "detached" });
+    assert((await c.locator("#cuda .cm-line").first().textContent()).length > 0, "helpers shown");
+    // Opened helpers stay open when the program changes.
+    await c.selectOption("#examples", "basics/softmax");
+    await c.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("typedef"));
+    assert(!(await c.locator("#cuda .hf-fold").count()), "still open");
+    await c.close();
+  });
+
+  await check("language reference, examples with descriptions and bench sizes, completion and hover docs", async () => {
+    const c = await open(browser, A.base);
+    await c.click("#reference");
+    await c.waitForSelector("#reference-dialog");
+    for (const name of ["exp", "sum", "broadcast", "split", "parallelize", "circular_buffer", "cache_after", "TIDx", "Bulk", "shared", "tma"]) {
+      assert(await c.locator(`#reference-dialog #ref-${name}`).count(), `reference lists ${name}`);
+    }
+    const split = await c.locator("#ref-split").textContent();
+    assert(split.includes("t.split(axis, factor[, inner|outer])"), `split: ${split}`);
+    assert((await c.locator("#reference-dialog").textContent()).includes("basics/add: c = a + b over f32 [M, N]"), "examples listed");
+    await c.screenshot({ path: path.join(artifacts, "language-reference.png") });
+    await c.keyboard.press("Escape");
+    // An example brings the sizes of its `// bench:` line.
+    const matmul = fs.readFileSync(path.join(repo, "examples/basics/matmul.hf"), "utf8");
+    const bench = Object.fromEntries(matmul.match(/\/\/ bench: (\S+)/)[1].split(",").map((kv) => kv.split("=")));
+    await c.selectOption("#examples", "basics/matmul");
+    for (const [k, v] of Object.entries(bench)) assert((await c.inputValue(`input[data-size="${k}"]`)) === v, `${k}=${v} from the bench line`);
+    assert((await c.getAttribute("#examples", "title")).startsWith("A matrix product"), "the menu's title is the description");
+    // Completion: schedule primitives after `t.`, tensors and ops by prefix.
+    await c.selectOption("#examples", "basics/add");
+    await cursorAtEndOf(c, "inline_most()");
+    await c.keyboard.press("Enter");
+    await c.keyboard.type("c.circ");
+    await c.waitForSelector(".cm-tooltip-autocomplete");
+    let options = await c.locator(".cm-tooltip-autocomplete li").allTextContents();
+    assert(options.some((o) => o.startsWith("circular_buffer")), `after c.: ${options}`);
+    await c.keyboard.press("Escape");
+    await c.keyboard.press("Control+A");
+    await c.keyboard.insertText(ADD.replace("inline_most()", "inline_most()\n  "));
+    await c.keyboard.press("Control+End");
+    await c.keyboard.press("ArrowUp");
+    await c.keyboard.press("End");
+    await c.keyboard.type("a_");
+    await c.waitForSelector(".cm-tooltip-autocomplete");
+    options = await c.locator(".cm-tooltip-autocomplete li").allTextContents();
+    assert(options.some((o) => o.startsWith("a_c")), `tensors: ${options}`);
+    await c.keyboard.press("Escape");
+    await c.keyboard.press("Control+A");
+    await c.keyboard.insertText(ADD.replace("c.parallelize(1, TIDx)", "c.parallelize(1, "));
+    await cursorAtEndOf(c, "c.parallelize(1, ");
+    await c.keyboard.press("Control+Space");
+    await c.waitForSelector(".cm-tooltip-autocomplete");
+    options = await c.locator(".cm-tooltip-autocomplete li").allTextContents();
+    assert(options.some((o) => o.startsWith("TIDx")) && !options.some((o) => o.startsWith("exp")), `parallel types: ${options}`);
+    await c.keyboard.press("Escape");
+    await replaceProgram(c, ADD);
+    // Hover docs on a primitive.
+    const word = await textPoint(c, "propagate");
+    await c.mouse.move(word.x, word.y);
+    await c.waitForSelector(".hf-doc");
+    const doc = await c.locator(".hf-doc").textContent();
+    assert(doc.startsWith("propagate(t)") && doc.includes("Replays"), `hover: ${doc}`);
+    await c.screenshot({ path: path.join(artifacts, "hover-docs.png") });
+    await c.close();
+  });
+
+  await check("Share dialog: full link, short link, embed snippet; the embed view is read-only with one pane", async () => {
+    const c = await open(browser, A.base);
+    await setSize(c, "M", 2048);
+    await c.click("#tab-plan");
+    await c.click("#share");
+    await c.waitForSelector("#share-dialog");
+    const href = await c.evaluate(() => location.href);
+    assert((await c.inputValue("#share-url")) === href && /#v1:/.test(href), `full link: ${href}`);
+    await c.click("#make-short");
+    await c.waitForSelector("#share-short");
+    const short = await c.inputValue("#share-short");
+    assert(short.startsWith(A.base) && /#s:[A-Za-z0-9]+$/.test(short), `short link: ${short}`);
+    assert(await c.locator("#share-url-copy").count() && await c.locator("#share-short-copy").count(), "copy buttons");
+    assert((await c.inputValue("#embed-pane")) === "plan", "embeds the pane shown");
+    await c.selectOption("#embed-pane", "cuda");
+    const snippet = await c.inputValue("#share-embed");
+    const src = snippet.match(/src="([^"]+)"/)?.[1];
+    assert(snippet.startsWith("<iframe ") && src?.startsWith(`${A.base}?embed=cuda#v1:`), `snippet: ${snippet}`);
+    await c.screenshot({ path: path.join(artifacts, "share-dialog.png") });
+    await c.click("#share-url-copy");
+    await c.waitForFunction(() => /Link copied|Could not copy/.test(document.querySelector("#toast").textContent));
+    // The embed view: the program (read-only) and the CUDA, no editor, no Run.
+    const e = await browser.newPage({ viewport: { width: 900, height: 480 } });
+    e.on("pageerror", (err) => errors.push(`embed: ${err.message}`));
+    await e.goto(src);
+    await e.waitForFunction(() => document.querySelector("#cuda .cm-content")?.textContent.includes("add_kernel"));
+    assert((await e.locator("#embed-program .cm-content").textContent()).includes("fusion add"), "the program");
+    assert((await e.getAttribute("#embed-program .cm-content", "contenteditable")) === "false", "read-only");
+    assert(!(await e.locator("#run, .editor, .tabs").count()), "no editor, Run or pane tabs");
+    const back = await e.getAttribute("#open-playground", "href");
+    assert(back.startsWith(A.base) && back.includes("#v1:") && !back.includes("embed"), `open link: ${back}`);
+    await e.screenshot({ path: path.join(artifacts, "embed-cuda.png") });
+    await e.close();
+    await c.close();
+  });
+
+  await check("the bare URL restores the last state; closing with unshared edits asks first", async () => {
+    const ctx = await browser.newContext({ viewport: { width: 1400, height: 860 } });
+    const p1 = await open(browser, A.base, () => false, { context: ctx });
+    const edited = ADD.replace("// Example 1", "// kept locally");
+    await replaceProgram(p1, edited);
+    await p1.waitForFunction(() => document.querySelector("#cuda .cm-content") && location.hash.length > 10);
+    await sleep(200);
+    const p2 = await open(browser, A.base, () => false, { context: ctx });
+    await p2.waitForFunction(() => document.querySelector(".editor .cm-content").textContent.includes("kept locally"));
+    assert((await editorText(p2)) === edited, "the last program is back");
+    assert((await p2.locator("#toast").textContent()).includes("Your last program is back"), "and the page says so");
+    await p2.close();
+    // p1 has an edit that was never shared: closing asks.
+    let asked = null;
+    p1.on("dialog", async (d) => {
+      asked = d.type();
+      await d.accept();
+    });
+    await p1.close({ runBeforeUnload: true });
+    for (let i = 0; i < 50 && !asked; i++) await sleep(50);
+    assert(asked === "beforeunload", `dialog: ${asked}`);
+    // After Share's copy it does not.
+    const p3 = await open(browser, A.base, () => false, { context: ctx });
+    await replaceProgram(p3, ADD.replace("// Example 1", "// shared"));
+    await p3.click("#share");
+    await p3.click("#share-url-copy");
+    let asked3 = null;
+    p3.on("dialog", async (d) => {
+      asked3 = d.type();
+      await d.accept();
+    });
+    await p3.close({ runBeforeUnload: true });
+    await sleep(500);
+    assert(asked3 === null, `no dialog after sharing: ${asked3}`);
+    await ctx.close();
+  });
+
+  await check("phone width: the panes stack under the editor, nothing wider than the screen", async () => {
+    const m = await open(browser, A.base, () => false, { viewport: { width: 390, height: 844 } });
+    const editor = await m.locator(".editor-pane").boundingBox();
+    const output = await m.locator(".output").boundingBox();
+    assert(editor.width > 350 && output.width > 350, `full width: ${editor.width}, ${output.width}`);
+    assert(output.y >= editor.y + editor.height - 1, `stacked: editor ${JSON.stringify(editor)}, output ${JSON.stringify(output)}`);
+    const wide = await m.evaluate(() => document.documentElement.scrollWidth);
+    assert(wide <= 391, `page width ${wide}`);
+    assert(!(await m.locator(".splitter").isVisible()), "no divider");
+    await m.screenshot({ path: path.join(artifacts, "phone.png"), fullPage: true });
+    await m.close();
+  });
+
   // ---- runs through the fake worker -------------------------------------------------------------
   const q = await open(browser, A.base);
   const runResult = () => q.locator("#run-result").textContent();
 
   await check("Run (Ctrl+Enter) shows the fake worker's result, marked as not measured, with its stages", async () => {
     await setSize(q, "M", 1000);
+    await setSize(q, "N", 4096);
     await q.locator(".editor .cm-content").click();
     await q.keyboard.press("Control+Enter");
     await q.waitForSelector("#run-status");
@@ -522,9 +861,9 @@ try {
   await q.close();
 
   // ---- a runner with no GPU and a token, set in Settings --------------------------------------
-  await check("settings: a runner URL and token are used; no GPU: runs refused with the reason", async () => {
-    // The browser logs the refused runs (401, then 503) as failed requests: expected here.
-    const r = await open(browser, A.base, (text, from) => from.startsWith(`${B.origin}/api/run`) && /status of (401|503)/.test(text));
+  await check("settings: a runner URL and token are used; no GPU: Run disabled, the reason in plain words, once", async () => {
+    // The browser logs the refused short link (401) as a failed request: expected here.
+    const r = await open(browser, A.base, (text, from) => from.startsWith(`${B.origin}/api/links`) && /status of 401/.test(text));
     await r.click("#settings");
     await r.fill("#runner-url", B.base);
     await r.fill("#runner-token", "wrong-token");
@@ -534,19 +873,34 @@ try {
     assert(/Reachable, no GPU: runner \S+ · no usable GPU \(.+\)/.test(note), `settings: ${note}`);
     await r.keyboard.press("Escape");
     assert((await runnerStatus(r)).includes("(compile only)"), `status bar: ${await runnerStatus(r)}`);
-    await r.click("#run");
-    await r.waitForSelector("#run-error");
-    let msg = await r.locator("#run-error").textContent();
-    assert(/wants a token \(HTTP 401\): wrong token/.test(msg), `message: ${msg}`);
+    // Run is off, and says why in plain words (the tooltip), once.
+    assert(await r.locator("#run").isDisabled(), "Run disabled");
+    const why = await r.getAttribute("#run-wrap", "title");
+    assert(why === "Run is off: the runner has no usable GPU, so it cannot run programs. Compiling works in the page as usual.", `tooltip: ${why}`);
+    await r.locator(".editor .cm-content").click();
+    await r.keyboard.press("Control+Enter");
+    await r.waitForFunction(() => /Run is off/.test(document.querySelector("#toast").textContent));
+    await r.click("#tab-run");
+    const page = await r.locator("body").textContent();
+    assert(!/HTTP \d|POST |\/api\//.test(page), `no API jargon on the page: ${page.match(/.{0,40}(HTTP \d|POST |\/api\/).{0,40}/)?.[0]}`);
+    const pane = await r.locator("#pane-run").textContent();
+    assert(pane.split("has no usable GPU").length === 2, `the reason is shown once in the Run pane: ${pane}`);
+    assert(!(await r.locator("#run-error").count()), "no refusal shown as an error");
+    await r.screenshot({ path: path.join(artifacts, "playground-no-gpu.png") });
+    // The token: a short link asks for it until it is right.
+    await r.click("#share");
+    await r.click("#make-short");
+    await r.waitForSelector("#short-error");
+    const msg = await r.locator("#short-error").textContent();
+    assert(msg.startsWith("No short link: The runner needs a token (wrong token): set it in Settings."), `message: ${msg}`);
+    await r.keyboard.press("Escape");
     await r.click("#settings");
     await r.fill("#runner-token", "secret-token");
     await r.click("#settings-save");
     await r.keyboard.press("Escape");
-    await r.click("#run");
-    await r.waitForFunction(() => /HTTP 503/.test(document.querySelector("#run-error")?.textContent ?? ""));
-    msg = await r.locator("#run-error").textContent();
-    assert(/cannot run programs \(HTTP 503\): runs are unavailable: no usable GPU \(.+\); compiling works/.test(msg), `message: ${msg}`);
-    await r.screenshot({ path: path.join(artifacts, "playground-no-gpu.png") });
+    await r.click("#share");
+    await r.click("#make-short");
+    await r.waitForSelector("#share-short");
     await r.close();
   });
 
@@ -554,10 +908,9 @@ try {
     // The browser logs the 404 of /api/health there: expected (the page says "no runner").
     const s = await open(browser, plainBase, (text, from) => /Failed to load resource/.test(text) && /\/api\//.test(from));
     await s.waitForFunction(() => /no runner/.test(document.querySelector("#runner-status").textContent));
-    await s.click("#run");
-    await s.waitForSelector("#run-error");
-    const msg = await s.locator("#run-error").textContent();
-    assert(msg.includes("No runner reachable"), `message: ${msg}`);
+    assert(await s.locator("#run").isDisabled(), "Run disabled");
+    const why = await s.getAttribute("#run-wrap", "title");
+    assert(why.startsWith("Run is off: no runner is reachable."), `tooltip: ${why}`);
     await replaceProgram(s, ADD.replace("c.split(0, 128)", "c.split(0, 64)"));
     await s.click("#tab-cuda");
     await s.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("__launch_bounds__(64)"));
@@ -577,6 +930,7 @@ try {
   await check("no console errors", async () => {
     assert(errors.length === 0, errors.join("\n"));
   });
+  fs.writeFileSync(path.join(artifacts, "metrics.json"), JSON.stringify(metrics, null, 2) + "\n");
 } finally {
   await browser.close();
   plain.close();

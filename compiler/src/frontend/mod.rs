@@ -6,5 +6,5 @@ pub mod parser;
 pub mod printer;
 
 pub use ast::Program;
-pub use parser::parse;
+pub use parser::{parse, parse_all};
 pub use printer::print;

@@ -1,4 +1,9 @@
 //! Recursive-descent parser: tokens → [`Program`]. Never panics; every error carries a span.
+//!
+//! A syntax error ends its statement, not the parse: the parser skips to the next statement
+//! (a new line, `;`, or the `}` of the block) and goes on, so [`parse_all`] reports every
+//! independent error. An unclosed `(` or `[` is reported at the bracket itself (the lexer joins
+//! the lines inside brackets, so the error is only seen lines later).
 
 use super::ast::*;
 use super::lexer::{lex, Tok, Token};
@@ -13,24 +18,43 @@ const MAX_DEPTH: usize = 64;
 /// is long.
 pub const MAX_EXPR_OPS: usize = 512;
 
+/// The program, or its first syntax error (see [`parse_all`] for all of them).
 pub fn parse(src: &str) -> Result<Program, Diagnostic> {
-    let tokens = lex(src)?;
+    parse_all(src).map_err(|mut errors| errors.swap_remove(0))
+}
+
+/// The program, or every syntax error in source order (never an empty list): after an error the
+/// parser resumes at the next statement.
+pub fn parse_all(src: &str) -> Result<Program, Vec<Diagnostic>> {
+    let tokens = lex(src).map_err(|d| vec![d])?;
     let mut p = Parser {
+        src,
         tokens,
         pos: 0,
         depth: 0,
         ops: 0,
+        errors: Vec::new(),
     };
-    let program = p.program()?;
-    Ok(program)
+    let program = p.program();
+    match program {
+        Ok(program) if p.errors.is_empty() => Ok(program),
+        Ok(_) => Err(p.errors),
+        Err(d) => {
+            p.errors.push(d);
+            Err(p.errors)
+        }
+    }
 }
 
-struct Parser {
+struct Parser<'a> {
+    src: &'a str,
     tokens: Vec<Token>,
     pos: usize,
     depth: usize,
     /// Operations in the expression being parsed (see [`MAX_EXPR_OPS`]).
     ops: usize,
+    /// Errors of the statements skipped so far.
+    errors: Vec<Diagnostic>,
 }
 
 type PResult<T> = Result<T, Diagnostic>;
@@ -46,7 +70,7 @@ fn describe(t: &Tok) -> String {
     }
 }
 
-impl Parser {
+impl Parser<'_> {
     fn peek(&self) -> &Tok {
         &self.tokens[self.pos.min(self.tokens.len() - 1)].tok
     }
@@ -123,8 +147,85 @@ impl Parser {
                 Ok(())
             }
             Tok::Punct('}') => Ok(()),
+            // The newline was swallowed by an unclosed bracket further up (reported there).
+            _ if !self.errors.is_empty() && self.starts_line(self.pos) => Ok(()),
             _ => self.err("end of statement (a new line or `;`)"),
         }
+    }
+
+    /// Whether the token at `i` is the first on its line (newlines inside brackets are not
+    /// tokens, so this is how a statement after an unclosed `(` is found).
+    fn starts_line(&self, i: usize) -> bool {
+        i > 0
+            && i < self.tokens.len()
+            && self
+                .src
+                .get(self.tokens[i - 1].span.end..self.tokens[i].span.start)
+                .is_some_and(|gap| gap.contains('\n'))
+    }
+
+    /// Records `error` and skips the rest of the statement that began at token `start`: to
+    /// after the next newline or `;`, or to a `}`, the end of input or the first token of a
+    /// later line, whichever comes first (always past at least one token, so it progresses).
+    fn recover(&mut self, error: Diagnostic, start: usize) {
+        self.errors.push(error);
+        if self.pos == start && !matches!(self.peek(), Tok::Eof | Tok::Punct('}')) {
+            self.bump();
+        }
+        loop {
+            match self.peek() {
+                Tok::Newline | Tok::Punct(';') => {
+                    self.bump();
+                    return;
+                }
+                Tok::Eof | Tok::Punct('}') => return,
+                _ if self.starts_line(self.pos) => return,
+                _ => {
+                    self.bump();
+                }
+            }
+        }
+    }
+
+    /// After the items of a bracketed list: `close` (consumed) or `,`. Anything else on a
+    /// later line (or the end of input) means the bracket at `open` was never closed: the
+    /// error points at it.
+    fn close_or_comma(&mut self, open: Span, close: char) -> PResult<bool> {
+        if self.eat_punct(close) {
+            return Ok(true);
+        }
+        if self.eat_punct(',') {
+            return Ok(false);
+        }
+        self.unclosed(open, close)?;
+        self.err(&format!("`,` or `{close}`"))
+    }
+
+    /// `close` after a parenthesized expression (see [`Parser::close_or_comma`]).
+    fn expect_close(&mut self, open: Span, close: char) -> PResult<()> {
+        if self.eat_punct(close) {
+            return Ok(());
+        }
+        self.unclosed(open, close)?;
+        self.err(&format!("`{close}`"))
+    }
+
+    /// The error at the bracket `open` when the token here shows it was never closed: the end
+    /// of input, a `}` or `;`, or the first token of a later line.
+    fn unclosed(&self, open: Span, close: char) -> PResult<()> {
+        let unclosed = matches!(self.peek(), Tok::Eof | Tok::Punct('}') | Tok::Punct(';'))
+            || self.starts_line(self.pos);
+        if !unclosed {
+            return Ok(());
+        }
+        let opener = if close == ')' { '(' } else { '[' };
+        Err(Diagnostic::new(
+            format!(
+                "unclosed `{opener}`: expected `{close}` before {}",
+                describe(self.peek())
+            ),
+            Some(open),
+        ))
     }
 
     fn program(&mut self) -> PResult<Program> {
@@ -144,8 +245,14 @@ impl Parser {
                     if matches!(self.peek(), Tok::Eof) {
                         return self.err("`}` closing the schedule");
                     }
-                    schedule.push(self.sched_stmt()?);
-                    self.end_stmt()?;
+                    let start = self.pos;
+                    match self
+                        .sched_stmt()
+                        .and_then(|st| self.end_stmt().map(|()| st))
+                    {
+                        Ok(st) => schedule.push(st),
+                        Err(d) => self.recover(d, start),
+                    }
                 }
             }
         }
@@ -166,102 +273,113 @@ impl Parser {
             if self.eat_punct('}') {
                 break;
             }
-            let start = self.span().start;
-            let (word, word_span) = match self.peek().clone() {
-                Tok::Ident(s) => (s, self.span()),
-                Tok::Eof => return self.err("`}` closing the fusion"),
-                _ => return self.err("`input`, `output` or an assignment"),
-            };
-            let item = match word.as_str() {
-                "input"
-                    if !matches!(
-                        self.tokens.get(self.pos + 1).map(|t| &t.tok),
-                        Some(Tok::Punct('='))
-                    ) =>
-                {
-                    self.bump();
-                    let (name, _) = self.ident("an input name")?;
-                    self.expect_punct(':')?;
-                    let (ty, ty_span) = self.ident("a dtype (f32, f16, bf16, i32, f64)")?;
-                    let dtype = DType::parse(&ty).ok_or_else(|| {
-                        Diagnostic::new(
-                            format!("unknown dtype `{ty}` (expected f32, f16, bf16, i32 or f64)"),
-                            Some(ty_span),
-                        )
-                    })?;
-                    let dims =
-                        if self.eat_punct('[') {
-                            let mut dims = Vec::new();
-                            loop {
-                                match self.peek().clone() {
-                                    Tok::Ident(s) => {
-                                        self.bump();
-                                        dims.push(Dim::Sym(s));
-                                    }
-                                    Tok::Int(i) => {
-                                        let sp = self.bump().span;
-                                        if i < 1 {
-                                            return Err(Diagnostic::new(
-                                                "a constant extent must be at least 1",
-                                                Some(sp),
-                                            ));
-                                        }
-                                        dims.push(Dim::Const(i));
-                                    }
-                                    _ => return self.err(
-                                        "an extent (a size symbol like `N` or a positive integer)",
-                                    ),
-                                }
-                                if self.eat_punct(']') {
-                                    break;
-                                }
-                                self.expect_punct(',')?;
-                            }
-                            if dims.len() > 8 {
-                                return Err(Diagnostic::new(
-                                    "a tensor has at most 8 dimensions",
-                                    Some(ty_span),
-                                ));
-                            }
-                            Some(dims)
-                        } else {
-                            None
-                        };
-                    Item::Input {
-                        name,
-                        dtype,
-                        dims,
-                        loc: Loc(Span::new(start, self.prev_end())),
-                    }
-                }
-                "output"
-                    if !matches!(
-                        self.tokens.get(self.pos + 1).map(|t| &t.tok),
-                        Some(Tok::Punct('='))
-                    ) =>
-                {
-                    self.bump();
-                    let (name, _) = self.ident("an output name")?;
-                    Item::Output {
-                        name,
-                        loc: Loc(Span::new(start, self.prev_end())),
-                    }
-                }
-                _ => {
-                    self.bump();
-                    self.expect_punct('=')?;
-                    let value = self.expr()?;
-                    Item::Let {
-                        name: word,
-                        value,
-                        loc: Loc(word_span.join(Span::new(start, self.prev_end()))),
-                    }
-                }
-            };
-            items.push(item);
-            self.end_stmt()?;
+            if matches!(self.peek(), Tok::Eof) {
+                return self.err("`}` closing the fusion");
+            }
+            let start = self.pos;
+            match self.item().and_then(|item| self.end_stmt().map(|()| item)) {
+                Ok(item) => items.push(item),
+                Err(d) => self.recover(d, start),
+            }
         }
         Ok(FusionDef { name, items })
+    }
+
+    /// One statement of the fusion: an input, an output or an assignment.
+    fn item(&mut self) -> PResult<Item> {
+        let start = self.span().start;
+        let (word, word_span) = match self.peek().clone() {
+            Tok::Ident(s) => (s, self.span()),
+            _ => return self.err("`input`, `output` or an assignment"),
+        };
+        let item = match word.as_str() {
+            "input"
+                if !matches!(
+                    self.tokens.get(self.pos + 1).map(|t| &t.tok),
+                    Some(Tok::Punct('='))
+                ) =>
+            {
+                self.bump();
+                let (name, _) = self.ident("an input name")?;
+                self.expect_punct(':')?;
+                let (ty, ty_span) = self.ident("a dtype (f32, f16, bf16, i32, f64)")?;
+                let dtype = DType::parse(&ty).ok_or_else(|| {
+                    Diagnostic::new(
+                        format!("unknown dtype `{ty}` (expected f32, f16, bf16, i32 or f64)"),
+                        Some(ty_span),
+                    )
+                })?;
+                let dims = if self.is_punct('[') {
+                    let open = self.bump().span;
+                    let mut dims = Vec::new();
+                    loop {
+                        match self.peek().clone() {
+                            Tok::Ident(s) => {
+                                self.bump();
+                                dims.push(Dim::Sym(s));
+                            }
+                            Tok::Int(i) => {
+                                let sp = self.bump().span;
+                                if i < 1 {
+                                    return Err(Diagnostic::new(
+                                        "a constant extent must be at least 1",
+                                        Some(sp),
+                                    ));
+                                }
+                                dims.push(Dim::Const(i));
+                            }
+                            _ => {
+                                return self.err(
+                                    "an extent (a size symbol like `N` or a positive integer)",
+                                )
+                            }
+                        }
+                        if self.close_or_comma(open, ']')? {
+                            break;
+                        }
+                    }
+                    if dims.len() > 8 {
+                        return Err(Diagnostic::new(
+                            "a tensor has at most 8 dimensions",
+                            Some(ty_span),
+                        ));
+                    }
+                    Some(dims)
+                } else {
+                    None
+                };
+                Item::Input {
+                    name,
+                    dtype,
+                    dims,
+                    loc: Loc(Span::new(start, self.prev_end())),
+                }
+            }
+            "output"
+                if !matches!(
+                    self.tokens.get(self.pos + 1).map(|t| &t.tok),
+                    Some(Tok::Punct('='))
+                ) =>
+            {
+                self.bump();
+                let (name, _) = self.ident("an output name")?;
+                Item::Output {
+                    name,
+                    loc: Loc(Span::new(start, self.prev_end())),
+                }
+            }
+            _ => {
+                self.bump();
+                self.expect_punct('=')?;
+                let value = self.expr()?;
+                Item::Let {
+                    name: word,
+                    value,
+                    loc: Loc(word_span.join(Span::new(start, self.prev_end()))),
+                }
+            }
+        };
+        Ok(item)
     }
 
     fn sched_stmt(&mut self) -> PResult<SchedStmt> {
@@ -300,7 +418,7 @@ impl Parser {
     }
 
     fn call_args(&mut self) -> PResult<Vec<Arg>> {
-        self.expect_punct('(')?;
+        let open = self.expect_punct('(')?;
         let mut args = Vec::new();
         if self.eat_punct(')') {
             return Ok(args);
@@ -320,10 +438,9 @@ impl Parser {
             } else {
                 args.push(Arg::Pos(self.expr()?));
             }
-            if self.eat_punct(')') {
+            if self.close_or_comma(open, ')')? {
                 return Ok(args);
             }
-            self.expect_punct(',')?;
         }
     }
 
@@ -435,7 +552,7 @@ impl Parser {
             Tok::Punct('(') => {
                 self.bump();
                 let e = self.expr()?;
-                self.expect_punct(')')?;
+                self.expect_close(sp, ')')?;
                 Ok(e)
             }
             Tok::Punct('[') => {
@@ -444,10 +561,9 @@ impl Parser {
                 if !self.eat_punct(']') {
                     loop {
                         items.push(self.expr()?);
-                        if self.eat_punct(']') {
+                        if self.close_or_comma(sp, ']')? {
                             break;
                         }
-                        self.expect_punct(',')?;
                     }
                 }
                 Ok(Expr::List(items, Loc(Span::new(sp.start, self.prev_end()))))

@@ -172,6 +172,9 @@ pub struct IterDomain {
     /// A root axis that stands for a derived axis of another tensor (the reduction axes left to
     /// a tensor by `rfactor` are the split-off axes of its rfactor tensor): same loop, same index.
     pub alias: Option<IterId>,
+    /// The schedule statement that made this axis (a split, a merge, a cache, a propagate...),
+    /// for errors found later about it; None for the fusion's own axes.
+    pub stmt: Option<Span>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -530,6 +533,7 @@ impl Fusion {
             origin,
             root_extent,
             alias: None,
+            stmt: None,
         });
         self.class_parent.push(id);
         self.ids.len() - 1

@@ -10,10 +10,87 @@ use std::collections::HashMap;
 type SResult<T> = Result<T, Diagnostic>;
 
 pub fn apply(f: &mut Fusion, stmts: &[SchedStmt]) -> SResult<()> {
-    for st in stmts {
-        apply_one(f, st)?;
+    match apply_all(f, stmts).into_iter().next() {
+        Some(first) => Err(first),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// Applies every statement and returns every independent error (none: the whole schedule
+/// applied). A statement that fails leaves the fusion as it was and is skipped; so is every
+/// later statement that names a tensor a failed statement named (its errors would only follow
+/// from the first one). Axes made by a statement remember it ([`IterDomain::stmt`]), so an error
+/// found later, in a pass, can point at the statement that made the axis.
+pub fn apply_all(f: &mut Fusion, stmts: &[SchedStmt]) -> Vec<Diagnostic> {
+    let mut errors = Vec::new();
+    let mut failed: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for st in stmts {
+        let (loc, names) = stmt_names(st);
+        if names.iter().any(|n| failed.contains(n)) {
+            continue;
+        }
+        let before = f.clone();
+        let first_new = f.ids.len();
+        match apply_one(f, st) {
+            Ok(()) => {
+                for id in &mut f.ids[first_new..] {
+                    id.stmt = Some(loc);
+                }
+            }
+            Err(e) => {
+                *f = before;
+                let bound = match st {
+                    SchedStmt::Bind { name, .. } => Some(name.as_str()),
+                    _ => None,
+                };
+                failed.extend(
+                    names
+                        .iter()
+                        .copied()
+                        .filter(|n| Some(*n) == bound || f.tensors.iter().any(|t| t.name == *n)),
+                );
+                errors.push(e);
+            }
+        }
+    }
+    errors
+}
+
+/// A statement's span and the names it mentions (the tensor it acts on, names in its
+/// arguments, the name it binds).
+fn stmt_names(st: &SchedStmt) -> (Span, Vec<&str>) {
+    fn arg_names<'a>(args: &'a [Arg], out: &mut Vec<&'a str>) {
+        for a in args {
+            let e = match a {
+                Arg::Pos(e) | Arg::Named { value: e, .. } => e,
+            };
+            if let ast::Expr::Name(n, _) = e {
+                out.push(n.as_str());
+            }
+        }
+    }
+    let mut names = Vec::new();
+    let loc = match st {
+        SchedStmt::Bind {
+            name, args, loc, ..
+        } => {
+            names.push(name.as_str());
+            arg_names(args, &mut names);
+            loc.0
+        }
+        SchedStmt::Method {
+            tensor, args, loc, ..
+        } => {
+            names.push(tensor.as_str());
+            arg_names(args, &mut names);
+            loc.0
+        }
+        SchedStmt::Call { args, loc, .. } => {
+            arg_names(args, &mut names);
+            loc.0
+        }
+    };
+    (loc, names)
 }
 
 /// Arguments of a schedule call, checked one at a time.

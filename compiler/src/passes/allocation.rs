@@ -73,6 +73,8 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         .filter(|b| tma_stages.contains_key(b))
         .chain((0..k.buffers.len()).filter(|b| !tma_stages.contains_key(b)))
         .collect();
+    // The largest shared buffer and the statement that made it (the cache_after), for the error.
+    let mut largest_shared: Option<(i64, Option<crate::diag::Span>)> = None;
     for b in order {
         let Some(ids) = cx.alloc_ids.get(&b).cloned() else {
             continue;
@@ -100,6 +102,13 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             None => stage,
         };
         let buf = &k.buffers[b];
+        if buf.memory == MemoryType::Shared {
+            let bytes = size.as_const().unwrap_or(0) * buf.dtype.size_bytes() as i64;
+            let span = buf.tensor.and_then(|t| f.tensors[t].span);
+            if largest_shared.is_none_or(|(most, _)| bytes > most) {
+                largest_shared = Some((bytes, span));
+            }
+        }
         match buf.memory {
             MemoryType::Local => {
                 let Some(n) = size.as_const() else {
@@ -157,7 +166,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         if total > SMEM_LIMIT {
             return Err(Diagnostic::new(
                 format!("the kernel needs {total} bytes of shared memory; an H100 block has at most {SMEM_LIMIT} (227 KB)"),
-                None,
+                largest_shared.and_then(|(_, span)| span),
             ));
         }
     }

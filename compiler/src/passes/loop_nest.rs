@@ -381,9 +381,29 @@ fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic
     if let Some(th) = threads {
         let n: i64 = th.iter().product();
         if n > 1024 {
+            // At the first schedule statement that made a thread axis (the split that chose
+            // its extent; its copies made by propagate come later).
+            let made_by = f
+                .ids
+                .iter()
+                .filter(|id| {
+                    matches!(
+                        id.parallel,
+                        ParallelType::TIDx | ParallelType::TIDy | ParallelType::TIDz
+                    )
+                })
+                .filter_map(|id| id.stmt)
+                .min_by_key(|s| s.start);
             return Err(Diagnostic::new(
-                format!("the block has {n} threads; at most 1024 are allowed"),
-                None,
+                format!(
+                    "the block has {n} threads ({}); at most 1024 are allowed",
+                    k.block
+                        .iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" x ")
+                ),
+                made_by,
             ));
         }
     }

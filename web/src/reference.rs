@@ -1,0 +1,310 @@
+//! The language reference: every keyword, dtype, op, schedule statement, parallel type, memory
+//! and load kind, with its signature and what it does. One table feeds the page's Reference
+//! dialog, the editor's autocompletion and hover docs (as JSON), and `docs/language.md` (a test
+//! fails when that file differs from [`markdown`]; `HOPFUSE_BLESS=1 cargo test -p hopfuse-web
+//! --lib reference` rewrites it). Tests check the table against the compiler's own lists.
+
+use crate::examples;
+use serde::Serialize;
+
+/// What an entry is; the sections of the reference, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Keyword,
+    Dtype,
+    Op,
+    Schedule,
+    Parallel,
+    Memory,
+    Load,
+    Argument,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 8] = [
+        Kind::Keyword,
+        Kind::Dtype,
+        Kind::Op,
+        Kind::Schedule,
+        Kind::Parallel,
+        Kind::Memory,
+        Kind::Load,
+        Kind::Argument,
+    ];
+    pub fn title(self) -> &'static str {
+        match self {
+            Kind::Keyword => "Program structure",
+            Kind::Dtype => "Dtypes",
+            Kind::Op => "Ops (in the fusion)",
+            Kind::Schedule => "Schedule primitives",
+            Kind::Parallel => "Parallel types",
+            Kind::Memory => "Memory kinds",
+            Kind::Load => "Load and store kinds",
+            Kind::Argument => "Named arguments and their values",
+        }
+    }
+    /// The section's anchor (in the page and in docs/language.md).
+    pub fn anchor(self) -> &'static str {
+        match self {
+            Kind::Keyword => "structure",
+            Kind::Dtype => "dtypes",
+            Kind::Op => "ops",
+            Kind::Schedule => "schedule",
+            Kind::Parallel => "parallel",
+            Kind::Memory => "memory",
+            Kind::Load => "loads",
+            Kind::Argument => "arguments",
+        }
+    }
+}
+
+/// One name of the language.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Entry {
+    pub name: &'static str,
+    pub kind: Kind,
+    /// How it is written.
+    pub signature: &'static str,
+    pub doc: &'static str,
+}
+
+const fn e(name: &'static str, kind: Kind, signature: &'static str, doc: &'static str) -> Entry {
+    Entry {
+        name,
+        kind,
+        signature,
+        doc,
+    }
+}
+
+use Kind::*;
+
+pub const ENTRIES: &[Entry] = &[
+    e("fusion", Keyword, "fusion NAME { ... }", "The computation: inputs, assignments and outputs, one statement a line (or separated by `;`). The kernel is named NAME_kernel."),
+    e("schedule", Keyword, "schedule { ... }", "How the fusion is lowered: statements applied in order after the fusion. Optional; without it every tensor gets one serial loop nest."),
+    e("input", Keyword, "input x: f32[M, N]", "A tensor the kernel reads: its dtype and extents, each a size symbol (M, N: set in the sizes boxes) or a positive integer; at most 8 dimensions."),
+    e("output", Keyword, "output y", "Marks a computed tensor as a result, written to global memory."),
+    e("f32", Dtype, "f32", "32-bit float."),
+    e("f16", Dtype, "f16", "16-bit IEEE half float (math in f32)."),
+    e("bf16", Dtype, "bf16", "16-bit bfloat (math in f32)."),
+    e("i32", Dtype, "i32", "32-bit signed integer."),
+    e("f64", Dtype, "f64", "64-bit float."),
+    e("neg", Op, "neg(x)", "Elementwise negation (also `-x`)."),
+    e("exp", Op, "exp(x)", "Elementwise e^x."),
+    e("relu", Op, "relu(x)", "Elementwise max(x, 0)."),
+    e("abs", Op, "abs(x)", "Elementwise absolute value."),
+    e("sqrt", Op, "sqrt(x)", "Elementwise square root."),
+    e("rsqrt", Op, "rsqrt(x)", "Elementwise 1 / sqrt(x)."),
+    e("tanh", Op, "tanh(x)", "Elementwise hyperbolic tangent."),
+    e("sigmoid", Op, "sigmoid(x)", "Elementwise 1 / (1 + e^-x)."),
+    e("add", Op, "add(a, b)", "Elementwise a + b (also `a + b`). Operands have the same rank (use broadcast) or one is a number."),
+    e("sub", Op, "sub(a, b)", "Elementwise a - b (also `a - b`)."),
+    e("mul", Op, "mul(a, b)", "Elementwise a * b (also `a * b`)."),
+    e("div", Op, "div(a, b)", "Elementwise a / b (also `a / b`)."),
+    e("max", Op, "max(a, b) | max(x, axis=1)", "With two operands, the elementwise maximum; with `axis=`, the maximum over those axes (a reduction)."),
+    e("min", Op, "min(a, b) | min(x, axis=1)", "With two operands, the elementwise minimum; with `axis=`, the minimum over those axes (a reduction)."),
+    e("sum", Op, "sum(x, axis=1) | sum(x, axis=[0, 1])", "The sum over the listed axes (a reduction: the result has those axes removed)."),
+    e("broadcast", Op, "broadcast(x, axis=1)", "Inserts new axes at the listed positions of the result, so x lines up with a tensor of higher rank (e.g. a row vector added to every row)."),
+    e("cast", Op, "cast(x, bf16)", "Converts to a dtype."),
+    e("set", Op, "set(x) | copy(x)", "A copy of x."),
+    e("cache_after", Schedule, "x_c = cache_after(x, memory=local|shared|global, load=plain|tma|bulk, swizzle=none|32|64|128)", "A copy of input x that its consumers read instead. load=tma fills a shared cache with TMA box copies (the box: the cache's Bulk axes); load=bulk with 1-D bulk copies."),
+    e("cache_before", Schedule, "y_c = cache_before(y, memory=..., store=plain|tma, fence=analysis|per_store|issuing_warp, swizzle=...)", "y is computed into y_c, which is then copied out to y. store=tma writes a shared cache with TMA stores (the box: y's Bulk axes)."),
+    e("split", Schedule, "t.split(axis, factor[, inner|outer])", "Splits a loop axis in two: the inner part has extent `factor` (inner, the default), or the outer part does (outer). The axes after it move one to the right."),
+    e("merge", Schedule, "t.merge(a[, b])", "Merges loop axes a and b (default a + 1) into one axis at a's position."),
+    e("reorder", Schedule, "t.reorder(p0, p1, ...)", "Reorders the loop axes: the new order as old positions, a permutation of all of them."),
+    e("parallelize", Schedule, "t.parallelize(axis, TIDx)", "Binds a loop axis to a parallel type (a block or thread index, vector lanes, unrolling, a TMA box)."),
+    e("vectorize", Schedule, "t.vectorize(axis)", "Same as parallelize(axis, Vectorize): the axis (constant extent, at most 16 bytes) becomes one vector access."),
+    e("set_memory", Schedule, "t.set_memory(local|shared|global)", "Where an intermediate tensor lives."),
+    e("inline_at", Schedule, "t.inline_at(pos)", "Computes t inside the first `pos` loops of its consumers (0: its own loop nest)."),
+    e("compute_at", Schedule, "p.compute_at(consumer, pos)", "Computes p inside the first `pos` loops of `consumer`."),
+    e("rfactor", Schedule, "t.rfactor(axis, ...)", "Splits reduction t in two: t_rf reduces the listed loop axes (its other reduction axes hold partial results), then t reduces t_rf."),
+    e("circular_buffer", Schedule, "t.circular_buffer(stages, prefetch=stages-1, war=sync|mbarrier) | t.circular_buffer(stages, warp_specialized(TIDy, registers=[40, 232], warp=0))", "Pipelines the serial loop around a cache's load over `stages` slots, `prefetch` loads ahead. With warp_specialized, a 128-thread producer warp group issues the loads."),
+    e("warp_specialized", Schedule, "warp_specialized(TIDx|TIDy|TIDz, registers=[producer, consumer], warp=N)", "An argument of circular_buffer: the producer warp group is added along that thread dim; `registers` rebalances registers with setmaxnreg; caches with different `warp` are separate producer roles."),
+    e("propagate", Schedule, "propagate(t)", "Replays t's splits, merges, reorders and parallel types on every other computed tensor."),
+    e("inline_most", Schedule, "inline_most() | inline_most(t, ...)", "Inlines every tensor (or those listed) as deep into its consumers' loops as is legal."),
+    e("Serial", Parallel, "Serial", "An ordinary loop (the default)."),
+    e("BIDx", Parallel, "BIDx", "blockIdx.x: one block per index (grid x up to 2^31 - 1)."),
+    e("BIDy", Parallel, "BIDy", "blockIdx.y (grid y up to 65535)."),
+    e("BIDz", Parallel, "BIDz", "blockIdx.z (grid z up to 65535)."),
+    e("TIDx", Parallel, "TIDx", "threadIdx.x: one thread per index (at most 1024 threads a block)."),
+    e("TIDy", Parallel, "TIDy", "threadIdx.y."),
+    e("TIDz", Parallel, "TIDz", "threadIdx.z (at most 64)."),
+    e("Vectorize", Parallel, "Vectorize", "One vector load or store of the axis (constant power-of-two extent, at most 16 bytes)."),
+    e("Unroll", Parallel, "Unroll", "A loop unrolled by the compiler."),
+    e("Bulk", Parallel, "Bulk", "The axes one TMA or bulk copy covers (the box), on a cache made with load=tma|bulk or an output with store=tma."),
+    e("global", Memory, "memory=global", "Device memory."),
+    e("shared", Memory, "memory=shared", "The block's shared memory (up to 227 KB on an H100)."),
+    e("local", Memory, "memory=local", "Registers of each thread."),
+    e("plain", Load, "load=plain | store=plain", "Ordinary loads or stores by every thread (the default)."),
+    e("tma", Load, "load=tma | store=tma", "Tensor Memory Accelerator copies of a box (cp.async.bulk.tensor) between global and shared memory, through a tensor map."),
+    e("bulk", Load, "load=bulk", "1-D bulk copies (cp.async.bulk) of one contiguous run, no tensor map and no out-of-bounds fill."),
+    e("axis", Argument, "axis=1 | axis=[0, 1]", "The axes of a reduction or of a broadcast (also `axes=`)."),
+    e("memory", Argument, "memory=local|shared|global", "Where a cache lives."),
+    e("load", Argument, "load=plain|tma|bulk", "How a cache is filled."),
+    e("store", Argument, "store=plain|tma", "How an output is written from its cache_before cache."),
+    e("fence", Argument, "fence=analysis|per_store|issuing_warp", "Where the async-proxy fence before a TMA store goes (analysis: chosen by the sync analysis)."),
+    e("swizzle", Argument, "swizzle=none|32|64|128", "Shared-memory swizzle of a TMA box, in bytes (the inner box row must be that wide)."),
+    e("prefetch", Argument, "prefetch=N", "Loads issued ahead of the iteration that consumes them (0 <= prefetch < stages)."),
+    e("war", Argument, "war=sync|mbarrier", "How a slot is known free for refilling: a block barrier each iteration (sync) or empty mbarriers (mbarrier, TMA and bulk copies)."),
+    e("registers", Argument, "registers=[producer, consumer]", "Registers per thread of the producer and consumer warp groups (setmaxnreg)."),
+    e("warp", Argument, "warp=0..3", "The producer warp that issues this cache's loads."),
+    e("inner", Argument, "t.split(axis, factor, inner)", "The inner part of the split has extent `factor` (the default)."),
+    e("outer", Argument, "t.split(axis, factor, outer)", "The outer part of the split has extent `factor`."),
+];
+
+/// Every entry as JSON, for the editor's completion and hover docs.
+pub fn json() -> String {
+    serde_json::to_string(ENTRIES).expect("entries serialize")
+}
+
+pub fn of_kind(kind: Kind) -> impl Iterator<Item = &'static Entry> {
+    ENTRIES.iter().filter(move |e| e.kind == kind)
+}
+
+/// The reference as Markdown (docs/language.md).
+pub fn markdown() -> String {
+    let mut out = String::from(
+        "# The hopfuse language\n\n\
+         <!-- Generated from web/src/reference.rs (the playground's Reference dialog, completion\n\
+         and hover docs show the same table): edit it there, then run\n\
+         `HOPFUSE_BLESS=1 cargo test -p hopfuse-web --lib reference`. -->\n\n\
+         A program is a `fusion` (tensors and ops) and an optional `schedule` (how its loops are\n\
+         split, parallelized, cached and pipelined). In the playground (`scripts/run.sh`), the\n\
+         Reference button shows this page; typing in the editor completes these names and the\n\
+         tensors of the program, and hovering a name shows its entry.\n\n\
+         ```\n\
+         fusion add {\n  input a: f32[M, N]\n  input b: f32[M, N]\n  c = a + b\n  output c\n}\n\
+         schedule {\n  c.merge(0)\n  c.split(0, 4)\n  c.split(0, 128)\n  c.parallelize(0, BIDx)\n  \
+         c.parallelize(1, TIDx)\n  c.parallelize(2, Vectorize)\n  propagate(c)\n  inline_most()\n}\n\
+         ```\n\n\
+         Axes are numbered from 0 (outermost). Comments start with `//`; a line `// bench: M=...,N=...`\n\
+         gives the sizes `hopfuse bench` and the playground's Examples menu use.\n",
+    );
+    for kind in Kind::ALL {
+        out.push_str(&format!(
+            "\n## {}\n\n| name | written | what it does |\n| --- | --- | --- |\n",
+            kind.title()
+        ));
+        for e in of_kind(kind) {
+            out.push_str(&format!(
+                "| `{}` | `{}` | {} |\n",
+                e.name,
+                e.signature.replace('|', "\\|"),
+                e.doc.replace('|', "\\|")
+            ));
+        }
+    }
+    out.push_str(
+        "\n## Examples\n\nEvery program under `examples/` (the playground's Examples menu):\n\n",
+    );
+    for (group, list) in examples::grouped() {
+        out.push_str(&format!("- {}:\n", examples::group_title(group)));
+        for ex in list {
+            out.push_str(&format!(
+                "  - [`{}/{}`](../examples/{}/{}.hf): {}\n",
+                ex.group,
+                ex.name,
+                ex.group,
+                ex.name,
+                examples::description(&ex)
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hopfuse::fusion::{LoadKind, MemoryType, ParallelType, UnaryOp};
+
+    fn names(kind: Kind) -> Vec<&'static str> {
+        of_kind(kind).map(|e| e.name).collect()
+    }
+
+    #[test]
+    fn the_table_matches_the_compiler() {
+        let ops = names(Kind::Op);
+        for u in UnaryOp::ALL {
+            assert!(ops.contains(&u.name()), "op {} is missing", u.name());
+        }
+        let parallel = names(Kind::Parallel);
+        assert_eq!(parallel.len(), ParallelType::ALL.len());
+        for p in ParallelType::ALL {
+            assert!(parallel.contains(&p.name()), "{} is missing", p.name());
+        }
+        for m in [MemoryType::Global, MemoryType::Shared, MemoryType::Local] {
+            assert!(names(Kind::Memory).contains(&m.name()));
+        }
+        for l in [LoadKind::Plain, LoadKind::Tma, LoadKind::Bulk] {
+            assert!(names(Kind::Load).contains(&l.name()));
+        }
+        for d in names(Kind::Dtype) {
+            assert!(hopfuse::DType::parse(d).is_some(), "{d}");
+        }
+        // Every op and schedule primitive listed is one the compiler knows: a call of it fails,
+        // if at all, for another reason than an unknown name.
+        let fusion =
+            |body: &str| format!("fusion f {{\n  input a: f32[M, N]\n  {body}\n  output c\n}}\n");
+        for op in ops {
+            let e = hopfuse::compile(&fusion(&format!("c = {op}(a)")), &Default::default());
+            if let Err(d) = e {
+                assert!(!d.to_string().contains("unknown function"), "{op}: {d}");
+            }
+        }
+        assert!(
+            hopfuse::compile(&fusion("c = frobnicate(a)"), &Default::default())
+                .unwrap_err()
+                .to_string()
+                .contains("unknown function")
+        );
+        for s in names(Kind::Schedule)
+            .into_iter()
+            .filter(|s| *s != "warp_specialized")
+        {
+            let stmt = match s {
+                "cache_after" | "cache_before" => format!("x = {s}(a)"),
+                "propagate" | "inline_most" => format!("{s}(c)"),
+                _ => format!("c.{s}()"),
+            };
+            let src = format!("{}schedule {{\n  {stmt}\n}}\n", fusion("c = exp(a)"));
+            if let Err(d) = hopfuse::compile(&src, &Default::default()) {
+                assert!(!d.to_string().contains("unknown schedule"), "{s}: {d}");
+            }
+        }
+        let src = format!(
+            "{}schedule {{\n  c.frobnicate()\n}}\n",
+            fusion("c = exp(a)")
+        );
+        assert!(hopfuse::compile(&src, &Default::default())
+            .unwrap_err()
+            .to_string()
+            .contains("unknown schedule method"));
+    }
+
+    #[test]
+    fn names_are_unique_and_documented() {
+        let mut seen = std::collections::HashSet::new();
+        for e in ENTRIES {
+            assert!(seen.insert(e.name), "{} twice", e.name);
+            assert!(!e.doc.is_empty() && e.doc.ends_with('.'), "{}", e.name);
+        }
+        assert!(json().starts_with("[{\"name\":\"fusion\""));
+    }
+
+    #[test]
+    fn docs_language_md_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/language.md");
+        let want = markdown();
+        if std::env::var_os("HOPFUSE_BLESS").is_some() {
+            std::fs::write(path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/language.md is not the reference in web/src/reference.rs: run \
+             HOPFUSE_BLESS=1 cargo test -p hopfuse-web --lib reference"
+        );
+    }
+}
