@@ -13,11 +13,7 @@ fn err(src: &str) -> String {
 }
 
 fn program(name: &str) -> String {
-    std::fs::read_to_string(format!(
-        "{}/tests/programs/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
+    std::fs::read_to_string(format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
 /// The text of the statement that writes `y` in the emitted CUDA.
@@ -33,7 +29,7 @@ fn write_of(cuda: &str, lhs: &str) -> String {
 fn shared_tensor_read_with_another_thread_layout_is_indexed_from_the_reader() {
     // `t` is written by 128 threads x 2 (n_io = threadIdx.x), read by 2 x 128 threads
     // (n_ii2 = threadIdx.x): the read must not use the writer's thread index.
-    let c = compile(&program("layout_change_shared.hf")).unwrap();
+    let c = compile(&program("basics/layout_change.hf")).unwrap();
     let read = write_of(&c.cuda, "y[");
     assert!(
         !read.contains("n_io *"),
@@ -57,7 +53,7 @@ fn shared_tensor_read_with_another_thread_layout_is_indexed_from_the_reader() {
 
 #[test]
 fn warp_specialized_consumer_reading_with_another_layout() {
-    let c = compile(&program("layout_change_ws.hf")).unwrap();
+    let c = compile(&program("ws/layout_change.hf")).unwrap();
     let read = write_of(&c.cuda, "y[");
     assert!(!read.contains("n_io *"), "{read}");
     assert!(
@@ -77,7 +73,7 @@ fn warp_specialized_consumer_reading_with_another_layout() {
 
 #[test]
 fn registers_read_by_another_thread_are_rejected() {
-    let src = program("layout_change_shared.hf").replace("set_memory(shared)", "set_memory(local)");
+    let src = program("basics/layout_change.hf").replace("set_memory(shared)", "set_memory(local)");
     let e = err(&src);
     assert!(
         e.contains("`y` reads `t` with another thread layout")
@@ -85,13 +81,13 @@ fn registers_read_by_another_thread_are_rejected() {
             && e.contains("a thread cannot read another thread's registers"),
         "{e}"
     );
-    assert!(e.starts_with("t.hf:4:3: error"), "{e}");
+    assert!(e.starts_with("t.hf:7:3: error"), "{e}");
 }
 
 #[test]
 fn global_intermediate_read_with_another_layout_gets_a_barrier() {
     let src =
-        program("layout_change_shared.hf").replace("set_memory(shared)", "set_memory(global)");
+        program("basics/layout_change.hf").replace("set_memory(shared)", "set_memory(global)");
     let c = compile(&src).unwrap();
     let read = write_of(&c.cuda, "y[");
     assert!(
