@@ -52,6 +52,9 @@ pub struct Compilation {
     /// The kernel's roles and circular-buffer pipelines, from the kernel IR after the last pass
     /// (empty without TMA or bulk loads).
     pub pipeline: pipeline_view::PipelineView,
+    /// For every line of `cuda`, what wrote it: for kernel-IR statements, their line in the
+    /// last pass dump and the pass that produced that line.
+    pub lines: codegen::lines::LineMap,
 }
 
 /// Parses, schedules and lowers a program: the whole pipeline, with the kernel IR after each pass.
@@ -102,13 +105,21 @@ pub fn compile(source: &str, options: &CompileOptions) -> Result<Compilation, Di
     }
     let pipeline = pipeline_view::extract(&kernel);
     let constraints = cx.constraints.clone();
-    let (cuda, mut plan) = codegen::emit(&scheduled, &kernel, options.index_type, constraints);
+    let (cuda, mut plan, written) =
+        codegen::emit_mapped(&scheduled, &kernel, options.index_type, constraints);
     plan.matmul = fusion::matmul::detect(&fusion);
+    // The statement lines of the final dump (the last pass's `ir`), blamed on the kernel-IR
+    // dumps (the first dump is the fusion IR).
+    let (_, ir_lines) = kernel.print_with_lines();
+    let kernel_dumps: Vec<(&str, &str)> =
+        dumps[1..].iter().map(|d| (d.name, d.ir.as_str())).collect();
+    let lines = codegen::lines::LineMap::new(&written, &ir_lines, &kernel_dumps);
     Ok(Compilation {
         cuda,
         plan,
         passes: dumps,
         fusion,
         pipeline,
+        lines,
     })
 }
