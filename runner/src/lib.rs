@@ -7,6 +7,7 @@ pub mod data;
 pub mod engine;
 pub mod faults;
 pub mod gpu;
+pub mod inspect;
 pub mod nvrtc;
 pub mod queue;
 pub mod report;

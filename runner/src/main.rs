@@ -43,7 +43,8 @@ impl From<Index> for IndexType {
 enum Command {
     /// Print the CUDA a program compiles to (no GPU needed).
     ///
-    /// With --passes and/or --plan, print those instead (add --cuda to print the CUDA as well).
+    /// With --passes, --plan, --ptx and/or --sass, print those instead (add --cuda to print the
+    /// CUDA as well).
     Compile {
         file: PathBuf,
         /// Print the kernel IR after each pass.
@@ -52,12 +53,23 @@ enum Command {
         /// Print the launch plan as JSON.
         #[arg(long)]
         plan: bool,
-        /// Print the CUDA too when --passes or --plan is given.
+        /// Print the PTX (NVRTC), each run of lines headed by its CUDA line and IR statement.
+        #[arg(long)]
+        ptx: bool,
+        /// Print the SASS (NVRTC + nvdisasm), headed by ptxas's resource usage, each run of
+        /// lines headed by its CUDA line, IR statement and the pass that made it.
+        #[arg(long)]
+        sass: bool,
+        /// With --ptx/--sass: the variant a run with these sizes builds (index type, aligned
+        /// vectors), e.g. M=4096,N=4096.
+        #[arg(long, short = 's')]
+        size: Vec<String>,
+        /// Print the CUDA too when --passes, --plan, --ptx or --sass is given.
         #[arg(long)]
         cuda: bool,
-        /// Index type of the generated code.
-        #[arg(long, value_enum, default_value = "i64")]
-        index: Index,
+        /// Index type of the generated code [default: i64, or as a run picks with --size].
+        #[arg(long, value_enum)]
+        index: Option<Index>,
     },
     /// Compile programs with hopfuse, then with NVRTC to a CUBIN for sm_90a (no GPU needed).
     ///
@@ -113,6 +125,10 @@ struct WorkerArgs {
     /// line (each ended by a `job_end` event) until stdin closes or a CUDA error.
     #[arg(long)]
     serve: bool,
+    /// Compile one CUDA source to PTX and SASS for `POST /api/inspect` (job JSON on stdin, the
+    /// answer as one JSON line on stdout; no GPU).
+    #[arg(long, conflicts_with_all = ["fake", "serve", "probe"])]
+    inspect: bool,
 }
 
 #[derive(Args)]
@@ -201,9 +217,20 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             file,
             passes,
             plan,
+            ptx,
+            sass,
+            size,
             cuda,
             index,
-        } => compile(&file, passes, plan, cuda, index.into()),
+        } => {
+            if ptx || sass {
+                inspect(&file, ptx, sass, &size, index.map(Into::into), cuda)
+            } else if !size.is_empty() {
+                bail!("--size needs --ptx or --sass");
+            } else {
+                compile(&file, passes, plan, cuda, index.map(Into::into).unwrap_or_default())
+            }
+        }
         Command::NvrtcCheck { files, index, cuda } => {
             nvrtc_check(&files, index.map(Into::into), cuda)
         }
@@ -224,6 +251,8 @@ fn worker(args: WorkerArgs) -> ExitCode {
     use hopfuse_runner::worker;
     let code = if args.probe {
         worker::probe()
+    } else if args.inspect {
+        hopfuse_runner::inspect::worker_main()
     } else {
         worker::main(&worker::WorkerOptions {
             fake: args.fake,
@@ -332,6 +361,66 @@ fn compile(
         write!(out, "{}", compilation.cuda)?;
         if !compilation.cuda.ends_with('\n') {
             writeln!(out)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hopfuse compile --ptx/--sass`: the listings mapped to CUDA lines, IR and passes.
+fn inspect(
+    file: &Path,
+    ptx: bool,
+    sass: bool,
+    size: &[String],
+    index: Option<IndexType>,
+    cuda: bool,
+) -> Result<ExitCode> {
+    use hopfuse_runner::inspect::{self, InspectRequest};
+    let req = InspectRequest {
+        file: file.display().to_string(),
+        source: read(file)?,
+        sizes: parse_size_args(size)?,
+        index,
+    };
+    let ins = match inspect::inspect(&req, None) {
+        Ok(ins) => ins,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if cuda {
+        write!(out, "{}", ins.cuda)?;
+    }
+    writeln!(out, "{}", inspect::resource_line(&ins))?;
+    writeln!(
+        out,
+        "// {} index, {}: {}",
+        ins.variant.index_type.cuda(),
+        if ins.variant.assume_aligned_vectors {
+            "aligned vectors"
+        } else {
+            "vector alignment checked at run time"
+        },
+        ins.variant.reason
+    )?;
+    for w in &ins.warnings {
+        writeln!(out, "// warning: {}", w.text)?;
+    }
+    if ptx {
+        write!(out, "{}", inspect::annotate(&ins, &ins.ptx))?;
+    }
+    if sass {
+        match &ins.sass {
+            Some(listing) => write!(out, "{}", inspect::annotate(&ins, listing))?,
+            None => {
+                eprintln!(
+                    "no SASS: {}",
+                    ins.sass_unavailable.as_deref().unwrap_or("unknown reason")
+                );
+                return Ok(ExitCode::FAILURE);
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
