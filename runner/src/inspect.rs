@@ -285,6 +285,10 @@ pub struct Listing {
     pub cuda_lines: Vec<Option<u32>>,
     /// Per line of `text`: for inlined code, the helper's own CUDA line.
     pub inlined: Vec<Option<u32>>,
+    /// Instructions the compiler marked as coming from no source line (PTX `.loc F 0 0`:
+    /// code it made up or hoisted); they have no CUDA line.
+    #[serde(default)]
+    pub no_source_line: usize,
 }
 
 impl Listing {
@@ -424,8 +428,14 @@ pub fn parse_ptx(ptx: &str, name: &str, in_kernel: &dyn Fn(u32) -> bool) -> List
     let mut out = Listing::default();
     let (mut current, mut inlined, mut top): (Option<u32>, Option<u32>, Option<u32>) =
         (None, None, None);
+    let mut line_zero = false;
     for line in ptx.lines() {
         if let Some(rest) = line.trim().strip_prefix(".loc") {
+            line_zero = rest
+                .split(|c: char| c.is_whitespace() || c == ',')
+                .filter(|w| !w.is_empty())
+                .nth(1)
+                == Some("0");
             let (loc, inline_site) = match rest.split_once(", inlined_at") {
                 Some((loc, site)) => (loc, Some(site)),
                 None => (rest, None),
@@ -454,6 +464,9 @@ pub fn parse_ptx(ptx: &str, name: &str, in_kernel: &dyn Fn(u32) -> bool) -> List
             continue;
         }
         let code = is_instruction(line);
+        if code && line_zero {
+            out.no_source_line += 1;
+        }
         out.text.push_str(line);
         out.text.push('\n');
         out.cuda_lines.push(if code { current } else { None });
@@ -491,12 +504,15 @@ fn sass_chain(comment: &str) -> Vec<(String, u32)> {
 }
 
 /// nvdisasm's listing without its `//##` comments, each instruction at the kernel line of the
-/// comment before it (the outermost location of an inlining chain in the kernel).
+/// comment before it (the outermost location of an inlining chain in the kernel). nvdisasm
+/// gives one level of inlining: code of a helper inlined into a helper (the reduction operator
+/// inside `hf_block_reduce`) names no kernel line, and counts at the last kernel line before it.
 pub fn parse_sass(sass: &str, name: &str, in_kernel: &dyn Fn(u32) -> bool) -> Listing {
     let ours = |f: &str| f == name || f.ends_with(&format!("/{name}"));
     let mut out = Listing::default();
-    let (mut current, mut inlined) = (None, None);
+    let (mut current, mut inlined, mut top) = (None, None, None);
     let mut in_comments = false;
+    let mut helper_only = None;
     for line in sass.lines() {
         let t = line.trim();
         if t.starts_with("//##") {
@@ -510,15 +526,23 @@ pub fn parse_sass(sass: &str, name: &str, in_kernel: &dyn Fn(u32) -> bool) -> Li
             if !in_comments {
                 current = None;
                 inlined = None;
+                helper_only = None;
             }
             in_comments = true;
             if current.is_none() {
                 if let Some(&outer) = chain.iter().rev().find(|&&l| in_kernel(l)) {
                     current = Some(outer);
+                    top = current;
                     inlined = chain.first().copied().filter(|&l| l != outer);
+                } else if helper_only.is_none() {
+                    helper_only = chain.first().copied();
                 }
             }
             continue;
+        }
+        if in_comments && current.is_none() {
+            current = top;
+            inlined = helper_only;
         }
         in_comments = false;
         if out.text.is_empty() && t.is_empty() {
@@ -780,6 +804,7 @@ mod tests {
                    \tex2.approx.ftz.f32 \t%f16, %f14;\n\
                    \t.loc\t1 2 1, function_name $L__info_string1, inlined_at 1 3 3\n\
                    \tmov.f32 \t%f1, %f2;\n\
+                   \t.loc\t1 0 0\n\tshl.b32 \t%r8, %r7, 7;\n\
                    \t.loc\t1 10 1\n\tret;\n}\n\t.file\t1 \"/tmp/k.cu\"\n";
         // Lines 1..=4 are a helper in the prelude; the kernel starts at line 5.
         let l = parse_ptx(ptx, "k.cu", &|line| line >= 5);
@@ -795,8 +820,9 @@ mod tests {
         assert_eq!(at("ex2.approx"), (Some(8), Some(3)));
         // Nested: its call site (line 3) is in the prelude, so the last kernel line (8).
         assert_eq!(at("mov.f32"), (Some(8), Some(2)));
+        assert_eq!(at("shl.b32"), (None, None));
         assert_eq!(at("ret;"), (Some(10), None));
-        assert_eq!(l.mapped(), 5);
+        assert_eq!((l.mapped(), l.no_source_line), (5, 1));
     }
 
     #[test]
@@ -807,6 +833,8 @@ mod tests {
                     \t//## File \"/tmp/k.cu\", line 8\n\
                     \x20       /*00b0*/                   MUFU.EX2 R9, R9 ;\n\
                     \x20       /*00c0*/               @P0 EXIT ;\n\
+                    \t//## File \"/tmp/k.cu\", line 2 inlined at \"/tmp/k.cu\", line 3\n\
+                    \x20       /*00d0*/                   FADD R8, R8, R11 ;\n\
                     .L_x_0:\n\
                     \x20       /*01a0*/                   BRA `(.L_x_0);\n";
         let l = parse_sass(sass, "k.cu", &|line| line >= 5);
@@ -819,6 +847,8 @@ mod tests {
         assert_eq!(at("LDC"), (Some(5), None));
         assert_eq!(at("MUFU"), (Some(8), Some(3)));
         assert_eq!(at("@P0 EXIT"), (Some(8), Some(3)));
+        // A helper inlined into a helper: the last kernel line.
+        assert_eq!(at("FADD"), (Some(8), Some(2)));
         assert_eq!(at(".L_x_0:"), (None, None));
         assert_eq!(
             sass_chain("//## File \"a.cu\", line 3 inlined at \"a.cu\", line 8"),
@@ -836,5 +866,77 @@ mod tests {
             warning_line("ptxas warning : (C7508) setmaxnreg", "k.cu"),
             None
         );
+    }
+}
+
+/// Line-info coverage of an inspection, for `hopfuse nvrtc-check --inspect`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Coverage {
+    pub ptx_instructions: usize,
+    pub ptx_mapped: usize,
+    /// PTX instructions without line info, first few.
+    pub ptx_unmapped: Vec<String>,
+    pub sass_instructions: usize,
+    pub sass_mapped: usize,
+    /// Kernel-IR statements with at least one SASS instruction.
+    pub statements_with_sass: usize,
+    /// SASS instructions without line info, first few.
+    pub unmapped: Vec<String>,
+}
+
+/// Counts instructions and those with a CUDA line. SASS instructions after the kernel's last
+/// mapped one (the `BRA` to itself and the `NOP` padding that ends every function) do not count.
+pub fn coverage(ins: &Inspection) -> Coverage {
+    let count = |l: &Listing, sass: bool| {
+        let code: Vec<(usize, &str)> = l
+            .text
+            .lines()
+            .enumerate()
+            .filter(|(_, t)| {
+                if sass {
+                    let t = t.trim();
+                    t.starts_with("/*") && is_instruction(t)
+                } else {
+                    is_instruction(t)
+                }
+            })
+            .collect();
+        let last = code
+            .iter()
+            .rposition(|(i, _)| l.cuda_lines[*i].is_some())
+            .map_or(0, |p| p + 1);
+        let code = if sass { &code[..last] } else { &code[..] };
+        let unmapped: Vec<String> = code
+            .iter()
+            .filter(|(i, _)| l.cuda_lines[*i].is_none())
+            .map(|(_, t)| t.trim().to_string())
+            .collect();
+        (code.len(), code.len() - unmapped.len(), unmapped)
+    };
+    let (ptx_instructions, ptx_mapped, ptx_unmapped) = count(&ins.ptx, false);
+    let (sass_instructions, sass_mapped, unmapped, statements_with_sass) = match &ins.sass {
+        Some(s) => {
+            let (n, m, u) = count(s, true);
+            let stmts: std::collections::BTreeSet<usize> = s
+                .cuda_lines
+                .iter()
+                .flatten()
+                .filter_map(|&l| match ins.lines.get(l as usize) {
+                    Some(CudaLine::Stmt { stmt, .. }) => Some(*stmt),
+                    _ => None,
+                })
+                .collect();
+            (n, m, u, stmts.len())
+        }
+        None => (0, 0, Vec::new(), 0),
+    };
+    Coverage {
+        ptx_instructions,
+        ptx_mapped,
+        ptx_unmapped: ptx_unmapped.into_iter().take(5).collect(),
+        sass_instructions,
+        sass_mapped,
+        statements_with_sass,
+        unmapped: unmapped.into_iter().take(5).collect(),
     }
 }

@@ -82,6 +82,10 @@ enum Command {
         /// The files are CUDA C++, not hopfuse programs.
         #[arg(long)]
         cuda: bool,
+        /// Also build each program's PTX and SASS (nvdisasm) and check their line info: every
+        /// instruction tied to a CUDA line of the kernel, and the kernel-IR statements reached.
+        #[arg(long, conflicts_with = "cuda")]
+        inspect: bool,
     },
     /// Compile, launch, validate and time a program on the GPU.
     Run(RunArgs),
@@ -231,9 +235,12 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 compile(&file, passes, plan, cuda, index.map(Into::into).unwrap_or_default())
             }
         }
-        Command::NvrtcCheck { files, index, cuda } => {
-            nvrtc_check(&files, index.map(Into::into), cuda)
-        }
+        Command::NvrtcCheck {
+            files,
+            index,
+            cuda,
+            inspect,
+        } => nvrtc_check(&files, index.map(Into::into), cuda, inspect),
         Command::Run(args) => run(args),
         Command::Selftest {
             iters,
@@ -426,7 +433,12 @@ fn inspect(
     Ok(ExitCode::SUCCESS)
 }
 
-fn nvrtc_check(files: &[PathBuf], index: Option<IndexType>, raw_cuda: bool) -> Result<ExitCode> {
+fn nvrtc_check(
+    files: &[PathBuf],
+    index: Option<IndexType>,
+    raw_cuda: bool,
+    inspect: bool,
+) -> Result<ExitCode> {
     let (major, minor) = nvrtc::version()?;
     let include = nvrtc::include_dir()?;
     eprintln!(
@@ -473,7 +485,21 @@ fn nvrtc_check(files: &[PathBuf], index: Option<IndexType>, raw_cuda: bool) -> R
                     assume_aligned_vectors,
                 };
                 match hopfuse::compile(&source, &options) {
-                    Ok(c) => units.push((label, c.cuda)),
+                    Ok(c) => {
+                        if inspect {
+                            match inspect_check(&c, index_type, assume_aligned_vectors) {
+                                Ok(summary) => {
+                                    println!("OK   {label}: {summary}");
+                                    passed += 1;
+                                }
+                                Err(e) => {
+                                    println!("FAIL {label}: {e}");
+                                    failed += 1;
+                                }
+                            }
+                        }
+                        units.push((label, c.cuda))
+                    }
                     Err(d) => {
                         println!(
                             "FAIL {label}: hopfuse compile error\n{}",
@@ -507,6 +533,61 @@ fn nvrtc_check(files: &[PathBuf], index: Option<IndexType>, raw_cuda: bool) -> R
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `nvrtc-check --inspect` of one compilation: its PTX and SASS have line info for every
+/// instruction, and the SASS reaches kernel-IR statements.
+fn inspect_check(
+    c: &hopfuse::Compilation,
+    index_type: IndexType,
+    assume_aligned_vectors: bool,
+) -> Result<String> {
+    use hopfuse_runner::inspect;
+    let (mc, _) = inspect::machine_code(&c.cuda, &inspect::cuda_name(c), None)?;
+    let variant = inspect::Variant {
+        index_type,
+        assume_aligned_vectors,
+        reason: "nvrtc-check".into(),
+    };
+    let ins = inspect::assemble(c, variant, mc, false);
+    if let Some(why) = &ins.sass_unavailable {
+        bail!("no SASS: {why}");
+    }
+    let cov = inspect::coverage(&ins);
+    // NVRTC marks some instructions as from no source line (`.loc 1 0 0`); every other one
+    // must have its line.
+    if cov.ptx_mapped == 0 || cov.ptx_mapped + ins.ptx.no_source_line != cov.ptx_instructions {
+        bail!(
+            "{} of {} PTX instructions have a CUDA line, {} none by NVRTC's line info; \
+             without: {:?}",
+            cov.ptx_mapped,
+            cov.ptx_instructions,
+            ins.ptx.no_source_line,
+            cov.ptx_unmapped
+        );
+    }
+    if cov.sass_mapped == 0 || cov.sass_mapped != cov.sass_instructions {
+        bail!(
+            "{} of {} SASS instructions have a CUDA line; without: {:?}",
+            cov.sass_mapped,
+            cov.sass_instructions,
+            cov.unmapped
+        );
+    }
+    if cov.statements_with_sass == 0 {
+        bail!("no SASS instruction comes from a kernel-IR statement");
+    }
+    Ok(format!(
+        "PTX {} ({} of no source line) and SASS {} instructions mapped, {} IR statements with \
+         SASS, {} registers",
+        cov.ptx_instructions,
+        ins.ptx.no_source_line,
+        cov.sass_instructions,
+        cov.statements_with_sass,
+        ins.resources
+            .registers
+            .map_or("?".to_string(), |r| r.to_string())
+    ))
 }
 
 fn parse_size_args(args: &[String]) -> Result<BTreeMap<String, i64>> {
