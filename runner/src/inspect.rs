@@ -20,7 +20,7 @@
 use crate::engine::{self, RunError, RunRequest, Stage};
 use crate::nvrtc;
 use hopfuse::codegen::lines::{CudaLine, LineMap};
-use hopfuse::{CompileOptions, Compilation, IndexType};
+use hopfuse::{Compilation, CompileOptions, IndexType};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -682,9 +682,15 @@ pub struct InspectJob {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InspectAnswer {
-    Machine { machine: MachineCode, cached: bool },
+    Machine {
+        machine: MachineCode,
+        cached: bool,
+    },
     /// NVRTC missing or failing.
-    Error { error: String, nvrtc_missing: bool },
+    Error {
+        error: String,
+        nvrtc_missing: bool,
+    },
 }
 
 /// `hopfuse worker --inspect`: one [`InspectJob`] on stdin, one [`InspectAnswer`] on stdout.
@@ -938,5 +944,75 @@ pub fn coverage(ins: &Inspection) -> Coverage {
         sass_mapped,
         statements_with_sass,
         unmapped: unmapped.into_iter().take(5).collect(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The service's endpoint
+
+/// How long NVRTC and nvdisasm may take for one `POST /api/inspect` (the child is killed past
+/// it).
+pub const SERVICE_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Why `POST /api/inspect` has no inspection.
+#[derive(Debug)]
+pub enum ServiceError {
+    /// 400: the program does not compile (with the compiler's diagnostics) or the sizes do
+    /// not fit it.
+    BadRequest {
+        message: String,
+        diagnostics: Option<serde_json::Value>,
+    },
+    /// 503: no NVRTC on this host.
+    Unavailable(String),
+    /// 422: NVRTC rejected the CUDA (with its log in the message).
+    Unprocessable(String),
+    /// 500: the child crashed or ran past [`SERVICE_TIME_LIMIT`].
+    Internal(String),
+}
+
+/// `POST /api/inspect`: lowers the program here, builds and disassembles it in a child
+/// process of `exe` (cache in `cache`).
+pub async fn serve(
+    exe: &Path,
+    cache: Option<PathBuf>,
+    req: InspectRequest,
+) -> Result<Inspection, ServiceError> {
+    let lowered = tokio::task::spawn_blocking(move || {
+        if let Err(d) = hopfuse::compile(&req.source, &CompileOptions::default()) {
+            return Err(ServiceError::BadRequest {
+                message: format!("the program does not compile: {d}")
+                    .trim_end()
+                    .to_string(),
+                diagnostics: serde_json::to_value(&d.0).ok(),
+            });
+        }
+        lower(&req).map_err(|e| ServiceError::BadRequest {
+            message: e
+                .message
+                .replace("(pass it with --size ", "(give it in `sizes`, e.g. "),
+            diagnostics: None,
+        })
+    })
+    .await
+    .map_err(|_| ServiceError::Internal("the compiler panicked on this program".into()))?;
+    let (c, variant) = lowered?;
+    let job = InspectJob {
+        cuda: c.cuda.clone(),
+        name: cuda_name(&c),
+        cache,
+    };
+    match in_child(exe, &job, SERVICE_TIME_LIMIT).await {
+        Ok(InspectAnswer::Machine { machine, cached }) => {
+            Ok(assemble(&c, variant, machine, cached))
+        }
+        Ok(InspectAnswer::Error {
+            error,
+            nvrtc_missing: true,
+        }) => Err(ServiceError::Unavailable(format!(
+            "PTX and SASS are unavailable on this service: {error}"
+        ))),
+        Ok(InspectAnswer::Error { error, .. }) => Err(ServiceError::Unprocessable(error)),
+        Err(e) => Err(ServiceError::Internal(e)),
     }
 }

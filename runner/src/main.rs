@@ -232,7 +232,13 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             } else if !size.is_empty() {
                 bail!("--size needs --ptx or --sass");
             } else {
-                compile(&file, passes, plan, cuda, index.map(Into::into).unwrap_or_default())
+                compile(
+                    &file,
+                    passes,
+                    plan,
+                    cuda,
+                    index.map(Into::into).unwrap_or_default(),
+                )
             }
         }
         Command::NvrtcCheck {

@@ -93,7 +93,7 @@ fn every_line_of_every_example_is_mapped_to_what_wrote_it() {
                     CudaLine::Signature | CudaLine::Setup => {}
                     CudaLine::Binding { ir_line, .. } => {
                         let ir_text = ir[ir_line - 1].trim();
-                        let var = text.trim().split_whitespace().nth(2).unwrap();
+                        let var = text.split_whitespace().nth(2).unwrap();
                         assert!(ir_text.starts_with(&format!("{var} = ")), "{at}: {ir_text}");
                     }
                     CudaLine::Stmt { ir_line, pass, .. } => {
