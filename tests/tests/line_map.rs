@@ -30,10 +30,12 @@ fn examples() -> Vec<(String, String)> {
 fn expected_ir(cuda: &str) -> Option<&'static [&'static str]> {
     let t = cuda.trim_start();
     Some(
-        if t.starts_with("for (index_t") || t.starts_with("#pragma unroll") {
+        // `{  // i = threadIdx.x`: a loop bound to threadIdx/blockIdx.
+        if t.starts_with("for (index_t")
+            || t.starts_with("#pragma unroll")
+            || t.starts_with("{  //")
+        {
             &["for "]
-        } else if t.starts_with("{  //") {
-            &["for "] // a loop bound to threadIdx/blockIdx
         } else if t.starts_with("if (") {
             &["if ", "producer warps"]
         } else if t.starts_with("} else {  // consumer") {
