@@ -300,3 +300,31 @@ async fn a_service_without_nvdisasm_still_answers_ptx_and_says_why_there_is_no_s
         .contains(".entry add_kernel"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The playground reads `web/tests/fixtures/inspect-exp-2d.json` (web/src/inspect_panes.rs): a
+/// real answer for tma/exp_2d at M=N=512. It must still be what the runner's type is:
+/// `HOPFUSE_BLESS=1` rewrites it from a fresh inspection (NVRTC and nvdisasm needed).
+#[test]
+fn the_playgrounds_inspect_fixture_is_the_runners_type() {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web/tests/fixtures/inspect-exp-2d.json");
+    if std::env::var_os("HOPFUSE_BLESS").is_some() {
+        assert!(!tools_missing(), "blessing needs NVRTC and nvdisasm");
+        let req = hopfuse_runner::inspect::InspectRequest {
+            file: "exp_2d.hf".into(),
+            source: std::fs::read_to_string(example("tma/exp_2d.hf")).unwrap(),
+            sizes: [("M".to_string(), 512), ("N".to_string(), 512)].into(),
+            index: None,
+        };
+        let ins = hopfuse_runner::inspect::inspect(&req, None).unwrap();
+        std::fs::write(&path, serde_json::to_string_pretty(&ins).unwrap() + "\n").unwrap();
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    let ins: hopfuse_runner::inspect::Inspection = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{}: {e} (HOPFUSE_BLESS=1 rewrites it)", path.display()));
+    // Round trip: nothing of it is lost or renamed.
+    let again: Value = serde_json::to_value(&ins).unwrap();
+    assert_eq!(again, serde_json::from_str::<Value>(&text).unwrap());
+    assert_eq!(ins.kernel, "exp_2d_kernel");
+    assert!(ins.sass.is_some());
+}

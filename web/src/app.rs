@@ -4,6 +4,7 @@
 
 use crate::diff;
 use crate::examples;
+use crate::inspect_panes::{self, Asm, InspectPane};
 use crate::js;
 use crate::model::{self, Compiled, Diag};
 use crate::pipeline;
@@ -715,6 +716,17 @@ pub fn App() -> impl IntoView {
         }
     });
 
+    // The PTX and SASS panes ask the service while one of them is shown.
+    let inspector = inspect_panes::Inspector::new(
+        Signal::derive(move || ui.shown_text()),
+        ui.sizes.into(),
+        DEFAULT_SIZE,
+        ui.compiled.into(),
+        Signal::derive(move || ui.diags.with(|d| d.is_empty())),
+        ui.settings.into(),
+        Signal::derive(move || matches!(ui.pane.get(), Pane::Ptx | Pane::Sass)),
+    );
+
     let symbols = Memo::new(move |_| {
         ui.compiled.with(|c| {
             c.as_ref()
@@ -839,6 +851,8 @@ pub fn App() -> impl IntoView {
                     <PaneTab ui=ui pane=Pane::Plan label="Launch plan" />
                     <PaneTab ui=ui pane=Pane::Pipeline label="Pipeline" />
                     <PaneTab ui=ui pane=Pane::Run label="Run" />
+                    <PaneTab ui=ui pane=Pane::Ptx label="PTX" />
+                    <PaneTab ui=ui pane=Pane::Sass label="SASS" />
                 </nav>
                 <div class="pane" id="pane-cuda" class:hidden=move || ui.pane.get() != Pane::Cuda>
                     <div class="pane-tools">
@@ -880,6 +894,12 @@ pub fn App() -> impl IntoView {
                 </div>
                 <div class="pane scroll" id="pane-run" class:hidden=move || ui.pane.get() != Pane::Run>
                     <RunPane ui=ui />
+                </div>
+                <div class="pane" id="pane-ptx" class:hidden=move || ui.pane.get() != Pane::Ptx>
+                    <InspectPane inspector=inspector asm=Asm::Ptx />
+                </div>
+                <div class="pane" id="pane-sass" class:hidden=move || ui.pane.get() != Pane::Sass>
+                    <InspectPane inspector=inspector asm=Asm::Sass />
                 </div>
             </section>
         </main>
