@@ -9,6 +9,7 @@ pub mod faults;
 pub mod gpu;
 pub mod inspect;
 pub mod nvrtc;
+pub mod profile;
 pub mod queue;
 pub mod report;
 pub mod selftest;

@@ -190,6 +190,18 @@ struct RunArgs {
     /// Also write the result (or `{"error": ...}`) as JSON to this file.
     #[arg(long, value_name = "PATH")]
     json_file: Option<PathBuf>,
+    /// After the run, profile the kernel with Nsight Compute (ncu, on the GPU host): DRAM
+    /// throughput, L2 hit rate, SM and tensor-pipe utilisation, achieved occupancy, top warp
+    /// stalls, shared-memory bank conflicts (a `profile` field in the JSON).
+    #[arg(long)]
+    profile: bool,
+    /// With --profile: write the roofline (achieved against the measured copy and, for a
+    /// matrix product, cuBLAS ceilings) as SVG to this file.
+    #[arg(long, value_name = "PATH", requires = "profile")]
+    roofline: Option<PathBuf>,
+    /// With --profile: seconds ncu may take (killed past it).
+    #[arg(long, default_value_t = 300.0, requires = "profile")]
+    profile_timeout: f64,
 }
 
 fn main() -> ExitCode {
@@ -616,8 +628,23 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         copy_ceiling: !args.no_ceiling,
     };
     let outcome = engine::run(&req);
+    let profiled = match (&outcome, args.profile) {
+        (Ok(result), true) => Some(profile_run(&args, result)),
+        _ => None,
+    };
     let json = match &outcome {
-        Ok(result) => serde_json::to_string_pretty(result)?,
+        Ok(result) => {
+            let mut v = serde_json::to_value(result)?;
+            match &profiled {
+                Some(Ok((p, roofline))) => {
+                    v["profile"] = serde_json::to_value(p)?;
+                    v["roofline"] = serde_json::to_value(roofline)?;
+                }
+                Some(Err(e)) => v["profile_error"] = serde_json::json!(e.to_string()),
+                None => {}
+            }
+            serde_json::to_string_pretty(&v)?
+        }
         Err(e) => serde_json::to_string_pretty(&serde_json::json!({ "error": e }))?,
     };
     if let Some(path) = &args.json_file {
@@ -632,6 +659,27 @@ fn run(args: RunArgs) -> Result<ExitCode> {
             if !args.json {
                 println!("{}", report::render(&result));
             }
+            match &profiled {
+                Some(Ok((p, roofline))) => {
+                    if !args.json {
+                        println!("{}", hopfuse_runner::profile::render(p));
+                    }
+                    match (roofline, &args.roofline) {
+                        (Some(r), Some(path)) => std::fs::write(path, r.svg())
+                            .with_context(|| format!("cannot write {}", path.display()))?,
+                        (None, Some(_)) => eprintln!(
+                            "no roofline: it needs the copy ceiling (no --no-ceiling), DRAM bytes \
+                             and a FLOP count"
+                        ),
+                        _ => {}
+                    }
+                }
+                Some(Err(e)) => {
+                    eprintln!("no profile: {e}");
+                    return Ok(ExitCode::FAILURE);
+                }
+                None => {}
+            }
             Ok(if result.passed {
                 ExitCode::SUCCESS
             } else {
@@ -643,6 +691,53 @@ fn run(args: RunArgs) -> Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// `run --profile`: the kernel under ncu, and its roofline point with this run's ceilings.
+fn profile_run(
+    args: &RunArgs,
+    result: &engine::RunResult,
+) -> Result<
+    (
+        hopfuse_runner::profile::Profile,
+        Option<hopfuse_runner::profile::Roofline>,
+    ),
+    hopfuse_runner::profile::ProfileError,
+> {
+    use hopfuse_runner::profile::{self, ProfileRequest, Roofline};
+    if !(args.profile_timeout.is_finite() && args.profile_timeout > 0.0) {
+        return Err(profile::ProfileError::Failed(
+            "--profile-timeout must be a positive number of seconds".into(),
+        ));
+    }
+    let req = ProfileRequest {
+        file: args.file.clone(),
+        sizes: result.sizes.clone(),
+        seed: args.seed,
+        // The same kernel as this run: its index type.
+        index: Some(
+            match result.index_type {
+                IndexType::I32 => "i32",
+                IndexType::I64 => "i64",
+            }
+            .into(),
+        ),
+        kernel: result.kernel.clone(),
+        time_limit: std::time::Duration::from_secs_f64(args.profile_timeout),
+    };
+    let exe = std::env::current_exe()
+        .map_err(|e| profile::ProfileError::Failed(format!("cannot find this binary: {e}")))?;
+    let p = profile::profile(&req, &exe)?;
+    let roofline = result.copy.as_ref().and_then(|copy| {
+        Roofline::new(
+            &p,
+            result.flops,
+            result.timing.median_us * 1e-6,
+            copy.gbps * 1e9,
+            result.cublas.as_ref().map(|c| c.tflops * 1e12),
+        )
+    });
+    Ok((p, roofline))
 }
 
 fn self_test(iters: u32, warmup: u32, seed: u64, ceiling: bool) -> Result<ExitCode> {
