@@ -223,8 +223,8 @@ fn bands(listing: &Listing) -> BTreeMap<u32, usize> {
     out
 }
 
-/// What the strip above the columns says about CUDA line `n`: the line, then its IR statement
-/// and pass.
+/// What the strip above the columns says about CUDA line `n`: its IR statement and pass, then
+/// (after a newline) the CUDA line.
 pub fn describe(cuda: &str, ir: &str, lines: &LineMap, n: u32) -> String {
     let text = cuda
         .lines()
@@ -244,7 +244,7 @@ pub fn describe(cuda: &str, ir: &str, lines: &LineMap, n: u32) -> String {
         Some(CudaLine::Setup) => "set-up at kernel entry".into(),
         None => String::new(),
     };
-    format!("CUDA line {n}: {text}  ←  {what}")
+    format!("{what}\nCUDA line {n}: {text}")
 }
 
 /// The CUDA column: one row per line with its number, its band when it has instructions, and a
@@ -276,10 +276,27 @@ fn cuda_column(src: &Source, bands: &BTreeMap<u32, usize>, warnings: &[Warning])
     out
 }
 
+/// A SASS instruction line without nvdisasm's column padding: `/*0370*/   @P6 BRA ...` with the
+/// predicate in a narrow column, so the instruction fits a pane. Other lines are kept.
+pub fn compact(line: &str) -> String {
+    let t = line.trim_start();
+    let Some((offset, rest)) = t.strip_prefix("/*").and_then(|r| r.split_once("*/")) else {
+        return line.to_string();
+    };
+    let rest = rest.trim_start();
+    let (pred, instr) = match rest.split_once(' ') {
+        Some((p, i)) if p.starts_with('@') => (p, i.trim_start()),
+        _ => ("", rest),
+    };
+    format!("/*{offset}*/ {pred:>5} {instr}")
+}
+
 /// The listing column: instructions in the band of their CUDA line.
 fn asm_column(listing: &Listing, bands: &BTreeMap<u32, usize>) -> String {
     let mut out = String::from("<div class=\"insp-col insp-asm\">");
     for (i, text) in listing.text.lines().enumerate() {
+        let text = compact(text);
+        let text = text.as_str();
         match listing.cuda_lines.get(i).copied().flatten() {
             Some(c) => {
                 let band = bands.get(&c).copied().unwrap_or(0);
@@ -352,6 +369,7 @@ fn warnings_list(ins: &Inspection) -> String {
     out
 }
 
+/// What the strip says while no line is lit.
 const HINT: &str = "Hover or click a line: its CUDA line, its instructions and its kernel-IR \
                     statement light up.";
 
@@ -367,7 +385,6 @@ pub fn html(ins: &Inspection, asm: Asm) -> String {
     };
     let mut out = summary(ins);
     out.push_str(&warnings_list(ins));
-    let _ = write!(out, "<div class=\"insp-strip\">{}</div>", esc(HINT));
     let empty = BTreeMap::new();
     let b = listing.map(bands).unwrap_or(empty);
     out.push_str("<div class=\"insp-cols\">");
@@ -403,8 +420,7 @@ pub fn html_without(c: Option<&Compiled>, asm: Asm, why: &str) -> String {
         };
         let _ = write!(
             out,
-            "<div class=\"insp-strip\">{}</div><div class=\"insp-cols\">{}</div>",
-            esc("Hover a CUDA line: its kernel-IR statement and pass."),
+            "<div class=\"insp-cols\">{}</div>",
             cuda_column(&src, &BTreeMap::new(), &[])
         );
     }
@@ -589,9 +605,18 @@ pub fn InspectPane(inspector: Inspector, asm: Asm) -> impl IntoView {
     };
     view! {
         <style>{style}</style>
-        <div class="insp-lit" class:hidden=move || lit.with(Option::is_none)>
-            {move || strip().unwrap_or_default()}
-            <span class="dim">{move || if pinned.get() { "  (pinned: click again to release)" } else { "" }}</span>
+        // Always there and of fixed height: a strip that came and went would move the lines
+        // under the pointer.
+        <div class="insp-lit" class:idle=move || lit.with(Option::is_none)>
+            {move || {
+                let text = strip().unwrap_or_else(|| HINT.to_string());
+                let (ir, cuda) = text.split_once('\n').unwrap_or((text.as_str(), ""));
+                let pin = if pinned.get() { "(pinned: click again to release) " } else { "" };
+                view! {
+                    <div class="insp-ir">{format!("{pin}{ir}")}</div>
+                    <div class="insp-cu">{cuda.to_string()}</div>
+                }
+            }}
         </div>
         <div
             class="insp"
@@ -680,6 +705,10 @@ mod tests {
         // The strip: CUDA line, IR statement and pass.
         let d = describe(&ins.cuda, &ins.ir, &ins.lines, c);
         assert!(d.contains("hf_tma_load_2d("), "{d}");
+        assert!(
+            d.starts_with("IR line ") && d.contains(&format!("\nCUDA line {c}: ")),
+            "{d}"
+        );
         assert!(d.contains("from pass circular_buffer"), "{d}");
         assert!(d.contains("<- tma_load_2d"), "{d}");
     }
@@ -701,6 +730,23 @@ mod tests {
         let ir = &c.passes.last().unwrap().ir;
         assert!(describe(&c.cuda, ir, &c.lines, n).contains("IR line"));
         assert!(html_without(None, Asm::Ptx, "x").contains("PTX comes from"));
+    }
+
+    #[test]
+    fn sass_lines_lose_their_padding_and_keep_their_predicate() {
+        assert_eq!(
+            compact("        /*0370*/                   @P6 BRA `(.L_x_2) ;"),
+            "/*0370*/   @P6 BRA `(.L_x_2) ;"
+        );
+        assert_eq!(
+            compact("        /*0040*/                   LEA R7, R7, R0, 0x7 ;"),
+            "/*0040*/       LEA R7, R7, R0, 0x7 ;"
+        );
+        assert_eq!(compact(".L_x_0:"), ".L_x_0:");
+        assert_eq!(
+            compact("\tld.param.u64 \t%rd1, [p];"),
+            "\tld.param.u64 \t%rd1, [p];"
+        );
     }
 
     #[test]

@@ -354,7 +354,7 @@ try {
     await page.waitForSelector("#pane-sass .insp-asm .l[data-c]", { timeout: 60000 });
     const summary = await page.locator("#pane-sass #insp-resources").textContent();
     assert(/\d+ registers/.test(summary) && /barriers/.test(summary), `summary: ${summary}`);
-    assert(/int index, what a run with M=\d+,N=\d+ builds/.test(summary), `variant: ${summary}`);
+    assert(/i32 index, what a run with M=\d+,N=\d+ builds/.test(summary), `variant: ${summary}`);
     // The TMA copy's instruction and its CUDA line share a band; hovering the CUDA line lights
     // up the instruction and names the IR statement and its pass.
     const copy = page.locator("#pane-sass .insp-asm .l", { hasText: "UTMALDG.2D" }).first();
@@ -364,7 +364,7 @@ try {
     const band = (await copy.getAttribute("class")).split(" ").find((c) => /^b\d$/.test(c));
     assert(band && (await cudaRow.getAttribute("class")).split(" ").includes(band), "same band");
     await cudaRow.hover();
-    await page.waitForSelector("#pane-sass .insp-lit:not(.hidden)");
+    await page.waitForSelector("#pane-sass .insp-lit:not(.idle)");
     const lit = await page.locator("#pane-sass .insp-lit").textContent();
     assert(lit.includes(`CUDA line ${line}: hf_tma_load_2d(`) && lit.includes("from pass circular_buffer") && lit.includes("<- tma_load_2d"), `strip: ${lit}`);
     const shadow = await copy.evaluate((e) => getComputedStyle(e).boxShadow);
@@ -385,7 +385,7 @@ try {
     // A size change asks again: i64 past 2^31 elements.
     await setSize(page, "M", 65536);
     await setSize(page, "N", 65536);
-    await page.waitForFunction(() => /long long index/.test(document.querySelector("#pane-ptx #insp-resources")?.textContent ?? ""), null, { timeout: 60000 });
+    await page.waitForFunction(() => /i64 index/.test(document.querySelector("#pane-ptx #insp-resources")?.textContent ?? ""), null, { timeout: 60000 });
     await setSize(page, "M", 4096);
     await setSize(page, "N", 4096);
   });
@@ -613,7 +613,7 @@ try {
     assert(need.includes("SASS comes from a hopfuse service (POST /api/inspect"), `says: ${need}`);
     const row = s.locator("#pane-sass .insp-cuda .l[data-ir]").first();
     await row.hover();
-    assert((await s.locator("#pane-sass .insp-lit").textContent()).includes("from pass"), "IR and pass of a CUDA line");
+    await s.waitForFunction(() => /from pass/.test(document.querySelector("#pane-sass .insp-lit")?.textContent ?? ""));
     await s.close();
   });
 
