@@ -555,7 +555,36 @@ pub fn parse_sass(sass: &str, name: &str, in_kernel: &dyn Fn(u32) -> bool) -> Li
         out.cuda_lines.push(if code { current } else { None });
         out.inlined.push(if code { inlined } else { None });
     }
+    unmap_padding(&mut out);
     out
+}
+
+/// Every function ends with `.L_x_N: BRA `(.L_x_N);` and `NOP`s up to its alignment: code that
+/// never runs, which nvdisasm still files under the last line it named. It gets no CUDA line.
+fn unmap_padding(l: &mut Listing) {
+    let lines: Vec<&str> = l.text.lines().collect();
+    let Some(bra) = lines.iter().rposition(|t| {
+        let t = t.trim();
+        t.starts_with("/*") && t.contains(" BRA `(") && t.ends_with(");")
+    }) else {
+        return;
+    };
+    let label = lines[..bra]
+        .iter()
+        .rev()
+        .find(|t| t.trim().ends_with(':'))
+        .map(|t| t.trim().trim_end_matches(':'));
+    let to_itself = label.is_some_and(|lab| lines[bra].contains(&format!("`({lab});")));
+    let only_nops_after = lines[bra + 1..].iter().all(|t| {
+        let t = t.trim();
+        !(t.starts_with("/*") && is_instruction(t)) || t.ends_with("NOP;")
+    });
+    if to_itself && only_nops_after {
+        for i in bra..lines.len() {
+            l.cuda_lines[i] = None;
+            l.inlined[i] = None;
+        }
+    }
 }
 
 /// The numbers of ptxas's `-v` report.
@@ -842,7 +871,8 @@ mod tests {
                     \t//## File \"/tmp/k.cu\", line 2 inlined at \"/tmp/k.cu\", line 3\n\
                     \x20       /*00d0*/                   FADD R8, R8, R11 ;\n\
                     .L_x_0:\n\
-                    \x20       /*01a0*/                   BRA `(.L_x_0);\n";
+                    \x20       /*01a0*/                   BRA `(.L_x_0);\n\
+                    \x20       /*01b0*/                   NOP;\n";
         let l = parse_sass(sass, "k.cu", &|line| line >= 5);
         assert!(!l.text.contains("//##"));
         let lines: Vec<&str> = l.text.lines().collect();
@@ -855,6 +885,9 @@ mod tests {
         assert_eq!(at("@P0 EXIT"), (Some(8), Some(3)));
         // A helper inlined into a helper: the last kernel line.
         assert_eq!(at("FADD"), (Some(8), Some(2)));
+        // The padding at the end never runs: no line.
+        assert_eq!(at("BRA `(.L_x_0)"), (None, None));
+        assert_eq!(at("NOP;"), (None, None));
         assert_eq!(at(".L_x_0:"), (None, None));
         assert_eq!(
             sass_chain("//## File \"a.cu\", line 3 inlined at \"a.cu\", line 8"),
