@@ -7,7 +7,8 @@
 //! kernel (`--kernel-name`, the first launch: the validated one), with the sections that hold
 //! those metrics. The report is then read back with `ncu --import REPORT --csv --page raw
 //! --print-units base` (one row per profiled kernel, a column per metric) and the metrics picked
-//! by name, tolerating the ones a device or ncu version does not have. The child runs under a
+//! by name, tolerating the ones a device or ncu version does not have (an ncu that does not know
+//! one of the sections is asked again with the core ones). The child runs under a
 //! wall-clock limit in its own process group (killed as a whole past it); a host without `ncu`
 //! or without permission for the GPU's performance counters (`ERR_NVGPUCTRPERM`) says so.
 
@@ -26,6 +27,16 @@ pub const SECTIONS: [&str; 7] = [
     "SpeedOfLight_RooflineChart",
     "MemoryWorkloadAnalysis",
     "MemoryWorkloadAnalysis_Tables",
+    "Occupancy",
+    "WarpStateStats",
+    "ComputeWorkloadAnalysis",
+];
+
+/// The sections every ncu of the last years has; used again when one of [`SECTIONS`] is not
+/// known to this ncu (the roofline FLOP counts and bank-conflict tables are then missing).
+pub const CORE_SECTIONS: [&str; 5] = [
+    "SpeedOfLight",
+    "MemoryWorkloadAnalysis",
     "Occupancy",
     "WarpStateStats",
     "ComputeWorkloadAnalysis",
@@ -121,7 +132,7 @@ pub fn find_ncu() -> Result<PathBuf, ProfileError> {
 }
 
 /// The arguments of the profiling child: ncu, its options, then this binary's `run`.
-pub fn ncu_args(req: &ProfileRequest, exe: &Path, report: &Path) -> Vec<String> {
+pub fn ncu_args(req: &ProfileRequest, exe: &Path, report: &Path, sections: &[&str]) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "--export".into(),
         report.display().to_string(),
@@ -133,9 +144,9 @@ pub fn ncu_args(req: &ProfileRequest, exe: &Path, report: &Path) -> Vec<String> 
         "--launch-count".into(),
         "1".into(),
     ];
-    for s in SECTIONS {
+    for s in sections {
         a.push("--section".into());
-        a.push(s.into());
+        a.push(s.to_string());
     }
     let sizes: Vec<String> = req.sizes.iter().map(|(k, v)| format!("{k}={v}")).collect();
     a.extend([
@@ -216,8 +227,13 @@ pub fn profile(req: &ProfileRequest, exe: &Path) -> Result<Profile, ProfileError
     std::fs::create_dir_all(&dir).map_err(|e| ProfileError::Failed(e.to_string()))?;
     let report = dir.join("report");
     let mut cmd = Command::new(&ncu);
-    cmd.args(ncu_args(req, exe, &report));
-    let (ok, log) = run_limited(cmd, req.time_limit)?;
+    cmd.args(ncu_args(req, exe, &report, &SECTIONS));
+    let (mut ok, mut log) = run_limited(cmd, req.time_limit)?;
+    if !ok && log.to_ascii_lowercase().contains("section") && !log.contains("ERR_NVGPUCTRPERM") {
+        let mut cmd = Command::new(&ncu);
+        cmd.args(ncu_args(req, exe, &report, &CORE_SECTIONS));
+        (ok, log) = run_limited(cmd, req.time_limit)?;
+    }
     check_log(&log, &req.kernel, ok)?;
     let mut cmd = Command::new(&ncu);
     cmd.arg("--import")
@@ -548,7 +564,13 @@ mod tests {
             kernel: "exp_2d_kernel".into(),
             time_limit: Duration::from_secs(60),
         };
-        let a = ncu_args(&req, Path::new("/bin/hopfuse"), Path::new("/tmp/r")).join(" ");
+        let a = ncu_args(
+            &req,
+            Path::new("/bin/hopfuse"),
+            Path::new("/tmp/r"),
+            &SECTIONS,
+        )
+        .join(" ");
         assert!(a.starts_with("--export /tmp/r --force-overwrite --target-processes all"));
         assert!(a.contains("--kernel-name exp_2d_kernel --launch-count 1"));
         assert!(a.contains("--section WarpStateStats"));
