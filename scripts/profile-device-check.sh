@@ -10,6 +10,11 @@ B=${1:-target/release/hopfuse}
 OUT=${OUT:-/tmp/hopfuse-out}
 mkdir -p "$OUT"
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
+# CUDA 13: libnvrtc on the library path, headers for cuda_fp16.h / cuda_bf16.h (as
+# device-validate.sh), ncu and nvdisasm from the toolkit's bin/.
+if [ -d "$cuda_home/lib64" ]; then
+  export LD_LIBRARY_PATH="$cuda_home/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 if [ -z "${HOPFUSE_CUDA_INCLUDE:-}" ] && [ -f "$cuda_home/include/cuda_bf16.h" ]; then
   export HOPFUSE_CUDA_INCLUDE="$cuda_home/include"
 fi
