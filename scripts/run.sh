@@ -5,9 +5,9 @@
 # and the compression for a wasm and files it already processed): a second start with nothing
 # changed serves within seconds. A first run builds everything from source (about 10 minutes on
 # 4 cores; each long step says what it does and how long it takes).
-# With a usable GPU, Run executes on it (NVRTC is set up from PyPI wheels into .tools/ when
-# needed); without one the service is compile-only: runs answer 503 with the reason and the page
-# says so. Ctrl-C stops it.
+# With a usable GPU, Run executes on it (NVRTC and nvdisasm are set up from PyPI wheels into
+# .tools/); without one the service is compile-only: Run is disabled and the page says why, and
+# PTX/SASS still work. Ctrl-C stops it.
 # Usage: scripts/run.sh [hopfuse serve options]   e.g. --addr 0.0.0.0:8080, --fake-worker
 # The binary is target/release/hopfuse. The database (short links, run history) and the CUBIN
 # cache live in $HOPFUSE_DATA_DIR (default ~/.local/share/hopfuse).
@@ -30,14 +30,15 @@ log "[3/4] the playground (scripts/build-web.sh)"
 bash scripts/build-web.sh
 log "[4/4] starting the service (built in $((SECONDS - t)) s)"
 
-# The same probe the service makes at startup (a child process, so a broken driver cannot hurt).
-if ./target/release/hopfuse worker --probe 2>/dev/null | grep -q '"gpu":{'; then
-  if nvrtc_env=$(bash scripts/setup-nvrtc.sh); then
-    eval "$nvrtc_env"
-  else
-    log "a GPU is there but NVRTC could not be set up: runs will be unavailable"
-  fi
+# NVRTC and nvdisasm (PyPI wheels into .tools/): runs need them, and so do the PTX and SASS panes
+# (POST /api/inspect), which work without a GPU.
+if nvrtc_env=$(bash scripts/setup-nvrtc.sh); then
+  eval "$nvrtc_env"
 else
+  log "NVRTC could not be set up: runs and the PTX/SASS panes will be unavailable"
+fi
+# The same probe the service makes at startup (a child process, so a broken driver cannot hurt).
+if ! ./target/release/hopfuse worker --probe 2>/dev/null | grep -q '"gpu":{'; then
   log "no usable GPU: compile-only (the page compiles; Run is disabled and says why)"
 fi
 exec ./target/release/hopfuse serve --static-dir dist "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs NVRTC 13.0 (and the CUDA headers NVRTC needs for cuda_fp16.h / cuda_bf16.h) from PyPI
-# wheels into .tools/cuda13, without a CUDA toolkit or a GPU. Idempotent.
+# Installs NVRTC 13.0 (and the CUDA headers NVRTC needs for cuda_fp16.h / cuda_bf16.h) and nvdisasm
+# from PyPI wheels into .tools/cuda13, without a CUDA toolkit or a GPU. Idempotent.
 #
 # Usage:   eval "$(scripts/setup-nvrtc.sh)"
 # It prints (on stdout) the two export lines the runner needs; progress goes to stderr:
@@ -8,10 +8,16 @@
 #                        cudarc loads libnvrtc by name through the normal library search.
 #   HOPFUSE_CUDA_INCLUDE = .tools/cuda13/include: NVRTC 13.0 has no built-in cuda_fp16.h /
 #                        cuda_bf16.h, so the runner passes this directory as --include-path.
+#   HOPFUSE_NVDISASM     = .tools/cuda13/bin/nvdisasm: SASS with line info for `hopfuse compile
+#                        --sass`, `nvrtc-check --inspect` and POST /api/inspect.
 set -euo pipefail
 
 NVRTC_VERSION=13.0.88    # nvidia-cuda-nvrtc: libnvrtc.so.13 + libnvrtc-builtins.so.13.0
 RUNTIME_VERSION=13.0.96  # nvidia-cuda-runtime: include/ (cuda_fp16.h, cuda_bf16.h, ...)
+# nvidia-cuda-nvdisasm: bin/nvdisasm. PyPI has no 13.0 build of it (its wheels start at 13.2);
+# nvdisasm reads the CUBINs of older 13.x compilers, and 13.2.86 is checked on NVRTC 13.0's
+# sm_90a CUBINs (nvrtc-check --inspect).
+NVDISASM_VERSION=13.2.86
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools="$root/.tools"
@@ -36,6 +42,7 @@ fetch() { # package version -> path of the wheel
 }
 
 unzip_py() { # wheel dest-dir member-prefix: extract members under prefix, stripping it
+  # (files under bin/ and shared libraries become executable)
   python3 - "$1" "$2" "$3" <<'PY'
 import os, shutil, sys, zipfile
 whl, dest, prefix = sys.argv[1:]
@@ -51,7 +58,8 @@ with zipfile.ZipFile(whl) as z:
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with z.open(m) as src, open(out + ".part", "wb") as dst:
             shutil.copyfileobj(src, dst)
-        os.chmod(out + ".part", 0o755 if rel.endswith((".so", ".13", ".13.0")) else 0o644)
+        executable = rel.endswith((".so", ".13", ".13.0")) or prefix.endswith("/bin/")
+        os.chmod(out + ".part", 0o755 if executable else 0o644)
         os.replace(out + ".part", out)
 PY
 }
@@ -71,9 +79,16 @@ if [ ! -f "$inc/cuda_fp16.h" ] || [ ! -f "$inc/cuda_bf16.h" ] \
   unzip_py "$whl" "$inc" "nvidia/cu13/include/"
   touch "$dest/.runtime-$RUNTIME_VERSION"
 fi
+if [ ! -x "$dest/bin/nvdisasm" ] || [ ! -f "$dest/.nvdisasm-$NVDISASM_VERSION" ]; then
+  whl=$(fetch nvidia-cuda-nvdisasm "$NVDISASM_VERSION")
+  log "unpacking $(basename "$whl")"
+  unzip_py "$whl" "$dest/bin" "nvidia/cu13/bin/"
+  touch "$dest/.nvdisasm-$NVDISASM_VERSION"
+fi
 # The wheels are only a download cache: drop them once unpacked (they are ~100 MB).
 rm -f "$wheels"/*.whl
-log "NVRTC $NVRTC_VERSION in $lib, headers in $inc"
+log "NVRTC $NVRTC_VERSION in $lib, headers in $inc, nvdisasm $NVDISASM_VERSION in $dest/bin"
 
 echo "export LD_LIBRARY_PATH=\"$lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\""
 echo "export HOPFUSE_CUDA_INCLUDE=\"$inc\""
+echo "export HOPFUSE_NVDISASM=\"$dest/bin/nvdisasm\""

@@ -21,4 +21,5 @@ if [ "$br" -gt "$BUDGET" ]; then
   exit 1
 fi
 cargo build --release -p hopfuse-runner # the service the browser test runs against
+eval "$(bash scripts/setup-nvrtc.sh)"     # its PTX and SASS panes need NVRTC and nvdisasm
 node web/tests/e2e.mjs dist target/web-artifacts

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite (the README's test command): formatting, lints, every test, the compiler
-# crate for wasm32, NVRTC compiling every example's CUDA for sm_90a with no warnings, then the
+# crate for wasm32, NVRTC compiling every example's CUDA for sm_90a with no warnings (and its PTX
+# and SASS, nvdisasm, with line info for every instruction: nvrtc-check --inspect), then the
 # playground (scripts/test-web.sh: clippy for wasm32, unit tests, build, size budget, browser
 # test). The playground crate is left out of the native workspace steps (it is checked for wasm32).
 set -euo pipefail
@@ -17,6 +18,6 @@ cargo test --workspace --exclude hopfuse-web
 cargo build -p hopfuse --target wasm32-unknown-unknown
 cargo build --release -p hopfuse-runner
 for index in i32 i64; do
-  ./target/release/hopfuse nvrtc-check --index "$index" examples/*/*.hf
+  ./target/release/hopfuse nvrtc-check --inspect --index "$index" examples/*/*.hf
 done
 bash scripts/test-web.sh

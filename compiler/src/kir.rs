@@ -518,9 +518,54 @@ fn write_access(k: &Kernel, a: &Access, out: &mut String) {
     out.push(']');
 }
 
+/// Where [`Kernel::print_with_lines`] put things: 1-based line numbers in the dump.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IrLines {
+    /// The first line of every statement of the body, in preorder (a statement before the
+    /// statements it holds; `then` before `els`, `producer` before `consumer`).
+    pub stmts: Vec<usize>,
+    /// The line of every `hw_vars` binding.
+    pub bindings: Vec<usize>,
+}
+
+/// Counts the lines of a growing dump as statements are written (linear in its length).
+struct LineRecorder {
+    lines: IrLines,
+    counted: usize,
+    newlines: usize,
+}
+
+impl LineRecorder {
+    /// The 1-based number of the line `s` is about to start.
+    fn next_line(&mut self, s: &str) -> usize {
+        self.newlines += s.as_bytes()[self.counted..]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        self.counted = s.len();
+        self.newlines + 1
+    }
+}
+
 impl Kernel {
     /// The readable dump shown after every pass.
     pub fn print(&self) -> String {
+        self.print_recording(None)
+    }
+
+    /// [`Kernel::print`], and the line of every statement and binding in it (the CUDA
+    /// emitter's line map points into the final dump with these).
+    pub fn print_with_lines(&self) -> (String, IrLines) {
+        let mut rec = LineRecorder {
+            lines: IrLines::default(),
+            counted: 0,
+            newlines: 0,
+        };
+        let s = self.print_recording(Some(&mut rec));
+        (s, rec.lines)
+    }
+
+    fn print_recording(&self, mut rec: Option<&mut LineRecorder>) -> String {
         let mut s = String::new();
         let dims = |d: &[SizeExpr; 3]| {
             d.iter()
@@ -571,16 +616,30 @@ impl Kernel {
             );
         }
         for (v, p) in &self.hw_vars {
+            if let Some(r) = rec.as_deref_mut() {
+                let line = r.next_line(&s);
+                r.lines.bindings.push(line);
+            }
             let _ = writeln!(s, "  {v} = {}", p.cuda_index().unwrap_or("?"));
         }
-        print_block(self, &self.body, 1, &mut s);
+        print_block(self, &self.body, 1, &mut s, &mut rec);
         s
     }
 }
 
-fn print_block(k: &Kernel, body: &[Stmt], depth: usize, s: &mut String) {
+fn print_block(
+    k: &Kernel,
+    body: &[Stmt],
+    depth: usize,
+    s: &mut String,
+    rec: &mut Option<&mut LineRecorder>,
+) {
     let ind = "  ".repeat(depth);
     for st in body {
+        if let Some(r) = rec.as_deref_mut() {
+            let line = r.next_line(s);
+            r.lines.stmts.push(line);
+        }
         match st {
             Stmt::Loop(l) => {
                 let _ = writeln!(
@@ -590,14 +649,14 @@ fn print_block(k: &Kernel, body: &[Stmt], depth: usize, s: &mut String) {
                     l.extent.text(),
                     l.parallel
                 );
-                print_block(k, &l.body, depth + 1, s);
+                print_block(k, &l.body, depth + 1, s, rec);
             }
             Stmt::If { cond, then, els } => {
                 let _ = writeln!(s, "{ind}if {}:", cond.text());
-                print_block(k, then, depth + 1, s);
+                print_block(k, then, depth + 1, s, rec);
                 if !els.is_empty() {
                     let _ = writeln!(s, "{ind}else:");
-                    print_block(k, els, depth + 1, s);
+                    print_block(k, els, depth + 1, s, rec);
                 }
             }
             Stmt::Alloc(b) => {
@@ -757,13 +816,13 @@ fn print_block(k: &Kernel, body: &[Stmt], depth: usize, s: &mut String) {
                     is_producer.text(),
                     regs(0)
                 );
-                print_block(k, producer, depth + 1, s);
+                print_block(k, producer, depth + 1, s, rec);
                 let _ = writeln!(
                     s,
                     "{ind}consumer warps ({consumer_threads} threads, barriers are named){}:",
                     regs(1)
                 );
-                print_block(k, consumer, depth + 1, s);
+                print_block(k, consumer, depth + 1, s, rec);
             }
             Stmt::TmaLoad(t) => {
                 let what = match t.kind {

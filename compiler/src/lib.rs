@@ -58,6 +58,9 @@ pub struct Compilation {
     /// The kernel's roles and circular-buffer pipelines, from the kernel IR after the last pass
     /// (empty without TMA or bulk loads).
     pub pipeline: pipeline_view::PipelineView,
+    /// For every line of `cuda`, what wrote it: for kernel-IR statements, their line in the
+    /// last pass dump and the pass that produced that line.
+    pub lines: codegen::lines::LineMap,
 }
 
 /// The fusion as written (what [`reference::evaluate`] runs), from the front end alone: no
@@ -135,18 +138,25 @@ pub fn compile_choosing_index(
     }
     let pipeline = pipeline_view::extract(&kernel);
     let constraints = cx.constraints.clone();
-    let (mut cuda, mut plan) =
-        codegen::emit(&scheduled, &kernel, options.index_type, constraints.clone());
+    let (mut cuda, mut plan, mut written) =
+        codegen::emit_mapped(&scheduled, &kernel, options.index_type, constraints.clone());
     let index_type = choose(&plan);
     if index_type != options.index_type {
-        (cuda, plan) = codegen::emit(&scheduled, &kernel, index_type, constraints);
+        (cuda, plan, written) = codegen::emit_mapped(&scheduled, &kernel, index_type, constraints);
     }
     plan.matmul = fusion::matmul::detect(&fusion);
+    // The statement lines of the final dump (the last pass's `ir`), blamed on the kernel-IR
+    // dumps (the first dump is the fusion IR).
+    let (_, ir_lines) = kernel.print_with_lines();
+    let kernel_dumps: Vec<(&str, &str)> =
+        dumps[1..].iter().map(|d| (d.name, d.ir.as_str())).collect();
+    let lines = codegen::lines::LineMap::new(&written, &ir_lines, &kernel_dumps);
     Ok(Compilation {
         cuda,
         plan,
         passes: dumps,
         fusion,
         pipeline,
+        lines,
     })
 }

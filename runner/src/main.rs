@@ -43,7 +43,8 @@ impl From<Index> for IndexType {
 enum Command {
     /// Print the CUDA a program compiles to (no GPU needed).
     ///
-    /// With --passes and/or --plan, print those instead (add --cuda to print the CUDA as well).
+    /// With --passes, --plan, --ptx and/or --sass, print those instead (add --cuda to print the
+    /// CUDA as well).
     Compile {
         file: PathBuf,
         /// Print the kernel IR after each pass.
@@ -52,12 +53,23 @@ enum Command {
         /// Print the launch plan as JSON.
         #[arg(long)]
         plan: bool,
-        /// Print the CUDA too when --passes or --plan is given.
+        /// Print the PTX (NVRTC), each run of lines headed by its CUDA line and IR statement.
+        #[arg(long)]
+        ptx: bool,
+        /// Print the SASS (NVRTC + nvdisasm), headed by ptxas's resource usage, each run of
+        /// lines headed by its CUDA line, IR statement and the pass that made it.
+        #[arg(long)]
+        sass: bool,
+        /// With --ptx/--sass: the variant a run with these sizes builds (index type, aligned
+        /// vectors), e.g. M=4096,N=4096.
+        #[arg(long, short = 's')]
+        size: Vec<String>,
+        /// Print the CUDA too when --passes, --plan, --ptx or --sass is given.
         #[arg(long)]
         cuda: bool,
-        /// Index type of the generated code.
-        #[arg(long, value_enum, default_value = "i64")]
-        index: Index,
+        /// Index type of the generated code [default: i64, or as a run picks with --size].
+        #[arg(long, value_enum)]
+        index: Option<Index>,
     },
     /// Compile programs with hopfuse, then with NVRTC to a CUBIN for sm_90a (no GPU needed).
     ///
@@ -70,6 +82,10 @@ enum Command {
         /// The files are CUDA C++, not hopfuse programs.
         #[arg(long)]
         cuda: bool,
+        /// Also build each program's PTX and SASS (nvdisasm) and check their line info: every
+        /// instruction tied to a CUDA line of the kernel, and the kernel-IR statements reached.
+        #[arg(long, conflicts_with = "cuda")]
+        inspect: bool,
     },
     /// Compile, launch, validate and time a program on the GPU.
     Run(RunArgs),
@@ -113,6 +129,10 @@ struct WorkerArgs {
     /// line (each ended by a `job_end` event) until stdin closes or a CUDA error.
     #[arg(long)]
     serve: bool,
+    /// Compile one CUDA source to PTX and SASS for `POST /api/inspect` (job JSON on stdin, the
+    /// answer as one JSON line on stdout; no GPU).
+    #[arg(long, conflicts_with_all = ["fake", "serve", "probe"])]
+    inspect: bool,
 }
 
 #[derive(Args)]
@@ -171,6 +191,18 @@ struct RunArgs {
     /// Also write the result (or `{"error": ...}`) as JSON to this file.
     #[arg(long, value_name = "PATH")]
     json_file: Option<PathBuf>,
+    /// After the run, profile the kernel with Nsight Compute (ncu, on the GPU host): DRAM
+    /// throughput, L2 hit rate, SM and tensor-pipe utilisation, achieved occupancy, top warp
+    /// stalls, shared-memory bank conflicts (a `profile` field in the JSON).
+    #[arg(long)]
+    profile: bool,
+    /// With --profile: write the roofline (achieved against the measured copy and, for a
+    /// matrix product, cuBLAS ceilings) as SVG to this file.
+    #[arg(long, value_name = "PATH", requires = "profile")]
+    roofline: Option<PathBuf>,
+    /// With --profile: seconds ncu may take (killed past it).
+    #[arg(long, default_value_t = 300.0, requires = "profile")]
+    profile_timeout: f64,
 }
 
 fn main() -> ExitCode {
@@ -202,12 +234,32 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             file,
             passes,
             plan,
+            ptx,
+            sass,
+            size,
             cuda,
             index,
-        } => compile(&file, passes, plan, cuda, index.into()),
-        Command::NvrtcCheck { files, index, cuda } => {
-            nvrtc_check(&files, index.map(Into::into), cuda)
+        } => {
+            if ptx || sass {
+                inspect(&file, ptx, sass, &size, index.map(Into::into), cuda)
+            } else if !size.is_empty() {
+                bail!("--size needs --ptx or --sass");
+            } else {
+                compile(
+                    &file,
+                    passes,
+                    plan,
+                    cuda,
+                    index.map(Into::into).unwrap_or_default(),
+                )
+            }
         }
+        Command::NvrtcCheck {
+            files,
+            index,
+            cuda,
+            inspect,
+        } => nvrtc_check(&files, index.map(Into::into), cuda, inspect),
         Command::Run(args) => run(args),
         Command::Selftest {
             iters,
@@ -225,6 +277,8 @@ fn worker(args: WorkerArgs) -> ExitCode {
     use hopfuse_runner::worker;
     let code = if args.probe {
         worker::probe()
+    } else if args.inspect {
+        hopfuse_runner::inspect::worker_main()
     } else {
         worker::main(&worker::WorkerOptions {
             fake: args.fake,
@@ -338,7 +392,72 @@ fn compile(
     Ok(ExitCode::SUCCESS)
 }
 
-fn nvrtc_check(files: &[PathBuf], index: Option<IndexType>, raw_cuda: bool) -> Result<ExitCode> {
+/// `hopfuse compile --ptx/--sass`: the listings mapped to CUDA lines, IR and passes.
+fn inspect(
+    file: &Path,
+    ptx: bool,
+    sass: bool,
+    size: &[String],
+    index: Option<IndexType>,
+    cuda: bool,
+) -> Result<ExitCode> {
+    use hopfuse_runner::inspect::{self, InspectRequest};
+    let req = InspectRequest {
+        file: file.display().to_string(),
+        source: read(file)?,
+        sizes: parse_size_args(size)?,
+        index,
+    };
+    let ins = match inspect::inspect(&req, None) {
+        Ok(ins) => ins,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if cuda {
+        write!(out, "{}", ins.cuda)?;
+    }
+    writeln!(out, "{}", inspect::resource_line(&ins))?;
+    writeln!(
+        out,
+        "// {} index, {}: {}",
+        ins.variant.index_type.cuda(),
+        if ins.variant.assume_aligned_vectors {
+            "aligned vectors"
+        } else {
+            "vector alignment checked at run time"
+        },
+        ins.variant.reason
+    )?;
+    for w in &ins.warnings {
+        writeln!(out, "// warning: {}", w.text)?;
+    }
+    if ptx {
+        write!(out, "{}", inspect::annotate(&ins, &ins.ptx))?;
+    }
+    if sass {
+        match &ins.sass {
+            Some(listing) => write!(out, "{}", inspect::annotate(&ins, listing))?,
+            None => {
+                eprintln!(
+                    "no SASS: {}",
+                    ins.sass_unavailable.as_deref().unwrap_or("unknown reason")
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn nvrtc_check(
+    files: &[PathBuf],
+    index: Option<IndexType>,
+    raw_cuda: bool,
+    inspect: bool,
+) -> Result<ExitCode> {
     let (major, minor) = nvrtc::version()?;
     let include = nvrtc::include_dir()?;
     eprintln!(
@@ -386,7 +505,21 @@ fn nvrtc_check(files: &[PathBuf], index: Option<IndexType>, raw_cuda: bool) -> R
                     aligned_for: None,
                 };
                 match hopfuse::compile(&source, &options) {
-                    Ok(c) => units.push((label, c.cuda)),
+                    Ok(c) => {
+                        if inspect {
+                            match inspect_check(&c, index_type, assume_aligned_vectors) {
+                                Ok(summary) => {
+                                    println!("OK   {label}: {summary}");
+                                    passed += 1;
+                                }
+                                Err(e) => {
+                                    println!("FAIL {label}: {e}");
+                                    failed += 1;
+                                }
+                            }
+                        }
+                        units.push((label, c.cuda))
+                    }
                     Err(d) => {
                         println!(
                             "FAIL {label}: hopfuse compile error\n{}",
@@ -422,6 +555,61 @@ fn nvrtc_check(files: &[PathBuf], index: Option<IndexType>, raw_cuda: bool) -> R
     })
 }
 
+/// `nvrtc-check --inspect` of one compilation: its PTX and SASS have line info for every
+/// instruction, and the SASS reaches kernel-IR statements.
+fn inspect_check(
+    c: &hopfuse::Compilation,
+    index_type: IndexType,
+    assume_aligned_vectors: bool,
+) -> Result<String> {
+    use hopfuse_runner::inspect;
+    let (mc, _) = inspect::machine_code(&c.cuda, &inspect::cuda_name(c), None)?;
+    let variant = inspect::Variant {
+        index_type,
+        assume_aligned_vectors,
+        reason: "nvrtc-check".into(),
+    };
+    let ins = inspect::assemble(c, variant, mc, false);
+    if let Some(why) = &ins.sass_unavailable {
+        bail!("no SASS: {why}");
+    }
+    let cov = inspect::coverage(&ins);
+    // NVRTC marks some instructions as from no source line (`.loc 1 0 0`); every other one
+    // must have its line.
+    if cov.ptx_mapped == 0 || cov.ptx_mapped + ins.ptx.no_source_line != cov.ptx_instructions {
+        bail!(
+            "{} of {} PTX instructions have a CUDA line, {} none by NVRTC's line info; \
+             without: {:?}",
+            cov.ptx_mapped,
+            cov.ptx_instructions,
+            ins.ptx.no_source_line,
+            cov.ptx_unmapped
+        );
+    }
+    if cov.sass_mapped == 0 || cov.sass_mapped != cov.sass_instructions {
+        bail!(
+            "{} of {} SASS instructions have a CUDA line; without: {:?}",
+            cov.sass_mapped,
+            cov.sass_instructions,
+            cov.unmapped
+        );
+    }
+    if cov.statements_with_sass == 0 {
+        bail!("no SASS instruction comes from a kernel-IR statement");
+    }
+    Ok(format!(
+        "PTX {} ({} of no source line) and SASS {} instructions mapped, {} IR statements with \
+         SASS, {} registers",
+        cov.ptx_instructions,
+        ins.ptx.no_source_line,
+        cov.sass_instructions,
+        cov.statements_with_sass,
+        ins.resources
+            .registers
+            .map_or("?".to_string(), |r| r.to_string())
+    ))
+}
+
 fn parse_size_args(args: &[String]) -> Result<BTreeMap<String, i64>> {
     let mut map = BTreeMap::new();
     for a in args {
@@ -442,8 +630,23 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         copy_ceiling: !args.no_ceiling,
     };
     let outcome = engine::run(&req);
+    let profiled = match (&outcome, args.profile) {
+        (Ok(result), true) => Some(profile_run(&args, result)),
+        _ => None,
+    };
     let json = match &outcome {
-        Ok(result) => serde_json::to_string_pretty(result)?,
+        Ok(result) => {
+            let mut v = serde_json::to_value(result)?;
+            match &profiled {
+                Some(Ok((p, roofline))) => {
+                    v["profile"] = serde_json::to_value(p)?;
+                    v["roofline"] = serde_json::to_value(roofline)?;
+                }
+                Some(Err(e)) => v["profile_error"] = serde_json::json!(e.to_string()),
+                None => {}
+            }
+            serde_json::to_string_pretty(&v)?
+        }
         Err(e) => serde_json::to_string_pretty(&serde_json::json!({ "error": e }))?,
     };
     if let Some(path) = &args.json_file {
@@ -458,6 +661,27 @@ fn run(args: RunArgs) -> Result<ExitCode> {
             if !args.json {
                 println!("{}", report::render(&result));
             }
+            match &profiled {
+                Some(Ok((p, roofline))) => {
+                    if !args.json {
+                        println!("{}", hopfuse_runner::profile::render(p));
+                    }
+                    match (roofline, &args.roofline) {
+                        (Some(r), Some(path)) => std::fs::write(path, r.svg())
+                            .with_context(|| format!("cannot write {}", path.display()))?,
+                        (None, Some(_)) => eprintln!(
+                            "no roofline: it needs the copy ceiling (no --no-ceiling), DRAM bytes \
+                             and a FLOP count"
+                        ),
+                        _ => {}
+                    }
+                }
+                Some(Err(e)) => {
+                    eprintln!("no profile: {e}");
+                    return Ok(ExitCode::FAILURE);
+                }
+                None => {}
+            }
             Ok(if result.passed {
                 ExitCode::SUCCESS
             } else {
@@ -469,6 +693,53 @@ fn run(args: RunArgs) -> Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// `run --profile`: the kernel under ncu, and its roofline point with this run's ceilings.
+fn profile_run(
+    args: &RunArgs,
+    result: &engine::RunResult,
+) -> Result<
+    (
+        hopfuse_runner::profile::Profile,
+        Option<hopfuse_runner::profile::Roofline>,
+    ),
+    hopfuse_runner::profile::ProfileError,
+> {
+    use hopfuse_runner::profile::{self, ProfileRequest, Roofline};
+    if !(args.profile_timeout.is_finite() && args.profile_timeout > 0.0) {
+        return Err(profile::ProfileError::Failed(
+            "--profile-timeout must be a positive number of seconds".into(),
+        ));
+    }
+    let req = ProfileRequest {
+        file: args.file.clone(),
+        sizes: result.sizes.clone(),
+        seed: args.seed,
+        // The same kernel as this run: its index type.
+        index: Some(
+            match result.index_type {
+                IndexType::I32 => "i32",
+                IndexType::I64 => "i64",
+            }
+            .into(),
+        ),
+        kernel: result.kernel.clone(),
+        time_limit: std::time::Duration::from_secs_f64(args.profile_timeout),
+    };
+    let exe = std::env::current_exe()
+        .map_err(|e| profile::ProfileError::Failed(format!("cannot find this binary: {e}")))?;
+    let p = profile::profile(&req, &exe)?;
+    let roofline = result.copy.as_ref().and_then(|copy| {
+        Roofline::new(
+            &p,
+            result.flops,
+            result.timing.median_us * 1e-6,
+            copy.gbps * 1e9,
+            result.cublas.as_ref().map(|c| c.tflops * 1e12),
+        )
+    });
+    Ok((p, roofline))
 }
 
 fn self_test(iters: u32, warmup: u32, seed: u64, ceiling: bool) -> Result<ExitCode> {

@@ -128,11 +128,27 @@ pub fn options(include: Option<&Path>) -> Vec<String> {
 
 /// Compiles `source` (named `name` in messages) to a CUBIN for [`ARCH`].
 pub fn compile(source: &str, name: &str) -> Result<Cubin, NvrtcError> {
+    compile_with(source, name, &[], false).map(|(cubin, _)| cubin)
+}
+
+/// ptxas reports its resource usage per kernel (registers, barriers, shared and constant
+/// memory, stack frame, spills) in the program log. It changes nothing in the CUBIN.
+pub const PTXAS_VERBOSE: &str = "--ptxas-options=-v";
+
+/// [`compile`] with `extra` options after [`options`]; with `want_ptx`, also the PTX that
+/// NVRTC made on the way (with `.loc` line info from `-lineinfo`).
+pub fn compile_with(
+    source: &str,
+    name: &str,
+    extra: &[&str],
+    want_ptx: bool,
+) -> Result<(Cubin, Option<String>), NvrtcError> {
     if !available() {
         return Err(NvrtcError::LibraryMissing);
     }
     let include = include_dir()?;
-    let opts = options(include.as_deref());
+    let mut opts = options(include.as_deref());
+    opts.extend(extra.iter().map(|o| o.to_string()));
     let src = CString::new(source)
         .map_err(|_| NvrtcError::Setup(format!("{name} contains a NUL byte")))?;
     let cname = CString::new(name.replace('\0', "")).expect("NULs removed");
@@ -175,6 +191,13 @@ pub fn compile(source: &str, name: &str) -> Result<Cubin, NvrtcError> {
     unsafe { sys::nvrtcGetCUBIN(program.0, image.as_mut_ptr().cast()) }
         .result()
         .map_err(call_err("nvrtcGetCUBIN"))?;
+    let ptx = if want_ptx {
+        // SAFETY: the program compiled and is live.
+        let raw = unsafe { result::get_ptx(program.0) }.map_err(call_err("nvrtcGetPTX"))?;
+        Some(c_chars_to_string(&raw))
+    } else {
+        None
+    };
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
     if image.is_empty() {
         return Err(NvrtcError::Setup(format!(
@@ -182,13 +205,16 @@ pub fn compile(source: &str, name: &str) -> Result<Cubin, NvrtcError> {
         )));
     }
     let warnings = warning_lines(&log);
-    Ok(Cubin {
-        image,
-        log,
-        warnings,
-        options: opts,
-        compile_ms,
-    })
+    Ok((
+        Cubin {
+            image,
+            log,
+            warnings,
+            options: opts,
+            compile_ms,
+        },
+        ptx,
+    ))
 }
 
 /// Lines of an NVRTC log that count as warnings: front-end `warning #177-D: ...`, ptxas

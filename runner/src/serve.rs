@@ -166,6 +166,9 @@ pub struct App {
     run_limiter: ClientRateLimiter,
     post_limiter: ClientRateLimiter,
     started: Instant,
+    /// `hopfuse worker --inspect` runs as this binary; its cache directory.
+    worker_exe: PathBuf,
+    inspect_cache: Option<PathBuf>,
 }
 
 /// `$XDG_DATA_HOME/hopfuse`, `~/.local/share/hopfuse`, or `./hopfuse-data`.
@@ -240,9 +243,10 @@ impl App {
         if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
             anyhow::bail!("--job-timeout must be a positive number of seconds");
         }
+        let inspect_cache = (!args.no_cubin_cache).then(|| data_dir.join("inspect"));
         let queue = Queue::start(
             QueueConfig {
-                worker_exe,
+                worker_exe: worker_exe.clone(),
                 worker_args,
                 timeout: Duration::from_secs_f64(args.job_timeout),
                 cap: args.queue_cap,
@@ -276,6 +280,8 @@ impl App {
             gpu,
             compiles,
             started: Instant::now(),
+            worker_exe,
+            inspect_cache,
         }))
     }
 
@@ -512,6 +518,7 @@ fn limit(limiter: &ClientRateLimiter, client: &Client, what: &str) -> Result<(),
 pub fn router(app: Arc<App>) -> Router {
     let protected = Router::new()
         .route("/api/compile", post(compile))
+        .route("/api/inspect", post(inspect))
         .route("/api/run", post(run))
         .route("/api/jobs/{id}", get(job))
         .route("/api/jobs/{id}/events", get(job_events))
@@ -739,6 +746,55 @@ async fn compile(
         })
         .await?;
     Ok(Json(out))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InspectBody {
+    program: String,
+    #[serde(default)]
+    sizes: BTreeMap<String, i64>,
+    index: Option<IndexType>,
+}
+
+/// PTX and SASS of a program (`crate::inspect`), built in a child process.
+async fn inspect(
+    State(app): State<Arc<App>>,
+    client: Client,
+    ApiJson(body): ApiJson<InspectBody>,
+) -> Result<Json<crate::inspect::Inspection>, ApiError> {
+    use crate::inspect::ServiceError;
+    limit(&app.post_limiter, &client, "requests")?;
+    app.check_program(&body.program)?;
+    let _permit = app
+        .compile_slots
+        .acquire()
+        .await
+        .map_err(ApiError::internal)?;
+    let request = crate::inspect::InspectRequest {
+        file: "playground.hf".into(),
+        source: body.program,
+        sizes: body.sizes,
+        index: body.index,
+    };
+    crate::inspect::serve(&app.worker_exe, app.inspect_cache.clone(), request)
+        .await
+        .map(Json)
+        .map_err(|e| match e {
+            ServiceError::BadRequest {
+                message,
+                diagnostics,
+            } => {
+                let e = ApiError::bad_request(message);
+                match diagnostics {
+                    Some(d) => e.with("diagnostics", d),
+                    None => e,
+                }
+            }
+            ServiceError::Unavailable(m) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m),
+            ServiceError::Unprocessable(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, m),
+            ServiceError::Internal(m) => ApiError::internal(m),
+        })
 }
 
 #[derive(Deserialize)]

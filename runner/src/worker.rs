@@ -603,22 +603,24 @@ pub fn hex(bytes: &[u8]) -> String {
 /// CUBINs kept in the cache; past this the oldest half is removed.
 const CACHE_ENTRIES: usize = 4096;
 
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes a cache entry through a temporary file, first pruning the entries of its kind (its
+/// extension) in `dir` when there are [`CACHE_ENTRIES`] of them.
+pub(crate) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    prune(dir);
+    prune(dir, path.extension().unwrap_or_default());
     let tmp = dir.join(format!(".tmp-{}", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)
 }
 
-/// Keeps the cache directory bounded (oldest entries go first).
-fn prune(dir: &Path) {
+/// Keeps the cache directory bounded (oldest entries with extension `ext` go first).
+fn prune(dir: &Path, ext: &std::ffi::OsStr) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
         .filter_map(Result::ok)
-        .filter(|e| e.path().extension().is_some_and(|x| x == "cubin"))
+        .filter(|e| e.path().extension().is_some_and(|x| x == ext))
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .collect();
     if files.len() < CACHE_ENTRIES {

@@ -9,6 +9,7 @@
 
 use crate::diff;
 use crate::examples;
+use crate::inspect_panes::{self, Asm, InspectPane};
 use crate::js;
 use crate::model::{self, Compiled, Diag};
 use crate::pipeline;
@@ -102,6 +103,8 @@ pub const PANES: &[(Pane, &str, bool)] = &[
     (Pane::Plan, "Launch plan", true),
     (Pane::Pipeline, "Pipeline", true),
     (Pane::Run, "Run", false),
+    (Pane::Ptx, "PTX", false),
+    (Pane::Sass, "SASS", false),
 ];
 
 /// The pane's name in URLs (`?embed=cuda`) and element ids.
@@ -849,6 +852,17 @@ fn Playground(ui: Ui) -> impl IntoView {
         }
     });
 
+    // The PTX and SASS panes ask the service while one of them is shown.
+    let inspector = inspect_panes::Inspector::new(
+        Signal::derive(move || ui.shown_text()),
+        ui.sizes.into(),
+        DEFAULT_SIZE,
+        ui.compiled.into(),
+        Signal::derive(move || ui.diags.with(|d| d.is_empty())),
+        ui.settings.into(),
+        Signal::derive(move || matches!(ui.pane.get(), Pane::Ptx | Pane::Sass)),
+    );
+
     let symbols = Memo::new(move |_| {
         ui.compiled.with(|c| {
             c.as_ref()
@@ -965,7 +979,7 @@ fn Playground(ui: Ui) -> impl IntoView {
                 {PANES
                     .iter()
                     .map(|&(pane, _, _)| {
-                        let scroll = !matches!(pane, Pane::Cuda | Pane::Passes);
+                        let scroll = !matches!(pane, Pane::Cuda | Pane::Passes | Pane::Ptx | Pane::Sass);
                         view! {
                             <div
                                 class="pane"
@@ -973,7 +987,7 @@ fn Playground(ui: Ui) -> impl IntoView {
                                 id=format!("pane-{}", pane_key(pane))
                                 class:hidden=move || ui.pane.get() != pane
                             >
-                                {pane_body(ui, pane)}
+                                {pane_body(ui, pane, Some(inspector))}
                             </div>
                         }
                     })
@@ -1018,8 +1032,17 @@ fn Playground(ui: Ui) -> impl IntoView {
 }
 
 /// What a pane shows (the same in the playground and in the embed view).
-fn pane_body(ui: Ui, pane: Pane) -> AnyView {
+/// `inspector` is the PTX/SASS panes' shared request state (the embed view has none: those panes
+/// are not embeddable).
+fn pane_body(ui: Ui, pane: Pane, inspector: Option<inspect_panes::Inspector>) -> AnyView {
     match pane {
+        Pane::Ptx | Pane::Sass => match inspector {
+            Some(inspector) => {
+                let asm = if pane == Pane::Ptx { Asm::Ptx } else { Asm::Sass };
+                view! { <InspectPane inspector=inspector asm=asm /> }.into_any()
+            }
+            None => view! { <p class="insp-need">"PTX and SASS need the playground and a runner service."</p> }.into_any(),
+        },
         Pane::Cuda => view! { <CudaPane ui=ui /> }.into_any(),
         Pane::Passes => view! { <PassesPane ui=ui /> }.into_any(),
         Pane::Plan => view! { <PlanPane ui=ui /> }.into_any(),
@@ -1076,7 +1099,7 @@ fn Embed(ui: Ui, pane: Pane) -> impl IntoView {
             </section>
             <section class="output">
                 <div class="pane" class:scroll=!matches!(pane, Pane::Cuda | Pane::Passes) id=format!("pane-{}", pane_key(pane))>
-                    {pane_body(ui, pane)}
+                    {pane_body(ui, pane, None)}
                 </div>
             </section>
         </main>

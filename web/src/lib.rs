@@ -4,6 +4,7 @@
 pub mod app;
 pub mod diff;
 pub mod examples;
+pub mod inspect_panes;
 pub mod js;
 pub mod model;
 pub mod pipeline;

@@ -22,6 +22,8 @@ pub struct Compiled {
     pub passes: Vec<PassView>,
     /// Roles and circular buffers of the final kernel (the Pipeline pane).
     pub pipeline: hopfuse::pipeline_view::PipelineView,
+    /// What wrote each CUDA line (the PTX and SASS panes).
+    pub lines: hopfuse::codegen::lines::LineMap,
 }
 
 /// A diagnostic located in the editor.
@@ -139,6 +141,7 @@ pub fn compile(source: &str) -> Result<Compiled, Vec<Diag>> {
                 plan: c.plan,
                 passes,
                 pipeline: c.pipeline,
+                lines: c.lines,
             })
         }
         Err(d) => Err(d

@@ -19,6 +19,8 @@ pub enum Pane {
     Plan,
     Pipeline,
     Run,
+    Ptx,
+    Sass,
 }
 
 /// The editor tab: program A, or program B of an A/B comparison.

@@ -20,12 +20,17 @@
 // product's TFLOP/s against cuBLAS (events recorded from a run on the H100);
 // a hung job is shown as timed out, a crashed one as crashed, and Stop waiting lets go of a job;
 // the short link (through /api/links) restores the state in a new page, and again after the
-// service restarts on the same database.
+// service restarts on the same database. The SASS and PTX panes: exp_2d's listings from the
+// service's POST /api/inspect (real NVRTC and nvdisasm), the TMA copy's instruction in the band
+// of its CUDA line, lit with its IR statement and pass on hover, pinned on click; new sizes ask
+// again (the i64 variant).
 // Against a second service with no GPU, a token and CORS for the first one's origin (set as the
 // runner URL in Settings): Run is disabled with a plain-words tooltip (no HTTP status, no API
 // path), the reason is shown once; the token is asked for (short link) until it is right.
 // Against a plain static server (no API at all): the page says no runner is reachable, Run is
 // disabled, and compiling keeps working.
+// The SASS and PTX panes: exp_2d's listings from the real POST /api/inspect; without a service
+// the SASS pane says what it needs.
 // Screenshots go to the artifacts directory; the measured figures to metrics.json there.
 //
 // Usage: node web/tests/e2e.mjs [dist dir] [artifacts dir]
@@ -485,6 +490,48 @@ try {
     assert(!(await page.locator("#pane-pipeline svg").count()), "no diagram");
   });
 
+  await check("SASS and PTX panes: exp_2d's listings from POST /api/inspect, mapped to CUDA, IR and pass", async () => {
+    await page.selectOption("#examples", "tma/exp_2d");
+    await page.click("#tab-sass");
+    await page.waitForSelector("#pane-sass .insp-asm .l[data-c]", { timeout: 60000 });
+    const summary = await page.locator("#pane-sass #insp-resources").textContent();
+    assert(/\d+ registers/.test(summary) && /barriers/.test(summary), `summary: ${summary}`);
+    assert(/i32 index, what a run with M=\d+,N=\d+ builds/.test(summary), `variant: ${summary}`);
+    // The TMA copy's instruction and its CUDA line share a band; hovering the CUDA line lights
+    // up the instruction and names the IR statement and its pass.
+    const copy = page.locator("#pane-sass .insp-asm .l", { hasText: "UTMALDG.2D" }).first();
+    const line = await copy.getAttribute("data-c");
+    const cudaRow = page.locator(`#pane-sass .insp-cuda .l[data-c="${line}"]`);
+    assert((await cudaRow.textContent()).includes("hf_tma_load_2d("), `CUDA line ${line}: ${await cudaRow.textContent()}`);
+    const band = (await copy.getAttribute("class")).split(" ").find((c) => /^b\d$/.test(c));
+    assert(band && (await cudaRow.getAttribute("class")).split(" ").includes(band), "same band");
+    await cudaRow.hover();
+    await page.waitForSelector("#pane-sass .insp-lit:not(.idle)");
+    const lit = await page.locator("#pane-sass .insp-lit").textContent();
+    assert(lit.includes(`CUDA line ${line}: hf_tma_load_2d(`) && lit.includes("from pass circular_buffer") && lit.includes("<- tma_load_2d"), `strip: ${lit}`);
+    const shadow = await copy.evaluate((e) => getComputedStyle(e).boxShadow);
+    assert(shadow.includes("inset"), `the instruction is lit: ${shadow}`);
+    const other = page.locator("#pane-sass .insp-asm .l[data-c]:not([data-c=\"" + line + "\"])").first();
+    assert(!(await other.evaluate((e) => getComputedStyle(e).boxShadow)).includes("inset"), "other lines are not");
+    // A click pins the line and scrolls the listing to it.
+    await cudaRow.click();
+    assert((await page.locator("#pane-sass .insp-lit").textContent()).includes("pinned"), "pinned");
+    await page.screenshot({ path: path.join(artifacts, "playground-sass.png") });
+    await cudaRow.click();
+    // PTX: the same CUDA line has the cp.async.bulk.tensor instruction.
+    await page.click("#tab-ptx");
+    await page.waitForSelector("#pane-ptx .insp-asm .l[data-c]");
+    const ptx = page.locator("#pane-ptx .insp-asm .l", { hasText: "cp.async.bulk.tensor.2d" }).first();
+    assert((await ptx.getAttribute("data-c")) === line, "PTX copy at the same CUDA line");
+    await page.screenshot({ path: path.join(artifacts, "playground-ptx.png") });
+    // A size change asks again: i64 past 2^31 elements.
+    await setSize(page, "M", 65536);
+    await setSize(page, "N", 65536);
+    await page.waitForFunction(() => /i64 index/.test(document.querySelector("#pane-ptx #insp-resources")?.textContent ?? ""), null, { timeout: 60000 });
+    await setSize(page, "M", 4096);
+    await setSize(page, "N", 4096);
+  });
+
   await page.selectOption("#examples", "basics/softmax");
   await page.click("#tab-cuda");
   await page.screenshot({ path: path.join(artifacts, "playground.png") });
@@ -914,6 +961,14 @@ try {
     await replaceProgram(s, ADD.replace("c.split(0, 128)", "c.split(0, 64)"));
     await s.click("#tab-cuda");
     await s.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("__launch_bounds__(64)"));
+    // The SASS pane says what it needs, and still maps CUDA lines to the IR.
+    await s.click("#tab-sass");
+    await s.waitForFunction(() => /No service is reachable/.test(document.querySelector("#pane-sass #insp-need")?.textContent ?? ""));
+    const need = await s.locator("#pane-sass #insp-need").textContent();
+    assert(need.includes("SASS comes from a hopfuse service (POST /api/inspect"), `says: ${need}`);
+    const row = s.locator("#pane-sass .insp-cuda .l[data-ir]").first();
+    await row.hover();
+    await s.waitForFunction(() => /from pass/.test(document.querySelector("#pane-sass .insp-lit")?.textContent ?? ""));
     await s.close();
   });
 

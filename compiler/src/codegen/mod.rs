@@ -4,12 +4,14 @@
 //! `extern "C" __global__` kernel taking its tensors (inputs, outputs, global scratch), then its
 //! size symbols and scalars, in the order the plan lists them.
 
+pub mod lines;
 pub mod prelude;
 
 use crate::dtype::DType;
 use crate::fusion::{BinaryOp, Fusion, MemoryType, ReduceOp, UnaryOp};
 use crate::kir::{Access, Compute, Data, Kernel, Stmt, Val};
 use crate::plan::{Constraint, IndexType, LaunchPlan, Param, SizeExpr, TensorRole};
+use lines::Written;
 use std::fmt::Write;
 
 pub fn emit(
@@ -18,11 +20,25 @@ pub fn emit(
     index_type: IndexType,
     constraints: Vec<Constraint>,
 ) -> (String, LaunchPlan) {
+    let (src, plan, _) = emit_mapped(f, k, index_type, constraints);
+    (src, plan)
+}
+
+/// [`emit`], and what wrote each line of the source (one entry per line; see [`lines`]).
+pub fn emit_mapped(
+    f: &Fusion,
+    k: &Kernel,
+    index_type: IndexType,
+    constraints: Vec<Constraint>,
+) -> (String, LaunchPlan, Vec<Written>) {
     let mut e = Emitter {
         k,
         out: String::new(),
         uses: Uses::default(),
         consumer_threads: None,
+        written: Vec::new(),
+        current: Written::Setup,
+        next_stmt: 0,
     };
     let mut body = String::new();
     std::mem::swap(&mut e.out, &mut body);
@@ -140,6 +156,7 @@ pub fn emit(
         src.push_str(prelude::TMA_STORE);
     }
     src.push('\n');
+    let signature_line = lines::count(&src);
     // A block size known only at run time is still at most 1024 threads (the plan checks it).
     // setmaxnreg needs one block per SM: `__launch_bounds__(threads, 1)`.
     let bounds = match k.register_sharing {
@@ -148,6 +165,7 @@ pub fn emit(
     };
     let _ = writeln!(src, "extern \"C\" __global__ void {bounds}{kernel_name}(");
     let _ = writeln!(src, "    {}) {{", decls.join(",\n    "));
+    let setup_line = lines::count(&src);
     if k.dynamic_smem != SizeExpr::Const(0) {
         // TMA boxes need 128-byte aligned shared memory, swizzled ones 1024 bytes.
         let align = if k.tensor_maps.iter().any(|m| m.swizzle_bytes != 0) {
@@ -183,6 +201,7 @@ pub fn emit(
             "  const unsigned hf_warp = __shfl_sync(0xffffffffu, {linear} / 32u, 0);"
         );
     }
+    let bindings_line = lines::count(&src);
     for (var, p) in &k.hw_vars {
         let _ = writeln!(
             src,
@@ -192,6 +211,13 @@ pub fn emit(
     }
     src.push_str(&body);
     src.push_str("}\n");
+    let mut written = vec![Written::Prelude; signature_line];
+    written.resize(setup_line, Written::Signature);
+    written.resize(bindings_line, Written::Setup);
+    written.extend((0..k.hw_vars.len()).map(Written::Binding));
+    written.append(&mut e.written);
+    written.push(Written::Signature);
+    debug_assert_eq!(written.len(), lines::count(&src));
 
     let min_global_bytes = params
         .iter()
@@ -235,7 +261,7 @@ pub fn emit(
         min_global_bytes,
         matmul: None,
     };
-    (src, plan)
+    (src, plan, written)
 }
 
 #[derive(Default)]
@@ -260,6 +286,13 @@ struct Emitter<'a> {
     /// Inside the consumer branch of a warp-specialized kernel: block barriers are named
     /// barriers over this many threads (the producers have left).
     consumer_threads: Option<i64>,
+    /// What wrote each line of `out` (the line map).
+    written: Vec<Written>,
+    /// The statement whose lines are being written.
+    current: Written,
+    /// The preorder number of the next statement [`Emitter::block`] visits (the order of
+    /// `kir::IrLines::stmts`).
+    next_stmt: usize,
 }
 
 fn storage(d: DType) -> &'static str {
@@ -272,6 +305,7 @@ fn storage(d: DType) -> &'static str {
 
 impl Emitter<'_> {
     fn line(&mut self, depth: usize, s: &str) {
+        self.written.push(self.current);
         for _ in 0..depth {
             self.out.push_str("  ");
         }
@@ -477,7 +511,11 @@ impl Emitter<'_> {
     }
 
     fn block(&mut self, body: &[Stmt], depth: usize) {
+        // Lines after a nested block (a closing brace) belong to the statement holding it.
+        let holder = self.current;
         for s in body {
+            self.current = Written::Stmt(self.next_stmt);
+            self.next_stmt += 1;
             match s {
                 Stmt::Loop(l) => {
                     if l.parallel.is_hw() {
@@ -726,6 +764,7 @@ impl Emitter<'_> {
                 }
             }
         }
+        self.current = holder;
     }
 }
 

@@ -1,0 +1,257 @@
+//! The CUDA line map: for every line of the emitted source, what wrote it (the prelude, the
+//! kernel's signature, its entry set-up, a thread/block index binding, or one kernel-IR
+//! statement) and, for bindings and statements, the line of the final kernel-IR dump it stands
+//! for and the pass that produced that IR line. A PTX or SASS line, whose line info names a
+//! CUDA line, leads through this map to the IR and the pass (`hopfuse compile --sass`, the
+//! playground's PTX and SASS panes).
+//!
+//! The emitter records a [`Written`] per line while it writes (the text does not depend on it);
+//! [`LineMap::new`] resolves statements to dump lines (`kir::Kernel::print_with_lines`) and
+//! blames each dump line on the pass that introduced it ([`blame`]: a line diff between
+//! consecutive dumps, followed back from the last one, as `git blame` follows commits).
+
+use crate::kir::IrLines;
+use serde::{Deserialize, Serialize};
+
+/// What wrote one line of the CUDA source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// The index typedef, prelude helpers, blank lines before the kernel.
+    Prelude,
+    /// The kernel's signature and its closing brace.
+    Signature,
+    /// Entry set-up: the dynamic shared memory, mbarrier array pointers, the warp index.
+    Setup,
+    /// The `i`-th thread/block index binding (`Kernel::hw_vars`).
+    Binding(usize),
+    /// The statement with this preorder number in the kernel body.
+    Stmt(usize),
+}
+
+/// One line of the CUDA source in the line map.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CudaLine {
+    Prelude,
+    Signature,
+    Setup,
+    /// A thread/block index binding: its line in the final IR dump.
+    Binding {
+        ir_line: usize,
+        pass: Option<String>,
+    },
+    /// Written for the kernel-IR statement `stmt` (preorder number), which starts at `ir_line`
+    /// (1-based) of the final IR dump; `pass` introduced that IR line (none when the dumps were
+    /// too large to compare).
+    Stmt {
+        stmt: usize,
+        ir_line: usize,
+        pass: Option<String>,
+    },
+}
+
+impl CudaLine {
+    /// The line of the final IR dump this CUDA line stands for.
+    pub fn ir_line(&self) -> Option<usize> {
+        match self {
+            CudaLine::Binding { ir_line, .. } | CudaLine::Stmt { ir_line, .. } => Some(*ir_line),
+            _ => None,
+        }
+    }
+
+    /// The pass that produced that IR line.
+    pub fn pass(&self) -> Option<&str> {
+        match self {
+            CudaLine::Binding { pass, .. } | CudaLine::Stmt { pass, .. } => pass.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// Every line of a CUDA source, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineMap {
+    /// `lines[i]` is line `i + 1` of the source.
+    pub lines: Vec<CudaLine>,
+}
+
+impl LineMap {
+    /// Resolves what the emitter wrote against the final dump's statement lines. `dumps` are
+    /// the kernel-IR dumps of the passes that ran, in order, as (pass name, IR); the last one
+    /// is the dump `ir` was recorded from.
+    pub fn new(written: &[Written], ir: &IrLines, dumps: &[(&str, &str)]) -> LineMap {
+        let texts: Vec<&str> = dumps.iter().map(|d| d.1).collect();
+        let origin = blame(&texts);
+        let pass_of = |ir_line: usize| -> Option<String> {
+            let dump = (*origin.get(ir_line.checked_sub(1)?)?)?;
+            Some(dumps[dump].0.to_string())
+        };
+        let lines = written
+            .iter()
+            .map(|w| match *w {
+                Written::Prelude => CudaLine::Prelude,
+                Written::Signature => CudaLine::Signature,
+                Written::Setup => CudaLine::Setup,
+                Written::Binding(i) => match ir.bindings.get(i) {
+                    Some(&ir_line) => CudaLine::Binding {
+                        ir_line,
+                        pass: pass_of(ir_line),
+                    },
+                    None => CudaLine::Setup,
+                },
+                Written::Stmt(stmt) => match ir.stmts.get(stmt) {
+                    Some(&ir_line) => CudaLine::Stmt {
+                        stmt,
+                        ir_line,
+                        pass: pass_of(ir_line),
+                    },
+                    None => CudaLine::Setup,
+                },
+            })
+            .collect();
+        LineMap { lines }
+    }
+
+    /// Line `cuda_line` (1-based) of the source.
+    pub fn get(&self, cuda_line: usize) -> Option<&CudaLine> {
+        self.lines.get(cuda_line.checked_sub(1)?)
+    }
+}
+
+/// The number of lines of `text` (a last line without a newline counts).
+pub fn count(text: &str) -> usize {
+    text.lines().count()
+}
+
+/// The most cells of one line-diff table; dumps larger than this are not compared.
+const MAX_DIFF_CELLS: usize = 1 << 22;
+
+/// For each line of the last text, the index of the text that introduced it: the line was
+/// matched, diff by diff, back through every text after that one (a longest-common-subsequence
+/// diff of lines between neighbours). `None` where a diff was too large to compute.
+pub fn blame(texts: &[&str]) -> Vec<Option<usize>> {
+    let Some(last) = texts.last() else {
+        return Vec::new();
+    };
+    let n = last.lines().count();
+    // Position of each final line in text `k` while it is being traced.
+    let mut at: Vec<Option<usize>> = (0..n).map(Some).collect();
+    let mut origin: Vec<Option<usize>> = vec![None; n];
+    let mut traced = vec![true; n];
+    for k in (1..texts.len()).rev() {
+        let new: Vec<&str> = texts[k].lines().collect();
+        let old: Vec<&str> = texts[k - 1].lines().collect();
+        let Some(matched) = match_lines(&old, &new) else {
+            // Unknown from here back: the lines still traced get no pass.
+            for t in traced.iter_mut() {
+                *t = false;
+            }
+            break;
+        };
+        for i in 0..n {
+            if !traced[i] {
+                continue;
+            }
+            match at[i].and_then(|p| matched[p]) {
+                Some(q) => at[i] = Some(q),
+                None => {
+                    origin[i] = Some(k);
+                    traced[i] = false;
+                }
+            }
+        }
+    }
+    for i in 0..n {
+        if traced[i] {
+            origin[i] = Some(0);
+        }
+    }
+    origin
+}
+
+/// For each line of `new`, the line of `old` it is kept from (a longest common subsequence of
+/// equal lines; the common prefix and suffix are matched first). `None` past
+/// [`MAX_DIFF_CELLS`].
+fn match_lines(old: &[&str], new: &[&str]) -> Option<Vec<Option<usize>>> {
+    let mut matched = vec![None; new.len()];
+    let prefix = old.iter().zip(new).take_while(|(a, b)| a == b).count();
+    for (i, m) in matched.iter_mut().enumerate().take(prefix) {
+        *m = Some(i);
+    }
+    let suffix = old[prefix..]
+        .iter()
+        .rev()
+        .zip(new[prefix..].iter().rev())
+        .take_while(|(a, b)| a == b)
+        .count();
+    for j in 0..suffix {
+        matched[new.len() - 1 - j] = Some(old.len() - 1 - j);
+    }
+    let a = &old[prefix..old.len() - suffix];
+    let b = &new[prefix..new.len() - suffix];
+    if a.is_empty() || b.is_empty() {
+        return Some(matched);
+    }
+    let (rows, cols) = (a.len() + 1, b.len() + 1);
+    if rows.saturating_mul(cols) > MAX_DIFF_CELLS {
+        return None;
+    }
+    // lcs[i * cols + j]: the LCS length of a[i..] and b[j..].
+    let mut lcs = vec![0u32; rows * cols];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i * cols + j] = if a[i] == b[j] {
+                lcs[(i + 1) * cols + j + 1] + 1
+            } else {
+                lcs[(i + 1) * cols + j].max(lcs[i * cols + j + 1])
+            };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        if a[i] == b[j] {
+            matched[prefix + j] = Some(prefix + i);
+            i += 1;
+            j += 1;
+        } else if lcs[(i + 1) * cols + j] >= lcs[i * cols + j + 1] {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    Some(matched)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blame_follows_lines_back_to_the_text_that_introduced_them() {
+        let texts = [
+            "kernel\n  for i:\n    y = x\n",
+            "kernel\n  for i:\n    y = x\n",
+            "kernel\n  alloc a\n  for i:\n    y = x\n",
+            "kernel\n  alloc a\n  for i:\n    y = x  // init\n  sync\n",
+        ];
+        assert_eq!(
+            blame(&texts),
+            [Some(0), Some(2), Some(0), Some(3), Some(3)],
+            "kernel and the loop from the first text, alloc from the third, the rest from the last"
+        );
+        assert_eq!(blame(&["a\nb\n"]), [Some(0), Some(0)]);
+        assert!(blame(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_line_removed_and_put_back_is_blamed_on_the_text_that_put_it_back() {
+        let texts = ["a\nb\nc\n", "a\nc\n", "a\nb\nc\n"];
+        assert_eq!(blame(&texts), [Some(0), Some(2), Some(0)]);
+    }
+
+    #[test]
+    fn repeated_lines_match_in_order() {
+        let m = match_lines(&["x", "s", "y", "s"], &["x", "s", "z", "y", "s"]).unwrap();
+        assert_eq!(m, [Some(0), Some(1), None, Some(2), Some(3)]);
+    }
+}

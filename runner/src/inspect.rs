@@ -1,0 +1,1051 @@
+//! What the GPU runs: a program's PTX and SASS, each line tied to the CUDA line it came from
+//! (and through the compiler's line map to the kernel-IR statement and the pass), and ptxas's
+//! resource usage and warnings. No GPU needed.
+//!
+//! Takes program text (and optionally the sizes of a run, to build the same variant a run
+//! builds: index type and aligned-vector specialisation, `engine::prepare`). Compiles the CUDA
+//! with NVRTC as runs do ([`nvrtc::options`]: `-lineinfo` included) plus
+//! [`nvrtc::PTXAS_VERBOSE`], keeps NVRTC's PTX (its `.loc` directives name CUDA lines) and
+//! disassembles the CUBIN with `nvdisasm -c -gi` (CUDA line info with inlining chains; from
+//! the `nvidia-cuda-nvdisasm` wheel that `scripts/setup-nvrtc.sh` installs, or a CUDA toolkit).
+//! Code inlined from the prelude's helpers is attributed to the kernel line that called it
+//! (the outermost location of the chain), with the helper's line kept as `inlined`.
+//!
+//! [`machine_code`] is the part that loads NVRTC and runs nvdisasm: the service runs it in a
+//! child process (`hopfuse worker --inspect`, so a crash or hang there cannot take the service
+//! down), the CLI in-process. Its result is cached by content hash (SHA-256 of the tools'
+//! versions, the options and the CUDA source) as CUBINs are. [`assemble`] turns it into an
+//! [`Inspection`]: listings with per-line CUDA lines, resources, warnings.
+
+use crate::engine::{self, RunError, RunRequest, Stage};
+use crate::nvrtc;
+use hopfuse::codegen::lines::{CudaLine, LineMap};
+use hopfuse::{Compilation, CompileOptions, IndexType};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// Environment variable naming the `nvdisasm` executable.
+pub const NVDISASM_ENV: &str = "HOPFUSE_NVDISASM";
+
+/// What to inspect.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct InspectRequest {
+    /// The program's file name, for diagnostics.
+    pub file: String,
+    pub source: String,
+    /// The sizes of a run: inspect the variant a run with them builds. Empty: the variant
+    /// `hopfuse compile` prints (`index`, default i64; run-time vector alignment checks).
+    #[serde(default)]
+    pub sizes: BTreeMap<String, i64>,
+    #[serde(default)]
+    pub index: Option<IndexType>,
+}
+
+/// Which CUDA of a program was built.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Variant {
+    pub index_type: IndexType,
+    pub assume_aligned_vectors: bool,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// Lowers the program to the variant the request asks for.
+pub fn lower(req: &InspectRequest) -> Result<(Compilation, Variant), RunError> {
+    if req.sizes.is_empty() {
+        let index_type = req.index.unwrap_or_default();
+        let options = CompileOptions {
+            index_type,
+            assume_aligned_vectors: false,
+        };
+        let c = hopfuse::compile(&req.source, &options)
+            .map_err(|d| RunError::new(Stage::Compile, d.render(&req.source, &req.file)))?;
+        return Ok((
+            c,
+            Variant {
+                index_type,
+                assume_aligned_vectors: false,
+                reason: "no sizes given: the CUDA `hopfuse compile` prints".into(),
+            },
+        ));
+    }
+    let run = RunRequest {
+        file: req.file.clone(),
+        source: req.source.clone(),
+        sizes: req.sizes.clone(),
+        iters: 1,
+        warmup: 0,
+        seed: 1,
+        index: req.index,
+        copy_ceiling: false,
+    };
+    let (compilation, setup) = engine::prepare(&run)?;
+    let sizes: Vec<String> = req.sizes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    // prepare picks the aligned-vector specialisation when the sizes allow it; it matters only
+    // where the two variants differ.
+    let cuda_of = |assume_aligned_vectors| {
+        let options = CompileOptions {
+            index_type: setup.index_type,
+            assume_aligned_vectors,
+        };
+        hopfuse::compile(&req.source, &options).map(|c| c.cuda).ok()
+    };
+    let aligned = cuda_of(true).as_deref() == Some(compilation.cuda.as_str())
+        && cuda_of(false).as_deref() != Some(compilation.cuda.as_str());
+    let variant = Variant {
+        index_type: setup.index_type,
+        assume_aligned_vectors: aligned,
+        reason: format!(
+            "what a run with {} builds ({})",
+            sizes.join(","),
+            setup.index_reason
+        ),
+    };
+    Ok((compilation, variant))
+}
+
+/// NVRTC's and nvdisasm's output for one CUDA source: what [`machine_code`] caches.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MachineCode {
+    /// `major.minor` of NVRTC.
+    pub nvrtc: String,
+    /// nvdisasm's version (none: not found).
+    pub nvdisasm: Option<String>,
+    pub options: Vec<String>,
+    /// The program log: front-end warnings and ptxas's `-v` report.
+    pub log: String,
+    pub ptx: String,
+    /// `nvdisasm -c -gi` of the CUBIN.
+    pub sass: Option<String>,
+    /// Why there is no SASS.
+    pub sass_error: Option<String>,
+    pub cubin_bytes: usize,
+    pub nvrtc_ms: f64,
+}
+
+/// Compiles `cuda` (named `name` in line info and messages) and disassembles it; from the
+/// cache in `cache` when it is there. Returns whether it came from the cache.
+pub fn machine_code(
+    cuda: &str,
+    name: &str,
+    cache: Option<&Path>,
+) -> Result<(MachineCode, bool), nvrtc::NvrtcError> {
+    let (major, minor) = nvrtc::version()?;
+    let nvrtc_version = format!("{major}.{minor}");
+    let disasm = find_nvdisasm().and_then(|p| {
+        let v = nvdisasm_version(&p)?;
+        Ok((p, v))
+    });
+    let options = {
+        let mut o = nvrtc::options(nvrtc::include_dir()?.as_deref());
+        o.push(nvrtc::PTXAS_VERBOSE.into());
+        o
+    };
+    let key = {
+        let mut h = Sha256::new();
+        h.update(format!("inspect 1\nnvrtc {nvrtc_version}\n").as_bytes());
+        if let Ok((_, v)) = &disasm {
+            h.update(format!("nvdisasm {v}\n").as_bytes());
+        }
+        for o in &options {
+            h.update(o.as_bytes());
+            h.update(b"\n");
+        }
+        h.update(name.as_bytes());
+        h.update(b"\0");
+        h.update(cuda.as_bytes());
+        crate::worker::hex(&h.finalize())
+    };
+    let path = cache.map(|dir| dir.join(format!("{key}.json")));
+    if let Some(p) = &path {
+        if let Some(mc) = std::fs::read(p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<MachineCode>(&b).ok())
+        {
+            return Ok((mc, true));
+        }
+    }
+    let (cubin, ptx) = nvrtc::compile_with(cuda, name, &[nvrtc::PTXAS_VERBOSE], true)?;
+    let (sass, sass_error) = match &disasm {
+        Ok((p, _)) => match disassemble(p, &cubin.image) {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(e)),
+        },
+        Err(e) => (None, Some(e.clone())),
+    };
+    let mc = MachineCode {
+        nvrtc: nvrtc_version,
+        nvdisasm: disasm.ok().map(|(_, v)| v),
+        options: cubin.options,
+        log: cubin.log,
+        ptx: ptx.unwrap_or_default(),
+        sass,
+        sass_error,
+        cubin_bytes: cubin.image.len(),
+        nvrtc_ms: cubin.compile_ms,
+    };
+    // Only complete results are kept: a missing nvdisasm may be installed later.
+    if let (Some(p), Some(dir), true) = (&path, cache, mc.sass.is_some()) {
+        let bytes = serde_json::to_vec(&mc).expect("machine code serializes");
+        // Best effort: an unwritable cache only costs the next request a compile.
+        let _ = crate::worker::write_atomically(dir, p, &bytes);
+    }
+    Ok((mc, false))
+}
+
+/// `$HOPFUSE_NVDISASM`, else `nvdisasm` on `PATH`, in `$CUDA_HOME/bin`, `$CUDA_PATH/bin` or
+/// `/usr/local/cuda/bin`.
+pub fn find_nvdisasm() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(NVDISASM_ENV).filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("{NVDISASM_ENV}={} is not a file", p.display()))
+        };
+    }
+    let path_dirs = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let cuda_dirs = ["CUDA_HOME", "CUDA_PATH"]
+        .iter()
+        .filter_map(|v| std::env::var_os(v).filter(|v| !v.is_empty()))
+        .map(|v| PathBuf::from(v).join("bin"))
+        .chain(std::iter::once(PathBuf::from("/usr/local/cuda/bin")));
+    path_dirs
+        .into_iter()
+        .chain(cuda_dirs)
+        .map(|d| d.join("nvdisasm"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "nvdisasm not found (no {NVDISASM_ENV}, not on PATH, not in a CUDA toolkit): \
+                 run `eval \"$(scripts/setup-nvrtc.sh)\"`, which installs it from PyPI"
+            )
+        })
+}
+
+/// `V13.2.86` from `nvdisasm --version`.
+fn nvdisasm_version(exe: &Path) -> Result<String, String> {
+    let out = Command::new(exe)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .find(|w| w.starts_with('V') && w[1..].starts_with(|c: char| c.is_ascii_digit()))
+        .map(str::to_string)
+        .ok_or_else(|| format!("{} --version printed no version", exe.display()))
+}
+
+/// `nvdisasm -c -gi` of a CUBIN (through a temporary file: nvdisasm reads files only).
+fn disassemble(exe: &Path, cubin: &[u8]) -> Result<String, String> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let file = std::env::temp_dir().join(format!(
+        "hopfuse-inspect-{}-{}.cubin",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&file, cubin).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    let out = Command::new(exe)
+        .args(["-c", "-gi"])
+        .arg(&file)
+        .stdin(Stdio::null())
+        .output();
+    let _ = std::fs::remove_file(&file);
+    let out = out.map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "nvdisasm failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    String::from_utf8(out.stdout).map_err(|_| "nvdisasm printed invalid UTF-8".into())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The inspection
+
+/// An assembly listing whose lines know their CUDA lines.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Listing {
+    /// The listing without its line-info directives (PTX `.loc`, nvdisasm `//##`).
+    pub text: String,
+    /// Per line of `text`: the CUDA line (1-based) of the kernel it came from; for code inlined
+    /// from a prelude helper, the kernel line that called it. None: not an instruction, or no
+    /// line info.
+    pub cuda_lines: Vec<Option<u32>>,
+    /// Per line of `text`: for inlined code, the helper's own CUDA line.
+    pub inlined: Vec<Option<u32>>,
+    /// Instructions the compiler marked as coming from no source line (PTX `.loc F 0 0`:
+    /// code it made up or hoisted); they have no CUDA line.
+    #[serde(default)]
+    pub no_source_line: usize,
+}
+
+impl Listing {
+    /// Instruction lines (those with a CUDA line).
+    pub fn mapped(&self) -> usize {
+        self.cuda_lines.iter().filter(|l| l.is_some()).count()
+    }
+}
+
+/// ptxas's resource usage of the kernel (`--ptxas-options=-v`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    pub registers: Option<u32>,
+    /// Named barriers the kernel uses (`bar.sync` ids).
+    pub barriers: Option<u32>,
+    /// Static shared memory (the dynamic part is the plan's `dynamic_smem_bytes`).
+    pub shared_bytes: Option<u64>,
+    pub stack_bytes: Option<u64>,
+    pub spill_store_bytes: Option<u64>,
+    pub spill_load_bytes: Option<u64>,
+    /// Local memory (lmem), when ptxas reports it.
+    pub local_bytes: Option<u64>,
+    /// Constant bank 0 (kernel parameters).
+    pub constant_bytes: Option<u64>,
+}
+
+/// A warning of the log, at its CUDA line when it names one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Warning {
+    pub text: String,
+    pub cuda_line: Option<u32>,
+}
+
+/// Everything `POST /api/inspect` answers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Inspection {
+    pub kernel: String,
+    pub variant: Variant,
+    /// The CUDA that was compiled (the listings' line numbers are its lines).
+    pub cuda: String,
+    /// The kernel IR after the last pass (`lines`' IR lines are its lines).
+    pub ir: String,
+    pub lines: LineMap,
+    pub ptx: Listing,
+    pub sass: Option<Listing>,
+    /// Why there is no SASS (nvdisasm missing or failing).
+    pub sass_unavailable: Option<String>,
+    pub resources: Resources,
+    pub warnings: Vec<Warning>,
+    pub log: String,
+    pub nvrtc: String,
+    pub nvdisasm: Option<String>,
+    pub options: Vec<String>,
+    pub cubin_bytes: usize,
+    /// The PTX and SASS came from the cache (`nvrtc_ms` is then the original compile's).
+    pub cached: bool,
+    pub nvrtc_ms: f64,
+}
+
+/// The name NVRTC gets for a kernel's source (it names the file in line info).
+pub fn cuda_name(c: &Compilation) -> String {
+    format!("{}.cu", c.plan.kernel_name)
+}
+
+/// Puts a compilation and its machine code together.
+pub fn assemble(c: &Compilation, variant: Variant, mc: MachineCode, cached: bool) -> Inspection {
+    let name = cuda_name(c);
+    let in_kernel = |line: u32| {
+        c.lines
+            .get(line as usize)
+            .is_some_and(|l| !matches!(l, CudaLine::Prelude))
+    };
+    let ptx = parse_ptx(&mc.ptx, &name, &in_kernel);
+    let sass = mc.sass.as_deref().map(|s| parse_sass(s, &name, &in_kernel));
+    let warnings = nvrtc::warning_lines(&mc.log)
+        .into_iter()
+        .map(|text| Warning {
+            cuda_line: warning_line(&text, &name),
+            text,
+        })
+        .collect();
+    Inspection {
+        kernel: c.plan.kernel_name.clone(),
+        variant,
+        cuda: c.cuda.clone(),
+        ir: c.passes.last().map(|p| p.ir.clone()).unwrap_or_default(),
+        lines: c.lines.clone(),
+        ptx,
+        sass,
+        sass_unavailable: mc.sass_error.clone(),
+        resources: parse_resources(&mc.log),
+        warnings,
+        log: mc.log,
+        nvrtc: mc.nvrtc,
+        nvdisasm: mc.nvdisasm,
+        options: mc.options,
+        cubin_bytes: mc.cubin_bytes,
+        cached,
+        nvrtc_ms: mc.nvrtc_ms,
+    }
+}
+
+/// Lowers, compiles and disassembles in this process (the CLI).
+pub fn inspect(req: &InspectRequest, cache: Option<&Path>) -> Result<Inspection, RunError> {
+    let (c, variant) = lower(req)?;
+    let (mc, cached) = machine_code(&c.cuda, &cuda_name(&c), cache)
+        .map_err(|e| RunError::new(Stage::Nvrtc, e.to_string()))?;
+    Ok(assemble(&c, variant, mc, cached))
+}
+
+/// Whether an instruction line of a listing (not a directive, label, brace or comment).
+fn is_instruction(line: &str) -> bool {
+    let t = line.trim();
+    !(t.is_empty()
+        || t.starts_with('.')
+        || t.starts_with("//")
+        || t.starts_with('{')
+        || t.starts_with('}')
+        || t.starts_with(')')
+        || t.ends_with(':'))
+}
+
+/// PTX without its `.loc` lines, each instruction at the CUDA line of the `.loc` before it.
+/// A `.loc` inside inlined code (`, inlined_at F L C`) counts at its call site; when that call
+/// site is itself in a helper (nested inlining), at the last kernel-level `.loc`.
+pub fn parse_ptx(ptx: &str, name: &str, in_kernel: &dyn Fn(u32) -> bool) -> Listing {
+    // `.file N "path"` (NVRTC puts them at the end): the index of our source.
+    let file = ptx
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix(".file")?.trim();
+            let (idx, path) = rest.split_once(char::is_whitespace)?;
+            let path = path.trim().split('"').nth(1)?;
+            (path == name || path.ends_with(&format!("/{name}"))).then(|| idx.trim().to_string())
+        })
+        .next();
+    let mut out = Listing::default();
+    let (mut current, mut inlined, mut top): (Option<u32>, Option<u32>, Option<u32>) =
+        (None, None, None);
+    let mut line_zero = false;
+    for line in ptx.lines() {
+        if let Some(rest) = line.trim().strip_prefix(".loc") {
+            line_zero = rest
+                .split(|c: char| c.is_whitespace() || c == ',')
+                .filter(|w| !w.is_empty())
+                .nth(1)
+                == Some("0");
+            let (loc, inline_site) = match rest.split_once(", inlined_at") {
+                Some((loc, site)) => (loc, Some(site)),
+                None => (rest, None),
+            };
+            let ours = |text: &str| -> Option<u32> {
+                let mut w = text.split(|c: char| c.is_whitespace() || c == ',');
+                let mut w = w.by_ref().filter(|s| !s.is_empty());
+                let f = w.next()?;
+                // Line 0: code the compiler made up (no source line).
+                let l = w.next()?.parse().ok().filter(|&l: &u32| l > 0)?;
+                (Some(f) == file.as_deref()).then_some(l)
+            };
+            let here = ours(loc);
+            match inline_site {
+                None => {
+                    current = here;
+                    inlined = None;
+                    top = here;
+                }
+                Some(site) => {
+                    let call = ours(site).filter(|&l| in_kernel(l)).or(top);
+                    current = call;
+                    inlined = here.filter(|&h| Some(h) != call);
+                }
+            }
+            continue;
+        }
+        let code = is_instruction(line);
+        if code && line_zero {
+            out.no_source_line += 1;
+        }
+        out.text.push_str(line);
+        out.text.push('\n');
+        out.cuda_lines.push(if code { current } else { None });
+        out.inlined.push(if code { inlined } else { None });
+    }
+    out
+}
+
+/// One `//## File "x.cu", line 3 inlined at "x.cu", line 8 ...` comment: the chain of
+/// (file, line), innermost first.
+fn sass_chain(comment: &str) -> Vec<(String, u32)> {
+    let mut chain = Vec::new();
+    let mut rest = comment;
+    while let Some(i) = rest.find("File \"").or_else(|| rest.find("at \"")) {
+        let after = &rest[i..];
+        let Some(q) = after.find('"') else { break };
+        let after = &after[q + 1..];
+        let Some(end) = after.find('"') else { break };
+        let file = after[..end].to_string();
+        let after = &after[end + 1..];
+        let Some(l) = after.find("line ") else { break };
+        let digits: String = after[l + 5..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        let Ok(line) = digits.parse::<u32>() else {
+            break;
+        };
+        if line > 0 {
+            chain.push((file, line));
+        }
+        rest = &after[l + 5 + digits.len()..];
+    }
+    chain
+}
+
+/// nvdisasm's listing without its `//##` comments, each instruction at the kernel line of the
+/// comment before it (the outermost location of an inlining chain in the kernel). nvdisasm
+/// gives one level of inlining: code of a helper inlined into a helper (the reduction operator
+/// inside `hf_block_reduce`) names no kernel line, and counts at the last kernel line before it.
+pub fn parse_sass(sass: &str, name: &str, in_kernel: &dyn Fn(u32) -> bool) -> Listing {
+    let ours = |f: &str| f == name || f.ends_with(&format!("/{name}"));
+    let mut out = Listing::default();
+    let (mut current, mut inlined, mut top) = (None, None, None);
+    let mut in_comments = false;
+    let mut helper_only = None;
+    for line in sass.lines() {
+        let t = line.trim();
+        if t.starts_with("//##") {
+            let chain: Vec<u32> = sass_chain(t)
+                .into_iter()
+                .filter(|(f, _)| ours(f))
+                .map(|(_, l)| l)
+                .collect();
+            // A run of comments describes one place: the first chain that reaches the kernel
+            // gives the line; its innermost entry is the helper's line.
+            if !in_comments {
+                current = None;
+                inlined = None;
+                helper_only = None;
+            }
+            in_comments = true;
+            if current.is_none() {
+                if let Some(&outer) = chain.iter().rev().find(|&&l| in_kernel(l)) {
+                    current = Some(outer);
+                    top = current;
+                    inlined = chain.first().copied().filter(|&l| l != outer);
+                } else if helper_only.is_none() {
+                    helper_only = chain.first().copied();
+                }
+            }
+            continue;
+        }
+        if in_comments && current.is_none() {
+            current = top;
+            inlined = helper_only;
+        }
+        in_comments = false;
+        if out.text.is_empty() && t.is_empty() {
+            continue;
+        }
+        // Instructions: `/*0040*/  LEA R7, R7, R0, 0x7 ;`
+        let code = t.starts_with("/*") && t.contains("*/") && is_instruction(t);
+        out.text.push_str(line);
+        out.text.push('\n');
+        out.cuda_lines.push(if code { current } else { None });
+        out.inlined.push(if code { inlined } else { None });
+    }
+    unmap_padding(&mut out);
+    out
+}
+
+/// Every function ends with `.L_x_N: BRA `(.L_x_N);` and `NOP`s up to its alignment: code that
+/// never runs, which nvdisasm still files under the last line it named. It gets no CUDA line.
+fn unmap_padding(l: &mut Listing) {
+    let lines: Vec<&str> = l.text.lines().collect();
+    let Some(bra) = lines.iter().rposition(|t| {
+        let t = t.trim();
+        t.starts_with("/*") && t.contains(" BRA `(") && t.ends_with(");")
+    }) else {
+        return;
+    };
+    let label = lines[..bra]
+        .iter()
+        .rev()
+        .find(|t| t.trim().ends_with(':'))
+        .map(|t| t.trim().trim_end_matches(':'));
+    let to_itself = label.is_some_and(|lab| lines[bra].contains(&format!("`({lab});")));
+    let only_nops_after = lines[bra + 1..].iter().all(|t| {
+        let t = t.trim();
+        !(t.starts_with("/*") && is_instruction(t)) || t.ends_with("NOP;")
+    });
+    if to_itself && only_nops_after {
+        for i in bra..lines.len() {
+            l.cuda_lines[i] = None;
+            l.inlined[i] = None;
+        }
+    }
+}
+
+/// The numbers of ptxas's `-v` report.
+pub fn parse_resources(log: &str) -> Resources {
+    let mut r = Resources::default();
+    let mut reported = false;
+    for line in log.lines().filter(|l| l.starts_with("ptxas")) {
+        // `ptxas info    : Used 14 registers, used 1 barriers, 8 bytes smem, 400 bytes cmem[0]`
+        // `ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads`
+        let body = line
+            .split_once(" : ")
+            .map(|x| x.1)
+            .or_else(|| line.split_once(" . ").map(|x| x.1))
+            .unwrap_or("");
+        for part in body.split(',') {
+            let words: Vec<&str> = part.split_whitespace().collect();
+            let num = |i: usize| words.get(i).and_then(|w| w.parse::<u64>().ok());
+            match words.as_slice() {
+                ["Used", _, "registers"] => {
+                    r.registers = num(1).map(|n| n as u32);
+                    reported = true;
+                }
+                ["used", _, "barriers"] => r.barriers = num(1).map(|n| n as u32),
+                [_, "bytes", "smem"] => r.shared_bytes = num(0),
+                [_, "bytes", "lmem"] => r.local_bytes = num(0),
+                [_, "bytes", "cmem[0]"] => r.constant_bytes = num(0),
+                [_, "bytes", "stack", "frame"] => r.stack_bytes = num(0),
+                [_, "bytes", "spill", "stores"] => r.spill_store_bytes = num(0),
+                [_, "bytes", "spill", "loads"] => r.spill_load_bytes = num(0),
+                _ => {}
+            }
+        }
+    }
+    // ptxas leaves out what the kernel does not use.
+    if reported {
+        r.barriers.get_or_insert(0);
+        r.shared_bytes.get_or_insert(0);
+        r.local_bytes.get_or_insert(0);
+    }
+    r
+}
+
+/// The CUDA line of a front-end warning (`kernel.cu(42): warning #177-D: ...`).
+fn warning_line(text: &str, name: &str) -> Option<u32> {
+    let rest = &text[text.find(&format!("{name}("))? + name.len() + 1..];
+    rest[..rest.find(')')?].parse().ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The CLI's listings
+
+/// The PTX or SASS listing with each run of lines from one CUDA line headed by that line, its
+/// IR statement and the pass that made it: `// kernel.cu:42  y[i] = ...` /
+/// `//   IR 17 (circular_buffer): y[...] = ...`.
+pub fn annotate(ins: &Inspection, listing: &Listing) -> String {
+    let cuda: Vec<&str> = ins.cuda.lines().collect();
+    let ir: Vec<&str> = ins.ir.lines().collect();
+    let mut out = String::new();
+    let mut last = None;
+    for (i, line) in listing.text.lines().enumerate() {
+        let at = listing.cuda_lines.get(i).copied().flatten();
+        if let Some(n) = at.filter(|_| at != last) {
+            let text = cuda
+                .get((n as usize).saturating_sub(1))
+                .map(|s| s.trim())
+                .unwrap_or("");
+            out.push_str(&format!("\t// {}.cu:{n}  {text}\n", ins.kernel));
+            if let Some(l) = ins.lines.get(n as usize) {
+                if let Some(ir_line) = l.ir_line() {
+                    let ir_text = ir
+                        .get(ir_line.saturating_sub(1))
+                        .map(|s| s.trim())
+                        .unwrap_or("");
+                    out.push_str(&format!(
+                        "\t//   IR {ir_line} ({}): {ir_text}\n",
+                        l.pass().unwrap_or("?")
+                    ));
+                }
+            }
+            last = at;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The resource summary in one comment line.
+pub fn resource_line(ins: &Inspection) -> String {
+    let r = &ins.resources;
+    let n = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "?".into());
+    format!(
+        "// {}: {} registers, {} bytes static shared memory, {} barriers, stack {} bytes, \
+         spills {} bytes stored / {} loaded; NVRTC {}{}",
+        ins.kernel,
+        n(r.registers.map(u64::from)),
+        n(r.shared_bytes),
+        n(r.barriers.map(u64::from)),
+        n(r.stack_bytes),
+        n(r.spill_store_bytes),
+        n(r.spill_load_bytes),
+        ins.nvrtc,
+        ins.nvdisasm
+            .as_deref()
+            .map(|v| format!(", nvdisasm {v}"))
+            .unwrap_or_default()
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// The service's child process
+
+/// What the service sends `hopfuse worker --inspect` on stdin.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct InspectJob {
+    pub cuda: String,
+    pub name: String,
+    /// Cache directory (none: no cache).
+    #[serde(default)]
+    pub cache: Option<PathBuf>,
+}
+
+/// What it answers on stdout (one JSON line).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InspectAnswer {
+    Machine {
+        machine: MachineCode,
+        cached: bool,
+    },
+    /// NVRTC missing or failing.
+    Error {
+        error: String,
+        nvrtc_missing: bool,
+    },
+}
+
+/// `hopfuse worker --inspect`: one [`InspectJob`] on stdin, one [`InspectAnswer`] on stdout.
+pub fn worker_main() -> i32 {
+    let mut input = String::new();
+    let answer = match std::io::stdin()
+        .lock()
+        .take(16 << 20)
+        .read_to_string(&mut input)
+        .map_err(|e| e.to_string())
+        .and_then(|_| serde_json::from_str::<InspectJob>(&input).map_err(|e| e.to_string()))
+    {
+        Err(e) => InspectAnswer::Error {
+            error: format!("bad inspect job: {e}"),
+            nvrtc_missing: false,
+        },
+        Ok(job) => match machine_code(&job.cuda, &job.name, job.cache.as_deref()) {
+            Ok((machine, cached)) => InspectAnswer::Machine { machine, cached },
+            Err(e) => InspectAnswer::Error {
+                nvrtc_missing: matches!(e, nvrtc::NvrtcError::LibraryMissing),
+                error: e.to_string(),
+            },
+        },
+    };
+    let line = serde_json::to_string(&answer).expect("answers serialize");
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{line}").and_then(|_| out.flush()).is_err() {
+        return 3;
+    }
+    0
+}
+
+/// Runs [`worker_main`] in a child process of `exe` with a time limit (the child is killed past
+/// it).
+pub async fn in_child(
+    exe: &Path,
+    job: &InspectJob,
+    limit: std::time::Duration,
+) -> Result<InspectAnswer, String> {
+    use tokio::io::AsyncWriteExt;
+    let start = Instant::now();
+    let mut child = tokio::process::Command::new(exe)
+        .args(["worker", "--inspect"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start the inspect worker: {e}"))?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let body = serde_json::to_vec(job).expect("jobs serialize");
+    let run = async move {
+        stdin
+            .write_all(&body)
+            .await
+            .map_err(|e| format!("cannot send the job: {e}"))?;
+        drop(stdin);
+        child
+            .wait_with_output()
+            .await
+            .map_err(|e| format!("the inspect worker failed: {e}"))
+    };
+    let out = match tokio::time::timeout(limit, run).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(format!(
+                "NVRTC and nvdisasm did not finish in {:.0} s (killed)",
+                limit.as_secs_f64()
+            ))
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).map_err(|_| {
+        format!(
+            "the inspect worker ended ({}) after {:.0} ms without an answer: {}",
+            out.status,
+            start.elapsed().as_secs_f64() * 1e3,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptxas_resources_are_read_from_the_log() {
+        let log = "ptxas info    : 0 bytes gmem\n\
+                   ptxas info    : Compiling entry function 'k' for 'sm_90a'\n\
+                   ptxas info    : Function properties for k\n\
+                   ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n\
+                   ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 400 bytes cmem[0]\n\
+                   ptxas info    : Compile time = 15.705 ms";
+        let r = parse_resources(log);
+        assert_eq!(
+            r,
+            Resources {
+                registers: Some(40),
+                barriers: Some(1),
+                shared_bytes: Some(2048),
+                stack_bytes: Some(16),
+                spill_store_bytes: Some(8),
+                spill_load_bytes: Some(4),
+                local_bytes: Some(0),
+                constant_bytes: Some(400),
+            }
+        );
+        assert_eq!(parse_resources(""), Resources::default());
+    }
+
+    #[test]
+    fn ptx_lines_follow_their_loc_and_inlined_code_its_call_site() {
+        let ptx = "\t.loc\t1 5 0\n\tld.param.u64 \t%rd1, [p0];\n$L__BB0_2:\n\t.loc\t1 8 5\n\
+                   \tmul.wide.s32 \t%rd4, %r1, 4;\n\
+                   \t.loc\t1 3 3, function_name $L__info_string0, inlined_at 1 8 5\n\
+                   \tex2.approx.ftz.f32 \t%f16, %f14;\n\
+                   \t.loc\t1 2 1, function_name $L__info_string1, inlined_at 1 3 3\n\
+                   \tmov.f32 \t%f1, %f2;\n\
+                   \t.loc\t1 0 0\n\tshl.b32 \t%r8, %r7, 7;\n\
+                   \t.loc\t1 10 1\n\tret;\n}\n\t.file\t1 \"/tmp/k.cu\"\n";
+        // Lines 1..=4 are a helper in the prelude; the kernel starts at line 5.
+        let l = parse_ptx(ptx, "k.cu", &|line| line >= 5);
+        assert!(!l.text.contains(".loc"));
+        let lines: Vec<&str> = l.text.lines().collect();
+        let at = |needle: &str| {
+            let i = lines.iter().position(|x| x.contains(needle)).unwrap();
+            (l.cuda_lines[i], l.inlined[i])
+        };
+        assert_eq!(at("ld.param"), (Some(5), None));
+        assert_eq!(at("$L__BB0_2"), (None, None));
+        assert_eq!(at("mul.wide"), (Some(8), None));
+        assert_eq!(at("ex2.approx"), (Some(8), Some(3)));
+        // Nested: its call site (line 3) is in the prelude, so the last kernel line (8).
+        assert_eq!(at("mov.f32"), (Some(8), Some(2)));
+        assert_eq!(at("shl.b32"), (None, None));
+        assert_eq!(at("ret;"), (Some(10), None));
+        assert_eq!((l.mapped(), l.no_source_line), (5, 1));
+    }
+
+    #[test]
+    fn sass_lines_follow_their_line_info_comments() {
+        let sass = "\n\t.text.k:\n\t//## File \"/tmp/k.cu\", line 5\n\
+                    \x20       /*0000*/                   LDC R1, c[0x0][0x28] ;\n\
+                    \t//## File \"/tmp/k.cu\", line 3 inlined at \"/tmp/k.cu\", line 8\n\
+                    \t//## File \"/tmp/k.cu\", line 8\n\
+                    \x20       /*00b0*/                   MUFU.EX2 R9, R9 ;\n\
+                    \x20       /*00c0*/               @P0 EXIT ;\n\
+                    \t//## File \"/tmp/k.cu\", line 2 inlined at \"/tmp/k.cu\", line 3\n\
+                    \x20       /*00d0*/                   FADD R8, R8, R11 ;\n\
+                    .L_x_0:\n\
+                    \x20       /*01a0*/                   BRA `(.L_x_0);\n\
+                    \x20       /*01b0*/                   NOP;\n";
+        let l = parse_sass(sass, "k.cu", &|line| line >= 5);
+        assert!(!l.text.contains("//##"));
+        let lines: Vec<&str> = l.text.lines().collect();
+        let at = |needle: &str| {
+            let i = lines.iter().position(|x| x.contains(needle)).unwrap();
+            (l.cuda_lines[i], l.inlined[i])
+        };
+        assert_eq!(at("LDC"), (Some(5), None));
+        assert_eq!(at("MUFU"), (Some(8), Some(3)));
+        assert_eq!(at("@P0 EXIT"), (Some(8), Some(3)));
+        // A helper inlined into a helper: the last kernel line.
+        assert_eq!(at("FADD"), (Some(8), Some(2)));
+        // The padding at the end never runs: no line.
+        assert_eq!(at("BRA `(.L_x_0)"), (None, None));
+        assert_eq!(at("NOP;"), (None, None));
+        assert_eq!(at(".L_x_0:"), (None, None));
+        assert_eq!(
+            sass_chain("//## File \"a.cu\", line 3 inlined at \"a.cu\", line 8"),
+            [("a.cu".to_string(), 3), ("a.cu".to_string(), 8)]
+        );
+    }
+
+    #[test]
+    fn warnings_name_their_line() {
+        assert_eq!(
+            warning_line("k_kernel.cu(42): warning #177-D: unused", "k_kernel.cu"),
+            Some(42)
+        );
+        assert_eq!(
+            warning_line("ptxas warning : (C7508) setmaxnreg", "k.cu"),
+            None
+        );
+    }
+}
+
+/// Line-info coverage of an inspection, for `hopfuse nvrtc-check --inspect`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Coverage {
+    pub ptx_instructions: usize,
+    pub ptx_mapped: usize,
+    /// PTX instructions without line info, first few.
+    pub ptx_unmapped: Vec<String>,
+    pub sass_instructions: usize,
+    pub sass_mapped: usize,
+    /// Kernel-IR statements with at least one SASS instruction.
+    pub statements_with_sass: usize,
+    /// SASS instructions without line info, first few.
+    pub unmapped: Vec<String>,
+}
+
+/// Counts instructions and those with a CUDA line. SASS instructions after the kernel's last
+/// mapped one (the `BRA` to itself and the `NOP` padding that ends every function) do not count.
+pub fn coverage(ins: &Inspection) -> Coverage {
+    let count = |l: &Listing, sass: bool| {
+        let code: Vec<(usize, &str)> = l
+            .text
+            .lines()
+            .enumerate()
+            .filter(|(_, t)| {
+                if sass {
+                    let t = t.trim();
+                    t.starts_with("/*") && is_instruction(t)
+                } else {
+                    is_instruction(t)
+                }
+            })
+            .collect();
+        let last = code
+            .iter()
+            .rposition(|(i, _)| l.cuda_lines[*i].is_some())
+            .map_or(0, |p| p + 1);
+        let code = if sass { &code[..last] } else { &code[..] };
+        let unmapped: Vec<String> = code
+            .iter()
+            .filter(|(i, _)| l.cuda_lines[*i].is_none())
+            .map(|(_, t)| t.trim().to_string())
+            .collect();
+        (code.len(), code.len() - unmapped.len(), unmapped)
+    };
+    let (ptx_instructions, ptx_mapped, ptx_unmapped) = count(&ins.ptx, false);
+    let (sass_instructions, sass_mapped, unmapped, statements_with_sass) = match &ins.sass {
+        Some(s) => {
+            let (n, m, u) = count(s, true);
+            let stmts: std::collections::BTreeSet<usize> = s
+                .cuda_lines
+                .iter()
+                .flatten()
+                .filter_map(|&l| match ins.lines.get(l as usize) {
+                    Some(CudaLine::Stmt { stmt, .. }) => Some(*stmt),
+                    _ => None,
+                })
+                .collect();
+            (n, m, u, stmts.len())
+        }
+        None => (0, 0, Vec::new(), 0),
+    };
+    Coverage {
+        ptx_instructions,
+        ptx_mapped,
+        ptx_unmapped: ptx_unmapped.into_iter().take(5).collect(),
+        sass_instructions,
+        sass_mapped,
+        statements_with_sass,
+        unmapped: unmapped.into_iter().take(5).collect(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The service's endpoint
+
+/// How long NVRTC and nvdisasm may take for one `POST /api/inspect` (the child is killed past
+/// it).
+pub const SERVICE_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Why `POST /api/inspect` has no inspection.
+#[derive(Debug)]
+pub enum ServiceError {
+    /// 400: the program does not compile (with the compiler's diagnostics) or the sizes do
+    /// not fit it.
+    BadRequest {
+        message: String,
+        diagnostics: Option<serde_json::Value>,
+    },
+    /// 503: no NVRTC on this host.
+    Unavailable(String),
+    /// 422: NVRTC rejected the CUDA (with its log in the message).
+    Unprocessable(String),
+    /// 500: the child crashed or ran past [`SERVICE_TIME_LIMIT`].
+    Internal(String),
+}
+
+/// `POST /api/inspect`: lowers the program here, builds and disassembles it in a child
+/// process of `exe` (cache in `cache`).
+pub async fn serve(
+    exe: &Path,
+    cache: Option<PathBuf>,
+    req: InspectRequest,
+) -> Result<Inspection, ServiceError> {
+    let lowered = tokio::task::spawn_blocking(move || {
+        if let Err(d) = hopfuse::compile(&req.source, &CompileOptions::default()) {
+            return Err(ServiceError::BadRequest {
+                message: format!("the program does not compile: {d}")
+                    .trim_end()
+                    .to_string(),
+                diagnostics: serde_json::to_value(&d.0).ok(),
+            });
+        }
+        lower(&req).map_err(|e| ServiceError::BadRequest {
+            message: e
+                .message
+                .replace("(pass it with --size ", "(give it in `sizes`, e.g. "),
+            diagnostics: None,
+        })
+    })
+    .await
+    .map_err(|_| ServiceError::Internal("the compiler panicked on this program".into()))?;
+    let (c, variant) = lowered?;
+    let job = InspectJob {
+        cuda: c.cuda.clone(),
+        name: cuda_name(&c),
+        cache,
+    };
+    match in_child(exe, &job, SERVICE_TIME_LIMIT).await {
+        Ok(InspectAnswer::Machine { machine, cached }) => {
+            Ok(assemble(&c, variant, machine, cached))
+        }
+        Ok(InspectAnswer::Error {
+            error,
+            nvrtc_missing: true,
+        }) => Err(ServiceError::Unavailable(format!(
+            "PTX and SASS are unavailable on this service: {error}"
+        ))),
+        Ok(InspectAnswer::Error { error, .. }) => Err(ServiceError::Unprocessable(error)),
+        Err(e) => Err(ServiceError::Internal(e)),
+    }
+}
