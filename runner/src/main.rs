@@ -55,6 +55,10 @@ enum Command {
         /// Print the CUDA too when --passes or --plan is given.
         #[arg(long)]
         cuda: bool,
+        /// Print the PyTorch twin of the fusion instead (a Python function computing the same
+        /// with the same dtypes and accumulation types; the schedule is not needed).
+        #[arg(long, conflicts_with_all = ["passes", "plan", "cuda"])]
+        torch: bool,
         /// Index type of the generated code.
         #[arg(long, value_enum, default_value = "i64")]
         index: Index,
@@ -198,11 +202,15 @@ fn main() -> ExitCode {
 fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
         Command::Compile {
+            file, torch: true, ..
+        } => torch_twin(&file),
+        Command::Compile {
             file,
             passes,
             plan,
             cuda,
             index,
+            ..
         } => compile(&file, passes, plan, cuda, index.into()),
         Command::NvrtcCheck { files, index, cuda } => {
             nvrtc_check(&files, index.map(Into::into), cuda)
@@ -335,6 +343,21 @@ fn compile(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `hopfuse compile --torch`: the fusion's PyTorch twin.
+fn torch_twin(file: &Path) -> Result<ExitCode> {
+    let source = read(file)?;
+    match hopfuse::torch_twin(&source) {
+        Ok(twin) => {
+            print!("{}", twin.source);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(d) => {
+            eprintln!("{}", d.render(&source, &file.display().to_string()));
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }
 
 fn nvrtc_check(files: &[PathBuf], index: Option<IndexType>, raw_cuda: bool) -> Result<ExitCode> {
