@@ -61,6 +61,8 @@ pub struct BenchOptions {
     pub timeout: Duration,
     pub worker: WorkerCommand,
     pub cubin_cache: Option<PathBuf>,
+    /// Time each program's torch twin too (`--peers`): the table gets the peers' columns.
+    pub peers: bool,
 }
 
 /// One row of the table.
@@ -146,6 +148,7 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
                     seed: options.seed,
                     index: None,
                     copy_ceiling: true,
+                    peers: options.peers,
                 },
                 request_b: None,
                 fault: None,
@@ -240,14 +243,30 @@ fn cell(text: &str) -> String {
     }
 }
 
-/// The Markdown table.
+/// The Markdown table; with the peers' columns when a run timed peers.
 pub fn render(rows: &[Row]) -> String {
     let mut s = String::new();
+    let with_peers = rows
+        .iter()
+        .any(|r| matches!(&r.outcome, RowOutcome::Measured(m) if m.peers.is_some()));
+    let peer_head = if with_peers {
+        format!(
+            " {} | hopfuse vs best peer |",
+            crate::peers::PEERS.map(|p| format!("{p} (us)")).join(" | ")
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "| example | size | time (us): median (min-max) | throughput | ceiling | ratio | validation |"
+        "| example | size | time (us): median (min-max) | throughput | ceiling | ratio | validation |{peer_head}"
     );
-    let _ = writeln!(s, "| --- | --- | --- | --- | --- | --- | --- |");
+    let columns = 7 + if with_peers {
+        crate::peers::PEERS.len() + 1
+    } else {
+        0
+    };
+    let _ = writeln!(s, "|{}", " --- |".repeat(columns));
     for r in rows {
         let (time, gbps, ceiling, ratio, validation) = match &r.outcome {
             RowOutcome::Measured(m) => {
@@ -279,13 +298,44 @@ pub fn render(rows: &[Row]) -> String {
             ),
             RowOutcome::NotRun(why) => ("-".into(), "-".into(), "-".into(), "-".into(), cell(why)),
         };
+        let peers = match (&r.outcome, with_peers) {
+            (_, false) => String::new(),
+            (RowOutcome::Measured(m), true) => peer_cells(m.peers.as_ref()),
+            (_, true) => " - |".repeat(crate::peers::PEERS.len() + 1),
+        };
         let _ = writeln!(
             s,
-            "| {} | {} | {time} | {gbps} | {ceiling} | {ratio} | {validation} |",
+            "| {} | {} | {time} | {gbps} | {ceiling} | {ratio} | {validation} |{peers}",
             cell(&r.example),
             cell(&r.sizes)
         );
     }
+    s
+}
+
+/// One cell per peer (median (min-max), and FAIL when its output did not validate), then
+/// hopfuse against the best one.
+fn peer_cells(p: Option<&crate::peers::PeersReport>) -> String {
+    let mut s = String::new();
+    for name in crate::peers::PEERS {
+        let peer = p.and_then(|p| p.peers.iter().find(|q| q.name == name));
+        let text = match peer {
+            Some(q) => match (&q.timing, &q.error) {
+                (Some(t), _) => format!(
+                    "{:.2} ({:.2}-{:.2}){}",
+                    t.median_us,
+                    t.min_us,
+                    t.max_us,
+                    if q.passed { "" } else { " FAIL" }
+                ),
+                (None, e) => format!("not timed: {}", e.as_deref().unwrap_or("?")),
+            },
+            None => "-".into(),
+        };
+        let _ = write!(s, " {} |", cell(&text));
+    }
+    let vs = p.map(crate::report::speedup).unwrap_or_else(|| "-".into());
+    let _ = write!(s, " {} |", cell(&vs));
     s
 }
 

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod faults;
 pub mod gpu;
 pub mod nvrtc;
+pub mod peers;
 pub mod queue;
 pub mod report;
 pub mod selftest;

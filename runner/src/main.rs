@@ -145,6 +145,11 @@ struct BenchArgs {
     /// Use the fake worker (compile and check only; tests without a GPU).
     #[arg(long, hide = true)]
     fake_worker: bool,
+    /// Also time each program's torch twin eagerly and under torch.compile, interleaved with
+    /// the kernel: the table gets their columns. Raises --job-timeout to at least 900 s
+    /// (torch.compile compiles and autotunes inside the run).
+    #[arg(long)]
+    peers: bool,
 }
 
 #[derive(Args)]
@@ -174,6 +179,10 @@ struct RunArgs {
     /// Also write the result (or `{"error": ...}`) as JSON to this file.
     #[arg(long, value_name = "PATH")]
     json_file: Option<PathBuf>,
+    /// Also time the fusion's torch twin eagerly and under torch.compile, interleaved with the
+    /// kernel (needs torch in `$HOPFUSE_PYTHON`, default python3; else says why not).
+    #[arg(long)]
+    peers: bool,
 }
 
 fn main() -> ExitCode {
@@ -272,7 +281,11 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
         iters: args.iters,
         warmup: args.warmup,
         seed: args.seed,
-        timeout: std::time::Duration::from_secs_f64(args.job_timeout),
+        timeout: std::time::Duration::from_secs_f64(if args.peers {
+            args.job_timeout.max(900.0)
+        } else {
+            args.job_timeout
+        }),
         worker: hopfuse_runner::warm::WorkerCommand {
             exe: std::env::current_exe()?,
             args: if args.fake_worker {
@@ -284,6 +297,7 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
             startup_timeout: std::time::Duration::from_secs(60),
         },
         cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
+        peers: args.peers,
     };
     let rows = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -461,6 +475,7 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         seed: args.seed,
         index: args.index.map(Into::into),
         copy_ceiling: !args.no_ceiling,
+        peers: args.peers,
     };
     let outcome = engine::run(&req);
     let json = match &outcome {

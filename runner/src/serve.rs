@@ -728,6 +728,8 @@ struct RunBody {
     seed: Option<u64>,
     index: Option<IndexType>,
     copy_ceiling: Option<bool>,
+    /// Also time the torch twin (eager, torch.compile) interleaved with the kernel.
+    peers: Option<bool>,
     /// A name for messages (default `playground.hf`).
     file: Option<String>,
     /// A fault kernel instead of the program (only with `--fault-kernels`).
@@ -772,6 +774,7 @@ async fn run(
         seed: body.seed.unwrap_or(1),
         index: body.index,
         copy_ceiling: body.copy_ceiling.unwrap_or(true),
+        peers: body.peers.unwrap_or(false),
     };
     let request_b = body.program_b.map(|source| RunRequest {
         file: format!("{file} (B)"),

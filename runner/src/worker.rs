@@ -211,6 +211,7 @@ struct State {
     device: Option<Device>,
     /// CUBINs by cache key.
     memory: HashMap<String, Vec<u8>>,
+    peers: crate::peers::Peers,
     jobs: u64,
 }
 
@@ -356,9 +357,15 @@ fn run_job(
             outcomes.push((part, outcome));
         }
     } else {
-        let State { device, memory, .. } = state;
+        let State {
+            device,
+            memory,
+            peers,
+            ..
+        } = state;
         let mut hooks = WorkerHooks {
             out,
+            peers: Some(peers),
             cache: job.cubin_cache.clone(),
             memory: Some(memory),
             cached: false,
@@ -499,6 +506,8 @@ fn fake(req: &RunRequest, behaviour: FakeBehaviour, out: &mut impl Write) -> Out
 
 struct WorkerHooks<'a, W: Write> {
     out: &'a mut W,
+    /// The warm worker's peer process (torch imported once for all its jobs).
+    peers: Option<&'a mut crate::peers::Peers>,
     cache: Option<PathBuf>,
     /// A warm worker's in-memory CUBINs.
     memory: Option<&'a mut HashMap<String, Vec<u8>>>,
@@ -508,6 +517,10 @@ struct WorkerHooks<'a, W: Write> {
 impl<W: Write> Hooks for WorkerHooks<'_, W> {
     fn progress(&mut self, step: Progress) {
         emit(self.out, &WorkerEvent::Progress { step });
+    }
+
+    fn peers(&mut self) -> Option<&mut crate::peers::Peers> {
+        self.peers.as_deref_mut()
     }
 
     fn cubin(&mut self, cuda: &str, name: &str) -> Result<nvrtc::Cubin, nvrtc::NvrtcError> {
@@ -675,6 +688,7 @@ mod tests {
             cache: Some(dir.clone()),
             memory: None,
             cached: false,
+            peers: None,
         };
         let first = hooks.cubin(cuda, "a.cu").unwrap();
         assert!(!hooks.cached);
@@ -692,6 +706,7 @@ mod tests {
             cache: Some(dir.clone()),
             memory: None,
             cached: false,
+            peers: None,
         };
         hooks.cubin(crate::gpu::SPIN_SOURCE, "spin.cu").unwrap();
         assert!(!hooks.cached);
@@ -715,6 +730,7 @@ mod tests {
             cache: Some(dir.clone()),
             memory: Some(&mut memory),
             cached: false,
+            peers: None,
         };
         let first = hooks.cubin(cuda, "a.cu").unwrap();
         assert!(!hooks.cached);

@@ -35,6 +35,7 @@ float64 = dtype("float64", 8, True, "<d")
 float16 = dtype("float16", 2, True, "<e")
 bfloat16 = dtype("bfloat16", 2, True, None)
 int32 = dtype("int32", 4, False, "<i")
+uint8 = dtype("uint8", 1, False, "<B")
 bool = dtype("bool", 1, False, "<?")  # noqa: A001 (torch's name)
 float = float32  # noqa: A001
 half = float16
@@ -57,6 +58,8 @@ def _round(v, dt):
         return i - (1 << 32) if i >= (1 << 31) else i
     if dt is bool:
         return 1 if v else 0
+    if dt is uint8:
+        return int(v) & 0xFF
     v = _builtin_float(v)
     if not math.isfinite(v):
         return v
@@ -158,7 +161,17 @@ class Tensor:
     def cuda(self):
         return self
 
-    def contiguous(self):
+    cpu = cuda
+    detach = cuda
+    contiguous = cuda
+
+    def zero_(self):
+        self._data = [_round(0, self.dtype)] * len(self._data)
+        return self
+
+    def copy_(self, src):
+        assert src.shape == self.shape and src.dtype is self.dtype, "copy_: shape or dtype differs"
+        self._data = list(src._data)
         return self
 
     def clone(self):
@@ -166,9 +179,17 @@ class Tensor:
 
     def reshape(self, *shape):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        if -1 in shape:
+            known = _numel([s for s in shape if s != -1])
+            shape = tuple(self.numel() // known if s == -1 else s for s in shape)
         return Tensor(self._data, shape, self.dtype)
 
-    view = reshape
+    def view(self, *args):
+        if len(args) == 1 and isinstance(args[0], dtype):
+            assert args[0] is uint8, "fake torch: view as bytes only"
+            raw = to_bytes(self)
+            return Tensor(list(raw), (len(raw),), uint8)
+        return self.reshape(*args)
 
     def unsqueeze(self, d):
         if d < 0:
@@ -416,6 +437,33 @@ def to_bytes(t):
     return b"".join(struct.pack(t.dtype.fmt, v) for v in t._data)
 
 
+def empty(n, dtype=float32, device=None):
+    return Tensor([0] * n, (n,), dtype)
+
+
+class _FileTensor(Tensor):
+    """`from_file(..., shared=True)`: writes go to the file."""
+
+    def __init__(self, path, n, dt):
+        Tensor.__init__(self, [0] * n, (n,), dt)
+        self._path = path
+
+    def copy_(self, src):
+        Tensor.copy_(self, src)
+        with open(self._path, "r+b") as f:
+            f.write(to_bytes(self))
+        return self
+
+
+def from_file(path, shared=False, size=0, dtype=float32):
+    if shared:
+        return _FileTensor(path, size, dtype)
+    with open(path, "rb") as f:
+        raw = f.read(size * dtype.itemsize)
+    assert len(raw) == size * dtype.itemsize, "from_file: %s is too short" % path
+    return frombuffer(raw, dtype)
+
+
 def compile(fn, **kwargs):  # noqa: A001
     return fn
 
@@ -448,6 +496,10 @@ class _Cuda:
     @staticmethod
     def get_device_name(i=0):
         return "fake"
+
+    @staticmethod
+    def empty_cache():
+        pass
 
 
 cuda = _Cuda()
