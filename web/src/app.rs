@@ -492,13 +492,14 @@ impl Ui {
                 .collect()
         });
         let (iters, seed) = (self.iters.get_untracked(), self.seed.get_untracked());
-        let body = runner::run_body(
+        let mut body = runner::run_body(
             &self.program.get_untracked(),
             program_b.as_deref(),
             &sizes,
             iters,
             seed,
         );
+        crate::torch_pane::add_to_request(&mut body);
         let settings = self.settings.get_untracked();
         self.run.set(RunState::Active {
             stage: "sending".into(),
@@ -838,6 +839,7 @@ pub fn App() -> impl IntoView {
                     <PaneTab ui=ui pane=Pane::Passes label="Passes" />
                     <PaneTab ui=ui pane=Pane::Plan label="Launch plan" />
                     <PaneTab ui=ui pane=Pane::Pipeline label="Pipeline" />
+                    <PaneTab ui=ui pane=Pane::Torch label="PyTorch" />
                     <PaneTab ui=ui pane=Pane::Run label="Run" />
                 </nav>
                 <div class="pane" id="pane-cuda" class:hidden=move || ui.pane.get() != Pane::Cuda>
@@ -877,6 +879,13 @@ pub fn App() -> impl IntoView {
                 </div>
                 <div class="pane scroll" id="pane-pipeline" class:hidden=move || ui.pane.get() != Pane::Pipeline>
                     <PipelinePane ui=ui />
+                </div>
+                <div class="pane scroll" id="pane-torch" class:hidden=move || ui.pane.get() != Pane::Torch>
+                    <crate::torch_pane::TorchPane
+                        compiled=ui.compiled
+                        stale=Signal::derive(move || ui.diags.with(|d| !d.is_empty()))
+                        copy=Callback::new(move |t| ui.copy(t, "PyTorch twin"))
+                    />
                 </div>
                 <div class="pane scroll" id="pane-run" class:hidden=move || ui.pane.get() != Pane::Run>
                     <RunPane ui=ui />
@@ -1304,6 +1313,7 @@ fn RunPane(ui: Ui) -> impl IntoView {
                         }
                     />
                 </label>
+                <crate::torch_pane::PeersToggle />
                 <button class="primary" disabled=move || matches!(ui.run.get(), RunState::Active { .. }) on:click=move |_| ui.run()>
                     "▶ Run (Ctrl+Enter)"
                 </button>
@@ -1624,6 +1634,7 @@ fn measured_view(
             <div class="ratio-bar" style:width=format!("{pct:.1}%")></div>
             <span class="ratio-text">{ratio_text}</span>
         </div>
+        {m.peers.as_ref().map(|p| crate::torch_pane::peers_view(p, primary))}
         <table class="kv">
             <tr><th>"device"</th><td>{m.device.clone().unwrap_or_else(|| "—".into())}</td></tr>
             {cublas_row}

@@ -9,6 +9,7 @@ pub mod model;
 pub mod pipeline;
 pub mod runner;
 pub mod share;
+pub mod torch_pane;
 
 use wasm_bindgen::prelude::*;
 

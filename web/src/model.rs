@@ -22,6 +22,8 @@ pub struct Compiled {
     pub passes: Vec<PassView>,
     /// Roles and circular buffers of the final kernel (the Pipeline pane).
     pub pipeline: hopfuse::pipeline_view::PipelineView,
+    /// The fusion as a PyTorch function (the PyTorch pane; `hopfuse compile --torch`).
+    pub torch: String,
 }
 
 /// A diagnostic located in the editor.
@@ -63,6 +65,10 @@ pub fn compile(source: &str) -> Result<Compiled, Vec<Diag>> {
                 plan: c.plan,
                 passes,
                 pipeline: c.pipeline,
+                // Cannot fail once the program compiled (it parses and builds the same fusion).
+                torch: hopfuse::torch_twin(source)
+                    .map(|t| t.source)
+                    .unwrap_or_default(),
             })
         }
         Err(d) => Err(d

@@ -19,6 +19,8 @@ pub enum Pane {
     Plan,
     Pipeline,
     Run,
+    /// The PyTorch twin (`torch_pane.rs`).
+    Torch,
 }
 
 /// The editor tab: program A, or program B of an A/B comparison.
