@@ -84,6 +84,141 @@ pub fn emit(fusion: &Fusion, def: Option<&ast::FusionDef>) -> Twin {
     e.module()
 }
 
+/// An activation cuBLASLt can fuse after the bias of a matrix product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    None,
+    Relu,
+    /// The tanh approximation, as cuBLASLt's GELU epilogue computes it.
+    Gelu,
+}
+
+/// The fusion through cuBLASLt's fused epilogue, for the runner's peers: `torch.addmm(bias, a,
+/// b)` or `torch._addmm_activation(bias, a, b, use_gelu=...)`, when the fusion's one output is
+/// one matrix product (of inputs) plus a bias along its rows (`broadcast(bias, axis=0)` of an
+/// input), then optionally ReLU or the tanh GELU (recognised by value, however it is written),
+/// then optionally a cast (a half GEMM must be rounded to its own half type: cuBLASLt gives no
+/// f32 result from half operands). The bias is converted to the GEMM's type. None otherwise.
+pub fn emit_cublaslt(fusion: &Fusion) -> Option<(Twin, Activation)> {
+    let f = fusion;
+    let [out] = f.outputs[..] else {
+        return None;
+    };
+    let e = Emitter::new(f, &HashSet::new());
+    let def = |t: TensorId| f.tensors[t].definition.map(|d| &f.exprs[d]);
+    let (top, cast) = match def(out) {
+        Some(x) if matches!(x.op, Op::Cast(_)) => (input_tensor(x), Some(f.tensors[out].dtype)),
+        _ => (out, None),
+    };
+    // The bias add: `S + broadcast(bias, axis=0)` (either order) with S a contraction.
+    let is_bias = |t: TensorId| -> Option<TensorId> {
+        let x = def(t)?;
+        let below = input_tensor(x);
+        let bias = match &x.op {
+            Op::Broadcast { axes } if axes[..] == [0] => below,
+            _ => return None,
+        };
+        (f.tensors[bias].is_input && f.rank(bias) == 1).then_some(bias)
+    };
+    let add = (0..f.tensors.len()).find(|&t| {
+        def(t).is_some_and(|x| match (&x.op, &x.inputs[..]) {
+            (Op::Binary(BinaryOp::Add), [Operand::Tensor(p), Operand::Tensor(q)]) => {
+                (e.contractions.contains_key(p) && is_bias(*q).is_some())
+                    || (e.contractions.contains_key(q) && is_bias(*p).is_some())
+            }
+            _ => false,
+        })
+    })?;
+    let [Operand::Tensor(p), Operand::Tensor(q)] = def(add)?.inputs[..] else {
+        return None;
+    };
+    let (sum, bias) = if e.contractions.contains_key(&p) {
+        (p, is_bias(q)?)
+    } else {
+        (q, is_bias(p)?)
+    };
+    let c = &e.contractions[&sum];
+    let inputs_only = c.factors.iter().all(|fa| f.tensors[fa.base].is_input);
+    let gemm = c.half.unwrap_or(c.compute);
+    // A half GEMM gives a half result: the fusion must round to exactly that.
+    if !inputs_only || (c.half.is_some() && cast != Some(gemm)) {
+        return None;
+    }
+    let (a, b) = e.mm_operands(c)?;
+    // The epilogue between the bias add and the output, as a function of one value.
+    let activation = [Activation::None, Activation::Relu, Activation::Gelu]
+        .into_iter()
+        .find(|act| {
+            (-60..=60).all(|k| {
+                let x = k as f64 * 0.1;
+                let want = match act {
+                    Activation::None => x,
+                    Activation::Relu => x.max(0.0),
+                    Activation::Gelu => {
+                        let inner =
+                            (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+                        0.5 * x * (1.0 + inner.tanh())
+                    }
+                };
+                scalar_epilogue(f, top, add, x)
+                    .is_some_and(|got| (got - want).abs() <= 1e-6 * (1.0 + want.abs()))
+            })
+        })?;
+    let bias = Py::new(e.names[bias].clone(), ATOM, f.tensors[bias].dtype).to(gemm);
+    let call = match activation {
+        Activation::None => format!("torch.addmm({}, {a}, {b})", bias.text),
+        act => format!(
+            "torch._addmm_activation({}, {a}, {b}, use_gelu={})",
+            bias.text,
+            if act == Activation::Gelu {
+                "True"
+            } else {
+                "False"
+            }
+        ),
+    };
+    let mut value = Py::new(call, ATOM, gemm);
+    if let Some(d) = cast {
+        value = value.to(d);
+    }
+    let function = format!("{}_cublaslt", f.name);
+    let params: Vec<String> = f
+        .inputs
+        .iter()
+        .map(|&t| format!("{}: torch.Tensor", e.names[t]))
+        .collect();
+    let source = format!(
+        "# The hopfuse fusion `{}` as one cuBLASLt call: the matrix product with its bias and\n\
+         # activation fused into the GEMM's epilogue (a peer of `hopfuse run --peers`).\n\
+         import torch\n\n\n\
+         def {function}({}) -> torch.Tensor:\n    return {}\n",
+        f.name,
+        params.join(", "),
+        value.text
+    );
+    Some((Twin { source, function }, activation))
+}
+
+/// The value the fusion computes from `top` down to `leaf` when `leaf` holds `x`: elementwise
+/// float ops and literals only (None for anything else, another tensor, or a narrowing cast).
+fn scalar_epilogue(f: &Fusion, top: TensorId, leaf: TensorId, x: f64) -> Option<f64> {
+    if top == leaf {
+        return Some(x);
+    }
+    let def = &f.exprs[f.tensors[top].definition?];
+    let operand = |o: &Operand| match *o {
+        Operand::Tensor(t) => scalar_epilogue(f, t, leaf, x),
+        Operand::Scalar(v) => Some(v),
+    };
+    match &def.op {
+        Op::Set => operand(&def.inputs[0]),
+        Op::Cast(DType::F32 | DType::F64) => operand(&def.inputs[0]),
+        Op::Unary(u) => Some(u.eval(operand(&def.inputs[0])?)),
+        Op::Binary(b) => Some(b.eval(operand(&def.inputs[0])?, operand(&def.inputs[1])?)),
+        _ => None,
+    }
+}
+
 /// Python operator precedence, loosest first, as far as the twin needs it.
 const ADD: u8 = 1;
 const MUL: u8 = 2;
@@ -431,52 +566,66 @@ impl<'a> Emitter<'a> {
         x
     }
 
-    fn contract(&self, c: &Contraction) -> Py {
-        let [fx, fy] = &c.factors;
+    /// The operands of a contraction as torch sees them: the half tensors under the widening
+    /// casts of a half GEMM (cuBLAS multiplies them exactly and accumulates in f32, as the
+    /// kernel does), else the factors in the compute type.
+    fn operands(&self, c: &Contraction) -> (Py, Py) {
         let operand = |fa: &Factor| -> Py {
             match c.half {
-                // The half values under the widening casts: cuBLAS multiplies them exactly
-                // and accumulates in f32, as the kernel does.
                 Some(h) => self.value(fa.base).to(h),
                 None => self.factor(fa).to(c.compute),
             }
         };
-        let (x, y) = (operand(fx), operand(fy));
+        (operand(&c.factors[0]), operand(&c.factors[1]))
+    }
+
+    /// `(a, b)` of a contraction that is a matrix product, as the operands of `a @ b` (with
+    /// `.t()` for a transposed layout): rank 3, one reduced axis, each factor lacking a
+    /// different kept axis.
+    fn mm_operands(&self, c: &Contraction) -> Option<(String, String)> {
+        let [fx, fy] = &c.factors;
+        if c.rank != 3 || c.reduced.len() != 1 || fx.present.len() != 2 || fy.present.len() != 2 {
+            return None;
+        }
+        let (x, y) = self.operands(c);
+        let r = c.reduced[0];
+        let kept: Vec<usize> = (0..3).filter(|&a| a != r).collect();
+        let (pm, pn) = (kept[0], kept[1]);
+        let lacks = |fa: &Factor, p: usize| !fa.present.contains(&p);
+        let (a, b) = if lacks(fx, pn) && lacks(fy, pm) {
+            (x, y)
+        } else if lacks(fx, pm) && lacks(fy, pn) {
+            (y, x)
+        } else {
+            return None;
+        };
+        let a = if pm < r {
+            a.at(MUL)
+        } else {
+            format!("{}.t()", a.at(ATOM))
+        };
+        let b = if r < pn {
+            b.at(UNARY)
+        } else {
+            format!("{}.t()", b.at(ATOM))
+        };
+        Some((a, b))
+    }
+
+    fn contract(&self, c: &Contraction) -> Py {
+        let [fx, fy] = &c.factors;
         let out_f32 = c.half.is_some() && c.out == DType::F32;
         let kept: Vec<usize> = (0..c.rank).filter(|a| !c.reduced.contains(a)).collect();
-        // A matrix product: rank 3, one reduced axis, each factor lacking a different kept axis.
-        if c.rank == 3 && c.reduced.len() == 1 && fx.present.len() == 2 && fy.present.len() == 2 {
-            let r = c.reduced[0];
-            let (pm, pn) = (kept[0], kept[1]);
-            let lacks = |fa: &Factor, p: usize| !fa.present.contains(&p);
-            let pair = if lacks(fx, pn) && lacks(fy, pm) {
-                Some((&x, &y))
-            } else if lacks(fx, pm) && lacks(fy, pn) {
-                Some((&y, &x))
+        if let Some((a, b)) = self.mm_operands(c) {
+            return if out_f32 {
+                Py::new(
+                    format!("torch.mm({a}, {b}, out_dtype=torch.float32)"),
+                    ATOM,
+                    DType::F32,
+                )
             } else {
-                None
+                Py::new(format!("{a} @ {b}"), MUL, c.out)
             };
-            if let Some((a, b)) = pair {
-                let a = if pm < r {
-                    a.at(MUL)
-                } else {
-                    format!("{}.t()", a.at(ATOM))
-                };
-                let b = if r < pn {
-                    b.at(UNARY)
-                } else {
-                    format!("{}.t()", b.at(ATOM))
-                };
-                return if out_f32 {
-                    Py::new(
-                        format!("torch.mm({a}, {b}, out_dtype=torch.float32)"),
-                        ATOM,
-                        DType::F32,
-                    )
-                } else {
-                    Py::new(format!("{a} @ {b}"), MUL, c.out)
-                };
-            }
         }
         // Any other contraction: einsum over one letter per product axis.
         let letter = |a: usize| (b'a' + a as u8) as char;
@@ -488,7 +637,7 @@ impl<'a> Emitter<'a> {
                 self.factor(fy).to(DType::F32),
             )
         } else {
-            (x, y)
+            self.operands(c)
         };
         Py::new(
             format!(
@@ -803,6 +952,51 @@ mod tests {
             ),
             "c = torch.sum(a.unsqueeze(2) * b.unsqueeze(0), dim=1, dtype=torch.float32)"
         );
+    }
+
+    #[test]
+    fn a_gemm_with_a_bias_and_an_activation_is_one_cublaslt_call() {
+        let lt = |body_: &str| {
+            let src = format!(
+                "fusion g {{\n  input a: bf16[M, K]\n  input b: bf16[N, K]\n  input bias: f32[N]\n  s = sum(broadcast(a, axis=1) * broadcast(b, axis=0), axis=2)\n  u = s + broadcast(bias, axis=0)\n{body_}\n  output y\n}}"
+            );
+            let program = crate::frontend::parse(&src).unwrap();
+            let fusion = crate::fusion::build(&program.fusion).unwrap();
+            emit_cublaslt(&fusion).map(|(t, act)| {
+                let line = t.source.lines().last().unwrap().trim().to_string();
+                (line, act)
+            })
+        };
+        let gelu =
+            "  y = cast(0.5 * u * (1.0 + tanh(0.7978845608 * (u + 0.044715 * u * u * u))), bf16)";
+        assert_eq!(
+            lt(gelu),
+            Some((
+                "return torch._addmm_activation(bias.bfloat16(), a, b.t(), use_gelu=True)".into(),
+                Activation::Gelu
+            ))
+        );
+        // The same GELU written another way.
+        let gelu2 = "  y = cast(u * sigmoid(1.5957691216 * (u + 0.044715 * u * u * u)), bf16)";
+        assert_eq!(lt(gelu2).map(|x| x.1), Some(Activation::Gelu));
+        assert_eq!(
+            lt("  y = cast(relu(u), bf16)"),
+            Some((
+                "return torch._addmm_activation(bias.bfloat16(), a, b.t(), use_gelu=False)".into(),
+                Activation::Relu
+            ))
+        );
+        assert_eq!(
+            lt("  y = cast(u, bf16)"),
+            Some((
+                "return torch.addmm(bias.bfloat16(), a, b.t())".into(),
+                Activation::None
+            ))
+        );
+        // Not an epilogue cuBLASLt has: a scaled GELU, a half GEMM kept in f32, a tanh.
+        assert_eq!(lt("  y = cast(1.5 * relu(u), bf16)"), None);
+        assert_eq!(lt("  y = relu(u)"), None);
+        assert_eq!(lt("  y = cast(tanh(u), bf16)"), None);
     }
 
     #[test]

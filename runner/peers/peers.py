@@ -7,7 +7,7 @@ this file and starts it as `python3 -u peers.py` (`$HOPFUSE_PYTHON` picks the in
                 or {"event":"unavailable","reason":WHY} and exit (no torch, no CUDA)
   {"cmd":"setup", "dir", "twin", "function", "inputs":[{"name","file","dtype","shape"}],
    "outputs":[{"name","dtype","shape"}], "l2":{"kind":"none"|"rotate"|"flush",...},
-   "peers":["eager","torch.compile"], "hold_ns_per_call"}
+   "peers":["eager","torch.compile"], "extra":[{"name","twin","function"}], "hold_ns_per_call"}
              -> {"event":"setup","peers":[{"name","compile_s","outputs":[{"name","file"}],
                 "error"}]}: the inputs (raw little-endian files, the runner's exact data) are
                 loaded onto the GPU, each peer is called once (torch.compile compiles and
@@ -115,6 +115,8 @@ class Session:
         self.outputs = req["outputs"]
         self.hold_ns = req.get("hold_ns_per_call", 20_000)
         fn = load_twin(self.dir, req["twin"], req["function"])
+        # Other functions computing the same, called as they are (the cuBLASLt epilogue).
+        extra = {e["name"]: load_twin(self.dir, e["twin"], e["function"]) for e in req.get("extra", [])}
         inputs = [load(s) for s in req["inputs"]]
         l2 = req.get("l2") or {"kind": "none"}
         self.sets = [inputs]
@@ -127,14 +129,14 @@ class Session:
         torch.cuda.synchronize()
         self.peers = []
         report = []
-        for name in req["peers"]:
+        for name in list(req["peers"]) + list(extra):
             entry = {"name": name, "compile_s": None, "outputs": [], "error": None}
             try:
-                call = self.make(name, fn)
+                call = extra[name] if name in extra else self.make(name, fn)
                 start = time.perf_counter()
                 outs = as_tuple(call(*self.sets[0]))
                 torch.cuda.synchronize()
-                if name != "eager":
+                if name == "torch.compile":
                     entry["compile_s"] = time.perf_counter() - start
                 if len(outs) != len(self.outputs):
                     raise ValueError("%d outputs, expected %d" % (len(outs), len(self.outputs)))

@@ -249,11 +249,20 @@ pub fn render(rows: &[Row]) -> String {
     let with_peers = rows
         .iter()
         .any(|r| matches!(&r.outcome, RowOutcome::Measured(m) if m.peers.is_some()));
+    // A column per peer any run timed, in the order they first appear.
+    let mut names: Vec<&str> = Vec::new();
+    for r in rows {
+        if let RowOutcome::Measured(m) = &r.outcome {
+            for q in m.peers.iter().flat_map(|p| &p.peers) {
+                if !names.contains(&q.name.as_str()) {
+                    names.push(&q.name);
+                }
+            }
+        }
+    }
     let peer_head = if with_peers {
-        format!(
-            " {} | hopfuse vs best peer |",
-            crate::peers::PEERS.map(|p| format!("{p} (us)")).join(" | ")
-        )
+        let cols: String = names.iter().map(|n| format!(" {n} (us) |")).collect();
+        format!("{cols} hopfuse vs best peer |")
     } else {
         String::new()
     };
@@ -261,11 +270,7 @@ pub fn render(rows: &[Row]) -> String {
         s,
         "| example | size | time (us): median (min-max) | throughput | ceiling | ratio | validation |{peer_head}"
     );
-    let columns = 7 + if with_peers {
-        crate::peers::PEERS.len() + 1
-    } else {
-        0
-    };
+    let columns = 7 + if with_peers { names.len() + 1 } else { 0 };
     let _ = writeln!(s, "|{}", " --- |".repeat(columns));
     for r in rows {
         let (time, gbps, ceiling, ratio, validation) = match &r.outcome {
@@ -300,8 +305,8 @@ pub fn render(rows: &[Row]) -> String {
         };
         let peers = match (&r.outcome, with_peers) {
             (_, false) => String::new(),
-            (RowOutcome::Measured(m), true) => peer_cells(m.peers.as_ref()),
-            (_, true) => " - |".repeat(crate::peers::PEERS.len() + 1),
+            (RowOutcome::Measured(m), true) => peer_cells(&names, m.peers.as_ref()),
+            (_, true) => " - |".repeat(names.len() + 1),
         };
         let _ = writeln!(
             s,
@@ -315,9 +320,9 @@ pub fn render(rows: &[Row]) -> String {
 
 /// One cell per peer (median (min-max), and FAIL when its output did not validate), then
 /// hopfuse against the best one.
-fn peer_cells(p: Option<&crate::peers::PeersReport>) -> String {
+fn peer_cells(names: &[&str], p: Option<&crate::peers::PeersReport>) -> String {
     let mut s = String::new();
-    for name in crate::peers::PEERS {
+    for &name in names {
         let peer = p.and_then(|p| p.peers.iter().find(|q| q.name == name));
         let text = match peer {
             Some(q) => match (&q.timing, &q.error) {
@@ -411,5 +416,37 @@ mod tests {
         assert!(lines[3].contains("error: CUDA: boom"), "{t}");
         assert!(!rows[1].ok() && rows[0].ok());
         assert!(summary(&rows).is_none());
+    }
+
+    #[test]
+    fn runs_with_peers_get_their_columns() {
+        // The service's done event with peers (runner/tests/api_fixtures.rs writes it).
+        let event: serde_json::Value =
+            serde_json::from_str(include_str!("../../web/tests/fixtures/done-peers.json")).unwrap();
+        let result: RunResult = serde_json::from_value(event["result"]["result"].clone()).unwrap();
+        let rows = vec![
+            row(
+                "basics/add",
+                "M=1000,N=1024",
+                RowOutcome::Measured(Box::new(result)),
+            ),
+            row("basics/bad", "", RowOutcome::NotRun("error: boom".into())),
+        ];
+        let t = render(&rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[0].ends_with(
+                "| validation | eager (us) | torch.compile (us) | hopfuse vs best peer |"
+            ),
+            "{t}"
+        );
+        assert_eq!(lines[1].matches("---").count(), 10, "{t}");
+        assert!(
+            lines[2].ends_with(
+                "| 4.00 (3.75-4.50) | 3.25 (3.00-3.75) | x1.30 vs torch.compile (x1.25..x1.34 per round) |"
+            ),
+            "{t}"
+        );
+        assert!(lines[3].ends_with("| error: boom | - | - | - |"), "{t}");
     }
 }

@@ -40,6 +40,11 @@ pub const ROUNDS: u32 = 5;
 /// The peers every run times.
 pub const PEERS: [&str; 2] = ["eager", "torch.compile"];
 
+/// The peer of a matrix product with a bias (and ReLU or GELU) epilogue: one cuBLASLt call
+/// with the epilogue fused (`torch.addmm` / `torch._addmm_activation`, see
+/// `hopfuse::torch::emit_cublaslt`).
+pub const CUBLASLT: &str = "cuBLASLt epilogue";
+
 /// How long the subprocess may take to start (importing torch), to set up (the first call of
 /// every peer: torch.compile compiles and autotunes), and to time one round.
 const START_LIMIT: Duration = Duration::from_secs(120);
@@ -315,8 +320,14 @@ impl Peers {
             L2Policy::Rotate { sets } => json!({"kind": "rotate", "sets": sets}),
             L2Policy::Flush { bytes } => json!({"kind": "flush", "bytes": bytes}),
         };
+        // A matrix product with a bias epilogue: also cuBLASLt's fused epilogue.
+        let extra: Vec<Value> = hopfuse::torch::emit_cublaslt(&fusion)
+            .map(|(lt, _)| json!({"name": CUBLASLT, "twin": lt.source, "function": lt.function}))
+            .into_iter()
+            .collect();
         let cmd = json!({
             "cmd": "setup",
+            "extra": extra,
             "dir": dir.path,
             "twin": twin.source,
             "function": twin.function,
@@ -719,6 +730,50 @@ mod tests {
         assert!(report.peers.iter().all(|p| !p.passed), "{report:?}");
         assert_eq!(report.best, None);
         assert_eq!(crate::report::speedup(&report), "no peer validated");
+    }
+
+    #[test]
+    fn a_gemm_with_a_bias_epilogue_also_has_the_cublaslt_peer() {
+        let source = "fusion g {\n  input a: f32[M, K]\n  input b: f32[K, N]\n  input bias: f32[N]\n  y = relu(sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1) + broadcast(bias, axis=0))\n  output y\n}";
+        let sizes: BTreeMap<String, i64> = [("M", 4), ("K", 3), ("N", 5)]
+            .map(|(k, v)| (k.to_string(), v))
+            .into();
+        let req = RunRequest {
+            file: "g.hf".into(),
+            source: source.into(),
+            sizes: sizes.clone(),
+            iters: 3,
+            warmup: 1,
+            seed: 5,
+            index: None,
+            copy_ceiling: false,
+            peers: true,
+        };
+        let values = |name: &str, n: usize| {
+            let v = data::random_values(DType::F32, n, &mut data::rng_for(5, name));
+            (name.to_string(), v)
+        };
+        let inputs = [values("a", 12), values("b", 15), values("bias", 5)].into();
+        let program = hopfuse::frontend::parse(source).unwrap();
+        let f = hopfuse::fusion::build(&program.fusion).unwrap();
+        let expected = hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap();
+        let run = PeerRun {
+            req: &req,
+            expected: &expected,
+            l2: &L2Policy::None,
+        };
+        let mut peers = Peers::with_python(fake_python());
+        let (_, report) = peers
+            .interleave(&run, &mut |_, n| Ok(vec![1.0; n as usize]))
+            .unwrap();
+        let names: Vec<&str> = report.peers.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["eager", "torch.compile", CUBLASLT]);
+        let lt = &report.peers[2];
+        assert!(
+            lt.passed && lt.timing.is_some() && lt.compile_s.is_none(),
+            "{lt:?}"
+        );
+        assert_eq!(report.rounds, 3);
     }
 
     #[test]

@@ -155,8 +155,9 @@ fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
     (diff / norm.max(f64::MIN_POSITIVE)).sqrt()
 }
 
-/// Checks one program's twin against the reference; `what` names it in failures.
-fn check_against_reference(src: &str, what: &str) {
+/// Checks one program's twins against the reference; `what` names it in failures. Returns
+/// whether it had a cuBLASLt twin too.
+fn check_against_reference(src: &str, what: &str) -> bool {
     let program = hopfuse::frontend::parse(src).unwrap();
     let f = hopfuse::fusion::build(&program.fusion).unwrap();
     let twin = hopfuse::torch::emit(&f, Some(&program.fusion));
@@ -170,14 +171,31 @@ fn check_against_reference(src: &str, what: &str) {
         inputs.push((f.tensors[t].dtype, s, v));
     }
     let want = hopfuse::reference::evaluate(&f, &sizes, &named).unwrap();
-    let got = run_twin(&twin, &inputs);
+    let mut twins = vec![twin];
+    // A matrix product with a bias epilogue also has its cuBLASLt twin: it must agree too.
+    twins.extend(hopfuse::torch::emit_cublaslt(&f).map(|(t, _)| t));
+    for twin in &twins {
+        check_twin(&f, twin, &inputs, &want, &sizes, what);
+    }
+    twins.len() == 2
+}
+
+fn check_twin(
+    f: &Fusion,
+    twin: &hopfuse::torch::Twin,
+    inputs: &[(DType, Vec<usize>, Vec<f64>)],
+    want: &BTreeMap<String, Vec<f64>>,
+    sizes: &BTreeMap<String, i64>,
+    what: &str,
+) {
+    let got = run_twin(twin, inputs);
     assert_eq!(got.len(), f.outputs.len(), "{what}: outputs");
     for ((dtype, shp, vals), &t) in got.iter().zip(&f.outputs) {
         let tensor = &f.tensors[t];
         let expect = torch_name(tensor.dtype);
         assert_eq!(
             (dtype.as_str(), shp),
-            (expect, &shape(&f, t, &sizes)),
+            (expect, &shape(f, t, sizes)),
             "{what}: `{}`",
             tensor.name
         );
@@ -215,11 +233,19 @@ fn other_programs_compute_the_reference() {
         "fusion gemm_f32_out {\n  input a: bf16[M, K]\n  input b: bf16[K, N]\n  input bias: f32[N]\n  s = sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1)\n  y = relu(s + broadcast(bias, axis=0))\n  output y\n}",
         "fusion batched {\n  input a: f64[B, M, K]\n  input b: f64[B, K, N]\n  c = sum(broadcast(a, axis=3) * broadcast(b, axis=1), axis=2)\n  output c\n}",
         "fusion int_gemm {\n  input a: i32[M, K]\n  input b: i32[K, N]\n  c = sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1)\n  output c\n}",
+        "fusion gemm_bias_gelu {\n  input a: bf16[M, K]\n  input b: bf16[N, K]\n  input bias: bf16[N]\n  s = sum(broadcast(a, axis=1) * broadcast(b, axis=0), axis=2)\n  u = s + broadcast(bias, axis=0)\n  y = cast(0.5 * u * (1.0 + tanh(0.7978845608 * (u + 0.044715 * u * u * u))), bf16)\n  output y\n}",
+        "fusion gemm_relu_f32 {\n  input a: f32[K, M]\n  input b: f32[K, N]\n  input bias: f32[N]\n  y = relu(sum(broadcast(a, axis=2) * broadcast(b, axis=1), axis=0) + broadcast(bias, axis=0))\n  output y\n}",
         "fusion copies {\n  input x: f32[M, N]\n  y = x\n  z = cast(x, f32)\n  output y\n  output z\n}",
     ];
-    for src in programs {
-        check_against_reference(src, src.lines().next().unwrap());
-    }
+    let with_cublaslt: Vec<&str> = programs
+        .iter()
+        .filter(|src| check_against_reference(src, src.lines().next().unwrap()))
+        .map(|src| src.lines().next().unwrap())
+        .collect();
+    assert_eq!(
+        with_cublaslt,
+        ["fusion gemm_bias_gelu {", "fusion gemm_relu_f32 {"]
+    );
 }
 
 #[test]

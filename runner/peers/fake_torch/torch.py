@@ -390,6 +390,19 @@ def mm(a, b, out_dtype=None):
 matmul = mm
 
 
+def addmm(bias, a, b):
+    return mm(a, b) + bias
+
+
+def _gelu_tanh(v):
+    return 0.5 * v * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v * v * v)))
+
+
+def _addmm_activation(bias, a, b, beta=1, alpha=1, use_gelu=False):
+    act = _gelu_tanh if use_gelu else (lambda v: v if v > 0 else 0.0)
+    return _unary(act, addmm(bias, a, b))
+
+
 def einsum(eq, *ops):
     lhs, out = eq.replace(" ", "").split("->")
     subs = lhs.split(",")
