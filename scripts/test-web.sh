@@ -5,7 +5,7 @@
 # a temporary database; screenshots go to target/web-artifacts/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUDGET=$((400 * 1024)) # bytes of gzipped wasm, compiler included
+BUDGET=$((416 * 1024)) # bytes of gzipped wasm, compiler included (the PyTorch pane: +16 KiB)
 
 bash scripts/setup-web.sh
 cargo clippy -p hopfuse-web --target wasm32-unknown-unknown -- -D warnings

@@ -28,7 +28,6 @@
 use crate::dtype::DType;
 use crate::frontend::ast;
 use crate::fusion::{BinaryOp, Fusion, IterKind, Op, Operand, ReduceOp, TensorId, UnaryOp};
-use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 /// The twin of one fusion.
@@ -69,7 +68,7 @@ fn conversion(d: DType) -> &'static str {
 /// Emits the twin of `fusion`. `def` (the program's fusion block, from which `fusion` was built)
 /// only decides which tensors get a line of their own.
 pub fn emit(fusion: &Fusion, def: Option<&ast::FusionDef>) -> Twin {
-    let named: HashSet<&str> = def
+    let named: Vec<&str> = def
         .map(|d| {
             d.items
                 .iter()
@@ -104,7 +103,7 @@ pub fn emit_cublaslt(fusion: &Fusion) -> Option<(Twin, Activation)> {
     let [out] = f.outputs[..] else {
         return None;
     };
-    let e = Emitter::new(f, &HashSet::new());
+    let e = Emitter::new(f, &[]);
     let def = |t: TensorId| f.tensors[t].definition.map(|d| &f.exprs[d]);
     let (top, cast) = match def(out) {
         Some(x) if matches!(x.op, Op::Cast(_)) => (input_tensor(x), Some(f.tensors[out].dtype)),
@@ -123,8 +122,8 @@ pub fn emit_cublaslt(fusion: &Fusion) -> Option<(Twin, Activation)> {
     let add = (0..f.tensors.len()).find(|&t| {
         def(t).is_some_and(|x| match (&x.op, &x.inputs[..]) {
             (Op::Binary(BinaryOp::Add), [Operand::Tensor(p), Operand::Tensor(q)]) => {
-                (e.contractions.contains_key(p) && is_bias(*q).is_some())
-                    || (e.contractions.contains_key(q) && is_bias(*p).is_some())
+                (e.contractions[*p].is_some() && is_bias(*q).is_some())
+                    || (e.contractions[*q].is_some() && is_bias(*p).is_some())
             }
             _ => false,
         })
@@ -132,12 +131,12 @@ pub fn emit_cublaslt(fusion: &Fusion) -> Option<(Twin, Activation)> {
     let [Operand::Tensor(p), Operand::Tensor(q)] = def(add)?.inputs[..] else {
         return None;
     };
-    let (sum, bias) = if e.contractions.contains_key(&p) {
+    let (sum, bias) = if e.contractions[p].is_some() {
         (p, is_bias(q)?)
     } else {
         (q, is_bias(p)?)
     };
-    let c = &e.contractions[&sum];
+    let c = e.contractions[sum].as_ref()?;
     let inputs_only = c.factors.iter().all(|fa| f.tensors[fa.base].is_input);
     let gemm = c.half.unwrap_or(c.compute);
     // A half GEMM gives a half result: the fusion must round to exactly that.
@@ -297,7 +296,7 @@ struct Emitter<'a> {
     statement: Vec<bool>,
     live: Vec<bool>,
     /// Contractions by the tensor they define.
-    contractions: HashMap<TensorId, Contraction>,
+    contractions: Vec<Option<Contraction>>,
 }
 
 const PY_KEYWORDS: &[&str] = &[
@@ -308,18 +307,17 @@ const PY_KEYWORDS: &[&str] = &[
 ];
 
 impl<'a> Emitter<'a> {
-    fn new(f: &'a Fusion, named: &HashSet<&str>) -> Emitter<'a> {
+    fn new(f: &'a Fusion, named: &[&str]) -> Emitter<'a> {
         let n = f.tensors.len();
         // Python names: the fusion's, moved off keywords (and `torch`) and kept unique.
-        let mut taken: HashSet<String> = HashSet::new();
-        taken.insert(f.name.clone());
+        let mut taken: Vec<String> = vec![f.name.clone()];
         let mut names = Vec::with_capacity(n);
         for t in &f.tensors {
             let mut name = t.name.clone();
             while PY_KEYWORDS.contains(&name.as_str()) || taken.contains(&name) {
                 name.push('_');
             }
-            taken.insert(name.clone());
+            taken.push(name.clone());
             names.push(name);
         }
         // Live tensors: those an output depends on.
@@ -339,7 +337,7 @@ impl<'a> Emitter<'a> {
                 .filter(|&e| live[f.exprs[e].output])
                 .count()
         };
-        let mut contractions = HashMap::new();
+        let mut contractions = vec![None; n];
         let mut absorbed = vec![false; n];
         for (e, expr) in f.exprs.iter().enumerate() {
             if !live[expr.output] {
@@ -349,7 +347,7 @@ impl<'a> Emitter<'a> {
                 for t in inner {
                     absorbed[t] = true;
                 }
-                contractions.insert(root, c);
+                contractions[root] = Some(c);
             }
         }
         let statement = (0..n)
@@ -360,7 +358,7 @@ impl<'a> Emitter<'a> {
                     && !absorbed[t]
                     && (tensor.is_output
                         || live_uses(t) != 1
-                        || named.contains(tensor.name.as_str()))
+                        || named.contains(&tensor.name.as_str()))
             })
             .collect();
         Emitter {
@@ -476,7 +474,7 @@ impl<'a> Emitter<'a> {
     /// The expression that computes `t` from its producers.
     fn define(&self, t: TensorId) -> Py {
         let f = self.f;
-        if let Some(c) = self.contractions.get(&t) {
+        if let Some(c) = &self.contractions[t] {
             return self.contract(c);
         }
         debug_assert!(self.live[t]);

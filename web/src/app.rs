@@ -1634,7 +1634,7 @@ fn measured_view(
             <div class="ratio-bar" style:width=format!("{pct:.1}%")></div>
             <span class="ratio-text">{ratio_text}</span>
         </div>
-        {m.peers.as_ref().map(|p| crate::torch_pane::peers_view(p, primary))}
+        {m.peers.as_ref().map(|p| view! { <div inner_html=crate::torch_pane::peers_html(p, primary)></div> })}
         <table class="kv">
             <tr><th>"device"</th><td>{m.device.clone().unwrap_or_else(|| "—".into())}</td></tr>
             {cublas_row}

@@ -138,57 +138,72 @@ pub fn PeersToggle() -> impl IntoView {
     }
 }
 
-/// The peers of a measured run: hopfuse against the best peer with the spread, then each peer.
+/// The peers of a measured run as HTML (one `inner_html`, as the Pipeline pane does: far less
+/// wasm than a view per cell): hopfuse against the best peer with the spread, then each peer.
 /// Element ids only on the `primary` result.
-pub fn peers_view(p: &PeersView, primary: bool) -> AnyView {
-    let id = move |name: &'static str| primary.then_some(name);
+pub fn peers_html(p: &PeersView, primary: bool) -> String {
+    use crate::pipeline::esc;
+    use std::fmt::Write;
+    let id = |name: &str| {
+        if primary {
+            format!(" id=\"{name}\"")
+        } else {
+            String::new()
+        }
+    };
     if p.unavailable.is_some() {
-        return view! { <p class="note" id=id("vs-torch")>{p.headline()}</p> }.into_any();
+        return format!(
+            "<p class=\"note\"{}>{}</p>",
+            id("vs-torch"),
+            esc(&p.headline())
+        );
     }
-    let rows = p
-        .peers
-        .iter()
-        .map(|q| {
-            let time = match (q.median_us, &q.error) {
-                (Some(m), _) => format!(
-                    "median {m:.2} µs (min {} max {})",
-                    q.min_us.map_or("—".into(), |x| format!("{x:.2}")),
-                    q.max_us.map_or("—".into(), |x| format!("{x:.2}"))
-                ),
-                (None, e) => format!("not timed: {}", e.clone().unwrap_or_default()),
-            };
-            let compile = q
-                .compile_s
+    let mut h = format!(
+        "<div class=\"big vs-torch\"{} title=\"median time of the fastest validated PyTorch peer / \
+         the kernel's median: above 1, hopfuse is faster\"><span class=\"label\">vs PyTorch</span>\
+         <span class=\"value\">{}</span><span class=\"spread\"{}>{}</span></div>\
+         <table class=\"params\"{}><tr><th>peer</th><th>time</th><th></th><th></th><th></th></tr>",
+        id("vs-torch"),
+        esc(&p.headline()),
+        id("vs-torch-spread"),
+        esc(&p.spread_text().unwrap_or_default()),
+        id("peers")
+    );
+    let us = |x: Option<f64>| x.map_or("—".into(), |x| format!("{x:.2}"));
+    for q in &p.peers {
+        let time = match (q.median_us, &q.error) {
+            (Some(m), _) => format!(
+                "median {m:.2} µs (min {} max {})",
+                us(q.min_us),
+                us(q.max_us)
+            ),
+            (None, e) => format!("not timed: {}", e.as_deref().unwrap_or("")),
+        };
+        let _ = write!(
+            h,
+            "<tr class=\"{}\"><td class=\"mono\">{}</td><td class=\"mono\">{}</td>\
+             <td class=\"mono\">{}</td><td>{}</td><td class=\"mono\">{}</td></tr>",
+            if q.passed { "ok" } else { "bad" },
+            esc(&q.name),
+            esc(&time),
+            q.speedup
+                .map(|x| format!("hopfuse x{x:.2}"))
+                .unwrap_or_default(),
+            if q.passed { "validated" } else { "FAIL" },
+            q.compile_s
                 .map(|c| format!("compiled in {c:.1} s (not timed)"))
-                .unwrap_or_default();
-            view! {
-                <tr class=if q.passed { "ok" } else { "bad" }>
-                    <td class="mono">{q.name.clone()}</td>
-                    <td class="mono">{time}</td>
-                    <td class="mono">{q.speedup.map(|x| format!("hopfuse x{x:.2}")).unwrap_or_default()}</td>
-                    <td>{if q.passed { "validated" } else { "FAIL" }}</td>
-                    <td class="mono">{compile}</td>
-                </tr>
-            }
-        })
-        .collect_view();
-    let torch = p
-        .torch
-        .clone()
-        .map(|t| format!("torch {t}, timed interleaved with the kernel in the same run"));
-    view! {
-        <div class="big vs-torch" id=id("vs-torch") title="median time of the fastest validated PyTorch peer / the kernel's median: above 1, hopfuse is faster">
-            <span class="label">"vs PyTorch"</span>
-            <span class="value">{p.headline()}</span>
-            <span class="spread" id=id("vs-torch-spread")>{p.spread_text().unwrap_or_default()}</span>
-        </div>
-        <table class="params" id=id("peers")>
-            <tr><th>"peer"</th><th>"time"</th><th>""</th><th>""</th><th>""</th></tr>
-            {rows}
-        </table>
-        {torch.map(|t| view! { <p class="note">{t}</p> })}
+                .unwrap_or_default()
+        );
     }
-    .into_any()
+    h.push_str("</table>");
+    if let Some(t) = &p.torch {
+        let _ = write!(
+            h,
+            "<p class=\"note\">torch {}, timed interleaved with the kernel in the same run</p>",
+            esc(t)
+        );
+    }
+    h
 }
 
 /// The PyTorch pane: the twin of the last successful compile, with Copy and Download.
@@ -245,6 +260,18 @@ mod tests {
         let compiled = &p.peers[1];
         assert!(compiled.passed && compiled.compile_s == Some(14.5));
         assert_eq!(compiled.median_us, Some(3.25));
+        let html = peers_html(&p, true);
+        assert!(
+            html.contains("<span class=\"value\">x1.30 vs torch.compile</span>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("id=\"vs-torch-spread\">x1.25 – x1.34 over 5 rounds<"),
+            "{html}"
+        );
+        assert!(html.contains("compiled in 14.5 s (not timed)"), "{html}");
+        // B's result of an A/B job has no ids.
+        assert!(!peers_html(&p, false).contains(" id="));
     }
 
     #[test]
@@ -264,6 +291,13 @@ mod tests {
         .unwrap();
         assert_eq!(p.headline(), "no peer validated");
         assert!(!p.peers[0].passed);
+        let p = parse(&serde_json::json!({"peers": [{"name": "eager", "error": "<Triton> & co"}]}))
+            .unwrap();
+        let html = peers_html(&p, true);
+        assert!(
+            html.contains("not timed: &lt;Triton&gt; &amp; co"),
+            "{html}"
+        );
         assert_eq!(parse(&Value::Null), None);
     }
 }
