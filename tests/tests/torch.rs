@@ -1,7 +1,8 @@
 //! The PyTorch twins (`hopfuse compile --torch`): every example's twin is a golden output, is
 //! valid Python, and computes what the float64 reference computes, checked by running it under
 //! `python3` against the pure-Python stand-in for torch (`runner/peers/fake_torch`, which
-//! rounds every value to its dtype and rejects mixed-dtype ops) at small sizes.
+//! rounds every value to its dtype and rejects mixed-dtype ops) at small sizes; with
+//! `HOPFUSE_TEST_TORCH_PYTHON=/path/to/python` against the real torch (on the CPU) instead.
 //! Update the snapshots with `INSTA_UPDATE=always cargo test -p hopfuse-tests --test torch`.
 
 use hopfuse::fusion::{Fusion, IterKind};
@@ -99,7 +100,7 @@ fn run_twin(
     for (dtype, shape, vals) in inputs {
         let vals: Vec<String> = vals.iter().map(|v| format!("{v:?}")).collect();
         script += &format!(
-            "args.append(torch.Tensor({}, tuple({}), {}))\n",
+            "args.append(torch.tensor({}, dtype=torch.float64).reshape(tuple({})).to({}))\n",
             py_list(&vals),
             py_list(shape),
             hopfuse::torch::torch_dtype(*dtype)
@@ -107,12 +108,15 @@ fn run_twin(
     }
     script += &format!(
         "outs = ns[{:?}](*args)\nouts = outs if isinstance(outs, tuple) else (outs,)\n\
-         for o in outs:\n    print(o.dtype.name, ' '.join(map(str, o.shape)), '|', ' '.join(repr(v) for v in o.tolist_flat()))\n",
+         for o in outs:\n    name = str(o.dtype).replace('torch.', '')\n    flat = o.double().reshape(-1).tolist()\n    print(name, ' '.join(map(str, o.shape)), '|', ' '.join(repr(v) for v in flat))\n",
         twin.function
     );
-    let mut child = Command::new("python3")
+    // `HOPFUSE_TEST_TORCH_PYTHON`: a Python with the real torch instead of the fake one.
+    let real = std::env::var("HOPFUSE_TEST_TORCH_PYTHON").ok();
+    let fake = repo().join("runner/peers/fake_torch");
+    let mut child = Command::new(real.as_deref().unwrap_or("python3"))
         .arg("-")
-        .env("PYTHONPATH", repo().join("runner/peers/fake_torch"))
+        .env("PYTHONPATH", if real.is_some() { "".into() } else { fake })
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -122,8 +122,9 @@ class Tensor:
     def numel(self):
         return len(self._data)
 
-    def tolist_flat(self):
-        return list(self._data)
+    def tolist(self):
+        assert self.dim() <= 1, "fake torch: tolist of 0-D or 1-D tensors only"
+        return list(self._data) if self.dim() else self._data[0]
 
     def item(self):
         assert self.numel() == 1
