@@ -138,6 +138,22 @@ async function setSize(page, name, value) {
   await page.press(`input[data-size="${name}"]`, "Enter");
 }
 const runnerStatus = (page) => page.locator("#runner-status").textContent();
+/**
+ * Makes the page's next job events a `queued` event and then the `done` event of
+ * web/tests/fixtures/NAME (serialized from the runner's types by runner/tests/api_fixtures.rs),
+ * in place of the fake worker's. Unroute "**\/api/jobs/*\/events" after the run.
+ */
+async function replayDone(page, name) {
+  const done = fs.readFileSync(path.join(repo, "web/tests/fixtures", name), "utf8");
+  await page.route("**/api/jobs/*/events", (route) =>
+    route.fulfill({
+      status: 200,
+      headers: { "Content-Type": "text/event-stream" },
+      body: `event: queued\ndata: {"stage":"queued","position":0,"elapsed_ms":0}\n\nevent: done\ndata: ${JSON.stringify(JSON.parse(done))}\n\n`,
+    }),
+  );
+}
+
 async function getJson(url) {
   const res = await fetch(url);
   return { status: res.status, body: await res.json() };
@@ -418,16 +434,8 @@ try {
   });
 
   await check("an A/B result with a comparison shows B/A and its spread (the runner's A/B done event)", async () => {
-    // A GPU runner's answer, serialized from the runner's types by runner/tests/api_fixtures.rs;
-    // the fake worker never measures, so its events are replaced by this one here.
-    const done = fs.readFileSync(path.join(repo, "web/tests/fixtures/done-ab.json"), "utf8");
-    await q.route("**/api/jobs/*/events", (route) =>
-      route.fulfill({
-        status: 200,
-        headers: { "Content-Type": "text/event-stream" },
-        body: `event: queued\ndata: {"stage":"queued","position":0,"elapsed_ms":0}\n\nevent: done\ndata: ${JSON.stringify(JSON.parse(done))}\n\n`,
-      }),
-    );
+    // A GPU runner's answer; the fake worker never measures.
+    await replayDone(q, "done-ab.json");
     await q.click("#run");
     await q.waitForSelector("#ab-ratio");
     await q.unroute("**/api/jobs/*/events");
@@ -478,16 +486,8 @@ try {
     assert(twin.includes("    c = a @ b\n"), `a GEMM, not a broadcast product: ${twin}`);
     await q.click("#tab-run");
     await q.check("#peers-toggle");
-    // A GPU runner's answer with peers, serialized from the runner's types by
-    // runner/tests/api_fixtures.rs (the fake worker never measures).
-    const done = fs.readFileSync(path.join(repo, "web/tests/fixtures/done-peers.json"), "utf8");
-    await q.route("**/api/jobs/*/events", (route) =>
-      route.fulfill({
-        status: 200,
-        headers: { "Content-Type": "text/event-stream" },
-        body: `event: queued\ndata: {"stage":"queued","position":0,"elapsed_ms":0}\n\nevent: done\ndata: ${JSON.stringify(JSON.parse(done))}\n\n`,
-      }),
-    );
+    // A GPU runner's answer with peers; the fake worker never measures.
+    await replayDone(q, "done-peers.json");
     await q.click("#run");
     await q.waitForSelector("#vs-torch");
     await q.unroute("**/api/jobs/*/events");
