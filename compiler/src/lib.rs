@@ -4,6 +4,7 @@
 //! program text → [`frontend`] (AST) → [`fusion`] (fusion IR + schedule) → [`passes`] (kernel IR,
 //! one named pass at a time, printed after each) → [`codegen`] (CUDA source + [`plan::LaunchPlan`]).
 //! [`reference`] evaluates the fusion's math in float64 for validation.
+//! [`torch`] emits the same fusion as a PyTorch function (the *torch twin*).
 //! [`pipeline_view`] describes the final kernel's TMA pipelines (roles, stages, barriers) as data.
 
 pub mod codegen;
@@ -17,6 +18,7 @@ pub mod passes;
 pub mod pipeline_view;
 pub mod plan;
 pub mod reference;
+pub mod torch;
 
 pub use diag::{Diagnostic, Diagnostics};
 pub use dtype::DType;
@@ -159,4 +161,13 @@ pub fn compile_choosing_index(
         pipeline,
         lines,
     })
+}
+
+/// Parses a program and emits the PyTorch twin of its fusion ([`torch::emit`]; the schedule is
+/// checked by [`compile`], not here: a twin does not depend on it).
+pub fn torch_twin(source: &str) -> Result<torch::Twin, Diagnostics> {
+    let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
+    let program = frontend::parse(source).map_err(locate)?;
+    let fusion = fusion::build(&program.fusion).map_err(locate)?;
+    Ok(torch::emit(&fusion, Some(&program.fusion)))
 }

@@ -62,6 +62,8 @@ pub struct BenchOptions {
     pub timeout: Duration,
     pub worker: WorkerCommand,
     pub cubin_cache: Option<PathBuf>,
+    /// Time each program's torch twin too (`--peers`): the table gets the peers' columns.
+    pub peers: bool,
 }
 
 /// One row of the table.
@@ -155,6 +157,7 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
                     seed: options.seed,
                     index: None,
                     copy_ceiling: true,
+                    peers: options.peers,
                 },
                 request_b: None,
                 fault: None,
@@ -258,14 +261,35 @@ fn cell(text: &str) -> String {
     }
 }
 
-/// The Markdown table.
+/// The Markdown table; with the peers' columns when a run timed peers.
 pub fn render(rows: &[Row]) -> String {
     let mut s = String::new();
+    let with_peers = rows
+        .iter()
+        .any(|r| matches!(&r.outcome, RowOutcome::Measured(m) if m.peers.is_some()));
+    // A column per peer any run timed, in the order they first appear.
+    let mut names: Vec<&str> = Vec::new();
+    for r in rows {
+        if let RowOutcome::Measured(m) = &r.outcome {
+            for q in m.peers.iter().flat_map(|p| &p.peers) {
+                if !names.contains(&q.name.as_str()) {
+                    names.push(&q.name);
+                }
+            }
+        }
+    }
+    let peer_head = if with_peers {
+        let cols: String = names.iter().map(|n| format!(" {n} (us) |")).collect();
+        format!("{cols} hopfuse vs best peer |")
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "| example | size | time (us): median (min-max) | throughput | ceiling | ratio | validation |"
+        "| example | size | time (us): median (min-max) | throughput | ceiling | ratio | validation |{peer_head}"
     );
-    let _ = writeln!(s, "| --- | --- | --- | --- | --- | --- | --- |");
+    let columns = 7 + if with_peers { names.len() + 1 } else { 0 };
+    let _ = writeln!(s, "|{}", " --- |".repeat(columns));
     for r in rows {
         let (time, gbps, ceiling, ratio, validation) = match &r.outcome {
             RowOutcome::Measured(m) => {
@@ -297,13 +321,44 @@ pub fn render(rows: &[Row]) -> String {
             ),
             RowOutcome::NotRun(why) => ("-".into(), "-".into(), "-".into(), "-".into(), cell(why)),
         };
+        let peers = match (&r.outcome, with_peers) {
+            (_, false) => String::new(),
+            (RowOutcome::Measured(m), true) => peer_cells(&names, m.peers.as_ref()),
+            (_, true) => " - |".repeat(names.len() + 1),
+        };
         let _ = writeln!(
             s,
-            "| {} | {} | {time} | {gbps} | {ceiling} | {ratio} | {validation} |",
+            "| {} | {} | {time} | {gbps} | {ceiling} | {ratio} | {validation} |{peers}",
             cell(&r.example),
             cell(&r.sizes)
         );
     }
+    s
+}
+
+/// One cell per peer (median (min-max), and FAIL when its output did not validate), then
+/// hopfuse against the best one.
+fn peer_cells(names: &[&str], p: Option<&crate::peers::PeersReport>) -> String {
+    let mut s = String::new();
+    for &name in names {
+        let peer = p.and_then(|p| p.peers.iter().find(|q| q.name == name));
+        let text = match peer {
+            Some(q) => match (&q.timing, &q.error) {
+                (Some(t), _) => format!(
+                    "{:.2} ({:.2}-{:.2}){}",
+                    t.median_us,
+                    t.min_us,
+                    t.max_us,
+                    if q.passed { "" } else { " FAIL" }
+                ),
+                (None, e) => format!("not timed: {}", e.as_deref().unwrap_or("?")),
+            },
+            None => "-".into(),
+        };
+        let _ = write!(s, " {} |", cell(&text));
+    }
+    let vs = p.map(crate::report::speedup).unwrap_or_else(|| "-".into());
+    let _ = write!(s, " {} |", cell(&vs));
     s
 }
 
@@ -383,5 +438,37 @@ mod tests {
         assert!(lines[3].contains("error: CUDA: boom"), "{t}");
         assert!(!rows[1].ok() && rows[0].ok());
         assert!(summary(&rows).is_none());
+    }
+
+    #[test]
+    fn runs_with_peers_get_their_columns() {
+        // The service's done event with peers (runner/tests/api_fixtures.rs writes it).
+        let event: serde_json::Value =
+            serde_json::from_str(include_str!("../../web/tests/fixtures/done-peers.json")).unwrap();
+        let result: RunResult = serde_json::from_value(event["result"]["result"].clone()).unwrap();
+        let rows = vec![
+            row(
+                "basics/add",
+                "M=1000,N=1024",
+                RowOutcome::Measured(Box::new(result)),
+            ),
+            row("basics/bad", "", RowOutcome::NotRun("error: boom".into())),
+        ];
+        let t = render(&rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[0].ends_with(
+                "| validation | eager (us) | torch.compile (us) | hopfuse vs best peer |"
+            ),
+            "{t}"
+        );
+        assert_eq!(lines[1].matches("---").count(), 10, "{t}");
+        assert!(
+            lines[2].ends_with(
+                "| 4.00 (3.75-4.50) | 3.25 (3.00-3.75) | x1.30 vs torch.compile (x1.25..x1.34 per round) |"
+            ),
+            "{t}"
+        );
+        assert!(lines[3].ends_with("| error: boom | - | - | - |"), "{t}");
     }
 }

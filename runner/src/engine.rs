@@ -28,6 +28,10 @@ pub struct RunRequest {
     pub index: Option<IndexType>,
     /// Measure the device-to-device copy ceiling.
     pub copy_ceiling: bool,
+    /// Also time the fusion's torch twin, eagerly and under `torch.compile`, interleaved with
+    /// the kernel ([`crate::peers`]; single-program runs only, A/B runs ignore it).
+    #[serde(default)]
+    pub peers: bool,
 }
 
 impl RunRequest {
@@ -207,6 +211,10 @@ pub struct RunResult {
     /// races that show up only sometimes).
     pub validation_after_timing: Vec<Check>,
     pub passed: bool,
+    /// The torch twin eager and under `torch.compile`, timed interleaved with the kernel
+    /// (`hopfuse run --peers`; [`crate::peers`]). Absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers: Option<crate::peers::PeersReport>,
 }
 
 /// The float64 reference: sizes and input values (tensors and scalars by name) to outputs.
@@ -438,6 +446,11 @@ pub trait Hooks {
     /// Must return a CUBIN for [`nvrtc::ARCH`] built with [`nvrtc::options`], warnings denied.
     fn cubin(&mut self, cuda: &str, name: &str) -> Result<nvrtc::Cubin, nvrtc::NvrtcError> {
         nvrtc::compile(cuda, name).and_then(|c| c.deny_warnings(name))
+    }
+    /// The peer process kept by the caller for runs that ask for peers (a warm worker keeps
+    /// one, so torch is imported once); none: such a run starts its own.
+    fn peers(&mut self) -> Option<&mut crate::peers::Peers> {
+        None
     }
 }
 
@@ -981,6 +994,43 @@ impl Staged<'_> {
         )
     }
 
+    /// [`Staged::time`], or, when the request asks for peers, the launches in rounds
+    /// alternated with rounds of the peers (see [`crate::peers`]).
+    fn time_with_peers(
+        &mut self,
+        hooks: &mut dyn Hooks,
+    ) -> Result<(Timing, Option<crate::peers::PeersReport>), RunError> {
+        if !self.req.peers {
+            return Ok((self.time()?, None));
+        }
+        let mut own = None;
+        let peers = match hooks.peers() {
+            Some(p) => p,
+            None => own.insert(crate::peers::Peers::new()),
+        };
+        let gpu = &self.dev.gpu;
+        let (func, launch, flush, args) =
+            (&self.func, &self.setup.launch, &self.flush, &mut self.args);
+        let nsets = args.len() as u64;
+        let spin = &self.dev.spin;
+        let mut round = |warmup: u32, iters: u32| {
+            gpu.time_samples(
+                Some(spin),
+                warmup,
+                iters,
+                || Staged::before(flush, gpu),
+                |k| gpu.launch(func, launch, &mut args[(k % nsets) as usize]),
+            )
+        };
+        let run = crate::peers::PeerRun {
+            req: self.req,
+            expected: &self.expected,
+            l2: &self.l2_policy,
+        };
+        let (timing, report) = peers.interleave(&run, &mut round)?;
+        Ok((timing, Some(report)))
+    }
+
     /// Times cuBLAS on the fusion's matrix product with this run's tensor sets and L2 policy,
     /// after one call on set 0 whose output is checked against the reference.
     fn gemm_ceiling(&self, shape: &hopfuse::plan::MatmulShape) -> Result<GemmCeiling, RunError> {
@@ -1128,6 +1178,7 @@ impl Staged<'_> {
             validation,
             validation_after_timing,
             passed,
+            peers: None,
         })
     }
 }
@@ -1202,10 +1253,11 @@ pub fn execute_on(
     let dev = device(slot)?;
     let mut staged = stage_device(host, dev, hooks)?;
     hooks.progress(Progress::Time);
-    let timing = staged.time()?;
+    let (timing, peers) = staged.time_with_peers(hooks)?;
     let bytes = staged.min_global_bytes;
     // The ceiling is measured (when not kept) after the tensors are freed.
-    let result = staged.finish(timing, None, hooks)?;
+    let mut result = staged.finish(timing, None, hooks)?;
+    result.peers = peers;
     let copy = ceiling_for(dev, req, bytes, hooks)?;
     Ok(with_ceiling(result, copy))
 }
@@ -1588,6 +1640,7 @@ mod tests {
             seed: 3,
             index: Some(IndexType::I32),
             copy_ceiling: true,
+            peers: false,
         };
         let json = serde_json::to_string(&req).unwrap();
         assert_eq!(serde_json::from_str::<RunRequest>(&json).unwrap(), req);
@@ -1633,6 +1686,7 @@ mod tests {
             seed: 1,
             index,
             copy_ceiling: false,
+            peers: false,
         };
         let variant = |index_type, assume_aligned_vectors| {
             hopfuse::compile(
@@ -1686,6 +1740,7 @@ mod tests {
             seed: 1,
             index: None,
             copy_ceiling: false,
+            peers: false,
         };
         assert_eq!(run(&req).unwrap_err().stage, Stage::Request);
         req.iters = 1;

@@ -145,6 +145,7 @@ pub fn run_on(
         sizes,
         index: Some(IndexType::I32),
         copy_ceiling: false,
+        peers: false,
         ..req.clone()
     };
     let reference = |sizes: &BTreeMap<String, i64>, _: &BTreeMap<String, Vec<f64>>| {

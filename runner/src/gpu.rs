@@ -253,9 +253,24 @@ impl Gpu {
         spin: Option<&Spin>,
         warmup: u32,
         iters: u32,
+        before: impl FnMut() -> Result<(), RunError>,
+        op: impl FnMut(u64) -> Result<(), RunError>,
+    ) -> Result<Timing, RunError> {
+        let us = self.time_samples(spin, warmup, iters, before, op)?;
+        Timing::from_samples(us)
+            .ok_or_else(|| RunError::new(Stage::Cuda, "no valid timing samples"))
+    }
+
+    /// [`Gpu::time`]'s samples, in microseconds, in launch order (several rounds of them make
+    /// one timing when the kernel is timed interleaved with its torch peers).
+    pub fn time_samples(
+        &self,
+        spin: Option<&Spin>,
+        warmup: u32,
+        iters: u32,
         mut before: impl FnMut() -> Result<(), RunError>,
         mut op: impl FnMut(u64) -> Result<(), RunError>,
-    ) -> Result<Timing, RunError> {
+    ) -> Result<Vec<f64>, RunError> {
         let event = || {
             self.ctx
                 .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
@@ -295,8 +310,7 @@ impl Gpu {
                     * 1e3,
             );
         }
-        Timing::from_samples(us)
-            .ok_or_else(|| RunError::new(Stage::Cuda, "no valid timing samples"))
+        Ok(us)
     }
 }
 

@@ -62,6 +62,7 @@ pub fn lower(req: &InspectRequest) -> Result<(Compilation, Variant), RunError> {
         let options = CompileOptions {
             index_type,
             assume_aligned_vectors: false,
+            aligned_for: None,
         };
         let c = hopfuse::compile(&req.source, &options)
             .map_err(|d| RunError::new(Stage::Compile, d.render(&req.source, &req.file)))?;
@@ -83,6 +84,7 @@ pub fn lower(req: &InspectRequest) -> Result<(Compilation, Variant), RunError> {
         seed: 1,
         index: req.index,
         copy_ceiling: false,
+        peers: false,
     };
     let (compilation, setup) = engine::prepare(&run)?;
     let sizes: Vec<String> = req.sizes.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -92,6 +94,7 @@ pub fn lower(req: &InspectRequest) -> Result<(Compilation, Variant), RunError> {
         let options = CompileOptions {
             index_type: setup.index_type,
             assume_aligned_vectors,
+            aligned_for: None,
         };
         hopfuse::compile(&req.source, &options).map(|c| c.cuda).ok()
     };

@@ -70,6 +70,10 @@ enum Command {
         /// Index type of the generated code [default: i64, or as a run picks with --size].
         #[arg(long, value_enum)]
         index: Option<Index>,
+        /// Print the PyTorch twin of the fusion instead (a Python function computing the same
+        /// with the same dtypes and accumulation types; the schedule is not needed).
+        #[arg(long, conflicts_with_all = ["passes", "plan", "cuda", "ptx", "sass"])]
+        torch: bool,
     },
     /// Compile programs with hopfuse, then with NVRTC to a CUBIN for sm_90a (no GPU needed).
     ///
@@ -161,6 +165,11 @@ struct BenchArgs {
     /// Use the fake worker (compile and check only; tests without a GPU).
     #[arg(long, hide = true)]
     fake_worker: bool,
+    /// Also time each program's torch twin eagerly and under torch.compile, interleaved with
+    /// the kernel: the table gets their columns. Raises --job-timeout to at least 900 s
+    /// (torch.compile compiles and autotunes inside the run).
+    #[arg(long)]
+    peers: bool,
 }
 
 #[derive(Args)]
@@ -203,6 +212,10 @@ struct RunArgs {
     /// With --profile: seconds ncu may take (killed past it).
     #[arg(long, default_value_t = 300.0, requires = "profile")]
     profile_timeout: f64,
+    /// Also time the fusion's torch twin eagerly and under torch.compile, interleaved with the
+    /// kernel (needs torch in `$HOPFUSE_PYTHON`, default python3; else says why not).
+    #[arg(long)]
+    peers: bool,
 }
 
 fn main() -> ExitCode {
@@ -231,6 +244,9 @@ fn main() -> ExitCode {
 fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
         Command::Compile {
+            file, torch: true, ..
+        } => torch_twin(&file),
+        Command::Compile {
             file,
             passes,
             plan,
@@ -239,6 +255,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             size,
             cuda,
             index,
+            ..
         } => {
             if ptx || sass {
                 inspect(&file, ptx, sass, &size, index.map(Into::into), cuda)
@@ -319,7 +336,11 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
         iters: args.iters,
         warmup: args.warmup,
         seed: args.seed,
-        timeout: std::time::Duration::from_secs_f64(args.job_timeout),
+        timeout: std::time::Duration::from_secs_f64(if args.peers {
+            args.job_timeout.max(900.0)
+        } else {
+            args.job_timeout
+        }),
         worker: hopfuse_runner::warm::WorkerCommand {
             exe: std::env::current_exe()?,
             args: if args.fake_worker {
@@ -331,6 +352,7 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
             startup_timeout: std::time::Duration::from_secs(60),
         },
         cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
+        peers: args.peers,
     };
     let rows = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -450,6 +472,20 @@ fn inspect(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn torch_twin(file: &Path) -> Result<ExitCode> {
+    let source = read(file)?;
+    match hopfuse::torch_twin(&source) {
+        Ok(twin) => {
+            print!("{}", twin.source);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(d) => {
+            eprintln!("{}", d.render(&source, &file.display().to_string()));
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }
 
 fn nvrtc_check(
@@ -628,6 +664,7 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         seed: args.seed,
         index: args.index.map(Into::into),
         copy_ceiling: !args.no_ceiling,
+        peers: args.peers,
     };
     let outcome = engine::run(&req);
     let profiled = match (&outcome, args.profile) {

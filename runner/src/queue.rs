@@ -897,6 +897,7 @@ mod tests {
                 seed: 1,
                 index: None,
                 copy_ceiling: false,
+                peers: false,
             },
             request_b: None,
             fault: None,

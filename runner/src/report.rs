@@ -215,12 +215,81 @@ pub fn render(r: &RunResult) -> String {
             let _ = writeln!(s, "{}", check_line(c));
         }
     }
+    if let Some(p) = &r.peers {
+        s.push_str(&peers(p));
+    }
     let _ = write!(
         s,
         "  result      {}",
         if r.passed { "PASS" } else { "FAIL" }
     );
     s
+}
+
+/// The peers' lines of the report: each peer's time, speed-up and validation, then hopfuse
+/// against the best one with the per-round spread.
+fn peers(p: &crate::peers::PeersReport) -> String {
+    let mut s = String::new();
+    if let Some(why) = &p.unavailable {
+        let _ = writeln!(s, "  peers       unavailable: {why}");
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "  peers       torch {}, the twin timed in {} rounds alternating with the kernel's",
+        p.torch.as_deref().unwrap_or("?"),
+        p.rounds
+    );
+    for peer in &p.peers {
+        let compile = peer
+            .compile_s
+            .map(|c| format!("  (compile {c:.1} s, not timed)"))
+            .unwrap_or_default();
+        match (&peer.timing, &peer.error) {
+            (Some(t), _) => {
+                let _ = writeln!(
+                    s,
+                    "    {:<14} median {:.2} us  min {:.2} us  max {:.2} us  hopfuse x{:.2}  {}{compile}",
+                    peer.name,
+                    t.median_us,
+                    t.min_us,
+                    t.max_us,
+                    peer.speedup.unwrap_or(f64::NAN),
+                    if peer.passed { "PASS" } else { "FAIL" }
+                );
+            }
+            (None, error) => {
+                let _ = writeln!(
+                    s,
+                    "    {:<14} not timed: {}",
+                    peer.name,
+                    error.as_deref().unwrap_or("no reason given")
+                );
+            }
+        }
+        for c in peer.validation.iter().filter(|c| !c.passed) {
+            let _ = writeln!(s, "{}", check_line(c));
+        }
+    }
+    let _ = writeln!(s, "  vs peers    {}", speedup(p));
+    s
+}
+
+/// `x1.31 vs torch.compile (x1.28..x1.35 per round)`, or why there is none.
+pub fn speedup(p: &crate::peers::PeersReport) -> String {
+    if let Some(why) = &p.unavailable {
+        return format!("peers unavailable: {why}");
+    }
+    match (&p.best, p.speedup) {
+        (Some(best), Some(x)) => {
+            let spread = match (p.speedup_min, p.speedup_max) {
+                (Some(lo), Some(hi)) => format!(" (x{lo:.2}..x{hi:.2} per round)"),
+                _ => String::new(),
+            };
+            format!("x{x:.2} vs {best}{spread}")
+        }
+        _ => "no peer validated".into(),
+    }
 }
 
 #[cfg(test)]

@@ -276,6 +276,7 @@ pub fn run_case(
         seed,
         index: Some(case.plan.index_type),
         copy_ceiling,
+        peers: false,
     };
     engine::execute(&req, case.cuda, &case.plan, &setup, case.reference.as_ref())
 }

@@ -169,6 +169,8 @@ pub struct App {
     /// `hopfuse worker --inspect` runs as this binary; its cache directory.
     worker_exe: PathBuf,
     inspect_cache: Option<PathBuf>,
+    /// Inspection children at once (one per compile slot: each is NVRTC plus nvdisasm).
+    inspect_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// `$XDG_DATA_HOME/hopfuse`, `~/.local/share/hopfuse`, or `./hopfuse-data`.
@@ -266,6 +268,7 @@ impl App {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(2);
+        let slots = args.compile_slots.unwrap_or(cores).max(1);
         let compiles = CompileSlots::new(
             args.compile_slots.unwrap_or(cores),
             compile_timeout,
@@ -282,6 +285,7 @@ impl App {
             started: Instant::now(),
             worker_exe,
             inspect_cache,
+            inspect_slots: Arc::new(tokio::sync::Semaphore::new(slots)),
         }))
     }
 
@@ -767,7 +771,7 @@ async fn inspect(
     limit(&app.post_limiter, &client, "requests")?;
     app.check_program(&body.program)?;
     let _permit = app
-        .compile_slots
+        .inspect_slots
         .acquire()
         .await
         .map_err(ApiError::internal)?;
@@ -811,6 +815,8 @@ struct RunBody {
     seed: Option<u64>,
     index: Option<IndexType>,
     copy_ceiling: Option<bool>,
+    /// Also time the torch twin (eager, torch.compile) interleaved with the kernel.
+    peers: Option<bool>,
     /// A name for messages (default `playground.hf`).
     file: Option<String>,
     /// A fault kernel instead of the program (only with `--fault-kernels`).
@@ -855,6 +861,7 @@ async fn run(
         seed: body.seed.unwrap_or(1),
         index: body.index,
         copy_ceiling: body.copy_ceiling.unwrap_or(true),
+        peers: body.peers.unwrap_or(false),
     };
     let request_b = body.program_b.map(|source| RunRequest {
         file: format!("{file} (B)"),

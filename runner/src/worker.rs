@@ -218,6 +218,7 @@ struct State {
     device: Option<Device>,
     /// CUBINs by cache key.
     memory: HashMap<String, Vec<u8>>,
+    peers: crate::peers::Peers,
     jobs: u64,
 }
 
@@ -363,9 +364,15 @@ fn run_job(
             outcomes.push((part, outcome));
         }
     } else {
-        let State { device, memory, .. } = state;
+        let State {
+            device,
+            memory,
+            peers,
+            ..
+        } = state;
         let mut hooks = WorkerHooks {
             out,
+            peers: Some(peers),
             cache: job.cubin_cache.clone(),
             memory: Some(memory),
             cached: false,
@@ -521,6 +528,8 @@ fn fake(
 
 struct WorkerHooks<'a, W: Write> {
     out: &'a mut W,
+    /// The warm worker's peer process (torch imported once for all its jobs).
+    peers: Option<&'a mut crate::peers::Peers>,
     cache: Option<PathBuf>,
     /// A warm worker's in-memory CUBINs.
     memory: Option<&'a mut HashMap<String, Vec<u8>>>,
@@ -530,6 +539,10 @@ struct WorkerHooks<'a, W: Write> {
 impl<W: Write> Hooks for WorkerHooks<'_, W> {
     fn progress(&mut self, step: Progress) {
         emit(self.out, &WorkerEvent::Progress { step });
+    }
+
+    fn peers(&mut self) -> Option<&mut crate::peers::Peers> {
+        self.peers.as_deref_mut()
     }
 
     fn cubin(&mut self, cuda: &str, name: &str) -> Result<nvrtc::Cubin, nvrtc::NvrtcError> {
@@ -698,6 +711,7 @@ mod tests {
             cache: Some(dir.clone()),
             memory: None,
             cached: false,
+            peers: None,
         };
         let first = hooks.cubin(cuda, "a.cu").unwrap();
         assert!(!hooks.cached);
@@ -715,6 +729,7 @@ mod tests {
             cache: Some(dir.clone()),
             memory: None,
             cached: false,
+            peers: None,
         };
         hooks.cubin(crate::gpu::SPIN_SOURCE, "spin.cu").unwrap();
         assert!(!hooks.cached);
@@ -737,6 +752,7 @@ mod tests {
             cache: Some(dir.clone()),
             memory: Some(&mut memory),
             cached: false,
+            peers: None,
         };
         let first = hooks.cubin(cuda, "a.cu").unwrap();
         assert!(!hooks.cached);

@@ -159,6 +159,7 @@ fn measured(passed: bool) -> RunResult {
         validation: vec![check_of("c", passed)],
         validation_after_timing: vec![check_of("c", passed)],
         passed,
+        peers: None,
     }
 }
 
@@ -210,6 +211,40 @@ fn a_matrix_product_against_cublas() {
     });
     r.fraction_of_cublas = Some(0.2);
     check("done-matmul.json", &done(passed(r)));
+}
+
+#[test]
+fn a_run_with_peers() {
+    use hopfuse_runner::peers::{PeerResult, PeersReport};
+    let mut r = measured(true);
+    let peer = |name: &str, median_us: f64, compile_s: Option<f64>| PeerResult {
+        name: name.into(),
+        timing: Some(Timing {
+            samples: 100,
+            min_us: median_us - 0.25,
+            median_us,
+            max_us: median_us + 0.5,
+        }),
+        validation: vec![check_of(&format!("{name} c"), true)],
+        passed: true,
+        compile_s,
+        speedup: Some(median_us / 2.5),
+        error: None,
+    };
+    r.peers = Some(PeersReport {
+        unavailable: None,
+        torch: Some("2.11.0+cu130".into()),
+        rounds: 5,
+        peers: vec![
+            peer("eager", 4.0, None),
+            peer("torch.compile", 3.25, Some(14.5)),
+        ],
+        best: Some("torch.compile".into()),
+        speedup: Some(1.3),
+        speedup_min: Some(1.25),
+        speedup_max: Some(1.34),
+    });
+    check("done-peers.json", &done(passed(r)));
 }
 
 #[test]

@@ -271,3 +271,38 @@ fn bench_takes_sizes_and_reports_programs_it_cannot_run() {
         "{t}"
     );
 }
+
+#[test]
+fn compile_torch_prints_the_twin_and_locates_errors() {
+    let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/basics");
+    let softmax = examples.join("softmax.hf").display().to_string();
+    let out = hopfuse(&["compile", "--torch", &softmax]);
+    assert!(out.status.success(), "{}", text(&out));
+    let twin = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        twin.contains("def softmax(x: torch.Tensor) -> torch.Tensor:"),
+        "{twin}"
+    );
+    assert!(twin.contains("    m = torch.amax(x, dim=1)\n"), "{twin}");
+    // The schedule is not needed: a program whose schedule is wrong still has a twin.
+    let file = tmp_file(
+        "twin.hf",
+        "fusion f {\n  input x: f32[N]\n  y = exp(x)\n  output y\n}\nschedule {\n  y.split(7, 4)\n}\n",
+    );
+    let out = hopfuse(&["compile", "--torch", &file]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("y = torch.exp(x)"));
+    let file = tmp_file(
+        "bad_twin.hf",
+        "fusion f {\n  input x: f32[N]\n  y = nope(x)\n  output y\n}\n",
+    );
+    let out = hopfuse(&["compile", "--torch", &file]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("unknown function `nope`"),
+        "{}",
+        text(&out)
+    );
+    let out = hopfuse(&["compile", "--torch", "--plan", &softmax]);
+    assert!(!out.status.success(), "--torch and --plan conflict");
+}

@@ -102,6 +102,7 @@ pub const PANES: &[(Pane, &str, bool)] = &[
     (Pane::Passes, "Passes", true),
     (Pane::Plan, "Launch plan", true),
     (Pane::Pipeline, "Pipeline", true),
+    (Pane::Torch, "PyTorch", true),
     (Pane::Run, "Run", false),
     (Pane::Ptx, "PTX", false),
     (Pane::Sass, "SASS", false),
@@ -648,13 +649,14 @@ impl Ui {
                 .collect()
         });
         let (iters, seed) = (self.iters.get_untracked(), self.seed.get_untracked());
-        let body = runner::run_body(
+        let mut body = runner::run_body(
             &self.program.get_untracked(),
             program_b.as_deref(),
             &sizes,
             iters,
             seed,
         );
+        crate::torch_pane::add_to_request(&mut body);
         let settings = self.settings.get_untracked();
         self.run.set(RunState::Active {
             stage: "sending".into(),
@@ -1048,6 +1050,14 @@ fn pane_body(ui: Ui, pane: Pane, inspector: Option<inspect_panes::Inspector>) ->
         Pane::Plan => view! { <PlanPane ui=ui /> }.into_any(),
         Pane::Pipeline => view! { <PipelinePane ui=ui /> }.into_any(),
         Pane::Run => view! { <RunPane ui=ui /> }.into_any(),
+        Pane::Torch => view! {
+            <crate::torch_pane::TorchPane
+                compiled=ui.compiled
+                stale=Signal::derive(move || ui.diags.with(|d| !d.is_empty()))
+                copy=Callback::new(move |t| ui.copy(t, "PyTorch twin"))
+            />
+        }
+        .into_any(),
     }
 }
 
@@ -1696,6 +1706,7 @@ fn RunPane(ui: Ui) -> impl IntoView {
                         }
                     />
                 </label>
+                <crate::torch_pane::PeersToggle />
                 <span title=move || ui.runner.with(|r| r.run_blocked()).unwrap_or("Run on the runner's GPU")>
                     <button
                         class="primary"
@@ -2022,6 +2033,7 @@ fn measured_view(
             <div class="ratio-bar" style:width=format!("{pct:.1}%")></div>
             <span class="ratio-text">{ratio_text}</span>
         </div>
+        {m.peers.as_ref().map(|p| view! { <div inner_html=crate::torch_pane::peers_html(p, primary)></div> })}
         <table class="kv">
             <tr><th>"device"</th><td>{m.device.clone().unwrap_or_else(|| "—".into())}</td></tr>
             {cublas_row}

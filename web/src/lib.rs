@@ -11,6 +11,7 @@ pub mod pipeline;
 pub mod reference;
 pub mod runner;
 pub mod share;
+pub mod torch_pane;
 
 use wasm_bindgen::prelude::*;
 

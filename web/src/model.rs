@@ -24,6 +24,8 @@ pub struct Compiled {
     pub pipeline: hopfuse::pipeline_view::PipelineView,
     /// What wrote each CUDA line (the PTX and SASS panes).
     pub lines: hopfuse::codegen::lines::LineMap,
+    /// The fusion as a PyTorch function (the PyTorch pane; `hopfuse compile --torch`).
+    pub torch: String,
 }
 
 /// A diagnostic located in the editor.
@@ -142,6 +144,10 @@ pub fn compile(source: &str) -> Result<Compiled, Vec<Diag>> {
                 passes,
                 pipeline: c.pipeline,
                 lines: c.lines,
+                // Cannot fail once the program compiled (it parses and builds the same fusion).
+                torch: hopfuse::torch_twin(source)
+                    .map(|t| t.source)
+                    .unwrap_or_default(),
             })
         }
         Err(d) => Err(d

@@ -345,6 +345,8 @@ pub struct Measured {
     pub local_bytes: Option<i64>,
     pub nvrtc_ms: Option<f64>,
     pub cubin_cached: Option<bool>,
+    /// The torch twin timed in the same run (`result.peers`; `torch_pane.rs`).
+    pub peers: Option<crate::torch_pane::PeersView>,
 }
 
 /// The `comparison` of an A/B job: B's time over A's, per launch pair, when both were measured.
@@ -584,6 +586,7 @@ fn parse_job(job: &Value) -> RunView {
             local_bytes: i(&["attributes", "local_bytes_per_thread"]),
             nvrtc_ms: f(r, &["nvrtc_ms"]),
             cubin_cached: job.get("cubin_cached").and_then(Value::as_bool),
+            peers: r.get("peers").and_then(crate::torch_pane::parse),
         }
     });
     let fake = job

@@ -21,6 +21,8 @@ pub enum Pane {
     Run,
     Ptx,
     Sass,
+    /// The PyTorch twin (`torch_pane.rs`).
+    Torch,
 }
 
 /// The editor tab: program A, or program B of an A/B comparison.

@@ -17,7 +17,8 @@
 // (exp_2d's diagram with 4 slots, in both themes; none for a kernel without TMA); Run shows the
 // fake worker's result (marked as not measured, no numbers) with its stages; with tab B, an A/B
 // job with both results (and B/A with its spread from the runner's A/B `done` event); a matrix
-// product's TFLOP/s against cuBLAS (events recorded from a run on the H100);
+// product's TFLOP/s against cuBLAS (events recorded from a run on the H100); the PyTorch pane
+// and a run with peers ("x1.30 vs torch.compile" and its spread, from the runner's peers event);
 // a hung job is shown as timed out, a crashed one as crashed, and Stop waiting lets go of a job;
 // the short link (through /api/links) restores the state in a new page, and again after the
 // service restarts on the same database. The SASS and PTX panes: exp_2d's listings from the
@@ -181,6 +182,22 @@ async function setSize(page, name, value) {
   await page.press(`input[data-size="${name}"]`, "Enter");
 }
 const runnerStatus = (page) => page.locator("#runner-status").textContent();
+/**
+ * Makes the page's next job events a `queued` event and then the `done` event of
+ * web/tests/fixtures/NAME (serialized from the runner's types by runner/tests/api_fixtures.rs),
+ * in place of the fake worker's. Unroute "**\/api/jobs/*\/events" after the run.
+ */
+async function replayDone(page, name) {
+  const done = fs.readFileSync(path.join(repo, "web/tests/fixtures", name), "utf8");
+  await page.route("**/api/jobs/*/events", (route) =>
+    route.fulfill({
+      status: 200,
+      headers: { "Content-Type": "text/event-stream" },
+      body: `event: queued\ndata: {"stage":"queued","position":0,"elapsed_ms":0}\n\nevent: done\ndata: ${JSON.stringify(JSON.parse(done))}\n\n`,
+    }),
+  );
+}
+
 async function getJson(url) {
   const res = await fetch(url);
   return { status: res.status, body: await res.json() };
@@ -803,16 +820,8 @@ try {
   });
 
   await check("an A/B result with a comparison shows B/A and its spread (the runner's A/B done event)", async () => {
-    // A GPU runner's answer, serialized from the runner's types by runner/tests/api_fixtures.rs;
-    // the fake worker never measures, so its events are replaced by this one here.
-    const done = fs.readFileSync(path.join(repo, "web/tests/fixtures/done-ab.json"), "utf8");
-    await q.route("**/api/jobs/*/events", (route) =>
-      route.fulfill({
-        status: 200,
-        headers: { "Content-Type": "text/event-stream" },
-        body: `event: queued\ndata: {"stage":"queued","position":0,"elapsed_ms":0}\n\nevent: done\ndata: ${JSON.stringify(JSON.parse(done))}\n\n`,
-      }),
-    );
+    // A GPU runner's answer; the fake worker never measures.
+    await replayDone(q, "done-ab.json");
     await q.click("#run");
     await q.waitForSelector("#ab-ratio");
     await q.unroute("**/api/jobs/*/events");
@@ -853,6 +862,37 @@ try {
     // Back to the sizes the later checks expect.
     await setSize(q, "M", 1000);
     await setSize(q, "N", 4096);
+  });
+
+  await check("the PyTorch pane shows the twin; with vs torch on, Run asks for peers and shows the speed-up over torch.compile with its spread (the runner's peers done event)", async () => {
+    await q.click("#tab-torch");
+    await q.waitForSelector("#pane-torch:not(.hidden) #torch-source");
+    const twin = await q.locator("#torch-source").textContent();
+    assert(twin.includes("def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:"), `the twin: ${twin}`);
+    assert(twin.includes("    c = a @ b\n"), `a GEMM, not a broadcast product: ${twin}`);
+    await q.click("#tab-run");
+    await q.check("#peers-toggle");
+    // A GPU runner's answer with peers; the fake worker never measures.
+    await replayDone(q, "done-peers.json");
+    await q.click("#run");
+    await q.waitForSelector("#vs-torch");
+    await q.unroute("**/api/jobs/*/events");
+    const vs = await q.locator("#vs-torch .value").textContent();
+    assert(vs === "x1.30 vs torch.compile", `the speed-up: ${vs}`);
+    const spread = await q.locator("#vs-torch-spread").textContent();
+    assert(spread === "x1.25 – x1.34 over 5 rounds", `the spread: ${spread}`);
+    const peers = await q.locator("#peers").textContent();
+    assert(peers.includes("eager") && peers.includes("median 4.00 µs") && peers.includes("compiled in 14.5 s (not timed)"), `the peers: ${peers}`);
+    // The request asked for peers (the service records it in the run history).
+    let sent = null;
+    for (let i = 0; i < 50 && !sent; i++) {
+      const { body } = await getJson(`${A.origin}/api/runs?limit=10`);
+      sent = body.runs.map((r) => r.request?.request).find((r) => r?.peers === true);
+      if (!sent) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert(sent?.source.includes("fusion matmul"), `peers requested: ${JSON.stringify(sent).slice(0, 200)}`);
+    await q.screenshot({ path: path.join(artifacts, "playground-peers.png") });
+    await q.uncheck("#peers-toggle");
   });
 
   await check("a job that hangs is killed at the limit and shown as timed out", async () => {

@@ -1,0 +1,1015 @@
+//! PyTorch back end: the *torch twin* of a fusion, one self-contained Python function that
+//! computes what the kernel computes, for users (drop it into a model or a test) and for the
+//! runner's peers (`hopfuse run --peers` times it eagerly and under `torch.compile`).
+//!
+//! Takes the unscheduled [`Fusion`] (the schedule changes nothing a twin can see) and, when the
+//! program text is at hand, its [`ast::FusionDef`]: the tensors the program names get a line of
+//! their own, the nested expressions stay nested; without it every tensor used once is inlined.
+//!
+//! Guarantees the kernel's arithmetic, op by op (the rules of `passes::loop_nest` and
+//! `codegen`): every tensor has its fusion dtype; an op computes in its result's compute type
+//! (`DType::compute`: half types in f32), so operands of another type are converted first
+//! (`x.float()`); a sum of a half or integer tensor accumulates in f32 (`torch.sum(..., dtype=)`),
+//! a max/min is taken in the input type and converted after (exact); casts are `.to` conversions;
+//! `broadcast(x, axis=k)` is `x.unsqueeze(k)` and torch's broadcasting does the rest; literals
+//! are Python numbers (torch converts them to the op's type, as the kernel's literals are);
+//! scalar inputs are 0-dim tensors of their dtype. A sum of a product of broadcasts that is a
+//! contraction (the shape the reference evaluates without the intermediate) becomes `a @ b`
+//! (with `.t()` for transposed layouts) or `torch.einsum`, never the `[M, K, N]` intermediate:
+//! with half operands widened to f32 it is the half GEMM (f32 accumulation), its result rounded
+//! once to the half type when that is what the fusion does next, else `torch.mm(...,
+//! out_dtype=torch.float32)`; integer products stay element-wise (cuBLAS has no int GEMM).
+//! Tensors that do not reach an output are left out; an output that would alias an input is
+//! cloned.
+//!
+//! Known difference: `torch.maximum`/`amax`/`relu` propagate NaN where the kernel's `fmaxf`
+//! drops it; the runner's inputs are finite, so only a fusion that makes NaN itself can differ.
+
+use crate::dtype::DType;
+use crate::frontend::ast;
+use crate::fusion::{BinaryOp, Fusion, IterKind, Op, Operand, ReduceOp, TensorId, UnaryOp};
+use std::fmt::Write;
+
+/// The twin of one fusion.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Twin {
+    /// The Python module: `import torch` and one function.
+    pub source: String,
+    /// The function's name; it takes the fusion's inputs in declaration order (tensors, scalar
+    /// inputs as 0-dim tensors) and returns its outputs in declaration order (a tuple when
+    /// there are several).
+    pub function: String,
+}
+
+/// The torch dtype of a fusion dtype (`torch.float32`, ...).
+pub fn torch_dtype(d: DType) -> &'static str {
+    match d {
+        DType::Bool => "torch.bool",
+        DType::I32 => "torch.int32",
+        DType::BF16 => "torch.bfloat16",
+        DType::F16 => "torch.float16",
+        DType::F32 => "torch.float32",
+        DType::F64 => "torch.float64",
+    }
+}
+
+/// The conversion method (`x.float()`) to a dtype.
+fn conversion(d: DType) -> &'static str {
+    match d {
+        DType::Bool => "bool",
+        DType::I32 => "int",
+        DType::BF16 => "bfloat16",
+        DType::F16 => "half",
+        DType::F32 => "float",
+        DType::F64 => "double",
+    }
+}
+
+/// Emits the twin of `fusion`. `def` (the program's fusion block, from which `fusion` was built)
+/// only decides which tensors get a line of their own.
+pub fn emit(fusion: &Fusion, def: Option<&ast::FusionDef>) -> Twin {
+    let named: Vec<&str> = def
+        .map(|d| {
+            d.items
+                .iter()
+                .filter_map(|i| match i {
+                    ast::Item::Let { name, .. } => Some(name.as_str()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let e = Emitter::new(fusion, &named);
+    e.module()
+}
+
+/// An activation cuBLASLt can fuse after the bias of a matrix product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    None,
+    Relu,
+    /// The tanh approximation, as cuBLASLt's GELU epilogue computes it.
+    Gelu,
+}
+
+/// The fusion through cuBLASLt's fused epilogue, for the runner's peers: `torch.addmm(bias, a,
+/// b)` or `torch._addmm_activation(bias, a, b, use_gelu=...)`, when the fusion's one output is
+/// one matrix product (of inputs) plus a bias along its rows (`broadcast(bias, axis=0)` of an
+/// input), then optionally ReLU or the tanh GELU (recognised by value, however it is written),
+/// then optionally a cast (a half GEMM must be rounded to its own half type: cuBLASLt gives no
+/// f32 result from half operands). The bias is converted to the GEMM's type. None otherwise.
+pub fn emit_cublaslt(fusion: &Fusion) -> Option<(Twin, Activation)> {
+    let f = fusion;
+    let [out] = f.outputs[..] else {
+        return None;
+    };
+    let e = Emitter::new(f, &[]);
+    let def = |t: TensorId| f.tensors[t].definition.map(|d| &f.exprs[d]);
+    let (top, cast) = match def(out) {
+        Some(x) if matches!(x.op, Op::Cast(_)) => (input_tensor(x), Some(f.tensors[out].dtype)),
+        _ => (out, None),
+    };
+    // The bias add: `S + broadcast(bias, axis=0)` (either order) with S a contraction.
+    let is_bias = |t: TensorId| -> Option<TensorId> {
+        let x = def(t)?;
+        let below = input_tensor(x);
+        let bias = match &x.op {
+            Op::Broadcast { axes } if axes[..] == [0] => below,
+            _ => return None,
+        };
+        (f.tensors[bias].is_input && f.rank(bias) == 1).then_some(bias)
+    };
+    let add = (0..f.tensors.len()).find(|&t| {
+        def(t).is_some_and(|x| match (&x.op, &x.inputs[..]) {
+            (Op::Binary(BinaryOp::Add), [Operand::Tensor(p), Operand::Tensor(q)]) => {
+                (e.contractions[*p].is_some() && is_bias(*q).is_some())
+                    || (e.contractions[*q].is_some() && is_bias(*p).is_some())
+            }
+            _ => false,
+        })
+    })?;
+    let [Operand::Tensor(p), Operand::Tensor(q)] = def(add)?.inputs[..] else {
+        return None;
+    };
+    let (sum, bias) = if e.contractions[p].is_some() {
+        (p, is_bias(q)?)
+    } else {
+        (q, is_bias(p)?)
+    };
+    let c = e.contractions[sum].as_ref()?;
+    let inputs_only = c.factors.iter().all(|fa| f.tensors[fa.base].is_input);
+    let gemm = c.half.unwrap_or(c.compute);
+    // A half GEMM gives a half result: the fusion must round to exactly that.
+    if !inputs_only || (c.half.is_some() && cast != Some(gemm)) {
+        return None;
+    }
+    let (a, b) = e.mm_operands(c)?;
+    // The epilogue between the bias add and the output, as a function of one value.
+    let activation = [Activation::None, Activation::Relu, Activation::Gelu]
+        .into_iter()
+        .find(|act| {
+            (-60..=60).all(|k| {
+                let x = k as f64 * 0.1;
+                let want = match act {
+                    Activation::None => x,
+                    Activation::Relu => x.max(0.0),
+                    Activation::Gelu => {
+                        let inner =
+                            (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+                        0.5 * x * (1.0 + inner.tanh())
+                    }
+                };
+                scalar_epilogue(f, top, add, x)
+                    .is_some_and(|got| (got - want).abs() <= 1e-6 * (1.0 + want.abs()))
+            })
+        })?;
+    let bias = Py::new(e.names[bias].clone(), ATOM, f.tensors[bias].dtype).to(gemm);
+    let call = match activation {
+        Activation::None => format!("torch.addmm({}, {a}, {b})", bias.text),
+        act => format!(
+            "torch._addmm_activation({}, {a}, {b}, use_gelu={})",
+            bias.text,
+            if act == Activation::Gelu {
+                "True"
+            } else {
+                "False"
+            }
+        ),
+    };
+    let mut value = Py::new(call, ATOM, gemm);
+    if let Some(d) = cast {
+        value = value.to(d);
+    }
+    let function = format!("{}_cublaslt", f.name);
+    let params: Vec<String> = f
+        .inputs
+        .iter()
+        .map(|&t| format!("{}: torch.Tensor", e.names[t]))
+        .collect();
+    let source = format!(
+        "# The hopfuse fusion `{}` as one cuBLASLt call: the matrix product with its bias and\n\
+         # activation fused into the GEMM's epilogue (a peer of `hopfuse run --peers`).\n\
+         import torch\n\n\n\
+         def {function}({}) -> torch.Tensor:\n    return {}\n",
+        f.name,
+        params.join(", "),
+        value.text
+    );
+    Some((Twin { source, function }, activation))
+}
+
+/// The value the fusion computes from `top` down to `leaf` when `leaf` holds `x`: elementwise
+/// float ops and literals only (None for anything else, another tensor, or a narrowing cast).
+fn scalar_epilogue(f: &Fusion, top: TensorId, leaf: TensorId, x: f64) -> Option<f64> {
+    if top == leaf {
+        return Some(x);
+    }
+    let def = &f.exprs[f.tensors[top].definition?];
+    let operand = |o: &Operand| match *o {
+        Operand::Tensor(t) => scalar_epilogue(f, t, leaf, x),
+        Operand::Scalar(v) => Some(v),
+    };
+    match &def.op {
+        Op::Set => operand(&def.inputs[0]),
+        Op::Cast(DType::F32 | DType::F64) => operand(&def.inputs[0]),
+        Op::Unary(u) => Some(u.eval(operand(&def.inputs[0])?)),
+        Op::Binary(b) => Some(b.eval(operand(&def.inputs[0])?, operand(&def.inputs[1])?)),
+        _ => None,
+    }
+}
+
+/// Python operator precedence, loosest first, as far as the twin needs it.
+const ADD: u8 = 1;
+const MUL: u8 = 2;
+const UNARY: u8 = 3;
+const ATOM: u8 = 4;
+
+/// A Python expression with its precedence and its dtype (None: a Python number).
+#[derive(Clone, Debug)]
+struct Py {
+    text: String,
+    prec: u8,
+    dtype: Option<DType>,
+}
+
+impl Py {
+    fn new(text: String, prec: u8, dtype: DType) -> Py {
+        Py {
+            text,
+            prec,
+            dtype: Some(dtype),
+        }
+    }
+
+    /// The text, parenthesised unless it binds at least as tightly as `min`.
+    fn at(&self, min: u8) -> String {
+        if self.prec >= min {
+            self.text.clone()
+        } else {
+            format!("({})", self.text)
+        }
+    }
+
+    /// `self` converted to `to` (a Python number is left to torch, which converts it to the
+    /// op's type as the kernel's literal is).
+    fn to(self, to: DType) -> Py {
+        match self.dtype {
+            Some(d) if d != to => {
+                Py::new(format!("{}.{}()", self.at(ATOM), conversion(to)), ATOM, to)
+            }
+            _ => self,
+        }
+    }
+}
+
+/// One operand of a contraction: the tensor under its broadcast, the casts applied to it (in
+/// order), and the axes of the product it has.
+#[derive(Clone, Debug)]
+struct Factor {
+    base: TensorId,
+    casts: Vec<DType>,
+    /// Broadcast positions still to squeeze (when no broadcast op could be peeled off).
+    squeeze: Vec<usize>,
+    /// Product axes this operand has, in order.
+    present: Vec<usize>,
+}
+
+/// `sum(x * y, axis=...)` computed without the product tensor.
+#[derive(Clone, Debug)]
+struct Contraction {
+    /// Rank of the product.
+    rank: usize,
+    /// Reduced product axes.
+    reduced: Vec<usize>,
+    factors: [Factor; 2],
+    /// The compute type of the product (and of the sum).
+    compute: DType,
+    /// Both factors are this half type widened to f32: a half GEMM with f32 accumulation.
+    half: Option<DType>,
+    /// The dtype of the tensor the contraction defines (the sum, or the half cast of it).
+    out: DType,
+}
+
+struct Emitter<'a> {
+    f: &'a Fusion,
+    names: Vec<String>,
+    statement: Vec<bool>,
+    live: Vec<bool>,
+    /// Contractions by the tensor they define.
+    contractions: Vec<Option<Contraction>>,
+}
+
+const PY_KEYWORDS: &[&str] = &[
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield", "torch",
+];
+
+impl<'a> Emitter<'a> {
+    fn new(f: &'a Fusion, named: &[&str]) -> Emitter<'a> {
+        let n = f.tensors.len();
+        // Python names: the fusion's, moved off keywords (and `torch`) and kept unique.
+        let mut taken: Vec<String> = vec![f.name.clone()];
+        let mut names = Vec::with_capacity(n);
+        for t in &f.tensors {
+            let mut name = t.name.clone();
+            while PY_KEYWORDS.contains(&name.as_str()) || taken.contains(&name) {
+                name.push('_');
+            }
+            taken.push(name.clone());
+            names.push(name);
+        }
+        // Live tensors: those an output depends on.
+        let mut live = vec![false; n];
+        let mut stack: Vec<TensorId> = f.outputs.clone();
+        while let Some(t) = stack.pop() {
+            if std::mem::replace(&mut live[t], true) {
+                continue;
+            }
+            if let Some(d) = f.tensors[t].definition {
+                stack.extend(f.exprs[d].input_tensors());
+            }
+        }
+        let live_uses = |t: TensorId| {
+            f.uses(t)
+                .into_iter()
+                .filter(|&e| live[f.exprs[e].output])
+                .count()
+        };
+        let mut contractions = vec![None; n];
+        let mut absorbed = vec![false; n];
+        for (e, expr) in f.exprs.iter().enumerate() {
+            if !live[expr.output] {
+                continue;
+            }
+            if let Some((root, c, inner)) = contraction(f, e) {
+                for t in inner {
+                    absorbed[t] = true;
+                }
+                contractions[root] = Some(c);
+            }
+        }
+        let statement = (0..n)
+            .map(|t| {
+                let tensor = &f.tensors[t];
+                live[t]
+                    && !tensor.is_input
+                    && !absorbed[t]
+                    && (tensor.is_output
+                        || live_uses(t) != 1
+                        || named.contains(&tensor.name.as_str()))
+            })
+            .collect();
+        Emitter {
+            f,
+            names,
+            statement,
+            live,
+            contractions,
+        }
+    }
+
+    fn module(&self) -> Twin {
+        let f = self.f;
+        let mut function = f.name.clone();
+        while PY_KEYWORDS.contains(&function.as_str()) {
+            function.push('_');
+        }
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "# PyTorch twin of the hopfuse fusion `{}` (`hopfuse compile --torch`): the same dtypes,\n\
+             # casts, reduction axes and accumulation types as the kernel.\n\
+             import torch\n\n",
+            f.name
+        );
+        let params: Vec<String> = f
+            .inputs
+            .iter()
+            .map(|&t| format!("{}: torch.Tensor", self.names[t]))
+            .collect();
+        let ret = if f.outputs.len() == 1 {
+            "torch.Tensor".to_string()
+        } else {
+            format!(
+                "tuple[{}]",
+                vec!["torch.Tensor"; f.outputs.len()].join(", ")
+            )
+        };
+        let _ = writeln!(s, "def {function}({}) -> {ret}:", params.join(", "));
+        let sig = |ts: &[TensorId]| -> Vec<String> {
+            ts.iter()
+                .map(|&t| format!("{}: {}", self.names[t], self.shape(t)))
+                .collect()
+        };
+        let _ = writeln!(
+            s,
+            "    \"\"\"{} -> {}\"\"\"",
+            sig(&f.inputs).join(", "),
+            sig(&f.outputs).join(", ")
+        );
+        for e in f.topo_exprs() {
+            let t = f.exprs[e].output;
+            if !self.statement[t] {
+                continue;
+            }
+            let mut value = self.define(t);
+            if f.tensors[t].is_output && self.aliases_input(&value) {
+                value = Py::new(
+                    format!("{}.clone()", value.at(ATOM)),
+                    ATOM,
+                    f.tensors[t].dtype,
+                );
+            }
+            let _ = writeln!(s, "    {} = {}", self.names[t], value.text);
+        }
+        let outs: Vec<&str> = f.outputs.iter().map(|&t| self.names[t].as_str()).collect();
+        let _ = writeln!(s, "    return {}", outs.join(", "));
+        Twin {
+            source: s,
+            function,
+        }
+    }
+
+    /// `float32[M, N]`, broadcast axes as 1, scalars as `float32[]`.
+    fn shape(&self, t: TensorId) -> String {
+        let f = self.f;
+        let dims: Vec<String> = f
+            .logical(t)
+            .iter()
+            .map(|&id| {
+                if f.ids[id].kind == IterKind::Broadcast {
+                    "1".to_string()
+                } else {
+                    f.class_extent(f.class_of(id)).to_string()
+                }
+            })
+            .collect();
+        let dtype = torch_dtype(f.tensors[t].dtype).trim_start_matches("torch.");
+        format!("{dtype}[{}]", dims.join(", "))
+    }
+
+    fn aliases_input(&self, value: &Py) -> bool {
+        self.f.inputs.iter().any(|&i| self.names[i] == value.text)
+    }
+
+    /// The expression that reads `t`: its name, or its definition inlined.
+    fn value(&self, t: TensorId) -> Py {
+        let tensor = &self.f.tensors[t];
+        if tensor.is_input || self.statement[t] {
+            Py::new(self.names[t].clone(), ATOM, tensor.dtype)
+        } else {
+            self.define(t)
+        }
+    }
+
+    fn operand(&self, o: &Operand, compute: DType) -> Py {
+        match *o {
+            Operand::Tensor(t) => self.value(t).to(compute),
+            Operand::Scalar(v) => literal(v, compute),
+        }
+    }
+
+    /// The expression that computes `t` from its producers.
+    fn define(&self, t: TensorId) -> Py {
+        let f = self.f;
+        if let Some(c) = &self.contractions[t] {
+            return self.contract(c);
+        }
+        debug_assert!(self.live[t]);
+        let out = f.tensors[t].dtype;
+        let compute = out.compute();
+        let Some(d) = f.tensors[t].definition else {
+            return Py::new(self.names[t].clone(), ATOM, out);
+        };
+        let expr = &f.exprs[d];
+        match &expr.op {
+            Op::Set => self.operand(&expr.inputs[0], out),
+            Op::Cast(to) => self.operand(&expr.inputs[0], *to),
+            Op::Broadcast { axes } => {
+                let mut x = self.operand(&expr.inputs[0], out);
+                for a in axes {
+                    x = Py::new(format!("{}.unsqueeze({a})", x.at(ATOM)), ATOM, out);
+                }
+                x
+            }
+            Op::Unary(u) => {
+                let x = self.operand(&expr.inputs[0], compute);
+                let call = |name: &str| Py::new(format!("torch.{name}({})", x.text), ATOM, out);
+                match u {
+                    UnaryOp::Neg => Py::new(format!("-{}", x.at(UNARY)), UNARY, out),
+                    UnaryOp::Exp => call("exp"),
+                    UnaryOp::Relu => call("relu"),
+                    UnaryOp::Abs => call("abs"),
+                    UnaryOp::Sqrt => call("sqrt"),
+                    UnaryOp::Rsqrt => call("rsqrt"),
+                    UnaryOp::Tanh => call("tanh"),
+                    UnaryOp::Sigmoid => call("sigmoid"),
+                }
+            }
+            Op::Binary(b) => {
+                let x = self.operand(&expr.inputs[0], compute);
+                let y = self.operand(&expr.inputs[1], compute);
+                binary(*b, x, y, out)
+            }
+            Op::Reduce { op, axes } => {
+                let x = self.operand(&expr.inputs[0], f.tensors[input_tensor(expr)].dtype);
+                let dim = dims(axes);
+                match op {
+                    ReduceOp::Sum if x.dtype == Some(compute) => {
+                        Py::new(format!("torch.sum({}, dim={dim})", x.text), ATOM, out)
+                    }
+                    // The kernel converts every element and accumulates in the compute type;
+                    // `dtype=` makes torch do the same (without a converted copy on CUDA).
+                    ReduceOp::Sum => Py::new(
+                        format!(
+                            "torch.sum({}, dim={dim}, dtype={})",
+                            x.text,
+                            torch_dtype(compute)
+                        ),
+                        ATOM,
+                        out,
+                    ),
+                    // The largest of the values converted is the converted largest: exact.
+                    ReduceOp::Max | ReduceOp::Min => {
+                        let name = if *op == ReduceOp::Max { "amax" } else { "amin" };
+                        let dtype = x.dtype.unwrap_or(compute);
+                        Py::new(format!("torch.{name}({}, dim={dim})", x.text), ATOM, dtype).to(out)
+                    }
+                }
+            }
+            Op::Mma => {
+                let x = self.operand(&expr.inputs[0], compute);
+                let y = self.operand(&expr.inputs[1], compute);
+                Py::new(format!("torch.matmul({}, {})", x.text, y.text), ATOM, out)
+            }
+        }
+    }
+
+    /// A factor of a contraction: its base expression with the casts applied, squeezed.
+    fn factor(&self, fa: &Factor) -> Py {
+        let mut x = self.value(fa.base);
+        for &c in &fa.casts {
+            x = x.to(c);
+        }
+        if !fa.squeeze.is_empty() {
+            let dtype = x.dtype.unwrap_or(DType::F32);
+            x = Py::new(
+                format!("{}.squeeze({})", x.at(ATOM), dims(&fa.squeeze)),
+                ATOM,
+                dtype,
+            );
+        }
+        x
+    }
+
+    /// The operands of a contraction as torch sees them: the half tensors under the widening
+    /// casts of a half GEMM (cuBLAS multiplies them exactly and accumulates in f32, as the
+    /// kernel does), else the factors in the compute type.
+    fn operands(&self, c: &Contraction) -> (Py, Py) {
+        let operand = |fa: &Factor| -> Py {
+            match c.half {
+                Some(h) => self.value(fa.base).to(h),
+                None => self.factor(fa).to(c.compute),
+            }
+        };
+        (operand(&c.factors[0]), operand(&c.factors[1]))
+    }
+
+    /// `(a, b)` of a contraction that is a matrix product, as the operands of `a @ b` (with
+    /// `.t()` for a transposed layout): rank 3, one reduced axis, each factor lacking a
+    /// different kept axis.
+    fn mm_operands(&self, c: &Contraction) -> Option<(String, String)> {
+        let [fx, fy] = &c.factors;
+        if c.rank != 3 || c.reduced.len() != 1 || fx.present.len() != 2 || fy.present.len() != 2 {
+            return None;
+        }
+        let (x, y) = self.operands(c);
+        let r = c.reduced[0];
+        let kept: Vec<usize> = (0..3).filter(|&a| a != r).collect();
+        let (pm, pn) = (kept[0], kept[1]);
+        let lacks = |fa: &Factor, p: usize| !fa.present.contains(&p);
+        let (a, b) = if lacks(fx, pn) && lacks(fy, pm) {
+            (x, y)
+        } else if lacks(fx, pm) && lacks(fy, pn) {
+            (y, x)
+        } else {
+            return None;
+        };
+        let a = if pm < r {
+            a.at(MUL)
+        } else {
+            format!("{}.t()", a.at(ATOM))
+        };
+        let b = if r < pn {
+            b.at(UNARY)
+        } else {
+            format!("{}.t()", b.at(ATOM))
+        };
+        Some((a, b))
+    }
+
+    fn contract(&self, c: &Contraction) -> Py {
+        let [fx, fy] = &c.factors;
+        let out_f32 = c.half.is_some() && c.out == DType::F32;
+        let kept: Vec<usize> = (0..c.rank).filter(|a| !c.reduced.contains(a)).collect();
+        if let Some((a, b)) = self.mm_operands(c) {
+            return if out_f32 {
+                Py::new(
+                    format!("torch.mm({a}, {b}, out_dtype=torch.float32)"),
+                    ATOM,
+                    DType::F32,
+                )
+            } else {
+                Py::new(format!("{a} @ {b}"), MUL, c.out)
+            };
+        }
+        // Any other contraction: einsum over one letter per product axis.
+        let letter = |a: usize| (b'a' + a as u8) as char;
+        let subscripts = |axes: &[usize]| axes.iter().map(|&a| letter(a)).collect::<String>();
+        let (x, y) = if out_f32 {
+            // No einsum with an f32 result from half operands: widen them, as the fusion does.
+            (
+                self.factor(fx).to(DType::F32),
+                self.factor(fy).to(DType::F32),
+            )
+        } else {
+            self.operands(c)
+        };
+        Py::new(
+            format!(
+                "torch.einsum(\"{},{}->{}\", {}, {})",
+                subscripts(&fx.present),
+                subscripts(&fy.present),
+                subscripts(&kept),
+                x.text,
+                y.text
+            ),
+            ATOM,
+            c.out,
+        )
+    }
+}
+
+fn input_tensor(expr: &crate::fusion::Expr) -> TensorId {
+    expr.input_tensors()
+        .next()
+        .expect("a reduction, cast or broadcast reads a tensor")
+}
+
+/// `dim=` of a reduction or squeeze: `1` or `(0, 2)`.
+fn dims(axes: &[usize]) -> String {
+    match axes {
+        [a] => a.to_string(),
+        _ => format!(
+            "({})",
+            axes.iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// A literal of the op's compute type as a Python number.
+fn literal(v: f64, compute: DType) -> Py {
+    let text = if compute == DType::I32 {
+        format!("{}", DType::I32.round(v) as i64)
+    } else if v.is_nan() {
+        "float(\"nan\")".into()
+    } else if v.is_infinite() {
+        format!("float(\"{}inf\")", if v < 0.0 { "-" } else { "" })
+    } else {
+        // Rust's shortest round-trip form parses back to the same double in Python.
+        format!("{v:?}")
+    };
+    let prec = if text.starts_with('-') { UNARY } else { ATOM };
+    Py {
+        text,
+        prec,
+        dtype: None,
+    }
+}
+
+fn binary(b: BinaryOp, x: Py, y: Py, out: DType) -> Py {
+    let infix = |sym: &str, prec: u8| {
+        // Left-associative: the right operand must bind tighter.
+        Py::new(
+            format!("{} {sym} {}", x.at(prec), y.at(prec + 1)),
+            prec,
+            out,
+        )
+    };
+    match b {
+        BinaryOp::Add => infix("+", ADD),
+        BinaryOp::Sub => infix("-", ADD),
+        BinaryOp::Mul => infix("*", MUL),
+        BinaryOp::Div => infix("/", MUL),
+        BinaryOp::Max | BinaryOp::Min => {
+            let (f, clamp) = if b == BinaryOp::Max {
+                ("maximum", "clamp_min")
+            } else {
+                ("minimum", "clamp_max")
+            };
+            // torch.maximum takes two tensors; a number bounds through clamp.
+            match (x.dtype, y.dtype) {
+                (None, _) => Py::new(format!("{}.{clamp}({})", y.at(ATOM), x.text), ATOM, out),
+                (_, None) => Py::new(format!("{}.{clamp}({})", x.at(ATOM), y.text), ATOM, out),
+                _ => Py::new(format!("torch.{f}({}, {})", x.text, y.text), ATOM, out),
+            }
+        }
+    }
+}
+
+/// The contraction reduction expr `e` computes, if it is one: the tensor it defines, the
+/// contraction, and the tensors it absorbs (not emitted).
+fn contraction(f: &Fusion, e: usize) -> Option<(TensorId, Contraction, Vec<TensorId>)> {
+    let expr = &f.exprs[e];
+    let Op::Reduce {
+        op: ReduceOp::Sum,
+        axes,
+    } = &expr.op
+    else {
+        return None;
+    };
+    let sum = expr.output;
+    let [Operand::Tensor(product)] = expr.inputs[..] else {
+        return None;
+    };
+    let tensor = &f.tensors[product];
+    let def = &f.exprs[tensor.definition?];
+    if tensor.is_output || f.uses(product).len() != 1 || def.op != Op::Binary(BinaryOp::Mul) {
+        return None;
+    }
+    let [Operand::Tensor(x), Operand::Tensor(y)] = def.inputs[..] else {
+        return None;
+    };
+    let compute = tensor.dtype;
+    let rank = f.rank(product);
+    if !compute.is_float() || rank > 26 {
+        return None;
+    }
+    let mut absorbed = vec![product];
+    let fx = peel(f, x, &mut absorbed)?;
+    let fy = peel(f, y, &mut absorbed)?;
+    // Every kept axis must come from a factor: einsum cannot make a broadcast axis.
+    if (0..rank).any(|a| !axes.contains(&a) && !fx.present.contains(&a) && !fy.present.contains(&a))
+    {
+        return None;
+    }
+    let half_of = |fa: &Factor| -> Option<DType> {
+        let base = f.tensors[fa.base].dtype;
+        (matches!(base, DType::BF16 | DType::F16)
+            && fa.squeeze.is_empty()
+            && fa.casts.iter().all(|&c| c == DType::F32))
+        .then_some(base)
+    };
+    let half = match (half_of(&fx), half_of(&fy)) {
+        (Some(a), Some(b)) if a == b && compute == DType::F32 => Some(a),
+        _ => None,
+    };
+    // A half GEMM whose f32 sum is only rounded to the same half type: one rounding, in cuBLAS.
+    let mut root = sum;
+    let mut out = compute;
+    if let Some(h) = half {
+        let uses = f.uses(sum);
+        if let [u] = uses[..] {
+            if f.exprs[u].op == Op::Cast(h) && !f.tensors[sum].is_output {
+                absorbed.push(sum);
+                root = f.exprs[u].output;
+                out = h;
+            }
+        }
+    }
+    let c = Contraction {
+        rank,
+        reduced: axes.clone(),
+        factors: [fx, fy],
+        compute,
+        half,
+        out,
+    };
+    Some((root, c, absorbed))
+}
+
+/// A factor of a product: below copies, casts and its one broadcast to the tensor it
+/// broadcasts, through tensors used only on this path (those are absorbed).
+fn peel(f: &Fusion, t: TensorId, absorbed: &mut Vec<TensorId>) -> Option<Factor> {
+    let logical = f.logical(t);
+    let broadcast: Vec<usize> = (0..logical.len())
+        .filter(|&k| f.ids[logical[k]].kind == IterKind::Broadcast)
+        .collect();
+    let present: Vec<usize> = (0..logical.len())
+        .filter(|k| !broadcast.contains(k))
+        .collect();
+    if present.is_empty() {
+        return None;
+    }
+    let mut cur = t;
+    let mut casts = Vec::new();
+    let mut path = Vec::new();
+    loop {
+        let tensor = &f.tensors[cur];
+        if tensor.is_input || tensor.is_output || f.uses(cur).len() != 1 {
+            break;
+        }
+        let def = &f.exprs[tensor.definition?];
+        let [Operand::Tensor(from)] = def.inputs[..] else {
+            break;
+        };
+        match &def.op {
+            Op::Set => {}
+            Op::Cast(d) => casts.push(*d),
+            Op::Broadcast { axes } if *axes == broadcast => {
+                path.push(cur);
+                absorbed.extend(path);
+                casts.reverse();
+                return Some(Factor {
+                    base: from,
+                    casts,
+                    squeeze: Vec::new(),
+                    present,
+                });
+            }
+            _ => break,
+        }
+        path.push(cur);
+        cur = from;
+    }
+    // No broadcast to peel off: squeeze the factor as it is.
+    Some(Factor {
+        base: t,
+        casts: Vec::new(),
+        squeeze: broadcast,
+        present,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn twin(src: &str) -> String {
+        let program = crate::frontend::parse(src).unwrap();
+        let fusion = crate::fusion::build(&program.fusion).unwrap();
+        emit(&fusion, Some(&program.fusion)).source
+    }
+
+    fn body(src: &str) -> Vec<String> {
+        twin(src)
+            .lines()
+            .skip_while(|l| !l.starts_with("def "))
+            .skip(2)
+            .map(|l| l.trim().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn softmax_keeps_the_named_tensors_and_nests_the_rest() {
+        let b = body(
+            "fusion softmax {\n  input x: f32[M, N]\n  m = max(x, axis=1)\n  e = exp(x - broadcast(m, axis=1))\n  s = sum(e, axis=1)\n  y = e / broadcast(s, axis=1)\n  output y\n}",
+        );
+        assert_eq!(
+            b,
+            [
+                "m = torch.amax(x, dim=1)",
+                "e = torch.exp(x - m.unsqueeze(1))",
+                "s = torch.sum(e, dim=1)",
+                "y = e / s.unsqueeze(1)",
+                "return y"
+            ]
+        );
+    }
+
+    #[test]
+    fn half_inputs_compute_and_accumulate_in_f32() {
+        let b = body(
+            "fusion f {\n  input x: bf16[M, N]\n  input k: i32[M, N]\n  s = sum(x, axis=1)\n  m = max(x, axis=0)\n  y = exp(x) * broadcast(s, axis=1) + k\n  z = cast(k / 2, f16)\n  output y\n  output z\n  output m\n}",
+        );
+        assert_eq!(
+            b,
+            [
+                "s = torch.sum(x, dim=1, dtype=torch.float32)",
+                "m = torch.amax(x, dim=0).float()",
+                "y = torch.exp(x.float()) * s.unsqueeze(1) + k.float()",
+                "z = (k.float() / 2.0).half()",
+                "return y, z, m"
+            ]
+        );
+    }
+
+    #[test]
+    fn matrix_products_become_gemms_in_every_layout() {
+        let mm = |inputs: &str, body_: &str| {
+            body(&format!("fusion f {{\n{inputs}\n{body_}\n  output c\n}}"))[0].clone()
+        };
+        assert_eq!(
+            mm(
+                "  input a: f32[M, K]\n  input b: f32[K, N]",
+                "  c = sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1)"
+            ),
+            "c = a @ b"
+        );
+        assert_eq!(
+            mm(
+                "  input a: f32[K, M]\n  input b: f32[K, N]",
+                "  p = broadcast(a, axis=2) * broadcast(b, axis=1)\n  c = sum(p, axis=0)"
+            ),
+            "c = a.t() @ b"
+        );
+        // bf16 widened to f32, summed, rounded to bf16: the bf16 GEMM.
+        assert_eq!(
+            mm(
+                "  input a: bf16[M, K]\n  input b: bf16[N, K]",
+                "  ab = cast(broadcast(a, axis=1), f32)\n  bb = cast(broadcast(b, axis=0), f32)\n  s = sum(ab * bb, axis=2)\n  c = cast(s, bf16)"
+            ),
+            "c = a @ b.t()"
+        );
+        // The f32 sum used in f32: a half GEMM with an f32 result.
+        assert_eq!(
+            mm(
+                "  input a: f16[M, K]\n  input b: f16[K, N]\n  input bias: f32[N]",
+                "  s = sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1)\n  c = s + broadcast(bias, axis=0)"
+            ),
+            "s = torch.mm(a, b, out_dtype=torch.float32)"
+        );
+        // Batched: einsum.
+        assert_eq!(
+            mm(
+                "  input a: f32[B, M, K]\n  input b: f32[B, K, N]",
+                "  c = sum(broadcast(a, axis=3) * broadcast(b, axis=1), axis=2)"
+            ),
+            "c = torch.einsum(\"abc,acd->abd\", a, b)"
+        );
+        // Integers have no GEMM: the product stays element-wise.
+        assert_eq!(
+            mm(
+                "  input a: i32[M, K]\n  input b: i32[K, N]",
+                "  c = sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1)"
+            ),
+            "c = torch.sum(a.unsqueeze(2) * b.unsqueeze(0), dim=1, dtype=torch.float32)"
+        );
+    }
+
+    #[test]
+    fn a_gemm_with_a_bias_and_an_activation_is_one_cublaslt_call() {
+        let lt = |body_: &str| {
+            let src = format!(
+                "fusion g {{\n  input a: bf16[M, K]\n  input b: bf16[N, K]\n  input bias: f32[N]\n  s = sum(broadcast(a, axis=1) * broadcast(b, axis=0), axis=2)\n  u = s + broadcast(bias, axis=0)\n{body_}\n  output y\n}}"
+            );
+            let program = crate::frontend::parse(&src).unwrap();
+            let fusion = crate::fusion::build(&program.fusion).unwrap();
+            emit_cublaslt(&fusion).map(|(t, act)| {
+                let line = t.source.lines().last().unwrap().trim().to_string();
+                (line, act)
+            })
+        };
+        let gelu =
+            "  y = cast(0.5 * u * (1.0 + tanh(0.7978845608 * (u + 0.044715 * u * u * u))), bf16)";
+        assert_eq!(
+            lt(gelu),
+            Some((
+                "return torch._addmm_activation(bias.bfloat16(), a, b.t(), use_gelu=True)".into(),
+                Activation::Gelu
+            ))
+        );
+        // The same GELU written another way.
+        let gelu2 = "  y = cast(u * sigmoid(1.5957691216 * (u + 0.044715 * u * u * u)), bf16)";
+        assert_eq!(lt(gelu2).map(|x| x.1), Some(Activation::Gelu));
+        assert_eq!(
+            lt("  y = cast(relu(u), bf16)"),
+            Some((
+                "return torch._addmm_activation(bias.bfloat16(), a, b.t(), use_gelu=False)".into(),
+                Activation::Relu
+            ))
+        );
+        assert_eq!(
+            lt("  y = cast(u, bf16)"),
+            Some((
+                "return torch.addmm(bias.bfloat16(), a, b.t())".into(),
+                Activation::None
+            ))
+        );
+        // Not an epilogue cuBLASLt has: a scaled GELU, a half GEMM kept in f32, a tanh.
+        assert_eq!(lt("  y = cast(1.5 * relu(u), bf16)"), None);
+        assert_eq!(lt("  y = relu(u)"), None);
+        assert_eq!(lt("  y = cast(tanh(u), bf16)"), None);
+    }
+
+    #[test]
+    fn names_literals_and_aliases() {
+        let b = body(
+            "fusion f {\n  input lambda: f64[N]\n  input alpha: f32\n  torch = -lambda * -0.5\n  y = lambda\n  z = max(cast(torch, f32), 0.25) * alpha\n  dead = exp(torch)\n  output y\n  output z\n}",
+        );
+        assert_eq!(
+            b,
+            [
+                "torch_ = -lambda_ * -0.5",
+                "y = lambda_.clone()",
+                "z = torch_.float().clamp_min(0.25) * alpha",
+                "return y, z"
+            ]
+        );
+    }
+}

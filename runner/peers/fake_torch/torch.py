@@ -1,0 +1,531 @@
+"""A pure-Python stand-in for the part of PyTorch that torch twins and peers.py use.
+
+For tests on machines without torch (CI): `PYTHONPATH=runner/peers/fake_torch` makes
+`import torch` load this module. Values are Python floats (float64) rounded to the tensor's
+dtype after every op (f32 through `struct`, bf16 by round-to-nearest-even of the f32 bits,
+f16 through `struct`'s IEEE half, int32 truncated and wrapped), so a twin that forgets a
+conversion or takes a wrong axis gives a different result. Stricter than torch on purpose:
+an op on two tensors of different dtypes is an error (the twins convert explicitly), and so is
+an operand shape that does not broadcast.
+
+Not a GPU: `cuda.Event` times with `time.perf_counter`, `compile` returns the function, and
+`device=`/`.cuda()` are accepted and ignored.
+"""
+
+import math
+import struct
+import time
+
+__version__ = "0.0-fake"
+
+
+class dtype:
+    def __init__(self, name, itemsize, is_floating_point, fmt):
+        self.name = name
+        self.itemsize = itemsize
+        self.is_floating_point = is_floating_point
+        self.fmt = fmt
+
+    def __repr__(self):
+        return "torch." + self.name
+
+
+float32 = dtype("float32", 4, True, "<f")
+float64 = dtype("float64", 8, True, "<d")
+float16 = dtype("float16", 2, True, "<e")
+bfloat16 = dtype("bfloat16", 2, True, None)
+int32 = dtype("int32", 4, False, "<i")
+uint8 = dtype("uint8", 1, False, "<B")
+bool = dtype("bool", 1, False, "<?")  # noqa: A001 (torch's name)
+float = float32  # noqa: A001
+half = float16
+double = float64
+
+_builtin_float = 0.0.__class__
+
+
+def _f32_bits(v):
+    return struct.unpack("<I", struct.pack("<f", v))[0]
+
+
+def _round(v, dt):
+    if dt is float64:
+        return _builtin_float(v)
+    if dt is int32:
+        if isinstance(v, _builtin_float) and not math.isfinite(v):
+            return 0
+        i = int(v) & 0xFFFFFFFF
+        return i - (1 << 32) if i >= (1 << 31) else i
+    if dt is bool:
+        return 1 if v else 0
+    if dt is uint8:
+        return int(v) & 0xFF
+    v = _builtin_float(v)
+    if not math.isfinite(v):
+        return v
+    try:
+        if dt is float16:
+            return struct.unpack("<e", struct.pack("<e", v))[0]
+        f = struct.unpack("<f", struct.pack("<f", v))[0]
+    except OverflowError:
+        return math.copysign(math.inf, v)
+    if dt is float32:
+        return f
+    # bfloat16: keep 8 significant bits of the f32, ties to even.
+    bits = _f32_bits(f)
+    lsb = (bits >> 16) & 1
+    bits = ((bits + 0x7FFF + lsb) & 0xFFFF0000) & 0xFFFFFFFF
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _strides(shape):
+    st, acc = [0] * len(shape), 1
+    for k in range(len(shape) - 1, -1, -1):
+        st[k] = acc
+        acc *= shape[k]
+    return st
+
+
+def _indices(shape):
+    idx = [0] * len(shape)
+    for _ in range(_numel(shape)):
+        yield tuple(idx)
+        for k in range(len(shape) - 1, -1, -1):
+            idx[k] += 1
+            if idx[k] < shape[k]:
+                break
+            idx[k] = 0
+
+
+class Size(tuple):
+    pass
+
+
+class Tensor:
+    def __init__(self, data, shape, dt):
+        assert len(data) == _numel(shape), (len(data), shape)
+        self._data = [_round(v, dt) for v in data]
+        self.shape = Size(shape)
+        self.dtype = dt
+
+    # -- inspection
+    def dim(self):
+        return len(self.shape)
+
+    def numel(self):
+        return len(self._data)
+
+    def tolist(self):
+        assert self.dim() <= 1, "fake torch: tolist of 0-D or 1-D tensors only"
+        return list(self._data) if self.dim() else self._data[0]
+
+    def item(self):
+        assert self.numel() == 1
+        return self._data[0]
+
+    def _at(self, idx):
+        off = 0
+        for i, s in zip(idx, _strides(self.shape)):
+            off += i * s
+        return self._data[off]
+
+    # -- conversions and views (copies here)
+    def to(self, *args, **kwargs):
+        dt = kwargs.get("dtype")
+        for a in args:
+            if isinstance(a, dtype):
+                dt = a
+        return self if dt is None or dt is self.dtype else Tensor(self._data, self.shape, dt)
+
+    def float(self):
+        return self.to(float32)
+
+    def double(self):
+        return self.to(float64)
+
+    def half(self):
+        return self.to(float16)
+
+    def bfloat16(self):
+        return self.to(bfloat16)
+
+    def int(self):
+        return self.to(int32)
+
+    def cuda(self):
+        return self
+
+    cpu = cuda
+    detach = cuda
+    contiguous = cuda
+
+    def zero_(self):
+        self._data = [_round(0, self.dtype)] * len(self._data)
+        return self
+
+    def copy_(self, src):
+        assert src.shape == self.shape and src.dtype is self.dtype, "copy_: shape or dtype differs"
+        self._data = list(src._data)
+        return self
+
+    def clone(self):
+        return Tensor(self._data, self.shape, self.dtype)
+
+    def reshape(self, *shape):
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        if -1 in shape:
+            known = _numel([s for s in shape if s != -1])
+            shape = tuple(self.numel() // known if s == -1 else s for s in shape)
+        return Tensor(self._data, shape, self.dtype)
+
+    def view(self, *args):
+        if len(args) == 1 and isinstance(args[0], dtype):
+            assert args[0] is uint8, "fake torch: view as bytes only"
+            raw = to_bytes(self)
+            return Tensor(list(raw), (len(raw),), uint8)
+        return self.reshape(*args)
+
+    def unsqueeze(self, d):
+        if d < 0:
+            d += self.dim() + 1
+        assert 0 <= d <= self.dim(), "unsqueeze: dim out of range"
+        return Tensor(self._data, self.shape[:d] + (1,) + self.shape[d:], self.dtype)
+
+    def squeeze(self, dims):
+        dims = (dims,) if isinstance(dims, type(0)) else tuple(dims)
+        for d in dims:
+            assert self.shape[d] == 1, "squeeze of an axis that is not 1"
+        return Tensor(self._data, tuple(s for k, s in enumerate(self.shape) if k not in dims), self.dtype)
+
+    def t(self):
+        assert self.dim() == 2, "t() of a tensor that is not 2-D"
+        m, n = self.shape
+        return Tensor([self._data[i * n + j] for j in range(n) for i in range(m)], (n, m), self.dtype)
+
+    # -- arithmetic
+    def _binary(self, other, f, reverse=False):
+        a, b = (other, self) if reverse else (self, other)
+        return _elementwise(f, a, b)
+
+    def __add__(self, o):
+        return self._binary(o, lambda x, y: x + y)
+
+    def __radd__(self, o):
+        return self._binary(o, lambda x, y: x + y, True)
+
+    def __sub__(self, o):
+        return self._binary(o, lambda x, y: x - y)
+
+    def __rsub__(self, o):
+        return self._binary(o, lambda x, y: x - y, True)
+
+    def __mul__(self, o):
+        return self._binary(o, lambda x, y: x * y)
+
+    def __rmul__(self, o):
+        return self._binary(o, lambda x, y: x * y, True)
+
+    def __truediv__(self, o):
+        return self._binary(o, _div)
+
+    def __rtruediv__(self, o):
+        return self._binary(o, _div, True)
+
+    def __neg__(self):
+        return _unary(lambda x: -x, self)
+
+    def __matmul__(self, o):
+        return mm(self, o)
+
+    def clamp_min(self, v):
+        return _elementwise(lambda x, y: x if x >= y else y, self, v)
+
+    def clamp_max(self, v):
+        return _elementwise(lambda x, y: x if x <= y else y, self, v)
+
+    def sum(self, dim, dtype=None):
+        return sum(self, dim=dim, dtype=dtype)
+
+
+def _div(x, y):
+    if y == 0:
+        return math.nan if x == 0 or x != x else math.copysign(math.inf, x) * math.copysign(1, y)
+    return x / y
+
+
+def _result_dtype(a, b):
+    ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
+    if ta and tb:
+        if a.dtype is not b.dtype:
+            raise TypeError("fake torch: an op on %r and %r (a twin converts explicitly)" % (a.dtype, b.dtype))
+        return a.dtype
+    t, s = (a, b) if ta else (b, a)
+    if not t.dtype.is_floating_point and isinstance(s, _builtin_float):
+        return float32
+    return t.dtype
+
+
+def _broadcast(sa, sb):
+    n = max(len(sa), len(sb))
+    sa, sb = (1,) * (n - len(sa)) + tuple(sa), (1,) * (n - len(sb)) + tuple(sb)
+    out = []
+    for x, y in zip(sa, sb):
+        if x != y and 1 not in (x, y):
+            raise ValueError("fake torch: shapes %r and %r do not broadcast" % (sa, sb))
+        out.append(max(x, y))
+    return tuple(out)
+
+
+def _elementwise(f, a, b):
+    dt = _result_dtype(a, b)
+    if not isinstance(a, Tensor):
+        return Tensor([f(a, y) for y in b._data], b.shape, dt)
+    if not isinstance(b, Tensor):
+        return Tensor([f(x, b) for x in a._data], a.shape, dt)
+    shape = _broadcast(a.shape, b.shape)
+
+    def reader(t):
+        pad = (1,) * (len(shape) - t.dim()) + tuple(t.shape)
+        st = _strides(pad)
+        st = [0 if pad[k] == 1 else st[k] for k in range(len(pad))]
+        return lambda idx: t._data[sum_(i * s for i, s in zip(idx, st))]
+
+    ra, rb = reader(a), reader(b)
+    return Tensor([f(ra(i), rb(i)) for i in _indices(shape)], shape, dt)
+
+
+sum_ = __builtins__["sum"] if isinstance(__builtins__, dict) else __builtins__.sum
+max_ = __builtins__["max"] if isinstance(__builtins__, dict) else __builtins__.max
+
+
+def _unary(f, x):
+    return Tensor([f(v) for v in x._data], x.shape, x.dtype)
+
+
+def _float_unary(f):
+    def op(x):
+        if not x.dtype.is_floating_point:
+            raise TypeError("fake torch: a float op on %r" % x.dtype)
+        return _unary(f, x)
+
+    return op
+
+
+def _safe_exp(v):
+    try:
+        return math.exp(v)
+    except OverflowError:
+        return math.inf
+
+
+exp = _float_unary(_safe_exp)
+sqrt = _float_unary(lambda v: math.sqrt(v) if v >= 0 else math.nan)
+rsqrt = _float_unary(lambda v: (1 / math.sqrt(v) if v > 0 else (math.inf if v == 0 else math.nan)))
+tanh = _float_unary(math.tanh)
+sigmoid = _float_unary(lambda v: 1 / (1 + _safe_exp(-v)))
+
+
+def relu(x):
+    return _unary(lambda v: v if v > 0 else 0, x)
+
+
+def abs(x):  # noqa: A001
+    return _unary(lambda v: -v if v < 0 else v, x)
+
+
+def maximum(a, b):
+    return _elementwise(lambda x, y: x if x >= y else y, a, b)
+
+
+def minimum(a, b):
+    return _elementwise(lambda x, y: x if x <= y else y, a, b)
+
+
+def _reduce(x, dim, combine, dt):
+    dims = (dim,) if isinstance(dim, type(0)) else tuple(dim)
+    dims = tuple(d + x.dim() if d < 0 else d for d in dims)
+    kept = [k for k in range(x.dim()) if k not in dims]
+    out_shape = tuple(x.shape[k] for k in kept)
+    acc = {}
+    for idx, v in zip(_indices(x.shape), x._data):
+        key = tuple(idx[k] for k in kept)
+        acc[key] = v if key not in acc else combine(acc[key], v)
+    return Tensor([acc[k] for k in _indices(out_shape)], out_shape, dt)
+
+
+def sum(x, dim, dtype=None):  # noqa: A001
+    dt = dtype or (x.dtype if x.dtype.is_floating_point else None)
+    if dt is None:
+        dt = int32  # torch would give int64; the twins always pass dtype= for integers
+    return _reduce(x, dim, lambda p, q: p + q, dt)
+
+
+def amax(x, dim):
+    return _reduce(x, dim, lambda p, q: p if p >= q else q, x.dtype)
+
+
+def amin(x, dim):
+    return _reduce(x, dim, lambda p, q: p if p <= q else q, x.dtype)
+
+
+def mm(a, b, out_dtype=None):
+    if a.dtype is not b.dtype:
+        raise TypeError("fake torch: mm of %r and %r" % (a.dtype, b.dtype))
+    if not a.dtype.is_floating_point:
+        raise TypeError("fake torch: mm of %r (cuBLAS has no integer GEMM)" % a.dtype)
+    (m, k), (k2, n) = a.shape, b.shape
+    assert k == k2, "mm: inner sizes differ"
+    out = [
+        sum_(a._data[i * k + l] * b._data[l * n + j] for l in range(k)) for i in range(m) for j in range(n)
+    ]
+    return Tensor(out, (m, n), out_dtype or a.dtype)
+
+
+matmul = mm
+
+
+def addmm(bias, a, b):
+    return mm(a, b) + bias
+
+
+def _gelu_tanh(v):
+    return 0.5 * v * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v * v * v)))
+
+
+def _addmm_activation(bias, a, b, beta=1, alpha=1, use_gelu=False):
+    act = _gelu_tanh if use_gelu else (lambda v: v if v > 0 else 0.0)
+    return _unary(act, addmm(bias, a, b))
+
+
+def einsum(eq, *ops):
+    lhs, out = eq.replace(" ", "").split("->")
+    subs = lhs.split(",")
+    assert len(subs) == len(ops)
+    for t in ops[1:]:
+        if t.dtype is not ops[0].dtype:
+            raise TypeError("fake torch: einsum of %r and %r" % (ops[0].dtype, t.dtype))
+    size = {}
+    for s, t in zip(subs, ops):
+        assert len(s) == t.dim(), "einsum: %s for a tensor of rank %d" % (s, t.dim())
+        for c, n in zip(s, t.shape):
+            assert size.setdefault(c, n) == n, "einsum: sizes of %s differ" % c
+    letters = sorted(size)
+    out_shape = tuple(size[c] for c in out)
+    acc = {}
+    for idx in _indices(tuple(size[c] for c in letters)):
+        at = dict(zip(letters, idx))
+        p = 1.0
+        for s, t in zip(subs, ops):
+            p *= t._at(tuple(at[c] for c in s))
+        key = tuple(at[c] for c in out)
+        acc[key] = acc.get(key, 0.0) + p
+    return Tensor([acc.get(k, 0.0) for k in _indices(out_shape)], out_shape, ops[0].dtype)
+
+
+def tensor(values, dtype=float32, device=None):
+    if isinstance(values, (list, tuple)):
+        return Tensor(list(values), (len(values),), dtype)
+    return Tensor([values], (), dtype)
+
+
+def frombuffer(buf, dtype):
+    raw = bytes(buf)
+    if dtype is bfloat16:
+        vals = [struct.unpack("<f", struct.pack("<I", h << 16))[0] for (h,) in struct.iter_unpack("<H", raw)]
+    else:
+        vals = [v for (v,) in struct.iter_unpack(dtype.fmt, raw)]
+    return Tensor(vals, (len(vals),), dtype)
+
+
+def to_bytes(t):
+    """The tensor's little-endian bytes (what `t.cpu().numpy().tobytes()` gives with torch)."""
+    if t.dtype is bfloat16:
+        return b"".join(struct.pack("<H", _f32_bits(v) >> 16) for v in t._data)
+    return b"".join(struct.pack(t.dtype.fmt, v) for v in t._data)
+
+
+def empty(n, dtype=float32, device=None):
+    return Tensor([0] * n, (n,), dtype)
+
+
+class _FileTensor(Tensor):
+    """`from_file(..., shared=True)`: writes go to the file."""
+
+    def __init__(self, path, n, dt):
+        Tensor.__init__(self, [0] * n, (n,), dt)
+        self._path = path
+
+    def copy_(self, src):
+        Tensor.copy_(self, src)
+        with open(self._path, "r+b") as f:
+            f.write(to_bytes(self))
+        return self
+
+
+def from_file(path, shared=False, size=0, dtype=float32):
+    if shared:
+        return _FileTensor(path, size, dtype)
+    with open(path, "rb") as f:
+        raw = f.read(size * dtype.itemsize)
+    assert len(raw) == size * dtype.itemsize, "from_file: %s is too short" % path
+    return frombuffer(raw, dtype)
+
+
+def compile(fn, **kwargs):  # noqa: A001
+    return fn
+
+
+class _Event:
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self, stream=None):
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1000.0
+
+    def synchronize(self):
+        pass
+
+
+class _Cuda:
+    Event = _Event
+
+    @staticmethod
+    def is_available():
+        return True
+
+    @staticmethod
+    def synchronize():
+        pass
+
+    @staticmethod
+    def get_device_name(i=0):
+        return "fake"
+
+    @staticmethod
+    def empty_cache():
+        pass
+
+
+cuda = _Cuda()
+
+
+class _Flags:
+    pass
+
+
+backends = _Flags()
+backends.cuda = _Flags()
+backends.cuda.matmul = _Flags()
+backends.cuda.matmul.allow_tf32 = False
+backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
+backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True

@@ -1,0 +1,817 @@
+//! Peers: what a user would run instead of the hopfuse kernel, timed in the same run.
+//!
+//! Takes a run (its request, the float64 reference outputs, its L2 policy) and a closure that
+//! times a round of kernel launches. The peers are the fusion's torch twin
+//! (`compiler/src/torch.rs`) run eagerly and under `torch.compile`, in a Python subprocess
+//! (`runner/peers/peers.py`, embedded in the binary, driven over stdin/stdout JSON lines; the
+//! interpreter is `$HOPFUSE_PYTHON`, default `python3`). The subprocess gets the run's exact
+//! input data (regenerated from the seed the way the engine generates it, written as raw
+//! little-endian files in a temporary directory), calls each peer once (torch.compile compiles
+//! and autotunes then: reported as `compile_s`, never timed) and writes its outputs, which are
+//! validated here against the same reference as the kernel. Timing alternates: a round of
+//! kernel launches, then a round of every peer, [`ROUNDS`] times, so both see the same GPU
+//! state; each side times with CUDA events on a held stream, with the run's L2 policy.
+//!
+//! Guarantees: a peer failure never fails the run. Without torch (or CUDA in torch) the kernel
+//! is timed as without peers and the report says `unavailable` and why.
+
+use crate::data;
+use crate::engine::{L2Policy, RunError, RunRequest};
+use crate::gpu::Timing;
+use crate::validate::{self, Check};
+use hopfuse::fusion::{Fusion, IterKind, TensorId};
+use hopfuse::DType;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// The driver script (written next to the session's files when the subprocess starts).
+pub const SCRIPT: &str = include_str!("../peers/peers.py");
+
+/// Rounds of kernel timing alternated with rounds of peer timing.
+pub const ROUNDS: u32 = 5;
+
+/// The peers every run times.
+pub const PEERS: [&str; 2] = ["eager", "torch.compile"];
+
+/// The peer of a matrix product with a bias (and ReLU or GELU) epilogue: one cuBLASLt call
+/// with the epilogue fused (`torch.addmm` / `torch._addmm_activation`, see
+/// `hopfuse::torch::emit_cublaslt`).
+pub const CUBLASLT: &str = "cuBLASLt epilogue";
+
+/// How long the subprocess may take to start (importing torch), to set up (the first call of
+/// every peer: torch.compile compiles and autotunes), and to time one round.
+const START_LIMIT: Duration = Duration::from_secs(120);
+const SETUP_LIMIT: Duration = Duration::from_secs(900);
+const ROUND_LIMIT: Duration = Duration::from_secs(300);
+
+/// One peer's result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerResult {
+    /// `eager` or `torch.compile`.
+    pub name: String,
+    /// Over all rounds (absent when the peer failed).
+    #[serde(default)]
+    pub timing: Option<Timing>,
+    /// Its outputs of the first call against the float64 reference.
+    #[serde(default)]
+    pub validation: Vec<Check>,
+    pub passed: bool,
+    /// Seconds of the first call, which compiles (and autotunes); absent for `eager`.
+    #[serde(default)]
+    pub compile_s: Option<f64>,
+    /// This peer's median time / the kernel's: above 1, hopfuse is faster.
+    #[serde(default)]
+    pub speedup: Option<f64>,
+    /// Why the peer has no timing (an exception in torch, a wrong output shape, ...).
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// The peers of one run (`RunResult::peers`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PeersReport {
+    /// Why no peer was timed (no torch, no CUDA in torch, the subprocess failed); the kernel's
+    /// result is then exactly as without peers.
+    #[serde(default)]
+    pub unavailable: Option<String>,
+    /// `torch.__version__`.
+    #[serde(default)]
+    pub torch: Option<String>,
+    /// Rounds of kernel timing alternated with peer timing.
+    #[serde(default)]
+    pub rounds: u32,
+    #[serde(default)]
+    pub peers: Vec<PeerResult>,
+    /// The fastest peer that validated.
+    #[serde(default)]
+    pub best: Option<String>,
+    /// The best peer's median / the kernel's median (above 1: hopfuse is faster).
+    #[serde(default)]
+    pub speedup: Option<f64>,
+    /// The smallest and largest of the same ratio per round (round medians): its spread.
+    #[serde(default)]
+    pub speedup_min: Option<f64>,
+    #[serde(default)]
+    pub speedup_max: Option<f64>,
+}
+
+impl PeersReport {
+    fn unavailable(why: impl Into<String>) -> PeersReport {
+        PeersReport {
+            unavailable: Some(why.into()),
+            ..PeersReport::default()
+        }
+    }
+}
+
+/// What the engine shares of one run.
+pub struct PeerRun<'a> {
+    pub req: &'a RunRequest,
+    /// The float64 reference's outputs, by name.
+    pub expected: &'a BTreeMap<String, Vec<f64>>,
+    pub l2: &'a L2Policy,
+}
+
+/// Times `warmup` then `iters` kernel launches and returns the timed ones' microseconds.
+pub type KernelRound<'a> = dyn FnMut(u32, u32) -> Result<Vec<f64>, RunError> + 'a;
+
+/// How the peer subprocess is started: `$HOPFUSE_PYTHON` (default `python3`) by default.
+#[derive(Clone, Debug)]
+pub struct PythonCommand {
+    pub program: String,
+    /// Arguments before the script.
+    pub args: Vec<String>,
+    /// Extra environment (tests point `PYTHONPATH` at `runner/peers/fake_torch`).
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for PythonCommand {
+    fn default() -> PythonCommand {
+        PythonCommand {
+            program: std::env::var("HOPFUSE_PYTHON").unwrap_or_else(|_| "python3".into()),
+            args: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// The peer subprocess, started on first use and kept (a warm worker keeps it between jobs,
+/// so torch is imported once).
+#[derive(Default)]
+pub struct Peers {
+    python: PythonCommand,
+    driver: Option<Driver>,
+    /// Set when the subprocess said torch is unusable: not asked again.
+    unavailable: Option<String>,
+}
+
+impl Peers {
+    pub fn new() -> Peers {
+        Peers::default()
+    }
+
+    pub fn with_python(python: PythonCommand) -> Peers {
+        Peers {
+            python,
+            ..Peers::default()
+        }
+    }
+
+    /// Times the kernel in [`ROUNDS`] rounds alternated with rounds of every peer. Returns the
+    /// kernel's timing over all rounds and the peers' report. Errors are the kernel's only.
+    pub fn interleave(
+        &mut self,
+        run: &PeerRun,
+        kernel: &mut KernelRound,
+    ) -> Result<(Timing, PeersReport), RunError> {
+        let req = run.req;
+        let alone = |kernel: &mut KernelRound, why: String| -> Result<_, RunError> {
+            warn!("peers unavailable: {why}");
+            let timing = timing(kernel(req.warmup, req.iters)?)?;
+            Ok((timing, PeersReport::unavailable(why)))
+        };
+        if let Some(why) = &self.unavailable {
+            return alone(kernel, why.clone());
+        }
+        let session = match self.setup(run) {
+            Ok(s) => s,
+            Err(why) => return alone(kernel, why),
+        };
+        let Session {
+            dir: _dir,
+            torch,
+            mut peers,
+        } = session;
+        let rounds = ROUNDS.min(req.iters).max(1);
+        let mut kernel_us = Vec::new();
+        let mut kernel_round_medians = Vec::new();
+        let mut peer_round_medians: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        let mut peer_us: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        let mut failure = None;
+        let timed: Vec<String> = peers
+            .iter()
+            .filter(|p| p.error.is_none())
+            .map(|p| p.name.clone())
+            .collect();
+        for round in 0..rounds {
+            // Split the iterations over the rounds; the first round has the full warm-up.
+            let iters = req.iters / rounds + u32::from(round < req.iters % rounds);
+            let warmup = if round == 0 {
+                req.warmup
+            } else {
+                (req.warmup / rounds).max(1)
+            };
+            let us = kernel(warmup, iters)?;
+            kernel_round_medians.push(median(&us));
+            kernel_us.extend(us);
+            if failure.is_some() || timed.is_empty() {
+                continue;
+            }
+            let cmd = json!({"cmd": "time", "warmup": warmup, "iters": iters, "round": round});
+            match self.request(&cmd, "timed", ROUND_LIMIT) {
+                Ok(reply) => {
+                    for name in &timed {
+                        let us: Vec<f64> = reply["samples"][name]
+                            .as_array()
+                            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                            .unwrap_or_default();
+                        peer_round_medians
+                            .entry(name.clone())
+                            .or_default()
+                            .push(median(&us));
+                        peer_us.entry(name.clone()).or_default().extend(us);
+                    }
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        if failure.is_none() {
+            if let Err(e) = self.request(&json!({"cmd": "end"}), "ended", ROUND_LIMIT) {
+                failure = Some(e);
+            }
+        }
+        let kernel_timing = timing(kernel_us)?;
+        if let Some(e) = &failure {
+            warn!("peers failed while timing: {e}");
+        }
+        for p in peers.iter_mut().filter(|p| p.error.is_none()) {
+            match (
+                &failure,
+                peer_us.remove(&p.name).and_then(Timing::from_samples),
+            ) {
+                (None, Some(t)) => {
+                    p.speedup = Some(t.median_us / kernel_timing.median_us);
+                    p.timing = Some(t);
+                }
+                (Some(e), _) => p.error = Some(format!("timing: {e}")),
+                (None, None) => p.error = Some("no valid timing samples".into()),
+            }
+        }
+        let best = peers
+            .iter()
+            .filter(|p| p.passed && p.timing.is_some())
+            .min_by(|a, b| median_of(a).total_cmp(&median_of(b)))
+            .map(|p| p.name.clone());
+        let per_round: Vec<f64> = best
+            .as_ref()
+            .and_then(|b| peer_round_medians.get(b))
+            .map(|m| {
+                m.iter()
+                    .zip(&kernel_round_medians)
+                    .map(|(p, k)| p / k)
+                    .filter(|r| r.is_finite())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let speedup = best
+            .as_ref()
+            .and_then(|b| peers.iter().find(|p| &p.name == b))
+            .and_then(|p| p.speedup);
+        Ok((
+            kernel_timing,
+            PeersReport {
+                unavailable: None,
+                torch: Some(torch),
+                rounds,
+                peers,
+                best,
+                speedup,
+                speedup_min: per_round.iter().copied().reduce(f64::min),
+                speedup_max: per_round.iter().copied().reduce(f64::max),
+            },
+        ))
+    }
+
+    /// Starts the subprocess if needed, writes the inputs, and runs every peer once; `Err` is
+    /// why there are no peers.
+    fn setup(&mut self, run: &PeerRun) -> Result<Session, String> {
+        let req = run.req;
+        let twin =
+            hopfuse::torch_twin(&req.source).map_err(|d| d.render(&req.source, &req.file))?;
+        let program = hopfuse::frontend::parse(&req.source).map_err(|d| d.message)?;
+        let fusion = hopfuse::fusion::build(&program.fusion).map_err(|d| d.message)?;
+        let torch = self.start()?;
+        let dir = TempDir::new().map_err(|e| format!("cannot make a temporary directory: {e}"))?;
+        let mut inputs = Vec::new();
+        for &t in &fusion.inputs {
+            let (name, dtype, shape) = describe(&fusion, t, &req.sizes)?;
+            let file = dir.path.join(format!("input_{}.bin", inputs.len()));
+            write_input(&file, req.seed, &name, dtype, shape.iter().product())
+                .map_err(|e| format!("writing input `{name}`: {e}"))?;
+            inputs.push(
+                json!({"name": name, "file": file, "dtype": torch_name(dtype), "shape": shape}),
+            );
+        }
+        let (mut outputs, mut outputs_json) = (Vec::new(), Vec::new());
+        for &t in &fusion.outputs {
+            let (name, dtype, shape) = describe(&fusion, t, &req.sizes)?;
+            outputs_json.push(json!({"name": name, "dtype": torch_name(dtype), "shape": shape}));
+            outputs.push((name, dtype));
+        }
+        let l2 = match run.l2 {
+            L2Policy::None => json!({"kind": "none"}),
+            L2Policy::Rotate { sets } => json!({"kind": "rotate", "sets": sets}),
+            L2Policy::Flush { bytes } => json!({"kind": "flush", "bytes": bytes}),
+        };
+        // A matrix product with a bias epilogue: also cuBLASLt's fused epilogue.
+        let extra: Vec<Value> = hopfuse::torch::emit_cublaslt(&fusion)
+            .map(|(lt, _)| json!({"name": CUBLASLT, "twin": lt.source, "function": lt.function}))
+            .into_iter()
+            .collect();
+        let cmd = json!({
+            "cmd": "setup",
+            "extra": extra,
+            "dir": dir.path,
+            "twin": twin.source,
+            "function": twin.function,
+            "inputs": inputs,
+            "outputs": outputs_json,
+            "l2": l2,
+            "peers": PEERS,
+        });
+        info!("peers: setting up {} ({})", twin.function, PEERS.join(", "));
+        let reply = self.request(&cmd, "setup", SETUP_LIMIT)?;
+        let mut peers = Vec::new();
+        for p in reply["peers"].as_array().into_iter().flatten() {
+            let name = p["name"].as_str().unwrap_or("?").to_string();
+            let mut result = PeerResult {
+                name: name.clone(),
+                timing: None,
+                validation: Vec::new(),
+                passed: false,
+                compile_s: p["compile_s"].as_f64(),
+                speedup: None,
+                error: p["error"].as_str().map(String::from),
+            };
+            if result.error.is_none() {
+                match validate_peer(&name, p, &outputs, run.expected) {
+                    Ok(checks) => {
+                        result.passed = checks.iter().all(|c| c.passed);
+                        result.validation = checks;
+                    }
+                    Err(e) => result.error = Some(e),
+                }
+            }
+            peers.push(result);
+        }
+        Ok(Session { dir, torch, peers })
+    }
+
+    /// The running subprocess's torch version, starting it if needed.
+    fn start(&mut self) -> Result<String, String> {
+        if let Some(d) = &self.driver {
+            return Ok(d.torch.clone());
+        }
+        let started = Driver::start(&self.python);
+        match started {
+            Ok(d) => {
+                let torch = d.torch.clone();
+                self.driver = Some(d);
+                Ok(torch)
+            }
+            Err(Start::Unavailable(why)) => {
+                self.unavailable = Some(why.clone());
+                Err(why)
+            }
+            Err(Start::Failed(why)) => Err(why),
+        }
+    }
+
+    /// Sends one command and waits for the reply `event`; on any failure the subprocess is
+    /// stopped (the next run starts a fresh one).
+    fn request(&mut self, cmd: &Value, event: &str, limit: Duration) -> Result<Value, String> {
+        let Some(d) = &mut self.driver else {
+            return Err("the peer process is not running".into());
+        };
+        let reply = d.request(cmd, limit);
+        let reply = match reply {
+            Ok(r) if r["event"] == event => Ok(r),
+            Ok(r) if r["event"] == "error" => Err(format!(
+                "peers.py: {}",
+                r["message"].as_str().unwrap_or("an error")
+            )),
+            Ok(r) => Err(format!("peers.py answered {r} instead of `{event}`")),
+            Err(e) => Err(e),
+        };
+        if reply.is_err() {
+            self.driver = None;
+        }
+        reply
+    }
+}
+
+/// A set-up peer session: its files and the peers' first-call results.
+struct Session {
+    dir: TempDir,
+    torch: String,
+    peers: Vec<PeerResult>,
+}
+
+/// A peer's first-call outputs against the reference.
+fn validate_peer(
+    name: &str,
+    reply: &Value,
+    outputs: &[(String, DType)],
+    expected: &BTreeMap<String, Vec<f64>>,
+) -> Result<Vec<Check>, String> {
+    let files = reply["outputs"].as_array().cloned().unwrap_or_default();
+    let mut checks = Vec::new();
+    for (output, dtype) in outputs {
+        let file = files
+            .iter()
+            .find(|f| f["name"] == output.as_str())
+            .and_then(|f| f["file"].as_str())
+            .ok_or_else(|| format!("no output `{output}` from {name}"))?;
+        let bytes = std::fs::read(file).map_err(|e| format!("reading {file}: {e}"))?;
+        let want = expected
+            .get(output)
+            .ok_or_else(|| format!("no reference for `{output}`"))?;
+        let out = data::decode(*dtype, &bytes);
+        checks.push(validate::check(
+            &format!("{name} {output}"),
+            *dtype,
+            &out,
+            want,
+        )?);
+    }
+    Ok(checks)
+}
+
+/// Name, dtype and shape (broadcast axes 1, scalars `[]`) of a fusion tensor at these sizes.
+fn describe(
+    f: &Fusion,
+    t: TensorId,
+    sizes: &BTreeMap<String, i64>,
+) -> Result<(String, DType, Vec<usize>), String> {
+    let tensor = &f.tensors[t];
+    let shape = f
+        .logical(t)
+        .iter()
+        .map(|&id| match f.ids[id].kind {
+            IterKind::Broadcast => Ok(1),
+            _ => {
+                let e = f.class_extent(f.class_of(id));
+                let v = e.eval(sizes).map_err(|e| e.to_string())?;
+                usize::try_from(v).map_err(|_| format!("size {e} = {v} is negative"))
+            }
+        })
+        .collect::<Result<_, String>>()?;
+    Ok((tensor.name.clone(), tensor.dtype, shape))
+}
+
+fn torch_name(d: DType) -> &'static str {
+    hopfuse::torch::torch_dtype(d).trim_start_matches("torch.")
+}
+
+/// Writes input `name`'s values exactly as the engine generates them (the same generator,
+/// seeded by the run's seed and the name), in chunks so a 2^28-element input needs no 2 GiB of
+/// doubles.
+fn write_input(path: &Path, seed: u64, name: &str, dtype: DType, n: usize) -> std::io::Result<()> {
+    const CHUNK: usize = 1 << 20;
+    let mut rng = data::rng_for(seed, name);
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(CHUNK);
+        file.write_all(&data::encode(
+            dtype,
+            &data::random_values(dtype, k, &mut rng),
+        ))?;
+        left -= k;
+    }
+    file.flush()
+}
+
+fn timing(us: Vec<f64>) -> Result<Timing, RunError> {
+    Timing::from_samples(us)
+        .ok_or_else(|| RunError::new(crate::engine::Stage::Cuda, "no valid timing samples"))
+}
+
+fn median(us: &[f64]) -> f64 {
+    Timing::from_samples(us.to_vec()).map_or(f64::NAN, |t| t.median_us)
+}
+
+fn median_of(p: &PeerResult) -> f64 {
+    p.timing.as_ref().map_or(f64::INFINITY, |t| t.median_us)
+}
+
+/// Why the subprocess did not start.
+enum Start {
+    /// torch is not importable or has no CUDA: sticky for this process.
+    Unavailable(String),
+    /// Anything else (no python3, a crash): tried again next run.
+    Failed(String),
+}
+
+/// The running `peers.py` and a thread reading its stdout lines.
+struct Driver {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+    torch: String,
+    /// Holds `peers.py` itself.
+    _script: TempDir,
+}
+
+impl Driver {
+    fn start(python: &PythonCommand) -> Result<Driver, Start> {
+        let script = TempDir::new().map_err(|e| Start::Failed(e.to_string()))?;
+        let path = script.path.join("peers.py");
+        std::fs::write(&path, SCRIPT).map_err(|e| Start::Failed(e.to_string()))?;
+        let mut child = Command::new(&python.program)
+            .args(&python.args)
+            .envs(python.env.iter().map(|(k, v)| (k, v)))
+            .arg("-u")
+            .arg(&path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| Start::Unavailable(format!("cannot start {}: {e}", python.program)))?;
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut d = Driver {
+            child,
+            stdin,
+            lines,
+            torch: String::new(),
+            _script: script,
+        };
+        let hello = d.read(START_LIMIT).map_err(Start::Failed)?;
+        match hello["event"].as_str() {
+            Some("hello") => {
+                d.torch = hello["torch"].as_str().unwrap_or("?").to_string();
+                info!(
+                    "peers: torch {} on {}",
+                    d.torch,
+                    hello["device"].as_str().unwrap_or("?")
+                );
+                Ok(d)
+            }
+            Some("unavailable") => Err(Start::Unavailable(
+                hello["reason"]
+                    .as_str()
+                    .unwrap_or("no reason given")
+                    .to_string(),
+            )),
+            _ => Err(Start::Failed(format!("peers.py said {hello}"))),
+        }
+    }
+
+    fn request(&mut self, cmd: &Value, limit: Duration) -> Result<Value, String> {
+        writeln!(self.stdin, "{cmd}")
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| format!("the peer process is gone: {e}"))?;
+        self.read(limit)
+    }
+
+    fn read(&mut self, limit: Duration) -> Result<Value, String> {
+        match self.lines.recv_timeout(limit) {
+            Ok(line) => {
+                serde_json::from_str(&line).map_err(|e| format!("peers.py wrote `{line}`: {e}"))
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(format!(
+                "peers.py did not answer within {} s",
+                limit.as_secs()
+            )),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err("peers.py exited (its stderr says why)".into())
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // Closing stdin ends it; a hung one is killed.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A directory removed with everything in it when dropped.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new() -> std::io::Result<TempDir> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "hopfuse-peers-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path)?;
+        Ok(TempDir { path })
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_python() -> PythonCommand {
+        PythonCommand {
+            program: "python3".into(),
+            args: Vec::new(),
+            env: vec![(
+                "PYTHONPATH".into(),
+                concat!(env!("CARGO_MANIFEST_DIR"), "/peers/fake_torch").into(),
+            )],
+        }
+    }
+
+    /// A request and its reference outputs, from inputs made as the engine makes them.
+    fn softmax(seed: u64) -> (RunRequest, BTreeMap<String, Vec<f64>>) {
+        let source = "fusion softmax {\n  input x: bf16[M, N]\n  m = max(x, axis=1)\n  e = exp(x - broadcast(m, axis=1))\n  y = cast(e / broadcast(sum(e, axis=1), axis=1), bf16)\n  output y\n}";
+        let req = RunRequest {
+            file: "softmax.hf".into(),
+            source: source.into(),
+            sizes: [("M".to_string(), 3), ("N".to_string(), 7)].into(),
+            iters: 12,
+            warmup: 2,
+            seed,
+            index: None,
+            copy_ceiling: false,
+            peers: true,
+        };
+        let v = data::random_values(DType::BF16, 21, &mut data::rng_for(seed, "x"));
+        let x = data::decode(DType::BF16, &data::encode(DType::BF16, &v));
+        let program = hopfuse::frontend::parse(source).unwrap();
+        let f = hopfuse::fusion::build(&program.fusion).unwrap();
+        let expected =
+            hopfuse::reference::evaluate(&f, &req.sizes, &[("x".to_string(), x)].into()).unwrap();
+        (req, expected)
+    }
+
+    #[test]
+    fn peers_run_on_the_same_inputs_validate_and_alternate_with_the_kernel() {
+        let (req, expected) = softmax(7);
+        let mut peers = Peers::with_python(fake_python());
+        let mut rounds = Vec::new();
+        let mut kernel = |warmup: u32, iters: u32| {
+            rounds.push((warmup, iters));
+            Ok(vec![10.0; iters as usize])
+        };
+        let run = PeerRun {
+            req: &req,
+            expected: &expected,
+            l2: &L2Policy::Rotate { sets: 2 },
+        };
+        let (timing, report) = peers.interleave(&run, &mut kernel).unwrap();
+        // 12 iterations in 5 rounds, the full warm-up first.
+        assert_eq!(rounds, [(2, 3), (1, 3), (1, 2), (1, 2), (1, 2)]);
+        assert_eq!((timing.samples, timing.median_us), (12, 10.0));
+        assert_eq!(report.unavailable, None);
+        assert_eq!(report.torch.as_deref(), Some("0.0-fake"));
+        assert_eq!(report.rounds, 5);
+        let names: Vec<&str> = report.peers.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, PEERS);
+        for p in &report.peers {
+            // Validated against the reference: the files held the run's exact inputs.
+            assert!(p.passed && p.error.is_none(), "{p:?}");
+            assert_eq!(p.validation.len(), 1);
+            assert!(p.validation[0].rel_l2 < 1e-2, "{p:?}");
+            let t = p.timing.as_ref().unwrap();
+            assert_eq!(t.samples, 12);
+            assert_eq!(p.speedup, Some(t.median_us / 10.0));
+        }
+        assert!(report.peers[0].compile_s.is_none() && report.peers[1].compile_s.is_some());
+        let best = report.best.as_deref().unwrap();
+        let best = report.peers.iter().find(|p| p.name == best).unwrap();
+        assert_eq!(report.speedup, best.speedup);
+        let (lo, hi) = (report.speedup_min.unwrap(), report.speedup_max.unwrap());
+        assert!(lo <= hi && lo > 0.0, "{report:?}");
+        // The warm process serves the next run too, with another seed's inputs.
+        let (req, expected) = softmax(8);
+        let run = PeerRun {
+            req: &req,
+            expected: &expected,
+            l2: &L2Policy::Flush { bytes: 64 },
+        };
+        let (_, report) = peers
+            .interleave(&run, &mut |_, n| Ok(vec![5.0; n as usize]))
+            .unwrap();
+        assert!(report.peers.iter().all(|p| p.passed), "{report:?}");
+        // Validation is real: another run's reference does not match these inputs.
+        let (_, other) = softmax(9);
+        let run = PeerRun {
+            req: &req,
+            expected: &other,
+            l2: &L2Policy::None,
+        };
+        let (_, report) = peers
+            .interleave(&run, &mut |_, n| Ok(vec![5.0; n as usize]))
+            .unwrap();
+        assert!(report.peers.iter().all(|p| !p.passed), "{report:?}");
+        assert_eq!(report.best, None);
+        assert_eq!(crate::report::speedup(&report), "no peer validated");
+    }
+
+    #[test]
+    fn a_gemm_with_a_bias_epilogue_also_has_the_cublaslt_peer() {
+        let source = "fusion g {\n  input a: f32[M, K]\n  input b: f32[K, N]\n  input bias: f32[N]\n  y = relu(sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1) + broadcast(bias, axis=0))\n  output y\n}";
+        let sizes: BTreeMap<String, i64> = [("M", 4), ("K", 3), ("N", 5)]
+            .map(|(k, v)| (k.to_string(), v))
+            .into();
+        let req = RunRequest {
+            file: "g.hf".into(),
+            source: source.into(),
+            sizes: sizes.clone(),
+            iters: 3,
+            warmup: 1,
+            seed: 5,
+            index: None,
+            copy_ceiling: false,
+            peers: true,
+        };
+        let values = |name: &str, n: usize| {
+            let v = data::random_values(DType::F32, n, &mut data::rng_for(5, name));
+            (name.to_string(), v)
+        };
+        let inputs = [values("a", 12), values("b", 15), values("bias", 5)].into();
+        let program = hopfuse::frontend::parse(source).unwrap();
+        let f = hopfuse::fusion::build(&program.fusion).unwrap();
+        let expected = hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap();
+        let run = PeerRun {
+            req: &req,
+            expected: &expected,
+            l2: &L2Policy::None,
+        };
+        let mut peers = Peers::with_python(fake_python());
+        let (_, report) = peers
+            .interleave(&run, &mut |_, n| Ok(vec![1.0; n as usize]))
+            .unwrap();
+        let names: Vec<&str> = report.peers.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["eager", "torch.compile", CUBLASLT]);
+        let lt = &report.peers[2];
+        assert!(
+            lt.passed && lt.timing.is_some() && lt.compile_s.is_none(),
+            "{lt:?}"
+        );
+        assert_eq!(report.rounds, 3);
+    }
+
+    #[test]
+    fn without_torch_the_kernel_is_timed_alone_and_the_report_says_why() {
+        let (req, expected) = softmax(1);
+        // -S: no site-packages, so no torch even where it is installed.
+        let mut peers = Peers::with_python(PythonCommand {
+            program: "python3".into(),
+            args: vec!["-S".into()],
+            env: vec![("PYTHONPATH".into(), String::new())],
+        });
+        let run = PeerRun {
+            req: &req,
+            expected: &expected,
+            l2: &L2Policy::None,
+        };
+        let mut calls = Vec::new();
+        let (timing, report) = peers
+            .interleave(&run, &mut |w, n| {
+                calls.push((w, n));
+                Ok(vec![3.0; n as usize])
+            })
+            .unwrap();
+        assert_eq!(calls, [(2, 12)]);
+        assert_eq!(timing.samples, 12);
+        let why = report.unavailable.as_deref().unwrap();
+        assert!(why.starts_with("cannot import torch"), "{why}");
+        assert!(report.peers.is_empty());
+        assert_eq!(
+            crate::report::speedup(&report),
+            format!("peers unavailable: {why}")
+        );
+        // Kernel errors are the run's errors.
+        let err = peers
+            .interleave(&run, &mut |_, _| {
+                Err(RunError::new(crate::engine::Stage::Cuda, "boom"))
+            })
+            .unwrap_err();
+        assert_eq!(err.message, "boom");
+    }
+}

@@ -1,0 +1,260 @@
+//! The PyTorch twins (`hopfuse compile --torch`): every example's twin is a golden output, is
+//! valid Python, and computes what the float64 reference computes, checked by running it under
+//! `python3` against the pure-Python stand-in for torch (`runner/peers/fake_torch`, which
+//! rounds every value to its dtype and rejects mixed-dtype ops) at small sizes; with
+//! `HOPFUSE_TEST_TORCH_PYTHON=/path/to/python` against the real torch (on the CPU) instead.
+//! Update the snapshots with `INSTA_UPDATE=always cargo test -p hopfuse-tests --test torch`.
+
+use hopfuse::fusion::{Fusion, IterKind};
+use hopfuse::DType;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `(group__stem, path)` of every `examples/<group>/*.hf`.
+fn examples() -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for group in std::fs::read_dir(repo().join("examples")).expect("examples/") {
+        let group = group.unwrap().path();
+        for f in std::fs::read_dir(&group).into_iter().flatten() {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|e| e == "hf") {
+                let name = |p: &Path| p.file_stem().unwrap().to_string_lossy().into_owned();
+                out.push((format!("{}__{}", name(&group), name(&f)), f));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn twin(path: &Path) -> (hopfuse::torch::Twin, Fusion) {
+    let src = std::fs::read_to_string(path).unwrap();
+    let twin = hopfuse::torch_twin(&src)
+        .unwrap_or_else(|e| panic!("{}", e.render(&src, &path.display().to_string())));
+    let program = hopfuse::frontend::parse(&src).unwrap();
+    (twin, hopfuse::fusion::build(&program.fusion).unwrap())
+}
+
+#[test]
+fn every_example_twin_matches_its_golden_output() {
+    let files = examples();
+    assert!(files.len() >= 10, "found only {} examples", files.len());
+    for (name, path) in files {
+        insta::assert_snapshot!(name, twin(&path).0.source);
+    }
+}
+
+/// Small distinct sizes, so a reduction over the wrong axis or a transposed operand shows.
+const SIZES: [i64; 6] = [3, 5, 4, 2, 6, 7];
+
+/// Deterministic values in [-1, 1) rounded to the dtype; integers in ±1..8 (as the runner's).
+fn values(dtype: DType, n: usize, seed: u64) -> Vec<f64> {
+    (0..n as u64)
+        .map(|i| {
+            let h = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed.wrapping_mul(0xBF58_476D);
+            let u = (h >> 11) as f64 / (1u64 << 53) as f64;
+            match dtype {
+                DType::I32 => (1 + (h % 8) as i64) as f64 * if h & 256 == 0 { 1.0 } else { -1.0 },
+                d => d.round(u * 2.0 - 1.0),
+            }
+        })
+        .collect()
+}
+
+fn shape(f: &Fusion, t: usize, sizes: &BTreeMap<String, i64>) -> Vec<usize> {
+    f.logical(t)
+        .iter()
+        .map(|&id| match f.ids[id].kind {
+            IterKind::Broadcast => 1,
+            _ => f.class_extent(f.class_of(id)).eval(sizes).unwrap() as usize,
+        })
+        .collect()
+}
+
+fn py_list<T: ToString>(v: &[T]) -> String {
+    format!(
+        "[{}]",
+        v.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// Runs a twin on `inputs` under the fake torch; each output as (dtype name, shape, values).
+fn run_twin(
+    twin: &hopfuse::torch::Twin,
+    inputs: &[(DType, Vec<usize>, Vec<f64>)],
+) -> Vec<(String, Vec<usize>, Vec<f64>)> {
+    let mut script = String::from("import sys, torch\n");
+    script += &format!(
+        "code = compile({:?}, 'twin.py', 'exec')\nns = {{}}\nexec(code, ns)\nargs = []\n",
+        twin.source
+    );
+    for (dtype, shape, vals) in inputs {
+        let vals: Vec<String> = vals.iter().map(|v| format!("{v:?}")).collect();
+        script += &format!(
+            "args.append(torch.tensor({}, dtype=torch.float64).reshape(tuple({})).to({}))\n",
+            py_list(&vals),
+            py_list(shape),
+            hopfuse::torch::torch_dtype(*dtype)
+        );
+    }
+    script += &format!(
+        "outs = ns[{:?}](*args)\nouts = outs if isinstance(outs, tuple) else (outs,)\n\
+         for o in outs:\n    name = str(o.dtype).replace('torch.', '')\n    flat = o.double().reshape(-1).tolist()\n    print(name, ' '.join(map(str, o.shape)), '|', ' '.join(repr(v) for v in flat))\n",
+        twin.function
+    );
+    // `HOPFUSE_TEST_TORCH_PYTHON`: a Python with the real torch instead of the fake one.
+    let real = std::env::var("HOPFUSE_TEST_TORCH_PYTHON").ok();
+    let fake = repo().join("runner/peers/fake_torch");
+    let mut child = Command::new(real.as_deref().unwrap_or("python3"))
+        .arg("-")
+        .env("PYTHONPATH", if real.is_some() { "".into() } else { fake })
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 is needed to check the torch twins (CI machines have it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "python3 failed on the twin:\n{}\n{}",
+        twin.source,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (head, vals) = line.split_once(" | ").unwrap_or((line, ""));
+            let mut head = head.split(' ');
+            let dtype = head.next().unwrap().to_string();
+            let shape = head.filter(|s| !s.is_empty()).map(|s| s.parse().unwrap());
+            let vals = vals.split(' ').filter(|s| !s.is_empty());
+            (
+                dtype,
+                shape.collect(),
+                vals.map(|v| v.parse().unwrap()).collect(),
+            )
+        })
+        .collect()
+}
+
+fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
+    let diff: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum();
+    let norm: f64 = want.iter().map(|w| w * w).sum();
+    (diff / norm.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+/// Checks one program's twins against the reference; `what` names it in failures. Returns
+/// whether it had a cuBLASLt twin too.
+fn check_against_reference(src: &str, what: &str) -> bool {
+    let program = hopfuse::frontend::parse(src).unwrap();
+    let f = hopfuse::fusion::build(&program.fusion).unwrap();
+    let twin = hopfuse::torch::emit(&f, Some(&program.fusion));
+    let sizes: BTreeMap<String, i64> = f.symbols.iter().cloned().zip(SIZES).collect();
+    let mut named = BTreeMap::new();
+    let mut inputs = Vec::new();
+    for (k, &t) in f.inputs.iter().enumerate() {
+        let s = shape(&f, t, &sizes);
+        let v = values(f.tensors[t].dtype, s.iter().product(), k as u64 + 1);
+        named.insert(f.tensors[t].name.clone(), v.clone());
+        inputs.push((f.tensors[t].dtype, s, v));
+    }
+    let want = hopfuse::reference::evaluate(&f, &sizes, &named).unwrap();
+    let mut twins = vec![twin];
+    // A matrix product with a bias epilogue also has its cuBLASLt twin: it must agree too.
+    twins.extend(hopfuse::torch::emit_cublaslt(&f).map(|(t, _)| t));
+    for twin in &twins {
+        check_twin(&f, twin, &inputs, &want, &sizes, what);
+    }
+    twins.len() == 2
+}
+
+fn check_twin(
+    f: &Fusion,
+    twin: &hopfuse::torch::Twin,
+    inputs: &[(DType, Vec<usize>, Vec<f64>)],
+    want: &BTreeMap<String, Vec<f64>>,
+    sizes: &BTreeMap<String, i64>,
+    what: &str,
+) {
+    let got = run_twin(twin, inputs);
+    assert_eq!(got.len(), f.outputs.len(), "{what}: outputs");
+    for ((dtype, shp, vals), &t) in got.iter().zip(&f.outputs) {
+        let tensor = &f.tensors[t];
+        let expect = torch_name(tensor.dtype);
+        assert_eq!(
+            (dtype.as_str(), shp),
+            (expect, &shape(f, t, sizes)),
+            "{what}: `{}`",
+            tensor.name
+        );
+        let err = rel_l2(vals, &want[&tensor.name]);
+        assert!(
+            err <= tensor.dtype.tolerance().max(1e-12),
+            "{what}: `{}` relative L2 error {err:e}\n{}",
+            tensor.name,
+            twin.source
+        );
+    }
+}
+
+fn torch_name(d: DType) -> &'static str {
+    hopfuse::torch::torch_dtype(d).trim_start_matches("torch.")
+}
+
+#[test]
+fn every_example_twin_parses_and_computes_the_reference() {
+    for (name, path) in examples() {
+        let src = std::fs::read_to_string(&path).unwrap();
+        check_against_reference(&src, &name);
+    }
+}
+
+/// Programs beyond the examples: every op, every reduction, mixed dtypes, scalar inputs,
+/// contractions in other layouts, names that are Python keywords.
+#[test]
+fn other_programs_compute_the_reference() {
+    let programs = [
+        "fusion ops {\n  input x: f32[M, N]\n  input k: i32[M, N]\n  a = sigmoid(x) + rsqrt(abs(x) + 1.0) - tanh(neg(x))\n  b = max(x, k) / (min(relu(x), 0.25) + 1.0) + sqrt(exp(x))\n  c = k * 3 - abs(k)\n  output a\n  output b\n  output c\n}",
+        "fusion reductions {\n  input x: bf16[B, M, N]\n  s = sum(x, axis=[0, 2])\n  m = min(x, axis=1)\n  t = max(cast(x, f16), axis=[1, 2])\n  y = broadcast(s, axis=[0, 2]) * broadcast(t, axis=[1, 2])\n  output y\n  output m\n}",
+        "fusion scalars {\n  input x: f16[M]\n  input alpha: f64\n  input lambda: bf16\n  y = cast(x, f64) * alpha + lambda\n  output y\n}",
+        "fusion gemm_bias {\n  input a: f16[K, M]\n  input b: f16[K, N]\n  input bias: f32[N]\n  p = broadcast(a, axis=2) * broadcast(cast(b, f32), axis=1)\n  c = sum(p, axis=0) + broadcast(bias, axis=0)\n  output c\n}",
+        "fusion gemm_f32_out {\n  input a: bf16[M, K]\n  input b: bf16[K, N]\n  input bias: f32[N]\n  s = sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1)\n  y = relu(s + broadcast(bias, axis=0))\n  output y\n}",
+        "fusion batched {\n  input a: f64[B, M, K]\n  input b: f64[B, K, N]\n  c = sum(broadcast(a, axis=3) * broadcast(b, axis=1), axis=2)\n  output c\n}",
+        "fusion int_gemm {\n  input a: i32[M, K]\n  input b: i32[K, N]\n  c = sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1)\n  output c\n}",
+        "fusion gemm_bias_gelu {\n  input a: bf16[M, K]\n  input b: bf16[N, K]\n  input bias: bf16[N]\n  s = sum(broadcast(a, axis=1) * broadcast(b, axis=0), axis=2)\n  u = s + broadcast(bias, axis=0)\n  y = cast(0.5 * u * (1.0 + tanh(0.7978845608 * (u + 0.044715 * u * u * u))), bf16)\n  output y\n}",
+        "fusion gemm_relu_f32 {\n  input a: f32[K, M]\n  input b: f32[K, N]\n  input bias: f32[N]\n  y = relu(sum(broadcast(a, axis=2) * broadcast(b, axis=1), axis=0) + broadcast(bias, axis=0))\n  output y\n}",
+        "fusion copies {\n  input x: f32[M, N]\n  y = x\n  z = cast(x, f32)\n  output y\n  output z\n}",
+    ];
+    let with_cublaslt: Vec<&str> = programs
+        .iter()
+        .filter(|src| check_against_reference(src, src.lines().next().unwrap()))
+        .map(|src| src.lines().next().unwrap())
+        .collect();
+    assert_eq!(
+        with_cublaslt,
+        ["fusion gemm_bias_gelu {", "fusion gemm_relu_f32 {"]
+    );
+}
+
+#[test]
+fn a_program_error_is_located() {
+    let err = hopfuse::torch_twin("fusion f {\n  input x: f32[N]\n  y = nope(x)\n  output y\n}")
+        .unwrap_err();
+    assert_eq!((err.0[0].line, err.0[0].column), (3, 7), "{err:?}");
+}
