@@ -242,14 +242,16 @@ impl Blas {
     /// reference of a matrix product ([`crate::gemm_reference`]).
     ///
     /// # Safety
-    /// `a`, `b` and `c` must be device pointers to f64 tensors of the shape `args` was made
-    /// for.
+    /// `first`, `second` (the operands in the order of [`GemmArgs::operands`]) and `c` must be
+    /// device pointers to f64 tensors of the shapes `args` was made for.
     pub unsafe fn dgemm(
         &self,
         args: &GemmArgs,
-        (a, b, c): (u64, u64, u64),
+        (first, second, c): (u64, u64, u64),
     ) -> Result<(), RunError> {
-        let ((transa, transb), (first, second)) = (args.ops(), args.operands(a, b));
+        // The operands come in cuBLAS's order already ([`GemmArgs::operands`] was applied by the
+        // caller, who uploaded them that way): ordering them again would swap them back.
+        let (transa, transb) = args.ops();
         let (one, zero) = (1.0f64, 0.0f64);
         result::dgemm(
             self.handle,

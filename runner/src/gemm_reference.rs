@@ -100,7 +100,7 @@ pub fn on_device(
         let p = |b: &cudarc::driver::CudaSlice<u8>| gpu::pointer_slot(b, &g.stream);
         // SAFETY: the buffers hold the operands and the result of the shapes `args` was made
         // for (first: m x k or k x m per transa, ...), all f64.
-        unsafe { blas.dgemm(args, (p(&da), p(&db), p(&dc))) }?;
+        unsafe { blas.dgemm(args, (p(&da), p(&db), p(&dc))) }?; // da, db: first, second
         g.sync("the float64 reference (cublasDgemm)")?;
         Ok(data::decode(
             DType::F64,
