@@ -57,11 +57,22 @@ const SEED_BLOCK: usize = 1 << 20;
 pub fn seeded_values(dtype: DType, n: usize, seed: u64, name: &str) -> Vec<f64> {
     let mut out = vec![0.0; n];
     crate::host_parallel::Threads::all().for_chunks(&mut out, SEED_BLOCK, |b, block| {
-        let mut rng = rng_for(seed, name);
-        rng.set_word_pos((b as u128) << 40);
-        block.copy_from_slice(&random_values(dtype, block.len(), &mut rng));
+        block.copy_from_slice(&seeded_block(dtype, seed, name, b, block.len()));
     });
     out
+}
+
+/// Block `b` (of `len` <= 2^20 values) of [`seeded_values`]: for writers that stream an input
+/// block by block (the peers' input files) and must produce the very same values.
+pub fn seeded_block(dtype: DType, seed: u64, name: &str, b: usize, len: usize) -> Vec<f64> {
+    let mut rng = rng_for(seed, name);
+    rng.set_word_pos((b as u128) << 40);
+    random_values(dtype, len, &mut rng)
+}
+
+/// Values per block of [`seeded_values`] (the unit of [`seeded_block`]).
+pub const fn seed_block_len() -> usize {
+    SEED_BLOCK
 }
 
 /// `v` rounded to the nearest value of `dtype` by the compiler's own rounding

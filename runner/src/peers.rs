@@ -474,17 +474,14 @@ fn torch_name(d: DType) -> &'static str {
 /// seeded by the run's seed and the name), in chunks so a 2^28-element input needs no 2 GiB of
 /// doubles.
 fn write_input(path: &Path, seed: u64, name: &str, dtype: DType, n: usize) -> std::io::Result<()> {
-    const CHUNK: usize = 1 << 20;
-    let mut rng = data::rng_for(seed, name);
+    let block = data::seed_block_len();
     let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
-    let mut left = n;
-    while left > 0 {
-        let k = left.min(CHUNK);
+    for (b, start) in (0..n).step_by(block).enumerate() {
+        let k = block.min(n - start);
         file.write_all(&data::encode(
             dtype,
-            &data::random_values(dtype, k, &mut rng),
+            &data::seeded_block(dtype, seed, name, b, k),
         ))?;
-        left -= k;
     }
     file.flush()
 }
@@ -643,6 +640,24 @@ mod tests {
                 concat!(env!("CARGO_MANIFEST_DIR"), "/peers/fake_torch").into(),
             )],
         }
+    }
+
+    #[test]
+    fn input_files_hold_the_engines_values_across_blocks() {
+        // More than one block of the seeded stream: a sequential stream would differ after the
+        // first 2^20 values (the peers once validated against other inputs than the kernel's).
+        let n = data::seed_block_len() + 5;
+        let dir = std::env::temp_dir().join(format!("hopfuse-peers-input-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.bin");
+        write_input(&path, 7, "x", DType::BF16, n).unwrap();
+        let written = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let expected = data::encode(DType::BF16, &data::seeded_values(DType::BF16, n, 7, "x"));
+        assert!(
+            written == expected,
+            "the input file differs from the engine's inputs"
+        );
     }
 
     /// A request and its reference outputs, from inputs made as the engine makes them.
