@@ -46,8 +46,26 @@ pub mod stress {
         )
     }
 
-    /// Statements of `x + x + ... + x` at the per-statement operation limit, chained.
+    /// Statements of `x + x + ... + x` at the per-statement operation limit, chained, up to the
+    /// fusion's operation limit.
     pub fn long_expressions() -> String {
+        let statements =
+            hopfuse::fusion::build::MAX_FUSION_OPS / hopfuse::frontend::parser::MAX_EXPR_OPS - 1;
+        let all = all_long_expressions();
+        let mut lines: Vec<&str> = all.lines().collect();
+        // header (2 lines), `statements` statements, then the output and the closing brace
+        let output = format!("  output e{}", statements - 1);
+        lines.truncate(2 + statements);
+        format!("{}\n{output}\n}}\n", lines.join("\n"))
+    }
+
+    /// As many such statements as fit in 64 KiB: more operations than one fusion may have
+    /// (rejected with a located error).
+    pub fn too_many_operations() -> String {
+        all_long_expressions()
+    }
+
+    fn all_long_expressions() -> String {
         let sum = |prev: &str| {
             let mut e = prev.to_string();
             for _ in 0..hopfuse::frontend::parser::MAX_EXPR_OPS {
@@ -141,7 +159,8 @@ pub mod stress {
     pub fn deep_nesting() -> String {
         let nested = |d: usize| format!("{}x{}", "exp(".repeat(d), ")".repeat(d));
         fits(
-            (0..).map(|i| format!("  n{i} = {}", nested(60))),
+            // 130 x 61 operations: within the fusion's operation limit
+            (0..130).map(|i| format!("  n{i} = {}", nested(60))),
             "fusion nest {\n  input x: f32[N]\n",
             |n| {
                 let y = format!("n{}", n.saturating_sub(1));
@@ -156,6 +175,7 @@ pub mod stress {
             ("statement chain", statement_chain()),
             ("long expressions", long_expressions()),
             ("too long expression", too_long_expression()),
+            ("too many operations", too_many_operations()),
             ("wide fusion", wide_fusion()),
             ("reduction chain", reduction_chain()),
             ("deep schedule", deep_schedule()),

@@ -66,6 +66,7 @@ fn every_line_of_every_example_is_mapped_to_what_wrote_it() {
             let options = CompileOptions {
                 index_type,
                 assume_aligned_vectors: false,
+                aligned_for: None,
             };
             let c = hopfuse::compile(src, &options).unwrap_or_else(|d| panic!("{name}: {d}"));
             let cuda: Vec<&str> = c.cuda.lines().collect();

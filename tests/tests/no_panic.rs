@@ -1,24 +1,35 @@
-//! Property tests: the parser and the whole lowering never panic, on random text and on
+//! Property tests: the parser and the whole lowering never panic and locate every diagnostic, on random text and on
 //! mutations of the real examples (every outcome is Ok or a located diagnostic).
 
 use proptest::prelude::*;
 
 fn examples() -> Vec<String> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/basics");
-    let mut v: Vec<String> = std::fs::read_dir(root)
-        .unwrap()
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
-        .collect();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut v = Vec::new();
+    for group in ["basics", "tma", "ws"] {
+        for e in std::fs::read_dir(root.join(group)).unwrap() {
+            v.push(std::fs::read_to_string(e.unwrap().path()).unwrap());
+        }
+    }
     v.sort();
     v
 }
 
+/// Compiles `src`: it lowers, or every diagnostic has a location and renders with it.
 fn check(src: &str) {
-    match hopfuse::compile(src, &Default::default()) {
-        Ok(_) => {}
-        Err(d) => {
-            let text = d.render(src, "p.hf");
-            assert!(!text.is_empty());
+    if let Err(d) = hopfuse::compile(src, &Default::default()) {
+        assert!(!d.0.is_empty(), "an error without a diagnostic for:\n{src}");
+        for diag in &d.0 {
+            assert!(
+                diag.span.is_some(),
+                "a diagnostic without a location: {}\nfor:\n{src}",
+                diag.message
+            );
+            let text = diag.render(src, "p.hf");
+            assert!(
+                text.starts_with("p.hf:") && text.contains(": error: "),
+                "{text}"
+            );
         }
     }
 }
@@ -76,6 +87,25 @@ const TOKENS: &[&str] = &[
     "shared",
     "outer",
     "cast",
+    "compute_at",
+    "rfactor",
+    "set_memory",
+    "circular_buffer",
+    "warp_specialized",
+    "registers",
+    "warp",
+    "TIDy",
+    "Bulk",
+    "load",
+    "store",
+    "tma",
+    "bulk",
+    "swizzle",
+    "fence",
+    "local",
+    "global",
+    "int",
+    "3000000000",
 ];
 
 proptest! {
@@ -93,7 +123,7 @@ proptest! {
     }
 
     #[test]
-    fn mutated_examples_never_panic(which in 0usize..5, edits in proptest::collection::vec((0usize..2000, 0..TOKENS.len(), 0u8..3), 1..6)) {
+    fn mutated_examples_never_panic(which in 0usize..64, edits in proptest::collection::vec((0usize..2000, 0..TOKENS.len(), 0u8..3), 1..6)) {
         let ex = examples();
         let mut src = ex[which % ex.len()].clone();
         for (pos, tok, kind) in edits {
@@ -156,6 +186,9 @@ fn programs_of_every_shape_at_the_size_limit() {
         match (name, outcome) {
             ("too long expression", Err((true, e))) => {
                 assert!(e.contains("more than 512 operations"), "{e}")
+            }
+            ("too many operations", Err((true, e))) => {
+                assert!(e.contains("more than 8192 operations"), "{e}")
             }
             ("deep schedule", Err((true, e))) => assert!(e.contains("loop axes; at most"), "{e}"),
             ("deep derivation", Err((true, e))) => {

@@ -8,6 +8,10 @@ use std::collections::{HashMap, HashSet};
 
 type BResult<T> = Result<T, Diagnostic>;
 
+/// Most operations (tensors computed) in one fusion: lowering is linear in them, and this keeps
+/// any program within the service's size limit well under a second.
+pub const MAX_FUSION_OPS: usize = 8192;
+
 pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
     let mut b = Builder {
         f: Fusion {
@@ -109,8 +113,8 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
     }
     if b.f.outputs.is_empty() {
         return Err(Diagnostic::new(
-            format!("fusion `{}` has no output", def.name),
-            None,
+            format!("fusion `{}` has no output (add `output NAME`)", def.name),
+            def.items.last().map(item_span),
         ));
     }
     if b.f.inputs.iter().all(|&t| b.f.rank(t) == 0) {
@@ -514,6 +518,12 @@ impl Builder {
         dest: &str,
         span: Option<Span>,
     ) -> BResult<TensorId> {
+        if self.f.exprs.len() >= MAX_FUSION_OPS {
+            return Err(Diagnostic::new(
+                format!("the fusion has more than {MAX_FUSION_OPS} operations; one fusion is one kernel: split the work into several fusions"),
+                span,
+            ));
+        }
         let tensors: Vec<TensorId> = inputs
             .iter()
             .filter_map(|o| {
@@ -738,5 +748,12 @@ pub(crate) fn check_identifier(name: &str, span: Span) -> BResult<()> {
             Some(span),
         )),
         None => Ok(()),
+    }
+}
+
+/// Where an item of the fusion block is written.
+fn item_span(item: &Item) -> Span {
+    match item {
+        Item::Input { loc, .. } | Item::Let { loc, .. } | Item::Output { loc, .. } => loc.0,
     }
 }

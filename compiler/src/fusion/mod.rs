@@ -7,7 +7,7 @@
 //! different tensors are the same loop when they are derived the same way from the same classes
 //! (see `passes::loop_nest`).
 
-mod build;
+pub mod build;
 pub mod matmul;
 pub mod schedule;
 

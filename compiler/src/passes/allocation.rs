@@ -127,7 +127,9 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                             "register tensor `{}` needs {n} elements per thread (at most 1024)",
                             buf.name
                         ),
-                        None,
+                        buf.tensor
+                            .or_else(|| cx.accumulator_of.get(&b).copied())
+                            .and_then(|t| f.tensors[t].span),
                     ));
                 }
             }

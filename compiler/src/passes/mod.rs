@@ -126,6 +126,9 @@ pub struct Ctx<'a> {
     pub fusion: &'a Fusion,
     pub keys: Keys,
     pub id_keys: HashMap<IterId, LoopKey>,
+    /// The tensor each reduction accumulator buffer accumulates (set by `reduction`), so
+    /// errors about the accumulator point at the reduction.
+    pub accumulator_of: HashMap<BufferId, TensorId>,
     /// The exprs reading each tensor ([`Fusion::use_index`], computed once).
     pub uses: Vec<Vec<crate::fusion::ExprId>>,
     /// Buffer of each tensor (inputs and outputs included).
@@ -197,6 +200,7 @@ impl<'a> Ctx<'a> {
             keys: Keys::default(),
             id_keys: HashMap::new(),
             uses: fusion.use_index(),
+            accumulator_of: HashMap::new(),
             tensor_buffer: HashMap::new(),
             alloc_ids: HashMap::new(),
             placement: HashMap::new(),

@@ -56,6 +56,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             is_input: false,
         });
         cx.alloc_ids.insert(acc, serial_iter.clone());
+        cx.accumulator_of.insert(acc, t);
         let out_buf = cx.tensor_buffer[&t];
         let loops_over = |cx: &Ctx, inner: Vec<Stmt>| -> Vec<Stmt> {
             let mut body = inner;
