@@ -408,8 +408,8 @@ pub fn html_without(c: Option<&Compiled>, asm: Asm, why: &str) -> String {
     let mut out = format!(
         "<div class=\"insp-need\" id=\"insp-need\">{}</div>",
         esc(&format!(
-            "{} comes from a hopfuse service (POST /api/inspect: NVRTC and nvdisasm, no GPU \
-             needed; scripts/run.sh starts one). {why}",
+            "{} comes from a hopfuse runner service (it compiles with NVRTC and disassembles \
+             with nvdisasm, no GPU needed; scripts/run.sh starts one). {why}",
             asm.name()
         ))
     );
@@ -718,7 +718,7 @@ mod tests {
         let src = crate::examples::find("tma/exp_2d").unwrap().source;
         let c = crate::model::compile(src).unwrap();
         let h = html_without(Some(&c), Asm::Sass, "No service is reachable.");
-        assert!(h.contains("SASS comes from a hopfuse service"));
+        assert!(h.contains("SASS comes from a hopfuse runner service"));
         assert!(h.contains("No service is reachable."));
         assert_eq!(h.matches("<div class=\"l").count(), c.cuda.lines().count());
         let n = c

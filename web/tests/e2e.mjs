@@ -1005,7 +1005,7 @@ try {
     await s.click("#tab-sass");
     await s.waitForFunction(() => /No service is reachable/.test(document.querySelector("#pane-sass #insp-need")?.textContent ?? ""));
     const need = await s.locator("#pane-sass #insp-need").textContent();
-    assert(need.includes("SASS comes from a hopfuse service (POST /api/inspect"), `says: ${need}`);
+    assert(need.includes("SASS comes from a hopfuse runner service (it compiles with NVRTC"), `says: ${need}`);
     const row = s.locator("#pane-sass .insp-cuda .l[data-ir]").first();
     await row.hover();
     await s.waitForFunction(() => /from pass/.test(document.querySelector("#pane-sass .insp-lit")?.textContent ?? ""));
