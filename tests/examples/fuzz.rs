@@ -1,15 +1,51 @@
 //! The long fuzz of issue 11: many programs through the whole compiler, each timed, none may
 //! panic or take over a second, and every diagnostic should carry a location.
 //!
-//! `cargo run --release -p hopfuse-tests --example fuzz -- [PROGRAMS] [SEED]` (default 100000,
-//! 1). Programs: every example (basics, TMA, warp-specialized) with 1-6 random edits drawn from
+//! `cargo run --release -p hopfuse-tests --example fuzz -- [PROGRAMS] [SEED] [HOST:PORT]`
+//! (default 100000, 1). With HOST:PORT every program is also posted to that `hopfuse serve`'s
+//! `POST /api/compile` (start it with `--requests-per-minute 0`): each answer must be 200 or a
+//! 4xx with a JSON error, never a 5xx or a dropped connection, and the service must stay up. Programs: every example (basics, TMA, warp-specialized) with 1-6 random edits drawn from
 //! the language's whole vocabulary (tokens, ops, schedule primitives and their arguments), random
 //! token soups, and the 64 KiB stress shapes. Prints a Markdown summary; exits 1 on a panic or a
 //! program over 1 s.
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::io::{Read, Write};
 use std::time::Instant;
+
+/// Posts `program` to `POST /api/compile` of the service at `addr` (one connection per
+/// request); returns the HTTP status, or why there was none.
+fn post_compile(addr: &str, program: &str) -> Result<u16, String> {
+    let body = serde_json::json!({ "program": program }).to_string();
+    let mut s = std::net::TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .ok();
+    write!(
+        s,
+        "POST /api/compile HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(|e| format!("send: {e}"))?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer)
+        .map_err(|e| format!("read: {e}"))?;
+    let text = String::from_utf8_lossy(&answer);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| {
+            format!(
+                "no status line in {:?}",
+                text.chars().take(80).collect::<String>()
+            )
+        })?;
+    if (400..500).contains(&status) && !text.contains("\"error\"") {
+        return Err(format!("{status} without a JSON error"));
+    }
+    Ok(status)
+}
 
 const VOCAB: &[&str] = &[
     "fusion",
@@ -165,6 +201,9 @@ fn main() {
         .next()
         .map_or(100_000, |a| a.parse().expect("PROGRAMS"));
     let seed: u64 = args.next().map_or(1, |a| a.parse().expect("SEED"));
+    let service = args.next();
+    let (mut served, mut service_failures) = (0usize, Vec::<String>::new());
+    let mut service_times: Vec<f64> = Vec::new();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let ex = examples();
     let stress = hopfuse_tests::stress::all();
@@ -197,6 +236,15 @@ fn main() {
         }
         if secs > 1.0 {
             slow += 1;
+        }
+        if let Some(addr) = &service {
+            let t = Instant::now();
+            match post_compile(addr, &src) {
+                Ok(status) if status < 500 => served += 1,
+                Ok(status) => service_failures.push(format!("program {i}: HTTP {status}")),
+                Err(e) => service_failures.push(format!("program {i}: {e}")),
+            }
+            service_times.push(t.elapsed().as_secs_f64());
         }
         match outcome {
             Ok(Ok(_)) => ok += 1,
@@ -247,6 +295,23 @@ fn main() {
     println!("slowest program starts: {:?}", worst_src);
     for m in &unlocated_examples {
         println!("unlocated: {m}");
+    }
+    if let Some(addr) = &service {
+        service_times.sort_by(f64::total_cmp);
+        let max = service_times.last().copied().unwrap_or(0.0);
+        println!();
+        println!(
+            "service {addr}: {served} answered (200 or 4xx with a JSON error), {} failed; request time median {:.3} ms, max {:.1} ms",
+            service_failures.len(),
+            service_times.get(service_times.len() / 2).copied().unwrap_or(0.0) * 1e3,
+            max * 1e3
+        );
+        for f in service_failures.iter().take(10) {
+            println!("service failure: {f}");
+        }
+        if !service_failures.is_empty() || max > 1.0 {
+            std::process::exit(1);
+        }
     }
     if panics > 0 || slow > 0 {
         std::process::exit(1);
