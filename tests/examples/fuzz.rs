@@ -150,24 +150,6 @@ const VOCAB: &[&str] = &[
     "__LINE__",
 ];
 
-fn examples() -> Vec<String> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    let mut v = Vec::new();
-    for group in std::fs::read_dir(&root).expect("examples/") {
-        let group = group.expect("entry").path();
-        if group.is_dir() {
-            for f in std::fs::read_dir(&group).expect("group") {
-                let f = f.expect("entry").path();
-                if f.extension().is_some_and(|e| e == "hf") {
-                    v.push(std::fs::read_to_string(f).expect("read"));
-                }
-            }
-        }
-    }
-    v.sort();
-    v
-}
-
 fn mutate(src: &str, rng: &mut ChaCha8Rng) -> String {
     let mut s = src.to_string();
     for _ in 0..rng.random_range(1..=6) {
@@ -205,7 +187,7 @@ fn main() {
     let (mut served, mut service_failures) = (0usize, Vec::<String>::new());
     let mut service_times: Vec<f64> = Vec::new();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let ex = examples();
+    let ex = hopfuse_tests::example_sources();
     let stress = hopfuse_tests::stress::all();
     let (mut ok, mut errors, mut unlocated, mut panics, mut slow) =
         (0usize, 0usize, 0usize, 0usize, 0usize);

@@ -1,5 +1,28 @@
 //! Integration tests live in tests/tests/. This library holds what they share with the fuzz
-//! script and the lowering benchmark: generators of large and hostile programs.
+//! script and the lowering benchmark: the example programs and generators of large and hostile
+//! programs.
+
+/// The text of every example program (`examples/<group>/*.hf`), sorted by path.
+pub fn example_sources() -> Vec<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut paths = Vec::new();
+    for group in std::fs::read_dir(&root).expect("examples/") {
+        let group = group.expect("entry").path();
+        if group.is_dir() {
+            for f in std::fs::read_dir(&group).expect("group") {
+                let f = f.expect("entry").path();
+                if f.extension().is_some_and(|e| e == "hf") {
+                    paths.push(f);
+                }
+            }
+        }
+    }
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| std::fs::read_to_string(p).expect("read"))
+        .collect()
+}
 
 pub mod stress {
     //! Programs of every shape up to the service's 64 KiB program limit: long chains of

@@ -25,11 +25,10 @@ fn write_of(cuda: &str, lhs: &str) -> String {
         .to_string()
 }
 
-#[test]
-fn shared_tensor_read_with_another_thread_layout_is_indexed_from_the_reader() {
-    // `t` is written by 128 threads x 2 (n_io = threadIdx.x), read by 2 x 128 threads
-    // (n_ii2 = threadIdx.x): the read must not use the writer's thread index.
-    let c = compile(&program("basics/layout_change.hf")).unwrap();
+/// `y` reads `t` from its own loops (n_io2, n_ii2), not from the writer's thread index (n_io),
+/// and `barrier` orders the write of `t` before the read.
+fn assert_read_from_own_loops(program_name: &str, barrier: &str) {
+    let c = compile(&program(program_name)).unwrap();
     let read = write_of(&c.cuda, "y[");
     assert!(
         !read.contains("n_io *"),
@@ -39,36 +38,23 @@ fn shared_tensor_read_with_another_thread_layout_is_indexed_from_the_reader() {
         read.contains("t[(n_o * 256 + (n_io2 * 128 + n_ii2)) % 256]"),
         "{read}"
     );
-    // and a barrier between the write and the read
     let (w, r) = (
         c.cuda.find("t[n_io * 2 + n_ii] =").unwrap(),
         c.cuda.find(&read).unwrap(),
     );
-    assert!(
-        c.cuda[w..r].contains("__syncthreads()"),
-        "{}",
-        &c.cuda[w..r]
-    );
+    assert!(c.cuda[w..r].contains(barrier), "{}", &c.cuda[w..r]);
+}
+
+#[test]
+fn shared_tensor_read_with_another_thread_layout_is_indexed_from_the_reader() {
+    // `t` is written by 128 threads x 2 (n_io = threadIdx.x), read by 2 x 128 threads
+    // (n_ii2 = threadIdx.x).
+    assert_read_from_own_loops("basics/layout_change.hf", "__syncthreads()");
 }
 
 #[test]
 fn warp_specialized_consumer_reading_with_another_layout() {
-    let c = compile(&program("ws/layout_change.hf")).unwrap();
-    let read = write_of(&c.cuda, "y[");
-    assert!(!read.contains("n_io *"), "{read}");
-    assert!(
-        read.contains("t[(n_o * 256 + (n_io2 * 128 + n_ii2)) % 256]"),
-        "{read}"
-    );
-    let (w, r) = (
-        c.cuda.find("t[n_io * 2 + n_ii] =").unwrap(),
-        c.cuda.find(&read).unwrap(),
-    );
-    assert!(
-        c.cuda[w..r].contains("hf_bar_sync<128>()"),
-        "{}",
-        &c.cuda[w..r]
-    );
+    assert_read_from_own_loops("ws/layout_change.hf", "hf_bar_sync<128>()");
 }
 
 #[test]

@@ -3,18 +3,6 @@
 
 use proptest::prelude::*;
 
-fn examples() -> Vec<String> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    let mut v = Vec::new();
-    for group in ["basics", "tma", "ws"] {
-        for e in std::fs::read_dir(root.join(group)).unwrap() {
-            v.push(std::fs::read_to_string(e.unwrap().path()).unwrap());
-        }
-    }
-    v.sort();
-    v
-}
-
 /// Compiles `src`: it lowers, or every diagnostic has a location and renders with it.
 fn check(src: &str) {
     if let Err(d) = hopfuse::compile(src, &Default::default()) {
@@ -124,7 +112,7 @@ proptest! {
 
     #[test]
     fn mutated_examples_never_panic(which in 0usize..64, edits in proptest::collection::vec((0usize..2000, 0..TOKENS.len(), 0u8..3), 1..6)) {
-        let ex = examples();
+        let ex = hopfuse_tests::example_sources();
         let mut src = ex[which % ex.len()].clone();
         for (pos, tok, kind) in edits {
             let mut p = pos % (src.len() + 1);

@@ -26,25 +26,29 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     Ok(())
 }
 
-/// The loop variables that index a computation of `consumer`: every enclosing serial loop, but
-/// of the thread and block bindings only those of the consumer's own loop axes. A binding of
+/// The loop variables that index a computation: every enclosing serial loop, but
+/// of the thread and block bindings only those of the consumer's own loop axes (`own`). A binding of
 /// another tensor's axis (a producer written with another thread layout) names where *that*
 /// tensor's thread stands, not where the consumer reads: the producer's index is then derived
 /// from the consumer's root indices instead.
 fn consumer_env(
-    cx: &mut Ctx,
-    consumer: TensorId,
+    own: &HashMap<LoopKey, ParallelType>,
     hw: &HashSet<LoopKey>,
     env: &HashMap<LoopKey, Val>,
 ) -> HashMap<LoopKey, Val> {
-    let own: HashSet<LoopKey> = cx.fusion.tensors[consumer]
+    env.iter()
+        .filter(|(k, _)| !hw.contains(k) || own.contains_key(k))
+        .map(|(k, v)| (*k, v.clone()))
+        .collect()
+}
+
+/// The loops of a tensor and how each is bound.
+fn own_loops(cx: &mut Ctx, t: TensorId) -> HashMap<LoopKey, ParallelType> {
+    let f = cx.fusion;
+    f.tensors[t]
         .loop_domain
         .iter()
-        .map(|&id| cx.key(id))
-        .collect();
-    env.iter()
-        .filter(|(k, _)| !hw.contains(k) || own.contains(k))
-        .map(|(k, v)| (*k, v.clone()))
+        .map(|&id| (cx.key(id), f.ids[id].parallel))
         .collect()
 }
 
@@ -56,15 +60,10 @@ fn check_layout_change(
     cx: &mut Ctx,
     producer: TensorId,
     consumer: TensorId,
+    own: &HashMap<LoopKey, ParallelType>,
     memory: MemoryType,
 ) -> Result<(), Diagnostic> {
     let f = cx.fusion;
-    // The consumer's loops and how each is bound.
-    let own: HashMap<LoopKey, ParallelType> = f.tensors[consumer]
-        .loop_domain
-        .iter()
-        .map(|&id| (cx.key(id), f.ids[id].parallel))
-        .collect();
     for (pos, &id) in f.tensors[producer].loop_domain.iter().enumerate() {
         let par = f.ids[id].parallel;
         // Reduction axes are combined before anyone reads the result (every thread holds it).
@@ -113,14 +112,15 @@ fn walk(
             }
             Stmt::Compute(c) => {
                 let consumer = cx.fusion.exprs[c.expr].output;
+                let own = own_loops(cx, consumer);
                 let mut reads = Vec::new();
                 c.value.for_each_read(&mut |a| reads.push(a.buffer));
                 for b in reads {
                     if let Some(p) = buffers[b].tensor {
-                        check_layout_change(cx, p, consumer, buffers[b].memory)?;
+                        check_layout_change(cx, p, consumer, &own, buffers[b].memory)?;
                     }
                 }
-                let env = consumer_env(cx, consumer, hw, env);
+                let env = consumer_env(&own, hw, env);
                 let roots = consumer_roots(cx, consumer, &env);
                 let mut ix = Indexer {
                     cx,
