@@ -5,6 +5,7 @@ pub mod bench;
 pub mod compile_slots;
 pub mod cublas;
 pub mod data;
+pub mod distributed;
 pub mod engine;
 pub mod faults;
 pub mod gemm_reference;

@@ -112,6 +112,9 @@ enum Command {
     Bench(BenchArgs),
     /// Serve the playground and the HTTP API (docs/api.md); runs go to `hopfuse worker`s.
     Serve(Box<hopfuse_runner::serve::ServeArgs>),
+    /// A GPU host of the distributed mode: run jobs from NATS JetStream (`hopfuse serve
+    /// --queue`) on this host's GPUs (docs/deploy.md).
+    Agent(Box<hopfuse_runner::distributed::agent::AgentArgs>),
     /// Run one job: job JSON on stdin, events and the result as JSON lines on stdout (used by
     /// `hopfuse serve`).
     #[command(hide = true)]
@@ -286,6 +289,9 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         } => self_test(iters, warmup, seed, !no_ceiling),
         Command::Bench(args) => bench(args),
         Command::Serve(args) => hopfuse_runner::serve::main(*args).map(|()| ExitCode::SUCCESS),
+        Command::Agent(args) => {
+            hopfuse_runner::distributed::agent::main(*args).map(|()| ExitCode::SUCCESS)
+        }
         Command::Worker(args) => Ok(worker(args)),
     }
 }

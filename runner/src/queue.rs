@@ -47,6 +47,9 @@ pub struct QueueConfig {
     pub cubin_cache: Option<PathBuf>,
     /// Start each GPU's worker before the first job (when runs are possible at all).
     pub prespawn: bool,
+    /// Jobs go to remote agents (`crate::distributed`): no local dispatchers or workers; the
+    /// caller takes each admitted job's [`Ticket`] ([`Queue::admit`]) and finishes it.
+    pub remote: bool,
 }
 
 /// Where a job is, as the SSE stream names it.
@@ -161,6 +164,9 @@ pub struct JobResult {
     /// The worker process that ran the job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<WorkerInfo>,
+    /// The agent (GPU host) that ran the job, in the distributed mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     pub queued_ms: f64,
     /// From sending the job to the worker to its end (not counting a worker start).
     pub worker_ms: f64,
@@ -168,7 +174,7 @@ pub struct JobResult {
 
 impl JobResult {
     /// A result with a status and a message and nothing else yet.
-    fn empty(
+    pub(crate) fn empty(
         job_id: &str,
         status: JobStatus,
         message: Option<String>,
@@ -188,6 +194,7 @@ impl JobResult {
             b: None,
             comparison: None,
             worker: None,
+            agent: None,
             queued_ms,
             worker_ms: 0.0,
         }
@@ -331,9 +338,15 @@ impl Drop for QueueSlot {
 /// job's [`QueueSlot`] and, when the job has no result yet (it was never run: the service is
 /// shutting down, or its dispatcher died), ends it with an `error` result so that nobody
 /// waits on it forever.
-struct Ticket {
+pub struct Ticket {
     job: Arc<Job>,
     _slot: QueueSlot,
+}
+
+impl Ticket {
+    pub fn job(&self) -> &Arc<Job> {
+        &self.job
+    }
 }
 
 /// The message of a job that ended without being run.
@@ -391,7 +404,7 @@ struct JobState {
 }
 
 impl Job {
-    fn elapsed_ms(&self) -> f64 {
+    pub(crate) fn elapsed_ms(&self) -> f64 {
         self.submitted.elapsed().as_secs_f64() * 1e3
     }
 
@@ -408,7 +421,7 @@ impl Job {
         let _ = st.tx.send(event);
     }
 
-    fn stage(&self, stage: JobStage, step: Option<Progress>) {
+    pub(crate) fn stage(&self, stage: JobStage, step: Option<Progress>) {
         self.push(JobEvent {
             stage,
             step,
@@ -489,7 +502,8 @@ impl Queue {
     /// Starts one dispatcher per GPU.
     pub fn start(config: QueueConfig, store: Option<Store>) -> Arc<Queue> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let config_gpus = config.gpus.max(1);
+        // Remote jobs have no local workers to show.
+        let config_gpus = if config.remote { 0 } else { config.gpus.max(1) };
         let queue = Arc::new(Queue {
             config,
             jobs: Mutex::new(HashMap::new()),
@@ -504,7 +518,12 @@ impl Queue {
             store,
         });
         let rx = Arc::new(tokio::sync::Mutex::new(rx));
-        for gpu in 0..queue.config.gpus.max(1) {
+        let dispatchers = if queue.config.remote {
+            0
+        } else {
+            queue.config.gpus.max(1)
+        };
+        for gpu in 0..dispatchers {
             let (q, rx) = (queue.clone(), rx.clone());
             tokio::spawn(async move {
                 let mut warm: Option<WarmWorker> = None;
@@ -576,6 +595,17 @@ impl Queue {
     /// Queues a run; `QueueFull` when `cap` jobs are already waiting or running, or the client
     /// already has `client_cap`. The job's counts are held by its [`Ticket`] from here on.
     pub fn submit(&self, spec: JobSpec, client: &str) -> Result<Arc<Job>, QueueFull> {
+        let (job, ticket) = self.admit(spec, client)?;
+        // When the dispatchers are gone (shutting down), the refused ticket is dropped here:
+        // that ends the job with a result and releases its counts.
+        let _ = self.tx.send(ticket);
+        Ok(job)
+    }
+
+    /// Admits a run as [`Queue::submit`] does, but hands its [`Ticket`] to the caller instead of
+    /// a local dispatcher (the distributed mode sends the job to an agent and ends it with
+    /// [`Queue::finish_remote`]).
+    pub fn admit(&self, spec: JobSpec, client: &str) -> Result<(Arc<Job>, Ticket), QueueFull> {
         let (cap, client_cap) = (self.config.cap, self.config.client_cap);
         let (slot, ahead) =
             self.admission
@@ -608,13 +638,29 @@ impl Queue {
             .lock()
             .expect("jobs lock")
             .insert(job.id.clone(), job.clone());
-        // When the dispatchers are gone (shutting down), the refused ticket is dropped here:
-        // that ends the job with a result and releases its counts.
-        let _ = self.tx.send(Ticket {
+        let ticket = Ticket {
             job: job.clone(),
             _slot: slot,
-        });
-        Ok(job)
+        };
+        Ok((job, ticket))
+    }
+
+    /// Forgets a job that was admitted but never queued anywhere (its ticket is dropped by the
+    /// caller): it no longer answers `GET /api/jobs/{id}`.
+    pub fn forget(&self, id: &str) {
+        self.jobs.lock().expect("jobs lock").remove(id);
+    }
+
+    /// Ends a job run elsewhere with its result (stored, then announced, as a local job's) and
+    /// releases its counts.
+    pub async fn finish_remote(&self, ticket: Ticket, result: JobResult) {
+        self.finish(&ticket.job, result).await;
+        drop(ticket);
+    }
+
+    /// The mean worker time of recent jobs in milliseconds.
+    pub fn mean_job_ms(&self) -> u64 {
+        self.mean_ms.load(Ordering::Relaxed)
     }
 
     /// Jobs `client` has waiting or running.
@@ -883,6 +929,7 @@ mod tests {
             gpus: 1,
             cubin_cache: None,
             prespawn: false,
+            remote: false,
         }
     }
 

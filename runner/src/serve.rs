@@ -6,6 +6,7 @@
 //! JSON `{"error": ...}` with a 4xx/5xx status.
 
 use crate::compile_slots::{CompileSlots, Refused};
+use crate::distributed::frontend::{FrontEnd, SubmitError};
 use crate::engine::{self, RunRequest};
 use crate::faults::Fault;
 use crate::gpu::DeviceInfo;
@@ -131,6 +132,9 @@ pub struct ServeArgs {
     /// The binary run as `hopfuse worker` [default: this one].
     #[arg(long, hide = true)]
     pub worker_exe: Option<PathBuf>,
+    /// The distributed mode (`--queue nats://...`: jobs to `hopfuse agent`s).
+    #[command(flatten)]
+    pub nats: crate::distributed::NatsArgs,
 }
 
 impl ServeArgs {
@@ -171,6 +175,8 @@ pub struct App {
     inspect_cache: Option<PathBuf>,
     /// Inspection children at once (one per compile slot: each is NVRTC plus nvdisasm).
     inspect_slots: Arc<tokio::sync::Semaphore>,
+    /// The distributed mode's front-end (`--queue`): jobs go to agents.
+    remote: Option<Arc<FrontEnd>>,
 }
 
 /// `$XDG_DATA_HOME/hopfuse`, `~/.local/share/hopfuse`, or `./hopfuse-data`.
@@ -201,7 +207,17 @@ impl App {
             Some(p) => p.clone(),
             None => std::env::current_exe()?,
         };
-        let gpu = if args.fake_worker {
+        let gpu = if args.nats.queue.is_some() {
+            GpuStatus {
+                gpu: None,
+                reason: Some(format!(
+                    "distributed mode: runs go to hopfuse agents through NATS JetStream at {}",
+                    args.nats.display_url()
+                )),
+                nvrtc: None,
+                nvrtc_reason: None,
+            }
+        } else if args.fake_worker {
             GpuStatus {
                 gpu: None,
                 reason: Some(
@@ -255,10 +271,15 @@ impl App {
                 client_cap: args.client_queue_cap,
                 gpus: args.gpus.max(1),
                 cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
-                prespawn: args.fake_worker || gpu.gpu.is_some(),
+                prespawn: args.nats.queue.is_none() && (args.fake_worker || gpu.gpu.is_some()),
+                remote: args.nats.queue.is_some(),
             },
             Some(store.clone()),
         );
+        let remote = match &args.nats.queue {
+            Some(_) => Some(FrontEnd::start(&args.nats, queue.clone(), args.queue_cap).await?),
+            None => None,
+        };
         let compile_timeout = Duration::try_from_secs_f64(args.compile_timeout)
             .ok()
             .filter(|d| !d.is_zero())
@@ -286,11 +307,12 @@ impl App {
             worker_exe,
             inspect_cache,
             inspect_slots: Arc::new(tokio::sync::Semaphore::new(slots)),
+            remote,
         }))
     }
 
     fn run_unavailable(&self) -> Option<String> {
-        if self.args.fake_worker {
+        if self.args.fake_worker || self.remote.is_some() {
             return None;
         }
         if self.gpu.gpu.is_none() {
@@ -651,7 +673,8 @@ async fn static_files(State(app): State<Arc<App>>, req: Request) -> Response {
 struct Health {
     status: &'static str,
     version: &'static str,
-    /// "gpu" (runs execute on the GPU) or "fake" (compiled and checked only).
+    /// "gpu" (runs execute on the GPU), "fake" (compiled and checked only) or "agents" (the
+    /// distributed mode: runs go to `hopfuse agent`s).
     worker: &'static str,
     gpu: Option<DeviceInfo>,
     /// Why there is no GPU.
@@ -660,6 +683,9 @@ struct Health {
     run_available: bool,
     run_unavailable_reason: Option<String>,
     queue: QueueStats,
+    /// The distributed mode: the stream's depth, the agents and their GPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    distributed: Option<crate::distributed::frontend::DistributedHealth>,
     /// Compiles running (abandoned ones included), the slots for them, and the programs this
     /// service has lowered.
     compiles: Value,
@@ -669,16 +695,27 @@ struct Health {
 
 async fn health(State(app): State<Arc<App>>) -> Json<Health> {
     let a = &app.args;
+    let distributed = match &app.remote {
+        Some(remote) => Some(remote.health().await),
+        None => None,
+    };
     Json(Health {
         status: "ok",
         version: env!("CARGO_PKG_VERSION"),
-        worker: if a.fake_worker { "fake" } else { "gpu" },
+        worker: if app.remote.is_some() {
+            "agents"
+        } else if a.fake_worker {
+            "fake"
+        } else {
+            "gpu"
+        },
         gpu: app.gpu.gpu.clone(),
         gpu_reason: app.gpu.reason.clone(),
         nvrtc: app.gpu.nvrtc.clone(),
         run_available: app.run_unavailable().is_none(),
         run_unavailable_reason: app.run_unavailable(),
         queue: app.queue.stats(),
+        distributed,
         compiles: json!({
             "running": app.compiles.running(),
             "slots": app.compiles.total(),
@@ -914,7 +951,17 @@ async fn run(
         prepared: checked.prepared,
         prepared_b: checked.prepared_b,
     };
-    let job = app.queue.submit(spec, &client.0).map_err(|full| {
+    let submitted = match &app.remote {
+        Some(remote) => remote.submit(spec, &client.0).await,
+        None => app.queue.submit(spec, &client.0).map_err(SubmitError::Full),
+    };
+    let job = submitted.map_err(|e| {
+        let full = match e {
+            SubmitError::Full(full) => full,
+            SubmitError::Unavailable(why) => {
+                return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why).retry_after(5)
+            }
+        };
         let whose = if full.per_client {
             "you have the most jobs one client may have"
         } else {
@@ -1048,8 +1095,17 @@ async fn job(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Json
     }
     match app.store.get_run(&id).await.map_err(ApiError::internal)? {
         Some(rec) => Ok(Json(done_json(&rec.result))),
-        None => Err(not_found("job", &id)),
+        None => match remote_result(&app, &id).await {
+            Some(r) => Ok(Json(done_json(&r))),
+            None => Err(not_found("job", &id)),
+        },
     }
+}
+
+/// A job another front-end of the distributed mode ran (or this one before a restart), from
+/// the results bucket.
+async fn remote_result(app: &App, id: &str) -> Option<crate::queue::JobResult> {
+    app.remote.as_ref()?.stored_result(id).await
 }
 
 fn sse_event(e: &JobEvent) -> Event {
@@ -1080,7 +1136,19 @@ async fn job_events(
                 }],
                 None,
             ),
-            None => return Err(not_found("job", &id)),
+            None => match remote_result(&app, &id).await {
+                Some(r) => (
+                    vec![JobEvent {
+                        stage: JobStage::Done,
+                        step: None,
+                        position: None,
+                        elapsed_ms: 0.0,
+                        result: Some(Arc::new(r)),
+                    }],
+                    None,
+                ),
+                None => return Err(not_found("job", &id)),
+            },
         },
     };
     let stream = futures_util::stream::unfold(

@@ -190,6 +190,23 @@ impl FakeBehaviour {
     }
 }
 
+/// With `--fake-behaviour from-program`, a `// fake-delay-ms: N` line in the program makes the
+/// fake worker take N milliseconds (at most a minute) in its "launch" (tests only).
+fn fake_delay(behaviour: FakeBehaviour, source: &str) -> Option<std::time::Duration> {
+    if behaviour != FakeBehaviour::FromProgram {
+        return None;
+    }
+    source.lines().find_map(|line| {
+        let ms = line
+            .trim()
+            .strip_prefix("// fake-delay-ms:")?
+            .trim()
+            .parse::<u64>()
+            .ok()?;
+        Some(std::time::Duration::from_millis(ms.min(60_000)))
+    })
+}
+
 /// Options of `hopfuse worker`.
 #[derive(Clone, Debug)]
 pub struct WorkerOptions {
@@ -353,6 +370,16 @@ fn run_job(
         for (part, request, prepared) in parts {
             let Some(request) = request else { continue };
             let behaviour = options.behaviour.resolve(&request.source);
+            if let Some(delay) = fake_delay(options.behaviour, &request.source) {
+                // A slow "kernel" (tests of the distributed mode kill its agent mid-job).
+                emit(
+                    out,
+                    &WorkerEvent::Progress {
+                        step: Progress::Launch,
+                    },
+                );
+                std::thread::sleep(delay);
+            }
             let outcome = if job.fault.is_some() {
                 Outcome::Error {
                     error: RunError::new(Stage::Request, "fault kernels need the GPU worker"),
@@ -767,6 +794,17 @@ mod tests {
             "{events:?}"
         );
         assert_eq!(memory.len(), 1);
+    }
+
+    #[test]
+    fn fake_delay_from_the_program_only() {
+        let source = "// fake-delay-ms: 250\nfusion";
+        assert_eq!(
+            fake_delay(FakeBehaviour::FromProgram, source),
+            Some(std::time::Duration::from_millis(250))
+        );
+        assert_eq!(fake_delay(FakeBehaviour::Ok, source), None);
+        assert_eq!(fake_delay(FakeBehaviour::FromProgram, "fusion"), None);
     }
 
     #[test]
