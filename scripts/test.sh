@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite (the README's test command): formatting, lints, every test, the compiler
+# The whole test suite (the README's test command): formatting, lints, every test (the
+# distributed mode's against real nats-server and PostgreSQL, scripts/setup-distributed.sh), the compiler
 # crate for wasm32, NVRTC compiling every example's CUDA for sm_90a with no warnings (and its PTX
 # and SASS, nvdisasm, with line info for every instruction: nvrtc-check --inspect), then the
 # playground (scripts/test-web.sh: clippy for wasm32, unit tests, build, size budget, browser
@@ -8,6 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(bash scripts/setup-nvrtc.sh)"
 export HOPFUSE_REQUIRE_NVRTC=1 # the runner's NVRTC tests fail instead of skipping
+# nats-server and PostgreSQL on loopback for the distributed mode and the store's PostgreSQL
+# tests (runner/tests/distributed.rs), which then fail instead of skipping.
+eval "$(bash scripts/setup-distributed.sh)"
+export HOPFUSE_REQUIRE_NATS=1 HOPFUSE_REQUIRE_POSTGRES=1
 # Checks that cannot run here (runner/src/not_run.rs) are listed at the end.
 export HOPFUSE_NOT_RUN_LOG="${TMPDIR:-/tmp}/hopfuse-not-run.$$"
 : >"$HOPFUSE_NOT_RUN_LOG"

@@ -2,7 +2,7 @@
 //! against): a check that did not run says so, as `NOT RUN: <check>: <why>` on stderr and as a
 //! line in the file named by `HOPFUSE_NOT_RUN_LOG` (scripts/test.sh prints that file at the
 //! end), and where the variable that requires it is set (`HOPFUSE_REQUIRE_NVRTC`,
-//! `HOPFUSE_REQUIRE_POSTGRES`), it fails instead. A check that ran and failed always fails.
+//! `HOPFUSE_REQUIRE_POSTGRES`, `HOPFUSE_REQUIRE_NATS`), it fails instead. A check that ran and failed always fails.
 
 use std::io::Write;
 
@@ -10,6 +10,8 @@ use std::io::Write;
 pub const REQUIRE_NVRTC: &str = "HOPFUSE_REQUIRE_NVRTC";
 /// Requires the PostgreSQL checks.
 pub const REQUIRE_POSTGRES: &str = "HOPFUSE_REQUIRE_POSTGRES";
+/// Requires the distributed-mode checks (a `nats-server` to start).
+pub const REQUIRE_NATS: &str = "HOPFUSE_REQUIRE_NATS";
 /// A file to append one line per check that did not run.
 pub const LOG: &str = "HOPFUSE_NOT_RUN_LOG";
 
@@ -58,6 +60,25 @@ pub fn postgres_url(check: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// The `nats-server` binary to test against (`HOPFUSE_TEST_NATS_SERVER`, else `nats-server` on
+/// the `PATH`), or `None` after reporting `check` as not run (see [`skip`]).
+pub fn nats_server(check: &str) -> Option<std::path::PathBuf> {
+    let named = std::env::var_os("HOPFUSE_TEST_NATS_SERVER").filter(|v| !v.is_empty());
+    let found = named.map(std::path::PathBuf::from).or_else(|| {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|dir| dir.join("nats-server"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        skip(
+            check,
+            "no nats-server: run `eval \"$(scripts/setup-distributed.sh)\"`",
+            REQUIRE_NATS,
+        );
+    }
+    found
 }
 
 #[cfg(test)]

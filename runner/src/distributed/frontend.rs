@@ -11,7 +11,7 @@
 
 use super::wire::{AgentEvent, AgentStatus, WireJob};
 use super::NatsArgs;
-use crate::queue::{Job, JobResult, JobStage, Queue, QueueFull, Ticket};
+use crate::queue::{Job, JobResult, JobStage, JobStatus, Queue, QueueFull, Ticket};
 use async_nats::jetstream::{self, kv, message::PublishMessage};
 use futures_util::StreamExt;
 use serde::Serialize;
@@ -179,6 +179,13 @@ impl FrontEnd {
         spec: crate::queue::JobSpec,
         client: &str,
     ) -> Result<Arc<Job>, SubmitError> {
+        if self.client.connection_state() != async_nats::connection::State::Connected {
+            // A publish now would wait in the client and reach the stream after the 503.
+            return Err(SubmitError::Unavailable(format!(
+                "the job queue (NATS at {}) is not connected; retry shortly",
+                self.args.display_url()
+            )));
+        }
         let (job, ticket) = self.queue.admit(spec, client).map_err(SubmitError::Full)?;
         let payload = serde_json::to_vec(&WireJob::of(&job, &self.events))
             .map_err(|e| SubmitError::Unavailable(format!("cannot encode the job: {e}")))?;
@@ -225,6 +232,19 @@ impl FrontEnd {
             }));
         }
         warn!(job = %job.id, "JetStream did not take the job: {refused}");
+        // The publish may still reach the stream (an acknowledgement lost, a reconnect): a
+        // result stored under the job's id first makes an agent answer with it, not run it.
+        let (results, id) = (self.results.clone(), job.id.clone());
+        let not_run = JobResult::empty(
+            &id,
+            JobStatus::Error,
+            Some(format!("the job was refused (503): {refused}")),
+            job.elapsed_ms(),
+        );
+        tokio::spawn(async move {
+            let bytes = serde_json::to_vec(&not_run).expect("results serialize");
+            let _ = tokio::time::timeout(PUBLISH_TIMEOUT, results.create(&id, bytes.into())).await;
+        });
         Err(SubmitError::Unavailable(format!(
             "the job queue (NATS JetStream at {}) did not take the job: {refused}",
             self.args.display_url()

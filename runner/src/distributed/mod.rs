@@ -168,19 +168,29 @@ pub async fn ensure_stream(
         duplicate_window: DUPLICATE_WINDOW,
         ..Default::default()
     };
-    let made = match cap {
-        Some(_) => js
-            .create_or_update_stream(config)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string()),
-        None => js
-            .get_or_create_stream(config)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string()),
-    };
-    made.map_err(|e| anyhow::anyhow!("cannot create the JetStream stream {STREAM}: {e}"))?;
+    // Front-ends and agents starting together race to create it: the loser finds it made.
+    let mut attempt = 0;
+    loop {
+        let made = match cap {
+            Some(_) => js
+                .create_or_update_stream(config.clone())
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string()),
+            None => js
+                .get_or_create_stream(config.clone())
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string()),
+        };
+        match made {
+            Ok(()) => break,
+            Err(e) if attempt >= 2 => {
+                anyhow::bail!("cannot create the JetStream stream {STREAM}: {e}")
+            }
+            Err(_) => attempt += 1,
+        }
+    }
     js.get_stream(STREAM)
         .await
         .map_err(|e| anyhow::anyhow!("cannot open the JetStream stream {STREAM}: {e}"))
@@ -228,7 +238,8 @@ pub async fn agents_bucket(js: &jetstream::Context) -> anyhow::Result<kv::Store>
         AGENTS_BUCKET,
         "hopfuse: agent id -> status, refreshed while it runs",
         AGENT_TTL,
-        stream::StorageType::Memory,
+        // On file, as everything here: a restarted NATS server still has it.
+        stream::StorageType::File,
     )
     .await
 }
