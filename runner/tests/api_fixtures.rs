@@ -74,6 +74,7 @@ fn job(status: JobStatus) -> JobResult {
             startup_ms: 310.5,
             ended: None,
         }),
+        agent: None,
         queued_ms: 0.5,
         worker_ms: 21.25,
     }
