@@ -49,7 +49,9 @@ fn options() -> Options {
             "--latency-jobs" => o.latency_jobs = value(),
             "--gpus" => o.gpus = value().max(1),
             "--concurrency" => o.concurrency = value().max(1),
-            other => panic!("unknown option {other} (--jobs, --latency-jobs, --gpus, --concurrency)"),
+            other => {
+                panic!("unknown option {other} (--jobs, --latency-jobs, --gpus, --concurrency)")
+            }
         }
     }
     o
@@ -120,9 +122,16 @@ fn serve(dir: &Path, extra: &[&str]) -> (Proc, String) {
     .map(|s| s.to_string())
     .collect();
     args.extend(["--data-dir".into(), dir.display().to_string()]);
-    args.extend(["--static-dir".into(), dir.join("none").display().to_string()]);
+    args.extend([
+        "--static-dir".into(),
+        dir.join("none").display().to_string(),
+    ]);
     args.extend(extra.iter().map(|s| s.to_string()));
-    spawn_ready(&args, &dir.join("serve.log"), "hopfuse serve: listening on ")
+    spawn_ready(
+        &args,
+        &dir.join("serve.log"),
+        "hopfuse serve: listening on ",
+    )
 }
 
 fn body(i: usize) -> String {
@@ -265,7 +274,12 @@ async fn main() {
             .iter()
             .map(|s| s.to_string())
             .collect();
-            spawn_ready(&args, &nats_dir.join(format!("{name}.log")), "hopfuse agent: ").0
+            spawn_ready(
+                &args,
+                &nats_dir.join(format!("{name}.log")),
+                "hopfuse agent: ",
+            )
+            .0
         })
         .collect();
     let remote = measure(&base, &o).await;

@@ -67,15 +67,22 @@ struct Nats {
     exe: PathBuf,
     dir: PathBuf,
     port: u16,
+    /// Clients must present this token (`--auth`).
+    token: Option<String>,
     proc: Option<Proc>,
 }
 
 impl Nats {
     fn start(exe: PathBuf, dir: &Path) -> Nats {
+        Nats::start_with(exe, dir, None)
+    }
+
+    fn start_with(exe: PathBuf, dir: &Path, token: Option<&str>) -> Nats {
         let mut nats = Nats {
             exe,
             dir: dir.join("nats"),
             port: free_port(),
+            token: token.map(str::to_string),
             proc: None,
         };
         nats.restart();
@@ -103,6 +110,7 @@ impl Nats {
                 "-sd",
             ])
             .arg(&self.dir)
+            .args(self.token.iter().flat_map(|t| ["--auth", t]))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -157,6 +165,8 @@ fn spawn_ready(args: &[String], log: &Path, ready: &str) -> (Proc, String) {
         .env_remove("HOPFUSE_TOKEN")
         .env_remove("HOPFUSE_DB")
         .env_remove("HOPFUSE_QUEUE")
+        .env_remove("HOPFUSE_NATS_TOKEN")
+        .env_remove("HOPFUSE_NATS_CREDS")
         .env("RUST_LOG", "hopfuse_runner=info")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -233,6 +243,11 @@ impl FrontEnd {
 
 /// `hopfuse agent --fake-worker` named `name`.
 fn agent(dir: &Path, name: &str, nats: &str, job_timeout: &str) -> Proc {
+    agent_with(dir, name, nats, job_timeout, &[])
+}
+
+/// [`agent`] with `extra` options.
+fn agent_with(dir: &Path, name: &str, nats: &str, job_timeout: &str, extra: &[&str]) -> Proc {
     let args: Vec<String> = [
         "agent",
         "--queue",
@@ -250,6 +265,7 @@ fn agent(dir: &Path, name: &str, nats: &str, job_timeout: &str) -> Proc {
     .iter()
     .map(|s| s.to_string())
     .chain([dir.join(name).display().to_string()])
+    .chain(extra.iter().map(|s| s.to_string()))
     .collect();
     spawn_ready(&args, &dir.join(format!("{name}.log")), "hopfuse agent: ").0
 }
@@ -613,16 +629,33 @@ async fn jobs_queued_across_a_nats_restart_are_not_lost() {
 }
 
 /// The stream holds `--queue-cap` jobs for all front-ends together: past it a run gets 429
-/// with Retry-After, whichever front-end it comes to. (The SQLite default database here: the
-/// distributed mode does not need PostgreSQL for one front-end.)
+/// with Retry-After, whichever front-end it comes to. NATS requires a token here: without it a
+/// front-end does not start, and says why. (The SQLite default database: the distributed mode
+/// does not need PostgreSQL for one front-end.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_stream_answers_429_with_retry_after() {
     let Some(nats_exe) = hopfuse_runner::not_run::nats_server("the distributed mode: 429") else {
         return;
     };
     let dir = temp_dir("full");
-    let nats = Nats::start(nats_exe, &dir);
-    let cap = ["--queue-cap", "3"];
+    let nats = Nats::start_with(nats_exe, &dir, Some("s3cret"));
+    let refused = Command::new(HOPFUSE)
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--queue",
+            &nats.url(),
+            "--data-dir",
+        ])
+        .arg(dir.join("refused"))
+        .env_remove("HOPFUSE_NATS_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("cannot connect to NATS"), "{stderr}");
+    let cap = ["--queue-cap", "3", "--nats-token", "s3cret"];
     let sqlite = |name: &str| dir.join(name).join("hopfuse.db").display().to_string();
     let fe1 = FrontEnd::start(&dir, "fe1", &nats.url(), &sqlite("fe1"), &cap);
     let fe2 = FrontEnd::start(&dir, "fe2", &nats.url(), &sqlite("fe2"), &cap);
@@ -647,7 +680,13 @@ async fn a_full_stream_answers_429_with_retry_after() {
         "{h}"
     );
     // Once an agent drains the stream, runs are taken again.
-    let _agent = agent(&dir, "drain", &nats.url(), "20");
+    let _agent = agent_with(
+        &dir,
+        "drain",
+        &nats.url(),
+        "20",
+        &["--nats-token", "s3cret"],
+    );
     health_until(&c, &fe2, Duration::from_secs(20), |d| {
         d["depth"] == json!(0)
     })
