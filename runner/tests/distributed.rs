@@ -412,8 +412,12 @@ async fn thousand_jobs_across_two_front_ends_and_three_agents_end_once() {
     let nats = Nats::start(nats_exe, &dir);
     let db = database(&pg, "thousand").await;
     let cap = ["--queue-cap", "2000"];
-    let mut fe1 = FrontEnd::start(&dir, "fe1", &nats.url(), &db, &cap);
-    let fe2 = FrontEnd::start(&dir, "fe2", &nats.url(), &db, &cap);
+    // Started together: they race to migrate the fresh database and to make the stream.
+    let (mut fe1, fe2) = std::thread::scope(|s| {
+        let one = s.spawn(|| FrontEnd::start(&dir, "fe1", &nats.url(), &db, &cap));
+        let two = s.spawn(|| FrontEnd::start(&dir, "fe2", &nats.url(), &db, &cap));
+        (one.join().unwrap(), two.join().unwrap())
+    });
     let _agents: Vec<Proc> = AGENTS
         .iter()
         .map(|n| agent(&dir, n, &nats.url(), "20"))
