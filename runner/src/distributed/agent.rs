@@ -86,7 +86,8 @@ struct Agent {
     results: kv::Store,
     queue: Arc<Queue>,
     max_attempts: u32,
-    /// How often a running job's message is marked in progress.
+    /// How often a running job's message is marked in progress (a third of the consumer's ack
+    /// wait).
     progress_every: Duration,
     running: AtomicUsize,
     completed: AtomicU64,
@@ -160,7 +161,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         results,
         queue,
         max_attempts: args.max_attempts,
-        progress_every: (args.ack_wait() / 3).max(Duration::from_secs(1)),
+        progress_every: (consumer.cached_info().config.ack_wait / 3)
+            .max(Duration::from_millis(500)),
         running: AtomicUsize::new(0),
         completed: AtomicU64::new(0),
         redelivered: AtomicU64::new(0),

@@ -216,6 +216,17 @@ pub async fn ensure_consumer(
         .get_or_create_consumer(&name, config)
         .await
         .map_err(|e| anyhow::anyhow!("cannot create the JetStream consumer {name}: {e}"))?;
+    // The first agent made it (agents mark running jobs in progress at a third of its ack
+    // wait, whatever their own --job-timeout).
+    let made_with = consumer.cached_info().config.ack_wait;
+    if made_with != ack_wait {
+        tracing::warn!(
+            "the consumer {name} has an ack wait of {} s, not this agent's {} s: its agents \
+             have different --job-timeout values; give every agent the same",
+            made_with.as_secs_f64(),
+            ack_wait.as_secs_f64()
+        );
+    }
     Ok(consumer)
 }
 
