@@ -1,9 +1,9 @@
 //! One policy for checks that cannot run on this machine (no libnvrtc, no PostgreSQL or
-//! nats-server to test against): a check that did not run says so, as `NOT RUN: <check>: <why>` on stderr and as a
-//! line in the file named by `HOPFUSE_NOT_RUN_LOG` (scripts/test.sh prints that file at the
-//! end), and where the variable that requires it is set (`HOPFUSE_REQUIRE_NVRTC`,
-//! `HOPFUSE_REQUIRE_POSTGRES`, `HOPFUSE_REQUIRE_NATS`), it fails instead. A check that ran and
-//! failed always fails.
+//! nats-server to test against): a check that did not run says so, as `NOT RUN: <check>: <why>`
+//! on stderr and as a line in the file named by `HOPFUSE_NOT_RUN_LOG` (scripts/test.sh prints
+//! that file at the end), and where the variable that requires it is set
+//! (`HOPFUSE_REQUIRE_NVRTC`, `HOPFUSE_REQUIRE_POSTGRES`, `HOPFUSE_REQUIRE_NATS`), it fails
+//! instead. A check that ran and failed always fails.
 
 use std::io::Write;
 
