@@ -132,10 +132,14 @@ impl Nats {
     }
 }
 
+fn database_name(name: &str) -> String {
+    format!("hopfuse_dist_{}_{name}", std::process::id())
+}
+
 /// A database of this test's own on the PostgreSQL server of `HOPFUSE_TEST_POSTGRES_URL`.
 async fn database(url: &str, name: &str) -> String {
     use sqlx::Executor;
-    let name = format!("hopfuse_dist_{}_{name}", std::process::id());
+    let name = database_name(name);
     let pool = sqlx::PgPool::connect(url)
         .await
         .expect("connect to PostgreSQL");
@@ -150,6 +154,20 @@ async fn database(url: &str, name: &str) -> String {
     pool.close().await;
     let base = &url[..url.rfind('/').expect("a database in the URL")];
     format!("{base}/{name}")
+}
+
+/// Removes a passed test's database (connections and all) and files.
+async fn clean_up(url: &str, name: &str, dir: &Path) {
+    use sqlx::Executor;
+    let pool = sqlx::PgPool::connect(url).await.expect("connect to PostgreSQL");
+    pool.execute(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+        database_name(name)
+    )))
+    .await
+    .unwrap();
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Starts `hopfuse` with `args` (output to `log`) and waits for the stdout line starting with
@@ -528,6 +546,7 @@ async fn thousand_jobs_across_two_front_ends_and_three_agents_end_once() {
     let id = submit(&c, &fe1, "// after the restart").await;
     let (names, result) = events(&c, job_events(&fe1, &id), None).await;
     check_stream(&id, &names, &result, &AGENTS);
+    clean_up(&pg, "thousand", &dir).await;
 }
 
 /// The sum of a counter over the agents in `/api/health`.
@@ -580,6 +599,7 @@ async fn a_job_whose_agent_is_killed_ends_on_another_agent() {
     assert_eq!(total(&h, "redelivered"), 1, "{h}");
     assert_eq!(total(&h, "completed"), 1, "{h}");
     assert_eq!(h["depth"], json!(0), "{h}");
+    clean_up(&pg, "kill", &dir).await;
 }
 
 /// Jobs queued (no agent yet) while nats-server restarts: none is lost; every SSE stream opened
@@ -630,6 +650,7 @@ async fn jobs_queued_across_a_nats_restart_are_not_lost() {
     .await;
     assert_eq!(total(&h, "completed"), 20, "{h}");
     assert_eq!(h["depth"], json!(0), "{h}");
+    clean_up(&pg, "restart", &dir).await;
 }
 
 /// The stream holds `--queue-cap` jobs for all front-ends together: past it a run gets 429
@@ -698,4 +719,5 @@ async fn a_full_stream_answers_429_with_retry_after() {
     let id = submit(&c, &fe2, "// room again").await;
     let (names, result) = events(&c, job_events(&fe2, &id), None).await;
     check_stream(&id, &names, &result, &["drain"]);
+    let _ = std::fs::remove_dir_all(&dir);
 }
