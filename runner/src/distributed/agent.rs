@@ -26,6 +26,8 @@ use tracing::{info, warn};
 
 /// How long one pull request waits for a job.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
+/// How much longer than that the agent waits for the pull's end before making a new one.
+const PULL_GRACE: Duration = Duration::from_secs(2);
 
 /// `hopfuse agent` options.
 #[derive(clap::Args, Clone, Debug)]
@@ -231,12 +233,23 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                         continue;
                     }
                 };
-                while let Some(message) = batch.next().await {
-                    match message {
-                        Ok(m) => agent.handle(m).await,
-                        Err(e) => {
+                loop {
+                    // A pull's end comes from the server: one that restarted meanwhile never
+                    // sends it, so the pull is given up and made again.
+                    let next = tokio::select! {
+                        n = tokio::time::timeout(PULL_EXPIRES + PULL_GRACE, batch.next()) => n,
+                        _ = stop.changed() => break,
+                    };
+                    match next {
+                        Ok(Some(Ok(m))) => agent.handle(m).await,
+                        Ok(Some(Err(e))) => {
                             warn!("pulling a job failed: {e}");
                             tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                        Ok(None) => break,
+                        Err(_) => {
+                            warn!("a pull got no answer from NATS; pulling again");
+                            break;
                         }
                     }
                 }
