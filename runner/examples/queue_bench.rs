@@ -6,14 +6,18 @@
 //! target/release/examples/queue_bench [--jobs 2000] [--latency-jobs 200] [--gpus 4] [--concurrency 64]
 //! ```
 //!
-//! For each mode it starts the real processes on loopback: `hopfuse serve --fake-worker --gpus
-//! G` (in-process), or a `nats-server -js` (file storage), `hopfuse serve --queue` and G
-//! `hopfuse agent --fake-worker` (one GPU each); SQLite run history in both. Then, through the
-//! HTTP API as a client sees it: the latency of one job at a time (POST /api/run to its `done`
-//! SSE event; median and 90th percentile of `--latency-jobs` jobs after 20 warm-up jobs), and
-//! the throughput of `--jobs` jobs submitted `--concurrency` at a time, each followed to its
-//! `done` event. The fake worker compiles nothing on the GPU, so the numbers are the queue's and
-//! the service's own costs. The added latency of JetStream is the difference of the medians.
+//! It starts both set-ups side by side, as real processes on loopback: `hopfuse serve
+//! --fake-worker --gpus G` (in-process), and a `nats-server -js` (file storage) with `hopfuse
+//! serve --queue` and G `hopfuse agent --fake-worker` (one GPU each); SQLite run history in
+//! both. Then, through the HTTP API as a client sees it: the latency of one job at a time (POST
+//! /api/run to its `done` SSE event; median and 90th percentile of `--latency-jobs` jobs after
+//! 20 warm-up jobs, the two set-ups' jobs interleaved so the machine's other work weighs on
+//! both alike), and the throughput of `--jobs` jobs submitted `--concurrency` at a time, each
+//! followed to its `done` event (three rounds each, alternating). The fake worker compiles nothing on the GPU, so the numbers are the queue's and
+//! the service's own costs. The added latency of JetStream is the difference of the medians,
+//! both as the client sees it and of the queue's cost inside the service (from the `done`
+//! event: the time from queueing the job to `done` less the worker's time, so the same
+//! compile of the request in both modes is left out).
 //! `nats-server` comes from `HOPFUSE_TEST_NATS_SERVER` or the PATH (scripts/setup-distributed.sh).
 
 use serde_json::{json, Value};
@@ -143,7 +147,9 @@ fn body(i: usize) -> String {
 }
 
 /// One job from POST to its `done` event; checks it ended with the fake worker's result.
-async fn one_job(c: &reqwest::Client, base: &str, i: usize) -> Duration {
+/// Returns the time the client saw, and the service's own time from queueing the job to `done`
+/// less the worker's time (the queue's cost: dispatch, transport, storing the run).
+async fn one_job(c: &reqwest::Client, base: &str, i: usize) -> (Duration, f64) {
     let start = Instant::now();
     let r = c
         .post(format!("{base}/api/run"))
@@ -164,33 +170,62 @@ async fn one_job(c: &reqwest::Client, base: &str, i: usize) -> Duration {
         text.push_str(&String::from_utf8_lossy(&chunk));
     }
     let took = start.elapsed();
-    assert!(
-        text.contains("event: done") && text.contains(r#""status":"fake""#),
-        "{text}"
-    );
-    took
+    let done: Value = text
+        .split("\n\n")
+        .find(|block| block.starts_with("event: done"))
+        .and_then(|block| block.lines().find_map(|l| l.strip_prefix("data: ")))
+        .and_then(|data| serde_json::from_str(data).ok())
+        .unwrap_or_else(|| panic!("no done event: {text}"));
+    assert_eq!(done["result"]["status"], json!("fake"), "{done}");
+    let overhead =
+        done["elapsed_ms"].as_f64().unwrap() - done["result"]["worker_ms"].as_f64().unwrap();
+    (took, overhead)
 }
 
 struct Measured {
     median_ms: f64,
     p90_ms: f64,
-    jobs_per_s: f64,
+    /// Median of the service's time from queueing to `done` less the worker's.
+    overhead_ms: f64,
+    /// Each throughput round's jobs per second.
+    jobs_per_s: Vec<f64>,
 }
 
-async fn measure(base: &str, o: &Options) -> Measured {
-    let c = reqwest::Client::builder()
+fn client(o: &Options) -> reqwest::Client {
+    reqwest::Client::builder()
         .pool_max_idle_per_host(o.concurrency * 2)
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// The latency of one job at a time, the two services' jobs interleaved (A, B, A, B, ...), so
+/// that whatever else the machine does weighs on both alike.
+async fn latencies(bases: [&str; 2], o: &Options) -> [(f64, f64, f64); 2] {
+    let c = client(o);
     for i in 0..20 {
-        one_job(&c, base, i).await;
+        for base in bases {
+            one_job(&c, base, i).await;
+        }
     }
-    let mut times: Vec<f64> = Vec::new();
+    let mut samples: [(Vec<f64>, Vec<f64>); 2] = Default::default();
     for i in 0..o.latency_jobs {
-        times.push(one_job(&c, base, 100 + i).await.as_secs_f64() * 1e3);
+        for (base, (times, overheads)) in bases.iter().zip(samples.iter_mut()) {
+            let (took, overhead) = one_job(&c, base, 100 + i).await;
+            times.push(took.as_secs_f64() * 1e3);
+            overheads.push(overhead);
+        }
     }
-    times.sort_by(f64::total_cmp);
-    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    samples.map(|(mut times, mut overheads)| {
+        times.sort_by(f64::total_cmp);
+        overheads.sort_by(f64::total_cmp);
+        let at = |v: &[f64], q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        (at(&times, 0.5), at(&times, 0.9), at(&overheads, 0.5))
+    })
+}
+
+/// Jobs per second of `--jobs` jobs, `--concurrency` at a time, each followed to `done`.
+async fn throughput(base: &str, o: &Options, round: usize) -> f64 {
+    let c = client(o);
     let gate = Arc::new(tokio::sync::Semaphore::new(o.concurrency));
     let start = Instant::now();
     let tasks: Vec<_> = (0..o.jobs)
@@ -198,18 +233,33 @@ async fn measure(base: &str, o: &Options) -> Measured {
             let (c, base, gate) = (c.clone(), base.to_string(), gate.clone());
             tokio::spawn(async move {
                 let _permit = gate.acquire_owned().await.unwrap();
-                one_job(&c, &base, 1_000_000 + i).await
+                one_job(&c, &base, (round + 1) * 1_000_000 + i).await
             })
         })
         .collect();
     for t in tasks {
         t.await.unwrap();
     }
-    Measured {
-        median_ms: at(0.5),
-        p90_ms: at(0.9),
-        jobs_per_s: o.jobs as f64 / start.elapsed().as_secs_f64(),
+    o.jobs as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Latencies interleaved, then three throughput rounds per service, alternating.
+async fn measure(bases: [&str; 2], o: &Options) -> [Measured; 2] {
+    let lat = latencies(bases, o).await;
+    let mut rates: [Vec<f64>; 2] = Default::default();
+    for round in 0..3 {
+        for (base, r) in bases.iter().zip(rates.iter_mut()) {
+            r.push(throughput(base, o, round).await);
+        }
     }
+    let [l0, l1] = lat;
+    let [r0, r1] = rates;
+    [(l0, r0), (l1, r1)].map(|((median_ms, p90_ms, overhead_ms), jobs_per_s)| Measured {
+        median_ms,
+        p90_ms,
+        overhead_ms,
+        jobs_per_s,
+    })
 }
 
 fn nats_server() -> PathBuf {
@@ -233,10 +283,7 @@ async fn main() {
     let local_dir = dir.join("local");
     std::fs::create_dir_all(&local_dir).unwrap();
     let gpus = o.gpus.to_string();
-    let local = {
-        let (_serve, base) = serve(&local_dir, &["--fake-worker", "--gpus", &gpus]);
-        measure(&base, &o).await
-    };
+    let (_local, local_base) = serve(&local_dir, &["--fake-worker", "--gpus", &gpus]);
 
     let nats_dir = dir.join("nats");
     std::fs::create_dir_all(&nats_dir).unwrap();
@@ -258,7 +305,7 @@ async fn main() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let url = format!("nats://127.0.0.1:{port}");
-    let (_front, base) = serve(&nats_dir, &["--queue", &url]);
+    let (_front, remote_base) = serve(&nats_dir, &["--queue", &url]);
     let _agents: Vec<Proc> = (0..o.gpus)
         .map(|i| {
             let name = format!("agent{i}");
@@ -282,23 +329,34 @@ async fn main() {
             .0
         })
         .collect();
-    let remote = measure(&base, &o).await;
+    let [local, remote] = measure([&local_base, &remote_base], &o).await;
 
     println!(
         "{} jobs ({} at a time), {} GPU(s) of fake workers; latency: {} jobs one at a time\n",
         o.jobs, o.concurrency, o.gpus, o.latency_jobs
     );
-    println!("| queue | jobs/s | median latency (ms) | p90 latency (ms) |");
-    println!("|---|---:|---:|---:|");
+    println!(
+        "| queue | jobs/s (3 rounds) | median latency (ms) | p90 latency (ms) | median queue cost (ms) |"
+    );
+    println!("|---|---:|---:|---:|---:|");
     for (name, m) in [("in-process", &local), ("NATS JetStream", &remote)] {
         println!(
-            "| {name} | {:.0} | {:.2} | {:.2} |",
-            m.jobs_per_s, m.median_ms, m.p90_ms
+            "| {name} | {} | {:.2} | {:.2} | {:.2} |",
+            m.jobs_per_s
+                .iter()
+                .map(|r| format!("{r:.0}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            m.median_ms,
+            m.p90_ms,
+            m.overhead_ms
         );
     }
     println!(
-        "\nadded median latency per job through JetStream: {:.2} ms",
-        remote.median_ms - local.median_ms
+        "\nadded median latency per job through JetStream: {:.2} ms as the client sees it, {:.2} ms \
+         of queue cost in the service",
+        remote.median_ms - local.median_ms,
+        remote.overhead_ms - local.overhead_ms
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
