@@ -274,11 +274,12 @@ impl FrontEnd {
                 }
             }
             AgentEvent::Done { job_id, result } => {
-                let entry = in_flight.remove(&job_id).expect("present");
-                drop(in_flight);
-                let f = self.clone();
-                // Off the subscription's task: storing the run takes a database round trip.
-                tokio::spawn(async move { f.complete(entry, *result).await });
+                if let Some(entry) = in_flight.remove(&job_id) {
+                    drop(in_flight);
+                    let f = self.clone();
+                    // Off the subscription's task: storing the run takes a database round trip.
+                    tokio::spawn(async move { f.complete(entry, *result).await });
+                }
             }
         }
     }
