@@ -467,6 +467,9 @@ pub struct WarmStatus {
     pub ceiling_gbps: Option<f64>,
     /// Why it has no GPU, if it has none.
     pub gpu_error: Option<String>,
+    /// The GPU it opened (its name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
 }
 
 impl WarmStatus {
@@ -478,6 +481,7 @@ impl WarmStatus {
             startup_ms: w.ready.startup_ms,
             ceiling_gbps: w.ready.ceiling.as_ref().map(|c| c.gbps),
             gpu_error: w.ready.gpu_error.clone(),
+            gpu: w.ready.gpu.as_ref().map(|g| g.name.clone()),
         }
     }
 }
