@@ -18,6 +18,7 @@ pub mod passes;
 pub mod pipeline_view;
 pub mod plan;
 pub mod reference;
+pub mod target;
 pub mod torch;
 
 pub use diag::{Diagnostic, Diagnostics};

@@ -834,13 +834,31 @@ pub fn run_issue(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 a.index = Some(swizzled_index(i, elem, sw));
             }
         };
-        crate::kir::for_each_block_mut(&mut body, &mut |block| {
-            for s in block.iter_mut() {
-                if let Stmt::Compute(c) = s {
-                    swizzle(&mut c.out);
-                    c.value.for_each_read_mut(&mut swizzle);
+        // Inside a tensor-core tile the operands are read through matrix descriptors, whose
+        // swizzle mode applies the same mapping in hardware (the `mma` pass reads the logical
+        // index there).
+        fn outside_mma(body: &mut [Stmt], f: &mut dyn FnMut(&mut crate::kir::Compute)) {
+            for s in body {
+                match s {
+                    Stmt::Loop(l) if l.parallel != ParallelType::Mma => outside_mma(&mut l.body, f),
+                    Stmt::If { then, els, .. } => {
+                        outside_mma(then, f);
+                        outside_mma(els, f);
+                    }
+                    Stmt::WarpRoles {
+                        producer, consumer, ..
+                    } => {
+                        outside_mma(producer, f);
+                        outside_mma(consumer, f);
+                    }
+                    Stmt::Compute(c) => f(c),
+                    _ => {}
                 }
             }
+        }
+        outside_mma(&mut body, &mut |c| {
+            swizzle(&mut c.out);
+            c.value.for_each_read_mut(&mut swizzle);
         });
     }
     k.body = body;
