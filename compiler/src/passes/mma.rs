@@ -89,6 +89,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         tiles: Vec::new(),
         accumulators: HashSet::new(),
         started: HashMap::new(),
+        aliases: HashMap::new(),
     };
     for nest in &products {
         let (tile, acc) = lower.analyse_tile(cx, k, nest)?;
@@ -97,7 +98,10 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         }
         lower.accumulators.insert(acc);
     }
-    let body = lower.block(cx, k, body)?;
+    let mut body = lower.block(cx, k, body)?;
+    if !lower.aliases.is_empty() {
+        unalias(&mut body, &lower.aliases);
+    }
     k.body = batch(body);
     Ok(())
 }
@@ -220,6 +224,8 @@ struct Lower {
     accumulators: HashSet<BufferId>,
     /// Each accumulator's flag: set once its first wgmma has run (`scale-d`).
     started: HashMap<BufferId, BufferId>,
+    /// Fragments that are copies of an accumulator, read as the accumulator itself.
+    aliases: HashMap<BufferId, BufferId>,
 }
 
 impl Lower {
@@ -608,6 +614,22 @@ impl Lower {
                         c.role == ComputeRole::ReductionInit
                             && self.accumulators.contains(&c.out.buffer)
                     });
+                // A copy of an accumulator into the sum's own fragment (the reduction's final
+                // write): the sum is the accumulator, so the copy and its registers go.
+                let copies = !cs.is_empty()
+                    && cs.iter().all(|c| {
+                        c.role == ComputeRole::ReductionWrite
+                            && self.fragments.contains(&c.out.buffer)
+                            && matches!(&c.value, Data::Read(a) if self.accumulators.contains(&a.buffer))
+                    });
+                if copies {
+                    for c in cs {
+                        if let Data::Read(a) = &c.value {
+                            self.aliases.insert(c.out.buffer, a.buffer);
+                        }
+                    }
+                    return Ok(Vec::new());
+                }
                 if inits {
                     let mut out = Vec::new();
                     for c in cs {
@@ -711,6 +733,36 @@ struct Product {
     input: DType,
 }
 
+/// Drops the allocations of aliased fragments and reads the accumulators they copied instead.
+fn unalias(body: &mut Vec<Stmt>, aliases: &HashMap<BufferId, BufferId>) {
+    body.retain(|s| !matches!(s, Stmt::Alloc(b) if aliases.contains_key(b)));
+    for s in body.iter_mut() {
+        match s {
+            Stmt::Loop(l) => unalias(&mut l.body, aliases),
+            Stmt::If { then, els, .. } => {
+                unalias(then, aliases);
+                unalias(els, aliases);
+            }
+            Stmt::WarpRoles {
+                producer, consumer, ..
+            } => {
+                unalias(producer, aliases);
+                unalias(consumer, aliases);
+            }
+            Stmt::Compute(c) => {
+                let mut rename = |a: &mut Access| {
+                    if let Some(&to) = aliases.get(&a.buffer) {
+                        a.buffer = to;
+                    }
+                };
+                rename(&mut c.out);
+                c.value.for_each_read_mut(&mut rename);
+            }
+            _ => {}
+        }
+    }
+}
+
 /// The fragment register of an accumulator's tile at M = N = 0: tiles of 64 x N elements are
 /// N / 2 registers per thread apart.
 fn fragment_base(idx: Option<&Val>, m: &str, n: &str) -> Val {
@@ -769,8 +821,9 @@ fn first_expr(body: &[Stmt]) -> Option<usize> {
     })
 }
 
-/// One group per unrolled (or serial) loop of wgmmas: a loop whose body is `fence, wgmmas,
-/// commit, wait` becomes `fence, loop { wgmmas }, commit, wait`, innermost loops first.
+/// One group per unrolled loop of wgmmas: an unrolled loop (or a thread or block index
+/// binding) whose body is `fence, wgmmas, commit, wait` becomes `fence, loop { wgmmas },
+/// commit, wait`, innermost loops first.
 fn batch(body: Vec<Stmt>) -> Vec<Stmt> {
     let mut out = Vec::new();
     for s in body {
@@ -779,7 +832,7 @@ fn batch(body: Vec<Stmt>) -> Vec<Stmt> {
                 l.body = batch(l.body);
                 let n = l.body.len();
                 let grouped = n >= 4
-                    && l.parallel == ParallelType::Unroll
+                    && (l.parallel == ParallelType::Unroll || l.parallel.is_hw())
                     && l.body[0] == Stmt::WgmmaFence
                     && l.body[n - 2] == Stmt::WgmmaCommit
                     && l.body[n - 1] == Stmt::WgmmaWait(0)
