@@ -291,8 +291,9 @@ struct Walk<'k> {
     next: usize,
     /// Variables in scope (innermost last) and how uniform their values are.
     vars: Vec<(String, Uniformity)>,
-    /// Allocations in scope.
+    /// Allocations in scope (innermost last), and how many of them each buffer has.
     allocs: Vec<BufferId>,
+    in_scope: Vec<u32>,
     group: Group,
     events: Vec<Event<'k>>,
     barriers: Vec<BarrierUse>,
@@ -315,6 +316,7 @@ impl<'k> Walk<'k> {
             next: 0,
             vars,
             allocs: Vec::new(),
+            in_scope: vec![0; k.buffers.len()],
             group: Group::Block,
             events: Vec::new(),
             barriers: Vec::new(),
@@ -341,7 +343,9 @@ impl<'k> Walk<'k> {
             self.statement(st, ctx);
         }
         self.vars.truncate(vars);
-        self.allocs.truncate(allocs);
+        for b in self.allocs.drain(allocs..) {
+            self.in_scope[b] -= 1;
+        }
     }
 
     /// `ctx`: how uniformly the threads taking part reach the statement.
@@ -396,7 +400,7 @@ impl<'k> Walk<'k> {
                         format!("`{}` is a global tensor: only register and shared buffers are allocated", buf.name),
                     );
                 }
-                if self.allocs.contains(b) {
+                if self.in_scope[*b] > 0 {
                     self.error(
                         Rule::DoubleAlloc,
                         format!(
@@ -406,6 +410,7 @@ impl<'k> Walk<'k> {
                     );
                 }
                 self.allocs.push(*b);
+                self.in_scope[*b] += 1;
                 self.first_alloc[*b].get_or_insert((me, st));
             }
             Stmt::Compute(c) => {
@@ -664,9 +669,7 @@ impl<'k> Walk<'k> {
             ),
             None => {}
         }
-        if self.stage.allocated
-            && buf.memory != MemoryType::Global
-            && !self.allocs.contains(&a.buffer)
+        if self.stage.allocated && buf.memory != MemoryType::Global && self.in_scope[a.buffer] == 0
         {
             self.error(
                 Rule::UseBeforeAlloc,
