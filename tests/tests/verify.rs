@@ -80,6 +80,37 @@ fn at_first(
     assert!(found, "no statement to plant the fault at");
 }
 
+/// Removes the first statement `pick` selects.
+fn remove_first(k: &mut Kernel, pick: impl Fn(&Kernel, &Stmt) -> bool) {
+    at_first(k, pick, |list, i| {
+        list.remove(i);
+    });
+}
+
+/// Puts the first statement `pick` selects under `if cond:`.
+fn guard_first(k: &mut Kernel, pick: impl Fn(&Kernel, &Stmt) -> bool, cond: Val) {
+    at_first(k, pick, |list, i| {
+        let st = list.remove(i);
+        list.insert(
+            i,
+            Stmt::If {
+                cond,
+                then: vec![st],
+                els: Vec::new(),
+            },
+        );
+    });
+}
+
+/// Changes the (first) warp roles of the kernel.
+fn edit_roles(k: &mut Kernel, change: impl FnOnce(&mut Stmt)) {
+    at_first(
+        k,
+        |_, s| matches!(s, Stmt::WarpRoles { .. }),
+        |list, i| change(&mut list[i]),
+    );
+}
+
 /// The dump line of a statement is `prefix...`.
 fn starts(k: &Kernel, st: &Stmt, prefix: &str) -> bool {
     k.stmt_head(st).starts_with(prefix)
@@ -161,13 +192,7 @@ fn unbound_variable_a_thread_loop_without_its_binding() {
 #[test]
 fn use_before_alloc_a_dropped_allocation() {
     let mut k = lowered("basics/softmax.hf");
-    at_first(
-        &mut k,
-        |k, s| starts(k, s, "alloc m_acc"),
-        |list, i| {
-            list.remove(i);
-        },
-    );
+    remove_first(&mut k, |k, s| starts(k, s, "alloc m_acc"));
     let e = caught(&k, Rule::UseBeforeAlloc, "m_acc[0] = -inf");
     assert!(e[0].detail.contains("local buffer `m_acc`"), "{}", e[0]);
 }
@@ -303,13 +328,7 @@ fn shared_memory_layout_a_misaligned_and_an_overflowing_buffer() {
 #[test]
 fn mbarrier_init_a_dropped_init_and_a_dropped_barrier_after_it() {
     let mut k = lowered("tma/exp_store.hf");
-    at_first(
-        &mut k,
-        |_, s| matches!(s, Stmt::MbarInit { .. }),
-        |list, i| {
-            list.remove(i);
-        },
-    );
+    remove_first(&mut k, |_, s| matches!(s, Stmt::MbarInit { .. }));
     let e = caught(&k, Rule::MbarrierInit, "mbarrier_arrive_expect_tx");
     assert!(e[0].detail.contains("never initialised"), "{}", e[0]);
 
@@ -331,13 +350,7 @@ fn mbarrier_init_a_dropped_init_and_a_dropped_barrier_after_it() {
 #[test]
 fn mbarrier_inval_a_dropped_invalidation_and_a_use_after_it() {
     let mut k = lowered("ws/add_two_roles.hf");
-    at_first(
-        &mut k,
-        |k, s| starts(k, s, "mbarrier_inval b_s_empty"),
-        |list, i| {
-            list.remove(i);
-        },
-    );
+    remove_first(&mut k, |k, s| starts(k, s, "mbarrier_inval b_s_empty"));
     let e = caught(&k, Rule::MbarrierInval, "mbarrier_init b_s_empty");
     assert!(e[0].detail.contains("never invalidated"), "{}", e[0]);
 
@@ -356,20 +369,10 @@ fn mbarrier_inval_a_dropped_invalidation_and_a_use_after_it() {
 #[test]
 fn warp_collective_a_per_warp_arrive_under_a_lane_dependent_condition() {
     let mut k = lowered("ws/add_two_roles.hf");
-    at_first(
+    guard_first(
         &mut k,
         |_, s| matches!(s, Stmt::MbarArrive { per_warp: true, .. }),
-        |list, i| {
-            let arrive = list.remove(i);
-            list.insert(
-                i,
-                Stmt::If {
-                    cond: Val::lt(Val::Var("n_i".into()), Val::Int(16)),
-                    then: vec![arrive],
-                    els: Vec::new(),
-                },
-            );
-        },
+        Val::lt(Val::Var("n_i".into()), Val::Int(16)),
     );
     let e = caught(&k, Rule::WarpCollective, "mbarrier_arrive a_s_empty");
     assert!(e[0].detail.contains("per-warp arrive"), "{}", e[0]);
@@ -403,28 +406,24 @@ fn warp_collective_elect_after_a_lane_dependent_test() {
 #[test]
 fn block_barrier_a_named_barrier_under_a_thread_dependent_condition() {
     let mut k = lowered("ws/add_two_roles.hf");
-    at_first(
-        &mut k,
-        |_, s| matches!(s, Stmt::WarpRoles { .. }),
-        |list, i| {
-            let Stmt::WarpRoles { consumer, .. } = &mut list[i] else {
-                unreachable!()
-            };
-            let sync = consumer
-                .iter()
-                .position(|s| *s == Stmt::Sync)
-                .expect("the consumers' named barrier");
-            let barrier = consumer.remove(sync);
-            consumer.insert(
-                sync,
-                Stmt::If {
-                    cond: Val::eq(Val::Var("m_i".into()), Val::Int(0)),
-                    then: vec![barrier],
-                    els: Vec::new(),
-                },
-            );
-        },
-    );
+    edit_roles(&mut k, |roles| {
+        let Stmt::WarpRoles { consumer, .. } = roles else {
+            unreachable!()
+        };
+        let sync = consumer
+            .iter()
+            .position(|s| *s == Stmt::Sync)
+            .expect("the consumers' named barrier");
+        let barrier = consumer.remove(sync);
+        consumer.insert(
+            sync,
+            Stmt::If {
+                cond: Val::eq(Val::Var("m_i".into()), Val::Int(0)),
+                then: vec![barrier],
+                els: Vec::new(),
+            },
+        );
+    });
     let e = caught(&k, Rule::BlockBarrier, "__syncthreads()");
     assert!(e[0].detail.contains("differs between threads"), "{}", e[0]);
 }
@@ -432,15 +431,11 @@ fn block_barrier_a_named_barrier_under_a_thread_dependent_condition() {
 #[test]
 fn block_barrier_a_barrier_in_the_producer_branch() {
     let mut k = lowered("ws/exp_tidy.hf");
-    at_first(
-        &mut k,
-        |_, s| matches!(s, Stmt::WarpRoles { .. }),
-        |list, i| {
-            if let Stmt::WarpRoles { producer, .. } = &mut list[i] {
-                producer.push(Stmt::Sync);
-            }
-        },
-    );
+    edit_roles(&mut k, |roles| {
+        if let Stmt::WarpRoles { producer, .. } = roles {
+            producer.push(Stmt::Sync);
+        }
+    });
     let e = caught(&k, Rule::BlockBarrier, "__syncthreads()");
     assert!(e[0].detail.contains("producer branch"), "{}", e[0]);
 }
@@ -448,18 +443,14 @@ fn block_barrier_a_barrier_in_the_producer_branch() {
 #[test]
 fn named_barrier_count_consumers_counted_wrong() {
     let mut k = lowered("ws/add_two_roles.hf");
-    at_first(
-        &mut k,
-        |_, s| matches!(s, Stmt::WarpRoles { .. }),
-        |list, i| {
-            if let Stmt::WarpRoles {
-                consumer_threads, ..
-            } = &mut list[i]
-            {
-                *consumer_threads = 256;
-            }
-        },
-    );
+    edit_roles(&mut k, |roles| {
+        if let Stmt::WarpRoles {
+            consumer_threads, ..
+        } = roles
+        {
+            *consumer_threads = 256;
+        }
+    });
     let e = caught(&k, Rule::NamedBarrierCount, "producer warps");
     assert!(
         e[0].detail.contains("counts 256 threads, but 512 threads"),
@@ -506,15 +497,11 @@ fn named_barrier_id_beyond_the_hardware_16() {
 fn warp_roles_register_counts_setmaxnreg_does_not_take() {
     let mut k = lowered("ws/exp_tidy_regs.hf");
     k.register_sharing = Some((20, 112));
-    at_first(
-        &mut k,
-        |_, s| matches!(s, Stmt::WarpRoles { .. }),
-        |list, i| {
-            if let Stmt::WarpRoles { registers, .. } = &mut list[i] {
-                *registers = Some((20, 112));
-            }
-        },
-    );
+    edit_roles(&mut k, |roles| {
+        if let Stmt::WarpRoles { registers, .. } = roles {
+            *registers = Some((20, 112));
+        }
+    });
     let e = caught(&k, Rule::WarpRoles, "producer warps");
     assert!(
         e[0].detail.contains("producer register count 20"),
@@ -526,30 +513,26 @@ fn warp_roles_register_counts_setmaxnreg_does_not_take() {
 #[test]
 fn warp_roles_nested_roles() {
     let mut k = lowered("ws/exp_tidy.hf");
-    at_first(
-        &mut k,
-        |_, s| matches!(s, Stmt::WarpRoles { .. }),
-        |list, i| {
-            let Stmt::WarpRoles {
-                is_producer,
-                registers,
-                consumer_threads,
-                consumer,
-                ..
-            } = &mut list[i]
-            else {
-                unreachable!()
-            };
-            let inner = Stmt::WarpRoles {
-                is_producer: is_producer.clone(),
-                producer: Vec::new(),
-                consumer: Vec::new(),
-                registers: *registers,
-                consumer_threads: *consumer_threads,
-            };
-            consumer.insert(0, inner);
-        },
-    );
+    edit_roles(&mut k, |roles| {
+        let Stmt::WarpRoles {
+            is_producer,
+            registers,
+            consumer_threads,
+            consumer,
+            ..
+        } = roles
+        else {
+            unreachable!()
+        };
+        let inner = Stmt::WarpRoles {
+            is_producer: is_producer.clone(),
+            producer: Vec::new(),
+            consumer: Vec::new(),
+            registers: *registers,
+            consumer_threads: *consumer_threads,
+        };
+        consumer.insert(0, inner);
+    });
     let e = caught(&k, Rule::WarpRoles, "producer warps");
     assert!(e[0].detail.contains("inside warp roles"), "{}", e[0]);
 }
@@ -570,13 +553,7 @@ fn every_rule_has_a_planted_fault_above() {
 #[test]
 fn the_pipeline_hook_names_the_pass_and_the_rule() {
     let mut k = lowered("basics/softmax.hf");
-    at_first(
-        &mut k,
-        |k, s| starts(k, s, "alloc m_acc"),
-        |list, i| {
-            list.remove(i);
-        },
-    );
+    remove_first(&mut k, |k, s| starts(k, s, "alloc m_acc"));
     // Allocations are not placed yet right after `loop_nest`: nothing to report then.
     assert!(verify::after_pass("loop_nest", &k).is_ok());
     let d = verify::after_pass("sync", &k).expect_err("caught after `sync`");
