@@ -206,7 +206,8 @@ pub fn after_pass(pass: &str, k: &Kernel) -> Result<(), Diagnostics> {
     })
 }
 
-/// Every broken invariant of `k` at `stage`, in statement order (kernel-level ones last).
+/// Every broken invariant of `k` at `stage`: those of the walk in statement order, then those
+/// of named barriers, mbarriers and memory.
 pub fn verify(k: &Kernel, stage: Stage) -> Result<(), Vec<VerifyError>> {
     let mut w = Walk::new(k, stage);
     w.block(&k.body, Uniformity::Block);
