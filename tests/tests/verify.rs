@@ -17,8 +17,15 @@ fn every_example_passes_the_verifier_after_every_pass() {
     assert!(sources.len() >= 20, "found {} examples", sources.len());
     for src in sources {
         // `compile` verifies after every pass while `verify::enabled()`.
+        let before = verify::verified_on_this_thread();
         let c = hopfuse::compile(&src, &Default::default())
             .unwrap_or_else(|e| panic!("{}\n{src}", e.render(&src, "example.hf")));
+        // Every dump but the first (the fusion IR) is a pass that ran.
+        assert_eq!(
+            verify::verified_on_this_thread() - before,
+            c.passes.len() - 1,
+            "the pipeline did not verify after every pass of\n{src}"
+        );
         if let Err(errors) = verify::verify(&c.kernel, Stage::LOWERED) {
             panic!("{}\n{src}", list(&errors));
         }
@@ -554,6 +561,7 @@ fn every_rule_has_a_planted_fault_above() {
 fn the_pipeline_hook_names_the_pass_and_the_rule() {
     let mut k = lowered("basics/softmax.hf");
     remove_first(&mut k, |k, s| starts(k, s, "alloc m_acc"));
+    assert!(verify::enabled(), "the verifier is off");
     // Allocations are not placed yet right after `loop_nest`: nothing to report then.
     assert!(verify::after_pass("loop_nest", &k).is_ok());
     let d = verify::after_pass("sync", &k).expect_err("caught after `sync`");

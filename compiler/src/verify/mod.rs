@@ -185,12 +185,23 @@ pub fn enabled() -> bool {
     }
 }
 
+thread_local! {
+    static VERIFIED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many kernels [`after_pass`] has verified on this thread (so a test can tell that the
+/// pipeline verified after each of its passes).
+pub fn verified_on_this_thread() -> usize {
+    VERIFIED.with(|n| n.get())
+}
+
 /// The pipeline's hook: verifies the kernel left by pass `pass` when [`enabled`]; a broken
 /// invariant becomes an internal error naming the pass, the rule and the statement.
 pub fn after_pass(pass: &str, k: &Kernel) -> Result<(), Diagnostics> {
     if !enabled() {
         return Ok(());
     }
+    VERIFIED.with(|n| n.set(n.get() + 1));
     verify(k, Stage::after(pass)).map_err(|errors| {
         let more = match errors.len() {
             1 => String::new(),
