@@ -1055,3 +1055,40 @@ impl Stmt {
         }
     }
 }
+
+impl Kernel {
+    /// The first line of a statement's dump, unindented (`for i in N @Serial:`, `if c:`, an
+    /// access...): how messages about one statement quote it. Only the statement's own ids are
+    /// read (its nested blocks are left out), and they must be the kernel's.
+    pub fn stmt_head(&self, st: &Stmt) -> String {
+        let head = match st {
+            Stmt::Loop(l) => Stmt::Loop(Loop {
+                body: Vec::new(),
+                extent: l.extent.clone(),
+                var: l.var.clone(),
+                ..*l
+            }),
+            Stmt::If { cond, .. } => Stmt::If {
+                cond: cond.clone(),
+                then: Vec::new(),
+                els: Vec::new(),
+            },
+            Stmt::WarpRoles {
+                is_producer,
+                registers,
+                consumer_threads,
+                ..
+            } => Stmt::WarpRoles {
+                is_producer: is_producer.clone(),
+                producer: Vec::new(),
+                consumer: Vec::new(),
+                registers: *registers,
+                consumer_threads: *consumer_threads,
+            },
+            other => other.clone(),
+        };
+        let mut s = String::new();
+        print_block(self, std::slice::from_ref(&head), 0, &mut s, &mut None);
+        s.lines().next().unwrap_or_default().to_string()
+    }
+}

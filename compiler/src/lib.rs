@@ -20,6 +20,7 @@ pub mod plan;
 pub mod reference;
 pub mod target;
 pub mod torch;
+pub mod verify;
 
 pub use diag::{Diagnostic, Diagnostics};
 pub use dtype::DType;
@@ -64,6 +65,8 @@ pub struct Compilation {
     /// For every line of `cuda`, what wrote it: for kernel-IR statements, their line in the
     /// last pass dump and the pass that produced that line.
     pub lines: codegen::lines::LineMap,
+    /// The kernel IR after the last pass (what the CUDA was emitted from).
+    pub kernel: kir::Kernel,
 }
 
 /// The fusion as written (what [`reference::evaluate`] runs), from the front end alone: no
@@ -133,6 +136,7 @@ pub fn compile_choosing_index(
             continue;
         }
         (pass.run)(&mut cx, &mut kernel).map_err(locate)?;
+        verify::after_pass(pass.name, &kernel)?;
         dumps.push(PassDump {
             name: pass.name,
             summary: pass.summary,
@@ -161,6 +165,7 @@ pub fn compile_choosing_index(
         fusion,
         pipeline,
         lines,
+        kernel,
     })
 }
 
