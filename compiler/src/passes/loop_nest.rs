@@ -535,7 +535,22 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
                 } else {
                     stmt_seq[&p]
                 };
-                if outer_of_p > seq_of_node[inst[q]] {
+                // The shared loop `inst[q]` was opened (by a sibling inlined deeper) before
+                // `p` was computed: move that loop after `p` when nothing computed since
+                // needs what it holds.
+                if outer_of_p > seq_of_node[inst[q]]
+                    && !move_after_siblings(
+                        cx,
+                        &mut nodes,
+                        &mut top,
+                        &inst,
+                        q,
+                        &instances,
+                        &mut seq_of_node,
+                        &mut stmt_seq,
+                        &mut seq,
+                    )
+                {
                     return Err(Diagnostic::new(
                         format!(
                             "inlining breaks a dependency: `{}` would be computed inside loops that run before its producer `{}` is computed",
@@ -630,6 +645,80 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
     k.body = convert(cx, &mut nodes, top, &mut hw);
     k.hw_vars = hw;
     Ok(())
+}
+
+/// Moves the loop `inst[q]` (and everything in it) to the end of its parent's statements,
+/// renumbering it as created now. Legal when no tensor computed after the loop was opened,
+/// outside it, reads a tensor computed inside it; returns whether it moved.
+#[allow(clippy::too_many_arguments)]
+fn move_after_siblings(
+    cx: &Ctx,
+    nodes: &mut [LoopNode],
+    top: &mut Vec<Child>,
+    inst: &[usize],
+    q: usize,
+    instances: &HashMap<TensorId, Vec<usize>>,
+    seq_of_node: &mut [usize],
+    stmt_seq: &mut HashMap<TensorId, usize>,
+    seq: &mut usize,
+) -> bool {
+    let f = cx.fusion;
+    let root = inst[q];
+    let opened = seq_of_node[root];
+    let inside: HashSet<TensorId> = instances
+        .iter()
+        .filter(|(_, i)| i.get(q) == Some(&root))
+        .map(|(&t, _)| t)
+        .collect();
+    let reads_inside = stmt_seq.iter().any(|(&u, &s)| {
+        s > opened
+            && !inside.contains(&u)
+            && f.tensors[u]
+                .definition
+                .is_some_and(|d| f.exprs[d].input_tensors().any(|x| inside.contains(&x)))
+    });
+    if reads_inside {
+        return false;
+    }
+    let siblings = match q {
+        0 => top,
+        _ => &mut nodes[inst[q - 1]].children,
+    };
+    let Some(at) = siblings
+        .iter()
+        .position(|c| matches!(c, Child::Loop(n) if *n == root))
+    else {
+        return false;
+    };
+    let moved = siblings.remove(at);
+    siblings.push(moved);
+    // Renumber the loop's nodes and statements after everything created so far, in order.
+    let mut stack = vec![root];
+    let mut subtree = Vec::new();
+    while let Some(n) = stack.pop() {
+        subtree.push(n);
+        stack.extend(nodes[n].children.iter().filter_map(|c| match c {
+            Child::Loop(i) => Some(*i),
+            Child::Compute(_) => None,
+        }));
+    }
+    let last = subtree
+        .iter()
+        .map(|&n| seq_of_node[n])
+        .chain(inside.iter().filter_map(|t| stmt_seq.get(t).copied()))
+        .max()
+        .unwrap_or(opened);
+    let shift = *seq - opened;
+    for n in subtree {
+        seq_of_node[n] += shift;
+    }
+    for t in &inside {
+        if let Some(s) = stmt_seq.get_mut(t) {
+            *s += shift;
+        }
+    }
+    *seq += last - opened + 1;
+    true
 }
 
 fn make_compute(cx: &Ctx, e: usize) -> Result<Compute, Diagnostic> {

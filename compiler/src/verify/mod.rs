@@ -517,6 +517,26 @@ impl<'k> Walk<'k> {
                 self.tensor_map(t.map, t.coords.len());
             }
             Stmt::BulkCommit | Stmt::BulkWaitRead(_) | Stmt::FenceProxyAsync => {}
+            Stmt::Wgmma(w) => {
+                self.access(&w.acc, ctx);
+                self.memory_is(
+                    w.acc.buffer,
+                    MemoryType::Local,
+                    "the accumulator of a wgmma",
+                );
+                for o in [&w.a, &w.b] {
+                    self.access(&o.tile, ctx);
+                    self.memory_is(o.tile.buffer, MemoryType::Shared, "a wgmma operand");
+                }
+                if let Some(flag) = &w.accumulate {
+                    self.access(flag, ctx);
+                }
+                // The warp group issues it together (`.sync.aligned`): no lane may skip it.
+                self.warp_collective(ctx, "a wgmma (all 128 threads of the warp group)");
+            }
+            Stmt::WgmmaFence | Stmt::WgmmaCommit | Stmt::WgmmaWait(_) => {
+                self.warp_collective(ctx, "a wgmma fence, commit or wait (warp-group collective)");
+            }
             Stmt::WarpRoles {
                 is_producer,
                 producer,
