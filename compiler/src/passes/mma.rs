@@ -643,7 +643,12 @@ impl Lower {
                 };
                 let acc = Access {
                     buffer: p.acc.buffer,
-                    index: Some(fragment_base(p.acc.index.as_ref(), &p.m.var, &p.n.var)),
+                    index: Some(fragment_base(
+                        p.acc.index.as_ref(),
+                        &p.m.var,
+                        &p.n.var,
+                        p.n_extent,
+                    )),
                 };
                 Ok(vec![
                     Stmt::WgmmaFence,
@@ -674,21 +679,40 @@ impl Lower {
                     .map(|e| f.tensors[f.exprs[e].output].name.clone())
                     .unwrap_or_default();
                 let span = expr.and_then(|e| f.tensors[f.exprs[e].output].span);
-                let Some(tile) = self.tiles.iter().find(|t| {
-                    (loops[0].key, loops[1].key) == (t.m, t.n)
-                        || (loops[0].key, loops[1].key) == (t.n, t.m)
-                }) else {
+                // The tile's M and N loops, or M and an inner part of N (a column slice of the
+                // accumulator, e.g. one box of a TMA-stored epilogue).
+                let n_part = |key: LoopKey, t: &Tile| -> Option<i64> {
+                    if key == t.n {
+                        return Some(t.n_extent);
+                    }
+                    match cx.keys.nodes[key] {
+                        super::KeyNode::Split {
+                            parent,
+                            factor,
+                            is_outer: false,
+                            ..
+                        } if parent == t.n && factor % 8 == 0 && t.n_extent % factor == 0 => {
+                            Some(factor)
+                        }
+                        _ => None,
+                    }
+                };
+                let found = self.tiles.iter().find_map(|t| {
+                    if loops[0].key == t.m {
+                        n_part(loops[1].key, t).map(|w| (t.clone(), 0, 1, w))
+                    } else if loops[1].key == t.m {
+                        n_part(loops[0].key, t).map(|w| (t.clone(), 1, 0, w))
+                    } else {
+                        None
+                    }
+                });
+                let Some((tile, mi, ni, width)) = found else {
                     return Err(Diagnostic::new(
                         format!("`{name}` has two Mma axes that are not the M and N axes of a tensor-core product's tile in the same loops: Mma axes are the product's instruction tile and the tensors that read its accumulator"),
                         span,
                     ));
                 };
-                let tile = tile.clone();
-                let (mv, nv) = if loops[0].key == tile.m {
-                    (loops[0].var.clone(), loops[1].var.clone())
-                } else {
-                    (loops[1].var.clone(), loops[0].var.clone())
-                };
+                let (mv, nv) = (loops[mi].var.clone(), loops[ni].var.clone());
                 let body = body.to_vec();
                 // The accumulator's zero fill: replaced by its flag (scale-d off at first).
                 let mut cs = Vec::new();
@@ -770,7 +794,7 @@ impl Lower {
                 let fragments = self.fragments.clone();
                 let mut bad = None;
                 for s in &mut body {
-                    fragment_accesses(s, &fragments, &mv, &nv, &i, &mut bad);
+                    fragment_accesses(s, &fragments, &mv, &nv, &i, tile.n_extent, &mut bad);
                     s.map_vals(&mut |v| v.subst(&mv, &row).subst(&nv, &col));
                 }
                 if let Some(b) = bad {
@@ -783,9 +807,9 @@ impl Lower {
                     ));
                 }
                 Ok(vec![Stmt::Loop(Loop {
-                    key: tile.n,
+                    key: loops[ni].key,
                     var: reg,
-                    extent: Val::Int(target::wgmma_accumulators(tile.n_extent)),
+                    extent: Val::Int(target::wgmma_accumulators(width)),
                     parallel: ParallelType::Unroll,
                     body,
                 })])
@@ -847,14 +871,24 @@ fn unalias(body: &mut Vec<Stmt>, aliases: &HashMap<BufferId, BufferId>) {
     }
 }
 
-/// The fragment register of an accumulator's tile at M = N = 0: tiles of 64 x N elements are
-/// N / 2 registers per thread apart.
-fn fragment_base(idx: Option<&Val>, m: &str, n: &str) -> Val {
+/// The fragment register of an accumulator element at M = N = 0 of a nest, whose index in the
+/// accumulator array is `tile * 64 N + column` (`N` = `width`, the tile's columns): tiles are
+/// N / 2 registers per thread apart, and column `c` (a multiple of 8) starts at register
+/// `c / 8 * 4` of its tile (`target::fragment_row_col`).
+fn fragment_base(idx: Option<&Val>, m: &str, n: &str, width: i64) -> Val {
     let base = zero(idx.unwrap_or(&Val::Int(0)), &[m, n]);
-    super::simplify::simplify(
-        &Val::div(base, Val::Int(target::WARPGROUP_THREADS)),
-        &HashMap::new(),
-    )
+    let tile_elems = Val::Int(target::WGMMA_M * width);
+    let reg = Val::add(
+        Val::mul(
+            Val::div(base.clone(), tile_elems.clone()),
+            Val::Int(target::wgmma_accumulators(width)),
+        ),
+        Val::mul(
+            Val::div(Val::rem(base, tile_elems), Val::Int(8)),
+            Val::Int(4),
+        ),
+    );
+    super::simplify::simplify(&reg, &HashMap::new())
 }
 
 /// Indexes every accumulator access of `s` by register `i` (at its tile's base); records a
@@ -865,6 +899,7 @@ fn fragment_accesses(
     m: &str,
     n: &str,
     i: &Val,
+    width: i64,
     bad: &mut Option<BufferId>,
 ) {
     let mut fix = |a: &mut Access| {
@@ -872,10 +907,10 @@ fn fragment_accesses(
             return;
         }
         let idx = a.index.clone().unwrap_or(Val::Int(0));
-        if stride(&idx, n) != Some(1) || stride(&idx, m).is_none() {
+        if stride(&idx, n) != Some(1) || stride(&idx, m) != Some(width) {
             *bad = Some(a.buffer);
         }
-        a.index = Some(Val::add(fragment_base(Some(&idx), m, n), i.clone()));
+        a.index = Some(Val::add(fragment_base(Some(&idx), m, n, width), i.clone()));
     };
     match s {
         Stmt::Compute(c) => {
@@ -884,12 +919,12 @@ fn fragment_accesses(
         }
         Stmt::Loop(l) => {
             for s in &mut l.body {
-                fragment_accesses(s, fragments, m, n, i, bad);
+                fragment_accesses(s, fragments, m, n, i, width, bad);
             }
         }
         Stmt::If { then, els, .. } => {
             for s in then.iter_mut().chain(els.iter_mut()) {
-                fragment_accesses(s, fragments, m, n, i, bad);
+                fragment_accesses(s, fragments, m, n, i, width, bad);
             }
         }
         _ => {}

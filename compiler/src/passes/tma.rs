@@ -834,13 +834,25 @@ pub fn run_issue(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 a.index = Some(swizzled_index(i, elem, sw));
             }
         };
-        // Inside a tensor-core tile the operands are read through matrix descriptors, whose
-        // swizzle mode applies the same mapping in hardware (the `mma` pass reads the logical
-        // index there).
+        // Inside a tensor-core product's tile (three Mma loops) the operands are read through
+        // matrix descriptors, whose swizzle mode applies the same mapping in hardware (the
+        // `mma` pass reads the logical index there).
+        fn product_tile(l: &Loop) -> bool {
+            let mut depth = 0;
+            let mut cur = l;
+            loop {
+                depth += 1;
+                match cur.body.as_slice() {
+                    [Stmt::Loop(inner)] if inner.parallel == ParallelType::Mma => cur = inner,
+                    _ => return depth >= 3,
+                }
+            }
+        }
         fn outside_mma(body: &mut [Stmt], f: &mut dyn FnMut(&mut crate::kir::Compute)) {
             for s in body {
                 match s {
-                    Stmt::Loop(l) if l.parallel != ParallelType::Mma => outside_mma(&mut l.body, f),
+                    Stmt::Loop(l) if l.parallel == ParallelType::Mma && product_tile(l) => {}
+                    Stmt::Loop(l) => outside_mma(&mut l.body, f),
                     Stmt::If { then, els, .. } => {
                         outside_mma(then, f);
                         outside_mma(els, f);
@@ -1041,18 +1053,36 @@ fn check_box_layout(
         .zip(extents.iter().copied())
         .filter(|&(_, e)| e != 1)
         .unzip();
-    let at = |point: &[i64]| -> Option<i64> {
-        let v = vars
-            .iter()
+    // The element of the box at `point` relative to its first one (the same for every value
+    // of the loops around the box: probed), so a box may start anywhere in the buffer (one of
+    // several boxes of a tile).
+    let point_index = |point: &[i64]| {
+        vars.iter()
             .zip(point)
-            .fold(index.clone(), |acc, (var, &x)| acc.subst(var, &Val::Int(x)));
-        match super::simplify::simplify(&v, &HashMap::new()) {
-            Val::Int(i) => Some(i),
-            _ => None,
-        }
+            .fold(index.clone(), |acc, (var, &x)| acc.subst(var, &Val::Int(x)))
     };
     let zero = vec![0i64; vars.len()];
-    let mut ok = box_elements == loop_elements && at(&zero) == Some(0);
+    let origin = point_index(&zero);
+    let at = |point: &[i64]| -> Option<i64> {
+        let v = point_index(point);
+        let mut found = None;
+        for seed in 0..4u64 {
+            let d = super::predicate::eval(&v, "", 0, seed, &[], 1)?
+                - super::predicate::eval(&origin, "", 0, seed, &[], 1)?;
+            if found.is_some_and(|f| f != d) {
+                return None;
+            }
+            found = Some(d);
+        }
+        found
+    };
+    // A swizzled box starts on its pattern's repeat (1024 bytes), whatever the loops around.
+    let elem = k.buffers[src.buffer].dtype.size_bytes() as i64;
+    let repeat = stage_align(store.swizzle) / elem;
+    let aligned_start = (0..4u64).all(|seed| {
+        super::predicate::eval(&origin, "", 0, seed, &[], 1).is_some_and(|o| o % repeat == 0)
+    });
+    let mut ok = box_elements == loop_elements && at(&zero) == Some(0) && aligned_start;
     let mut stride = 1i64;
     for d in (0..vars.len()).rev() {
         if !ok {
