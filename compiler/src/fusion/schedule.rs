@@ -1054,14 +1054,11 @@ pub(crate) fn replay(
             let p = f.ids[r].parallel;
             // A parallel type already used by another axis of the target stays where it is (Mma
             // marks the three axes of the instruction tile).
-            let clash = f.tensors[target]
-                .loop_domain
-                .iter()
-                .any(|&x| {
-                    x != u
-                        && f.ids[x].parallel == p
-                        && !matches!(p, ParallelType::Serial | ParallelType::Mma)
-                });
+            let clash = f.tensors[target].loop_domain.iter().any(|&x| {
+                x != u
+                    && f.ids[x].parallel == p
+                    && !matches!(p, ParallelType::Serial | ParallelType::Mma)
+            });
             let grid_reduction = p.is_block() && f.ids[u].kind == IterKind::Reduction;
             if !clash && !grid_reduction {
                 f.ids[u].parallel = p;

@@ -87,7 +87,9 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                     .fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id)));
                 // An accumulator fragment: the warp group's threads share its M x N tile.
                 if k.buffers[b].memory == MemoryType::Local
-                    && ids.iter().any(|&id| f.ids[id].parallel == ParallelType::Mma)
+                    && ids
+                        .iter()
+                        .any(|&id| f.ids[id].parallel == ParallelType::Mma)
                 {
                     base = super::ceil_div(base, crate::target::WARPGROUP_THREADS);
                 }

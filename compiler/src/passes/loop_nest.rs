@@ -377,8 +377,7 @@ fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic
     // accumulator fragment's layout is fixed by the instruction, not by the schedule).
     let mma_user = f.tensors.iter().find(|t| {
         t.definition.is_some()
-            && t
-                .loop_domain
+            && t.loop_domain
                 .iter()
                 .any(|&id| f.ids[id].parallel == ParallelType::Mma)
     });

@@ -137,7 +137,10 @@ fn keep_one_group_in_flight(body: Vec<Stmt>) -> Vec<Stmt> {
                     unreachable!("checked above")
                 };
                 let var = Val::Var(l.var.clone());
-                let previous = slot.subst(&l.var, &Val::Sub(Box::new(var.clone()), Box::new(Val::Int(1))));
+                let previous = slot.subst(
+                    &l.var,
+                    &Val::Sub(Box::new(var.clone()), Box::new(Val::Int(1))),
+                );
                 let last = slot.subst(
                     &l.var,
                     &Val::Sub(Box::new(l.extent.clone()), Box::new(Val::Int(1))),
@@ -485,9 +488,7 @@ impl Lower {
             }
         };
         // The accumulator: N consecutive, rows N apart (the fragment's tile inside the array).
-        if stride(&acc_index, &nl.var) != Some(1)
-            || stride(&acc_index, &ml.var) != Some(n_extent)
-        {
+        if stride(&acc_index, &nl.var) != Some(1) || stride(&acc_index, &ml.var) != Some(n_extent) {
             return bad("internal: the accumulator is not laid out as its M x N tile".into());
         }
         let elem = xt.size_bytes() as i64;
@@ -566,7 +567,12 @@ impl Lower {
         })
     }
 
-    fn block(&mut self, cx: &mut Ctx, k: &mut Kernel, body: Vec<Stmt>) -> Result<Vec<Stmt>, Diagnostic> {
+    fn block(
+        &mut self,
+        cx: &mut Ctx,
+        k: &mut Kernel,
+        body: Vec<Stmt>,
+    ) -> Result<Vec<Stmt>, Diagnostic> {
         let mut out = Vec::new();
         for s in body {
             match s {
@@ -743,7 +749,8 @@ impl Lower {
                     for c in cs {
                         let flag = k.buffers.len();
                         k.buffers.push(Buffer {
-                            name: cx.fresh_name(&format!("{}_started", k.buffers[c.out.buffer].name)),
+                            name: cx
+                                .fresh_name(&format!("{}_started", k.buffers[c.out.buffer].name)),
                             dtype: DType::I32,
                             memory: MemoryType::Local,
                             tensor: None,
@@ -956,10 +963,7 @@ fn batch(body: Vec<Stmt>) -> Vec<Stmt> {
                     && l.body[n - 2] == Stmt::WgmmaCommit
                     && l.body[n - 1] == Stmt::WgmmaWait(0)
                     && l.body[1..n - 2].iter().all(|s| {
-                        !matches!(
-                            s,
-                            Stmt::WgmmaFence | Stmt::WgmmaCommit | Stmt::WgmmaWait(_)
-                        )
+                        !matches!(s, Stmt::WgmmaFence | Stmt::WgmmaCommit | Stmt::WgmmaWait(_))
                     });
                 if grouped {
                     let inner: Vec<Stmt> = l.body.drain(1..n - 2).collect();
