@@ -23,8 +23,13 @@ pub fn wgmma_accumulators(n: i64) -> i64 {
     WGMMA_M * n / WARPGROUP_THREADS
 }
 
-/// Most registers one thread may hold (the `setmaxnreg` ceiling and the per-thread limit).
+/// Most registers one thread may hold (the per-thread limit of the register file).
 pub const MAX_REGISTERS_PER_THREAD: i64 = 255;
+
+/// Registers a wgmma consumer needs besides its accumulators (descriptors, addresses, loop
+/// counters, the epilogue's values): CUTLASS moves its consumers from 232 to 240 registers once
+/// the accumulators take 208 or more (`HeavyRegisterPressure`), i.e. it keeps at least 32.
+pub const NON_ACCUMULATOR_REGISTERS: i64 = 32;
 
 /// The 14-bit encoding of a byte offset or address in a matrix descriptor: bits 4..18.
 pub fn descriptor_encode(bytes: i64) -> u64 {

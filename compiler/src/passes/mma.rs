@@ -98,6 +98,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         }
         lower.accumulators.insert(acc);
     }
+    check_accumulator_registers(cx, k, &lower.accumulators)?;
     let mut body = lower.block(cx, k, body)?;
     if !lower.aliases.is_empty() {
         unalias(&mut body, &lower.aliases);
@@ -191,6 +192,55 @@ fn keep_one_group_in_flight(body: Vec<Stmt>) -> Vec<Stmt> {
         }
     }
     out
+}
+
+/// The products' accumulators must fit a thread's registers with room for the rest: the
+/// consumers' `setmaxnreg` count, else what the launch gives every thread. (Copies of an
+/// accumulator are dropped, and epilogue values are one register each.)
+fn check_accumulator_registers(
+    cx: &Ctx,
+    k: &Kernel,
+    accumulators: &HashSet<BufferId>,
+) -> Result<(), Diagnostic> {
+    let mut held: Vec<(BufferId, i64)> = accumulators
+        .iter()
+        .filter_map(|&b| match k.buffers[b].size {
+            Some(Val::Int(n)) => Some((b, n)),
+            _ => None,
+        })
+        .collect();
+    held.sort_unstable();
+    let total: i64 = held.iter().map(|&(_, n)| n).sum();
+    let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
+    let (budget, whose) = match (k.register_sharing, threads) {
+        (Some((_, consumer)), _) => (consumer as i64, "the consumers' setmaxnreg count".to_string()),
+        (None, Some(t)) => {
+            let entry = (65536 / t).min(target::MAX_REGISTERS_PER_THREAD) / 8 * 8;
+            (entry, format!("what a launch of {t} threads gives each"))
+        }
+        (None, None) => (target::MAX_REGISTERS_PER_THREAD, "the per-thread limit".to_string()),
+    };
+    if total + target::NON_ACCUMULATOR_REGISTERS <= budget {
+        return Ok(());
+    }
+    let f = cx.fusion;
+    let (first, _) = held[0];
+    let span = k.buffers[first]
+        .tensor
+        .or_else(|| cx.accumulator_of.get(&first).copied())
+        .and_then(|t| f.tensors[t].span);
+    let list: Vec<String> = held
+        .iter()
+        .map(|&(b, n)| format!("`{}` {n}", k.buffers[b].name))
+        .collect();
+    Err(Diagnostic::new(
+        format!(
+            "the tensor-core accumulators take {total} f32 registers per thread ({}), and a thread has {budget} ({whose}) of which wgmma needs about {} for everything else: use a smaller N per warp group, or give each warp group its own rows of M (a TIDy axis) instead of several M blocks",
+            list.join(", "),
+            target::NON_ACCUMULATOR_REGISTERS
+        ),
+        span,
+    ))
 }
 
 /// Every three-deep Mma nest (the products), as their loops.

@@ -1608,7 +1608,8 @@ fn shift_writes(s: &mut Stmt, buffer: usize, offset: &Val) {
 }
 
 /// Register counts of `setmaxnreg`: multiples of 8 in 24..256, producer <= the count every
-/// thread starts with <= consumer, and the block's total within the 64K register file.
+/// thread starts with <= consumer, and the block's total within the 64K register file and
+/// equal to what it is launched with.
 pub fn check_registers(
     producer: u32,
     consumer: u32,
@@ -1633,6 +1634,19 @@ pub fn check_registers(
         return Err(format!(
             "registers=[{producer}, {consumer}]: {producer} x {producer_threads} producer threads + {consumer} x {} consumer threads = {total} registers, more than the 65536 of an SM",
             threads - producer_threads
+        ));
+    }
+    // setmaxnreg moves registers between warp groups of one allocation: what the producers
+    // give up must be what the consumers take, else `.inc` can wait forever for registers no
+    // one frees (the CUTLASS hang with 24/232/232 against 3 x 168).
+    let launch = entry as i64 * threads;
+    if total != launch {
+        let groups = threads / 128;
+        return Err(format!(
+            "registers=[{producer}, {consumer}]: {producer} x {producer_threads} producer threads + {consumer} x {} consumer threads = {total} registers, but the block is launched with {entry} x {threads} = {launch}; the counts must move registers between warp groups, not add any (e.g. producer + {} x consumer = {} per thread of each group)",
+            threads - producer_threads,
+            groups - 1,
+            entry as i64 * groups
         ));
     }
     Ok(())
