@@ -4,218 +4,20 @@
 //! a [`Device`] between runs, and read back a [`RunResult`].
 
 use crate::data;
-use crate::gpu::{self, DeviceInfo, Gpu, KernelArgs, KernelAttributes, Spin, Timing};
+use crate::gpu::{self, Gpu, KernelArgs, KernelAttributes, Spin, Timing};
 use crate::nvrtc;
 use crate::validate::{self, Check};
 use hopfuse::plan::{ConcreteLaunch, Param, SizeExpr, TensorRole};
 use hopfuse::{Compilation, CompileOptions, DType, IndexType, LaunchPlan};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt;
 use tracing::{debug, info, warn};
 
-/// Everything one run needs; the program travels as text so a service can send it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RunRequest {
-    /// The program's file name, for diagnostics and the report.
-    pub file: String,
-    pub source: String,
-    pub sizes: BTreeMap<String, i64>,
-    pub iters: u32,
-    pub warmup: u32,
-    pub seed: u64,
-    /// `None`: `i32` when every tensor has fewer than 2^31 elements, else `i64`.
-    pub index: Option<IndexType>,
-    /// Measure the device-to-device copy ceiling.
-    pub copy_ceiling: bool,
-    /// Also time the fusion's torch twin, eagerly and under `torch.compile`, interleaved with
-    /// the kernel ([`crate::peers`]; single-program runs only, A/B runs ignore it).
-    #[serde(default)]
-    pub peers: bool,
-}
-
-impl RunRequest {
-    pub const MAX_ITERS: u32 = 100_000;
-
-    fn check(&self) -> Result<(), RunError> {
-        if self.iters == 0 || self.iters > Self::MAX_ITERS {
-            return Err(RunError::new(
-                Stage::Request,
-                format!("iters must be in 1..={}", Self::MAX_ITERS),
-            ));
-        }
-        if self.warmup > Self::MAX_ITERS {
-            return Err(RunError::new(
-                Stage::Request,
-                format!("warmup must be at most {}", Self::MAX_ITERS),
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// Which part of a run failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stage {
-    Request,
-    Compile,
-    Sizes,
-    Nvrtc,
-    Cuda,
-    Reference,
-}
-
-/// A run that could not produce a result (a failed validation is a result, not an error).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
-pub struct RunError {
-    pub stage: Stage,
-    pub message: String,
-}
-
-impl RunError {
-    pub fn new(stage: Stage, message: impl Into<String>) -> RunError {
-        RunError {
-            stage,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for RunError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let stage = match self.stage {
-            Stage::Request => "bad request",
-            Stage::Compile => "compile error",
-            Stage::Sizes => "sizes",
-            Stage::Nvrtc => "NVRTC",
-            Stage::Cuda => "CUDA",
-            Stage::Reference => "reference evaluator",
-        };
-        write!(f, "{stage}: {}", self.message)
-    }
-}
-
-/// How the timed launches keep the working set from being served out of L2.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum L2Policy {
-    /// The working set is larger than twice the L2: nothing needed.
-    None,
-    /// Launches cycle through `sets` copies of every tensor.
-    Rotate { sets: u32 },
-    /// A `bytes` scratch buffer is written (untimed) before every launch.
-    Flush { bytes: u64 },
-}
-
-impl fmt::Display for L2Policy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            L2Policy::None => write!(f, "none (working set > 2x L2)"),
-            L2Policy::Rotate { sets } => write!(f, "rotating {sets} copies of every tensor"),
-            L2Policy::Flush { bytes } => write!(
-                f,
-                "L2 flushed by writing {} MiB before each launch",
-                bytes >> 20
-            ),
-        }
-    }
-}
-
-/// The device-to-device copy ceiling.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CopyCeiling {
-    /// Size of one copy; it moves twice this (read + written).
-    pub buffer_bytes: u64,
-    pub timing: Timing,
-    pub gbps: f64,
-    /// `run`: measured by this run; `worker_start`: measured once when the worker process
-    /// started and reused by every run of that process (see `age_s`).
-    #[serde(default)]
-    pub measured: CeilingWhen,
-    /// Seconds from the measurement to this run (0 for `run`).
-    #[serde(default)]
-    pub age_s: f64,
-}
-
-/// When a copy ceiling was measured.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CeilingWhen {
-    /// By the run that reports it.
-    #[default]
-    Run,
-    /// Once, when the (warm) worker process started.
-    WorkerStart,
-}
-
-/// The cuBLAS ceiling of a matrix-product fusion (see [`crate::cublas`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct GemmCeiling {
-    /// The call, e.g. `cublasGemmEx(N, T, m=4096, n=4096, k=4096) f32 x f32 -> f32, compute 32F`.
-    pub call: String,
-    pub timing: Timing,
-    pub tflops: f64,
-    /// cuBLAS's output on tensor set 0 against the same float64 reference as the kernel.
-    pub validation: Check,
-}
-
-/// What one run measured.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RunResult {
-    pub file: String,
-    pub kernel: String,
-    pub sizes: BTreeMap<String, i64>,
-    pub seed: u64,
-    pub index_type: IndexType,
-    /// Why that index type (with `--index`: "requested").
-    pub index_reason: String,
-    pub launch: ConcreteLaunch,
-    pub attributes: KernelAttributes,
-    pub cubin_bytes: usize,
-    pub nvrtc_ms: f64,
-    pub device: DeviceInfo,
-    /// Bytes of every tensor of one launch.
-    pub working_set_bytes: u64,
-    pub l2_policy: L2Policy,
-    pub warmup: u32,
-    pub timing: Timing,
-    /// `LaunchPlan::min_global_bytes` with these sizes.
-    pub min_global_bytes: u64,
-    pub gbps: f64,
-    pub copy: Option<CopyCeiling>,
-    /// `gbps / copy.gbps`.
-    pub fraction_of_copy: Option<f64>,
-    /// `2 M N K` when the fusion is a matrix product ([`LaunchPlan::matmul`]).
-    #[serde(default)]
-    pub flops: Option<f64>,
-    /// `flops` / median time, in 1e12 per second.
-    #[serde(default)]
-    pub tflops: Option<f64>,
-    /// cuBLAS on the same shape, layouts and types, timed the same way in the same process.
-    #[serde(default)]
-    pub cublas: Option<GemmCeiling>,
-    /// `tflops / cublas.tflops`.
-    #[serde(default)]
-    pub fraction_of_cublas: Option<f64>,
-    /// Why a matrix product has no cuBLAS ceiling (unsupported types, cuBLAS missing, ...).
-    #[serde(default)]
-    pub cublas_skipped: Option<String>,
-    /// How the float64 reference was computed (on the host, or cuBLAS DGEMM for a large
-    /// matrix product).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reference: Option<String>,
-    /// Outputs of the first launch against the reference.
-    pub validation: Vec<Check>,
-    /// The outputs of the first tensor set checked again after every timed launch (catches
-    /// races that show up only sometimes).
-    pub validation_after_timing: Vec<Check>,
-    pub passed: bool,
-    /// The torch twin eager and under `torch.compile`, timed interleaved with the kernel
-    /// (`hopfuse run --peers`; [`crate::peers`]). Absent unless asked for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peers: Option<crate::peers::PeersReport>,
-}
+// The run's wire types are defined in `hopfuse-api` (shared with the playground).
+pub use hopfuse_api::run::{
+    CeilingWhen, CopyCeiling, GemmCeiling, L2Policy, Progress, RunError, RunRequest, RunResult,
+    Stage,
+};
 
 /// The float64 reference: sizes and input values (tensors and scalars by name) to outputs.
 pub type Reference<'a> = dyn Fn(
@@ -417,26 +219,6 @@ impl ForRun {
             )
         })
     }
-}
-
-/// Where a run is, for a caller that reports progress (the service's worker).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Progress {
-    /// hopfuse compile (program text to CUDA and plan).
-    Lowering,
-    /// The float64 reference on the host.
-    Reference,
-    /// NVRTC to a CUBIN.
-    Nvrtc,
-    /// The first launch.
-    Launch,
-    /// Outputs against the reference.
-    Validate,
-    /// The timed launches.
-    Time,
-    /// The device-to-device copy ceiling.
-    Ceiling,
 }
 
 /// What a caller of [`run_with`] / [`execute_with`] may change: progress reports and how the

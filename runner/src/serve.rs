@@ -7,9 +7,8 @@
 
 use crate::compile_slots::{CompileSlots, Refused};
 use crate::engine::{self, RunRequest};
-use crate::faults::Fault;
 use crate::gpu::DeviceInfo;
-use crate::queue::{JobEvent, JobSpec, JobStage, Queue, QueueConfig, QueueStats};
+use crate::queue::{JobEvent, JobSpec, JobStage, Queue, QueueConfig};
 use crate::rate_limit::ClientRateLimiter;
 use crate::store::Store;
 use crate::worker::FakeBehaviour;
@@ -22,11 +21,15 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
-use hopfuse::{CompileOptions, IndexType};
+use hopfuse::CompileOptions;
+use hopfuse_api::inspect::InspectBody;
+use hopfuse_api::service::{
+    CompileAnswer, CompileBody, CompileStats, ErrorBody, Health, JobPending, Limits, LinkBody,
+    LinkCreated, PassIr, RunAccepted, RunBody, Runs,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::IntoFuture;
 use std::net::SocketAddr;
@@ -325,7 +328,7 @@ impl App {
                     deadline.as_secs_f64()
                 ),
                 )
-                .with("limit", json!("compile_timeout_s"))
+                .limit("compile_timeout_s")
                 .retry_after(deadline.as_secs().max(1)),
                 Refused::Deadline { deadline } => ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
@@ -335,8 +338,8 @@ impl App {
                         deadline.as_secs_f64()
                     ),
                 )
-                .with("limit", json!("compile_timeout_s"))
-                .with("max", json!(deadline.as_secs_f64())),
+                .limit("compile_timeout_s")
+                .max_seconds(deadline.as_secs_f64()),
                 Refused::Panicked => ApiError::internal(
                     "the compiler panicked on this program (a bug: please report it)",
                 ),
@@ -353,8 +356,8 @@ impl App {
                     program.len()
                 ),
             )
-            .with("limit", json!("max_program_bytes"))
-            .with("max", json!(max)));
+            .limit("max_program_bytes")
+            .max(max));
         }
         Ok(())
     }
@@ -394,11 +397,12 @@ async fn probe(worker_exe: &std::path::Path) -> GpuStatus {
 // ---------------------------------------------------------------------------------------------
 // Errors and extractors
 
-/// A JSON error response.
+/// A JSON error response ([`ErrorBody`]).
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
-    body: Value,
+    /// Boxed: handlers return `Result<_, ApiError>` on their hot path.
+    body: Box<ErrorBody>,
     retry_after: Option<u64>,
 }
 
@@ -406,7 +410,10 @@ impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
-            body: json!({ "error": message.into() }),
+            body: Box::new(ErrorBody {
+                error: message.into(),
+                ..ErrorBody::default()
+            }),
             retry_after: None,
         }
     }
@@ -415,8 +422,26 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
 
-    fn with(mut self, key: &str, value: Value) -> ApiError {
-        self.body[key] = value;
+    /// Names the limit that was exceeded.
+    fn limit(mut self, name: impl Into<String>) -> ApiError {
+        self.body.limit = Some(name.into());
+        self
+    }
+
+    /// The limit's value.
+    fn max(mut self, max: impl Into<serde_json::Number>) -> ApiError {
+        self.body.max = Some(max.into());
+        self
+    }
+
+    /// A limit in seconds (a JSON float, as `--compile-timeout` is).
+    fn max_seconds(mut self, seconds: f64) -> ApiError {
+        self.body.max = serde_json::Number::from_f64(seconds);
+        self
+    }
+
+    fn diagnostics(mut self, diagnostics: Vec<hopfuse::Diagnostic>) -> ApiError {
+        self.body.diagnostics = Some(diagnostics);
         self
     }
 
@@ -433,8 +458,8 @@ impl ApiError {
     }
 
     fn too_many(message: String, retry_after: u64) -> ApiError {
-        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, message)
-            .with("retry_after_s", json!(retry_after));
+        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, message);
+        e.body.retry_after_s = Some(retry_after);
         e.retry_after = Some(retry_after);
         e
     }
@@ -472,8 +497,8 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for ApiJson<T> {
                         "the request body is larger than the limit of {max} bytes (max_body_bytes)"
                     ),
                 )
-                .with("limit", json!("max_body_bytes"))
-                .with("max", json!(max))
+                .limit("max_body_bytes")
+                .max(max)
             } else {
                 ApiError::new(r.status(), r.body_text())
             }
@@ -647,77 +672,49 @@ async fn static_files(State(app): State<Arc<App>>, req: Request) -> Response {
 // ---------------------------------------------------------------------------------------------
 // Handlers
 
-#[derive(Serialize)]
-struct Health {
-    status: &'static str,
-    version: &'static str,
-    /// "gpu" (runs execute on the GPU) or "fake" (compiled and checked only).
-    worker: &'static str,
-    gpu: Option<DeviceInfo>,
-    /// Why there is no GPU.
-    gpu_reason: Option<String>,
-    nvrtc: Option<String>,
-    run_available: bool,
-    run_unavailable_reason: Option<String>,
-    queue: QueueStats,
-    /// Compiles running (abandoned ones included), the slots for them, and the programs this
-    /// service has lowered.
-    compiles: Value,
-    limits: Value,
-    uptime_s: f64,
-}
-
 async fn health(State(app): State<Arc<App>>) -> Json<Health> {
     let a = &app.args;
     Json(Health {
-        status: "ok",
-        version: env!("CARGO_PKG_VERSION"),
-        worker: if a.fake_worker { "fake" } else { "gpu" },
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        worker: if a.fake_worker { "fake" } else { "gpu" }.into(),
         gpu: app.gpu.gpu.clone(),
         gpu_reason: app.gpu.reason.clone(),
         nvrtc: app.gpu.nvrtc.clone(),
         run_available: app.run_unavailable().is_none(),
         run_unavailable_reason: app.run_unavailable(),
         queue: app.queue.stats(),
-        compiles: json!({
-            "running": app.compiles.running(),
-            "slots": app.compiles.total(),
-            "lowered": engine::lowerings(),
-        }),
-        limits: json!({
-            "max_body_bytes": a.max_body_bytes,
-            "max_program_bytes": a.max_program_bytes,
-            "max_iters": a.max_iters,
-            "max_warmup": a.max_warmup,
-            "max_tensor_bytes": a.max_tensor_bytes,
-            "queue_cap": a.queue_cap,
-            "client_queue_cap": a.client_queue_cap,
-            "runs_per_minute": a.runs_per_minute,
-            "requests_per_minute": a.requests_per_minute,
-            "job_timeout_s": a.job_timeout,
-            "compile_timeout_s": a.compile_timeout,
-            "keep_runs": a.keep_runs,
-            "keep_runs_days": a.keep_runs_days,
-            "keep_runs_bytes": a.keep_runs_bytes,
-            "token_required": a.token.is_some(),
-        }),
+        compiles: CompileStats {
+            running: app.compiles.running(),
+            slots: app.compiles.total(),
+            lowered: engine::lowerings(),
+        },
+        limits: Limits {
+            max_body_bytes: a.max_body_bytes,
+            max_program_bytes: a.max_program_bytes,
+            max_iters: a.max_iters,
+            max_warmup: a.max_warmup,
+            max_tensor_bytes: a.max_tensor_bytes,
+            queue_cap: a.queue_cap,
+            client_queue_cap: a.client_queue_cap,
+            runs_per_minute: a.runs_per_minute,
+            requests_per_minute: a.requests_per_minute,
+            job_timeout_s: a.job_timeout,
+            compile_timeout_s: a.compile_timeout,
+            keep_runs: a.keep_runs,
+            keep_runs_days: a.keep_runs_days,
+            keep_runs_bytes: a.keep_runs_bytes,
+            token_required: a.token.is_some(),
+        },
         uptime_s: app.started.elapsed().as_secs_f64(),
     })
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CompileBody {
-    program: String,
-    #[serde(default)]
-    index: Option<IndexType>,
 }
 
 async fn compile(
     State(app): State<Arc<App>>,
     client: Client,
     ApiJson(body): ApiJson<CompileBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CompileAnswer>, ApiError> {
     limit(&app.post_limiter, &client, "requests")?;
     app.check_program(&body.program)?;
     let index_type = body.index.unwrap_or_default();
@@ -732,33 +729,24 @@ async fn compile(
             let result = engine::lower(&program, &options);
             let lower_ms = start.elapsed().as_secs_f64() * 1e3;
             match result {
-                Ok(c) => json!({
-                    "cuda": c.cuda,
-                    "passes": c.passes,
-                    "plan": c.plan,
-                    "diagnostics": [],
-                    "lower_ms": lower_ms,
-                }),
-                Err(d) => json!({
-                    "cuda": null,
-                    "passes": [],
-                    "plan": null,
-                    "diagnostics": d.0,
-                    "lower_ms": lower_ms,
-                }),
+                Ok(c) => CompileAnswer {
+                    passes: c.passes.iter().map(PassIr::from).collect(),
+                    cuda: Some(c.cuda),
+                    plan: Some(c.plan),
+                    diagnostics: vec![],
+                    lower_ms,
+                },
+                Err(d) => CompileAnswer {
+                    cuda: None,
+                    passes: vec![],
+                    plan: None,
+                    diagnostics: d.0,
+                    lower_ms,
+                },
             }
         })
         .await?;
     Ok(Json(out))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InspectBody {
-    program: String,
-    #[serde(default)]
-    sizes: BTreeMap<String, i64>,
-    index: Option<IndexType>,
 }
 
 /// PTX and SASS of a program (`crate::inspect`), built in a child process.
@@ -791,7 +779,7 @@ async fn inspect(
             } => {
                 let e = ApiError::bad_request(message);
                 match diagnostics {
-                    Some(d) => e.with("diagnostics", d),
+                    Some(d) => e.diagnostics(d),
                     None => e,
                 }
             }
@@ -801,33 +789,11 @@ async fn inspect(
         })
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RunBody {
-    #[serde(default)]
-    program: String,
-    /// A/B: a second program, run after the first on the same inputs.
-    program_b: Option<String>,
-    #[serde(default)]
-    sizes: BTreeMap<String, i64>,
-    iters: Option<u32>,
-    warmup: Option<u32>,
-    seed: Option<u64>,
-    index: Option<IndexType>,
-    copy_ceiling: Option<bool>,
-    /// Also time the torch twin (eager, torch.compile) interleaved with the kernel.
-    peers: Option<bool>,
-    /// A name for messages (default `playground.hf`).
-    file: Option<String>,
-    /// A fault kernel instead of the program (only with `--fault-kernels`).
-    fault: Option<Fault>,
-}
-
 async fn run(
     State(app): State<Arc<App>>,
     client: Client,
     ApiJson(body): ApiJson<RunBody>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<RunAccepted>), ApiError> {
     limit(&app.run_limiter, &client, "runs")?;
     app.check_program(&body.program)?;
     if let Some(b) = &body.program_b {
@@ -873,8 +839,8 @@ async fn run(
             Err(ApiError::bad_request(format!(
                 "{name} = {value} is outside the limit {min}..={max} (max_{name})"
             ))
-            .with("limit", json!(format!("max_{name}")))
-            .with("max", json!(max)))
+            .limit(format!("max_{name}"))
+            .max(max))
         } else {
             Ok(())
         }
@@ -927,23 +893,20 @@ async fn run(
             ),
             full.retry_after_s,
         )
-        .with(
-            "limit",
-            json!(if full.per_client {
-                "client_queue_cap"
-            } else {
-                "queue_cap"
-            }),
-        )
+        .limit(if full.per_client {
+            "client_queue_cap"
+        } else {
+            "queue_cap"
+        })
     })?;
     let id = &job.id;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({
-            "job_id": id,
-            "events": format!("/api/jobs/{id}/events"),
-            "result": format!("/api/jobs/{id}"),
-        })),
+        Json(RunAccepted {
+            job_id: id.clone(),
+            events: format!("/api/jobs/{id}/events"),
+            result: format!("/api/jobs/{id}"),
+        }),
     ))
 }
 
@@ -952,8 +915,8 @@ fn check_bytes(total: u64, max_tensor_bytes: u64) -> Result<(), ApiError> {
         return Err(ApiError::bad_request(format!(
             "the tensors need {total} bytes; the limit is {max_tensor_bytes} bytes (max_tensor_bytes)"
         ))
-        .with("limit", json!("max_tensor_bytes"))
-        .with("max", json!(max_tensor_bytes)));
+        .limit("max_tensor_bytes")
+        .max(max_tensor_bytes));
     }
     Ok(())
 }
@@ -981,7 +944,7 @@ fn check_run(
     let (compilation, setup) = engine::compile_for_run(req).map_err(|e| match e {
         engine::PrepareError::Compile(d) => {
             ApiError::bad_request(format!("{which}the program does not compile: {d}").trim_end())
-                .with("diagnostics", json!(d.0))
+                .diagnostics(d.0)
         }
         engine::PrepareError::Sizes(e) => ApiError::bad_request(format!(
             "{which}{}",
@@ -1042,7 +1005,12 @@ async fn job(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Json
             None => {
                 let (events, _) = job.subscribe();
                 let stage = events.last().map(|e| e.stage).unwrap_or(JobStage::Queued);
-                json!({ "job_id": id, "done": false, "stage": stage })
+                serde_json::to_value(JobPending {
+                    job_id: id.clone(),
+                    done: false,
+                    stage,
+                })
+                .map_err(ApiError::internal)?
             }
         }));
     }
@@ -1109,19 +1077,11 @@ async fn job_events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LinkBody {
-    program: String,
-    #[serde(default)]
-    state: Value,
-}
-
 async fn put_link(
     State(app): State<Arc<App>>,
     client: Client,
     ApiJson(body): ApiJson<LinkBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LinkCreated>, ApiError> {
     limit(&app.post_limiter, &client, "requests")?;
     app.check_program(&body.program)?;
     let link = app
@@ -1129,11 +1089,11 @@ async fn put_link(
         .put_link(&body.program, &body.state)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(json!({
-        "id": link.id,
-        "path": format!("/api/links/{}", link.id),
-        "created_at": link.created_at,
-    })))
+    Ok(Json(LinkCreated {
+        path: format!("/api/links/{}", link.id),
+        id: link.id,
+        created_at: link.created_at,
+    }))
 }
 
 async fn get_link(
@@ -1157,14 +1117,14 @@ struct RunsQuery {
 async fn runs(
     State(app): State<Arc<App>>,
     Query(q): Query<RunsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Runs>, ApiError> {
     let limit = q.limit.unwrap_or(20).clamp(1, 100);
     let runs = app
         .store
         .recent_runs(limit)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(json!({ "runs": runs })))
+    Ok(Json(Runs { runs }))
 }
 
 // ---------------------------------------------------------------------------------------------
