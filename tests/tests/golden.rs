@@ -1,4 +1,5 @@
-//! Golden tests: every example's CUDA and its kernel IR after every pass (text in, text out).
+//! Golden tests: every example's CUDA, its kernel IR after every pass and its launch plan as
+//! JSON (text in, text out).
 //! Update with `INSTA_UPDATE=always cargo test -p hopfuse-tests` and review the diff.
 
 use std::path::Path;
@@ -55,8 +56,13 @@ fn every_example_lowers_and_matches_its_golden_output() {
     }
 }
 
+/// The launch plan as the runner and the service receive it: its JSON, pretty-printed (and
+/// read back to the same plan, as the worker reads it).
 fn serde_json_plan(p: &hopfuse::LaunchPlan) -> String {
-    format!("{p:#?}")
+    let json = serde_json::to_string_pretty(p).expect("a launch plan serializes");
+    let back: hopfuse::LaunchPlan = serde_json::from_str(&json).expect("the JSON reads back");
+    assert_eq!(&back, p, "the launch plan's JSON does not round-trip");
+    json
 }
 
 #[test]
