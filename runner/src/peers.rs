@@ -16,11 +16,11 @@
 //! is timed as without peers and the report says `unavailable` and why.
 
 use crate::data;
-use crate::engine::{L2Policy, RunError, RunRequest};
 use crate::gpu::Timing;
 use crate::validate::{self, Check};
 use hopfuse::fusion::{Fusion, IterKind, TensorId};
 use hopfuse::DType;
+use hopfuse_api::run::{L2Policy, RunError, RunRequest, Stage};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -429,8 +429,7 @@ fn write_input(path: &Path, seed: u64, name: &str, dtype: DType, n: usize) -> st
 }
 
 fn timing(us: Vec<f64>) -> Result<Timing, RunError> {
-    Timing::from_samples(us)
-        .ok_or_else(|| RunError::new(crate::engine::Stage::Cuda, "no valid timing samples"))
+    Timing::from_samples(us).ok_or_else(|| RunError::new(Stage::Cuda, "no valid timing samples"))
 }
 
 fn median(us: &[f64]) -> f64 {

@@ -12,6 +12,11 @@ use crate::queue::{JobEvent, JobSpec, JobStage, Queue, QueueConfig};
 use crate::rate_limit::ClientRateLimiter;
 use crate::store::Store;
 use crate::worker::FakeBehaviour;
+// The service's parts in their own modules (split from this file without change); re-exported
+// where they were public here.
+pub use crate::api_error::ApiError;
+use crate::run_checks::{check_bytes, check_run, Checked};
+pub use crate::serve_args::{default_data_dir, ServeArgs};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
@@ -24,8 +29,8 @@ use axum::{Json, Router};
 use hopfuse::CompileOptions;
 use hopfuse_api::inspect::InspectBody;
 use hopfuse_api::service::{
-    CompileAnswer, CompileBody, CompileStats, ErrorBody, Health, JobPending, Limits, LinkBody,
-    LinkCreated, PassIr, RunAccepted, RunBody, Runs,
+    CompileAnswer, CompileBody, CompileStats, Health, JobPending, Limits, LinkBody, LinkCreated,
+    PassIr, RunAccepted, RunBody, Runs,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -40,114 +45,6 @@ use tokio::sync::broadcast;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tracing::{info, warn};
-
-/// `hopfuse serve` options.
-#[derive(clap::Args, Clone, Debug)]
-pub struct ServeArgs {
-    /// Address to listen on (port 0: any free port; the chosen address is printed).
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    pub addr: SocketAddr,
-    /// The playground's static files (a short HTML note is served while it does not exist).
-    #[arg(long, default_value = "dist")]
-    pub static_dir: PathBuf,
-    /// Directory of the database and the CUBIN cache [default: $XDG_DATA_HOME/hopfuse or
-    /// ~/.local/share/hopfuse].
-    #[arg(long, env = "HOPFUSE_DATA_DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// Database: a SQLite file path, or a URL (sqlite://..., postgres://...)
-    /// [default: DATA_DIR/hopfuse.db].
-    #[arg(long, env = "HOPFUSE_DB")]
-    pub db: Option<String>,
-    /// Runs kept in the history, newest first (0: no limit).
-    #[arg(long, default_value_t = 10_000)]
-    pub keep_runs: u64,
-    /// Days a run is kept in the history (0: no limit).
-    #[arg(long, default_value_t = 30)]
-    pub keep_runs_days: u64,
-    /// Bytes of run history kept (each run's request and result JSON), newest first (0: no
-    /// limit).
-    #[arg(long, default_value_t = 256 << 20)]
-    pub keep_runs_bytes: u64,
-    /// Wall-clock limit of one job in seconds; the worker is killed (SIGKILL) past it.
-    #[arg(long, default_value_t = 10.0)]
-    pub job_timeout: f64,
-    /// Jobs waiting or running at most; more get 429.
-    #[arg(long, default_value_t = 64)]
-    pub queue_cap: usize,
-    /// Jobs one client (IP address) may have waiting or running; more get 429 (0: no limit).
-    #[arg(long, default_value_t = 16)]
-    pub client_queue_cap: usize,
-    /// GPUs to run on, one job at a time on each.
-    #[arg(long, default_value_t = 1)]
-    pub gpus: usize,
-    /// Require `Authorization: Bearer TOKEN` on every API call but GET /api/health.
-    #[arg(long, env = "HOPFUSE_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// Origins allowed to call the API from a browser (repeat; `*` for any).
-    #[arg(long = "cors-origin")]
-    pub cors_origins: Vec<String>,
-    /// Largest request body in bytes (413 past it).
-    #[arg(long, default_value_t = 256 * 1024)]
-    pub max_body_bytes: usize,
-    /// Largest program text in bytes (413 past it).
-    #[arg(long, default_value_t = 64 * 1024)]
-    pub max_program_bytes: usize,
-    /// Most timed launches of one run.
-    #[arg(long, default_value_t = 10_000)]
-    pub max_iters: u32,
-    /// Most warm-up launches of one run.
-    #[arg(long, default_value_t = 1_000)]
-    pub max_warmup: u32,
-    /// Most bytes of all the tensors of one run together.
-    #[arg(long, default_value_t = 4 << 30)]
-    pub max_tensor_bytes: u64,
-    /// Runs one client may start per minute (0: no limit).
-    #[arg(long, default_value_t = 60)]
-    pub runs_per_minute: u32,
-    /// Other POST requests (compile, links) one client may make per minute (0: no limit).
-    #[arg(long, default_value_t = 600)]
-    pub requests_per_minute: u32,
-    /// Run jobs with the fake worker: programs are compiled and checked, nothing is executed or
-    /// measured (CI without a GPU).
-    #[arg(long)]
-    pub fake_worker: bool,
-    /// Test hook of the fake worker.
-    #[arg(long, value_enum, requires = "fake_worker")]
-    pub fake_behaviour: Option<FakeBehaviour>,
-    /// Accept `"fault": "deadlock" | "illegal_address" | "nvrtc_error"` in POST /api/run:
-    /// kernels that fail on purpose, to check the fault handling on a GPU.
-    #[arg(long)]
-    pub fault_kernels: bool,
-    /// Do not cache CUBINs on disk.
-    #[arg(long)]
-    pub no_cubin_cache: bool,
-    /// Seconds one request may spend compiling (waiting for a compile slot included); past it
-    /// the request is answered with an error (422, or 503 when no slot came free).
-    #[arg(long, default_value_t = 10.0)]
-    pub compile_timeout: f64,
-    /// Compiles at once (abandoned ones included) [default: the number of cores].
-    #[arg(long)]
-    pub compile_slots: Option<usize>,
-    /// Test hook: every compile first sleeps this long on its blocking thread.
-    #[arg(long, hide = true, default_value_t = 0)]
-    pub compile_test_delay_ms: u64,
-    /// The binary run as `hopfuse worker` [default: this one].
-    #[arg(long, hide = true)]
-    pub worker_exe: Option<PathBuf>,
-}
-
-impl ServeArgs {
-    /// The run history's retention policy from `--keep-runs*`.
-    pub fn retention(&self) -> crate::store::Retention {
-        let limit = |n: u64| (n > 0).then_some(n);
-        crate::store::Retention {
-            max_runs: limit(self.keep_runs),
-            max_age: limit(self.keep_runs_days)
-                .map(|d| Duration::from_secs(d.saturating_mul(86_400))),
-            max_bytes: limit(self.keep_runs_bytes),
-        }
-    }
-}
 
 /// What the startup probe found.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -174,18 +71,6 @@ pub struct App {
     inspect_cache: Option<PathBuf>,
     /// Inspection children at once (one per compile slot: each is NVRTC plus nvdisasm).
     inspect_slots: Arc<tokio::sync::Semaphore>,
-}
-
-/// `$XDG_DATA_HOME/hopfuse`, `~/.local/share/hopfuse`, or `./hopfuse-data`.
-pub fn default_data_dir() -> PathBuf {
-    let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
-    match std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
-        Some(d) => PathBuf::from(d).join("hopfuse"),
-        None => match home {
-            Some(h) => PathBuf::from(h).join(".local/share/hopfuse"),
-            None => PathBuf::from("hopfuse-data"),
-        },
-    }
 }
 
 impl App {
@@ -396,89 +281,6 @@ async fn probe(worker_exe: &std::path::Path) -> GpuStatus {
 
 // ---------------------------------------------------------------------------------------------
 // Errors and extractors
-
-/// A JSON error response ([`ErrorBody`]).
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    /// Boxed: handlers return `Result<_, ApiError>` on their hot path.
-    body: Box<ErrorBody>,
-    retry_after: Option<u64>,
-}
-
-impl ApiError {
-    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            body: Box::new(ErrorBody {
-                error: message.into(),
-                ..ErrorBody::default()
-            }),
-            retry_after: None,
-        }
-    }
-
-    fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, message)
-    }
-
-    /// Names the limit that was exceeded.
-    fn limit(mut self, name: impl Into<String>) -> ApiError {
-        self.body.limit = Some(name.into());
-        self
-    }
-
-    /// The limit's value.
-    fn max(mut self, max: impl Into<serde_json::Number>) -> ApiError {
-        self.body.max = Some(max.into());
-        self
-    }
-
-    /// A limit in seconds (a JSON float, as `--compile-timeout` is).
-    fn max_seconds(mut self, seconds: f64) -> ApiError {
-        self.body.max = serde_json::Number::from_f64(seconds);
-        self
-    }
-
-    fn diagnostics(mut self, diagnostics: Vec<hopfuse::Diagnostic>) -> ApiError {
-        self.body.diagnostics = Some(diagnostics);
-        self
-    }
-
-    fn internal(what: impl std::fmt::Display) -> ApiError {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("internal error: {what}"),
-        )
-    }
-
-    fn retry_after(mut self, seconds: u64) -> ApiError {
-        self.retry_after = Some(seconds);
-        self
-    }
-
-    fn too_many(message: String, retry_after: u64) -> ApiError {
-        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, message);
-        e.body.retry_after_s = Some(retry_after);
-        e.retry_after = Some(retry_after);
-        e
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut resp = (self.status, Json(self.body)).into_response();
-        if let Some(s) = self.retry_after {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
-        }
-        if self.status == StatusCode::UNAUTHORIZED {
-            resp.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        resp
-    }
-}
 
 /// A JSON body: 413 over the body limit, 400 (with serde's message) when it is not the JSON
 /// the endpoint takes. No content type is required.
@@ -908,84 +710,6 @@ async fn run(
             result: format!("/api/jobs/{id}"),
         }),
     ))
-}
-
-fn check_bytes(total: u64, max_tensor_bytes: u64) -> Result<(), ApiError> {
-    if total > max_tensor_bytes {
-        return Err(ApiError::bad_request(format!(
-            "the tensors need {total} bytes; the limit is {max_tensor_bytes} bytes (max_tensor_bytes)"
-        ))
-        .limit("max_tensor_bytes")
-        .max(max_tensor_bytes));
-    }
-    Ok(())
-}
-
-/// The input tensors and scalars of a run: name, dtype and concrete shape.
-type Inputs = Vec<(String, hopfuse::DType, Vec<u64>)>;
-
-/// What the checks of a run found: the programs compiled for its sizes, and for A/B whether
-/// both have the same inputs.
-#[derive(Default)]
-struct Checked {
-    prepared: Option<engine::Prepared>,
-    prepared_b: Option<engine::Prepared>,
-    same_inputs: Option<bool>,
-}
-
-/// Everything that can be known before a worker, from one compile of the program for the
-/// run's sizes: it compiles (400 with diagnostics), the sizes fit its plan, the tensors fit the
-/// byte cap. Returns the run's inputs and the compiled program, which the worker then runs.
-fn check_run(
-    req: &RunRequest,
-    max_tensor_bytes: u64,
-    which: &str,
-) -> Result<(Inputs, engine::Prepared), ApiError> {
-    let (compilation, setup) = engine::compile_for_run(req).map_err(|e| match e {
-        engine::PrepareError::Compile(d) => {
-            ApiError::bad_request(format!("{which}the program does not compile: {d}").trim_end())
-                .diagnostics(d.0)
-        }
-        engine::PrepareError::Sizes(e) => ApiError::bad_request(format!(
-            "{which}{}",
-            api_wording(&engine::RunError::new(engine::Stage::Sizes, e).to_string())
-        )),
-    })?;
-    let mut total: u64 = 0;
-    let mut inputs = Vec::new();
-    for p in &compilation.plan.params {
-        match p {
-            hopfuse::plan::Param::Tensor {
-                name,
-                dtype,
-                role,
-                shape,
-            } => {
-                let n = engine::tensor_elements(shape, &req.sizes).map_err(|e| {
-                    ApiError::bad_request(format!("{which}tensor `{name}`: {}", api_wording(&e)))
-                })?;
-                total = total.saturating_add(n.saturating_mul(dtype.size_bytes() as u64));
-                if *role == hopfuse::plan::TensorRole::Input {
-                    let dims = shape
-                        .iter()
-                        .map(|d| d.eval(&req.sizes).unwrap_or(-1) as u64)
-                        .collect();
-                    inputs.push((name.clone(), *dtype, dims));
-                }
-            }
-            hopfuse::plan::Param::Scalar { name, dtype } => {
-                inputs.push((name.clone(), *dtype, vec![]))
-            }
-            hopfuse::plan::Param::Size { .. } | hopfuse::plan::Param::TensorMap { .. } => {}
-        }
-    }
-    check_bytes(total, max_tensor_bytes)?;
-    Ok((inputs, engine::Prepared::new(&compilation, setup)))
-}
-
-/// The engine's messages speak of the CLI's `--size`; the API takes `sizes`.
-fn api_wording(message: &str) -> String {
-    message.replace("(pass it with --size ", "(give it in `sizes`, e.g. ")
 }
 
 fn not_found(what: &str, id: &str) -> ApiError {
