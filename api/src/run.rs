@@ -112,7 +112,7 @@ impl fmt::Display for RunError {
 
 /// How the timed launches keep the working set from being served out of L2.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case", try_from = "L2PolicyRecord")]
 pub enum L2Policy {
     /// The working set is larger than twice the L2: nothing needed.
     None,
@@ -120,6 +120,41 @@ pub enum L2Policy {
     Rotate { sets: u32 },
     /// A `bytes` scratch buffer is written (untimed) before every launch.
     Flush { bytes: u64 },
+}
+
+/// An [`L2Policy`]'s JSON read as one flat record (the same JSON as the tagged enum; serde's
+/// reader for internally tagged enums costs the playground's wasm far more).
+#[derive(Deserialize)]
+struct L2PolicyRecord {
+    kind: L2PolicyKind,
+    #[serde(default)]
+    sets: Option<u32>,
+    #[serde(default)]
+    bytes: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum L2PolicyKind {
+    None,
+    Rotate,
+    Flush,
+}
+
+impl TryFrom<L2PolicyRecord> for L2Policy {
+    type Error = &'static str;
+
+    fn try_from(r: L2PolicyRecord) -> Result<L2Policy, &'static str> {
+        Ok(match r.kind {
+            L2PolicyKind::None => L2Policy::None,
+            L2PolicyKind::Rotate => L2Policy::Rotate {
+                sets: r.sets.ok_or("a `rotate` L2 policy needs `sets`")?,
+            },
+            L2PolicyKind::Flush => L2Policy::Flush {
+                bytes: r.bytes.ok_or("a `flush` L2 policy needs `bytes`")?,
+            },
+        })
+    }
 }
 
 impl fmt::Display for L2Policy {
@@ -440,6 +475,30 @@ pub enum Fault {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The L2 policy reads back from the JSON it writes (a tagged object), and a record that
+    /// lacks its variant's field is refused.
+    #[test]
+    fn l2_policies_round_trip() {
+        for p in [
+            L2Policy::None,
+            L2Policy::Rotate { sets: 9 },
+            L2Policy::Flush { bytes: 1 << 27 },
+        ] {
+            let json = serde_json::to_string(&p).unwrap();
+            assert_eq!(
+                serde_json::from_str::<L2Policy>(&json).unwrap(),
+                p,
+                "{json}"
+            );
+        }
+        assert_eq!(
+            serde_json::to_value(L2Policy::Rotate { sets: 9 }).unwrap(),
+            serde_json::json!({"kind": "rotate", "sets": 9})
+        );
+        assert!(serde_json::from_str::<L2Policy>(r#"{"kind": "rotate"}"#).is_err());
+        assert!(serde_json::from_str::<L2Policy>(r#"{"kind": "spill"}"#).is_err());
+    }
 
     /// The names the playground shows are the names in the JSON.
     #[test]

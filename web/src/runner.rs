@@ -99,7 +99,7 @@ fn plain_reason(msg: &str) -> &str {
 
 /// The message of an error body ([`ErrorBody`]), or the text itself (a proxy's error page).
 fn message_of(body: &str) -> String {
-    match serde_json::from_str::<ErrorBody>(body) {
+    match read_json::<ErrorBody>(body) {
         Ok(e) => e.error,
         Err(_) => {
             let t = body.trim();
@@ -132,7 +132,7 @@ pub async fn request<T: DeserializeOwned>(
         body: get("body").and_then(|v| v.as_string()).unwrap_or_default(),
     };
     // A static file server (no API) answers 404/405/501 for /api/...: that is no runner.
-    if matches!(a.status, 404 | 405 | 501) && serde_json::from_str::<ErrorBody>(&a.body).is_err() {
+    if matches!(a.status, 404 | 405 | 501) && read_json::<ErrorBody>(&a.body).is_err() {
         return Err(ApiError::Unreachable(format!(
             "HTTP {} for {path}: this server has no runner API",
             a.status
@@ -141,11 +141,19 @@ pub async fn request<T: DeserializeOwned>(
     if !(200..300).contains(&a.status) {
         return Err(ApiError::Http(a.status, message_of(&a.body)));
     }
-    serde_json::from_str(&a.body).map_err(|e| {
+    let not_ours = |e: serde_json::Error| {
         ApiError::Unreachable(format!(
             "{path} did not answer what this playground reads ({e})"
         ))
-    })
+    };
+    read_json(&a.body).map_err(not_ours)
+}
+
+/// A JSON text as `T`, through a [`Value`]: serde's readers then run over the parsed value
+/// instead of each carrying its own copy of the text parser, which keeps the page's wasm
+/// tens of KiB smaller for the same types.
+pub fn read_json<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    serde_json::from_value(serde_json::from_str::<Value>(text)?)
 }
 
 /// No request body (a GET).
@@ -487,12 +495,12 @@ pub fn parse_result(data: &str) -> RunView {
         error: Some(error),
         ..RunView::default()
     };
-    match serde_json::from_str::<JobEvent>(data) {
+    match read_json::<JobEvent>(data) {
         Ok(JobEvent {
             result: Some(job), ..
         }) => RunView::from(&*job),
         Ok(_) => failed("the runner's done event holds no result".into()),
-        Err(_) => match serde_json::from_str::<JobResult>(data) {
+        Err(_) => match read_json::<JobResult>(data) {
             Ok(job) => RunView::from(&job),
             Err(e) => failed(format!(
                 "the runner's result is not one this playground reads ({e}): {data}"
