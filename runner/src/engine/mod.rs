@@ -26,12 +26,13 @@ pub type Reference<'a> = dyn Fn(
     ) -> Result<BTreeMap<String, Vec<f64>>, String>
     + 'a;
 
-// Preparing a run (no GPU) is `crate::prepare`; re-exported for the engine's callers.
+// The host half of staging (`host.rs`) and A/B runs (`ab.rs`) are parts of the engine.
 mod ab;
 mod host;
 pub use ab::{run_ab_on, AbRun, PairRatios};
 use host::{check_reference_outputs, host_reference_note, stage_host, Expected, HostStaged};
 
+// Preparing a run (no GPU) is `crate::prepare`; re-exported for the engine's callers.
 pub use crate::prepare::{
     choose_index_type, compile_for_run, lower, lowerings, prepare, tensor_elements, PrepareError,
     Prepared, Setup,
