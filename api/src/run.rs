@@ -3,7 +3,7 @@
 //! ([`Timing`]), the kernel's attributes, validations against the float64 reference
 //! ([`Check`]), the copy and cuBLAS ceilings and the torch peers ([`PeersReport`]).
 //!
-//! Moved here from the runner's `engine.rs`, `gpu.rs`, `validate.rs` and `peers.rs` (which
+//! Moved here from the runner's `engine`, `gpu.rs`, `validate.rs` and `peers.rs` (which
 //! re-export them), unchanged: the JSON is the one docs/api.md describes.
 
 use hopfuse::plan::ConcreteLaunch;

@@ -2,7 +2,7 @@
 //! aligned-vector specialisation and the index type those sizes need, the sizes checked against
 //! the plan and its TMA tensor maps), as the service does it in its checks of `POST /api/run`
 //! and hands it to the worker ([`Prepared`]), and the count of lowerings `GET /api/health`
-//! reports. Moved from `engine.rs`, which re-exports it.
+//! reports. Moved from the engine, which re-exports it.
 
 use hopfuse::plan::{ConcreteLaunch, SizeExpr};
 use hopfuse::{Compilation, CompileOptions, IndexType, LaunchPlan};

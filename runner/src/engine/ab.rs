@@ -1,7 +1,7 @@
 //! A/B runs: two programs staged on the same device with the same sizes, seed and options,
 //! then timed interleaved launch pair by launch pair ([`run_ab_on`]), with B/A per pair
 //! ([`PairRatios`]). Built from the engine's stages (host, device, timing, finish); split from
-//! `engine.rs` without change.
+//! the engine's former single file without change.
 
 use super::*;
 

@@ -1,7 +1,7 @@
 //! The host half of staging a run, before the device: the request checked, the inputs
 //! generated from the seed, the float64 reference (or, for a large matrix product, what
 //! computes it on the device) and the CUBIN ([`stage_host`] -> [`HostStaged`]). Split from
-//! `engine.rs` without change.
+//! the engine's former single file without change.
 
 use super::*;
 
