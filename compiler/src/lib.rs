@@ -11,6 +11,7 @@ pub mod codegen;
 pub mod cuda;
 pub mod diag;
 pub mod dtype;
+pub mod examples;
 pub mod frontend;
 pub mod fusion;
 pub mod kir;
