@@ -213,12 +213,18 @@ fn check_accumulator_registers(
     let total: i64 = held.iter().map(|&(_, n)| n).sum();
     let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
     let (budget, whose) = match (k.register_sharing, threads) {
-        (Some((_, consumer)), _) => (consumer as i64, "the consumers' setmaxnreg count".to_string()),
+        (Some((_, consumer)), _) => (
+            consumer as i64,
+            "the consumers' setmaxnreg count".to_string(),
+        ),
         (None, Some(t)) => {
             let entry = (65536 / t).min(target::MAX_REGISTERS_PER_THREAD) / 8 * 8;
             (entry, format!("what a launch of {t} threads gives each"))
         }
-        (None, None) => (target::MAX_REGISTERS_PER_THREAD, "the per-thread limit".to_string()),
+        (None, None) => (
+            target::MAX_REGISTERS_PER_THREAD,
+            "the per-thread limit".to_string(),
+        ),
     };
     if total + target::NON_ACCUMULATOR_REGISTERS <= budget {
         return Ok(());
@@ -863,6 +869,9 @@ impl Lower {
                         span,
                     ));
                 }
+                if let Some(paired) = pair_global_store(cx, k, &body, &reg, loops[ni].key, width) {
+                    return Ok(vec![paired]);
+                }
                 Ok(vec![Stmt::Loop(Loop {
                     key: loops[ni].key,
                     var: reg,
@@ -884,6 +893,130 @@ impl Lower {
             }
         }
     }
+}
+
+/// A fragment loop (over register `reg`) that ends with a store to global memory: registers
+/// `2j` and `2j + 1` hold adjacent columns, so their two results go out as one vector store
+/// (half the store instructions and memory transactions of the epilogue) when both are in
+/// bounds and the pair is aligned, else one by one. The rest of the body runs per register as
+/// before, into a two-element register array. None when the loop has another shape.
+fn pair_global_store(
+    cx: &mut Ctx,
+    k: &mut Kernel,
+    body: &[Stmt],
+    reg: &str,
+    key: LoopKey,
+    width: i64,
+) -> Option<Stmt> {
+    let (cond, store) = match body.last()? {
+        Stmt::If { cond, then, els } if els.is_empty() => match then.as_slice() {
+            [Stmt::Compute(c)] => (cond.clone(), c.clone()),
+            _ => return None,
+        },
+        Stmt::Compute(c) => (Val::True, c.clone()),
+        _ => return None,
+    };
+    let out = &k.buffers[store.out.buffer];
+    if out.memory != MemoryType::Global || store.vector.is_some() || width % 4 != 0 {
+        return None;
+    }
+    let idx = store.out.index.clone()?;
+    // Register 2j + 1 is the element after register 2j.
+    let adjacent = (0..4u64).all(|seed| {
+        [0, 2, 6].iter().all(|&r| {
+            let at = |x| eval(&idx, reg, x, seed, &[], 1);
+            matches!((at(r), at(r + 1)), (Some(a), Some(b)) if b == a + 1)
+        })
+    });
+    if !adjacent {
+        return None;
+    }
+    let dtype = out.dtype;
+    let pair_var = cx.fresh_name(&format!("{reg}_pair"));
+    let lane = cx.fresh_name(&format!("{reg}_lane"));
+    let pair = k.buffers.len();
+    k.buffers.push(Buffer {
+        name: cx.fresh_name(&format!("{}_pair", k.buffers[store.out.buffer].name)),
+        dtype,
+        memory: MemoryType::Local,
+        tensor: None,
+        size: Some(Val::Int(2)),
+        smem_offset: None,
+        global_shape: Vec::new(),
+        is_input: false,
+    });
+    let at_lane = |l: Val| {
+        Val::add(
+            Val::mul(Val::Int(2), Val::Var(pair_var.clone())),
+            l,
+        )
+    };
+    let on = |v: &Val, l: Val| v.subst(reg, &at_lane(l));
+    // Each register's value into its lane of the pair.
+    let mut lanes_body: Vec<Stmt> = body[..body.len() - 1].to_vec();
+    lanes_body.push(Stmt::Compute(Compute {
+        out: Access {
+            buffer: pair,
+            index: Some(Val::Var(lane.clone())),
+        },
+        ..store.clone()
+    }));
+    for s in &mut lanes_body {
+        s.map_vals(&mut |v| on(v, Val::Var(lane.clone())));
+    }
+    let lane_of = |l: i64| Access {
+        buffer: pair,
+        index: Some(Val::Int(l)),
+    };
+    let store_at = |l: i64| Access {
+        buffer: store.out.buffer,
+        index: Some(on(&idx, Val::Int(l))),
+    };
+    let vector = Stmt::Compute(Compute {
+        out: store_at(0),
+        value: Data::Read(lane_of(0)),
+        vector: Some((lane.clone(), 2)),
+        ..store.clone()
+    });
+    let scalar: Vec<Stmt> = (0..2)
+        .map(|l| Stmt::If {
+            cond: on(&cond, Val::Int(l)),
+            then: vec![Stmt::Compute(Compute {
+                out: store_at(l),
+                value: Data::Read(lane_of(l)),
+                ..store.clone()
+            })],
+            els: Vec::new(),
+        })
+        .collect();
+    let aligned = Val::eq(
+        Val::rem(on(&idx, Val::Int(0)), Val::Int(2)),
+        Val::Int(0),
+    );
+    Some(Stmt::Loop(Loop {
+        key,
+        var: pair_var.clone(),
+        extent: Val::Int(target::wgmma_accumulators(width) / 2),
+        parallel: ParallelType::Unroll,
+        body: vec![
+            Stmt::Alloc(pair),
+            Stmt::Loop(Loop {
+                key,
+                var: lane.clone(),
+                extent: Val::Int(2),
+                parallel: ParallelType::Unroll,
+                body: lanes_body,
+            }),
+            Stmt::If {
+                cond: Val::and(
+                    Val::and(on(&cond, Val::Int(0)), on(&cond, Val::Int(1))),
+                    aligned,
+                ),
+                then: vec![vector],
+                els: scalar,
+            },
+        ],
+    }))
 }
 
 /// What [`Lower::product`] found.
