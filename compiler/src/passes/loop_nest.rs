@@ -795,6 +795,9 @@ fn make_compute(cx: &Ctx, e: usize) -> Result<Compute, Diagnostic> {
     })
 }
 
+/// Tensors the search for loops opened by a producer not placed yet looks at, at most.
+const UPSTREAM_WALK_LIMIT: usize = 32;
+
 /// Loop instances already opened for the outer `depth` loops of tensor `c`: by a producer of `c`
 /// placed earlier, or, when `c` is itself inlined, for the loops it shares with its consumers
 /// (the first consumer, in use order, that has some).
@@ -821,9 +824,14 @@ fn open_loops(
         // A producer of `c` not placed yet will run in the loops already open for it (by its
         // own producers), as deep as it is inlined into `c`; so, through producers not placed
         // yet, will `c`.
+        // The walk is bounded (a broadcast operand is a few tensors away from its product;
+        // an unbounded walk through long unplaced expressions would be quadratic).
         let mut stack = vec![(c, depth)];
         let mut seen = HashSet::new();
         while let Some((t, d)) = stack.pop() {
+            if seen.len() > UPSTREAM_WALK_LIMIT {
+                break;
+            }
             let Some(def) = f.tensors[t].definition else {
                 continue;
             };
