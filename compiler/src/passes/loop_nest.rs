@@ -796,7 +796,7 @@ fn make_compute(cx: &Ctx, e: usize) -> Result<Compute, Diagnostic> {
 }
 
 /// Tensors the search for loops opened by a producer not placed yet looks at, at most.
-const UPSTREAM_WALK_LIMIT: usize = 32;
+const UPSTREAM_WALK_LIMIT: usize = 16;
 
 /// Loop instances already opened for the outer `depth` loops of tensor `c`: by a producer of `c`
 /// placed earlier, or, when `c` is itself inlined, for the loops it shares with its consumers
