@@ -140,7 +140,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let data_dir = args
         .data_dir
         .clone()
-        .unwrap_or_else(crate::serve::default_data_dir);
+        .unwrap_or_else(crate::serve_args::default_data_dir);
     let queue = Queue::start(
         QueueConfig {
             worker_exe,

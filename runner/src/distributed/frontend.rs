@@ -14,7 +14,7 @@ use super::NatsArgs;
 use crate::queue::{Job, JobResult, JobStage, JobStatus, Queue, QueueFull, Ticket};
 use async_nats::jetstream::{self, kv, message::PublishMessage};
 use futures_util::StreamExt;
-use serde::Serialize;
+pub use hopfuse_api::distributed::DistributedHealth;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -64,31 +64,6 @@ pub struct FrontEnd {
     in_flight: Mutex<HashMap<String, InFlight>>,
     /// Wakes the sweeper at once (after a reconnect or a slow-consumer warning).
     sweep_all: Arc<Notify>,
-}
-
-/// The distributed part of `GET /api/health`.
-#[derive(Clone, Debug, Serialize)]
-pub struct DistributedHealth {
-    /// The NATS servers (without credentials).
-    pub nats: String,
-    pub connected: bool,
-    pub arch: String,
-    /// Jobs in the stream (all front-ends): waiting for an agent or running.
-    pub depth: Option<u64>,
-    /// Of those, not yet taken by an agent.
-    pub waiting: Option<u64>,
-    /// Taken by an agent and not yet acknowledged (running).
-    pub running: Option<u64>,
-    /// The stream's cap (429 past it).
-    pub cap: Option<i64>,
-    /// Jobs of this front-end waiting or running.
-    pub in_flight: usize,
-    pub agents: Vec<AgentStatus>,
-    /// GPUs of the agents.
-    pub gpus: usize,
-    /// What could not be read from NATS.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
 }
 
 impl FrontEnd {

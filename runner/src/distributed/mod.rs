@@ -28,8 +28,11 @@ pub mod agent;
 pub mod frontend;
 pub mod wire;
 
+// The NATS options are flags of `hopfuse serve` too, so they live with its flags (the service
+// names this module, not the other way round).
+pub use crate::serve_args::{NatsArgs, DEFAULT_ARCH};
+
 use async_nats::jetstream::{self, consumer, kv, stream};
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// The work-queue stream of jobs.
@@ -42,8 +45,6 @@ pub const EVENTS_PREFIX: &str = "hopfuse.events";
 pub const RESULTS_BUCKET: &str = "hopfuse_results";
 /// Agent id -> its status, refreshed every [`HEARTBEAT`].
 pub const AGENTS_BUCKET: &str = "hopfuse_agents";
-/// The architecture hopfuse compiles for.
-pub const DEFAULT_ARCH: &str = "sm_90a";
 /// How often an agent refreshes its status.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
 /// An agent not heard of for this long is gone from `/api/health`.
@@ -54,41 +55,6 @@ pub const RESULTS_MAX_AGE: Duration = Duration::from_secs(7 * 86_400);
 const DEFAULT_STREAM_CAP: i64 = 10_000;
 /// Publishes a front-end retries within JetStream's duplicate window are one job.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
-
-/// How to reach NATS (`hopfuse serve` and `hopfuse agent`).
-#[derive(clap::Args, Clone, Debug, Default)]
-pub struct NatsArgs {
-    /// Distributed mode: NATS server(s) with JetStream, `nats://HOST:PORT` (several separated
-    /// by commas). Jobs go to `hopfuse agent`s on GPU hosts instead of local workers.
-    #[arg(long = "queue", env = "HOPFUSE_QUEUE")]
-    pub queue: Option<String>,
-    /// Token for NATS (`authorization { token: ... }` in the server's configuration).
-    #[arg(long, env = "HOPFUSE_NATS_TOKEN", hide_env_values = true)]
-    pub nats_token: Option<String>,
-    /// NATS credentials file (`.creds`: a user JWT and its NKey seed).
-    #[arg(long, env = "HOPFUSE_NATS_CREDS")]
-    pub nats_creds: Option<PathBuf>,
-    /// GPU architecture of the jobs (front-end) or of this host (agent): the subject
-    /// `hopfuse.jobs.ARCH` and the agents' consumer.
-    #[arg(long, default_value = DEFAULT_ARCH)]
-    pub arch: String,
-}
-
-impl NatsArgs {
-    /// The servers to show in `/api/health` and logs (without any user or password in them).
-    pub fn display_url(&self) -> String {
-        let url = self.queue.as_deref().unwrap_or("");
-        url.split(',')
-            .map(|u| match (u.find("://"), u.rfind('@')) {
-                (Some(scheme), Some(at)) if at > scheme => {
-                    format!("{}{}", &u[..scheme + 3], &u[at + 1..])
-                }
-                _ => u.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-}
 
 /// Checks an architecture name: one subject token.
 pub fn check_arch(arch: &str) -> anyhow::Result<()> {

@@ -1,11 +1,14 @@
 //! The messages of the distributed mode, as JSON: a job in the stream ([`WireJob`]), an agent's
 //! events for the submitting front-end ([`AgentEvent`]), an agent's status in the agents bucket
-//! ([`AgentStatus`]). Both sides are the same binary; a message that does not parse is an error
-//! of the sender, reported and dropped (a job: terminated, not redelivered).
+//! ([`AgentStatus`], defined in `hopfuse-api`). Both sides are the same binary; a message that
+//! does not parse is an error of the sender, reported and dropped (a job: terminated, not
+//! redelivered).
 
 use crate::engine::{Prepared, Progress, RunRequest};
 use crate::faults::Fault;
-use crate::queue::{Job, JobResult, JobSpec, JobStage, WarmStatus};
+use crate::queue::{Job, JobResult, JobSpec, JobStage};
+// The agents bucket holds what `/api/health` shows (the API crate defines it).
+pub use hopfuse_api::distributed::AgentStatus;
 use serde::{Deserialize, Serialize};
 
 /// A job as published to the stream: what a local job carries, the compiled programs included
@@ -88,28 +91,6 @@ impl AgentEvent {
             | AgentEvent::Done { job_id, .. } => job_id,
         }
     }
-}
-
-/// An agent's entry in the agents bucket (and in `/api/health`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct AgentStatus {
-    pub id: String,
-    pub host: String,
-    pub pid: u32,
-    pub arch: String,
-    pub gpus: usize,
-    /// Runs with the fake worker (nothing is measured).
-    pub fake: bool,
-    /// Jobs running now.
-    pub running: usize,
-    /// Jobs this agent ended with a result since it started.
-    pub completed: u64,
-    /// Of those, jobs that had been delivered to an agent before.
-    pub redelivered: u64,
-    /// Seconds since the Unix epoch when it started.
-    pub started_at: i64,
-    /// Each GPU's warm worker.
-    pub workers: Vec<Option<WarmStatus>>,
 }
 
 #[cfg(test)]
