@@ -112,6 +112,9 @@ pub struct Load {
     pub bytes: i64,
     /// Bytes announced by the `mbarrier.arrive.expect_tx` before the copy.
     pub expect_tx: Option<i64>,
+    /// Which arrival announces it, numbered within the pipeline: loads with the same number
+    /// share one `expect_tx` (it counts once: one arrival for both operands of a matmul stage).
+    pub arrival: Option<usize>,
     /// Index into [`PipelineView::roles`]: who issues it.
     pub role: usize,
     /// The slot it fills (in the main loop when there is one), e.g. `(n_o + 3) % 4`.
@@ -739,14 +742,21 @@ fn pipeline(
         };
         // The arrival that announces this copy: the last one before it on the same barrier,
         // under the same guards, in the same loop.
-        let expect_tx = events[..i].iter().rev().find_map(|a| match a.what {
-            What::Arrive { bars: b, bytes }
-                if b == bars && a.lp == e.lp && a.guards == e.guards =>
-            {
-                Some(bytes)
-            }
-            _ => None,
-        });
+        let arrival = events[..i]
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(j, a)| match a.what {
+                What::Arrive { bars: b, bytes }
+                    if b == bars && a.lp == e.lp && a.guards == e.guards =>
+                {
+                    Some((j, bytes))
+                }
+                _ => None,
+            });
+        let expect_tx = arrival.map(|(_, bytes)| bytes);
+        // The arrival's event index for now; numbered below.
+        let arrival = arrival.map(|(j, _)| j);
         let load = Load {
             kind,
             buffer: k.buffers[t.dst.buffer].name.clone(),
@@ -755,6 +765,7 @@ fn pipeline(
             rank: t.coords.len().max(1),
             bytes: t.bytes,
             expect_tx,
+            arrival,
             role: role_of(roles, &e.guards),
             slot: t.slot.text(),
             guard: other_guards(&e.guards),
@@ -782,6 +793,20 @@ fn pipeline(
                 out_loads.push(load);
             }
         }
+    }
+
+    // Arrivals numbered in order of the loads shown.
+    let mut arrivals: Vec<usize> = Vec::new();
+    for l in &mut out_loads {
+        l.arrival = l
+            .arrival
+            .map(|j| match arrivals.iter().position(|&a| a == j) {
+                Some(n) => n,
+                None => {
+                    arrivals.push(j);
+                    arrivals.len() - 1
+                }
+            });
     }
 
     let mut out_waits: Vec<Wait> = Vec::new();
@@ -952,6 +977,7 @@ mod tests {
                     rank: 1,
                     bytes: 1024,
                     expect_tx: Some(1024),
+                    arrival: Some(0),
                     role: 0,
                     slot: "(n_oi + 2) % 3".into(),
                     guard: None,
