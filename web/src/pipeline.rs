@@ -156,11 +156,11 @@ fn wg_part(m: &Mma, wg: i64) -> (Option<String>, Option<String>) {
         return (None, None);
     };
     match (&m.warp_group_axes[..], &coords[..]) {
-        ([a], [c]) if a.operands == ["A"] => (
+        ([a], [c]) if a.operands.len() == 1 && a.operands[0] == "A" => (
             Some(format!("rows {}–{}", c * m.m, (c + 1) * m.m - 1)),
             None,
         ),
-        ([a], [c]) if a.operands == ["B"] => (
+        ([a], [c]) if a.operands.len() == 1 && a.operands[0] == "B" => (
             None,
             Some(format!("cols {}–{}", c * m.n, (c + 1) * m.n - 1)),
         ),
@@ -440,6 +440,12 @@ fn boxed(out: &mut String, (cx, w): (i64, i64), y: i64, h: i64, class: &str, lin
             text(out, cx, top + LINE, "pl-small", "middle", rest);
         }
     }
+}
+
+/// A column's heading centred at `cx`: a bold title, then dim lines.
+fn column_head(out: &mut String, cx: i64, title: &str, lines: &[String]) {
+    text(out, cx, 16, "pl-strong", "middle", &[title.to_string()]);
+    text(out, cx, 16 + LINE, "pl-small", "middle", lines);
 }
 
 /// A vertical arrow from `y0` to `y1` at `x` with a label on its right, at its top (the next
@@ -746,20 +752,10 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
             (Some(v), s) => format!("{v} % {s} == {k}"),
             (None, _) => String::new(),
         };
-        text(
+        column_head(
             &mut out,
             cx,
-            16,
-            "pl-strong",
-            "middle",
-            &[format!("slot {k}")],
-        );
-        text(
-            &mut out,
-            cx,
-            16 + LINE,
-            "pl-small",
-            "middle",
+            &format!("slot {k}"),
             &[iter, first.to_string()],
         );
         for (i, &r) in issuers.iter().enumerate() {
@@ -863,20 +859,10 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
             r#"<line x1="{x0}" y1="4" x2="{x0}" y2="{}" class="pl-grid"/>"#,
             footer - 18
         );
-        text(
+        column_head(
             &mut out,
             cx,
-            16,
-            "pl-strong",
-            "middle",
-            &["accumulator".into()],
-        );
-        text(
-            &mut out,
-            cx,
-            16 + LINE,
-            "pl-small",
-            "middle",
+            "accumulator",
             &["registers".into(), "every slot adds in".into()],
         );
         let from = x0 - COL_PAD / 2;

@@ -173,7 +173,7 @@ fn within(walk: &Walk, mut inner: Option<usize>, outer: Option<usize>) -> bool {
     }
 }
 
-/// The commit groups of the kernel, in program order.
+/// The commit groups of the kernel, in the order of their commits.
 fn groups(walk: &Walk, roles: &[Role]) -> Vec<Group> {
     let mut open: Vec<Option<Group>> = (0..roles.len()).map(|_| None).collect();
     let mut closed: Vec<Group> = Vec::new();
@@ -224,8 +224,8 @@ fn groups(walk: &Walk, roles: &[Role]) -> Vec<Group> {
             _ => {}
         }
     }
+    // Groups never committed (the mma pass commits every group it opens) last.
     closed.extend(open.into_iter().flatten().filter(|g| !g.mmas.is_empty()));
-    closed.sort_by_key(|g| g.start);
     closed
 }
 
