@@ -52,10 +52,19 @@ fn step1_is_four_wgmmas_per_k_step_on_128b_k_major_descriptors() {
     assert!(!c.contains("s_acc[r] = 0"), "{c}");
     // The epilogue reads the fragment by register, at the register's row and column, and
     // stores the two adjacent columns of registers 2j and 2j + 1 as one vector.
-    assert!(c.contains("for (index_t r_pair = 0; r_pair < 32; ++r_pair)"), "{c}");
-    assert!(c.contains("c_pair[r_lane] = hf_float_to_bf16(s_acc[2 * r_pair + r_lane]);"), "{c}");
+    assert!(
+        c.contains("for (index_t r_pair = 0; r_pair < 32; ++r_pair)"),
+        "{c}"
+    );
+    assert!(
+        c.contains("c_pair[r_lane] = hf_float_to_bf16(s_acc[2 * r_pair + r_lane]);"),
+        "{c}"
+    );
     assert!(c.contains("16 * (((index_t)threadIdx.x) / 32) + ((index_t)threadIdx.x) % 32 / 4 + 8 * (2 * r_pair / 2 % 2)"), "{c}");
-    assert!(c.contains("*reinterpret_cast<hf_vec<hf_bf16, 2>*>(&c["), "{c}");
+    assert!(
+        c.contains("*reinterpret_cast<hf_vec<hf_bf16, 2>*>(&c["),
+        "{c}"
+    );
     // One warp group.
     assert!(c.contains("__launch_bounds__(128)"), "{c}");
 }

@@ -945,12 +945,7 @@ fn pair_global_store(
         global_shape: Vec::new(),
         is_input: false,
     });
-    let at_lane = |l: Val| {
-        Val::add(
-            Val::mul(Val::Int(2), Val::Var(pair_var.clone())),
-            l,
-        )
-    };
+    let at_lane = |l: Val| Val::add(Val::mul(Val::Int(2), Val::Var(pair_var.clone())), l);
     let on = |v: &Val, l: Val| v.subst(reg, &at_lane(l));
     // Each register's value into its lane of the pair.
     let mut lanes_body: Vec<Stmt> = body[..body.len() - 1].to_vec();
@@ -989,10 +984,7 @@ fn pair_global_store(
             els: Vec::new(),
         })
         .collect();
-    let aligned = Val::eq(
-        Val::rem(on(&idx, Val::Int(0)), Val::Int(2)),
-        Val::Int(0),
-    );
+    let aligned = Val::eq(Val::rem(on(&idx, Val::Int(0)), Val::Int(2)), Val::Int(0));
     Some(Stmt::Loop(Loop {
         key,
         var: pair_var.clone(),
