@@ -1885,11 +1885,14 @@ fn run_outcome(r: &RunView, primary: bool) -> AnyView {
         }
     });
     // The job and the worker are the whole job's: shown with A.
-    let job = r
-        .job_id
-        .clone()
-        .filter(|_| primary)
-        .map(|j| view! { <tr><th>"job"</th><td class="mono">{j}</td></tr> });
+    let job = r.job_id.clone().filter(|_| primary).map(|j| {
+        // The distributed mode names the agent (GPU host) that ran it.
+        let j = match &r.agent {
+            Some(agent) => format!("{j} on agent {agent}"),
+            None => j,
+        };
+        view! { <tr><th>"job"</th><td class="mono">{j}</td></tr> }
+    });
     let worker_ms = r.worker_ms.filter(|_| primary).map(
         |ms| view! { <tr><th>"worker time"</th><td class="mono">{format!("{ms:.0} ms")}</td></tr> },
     );

@@ -8,6 +8,7 @@ use crate::js;
 use hopfuse::plan::ConcreteLaunch;
 use hopfuse::IndexType;
 use hopfuse_api as api;
+use hopfuse_api::distributed::DistributedHealth;
 use hopfuse_api::job::{JobEvent, JobResult, JobStatus};
 use hopfuse_api::run::{L2Policy, RunResult};
 use hopfuse_api::service::{ErrorBody, Health, Link, LinkBody, LinkCreated, RunAccepted, RunBody};
@@ -186,6 +187,9 @@ pub fn describe_health(h: &Health) -> (String, RunMode) {
         };
         return (format!("runner {version} · {why}"), RunMode::Unavailable);
     }
+    if let Some(d) = h.distributed.as_ref().filter(|_| h.worker == "agents") {
+        return describe_agents(version, d);
+    }
     if h.worker == "fake" {
         return (
             format!("runner {version} · fake worker, no GPU: runs are compiled and checked, not measured"),
@@ -197,6 +201,66 @@ pub fn describe_health(h: &Health) -> (String, RunMode) {
         None => ("GPU", String::new()),
     };
     (format!("runner {version} · {name}{sms}"), RunMode::Gpu)
+}
+
+/// A front-end of the distributed mode (`hopfuse serve --queue`): its runs go to the agents
+/// listed in its health, whose GPUs (or fake workers) decide what a run measures.
+fn describe_agents(version: &str, d: &DistributedHealth) -> (String, RunMode) {
+    if !d.connected {
+        // Its runs answer 503 until NATS is back.
+        return (
+            format!(
+                "runner {version} · distributed, NATS not connected ({})",
+                d.nats
+            ),
+            RunMode::Unavailable,
+        );
+    }
+    if d.agents.is_empty() {
+        return (
+            format!("runner {version} · distributed, no agent connected: runs wait in the queue"),
+            RunMode::Gpu,
+        );
+    }
+    let agents = d.agents.len();
+    let fake = d.agents.iter().filter(|a| a.fake).count();
+    let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    if fake == agents {
+        return (
+            format!(
+                "runner {version} · distributed, {} with fake workers, no GPU: runs are compiled and checked, not measured",
+                plural(agents, "agent")
+            ),
+            RunMode::Fake,
+        );
+    }
+    // The GPUs' names as their warm workers opened them (none before a worker started).
+    let mut names: Vec<&str> = d
+        .agents
+        .iter()
+        .flat_map(|a| a.workers.iter().flatten())
+        .filter_map(|w| w.gpu.as_deref())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let names = if names.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", names.join(", "))
+    };
+    let fake = if fake > 0 {
+        format!(", {fake} of them fake")
+    } else {
+        String::new()
+    };
+    (
+        format!(
+            "runner {version} · distributed, {}{fake}, {}{names}",
+            plural(agents, "agent"),
+            plural(d.gpus, "GPU")
+        ),
+        RunMode::Gpu,
+    )
 }
 
 /// The body of `POST /api/run`; with `program_b`, an A/B comparison (docs/api.md).
@@ -402,6 +466,8 @@ pub struct RunView {
     pub measured: Option<Measured>,
     pub fake: Option<FakeView>,
     pub worker_ms: Option<f64>,
+    /// The agent (GPU host) that ran the job, in the distributed mode.
+    pub agent: Option<String>,
     /// The stages the event stream went through (set by the page).
     pub stages: Vec<String>,
     /// An A/B job: program B's result (`b`), and the comparison when both were measured.
@@ -589,6 +655,7 @@ impl From<&JobResult> for RunView {
                     .unwrap_or_default()
             }),
             worker_ms: Some(job.worker_ms),
+            agent: job.agent.clone(),
             stages: Vec::new(),
             b: job.b.as_ref().map(|b| Box::new(RunView::from(&**b))),
             comparison: job.comparison.as_ref().map(Comparison::from),
@@ -854,6 +921,69 @@ mod tests {
             "wrong token"
         );
         assert_eq!(message_of(" Bad Gateway \n"), "Bad Gateway");
+    }
+
+    /// A front-end of the distributed mode: its agents decide what the page says and whether
+    /// runs are measured.
+    #[test]
+    fn reads_a_distributed_front_end() {
+        let agent = |id: &str, fake: bool, gpu: Option<&str>| {
+            serde_json::json!({
+                "id": id, "host": "gpu-host", "pid": 7, "arch": "sm_90a", "gpus": 2,
+                "fake": fake, "running": 0, "completed": 3, "redelivered": 0,
+                "started_at": 1_763_870_000,
+                "workers": [gpu.map(|name| serde_json::json!({
+                    "pid": 9, "jobs": 3, "uptime_s": 5.0, "startup_ms": 310.5,
+                    "ceiling_gbps": null, "gpu_error": null, "gpu": name,
+                })), null],
+            })
+        };
+        let front_end = |connected: bool, agents: Vec<Value>| {
+            let mut h = health("agents", None, Some("distributed mode"), true);
+            h.distributed = Some(
+                serde_json::from_value(serde_json::json!({
+                    "nats": "nats://10.0.0.5:4222", "connected": connected, "arch": "sm_90a",
+                    "depth": 0, "waiting": 0, "running": 0, "cap": 1000, "in_flight": 0,
+                    "gpus": 2 * agents.len(), "agents": agents,
+                }))
+                .expect("a distributed health section"),
+            );
+            describe_health(&h)
+        };
+        let h100 = "NVIDIA H100 80GB HBM3";
+        assert_eq!(
+            front_end(
+                true,
+                vec![agent("a", false, Some(h100)), agent("b", false, None)]
+            ),
+            (
+                format!("runner 0.1.0 · distributed, 2 agents, 4 GPUs ({h100})"),
+                RunMode::Gpu
+            )
+        );
+        let (text, mode) = front_end(true, vec![agent("a", true, None)]);
+        assert_eq!(mode, RunMode::Fake);
+        assert!(text.contains("1 agent with fake workers"), "{text}");
+        let (text, mode) = front_end(true, vec![agent("a", true, None), agent("b", false, None)]);
+        assert_eq!(mode, RunMode::Gpu);
+        assert!(text.ends_with("2 agents, 1 of them fake, 4 GPUs"), "{text}");
+        let (text, mode) = front_end(true, Vec::new());
+        assert_eq!(mode, RunMode::Gpu);
+        assert!(text.contains("no agent connected"), "{text}");
+        let (text, mode) = front_end(false, vec![agent("a", false, Some(h100))]);
+        assert_eq!(mode, RunMode::Unavailable);
+        assert!(
+            text.contains("NATS not connected (nats://10.0.0.5:4222)"),
+            "{text}"
+        );
+        // A result names the agent that ran it.
+        let mut j: Value = serde_json::from_str(FAKE).unwrap();
+        assert_eq!(parse_result(&j.to_string()).agent, None);
+        j["result"]["agent"] = "gpu-host-1-4711".into();
+        assert_eq!(
+            parse_result(&j.to_string()).agent.as_deref(),
+            Some("gpu-host-1-4711")
+        );
     }
 
     #[test]
