@@ -210,3 +210,49 @@ fn an_accumulator_is_read_only_inside_its_tile() {
         e.message
     );
 }
+
+const STEP3: &str = include_str!("../../examples/matmul/step3_warp_specialized.hf");
+
+#[test]
+fn f16_inputs_and_an_f32_result() {
+    let f16 = STEP3
+        .replace("bf16[", "f16[")
+        .replace("cast(s, bf16)", "cast(s, f16)");
+    let c = cuda(&f16);
+    assert!(
+        c.contains("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"),
+        "{c}"
+    );
+    // An f32 result: the operands are still bf16 buffers, read only through descriptors, and
+    // their storage type must still be declared.
+    let c = cuda(&STEP3.replace("c = cast(s, bf16)", "c = s"));
+    assert!(c.contains("struct __align__(2) hf_bf16"), "{c}");
+    assert!(c.contains("float* __restrict__ c"), "{c}");
+}
+
+#[test]
+fn narrower_k_tiles_use_the_64_and_32_byte_swizzles() {
+    // K tiles of 32 and 16 bf16 are rows of 64 and 32 bytes: SBO = 8 rows, mode 2 and 3.
+    for (k, sw, mode) in [(32, 64, 2u64), (16, 32, 3u64)] {
+        let src = STEP3
+            .replace("s.split(4, 64)", &format!("s.split(4, {k})"))
+            .replace("swizzle=128", &format!("swizzle={sw}"));
+        let c = cuda(&src);
+        let bits = hopfuse::target::descriptor_bits(16, 8 * sw, sw as u32).unwrap();
+        assert_eq!(bits >> 62, mode);
+        assert!(c.contains(&format!("{bits:#x}ull")), "{c}");
+    }
+}
+
+#[test]
+fn a_k_major_a_with_an_mn_major_b() {
+    // a[M, K] and b[K, N]: the product's axes are [M, K, N], B's tile has N contiguous.
+    let src = "fusion mixed {\n  input a: bf16[M, K]\n  input b: bf16[K, N]\n  ab = cast(broadcast(a, axis=2), f32)\n  bb = cast(broadcast(b, axis=0), f32)\n  p = ab * bb\n  s = sum(p, axis=1)\n  c = cast(s, bf16)\n  output c\n}\nschedule {\n  a_s = cache_after(a, memory=shared, load=tma, swizzle=128)\n  b_s = cache_after(b, memory=shared, load=tma, swizzle=128)\n  s.split(0, 64)\n  s.split(2, 64)\n  s.split(3, 16)\n  s.split(5, 64)\n  s.reorder(0, 5, 2, 3, 1, 6, 4)\n  s.parallelize(0, BIDy)\n  s.parallelize(1, BIDx)\n  s.parallelize(3, Unroll)\n  s.parallelize(4, Mma)\n  s.parallelize(5, Mma)\n  s.parallelize(6, Mma)\n  propagate(s)\n  a_s.reorder(0, 1, 3, 2, 4)\n  a_s.parallelize(2, Bulk)\n  a_s.parallelize(3, Bulk)\n  a_s.parallelize(4, Bulk)\n  b_s.reorder(0, 1, 2, 4, 3)\n  b_s.parallelize(2, Bulk)\n  b_s.parallelize(3, Bulk)\n  b_s.parallelize(4, Bulk)\n  inline_most()\n}\n";
+    let c = cuda(src);
+    assert!(c.contains("hf_wgmma_m64n64k16_bf16_nt("), "{c}");
+    assert!(
+        c.contains("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0"),
+        "{c}"
+    );
+    assert!(c.contains("p, 1, 1, 0, 1;"), "transposed B only: {c}");
+}

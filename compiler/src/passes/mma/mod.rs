@@ -1,0 +1,581 @@
+//! Pass `mma`: lowers tensor-core tiles (loop axes parallelized `Mma`) to `wgmma`.
+//!
+//! Requires: `sync`. It runs after every pass that moves, pipelines, guards or orders
+//! statements, so an instruction tile went through them as an ordinary loop nest: its operand
+//! reads got their circular-buffer slot offsets and mbarrier waits, and the barriers that
+//! protect its shared-memory operands are in place.
+//!
+//! Takes every nest of `Mma` loops:
+//! - **Three loops (M, N, K) around the update of a sum of products** `acc += cast(x) *
+//!   cast(y)` of two f16/bf16 shared-memory caches (reached through the register temporaries
+//!   the other passes made): one `wgmma.mma_async.m64nNk16` whose operands are matrix
+//!   descriptors at the tile's first element (its logical index, with slot offsets; the
+//!   descriptor's swizzle mode applies the cache's swizzle in hardware). The operand whose
+//!   index moves with M is A, the one moving with N is B. An operand is K-major when K is
+//!   contiguous and a row of the tile is one swizzle span (`LBO` unused, `SBO` = 8 rows), or
+//!   MN-major (transposed) when M or N is contiguous within one swizzle span and K steps by
+//!   rows (`SBO` = 8 rows of K). The bounds predicates inside the tile are dropped: TMA fills
+//!   out-of-bounds operand elements with zeros, which add nothing.
+//! - **Two loops (M, N)** around anything else (the accumulator's initialisation, its copies
+//!   and the fused epilogue that reads it): one unrolled loop over the thread's N / 2
+//!   accumulator registers, with M and N replaced by register `i`'s row and column
+//!   (`target::fragment_row_col`) and every access to an accumulator fragment indexed by `i`.
+//!
+//! Guarantees: no `Mma` loop is left; accumulator arrays are indexed by unrolled loop
+//! variables and constants only; each wgmma is preceded by `wgmma.fence` and followed by a
+//! commit and `wait_group 0` before anything reads its accumulator or refills its operands;
+//! the wgmmas of one unrolled loop form one group. The first wgmma on an accumulator runs
+//! with `scale-d` off (a per-accumulator flag), so it needs no zero fill.
+//! Emits: `Wgmma`, `WgmmaFence`, `WgmmaCommit`, `WgmmaWait`; accumulator flags.
+
+use super::predicate::eval;
+use super::{Ctx, LoopKey};
+use crate::diag::Diagnostic;
+use crate::dtype::DType;
+use crate::fusion::{BinaryOp, MemoryType, ParallelType};
+use crate::kir::{
+    Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, MmaOperand, Stmt, Val,
+    Wgmma,
+};
+use crate::target;
+use std::collections::{HashMap, HashSet};
+
+mod fragment;
+mod groups;
+mod product;
+
+use fragment::{fragment_accesses, fragment_base, pair_global_store, unalias};
+use groups::{batch, keep_one_group_in_flight};
+
+/// Whether the fusion has a tensor-core tile (the pass runs only then).
+pub fn used(cx: &Ctx) -> bool {
+    let f = cx.fusion;
+    f.tensors.iter().any(|t| {
+        t.definition.is_some()
+            && t.loop_domain
+                .iter()
+                .any(|&id| f.ids[id].parallel == ParallelType::Mma)
+    })
+}
+
+/// One loop of an `Mma` nest.
+#[derive(Clone)]
+pub(super) struct TileLoop {
+    pub(super) key: LoopKey,
+    pub(super) var: String,
+    pub(super) extent: Option<i64>,
+}
+
+/// The M and N loops of a product's tile, which the loops over its accumulator share.
+#[derive(Clone)]
+pub(super) struct Tile {
+    pub(super) m: LoopKey,
+    pub(super) n: LoopKey,
+    pub(super) n_extent: i64,
+}
+
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+    // Register arrays over Mma axes: the accumulator fragments (allocation divided them by the
+    // warp group's threads).
+    let fragments: HashSet<BufferId> = cx
+        .alloc_ids
+        .iter()
+        .filter(|(&b, ids)| {
+            k.buffers[b].memory == MemoryType::Local
+                && ids
+                    .iter()
+                    .any(|&id| cx.fusion.ids[id].parallel == ParallelType::Mma)
+        })
+        .map(|(&b, _)| b)
+        .collect();
+    let body = std::mem::take(&mut k.body);
+    let mut products = Vec::new();
+    find_products(&body, &mut products);
+    let mut lower = Lower {
+        fragments,
+        tiles: Vec::new(),
+        accumulators: HashSet::new(),
+        started: HashMap::new(),
+        aliases: HashMap::new(),
+    };
+    for nest in &products {
+        let (tile, acc) = lower.analyse_tile(cx, k, nest)?;
+        if !lower.tiles.iter().any(|t| (t.m, t.n) == (tile.m, tile.n)) {
+            lower.tiles.push(tile);
+        }
+        lower.accumulators.insert(acc);
+    }
+    check_accumulator_registers(cx, k, &lower.accumulators)?;
+    let mut body = lower.block(cx, k, body)?;
+    if !lower.aliases.is_empty() {
+        unalias(&mut body, &lower.aliases);
+    }
+    k.body = keep_one_group_in_flight(batch(body));
+    Ok(())
+}
+
+/// The products' accumulators must fit a thread's registers with room for the rest: the
+/// consumers' `setmaxnreg` count, else what the launch gives every thread. (Copies of an
+/// accumulator are dropped, and epilogue values are one register each.)
+pub(super) fn check_accumulator_registers(
+    cx: &Ctx,
+    k: &Kernel,
+    accumulators: &HashSet<BufferId>,
+) -> Result<(), Diagnostic> {
+    let mut held: Vec<(BufferId, i64)> = accumulators
+        .iter()
+        .filter_map(|&b| match k.buffers[b].size {
+            Some(Val::Int(n)) => Some((b, n)),
+            _ => None,
+        })
+        .collect();
+    held.sort_unstable();
+    let total: i64 = held.iter().map(|&(_, n)| n).sum();
+    let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
+    let (budget, whose) = match (k.register_sharing, threads) {
+        (Some((_, consumer)), _) => (
+            consumer as i64,
+            "the consumers' setmaxnreg count".to_string(),
+        ),
+        (None, Some(t)) => {
+            let entry = (65536 / t).min(target::MAX_REGISTERS_PER_THREAD) / 8 * 8;
+            (entry, format!("what a launch of {t} threads gives each"))
+        }
+        (None, None) => (
+            target::MAX_REGISTERS_PER_THREAD,
+            "the per-thread limit".to_string(),
+        ),
+    };
+    if total + target::NON_ACCUMULATOR_REGISTERS <= budget {
+        return Ok(());
+    }
+    let f = cx.fusion;
+    let (first, _) = held[0];
+    let span = k.buffers[first]
+        .tensor
+        .or_else(|| cx.accumulator_of.get(&first).copied())
+        .and_then(|t| f.tensors[t].span);
+    let list: Vec<String> = held
+        .iter()
+        .map(|&(b, n)| format!("`{}` {n}", k.buffers[b].name))
+        .collect();
+    Err(Diagnostic::new(
+        format!(
+            "the tensor-core accumulators take {total} f32 registers per thread ({}), and a thread has {budget} ({whose}) of which wgmma needs about {} for everything else: use a smaller N per warp group, or give each warp group its own rows of M (a TIDy axis) instead of several M blocks",
+            list.join(", "),
+            target::NON_ACCUMULATOR_REGISTERS
+        ),
+        span,
+    ))
+}
+
+/// Every three-deep Mma nest (the products), as their loops.
+pub(super) fn find_products(body: &[Stmt], out: &mut Vec<Vec<Stmt>>) {
+    for s in body {
+        match s {
+            Stmt::Loop(l) if l.parallel == ParallelType::Mma => {
+                let (loops, _) = chain(l);
+                if loops.len() == 3 {
+                    out.push(vec![s.clone()]);
+                }
+            }
+            Stmt::Loop(l) => find_products(&l.body, out),
+            Stmt::If { then, els, .. } => {
+                find_products(then, out);
+                find_products(els, out);
+            }
+            Stmt::WarpRoles {
+                producer, consumer, ..
+            } => {
+                find_products(producer, out);
+                find_products(consumer, out);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The loops of an Mma nest (each the only statement of the one before) and its body.
+pub(super) fn chain(l: &Loop) -> (Vec<TileLoop>, &[Stmt]) {
+    let mut loops = Vec::new();
+    let mut cur = l;
+    loop {
+        loops.push(TileLoop {
+            key: cur.key,
+            var: cur.var.clone(),
+            extent: match cur.extent {
+                Val::Int(e) => Some(e),
+                _ => None,
+            },
+        });
+        match cur.body.as_slice() {
+            [Stmt::Loop(inner)] if inner.parallel == ParallelType::Mma => cur = inner,
+            body => return (loops, body),
+        }
+    }
+}
+
+/// The computations of a tile body, predicates dropped, in order; None if it holds anything
+/// but allocations, computations and conditionals.
+pub(super) fn computes(body: &[Stmt], out: &mut Vec<Compute>) -> bool {
+    for s in body {
+        match s {
+            Stmt::Alloc(_) => {}
+            Stmt::Compute(c) => out.push(c.clone()),
+            Stmt::If { then, els, .. } => {
+                if !computes(then, out) || !computes(els, out) {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// `idx(var = j) - idx(var = 0)` if it is `j * stride` for every probe (the index is affine in
+/// `var`), else None.
+pub(super) fn stride(idx: &Val, var: &str) -> Option<i64> {
+    let mut found = None;
+    for seed in 0..6u64 {
+        let base = eval(idx, var, 0, seed, &[], 1)?;
+        let one = eval(idx, var, 1, seed, &[], 1)? - base;
+        for j in [2, 3, 7] {
+            if eval(idx, var, j, seed, &[], 1)? - base != j * one {
+                return None;
+            }
+        }
+        if found.is_some_and(|f| f != one) {
+            return None;
+        }
+        found = Some(one);
+    }
+    found
+}
+
+pub(super) fn zero(idx: &Val, vars: &[&str]) -> Val {
+    let v = vars
+        .iter()
+        .fold(idx.clone(), |acc, var| acc.subst(var, &Val::Int(0)));
+    super::simplify::simplify(&v, &HashMap::new())
+}
+
+pub(super) struct Lower {
+    pub(super) fragments: HashSet<BufferId>,
+    pub(super) tiles: Vec<Tile>,
+    /// Accumulators of the products.
+    pub(super) accumulators: HashSet<BufferId>,
+    /// Each accumulator's flag: set once its first wgmma has run (`scale-d`).
+    pub(super) started: HashMap<BufferId, BufferId>,
+    /// Fragments that are copies of an accumulator, read as the accumulator itself.
+    pub(super) aliases: HashMap<BufferId, BufferId>,
+}
+
+impl Lower {
+    fn err(&self, cx: &Ctx, expr: usize, m: String) -> Diagnostic {
+        let f = cx.fusion;
+        Diagnostic::new(m, f.tensors[f.exprs[expr].output].span)
+    }
+
+    /// Checks a product's tile and finds its M, N and K loops and its accumulator.
+    fn analyse_tile(
+        &self,
+        cx: &Ctx,
+        k: &Kernel,
+        nest: &[Stmt],
+    ) -> Result<(Tile, BufferId), Diagnostic> {
+        let Some(Stmt::Loop(l)) = nest.first() else {
+            unreachable!("find_products keeps loops")
+        };
+        let (loops, body) = chain(l);
+        let p = self.product(cx, k, &loops, body)?;
+        Ok((
+            Tile {
+                m: p.m.key,
+                n: p.n.key,
+                n_extent: p.n_extent,
+            },
+            p.acc.buffer,
+        ))
+    }
+
+    fn block(
+        &mut self,
+        cx: &mut Ctx,
+        k: &mut Kernel,
+        body: Vec<Stmt>,
+    ) -> Result<Vec<Stmt>, Diagnostic> {
+        let mut out = Vec::new();
+        for s in body {
+            match s {
+                Stmt::Loop(l) if l.parallel == ParallelType::Mma => {
+                    out.extend(self.nest(cx, k, l)?);
+                }
+                Stmt::Loop(mut l) => {
+                    l.body = self.block(cx, k, l.body)?;
+                    out.push(Stmt::Loop(l));
+                }
+                Stmt::If { cond, then, els } => {
+                    let then = self.block(cx, k, then)?;
+                    let els = self.block(cx, k, els)?;
+                    out.push(Stmt::If { cond, then, els });
+                }
+                Stmt::WarpRoles {
+                    is_producer,
+                    producer,
+                    consumer,
+                    registers,
+                    consumer_threads,
+                } => {
+                    let producer = self.block(cx, k, producer)?;
+                    let consumer = self.block(cx, k, consumer)?;
+                    out.push(Stmt::WarpRoles {
+                        is_producer,
+                        producer,
+                        consumer,
+                        registers,
+                        consumer_threads,
+                    });
+                }
+                Stmt::Compute(c) => {
+                    let mut touches = self.fragments.contains(&c.out.buffer);
+                    c.value
+                        .for_each_read(&mut |a| touches |= self.fragments.contains(&a.buffer));
+                    if touches {
+                        let f = cx.fusion;
+                        let t = f.exprs[c.expr].output;
+                        return Err(Diagnostic::new(
+                            format!(
+                                "`{}` reads or writes a tensor-core accumulator outside its tile: the accumulator lives in the warp group's registers, so a tensor that reads it needs the product's M and N axes as Mma axes (propagate does that)",
+                                f.tensors[t].name
+                            ),
+                            f.tensors[t].span,
+                        ));
+                    }
+                    out.push(Stmt::Compute(c));
+                }
+                other => out.push(other),
+            }
+        }
+        Ok(out)
+    }
+
+    fn nest(&mut self, cx: &mut Ctx, k: &mut Kernel, l: Loop) -> Result<Vec<Stmt>, Diagnostic> {
+        let (loops, body) = chain(&l);
+        match loops.len() {
+            3 => {
+                let p = self.product(cx, k, &loops, body)?;
+                let started = match self.started.get(&p.acc.buffer) {
+                    Some(&b) => b,
+                    None => {
+                        return Err(self.err(
+                            cx,
+                            p.expr,
+                            "internal: the accumulator's initialisation was not found before its first product".into(),
+                        ))
+                    }
+                };
+                let flag = Access {
+                    buffer: started,
+                    index: Some(Val::Int(0)),
+                };
+                let acc = Access {
+                    buffer: p.acc.buffer,
+                    index: Some(fragment_base(
+                        p.acc.index.as_ref(),
+                        &p.m.var,
+                        &p.n.var,
+                        p.n_extent,
+                    )),
+                };
+                Ok(vec![
+                    Stmt::WgmmaFence,
+                    Stmt::Wgmma(Wgmma {
+                        expr: p.expr,
+                        acc,
+                        n: p.n_extent,
+                        a: p.a,
+                        b: p.b,
+                        input: p.input,
+                        accumulate: Some(flag.clone()),
+                    }),
+                    Stmt::Compute(Compute {
+                        expr: p.expr,
+                        out: flag,
+                        value: Data::Literal(1.0, DType::I32),
+                        role: ComputeRole::Normal,
+                        vector: None,
+                    }),
+                    Stmt::WgmmaCommit,
+                    Stmt::WgmmaWait(0),
+                ])
+            }
+            2 => {
+                let f = cx.fusion;
+                let expr = first_expr(body);
+                let name = expr
+                    .map(|e| f.tensors[f.exprs[e].output].name.clone())
+                    .unwrap_or_default();
+                let span = expr.and_then(|e| f.tensors[f.exprs[e].output].span);
+                // The tile's M and N loops, or M and an inner part of N (a column slice of the
+                // accumulator, e.g. one box of a TMA-stored epilogue).
+                let n_part = |key: LoopKey, t: &Tile| -> Option<i64> {
+                    if key == t.n {
+                        return Some(t.n_extent);
+                    }
+                    match cx.keys.nodes[key] {
+                        super::KeyNode::Split {
+                            parent,
+                            factor,
+                            is_outer: false,
+                            ..
+                        } if parent == t.n && factor % 8 == 0 && t.n_extent % factor == 0 => {
+                            Some(factor)
+                        }
+                        _ => None,
+                    }
+                };
+                let found = self.tiles.iter().find_map(|t| {
+                    if loops[0].key == t.m {
+                        n_part(loops[1].key, t).map(|w| (t.clone(), 0, 1, w))
+                    } else if loops[1].key == t.m {
+                        n_part(loops[0].key, t).map(|w| (t.clone(), 1, 0, w))
+                    } else {
+                        None
+                    }
+                });
+                let Some((tile, mi, ni, width)) = found else {
+                    return Err(Diagnostic::new(
+                        format!("`{name}` has two Mma axes that are not the M and N axes of a tensor-core product's tile in the same loops: Mma axes are the product's instruction tile and the tensors that read its accumulator"),
+                        span,
+                    ));
+                };
+                let (mv, nv) = (loops[mi].var.clone(), loops[ni].var.clone());
+                let body = body.to_vec();
+                // The accumulator's zero fill: replaced by its flag (scale-d off at first).
+                let mut cs = Vec::new();
+                let inits = computes(&body, &mut cs)
+                    && !cs.is_empty()
+                    && cs.iter().all(|c| {
+                        c.role == ComputeRole::ReductionInit
+                            && self.accumulators.contains(&c.out.buffer)
+                    });
+                // A copy of an accumulator into the sum's own fragment (the reduction's final
+                // write): the sum is the accumulator, so the copy and its registers go.
+                let copies = !cs.is_empty()
+                    && cs.iter().all(|c| {
+                        c.role == ComputeRole::ReductionWrite
+                            && self.fragments.contains(&c.out.buffer)
+                            && matches!(&c.value, Data::Read(a) if self.accumulators.contains(&a.buffer))
+                    });
+                if copies {
+                    for c in cs {
+                        if let Data::Read(a) = &c.value {
+                            self.aliases.insert(c.out.buffer, a.buffer);
+                        }
+                    }
+                    return Ok(Vec::new());
+                }
+                if inits {
+                    let mut out = Vec::new();
+                    for c in cs {
+                        let flag = k.buffers.len();
+                        k.buffers.push(Buffer {
+                            name: cx
+                                .fresh_name(&format!("{}_started", k.buffers[c.out.buffer].name)),
+                            dtype: DType::I32,
+                            memory: MemoryType::Local,
+                            tensor: None,
+                            size: Some(Val::Int(1)),
+                            smem_offset: None,
+                            global_shape: Vec::new(),
+                            is_input: false,
+                        });
+                        self.started.insert(c.out.buffer, flag);
+                        out.push(Stmt::Alloc(flag));
+                        out.push(Stmt::Compute(Compute {
+                            expr: c.expr,
+                            out: Access {
+                                buffer: flag,
+                                index: Some(Val::Int(0)),
+                            },
+                            value: Data::Literal(0.0, DType::I32),
+                            role: ComputeRole::Normal,
+                            vector: None,
+                        }));
+                    }
+                    return Ok(out);
+                }
+                let reg = cx.fresh_name("r");
+                let tid = Val::Hw(ParallelType::TIDx);
+                let i = Val::Var(reg.clone());
+                let warp = Val::div(tid.clone(), Val::Int(32));
+                let lane = Val::rem(tid, Val::Int(32));
+                // row = 16 warp + lane / 4 + 8 ((i / 2) % 2), col = 8 (i / 4) + 2 (lane % 4) + i % 2
+                let row = Val::add(
+                    Val::add(
+                        Val::mul(Val::Int(16), warp),
+                        Val::div(lane.clone(), Val::Int(4)),
+                    ),
+                    Val::mul(
+                        Val::Int(8),
+                        Val::rem(Val::div(i.clone(), Val::Int(2)), Val::Int(2)),
+                    ),
+                );
+                let col = Val::add(
+                    Val::add(
+                        Val::mul(Val::Int(8), Val::div(i.clone(), Val::Int(4))),
+                        Val::mul(Val::Int(2), Val::rem(lane, Val::Int(4))),
+                    ),
+                    Val::rem(i.clone(), Val::Int(2)),
+                );
+                let mut body = body;
+                let fragments = self.fragments.clone();
+                let mut bad = None;
+                for s in &mut body {
+                    fragment_accesses(s, &fragments, &mv, &nv, &i, tile.n_extent, &mut bad);
+                    s.map_vals(&mut |v| v.subst(&mv, &row).subst(&nv, &col));
+                }
+                if let Some(b) = bad {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "internal: the accumulator `{}` is not laid out as its M x N tile in `{name}`",
+                            k.buffers[b].name
+                        ),
+                        span,
+                    ));
+                }
+                if let Some(paired) = pair_global_store(cx, k, &body, &reg, loops[ni].key, width) {
+                    return Ok(vec![paired]);
+                }
+                Ok(vec![Stmt::Loop(Loop {
+                    key: loops[ni].key,
+                    var: reg,
+                    extent: Val::Int(target::wgmma_accumulators(width)),
+                    parallel: ParallelType::Unroll,
+                    body,
+                })])
+            }
+            n => {
+                let f = cx.fusion;
+                let expr = first_expr(body);
+                Err(Diagnostic::new(
+                    format!(
+                        "`{}` has {n} Mma axes in a row; a tensor-core product has three (M, N, K: the instruction tile) and the tensors that read its accumulator two (M, N)",
+                        expr.map(|e| f.tensors[f.exprs[e].output].name.clone()).unwrap_or_default()
+                    ),
+                    expr.and_then(|e| f.tensors[f.exprs[e].output].span),
+                ))
+            }
+        }
+    }
+}
+
+pub(super) fn first_expr(body: &[Stmt]) -> Option<usize> {
+    body.iter().find_map(|s| match s {
+        Stmt::Compute(c) => Some(c.expr),
+        Stmt::If { then, els, .. } => first_expr(then).or_else(|| first_expr(els)),
+        Stmt::Loop(l) => first_expr(&l.body),
+        _ => None,
+    })
+}
