@@ -272,12 +272,13 @@ impl<'k> Walk<'k> {
 
     fn guard(&self, v: Val, negated: bool) -> Guard {
         let plain = v.text();
-        // Depends on the thread index: `threadIdx.*` (no name holds a dot), a variable bound
-        // to one, the warp index or an election.
-        let on_thread = plain.contains("threadIdx.")
-            || plain.contains("elect_one()")
-            || v.mentions_warp()
-            || self.thread_vars.iter().any(|(name, _)| v.mentions(name));
+        // Depends on the thread index (read from the tree, not its text): a thread index, a
+        // variable bound to one, the warp index or an election.
+        let on_thread = v.any_leaf(&|leaf| {
+            matches!(leaf, Val::Hw(p) if p.is_thread())
+                || matches!(leaf, Val::Elect | Val::Warp)
+                || matches!(leaf, Val::Var(n) if self.thread_vars.iter().any(|(name, _)| name == n))
+        });
         let text = if negated {
             format!("!({plain})")
         } else {

@@ -256,3 +256,15 @@ fn a_k_major_a_with_an_mn_major_b() {
     );
     assert!(c.contains("p, 1, 1, 0, 1;"), "transposed B only: {c}");
 }
+
+#[test]
+fn an_mn_major_a_with_a_k_major_b_is_the_transposed_product() {
+    // a[K, M] with b[N, K]: the product's axes are [N, K, M] and the result is c[N, M]; the
+    // tile's first Mma axis (64 rows of N) makes b the wgmma's A (K-major), a its B (MN-major).
+    let src = "fusion tn {\n  input a: bf16[K, M]\n  input b: bf16[N, K]\n  ab = cast(broadcast(a, axis=0), f32)\n  bb = cast(broadcast(b, axis=2), f32)\n  p = ab * bb\n  s = sum(p, axis=1)\n  c = cast(s, bf16)\n  output c\n}\nschedule {\n  a_s = cache_after(a, memory=shared, load=tma, swizzle=128)\n  b_s = cache_after(b, memory=shared, load=tma, swizzle=128)\n  s.split(0, 64)\n  s.split(2, 64)\n  s.split(3, 16)\n  s.split(5, 64)\n  s.reorder(0, 5, 2, 3, 1, 6, 4)\n  s.parallelize(0, BIDy)\n  s.parallelize(1, BIDx)\n  s.parallelize(3, Unroll)\n  s.parallelize(4, Mma)\n  s.parallelize(5, Mma)\n  s.parallelize(6, Mma)\n  propagate(s)\n  a_s.reorder(0, 1, 2, 4, 3)\n  a_s.parallelize(2, Bulk)\n  a_s.parallelize(3, Bulk)\n  a_s.parallelize(4, Bulk)\n  b_s.reorder(0, 1, 3, 2, 4)\n  b_s.parallelize(2, Bulk)\n  b_s.parallelize(3, Bulk)\n  b_s.parallelize(4, Bulk)\n  inline_most()\n}\n";
+    let c = cuda(src);
+    assert!(
+        c.contains("hf_wgmma_m64n64k16_bf16_nt(&s_acc[0], hf_wgmma_desc(&b_s["),
+        "{c}"
+    );
+}

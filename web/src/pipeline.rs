@@ -284,8 +284,8 @@ fn mma_details(v: &PipelineView, m: &Mma) -> Vec<(&'static str, String)> {
         rows.push((
             "epilogue",
             format!(
-                "for {} in {}: {}[{}]{outputs}",
-                e.var, e.extent, acc.buffer, e.var
+                "for {} in {}: the {} registers of {}{outputs}",
+                e.var, e.extent, acc.registers, acc.buffer
             ),
         ));
     }
@@ -643,8 +643,8 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
                 format!(" → {}", e.outputs.join(", "))
             };
             Some(format!(
-                "after the loop, for {} in {}: {}[{}]{to}",
-                e.var, e.extent, m.accumulator.buffer, e.var
+                "after the loop, for {} in {}: the {} registers of {}{to}",
+                e.var, e.extent, m.accumulator.registers, m.accumulator.buffer
             ))
         })
         .collect();
@@ -1014,7 +1014,7 @@ mod tests {
         // Per slot and warp group: the wait, one commit group of four k16 steps on the slot's
         // operands (the warp group's 64 rows of A), its wait and the release.
         assert_eq!(svg.matches(">4 × wgmma m64n256k16.bf16<").count(), 8);
-        assert_eq!(svg.matches(">commit · wait_group 0<").count(), 8);
+        assert_eq!(svg.matches(">commit · wait_group 1<").count(), 8);
         assert_eq!(svg.matches(r#"class="pl-box pl-wait pl-mma""#).count(), 8);
         for k in 0..4 {
             assert_eq!(svg.matches(&format!(">wait a_s_b_s_full[{k}]<")).count(), 2);
@@ -1045,7 +1045,7 @@ mod tests {
         assert_eq!(svg.matches(">64 × 256 tile<").count(), 2);
         assert_eq!(svg.matches(">(+)=<").count(), 2);
         assert!(svg.contains(">accumulator<"));
-        assert!(svg.contains(">after the loop, for r in 128: s_acc[r] → c<"));
+        assert!(svg.contains(">after the loop, for r_pair in 64: the 128 registers of s_acc → c<"));
         // One arrival announces both boxes of a stage: 48 KiB, not twice that.
         assert_eq!(svg.matches(">expect_tx 49152 B<").count(), 4, "{svg}");
         assert!(!svg.contains("&&&"));
@@ -1076,8 +1076,8 @@ mod tests {
             "consumer warp groups issue 4 × wgmma.m64n256k16.f32.bf16 per k_o iteration after \
              waiting on a_s_b_s_full[k_o % 4]: A = a_s[k_o % 4 * 8192 + (m_io * 64 * 4 + k_io) * \
              16] (from a), K-major, swizzle 128 B; B = b_s[k_o % 4 * 16384 + k_io * 16] (from b), \
-             K-major, swizzle 128 B; wgmma.fence, commit_group, wait_group 0; then arrive on \
-             a_s_b_s_empty[k_o % 4] (lane 0 of each warp); in consumer loop"
+             K-major, swizzle 128 B; wgmma.fence, commit_group, wait_group 1; then arrive on \
+             a_s_b_s_empty[(k_o - 1) % 4] (lane 0 of each warp); in consumer loop"
         );
         assert_eq!(
             rows[7].1,
@@ -1088,7 +1088,10 @@ mod tests {
             "s_acc: 128 f32 registers per thread (m64 × n256 / 128 threads), a 64 × 256 tile per \
              warp group; scale-d from s_acc_started[0] (the first wgmma overwrites: no zero fill)"
         );
-        assert_eq!(rows[9].1, "for r in 128: s_acc[r] → c");
+        assert_eq!(
+            rows[9].1,
+            "for r_pair in 64: the 128 registers of s_acc → c"
+        );
     }
 
     #[test]

@@ -536,7 +536,7 @@ try {
     await page.waitForSelector("#pane-pipeline svg .pl-mma");
     const svg = page.locator("#pane-pipeline svg.pl-svg");
     const text = await svg.textContent();
-    for (const s of ["consumer warp group 0", "consumer warp group 1", "threadIdx.y == 1", "A a_s[2] rows 64–127 · K-major", "B b_s[3] · K-major", "arrive a_s_b_s_empty[0]", "s_acc[0..127]", "128 × f32 per thread", "64 × 256 tile", "(+)=", "after the loop, for r in 128: s_acc[r] → c"]) {
+    for (const s of ["consumer warp group 0", "consumer warp group 1", "threadIdx.y == 1", "A a_s[2] rows 64–127 · K-major", "B b_s[3] · K-major", "arrive a_s_b_s_empty[0]", "s_acc[0..127]", "128 × f32 per thread", "64 × 256 tile", "(+)=", "after the loop, for r_pair in 64: the 128 registers of s_acc → c"]) {
       assert(text.includes(s), `diagram shows ${s}`);
     }
     // Four slots, two warp groups: a box per slot and warp group, an accumulator per warp group.

@@ -128,7 +128,8 @@ pub struct StageRelease {
 /// The loop over the accumulator's registers after the product.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Epilogue {
-    /// The loop variable indexing the accumulator (`r`).
+    /// The outermost loop variable indexing the accumulator (`r`, or `r_pair` when the
+    /// registers are stored in pairs).
     pub var: String,
     pub extent: String,
     /// Global tensors written inside it.
@@ -282,7 +283,8 @@ fn epilogue(k: &Kernel, walk: &Walk, acc: usize, after: usize) -> Option<Epilogu
             if a.buffer != acc || found.is_some() {
                 return;
             }
-            // The innermost loop around the read whose variable indexes the accumulator.
+            // The outermost loop around the read whose variable indexes the accumulator (the
+            // epilogue may walk the registers in pairs: `2 * r_pair + r_lane`).
             let mut at = e.lp;
             while let Some(l) = at {
                 if a.index
@@ -290,7 +292,6 @@ fn epilogue(k: &Kernel, walk: &Walk, acc: usize, after: usize) -> Option<Epilogu
                     .is_some_and(|i| i.mentions(walk.loops[l].var))
                 {
                     found = Some(l);
-                    return;
                 }
                 at = walk.loops[l].parent;
             }
@@ -567,8 +568,8 @@ mod tests {
                 // One stage: `__syncthreads()` gives it back (the pipeline's release).
                 release: None,
                 epilogue: Some(Epilogue {
-                    var: "r".into(),
-                    extent: "64".into(),
+                    var: "r_pair".into(),
+                    extent: "32".into(),
                     outputs: vec!["c".into()],
                 }),
             }
@@ -617,14 +618,16 @@ mod tests {
             (&*m.shape, m.n, m.accumulator.registers),
             ("m64n256k16", 256, 128)
         );
-        assert_eq!((m.per_group, m.wait_group), (Some(4), Some(0)));
+        // The stage is released by an empty mbarrier: one group stays in flight.
+        assert_eq!((m.per_group, m.wait_group), (Some(4), Some(1)));
         assert_eq!(m.phases, [PhaseKind::Consume]);
         assert_eq!(m.stage.as_ref().unwrap().barrier, "a_s_b_s_full");
         assert_eq!(
             m.release,
+            // The previous k step's stage, released once its group has finished.
             Some(StageRelease {
                 barrier: "a_s_b_s_empty".into(),
-                slot: "k_o % 4".into(),
+                slot: "(k_o - 1) % 4".into(),
                 per_warp: true,
             })
         );
@@ -648,7 +651,7 @@ mod tests {
     fn a_fused_epilogue_reads_the_accumulator_registers_and_writes_the_output() {
         let m = one(&view("matmul/step7_bias_gelu.hf")).clone();
         let e = m.epilogue.unwrap();
-        assert_eq!((&*e.var, &*e.extent), ("r", "128"));
+        assert_eq!((&*e.var, &*e.extent), ("r_pair", "64"));
         assert_eq!(e.outputs, ["c"]);
         assert_eq!(m.accumulator.allocated, Some(128));
     }
@@ -687,9 +690,13 @@ mod tests {
                 .unwrap_or_else(|| panic!("{name}: no wait"));
             assert_eq!(m.a.pipeline, Some(stage.pipeline), "{name}");
             assert_eq!(m.b.pipeline, Some(stage.pipeline), "{name}");
+            // wait_group 1 where an empty mbarrier frees the stage (one group in flight).
+            let in_flight = if m.release.is_some() { 1 } else { 0 };
             assert!(
-                m.fence && m.wait_group == Some(0) && m.per_group == Some(4),
-                "{name}"
+                m.fence && m.wait_group == Some(in_flight) && m.per_group == Some(4),
+                "{name}: {:?} {:?}",
+                m.wait_group,
+                m.release
             );
             assert!(v.pipelines[stage.pipeline].buffers.contains(&m.a.buffer));
             assert!(
@@ -708,17 +715,18 @@ mod tests {
             b.retain(|s| !matches!(s, Stmt::WgmmaFence));
             for s in b.iter_mut() {
                 if let Stmt::WgmmaWait(n) = s {
-                    *n = 1;
+                    *n += 2;
                     seen += 1;
                 }
             }
         });
-        assert_eq!(seen, 1);
+        // The group's wait (1) and the drain after the k loop (0).
+        assert_eq!(seen, 2);
         let v = view_of(&k);
         let m = one(&v);
         assert_eq!(
             (m.fence, m.wait_group, m.per_group),
-            (false, Some(1), Some(4))
+            (false, Some(3), Some(4))
         );
     }
 

@@ -143,18 +143,19 @@ impl Lower {
             ya.index.clone().unwrap_or(Val::Int(0)),
         );
         let only = |idx: &Val, a: &TileLoop, b: &TileLoop| moves(idx, a) && !moves(idx, b);
-        let (ml, nl, a, b) = if only(&xi, mn[0], mn[1]) && only(&yi, mn[1], mn[0]) {
-            (mn[0], mn[1], xa, ya)
-        } else if only(&xi, mn[1], mn[0]) && only(&yi, mn[0], mn[1]) {
-            (mn[1], mn[0], xa, ya)
-        } else {
+        if !((only(&xi, mn[0], mn[1]) && only(&yi, mn[1], mn[0]))
+            || (only(&xi, mn[1], mn[0]) && only(&yi, mn[0], mn[1])))
+        {
             return bad("each operand of a tensor-core product must vary with exactly one of the tile's M and N axes (and with K)".into());
-        };
-        let (a, b) = if moves(a.index.as_ref().unwrap_or(&Val::Int(0)), ml) {
-            (a, b)
+        }
+        // N is the tile's axis the accumulator holds contiguously (the fragment's columns), M
+        // the other; A is the operand that moves with M.
+        let (ml, nl) = if stride(&acc_index, &mn[0].var) == Some(1) {
+            (mn[1], mn[0])
         } else {
-            (b, a)
+            (mn[0], mn[1])
         };
+        let (a, b) = if moves(&xi, ml) { (xa, ya) } else { (ya, xa) };
         if ml.extent != Some(target::WGMMA_M) {
             return bad(format!(
                 "its Mma M axis `{}` has {} rows; a wgmma tile has M = {}: split M by {} and make the inner part Mma",
