@@ -177,8 +177,13 @@ impl Stage {
 }
 
 /// Whether [`after_pass`] verifies: in debug builds unless `HOPFUSE_VERIFY_IR=0`, in release
-/// builds when `HOPFUSE_VERIFY_IR` is set to anything else.
+/// builds when `HOPFUSE_VERIFY_IR` is set to anything else; never for wasm32.
 pub fn enabled() -> bool {
+    // Never in the playground's wasm (no environment, and the verifier's code would count
+    // against the page's download budget).
+    if cfg!(target_arch = "wasm32") {
+        return false;
+    }
     match std::env::var("HOPFUSE_VERIFY_IR") {
         Ok(v) => !matches!(v.as_str(), "0" | "false" | "off" | ""),
         Err(_) => cfg!(debug_assertions),
