@@ -215,6 +215,11 @@ pub struct RunResult {
     /// (`hopfuse run --peers`; [`crate::peers`]). Absent unless asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peers: Option<crate::peers::PeersReport>,
+    /// The kernel profiled with Nsight Compute after the run (`hopfuse run --profile`, a
+    /// service run with `"profile": true`; [`crate::profile`]), or why it could not be.
+    /// Absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::profile::ProfileReport>,
 }
 
 /// The float64 reference: sizes and input values (tensors and scalars by name) to outputs.
@@ -437,6 +442,8 @@ pub enum Progress {
     Time,
     /// The device-to-device copy ceiling.
     Ceiling,
+    /// The kernel again under Nsight Compute (runs that ask for a profile).
+    Profile,
 }
 
 /// What a caller of [`run_with`] / [`execute_with`] may change: progress reports and how the
@@ -1179,6 +1186,7 @@ impl Staged<'_> {
             validation_after_timing,
             passed,
             peers: None,
+            profile: None,
         })
     }
 }

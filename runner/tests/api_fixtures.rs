@@ -160,6 +160,7 @@ fn measured(passed: bool) -> RunResult {
         validation_after_timing: vec![check_of("c", passed)],
         passed,
         peers: None,
+        profile: None,
     }
 }
 
