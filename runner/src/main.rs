@@ -740,12 +740,8 @@ fn profile_run(args: &RunArgs, result: &engine::RunResult) -> ProfileReport {
         .and_then(|limit| {
             let exe = std::env::current_exe()
                 .map_err(|e| ProfileError::Failed(format!("cannot find this binary: {e}")))?;
-            let req = profile::request_for(
-                args.file.clone(),
-                result,
-                limit,
-                args.profile_csv.clone(),
-            );
+            let req =
+                profile::request_for(args.file.clone(), result, limit, args.profile_csv.clone());
             profile::profile(&req, &exe)
         });
     profile::report(profiled, result, result.copy.as_ref())

@@ -8,6 +8,7 @@ pub mod inspect_panes;
 pub mod js;
 pub mod model;
 pub mod pipeline;
+pub mod profile_view;
 pub mod reference;
 pub mod runner;
 pub mod share;

@@ -347,6 +347,9 @@ pub struct Measured {
     pub cubin_cached: Option<bool>,
     /// The torch twin timed in the same run (`result.peers`; `torch_pane.rs`).
     pub peers: Option<crate::torch_pane::PeersView>,
+    /// Nsight Compute's profile of the kernel, or why there is none (`result.profile`;
+    /// `profile_view.rs`).
+    pub profile: Option<crate::profile_view::report::ProfileReport>,
 }
 
 /// The `comparison` of an A/B job: B's time over A's, per launch pair, when both were measured.
@@ -587,6 +590,7 @@ fn parse_job(job: &Value) -> RunView {
             nvrtc_ms: f(r, &["nvrtc_ms"]),
             cubin_cached: job.get("cubin_cached").and_then(Value::as_bool),
             peers: r.get("peers").and_then(crate::torch_pane::parse),
+            profile: r.get("profile").and_then(crate::profile_view::parse),
         }
     });
     let fake = job

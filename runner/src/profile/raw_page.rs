@@ -163,7 +163,12 @@ pub fn summarize(kernel: &str, metrics: BTreeMap<String, f64>) -> Profile {
     // Executed instructions of one kind: the count, else its rate per elapsed cycle times the
     // cycles (the roofline section collects the rates).
     let cycles = get(&["smsp__cycles_elapsed.avg"]).or_else(|| {
-        Some(get(&["smsp__cycles_elapsed.avg.per_second", "sm__cycles_elapsed.avg.per_second"])? * seconds?)
+        Some(
+            get(&[
+                "smsp__cycles_elapsed.avg.per_second",
+                "sm__cycles_elapsed.avg.per_second",
+            ])? * seconds?,
+        )
     });
     let executed = |name: &str| {
         get(&[&format!("{name}.sum")])
@@ -172,7 +177,11 @@ pub fn summarize(kernel: &str, metrics: BTreeMap<String, f64>) -> Profile {
     // Per precision: add + mul + 2 fma.
     let mut flops = None;
     for p in ["h", "f", "d"] {
-        let n = |op: &str| executed(&format!("smsp__sass_thread_inst_executed_op_{p}{op}_pred_on"));
+        let n = |op: &str| {
+            executed(&format!(
+                "smsp__sass_thread_inst_executed_op_{p}{op}_pred_on"
+            ))
+        };
         let (add, mul, fma) = (n("add"), n("mul"), n("fma"));
         if add.is_some() || mul.is_some() || fma.is_some() {
             *flops.get_or_insert(0.0) +=

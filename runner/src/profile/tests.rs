@@ -18,9 +18,9 @@ const RATES_ONLY: &str = "\"ID\",\"Kernel Name\",\"gpu__time_duration.sum\",\"dr
 fn the_handwritten_h100_page_gives_every_metric_of_the_issue() {
     let p = parse_raw_csv(HANDWRITTEN, "exp_2d_kernel").unwrap();
     assert_eq!(p.kernel, "exp_2d_kernel");
-    assert_eq!(p.duration_ns, Some(191_456.0));
+    assert_eq!(p.duration_ns, Some(212_384.0));
     assert_eq!(p.dram_bytes, Some(268_701_952.0 + 268_468_224.0));
-    assert_eq!(p.dram_throughput_pct, Some(83.71));
+    assert_eq!(p.dram_throughput_pct, Some(75.48));
     assert_eq!(p.l2_hit_rate_pct, Some(49.93));
     assert_eq!(p.sm_throughput_pct, Some(21.84));
     assert_eq!(p.tensor_pipe_pct, Some(0.0));
@@ -123,7 +123,9 @@ fn ncus_messages_say_why_there_is_no_profile() {
     ));
     assert!(check_log("==PROF== Report: /tmp/r.ncu-rep", "k", true).is_ok());
     // Unknown names are retried with fewer; a permission error never is.
-    assert!(unknown_name("==ERROR== Failed to find metric dram__bytes_read.sum"));
+    assert!(unknown_name(
+        "==ERROR== Failed to find metric dram__bytes_read.sum"
+    ));
     assert!(unknown_name("==ERROR== Could not find section 'X'"));
     assert!(!unknown_name(
         "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU \
@@ -176,8 +178,8 @@ fn a_profile_past_its_limit_is_killed_and_says_so() {
 
 fn roofline(tensor: Option<f64>) -> Roofline {
     let p = parse_raw_csv(HANDWRITTEN, "exp_2d_kernel").unwrap();
-    // The run's median 191.2 us, copy 3007 GB/s.
-    Roofline::new(&p, None, 191.2e-6, Some(3.007e12), tensor).unwrap()
+    // The recorded run's median, copy 3007 GB/s.
+    Roofline::new(&p, None, 204.672e-6, Some(3.007e12), tensor).unwrap()
 }
 
 #[test]
@@ -186,12 +188,12 @@ fn the_roofline_point_is_the_runs_flops_over_ncus_bytes() {
     let flops = 67_108_864.0 * 2.0 + 2.0 * 268_435_456.0;
     let bytes = 268_701_952.0 + 268_468_224.0;
     assert!((r.intensity - flops / bytes).abs() < 1e-12);
-    assert!((r.flops_per_s - flops / 191.2e-6).abs() < 1.0);
-    assert!((r.bytes_per_s - bytes / 191.2e-6).abs() < 1.0);
+    assert!((r.flops_per_s - flops / 204.672e-6).abs() < 1.0);
+    assert!((r.bytes_per_s - bytes / 204.672e-6).abs() < 1.0);
     assert_eq!(r.flops_from, "sass");
     // Memory-bound: the roof at its intensity is the copy slope.
     assert!((r.roof(r.intensity) - 3.007e12 * r.intensity).abs() < 1.0);
-    assert!(r.fraction_of_roof() > 0.9 && r.fraction_of_roof() < 1.0);
+    assert!(r.fraction_of_roof() > 0.8 && r.fraction_of_roof() < 1.0);
     // A matrix product counts the plan's 2 M N K.
     let p = parse_raw_csv(HANDWRITTEN, "exp_2d_kernel").unwrap();
     let mm = Roofline::new(&p, Some(1e12), 1e-3, Some(3e12), Some(600e12)).unwrap();
@@ -225,7 +227,10 @@ fn a_missing_number_is_named_instead_of_a_roofline() {
 /// An attribute (a number) of the first element with `class`.
 fn attr(svg: &roxmltree::Document, class: &str, name: &str) -> f64 {
     svg.descendants()
-        .find(|n| n.attribute("class").is_some_and(|c| c.split(' ').any(|c| c == class)))
+        .find(|n| {
+            n.attribute("class")
+                .is_some_and(|c| c.split(' ').any(|c| c == class))
+        })
         .unwrap_or_else(|| panic!("no .{class}"))
         .attribute(name)
         .unwrap()
@@ -244,7 +249,11 @@ fn the_roofline_svg_draws_the_point_under_its_roofs() {
         assert!((cx - g.sx(r.intensity)).abs() < 0.1 && (cy - g.sy(r.flops_per_s)).abs() < 0.1);
         // Inside the plot.
         let [l, t, rt, b] = g.plot;
-        assert!(cx > l && cx < rt && cy > t && cy < b, "({cx}, {cy}) outside {:?}", g.plot);
+        assert!(
+            cx > l && cx < rt && cy > t && cy < b,
+            "({cx}, {cy}) outside {:?}",
+            g.plot
+        );
         // Below the memory roof at its intensity (y grows down): it achieves less than the copy.
         let (x1, y1, x2, y2) = (
             attr(&doc, "rl-memory", "x1"),
@@ -295,8 +304,8 @@ fn a_report_says_why_there_is_no_profile_without_failing_the_run() {
     let (reason, message) = r(ProfileError::NoPermission);
     assert_eq!(reason, Unavailable::NoPermission);
     assert!(message.contains("ERR_NVGPUCTRPERM"));
-    let json = serde_json::to_value(super::report(Err(ProfileError::NoNcu), &run_result(), None))
-        .unwrap();
+    let json =
+        serde_json::to_value(super::report(Err(ProfileError::NoNcu), &run_result(), None)).unwrap();
     assert_eq!(json["status"], "unavailable");
     assert_eq!(json["reason"], "no_ncu");
     // A measured one carries the roofline against the copy ceiling it was given.
@@ -329,8 +338,12 @@ fn a_report_says_why_there_is_no_profile_without_failing_the_run() {
         } => assert!(why.contains("copy ceiling")),
         other => panic!("{other:?}"),
     }
-    assert!(render(&super::report(Err(ProfileError::NoNcu), &run_result(), None))
-        .starts_with("no profile: Nsight Compute (ncu) not found"));
+    assert!(render(&super::report(
+        Err(ProfileError::NoNcu),
+        &run_result(),
+        None
+    ))
+    .starts_with("no profile: Nsight Compute (ncu) not found"));
 }
 
 /// The run of the recording in docs/ (exp_2d at 8192 x 8192 on the H100).
