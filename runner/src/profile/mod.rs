@@ -93,7 +93,7 @@ pub enum ProfileError {
          as root or set the driver option NVreg_RestrictProfilingToAdminUsers=0"
     )]
     NoPermission,
-    #[error("ncu did not finish in {0:.0} s (killed)")]
+    #[error("ncu did not finish in {0} s (killed)")]
     TimedOut(f64),
     #[error("ncu profiled no launch of {kernel}:\n{log}")]
     NoKernel { kernel: String, log: String },
@@ -265,14 +265,17 @@ fn unknown_name(log: &str) -> bool {
 /// Profiles the request's kernel (`exe` is this binary): every attempt together within
 /// `req.time_limit`.
 pub fn profile(req: &ProfileRequest, exe: &Path) -> Result<Profile, ProfileError> {
-    let ncu = find_ncu()?;
-    let start = Instant::now();
-    let deadline = start + req.time_limit;
+    profile_with(&find_ncu()?, req, exe)
+}
+
+/// [`profile`] with this `ncu`.
+pub fn profile_with(ncu: &Path, req: &ProfileRequest, exe: &Path) -> Result<Profile, ProfileError> {
+    let deadline = Instant::now() + req.time_limit;
     let timed_out = |e: ProfileError| match e {
         ProfileError::TimedOut(_) => ProfileError::TimedOut(req.time_limit.as_secs_f64()),
         e => e,
     };
-    let version = Command::new(&ncu)
+    let version = Command::new(ncu)
         .arg("--version")
         .output()
         .ok()
@@ -293,7 +296,7 @@ pub fn profile(req: &ProfileRequest, exe: &Path) -> Result<Profile, ProfileError
     ];
     let mut last = (false, String::new());
     for (sections, metrics) in attempts {
-        let mut cmd = Command::new(&ncu);
+        let mut cmd = Command::new(ncu);
         cmd.args(ncu_args(req, exe, &report, sections, metrics))
             .env(DIE_WITH_PARENT_ENV, "1");
         last = run_limited(cmd, deadline).map_err(timed_out)?;
@@ -303,7 +306,7 @@ pub fn profile(req: &ProfileRequest, exe: &Path) -> Result<Profile, ProfileError
     }
     let (ok, log) = last;
     check_log(&log, &req.kernel, ok)?;
-    let mut cmd = Command::new(&ncu);
+    let mut cmd = Command::new(ncu);
     cmd.arg("--import")
         .arg(report.with_extension("ncu-rep"))
         .args(["--csv", "--page", "raw", "--print-units", "base"]);

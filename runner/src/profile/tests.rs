@@ -158,24 +158,6 @@ fn the_profiling_child_runs_this_binary_once_for_the_kernel() {
     assert!(!fewer.contains("--metrics") && !fewer.contains("RooflineChart"));
 }
 
-/// ncu that sleeps: the limit kills it (and its group) and says so.
-#[test]
-fn a_profile_past_its_limit_is_killed_and_says_so() {
-    let dir = tempdir("test-ncu").unwrap();
-    let fake = dir.join("ncu");
-    std::fs::write(&fake, "#!/bin/sh\nsleep 30\n").unwrap();
-    let mut perms = std::fs::metadata(&fake).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    std::fs::set_permissions(&fake, perms).unwrap();
-    let mut cmd = Command::new(&fake);
-    cmd.arg("x");
-    let start = Instant::now();
-    let r = run_limited(cmd, Instant::now() + Duration::from_millis(300));
-    assert!(matches!(r, Err(ProfileError::TimedOut(_))), "{r:?}");
-    assert!(start.elapsed() < Duration::from_secs(10));
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
 fn roofline(tensor: Option<f64>) -> Roofline {
     let p = parse_raw_csv(HANDWRITTEN, "exp_2d_kernel").unwrap();
     // The recorded run's median, copy 3007 GB/s.
@@ -356,4 +338,112 @@ fn run_result() -> RunResult {
     let data: serde_json::Value =
         serde_json::from_str(done.split_once("\ndata: ").unwrap().1).unwrap();
     serde_json::from_value(data["result"]["result"].clone()).unwrap()
+}
+
+/// A stand-in for ncu: a shell script that logs each call's arguments (and whether the
+/// profiled child would die with its parent) to `calls.log` next to it, then runs `body`.
+fn fake_ncu(name: &str, body: &str) -> (PathBuf, PathBuf) {
+    let dir = tempdir(name).unwrap();
+    let script = dir.join("ncu");
+    let log = dir.join("calls.log");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$* die=${{{DIE_WITH_PARENT_ENV}:-no}}\" >> '{}'\n{body}\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&script).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&script, perms).unwrap();
+    (script, log)
+}
+
+fn exp_2d_request() -> ProfileRequest {
+    ProfileRequest {
+        file: "examples/tma/exp_2d.hf".into(),
+        sizes: [("M".to_string(), 8192), ("N".to_string(), 8192)].into(),
+        seed: 1,
+        index: Some("i32".into()),
+        kernel: "exp_2d_kernel".into(),
+        time_limit: Duration::from_secs(30),
+        keep_csv: None,
+    }
+}
+
+/// An ncu that does not know a metric is asked again without the named metrics; the report is
+/// read back from its raw page; the profiled child runs with DIE_WITH_PARENT set.
+#[test]
+fn an_ncu_that_lacks_a_metric_is_asked_again_and_its_raw_page_read() {
+    let csv = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/ncu/exp_2d_8192_handwritten.csv");
+    let (ncu, log) = fake_ncu(
+        "retry",
+        &format!(
+            "case \"$*\" in\n\
+             *--version*) echo 'NVIDIA (R) Nsight Compute Command Line Profiler'; echo 'Version 2025.3.0.0 (fake)';;\n\
+             *--import*) cat '{}';;\n\
+             *--metrics*) echo '==ERROR== Failed to find metric dram__bytes_read.sum' >&2; exit 1;;\n\
+             *) echo '==PROF== Report: r.ncu-rep';;\n\
+             esac",
+            csv.display()
+        ),
+    );
+    let kept = log.with_file_name("kept.csv");
+    let req = ProfileRequest {
+        keep_csv: Some(kept.clone()),
+        ..exp_2d_request()
+    };
+    let p = profile_with(&ncu, &req, Path::new("/bin/hopfuse")).unwrap();
+    assert_eq!(p.ncu, "Version 2025.3.0.0 (fake)");
+    assert_eq!(p.stalls[0].reason, "long_scoreboard");
+    assert_eq!(
+        std::fs::read_to_string(&kept).unwrap(),
+        std::fs::read_to_string(&csv).unwrap()
+    );
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let calls: Vec<&str> = calls.lines().collect();
+    assert_eq!(calls.len(), 4, "{calls:?}");
+    assert!(calls[1].contains("--metrics") && calls[1].ends_with("die=1"));
+    assert!(!calls[2].contains("--metrics") && calls[2].contains("SpeedOfLight_RooflineChart"));
+    assert!(calls[2].contains("/bin/hopfuse run examples/tma/exp_2d.hf --size M=8192,N=8192"));
+    assert!(calls[3].starts_with("--import"));
+    let _ = std::fs::remove_dir_all(log.parent().unwrap());
+}
+
+#[test]
+fn no_permission_and_no_launch_are_said_once() {
+    let (ncu, log) = fake_ncu(
+        "perm",
+        "case \"$*\" in *--version*) echo v;; *) echo '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters (metrics)' >&2; exit 1;; esac",
+    );
+    let r = profile_with(&ncu, &exp_2d_request(), Path::new("/bin/hopfuse"));
+    assert!(matches!(r, Err(ProfileError::NoPermission)), "{r:?}");
+    // Not retried: the message names metrics but is about permission.
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 2);
+    let _ = std::fs::remove_dir_all(log.parent().unwrap());
+    let (ncu, log) = fake_ncu(
+        "nokernel",
+        "case \"$*\" in *--version*) echo v;; *) echo '==WARNING== No kernels were profiled.';; esac",
+    );
+    let r = profile_with(&ncu, &exp_2d_request(), Path::new("/bin/hopfuse"));
+    assert!(matches!(r, Err(ProfileError::NoKernel { .. })), "{r:?}");
+    let _ = std::fs::remove_dir_all(log.parent().unwrap());
+    // A limit past which every attempt is killed.
+    let (ncu, log) = fake_ncu(
+        "slow",
+        "case \"$*\" in *--version*) echo v;; *) sleep 30;; esac",
+    );
+    let req = ProfileRequest {
+        time_limit: Duration::from_millis(400),
+        ..exp_2d_request()
+    };
+    let r = profile_with(&ncu, &req, Path::new("/bin/hopfuse"));
+    assert!(matches!(r, Err(ProfileError::TimedOut(_))), "{r:?}");
+    assert!(r
+        .unwrap_err()
+        .to_string()
+        .contains("did not finish in 0.4 s"));
+    let _ = std::fs::remove_dir_all(log.parent().unwrap());
 }
