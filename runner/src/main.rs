@@ -694,26 +694,23 @@ fn run(args: RunArgs) -> Result<ExitCode> {
             if !args.json {
                 println!("{}", report::render(&result));
             }
-            match &result.profile {
-                Some(report) => {
-                    if !args.json {
-                        println!("{}", hopfuse_runner::profile::render(report));
-                    }
-                    let roofline = match report {
-                        ProfileReport::Measured { roofline, .. } => roofline.as_ref(),
-                        ProfileReport::Unavailable { .. } => None,
-                    };
-                    if let (Some(r), Some(path)) = (roofline, &args.roofline) {
-                        std::fs::write(path, r.svg())
-                            .with_context(|| format!("cannot write {}", path.display()))?;
-                    }
-                    // Asked for and not had: the command failed (the JSON says why).
-                    if let ProfileReport::Unavailable { message, .. } = report {
-                        eprintln!("no profile: {message}");
-                        return Ok(ExitCode::FAILURE);
-                    }
+            if let Some(profiled) = &result.profile {
+                if !args.json {
+                    println!("{}", hopfuse_runner::profile::render(profiled));
                 }
-                None => {}
+                let roofline = match profiled {
+                    ProfileReport::Measured { roofline, .. } => roofline.as_ref(),
+                    ProfileReport::Unavailable { .. } => None,
+                };
+                if let (Some(r), Some(path)) = (roofline, &args.roofline) {
+                    std::fs::write(path, r.svg())
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                }
+                // Asked for and not had: the command failed (the JSON says why).
+                if let ProfileReport::Unavailable { message, .. } = profiled {
+                    eprintln!("no profile: {message}");
+                    return Ok(ExitCode::FAILURE);
+                }
             }
             Ok(if result.passed {
                 ExitCode::SUCCESS

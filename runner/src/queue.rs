@@ -736,7 +736,7 @@ impl Queue {
             prepared: job.spec.prepared.clone(),
             prepared_b: job.spec.prepared_b.clone(),
             // ncu gets the job's time limit of its own, after the run's.
-            profile: job.spec.profile.then(|| crate::profile::ProfileJob {
+            profile: job.spec.profile.then_some(crate::profile::ProfileJob {
                 time_limit_s: self.config.timeout.as_secs_f64(),
             }),
         };
