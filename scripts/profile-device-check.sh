@@ -56,15 +56,17 @@ if text.startswith("event:"):  # an SSE recording: its done event's data
     result = data["result"]
 else:
     result = json.loads(text)
-r = result.get("profile")
-if r is None:
+report = result.get("profile")
+if report is None:
     print("no profile in the result"); sys.exit(1)
+u = report.get("unavailable")
 if want == "unavailable":
-    ok = r.get("status") == "unavailable" and r.get("reason") == "no_ncu" and result.get("passed")
-    print(f"{r.get('status')} ({r.get('reason')}): {r.get('message')}; run passed={result.get('passed')}")
+    ok = u is not None and u.get("reason") == "no_ncu" and result.get("passed")
+    print(f"unavailable ({u and u.get('reason')}): {u and u.get('message')}; run passed={result.get('passed')}")
     sys.exit(0 if ok else 1)
-if r.get("status") != "measured":
-    print(f"{r.get('status')}: {r.get('message')}"); sys.exit(1)
+if u is not None:
+    print(f"unavailable ({u.get('reason')}): {u.get('message')}"); sys.exit(1)
+r = report["measured"]
 p = r["profile"]
 need = ["duration_ns", "dram_throughput_pct", "dram_bytes", "l2_hit_rate_pct", "sm_throughput_pct",
         "tensor_pipe_pct", "achieved_occupancy_pct", "shared_bank_conflicts"]

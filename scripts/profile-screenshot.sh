@@ -12,7 +12,7 @@ dir=${1:?usage: scripts/profile-screenshot.sh DIR (the files of scripts/profile-
 for f in exp_2d_profile_h100.sse health-profile.json ncu-raw-exp_2d.csv; do
   [ -s "$dir/$f" ] || { echo "profile-screenshot: $dir/$f is missing or empty" >&2; exit 1; }
 done
-grep -q '"status":"measured"' "$dir/exp_2d_profile_h100.sse" ||
+grep -q '"profile":{"measured":' "$dir/exp_2d_profile_h100.sse" ||
   { echo "profile-screenshot: the recorded run has no measured profile" >&2; exit 1; }
 cp "$dir/exp_2d_profile_h100.sse" docs/recordings/exp_2d_profile_h100.sse
 cp "$dir/health-profile.json" docs/recordings/h100_health_profile.json

@@ -76,9 +76,12 @@ pub enum Unavailable {
     Failed,
 }
 
-/// `result.profile`: the profile, or why there is none. Not having one never fails the run.
+/// `result.profile`: the profile (`{"measured": {...}}`), or why there is none
+/// (`{"unavailable": {"reason": ..., "message": ...}}`). Not having one never fails the run.
+/// (Externally tagged, serde's default: an internally tagged enum costs the playground's wasm
+/// serde's buffering deserializer.)
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum ProfileReport {
     Measured {
         profile: Box<Profile>,
@@ -116,20 +119,30 @@ pub struct Roofline {
 /// Decades (powers of ten) spanned by a log axis.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LogAxis {
-    pub lo: f64,
-    pub hi: f64,
+    pub lo: i32,
+    pub hi: i32,
 }
 
 impl LogAxis {
     /// The smallest whole decades around `[min, max]`.
     fn around(min: f64, max: f64) -> LogAxis {
-        let lo = min.log10().floor();
-        let hi = max.log10().ceil().max(lo + 1.0);
+        let lo = min.log10().floor() as i32;
+        let hi = (max.log10().ceil() as i32).max(lo + 1);
         LogAxis { lo, hi }
     }
     /// Where `v` falls, 0 at the lowest decade and 1 at the highest.
     fn at(&self, v: f64) -> f64 {
-        (v.log10() - self.lo) / (self.hi - self.lo)
+        (v.log10() - self.lo as f64) / (self.hi - self.lo) as f64
+    }
+    /// The decades, lowest first, as values.
+    pub fn decades(&self) -> impl Iterator<Item = f64> {
+        (self.lo..=self.hi).map(|d| 10f64.powi(d))
+    }
+    pub fn min(&self) -> f64 {
+        10f64.powi(self.lo)
+    }
+    pub fn max(&self) -> f64 {
+        10f64.powi(self.hi)
     }
 }
 
@@ -260,8 +273,8 @@ impl Roofline {
             None => (self.intensity, self.intensity),
         };
         let x = LogAxis::around(lo_i / 100.0, hi_i * 100.0);
-        let top = self.roof(10f64.powf(x.hi)).max(self.flops_per_s);
-        let bottom = self.roof(10f64.powf(x.lo)).min(self.flops_per_s);
+        let top = self.roof(x.max()).max(self.flops_per_s);
+        let bottom = self.roof(x.min()).min(self.flops_per_s);
         let y = LogAxis::around(bottom, top * 1.5);
         Geometry {
             width: 560.0,
@@ -292,8 +305,7 @@ impl Roofline {
             b - t
         ));
         // Decade grid and tick labels.
-        for d in (g.x.lo as i32)..=(g.x.hi as i32) {
-            let v = 10f64.powi(d);
+        for v in g.x.decades() {
             let x = g.sx(v);
             s.push_str(&format!(
                 "<line class=\"rl-grid\" x1=\"{x:.1}\" y1=\"{t}\" x2=\"{x:.1}\" y2=\"{b}\" \
@@ -303,8 +315,7 @@ impl Roofline {
                 tick(v)
             ));
         }
-        for d in (g.y.lo as i32)..=(g.y.hi as i32) {
-            let v = 10f64.powi(d);
+        for v in g.y.decades() {
             let y = g.sy(v);
             s.push_str(&format!(
                 "<line class=\"rl-grid\" x1=\"{l}\" y1=\"{y:.1}\" x2=\"{r}\" y2=\"{y:.1}\" \
@@ -326,7 +337,7 @@ impl Roofline {
             (t + b) / 2.0
         ));
         // The roofs: the memory roof up to the ridge (or the edge), then the tensor roof.
-        let (x_lo, x_hi) = (10f64.powf(g.x.lo), 10f64.powf(g.x.hi));
+        let (x_lo, x_hi) = (g.x.min(), g.x.max());
         let ridge = self.ridge().filter(|r| *r > x_lo && *r < x_hi);
         let mem_end = ridge.unwrap_or(x_hi);
         s.push_str(&format!(
@@ -337,19 +348,23 @@ impl Roofline {
             g.sx(mem_end),
             g.sy(self.copy_bytes_per_s * mem_end)
         ));
-        // The memory roof's label, along its slope, a decade and a half in.
-        let lx = 10f64.powf(g.x.lo + 0.4);
+        // The memory roof's label, along its slope, a little way in: rotated by a matrix of the
+        // slope's cosine and sine (no trigonometry, which would cost the page's wasm libm).
+        let lx = x_lo * 2.5;
         let (dx, dy) = (
             g.sx(lx * 10.0) - g.sx(lx),
             g.sy(self.copy_bytes_per_s * lx * 10.0) - g.sy(self.copy_bytes_per_s * lx),
         );
+        let len = (dx * dx + dy * dy).sqrt();
+        let (c, sn) = (dx / len, dy / len);
+        let (x, y) = (g.sx(lx), g.sy(self.copy_bytes_per_s * lx) - 6.0);
         s.push_str(&format!(
-            "<text x=\"{x:.1}\" y=\"{y:.1}\" fill=\"currentColor\" transform=\"rotate({a:.1} {x:.1} {y:.1})\">\
-             copy {}B/s (measured)</text>",
+            "<text x=\"{x:.1}\" y=\"{y:.1}\" fill=\"currentColor\" \
+             transform=\"matrix({c:.4} {sn:.4} {:.4} {c:.4} {:.2} {:.2})\">copy {}B/s (measured)</text>",
+            -sn,
+            x - c * x + sn * y,
+            y - sn * x - c * y,
             si(self.copy_bytes_per_s),
-            x = g.sx(lx),
-            y = g.sy(self.copy_bytes_per_s * lx) - 6.0,
-            a = dy.atan2(dx).to_degrees()
         ));
         if let Some(tensor) = self.tensor_flops_per_s {
             let from = ridge.unwrap_or(x_lo).max(x_lo);
