@@ -670,10 +670,6 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         copy_ceiling: !args.no_ceiling,
         peers: args.peers,
     };
-    // Run under ncu, this process dies with it (see profile::DIE_WITH_PARENT_ENV).
-    if std::env::var_os(hopfuse_runner::profile::DIE_WITH_PARENT_ENV).is_some() {
-        hopfuse_runner::worker::die_with_parent();
-    }
     let mut outcome = engine::run(&req);
     if let (Ok(result), true) = (&mut outcome, args.profile) {
         result.profile = Some(profile_run(&args, result));

@@ -348,6 +348,7 @@ fn run_job(
     state: &mut State,
     out: &mut impl Write,
 ) -> Option<String> {
+    let started = Instant::now();
     let mut outcomes: Vec<(Part, Outcome)> = Vec::new();
     if options.fake {
         let parts = [
@@ -409,6 +410,7 @@ fn run_job(
                     None => engine::run_on(device, &job.request, job.prepared.as_ref(), &mut hooks),
                 };
                 if let (Some(profile), None, Ok(result)) = (&job.profile, fault, &mut r) {
+                    let limit = profile.limit_after(started.elapsed());
                     hooks.progress(Progress::Profile);
                     // The roofline's copy ceiling: the run's, else the one this worker measured
                     // at start.
@@ -420,7 +422,7 @@ fn run_job(
                         &job.request.source,
                         result,
                         copy.as_ref(),
-                        profile,
+                        limit,
                     );
                     result.profile = Some(report);
                 }
@@ -461,7 +463,7 @@ fn emit_outcome(out: &mut impl Write, part: Part, outcome: &Outcome) {
 }
 
 /// A worker whose service died (even by SIGKILL) must not keep the GPU: ask Linux to kill it.
-pub fn die_with_parent() {
+fn die_with_parent() {
     #[cfg(target_os = "linux")]
     {
         let parent = std::os::unix::process::parent_id();

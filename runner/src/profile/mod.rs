@@ -7,11 +7,11 @@
 //! kernel (`--kernel-name`, the first launch: the validated one), with the sections that hold
 //! those metrics and the few metrics read here named outright ([`METRICS`]; an ncu that does
 //! not know one of them, or one of the sections, is asked again without them, within the same
-//! time limit). The report is then read back as its raw page ([`raw_page`]). The child runs in
-//! its own process group under a wall-clock limit (the group is killed past it) and dies with
-//! its parent (a worker killed at the service's limit takes its ncu and the profiled run with
-//! it). A host without `ncu` or without permission for the GPU's performance counters
-//! (`ERR_NVGPUCTRPERM`) says so.
+//! time limit). The report is then read back as its raw page ([`raw_page`]). ncu and the
+//! profiled run are a process group of their own, killed as a whole past the wall-clock limit;
+//! ncu also dies with its parent. In the service's worker the limit ends before the job's own
+//! (the service would kill the worker, not the group), see [`ProfileJob`]. A host without `ncu`
+//! or without permission for the GPU's performance counters (`ERR_NVGPUCTRPERM`) says so.
 //!
 //! Used by `hopfuse run --profile` and by the service's worker for a run with `"profile":
 //! true` ([`profile_program`]); either way the answer is a [`ProfileReport`] in
@@ -64,10 +64,6 @@ pub const METRICS: [&str; 15] = [
     "smsp__sass_thread_inst_executed_op_dfma_pred_on.sum",
 ];
 
-/// Set (to anything) in the profiled child's environment: `hopfuse run` then dies with its
-/// parent (ncu), so nothing outlives a killed worker.
-pub const DIE_WITH_PARENT_ENV: &str = "HOPFUSE_DIE_WITH_PARENT";
-
 /// The sections every ncu of the last years has; used again when one of [`SECTIONS`] is not
 /// known to this ncu (the roofline FLOP counts and bank-conflict tables are then missing).
 pub const CORE_SECTIONS: [&str; 5] = [
@@ -95,6 +91,9 @@ pub enum ProfileError {
     NoPermission,
     #[error("ncu did not finish in {0} s (killed)")]
     TimedOut(f64),
+    /// The run took the job's time: nothing was left for ncu.
+    #[error("no profile: the run took the job's time limit, none was left for ncu")]
+    NoTimeLeft,
     #[error("ncu profiled no launch of {kernel}:\n{log}")]
     NoKernel { kernel: String, log: String },
     #[error("ncu failed: {0}")]
@@ -120,6 +119,28 @@ pub struct ProfileRequest {
 pub struct ProfileJob {
     /// Seconds ncu may take, all attempts together (killed past it).
     pub time_limit_s: f64,
+    /// The whole job's wall-clock limit as the service enforces it (by killing the worker):
+    /// the profile is given at most what is left of it, less [`JOB_MARGIN`], so ncu's group
+    /// is always killed by the profile's own limit first and nothing outlives the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_limit_s: Option<f64>,
+}
+
+/// What a profile leaves of its job's limit (for the worker to report and exit normally).
+pub const JOB_MARGIN: Duration = Duration::from_secs(5);
+
+impl ProfileJob {
+    /// The profile's limit for a job that has run for `elapsed` (zero: no time left).
+    pub fn limit_after(&self, elapsed: Duration) -> Duration {
+        let own = Duration::try_from_secs_f64(self.time_limit_s).unwrap_or(Duration::ZERO);
+        match self
+            .job_limit_s
+            .and_then(|j| Duration::try_from_secs_f64(j).ok())
+        {
+            Some(job) => own.min(job.saturating_sub(elapsed).saturating_sub(JOB_MARGIN)),
+            None => own,
+        }
+    }
 }
 
 impl ProfileError {
@@ -128,7 +149,7 @@ impl ProfileError {
         match self {
             ProfileError::NoNcu => Unavailable::NoNcu,
             ProfileError::NoPermission => Unavailable::NoPermission,
-            ProfileError::TimedOut(_) => Unavailable::TimedOut,
+            ProfileError::TimedOut(_) | ProfileError::NoTimeLeft => Unavailable::TimedOut,
             ProfileError::NoKernel { .. } => Unavailable::NoKernel,
             ProfileError::Failed(_) | ProfileError::Request(_) => Unavailable::Failed,
         }
@@ -297,8 +318,7 @@ pub fn profile_with(ncu: &Path, req: &ProfileRequest, exe: &Path) -> Result<Prof
     let mut last = (false, String::new());
     for (sections, metrics) in attempts {
         let mut cmd = Command::new(ncu);
-        cmd.args(ncu_args(req, exe, &report, sections, metrics))
-            .env(DIE_WITH_PARENT_ENV, "1");
+        cmd.args(ncu_args(req, exe, &report, sections, metrics));
         last = run_limited(cmd, deadline).map_err(timed_out)?;
         if last.0 || !unknown_name(&last.1) {
             break;
@@ -397,17 +417,17 @@ pub fn request_for(
 }
 
 /// The worker's half of a run with `"profile": true`: the program (as text) is written to a
-/// private file and profiled as `hopfuse run` would (by this binary), within `job`'s limit.
+/// private file and profiled as `hopfuse run` would (by this binary), within `limit`
+/// ([`ProfileJob::limit_after`]).
 pub fn profile_program(
     source: &str,
     result: &RunResult,
     copy: Option<&CopyCeiling>,
-    job: &ProfileJob,
+    limit: Duration,
 ) -> ProfileReport {
-    let limit = Duration::try_from_secs_f64(job.time_limit_s)
-        .ok()
+    let limit = Some(limit)
         .filter(|d| !d.is_zero())
-        .ok_or_else(|| ProfileError::Request("the profile's time limit must be positive".into()));
+        .ok_or(ProfileError::NoTimeLeft);
     let profiled = limit.and_then(|limit| {
         let exe = std::env::current_exe()
             .map_err(|e| ProfileError::Failed(format!("cannot find this binary: {e}")))?;

@@ -339,18 +339,15 @@ fn run_result() -> RunResult {
     serde_json::from_value(data["result"]["result"].clone()).unwrap()
 }
 
-/// A stand-in for ncu: a shell script that logs each call's arguments (and whether the
-/// profiled child would die with its parent) to `calls.log` next to it, then runs `body`.
+/// A stand-in for ncu: a shell script that logs each call's arguments to `calls.log` next to
+/// it, then runs `body`.
 fn fake_ncu(name: &str, body: &str) -> (PathBuf, PathBuf) {
     let dir = tempdir(name).unwrap();
     let script = dir.join("ncu");
     let log = dir.join("calls.log");
     std::fs::write(
         &script,
-        format!(
-            "#!/bin/sh\necho \"$* die=${{{DIE_WITH_PARENT_ENV}:-no}}\" >> '{}'\n{body}\n",
-            log.display()
-        ),
+        format!("#!/bin/sh\necho \"$*\" >> '{}'\n{body}\n", log.display()),
     )
     .unwrap();
     let mut perms = std::fs::metadata(&script).unwrap().permissions();
@@ -372,7 +369,7 @@ fn exp_2d_request() -> ProfileRequest {
 }
 
 /// An ncu that does not know a metric is asked again without the named metrics; the report is
-/// read back from its raw page; the profiled child runs with DIE_WITH_PARENT set.
+/// read back from its raw page.
 #[test]
 fn an_ncu_that_lacks_a_metric_is_asked_again_and_its_raw_page_read() {
     let csv = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -404,7 +401,7 @@ fn an_ncu_that_lacks_a_metric_is_asked_again_and_its_raw_page_read() {
     let calls = std::fs::read_to_string(&log).unwrap();
     let calls: Vec<&str> = calls.lines().collect();
     assert_eq!(calls.len(), 4, "{calls:?}");
-    assert!(calls[1].contains("--metrics") && calls[1].ends_with("die=1"));
+    assert!(calls[1].contains("--metrics"));
     assert!(!calls[2].contains("--metrics") && calls[2].contains("SpeedOfLight_RooflineChart"));
     assert!(calls[2].contains("/bin/hopfuse run examples/tma/exp_2d.hf --size M=8192,N=8192"));
     assert!(calls[3].starts_with("--import"));
@@ -445,4 +442,30 @@ fn no_permission_and_no_launch_are_said_once() {
         .to_string()
         .contains("did not finish in 0.4 s"));
     let _ = std::fs::remove_dir_all(log.parent().unwrap());
+}
+
+/// In the service the profile ends before the job's own limit (which kills the worker, not
+/// ncu's group); with no time left there is no profile, and it says why.
+#[test]
+fn the_profile_fits_in_what_the_job_has_left() {
+    let job = ProfileJob {
+        time_limit_s: 60.0,
+        job_limit_s: Some(120.0),
+    };
+    let s = Duration::from_secs;
+    assert_eq!(job.limit_after(s(10)), s(60));
+    assert_eq!(job.limit_after(s(100)), s(15));
+    assert_eq!(job.limit_after(s(118)), Duration::ZERO);
+    let alone = ProfileJob {
+        job_limit_s: None,
+        ..job
+    };
+    assert_eq!(alone.limit_after(s(1000)), s(60));
+    match profile_program("", &run_result(), None, Duration::ZERO) {
+        ProfileReport::Unavailable { reason, message } => {
+            assert_eq!(reason, Unavailable::TimedOut);
+            assert!(message.contains("none was left for ncu"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
 }
