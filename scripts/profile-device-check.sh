@@ -78,10 +78,14 @@ print(f"ncu {p.get('ncu')}; DRAM {p.get('dram_throughput_pct')}% ({p.get('dram_b
       f"{p.get('tensor_pipe_pct')}%, occupancy {p.get('achieved_occupancy_pct')}%, bank conflicts "
       f"{p.get('shared_bank_conflicts')}, flops {p.get('flops')}; stalls ({p.get('stall_unit')}): {stalls}; "
       + (f"roofline {rl['flops_per_s']:.3e} FLOP/s, {rl['bytes_per_s']:.3e} B/s at {rl['intensity']:.3f} FLOP/B "
-         f"({rl['flops_from']}), copy {rl['copy_bytes_per_s']:.3e}, tensor {rl['tensor_flops_per_s']}"
+         f"({rl['flops_from']}), copy {rl['copy_bytes_per_s']:.3e}, tensor {rl['tensor_flops_per_s']} "
+         f"[{rl.get('tensor_ceiling')}]"
          if rl else f"no roofline: {r.get('roofline_missing')}")
       + (f"; MISSING {missing}" if missing else ""))
-ok = not missing and p.get("stalls") and (rl is not None or want == "no-roofline")
+# The roofline with both roofs: the copy, and the tensor cores (cuBLAS on a matrix product's own
+# shape, else the worker's bf16 GEMM).
+ok = not missing and p.get("stalls") and (
+    (rl is not None and rl.get("tensor_flops_per_s")) or want == "no-roofline")
 sys.exit(0 if ok else 1)
 EOF
 }

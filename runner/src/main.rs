@@ -737,7 +737,16 @@ fn profile_run(args: &RunArgs, result: &engine::RunResult) -> ProfileReport {
                 profile::request_for(args.file.clone(), result, limit, args.profile_csv.clone());
             profile::profile(&req, &exe)
         });
-    profile::report(profiled, result, result.copy.as_ref())
+    // The tensor-core roof of a program that is not a matrix product, on a device of its own
+    // (the run's is closed), unless ceilings are off.
+    let tensor = match (&profiled, &result.cublas, args.no_ceiling) {
+        (Ok(_), None, false) => engine::Device::open()
+            .and_then(|dev| profile::tensor_roof::measure(&dev))
+            .map_err(|e| eprintln!("no tensor-core roof: {e}"))
+            .ok(),
+        _ => None,
+    };
+    profile::report(profiled, result, result.copy.as_ref(), tensor.as_ref())
 }
 
 fn self_test(iters: u32, warmup: u32, seed: u64, ceiling: bool) -> Result<ExitCode> {

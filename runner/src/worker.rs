@@ -423,6 +423,7 @@ fn run_job(
                         result,
                         copy.as_ref(),
                         limit,
+                        device.as_ref(),
                     );
                     result.profile = Some(report);
                 }

@@ -352,7 +352,8 @@ fn a_profiled_run() {
     let csv = include_str!("fixtures/ncu/exp_2d_8192_handwritten.csv");
     let mut p = profile::parse_raw_csv(csv, &result.kernel).unwrap();
     p.ncu = "2025.3 (hand-written page)".into();
-    let report = profile::report(Ok(p), result, result.copy.as_ref());
+    // No tensor-core roof: the recorded run measured none.
+    let report = profile::report(Ok(p), result, result.copy.as_ref(), None);
     assert!(matches!(
         &report,
         profile::ProfileReport::Measured {
@@ -375,6 +376,7 @@ fn a_profiled_run_without_ncu() {
         Err(profile::ProfileError::NoNcu),
         result,
         result.copy.as_ref(),
+        None,
     ));
     job.progress.push(Progress::Profile);
     check("done-profile-unavailable.json", &done(job));

@@ -283,9 +283,11 @@ fn roofline_box(h: &mut String, r: &Roofline, primary: bool) {
         },
         report::si(r.bytes_per_s),
         report::si(r.copy_bytes_per_s),
-        match r.tensor_flops_per_s {
-            Some(t) => format!(", cuBLAS {}FLOP/s on the same shape", report::si(t)),
-            None => ", no tensor-core roof (cuBLAS is measured for matrix products)".into(),
+        match (r.tensor_flops_per_s, &r.tensor_ceiling) {
+            (Some(t), Some(call)) =>
+                format!(", tensor cores {}FLOP/s: {}", report::si(t), esc(call)),
+            (Some(t), None) => format!(", tensor cores {}FLOP/s (cuBLAS)", report::si(t)),
+            (None, _) => ", no tensor-core roof measured".into(),
         }
     );
 }
@@ -321,7 +323,7 @@ mod tests {
             "id=\"roofline\"",
             "<svg class=\"roofline\"",
             "copy 3.01 TB/s (measured)",
-            "no tensor-core roof",
+            "no tensor-core roof measured",
         ] {
             assert!(html.contains(want), "{want} not in {html}");
         }

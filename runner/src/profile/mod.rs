@@ -19,6 +19,7 @@
 
 pub mod raw_page;
 pub mod report;
+pub mod tensor_roof;
 
 use crate::engine::{CopyCeiling, RunResult};
 use hopfuse::IndexType;
@@ -29,6 +30,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+pub use tensor_roof::TensorRoof;
 
 /// Environment variable naming the `ncu` executable.
 pub const NCU_ENV: &str = "HOPFUSE_NCU";
@@ -359,23 +361,38 @@ fn tempdir(what: &str) -> Result<PathBuf, ProfileError> {
 }
 
 /// The profile of a run's kernel as its report: the metrics and the roofline against the run's
-/// ceilings (`copy`: the run's, or the one its worker measured at start), or why there is none.
+/// ceilings (`copy`: the run's, or the one its worker measured at start; the tensor-core roof:
+/// cuBLAS on the run's shape for a matrix product, else `tensor`), or why there is none.
 pub fn report(
     profiled: Result<Profile, ProfileError>,
     result: &RunResult,
     copy: Option<&CopyCeiling>,
+    tensor: Option<&TensorRoof>,
 ) -> ProfileReport {
     match profiled {
         Ok(p) => {
+            let tensor = match &result.cublas {
+                Some(c) => Some((
+                    c.tflops * 1e12,
+                    format!("{} (this product's shape)", c.call),
+                )),
+                None => tensor.map(|t| (t.flops_per_s, t.call.clone())),
+            };
             let roofline = Roofline::new(
                 &p,
                 result.flops,
                 result.timing.median_us * 1e-6,
                 copy.map(|c| c.gbps * 1e9),
-                result.cublas.as_ref().map(|c| c.tflops * 1e12),
+                tensor.as_ref().map(|t| t.0),
             );
             let (roofline, roofline_missing) = match roofline {
-                Ok(r) => (Some(r), None),
+                Ok(r) => (
+                    Some(Roofline {
+                        tensor_ceiling: tensor.map(|t| t.1),
+                        ..r
+                    }),
+                    None,
+                ),
                 Err(why) => (None, Some(why)),
             };
             ProfileReport::Measured {
@@ -416,14 +433,28 @@ pub fn request_for(
     }
 }
 
+/// The tensor-core roof of `dev`, measured the first time this process asks ([`tensor_roof`]);
+/// None when it cannot be (no cuBLAS, ...), with the reason logged.
+pub fn tensor_roof_once(dev: &crate::engine::Device) -> Option<&'static TensorRoof> {
+    static ROOF: std::sync::OnceLock<Option<TensorRoof>> = std::sync::OnceLock::new();
+    ROOF.get_or_init(|| {
+        tensor_roof::measure(dev)
+            .map_err(|e| tracing::warn!("no tensor-core roof: {e}"))
+            .ok()
+    })
+    .as_ref()
+}
+
 /// The worker's half of a run with `"profile": true`: the program (as text) is written to a
 /// private file and profiled as `hopfuse run` would (by this binary), within `limit`
-/// ([`ProfileJob::limit_after`]).
+/// ([`ProfileJob::limit_after`]); `dev` (the worker's device) measures the tensor-core roof of
+/// a program that is not a matrix product.
 pub fn profile_program(
     source: &str,
     result: &RunResult,
     copy: Option<&CopyCeiling>,
     limit: Duration,
+    dev: Option<&crate::engine::Device>,
 ) -> ProfileReport {
     let limit = Some(limit)
         .filter(|d| !d.is_zero())
@@ -439,7 +470,11 @@ pub fn profile_program(
         let _ = std::fs::remove_dir_all(&dir);
         p
     });
-    report(profiled, result, copy)
+    let tensor = match (&profiled, &result.cublas, dev) {
+        (Ok(_), None, Some(dev)) => tensor_roof_once(dev),
+        _ => None,
+    };
+    report(profiled, result, copy, tensor)
 }
 
 /// The report in words (`hopfuse run --profile`).

@@ -112,8 +112,12 @@ pub struct Roofline {
     pub flops_from: String,
     /// The measured device-to-device copy bandwidth (bytes/s): the slope of the memory roof.
     pub copy_bytes_per_s: f64,
-    /// The measured cuBLAS FLOP/s on the same shape (matrix products): the tensor-core roof.
+    /// The measured cuBLAS FLOP/s: the tensor-core roof.
     pub tensor_flops_per_s: Option<f64>,
+    /// What that roof is: the cuBLAS call (for a matrix product, on its own shape; otherwise a
+    /// bf16 GEMM at 8192^3, the device's tensor-core speed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_ceiling: Option<String>,
 }
 
 /// Decades (powers of ten) spanned by a log axis.
@@ -246,6 +250,7 @@ impl Roofline {
             flops_from: flops_from.into(),
             copy_bytes_per_s: copy,
             tensor_flops_per_s: tensor_flops_per_s.filter(|t| *t > 0.0),
+            tensor_ceiling: None,
         })
     }
 

@@ -276,7 +276,7 @@ fn the_roofline_svg_draws_the_point_under_its_roofs() {
 
 #[test]
 fn a_report_says_why_there_is_no_profile_without_failing_the_run() {
-    let r = |e| match super::report(Err(e), &run_result(), None) {
+    let r = |e| match super::report(Err(e), &run_result(), None, None) {
         ProfileReport::Unavailable { reason, message } => (reason, message),
         other => panic!("{other:?}"),
     };
@@ -286,8 +286,13 @@ fn a_report_says_why_there_is_no_profile_without_failing_the_run() {
     let (reason, message) = r(ProfileError::NoPermission);
     assert_eq!(reason, Unavailable::NoPermission);
     assert!(message.contains("ERR_NVGPUCTRPERM"));
-    let json =
-        serde_json::to_value(super::report(Err(ProfileError::NoNcu), &run_result(), None)).unwrap();
+    let json = serde_json::to_value(super::report(
+        Err(ProfileError::NoNcu),
+        &run_result(),
+        None,
+        None,
+    ))
+    .unwrap();
     assert_eq!(json["unavailable"]["reason"], "no_ncu", "{json}");
     // A measured one carries the roofline against the copy ceiling it was given.
     let p = parse_raw_csv(HANDWRITTEN, "exp_2d_kernel").unwrap();
@@ -303,15 +308,45 @@ fn a_report_says_why_there_is_no_profile_without_failing_the_run() {
         measured: crate::engine::CeilingWhen::WorkerStart,
         age_s: 3.0,
     };
-    match super::report(Ok(p.clone()), &run_result(), Some(&copy)) {
+    let roof = TensorRoof {
+        call: "cublasGemmEx(N, N, m=8192, n=8192, k=8192) bf16 x bf16 -> bf16, compute 32F".into(),
+        flops_per_s: 700e12,
+    };
+    match super::report(Ok(p.clone()), &run_result(), Some(&copy), Some(&roof)) {
         ProfileReport::Measured {
             roofline: Some(r),
             roofline_missing: None,
             ..
-        } => assert_eq!(r.copy_bytes_per_s, 3007e9),
+        } => {
+            assert_eq!(r.copy_bytes_per_s, 3007e9);
+            assert_eq!(r.tensor_flops_per_s, Some(700e12));
+            assert_eq!(r.tensor_ceiling.as_deref(), Some(roof.call.as_str()));
+        }
         other => panic!("{other:?}"),
     }
-    match super::report(Ok(p), &run_result(), None) {
+    // A matrix product's roof is cuBLAS on its own shape, whatever else was measured.
+    let mut mm = run_result();
+    mm.flops = Some(1e12);
+    mm.cublas = Some(crate::engine::GemmCeiling {
+        call: "cublasGemmEx(N, N, m=4096, n=4096, k=4096) f32 x f32 -> f32, compute 32F".into(),
+        timing: copy.timing.clone(),
+        tflops: 50.0,
+        validation: mm.validation[0].clone(),
+    });
+    match super::report(Ok(p.clone()), &mm, Some(&copy), Some(&roof)) {
+        ProfileReport::Measured {
+            roofline: Some(r), ..
+        } => {
+            assert_eq!(r.tensor_flops_per_s, Some(50e12));
+            assert!(r
+                .tensor_ceiling
+                .unwrap()
+                .ends_with("(this product's shape)"));
+            assert_eq!(r.flops_from, "plan");
+        }
+        other => panic!("{other:?}"),
+    }
+    match super::report(Ok(p), &run_result(), None, None) {
         ProfileReport::Measured {
             roofline: None,
             roofline_missing: Some(why),
@@ -322,6 +357,7 @@ fn a_report_says_why_there_is_no_profile_without_failing_the_run() {
     assert!(render(&super::report(
         Err(ProfileError::NoNcu),
         &run_result(),
+        None,
         None
     ))
     .starts_with("no profile: Nsight Compute (ncu) not found"));
@@ -461,7 +497,7 @@ fn the_profile_fits_in_what_the_job_has_left() {
         ..job
     };
     assert_eq!(alone.limit_after(s(1000)), s(60));
-    match profile_program("", &run_result(), None, Duration::ZERO) {
+    match profile_program("", &run_result(), None, Duration::ZERO, None) {
         ProfileReport::Unavailable { reason, message } => {
             assert_eq!(reason, Unavailable::TimedOut);
             assert!(message.contains("none was left for ncu"), "{message}");
