@@ -388,4 +388,25 @@ mod tests {
             assert!(!stall_meaning(reason).is_empty(), "{reason}");
         }
     }
+
+    /// With the tensor-core roof the worker measured, the picture draws it and the caption
+    /// names its cuBLAS call (escaped).
+    #[test]
+    fn the_tensor_roof_is_drawn_and_named() {
+        let run = crate::runner::parse_result(include_str!("../tests/fixtures/done-profile.json"));
+        let mut p = run.measured.unwrap().profile.unwrap();
+        if let ProfileReport::Measured {
+            roofline: Some(r), ..
+        } = &mut p
+        {
+            r.tensor_flops_per_s = Some(660e12);
+            r.tensor_ceiling = Some("cublasGemmEx(N, N, m=8192, n=8192, k=8192) <bf16>".into());
+        }
+        let html = profile_html(&p, true);
+        assert!(html.contains("class=\"rl-roof rl-tensor\""), "{html}");
+        assert!(html.contains("cuBLAS 660 TFLOP/s (measured, tensor cores)"));
+        assert!(html.contains(
+            "tensor cores 660 TFLOP/s: cublasGemmEx(N, N, m=8192, n=8192, k=8192) &lt;bf16&gt;"
+        ));
+    }
 }
