@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite (the README's test command): formatting, lints, every test, the compiler
-# crate for wasm32, NVRTC compiling every example's CUDA for sm_90a with no warnings (and its PTX
+# and API crates for wasm32, NVRTC compiling every example's CUDA for sm_90a with no warnings (and its PTX
 # and SASS, nvdisasm, with line info for every instruction: nvrtc-check --inspect), then the
 # playground (scripts/test-web.sh: clippy for wasm32, unit tests, build, size budget, browser
 # test). The playground crate is left out of the native workspace steps (it is checked for wasm32).
@@ -15,7 +15,7 @@ trap 'if [ -s "$HOPFUSE_NOT_RUN_LOG" ]; then echo "---- checks not run:"; sort -
 cargo fmt --all -- --check
 cargo clippy --workspace --exclude hopfuse-web --all-targets -- -D warnings
 cargo test --workspace --exclude hopfuse-web
-cargo build -p hopfuse --target wasm32-unknown-unknown
+cargo build -p hopfuse -p hopfuse-api --target wasm32-unknown-unknown
 cargo build --release -p hopfuse-runner
 for index in i32 i64; do
   ./target/release/hopfuse nvrtc-check --inspect --index "$index" examples/*/*.hf

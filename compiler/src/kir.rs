@@ -369,6 +369,16 @@ pub enum Stmt {
     /// `fence.proxy.async.shared::cta`: orders this thread's generic shared-memory writes before
     /// later async-proxy reads (TMA stores).
     FenceProxyAsync,
+    /// One tensor-core product `m64nNk16` of the warp group (`wgmma.mma_async`), asynchronous
+    /// until a [`Stmt::WgmmaWait`] covers its group.
+    Wgmma(Wgmma),
+    /// `wgmma.fence`: orders the warp group's register accesses before the next wgmma.
+    WgmmaFence,
+    /// `wgmma.commit_group`: closes a group of the wgmmas issued so far.
+    WgmmaCommit,
+    /// `wgmma.wait_group N`: waits until at most `N` groups are pending (their accumulators may
+    /// then be read and their shared-memory operands overwritten).
+    WgmmaWait(u32),
     /// Warp specialization: producer warps (a warp-uniform condition) run `producer`, the other
     /// warps run `consumer`. Register counts move with `setmaxnreg` at the start of each branch;
     /// block barriers inside `consumer` are named barriers over its `consumer_threads`.
@@ -379,6 +389,39 @@ pub enum Stmt {
         registers: Option<(u32, u32)>,
         consumer_threads: i64,
     },
+}
+
+/// A wgmma operand in shared memory, read through a matrix descriptor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MmaOperand {
+    /// The shared buffer, indexed at the operand tile's first element (its logical position:
+    /// the descriptor's swizzle mode applies the swizzle).
+    pub tile: Access,
+    /// The descriptor without its start address (LBO, SBO, swizzle mode):
+    /// [`crate::target::descriptor_bits`].
+    pub desc_bits: u64,
+    /// MN-major (the `imm-trans` operand): the tile's rows run along K.
+    pub transposed: bool,
+    /// Swizzle of the operand's layout in bytes (for the dump).
+    pub swizzle: u32,
+}
+
+/// `D (+)= A x B` on one `m64nNk16` tile: A is 64 x 16, B is 16 x N, D the f32 accumulator
+/// fragment (N / 2 registers per thread of the warp group).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Wgmma {
+    /// The fusion expression (the sum of products) this computes.
+    pub expr: usize,
+    /// The accumulator register array, indexed at the fragment's first register.
+    pub acc: Access,
+    pub n: i64,
+    pub a: MmaOperand,
+    pub b: MmaOperand,
+    /// f16 or bf16.
+    pub input: DType,
+    /// Whether to add to the accumulator (`scale-d`): a flag that is 0 until the first wgmma
+    /// on it has run (which then needs no zero fill); None: always.
+    pub accumulate: Option<Access>,
 }
 
 /// What a [`Stmt::TmaLoad`] issues.
@@ -798,6 +841,38 @@ fn print_block(
             Stmt::FenceProxyAsync => {
                 let _ = writeln!(s, "{ind}fence.proxy.async.shared::cta");
             }
+            Stmt::Wgmma(w) => {
+                let operand = |o: &MmaOperand| {
+                    format!(
+                        "{} ({}, swizzle {})",
+                        access_text(k, &o.tile),
+                        if o.transposed { "MN-major" } else { "K-major" },
+                        o.swizzle
+                    )
+                };
+                let _ = writeln!(
+                    s,
+                    "{ind}wgmma.m64n{}k16.f32.{} {}[+{}] (+)= {} x {}, accumulate if {}",
+                    w.n,
+                    w.input.name(),
+                    k.buffers[w.acc.buffer].name,
+                    w.acc.index.as_ref().map_or("0".into(), |i| i.text()),
+                    operand(&w.a),
+                    operand(&w.b),
+                    w.accumulate
+                        .as_ref()
+                        .map_or("true".into(), |a| access_text(k, a))
+                );
+            }
+            Stmt::WgmmaFence => {
+                let _ = writeln!(s, "{ind}wgmma.fence");
+            }
+            Stmt::WgmmaCommit => {
+                let _ = writeln!(s, "{ind}wgmma.commit_group");
+            }
+            Stmt::WgmmaWait(n) => {
+                let _ = writeln!(s, "{ind}wgmma.wait_group {n}");
+            }
             Stmt::WarpRoles {
                 is_producer,
                 producer,
@@ -961,6 +1036,15 @@ impl Stmt {
                 map_access(&mut t.src, f);
                 t.coords = t.coords.iter().map(&mut *f).collect();
             }
+            Stmt::Wgmma(w) => {
+                map_access(&mut w.acc, f);
+                map_access(&mut w.a.tile, f);
+                map_access(&mut w.b.tile, f);
+                if let Some(a) = &mut w.accumulate {
+                    map_access(a, f);
+                }
+            }
+            Stmt::WgmmaFence | Stmt::WgmmaCommit | Stmt::WgmmaWait(_) => {}
             Stmt::Alloc(_)
             | Stmt::Sync
             | Stmt::MbarInit { .. }
@@ -969,5 +1053,42 @@ impl Stmt {
             | Stmt::BulkWaitRead(_)
             | Stmt::FenceProxyAsync => {}
         }
+    }
+}
+
+impl Kernel {
+    /// The first line of a statement's dump, unindented (`for i in N @Serial:`, `if c:`, an
+    /// access...): how messages about one statement quote it. Only the statement's own ids are
+    /// read (its nested blocks are left out), and they must be the kernel's.
+    pub fn stmt_head(&self, st: &Stmt) -> String {
+        let head = match st {
+            Stmt::Loop(l) => Stmt::Loop(Loop {
+                body: Vec::new(),
+                extent: l.extent.clone(),
+                var: l.var.clone(),
+                ..*l
+            }),
+            Stmt::If { cond, .. } => Stmt::If {
+                cond: cond.clone(),
+                then: Vec::new(),
+                els: Vec::new(),
+            },
+            Stmt::WarpRoles {
+                is_producer,
+                registers,
+                consumer_threads,
+                ..
+            } => Stmt::WarpRoles {
+                is_producer: is_producer.clone(),
+                producer: Vec::new(),
+                consumer: Vec::new(),
+                registers: *registers,
+                consumer_threads: *consumer_threads,
+            },
+            other => other.clone(),
+        };
+        let mut s = String::new();
+        print_block(self, std::slice::from_ref(&head), 0, &mut s, &mut None);
+        s.lines().next().unwrap_or_default().to_string()
     }
 }

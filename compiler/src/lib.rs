@@ -11,6 +11,7 @@ pub mod codegen;
 pub mod cuda;
 pub mod diag;
 pub mod dtype;
+pub mod examples;
 pub mod frontend;
 pub mod fusion;
 pub mod kir;
@@ -18,7 +19,9 @@ pub mod passes;
 pub mod pipeline_view;
 pub mod plan;
 pub mod reference;
+pub mod target;
 pub mod torch;
+pub mod verify;
 
 pub use diag::{Diagnostic, Diagnostics};
 pub use dtype::DType;
@@ -63,6 +66,8 @@ pub struct Compilation {
     /// For every line of `cuda`, what wrote it: for kernel-IR statements, their line in the
     /// last pass dump and the pass that produced that line.
     pub lines: codegen::lines::LineMap,
+    /// The kernel IR after the last pass (what the CUDA was emitted from).
+    pub kernel: kir::Kernel,
 }
 
 /// The fusion as written (what [`reference::evaluate`] runs), from the front end alone: no
@@ -132,6 +137,7 @@ pub fn compile_choosing_index(
             continue;
         }
         (pass.run)(&mut cx, &mut kernel).map_err(locate)?;
+        verify::after_pass(pass.name, &kernel)?;
         dumps.push(PassDump {
             name: pass.name,
             summary: pass.summary,
@@ -160,6 +166,7 @@ pub fn compile_choosing_index(
         fusion,
         pipeline,
         lines,
+        kernel,
     })
 }
 

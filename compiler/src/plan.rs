@@ -152,6 +152,61 @@ pub enum Constraint {
     Positive { value: SizeExpr, reason: String },
 }
 
+impl Constraint {
+    /// Whether `sizes` satisfy it: the one evaluation of a constraint, used by
+    /// [`LaunchPlan::concretize`] and the playground's Launch plan pane. An expression that
+    /// cannot be evaluated (a missing size) is [`LaunchError::Eval`].
+    pub fn check(&self, sizes: &BTreeMap<String, i64>) -> Result<(), LaunchError> {
+        match self {
+            Constraint::Divisible {
+                value,
+                divisor,
+                reason,
+            } => {
+                let actual = value.eval(sizes)?;
+                if actual % divisor != 0 {
+                    return Err(LaunchError::NotDivisible {
+                        value: value.to_string(),
+                        actual,
+                        divisor: *divisor,
+                        reason: reason.clone(),
+                    });
+                }
+            }
+            Constraint::AtMost { value, max, reason } => {
+                let actual = value.eval(sizes)?;
+                if actual > *max {
+                    return Err(LaunchError::TooLarge {
+                        value: value.to_string(),
+                        actual,
+                        max: *max,
+                        reason: reason.clone(),
+                    });
+                }
+            }
+            Constraint::Positive { value, reason } => {
+                let actual = value.eval(sizes)?;
+                if actual < 1 {
+                    return Err(LaunchError::NotPositive {
+                        value: value.to_string(),
+                        actual,
+                        reason: reason.clone(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// CUDA's launch limits on sm_90, which [`LaunchPlan::concretize`] checks: blocks per grid
+/// dimension (x, y, z), threads per block dimension, threads per block, and the dynamic shared
+/// memory one H100 block may opt in to.
+pub const MAX_GRID: [i64; 3] = [(1 << 31) - 1, 65535, 65535];
+pub const MAX_BLOCK: [i64; 3] = [1024, 1024, 64];
+pub const MAX_THREADS_PER_BLOCK: i64 = 1024;
+pub const MAX_DYNAMIC_SMEM_BYTES: i64 = 227 * 1024;
+
 /// A TMA tensor map the runner encodes with `cuTensorMapEncodeTiled` (filled by the TMA lowering).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TensorMapSpec {
@@ -337,44 +392,7 @@ impl LaunchPlan {
             }
         }
         for c in &self.constraints {
-            match c {
-                Constraint::Divisible {
-                    value,
-                    divisor,
-                    reason,
-                } => {
-                    let actual = value.eval(sizes)?;
-                    if actual % divisor != 0 {
-                        return Err(LaunchError::NotDivisible {
-                            value: value.to_string(),
-                            actual,
-                            divisor: *divisor,
-                            reason: reason.clone(),
-                        });
-                    }
-                }
-                Constraint::AtMost { value, max, reason } => {
-                    let actual = value.eval(sizes)?;
-                    if actual > *max {
-                        return Err(LaunchError::TooLarge {
-                            value: value.to_string(),
-                            actual,
-                            max: *max,
-                            reason: reason.clone(),
-                        });
-                    }
-                }
-                Constraint::Positive { value, reason } => {
-                    let actual = value.eval(sizes)?;
-                    if actual < 1 {
-                        return Err(LaunchError::NotPositive {
-                            value: value.to_string(),
-                            actual,
-                            reason: reason.clone(),
-                        });
-                    }
-                }
-            }
+            c.check(sizes)?;
         }
         let dim = |e: &SizeExpr, max: i64, what: &str| -> Result<u32, LaunchError> {
             let actual = e.eval(sizes)?;
@@ -396,30 +414,30 @@ impl LaunchPlan {
             Ok(actual as u32)
         };
         let grid = [
-            dim(&self.grid[0], (1 << 31) - 1, "grid x")?,
-            dim(&self.grid[1], 65535, "grid y")?,
-            dim(&self.grid[2], 65535, "grid z")?,
+            dim(&self.grid[0], MAX_GRID[0], "grid x")?,
+            dim(&self.grid[1], MAX_GRID[1], "grid y")?,
+            dim(&self.grid[2], MAX_GRID[2], "grid z")?,
         ];
         let block = [
-            dim(&self.block[0], 1024, "block x")?,
-            dim(&self.block[1], 1024, "block y")?,
-            dim(&self.block[2], 64, "block z")?,
+            dim(&self.block[0], MAX_BLOCK[0], "block x")?,
+            dim(&self.block[1], MAX_BLOCK[1], "block y")?,
+            dim(&self.block[2], MAX_BLOCK[2], "block z")?,
         ];
         let threads = block.iter().map(|&b| b as i64).product::<i64>();
-        if threads > 1024 {
+        if threads > MAX_THREADS_PER_BLOCK {
             return Err(LaunchError::TooLarge {
                 value: "threads per block".into(),
                 actual: threads,
-                max: 1024,
+                max: MAX_THREADS_PER_BLOCK,
                 reason: "a thread block has at most 1024 threads".into(),
             });
         }
         let smem = self.dynamic_smem_bytes.eval(sizes)?;
-        if smem > 227 * 1024 {
+        if smem > MAX_DYNAMIC_SMEM_BYTES {
             return Err(LaunchError::TooLarge {
                 value: "dynamic shared memory".into(),
                 actual: smem,
-                max: 227 * 1024,
+                max: MAX_DYNAMIC_SMEM_BYTES,
                 reason: "an H100 block has at most 227 KB of shared memory".into(),
             });
         }
@@ -428,6 +446,44 @@ impl LaunchPlan {
             block,
             dynamic_smem_bytes: smem.max(0) as u32,
         })
+    }
+
+    /// CUDA's launch limits on grid, block and dynamic shared memory as constraints on this
+    /// plan's sizes (what [`LaunchPlan::concretize`] checks after [`LaunchPlan::constraints`]),
+    /// for showing them next to the compiler's own. Only the limits that depend on the sizes
+    /// are listed: the compiler rejects a constant that breaks one itself.
+    pub fn launch_limits(&self) -> Vec<Constraint> {
+        let dims = ["x", "y", "z"];
+        let mut out = Vec::new();
+        let mut limit = |value: &SizeExpr, max: i64, reason: String| {
+            if value.as_const().is_none() {
+                out.push(Constraint::AtMost {
+                    value: value.clone(),
+                    max,
+                    reason,
+                });
+            }
+        };
+        for i in 0..3 {
+            limit(
+                &self.grid[i],
+                MAX_GRID[i],
+                format!("CUDA's limit on grid {} (blocks)", dims[i]),
+            );
+        }
+        for i in 0..3 {
+            limit(
+                &self.block[i],
+                MAX_BLOCK[i],
+                format!("CUDA's limit on block {} (threads)", dims[i]),
+            );
+        }
+        limit(
+            &self.dynamic_smem_bytes,
+            MAX_DYNAMIC_SMEM_BYTES,
+            "an H100 block's shared memory (227 KB)".into(),
+        );
+        out
     }
 
     /// Input, output and scratch tensors in parameter order.

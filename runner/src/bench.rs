@@ -30,23 +30,12 @@ pub fn bench_sizes(source: &str) -> Result<Vec<BTreeMap<String, i64>>, String> {
         .collect()
 }
 
-/// `ROOT/*/*.hf` (the examples), sorted.
+/// `ROOT/*/*.hf` (the examples, [`hopfuse::examples::list`]), sorted by group and name.
 pub fn example_files(root: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    for dir in std::fs::read_dir(root)? {
-        let dir = dir?.path();
-        if !dir.is_dir() {
-            continue;
-        }
-        for f in std::fs::read_dir(&dir)? {
-            let f = f?.path();
-            if f.extension().is_some_and(|e| e == "hf") {
-                files.push(f);
-            }
-        }
-    }
-    files.sort();
-    Ok(files)
+    Ok(hopfuse::examples::list(root)?
+        .into_iter()
+        .map(|e| e.path)
+        .collect())
 }
 
 /// What `hopfuse bench` runs.

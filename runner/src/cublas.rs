@@ -7,10 +7,10 @@
 //! operand first. [`gemm_args`] works out the transposes and leading dimensions; the host test
 //! below runs those arguments through the column-major definition of GEMM.
 
-use crate::engine::{RunError, Stage};
 use cudarc::cublas::{result, sys};
 use hopfuse::plan::{MatmulShape, OperandLayout};
 use hopfuse::DType;
+use hopfuse_api::run::{RunError, Stage};
 use std::ffi::c_void;
 
 /// Which fusion operand a cuBLAS operand slot holds.

@@ -7,35 +7,26 @@
 use crate::engine::{self, Device, Hooks, Progress, RunError, RunRequest, RunResult, Setup, Stage};
 use hopfuse::plan::{Param, SizeExpr as E, TensorRole};
 use hopfuse::{DType, IndexType, LaunchPlan};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Fault {
-    /// `mbarrier.try_wait` on a barrier that expects an arrival that never comes.
-    Deadlock,
-    /// Stores through a pointer near address 0: `CUDA_ERROR_ILLEGAL_ADDRESS`.
-    IllegalAddress,
-    /// Not CUDA: NVRTC fails.
-    NvrtcError,
+// The enum is part of `POST /api/run`'s body, so it is defined in `hopfuse-api`.
+pub use hopfuse_api::run::Fault;
+
+/// The kernel's name.
+pub fn kernel(fault: Fault) -> &'static str {
+    match fault {
+        Fault::Deadlock => "fault_deadlock",
+        Fault::IllegalAddress => "fault_illegal_address",
+        Fault::NvrtcError => "fault_nvrtc_error",
+    }
 }
 
-impl Fault {
-    pub fn kernel(self) -> &'static str {
-        match self {
-            Fault::Deadlock => "fault_deadlock",
-            Fault::IllegalAddress => "fault_illegal_address",
-            Fault::NvrtcError => "fault_nvrtc_error",
-        }
-    }
-
-    pub fn cuda(self) -> &'static str {
-        match self {
-            Fault::Deadlock => DEADLOCK,
-            Fault::IllegalAddress => ILLEGAL_ADDRESS,
-            Fault::NvrtcError => NVRTC_ERROR,
-        }
+/// The kernel's CUDA source.
+pub fn cuda(fault: Fault) -> &'static str {
+    match fault {
+        Fault::Deadlock => DEADLOCK,
+        Fault::IllegalAddress => ILLEGAL_ADDRESS,
+        Fault::NvrtcError => NVRTC_ERROR,
     }
 }
 
@@ -81,7 +72,7 @@ extern "C" __global__ void fault_nvrtc_error(float* y, int N) {
 pub fn plan(fault: Fault) -> LaunchPlan {
     let n = E::sym("N");
     LaunchPlan {
-        kernel_name: fault.kernel().into(),
+        kernel_name: kernel(fault).into(),
         index_type: IndexType::I32,
         symbols: vec!["N".into()],
         params: vec![
@@ -140,7 +131,7 @@ pub fn run_on(
         launch,
     };
     let req = RunRequest {
-        file: format!("fault/{}", fault.kernel()),
+        file: format!("fault/{}", kernel(fault)),
         source: String::new(),
         sizes,
         index: Some(IndexType::I32),
@@ -151,7 +142,7 @@ pub fn run_on(
     let reference = |sizes: &BTreeMap<String, i64>, _: &BTreeMap<String, Vec<f64>>| {
         Ok([("y".to_string(), vec![0.0; sizes["N"] as usize])].into())
     };
-    engine::execute_on(slot, &req, fault.cuda(), &plan, &setup, &reference, hooks)
+    engine::execute_on(slot, &req, cuda(fault), &plan, &setup, &reference, hooks)
 }
 
 #[cfg(test)]
@@ -174,7 +165,7 @@ mod tests {
             return;
         }
         for f in [Fault::Deadlock, Fault::IllegalAddress] {
-            let c = crate::nvrtc::compile(f.cuda(), f.kernel()).unwrap();
+            let c = crate::nvrtc::compile(cuda(f), kernel(f)).unwrap();
             assert!(c.warnings.is_empty(), "{f:?}: {}", c.log);
         }
         assert!(crate::nvrtc::compile(NVRTC_ERROR, "bad").is_err());

@@ -11,11 +11,12 @@
 //! `hopfuse::reference::evaluate`; [`cross_check`] (`hopfuse selftest`) compares cuBLAS with
 //! the host reference at small sizes on the GPU.
 
-use crate::cublas::{self, GemmArgs};
-use crate::engine::{Device, RunError, Stage};
-use crate::{data, gpu};
+use crate::cublas::{self, Blas, GemmArgs};
+use crate::data;
+use crate::gpu::{self, Gpu};
 use hopfuse::plan::{MatmulShape, SizeExpr};
 use hopfuse::DType;
+use hopfuse_api::run::{RunError, Stage};
 use std::collections::BTreeMap;
 
 /// `M * N * K` from which the reference of a matrix product runs on the GPU (below it the host
@@ -83,16 +84,15 @@ pub fn compute(
     Ok(c)
 }
 
-/// [`compute`] with cuBLAS DGEMM on `dev`.
+/// [`compute`] with cuBLAS DGEMM (`blas`, on `g`'s stream).
 pub fn on_device(
-    dev: &Device,
+    g: &Gpu,
+    blas: &Blas,
     shape: &MatmulShape,
     sizes: &BTreeMap<String, i64>,
     inputs: &BTreeMap<String, Vec<f64>>,
 ) -> Result<Vec<f64>, RunError> {
     compute(shape, sizes, inputs, |args, first, second| {
-        let blas = dev.blas()?;
-        let g = &dev.gpu;
         let up = |v: &[f64]| g.upload(&data::encode(DType::F64, v));
         let (da, db) = (up(first)?, up(second)?);
         let c_bytes = args.ldc as u64 * args.n as u64 * 8;
@@ -127,7 +127,7 @@ pub fn describe(shape: &MatmulShape, sizes: &BTreeMap<String, i64>) -> String {
 /// The matrix-product examples' shape in every layout, small: cuBLAS DGEMM against the host
 /// reference (`hopfuse selftest`). Returns one line per case; an error when one differs by
 /// more than 1e-12 relative L2.
-pub fn cross_check(dev: &Device) -> Result<Vec<String>, RunError> {
+pub fn cross_check(g: &Gpu, blas: &Blas) -> Result<Vec<String>, RunError> {
     let mut lines = Vec::new();
     for (name, source) in test_programs() {
         let sizes: BTreeMap<String, i64> =
@@ -136,7 +136,7 @@ pub fn cross_check(dev: &Device) -> Result<Vec<String>, RunError> {
         let inputs = seeded_inputs(&shape, &sizes, 1)?;
         let host = hopfuse::reference::evaluate(&fusion, &sizes, &inputs)
             .map_err(|e| RunError::new(Stage::Reference, e))?;
-        let device = on_device(dev, &shape, &sizes, &inputs)?;
+        let device = on_device(g, blas, &shape, &sizes, &inputs)?;
         let check = crate::validate::check(&shape.c, DType::F64, &device, &host[&shape.c])
             .map_err(|e| RunError::new(Stage::Reference, e))?;
         let line = format!(

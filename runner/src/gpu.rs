@@ -5,68 +5,17 @@
 //! The context runs with cudarc's event tracking off: one stream does everything, and the
 //! tracking events would otherwise be recorded between a kernel and its timing event.
 
-use crate::engine::{RunError, Stage};
 use cudarc::driver::result as cu;
 use cudarc::driver::sys::{self, CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError,
 };
-use serde::{Deserialize, Serialize};
+use hopfuse_api::run::{RunError, Stage};
 use std::ffi::c_void;
 use std::sync::Arc;
 
-/// The device a run used.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DeviceInfo {
-    pub name: String,
-    pub compute_capability: (i32, i32),
-    pub sm_count: i32,
-    pub l2_bytes: u64,
-    pub max_dynamic_smem_optin: u32,
-    /// `cuDriverGetVersion`, e.g. 13000 for CUDA 13.0.
-    pub driver_version: i32,
-    pub total_memory_bytes: u64,
-}
-
-/// Statistics of timed samples, in microseconds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Timing {
-    pub samples: usize,
-    pub min_us: f64,
-    pub median_us: f64,
-    pub max_us: f64,
-}
-
-impl Timing {
-    pub fn from_samples(mut us: Vec<f64>) -> Option<Timing> {
-        if us.is_empty() || us.iter().any(|t| !t.is_finite()) {
-            return None;
-        }
-        us.sort_by(f64::total_cmp);
-        let n = us.len();
-        let median = if n % 2 == 1 {
-            us[n / 2]
-        } else {
-            (us[n / 2 - 1] + us[n / 2]) / 2.0
-        };
-        Some(Timing {
-            samples: n,
-            min_us: us[0],
-            median_us: median,
-            max_us: us[n - 1],
-        })
-    }
-
-    /// GB/s (1e9 bytes per second) of moving `bytes` in the median time.
-    pub fn gbps(&self, bytes: u64) -> f64 {
-        bytes as f64 / (self.median_us * 1e3)
-    }
-
-    /// TFLOP/s (1e12 floating-point operations per second) of `flops` in the median time.
-    pub fn tflops(&self, flops: f64) -> f64 {
-        flops / (self.median_us * 1e6)
-    }
-}
+// Defined in `hopfuse-api` (they are part of every run's result).
+pub use hopfuse_api::run::{DeviceInfo, KernelAttributes, Timing};
 
 pub(crate) fn cuda_err(what: impl std::fmt::Display) -> impl FnOnce(DriverError) -> RunError {
     move |e| {
@@ -502,17 +451,6 @@ impl Spin {
         };
         gpu.launch(&self.func, &launch, &mut KernelArgs::new(vec![ns]))
     }
-}
-
-/// `cuFuncGetAttribute` of a loaded kernel.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct KernelAttributes {
-    pub registers_per_thread: i32,
-    pub local_bytes_per_thread: i32,
-    pub static_smem_bytes: i32,
-    pub max_threads_per_block: i32,
-    /// `CU_FUNC_ATTRIBUTE_BINARY_VERSION`: 90 for sm_90a.
-    pub binary_version: i32,
 }
 
 pub fn attributes(func: &CudaFunction) -> Result<KernelAttributes, RunError> {

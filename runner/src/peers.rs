@@ -16,12 +16,11 @@
 //! is timed as without peers and the report says `unavailable` and why.
 
 use crate::data;
-use crate::engine::{L2Policy, RunError, RunRequest};
 use crate::gpu::Timing;
 use crate::validate::{self, Check};
 use hopfuse::fusion::{Fusion, IterKind, TensorId};
 use hopfuse::DType;
-use serde::{Deserialize, Serialize};
+use hopfuse_api::run::{L2Policy, RunError, RunRequest, Stage};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -51,65 +50,8 @@ const START_LIMIT: Duration = Duration::from_secs(120);
 const SETUP_LIMIT: Duration = Duration::from_secs(900);
 const ROUND_LIMIT: Duration = Duration::from_secs(300);
 
-/// One peer's result.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PeerResult {
-    /// `eager` or `torch.compile`.
-    pub name: String,
-    /// Over all rounds (absent when the peer failed).
-    #[serde(default)]
-    pub timing: Option<Timing>,
-    /// Its outputs of the first call against the float64 reference.
-    #[serde(default)]
-    pub validation: Vec<Check>,
-    pub passed: bool,
-    /// Seconds of the first call, which compiles (and autotunes); absent for `eager`.
-    #[serde(default)]
-    pub compile_s: Option<f64>,
-    /// This peer's median time / the kernel's: above 1, hopfuse is faster.
-    #[serde(default)]
-    pub speedup: Option<f64>,
-    /// Why the peer has no timing (an exception in torch, a wrong output shape, ...).
-    #[serde(default)]
-    pub error: Option<String>,
-}
-
-/// The peers of one run (`RunResult::peers`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PeersReport {
-    /// Why no peer was timed (no torch, no CUDA in torch, the subprocess failed); the kernel's
-    /// result is then exactly as without peers.
-    #[serde(default)]
-    pub unavailable: Option<String>,
-    /// `torch.__version__`.
-    #[serde(default)]
-    pub torch: Option<String>,
-    /// Rounds of kernel timing alternated with peer timing.
-    #[serde(default)]
-    pub rounds: u32,
-    #[serde(default)]
-    pub peers: Vec<PeerResult>,
-    /// The fastest peer that validated.
-    #[serde(default)]
-    pub best: Option<String>,
-    /// The best peer's median / the kernel's median (above 1: hopfuse is faster).
-    #[serde(default)]
-    pub speedup: Option<f64>,
-    /// The smallest and largest of the same ratio per round (round medians): its spread.
-    #[serde(default)]
-    pub speedup_min: Option<f64>,
-    #[serde(default)]
-    pub speedup_max: Option<f64>,
-}
-
-impl PeersReport {
-    fn unavailable(why: impl Into<String>) -> PeersReport {
-        PeersReport {
-            unavailable: Some(why.into()),
-            ..PeersReport::default()
-        }
-    }
-}
+// Defined in `hopfuse-api` (`RunResult::peers`).
+pub use hopfuse_api::run::{PeerResult, PeersReport};
 
 /// What the engine shares of one run.
 pub struct PeerRun<'a> {
@@ -487,8 +429,7 @@ fn write_input(path: &Path, seed: u64, name: &str, dtype: DType, n: usize) -> st
 }
 
 fn timing(us: Vec<f64>) -> Result<Timing, RunError> {
-    Timing::from_samples(us)
-        .ok_or_else(|| RunError::new(crate::engine::Stage::Cuda, "no valid timing samples"))
+    Timing::from_samples(us).ok_or_else(|| RunError::new(Stage::Cuda, "no valid timing samples"))
 }
 
 fn median(us: &[f64]) -> f64 {

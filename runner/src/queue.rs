@@ -10,11 +10,11 @@
 //! shutdown), gives both back and, if the job has no result yet, ends it with one, so every
 //! subscriber gets a terminal `done` event.
 
-use crate::engine::{PairRatios, Progress, RunError, RunRequest, RunResult};
+use crate::engine::{PairRatios, Progress, RunRequest};
 use crate::faults::Fault;
 use crate::store::Store;
 use crate::warm::{JobEnd, WarmWorker, WorkerCommand};
-use crate::worker::{FakeCompile, Outcome, Part, WorkerEvent, WorkerJob};
+use crate::worker::{Outcome, Part, WorkerEvent, WorkerJob};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -49,170 +49,10 @@ pub struct QueueConfig {
     pub prespawn: bool,
 }
 
-/// Where a job is, as the SSE stream names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobStage {
-    Queued,
-    Compiling,
-    Running,
-    Validating,
-    Done,
-}
-
-impl JobStage {
-    pub fn name(self) -> &'static str {
-        match self {
-            JobStage::Queued => "queued",
-            JobStage::Compiling => "compiling",
-            JobStage::Running => "running",
-            JobStage::Validating => "validating",
-            JobStage::Done => "done",
-        }
-    }
-
-    fn of(step: Progress) -> JobStage {
-        match step {
-            Progress::Lowering | Progress::Reference | Progress::Nvrtc => JobStage::Compiling,
-            Progress::Launch | Progress::Time | Progress::Ceiling | Progress::Profile => {
-                JobStage::Running
-            }
-            Progress::Validate => JobStage::Validating,
-        }
-    }
-}
-
-/// One event of a job's stream.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct JobEvent {
-    pub stage: JobStage,
-    /// The worker's finer step, when it reported one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub step: Option<Progress>,
-    /// Jobs ahead of this one (queued only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub position: Option<usize>,
-    /// Milliseconds since the job was submitted.
-    pub elapsed_ms: f64,
-    /// The final result (done only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub result: Option<Arc<JobResult>>,
-}
-
-/// How a job ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobStatus {
-    /// Ran on the GPU and validated.
-    Passed,
-    /// Ran on the GPU; validation failed (wrong or unwritten outputs).
-    Failed,
-    /// Could not run: compile, NVRTC, CUDA (illegal address, launch failure, ...) errors.
-    Error,
-    /// Killed at the wall-clock limit.
-    TimedOut,
-    /// The worker died without a result.
-    Crashed,
-    /// Fake worker: compiled and checked, nothing ran, nothing measured.
-    Fake,
-}
-
-impl JobStatus {
-    pub fn name(self) -> &'static str {
-        match self {
-            JobStatus::Passed => "passed",
-            JobStatus::Failed => "failed",
-            JobStatus::Error => "error",
-            JobStatus::TimedOut => "timed_out",
-            JobStatus::Crashed => "crashed",
-            JobStatus::Fake => "fake",
-        }
-    }
-}
-
-/// The final result of a job (`GET /api/jobs/{id}` and the `done` event).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct JobResult {
-    pub job_id: String,
-    pub status: JobStatus,
-    /// True only for the fake worker: then there are no measurements at all.
-    pub fake: bool,
-    /// A sentence for people (errors, timeouts, crashes, fake runs).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// The measurement (real worker only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub result: Option<Box<RunResult>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cubin_cached: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<RunError>,
-    /// What the fake worker checked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub compile: Option<Box<FakeCompile>>,
-    /// The steps the worker reported, in order (for a timeout: how far it got).
-    pub progress: Vec<Progress>,
-    /// The end of the worker's stderr when it did not end normally.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stderr: Option<String>,
-    /// A/B: the second program's result.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub b: Option<Box<JobResult>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub comparison: Option<Comparison>,
-    /// The worker process that ran the job.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub worker: Option<WorkerInfo>,
-    pub queued_ms: f64,
-    /// From sending the job to the worker to its end (not counting a worker start).
-    pub worker_ms: f64,
-}
-
-impl JobResult {
-    /// A result with a status and a message and nothing else yet.
-    fn empty(
-        job_id: &str,
-        status: JobStatus,
-        message: Option<String>,
-        queued_ms: f64,
-    ) -> JobResult {
-        JobResult {
-            job_id: job_id.to_string(),
-            status,
-            fake: false,
-            message,
-            result: None,
-            cubin_cached: None,
-            error: None,
-            compile: None,
-            progress: Vec::new(),
-            stderr: None,
-            b: None,
-            comparison: None,
-            worker: None,
-            queued_ms,
-            worker_ms: 0.0,
-        }
-    }
-}
-
-/// Which worker process ran a job.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct WorkerInfo {
-    pub pid: u32,
-    /// The job's number in that process (1: its first job).
-    pub job_in_process: u64,
-    /// Set when the process was started for this job (no warm one was there): milliseconds
-    /// until it was ready.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spawn_ms: Option<f64>,
-    /// The process's own startup (CUDA context, spin kernel, copy ceiling), as it reported it.
-    pub startup_ms: f64,
-    /// Why the process ended after this job (a CUDA error, a timeout, a crash), if it did: the
-    /// next job gets a fresh process.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ended: Option<String>,
-}
+// The job's wire types are defined in `hopfuse-api` (shared with the playground).
+pub use hopfuse_api::job::{
+    Comparison, JobEvent, JobResult, JobStage, JobStatus, QueueStats, WarmStatus, WorkerInfo,
+};
 
 /// What a job runs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -238,25 +78,6 @@ pub struct JobSpec {
     pub prepared: Option<crate::engine::Prepared>,
     #[serde(skip)]
     pub prepared_b: Option<crate::engine::Prepared>,
-}
-
-/// An A/B comparison of two measured runs, timed interleaved.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Comparison {
-    /// The median over launch pairs of B's time / A's time (below 1: B is faster).
-    pub b_over_a_median: f64,
-    /// The smallest and largest per-pair ratio.
-    pub b_over_a_range: [f64; 2],
-    /// Timed pairs.
-    pub pairs: usize,
-    /// Launch order within pairs (`AB,BA alternating`).
-    pub order: String,
-    /// The medians of A's and B's interleaved launches.
-    pub a_median_us: f64,
-    pub b_median_us: f64,
-    pub same_inputs: Option<bool>,
-    /// True: A's and B's launches alternate in one worker process on one GPU.
-    pub interleaved: bool,
 }
 
 /// The job was refused: too many waiting.
@@ -435,43 +256,15 @@ impl Job {
     }
 }
 
-/// Counters for `/api/health`.
-#[derive(Clone, Debug, Serialize)]
-pub struct QueueStats {
-    pub queued: usize,
-    pub running: usize,
-    pub cap: usize,
-    pub gpus: usize,
-    pub finished: u64,
-    pub job_timeout_s: f64,
-    /// The warm worker of each GPU (`null`: none running now; one starts with the next job).
-    pub workers: Vec<Option<WarmStatus>>,
-}
-
-/// A GPU's warm worker, for `GET /api/health`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct WarmStatus {
-    pub pid: u32,
-    /// Jobs it has been sent.
-    pub jobs: u64,
-    pub uptime_s: f64,
-    pub startup_ms: f64,
-    /// The copy ceiling it measured when it started (reused by its jobs).
-    pub ceiling_gbps: Option<f64>,
-    /// Why it has no GPU, if it has none.
-    pub gpu_error: Option<String>,
-}
-
-impl WarmStatus {
-    fn of(w: &WarmWorker) -> WarmStatus {
-        WarmStatus {
-            pid: w.ready.pid,
-            jobs: w.jobs,
-            uptime_s: w.started.elapsed().as_secs_f64(),
-            startup_ms: w.ready.startup_ms,
-            ceiling_gbps: w.ready.ceiling.as_ref().map(|c| c.gbps),
-            gpu_error: w.ready.gpu_error.clone(),
-        }
+/// A GPU's warm worker as `GET /api/health` shows it.
+fn warm_status(w: &WarmWorker) -> WarmStatus {
+    WarmStatus {
+        pid: w.ready.pid,
+        jobs: w.jobs,
+        uptime_s: w.started.elapsed().as_secs_f64(),
+        startup_ms: w.ready.startup_ms,
+        ceiling_gbps: w.ready.ceiling.as_ref().map(|c| c.gbps),
+        gpu_error: w.ready.gpu_error.clone(),
     }
 }
 
@@ -538,7 +331,7 @@ impl Queue {
 
     fn note_worker(&self, gpu: usize, w: Option<&WarmWorker>) {
         if let Some(slot) = self.workers.lock().expect("workers lock").get_mut(gpu) {
-            *slot = w.map(|w| (WarmStatus::of(w), Instant::now()));
+            *slot = w.map(|w| (warm_status(w), Instant::now()));
         }
     }
 

@@ -248,7 +248,7 @@ pub fn cases() -> Vec<Case> {
 /// small sizes in every layout ([`crate::gemm_reference::cross_check`]): one line per case.
 pub fn gemm_reference_check() -> Result<Vec<String>, RunError> {
     let dev = crate::engine::Device::open()?;
-    crate::gemm_reference::cross_check(&dev)
+    crate::gemm_reference::cross_check(&dev.gpu, dev.blas()?)
 }
 
 pub fn run_case(

@@ -7,12 +7,16 @@
 
 use crate::compile_slots::{CompileSlots, Refused};
 use crate::engine::{self, RunRequest};
-use crate::faults::Fault;
 use crate::gpu::DeviceInfo;
-use crate::queue::{JobEvent, JobSpec, JobStage, Queue, QueueConfig, QueueStats};
+use crate::queue::{JobEvent, JobSpec, JobStage, Queue, QueueConfig};
 use crate::rate_limit::ClientRateLimiter;
 use crate::store::Store;
 use crate::worker::FakeBehaviour;
+// The service's parts in their own modules (split from this file without change); re-exported
+// where they were public here.
+pub use crate::api_error::ApiError;
+use crate::run_checks::{check_bytes, check_run, Checked};
+pub use crate::serve_args::{default_data_dir, ServeArgs};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
@@ -22,11 +26,15 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
-use hopfuse::{CompileOptions, IndexType};
+use hopfuse::CompileOptions;
+use hopfuse_api::inspect::InspectBody;
+use hopfuse_api::service::{
+    CompileAnswer, CompileBody, CompileStats, Health, JobPending, Limits, LinkBody, LinkCreated,
+    PassIr, RunAccepted, RunBody, Runs,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::IntoFuture;
 use std::net::SocketAddr;
@@ -37,114 +45,6 @@ use tokio::sync::broadcast;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tracing::{info, warn};
-
-/// `hopfuse serve` options.
-#[derive(clap::Args, Clone, Debug)]
-pub struct ServeArgs {
-    /// Address to listen on (port 0: any free port; the chosen address is printed).
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    pub addr: SocketAddr,
-    /// The playground's static files (a short HTML note is served while it does not exist).
-    #[arg(long, default_value = "dist")]
-    pub static_dir: PathBuf,
-    /// Directory of the database and the CUBIN cache [default: $XDG_DATA_HOME/hopfuse or
-    /// ~/.local/share/hopfuse].
-    #[arg(long, env = "HOPFUSE_DATA_DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// Database: a SQLite file path, or a URL (sqlite://..., postgres://...)
-    /// [default: DATA_DIR/hopfuse.db].
-    #[arg(long, env = "HOPFUSE_DB")]
-    pub db: Option<String>,
-    /// Runs kept in the history, newest first (0: no limit).
-    #[arg(long, default_value_t = 10_000)]
-    pub keep_runs: u64,
-    /// Days a run is kept in the history (0: no limit).
-    #[arg(long, default_value_t = 30)]
-    pub keep_runs_days: u64,
-    /// Bytes of run history kept (each run's request and result JSON), newest first (0: no
-    /// limit).
-    #[arg(long, default_value_t = 256 << 20)]
-    pub keep_runs_bytes: u64,
-    /// Wall-clock limit of one job in seconds; the worker is killed (SIGKILL) past it.
-    #[arg(long, default_value_t = 10.0)]
-    pub job_timeout: f64,
-    /// Jobs waiting or running at most; more get 429.
-    #[arg(long, default_value_t = 64)]
-    pub queue_cap: usize,
-    /// Jobs one client (IP address) may have waiting or running; more get 429 (0: no limit).
-    #[arg(long, default_value_t = 16)]
-    pub client_queue_cap: usize,
-    /// GPUs to run on, one job at a time on each.
-    #[arg(long, default_value_t = 1)]
-    pub gpus: usize,
-    /// Require `Authorization: Bearer TOKEN` on every API call but GET /api/health.
-    #[arg(long, env = "HOPFUSE_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// Origins allowed to call the API from a browser (repeat; `*` for any).
-    #[arg(long = "cors-origin")]
-    pub cors_origins: Vec<String>,
-    /// Largest request body in bytes (413 past it).
-    #[arg(long, default_value_t = 256 * 1024)]
-    pub max_body_bytes: usize,
-    /// Largest program text in bytes (413 past it).
-    #[arg(long, default_value_t = 64 * 1024)]
-    pub max_program_bytes: usize,
-    /// Most timed launches of one run.
-    #[arg(long, default_value_t = 10_000)]
-    pub max_iters: u32,
-    /// Most warm-up launches of one run.
-    #[arg(long, default_value_t = 1_000)]
-    pub max_warmup: u32,
-    /// Most bytes of all the tensors of one run together.
-    #[arg(long, default_value_t = 4 << 30)]
-    pub max_tensor_bytes: u64,
-    /// Runs one client may start per minute (0: no limit).
-    #[arg(long, default_value_t = 60)]
-    pub runs_per_minute: u32,
-    /// Other POST requests (compile, links) one client may make per minute (0: no limit).
-    #[arg(long, default_value_t = 600)]
-    pub requests_per_minute: u32,
-    /// Run jobs with the fake worker: programs are compiled and checked, nothing is executed or
-    /// measured (CI without a GPU).
-    #[arg(long)]
-    pub fake_worker: bool,
-    /// Test hook of the fake worker.
-    #[arg(long, value_enum, requires = "fake_worker")]
-    pub fake_behaviour: Option<FakeBehaviour>,
-    /// Accept `"fault": "deadlock" | "illegal_address" | "nvrtc_error"` in POST /api/run:
-    /// kernels that fail on purpose, to check the fault handling on a GPU.
-    #[arg(long)]
-    pub fault_kernels: bool,
-    /// Do not cache CUBINs on disk.
-    #[arg(long)]
-    pub no_cubin_cache: bool,
-    /// Seconds one request may spend compiling (waiting for a compile slot included); past it
-    /// the request is answered with an error (422, or 503 when no slot came free).
-    #[arg(long, default_value_t = 10.0)]
-    pub compile_timeout: f64,
-    /// Compiles at once (abandoned ones included) [default: the number of cores].
-    #[arg(long)]
-    pub compile_slots: Option<usize>,
-    /// Test hook: every compile first sleeps this long on its blocking thread.
-    #[arg(long, hide = true, default_value_t = 0)]
-    pub compile_test_delay_ms: u64,
-    /// The binary run as `hopfuse worker` [default: this one].
-    #[arg(long, hide = true)]
-    pub worker_exe: Option<PathBuf>,
-}
-
-impl ServeArgs {
-    /// The run history's retention policy from `--keep-runs*`.
-    pub fn retention(&self) -> crate::store::Retention {
-        let limit = |n: u64| (n > 0).then_some(n);
-        crate::store::Retention {
-            max_runs: limit(self.keep_runs),
-            max_age: limit(self.keep_runs_days)
-                .map(|d| Duration::from_secs(d.saturating_mul(86_400))),
-            max_bytes: limit(self.keep_runs_bytes),
-        }
-    }
-}
 
 /// What the startup probe found.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -171,18 +71,6 @@ pub struct App {
     inspect_cache: Option<PathBuf>,
     /// Inspection children at once (one per compile slot: each is NVRTC plus nvdisasm).
     inspect_slots: Arc<tokio::sync::Semaphore>,
-}
-
-/// `$XDG_DATA_HOME/hopfuse`, `~/.local/share/hopfuse`, or `./hopfuse-data`.
-pub fn default_data_dir() -> PathBuf {
-    let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
-    match std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
-        Some(d) => PathBuf::from(d).join("hopfuse"),
-        None => match home {
-            Some(h) => PathBuf::from(h).join(".local/share/hopfuse"),
-            None => PathBuf::from("hopfuse-data"),
-        },
-    }
 }
 
 impl App {
@@ -325,7 +213,7 @@ impl App {
                     deadline.as_secs_f64()
                 ),
                 )
-                .with("limit", json!("compile_timeout_s"))
+                .limit("compile_timeout_s")
                 .retry_after(deadline.as_secs().max(1)),
                 Refused::Deadline { deadline } => ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
@@ -335,8 +223,8 @@ impl App {
                         deadline.as_secs_f64()
                     ),
                 )
-                .with("limit", json!("compile_timeout_s"))
-                .with("max", json!(deadline.as_secs_f64())),
+                .limit("compile_timeout_s")
+                .max_seconds(deadline.as_secs_f64()),
                 Refused::Panicked => ApiError::internal(
                     "the compiler panicked on this program (a bug: please report it)",
                 ),
@@ -353,8 +241,8 @@ impl App {
                     program.len()
                 ),
             )
-            .with("limit", json!("max_program_bytes"))
-            .with("max", json!(max)));
+            .limit("max_program_bytes")
+            .max(max));
         }
         Ok(())
     }
@@ -394,67 +282,6 @@ async fn probe(worker_exe: &std::path::Path) -> GpuStatus {
 // ---------------------------------------------------------------------------------------------
 // Errors and extractors
 
-/// A JSON error response.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    body: Value,
-    retry_after: Option<u64>,
-}
-
-impl ApiError {
-    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            body: json!({ "error": message.into() }),
-            retry_after: None,
-        }
-    }
-
-    fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, message)
-    }
-
-    fn with(mut self, key: &str, value: Value) -> ApiError {
-        self.body[key] = value;
-        self
-    }
-
-    fn internal(what: impl std::fmt::Display) -> ApiError {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("internal error: {what}"),
-        )
-    }
-
-    fn retry_after(mut self, seconds: u64) -> ApiError {
-        self.retry_after = Some(seconds);
-        self
-    }
-
-    fn too_many(message: String, retry_after: u64) -> ApiError {
-        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, message)
-            .with("retry_after_s", json!(retry_after));
-        e.retry_after = Some(retry_after);
-        e
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut resp = (self.status, Json(self.body)).into_response();
-        if let Some(s) = self.retry_after {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
-        }
-        if self.status == StatusCode::UNAUTHORIZED {
-            resp.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        resp
-    }
-}
-
 /// A JSON body: 413 over the body limit, 400 (with serde's message) when it is not the JSON
 /// the endpoint takes. No content type is required.
 pub struct ApiJson<T>(pub T);
@@ -472,8 +299,8 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for ApiJson<T> {
                         "the request body is larger than the limit of {max} bytes (max_body_bytes)"
                     ),
                 )
-                .with("limit", json!("max_body_bytes"))
-                .with("max", json!(max))
+                .limit("max_body_bytes")
+                .max(max)
             } else {
                 ApiError::new(r.status(), r.body_text())
             }
@@ -647,77 +474,49 @@ async fn static_files(State(app): State<Arc<App>>, req: Request) -> Response {
 // ---------------------------------------------------------------------------------------------
 // Handlers
 
-#[derive(Serialize)]
-struct Health {
-    status: &'static str,
-    version: &'static str,
-    /// "gpu" (runs execute on the GPU) or "fake" (compiled and checked only).
-    worker: &'static str,
-    gpu: Option<DeviceInfo>,
-    /// Why there is no GPU.
-    gpu_reason: Option<String>,
-    nvrtc: Option<String>,
-    run_available: bool,
-    run_unavailable_reason: Option<String>,
-    queue: QueueStats,
-    /// Compiles running (abandoned ones included), the slots for them, and the programs this
-    /// service has lowered.
-    compiles: Value,
-    limits: Value,
-    uptime_s: f64,
-}
-
 async fn health(State(app): State<Arc<App>>) -> Json<Health> {
     let a = &app.args;
     Json(Health {
-        status: "ok",
-        version: env!("CARGO_PKG_VERSION"),
-        worker: if a.fake_worker { "fake" } else { "gpu" },
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        worker: if a.fake_worker { "fake" } else { "gpu" }.into(),
         gpu: app.gpu.gpu.clone(),
         gpu_reason: app.gpu.reason.clone(),
         nvrtc: app.gpu.nvrtc.clone(),
         run_available: app.run_unavailable().is_none(),
         run_unavailable_reason: app.run_unavailable(),
         queue: app.queue.stats(),
-        compiles: json!({
-            "running": app.compiles.running(),
-            "slots": app.compiles.total(),
-            "lowered": engine::lowerings(),
-        }),
-        limits: json!({
-            "max_body_bytes": a.max_body_bytes,
-            "max_program_bytes": a.max_program_bytes,
-            "max_iters": a.max_iters,
-            "max_warmup": a.max_warmup,
-            "max_tensor_bytes": a.max_tensor_bytes,
-            "queue_cap": a.queue_cap,
-            "client_queue_cap": a.client_queue_cap,
-            "runs_per_minute": a.runs_per_minute,
-            "requests_per_minute": a.requests_per_minute,
-            "job_timeout_s": a.job_timeout,
-            "compile_timeout_s": a.compile_timeout,
-            "keep_runs": a.keep_runs,
-            "keep_runs_days": a.keep_runs_days,
-            "keep_runs_bytes": a.keep_runs_bytes,
-            "token_required": a.token.is_some(),
-        }),
+        compiles: CompileStats {
+            running: app.compiles.running(),
+            slots: app.compiles.total(),
+            lowered: engine::lowerings(),
+        },
+        limits: Limits {
+            max_body_bytes: a.max_body_bytes,
+            max_program_bytes: a.max_program_bytes,
+            max_iters: a.max_iters,
+            max_warmup: a.max_warmup,
+            max_tensor_bytes: a.max_tensor_bytes,
+            queue_cap: a.queue_cap,
+            client_queue_cap: a.client_queue_cap,
+            runs_per_minute: a.runs_per_minute,
+            requests_per_minute: a.requests_per_minute,
+            job_timeout_s: a.job_timeout,
+            compile_timeout_s: a.compile_timeout,
+            keep_runs: a.keep_runs,
+            keep_runs_days: a.keep_runs_days,
+            keep_runs_bytes: a.keep_runs_bytes,
+            token_required: a.token.is_some(),
+        },
         uptime_s: app.started.elapsed().as_secs_f64(),
     })
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CompileBody {
-    program: String,
-    #[serde(default)]
-    index: Option<IndexType>,
 }
 
 async fn compile(
     State(app): State<Arc<App>>,
     client: Client,
     ApiJson(body): ApiJson<CompileBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CompileAnswer>, ApiError> {
     limit(&app.post_limiter, &client, "requests")?;
     app.check_program(&body.program)?;
     let index_type = body.index.unwrap_or_default();
@@ -732,33 +531,24 @@ async fn compile(
             let result = engine::lower(&program, &options);
             let lower_ms = start.elapsed().as_secs_f64() * 1e3;
             match result {
-                Ok(c) => json!({
-                    "cuda": c.cuda,
-                    "passes": c.passes,
-                    "plan": c.plan,
-                    "diagnostics": [],
-                    "lower_ms": lower_ms,
-                }),
-                Err(d) => json!({
-                    "cuda": null,
-                    "passes": [],
-                    "plan": null,
-                    "diagnostics": d.0,
-                    "lower_ms": lower_ms,
-                }),
+                Ok(c) => CompileAnswer {
+                    passes: c.passes.iter().map(PassIr::from).collect(),
+                    cuda: Some(c.cuda),
+                    plan: Some(c.plan),
+                    diagnostics: vec![],
+                    lower_ms,
+                },
+                Err(d) => CompileAnswer {
+                    cuda: None,
+                    passes: vec![],
+                    plan: None,
+                    diagnostics: d.0,
+                    lower_ms,
+                },
             }
         })
         .await?;
     Ok(Json(out))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InspectBody {
-    program: String,
-    #[serde(default)]
-    sizes: BTreeMap<String, i64>,
-    index: Option<IndexType>,
 }
 
 /// PTX and SASS of a program (`crate::inspect`), built in a child process.
@@ -791,7 +581,7 @@ async fn inspect(
             } => {
                 let e = ApiError::bad_request(message);
                 match diagnostics {
-                    Some(d) => e.with("diagnostics", d),
+                    Some(d) => e.diagnostics(d),
                     None => e,
                 }
             }
@@ -801,35 +591,11 @@ async fn inspect(
         })
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RunBody {
-    #[serde(default)]
-    program: String,
-    /// A/B: a second program, run after the first on the same inputs.
-    program_b: Option<String>,
-    #[serde(default)]
-    sizes: BTreeMap<String, i64>,
-    iters: Option<u32>,
-    warmup: Option<u32>,
-    seed: Option<u64>,
-    index: Option<IndexType>,
-    copy_ceiling: Option<bool>,
-    /// Also time the torch twin (eager, torch.compile) interleaved with the kernel.
-    peers: Option<bool>,
-    /// After the run, profile the kernel with Nsight Compute (`result.profile`).
-    profile: Option<bool>,
-    /// A name for messages (default `playground.hf`).
-    file: Option<String>,
-    /// A fault kernel instead of the program (only with `--fault-kernels`).
-    fault: Option<Fault>,
-}
-
 async fn run(
     State(app): State<Arc<App>>,
     client: Client,
     ApiJson(body): ApiJson<RunBody>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<RunAccepted>), ApiError> {
     limit(&app.run_limiter, &client, "runs")?;
     app.check_program(&body.program)?;
     if let Some(b) = &body.program_b {
@@ -881,8 +647,8 @@ async fn run(
             Err(ApiError::bad_request(format!(
                 "{name} = {value} is outside the limit {min}..={max} (max_{name})"
             ))
-            .with("limit", json!(format!("max_{name}")))
-            .with("max", json!(max)))
+            .limit(format!("max_{name}"))
+            .max(max))
         } else {
             Ok(())
         }
@@ -936,102 +702,21 @@ async fn run(
             ),
             full.retry_after_s,
         )
-        .with(
-            "limit",
-            json!(if full.per_client {
-                "client_queue_cap"
-            } else {
-                "queue_cap"
-            }),
-        )
+        .limit(if full.per_client {
+            "client_queue_cap"
+        } else {
+            "queue_cap"
+        })
     })?;
     let id = &job.id;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({
-            "job_id": id,
-            "events": format!("/api/jobs/{id}/events"),
-            "result": format!("/api/jobs/{id}"),
-        })),
+        Json(RunAccepted {
+            job_id: id.clone(),
+            events: format!("/api/jobs/{id}/events"),
+            result: format!("/api/jobs/{id}"),
+        }),
     ))
-}
-
-fn check_bytes(total: u64, max_tensor_bytes: u64) -> Result<(), ApiError> {
-    if total > max_tensor_bytes {
-        return Err(ApiError::bad_request(format!(
-            "the tensors need {total} bytes; the limit is {max_tensor_bytes} bytes (max_tensor_bytes)"
-        ))
-        .with("limit", json!("max_tensor_bytes"))
-        .with("max", json!(max_tensor_bytes)));
-    }
-    Ok(())
-}
-
-/// The input tensors and scalars of a run: name, dtype and concrete shape.
-type Inputs = Vec<(String, hopfuse::DType, Vec<u64>)>;
-
-/// What the checks of a run found: the programs compiled for its sizes, and for A/B whether
-/// both have the same inputs.
-#[derive(Default)]
-struct Checked {
-    prepared: Option<engine::Prepared>,
-    prepared_b: Option<engine::Prepared>,
-    same_inputs: Option<bool>,
-}
-
-/// Everything that can be known before a worker, from one compile of the program for the
-/// run's sizes: it compiles (400 with diagnostics), the sizes fit its plan, the tensors fit the
-/// byte cap. Returns the run's inputs and the compiled program, which the worker then runs.
-fn check_run(
-    req: &RunRequest,
-    max_tensor_bytes: u64,
-    which: &str,
-) -> Result<(Inputs, engine::Prepared), ApiError> {
-    let (compilation, setup) = engine::compile_for_run(req).map_err(|e| match e {
-        engine::PrepareError::Compile(d) => {
-            ApiError::bad_request(format!("{which}the program does not compile: {d}").trim_end())
-                .with("diagnostics", json!(d.0))
-        }
-        engine::PrepareError::Sizes(e) => ApiError::bad_request(format!(
-            "{which}{}",
-            api_wording(&engine::RunError::new(engine::Stage::Sizes, e).to_string())
-        )),
-    })?;
-    let mut total: u64 = 0;
-    let mut inputs = Vec::new();
-    for p in &compilation.plan.params {
-        match p {
-            hopfuse::plan::Param::Tensor {
-                name,
-                dtype,
-                role,
-                shape,
-            } => {
-                let n = engine::tensor_elements(shape, &req.sizes).map_err(|e| {
-                    ApiError::bad_request(format!("{which}tensor `{name}`: {}", api_wording(&e)))
-                })?;
-                total = total.saturating_add(n.saturating_mul(dtype.size_bytes() as u64));
-                if *role == hopfuse::plan::TensorRole::Input {
-                    let dims = shape
-                        .iter()
-                        .map(|d| d.eval(&req.sizes).unwrap_or(-1) as u64)
-                        .collect();
-                    inputs.push((name.clone(), *dtype, dims));
-                }
-            }
-            hopfuse::plan::Param::Scalar { name, dtype } => {
-                inputs.push((name.clone(), *dtype, vec![]))
-            }
-            hopfuse::plan::Param::Size { .. } | hopfuse::plan::Param::TensorMap { .. } => {}
-        }
-    }
-    check_bytes(total, max_tensor_bytes)?;
-    Ok((inputs, engine::Prepared::new(&compilation, setup)))
-}
-
-/// The engine's messages speak of the CLI's `--size`; the API takes `sizes`.
-fn api_wording(message: &str) -> String {
-    message.replace("(pass it with --size ", "(give it in `sizes`, e.g. ")
 }
 
 fn not_found(what: &str, id: &str) -> ApiError {
@@ -1051,7 +736,12 @@ async fn job(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Json
             None => {
                 let (events, _) = job.subscribe();
                 let stage = events.last().map(|e| e.stage).unwrap_or(JobStage::Queued);
-                json!({ "job_id": id, "done": false, "stage": stage })
+                serde_json::to_value(JobPending {
+                    job_id: id.clone(),
+                    done: false,
+                    stage,
+                })
+                .map_err(ApiError::internal)?
             }
         }));
     }
@@ -1118,19 +808,11 @@ async fn job_events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LinkBody {
-    program: String,
-    #[serde(default)]
-    state: Value,
-}
-
 async fn put_link(
     State(app): State<Arc<App>>,
     client: Client,
     ApiJson(body): ApiJson<LinkBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LinkCreated>, ApiError> {
     limit(&app.post_limiter, &client, "requests")?;
     app.check_program(&body.program)?;
     let link = app
@@ -1138,11 +820,11 @@ async fn put_link(
         .put_link(&body.program, &body.state)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(json!({
-        "id": link.id,
-        "path": format!("/api/links/{}", link.id),
-        "created_at": link.created_at,
-    })))
+    Ok(Json(LinkCreated {
+        path: format!("/api/links/{}", link.id),
+        id: link.id,
+        created_at: link.created_at,
+    }))
 }
 
 async fn get_link(
@@ -1166,14 +848,14 @@ struct RunsQuery {
 async fn runs(
     State(app): State<Arc<App>>,
     Query(q): Query<RunsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Runs>, ApiError> {
     let limit = q.limit.unwrap_or(20).clamp(1, 100);
     let runs = app
         .store
         .recent_runs(limit)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(json!({ "runs": runs })))
+    Ok(Json(Runs { runs }))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@
 //! The run history is bounded by a [`Retention`] policy (count, age, bytes), enforced after
 //! every insert: the oldest runs go first.
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -48,27 +47,8 @@ pub struct Pruned {
     pub runs: u64,
 }
 
-/// A stored short link.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Link {
-    pub id: String,
-    pub program: String,
-    /// Whatever the playground wants to restore (sizes, options, open panes), as JSON.
-    pub state: serde_json::Value,
-    /// Seconds since the Unix epoch.
-    pub created_at: i64,
-}
-
-/// One finished job in the run history.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RunRecord {
-    pub id: String,
-    pub created_at: i64,
-    pub status: String,
-    pub client: String,
-    pub request: serde_json::Value,
-    pub result: serde_json::Value,
-}
+// Defined in `hopfuse-api` (the answers of `GET /api/links/{id}` and `GET /api/runs`).
+pub use hopfuse_api::service::{Link, RunRecord};
 
 pub type Error = sqlx::Error;
 

@@ -1,40 +1,9 @@
 //! Comparing a kernel's output to the float64 reference.
 
 use hopfuse::DType;
-use serde::{Deserialize, Serialize};
 
-/// How one output compared to the reference.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Check {
-    pub output: String,
-    pub dtype: DType,
-    pub elements: usize,
-    /// `||out - ref||_2 / ||ref||_2` over the elements where the reference is finite; when the
-    /// reference is all zeros, the absolute `||out - ref||_2` (so an exact match is still 0).
-    pub rel_l2: f64,
-    /// `max |out - ref|` over the elements where the reference is finite.
-    pub max_abs: f64,
-    /// The relative-L2 tolerance of the output's dtype ([`DType::tolerance`]).
-    pub tolerance: f64,
-    /// Elements where the reference is finite but the output is NaN or infinite (unwritten
-    /// elements keep the NaN poison and land here).
-    pub non_finite: usize,
-    /// Elements where the reference itself is NaN or infinite: they must match it exactly
-    /// (NaN for NaN, the same infinity) and are left out of the L2 sums.
-    pub reference_non_finite: usize,
-    /// Of those, how many the output did not match.
-    pub reference_non_finite_mismatched: usize,
-    /// Index and values of the first element that broke a rule, for the report.
-    pub first_bad: Option<BadElement>,
-    pub passed: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct BadElement {
-    pub index: usize,
-    pub output: f64,
-    pub reference: f64,
-}
+// Defined in `hopfuse-api` (part of every run's result).
+pub use hopfuse_api::run::{BadElement, Check};
 
 /// Compares `out` to `reference` element by element. Passes iff both have the same length,
 /// `rel_l2 <= dtype.tolerance()`, no output is NaN/inf where the reference is finite, and every

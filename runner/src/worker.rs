@@ -27,8 +27,6 @@ use crate::engine::{
 use crate::faults::{self, Fault};
 use crate::gpu::{DeviceInfo, Gpu};
 use crate::nvrtc;
-use hopfuse::plan::ConcreteLaunch;
-use hopfuse::IndexType;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -142,17 +140,8 @@ pub enum Outcome {
     },
 }
 
-/// What a fake worker checked: everything before the GPU.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct FakeCompile {
-    pub note: String,
-    pub kernel: String,
-    pub index_type: IndexType,
-    pub index_reason: String,
-    pub launch: ConcreteLaunch,
-    pub working_set_bytes: u64,
-    pub cuda_bytes: usize,
-}
+// Defined in `hopfuse-api` (the `compile` of a fake job result).
+pub use hopfuse_api::job::FakeCompile;
 
 pub const FAKE_NOTE: &str = "fake worker: the program was compiled and its sizes checked, but \
                              nothing ran on a GPU and nothing was measured";
@@ -727,7 +716,7 @@ mod tests {
         }
         let dir = std::env::temp_dir().join(format!("hopfuse-cubin-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let cuda = crate::faults::Fault::IllegalAddress.cuda();
+        let cuda = crate::faults::cuda(crate::faults::Fault::IllegalAddress);
         let mut out = Vec::new();
         let mut hooks = WorkerHooks {
             out: &mut out,
@@ -767,7 +756,7 @@ mod tests {
         }
         let dir = std::env::temp_dir().join(format!("hopfuse-cubin-mem-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let cuda = crate::faults::Fault::Deadlock.cuda();
+        let cuda = crate::faults::cuda(crate::faults::Fault::Deadlock);
         let mut memory = HashMap::new();
         let mut out = Vec::new();
         let mut hooks = WorkerHooks {

@@ -205,10 +205,9 @@ fn bench_runs_every_example_with_its_bench_sizes() {
         "{t}"
     );
     // Every example of every group (examples/<group>/<name>.hf).
-    let examples: usize = std::fs::read_dir(root.join("examples"))
+    let examples = hopfuse::examples::list(&root.join("examples"))
         .unwrap()
-        .map(|g| std::fs::read_dir(g.unwrap().path()).unwrap().count())
-        .sum();
+        .len();
     assert_eq!(lines.len(), 2 + examples, "{t}");
     assert!(
         t.contains("| basics/add | M=16384,N=16384 |") && t.contains("fake worker"),

@@ -119,6 +119,7 @@ const VOCAB: &[&str] = &[
     "BIDx",
     "BIDy",
     "Bulk",
+    "Mma",
     "Vectorize",
     "Unroll",
     "Serial",

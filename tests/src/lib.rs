@@ -2,25 +2,19 @@
 //! script and the lowering benchmark: the example programs and generators of large and hostile
 //! programs.
 
-/// The text of every example program (`examples/<group>/*.hf`), sorted by path.
+pub use hopfuse::examples::Example;
+
+/// Every example program of this repository (`examples/<group>/*.hf`, [`hopfuse::examples`]),
+/// sorted by group and name.
+pub fn examples() -> Vec<Example> {
+    hopfuse::examples::list(&hopfuse::examples::repo_root()).expect("examples/")
+}
+
+/// The text of every example program, in the order of [`examples`].
 pub fn example_sources() -> Vec<String> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    let mut paths = Vec::new();
-    for group in std::fs::read_dir(&root).expect("examples/") {
-        let group = group.expect("entry").path();
-        if group.is_dir() {
-            for f in std::fs::read_dir(&group).expect("group") {
-                let f = f.expect("entry").path();
-                if f.extension().is_some_and(|e| e == "hf") {
-                    paths.push(f);
-                }
-            }
-        }
-    }
-    paths.sort();
-    paths
+    examples()
         .iter()
-        .map(|p| std::fs::read_to_string(p).expect("read"))
+        .map(|e| std::fs::read_to_string(&e.path).expect("read"))
         .collect()
 }
 

@@ -1,25 +1,8 @@
-//! Golden tests: every example's CUDA and its kernel IR after every pass (text in, text out).
+//! Golden tests: every example's CUDA, its kernel IR after every pass and its launch plan as
+//! JSON (text in, text out).
 //! Update with `INSTA_UPDATE=always cargo test -p hopfuse-tests` and review the diff.
 
-use std::path::Path;
-
-fn examples() -> Vec<std::path::PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    let mut out = Vec::new();
-    for group in std::fs::read_dir(&root).expect("examples/") {
-        let group = group.unwrap().path();
-        if group.is_dir() {
-            for f in std::fs::read_dir(&group).unwrap() {
-                let f = f.unwrap().path();
-                if f.extension().is_some_and(|e| e == "hf") {
-                    out.push(f);
-                }
-            }
-        }
-    }
-    out.sort();
-    out
-}
+use hopfuse_tests::examples;
 
 #[test]
 fn every_example_lowers_and_matches_its_golden_output() {
@@ -29,17 +12,10 @@ fn every_example_lowers_and_matches_its_golden_output() {
         "expected the five basic examples, found {}",
         files.len()
     );
-    for path in files {
-        let src = std::fs::read_to_string(&path).unwrap();
-        let name = format!(
-            "{}__{}",
-            path.parent()
-                .unwrap()
-                .file_name()
-                .unwrap()
-                .to_string_lossy(),
-            path.file_stem().unwrap().to_string_lossy()
-        );
+    for example in files {
+        let path = &example.path;
+        let src = std::fs::read_to_string(path).unwrap();
+        let name = format!("{}__{}", example.group, example.name);
         let c = hopfuse::compile(&src, &Default::default())
             .unwrap_or_else(|e| panic!("{}", e.render(&src, &path.display().to_string())));
         let mut passes = String::new();
@@ -55,13 +31,19 @@ fn every_example_lowers_and_matches_its_golden_output() {
     }
 }
 
+/// The launch plan as the runner and the service receive it: its JSON, pretty-printed (and
+/// read back to the same plan, as the worker reads it).
 fn serde_json_plan(p: &hopfuse::LaunchPlan) -> String {
-    format!("{p:#?}")
+    let json = serde_json::to_string_pretty(p).expect("a launch plan serializes");
+    let back: hopfuse::LaunchPlan = serde_json::from_str(&json).expect("the JSON reads back");
+    assert_eq!(&back, p, "the launch plan's JSON does not round-trip");
+    json
 }
 
 #[test]
 fn printer_round_trips_every_example() {
-    for path in examples() {
+    for example in examples() {
+        let path = example.path;
         let src = std::fs::read_to_string(&path).unwrap();
         let p = hopfuse::frontend::parse(&src).unwrap();
         let printed = hopfuse::frontend::print(&p);

@@ -5,25 +5,17 @@
 use hopfuse::codegen::lines::CudaLine;
 use hopfuse::{CompileOptions, IndexType};
 use std::path::Path;
-
+/// `(group/name.hf, source)` of every example.
 fn examples() -> Vec<(String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    let mut out = Vec::new();
-    for group in std::fs::read_dir(&root).expect("examples/") {
-        let group = group.unwrap().path();
-        if !group.is_dir() {
-            continue;
-        }
-        for f in std::fs::read_dir(&group).unwrap() {
-            let f = f.unwrap().path();
-            if f.extension().is_some_and(|e| e == "hf") {
-                let name = f.strip_prefix(&root).unwrap().display().to_string();
-                out.push((name, std::fs::read_to_string(&f).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
+    hopfuse_tests::examples()
+        .into_iter()
+        .map(|e| {
+            (
+                format!("{}.hf", e.id()),
+                std::fs::read_to_string(&e.path).unwrap(),
+            )
+        })
+        .collect()
 }
 
 /// What kind of IR line a CUDA line of a statement must stand for, from the CUDA text.

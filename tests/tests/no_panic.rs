@@ -84,6 +84,7 @@ const TOKENS: &[&str] = &[
     "warp",
     "TIDy",
     "Bulk",
+    "Mma",
     "load",
     "store",
     "tma",

@@ -18,19 +18,10 @@ fn repo() -> PathBuf {
 
 /// `(group__stem, path)` of every `examples/<group>/*.hf`.
 fn examples() -> Vec<(String, PathBuf)> {
-    let mut out = Vec::new();
-    for group in std::fs::read_dir(repo().join("examples")).expect("examples/") {
-        let group = group.unwrap().path();
-        for f in std::fs::read_dir(&group).into_iter().flatten() {
-            let f = f.unwrap().path();
-            if f.extension().is_some_and(|e| e == "hf") {
-                let name = |p: &Path| p.file_stem().unwrap().to_string_lossy().into_owned();
-                out.push((format!("{}__{}", name(&group), name(&f)), f));
-            }
-        }
-    }
-    out.sort();
-    out
+    hopfuse_tests::examples()
+        .into_iter()
+        .map(|e| (format!("{}__{}", e.group, e.name), e.path))
+        .collect()
 }
 
 fn twin(path: &Path) -> (hopfuse::torch::Twin, Fusion) {

@@ -193,6 +193,15 @@ fn warp_specialization_errors_name_the_tensor_and_the_rule() {
         "4, warp_specialized(TIDy, registers=[40, 232])",
     ));
     assert!(e.contains("more than the 65536 of an SM"), "{e}");
+    // 640 threads start with 96 registers: 32 + 4 x 112 = 5 x 96 moves registers; 24 + 4 x 112
+    // would leave 8 per thread of the producers unclaimed.
+    let e = err(&ws(
+        64,
+        8,
+        "",
+        "4, warp_specialized(TIDy, registers=[24, 112])",
+    ));
+    assert!(e.contains("registers=[24, 112]: 24 x 128 producer threads + 112 x 512 consumer threads = 60416 registers, but the block is launched with 96 x 640 = 61440"), "{e}");
     // Arguments.
     let e = err(&ws(64, 8, "", "4, warp_specialized(BIDx)"));
     assert!(

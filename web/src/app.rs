@@ -1576,7 +1576,7 @@ fn PlanPane(ui: Ui) -> impl IntoView {
             .constraints
             .iter()
             .cloned()
-            .chain(model::launch_limits(p))
+            .chain(p.launch_limits())
             .collect();
         let launch_error = p.concretize(&sizes).err().map(|e| {
             view! { <p class="error" id="plan-error">{format!("These sizes cannot be launched: {e}.")}</p> }

@@ -16,9 +16,9 @@ use crate::model::Compiled;
 use crate::pipeline::esc;
 use crate::runner::{self, ApiError, Settings};
 use hopfuse::codegen::lines::{CudaLine, LineMap};
+use hopfuse_api::inspect::InspectBody;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -48,149 +48,8 @@ const DEBOUNCE_MS: u64 = 300;
 /// NVRTC on a large kernel takes seconds; the service's own limit is 60 s.
 const TIMEOUT_MS: u32 = 90_000;
 
-// ---------------------------------------------------------------------------------------------
-// The answer of POST /api/inspect (docs/api.md), the parts the panes show. Read from the JSON
-// value by hand: serde's derived readers (the tagged line-map entries most) cost the page's
-// wasm tens of KiB.
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Listing {
-    pub text: String,
-    pub cuda_lines: Vec<Option<u32>>,
-    pub inlined: Vec<Option<u32>>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Resources {
-    pub registers: Option<u32>,
-    pub barriers: Option<u32>,
-    pub shared_bytes: Option<u64>,
-    pub stack_bytes: Option<u64>,
-    pub spill_store_bytes: Option<u64>,
-    pub spill_load_bytes: Option<u64>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Warning {
-    pub text: String,
-    pub cuda_line: Option<u32>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Variant {
-    pub index_type: String,
-    pub assume_aligned_vectors: bool,
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Inspection {
-    pub kernel: String,
-    pub variant: Variant,
-    pub cuda: String,
-    pub ir: String,
-    pub lines: LineMap,
-    pub ptx: Listing,
-    pub sass: Option<Listing>,
-    pub sass_unavailable: Option<String>,
-    pub resources: Resources,
-    pub warnings: Vec<Warning>,
-    pub nvrtc: String,
-    pub nvdisasm: Option<String>,
-    pub cached: bool,
-    pub nvrtc_ms: f64,
-}
-
-fn str_of(v: &Value, key: &str) -> Option<String> {
-    v.get(key)?.as_str().map(str::to_string)
-}
-
-fn line_list(v: Option<&Value>) -> Vec<Option<u32>> {
-    v.and_then(Value::as_array)
-        .map(|a| a.iter().map(|x| x.as_u64().map(|n| n as u32)).collect())
-        .unwrap_or_default()
-}
-
-fn listing(v: &Value) -> Option<Listing> {
-    Some(Listing {
-        text: str_of(v, "text")?,
-        cuda_lines: line_list(v.get("cuda_lines")),
-        inlined: line_list(v.get("inlined")),
-    })
-}
-
-fn line_map(v: &Value) -> Option<LineMap> {
-    let entries = v.get("lines")?.as_array()?;
-    let lines = entries
-        .iter()
-        .map(|e| {
-            let num = |k: &str| e.get(k).and_then(Value::as_u64).map(|n| n as usize);
-            let pass = str_of(e, "pass");
-            Some(match e.get("kind")?.as_str()? {
-                "prelude" => CudaLine::Prelude,
-                "signature" => CudaLine::Signature,
-                "setup" => CudaLine::Setup,
-                "binding" => CudaLine::Binding {
-                    ir_line: num("ir_line")?,
-                    pass,
-                },
-                "stmt" => CudaLine::Stmt {
-                    stmt: num("stmt")?,
-                    ir_line: num("ir_line")?,
-                    pass,
-                },
-                _ => return None,
-            })
-        })
-        .collect::<Option<Vec<_>>>()?;
-    Some(LineMap { lines })
-}
-
-impl Inspection {
-    /// Reads the service's answer; None when it is not one.
-    pub fn from_json(v: &Value) -> Option<Inspection> {
-        let r = v.get("resources")?;
-        let n = |k: &str| r.get(k).and_then(Value::as_u64);
-        let variant = v.get("variant")?;
-        Some(Inspection {
-            kernel: str_of(v, "kernel")?,
-            variant: Variant {
-                index_type: str_of(variant, "index_type")?,
-                assume_aligned_vectors: variant.get("assume_aligned_vectors")?.as_bool()?,
-                reason: str_of(variant, "reason")?,
-            },
-            cuda: str_of(v, "cuda")?,
-            ir: str_of(v, "ir")?,
-            lines: line_map(v.get("lines")?)?,
-            ptx: listing(v.get("ptx")?)?,
-            sass: v.get("sass").and_then(listing),
-            sass_unavailable: str_of(v, "sass_unavailable"),
-            resources: Resources {
-                registers: n("registers").map(|x| x as u32),
-                barriers: n("barriers").map(|x| x as u32),
-                shared_bytes: n("shared_bytes"),
-                stack_bytes: n("stack_bytes"),
-                spill_store_bytes: n("spill_store_bytes"),
-                spill_load_bytes: n("spill_load_bytes"),
-            },
-            warnings: v
-                .get("warnings")?
-                .as_array()?
-                .iter()
-                .map(|w| {
-                    Some(Warning {
-                        text: str_of(w, "text")?,
-                        cuda_line: w.get("cuda_line").and_then(Value::as_u64).map(|x| x as u32),
-                    })
-                })
-                .collect::<Option<Vec<_>>>()?,
-            nvrtc: str_of(v, "nvrtc")?,
-            nvdisasm: str_of(v, "nvdisasm"),
-            cached: v.get("cached")?.as_bool()?,
-            nvrtc_ms: v.get("nvrtc_ms")?.as_f64()?,
-        })
-    }
-}
+// The answer of POST /api/inspect (docs/api.md): the service's own types.
+pub use hopfuse_api::inspect::{Inspection, Listing, Resources, Variant, Warning};
 
 /// Where the panes' request is.
 #[derive(Clone, Debug, PartialEq)]
@@ -342,7 +201,7 @@ fn summary(ins: &Inspection) -> String {
         if spills > 0 { "bad" } else { "" },
         n(r.spill_store_bytes),
         n(r.spill_load_bytes),
-        esc(&ins.variant.index_type),
+        runner::index_name(ins.variant.index_type),
         esc(&ins.variant.reason),
         esc(&ins.nvrtc),
         ins.nvdisasm
@@ -469,8 +328,17 @@ impl Inspector {
                     .collect()
             });
             let settings = settings.get();
-            let body = json!({ "program": program, "sizes": sizes });
-            let key = format!("{}\n{}\n{}", settings.base(), settings.token, body);
+            let body = InspectBody {
+                program,
+                sizes,
+                index: None,
+            };
+            let key = format!(
+                "{}\n{}\n{}",
+                settings.base(),
+                settings.token,
+                serde_json::to_string(&body).unwrap_or_default()
+            );
             if asked.with_value(|a| *a == key) {
                 return;
             }
@@ -484,7 +352,7 @@ impl Inspector {
                         return;
                     }
                     spawn_local(async move {
-                        let answer = runner::request(
+                        let answer = runner::request::<Inspection>(
                             &settings,
                             "POST",
                             "/api/inspect",
@@ -496,13 +364,7 @@ impl Inspector {
                             return;
                         }
                         fetch.set(match answer {
-                            Ok(v) => match Inspection::from_json(&v) {
-                                Some(ins) => Fetch::Done(Arc::new(ins)),
-                                None => Fetch::Failed(
-                                    "The service's answer is not an inspection (docs/api.md)."
-                                        .into(),
-                                ),
-                            },
+                            Ok(ins) => Fetch::Done(Arc::new(ins)),
                             Err(e) => Fetch::Failed(failure(&e, &settings)),
                         });
                     });
@@ -659,16 +521,11 @@ mod tests {
 
     #[test]
     fn the_services_answer_is_read_and_drawn_in_bands() {
-        let v: Value = serde_json::from_str(FIXTURE).unwrap();
-        let mut ins = Inspection::from_json(&v).expect("the fixture reads");
-        // The line map reads back as the compiler wrote it.
+        let mut ins: Inspection = serde_json::from_str(FIXTURE).expect("the fixture reads");
+        // The line map reads back as the compiler writes it.
         let src = crate::examples::find("tma/exp_2d").unwrap().source;
-        let lines = serde_json::to_value(&crate::model::compile(src).unwrap().lines).unwrap();
-        assert_eq!(
-            line_map(&lines),
-            Some(crate::model::compile(src).unwrap().lines)
-        );
-        assert!(Inspection::from_json(&json!({"kernel": "k"})).is_none());
+        assert_eq!(ins.lines, crate::model::compile(src).unwrap().lines);
+        assert!(serde_json::from_str::<Inspection>(r#"{"kernel": "k"}"#).is_err());
         assert!(ins.warnings.is_empty(), "exp_2d builds without warnings");
         let warned = ins.cuda.lines().count() as u32 - 2;
         ins.warnings.push(Warning {
@@ -755,6 +612,7 @@ mod tests {
             text: "a\nb\nc\nd\n".into(),
             cuda_lines: vec![Some(9), None, Some(3), Some(9)],
             inlined: vec![],
+            no_source_line: 0,
         };
         let b = bands(&l);
         assert_eq!((b[&9], b[&3]), (0, 1));

@@ -1,7 +1,7 @@
 //! One in-page compilation turned into what the panes show, and diagnostics turned into editor
 //! positions (CodeMirror counts UTF-16 code units; the compiler gives byte spans).
 
-use hopfuse::plan::{Constraint, LaunchPlan, Param, SizeExpr};
+use hopfuse::plan::{Constraint, LaunchError, LaunchPlan, Param, SizeExpr};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -73,46 +73,6 @@ pub fn parse_size(text: &str) -> Result<i64, String> {
         Ok(_) => Err("a size is a whole number".into()),
         Err(_) => Err(format!("`{}` is not a number", text.trim())),
     }
-}
-
-/// CUDA's launch limits as constraints on the plan's sizes: grid x up to 2^31 - 1, grid y and
-/// z up to 65535, block x and y up to 1024, z up to 64, and the H100's 227 KB of dynamic shared
-/// memory (the runner refuses a launch that breaks one: `LaunchPlan::concretize`). Only limits
-/// that depend on the sizes are listed (the compiler rejects constant ones itself).
-pub fn launch_limits(plan: &LaunchPlan) -> Vec<Constraint> {
-    let dims = ["x", "y", "z"];
-    let grid = [(1i64 << 31) - 1, 65535, 65535];
-    let block = [1024, 1024, 64];
-    let mut out = Vec::new();
-    let mut limit = |value: &SizeExpr, max: i64, reason: String| {
-        if value.as_const().is_none() {
-            out.push(Constraint::AtMost {
-                value: value.clone(),
-                max,
-                reason,
-            });
-        }
-    };
-    for i in 0..3 {
-        limit(
-            &plan.grid[i],
-            grid[i],
-            format!("CUDA's limit on grid {} (blocks)", dims[i]),
-        );
-    }
-    for i in 0..3 {
-        limit(
-            &plan.block[i],
-            block[i],
-            format!("CUDA's limit on block {} (threads)", dims[i]),
-        );
-    }
-    limit(
-        &plan.dynamic_smem_bytes,
-        227 * 1024,
-        "an H100 block's shared memory (227 KB)".into(),
-    );
-    out
 }
 
 /// UTF-16 offset of a byte offset (clamped, and moved back to a character boundary).
@@ -192,26 +152,24 @@ pub fn expr_row(expr: &SizeExpr, sizes: &BTreeMap<String, i64>) -> String {
     }
 }
 
-/// A constraint in words, and whether the current sizes satisfy it (None: cannot tell).
+/// A constraint in words, and whether the current sizes satisfy it (None: cannot tell, a size
+/// is missing). The check is the compiler's ([`Constraint::check`], as the runner's).
 pub fn constraint_row(c: &Constraint, sizes: &BTreeMap<String, i64>) -> (String, Option<bool>) {
-    match c {
+    let text = match c {
         Constraint::Divisible {
             value,
             divisor,
             reason,
-        } => (
-            format!("{value} % {divisor} == 0: {reason}"),
-            value.eval(sizes).ok().map(|v| v % divisor == 0),
-        ),
-        Constraint::AtMost { value, max, reason } => (
-            format!("{value} <= {max}: {reason}"),
-            value.eval(sizes).ok().map(|v| v <= *max),
-        ),
-        Constraint::Positive { value, reason } => (
-            format!("{value} >= 1: {reason}"),
-            value.eval(sizes).ok().map(|v| v >= 1),
-        ),
-    }
+        } => format!("{value} % {divisor} == 0: {reason}"),
+        Constraint::AtMost { value, max, reason } => format!("{value} <= {max}: {reason}"),
+        Constraint::Positive { value, reason } => format!("{value} >= 1: {reason}"),
+    };
+    let ok = match c.check(sizes) {
+        Ok(()) => Some(true),
+        Err(LaunchError::Eval(_)) => None,
+        Err(_) => Some(false),
+    };
+    (text, ok)
 }
 
 /// A kernel parameter in one line: kind, name, details.
@@ -296,7 +254,7 @@ mod tests {
     fn launch_limits_catch_a_grid_too_large() {
         let src = crate::examples::find("basics/add").unwrap().source;
         let c = compile(src).unwrap();
-        let limits = launch_limits(&c.plan);
+        let limits = c.plan.launch_limits();
         // add: a 1-D grid over M * N / 512 blocks; the block is constant (checked by the compiler).
         assert_eq!(limits.len(), 1, "{limits:?}");
         let sizes = |m: i64| BTreeMap::from([("M".to_string(), m), ("N".to_string(), 4096)]);
@@ -324,14 +282,27 @@ mod tests {
         let c = compile(src).unwrap();
         assert!(c.passes[0].changed);
         assert!(c.cuda.contains("__global__"));
-        // The TMA passes run (and are dumped) only for fusions with TMA loads.
+        // The TMA passes run (and are dumped) only for fusions with TMA loads, the tensor-core
+        // pass only for matrix products on tensor cores.
         let tma_passes = ["tma", "tma_issue", "circular_buffer"];
-        let general = hopfuse::passes::PIPELINE
-            .iter()
-            .filter(|p| !tma_passes.contains(&p.name))
-            .count();
-        assert_eq!(c.passes.len(), 1 + general);
+        let dumped = |skipped: &[&str]| {
+            hopfuse::passes::PIPELINE
+                .iter()
+                .filter(|p| !skipped.contains(&p.name))
+                .count()
+        };
+        assert_eq!(
+            c.passes.len(),
+            1 + dumped(&[&tma_passes[..], &["mma"]].concat())
+        );
         let tma = compile(crate::examples::find("tma/exp_2d").unwrap().source).unwrap();
-        assert_eq!(tma.passes.len(), 1 + hopfuse::passes::PIPELINE.len());
+        assert_eq!(tma.passes.len(), 1 + dumped(&["mma"]));
+        let mma = compile(
+            crate::examples::find("matmul/step1_one_warp_group")
+                .unwrap()
+                .source,
+        )
+        .unwrap();
+        assert_eq!(mma.passes.len(), 1 + dumped(&[]));
     }
 }

@@ -5,18 +5,15 @@
 //! ceilings the runner measured) as SVG. A runner without ncu, or without permission for the
 //! GPU's counters, answers why, and that sentence is shown instead.
 //!
-//! The result types and the roofline drawing are the runner's own (`report`, the same source
-//! file compiled into both), so what the page draws is what `hopfuse run --roofline` writes.
+//! The result types and the roofline drawing are the runner's own (`hopfuse_api::profile`,
+//! shared by both), so what the page draws is what `hopfuse run --roofline` writes.
 //! Rendered as one HTML string (as the Pipeline and peers views are): less wasm than a view
 //! per cell; every text from the runner is escaped, the SVG is built from numbers only.
 
-#[path = "../../runner/src/profile/report.rs"]
-pub mod report;
-
 use crate::pipeline::esc;
+use hopfuse_api::profile::{self as report, Profile, ProfileReport, Roofline};
+use hopfuse_api::service::RunBody;
 use leptos::prelude::*;
-use report::{Profile, ProfileReport, Roofline};
-use serde_json::Value;
 use std::fmt::Write;
 
 const PROFILE_KEY: &str = "hopfuse.profile";
@@ -26,15 +23,15 @@ pub fn wanted() -> bool {
     crate::storage_get(PROFILE_KEY).as_deref() == Some("on")
 }
 
-/// Adds `"profile": true` to a run body when the toggle is on and the run has one program (the
+/// Asks for a profile in a run body when the toggle is on and the run has one program (the
 /// runner profiles single programs only).
-pub fn add_to_request(body: &mut Value) {
+pub fn add_to_request(body: &mut RunBody) {
     add_profile(body, wanted());
 }
 
-fn add_profile(body: &mut Value, on: bool) {
-    if on && body.get("program_b").is_none() {
-        body["profile"] = Value::Bool(true);
+fn add_profile(body: &mut RunBody, on: bool) {
+    if on && body.program_b.is_none() {
+        body.profile = Some(true);
     }
 }
 
@@ -57,11 +54,6 @@ pub fn ProfileToggle() -> impl IntoView {
             " profile (ncu)"
         </label>
     }
-}
-
-/// Reads `result.profile` (None when the run had none, or it is not a profile).
-pub fn parse(v: &Value) -> Option<ProfileReport> {
-    serde_json::from_value(v.clone()).ok()
 }
 
 /// What a stall reason means, in plain words (ncu's names).
@@ -375,15 +367,22 @@ mod tests {
 
     #[test]
     fn the_toggle_asks_for_a_profile_of_single_programs_only() {
-        let mut one = serde_json::json!({"program": "p"});
+        let program = |b: Option<&str>| RunBody {
+            program: "p".into(),
+            program_b: b.map(str::to_string),
+            ..RunBody::default()
+        };
+        let mut one = program(None);
         add_profile(&mut one, true);
-        assert_eq!(one["profile"], true);
-        let mut off = serde_json::json!({"program": "p"});
+        assert_eq!(one.profile, Some(true));
+        assert_eq!(serde_json::to_value(&one).unwrap()["profile"], true);
+        let mut off = program(None);
         add_profile(&mut off, false);
-        assert!(off.get("profile").is_none());
-        let mut ab = serde_json::json!({"program": "p", "program_b": "q"});
+        assert_eq!(off.profile, None);
+        assert!(serde_json::to_value(&off).unwrap().get("profile").is_none());
+        let mut ab = program(Some("q"));
         add_profile(&mut ab, true);
-        assert!(ab.get("profile").is_none());
+        assert_eq!(ab.profile, None);
         for reason in ["long_scoreboard", "barrier", "wait", "lg_throttle", "gmma"] {
             assert!(!stall_meaning(reason).is_empty(), "{reason}");
         }

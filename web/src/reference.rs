@@ -133,6 +133,7 @@ pub const ENTRIES: &[Entry] = &[
     e("Vectorize", Parallel, "Vectorize", "One vector load or store of the axis (constant power-of-two extent, at most 16 bytes)."),
     e("Unroll", Parallel, "Unroll", "A loop unrolled by the compiler."),
     e("Bulk", Parallel, "Bulk", "The axes one TMA or bulk copy covers (the box), on a cache made with load=tma|bulk or an output with store=tma."),
+    e("Mma", Parallel, "Mma", "The instruction tile of a tensor-core product (wgmma m64nNk16): M = 64, N and K = 16 of a sum of products of two f16/bf16 shared caches with the 128-byte swizzle, and the M and N axes of the tensors that read its accumulator. The block's threadIdx.x is the 128 threads of a warp group."),
     e("global", Memory, "memory=global", "Device memory."),
     e("shared", Memory, "memory=shared", "The block's shared memory (up to 227 KB on an H100)."),
     e("local", Memory, "memory=local", "Registers of each thread."),

@@ -1,8 +1,17 @@
 //! The runner service's API (issue 5): health, runs streamed as server-sent events, short links.
 //! Same origin by default, or a runner URL and bearer token from the settings dialog (kept in
-//! this browser's localStorage, never in a shared link).
+//! this browser's localStorage, never in a shared link). Bodies and answers are the service's
+//! own types (`hopfuse_api`), serialised and deserialised by serde; the views below
+//! ([`RunView`], [`Measured`], ...) are what the Run pane shows of them.
 
 use crate::js;
+use hopfuse::plan::ConcreteLaunch;
+use hopfuse::IndexType;
+use hopfuse_api as api;
+use hopfuse_api::job::{JobEvent, JobResult, JobStatus};
+use hopfuse_api::run::{L2Policy, RunResult};
+use hopfuse_api::service::{ErrorBody, Health, Link, LinkBody, LinkCreated, RunAccepted, RunBody};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -88,49 +97,42 @@ fn plain_reason(msg: &str) -> &str {
         .trim_end_matches('.')
 }
 
-/// The message of an error body: its `error` or `message` field, or the text itself.
+/// The message of an error body ([`ErrorBody`]), or the text itself (a proxy's error page).
 fn message_of(body: &str) -> String {
-    serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| {
-            ["error", "message", "reason"]
-                .iter()
-                .find_map(|k| v.get(*k).and_then(Value::as_str).map(str::to_string))
-        })
-        .unwrap_or_else(|| {
+    match read_json::<ErrorBody>(body) {
+        Ok(e) => e.error,
+        Err(_) => {
             let t = body.trim();
             if t.len() > 300 {
                 format!("{}…", &t[..t.floor_char_boundary(300)])
             } else {
                 t.to_string()
             }
-        })
+        }
+    }
 }
 
-pub async fn request(
+/// Sends a request (`body`: a JSON body) and reads the answer as `T`, one of the service's
+/// answer types (`hopfuse_api`).
+pub async fn request<T: DeserializeOwned>(
     settings: &Settings,
     method: &str,
     path: &str,
-    body: Option<&Value>,
+    body: Option<&impl Serialize>,
     timeout_ms: u32,
-) -> Result<Value, ApiError> {
+) -> Result<T, ApiError> {
     let url = format!("{}{path}", settings.base());
-    let answer = js::api_request(
-        method,
-        &url,
-        settings.token.trim(),
-        body.map(|b| b.to_string()),
-        timeout_ms,
-    )
-    .await
-    .map_err(|e| ApiError::Unreachable(e.as_string().unwrap_or_else(|| format!("{e:?}"))))?;
+    let body = body.map(|b| serde_json::to_string(b).expect("request bodies serialize"));
+    let answer = js::api_request(method, &url, settings.token.trim(), body, timeout_ms)
+        .await
+        .map_err(|e| ApiError::Unreachable(e.as_string().unwrap_or_else(|| format!("{e:?}"))))?;
     let get = |k: &str| js_sys::Reflect::get(&answer, &JsValue::from_str(k)).ok();
     let a = Answer {
         status: get("status").and_then(|v| v.as_f64()).unwrap_or(0.0) as u16,
         body: get("body").and_then(|v| v.as_string()).unwrap_or_default(),
     };
     // A static file server (no API) answers 404/405/501 for /api/...: that is no runner.
-    if matches!(a.status, 404 | 405 | 501) && serde_json::from_str::<Value>(&a.body).is_err() {
+    if matches!(a.status, 404 | 405 | 501) && read_json::<ErrorBody>(&a.body).is_err() {
         return Err(ApiError::Unreachable(format!(
             "HTTP {} for {path}: this server has no runner API",
             a.status
@@ -139,9 +141,23 @@ pub async fn request(
     if !(200..300).contains(&a.status) {
         return Err(ApiError::Http(a.status, message_of(&a.body)));
     }
-    serde_json::from_str(&a.body)
-        .map_err(|_| ApiError::Unreachable(format!("{path} did not answer JSON")))
+    let not_ours = |e: serde_json::Error| {
+        ApiError::Unreachable(format!(
+            "{path} did not answer what this playground reads ({e})"
+        ))
+    };
+    read_json(&a.body).map_err(not_ours)
 }
+
+/// A JSON text as `T`, through a [`Value`]: serde's readers then run over the parsed value
+/// instead of each carrying its own copy of the text parser, which keeps the page's wasm
+/// tens of KiB smaller for the same types.
+pub fn read_json<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    serde_json::from_value(serde_json::from_str::<Value>(text)?)
+}
+
+/// No request body (a GET).
+const NO_BODY: Option<&()> = None;
 
 /// What the runner can do with a run, from `GET /api/health`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,41 +172,30 @@ pub enum RunMode {
 
 /// `GET /api/health` (docs/api.md), described in one line.
 pub async fn health(settings: &Settings) -> Result<(String, RunMode), ApiError> {
-    let v = request(settings, "GET", "/api/health", None, 4000).await?;
-    Ok(describe_health(&v))
+    let h: Health = request(settings, "GET", "/api/health", NO_BODY, 4000).await?;
+    Ok(describe_health(&h))
 }
 
-pub fn describe_health(v: &Value) -> (String, RunMode) {
-    let s = |k: &str| v.get(k).and_then(Value::as_str);
-    let version = s("version").unwrap_or("?");
-    let available = v
-        .get("run_available")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let gpu = v.get("gpu").filter(|g| g.is_object());
-    if !available {
-        let why = match (s("gpu_reason"), s("run_unavailable_reason")) {
+pub fn describe_health(h: &Health) -> (String, RunMode) {
+    let version = &h.version;
+    if !h.run_available {
+        let why = match (&h.gpu_reason, &h.run_unavailable_reason) {
             (Some(g), _) => format!("no usable GPU ({g})"),
-            (None, Some(r)) => r.to_string(),
+            (None, Some(r)) => r.clone(),
             (None, None) => "runs are unavailable".into(),
         };
         return (format!("runner {version} · {why}"), RunMode::Unavailable);
     }
-    if s("worker") == Some("fake") {
+    if h.worker == "fake" {
         return (
             format!("runner {version} · fake worker, no GPU: runs are compiled and checked, not measured"),
             RunMode::Fake,
         );
     }
-    let name = gpu
-        .and_then(|g| g.get("name"))
-        .and_then(Value::as_str)
-        .unwrap_or("GPU");
-    let sms = gpu
-        .and_then(|g| g.get("sm_count"))
-        .and_then(Value::as_u64)
-        .map(|n| format!(" ({n} SMs)"))
-        .unwrap_or_default();
+    let (name, sms) = match &h.gpu {
+        Some(g) => (g.name.as_str(), format!(" ({} SMs)", g.sm_count)),
+        None => ("GPU", String::new()),
+    };
     (format!("runner {version} · {name}{sms}"), RunMode::Gpu)
 }
 
@@ -201,22 +206,21 @@ pub fn run_body(
     sizes: &BTreeMap<String, i64>,
     iters: u32,
     seed: u64,
-) -> Value {
-    let mut body =
-        serde_json::json!({ "program": program, "sizes": sizes, "iters": iters, "seed": seed });
-    if let Some(b) = program_b {
-        body["program_b"] = Value::from(b);
+) -> RunBody {
+    RunBody {
+        program: program.to_string(),
+        program_b: program_b.map(str::to_string),
+        sizes: sizes.clone(),
+        iters: Some(iters),
+        seed: Some(seed),
+        ..RunBody::default()
     }
-    body
 }
 
 /// `POST /api/run` -> the job id.
-pub async fn start_run(settings: &Settings, body: &Value) -> Result<String, ApiError> {
-    let v = request(settings, "POST", "/api/run", Some(body), 15000).await?;
-    v.get("job_id")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .ok_or_else(|| ApiError::Unreachable("/api/run answered without a job_id".into()))
+pub async fn start_run(settings: &Settings, body: &RunBody) -> Result<String, ApiError> {
+    let accepted: RunAccepted = request(settings, "POST", "/api/run", Some(body), 15000).await?;
+    Ok(accepted.job_id)
 }
 
 /// The URL of a job's events.
@@ -230,24 +234,23 @@ pub fn events_url(settings: &Settings, job: &str) -> String {
 
 /// The body of `POST /api/links`: the program, and the rest of the state as a JSON object with
 /// a version (`"v": 1`), so the same program and state always get the same id.
-pub fn link_body(state: &crate::share::State) -> Value {
+pub fn link_body(state: &crate::share::State) -> LinkBody {
     let mut rest = serde_json::to_value(state).expect("state serializes");
     let obj = rest.as_object_mut().expect("state is an object");
     obj.remove("program");
     obj.insert("v".into(), Value::from(1));
-    serde_json::json!({ "program": state.program, "state": rest })
+    LinkBody {
+        program: state.program.clone(),
+        state: rest,
+    }
 }
 
 /// The state a `GET /api/links/{id}` answer holds (the inverse of [`link_body`]).
-pub fn state_of_link(v: &Value) -> Result<crate::share::State, String> {
-    let program = v
-        .get("program")
-        .and_then(Value::as_str)
-        .ok_or("the link holds no program")?;
-    let mut state = match v.get("state") {
-        Some(Value::Object(o)) => o.clone(),
-        Some(Value::Null) | None => serde_json::Map::new(),
-        Some(_) => return Err("the link's state is not a playground state".into()),
+pub fn state_of_link(link: &Link) -> Result<crate::share::State, String> {
+    let mut state = match &link.state {
+        Value::Object(o) => o.clone(),
+        Value::Null => serde_json::Map::new(),
+        _ => return Err("the link's state is not a playground state".into()),
     };
     match state.remove("v") {
         None => {}
@@ -258,7 +261,7 @@ pub fn state_of_link(v: &Value) -> Result<crate::share::State, String> {
             ))
         }
     }
-    state.insert("program".into(), Value::from(program));
+    state.insert("program".into(), Value::from(link.program.as_str()));
     serde_json::from_value(Value::Object(state))
         .map_err(|e| format!("the link holds no playground state: {e}"))
 }
@@ -268,7 +271,7 @@ pub async fn create_link(
     settings: &Settings,
     state: &crate::share::State,
 ) -> Result<String, ApiError> {
-    let v = request(
+    let created: LinkCreated = request(
         settings,
         "POST",
         "/api/links",
@@ -276,17 +279,14 @@ pub async fn create_link(
         8000,
     )
     .await?;
-    v.get("id")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .ok_or_else(|| ApiError::Unreachable("/api/links answered without an id".into()))
+    Ok(created.id)
 }
 
 /// `GET /api/links/{id}` -> the state it holds.
 pub async fn get_link(settings: &Settings, id: &str) -> Result<crate::share::State, ApiError> {
     let path = format!("/api/links/{}", js_sys::encode_uri_component(id));
-    let v = request(settings, "GET", &path, None, 8000).await?;
-    state_of_link(&v).map_err(|e| ApiError::Unreachable(format!("link {id}: {e}")))
+    let link: Link = request(settings, "GET", &path, NO_BODY, 8000).await?;
+    state_of_link(&link).map_err(|e| ApiError::Unreachable(format!("link {id}: {e}")))
 }
 
 /// One output's validation.
@@ -349,7 +349,7 @@ pub struct Measured {
     pub peers: Option<crate::torch_pane::PeersView>,
     /// Nsight Compute's profile of the kernel, or why there is none (`result.profile`;
     /// `profile_view.rs`).
-    pub profile: Option<crate::profile_view::report::ProfileReport>,
+    pub profile: Option<api::profile::ProfileReport>,
 }
 
 /// The `comparison` of an A/B job: B's time over A's, per launch pair, when both were measured.
@@ -433,207 +433,170 @@ impl RunView {
     }
 }
 
-fn f(v: &Value, path: &[&str]) -> Option<f64> {
-    path.iter().try_fold(v, |v, k| v.get(*k))?.as_f64()
+/// `i32` / `i64`, as the JSON names it.
+pub fn index_name(t: IndexType) -> &'static str {
+    match t {
+        IndexType::I32 => "i32",
+        IndexType::I64 => "i64",
+    }
 }
 
-fn s(v: &Value, path: &[&str]) -> Option<String> {
-    path.iter()
-        .try_fold(v, |v, k| v.get(*k))?
-        .as_str()
-        .map(str::to_string)
-}
-
-fn launch_text(l: &Value) -> String {
-    let dims = |k: &str| {
-        l.get(k)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .map(|x| x.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default()
-    };
-    let smem = f(l, &["dynamic_smem_bytes"]).unwrap_or(0.0);
-    let mut t = format!("grid ({})  block ({})", dims("grid"), dims("block"));
-    if smem > 0.0 {
+fn launch_text(l: &ConcreteLaunch) -> String {
+    let dims = |d: &[u32; 3]| d.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    let mut t = format!("grid ({})  block ({})", dims(&l.grid), dims(&l.block));
+    if l.dynamic_smem_bytes > 0 {
         t.push_str(&format!(
             "  {} dynamic shared memory",
-            crate::model::bytes(smem)
+            crate::model::bytes(l.dynamic_smem_bytes as f64)
         ));
     }
     t
 }
 
-fn check(c: &Value) -> Check {
-    Check {
-        output: s(c, &["output"]).unwrap_or_else(|| "?".into()),
-        passed: c.get("passed").and_then(Value::as_bool).unwrap_or(false),
-        rel_l2: f(c, &["rel_l2"]),
-        max_abs: f(c, &["max_abs"]),
-        tolerance: f(c, &["tolerance"]),
-        elements: c.get("elements").and_then(Value::as_u64),
-        non_finite: c.get("non_finite").and_then(Value::as_u64).unwrap_or(0),
-    }
-}
-
-fn checks(v: Option<&Value>) -> Vec<Check> {
-    v.and_then(Value::as_array)
-        .map(|list| list.iter().map(check).collect())
-        .unwrap_or_default()
-}
-
-fn index_text(v: &Value) -> Option<String> {
-    let t = s(v, &["index_type"])?;
-    Some(match s(v, &["index_reason"]) {
-        Some(r) if !r.is_empty() => format!("{t} ({r})"),
-        _ => t,
-    })
-}
-
-fn l2_text(p: &Value) -> Option<String> {
-    Some(match s(p, &["kind"])?.as_str() {
-        "none" => "none (working set > 2x L2)".to_string(),
-        "rotate" => format!(
-            "rotating {} copies of every tensor",
-            f(p, &["sets"]).unwrap_or(0.0)
-        ),
-        "flush" => format!(
-            "L2 flushed ({}) before each launch",
-            crate::model::bytes(f(p, &["bytes"]).unwrap_or(0.0))
-        ),
-        other => other.to_string(),
-    })
-}
-
-/// Reads a job's result: the data of the `done` event (`{"stage": "done", "result": {...}}`) or
-/// the answer of `GET /api/jobs/{id}` (the result itself).
-pub fn parse_result(data: &str) -> RunView {
-    let Ok(root) = serde_json::from_str::<Value>(data) else {
-        return RunView {
-            status: "error".into(),
-            error: Some(format!("the runner's result is not JSON: {data}")),
-            ..RunView::default()
-        };
-    };
-    let job = if root.get("stage").is_some() {
-        root.get("result").unwrap_or(&Value::Null)
-    } else {
-        &root
-    };
-    if !job.is_object() {
-        return RunView {
-            status: "error".into(),
-            error: Some("the runner's done event holds no result".into()),
-            ..RunView::default()
-        };
-    }
-    parse_job(job)
-}
-
-fn parse_comparison(c: &Value) -> Option<Comparison> {
-    let range = c
-        .get("b_over_a_range")
-        .and_then(Value::as_array)
-        .and_then(|r| Some((r.first()?.as_f64()?, r.get(1)?.as_f64()?)));
-    Some(Comparison {
-        median: f(c, &["b_over_a_median"])?,
-        range,
-        pairs: c.get("pairs").and_then(Value::as_u64),
-        order: s(c, &["order"]),
-        a_median_us: f(c, &["a_median_us"]),
-        b_median_us: f(c, &["b_median_us"]),
-        same_inputs: c.get("same_inputs").and_then(Value::as_bool),
-    })
-}
-
-/// One job result object (A's, or `b` of an A/B job).
-fn parse_job(job: &Value) -> RunView {
-    let status = s(job, &["status"]).unwrap_or_else(|| "error".into());
-    let measured = job.get("result").filter(|r| r.is_object()).map(|r| {
-        let i = |path: &[&str]| f(r, path).map(|x| x as i64);
-        Measured {
-            passed: r.get("passed").and_then(Value::as_bool).unwrap_or(false),
-            device: s(r, &["device", "name"]),
-            launch: r.get("launch").map(launch_text),
-            index: index_text(r),
-            l2_policy: r.get("l2_policy").and_then(l2_text),
-            min_us: f(r, &["timing", "min_us"]),
-            median_us: f(r, &["timing", "median_us"]),
-            max_us: f(r, &["timing", "max_us"]),
-            samples: r
-                .get("timing")
-                .and_then(|t| t.get("samples"))
-                .and_then(Value::as_u64),
-            gbps: f(r, &["gbps"]),
-            ceiling_gbps: f(r, &["copy", "gbps"]),
-            ratio: f(r, &["fraction_of_copy"]),
-            tflops: f(r, &["tflops"]),
-            cublas_tflops: f(r, &["cublas", "tflops"]),
-            cublas_ratio: f(r, &["fraction_of_cublas"]),
-            cublas_call: s(r, &["cublas", "call"]),
-            cublas_check: r
-                .get("cublas")
-                .and_then(|c| c.get("validation"))
-                .filter(|c| c.is_object())
-                .map(check),
-            cublas_skipped: s(r, &["cublas_skipped"]),
-            checks: checks(r.get("validation")),
-            checks_after_timing: checks(r.get("validation_after_timing")),
-            seed: r.get("seed").and_then(Value::as_u64),
-            registers: i(&["attributes", "registers_per_thread"]),
-            static_smem: i(&["attributes", "static_smem_bytes"]),
-            dynamic_smem: i(&["launch", "dynamic_smem_bytes"]),
-            local_bytes: i(&["attributes", "local_bytes_per_thread"]),
-            nvrtc_ms: f(r, &["nvrtc_ms"]),
-            cubin_cached: job.get("cubin_cached").and_then(Value::as_bool),
-            peers: r.get("peers").and_then(crate::torch_pane::parse),
-            profile: r.get("profile").and_then(crate::profile_view::parse),
+impl From<&api::run::Check> for Check {
+    fn from(c: &api::run::Check) -> Check {
+        Check {
+            output: c.output.clone(),
+            passed: c.passed,
+            rel_l2: Some(c.rel_l2),
+            max_abs: Some(c.max_abs),
+            tolerance: Some(c.tolerance),
+            elements: Some(c.elements as u64),
+            non_finite: c.non_finite as u64,
         }
-    });
-    let fake = job
-        .get("compile")
-        .filter(|c| c.is_object())
-        .map(|c| FakeView {
-            note: s(c, &["note"]).unwrap_or_default(),
-            kernel: s(c, &["kernel"]),
-            index: index_text(c),
-            launch: c.get("launch").map(launch_text),
-            working_set_bytes: f(c, &["working_set_bytes"]),
-            cuda_bytes: f(c, &["cuda_bytes"]),
-        });
-    RunView {
-        job_id: s(job, &["job_id"]),
-        message: s(job, &["message"]),
-        error_stage: s(job, &["error", "stage"]),
-        error: s(job, &["error", "message"]),
-        progress: job
-            .get("progress")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        stderr: s(job, &["stderr"]).filter(|e| !e.trim().is_empty()),
-        // A fake result never shows numbers, whatever else it holds.
-        measured: if status == "fake" { None } else { measured },
-        fake: if status == "fake" {
-            Some(fake.unwrap_or_default())
-        } else {
-            None
+    }
+}
+
+fn checks(list: &[api::run::Check]) -> Vec<Check> {
+    list.iter().map(Check::from).collect()
+}
+
+fn index_text(t: IndexType, reason: &str) -> String {
+    if reason.is_empty() {
+        index_name(t).to_string()
+    } else {
+        format!("{} ({reason})", index_name(t))
+    }
+}
+
+fn l2_text(p: &L2Policy) -> String {
+    match p {
+        L2Policy::None => "none (working set > 2x L2)".to_string(),
+        L2Policy::Rotate { sets } => format!("rotating {sets} copies of every tensor"),
+        L2Policy::Flush { bytes } => format!(
+            "L2 flushed ({}) before each launch",
+            crate::model::bytes(*bytes as f64)
+        ),
+    }
+}
+
+/// Reads a job's result: the data of the `done` event (a [`JobEvent`] with its result) or the
+/// answer of `GET /api/jobs/{id}` (the [`JobResult`] itself, with `"done": true`).
+pub fn parse_result(data: &str) -> RunView {
+    let failed = |error: String| RunView {
+        status: "error".into(),
+        error: Some(error),
+        ..RunView::default()
+    };
+    match read_json::<JobEvent>(data) {
+        Ok(JobEvent {
+            result: Some(job), ..
+        }) => RunView::from(&*job),
+        Ok(_) => failed("the runner's done event holds no result".into()),
+        Err(_) => match read_json::<JobResult>(data) {
+            Ok(job) => RunView::from(&job),
+            Err(e) => failed(format!(
+                "the runner's result is not one this playground reads ({e}): {data}"
+            )),
         },
-        worker_ms: f(job, &["worker_ms"]),
-        status,
-        stages: Vec::new(),
-        b: job
-            .get("b")
-            .filter(|b| b.is_object())
-            .map(|b| Box::new(parse_job(b))),
-        comparison: job.get("comparison").and_then(parse_comparison),
+    }
+}
+
+impl From<&api::job::Comparison> for Comparison {
+    fn from(c: &api::job::Comparison) -> Comparison {
+        Comparison {
+            median: c.b_over_a_median,
+            range: Some((c.b_over_a_range[0], c.b_over_a_range[1])),
+            pairs: Some(c.pairs as u64),
+            order: Some(c.order.clone()),
+            a_median_us: Some(c.a_median_us),
+            b_median_us: Some(c.b_median_us),
+            same_inputs: c.same_inputs,
+        }
+    }
+}
+
+impl Measured {
+    fn of(r: &RunResult, cubin_cached: Option<bool>) -> Measured {
+        Measured {
+            passed: r.passed,
+            device: Some(r.device.name.clone()),
+            launch: Some(launch_text(&r.launch)),
+            index: Some(index_text(r.index_type, &r.index_reason)),
+            l2_policy: Some(l2_text(&r.l2_policy)),
+            min_us: Some(r.timing.min_us),
+            median_us: Some(r.timing.median_us),
+            max_us: Some(r.timing.max_us),
+            samples: Some(r.timing.samples as u64),
+            gbps: Some(r.gbps),
+            ceiling_gbps: r.copy.as_ref().map(|c| c.gbps),
+            ratio: r.fraction_of_copy,
+            tflops: r.tflops,
+            cublas_tflops: r.cublas.as_ref().map(|c| c.tflops),
+            cublas_ratio: r.fraction_of_cublas,
+            cublas_call: r.cublas.as_ref().map(|c| c.call.clone()),
+            cublas_check: r.cublas.as_ref().map(|c| Check::from(&c.validation)),
+            cublas_skipped: r.cublas_skipped.clone(),
+            checks: checks(&r.validation),
+            checks_after_timing: checks(&r.validation_after_timing),
+            seed: Some(r.seed),
+            registers: Some(r.attributes.registers_per_thread as i64),
+            static_smem: Some(r.attributes.static_smem_bytes as i64),
+            dynamic_smem: Some(r.launch.dynamic_smem_bytes as i64),
+            local_bytes: Some(r.attributes.local_bytes_per_thread as i64),
+            nvrtc_ms: Some(r.nvrtc_ms),
+            cubin_cached,
+            peers: r.peers.as_ref().map(crate::torch_pane::PeersView::from),
+            profile: r.profile.clone(),
+        }
+    }
+}
+
+/// One job result (A's, or `b` of an A/B job).
+impl From<&JobResult> for RunView {
+    fn from(job: &JobResult) -> RunView {
+        let fake = job.status == JobStatus::Fake;
+        RunView {
+            job_id: Some(job.job_id.clone()),
+            status: job.status.name().to_string(),
+            message: job.message.clone(),
+            error_stage: job.error.as_ref().map(|e| e.stage.name().to_string()),
+            error: job.error.as_ref().map(|e| e.message.clone()),
+            progress: job.progress.iter().map(|p| p.name().to_string()).collect(),
+            stderr: job.stderr.clone().filter(|e| !e.trim().is_empty()),
+            // A fake result never shows numbers, whatever else it holds.
+            measured: match &job.result {
+                Some(r) if !fake => Some(Measured::of(r, job.cubin_cached)),
+                _ => None,
+            },
+            fake: fake.then(|| {
+                job.compile
+                    .as_ref()
+                    .map(|c| FakeView {
+                        note: c.note.clone(),
+                        kernel: Some(c.kernel.clone()),
+                        index: Some(index_text(c.index_type, &c.index_reason)),
+                        launch: Some(launch_text(&c.launch)),
+                        working_set_bytes: Some(c.working_set_bytes as f64),
+                        cuda_bytes: Some(c.cuda_bytes as f64),
+                    })
+                    .unwrap_or_default()
+            }),
+            worker_ms: Some(job.worker_ms),
+            stages: Vec::new(),
+            b: job.b.as_ref().map(|b| Box::new(RunView::from(&**b))),
+            comparison: job.comparison.as_ref().map(Comparison::from),
+        }
     }
 }
 
@@ -825,24 +788,57 @@ mod tests {
     #[test]
     fn an_ab_run_sends_program_b() {
         let sizes = [("N".to_string(), 1024)].into();
-        let ab = run_body("fusion a {}", Some("fusion b {}"), &sizes, 20, 3);
+        let ab = serde_json::to_value(run_body("fusion a {}", Some("fusion b {}"), &sizes, 20, 3))
+            .unwrap();
         assert_eq!(ab["program"], "fusion a {}");
         assert_eq!(ab["program_b"], "fusion b {}");
         assert_eq!(
             (&ab["sizes"]["N"], &ab["iters"], &ab["seed"]),
             (&1024.into(), &20.into(), &3.into())
         );
-        let one = run_body("fusion a {}", None, &sizes, 20, 3);
-        assert!(one.get("program_b").is_none(), "{one}");
+        let one = serde_json::to_value(run_body("fusion a {}", None, &sizes, 20, 3)).unwrap();
+        // Only what the page sets: the service's defaults apply to the rest.
+        let keys: Vec<&str> = one
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, ["iters", "program", "seed", "sizes"], "{one}");
+    }
+
+    /// A health answer (`GET /api/health`).
+    fn health(worker: &str, gpu: Option<&str>, gpu_reason: Option<&str>, run: bool) -> Health {
+        let v = serde_json::json!({
+            "status": "ok", "version": "0.1.0", "worker": worker,
+            "gpu": gpu.map(|name| serde_json::json!({
+                "name": name, "compute_capability": [9, 0], "sm_count": 132,
+                "l2_bytes": 52428800, "max_dynamic_smem_optin": 232448,
+                "driver_version": 13000, "total_memory_bytes": 85045477376u64,
+            })),
+            "gpu_reason": gpu_reason, "nvrtc": "13.0",
+            "run_available": run,
+            "run_unavailable_reason": (!run).then(|| format!(
+                "runs are unavailable: no usable GPU ({}); compiling works (POST /api/compile)",
+                gpu_reason.unwrap_or("?")
+            )),
+            "queue": {"queued": 0, "running": 0, "cap": 64, "gpus": 1, "finished": 0,
+                      "job_timeout_s": 10.0, "workers": [null]},
+            "compiles": {"running": 0, "slots": 2, "lowered": 0},
+            "limits": {"max_body_bytes": 262144, "max_program_bytes": 65536,
+                       "max_iters": 10000, "max_warmup": 1000, "max_tensor_bytes": 4294967296u64,
+                       "queue_cap": 64, "client_queue_cap": 16, "runs_per_minute": 60,
+                       "requests_per_minute": 600, "job_timeout_s": 10.0,
+                       "compile_timeout_s": 10.0, "keep_runs": 10000, "keep_runs_days": 30,
+                       "keep_runs_bytes": 268435456, "token_required": false},
+            "uptime_s": 1.5,
+        });
+        serde_json::from_value(v).expect("a health answer")
     }
 
     #[test]
     fn reads_health() {
-        let gpu = serde_json::json!({
-            "status": "ok", "version": "0.1.0", "worker": "gpu",
-            "gpu": {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132},
-            "gpu_reason": null, "run_available": true, "run_unavailable_reason": null,
-        });
+        let gpu = health("gpu", Some("NVIDIA H100 80GB HBM3"), None, true);
         assert_eq!(
             describe_health(&gpu),
             (
@@ -850,19 +846,18 @@ mod tests {
                 RunMode::Gpu
             )
         );
-        let fake = serde_json::json!({
-            "version": "0.1.0", "worker": "fake", "gpu": null,
-            "gpu_reason": "fake worker mode", "run_available": true,
-        });
+        let fake = health("fake", None, Some("fake worker mode"), true);
         assert_eq!(describe_health(&fake).1, RunMode::Fake);
-        let none = serde_json::json!({
-            "version": "0.1.0", "worker": "gpu", "gpu": null, "gpu_reason": "no driver",
-            "run_available": false,
-            "run_unavailable_reason": "runs are unavailable: no usable GPU (no driver)",
-        });
+        let none = health("gpu", None, Some("no driver"), false);
         let (text, mode) = describe_health(&none);
         assert_eq!(mode, RunMode::Unavailable);
         assert_eq!(text, "runner 0.1.0 · no usable GPU (no driver)");
+        // An error body's sentence; a proxy's page as text.
+        assert_eq!(
+            message_of(r#"{"error": "wrong token", "limit": null}"#),
+            "wrong token"
+        );
+        assert_eq!(message_of(" Bad Gateway \n"), "Bad Gateway");
     }
 
     #[test]
@@ -877,26 +872,33 @@ mod tests {
             ..Default::default()
         };
         let body = link_body(&state);
-        assert_eq!(body["program"], "fusion f {}\n");
-        assert!(body["state"].get("program").is_none());
-        assert_eq!(body["state"]["v"], 1);
+        assert_eq!(body.program, "fusion f {}\n");
+        assert!(body.state.get("program").is_none());
+        assert_eq!(body.state["v"], 1);
         // What GET /api/links/{id} answers.
-        let answer = serde_json::json!({
-            "id": "k3n", "program": body["program"], "state": body["state"], "created_at": 1,
-        });
-        assert_eq!(state_of_link(&answer), Ok(state.clone()));
-        let future = serde_json::json!({"program": "", "state": {"v": 2}});
-        assert!(state_of_link(&future).unwrap_err().contains("version 2"));
+        let answer = |body: &LinkBody| Link {
+            id: "k3n".into(),
+            program: body.program.clone(),
+            state: body.state.clone(),
+            created_at: 1,
+        };
+        assert_eq!(state_of_link(&answer(&body)), Ok(state.clone()));
+        let future = LinkBody {
+            program: String::new(),
+            state: serde_json::json!({"v": 2}),
+        };
+        assert!(state_of_link(&answer(&future))
+            .unwrap_err()
+            .contains("version 2"));
         // Program B and the tab travel in the state; a state without them has neither key.
-        assert!(body["state"].get("program_b").is_none() && body["state"].get("tab").is_none());
+        assert!(body.state.get("program_b").is_none() && body.state.get("tab").is_none());
         let ab = crate::share::State {
             program_b: Some("fusion g {}\n".into()),
             tab: crate::share::Tab::B,
             ..state
         };
         let body = link_body(&ab);
-        assert_eq!(body["state"]["program_b"], "fusion g {}\n");
-        let answer = serde_json::json!({"program": body["program"], "state": body["state"]});
-        assert_eq!(state_of_link(&answer), Ok(ab));
+        assert_eq!(body.state["program_b"], "fusion g {}\n");
+        assert_eq!(state_of_link(&answer(&body)), Ok(ab));
     }
 }

@@ -6,8 +6,9 @@
 
 use crate::js;
 use crate::model::Compiled;
+use hopfuse_api::run::PeersReport;
+use hopfuse_api::service::RunBody;
 use leptos::prelude::*;
-use serde_json::Value;
 use std::sync::Arc;
 
 /// localStorage key of the toggle.
@@ -63,46 +64,32 @@ impl PeersView {
     }
 }
 
-fn num(v: &Value, path: &[&str]) -> Option<f64> {
-    path.iter().try_fold(v, |v, k| v.get(*k))?.as_f64()
-}
-
-fn text(v: &Value, key: &str) -> Option<String> {
-    v.get(key)?.as_str().map(str::to_string)
-}
-
-/// Reads `result.peers` (None when the run had none).
-pub fn parse(p: &Value) -> Option<PeersView> {
-    if !p.is_object() {
-        return None;
-    }
-    let peers = p
-        .get("peers")
-        .and_then(Value::as_array)
-        .map(|list| {
-            list.iter()
+impl From<&PeersReport> for PeersView {
+    /// `result.peers` as the Run pane shows it.
+    fn from(p: &PeersReport) -> PeersView {
+        PeersView {
+            unavailable: p.unavailable.clone(),
+            torch: p.torch.clone(),
+            rounds: Some(p.rounds as u64).filter(|&r| r > 0),
+            peers: p
+                .peers
+                .iter()
                 .map(|q| PeerView {
-                    name: text(q, "name").unwrap_or_else(|| "?".into()),
-                    median_us: num(q, &["timing", "median_us"]),
-                    min_us: num(q, &["timing", "min_us"]),
-                    max_us: num(q, &["timing", "max_us"]),
-                    passed: q.get("passed").and_then(Value::as_bool).unwrap_or(false),
-                    compile_s: num(q, &["compile_s"]),
-                    speedup: num(q, &["speedup"]),
-                    error: text(q, "error"),
+                    name: q.name.clone(),
+                    median_us: q.timing.as_ref().map(|t| t.median_us),
+                    min_us: q.timing.as_ref().map(|t| t.min_us),
+                    max_us: q.timing.as_ref().map(|t| t.max_us),
+                    passed: q.passed,
+                    compile_s: q.compile_s,
+                    speedup: q.speedup,
+                    error: q.error.clone(),
                 })
-                .collect()
-        })
-        .unwrap_or_default();
-    Some(PeersView {
-        unavailable: text(p, "unavailable"),
-        torch: text(p, "torch"),
-        rounds: p.get("rounds").and_then(Value::as_u64).filter(|&r| r > 0),
-        peers,
-        best: text(p, "best"),
-        speedup: num(p, &["speedup"]),
-        spread: num(p, &["speedup_min"]).zip(num(p, &["speedup_max"])),
-    })
+                .collect(),
+            best: p.best.clone(),
+            speedup: p.speedup,
+            spread: p.speedup_min.zip(p.speedup_max),
+        }
+    }
 }
 
 /// Whether runs ask for peers (the toggle, kept in localStorage).
@@ -110,10 +97,10 @@ pub fn wanted() -> bool {
     crate::storage_get(PEERS_KEY).as_deref() == Some("on")
 }
 
-/// Adds `"peers": true` to a run body when the toggle is on.
-pub fn add_to_request(body: &mut Value) {
+/// Asks for peers in a run body when the toggle is on.
+pub fn add_to_request(body: &mut RunBody) {
     if wanted() {
-        body["peers"] = Value::Bool(true);
+        body.peers = Some(true);
     }
 }
 
@@ -274,30 +261,34 @@ mod tests {
         assert!(!peers_html(&p, false).contains(" id="));
     }
 
+    /// The peers of a `result.peers` JSON object.
+    fn parse(v: serde_json::Value) -> PeersView {
+        PeersView::from(&serde_json::from_value::<PeersReport>(v).expect("a peers report"))
+    }
+
     #[test]
     fn unavailable_and_unvalidated_peers_say_so() {
         let p = parse(
-            &serde_json::json!({"unavailable": "cannot import torch: No module named 'torch'"}),
-        )
-        .unwrap();
+            serde_json::json!({"unavailable": "cannot import torch: No module named 'torch'"}),
+        );
         assert_eq!(
             p.headline(),
             "peers unavailable: cannot import torch: No module named 'torch'"
         );
         assert_eq!(p.spread_text(), None);
-        let p = parse(&serde_json::json!({"torch": "2.11", "rounds": 5, "peers": [
-            {"name": "eager", "passed": false, "timing": {"median_us": 1.0}}
-        ]}))
-        .unwrap();
+        let p = parse(serde_json::json!({"torch": "2.11", "rounds": 5, "peers": [
+            {"name": "eager", "passed": false}
+        ]}));
         assert_eq!(p.headline(), "no peer validated");
         assert!(!p.peers[0].passed);
-        let p = parse(&serde_json::json!({"peers": [{"name": "eager", "error": "<Triton> & co"}]}))
-            .unwrap();
+        let p = parse(serde_json::json!({"peers": [
+            {"name": "eager", "passed": false, "error": "<Triton> & co"}
+        ]}));
         let html = peers_html(&p, true);
         assert!(
             html.contains("not timed: &lt;Triton&gt; &amp; co"),
             "{html}"
         );
-        assert_eq!(parse(&Value::Null), None);
+        assert!(serde_json::from_value::<PeersReport>(serde_json::Value::Null).is_err());
     }
 }

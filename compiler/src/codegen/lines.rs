@@ -30,7 +30,7 @@ pub enum Written {
 
 /// One line of the CUDA source in the line map.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case", try_from = "CudaLineRecord")]
 pub enum CudaLine {
     Prelude,
     Signature,
@@ -48,6 +48,56 @@ pub enum CudaLine {
         ir_line: usize,
         pass: Option<String>,
     },
+}
+
+/// A [`CudaLine`]'s JSON (`{"kind": ..., fields}`) read as one flat record. Same JSON as the
+/// tagged enum; read this way because serde's reader for internally tagged enums buffers every
+/// entry and costs the playground's wasm tens of KiB (it reads the map from `POST
+/// /api/inspect`).
+#[derive(Deserialize)]
+struct CudaLineRecord {
+    kind: CudaLineKind,
+    #[serde(default)]
+    stmt: Option<usize>,
+    #[serde(default)]
+    ir_line: Option<usize>,
+    #[serde(default)]
+    pass: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum CudaLineKind {
+    Prelude,
+    Signature,
+    Setup,
+    Binding,
+    Stmt,
+}
+
+impl TryFrom<CudaLineRecord> for CudaLine {
+    type Error = &'static str;
+
+    fn try_from(r: CudaLineRecord) -> Result<CudaLine, &'static str> {
+        let ir_line = || {
+            r.ir_line
+                .ok_or("a `binding` or `stmt` line needs `ir_line`")
+        };
+        Ok(match r.kind {
+            CudaLineKind::Prelude => CudaLine::Prelude,
+            CudaLineKind::Signature => CudaLine::Signature,
+            CudaLineKind::Setup => CudaLine::Setup,
+            CudaLineKind::Binding => CudaLine::Binding {
+                ir_line: ir_line()?,
+                pass: r.pass,
+            },
+            CudaLineKind::Stmt => CudaLine::Stmt {
+                stmt: r.stmt.ok_or("a `stmt` line needs `stmt`")?,
+                ir_line: ir_line()?,
+                pass: r.pass,
+            },
+        })
+    }
 }
 
 impl CudaLine {
@@ -247,6 +297,44 @@ mod tests {
     fn a_line_removed_and_put_back_is_blamed_on_the_text_that_put_it_back() {
         let texts = ["a\nb\nc\n", "a\nc\n", "a\nb\nc\n"];
         assert_eq!(blame(&texts), [Some(0), Some(2), Some(0)]);
+    }
+
+    /// Every kind of line reads back from the JSON it writes (`{"kind": ..., fields}`); a line
+    /// without its kind's fields is refused.
+    #[test]
+    fn line_map_entries_round_trip_through_json() {
+        let lines = [
+            CudaLine::Prelude,
+            CudaLine::Signature,
+            CudaLine::Setup,
+            CudaLine::Binding {
+                ir_line: 5,
+                pass: Some("loop_nest".into()),
+            },
+            CudaLine::Stmt {
+                stmt: 12,
+                ir_line: 17,
+                pass: None,
+            },
+        ];
+        for l in lines {
+            let json = serde_json::to_string(&l).unwrap();
+            assert_eq!(
+                serde_json::from_str::<CudaLine>(&json).unwrap(),
+                l,
+                "{json}"
+            );
+        }
+        assert_eq!(
+            serde_json::to_value(CudaLine::Binding {
+                ir_line: 5,
+                pass: None
+            })
+            .unwrap(),
+            serde_json::json!({"kind": "binding", "ir_line": 5, "pass": null})
+        );
+        assert!(serde_json::from_str::<CudaLine>(r#"{"kind": "stmt", "ir_line": 3}"#).is_err());
+        assert!(serde_json::from_str::<CudaLine>(r#"{"kind": "binding"}"#).is_err());
     }
 
     #[test]

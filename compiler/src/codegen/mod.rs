@@ -155,6 +155,13 @@ pub fn emit_mapped(
         src.push('\n');
         src.push_str(prelude::TMA_STORE);
     }
+    if uses.wgmma {
+        src.push('\n');
+        src.push_str(prelude::WGMMA);
+        for &(n, input, ta, tb) in &uses.wgmma_shapes {
+            src.push_str(&prelude::wgmma_function(n, input, ta, tb));
+        }
+    }
     src.push('\n');
     let signature_line = lines::count(&src);
     // A block size known only at run time is still at most 1024 threads (the plan checks it).
@@ -277,6 +284,9 @@ struct Uses {
     warp: bool,
     /// Consumer-only (named) barriers.
     named_barrier: bool,
+    /// Tensor-core helpers, and each wgmma shape issued (N, input type, transposed A, B).
+    wgmma: bool,
+    wgmma_shapes: std::collections::BTreeSet<(i64, &'static str, bool, bool)>,
 }
 
 struct Emitter<'a> {
@@ -740,6 +750,42 @@ impl Emitter<'_> {
                 Stmt::FenceProxyAsync => {
                     self.uses.tma_store = true;
                     self.line(depth, "hf_fence_proxy_async();");
+                }
+                Stmt::Wgmma(w) => {
+                    self.uses.wgmma = true;
+                    let input = match w.input {
+                        DType::F16 => "f16",
+                        _ => "bf16",
+                    };
+                    let shape = (w.n, input, w.a.transposed, w.b.transposed);
+                    self.uses.wgmma_shapes.insert(shape);
+                    let name = prelude::wgmma_name(w.n, input, w.a.transposed, w.b.transposed);
+                    let acc = self.access(&w.acc);
+                    let a = self.access(&w.a.tile);
+                    let b = self.access(&w.b.tile);
+                    let accumulate = match &w.accumulate {
+                        Some(a) => self.access(a),
+                        None => "1".into(),
+                    };
+                    self.line(
+                        depth,
+                        &format!(
+                            "{name}(&{acc}, hf_wgmma_desc(&{a}, {:#x}ull), hf_wgmma_desc(&{b}, {:#x}ull), {accumulate});",
+                            w.a.desc_bits, w.b.desc_bits
+                        ),
+                    );
+                }
+                Stmt::WgmmaFence => {
+                    self.uses.wgmma = true;
+                    self.line(depth, "hf_wgmma_fence();");
+                }
+                Stmt::WgmmaCommit => {
+                    self.uses.wgmma = true;
+                    self.line(depth, "hf_wgmma_commit();");
+                }
+                Stmt::WgmmaWait(n) => {
+                    self.uses.wgmma = true;
+                    self.line(depth, &format!("hf_wgmma_wait<{n}>();"));
                 }
                 Stmt::TmaLoad(t) => {
                     let bar = self.barrier(t.bars, &t.slot);

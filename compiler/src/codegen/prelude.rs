@@ -199,3 +199,52 @@ __device__ __forceinline__ void hf_fence_proxy_async() {
   asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");
 }
 ";
+
+pub const WGMMA: &str = "// Tensor cores (wgmma, sm_90a). A shared-memory matrix descriptor: the operand's start
+// address (bits 0..13, in 16-byte units) over the constant LBO, SBO and swizzle bits.
+__device__ __forceinline__ unsigned long long hf_wgmma_desc(const void* tile, unsigned long long bits) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(tile);
+  return bits | (unsigned long long)((a & 0x3FFFFu) >> 4);
+}
+__device__ __forceinline__ void hf_wgmma_fence() { asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\"); }
+__device__ __forceinline__ void hf_wgmma_commit() { asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\"); }
+template <int N>
+__device__ __forceinline__ void hf_wgmma_wait() { asm volatile(\"wgmma.wait_group.sync.aligned %0;\" :: \"n\"(N) : \"memory\"); }
+";
+
+/// The name of the device function issuing one `wgmma.mma_async.m64nNk16` with an f32
+/// accumulator on `input` (`bf16` or `f16`) operands, transposed (MN-major) or not.
+pub fn wgmma_name(n: i64, input: &str, trans_a: bool, trans_b: bool) -> String {
+    format!(
+        "hf_wgmma_m64n{n}k16_{input}_{}{}",
+        if trans_a { 't' } else { 'n' },
+        if trans_b { 't' } else { 'n' }
+    )
+}
+
+/// The device function [`wgmma_name`] names: N / 2 accumulator registers bound as `+f`
+/// operands (the array is indexed by constants only, so they stay registers), both operands
+/// through descriptors, `scale-d` from a run-time flag.
+pub fn wgmma_function(n: i64, input: &str, trans_a: bool, trans_b: bool) -> String {
+    let regs = n / 2;
+    let d: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+    let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    format!(
+        "__device__ __forceinline__ void {name}(float* d, unsigned long long a, unsigned long long b, int accumulate) {{
+  asm volatile(
+      \"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc}, 0;\\n\"
+      \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{input}.{input} {{{d}}}, %{da}, %{db}, p, 1, 1, {ta}, {tb};\\n}}\\n\"
+      : {outs}
+      : \"l\"(a), \"l\"(b), \"r\"(accumulate));
+}}
+",
+        name = wgmma_name(n, input, trans_a, trans_b),
+        acc = regs + 2,
+        da = regs,
+        db = regs + 1,
+        d = d.join(", "),
+        ta = u8::from(trans_a),
+        tb = u8::from(trans_b),
+        outs = outs.join(", "),
+    )
+}

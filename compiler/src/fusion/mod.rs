@@ -35,10 +35,14 @@ pub enum ParallelType {
     Unroll,
     /// Axes covered by one TMA box (lowered by the TMA issue; rejected until then).
     Bulk,
+    /// The instruction tile of a tensor-core product (`wgmma`): the M, N and K axes of one
+    /// `m64nNk16` instruction on the sum of products, and the M and N axes of the tensors
+    /// that read its accumulator fragment (lowered by the `mma` pass).
+    Mma,
 }
 
 impl ParallelType {
-    pub const ALL: [ParallelType; 10] = [
+    pub const ALL: [ParallelType; 11] = [
         ParallelType::Serial,
         ParallelType::BIDx,
         ParallelType::BIDy,
@@ -49,6 +53,7 @@ impl ParallelType {
         ParallelType::Vectorize,
         ParallelType::Unroll,
         ParallelType::Bulk,
+        ParallelType::Mma,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -62,6 +67,7 @@ impl ParallelType {
             ParallelType::Vectorize => "Vectorize",
             ParallelType::Unroll => "Unroll",
             ParallelType::Bulk => "Bulk",
+            ParallelType::Mma => "Mma",
         }
     }
     pub fn parse(s: &str) -> Option<ParallelType> {

@@ -614,7 +614,7 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     let (pname, psp) = a.ident(1)?;
                     let p = ParallelType::parse(pname).ok_or_else(|| {
                         Diagnostic::new(
-                            format!("{}: unknown parallel type `{pname}` (BIDx, BIDy, BIDz, TIDx, TIDy, TIDz, Vectorize, Unroll, Serial, Bulk)", a.what),
+                            format!("{}: unknown parallel type `{pname}` (BIDx, BIDy, BIDz, TIDx, TIDy, TIDz, Vectorize, Unroll, Serial, Bulk, Mma)", a.what),
                             Some(psp),
                         )
                     })?;
@@ -623,7 +623,7 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     }
                     let id = f.tensors[t].loop_domain[ax];
                     // A box spans several Bulk axes; other parallel types bind one axis each.
-                    if p != ParallelType::Serial && p != ParallelType::Bulk {
+                    if !matches!(p, ParallelType::Serial | ParallelType::Bulk | ParallelType::Mma) {
                         if let Some(other) = f.tensors[t].loop_domain.iter().position(|&i| i != id && f.ids[i].parallel == p) {
                             return a.err(format!("axis {other} of `{tname}` is already bound to {p}"), Some(psp));
                         }
@@ -1052,11 +1052,13 @@ pub(crate) fn replay(
     for &r in &ref_loop {
         if let Some(&u) = map.get(&r) {
             let p = f.ids[r].parallel;
-            // A parallel type already used by another axis of the target stays where it is.
-            let clash = f.tensors[target]
-                .loop_domain
-                .iter()
-                .any(|&x| x != u && f.ids[x].parallel == p && p != ParallelType::Serial);
+            // A parallel type already used by another axis of the target stays where it is (Mma
+            // marks the three axes of the instruction tile).
+            let clash = f.tensors[target].loop_domain.iter().any(|&x| {
+                x != u
+                    && f.ids[x].parallel == p
+                    && !matches!(p, ParallelType::Serial | ParallelType::Mma)
+            });
             let grid_reduction = p.is_block() && f.ids[u].kind == IterKind::Reduction;
             if !clash && !grid_reduction {
                 f.ids[u].parallel = p;

@@ -10,7 +10,7 @@
 
 use super::{mul, Ctx};
 use crate::diag::Diagnostic;
-use crate::fusion::{IterKind, MemoryType, TensorId};
+use crate::fusion::{IterKind, MemoryType, ParallelType, TensorId};
 use crate::kir::{Kernel, Stmt, Val};
 use crate::plan::SizeExpr;
 use std::collections::HashMap;
@@ -82,9 +82,17 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         let stage = match tma_stages.get(&b) {
             Some(&n) => SizeExpr::Const(n),
             None => {
-                let base = ids
+                let mut base = ids
                     .iter()
                     .fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id)));
+                // An accumulator fragment: the warp group's threads share its M x N tile.
+                if k.buffers[b].memory == MemoryType::Local
+                    && ids
+                        .iter()
+                        .any(|&id| f.ids[id].parallel == ParallelType::Mma)
+                {
+                    base = super::ceil_div(base, crate::target::WARPGROUP_THREADS);
+                }
                 match stages_of.get(&b) {
                     Some(_) if k.buffers[b].memory == MemoryType::Shared => {
                         let per16 = (16 / k.buffers[b].dtype.size_bytes() as i64).max(1);

@@ -373,6 +373,27 @@ fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic
         get(ParallelType::TIDy),
         get(ParallelType::TIDz),
     ];
+    // A tensor-core product runs on a warp group: threadIdx.x is its 128 threads (the
+    // accumulator fragment's layout is fixed by the instruction, not by the schedule).
+    let mma_user = f.tensors.iter().find(|t| {
+        t.definition.is_some()
+            && t.loop_domain
+                .iter()
+                .any(|&id| f.ids[id].parallel == ParallelType::Mma)
+    });
+    if let Some(user) = mma_user {
+        if let Some((e, who)) = bound.get(&ParallelType::TIDx) {
+            return Err(Diagnostic::new(
+                format!(
+                    "`{}` has Mma axes, so threadIdx.x is the {} threads of a warp group, but `{who}` binds TIDx to {e}; use TIDy or TIDz for other thread axes",
+                    user.name,
+                    crate::target::WARPGROUP_THREADS
+                ),
+                user.span,
+            ));
+        }
+        k.block[0] = SizeExpr::Const(crate::target::WARPGROUP_THREADS);
+    }
     let threads = k
         .block
         .iter()
@@ -480,7 +501,7 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
             .map(|u| f.exprs[u].output)
             .collect();
         for c in &consumers {
-            if let Some(open) = open_loops(cx, &pending, *c, q_t) {
+            if let Some(open) = open_loops(cx, &pending, &instances, *c, q_t) {
                 let n = q_t.min(open.len());
                 let common = n.min(inst.len());
                 if open[..common] != inst[..common] {
@@ -513,7 +534,22 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
                 } else {
                     stmt_seq[&p]
                 };
-                if outer_of_p > seq_of_node[inst[q]] {
+                // The shared loop `inst[q]` was opened (by a sibling inlined deeper) before
+                // `p` was computed: move that loop after `p` when nothing computed since
+                // needs what it holds.
+                if outer_of_p > seq_of_node[inst[q]]
+                    && !move_after_siblings(
+                        cx,
+                        &mut nodes,
+                        &mut top,
+                        &inst,
+                        q,
+                        &instances,
+                        &mut seq_of_node,
+                        &mut stmt_seq,
+                        &mut seq,
+                    )
+                {
                     return Err(Diagnostic::new(
                         format!(
                             "inlining breaks a dependency: `{}` would be computed inside loops that run before its producer `{}` is computed",
@@ -610,6 +646,80 @@ fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagn
     Ok(())
 }
 
+/// Moves the loop `inst[q]` (and everything in it) to the end of its parent's statements,
+/// renumbering it as created now. Legal when no tensor computed after the loop was opened,
+/// outside it, reads a tensor computed inside it; returns whether it moved.
+#[allow(clippy::too_many_arguments)]
+fn move_after_siblings(
+    cx: &Ctx,
+    nodes: &mut [LoopNode],
+    top: &mut Vec<Child>,
+    inst: &[usize],
+    q: usize,
+    instances: &HashMap<TensorId, Vec<usize>>,
+    seq_of_node: &mut [usize],
+    stmt_seq: &mut HashMap<TensorId, usize>,
+    seq: &mut usize,
+) -> bool {
+    let f = cx.fusion;
+    let root = inst[q];
+    let opened = seq_of_node[root];
+    let inside: HashSet<TensorId> = instances
+        .iter()
+        .filter(|(_, i)| i.get(q) == Some(&root))
+        .map(|(&t, _)| t)
+        .collect();
+    let reads_inside = stmt_seq.iter().any(|(&u, &s)| {
+        s > opened
+            && !inside.contains(&u)
+            && f.tensors[u]
+                .definition
+                .is_some_and(|d| f.exprs[d].input_tensors().any(|x| inside.contains(&x)))
+    });
+    if reads_inside {
+        return false;
+    }
+    let siblings = match q {
+        0 => top,
+        _ => &mut nodes[inst[q - 1]].children,
+    };
+    let Some(at) = siblings
+        .iter()
+        .position(|c| matches!(c, Child::Loop(n) if *n == root))
+    else {
+        return false;
+    };
+    let moved = siblings.remove(at);
+    siblings.push(moved);
+    // Renumber the loop's nodes and statements after everything created so far, in order.
+    let mut stack = vec![root];
+    let mut subtree = Vec::new();
+    while let Some(n) = stack.pop() {
+        subtree.push(n);
+        stack.extend(nodes[n].children.iter().filter_map(|c| match c {
+            Child::Loop(i) => Some(*i),
+            Child::Compute(_) => None,
+        }));
+    }
+    let last = subtree
+        .iter()
+        .map(|&n| seq_of_node[n])
+        .chain(inside.iter().filter_map(|t| stmt_seq.get(t).copied()))
+        .max()
+        .unwrap_or(opened);
+    let shift = *seq - opened;
+    for n in subtree {
+        seq_of_node[n] += shift;
+    }
+    for t in &inside {
+        if let Some(s) = stmt_seq.get_mut(t) {
+            *s += shift;
+        }
+    }
+    *seq += last - opened + 1;
+    true
+}
+
 fn make_compute(cx: &Ctx, e: usize) -> Result<Compute, Diagnostic> {
     let f = cx.fusion;
     let expr = &f.exprs[e];
@@ -694,33 +804,57 @@ fn make_compute(cx: &Ctx, e: usize) -> Result<Compute, Diagnostic> {
 fn open_loops(
     cx: &Ctx,
     pending: &HashMap<TensorId, Vec<usize>>,
+    placed: &HashMap<TensorId, Vec<usize>>,
     c: TensorId,
     depth: usize,
 ) -> Option<Vec<usize>> {
     let f = cx.fusion;
-    // The answer for (c, depth) found without looking at consumers, if there is one.
-    let direct = |c: TensorId, depth: usize| -> Option<Option<Vec<usize>>> {
+    // The loops found for (c, depth) without looking at consumers. They may cover fewer than
+    // `depth` loops (a sibling inlined less deeply); the consumers may then know deeper ones.
+    let direct = |c: TensorId, depth: usize| -> Option<Vec<usize>> {
         if depth == 0 {
-            return Some(None);
+            return None;
         }
         if let Some(open) = pending.get(&c) {
-            return Some(Some(open[..depth.min(open.len())].to_vec()));
+            return Some(open[..depth.min(open.len())].to_vec());
         }
-        // A sibling producer of `c` already has loops open for it (its own producers opened
-        // them): `c` will run in those, as deep as that sibling is inlined into it.
-        if let Some(def) = f.tensors[c].definition {
+        // A producer of `c` not placed yet will run in the loops already open for it (by its
+        // own producers), as deep as it is inlined into `c`; so, through producers not placed
+        // yet, will `c`.
+        let mut stack = vec![(c, depth)];
+        let mut seen = HashSet::new();
+        while let Some((t, d)) = stack.pop() {
+            let Some(def) = f.tensors[t].definition else {
+                continue;
+            };
             for p in f.exprs[def].input_tensors() {
-                if let (Some(open), Some(&(_, q_p))) = (pending.get(&p), cx.placement.get(&p)) {
-                    let n = depth.min(open.len()).min(q_p);
-                    if n > 0 {
-                        return Some(Some(open[..n].to_vec()));
-                    }
+                let Some(&(_, q_p)) = cx.placement.get(&p) else {
+                    continue;
+                };
+                let n = d.min(q_p);
+                if n == 0 || !seen.insert((p, n)) {
+                    continue;
+                }
+                if let Some(open) = pending.get(&p) {
+                    return Some(open[..n.min(open.len())].to_vec());
+                }
+                if !placed.contains_key(&p) {
+                    stack.push((p, n));
                 }
             }
         }
         None
     };
+    // The longer of two answers (both are prefixes of the loops the tensor will run in).
+    fn longer(a: Option<Vec<usize>>, b: Option<Vec<usize>>) -> Option<Vec<usize>> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(if b.len() > a.len() { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
     let mut memo: HashMap<(TensorId, usize), Option<Vec<usize>>> = HashMap::new();
+    // What `direct` found for a tensor still exploring its consumers.
+    let mut partial: HashMap<(TensorId, usize), Option<Vec<usize>>> = HashMap::new();
     // Frames: (tensor, depth, index of the next consumer to try).
     let mut stack = vec![(c, depth, 0usize)];
     while let Some(&mut (t, d, ref mut next)) = stack.last_mut() {
@@ -729,19 +863,21 @@ fn open_loops(
             continue;
         }
         if *next == 0 {
-            if let Some(answer) = direct(t, d) {
-                memo.insert((t, d), answer);
+            let found = direct(t, d);
+            if d == 0 || found.as_ref().is_some_and(|o| o.len() >= d) {
+                memo.insert((t, d), found);
                 stack.pop();
                 continue;
             }
+            partial.insert((t, d), found);
         }
         let child_depth = d.min(cx.placement[&t].1);
         // The consumer tried last, once its answer is known.
         if *next > 0 {
             let prev = f.exprs[cx.uses[t][*next - 1]].output;
             if let Some(Some(open)) = memo.get(&(prev, child_depth)) {
-                let open = open.clone();
-                memo.insert((t, d), Some(open));
+                let open = longer(partial.remove(&(t, d)).flatten(), Some(open.clone()));
+                memo.insert((t, d), open);
                 stack.pop();
                 continue;
             }
@@ -753,7 +889,7 @@ fn open_loops(
                 stack.push((consumer, child_depth, 0));
             }
             None => {
-                memo.insert((t, d), None);
+                memo.insert((t, d), partial.remove(&(t, d)).flatten());
                 stack.pop();
             }
         }

@@ -6,6 +6,7 @@
 pub mod allocation;
 pub mod indexing;
 pub mod loop_nest;
+pub mod mma;
 pub mod predicate;
 pub mod reduction;
 pub mod simplify;
@@ -86,6 +87,12 @@ pub const PIPELINE: &[Pass] = &[
         summary: "block barriers for shared memory (RAW and WAR)",
         run: sync::run,
         applies: always,
+    },
+    Pass {
+        name: "mma",
+        summary: "tensor-core tiles: wgmma on descriptors, accumulator fragments",
+        run: mma::run,
+        applies: mma::used,
     },
     Pass {
         name: "simplify",

@@ -126,10 +126,12 @@ impl State<'_> {
         let out_mem = self.k.buffers[c.out.buffer].memory;
         if out_mem != MemoryType::Local {
             for &p in &self.used {
-                let varies = tensor
-                    .loop_domain
-                    .iter()
-                    .any(|&id| f.ids[id].parallel == p && f.ids[id].kind != IterKind::Reduction);
+                // Mma axes spread the tile over the warp group's threads (threadIdx.x).
+                let varies = tensor.loop_domain.iter().any(|&id| {
+                    let q = f.ids[id].parallel;
+                    (q == p || (q == ParallelType::Mma && p == ParallelType::TIDx))
+                        && f.ids[id].kind != IterKind::Reduction
+                });
                 if !varies {
                     conds.push(Val::eq(Val::Hw(p), Val::Int(0)));
                 }
@@ -294,7 +296,7 @@ fn guard(pred: Val, body: Vec<Stmt>) -> Stmt {
 }
 
 /// Deterministic pseudo-random values for probing index expressions.
-fn sample(seed: u64) -> i64 {
+pub(super) fn sample(seed: u64) -> i64 {
     let mut x = seed
         .wrapping_mul(0x9E37_79B9_7F4A_7C15)
         .wrapping_add(0x632B_E59B_D9B4_E019);
@@ -306,7 +308,7 @@ fn sample(seed: u64) -> i64 {
 
 /// Evaluates `idx` with `var = lane` and every other variable and size set from `seed`
 /// (sizes listed in `multiples` are made multiples of `mult`).
-fn eval(
+pub(super) fn eval(
     idx: &Val,
     var: &str,
     lane: i64,

@@ -834,13 +834,43 @@ pub fn run_issue(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 a.index = Some(swizzled_index(i, elem, sw));
             }
         };
-        crate::kir::for_each_block_mut(&mut body, &mut |block| {
-            for s in block.iter_mut() {
-                if let Stmt::Compute(c) = s {
-                    swizzle(&mut c.out);
-                    c.value.for_each_read_mut(&mut swizzle);
+        // Inside a tensor-core product's tile (three Mma loops) the operands are read through
+        // matrix descriptors, whose swizzle mode applies the same mapping in hardware (the
+        // `mma` pass reads the logical index there).
+        fn product_tile(l: &Loop) -> bool {
+            let mut depth = 0;
+            let mut cur = l;
+            loop {
+                depth += 1;
+                match cur.body.as_slice() {
+                    [Stmt::Loop(inner)] if inner.parallel == ParallelType::Mma => cur = inner,
+                    _ => return depth >= 3,
                 }
             }
+        }
+        fn outside_mma(body: &mut [Stmt], f: &mut dyn FnMut(&mut crate::kir::Compute)) {
+            for s in body {
+                match s {
+                    Stmt::Loop(l) if l.parallel == ParallelType::Mma && product_tile(l) => {}
+                    Stmt::Loop(l) => outside_mma(&mut l.body, f),
+                    Stmt::If { then, els, .. } => {
+                        outside_mma(then, f);
+                        outside_mma(els, f);
+                    }
+                    Stmt::WarpRoles {
+                        producer, consumer, ..
+                    } => {
+                        outside_mma(producer, f);
+                        outside_mma(consumer, f);
+                    }
+                    Stmt::Compute(c) => f(c),
+                    _ => {}
+                }
+            }
+        }
+        outside_mma(&mut body, &mut |c| {
+            swizzle(&mut c.out);
+            c.value.for_each_read_mut(&mut swizzle);
         });
     }
     k.body = body;
@@ -1023,18 +1053,36 @@ fn check_box_layout(
         .zip(extents.iter().copied())
         .filter(|&(_, e)| e != 1)
         .unzip();
-    let at = |point: &[i64]| -> Option<i64> {
-        let v = vars
-            .iter()
+    // The element of the box at `point` relative to its first one (the same for every value
+    // of the loops around the box: probed), so a box may start anywhere in the buffer (one of
+    // several boxes of a tile).
+    let point_index = |point: &[i64]| {
+        vars.iter()
             .zip(point)
-            .fold(index.clone(), |acc, (var, &x)| acc.subst(var, &Val::Int(x)));
-        match super::simplify::simplify(&v, &HashMap::new()) {
-            Val::Int(i) => Some(i),
-            _ => None,
-        }
+            .fold(index.clone(), |acc, (var, &x)| acc.subst(var, &Val::Int(x)))
     };
     let zero = vec![0i64; vars.len()];
-    let mut ok = box_elements == loop_elements && at(&zero) == Some(0);
+    let origin = point_index(&zero);
+    let at = |point: &[i64]| -> Option<i64> {
+        let v = point_index(point);
+        let mut found = None;
+        for seed in 0..4u64 {
+            let d = super::predicate::eval(&v, "", 0, seed, &[], 1)?
+                - super::predicate::eval(&origin, "", 0, seed, &[], 1)?;
+            if found.is_some_and(|f| f != d) {
+                return None;
+            }
+            found = Some(d);
+        }
+        found
+    };
+    // A swizzled box starts on its pattern's repeat (1024 bytes), whatever the loops around.
+    let elem = k.buffers[src.buffer].dtype.size_bytes() as i64;
+    let repeat = stage_align(store.swizzle) / elem;
+    let aligned_start = (0..4u64).all(|seed| {
+        super::predicate::eval(&origin, "", 0, seed, &[], 1).is_some_and(|o| o % repeat == 0)
+    });
+    let mut ok = box_elements == loop_elements && at(&zero) == Some(0) && aligned_start;
     let mut stride = 1i64;
     for d in (0..vars.len()).rev() {
         if !ok {
@@ -1560,7 +1608,8 @@ fn shift_writes(s: &mut Stmt, buffer: usize, offset: &Val) {
 }
 
 /// Register counts of `setmaxnreg`: multiples of 8 in 24..256, producer <= the count every
-/// thread starts with <= consumer, and the block's total within the 64K register file.
+/// thread starts with <= consumer, and the block's total within the 64K register file and
+/// equal to what it is launched with.
 pub fn check_registers(
     producer: u32,
     consumer: u32,
@@ -1585,6 +1634,19 @@ pub fn check_registers(
         return Err(format!(
             "registers=[{producer}, {consumer}]: {producer} x {producer_threads} producer threads + {consumer} x {} consumer threads = {total} registers, more than the 65536 of an SM",
             threads - producer_threads
+        ));
+    }
+    // setmaxnreg moves registers between warp groups of one allocation: what the producers
+    // give up must be what the consumers take, else `.inc` can wait forever for registers no
+    // one frees (the CUTLASS hang with 24/232/232 against 3 x 168).
+    let launch = entry as i64 * threads;
+    if total != launch {
+        let groups = threads / 128;
+        return Err(format!(
+            "registers=[{producer}, {consumer}]: {producer} x {producer_threads} producer threads + {consumer} x {} consumer threads = {total} registers, but the block is launched with {entry} x {threads} = {launch}; the counts must move registers between warp groups, not add any (e.g. producer + {} x consumer = {} per thread of each group)",
+            threads - producer_threads,
+            groups - 1,
+            entry as i64 * groups
         ));
     }
     Ok(())

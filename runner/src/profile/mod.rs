@@ -15,11 +15,13 @@
 //!
 //! Used by `hopfuse run --profile` and by the service's worker for a run with `"profile":
 //! true` ([`profile_program`]); either way the answer is a [`ProfileReport`] in
-//! `result.profile` (types in [`report`], shared with the playground).
+//! `result.profile` (types in [`report`]: `hopfuse_api::profile`, shared with the playground).
 
 pub mod raw_page;
-pub mod report;
 pub mod tensor_roof;
+// The report's types and its SVG are wire data, defined in `hopfuse-api` (the playground draws
+// the same report with the same code).
+pub use hopfuse_api::profile as report;
 
 use crate::engine::{CopyCeiling, RunResult};
 use hopfuse::IndexType;

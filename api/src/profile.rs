@@ -3,9 +3,9 @@
 //! it: the Nsight Compute metrics of the kernel's launch, its top warp stalls, and its roofline
 //! point against the ceilings measured in the same worker process, with the roofline as SVG.
 //!
-//! Plain data and pure functions (serde and std only, no GPU, no runner types), so the
-//! playground compiles this very file (`web/src/profile_view.rs` includes it by path) and both
-//! sides read and draw the same thing; it moves whole into a shared API-types crate.
+//! Plain data and pure functions (serde and std only, no GPU, no runner types): the runner's
+//! `profile/` fills it in and the playground (`web/src/profile_view.rs`) reads and draws the
+//! same thing with the same code.
 //!
 //! The SVG is built from numbers and fixed words only (nothing from the program or ncu's text),
 //! so the page may insert it as markup.

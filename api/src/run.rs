@@ -1,0 +1,537 @@
+//! One run: what to run ([`RunRequest`]), what it measured ([`RunResult`]) or why it could not
+//! ([`RunError`]), and the pieces of a measurement: the device ([`DeviceInfo`]), timings
+//! ([`Timing`]), the kernel's attributes, validations against the float64 reference
+//! ([`Check`]), the copy and cuBLAS ceilings and the torch peers ([`PeersReport`]).
+//!
+//! Moved here from the runner's `engine`, `gpu.rs`, `validate.rs` and `peers.rs` (which
+//! re-export them), unchanged: the JSON is the one docs/api.md describes.
+
+use hopfuse::plan::ConcreteLaunch;
+use hopfuse::{DType, IndexType};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Everything one run needs; the program travels as text so a service can send it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRequest {
+    /// The program's file name, for diagnostics and the report.
+    pub file: String,
+    pub source: String,
+    pub sizes: BTreeMap<String, i64>,
+    pub iters: u32,
+    pub warmup: u32,
+    pub seed: u64,
+    /// `None`: `i32` when every tensor has fewer than 2^31 elements, else `i64`.
+    pub index: Option<IndexType>,
+    /// Measure the device-to-device copy ceiling.
+    pub copy_ceiling: bool,
+    /// Also time the fusion's torch twin, eagerly and under `torch.compile`, interleaved with
+    /// the kernel (the runner's `peers.rs`; single-program runs only, A/B runs ignore it).
+    #[serde(default)]
+    pub peers: bool,
+}
+
+impl RunRequest {
+    /// The most timed (and warm-up) launches the engine takes.
+    pub const MAX_ITERS: u32 = 100_000;
+
+    /// Refuses iteration counts outside `1..=MAX_ITERS` (warm-up: `0..=MAX_ITERS`).
+    pub fn check(&self) -> Result<(), RunError> {
+        if self.iters == 0 || self.iters > Self::MAX_ITERS {
+            return Err(RunError::new(
+                Stage::Request,
+                format!("iters must be in 1..={}", Self::MAX_ITERS),
+            ));
+        }
+        if self.warmup > Self::MAX_ITERS {
+            return Err(RunError::new(
+                Stage::Request,
+                format!("warmup must be at most {}", Self::MAX_ITERS),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Which part of a run failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Request,
+    Compile,
+    Sizes,
+    Nvrtc,
+    Cuda,
+    Reference,
+}
+
+impl Stage {
+    /// The name in the JSON (`error.stage`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Request => "request",
+            Stage::Compile => "compile",
+            Stage::Sizes => "sizes",
+            Stage::Nvrtc => "nvrtc",
+            Stage::Cuda => "cuda",
+            Stage::Reference => "reference",
+        }
+    }
+}
+
+/// A run that could not produce a result (a failed validation is a result, not an error).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
+pub struct RunError {
+    pub stage: Stage,
+    pub message: String,
+}
+
+impl RunError {
+    pub fn new(stage: Stage, message: impl Into<String>) -> RunError {
+        RunError {
+            stage,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let stage = match self.stage {
+            Stage::Request => "bad request",
+            Stage::Compile => "compile error",
+            Stage::Sizes => "sizes",
+            Stage::Nvrtc => "NVRTC",
+            Stage::Cuda => "CUDA",
+            Stage::Reference => "reference evaluator",
+        };
+        write!(f, "{stage}: {}", self.message)
+    }
+}
+
+/// How the timed launches keep the working set from being served out of L2.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", try_from = "L2PolicyRecord")]
+pub enum L2Policy {
+    /// The working set is larger than twice the L2: nothing needed.
+    None,
+    /// Launches cycle through `sets` copies of every tensor.
+    Rotate { sets: u32 },
+    /// A `bytes` scratch buffer is written (untimed) before every launch.
+    Flush { bytes: u64 },
+}
+
+/// An [`L2Policy`]'s JSON read as one flat record (the same JSON as the tagged enum; serde's
+/// reader for internally tagged enums costs the playground's wasm far more).
+#[derive(Deserialize)]
+struct L2PolicyRecord {
+    kind: L2PolicyKind,
+    #[serde(default)]
+    sets: Option<u32>,
+    #[serde(default)]
+    bytes: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum L2PolicyKind {
+    None,
+    Rotate,
+    Flush,
+}
+
+impl TryFrom<L2PolicyRecord> for L2Policy {
+    type Error = &'static str;
+
+    fn try_from(r: L2PolicyRecord) -> Result<L2Policy, &'static str> {
+        Ok(match r.kind {
+            L2PolicyKind::None => L2Policy::None,
+            L2PolicyKind::Rotate => L2Policy::Rotate {
+                sets: r.sets.ok_or("a `rotate` L2 policy needs `sets`")?,
+            },
+            L2PolicyKind::Flush => L2Policy::Flush {
+                bytes: r.bytes.ok_or("a `flush` L2 policy needs `bytes`")?,
+            },
+        })
+    }
+}
+
+impl fmt::Display for L2Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            L2Policy::None => write!(f, "none (working set > 2x L2)"),
+            L2Policy::Rotate { sets } => write!(f, "rotating {sets} copies of every tensor"),
+            L2Policy::Flush { bytes } => write!(
+                f,
+                "L2 flushed by writing {} MiB before each launch",
+                bytes >> 20
+            ),
+        }
+    }
+}
+
+/// The device-to-device copy ceiling.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CopyCeiling {
+    /// Size of one copy; it moves twice this (read + written).
+    pub buffer_bytes: u64,
+    pub timing: Timing,
+    pub gbps: f64,
+    /// `run`: measured by this run; `worker_start`: measured once when the worker process
+    /// started and reused by every run of that process (see `age_s`).
+    #[serde(default)]
+    pub measured: CeilingWhen,
+    /// Seconds from the measurement to this run (0 for `run`).
+    #[serde(default)]
+    pub age_s: f64,
+}
+
+/// When a copy ceiling was measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CeilingWhen {
+    /// By the run that reports it.
+    #[default]
+    Run,
+    /// Once, when the (warm) worker process started.
+    WorkerStart,
+}
+
+/// The cuBLAS ceiling of a matrix-product fusion (the runner's `cublas.rs`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GemmCeiling {
+    /// The call, e.g. `cublasGemmEx(N, T, m=4096, n=4096, k=4096) f32 x f32 -> f32, compute 32F`.
+    pub call: String,
+    pub timing: Timing,
+    pub tflops: f64,
+    /// cuBLAS's output on tensor set 0 against the same float64 reference as the kernel.
+    pub validation: Check,
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub file: String,
+    pub kernel: String,
+    pub sizes: BTreeMap<String, i64>,
+    pub seed: u64,
+    pub index_type: IndexType,
+    /// Why that index type (with `--index`: "requested").
+    pub index_reason: String,
+    pub launch: ConcreteLaunch,
+    pub attributes: KernelAttributes,
+    pub cubin_bytes: usize,
+    pub nvrtc_ms: f64,
+    pub device: DeviceInfo,
+    /// Bytes of every tensor of one launch.
+    pub working_set_bytes: u64,
+    pub l2_policy: L2Policy,
+    pub warmup: u32,
+    pub timing: Timing,
+    /// `LaunchPlan::min_global_bytes` with these sizes.
+    pub min_global_bytes: u64,
+    pub gbps: f64,
+    pub copy: Option<CopyCeiling>,
+    /// `gbps / copy.gbps`.
+    pub fraction_of_copy: Option<f64>,
+    /// `2 M N K` when the fusion is a matrix product ([`hopfuse::LaunchPlan::matmul`]).
+    #[serde(default)]
+    pub flops: Option<f64>,
+    /// `flops` / median time, in 1e12 per second.
+    #[serde(default)]
+    pub tflops: Option<f64>,
+    /// cuBLAS on the same shape, layouts and types, timed the same way in the same process.
+    #[serde(default)]
+    pub cublas: Option<GemmCeiling>,
+    /// `tflops / cublas.tflops`.
+    #[serde(default)]
+    pub fraction_of_cublas: Option<f64>,
+    /// Why a matrix product has no cuBLAS ceiling (unsupported types, cuBLAS missing, ...).
+    #[serde(default)]
+    pub cublas_skipped: Option<String>,
+    /// How the float64 reference was computed (on the host, or cuBLAS DGEMM for a large
+    /// matrix product).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// Outputs of the first launch against the reference.
+    pub validation: Vec<Check>,
+    /// The outputs of the first tensor set checked again after every timed launch (catches
+    /// races that show up only sometimes).
+    pub validation_after_timing: Vec<Check>,
+    pub passed: bool,
+    /// The torch twin eager and under `torch.compile`, timed interleaved with the kernel
+    /// (`hopfuse run --peers`; the runner's `peers.rs`). Absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers: Option<PeersReport>,
+    /// The kernel profiled with Nsight Compute after the run (`hopfuse run --profile`, a
+    /// service run with `"profile": true`; the runner's `profile/`), or why it could not be.
+    /// Absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::profile::ProfileReport>,
+}
+
+/// Where a run is, for a caller that reports progress (the service's worker).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Progress {
+    /// hopfuse compile (program text to CUDA and plan).
+    Lowering,
+    /// The float64 reference on the host.
+    Reference,
+    /// NVRTC to a CUBIN.
+    Nvrtc,
+    /// The first launch.
+    Launch,
+    /// Outputs against the reference.
+    Validate,
+    /// The timed launches.
+    Time,
+    /// The device-to-device copy ceiling.
+    Ceiling,
+    /// The kernel again under Nsight Compute (runs that ask for a profile).
+    Profile,
+}
+
+impl Progress {
+    /// The name in the JSON (an event's `step`, a result's `progress`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Progress::Lowering => "lowering",
+            Progress::Reference => "reference",
+            Progress::Nvrtc => "nvrtc",
+            Progress::Launch => "launch",
+            Progress::Validate => "validate",
+            Progress::Time => "time",
+            Progress::Ceiling => "ceiling",
+            Progress::Profile => "profile",
+        }
+    }
+}
+
+/// The device a run used.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub sm_count: i32,
+    pub l2_bytes: u64,
+    pub max_dynamic_smem_optin: u32,
+    /// `cuDriverGetVersion`, e.g. 13000 for CUDA 13.0.
+    pub driver_version: i32,
+    pub total_memory_bytes: u64,
+}
+
+/// Statistics of timed samples, in microseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    pub samples: usize,
+    pub min_us: f64,
+    pub median_us: f64,
+    pub max_us: f64,
+}
+
+impl Timing {
+    pub fn from_samples(mut us: Vec<f64>) -> Option<Timing> {
+        if us.is_empty() || us.iter().any(|t| !t.is_finite()) {
+            return None;
+        }
+        us.sort_by(f64::total_cmp);
+        let n = us.len();
+        let median = if n % 2 == 1 {
+            us[n / 2]
+        } else {
+            (us[n / 2 - 1] + us[n / 2]) / 2.0
+        };
+        Some(Timing {
+            samples: n,
+            min_us: us[0],
+            median_us: median,
+            max_us: us[n - 1],
+        })
+    }
+
+    /// GB/s (1e9 bytes per second) of moving `bytes` in the median time.
+    pub fn gbps(&self, bytes: u64) -> f64 {
+        bytes as f64 / (self.median_us * 1e3)
+    }
+
+    /// TFLOP/s (1e12 floating-point operations per second) of `flops` in the median time.
+    pub fn tflops(&self, flops: f64) -> f64 {
+        flops / (self.median_us * 1e6)
+    }
+}
+
+/// `cuFuncGetAttribute` of a loaded kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelAttributes {
+    pub registers_per_thread: i32,
+    pub local_bytes_per_thread: i32,
+    pub static_smem_bytes: i32,
+    pub max_threads_per_block: i32,
+    /// `CU_FUNC_ATTRIBUTE_BINARY_VERSION`: 90 for sm_90a.
+    pub binary_version: i32,
+}
+
+/// How one output compared to the reference.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    pub output: String,
+    pub dtype: DType,
+    pub elements: usize,
+    /// `||out - ref||_2 / ||ref||_2` over the elements where the reference is finite; when the
+    /// reference is all zeros, the absolute `||out - ref||_2` (so an exact match is still 0).
+    pub rel_l2: f64,
+    /// `max |out - ref|` over the elements where the reference is finite.
+    pub max_abs: f64,
+    /// The relative-L2 tolerance of the output's dtype ([`DType::tolerance`]).
+    pub tolerance: f64,
+    /// Elements where the reference is finite but the output is NaN or infinite (unwritten
+    /// elements keep the NaN poison and land here).
+    pub non_finite: usize,
+    /// Elements where the reference itself is NaN or infinite: they must match it exactly
+    /// (NaN for NaN, the same infinity) and are left out of the L2 sums.
+    pub reference_non_finite: usize,
+    /// Of those, how many the output did not match.
+    pub reference_non_finite_mismatched: usize,
+    /// Index and values of the first element that broke a rule, for the report.
+    pub first_bad: Option<BadElement>,
+    pub passed: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BadElement {
+    pub index: usize,
+    pub output: f64,
+    pub reference: f64,
+}
+
+/// One peer's result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerResult {
+    /// `eager` or `torch.compile`.
+    pub name: String,
+    /// Over all rounds (absent when the peer failed).
+    #[serde(default)]
+    pub timing: Option<Timing>,
+    /// Its outputs of the first call against the float64 reference.
+    #[serde(default)]
+    pub validation: Vec<Check>,
+    pub passed: bool,
+    /// Seconds of the first call, which compiles (and autotunes); absent for `eager`.
+    #[serde(default)]
+    pub compile_s: Option<f64>,
+    /// This peer's median time / the kernel's: above 1, hopfuse is faster.
+    #[serde(default)]
+    pub speedup: Option<f64>,
+    /// Why the peer has no timing (an exception in torch, a wrong output shape, ...).
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// The peers of one run (`RunResult::peers`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PeersReport {
+    /// Why no peer was timed (no torch, no CUDA in torch, the subprocess failed); the kernel's
+    /// result is then exactly as without peers.
+    #[serde(default)]
+    pub unavailable: Option<String>,
+    /// `torch.__version__`.
+    #[serde(default)]
+    pub torch: Option<String>,
+    /// Rounds of kernel timing alternated with peer timing.
+    #[serde(default)]
+    pub rounds: u32,
+    #[serde(default)]
+    pub peers: Vec<PeerResult>,
+    /// The fastest peer that validated.
+    #[serde(default)]
+    pub best: Option<String>,
+    /// The best peer's median / the kernel's median (above 1: hopfuse is faster).
+    #[serde(default)]
+    pub speedup: Option<f64>,
+    /// The smallest and largest of the same ratio per round (round medians): its spread.
+    #[serde(default)]
+    pub speedup_min: Option<f64>,
+    #[serde(default)]
+    pub speedup_max: Option<f64>,
+}
+
+impl PeersReport {
+    /// A report of no peers, with the reason.
+    pub fn unavailable(why: impl Into<String>) -> PeersReport {
+        PeersReport {
+            unavailable: Some(why.into()),
+            ..PeersReport::default()
+        }
+    }
+}
+
+/// A kernel that fails on purpose instead of the program (`hopfuse serve --fault-kernels`, the
+/// device check of the service; the runner's `faults.rs` holds the kernels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// `mbarrier.try_wait` on a barrier that expects an arrival that never comes.
+    Deadlock,
+    /// Stores through a pointer near address 0: `CUDA_ERROR_ILLEGAL_ADDRESS`.
+    IllegalAddress,
+    /// Not CUDA: NVRTC fails.
+    NvrtcError,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The L2 policy reads back from the JSON it writes (a tagged object), and a record that
+    /// lacks its variant's field is refused.
+    #[test]
+    fn l2_policies_round_trip() {
+        for p in [
+            L2Policy::None,
+            L2Policy::Rotate { sets: 9 },
+            L2Policy::Flush { bytes: 1 << 27 },
+        ] {
+            let json = serde_json::to_string(&p).unwrap();
+            assert_eq!(
+                serde_json::from_str::<L2Policy>(&json).unwrap(),
+                p,
+                "{json}"
+            );
+        }
+        assert_eq!(
+            serde_json::to_value(L2Policy::Rotate { sets: 9 }).unwrap(),
+            serde_json::json!({"kind": "rotate", "sets": 9})
+        );
+        assert!(serde_json::from_str::<L2Policy>(r#"{"kind": "rotate"}"#).is_err());
+        assert!(serde_json::from_str::<L2Policy>(r#"{"kind": "spill"}"#).is_err());
+    }
+
+    /// The names the playground shows are the names in the JSON.
+    #[test]
+    fn names_are_the_json_names() {
+        for s in [
+            Stage::Request,
+            Stage::Compile,
+            Stage::Sizes,
+            Stage::Nvrtc,
+            Stage::Cuda,
+            Stage::Reference,
+        ] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.name());
+        }
+        for p in [
+            Progress::Lowering,
+            Progress::Reference,
+            Progress::Nvrtc,
+            Progress::Launch,
+            Progress::Validate,
+            Progress::Time,
+            Progress::Ceiling,
+            Progress::Profile,
+        ] {
+            assert_eq!(serde_json::to_value(p).unwrap(), p.name());
+        }
+    }
+}

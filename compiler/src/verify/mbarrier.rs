@@ -1,0 +1,108 @@
+//! The mbarrier life cycle (after `circular_buffer`): each array that is used is initialised
+//! once, before its first use, with a block barrier in between (one thread initialises; the
+//! barrier publishes the init to the others), and invalidated once, after its last use, with a
+//! block barrier in between (no thread may still wait on it), in statement order.
+
+use super::{error_at, Event, EventKind, Rule, VerifyError};
+use crate::kir::Kernel;
+
+pub(super) fn check(k: &Kernel, events: &[Event], errors: &mut Vec<VerifyError>) {
+    let barrier_between = |from: usize, to: usize| {
+        events
+            .iter()
+            .any(|e| e.kind == EventKind::Barrier && from < e.stmt && e.stmt < to)
+    };
+    for (bars, m) in k.mbarriers.iter().enumerate() {
+        let of = |want: fn(usize) -> EventKind| -> Vec<&Event> {
+            events.iter().filter(|e| e.kind == want(bars)).collect()
+        };
+        let (inits, invals, uses) = (
+            of(EventKind::Init),
+            of(EventKind::Inval),
+            of(EventKind::Use),
+        );
+        let mut error = |rule: Rule, e: &Event, detail: String| {
+            errors.push(error_at(k, rule, Some((e.stmt, e.st)), detail));
+        };
+        let name = &m.name;
+        match (inits.as_slice(), uses.first().or(invals.first())) {
+            ([], Some(first)) => error(
+                Rule::MbarrierInit,
+                first,
+                format!("`{name}` is used but never initialised"),
+            ),
+            ([init], _) => {
+                if let Some(first) = uses.first() {
+                    if first.stmt < init.stmt {
+                        error(
+                            Rule::MbarrierInit,
+                            first,
+                            format!(
+                                "`{name}` is used before its initialisation (statement {})",
+                                init.stmt
+                            ),
+                        );
+                    } else if !barrier_between(init.stmt, first.stmt) {
+                        error(
+                            Rule::MbarrierInit,
+                            first,
+                            format!(
+                                "no block barrier between the initialisation of `{name}` (statement {}) and its first use: other threads may see it uninitialised",
+                                init.stmt
+                            ),
+                        );
+                    }
+                }
+            }
+            ([_, again, ..], _) => error(
+                Rule::MbarrierInit,
+                again,
+                format!("`{name}` is initialised a second time"),
+            ),
+            ([], None) => {}
+        }
+        match (invals.as_slice(), inits.first()) {
+            ([], Some(init)) => error(
+                Rule::MbarrierInval,
+                init,
+                format!("`{name}` is initialised but never invalidated"),
+            ),
+            ([inval], init) => {
+                if init.is_some_and(|i| inval.stmt < i.stmt) {
+                    error(
+                        Rule::MbarrierInval,
+                        inval,
+                        format!("`{name}` is invalidated before its initialisation"),
+                    );
+                }
+                if let Some(last) = uses.last() {
+                    if last.stmt > inval.stmt {
+                        error(
+                            Rule::MbarrierInval,
+                            last,
+                            format!(
+                                "`{name}` is used after its invalidation (statement {})",
+                                inval.stmt
+                            ),
+                        );
+                    } else if !barrier_between(last.stmt, inval.stmt) {
+                        error(
+                            Rule::MbarrierInval,
+                            inval,
+                            format!(
+                                "no block barrier between the last use of `{name}` (statement {}) and its invalidation: a thread may still be waiting on it",
+                                last.stmt
+                            ),
+                        );
+                    }
+                }
+            }
+            ([_, again, ..], _) => error(
+                Rule::MbarrierInval,
+                again,
+                format!("`{name}` is invalidated a second time"),
+            ),
+            ([], None) => {}
+        }
+    }
+}

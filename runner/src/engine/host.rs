@@ -1,0 +1,192 @@
+//! The host half of staging a run, before the device: the request checked, the inputs
+//! generated from the seed, the float64 reference (or, for a large matrix product, what
+//! computes it on the device) and the CUBIN ([`stage_host`] -> [`HostStaged`]). Split from
+//! the engine's former single file without change.
+
+use super::*;
+
+/// The host half of a run: inputs, the float64 reference and the CUBIN (no GPU needed yet).
+pub(super) struct HostStaged<'a> {
+    pub(super) req: &'a RunRequest,
+    pub(super) plan: &'a LaunchPlan,
+    pub(super) setup: &'a Setup,
+    pub(super) tensors: Vec<Tensor>,
+    pub(super) scalars: BTreeMap<String, f64>,
+    pub(super) expected: Expected<'a>,
+    pub(super) cubin: nvrtc::Cubin,
+    pub(super) working_set: u64,
+    pub(super) min_global_bytes: u64,
+}
+
+/// The reference outputs, or what computes them on the device.
+pub(super) enum Expected<'a> {
+    /// Computed on the host.
+    Host(BTreeMap<String, Vec<f64>>),
+    /// A large matrix product: cuBLAS DGEMM once the device is open ([`crate::gemm_reference`]),
+    /// the host reference if that fails.
+    Gemm {
+        shape: hopfuse::plan::MatmulShape,
+        inputs: BTreeMap<String, Vec<f64>>,
+        reference: &'a Reference<'a>,
+    },
+}
+
+/// Every output of the run has reference values.
+pub(super) fn check_reference_outputs(
+    tensors: &[Tensor],
+    expected: &BTreeMap<String, Vec<f64>>,
+) -> Result<(), RunError> {
+    for t in tensors.iter().filter(|t| t.role == TensorRole::Output) {
+        if !expected.contains_key(&t.name) {
+            return Err(RunError::new(
+                Stage::Reference,
+                format!("the reference computed no output `{}`", t.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How a host reference was computed, for the report.
+pub(super) fn host_reference_note() -> String {
+    format!(
+        "float64 on the host ({} threads)",
+        crate::host_parallel::Threads::all().threads
+    )
+}
+
+pub(super) fn stage_host<'a>(
+    req: &'a RunRequest,
+    cuda: &str,
+    plan: &'a LaunchPlan,
+    setup: &'a Setup,
+    reference: &'a Reference<'a>,
+    hooks: &mut dyn Hooks,
+) -> Result<HostStaged<'a>, RunError> {
+    req.check()?;
+    let sizes = &req.sizes;
+    let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
+    let index_type = setup.index_type;
+    if plan.index_type != index_type {
+        return Err(RunError::new(
+            Stage::Compile,
+            "the plan's index type differs from the one compiled for",
+        ));
+    }
+
+    // Host data, in parameter order.
+    let mut tensors = Vec::new();
+    let mut inputs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut scalars: BTreeMap<String, f64> = BTreeMap::new();
+    for p in &plan.params {
+        match p {
+            Param::Tensor {
+                name,
+                dtype,
+                role,
+                shape,
+            } => {
+                let elements = tensor_elements(shape, sizes)
+                    .map_err(|e| sizes_err(format!("tensor `{name}`: {e}")))?;
+                let bytes = elements
+                    .checked_mul(dtype.size_bytes() as u64)
+                    .ok_or_else(|| sizes_err(format!("tensor `{name}` is too large")))?;
+                let n = usize::try_from(elements)
+                    .map_err(|_| sizes_err(format!("tensor `{name}` is too large")))?;
+                let init = match role {
+                    TensorRole::Input => {
+                        let values = data::seeded_values(*dtype, n, req.seed, name);
+                        let init = data::encode(*dtype, &values);
+                        // The reference gets exactly what the device reads.
+                        inputs.insert(name.clone(), data::decode(*dtype, &init));
+                        init
+                    }
+                    TensorRole::Output | TensorRole::Scratch => data::poison(*dtype, n),
+                };
+                tensors.push(Tensor {
+                    name: name.clone(),
+                    dtype: *dtype,
+                    role: *role,
+                    elements,
+                    bytes,
+                    init,
+                });
+            }
+            Param::TensorMap { name, map } => {
+                // Checked with the real sizes (the address is checked when it is encoded).
+                let spec = plan.tensor_maps.get(*map).ok_or_else(|| {
+                    RunError::new(
+                        Stage::Compile,
+                        format!("tensor map `{name}` is missing from the plan"),
+                    )
+                })?;
+                crate::tensor_map::encode_args(spec, sizes, 0).map_err(sizes_err)?;
+            }
+            Param::Scalar { name, dtype } => {
+                let v = data::seeded_values(*dtype, 1, req.seed, name)[0];
+                inputs.insert(name.clone(), vec![v]);
+                scalars.insert(name.clone(), v);
+            }
+            Param::Size { symbol } => {
+                let v = SizeExpr::sym(symbol)
+                    .eval(sizes)
+                    .map_err(|e| sizes_err(e.to_string()))?;
+                if index_type == IndexType::I32 && i32::try_from(v).is_err() {
+                    return Err(sizes_err(format!(
+                        "size {symbol} = {v} does not fit the kernel's 32-bit index type"
+                    )));
+                }
+            }
+        }
+    }
+    let working_set: u64 = tensors.iter().map(|t| t.bytes).sum();
+    let min_global_bytes = plan
+        .min_global_bytes
+        .eval(sizes)
+        .map_err(|e| sizes_err(e.to_string()))?;
+    let min_global_bytes = u64::try_from(min_global_bytes)
+        .map_err(|_| sizes_err("min_global_bytes is negative".into()))?;
+
+    // The reference, before the GPU work (it needs only the inputs); a large matrix product's
+    // on the GPU, as soon as it is open.
+    let expected = match plan
+        .matmul
+        .as_ref()
+        .filter(|shape| crate::gemm_reference::wanted(shape, sizes))
+    {
+        Some(shape) => Expected::Gemm {
+            shape: shape.clone(),
+            inputs,
+            reference,
+        },
+        None => {
+            info!("evaluating the float64 reference");
+            hooks.progress(Progress::Reference);
+            let expected =
+                reference(sizes, &inputs).map_err(|e| RunError::new(Stage::Reference, e))?;
+            check_reference_outputs(&tensors, &expected)?;
+            Expected::Host(expected)
+        }
+    };
+
+    info!(
+        "compiling {} with NVRTC for {}",
+        plan.kernel_name,
+        nvrtc::ARCH
+    );
+    hooks.progress(Progress::Nvrtc);
+    let cubin = hooks
+        .cubin(cuda, &format!("{}.cu", req.file))
+        .map_err(|e| RunError::new(Stage::Nvrtc, e.to_string()))?;
+    Ok(HostStaged {
+        req,
+        plan,
+        setup,
+        tensors,
+        scalars,
+        expected,
+        cubin,
+        working_set,
+        min_global_bytes,
+    })
+}

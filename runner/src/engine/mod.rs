@@ -1,0 +1,825 @@
+//! One run: compile a program, launch its kernel on the GPU, validate the outputs against the
+//! float64 reference and time it. `hopfuse run` is a thin wrapper; the service and `hopfuse
+//! bench` send each [`RunRequest`] to a warm `hopfuse worker --serve` child process, which keeps
+//! a [`Device`] between runs, and read back a [`RunResult`].
+
+use crate::data;
+use crate::gpu::{self, Gpu, KernelArgs, KernelAttributes, Spin, Timing};
+use crate::nvrtc;
+use crate::validate::{self, Check};
+use hopfuse::plan::{Param, SizeExpr, TensorRole};
+use hopfuse::{DType, IndexType, LaunchPlan};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use tracing::{debug, info, warn};
+
+// The run's wire types are defined in `hopfuse-api` (shared with the playground).
+pub use hopfuse_api::run::{
+    CeilingWhen, CopyCeiling, GemmCeiling, L2Policy, Progress, RunError, RunRequest, RunResult,
+    Stage,
+};
+
+/// The float64 reference: sizes and input values (tensors and scalars by name) to outputs.
+pub type Reference<'a> = dyn Fn(
+        &BTreeMap<String, i64>,
+        &BTreeMap<String, Vec<f64>>,
+    ) -> Result<BTreeMap<String, Vec<f64>>, String>
+    + 'a;
+
+// The host half of staging (`host.rs`) and A/B runs (`ab.rs`) are parts of the engine.
+mod ab;
+mod host;
+pub use ab::{run_ab_on, AbRun, PairRatios};
+use host::{check_reference_outputs, host_reference_note, stage_host, Expected, HostStaged};
+
+// Preparing a run (no GPU) is `crate::prepare`; re-exported for the engine's callers.
+pub use crate::prepare::{
+    choose_index_type, compile_for_run, lower, lowerings, prepare, tensor_elements, PrepareError,
+    Prepared, Setup,
+};
+
+/// A program ready to run: compiled for the request (here, or by the service) and its
+/// unscheduled fusion for the reference.
+struct ForRun {
+    prepared: Prepared,
+    fusion: hopfuse::fusion::Fusion,
+}
+
+impl ForRun {
+    /// Uses `prepared` when the caller has it (then only the front end runs, for the reference
+    /// fusion), else compiles the request.
+    fn of(req: &RunRequest, prepared: Option<&Prepared>) -> Result<ForRun, RunError> {
+        match prepared {
+            Some(p) => {
+                let fusion = hopfuse::reference_fusion(&req.source)
+                    .map_err(|d| RunError::new(Stage::Compile, d.render(&req.source, &req.file)))?;
+                Ok(ForRun {
+                    prepared: p.clone(),
+                    fusion,
+                })
+            }
+            None => {
+                let (c, setup) = prepare(req)?;
+                Ok(ForRun {
+                    prepared: Prepared::new(&c, setup),
+                    fusion: c.fusion,
+                })
+            }
+        }
+    }
+
+    /// The float64 reference of the fusion, on every core.
+    fn reference(&self) -> Box<Reference<'_>> {
+        Box::new(move |sizes, inputs| {
+            hopfuse::reference::evaluate_with(
+                &self.fusion,
+                sizes,
+                inputs,
+                &crate::host_parallel::Threads::all(),
+            )
+        })
+    }
+}
+
+/// What a caller of [`run_with`] / [`execute_with`] may change: progress reports and how the
+/// CUDA becomes a CUBIN (the worker caches CUBINs by content hash).
+pub trait Hooks {
+    fn progress(&mut self, _step: Progress) {}
+    /// Must return a CUBIN for [`nvrtc::ARCH`] built with [`nvrtc::options`], warnings denied.
+    fn cubin(&mut self, cuda: &str, name: &str) -> Result<nvrtc::Cubin, nvrtc::NvrtcError> {
+        nvrtc::compile(cuda, name).and_then(|c| c.deny_warnings(name))
+    }
+    /// The peer process kept by the caller for runs that ask for peers (a warm worker keeps
+    /// one, so torch is imported once); none: such a run starts its own.
+    fn peers(&mut self) -> Option<&mut crate::peers::Peers> {
+        None
+    }
+}
+
+/// No progress reports, NVRTC every time.
+pub struct NoHooks;
+
+impl Hooks for NoHooks {}
+
+/// Compiles, launches, validates and times the request's program.
+pub fn run(req: &RunRequest) -> Result<RunResult, RunError> {
+    run_with(req, &mut NoHooks)
+}
+
+/// [`run`] with progress reports and a CUBIN source (a device of its own).
+pub fn run_with(req: &RunRequest, hooks: &mut dyn Hooks) -> Result<RunResult, RunError> {
+    run_on(&mut None, req, None, hooks)
+}
+
+struct Tensor {
+    name: String,
+    dtype: DType,
+    role: TensorRole,
+    elements: u64,
+    bytes: u64,
+    /// Host bytes to upload (inputs: data; outputs and scratch: poison); emptied once uploaded.
+    init: Vec<u8>,
+}
+
+/// A GPU context kept across runs: the context and stream, the spin kernel that holds the stream
+/// while timed work is enqueued, and, once measured, the device-copy ceiling. `hopfuse run`
+/// opens one per run; a warm `hopfuse worker --serve` keeps one for its whole life and
+/// measures the ceiling once, when it starts.
+pub struct Device {
+    /// Created on the first matrix product; declared first so it is destroyed before the stream.
+    blas: std::cell::OnceCell<Result<crate::cublas::Blas, RunError>>,
+    pub gpu: Gpu,
+    spin: Spin,
+    ceiling: Option<(CopyCeiling, std::time::Instant)>,
+}
+
+impl Device {
+    /// Device 0, a stream and the spin kernel (NVRTC, once).
+    pub fn open() -> Result<Device, RunError> {
+        let gpu = Gpu::open()?;
+        let spin = Spin::new(&gpu)?;
+        Ok(Device {
+            blas: std::cell::OnceCell::new(),
+            gpu,
+            spin,
+            ceiling: None,
+        })
+    }
+
+    /// Measures the device-to-device copy ceiling now (1 GiB buffers, or as much as fits) and
+    /// keeps it: later runs on this device report it with its age instead of measuring again.
+    pub fn measure_ceiling(
+        &mut self,
+        warmup: u32,
+        iters: u32,
+    ) -> Result<Option<CopyCeiling>, RunError> {
+        let mut c = copy_ceiling(&self.gpu, Some(&self.spin), 0, warmup, iters)?;
+        if let Some(c) = &mut c {
+            c.measured = CeilingWhen::WorkerStart;
+            self.ceiling = Some((c.clone(), std::time::Instant::now()));
+        }
+        Ok(c)
+    }
+
+    /// The kept ceiling, with its age.
+    pub fn kept_ceiling(&self) -> Option<CopyCeiling> {
+        self.ceiling.as_ref().map(|(c, at)| CopyCeiling {
+            age_s: at.elapsed().as_secs_f64(),
+            ..c.clone()
+        })
+    }
+
+    /// The cuBLAS handle on this device's stream (created once).
+    pub(crate) fn blas(&self) -> Result<&crate::cublas::Blas, RunError> {
+        self.blas
+            .get_or_init(|| crate::cublas::Blas::new(&self.gpu.stream))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Whether the context still works: a fault such as an illegal address poisons it for good
+    /// (every later call fails), so a warm worker checks this after every job.
+    pub fn check_health(&self) -> Result<(), RunError> {
+        self.gpu.sync("the job")?;
+        self.gpu
+            .ctx
+            .synchronize()
+            .map_err(gpu::cuda_err("cuCtxSynchronize after the job"))?;
+        let probe = self.gpu.alloc(4096)?;
+        self.gpu.memset(&probe, 0)?;
+        self.gpu.sync("the health check")
+    }
+}
+
+/// A run ready to be timed: the kernel loaded, its tensor sets on the device, the first launch
+/// validated, the L2 policy chosen.
+struct Staged<'a> {
+    dev: &'a Device,
+    req: &'a RunRequest,
+    plan: &'a LaunchPlan,
+    setup: &'a Setup,
+    func: cudarc::driver::CudaFunction,
+    attributes: KernelAttributes,
+    cubin_bytes: usize,
+    nvrtc_ms: f64,
+    tensors: Vec<Tensor>,
+    expected: BTreeMap<String, Vec<f64>>,
+    sets: Vec<Vec<cudarc::driver::CudaSlice<u8>>>,
+    args: Vec<KernelArgs>,
+    flush: Option<cudarc::driver::CudaSlice<u8>>,
+    l2_policy: L2Policy,
+    working_set: u64,
+    min_global_bytes: u64,
+    validation: Vec<Check>,
+    reference_note: String,
+}
+
+fn stage_device<'a>(
+    host: HostStaged<'a>,
+    dev: &'a Device,
+    hooks: &mut dyn Hooks,
+) -> Result<Staged<'a>, RunError> {
+    let gpu = &dev.gpu;
+    let HostStaged {
+        req,
+        plan,
+        setup,
+        mut tensors,
+        scalars,
+        expected,
+        cubin,
+        working_set,
+        min_global_bytes,
+    } = host;
+    let sizes = &req.sizes;
+    let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
+    let (cubin_bytes, nvrtc_ms) = (cubin.image.len(), cubin.compile_ms);
+    let launch = &setup.launch;
+    let index_type = setup.index_type;
+    info!(
+        "device: {} (sm_{}{})",
+        gpu.info.name, gpu.info.compute_capability.0, gpu.info.compute_capability.1
+    );
+    let func = gpu.load(cubin.image, &plan.kernel_name)?;
+    let attributes = gpu::attributes(&func)?;
+    let smem = launch.dynamic_smem_bytes;
+    let static_smem = attributes.static_smem_bytes.max(0) as u32;
+    if smem + static_smem > gpu.info.max_dynamic_smem_optin {
+        return Err(sizes_err(format!(
+            "the kernel needs {smem} bytes of dynamic + {static_smem} bytes of static shared memory; \
+             the device allows {} per block",
+            gpu.info.max_dynamic_smem_optin
+        )));
+    }
+    if smem > 48 * 1024 {
+        gpu::allow_dynamic_smem(&func, smem)?;
+    }
+    let threads: u32 = launch.block.iter().product();
+    if threads as i32 > attributes.max_threads_per_block {
+        return Err(sizes_err(format!(
+            "the block has {threads} threads but the compiled kernel allows at most {}",
+            attributes.max_threads_per_block
+        )));
+    }
+    let (free, _) = gpu.memory()?;
+    if working_set > free {
+        return Err(RunError::new(
+            Stage::Cuda,
+            format!("the tensors need {working_set} bytes but the device has {free} bytes free"),
+        ));
+    }
+    let (expected, reference_note) = match expected {
+        Expected::Host(e) => (e, host_reference_note()),
+        Expected::Gemm {
+            shape,
+            inputs,
+            reference,
+        } => {
+            // Before the kernel's first launch: a faulting kernel may poison the context.
+            info!("evaluating the float64 reference with cuBLAS DGEMM");
+            hooks.progress(Progress::Reference);
+            let on_gpu = dev.blas().and_then(|blas| {
+                crate::gemm_reference::on_device(&dev.gpu, blas, &shape, sizes, &inputs)
+            });
+            let (expected, note) = match on_gpu {
+                Ok(c) => (
+                    BTreeMap::from([(shape.c.clone(), c)]),
+                    crate::gemm_reference::describe(&shape, sizes),
+                ),
+                Err(e) => {
+                    warn!("the GPU reference failed ({e}); computing it on the host");
+                    let expected = reference(sizes, &inputs)
+                        .map_err(|e| RunError::new(Stage::Reference, e))?;
+                    let note = format!("{} (the GPU reference failed: {e})", host_reference_note());
+                    (expected, note)
+                }
+            };
+            check_reference_outputs(&tensors, &expected)?;
+            (expected, note)
+        }
+    };
+
+    // Tensor set 0, from the host.
+    let mut sets: Vec<Vec<cudarc::driver::CudaSlice<u8>>> = vec![tensors
+        .iter()
+        .map(|t| gpu.upload(&t.init))
+        .collect::<Result<_, _>>()?];
+    for t in &mut tensors {
+        t.init = Vec::new();
+    }
+    let args_for = |set: &[cudarc::driver::CudaSlice<u8>]| -> Result<KernelArgs, RunError> {
+        let pointers: Vec<u64> = set
+            .iter()
+            .map(|b| gpu::pointer_slot(b, &gpu.stream))
+            .collect();
+        let mut tensor_ptrs = pointers.iter();
+        let mut args = Vec::new();
+        for p in &plan.params {
+            args.push(match p {
+                Param::Tensor { .. } => {
+                    gpu::Arg::Word(*tensor_ptrs.next().expect("one buffer per tensor"))
+                }
+                Param::Size { symbol } => {
+                    let v = sizes[symbol];
+                    gpu::Arg::Word(match index_type {
+                        IndexType::I32 => v as i32 as u32 as u64,
+                        IndexType::I64 => v as u64,
+                    })
+                }
+                Param::Scalar { name, dtype } => {
+                    gpu::Arg::Word(data::scalar_slot(*dtype, scalars[name]))
+                }
+                Param::TensorMap { name, map } => {
+                    gpu::Arg::Map(Box::new(encode_map(plan, *map, name, sizes, &pointers)?))
+                }
+            });
+        }
+        Ok(KernelArgs::from_args(args))
+    };
+
+    // First launch: correctness.
+    hooks.progress(Progress::Launch);
+    let mut args0 = args_for(&sets[0])?;
+    gpu.launch(&func, launch, &mut args0)?;
+    gpu.sync("the first launch of the kernel")?;
+    hooks.progress(Progress::Validate);
+    let validation = check_outputs(gpu, &tensors, &expected, &sets[0])?;
+    debug!(
+        elements = tensors.iter().map(|t| t.elements).sum::<u64>(),
+        "first launch validated"
+    );
+
+    // L2: rotate copies of the tensors when a few suffice, else flush.
+    let l2 = gpu.info.l2_bytes;
+    let l2_policy = if working_set > 2 * l2 {
+        L2Policy::None
+    } else {
+        let sets_needed = (2 * l2).div_ceil(working_set.max(1)) + 1;
+        if sets_needed <= 16 {
+            L2Policy::Rotate {
+                sets: sets_needed as u32,
+            }
+        } else {
+            L2Policy::Flush { bytes: 2 * l2 }
+        }
+    };
+    let mut flush = None;
+    match &l2_policy {
+        L2Policy::None => {}
+        L2Policy::Rotate { sets: n } => {
+            for _ in 1..*n {
+                let copy = sets[0]
+                    .iter()
+                    .map(|src| {
+                        let dst = gpu.alloc(src.len() as u64)?;
+                        gpu.copy(&dst, src, src.len())?;
+                        Ok(dst)
+                    })
+                    .collect::<Result<Vec<_>, RunError>>()?;
+                sets.push(copy);
+            }
+            gpu.sync("copying tensor sets")?;
+        }
+        L2Policy::Flush { bytes } => flush = Some(gpu.alloc(*bytes)?),
+    }
+    let args: Vec<KernelArgs> = sets.iter().map(|s| args_for(s)).collect::<Result<_, _>>()?;
+    Ok(Staged {
+        dev,
+        req,
+        plan,
+        setup,
+        func,
+        attributes,
+        cubin_bytes,
+        nvrtc_ms,
+        tensors,
+        expected,
+        sets,
+        args,
+        flush,
+        l2_policy,
+        working_set,
+        min_global_bytes,
+        validation,
+        reference_note,
+    })
+}
+
+fn check_outputs(
+    gpu: &Gpu,
+    tensors: &[Tensor],
+    expected: &BTreeMap<String, Vec<f64>>,
+    set: &[cudarc::driver::CudaSlice<u8>],
+) -> Result<Vec<Check>, RunError> {
+    let mut checks = Vec::new();
+    for (t, buf) in tensors.iter().zip(set) {
+        if t.role != TensorRole::Output {
+            continue;
+        }
+        let out = data::decode(t.dtype, &gpu.download(buf, t.bytes as usize)?);
+        let check = validate::check(&t.name, t.dtype, &out, &expected[&t.name])
+            .map_err(|e| RunError::new(Stage::Reference, e))?;
+        debug!(?check, "validated");
+        checks.push(check);
+    }
+    Ok(checks)
+}
+
+impl Staged<'_> {
+    /// Enqueues the untimed work before one timed launch (the L2 flush, if any).
+    fn before(flush: &Option<cudarc::driver::CudaSlice<u8>>, gpu: &Gpu) -> Result<(), RunError> {
+        match flush {
+            Some(buf) => gpu.memset(buf, 0),
+            None => Ok(()),
+        }
+    }
+
+    /// Times the launches alone.
+    fn time(&mut self) -> Result<Timing, RunError> {
+        let gpu = &self.dev.gpu;
+        let (func, launch) = (&self.func, &self.setup.launch);
+        let flush = &self.flush;
+        let args = &mut self.args;
+        let nsets = args.len() as u64;
+        info!(l2_policy = %self.l2_policy, "timing {} launches after {} warm-up launches", self.req.iters, self.req.warmup);
+        gpu.time(
+            Some(&self.dev.spin),
+            self.req.warmup,
+            self.req.iters,
+            || Staged::before(flush, gpu),
+            |k| gpu.launch(func, launch, &mut args[(k % nsets) as usize]),
+        )
+    }
+
+    /// [`Staged::time`], or, when the request asks for peers, the launches in rounds
+    /// alternated with rounds of the peers (see [`crate::peers`]).
+    fn time_with_peers(
+        &mut self,
+        hooks: &mut dyn Hooks,
+    ) -> Result<(Timing, Option<crate::peers::PeersReport>), RunError> {
+        if !self.req.peers {
+            return Ok((self.time()?, None));
+        }
+        let mut own = None;
+        let peers = match hooks.peers() {
+            Some(p) => p,
+            None => own.insert(crate::peers::Peers::new()),
+        };
+        let gpu = &self.dev.gpu;
+        let (func, launch, flush, args) =
+            (&self.func, &self.setup.launch, &self.flush, &mut self.args);
+        let nsets = args.len() as u64;
+        let spin = &self.dev.spin;
+        let mut round = |warmup: u32, iters: u32| {
+            gpu.time_samples(
+                Some(spin),
+                warmup,
+                iters,
+                || Staged::before(flush, gpu),
+                |k| gpu.launch(func, launch, &mut args[(k % nsets) as usize]),
+            )
+        };
+        let run = crate::peers::PeerRun {
+            req: self.req,
+            expected: &self.expected,
+            l2: &self.l2_policy,
+        };
+        let (timing, report) = peers.interleave(&run, &mut round)?;
+        Ok((timing, Some(report)))
+    }
+
+    /// Times cuBLAS on the fusion's matrix product with this run's tensor sets and L2 policy,
+    /// after one call on set 0 whose output is checked against the reference.
+    fn gemm_ceiling(&self, shape: &hopfuse::plan::MatmulShape) -> Result<GemmCeiling, RunError> {
+        let gpu = &self.dev.gpu;
+        let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
+        let eval = |e: &SizeExpr| {
+            e.eval(&self.req.sizes)
+                .map_err(|e| sizes_err(e.to_string()))
+        };
+        let (m, n, k) = (eval(&shape.m)?, eval(&shape.n)?, eval(&shape.k)?);
+        let args = crate::cublas::gemm_args(shape, m, n, k)
+            .ok_or_else(|| sizes_err("a size does not fit cuBLAS's 32-bit int".into()))?;
+        let types = crate::cublas::gemm_types(shape).map_err(|e| RunError::new(Stage::Cuda, e))?;
+        let blas = self.dev.blas()?;
+        let index = |name: &str| {
+            self.tensors
+                .iter()
+                .position(|t| t.name == name)
+                .ok_or_else(|| RunError::new(Stage::Compile, format!("no tensor `{name}`")))
+        };
+        let (ia, ib, ic) = (index(&shape.a)?, index(&shape.b)?, index(&shape.c)?);
+        let pointers = |set: &[cudarc::driver::CudaSlice<u8>]| {
+            let p = |i: usize| gpu::pointer_slot(&set[i], &gpu.stream);
+            (p(ia), p(ib), p(ic))
+        };
+        // SAFETY (both calls): the pointers are this run's a, b and c, allocated for these sizes.
+        unsafe { blas.gemm(&args, types, pointers(&self.sets[0])) }?;
+        gpu.sync("the cuBLAS call")?;
+        let c = &self.tensors[ic];
+        let out = data::decode(c.dtype, &gpu.download(&self.sets[0][ic], c.bytes as usize)?);
+        let validation = validate::check(
+            &format!("cuBLAS {}", c.name),
+            c.dtype,
+            &out,
+            &self.expected[&c.name],
+        )
+        .map_err(|e| RunError::new(Stage::Reference, e))?;
+        let (flush, sets) = (&self.flush, &self.sets);
+        let nsets = sets.len() as u64;
+        let timing = gpu.time(
+            Some(&self.dev.spin),
+            self.req.warmup,
+            self.req.iters,
+            || Staged::before(flush, gpu),
+            |i| unsafe { blas.gemm(&args, types, pointers(&sets[(i % nsets) as usize])) },
+        )?;
+        let flops = shape
+            .flops(&self.req.sizes)
+            .map_err(|e| sizes_err(e.to_string()))?;
+        Ok(GemmCeiling {
+            call: crate::cublas::describe(&args, shape, types.2),
+            tflops: timing.tflops(flops),
+            timing,
+            validation,
+        })
+    }
+
+    /// Checks the outputs again, frees the tensors and assembles the result.
+    fn finish(
+        self,
+        timing: Timing,
+        copy: Option<CopyCeiling>,
+        hooks: &mut dyn Hooks,
+    ) -> Result<RunResult, RunError> {
+        let gpu = &self.dev.gpu;
+        hooks.progress(Progress::Validate);
+        let validation_after_timing =
+            check_outputs(gpu, &self.tensors, &self.expected, &self.sets[0])?;
+        // cuBLAS writes the outputs of every tensor set: only after they were checked.
+        let (cublas, cublas_skipped) = match (&self.plan.matmul, self.req.copy_ceiling) {
+            (Some(shape), true) => {
+                hooks.progress(Progress::Ceiling);
+                match self.gemm_ceiling(shape) {
+                    Ok(c) => (Some(c), None),
+                    Err(e) => (None, Some(e.to_string())),
+                }
+            }
+            (Some(_), false) => (None, Some("ceilings not requested".to_string())),
+            (None, _) => (None, None),
+        };
+        let Staged {
+            req,
+            plan,
+            setup,
+            attributes,
+            cubin_bytes,
+            nvrtc_ms,
+            sets,
+            flush,
+            l2_policy,
+            working_set,
+            min_global_bytes,
+            validation,
+            reference_note,
+            ..
+        } = self;
+        drop(flush);
+        drop(sets);
+        gpu.sync("freeing the tensors")?;
+        let gbps = timing.gbps(min_global_bytes);
+        let fraction_of_copy = copy.as_ref().map(|c| gbps / c.gbps);
+        let flops = match &plan.matmul {
+            Some(shape) => Some(
+                shape
+                    .flops(&req.sizes)
+                    .map_err(|e| RunError::new(Stage::Sizes, e.to_string()))?,
+            ),
+            None => None,
+        };
+        let tflops = flops.map(|f| timing.tflops(f));
+        let fraction_of_cublas = match (tflops, &cublas) {
+            (Some(t), Some(c)) => Some(t / c.tflops),
+            _ => None,
+        };
+        let passed = validation
+            .iter()
+            .chain(&validation_after_timing)
+            .all(|c| c.passed);
+        Ok(RunResult {
+            file: req.file.clone(),
+            kernel: plan.kernel_name.clone(),
+            sizes: req.sizes.clone(),
+            seed: req.seed,
+            index_type: setup.index_type,
+            index_reason: setup.index_reason.clone(),
+            launch: setup.launch.clone(),
+            attributes,
+            cubin_bytes,
+            nvrtc_ms,
+            device: gpu.info.clone(),
+            working_set_bytes: working_set,
+            l2_policy,
+            warmup: req.warmup,
+            timing,
+            min_global_bytes,
+            gbps,
+            copy,
+            fraction_of_copy,
+            flops,
+            tflops,
+            cublas,
+            fraction_of_cublas,
+            cublas_skipped,
+            reference: Some(reference_note),
+            validation,
+            validation_after_timing,
+            passed,
+            peers: None,
+            profile: None,
+        })
+    }
+}
+
+/// The ceiling a run reports: the device's kept one (a warm worker), else measured now.
+fn ceiling_for(
+    dev: &Device,
+    req: &RunRequest,
+    kernel_bytes: u64,
+    hooks: &mut dyn Hooks,
+) -> Result<Option<CopyCeiling>, RunError> {
+    if !req.copy_ceiling {
+        return Ok(None);
+    }
+    if let Some(c) = dev.kept_ceiling() {
+        return Ok(Some(c));
+    }
+    hooks.progress(Progress::Ceiling);
+    copy_ceiling(
+        &dev.gpu,
+        Some(&dev.spin),
+        kernel_bytes,
+        req.warmup,
+        req.iters,
+    )
+}
+
+/// Opens the device into `slot` unless it is open.
+fn device(slot: &mut Option<Device>) -> Result<&Device, RunError> {
+    if slot.is_none() {
+        *slot = Some(Device::open()?);
+    }
+    Ok(slot.as_ref().expect("just opened"))
+}
+
+/// Launches `cuda`'s kernel as `plan` describes; `reference` computes the expected outputs.
+/// Used by [`run`] and by the self-test, which brings hand-written kernels.
+pub fn execute(
+    req: &RunRequest,
+    cuda: &str,
+    plan: &LaunchPlan,
+    setup: &Setup,
+    reference: &Reference,
+) -> Result<RunResult, RunError> {
+    execute_with(req, cuda, plan, setup, reference, &mut NoHooks)
+}
+
+/// [`execute`] with progress reports and a CUBIN source (a device of its own).
+pub fn execute_with(
+    req: &RunRequest,
+    cuda: &str,
+    plan: &LaunchPlan,
+    setup: &Setup,
+    reference: &Reference,
+    hooks: &mut dyn Hooks,
+) -> Result<RunResult, RunError> {
+    execute_on(&mut None, req, cuda, plan, setup, reference, hooks)
+}
+
+/// [`execute_with`] on a device kept by the caller (opened into `slot` when it is `None`,
+/// after the host work, so a machine without a GPU still gets as far as NVRTC).
+pub fn execute_on(
+    slot: &mut Option<Device>,
+    req: &RunRequest,
+    cuda: &str,
+    plan: &LaunchPlan,
+    setup: &Setup,
+    reference: &Reference,
+    hooks: &mut dyn Hooks,
+) -> Result<RunResult, RunError> {
+    let host = stage_host(req, cuda, plan, setup, reference, hooks)?;
+    let dev = device(slot)?;
+    let mut staged = stage_device(host, dev, hooks)?;
+    hooks.progress(Progress::Time);
+    let (timing, peers) = staged.time_with_peers(hooks)?;
+    let bytes = staged.min_global_bytes;
+    // The ceiling is measured (when not kept) after the tensors are freed.
+    let mut result = staged.finish(timing, None, hooks)?;
+    result.peers = peers;
+    let copy = ceiling_for(dev, req, bytes, hooks)?;
+    Ok(with_ceiling(result, copy))
+}
+
+fn with_ceiling(mut r: RunResult, copy: Option<CopyCeiling>) -> RunResult {
+    r.fraction_of_copy = copy.as_ref().map(|c| r.gbps / c.gbps);
+    r.copy = copy;
+    r
+}
+
+/// Checks the request and gets its program ready: `prepared` (compiled by the service) when
+/// given, else compiled here (reported as [`Progress::Lowering`]).
+fn for_run(
+    req: &RunRequest,
+    prepared: Option<&Prepared>,
+    hooks: &mut dyn Hooks,
+) -> Result<ForRun, RunError> {
+    req.check()?;
+    if prepared.is_none() {
+        hooks.progress(Progress::Lowering);
+    }
+    ForRun::of(req, prepared)
+}
+
+/// [`run_with`] on a device kept by the caller (a warm worker), with the program compiled by
+/// the caller when it gives `prepared`.
+pub fn run_on(
+    slot: &mut Option<Device>,
+    req: &RunRequest,
+    prepared: Option<&Prepared>,
+    hooks: &mut dyn Hooks,
+) -> Result<RunResult, RunError> {
+    let program = for_run(req, prepared, hooks)?;
+    let p = &program.prepared;
+    let reference = program.reference();
+    execute_on(slot, req, &p.cuda, &p.plan, &p.setup, &reference, hooks)
+}
+
+/// Times `cuMemcpyDtoDAsync` of max(1 GiB, half the kernel's bytes), as much as fits in free
+/// memory; `None` when less than 64 MiB could be had.
+/// Encodes tensor map `map` of the plan for the tensors at `pointers` (one per tensor parameter,
+/// in order).
+fn encode_map(
+    plan: &hopfuse::LaunchPlan,
+    map: usize,
+    name: &str,
+    sizes: &BTreeMap<String, i64>,
+    pointers: &[u64],
+) -> Result<sys_map::CUtensorMap, RunError> {
+    let err = |m: String| RunError::new(Stage::Cuda, m);
+    let spec = plan
+        .tensor_maps
+        .get(map)
+        .ok_or_else(|| err(format!("tensor map `{name}` is missing from the plan")))?;
+    let index = plan
+        .tensors()
+        .position(|(t, ..)| t == spec.tensor)
+        .ok_or_else(|| {
+            err(format!(
+                "tensor map `{name}` reads `{}`, which is not a tensor parameter",
+                spec.tensor
+            ))
+        })?;
+    let args = crate::tensor_map::encode_args(spec, sizes, pointers[index]).map_err(err)?;
+    crate::tensor_map::encode(&args).map_err(err)
+}
+
+use cudarc::driver::sys as sys_map;
+
+fn copy_ceiling(
+    gpu: &Gpu,
+    spin: Option<&Spin>,
+    kernel_bytes: u64,
+    warmup: u32,
+    iters: u32,
+) -> Result<Option<CopyCeiling>, RunError> {
+    let (free, _) = gpu.memory()?;
+    let want = (1u64 << 30).max(kernel_bytes / 2);
+    let room = free.saturating_sub(512 << 20) / 2;
+    let bytes = want.min(room) & !0xfff;
+    if bytes < 64 << 20 {
+        info!("skipping the copy ceiling: only {free} bytes free");
+        return Ok(None);
+    }
+    let src = gpu.alloc(bytes)?;
+    let dst = gpu.alloc(bytes)?;
+    gpu.memset(&src, 1)?;
+    gpu.memset(&dst, 0)?;
+    let timing = gpu.time(
+        spin,
+        warmup,
+        iters,
+        || Ok(()),
+        |_| gpu.copy(&dst, &src, bytes as usize),
+    )?;
+    let gbps = timing.gbps(2 * bytes);
+    Ok(Some(CopyCeiling {
+        buffer_bytes: bytes,
+        timing,
+        gbps,
+        measured: CeilingWhen::Run,
+        age_s: 0.0,
+    }))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,215 @@
+//! The engine's unit tests (no GPU needed).
+
+use super::*;
+use hopfuse::plan::SizeExpr as E;
+use hopfuse::CompileOptions;
+
+fn plan(shapes: Vec<Vec<E>>) -> LaunchPlan {
+    let params = shapes
+        .into_iter()
+        .enumerate()
+        .map(|(i, shape)| Param::Tensor {
+            name: format!("t{i}"),
+            dtype: DType::F32,
+            role: if i == 0 {
+                TensorRole::Output
+            } else {
+                TensorRole::Input
+            },
+            shape,
+        })
+        .collect();
+    LaunchPlan {
+        kernel_name: "k".into(),
+        index_type: IndexType::I64,
+        symbols: vec!["M".into(), "N".into()],
+        params,
+        grid: [E::Const(1), E::Const(1), E::Const(1)],
+        block: [E::Const(128), E::Const(1), E::Const(1)],
+        dynamic_smem_bytes: E::Const(0),
+        constraints: vec![],
+        tensor_maps: vec![],
+        register_sharing: None,
+        matmul: None,
+        min_global_bytes: E::Const(0),
+    }
+}
+
+fn sizes(m: i64, n: i64) -> BTreeMap<String, i64> {
+    [("M".to_string(), m), ("N".to_string(), n)].into()
+}
+
+fn mn() -> Vec<E> {
+    vec![E::sym("M"), E::sym("N")]
+}
+
+#[test]
+fn i32_below_two_to_the_31_elements() {
+    let p = plan(vec![mn(), vec![E::sym("N")]]);
+    assert_eq!(
+        choose_index_type(&p, &sizes(4096, 4096)).unwrap().0,
+        IndexType::I32
+    );
+    // 2^31 - 1 elements still fit.
+    let p1 = plan(vec![vec![E::sym("M")]]);
+    assert_eq!(
+        choose_index_type(&p1, &sizes((1 << 31) - 1, 1)).unwrap().0,
+        IndexType::I32
+    );
+}
+
+#[test]
+fn i64_from_two_to_the_31_elements() {
+    let p = plan(vec![mn(), vec![E::sym("N")]]);
+    let (t, why) = choose_index_type(&p, &sizes(1 << 16, 1 << 15)).unwrap();
+    assert_eq!(t, IndexType::I64);
+    assert!(why.contains("t0") && why.contains("2147483648"), "{why}");
+    // Broadcast shapes count their own elements only.
+    let p = plan(vec![vec![E::sym("N"), E::Const(1)]]);
+    assert_eq!(
+        choose_index_type(&p, &sizes(1 << 20, 1 << 20)).unwrap().0,
+        IndexType::I32
+    );
+}
+
+#[test]
+fn i64_when_a_size_does_not_fit_an_int() {
+    let p = plan(vec![vec![E::Const(4)]]);
+    let (t, why) = choose_index_type(&p, &sizes(1 << 31, 1)).unwrap();
+    assert_eq!(t, IndexType::I64);
+    assert!(why.contains("M = 2147483648"), "{why}");
+}
+
+#[test]
+fn unbound_symbols_are_reported() {
+    let p = plan(vec![mn()]);
+    let err = choose_index_type(&p, &[("M".to_string(), 4)].into()).unwrap_err();
+    assert!(err.contains("`N`") && err.contains("t0"), "{err}");
+}
+
+#[test]
+fn element_counts_overflow_cleanly() {
+    let shape = vec![E::sym("M"), E::sym("M"), E::sym("M")];
+    assert!(tensor_elements(&shape, &sizes(1 << 30, 1))
+        .unwrap_err()
+        .contains("overflow"));
+}
+
+#[test]
+fn requests_round_trip_through_json() {
+    let req = RunRequest {
+        file: "a.hf".into(),
+        source: "fusion".into(),
+        sizes: sizes(1, 2),
+        iters: 10,
+        warmup: 1,
+        seed: 3,
+        index: Some(IndexType::I32),
+        copy_ceiling: true,
+        peers: false,
+    };
+    let json = serde_json::to_string(&req).unwrap();
+    assert_eq!(serde_json::from_str::<RunRequest>(&json).unwrap(), req);
+    let err = RunError::new(Stage::Nvrtc, "boom");
+    assert_eq!(serde_json::to_value(&err).unwrap()["stage"], "nvrtc");
+}
+
+#[test]
+fn pair_ratios_are_per_pair() {
+    // B is twice as slow in every pair, whatever the drift of both over time.
+    let a = [10.0, 20.0, 40.0, 10.0];
+    let b = [20.0, 40.0, 80.0, 21.0];
+    let r = PairRatios::from_samples(&a, &b).unwrap();
+    assert_eq!(r.pairs, 4);
+    assert_eq!((r.min, r.max), (2.0, 2.1));
+    assert_eq!(r.median, 2.0);
+    assert!(PairRatios::from_samples(&[], &[]).is_none());
+    assert!(PairRatios::from_samples(&[1.0], &[f64::NAN]).is_none());
+}
+
+#[test]
+fn ceilings_from_before_the_worker_field_still_parse() {
+    let c: CopyCeiling = serde_json::from_value(serde_json::json!({
+        "buffer_bytes": 1, "gbps": 2.0,
+        "timing": {"samples": 1, "min_us": 1.0, "median_us": 1.0, "max_us": 1.0}
+    }))
+    .unwrap();
+    assert_eq!((c.measured, c.age_s), (CeilingWhen::Run, 0.0));
+}
+
+/// One lowering for the sizes gives what the two whole-program variants gave: the aligned
+/// kernel when the sizes keep the vectors aligned, the run-time check otherwise, with the
+/// index type the sizes need.
+#[test]
+fn compile_for_run_specialises_for_the_sizes_in_one_lowering() {
+    let source = include_str!("../../../examples/basics/softmax.hf");
+    let req = |m: i64, n: i64, index| RunRequest {
+        file: "softmax.hf".into(),
+        source: source.into(),
+        sizes: sizes(m, n),
+        iters: 1,
+        warmup: 0,
+        seed: 1,
+        index,
+        copy_ceiling: false,
+        peers: false,
+    };
+    let variant = |index_type, assume_aligned_vectors| {
+        hopfuse::compile(
+            source,
+            &CompileOptions {
+                index_type,
+                assume_aligned_vectors,
+                aligned_for: None,
+            },
+        )
+        .unwrap()
+    };
+    let (aligned, setup) = compile_for_run(&req(64, 1024, None)).unwrap();
+    assert_eq!(setup.index_type, IndexType::I32);
+    assert_eq!(aligned.cuda, variant(IndexType::I32, true).cuda);
+    assert!(aligned
+        .plan
+        .constraints
+        .iter()
+        .any(|c| matches!(c, hopfuse::plan::Constraint::Divisible { .. })));
+    assert!(!aligned.cuda.contains("% 4 == 0"), "{}", aligned.cuda);
+    let (checked, _) = compile_for_run(&req(64, 1023, None)).unwrap();
+    assert!(checked.cuda.contains("m2 * N % 4 == 0"), "{}", checked.cuda);
+    assert_eq!(checked.cuda, variant(IndexType::I32, false).cuda);
+    assert_eq!(checked.plan, variant(IndexType::I32, false).plan);
+    // 2^32 elements: a 64-bit index, chosen after the one lowering.
+    let (big, setup) = compile_for_run(&req(1 << 17, 1 << 15, None)).unwrap();
+    assert_eq!(
+        (setup.index_type, big.plan.index_type),
+        (IndexType::I64, IndexType::I64)
+    );
+    assert_eq!(big.cuda, variant(IndexType::I64, true).cuda);
+    match compile_for_run(&req(1 << 17, 1 << 15, Some(IndexType::I32))) {
+        Err(PrepareError::Sizes(e)) => assert!(e.contains("too small"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    match compile_for_run(&req(64, 0, None)) {
+        Err(PrepareError::Sizes(e)) => assert!(e.contains("positive"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn bad_iteration_counts_are_rejected() {
+    let mut req = RunRequest {
+        file: "a.hf".into(),
+        source: "@@@ not a program".into(),
+        sizes: BTreeMap::new(),
+        iters: 0,
+        warmup: 0,
+        seed: 1,
+        index: None,
+        copy_ceiling: false,
+        peers: false,
+    };
+    assert_eq!(run(&req).unwrap_err().stage, Stage::Request);
+    req.iters = 1;
+    // Not a program: fails at compile time.
+    assert_eq!(run(&req).unwrap_err().stage, Stage::Compile);
+}

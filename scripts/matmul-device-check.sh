@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs on the lent H100 (no Rust there): the tensor-core examples (examples/matmul/) validated
+# against the float64 reference (cuBLAS DGEMM on the GPU for large products) on small, ragged
+# and large sizes, their TFLOP/s against cuBLAS's bf16 GEMM on the same layouts in the same
+# process, and compute-sanitizer (racecheck, synccheck, memcheck) at a small ragged size.
+# Usage: scripts/matmul-device-check.sh [hopfuse binary] [example ...]; logs in $OUT.
+# Ends with "matmul-device-check: P passed, F failed, N not run"; exits 1 unless all passed.
+set -uo pipefail
+B=${1:-target/release/hopfuse}
+shift || true
+OUT=${OUT:-/tmp/hopfuse-out}
+mkdir -p "$OUT"
+summary="$OUT/summary.txt"
+: >"$summary"
+. "$(dirname "$0")/device-lib.sh"
+[ -x "$B" ] || { echo "NOT RUN: no hopfuse binary at $B"; echo "matmul-device-check: 0 passed, 0 failed, 1 not run"; exit 1; }
+nvidia-smi -L | tee "$OUT/gpu.txt" || { echo "NOT RUN: nvidia-smi found no GPU"; echo "matmul-device-check: 0 passed, 0 failed, 1 not run"; exit 1; }
+if [ $# -gt 0 ]; then examples=("$@"); else
+  examples=()
+  for f in examples/matmul/*.hf; do examples+=("matmul/$(basename "$f" .hf)"); done
+fi
+printf '| example | sizes | validation | rel_l2 | median | GB/s | copy GB/s | ratio | wall s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n' | tee -a "$summary"
+perf=()
+for ex in "${examples[@]}"; do
+  run "$ex" M=256,N=256,K=128 --iters 5
+  # Ragged sizes. A TMA row is a multiple of 16 bytes, so the contiguous dimension of each
+  # operand is a multiple of 8: K for K-major operands, M and N for MN-major ones.
+  case $ex in
+  *mn_major*) run "$ex" M=136,N=4088,K=77 --iters 5 ;;
+  *) run "$ex" M=129,N=4095,K=72 --iters 5 ;;
+  esac
+  run "$ex" M=4000,N=3000,K=1000 --iters 10
+  for n in 4096 8192; do
+    run "$ex" M=$n,N=$n,K=$n --iters 30
+    perf+=("| $ex | $n^3 | $(grep -m1 -oE 'compute +[0-9.]+ TFLOP/s' "$OUT/one.log" | awk '{print $2}') | $(grep -m1 -oE 'cuBLAS +[0-9.]+ TFLOP/s' "$OUT/one.log" | awk '{print $2}') | $(grep -m1 -oE '[0-9.]+% of cuBLAS' "$OUT/one.log") | $(grep -m1 'reference ' "$OUT/one.log" | cut -c1-80) |")
+  done
+done
+printf '\n| example | size | TFLOP/s | cuBLAS TFLOP/s | ratio | reference |\n| --- | --- | --- | --- | --- | --- |\n' | tee -a "$summary"
+printf '%s\n' "${perf[@]}" | tee -a "$summary"
+printf '\n| tool | example | sizes | result | summary |\n| --- | --- | --- | --- | --- |\n' | tee -a "$summary"
+for ex in "${examples[@]}"; do
+  for tool in racecheck synccheck memcheck; do
+    san "$tool" "$ex" M=200,N=296,K=136
+  done
+done
+rm -f "$OUT/one.log" "$OUT/san-one.log"
+echo "---- summary"; cat "$summary"
+echo "matmul-device-check: $passed passed, $failed failed, $not_run not run" | tee -a "$summary"
+[ "$failed" -eq 0 ] && [ "$not_run" -eq 0 ]
