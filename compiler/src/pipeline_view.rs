@@ -10,17 +10,31 @@
 //! kept as the load's guard. Statement kinds it does not know are skipped, so statements added to
 //! the kernel IR later do not break it (loads nested inside such statements are not seen until
 //! the walk learns them).
+//!
+//! Tensor cores ([`mma`]): the same walk sees `Wgmma`, `WgmmaFence`, `WgmmaCommit`,
+//! `WgmmaWait`, the consumers' `MbarArrive` and the computes that read an accumulator; the
+//! warp groups that issue wgmma are a role like the others (`Role::mma`).
+
+mod mma;
 
 use crate::fusion::ParallelType;
-use crate::kir::{CopyKind, Kernel, Stmt, TmaLoad, Val};
+use crate::kir::{Compute, CopyKind, Kernel, Stmt, TmaLoad, Val, Wgmma};
+use crate::target;
 use serde::Serialize;
+
+pub use mma::{
+    Accumulator, Epilogue, Major, Mma, MmaInput, StageRelease, StageWait, WarpGroupAxis,
+};
 
 /// Every pipeline of one kernel; empty when it has no TMA or bulk loads.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct PipelineView {
-    /// The roles that issue or wait, producers first.
+    /// The roles that issue, wait or run wgmma, producers first.
     pub roles: Vec<Role>,
     pub pipelines: Vec<Pipeline>,
+    /// The tensor-core products (one per accumulator and role), in program order; empty without
+    /// wgmma.
+    pub mmas: Vec<Mma>,
 }
 
 /// A set of threads of the block with one job in the pipelines.
@@ -39,6 +53,10 @@ pub struct Role {
     pub registers: Option<u32>,
     pub issues: bool,
     pub waits: bool,
+    /// It issues `wgmma.mma_async` (the consumer warp groups).
+    pub mma: bool,
+    /// Warp groups (128 threads each) of a role that issues wgmma, when its size is known.
+    pub warp_groups: Option<i64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -94,6 +112,9 @@ pub struct Load {
     pub bytes: i64,
     /// Bytes announced by the `mbarrier.arrive.expect_tx` before the copy.
     pub expect_tx: Option<i64>,
+    /// Which arrival announces it, numbered within the pipeline: loads with the same number
+    /// share one `expect_tx` (it counts once: one arrival for both operands of a matmul stage).
+    pub arrival: Option<usize>,
     /// Index into [`PipelineView::roles`]: who issues it.
     pub role: usize,
     /// The slot it fills (in the main loop when there is one), e.g. `(n_o + 3) % 4`.
@@ -176,6 +197,37 @@ enum What<'k> {
         parity: &'k Val,
     },
     Sync,
+    Fence,
+    /// A wgmma with the thread-bound loops around it (a TIDy axis: one tile per warp group).
+    Mma {
+        w: &'k Wgmma,
+        threads: Vec<ThreadLoop<'k>>,
+    },
+    Commit,
+    MmaWait(u32),
+    /// An arrival that gives a slot back (`mbarrier.arrive` on an empty barrier).
+    Release {
+        bars: usize,
+        slot: &'k Val,
+        per_warp: bool,
+    },
+    Compute(&'k Compute),
+}
+
+/// A loop bound to a thread index (a binding in the CUDA, not a loop).
+#[derive(Clone, Copy)]
+struct ThreadLoop<'k> {
+    var: &'k str,
+    parallel: ParallelType,
+    extent: &'k Val,
+}
+
+/// A serial (or unrolled) loop of the walk.
+struct LoopInfo<'k> {
+    var: &'k str,
+    extent: &'k Val,
+    /// The loop around it (index into `Walk::loops`).
+    parent: Option<usize>,
 }
 
 struct Event<'k> {
@@ -188,7 +240,9 @@ struct Event<'k> {
 struct Walk<'k> {
     /// Loop variables bound to thread indices.
     thread_vars: Vec<(&'k str, ParallelType)>,
-    loops: Vec<(&'k str, &'k Val)>,
+    loops: Vec<LoopInfo<'k>>,
+    /// The thread-bound loops around the statement being walked.
+    threads: Vec<ThreadLoop<'k>>,
     events: Vec<Event<'k>>,
 }
 
@@ -218,12 +272,13 @@ impl<'k> Walk<'k> {
 
     fn guard(&self, v: Val, negated: bool) -> Guard {
         let plain = v.text();
-        // Depends on the thread index: `threadIdx.*` (no name holds a dot), a variable bound
-        // to one, the warp index or an election.
-        let on_thread = plain.contains("threadIdx.")
-            || plain.contains("elect_one()")
-            || v.mentions_warp()
-            || self.thread_vars.iter().any(|(name, _)| v.mentions(name));
+        // Depends on the thread index (read from the tree, not its text): a thread index, a
+        // variable bound to one, the warp index or an election.
+        let on_thread = v.any_leaf(&|leaf| {
+            matches!(leaf, Val::Hw(p) if p.is_thread())
+                || matches!(leaf, Val::Elect | Val::Warp)
+                || matches!(leaf, Val::Var(n) if self.thread_vars.iter().any(|(name, _)| name == n))
+        });
         let text = if negated {
             format!("!({plain})")
         } else {
@@ -239,11 +294,26 @@ impl<'k> Walk<'k> {
         for st in body {
             let what = match st {
                 Stmt::Loop(l) if l.parallel.is_hw() => {
+                    let thread = l.parallel.is_thread();
+                    if thread {
+                        self.threads.push(ThreadLoop {
+                            var: &l.var,
+                            parallel: l.parallel,
+                            extent: &l.extent,
+                        });
+                    }
                     self.block(&l.body, guards, lp);
+                    if thread {
+                        self.threads.pop();
+                    }
                     continue;
                 }
                 Stmt::Loop(l) => {
-                    self.loops.push((&l.var, &l.extent));
+                    self.loops.push(LoopInfo {
+                        var: &l.var,
+                        extent: &l.extent,
+                        parent: lp,
+                    });
                     let id = self.loops.len() - 1;
                     self.block(&l.body, guards, Some(id));
                     continue;
@@ -276,6 +346,23 @@ impl<'k> Walk<'k> {
                     parity,
                 },
                 Stmt::Sync => What::Sync,
+                Stmt::WgmmaFence => What::Fence,
+                Stmt::Wgmma(w) => What::Mma {
+                    w,
+                    threads: self.threads.clone(),
+                },
+                Stmt::WgmmaCommit => What::Commit,
+                Stmt::WgmmaWait(n) => What::MmaWait(*n),
+                Stmt::MbarArrive {
+                    bars,
+                    slot,
+                    per_warp,
+                } => What::Release {
+                    bars: *bars,
+                    slot,
+                    per_warp: *per_warp,
+                },
+                Stmt::Compute(c) => What::Compute(c),
                 // Warp specialization: the producer branch under the warp condition, the
                 // consumers under its negation.
                 Stmt::WarpRoles {
@@ -330,6 +417,7 @@ struct RoleAcc {
     conds: Vec<(Val, bool)>,
     issues: bool,
     waits: bool,
+    mma: bool,
 }
 
 /// Threads of a block that satisfy `conds`, when countable: conjunctions of `thread index ==
@@ -384,6 +472,7 @@ pub fn extract(k: &Kernel) -> PipelineView {
             .map(|(v, p)| (v.as_str(), *p))
             .collect(),
         loops: Vec::new(),
+        threads: Vec::new(),
         events: Vec::new(),
     };
     walk.block(&k.body, &mut Vec::new(), None);
@@ -398,13 +487,21 @@ pub fn extract(k: &Kernel) -> PipelineView {
             }
         }
     }
-    // Roles: those that issue loads first, then those that wait on a full barrier.
+    // Roles: those that issue loads first, then those that wait on a full barrier, then those
+    // that issue wgmma (they usually wait too, and are then that role).
+    #[derive(Clone, Copy, PartialEq)]
+    enum Job {
+        Issue,
+        Wait,
+        Mma,
+    }
     let mut roles: Vec<RoleAcc> = Vec::new();
-    for issuing in [true, false] {
+    for job in [Job::Issue, Job::Wait, Job::Mma] {
         for e in events {
             let counts = match e.what {
-                What::Load(_) => issuing,
-                What::Wait { bars, .. } => !issuing && full.contains(&bars),
+                What::Load(_) => job == Job::Issue,
+                What::Wait { bars, .. } => job == Job::Wait && full.contains(&bars),
+                What::Mma { .. } => job == Job::Mma,
                 _ => false,
             };
             if !counts {
@@ -419,46 +516,72 @@ pub fn extract(k: &Kernel) -> PipelineView {
                         conds: e.guards.iter().filter_map(|g| g.thread.clone()).collect(),
                         issues: false,
                         waits: false,
+                        mma: false,
                     });
                     roles.len() - 1
                 }
             };
-            if issuing {
-                roles[i].issues = true;
-            } else {
-                roles[i].waits = true;
+            match job {
+                Job::Issue => roles[i].issues = true,
+                Job::Wait => roles[i].waits = true,
+                Job::Mma => roles[i].mma = true,
             }
         }
     }
 
-    let pipelines = full
+    let (pipelines, places): (Vec<Pipeline>, Vec<Vec<Place>>) = full
         .iter()
         .map(|&bars| pipeline(k, &walk, &roles, &full, bars))
-        .collect();
+        .unzip();
+    let roles = name_roles(k, &walk, &roles);
+    let mmas = mma::extract(k, &walk, &roles, &full, &places);
     PipelineView {
-        roles: name_roles(k, &walk, &roles),
+        roles,
         pipelines,
+        mmas,
     }
 }
 
+/// A loop of a pipeline (None: straight-line code) and its phase.
+type Place = (Option<usize>, PhaseKind);
+
 fn name_roles(k: &Kernel, walk: &Walk, roles: &[RoleAcc]) -> Vec<Role> {
-    let base = |r: &RoleAcc| match (r.issues, r.waits) {
-        (true, true) => "producer + consumer",
-        (true, false) => "producer",
-        _ => "consumers",
-    };
+    let counts: Vec<Option<i64>> = roles
+        .iter()
+        .map(|r| count_threads(walk, k, &r.conds).or_else(|| warp_role_count(k, r)))
+        .collect();
+    // A role that runs wgmma is whole warp groups.
+    let warp_groups: Vec<Option<i64>> = roles
+        .iter()
+        .zip(&counts)
+        .map(|(r, n)| {
+            n.filter(|n| r.mma && n % target::WARPGROUP_THREADS == 0)
+                .map(|n| n / target::WARPGROUP_THREADS)
+        })
+        .collect();
+    let bases: Vec<&str> = roles
+        .iter()
+        .zip(&warp_groups)
+        .map(|(r, wg)| match (r.issues, r.waits, r.mma) {
+            (true, true, _) => "producer + consumer",
+            (true, false, _) => "producer",
+            (false, _, true) if *wg == Some(1) => "consumer warp group",
+            (false, _, true) => "consumer warp groups",
+            _ => "consumers",
+        })
+        .collect();
     roles
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let same = roles.iter().filter(|o| base(o) == base(r)).count();
-            let nth = roles[..i].iter().filter(|o| base(o) == base(r)).count() + 1;
+            let (count, base) = (counts[i], bases[i]);
+            let same = bases.iter().filter(|&&b| b == base).count();
+            let nth = bases[..i].iter().filter(|&&b| b == base).count() + 1;
             let name = if same > 1 {
-                format!("{} {nth}", base(r))
+                format!("{base} {nth}")
             } else {
-                base(r).to_string()
+                base.to_string()
             };
-            let count = count_threads(walk, k, &r.conds).or_else(|| warp_role_count(k, r));
             let threads = match (&r.key, count) {
                 (None, Some(n)) => {
                     let dims: Vec<String> = k
@@ -486,6 +609,8 @@ fn name_roles(k: &Kernel, walk: &Walk, roles: &[RoleAcc]) -> Vec<Role> {
                 registers: warp_role_registers(k, r),
                 issues: r.issues,
                 waits: r.waits,
+                mma: r.mma,
+                warp_groups: warp_groups[i],
             }
         })
         .collect()
@@ -527,7 +652,14 @@ fn warp_role_registers(k: &Kernel, r: &RoleAcc) -> Option<u32> {
     Some(if negated { consumer } else { producer })
 }
 
-fn pipeline(k: &Kernel, walk: &Walk, roles: &[RoleAcc], full: &[usize], bars: usize) -> Pipeline {
+/// Pipeline `bars` and the loops its loads and waits are in, with their phases.
+fn pipeline(
+    k: &Kernel,
+    walk: &Walk,
+    roles: &[RoleAcc],
+    full: &[usize],
+    bars: usize,
+) -> (Pipeline, Vec<Place>) {
     let events = &walk.events;
     let loads: Vec<(usize, &Event, &TmaLoad)> = events
         .iter()
@@ -575,8 +707,8 @@ fn pipeline(k: &Kernel, walk: &Walk, roles: &[RoleAcc], full: &[usize], bars: us
         .iter()
         .map(|&lp| Phase {
             kind: kind_of(lp),
-            var: lp.map(|l| walk.loops[l].0.to_string()),
-            extent: lp.map(|l| walk.loops[l].1.text()),
+            var: lp.map(|l| walk.loops[l].var.to_string()),
+            extent: lp.map(|l| walk.loops[l].extent.text()),
         })
         .collect();
     let lp_of = |kind| places.iter().copied().find(|&lp| kind_of(lp) == kind);
@@ -584,7 +716,7 @@ fn pipeline(k: &Kernel, walk: &Walk, roles: &[RoleAcc], full: &[usize], bars: us
     let prologue = lp_of(PhaseKind::Prologue).flatten();
     let produce = lp_of(PhaseKind::Produce).flatten();
     let prefetch = match (prologue, produce) {
-        (Some(l), _) => match walk.loops[l].1 {
+        (Some(l), _) => match walk.loops[l].extent {
             Val::Int(p) => Some(*p),
             _ => None,
         },
@@ -594,7 +726,7 @@ fn pipeline(k: &Kernel, walk: &Walk, roles: &[RoleAcc], full: &[usize], bars: us
     // Where slots are refilled (loads) and waited on in the steady state.
     let refill = main.or(produce);
     let drain = main.or(lp_of(PhaseKind::Consume).flatten());
-    let loop_var = refill.or(prologue).map(|l| walk.loops[l].0.to_string());
+    let loop_var = refill.or(prologue).map(|l| walk.loops[l].var.to_string());
     // The instance shown for a load or a wait: the one in the steady-state loop, else the first.
     let steady = |lp: Option<usize>, at: Option<usize>| at.is_some() && lp == at;
 
@@ -611,14 +743,21 @@ fn pipeline(k: &Kernel, walk: &Walk, roles: &[RoleAcc], full: &[usize], bars: us
         };
         // The arrival that announces this copy: the last one before it on the same barrier,
         // under the same guards, in the same loop.
-        let expect_tx = events[..i].iter().rev().find_map(|a| match a.what {
-            What::Arrive { bars: b, bytes }
-                if b == bars && a.lp == e.lp && a.guards == e.guards =>
-            {
-                Some(bytes)
-            }
-            _ => None,
-        });
+        let arrival = events[..i]
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(j, a)| match a.what {
+                What::Arrive { bars: b, bytes }
+                    if b == bars && a.lp == e.lp && a.guards == e.guards =>
+                {
+                    Some((j, bytes))
+                }
+                _ => None,
+            });
+        let expect_tx = arrival.map(|(_, bytes)| bytes);
+        // The arrival's event index for now; numbered below.
+        let arrival = arrival.map(|(j, _)| j);
         let load = Load {
             kind,
             buffer: k.buffers[t.dst.buffer].name.clone(),
@@ -627,6 +766,7 @@ fn pipeline(k: &Kernel, walk: &Walk, roles: &[RoleAcc], full: &[usize], bars: us
             rank: t.coords.len().max(1),
             bytes: t.bytes,
             expect_tx,
+            arrival,
             role: role_of(roles, &e.guards),
             slot: t.slot.text(),
             guard: other_guards(&e.guards),
@@ -654,6 +794,20 @@ fn pipeline(k: &Kernel, walk: &Walk, roles: &[RoleAcc], full: &[usize], bars: us
                 out_loads.push(load);
             }
         }
+    }
+
+    // Arrivals numbered in order of the loads shown.
+    let mut arrivals: Vec<usize> = Vec::new();
+    for l in &mut out_loads {
+        l.arrival = l
+            .arrival
+            .map(|j| match arrivals.iter().position(|&a| a == j) {
+                Some(n) => n,
+                None => {
+                    arrivals.push(j);
+                    arrivals.len() - 1
+                }
+            });
     }
 
     let mut out_waits: Vec<Wait> = Vec::new();
@@ -729,7 +883,7 @@ fn pipeline(k: &Kernel, walk: &Walk, roles: &[RoleAcc], full: &[usize], bars: us
             tensors.push(l.tensor.clone());
         }
     }
-    Pipeline {
+    let pipeline = Pipeline {
         buffers,
         tensors,
         stages: k.mbarriers[bars].count,
@@ -742,7 +896,9 @@ fn pipeline(k: &Kernel, walk: &Walk, roles: &[RoleAcc], full: &[usize], bars: us
         empty_barrier,
         waits: out_waits,
         release,
-    }
+    };
+    let places = places.iter().map(|&lp| (lp, kind_of(lp))).collect();
+    (pipeline, places)
 }
 
 #[cfg(test)]
@@ -772,6 +928,8 @@ mod tests {
             registers: None,
             issues: true,
             waits: false,
+            mma: false,
+            warp_groups: None,
         }
     }
 
@@ -784,6 +942,8 @@ mod tests {
             registers: None,
             issues: false,
             waits: true,
+            mma: false,
+            warp_groups: None,
         }
     }
 
@@ -818,6 +978,7 @@ mod tests {
                     rank: 1,
                     bytes: 1024,
                     expect_tx: Some(1024),
+                    arrival: Some(0),
                     role: 0,
                     slot: "(n_oi + 2) % 3".into(),
                     guard: None,

@@ -1,6 +1,7 @@
 //! Hardware facts of the target (NVIDIA Hopper, `sm_90a`) that the passes and the runner rely
 //! on, in one place: warp-group and tensor-core (`wgmma`) shapes, the shared-memory matrix
-//! descriptor, and the accumulator fragment layout. Sources: the PTX ISA (sections 9.7.15.5
+//! descriptor, the accumulator fragment layout, the TMA box rules (`cuTensorMapEncodeTiled`),
+//! shared-memory alignment and capacity, and the `setmaxnreg` rules. Sources: the PTX ISA (sections 9.7.15.5
 //! "wgmma.mma_async" and 9.7.15.5.1.2 "matrix descriptor"), checked against CUTLASS's
 //! `GmmaDescriptor` and `CLayout_64xN`; see `shared/reference/hopper-matmul.md`.
 
@@ -65,6 +66,110 @@ pub fn fragment_row_col(i: i64, warp: i64, lane: i64) -> (i64, i64) {
         16 * warp + lane / 4 + 8 * ((i >> 1) & 1),
         8 * (i >> 2) + 2 * (lane % 4) + (i & 1),
     )
+}
+
+/// Shared memory one block may use (the opt-in maximum of an H100:
+/// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`).
+pub const SMEM_PER_BLOCK: i64 = 227 * 1024;
+
+/// Alignment of a TMA box in shared memory (and of every stage of it).
+pub const TMA_BOX_ALIGN: i64 = 128;
+
+/// Alignment of a box in shared memory: the swizzle pattern repeats every 8 rows of 128 bytes
+/// (address bits 4..7 are XORed with bits 7..10), so a swizzled box starts at a multiple of 1024
+/// bytes and the pattern is the same relative to its start.
+pub fn swizzle_repeat(swizzle: u32) -> i64 {
+    if swizzle == 0 {
+        TMA_BOX_ALIGN
+    } else {
+        1024
+    }
+}
+
+/// Checks the constant parts of a tensor map: the rules of `cuTensorMapEncodeTiled`.
+/// `what` names the tensor in messages.
+pub fn check_tma_box(what: &str, elem: i64, box_dims: &[i64], swizzle: u32) -> Result<(), String> {
+    if box_dims.is_empty() || box_dims.len() > 5 {
+        return Err(format!(
+            "{what}: a TMA box has rank 1 to 5, this one has rank {}",
+            box_dims.len()
+        ));
+    }
+    for (d, &b) in box_dims.iter().enumerate() {
+        if !(1..=256).contains(&b) {
+            return Err(format!(
+                "{what}: box dimension {d} (innermost first) is {b} elements; a TMA box has 1 to 256 elements per dimension"
+            ));
+        }
+    }
+    let row = box_dims[0] * elem;
+    if row % 16 != 0 {
+        return Err(format!(
+            "{what}: the inner box row is {row} bytes ({} x {elem}); TMA needs a multiple of 16 bytes",
+            box_dims[0]
+        ));
+    }
+    match swizzle {
+        0 => {}
+        32 | 64 | 128 => {
+            if row != swizzle as i64 {
+                return Err(format!(
+                    "{what}: with {swizzle}-byte swizzle the inner box row must be exactly {swizzle} bytes, it is {row}"
+                ));
+            }
+        }
+        s => {
+            return Err(format!(
+                "{what}: swizzle must be none, 32, 64 or 128 bytes, got {s}"
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// Register counts of `setmaxnreg`: multiples of 8 in 24..256, producer <= the count every
+/// thread starts with <= consumer, and the block's total within the 64K register file and
+/// equal to what it is launched with.
+pub fn check_register_sharing(
+    producer: u32,
+    consumer: u32,
+    threads: i64,
+    producer_threads: i64,
+) -> Result<(), String> {
+    for (who, r) in [("producer", producer), ("consumer", consumer)] {
+        if !(24..=256).contains(&r) || r % 8 != 0 {
+            return Err(format!(
+                "the {who} register count is {r}; setmaxnreg takes a multiple of 8 from 24 to 256"
+            ));
+        }
+    }
+    let entry = ((65536 / threads).min(255) / 8 * 8) as u32;
+    if producer > entry || entry > consumer {
+        return Err(format!(
+            "registers=[{producer}, {consumer}]: with {threads} threads every thread starts with {entry} registers, and setmaxnreg needs producer <= {entry} <= consumer"
+        ));
+    }
+    let total = producer as i64 * producer_threads + consumer as i64 * (threads - producer_threads);
+    if total > 65536 {
+        return Err(format!(
+            "registers=[{producer}, {consumer}]: {producer} x {producer_threads} producer threads + {consumer} x {} consumer threads = {total} registers, more than the 65536 of an SM",
+            threads - producer_threads
+        ));
+    }
+    // setmaxnreg moves registers between warp groups of one allocation: what the producers
+    // give up must be what the consumers take, else `.inc` can wait forever for registers no
+    // one frees (the CUTLASS hang with 24/232/232 against 3 x 168).
+    let launch = entry as i64 * threads;
+    if total != launch {
+        let groups = threads / 128;
+        return Err(format!(
+            "registers=[{producer}, {consumer}]: {producer} x {producer_threads} producer threads + {consumer} x {} consumer threads = {total} registers, but the block is launched with {entry} x {threads} = {launch}; the counts must move registers between warp groups, not add any (e.g. producer + {} x consumer = {} per thread of each group)",
+            threads - producer_threads,
+            groups - 1,
+            entry as i64 * groups
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

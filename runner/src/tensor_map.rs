@@ -98,7 +98,7 @@ pub fn encode_args(
         }
         global_strides.push(v as u64);
     }
-    hopfuse::passes::tma::check_box(&what, elem, &spec.box_dims, spec.swizzle_bytes)?;
+    hopfuse::target::check_tma_box(&what, elem, &spec.box_dims, spec.swizzle_bytes)?;
     for (d, &s) in spec.element_strides.iter().enumerate() {
         if !(1..=8).contains(&s) {
             return Err(format!(

@@ -323,7 +323,7 @@ fn a_swizzled_box_needs_rows_of_the_swizzle_width() {
 
 #[test]
 fn tma_swizzle_rules() {
-    use hopfuse::passes::tma::check_box;
+    use hopfuse::target::check_tma_box as check_box;
     assert!(check_box("`t`", 4, &[32, 8], 128).is_ok());
     let e = check_box("`t`", 4, &[64, 8], 128).unwrap_err();
     assert!(

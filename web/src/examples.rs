@@ -13,7 +13,7 @@ pub struct Example {
 include!(concat!(env!("OUT_DIR"), "/examples.rs"));
 
 /// Groups in menu order: the known ones first, then any other folder alphabetically.
-const ORDER: &[&str] = &["basics", "tma", "warp_specialization", "ws"];
+const ORDER: &[&str] = &["basics", "tma", "warp_specialization", "ws", "matmul"];
 
 /// A group's title in the menu.
 pub fn group_title(group: &str) -> String {
@@ -21,6 +21,7 @@ pub fn group_title(group: &str) -> String {
         "basics" => "Basics".into(),
         "tma" => "TMA".into(),
         "warp_specialization" | "ws" => "Warp specialization".into(),
+        "matmul" => "Tensor cores (matmul)".into(),
         g => {
             let g = g.replace('_', " ");
             let mut c = g.chars();
@@ -115,6 +116,19 @@ mod tests {
         assert_eq!(grouped()[0].0, "basics");
         assert_eq!(group_title("warp_specialization"), "Warp specialization");
         assert!(find("basics/add").is_some());
+    }
+
+    /// The tensor-core ladder is in the menu, after the groups it builds on, in step order.
+    #[test]
+    fn the_matmul_steps_are_a_group_of_their_own() {
+        let groups = grouped();
+        let names: Vec<&str> = groups.iter().map(|g| g.0).collect();
+        assert_eq!(names[..4], ["basics", "tma", "ws", "matmul"]);
+        assert_eq!(group_title("matmul"), "Tensor cores (matmul)");
+        let steps: Vec<&str> = groups[3].1.iter().map(|e| e.name).collect();
+        assert!(steps.len() >= 7, "{steps:?}");
+        assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
+        assert_eq!(steps[0], "step1_one_warp_group");
     }
 
     #[test]

@@ -282,27 +282,25 @@ mod tests {
         let c = compile(src).unwrap();
         assert!(c.passes[0].changed);
         assert!(c.cuda.contains("__global__"));
-        // The TMA passes run (and are dumped) only for fusions with TMA loads, the tensor-core
-        // pass only for matrix products on tensor cores.
+        // The TMA passes run (and are dumped) only for fusions with TMA loads, `mma` only for
+        // tensor-core tiles.
         let tma_passes = ["tma", "tma_issue", "circular_buffer"];
-        let dumped = |skipped: &[&str]| {
+        let count = |skip: &[&str]| {
             hopfuse::passes::PIPELINE
                 .iter()
-                .filter(|p| !skipped.contains(&p.name))
+                .filter(|p| !skip.contains(&p.name))
                 .count()
         };
         assert_eq!(
             c.passes.len(),
-            1 + dumped(&[&tma_passes[..], &["mma"]].concat())
+            1 + count(&[&tma_passes[..], &["mma"]].concat())
         );
         let tma = compile(crate::examples::find("tma/exp_2d").unwrap().source).unwrap();
-        assert_eq!(tma.passes.len(), 1 + dumped(&["mma"]));
-        let mma = compile(
-            crate::examples::find("matmul/step1_one_warp_group")
-                .unwrap()
-                .source,
-        )
-        .unwrap();
-        assert_eq!(mma.passes.len(), 1 + dumped(&[]));
+        assert_eq!(tma.passes.len(), 1 + count(&["mma"]));
+        let mma = crate::examples::find("matmul/step2_pipelined")
+            .unwrap()
+            .source;
+        let mma = compile(mma).unwrap();
+        assert_eq!(mma.passes.len(), 1 + hopfuse::passes::PIPELINE.len());
     }
 }

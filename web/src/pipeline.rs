@@ -2,10 +2,14 @@
 //! circular buffer. A column per slot, a row per role with the slots' row between the roles that
 //! issue loads (above) and those that only wait (below): issue arrows (load into the slot,
 //! `expect_tx` bytes), wait arrows (the full barrier, its parity) and the release back to the
-//! producer. Built as text, so it is tested natively; colours are the page's CSS variables
-//! (`.pl-*` in style.css), so it follows the light and dark themes.
+//! producer. Tensor cores: a role that runs wgmma gets a row per warp group, whose box in each
+//! slot is its wait, the wgmmas of one commit group on that slot's operands, the group's wait
+//! and the release; a last column holds each warp group's accumulator registers (`(+)=` from
+//! the slots), and the epilogue that reads them is said under the release. Built as text, so it
+//! is tested natively; colours are the page's CSS variables (`.pl-*` in style.css), so it
+//! follows the light and dark themes.
 
-use hopfuse::pipeline_view::{LoadKind, PhaseKind, Pipeline, PipelineView, Release};
+use hopfuse::pipeline_view::{LoadKind, Major, Mma, PhaseKind, Pipeline, PipelineView, Release};
 use std::fmt::Write;
 
 /// What the pane says for a kernel without pipelines.
@@ -20,6 +24,8 @@ const HEAD_H: i64 = 66;
 /// Between a row's boxes and the next row's caption (the arrows and their labels).
 const GAP: i64 = 50;
 const LINE: i64 = 15;
+/// Between the last slot column and the accumulator column (room for the `(+)=` arrow).
+const ACC_GAP: i64 = 44;
 
 /// Escapes text for SVG (conditions hold `<` and `&&`).
 pub fn esc(text: &str) -> String {
@@ -101,6 +107,191 @@ fn phases(list: &[PhaseKind]) -> String {
         .join(", ")
 }
 
+/// The pipeline whose stages a product reads (the full barrier it waits on, else its operands').
+fn pipeline_of(m: &Mma) -> Option<usize> {
+    m.stage
+        .as_ref()
+        .map(|s| s.pipeline)
+        .or(m.a.pipeline)
+        .or(m.b.pipeline)
+}
+
+fn major(m: Major) -> &'static str {
+    match m {
+        Major::KMajor => "K-major",
+        Major::MnMajor => "MN-major",
+    }
+}
+
+/// `4 × wgmma m64n256k16.bf16` (the wgmmas of one commit group of one warp group); `ir`: as
+/// the kernel IR spells the instruction (`wgmma.m64n256k16.f32.bf16`).
+fn mma_issue(m: &Mma, ir: bool) -> String {
+    let count = m.per_group.map(|n| format!("{n} × ")).unwrap_or_default();
+    if ir {
+        format!(
+            "{count}wgmma.{}.{}.{}",
+            m.shape, m.accumulator.dtype, m.input
+        )
+    } else {
+        format!("{count}wgmma {}.{}", m.shape, m.input)
+    }
+}
+
+/// The position of warp group `wg` along the product's warp-group axes (the first outermost).
+fn wg_coords(m: &Mma, wg: i64) -> Option<Vec<i64>> {
+    let mut rest = wg;
+    let mut out = vec![0; m.warp_group_axes.len()];
+    for (i, a) in m.warp_group_axes.iter().enumerate().rev() {
+        let e = a.extent.filter(|&e| e > 0)?;
+        out[i] = rest % e;
+        rest /= e;
+    }
+    Some(out)
+}
+
+/// Which part of the operands warp group `wg` multiplies: `rows 64–127` of A when one axis
+/// moves A (M split over warp groups), `cols …` of B when it moves B, else the axes' values.
+fn wg_part(m: &Mma, wg: i64) -> (Option<String>, Option<String>) {
+    let Some(coords) = wg_coords(m, wg) else {
+        return (None, None);
+    };
+    match (&m.warp_group_axes[..], &coords[..]) {
+        ([a], [c]) if a.operands.len() == 1 && a.operands[0] == "A" => (
+            Some(format!("rows {}–{}", c * m.m, (c + 1) * m.m - 1)),
+            None,
+        ),
+        ([a], [c]) if a.operands.len() == 1 && a.operands[0] == "B" => (
+            None,
+            Some(format!("cols {}–{}", c * m.n, (c + 1) * m.n - 1)),
+        ),
+        ([], _) => (None, None),
+        (axes, coords) => {
+            let at: Vec<String> = axes
+                .iter()
+                .zip(coords)
+                .map(|(a, c)| format!("{} = {c}", a.var))
+                .collect();
+            (Some(at.join(", ")), None)
+        }
+    }
+}
+
+/// The thread condition of warp group `wg` (`threadIdx.y == 1`), when it has axes.
+fn wg_condition(m: &Mma, wg: i64) -> Option<String> {
+    let coords = wg_coords(m, wg)?;
+    let parts: Vec<String> = m
+        .warp_group_axes
+        .iter()
+        .zip(coords)
+        .map(|(a, c)| format!("{} == {c}", a.thread))
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(" && "))
+}
+
+/// The rows of the table about one product.
+fn mma_details(v: &PipelineView, m: &Mma) -> Vec<(&'static str, String)> {
+    let role = &v.roles[m.role];
+    let operand = |name: &str, o: &hopfuse::pipeline_view::MmaInput| {
+        let from = o
+            .tensor
+            .as_ref()
+            .map(|t| format!(" (from {t})"))
+            .unwrap_or_default();
+        format!(
+            "{name} = {}[{}]{from}, {}, swizzle {} B",
+            o.buffer,
+            o.tile,
+            major(o.major),
+            o.swizzle
+        )
+    };
+    let mut issue = format!(
+        "{} issue{} {} per {}",
+        role.name,
+        if m.warp_groups == Some(1) { "s" } else { "" },
+        mma_issue(m, true),
+        m.loop_var
+            .as_deref()
+            .map(|v| format!("{v} iteration"))
+            .unwrap_or_else(|| "commit group".into())
+    );
+    if let Some(s) = &m.stage {
+        let _ = write!(issue, " after waiting on {}[{}]", s.barrier, s.slot);
+    }
+    let _ = write!(issue, ": {}; {}", operand("A", &m.a), operand("B", &m.b));
+    let mut sync = Vec::new();
+    if m.fence {
+        sync.push("wgmma.fence".to_string());
+    }
+    sync.push("commit_group".into());
+    if let Some(n) = m.wait_group {
+        sync.push(format!("wait_group {n}"));
+    }
+    let _ = write!(issue, "; {}", sync.join(", "));
+    if let Some(r) = &m.release {
+        let who = if r.per_warp {
+            " (lane 0 of each warp)"
+        } else {
+            ""
+        };
+        let _ = write!(issue, "; then arrive on {}[{}]{who}", r.barrier, r.slot);
+    }
+    if !m.phases.is_empty() {
+        let _ = write!(issue, "; in {}", phases(&m.phases));
+    }
+    let mut rows = vec![("wgmma", issue)];
+    if let Some(n) = m.warp_groups {
+        let mut groups = format!("{n} × 128 threads");
+        for a in &m.warp_group_axes {
+            let extent = a.extent.map(|e| format!(" ({e})")).unwrap_or_default();
+            let moves = if a.operands.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ": each warp group its own tile of {}",
+                    a.operands.join(" and ")
+                )
+            };
+            let _ = write!(groups, "; {} = {}{extent}{moves}", a.var, a.thread);
+        }
+        rows.push(("warp groups", groups));
+    }
+    let acc = &m.accumulator;
+    let mut text = format!(
+        "{}: {} {} registers per thread (m{} × n{} / 128 threads), a {} × {} tile per warp group",
+        acc.buffer, acc.registers, acc.dtype, m.m, m.n, m.m, m.n
+    );
+    if let Some(n) = acc.allocated.filter(|&n| n != acc.registers) {
+        let _ = write!(
+            text,
+            "; {n} registers allocated, this one from [{}]",
+            acc.index
+        );
+    }
+    if let Some(f) = &acc.started {
+        let _ = write!(
+            text,
+            "; scale-d from {f} (the first wgmma overwrites: no zero fill)"
+        );
+    }
+    rows.push(("accumulator", text));
+    if let Some(e) = &m.epilogue {
+        let outputs = if e.outputs.is_empty() {
+            String::new()
+        } else {
+            format!(" → {}", e.outputs.join(", "))
+        };
+        rows.push((
+            "epilogue",
+            format!(
+                "for {} in {}: the {} registers of {}{outputs}",
+                e.var, e.extent, acc.registers, acc.buffer
+            ),
+        ));
+    }
+    rows
+}
+
 /// The table under a diagram: the roles, every load and wait with its slot expression, and the
 /// release, as (what, text) rows.
 pub fn details(v: &PipelineView, p: &Pipeline) -> Vec<(&'static str, String)> {
@@ -162,31 +353,55 @@ pub fn details(v: &PipelineView, p: &Pipeline) -> Vec<(&'static str, String)> {
         ));
     }
     rows.push(("release", release_text(p)));
+    let index = v.pipelines.iter().position(|q| q == p);
+    for m in v
+        .mmas
+        .iter()
+        .filter(|m| index.is_some() && pipeline_of(m) == index)
+    {
+        rows.extend(mma_details(v, m));
+    }
     rows
+}
+
+fn table(out: &mut String, rows: &[(&'static str, String)]) {
+    out.push_str(r#"<table class="kv">"#);
+    for (what, text) in rows {
+        let _ = write!(
+            out,
+            r#"<tr><th>{what}</th><td class="mono">{}</td></tr>"#,
+            esc(text)
+        );
+    }
+    out.push_str("</table>");
 }
 
 /// The whole pane as HTML: per pipeline a heading, the diagram and the details; for a kernel
 /// without pipelines, [`NO_PIPELINE`].
 pub fn html(v: &PipelineView) -> String {
-    if v.pipelines.is_empty() {
-        return format!(r#"<p class="note" id="no-pipeline">{NO_PIPELINE}</p>"#);
-    }
     let mut out = String::new();
+    if v.pipelines.is_empty() {
+        let _ = write!(out, r#"<p class="note" id="no-pipeline">{NO_PIPELINE}</p>"#);
+    }
     for (i, p) in v.pipelines.iter().enumerate() {
         let _ = write!(
             out,
-            r#"<section class="pipeline"><h3 class="mono">{}</h3><div class="pl-figure">{}</div><table class="kv">"#,
+            r#"<section class="pipeline"><h3 class="mono">{}</h3><div class="pl-figure">{}</div>"#,
             esc(&summary(p)),
             svg(v, i)
         );
-        for (what, text) in details(v, p) {
-            let _ = write!(
-                out,
-                r#"<tr><th>{what}</th><td class="mono">{}</td></tr>"#,
-                esc(&text)
-            );
-        }
-        out.push_str("</table></section>");
+        table(&mut out, &details(v, p));
+        out.push_str("</section>");
+    }
+    // Products whose operands no pipeline loads: their table alone.
+    for m in v.mmas.iter().filter(|m| pipeline_of(m).is_none()) {
+        let _ = write!(
+            out,
+            r#"<section class="pipeline"><h3 class="mono">{}</h3>"#,
+            esc(&mma_issue(m, true))
+        );
+        table(&mut out, &mma_details(v, m));
+        out.push_str("</section>");
     }
     out
 }
@@ -227,6 +442,12 @@ fn boxed(out: &mut String, (cx, w): (i64, i64), y: i64, h: i64, class: &str, lin
     }
 }
 
+/// A column's heading centred at `cx`: a bold title, then dim lines.
+fn column_head(out: &mut String, cx: i64, title: &str, lines: &[String]) {
+    text(out, cx, 16, "pl-strong", "middle", &[title.to_string()]);
+    text(out, cx, 16 + LINE, "pl-small", "middle", lines);
+}
+
 /// A vertical arrow from `y0` to `y1` at `x` with a label on its right, at its top (the next
 /// row's caption crosses its lower part).
 fn arrow(out: &mut String, x: i64, y0: i64, y1: i64, marker: &str, label: &[String]) {
@@ -247,27 +468,53 @@ fn caption(out: &mut String, y: i64, name: &str, detail: &str, class: &str) {
     );
 }
 
+/// A row of the diagram under the slots: a role that waits, or one warp group of a role that
+/// runs wgmma (`wg`: its number when the role has several).
+#[derive(Clone, Copy, PartialEq)]
+struct Lane {
+    role: usize,
+    wg: Option<i64>,
+}
+
 /// The diagram of pipeline `index` of `view`: a column per slot; rows (each under a caption)
-/// for the roles that issue loads, the slots, and the roles that only wait; then the release.
+/// for the roles that issue loads, the slots, and the roles that only wait (a row per warp
+/// group for those that run wgmma, with their accumulators in a last column); then the release
+/// and the epilogue.
 pub fn svg(view: &PipelineView, index: usize) -> String {
     let p = &view.pipelines[index];
     let stages = p.stages.max(1);
     let marker = format!("pl-head-{index}");
     let buffers = p.buffers.join(", ");
+    let mmas: Vec<&Mma> = view
+        .mmas
+        .iter()
+        .filter(|m| pipeline_of(m) == Some(index))
+        .collect();
     let mut issuers: Vec<usize> = Vec::new();
-    let mut waiters: Vec<usize> = Vec::new();
+    let mut lanes: Vec<Lane> = Vec::new();
     for l in &p.loads {
         if !issuers.contains(&l.role) {
             issuers.push(l.role);
         }
     }
-    for w in &p.waits {
-        if !issuers.contains(&w.role) && !waiters.contains(&w.role) {
-            waiters.push(w.role);
+    let waiting = p.waits.iter().map(|w| w.role);
+    for r in waiting.chain(mmas.iter().map(|m| m.role)) {
+        if issuers.contains(&r) || lanes.iter().any(|l| l.role == r) {
+            continue;
+        }
+        match view.roles[r].warp_groups.filter(|&n| n > 1) {
+            Some(n) if mmas.iter().any(|m| m.role == r) => {
+                lanes.extend((0..n).map(|wg| Lane {
+                    role: r,
+                    wg: Some(wg),
+                }));
+            }
+            _ => lanes.push(Lane { role: r, wg: None }),
         }
     }
     // What a role does in slot `k`, as the lines of its box.
-    let role_lines = |r: usize, k: i64| -> Vec<String> {
+    let role_lines = |lane: Lane, k: i64| -> Vec<String> {
+        let r = lane.role;
         let mut lines = Vec::new();
         for l in p.loads.iter().filter(|l| l.role == r) {
             lines.push(format!("load {} → {}[{k}]", l.tensor, l.buffer));
@@ -280,7 +527,45 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
         }
         for w in p.waits.iter().filter(|w| w.role == r) {
             lines.push(format!("wait {}[{k}]", w.barrier));
+        }
+        let mut mma = false;
+        for m in mmas.iter().filter(|m| m.role == r) {
+            mma = true;
+            let (rows, cols) = lane.wg.map(|wg| wg_part(m, wg)).unwrap_or_default();
+            lines.push(mma_issue(m, false));
+            for (name, o, part) in [("A", &m.a, rows), ("B", &m.b, cols)] {
+                let part = part.map(|t| format!(" {t}")).unwrap_or_default();
+                lines.push(format!(
+                    "{name} {}[{k}]{part} · {}",
+                    o.buffer,
+                    major(o.major)
+                ));
+            }
+            lines.push(match m.wait_group {
+                Some(n) => format!("commit · wait_group {n}"),
+                None => "commit".into(),
+            });
+            if let Some(rel) = &m.release {
+                lines.push(format!("arrive {}[{k}]", rel.barrier));
+            }
+        }
+        if !mma && p.waits.iter().any(|w| w.role == r) {
             lines.push(format!("read {buffers}[{k}]"));
+        }
+        lines
+    };
+    // A warp group's accumulators (the last column), as the lines of its box.
+    let acc_lines = |lane: Lane| -> Vec<String> {
+        let mut lines = Vec::new();
+        for m in mmas.iter().filter(|m| m.role == lane.role) {
+            let a = &m.accumulator;
+            let n = a.allocated.unwrap_or(a.registers);
+            lines.push(format!("{}[0..{}]", a.buffer, n - 1));
+            lines.push(format!("{} × {} per thread", a.registers, a.dtype));
+            lines.push(format!("{} × {} tile", m.m, m.n));
+            if let Some(f) = &a.started {
+                lines.push(format!("scale-d: {f}"));
+            }
         }
         lines
     };
@@ -294,16 +579,27 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
         }
         l
     };
-    let role_caption = |r: usize| {
-        let role = &view.roles[r];
+    let role_caption = |lane: Lane| {
+        let role = &view.roles[lane.role];
         let mut detail = role.threads.clone();
+        let mut name = role.name.clone();
+        if let Some(wg) = lane.wg {
+            // One warp group of the role: its thread index, then the role's threads.
+            name = format!("consumer warp group {wg}");
+            let at = mmas
+                .iter()
+                .filter(|m| m.role == lane.role)
+                .find_map(|m| wg_condition(m, wg))
+                .unwrap_or_else(|| format!("warp group {wg}"));
+            detail = format!("{at}, 128 of {}", role.threads);
+        }
         if let Some(n) = role.registers {
             let _ = write!(detail, " · {n} registers");
         }
-        for w in p.waits.iter().filter(|w| w.role == r) {
+        for w in p.waits.iter().filter(|w| w.role == lane.role) {
             let _ = write!(detail, " · wait parity {}", w.parity);
         }
-        (role.name.clone(), detail)
+        (name, detail)
     };
     let mut slot_detail = format!(
         "{buffers}: {stages} × {} · full barriers {}",
@@ -336,33 +632,72 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
             "pl-warn",
         ),
     };
+    // After the K loop: what reads the accumulators.
+    let epilogue: Vec<String> = mmas
+        .iter()
+        .filter_map(|m| {
+            let e = m.epilogue.as_ref()?;
+            let to = if e.outputs.is_empty() {
+                String::new()
+            } else {
+                format!(" → {}", e.outputs.join(", "))
+            };
+            Some(format!(
+                "after the loop, for {} in {}: the {} registers of {}{to}",
+                e.var, e.extent, m.accumulator.registers, m.accumulator.buffer
+            ))
+        })
+        .collect();
+    let mut footers = vec![("release".to_string(), release, release_class)];
+    if !epilogue.is_empty() {
+        footers.push(("epilogue".into(), epilogue.join("; "), "pl-small"));
+    }
 
     // Every row: (caption, its y, the boxes' y and height). Each column is as wide as its
     // longest box line (about 7 px a character) plus room for the arrows.
+    let char_w = |lines: &[String]| {
+        lines
+            .iter()
+            .map(|l| l.chars().count() as i64)
+            .max()
+            .unwrap_or(0)
+    };
     let longest = (0..stages)
-        .flat_map(|k| {
+        .map(|k| {
             let mut l = slot_lines(k);
-            for &r in issuers.iter().chain(&waiters) {
-                l.extend(role_lines(r, k));
+            for &r in &issuers {
+                l.extend(role_lines(Lane { role: r, wg: None }, k));
             }
-            l
+            for &lane in &lanes {
+                l.extend(role_lines(lane, k));
+            }
+            char_w(&l)
         })
-        .map(|l| l.chars().count() as i64)
         .max()
         .unwrap_or(0);
     let box_w = (longest * 7 + 14).max(MIN_BOX_W);
     let col_w = box_w + COL_PAD;
+    let acc_rows: Vec<usize> = (0..lanes.len())
+        .filter(|&i| !acc_lines(lanes[i]).is_empty())
+        .collect();
+    let acc_w = if acc_rows.is_empty() {
+        0
+    } else {
+        let lines: Vec<String> = lanes.iter().flat_map(|&l| acc_lines(l)).collect();
+        (char_w(&lines) * 7 + 14).max(MIN_BOX_W)
+    };
+    let acc_col = if acc_w > 0 { ACC_GAP + acc_w + 14 } else { 0 };
     let mut captions: Vec<(String, String)> = Vec::new();
     let mut heights: Vec<i64> = Vec::new();
     for &r in &issuers {
-        captions.push(role_caption(r));
-        heights.push(role_lines(r, 0).len() as i64);
+        captions.push(role_caption(Lane { role: r, wg: None }));
+        heights.push(role_lines(Lane { role: r, wg: None }, 0).len() as i64);
     }
     captions.push(("shared memory".into(), slot_detail));
     heights.push(slot_lines(0).len() as i64);
-    for &r in &waiters {
-        captions.push(role_caption(r));
-        heights.push(role_lines(r, 0).len() as i64);
+    for &lane in &lanes {
+        captions.push(role_caption(lane));
+        heights.push((role_lines(lane, 0).len().max(acc_lines(lane).len())) as i64);
     }
     let mut rows: Vec<(i64, i64, i64)> = Vec::new();
     let mut y = HEAD_H;
@@ -374,13 +709,14 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
     let footer = y - GAP + 22;
     let caption_w = captions
         .iter()
-        .chain(std::iter::once(&("release".to_string(), release.clone())))
+        .cloned()
+        .chain(footers.iter().map(|(a, b, _)| (a.clone(), b.clone())))
         .map(|(a, b)| (a.chars().count() + b.chars().count()) as i64 * 7 + 30)
         .max()
         .unwrap_or(0);
-    let width = (stages * col_w + 10).max(caption_w);
-    let x_start = (width - stages * col_w) / 2;
-    let height = footer + 10;
+    let width = (stages * col_w + acc_col + 10).max(caption_w);
+    let x_start = (width - stages * col_w - acc_col) / 2;
+    let height = footer + 20 * footers.len() as i64 - 10;
     let slot_row = issuers.len();
 
     let mut out = String::new();
@@ -398,6 +734,7 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
         let x0 = x_start + k * col_w;
         let cx = x0 + col_w / 2;
         let left = cx - box_w / 2;
+        let right = cx + box_w / 2;
         if k > 0 {
             let _ = write!(
                 out,
@@ -415,20 +752,10 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
             (Some(v), s) => format!("{v} % {s} == {k}"),
             (None, _) => String::new(),
         };
-        text(
+        column_head(
             &mut out,
             cx,
-            16,
-            "pl-strong",
-            "middle",
-            &[format!("slot {k}")],
-        );
-        text(
-            &mut out,
-            cx,
-            16 + LINE,
-            "pl-small",
-            "middle",
+            &format!("slot {k}"),
             &[iter, first.to_string()],
         );
         for (i, &r) in issuers.iter().enumerate() {
@@ -439,31 +766,52 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
                 by,
                 bh,
                 "pl-box pl-issue",
-                &role_lines(r, k),
+                &role_lines(Lane { role: r, wg: None }, k),
             );
         }
         let (_, sy, sh) = rows[slot_row];
         let _ = write!(out, r#"<g class="pl-slot" data-slot="{k}">"#);
         boxed(&mut out, (cx, box_w), sy, sh, "pl-slot-box", &slot_lines(k));
         out.push_str("</g>");
-        for (i, &r) in waiters.iter().enumerate() {
+        for (i, &lane) in lanes.iter().enumerate() {
             let (_, by, bh) = rows[slot_row + 1 + i];
-            boxed(
-                &mut out,
-                (cx, box_w),
-                by,
-                bh,
-                "pl-box pl-wait",
-                &role_lines(r, k),
-            );
+            let mma = mmas.iter().any(|m| m.role == lane.role);
+            let class = if mma {
+                "pl-box pl-wait pl-mma"
+            } else {
+                "pl-box pl-wait"
+            };
+            boxed(&mut out, (cx, box_w), by, bh, class, &role_lines(lane, k));
+            // The slot's full barrier releases every warp group: into the first row from
+            // above, into the others around the column's right side.
+            if i > 0 && lane.wg.is_some_and(|wg| wg > 0) {
+                let _ = write!(
+                    out,
+                    r#"<path d="M{right} {} H{} V{} H{}" class="pl-arrow" marker-end="url(#{marker})"/>"#,
+                    sy + sh / 2,
+                    right + 9,
+                    by + bh / 2,
+                    right + 2
+                );
+            }
         }
         // Issue: from the issuing row just above the slots; wait: into the first waiting row.
         if let Some(&r) = issuers.last() {
             let (_, by, bh) = rows[slot_row - 1];
+            // Each arrival's bytes once (one arrival may announce several loads).
+            let mut arrivals = Vec::new();
             let tx: i64 = p
                 .loads
                 .iter()
                 .filter(|l| l.role == r)
+                .filter(|l| match l.arrival {
+                    Some(a) if arrivals.contains(&a) => false,
+                    Some(a) => {
+                        arrivals.push(a);
+                        true
+                    }
+                    None => true,
+                })
                 .filter_map(|l| l.expect_tx)
                 .sum();
             arrow(
@@ -475,7 +823,7 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
                 &["issue".into(), format!("expect_tx {tx} B")],
             );
         }
-        if !waiters.is_empty() {
+        if !lanes.is_empty() {
             let (_, by, _) = rows[slot_row + 1];
             arrow(
                 &mut out,
@@ -502,11 +850,58 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
             );
         }
     }
+    // The accumulators: a column of register boxes, one per warp group, fed by the last slot.
+    if acc_w > 0 {
+        let x0 = x_start + stages * col_w;
+        let cx = x0 + ACC_GAP + acc_w / 2;
+        let _ = write!(
+            out,
+            r#"<line x1="{x0}" y1="4" x2="{x0}" y2="{}" class="pl-grid"/>"#,
+            footer - 18
+        );
+        column_head(
+            &mut out,
+            cx,
+            "accumulator",
+            &["registers".into(), "every slot adds in".into()],
+        );
+        let from = x0 - COL_PAD / 2;
+        for &i in &acc_rows {
+            let (_, by, bh) = rows[slot_row + 1 + i];
+            let _ = write!(out, r#"<g class="pl-acc" data-lane="{i}">"#);
+            boxed(
+                &mut out,
+                (cx, acc_w),
+                by,
+                bh,
+                "pl-box pl-acc-box",
+                &acc_lines(lanes[i]),
+            );
+            out.push_str("</g>");
+            // Low in the box: clear of the full barrier's path into the next warp group.
+            let mid = by + bh - 12;
+            let _ = write!(
+                out,
+                r#"<line x1="{from}" y1="{mid}" x2="{}" y2="{mid}" class="pl-arrow" marker-end="url(#{marker})"/>"#,
+                cx - acc_w / 2 - 2
+            );
+            text(
+                &mut out,
+                (from + cx - acc_w / 2) / 2,
+                mid - 5,
+                "pl-small",
+                "middle",
+                &["(+)=".into()],
+            );
+        }
+    }
     // The captions last: their halo hides the arrows that cross them.
     for ((name, detail), (cy, ..)) in captions.iter().zip(&rows) {
         caption(&mut out, *cy, name, detail, "pl-small");
     }
-    caption(&mut out, footer, "release", &release, release_class);
+    for (i, (name, detail, class)) in footers.iter().enumerate() {
+        caption(&mut out, footer + 20 * i as i64, name, detail, class);
+    }
     out.push_str("</svg>");
     out
 }
@@ -604,5 +999,146 @@ mod tests {
             esc("a < b && \"c\" > d"),
             "a &lt; b &amp;&amp; &quot;c&quot; &gt; d"
         );
+    }
+
+    #[test]
+    fn two_consumer_warp_groups_each_issue_wgmma_into_their_accumulator() {
+        let v = view("matmul/step4_two_consumers");
+        let svg = svg(&v, 0);
+        // A row per warp group, each under its caption: its thread index, then the role's.
+        for wg in 0..2 {
+            assert!(svg.contains(&format!(
+                ">consumer warp group {wg}</tspan><tspan dx=\"8\" class=\"pl-small\">threadIdx.y == {wg}, 128 of 256 threads: !(7 &lt; warp % 12) · 232 registers · wait parity k_o / 4 % 2<"
+            )), "{svg}");
+        }
+        // Per slot and warp group: the wait, one commit group of four k16 steps on the slot's
+        // operands (the warp group's 64 rows of A), its wait and the release.
+        assert_eq!(svg.matches(">4 × wgmma m64n256k16.bf16<").count(), 8);
+        assert_eq!(svg.matches(">commit · wait_group 1<").count(), 8);
+        assert_eq!(svg.matches(r#"class="pl-box pl-wait pl-mma""#).count(), 8);
+        for k in 0..4 {
+            assert_eq!(svg.matches(&format!(">wait a_s_b_s_full[{k}]<")).count(), 2);
+            assert!(svg.contains(&format!(">A a_s[{k}] rows 0–63 · K-major<")));
+            assert!(svg.contains(&format!(">A a_s[{k}] rows 64–127 · K-major<")));
+            assert_eq!(svg.matches(&format!(">B b_s[{k}] · K-major<")).count(), 2);
+            assert_eq!(
+                svg.matches(&format!(">arrive a_s_b_s_empty[{k}]<")).count(),
+                2
+            );
+        }
+        // The full barrier reaches the second warp group around each column's right side.
+        let routes = svg
+            .split("<path ")
+            .skip(1)
+            .filter(|p| {
+                p.split('>')
+                    .next()
+                    .unwrap()
+                    .contains(r#"class="pl-arrow" marker"#)
+            })
+            .count();
+        assert_eq!(routes, 4, "{svg}");
+        // The accumulators: a box per warp group, fed by the slots.
+        assert_eq!(svg.matches(r#"class="pl-acc""#).count(), 2);
+        assert_eq!(svg.matches(">s_acc[0..127]<").count(), 2);
+        assert_eq!(svg.matches(">128 × f32 per thread<").count(), 2);
+        assert_eq!(svg.matches(">64 × 256 tile<").count(), 2);
+        assert_eq!(svg.matches(">(+)=<").count(), 2);
+        assert!(svg.contains(">accumulator<"));
+        assert!(svg.contains(">after the loop, for r_pair in 64: the 128 registers of s_acc → c<"));
+        // One arrival announces both boxes of a stage: 48 KiB, not twice that.
+        assert_eq!(svg.matches(">expect_tx 49152 B<").count(), 4, "{svg}");
+        assert!(!svg.contains("&&&"));
+    }
+
+    #[test]
+    fn the_table_says_what_the_tensor_cores_do() {
+        let v = view("matmul/step4_two_consumers");
+        let rows = details(&v, &v.pipelines[0]);
+        let kinds: Vec<&str> = rows.iter().map(|r| r.0).collect();
+        assert_eq!(
+            kinds,
+            [
+                "role",
+                "role",
+                "load",
+                "load",
+                "wait",
+                "release",
+                "wgmma",
+                "warp groups",
+                "accumulator",
+                "epilogue"
+            ]
+        );
+        assert_eq!(
+            rows[6].1,
+            "consumer warp groups issue 4 × wgmma.m64n256k16.f32.bf16 per k_o iteration after \
+             waiting on a_s_b_s_full[k_o % 4]: A = a_s[k_o % 4 * 8192 + (m_io * 64 * 4 + k_io) * \
+             16] (from a), K-major, swizzle 128 B; B = b_s[k_o % 4 * 16384 + k_io * 16] (from b), \
+             K-major, swizzle 128 B; wgmma.fence, commit_group, wait_group 1; then arrive on \
+             a_s_b_s_empty[(k_o - 1) % 4] (lane 0 of each warp); in consumer loop"
+        );
+        assert_eq!(
+            rows[7].1,
+            "2 × 128 threads; m_io = threadIdx.y (2): each warp group its own tile of A"
+        );
+        assert_eq!(
+            rows[8].1,
+            "s_acc: 128 f32 registers per thread (m64 × n256 / 128 threads), a 64 × 256 tile per \
+             warp group; scale-d from s_acc_started[0] (the first wgmma overwrites: no zero fill)"
+        );
+        assert_eq!(
+            rows[9].1,
+            "for r_pair in 64: the 128 registers of s_acc → c"
+        );
+    }
+
+    #[test]
+    fn one_warp_group_has_one_row_and_mn_major_operands_say_so() {
+        let v = view("matmul/step1_one_warp_group");
+        let svg = svg(&v, 0);
+        assert!(svg.contains(
+            ">consumer warp group</tspan><tspan dx=\"8\" class=\"pl-small\">all 128 threads of the block · wait parity k_o % 2<"
+        ), "{svg}");
+        assert_eq!(svg.matches(">4 × wgmma m64n128k16.bf16<").count(), 1);
+        assert!(svg.contains(">A a_s[0] · K-major<") && svg.contains(">B b_s[0] · K-major<"));
+        assert!(
+            !svg.contains(">arrive "),
+            "no empty barrier: __syncthreads() releases"
+        );
+        assert_eq!(svg.matches(r#"class="pl-acc""#).count(), 1);
+        assert!(svg.contains(">s_acc[0..63]<") && svg.contains(">scale-d: s_acc_started[0]<"));
+        let mn = svg_of(&view("matmul/step5_mn_major"));
+        assert!(mn.contains(">A a_s[0] · MN-major<") && mn.contains(">B b_s[3] · MN-major<"));
+        assert!(mn.contains(">32 × f32 per thread<"));
+    }
+
+    fn svg_of(v: &PipelineView) -> String {
+        svg(v, 0)
+    }
+
+    /// Every matmul example draws its wgmma and accumulators; kernels without tensor cores
+    /// draw neither.
+    #[test]
+    fn every_matmul_example_draws_its_tensor_cores() {
+        let mut n = 0;
+        for e in crate::examples::ALL.iter().filter(|e| e.group == "matmul") {
+            let v = view(&crate::examples::key(e));
+            let page = html(&v);
+            let groups = v.roles[v.mmas[0].role].warp_groups.unwrap();
+            assert_eq!(
+                page.matches(r#"class="pl-acc""#).count() as i64,
+                groups,
+                "{}",
+                e.name
+            );
+            assert!(page.contains("<th>wgmma</th>") && page.contains("<th>accumulator</th>"));
+            assert!(page.contains(&format!(" × wgmma {}.bf16<", v.mmas[0].shape)));
+            n += 1;
+        }
+        assert!(n >= 7);
+        let plain = html(&view("tma/exp_2d"));
+        assert!(!plain.contains("wgmma") && !plain.contains("pl-acc"));
     }
 }

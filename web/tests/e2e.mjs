@@ -14,7 +14,9 @@
 // view; the last state comes back on the bare URL and closing with unshared edits asks first;
 // the phone-width layout stacks the panes; the fragment link restores the state in a new
 // page; tab B (a copy of A, its own CUDA, restored with A from a fragment); the Pipeline pane
-// (exp_2d's diagram with 4 slots, in both themes; none for a kernel without TMA); Run shows the
+// (exp_2d's diagram with 4 slots, in both themes; none for a kernel without TMA); every
+// examples/matmul program compiles in the page and its Pipeline pane draws the wgmma issue and
+// the accumulators (step 4: a row per consumer warp group); Run shows the
 // fake worker's result (marked as not measured, no numbers) with its stages; with tab B, an A/B
 // job with both results (and B/A with its spread from the runner's A/B `done` event); a matrix
 // product's TFLOP/s against cuBLAS (events recorded from a run on the H100); the PyTorch pane
@@ -507,6 +509,46 @@ try {
     const none = await page.locator("#no-pipeline").textContent();
     assert(none === "no pipeline: this kernel has no TMA / circular-buffered loads", `says: ${none}`);
     assert(!(await page.locator("#pane-pipeline svg").count()), "no diagram");
+  });
+
+  await check("every matmul example compiles in the page; the Pipeline pane draws the tensor cores (step 4: two consumer warp groups)", async () => {
+    const dir = path.join(repo, "examples/matmul");
+    const steps = fs.readdirSync(dir).filter((f) => f.endsWith(".hf")).sort();
+    assert(steps.length >= 7, `matmul examples: ${steps}`);
+    for (const f of steps) {
+      const name = f.replace(/\.hf$/, "");
+      const fusion = fs.readFileSync(path.join(dir, f), "utf8").match(/^fusion\s+(\w+)/m)[1];
+      await page.click("#tab-cuda");
+      await page.selectOption("#examples", `matmul/${name}`);
+      await page.waitForFunction((k) => document.querySelector("#cuda .cm-content").textContent.includes(k), `${fusion}_kernel`);
+      const problems = await page.locator("#diagnostics").textContent();
+      assert(problems === "", `${name}: ${problems}`);
+      // Its pipeline with the wgmma issue in the consumers' rows and their accumulators.
+      await page.click("#tab-pipeline");
+      await page.waitForSelector("#pane-pipeline svg .pl-mma");
+      const text = await page.locator("#pane-pipeline").textContent();
+      assert(/\d+ × wgmma m64n\d+k16\.bf16/.test(text) && text.includes("commit · wait_group 0"), `${name}: wgmma in the diagram`);
+      assert((await page.locator("#pane-pipeline svg .pl-acc").count()) >= 1, `${name}: accumulator`);
+      assert((await page.locator("#pane-pipeline th", { hasText: "wgmma" }).count()) === 1, `${name}: wgmma row`);
+    }
+    await page.click("#tab-cuda");
+    await page.selectOption("#examples", "matmul/step4_two_consumers");
+    await page.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("matmul_tc4_kernel"));
+    await page.click("#tab-pipeline");
+    await page.waitForSelector("#pane-pipeline svg .pl-mma");
+    const svg = page.locator("#pane-pipeline svg.pl-svg");
+    const text = await svg.textContent();
+    for (const s of ["consumer warp group 0", "consumer warp group 1", "threadIdx.y == 1", "A a_s[2] rows 64–127 · K-major", "B b_s[3] · K-major", "arrive a_s_b_s_empty[0]", "s_acc[0..127]", "128 × f32 per thread", "64 × 256 tile", "(+)=", "after the loop, for r_pair in 64: the 128 registers of s_acc → c"]) {
+      assert(text.includes(s), `diagram shows ${s}`);
+    }
+    // Four slots, two warp groups: a box per slot and warp group, an accumulator per warp group.
+    assert((await svg.locator(".pl-slot").count()) === 4, "4 slots");
+    assert((await svg.locator(".pl-mma").count()) === 8, "8 wgmma boxes");
+    assert(text.split("4 × wgmma m64n256k16.bf16").length - 1 === 8, "4 wgmmas per slot and warp group");
+    assert((await svg.locator(".pl-acc").count()) === 2, "2 accumulators");
+    const box = await svg.boundingBox();
+    assert(box && box.width > 600 && box.height > 400, `diagram size: ${JSON.stringify(box)}`);
+    await page.screenshot({ path: path.join(artifacts, "playground-pipeline-wgmma.png") });
   });
 
   await check("SASS and PTX panes: exp_2d's listings from POST /api/inspect, mapped to CUDA, IR and pass", async () => {

@@ -1183,9 +1183,9 @@ pub fn extent_of(f: &Fusion, id: IterId) -> SizeExpr {
             factor,
             inner_split,
             is_outer,
-        } => crate::passes::split_extent(extent_of(f, *parent), *factor, *inner_split, *is_outer),
+        } => crate::plan::split_extent(extent_of(f, *parent), *factor, *inner_split, *is_outer),
         IterOrigin::Merge { outer, inner } => {
-            crate::passes::mul(extent_of(f, *outer), extent_of(f, *inner))
+            crate::plan::mul(extent_of(f, *outer), extent_of(f, *inner))
         }
     }
 }

@@ -15,8 +15,6 @@ use crate::kir::{Kernel, Stmt, Val};
 use crate::plan::SizeExpr;
 use std::collections::HashMap;
 
-pub const SMEM_LIMIT: i64 = 227 * 1024;
-
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     let mut placements: Vec<(TensorId, usize)> =
@@ -144,8 +142,8 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             MemoryType::Shared => {
                 let bytes = mul(size.clone(), SizeExpr::Const(buf.dtype.size_bytes() as i64));
                 let align = match cx.box_swizzle(b) {
-                    Some(sw) => super::tma::stage_align(sw),
-                    None if tma_stages.contains_key(&b) => super::tma::SMEM_ALIGN,
+                    Some(sw) => crate::target::swizzle_repeat(sw),
+                    None if tma_stages.contains_key(&b) => crate::target::TMA_BOX_ALIGN,
                     None => 16,
                 };
                 let aligned = mul(super::ceil_div(bytes, align), SizeExpr::Const(align));
@@ -173,9 +171,9 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         offset = add(offset, scratch);
     }
     if let Some(total) = offset.as_const() {
-        if total > SMEM_LIMIT {
+        if total > crate::target::SMEM_PER_BLOCK {
             return Err(Diagnostic::new(
-                format!("the kernel needs {total} bytes of shared memory; an H100 block has at most {SMEM_LIMIT} (227 KB)"),
+                format!("the kernel needs {total} bytes of shared memory; an H100 block has at most {} (227 KB)", crate::target::SMEM_PER_BLOCK),
                 largest_shared.and_then(|(_, span)| span),
             ));
         }

@@ -386,28 +386,4 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// Extent of one output of a split: the factor is the inner extent of an inner split and the
-/// outer extent of an outer split; the other side is the ceiling of the quotient.
-pub fn split_extent(parent: SizeExpr, factor: i64, inner_split: bool, is_outer: bool) -> SizeExpr {
-    if inner_split != is_outer {
-        SizeExpr::Const(factor)
-    } else {
-        ceil_div(parent, factor)
-    }
-}
-
-pub fn ceil_div(a: SizeExpr, b: i64) -> SizeExpr {
-    match a {
-        SizeExpr::Const(x) => SizeExpr::Const((x + b - 1) / b),
-        a if b == 1 => a,
-        a => SizeExpr::CeilDiv(Box::new(a), Box::new(SizeExpr::Const(b))),
-    }
-}
-
-pub fn mul(a: SizeExpr, b: SizeExpr) -> SizeExpr {
-    match (a, b) {
-        (SizeExpr::Const(x), SizeExpr::Const(y)) => SizeExpr::Const(x.saturating_mul(y)),
-        (SizeExpr::Const(1), e) | (e, SizeExpr::Const(1)) => e,
-        (a, b) => SizeExpr::Mul(Box::new(a), Box::new(b)),
-    }
-}
+pub use crate::plan::{ceil_div, mul, split_extent};

@@ -6,7 +6,7 @@ use super::uniform::{block_threads, eval};
 use super::{error_at, Rule, VerifyError};
 use crate::fusion::MemoryType;
 use crate::kir::{Kernel, Stmt, Val};
-use crate::passes::allocation::SMEM_LIMIT;
+use crate::target::SMEM_PER_BLOCK as SMEM_LIMIT;
 
 /// The largest register array the allocation pass gives a thread.
 const MAX_REGISTER_ARRAY: i64 = 1024;

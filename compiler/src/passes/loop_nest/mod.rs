@@ -1,0 +1,436 @@
+//! Pass `loop_nest`: builds the loop nests from the loop domains and inlining positions.
+//!
+//! Requires: a scheduled fusion. Decides every tensor's placement (the loops enclosing its
+//! computation): a tensor inlined at position `p` shares the loops of its consumers that its
+//! first `p` loop axes map to (consumer loops over axes the tensor lacks, i.e. broadcast to it,
+//! are shared too); `inline_most` picks the deepest legal position. Checks that inlining keeps
+//! every producer before its consumers, that loops shared by two tensors agree on their parallel
+//! type, and that every thread/block dimension has one extent.
+//! Emits: loops (hardware-bound loops are bindings of threadIdx/blockIdx, not loops) and one
+//! unindexed `Compute` per fusion expression; creates a buffer per tensor; sets grid and block.
+
+use super::{Ctx, LoopKey};
+use crate::diag::Diagnostic;
+use crate::dtype::DType;
+use crate::fusion::{Fusion, Inline, IterKind, MemoryType, Op, Operand, ParallelType, TensorId};
+use crate::kir::{Access, Buffer, Compute, ComputeRole, Data, Kernel, Loop, Stmt};
+use crate::plan::SizeExpr;
+use std::collections::{HashMap, HashSet};
+
+mod tree;
+
+use tree::build_tree;
+
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let order = f.topo_exprs();
+    if order.len() != f.exprs.len() {
+        return Err(Diagnostic::new("the fusion has a cycle", None));
+    }
+    for e in &f.exprs {
+        if matches!(e.op, Op::Mma) {
+            return Err(Diagnostic::new(
+                "matrix products are not lowered by this compiler yet",
+                e.span,
+            ));
+        }
+    }
+    let computed: Vec<TensorId> = order.iter().map(|&e| f.exprs[e].output).collect();
+    for &t in &computed {
+        for &id in &f.tensors[t].loop_domain {
+            cx.key(id);
+        }
+    }
+    create_buffers(cx, k);
+    let restricted = restricted_classes(f);
+    // Placements, consumers first.
+    for &t in computed.iter().rev() {
+        let placement = place(cx, t, &restricted)?;
+        cx.placement.insert(t, placement);
+    }
+    check_parallel_extents(cx, k)?;
+    build_tree(cx, k, &order)
+}
+
+fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
+    let f = cx.fusion;
+    for (t, tensor) in f.tensors.iter().enumerate() {
+        let used = tensor.definition.is_some() || !cx.uses[t].clone().is_empty();
+        if !used || (tensor.is_input && f.rank(t) == 0) {
+            continue;
+        }
+        let global_shape = if tensor.memory == MemoryType::Global {
+            f.logical(t)
+                .iter()
+                .map(|&id| {
+                    (
+                        f.ids[id].root_extent.clone().unwrap_or(SizeExpr::Const(1)),
+                        f.ids[id].kind == IterKind::Broadcast,
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        cx.tensor_buffer.insert(t, k.buffers.len());
+        k.buffers.push(Buffer {
+            name: tensor.name.clone(),
+            dtype: tensor.dtype,
+            memory: tensor.memory,
+            tensor: Some(t),
+            size: None,
+            smem_offset: None,
+            global_shape,
+            is_input: tensor.is_input,
+        });
+    }
+}
+
+/// Classes along which a tensor may not be inlined: it is read both by the path into a
+/// reduction and by a consumer after that reduction's result is broadcast back (a persistent
+/// buffer, as in softmax), so the two consumers cannot share those loops.
+fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<usize>> {
+    let mut out: HashMap<TensorId, HashSet<usize>> = HashMap::new();
+    let n = f.tensors.len();
+    let uses = f.use_index();
+    let consumers: Vec<Vec<TensorId>> = (0..n)
+        .map(|t| uses[t].iter().map(|&e| f.exprs[e].output).collect())
+        .collect();
+    let producers: Vec<Vec<TensorId>> = (0..n)
+        .map(|t| match f.tensors[t].definition {
+            Some(d) => f.exprs[d].input_tensors().collect(),
+            None => Vec::new(),
+        })
+        .collect();
+    // Every tensor reachable from `start` along `edges` (not `start` itself unless on a cycle),
+    // as marks: one linear walk per reduction.
+    let reach = |start: TensorId, edges: &[Vec<TensorId>]| -> Vec<bool> {
+        let mut seen = vec![false; n];
+        let mut stack = edges[start].clone();
+        while let Some(t) = stack.pop() {
+            if !seen[t] {
+                seen[t] = true;
+                stack.extend(edges[t].iter().copied());
+            }
+        }
+        seen
+    };
+    for e in &f.exprs {
+        let Op::Reduce { .. } = e.op else { continue };
+        let r = e.output;
+        let classes: HashSet<usize> = f.tensors[r]
+            .root
+            .iter()
+            .filter(|&&id| f.ids[id].kind == IterKind::Reduction)
+            .map(|&id| f.class_of(id))
+            .collect();
+        let after = reach(r, &consumers);
+        let before = reach(r, &producers);
+        for p in (0..n).filter(|&p| before[p]) {
+            if consumers[p].iter().any(|&c| after[c]) {
+                out.entry(p).or_default().extend(classes.iter().copied());
+            }
+        }
+    }
+    out
+}
+
+/// Matches the first `pos` loop axes of `t` into a consumer's placement; returns how many of the
+/// consumer's loops are shared, or why not.
+fn match_prefix(
+    cx: &mut Ctx,
+    t: TensorId,
+    pos: usize,
+    consumer_keys: &[LoopKey],
+) -> Result<usize, String> {
+    let f = cx.fusion;
+    let own: Vec<LoopKey> = f.tensors[t]
+        .loop_domain
+        .clone()
+        .into_iter()
+        .map(|id| cx.key(id))
+        .collect();
+    let t_classes: HashSet<usize> = f.tensors[t].root.iter().map(|&id| f.class_of(id)).collect();
+    let mut j = 0;
+    for (kpos, &key) in own.iter().enumerate().take(pos) {
+        loop {
+            let Some(&ck) = consumer_keys.get(j) else {
+                return Err(format!(
+                    "loop {kpos} of `{}` has no matching loop in its consumer",
+                    f.tensors[t].name
+                ));
+            };
+            j += 1;
+            if ck == key {
+                break;
+            }
+            if cx.key_classes(ck).iter().any(|c| t_classes.contains(c)) {
+                return Err(format!(
+                    "loop {kpos} of `{}` ({}) does not match its consumer's loop `{}`",
+                    f.tensors[t].name, cx.keys.names[key], cx.keys.names[ck]
+                ));
+            }
+        }
+    }
+    Ok(j)
+}
+
+fn place(
+    cx: &mut Ctx,
+    t: TensorId,
+    restricted: &HashMap<TensorId, HashSet<usize>>,
+) -> Result<(Vec<LoopKey>, usize), Diagnostic> {
+    let f = cx.fusion;
+    let tensor = &f.tensors[t];
+    let own: Vec<LoopKey> = tensor
+        .loop_domain
+        .clone()
+        .into_iter()
+        .map(|id| cx.key(id))
+        .collect();
+    let consumers: Vec<TensorId> = {
+        let mut v: Vec<TensorId> = cx.uses[t]
+            .clone()
+            .into_iter()
+            .map(|e| f.exprs[e].output)
+            .collect();
+        v.dedup();
+        v
+    };
+    if consumers.is_empty() {
+        return Ok((own, 0));
+    }
+    let cplacements: Vec<Vec<LoopKey>> = consumers
+        .iter()
+        .map(|c| cx.placement[c].0.clone())
+        .collect();
+    // The deepest position allowed by the axes themselves.
+    let mut limit = 0;
+    for (p, &id) in tensor.loop_domain.iter().enumerate() {
+        let ax = &f.ids[id];
+        let k = own[p];
+        let blocked = ax.kind == IterKind::Reduction
+            || ax.parallel == ParallelType::Vectorize
+            || ax.parallel == ParallelType::Bulk
+            || restricted
+                .get(&t)
+                .is_some_and(|r| cx.key_classes(k).iter().any(|c| r.contains(c)));
+        if blocked {
+            break;
+        }
+        limit = p + 1;
+    }
+    // A circular-buffered cache filled by plain loads is pipelined over the innermost loop it
+    // shares with its consumers, which must therefore be a serial one: its own loops after it
+    // are the loads that move to another iteration.
+    let mut buffered_limit = None;
+    if tensor.circular.is_some() && tensor.load == crate::fusion::LoadKind::Plain {
+        let serial = (0..limit)
+            .rev()
+            .find(|&p| !f.ids[tensor.loop_domain[p]].parallel.is_hw());
+        if let Some(p) = serial {
+            buffered_limit = Some(p + 1);
+            limit = p + 1;
+        }
+    }
+    // A consumer's Bulk loops stand for one copy of its whole box (a TMA store): a producer
+    // cannot run inside them.
+    let consumer_bulk: Vec<Vec<LoopKey>> = consumers
+        .iter()
+        .map(|&c| {
+            f.tensors[c]
+                .loop_domain
+                .iter()
+                .filter(|&&id| f.ids[id].parallel == ParallelType::Bulk)
+                .map(|&id| cx.key(id))
+                .collect()
+        })
+        .collect();
+    let try_pos = |cx: &mut Ctx, pos: usize| -> Result<(Vec<LoopKey>, usize), String> {
+        let mut shared: Option<Vec<LoopKey>> = None;
+        for (cp, bulk) in cplacements.iter().zip(&consumer_bulk) {
+            let mut q = match_prefix(cx, t, pos, cp)?;
+            if let Some(b) = cp[..q].iter().position(|k| bulk.contains(k)) {
+                if pos > b {
+                    return Err(format!(
+                        "loop {b} of its consumer is a Bulk axis (one copy covers the whole box)"
+                    ));
+                }
+                q = b;
+            }
+            let prefix = cp[..q].to_vec();
+            match &shared {
+                None => shared = Some(prefix),
+                Some(s) if *s == prefix => {}
+                Some(_) => {
+                    return Err(format!(
+                        "the consumers of `{}` do not share the same outer loops",
+                        f.tensors[t].name
+                    ))
+                }
+            }
+        }
+        let prefix = shared.unwrap_or_default();
+        let q = prefix.len();
+        let mut keys = prefix;
+        keys.extend_from_slice(&own[pos..]);
+        Ok((keys, q))
+    };
+    match tensor.inline {
+        Inline::At(pos) => {
+            if pos > limit {
+                let id = tensor.loop_domain[limit.min(tensor.loop_domain.len() - 1)];
+                let why = if buffered_limit == Some(limit) {
+                    "the innermost loop a circular-buffered cache shares with its consumers is the one it is pipelined over, and must be serial"
+                } else if f.ids[id].kind == IterKind::Reduction {
+                    "it is a reduction axis (the result is complete only after the loop)"
+                } else if f.ids[id].parallel == ParallelType::Vectorize {
+                    "it is vectorized (one access covers the whole axis)"
+                } else if f.ids[id].parallel == ParallelType::Bulk {
+                    "it is a Bulk axis (one copy covers the whole box)"
+                } else {
+                    "a consumer reads the tensor again after a reduction over this axis is broadcast back (keep it as a persistent buffer)"
+                };
+                return Err(Diagnostic::new(
+                    format!(
+                        "`{}`.inline_at({pos}): cannot inline past loop {limit}: {why}",
+                        tensor.name
+                    ),
+                    tensor.span,
+                ));
+            }
+            try_pos(cx, pos).map_err(|m| {
+                Diagnostic::new(
+                    format!("`{}`.inline_at({pos}): {m}", tensor.name),
+                    tensor.span,
+                )
+            })
+        }
+        Inline::Most => {
+            for pos in (0..=limit).rev() {
+                if let Ok(p) = try_pos(cx, pos) {
+                    return Ok(p);
+                }
+            }
+            Ok((own, 0))
+        }
+    }
+}
+
+fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let mut bound: HashMap<ParallelType, (SizeExpr, String)> = HashMap::new();
+    for (t, tensor) in f.tensors.iter().enumerate() {
+        if tensor.definition.is_none() {
+            continue;
+        }
+        for &id in &tensor.loop_domain {
+            let p = f.ids[id].parallel;
+            if !p.is_hw() {
+                let is_copy = tensor
+                    .definition
+                    .is_some_and(|d| matches!(f.exprs[d].op, Op::Set));
+                if p == ParallelType::Vectorize && is_copy {
+                    let w = cx.id_extent(id).as_const().unwrap_or(0);
+                    let bytes = w * tensor.dtype.size_bytes() as i64;
+                    if !(w as u64).is_power_of_two() || bytes > 16 {
+                        return Err(Diagnostic::new(
+                            format!(
+                                "`{}`: a vectorized axis must have a power-of-two extent of at most 16 bytes ({} x {} = {bytes} bytes)",
+                                tensor.name, w, tensor.dtype
+                            ),
+                            tensor.span,
+                        ));
+                    }
+                }
+                continue;
+            }
+            let e = cx.id_extent(id);
+            match bound.get(&p) {
+                Some((prev, who)) if *prev != e => {
+                    return Err(Diagnostic::new(
+                        format!("{p} is bound to two different extents: {prev} (in `{who}`) and {e} (in `{}`)", tensor.name),
+                        tensor.span,
+                    ))
+                }
+                Some(_) => {}
+                None => {
+                    bound.insert(p, (e, tensor.name.clone()));
+                }
+            }
+        }
+        let _ = t;
+    }
+    let get = |p: ParallelType| {
+        bound
+            .get(&p)
+            .map(|b| b.0.clone())
+            .unwrap_or(SizeExpr::Const(1))
+    };
+    k.grid = [
+        get(ParallelType::BIDx),
+        get(ParallelType::BIDy),
+        get(ParallelType::BIDz),
+    ];
+    k.block = [
+        get(ParallelType::TIDx),
+        get(ParallelType::TIDy),
+        get(ParallelType::TIDz),
+    ];
+    // A tensor-core product runs on a warp group: threadIdx.x is its 128 threads (the
+    // accumulator fragment's layout is fixed by the instruction, not by the schedule).
+    let mma_user = f.tensors.iter().find(|t| {
+        t.definition.is_some()
+            && t.loop_domain
+                .iter()
+                .any(|&id| f.ids[id].parallel == ParallelType::Mma)
+    });
+    if let Some(user) = mma_user {
+        if let Some((e, who)) = bound.get(&ParallelType::TIDx) {
+            return Err(Diagnostic::new(
+                format!(
+                    "`{}` has Mma axes, so threadIdx.x is the {} threads of a warp group, but `{who}` binds TIDx to {e}; use TIDy or TIDz for other thread axes",
+                    user.name,
+                    crate::target::WARPGROUP_THREADS
+                ),
+                user.span,
+            ));
+        }
+        k.block[0] = SizeExpr::Const(crate::target::WARPGROUP_THREADS);
+    }
+    let threads = k
+        .block
+        .iter()
+        .map(|e| e.as_const())
+        .collect::<Option<Vec<i64>>>();
+    if let Some(th) = threads {
+        let n: i64 = th.iter().product();
+        if n > 1024 {
+            // At the first schedule statement that made a thread axis (the split that chose
+            // its extent; its copies made by propagate come later).
+            let made_by = f
+                .ids
+                .iter()
+                .filter(|id| {
+                    matches!(
+                        id.parallel,
+                        ParallelType::TIDx | ParallelType::TIDy | ParallelType::TIDz
+                    )
+                })
+                .filter_map(|id| id.stmt)
+                .min_by_key(|s| s.start);
+            return Err(Diagnostic::new(
+                format!(
+                    "the block has {n} threads ({}); at most 1024 are allowed",
+                    k.block
+                        .iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" x ")
+                ),
+                made_by,
+            ));
+        }
+    }
+    Ok(())
+}

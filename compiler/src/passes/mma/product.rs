@@ -1,0 +1,266 @@
+//! What a tensor-core product's tile computes: the update `acc += cast(x) * cast(y)` found
+//! through the tile's register temporaries, its M, N and K loops, and each operand's layout in
+//! shared memory as a matrix descriptor (K-major or MN-major, from the cache's swizzle), checked
+//! against the instruction's shapes.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// What [`Lower::product`] found.
+pub(super) struct Product {
+    pub(super) expr: usize,
+    pub(super) m: TileLoop,
+    pub(super) n: TileLoop,
+    pub(super) n_extent: i64,
+    pub(super) acc: Access,
+    pub(super) a: MmaOperand,
+    pub(super) b: MmaOperand,
+    pub(super) input: DType,
+}
+
+/// `x` with every read of a register temporary defined earlier in the tile replaced by its
+/// definition.
+pub(super) fn resolve(d: &Data, defs: &HashMap<BufferId, Data>) -> Data {
+    match d {
+        Data::Read(a) => match defs.get(&a.buffer) {
+            Some(def) => resolve(def, defs),
+            None => d.clone(),
+        },
+        Data::Unary(op, t, x) => Data::Unary(*op, *t, Box::new(resolve(x, defs))),
+        Data::Binary(op, t, x, y) => Data::Binary(
+            *op,
+            *t,
+            Box::new(resolve(x, defs)),
+            Box::new(resolve(y, defs)),
+        ),
+        Data::Cast(t, x) => Data::Cast(*t, Box::new(resolve(x, defs))),
+        other => other.clone(),
+    }
+}
+
+impl Lower {
+    /// The sum of products a three-deep tile computes, checked against the instruction.
+    pub(super) fn product(
+        &self,
+        cx: &Ctx,
+        k: &Kernel,
+        loops: &[TileLoop],
+        body: &[Stmt],
+    ) -> Result<Product, Diagnostic> {
+        let f = cx.fusion;
+        let mut cs = Vec::new();
+        let any_expr = first_expr(body);
+        let what = |e: Option<usize>| {
+            e.map(|e| format!("`{}`", f.tensors[f.exprs[e].output].name))
+                .unwrap_or_else(|| "a tensor".into())
+        };
+        let span = |e: Option<usize>| e.and_then(|e| f.tensors[f.exprs[e].output].span);
+        if !computes(body, &mut cs) {
+            return Err(Diagnostic::new(
+                format!(
+                    "the Mma tile of {} holds more than computations: a tensor-core tile is one instruction",
+                    what(any_expr)
+                ),
+                span(any_expr),
+            ));
+        }
+        let Some(update) = cs
+            .iter()
+            .rev()
+            .find(|c| c.role == ComputeRole::ReductionUpdate)
+        else {
+            return Err(Diagnostic::new(
+                format!(
+                    "{} has three Mma axes but is not a sum: the M, N and K axes of a tensor-core tile belong to the sum of products (other tensors in the tile have its M and N axes only)",
+                    what(any_expr)
+                ),
+                span(any_expr),
+            ));
+        };
+        let expr = update.expr;
+        let sum = &f.tensors[f.exprs[expr].output];
+        let bad = |m: String| Err(self.err(cx, expr, format!("`{}`: {m}", sum.name)));
+        let defs: HashMap<BufferId, Data> = cs
+            .iter()
+            .filter(|c| {
+                k.buffers[c.out.buffer].memory == MemoryType::Local
+                    && !self.fragments.contains(&c.out.buffer)
+            })
+            .map(|c| (c.out.buffer, c.value.clone()))
+            .collect();
+        let acc = update.out.clone();
+        let Data::Binary(BinaryOp::Add, DType::F32, x, y) = &update.value else {
+            return bad("a tensor-core product accumulates in f32: the sum must be f32".into());
+        };
+        let product = match (&**x, &**y) {
+            (Data::Read(a), other) | (other, Data::Read(a)) if a == &acc => resolve(other, &defs),
+            _ => return bad("internal: the reduction update does not read its accumulator".into()),
+        };
+        let Data::Binary(BinaryOp::Mul, _, x, y) = &product else {
+            return bad(
+                "a tensor-core tile computes a sum of products of two operands, and this sum is of something else".into(),
+            );
+        };
+        let operand = |d: &Data| -> Option<(Access, DType)> {
+            match d {
+                Data::Cast(DType::F32, inner) => match &**inner {
+                    Data::Read(a) => Some((a.clone(), k.buffers[a.buffer].dtype)),
+                    _ => None,
+                },
+                _ => None,
+            }
+        };
+        let (Some((xa, xt)), Some((ya, yt))) = (operand(x), operand(y)) else {
+            return bad("the tensor cores multiply f16 or bf16 operands widened to f32: each factor must be `cast(x, f32)` of an f16 or bf16 cache in shared memory".into());
+        };
+        for (a, t) in [(&xa, xt), (&ya, yt)] {
+            let buf = &k.buffers[a.buffer];
+            if buf.memory != MemoryType::Shared || !matches!(t, DType::BF16 | DType::F16) {
+                return bad(format!(
+                    "operand `{}` is {} in {} memory; a wgmma operand is an f16 or bf16 cache in shared memory (cache_after(x, memory=shared, load=tma, swizzle=128))",
+                    buf.name,
+                    t,
+                    buf.memory.name()
+                ));
+            }
+        }
+        if xt != yt {
+            return bad(format!(
+                "the operands are {xt} and {yt}; both factors of a wgmma have the same type"
+            ));
+        }
+        // Which loop is which: K is the one the accumulator does not move with; A moves with
+        // M, B with N.
+        let acc_index = acc.index.clone().unwrap_or(Val::Int(0));
+        let moves = |idx: &Val, l: &TileLoop| idx.mentions(&l.var);
+        let ks: Vec<&TileLoop> = loops.iter().filter(|l| !moves(&acc_index, l)).collect();
+        let [kl] = ks[..] else {
+            return bad("internal: the Mma tile has no single K axis".into());
+        };
+        let mn: Vec<&TileLoop> = loops.iter().filter(|l| l.key != kl.key).collect();
+        let (xi, yi) = (
+            xa.index.clone().unwrap_or(Val::Int(0)),
+            ya.index.clone().unwrap_or(Val::Int(0)),
+        );
+        let only = |idx: &Val, a: &TileLoop, b: &TileLoop| moves(idx, a) && !moves(idx, b);
+        if !((only(&xi, mn[0], mn[1]) && only(&yi, mn[1], mn[0]))
+            || (only(&xi, mn[1], mn[0]) && only(&yi, mn[0], mn[1])))
+        {
+            return bad("each operand of a tensor-core product must vary with exactly one of the tile's M and N axes (and with K)".into());
+        }
+        // N is the tile's axis the accumulator holds contiguously (the fragment's columns), M
+        // the other; A is the operand that moves with M.
+        let (ml, nl) = if stride(&acc_index, &mn[0].var) == Some(1) {
+            (mn[1], mn[0])
+        } else {
+            (mn[0], mn[1])
+        };
+        let (a, b) = if moves(&xi, ml) { (xa, ya) } else { (ya, xa) };
+        if ml.extent != Some(target::WGMMA_M) {
+            return bad(format!(
+                "its Mma M axis `{}` has {} rows; a wgmma tile has M = {}: split M by {} and make the inner part Mma",
+                ml.var,
+                ml.extent.map_or("a symbolic number of".into(), |e| e.to_string()),
+                target::WGMMA_M,
+                target::WGMMA_M
+            ));
+        }
+        if kl.extent != Some(target::WGMMA_K) {
+            return bad(format!(
+                "its Mma K axis `{}` has {} elements; a wgmma on 16-bit inputs has K = {}: split K by {} and make the inner part Mma",
+                kl.var,
+                kl.extent.map_or("a symbolic number of".into(), |e| e.to_string()),
+                target::WGMMA_K,
+                target::WGMMA_K
+            ));
+        }
+        let n_extent = match nl.extent {
+            Some(n) if target::wgmma_n_valid(n) => n,
+            other => {
+                return bad(format!(
+                    "its Mma N axis `{}` has {} columns; a wgmma tile has N a multiple of 8 from 8 to 256",
+                    nl.var,
+                    other.map_or("a symbolic number of".into(), |e| e.to_string())
+                ))
+            }
+        };
+        // The accumulator: N consecutive, rows N apart (the fragment's tile inside the array).
+        if stride(&acc_index, &nl.var) != Some(1) || stride(&acc_index, &ml.var) != Some(n_extent) {
+            return bad("internal: the accumulator is not laid out as its M x N tile".into());
+        }
+        let elem = xt.size_bytes() as i64;
+        let bad_op = |m: String| -> Result<MmaOperand, Diagnostic> {
+            Err(self.err(cx, expr, format!("`{}`: {m}", sum.name)))
+        };
+        let desc = |o: &Access, row: &TileLoop| -> Result<MmaOperand, Diagnostic> {
+            let buf = &k.buffers[o.buffer];
+            let idx = o.index.clone().unwrap_or(Val::Int(0));
+            let sw = cx.box_swizzle(o.buffer).unwrap_or(0);
+            if sw == 0 {
+                return bad_op(format!(
+                    "operand `{}` is not swizzled; wgmma reads shared memory in 8 x 16-byte core matrices, which a TMA box gives with swizzle=128 (or 64, 32) on the cache",
+                    buf.name
+                ));
+            }
+            let span_elems = sw as i64 / elem;
+            let (sr, sk) = (stride(&idx, &row.var), stride(&idx, &kl.var));
+            let tile = Access {
+                buffer: o.buffer,
+                index: Some(zero(&idx, &[&ml.var, &nl.var, &kl.var])),
+            };
+            match (sr, sk) {
+                // K-major: K contiguous, one swizzle span per row; SBO = 8 rows.
+                (Some(r), Some(1)) if r == span_elems => Ok(MmaOperand {
+                    tile,
+                    desc_bits: target::descriptor_bits(16, 8 * sw as i64, sw)
+                        .expect("a valid swizzle"),
+                    transposed: false,
+                    swizzle: sw,
+                }),
+                // MN-major: the row axis contiguous within one swizzle span, K by rows.
+                (Some(1), Some(kr)) if kr == span_elems => {
+                    let rows = if row.key == ml.key {
+                        target::WGMMA_M
+                    } else {
+                        n_extent
+                    };
+                    if rows > span_elems {
+                        return bad_op(format!(
+                            "operand `{}` is MN-major (its {} axis is contiguous) with {rows} elements along it, more than one {sw}-byte swizzle span ({span_elems}); a box row holds one span, so keep that axis at most {span_elems} or store the operand K-major",
+                            buf.name,
+                            if row.key == ml.key { "M" } else { "N" }
+                        ));
+                    }
+                    Ok(MmaOperand {
+                        tile,
+                        // One swizzle atom along M or N, so LBO (the step to the next atom)
+                        // is unused; SBO steps 8 rows of K.
+                        desc_bits: target::descriptor_bits(8 * sw as i64, 8 * sw as i64, sw)
+                        .expect("a valid swizzle"),
+                        transposed: true,
+                        swizzle: sw,
+                    })
+                }
+                _ => bad_op(format!(
+                    "operand `{}` is laid out with {} elements per step of {} and {} per step of K in shared memory; a wgmma operand is K-major (K contiguous, rows of one {sw}-byte swizzle span, i.e. {span_elems} elements) or MN-major (M or N contiguous, K rows of {span_elems})",
+                    buf.name,
+                    sr.map_or("varying".into(), |s| s.to_string()),
+                    if row.key == ml.key { "M" } else { "N" },
+                    sk.map_or("varying".into(), |s| s.to_string()),
+                )),
+            }
+        };
+        let a_op = desc(&a, ml)?;
+        let b_op = desc(&b, nl)?;
+        Ok(Product {
+            expr,
+            m: ml.clone(),
+            n: nl.clone(),
+            n_extent,
+            acc,
+            a: a_op,
+            b: b_op,
+            input: xt,
+        })
+    }
+}

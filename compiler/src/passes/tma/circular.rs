@@ -1,0 +1,506 @@
+//! Pass `circular_buffer` (after `predicate`): builds each pipeline around its serial loop (the
+//! buffered loop; `i` is the linear iteration over every serial loop around it): prologue
+//! `[0, prefetch)` issues loads; main iteration `i` issues the loads of `i + prefetch`, waits
+//! on `full[i % stages]` for parity `(i / stages) % 2` and computes; epilogue runs the last
+//! `prefetch` iterations. One elected lane of warp 0 (`elect.sync` under a warp-uniform
+//! predicate) waits for the slot to be empty (`war=mbarrier`), arrives with `expect_tx` = the
+//! full box bytes of every copy of the stage (also at a ragged edge: TMA fills the
+//! out-of-bounds part with zeros) and issues the copies. Plain loads of a circular-buffered
+//! cache are moved the same way, by every thread, with no mbarrier. Reads of a cache and plain
+//! writes of it add the slot's offset. The mbarriers are initialised once at kernel entry
+//! (fence, block barrier) and invalidated at kernel exit after a block barrier. TMA stores are
+//! issued by the same elected lane, committed as a bulk group and waited on
+//! (`wait_group.read 0`) before the shared buffer can be written again. Warp-specialized
+//! pipelines are split into roles by [`super::warp_specialize`].
+//!
+//! Write-after-read of slots refilled by copies is left to the `sync` pass (a block barrier at
+//! the end of an iteration that read a slot) unless the pipeline has empty mbarriers: then each
+//! warp arrives on `empty[i % stages]` after its reads. Read-after-write of copied slots needs
+//! no block barrier: the mbarrier wait orders the copy before the reads. The async-proxy fence
+//! before a TMA store is placed by the `sync` pass (or here, for the non-default placements).
+
+#[allow(unused_imports)]
+use super::*;
+
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let issuer = cx.issuer.clone();
+    let mut body = std::mem::take(&mut k.body);
+    for p in 0..cx.pipes.len() {
+        if cx.pipes[p].ws.is_some() {
+            continue;
+        }
+        if !pipeline(cx, &mut body, p, &Val::Int(0), false)? {
+            let f = cx.fusion;
+            let t = cx.tma[cx.pipes[p].members[0]].tensor;
+            return Err(Diagnostic::new(
+                format!(
+                    "internal: the load of `{}` was not found",
+                    f.tensors[t].name
+                ),
+                None,
+            ));
+        }
+    }
+    let stores = cx.stores.clone();
+    for s in &stores {
+        issue_stores(cx, &mut body, s, &issuer);
+    }
+    if k.mbarriers.is_empty() {
+        k.body = body;
+        return Ok(());
+    }
+    // Init once at entry, invalidate once at exit (by the consumers when the producers have
+    // left: their last barrier is a named one, and they waited on every copy).
+    let init = (0..k.mbarriers.len())
+        .map(|bars| Stmt::MbarInit { bars })
+        .collect();
+    let inval: Vec<Stmt> = (0..k.mbarriers.len())
+        .map(|bars| Stmt::MbarInval { bars })
+        .collect();
+    let mut out = vec![guard(issuer.clone(), init), Stmt::Sync];
+    match cx.pipes.iter().position(|p| p.ws.is_some()) {
+        Some(p) => {
+            let mut roles = super::warp_specialize::warp_specialize(cx, body, p)?;
+            if let Stmt::WarpRoles { consumer, .. } = &mut roles {
+                consumer.push(Stmt::Sync);
+                consumer.push(guard(issuer, inval));
+            }
+            out.push(roles);
+        }
+        None => {
+            out.extend(body);
+            out.push(Stmt::Sync);
+            out.push(guard(issuer, inval));
+        }
+    }
+    k.body = out;
+    Ok(())
+}
+
+/// Buffers a statement writes (copies included).
+pub(crate) fn writes(s: &Stmt, out: &mut Vec<BufferId>) {
+    match s {
+        Stmt::TmaLoad(t) => out.push(t.dst.buffer),
+        Stmt::Compute(c) => out.push(c.out.buffer),
+        Stmt::Loop(l) => l.body.iter().for_each(|s| writes(s, out)),
+        Stmt::If { then, els, .. } => then.iter().chain(els).for_each(|s| writes(s, out)),
+        _ => {}
+    }
+}
+
+pub(crate) fn fills(s: &Stmt, buffers: &[BufferId]) -> bool {
+    let mut w = Vec::new();
+    writes(s, &mut w);
+    w.iter().any(|b| buffers.contains(b))
+}
+
+/// Finds the loads of pipe `p` under `body`; `outer` is the linear iteration of the serial
+/// loops entered so far. Rewrites the innermost serial loop around them into the pipeline.
+pub(crate) fn pipeline(
+    cx: &mut Ctx,
+    body: &mut Vec<Stmt>,
+    p: usize,
+    outer: &Val,
+    in_loop: bool,
+) -> Result<bool, Diagnostic> {
+    let pipe = &cx.pipes[p];
+    let f = cx.fusion;
+    let members: Vec<&TmaInfo> = pipe.members.iter().map(|&m| &cx.tma[m]).collect();
+    let buffers: Vec<BufferId> = members
+        .iter()
+        .map(|i| cx.tensor_buffer[&i.tensor])
+        .collect();
+    let name = &f.tensors[members[0].tensor].name;
+    let span = f.tensors[members[0].tensor].span;
+    let Some(i) = body.iter().position(|s| match s {
+        Stmt::Loop(_) | Stmt::TmaLoad(_) => fills(s, &buffers),
+        _ => false,
+    }) else {
+        return Ok(false);
+    };
+    if let Stmt::TmaLoad(_) = &body[i] {
+        if pipe.loop_key.is_some() {
+            return Err(Diagnostic::new(
+                format!(
+                    "the load of `{name}` is separated from the serial loop around it by block-index loops: put the serial loops inside the blockIdx-bound ones"
+                ),
+                span,
+            ));
+        }
+        // No serial loop around the loads: one load of each, waited on once.
+        let is_load = |s: &Stmt| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer));
+        let loads: Vec<Stmt> = body.iter().filter(|s| is_load(s)).cloned().collect();
+        body.retain(|s| !is_load(s));
+        let stmts = vec![
+            issue(
+                cx,
+                pipe.stages,
+                pipe.full.expect("copies have full barriers"),
+                pipe.empty,
+                &loads,
+                &Val::Int(0),
+                &Val::Int(0),
+                &cx.issuer,
+            ),
+            Stmt::MbarWait {
+                bars: pipe.full.expect("copies have full barriers"),
+                slot: Val::Int(0),
+                parity: Val::Int(0),
+            },
+        ];
+        body.splice(i..i, stmts);
+        return Ok(true);
+    }
+    let Stmt::Loop(l) = &mut body[i] else {
+        unreachable!()
+    };
+    if Some(l.key) != pipe.loop_key {
+        if l.parallel.is_hw() {
+            return pipeline(cx, &mut l.body, p, outer, in_loop);
+        }
+        let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
+        return pipeline(cx, &mut l.body, p, &lin, true);
+    }
+    // `l` is the buffered loop: its direct children that fill a member buffer are the loads.
+    let Stmt::Loop(l) = body.remove(i) else {
+        unreachable!()
+    };
+    let (s, pf) = (pipe.stages, pipe.prefetch);
+    let var = l.var.clone();
+    let at = |v: &Val| linear(outer, &l.extent, v, in_loop);
+    let slot = |lin: &Val| {
+        if s == 1 {
+            Val::Int(0)
+        } else {
+            Val::rem(lin.clone(), Val::Int(s))
+        }
+    };
+    let parity = |lin: &Val| {
+        if s == 1 {
+            Val::rem(lin.clone(), Val::Int(2))
+        } else {
+            Val::rem(Val::div(lin.clone(), Val::Int(s)), Val::Int(2))
+        }
+    };
+    let mut copies = Vec::new();
+    let mut plain = Vec::new();
+    let mut allocs = Vec::new();
+    let mut rest = Vec::new();
+    for st in l.body.iter().cloned() {
+        match &st {
+            Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer) => copies.push(st),
+            Stmt::Alloc(b) if buffers.contains(b) => allocs.push(st),
+            _ if fills(&st, &buffers) => {
+                if contains_copy(&st) {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "the load of `{name}` is separated from the serial loop `{var}` that pipelines it by other loops: it must be issued directly in `{var}` (put block-index loops outside it)"
+                        ),
+                        span,
+                    ));
+                }
+                plain.push(st)
+            }
+            _ => rest.push(st),
+        }
+    }
+    let stage_of = |b: BufferId| cx.stage_elems[&b].clone();
+    // Moves the loads to iteration `v`, each into its slot.
+    let issue_at = |v: &Val| -> Vec<Stmt> {
+        let sl = slot(&at(v));
+        let mut out = Vec::new();
+        let moved: Vec<Stmt> = copies
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                c.map_vals(&mut |x| x.subst(&var, v));
+                c
+            })
+            .collect();
+        if !moved.is_empty() {
+            out.push(issue(
+                cx,
+                pipe.stages,
+                pipe.full.expect("copies have full barriers"),
+                pipe.empty,
+                &moved,
+                &sl,
+                &at(v),
+                &cx.issuer,
+            ));
+        }
+        for st in &plain {
+            let mut st = st.clone();
+            st.map_vals(&mut |x| x.subst(&var, v));
+            for &b in &buffers {
+                shift_writes(&mut st, b, &Val::mul(sl.clone(), stage_of(b)));
+            }
+            out.push(st);
+        }
+        out
+    };
+    let v = Val::Var(var.clone());
+    for &b in &buffers {
+        shift_reads(&mut rest, b, &Val::mul(slot(&at(&v)), stage_of(b)));
+    }
+    let mut iteration = Vec::new();
+    if !copies.is_empty() {
+        iteration.push(Stmt::MbarWait {
+            bars: pipe.full.expect("copies have full barriers"),
+            slot: slot(&at(&v)),
+            parity: parity(&at(&v)),
+        });
+    }
+    iteration.extend(rest);
+    if let Some(empty) = pipe.empty {
+        iteration.push(Stmt::MbarArrive {
+            bars: empty,
+            slot: slot(&at(&v)),
+            per_warp: cx.issuer != Val::True && matches!(cx.issuer, Val::And(..)),
+        });
+    }
+    let mut out: Vec<Stmt> = allocs;
+    let extent = l.extent.clone();
+    if pf == 0 {
+        let mut b = issue_at(&v);
+        b.extend(iteration);
+        out.push(Stmt::Loop(Loop { body: b, ..l }));
+    } else {
+        let known = match extent {
+            Val::Int(e) => Some(e),
+            _ => None,
+        };
+        // Prologue: loads of iterations [0, prefetch).
+        let first = issue_at(&v);
+        let pro_body = if known.is_some_and(|e| e >= pf) {
+            first
+        } else {
+            vec![guard(Val::lt(v.clone(), extent.clone()), first)]
+        };
+        out.push(Stmt::Loop(Loop {
+            key: l.key,
+            var: var.clone(),
+            extent: Val::Int(pf),
+            parallel: ParallelType::Serial,
+            body: pro_body,
+        }));
+        // Main: issue iteration i + prefetch, then run iteration i.
+        let main_extent = match known {
+            Some(e) => Val::Int(e - pf),
+            None => Val::Sub(Box::new(extent.clone()), Box::new(Val::Int(pf))),
+        };
+        let mut main = issue_at(&Val::add(v.clone(), Val::Int(pf)));
+        main.extend(iteration.clone());
+        out.push(Stmt::Loop(Loop {
+            key: l.key,
+            var: var.clone(),
+            extent: main_extent.clone(),
+            parallel: l.parallel,
+            body: main,
+        }));
+        // Epilogue: the last `prefetch` iterations, no loads.
+        let epi = cx.fresh_name(&format!("{var}_epi"));
+        let mut epi_body = vec![Stmt::Let {
+            var: var.clone(),
+            value: Val::add(main_extent, Val::Var(epi.clone())),
+        }];
+        if known.is_some_and(|e| e >= pf) {
+            epi_body.extend(iteration);
+        } else {
+            epi_body.push(Stmt::If {
+                cond: Val::lt(Val::Int(-1), v.clone()),
+                then: iteration,
+                els: Vec::new(),
+            });
+        }
+        out.push(Stmt::Loop(Loop {
+            key: l.key,
+            var: epi,
+            extent: Val::Int(pf),
+            parallel: ParallelType::Serial,
+            body: epi_body,
+        }));
+    }
+    body.splice(i..i, out);
+    Ok(true)
+}
+
+pub(crate) fn contains_copy(s: &Stmt) -> bool {
+    match s {
+        Stmt::TmaLoad(_) => true,
+        Stmt::Loop(l) => l.body.iter().any(contains_copy),
+        Stmt::If { then, els, .. } => then.iter().chain(els).any(contains_copy),
+        _ => false,
+    }
+}
+
+/// `outer * extent + v`, or `v` at the outermost serial loop.
+pub(crate) fn linear(outer: &Val, extent: &Val, v: &Val, in_loop: bool) -> Val {
+    if in_loop {
+        Val::add(Val::mul(outer.clone(), extent.clone()), v.clone())
+    } else {
+        v.clone()
+    }
+}
+
+/// The issuing thread fills `slot` (linear iteration `lin`) with `loads`: it waits until the
+/// slot is empty (empty barriers), announces the bytes and issues the copies.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn issue(
+    cx: &Ctx,
+    stages: i64,
+    full: usize,
+    empty: Option<usize>,
+    loads: &[Stmt],
+    slot: &Val,
+    lin: &Val,
+    issuer: &Val,
+) -> Stmt {
+    let mut out = Vec::new();
+    if let Some(empty) = empty {
+        // Slot `lin % stages` was last read in iteration `lin - stages`: phase
+        // `lin / stages - 1` of its empty barrier. A fresh barrier counts its preceding phase
+        // (parity 1) as complete, so the first `stages` loads pass at once.
+        out.push(Stmt::MbarWait {
+            bars: empty,
+            slot: slot.clone(),
+            parity: Val::rem(
+                Val::add(Val::div(lin.clone(), Val::Int(stages)), Val::Int(1)),
+                Val::Int(2),
+            ),
+        });
+    }
+    let mut unconditional = Vec::new();
+    let mut bytes = 0;
+    for st in loads {
+        let Stmt::TmaLoad(t) = st else { continue };
+        let info = cx
+            .tma
+            .iter()
+            .find(|i| cx.tensor_buffer[&i.tensor] == t.dst.buffer)
+            .expect("a load of the pipe");
+        let mut t = t.clone();
+        t.dst.index = Some(Val::mul(
+            slot.clone(),
+            Val::Int(info.stage_elems.expect("copies have a stage size")),
+        ));
+        t.slot = slot.clone();
+        if info.kind == LoadKind::Bulk {
+            // A bulk copy must stay inside the tensor: a run outside it is not copied and
+            // announces no bytes. (The innermost dimension is a multiple of the run.)
+            let inside = Val::all(
+                t.coords
+                    .iter()
+                    .zip(&info.global_dims)
+                    .map(|(c, g)| Val::lt(c.clone(), Val::from_size(g))),
+            );
+            if inside != Val::True {
+                // Announced before the arrival below, so the phase cannot complete without it.
+                out.push(Stmt::If {
+                    cond: inside,
+                    then: vec![
+                        Stmt::MbarExpectTx {
+                            bars: full,
+                            slot: slot.clone(),
+                            bytes: info.bytes,
+                        },
+                        Stmt::TmaLoad(t),
+                    ],
+                    els: Vec::new(),
+                });
+                continue;
+            }
+        }
+        bytes += info.bytes;
+        unconditional.push(Stmt::TmaLoad(t));
+    }
+    out.push(Stmt::MbarArriveExpectTx {
+        bars: full,
+        slot: slot.clone(),
+        bytes,
+    });
+    out.extend(unconditional);
+    guard(issuer.clone(), out)
+}
+
+/// Wraps every TMA store of `s` in the issuing thread's guard, commits it as a bulk group and
+/// waits until shared memory has been read (the cache may then be written again), with the
+/// async-proxy fence where the store's fence mode puts it.
+pub(crate) fn issue_stores(cx: &Ctx, body: &mut Vec<Stmt>, s: &StoreInfo, issuer: &Val) {
+    let cache = cx.tensor_buffer[&s.cache];
+    let mut i = 0;
+    while i < body.len() {
+        match &mut body[i] {
+            Stmt::TmaStore(t) if t.map == s.map => {
+                let store = body.remove(i);
+                let elected = vec![store, Stmt::BulkCommit, Stmt::BulkWaitRead(0)];
+                let issue = match (s.fence, issuer) {
+                    (FenceMode::IssuingWarp, Val::And(warp, elect)) => Stmt::If {
+                        cond: (**warp).clone(),
+                        then: vec![Stmt::FenceProxyAsync, guard((**elect).clone(), elected)],
+                        els: Vec::new(),
+                    },
+                    (FenceMode::IssuingWarp, _) => {
+                        let mut v = vec![Stmt::FenceProxyAsync];
+                        v.extend(elected);
+                        guard(issuer.clone(), v)
+                    }
+                    _ => guard(issuer.clone(), elected),
+                };
+                body.insert(i, issue);
+            }
+            Stmt::Compute(c) if s.fence == FenceMode::PerStore && c.out.buffer == cache => {
+                body.insert(i + 1, Stmt::FenceProxyAsync);
+                i += 1;
+            }
+            Stmt::Loop(l) => issue_stores(cx, &mut l.body, s, issuer),
+            Stmt::If { then, els, .. } => {
+                issue_stores(cx, then, s, issuer);
+                issue_stores(cx, els, s, issuer);
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+}
+
+/// Adds `offset` to every read of `buffer`.
+pub(crate) fn shift_reads(body: &mut [Stmt], buffer: usize, offset: &Val) {
+    for s in body {
+        match s {
+            Stmt::Compute(c) => c.value.for_each_read_mut(&mut |a| {
+                if a.buffer == buffer {
+                    shift(a, offset)
+                }
+            }),
+            Stmt::TmaStore(t) if t.src.buffer == buffer => shift(&mut t.src, offset),
+            Stmt::Loop(l) => shift_reads(&mut l.body, buffer, offset),
+            Stmt::If { then, els, .. } => {
+                shift_reads(then, buffer, offset);
+                shift_reads(els, buffer, offset);
+            }
+            _ => {}
+        }
+    }
+}
+
+pub(crate) fn shift(a: &mut Access, offset: &Val) {
+    let i = a.index.take().unwrap_or(Val::Int(0));
+    a.index = Some(Val::add(offset.clone(), i));
+}
+
+/// Adds `offset` to every plain write of `buffer`.
+pub(crate) fn shift_writes(s: &mut Stmt, buffer: usize, offset: &Val) {
+    match s {
+        Stmt::Compute(c) if c.out.buffer == buffer => shift(&mut c.out, offset),
+        Stmt::Loop(l) => l
+            .body
+            .iter_mut()
+            .for_each(|s| shift_writes(s, buffer, offset)),
+        Stmt::If { then, els, .. } => then
+            .iter_mut()
+            .chain(els.iter_mut())
+            .for_each(|s| shift_writes(s, buffer, offset)),
+        _ => {}
+    }
+}

@@ -1,0 +1,287 @@
+//! Pass `tma_issue` (after `indexing`): replaces the `Bulk` loops of each copy by one `TmaLoad`
+//! or `TmaStore` of the whole box: coordinates are the global tensor's root indices with the box
+//! axes at 0; a store checks that its cache is laid out as the row-major box (which may start
+//! anywhere in the cache). Every access to a swizzled box goes through [`swizzled_index`],
+//! except the operands of a tensor-core product, which wgmma reads through descriptors.
+
+#[allow(unused_imports)]
+use super::*;
+
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let mut env = cx.hw_env(k);
+    let mut body = std::mem::take(&mut k.body);
+    issue_block(cx, k, &mut body, &mut env)?;
+    // Swizzled boxes: every element access of the buffer goes through the swizzle (the copies
+    // address the box's start, which the swizzle keeps in place).
+    let swizzled: HashMap<BufferId, (i64, u32)> = (0..k.buffers.len())
+        .filter_map(|b| {
+            let sw = cx.box_swizzle(b)?;
+            Some((b, (k.buffers[b].dtype.size_bytes() as i64, sw)))
+        })
+        .collect();
+    if !swizzled.is_empty() {
+        let mut swizzle = |a: &mut Access| {
+            if let Some(&(elem, sw)) = swizzled.get(&a.buffer) {
+                let i = a.index.take().unwrap_or(Val::Int(0));
+                a.index = Some(swizzled_index(i, elem, sw));
+            }
+        };
+        // Inside a tensor-core product's tile (three Mma loops) the operands are read through
+        // matrix descriptors, whose swizzle mode applies the same mapping in hardware (the
+        // `mma` pass reads the logical index there).
+        fn product_tile(l: &Loop) -> bool {
+            let mut depth = 0;
+            let mut cur = l;
+            loop {
+                depth += 1;
+                match cur.body.as_slice() {
+                    [Stmt::Loop(inner)] if inner.parallel == ParallelType::Mma => cur = inner,
+                    _ => return depth >= 3,
+                }
+            }
+        }
+        fn outside_mma(body: &mut [Stmt], f: &mut dyn FnMut(&mut crate::kir::Compute)) {
+            for s in body {
+                match s {
+                    Stmt::Loop(l) if l.parallel == ParallelType::Mma && product_tile(l) => {}
+                    Stmt::Loop(l) => outside_mma(&mut l.body, f),
+                    Stmt::If { then, els, .. } => {
+                        outside_mma(then, f);
+                        outside_mma(els, f);
+                    }
+                    Stmt::WarpRoles {
+                        producer, consumer, ..
+                    } => {
+                        outside_mma(producer, f);
+                        outside_mma(consumer, f);
+                    }
+                    Stmt::Compute(c) => f(c),
+                    _ => {}
+                }
+            }
+        }
+        outside_mma(&mut body, &mut |c| {
+            swizzle(&mut c.out);
+            c.value.for_each_read_mut(&mut swizzle);
+        });
+    }
+    k.body = body;
+    Ok(())
+}
+
+pub(crate) fn issue_block(
+    cx: &mut Ctx,
+    k: &Kernel,
+    body: &mut [Stmt],
+    env: &mut HashMap<LoopKey, Val>,
+) -> Result<(), Diagnostic> {
+    for s in body.iter_mut() {
+        match s {
+            Stmt::Loop(l) if l.parallel == ParallelType::Bulk => {
+                *s = box_copy(cx, k, l, env)?;
+            }
+            Stmt::Loop(l) => {
+                let prev = env.insert(l.key, Val::Var(l.var.clone()));
+                issue_block(cx, k, &mut l.body, env)?;
+                match prev {
+                    Some(p) => env.insert(l.key, p),
+                    None => env.remove(&l.key),
+                };
+            }
+            Stmt::If { then, els, .. } => {
+                issue_block(cx, k, then, env)?;
+                issue_block(cx, k, els, env)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The copy of the whole box that a nest of `Bulk` loops around one copy stands for: a load
+/// into a cache, or a store of an output from its cache.
+pub(crate) fn box_copy(
+    cx: &mut Ctx,
+    k: &Kernel,
+    l: &Loop,
+    env: &HashMap<LoopKey, Val>,
+) -> Result<Stmt, Diagnostic> {
+    let mut env = env.clone();
+    let mut vars = Vec::new();
+    let mut extents = Vec::new();
+    let mut cur = l;
+    let compute = loop {
+        env.insert(cur.key, Val::Var(cur.var.clone()));
+        vars.push(cur.var.clone());
+        extents.push(match cur.extent {
+            Val::Int(e) => e,
+            _ => 0,
+        });
+        match cur.body.as_slice() {
+            [Stmt::Loop(inner)] if inner.parallel == ParallelType::Bulk => cur = inner,
+            [Stmt::Compute(c)] => break c,
+            _ => {
+                return Err(Diagnostic::new(
+                    format!(
+                        "internal: the Bulk loop `{}` does not hold exactly one copy",
+                        l.var
+                    ),
+                    None,
+                ))
+            }
+        }
+    };
+    let f = cx.fusion;
+    let t = f.exprs[compute.expr].output;
+    let zero = |v: &Val| {
+        let z = vars
+            .iter()
+            .fold(v.clone(), |acc, var| acc.subst(var, &Val::Int(0)));
+        crate::passes::simplify::simplify(&z, &HashMap::new())
+    };
+    // Box origin: the global tensor's root indices with the box axes at 0.
+    let roots = consumer_roots(cx, t, &env);
+    let mut coords = Vec::new();
+    for r in f.logical(t).into_iter().rev() {
+        let v = roots.get(&f.class_of(r)).ok_or_else(|| {
+            Diagnostic::new(
+                format!(
+                    "cannot index the box of `{}`: a dimension has no index where it is copied",
+                    f.tensors[t].name
+                ),
+                f.tensors[t].span,
+            )
+        })?;
+        coords.push(zero(v));
+    }
+    let Data::Read(src) = &compute.value else {
+        return Err(Diagnostic::new(
+            "internal: a cache copy reads a tensor",
+            None,
+        ));
+    };
+    if let Some(store) = cx.stores.iter().find(|s| s.tensor == t).cloned() {
+        check_box_layout(cx, k, &store, src, &vars, &extents)?;
+        return Ok(Stmt::TmaStore(TmaStore {
+            map: store.map,
+            src: Access {
+                buffer: src.buffer,
+                index: src.index.as_ref().map(zero),
+            },
+            coords,
+            bytes: store.bytes,
+        }));
+    }
+    let Some(info) = cx.tma.iter().find(|i| i.tensor == t).cloned() else {
+        return Err(Diagnostic::new(
+            format!(
+                "`{}` has Bulk axes but is not a TMA or bulk copy",
+                f.tensors[t].name
+            ),
+            f.tensors[t].span,
+        ));
+    };
+    let src = Access {
+        buffer: src.buffer,
+        index: src.index.as_ref().map(zero),
+    };
+    Ok(Stmt::TmaLoad(TmaLoad {
+        kind: match info.map {
+            Some(map) => CopyKind::Tile { map },
+            None => CopyKind::Bulk,
+        },
+        dst: Access {
+            buffer: compute.out.buffer,
+            index: Some(Val::Int(0)),
+        },
+        src,
+        coords,
+        bytes: info.bytes,
+        bars: full_of(cx, t),
+        slot: Val::Int(0),
+    }))
+}
+
+/// A TMA store reads its box row-major from shared memory: the cache must be laid out that way
+/// (its index at the box axes must step by the row-major strides of the box).
+pub(crate) fn check_box_layout(
+    cx: &Ctx,
+    k: &Kernel,
+    store: &StoreInfo,
+    src: &Access,
+    vars: &[String],
+    extents: &[i64],
+) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let index = src.index.clone().unwrap_or(Val::Int(0));
+    // `vars` are the Bulk loops, outermost first, with their constant `extents` (several may
+    // split one box dimension). Row-major over the box is row-major over these loops when the
+    // loops cover the box in order; the box's element count must match too.
+    let box_elements: i64 = store.box_dims.iter().product();
+    let loop_elements: i64 = extents.iter().product();
+    let (vars, extents): (Vec<String>, Vec<i64>) = vars
+        .iter()
+        .cloned()
+        .zip(extents.iter().copied())
+        .filter(|&(_, e)| e != 1)
+        .unzip();
+    // The element of the box at `point` relative to its first one (the same for every value
+    // of the loops around the box: probed), so a box may start anywhere in the buffer (one of
+    // several boxes of a tile).
+    let point_index = |point: &[i64]| {
+        vars.iter()
+            .zip(point)
+            .fold(index.clone(), |acc, (var, &x)| acc.subst(var, &Val::Int(x)))
+    };
+    let zero = vec![0i64; vars.len()];
+    let origin = point_index(&zero);
+    let at = |point: &[i64]| -> Option<i64> {
+        let v = point_index(point);
+        let mut found = None;
+        for seed in 0..4u64 {
+            let d = crate::passes::predicate::eval(&v, "", 0, seed, &[], 1)?
+                - crate::passes::predicate::eval(&origin, "", 0, seed, &[], 1)?;
+            if found.is_some_and(|f| f != d) {
+                return None;
+            }
+            found = Some(d);
+        }
+        found
+    };
+    // A swizzled box starts on its pattern's repeat (1024 bytes), whatever the loops around.
+    let elem = k.buffers[src.buffer].dtype.size_bytes() as i64;
+    let repeat = crate::target::swizzle_repeat(store.swizzle) / elem;
+    let aligned_start = (0..4u64).all(|seed| {
+        crate::passes::predicate::eval(&origin, "", 0, seed, &[], 1)
+            .is_some_and(|o| o % repeat == 0)
+    });
+    let mut ok = box_elements == loop_elements && at(&zero) == Some(0) && aligned_start;
+    let mut stride = 1i64;
+    for d in (0..vars.len()).rev() {
+        if !ok {
+            break;
+        }
+        let mut point = zero.clone();
+        point[d] = extents[d] - 1;
+        ok = at(&point) == Some((extents[d] - 1) * stride);
+        stride *= extents[d];
+    }
+    let last: Vec<i64> = extents.iter().map(|e| e - 1).collect();
+    ok = ok && at(&last) == Some(stride - 1);
+    if ok {
+        return Ok(());
+    }
+    let cache = &f.tensors[store.cache];
+    Err(Diagnostic::new(
+        format!(
+            "`{}` is read by the TMA store of `{}` as a row-major box of {:?} (innermost first), but its shared-memory layout differs ({} in {}): schedule its own axes like the Bulk axes of `{}`, in the same order",
+            cache.name,
+            f.tensors[store.tensor].name,
+            store.box_dims,
+            k.buffers[src.buffer].name,
+            index.text(),
+            f.tensors[store.tensor].name
+        ),
+        cache.span,
+    ))
+}

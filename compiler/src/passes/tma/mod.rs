@@ -1,0 +1,205 @@
+//! TMA and bulk copies between global and shared memory, and circular buffering: the three
+//! passes `tma` ([`plan`]), `tma_issue` ([`issue`]) and `circular_buffer` ([`circular`]), run
+//! only when the fusion has a cache filled by `load=tma|bulk`, an output written by
+//! `cache_before(y, memory=shared, store=tma)`, or a circular-buffered cache; warp
+//! specialization in [`warp_specialize`]. This module holds what they share: the plan they
+//! hand on through `Ctx` ([`TmaInfo`], [`Pipe`], [`WsPlan`], [`StoreInfo`]) and small helpers.
+
+pub mod circular;
+pub mod issue;
+pub mod plan;
+pub mod warp_specialize;
+
+pub use circular::run as run_circular;
+pub use issue::run as run_issue;
+pub use plan::run as run_plan;
+
+use super::indexing::consumer_roots;
+use super::{mul, Ctx, LoopKey};
+use crate::diag::Diagnostic;
+use crate::fusion::{
+    FenceMode, IterId, IterOrigin, LoadKind, MemoryType, ParallelType, TensorId, WarMode,
+};
+use crate::kir::{
+    Access, BufferId, CopyKind, Data, Kernel, Loop, MbarArray, Stmt, TmaLoad, TmaStore, Val,
+};
+use crate::plan::{Constraint, SizeExpr, TensorMapSpec};
+use std::collections::HashMap;
+
+/// The shared-memory element a swizzled box puts logical element `e` at: 16-byte chunk
+/// `c = e / (16 / elem)` becomes `c ^ ((e * elem / 128) % (swizzle / 16))` (CUTLASS's
+/// `Swizzle<log2(swizzle / 16), 4, 3>` on byte addresses), the element within the chunk stays.
+pub fn swizzled_index(e: Val, elem: i64, swizzle: u32) -> Val {
+    let per_chunk = 16 / elem;
+    let per_line = 128 / elem;
+    let chunk = Val::div(e.clone(), Val::Int(per_chunk));
+    let line = Val::rem(
+        Val::div(e.clone(), Val::Int(per_line)),
+        Val::Int(swizzle as i64 / 16),
+    );
+    Val::add(
+        Val::mul(
+            Val::Xor(Box::new(chunk), Box::new(line)),
+            Val::Int(per_chunk),
+        ),
+        Val::rem(e, Val::Int(per_chunk)),
+    )
+}
+
+/// What the `tma` pass decided for one cache that a pipeline fills.
+#[derive(Clone, Debug)]
+pub struct TmaInfo {
+    pub tensor: TensorId,
+    pub src: TensorId,
+    /// `Plain` for a circular-buffered cache filled by ordinary loads.
+    pub kind: LoadKind,
+    /// Elements of one stage in shared memory (the box, padded to [`SMEM_ALIGN`] bytes); None
+    /// for plain loads (the allocation pass sizes them).
+    pub stage_elems: Option<i64>,
+    /// Bytes of one box (the expected transaction count); 0 for plain loads.
+    pub bytes: i64,
+    /// Index into `Kernel::tensor_maps` (tile copies).
+    pub map: Option<usize>,
+    /// Rank of the source and the box, innermost first (bulk copies: only `box_dims[0]` > 1).
+    pub box_dims: Vec<i64>,
+    pub global_dims: Vec<SizeExpr>,
+    /// Index into `Ctx::pipes`.
+    pub pipe: usize,
+    pub circular: Option<crate::fusion::CircularBuffer>,
+    /// Shared-memory swizzle of the box in bytes (0: none).
+    pub swizzle: u32,
+}
+
+impl TmaInfo {
+    /// The warp specialization of its circular buffer.
+    pub fn ws(&self) -> Option<crate::fusion::WarpSpecialized> {
+        self.circular.and_then(|c| c.ws)
+    }
+}
+
+/// The loads of one serial loop, pipelined together: they share slots, barriers and phases.
+#[derive(Clone, Debug)]
+pub struct Pipe {
+    /// The innermost serial loop around the loads (None: no serial loop, one load).
+    pub loop_key: Option<LoopKey>,
+    pub stages: i64,
+    pub prefetch: i64,
+    pub war: WarMode,
+    /// "Full" mbarriers (index into `Kernel::mbarriers`) when a copy fills the slots.
+    pub full: Option<usize>,
+    /// "Empty" mbarriers with `war=mbarrier`.
+    pub empty: Option<usize>,
+    /// Indices into `Ctx::tma`.
+    pub members: Vec<usize>,
+    /// Warp specialization (`warp_specialized(...)`), planned by `tma`.
+    pub ws: Option<WsPlan>,
+}
+
+/// A warp-specialized pipeline: the padded block, who produces, who issues which loads.
+#[derive(Clone, Debug)]
+pub struct WsPlan {
+    pub spec: crate::fusion::WarpSpecialized,
+    /// Warp-uniform: this warp belongs to the producer warp group.
+    pub is_producer: Val,
+    pub consumer_threads: i64,
+    /// One per producer warp that issues loads, each with its own full and empty barriers.
+    pub roles: Vec<WsRole>,
+}
+
+#[derive(Clone, Debug)]
+pub struct WsRole {
+    /// Producer warp (0..4) as scheduled.
+    pub warp: u32,
+    /// Its warp index in the block.
+    pub block_warp: i64,
+    pub full: usize,
+    pub empty: usize,
+    /// Indices into `Ctx::tma`.
+    pub members: Vec<usize>,
+}
+
+/// A TMA store of an output from its shared-memory cache.
+#[derive(Clone, Debug)]
+pub struct StoreInfo {
+    /// The global output.
+    pub tensor: TensorId,
+    /// Its shared-memory cache (`cache_before`).
+    pub cache: TensorId,
+    pub map: usize,
+    pub bytes: i64,
+    pub box_dims: Vec<i64>,
+    pub fence: FenceMode,
+    /// Shared-memory swizzle of the box in bytes (0: none).
+    pub swizzle: u32,
+}
+
+/// Whether the fusion has TMA or bulk copies or circular buffering (the three passes run only
+/// then).
+pub fn used(cx: &Ctx) -> bool {
+    cx.fusion
+        .tensors
+        .iter()
+        .any(|t| t.load != LoadKind::Plain || t.store != LoadKind::Plain || t.circular.is_some())
+}
+
+/// Innermost serial (non-hardware) loop among `keys`.
+pub(crate) fn serial_loop(body: &[Stmt], keys: &[LoopKey]) -> Option<LoopKey> {
+    keys.iter()
+        .rev()
+        .find(|&&key| loop_parallel(body, key).is_some_and(|p| !p.is_hw()))
+        .copied()
+}
+
+/// Parallel type of the loop with key `key`, if the kernel has one.
+pub(crate) fn loop_parallel(body: &[Stmt], key: LoopKey) -> Option<ParallelType> {
+    for s in body {
+        match s {
+            Stmt::Loop(l) => {
+                if l.key == key {
+                    return Some(l.parallel);
+                }
+                if let Some(p) = loop_parallel(&l.body, key) {
+                    return Some(p);
+                }
+            }
+            Stmt::If { then, els, .. } => {
+                if let Some(p) = loop_parallel(then, key).or_else(|| loop_parallel(els, key)) {
+                    return Some(p);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+pub(crate) fn guard(cond: Val, body: Vec<Stmt>) -> Stmt {
+    if cond == Val::True && body.len() == 1 {
+        return body.into_iter().next().expect("one statement");
+    }
+    Stmt::If {
+        cond,
+        then: body,
+        els: Vec::new(),
+    }
+}
+
+/// The full barriers a load of cache `t` completes on (its role's, when warp-specialized).
+pub(crate) fn full_of(cx: &Ctx, t: TensorId) -> usize {
+    let m = cx
+        .tma
+        .iter()
+        .position(|i| i.tensor == t)
+        .expect("a planned load");
+    let pipe = &cx.pipes[cx.tma[m].pipe];
+    match &pipe.ws {
+        Some(ws) => {
+            ws.roles
+                .iter()
+                .find(|r| r.members.contains(&m))
+                .expect("a role of the load")
+                .full
+        }
+        None => pipe.full.expect("a copy has full barriers"),
+    }
+}

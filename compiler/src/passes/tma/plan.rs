@@ -1,0 +1,580 @@
+//! Pass `tma` (after `loop_nest`; runs only when [`used`]): checks every TMA rule that the
+//! sizes known at compile time allow (box dims 1..256 elements, inner box row a multiple of 16
+//! bytes, rank 1..5, global dims below 2^32, strides multiples of 16 bytes below 2^40, bulk runs
+//! contiguous), derives each box from the `Bulk` axes (each a whole dimension of constant extent
+//! or the inner part of a split of one, in the dimension order of the tensor), the tensor-map
+//! encode arguments (innermost first; rows that must be multiples of 16 bytes at run time become
+//! plan constraints), and groups the loads of each serial loop into one pipeline with its
+//! mbarrier arrays ("full": one per stage, one arrival; "empty" with `war=mbarrier`: one arrival
+//! per warp); warp-specialized pipelines are planned by [`super::warp_specialize`]. Errors name
+//! the tensor and the rule. Emits: `Ctx::tma`, `Ctx::pipes`, `Ctx::stores`, tensor maps and
+//! mbarrier arrays on the kernel.
+
+use super::warp_specialize::plan_ws;
+#[allow(unused_imports)]
+use super::*;
+
+/// One Bulk axis of a box: its path of inner splits from its dimension's root (0 = outer part,
+/// 1 = inner part), the axis, its extent and its loop position.
+pub(crate) struct BoxPiece {
+    path: Vec<u8>,
+    id: IterId,
+    extent: i64,
+    pos: usize,
+}
+
+/// The box a tensor's `Bulk` axes (loop axes `pos..`) cover, innermost dimension first.
+///
+/// The rule: each box dimension is a contiguous part of one dimension of the tensor, the whole
+/// dimension or the inner part of a split of it (the outer part is a loop), possibly cut into
+/// pieces by further inner splits, every piece Bulk and the outer pieces first; dimensions in
+/// order. Shared memory then holds the box row-major, as TMA writes it.
+pub(crate) fn box_of(cx: &Ctx, t: TensorId, pos: usize) -> Result<Vec<i64>, Diagnostic> {
+    let f = cx.fusion;
+    let tensor = &f.tensors[t];
+    let name = &tensor.name;
+    let err = |m: String| Err(Diagnostic::new(m, tensor.span));
+    let logical = f.logical(t);
+    let mut box_outer_first = vec![1i64; logical.len()];
+    let mut groups: Vec<(usize, Vec<BoxPiece>)> = Vec::new();
+    for (p, &id) in tensor.loop_domain.iter().enumerate().skip(pos) {
+        let mut path = Vec::new();
+        let mut cur = id;
+        while let IterOrigin::Split {
+            parent,
+            inner_split,
+            is_outer,
+            ..
+        } = f.ids[cur].origin
+        {
+            if !inner_split {
+                return err(format!(
+                    "Bulk axis {p} of `{name}` comes from an outer split (split(.., .., outer)): a box dimension is a whole dimension of constant extent or the inner part of a split of one, split further only by inner splits"
+                ));
+            }
+            path.push(u8::from(!is_outer));
+            cur = parent;
+        }
+        if !matches!(f.ids[cur].origin, IterOrigin::Root) {
+            return err(format!(
+                "Bulk axis {p} of `{name}` comes from a merge: a box dimension is a whole dimension of constant extent or the inner part of a split of one, split further only by inner splits"
+            ));
+        }
+        path.reverse();
+        let Some(extent) = crate::fusion::schedule::extent_const(f, id) else {
+            return err(format!(
+                "Bulk axis {p} of `{name}` has no constant extent: split the dimension by the box size and make the inner part Bulk"
+            ));
+        };
+        let Some(dim) = logical.iter().position(|&r| r == cur) else {
+            return err(format!(
+                "Bulk axis {p} of `{name}` is not a dimension of it"
+            ));
+        };
+        let piece = BoxPiece {
+            path,
+            id,
+            extent,
+            pos: p,
+        };
+        match groups.last_mut() {
+            Some((d, pieces)) if *d == dim => pieces.push(piece),
+            Some((d, pieces)) if *d > dim => {
+                return err(format!(
+                    "the Bulk axes of `{name}` must follow its dimension order, outermost dimension first, each dimension's pieces together: Bulk axis {p} (dimension {dim}) comes after Bulk axis {} (dimension {d}); shared memory holds the box row-major",
+                    pieces.last().map_or(p, |x| x.pos)
+                ))
+            }
+            _ => groups.push((dim, vec![piece])),
+        }
+    }
+    for (dim, pieces) in groups {
+        let axes: Vec<usize> = pieces.iter().map(|x| x.pos).collect();
+        // The part of the dimension the pieces share: reached from the root through inner
+        // parts only, else the box would skip what the outer loop's sibling covers.
+        let mut prefix = pieces[0].path.clone();
+        for x in &pieces[1..] {
+            let common = prefix
+                .iter()
+                .zip(&x.path)
+                .take_while(|(a, b)| a == b)
+                .count();
+            prefix.truncate(common);
+        }
+        if prefix.contains(&0) {
+            return err(format!(
+                "Bulk axes {axes:?} of `{name}` lie in the outer part of a split of dimension {dim} whose inner part is not in the box: a box row must be contiguous, so make the inner part Bulk too (after them), or make only the inner part Bulk"
+            ));
+        }
+        let sorted = pieces.windows(2).all(|w| w[0].path < w[1].path);
+        let product: i64 = pieces.iter().map(|x| x.extent).product();
+        let mut top = pieces[0].id;
+        for _ in prefix.len()..pieces[0].path.len() {
+            if let IterOrigin::Split { parent, .. } = f.ids[top].origin {
+                top = parent;
+            }
+        }
+        let whole = crate::fusion::schedule::extent_const(f, top);
+        if !sorted || whole != Some(product) {
+            return err(format!(
+                "the Bulk axes {axes:?} of `{name}` must together cover one contiguous part of dimension {dim} (the whole dimension or the inner part of a split), every piece of it Bulk, outer pieces first"
+            ));
+        }
+        box_outer_first[dim] = product;
+    }
+    Ok(box_outer_first.into_iter().rev().collect())
+}
+
+/// Global dims and byte strides of a global tensor (innermost first), checked where constant;
+/// rows that must be multiples of 16 bytes at run time become plan constraints.
+pub(crate) fn global_layout(
+    cx: &mut Ctx,
+    global: TensorId,
+    elem: i64,
+    what: &str,
+    rule_owner: &str,
+    span: Option<crate::diag::Span>,
+) -> Result<(Vec<SizeExpr>, Vec<SizeExpr>), Diagnostic> {
+    let f = cx.fusion;
+    let err = |m: String| Err(Diagnostic::new(m, span));
+    let global_dims: Vec<SizeExpr> = f
+        .logical(global)
+        .iter()
+        .rev()
+        .map(|&id| f.ids[id].root_extent.clone().unwrap_or(SizeExpr::Const(1)))
+        .collect();
+    let gname = &f.tensors[global].name;
+    for (d, g) in global_dims.iter().enumerate() {
+        if let Some(v) = g.as_const() {
+            if !(1..=1i64 << 32).contains(&v) {
+                return err(format!(
+                    "{what}: dimension {d} (innermost first) of `{gname}` is {v}; a tensor map dimension is 1 to 2^32"
+                ));
+            }
+        }
+    }
+    let rank = global_dims.len();
+    let mut strides = Vec::new();
+    let mut stride = SizeExpr::Const(elem);
+    for g in &global_dims[..rank - 1] {
+        stride = mul(stride, g.clone());
+        if let Some(s) = stride.as_const() {
+            if s >= 1i64 << 40 {
+                return err(format!(
+                    "{what}: a global stride of `{gname}` is {s} bytes; tensor map strides are below 2^40"
+                ));
+            }
+        }
+        strides.push(stride.clone());
+    }
+    if rank > 1 {
+        need_divisible(
+            cx,
+            &global_dims[0],
+            16 / elem,
+            what,
+            rule_owner,
+            "the rows of the tensor must be multiples of 16 bytes (tensor map strides and bulk-copy alignment)",
+            span,
+        )?;
+    }
+    Ok((global_dims, strides))
+}
+
+pub(crate) fn need_divisible(
+    cx: &mut Ctx,
+    value: &SizeExpr,
+    divisor: i64,
+    what: &str,
+    rule_owner: &str,
+    rule: &str,
+    span: Option<crate::diag::Span>,
+) -> Result<(), Diagnostic> {
+    match value.as_const() {
+        Some(v) if v % divisor != 0 => Err(Diagnostic::new(
+            format!("{what}: {rule} ({value} is not a multiple of {divisor})"),
+            span,
+        )),
+        Some(_) => Ok(()),
+        None => {
+            let c = Constraint::Divisible {
+                value: value.clone(),
+                divisor,
+                reason: format!("{rule_owner}: {rule}"),
+            };
+            if !cx.constraints.contains(&c) {
+                cx.constraints.push(c);
+            }
+            Ok(())
+        }
+    }
+}
+
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+    cx.issuer = issuer(k);
+    let f = cx.fusion;
+    for t in 0..f.tensors.len() {
+        if !cx.placement.contains_key(&t) {
+            continue;
+        }
+        if f.tensors[t].load != LoadKind::Plain || f.tensors[t].circular.is_some() {
+            plan_load(cx, k, t)?;
+        }
+        if f.tensors[t].store != LoadKind::Plain {
+            plan_store(cx, k, t)?;
+        }
+    }
+    // Barriers of each pipeline: full when a copy fills its slots, empty with war=mbarrier.
+    let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
+    if cx
+        .pipes
+        .iter()
+        .filter(|p| cx.tma[p.members[0]].ws().is_some())
+        .count()
+        > 1
+    {
+        return Err(Diagnostic::new(
+            "warp specialization splits the block once: only one loop may be warp-specialized",
+            None,
+        ));
+    }
+    for p in 0..cx.pipes.len() {
+        let pipe = cx.pipes[p].clone();
+        let first = &f.tensors[cx.tma[pipe.members[0]].tensor];
+        if let Some(spec) = cx.tma[pipe.members[0]].ws() {
+            let plan = plan_ws(cx, k, &pipe, spec)?;
+            cx.pipes[p].ws = Some(plan);
+            continue;
+        }
+        let copies = pipe
+            .members
+            .iter()
+            .any(|&m| cx.tma[m].kind != LoadKind::Plain);
+        let base = match pipe.loop_key {
+            Some(key) if pipe.members.len() > 1 => cx.keys.names[key].clone(),
+            _ => first.name.clone(),
+        };
+        if copies {
+            k.mbarriers.push(MbarArray {
+                name: cx.fresh_name(&format!("{base}_full")),
+                count: pipe.stages,
+                arrivals: 1,
+                smem_offset: None,
+            });
+            cx.pipes[p].full = Some(k.mbarriers.len() - 1);
+        }
+        if pipe.war == WarMode::Mbarrier {
+            let Some(threads) = threads else {
+                return Err(Diagnostic::new(
+                    format!("`{}`: war=mbarrier counts one arrival per warp, so the block size must be known at compile time", first.name),
+                    first.circular.map(|c| c.span),
+                ));
+            };
+            k.mbarriers.push(MbarArray {
+                name: cx.fresh_name(&format!("{base}_empty")),
+                count: pipe.stages,
+                arrivals: if threads % 32 == 0 {
+                    threads / 32
+                } else {
+                    threads
+                },
+                smem_offset: None,
+            });
+            cx.pipes[p].empty = Some(k.mbarriers.len() - 1);
+        }
+    }
+    Ok(())
+}
+
+/// The thread that issues copies and initialises barriers: one elected lane of warp 0 when the
+/// block is made of whole warps (the predicate is warp-uniform up to `elect.sync`, which the
+/// whole warp executes), thread 0 otherwise.
+pub(crate) fn issuer(k: &Kernel) -> Val {
+    let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
+    if threads.is_some_and(|n| n % 32 == 0) {
+        return Val::and(Val::eq(Val::Warp, Val::Int(0)), Val::Elect);
+    }
+    Val::all(
+        (0..3)
+            .filter(|&d| k.block[d] != SizeExpr::Const(1))
+            .map(|d| {
+                let p = [ParallelType::TIDx, ParallelType::TIDy, ParallelType::TIDz][d];
+                Val::eq(Val::Hw(p), Val::Int(0))
+            }),
+    )
+}
+
+pub(crate) fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let tensor = &f.tensors[t];
+    let name = &tensor.name;
+    let err = |m: String| Err(Diagnostic::new(m, tensor.span));
+    let src = f.exprs[tensor.definition.expect("a cache has a definition")]
+        .input_tensors()
+        .next()
+        .expect("a cache reads its source");
+    // A cache nothing reads would be filled for nobody; with warp specialization its producer
+    // role would fill slots that no consumer ever releases.
+    if tensor.load != LoadKind::Plain && cx.uses[t].is_empty() {
+        let role = match tensor.circular.as_ref().and_then(|c| c.ws.as_ref()) {
+            Some(_) => " (its producer role would fill slots that no consumer reads or releases)",
+            None => "",
+        };
+        return err(format!(
+            "`{name}` ({} load of `{}`) is read by nothing{role}: use it in the fusion or remove the cache",
+            tensor.load.name(),
+            f.tensors[src].name
+        ));
+    }
+    let (keys, q) = cx.placement[&t].clone();
+    let pos = tensor.loop_domain.len() - (keys.len() - q);
+    let elem = tensor.dtype.size_bytes() as i64;
+    let mut info = TmaInfo {
+        tensor: t,
+        src,
+        kind: tensor.load,
+        stage_elems: None,
+        bytes: 0,
+        map: None,
+        box_dims: Vec::new(),
+        global_dims: Vec::new(),
+        pipe: 0,
+        circular: tensor.circular,
+        swizzle: tensor.swizzle,
+    };
+    if tensor.load != LoadKind::Plain {
+        if tensor.memory != MemoryType::Shared {
+            return err(format!(
+                "`{name}` is loaded by {} and must stay in shared memory",
+                tensor.load.name()
+            ));
+        }
+        for (p, &id) in tensor.loop_domain.iter().enumerate() {
+            let bulk = f.ids[id].parallel == ParallelType::Bulk;
+            if p < pos && bulk {
+                return err(format!(
+                    "axis {p} of `{name}` is Bulk but shared with its consumers' loops: a box axis must be one of the tensor's own innermost loops"
+                ));
+            }
+            if p >= pos && !bulk {
+                return err(format!(
+                    "axis {p} of `{name}` ({}) is not Bulk: every loop axis of a {} load that is not shared with its consumers must be Bulk (the copy fills the whole box at once)",
+                    f.ids[id].parallel,
+                    tensor.load.name()
+                ));
+            }
+        }
+        if pos == tensor.loop_domain.len() {
+            return err(format!(
+                "`{name}` has no Bulk axis: mark the axes the box covers with parallelize(axis, Bulk)"
+            ));
+        }
+        let box_dims = box_of(cx, t, pos)?;
+        let what = format!(
+            "`{name}` ({} load of `{}`)",
+            tensor.load.name(),
+            f.tensors[src].name
+        );
+        crate::target::check_tma_box(&what, elem, &box_dims, tensor.swizzle).or_else(err)?;
+        if tensor.load == LoadKind::Bulk && box_dims[1..].iter().any(|&b| b != 1) {
+            return err(format!(
+                "{what}: a bulk copy moves one contiguous run, so only the innermost dimension may be Bulk (use load=tma for boxes of several dimensions)"
+            ));
+        }
+        let src_name = f.tensors[src].name.clone();
+        let owner = format!("{} load of `{src_name}` into `{name}`", tensor.load.name());
+        let (global_dims, global_strides) =
+            global_layout(cx, src, elem, &what, &owner, tensor.span)?;
+        if tensor.load == LoadKind::Bulk {
+            need_divisible(
+                cx,
+                &global_dims[0],
+                box_dims[0],
+                &what,
+                &owner,
+                "a bulk copy has no out-of-bounds handling, so the innermost dimension must be a multiple of the run",
+                tensor.span,
+            )?;
+        }
+        // Enclosing loops: none bound to threads (one thread issues the copy for the block).
+        for &key in &keys[..q] {
+            if let Some(p) = loop_parallel(&k.body, key) {
+                if p.is_thread() {
+                    return err(format!(
+                        "`{name}` is loaded by {}, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `{}` ({p}); inline it further out",
+                        tensor.load.name(),
+                        cx.keys.names[key]
+                    ));
+                }
+            }
+        }
+        let box_elems: i64 = box_dims.iter().product();
+        info.bytes = box_elems * elem;
+        let align = crate::target::swizzle_repeat(tensor.swizzle);
+        info.stage_elems = Some((info.bytes + align - 1) / align * align / elem);
+        if tensor.load == LoadKind::Tma {
+            k.tensor_maps.push(TensorMapSpec {
+                param: cx.fresh_name(&format!("{name}_map")),
+                tensor: src_name,
+                dtype: tensor.dtype,
+                global_dims: global_dims.clone(),
+                global_strides,
+                box_dims: box_dims.clone(),
+                element_strides: vec![1; box_dims.len()],
+                swizzle_bytes: tensor.swizzle,
+            });
+            info.map = Some(k.tensor_maps.len() - 1);
+        }
+        info.box_dims = box_dims;
+        info.global_dims = global_dims;
+    }
+    // The pipeline: the innermost serial loop around the load.
+    let loop_key = serial_loop(&k.body, &keys[..q]);
+    let (stages, prefetch, war) = match tensor.circular {
+        Some(cb) => (cb.stages, cb.prefetch, cb.war),
+        None => (1, 0, WarMode::Sync),
+    };
+    if let Some(cb) = tensor.circular {
+        let Some(bk) = loop_key else {
+            return Err(Diagnostic::new(
+                format!("`{name}`.circular_buffer({}): no serial loop encloses the load of `{name}`, so there is nothing to pipeline", cb.stages),
+                Some(cb.span),
+            ));
+        };
+        if let Some(e) = cx.key_extent(bk).as_const() {
+            if cb.stages > e {
+                return Err(Diagnostic::new(
+                    format!(
+                        "`{name}`.circular_buffer({}): {} stages is more than the {e} iterations of the buffered loop `{}`",
+                        cb.stages, cb.stages, cx.keys.names[bk]
+                    ),
+                    Some(cb.span),
+                ));
+            }
+        }
+    }
+    let same_loop = loop_key.and_then(|key| cx.pipes.iter().position(|p| p.loop_key == Some(key)));
+    match same_loop {
+        Some(p) => {
+            let pipe = &cx.pipes[p];
+            let other_ws = cx.tma[pipe.members[0]].ws().map(|w| (w.on, w.registers));
+            let this_ws = tensor
+                .circular
+                .and_then(|c| c.ws)
+                .map(|w| (w.on, w.registers));
+            if other_ws != this_ws {
+                let other = &f.tensors[cx.tma[pipe.members[0]].tensor].name;
+                return err(format!(
+                    "`{name}` and `{other}` are loaded in the same loop `{}`: warp-specialize both, on the same thread dim with the same registers (only warp= may differ)",
+                    cx.keys.names[loop_key.expect("same loop")]
+                ));
+            }
+            if (pipe.stages, pipe.prefetch, pipe.war) != (stages, prefetch, war) {
+                let other = &f.tensors[cx.tma[pipe.members[0]].tensor].name;
+                let describe = |s: i64, p: i64, w: WarMode| {
+                    if s == 1 {
+                        "no circular buffering".to_string()
+                    } else {
+                        format!(
+                            "circular_buffer({s}, prefetch={p}, war={})",
+                            if w == WarMode::Sync {
+                                "sync"
+                            } else {
+                                "mbarrier"
+                            }
+                        )
+                    }
+                };
+                return err(format!(
+                    "`{name}` and `{other}` are loaded in the same loop `{}` and share its pipeline, so they need the same circular buffering: `{name}` has {}, `{other}` has {}",
+                    cx.keys.names[loop_key.expect("same loop")],
+                    describe(stages, prefetch, war),
+                    describe(pipe.stages, pipe.prefetch, pipe.war)
+                ));
+            }
+            info.pipe = p;
+            cx.pipes[p].members.push(cx.tma.len());
+        }
+        None => {
+            info.pipe = cx.pipes.len();
+            cx.pipes.push(Pipe {
+                loop_key,
+                stages,
+                prefetch,
+                war,
+                full: None,
+                empty: None,
+                members: vec![cx.tma.len()],
+                ws: None,
+            });
+        }
+    }
+    cx.tma.push(info);
+    Ok(())
+}
+
+/// An output written by TMA from its shared cache: the box of its `Bulk` axes.
+pub(crate) fn plan_store(cx: &mut Ctx, k: &mut Kernel, y: TensorId) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let tensor = &f.tensors[y];
+    let name = &tensor.name;
+    let err = |m: String| Err(Diagnostic::new(m, tensor.span));
+    let cache = f.exprs[tensor.definition.expect("a stored output has a definition")]
+        .input_tensors()
+        .next()
+        .expect("the store reads its cache");
+    let Some(pos) = tensor
+        .loop_domain
+        .iter()
+        .position(|&id| f.ids[id].parallel == ParallelType::Bulk)
+    else {
+        return err(format!(
+            "`{name}` is written by a TMA store and has no Bulk axis: mark the axes the box covers with parallelize(axis, Bulk)"
+        ));
+    };
+    for (p, &id) in tensor.loop_domain.iter().enumerate().skip(pos) {
+        if f.ids[id].parallel != ParallelType::Bulk {
+            return err(format!(
+                "axis {p} of `{name}` ({}) is inside its Bulk axes: the Bulk axes of a TMA store must be its innermost loop axes",
+                f.ids[id].parallel
+            ));
+        }
+    }
+    let (keys, _) = cx.placement[&y].clone();
+    for &key in &keys[..pos] {
+        if let Some(p) = loop_parallel(&k.body, key) {
+            if p.is_thread() {
+                return err(format!(
+                    "`{name}` is written by a TMA store, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `{}` ({p})",
+                    cx.keys.names[key]
+                ));
+            }
+        }
+    }
+    let box_dims = box_of(cx, y, pos)?;
+    let elem = tensor.dtype.size_bytes() as i64;
+    let what = format!("`{name}` (TMA store from `{}`)", f.tensors[cache].name);
+    crate::target::check_tma_box(&what, elem, &box_dims, tensor.swizzle).or_else(err)?;
+    let owner = format!("TMA store of `{}` into `{name}`", f.tensors[cache].name);
+    let (global_dims, global_strides) = global_layout(cx, y, elem, &what, &owner, tensor.span)?;
+    k.tensor_maps.push(TensorMapSpec {
+        param: cx.fresh_name(&format!("{name}_map")),
+        tensor: name.clone(),
+        dtype: tensor.dtype,
+        global_dims,
+        global_strides,
+        box_dims: box_dims.clone(),
+        element_strides: vec![1; box_dims.len()],
+        swizzle_bytes: tensor.swizzle,
+    });
+    cx.stores.push(StoreInfo {
+        tensor: y,
+        cache,
+        map: k.tensor_maps.len() - 1,
+        bytes: box_dims.iter().product::<i64>() * elem,
+        box_dims,
+        fence: tensor.fence,
+        swizzle: tensor.swizzle,
+    });
+    Ok(())
+}

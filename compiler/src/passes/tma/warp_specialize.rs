@@ -1,0 +1,442 @@
+//! Warp specialization, for the `tma` and `circular_buffer` passes: planning (the padded block,
+//! one 128-thread producer warp group along the specialised thread dim, the warp-uniform
+//! producer condition, one full/empty mbarrier pair per producer role, the `setmaxnreg`
+//! register rules) and the transformation into `WarpRoles`: the producer branch walks, per role,
+//! the projection of the loop nest that leads to its loads, with perfect serial nests merged
+//! into one flat loop over their linear count (a persistent kernel's (tile, k) pairs), run by
+//! one elected lane (wait empty, `expect_tx`, copies); the consumer branch is the kernel without
+//! the copies (wait every role's full barrier, compute, release every empty barrier per warp).
+
+use super::circular::{contains_copy, fills, issue, linear, shift_reads};
+#[allow(unused_imports)]
+use super::*;
+
+/// Pads the specialised thread dim with a 128-thread producer warp group and gives every
+/// producer role (warp) its own full and empty barriers.
+pub(crate) fn plan_ws(
+    cx: &mut Ctx,
+    k: &mut Kernel,
+    pipe: &Pipe,
+    spec: crate::fusion::WarpSpecialized,
+) -> Result<WsPlan, Diagnostic> {
+    let f = cx.fusion;
+    let first = &f.tensors[cx.tma[pipe.members[0]].tensor];
+    let span = first.circular.map(|c| c.span);
+    let diag = |m: String| Diagnostic::new(format!("`{}`: {m}", first.name), span);
+    let err = |m: String| Err(diag(m));
+    let d = spec.on.dim().expect("a thread dim");
+    let mut dims = [0i64; 3];
+    for (i, b) in k.block.iter().enumerate() {
+        match b.as_const() {
+            Some(v) => dims[i] = v,
+            None => {
+                return err(format!(
+                    "warp_specialized({}) needs a block size known at compile time, and thread dim {} is {b}: split the axes bound to threads by constants",
+                    spec.on,
+                    ["x", "y", "z"][i]
+                ))
+            }
+        }
+    }
+    let others: i64 = (0..3).filter(|&i| i != d).map(|i| dims[i]).product();
+    if 128 % others != 0 {
+        return err(format!(
+            "warp_specialized({}) adds a 128-thread producer warp group along {}, so the other thread dims must multiply to a divisor of 128; they multiply to {others}",
+            spec.on,
+            ["x", "y", "z"][d]
+        ));
+    }
+    let pad = 128 / others;
+    let consumer_threads: i64 = dims.iter().product();
+    // Warps in linear thread order (x fastest): one period of the specialised dim holds the
+    // consumer part then the producer part; each part must be whole warps.
+    let inner: i64 = dims[..d].iter().product();
+    let (consumer_part, producer_part) = (inner * dims[d], inner * pad);
+    if consumer_part % 32 != 0 || producer_part % 32 != 0 {
+        return err(format!(
+            "warp_specialized({}): each warp must have one role, but along {} the consumers take {consumer_part} and the producers {producer_part} consecutive threads (not multiples of 32)",
+            spec.on,
+            ["x", "y", "z"][d]
+        ));
+    }
+    let period = (consumer_part + producer_part) / 32;
+    let base = consumer_part / 32;
+    let chunk = producer_part / 32;
+    let is_producer = if d == 2 {
+        Val::lt(Val::Int(base - 1), Val::Warp)
+    } else {
+        Val::lt(Val::Int(base - 1), Val::rem(Val::Warp, Val::Int(period)))
+    };
+    let threads = consumer_threads + 128;
+    if let Some((p, c)) = spec.registers {
+        crate::target::check_register_sharing(p, c, threads, 128).map_err(diag)?;
+    }
+    if threads > 1024 {
+        return err(format!(
+            "warp_specialized adds 128 producer threads to the {consumer_threads} of the block: {threads} is more than 1024"
+        ));
+    }
+    k.block[d] = SizeExpr::Const(dims[d] + pad);
+    k.register_sharing = spec.registers;
+    // Roles: one per producer warp named by the loads.
+    let mut roles: Vec<WsRole> = Vec::new();
+    for &m in &pipe.members {
+        let w = cx.tma[m].ws().map(|w| w.warp).unwrap_or(0);
+        match roles.iter_mut().find(|r| r.warp == w) {
+            Some(r) => r.members.push(m),
+            None => roles.push(WsRole {
+                warp: w,
+                block_warp: (w as i64 / chunk) * period + base + w as i64 % chunk,
+                full: 0,
+                empty: 0,
+                members: vec![m],
+            }),
+        }
+    }
+    roles.sort_by_key(|r| r.warp);
+    for r in &mut roles {
+        let names: Vec<&str> = r
+            .members
+            .iter()
+            .map(|&m| f.tensors[cx.tma[m].tensor].name.as_str())
+            .collect();
+        let base_name = names.join("_");
+        k.mbarriers.push(MbarArray {
+            name: cx.fresh_name(&format!("{base_name}_full")),
+            count: pipe.stages,
+            arrivals: 1,
+            smem_offset: None,
+        });
+        r.full = k.mbarriers.len() - 1;
+        k.mbarriers.push(MbarArray {
+            name: cx.fresh_name(&format!("{base_name}_empty")),
+            count: pipe.stages,
+            arrivals: consumer_threads / 32,
+            smem_offset: None,
+        });
+        r.empty = k.mbarriers.len() - 1;
+    }
+    Ok(WsPlan {
+        spec,
+        is_producer,
+        consumer_threads,
+        roles,
+    })
+}
+
+/// Splits the kernel into the producer warp group and the consumers around pipe `p`.
+/// Producer role `r`: one elected lane of its warp walks the loops that enclose its loads
+/// (projected from the kernel: every other statement dropped) and, for each iteration `i` of
+/// the buffered loop, waits until slot `i % stages` is empty, announces its bytes on its full
+/// barrier and issues its copies. Consumers: the kernel without the copies; each iteration of
+/// the buffered loop waits on the full barrier of every role and releases every empty one
+/// (lane 0 of each warp). Slot and parity come from the same linear iteration on both sides.
+pub(crate) fn warp_specialize(cx: &Ctx, body: Vec<Stmt>, p: usize) -> Result<Stmt, Diagnostic> {
+    let pipe = &cx.pipes[p];
+    let ws = pipe.ws.as_ref().expect("a warp-specialized pipe");
+    let f = cx.fusion;
+    let name = &f.tensors[cx.tma[pipe.members[0]].tensor].name;
+    let span = f.tensors[cx.tma[pipe.members[0]].tensor].span;
+    if contains_reduce_over(&body, ws.spec.on) {
+        return Err(Diagnostic::new(
+            format!(
+                "`{name}` is warp-specialized on {} and the kernel reduces across {}: the producer warps would take part; specialise another thread dim",
+                ws.spec.on, ws.spec.on
+            ),
+            span,
+        ));
+    }
+    let mut producer = Vec::new();
+    for role in &ws.roles {
+        let buffers: Vec<BufferId> = role
+            .members
+            .iter()
+            .map(|&m| cx.tensor_buffer[&cx.tma[m].tensor])
+            .collect();
+        let nest = flatten_serial_nests(project(
+            cx,
+            pipe,
+            role,
+            &buffers,
+            &body,
+            &Val::Int(0),
+            false,
+        ));
+        if !nest.iter().any(contains_copy) {
+            return Err(Diagnostic::new(
+                format!(
+                    "internal: the loads of producer warp {} were not found",
+                    role.warp
+                ),
+                span,
+            ));
+        }
+        producer.push(Stmt::If {
+            cond: Val::eq(Val::Warp, Val::Int(role.block_warp)),
+            then: vec![Stmt::If {
+                cond: Val::Elect,
+                then: nest,
+                els: Vec::new(),
+            }],
+            els: Vec::new(),
+        });
+    }
+    let all: Vec<BufferId> = pipe
+        .members
+        .iter()
+        .map(|&m| cx.tensor_buffer[&cx.tma[m].tensor])
+        .collect();
+    let mut consumer = body;
+    let mut found = false;
+    consume(
+        cx,
+        pipe,
+        ws,
+        &all,
+        &mut consumer,
+        &Val::Int(0),
+        false,
+        &mut found,
+    );
+    if !found {
+        return Err(Diagnostic::new(
+            format!("the loads of `{name}` are not inside the serial loop it is buffered over"),
+            span,
+        ));
+    }
+    for role in &ws.roles {
+        let reads = role.members.iter().any(|&m| {
+            let b = cx.tensor_buffer[&cx.tma[m].tensor];
+            reads_buffer(&consumer, b)
+        });
+        if !reads {
+            let t = &f.tensors[cx.tma[role.members[0]].tensor].name;
+            return Err(Diagnostic::new(
+                format!(
+                    "producer warp {} loads `{t}`, which no consumer reads",
+                    role.warp
+                ),
+                span,
+            ));
+        }
+    }
+    Ok(Stmt::WarpRoles {
+        is_producer: ws.is_producer.clone(),
+        producer,
+        consumer,
+        registers: ws.spec.registers,
+        consumer_threads: ws.consumer_threads,
+    })
+}
+
+pub(crate) fn contains_reduce_over(body: &[Stmt], on: ParallelType) -> bool {
+    let d = on.dim().expect("a thread dim");
+    body.iter().any(|s| match s {
+        Stmt::BlockReduce { dims, .. } => dims[d],
+        Stmt::Loop(l) => contains_reduce_over(&l.body, on),
+        Stmt::If { then, els, .. } => {
+            contains_reduce_over(then, on) || contains_reduce_over(els, on)
+        }
+        _ => false,
+    })
+}
+
+pub(crate) fn reads_buffer(body: &[Stmt], b: BufferId) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Compute(c) => {
+            let mut found = false;
+            c.value.for_each_read(&mut |a| found |= a.buffer == b);
+            found
+        }
+        Stmt::TmaStore(t) => t.src.buffer == b,
+        Stmt::Loop(l) => reads_buffer(&l.body, b),
+        Stmt::If { then, els, .. } => reads_buffer(then, b) || reads_buffer(els, b),
+        _ => false,
+    })
+}
+
+/// Turns every perfect nest of serial loops (a loop whose whole body is one serial loop) into
+/// one loop over the linear iteration `outer * inner_extent + inner`, recovering both indices
+/// by division: a persistent producer walks one flat sequence of (tile, block) pairs, and its
+/// slot and parity are that linear count directly.
+pub(crate) fn flatten_serial_nests(nest: Vec<Stmt>) -> Vec<Stmt> {
+    nest.into_iter()
+        .map(|s| match s {
+            Stmt::Loop(mut l) => {
+                l.body = flatten_serial_nests(std::mem::take(&mut l.body));
+                let merge = l.parallel == ParallelType::Serial
+                    && matches!(&l.body[..], [Stmt::Loop(inner)]
+                        if inner.parallel == ParallelType::Serial && !inner.extent.mentions(&l.var));
+                if !merge {
+                    return Stmt::Loop(l);
+                }
+                let Some(Stmt::Loop(inner)) = l.body.pop() else {
+                    unreachable!("checked above")
+                };
+                let var = format!("{}_{}", l.var, inner.var);
+                let lin = Val::Var(var.clone());
+                let outer_index = Val::div(lin.clone(), inner.extent.clone());
+                let inner_index = Val::rem(lin, inner.extent.clone());
+                let mut body = inner.body;
+                for st in &mut body {
+                    st.map_vals(&mut |x| {
+                        x.subst(&l.var, &outer_index)
+                            .subst(&inner.var, &inner_index)
+                    });
+                }
+                Stmt::Loop(Loop {
+                    key: inner.key,
+                    var,
+                    extent: Val::mul(l.extent, inner.extent),
+                    parallel: ParallelType::Serial,
+                    body,
+                })
+            }
+            Stmt::If { cond, then, els } => Stmt::If {
+                cond,
+                then: flatten_serial_nests(then),
+                els: flatten_serial_nests(els),
+            },
+            other => other,
+        })
+        .collect()
+}
+
+/// The loops of `body` that lead to the loads of `role`, with only those loads (issued in the
+/// buffered loop) and the declarations they need.
+pub(crate) fn project(
+    cx: &Ctx,
+    pipe: &Pipe,
+    role: &WsRole,
+    buffers: &[BufferId],
+    body: &[Stmt],
+    outer: &Val,
+    in_loop: bool,
+) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::Alloc(b) if buffers.contains(b) => out.push(s.clone()),
+            Stmt::Let { .. } => out.push(s.clone()),
+            Stmt::Loop(l) if fills(s, buffers) => {
+                let mut l2 = Loop {
+                    key: l.key,
+                    var: l.var.clone(),
+                    extent: l.extent.clone(),
+                    parallel: l.parallel,
+                    body: Vec::new(),
+                };
+                if Some(l.key) == pipe.loop_key {
+                    let v = Val::Var(l.var.clone());
+                    let lin = linear(outer, &l.extent, &v, in_loop);
+                    let slot = Val::rem(lin.clone(), Val::Int(pipe.stages));
+                    let loads: Vec<Stmt> = l
+                        .body
+                        .iter()
+                        .filter(
+                            |s| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer)),
+                        )
+                        .cloned()
+                        .collect();
+                    l2.body = l
+                        .body
+                        .iter()
+                        .filter(|s| matches!(s, Stmt::Alloc(b) if buffers.contains(b)))
+                        .cloned()
+                        .collect();
+                    l2.body.push(issue(
+                        cx,
+                        pipe.stages,
+                        role.full,
+                        Some(role.empty),
+                        &loads,
+                        &slot,
+                        &lin,
+                        &Val::True,
+                    ));
+                } else if l.parallel.is_hw() {
+                    l2.body = project(cx, pipe, role, buffers, &l.body, outer, in_loop);
+                } else {
+                    let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
+                    l2.body = project(cx, pipe, role, buffers, &l.body, &lin, true);
+                }
+                out.push(Stmt::Loop(l2));
+            }
+            Stmt::If { cond, then, els } if fills(s, buffers) => out.push(Stmt::If {
+                cond: cond.clone(),
+                then: project(cx, pipe, role, buffers, then, outer, in_loop),
+                els: project(cx, pipe, role, buffers, els, outer, in_loop),
+            }),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Removes the loads of the pipe from the consumers' code and makes each iteration of the
+/// buffered loop wait on every role's full barrier and release every role's empty barrier.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn consume(
+    cx: &Ctx,
+    pipe: &Pipe,
+    ws: &WsPlan,
+    buffers: &[BufferId],
+    body: &mut [Stmt],
+    outer: &Val,
+    in_loop: bool,
+    found: &mut bool,
+) {
+    for s in body.iter_mut() {
+        let Stmt::Loop(l) = s else {
+            if let Stmt::If { then, els, .. } = s {
+                consume(cx, pipe, ws, buffers, then, outer, in_loop, found);
+                consume(cx, pipe, ws, buffers, els, outer, in_loop, found);
+            }
+            continue;
+        };
+        if Some(l.key) == pipe.loop_key
+            && l.body
+                .iter()
+                .any(|s| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer)))
+        {
+            *found = true;
+            let v = Val::Var(l.var.clone());
+            let lin = linear(outer, &l.extent, &v, in_loop);
+            let slot = Val::rem(lin.clone(), Val::Int(pipe.stages));
+            let parity = Val::rem(Val::div(lin, Val::Int(pipe.stages)), Val::Int(2));
+            l.body
+                .retain(|s| !matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer)));
+            let mut allocs = Vec::new();
+            l.body.retain(|s| {
+                let keep = !matches!(s, Stmt::Alloc(b) if buffers.contains(b));
+                if !keep {
+                    allocs.push(s.clone());
+                }
+                keep
+            });
+            for &m in &pipe.members {
+                let b = cx.tensor_buffer[&cx.tma[m].tensor];
+                let stage = Val::Int(cx.tma[m].stage_elems.expect("copies have a stage size"));
+                shift_reads(&mut l.body, b, &Val::mul(slot.clone(), stage));
+            }
+            let mut it: Vec<Stmt> = allocs;
+            it.extend(ws.roles.iter().map(|r| Stmt::MbarWait {
+                bars: r.full,
+                slot: slot.clone(),
+                parity: parity.clone(),
+            }));
+            it.append(&mut l.body);
+            it.extend(ws.roles.iter().map(|r| Stmt::MbarArrive {
+                bars: r.empty,
+                slot: slot.clone(),
+                per_warp: true,
+            }));
+            l.body = it;
+        } else if l.parallel.is_hw() {
+            consume(cx, pipe, ws, buffers, &mut l.body, outer, in_loop, found);
+        } else {
+            let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
+            consume(cx, pipe, ws, buffers, &mut l.body, &lin, true, found);
+        }
+    }
+}

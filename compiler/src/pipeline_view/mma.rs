@@ -1,0 +1,739 @@
+//! The tensor-core part of the pipeline view: who issues `wgmma.mma_async`, on which shared
+//! operands (and so which pipeline stage), into which accumulator registers, grouped how, and
+//! what reads the accumulator afterwards.
+//!
+//! Takes the walk's events (in program order, with their guards and loops) and the pipelines'
+//! loops; emits one [`Mma`] per (role, accumulator, operands, shape). A commit group is the
+//! wgmmas between a `wgmma.fence` (or the first wgmma) and the next `wgmma.commit_group` of the
+//! same role; the `wgmma.wait_group` and the empty-barrier arrival that follow it belong to it.
+//! The same product issued in several loops (a pipeline's main loop and its epilogue) is one
+//! [`Mma`] with several phases, shown as issued in the steady-state loop.
+
+use super::{role_key, Event, PhaseKind, Place, Role, Walk, What};
+use crate::fusion::MemoryType;
+use crate::kir::{Kernel, MmaOperand, Val, Wgmma};
+use crate::target;
+use serde::Serialize;
+
+/// One tensor-core product: the wgmmas of one role into one accumulator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Mma {
+    /// Index into [`super::PipelineView::roles`]: the warp groups that issue it.
+    pub role: usize,
+    /// Warp groups issuing it (128 threads each), when the role's size is known.
+    pub warp_groups: Option<i64>,
+    /// Thread-bound loops around the wgmma: each warp group takes its own tile along them
+    /// (a TIDy axis over M).
+    pub warp_group_axes: Vec<WarpGroupAxis>,
+    /// The instruction shape, `m64n256k16`.
+    pub shape: String,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    /// The operands' type (`bf16`, `f16`).
+    pub input: String,
+    pub a: MmaInput,
+    pub b: MmaInput,
+    pub accumulator: Accumulator,
+    /// Wgmmas each warp group issues per commit group (the unrolled loops around the wgmma
+    /// inside the group, times the wgmma statements); None when an extent is not a constant.
+    pub per_group: Option<i64>,
+    /// A `wgmma.fence` opens the group.
+    pub fence: bool,
+    /// The `N` of the `wgmma.wait_group N` after the group's commit (None: no wait follows).
+    pub wait_group: Option<u32>,
+    /// The loop that issues one group per iteration (the K loop), if any.
+    pub loop_var: Option<String>,
+    /// The phases of the operands' pipeline it is issued in.
+    pub phases: Vec<PhaseKind>,
+    /// The full-barrier wait before the group: the stage its operands were loaded into.
+    pub stage: Option<StageWait>,
+    /// The arrival after the group's wait that gives the stage back to the producer.
+    pub release: Option<StageRelease>,
+    /// What reads the accumulator after the product (the epilogue over its registers).
+    pub epilogue: Option<Epilogue>,
+}
+
+/// How a wgmma operand lies in shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Major {
+    /// K is contiguous: a row of the tile is one swizzle span.
+    KMajor,
+    /// M (for A) or N (for B) is contiguous: the transposed (`imm-trans`) operand.
+    MnMajor,
+}
+
+/// A shared-memory operand of a wgmma (its matrix descriptor).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MmaInput {
+    pub buffer: String,
+    /// The global tensor loaded into the buffer, when a load fills it.
+    pub tensor: Option<String>,
+    pub major: Major,
+    /// Swizzle of the buffer's layout in bytes (0: none).
+    pub swizzle: u32,
+    /// The element index of the operand tile's first element (the descriptor's start).
+    pub tile: String,
+    /// Index into [`super::PipelineView::pipelines`]: the pipeline that loads the buffer.
+    pub pipeline: Option<usize>,
+}
+
+/// The accumulator of a product: a register array of each thread of the warp group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Accumulator {
+    pub buffer: String,
+    /// `f32`.
+    pub dtype: String,
+    /// Registers per thread of one wgmma's fragment (M x N / 128 = N / 2).
+    pub registers: i64,
+    /// The register array's length, when constant (several fragments when it is longer).
+    pub allocated: Option<i64>,
+    /// The fragment's first register.
+    pub index: String,
+    /// The flag that turns `scale-d` on after the first wgmma (no zero fill); None: always on.
+    pub started: Option<String>,
+}
+
+/// A thread index that gives each warp group its own tile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WarpGroupAxis {
+    pub var: String,
+    /// `threadIdx.y`
+    pub thread: String,
+    pub extent: Option<i64>,
+    /// The operands (`A`, `B`) whose tile moves with it.
+    pub operands: Vec<String>,
+}
+
+/// A wait on a pipeline's full barrier.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StageWait {
+    /// Index into [`super::PipelineView::pipelines`].
+    pub pipeline: usize,
+    pub barrier: String,
+    pub slot: String,
+    pub parity: String,
+}
+
+/// An arrival on an empty barrier.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StageRelease {
+    pub barrier: String,
+    pub slot: String,
+    /// Lane 0 of each warp arrives (else every thread).
+    pub per_warp: bool,
+}
+
+/// The loop over the accumulator's registers after the product.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Epilogue {
+    /// The outermost loop variable indexing the accumulator (`r`, or `r_pair` when the
+    /// registers are stored in pairs).
+    pub var: String,
+    pub extent: String,
+    /// Global tensors written inside it.
+    pub outputs: Vec<String>,
+}
+
+/// The statements of one commit group, as event indices.
+struct Group {
+    role: usize,
+    fence: bool,
+    /// The fence, or the first wgmma without one.
+    start: usize,
+    mmas: Vec<usize>,
+    commit: Option<usize>,
+    wait: Option<u32>,
+    release: Option<usize>,
+}
+
+/// What makes two wgmmas the same product: role, accumulator, operands and shape.
+fn same_product(a: &Wgmma, b: &Wgmma) -> bool {
+    let operand = |o: &MmaOperand| (o.tile.buffer, o.transposed, o.swizzle);
+    (a.acc.buffer, a.n, a.input, operand(&a.a), operand(&a.b))
+        == (b.acc.buffer, b.n, b.input, operand(&b.a), operand(&b.b))
+}
+
+/// The role an event's guards select (every role of an event with a wgmma was collected).
+fn role_index(roles: &[Role], e: &Event) -> Option<usize> {
+    let key = role_key(&e.guards);
+    roles.iter().position(|r| r.condition == key)
+}
+
+/// Whether loop `inner` is `outer` or inside it.
+fn within(walk: &Walk, mut inner: Option<usize>, outer: Option<usize>) -> bool {
+    loop {
+        if inner == outer {
+            return true;
+        }
+        match inner {
+            Some(l) => inner = walk.loops[l].parent,
+            None => return false,
+        }
+    }
+}
+
+/// The commit groups of the kernel, in the order of their commits.
+fn groups(walk: &Walk, roles: &[Role]) -> Vec<Group> {
+    let mut open: Vec<Option<Group>> = (0..roles.len()).map(|_| None).collect();
+    let mut closed: Vec<Group> = Vec::new();
+    for (i, e) in walk.events.iter().enumerate() {
+        let role = match e.what {
+            What::Fence
+            | What::Mma { .. }
+            | What::Commit
+            | What::MmaWait(_)
+            | What::Release { .. } => role_index(roles, e),
+            _ => None,
+        };
+        let Some(role) = role else { continue };
+        let group = |fence| Group {
+            role,
+            fence,
+            start: i,
+            mmas: Vec::new(),
+            commit: None,
+            wait: None,
+            release: None,
+        };
+        match e.what {
+            What::Fence => open[role] = Some(group(true)),
+            What::Mma { .. } => open[role].get_or_insert_with(|| group(false)).mmas.push(i),
+            What::Commit => {
+                if let Some(mut g) = open[role].take() {
+                    g.commit = Some(i);
+                    closed.push(g);
+                }
+            }
+            // The wait and the release after a group, in its loop.
+            What::MmaWait(n) => {
+                if let Some(g) = closed.iter_mut().rev().find(|g| g.role == role) {
+                    if g.wait.is_none() && open[role].is_none() {
+                        g.wait = Some(n);
+                    }
+                }
+            }
+            What::Release { .. } => {
+                if let Some(g) = closed.iter_mut().rev().find(|g| g.role == role) {
+                    let lp = g.commit.map(|c| walk.events[c].lp);
+                    if g.wait.is_some() && g.release.is_none() && lp == Some(e.lp) {
+                        g.release = Some(i);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    // Groups never committed (the mma pass commits every group it opens) last.
+    closed.extend(open.into_iter().flatten().filter(|g| !g.mmas.is_empty()));
+    closed
+}
+
+fn operand(k: &Kernel, walk: &Walk, full: &[usize], o: &MmaOperand) -> MmaInput {
+    // The load that fills the buffer: its tensor and pipeline.
+    let load = walk.events.iter().find_map(|e| match e.what {
+        What::Load(t) if t.dst.buffer == o.tile.buffer => Some(t),
+        _ => None,
+    });
+    let tensor = load.map(|t| match t.kind {
+        crate::kir::CopyKind::Tile { map } => k.tensor_maps[map].tensor.clone(),
+        crate::kir::CopyKind::Bulk => k.buffers[t.src.buffer].name.clone(),
+    });
+    MmaInput {
+        buffer: k.buffers[o.tile.buffer].name.clone(),
+        tensor,
+        major: if o.transposed {
+            Major::MnMajor
+        } else {
+            Major::KMajor
+        },
+        swizzle: o.swizzle,
+        tile: o.tile.index.as_ref().map_or("0".into(), Val::text),
+        pipeline: load.and_then(|t| full.iter().position(|&b| b == t.bars)),
+    }
+}
+
+/// Wgmmas one warp group issues for the wgmma event `e` per group issued in loop `lp`: the
+/// product of the loops between them.
+fn issues_per_group(walk: &Walk, e: &Event, lp: Option<usize>) -> Option<i64> {
+    let mut n = 1;
+    let mut at = e.lp;
+    while at != lp {
+        let l = &walk.loops[at?];
+        match l.extent {
+            Val::Int(x) => n *= x,
+            _ => return None,
+        }
+        at = l.parent;
+    }
+    Some(n)
+}
+
+/// The first loop after event `after` that reads accumulator `acc` indexed by its own variable,
+/// and the global tensors written inside it.
+fn epilogue(k: &Kernel, walk: &Walk, acc: usize, after: usize) -> Option<Epilogue> {
+    let events = &walk.events;
+    let reads_acc = |e: &Event| -> Option<usize> {
+        let What::Compute(c) = e.what else {
+            return None;
+        };
+        let mut found = None;
+        c.value.for_each_read(&mut |a| {
+            if a.buffer != acc || found.is_some() {
+                return;
+            }
+            // The outermost loop around the read whose variable indexes the accumulator (the
+            // epilogue may walk the registers in pairs: `2 * r_pair + r_lane`).
+            let mut at = e.lp;
+            while let Some(l) = at {
+                if a.index
+                    .as_ref()
+                    .is_some_and(|i| i.mentions(walk.loops[l].var))
+                {
+                    found = Some(l);
+                }
+                at = walk.loops[l].parent;
+            }
+        });
+        found
+    };
+    let lp = events[after..].iter().find_map(reads_acc)?;
+    let mut outputs: Vec<String> = Vec::new();
+    for e in &events[after..] {
+        if let What::Compute(c) = e.what {
+            let b = &k.buffers[c.out.buffer];
+            if b.memory == MemoryType::Global
+                && within(walk, e.lp, Some(lp))
+                && !outputs.contains(&b.name)
+            {
+                outputs.push(b.name.clone());
+            }
+        }
+    }
+    Some(Epilogue {
+        var: walk.loops[lp].var.to_string(),
+        extent: walk.loops[lp].extent.text(),
+        outputs,
+    })
+}
+
+/// The tensor-core products of `k` (see the module doc).
+pub(super) fn extract(
+    k: &Kernel,
+    walk: &Walk,
+    roles: &[Role],
+    full: &[usize],
+    places: &[Vec<Place>],
+) -> Vec<Mma> {
+    let events = &walk.events;
+    let mut out: Vec<Mma> = Vec::new();
+    // Per product: its first wgmma (for `same_product`), whether the instance shown is the
+    // steady-state one, and the last event of its groups (where its epilogue starts).
+    let mut seen: Vec<(&Wgmma, bool, usize)> = Vec::new();
+    for g in groups(walk, roles) {
+        let lp = g.commit.map_or(events[g.start].lp, |c| events[c].lp);
+        let last = g.release.or(g.commit).unwrap_or(g.start);
+        // The wait on a full barrier before the group, in its loop.
+        let stage = events[..g.start].iter().rev().find_map(|e| match e.what {
+            What::Wait { bars, slot, parity }
+                if e.lp == lp && role_index(roles, e) == Some(g.role) =>
+            {
+                Some(StageWait {
+                    pipeline: full.iter().position(|&b| b == bars)?,
+                    barrier: k.mbarriers[bars].name.clone(),
+                    slot: slot.text(),
+                    parity: parity.text(),
+                })
+            }
+            _ => None,
+        });
+        let release = g.release.and_then(|i| match events[i].what {
+            What::Release {
+                bars,
+                slot,
+                per_warp,
+            } => Some(StageRelease {
+                barrier: k.mbarriers[bars].name.clone(),
+                slot: slot.text(),
+                per_warp,
+            }),
+            _ => None,
+        });
+        let mut done: Vec<&Wgmma> = Vec::new();
+        for &i in &g.mmas {
+            let What::Mma { w, ref threads } = events[i].what else {
+                continue;
+            };
+            if done.iter().any(|d| same_product(d, w)) {
+                continue;
+            }
+            done.push(w);
+            let per_group = g
+                .mmas
+                .iter()
+                .filter(
+                    |&&j| matches!(events[j].what, What::Mma { w: o, .. } if same_product(o, w)),
+                )
+                .map(|&j| issues_per_group(walk, &events[j], lp))
+                .sum::<Option<i64>>();
+            let a = operand(k, walk, full, &w.a);
+            let b = operand(k, walk, full, &w.b);
+            let pipeline = stage
+                .as_ref()
+                .map(|s| s.pipeline)
+                .or(a.pipeline)
+                .or(b.pipeline);
+            let phase = pipeline.and_then(|p| {
+                places[p]
+                    .iter()
+                    .find(|(l, _)| *l == lp)
+                    .map(|(_, kind)| *kind)
+            });
+            let steady = matches!(
+                phase,
+                Some(PhaseKind::Main | PhaseKind::Consume | PhaseKind::Once)
+            );
+            let warp_group_axes = threads
+                .iter()
+                .map(|t| {
+                    let moves =
+                        |o: &MmaOperand| o.tile.index.as_ref().is_some_and(|i| i.mentions(t.var));
+                    let operands = [("A", moves(&w.a)), ("B", moves(&w.b))]
+                        .into_iter()
+                        .filter(|(_, m)| *m)
+                        .map(|(name, _)| name.to_string())
+                        .collect();
+                    WarpGroupAxis {
+                        var: t.var.to_string(),
+                        thread: Val::Hw(t.parallel).text(),
+                        extent: match t.extent {
+                            Val::Int(x) => Some(*x),
+                            _ => None,
+                        },
+                        operands,
+                    }
+                })
+                .collect();
+            let acc = &k.buffers[w.acc.buffer];
+            let mma = Mma {
+                role: g.role,
+                warp_groups: roles[g.role].warp_groups,
+                warp_group_axes,
+                shape: format!("m{}n{}k{}", target::WGMMA_M, w.n, target::WGMMA_K),
+                m: target::WGMMA_M,
+                n: w.n,
+                k: target::WGMMA_K,
+                input: w.input.name().to_string(),
+                a,
+                b,
+                accumulator: Accumulator {
+                    buffer: acc.name.clone(),
+                    dtype: acc.dtype.name().to_string(),
+                    registers: target::wgmma_accumulators(w.n),
+                    allocated: match acc.size {
+                        Some(Val::Int(n)) => Some(n),
+                        _ => None,
+                    },
+                    index: w.acc.index.as_ref().map_or("0".into(), Val::text),
+                    started: w.accumulate.as_ref().map(|a| crate::kir::access_text(k, a)),
+                },
+                per_group,
+                fence: g.fence,
+                wait_group: g.wait,
+                loop_var: lp.map(|l| walk.loops[l].var.to_string()),
+                phases: phase.into_iter().collect(),
+                stage: stage.clone(),
+                release: release.clone(),
+                epilogue: None,
+            };
+            let known = seen
+                .iter()
+                .zip(&out)
+                .position(|((o, ..), m)| same_product(o, w) && m.role == g.role);
+            match known {
+                Some(j) => {
+                    if let Some(p) = phase {
+                        if !out[j].phases.contains(&p) {
+                            out[j].phases.push(p);
+                        }
+                    }
+                    if steady && !seen[j].1 {
+                        let phases = std::mem::take(&mut out[j].phases);
+                        out[j] = Mma { phases, ..mma };
+                        seen[j].1 = true;
+                    }
+                    seen[j].2 = seen[j].2.max(last);
+                }
+                None => {
+                    seen.push((w, steady, last));
+                    out.push(mma);
+                }
+            }
+        }
+    }
+    for (m, (w, _, last)) in out.iter_mut().zip(&seen) {
+        m.epilogue = epilogue(k, walk, w.acc.buffer, *last);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{extract as view_of, PipelineView};
+    use super::*;
+    use crate::kir::{for_each_block_mut, Kernel, Stmt};
+
+    fn source(path: &str) -> String {
+        let file = format!("{}/../examples/{path}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file}: {e}"))
+    }
+
+    fn kernel(src: &str) -> Kernel {
+        crate::compile(src, &Default::default())
+            .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")))
+            .kernel
+    }
+
+    fn view(path: &str) -> PipelineView {
+        view_of(&kernel(&source(path)))
+    }
+
+    fn one(v: &PipelineView) -> &Mma {
+        let [m] = &v.mmas[..] else {
+            panic!("one product: {:#?}", v.mmas)
+        };
+        m
+    }
+
+    fn k_major(buffer: &str, tensor: &str, tile: &str) -> MmaInput {
+        MmaInput {
+            buffer: buffer.into(),
+            tensor: Some(tensor.into()),
+            major: Major::KMajor,
+            swizzle: 128,
+            tile: tile.into(),
+            pipeline: Some(0),
+        }
+    }
+
+    #[test]
+    fn one_warp_group_issues_four_k16_steps_per_stage_into_64_registers() {
+        let v = view("matmul/step1_one_warp_group.hf");
+        let m = one(&v);
+        let role = &v.roles[m.role];
+        assert_eq!(
+            (
+                &*role.name,
+                role.thread_count,
+                role.warp_groups,
+                role.mma,
+                role.waits
+            ),
+            ("consumer warp group", Some(128), Some(1), true, true)
+        );
+        assert!(!v.roles[0].mma && v.roles[0].warp_groups.is_none());
+        assert_eq!(
+            *m,
+            Mma {
+                role: 1,
+                warp_groups: Some(1),
+                warp_group_axes: vec![],
+                shape: "m64n128k16".into(),
+                m: 64,
+                n: 128,
+                k: 16,
+                input: "bf16".into(),
+                a: k_major("a_s", "a", "k_io * 16"),
+                b: k_major("b_s", "b", "k_io * 16"),
+                accumulator: Accumulator {
+                    buffer: "s_acc".into(),
+                    dtype: "f32".into(),
+                    registers: 64,
+                    allocated: Some(64),
+                    index: "0".into(),
+                    started: Some("s_acc_started[0]".into()),
+                },
+                per_group: Some(4),
+                fence: true,
+                wait_group: Some(0),
+                loop_var: Some("k_o".into()),
+                phases: vec![PhaseKind::Main],
+                stage: Some(StageWait {
+                    pipeline: 0,
+                    barrier: "k_o_full".into(),
+                    slot: "0".into(),
+                    parity: "k_o % 2".into(),
+                }),
+                // One stage: `__syncthreads()` gives it back (the pipeline's release).
+                release: None,
+                epilogue: Some(Epilogue {
+                    var: "r_pair".into(),
+                    extent: "32".into(),
+                    outputs: vec!["c".into()],
+                }),
+            }
+        );
+    }
+
+    #[test]
+    fn a_pipelined_product_is_issued_in_the_main_loop_and_the_epilogue() {
+        let v = view("matmul/step2_pipelined.hf");
+        let m = one(&v);
+        assert_eq!(m.phases, [PhaseKind::Main, PhaseKind::Epilogue]);
+        // Shown as the main loop issues it: slot `k_o % 4` of four.
+        assert_eq!(m.loop_var.as_deref(), Some("k_o"));
+        let stage = m.stage.as_ref().unwrap();
+        assert_eq!((&*stage.slot, &*stage.parity), ("k_o % 4", "k_o / 4 % 2"));
+        assert_eq!(m.a.tile, "k_o % 4 * 4096 + k_io * 16");
+        assert_eq!(v.pipelines[stage.pipeline].stages, 4);
+    }
+
+    #[test]
+    fn two_consumer_warp_groups_split_m_along_thread_index_y() {
+        let v = view("matmul/step4_two_consumers.hf");
+        let m = one(&v);
+        let role = &v.roles[m.role];
+        assert_eq!(
+            (
+                &*role.name,
+                role.thread_count,
+                role.warp_groups,
+                role.registers
+            ),
+            ("consumer warp groups", Some(256), Some(2), Some(232))
+        );
+        assert_eq!(v.roles[0].registers, Some(40));
+        assert_eq!(m.warp_groups, Some(2));
+        assert_eq!(
+            m.warp_group_axes,
+            [WarpGroupAxis {
+                var: "m_io".into(),
+                thread: "threadIdx.y".into(),
+                extent: Some(2),
+                operands: vec!["A".into()],
+            }]
+        );
+        assert_eq!(
+            (&*m.shape, m.n, m.accumulator.registers),
+            ("m64n256k16", 256, 128)
+        );
+        // The stage is released by an empty mbarrier: one group stays in flight.
+        assert_eq!((m.per_group, m.wait_group), (Some(4), Some(1)));
+        assert_eq!(m.phases, [PhaseKind::Consume]);
+        assert_eq!(m.stage.as_ref().unwrap().barrier, "a_s_b_s_full");
+        assert_eq!(
+            m.release,
+            // The previous k step's stage, released once its group has finished.
+            Some(StageRelease {
+                barrier: "a_s_b_s_empty".into(),
+                slot: "(k_o - 1) % 4".into(),
+                per_warp: true,
+            })
+        );
+        assert_eq!(
+            v.pipelines[0].empty_barrier.as_deref(),
+            Some("a_s_b_s_empty")
+        );
+    }
+
+    #[test]
+    fn mn_major_operands() {
+        let m = one(&view("matmul/step5_mn_major.hf")).clone();
+        assert_eq!((m.a.major, m.b.major), (Major::MnMajor, Major::MnMajor));
+        assert_eq!((m.n, m.accumulator.registers), (64, 32));
+        assert_eq!(m.a.tile, "k_o % 4 * 4096 + k_io * 16 * 64");
+        let k = one(&view("matmul/step3_warp_specialized.hf")).clone();
+        assert_eq!((k.a.major, k.b.major), (Major::KMajor, Major::KMajor));
+    }
+
+    #[test]
+    fn a_fused_epilogue_reads_the_accumulator_registers_and_writes_the_output() {
+        let m = one(&view("matmul/step7_bias_gelu.hf")).clone();
+        let e = m.epilogue.unwrap();
+        assert_eq!((&*e.var, &*e.extent), ("r_pair", "64"));
+        assert_eq!(e.outputs, ["c"]);
+        assert_eq!(m.accumulator.allocated, Some(128));
+    }
+
+    /// Every matmul example: one product, issued by a role of whole warp groups that waits on
+    /// the stage its operands are loaded into, with N / 2 accumulator registers per thread.
+    #[test]
+    fn every_matmul_example_describes_its_tensor_cores() {
+        let dir = format!("{}/../examples/matmul", env!("CARGO_MANIFEST_DIR"));
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "hf"))
+            .collect();
+        files.sort();
+        assert!(files.len() >= 7, "{files:?}");
+        for f in files {
+            let src = std::fs::read_to_string(&f).unwrap();
+            let v = view_of(&kernel(&src));
+            let m = one(&v);
+            let role = &v.roles[m.role];
+            let name = f.display();
+            assert!(role.mma && role.waits && !role.issues, "{name}: {role:?}");
+            let groups = role
+                .warp_groups
+                .unwrap_or_else(|| panic!("{name}: {role:?}"));
+            assert_eq!(role.thread_count, Some(128 * groups), "{name}");
+            // Warp groups beyond one each take their own rows of A.
+            let split: i64 = m.warp_group_axes.iter().filter_map(|a| a.extent).product();
+            assert_eq!(split, groups, "{name}");
+            assert_eq!(m.accumulator.registers * 2, m.n, "{name}");
+            assert_eq!(m.shape, format!("m64n{}k16", m.n), "{name}");
+            let stage = m
+                .stage
+                .as_ref()
+                .unwrap_or_else(|| panic!("{name}: no wait"));
+            assert_eq!(m.a.pipeline, Some(stage.pipeline), "{name}");
+            assert_eq!(m.b.pipeline, Some(stage.pipeline), "{name}");
+            // wait_group 1 where an empty mbarrier frees the stage (one group in flight).
+            let in_flight = if m.release.is_some() { 1 } else { 0 };
+            assert!(
+                m.fence && m.wait_group == Some(in_flight) && m.per_group == Some(4),
+                "{name}: {:?} {:?}",
+                m.wait_group,
+                m.release
+            );
+            assert!(v.pipelines[stage.pipeline].buffers.contains(&m.a.buffer));
+            assert!(
+                m.epilogue.as_ref().is_some_and(|e| e.outputs == ["c"]),
+                "{name}"
+            );
+        }
+    }
+
+    /// The fields come from the statements: another wait depth and no fence show up as such.
+    #[test]
+    fn wait_depth_and_fence_are_read_from_the_ir() {
+        let mut k = kernel(&source("matmul/step3_warp_specialized.hf"));
+        let mut seen = 0;
+        for_each_block_mut(&mut k.body, &mut |b: &mut Vec<Stmt>| {
+            b.retain(|s| !matches!(s, Stmt::WgmmaFence));
+            for s in b.iter_mut() {
+                if let Stmt::WgmmaWait(n) = s {
+                    *n += 2;
+                    seen += 1;
+                }
+            }
+        });
+        // The group's wait (1) and the drain after the k loop (0).
+        assert_eq!(seen, 2);
+        let v = view_of(&k);
+        let m = one(&v);
+        assert_eq!(
+            (m.fence, m.wait_group, m.per_group),
+            (false, Some(3), Some(4))
+        );
+    }
+
+    #[test]
+    fn kernels_without_wgmma_have_no_product_and_no_warp_groups() {
+        let v = view("ws/exp_tidy_regs.hf");
+        assert!(v.mmas.is_empty());
+        assert!(v.roles.iter().all(|r| !r.mma && r.warp_groups.is_none()));
+    }
+}

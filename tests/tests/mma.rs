@@ -1,0 +1,270 @@
+//! Tensor cores: what the `mma` pass makes of a schedule (one wgmma per k16 step on
+//! descriptors, accumulator fragments read by the epilogue) and every rule it checks, each
+//! error located at the tensor it is about. The examples in `examples/matmul/` are the golden
+//! tests; these are small edits of step 1.
+
+use hopfuse::Diagnostic;
+
+const STEP1: &str = include_str!("../../examples/matmul/step1_one_warp_group.hf");
+const STEP4: &str = include_str!("../../examples/matmul/step4_two_consumers.hf");
+
+fn cuda(src: &str) -> String {
+    match hopfuse::compile(src, &Default::default()) {
+        Ok(c) => c.cuda,
+        Err(e) => panic!("{}", e.render(src, "test.hf")),
+    }
+}
+
+/// The first error, which must have a location.
+fn error(src: &str) -> Diagnostic {
+    match hopfuse::compile(src, &Default::default()) {
+        Ok(_) => panic!("expected an error for:\n{src}"),
+        Err(e) => {
+            let d = e.0.into_iter().next().expect("an error");
+            assert!(d.span.is_some(), "no location: {}", d.message);
+            d
+        }
+    }
+}
+
+fn edit(src: &str, from: &str, to: &str) -> String {
+    assert!(src.contains(from), "`{from}` is not in the program");
+    src.replacen(from, to, 1)
+}
+
+#[test]
+fn step1_is_four_wgmmas_per_k_step_on_128b_k_major_descriptors() {
+    let c = cuda(STEP1);
+    // K-major, 128-byte swizzle: LBO 16 (unused), SBO 1024, mode 1.
+    let bits = hopfuse::target::descriptor_bits(16, 1024, 128).unwrap();
+    assert_eq!(bits, 0x4000_0040_0001_0000);
+    assert!(c.contains(&format!(
+        "hf_wgmma_m64n128k16_bf16_nn(&s_acc[0], hf_wgmma_desc(&a_s[k_io * 16], {bits:#x}ull), hf_wgmma_desc(&b_s[k_io * 16], {bits:#x}ull), s_acc_started[0]);"
+    )), "{c}");
+    // One group per k step: fence, the unrolled k16 loop, commit, wait.
+    let fence = c.find("hf_wgmma_fence();").unwrap();
+    let group = c.find("for (index_t k_io = 0; k_io < 4; ++k_io)").unwrap();
+    let commit = c.find("hf_wgmma_commit();").unwrap();
+    assert!(fence < group && group < commit, "{c}");
+    assert!(c.contains("hf_wgmma_wait<0>();"));
+    // No zero fill: scale-d is off until the first wgmma has run.
+    assert!(c.contains("s_acc_started[0] = 0;"));
+    assert!(!c.contains("s_acc[r] = 0"), "{c}");
+    // The epilogue reads the fragment by register, at the register's row and column, and
+    // stores the two adjacent columns of registers 2j and 2j + 1 as one vector.
+    assert!(
+        c.contains("for (index_t r_pair = 0; r_pair < 32; ++r_pair)"),
+        "{c}"
+    );
+    assert!(
+        c.contains("c_pair[r_lane] = hf_float_to_bf16(s_acc[2 * r_pair + r_lane]);"),
+        "{c}"
+    );
+    assert!(c.contains("16 * (((index_t)threadIdx.x) / 32) + ((index_t)threadIdx.x) % 32 / 4 + 8 * (2 * r_pair / 2 % 2)"), "{c}");
+    assert!(
+        c.contains("*reinterpret_cast<hf_vec<hf_bf16, 2>*>(&c["),
+        "{c}"
+    );
+    // One warp group.
+    assert!(c.contains("__launch_bounds__(128)"), "{c}");
+}
+
+#[test]
+fn a_warp_specialized_consumer_keeps_one_group_in_flight() {
+    let c = cuda(STEP4);
+    assert!(c.contains("hf_wgmma_wait<1>();"), "{c}");
+    // The stage the previous group read is released one iteration late, the last after the
+    // loop once every group has finished.
+    assert!(c.contains("if (0 < k_o) {"), "{c}");
+    let after = c.find("hf_wgmma_wait<1>();").unwrap();
+    assert!(c[after..].contains("hf_wgmma_wait<0>();"), "{c}");
+    // Two consumer warp groups, each on its 64 rows of the A stage.
+    assert!(c.contains("(m_io * 64 * 4 + k_io) * 16"), "{c}");
+    assert!(c.contains("setmaxnreg.inc.sync.aligned.u32 232"), "{c}");
+}
+
+#[test]
+fn the_instruction_tile_has_m64_k16_and_n_a_multiple_of_8() {
+    let e = error(&edit(STEP1, "s.split(0, 64)", "s.split(0, 32)"));
+    assert!(
+        e.message.contains("has 32 rows; a wgmma tile has M = 64"),
+        "{}",
+        e.message
+    );
+    let e = error(&edit(STEP1, "s.split(5, 16)", "s.split(5, 32)"));
+    assert!(
+        e.message
+            .contains("has 32 elements; a wgmma on 16-bit inputs has K = 16"),
+        "{}",
+        e.message
+    );
+    let e = error(&edit(STEP1, "s.split(2, 128)", "s.split(2, 132)"));
+    assert!(
+        e.message
+            .contains("has 132 columns; a wgmma tile has N a multiple of 8 from 8 to 256"),
+        "{}",
+        e.message
+    );
+    let sum_line = STEP1
+        .lines()
+        .position(|l| l.starts_with("  s = sum("))
+        .unwrap()
+        + 1;
+    assert_eq!(
+        (e.line, e.column),
+        (sum_line, 3),
+        "at the sum: {}",
+        e.message
+    );
+}
+
+#[test]
+fn operands_are_swizzled_half_precision_caches_in_shared_memory() {
+    let e = error(&edit(
+        STEP1,
+        "a_s = cache_after(a, memory=shared, load=tma, swizzle=128)",
+        "a_s = cache_after(a, memory=shared, load=tma)",
+    ));
+    assert!(
+        e.message.contains("operand `a_s` is not swizzled"),
+        "{}",
+        e.message
+    );
+    // f32 inputs in K slabs of 32 (rows of 128 bytes, as the swizzle needs).
+    let f32_inputs = STEP1
+        .replace("input a: bf16[M, K]", "input a: f32[M, K]")
+        .replace("input b: bf16[N, K]", "input b: f32[N, K]")
+        .replace("s.split(4, 64)", "s.split(4, 32)");
+    let e = error(&f32_inputs);
+    assert!(
+        e.message.contains(
+            "operand `a_s` is f32 in shared memory; a wgmma operand is an f16 or bf16 cache"
+        ),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn an_mn_major_operand_is_one_swizzle_span_wide() {
+    // b stored [K, N] with a 128-wide N tile: 256 bytes along N, two 128-byte spans.
+    let src = include_str!("../../examples/matmul/step5_mn_major.hf")
+        .replace("s.split(5, 64)", "s.split(5, 128)");
+    let e = error(&src);
+    assert!(
+        e.message.contains("is MN-major")
+            || e.message
+                .contains("inner box row must be exactly 128 bytes"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn threadidx_x_belongs_to_the_warp_group() {
+    let src = edit(STEP1, "s.parallelize(3, Unroll)", "s.parallelize(3, TIDx)");
+    let e = error(&src);
+    assert!(
+        e.message
+            .contains("threadIdx.x is the 128 threads of a warp group"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn accumulators_must_leave_registers_for_the_rest() {
+    // Two M blocks of 64 x 256 in one warp group: 256 accumulator registers per thread.
+    let src = STEP4
+        .replace("s.parallelize(4, TIDy)", "s.parallelize(4, Serial)")
+        .replace(
+            "a_s.circular_buffer(4, warp_specialized(TIDy, registers=[40, 232]))",
+            "a_s.circular_buffer(4)",
+        )
+        .replace(
+            "b_s.circular_buffer(4, warp_specialized(TIDy, registers=[40, 232]))",
+            "b_s.circular_buffer(4)",
+        );
+    let e = error(&src);
+    assert!(
+        e.message
+            .contains("the tensor-core accumulators take 256 f32 registers per thread"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn an_accumulator_is_read_only_inside_its_tile() {
+    // `c` keeps plain loops over M and N: it would read other threads' registers.
+    let src = edit(
+        STEP1,
+        "  inline_most()",
+        "  c.parallelize(2, Serial)\n  c.parallelize(3, Serial)\n  inline_most()",
+    );
+    let e = error(&src);
+    assert!(
+        e.message
+            .contains("reads or writes a tensor-core accumulator outside its tile"),
+        "{}",
+        e.message
+    );
+}
+
+const STEP3: &str = include_str!("../../examples/matmul/step3_warp_specialized.hf");
+
+#[test]
+fn f16_inputs_and_an_f32_result() {
+    let f16 = STEP3
+        .replace("bf16[", "f16[")
+        .replace("cast(s, bf16)", "cast(s, f16)");
+    let c = cuda(&f16);
+    assert!(
+        c.contains("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"),
+        "{c}"
+    );
+    // An f32 result: the operands are still bf16 buffers, read only through descriptors, and
+    // their storage type must still be declared.
+    let c = cuda(&STEP3.replace("c = cast(s, bf16)", "c = s"));
+    assert!(c.contains("struct __align__(2) hf_bf16"), "{c}");
+    assert!(c.contains("float* __restrict__ c"), "{c}");
+}
+
+#[test]
+fn narrower_k_tiles_use_the_64_and_32_byte_swizzles() {
+    // K tiles of 32 and 16 bf16 are rows of 64 and 32 bytes: SBO = 8 rows, mode 2 and 3.
+    for (k, sw, mode) in [(32, 64, 2u64), (16, 32, 3u64)] {
+        let src = STEP3
+            .replace("s.split(4, 64)", &format!("s.split(4, {k})"))
+            .replace("swizzle=128", &format!("swizzle={sw}"));
+        let c = cuda(&src);
+        let bits = hopfuse::target::descriptor_bits(16, 8 * sw, sw as u32).unwrap();
+        assert_eq!(bits >> 62, mode);
+        assert!(c.contains(&format!("{bits:#x}ull")), "{c}");
+    }
+}
+
+#[test]
+fn a_k_major_a_with_an_mn_major_b() {
+    // a[M, K] and b[K, N]: the product's axes are [M, K, N], B's tile has N contiguous.
+    let src = "fusion mixed {\n  input a: bf16[M, K]\n  input b: bf16[K, N]\n  ab = cast(broadcast(a, axis=2), f32)\n  bb = cast(broadcast(b, axis=0), f32)\n  p = ab * bb\n  s = sum(p, axis=1)\n  c = cast(s, bf16)\n  output c\n}\nschedule {\n  a_s = cache_after(a, memory=shared, load=tma, swizzle=128)\n  b_s = cache_after(b, memory=shared, load=tma, swizzle=128)\n  s.split(0, 64)\n  s.split(2, 64)\n  s.split(3, 16)\n  s.split(5, 64)\n  s.reorder(0, 5, 2, 3, 1, 6, 4)\n  s.parallelize(0, BIDy)\n  s.parallelize(1, BIDx)\n  s.parallelize(3, Unroll)\n  s.parallelize(4, Mma)\n  s.parallelize(5, Mma)\n  s.parallelize(6, Mma)\n  propagate(s)\n  a_s.reorder(0, 1, 3, 2, 4)\n  a_s.parallelize(2, Bulk)\n  a_s.parallelize(3, Bulk)\n  a_s.parallelize(4, Bulk)\n  b_s.reorder(0, 1, 2, 4, 3)\n  b_s.parallelize(2, Bulk)\n  b_s.parallelize(3, Bulk)\n  b_s.parallelize(4, Bulk)\n  inline_most()\n}\n";
+    let c = cuda(src);
+    assert!(c.contains("hf_wgmma_m64n64k16_bf16_nt("), "{c}");
+    assert!(
+        c.contains("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0"),
+        "{c}"
+    );
+    assert!(c.contains("p, 1, 1, 0, 1;"), "transposed B only: {c}");
+}
+
+#[test]
+fn an_mn_major_a_with_a_k_major_b_is_the_transposed_product() {
+    // a[K, M] with b[N, K]: the product's axes are [N, K, M] and the result is c[N, M]; the
+    // tile's first Mma axis (64 rows of N) makes b the wgmma's A (K-major), a its B (MN-major).
+    let src = "fusion tn {\n  input a: bf16[K, M]\n  input b: bf16[N, K]\n  ab = cast(broadcast(a, axis=0), f32)\n  bb = cast(broadcast(b, axis=2), f32)\n  p = ab * bb\n  s = sum(p, axis=1)\n  c = cast(s, bf16)\n  output c\n}\nschedule {\n  a_s = cache_after(a, memory=shared, load=tma, swizzle=128)\n  b_s = cache_after(b, memory=shared, load=tma, swizzle=128)\n  s.split(0, 64)\n  s.split(2, 64)\n  s.split(3, 16)\n  s.split(5, 64)\n  s.reorder(0, 5, 2, 3, 1, 6, 4)\n  s.parallelize(0, BIDy)\n  s.parallelize(1, BIDx)\n  s.parallelize(3, Unroll)\n  s.parallelize(4, Mma)\n  s.parallelize(5, Mma)\n  s.parallelize(6, Mma)\n  propagate(s)\n  a_s.reorder(0, 1, 2, 4, 3)\n  a_s.parallelize(2, Bulk)\n  a_s.parallelize(3, Bulk)\n  a_s.parallelize(4, Bulk)\n  b_s.reorder(0, 1, 3, 2, 4)\n  b_s.parallelize(2, Bulk)\n  b_s.parallelize(3, Bulk)\n  b_s.parallelize(4, Bulk)\n  inline_most()\n}\n";
+    let c = cuda(src);
+    assert!(
+        c.contains("hf_wgmma_m64n64k16_bf16_nt(&s_acc[0], hf_wgmma_desc(&b_s["),
+        "{c}"
+    );
+}
