@@ -11,11 +11,13 @@
 //! - [`service`]: the bodies and answers of the endpoints (health, compile, run, links, run
 //!   history).
 //! - [`inspect`]: `POST /api/inspect`: PTX and SASS listings tied to CUDA lines.
+//! - [`profile`]: a run's Nsight Compute profile (`result.profile`) and its roofline SVG.
 //!
 //! The JSON of every type is the wire format docs/api.md describes; `runner/tests/api_fixtures.rs`
 //! pins the `done` events in `web/tests/fixtures/`.
 
 pub mod inspect;
 pub mod job;
+pub mod profile;
 pub mod run;
 pub mod service;

@@ -204,11 +204,23 @@ fn bench_runs_every_example_with_its_bench_sizes() {
             .starts_with("| example | size | time (us): median (min-max) | throughput | ceiling"),
         "{t}"
     );
-    // Every example of every group (examples/<group>/<name>.hf).
-    let examples = hopfuse::examples::list(&root.join("examples"))
+    // Every example of every group (examples/<group>/<name>.hf), a row per `// bench:` line.
+    let rows: usize = hopfuse::examples::list(&root.join("examples"))
         .unwrap()
-        .len();
-    assert_eq!(lines.len(), 2 + examples, "{t}");
+        .iter()
+        .map(|e| {
+            let source = std::fs::read_to_string(&e.path).unwrap();
+            hopfuse_runner::bench::bench_sizes(&source)
+                .unwrap()
+                .len()
+                .max(1)
+        })
+        .sum();
+    assert_eq!(lines.len(), 2 + rows, "{t}");
+    assert!(
+        t.contains("| matmul/step4_two_consumers | K=8192,M=8192,N=8192 |"),
+        "{t}"
+    );
     assert!(
         t.contains("| basics/add | M=16384,N=16384 |") && t.contains("fake worker"),
         "{t}"
