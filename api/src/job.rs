@@ -37,7 +37,9 @@ impl JobStage {
     pub fn of(step: Progress) -> JobStage {
         match step {
             Progress::Lowering | Progress::Reference | Progress::Nvrtc => JobStage::Compiling,
-            Progress::Launch | Progress::Time | Progress::Ceiling => JobStage::Running,
+            Progress::Launch | Progress::Time | Progress::Ceiling | Progress::Profile => {
+                JobStage::Running
+            }
             Progress::Validate => JobStage::Validating,
         }
     }

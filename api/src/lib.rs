@@ -12,6 +12,7 @@
 //!   history).
 //! - [`distributed`]: the distributed mode's stream and agents in `/api/health`.
 //! - [`inspect`]: `POST /api/inspect`: PTX and SASS listings tied to CUDA lines.
+//! - [`profile`]: a run's Nsight Compute profile (`result.profile`) and its roofline SVG.
 //!
 //! The JSON of every type is the wire format docs/api.md describes; `runner/tests/api_fixtures.rs`
 //! pins the `done` events in `web/tests/fixtures/`.
@@ -19,5 +20,6 @@
 pub mod distributed;
 pub mod inspect;
 pub mod job;
+pub mod profile;
 pub mod run;
 pub mod service;

@@ -264,6 +264,11 @@ pub struct RunResult {
     /// (`hopfuse run --peers`; the runner's `peers.rs`). Absent unless asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peers: Option<PeersReport>,
+    /// The kernel profiled with Nsight Compute after the run (`hopfuse run --profile`, a
+    /// service run with `"profile": true`; the runner's `profile/`), or why it could not be.
+    /// Absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::profile::ProfileReport>,
 }
 
 /// Where a run is, for a caller that reports progress (the service's worker).
@@ -284,6 +289,8 @@ pub enum Progress {
     Time,
     /// The device-to-device copy ceiling.
     Ceiling,
+    /// The kernel again under Nsight Compute (runs that ask for a profile).
+    Profile,
 }
 
 impl Progress {
@@ -297,6 +304,7 @@ impl Progress {
             Progress::Validate => "validate",
             Progress::Time => "time",
             Progress::Ceiling => "ceiling",
+            Progress::Profile => "profile",
         }
     }
 }
@@ -521,6 +529,7 @@ mod tests {
             Progress::Validate,
             Progress::Time,
             Progress::Ceiling,
+            Progress::Profile,
         ] {
             assert_eq!(serde_json::to_value(p).unwrap(), p.name());
         }

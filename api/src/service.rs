@@ -153,6 +153,10 @@ pub struct RunBody {
     /// Also time the torch twin (eager, torch.compile) interleaved with the kernel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peers: Option<bool>,
+    /// After the run, profile the kernel with Nsight Compute (`result.profile`; single
+    /// programs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<bool>,
     /// A name for messages (default `playground.hf`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,

@@ -153,6 +153,7 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
                 cubin_cache: options.cubin_cache.clone(),
                 prepared: None,
                 prepared_b: None,
+                profile: None,
             };
             let outcome = run_one(options, &mut warm, &job).await;
             push(row(&example, &label, outcome), &mut rows);

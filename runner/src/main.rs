@@ -4,6 +4,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hopfuse::{CompileOptions, IndexType};
 use hopfuse_runner::engine::{self, RunRequest};
+use hopfuse_runner::profile::ProfileReport;
 use hopfuse_runner::{nvrtc, report, selftest, sizes};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -215,6 +216,9 @@ struct RunArgs {
     /// With --profile: seconds ncu may take (killed past it).
     #[arg(long, default_value_t = 300.0, requires = "profile")]
     profile_timeout: f64,
+    /// With --profile: also write ncu's raw page (CSV) to this file (a test fixture).
+    #[arg(long, value_name = "PATH", requires = "profile")]
+    profile_csv: Option<PathBuf>,
     /// Also time the fusion's torch twin eagerly and under torch.compile, interleaved with the
     /// kernel (needs torch in `$HOPFUSE_PYTHON`, default python3; else says why not).
     #[arg(long)]
@@ -672,24 +676,12 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         copy_ceiling: !args.no_ceiling,
         peers: args.peers,
     };
-    let outcome = engine::run(&req);
-    let profiled = match (&outcome, args.profile) {
-        (Ok(result), true) => Some(profile_run(&args, result)),
-        _ => None,
-    };
+    let mut outcome = engine::run(&req);
+    if let (Ok(result), true) = (&mut outcome, args.profile) {
+        result.profile = Some(profile_run(&args, result));
+    }
     let json = match &outcome {
-        Ok(result) => {
-            let mut v = serde_json::to_value(result)?;
-            match &profiled {
-                Some(Ok((p, roofline))) => {
-                    v["profile"] = serde_json::to_value(p)?;
-                    v["roofline"] = serde_json::to_value(roofline)?;
-                }
-                Some(Err(e)) => v["profile_error"] = serde_json::json!(e.to_string()),
-                None => {}
-            }
-            serde_json::to_string_pretty(&v)?
-        }
+        Ok(result) => serde_json::to_string_pretty(result)?,
         Err(e) => serde_json::to_string_pretty(&serde_json::json!({ "error": e }))?,
     };
     if let Some(path) = &args.json_file {
@@ -704,26 +696,23 @@ fn run(args: RunArgs) -> Result<ExitCode> {
             if !args.json {
                 println!("{}", report::render(&result));
             }
-            match &profiled {
-                Some(Ok((p, roofline))) => {
-                    if !args.json {
-                        println!("{}", hopfuse_runner::profile::render(p));
-                    }
-                    match (roofline, &args.roofline) {
-                        (Some(r), Some(path)) => std::fs::write(path, r.svg())
-                            .with_context(|| format!("cannot write {}", path.display()))?,
-                        (None, Some(_)) => eprintln!(
-                            "no roofline: it needs the copy ceiling (no --no-ceiling), DRAM bytes \
-                             and a FLOP count"
-                        ),
-                        _ => {}
-                    }
+            if let Some(profiled) = &result.profile {
+                if !args.json {
+                    println!("{}", hopfuse_runner::profile::render(profiled));
                 }
-                Some(Err(e)) => {
-                    eprintln!("no profile: {e}");
+                let roofline = match profiled {
+                    ProfileReport::Measured { roofline, .. } => roofline.as_ref(),
+                    ProfileReport::Unavailable { .. } => None,
+                };
+                if let (Some(r), Some(path)) = (roofline, &args.roofline) {
+                    std::fs::write(path, r.svg())
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                }
+                // Asked for and not had: the command failed (the JSON says why).
+                if let ProfileReport::Unavailable { message, .. } = profiled {
+                    eprintln!("no profile: {message}");
                     return Ok(ExitCode::FAILURE);
                 }
-                None => {}
             }
             Ok(if result.passed {
                 ExitCode::SUCCESS
@@ -739,50 +728,31 @@ fn run(args: RunArgs) -> Result<ExitCode> {
 }
 
 /// `run --profile`: the kernel under ncu, and its roofline point with this run's ceilings.
-fn profile_run(
-    args: &RunArgs,
-    result: &engine::RunResult,
-) -> Result<
-    (
-        hopfuse_runner::profile::Profile,
-        Option<hopfuse_runner::profile::Roofline>,
-    ),
-    hopfuse_runner::profile::ProfileError,
-> {
-    use hopfuse_runner::profile::{self, ProfileRequest, Roofline};
-    if !(args.profile_timeout.is_finite() && args.profile_timeout > 0.0) {
-        return Err(profile::ProfileError::Failed(
-            "--profile-timeout must be a positive number of seconds".into(),
-        ));
-    }
-    let req = ProfileRequest {
-        file: args.file.clone(),
-        sizes: result.sizes.clone(),
-        seed: args.seed,
-        // The same kernel as this run: its index type.
-        index: Some(
-            match result.index_type {
-                IndexType::I32 => "i32",
-                IndexType::I64 => "i64",
-            }
-            .into(),
-        ),
-        kernel: result.kernel.clone(),
-        time_limit: std::time::Duration::from_secs_f64(args.profile_timeout),
+fn profile_run(args: &RunArgs, result: &engine::RunResult) -> ProfileReport {
+    use hopfuse_runner::profile::{self, ProfileError};
+    let profiled = std::time::Duration::try_from_secs_f64(args.profile_timeout)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            ProfileError::Request("--profile-timeout must be a positive number of seconds".into())
+        })
+        .and_then(|limit| {
+            let exe = std::env::current_exe()
+                .map_err(|e| ProfileError::Failed(format!("cannot find this binary: {e}")))?;
+            let req =
+                profile::request_for(args.file.clone(), result, limit, args.profile_csv.clone());
+            profile::profile(&req, &exe)
+        });
+    // The tensor-core roof of a program that is not a matrix product, on a device of its own
+    // (the run's is closed), unless ceilings are off.
+    let tensor = match (&profiled, &result.cublas, args.no_ceiling) {
+        (Ok(_), None, false) => engine::Device::open()
+            .and_then(|dev| profile::tensor_roof::measure(&dev))
+            .map_err(|e| eprintln!("no tensor-core roof: {e}"))
+            .ok(),
+        _ => None,
     };
-    let exe = std::env::current_exe()
-        .map_err(|e| profile::ProfileError::Failed(format!("cannot find this binary: {e}")))?;
-    let p = profile::profile(&req, &exe)?;
-    let roofline = result.copy.as_ref().and_then(|copy| {
-        Roofline::new(
-            &p,
-            result.flops,
-            result.timing.median_us * 1e-6,
-            copy.gbps * 1e9,
-            result.cublas.as_ref().map(|c| c.tflops * 1e12),
-        )
-    });
-    Ok((p, roofline))
+    profile::report(profiled, result, result.copy.as_ref(), tensor.as_ref())
 }
 
 fn self_test(iters: u32, warmup: u32, seed: u64, ceiling: bool) -> Result<ExitCode> {

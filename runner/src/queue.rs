@@ -71,6 +71,10 @@ pub struct JobSpec {
     /// seeded inputs are identical.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_inputs: Option<bool>,
+    /// Profile the kernel with Nsight Compute after the run (single programs only): the job
+    /// gets a second time limit for it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub profile: bool,
     /// The programs as the service compiled them for the sizes, handed to the worker so it
     /// does not lower them again (not kept in the run history).
     #[serde(skip)]
@@ -560,6 +564,9 @@ impl Queue {
             }
         }
         let w = warm.as_mut().expect("a worker");
+        // An A/B job runs two programs; a profiled one runs its program twice.
+        let runs = 1 + job.spec.request_b.is_some() as u32 + job.spec.profile as u32;
+        let limit = self.config.timeout * runs;
         let payload = WorkerJob {
             request: job.spec.request.clone(),
             request_b: job.spec.request_b.clone(),
@@ -567,9 +574,13 @@ impl Queue {
             cubin_cache: self.config.cubin_cache.clone(),
             prepared: job.spec.prepared.clone(),
             prepared_b: job.spec.prepared_b.clone(),
+            // ncu gets the job's time limit of its own, after the run's, ending before the
+            // whole job's.
+            profile: job.spec.profile.then_some(crate::profile::ProfileJob {
+                time_limit_s: self.config.timeout.as_secs_f64(),
+                job_limit_s: Some(limit.as_secs_f64()),
+            }),
         };
-        // An A/B job runs two programs.
-        let limit = self.config.timeout * if job.spec.request_b.is_some() { 2 } else { 1 };
         let mark = w.stderr_mark();
         let start = Instant::now();
         let end = w
@@ -663,10 +674,14 @@ impl Queue {
                     Some(Progress::Nvrtc) => Some("NVRTC"),
                     _ => None,
                 };
+                let profiling = progress.last() == Some(&Progress::Profile);
                 let message = match before_launch {
                     Some(step) => format!(
                         "timed out before the kernel was launched, in {step}: the sizes need more than the job's time limit"
                     ),
+                    None if profiling => "timed out while profiling the kernel with Nsight \
+                                          Compute, after its run"
+                        .to_string(),
                     None => TIMEOUT_MESSAGE.to_string(),
                 };
                 let mut r = result(JobStatus::TimedOut, Some(message));
@@ -741,6 +756,7 @@ mod tests {
             request_b: None,
             fault: None,
             same_inputs: None,
+            profile: false,
             prepared: None,
             prepared_b: None,
         }

@@ -644,6 +644,12 @@ async fn run(
     if body.fault.is_some() && body.program_b.is_some() {
         return Err(ApiError::bad_request("a fault run takes no program_b"));
     }
+    let profile = body.profile.unwrap_or(false);
+    if profile && (body.program_b.is_some() || body.fault.is_some()) {
+        return Err(ApiError::bad_request(
+            "profile takes one program: a run with program_b or a fault kernel cannot be profiled",
+        ));
+    }
     if body.fault.is_some() && a.fake_worker {
         return Err(ApiError::bad_request("fault kernels need the GPU worker"));
     }
@@ -710,6 +716,7 @@ async fn run(
         request_b,
         fault,
         same_inputs: checked.same_inputs,
+        profile,
         prepared: checked.prepared,
         prepared_b: checked.prepared_b,
     };

@@ -53,6 +53,10 @@ pub struct WorkerJob {
     pub prepared: Option<Prepared>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepared_b: Option<Prepared>,
+    /// After a measured single-program run, profile its kernel with Nsight Compute
+    /// (`result.profile`; [`crate::profile::profile_program`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::profile::ProfileJob>,
 }
 
 /// What a warm worker says once it is ready for jobs.
@@ -350,6 +354,7 @@ fn run_job(
     state: &mut State,
     out: &mut impl Write,
 ) -> Option<String> {
+    let started = Instant::now();
     let mut outcomes: Vec<(Part, Outcome)> = Vec::new();
     if options.fake {
         let parts = [
@@ -416,10 +421,28 @@ fn run_job(
                 outcomes.push((Part::B, measured(ab.b, cached)));
             }
             (_, fault) => {
-                let r = match fault {
+                let mut r = match fault {
                     Some(fault) => faults::run_on(device, fault, &job.request, &mut hooks),
                     None => engine::run_on(device, &job.request, job.prepared.as_ref(), &mut hooks),
                 };
+                if let (Some(profile), None, Ok(result)) = (&job.profile, fault, &mut r) {
+                    let limit = profile.limit_after(started.elapsed());
+                    hooks.progress(Progress::Profile);
+                    // The roofline's copy ceiling: the run's, else the one this worker measured
+                    // at start.
+                    let copy = result
+                        .copy
+                        .clone()
+                        .or_else(|| device.as_ref().and_then(Device::kept_ceiling));
+                    let report = crate::profile::profile_program(
+                        &job.request.source,
+                        result,
+                        copy.as_ref(),
+                        limit,
+                        device.as_ref(),
+                    );
+                    result.profile = Some(report);
+                }
                 outcomes.push((Part::A, measured(r, hooks.cached)));
             }
         }

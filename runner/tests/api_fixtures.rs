@@ -161,6 +161,7 @@ fn measured(passed: bool) -> RunResult {
         validation_after_timing: vec![check_of("c", passed)],
         passed,
         peers: None,
+        profile: None,
     }
 }
 
@@ -328,4 +329,56 @@ fn an_ab_comparison() {
         interleaved: true,
     });
     check("done-ab.json", &done(j));
+}
+
+/// The H100 run of `tma/exp_2d` at 8192 x 8192 recorded in docs/ (a real result).
+fn recorded_exp_2d() -> JobResult {
+    let sse = include_str!("../../docs/recordings/exp_2d_h100.sse");
+    let done = sse
+        .split("\n\n")
+        .find(|b| b.starts_with("event: done"))
+        .expect("a done event");
+    let event: JobEvent = serde_json::from_str(done.split_once("\ndata: ").unwrap().1).unwrap();
+    (*event.result.unwrap()).clone()
+}
+
+/// That run with a profile: ncu's metrics from the hand-written raw page of the same kernel
+/// and sizes (runner/tests/fixtures/ncu/), read by the runner's own reader, and the roofline
+/// against the run's median and the copy ceiling its worker measured.
+#[test]
+fn a_profiled_run() {
+    use hopfuse_runner::profile;
+    let mut job = recorded_exp_2d();
+    let result = job.result.as_mut().unwrap();
+    let csv = include_str!("fixtures/ncu/exp_2d_8192_handwritten.csv");
+    let mut p = profile::parse_raw_csv(csv, &result.kernel).unwrap();
+    p.ncu = "2025.3 (hand-written page)".into();
+    // No tensor-core roof: the recorded run measured none.
+    let report = profile::report(Ok(p), result, result.copy.as_ref(), None);
+    assert!(matches!(
+        &report,
+        profile::ProfileReport::Measured {
+            roofline: Some(_),
+            ..
+        }
+    ));
+    result.profile = Some(report);
+    job.progress.push(Progress::Profile);
+    check("done-profile.json", &done(job));
+}
+
+/// A runner without ncu: the run passes, and its profile says why there is none.
+#[test]
+fn a_profiled_run_without_ncu() {
+    use hopfuse_runner::profile;
+    let mut job = recorded_exp_2d();
+    let result = job.result.as_mut().unwrap();
+    result.profile = Some(profile::report(
+        Err(profile::ProfileError::NoNcu),
+        result,
+        result.copy.as_ref(),
+        None,
+    ));
+    job.progress.push(Progress::Profile);
+    check("done-profile-unavailable.json", &done(job));
 }

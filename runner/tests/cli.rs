@@ -204,8 +204,7 @@ fn bench_runs_every_example_with_its_bench_sizes() {
             .starts_with("| example | size | time (us): median (min-max) | throughput | ceiling"),
         "{t}"
     );
-    // A row per `// bench:` line (one row for a program with none) of every example of every
-    // group (examples/<group>/<name>.hf).
+    // Every example of every group (examples/<group>/<name>.hf), a row per `// bench:` line.
     let rows: usize = hopfuse::examples::list(&root.join("examples"))
         .unwrap()
         .iter()

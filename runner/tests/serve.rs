@@ -724,6 +724,56 @@ async fn ab_runs_report_both_programs() {
     s.stop();
 }
 
+/// `"profile": true` is taken for one program and kept with the run; with `program_b` or a
+/// fault kernel it is a 400 that says why. (What the worker does with it needs a GPU:
+/// scripts/profile-device-check.sh.)
+#[tokio::test]
+async fn a_profile_is_asked_for_one_program() {
+    let dir = temp_dir("profile");
+    let s = Server::start(&dir, &["--fake-worker", "--fault-kernels"]);
+    let c = client();
+    let mut body = add_run("");
+    body["profile"] = json!(true);
+    let id = submit(&s, &c, &body).await;
+    let (_, r) = events(&s, &c, &id).await;
+    assert_eq!(r["status"], "fake", "{r}");
+    let (_, rec) = get(&c, s.url("/api/runs")).await;
+    assert_eq!(rec["runs"][0]["request"]["profile"], true, "{rec}");
+    // Without it, the history says nothing of a profile.
+    let plain = submit(&s, &c, &add_run("// plain")).await;
+    events(&s, &c, &plain).await;
+    let (_, rec) = get(&c, s.url("/api/runs")).await;
+    let unprofiled = rec["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|run| run["id"] == plain.as_str())
+        .unwrap_or_else(|| panic!("{rec}"));
+    assert!(unprofiled["request"].get("profile").is_none(), "{rec}");
+    for extra in [
+        json!({"program_b": example("add.hf")}),
+        json!({"fault": "deadlock", "program": ""}),
+    ] {
+        let mut b = body.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let (status, v, _) = post(&c, s.url("/api/run"), b.to_string()).await;
+        assert_eq!(status, 400, "{v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .contains("profile takes one program"),
+            "{v}"
+        );
+    }
+    body["profile"] = json!("yes");
+    let (status, _, _) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 400);
+    s.stop();
+}
+
 #[tokio::test]
 async fn fault_kernels_need_the_flag_and_a_gpu_worker() {
     let dir = temp_dir("faults");

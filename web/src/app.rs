@@ -657,6 +657,7 @@ impl Ui {
             seed,
         );
         crate::torch_pane::add_to_request(&mut body);
+        crate::profile_view::add_to_request(&mut body);
         let settings = self.settings.get_untracked();
         self.run.set(RunState::Active {
             stage: "sending".into(),
@@ -1707,6 +1708,7 @@ fn RunPane(ui: Ui) -> impl IntoView {
                     />
                 </label>
                 <crate::torch_pane::PeersToggle />
+                <crate::profile_view::ProfileToggle />
                 <span title=move || ui.runner.with(|r| r.run_blocked()).unwrap_or("Run on the runner's GPU")>
                     <button
                         class="primary"
@@ -2083,6 +2085,7 @@ fn measured_view(
         <h3>"Validation against the float64 reference"</h3>
         {checks_table(&m.checks)}
         {after}
+        {m.profile.as_ref().map(|p| view! { <div inner_html=crate::profile_view::profile_html(p, primary)></div> })}
     }
 }
 

@@ -33,7 +33,7 @@ const STORAGE_KEY: &str = "hopfuse.runner";
 impl Settings {
     pub fn load() -> Settings {
         crate::storage_get(STORAGE_KEY)
-            .and_then(|s| serde_json::from_str(&s).ok())
+            .and_then(|s| crate::json_read::from_str(&s).ok())
             .unwrap_or_default()
     }
     pub fn save(&self) {
@@ -151,10 +151,11 @@ pub async fn request<T: DeserializeOwned>(
 }
 
 /// A JSON text as `T`, through a [`Value`]: serde's readers then run over the parsed value
-/// instead of each carrying its own copy of the text parser, which keeps the page's wasm
-/// tens of KiB smaller for the same types.
+/// instead of each carrying its own copy of the text parser, and read only the shapes the
+/// service writes ([`crate::json_read`]), which keeps the page's wasm tens of KiB smaller for
+/// the same types.
 pub fn read_json<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
-    serde_json::from_value(serde_json::from_str::<Value>(text)?)
+    crate::json_read::from_str(text)
 }
 
 /// No request body (a GET).
@@ -326,7 +327,7 @@ pub fn state_of_link(link: &Link) -> Result<crate::share::State, String> {
         }
     }
     state.insert("program".into(), Value::from(link.program.as_str()));
-    serde_json::from_value(Value::Object(state))
+    crate::json_read::from_value(Value::Object(state))
         .map_err(|e| format!("the link holds no playground state: {e}"))
 }
 
@@ -411,6 +412,9 @@ pub struct Measured {
     pub cubin_cached: Option<bool>,
     /// The torch twin timed in the same run (`result.peers`; `torch_pane.rs`).
     pub peers: Option<crate::torch_pane::PeersView>,
+    /// Nsight Compute's profile of the kernel, or why there is none (`result.profile`;
+    /// `profile_view.rs`).
+    pub profile: Option<api::profile::ProfileReport>,
 }
 
 /// The `comparison` of an A/B job: B's time over A's, per launch pair, when both were measured.
@@ -620,6 +624,7 @@ impl Measured {
             nvrtc_ms: Some(r.nvrtc_ms),
             cubin_cached,
             peers: r.peers.as_ref().map(crate::torch_pane::PeersView::from),
+            profile: r.profile.clone(),
         }
     }
 }
@@ -941,7 +946,7 @@ mod tests {
         let front_end = |connected: bool, agents: Vec<Value>| {
             let mut h = health("agents", None, Some("distributed mode"), true);
             h.distributed = Some(
-                serde_json::from_value(serde_json::json!({
+                crate::json_read::from_value(serde_json::json!({
                     "nats": "nats://10.0.0.5:4222", "connected": connected, "arch": "sm_90a",
                     "depth": 0, "waiting": 0, "running": 0, "cap": 1000, "in_flight": 0,
                     "gpus": 2 * agents.len(), "agents": agents,

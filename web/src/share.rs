@@ -107,7 +107,9 @@ pub fn decode(fragment: &str) -> Result<State, String> {
     let bytes = base64url_decode(body).ok_or("the link is damaged (not base64url)")?;
     let json = miniz_oxide::inflate::decompress_to_vec_with_limit(&bytes, 4 << 20)
         .map_err(|_| "the link is damaged (cannot inflate)".to_string())?;
-    serde_json::from_slice(&json).map_err(|e| format!("the link is damaged ({e})"))
+    // As text, so the page links one JSON text reader (serde_json's, for `&str`).
+    let json = String::from_utf8(json).map_err(|_| "the link is damaged (not UTF-8)")?;
+    crate::json_read::from_str(&json).map_err(|e| format!("the link is damaged ({e})"))
 }
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";

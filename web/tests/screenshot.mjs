@@ -1,6 +1,9 @@
 // The playground with a TMA example and a run result measured on the H100, for docs/.
 //
-//   node web/tests/screenshot.mjs RECORDING.sse HEALTH.json OUT.png [DIST]
+//   node web/tests/screenshot.mjs RECORDING.sse HEALTH.json OUT.png [DIST] [--profile]
+//
+// --profile: the recording is a run with a profile (record-run.py --profile); the page has
+// "profile (ncu)" on and the shot shows the Run pane scrolled to the profile.
 //
 // The GPU machine has no browser, so the run is recorded there (scripts/record-run.py against
 // `hopfuse serve` with the real worker: the exact server-sent events of the job) together with
@@ -15,9 +18,11 @@ import { chromium } from "playwright-core";
 import { startServe } from "./serve.mjs";
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
-const [recording, health, out, distArg] = process.argv.slice(2);
-if (!recording || !health || !out) {
-  console.error("usage: node web/tests/screenshot.mjs RECORDING.sse HEALTH.json OUT.png [DIST]");
+const flags = process.argv.slice(2).filter((a) => a.startsWith("--"));
+const [recording, health, out, distArg] = process.argv.slice(2).filter((a) => !a.startsWith("--"));
+const withProfile = flags.includes("--profile");
+if (!recording || !health || !out || flags.some((f) => f !== "--profile")) {
+  console.error("usage: node web/tests/screenshot.mjs RECORDING.sse HEALTH.json OUT.png [DIST] [--profile]");
   process.exit(2);
 }
 const dist = path.resolve(distArg ?? "dist");
@@ -27,6 +32,9 @@ const healthJson = fs.readFileSync(health, "utf8");
 const done = events.split("\n\n").find((b) => b.startsWith("event: done"));
 if (!done) throw new Error(`${recording} has no done event`);
 const result = JSON.parse(done.split("\ndata: ")[1]).result;
+if (withProfile && !result.result?.profile?.measured) {
+  throw new Error(`${recording} has no measured profile: ${JSON.stringify(result.result?.profile ?? null).slice(0, 300)}`);
+}
 const source = result.request?.source ?? fs.readFileSync(path.join(repo, "examples/tma/exp_2d.hf"), "utf8");
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "hopfuse-shot-"));
@@ -39,7 +47,7 @@ const browser = await chromium.launch({
   args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
 });
 try {
-  const page = await browser.newPage({ viewport: { width: 1500, height: 950 } });
+  const page = await browser.newPage({ viewport: { width: 1500, height: withProfile ? 1150 : 950 } });
   await page.route("**/api/health", (r) => r.fulfill({ status: 200, contentType: "application/json", body: healthJson }));
   await page.route("**/api/jobs/*/events", (r) =>
     r.fulfill({ status: 200, headers: { "Content-Type": "text/event-stream" }, body: events }),
@@ -52,8 +60,17 @@ try {
     await page.press(`input[data-size="${name}"]`, "Enter");
   }
   if (!source.includes("exp_2d")) throw new Error("the recording is not the exp_2d example");
+  if (withProfile) {
+    await page.click("#tab-run");
+    await page.check("#profile-toggle");
+  }
   await page.click("#run");
   await page.waitForSelector("#median", { timeout: 30000 });
+  if (withProfile) {
+    await page.waitForSelector("#roofline svg");
+    // The profile's heading at the top of the Run pane, the roofline below it.
+    await page.locator("#profile").evaluate((e) => e.scrollIntoView({ block: "start" }));
+  }
   await page.screenshot({ path: out });
   console.log(`screenshot: ${out} (median ${await page.locator("#median").textContent()})`);
 } finally {

@@ -636,6 +636,7 @@ impl Staged<'_> {
             validation_after_timing,
             passed,
             peers: None,
+            profile: None,
         })
     }
 }
