@@ -25,6 +25,9 @@ pub struct WireJob {
     pub fault: Option<Fault>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_inputs: Option<bool>,
+    /// Profile the kernel with Nsight Compute after the run (the agent's host needs ncu).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub profile: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepared: Option<Prepared>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -41,6 +44,7 @@ impl WireJob {
             request_b: spec.request_b.clone(),
             fault: spec.fault,
             same_inputs: spec.same_inputs,
+            profile: spec.profile,
             prepared: spec.prepared.clone(),
             prepared_b: spec.prepared_b.clone(),
         }
@@ -53,6 +57,7 @@ impl WireJob {
             request_b: self.request_b.clone(),
             fault: self.fault,
             same_inputs: self.same_inputs,
+            profile: self.profile,
             prepared: self.prepared.clone(),
             prepared_b: self.prepared_b.clone(),
         }
