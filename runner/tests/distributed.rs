@@ -782,6 +782,7 @@ async fn a_job_that_already_has_a_result_is_not_run_again() {
         request_b: None,
         fault: None,
         same_inputs: None,
+        profile: false,
         prepared: None,
         prepared_b: None,
     };

@@ -102,6 +102,24 @@ impl AgentEvent {
 mod tests {
     use super::*;
 
+    /// `profile` (main's profile branch) reaches the agent's local queue; a message without it
+    /// is an unprofiled job.
+    #[test]
+    fn a_profiled_job_stays_profiled_on_the_wire() {
+        let mut job = serde_json::json!({
+            "job_id": "j1", "events": "hopfuse.events.f",
+            "request": {"file": "t.hf", "source": "fusion f {}", "sizes": {}, "iters": 1,
+                        "warmup": 0, "seed": 1, "index": null, "copy_ceiling": false},
+        });
+        let plain: WireJob = serde_json::from_value(job.clone()).unwrap();
+        assert!(!plain.spec().profile);
+        job["profile"] = true.into();
+        let profiled: WireJob = serde_json::from_value(job).unwrap();
+        let text = serde_json::to_string(&profiled).unwrap();
+        let back: WireJob = serde_json::from_str(&text).unwrap();
+        assert!(back.spec().profile, "{text}");
+    }
+
     #[test]
     fn events_round_trip_with_their_kind() {
         let e = AgentEvent::Stage {
