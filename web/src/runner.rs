@@ -5,12 +5,10 @@
 //! ([`RunView`], [`Measured`], ...) are what the Run pane shows of them.
 
 use crate::js;
-use hopfuse::plan::ConcreteLaunch;
+use crate::torch_pane::{PeerView, PeersView};
 use hopfuse::IndexType;
 use hopfuse_api as api;
-use hopfuse_api::job::{JobEvent, JobResult, JobStatus};
-use hopfuse_api::run::{L2Policy, RunResult};
-use hopfuse_api::service::{ErrorBody, Health, Link, LinkBody, LinkCreated, RunAccepted, RunBody};
+use hopfuse_api::service::{ErrorBody, Link, LinkBody, LinkCreated, RunAccepted, RunBody};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -173,31 +171,38 @@ pub enum RunMode {
 
 /// `GET /api/health` (docs/api.md), described in one line.
 pub async fn health(settings: &Settings) -> Result<(String, RunMode), ApiError> {
-    let h: Health = request(settings, "GET", "/api/health", NO_BODY, 4000).await?;
-    Ok(describe_health(&h))
+    let h: Value = request(settings, "GET", "/api/health", NO_BODY, 4000).await?;
+    describe_health(&h).map_err(|e| {
+        ApiError::Unreachable(format!(
+            "/api/health did not answer what this playground reads ({e})"
+        ))
+    })
 }
 
-pub fn describe_health(h: &Health) -> (String, RunMode) {
-    let version = &h.version;
-    if !h.run_available {
-        let why = match (&h.gpu_reason, &h.run_unavailable_reason) {
+/// The line of a health answer (`api::service::Health`; read field by field like a job result,
+/// see [`Fields`], so that the page carries no serde reader for its many nested types).
+fn describe_health(h: &Value) -> Read<(String, RunMode)> {
+    let h = Fields::of(h, "the health answer")?;
+    let version = h.str("version")?;
+    if !h.bool("run_available")? {
+        let why = match (h.opt_str("gpu_reason")?, h.opt_str("run_unavailable_reason")?) {
             (Some(g), _) => format!("no usable GPU ({g})"),
-            (None, Some(r)) => r.clone(),
+            (None, Some(r)) => r,
             (None, None) => "runs are unavailable".into(),
         };
-        return (format!("runner {version} · {why}"), RunMode::Unavailable);
+        return Ok((format!("runner {version} · {why}"), RunMode::Unavailable));
     }
-    if h.worker == "fake" {
-        return (
+    if h.str("worker")? == "fake" {
+        return Ok((
             format!("runner {version} · fake worker, no GPU: runs are compiled and checked, not measured"),
             RunMode::Fake,
-        );
+        ));
     }
-    let (name, sms) = match &h.gpu {
-        Some(g) => (g.name.as_str(), format!(" ({} SMs)", g.sm_count)),
+    let (name, sms) = match h.opt_obj("gpu")? {
+        Some(g) => (g.str("name")?, format!(" ({} SMs)", g.u64("sm_count")?)),
         None => ("GPU", String::new()),
     };
-    (format!("runner {version} · {name}{sms}"), RunMode::Gpu)
+    Ok((format!("runner {version} · {name}{sms}"), RunMode::Gpu))
 }
 
 /// The body of `POST /api/run`; with `program_b`, an A/B comparison (docs/api.md).
@@ -442,168 +447,302 @@ pub fn index_name(t: IndexType) -> &'static str {
     }
 }
 
-fn launch_text(l: &ConcreteLaunch) -> String {
-    let dims = |d: &[u32; 3]| d.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
-    let mut t = format!("grid ({})  block ({})", dims(&l.grid), dims(&l.block));
-    if l.dynamic_smem_bytes > 0 {
+fn launch_text(l: Fields) -> Read<String> {
+    let dims = |k: &str| -> Read<String> {
+        let d = l.list(k)?;
+        let n: Option<Vec<String>> = d.iter().map(|x| x.as_u64().map(|n| n.to_string())).collect();
+        n.filter(|n| n.len() == 3)
+            .map(|n| n.join(", "))
+            .ok_or_else(|| format!("`{k}` is not three numbers"))
+    };
+    let mut t = format!("grid ({})  block ({})", dims("grid")?, dims("block")?);
+    let smem = l.u64("dynamic_smem_bytes")?;
+    if smem > 0 {
         t.push_str(&format!(
             "  {} dynamic shared memory",
-            crate::model::bytes(l.dynamic_smem_bytes as f64)
+            crate::model::bytes(smem as f64)
         ));
     }
-    t
+    Ok(t)
 }
 
-impl From<&api::run::Check> for Check {
-    fn from(c: &api::run::Check) -> Check {
-        Check {
-            output: c.output.clone(),
-            passed: c.passed,
-            rel_l2: Some(c.rel_l2),
-            max_abs: Some(c.max_abs),
-            tolerance: Some(c.tolerance),
-            elements: Some(c.elements as u64),
-            non_finite: c.non_finite as u64,
+// The playground's reading of a job result: `api::job::JobResult` with its `api::run::RunResult`
+// (docs/api.md), pulled field by field out of the parsed JSON in this one place instead of
+// through serde's derived readers: those are monomorphised for every one of the ~45 nested
+// types and cost the page's wasm tens of KiB (the cold-load budget, scripts/test-web.sh). Every
+// field named here is one the service writes; the tests below read the recorded `done` events
+// (web/tests/fixtures, docs/recordings), so a renamed or retyped field fails them. The profile
+// stays typed (its pane draws the runner's own types).
+
+/// Why a job result could not be read.
+type Read<T> = Result<T, String>;
+
+/// One JSON object of a job result, read by field name.
+#[derive(Clone, Copy)]
+struct Fields<'a>(&'a serde_json::Map<String, Value>);
+
+impl<'a> Fields<'a> {
+    fn of(v: &'a Value, what: &str) -> Read<Fields<'a>> {
+        v.as_object()
+            .map(Fields)
+            .ok_or_else(|| format!("`{what}` is not an object"))
+    }
+    /// A field that may be missing or null.
+    fn opt<T>(self, k: &str, read: impl Fn(&'a Value) -> Option<T>) -> Read<Option<T>> {
+        match self.0.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => read(v).map(Some).ok_or_else(|| format!("`{k}` has the wrong type")),
         }
     }
-}
-
-fn checks(list: &[api::run::Check]) -> Vec<Check> {
-    list.iter().map(Check::from).collect()
-}
-
-fn index_text(t: IndexType, reason: &str) -> String {
-    if reason.is_empty() {
-        index_name(t).to_string()
-    } else {
-        format!("{} ({reason})", index_name(t))
+    /// A field that must be there.
+    fn req<T>(self, k: &str, read: impl Fn(&'a Value) -> Option<T>) -> Read<T> {
+        self.opt(k, read)?
+            .ok_or_else(|| format!("missing field `{k}`"))
+    }
+    fn str(self, k: &str) -> Read<&'a str> {
+        self.req(k, Value::as_str)
+    }
+    fn f64(self, k: &str) -> Read<f64> {
+        self.req(k, Value::as_f64)
+    }
+    fn u64(self, k: &str) -> Read<u64> {
+        self.req(k, Value::as_u64)
+    }
+    fn bool(self, k: &str) -> Read<bool> {
+        self.req(k, Value::as_bool)
+    }
+    fn list(self, k: &str) -> Read<&'a [Value]> {
+        self.req(k, |v| v.as_array().map(Vec::as_slice))
+    }
+    fn obj(self, k: &str) -> Read<Fields<'a>> {
+        self.req(k, |v| v.as_object().map(Fields))
+    }
+    fn opt_obj(self, k: &str) -> Read<Option<Fields<'a>>> {
+        self.opt(k, |v| v.as_object().map(Fields))
+    }
+    fn opt_str(self, k: &str) -> Read<Option<String>> {
+        self.opt(k, |v| v.as_str().map(String::from))
+    }
+    fn opt_f64(self, k: &str) -> Read<Option<f64>> {
+        self.opt(k, Value::as_f64)
     }
 }
 
-fn l2_text(p: &L2Policy) -> String {
-    match p {
-        L2Policy::None => "none (working set > 2x L2)".to_string(),
-        L2Policy::Rotate { sets } => format!("rotating {sets} copies of every tensor"),
-        L2Policy::Flush { bytes } => format!(
+/// One output's check (`api::run::Check`).
+fn check(c: Fields) -> Read<Check> {
+    Ok(Check {
+        output: c.str("output")?.to_string(),
+        passed: c.bool("passed")?,
+        rel_l2: Some(c.f64("rel_l2")?),
+        max_abs: Some(c.f64("max_abs")?),
+        tolerance: Some(c.f64("tolerance")?),
+        elements: Some(c.u64("elements")?),
+        non_finite: c.u64("non_finite")?,
+    })
+}
+
+fn checks(r: Fields, k: &str) -> Read<Vec<Check>> {
+    r.list(k)?
+        .iter()
+        .map(|c| check(Fields::of(c, k)?))
+        .collect()
+}
+
+/// `index_type` (`i32` | `i64`) and why.
+fn index_text(r: Fields) -> Read<String> {
+    let t = r.str("index_type")?;
+    Ok(match r.str("index_reason")? {
+        "" => t.to_string(),
+        reason => format!("{t} ({reason})"),
+    })
+}
+
+/// `l2_policy` (`api::run::L2Policy`, tagged by `kind`).
+fn l2_text(p: Fields) -> Read<String> {
+    Ok(match p.str("kind")? {
+        "none" => "none (working set > 2x L2)".to_string(),
+        "rotate" => format!("rotating {} copies of every tensor", p.u64("sets")?),
+        "flush" => format!(
             "L2 flushed ({}) before each launch",
-            crate::model::bytes(*bytes as f64)
+            crate::model::bytes(p.u64("bytes")? as f64)
         ),
-    }
+        other => return Err(format!("unknown L2 policy `{other}`")),
+    })
 }
 
-/// Reads a job's result: the data of the `done` event (a [`JobEvent`] with its result) or the
-/// answer of `GET /api/jobs/{id}` (the [`JobResult`] itself, with `"done": true`).
+/// Reads a job's result: the data of the `done` event (an `api::job::JobEvent` with its result)
+/// or the answer of `GET /api/jobs/{id}` (the `JobResult` itself, with `"done": true`).
 pub fn parse_result(data: &str) -> RunView {
-    let failed = |error: String| RunView {
-        status: "error".into(),
-        error: Some(error),
-        ..RunView::default()
+    let read = || -> Read<RunView> {
+        let v: Value = serde_json::from_str(data).map_err(|e| e.to_string())?;
+        let top = Fields::of(&v, "the answer")?;
+        if top.0.contains_key("job_id") {
+            return job_view(top);
+        }
+        match top.opt_obj("result")? {
+            Some(job) => job_view(job),
+            None => Err("the runner's done event holds no result".into()),
+        }
     };
-    match read_json::<JobEvent>(data) {
-        Ok(JobEvent {
-            result: Some(job), ..
-        }) => RunView::from(&*job),
-        Ok(_) => failed("the runner's done event holds no result".into()),
-        Err(_) => match read_json::<JobResult>(data) {
-            Ok(job) => RunView::from(&job),
-            Err(e) => failed(format!(
-                "the runner's result is not one this playground reads ({e}): {data}"
-            )),
-        },
-    }
+    read().unwrap_or_else(|e| RunView {
+        status: "error".into(),
+        error: Some(format!(
+            "the runner's result is not one this playground reads ({e}): {data}"
+        )),
+        ..RunView::default()
+    })
 }
 
-impl From<&api::job::Comparison> for Comparison {
-    fn from(c: &api::job::Comparison) -> Comparison {
-        Comparison {
-            median: c.b_over_a_median,
-            range: Some((c.b_over_a_range[0], c.b_over_a_range[1])),
-            pairs: Some(c.pairs as u64),
-            order: Some(c.order.clone()),
-            a_median_us: Some(c.a_median_us),
-            b_median_us: Some(c.b_median_us),
-            same_inputs: c.same_inputs,
-        }
-    }
+/// `comparison` of an A/B job (`api::job::Comparison`).
+fn comparison(c: Fields) -> Read<Comparison> {
+    let range = c.list("b_over_a_range")?;
+    let range = match range {
+        [lo, hi] => lo.as_f64().zip(hi.as_f64()),
+        _ => None,
+    };
+    Ok(Comparison {
+        median: c.f64("b_over_a_median")?,
+        range: Some(range.ok_or("`b_over_a_range` is not two numbers")?),
+        pairs: Some(c.u64("pairs")?),
+        order: Some(c.str("order")?.to_string()),
+        a_median_us: Some(c.f64("a_median_us")?),
+        b_median_us: Some(c.f64("b_median_us")?),
+        same_inputs: c.opt("same_inputs", Value::as_bool)?,
+    })
+}
+
+/// `result.peers` (`api::run::PeersReport`): the torch twin timed in the same run.
+fn peers(p: Fields) -> Read<PeersView> {
+    let peer = |q: &Value| -> Read<PeerView> {
+        let q = Fields::of(q, "peers")?;
+        let timing = q.opt_obj("timing")?;
+        let t = |k: &str| timing.map(|t| t.f64(k)).transpose();
+        Ok(PeerView {
+            name: q.str("name")?.to_string(),
+            median_us: t("median_us")?,
+            min_us: t("min_us")?,
+            max_us: t("max_us")?,
+            passed: q.bool("passed")?,
+            compile_s: q.opt_f64("compile_s")?,
+            speedup: q.opt_f64("speedup")?,
+            error: q.opt_str("error")?,
+        })
+    };
+    Ok(PeersView {
+        unavailable: p.opt_str("unavailable")?,
+        torch: p.opt_str("torch")?,
+        rounds: p.opt("rounds", Value::as_u64)?.filter(|&r| r > 0),
+        peers: match p.opt("peers", Value::as_array)? {
+            Some(list) => list.iter().map(peer).collect::<Read<_>>()?,
+            None => Vec::new(),
+        },
+        best: p.opt_str("best")?,
+        speedup: p.opt_f64("speedup")?,
+        spread: p.opt_f64("speedup_min")?.zip(p.opt_f64("speedup_max")?),
+    })
+}
+
+/// `result.peers` as a JSON value (the torch pane's tests).
+#[cfg(test)]
+pub(crate) fn read_peers(v: &Value) -> Read<PeersView> {
+    peers(Fields::of(v, "peers")?)
+}
+
+/// A typed part of the result that its own pane draws (`profile`).
+fn typed<T: serde::de::DeserializeOwned>(r: Fields, k: &str) -> Read<Option<T>> {
+    r.opt(k, |v| Some(v))?
+        .map(|v| crate::json_read::from_value(v.clone()).map_err(|e| format!("`{k}`: {e}")))
+        .transpose()
 }
 
 impl Measured {
-    fn of(r: &RunResult, cubin_cached: Option<bool>) -> Measured {
-        Measured {
-            passed: r.passed,
-            device: Some(r.device.name.clone()),
-            launch: Some(launch_text(&r.launch)),
-            index: Some(index_text(r.index_type, &r.index_reason)),
-            l2_policy: Some(l2_text(&r.l2_policy)),
-            min_us: Some(r.timing.min_us),
-            median_us: Some(r.timing.median_us),
-            max_us: Some(r.timing.max_us),
-            samples: Some(r.timing.samples as u64),
-            gbps: Some(r.gbps),
-            ceiling_gbps: r.copy.as_ref().map(|c| c.gbps),
-            ratio: r.fraction_of_copy,
-            tflops: r.tflops,
-            cublas_tflops: r.cublas.as_ref().map(|c| c.tflops),
-            cublas_ratio: r.fraction_of_cublas,
-            cublas_call: r.cublas.as_ref().map(|c| c.call.clone()),
-            cublas_check: r.cublas.as_ref().map(|c| Check::from(&c.validation)),
-            cublas_skipped: r.cublas_skipped.clone(),
-            checks: checks(&r.validation),
-            checks_after_timing: checks(&r.validation_after_timing),
-            seed: Some(r.seed),
-            registers: Some(r.attributes.registers_per_thread as i64),
-            static_smem: Some(r.attributes.static_smem_bytes as i64),
-            dynamic_smem: Some(r.launch.dynamic_smem_bytes as i64),
-            local_bytes: Some(r.attributes.local_bytes_per_thread as i64),
-            nvrtc_ms: Some(r.nvrtc_ms),
+    /// `result` of a job (`api::run::RunResult`).
+    fn of(r: Fields, cubin_cached: Option<bool>) -> Read<Measured> {
+        let timing = r.obj("timing")?;
+        let attributes = r.obj("attributes")?;
+        let launch = r.obj("launch")?;
+        let cublas = r.opt_obj("cublas")?;
+        Ok(Measured {
+            passed: r.bool("passed")?,
+            device: Some(r.obj("device")?.str("name")?.to_string()),
+            launch: Some(launch_text(launch)?),
+            index: Some(index_text(r)?),
+            l2_policy: Some(l2_text(r.obj("l2_policy")?)?),
+            min_us: Some(timing.f64("min_us")?),
+            median_us: Some(timing.f64("median_us")?),
+            max_us: Some(timing.f64("max_us")?),
+            samples: Some(timing.u64("samples")?),
+            gbps: Some(r.f64("gbps")?),
+            ceiling_gbps: r.opt_obj("copy")?.map(|c| c.f64("gbps")).transpose()?,
+            ratio: r.opt_f64("fraction_of_copy")?,
+            tflops: r.opt_f64("tflops")?,
+            cublas_tflops: cublas.map(|c| c.f64("tflops")).transpose()?,
+            cublas_ratio: r.opt_f64("fraction_of_cublas")?,
+            cublas_call: cublas.map(|c| c.str("call").map(String::from)).transpose()?,
+            cublas_check: cublas.map(|c| check(c.obj("validation")?)).transpose()?,
+            cublas_skipped: r.opt_str("cublas_skipped")?,
+            checks: checks(r, "validation")?,
+            checks_after_timing: checks(r, "validation_after_timing")?,
+            seed: Some(r.u64("seed")?),
+            registers: Some(attributes.u64("registers_per_thread")? as i64),
+            static_smem: Some(attributes.u64("static_smem_bytes")? as i64),
+            dynamic_smem: Some(launch.u64("dynamic_smem_bytes")? as i64),
+            local_bytes: Some(attributes.u64("local_bytes_per_thread")? as i64),
+            nvrtc_ms: Some(r.f64("nvrtc_ms")?),
             cubin_cached,
-            peers: r.peers.as_ref().map(crate::torch_pane::PeersView::from),
-            profile: r.profile.clone(),
-        }
+            peers: r.opt_obj("peers")?.map(peers).transpose()?,
+            profile: typed(r, "profile")?,
+        })
     }
 }
 
-/// One job result (A's, or `b` of an A/B job).
-impl From<&JobResult> for RunView {
-    fn from(job: &JobResult) -> RunView {
-        let fake = job.status == JobStatus::Fake;
-        RunView {
-            job_id: Some(job.job_id.clone()),
-            status: job.status.name().to_string(),
-            message: job.message.clone(),
-            error_stage: job.error.as_ref().map(|e| e.stage.name().to_string()),
-            error: job.error.as_ref().map(|e| e.message.clone()),
-            progress: job.progress.iter().map(|p| p.name().to_string()).collect(),
-            stderr: job.stderr.clone().filter(|e| !e.trim().is_empty()),
-            // A fake result never shows numbers, whatever else it holds.
-            measured: match &job.result {
-                Some(r) if !fake => Some(Measured::of(r, job.cubin_cached)),
-                _ => None,
-            },
-            fake: fake.then(|| {
-                job.compile
-                    .as_ref()
-                    .map(|c| FakeView {
-                        note: c.note.clone(),
-                        kernel: Some(c.kernel.clone()),
-                        index: Some(index_text(c.index_type, &c.index_reason)),
-                        launch: Some(launch_text(&c.launch)),
-                        working_set_bytes: Some(c.working_set_bytes as f64),
-                        cuda_bytes: Some(c.cuda_bytes as f64),
-                    })
-                    .unwrap_or_default()
+/// One job result (A's, or `b` of an A/B job): `api::job::JobResult`.
+fn job_view(job: Fields) -> Read<RunView> {
+    let status = job.str("status")?;
+    let fake = status == "fake";
+    let error = job.opt_obj("error")?;
+    let progress = job.list("progress")?;
+    Ok(RunView {
+        job_id: Some(job.str("job_id")?.to_string()),
+        status: status.to_string(),
+        message: job.opt_str("message")?,
+        error_stage: error.map(|e| e.str("stage").map(String::from)).transpose()?,
+        error: error.map(|e| e.str("message").map(String::from)).transpose()?,
+        progress: progress
+            .iter()
+            .map(|p| p.as_str().map(String::from).ok_or("`progress` is not names"))
+            .collect::<Result<_, _>>()?,
+        stderr: job.opt_str("stderr")?.filter(|e| !e.trim().is_empty()),
+        // A fake result never shows numbers, whatever else it holds.
+        measured: match job.opt_obj("result")? {
+            Some(r) if !fake => Some(Measured::of(
+                r,
+                job.opt("cubin_cached", Value::as_bool)?,
+            )?),
+            _ => None,
+        },
+        fake: match job.opt_obj("compile")? {
+            Some(c) if fake => Some(FakeView {
+                note: c.str("note")?.to_string(),
+                kernel: Some(c.str("kernel")?.to_string()),
+                index: Some(index_text(c)?),
+                launch: Some(launch_text(c.obj("launch")?)?),
+                working_set_bytes: Some(c.f64("working_set_bytes")?),
+                cuda_bytes: Some(c.f64("cuda_bytes")?),
             }),
-            worker_ms: Some(job.worker_ms),
-            stages: Vec::new(),
-            b: job.b.as_ref().map(|b| Box::new(RunView::from(&**b))),
-            comparison: job.comparison.as_ref().map(Comparison::from),
-        }
-    }
+            _ => fake.then(FakeView::default),
+        },
+        worker_ms: Some(job.f64("worker_ms")?),
+        stages: Vec::new(),
+        b: job.opt_obj("b")?.map(job_view).transpose()?.map(Box::new),
+        comparison: job.opt_obj("comparison")?.map(comparison).transpose()?,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hopfuse_api::service::Health;
 
     #[test]
     fn refusals_are_in_plain_words() {
@@ -809,7 +948,7 @@ mod tests {
     }
 
     /// A health answer (`GET /api/health`).
-    fn health(worker: &str, gpu: Option<&str>, gpu_reason: Option<&str>, run: bool) -> Health {
+    fn health(worker: &str, gpu: Option<&str>, gpu_reason: Option<&str>, run: bool) -> Value {
         let v = serde_json::json!({
             "status": "ok", "version": "0.1.0", "worker": worker,
             "gpu": gpu.map(|name| serde_json::json!({
@@ -834,23 +973,30 @@ mod tests {
                        "keep_runs_bytes": 268435456, "token_required": false},
             "uptime_s": 1.5,
         });
-        serde_json::from_value(v).expect("a health answer")
+        // The service's own type reads it: the test's answer is one the service sends.
+        let h: Health = serde_json::from_value(v.clone()).expect("a health answer");
+        serde_json::to_value(h).unwrap()
     }
 
     #[test]
     fn reads_health() {
         let gpu = health("gpu", Some("NVIDIA H100 80GB HBM3"), None, true);
         assert_eq!(
-            describe_health(&gpu),
+            describe_health(&gpu).unwrap(),
             (
                 "runner 0.1.0 · NVIDIA H100 80GB HBM3 (132 SMs)".into(),
                 RunMode::Gpu
             )
         );
         let fake = health("fake", None, Some("fake worker mode"), true);
-        assert_eq!(describe_health(&fake).1, RunMode::Fake);
+        assert_eq!(describe_health(&fake).unwrap().1, RunMode::Fake);
         let none = health("gpu", None, Some("no driver"), false);
-        let (text, mode) = describe_health(&none);
+        let (text, mode) = describe_health(&none).unwrap();
+        // A renamed field is an error that names it.
+        let mut renamed = gpu.clone();
+        renamed["gpu"]["sms"] = renamed["gpu"]["sm_count"].take();
+        renamed["gpu"].as_object_mut().unwrap().remove("sm_count");
+        assert!(describe_health(&renamed).unwrap_err().contains("`sm_count`"));
         assert_eq!(mode, RunMode::Unavailable);
         assert_eq!(text, "runner 0.1.0 · no usable GPU (no driver)");
         // An error body's sentence; a proxy's page as text.
@@ -901,5 +1047,79 @@ mod tests {
         let body = link_body(&ab);
         assert_eq!(body.state["program_b"], "fusion g {}\n");
         assert_eq!(state_of_link(&answer(&body)), Ok(ab));
+    }
+
+    /// The `done` event's data in a recorded event stream (docs/recordings).
+    fn done_of(sse: &str) -> &str {
+        let at = sse.find("event: done\ndata: ").expect("a done event") + "event: done\ndata: ".len();
+        sse[at..].lines().next().unwrap()
+    }
+
+    /// Every recorded result reads completely: the accessor layer above is the playground's
+    /// reading of `api::job::JobResult`, and these are the service's own answers (the fixtures
+    /// are serialized from the runner's types by runner/tests/api_fixtures.rs; the recordings
+    /// are real H100 jobs).
+    #[test]
+    fn every_recorded_result_reads() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+        let mut texts = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with("done-") && name.ends_with(".json") {
+                texts.push((name, std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+        assert!(texts.len() >= 8, "only {} done fixtures", texts.len());
+        for rec in ["exp_2d_h100.sse", "matmul_h100.sse"] {
+            let sse = std::fs::read_to_string(
+                [env!("CARGO_MANIFEST_DIR"), "/../docs/recordings/", rec].concat(),
+            )
+            .unwrap();
+            texts.push((rec.into(), done_of(&sse).to_string()));
+        }
+        for (name, text) in &texts {
+            let v = parse_result(text);
+            assert!(v.job_id.is_some(), "{name}: {:?}", v.error);
+            let measured = matches!(v.status.as_str(), "passed" | "failed");
+            assert_eq!(v.measured.is_some(), measured, "{name}: {:?}", v.error);
+            assert_eq!(v.fake.is_some(), v.status == "fake", "{name}");
+            assert_eq!(v.error.is_some(), v.status == "error", "{name}: {:?}", v.error);
+        }
+        // The real matrix product on the H100: its cuBLAS ceiling reads.
+        let matmul = &texts.last().unwrap().1;
+        let m = parse_result(matmul).measured.expect("measured");
+        assert!(m.tflops.unwrap() > 0.0 && m.cublas_tflops.unwrap() > 0.0);
+        assert!(m.device.unwrap().contains("H100"));
+    }
+
+    /// A field the service renamed, dropped or retyped is an error that names it, not a
+    /// quietly empty pane.
+    #[test]
+    fn a_renamed_field_is_an_error() {
+        let cases = [
+            ("\"median_us\"", "\"median\"", "missing field `median_us`"),
+            ("\"registers_per_thread\"", "\"regs\"", "`registers_per_thread`"),
+            ("\"index_type\"", "\"index\"", "`index_type`"),
+            ("\"worker_ms\"", "\"worker_s\"", "`worker_ms`"),
+            ("\"kind\": \"rotate\"", "\"kind\": \"spin\"", "unknown L2 policy `spin`"),
+            ("\"gbps\": 4915.2", "\"gbps\": \"fast\"", "`gbps` has the wrong type"),
+        ];
+        for (from, to, says) in cases {
+            assert!(PASSED.contains(from), "{from}");
+            let v = parse_result(&PASSED.replace(from, to));
+            assert_eq!(v.status, "error", "{from}");
+            let e = v.error.unwrap();
+            assert!(e.contains(says), "{from}: {e}");
+            assert!(e.starts_with("the runner's result is not one this playground reads"));
+        }
+        let v = parse_result(r#"{"stage": "done", "elapsed_ms": 1}"#);
+        assert!(v.error.unwrap().contains("holds no result"));
+        // The typed parts keep serde's errors.
+        let mut j: Value = serde_json::from_str(PASSED).unwrap();
+        j["result"]["result"]["profile"] = serde_json::json!({"status": 3});
+        assert!(parse_result(&j.to_string()).error.unwrap().contains("`profile`"));
+        j["result"]["result"]["peers"] = serde_json::json!({"rounds": "x"});
+        assert!(parse_result(&j.to_string()).error.unwrap().contains("`rounds`"));
     }
 }
