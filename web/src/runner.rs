@@ -8,7 +8,7 @@ use crate::js;
 use crate::torch_pane::{PeerView, PeersView};
 use hopfuse::IndexType;
 use hopfuse_api as api;
-use hopfuse_api::service::{ErrorBody, Link, LinkBody, LinkCreated, RunAccepted, RunBody};
+use hopfuse_api::service::{Link, LinkBody, RunBody};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -95,11 +95,17 @@ fn plain_reason(msg: &str) -> &str {
         .trim_end_matches('.')
 }
 
-/// The message of an error body ([`ErrorBody`]), or the text itself (a proxy's error page).
+/// The sentence of an error body (`api::service::ErrorBody`: an object with `error`).
+fn error_of(body: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    Fields::of(&v, "").ok()?.str("error").ok().map(String::from)
+}
+
+/// The message of an error body, or the text itself (a proxy's error page).
 fn message_of(body: &str) -> String {
-    match read_json::<ErrorBody>(body) {
-        Ok(e) => e.error,
-        Err(_) => {
+    match error_of(body) {
+        Some(e) => e,
+        None => {
             let t = body.trim();
             if t.len() > 300 {
                 format!("{}…", &t[..t.floor_char_boundary(300)])
@@ -130,7 +136,7 @@ pub async fn request<T: DeserializeOwned>(
         body: get("body").and_then(|v| v.as_string()).unwrap_or_default(),
     };
     // A static file server (no API) answers 404/405/501 for /api/...: that is no runner.
-    if matches!(a.status, 404 | 405 | 501) && read_json::<ErrorBody>(&a.body).is_err() {
+    if matches!(a.status, 404 | 405 | 501) && error_of(&a.body).is_none() {
         return Err(ApiError::Unreachable(format!(
             "HTTP {} for {path}: this server has no runner API",
             a.status
@@ -169,14 +175,20 @@ pub enum RunMode {
     Unavailable,
 }
 
+/// An answer of the service read with the accessors below ([`Fields`]), or why it is not one
+/// this playground reads.
+fn answer<T>(path: &str, v: &Value, read: impl FnOnce(Fields) -> Read<T>) -> Result<T, ApiError> {
+    Fields::of(v, "the answer").and_then(read).map_err(|e| {
+        ApiError::Unreachable(format!(
+            "{path} did not answer what this playground reads ({e})"
+        ))
+    })
+}
+
 /// `GET /api/health` (docs/api.md), described in one line.
 pub async fn health(settings: &Settings) -> Result<(String, RunMode), ApiError> {
     let h: Value = request(settings, "GET", "/api/health", NO_BODY, 4000).await?;
-    describe_health(&h).map_err(|e| {
-        ApiError::Unreachable(format!(
-            "/api/health did not answer what this playground reads ({e})"
-        ))
-    })
+    answer("/api/health", &h, |_| describe_health(&h))
 }
 
 /// The line of a health answer (`api::service::Health`; read field by field like a job result,
@@ -185,7 +197,10 @@ fn describe_health(h: &Value) -> Read<(String, RunMode)> {
     let h = Fields::of(h, "the health answer")?;
     let version = h.str("version")?;
     if !h.bool("run_available")? {
-        let why = match (h.opt_str("gpu_reason")?, h.opt_str("run_unavailable_reason")?) {
+        let why = match (
+            h.opt_str("gpu_reason")?,
+            h.opt_str("run_unavailable_reason")?,
+        ) {
             (Some(g), _) => format!("no usable GPU ({g})"),
             (None, Some(r)) => r,
             (None, None) => "runs are unavailable".into(),
@@ -225,8 +240,9 @@ pub fn run_body(
 
 /// `POST /api/run` -> the job id.
 pub async fn start_run(settings: &Settings, body: &RunBody) -> Result<String, ApiError> {
-    let accepted: RunAccepted = request(settings, "POST", "/api/run", Some(body), 15000).await?;
-    Ok(accepted.job_id)
+    // `api::service::RunAccepted`
+    let accepted: Value = request(settings, "POST", "/api/run", Some(body), 15000).await?;
+    answer("/api/run", &accepted, |a| Ok(a.str("job_id")?.to_string()))
 }
 
 /// The URL of a job's events.
@@ -277,7 +293,8 @@ pub async fn create_link(
     settings: &Settings,
     state: &crate::share::State,
 ) -> Result<String, ApiError> {
-    let created: LinkCreated = request(
+    // `api::service::LinkCreated`
+    let created: Value = request(
         settings,
         "POST",
         "/api/links",
@@ -285,13 +302,21 @@ pub async fn create_link(
         8000,
     )
     .await?;
-    Ok(created.id)
+    answer("/api/links", &created, |c| Ok(c.str("id")?.to_string()))
 }
 
 /// `GET /api/links/{id}` -> the state it holds.
 pub async fn get_link(settings: &Settings, id: &str) -> Result<crate::share::State, ApiError> {
     let path = format!("/api/links/{}", js_sys::encode_uri_component(id));
-    let link: Link = request(settings, "GET", &path, NO_BODY, 8000).await?;
+    let link: Value = request(settings, "GET", &path, NO_BODY, 8000).await?;
+    let link = answer(&path, &link, |l| {
+        Ok(Link {
+            id: l.str("id")?.to_string(),
+            program: l.str("program")?.to_string(),
+            state: l.0.get("state").cloned().unwrap_or(Value::Null),
+            created_at: l.req("created_at", Value::as_i64)?,
+        })
+    })?;
     state_of_link(&link).map_err(|e| ApiError::Unreachable(format!("link {id}: {e}")))
 }
 
@@ -450,7 +475,10 @@ pub fn index_name(t: IndexType) -> &'static str {
 fn launch_text(l: Fields) -> Read<String> {
     let dims = |k: &str| -> Read<String> {
         let d = l.list(k)?;
-        let n: Option<Vec<String>> = d.iter().map(|x| x.as_u64().map(|n| n.to_string())).collect();
+        let n: Option<Vec<String>> = d
+            .iter()
+            .map(|x| x.as_u64().map(|n| n.to_string()))
+            .collect();
         n.filter(|n| n.len() == 3)
             .map(|n| n.join(", "))
             .ok_or_else(|| format!("`{k}` is not three numbers"))
@@ -467,12 +495,13 @@ fn launch_text(l: Fields) -> Read<String> {
 }
 
 // The playground's reading of a job result: `api::job::JobResult` with its `api::run::RunResult`
-// (docs/api.md), pulled field by field out of the parsed JSON in this one place instead of
+// (docs/api.md), and of the health and inspect answers, pulled field by field out of the parsed JSON in this one place instead of
 // through serde's derived readers: those are monomorphised for every one of the ~45 nested
 // types and cost the page's wasm tens of KiB (the cold-load budget, scripts/test-web.sh). Every
 // field named here is one the service writes; the tests below read the recorded `done` events
-// (web/tests/fixtures, docs/recordings), so a renamed or retyped field fails them. The profile
-// stays typed (its pane draws the runner's own types).
+// (web/tests/fixtures, docs/recordings), so a renamed or retyped field fails them; the profile
+// is built into the runner's own `ProfileReport` (its pane draws it with the runner's code) and
+// a test compares that with serde's reading of the same JSON.
 
 /// Why a job result could not be read.
 type Read<T> = Result<T, String>;
@@ -491,7 +520,9 @@ impl<'a> Fields<'a> {
     fn opt<T>(self, k: &str, read: impl Fn(&'a Value) -> Option<T>) -> Read<Option<T>> {
         match self.0.get(k) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => read(v).map(Some).ok_or_else(|| format!("`{k}` has the wrong type")),
+            Some(v) => read(v)
+                .map(Some)
+                .ok_or_else(|| format!("`{k}` has the wrong type")),
         }
     }
     /// A field that must be there.
@@ -648,11 +679,187 @@ pub(crate) fn read_peers(v: &Value) -> Read<PeersView> {
     peers(Fields::of(v, "peers")?)
 }
 
-/// A typed part of the result that its own pane draws (`profile`).
-fn typed<T: serde::de::DeserializeOwned>(r: Fields, k: &str) -> Read<Option<T>> {
-    r.opt(k, |v| Some(v))?
-        .map(|v| crate::json_read::from_value(v.clone()).map_err(|e| format!("`{k}`: {e}")))
-        .transpose()
+/// `result.profile` (`api::profile::ProfileReport`, externally tagged), built into the runner's
+/// own type: the Profile pane draws it with the runner's code (`profile_view.rs`).
+fn profile(p: Fields) -> Read<api::profile::ProfileReport> {
+    use api::profile::{Profile, ProfileReport, Roofline, Stall, Unavailable};
+    if let Some(u) = p.opt_obj("unavailable")? {
+        let reason = match u.str("reason")? {
+            "no_ncu" => Unavailable::NoNcu,
+            "no_permission" => Unavailable::NoPermission,
+            "timed_out" => Unavailable::TimedOut,
+            "no_kernel" => Unavailable::NoKernel,
+            "failed" => Unavailable::Failed,
+            other => return Err(format!("unknown profile `reason` `{other}`")),
+        };
+        let message = u.str("message")?.to_string();
+        return Ok(ProfileReport::Unavailable { reason, message });
+    }
+    let m = p.obj("measured")?;
+    let f = m.obj("profile")?;
+    let stalls = match f.opt("stalls", Value::as_array)? {
+        Some(list) => list
+            .iter()
+            .map(|s| {
+                let s = Fields::of(s, "stalls")?;
+                Ok(Stall {
+                    reason: s.str("reason")?.to_string(),
+                    value: s.f64("value")?,
+                })
+            })
+            .collect::<Read<_>>()?,
+        None => Vec::new(),
+    };
+    let metrics = match f.opt_obj("metrics")? {
+        Some(ms) => (ms.0.keys())
+            .map(|k| Ok((k.clone(), ms.f64(k)?)))
+            .collect::<Read<_>>()?,
+        None => Default::default(),
+    };
+    let profile = Profile {
+        kernel: f.str("kernel")?.to_string(),
+        duration_ns: f.opt_f64("duration_ns")?,
+        dram_throughput_pct: f.opt_f64("dram_throughput_pct")?,
+        dram_bytes: f.opt_f64("dram_bytes")?,
+        l2_hit_rate_pct: f.opt_f64("l2_hit_rate_pct")?,
+        sm_throughput_pct: f.opt_f64("sm_throughput_pct")?,
+        tensor_pipe_pct: f.opt_f64("tensor_pipe_pct")?,
+        achieved_occupancy_pct: f.opt_f64("achieved_occupancy_pct")?,
+        stalls,
+        stall_unit: f.opt_str("stall_unit")?.unwrap_or_default(),
+        warp_cycles_per_issued: f.opt_f64("warp_cycles_per_issued")?,
+        shared_bank_conflicts: f.opt_f64("shared_bank_conflicts")?,
+        flops: f.opt_f64("flops")?,
+        metrics,
+        ncu: f.opt_str("ncu")?.unwrap_or_default(),
+    };
+    let roofline = match m.opt_obj("roofline")? {
+        Some(r) => Some(Roofline {
+            intensity: r.f64("intensity")?,
+            flops_per_s: r.f64("flops_per_s")?,
+            bytes_per_s: r.f64("bytes_per_s")?,
+            flops_from: r.opt_str("flops_from")?.unwrap_or_default(),
+            copy_bytes_per_s: r.f64("copy_bytes_per_s")?,
+            tensor_flops_per_s: r.opt_f64("tensor_flops_per_s")?,
+            tensor_ceiling: r.opt_str("tensor_ceiling")?,
+        }),
+        None => None,
+    };
+    Ok(ProfileReport::Measured {
+        profile: Box::new(profile),
+        roofline,
+        roofline_missing: m.opt_str("roofline_missing")?,
+    })
+}
+
+/// The answer of `POST /api/inspect` (`api::inspect::Inspection`), built into the runner's own
+/// type (the PTX and SASS panes draw it, `inspect_panes.rs`).
+pub(crate) fn read_inspection(v: &Value) -> Read<api::inspect::Inspection> {
+    use api::inspect::{Inspection, Listing, Resources, Variant, Warning};
+    use hopfuse::codegen::lines::{CudaLine, LineMap};
+    let i = Fields::of(v, "the inspection")?;
+    let line = |v: &Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+    let lines_of = |l: Fields, k: &str| -> Read<Vec<Option<u32>>> {
+        (l.list(k)?.iter())
+            .map(|n| match n {
+                Value::Null => Ok(None),
+                n => line(n)
+                    .map(Some)
+                    .ok_or(format!("`{k}` is not line numbers")),
+            })
+            .collect()
+    };
+    let listing = |l: Fields| -> Read<Listing> {
+        Ok(Listing {
+            text: l.str("text")?.to_string(),
+            cuda_lines: lines_of(l, "cuda_lines")?,
+            inlined: lines_of(l, "inlined")?,
+            no_source_line: l.opt("no_source_line", Value::as_u64)?.unwrap_or(0) as usize,
+        })
+    };
+    let variant = i.obj("variant")?;
+    let index_type = match variant.str("index_type")? {
+        "i32" => IndexType::I32,
+        "i64" => IndexType::I64,
+        other => return Err(format!("unknown `index_type` `{other}`")),
+    };
+    let cuda_line = |l: &Value| -> Read<CudaLine> {
+        let l = Fields::of(l, "lines")?;
+        let ir_line = || l.u64("ir_line").map(|n| n as usize);
+        Ok(match l.str("kind")? {
+            "prelude" => CudaLine::Prelude,
+            "signature" => CudaLine::Signature,
+            "setup" => CudaLine::Setup,
+            "binding" => CudaLine::Binding {
+                ir_line: ir_line()?,
+                pass: l.opt_str("pass")?,
+            },
+            "stmt" => CudaLine::Stmt {
+                stmt: l.u64("stmt")? as usize,
+                ir_line: ir_line()?,
+                pass: l.opt_str("pass")?,
+            },
+            other => return Err(format!("unknown CUDA line kind `{other}`")),
+        })
+    };
+    let r = i.obj("resources")?;
+    let u32_of = |k: &str| r.opt(k, line);
+    let warning = |w: &Value| -> Read<Warning> {
+        let w = Fields::of(w, "warnings")?;
+        Ok(Warning {
+            text: w.str("text")?.to_string(),
+            cuda_line: w.opt("cuda_line", line)?,
+        })
+    };
+    let strings = |k: &str| -> Read<Vec<String>> {
+        (i.list(k)?.iter())
+            .map(|s| {
+                s.as_str()
+                    .map(String::from)
+                    .ok_or(format!("`{k}` is not strings"))
+            })
+            .collect()
+    };
+    Ok(Inspection {
+        kernel: i.str("kernel")?.to_string(),
+        variant: Variant {
+            index_type,
+            assume_aligned_vectors: variant.bool("assume_aligned_vectors")?,
+            reason: variant.str("reason")?.to_string(),
+        },
+        cuda: i.str("cuda")?.to_string(),
+        ir: i.str("ir")?.to_string(),
+        lines: LineMap {
+            lines: (i.obj("lines")?.list("lines")?.iter())
+                .map(cuda_line)
+                .collect::<Read<_>>()?,
+        },
+        ptx: listing(i.obj("ptx")?)?,
+        sass: i.opt_obj("sass")?.map(listing).transpose()?,
+        sass_unavailable: i.opt_str("sass_unavailable")?,
+        resources: Resources {
+            registers: u32_of("registers")?,
+            barriers: u32_of("barriers")?,
+            shared_bytes: r.opt("shared_bytes", Value::as_u64)?,
+            stack_bytes: r.opt("stack_bytes", Value::as_u64)?,
+            spill_store_bytes: r.opt("spill_store_bytes", Value::as_u64)?,
+            spill_load_bytes: r.opt("spill_load_bytes", Value::as_u64)?,
+            local_bytes: r.opt("local_bytes", Value::as_u64)?,
+            constant_bytes: r.opt("constant_bytes", Value::as_u64)?,
+        },
+        warnings: i
+            .list("warnings")?
+            .iter()
+            .map(warning)
+            .collect::<Read<_>>()?,
+        log: i.str("log")?.to_string(),
+        nvrtc: i.str("nvrtc")?.to_string(),
+        nvdisasm: i.opt_str("nvdisasm")?,
+        options: strings("options")?,
+        cubin_bytes: i.u64("cubin_bytes")? as usize,
+        cached: i.bool("cached")?,
+        nvrtc_ms: i.f64("nvrtc_ms")?,
+    })
 }
 
 impl Measured {
@@ -678,7 +885,9 @@ impl Measured {
             tflops: r.opt_f64("tflops")?,
             cublas_tflops: cublas.map(|c| c.f64("tflops")).transpose()?,
             cublas_ratio: r.opt_f64("fraction_of_cublas")?,
-            cublas_call: cublas.map(|c| c.str("call").map(String::from)).transpose()?,
+            cublas_call: cublas
+                .map(|c| c.str("call").map(String::from))
+                .transpose()?,
             cublas_check: cublas.map(|c| check(c.obj("validation")?)).transpose()?,
             cublas_skipped: r.opt_str("cublas_skipped")?,
             checks: checks(r, "validation")?,
@@ -691,7 +900,7 @@ impl Measured {
             nvrtc_ms: Some(r.f64("nvrtc_ms")?),
             cubin_cached,
             peers: r.opt_obj("peers")?.map(peers).transpose()?,
-            profile: typed(r, "profile")?,
+            profile: r.opt_obj("profile")?.map(profile).transpose()?,
         })
     }
 }
@@ -706,19 +915,24 @@ fn job_view(job: Fields) -> Read<RunView> {
         job_id: Some(job.str("job_id")?.to_string()),
         status: status.to_string(),
         message: job.opt_str("message")?,
-        error_stage: error.map(|e| e.str("stage").map(String::from)).transpose()?,
-        error: error.map(|e| e.str("message").map(String::from)).transpose()?,
+        error_stage: error
+            .map(|e| e.str("stage").map(String::from))
+            .transpose()?,
+        error: error
+            .map(|e| e.str("message").map(String::from))
+            .transpose()?,
         progress: progress
             .iter()
-            .map(|p| p.as_str().map(String::from).ok_or("`progress` is not names"))
+            .map(|p| {
+                p.as_str()
+                    .map(String::from)
+                    .ok_or("`progress` is not names")
+            })
             .collect::<Result<_, _>>()?,
         stderr: job.opt_str("stderr")?.filter(|e| !e.trim().is_empty()),
         // A fake result never shows numbers, whatever else it holds.
         measured: match job.opt_obj("result")? {
-            Some(r) if !fake => Some(Measured::of(
-                r,
-                job.opt("cubin_cached", Value::as_bool)?,
-            )?),
+            Some(r) if !fake => Some(Measured::of(r, job.opt("cubin_cached", Value::as_bool)?)?),
             _ => None,
         },
         fake: match job.opt_obj("compile")? {
@@ -996,7 +1210,9 @@ mod tests {
         let mut renamed = gpu.clone();
         renamed["gpu"]["sms"] = renamed["gpu"]["sm_count"].take();
         renamed["gpu"].as_object_mut().unwrap().remove("sm_count");
-        assert!(describe_health(&renamed).unwrap_err().contains("`sm_count`"));
+        assert!(describe_health(&renamed)
+            .unwrap_err()
+            .contains("`sm_count`"));
         assert_eq!(mode, RunMode::Unavailable);
         assert_eq!(text, "runner 0.1.0 · no usable GPU (no driver)");
         // An error body's sentence; a proxy's page as text.
@@ -1051,7 +1267,8 @@ mod tests {
 
     /// The `done` event's data in a recorded event stream (docs/recordings).
     fn done_of(sse: &str) -> &str {
-        let at = sse.find("event: done\ndata: ").expect("a done event") + "event: done\ndata: ".len();
+        let at =
+            sse.find("event: done\ndata: ").expect("a done event") + "event: done\ndata: ".len();
         sse[at..].lines().next().unwrap()
     }
 
@@ -1084,7 +1301,12 @@ mod tests {
             let measured = matches!(v.status.as_str(), "passed" | "failed");
             assert_eq!(v.measured.is_some(), measured, "{name}: {:?}", v.error);
             assert_eq!(v.fake.is_some(), v.status == "fake", "{name}");
-            assert_eq!(v.error.is_some(), v.status == "error", "{name}: {:?}", v.error);
+            assert_eq!(
+                v.error.is_some(),
+                v.status == "error",
+                "{name}: {:?}",
+                v.error
+            );
         }
         // The real matrix product on the H100: its cuBLAS ceiling reads.
         let matmul = &texts.last().unwrap().1;
@@ -1099,11 +1321,23 @@ mod tests {
     fn a_renamed_field_is_an_error() {
         let cases = [
             ("\"median_us\"", "\"median\"", "missing field `median_us`"),
-            ("\"registers_per_thread\"", "\"regs\"", "`registers_per_thread`"),
+            (
+                "\"registers_per_thread\"",
+                "\"regs\"",
+                "`registers_per_thread`",
+            ),
             ("\"index_type\"", "\"index\"", "`index_type`"),
             ("\"worker_ms\"", "\"worker_s\"", "`worker_ms`"),
-            ("\"kind\": \"rotate\"", "\"kind\": \"spin\"", "unknown L2 policy `spin`"),
-            ("\"gbps\": 4915.2", "\"gbps\": \"fast\"", "`gbps` has the wrong type"),
+            (
+                "\"kind\": \"rotate\"",
+                "\"kind\": \"spin\"",
+                "unknown L2 policy `spin`",
+            ),
+            (
+                "\"gbps\": 4915.2",
+                "\"gbps\": \"fast\"",
+                "`gbps` has the wrong type",
+            ),
         ];
         for (from, to, says) in cases {
             assert!(PASSED.contains(from), "{from}");
@@ -1117,9 +1351,30 @@ mod tests {
         assert!(v.error.unwrap().contains("holds no result"));
         // The typed parts keep serde's errors.
         let mut j: Value = serde_json::from_str(PASSED).unwrap();
-        j["result"]["result"]["profile"] = serde_json::json!({"status": 3});
-        assert!(parse_result(&j.to_string()).error.unwrap().contains("`profile`"));
+        j["result"]["result"]["profile"] = serde_json::json!({"unavailable": {"reason": "gone"}});
+        assert!(parse_result(&j.to_string())
+            .error
+            .unwrap()
+            .contains("`gone`"));
         j["result"]["result"]["peers"] = serde_json::json!({"rounds": "x"});
-        assert!(parse_result(&j.to_string()).error.unwrap().contains("`rounds`"));
+        assert!(parse_result(&j.to_string())
+            .error
+            .unwrap()
+            .contains("`rounds`"));
+    }
+
+    /// The profile built field by field is the runner's own reading of the same JSON.
+    #[test]
+    fn the_profile_reads_as_the_runner_wrote_it() {
+        for text in [
+            include_str!("../tests/fixtures/done-profile.json"),
+            include_str!("../tests/fixtures/done-profile-unavailable.json"),
+        ] {
+            let v: Value = serde_json::from_str(text).unwrap();
+            let theirs: api::profile::ProfileReport =
+                serde_json::from_value(v["result"]["result"]["profile"].clone()).unwrap();
+            let ours = parse_result(text).measured.unwrap().profile;
+            assert_eq!(ours, Some(theirs));
+        }
     }
 }
