@@ -48,7 +48,8 @@ const DEBOUNCE_MS: u64 = 300;
 /// NVRTC on a large kernel takes seconds; the service's own limit is 60 s.
 const TIMEOUT_MS: u32 = 90_000;
 
-// The answer of POST /api/inspect (docs/api.md): the service's own types.
+// The answer of POST /api/inspect (docs/api.md): the service's own types, built by
+// `runner::read_inspection`.
 pub use hopfuse_api::inspect::{Inspection, Listing, Resources, Variant, Warning};
 
 /// Where the panes' request is.

@@ -1,8 +1,10 @@
 //! The runner service's API (issue 5): health, runs streamed as server-sent events, short links.
 //! Same origin by default, or a runner URL and bearer token from the settings dialog (kept in
-//! this browser's localStorage, never in a shared link). Bodies and answers are the service's
-//! own types (`hopfuse_api`), serialised and deserialised by serde; the views below
-//! ([`RunView`], [`Measured`], ...) are what the Run pane shows of them.
+//! this browser's localStorage, never in a shared link). Bodies are the service's own types
+//! (`hopfuse_api`), serialised by serde; answers are read field by field from the parsed JSON
+//! (the accessor layer below, `Fields`: the playground's reading of each api type, tested
+//! against the recorded answers); the views ([`RunView`], [`Measured`], ...) are what the Run
+//! pane shows of them.
 
 use crate::js;
 use crate::torch_pane::{PeerView, PeersView};
