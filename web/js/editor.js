@@ -36,7 +36,6 @@ import {
   autocompletion,
   completionKeymap,
 } from "@codemirror/autocomplete";
-import { searchKeymap, highlightSelectionMatches } from "@codemirror/search";
 import { lintGutter, setDiagnostics } from "@codemirror/lint";
 import { tags } from "@lezer/highlight";
 
@@ -338,7 +337,6 @@ export class FusionEditor {
       bracketMatching(),
       closeBrackets(),
       highlightActiveLine(),
-      highlightSelectionMatches(),
       lintGutter(),
       fusionLanguage,
       syntaxHighlighting(highlight),
@@ -349,7 +347,6 @@ export class FusionEditor {
         ...closeBracketsKeymap,
         ...completionKeymap,
         ...defaultKeymap,
-        ...searchKeymap,
         ...historyKeymap,
         ...foldKeymap,
         indentWithTab,
@@ -451,7 +448,6 @@ export class CodeViewer {
       highlightSpecialChars(),
       drawSelection(),
       highlightActiveLine(),
-      highlightSelectionMatches(),
       codeFolding({
         preparePlaceholder: (state, range) =>
           range.from === 0 && lang === "cpp"
@@ -473,7 +469,7 @@ export class CodeViewer {
       EditorView.contentAttributes.of({ tabindex: "0" }),
       syntaxHighlighting(highlight),
       baseTheme,
-      keymap.of([...searchKeymap, ...foldKeymap]),
+      keymap.of(foldKeymap),
       EditorView.updateListener.of((u) => {
         if (this.refolding) return;
         for (const tr of u.transactions) {

@@ -48,7 +48,8 @@ const DEBOUNCE_MS: u64 = 300;
 /// NVRTC on a large kernel takes seconds; the service's own limit is 60 s.
 const TIMEOUT_MS: u32 = 90_000;
 
-// The answer of POST /api/inspect (docs/api.md): the service's own types.
+// The answer of POST /api/inspect (docs/api.md): the service's own types, built by
+// `runner::read_inspection`.
 pub use hopfuse_api::inspect::{Inspection, Listing, Resources, Variant, Warning};
 
 /// Where the panes' request is.
@@ -352,14 +353,21 @@ impl Inspector {
                         return;
                     }
                     spawn_local(async move {
-                        let answer = runner::request::<Inspection>(
+                        let answer = runner::request::<serde_json::Value>(
                             &settings,
                             "POST",
                             "/api/inspect",
                             Some(&body),
                             TIMEOUT_MS,
                         )
-                        .await;
+                        .await
+                        .and_then(|v| {
+                            runner::read_inspection(&v).map_err(|e| {
+                                ApiError::Unreachable(format!(
+                                    "/api/inspect did not answer what this playground reads ({e})"
+                                ))
+                            })
+                        });
                         if generation.get_value() != mine {
                             return;
                         }
@@ -521,11 +529,22 @@ mod tests {
 
     #[test]
     fn the_services_answer_is_read_and_drawn_in_bands() {
-        let mut ins: Inspection = serde_json::from_str(FIXTURE).expect("the fixture reads");
+        let v: serde_json::Value = serde_json::from_str(FIXTURE).unwrap();
+        let mut ins = runner::read_inspection(&v).expect("the fixture reads");
+        // The playground's reading is the service's own.
+        assert_eq!(
+            ins,
+            serde_json::from_value::<Inspection>(v.clone()).unwrap()
+        );
+        let mut renamed = v.clone();
+        renamed["ptx"]["cuda_line"] = renamed["ptx"]["cuda_lines"].take();
+        assert!(runner::read_inspection(&renamed)
+            .unwrap_err()
+            .contains("`cuda_lines`"));
         // The line map reads back as the compiler writes it.
         let src = crate::examples::find("tma/exp_2d").unwrap().source;
         assert_eq!(ins.lines, crate::model::compile(src).unwrap().lines);
-        assert!(serde_json::from_str::<Inspection>(r#"{"kernel": "k"}"#).is_err());
+        assert!(runner::read_inspection(&serde_json::json!({"kernel": "k"})).is_err());
         assert!(ins.warnings.is_empty(), "exp_2d builds without warnings");
         let warned = ins.cuda.lines().count() as u32 - 2;
         ins.warnings.push(Warning {

@@ -1,17 +1,16 @@
 //! The runner service's API (issue 5): health, runs streamed as server-sent events, short links.
 //! Same origin by default, or a runner URL and bearer token from the settings dialog (kept in
-//! this browser's localStorage, never in a shared link). Bodies and answers are the service's
-//! own types (`hopfuse_api`), serialised and deserialised by serde; the views below
-//! ([`RunView`], [`Measured`], ...) are what the Run pane shows of them.
+//! this browser's localStorage, never in a shared link). Bodies are the service's own types
+//! (`hopfuse_api`), serialised by serde; answers are read field by field from the parsed JSON
+//! (the accessor layer below, `Fields`: the playground's reading of each api type, tested
+//! against the recorded answers); the views ([`RunView`], [`Measured`], ...) are what the Run
+//! pane shows of them.
 
 use crate::js;
-use hopfuse::plan::ConcreteLaunch;
+use crate::torch_pane::{PeerView, PeersView};
 use hopfuse::IndexType;
 use hopfuse_api as api;
-use hopfuse_api::distributed::DistributedHealth;
-use hopfuse_api::job::{JobEvent, JobResult, JobStatus};
-use hopfuse_api::run::{L2Policy, RunResult};
-use hopfuse_api::service::{ErrorBody, Health, Link, LinkBody, LinkCreated, RunAccepted, RunBody};
+use hopfuse_api::service::{Link, LinkBody, RunBody};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -98,11 +97,17 @@ fn plain_reason(msg: &str) -> &str {
         .trim_end_matches('.')
 }
 
-/// The message of an error body ([`ErrorBody`]), or the text itself (a proxy's error page).
+/// The sentence of an error body (`api::service::ErrorBody`: an object with `error`).
+fn error_of(body: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    Fields::of(&v, "").ok()?.str("error").ok().map(String::from)
+}
+
+/// The message of an error body, or the text itself (a proxy's error page).
 fn message_of(body: &str) -> String {
-    match read_json::<ErrorBody>(body) {
-        Ok(e) => e.error,
-        Err(_) => {
+    match error_of(body) {
+        Some(e) => e,
+        None => {
             let t = body.trim();
             if t.len() > 300 {
                 format!("{}…", &t[..t.floor_char_boundary(300)])
@@ -133,7 +138,7 @@ pub async fn request<T: DeserializeOwned>(
         body: get("body").and_then(|v| v.as_string()).unwrap_or_default(),
     };
     // A static file server (no API) answers 404/405/501 for /api/...: that is no runner.
-    if matches!(a.status, 404 | 405 | 501) && read_json::<ErrorBody>(&a.body).is_err() {
+    if matches!(a.status, 404 | 405 | 501) && error_of(&a.body).is_none() {
         return Err(ApiError::Unreachable(format!(
             "HTTP {} for {path}: this server has no runner API",
             a.status
@@ -172,76 +177,106 @@ pub enum RunMode {
     Unavailable,
 }
 
-/// `GET /api/health` (docs/api.md), described in one line.
-pub async fn health(settings: &Settings) -> Result<(String, RunMode), ApiError> {
-    let h: Health = request(settings, "GET", "/api/health", NO_BODY, 4000).await?;
-    Ok(describe_health(&h))
+/// An answer of the service read with the accessors below ([`Fields`]), or why it is not one
+/// this playground reads.
+fn answer<T>(path: &str, v: &Value, read: impl FnOnce(Fields) -> Read<T>) -> Result<T, ApiError> {
+    Fields::of(v, "the answer").and_then(read).map_err(|e| {
+        ApiError::Unreachable(format!(
+            "{path} did not answer what this playground reads ({e})"
+        ))
+    })
 }
 
-pub fn describe_health(h: &Health) -> (String, RunMode) {
-    let version = &h.version;
-    if !h.run_available {
-        let why = match (&h.gpu_reason, &h.run_unavailable_reason) {
+/// `GET /api/health` (docs/api.md), described in one line.
+pub async fn health(settings: &Settings) -> Result<(String, RunMode), ApiError> {
+    let h: Value = request(settings, "GET", "/api/health", NO_BODY, 4000).await?;
+    answer("/api/health", &h, |_| describe_health(&h))
+}
+
+/// The line of a health answer (`api::service::Health`; read field by field like a job result,
+/// see [`Fields`], so that the page carries no serde reader for its many nested types).
+fn describe_health(h: &Value) -> Read<(String, RunMode)> {
+    let h = Fields::of(h, "the health answer")?;
+    let version = h.str("version")?;
+    if !h.bool("run_available")? {
+        let why = match (
+            h.opt_str("gpu_reason")?,
+            h.opt_str("run_unavailable_reason")?,
+        ) {
             (Some(g), _) => format!("no usable GPU ({g})"),
-            (None, Some(r)) => r.clone(),
+            (None, Some(r)) => r,
             (None, None) => "runs are unavailable".into(),
         };
-        return (format!("runner {version} · {why}"), RunMode::Unavailable);
+        return Ok((format!("runner {version} · {why}"), RunMode::Unavailable));
     }
-    if let Some(d) = h.distributed.as_ref().filter(|_| h.worker == "agents") {
-        return describe_agents(version, d);
+    if h.str("worker")? == "agents" {
+        if let Some(d) = h.opt_obj("distributed")? {
+            return describe_agents(version, d);
+        }
     }
-    if h.worker == "fake" {
-        return (
+    if h.str("worker")? == "fake" {
+        return Ok((
             format!("runner {version} · fake worker, no GPU: runs are compiled and checked, not measured"),
             RunMode::Fake,
-        );
+        ));
     }
-    let (name, sms) = match &h.gpu {
-        Some(g) => (g.name.as_str(), format!(" ({} SMs)", g.sm_count)),
+    let (name, sms) = match h.opt_obj("gpu")? {
+        Some(g) => (g.str("name")?, format!(" ({} SMs)", g.u64("sm_count")?)),
         None => ("GPU", String::new()),
     };
-    (format!("runner {version} · {name}{sms}"), RunMode::Gpu)
+    Ok((format!("runner {version} · {name}{sms}"), RunMode::Gpu))
 }
 
 /// A front-end of the distributed mode (`hopfuse serve --queue`): its runs go to the agents
-/// listed in its health, whose GPUs (or fake workers) decide what a run measures.
-fn describe_agents(version: &str, d: &DistributedHealth) -> (String, RunMode) {
-    if !d.connected {
+/// listed in its health (`api::distributed::DistributedHealth`), whose GPUs (or fake workers)
+/// decide what a run measures.
+fn describe_agents(version: &str, d: Fields) -> Read<(String, RunMode)> {
+    if !d.bool("connected")? {
         // Its runs answer 503 until NATS is back.
-        return (
+        return Ok((
             format!(
                 "runner {version} · distributed, NATS not connected ({})",
-                d.nats
+                d.str("nats")?
             ),
             RunMode::Unavailable,
-        );
+        ));
     }
-    if d.agents.is_empty() {
-        return (
+    let list = d.list("agents")?;
+    if list.is_empty() {
+        return Ok((
             format!("runner {version} · distributed, no agent connected: runs wait in the queue"),
             RunMode::Gpu,
-        );
+        ));
     }
-    let agents = d.agents.len();
-    let fake = d.agents.iter().filter(|a| a.fake).count();
+    let agents: Vec<Fields> = list
+        .iter()
+        .map(|a| Fields::of(a, "agents"))
+        .collect::<Read<_>>()?;
+    let mut fake = 0;
+    // The GPUs' names as their warm workers opened them (none before a worker started).
+    let mut names: Vec<&str> = Vec::new();
+    for a in &agents {
+        if a.bool("fake")? {
+            fake += 1;
+        }
+        // A worker slot is null until its warm worker has started.
+        for w in a.list("workers")?.iter().filter(|w| !w.is_null()) {
+            if let Some(name) = Fields::of(w, "workers")?.opt("gpu", Value::as_str)? {
+                names.push(name);
+            }
+        }
+    }
+    let n = agents.len();
     let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
-    if fake == agents {
-        return (
+    if fake == n {
+        return Ok((
             format!(
                 "runner {version} · distributed, {} with fake workers, no GPU: runs are compiled and checked, not measured",
-                plural(agents, "agent")
+                plural(n, "agent")
             ),
             RunMode::Fake,
-        );
+        ));
     }
-    // The GPUs' names as their warm workers opened them (none before a worker started).
-    let mut names: Vec<&str> = d
-        .agents
-        .iter()
-        .flat_map(|a| a.workers.iter().flatten())
-        .filter_map(|w| w.gpu.as_deref())
-        .collect();
     names.sort_unstable();
     names.dedup();
     let names = if names.is_empty() {
@@ -254,14 +289,14 @@ fn describe_agents(version: &str, d: &DistributedHealth) -> (String, RunMode) {
     } else {
         String::new()
     };
-    (
+    Ok((
         format!(
             "runner {version} · distributed, {}{fake}, {}{names}",
-            plural(agents, "agent"),
-            plural(d.gpus, "GPU")
+            plural(n, "agent"),
+            plural(d.u64("gpus")? as usize, "GPU")
         ),
         RunMode::Gpu,
-    )
+    ))
 }
 
 /// The body of `POST /api/run`; with `program_b`, an A/B comparison (docs/api.md).
@@ -284,8 +319,9 @@ pub fn run_body(
 
 /// `POST /api/run` -> the job id.
 pub async fn start_run(settings: &Settings, body: &RunBody) -> Result<String, ApiError> {
-    let accepted: RunAccepted = request(settings, "POST", "/api/run", Some(body), 15000).await?;
-    Ok(accepted.job_id)
+    // `api::service::RunAccepted`
+    let accepted: Value = request(settings, "POST", "/api/run", Some(body), 15000).await?;
+    answer("/api/run", &accepted, |a| Ok(a.str("job_id")?.to_string()))
 }
 
 /// The URL of a job's events.
@@ -336,7 +372,8 @@ pub async fn create_link(
     settings: &Settings,
     state: &crate::share::State,
 ) -> Result<String, ApiError> {
-    let created: LinkCreated = request(
+    // `api::service::LinkCreated`
+    let created: Value = request(
         settings,
         "POST",
         "/api/links",
@@ -344,13 +381,21 @@ pub async fn create_link(
         8000,
     )
     .await?;
-    Ok(created.id)
+    answer("/api/links", &created, |c| Ok(c.str("id")?.to_string()))
 }
 
 /// `GET /api/links/{id}` -> the state it holds.
 pub async fn get_link(settings: &Settings, id: &str) -> Result<crate::share::State, ApiError> {
     let path = format!("/api/links/{}", js_sys::encode_uri_component(id));
-    let link: Link = request(settings, "GET", &path, NO_BODY, 8000).await?;
+    let link: Value = request(settings, "GET", &path, NO_BODY, 8000).await?;
+    let link = answer(&path, &link, |l| {
+        Ok(Link {
+            id: l.str("id")?.to_string(),
+            program: l.str("program")?.to_string(),
+            state: l.0.get("state").cloned().unwrap_or(Value::Null),
+            created_at: l.req("created_at", Value::as_i64)?,
+        })
+    })?;
     state_of_link(&link).map_err(|e| ApiError::Unreachable(format!("link {id}: {e}")))
 }
 
@@ -508,169 +553,492 @@ pub fn index_name(t: IndexType) -> &'static str {
     }
 }
 
-fn launch_text(l: &ConcreteLaunch) -> String {
-    let dims = |d: &[u32; 3]| d.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
-    let mut t = format!("grid ({})  block ({})", dims(&l.grid), dims(&l.block));
-    if l.dynamic_smem_bytes > 0 {
+fn launch_text(l: Fields) -> Read<String> {
+    let dims = |k: &str| -> Read<String> {
+        let d = l.list(k)?;
+        let n: Option<Vec<String>> = d
+            .iter()
+            .map(|x| x.as_u64().map(|n| n.to_string()))
+            .collect();
+        n.filter(|n| n.len() == 3)
+            .map(|n| n.join(", "))
+            .ok_or_else(|| format!("`{k}` is not three numbers"))
+    };
+    let mut t = format!("grid ({})  block ({})", dims("grid")?, dims("block")?);
+    let smem = l.u64("dynamic_smem_bytes")?;
+    if smem > 0 {
         t.push_str(&format!(
             "  {} dynamic shared memory",
-            crate::model::bytes(l.dynamic_smem_bytes as f64)
+            crate::model::bytes(smem as f64)
         ));
     }
-    t
+    Ok(t)
 }
 
-impl From<&api::run::Check> for Check {
-    fn from(c: &api::run::Check) -> Check {
-        Check {
-            output: c.output.clone(),
-            passed: c.passed,
-            rel_l2: Some(c.rel_l2),
-            max_abs: Some(c.max_abs),
-            tolerance: Some(c.tolerance),
-            elements: Some(c.elements as u64),
-            non_finite: c.non_finite as u64,
+// The playground's reading of a job result: `api::job::JobResult` with its `api::run::RunResult`
+// (docs/api.md), and of the health and inspect answers, pulled field by field out of the parsed JSON in this one place instead of
+// through serde's derived readers: those are monomorphised for every one of the ~45 nested
+// types and cost the page's wasm tens of KiB (the cold-load budget, scripts/test-web.sh). Every
+// field named here is one the service writes; the tests below read the recorded `done` events
+// (web/tests/fixtures, docs/recordings), so a renamed or retyped field fails them; the profile
+// is built into the runner's own `ProfileReport` (its pane draws it with the runner's code) and
+// a test compares that with serde's reading of the same JSON.
+
+/// Why a job result could not be read.
+type Read<T> = Result<T, String>;
+
+/// One JSON object of a job result, read by field name.
+#[derive(Clone, Copy)]
+struct Fields<'a>(&'a serde_json::Map<String, Value>);
+
+impl<'a> Fields<'a> {
+    fn of(v: &'a Value, what: &str) -> Read<Fields<'a>> {
+        v.as_object()
+            .map(Fields)
+            .ok_or_else(|| format!("`{what}` is not an object"))
+    }
+    /// A field that may be missing or null.
+    fn opt<T>(self, k: &str, read: impl Fn(&'a Value) -> Option<T>) -> Read<Option<T>> {
+        match self.0.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => read(v)
+                .map(Some)
+                .ok_or_else(|| format!("`{k}` has the wrong type")),
         }
     }
-}
-
-fn checks(list: &[api::run::Check]) -> Vec<Check> {
-    list.iter().map(Check::from).collect()
-}
-
-fn index_text(t: IndexType, reason: &str) -> String {
-    if reason.is_empty() {
-        index_name(t).to_string()
-    } else {
-        format!("{} ({reason})", index_name(t))
+    /// A field that must be there.
+    fn req<T>(self, k: &str, read: impl Fn(&'a Value) -> Option<T>) -> Read<T> {
+        self.opt(k, read)?
+            .ok_or_else(|| format!("missing field `{k}`"))
+    }
+    fn str(self, k: &str) -> Read<&'a str> {
+        self.req(k, Value::as_str)
+    }
+    fn f64(self, k: &str) -> Read<f64> {
+        self.req(k, Value::as_f64)
+    }
+    fn u64(self, k: &str) -> Read<u64> {
+        self.req(k, Value::as_u64)
+    }
+    fn bool(self, k: &str) -> Read<bool> {
+        self.req(k, Value::as_bool)
+    }
+    fn list(self, k: &str) -> Read<&'a [Value]> {
+        self.req(k, |v| v.as_array().map(Vec::as_slice))
+    }
+    fn obj(self, k: &str) -> Read<Fields<'a>> {
+        self.req(k, |v| v.as_object().map(Fields))
+    }
+    fn opt_obj(self, k: &str) -> Read<Option<Fields<'a>>> {
+        self.opt(k, |v| v.as_object().map(Fields))
+    }
+    fn opt_str(self, k: &str) -> Read<Option<String>> {
+        self.opt(k, |v| v.as_str().map(String::from))
+    }
+    fn opt_f64(self, k: &str) -> Read<Option<f64>> {
+        self.opt(k, Value::as_f64)
     }
 }
 
-fn l2_text(p: &L2Policy) -> String {
-    match p {
-        L2Policy::None => "none (working set > 2x L2)".to_string(),
-        L2Policy::Rotate { sets } => format!("rotating {sets} copies of every tensor"),
-        L2Policy::Flush { bytes } => format!(
+/// One output's check (`api::run::Check`).
+fn check(c: Fields) -> Read<Check> {
+    Ok(Check {
+        output: c.str("output")?.to_string(),
+        passed: c.bool("passed")?,
+        rel_l2: Some(c.f64("rel_l2")?),
+        max_abs: Some(c.f64("max_abs")?),
+        tolerance: Some(c.f64("tolerance")?),
+        elements: Some(c.u64("elements")?),
+        non_finite: c.u64("non_finite")?,
+    })
+}
+
+fn checks(r: Fields, k: &str) -> Read<Vec<Check>> {
+    r.list(k)?
+        .iter()
+        .map(|c| check(Fields::of(c, k)?))
+        .collect()
+}
+
+/// `index_type` (`i32` | `i64`) and why.
+fn index_text(r: Fields) -> Read<String> {
+    let t = r.str("index_type")?;
+    Ok(match r.str("index_reason")? {
+        "" => t.to_string(),
+        reason => format!("{t} ({reason})"),
+    })
+}
+
+/// `l2_policy` (`api::run::L2Policy`, tagged by `kind`).
+fn l2_text(p: Fields) -> Read<String> {
+    Ok(match p.str("kind")? {
+        "none" => "none (working set > 2x L2)".to_string(),
+        "rotate" => format!("rotating {} copies of every tensor", p.u64("sets")?),
+        "flush" => format!(
             "L2 flushed ({}) before each launch",
-            crate::model::bytes(*bytes as f64)
+            crate::model::bytes(p.u64("bytes")? as f64)
         ),
-    }
+        other => return Err(format!("unknown L2 policy `{other}`")),
+    })
 }
 
-/// Reads a job's result: the data of the `done` event (a [`JobEvent`] with its result) or the
-/// answer of `GET /api/jobs/{id}` (the [`JobResult`] itself, with `"done": true`).
+/// Reads a job's result: the data of the `done` event (an `api::job::JobEvent` with its result)
+/// or the answer of `GET /api/jobs/{id}` (the `JobResult` itself, with `"done": true`).
 pub fn parse_result(data: &str) -> RunView {
-    let failed = |error: String| RunView {
-        status: "error".into(),
-        error: Some(error),
-        ..RunView::default()
+    let read = || -> Read<RunView> {
+        let v: Value = serde_json::from_str(data).map_err(|e| e.to_string())?;
+        let top = Fields::of(&v, "the answer")?;
+        if top.0.contains_key("job_id") {
+            return job_view(top);
+        }
+        match top.opt_obj("result")? {
+            Some(job) => job_view(job),
+            None => Err("the runner's done event holds no result".into()),
+        }
     };
-    match read_json::<JobEvent>(data) {
-        Ok(JobEvent {
-            result: Some(job), ..
-        }) => RunView::from(&*job),
-        Ok(_) => failed("the runner's done event holds no result".into()),
-        Err(_) => match read_json::<JobResult>(data) {
-            Ok(job) => RunView::from(&job),
-            Err(e) => failed(format!(
-                "the runner's result is not one this playground reads ({e}): {data}"
-            )),
-        },
-    }
+    read().unwrap_or_else(|e| RunView {
+        status: "error".into(),
+        error: Some(format!(
+            "the runner's result is not one this playground reads ({e}): {data}"
+        )),
+        ..RunView::default()
+    })
 }
 
-impl From<&api::job::Comparison> for Comparison {
-    fn from(c: &api::job::Comparison) -> Comparison {
-        Comparison {
-            median: c.b_over_a_median,
-            range: Some((c.b_over_a_range[0], c.b_over_a_range[1])),
-            pairs: Some(c.pairs as u64),
-            order: Some(c.order.clone()),
-            a_median_us: Some(c.a_median_us),
-            b_median_us: Some(c.b_median_us),
-            same_inputs: c.same_inputs,
-        }
+/// `comparison` of an A/B job (`api::job::Comparison`).
+fn comparison(c: Fields) -> Read<Comparison> {
+    let range = c.list("b_over_a_range")?;
+    let range = match range {
+        [lo, hi] => lo.as_f64().zip(hi.as_f64()),
+        _ => None,
+    };
+    Ok(Comparison {
+        median: c.f64("b_over_a_median")?,
+        range: Some(range.ok_or("`b_over_a_range` is not two numbers")?),
+        pairs: Some(c.u64("pairs")?),
+        order: Some(c.str("order")?.to_string()),
+        a_median_us: Some(c.f64("a_median_us")?),
+        b_median_us: Some(c.f64("b_median_us")?),
+        same_inputs: c.opt("same_inputs", Value::as_bool)?,
+    })
+}
+
+/// `result.peers` (`api::run::PeersReport`): the torch twin timed in the same run.
+fn peers(p: Fields) -> Read<PeersView> {
+    let peer = |q: &Value| -> Read<PeerView> {
+        let q = Fields::of(q, "peers")?;
+        let timing = q.opt_obj("timing")?;
+        let t = |k: &str| timing.map(|t| t.f64(k)).transpose();
+        Ok(PeerView {
+            name: q.str("name")?.to_string(),
+            median_us: t("median_us")?,
+            min_us: t("min_us")?,
+            max_us: t("max_us")?,
+            passed: q.bool("passed")?,
+            compile_s: q.opt_f64("compile_s")?,
+            speedup: q.opt_f64("speedup")?,
+            error: q.opt_str("error")?,
+        })
+    };
+    Ok(PeersView {
+        unavailable: p.opt_str("unavailable")?,
+        torch: p.opt_str("torch")?,
+        rounds: p.opt("rounds", Value::as_u64)?.filter(|&r| r > 0),
+        peers: match p.opt("peers", Value::as_array)? {
+            Some(list) => list.iter().map(peer).collect::<Read<_>>()?,
+            None => Vec::new(),
+        },
+        best: p.opt_str("best")?,
+        speedup: p.opt_f64("speedup")?,
+        spread: p.opt_f64("speedup_min")?.zip(p.opt_f64("speedup_max")?),
+    })
+}
+
+/// `result.peers` as a JSON value (the torch pane's tests).
+#[cfg(test)]
+pub(crate) fn read_peers(v: &Value) -> Read<PeersView> {
+    peers(Fields::of(v, "peers")?)
+}
+
+/// `result.profile` (`api::profile::ProfileReport`, externally tagged), built into the runner's
+/// own type: the Profile pane draws it with the runner's code (`profile_view.rs`).
+fn profile(p: Fields) -> Read<api::profile::ProfileReport> {
+    use api::profile::{Profile, ProfileReport, Roofline, Stall, Unavailable};
+    if let Some(u) = p.opt_obj("unavailable")? {
+        let reason = match u.str("reason")? {
+            "no_ncu" => Unavailable::NoNcu,
+            "no_permission" => Unavailable::NoPermission,
+            "timed_out" => Unavailable::TimedOut,
+            "no_kernel" => Unavailable::NoKernel,
+            "failed" => Unavailable::Failed,
+            other => return Err(format!("unknown profile `reason` `{other}`")),
+        };
+        let message = u.str("message")?.to_string();
+        return Ok(ProfileReport::Unavailable { reason, message });
     }
+    let m = p.obj("measured")?;
+    let f = m.obj("profile")?;
+    let stalls = match f.opt("stalls", Value::as_array)? {
+        Some(list) => list
+            .iter()
+            .map(|s| {
+                let s = Fields::of(s, "stalls")?;
+                Ok(Stall {
+                    reason: s.str("reason")?.to_string(),
+                    value: s.f64("value")?,
+                })
+            })
+            .collect::<Read<_>>()?,
+        None => Vec::new(),
+    };
+    let metrics = match f.opt_obj("metrics")? {
+        Some(ms) => (ms.0.keys())
+            .map(|k| Ok((k.clone(), ms.f64(k)?)))
+            .collect::<Read<_>>()?,
+        None => Default::default(),
+    };
+    let profile = Profile {
+        kernel: f.str("kernel")?.to_string(),
+        duration_ns: f.opt_f64("duration_ns")?,
+        dram_throughput_pct: f.opt_f64("dram_throughput_pct")?,
+        dram_bytes: f.opt_f64("dram_bytes")?,
+        l2_hit_rate_pct: f.opt_f64("l2_hit_rate_pct")?,
+        sm_throughput_pct: f.opt_f64("sm_throughput_pct")?,
+        tensor_pipe_pct: f.opt_f64("tensor_pipe_pct")?,
+        achieved_occupancy_pct: f.opt_f64("achieved_occupancy_pct")?,
+        stalls,
+        stall_unit: f.opt_str("stall_unit")?.unwrap_or_default(),
+        warp_cycles_per_issued: f.opt_f64("warp_cycles_per_issued")?,
+        shared_bank_conflicts: f.opt_f64("shared_bank_conflicts")?,
+        flops: f.opt_f64("flops")?,
+        metrics,
+        ncu: f.opt_str("ncu")?.unwrap_or_default(),
+    };
+    let roofline = match m.opt_obj("roofline")? {
+        Some(r) => Some(Roofline {
+            intensity: r.f64("intensity")?,
+            flops_per_s: r.f64("flops_per_s")?,
+            bytes_per_s: r.f64("bytes_per_s")?,
+            flops_from: r.opt_str("flops_from")?.unwrap_or_default(),
+            copy_bytes_per_s: r.f64("copy_bytes_per_s")?,
+            tensor_flops_per_s: r.opt_f64("tensor_flops_per_s")?,
+            tensor_ceiling: r.opt_str("tensor_ceiling")?,
+        }),
+        None => None,
+    };
+    Ok(ProfileReport::Measured {
+        profile: Box::new(profile),
+        roofline,
+        roofline_missing: m.opt_str("roofline_missing")?,
+    })
+}
+
+/// The answer of `POST /api/inspect` (`api::inspect::Inspection`), built into the runner's own
+/// type (the PTX and SASS panes draw it, `inspect_panes.rs`).
+pub(crate) fn read_inspection(v: &Value) -> Read<api::inspect::Inspection> {
+    use api::inspect::{Inspection, Listing, Resources, Variant, Warning};
+    use hopfuse::codegen::lines::{CudaLine, LineMap};
+    let i = Fields::of(v, "the inspection")?;
+    let line = |v: &Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+    let lines_of = |l: Fields, k: &str| -> Read<Vec<Option<u32>>> {
+        (l.list(k)?.iter())
+            .map(|n| match n {
+                Value::Null => Ok(None),
+                n => line(n)
+                    .map(Some)
+                    .ok_or(format!("`{k}` is not line numbers")),
+            })
+            .collect()
+    };
+    let listing = |l: Fields| -> Read<Listing> {
+        Ok(Listing {
+            text: l.str("text")?.to_string(),
+            cuda_lines: lines_of(l, "cuda_lines")?,
+            inlined: lines_of(l, "inlined")?,
+            no_source_line: l.opt("no_source_line", Value::as_u64)?.unwrap_or(0) as usize,
+        })
+    };
+    let variant = i.obj("variant")?;
+    let index_type = match variant.str("index_type")? {
+        "i32" => IndexType::I32,
+        "i64" => IndexType::I64,
+        other => return Err(format!("unknown `index_type` `{other}`")),
+    };
+    let cuda_line = |l: &Value| -> Read<CudaLine> {
+        let l = Fields::of(l, "lines")?;
+        let ir_line = || l.u64("ir_line").map(|n| n as usize);
+        Ok(match l.str("kind")? {
+            "prelude" => CudaLine::Prelude,
+            "signature" => CudaLine::Signature,
+            "setup" => CudaLine::Setup,
+            "binding" => CudaLine::Binding {
+                ir_line: ir_line()?,
+                pass: l.opt_str("pass")?,
+            },
+            "stmt" => CudaLine::Stmt {
+                stmt: l.u64("stmt")? as usize,
+                ir_line: ir_line()?,
+                pass: l.opt_str("pass")?,
+            },
+            other => return Err(format!("unknown CUDA line kind `{other}`")),
+        })
+    };
+    let r = i.obj("resources")?;
+    let u32_of = |k: &str| r.opt(k, line);
+    let warning = |w: &Value| -> Read<Warning> {
+        let w = Fields::of(w, "warnings")?;
+        Ok(Warning {
+            text: w.str("text")?.to_string(),
+            cuda_line: w.opt("cuda_line", line)?,
+        })
+    };
+    let strings = |k: &str| -> Read<Vec<String>> {
+        (i.list(k)?.iter())
+            .map(|s| {
+                s.as_str()
+                    .map(String::from)
+                    .ok_or(format!("`{k}` is not strings"))
+            })
+            .collect()
+    };
+    Ok(Inspection {
+        kernel: i.str("kernel")?.to_string(),
+        variant: Variant {
+            index_type,
+            assume_aligned_vectors: variant.bool("assume_aligned_vectors")?,
+            reason: variant.str("reason")?.to_string(),
+        },
+        cuda: i.str("cuda")?.to_string(),
+        ir: i.str("ir")?.to_string(),
+        lines: LineMap {
+            lines: (i.obj("lines")?.list("lines")?.iter())
+                .map(cuda_line)
+                .collect::<Read<_>>()?,
+        },
+        ptx: listing(i.obj("ptx")?)?,
+        sass: i.opt_obj("sass")?.map(listing).transpose()?,
+        sass_unavailable: i.opt_str("sass_unavailable")?,
+        resources: Resources {
+            registers: u32_of("registers")?,
+            barriers: u32_of("barriers")?,
+            shared_bytes: r.opt("shared_bytes", Value::as_u64)?,
+            stack_bytes: r.opt("stack_bytes", Value::as_u64)?,
+            spill_store_bytes: r.opt("spill_store_bytes", Value::as_u64)?,
+            spill_load_bytes: r.opt("spill_load_bytes", Value::as_u64)?,
+            local_bytes: r.opt("local_bytes", Value::as_u64)?,
+            constant_bytes: r.opt("constant_bytes", Value::as_u64)?,
+        },
+        warnings: i
+            .list("warnings")?
+            .iter()
+            .map(warning)
+            .collect::<Read<_>>()?,
+        log: i.str("log")?.to_string(),
+        nvrtc: i.str("nvrtc")?.to_string(),
+        nvdisasm: i.opt_str("nvdisasm")?,
+        options: strings("options")?,
+        cubin_bytes: i.u64("cubin_bytes")? as usize,
+        cached: i.bool("cached")?,
+        nvrtc_ms: i.f64("nvrtc_ms")?,
+    })
 }
 
 impl Measured {
-    fn of(r: &RunResult, cubin_cached: Option<bool>) -> Measured {
-        Measured {
-            passed: r.passed,
-            device: Some(r.device.name.clone()),
-            launch: Some(launch_text(&r.launch)),
-            index: Some(index_text(r.index_type, &r.index_reason)),
-            l2_policy: Some(l2_text(&r.l2_policy)),
-            min_us: Some(r.timing.min_us),
-            median_us: Some(r.timing.median_us),
-            max_us: Some(r.timing.max_us),
-            samples: Some(r.timing.samples as u64),
-            gbps: Some(r.gbps),
-            ceiling_gbps: r.copy.as_ref().map(|c| c.gbps),
-            ratio: r.fraction_of_copy,
-            tflops: r.tflops,
-            cublas_tflops: r.cublas.as_ref().map(|c| c.tflops),
-            cublas_ratio: r.fraction_of_cublas,
-            cublas_call: r.cublas.as_ref().map(|c| c.call.clone()),
-            cublas_check: r.cublas.as_ref().map(|c| Check::from(&c.validation)),
-            cublas_skipped: r.cublas_skipped.clone(),
-            checks: checks(&r.validation),
-            checks_after_timing: checks(&r.validation_after_timing),
-            seed: Some(r.seed),
-            registers: Some(r.attributes.registers_per_thread as i64),
-            static_smem: Some(r.attributes.static_smem_bytes as i64),
-            dynamic_smem: Some(r.launch.dynamic_smem_bytes as i64),
-            local_bytes: Some(r.attributes.local_bytes_per_thread as i64),
-            nvrtc_ms: Some(r.nvrtc_ms),
+    /// `result` of a job (`api::run::RunResult`).
+    fn of(r: Fields, cubin_cached: Option<bool>) -> Read<Measured> {
+        let timing = r.obj("timing")?;
+        let attributes = r.obj("attributes")?;
+        let launch = r.obj("launch")?;
+        let cublas = r.opt_obj("cublas")?;
+        Ok(Measured {
+            passed: r.bool("passed")?,
+            device: Some(r.obj("device")?.str("name")?.to_string()),
+            launch: Some(launch_text(launch)?),
+            index: Some(index_text(r)?),
+            l2_policy: Some(l2_text(r.obj("l2_policy")?)?),
+            min_us: Some(timing.f64("min_us")?),
+            median_us: Some(timing.f64("median_us")?),
+            max_us: Some(timing.f64("max_us")?),
+            samples: Some(timing.u64("samples")?),
+            gbps: Some(r.f64("gbps")?),
+            ceiling_gbps: r.opt_obj("copy")?.map(|c| c.f64("gbps")).transpose()?,
+            ratio: r.opt_f64("fraction_of_copy")?,
+            tflops: r.opt_f64("tflops")?,
+            cublas_tflops: cublas.map(|c| c.f64("tflops")).transpose()?,
+            cublas_ratio: r.opt_f64("fraction_of_cublas")?,
+            cublas_call: cublas
+                .map(|c| c.str("call").map(String::from))
+                .transpose()?,
+            cublas_check: cublas.map(|c| check(c.obj("validation")?)).transpose()?,
+            cublas_skipped: r.opt_str("cublas_skipped")?,
+            checks: checks(r, "validation")?,
+            checks_after_timing: checks(r, "validation_after_timing")?,
+            seed: Some(r.u64("seed")?),
+            registers: Some(attributes.u64("registers_per_thread")? as i64),
+            static_smem: Some(attributes.u64("static_smem_bytes")? as i64),
+            dynamic_smem: Some(launch.u64("dynamic_smem_bytes")? as i64),
+            local_bytes: Some(attributes.u64("local_bytes_per_thread")? as i64),
+            nvrtc_ms: Some(r.f64("nvrtc_ms")?),
             cubin_cached,
-            peers: r.peers.as_ref().map(crate::torch_pane::PeersView::from),
-            profile: r.profile.clone(),
-        }
+            peers: r.opt_obj("peers")?.map(peers).transpose()?,
+            profile: r.opt_obj("profile")?.map(profile).transpose()?,
+        })
     }
 }
 
-/// One job result (A's, or `b` of an A/B job).
-impl From<&JobResult> for RunView {
-    fn from(job: &JobResult) -> RunView {
-        let fake = job.status == JobStatus::Fake;
-        RunView {
-            job_id: Some(job.job_id.clone()),
-            status: job.status.name().to_string(),
-            message: job.message.clone(),
-            error_stage: job.error.as_ref().map(|e| e.stage.name().to_string()),
-            error: job.error.as_ref().map(|e| e.message.clone()),
-            progress: job.progress.iter().map(|p| p.name().to_string()).collect(),
-            stderr: job.stderr.clone().filter(|e| !e.trim().is_empty()),
-            // A fake result never shows numbers, whatever else it holds.
-            measured: match &job.result {
-                Some(r) if !fake => Some(Measured::of(r, job.cubin_cached)),
-                _ => None,
-            },
-            fake: fake.then(|| {
-                job.compile
-                    .as_ref()
-                    .map(|c| FakeView {
-                        note: c.note.clone(),
-                        kernel: Some(c.kernel.clone()),
-                        index: Some(index_text(c.index_type, &c.index_reason)),
-                        launch: Some(launch_text(&c.launch)),
-                        working_set_bytes: Some(c.working_set_bytes as f64),
-                        cuda_bytes: Some(c.cuda_bytes as f64),
-                    })
-                    .unwrap_or_default()
+/// One job result (A's, or `b` of an A/B job): `api::job::JobResult`.
+fn job_view(job: Fields) -> Read<RunView> {
+    let status = job.str("status")?;
+    let fake = status == "fake";
+    let error = job.opt_obj("error")?;
+    let progress = job.list("progress")?;
+    Ok(RunView {
+        job_id: Some(job.str("job_id")?.to_string()),
+        status: status.to_string(),
+        message: job.opt_str("message")?,
+        error_stage: error
+            .map(|e| e.str("stage").map(String::from))
+            .transpose()?,
+        error: error
+            .map(|e| e.str("message").map(String::from))
+            .transpose()?,
+        progress: progress
+            .iter()
+            .map(|p| {
+                p.as_str()
+                    .map(String::from)
+                    .ok_or("`progress` is not names")
+            })
+            .collect::<Result<_, _>>()?,
+        stderr: job.opt_str("stderr")?.filter(|e| !e.trim().is_empty()),
+        // A fake result never shows numbers, whatever else it holds.
+        measured: match job.opt_obj("result")? {
+            Some(r) if !fake => Some(Measured::of(r, job.opt("cubin_cached", Value::as_bool)?)?),
+            _ => None,
+        },
+        fake: match job.opt_obj("compile")? {
+            Some(c) if fake => Some(FakeView {
+                note: c.str("note")?.to_string(),
+                kernel: Some(c.str("kernel")?.to_string()),
+                index: Some(index_text(c)?),
+                launch: Some(launch_text(c.obj("launch")?)?),
+                working_set_bytes: Some(c.f64("working_set_bytes")?),
+                cuda_bytes: Some(c.f64("cuda_bytes")?),
             }),
-            worker_ms: Some(job.worker_ms),
-            agent: job.agent.clone(),
-            stages: Vec::new(),
-            b: job.b.as_ref().map(|b| Box::new(RunView::from(&**b))),
-            comparison: job.comparison.as_ref().map(Comparison::from),
-        }
-    }
+            _ => fake.then(FakeView::default),
+        },
+        worker_ms: Some(job.f64("worker_ms")?),
+        agent: job.opt_str("agent")?,
+        stages: Vec::new(),
+        b: job.opt_obj("b")?.map(job_view).transpose()?.map(Box::new),
+        comparison: job.opt_obj("comparison")?.map(comparison).transpose()?,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hopfuse_api::service::Health;
 
     #[test]
     fn refusals_are_in_plain_words() {
@@ -876,7 +1244,7 @@ mod tests {
     }
 
     /// A health answer (`GET /api/health`).
-    fn health(worker: &str, gpu: Option<&str>, gpu_reason: Option<&str>, run: bool) -> Health {
+    fn health(worker: &str, gpu: Option<&str>, gpu_reason: Option<&str>, run: bool) -> Value {
         let v = serde_json::json!({
             "status": "ok", "version": "0.1.0", "worker": worker,
             "gpu": gpu.map(|name| serde_json::json!({
@@ -901,23 +1269,32 @@ mod tests {
                        "keep_runs_bytes": 268435456, "token_required": false},
             "uptime_s": 1.5,
         });
-        serde_json::from_value(v).expect("a health answer")
+        // The service's own type reads it: the test's answer is one the service sends.
+        let h: Health = serde_json::from_value(v.clone()).expect("a health answer");
+        serde_json::to_value(h).unwrap()
     }
 
     #[test]
     fn reads_health() {
         let gpu = health("gpu", Some("NVIDIA H100 80GB HBM3"), None, true);
         assert_eq!(
-            describe_health(&gpu),
+            describe_health(&gpu).unwrap(),
             (
                 "runner 0.1.0 · NVIDIA H100 80GB HBM3 (132 SMs)".into(),
                 RunMode::Gpu
             )
         );
         let fake = health("fake", None, Some("fake worker mode"), true);
-        assert_eq!(describe_health(&fake).1, RunMode::Fake);
+        assert_eq!(describe_health(&fake).unwrap().1, RunMode::Fake);
         let none = health("gpu", None, Some("no driver"), false);
-        let (text, mode) = describe_health(&none);
+        let (text, mode) = describe_health(&none).unwrap();
+        // A renamed field is an error that names it.
+        let mut renamed = gpu.clone();
+        renamed["gpu"]["sms"] = renamed["gpu"]["sm_count"].take();
+        renamed["gpu"].as_object_mut().unwrap().remove("sm_count");
+        assert!(describe_health(&renamed)
+            .unwrap_err()
+            .contains("`sm_count`"));
         assert_eq!(mode, RunMode::Unavailable);
         assert_eq!(text, "runner 0.1.0 · no usable GPU (no driver)");
         // An error body's sentence; a proxy's page as text.
@@ -945,15 +1322,14 @@ mod tests {
         };
         let front_end = |connected: bool, agents: Vec<Value>| {
             let mut h = health("agents", None, Some("distributed mode"), true);
-            h.distributed = Some(
-                crate::json_read::from_value(serde_json::json!({
-                    "nats": "nats://10.0.0.5:4222", "connected": connected, "arch": "sm_90a",
-                    "depth": 0, "waiting": 0, "running": 0, "cap": 1000, "in_flight": 0,
-                    "gpus": 2 * agents.len(), "agents": agents,
-                }))
-                .expect("a distributed health section"),
-            );
-            describe_health(&h)
+            h["distributed"] = serde_json::json!({
+                "nats": "nats://10.0.0.5:4222", "connected": connected, "arch": "sm_90a",
+                "depth": 0, "waiting": 0, "running": 0, "cap": 1000, "in_flight": 0,
+                "gpus": 2 * agents.len(), "agents": agents,
+            });
+            // The test answer is a valid `hopfuse-api` health answer.
+            serde_json::from_value::<api::service::Health>(h.clone()).expect("a health answer");
+            describe_health(&h).expect("a distributed front-end's health")
         };
         let h100 = "NVIDIA H100 80GB HBM3";
         assert_eq!(
@@ -1031,5 +1407,118 @@ mod tests {
         let body = link_body(&ab);
         assert_eq!(body.state["program_b"], "fusion g {}\n");
         assert_eq!(state_of_link(&answer(&body)), Ok(ab));
+    }
+
+    /// The `done` event's data in a recorded event stream (docs/recordings).
+    fn done_of(sse: &str) -> &str {
+        let at =
+            sse.find("event: done\ndata: ").expect("a done event") + "event: done\ndata: ".len();
+        sse[at..].lines().next().unwrap()
+    }
+
+    /// Every recorded result reads completely: the accessor layer above is the playground's
+    /// reading of `api::job::JobResult`, and these are the service's own answers (the fixtures
+    /// are serialized from the runner's types by runner/tests/api_fixtures.rs; the recordings
+    /// are real H100 jobs).
+    #[test]
+    fn every_recorded_result_reads() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+        let mut texts = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with("done-") && name.ends_with(".json") {
+                texts.push((name, std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+        assert!(texts.len() >= 8, "only {} done fixtures", texts.len());
+        for rec in ["exp_2d_h100.sse", "matmul_h100.sse"] {
+            let sse = std::fs::read_to_string(
+                [env!("CARGO_MANIFEST_DIR"), "/../docs/recordings/", rec].concat(),
+            )
+            .unwrap();
+            texts.push((rec.into(), done_of(&sse).to_string()));
+        }
+        for (name, text) in &texts {
+            let v = parse_result(text);
+            assert!(v.job_id.is_some(), "{name}: {:?}", v.error);
+            let measured = matches!(v.status.as_str(), "passed" | "failed");
+            assert_eq!(v.measured.is_some(), measured, "{name}: {:?}", v.error);
+            assert_eq!(v.fake.is_some(), v.status == "fake", "{name}");
+            assert_eq!(
+                v.error.is_some(),
+                v.status == "error",
+                "{name}: {:?}",
+                v.error
+            );
+        }
+        // The real matrix product on the H100: its cuBLAS ceiling reads.
+        let matmul = &texts.last().unwrap().1;
+        let m = parse_result(matmul).measured.expect("measured");
+        assert!(m.tflops.unwrap() > 0.0 && m.cublas_tflops.unwrap() > 0.0);
+        assert!(m.device.unwrap().contains("H100"));
+    }
+
+    /// A field the service renamed, dropped or retyped is an error that names it, not a
+    /// quietly empty pane.
+    #[test]
+    fn a_renamed_field_is_an_error() {
+        let cases = [
+            ("\"median_us\"", "\"median\"", "missing field `median_us`"),
+            (
+                "\"registers_per_thread\"",
+                "\"regs\"",
+                "`registers_per_thread`",
+            ),
+            ("\"index_type\"", "\"index\"", "`index_type`"),
+            ("\"worker_ms\"", "\"worker_s\"", "`worker_ms`"),
+            (
+                "\"kind\": \"rotate\"",
+                "\"kind\": \"spin\"",
+                "unknown L2 policy `spin`",
+            ),
+            (
+                "\"gbps\": 4915.2",
+                "\"gbps\": \"fast\"",
+                "`gbps` has the wrong type",
+            ),
+        ];
+        for (from, to, says) in cases {
+            assert!(PASSED.contains(from), "{from}");
+            let v = parse_result(&PASSED.replace(from, to));
+            assert_eq!(v.status, "error", "{from}");
+            let e = v.error.unwrap();
+            assert!(e.contains(says), "{from}: {e}");
+            assert!(e.starts_with("the runner's result is not one this playground reads"));
+        }
+        let v = parse_result(r#"{"stage": "done", "elapsed_ms": 1}"#);
+        assert!(v.error.unwrap().contains("holds no result"));
+        // The typed parts keep serde's errors.
+        let mut j: Value = serde_json::from_str(PASSED).unwrap();
+        j["result"]["result"]["profile"] = serde_json::json!({"unavailable": {"reason": "gone"}});
+        assert!(parse_result(&j.to_string())
+            .error
+            .unwrap()
+            .contains("`gone`"));
+        j["result"]["result"]["peers"] = serde_json::json!({"rounds": "x"});
+        assert!(parse_result(&j.to_string())
+            .error
+            .unwrap()
+            .contains("`rounds`"));
+    }
+
+    /// The profile built field by field is the runner's own reading of the same JSON.
+    #[test]
+    fn the_profile_reads_as_the_runner_wrote_it() {
+        for text in [
+            include_str!("../tests/fixtures/done-profile.json"),
+            include_str!("../tests/fixtures/done-profile-unavailable.json"),
+        ] {
+            let v: Value = serde_json::from_str(text).unwrap();
+            let theirs: api::profile::ProfileReport =
+                serde_json::from_value(v["result"]["result"]["profile"].clone()).unwrap();
+            let ours = parse_result(text).measured.unwrap().profile;
+            assert_eq!(ours, Some(theirs));
+        }
     }
 }

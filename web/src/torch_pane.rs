@@ -6,7 +6,6 @@
 
 use crate::js;
 use crate::model::Compiled;
-use hopfuse_api::run::PeersReport;
 use hopfuse_api::service::RunBody;
 use leptos::prelude::*;
 use std::sync::Arc;
@@ -61,34 +60,6 @@ impl PeersView {
             .map(|r| format!(" over {r} rounds"))
             .unwrap_or_default();
         Some(format!("x{lo:.2} – x{hi:.2}{rounds}"))
-    }
-}
-
-impl From<&PeersReport> for PeersView {
-    /// `result.peers` as the Run pane shows it.
-    fn from(p: &PeersReport) -> PeersView {
-        PeersView {
-            unavailable: p.unavailable.clone(),
-            torch: p.torch.clone(),
-            rounds: Some(p.rounds as u64).filter(|&r| r > 0),
-            peers: p
-                .peers
-                .iter()
-                .map(|q| PeerView {
-                    name: q.name.clone(),
-                    median_us: q.timing.as_ref().map(|t| t.median_us),
-                    min_us: q.timing.as_ref().map(|t| t.min_us),
-                    max_us: q.timing.as_ref().map(|t| t.max_us),
-                    passed: q.passed,
-                    compile_s: q.compile_s,
-                    speedup: q.speedup,
-                    error: q.error.clone(),
-                })
-                .collect(),
-            best: p.best.clone(),
-            speedup: p.speedup,
-            spread: p.speedup_min.zip(p.speedup_max),
-        }
     }
 }
 
@@ -228,6 +199,7 @@ pub fn TorchPane(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hopfuse_api::run::PeersReport;
 
     /// runner/tests/api_fixtures.rs writes it from the runner's own types.
     const PEERS: &str = include_str!("../tests/fixtures/done-peers.json");
@@ -263,7 +235,9 @@ mod tests {
 
     /// The peers of a `result.peers` JSON object.
     fn parse(v: serde_json::Value) -> PeersView {
-        PeersView::from(&serde_json::from_value::<PeersReport>(v).expect("a peers report"))
+        // The service's own type reads it: the test's report is one the service sends.
+        serde_json::from_value::<PeersReport>(v.clone()).expect("a peers report");
+        crate::runner::read_peers(&v).expect("the playground reads it")
     }
 
     #[test]
