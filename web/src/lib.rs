@@ -6,7 +6,6 @@ pub mod diff;
 pub mod examples;
 pub mod inspect_panes;
 pub mod js;
-pub mod json_read;
 pub mod model;
 pub mod pipeline;
 pub mod profile_view;

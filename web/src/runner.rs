@@ -12,13 +12,13 @@ use hopfuse::IndexType;
 use hopfuse_api as api;
 use hopfuse_api::service::{Link, LinkBody, RunBody};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use wasm_bindgen::JsValue;
 
 /// Where the runner is.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Settings {
     /// Empty: the page's own origin.
     #[serde(default)]
@@ -32,7 +32,14 @@ const STORAGE_KEY: &str = "hopfuse.runner";
 impl Settings {
     pub fn load() -> Settings {
         crate::storage_get(STORAGE_KEY)
-            .and_then(|s| crate::json_read::from_str(&s).ok())
+            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+            .and_then(|v| {
+                let text = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                v.is_object().then(|| Settings {
+                    url: text("url"),
+                    token: text("token"),
+                })
+            })
             .unwrap_or_default()
     }
     pub fn save(&self) {
@@ -118,8 +125,8 @@ fn message_of(body: &str) -> String {
     }
 }
 
-/// Sends a request (`body`: a JSON body) and reads the answer as `T`, one of the service's
-/// answer types (`hopfuse_api`).
+/// Sends a request (`body`: a JSON body) and reads the answer as JSON (the playground reads its
+/// fields with [`Fields`]).
 pub async fn request<T: DeserializeOwned>(
     settings: &Settings,
     method: &str,
@@ -155,12 +162,9 @@ pub async fn request<T: DeserializeOwned>(
     read_json(&a.body).map_err(not_ours)
 }
 
-/// A JSON text as `T`, through a [`Value`]: serde's readers then run over the parsed value
-/// instead of each carrying its own copy of the text parser, and read only the shapes the
-/// service writes ([`crate::json_read`]), which keeps the page's wasm tens of KiB smaller for
-/// the same types.
+/// A JSON text as `T` (the playground asks only for [`Value`]s and reads their fields itself).
 pub fn read_json<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
-    crate::json_read::from_str(text)
+    serde_json::from_str(text)
 }
 
 /// No request body (a GET).
@@ -363,7 +367,7 @@ pub fn state_of_link(link: &Link) -> Result<crate::share::State, String> {
         }
     }
     state.insert("program".into(), Value::from(link.program.as_str()));
-    crate::json_read::from_value(Value::Object(state))
+    crate::share::State::read(&Value::Object(state))
         .map_err(|e| format!("the link holds no playground state: {e}"))
 }
 

@@ -6,11 +6,12 @@
 //! hold their default, so links without them still decode, and a state without B encodes
 //! exactly as before (the same fragment, the same short-link id).
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The output pane on the right.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Pane {
     #[default]
@@ -26,7 +27,7 @@ pub enum Pane {
 }
 
 /// The editor tab: program A, or program B of an A/B comparison.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Tab {
     #[default]
@@ -48,7 +49,7 @@ impl Tab {
 }
 
 /// How the Passes pane shows the selected pass.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PassMode {
     #[default]
@@ -57,7 +58,7 @@ pub enum PassMode {
 }
 
 /// Everything a link restores.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct State {
     pub program: String,
     #[serde(default)]
@@ -85,6 +86,65 @@ pub fn default_iters() -> u32 {
     100
 }
 
+impl State {
+    /// The state a link's JSON holds (what `Serialize` writes; a missing optional field takes
+    /// its default). Read field by field, so the page carries no serde reader for it.
+    pub fn read(v: &Value) -> Result<State, String> {
+        let o = v.as_object().ok_or("not a JSON object")?;
+        let wrong = |k: &str| format!("`{k}` has the wrong type");
+        let opt = |k: &str| o.get(k).filter(|v| !v.is_null());
+        let text = |k: &str| -> Result<Option<String>, String> {
+            opt(k)
+                .map(|v| v.as_str().map(String::from).ok_or_else(|| wrong(k)))
+                .transpose()
+        };
+        let program = text("program")?.ok_or("missing field `program`")?;
+        let mut sizes = BTreeMap::new();
+        if let Some(m) = opt("sizes") {
+            for (name, n) in m.as_object().ok_or_else(|| wrong("sizes"))? {
+                sizes.insert(name.clone(), n.as_i64().ok_or_else(|| wrong("sizes"))?);
+            }
+        }
+        let pane = match text("pane")?.as_deref() {
+            None | Some("cuda") => Pane::Cuda,
+            Some("passes") => Pane::Passes,
+            Some("plan") => Pane::Plan,
+            Some("pipeline") => Pane::Pipeline,
+            Some("run") => Pane::Run,
+            Some("ptx") => Pane::Ptx,
+            Some("sass") => Pane::Sass,
+            Some("torch") => Pane::Torch,
+            Some(other) => return Err(format!("unknown pane `{other}`")),
+        };
+        let pass_mode = match text("pass_mode")?.as_deref() {
+            None | Some("ir") => PassMode::Ir,
+            Some("diff") => PassMode::Diff,
+            Some(other) => return Err(format!("unknown pass mode `{other}`")),
+        };
+        let tab = match text("tab")?.as_deref() {
+            None | Some("a") => Tab::A,
+            Some("b") => Tab::B,
+            Some(other) => return Err(format!("unknown tab `{other}`")),
+        };
+        let number = |k: &str| {
+            opt(k)
+                .map(|v| v.as_u64().ok_or_else(|| wrong(k)))
+                .transpose()
+        };
+        Ok(State {
+            program,
+            sizes,
+            pane,
+            pass: text("pass")?,
+            pass_mode,
+            iters: number("iters")?.map_or(default_iters(), |n| n as u32),
+            seed: number("seed")?.unwrap_or(0),
+            program_b: text("program_b")?,
+            tab,
+        })
+    }
+}
+
 /// The version tag of [`encode`]'s output.
 pub const V1: &str = "v1:";
 
@@ -107,9 +167,10 @@ pub fn decode(fragment: &str) -> Result<State, String> {
     let bytes = base64url_decode(body).ok_or("the link is damaged (not base64url)")?;
     let json = miniz_oxide::inflate::decompress_to_vec_with_limit(&bytes, 4 << 20)
         .map_err(|_| "the link is damaged (cannot inflate)".to_string())?;
-    // As text, so the page links one JSON text reader (serde_json's, for `&str`).
     let json = String::from_utf8(json).map_err(|_| "the link is damaged (not UTF-8)")?;
-    crate::json_read::from_str(&json).map_err(|e| format!("the link is damaged ({e})"))
+    let value: Value =
+        serde_json::from_str(&json).map_err(|e| format!("the link is damaged ({e})"))?;
+    State::read(&value).map_err(|e| format!("the link is damaged ({e})"))
 }
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -234,5 +295,40 @@ mod tests {
         let old = decode(OLD_FRAGMENT).unwrap();
         assert_eq!(serde_json::to_string(&old).unwrap(), OLD_JSON);
         assert_eq!(format!("#{}", encode(&old)), OLD_FRAGMENT);
+    }
+}
+
+#[cfg(test)]
+mod read_tests {
+    use super::*;
+
+    #[test]
+    fn a_state_reads_back_what_it_writes_and_defaults_what_is_missing() {
+        let mut s = State {
+            program: "fusion f {}".into(),
+            pane: Pane::Pipeline,
+            pass: Some("tma".into()),
+            pass_mode: PassMode::Diff,
+            iters: 7,
+            seed: 3,
+            program_b: Some("fusion g {}".into()),
+            tab: Tab::B,
+            ..State::default()
+        };
+        s.sizes.insert("M".into(), 4096);
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(State::read(&v).unwrap(), s);
+        let minimal = State::read(&serde_json::json!({"program": "p"})).unwrap();
+        assert_eq!(
+            (minimal.pane, minimal.tab, minimal.iters, minimal.seed),
+            (Pane::Cuda, Tab::A, 100, 0)
+        );
+        assert!(State::read(&serde_json::json!({}))
+            .unwrap_err()
+            .contains("`program`"));
+        let e = State::read(&serde_json::json!({"program": "p", "pane": "nope"})).unwrap_err();
+        assert!(e.contains("unknown pane `nope`"), "{e}");
+        let e = State::read(&serde_json::json!({"program": "p", "iters": "x"})).unwrap_err();
+        assert!(e.contains("`iters` has the wrong type"), "{e}");
     }
 }
