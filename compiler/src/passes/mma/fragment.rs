@@ -123,21 +123,10 @@ pub(super) fn pair_global_store(
 
 /// Drops the allocations of aliased fragments and reads the accumulators they copied instead.
 pub(super) fn unalias(body: &mut Vec<Stmt>, aliases: &HashMap<BufferId, BufferId>) {
-    body.retain(|s| !matches!(s, Stmt::Alloc(b) if aliases.contains_key(b)));
-    for s in body.iter_mut() {
-        match s {
-            Stmt::Loop(l) => unalias(&mut l.body, aliases),
-            Stmt::If { then, els, .. } => {
-                unalias(then, aliases);
-                unalias(els, aliases);
-            }
-            Stmt::WarpRoles {
-                producer, consumer, ..
-            } => {
-                unalias(producer, aliases);
-                unalias(consumer, aliases);
-            }
-            Stmt::Compute(c) => {
+    crate::kir::for_each_block_mut(body, &mut |block| {
+        block.retain(|s| !matches!(s, Stmt::Alloc(b) if aliases.contains_key(b)));
+        for s in block.iter_mut() {
+            if let Stmt::Compute(c) = s {
                 let mut rename = |a: &mut Access| {
                     if let Some(&to) = aliases.get(&a.buffer) {
                         a.buffer = to;
@@ -146,9 +135,8 @@ pub(super) fn unalias(body: &mut Vec<Stmt>, aliases: &HashMap<BufferId, BufferId
                 rename(&mut c.out);
                 c.value.for_each_read_mut(&mut rename);
             }
-            _ => {}
         }
-    }
+    });
 }
 
 /// The fragment register of an accumulator element at M = N = 0 of a nest, whose index in the

@@ -10,136 +10,97 @@ use super::*;
 /// released while this iteration's group still runs, so the tensor cores never drain between
 /// two k steps. After the loop, `wait_group 0` and the release of the last stage. (A stage
 /// freed by a block barrier keeps `wait_group 0`: the barrier would not wait for the group.)
-pub(super) fn keep_one_group_in_flight(body: Vec<Stmt>) -> Vec<Stmt> {
-    let mut out = Vec::new();
-    for s in body {
-        match s {
-            Stmt::Loop(mut l) => {
-                l.body = keep_one_group_in_flight(l.body);
-                let n = l.body.len();
-                let tail = n >= 3
-                    && !l.parallel.is_hw()
-                    && l.body[n - 3] == Stmt::WgmmaCommit
-                    && l.body[n - 2] == Stmt::WgmmaWait(0)
-                    && matches!(l.body[n - 1], Stmt::MbarArrive { .. });
-                if !tail {
-                    out.push(Stmt::Loop(l));
-                    continue;
-                }
-                let Some(Stmt::MbarArrive {
-                    bars,
-                    slot,
-                    per_warp,
-                }) = l.body.pop()
-                else {
-                    unreachable!("checked above")
-                };
-                let var = Val::Var(l.var.clone());
-                let previous = slot.subst(
-                    &l.var,
-                    &Val::Sub(Box::new(var.clone()), Box::new(Val::Int(1))),
-                );
-                let last = slot.subst(
-                    &l.var,
-                    &Val::Sub(Box::new(l.extent.clone()), Box::new(Val::Int(1))),
-                );
-                let n = l.body.len();
-                l.body[n - 1] = Stmt::WgmmaWait(1);
-                l.body.push(Stmt::If {
-                    cond: Val::lt(Val::Int(0), var),
-                    then: vec![Stmt::MbarArrive {
-                        bars,
-                        slot: previous,
-                        per_warp,
-                    }],
-                    els: Vec::new(),
-                });
-                let extent = l.extent.clone();
-                out.push(Stmt::Loop(l));
-                out.push(Stmt::WgmmaWait(0));
-                out.push(Stmt::If {
-                    cond: Val::lt(Val::Int(0), extent),
-                    then: vec![Stmt::MbarArrive {
-                        bars,
-                        slot: last,
-                        per_warp,
-                    }],
-                    els: Vec::new(),
-                });
+pub(super) fn keep_one_group_in_flight(mut body: Vec<Stmt>) -> Vec<Stmt> {
+    crate::kir::for_each_block_mut(&mut body, &mut |block| {
+        let mut out = Vec::with_capacity(block.len());
+        for s in block.drain(..) {
+            match s {
+                Stmt::Loop(l) if releases_after_its_group(&l) => out.extend(defer_release(l)),
+                other => out.push(other),
             }
-            Stmt::If { cond, then, els } => out.push(Stmt::If {
-                cond,
-                then: keep_one_group_in_flight(then),
-                els: keep_one_group_in_flight(els),
-            }),
-            Stmt::WarpRoles {
-                is_producer,
-                producer,
-                consumer,
-                registers,
-                consumer_threads,
-            } => out.push(Stmt::WarpRoles {
-                is_producer,
-                producer,
-                consumer: keep_one_group_in_flight(consumer),
-                registers,
-                consumer_threads,
-            }),
-            other => out.push(other),
         }
-    }
-    out
+        *block = out;
+    });
+    body
+}
+
+/// A loop (not a thread or block binding) whose body ends with `commit, wait_group 0, arrive`.
+fn releases_after_its_group(l: &Loop) -> bool {
+    let n = l.body.len();
+    n >= 3
+        && !l.parallel.is_hw()
+        && l.body[n - 3] == Stmt::WgmmaCommit
+        && l.body[n - 2] == Stmt::WgmmaWait(0)
+        && matches!(l.body[n - 1], Stmt::MbarArrive { .. })
+}
+
+/// The loop with `wait_group 1` and the previous iteration's release, then the drain after it.
+fn defer_release(mut l: Loop) -> Vec<Stmt> {
+    let Some(Stmt::MbarArrive {
+        bars,
+        slot,
+        per_warp,
+    }) = l.body.pop()
+    else {
+        unreachable!("releases_after_its_group checked the tail")
+    };
+    let minus_one = |v: Val| Val::Sub(Box::new(v), Box::new(Val::Int(1)));
+    let var = Val::Var(l.var.clone());
+    let previous = slot.subst(&l.var, &minus_one(var.clone()));
+    let last = slot.subst(&l.var, &minus_one(l.extent.clone()));
+    let release = |cond: Val, slot: Val| Stmt::If {
+        cond,
+        then: vec![Stmt::MbarArrive {
+            bars,
+            slot,
+            per_warp,
+        }],
+        els: Vec::new(),
+    };
+    let n = l.body.len();
+    l.body[n - 1] = Stmt::WgmmaWait(1);
+    l.body.push(release(Val::lt(Val::Int(0), var), previous));
+    let extent = l.extent.clone();
+    vec![
+        Stmt::Loop(l),
+        Stmt::WgmmaWait(0),
+        release(Val::lt(Val::Int(0), extent), last),
+    ]
 }
 
 /// One group per unrolled loop of wgmmas: an unrolled loop (or a thread or block index
 /// binding) whose body is `fence, wgmmas, commit, wait` becomes `fence, loop { wgmmas },
 /// commit, wait`, innermost loops first.
-pub(super) fn batch(body: Vec<Stmt>) -> Vec<Stmt> {
-    let mut out = Vec::new();
-    for s in body {
-        match s {
-            Stmt::Loop(mut l) => {
-                l.body = batch(l.body);
-                let n = l.body.len();
-                let grouped = n >= 4
-                    && (l.parallel == ParallelType::Unroll || l.parallel.is_hw())
-                    && l.body[0] == Stmt::WgmmaFence
-                    && l.body[n - 2] == Stmt::WgmmaCommit
-                    && l.body[n - 1] == Stmt::WgmmaWait(0)
-                    && l.body[1..n - 2].iter().all(|s| {
-                        !matches!(s, Stmt::WgmmaFence | Stmt::WgmmaCommit | Stmt::WgmmaWait(_))
-                    });
-                if grouped {
-                    let inner: Vec<Stmt> = l.body.drain(1..n - 2).collect();
-                    l.body = inner;
+pub(super) fn batch(mut body: Vec<Stmt>) -> Vec<Stmt> {
+    crate::kir::for_each_block_mut(&mut body, &mut |block| {
+        let mut out = Vec::with_capacity(block.len());
+        for s in block.drain(..) {
+            match s {
+                Stmt::Loop(mut l) if one_group(&l) => {
+                    let n = l.body.len();
+                    l.body = l.body.drain(1..n - 2).collect();
                     out.push(Stmt::WgmmaFence);
                     out.push(Stmt::Loop(l));
                     out.push(Stmt::WgmmaCommit);
                     out.push(Stmt::WgmmaWait(0));
-                } else {
-                    out.push(Stmt::Loop(l));
                 }
+                other => out.push(other),
             }
-            Stmt::If { cond, then, els } => out.push(Stmt::If {
-                cond,
-                then: batch(then),
-                els: batch(els),
-            }),
-            Stmt::WarpRoles {
-                is_producer,
-                producer,
-                consumer,
-                registers,
-                consumer_threads,
-            } => out.push(Stmt::WarpRoles {
-                is_producer,
-                producer: batch(producer),
-                consumer: batch(consumer),
-                registers,
-                consumer_threads,
-            }),
-            other => out.push(other),
         }
-    }
-    out
+        *block = out;
+    });
+    body
+}
+
+/// An unrolled loop (or binding) whose body is one group: `fence, wgmmas, commit, wait 0`.
+fn one_group(l: &Loop) -> bool {
+    let n = l.body.len();
+    n >= 4
+        && (l.parallel == ParallelType::Unroll || l.parallel.is_hw())
+        && l.body[0] == Stmt::WgmmaFence
+        && l.body[n - 2] == Stmt::WgmmaCommit
+        && l.body[n - 1] == Stmt::WgmmaWait(0)
+        && l.body[1..n - 2]
+            .iter()
+            .all(|s| !matches!(s, Stmt::WgmmaFence | Stmt::WgmmaCommit | Stmt::WgmmaWait(_)))
 }

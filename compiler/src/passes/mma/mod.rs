@@ -195,6 +195,12 @@ pub(super) fn find_products(body: &[Stmt], out: &mut Vec<Vec<Stmt>>) {
     }
 }
 
+/// Whether `l` opens a tensor-core product's tile (three or more Mma loops in a row), whose
+/// operands wgmma reads through descriptors.
+pub(crate) fn is_product_tile(l: &Loop) -> bool {
+    l.parallel == ParallelType::Mma && chain(l).0.len() >= 3
+}
+
 /// The loops of an Mma nest (each the only statement of the one before) and its body.
 pub(super) fn chain(l: &Loop) -> (Vec<TileLoop>, &[Stmt]) {
     let mut loops = Vec::new();

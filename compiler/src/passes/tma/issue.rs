@@ -29,21 +29,10 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         // Inside a tensor-core product's tile (three Mma loops) the operands are read through
         // matrix descriptors, whose swizzle mode applies the same mapping in hardware (the
         // `mma` pass reads the logical index there).
-        fn product_tile(l: &Loop) -> bool {
-            let mut depth = 0;
-            let mut cur = l;
-            loop {
-                depth += 1;
-                match cur.body.as_slice() {
-                    [Stmt::Loop(inner)] if inner.parallel == ParallelType::Mma => cur = inner,
-                    _ => return depth >= 3,
-                }
-            }
-        }
         fn outside_mma(body: &mut [Stmt], f: &mut dyn FnMut(&mut crate::kir::Compute)) {
             for s in body {
                 match s {
-                    Stmt::Loop(l) if l.parallel == ParallelType::Mma && product_tile(l) => {}
+                    Stmt::Loop(l) if crate::passes::mma::is_product_tile(l) => {}
                     Stmt::Loop(l) => outside_mma(&mut l.body, f),
                     Stmt::If { then, els, .. } => {
                         outside_mma(then, f);
