@@ -1,0 +1,463 @@
+//! The kernel IR's text: [`Kernel::print`] (the dump shown after every pass), its line map
+//! ([`IrLines`]) and one statement's line ([`Kernel::stmt_head`]).
+
+use super::*;
+use std::fmt::Write;
+
+impl Data {
+    pub fn text(&self, k: &Kernel) -> String {
+        let mut out = String::new();
+        self.write(k, &mut out);
+        out
+    }
+
+    fn write(&self, k: &Kernel, out: &mut String) {
+        match self {
+            Data::Read(a) => write_access(k, a, out),
+            Data::Param(n, _) => out.push_str(n),
+            Data::Literal(v, _) => {
+                use std::fmt::Write as _;
+                let _ = write!(out, "{v:?}");
+            }
+            Data::Unary(u, _, x) => {
+                out.push_str(u.name());
+                out.push('(');
+                x.write(k, out);
+                out.push(')');
+            }
+            Data::Binary(b, _, x, y) => {
+                out.push_str(b.name());
+                out.push('(');
+                x.write(k, out);
+                out.push_str(", ");
+                y.write(k, out);
+                out.push(')');
+            }
+            Data::Cast(d, x) => {
+                out.push_str("cast<");
+                out.push_str(d.name());
+                out.push_str(">(");
+                x.write(k, out);
+                out.push(')');
+            }
+        }
+    }
+}
+
+pub fn access_text(k: &Kernel, a: &Access) -> String {
+    let mut out = String::new();
+    write_access(k, a, &mut out);
+    out
+}
+
+fn write_access(k: &Kernel, a: &Access, out: &mut String) {
+    out.push_str(&k.buffers[a.buffer].name);
+    out.push('[');
+    match &a.index {
+        None => out.push('*'),
+        Some(i) => i.write(out, false),
+    }
+    out.push(']');
+}
+
+/// Where [`Kernel::print_with_lines`] put things: 1-based line numbers in the dump.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IrLines {
+    /// The first line of every statement of the body, in preorder (a statement before the
+    /// statements it holds; `then` before `els`, `producer` before `consumer`).
+    pub stmts: Vec<usize>,
+    /// The line of every `hw_vars` binding.
+    pub bindings: Vec<usize>,
+}
+
+/// Counts the lines of a growing dump as statements are written (linear in its length).
+struct LineRecorder {
+    lines: IrLines,
+    counted: usize,
+    newlines: usize,
+}
+
+impl LineRecorder {
+    /// The 1-based number of the line `s` is about to start.
+    fn next_line(&mut self, s: &str) -> usize {
+        self.newlines += s.as_bytes()[self.counted..]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        self.counted = s.len();
+        self.newlines + 1
+    }
+}
+
+impl Kernel {
+    /// The readable dump shown after every pass.
+    pub fn print(&self) -> String {
+        self.print_recording(None)
+    }
+
+    /// [`Kernel::print`], and the line of every statement and binding in it (the CUDA
+    /// emitter's line map points into the final dump with these).
+    pub fn print_with_lines(&self) -> (String, IrLines) {
+        let mut rec = LineRecorder {
+            lines: IrLines::default(),
+            counted: 0,
+            newlines: 0,
+        };
+        let s = self.print_recording(Some(&mut rec));
+        (s, rec.lines)
+    }
+
+    fn print_recording(&self, mut rec: Option<&mut LineRecorder>) -> String {
+        let mut s = String::new();
+        let dims = |d: &[SizeExpr; 3]| {
+            d.iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            s,
+            "kernel {}  grid({})  block({})",
+            self.name,
+            dims(&self.grid),
+            dims(&self.block)
+        );
+        for b in &self.buffers {
+            if b.memory == MemoryType::Global {
+                let shape: Vec<String> = b
+                    .global_shape
+                    .iter()
+                    .map(|(e, bc)| if *bc { "1".into() } else { e.to_string() })
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "  param {}: {}[{}] global {}",
+                    b.name,
+                    b.dtype,
+                    shape.join(", "),
+                    if b.is_input { "in" } else { "out" }
+                );
+            }
+        }
+        for m in &self.tensor_maps {
+            let list = |v: &[SizeExpr]| {
+                v.iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let _ = writeln!(
+                s,
+                "  param {}: tensor map of `{}` ({}), innermost first: dims [{}] strides [{}] bytes, box {:?}",
+                m.param,
+                m.tensor,
+                m.dtype,
+                list(&m.global_dims),
+                list(&m.global_strides),
+                m.box_dims
+            );
+        }
+        for (v, p) in &self.hw_vars {
+            if let Some(r) = rec.as_deref_mut() {
+                let line = r.next_line(&s);
+                r.lines.bindings.push(line);
+            }
+            let _ = writeln!(s, "  {v} = {}", p.cuda_index().unwrap_or("?"));
+        }
+        print_block(self, &self.body, 1, &mut s, &mut rec);
+        s
+    }
+}
+
+fn print_block(
+    k: &Kernel,
+    body: &[Stmt],
+    depth: usize,
+    s: &mut String,
+    rec: &mut Option<&mut LineRecorder>,
+) {
+    let ind = "  ".repeat(depth);
+    for st in body {
+        if let Some(r) = rec.as_deref_mut() {
+            let line = r.next_line(s);
+            r.lines.stmts.push(line);
+        }
+        match st {
+            Stmt::Loop(l) => {
+                let _ = writeln!(
+                    s,
+                    "{ind}for {} in {} @{}:",
+                    l.var,
+                    l.extent.text(),
+                    l.parallel
+                );
+                print_block(k, &l.body, depth + 1, s, rec);
+            }
+            Stmt::If { cond, then, els } => {
+                let _ = writeln!(s, "{ind}if {}:", cond.text());
+                print_block(k, then, depth + 1, s, rec);
+                if !els.is_empty() {
+                    let _ = writeln!(s, "{ind}else:");
+                    print_block(k, els, depth + 1, s, rec);
+                }
+            }
+            Stmt::Alloc(b) => {
+                let buf = &k.buffers[*b];
+                let size = buf
+                    .size
+                    .as_ref()
+                    .map(|v| v.text())
+                    .unwrap_or_else(|| "?".into());
+                let off = buf
+                    .smem_offset
+                    .as_ref()
+                    .map(|o| format!(" at smem+{}", o.text()))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "{ind}alloc {}: {}[{size}] {}{off}",
+                    buf.name,
+                    buf.dtype,
+                    buf.memory.name()
+                );
+            }
+            Stmt::Compute(c) => {
+                let tag = match c.role {
+                    ComputeRole::Normal => "",
+                    ComputeRole::ReductionInit => "  // init",
+                    ComputeRole::ReductionUpdate => "  // reduce",
+                    ComputeRole::ReductionWrite => "  // write",
+                };
+                let vec = c
+                    .vector
+                    .as_ref()
+                    .map(|(v, w)| format!("vector<{w}> over {v}: "))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "{ind}{vec}{} = {}{tag}",
+                    access_text(k, &c.out),
+                    c.value.text(k)
+                );
+            }
+            Stmt::BlockReduce { acc, op, dims, .. } => {
+                let d: String = ["x", "y", "z"]
+                    .iter()
+                    .zip(dims)
+                    .filter(|(_, &b)| b)
+                    .map(|(n, _)| *n)
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "{ind}block_{}_over_{d}({})",
+                    op.name(),
+                    access_text(k, acc)
+                );
+            }
+            Stmt::Sync => {
+                let _ = writeln!(s, "{ind}__syncthreads()");
+            }
+            Stmt::Let { var, value } => {
+                let _ = writeln!(s, "{ind}let {var} = {}", value.text());
+            }
+            Stmt::MbarInit { bars } => {
+                let m = &k.mbarriers[*bars];
+                let off = m
+                    .smem_offset
+                    .as_ref()
+                    .map(|o| format!(" at smem+{}", o.text()))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "{ind}mbarrier_init {}[{}]{off}, {} arrivals; fence.mbarrier_init",
+                    m.name, m.count, m.arrivals
+                );
+            }
+            Stmt::MbarInval { bars } => {
+                let m = &k.mbarriers[*bars];
+                let _ = writeln!(s, "{ind}mbarrier_inval {}[{}]", m.name, m.count);
+            }
+            Stmt::MbarArriveExpectTx { bars, slot, bytes } => {
+                let _ = writeln!(
+                    s,
+                    "{ind}mbarrier_arrive_expect_tx {}[{}], {bytes} bytes",
+                    k.mbarriers[*bars].name,
+                    slot.text()
+                );
+            }
+            Stmt::MbarWait { bars, slot, parity } => {
+                let _ = writeln!(
+                    s,
+                    "{ind}mbarrier_wait {}[{}], parity {}",
+                    k.mbarriers[*bars].name,
+                    slot.text(),
+                    parity.text()
+                );
+            }
+            Stmt::MbarExpectTx { bars, slot, bytes } => {
+                let _ = writeln!(
+                    s,
+                    "{ind}mbarrier_expect_tx {}[{}], {bytes} bytes",
+                    k.mbarriers[*bars].name,
+                    slot.text()
+                );
+            }
+            Stmt::MbarArrive {
+                bars,
+                slot,
+                per_warp,
+            } => {
+                let _ = writeln!(
+                    s,
+                    "{ind}mbarrier_arrive {}[{}]{}",
+                    k.mbarriers[*bars].name,
+                    slot.text(),
+                    if *per_warp {
+                        " (lane 0 of each warp)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            Stmt::TmaStore(t) => {
+                let c: Vec<String> = t.coords.iter().map(|v| v.text()).collect();
+                let _ = writeln!(
+                    s,
+                    "{ind}tma_store_{}d {} {{{}}} <- {}, {} bytes",
+                    t.coords.len(),
+                    k.tensor_maps[t.map].param,
+                    c.join(", "),
+                    access_text(k, &t.src),
+                    t.bytes
+                );
+            }
+            Stmt::BulkCommit => {
+                let _ = writeln!(s, "{ind}bulk_commit_group");
+            }
+            Stmt::BulkWaitRead(n) => {
+                let _ = writeln!(s, "{ind}bulk_wait_group_read {n}");
+            }
+            Stmt::FenceProxyAsync => {
+                let _ = writeln!(s, "{ind}fence.proxy.async.shared::cta");
+            }
+            Stmt::Wgmma(w) => {
+                let operand = |o: &MmaOperand| {
+                    format!(
+                        "{} ({}, swizzle {})",
+                        access_text(k, &o.tile),
+                        if o.transposed { "MN-major" } else { "K-major" },
+                        o.swizzle
+                    )
+                };
+                let _ = writeln!(
+                    s,
+                    "{ind}wgmma.m64n{}k16.f32.{} {}[+{}] (+)= {} x {}, accumulate if {}",
+                    w.n,
+                    w.input.name(),
+                    k.buffers[w.acc.buffer].name,
+                    w.acc.index.as_ref().map_or("0".into(), |i| i.text()),
+                    operand(&w.a),
+                    operand(&w.b),
+                    w.accumulate
+                        .as_ref()
+                        .map_or("true".into(), |a| access_text(k, a))
+                );
+            }
+            Stmt::WgmmaFence => {
+                let _ = writeln!(s, "{ind}wgmma.fence");
+            }
+            Stmt::WgmmaCommit => {
+                let _ = writeln!(s, "{ind}wgmma.commit_group");
+            }
+            Stmt::WgmmaWait(n) => {
+                let _ = writeln!(s, "{ind}wgmma.wait_group {n}");
+            }
+            Stmt::WarpRoles {
+                is_producer,
+                producer,
+                consumer,
+                registers,
+                consumer_threads,
+            } => {
+                let regs = |n: usize| {
+                    registers
+                        .map(|r| format!(", setmaxnreg {}", if n == 0 { r.0 } else { r.1 }))
+                        .unwrap_or_default()
+                };
+                let _ = writeln!(
+                    s,
+                    "{ind}producer warps (if {}){}:",
+                    is_producer.text(),
+                    regs(0)
+                );
+                print_block(k, producer, depth + 1, s, rec);
+                let _ = writeln!(
+                    s,
+                    "{ind}consumer warps ({consumer_threads} threads, barriers are named){}:",
+                    regs(1)
+                );
+                print_block(k, consumer, depth + 1, s, rec);
+            }
+            Stmt::TmaLoad(t) => {
+                let what = match t.kind {
+                    CopyKind::Tile { map } => {
+                        let c: Vec<String> = t.coords.iter().map(|v| v.text()).collect();
+                        format!(
+                            "tma_load_{}d {} {{{}}}",
+                            t.coords.len(),
+                            k.tensor_maps[map].param,
+                            c.join(", ")
+                        )
+                    }
+                    CopyKind::Bulk => format!("bulk_load {}", access_text(k, &t.src)),
+                };
+                let _ = writeln!(
+                    s,
+                    "{ind}{} <- {what}, {} bytes, on {}[{}]",
+                    access_text(k, &t.dst),
+                    t.bytes,
+                    k.mbarriers[t.bars].name,
+                    t.slot.text()
+                );
+            }
+        }
+    }
+}
+
+/// Visits every statement list, innermost last, with mutable access.
+impl Kernel {
+    /// The first line of a statement's dump, unindented (`for i in N @Serial:`, `if c:`, an
+    /// access...): how messages about one statement quote it. Only the statement's own ids are
+    /// read (its nested blocks are left out), and they must be the kernel's.
+    pub fn stmt_head(&self, st: &Stmt) -> String {
+        let head = match st {
+            Stmt::Loop(l) => Stmt::Loop(Loop {
+                body: Vec::new(),
+                extent: l.extent.clone(),
+                var: l.var.clone(),
+                ..*l
+            }),
+            Stmt::If { cond, .. } => Stmt::If {
+                cond: cond.clone(),
+                then: Vec::new(),
+                els: Vec::new(),
+            },
+            Stmt::WarpRoles {
+                is_producer,
+                registers,
+                consumer_threads,
+                ..
+            } => Stmt::WarpRoles {
+                is_producer: is_producer.clone(),
+                producer: Vec::new(),
+                consumer: Vec::new(),
+                registers: *registers,
+                consumer_threads: *consumer_threads,
+            },
+            other => other.clone(),
+        };
+        let mut s = String::new();
+        print_block(self, std::slice::from_ref(&head), 0, &mut s, &mut None);
+        s.lines().next().unwrap_or_default().to_string()
+    }
+}
