@@ -160,7 +160,8 @@ fn a_bulk_copy_keeps_its_bounds_guard_and_its_full_expect_tx() {
 
 #[test]
 fn one_stage_loads_and_waits_in_the_same_loop() {
-    let src = include_str!("../../../examples/tma/exp_2d.hf").replace("x_s.circular_buffer(4)\n", "");
+    let src =
+        include_str!("../../../examples/tma/exp_2d.hf").replace("x_s.circular_buffer(4)\n", "");
     let p = &view(&src).pipelines[0];
     assert_eq!((p.stages, p.prefetch), (1, Some(0)));
     assert_eq!(p.phases, [phase(PhaseKind::Main, "n_o", "ceilDiv(N, 64)")]);
