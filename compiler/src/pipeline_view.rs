@@ -110,6 +110,9 @@ pub struct Load {
     pub rank: usize,
     /// Bytes one copy writes into a slot.
     pub bytes: i64,
+    /// Copies of this box per stage: several when a stage holds boxes side by side (a K tile
+    /// wider than one swizzle span), each its own copy at the next box's place in the slot.
+    pub boxes: i64,
     /// Bytes announced by the `mbarrier.arrive.expect_tx` before the copy.
     pub expect_tx: Option<i64>,
     /// Which arrival announces it, numbered within the pipeline: loads with the same number
@@ -732,6 +735,8 @@ fn pipeline(
 
     let mut out_loads: Vec<Load> = Vec::new();
     let mut shown: Vec<bool> = Vec::new();
+    // Per load shown: how many of its copies each arrival announces (boxes side by side).
+    let mut per_arrival: Vec<std::collections::HashMap<Option<usize>, i64>> = Vec::new();
     for &(i, e, t) in &loads {
         let (kind, tensor, tensor_map) = match t.kind {
             CopyKind::Tile { map } => (
@@ -765,6 +770,7 @@ fn pipeline(
             tensor_map,
             rank: t.coords.len().max(1),
             bytes: t.bytes,
+            boxes: 1,
             expect_tx,
             arrival,
             role: role_of(roles, &e.guards),
@@ -776,6 +782,7 @@ fn pipeline(
             (o.kind, &o.buffer, &o.tensor, o.bytes, o.role)
                 == (load.kind, &load.buffer, &load.tensor, load.bytes, load.role)
         });
+        let at = (same.unwrap_or(out_loads.len()), load.arrival);
         match same {
             Some(j) => {
                 let phase = load.phases[0];
@@ -792,8 +799,12 @@ fn pipeline(
             None => {
                 shown.push(steady(e.lp, refill));
                 out_loads.push(load);
+                per_arrival.push(std::collections::HashMap::new());
             }
         }
+        let n = per_arrival[at.0].entry(at.1).or_insert(0);
+        *n += 1;
+        out_loads[at.0].boxes = out_loads[at.0].boxes.max(*n);
     }
 
     // Arrivals numbered in order of the loads shown.
@@ -890,7 +901,7 @@ fn pipeline(
         prefetch,
         loop_var,
         phases,
-        stage_bytes: out_loads.iter().map(|l| l.bytes).sum(),
+        stage_bytes: out_loads.iter().map(|l| l.bytes * l.boxes).sum(),
         loads: out_loads,
         full_barrier: k.mbarriers[bars].name.clone(),
         empty_barrier,

@@ -312,3 +312,66 @@ fn a_buffered_loop_outside_the_block_loops_cannot_be_pipelined() {
         "{e}"
     );
 }
+
+#[test]
+fn leading_bulk_axes_lay_boxes_side_by_side_each_its_own_copy() {
+    let c = compile(&example("tma/copy_two_boxes.hf"));
+    // One box of one swizzle span in the tensor map; two copies, one arrival announcing both.
+    assert_eq!(c.plan.tensor_maps.len(), 1);
+    assert_eq!(c.plan.tensor_maps[0].box_dims, vec![64, 8]);
+    assert!(
+        c.cuda
+            .contains("hf_mbarrier_arrive_expect_tx(&x_s_full[0], 2048u);"),
+        "{}",
+        c.cuda
+    );
+    assert!(c.cuda.contains(
+        "hf_tma_load_2d(&x_s[0], &x_s_map, (int)(k_o * 128), (int)(m_o * 8), &x_s_full[0]);"
+    ));
+    assert!(c.cuda.contains(
+        "hf_tma_load_2d(&x_s[512], &x_s_map, (int)(k_o * 128 + 64), (int)(m_o * 8), &x_s_full[0]);"
+    ));
+    assert_eq!(c.cuda.matches("hf_tma_load_2d(&").count(), 2);
+}
+
+#[test]
+fn boxes_side_by_side_errors_name_the_rule() {
+    let src = example("tma/copy_two_boxes.hf");
+    let err = |s: String| {
+        hopfuse::compile(&s, &Default::default())
+            .err()
+            .unwrap_or_else(|| panic!("compiles:\n{s}"))
+            .render(&s, "t.hf")
+    };
+    // Boxes of 4 rows of 128 bytes: the second would not start on the swizzle's 1 KiB repeat.
+    let e = err(src.replace("y.split(0, 8)", "y.split(0, 4)"));
+    assert!(
+        e.contains("lay 2 boxes of 512 bytes side by side; each box starts where the previous one ends and a box in shared memory starts on a multiple of 1024 bytes (the swizzle pattern's repeat), so a box must be a multiple of 1024 bytes"),
+        "{e}"
+    );
+    // A bulk copy has no tensor map to address the next box with.
+    let e = err(src.replace("load=tma, swizzle=128", "load=bulk"));
+    assert!(
+        e.contains("the leading Bulk axes lay 2 boxes side by side, which takes one tensor-map copy per box: use load=tma"),
+        "{e}"
+    );
+    // The counting axis must come first: here the column pieces are split around the rows in
+    // the wrong order (the inner piece first).
+    let e = err(src.replace("x_s.reorder(0, 1, 3, 2, 4)", "x_s.reorder(0, 1, 4, 2, 3)"));
+    assert!(
+        e.contains("must together cover one contiguous part of dimension 1"),
+        "{e}"
+    );
+    // A TMA store writes one box per store: 16 x 64 f32 (two 128-byte spans) is two boxes.
+    let store = example("tma/exp_swizzle.hf")
+        .replace("y.split(1, 32)", "y.split(1, 64)")
+        .replace(
+            "  y.parallelize(2, Bulk)\n  y.parallelize(3, Bulk)\n  x_s.parallelize(2, Bulk)\n  x_s.parallelize(3, Bulk)",
+            "  y.split(3, 32)\n  y.reorder(0, 1, 3, 2, 4)\n  y.parallelize(2, Bulk)\n  y.parallelize(3, Bulk)\n  y.parallelize(4, Bulk)\n  x_s.split(3, 32)\n  x_s.reorder(0, 1, 3, 2, 4)\n  x_s.parallelize(2, Bulk)\n  x_s.parallelize(3, Bulk)\n  x_s.parallelize(4, Bulk)",
+        );
+    let e = err(store);
+    assert!(
+        e.contains("`y` (TMA store from `y_s`): the leading Bulk axes lay 2 boxes side by side, which TMA stores do not do"),
+        "{e}"
+    );
+}

@@ -327,11 +327,12 @@ pub fn details(v: &PipelineView, p: &Pipeline) -> Vec<(&'static str, String)> {
         rows.push((
             "load",
             format!(
-                "{} issues {} → {}[{}] ({what}, {} B{tx}) on {}[{}]{guard}; in {}",
+                "{} issues {} → {}[{}] ({what}, {}{} B{tx}) on {}[{}]{guard}; in {}",
                 v.roles[l.role].name,
                 l.tensor,
                 l.buffer,
                 l.slot,
+                boxes(l.boxes),
                 l.bytes,
                 p.full_barrier,
                 l.slot,
@@ -519,9 +520,12 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
         for l in p.loads.iter().filter(|l| l.role == r) {
             lines.push(format!("load {} → {}[{k}]", l.tensor, l.buffer));
             lines.push(match l.kind {
-                LoadKind::Tile => {
-                    format!("TMA {}-D · {}", l.rank, crate::model::bytes(l.bytes as f64))
-                }
+                LoadKind::Tile => format!(
+                    "TMA {}-D · {}{}",
+                    l.rank,
+                    boxes(l.boxes),
+                    crate::model::bytes(l.bytes as f64)
+                ),
                 LoadKind::Bulk => format!("bulk · {}", crate::model::bytes(l.bytes as f64)),
             });
         }
@@ -904,6 +908,15 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
     }
     out.push_str("</svg>");
     out
+}
+
+/// "2 × " before a box's size when a stage holds several of it side by side.
+fn boxes(n: i64) -> String {
+    if n > 1 {
+        format!("{n} × ")
+    } else {
+        String::new()
+    }
 }
 
 #[cfg(test)]

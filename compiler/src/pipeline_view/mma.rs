@@ -692,8 +692,10 @@ mod tests {
             assert_eq!(m.b.pipeline, Some(stage.pipeline), "{name}");
             // wait_group 1 where an empty mbarrier frees the stage (one group in flight).
             let in_flight = if m.release.is_some() { 1 } else { 0 };
+            // One wgmma per k16 of the stage's K tile: the stage holds (M + N) x K bf16.
+            let k_tile = v.pipelines[stage.pipeline].stage_bytes / ((64 * groups + m.n) * 2);
             assert!(
-                m.fence && m.wait_group == Some(in_flight) && m.per_group == Some(4),
+                m.fence && m.wait_group == Some(in_flight) && m.per_group == Some(k_tile / 16),
                 "{name}: {:?} {:?}",
                 m.wait_group,
                 m.release

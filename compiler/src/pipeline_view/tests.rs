@@ -73,6 +73,7 @@ fn copy_1d_stages3_is_one_thread_loading_two_ahead_into_three_slots() {
                 tensor_map: Some("x_s_map".into()),
                 rank: 1,
                 bytes: 1024,
+                boxes: 1,
                 expect_tx: Some(1024),
                 arrival: Some(0),
                 role: 0,
@@ -231,4 +232,25 @@ fn an_empty_barrier_pipeline_without_warp_roles() {
     assert_eq!(p.empty_barrier.as_deref(), Some("x_s_empty"));
     assert_eq!(p.release, Release::EmptyBarrier);
     assert_eq!(v.roles[0].thread_count, Some(1));
+}
+
+#[test]
+fn boxes_side_by_side_are_one_load_of_several_boxes() {
+    // Step 8's K tile is two 128-byte swizzle spans: each operand's stage is two boxes, two
+    // copies announced by the one arrival of the stage.
+    let v = view(&example("matmul/step8_wide_k_tile.hf"));
+    let p = &v.pipelines[0];
+    let loads: Vec<_> = p
+        .loads
+        .iter()
+        .map(|l| (l.buffer.as_str(), l.bytes, l.boxes, l.expect_tx, l.arrival))
+        .collect();
+    assert_eq!(
+        loads,
+        [
+            ("a_s", 16384, 2, Some(65536), Some(0)),
+            ("b_s", 16384, 2, Some(65536), Some(0)),
+        ]
+    );
+    assert_eq!(p.stage_bytes, 65536);
 }

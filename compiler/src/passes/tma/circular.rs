@@ -380,10 +380,15 @@ pub(crate) fn issue(
             .find(|i| cx.tensor_buffer[&i.tensor] == t.dst.buffer)
             .expect("a load of the pipe");
         let mut t = t.clone();
-        t.dst.index = Some(Val::mul(
+        // The stage's start, plus the box's place in the stage (several boxes side by side).
+        let stage = Val::mul(
             slot.clone(),
             Val::Int(info.stage_elems.expect("copies have a stage size")),
-        ));
+        );
+        t.dst.index = Some(match t.dst.index.take() {
+            None | Some(Val::Int(0)) => stage,
+            Some(at) => Val::add(stage, at),
+        });
         t.slot = slot.clone();
         if info.kind == LoadKind::Bulk {
             // A bulk copy must stay inside the tensor: a run outside it is not copied and
@@ -411,7 +416,7 @@ pub(crate) fn issue(
                 continue;
             }
         }
-        bytes += info.bytes;
+        bytes += t.bytes;
         unconditional.push(Stmt::TmaLoad(t));
     }
     out.push(Stmt::MbarArriveExpectTx {

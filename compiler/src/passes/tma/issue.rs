@@ -61,13 +61,19 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
 pub(crate) fn issue_block(
     cx: &mut Ctx,
     k: &Kernel,
-    body: &mut [Stmt],
+    body: &mut Vec<Stmt>,
     env: &mut HashMap<LoopKey, Val>,
 ) -> Result<(), Diagnostic> {
-    for s in body.iter_mut() {
+    let mut i = 0;
+    while i < body.len() {
+        let s = &mut body[i];
+        i += 1;
         match s {
             Stmt::Loop(l) if l.parallel == ParallelType::Bulk => {
-                *s = box_copy(cx, k, l, env)?;
+                let copies = box_copy(cx, k, l, env)?;
+                let n = copies.len();
+                body.splice(i - 1..i, copies);
+                i += n - 1;
             }
             Stmt::Loop(l) => {
                 let prev = env.insert(l.key, Val::Var(l.var.clone()));
@@ -88,13 +94,14 @@ pub(crate) fn issue_block(
 }
 
 /// The copy of the whole box that a nest of `Bulk` loops around one copy stands for: a load
-/// into a cache, or a store of an output from its cache.
+/// into a cache, or a store of an output from its cache; one copy per box where the leading
+/// Bulk loops count boxes laid side by side ([`super::plan::BoxShape::count`]).
 pub(crate) fn box_copy(
     cx: &mut Ctx,
     k: &Kernel,
     l: &Loop,
     env: &HashMap<LoopKey, Val>,
-) -> Result<Stmt, Diagnostic> {
+) -> Result<Vec<Stmt>, Diagnostic> {
     let mut env = env.clone();
     let mut vars = Vec::new();
     let mut extents = Vec::new();
@@ -122,8 +129,14 @@ pub(crate) fn box_copy(
     };
     let f = cx.fusion;
     let t = f.exprs[compute.expr].output;
+    // The loops that count boxes (loads only) stay in the coordinates until each copy is made.
+    let counting = cx
+        .tma
+        .iter()
+        .find(|i| i.tensor == t)
+        .map_or(0, |i| i.boxes.count_axes);
     let zero = |v: &Val| {
-        let z = vars
+        let z = vars[counting..]
             .iter()
             .fold(v.clone(), |acc, var| acc.subst(var, &Val::Int(0)));
         crate::passes::simplify::simplify(&z, &HashMap::new())
@@ -151,7 +164,7 @@ pub(crate) fn box_copy(
     };
     if let Some(store) = cx.stores.iter().find(|s| s.tensor == t).cloned() {
         check_box_layout(cx, k, &store, src, &vars, &extents)?;
-        return Ok(Stmt::TmaStore(TmaStore {
+        return Ok(vec![Stmt::TmaStore(TmaStore {
             map: store.map,
             src: Access {
                 buffer: src.buffer,
@@ -159,7 +172,7 @@ pub(crate) fn box_copy(
             },
             coords,
             bytes: store.bytes,
-        }));
+        })]);
     }
     let Some(info) = cx.tma.iter().find(|i| i.tensor == t).cloned() else {
         return Err(Diagnostic::new(
@@ -174,7 +187,7 @@ pub(crate) fn box_copy(
         buffer: src.buffer,
         index: src.index.as_ref().map(zero),
     };
-    Ok(Stmt::TmaLoad(TmaLoad {
+    let load = TmaLoad {
         kind: match info.map {
             Some(map) => CopyKind::Tile { map },
             None => CopyKind::Bulk,
@@ -185,10 +198,50 @@ pub(crate) fn box_copy(
         },
         src,
         coords,
-        bytes: info.bytes,
+        bytes: info.bytes / info.boxes.count,
         bars: full_of(cx, t),
         slot: Val::Int(0),
-    }))
+    };
+    if counting == 0 {
+        return Ok(vec![Stmt::TmaLoad(load)]);
+    }
+    // Box `b` of several: the counting loops at their values for `b` (the last one fastest), in
+    // the coordinates and in the cache's own index of the box's first element.
+    let dst_index = zero(&compute.out.index.clone().unwrap_or(Val::Int(0)));
+    let simplify = |v: Val| crate::passes::simplify::simplify(&v, &HashMap::new());
+    let mut copies = Vec::new();
+    for b in 0..info.boxes.count {
+        let mut rest = b;
+        let mut at = Vec::new();
+        for (var, &e) in vars[..counting].iter().zip(&extents[..counting]).rev() {
+            at.push((var, rest % e.max(1)));
+            rest /= e.max(1);
+        }
+        let place = |v: &Val| {
+            simplify(
+                at.iter()
+                    .fold(v.clone(), |acc, (var, x)| acc.subst(var, &Val::Int(*x))),
+            )
+        };
+        let mut copy = load.clone();
+        copy.coords = load.coords.iter().map(place).collect();
+        copy.src.index = load.src.index.as_ref().map(place);
+        copy.dst.index = Some(place(&dst_index));
+        let box_elems = info.boxes.dims.iter().product::<i64>();
+        if copy.dst.index != Some(Val::Int(b * box_elems)) {
+            return Err(Diagnostic::new(
+                format!(
+                    "`{}`: the Bulk axes that count its boxes must be its outermost Bulk axes, so that box {b} starts at element {} of the stage (it is at {})",
+                    f.tensors[t].name,
+                    b * box_elems,
+                    copy.dst.index.as_ref().map_or("0".into(), |v| v.text())
+                ),
+                f.tensors[t].span,
+            ));
+        }
+        copies.push(Stmt::TmaLoad(copy));
+    }
+    Ok(copies)
 }
 
 /// A TMA store reads its box row-major from shared memory: the cache must be laid out that way

@@ -56,12 +56,15 @@ pub struct TmaInfo {
     /// Elements of one stage in shared memory (the box, padded to [`SMEM_ALIGN`] bytes); None
     /// for plain loads (the allocation pass sizes them).
     pub stage_elems: Option<i64>,
-    /// Bytes of one box (the expected transaction count); 0 for plain loads.
+    /// Bytes of one stage's copies (the expected transaction count: every box of
+    /// [`TmaInfo::boxes`]); 0 for plain loads.
     pub bytes: i64,
     /// Index into `Kernel::tensor_maps` (tile copies).
     pub map: Option<usize>,
     /// Rank of the source and the box, innermost first (bulk copies: only `box_dims[0]` > 1).
     pub box_dims: Vec<i64>,
+    /// The box and how many of them one stage holds side by side.
+    pub(crate) boxes: plan::BoxShape,
     pub global_dims: Vec<SizeExpr>,
     /// Index into `Ctx::pipes`.
     pub pipe: usize,

@@ -23,13 +23,30 @@ pub(crate) struct BoxPiece {
     pos: usize,
 }
 
+/// The shape a tensor's `Bulk` axes cover: one box, or several of the same box side by side.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct BoxShape {
+    /// The box, innermost dimension first.
+    pub dims: Vec<i64>,
+    /// Boxes per copy (1: one). Several when the leading Bulk axes are outer pieces of a
+    /// dimension whose inner pieces come later: e.g. a K tile of two 128-byte swizzle spans,
+    /// `[K/64, rows, 64]` in shared memory, is two boxes of `{64, rows}` one after the other.
+    pub count: i64,
+    /// How many leading Bulk axes count the boxes (0 when `count` is 1).
+    pub count_axes: usize,
+    /// The dimension (innermost first) the boxes step along, by `dims[dim]` elements each.
+    pub dim: usize,
+}
+
 /// The box a tensor's `Bulk` axes (loop axes `pos..`) cover, innermost dimension first.
 ///
 /// The rule: each box dimension is a contiguous part of one dimension of the tensor, the whole
 /// dimension or the inner part of a split of it (the outer part is a loop), possibly cut into
 /// pieces by further inner splits, every piece Bulk and the outer pieces first; dimensions in
-/// order. Shared memory then holds the box row-major, as TMA writes it.
-pub(crate) fn box_of(cx: &Ctx, t: TensorId, pos: usize) -> Result<Vec<i64>, Diagnostic> {
+/// order. Shared memory then holds the box row-major, as TMA writes it. The leading Bulk axes
+/// may instead be outer pieces of a dimension that comes again further in: they count boxes
+/// ([`BoxShape::count`]), each a copy of its own, laid out one after the other.
+pub(crate) fn box_of(cx: &Ctx, t: TensorId, pos: usize) -> Result<BoxShape, Diagnostic> {
     let f = cx.fusion;
     let tensor = &f.tensors[t];
     let name = &tensor.name;
@@ -37,6 +54,7 @@ pub(crate) fn box_of(cx: &Ctx, t: TensorId, pos: usize) -> Result<Vec<i64>, Diag
     let logical = f.logical(t);
     let mut box_outer_first = vec![1i64; logical.len()];
     let mut groups: Vec<(usize, Vec<BoxPiece>)> = Vec::new();
+    let mut pieces_in_order: Vec<(usize, BoxPiece)> = Vec::new();
     for (p, &id) in tensor.loop_domain.iter().enumerate().skip(pos) {
         let mut path = Vec::new();
         let mut cur = id;
@@ -77,18 +95,46 @@ pub(crate) fn box_of(cx: &Ctx, t: TensorId, pos: usize) -> Result<Vec<i64>, Diag
             extent,
             pos: p,
         };
+        pieces_in_order.push((dim, piece));
+    }
+    // Leading pieces of a dimension that comes again after another dimension count boxes.
+    let lead_dim = pieces_in_order.first().map(|(d, _)| *d);
+    let lead = pieces_in_order
+        .iter()
+        .take_while(|(d, _)| Some(*d) == lead_dim)
+        .count();
+    let repeats = pieces_in_order[lead..]
+        .iter()
+        .any(|(d, _)| Some(*d) == lead_dim);
+    let mut count_pieces: Vec<BoxPiece> = Vec::new();
+    for (i, (dim, piece)) in pieces_in_order.into_iter().enumerate() {
+        if repeats && i < lead {
+            count_pieces.push(piece);
+            continue;
+        }
+        let p = piece.pos;
         match groups.last_mut() {
             Some((d, pieces)) if *d == dim => pieces.push(piece),
             Some((d, pieces)) if *d > dim => {
                 return err(format!(
-                    "the Bulk axes of `{name}` must follow its dimension order, outermost dimension first, each dimension's pieces together: Bulk axis {p} (dimension {dim}) comes after Bulk axis {} (dimension {d}); shared memory holds the box row-major",
+                    "the Bulk axes of `{name}` must follow its dimension order, outermost dimension first, each dimension's pieces together: Bulk axis {p} (dimension {dim}) comes after Bulk axis {} (dimension {d}); shared memory holds the box row-major (only the leading Bulk axes may be outer pieces of a dimension that comes again further in: they lay several boxes side by side)",
                     pieces.last().map_or(p, |x| x.pos)
                 ))
             }
             _ => groups.push((dim, vec![piece])),
         }
     }
-    for (dim, pieces) in groups {
+    let count: i64 = count_pieces.iter().map(|x| x.extent).product();
+    let count_axes = count_pieces.len();
+    let mut count_dim = 0;
+    for (dim, mut pieces) in groups {
+        let in_box: i64 = pieces.iter().map(|x| x.extent).product();
+        if count_axes > 0 && Some(dim) == lead_dim {
+            // The counting pieces and the box's pieces of this dimension together must cover
+            // one contiguous part of it, the counting ones outermost.
+            count_dim = dim;
+            pieces.splice(0..0, std::mem::take(&mut count_pieces));
+        }
         let axes: Vec<usize> = pieces.iter().map(|x| x.pos).collect();
         // The part of the dimension the pieces share: reached from the root through inner
         // parts only, else the box would skip what the outer loop's sibling covers.
@@ -120,9 +166,19 @@ pub(crate) fn box_of(cx: &Ctx, t: TensorId, pos: usize) -> Result<Vec<i64>, Diag
                 "the Bulk axes {axes:?} of `{name}` must together cover one contiguous part of dimension {dim} (the whole dimension or the inner part of a split), every piece of it Bulk, outer pieces first"
             ));
         }
-        box_outer_first[dim] = product;
+        box_outer_first[dim] = in_box;
     }
-    Ok(box_outer_first.into_iter().rev().collect())
+    let rank = box_outer_first.len();
+    Ok(BoxShape {
+        dims: box_outer_first.into_iter().rev().collect(),
+        count,
+        count_axes,
+        dim: if count_axes > 0 {
+            rank - 1 - count_dim
+        } else {
+            0
+        },
+    })
 }
 
 /// Global dims and byte strides of a global tensor (innermost first), checked where constant;
@@ -337,6 +393,12 @@ pub(crate) fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(),
         bytes: 0,
         map: None,
         box_dims: Vec::new(),
+        boxes: BoxShape {
+            dims: Vec::new(),
+            count: 1,
+            count_axes: 0,
+            dim: 0,
+        },
         global_dims: Vec::new(),
         pipe: 0,
         circular: tensor.circular,
@@ -369,13 +431,31 @@ pub(crate) fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(),
                 "`{name}` has no Bulk axis: mark the axes the box covers with parallelize(axis, Bulk)"
             ));
         }
-        let box_dims = box_of(cx, t, pos)?;
+        let shape = box_of(cx, t, pos)?;
+        let box_dims = shape.dims.clone();
         let what = format!(
             "`{name}` ({} load of `{}`)",
             tensor.load.name(),
             f.tensors[src].name
         );
         crate::target::check_tma_box(&what, elem, &box_dims, tensor.swizzle).or_else(err)?;
+        if shape.count > 1 {
+            let box_bytes = box_dims.iter().product::<i64>() * elem;
+            let align = crate::target::swizzle_repeat(tensor.swizzle);
+            if tensor.load != LoadKind::Tma {
+                return err(format!(
+                    "{what}: the leading Bulk axes lay {} boxes side by side, which takes one tensor-map copy per box: use load=tma",
+                    shape.count
+                ));
+            }
+            if box_bytes % align != 0 {
+                return err(format!(
+                    "{what}: the leading Bulk axes lay {} boxes of {box_bytes} bytes side by side; each box starts where the previous one ends and a box in shared memory starts on a multiple of {align} bytes{}, so a box must be a multiple of {align} bytes",
+                    shape.count,
+                    if tensor.swizzle > 0 { " (the swizzle pattern's repeat)" } else { "" }
+                ));
+            }
+        }
         if tensor.load == LoadKind::Bulk && box_dims[1..].iter().any(|&b| b != 1) {
             return err(format!(
                 "{what}: a bulk copy moves one contiguous run, so only the innermost dimension may be Bulk (use load=tma for boxes of several dimensions)"
@@ -409,7 +489,8 @@ pub(crate) fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(),
             }
         }
         let box_elems: i64 = box_dims.iter().product();
-        info.bytes = box_elems * elem;
+        info.bytes = box_elems * elem * shape.count;
+        info.boxes = shape.clone();
         let align = crate::target::swizzle_repeat(tensor.swizzle);
         info.stage_elems = Some((info.bytes + align - 1) / align * align / elem);
         if tensor.load == LoadKind::Tma {
@@ -551,9 +632,16 @@ pub(crate) fn plan_store(cx: &mut Ctx, k: &mut Kernel, y: TensorId) -> Result<()
             }
         }
     }
-    let box_dims = box_of(cx, y, pos)?;
+    let shape = box_of(cx, y, pos)?;
+    let box_dims = shape.dims;
     let elem = tensor.dtype.size_bytes() as i64;
     let what = format!("`{name}` (TMA store from `{}`)", f.tensors[cache].name);
+    if shape.count > 1 {
+        return err(format!(
+            "{what}: the leading Bulk axes lay {} boxes side by side, which TMA stores do not do; give the store one box (its Bulk axes in dimension order) and loop over the boxes with an ordinary axis",
+            shape.count
+        ));
+    }
     crate::target::check_tma_box(&what, elem, &box_dims, tensor.swizzle).or_else(err)?;
     let owner = format!("TMA store of `{}` into `{name}`", f.tensors[cache].name);
     let (global_dims, global_strides) = global_layout(cx, y, elem, &what, &owner, tensor.span)?;
