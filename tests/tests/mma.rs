@@ -146,18 +146,31 @@ fn operands_are_swizzled_half_precision_caches_in_shared_memory() {
 }
 
 #[test]
-fn an_mn_major_operand_is_one_swizzle_span_wide() {
-    // b stored [K, N] with a 128-wide N tile: 256 bytes along N, two 128-byte spans.
-    let src = include_str!("../../examples/matmul/step5_mn_major.hf")
-        .replace("s.split(5, 64)", "s.split(5, 128)");
+fn an_mn_major_operand_wider_than_a_swizzle_span_is_atoms_side_by_side() {
+    // b stored [K, N] with a 128-wide N tile as one box: 256 bytes along N, two 128-byte spans
+    // in one row, which neither TMA's swizzle nor a wgmma atom allows.
+    let src =
+        include_str!("../passes/mma/mn_major.hf").replace("s.split(5, 64)", "s.split(5, 128)");
     let e = error(&src);
     assert!(
-        e.message.contains("is MN-major")
-            || e.message
-                .contains("inner box row must be exactly 128 bytes"),
+        e.message.contains(
+            "with 128-byte swizzle the inner box row must be exactly 128 bytes, it is 256"
+        ),
         "{}",
         e.message
     );
+    // The same tile with the cache's N split into atoms of 64, the atoms as boxes side by
+    // side: LBO is the step from atom to atom (64 K rows x 128 bytes = 8 KiB, encoded 512).
+    let src = src.replace(
+        "  b_s.reorder(0, 1, 2, 4, 3)\n",
+        "  b_s.parallelize(3, Serial)\n  b_s.split(3, 64)\n  b_s.reorder(0, 1, 3, 2, 5, 4)\n  b_s.parallelize(5, Bulk)\n",
+    );
+    let cuda = cuda(&src);
+    assert!(
+        cuda.contains("hf_wgmma_m64n128k16_bf16_tt(&s_acc[0], hf_wgmma_desc(&a_s[k_io * 16 * 64], 0x4000004000400000ull), hf_wgmma_desc(&b_s[k_io * 16 * 64], 0x4000004002000000ull), s_acc_started[0]);"),
+        "{cuda}"
+    );
+    assert_eq!(cuda.matches("hf_tma_load_2d(&b_s[").count(), 2, "{cuda}");
 }
 
 #[test]

@@ -1122,9 +1122,15 @@ mod tests {
         );
         assert_eq!(svg.matches(r#"class="pl-acc""#).count(), 1);
         assert!(svg.contains(">s_acc[0..63]<") && svg.contains(">scale-d: s_acc_started[0]<"));
+        // Step 5: two consumer warp groups, each A its own atom; B four atoms side by side.
         let mn = svg_of(&view("matmul/step5_mn_major"));
-        assert!(mn.contains(">A a_s[0] · MN-major<") && mn.contains(">B b_s[3] · MN-major<"));
-        assert!(mn.contains(">32 × f32 per thread<"));
+        assert!(
+            mn.contains(">A a_s[0] rows 64–127 · MN-major<")
+                && mn.contains(">B b_s[3] · MN-major<"),
+            "{mn}"
+        );
+        assert!(mn.contains(">128 × f32 per thread<"));
+        assert!(mn.contains(">TMA 2-D · 2 × 8.0 KiB<") && mn.contains(">TMA 2-D · 4 × 8.0 KiB<"));
     }
 
     fn svg_of(v: &PipelineView) -> String {

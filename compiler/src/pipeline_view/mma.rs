@@ -641,8 +641,8 @@ mod tests {
     fn mn_major_operands() {
         let m = one(&view("matmul/step5_mn_major.hf")).clone();
         assert_eq!((m.a.major, m.b.major), (Major::MnMajor, Major::MnMajor));
-        assert_eq!((m.n, m.accumulator.registers), (64, 32));
-        assert_eq!(m.a.tile, "k_o % 4 * 4096 + k_io * 16 * 64");
+        assert_eq!((m.n, m.accumulator.registers), (256, 128));
+        assert_eq!(m.a.tile, "k_o % 4 * 8192 + (m_io * 4 + k_io) * 16 * 64");
         let k = one(&view("matmul/step3_warp_specialized.hf")).clone();
         assert_eq!((k.a.major, k.b.major), (Major::KMajor, Major::KMajor));
     }

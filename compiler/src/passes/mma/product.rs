@@ -208,47 +208,97 @@ impl Lower {
                 buffer: o.buffer,
                 index: Some(zero(&idx, &[&ml.var, &nl.var, &kl.var])),
             };
-            match (sr, sk) {
-                // K-major: K contiguous, one swizzle span per row; SBO = 8 rows.
-                (Some(r), Some(1)) if r == span_elems => Ok(MmaOperand {
+            let rows = if row.key == ml.key {
+                target::WGMMA_M
+            } else {
+                n_extent
+            };
+            let axis = if row.key == ml.key { "M" } else { "N" };
+            // The element offsets of the whole instruction tile from its first element, probed
+            // at every row and every k (the index is a sum of a part in the row and a part in
+            // k: the cache's axes each come from one of them) with the loops around the tile
+            // at several values: they must not move it.
+            let other = if row.key == ml.key { &nl.var } else { &ml.var };
+            let at_tile = zero(&idx, &[other]);
+            let origin = zero(&at_tile, &[&row.var, &kl.var]);
+            let offset = |r: i64, kk: i64| -> Option<i64> {
+                let v = at_tile.subst(&row.var, &Val::Int(r));
+                let mut found = None;
+                for seed in 0..3u64 {
+                    let d =
+                        eval(&v, &kl.var, kk, seed, &[], 1)? - eval(&origin, "", 0, seed, &[], 1)?;
+                    if found.is_some_and(|f| f != d) {
+                        return None;
+                    }
+                    found = Some(d);
+                }
+                found
+            };
+            let all = |f: &dyn Fn(i64, i64) -> i64| {
+                (0..rows).all(|r| offset(r, 0) == Some(f(r, 0)))
+                    && (0..target::WGMMA_K).all(|kk| offset(0, kk) == Some(f(0, kk)))
+                    && offset(rows - 1, target::WGMMA_K - 1)
+                        == Some(f(rows - 1, target::WGMMA_K - 1))
+            };
+            // K-major: K contiguous, one swizzle span per row; SBO = 8 rows.
+            if all(&|r, kk| r * span_elems + kk) {
+                return Ok(MmaOperand {
                     tile,
                     desc_bits: target::descriptor_bits(16, 8 * sw as i64, sw)
                         .expect("a valid swizzle"),
                     transposed: false,
                     swizzle: sw,
-                }),
-                // MN-major: the row axis contiguous within one swizzle span, K by rows.
-                (Some(1), Some(kr)) if kr == span_elems => {
-                    let rows = if row.key == ml.key {
-                        target::WGMMA_M
-                    } else {
-                        n_extent
-                    };
-                    if rows > span_elems {
+                });
+            }
+            // MN-major: the row axis contiguous within one swizzle span (an atom), K by rows of
+            // a span; a tile wider than a span is several atoms, `lbo` elements apart (boxes
+            // side by side).
+            let lbo = if rows > span_elems {
+                offset(span_elems, 0)
+            } else {
+                Some(0)
+            };
+            if let Some(lbo) = lbo {
+                if all(&|r, kk| r / span_elems * lbo + kk * span_elems + r % span_elems) {
+                    let repeat = target::swizzle_repeat(sw) / elem;
+                    if rows > span_elems && (lbo <= 0 || lbo % repeat != 0) {
                         return bad_op(format!(
-                            "operand `{}` is MN-major (its {} axis is contiguous) with {rows} elements along it, more than one {sw}-byte swizzle span ({span_elems}); a box row holds one span, so keep that axis at most {span_elems} or store the operand K-major",
+                            "operand `{}` is MN-major with {rows} elements along {axis} in atoms of one {sw}-byte swizzle span ({span_elems}), the next atom {lbo} elements on; wgmma steps from atom to atom by one stride, and each atom starts on the swizzle's {} bytes: lay the atoms one after the other as whole boxes (the cache's leading Bulk axis counting them)",
                             buf.name,
-                            if row.key == ml.key { "M" } else { "N" }
+                            target::swizzle_repeat(sw)
                         ));
                     }
-                    Ok(MmaOperand {
+                    return Ok(MmaOperand {
                         tile,
-                        // One swizzle atom along M or N, so LBO (the step to the next atom)
-                        // is unused; SBO steps 8 rows of K.
-                        desc_bits: target::descriptor_bits(8 * sw as i64, 8 * sw as i64, sw)
+                        // LBO steps to the next atom along M or N (unused with one atom); SBO
+                        // steps 8 rows of K.
+                        desc_bits: target::descriptor_bits(
+                            if rows > span_elems {
+                                lbo * elem
+                            } else {
+                                8 * sw as i64
+                            },
+                            8 * sw as i64,
+                            sw,
+                        )
                         .expect("a valid swizzle"),
                         transposed: true,
                         swizzle: sw,
-                    })
+                    });
                 }
-                _ => bad_op(format!(
-                    "operand `{}` is laid out with {} elements per step of {} and {} per step of K in shared memory; a wgmma operand is K-major (K contiguous, rows of one {sw}-byte swizzle span, i.e. {span_elems} elements) or MN-major (M or N contiguous, K rows of {span_elems})",
-                    buf.name,
-                    sr.map_or("varying".into(), |s| s.to_string()),
-                    if row.key == ml.key { "M" } else { "N" },
-                    sk.map_or("varying".into(), |s| s.to_string()),
-                )),
             }
+            if sr == Some(1) && sk == Some(span_elems) && rows > span_elems {
+                return bad_op(format!(
+                    "operand `{}` is MN-major (its {axis} axis is contiguous) with {rows} elements along it, more than one {sw}-byte swizzle span ({span_elems}), and its atoms of {span_elems} are not laid out one after the other: split the {axis} axis of the cache by {span_elems} and make the outer piece its leading Bulk axis (boxes side by side), or store the operand K-major",
+                    buf.name
+                ));
+            }
+            bad_op(format!(
+                "operand `{}` is laid out with {} elements per step of {axis} and {} per step of K in shared memory; a wgmma operand is K-major (K contiguous, rows of one {sw}-byte swizzle span, i.e. {span_elems} elements) or MN-major (M or N contiguous in atoms of {span_elems}, K rows of {span_elems})",
+                buf.name,
+                sr.map_or("varying".into(), |s| s.to_string()),
+                sk.map_or("varying".into(), |s| s.to_string()),
+            ))
         };
         let a_op = desc(&a, ml)?;
         let b_op = desc(&b, nl)?;
