@@ -181,10 +181,22 @@ fn plain_loads_are_circular_buffered_without_mbarriers() {
 fn a_tma_store_is_fenced_by_every_writer_before_the_barrier() {
     let c = compile(&example("tma/exp_store.hf"));
     // Writes of y_s, then the fence (no predicate), the barrier, and the elected store that is
-    // committed and waited on before y_s can be written again.
+    // committed; the issuer waits for it to have read y_s only before y_s is written again (a
+    // barrier after the wait), and before the kernel exits.
     assert!(c.cuda.contains(
-        "      hf_fence_proxy_async();\n      __syncthreads();\n      if (hf_warp == 0 && hf_elect_one()) {\n        hf_tma_store_2d(&y_map, (int)(n_o * 64), (int)(m_o * 8), &y_s[0]);\n        hf_bulk_commit_group();\n        hf_bulk_wait_group_read<0>();\n      }\n      __syncthreads();"
+        "      hf_fence_proxy_async();\n      __syncthreads();\n      if (hf_warp == 0 && hf_elect_one()) {\n        hf_tma_store_2d(&y_map, (int)(n_o * 64), (int)(m_o * 8), &y_s[0]);\n        hf_bulk_commit_group();\n      }\n"
     ), "{}", c.cuda);
+    let drain = "if (hf_warp == 0 && hf_elect_one()) {\n        hf_bulk_wait_group_read<0>();\n      }\n      __syncthreads();\n      {  // m_i = threadIdx.y\n        {  // n_i = threadIdx.x\n          if (m_o * 8 + m_i < M && n_o * 64 + n_i < N) {\n            y_s[";
+    assert!(c.cuda.contains(drain), "{}", c.cuda);
+    let exit = c.cuda.rfind("hf_bulk_wait_group_read<0>();").unwrap();
+    let inval = c.cuda.rfind("hf_mbarrier_inval(").unwrap();
+    assert!(exit < inval && c.cuda[exit..inval].contains("__syncthreads();"));
+    assert_eq!(
+        c.cuda.matches("hf_bulk_wait_group_read").count(),
+        3 + 1,
+        "main loop, epilogue, exit (and the helper's definition): {}",
+        c.cuda
+    );
     // Every fence is executed by all threads: none sits inside a thread-dependent branch.
     for line in c
         .cuda

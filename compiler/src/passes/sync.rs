@@ -13,6 +13,12 @@
 //! unless the pipeline tracks it with empty mbarriers (`war=mbarrier`): such buffers need no
 //! block barrier at all.
 //!
+//! TMA stores read shared memory asynchronously after their issue: write-after-read on a cache
+//! a TMA store reads is ordered by the issuing thread waiting for its bulk groups to have read
+//! shared memory (`cp.async.bulk.wait_group.read 0`) and then a barrier, placed right before the
+//! next write of the cache (in a loop, before the first write of the next iteration), so the
+//! store overlaps whatever comes between (e.g. the next tile's main loop).
+//!
 //! Async-proxy fences: a TMA store reads shared memory through the async proxy. When a block
 //! barrier orders generic writes of a buffer before a TMA store of it (and the store's fence
 //! mode is `analysis`), `fence.proxy.async.shared::cta` goes right before that barrier, executed
@@ -64,6 +70,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             shared,
             thread_vars,
             fenced,
+            issuer: cx.issuer.clone(),
         },
     );
     Ok(())
@@ -75,6 +82,35 @@ struct Sets {
     thread_vars: HashSet<String>,
     /// Caches read by TMA stores whose fence the analysis places.
     fenced: HashSet<usize>,
+    /// The thread that issues (and waits for) TMA stores.
+    issuer: Val,
+}
+
+/// The issuer's wait for its TMA stores to have read shared memory, then a barrier: the caches
+/// they read may be written again.
+fn drain_stores(sets: &Sets) -> [Stmt; 2] {
+    [
+        super::tma::guard(sets.issuer.clone(), vec![Stmt::BulkWaitRead(0)]),
+        Stmt::Sync,
+    ]
+}
+
+/// Whether `s` is a loop that waits for the stores before its first write of `buffers` in
+/// every iteration (its own drain covers the enclosing loop's previous iteration too).
+fn drains_first(s: &Stmt, buffers: &HashSet<usize>) -> bool {
+    let Stmt::Loop(l) = s else { return false };
+    let drain = l.body.iter().position(|s| {
+        matches!(s, Stmt::If { then, .. } if matches!(then.as_slice(), [Stmt::BulkWaitRead(0)]))
+    });
+    let write = l.body.iter().position(|s| writes_any(s, buffers));
+    matches!((drain, write), (Some(d), Some(w)) if d < w)
+}
+
+/// Whether `s` writes one of `buffers` (anywhere inside it).
+fn writes_any(s: &Stmt, buffers: &HashSet<usize>) -> bool {
+    let mut t = Touched::default();
+    collect(std::slice::from_ref(s), &mut t);
+    t.writes.iter().any(|b| buffers.contains(b))
 }
 
 /// The buffers a statement tree touches, gathered in one walk.
@@ -127,6 +163,8 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
     let mut out = Vec::new();
     let mut pending_w: HashSet<usize> = HashSet::new();
     let mut pending_r: HashSet<usize> = HashSet::new();
+    // Read by TMA stores since the issuer last waited for them.
+    let mut pending_stores: HashSet<usize> = HashSet::new();
     for s in body {
         let mut touched = Touched::default();
         collect(std::slice::from_ref(&s), &mut touched);
@@ -136,10 +174,12 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
             by_copy,
             by_store,
         } = touched;
-        r.retain(|b| shared.contains(b));
+        r.retain(|b| shared.contains(b) && !by_store.contains(b));
         w.retain(|b| shared.contains(b));
-        let raw = r.iter().any(|b| pending_w.contains(b));
+        let raw = r.iter().any(|b| pending_w.contains(b))
+            || by_store.iter().any(|b| pending_w.contains(b));
         let war = w.iter().any(|b| pending_r.contains(b));
+        let drain = w.iter().any(|b| pending_stores.contains(b));
         let fence = by_store
             .iter()
             .any(|b| sets.fenced.contains(b) && pending_w.contains(b));
@@ -164,13 +204,38 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
                 l.body = block(l.body, sets);
                 let mut inner = Touched::default();
                 collect(&l.body, &mut inner);
-                let carried = inner
-                    .reads
+                let generic_reads = inner.reads.difference(&inner.by_store).copied().collect::<HashSet<_>>();
+                let carried = generic_reads
                     .iter()
                     .any(|b| shared.contains(b) && inner.writes.contains(b));
                 let trips = !matches!(l.extent, crate::kir::Val::Int(1)) && !l.parallel.is_hw();
                 if carried && trips && !matches!(l.body.last(), Some(Stmt::Sync)) {
                     l.body.push(Stmt::Sync);
+                }
+                // A cache the next iteration writes while this one's stores may still read it:
+                // the issuer waits for them right before the first write.
+                let stored: HashSet<usize> = inner
+                    .by_store
+                    .iter()
+                    .filter(|b| shared.contains(b) && inner.writes.contains(b))
+                    .copied()
+                    .collect();
+                if trips && !stored.is_empty() {
+                    let first = l.body.iter().position(|s| writes_any(s, &stored));
+                    if let Some(j) = first.filter(|&j| !drains_first(&l.body[j], &stored)) {
+                        let j = if j > 0 && matches!(l.body[j - 1], Stmt::Sync) {
+                            j - 1
+                        } else {
+                            j
+                        };
+                        let [wait, bar] = drain_stores(sets);
+                        if matches!(l.body.get(j), Some(Stmt::Sync)) {
+                            l.body.insert(j, wait);
+                        } else {
+                            l.body.insert(j, bar);
+                            l.body.insert(j, wait);
+                        }
+                    }
                 }
                 closed = matches!(l.body.last(), Some(Stmt::Sync));
                 Stmt::Loop(l)
@@ -208,10 +273,24 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
             }
             other => other,
         };
+        // The stores' reads end before this statement's writes: the issuer waits, then a
+        // barrier (unless a loop waits before its own first write).
+        if drain && !drains_first(&s, &pending_stores) {
+            if matches!(out.last(), Some(Stmt::Sync)) {
+                out.pop();
+            }
+            out.extend(drain_stores(sets));
+            pending_w.clear();
+            pending_r.clear();
+        }
+        if drain {
+            pending_stores.clear();
+        }
         if !closed {
             pending_w.extend(w.into_iter().filter(|b| !by_copy.contains(b)));
             pending_r.extend(r);
         }
+        pending_stores.extend(by_store.iter().filter(|b| shared.contains(b)));
         out.push(s);
     }
     out

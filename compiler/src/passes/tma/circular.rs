@@ -45,7 +45,10 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     for s in &stores {
         issue_stores(cx, &mut body, s, &issuer);
     }
+    // Before the kernel exits, the issuer waits until its stores have read shared memory.
+    let drain = (!stores.is_empty()).then(|| guard(issuer.clone(), vec![Stmt::BulkWaitRead(0)]));
     if k.mbarriers.is_empty() {
+        body.extend(drain);
         k.body = body;
         return Ok(());
     }
@@ -62,6 +65,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         Some(p) => {
             let mut roles = super::warp_specialize::warp_specialize(cx, body, p)?;
             if let Stmt::WarpRoles { consumer, .. } = &mut roles {
+                consumer.extend(drain);
                 consumer.push(Stmt::Sync);
                 consumer.push(guard(issuer, inval));
             }
@@ -69,6 +73,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         }
         None => {
             out.extend(body);
+            out.extend(drain);
             out.push(Stmt::Sync);
             out.push(guard(issuer, inval));
         }
@@ -428,9 +433,9 @@ pub(crate) fn issue(
     guard(issuer.clone(), out)
 }
 
-/// Wraps every TMA store of `s` in the issuing thread's guard, commits it as a bulk group and
-/// waits until shared memory has been read (the cache may then be written again), with the
-/// async-proxy fence where the store's fence mode puts it.
+/// Wraps every TMA store of `s` in the issuing thread's guard and commits it as a bulk group,
+/// with the async-proxy fence where the store's fence mode puts it. The issuer waits for the
+/// group to have read shared memory only before the cache is written again (`sync`) and at exit.
 pub(crate) fn issue_stores(cx: &Ctx, body: &mut Vec<Stmt>, s: &StoreInfo, issuer: &Val) {
     let cache = cx.tensor_buffer[&s.cache];
     let mut i = 0;
@@ -438,7 +443,10 @@ pub(crate) fn issue_stores(cx: &Ctx, body: &mut Vec<Stmt>, s: &StoreInfo, issuer
         match &mut body[i] {
             Stmt::TmaStore(t) if t.map == s.map => {
                 let store = body.remove(i);
-                let elected = vec![store, Stmt::BulkCommit, Stmt::BulkWaitRead(0)];
+                // The wait for shared memory to be read is deferred to just before the cache is
+                // written again (the `sync` pass) and to the kernel's exit, so the store runs on
+                // while the threads go on (the next tile's main loop).
+                let elected = vec![store, Stmt::BulkCommit];
                 let issue = match (s.fence, issuer) {
                     (FenceMode::IssuingWarp, Val::And(warp, elect)) => Stmt::If {
                         cond: (**warp).clone(),
