@@ -215,6 +215,8 @@ enum What<'k> {
         per_warp: bool,
     },
     Compute(&'k Compute),
+    /// A `stmatrix` of accumulator values into a shared-memory cache (its buffer).
+    Staged(usize),
 }
 
 /// A loop bound to a thread index (a binding in the CUDA, not a loop).
@@ -366,6 +368,7 @@ impl<'k> Walk<'k> {
                     per_warp: *per_warp,
                 },
                 Stmt::Compute(c) => What::Compute(c),
+                Stmt::StMatrix { dst, .. } => What::Staged(dst.buffer),
                 // Warp specialization: the producer branch under the warp condition, the
                 // consumers under its negation.
                 Stmt::WarpRoles {

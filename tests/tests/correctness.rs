@@ -34,10 +34,7 @@ fn assert_read_from_own_loops(program_name: &str, barrier: &str) {
         !read.contains("n_io *"),
         "the read uses the writer's thread index: {read}"
     );
-    assert!(
-        read.contains("t[(n_o * 256 + (n_io2 * 128 + n_ii2)) % 256]"),
-        "{read}"
-    );
+    assert!(read.contains("t[(n_io2 * 128 + n_ii2) % 256]"), "{read}");
     let (w, r) = (
         c.cuda.find("t[n_io * 2 + n_ii] =").unwrap(),
         c.cuda.find(&read).unwrap(),

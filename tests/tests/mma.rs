@@ -281,3 +281,54 @@ fn an_mn_major_a_with_a_k_major_b_is_the_transposed_product() {
         "{c}"
     );
 }
+
+#[test]
+fn the_seed_epilogue_is_stmatrix_then_overlapped_tma_stores() {
+    let c = cuda(include_str!(
+        "../../examples/matmul/step9_tma_store_epilogue.hf"
+    ));
+    // Per 64-column slice, 4 stmatrix.x4 per thread (32 registers): no bounds guard (the TMA
+    // store clips), no scalar shared-memory store of the accumulator.
+    assert_eq!(c.matches("hf_stmatrix_x4(&c_s[").count(), 1, "{c}");
+    assert!(
+        c.contains("for (index_t r_x4 = 0; r_x4 < 4; ++r_x4) {"),
+        "{c}"
+    );
+    assert!(
+        !c.lines().any(|l| l.trim_start().starts_with("c_s[")),
+        "{c}"
+    );
+    // The accumulator is indexed by constants only once unrolled (no tile index in it): else
+    // ptxas would serialise the wgmmas (C7514).
+    let read = c
+        .lines()
+        .find(|l| l.contains("c_s_x4[r_lane] = hf_float_to_bf16(s_acc["))
+        .unwrap_or_else(|| panic!("{c}"));
+    assert!(!read.contains("n_oi") && !read.contains("n_oo"), "{read}");
+    // Order in the tile loop: the issuer's wait for the previous tile's stores, the named
+    // barrier, the stmatrix writes, the fence, the barrier, then the four stores committed
+    // without waiting.
+    let at = |s: &str| c.find(s).unwrap_or_else(|| panic!("no {s} in {c}"));
+    let wait = at("hf_bulk_wait_group_read<0>();");
+    let write = at("hf_stmatrix_x4(&c_s[");
+    let fence = at("hf_fence_proxy_async();\n            hf_bar_sync<256>();");
+    let store = at("hf_tma_store_2d(&c_map");
+    assert!(wait < write && write < fence && fence < store, "{c}");
+    let after_store = &c[store..];
+    let commit = after_store.find("hf_bulk_commit_group();").unwrap();
+    let next_wait = after_store.find("hf_bulk_wait_group_read<0>();").unwrap();
+    // The next wait is the kernel's exit drain, after the tile loops.
+    assert!(commit < next_wait);
+    assert!(
+        after_store[..next_wait].matches('}').count() >= 4,
+        "{after_store}"
+    );
+}
+
+#[test]
+fn stmatrix_needs_a_cache_only_a_tma_store_reads() {
+    // Step 6's epilogue stores to global memory: pairs of registers, no stmatrix.
+    let c = cuda(include_str!("../../examples/matmul/step6_persistent.hf"));
+    assert!(!c.contains("hf_stmatrix_x4(&"), "{c}");
+    assert!(c.contains("hf_vec<hf_bf16, 2>"), "{c}");
+}

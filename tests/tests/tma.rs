@@ -266,7 +266,7 @@ fn swizzled_boxes_are_addressed_through_the_swizzle() {
         .cuda
         .contains("extern __shared__ __align__(1024) unsigned char hf_smem[];"));
     // Element (m_i, n_i) of a 16 x 32 f32 box: chunk (m_i * 32 + n_i) / 4 XOR row % 8.
-    assert!(c.cuda.contains("y_s[(((m_i * 32 + n_i) / 4) ^ (m_i % 8)) * 4 + (m_i * 32 + n_i) % 4] = expf(x_s[n_o % 4 * 512 + ((((m_i * 32 + n_i) / 4) ^ (m_i % 8)) * 4 + (m_i * 32 + n_i) % 4)]);"), "{}", c.cuda);
+    assert!(c.cuda.contains("y_s[(((m_i * 32 + n_i) / 4) ^ (m_i % 8)) * 4 + n_i % 4] = expf(x_s[n_o % 4 * 512 + ((((m_i * 32 + n_i) / 4) ^ (m_i % 8)) * 4 + n_i % 4)]);"), "{}", c.cuda);
     assert!(c.plan.tensor_maps.iter().all(|m| m.swizzle_bytes == 128));
     // The swizzled store cache starts at a multiple of 1024 bytes.
     assert!(c

@@ -386,6 +386,20 @@ fn warp_collective_a_per_warp_arrive_under_a_lane_dependent_condition() {
 }
 
 #[test]
+fn warp_collective_a_stmatrix_under_a_lane_dependent_condition() {
+    let mut k = lowered("matmul/step9_tma_store_epilogue.hf");
+    // The bounds guard the stmatrix dropped, put back: lanes past N would skip the
+    // warp-collective store.
+    guard_first(
+        &mut k,
+        |_, s| matches!(s, Stmt::StMatrix { .. }),
+        Val::lt(Val::Hw(ParallelType::TIDx), Val::Size("N".into())),
+    );
+    let e = caught(&k, Rule::WarpCollective, "stmatrix.x4 c_s[");
+    assert!(e[0].detail.contains("stmatrix"), "{}", e[0]);
+}
+
+#[test]
 fn warp_collective_elect_after_a_lane_dependent_test() {
     let mut k = lowered("tma/exp_2d.hf");
     // `warp == 0 && elect_one()` becomes `threadIdx.x == 0 && elect_one()`: elect.sync would

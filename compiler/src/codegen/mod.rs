@@ -164,6 +164,10 @@ pub fn emit_mapped(
         src.push('\n');
         src.push_str(prelude::TMA_STORE);
     }
+    if uses.stmatrix {
+        src.push('\n');
+        src.push_str(prelude::STMATRIX);
+    }
     if uses.wgmma {
         src.push('\n');
         src.push_str(prelude::WGMMA);
@@ -296,6 +300,8 @@ struct Uses {
     /// Tensor-core helpers, and each wgmma shape issued (N, input type, transposed A, B).
     wgmma: bool,
     wgmma_shapes: std::collections::BTreeSet<(i64, &'static str, bool, bool)>,
+    /// `stmatrix` (register fragments to shared memory).
+    stmatrix: bool,
 }
 
 struct Emitter<'a> {
@@ -783,6 +789,12 @@ impl Emitter<'_> {
                             w.a.desc_bits, w.b.desc_bits
                         ),
                     );
+                }
+                Stmt::StMatrix { dst, src } => {
+                    self.uses.stmatrix = true;
+                    let dst = self.access(dst);
+                    let src = self.access(src);
+                    self.line(depth, &format!("hf_stmatrix_x4(&{dst}, &{src});"));
                 }
                 Stmt::WgmmaFence => {
                     self.uses.wgmma = true;

@@ -200,6 +200,16 @@ __device__ __forceinline__ void hf_fence_proxy_async() {
 }
 ";
 
+pub const STMATRIX: &str = "// The warp stores four 8 x 8 matrices of 16-bit values to shared memory: `src` holds this
+// lane's two values of each (adjacent columns), `dst` is the 16-byte row this lane addresses
+// (lanes 8q..8q+7 give the rows of matrix q).
+__device__ __forceinline__ void hf_stmatrix_x4(void* dst, const void* src) {
+  const unsigned* r = reinterpret_cast<const unsigned*>(src);
+  asm volatile(\"stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\"
+               :: \"r\"(hf_smem_addr(dst)), \"r\"(r[0]), \"r\"(r[1]), \"r\"(r[2]), \"r\"(r[3]) : \"memory\");
+}
+";
+
 pub const WGMMA: &str = "// Tensor cores (wgmma, sm_90a). A shared-memory matrix descriptor: the operand's start
 // address (bits 0..13, in 16-byte units) over the constant LBO, SBO and swizzle bits.
 __device__ __forceinline__ unsigned long long hf_wgmma_desc(const void* tile, unsigned long long bits) {

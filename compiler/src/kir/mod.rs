@@ -128,6 +128,15 @@ impl Val {
         }
     }
 
+    /// Replaces hardware index `p` (e.g. `threadIdx.x`) by `with`.
+    pub fn subst_hw(&self, p: ParallelType, with: &Val) -> Val {
+        match (self, self.operands()) {
+            (Val::Hw(q), _) if *q == p => with.clone(),
+            (_, Some((a, b))) => self.with_operands(a.subst_hw(p, with), b.subst_hw(p, with)),
+            (v, None) => v.clone(),
+        }
+    }
+
     /// Replaces variable `name` by `with`.
     pub fn subst(&self, name: &str, with: &Val) -> Val {
         match (self, self.operands()) {
@@ -375,6 +384,14 @@ pub enum Stmt {
     /// One tensor-core product `m64nNk16` of the warp group (`wgmma.mma_async`), asynchronous
     /// until a [`Stmt::WgmmaWait`] covers its group.
     Wgmma(Wgmma),
+    /// `stmatrix.sync.aligned.m8n8.x4.shared.b16`: the warp stores four 8 x 8 matrices of 16-bit
+    /// values from registers (`src`: 8 consecutive elements of a local array, 2 per matrix) to
+    /// shared memory; each lane gives the address of one matrix row (`dst`: 16 bytes, aligned).
+    /// Warp-collective.
+    StMatrix {
+        dst: Access,
+        src: Access,
+    },
     /// `wgmma.fence`: orders the warp group's register accesses before the next wgmma.
     WgmmaFence,
     /// `wgmma.commit_group`: closes a group of the wgmmas issued so far.
@@ -508,6 +525,27 @@ pub struct Kernel {
     pub register_sharing: Option<(u32, u32)>,
 }
 
+/// Calls `f` on every statement of `body` and of the bodies inside it, outer ones first.
+pub fn for_each_stmt(body: &[Stmt], f: &mut dyn FnMut(&Stmt)) {
+    for st in body {
+        f(st);
+        match st {
+            Stmt::Loop(l) => for_each_stmt(&l.body, f),
+            Stmt::If { then, els, .. } => {
+                for_each_stmt(then, f);
+                for_each_stmt(els, f);
+            }
+            Stmt::WarpRoles {
+                producer, consumer, ..
+            } => {
+                for_each_stmt(producer, f);
+                for_each_stmt(consumer, f);
+            }
+            _ => {}
+        }
+    }
+}
+
 pub fn for_each_block_mut(body: &mut Vec<Stmt>, f: &mut dyn FnMut(&mut Vec<Stmt>)) {
     for st in body.iter_mut() {
         match st {
@@ -625,6 +663,10 @@ impl Stmt {
                 if let Some(a) = &mut w.accumulate {
                     map_access(a, f);
                 }
+            }
+            Stmt::StMatrix { dst, src } => {
+                map_access(dst, f);
+                map_access(src, f);
             }
             Stmt::WgmmaFence | Stmt::WgmmaCommit | Stmt::WgmmaWait(_) => {}
             Stmt::Alloc(_)

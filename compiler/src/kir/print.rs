@@ -363,6 +363,14 @@ fn print_block(
                         .map_or("true".into(), |a| access_text(k, a))
                 );
             }
+            Stmt::StMatrix { dst, src } => {
+                let _ = writeln!(
+                    s,
+                    "{ind}stmatrix.x4 {} <- {}[0..8]",
+                    access_text(k, dst),
+                    k.buffers[src.buffer].name
+                );
+            }
             Stmt::WgmmaFence => {
                 let _ = writeln!(s, "{ind}wgmma.fence");
             }

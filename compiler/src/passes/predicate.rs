@@ -339,6 +339,7 @@ pub(super) fn eval(
         Val::Mul(a, b) => go(a)?.checked_mul(go(b)?)?,
         Val::Div(a, b) => go(a)?.checked_div(go(b)?)?,
         Val::Mod(a, b) => go(a)?.checked_rem(go(b)?)?,
+        Val::Xor(a, b) => go(a)? ^ go(b)?,
         Val::CeilDiv(a, b) => {
             let (a, b) = (go(a)?, go(b)?);
             (a + b - 1).checked_div(b)?

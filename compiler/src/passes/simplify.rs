@@ -3,7 +3,7 @@
 //! Requires: nothing beyond a well-formed kernel. Guarantees the same values with fewer
 //! operations: constant folding, `x + 0`, `x * 1`, `x * 0`, `x / 1`, `x % 1`, `(x % e) < e`,
 //! `v < extent(v)` for a loop variable `v`, `(a * f + b) / f = a` and `(a * f + b) % f = b` when
-//! `b` is a loop variable of extent `f`; `if true` disappears.
+//! `b` is a loop variable of extent `f`, `(a * k f + b) % f = b % f`; `if true` disappears.
 
 use super::Ctx;
 use crate::diag::Diagnostic;
@@ -166,10 +166,14 @@ pub fn simplify(v: &Val, ext: &HashMap<String, Val>) -> Val {
             match (&a, &b) {
                 (Int(x), Int(y)) if *y != 0 => Int(x % y),
                 (_, Int(1)) => Int(0),
-                (Mul(_, k), m) if **k == *m => Int(0),
-                // (a + b * k) % k = a % k (indices are non-negative)
-                (Add(x, y), m) if matches!(&**y, Mul(_, k) if **k == *m) => {
+                (Mul(_, k), m) if **k == *m || multiple_of(k, m) => Int(0),
+                // (a + b * k) % k = a % k, also where k is a multiple of the modulus (indices
+                // are non-negative)
+                (Add(x, y), m) if matches!(&**y, Mul(_, k) if **k == *m || multiple_of(k, m)) => {
                     simplify(&Val::rem((**x).clone(), m.clone()), ext)
+                }
+                (Add(x, y), m) if matches!(&**x, Mul(_, k) if **k == *m || multiple_of(k, m)) => {
+                    simplify(&Val::rem((**y).clone(), m.clone()), ext)
                 }
                 _ => match split_affine(&a, &b, ext) {
                     Some((_, lo)) => lo,
@@ -208,6 +212,11 @@ pub fn simplify(v: &Val, ext: &HashMap<String, Val>) -> Val {
         },
         other => other.clone(),
     }
+}
+
+/// Whether constant `k` is a multiple of constant `m`.
+fn multiple_of(k: &Val, m: &Val) -> bool {
+    matches!((k, m), (Val::Int(k), Val::Int(m)) if *m != 0 && k % m == 0)
 }
 
 fn bool_val(b: bool) -> Val {

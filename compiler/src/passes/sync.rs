@@ -204,7 +204,11 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
                 l.body = block(l.body, sets);
                 let mut inner = Touched::default();
                 collect(&l.body, &mut inner);
-                let generic_reads = inner.reads.difference(&inner.by_store).copied().collect::<HashSet<_>>();
+                let generic_reads = inner
+                    .reads
+                    .difference(&inner.by_store)
+                    .copied()
+                    .collect::<HashSet<_>>();
                 let carried = generic_reads
                     .iter()
                     .any(|b| shared.contains(b) && inner.writes.contains(b));

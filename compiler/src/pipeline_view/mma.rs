@@ -132,7 +132,8 @@ pub struct Epilogue {
     /// registers are stored in pairs).
     pub var: String,
     pub extent: String,
-    /// Global tensors written inside it.
+    /// Global tensors written inside it (directly, or staged in shared memory by `stmatrix` for
+    /// a TMA store).
     pub outputs: Vec<String>,
 }
 
@@ -301,14 +302,19 @@ fn epilogue(k: &Kernel, walk: &Walk, acc: usize, after: usize) -> Option<Epilogu
     let lp = events[after..].iter().find_map(reads_acc)?;
     let mut outputs: Vec<String> = Vec::new();
     for e in &events[after..] {
-        if let What::Compute(c) = e.what {
-            let b = &k.buffers[c.out.buffer];
-            if b.memory == MemoryType::Global
-                && within(walk, e.lp, Some(lp))
-                && !outputs.contains(&b.name)
-            {
-                outputs.push(b.name.clone());
+        if !within(walk, e.lp, Some(lp)) {
+            continue;
+        }
+        let name = match e.what {
+            What::Compute(c) if k.buffers[c.out.buffer].memory == MemoryType::Global => {
+                Some(k.buffers[c.out.buffer].name.clone())
             }
+            // Staged in shared memory: the tensor its TMA store writes.
+            What::Staged(b) => tma_stored(k, b),
+            _ => None,
+        };
+        if let Some(name) = name.filter(|n| !outputs.contains(n)) {
+            outputs.push(name);
         }
     }
     Some(Epilogue {
@@ -316,6 +322,19 @@ fn epilogue(k: &Kernel, walk: &Walk, acc: usize, after: usize) -> Option<Epilogu
         extent: walk.loops[lp].extent.text(),
         outputs,
     })
+}
+
+/// The global tensor a TMA store of shared buffer `b` writes.
+fn tma_stored(k: &Kernel, b: usize) -> Option<String> {
+    let mut found = None;
+    crate::kir::for_each_stmt(&k.body, &mut |s| {
+        if let crate::kir::Stmt::TmaStore(t) = s {
+            if t.src.buffer == b && found.is_none() {
+                found = k.tensor_maps.get(t.map).map(|m| m.tensor.clone());
+            }
+        }
+    });
+    found
 }
 
 /// The tensor-core products of `k` (see the module doc).

@@ -542,6 +542,18 @@ impl<'k> Walk<'k> {
             Stmt::WgmmaFence | Stmt::WgmmaCommit | Stmt::WgmmaWait(_) => {
                 self.warp_collective(ctx, "a wgmma fence, commit or wait (warp-group collective)");
             }
+            Stmt::StMatrix { dst, src } => {
+                self.access(dst, ctx);
+                self.access(src, ctx);
+                self.memory_is(
+                    dst.buffer,
+                    MemoryType::Shared,
+                    "the destination of a stmatrix",
+                );
+                self.memory_is(src.buffer, MemoryType::Local, "the registers of a stmatrix");
+                // The warp stores together (`.sync.aligned`): no lane may skip it.
+                self.warp_collective(ctx, "a stmatrix (warp-collective)");
+            }
             Stmt::WarpRoles {
                 is_producer,
                 producer,
@@ -749,6 +761,7 @@ fn ids_valid(k: &Kernel, st: &Stmt) -> bool {
                 }
         }
         Stmt::TmaStore(t) => buffer(&t.src) && t.map < k.tensor_maps.len(),
+        Stmt::StMatrix { dst, src } => buffer(dst) && buffer(src),
         _ => true,
     }
 }

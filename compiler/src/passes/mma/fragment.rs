@@ -121,6 +121,160 @@ pub(super) fn pair_global_store(
     }))
 }
 
+/// A fragment loop (over register `reg`) that ends with a store of a 16-bit value into a
+/// shared-memory cache that only a TMA store reads: every 8 registers of a thread are two
+/// adjacent columns of four 8 x 8 blocks of the warp's tile (`target::fragment_row_col`), which
+/// is what one `stmatrix.x4` writes. The loop becomes one over groups of 8 registers: the
+/// values into an 8-element register array, then one `stmatrix` whose lane `l` addresses row
+/// `l % 8` of block `l / 8`. The bounds guard goes: the TMA store clips the box, so what lies
+/// outside the tensor is never read. The layout is checked at every lane, register and warp;
+/// None when the loop has another shape or the cache another layout.
+pub(super) fn stmatrix_store(
+    cx: &mut Ctx,
+    k: &mut Kernel,
+    body: &[Stmt],
+    reg: &str,
+    key: LoopKey,
+    width: i64,
+) -> Option<Stmt> {
+    let store = match body.last()? {
+        Stmt::If { then, els, .. } if els.is_empty() => match then.as_slice() {
+            [Stmt::Compute(c)] => c.clone(),
+            _ => return None,
+        },
+        Stmt::Compute(c) => c.clone(),
+        _ => return None,
+    };
+    let out = &k.buffers[store.out.buffer];
+    let only_tma_stored = cx
+        .stores
+        .iter()
+        .any(|s| cx.tensor_buffer.get(&s.cache) == Some(&store.out.buffer));
+    if out.memory != MemoryType::Shared
+        || !matches!(out.dtype, DType::BF16 | DType::F16)
+        || store.vector.is_some()
+        || !only_tma_stored
+    {
+        return None;
+    }
+    let regs = target::wgmma_accumulators(width);
+    if regs % 8 != 0 {
+        return None;
+    }
+    let idx = store.out.index.clone()?;
+    let tid = Val::Hw(ParallelType::TIDx);
+    let group = cx.fresh_name(&format!("{reg}_x4"));
+    // Lane l addresses row l % 8 of block q = l / 8: the element of register
+    // 8 g + 4 (q / 2) + 2 (q % 2) of lane 4 (l % 8) of the same warp (column pair 0 of that row).
+    let lane = Val::rem(tid.clone(), Val::Int(32));
+    let q = Val::div(lane.clone(), Val::Int(8));
+    let holder = Val::add(
+        Val::mul(Val::div(tid.clone(), Val::Int(32)), Val::Int(32)),
+        Val::mul(Val::rem(lane, Val::Int(8)), Val::Int(4)),
+    );
+    let holder_reg = Val::add(
+        Val::add(
+            Val::mul(Val::Int(8), Val::Var(group.clone())),
+            Val::mul(Val::Int(4), Val::div(q.clone(), Val::Int(2))),
+        ),
+        Val::mul(Val::Int(2), Val::rem(q, Val::Int(2))),
+    );
+    let address = idx
+        .subst_hw(ParallelType::TIDx, &holder)
+        .subst(reg, &holder_reg);
+    // Check: what lane t's values land on, through the addresses stmatrix reads, is where the
+    // loop's own index puts them (every warp, lane, block and register; other variables probed).
+    let at = |v: &Val, t: i64, r: Option<(&str, i64)>, seed: u64| {
+        let v = v.subst_hw(ParallelType::TIDx, &Val::Int(t));
+        let v = match r {
+            Some((name, x)) => v.subst(name, &Val::Int(x)),
+            None => v,
+        };
+        eval(&v, "", 0, seed, &[], 1)
+    };
+    let ok = (0..2u64).all(|seed| {
+        (0..regs / 8).all(|g| {
+            (0..4).all(|warp| {
+                (0..32).all(|l| {
+                    let t = warp * 32 + l;
+                    (0..4).all(|blk| {
+                        let row_addr = at(
+                            &address.subst(&group, &Val::Int(g)),
+                            warp * 32 + 8 * blk + l / 4,
+                            None,
+                            seed,
+                        );
+                        let aligned = row_addr.is_some_and(|a| a % 8 == 0);
+                        aligned
+                            && (0..2).all(|e| {
+                                let r = 8 * g + 2 * blk + e;
+                                at(&idx, t, Some((reg, r)), seed)
+                                    == row_addr.map(|a| a + 2 * (l % 4) + e)
+                            })
+                    })
+                })
+            })
+        })
+    });
+    if !ok {
+        return None;
+    }
+    let regs_buf = k.buffers.len();
+    k.buffers.push(Buffer {
+        name: cx.fresh_name(&format!("{}_x4", k.buffers[store.out.buffer].name)),
+        dtype: out.dtype,
+        memory: MemoryType::Local,
+        tensor: None,
+        size: Some(Val::Int(8)),
+        smem_offset: None,
+        global_shape: Vec::new(),
+        is_input: false,
+    });
+    let lane_var = cx.fresh_name(&format!("{reg}_lane"));
+    let at_lane = Val::add(
+        Val::mul(Val::Int(8), Val::Var(group.clone())),
+        Val::Var(lane_var.clone()),
+    );
+    // Each register's value into its place of the array.
+    let mut lanes_body: Vec<Stmt> = body[..body.len() - 1].to_vec();
+    lanes_body.push(Stmt::Compute(Compute {
+        out: Access {
+            buffer: regs_buf,
+            index: Some(Val::Var(lane_var.clone())),
+        },
+        ..store.clone()
+    }));
+    for s in &mut lanes_body {
+        s.map_vals(&mut |v| v.subst(reg, &at_lane));
+    }
+    Some(Stmt::Loop(Loop {
+        key,
+        var: group,
+        extent: Val::Int(regs / 8),
+        parallel: ParallelType::Unroll,
+        body: vec![
+            Stmt::Alloc(regs_buf),
+            Stmt::Loop(Loop {
+                key,
+                var: lane_var,
+                extent: Val::Int(8),
+                parallel: ParallelType::Unroll,
+                body: lanes_body,
+            }),
+            Stmt::StMatrix {
+                dst: Access {
+                    buffer: store.out.buffer,
+                    index: Some(address),
+                },
+                src: Access {
+                    buffer: regs_buf,
+                    index: Some(Val::Int(0)),
+                },
+            },
+        ],
+    }))
+}
+
 /// Drops the allocations of aliased fragments and reads the accumulators they copied instead.
 pub(super) fn unalias(body: &mut Vec<Stmt>, aliases: &HashMap<BufferId, BufferId>) {
     crate::kir::for_each_block_mut(body, &mut |block| {

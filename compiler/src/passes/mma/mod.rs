@@ -44,7 +44,7 @@ mod fragment;
 mod groups;
 mod product;
 
-use fragment::{fragment_accesses, fragment_base, pair_global_store, unalias};
+use fragment::{fragment_accesses, fragment_base, pair_global_store, stmatrix_store, unalias};
 use groups::{batch, keep_one_group_in_flight};
 
 /// Whether the fusion has a tensor-core tile (the pass runs only then).
@@ -550,6 +550,9 @@ impl Lower {
                         ),
                         span,
                     ));
+                }
+                if let Some(x4) = stmatrix_store(cx, k, &body, &reg, loops[ni].key, width) {
+                    return Ok(vec![x4]);
                 }
                 if let Some(paired) = pair_global_store(cx, k, &body, &reg, loops[ni].key, width) {
                     return Ok(vec![paired]);
