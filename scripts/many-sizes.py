@@ -5,7 +5,9 @@
     python3 scripts/many-sizes.py examples/ws/mul_two_roles.hf 500 .variants/mul_two_roles_500.hf
 
 Sizes (seed 2026): M uniform in 1..1500, N a multiple of 4 in 4..2800 (TMA rows are multiples of
-16 bytes). The fusion is renamed `<name>_<COUNT>`.
+16 bytes). A matrix product (an input with a K dimension) gets K too: N and K multiples of 8 in
+8..3000 (bf16 rows of TMA-loaded and TMA-stored tensors), M in 1..3000. The fusion is renamed
+`<name>_<COUNT>`.
 """
 import random
 import re
@@ -21,9 +23,14 @@ def main() -> int:
     lines = [l for l in src.splitlines() if not l.startswith("// bench:")]
     text = re.sub(r"^fusion (\w+)", rf"fusion \1_{count}", "\n".join(lines) + "\n", flags=re.M)
     rng = random.Random(2026)
+    product = re.search(r"^\s*input \w+: \w+\[[^\]]*\bK\b", src, flags=re.M) is not None
     for _ in range(count):
-        m, n = rng.randint(1, 1500), 4 * rng.randint(1, 700)
-        text += f"// bench: M={m},N={n}\n"
+        if product:
+            m, n, k = rng.randint(1, 3000), 8 * rng.randint(1, 375), 8 * rng.randint(1, 375)
+            text += f"// bench: M={m},N={n},K={k}\n"
+        else:
+            m, n = rng.randint(1, 1500), 4 * rng.randint(1, 700)
+            text += f"// bench: M={m},N={n}\n"
     open(out, "w").write(text)
     return 0
 
