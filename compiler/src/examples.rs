@@ -52,8 +52,29 @@ pub fn list(root: &Path) -> std::io::Result<Vec<Example>> {
             }
         }
     }
-    out.sort_by(|a, b| (&a.group, &a.name).cmp(&(&b.group, &b.name)));
+    out.sort_by(|a, b| (&a.group, natural_key(&a.name)).cmp(&(&b.group, natural_key(&b.name))));
     Ok(out)
+}
+
+/// A name's sort key with its runs of digits compared as numbers (`step9` before `step10`).
+pub fn natural_key(name: &str) -> Vec<(String, u64)> {
+    let mut key = Vec::new();
+    let mut text = String::new();
+    let mut chars = name.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            let mut n = u64::from(c as u8 - b'0');
+            while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
+                n = n.saturating_mul(10).saturating_add(u64::from(d));
+                chars.next();
+            }
+            key.push((std::mem::take(&mut text), n));
+        } else {
+            text.push(c);
+        }
+    }
+    key.push((text, 0));
+    key
 }
 
 fn file_name(p: &Path) -> String {
@@ -65,6 +86,13 @@ fn file_name(p: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_in_names_sort_as_numbers() {
+        let mut names = ["step10_b", "step9_a", "step1_c", "add", "step2"];
+        names.sort_by_key(|n| natural_key(n));
+        assert_eq!(names, ["add", "step1_c", "step2", "step9_a", "step10_b"]);
+    }
 
     #[test]
     fn lists_groups_and_programs_in_order_and_nothing_else() {

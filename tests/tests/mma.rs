@@ -332,3 +332,27 @@ fn stmatrix_needs_a_cache_only_a_tma_store_reads() {
     assert!(!c.contains("hf_stmatrix_x4(&"), "{c}");
     assert!(c.contains("hf_vec<hf_bf16, 2>"), "{c}");
 }
+
+#[test]
+fn a_fused_epilogue_is_computed_in_the_accumulator_registers_without_guards() {
+    let c = cuda(include_str!(
+        "../../examples/matmul/step10_bias_gelu_tma_store.hf"
+    ));
+    // The GELU of register r goes back into s_acc[r]: one 128-register array, no second one.
+    assert_eq!(c.matches("alignas(16) float s_acc[128];").count(), 1, "{c}");
+    assert!(!c.contains("float c_mul2[128]"), "{c}");
+    assert!(c.contains("s_acc[r] = c_mul[0] * c_add[0];"), "{c}");
+    // Register arithmetic is not guarded; the bias load (global memory) is.
+    let gelu = &c[c
+        .find("alignas(16) float x_cast_f32[1];")
+        .unwrap_or_else(|| panic!("{c}"))..];
+    let gelu = &gelu[..gelu.find("s_acc[r] = ").unwrap()];
+    assert!(!gelu.contains("if ("), "{gelu}");
+    let bias = c.find("x_broadcast[0] = bias[").unwrap();
+    assert!(
+        c[..bias].trim_end().ends_with('{'),
+        "the bias load keeps its guard"
+    );
+    // The staged epilogue as in step 9.
+    assert_eq!(c.matches("hf_stmatrix_x4(&c_s[").count(), 1, "{c}");
+}

@@ -127,7 +127,14 @@ mod tests {
         assert_eq!(group_title("matmul"), "Tensor cores (matmul)");
         let steps: Vec<&str> = groups[3].1.iter().map(|e| e.name).collect();
         assert!(steps.len() >= 7, "{steps:?}");
-        assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
+        let key = |n: &str| -> u32 {
+            n.trim_start_matches("step")
+                .split('_')
+                .next()
+                .and_then(|d| d.parse().ok())
+                .unwrap_or(0)
+        };
+        assert!(steps.windows(2).all(|w| key(w[0]) < key(w[1])), "{steps:?}");
         assert_eq!(steps[0], "step1_one_warp_group");
     }
 

@@ -526,7 +526,7 @@ pub struct Kernel {
 }
 
 /// Calls `f` on every statement of `body` and of the bodies inside it, outer ones first.
-pub fn for_each_stmt(body: &[Stmt], f: &mut dyn FnMut(&Stmt)) {
+pub fn for_each_stmt<'a>(body: &'a [Stmt], f: &mut dyn FnMut(&'a Stmt)) {
     for st in body {
         f(st);
         match st {

@@ -300,9 +300,11 @@ fn epilogue(k: &Kernel, walk: &Walk, acc: usize, after: usize) -> Option<Epilogu
         found
     };
     let lp = events[after..].iter().find_map(reads_acc)?;
+    // Every loop that reads the accumulator (an epilogue computed in place reads it twice).
+    let loops: Vec<usize> = events[after..].iter().filter_map(reads_acc).collect();
     let mut outputs: Vec<String> = Vec::new();
     for e in &events[after..] {
-        if !within(walk, e.lp, Some(lp)) {
+        if !loops.iter().any(|&l| within(walk, e.lp, Some(l))) {
             continue;
         }
         let name = match e.what {

@@ -352,3 +352,150 @@ pub(super) fn fragment_accesses(
         _ => {}
     }
 }
+
+/// Epilogue arrays that can live in their accumulator's registers: `F[i] = f(A[i], ...)` in one
+/// unrolled fragment loop that reads the accumulator `A` only at the `i` it writes, after every
+/// read of `A[i]` in the iteration, with no other read of `A` in the kernel (the next product
+/// starts with `scale-d` off, so it does not read `A` either). `F` is then written into `A` in
+/// place and the epilogue needs no second array of N / 2 registers, which ptxas would spill.
+/// Returns the arrays to rename, each to its accumulator.
+pub(super) fn reusable_accumulators(
+    body: &[Stmt],
+    k: &Kernel,
+    accumulators: &HashSet<BufferId>,
+) -> HashMap<BufferId, BufferId> {
+    let mut out: HashMap<BufferId, BufferId> = HashMap::new();
+    let size = |b: BufferId| match k.buffers[b].size {
+        Some(Val::Int(n)) => Some(n),
+        _ => None,
+    };
+    let mut accs: Vec<BufferId> = accumulators.iter().copied().collect();
+    accs.sort_unstable();
+    for f in 0..k.buffers.len() {
+        let buf = &k.buffers[f];
+        if buf.memory != MemoryType::Local
+            || buf.dtype != DType::F32
+            || accumulators.contains(&f)
+            || size(f).is_none()
+        {
+            continue;
+        }
+        if let Some(&a) = accs.iter().find(|&&a| {
+            size(a) == size(f) && !out.values().any(|&v| v == a) && reusable(body, f, a)
+        }) {
+            out.insert(f, a);
+        }
+    }
+    out
+}
+
+/// The write of `f` that statement `s` is (directly or under a guard), with its index.
+fn write_of(s: &Stmt, f: BufferId) -> Option<&Val> {
+    match s {
+        Stmt::Compute(c) if c.out.buffer == f => c.out.index.as_ref(),
+        Stmt::If { then, els, .. } if els.is_empty() => match then.as_slice() {
+            [Stmt::Compute(c)] if c.out.buffer == f => c.out.index.as_ref(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The indices of the reads of `b` and the number of writes of `b` in `body`.
+fn uses_of(body: &[Stmt], b: BufferId) -> (Vec<Val>, usize) {
+    let mut reads = Vec::new();
+    let mut writes = 0;
+    crate::kir::for_each_stmt(body, &mut |s| {
+        if let Stmt::Compute(c) = s {
+            if c.out.buffer == b {
+                writes += 1;
+            }
+            c.value.for_each_read(&mut |a| {
+                if a.buffer == b {
+                    reads.push(a.index.clone().unwrap_or(Val::Int(0)));
+                }
+            });
+        }
+    });
+    (reads, writes)
+}
+
+fn reusable(body: &[Stmt], f: BufferId, a: BufferId) -> bool {
+    // The one unrolled loop that writes `f`, directly in its body.
+    let mut loops: Vec<&Loop> = Vec::new();
+    crate::kir::for_each_stmt(body, &mut |s| {
+        if let Stmt::Loop(l) = s {
+            if l.parallel == ParallelType::Unroll && l.body.iter().any(|s| write_of(s, f).is_some())
+            {
+                loops.push(l);
+            }
+        }
+    });
+    let [l] = loops[..] else { return false };
+    let (_, all_writes) = uses_of(body, f);
+    let (f_reads_in, writes_in) = uses_of(&l.body, f);
+    let (a_reads, _) = uses_of(body, a);
+    let (a_reads_in, _) = uses_of(&l.body, a);
+    let Some(w) = l.body.iter().position(|s| write_of(s, f).is_some()) else {
+        return false;
+    };
+    let index = write_of(&l.body[w], f).cloned().unwrap_or(Val::Int(0));
+    let reads_a = |s: &Stmt| !uses_of(std::slice::from_ref(s), a).0.is_empty();
+    all_writes == 1
+        && writes_in == 1
+        && f_reads_in.is_empty()
+        && !a_reads_in.is_empty()
+        && a_reads.len() == a_reads_in.len()
+        && a_reads_in.iter().all(|i| *i == index)
+        && index.mentions(&l.var)
+        && l.body[w + 1..].iter().all(|s| !reads_a(s))
+        && same_block_after(body, a, f)
+}
+
+/// Whether `f` is allocated in the block that allocates `a`, after it (so `a` is in scope
+/// wherever `f` is).
+fn same_block_after(body: &[Stmt], a: BufferId, f: BufferId) -> bool {
+    let here = |b: &[Stmt]| {
+        let pa = b
+            .iter()
+            .position(|s| matches!(s, Stmt::Alloc(x) if *x == a));
+        let pf = b
+            .iter()
+            .position(|s| matches!(s, Stmt::Alloc(x) if *x == f));
+        matches!((pa, pf), (Some(pa), Some(pf)) if pa < pf)
+    };
+    let mut found = here(body);
+    crate::kir::for_each_stmt(body, &mut |s| match s {
+        Stmt::Loop(l) => found |= here(&l.body),
+        Stmt::If { then, els, .. } => found |= here(then) || here(els),
+        Stmt::WarpRoles {
+            producer, consumer, ..
+        } => found |= here(producer) || here(consumer),
+        _ => {}
+    });
+    found
+}
+
+/// Drops the bounds guard of register arithmetic in a fragment loop's body: a value computed
+/// for a position outside the tensors (from whatever its registers hold) is only read by
+/// statements that keep their guards (memory reads and writes) or lands in a staged tile's
+/// out-of-bounds part, which no TMA store writes; floating-point and integer arithmetic cannot
+/// fault on the GPU. Saves a comparison chain per statement per register of the unrolled loop.
+pub(super) fn unguard_register_arithmetic(k: &Kernel, body: &mut [Stmt]) {
+    let registers_only = |c: &Compute| {
+        let mut local = k.buffers[c.out.buffer].memory == MemoryType::Local;
+        c.value.for_each_read(&mut |a| {
+            local &= k.buffers[a.buffer].memory == MemoryType::Local;
+        });
+        local
+    };
+    for s in body.iter_mut() {
+        if let Stmt::If { then, els, .. } = s {
+            if let ([Stmt::Compute(c)], true) = (then.as_slice(), els.is_empty()) {
+                if registers_only(c) {
+                    *s = Stmt::Compute(c.clone());
+                }
+            }
+        }
+    }
+}

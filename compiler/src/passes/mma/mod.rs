@@ -44,7 +44,10 @@ mod fragment;
 mod groups;
 mod product;
 
-use fragment::{fragment_accesses, fragment_base, pair_global_store, stmatrix_store, unalias};
+use fragment::{
+    fragment_accesses, fragment_base, pair_global_store, reusable_accumulators, stmatrix_store,
+    unalias, unguard_register_arithmetic,
+};
 use groups::{batch, keep_one_group_in_flight};
 
 /// Whether the fusion has a tensor-core tile (the pass runs only then).
@@ -109,6 +112,10 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut body = lower.block(cx, k, body)?;
     if !lower.aliases.is_empty() {
         unalias(&mut body, &lower.aliases);
+    }
+    let reuse = reusable_accumulators(&body, k, &lower.accumulators);
+    if !reuse.is_empty() {
+        unalias(&mut body, &reuse);
     }
     k.body = keep_one_group_in_flight(batch(body));
     Ok(())
@@ -551,6 +558,7 @@ impl Lower {
                         span,
                     ));
                 }
+                unguard_register_arithmetic(k, &mut body);
                 if let Some(x4) = stmatrix_store(cx, k, &body, &reg, loops[ni].key, width) {
                     return Ok(vec![x4]);
                 }
