@@ -399,6 +399,91 @@ fn warp_collective_a_stmatrix_under_a_lane_dependent_condition() {
     assert!(e[0].detail.contains("stmatrix"), "{}", e[0]);
 }
 
+/// Whether `s` is the issuing thread's wait for its TMA stores (`if issuer: wait_group.read 0`).
+fn is_store_wait(s: &Stmt) -> bool {
+    matches!(s, Stmt::If { then, .. } if matches!(then.as_slice(), [Stmt::BulkWaitRead(0)]))
+}
+
+/// In the list that waits for the stores and then writes the staged tile (the tile loop's
+/// body), applies `change` at the wait's index.
+fn at_tile_drain(k: &mut Kernel, change: impl FnOnce(&mut Vec<Stmt>, usize)) {
+    let mut change = Some(change);
+    let found = edit(&mut k.body, &mut |list| {
+        let wait = list.iter().position(is_store_wait);
+        let writes = list
+            .iter()
+            .position(|s| format!("{s:?}").contains("StMatrix"));
+        match (wait, writes) {
+            (Some(w), Some(x)) if w < x => {
+                (change.take().expect("applied once"))(list, w);
+                true
+            }
+            _ => false,
+        }
+    });
+    assert!(found, "no drain before the staged writes");
+}
+
+#[test]
+fn store_reuse_a_staged_tile_written_without_waiting_for_its_stores() {
+    let mut k = lowered("matmul/step9_tma_store_epilogue.hf");
+    at_tile_drain(&mut k, |list, w| {
+        list.remove(w);
+    });
+    let e = caught(&k, Rule::StoreReuse, "stmatrix.x4 c_s[");
+    assert!(e[0].detail.contains("no wait for them"), "{}", e[0]);
+}
+
+#[test]
+fn store_reuse_a_wait_without_the_barrier_after_it() {
+    let mut k = lowered("matmul/step9_tma_store_epilogue.hf");
+    at_tile_drain(&mut k, |list, w| {
+        assert!(matches!(list[w + 1], Stmt::Sync));
+        list.remove(w + 1);
+    });
+    let e = caught(&k, Rule::StoreReuse, "stmatrix.x4 c_s[");
+    assert!(e[0].detail.contains("no barrier since"), "{}", e[0]);
+}
+
+#[test]
+fn store_reuse_an_exit_without_the_last_wait() {
+    let mut k = lowered("tma/exp_store.hf");
+    // The exit drain is the last wait of the kernel.
+    let mut waits = 0;
+    edit(&mut k.body, &mut |list| {
+        waits += list.iter().filter(|s| is_store_wait(s)).count();
+        false
+    });
+    assert!(waits >= 2, "{waits}");
+    let found = edit(
+        &mut k.body,
+        &mut |list| match list.iter().position(is_store_wait) {
+            Some(i)
+                if list[i + 1..]
+                    .iter()
+                    .any(|s| format!("{s:?}").contains("MbarInval")) =>
+            {
+                list.remove(i);
+                true
+            }
+            _ => false,
+        },
+    );
+    assert!(found, "no exit drain");
+    let errors = verify::verify(&k, Stage::LOWERED).unwrap_err();
+    let e: Vec<&VerifyError> = errors
+        .iter()
+        .filter(|e| e.rule == Rule::StoreReuse)
+        .collect();
+    assert!(
+        e.iter().any(|e| e
+            .detail
+            .contains("can exit while a TMA store still reads `y_s`")),
+        "{}",
+        list(&errors)
+    );
+}
+
 #[test]
 fn warp_collective_elect_after_a_lane_dependent_test() {
     let mut k = lowered("tma/exp_2d.hf");

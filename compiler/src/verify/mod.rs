@@ -19,6 +19,7 @@
 
 mod mbarrier;
 mod memory;
+mod stores;
 mod uniform;
 
 use crate::diag::Diagnostics;
@@ -72,11 +73,14 @@ pub enum Rule {
     /// Warp roles nested in warp roles, or register counts that `setmaxnreg` does not take or
     /// that differ from the kernel's.
     WarpRoles,
+    /// Shared memory written while a TMA store may still read it (no wait by the issuing
+    /// thread and barrier in between), or an exit with a store still reading (after `sync`).
+    StoreReuse,
 }
 
 impl Rule {
     /// Every rule (the tests plant a fault for each).
-    pub const ALL: [Rule; 16] = [
+    pub const ALL: [Rule; 17] = [
         Rule::UnknownId,
         Rule::UnboundVariable,
         Rule::UseBeforeAlloc,
@@ -93,6 +97,7 @@ impl Rule {
         Rule::NamedBarrierCount,
         Rule::NamedBarrierId,
         Rule::WarpRoles,
+        Rule::StoreReuse,
     ];
 
     /// The rule's name in messages.
@@ -114,6 +119,7 @@ impl Rule {
             Rule::NamedBarrierCount => "named-barrier-count",
             Rule::NamedBarrierId => "named-barrier-id",
             Rule::WarpRoles => "warp-roles",
+            Rule::StoreReuse => "store-reuse",
         }
     }
 }
@@ -145,12 +151,16 @@ pub struct Stage {
     pub indexed: bool,
     /// `circular_buffer` ran: mbarriers are initialised at entry and invalidated at exit.
     pub barriers_placed: bool,
+    /// `sync` ran: block barriers order shared memory, and the issuing thread waits for its
+    /// TMA stores before their buffers are written again.
+    pub synchronised: bool,
 }
 
 /// The pass after which each [`Stage`] fact holds (a unit test checks they are in the pipeline).
 const ALLOCATION_PASS: &str = "allocation";
 const INDEXING_PASS: &str = "indexing";
 const BARRIER_PASS: &str = "circular_buffer";
+const SYNC_PASS: &str = "sync";
 
 impl Stage {
     /// After the whole pipeline.
@@ -158,6 +168,7 @@ impl Stage {
         allocated: true,
         indexed: true,
         barriers_placed: true,
+        synchronised: true,
     };
 
     /// After pass `pass` of [`crate::passes::PIPELINE`] (and the passes before it). A name not
@@ -172,6 +183,7 @@ impl Stage {
             allocated: reached(ALLOCATION_PASS),
             indexed: reached(INDEXING_PASS),
             barriers_placed: reached(BARRIER_PASS),
+            synchronised: reached(SYNC_PASS),
         }
     }
 }
@@ -237,6 +249,9 @@ pub fn verify(k: &Kernel, stage: Stage) -> Result<(), Vec<VerifyError>> {
     errors.extend(uniform::check_barrier_uses(&barriers));
     if stage.barriers_placed {
         mbarrier::check(k, &events, &mut errors);
+    }
+    if stage.synchronised {
+        stores::check(k, &mut errors);
     }
     if stage.allocated {
         memory::check(k, &first_alloc, &mut errors);
@@ -772,7 +787,7 @@ mod tests {
 
     #[test]
     fn the_stage_anchors_are_passes_of_the_pipeline() {
-        for anchor in [ALLOCATION_PASS, INDEXING_PASS, BARRIER_PASS] {
+        for anchor in [ALLOCATION_PASS, INDEXING_PASS, BARRIER_PASS, SYNC_PASS] {
             assert!(
                 crate::passes::PIPELINE.iter().any(|p| p.name == anchor),
                 "`{anchor}` is not a pass of the pipeline any more: Stage::after needs its successor"
@@ -784,13 +799,16 @@ mod tests {
             Stage {
                 allocated: false,
                 indexed: false,
-                barriers_placed: false
+                barriers_placed: false,
+                synchronised: false,
             }
         );
         let last = crate::passes::PIPELINE.last().expect("passes").name;
         assert_eq!(Stage::after(last), Stage::LOWERED);
         let allocation = Stage::after(ALLOCATION_PASS);
         assert!(allocation.allocated && !allocation.indexed && !allocation.barriers_placed);
+        let circular = Stage::after(BARRIER_PASS);
+        assert!(circular.barriers_placed && !circular.synchronised);
     }
 
     #[test]
