@@ -5,6 +5,61 @@
 #[allow(unused_imports)]
 use super::*;
 
+/// The store a fragment loop's body ends with, and its guard (`true` when unguarded).
+fn final_store(body: &[Stmt]) -> Option<(Val, Compute)> {
+    match body.last()? {
+        Stmt::If { cond, then, els } if els.is_empty() => match then.as_slice() {
+            [Stmt::Compute(c)] => Some((cond.clone(), c.clone())),
+            _ => None,
+        },
+        Stmt::Compute(c) => Some((Val::True, c.clone())),
+        _ => None,
+    }
+}
+
+/// Registers `n g .. n g + n` of a fragment loop's body computed into an `n`-element register
+/// array (`(g, n)` = `group`): the array (named after the store's buffer with `suffix`), the
+/// lane variable, and the body with register `reg` = `n g + lane` whose last statement writes
+/// the array's lane instead of the store's buffer.
+fn lanes(
+    cx: &mut Ctx,
+    k: &mut Kernel,
+    body: &[Stmt],
+    store: &Compute,
+    reg: &str,
+    (group, n): (&str, i64),
+    suffix: &str,
+) -> (BufferId, String, Vec<Stmt>) {
+    let array = k.buffers.len();
+    k.buffers.push(Buffer {
+        name: cx.fresh_name(&format!("{}_{suffix}", k.buffers[store.out.buffer].name)),
+        dtype: k.buffers[store.out.buffer].dtype,
+        memory: MemoryType::Local,
+        tensor: None,
+        size: Some(Val::Int(n)),
+        smem_offset: None,
+        global_shape: Vec::new(),
+        is_input: false,
+    });
+    let lane = cx.fresh_name(&format!("{reg}_lane"));
+    let at_lane = Val::add(
+        Val::mul(Val::Int(n), Val::Var(group.to_string())),
+        Val::Var(lane.clone()),
+    );
+    let mut lanes_body: Vec<Stmt> = body[..body.len() - 1].to_vec();
+    lanes_body.push(Stmt::Compute(Compute {
+        out: Access {
+            buffer: array,
+            index: Some(Val::Var(lane.clone())),
+        },
+        ..store.clone()
+    }));
+    for s in &mut lanes_body {
+        s.map_vals(&mut |v| v.subst(reg, &at_lane));
+    }
+    (array, lane, lanes_body)
+}
+
 /// A fragment loop (over register `reg`) that ends with a store to global memory: registers
 /// `2j` and `2j + 1` hold adjacent columns, so their two results go out as one vector store
 /// (half the store instructions and memory transactions of the epilogue) when both are in
@@ -18,14 +73,7 @@ pub(super) fn pair_global_store(
     key: LoopKey,
     width: i64,
 ) -> Option<Stmt> {
-    let (cond, store) = match body.last()? {
-        Stmt::If { cond, then, els } if els.is_empty() => match then.as_slice() {
-            [Stmt::Compute(c)] => (cond.clone(), c.clone()),
-            _ => return None,
-        },
-        Stmt::Compute(c) => (Val::True, c.clone()),
-        _ => return None,
-    };
+    let (cond, store) = final_store(body)?;
     let out = &k.buffers[store.out.buffer];
     if out.memory != MemoryType::Global || store.vector.is_some() || width % 4 != 0 {
         return None;
@@ -41,34 +89,10 @@ pub(super) fn pair_global_store(
     if !adjacent {
         return None;
     }
-    let dtype = out.dtype;
     let pair_var = cx.fresh_name(&format!("{reg}_pair"));
-    let lane = cx.fresh_name(&format!("{reg}_lane"));
-    let pair = k.buffers.len();
-    k.buffers.push(Buffer {
-        name: cx.fresh_name(&format!("{}_pair", k.buffers[store.out.buffer].name)),
-        dtype,
-        memory: MemoryType::Local,
-        tensor: None,
-        size: Some(Val::Int(2)),
-        smem_offset: None,
-        global_shape: Vec::new(),
-        is_input: false,
-    });
+    let (pair, lane, lanes_body) = lanes(cx, k, body, &store, reg, (&pair_var, 2), "pair");
     let at_lane = |l: Val| Val::add(Val::mul(Val::Int(2), Val::Var(pair_var.clone())), l);
     let on = |v: &Val, l: Val| v.subst(reg, &at_lane(l));
-    // Each register's value into its lane of the pair.
-    let mut lanes_body: Vec<Stmt> = body[..body.len() - 1].to_vec();
-    lanes_body.push(Stmt::Compute(Compute {
-        out: Access {
-            buffer: pair,
-            index: Some(Val::Var(lane.clone())),
-        },
-        ..store.clone()
-    }));
-    for s in &mut lanes_body {
-        s.map_vals(&mut |v| on(v, Val::Var(lane.clone())));
-    }
     let lane_of = |l: i64| Access {
         buffer: pair,
         index: Some(Val::Int(l)),
@@ -137,14 +161,7 @@ pub(super) fn stmatrix_store(
     key: LoopKey,
     width: i64,
 ) -> Option<Stmt> {
-    let store = match body.last()? {
-        Stmt::If { then, els, .. } if els.is_empty() => match then.as_slice() {
-            [Stmt::Compute(c)] => c.clone(),
-            _ => return None,
-        },
-        Stmt::Compute(c) => c.clone(),
-        _ => return None,
-    };
+    let (_, store) = final_store(body)?;
     let out = &k.buffers[store.out.buffer];
     let only_tma_stored = cx
         .stores
@@ -219,34 +236,7 @@ pub(super) fn stmatrix_store(
     if !ok {
         return None;
     }
-    let regs_buf = k.buffers.len();
-    k.buffers.push(Buffer {
-        name: cx.fresh_name(&format!("{}_x4", k.buffers[store.out.buffer].name)),
-        dtype: out.dtype,
-        memory: MemoryType::Local,
-        tensor: None,
-        size: Some(Val::Int(8)),
-        smem_offset: None,
-        global_shape: Vec::new(),
-        is_input: false,
-    });
-    let lane_var = cx.fresh_name(&format!("{reg}_lane"));
-    let at_lane = Val::add(
-        Val::mul(Val::Int(8), Val::Var(group.clone())),
-        Val::Var(lane_var.clone()),
-    );
-    // Each register's value into its place of the array.
-    let mut lanes_body: Vec<Stmt> = body[..body.len() - 1].to_vec();
-    lanes_body.push(Stmt::Compute(Compute {
-        out: Access {
-            buffer: regs_buf,
-            index: Some(Val::Var(lane_var.clone())),
-        },
-        ..store.clone()
-    }));
-    for s in &mut lanes_body {
-        s.map_vals(&mut |v| v.subst(reg, &at_lane));
-    }
+    let (regs_buf, lane_var, lanes_body) = lanes(cx, k, body, &store, reg, (&group, 8), "x4");
     Some(Stmt::Loop(Loop {
         key,
         var: group,
