@@ -365,15 +365,39 @@ impl Ui {
         self.show(tab);
     }
 
-    /// Loads an example with the sizes of its `// bench:` line.
+    /// Loads an example with the sizes of its `// bench:` line: the first one at once, any
+    /// other once its text has come from `examples/` next to the page.
     fn load_example(self, e: examples::Example) {
-        self.pass.set(None);
-        self.run.set(RunState::Idle);
-        let bench = examples::bench_sizes(&e);
-        self.sizes.update(|s| s.extend(bench));
-        self.size_errors.set(BTreeMap::new());
-        self.set_program(e.source);
-        self.mark_shared();
+        let show = move |text: &str| {
+            self.pass.set(None);
+            self.run.set(RunState::Idle);
+            let bench = examples::bench_sizes(&e);
+            self.sizes.update(|s| s.extend(bench));
+            self.size_errors.set(BTreeMap::new());
+            self.set_program(text);
+            self.mark_shared();
+        };
+        if let Some(text) = examples::built_in(&e) {
+            show(text);
+            return;
+        }
+        let url = examples::url(&e);
+        spawn_local(async move {
+            let answer = crate::js::api_request("GET", &url, "", None, 10_000).await;
+            let get = |a: &wasm_bindgen::JsValue, k: &str| {
+                js_sys::Reflect::get(a, &wasm_bindgen::JsValue::from_str(k)).ok()
+            };
+            match answer {
+                Ok(a) if get(&a, "status").and_then(|v| v.as_f64()) == Some(200.0) => show(
+                    &get(&a, "body")
+                        .and_then(|v| v.as_string())
+                        .unwrap_or_default(),
+                ),
+                _ => self.say(format!(
+                    "The example {url} could not be loaded from this server."
+                )),
+            }
+        });
     }
 
     /// Restores the state a fragment names (`#v1:...` or a short link `#s:ID`); with none, the

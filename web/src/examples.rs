@@ -1,4 +1,8 @@
-//! Every program in `examples/`, embedded at build time (see `build.rs`), grouped by folder.
+//! Every program in `examples/`, listed at build time (see `build.rs`), grouped by folder. The
+//! page carries each one's description and bench sizes; its text is fetched from
+//! `examples/<group>/<name>.hf` next to the page when chosen (the first is built in).
+
+use crate::example_meta;
 
 /// One example program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -7,10 +11,31 @@ pub struct Example {
     pub group: &'static str,
     /// Its file name without `.hf`.
     pub name: &'static str,
-    pub source: &'static str,
+    /// The first sentence of its header comment ([`example_meta::description`]).
+    pub description: &'static str,
+    /// The sizes of its first `// bench:` line.
+    pub bench: &'static str,
+    /// [`example_meta::fingerprint`] of its text.
+    pub fingerprint: u64,
 }
 
 include!(concat!(env!("OUT_DIR"), "/examples.rs"));
+
+/// Where the page fetches the example's text (relative to the page: `dist/examples/`).
+pub fn url(e: &Example) -> String {
+    format!("examples/{}/{}.hf", e.group, e.name)
+}
+
+/// The example's text when the page has it without fetching (the first example).
+pub fn built_in(e: &Example) -> Option<&'static str> {
+    (*e == ALL[0]).then_some(FIRST_SOURCE)
+}
+
+/// The example's text (unit tests: every text is built in).
+#[cfg(test)]
+pub fn source(e: &Example) -> &'static str {
+    SOURCES[ALL.iter().position(|x| x == e).expect("an example")]
+}
 
 /// Groups in menu order: the known ones first, then any other folder alphabetically.
 const ORDER: &[&str] = &["basics", "tma", "warp_specialization", "ws", "matmul"];
@@ -55,62 +80,53 @@ pub fn find(key: &str) -> Option<Example> {
     ALL.iter().copied().find(|e| self::key(e) == key)
 }
 
-/// The example's one-line description: the first sentence of its header comment, without an
-/// "Example 3:" style label, cut at 110 characters.
+/// The example's one-line description.
 pub fn description(e: &Example) -> String {
-    let header: Vec<&str> = e
-        .source
-        .lines()
-        .map_while(|l| l.trim().strip_prefix("//"))
-        .map(str::trim)
-        .collect();
-    let text = header.join(" ");
-    let text = match text.split_once(": ") {
-        Some((label, rest)) if label.to_ascii_lowercase().contains("example") => rest,
-        _ => text.as_str(),
-    };
-    let sentence = match text.find(". ") {
-        Some(i) => &text[..=i],
-        None => text,
-    };
-    if sentence.chars().count() > 110 {
-        let cut: String = sentence.chars().take(109).collect();
-        format!("{}…", cut.trim_end())
-    } else {
-        sentence.to_string()
-    }
+    e.description.to_string()
 }
 
 /// The sizes of the example's first `// bench: M=...,N=...` line (empty without one).
 pub fn bench_sizes(e: &Example) -> std::collections::BTreeMap<String, i64> {
-    e.source
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("// bench:"))
-        .map(|list| {
-            list.split(',')
-                .filter_map(|kv| {
-                    let (k, v) = kv.split_once('=')?;
-                    Some((k.trim().to_string(), v.trim().parse().ok()?))
-                })
-                .collect()
+    e.bench
+        .split(',')
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            Some((k.trim().to_string(), v.trim().parse().ok()?))
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// The example whose text is exactly `source`, if any (to show it selected in the menu).
 pub fn matching(source: &str) -> Option<Example> {
-    ALL.iter().copied().find(|e| e.source == source)
+    let f = example_meta::fingerprint(source);
+    ALL.iter().copied().find(|e| e.fingerprint == f)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The menu's data is the texts' (computed at build time), only the first text is built in.
+    #[test]
+    fn the_menu_carries_what_the_texts_say() {
+        for e in ALL {
+            let text = source(e);
+            assert_eq!(e.fingerprint, example_meta::fingerprint(text), "{}", key(e));
+            assert_eq!(e.description, example_meta::description(text), "{}", key(e));
+            assert_eq!(e.bench, example_meta::bench_line(text), "{}", key(e));
+            assert_eq!(matching(text), Some(*e));
+            assert_eq!(url(e), format!("examples/{}.hf", key(e)));
+        }
+        assert_eq!(built_in(&ALL[0]), Some(source(&ALL[0])));
+        assert!(ALL[1..].iter().all(|e| built_in(e).is_none()));
+        assert_eq!(matching(&format!("{} ", source(&ALL[0]))), None);
+    }
+
     #[test]
     fn every_example_compiles_and_basics_come_first() {
         assert!(ALL.len() >= 5);
         for e in ALL {
-            hopfuse::compile(e.source, &Default::default())
+            hopfuse::compile(source(&e), &Default::default())
                 .unwrap_or_else(|d| panic!("{}: {d}", key(e)));
         }
         assert_eq!(grouped()[0].0, "basics");
@@ -158,7 +174,7 @@ mod tests {
                 key(e)
             );
             // Every example has bench sizes, and they name exactly its size symbols.
-            let c = hopfuse::compile(e.source, &Default::default()).unwrap();
+            let c = hopfuse::compile(source(&e), &Default::default()).unwrap();
             let sizes = bench_sizes(e);
             for sym in &c.plan.symbols {
                 assert!(

@@ -542,7 +542,7 @@ mod tests {
             .unwrap_err()
             .contains("`cuda_lines`"));
         // The line map reads back as the compiler writes it.
-        let src = crate::examples::find("tma/exp_2d").unwrap().source;
+        let src = crate::examples::source(&crate::examples::find("tma/exp_2d").unwrap());
         assert_eq!(ins.lines, crate::model::compile(src).unwrap().lines);
         assert!(runner::read_inspection(&serde_json::json!({"kernel": "k"})).is_err());
         assert!(ins.warnings.is_empty(), "exp_2d builds without warnings");
@@ -591,7 +591,7 @@ mod tests {
 
     #[test]
     fn without_a_service_the_pane_says_what_it_needs_and_keeps_the_line_map() {
-        let src = crate::examples::find("tma/exp_2d").unwrap().source;
+        let src = crate::examples::source(&crate::examples::find("tma/exp_2d").unwrap());
         let c = crate::model::compile(src).unwrap();
         let h = html_without(Some(&c), Asm::Sass, "No service is reachable.");
         assert!(h.contains("SASS comes from a hopfuse runner service"));

@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod diff;
+pub mod example_meta;
 pub mod examples;
 pub mod inspect_panes;
 pub mod js;

@@ -252,7 +252,7 @@ mod tests {
 
     #[test]
     fn launch_limits_catch_a_grid_too_large() {
-        let src = crate::examples::find("basics/add").unwrap().source;
+        let src = crate::examples::source(&crate::examples::find("basics/add").unwrap());
         let c = compile(src).unwrap();
         let limits = c.plan.launch_limits();
         // add: a 1-D grid over M * N / 512 blocks; the block is constant (checked by the compiler).
@@ -278,7 +278,7 @@ mod tests {
             e[0].located(),
             "3:10: unclosed `(`: expected `)` before `}`"
         );
-        let src = crate::examples::find("basics/add").unwrap().source;
+        let src = crate::examples::source(&crate::examples::find("basics/add").unwrap());
         let c = compile(src).unwrap();
         assert!(c.passes[0].changed);
         assert!(c.cuda.contains("__global__"));
@@ -295,11 +295,13 @@ mod tests {
             c.passes.len(),
             1 + count(&[&tma_passes[..], &["mma"]].concat())
         );
-        let tma = compile(crate::examples::find("tma/exp_2d").unwrap().source).unwrap();
+        let tma = compile(crate::examples::source(
+            &crate::examples::find("tma/exp_2d").unwrap(),
+        ))
+        .unwrap();
         assert_eq!(tma.passes.len(), 1 + count(&["mma"]));
-        let mma = crate::examples::find("matmul/step2_pipelined")
-            .unwrap()
-            .source;
+        let mma =
+            crate::examples::source(&crate::examples::find("matmul/step2_pipelined").unwrap());
         let mma = compile(mma).unwrap();
         assert_eq!(mma.passes.len(), 1 + hopfuse::passes::PIPELINE.len());
     }

@@ -924,9 +924,11 @@ mod tests {
     use super::*;
 
     fn view(name: &str) -> PipelineView {
-        crate::model::compile(crate::examples::find(name).unwrap().source)
-            .unwrap()
-            .pipeline
+        crate::model::compile(crate::examples::source(
+            &crate::examples::find(name).unwrap(),
+        ))
+        .unwrap()
+        .pipeline
     }
 
     #[test]

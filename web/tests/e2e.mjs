@@ -675,6 +675,8 @@ try {
     const matmul = fs.readFileSync(path.join(repo, "examples/basics/matmul.hf"), "utf8");
     const bench = Object.fromEntries(matmul.match(/\/\/ bench: (\S+)/)[1].split(",").map((kv) => kv.split("=")));
     await c.selectOption("#examples", "basics/matmul");
+    // (An example other than the first is fetched from dist/examples/ when chosen.)
+    await c.waitForFunction(() => Array.from(document.querySelectorAll(".editor .cm-line"), (l) => l.textContent).join("\n").includes("fusion matmul"));
     for (const [k, v] of Object.entries(bench)) assert((await c.inputValue(`input[data-size="${k}"]`)) === v, `${k}=${v} from the bench line`);
     assert((await c.getAttribute("#examples", "title")).startsWith("A matrix product"), "the menu's title is the description");
     // Completion: schedule primitives after `t.`, tensors and ops by prefix.
