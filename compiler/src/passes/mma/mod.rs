@@ -589,10 +589,11 @@ impl Lower {
 }
 
 pub(super) fn first_expr(body: &[Stmt]) -> Option<usize> {
-    body.iter().find_map(|s| match s {
-        Stmt::Compute(c) => Some(c.expr),
-        Stmt::If { then, els, .. } => first_expr(then).or_else(|| first_expr(els)),
-        Stmt::Loop(l) => first_expr(&l.body),
-        _ => None,
-    })
+    let mut found = None;
+    crate::kir::for_each_stmt(body, &mut |s| {
+        if let Stmt::Compute(c) = s {
+            found = found.or(Some(c.expr));
+        }
+    });
+    found
 }

@@ -84,13 +84,11 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
 
 /// Buffers a statement writes (copies included).
 pub(crate) fn writes(s: &Stmt, out: &mut Vec<BufferId>) {
-    match s {
+    crate::kir::for_each_stmt(std::slice::from_ref(s), &mut |s| match s {
         Stmt::TmaLoad(t) => out.push(t.dst.buffer),
         Stmt::Compute(c) => out.push(c.out.buffer),
-        Stmt::Loop(l) => l.body.iter().for_each(|s| writes(s, out)),
-        Stmt::If { then, els, .. } => then.iter().chain(els).for_each(|s| writes(s, out)),
         _ => {}
-    }
+    });
 }
 
 pub(crate) fn fills(s: &Stmt, buffers: &[BufferId]) -> bool {
@@ -331,12 +329,11 @@ pub(crate) fn pipeline(
 }
 
 pub(crate) fn contains_copy(s: &Stmt) -> bool {
-    match s {
-        Stmt::TmaLoad(_) => true,
-        Stmt::Loop(l) => l.body.iter().any(contains_copy),
-        Stmt::If { then, els, .. } => then.iter().chain(els).any(contains_copy),
-        _ => false,
-    }
+    let mut found = false;
+    crate::kir::for_each_stmt(std::slice::from_ref(s), &mut |s| {
+        found |= matches!(s, Stmt::TmaLoad(_));
+    });
+    found
 }
 
 /// `outer * extent + v`, or `v` at the outermost serial loop.

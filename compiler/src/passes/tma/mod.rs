@@ -155,25 +155,15 @@ pub(crate) fn serial_loop(body: &[Stmt], keys: &[LoopKey]) -> Option<LoopKey> {
 
 /// Parallel type of the loop with key `key`, if the kernel has one.
 pub(crate) fn loop_parallel(body: &[Stmt], key: LoopKey) -> Option<ParallelType> {
-    for s in body {
-        match s {
-            Stmt::Loop(l) => {
-                if l.key == key {
-                    return Some(l.parallel);
-                }
-                if let Some(p) = loop_parallel(&l.body, key) {
-                    return Some(p);
-                }
+    let mut found = None;
+    crate::kir::for_each_stmt(body, &mut |s| {
+        if let Stmt::Loop(l) = s {
+            if l.key == key && found.is_none() {
+                found = Some(l.parallel);
             }
-            Stmt::If { then, els, .. } => {
-                if let Some(p) = loop_parallel(then, key).or_else(|| loop_parallel(els, key)) {
-                    return Some(p);
-                }
-            }
-            _ => {}
         }
-    }
-    None
+    });
+    found
 }
 
 pub(crate) fn guard(cond: Val, body: Vec<Stmt>) -> Stmt {

@@ -231,28 +231,21 @@ pub(crate) fn warp_specialize(cx: &Ctx, body: Vec<Stmt>, p: usize) -> Result<Stm
 
 pub(crate) fn contains_reduce_over(body: &[Stmt], on: ParallelType) -> bool {
     let d = on.dim().expect("a thread dim");
-    body.iter().any(|s| match s {
-        Stmt::BlockReduce { dims, .. } => dims[d],
-        Stmt::Loop(l) => contains_reduce_over(&l.body, on),
-        Stmt::If { then, els, .. } => {
-            contains_reduce_over(then, on) || contains_reduce_over(els, on)
-        }
-        _ => false,
-    })
+    let mut found = false;
+    crate::kir::for_each_stmt(body, &mut |s| {
+        found |= matches!(s, Stmt::BlockReduce { dims, .. } if dims[d]);
+    });
+    found
 }
 
 pub(crate) fn reads_buffer(body: &[Stmt], b: BufferId) -> bool {
-    body.iter().any(|s| match s {
-        Stmt::Compute(c) => {
-            let mut found = false;
-            c.value.for_each_read(&mut |a| found |= a.buffer == b);
-            found
-        }
-        Stmt::TmaStore(t) => t.src.buffer == b,
-        Stmt::Loop(l) => reads_buffer(&l.body, b),
-        Stmt::If { then, els, .. } => reads_buffer(then, b) || reads_buffer(els, b),
-        _ => false,
-    })
+    let mut found = false;
+    crate::kir::for_each_stmt(body, &mut |s| match s {
+        Stmt::Compute(c) => c.value.for_each_read(&mut |a| found |= a.buffer == b),
+        Stmt::TmaStore(t) => found |= t.src.buffer == b,
+        _ => {}
+    });
+    found
 }
 
 /// Turns every perfect nest of serial loops (a loop whose whole body is one serial loop) into
