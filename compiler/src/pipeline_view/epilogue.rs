@@ -186,6 +186,9 @@ pub(super) fn staged(k: &Kernel, walk: &Walk) -> Vec<StagedEpilogue> {
             continue;
         };
         let What::Store(t) = e0.what else { continue };
+        let Some(map) = k.tensor_maps.get(t.map) else {
+            continue;
+        };
         // The tile loop: the innermost loop around both the first write and the first store.
         let writes = chain(walk, e.lp, None);
         let tile = chain(walk, e0.lp, None)
@@ -227,7 +230,6 @@ pub(super) fn staged(k: &Kernel, walk: &Walk) -> Vec<StagedEpilogue> {
             })
             .collect();
         let b = &k.buffers[cache];
-        let map = &k.tensor_maps[t.map];
         out.push(StagedEpilogue {
             cache: b.name.clone(),
             cache_bytes: b.size.as_ref().and_then(|s| match s {
