@@ -14,14 +14,20 @@
 //! Tensor cores ([`mma`]): the same walk sees `Wgmma`, `WgmmaFence`, `WgmmaCommit`,
 //! `WgmmaWait`, the consumers' `MbarArrive` and the computes that read an accumulator; the
 //! warp groups that issue wgmma are a role like the others (`Role::mma`).
+//!
+//! The staged epilogue and the loop nests ([`epilogue`]): `StMatrix`, `TmaStore`, `BulkCommit`,
+//! `BulkWaitRead` and `FenceProxyAsync`, and the loops around the producer's and the
+//! consumers' side of a warp-specialized pipeline.
 
+mod epilogue;
 mod mma;
 
 use crate::fusion::ParallelType;
-use crate::kir::{Compute, CopyKind, Kernel, Stmt, TmaLoad, Val, Wgmma};
+use crate::kir::{Compute, CopyKind, Kernel, Stmt, TmaLoad, TmaStore, Val, Wgmma};
 use crate::target;
 use serde::Serialize;
 
+pub use epilogue::{Level, LoopNest, StagedEpilogue, StoreWait, StoreWaitAt};
 pub use mma::{
     Accumulator, Epilogue, Major, Mma, MmaInput, StageRelease, StageWait, WarpGroupAxis,
 };
@@ -35,6 +41,10 @@ pub struct PipelineView {
     /// The tensor-core products (one per accumulator and role), in program order; empty without
     /// wgmma.
     pub mmas: Vec<Mma>,
+    /// The loops of the pipelines whose producer walks its own loop.
+    pub nests: Vec<LoopNest>,
+    /// The accumulator's store paths through shared memory (`stmatrix`, TMA store).
+    pub staged: Vec<StagedEpilogue>,
 }
 
 /// A set of threads of the block with one job in the pipelines.
@@ -215,8 +225,15 @@ enum What<'k> {
         per_warp: bool,
     },
     Compute(&'k Compute),
-    /// A `stmatrix` of accumulator values into a shared-memory cache (its buffer).
-    Staged(usize),
+    /// A `stmatrix` into a shared-memory cache from a register array (their buffers).
+    Staged {
+        cache: usize,
+        from: usize,
+    },
+    Store(&'k TmaStore),
+    BulkCommit,
+    BulkWait(u32),
+    ProxyFence,
 }
 
 /// A loop bound to a thread index (a binding in the CUDA, not a loop).
@@ -368,7 +385,14 @@ impl<'k> Walk<'k> {
                     per_warp: *per_warp,
                 },
                 Stmt::Compute(c) => What::Compute(c),
-                Stmt::StMatrix { dst, .. } => What::Staged(dst.buffer),
+                Stmt::StMatrix { dst, src } => What::Staged {
+                    cache: dst.buffer,
+                    from: src.buffer,
+                },
+                Stmt::TmaStore(t) => What::Store(t),
+                Stmt::BulkCommit => What::BulkCommit,
+                Stmt::BulkWaitRead(n) => What::BulkWait(*n),
+                Stmt::FenceProxyAsync => What::ProxyFence,
                 // Warp specialization: the producer branch under the warp condition, the
                 // consumers under its negation.
                 Stmt::WarpRoles {
@@ -545,6 +569,8 @@ pub fn extract(k: &Kernel) -> PipelineView {
         roles,
         pipelines,
         mmas,
+        nests: epilogue::nests(&walk, &places),
+        staged: epilogue::staged(k, &walk),
     }
 }
 

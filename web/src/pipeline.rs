@@ -5,11 +5,17 @@
 //! producer. Tensor cores: a role that runs wgmma gets a row per warp group, whose box in each
 //! slot is its wait, the wgmmas of one commit group on that slot's operands, the group's wait
 //! and the release; a last column holds each warp group's accumulator registers (`(+)=` from
-//! the slots), and the epilogue that reads them is said under the release. Built as text, so it
+//! the slots), and the epilogue that reads them is said under the release. A staged epilogue
+//! (`stmatrix` into a shared cache, TMA stores) is a column of its own after the accumulators,
+//! and the footers say its path, where the stores are waited on, and the producer's loop
+//! against the consumers' loops. Built as text, so it
 //! is tested natively; colours are the page's CSS variables (`.pl-*` in style.css), so it
 //! follows the light and dark themes.
 
-use hopfuse::pipeline_view::{LoadKind, Major, Mma, PhaseKind, Pipeline, PipelineView, Release};
+use hopfuse::pipeline_view::{
+    Level, LoadKind, Major, Mma, PhaseKind, Pipeline, PipelineView, Release, StagedEpilogue,
+    StoreWaitAt,
+};
 use std::fmt::Write;
 
 /// What the pane says for a kernel without pipelines.
@@ -362,6 +368,102 @@ pub fn details(v: &PipelineView, p: &Pipeline) -> Vec<(&'static str, String)> {
     {
         rows.extend(mma_details(v, m));
     }
+    if let Some(i) = index {
+        rows.extend(staged_rows(v, i));
+    }
+    rows
+}
+
+/// The staged epilogue whose accumulator a product of pipeline `index` fills.
+fn staged_of(v: &PipelineView, index: usize) -> Option<&StagedEpilogue> {
+    v.staged.iter().find(|s| {
+        v.mmas
+            .iter()
+            .any(|m| pipeline_of(m) == Some(index) && m.accumulator.buffer == s.accumulator)
+    })
+}
+
+fn count(n: Option<i64>) -> String {
+    n.map(|n| format!("{n} × ")).unwrap_or_default()
+}
+
+/// `s_acc → 16 × stmatrix.x4 per warp → c_s (64.0 KiB)`: the writes of a staged cache.
+fn staged_writes(s: &StagedEpilogue) -> String {
+    let size = s
+        .cache_bytes
+        .map(|b| format!(" ({})", crate::model::bytes(b as f64)))
+        .unwrap_or_default();
+    format!(
+        "{} → {}stmatrix.x4 per warp → {}{size}",
+        s.accumulator,
+        count(s.stmatrix),
+        s.cache
+    )
+}
+
+/// Rows about the loops of pipeline `index` (the producer's against the consumers') and the
+/// store path of its accumulator; the table's and the diagram's footers.
+fn staged_rows(v: &PipelineView, index: usize) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    let s = staged_of(v, index);
+    let levels = |l: &[Level]| {
+        l.iter()
+            .map(|l| format!("{} in {}", l.var, l.extent))
+            .collect::<Vec<_>>()
+            .join(" → ")
+    };
+    for n in v.nests.iter().filter(|n| n.pipeline == index) {
+        let flat = if n.producer.len() == 1 && n.consumers.len() > 1 {
+            "one loop over (tile, k): "
+        } else {
+            ""
+        };
+        rows.push(("producer loop", format!("{flat}{}", levels(&n.producer))));
+        let mut c = levels(&n.consumers);
+        if let Some(t) = s.and_then(|s| s.tile_loop.as_ref()) {
+            let _ = write!(c, ", then the epilogue per {t}");
+        }
+        rows.push(("consumer loops", c));
+    }
+    let Some(s) = s else { return rows };
+    let mut path = staged_writes(s);
+    for (on, what) in [(s.fence, "fence.proxy.async"), (s.barrier, "barrier")] {
+        if on {
+            let _ = write!(path, " → {what}");
+        }
+    }
+    let _ = write!(
+        path,
+        " → {}: {}TMA store of {} through {} → {}, {}commit",
+        s.issuer.as_deref().unwrap_or("every thread"),
+        count(s.boxes),
+        crate::model::bytes(s.box_bytes as f64),
+        s.tensor_map,
+        s.tensor,
+        count(s.commits)
+    );
+    if let Some(t) = &s.tile_loop {
+        let _ = write!(path, " per {t}");
+    }
+    rows.push(("store", path));
+    let waits: Vec<String> = s
+        .waits
+        .iter()
+        .map(|w| {
+            let at = match w.at {
+                StoreWaitAt::BeforeRewrite => format!(
+                    "before {} is written again (the stores overlap the next tile's main loop)",
+                    s.cache
+                ),
+                StoreWaitAt::AfterStores => "right after the stores".into(),
+                StoreWaitAt::Exit => "at exit".into(),
+            };
+            format!("wait_group.read {} {at}", w.pending)
+        })
+        .collect();
+    if !waits.is_empty() {
+        rows.push(("store wait", waits.join("; ")));
+    }
     rows
 }
 
@@ -457,6 +559,23 @@ fn arrow(out: &mut String, x: i64, y0: i64, y1: i64, marker: &str, label: &[Stri
         r#"<line x1="{x}" y1="{y0}" x2="{x}" y2="{y1}" class="pl-arrow" marker-end="url(#{marker})"/>"#
     );
     text(out, x + 6, y0 + 14, "pl-small", "start", label);
+}
+
+/// A horizontal arrow from `x0` to `x1` at `y`, its label above its middle.
+fn h_arrow(out: &mut String, x0: i64, x1: i64, y: i64, marker: &str, label: &str) {
+    let _ = write!(
+        out,
+        r#"<line x1="{x0}" y1="{y}" x2="{}" y2="{y}" class="pl-arrow" marker-end="url(#{marker})"/>"#,
+        x1 - 2
+    );
+    text(
+        out,
+        (x0 + x1) / 2,
+        y - 5,
+        "pl-small",
+        "middle",
+        &[label.into()],
+    );
 }
 
 /// A caption across the diagram: a bold name, then dim details.
@@ -656,6 +775,26 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
     if !epilogue.is_empty() {
         footers.push(("epilogue".into(), epilogue.join("; "), "pl-small"));
     }
+    footers.extend(
+        staged_rows(view, index)
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b, "pl-small")),
+    );
+    // The staged cache: a column after the accumulators, fed by each warp group's.
+    let staged = staged_of(view, index).filter(|_| !lanes.is_empty());
+    let st_lines: Vec<String> = staged
+        .map(|s| {
+            let mut l = vec![
+                format!("{} · shared", s.cache),
+                format!("{}stmatrix.x4 / warp", count(s.stmatrix)),
+                format!("{}TMA store → {}", count(s.boxes), s.tensor),
+            ];
+            if s.waits.iter().any(|w| w.at == StoreWaitAt::BeforeRewrite) {
+                l.push("read-wait: next tile".into());
+            }
+            l
+        })
+        .unwrap_or_default();
 
     // Every row: (caption, its y, the boxes' y and height). Each column is as wide as its
     // longest box line (about 7 px a character) plus room for the arrows.
@@ -691,6 +830,13 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
         (char_w(&lines) * 7 + 14).max(MIN_BOX_W)
     };
     let acc_col = if acc_w > 0 { ACC_GAP + acc_w + 14 } else { 0 };
+    let st_w = (char_w(&st_lines) * 7 + 14).max(MIN_BOX_W);
+    let acc_col = acc_col
+        + if st_lines.is_empty() {
+            0
+        } else {
+            ACC_GAP + st_w
+        };
     let mut captions: Vec<(String, String)> = Vec::new();
     let mut heights: Vec<i64> = Vec::new();
     for &r in &issuers {
@@ -884,19 +1030,38 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
             out.push_str("</g>");
             // Low in the box: clear of the full barrier's path into the next warp group.
             let mid = by + bh - 12;
-            let _ = write!(
-                out,
-                r#"<line x1="{from}" y1="{mid}" x2="{}" y2="{mid}" class="pl-arrow" marker-end="url(#{marker})"/>"#,
-                cx - acc_w / 2 - 2
-            );
-            text(
+            h_arrow(&mut out, from, cx - acc_w / 2, mid, &marker, "(+)=");
+            if !st_lines.is_empty() {
+                h_arrow(
+                    &mut out,
+                    cx + acc_w / 2,
+                    cx + acc_w / 2 + ACC_GAP,
+                    mid,
+                    &marker,
+                    "st",
+                );
+            }
+        }
+        // The staged cache, over every warp group's row.
+        if let (Some(&first), Some(&last), false) =
+            (acc_rows.first(), acc_rows.last(), st_lines.is_empty())
+        {
+            let sx = cx + acc_w / 2 + ACC_GAP + st_w / 2;
+            let (_, top, _) = rows[slot_row + 1 + first];
+            let (_, by, bh) = rows[slot_row + 1 + last];
+            column_head(
                 &mut out,
-                (from + cx - acc_w / 2) / 2,
-                mid - 5,
-                "pl-small",
-                "middle",
-                &["(+)=".into()],
+                sx,
+                "store",
+                &["shared cache".into(), "per tile".into()],
             );
+            out.push_str(r#"<g class="pl-staged">"#);
+            // Its lines in the first row: the next row's caption crosses the box lower down.
+            boxed(&mut out, (sx, st_w), top, by + bh - top, "pl-slot-box", &[]);
+            let (first, rest) = st_lines.split_at(1);
+            text(&mut out, sx, top + 20, "pl-strong", "middle", first);
+            text(&mut out, sx, top + 20 + LINE, "pl-small", "middle", rest);
+            out.push_str("</g>");
         }
     }
     // The captions last: their halo hides the arrows that cross them.
@@ -1083,9 +1248,14 @@ mod tests {
                 "wgmma",
                 "warp groups",
                 "accumulator",
-                "epilogue"
+                "epilogue",
+                "producer loop",
+                "consumer loops"
             ]
         );
+        // Not persistent: the consumers walk only the k loop, like the producer.
+        assert_eq!(rows[10].1, "k_o in ceilDiv(K, 64)");
+        assert_eq!(rows[11].1, "k_o in ceilDiv(K, 64)");
         assert_eq!(
             rows[6].1,
             "consumer warp groups issue 4 × wgmma.m64n256k16.f32.bf16 per k_o iteration after \
@@ -1133,6 +1303,59 @@ mod tests {
         );
         assert!(mn.contains(">128 × f32 per thread<"));
         assert!(mn.contains(">TMA 2-D · 2 × 8.0 KiB<") && mn.contains(">TMA 2-D · 4 × 8.0 KiB<"));
+    }
+
+    /// The seed kernel: the store column after the accumulators, the store path and its
+    /// deferred wait, and the producer's flat loop against the consumers' nested loops.
+    #[test]
+    fn the_staged_epilogue_and_the_loops_are_drawn() {
+        for name in [
+            "matmul/step9_tma_store_epilogue",
+            "matmul/step10_bias_gelu_tma_store",
+        ] {
+            let v = view(name);
+            let svg = svg(&v, 0);
+            assert_eq!(svg.matches(r#"class="pl-staged""#).count(), 1, "{svg}");
+            for line in [
+                ">store<",
+                ">c_s · shared<",
+                ">16 × stmatrix.x4 / warp<",
+                ">4 × TMA store → c<",
+                ">read-wait: next tile<",
+            ] {
+                assert!(svg.contains(line), "{name}: {line}");
+            }
+            // One stmatrix arrow per warp group, from its accumulator.
+            assert_eq!(svg.matches(">st<").count(), 2);
+            assert!(svg.contains(
+                ">one loop over (tile, k): m_oi_n_oi_k_o in ceilDiv(ceilDiv(M, 128), 16) * \
+                 (ceilDiv(ceilDiv(N, 256), 8) * ceilDiv(K, 64))<"
+            ));
+            assert!(svg.contains(
+                ">m_oi in ceilDiv(ceilDiv(M, 128), 16) → n_oi in ceilDiv(ceilDiv(N, 256), 8) → \
+                 k_o in ceilDiv(K, 64), then the epilogue per n_oi<"
+            ));
+            let rows = details(&v, &v.pipelines[0]);
+            let row = |what: &str| &rows.iter().find(|r| r.0 == what).unwrap().1;
+            assert_eq!(
+                row("store"),
+                "s_acc → 16 × stmatrix.x4 per warp → c_s (64.0 KiB) → fence.proxy.async → \
+                 barrier → warp == 0 && elect_one(): 4 × TMA store of 16.0 KiB through c_map → \
+                 c, 4 × commit per n_oi"
+            );
+            assert_eq!(
+                row("store wait"),
+                "wait_group.read 0 before c_s is written again (the stores overlap the next \
+                 tile's main loop); wait_group.read 0 at exit"
+            );
+            // The footers say the same, escaped.
+            assert!(svg.contains(">s_acc → 16 × stmatrix.x4 per warp → c_s (64.0 KiB) → fence.proxy.async → barrier → warp == 0 &amp;&amp; elect_one(): 4 × TMA store"));
+        }
+        // Without a staged epilogue: no store column, no store rows.
+        let page = html(&view("matmul/step8_wide_k_tile"));
+        assert!(!page.contains("pl-staged"), "{page}");
+        assert!(!page.contains("stmatrix"), "{page}");
+        assert!(!page.contains("<th>store</th>") && page.contains("<th>consumer loops</th>"));
     }
 
     fn svg_of(v: &PipelineView) -> String {

@@ -163,7 +163,7 @@ fn role_index(roles: &[Role], e: &Event) -> Option<usize> {
 }
 
 /// Whether loop `inner` is `outer` or inside it.
-fn within(walk: &Walk, mut inner: Option<usize>, outer: Option<usize>) -> bool {
+pub(super) fn within(walk: &Walk, mut inner: Option<usize>, outer: Option<usize>) -> bool {
     loop {
         if inner == outer {
             return true;
@@ -312,7 +312,7 @@ fn epilogue(k: &Kernel, walk: &Walk, acc: usize, after: usize) -> Option<Epilogu
                 Some(k.buffers[c.out.buffer].name.clone())
             }
             // Staged in shared memory: the tensor its TMA store writes.
-            What::Staged(b) => tma_stored(k, b),
+            What::Staged { cache, .. } => tma_stored(k, cache),
             _ => None,
         };
         if let Some(name) = name.filter(|n| !outputs.contains(n)) {
