@@ -182,19 +182,23 @@ fn print_block(
             let line = r.next_line(s);
             r.lines.stmts.push(line);
         }
+        // The common statements are written piece by piece into `s` (no string per part):
+        // this runs for every statement of every pass dump.
         match st {
             Stmt::Loop(l) => {
-                let _ = writeln!(
-                    s,
-                    "{ind}for {} in {} @{}:",
-                    l.var,
-                    l.extent.text(),
-                    l.parallel
-                );
+                s.push_str(&ind);
+                s.push_str("for ");
+                s.push_str(&l.var);
+                s.push_str(" in ");
+                l.extent.write(s, false);
+                let _ = writeln!(s, " @{}:", l.parallel);
                 print_block(k, &l.body, depth + 1, s, rec);
             }
             Stmt::If { cond, then, els } => {
-                let _ = writeln!(s, "{ind}if {}:", cond.text());
+                s.push_str(&ind);
+                s.push_str("if ");
+                cond.write(s, false);
+                s.push_str(":\n");
                 print_block(k, then, depth + 1, s, rec);
                 if !els.is_empty() {
                     let _ = writeln!(s, "{ind}else:");
@@ -203,23 +207,21 @@ fn print_block(
             }
             Stmt::Alloc(b) => {
                 let buf = &k.buffers[*b];
-                let size = buf
-                    .size
-                    .as_ref()
-                    .map(|v| v.text())
-                    .unwrap_or_else(|| "?".into());
-                let off = buf
-                    .smem_offset
-                    .as_ref()
-                    .map(|o| format!(" at smem+{}", o.text()))
-                    .unwrap_or_default();
-                let _ = writeln!(
-                    s,
-                    "{ind}alloc {}: {}[{size}] {}{off}",
-                    buf.name,
-                    buf.dtype,
-                    buf.memory.name()
-                );
+                s.push_str(&ind);
+                s.push_str("alloc ");
+                s.push_str(&buf.name);
+                let _ = write!(s, ": {}[", buf.dtype);
+                match &buf.size {
+                    Some(v) => v.write(s, false),
+                    None => s.push('?'),
+                }
+                s.push_str("] ");
+                s.push_str(buf.memory.name());
+                if let Some(o) = &buf.smem_offset {
+                    s.push_str(" at smem+");
+                    o.write(s, false);
+                }
+                s.push('\n');
             }
             Stmt::Compute(c) => {
                 let tag = match c.role {
@@ -228,17 +230,15 @@ fn print_block(
                     ComputeRole::ReductionUpdate => "  // reduce",
                     ComputeRole::ReductionWrite => "  // write",
                 };
-                let vec = c
-                    .vector
-                    .as_ref()
-                    .map(|(v, w)| format!("vector<{w}> over {v}: "))
-                    .unwrap_or_default();
-                let _ = writeln!(
-                    s,
-                    "{ind}{vec}{} = {}{tag}",
-                    access_text(k, &c.out),
-                    c.value.text(k)
-                );
+                s.push_str(&ind);
+                if let Some((v, w)) = &c.vector {
+                    let _ = write!(s, "vector<{w}> over {v}: ");
+                }
+                write_access(k, &c.out, s);
+                s.push_str(" = ");
+                c.value.write(k, s);
+                s.push_str(tag);
+                s.push('\n');
             }
             Stmt::BlockReduce { acc, op, dims, .. } => {
                 let d: String = ["x", "y", "z"]

@@ -14,10 +14,10 @@ use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterKind, IterOrigin, MemoryType, ParallelType, TensorId};
 use crate::kir::{Access, Data, Kernel, Stmt, Val};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
-    let mut env = cx.hw_env(k);
+    let mut env: HashMap<LoopKey, Val> = cx.hw_env(k);
     let hw: HashSet<LoopKey> = env.keys().copied().collect();
     let buffers = k.buffers.clone();
     let mut body = std::mem::take(&mut k.body);
@@ -132,7 +132,7 @@ fn walk(
                 ix.data(&mut c.value)?;
             }
             Stmt::BlockReduce { acc, .. } => {
-                let roots = HashMap::new();
+                let roots = HashMap::default();
                 let mut ix = Indexer {
                     cx,
                     env,
@@ -148,13 +148,13 @@ fn walk(
 }
 
 /// Root indices of the consumer, by axis class, from the loop variables in scope.
-pub fn consumer_roots(
+pub fn consumer_roots<S: std::hash::BuildHasher>(
     cx: &mut Ctx,
     c: TensorId,
-    env: &HashMap<LoopKey, Val>,
+    env: &std::collections::HashMap<LoopKey, Val, S>,
 ) -> HashMap<usize, Val> {
     let f = cx.fusion;
-    let mut vals: HashMap<usize, Val> = HashMap::new();
+    let mut vals: HashMap<usize, Val> = HashMap::default();
     for &id in &f.tensors[c].loop_domain {
         if let Some(v) = env.get(&cx.key(id)) {
             vals.insert(id, v.clone());
@@ -189,7 +189,7 @@ pub fn consumer_roots(
                     Val::Int(factor)
                 } else {
                     let pk = cx.key(parent);
-                    Val::ceil_div(Val::from_size(&cx.key_extent(pk)), Val::Int(factor))
+                    Val::ceil_div(Val::from_size(cx.key_extent(pk)), Val::Int(factor))
                 };
                 vals.insert(parent, Val::add(Val::mul(o, inner_extent), i));
             }
@@ -198,14 +198,14 @@ pub fn consumer_roots(
                     continue;
                 };
                 let ik = cx.key(inner);
-                let ext = Val::from_size(&cx.key_extent(ik));
+                let ext = Val::from_size(cx.key_extent(ik));
                 vals.entry(outer)
                     .or_insert_with(|| Val::div(m.clone(), ext.clone()));
                 vals.entry(inner).or_insert_with(|| Val::rem(m, ext));
             }
         }
     }
-    let mut by_class = HashMap::new();
+    let mut by_class = HashMap::default();
     for &r in &f.tensors[c].root {
         if let Some(v) = vals.get(&r) {
             by_class.insert(f.class_of(r), v.clone());
@@ -293,7 +293,10 @@ impl Indexer<'_, '_> {
             idx.unwrap_or(Val::Int(0))
         };
         // Fold constants now (no loop facts yet): later passes and dumps see smaller trees.
-        a.index = Some(super::simplify::simplify(&index, &HashMap::new()));
+        a.index = Some(super::simplify::simplify(
+            &index,
+            &std::collections::HashMap::new(),
+        ));
         Ok(())
     }
 
@@ -317,7 +320,7 @@ impl Indexer<'_, '_> {
                     Val::Int(factor)
                 } else {
                     let pk = self.cx.key(parent);
-                    Val::ceil_div(Val::from_size(&self.cx.key_extent(pk)), Val::Int(factor))
+                    Val::ceil_div(Val::from_size(self.cx.key_extent(pk)), Val::Int(factor))
                 };
                 Some(if is_outer {
                     Val::div(p, inner_extent)

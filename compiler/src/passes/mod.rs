@@ -17,6 +17,7 @@ use crate::diag::Diagnostic;
 use crate::fusion::{Fusion, IterId, IterKind, IterOrigin, TensorId};
 use crate::kir::{BufferId, Kernel};
 use crate::plan::SizeExpr;
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, HashSet};
 
 pub struct Pass {
@@ -124,27 +125,35 @@ pub enum KeyNode {
 #[derive(Default)]
 pub struct Keys {
     pub nodes: Vec<KeyNode>,
-    map: HashMap<KeyNode, LoopKey>,
+    map: FxHashMap<KeyNode, LoopKey>,
     pub names: Vec<String>,
+    /// Per key, computed once when it is made (a key never changes, and these are asked for
+    /// every statement of several passes): its extent, the axis classes it derives from, and
+    /// whether its splits all divide evenly.
+    extents: Vec<SizeExpr>,
+    classes: Vec<Vec<IterId>>,
+    divisible: Vec<bool>,
 }
 
-/// State shared by the passes.
+/// State shared by the passes. Its maps keyed by ids (small integers the compiler hands out)
+/// hash with `FxHash`: they are read for every statement of every pass, and SipHash's
+/// flooding resistance buys nothing for keys no user chooses.
 pub struct Ctx<'a> {
     pub fusion: &'a Fusion,
     pub keys: Keys,
-    pub id_keys: HashMap<IterId, LoopKey>,
+    pub id_keys: FxHashMap<IterId, LoopKey>,
     /// The tensor each reduction accumulator buffer accumulates (set by `reduction`), so
     /// errors about the accumulator point at the reduction.
-    pub accumulator_of: HashMap<BufferId, TensorId>,
+    pub accumulator_of: FxHashMap<BufferId, TensorId>,
     /// The exprs reading each tensor ([`Fusion::use_index`], computed once).
     pub uses: Vec<Vec<crate::fusion::ExprId>>,
     /// Buffer of each tensor (inputs and outputs included).
-    pub tensor_buffer: HashMap<TensorId, BufferId>,
+    pub tensor_buffer: FxHashMap<TensorId, BufferId>,
     /// Axes (of the tensor's loop domain) each local or shared buffer spans.
-    pub alloc_ids: HashMap<BufferId, Vec<IterId>>,
+    pub alloc_ids: FxHashMap<BufferId, Vec<IterId>>,
     /// Placement: loop keys enclosing each tensor's computation, and how many are shared with
     /// its consumers.
-    pub placement: HashMap<TensorId, (Vec<LoopKey>, usize)>,
+    pub placement: FxHashMap<TensorId, (Vec<LoopKey>, usize)>,
     /// Names loop variables must avoid (size symbols, tensors).
     /// Every identifier the kernel already uses or may not use (user names, C++ and CUDA names,
     /// loop variables and derived buffer names handed out so far): [`Ctx::fresh_name`] steps
@@ -167,11 +176,11 @@ pub struct Ctx<'a> {
     pub stores: Vec<tma::StoreInfo>,
     /// Elements of one stage of each circular-buffered (or TMA-filled) buffer (the `allocation`
     /// pass).
-    pub stage_elems: HashMap<BufferId, crate::kir::Val>,
+    pub stage_elems: FxHashMap<BufferId, crate::kir::Val>,
     /// Who issues copies and initialises mbarriers (see `tma::run_plan`).
     pub issuer: crate::kir::Val,
     /// Extent of every axis class (computed once: the fusion's lookup scans every axis).
-    class_extents: HashMap<IterId, SizeExpr>,
+    class_extents: FxHashMap<IterId, SizeExpr>,
 }
 
 impl<'a> Ctx<'a> {
@@ -205,12 +214,12 @@ impl<'a> Ctx<'a> {
         Ctx {
             fusion,
             keys: Keys::default(),
-            id_keys: HashMap::new(),
+            id_keys: FxHashMap::default(),
             uses: fusion.use_index(),
-            accumulator_of: HashMap::new(),
-            tensor_buffer: HashMap::new(),
-            alloc_ids: HashMap::new(),
-            placement: HashMap::new(),
+            accumulator_of: FxHashMap::default(),
+            tensor_buffer: FxHashMap::default(),
+            alloc_ids: FxHashMap::default(),
+            placement: FxHashMap::default(),
             taken_names: reserved,
             name_suffix: HashMap::new(),
             constraints: Vec::new(),
@@ -219,7 +228,7 @@ impl<'a> Ctx<'a> {
             tma: Vec::new(),
             pipes: Vec::new(),
             stores: Vec::new(),
-            stage_elems: HashMap::new(),
+            stage_elems: FxHashMap::default(),
             issuer: crate::kir::Val::True,
             class_extents: (0..fusion.ids.len())
                 .filter(|&id| fusion.class_of(id) == id)
@@ -261,10 +270,14 @@ impl<'a> Ctx<'a> {
             Some(&k) => k,
             None => {
                 let name = self.key_name(&node);
+                let (extent, classes, divisible) = self.derive_key(&node);
                 let k = self.keys.nodes.len();
                 self.keys.nodes.push(node.clone());
                 self.keys.map.insert(node, k);
                 self.keys.names.push(name);
+                self.keys.extents.push(extent);
+                self.keys.classes.push(classes);
+                self.keys.divisible.push(divisible);
                 k
             }
         };
@@ -314,7 +327,10 @@ impl<'a> Ctx<'a> {
 
     /// Loop keys bound to hardware indices anywhere in the kernel (their variables are declared
     /// once at the top), as the starting index environment of a walk over the kernel.
-    pub fn hw_env(&self, k: &Kernel) -> HashMap<LoopKey, crate::kir::Val> {
+    pub fn hw_env<S: std::hash::BuildHasher + Default>(
+        &self,
+        k: &Kernel,
+    ) -> HashMap<LoopKey, crate::kir::Val, S> {
         k.hw_vars
             .iter()
             .filter_map(|(var, _)| {
@@ -332,38 +348,48 @@ impl<'a> Ctx<'a> {
             .unwrap_or(SizeExpr::Const(1))
     }
 
-    pub fn key_extent(&self, k: LoopKey) -> SizeExpr {
-        match &self.keys.nodes[k] {
-            KeyNode::Root(class) => self.class_extent(*class),
+    /// The extent, axis classes and divisibility of a new key, from those of the keys it is
+    /// derived from (made before it).
+    fn derive_key(&self, node: &KeyNode) -> (SizeExpr, Vec<IterId>, bool) {
+        let keys = &self.keys;
+        match node {
+            KeyNode::Root(class) => (self.class_extent(*class), vec![*class], true),
             KeyNode::Split {
                 parent,
                 factor,
                 inner_split,
                 is_outer,
-            } => split_extent(self.key_extent(*parent), *factor, *inner_split, *is_outer),
+            } => {
+                let p = *parent;
+                let extent =
+                    split_extent(keys.extents[p].clone(), *factor, *inner_split, *is_outer);
+                let divisible = keys.divisible[p]
+                    && keys.extents[p].as_const().is_some_and(|e| e % factor == 0);
+                (extent, keys.classes[p].clone(), divisible)
+            }
             KeyNode::Merge { outer, inner } => {
-                mul(self.key_extent(*outer), self.key_extent(*inner))
+                let (o, i) = (*outer, *inner);
+                let extent = mul(keys.extents[o].clone(), keys.extents[i].clone());
+                let mut classes = keys.classes[o].clone();
+                classes.extend_from_slice(&keys.classes[i]);
+                (extent, classes, keys.divisible[o] && keys.divisible[i])
             }
         }
     }
 
+    pub fn key_extent(&self, k: LoopKey) -> &SizeExpr {
+        &self.keys.extents[k]
+    }
+
     /// Axis classes a key is derived from.
-    pub fn key_classes(&self, k: LoopKey) -> Vec<IterId> {
-        match &self.keys.nodes[k] {
-            KeyNode::Root(c) => vec![*c],
-            KeyNode::Split { parent, .. } => self.key_classes(*parent),
-            KeyNode::Merge { outer, inner } => {
-                let mut v = self.key_classes(*outer);
-                v.extend(self.key_classes(*inner));
-                v
-            }
-        }
+    pub fn key_classes(&self, k: LoopKey) -> &[IterId] {
+        &self.keys.classes[k]
     }
 
     /// Extent of an axis of some tensor (broadcast roots iterate their class's extent).
     pub fn id_extent(&mut self, id: IterId) -> SizeExpr {
         let k = self.key(id);
-        self.key_extent(k)
+        self.key_extent(k).clone()
     }
 
     pub fn is_reduction(&self, id: IterId) -> bool {
@@ -372,17 +398,7 @@ impl<'a> Ctx<'a> {
 
     /// Whether a split of this axis may leave a ragged last tile.
     pub fn divisible(&self, k: LoopKey) -> bool {
-        match &self.keys.nodes[k] {
-            KeyNode::Root(_) => true,
-            KeyNode::Split { parent, factor, .. } => {
-                self.divisible(*parent)
-                    && self
-                        .key_extent(*parent)
-                        .as_const()
-                        .is_some_and(|e| e % factor == 0)
-            }
-            KeyNode::Merge { outer, inner } => self.divisible(*outer) && self.divisible(*inner),
-        }
+        self.keys.divisible[k]
     }
 }
 

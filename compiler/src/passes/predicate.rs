@@ -17,10 +17,10 @@ use crate::diag::Diagnostic;
 use crate::fusion::{IterKind, MemoryType, Op, ParallelType};
 use crate::kir::{Compute, ComputeRole, Data, Kernel, Loop, Stmt, Val};
 use crate::plan::{Constraint, SizeExpr};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
-    let mut env = cx.hw_env(k);
+    let mut env: HashMap<LoopKey, Val> = cx.hw_env(k);
     let used: Vec<ParallelType> = ParallelType::ALL
         .into_iter()
         .filter(|p| p.is_hw())
@@ -195,7 +195,7 @@ impl State<'_> {
         let dtype_bytes = self.k.buffers[global.buffer].dtype.size_bytes() as i64;
         // Lanes must be consecutive in memory on both sides.
         // Probe the simplified forms: smaller trees, same values.
-        let no_facts = HashMap::new();
+        let no_facts = std::collections::HashMap::new();
         let (gprobe, lprobe) = (
             super::simplify::simplify(&gidx, &no_facts),
             super::simplify::simplify(&lidx, &no_facts),

@@ -448,10 +448,7 @@ impl OpenLoopSearch {
             if next > 0 {
                 let prev = f.exprs[cx.uses[t][next - 1]].output;
                 if let Some(Some(open)) = self.memo.get(&(prev, child_depth)) {
-                    let open = longer(
-                        self.partial.remove(&(t, d)).flatten(),
-                        Some(open.clone()),
-                    );
+                    let open = longer(self.partial.remove(&(t, d)).flatten(), Some(open.clone()));
                     self.memo.insert((t, d), open);
                     self.frames.pop();
                     continue;
