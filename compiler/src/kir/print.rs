@@ -176,7 +176,17 @@ fn print_block(
     s: &mut String,
     rec: &mut Option<&mut LineRecorder>,
 ) {
-    let ind = "  ".repeat(depth);
+    // Two spaces per level, borrowed from a constant (a string per block was an allocation
+    // per loop and per `if` of the kernel).
+    const SPACES: &str = "                                                                ";
+    let owned;
+    let ind = match SPACES.get(..2 * depth) {
+        Some(ind) => ind,
+        None => {
+            owned = "  ".repeat(depth);
+            owned.as_str()
+        }
+    };
     for st in body {
         if let Some(r) = rec.as_deref_mut() {
             let line = r.next_line(s);
@@ -186,7 +196,7 @@ fn print_block(
         // this runs for every statement of every pass dump.
         match st {
             Stmt::Loop(l) => {
-                s.push_str(&ind);
+                s.push_str(ind);
                 s.push_str("for ");
                 s.push_str(&l.var);
                 s.push_str(" in ");
@@ -195,7 +205,7 @@ fn print_block(
                 print_block(k, &l.body, depth + 1, s, rec);
             }
             Stmt::If { cond, then, els } => {
-                s.push_str(&ind);
+                s.push_str(ind);
                 s.push_str("if ");
                 cond.write(s, false);
                 s.push_str(":\n");
@@ -207,7 +217,7 @@ fn print_block(
             }
             Stmt::Alloc(b) => {
                 let buf = &k.buffers[*b];
-                s.push_str(&ind);
+                s.push_str(ind);
                 s.push_str("alloc ");
                 s.push_str(&buf.name);
                 let _ = write!(s, ": {}[", buf.dtype);
@@ -230,7 +240,7 @@ fn print_block(
                     ComputeRole::ReductionUpdate => "  // reduce",
                     ComputeRole::ReductionWrite => "  // write",
                 };
-                s.push_str(&ind);
+                s.push_str(ind);
                 if let Some((v, w)) = &c.vector {
                     let _ = write!(s, "vector<{w}> over {v}: ");
                 }

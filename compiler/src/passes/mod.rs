@@ -135,13 +135,40 @@ pub struct Keys {
     divisible: Vec<bool>,
 }
 
+/// The loop key of each axis given one so far, by axis id: a dense table (keys are asked for
+/// for every axis of every statement of several passes).
+#[derive(Default)]
+pub struct IdKeys(Vec<Option<LoopKey>>);
+
+impl IdKeys {
+    pub fn get(&self, id: &IterId) -> Option<&LoopKey> {
+        self.0.get(*id)?.as_ref()
+    }
+
+    fn insert(&mut self, id: IterId, key: LoopKey) {
+        if self.0.len() <= id {
+            self.0.resize(id + 1, None);
+        }
+        self.0[id] = Some(key);
+    }
+}
+
+impl std::ops::Index<&IterId> for IdKeys {
+    type Output = LoopKey;
+
+    fn index(&self, id: &IterId) -> &LoopKey {
+        self.get(id)
+            .expect("an axis of a placed tensor has a loop key")
+    }
+}
+
 /// State shared by the passes. Its maps keyed by ids (small integers the compiler hands out)
 /// hash with `FxHash`: they are read for every statement of every pass, and SipHash's
 /// flooding resistance buys nothing for keys no user chooses.
 pub struct Ctx<'a> {
     pub fusion: &'a Fusion,
     pub keys: Keys,
-    pub id_keys: FxHashMap<IterId, LoopKey>,
+    pub id_keys: IdKeys,
     /// The tensor each reduction accumulator buffer accumulates (set by `reduction`), so
     /// errors about the accumulator point at the reduction.
     pub accumulator_of: FxHashMap<BufferId, TensorId>,
@@ -214,7 +241,7 @@ impl<'a> Ctx<'a> {
         Ctx {
             fusion,
             keys: Keys::default(),
-            id_keys: FxHashMap::default(),
+            id_keys: IdKeys::default(),
             uses: fusion.use_index(),
             accumulator_of: FxHashMap::default(),
             tensor_buffer: FxHashMap::default(),
