@@ -332,12 +332,29 @@ impl Emitter<'_> {
         self.out.push('\n');
     }
 
+    /// One line from its pieces (no string formatted for it first).
+    fn line_parts(&mut self, depth: usize, parts: &[&str]) {
+        self.written.push(self.current);
+        for _ in 0..depth {
+            self.out.push_str("  ");
+        }
+        for p in parts {
+            self.out.push_str(p);
+        }
+        self.out.push('\n');
+    }
+
     fn val(&mut self, v: &Val) -> String {
+        let mut out = String::new();
+        self.write_val(v, &mut out);
+        out
+    }
+
+    /// Appends the CUDA text of `v` to `out`, noting the helpers it needs.
+    fn write_val(&mut self, v: &Val, out: &mut String) {
         self.uses.ceil_div |= v.has_ceil_div();
         self.uses.warp |= v.mentions_warp();
-        let mut out = String::new();
-        v.write(&mut out, true);
-        out
+        v.write(out, true);
     }
 
     /// The rank and the `(int)`-cast coordinates of a box origin, innermost first.
@@ -359,12 +376,15 @@ impl Emitter<'_> {
 
     fn access(&mut self, a: &Access) -> String {
         let name = &self.k.buffers[a.buffer].name;
-        let idx = a
-            .index
-            .as_ref()
-            .map(|i| self.val(i))
-            .unwrap_or_else(|| "0".into());
-        format!("{name}[{idx}]")
+        let mut out = String::with_capacity(name.len() + 16);
+        out.push_str(name);
+        out.push('[');
+        match &a.index {
+            Some(i) => self.write_val(i, &mut out),
+            None => out.push('0'),
+        }
+        out.push(']');
+        out
     }
 
     fn conv(&mut self, e: String, from: DType, to: DType) -> String {
@@ -524,9 +544,9 @@ impl Emitter<'_> {
         }
         let (e, from) = self.data(&c.value);
         let to = self.k.buffers[c.out.buffer].dtype;
-        let v = strip_parens(self.conv(e, from, to));
+        let v = self.conv(e, from, to);
         let dst = self.access(&c.out);
-        self.line(depth, &format!("{dst} = {v};"));
+        self.line_parts(depth, &[&dst, " = ", strip_parens_str(&v), ";"]);
     }
 
     fn block(&mut self, body: &[Stmt], depth: usize) {
@@ -538,13 +558,14 @@ impl Emitter<'_> {
             match s {
                 Stmt::Loop(l) => {
                     if l.parallel.is_hw() {
-                        self.line(
+                        self.line_parts(
                             depth,
-                            &format!(
-                                "{{  // {} = {}",
-                                l.var,
-                                l.parallel.cuda_index().unwrap_or("")
-                            ),
+                            &[
+                                "{  // ",
+                                &l.var,
+                                " = ",
+                                l.parallel.cuda_index().unwrap_or(""),
+                            ],
                         );
                         self.block(&l.body, depth + 1);
                         self.line(depth, "}");
@@ -604,7 +625,7 @@ impl Emitter<'_> {
                 }
                 Stmt::If { cond, then, els } => {
                     let c = self.val(cond);
-                    self.line(depth, &format!("if ({}) {{", strip_parens(c)));
+                    self.line_parts(depth, &["if (", strip_parens_str(&c), ") {"]);
                     self.block(then, depth + 1);
                     if els.is_empty() {
                         self.line(depth, "}");
@@ -825,13 +846,21 @@ impl Emitter<'_> {
 
 /// Drops one pair of parentheses around a whole expression.
 fn strip_parens(s: String) -> String {
+    match strip_parens_str(&s) {
+        inner if inner.len() < s.len() => inner.to_string(),
+        _ => s,
+    }
+}
+
+/// [`strip_parens`] of a borrowed text.
+fn strip_parens_str(s: &str) -> &str {
     if s.starts_with('(') && s.ends_with(')') {
         let inner = &s[1..s.len() - 1];
         let mut depth = 0i32;
-        for c in inner.chars() {
+        for c in inner.bytes() {
             match c {
-                '(' => depth += 1,
-                ')' => {
+                b'(' => depth += 1,
+                b')' => {
                     depth -= 1;
                     if depth < 0 {
                         return s;
@@ -841,7 +870,7 @@ fn strip_parens(s: String) -> String {
             }
         }
         if depth == 0 {
-            return inner.to_string();
+            return inner;
         }
     }
     s

@@ -4,7 +4,9 @@
 use super::*;
 use crate::diag::Diagnostic;
 use crate::frontend::ast::{self, Arg, Dim, Item};
-use std::collections::{HashMap, HashSet};
+// Names are the user's: a seeded fast hash (foldhash), so chosen names cannot collide on
+// purpose.
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 type BResult<T> = Result<T, Diagnostic>;
 

@@ -18,7 +18,7 @@ use crate::fusion::{Fusion, IterId, IterKind, IterOrigin, TensorId};
 use crate::kir::{BufferId, Kernel};
 use crate::plan::SizeExpr;
 use rustc_hash::FxHashMap;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 pub struct Pass {
     pub name: &'static str,
@@ -185,9 +185,9 @@ pub struct Ctx<'a> {
     /// Every identifier the kernel already uses or may not use (user names, C++ and CUDA names,
     /// loop variables and derived buffer names handed out so far): [`Ctx::fresh_name`] steps
     /// around them.
-    pub taken_names: HashSet<String>,
+    pub taken_names: foldhash::HashSet<String>,
     /// The next numeric suffix to try per base name.
-    name_suffix: HashMap<String, usize>,
+    name_suffix: foldhash::HashMap<String, usize>,
     /// Conditions on the sizes checked by the runner before launch.
     pub constraints: Vec<crate::plan::Constraint>,
     /// See [`crate::CompileOptions::assume_aligned_vectors`].
@@ -235,7 +235,8 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn new(fusion: &'a Fusion) -> Ctx<'a> {
-        let mut reserved: HashSet<String> = fusion.symbols.iter().cloned().collect();
+        // Names include the user's: a seeded fast hash (foldhash), not FxHash.
+        let mut reserved: foldhash::HashSet<String> = fusion.symbols.iter().cloned().collect();
         reserved.extend(fusion.tensors.iter().map(|t| t.name.clone()));
         reserved.extend(crate::cuda::fixed_reserved().map(String::from));
         Ctx {
@@ -248,7 +249,7 @@ impl<'a> Ctx<'a> {
             alloc_ids: FxHashMap::default(),
             placement: FxHashMap::default(),
             taken_names: reserved,
-            name_suffix: HashMap::new(),
+            name_suffix: Default::default(),
             constraints: Vec::new(),
             assume_aligned_vectors: false,
             aligned_for: None,

@@ -53,7 +53,7 @@ impl State<'_> {
         body: Vec<Stmt>,
         env: &mut HashMap<LoopKey, Val>,
     ) -> Result<Vec<Stmt>, Diagnostic> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(body.len());
         for s in body {
             match s {
                 Stmt::Loop(mut l) => {

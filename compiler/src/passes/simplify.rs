@@ -36,7 +36,7 @@ pub fn run(_cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
 }
 
 fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>) -> Vec<Stmt> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(body.len());
     for s in body {
         match s {
             Stmt::Loop(mut l) => {

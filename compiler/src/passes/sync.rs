@@ -23,19 +23,20 @@ use super::Ctx;
 use crate::diag::Diagnostic;
 use crate::fusion::{FenceMode, MemoryType};
 use crate::kir::{Kernel, Stmt, Val};
+use rustc_hash::FxHashSet;
 use std::collections::HashSet;
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut all = Touched::default();
     collect(&k.body, &mut all);
     // Slots ordered by full and empty mbarriers on both sides.
-    let tracked: HashSet<usize> = cx
+    let tracked: FxHashSet<usize> = cx
         .tma
         .iter()
         .filter(|i| cx.pipes[i.pipe].empty.is_some() || cx.pipes[i.pipe].ws.is_some())
         .map(|i| cx.tensor_buffer[&i.tensor])
         .collect();
-    let shared: HashSet<usize> = (0..k.buffers.len())
+    let shared: FxHashSet<usize> = (0..k.buffers.len())
         .filter(|&b| match k.buffers[b].memory {
             MemoryType::Shared => !tracked.contains(&b),
             MemoryType::Global => all.writes.contains(&b) && all.reads.contains(&b),
@@ -45,7 +46,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     if shared.is_empty() {
         return Ok(());
     }
-    let fenced: HashSet<usize> = cx
+    let fenced: FxHashSet<usize> = cx
         .stores
         .iter()
         .filter(|s| s.fence == FenceMode::Analysis)
@@ -70,23 +71,23 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
 }
 
 struct Sets {
-    shared: HashSet<usize>,
+    shared: FxHashSet<usize>,
     /// Variables bound to thread indices (conditions on them differ between threads).
     thread_vars: HashSet<String>,
     /// Caches read by TMA stores whose fence the analysis places.
-    fenced: HashSet<usize>,
+    fenced: FxHashSet<usize>,
 }
 
 /// The buffers a statement tree touches, gathered in one walk.
 #[derive(Default)]
 struct Touched {
-    reads: HashSet<usize>,
-    writes: HashSet<usize>,
+    reads: FxHashSet<usize>,
+    writes: FxHashSet<usize>,
     /// Written by TMA or bulk copies: their readers wait on an mbarrier, so they need no block
     /// barrier for read-after-write (write-after-read still does).
-    by_copy: HashSet<usize>,
+    by_copy: FxHashSet<usize>,
     /// Read through the async proxy (TMA stores).
-    by_store: HashSet<usize>,
+    by_store: FxHashSet<usize>,
 }
 
 fn collect(body: &[Stmt], t: &mut Touched) {
@@ -124,9 +125,9 @@ fn collect(body: &[Stmt], t: &mut Touched) {
 
 fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
     let shared = &sets.shared;
-    let mut out = Vec::new();
-    let mut pending_w: HashSet<usize> = HashSet::new();
-    let mut pending_r: HashSet<usize> = HashSet::new();
+    let mut out = Vec::with_capacity(body.len());
+    let mut pending_w: FxHashSet<usize> = FxHashSet::default();
+    let mut pending_r: FxHashSet<usize> = FxHashSet::default();
     for s in body {
         let mut touched = Touched::default();
         collect(std::slice::from_ref(&s), &mut touched);
