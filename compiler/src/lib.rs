@@ -139,10 +139,18 @@ pub fn compile_choosing_index(
         if !(pass.applies)(&cx) {
             continue;
         }
+        cx.kernel_unchanged = false;
         (pass.run)(&mut cx, &mut kernel).map_err(locate)?;
         verify::after_pass(pass.name, &kernel)?;
-        let ir;
-        (ir, ir_lines) = kernel.print_with_lines();
+        // A pass that changed nothing has the previous kernel pass's dump (and lines).
+        let ir = match dumps.last() {
+            Some(previous) if cx.kernel_unchanged && dumps.len() > 1 => previous.ir.clone(),
+            _ => {
+                let ir;
+                (ir, ir_lines) = kernel.print_with_lines();
+                ir
+            }
+        };
         dumps.push(PassDump {
             name: pass.name,
             summary: pass.summary,

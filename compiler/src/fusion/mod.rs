@@ -548,12 +548,12 @@ impl Fusion {
     /// Every axis on the paths from `t`'s root to its loop domain, oldest first (parents
     /// before the axes split or merged from them).
     pub fn axes_between(&self, t: TensorId) -> Vec<IterId> {
+        // Every path is walked (the schedule bounds their number per axis, see
+        // `MAX_DERIVATION_SIZE`), then sorted and deduplicated: a membership test per axis
+        // made this quadratic in the derivation's size.
         let mut seen = Vec::new();
         let mut stack: Vec<IterId> = self.tensors[t].loop_domain.clone();
         while let Some(id) = stack.pop() {
-            if seen.contains(&id) {
-                continue;
-            }
             seen.push(id);
             match self.ids[id].origin {
                 IterOrigin::Root => {}
@@ -565,6 +565,7 @@ impl Fusion {
             }
         }
         seen.sort_unstable();
+        seen.dedup();
         seen
     }
 

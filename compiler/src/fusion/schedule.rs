@@ -5,7 +5,7 @@
 use super::*;
 use crate::diag::Diagnostic;
 use crate::frontend::ast::{self, Arg, SchedStmt};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 type SResult<T> = Result<T, Diagnostic>;
 
@@ -1010,7 +1010,7 @@ pub(crate) fn replay(
     reference: TensorId,
     target: TensorId,
 ) -> Vec<(IterId, IterId)> {
-    let mut map: HashMap<IterId, IterId> = HashMap::new();
+    let mut map: HashMap<IterId, IterId> = HashMap::default();
     let target_root = f.tensors[target].root.clone();
     for &r in &f.tensors[reference].root.clone() {
         let c = f.class_of(r);
@@ -1193,7 +1193,7 @@ fn derivation_size(f: &Fusion, id: IterId) -> usize {
         i += 1;
     }
     ancestors.sort_unstable();
-    let mut size: HashMap<IterId, usize> = HashMap::new();
+    let mut size: HashMap<IterId, usize> = HashMap::default();
     for &a in &ancestors {
         let n = match f.ids[a].origin {
             IterOrigin::Root => 0,

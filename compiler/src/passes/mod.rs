@@ -208,6 +208,10 @@ pub struct Ctx<'a> {
     pub issuer: crate::kir::Val,
     /// Extent of every axis class (computed once: the fusion's lookup scans every axis).
     class_extents: FxHashMap<IterId, SizeExpr>,
+    /// Set by a pass that left the kernel exactly as it found it (the pipeline then reuses the
+    /// previous dump instead of printing the same text again); cleared before every pass.
+    /// Passes that do not set it are dumped as usual.
+    pub kernel_unchanged: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -258,6 +262,7 @@ impl<'a> Ctx<'a> {
             stores: Vec::new(),
             stage_elems: FxHashMap::default(),
             issuer: crate::kir::Val::True,
+            kernel_unchanged: false,
             class_extents: (0..fusion.ids.len())
                 .filter(|&id| fusion.class_of(id) == id)
                 .map(|c| (c, fusion.class_extent(c)))

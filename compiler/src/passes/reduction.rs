@@ -139,6 +139,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         });
     }
     if lowered.is_empty() {
+        cx.kernel_unchanged = true;
         return Ok(());
     }
     // Each reduction hooks onto the outermost loop with its first reduction key that holds

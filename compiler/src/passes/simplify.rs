@@ -10,14 +10,16 @@ use crate::diag::Diagnostic;
 use crate::kir::{Access, Data, Kernel, Stmt, Val};
 use std::collections::HashMap;
 
-pub fn run(_cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut extents: HashMap<String, Val> = HashMap::new();
+    // Whether anything became simpler (else the kernel is as it was, and says so).
+    let mut changed = false;
     for b in &mut k.buffers {
         if let Some(s) = b.size.take() {
-            b.size = Some(simplify(&s, &extents));
+            b.size = Some(simplified(&s, &extents, &mut changed));
         }
         if let Some(s) = b.smem_offset.take() {
-            b.smem_offset = Some(simplify(&s, &extents));
+            b.smem_offset = Some(simplified(&s, &extents, &mut changed));
         }
     }
     // Hardware-bound variables range over their launch dimension.
@@ -31,18 +33,28 @@ pub fn run(_cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         extents.insert(var.clone(), Val::from_size(e));
     }
     let body = std::mem::take(&mut k.body);
-    k.body = block(body, &mut extents);
+    k.body = block(body, &mut extents, &mut changed);
+    cx.kernel_unchanged = !changed;
     Ok(())
 }
 
-fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>) -> Vec<Stmt> {
+/// [`simplify`], noting in `changed` when the result differs.
+fn simplified(v: &Val, ext: &HashMap<String, Val>, changed: &mut bool) -> Val {
+    let s = simplify(v, ext);
+    if s != *v {
+        *changed = true;
+    }
+    s
+}
+
+fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>, changed: &mut bool) -> Vec<Stmt> {
     let mut out = Vec::with_capacity(body.len());
     for s in body {
         match s {
             Stmt::Loop(mut l) => {
-                l.extent = simplify(&l.extent, ext);
+                l.extent = simplified(&l.extent, ext, changed);
                 let prev = ext.insert(l.var.clone(), l.extent.clone());
-                l.body = block(l.body, ext);
+                l.body = block(l.body, ext, changed);
                 match prev {
                     Some(p) => ext.insert(l.var.clone(), p),
                     None => ext.remove(&l.var),
@@ -50,10 +62,11 @@ fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>) -> Vec<Stmt> {
                 out.push(Stmt::Loop(l));
             }
             Stmt::If { cond, then, els } => {
-                let cond = simplify(&cond, ext);
-                let then = block(then, ext);
-                let els = block(els, ext);
+                let cond = simplified(&cond, ext, changed);
+                let then = block(then, ext, changed);
+                let els = block(els, ext, changed);
                 if cond == Val::True {
+                    *changed = true;
                     out.extend(then);
                 } else {
                     out.push(Stmt::If { cond, then, els });
@@ -66,15 +79,15 @@ fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>) -> Vec<Stmt> {
                 registers,
                 consumer_threads,
             } => out.push(Stmt::WarpRoles {
-                is_producer: simplify(&is_producer, ext),
-                producer: block(producer, ext),
-                consumer: block(consumer, ext),
+                is_producer: simplified(&is_producer, ext, changed),
+                producer: block(producer, ext, changed),
+                consumer: block(consumer, ext, changed),
                 registers,
                 consumer_threads,
             }),
             Stmt::Compute(mut c) => {
-                access(&mut c.out, ext);
-                data(&mut c.value, ext);
+                access(&mut c.out, ext, changed);
+                data(&mut c.value, ext, changed);
                 out.push(Stmt::Compute(c));
             }
             Stmt::BlockReduce {
@@ -83,7 +96,7 @@ fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>) -> Vec<Stmt> {
                 dtype,
                 dims,
             } => {
-                access(&mut acc, ext);
+                access(&mut acc, ext, changed);
                 out.push(Stmt::BlockReduce {
                     acc,
                     op,
@@ -93,11 +106,11 @@ fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>) -> Vec<Stmt> {
             }
             Stmt::Let { var, value } => out.push(Stmt::Let {
                 var,
-                value: simplify(&value, ext),
+                value: simplified(&value, ext, changed),
             }),
             // Statements without a body: every index they hold.
             mut leaf => {
-                leaf.map_vals(&mut |v| simplify(v, ext));
+                leaf.map_vals(&mut |v| simplified(v, ext, changed));
                 out.push(leaf);
             }
         }
@@ -105,19 +118,19 @@ fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>) -> Vec<Stmt> {
     out
 }
 
-fn access(a: &mut Access, ext: &HashMap<String, Val>) {
+fn access(a: &mut Access, ext: &HashMap<String, Val>, changed: &mut bool) {
     if let Some(i) = a.index.take() {
-        a.index = Some(simplify(&i, ext));
+        a.index = Some(simplified(&i, ext, changed));
     }
 }
 
-fn data(d: &mut Data, ext: &HashMap<String, Val>) {
+fn data(d: &mut Data, ext: &HashMap<String, Val>, changed: &mut bool) {
     match d {
-        Data::Read(a) => access(a, ext),
-        Data::Unary(_, _, x) | Data::Cast(_, x) => data(x, ext),
+        Data::Read(a) => access(a, ext, changed),
+        Data::Unary(_, _, x) | Data::Cast(_, x) => data(x, ext, changed),
         Data::Binary(_, _, x, y) => {
-            data(x, ext);
-            data(y, ext);
+            data(x, ext, changed);
+            data(y, ext, changed);
         }
         _ => {}
     }

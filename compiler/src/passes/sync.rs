@@ -44,6 +44,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         })
         .collect();
     if shared.is_empty() {
+        cx.kernel_unchanged = true;
         return Ok(());
     }
     let fenced: FxHashSet<usize> = cx
