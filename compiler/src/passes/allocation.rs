@@ -279,14 +279,20 @@ fn place(
         return;
     };
     here.sort_unstable();
-    let old = std::mem::take(body);
-    body.reserve(old.len() + here.len());
-    let mut next = here.into_iter().peekable();
-    for (i, s) in old.into_iter().enumerate() {
-        while let Some(&(_, _, b)) = next.peek().filter(|x| x.0 == i) {
-            body.push(Stmt::Alloc(b));
-            next.next();
+    // In place, from the back: every statement moves right by the allocations that go before
+    // it, and those are written in front of it (a rebuilt list was fresh memory for the whole
+    // block, and a large block's page faults cost more than the moves).
+    let old_len = body.len();
+    body.resize_with(old_len + here.len(), || Stmt::Sync);
+    let mut write = body.len();
+    let mut pending = here.len();
+    for i in (0..old_len).rev() {
+        write -= 1;
+        body.swap(write, i);
+        while pending > 0 && here[pending - 1].0 == i {
+            pending -= 1;
+            write -= 1;
+            body[write] = Stmt::Alloc(here[pending].2);
         }
-        body.push(s);
     }
 }

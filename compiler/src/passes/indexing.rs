@@ -178,15 +178,18 @@ fn walk(
 /// Root indices of the consumer, by axis class, from the loop variables in scope.
 pub fn consumer_roots(cx: &mut Ctx, c: TensorId, env: &impl LoopVars) -> HashMap<usize, Val> {
     let f = cx.fusion;
-    let mut vals: HashMap<usize, Val> = HashMap::default();
+    // Axes between root and loop domain, newest first (children before parents).
+    let mut between = f.axes_between(c);
+    between.reverse();
+    let mut vals: HashMap<usize, Val> = HashMap::with_capacity_and_hasher(
+        f.tensors[c].loop_domain.len() + between.len() + f.tensors[c].root.len(),
+        Default::default(),
+    );
     for &id in &f.tensors[c].loop_domain {
         if let Some(v) = env.var(cx.key(id)) {
             vals.insert(id, v.clone());
         }
     }
-    // Axes between root and loop domain, newest first (children before parents).
-    let mut between = f.axes_between(c);
-    between.reverse();
     for &id in &between {
         if let Some(v) = env.var(cx.key(id)) {
             vals.entry(id).or_insert_with(|| v.clone());

@@ -206,8 +206,6 @@ pub struct Ctx<'a> {
     pub stage_elems: FxHashMap<BufferId, crate::kir::Val>,
     /// Who issues copies and initialises mbarriers (see `tma::run_plan`).
     pub issuer: crate::kir::Val,
-    /// Extent of every axis class (computed once: the fusion's lookup scans every axis).
-    class_extents: FxHashMap<IterId, SizeExpr>,
     /// Set by a pass that left the kernel exactly as it found it (the pipeline then reuses the
     /// previous dump instead of printing the same text again); cleared before every pass.
     /// Passes that do not set it are dumped as usual.
@@ -263,10 +261,6 @@ impl<'a> Ctx<'a> {
             stage_elems: FxHashMap::default(),
             issuer: crate::kir::Val::True,
             kernel_unchanged: false,
-            class_extents: (0..fusion.ids.len())
-                .filter(|&id| fusion.class_of(id) == id)
-                .map(|c| (c, fusion.class_extent(c)))
-                .collect(),
         }
     }
 
@@ -373,12 +367,14 @@ impl<'a> Ctx<'a> {
             .collect()
     }
 
-    /// Extent of an axis class.
+    /// Extent of an axis class (given by its root; 1 for any other axis). The fusion keeps
+    /// each class's extent at hand, so this is a lookup.
     pub fn class_extent(&self, class: IterId) -> SizeExpr {
-        self.class_extents
-            .get(&class)
-            .cloned()
-            .unwrap_or(SizeExpr::Const(1))
+        if self.fusion.class_of(class) == class {
+            self.fusion.class_extent(class)
+        } else {
+            SizeExpr::Const(1)
+        }
     }
 
     /// The extent, axis classes and divisibility of a new key, from those of the keys it is

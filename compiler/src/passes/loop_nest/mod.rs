@@ -182,7 +182,8 @@ fn match_prefix(
         .into_iter()
         .map(|id| cx.key(id))
         .collect();
-    let t_classes: HashSet<usize> = f.tensors[t].root.iter().map(|&id| f.class_of(id)).collect();
+    // A tensor has a few root axes: a list.
+    let t_classes: Vec<usize> = f.tensors[t].root.iter().map(|&id| f.class_of(id)).collect();
     let mut j = 0;
     for (kpos, &key) in own.iter().enumerate().take(pos) {
         loop {

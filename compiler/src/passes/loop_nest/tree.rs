@@ -32,6 +32,9 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
     let mut stmt_seq: Vec<Option<usize>> = vec![None; n_tensors];
     let mut pending: Vec<Option<Vec<usize>>> = vec![None; n_tensors];
     let mut search = OpenLoopSearch::default();
+    // Whether any loops are open for a tensor yet: until then every search finds none (the
+    // first expression of a long chain would otherwise walk the whole chain to learn that).
+    let mut any_pending = false;
     let mut seq = 0usize;
     // The parallel type of each loop, from the tensors that own an axis with its key: a producer
     // placed in a consumer loop over an axis it lacks (broadcast to it) may open that loop first.
@@ -84,7 +87,12 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
         let q_t = cx.placement[&t].1;
         let consumers: Vec<TensorId> = cx.uses[t].iter().map(|&u| f.exprs[u].output).collect();
         for c in &consumers {
-            if let Some(open) = search.open_loops(cx, &pending, &instances, *c, q_t) {
+            let open = if any_pending {
+                search.open_loops(cx, &pending, &instances, *c, q_t)
+            } else {
+                None
+            };
+            if let Some(open) = open {
                 let n = q_t.min(open.len());
                 let common = n.min(inst.len());
                 if open[..common] != inst[..common] {
@@ -184,6 +192,7 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
             None => top.push(Child::Compute(Box::new(compute))),
         }
         for c in consumers {
+            any_pending = true;
             let open = pending[c].get_or_insert_with(Vec::new);
             if q_t > open.len() {
                 *open = inst[..q_t].to_vec();
