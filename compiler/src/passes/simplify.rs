@@ -32,8 +32,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         };
         extents.insert(var.clone(), Val::from_size(e));
     }
-    let body = std::mem::take(&mut k.body);
-    k.body = block(body, &mut extents, &mut changed);
+    block(&mut k.body, &mut extents, &mut changed);
     cx.kernel_unchanged = !changed;
     Ok(())
 }
@@ -47,75 +46,57 @@ fn simplified(v: &Val, ext: &HashMap<String, Val>, changed: &mut bool) -> Val {
     s
 }
 
-fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>, changed: &mut bool) -> Vec<Stmt> {
-    let mut out = Vec::with_capacity(body.len());
-    for s in body {
+/// Simplifies `body` in place (a rebuilt list is fresh memory for the whole block); only a
+/// block where an `if` became `if true` is rebuilt, with that `if`'s statements in its place.
+fn block(body: &mut Vec<Stmt>, ext: &mut HashMap<String, Val>, changed: &mut bool) {
+    let mut always_true = false;
+    for s in body.iter_mut() {
         match s {
-            Stmt::Loop(mut l) => {
+            Stmt::Loop(l) => {
                 l.extent = simplified(&l.extent, ext, changed);
                 let prev = ext.insert(l.var.clone(), l.extent.clone());
-                l.body = block(l.body, ext, changed);
+                block(&mut l.body, ext, changed);
                 match prev {
                     Some(p) => ext.insert(l.var.clone(), p),
                     None => ext.remove(&l.var),
                 };
-                out.push(Stmt::Loop(l));
             }
             Stmt::If { cond, then, els } => {
-                let cond = simplified(&cond, ext, changed);
-                let then = block(then, ext, changed);
-                let els = block(els, ext, changed);
-                if cond == Val::True {
-                    *changed = true;
-                    out.extend(then);
-                } else {
-                    out.push(Stmt::If { cond, then, els });
-                }
+                *cond = simplified(cond, ext, changed);
+                block(then, ext, changed);
+                block(els, ext, changed);
+                always_true |= *cond == Val::True;
             }
             Stmt::WarpRoles {
                 is_producer,
                 producer,
                 consumer,
-                registers,
-                consumer_threads,
-            } => out.push(Stmt::WarpRoles {
-                is_producer: simplified(&is_producer, ext, changed),
-                producer: block(producer, ext, changed),
-                consumer: block(consumer, ext, changed),
-                registers,
-                consumer_threads,
-            }),
-            Stmt::Compute(mut c) => {
+                ..
+            } => {
+                *is_producer = simplified(is_producer, ext, changed);
+                block(producer, ext, changed);
+                block(consumer, ext, changed);
+            }
+            Stmt::Compute(c) => {
                 access(&mut c.out, ext, changed);
                 data(&mut c.value, ext, changed);
-                out.push(Stmt::Compute(c));
             }
-            Stmt::BlockReduce {
-                mut acc,
-                op,
-                dtype,
-                dims,
-            } => {
-                access(&mut acc, ext, changed);
-                out.push(Stmt::BlockReduce {
-                    acc,
-                    op,
-                    dtype,
-                    dims,
-                });
-            }
-            Stmt::Let { var, value } => out.push(Stmt::Let {
-                var,
-                value: simplified(&value, ext, changed),
-            }),
+            Stmt::BlockReduce { acc, .. } => access(acc, ext, changed),
+            Stmt::Let { value, .. } => *value = simplified(value, ext, changed),
             // Statements without a body: every index they hold.
-            mut leaf => {
-                leaf.map_vals(&mut |v| simplified(v, ext, changed));
-                out.push(leaf);
+            leaf => leaf.map_vals(&mut |v| simplified(v, ext, changed)),
+        }
+    }
+    if always_true {
+        *changed = true;
+        let old = std::mem::take(body);
+        for s in old {
+            match s {
+                Stmt::If { cond, then, .. } if cond == Val::True => body.extend(then),
+                s => body.push(s),
             }
         }
     }
-    out
 }
 
 fn access(a: &mut Access, ext: &HashMap<String, Val>, changed: &mut bool) {
