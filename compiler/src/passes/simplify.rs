@@ -92,7 +92,11 @@ fn block(body: &mut Vec<Stmt>, ext: &mut HashMap<String, Val>, changed: &mut boo
         let old = std::mem::take(body);
         for s in old {
             match s {
-                Stmt::If { cond, then, .. } if cond == Val::True => body.extend(then),
+                Stmt::If {
+                    cond: Val::True,
+                    then,
+                    ..
+                } => body.extend(then),
                 s => body.push(s),
             }
         }

@@ -222,7 +222,7 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
                     Stmt::Loop(Loop {
                         key,
                         var,
-                        extent: crate::kir::Val::from_size(&cx.key_extent(key)),
+                        extent: crate::kir::Val::from_size(cx.key_extent(key)),
                         parallel,
                         body: convert(cx, nodes, kids, hw),
                     })
