@@ -665,10 +665,11 @@ impl Builder {
                         )));
                     }
                 }
+                let logicals: Vec<Vec<IterId>> =
+                    ranked.iter().map(|&t| self.f.logical(t)).collect();
                 let mut root = Vec::new();
                 for k in 0..rank {
-                    let members: Vec<IterId> =
-                        ranked.iter().map(|&t| self.f.logical(t)[k]).collect();
+                    let members: Vec<IterId> = logicals.iter().map(|l| l[k]).collect();
                     let concrete: Vec<IterId> = members
                         .iter()
                         .copied()

@@ -499,8 +499,13 @@ impl Fusion {
             .collect()
     }
 
+    /// The number of logical axes (counted, not collected: asked for every operand).
     pub fn rank(&self, t: TensorId) -> usize {
-        self.logical(t).len()
+        self.tensors[t]
+            .root
+            .iter()
+            .filter(|&&i| self.ids[i].kind != IterKind::Reduction)
+            .count()
     }
 
     /// Axis class of a root axis.
