@@ -277,6 +277,22 @@ struct Walk<'k> {
     /// The thread-bound loops around the statement being walked.
     threads: Vec<ThreadLoop<'k>>,
     events: Vec<Event<'k>>,
+    /// Whether computes are events: only the epilogues of wgmma products read them, and a
+    /// large kernel without any has thousands.
+    computes: bool,
+}
+
+/// Whether a wgmma appears anywhere in `body`.
+fn has_wgmma(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Wgmma(_) => true,
+        Stmt::Loop(l) => has_wgmma(&l.body),
+        Stmt::If { then, els, .. } => has_wgmma(then) || has_wgmma(els),
+        Stmt::WarpRoles {
+            producer, consumer, ..
+        } => has_wgmma(producer) || has_wgmma(consumer),
+        _ => false,
+    })
 }
 
 fn conjuncts<'v>(v: &'v Val, out: &mut Vec<&'v Val>) {
@@ -391,7 +407,7 @@ impl<'k> Walk<'k> {
                     slot,
                     per_warp: *per_warp,
                 },
-                Stmt::Compute(c) => What::Compute(c),
+                Stmt::Compute(c) if self.computes => What::Compute(c),
                 // Warp specialization: the producer branch under the warp condition, the
                 // consumers under its negation.
                 Stmt::WarpRoles {
@@ -503,6 +519,7 @@ pub fn extract(k: &Kernel) -> PipelineView {
         loops: Vec::new(),
         threads: Vec::new(),
         events: Vec::new(),
+        computes: has_wgmma(&k.body),
     };
     walk.block(&k.body, &mut Vec::new(), None);
     let events = &walk.events;

@@ -191,6 +191,10 @@ pub fn blame(texts: &[&str]) -> Vec<Option<usize>> {
     let mut origin: Vec<Option<usize>> = vec![None; n];
     let mut traced = vec![true; n];
     for k in (1..texts.len()).rev() {
+        // A pass that changed nothing keeps every line where it was: nothing to trace.
+        if texts[k - 1] == texts[k] {
+            continue;
+        }
         let old: Vec<&str> = texts[k - 1].lines().collect();
         let Some(matched) = match_lines(&old, &new) else {
             // Unknown from here back: the lines still traced get no pass.

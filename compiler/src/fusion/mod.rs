@@ -684,24 +684,39 @@ pub fn print(f: &Fusion) -> String {
             IterKind::Reduction => "r",
             IterKind::Broadcast => "b",
         };
-        let _ = write!(s, "{id}:{kind}");
-        let _ = match &d.origin {
-            IterOrigin::Root => write!(s, "{}", f.class_extent(f.class_of(id))),
+        let int = |i: usize, s: &mut String| crate::kir::write_int(i as i64, s);
+        int(id, s);
+        s.push(':');
+        s.push_str(kind);
+        match &d.origin {
+            IterOrigin::Root => match f.class_extent(f.class_of(id)) {
+                SizeExpr::Sym(name) => s.push_str(&name),
+                SizeExpr::Const(c) => crate::kir::write_int(c, s),
+                extent => {
+                    let _ = write!(s, "{extent}");
+                }
+            },
             IterOrigin::Split {
                 parent,
                 factor,
                 inner_split,
                 is_outer,
-            } => write!(
-                s,
-                "{}{}{factor}@{parent}",
-                if *is_outer { "o" } else { "i" },
-                if *inner_split { "/" } else { "|" }
-            ),
-            IterOrigin::Merge { outer, inner } => write!(s, "{outer}*{inner}"),
-        };
+            } => {
+                s.push_str(if *is_outer { "o" } else { "i" });
+                s.push_str(if *inner_split { "/" } else { "|" });
+                crate::kir::write_int(*factor, s);
+                s.push('@');
+                int(*parent, s);
+            }
+            IterOrigin::Merge { outer, inner } => {
+                int(*outer, s);
+                s.push('*');
+                int(*inner, s);
+            }
+        }
         if d.parallel != ParallelType::Serial {
-            let _ = write!(s, " {}", d.parallel);
+            s.push(' ');
+            s.push_str(d.parallel.name());
         }
     };
     let axes = |ids: &[IterId], s: &mut String| {
