@@ -585,9 +585,20 @@ impl Emitter<'_> {
                         self.line(depth, "#pragma unroll");
                     }
                     let ext = self.val(&l.extent);
-                    self.line(
+                    let v = l.var.as_str();
+                    self.line_parts(
                         depth,
-                        &format!("for (index_t {v} = 0; {v} < {ext}; ++{v}) {{", v = l.var),
+                        &[
+                            "for (index_t ",
+                            v,
+                            " = 0; ",
+                            v,
+                            " < ",
+                            &ext,
+                            "; ++",
+                            v,
+                            ") {",
+                        ],
                     );
                     self.block(&l.body, depth + 1);
                     self.line(depth, "}");
@@ -645,8 +656,11 @@ impl Emitter<'_> {
                     let ty = storage(buf.dtype);
                     match buf.memory {
                         MemoryType::Local => {
-                            let name = buf.name.clone();
-                            self.line(depth, &format!("alignas(16) {ty} {name}[{size}];"));
+                            let name = self.k.buffers[*b].name.as_str();
+                            self.line_parts(
+                                depth,
+                                &["alignas(16) ", ty, " ", name, "[", &size, "];"],
+                            );
                         }
                         MemoryType::Shared => {
                             let off = buf
