@@ -39,6 +39,7 @@ pub fn emit_mapped(
         written: Vec::new(),
         current: Written::Setup,
         next_stmt: 0,
+        scratch: String::new(),
     };
     let mut body = String::new();
     std::mem::swap(&mut e.out, &mut body);
@@ -312,6 +313,9 @@ struct Emitter<'a> {
     /// The preorder number of the next statement [`Emitter::block`] visits (the order of
     /// `kir::IrLines::stmts`).
     next_stmt: usize,
+    /// A reused buffer for a condition's or a destination's text (one string per statement
+    /// otherwise).
+    scratch: String,
 }
 
 fn storage(d: DType) -> &'static str {
@@ -635,8 +639,11 @@ impl Emitter<'_> {
                     self.line(depth, "}");
                 }
                 Stmt::If { cond, then, els } => {
-                    let c = self.val(cond);
+                    let mut c = std::mem::take(&mut self.scratch);
+                    c.clear();
+                    self.write_val(cond, &mut c);
                     self.line_parts(depth, &["if (", strip_parens_str(&c), ") {"]);
+                    self.scratch = c;
                     self.block(then, depth + 1);
                     if els.is_empty() {
                         self.line(depth, "}");

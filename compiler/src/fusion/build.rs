@@ -207,13 +207,20 @@ impl Builder {
     /// tensors in linear time.
     fn fresh_name(&mut self, base: &str, op: &str) -> String {
         let stem = format!("{base}_{op}");
-        let mut name = stem.clone();
-        let k = self.name_suffix.entry(stem.clone()).or_insert(2);
-        while self.taken.contains(&name) {
-            name = format!("{stem}{k}");
-            *k += 1;
+        if !self.taken.contains(&stem) {
+            return stem;
         }
-        name
+        let k = match self.name_suffix.get_mut(&stem) {
+            Some(k) => k,
+            None => self.name_suffix.entry(stem.clone()).or_insert(2),
+        };
+        loop {
+            let name = format!("{stem}{k}");
+            *k += 1;
+            if !self.taken.contains(&name) {
+                return name;
+            }
+        }
     }
 
     fn expr(&mut self, e: &ast::Expr, dest: &str) -> BResult<Value> {

@@ -232,10 +232,11 @@ pub fn consumer_roots(cx: &mut Ctx, c: TensorId, env: &impl LoopVars) -> HashMap
             }
         }
     }
+    // The root values move out (a root is listed once; `vals` is dropped next).
     let mut by_class = HashMap::default();
     for &r in &f.tensors[c].root {
-        if let Some(v) = vals.get(&r) {
-            by_class.insert(f.class_of(r), v.clone());
+        if let Some(v) = vals.remove(&r) {
+            by_class.insert(f.class_of(r), v);
         }
     }
     by_class
