@@ -169,21 +169,15 @@ fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<usize>> {
 
 /// Matches the first `pos` loop axes of `t` into a consumer's placement; returns how many of the
 /// consumer's loops are shared, or why not.
+/// `own` are the loop keys of `t`'s loop axes, `t_classes` the classes of its root axes.
 fn match_prefix(
-    cx: &mut Ctx,
+    cx: &Ctx,
     t: TensorId,
     pos: usize,
     consumer_keys: &[LoopKey],
+    (own, t_classes): (&[LoopKey], &[usize]),
 ) -> Result<usize, String> {
     let f = cx.fusion;
-    let own: Vec<LoopKey> = f.tensors[t]
-        .loop_domain
-        .clone()
-        .into_iter()
-        .map(|id| cx.key(id))
-        .collect();
-    // A tensor has a few root axes: a list.
-    let t_classes: Vec<usize> = f.tensors[t].root.iter().map(|&id| f.class_of(id)).collect();
     let mut j = 0;
     for (kpos, &key) in own.iter().enumerate().take(pos) {
         loop {
@@ -215,18 +209,11 @@ fn place(
 ) -> Result<(Vec<LoopKey>, usize), Diagnostic> {
     let f = cx.fusion;
     let tensor = &f.tensors[t];
-    let own: Vec<LoopKey> = tensor
-        .loop_domain
-        .clone()
-        .into_iter()
-        .map(|id| cx.key(id))
-        .collect();
+    let own: Vec<LoopKey> = tensor.loop_domain.iter().map(|&id| cx.key(id)).collect();
+    // A tensor has a few root axes: a list.
+    let t_classes: Vec<usize> = tensor.root.iter().map(|&id| f.class_of(id)).collect();
     let consumers: Vec<TensorId> = {
-        let mut v: Vec<TensorId> = cx.uses[t]
-            .clone()
-            .into_iter()
-            .map(|e| f.exprs[e].output)
-            .collect();
+        let mut v: Vec<TensorId> = cx.uses[t].iter().map(|&e| f.exprs[e].output).collect();
         v.dedup();
         v
     };
@@ -282,7 +269,7 @@ fn place(
     let try_pos = |cx: &mut Ctx, pos: usize| -> Result<(Vec<LoopKey>, usize), String> {
         let mut shared: Option<Vec<LoopKey>> = None;
         for (cp, bulk) in cplacements.iter().zip(&consumer_bulk) {
-            let mut q = match_prefix(cx, t, pos, cp)?;
+            let mut q = match_prefix(cx, t, pos, cp, (&own, &t_classes))?;
             if let Some(b) = cp[..q].iter().position(|k| bulk.contains(k)) {
                 if pos > b {
                     return Err(format!(
