@@ -132,16 +132,29 @@ pub fn compile_choosing_index(
         summary: "scheduled fusion IR",
         ir: fusion::print(&scheduled),
     }];
+    // The statement lines of the last dump (what the CUDA line map points into), recorded as
+    // each dump is printed rather than printing the final kernel once more.
+    let mut ir_lines = kir::IrLines::default();
     for pass in passes::PIPELINE {
         if !(pass.applies)(&cx) {
             continue;
         }
+        cx.kernel_unchanged = false;
         (pass.run)(&mut cx, &mut kernel).map_err(locate)?;
         verify::after_pass(pass.name, &kernel)?;
+        // A pass that changed nothing has the previous kernel pass's dump (and lines).
+        let ir = match dumps.last() {
+            Some(previous) if cx.kernel_unchanged && dumps.len() > 1 => previous.ir.clone(),
+            _ => {
+                let ir;
+                (ir, ir_lines) = kernel.print_with_lines();
+                ir
+            }
+        };
         dumps.push(PassDump {
             name: pass.name,
             summary: pass.summary,
-            ir: kernel.print(),
+            ir,
         });
     }
     let pipeline = pipeline_view::extract(&kernel);
@@ -155,7 +168,6 @@ pub fn compile_choosing_index(
     plan.matmul = fusion::matmul::detect(&fusion);
     // The statement lines of the final dump (the last pass's `ir`), blamed on the kernel-IR
     // dumps (the first dump is the fusion IR).
-    let (_, ir_lines) = kernel.print_with_lines();
     let kernel_dumps: Vec<(&str, &str)> =
         dumps[1..].iter().map(|d| (d.name, d.ir.as_str())).collect();
     let lines = codegen::lines::LineMap::new(&written, &ir_lines, &kernel_dumps);

@@ -189,14 +189,47 @@ pub struct Pipeline {
     pub release: Release,
 }
 
-/// A condition on the path to a statement.
-#[derive(Clone, Debug, PartialEq)]
-struct Guard {
-    text: String,
-    /// Depends on the thread index (it selects a role): the condition, and whether it is negated
-    /// (an `else` branch).
-    thread: Option<(Val, bool)>,
+/// A condition on the path to a statement, shared by the events under it. Its text is made
+/// when first asked for: most guards are bounds around computes that no pipeline reads, and a
+/// large kernel has thousands of them.
+#[derive(Debug)]
+struct Guard<'k> {
+    cond: &'k Val,
+    /// An `else` branch: the condition is negated.
+    negated: bool,
+    /// Depends on the thread index (it selects a role).
+    on_thread: bool,
+    text: std::cell::OnceCell<String>,
 }
+
+impl Guard<'_> {
+    fn text(&self) -> &str {
+        self.text.get_or_init(|| {
+            let plain = self.cond.text();
+            if self.negated {
+                format!("!({plain})")
+            } else {
+                plain
+            }
+        })
+    }
+
+    /// The condition and whether it is negated, when it selects a role.
+    fn thread(&self) -> Option<(Val, bool)> {
+        self.on_thread.then(|| (self.cond.clone(), self.negated))
+    }
+}
+
+/// Guards are equal when their texts are, and so are their role conditions.
+impl PartialEq for Guard<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.text() == other.text()
+            && self.on_thread == other.on_thread
+            && (!self.on_thread || (self.cond == other.cond && self.negated == other.negated))
+    }
+}
+
+type Guards<'k> = Vec<std::rc::Rc<Guard<'k>>>;
 
 enum What<'k> {
     Arrive {
@@ -254,7 +287,7 @@ struct LoopInfo<'k> {
 
 struct Event<'k> {
     what: What<'k>,
-    guards: Vec<Guard>,
+    guards: Guards<'k>,
     /// The innermost serial loop around it (index into `Walk::loops`).
     lp: Option<usize>,
 }
@@ -266,16 +299,32 @@ struct Walk<'k> {
     /// The thread-bound loops around the statement being walked.
     threads: Vec<ThreadLoop<'k>>,
     events: Vec<Event<'k>>,
+    /// Whether computes are events: only the epilogues of wgmma products read them, and a
+    /// large kernel without any has thousands.
+    computes: bool,
 }
 
-fn conjuncts(v: &Val, out: &mut Vec<Val>) {
+/// Whether a wgmma appears anywhere in `body`.
+fn has_wgmma(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Wgmma(_) => true,
+        Stmt::Loop(l) => has_wgmma(&l.body),
+        Stmt::If { then, els, .. } => has_wgmma(then) || has_wgmma(els),
+        Stmt::WarpRoles {
+            producer, consumer, ..
+        } => has_wgmma(producer) || has_wgmma(consumer),
+        _ => false,
+    })
+}
+
+fn conjuncts<'v>(v: &'v Val, out: &mut Vec<&'v Val>) {
     match v {
         Val::And(a, b) => {
             conjuncts(a, out);
             conjuncts(b, out);
         }
         Val::True => {}
-        v => out.push(v.clone()),
+        v => out.push(v),
     }
 }
 
@@ -292,8 +341,7 @@ impl<'k> Walk<'k> {
         }
     }
 
-    fn guard(&self, v: Val, negated: bool) -> Guard {
-        let plain = v.text();
+    fn guard(&self, v: &'k Val, negated: bool) -> std::rc::Rc<Guard<'k>> {
         // Depends on the thread index (read from the tree, not its text): a thread index, a
         // variable bound to one, the warp index or an election.
         let on_thread = v.any_leaf(&|leaf| {
@@ -301,18 +349,15 @@ impl<'k> Walk<'k> {
                 || matches!(leaf, Val::Elect | Val::Warp)
                 || matches!(leaf, Val::Var(n) if self.thread_vars.iter().any(|(name, _)| name == n))
         });
-        let text = if negated {
-            format!("!({plain})")
-        } else {
-            plain
-        };
-        Guard {
-            text,
-            thread: on_thread.then_some((v, negated)),
-        }
+        std::rc::Rc::new(Guard {
+            cond: v,
+            negated,
+            on_thread,
+            text: std::cell::OnceCell::new(),
+        })
     }
 
-    fn block(&mut self, body: &'k [Stmt], guards: &mut Vec<Guard>, lp: Option<usize>) {
+    fn block(&mut self, body: &'k [Stmt], guards: &mut Guards<'k>, lp: Option<usize>) {
         for st in body {
             let what = match st {
                 Stmt::Loop(l) if l.parallel.is_hw() => {
@@ -350,7 +395,7 @@ impl<'k> Walk<'k> {
                     self.block(then, guards, lp);
                     guards.truncate(n);
                     if !els.is_empty() {
-                        guards.push(self.guard(cond.clone(), true));
+                        guards.push(self.guard(cond, true));
                         self.block(els, guards, lp);
                         guards.truncate(n);
                     }
@@ -384,7 +429,7 @@ impl<'k> Walk<'k> {
                     slot,
                     per_warp: *per_warp,
                 },
-                Stmt::Compute(c) => What::Compute(c),
+                Stmt::Compute(c) if self.computes => What::Compute(c),
                 Stmt::StMatrix { dst, src } => What::Staged {
                     cache: dst.buffer,
                     from: src.buffer,
@@ -402,10 +447,10 @@ impl<'k> Walk<'k> {
                     ..
                 } => {
                     let n = guards.len();
-                    guards.push(self.guard(is_producer.clone(), false));
+                    guards.push(self.guard(is_producer, false));
                     self.block(producer, guards, lp);
                     guards.truncate(n);
-                    guards.push(self.guard(is_producer.clone(), true));
+                    guards.push(self.guard(is_producer, true));
                     self.block(consumer, guards, lp);
                     guards.truncate(n);
                     continue;
@@ -423,21 +468,21 @@ impl<'k> Walk<'k> {
 }
 
 /// The role part (thread conditions) of a guard list: None for every thread.
-fn role_key(guards: &[Guard]) -> Option<String> {
+fn role_key(guards: &Guards) -> Option<String> {
     let parts: Vec<&str> = guards
         .iter()
-        .filter(|g| g.thread.is_some())
-        .map(|g| g.text.as_str())
+        .filter(|g| g.on_thread)
+        .map(|g| g.text())
         .collect();
     (!parts.is_empty()).then(|| parts.join(" && "))
 }
 
 /// The other conditions (bounds), as one text.
-fn other_guards(guards: &[Guard]) -> Option<String> {
+fn other_guards(guards: &Guards) -> Option<String> {
     let parts: Vec<&str> = guards
         .iter()
-        .filter(|g| g.thread.is_none())
-        .map(|g| g.text.as_str())
+        .filter(|g| !g.on_thread)
+        .map(|g| g.text())
         .collect();
     (!parts.is_empty()).then(|| parts.join(" && "))
 }
@@ -461,14 +506,14 @@ fn count_threads(walk: &Walk, k: &Kernel, conds: &[(Val, bool)]) -> Option<i64> 
         }
         _ if conds.iter().any(|(_, negated)| *negated) => None,
         _ => {
-            let parts: Vec<Val> = conds.iter().map(|(c, _)| c.clone()).collect();
+            let parts: Vec<&Val> = conds.iter().map(|(c, _)| c).collect();
             count_pinned(walk, k, &parts)
         }
     }
 }
 
 /// Threads of a block with every condition of `eqs` (each `thread index == constant`).
-fn count_pinned(walk: &Walk, k: &Kernel, eqs: &[Val]) -> Option<i64> {
+fn count_pinned(walk: &Walk, k: &Kernel, eqs: &[&Val]) -> Option<i64> {
     let mut pinned = [false; 3];
     for c in eqs {
         let Val::Eq(a, b) = c else { return None };
@@ -484,7 +529,7 @@ fn count_pinned(walk: &Walk, k: &Kernel, eqs: &[Val]) -> Option<i64> {
         .product()
 }
 
-fn role_of(roles: &[RoleAcc], guards: &[Guard]) -> usize {
+fn role_of(roles: &[RoleAcc], guards: &Guards) -> usize {
     let key = role_key(guards);
     roles
         .iter()
@@ -504,6 +549,7 @@ pub fn extract(k: &Kernel) -> PipelineView {
         loops: Vec::new(),
         threads: Vec::new(),
         events: Vec::new(),
+        computes: has_wgmma(&k.body),
     };
     walk.block(&k.body, &mut Vec::new(), None);
     let events = &walk.events;
@@ -543,7 +589,7 @@ pub fn extract(k: &Kernel) -> PipelineView {
                 None => {
                     roles.push(RoleAcc {
                         key,
-                        conds: e.guards.iter().filter_map(|g| g.thread.clone()).collect(),
+                        conds: e.guards.iter().filter_map(|g| g.thread()).collect(),
                         issues: false,
                         waits: false,
                         mma: false,

@@ -20,9 +20,9 @@ pub fn example_sources() -> Vec<String> {
 
 pub mod stress {
     //! Programs of every shape up to the service's 64 KiB program limit: long chains of
-    //! statements, one expression at the operation limit, wide fusions, deep schedules, chains
-    //! of reductions, nesting at the parser's depth limit. Each must lower (or be rejected with
-    //! a located error) quickly and without exhausting a 2 MiB thread stack.
+    //! statements, one expression at the operation limit, wide fusions, deep and long
+    //! schedules, chains of reductions, nesting at the parser's depth limit. Each must lower (or
+    //! be rejected with a located error) quickly and without exhausting a 2 MiB thread stack.
 
     /// The service's program size limit (`hopfuse serve --max-program-bytes`).
     pub const PROGRAM_LIMIT: usize = 64 * 1024;
@@ -163,6 +163,23 @@ pub mod stress {
         )
     }
 
+    /// A long schedule over a large fusion: a 1,500-statement chain, then schedule statements
+    /// on its tensors in turn as many as fit (each is applied, and undone when it fails, on the
+    /// whole fusion).
+    pub fn long_schedule() -> String {
+        let n = 1500;
+        let mut head = String::from("fusion chain {\n  input x: f32[N]\n  t0 = x + 1.0\n");
+        for i in 1..n {
+            head.push_str(&format!("  t{i} = t{} + x\n", i - 1));
+        }
+        head.push_str(&format!("  output t{}\n}}\nschedule {{\n", n - 1));
+        fits(
+            (0..).map(|i| format!("  t{}.set_memory(local)", i % (n - 1))),
+            &head,
+            |_| "}\n".to_string(),
+        )
+    }
+
     /// Merges and splits alternating on one axis, deepening its derivation.
     pub fn deep_derivation() -> String {
         fits(
@@ -196,6 +213,7 @@ pub mod stress {
             ("wide fusion", wide_fusion()),
             ("reduction chain", reduction_chain()),
             ("deep schedule", deep_schedule()),
+            ("long schedule", long_schedule()),
             ("deep derivation", deep_derivation()),
             ("deep nesting", deep_nesting()),
         ]

@@ -183,13 +183,18 @@ pub fn blame(texts: &[&str]) -> Vec<Option<usize>> {
     let Some(last) = texts.last() else {
         return Vec::new();
     };
-    let n = last.lines().count();
+    // Each text split into lines once (it is the old side of one diff and the new of another).
+    let mut new: Vec<&str> = last.lines().collect();
+    let n = new.len();
     // Position of each final line in text `k` while it is being traced.
     let mut at: Vec<Option<usize>> = (0..n).map(Some).collect();
     let mut origin: Vec<Option<usize>> = vec![None; n];
     let mut traced = vec![true; n];
     for k in (1..texts.len()).rev() {
-        let new: Vec<&str> = texts[k].lines().collect();
+        // A pass that changed nothing keeps every line where it was: nothing to trace.
+        if texts[k - 1] == texts[k] {
+            continue;
+        }
         let old: Vec<&str> = texts[k - 1].lines().collect();
         let Some(matched) = match_lines(&old, &new) else {
             // Unknown from here back: the lines still traced get no pass.
@@ -210,6 +215,7 @@ pub fn blame(texts: &[&str]) -> Vec<Option<usize>> {
                 }
             }
         }
+        new = old;
     }
     for i in 0..n {
         if traced[i] {

@@ -39,6 +39,7 @@ pub fn emit_mapped(
         written: Vec::new(),
         current: Written::Setup,
         next_stmt: 0,
+        scratch: String::new(),
     };
     let mut body = String::new();
     std::mem::swap(&mut e.out, &mut body);
@@ -318,6 +319,9 @@ struct Emitter<'a> {
     /// The preorder number of the next statement [`Emitter::block`] visits (the order of
     /// `kir::IrLines::stmts`).
     next_stmt: usize,
+    /// A reused buffer for a condition's or a destination's text (one string per statement
+    /// otherwise).
+    scratch: String,
 }
 
 fn storage(d: DType) -> &'static str {
@@ -338,12 +342,29 @@ impl Emitter<'_> {
         self.out.push('\n');
     }
 
+    /// One line from its pieces (no string formatted for it first).
+    fn line_parts(&mut self, depth: usize, parts: &[&str]) {
+        self.written.push(self.current);
+        for _ in 0..depth {
+            self.out.push_str("  ");
+        }
+        for p in parts {
+            self.out.push_str(p);
+        }
+        self.out.push('\n');
+    }
+
     fn val(&mut self, v: &Val) -> String {
+        let mut out = String::new();
+        self.write_val(v, &mut out);
+        out
+    }
+
+    /// Appends the CUDA text of `v` to `out`, noting the helpers it needs.
+    fn write_val(&mut self, v: &Val, out: &mut String) {
         self.uses.ceil_div |= v.has_ceil_div();
         self.uses.warp |= v.mentions_warp();
-        let mut out = String::new();
-        v.write(&mut out, true);
-        out
+        v.write(out, true);
     }
 
     /// The rank and the `(int)`-cast coordinates of a box origin, innermost first.
@@ -365,12 +386,15 @@ impl Emitter<'_> {
 
     fn access(&mut self, a: &Access) -> String {
         let name = &self.k.buffers[a.buffer].name;
-        let idx = a
-            .index
-            .as_ref()
-            .map(|i| self.val(i))
-            .unwrap_or_else(|| "0".into());
-        format!("{name}[{idx}]")
+        let mut out = String::with_capacity(name.len() + 16);
+        out.push_str(name);
+        out.push('[');
+        match &a.index {
+            Some(i) => self.write_val(i, &mut out),
+            None => out.push('0'),
+        }
+        out.push(']');
+        out
     }
 
     fn conv(&mut self, e: String, from: DType, to: DType) -> String {
@@ -530,9 +554,9 @@ impl Emitter<'_> {
         }
         let (e, from) = self.data(&c.value);
         let to = self.k.buffers[c.out.buffer].dtype;
-        let v = strip_parens(self.conv(e, from, to));
+        let v = self.conv(e, from, to);
         let dst = self.access(&c.out);
-        self.line(depth, &format!("{dst} = {v};"));
+        self.line_parts(depth, &[&dst, " = ", strip_parens_str(&v), ";"]);
     }
 
     fn block(&mut self, body: &[Stmt], depth: usize) {
@@ -544,13 +568,14 @@ impl Emitter<'_> {
             match s {
                 Stmt::Loop(l) => {
                     if l.parallel.is_hw() {
-                        self.line(
+                        self.line_parts(
                             depth,
-                            &format!(
-                                "{{  // {} = {}",
-                                l.var,
-                                l.parallel.cuda_index().unwrap_or("")
-                            ),
+                            &[
+                                "{  // ",
+                                &l.var,
+                                " = ",
+                                l.parallel.cuda_index().unwrap_or(""),
+                            ],
                         );
                         self.block(&l.body, depth + 1);
                         self.line(depth, "}");
@@ -570,9 +595,20 @@ impl Emitter<'_> {
                         self.line(depth, "#pragma unroll");
                     }
                     let ext = self.val(&l.extent);
-                    self.line(
+                    let v = l.var.as_str();
+                    self.line_parts(
                         depth,
-                        &format!("for (index_t {v} = 0; {v} < {ext}; ++{v}) {{", v = l.var),
+                        &[
+                            "for (index_t ",
+                            v,
+                            " = 0; ",
+                            v,
+                            " < ",
+                            &ext,
+                            "; ++",
+                            v,
+                            ") {",
+                        ],
                     );
                     self.block(&l.body, depth + 1);
                     self.line(depth, "}");
@@ -609,8 +645,11 @@ impl Emitter<'_> {
                     self.line(depth, "}");
                 }
                 Stmt::If { cond, then, els } => {
-                    let c = self.val(cond);
-                    self.line(depth, &format!("if ({}) {{", strip_parens(c)));
+                    let mut c = std::mem::take(&mut self.scratch);
+                    c.clear();
+                    self.write_val(cond, &mut c);
+                    self.line_parts(depth, &["if (", strip_parens_str(&c), ") {"]);
+                    self.scratch = c;
                     self.block(then, depth + 1);
                     if els.is_empty() {
                         self.line(depth, "}");
@@ -630,8 +669,11 @@ impl Emitter<'_> {
                     let ty = storage(buf.dtype);
                     match buf.memory {
                         MemoryType::Local => {
-                            let name = buf.name.clone();
-                            self.line(depth, &format!("alignas(16) {ty} {name}[{size}];"));
+                            let name = self.k.buffers[*b].name.as_str();
+                            self.line_parts(
+                                depth,
+                                &["alignas(16) ", ty, " ", name, "[", &size, "];"],
+                            );
                         }
                         MemoryType::Shared => {
                             let off = buf
@@ -837,13 +879,21 @@ impl Emitter<'_> {
 
 /// Drops one pair of parentheses around a whole expression.
 fn strip_parens(s: String) -> String {
+    match strip_parens_str(&s) {
+        inner if inner.len() < s.len() => inner.to_string(),
+        _ => s,
+    }
+}
+
+/// [`strip_parens`] of a borrowed text.
+fn strip_parens_str(s: &str) -> &str {
     if s.starts_with('(') && s.ends_with(')') {
         let inner = &s[1..s.len() - 1];
         let mut depth = 0i32;
-        for c in inner.chars() {
+        for c in inner.bytes() {
             match c {
-                '(' => depth += 1,
-                ')' => {
+                b'(' => depth += 1,
+                b')' => {
                     depth -= 1;
                     if depth < 0 {
                         return s;
@@ -853,7 +903,7 @@ fn strip_parens(s: String) -> String {
             }
         }
         if depth == 0 {
-            return inner.to_string();
+            return inner;
         }
     }
     s

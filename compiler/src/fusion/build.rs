@@ -4,7 +4,9 @@
 use super::*;
 use crate::diag::Diagnostic;
 use crate::frontend::ast::{self, Arg, Dim, Item};
-use std::collections::{HashMap, HashSet};
+// Names are the user's: a seeded fast hash (foldhash), so chosen names cannot collide on
+// purpose.
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 type BResult<T> = Result<T, Diagnostic>;
 
@@ -205,13 +207,20 @@ impl Builder {
     /// tensors in linear time.
     fn fresh_name(&mut self, base: &str, op: &str) -> String {
         let stem = format!("{base}_{op}");
-        let mut name = stem.clone();
-        let k = self.name_suffix.entry(stem.clone()).or_insert(2);
-        while self.taken.contains(&name) {
-            name = format!("{stem}{k}");
-            *k += 1;
+        if !self.taken.contains(&stem) {
+            return stem;
         }
-        name
+        let k = match self.name_suffix.get_mut(&stem) {
+            Some(k) => k,
+            None => self.name_suffix.entry(stem.clone()).or_insert(2),
+        };
+        loop {
+            let name = format!("{stem}{k}");
+            *k += 1;
+            if !self.taken.contains(&name) {
+                return name;
+            }
+        }
     }
 
     fn expr(&mut self, e: &ast::Expr, dest: &str) -> BResult<Value> {
@@ -663,10 +672,11 @@ impl Builder {
                         )));
                     }
                 }
+                let logicals: Vec<Vec<IterId>> =
+                    ranked.iter().map(|&t| self.f.logical(t)).collect();
                 let mut root = Vec::new();
                 for k in 0..rank {
-                    let members: Vec<IterId> =
-                        ranked.iter().map(|&t| self.f.logical(t)[k]).collect();
+                    let members: Vec<IterId> = logicals.iter().map(|l| l[k]).collect();
                     let concrete: Vec<IterId> = members
                         .iter()
                         .copied()

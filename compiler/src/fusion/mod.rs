@@ -499,8 +499,13 @@ impl Fusion {
             .collect()
     }
 
+    /// The number of logical axes (counted, not collected: asked for every operand).
     pub fn rank(&self, t: TensorId) -> usize {
-        self.logical(t).len()
+        self.tensors[t]
+            .root
+            .iter()
+            .filter(|&&i| self.ids[i].kind != IterKind::Reduction)
+            .count()
     }
 
     /// Axis class of a root axis.
@@ -548,12 +553,12 @@ impl Fusion {
     /// Every axis on the paths from `t`'s root to its loop domain, oldest first (parents
     /// before the axes split or merged from them).
     pub fn axes_between(&self, t: TensorId) -> Vec<IterId> {
+        // Every path is walked (the schedule bounds their number per axis, see
+        // `MAX_DERIVATION_SIZE`), then sorted and deduplicated: a membership test per axis
+        // made this quadratic in the derivation's size.
         let mut seen = Vec::new();
         let mut stack: Vec<IterId> = self.tensors[t].loop_domain.clone();
         while let Some(id) = stack.pop() {
-            if seen.contains(&id) {
-                continue;
-            }
             seen.push(id);
             match self.ids[id].origin {
                 IterOrigin::Root => {}
@@ -565,6 +570,7 @@ impl Fusion {
             }
         }
         seen.sort_unstable();
+        seen.dedup();
         seen
     }
 
@@ -670,45 +676,59 @@ impl Fusion {
 pub fn print(f: &Fusion) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    // Class extents once: looking one up scans every axis.
-    let extents: std::collections::HashMap<IterId, SizeExpr> = (0..f.ids.len())
-        .filter(|&id| f.class_of(id) == id)
-        .map(|c| (c, f.class_extent(c)))
-        .collect();
-    let axis = |id: IterId| -> String {
+    // One axis, written straight into the text (this runs for every axis of every tensor).
+    let axis = |id: IterId, s: &mut String| {
         let d = &f.ids[id];
         let kind = match d.kind {
             IterKind::Iteration => "",
             IterKind::Reduction => "r",
             IterKind::Broadcast => "b",
         };
-        let body = match &d.origin {
-            IterOrigin::Root => format!("{}", extents[&f.class_of(id)]),
+        let int = |i: usize, s: &mut String| crate::kir::write_int(i as i64, s);
+        int(id, s);
+        s.push(':');
+        s.push_str(kind);
+        match &d.origin {
+            IterOrigin::Root => match f.class_extent(f.class_of(id)) {
+                SizeExpr::Sym(name) => s.push_str(&name),
+                SizeExpr::Const(c) => crate::kir::write_int(c, s),
+                extent => {
+                    let _ = write!(s, "{extent}");
+                }
+            },
             IterOrigin::Split {
                 parent,
                 factor,
                 inner_split,
                 is_outer,
             } => {
-                format!(
-                    "{}{}{factor}@{parent}",
-                    if *is_outer { "o" } else { "i" },
-                    if *inner_split { "/" } else { "|" }
-                )
+                s.push_str(if *is_outer { "o" } else { "i" });
+                s.push_str(if *inner_split { "/" } else { "|" });
+                crate::kir::write_int(*factor, s);
+                s.push('@');
+                int(*parent, s);
             }
-            IterOrigin::Merge { outer, inner } => format!("{outer}*{inner}"),
-        };
-        let par = if d.parallel == ParallelType::Serial {
-            String::new()
-        } else {
-            format!(" {}", d.parallel)
-        };
-        format!("{id}:{kind}{body}{par}")
+            IterOrigin::Merge { outer, inner } => {
+                int(*outer, s);
+                s.push('*');
+                int(*inner, s);
+            }
+        }
+        if d.parallel != ParallelType::Serial {
+            s.push(' ');
+            s.push_str(d.parallel.name());
+        }
+    };
+    let axes = |ids: &[IterId], s: &mut String| {
+        for (i, &id) in ids.iter().enumerate() {
+            if i > 0 {
+                s.push_str(", ");
+            }
+            axis(id, s);
+        }
     };
     let _ = writeln!(s, "fusion {}", f.name);
-    for (t, tensor) in f.tensors.iter().enumerate() {
-        let root: Vec<String> = tensor.root.iter().map(|&i| axis(i)).collect();
-        let lp: Vec<String> = tensor.loop_domain.iter().map(|&i| axis(i)).collect();
+    for tensor in &f.tensors {
         let role = if tensor.is_input {
             "input"
         } else if tensor.is_output {
@@ -716,20 +736,30 @@ pub fn print(f: &Fusion) -> String {
         } else {
             ""
         };
-        let inline = match tensor.inline {
-            Inline::At(p) => format!("inline_at {p}"),
-            Inline::Most => "inline_most".into(),
+        let _ = write!(
+            s,
+            "  {}: {} {} {role}\n    root [",
+            tensor.name,
+            tensor.dtype,
+            tensor.memory.name()
+        );
+        axes(&tensor.root, &mut s);
+        s.push_str("]\n    loop [");
+        axes(&tensor.loop_domain, &mut s);
+        s.push_str("]  ");
+        let _ = match tensor.inline {
+            Inline::At(p) => write!(s, "inline_at {p}"),
+            Inline::Most => write!(s, "inline_most"),
         };
-        let mut extra = String::new();
         if tensor.load != LoadKind::Plain {
-            let _ = write!(extra, " load={}", tensor.load.name());
+            let _ = write!(s, " load={}", tensor.load.name());
         }
         if tensor.swizzle != 0 {
-            let _ = write!(extra, " swizzle={}", tensor.swizzle);
+            let _ = write!(s, " swizzle={}", tensor.swizzle);
         }
         if tensor.store != LoadKind::Plain {
             let _ = write!(
-                extra,
+                s,
                 " store={} fence={}",
                 tensor.store.name(),
                 tensor.fence.name()
@@ -748,46 +778,35 @@ pub fn print(f: &Fusion) -> String {
                 (WarMode::Mbarrier, None) => ", war=mbarrier".into(),
             };
             let _ = write!(
-                extra,
+                s,
                 " circular_buffer(stages={}, prefetch={}{war})",
                 cb.stages, cb.prefetch
             );
         }
-        let _ = writeln!(
-            s,
-            "  {}: {} {} {role}\n    root [{}]\n    loop [{}]  {inline}{extra}",
-            tensor.name,
-            tensor.dtype,
-            tensor.memory.name(),
-            root.join(", "),
-            lp.join(", ")
-        );
-        let _ = t;
+        s.push('\n');
     }
     for e in &f.exprs {
-        let ins: Vec<String> = e
-            .inputs
-            .iter()
-            .map(|o| match o {
-                Operand::Tensor(t) => f.tensors[*t].name.clone(),
-                Operand::Scalar(v) => format!("{v}"),
-            })
-            .collect();
-        let op = match &e.op {
-            Op::Set => "set".to_string(),
-            Op::Unary(u) => u.name().to_string(),
-            Op::Binary(b) => b.name().to_string(),
-            Op::Cast(d) => format!("cast<{d}>"),
-            Op::Broadcast { axes } => format!("broadcast{axes:?}"),
-            Op::Reduce { op, axes } => format!("{}{axes:?}", op.name()),
-            Op::Mma => "mma".into(),
+        let _ = write!(s, "  {} = ", f.tensors[e.output].name);
+        let _ = match &e.op {
+            Op::Set => write!(s, "set"),
+            Op::Unary(u) => write!(s, "{}", u.name()),
+            Op::Binary(b) => write!(s, "{}", b.name()),
+            Op::Cast(d) => write!(s, "cast<{d}>"),
+            Op::Broadcast { axes } => write!(s, "broadcast{axes:?}"),
+            Op::Reduce { op, axes } => write!(s, "{}{axes:?}", op.name()),
+            Op::Mma => write!(s, "mma"),
         };
-        let _ = writeln!(
-            s,
-            "  {} = {op}({})",
-            f.tensors[e.output].name,
-            ins.join(", ")
-        );
+        s.push('(');
+        for (i, o) in e.inputs.iter().enumerate() {
+            if i > 0 {
+                s.push_str(", ");
+            }
+            let _ = match o {
+                Operand::Tensor(t) => write!(s, "{}", f.tensors[*t].name),
+                Operand::Scalar(v) => write!(s, "{v}"),
+            };
+        }
+        s.push_str(")\n");
     }
     s
 }

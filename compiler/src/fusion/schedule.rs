@@ -5,7 +5,7 @@
 use super::*;
 use crate::diag::Diagnostic;
 use crate::frontend::ast::{self, Arg, SchedStmt};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 type SResult<T> = Result<T, Diagnostic>;
 
@@ -29,7 +29,12 @@ pub fn apply_all(f: &mut Fusion, stmts: &[SchedStmt]) -> Vec<Diagnostic> {
         if names.iter().any(|n| failed.contains(n)) {
             continue;
         }
-        let before = f.clone();
+        // The fusion as it was, to restore when the statement fails: a copy of the whole
+        // fusion, so only for statements that may fail after changing it (a copy per statement
+        // made long schedules of large fusions quadratic). Debug builds copy for every statement
+        // and check that the others did leave it untouched.
+        let keep_copy = cfg!(debug_assertions) || !checks_before_changing(st);
+        let before = keep_copy.then(|| f.clone());
         let first_new = f.ids.len();
         match apply_one(f, st) {
             Ok(()) => {
@@ -38,7 +43,14 @@ pub fn apply_all(f: &mut Fusion, stmts: &[SchedStmt]) -> Vec<Diagnostic> {
                 }
             }
             Err(e) => {
-                *f = before;
+                if let Some(before) = before {
+                    debug_assert!(
+                        !checks_before_changing(st) || format!("{f:?}") == format!("{before:?}"),
+                        "a failed `{}` changed the fusion",
+                        names.first().copied().unwrap_or("schedule statement")
+                    );
+                    *f = before;
+                }
                 let bound = match st {
                     SchedStmt::Bind { name, .. } => Some(name.as_str()),
                     _ => None,
@@ -54,6 +66,28 @@ pub fn apply_all(f: &mut Fusion, stmts: &[SchedStmt]) -> Vec<Diagnostic> {
         }
     }
     errors
+}
+
+/// Whether a statement, when it fails, has not changed the fusion: every check comes before
+/// the first change (the loop transforms, parallelization, memory, inlining, `propagate`).
+/// Caching and `rfactor` build new tensors as they go, `circular_buffer` checks late: those
+/// are undone from a copy.
+fn checks_before_changing(st: &SchedStmt) -> bool {
+    match st {
+        SchedStmt::Method { method, .. } => matches!(
+            method.as_str(),
+            "split"
+                | "merge"
+                | "reorder"
+                | "parallelize"
+                | "vectorize"
+                | "set_memory"
+                | "inline_at"
+                | "compute_at"
+        ),
+        SchedStmt::Call { func, .. } => matches!(func.as_str(), "inline_most" | "propagate"),
+        SchedStmt::Bind { .. } => false,
+    }
 }
 
 /// A statement's span and the names it mentions (the tensor it acts on, names in its
@@ -976,7 +1010,7 @@ pub(crate) fn replay(
     reference: TensorId,
     target: TensorId,
 ) -> Vec<(IterId, IterId)> {
-    let mut map: HashMap<IterId, IterId> = HashMap::new();
+    let mut map: HashMap<IterId, IterId> = HashMap::default();
     let target_root = f.tensors[target].root.clone();
     for &r in &f.tensors[reference].root.clone() {
         let c = f.class_of(r);
@@ -1159,7 +1193,7 @@ fn derivation_size(f: &Fusion, id: IterId) -> usize {
         i += 1;
     }
     ancestors.sort_unstable();
-    let mut size: HashMap<IterId, usize> = HashMap::new();
+    let mut size: HashMap<IterId, usize> = HashMap::default();
     for &a in &ancestors {
         let n = match f.ids[a].origin {
             IterOrigin::Root => 0,

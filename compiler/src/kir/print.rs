@@ -70,23 +70,43 @@ pub struct IrLines {
     pub bindings: Vec<usize>,
 }
 
-/// Counts the lines of a growing dump as statements are written (linear in its length).
+/// Where statements and bindings start in a growing dump, as byte offsets while it is written;
+/// turned into line numbers in one pass over the finished text (counting the lines at every
+/// statement was a third of a dump's time).
+#[derive(Default)]
 struct LineRecorder {
-    lines: IrLines,
-    counted: usize,
-    newlines: usize,
+    stmts: Vec<usize>,
+    bindings: Vec<usize>,
 }
 
 impl LineRecorder {
-    /// The 1-based number of the line `s` is about to start.
-    fn next_line(&mut self, s: &str) -> usize {
-        self.newlines += s.as_bytes()[self.counted..]
+    /// The 1-based line of each offset (`offsets` ascending).
+    fn lines_at(s: &str, offsets: &[usize]) -> Vec<usize> {
+        let (mut line, mut counted) = (1, 0);
+        offsets
             .iter()
-            .filter(|&&b| b == b'\n')
-            .count();
-        self.counted = s.len();
-        self.newlines + 1
+            .map(|&offset| {
+                line += count_newlines(&s.as_bytes()[counted..offset]);
+                counted = offset;
+                line
+            })
+            .collect()
     }
+}
+
+/// The number of `\n` bytes in `bytes`, eight at a time: a byte of `w ^ 0x0a..` is zero
+/// exactly where `w` has a newline, and `((x & 0x7f) + 0x7f) | x` has its high bit set exactly
+/// where `x` is not zero (no carry crosses a byte).
+fn count_newlines(bytes: &[u8]) -> usize {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut n = 0;
+    for c in &mut chunks {
+        let w = u64::from_le_bytes(c.try_into().expect("8 bytes")) ^ 0x0a0a_0a0a_0a0a_0a0a;
+        let nonzero = (((w & LOW7) + LOW7) | w) & !LOW7;
+        n += 8 - nonzero.count_ones() as usize;
+    }
+    n + chunks.remainder().iter().filter(|&&b| b == b'\n').count()
 }
 
 impl Kernel {
@@ -98,13 +118,13 @@ impl Kernel {
     /// [`Kernel::print`], and the line of every statement and binding in it (the CUDA
     /// emitter's line map points into the final dump with these).
     pub fn print_with_lines(&self) -> (String, IrLines) {
-        let mut rec = LineRecorder {
-            lines: IrLines::default(),
-            counted: 0,
-            newlines: 0,
-        };
+        let mut rec = LineRecorder::default();
         let s = self.print_recording(Some(&mut rec));
-        (s, rec.lines)
+        let lines = IrLines {
+            stmts: LineRecorder::lines_at(&s, &rec.stmts),
+            bindings: LineRecorder::lines_at(&s, &rec.bindings),
+        };
+        (s, lines)
     }
 
     fn print_recording(&self, mut rec: Option<&mut LineRecorder>) -> String {
@@ -159,8 +179,7 @@ impl Kernel {
         }
         for (v, p) in &self.hw_vars {
             if let Some(r) = rec.as_deref_mut() {
-                let line = r.next_line(&s);
-                r.lines.bindings.push(line);
+                r.bindings.push(s.len());
             }
             let _ = writeln!(s, "  {v} = {}", p.cuda_index().unwrap_or("?"));
         }
@@ -176,25 +195,38 @@ fn print_block(
     s: &mut String,
     rec: &mut Option<&mut LineRecorder>,
 ) {
-    let ind = "  ".repeat(depth);
+    // Two spaces per level, borrowed from a constant (a string per block was an allocation
+    // per loop and per `if` of the kernel).
+    const SPACES: &str = "                                                                ";
+    let owned;
+    let ind = match SPACES.get(..2 * depth) {
+        Some(ind) => ind,
+        None => {
+            owned = "  ".repeat(depth);
+            owned.as_str()
+        }
+    };
     for st in body {
         if let Some(r) = rec.as_deref_mut() {
-            let line = r.next_line(s);
-            r.lines.stmts.push(line);
+            r.stmts.push(s.len());
         }
+        // The common statements are written piece by piece into `s` (no string per part):
+        // this runs for every statement of every pass dump.
         match st {
             Stmt::Loop(l) => {
-                let _ = writeln!(
-                    s,
-                    "{ind}for {} in {} @{}:",
-                    l.var,
-                    l.extent.text(),
-                    l.parallel
-                );
+                s.push_str(ind);
+                s.push_str("for ");
+                s.push_str(&l.var);
+                s.push_str(" in ");
+                l.extent.write(s, false);
+                let _ = writeln!(s, " @{}:", l.parallel);
                 print_block(k, &l.body, depth + 1, s, rec);
             }
             Stmt::If { cond, then, els } => {
-                let _ = writeln!(s, "{ind}if {}:", cond.text());
+                s.push_str(ind);
+                s.push_str("if ");
+                cond.write(s, false);
+                s.push_str(":\n");
                 print_block(k, then, depth + 1, s, rec);
                 if !els.is_empty() {
                     let _ = writeln!(s, "{ind}else:");
@@ -203,23 +235,21 @@ fn print_block(
             }
             Stmt::Alloc(b) => {
                 let buf = &k.buffers[*b];
-                let size = buf
-                    .size
-                    .as_ref()
-                    .map(|v| v.text())
-                    .unwrap_or_else(|| "?".into());
-                let off = buf
-                    .smem_offset
-                    .as_ref()
-                    .map(|o| format!(" at smem+{}", o.text()))
-                    .unwrap_or_default();
-                let _ = writeln!(
-                    s,
-                    "{ind}alloc {}: {}[{size}] {}{off}",
-                    buf.name,
-                    buf.dtype,
-                    buf.memory.name()
-                );
+                s.push_str(ind);
+                s.push_str("alloc ");
+                s.push_str(&buf.name);
+                let _ = write!(s, ": {}[", buf.dtype);
+                match &buf.size {
+                    Some(v) => v.write(s, false),
+                    None => s.push('?'),
+                }
+                s.push_str("] ");
+                s.push_str(buf.memory.name());
+                if let Some(o) = &buf.smem_offset {
+                    s.push_str(" at smem+");
+                    o.write(s, false);
+                }
+                s.push('\n');
             }
             Stmt::Compute(c) => {
                 let tag = match c.role {
@@ -228,17 +258,15 @@ fn print_block(
                     ComputeRole::ReductionUpdate => "  // reduce",
                     ComputeRole::ReductionWrite => "  // write",
                 };
-                let vec = c
-                    .vector
-                    .as_ref()
-                    .map(|(v, w)| format!("vector<{w}> over {v}: "))
-                    .unwrap_or_default();
-                let _ = writeln!(
-                    s,
-                    "{ind}{vec}{} = {}{tag}",
-                    access_text(k, &c.out),
-                    c.value.text(k)
-                );
+                s.push_str(ind);
+                if let Some((v, w)) = &c.vector {
+                    let _ = write!(s, "vector<{w}> over {v}: ");
+                }
+                write_access(k, &c.out, s);
+                s.push_str(" = ");
+                c.value.write(k, s);
+                s.push_str(tag);
+                s.push('\n');
             }
             Stmt::BlockReduce { acc, op, dims, .. } => {
                 let d: String = ["x", "y", "z"]
@@ -467,5 +495,23 @@ impl Kernel {
         let mut s = String::new();
         print_block(self, std::slice::from_ref(&head), 0, &mut s, &mut None);
         s.lines().next().unwrap_or_default().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn newlines_are_counted_in_every_position_and_next_to_every_byte() {
+        let mut text: Vec<u8> = (0..=255u8).collect();
+        for i in (0..text.len()).step_by(7) {
+            text[i] = b'\n';
+        }
+        for start in 0..16 {
+            for end in start..text.len() {
+                let slice = &text[start..end];
+                let want = slice.iter().filter(|&&b| b == b'\n').count();
+                assert_eq!(super::count_newlines(slice), want, "{start}..{end}");
+            }
+        }
     }
 }

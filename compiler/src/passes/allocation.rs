@@ -13,7 +13,7 @@ use crate::diag::Diagnostic;
 use crate::fusion::{IterKind, MemoryType, ParallelType, TensorId};
 use crate::kir::{Kernel, Stmt, Val};
 use crate::plan::SizeExpr;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
@@ -57,12 +57,12 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut offset = SizeExpr::Const(0);
     // TMA boxes first: each stage starts at a multiple of 128 bytes. Circular buffers hold
     // `stages` copies of their stage (plain ones padded to 16 bytes, for vector accesses).
-    let tma_stages: std::collections::HashMap<usize, i64> = cx
+    let tma_stages: HashMap<usize, i64> = cx
         .tma
         .iter()
         .filter_map(|i| Some((cx.tensor_buffer[&i.tensor], i.stage_elems?)))
         .collect();
-    let stages_of: std::collections::HashMap<usize, i64> = cx
+    let stages_of: HashMap<usize, i64> = cx
         .tma
         .iter()
         .map(|i| (cx.tensor_buffer[&i.tensor], cx.pipes[i.pipe].stages))
@@ -210,11 +210,11 @@ fn insert_allocs(
 ) -> Result<(), TensorId> {
     // Path to the first write of each buffer: (index, whether that statement is a loop).
     let wanted: HashMap<usize, usize> = allocs.iter().enumerate().map(|(i, a)| (a.0, i)).collect();
-    let mut first: HashMap<usize, Vec<(usize, bool)>> = HashMap::new();
+    let mut first: HashMap<usize, Vec<(usize, bool)>> = HashMap::default();
     let mut path = Vec::new();
     first_writes(body, &wanted, &mut path, &mut first);
     // Insertions per block (keyed by the loop indices leading to it): (index, order, buffer).
-    let mut at: HashMap<Vec<usize>, Vec<(usize, usize, usize)>> = HashMap::new();
+    let mut at: HashMap<Vec<usize>, Vec<(usize, usize, usize)>> = HashMap::default();
     for (order, &(b, q, t)) in allocs.iter().enumerate() {
         let path = first.get(&b).ok_or(t)?;
         let mut depth = 0;
@@ -279,13 +279,20 @@ fn place(
         return;
     };
     here.sort_unstable();
-    let old = std::mem::take(body);
-    let mut next = here.into_iter().peekable();
-    for (i, s) in old.into_iter().enumerate() {
-        while let Some(&(_, _, b)) = next.peek().filter(|x| x.0 == i) {
-            body.push(Stmt::Alloc(b));
-            next.next();
+    // In place, from the back: every statement moves right by the allocations that go before
+    // it, and those are written in front of it (a rebuilt list was fresh memory for the whole
+    // block, and a large block's page faults cost more than the moves).
+    let old_len = body.len();
+    body.resize_with(old_len + here.len(), || Stmt::Sync);
+    let mut write = body.len();
+    let mut pending = here.len();
+    for i in (0..old_len).rev() {
+        write -= 1;
+        body.swap(write, i);
+        while pending > 0 && here[pending - 1].0 == i {
+            pending -= 1;
+            write -= 1;
+            body[write] = Stmt::Alloc(here[pending].2);
         }
-        body.push(s);
     }
 }

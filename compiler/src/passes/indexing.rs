@@ -14,10 +14,10 @@ use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterKind, IterOrigin, MemoryType, ParallelType, TensorId};
 use crate::kir::{Access, Data, Kernel, Stmt, Val};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
-    let mut env = cx.hw_env(k);
+    let mut env: HashMap<LoopKey, Val> = cx.hw_env(k);
     let hw: HashSet<LoopKey> = env.keys().copied().collect();
     let buffers = k.buffers.clone();
     let mut body = std::mem::take(&mut k.body);
@@ -26,30 +26,60 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     Ok(())
 }
 
+/// The index variables of the loops around a statement, by loop key.
+pub trait LoopVars {
+    fn var(&self, key: LoopKey) -> Option<&Val>;
+}
+
+impl<S: std::hash::BuildHasher> LoopVars for std::collections::HashMap<LoopKey, Val, S> {
+    fn var(&self, key: LoopKey) -> Option<&Val> {
+        self.get(&key)
+    }
+}
+
 /// The loop variables that index a computation: every enclosing serial loop, but
 /// of the thread and block bindings only those of the consumer's own loop axes (`own`). A binding of
 /// another tensor's axis (a producer written with another thread layout) names where *that*
 /// tensor's thread stands, not where the consumer reads: the producer's index is then derived
-/// from the consumer's root indices instead.
-fn consumer_env(
-    own: &HashMap<LoopKey, ParallelType>,
-    hw: &HashSet<LoopKey>,
-    env: &HashMap<LoopKey, Val>,
-) -> HashMap<LoopKey, Val> {
-    env.iter()
-        .filter(|(k, _)| !hw.contains(k) || own.contains_key(k))
-        .map(|(k, v)| (*k, v.clone()))
-        .collect()
+/// from the consumer's root indices instead. (A view of the walk's variables: no copy per
+/// statement.)
+struct ConsumerEnv<'a> {
+    own: &'a OwnLoops,
+    hw: &'a HashSet<LoopKey>,
+    env: &'a HashMap<LoopKey, Val>,
 }
 
-/// The loops of a tensor and how each is bound.
-fn own_loops(cx: &mut Ctx, t: TensorId) -> HashMap<LoopKey, ParallelType> {
-    let f = cx.fusion;
-    f.tensors[t]
-        .loop_domain
-        .iter()
-        .map(|&id| (cx.key(id), f.ids[id].parallel))
-        .collect()
+impl LoopVars for ConsumerEnv<'_> {
+    fn var(&self, key: LoopKey) -> Option<&Val> {
+        let v = self.env.get(&key)?;
+        (!self.hw.contains(&key) || self.own.get(key).is_some()).then_some(v)
+    }
+}
+
+/// The loops of a tensor and how each is bound (a loop domain has a few axes: a list).
+struct OwnLoops(Vec<(LoopKey, ParallelType)>);
+
+impl OwnLoops {
+    fn new(cx: &mut Ctx, t: TensorId) -> OwnLoops {
+        let f = cx.fusion;
+        OwnLoops(
+            f.tensors[t]
+                .loop_domain
+                .iter()
+                .map(|&id| (cx.key(id), f.ids[id].parallel))
+                .collect(),
+        )
+    }
+
+    /// How loop `key` is bound (the last axis with that key, as a map built from the list
+    /// would keep).
+    fn get(&self, key: LoopKey) -> Option<ParallelType> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == key)
+            .map(|&(_, p)| p)
+    }
 }
 
 /// A consumer that reads a producer written with another thread or block layout reads elements
@@ -60,16 +90,14 @@ fn check_layout_change(
     cx: &mut Ctx,
     producer: TensorId,
     consumer: TensorId,
-    own: &HashMap<LoopKey, ParallelType>,
+    own: &OwnLoops,
     memory: MemoryType,
 ) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     for (pos, &id) in f.tensors[producer].loop_domain.iter().enumerate() {
         let par = f.ids[id].parallel;
         // Reduction axes are combined before anyone reads the result (every thread holds it).
-        if !par.is_hw()
-            || f.ids[id].kind != IterKind::Iteration
-            || own.get(&cx.key(id)) == Some(&par)
+        if !par.is_hw() || f.ids[id].kind != IterKind::Iteration || own.get(cx.key(id)) == Some(par)
         {
             continue;
         }
@@ -112,7 +140,7 @@ fn walk(
             }
             Stmt::Compute(c) => {
                 let consumer = cx.fusion.exprs[c.expr].output;
-                let own = own_loops(cx, consumer);
+                let own = OwnLoops::new(cx, consumer);
                 let mut reads = Vec::new();
                 c.value.for_each_read(&mut |a| reads.push(a.buffer));
                 for b in reads {
@@ -120,7 +148,7 @@ fn walk(
                         check_layout_change(cx, p, consumer, &own, buffers[b].memory)?;
                     }
                 }
-                let env = consumer_env(&own, hw, env);
+                let env = ConsumerEnv { own: &own, hw, env };
                 let roots = consumer_roots(cx, consumer, &env);
                 let mut ix = Indexer {
                     cx,
@@ -132,10 +160,10 @@ fn walk(
                 ix.data(&mut c.value)?;
             }
             Stmt::BlockReduce { acc, .. } => {
-                let roots = HashMap::new();
+                let roots = HashMap::default();
                 let mut ix = Indexer {
                     cx,
-                    env,
+                    env: &*env,
                     roots: &roots,
                     buffers,
                 };
@@ -148,23 +176,22 @@ fn walk(
 }
 
 /// Root indices of the consumer, by axis class, from the loop variables in scope.
-pub fn consumer_roots(
-    cx: &mut Ctx,
-    c: TensorId,
-    env: &HashMap<LoopKey, Val>,
-) -> HashMap<usize, Val> {
+pub fn consumer_roots(cx: &mut Ctx, c: TensorId, env: &impl LoopVars) -> HashMap<usize, Val> {
     let f = cx.fusion;
-    let mut vals: HashMap<usize, Val> = HashMap::new();
-    for &id in &f.tensors[c].loop_domain {
-        if let Some(v) = env.get(&cx.key(id)) {
-            vals.insert(id, v.clone());
-        }
-    }
     // Axes between root and loop domain, newest first (children before parents).
     let mut between = f.axes_between(c);
     between.reverse();
+    let mut vals: HashMap<usize, Val> = HashMap::with_capacity_and_hasher(
+        f.tensors[c].loop_domain.len() + between.len() + f.tensors[c].root.len(),
+        Default::default(),
+    );
+    for &id in &f.tensors[c].loop_domain {
+        if let Some(v) = env.var(cx.key(id)) {
+            vals.insert(id, v.clone());
+        }
+    }
     for &id in &between {
-        if let Some(v) = env.get(&cx.key(id)) {
+        if let Some(v) = env.var(cx.key(id)) {
             vals.entry(id).or_insert_with(|| v.clone());
         }
         match f.ids[id].origin.clone() {
@@ -189,7 +216,7 @@ pub fn consumer_roots(
                     Val::Int(factor)
                 } else {
                     let pk = cx.key(parent);
-                    Val::ceil_div(Val::from_size(&cx.key_extent(pk)), Val::Int(factor))
+                    Val::ceil_div(Val::from_size(cx.key_extent(pk)), Val::Int(factor))
                 };
                 vals.insert(parent, Val::add(Val::mul(o, inner_extent), i));
             }
@@ -198,17 +225,18 @@ pub fn consumer_roots(
                     continue;
                 };
                 let ik = cx.key(inner);
-                let ext = Val::from_size(&cx.key_extent(ik));
+                let ext = Val::from_size(cx.key_extent(ik));
                 vals.entry(outer)
                     .or_insert_with(|| Val::div(m.clone(), ext.clone()));
                 vals.entry(inner).or_insert_with(|| Val::rem(m, ext));
             }
         }
     }
-    let mut by_class = HashMap::new();
+    // The root values move out (a root is listed once; `vals` is dropped next).
+    let mut by_class = HashMap::default();
     for &r in &f.tensors[c].root {
-        if let Some(v) = vals.get(&r) {
-            by_class.insert(f.class_of(r), v.clone());
+        if let Some(v) = vals.remove(&r) {
+            by_class.insert(f.class_of(r), v);
         }
     }
     by_class
@@ -216,7 +244,7 @@ pub fn consumer_roots(
 
 struct Indexer<'a, 'b> {
     cx: &'a mut Ctx<'b>,
-    env: &'a HashMap<LoopKey, Val>,
+    env: &'a dyn LoopVars,
     roots: &'a HashMap<usize, Val>,
     buffers: &'a [crate::kir::Buffer],
 }
@@ -293,14 +321,17 @@ impl Indexer<'_, '_> {
             idx.unwrap_or(Val::Int(0))
         };
         // Fold constants now (no loop facts yet): later passes and dumps see smaller trees.
-        a.index = Some(super::simplify::simplify(&index, &HashMap::new()));
+        a.index = Some(super::simplify::simplify(
+            &index,
+            &std::collections::HashMap::new(),
+        ));
         Ok(())
     }
 
     /// Index of an axis of a producer: a loop variable of the same key, else from its parents.
     fn forward(&mut self, id: usize) -> Option<Val> {
         let key = self.cx.key(id);
-        if let Some(v) = self.env.get(&key) {
+        if let Some(v) = self.env.var(key) {
             return Some(v.clone());
         }
         let f = self.cx.fusion;
@@ -317,7 +348,7 @@ impl Indexer<'_, '_> {
                     Val::Int(factor)
                 } else {
                     let pk = self.cx.key(parent);
-                    Val::ceil_div(Val::from_size(&self.cx.key_extent(pk)), Val::Int(factor))
+                    Val::ceil_div(Val::from_size(self.cx.key_extent(pk)), Val::Int(factor))
                 };
                 Some(if is_outer {
                     Val::div(p, inner_extent)

@@ -17,7 +17,8 @@ use crate::diag::Diagnostic;
 use crate::fusion::{Fusion, IterId, IterKind, IterOrigin, TensorId};
 use crate::kir::{BufferId, Kernel};
 use crate::plan::SizeExpr;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::FxHashMap;
+use std::collections::HashMap;
 
 pub struct Pass {
     pub name: &'static str,
@@ -124,34 +125,69 @@ pub enum KeyNode {
 #[derive(Default)]
 pub struct Keys {
     pub nodes: Vec<KeyNode>,
-    map: HashMap<KeyNode, LoopKey>,
+    map: FxHashMap<KeyNode, LoopKey>,
     pub names: Vec<String>,
+    /// Per key, computed once when it is made (a key never changes, and these are asked for
+    /// every statement of several passes): its extent, the axis classes it derives from, and
+    /// whether its splits all divide evenly.
+    extents: Vec<SizeExpr>,
+    classes: Vec<Vec<IterId>>,
+    divisible: Vec<bool>,
 }
 
-/// State shared by the passes.
+/// The loop key of each axis given one so far, by axis id: a dense table (keys are asked for
+/// for every axis of every statement of several passes).
+#[derive(Default)]
+pub struct IdKeys(Vec<Option<LoopKey>>);
+
+impl IdKeys {
+    pub fn get(&self, id: &IterId) -> Option<&LoopKey> {
+        self.0.get(*id)?.as_ref()
+    }
+
+    fn insert(&mut self, id: IterId, key: LoopKey) {
+        if self.0.len() <= id {
+            self.0.resize(id + 1, None);
+        }
+        self.0[id] = Some(key);
+    }
+}
+
+impl std::ops::Index<&IterId> for IdKeys {
+    type Output = LoopKey;
+
+    fn index(&self, id: &IterId) -> &LoopKey {
+        self.get(id)
+            .expect("an axis of a placed tensor has a loop key")
+    }
+}
+
+/// State shared by the passes. Its maps keyed by ids (small integers the compiler hands out)
+/// hash with `FxHash`: they are read for every statement of every pass, and SipHash's
+/// flooding resistance buys nothing for keys no user chooses.
 pub struct Ctx<'a> {
     pub fusion: &'a Fusion,
     pub keys: Keys,
-    pub id_keys: HashMap<IterId, LoopKey>,
+    pub id_keys: IdKeys,
     /// The tensor each reduction accumulator buffer accumulates (set by `reduction`), so
     /// errors about the accumulator point at the reduction.
-    pub accumulator_of: HashMap<BufferId, TensorId>,
+    pub accumulator_of: FxHashMap<BufferId, TensorId>,
     /// The exprs reading each tensor ([`Fusion::use_index`], computed once).
     pub uses: Vec<Vec<crate::fusion::ExprId>>,
     /// Buffer of each tensor (inputs and outputs included).
-    pub tensor_buffer: HashMap<TensorId, BufferId>,
+    pub tensor_buffer: FxHashMap<TensorId, BufferId>,
     /// Axes (of the tensor's loop domain) each local or shared buffer spans.
-    pub alloc_ids: HashMap<BufferId, Vec<IterId>>,
+    pub alloc_ids: FxHashMap<BufferId, Vec<IterId>>,
     /// Placement: loop keys enclosing each tensor's computation, and how many are shared with
     /// its consumers.
-    pub placement: HashMap<TensorId, (Vec<LoopKey>, usize)>,
+    pub placement: FxHashMap<TensorId, (Vec<LoopKey>, usize)>,
     /// Names loop variables must avoid (size symbols, tensors).
     /// Every identifier the kernel already uses or may not use (user names, C++ and CUDA names,
     /// loop variables and derived buffer names handed out so far): [`Ctx::fresh_name`] steps
     /// around them.
-    pub taken_names: HashSet<String>,
+    pub taken_names: foldhash::HashSet<String>,
     /// The next numeric suffix to try per base name.
-    name_suffix: HashMap<String, usize>,
+    name_suffix: foldhash::HashMap<String, usize>,
     /// Conditions on the sizes checked by the runner before launch.
     pub constraints: Vec<crate::plan::Constraint>,
     /// See [`crate::CompileOptions::assume_aligned_vectors`].
@@ -167,11 +203,13 @@ pub struct Ctx<'a> {
     pub stores: Vec<tma::StoreInfo>,
     /// Elements of one stage of each circular-buffered (or TMA-filled) buffer (the `allocation`
     /// pass).
-    pub stage_elems: HashMap<BufferId, crate::kir::Val>,
+    pub stage_elems: FxHashMap<BufferId, crate::kir::Val>,
     /// Who issues copies and initialises mbarriers (see `tma::run_plan`).
     pub issuer: crate::kir::Val,
-    /// Extent of every axis class (computed once: the fusion's lookup scans every axis).
-    class_extents: HashMap<IterId, SizeExpr>,
+    /// Set by a pass that left the kernel exactly as it found it (the pipeline then reuses the
+    /// previous dump instead of printing the same text again); cleared before every pass.
+    /// Passes that do not set it are dumped as usual.
+    pub kernel_unchanged: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -199,32 +237,30 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn new(fusion: &'a Fusion) -> Ctx<'a> {
-        let mut reserved: HashSet<String> = fusion.symbols.iter().cloned().collect();
+        // Names include the user's: a seeded fast hash (foldhash), not FxHash.
+        let mut reserved: foldhash::HashSet<String> = fusion.symbols.iter().cloned().collect();
         reserved.extend(fusion.tensors.iter().map(|t| t.name.clone()));
         reserved.extend(crate::cuda::fixed_reserved().map(String::from));
         Ctx {
             fusion,
             keys: Keys::default(),
-            id_keys: HashMap::new(),
+            id_keys: IdKeys::default(),
             uses: fusion.use_index(),
-            accumulator_of: HashMap::new(),
-            tensor_buffer: HashMap::new(),
-            alloc_ids: HashMap::new(),
-            placement: HashMap::new(),
+            accumulator_of: FxHashMap::default(),
+            tensor_buffer: FxHashMap::default(),
+            alloc_ids: FxHashMap::default(),
+            placement: FxHashMap::default(),
             taken_names: reserved,
-            name_suffix: HashMap::new(),
+            name_suffix: Default::default(),
             constraints: Vec::new(),
             assume_aligned_vectors: false,
             aligned_for: None,
             tma: Vec::new(),
             pipes: Vec::new(),
             stores: Vec::new(),
-            stage_elems: HashMap::new(),
+            stage_elems: FxHashMap::default(),
             issuer: crate::kir::Val::True,
-            class_extents: (0..fusion.ids.len())
-                .filter(|&id| fusion.class_of(id) == id)
-                .map(|c| (c, fusion.class_extent(c)))
-                .collect(),
+            kernel_unchanged: false,
         }
     }
 
@@ -261,10 +297,14 @@ impl<'a> Ctx<'a> {
             Some(&k) => k,
             None => {
                 let name = self.key_name(&node);
+                let (extent, classes, divisible) = self.derive_key(&node);
                 let k = self.keys.nodes.len();
                 self.keys.nodes.push(node.clone());
                 self.keys.map.insert(node, k);
                 self.keys.names.push(name);
+                self.keys.extents.push(extent);
+                self.keys.classes.push(classes);
+                self.keys.divisible.push(divisible);
                 k
             }
         };
@@ -314,7 +354,10 @@ impl<'a> Ctx<'a> {
 
     /// Loop keys bound to hardware indices anywhere in the kernel (their variables are declared
     /// once at the top), as the starting index environment of a walk over the kernel.
-    pub fn hw_env(&self, k: &Kernel) -> HashMap<LoopKey, crate::kir::Val> {
+    pub fn hw_env<S: std::hash::BuildHasher + Default>(
+        &self,
+        k: &Kernel,
+    ) -> HashMap<LoopKey, crate::kir::Val, S> {
         k.hw_vars
             .iter()
             .filter_map(|(var, _)| {
@@ -324,46 +367,58 @@ impl<'a> Ctx<'a> {
             .collect()
     }
 
-    /// Extent of an axis class.
+    /// Extent of an axis class (given by its root; 1 for any other axis). The fusion keeps
+    /// each class's extent at hand, so this is a lookup.
     pub fn class_extent(&self, class: IterId) -> SizeExpr {
-        self.class_extents
-            .get(&class)
-            .cloned()
-            .unwrap_or(SizeExpr::Const(1))
+        if self.fusion.class_of(class) == class {
+            self.fusion.class_extent(class)
+        } else {
+            SizeExpr::Const(1)
+        }
     }
 
-    pub fn key_extent(&self, k: LoopKey) -> SizeExpr {
-        match &self.keys.nodes[k] {
-            KeyNode::Root(class) => self.class_extent(*class),
+    /// The extent, axis classes and divisibility of a new key, from those of the keys it is
+    /// derived from (made before it).
+    fn derive_key(&self, node: &KeyNode) -> (SizeExpr, Vec<IterId>, bool) {
+        let keys = &self.keys;
+        match node {
+            KeyNode::Root(class) => (self.class_extent(*class), vec![*class], true),
             KeyNode::Split {
                 parent,
                 factor,
                 inner_split,
                 is_outer,
-            } => split_extent(self.key_extent(*parent), *factor, *inner_split, *is_outer),
+            } => {
+                let p = *parent;
+                let extent =
+                    split_extent(keys.extents[p].clone(), *factor, *inner_split, *is_outer);
+                let divisible = keys.divisible[p]
+                    && keys.extents[p].as_const().is_some_and(|e| e % factor == 0);
+                (extent, keys.classes[p].clone(), divisible)
+            }
             KeyNode::Merge { outer, inner } => {
-                mul(self.key_extent(*outer), self.key_extent(*inner))
+                let (o, i) = (*outer, *inner);
+                let extent = mul(keys.extents[o].clone(), keys.extents[i].clone());
+                let mut classes = keys.classes[o].clone();
+                classes.extend_from_slice(&keys.classes[i]);
+                (extent, classes, keys.divisible[o] && keys.divisible[i])
             }
         }
     }
 
+    pub fn key_extent(&self, k: LoopKey) -> &SizeExpr {
+        &self.keys.extents[k]
+    }
+
     /// Axis classes a key is derived from.
-    pub fn key_classes(&self, k: LoopKey) -> Vec<IterId> {
-        match &self.keys.nodes[k] {
-            KeyNode::Root(c) => vec![*c],
-            KeyNode::Split { parent, .. } => self.key_classes(*parent),
-            KeyNode::Merge { outer, inner } => {
-                let mut v = self.key_classes(*outer);
-                v.extend(self.key_classes(*inner));
-                v
-            }
-        }
+    pub fn key_classes(&self, k: LoopKey) -> &[IterId] {
+        &self.keys.classes[k]
     }
 
     /// Extent of an axis of some tensor (broadcast roots iterate their class's extent).
     pub fn id_extent(&mut self, id: IterId) -> SizeExpr {
         let k = self.key(id);
-        self.key_extent(k)
+        self.key_extent(k).clone()
     }
 
     pub fn is_reduction(&self, id: IterId) -> bool {
@@ -372,17 +427,7 @@ impl<'a> Ctx<'a> {
 
     /// Whether a split of this axis may leave a ragged last tile.
     pub fn divisible(&self, k: LoopKey) -> bool {
-        match &self.keys.nodes[k] {
-            KeyNode::Root(_) => true,
-            KeyNode::Split { parent, factor, .. } => {
-                self.divisible(*parent)
-                    && self
-                        .key_extent(*parent)
-                        .as_const()
-                        .is_some_and(|e| e % factor == 0)
-            }
-            KeyNode::Merge { outer, inner } => self.divisible(*outer) && self.divisible(*inner),
-        }
+        self.keys.divisible[k]
     }
 }
 

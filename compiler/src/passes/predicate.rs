@@ -17,10 +17,10 @@ use crate::diag::Diagnostic;
 use crate::fusion::{IterKind, MemoryType, Op, ParallelType};
 use crate::kir::{Compute, ComputeRole, Data, Kernel, Loop, Stmt, Val};
 use crate::plan::{Constraint, SizeExpr};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
-    let mut env = cx.hw_env(k);
+    let mut env: HashMap<LoopKey, Val> = cx.hw_env(k);
     let used: Vec<ParallelType> = ParallelType::ALL
         .into_iter()
         .filter(|p| p.is_hw())
@@ -36,7 +36,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         .collect();
     let mut body = std::mem::take(&mut k.body);
     let mut st = State { k, used };
-    body = st.block(cx, body, &mut env)?;
+    st.block(cx, &mut body, &mut env)?;
     k.body = body;
     Ok(())
 }
@@ -47,33 +47,34 @@ struct State<'a> {
 }
 
 impl State<'_> {
+    /// Guards the statements of `body` in place: each becomes exactly one statement (a
+    /// guarded computation, a vector access, a loop), so the block is not rebuilt.
     fn block(
         &mut self,
         cx: &mut Ctx,
-        body: Vec<Stmt>,
+        body: &mut [Stmt],
         env: &mut HashMap<LoopKey, Val>,
-    ) -> Result<Vec<Stmt>, Diagnostic> {
-        let mut out = Vec::new();
-        for s in body {
-            match s {
+    ) -> Result<(), Diagnostic> {
+        for slot in body.iter_mut() {
+            *slot = match std::mem::replace(slot, Stmt::Sync) {
                 Stmt::Loop(mut l) => {
                     let key = l.key;
                     let prev = env.insert(key, Val::Var(l.var.clone()));
                     let single_vector = l.parallel == ParallelType::Vectorize
                         && l.body.len() == 1
                         && matches!(&l.body[0], Stmt::Compute(c) if self.vectorizable(cx, c));
-                    if single_vector {
+                    let st = if single_vector {
                         let Some(Stmt::Compute(c)) = l.body.pop() else {
                             unreachable!()
                         };
-                        out.extend(self.vector(cx, l, c, env)?);
+                        self.vector(cx, l, c, env)?
                     } else {
                         if l.parallel == ParallelType::Vectorize {
                             l.parallel = ParallelType::Unroll;
                         }
-                        l.body = self.block(cx, std::mem::take(&mut l.body), env)?;
-                        out.push(Stmt::Loop(l));
-                    }
+                        self.block(cx, &mut l.body, env)?;
+                        Stmt::Loop(l)
+                    };
                     match prev {
                         Some(p) => {
                             env.insert(key, p);
@@ -82,15 +83,16 @@ impl State<'_> {
                             env.remove(&key);
                         }
                     }
+                    st
                 }
                 Stmt::Compute(c) => {
                     let pred = self.predicate(cx, &c, env);
-                    out.push(guard(pred, vec![Stmt::Compute(c)]));
+                    guard(pred, vec![Stmt::Compute(c)])
                 }
-                other => out.push(other),
-            }
+                other => other,
+            };
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Bounds and thread predicate of one computation.
@@ -165,7 +167,7 @@ impl State<'_> {
         l: Loop,
         c: Compute,
         env: &HashMap<LoopKey, Val>,
-    ) -> Result<Vec<Stmt>, Diagnostic> {
+    ) -> Result<Stmt, Diagnostic> {
         let f = cx.fusion;
         let width = match l.extent {
             Val::Int(w) => w,
@@ -195,7 +197,7 @@ impl State<'_> {
         let dtype_bytes = self.k.buffers[global.buffer].dtype.size_bytes() as i64;
         // Lanes must be consecutive in memory on both sides.
         // Probe the simplified forms: smaller trees, same values.
-        let no_facts = HashMap::new();
+        let no_facts = std::collections::HashMap::new();
         let (gprobe, lprobe) = (
             super::simplify::simplify(&gidx, &no_facts),
             super::simplify::simplify(&lidx, &no_facts),
@@ -262,10 +264,10 @@ impl State<'_> {
         }
         vc.vector = Some((l.var.clone(), width as u32));
         if pred == Val::True && align_check == Val::True {
-            return Ok(vec![Stmt::Compute(vc)]);
+            return Ok(Stmt::Compute(vc));
         }
         if !pred.mentions(&l.var) && align_check == Val::True {
-            return Ok(vec![guard(pred, vec![Stmt::Compute(vc)])]);
+            return Ok(guard(pred, vec![Stmt::Compute(vc)]));
         }
         let last = Val::and(pred.subst(&l.var, &Val::Int(width - 1)), align_check);
         let tail = Stmt::Loop(Loop {
@@ -275,11 +277,11 @@ impl State<'_> {
             parallel: ParallelType::Unroll,
             body: vec![guard(pred, vec![Stmt::Compute(c)])],
         });
-        Ok(vec![Stmt::If {
+        Ok(Stmt::If {
             cond: last,
             then: vec![Stmt::Compute(vc)],
             els: vec![tail],
-        }])
+        })
     }
 }
 

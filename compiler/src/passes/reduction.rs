@@ -12,8 +12,21 @@ use crate::diag::Diagnostic;
 use crate::fusion::{IterKind, MemoryType, Op, ParallelType};
 use crate::kir::{Access, Buffer, Compute, ComputeRole, Data, Kernel, Loop, Stmt, Val};
 
+/// One reduction's rewrite: the loop it hooks onto and what surrounds that loop.
+struct Lowered {
+    expr: usize,
+    first_key: usize,
+    acc: usize,
+    out_buf: usize,
+    /// The allocation and the init, before the reduction loop; the block reduction and the
+    /// write, after it.
+    before: Vec<Stmt>,
+    after: Vec<Stmt>,
+}
+
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
+    let mut lowered: Vec<Lowered> = Vec::new();
     for (e, expr) in f.exprs.iter().enumerate() {
         let Op::Reduce { op, .. } = expr.op else {
             continue;
@@ -65,7 +78,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 body = vec![Stmt::Loop(Loop {
                     key,
                     var: cx.keys.names[key].clone(),
-                    extent: Val::from_size(&cx.key_extent(key)),
+                    extent: Val::from_size(cx.key_extent(key)),
                     parallel: if f.ids[id].parallel == ParallelType::Vectorize {
                         ParallelType::Unroll
                     } else {
@@ -80,8 +93,8 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             buffer: acc,
             index: None,
         };
-        let mut replacement = vec![Stmt::Alloc(acc)];
-        replacement.extend(loops_over(
+        let mut before = vec![Stmt::Alloc(acc)];
+        before.extend(loops_over(
             cx,
             vec![Stmt::Compute(Compute {
                 expr: e,
@@ -116,65 +129,126 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 vector: None,
             })],
         ));
-        if !rewrite(
-            &mut k.body,
-            e,
+        lowered.push(Lowered {
+            expr: e,
             first_key,
             acc,
             out_buf,
-            &mut Some((replacement, tail)),
-        ) {
-            return Err(Diagnostic::new(
-                format!(
-                    "internal: the reduction loop of `{}` was not found",
-                    tensor.name
-                ),
-                tensor.span,
-            ));
-        }
+            before,
+            after: tail,
+        });
     }
+    if lowered.is_empty() {
+        cx.kernel_unchanged = true;
+        return Ok(());
+    }
+    // Each reduction hooks onto the outermost loop with its first reduction key that holds
+    // its update, reached through loops only. One walk finds every such loop (numbered in
+    // preorder); a second rewrites the body around them.
+    let of_expr: rustc_hash::FxHashMap<usize, usize> = lowered
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l.expr, i))
+        .collect();
+    let mut hooks: Vec<Option<usize>> = vec![None; lowered.len()];
+    find_hooks(
+        &k.body,
+        &lowered,
+        &of_expr,
+        &mut Vec::new(),
+        &mut 0,
+        &mut hooks,
+    );
+    if let Some(missing) = hooks.iter().position(|h| h.is_none()) {
+        let tensor = &f.tensors[f.exprs[lowered[missing].expr].output];
+        return Err(Diagnostic::new(
+            format!(
+                "internal: the reduction loop of `{}` was not found",
+                tensor.name
+            ),
+            tensor.span,
+        ));
+    }
+    // Per hooked loop, its reductions in program order (a later one's statements go nearer
+    // the loop: each was placed around the loop as the previous ones left it).
+    let mut at_loop: rustc_hash::FxHashMap<usize, Vec<usize>> = Default::default();
+    for (i, h) in hooks.iter().enumerate() {
+        at_loop.entry(h.expect("checked")).or_default().push(i);
+    }
+    let mut lowered: Vec<Option<Lowered>> = lowered.into_iter().map(Some).collect();
+    let body = std::mem::take(&mut k.body);
+    k.body = hook(body, &mut lowered, &at_loop, &mut 0);
     Ok(())
 }
 
-/// Finds the loop with `first_key` that holds the update of expression `e`, redirects the
-/// update to the accumulator and surrounds the loop with the init and tail statements.
-fn rewrite(
-    body: &mut Vec<Stmt>,
-    e: usize,
-    first_key: usize,
-    acc: usize,
-    out_buf: usize,
-    parts: &mut Option<(Vec<Stmt>, Vec<Stmt>)>,
-) -> bool {
-    for i in 0..body.len() {
-        let hit = match &mut body[i] {
+/// Records, for each reduction of `lowered`, the preorder number of the outermost loop with its
+/// first key that holds its update (walking loops only: `path` is the loops around `body`).
+fn find_hooks(
+    body: &[Stmt],
+    lowered: &[Lowered],
+    of_expr: &rustc_hash::FxHashMap<usize, usize>,
+    path: &mut Vec<(usize, usize)>,
+    next_loop: &mut usize,
+    hooks: &mut [Option<usize>],
+) {
+    for s in body {
+        match s {
             Stmt::Loop(l) => {
-                if l.key == first_key && redirect(&mut l.body, e, acc, out_buf) {
-                    true
-                } else if rewrite(&mut l.body, e, first_key, acc, out_buf, parts) {
-                    return true;
-                } else {
-                    false
+                path.push((l.key, *next_loop));
+                *next_loop += 1;
+                find_hooks(&l.body, lowered, of_expr, path, next_loop, hooks);
+                path.pop();
+            }
+            Stmt::Compute(c) if c.role == ComputeRole::ReductionUpdate => {
+                let Some(&i) = of_expr.get(&c.expr) else {
+                    continue;
+                };
+                if hooks[i].is_none() {
+                    hooks[i] = path
+                        .iter()
+                        .find(|(key, _)| *key == lowered[i].first_key)
+                        .map(|&(_, n)| n);
                 }
             }
-            _ => false,
-        };
-        if hit {
-            let Some((before, after)) = parts.take() else {
-                return false;
-            };
-            let n_before = before.len();
-            for (j, s) in after.into_iter().enumerate() {
-                body.insert(i + 1 + j, s);
-            }
-            for (j, s) in before.into_iter().enumerate() {
-                body.insert(i + j, s);
-            }
-            let _ = n_before;
-            return true;
+            _ => {}
         }
     }
-    false
+}
+
+/// `body` with every hooked loop's reductions redirected to their accumulators and their
+/// statements around it; `next_loop` numbers loops in the preorder of [`find_hooks`].
+fn hook(
+    body: Vec<Stmt>,
+    lowered: &mut [Option<Lowered>],
+    at_loop: &rustc_hash::FxHashMap<usize, Vec<usize>>,
+    next_loop: &mut usize,
+) -> Vec<Stmt> {
+    let mut out = Vec::with_capacity(body.len());
+    for s in body {
+        let Stmt::Loop(mut l) = s else {
+            out.push(s);
+            continue;
+        };
+        let n = *next_loop;
+        *next_loop += 1;
+        l.body = hook(std::mem::take(&mut l.body), lowered, at_loop, next_loop);
+        let Some(here) = at_loop.get(&n) else {
+            out.push(Stmt::Loop(l));
+            continue;
+        };
+        let mut afters = Vec::new();
+        for &i in here {
+            let r = lowered[i].take().expect("one loop per reduction");
+            redirect(&mut l.body, r.expr, r.acc, r.out_buf);
+            out.extend(r.before);
+            afters.push(r.after);
+        }
+        out.push(Stmt::Loop(l));
+        for after in afters.into_iter().rev() {
+            out.extend(after);
+        }
+    }
+    out
 }
 
 fn redirect(body: &mut [Stmt], e: usize, acc: usize, out_buf: usize) -> bool {

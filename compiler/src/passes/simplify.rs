@@ -10,14 +10,16 @@ use crate::diag::Diagnostic;
 use crate::kir::{Access, Data, Kernel, Stmt, Val};
 use std::collections::HashMap;
 
-pub fn run(_cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut extents: HashMap<String, Val> = HashMap::new();
+    // Whether anything became simpler (else the kernel is as it was, and says so).
+    let mut changed = false;
     for b in &mut k.buffers {
         if let Some(s) = b.size.take() {
-            b.size = Some(simplify(&s, &extents));
+            b.size = Some(simplified(&s, &extents, &mut changed));
         }
         if let Some(s) = b.smem_offset.take() {
-            b.smem_offset = Some(simplify(&s, &extents));
+            b.smem_offset = Some(simplified(&s, &extents, &mut changed));
         }
     }
     // Hardware-bound variables range over their launch dimension.
@@ -30,94 +32,90 @@ pub fn run(_cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         };
         extents.insert(var.clone(), Val::from_size(e));
     }
-    let body = std::mem::take(&mut k.body);
-    k.body = block(body, &mut extents);
+    block(&mut k.body, &mut extents, &mut changed);
+    cx.kernel_unchanged = !changed;
     Ok(())
 }
 
-fn block(body: Vec<Stmt>, ext: &mut HashMap<String, Val>) -> Vec<Stmt> {
-    let mut out = Vec::new();
-    for s in body {
+/// [`simplify`], noting in `changed` when the result differs.
+fn simplified(v: &Val, ext: &HashMap<String, Val>, changed: &mut bool) -> Val {
+    let s = simplify(v, ext);
+    if s != *v {
+        *changed = true;
+    }
+    s
+}
+
+/// Simplifies `body` in place (a rebuilt list is fresh memory for the whole block); only a
+/// block where an `if` became `if true` is rebuilt, with that `if`'s statements in its place.
+fn block(body: &mut Vec<Stmt>, ext: &mut HashMap<String, Val>, changed: &mut bool) {
+    let mut always_true = false;
+    for s in body.iter_mut() {
         match s {
-            Stmt::Loop(mut l) => {
-                l.extent = simplify(&l.extent, ext);
+            Stmt::Loop(l) => {
+                l.extent = simplified(&l.extent, ext, changed);
                 let prev = ext.insert(l.var.clone(), l.extent.clone());
-                l.body = block(l.body, ext);
+                block(&mut l.body, ext, changed);
                 match prev {
                     Some(p) => ext.insert(l.var.clone(), p),
                     None => ext.remove(&l.var),
                 };
-                out.push(Stmt::Loop(l));
             }
             Stmt::If { cond, then, els } => {
-                let cond = simplify(&cond, ext);
-                let then = block(then, ext);
-                let els = block(els, ext);
-                if cond == Val::True {
-                    out.extend(then);
-                } else {
-                    out.push(Stmt::If { cond, then, els });
-                }
+                *cond = simplified(cond, ext, changed);
+                block(then, ext, changed);
+                block(els, ext, changed);
+                always_true |= *cond == Val::True;
             }
             Stmt::WarpRoles {
                 is_producer,
                 producer,
                 consumer,
-                registers,
-                consumer_threads,
-            } => out.push(Stmt::WarpRoles {
-                is_producer: simplify(&is_producer, ext),
-                producer: block(producer, ext),
-                consumer: block(consumer, ext),
-                registers,
-                consumer_threads,
-            }),
-            Stmt::Compute(mut c) => {
-                access(&mut c.out, ext);
-                data(&mut c.value, ext);
-                out.push(Stmt::Compute(c));
-            }
-            Stmt::BlockReduce {
-                mut acc,
-                op,
-                dtype,
-                dims,
+                ..
             } => {
-                access(&mut acc, ext);
-                out.push(Stmt::BlockReduce {
-                    acc,
-                    op,
-                    dtype,
-                    dims,
-                });
+                *is_producer = simplified(is_producer, ext, changed);
+                block(producer, ext, changed);
+                block(consumer, ext, changed);
             }
-            Stmt::Let { var, value } => out.push(Stmt::Let {
-                var,
-                value: simplify(&value, ext),
-            }),
+            Stmt::Compute(c) => {
+                access(&mut c.out, ext, changed);
+                data(&mut c.value, ext, changed);
+            }
+            Stmt::BlockReduce { acc, .. } => access(acc, ext, changed),
+            Stmt::Let { value, .. } => *value = simplified(value, ext, changed),
             // Statements without a body: every index they hold.
-            mut leaf => {
-                leaf.map_vals(&mut |v| simplify(v, ext));
-                out.push(leaf);
+            leaf => leaf.map_vals(&mut |v| simplified(v, ext, changed)),
+        }
+    }
+    if always_true {
+        *changed = true;
+        let old = std::mem::take(body);
+        for s in old {
+            match s {
+                Stmt::If {
+                    cond: Val::True,
+                    then,
+                    ..
+                } => body.extend(then),
+                s => body.push(s),
             }
         }
     }
-    out
 }
 
-fn access(a: &mut Access, ext: &HashMap<String, Val>) {
+fn access(a: &mut Access, ext: &HashMap<String, Val>, changed: &mut bool) {
     if let Some(i) = a.index.take() {
-        a.index = Some(simplify(&i, ext));
+        a.index = Some(simplified(&i, ext, changed));
     }
 }
 
-fn data(d: &mut Data, ext: &HashMap<String, Val>) {
+fn data(d: &mut Data, ext: &HashMap<String, Val>, changed: &mut bool) {
     match d {
-        Data::Read(a) => access(a, ext),
-        Data::Unary(_, _, x) | Data::Cast(_, x) => data(x, ext),
+        Data::Read(a) => access(a, ext, changed),
+        Data::Unary(_, _, x) | Data::Cast(_, x) => data(x, ext, changed),
         Data::Binary(_, _, x, y) => {
-            data(x, ext);
-            data(y, ext);
+            data(x, ext, changed);
+            data(y, ext, changed);
         }
         _ => {}
     }

@@ -29,19 +29,20 @@ use super::Ctx;
 use crate::diag::Diagnostic;
 use crate::fusion::{FenceMode, MemoryType};
 use crate::kir::{Kernel, Stmt, Val};
+use rustc_hash::FxHashSet;
 use std::collections::HashSet;
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut all = Touched::default();
     collect(&k.body, &mut all);
     // Slots ordered by full and empty mbarriers on both sides.
-    let tracked: HashSet<usize> = cx
+    let tracked: FxHashSet<usize> = cx
         .tma
         .iter()
         .filter(|i| cx.pipes[i.pipe].empty.is_some() || cx.pipes[i.pipe].ws.is_some())
         .map(|i| cx.tensor_buffer[&i.tensor])
         .collect();
-    let shared: HashSet<usize> = (0..k.buffers.len())
+    let shared: FxHashSet<usize> = (0..k.buffers.len())
         .filter(|&b| match k.buffers[b].memory {
             MemoryType::Shared => !tracked.contains(&b),
             MemoryType::Global => all.writes.contains(&b) && all.reads.contains(&b),
@@ -49,9 +50,10 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         })
         .collect();
     if shared.is_empty() {
+        cx.kernel_unchanged = true;
         return Ok(());
     }
-    let fenced: HashSet<usize> = cx
+    let fenced: FxHashSet<usize> = cx
         .stores
         .iter()
         .filter(|s| s.fence == FenceMode::Analysis)
@@ -77,11 +79,11 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
 }
 
 struct Sets {
-    shared: HashSet<usize>,
+    shared: FxHashSet<usize>,
     /// Variables bound to thread indices (conditions on them differ between threads).
     thread_vars: HashSet<String>,
     /// Caches read by TMA stores whose fence the analysis places.
-    fenced: HashSet<usize>,
+    fenced: FxHashSet<usize>,
     /// The thread that issues (and waits for) TMA stores.
     issuer: Val,
 }
@@ -97,7 +99,7 @@ fn drain_stores(sets: &Sets) -> [Stmt; 2] {
 
 /// Whether `s` is a loop that waits for the stores before its first write of `buffers` in
 /// every iteration (its own drain covers the enclosing loop's previous iteration too).
-fn drains_first(s: &Stmt, buffers: &HashSet<usize>) -> bool {
+fn drains_first(s: &Stmt, buffers: &FxHashSet<usize>) -> bool {
     let Stmt::Loop(l) = s else { return false };
     let drain = l.body.iter().position(|s| {
         matches!(s, Stmt::If { then, .. } if matches!(then.as_slice(), [Stmt::BulkWaitRead(0)]))
@@ -107,7 +109,7 @@ fn drains_first(s: &Stmt, buffers: &HashSet<usize>) -> bool {
 }
 
 /// Whether `s` writes one of `buffers` (anywhere inside it).
-fn writes_any(s: &Stmt, buffers: &HashSet<usize>) -> bool {
+fn writes_any(s: &Stmt, buffers: &FxHashSet<usize>) -> bool {
     let mut t = Touched::default();
     collect(std::slice::from_ref(s), &mut t);
     t.writes.iter().any(|b| buffers.contains(b))
@@ -116,13 +118,13 @@ fn writes_any(s: &Stmt, buffers: &HashSet<usize>) -> bool {
 /// The buffers a statement tree touches, gathered in one walk.
 #[derive(Default)]
 struct Touched {
-    reads: HashSet<usize>,
-    writes: HashSet<usize>,
+    reads: FxHashSet<usize>,
+    writes: FxHashSet<usize>,
     /// Written by TMA or bulk copies: their readers wait on an mbarrier, so they need no block
     /// barrier for read-after-write (write-after-read still does).
-    by_copy: HashSet<usize>,
+    by_copy: FxHashSet<usize>,
     /// Read through the async proxy (TMA stores).
-    by_store: HashSet<usize>,
+    by_store: FxHashSet<usize>,
 }
 
 fn collect(body: &[Stmt], t: &mut Touched) {
@@ -160,11 +162,11 @@ fn collect(body: &[Stmt], t: &mut Touched) {
 
 fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
     let shared = &sets.shared;
-    let mut out = Vec::new();
-    let mut pending_w: HashSet<usize> = HashSet::new();
-    let mut pending_r: HashSet<usize> = HashSet::new();
+    let mut out = Vec::with_capacity(body.len());
+    let mut pending_w: FxHashSet<usize> = FxHashSet::default();
+    let mut pending_r: FxHashSet<usize> = FxHashSet::default();
     // Read by TMA stores since the issuer last waited for them.
-    let mut pending_stores: HashSet<usize> = HashSet::new();
+    let mut pending_stores: FxHashSet<usize> = FxHashSet::default();
     for s in body {
         let mut touched = Touched::default();
         collect(std::slice::from_ref(&s), &mut touched);
@@ -208,7 +210,7 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
                     .reads
                     .difference(&inner.by_store)
                     .copied()
-                    .collect::<HashSet<_>>();
+                    .collect::<FxHashSet<_>>();
                 let carried = generic_reads
                     .iter()
                     .any(|b| shared.contains(b) && inner.writes.contains(b));
@@ -218,7 +220,7 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
                 }
                 // A cache the next iteration writes while this one's stores may still read it:
                 // the issuer waits for them right before the first write.
-                let stored: HashSet<usize> = inner
+                let stored: FxHashSet<usize> = inner
                     .by_store
                     .iter()
                     .filter(|b| shared.contains(b) && inner.writes.contains(b))

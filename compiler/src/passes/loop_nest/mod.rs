@@ -89,46 +89,78 @@ fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
 /// Classes along which a tensor may not be inlined: it is read both by the path into a
 /// reduction and by a consumer after that reduction's result is broadcast back (a persistent
 /// buffer, as in softmax), so the two consumers cannot share those loops.
+///
+/// That is: `p` is restricted by reduction `r` when `p` comes before `r` and one of its
+/// consumers comes after it, i.e. when an edge `p -> c` passes over `r`. Per tensor, the
+/// reductions before it and after it are bit sets (one pass in each direction over the
+/// expressions); an edge's reductions are then one intersection, so the whole is near-linear
+/// where a walk per reduction was quadratic.
 fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<usize>> {
     let mut out: HashMap<TensorId, HashSet<usize>> = HashMap::new();
     let n = f.tensors.len();
-    let uses = f.use_index();
-    let consumers: Vec<Vec<TensorId>> = (0..n)
-        .map(|t| uses[t].iter().map(|&e| f.exprs[e].output).collect())
-        .collect();
-    let producers: Vec<Vec<TensorId>> = (0..n)
-        .map(|t| match f.tensors[t].definition {
-            Some(d) => f.exprs[d].input_tensors().collect(),
-            None => Vec::new(),
-        })
-        .collect();
-    // Every tensor reachable from `start` along `edges` (not `start` itself unless on a cycle),
-    // as marks: one linear walk per reduction.
-    let reach = |start: TensorId, edges: &[Vec<TensorId>]| -> Vec<bool> {
-        let mut seen = vec![false; n];
-        let mut stack = edges[start].clone();
-        while let Some(t) = stack.pop() {
-            if !seen[t] {
-                seen[t] = true;
-                stack.extend(edges[t].iter().copied());
-            }
-        }
-        seen
-    };
+    // Each reduction's output and the classes it reduces over.
+    let mut reduction_of: Vec<Option<usize>> = vec![None; n];
+    let mut classes: Vec<HashSet<usize>> = Vec::new();
     for e in &f.exprs {
         let Op::Reduce { .. } = e.op else { continue };
         let r = e.output;
-        let classes: HashSet<usize> = f.tensors[r]
-            .root
-            .iter()
-            .filter(|&&id| f.ids[id].kind == IterKind::Reduction)
-            .map(|&id| f.class_of(id))
-            .collect();
-        let after = reach(r, &consumers);
-        let before = reach(r, &producers);
-        for p in (0..n).filter(|&p| before[p]) {
-            if consumers[p].iter().any(|&c| after[c]) {
-                out.entry(p).or_default().extend(classes.iter().copied());
+        reduction_of[r] = Some(classes.len());
+        classes.push(
+            f.tensors[r]
+                .root
+                .iter()
+                .filter(|&&id| f.ids[id].kind == IterKind::Reduction)
+                .map(|&id| f.class_of(id))
+                .collect(),
+        );
+    }
+    if classes.is_empty() {
+        return out;
+    }
+    let words = classes.len().div_ceil(64);
+    let set = |bits: &mut [u64], t: TensorId| {
+        if let Some(i) = reduction_of[t] {
+            bits[i / 64] |= 1 << (i % 64);
+        }
+    };
+    let order = f.topo_exprs();
+    // The reductions each tensor comes strictly after, then strictly before.
+    let mut above = vec![0u64; n * words];
+    for &e in &order {
+        let c = f.exprs[e].output;
+        for p in f.exprs[e].input_tensors() {
+            let mut bits = above[p * words..(p + 1) * words].to_vec();
+            set(&mut bits, p);
+            for (w, b) in above[c * words..(c + 1) * words].iter_mut().zip(bits) {
+                *w |= b;
+            }
+        }
+    }
+    let mut below = vec![0u64; n * words];
+    for &e in order.iter().rev() {
+        let c = f.exprs[e].output;
+        let mut bits = below[c * words..(c + 1) * words].to_vec();
+        set(&mut bits, c);
+        for p in f.exprs[e].input_tensors() {
+            for (w, &b) in below[p * words..(p + 1) * words].iter_mut().zip(&bits) {
+                *w |= b;
+            }
+        }
+    }
+    for &e in &order {
+        let c = f.exprs[e].output;
+        for p in f.exprs[e].input_tensors() {
+            let (pb, cb) = (
+                &below[p * words..(p + 1) * words],
+                &above[c * words..(c + 1) * words],
+            );
+            for (w, (&x, &y)) in pb.iter().zip(cb).enumerate() {
+                let mut both = x & y;
+                while both != 0 {
+                    let r = w * 64 + both.trailing_zeros() as usize;
+                    both &= both - 1;
+                    out.entry(p).or_default().extend(classes[r].iter().copied());
+                }
             }
         }
     }
@@ -137,20 +169,15 @@ fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<usize>> {
 
 /// Matches the first `pos` loop axes of `t` into a consumer's placement; returns how many of the
 /// consumer's loops are shared, or why not.
+/// `own` are the loop keys of `t`'s loop axes, `t_classes` the classes of its root axes.
 fn match_prefix(
-    cx: &mut Ctx,
+    cx: &Ctx,
     t: TensorId,
     pos: usize,
     consumer_keys: &[LoopKey],
+    (own, t_classes): (&[LoopKey], &[usize]),
 ) -> Result<usize, String> {
     let f = cx.fusion;
-    let own: Vec<LoopKey> = f.tensors[t]
-        .loop_domain
-        .clone()
-        .into_iter()
-        .map(|id| cx.key(id))
-        .collect();
-    let t_classes: HashSet<usize> = f.tensors[t].root.iter().map(|&id| f.class_of(id)).collect();
     let mut j = 0;
     for (kpos, &key) in own.iter().enumerate().take(pos) {
         loop {
@@ -182,18 +209,11 @@ fn place(
 ) -> Result<(Vec<LoopKey>, usize), Diagnostic> {
     let f = cx.fusion;
     let tensor = &f.tensors[t];
-    let own: Vec<LoopKey> = tensor
-        .loop_domain
-        .clone()
-        .into_iter()
-        .map(|id| cx.key(id))
-        .collect();
+    let own: Vec<LoopKey> = tensor.loop_domain.iter().map(|&id| cx.key(id)).collect();
+    // A tensor has a few root axes: a list.
+    let t_classes: Vec<usize> = tensor.root.iter().map(|&id| f.class_of(id)).collect();
     let consumers: Vec<TensorId> = {
-        let mut v: Vec<TensorId> = cx.uses[t]
-            .clone()
-            .into_iter()
-            .map(|e| f.exprs[e].output)
-            .collect();
+        let mut v: Vec<TensorId> = cx.uses[t].iter().map(|&e| f.exprs[e].output).collect();
         v.dedup();
         v
     };
@@ -249,7 +269,7 @@ fn place(
     let try_pos = |cx: &mut Ctx, pos: usize| -> Result<(Vec<LoopKey>, usize), String> {
         let mut shared: Option<Vec<LoopKey>> = None;
         for (cp, bulk) in cplacements.iter().zip(&consumer_bulk) {
-            let mut q = match_prefix(cx, t, pos, cp)?;
+            let mut q = match_prefix(cx, t, pos, cp, (&own, &t_classes))?;
             if let Some(b) = cp[..q].iter().position(|k| bulk.contains(k)) {
                 if pos > b {
                     return Err(format!(

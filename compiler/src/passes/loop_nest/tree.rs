@@ -5,6 +5,7 @@
 
 #[allow(unused_imports)]
 use super::*;
+use rustc_hash::FxHashMap;
 
 pub(super) struct LoopNode {
     key: LoopKey,
@@ -21,12 +22,19 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
     let f = cx.fusion;
     let mut nodes: Vec<LoopNode> = Vec::new();
     let mut top: Vec<Child> = Vec::new();
-    // Loop instances of each tensor's placement, and when each was created.
-    let mut instances: HashMap<TensorId, Vec<usize>> = HashMap::new();
+    let n_tensors = f.tensors.len();
+    // Per tensor (indexed by id, not hashed: these are read for every expression): the loop
+    // instances of its placement once placed, its statement's sequence number, and the loops
+    // opened for it by a producer placed earlier.
+    let mut instances: Vec<Option<Vec<usize>>> = vec![None; n_tensors];
     // Sequence number of the outermost own element of each tensor at each depth.
     let mut seq_of_node: Vec<usize> = Vec::new();
-    let mut stmt_seq: HashMap<TensorId, usize> = HashMap::new();
-    let mut pending: HashMap<TensorId, Vec<usize>> = HashMap::new();
+    let mut stmt_seq: Vec<Option<usize>> = vec![None; n_tensors];
+    let mut pending: Vec<Option<Vec<usize>>> = vec![None; n_tensors];
+    let mut search = OpenLoopSearch::default();
+    // Whether any loops are open for a tensor yet: until then every search finds none (the
+    // first expression of a long chain would otherwise walk the whole chain to learn that).
+    let mut any_pending = false;
     let mut seq = 0usize;
     // The parallel type of each loop, from the tensors that own an axis with its key: a producer
     // placed in a consumer loop over an axis it lacks (broadcast to it) may open that loop first.
@@ -45,13 +53,21 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
     for &e in order {
         let expr = &f.exprs[e];
         let t = expr.output;
-        let (keys, _) = cx.placement[&t].clone();
-        let own_ids = f.tensors[t].loop_domain.clone();
-        // Parallel type of each placement entry: from the tensor's own axis when it has it.
-        let key_parallel: HashMap<LoopKey, ParallelType> = own_ids
+        let keys = &cx.placement[&t].0;
+        // Parallel type of each placement entry: from the tensor's own axis when it has it
+        // (a loop domain has a few axes: a list, first match, as a map would keep the last).
+        let key_parallel: Vec<(LoopKey, ParallelType)> = f.tensors[t]
+            .loop_domain
             .iter()
+            .rev()
             .map(|&id| (cx.id_keys[&id], f.ids[id].parallel))
             .collect();
+        let key_parallel = |key: LoopKey| {
+            key_parallel
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|&(_, p)| p)
+        };
         let producers: Vec<TensorId> = expr
             .input_tensors()
             .filter(|p| f.tensors[*p].definition.is_some())
@@ -65,18 +81,18 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
                 best = Some(p);
             }
         }
-        let mut inst: Vec<usize> = best
-            .map(|b| instances[&b][..d].to_vec())
-            .unwrap_or_default();
+        let placed = |p: TensorId| instances[p].as_deref().expect("producers are placed first");
+        let mut inst: Vec<usize> = best.map(|b| placed(b)[..d].to_vec()).unwrap_or_default();
         // Loops already opened for a consumer of `t` by a sibling producer are shared too.
         let q_t = cx.placement[&t].1;
-        let consumers: Vec<TensorId> = cx.uses[t]
-            .clone()
-            .into_iter()
-            .map(|u| f.exprs[u].output)
-            .collect();
+        let consumers: Vec<TensorId> = cx.uses[t].iter().map(|&u| f.exprs[u].output).collect();
         for c in &consumers {
-            if let Some(open) = open_loops(cx, &pending, &instances, *c, q_t) {
+            let open = if any_pending {
+                search.open_loops(cx, &pending, &instances, *c, q_t)
+            } else {
+                None
+            };
+            if let Some(open) = open {
                 let n = q_t.min(open.len());
                 let common = n.min(inst.len());
                 if open[..common] != inst[..common] {
@@ -93,7 +109,7 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
         let d = inst.len();
         for &p in &producers {
             let q = cx.placement[&p].1;
-            if instances[&p][..q] != inst[..q] {
+            if placed(p)[..q] != inst[..q] {
                 return Err(Diagnostic::new(
                     format!(
                         "`{}` is inlined into `{}` but the loops it shares are not the loops `{}` runs in; lower its inlining position",
@@ -104,10 +120,9 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
             }
             // A producer computed outside the shared loops must come before them.
             if q < d {
-                let outer_of_p = if instances[&p].len() > q {
-                    seq_of_node[instances[&p][q]]
-                } else {
-                    stmt_seq[&p]
+                let outer_of_p = match placed(p).get(q) {
+                    Some(&node) => seq_of_node[node],
+                    None => stmt_seq[p].expect("placed"),
                 };
                 // The shared loop `inst[q]` was opened (by a sibling inlined deeper) before
                 // `p` was computed: move that loop after `p` when nothing computed since
@@ -136,7 +151,7 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
             }
         }
         for (depth, &i) in inst.iter().enumerate() {
-            let want = key_parallel.get(&keys[depth]).copied();
+            let want = key_parallel(keys[depth]);
             if let Some(w) = want {
                 if w != nodes[i].parallel {
                     return Err(Diagnostic::new(
@@ -150,10 +165,8 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
             }
         }
         for &key in &keys[d..] {
-            let parallel = key_parallel
-                .get(&key)
-                .or_else(|| owned_parallel.get(&key))
-                .copied()
+            let parallel = key_parallel(key)
+                .or_else(|| owned_parallel.get(&key).copied())
                 .unwrap_or(ParallelType::Serial);
             let id = nodes.len();
             nodes.push(LoopNode {
@@ -170,7 +183,7 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
             inst.push(id);
         }
         let compute = make_compute(cx, e)?;
-        stmt_seq.insert(t, seq);
+        stmt_seq[t] = Some(seq);
         seq += 1;
         match inst.last() {
             Some(&parent) => nodes[parent]
@@ -179,12 +192,13 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
             None => top.push(Child::Compute(Box::new(compute))),
         }
         for c in consumers {
-            let open = pending.entry(c).or_default();
+            any_pending = true;
+            let open = pending[c].get_or_insert_with(Vec::new);
             if q_t > open.len() {
                 *open = inst[..q_t].to_vec();
             }
         }
-        instances.insert(t, inst);
+        instances[t] = Some(inst);
     }
     let mut hw: Vec<(String, ParallelType)> = Vec::new();
     fn convert(
@@ -208,7 +222,7 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
                     Stmt::Loop(Loop {
                         key,
                         var,
-                        extent: crate::kir::Val::from_size(&cx.key_extent(key)),
+                        extent: crate::kir::Val::from_size(cx.key_extent(key)),
                         parallel,
                         body: convert(cx, nodes, kids, hw),
                     })
@@ -231,9 +245,9 @@ pub(super) fn move_after_siblings(
     top: &mut Vec<Child>,
     inst: &[usize],
     q: usize,
-    instances: &HashMap<TensorId, Vec<usize>>,
+    instances: &[Option<Vec<usize>>],
     seq_of_node: &mut [usize],
-    stmt_seq: &mut HashMap<TensorId, usize>,
+    stmt_seq: &mut [Option<usize>],
     seq: &mut usize,
 ) -> bool {
     let f = cx.fusion;
@@ -241,11 +255,12 @@ pub(super) fn move_after_siblings(
     let opened = seq_of_node[root];
     let inside: HashSet<TensorId> = instances
         .iter()
-        .filter(|(_, i)| i.get(q) == Some(&root))
-        .map(|(&t, _)| t)
+        .enumerate()
+        .filter(|(_, i)| i.as_ref().and_then(|i| i.get(q)) == Some(&root))
+        .map(|(t, _)| t)
         .collect();
-    let reads_inside = stmt_seq.iter().any(|(&u, &s)| {
-        s > opened
+    let reads_inside = stmt_seq.iter().enumerate().any(|(u, s)| {
+        s.is_some_and(|s| s > opened)
             && !inside.contains(&u)
             && f.tensors[u]
                 .definition
@@ -279,15 +294,15 @@ pub(super) fn move_after_siblings(
     let last = subtree
         .iter()
         .map(|&n| seq_of_node[n])
-        .chain(inside.iter().filter_map(|t| stmt_seq.get(t).copied()))
+        .chain(inside.iter().filter_map(|&t| stmt_seq[t]))
         .max()
         .unwrap_or(opened);
     let shift = *seq - opened;
     for n in subtree {
         seq_of_node[n] += shift;
     }
-    for t in &inside {
-        if let Some(s) = stmt_seq.get_mut(t) {
+    for &t in &inside {
+        if let Some(s) = &mut stmt_seq[t] {
             *s += shift;
         }
     }
@@ -373,27 +388,114 @@ pub(super) fn make_compute(cx: &Ctx, e: usize) -> Result<Compute, Diagnostic> {
 /// Tensors the search for loops opened by a producer not placed yet looks at, at most.
 pub(super) const UPSTREAM_WALK_LIMIT: usize = 16;
 
-/// Loop instances already opened for the outer `depth` loops of tensor `c`: by a producer of `c`
-/// placed earlier, or, when `c` is itself inlined, for the loops it shares with its consumers
-/// (the first consumer, in use order, that has some).
-///
-/// The consumers form a DAG (softmax-like chains reach one tensor along many paths), so the
-/// search memoises each (tensor, depth) and keeps its own stack instead of recursing.
-pub(super) fn open_loops(
-    cx: &Ctx,
-    pending: &HashMap<TensorId, Vec<usize>>,
-    placed: &HashMap<TensorId, Vec<usize>>,
-    c: TensorId,
-    depth: usize,
-) -> Option<Vec<usize>> {
-    let f = cx.fusion;
-    // The loops found for (c, depth) without looking at consumers. They may cover fewer than
-    // `depth` loops (a sibling inlined less deeply); the consumers may then know deeper ones.
-    let direct = |c: TensorId, depth: usize| -> Option<Vec<usize>> {
+/// The search of [`OpenLoopSearch::open_loops`], with its working memory kept between calls
+/// (it runs for every consumer of every expression: allocating its maps each time cost more
+/// than the search).
+#[derive(Default)]
+pub(super) struct OpenLoopSearch {
+    /// Answers for (tensor, depth) within one call.
+    memo: FxHashMap<(TensorId, usize), Option<Vec<usize>>>,
+    /// What `direct` found for a tensor still exploring its consumers.
+    partial: FxHashMap<(TensorId, usize), Option<Vec<usize>>>,
+    /// Frames of the consumer walk: (tensor, depth, index of the next consumer to try).
+    frames: Vec<(TensorId, usize, usize)>,
+    /// The upstream walk's stack and the (producer, depth) pairs it has seen (a list: the walk
+    /// stops after [`UPSTREAM_WALK_LIMIT`] of them).
+    upstream: Vec<(TensorId, usize)>,
+    seen: Vec<(TensorId, usize)>,
+}
+
+impl OpenLoopSearch {
+    /// Loop instances already opened for the outer `depth` loops of tensor `c`: by a producer
+    /// of `c` placed earlier, or, when `c` is itself inlined, for the loops it shares with its
+    /// consumers (the first consumer, in use order, that has some).
+    ///
+    /// The consumers form a DAG (softmax-like chains reach one tensor along many paths), so
+    /// the search memoises each (tensor, depth) and keeps its own stack instead of recursing.
+    pub(super) fn open_loops(
+        &mut self,
+        cx: &Ctx,
+        pending: &[Option<Vec<usize>>],
+        placed: &[Option<Vec<usize>>],
+        c: TensorId,
+        depth: usize,
+    ) -> Option<Vec<usize>> {
+        let f = cx.fusion;
+        // The first answer needs no consumer walk in most calls: no maps touched then.
+        let found = self.direct(cx, pending, placed, c, depth);
+        if depth == 0 || found.as_ref().is_some_and(|o| o.len() >= depth) {
+            return found;
+        }
+        // The longer of two answers (both are prefixes of the loops the tensor will run in).
+        fn longer(a: Option<Vec<usize>>, b: Option<Vec<usize>>) -> Option<Vec<usize>> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(if b.len() > a.len() { b } else { a }),
+                (a, b) => a.or(b),
+            }
+        }
+        self.memo.clear();
+        self.partial.clear();
+        self.partial.insert((c, depth), found);
+        self.frames.clear();
+        self.frames.push((c, depth, 0));
+        while let Some(&(t, d, next)) = self.frames.last() {
+            if self.memo.contains_key(&(t, d)) {
+                self.frames.pop();
+                continue;
+            }
+            if next == 0 && (t, d) != (c, depth) {
+                let found = self.direct(cx, pending, placed, t, d);
+                if d == 0 || found.as_ref().is_some_and(|o| o.len() >= d) {
+                    self.memo.insert((t, d), found);
+                    self.frames.pop();
+                    continue;
+                }
+                self.partial.insert((t, d), found);
+            }
+            let child_depth = d.min(cx.placement[&t].1);
+            // The consumer tried last, once its answer is known.
+            if next > 0 {
+                let prev = f.exprs[cx.uses[t][next - 1]].output;
+                if let Some(Some(open)) = self.memo.get(&(prev, child_depth)) {
+                    let open = longer(self.partial.remove(&(t, d)).flatten(), Some(open.clone()));
+                    self.memo.insert((t, d), open);
+                    self.frames.pop();
+                    continue;
+                }
+            }
+            match cx.uses[t].get(next) {
+                Some(&u) => {
+                    if let Some(frame) = self.frames.last_mut() {
+                        frame.2 += 1;
+                    }
+                    let consumer = f.exprs[u].output;
+                    self.frames.push((consumer, child_depth, 0));
+                }
+                None => {
+                    let found = self.partial.remove(&(t, d)).flatten();
+                    self.memo.insert((t, d), found);
+                    self.frames.pop();
+                }
+            }
+        }
+        self.memo.remove(&(c, depth)).flatten()
+    }
+
+    /// The loops found for (c, depth) without looking at consumers. They may cover fewer than
+    /// `depth` loops (a sibling inlined less deeply); the consumers may then know deeper ones.
+    fn direct(
+        &mut self,
+        cx: &Ctx,
+        pending: &[Option<Vec<usize>>],
+        placed: &[Option<Vec<usize>>],
+        c: TensorId,
+        depth: usize,
+    ) -> Option<Vec<usize>> {
+        let f = cx.fusion;
         if depth == 0 {
             return None;
         }
-        if let Some(open) = pending.get(&c) {
+        if let Some(open) = &pending[c] {
             return Some(open[..depth.min(open.len())].to_vec());
         }
         // A producer of `c` not placed yet will run in the loops already open for it (by its
@@ -401,10 +503,11 @@ pub(super) fn open_loops(
         // yet, will `c`.
         // The walk is bounded (a broadcast operand is a few tensors away from its product;
         // an unbounded walk through long unplaced expressions would be quadratic).
-        let mut stack = vec![(c, depth)];
-        let mut seen = HashSet::new();
-        while let Some((t, d)) = stack.pop() {
-            if seen.len() > UPSTREAM_WALK_LIMIT {
+        self.upstream.clear();
+        self.upstream.push((c, depth));
+        self.seen.clear();
+        while let Some((t, d)) = self.upstream.pop() {
+            if self.seen.len() > UPSTREAM_WALK_LIMIT {
                 break;
             }
             let Some(def) = f.tensors[t].definition else {
@@ -415,67 +518,18 @@ pub(super) fn open_loops(
                     continue;
                 };
                 let n = d.min(q_p);
-                if n == 0 || !seen.insert((p, n)) {
+                if n == 0 || self.seen.contains(&(p, n)) {
                     continue;
                 }
-                if let Some(open) = pending.get(&p) {
+                self.seen.push((p, n));
+                if let Some(open) = &pending[p] {
                     return Some(open[..n.min(open.len())].to_vec());
                 }
-                if !placed.contains_key(&p) {
-                    stack.push((p, n));
+                if placed[p].is_none() {
+                    self.upstream.push((p, n));
                 }
             }
         }
         None
-    };
-    // The longer of two answers (both are prefixes of the loops the tensor will run in).
-    fn longer(a: Option<Vec<usize>>, b: Option<Vec<usize>>) -> Option<Vec<usize>> {
-        match (a, b) {
-            (Some(a), Some(b)) => Some(if b.len() > a.len() { b } else { a }),
-            (a, b) => a.or(b),
-        }
     }
-    let mut memo: HashMap<(TensorId, usize), Option<Vec<usize>>> = HashMap::new();
-    // What `direct` found for a tensor still exploring its consumers.
-    let mut partial: HashMap<(TensorId, usize), Option<Vec<usize>>> = HashMap::new();
-    // Frames: (tensor, depth, index of the next consumer to try).
-    let mut stack = vec![(c, depth, 0usize)];
-    while let Some(&mut (t, d, ref mut next)) = stack.last_mut() {
-        if memo.contains_key(&(t, d)) {
-            stack.pop();
-            continue;
-        }
-        if *next == 0 {
-            let found = direct(t, d);
-            if d == 0 || found.as_ref().is_some_and(|o| o.len() >= d) {
-                memo.insert((t, d), found);
-                stack.pop();
-                continue;
-            }
-            partial.insert((t, d), found);
-        }
-        let child_depth = d.min(cx.placement[&t].1);
-        // The consumer tried last, once its answer is known.
-        if *next > 0 {
-            let prev = f.exprs[cx.uses[t][*next - 1]].output;
-            if let Some(Some(open)) = memo.get(&(prev, child_depth)) {
-                let open = longer(partial.remove(&(t, d)).flatten(), Some(open.clone()));
-                memo.insert((t, d), open);
-                stack.pop();
-                continue;
-            }
-        }
-        match cx.uses[t].get(*next) {
-            Some(&u) => {
-                *next += 1;
-                let consumer = f.exprs[u].output;
-                stack.push((consumer, child_depth, 0));
-            }
-            None => {
-                memo.insert((t, d), partial.remove(&(t, d)).flatten());
-                stack.pop();
-            }
-        }
-    }
-    memo.remove(&(c, depth)).flatten()
 }
