@@ -6,14 +6,15 @@
 //!
 //! The walk follows the issuing thread: guards are transparent (the stores and their waits sit
 //! under the issuer's condition), a loop is walked twice so that a store at the end of an
-//! iteration meets the writes at the start of the next, and warp roles are walked one after
-//! the other.
+//! iteration meets the writes at the start of the next (once per state it is entered with, so
+//! a deep nest costs no more than twice its size per distinct state), and warp roles are walked
+//! one after the other. Kernels without TMA stores are not walked.
 
 use super::{error_at, Rule, VerifyError};
-use crate::kir::{Kernel, Stmt};
+use crate::kir::{Kernel, Loop, Stmt};
 use std::collections::HashSet;
 
-#[derive(Clone, Default)]
+#[derive(Clone, Default, PartialEq)]
 struct State {
     /// Read by stores issued since the last wait.
     pending: HashSet<usize>,
@@ -22,10 +23,20 @@ struct State {
 }
 
 pub(super) fn check(k: &Kernel, errors: &mut Vec<VerifyError>) {
+    let mut stores = false;
+    crate::kir::for_each_stmt(&k.body, &mut |s| stores |= matches!(s, Stmt::TmaStore(_)));
+    if !stores {
+        return;
+    }
     let mut state = State::default();
     let mut found: Vec<VerifyError> = Vec::new();
-    let mut next = 0;
-    block(k, &k.body, &mut state, &mut next, &mut found);
+    let mut w = Walk {
+        k,
+        next: 0,
+        out: &mut found,
+        seen: Vec::new(),
+    };
+    w.block(&k.body, &mut state);
     if let Some(&b) = state.pending.iter().min() {
         found.push(error_at(
             k,
@@ -44,67 +55,99 @@ pub(super) fn check(k: &Kernel, errors: &mut Vec<VerifyError>) {
     }
 }
 
-fn block(k: &Kernel, body: &[Stmt], s: &mut State, next: &mut usize, out: &mut Vec<VerifyError>) {
-    for st in body {
-        statement(k, st, s, next, out);
-    }
+/// The walk: statement numbers in preorder, the errors, and each loop already walked from a
+/// given state with the state it ended in (a loop nest is walked twice per level only once:
+/// walking it again from a state seen before repeats the same result).
+struct Walk<'k, 'o> {
+    k: &'k Kernel,
+    next: usize,
+    out: &'o mut Vec<VerifyError>,
+    seen: Vec<(*const Loop, State, State)>,
 }
 
-fn statement(k: &Kernel, st: &Stmt, s: &mut State, next: &mut usize, out: &mut Vec<VerifyError>) {
-    let me = *next;
-    *next += 1;
-    let mut write = |b: usize| {
-        let why = if s.pending.contains(&b) {
-            Some("no wait for them (cp.async.bulk.wait_group.read 0) by the issuing thread")
-        } else if s.waited.contains(&b) {
-            Some("the issuing thread waited for them, but no barrier since tells the other threads")
-        } else {
-            None
+impl Walk<'_, '_> {
+    fn block(&mut self, body: &[Stmt], s: &mut State) {
+        for st in body {
+            self.statement(st, s);
+        }
+    }
+
+    /// The number of statements `body` holds (what a skipped walk leaves out of the numbering).
+    fn count(body: &[Stmt]) -> usize {
+        let mut n = 0;
+        crate::kir::for_each_stmt(body, &mut |_| n += 1);
+        n
+    }
+
+    fn statement(&mut self, st: &Stmt, s: &mut State) {
+        let me = self.next;
+        self.next += 1;
+        let k = self.k;
+        let write = |out: &mut Vec<VerifyError>, b: usize| {
+            let why = if s.pending.contains(&b) {
+                Some("no wait for them (cp.async.bulk.wait_group.read 0) by the issuing thread")
+            } else if s.waited.contains(&b) {
+                Some("the issuing thread waited for them, but no barrier since tells the other threads")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                out.push(error_at(
+                    k,
+                    Rule::StoreReuse,
+                    Some((me, st)),
+                    format!(
+                        "`{}` is written while TMA stores may still read it: {why}",
+                        k.buffers[b].name
+                    ),
+                ));
+            }
         };
-        if let Some(why) = why {
-            out.push(error_at(
-                k,
-                Rule::StoreReuse,
-                Some((me, st)),
-                format!(
-                    "`{}` is written while TMA stores may still read it: {why}",
-                    k.buffers[b].name
-                ),
-            ));
+        match st {
+            Stmt::Loop(l) => {
+                let key = l as *const Loop;
+                if let Some((_, _, end)) = self
+                    .seen
+                    .iter()
+                    .find(|(p, start, _)| *p == key && start == s)
+                {
+                    *s = end.clone();
+                    self.next += Self::count(&l.body);
+                    return;
+                }
+                let start = s.clone();
+                // Twice: the second walk starts where an iteration ends. Statement numbers are
+                // those of the first walk.
+                let first = self.next;
+                self.block(&l.body, s);
+                let end = self.next;
+                self.next = first;
+                self.block(&l.body, s);
+                self.next = end;
+                self.seen.push((key, start, s.clone()));
+            }
+            Stmt::If { then, els, .. } => {
+                self.block(then, s);
+                self.block(els, s);
+            }
+            Stmt::WarpRoles {
+                producer, consumer, ..
+            } => {
+                self.block(producer, s);
+                self.block(consumer, s);
+            }
+            Stmt::TmaStore(t) => {
+                s.pending.insert(t.src.buffer);
+            }
+            Stmt::BulkWaitRead(0) => {
+                let pending = std::mem::take(&mut s.pending);
+                s.waited.extend(pending);
+            }
+            Stmt::Sync | Stmt::BlockReduce { .. } => s.waited.clear(),
+            Stmt::Compute(c) => write(self.out, c.out.buffer),
+            Stmt::StMatrix { dst, .. } => write(self.out, dst.buffer),
+            Stmt::TmaLoad(t) => write(self.out, t.dst.buffer),
+            _ => {}
         }
-    };
-    match st {
-        Stmt::Loop(l) => {
-            // Twice: the second walk starts where an iteration ends. Statement numbers are
-            // those of the first walk.
-            let start = *next;
-            block(k, &l.body, s, next, out);
-            let end = *next;
-            *next = start;
-            block(k, &l.body, s, next, out);
-            *next = end;
-        }
-        Stmt::If { then, els, .. } => {
-            block(k, then, s, next, out);
-            block(k, els, s, next, out);
-        }
-        Stmt::WarpRoles {
-            producer, consumer, ..
-        } => {
-            block(k, producer, s, next, out);
-            block(k, consumer, s, next, out);
-        }
-        Stmt::TmaStore(t) => {
-            s.pending.insert(t.src.buffer);
-        }
-        Stmt::BulkWaitRead(0) => {
-            let pending = std::mem::take(&mut s.pending);
-            s.waited.extend(pending);
-        }
-        Stmt::Sync | Stmt::BlockReduce { .. } => s.waited.clear(),
-        Stmt::Compute(c) => write(c.out.buffer),
-        Stmt::StMatrix { dst, .. } => write(dst.buffer),
-        Stmt::TmaLoad(t) => write(t.dst.buffer),
-        _ => {}
     }
 }
