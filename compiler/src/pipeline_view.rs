@@ -21,11 +21,13 @@
 
 mod epilogue;
 mod mma;
+mod walk;
 
 use crate::fusion::ParallelType;
 use crate::kir::{Compute, CopyKind, Kernel, Stmt, TmaLoad, TmaStore, Val, Wgmma};
 use crate::target;
 use serde::Serialize;
+use walk::{conjuncts, has_wgmma};
 
 pub use epilogue::{Level, LoopNest, StagedEpilogue, StoreWait, StoreWaitAt};
 pub use mma::{
@@ -302,169 +304,6 @@ struct Walk<'k> {
     /// Whether computes are events: only the epilogues of wgmma products read them, and a
     /// large kernel without any has thousands.
     computes: bool,
-}
-
-/// Whether a wgmma appears anywhere in `body`.
-fn has_wgmma(body: &[Stmt]) -> bool {
-    body.iter().any(|s| match s {
-        Stmt::Wgmma(_) => true,
-        Stmt::Loop(l) => has_wgmma(&l.body),
-        Stmt::If { then, els, .. } => has_wgmma(then) || has_wgmma(els),
-        Stmt::WarpRoles {
-            producer, consumer, ..
-        } => has_wgmma(producer) || has_wgmma(consumer),
-        _ => false,
-    })
-}
-
-fn conjuncts<'v>(v: &'v Val, out: &mut Vec<&'v Val>) {
-    match v {
-        Val::And(a, b) => {
-            conjuncts(a, out);
-            conjuncts(b, out);
-        }
-        Val::True => {}
-        v => out.push(v),
-    }
-}
-
-impl<'k> Walk<'k> {
-    fn thread_of(&self, v: &Val) -> Option<ParallelType> {
-        match v {
-            Val::Hw(p) if p.is_thread() => Some(*p),
-            Val::Var(n) => self
-                .thread_vars
-                .iter()
-                .find(|(name, _)| name == n)
-                .map(|(_, p)| *p),
-            _ => None,
-        }
-    }
-
-    fn guard(&self, v: &'k Val, negated: bool) -> std::rc::Rc<Guard<'k>> {
-        // Depends on the thread index (read from the tree, not its text): a thread index, a
-        // variable bound to one, the warp index or an election.
-        let on_thread = v.any_leaf(&|leaf| {
-            matches!(leaf, Val::Hw(p) if p.is_thread())
-                || matches!(leaf, Val::Elect | Val::Warp)
-                || matches!(leaf, Val::Var(n) if self.thread_vars.iter().any(|(name, _)| name == n))
-        });
-        std::rc::Rc::new(Guard {
-            cond: v,
-            negated,
-            on_thread,
-            text: std::cell::OnceCell::new(),
-        })
-    }
-
-    fn block(&mut self, body: &'k [Stmt], guards: &mut Guards<'k>, lp: Option<usize>) {
-        for st in body {
-            let what = match st {
-                Stmt::Loop(l) if l.parallel.is_hw() => {
-                    let thread = l.parallel.is_thread();
-                    if thread {
-                        self.threads.push(ThreadLoop {
-                            var: &l.var,
-                            parallel: l.parallel,
-                            extent: &l.extent,
-                        });
-                    }
-                    self.block(&l.body, guards, lp);
-                    if thread {
-                        self.threads.pop();
-                    }
-                    continue;
-                }
-                Stmt::Loop(l) => {
-                    self.loops.push(LoopInfo {
-                        var: &l.var,
-                        extent: &l.extent,
-                        parent: lp,
-                    });
-                    let id = self.loops.len() - 1;
-                    self.block(&l.body, guards, Some(id));
-                    continue;
-                }
-                Stmt::If { cond, then, els } => {
-                    let n = guards.len();
-                    let mut parts = Vec::new();
-                    conjuncts(cond, &mut parts);
-                    for c in parts {
-                        guards.push(self.guard(c, false));
-                    }
-                    self.block(then, guards, lp);
-                    guards.truncate(n);
-                    if !els.is_empty() {
-                        guards.push(self.guard(cond, true));
-                        self.block(els, guards, lp);
-                        guards.truncate(n);
-                    }
-                    continue;
-                }
-                Stmt::MbarArriveExpectTx { bars, bytes, .. }
-                | Stmt::MbarExpectTx { bars, bytes, .. } => What::Arrive {
-                    bars: *bars,
-                    bytes: *bytes,
-                },
-                Stmt::TmaLoad(t) => What::Load(t),
-                Stmt::MbarWait { bars, slot, parity } => What::Wait {
-                    bars: *bars,
-                    slot,
-                    parity,
-                },
-                Stmt::Sync => What::Sync,
-                Stmt::WgmmaFence => What::Fence,
-                Stmt::Wgmma(w) => What::Mma {
-                    w,
-                    threads: self.threads.clone(),
-                },
-                Stmt::WgmmaCommit => What::Commit,
-                Stmt::WgmmaWait(n) => What::MmaWait(*n),
-                Stmt::MbarArrive {
-                    bars,
-                    slot,
-                    per_warp,
-                } => What::Release {
-                    bars: *bars,
-                    slot,
-                    per_warp: *per_warp,
-                },
-                Stmt::Compute(c) if self.computes => What::Compute(c),
-                Stmt::StMatrix { dst, src } => What::Staged {
-                    cache: dst.buffer,
-                    from: src.buffer,
-                },
-                Stmt::TmaStore(t) => What::Store(t),
-                Stmt::BulkCommit => What::BulkCommit,
-                Stmt::BulkWaitRead(n) => What::BulkWait(*n),
-                Stmt::FenceProxyAsync => What::ProxyFence,
-                // Warp specialization: the producer branch under the warp condition, the
-                // consumers under its negation.
-                Stmt::WarpRoles {
-                    is_producer,
-                    producer,
-                    consumer,
-                    ..
-                } => {
-                    let n = guards.len();
-                    guards.push(self.guard(is_producer, false));
-                    self.block(producer, guards, lp);
-                    guards.truncate(n);
-                    guards.push(self.guard(is_producer, true));
-                    self.block(consumer, guards, lp);
-                    guards.truncate(n);
-                    continue;
-                }
-                // Statements that say nothing about the pipelines, and kinds added later.
-                _ => continue,
-            };
-            self.events.push(Event {
-                what,
-                guards: guards.clone(),
-                lp,
-            });
-        }
-    }
 }
 
 /// The role part (thread conditions) of a guard list: None for every thread.
