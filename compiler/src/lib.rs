@@ -126,6 +126,7 @@ pub fn compile_choosing_index(
         mbarriers: Vec::new(),
         tensor_maps: Vec::new(),
         register_sharing: None,
+        cluster: None,
     };
     let mut dumps = vec![PassDump {
         name: "fusion",

@@ -324,6 +324,10 @@ pub struct LaunchPlan {
     pub constraints: Vec<Constraint>,
     pub tensor_maps: Vec<TensorMapSpec>,
     pub register_sharing: Option<RegisterSharing>,
+    /// CTAs per cluster along x, y, z (the kernel's `__cluster_dims__`: a plain launch forms
+    /// the clusters; each grid dimension is a multiple of its cluster dimension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<[i64; 3]>,
     /// Bytes moved through global memory at the minimum (each input read once, each output
     /// written once): the numerator of GB/s.
     pub min_global_bytes: SizeExpr,

@@ -75,6 +75,10 @@ pub const SMEM_PER_BLOCK: i64 = 227 * 1024;
 /// Alignment of a TMA box in shared memory (and of every stage of it).
 pub const TMA_BOX_ALIGN: i64 = 128;
 
+/// The portable maximum of CTAs per thread-block cluster (more needs the non-portable
+/// attribute); a TMA multicast mask has a bit per CTA of the cluster (`%cluster_ctarank`).
+pub const MAX_CLUSTER_CTAS: i64 = 8;
+
 /// Alignment of a box in shared memory: the swizzle pattern repeats every 8 rows of 128 bytes
 /// (address bits 4..7 are XORed with bits 7..10), so a swizzled box starts at a multiple of 1024
 /// bytes and the pattern is the same relative to its start.

@@ -94,6 +94,7 @@ pub fn plan(fault: Fault) -> LaunchPlan {
         constraints: vec![],
         tensor_maps: vec![],
         register_sharing: None,
+        cluster: None,
         matmul: None,
         min_global_bytes: E::Mul(Box::new(E::Const(4)), Box::new(n)),
     }

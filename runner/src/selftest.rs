@@ -63,6 +63,7 @@ fn plan(
         constraints: vec![],
         tensor_maps: vec![],
         register_sharing: None,
+        cluster: None,
         matmul: None,
         min_global_bytes: bytes,
     }

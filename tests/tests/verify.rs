@@ -643,6 +643,69 @@ fn warp_roles_nested_roles() {
     assert!(e[0].detail.contains("inside warp roles"), "{}", e[0]);
 }
 
+const CLUSTER: &str = "matmul/step12_cluster_multicast.hf";
+
+#[test]
+fn cluster_a_multicast_kernel_launched_without_clusters() {
+    let mut k = lowered(CLUSTER);
+    k.cluster = None;
+    // The rank is then unbound too; plant only the launch fault: read the rank from a `let`.
+    k.body.insert(
+        0,
+        Stmt::Let {
+            var: hopfuse::kir::CTA_RANK.into(),
+            value: Val::Int(0),
+        },
+    );
+    let e = caught(&k, Rule::Cluster, "b_s[");
+    assert!(
+        e.iter()
+            .any(|e| e.detail.contains("launched without clusters")),
+        "{}",
+        list(&e)
+    );
+    assert!(
+        e.iter().any(|e| e.detail.contains("multicast to 2 CTAs")),
+        "{}",
+        list(&e)
+    );
+}
+
+#[test]
+fn cluster_a_cluster_barrier_inside_warp_roles_and_under_a_thread_condition() {
+    let mut k = lowered(CLUSTER);
+    edit_roles(&mut k, |roles| {
+        let Stmt::WarpRoles { consumer, .. } = roles else {
+            unreachable!()
+        };
+        consumer.push(Stmt::ClusterSync);
+    });
+    let e = caught(&k, Rule::Cluster, "cluster_sync");
+    assert!(e[0].detail.contains("inside warp roles"), "{}", e[0]);
+
+    let mut k = lowered(CLUSTER);
+    guard_first(
+        &mut k,
+        |_, s| matches!(s, Stmt::ClusterSync),
+        Val::lt(Val::Hw(ParallelType::TIDy), Val::Int(1)),
+    );
+    let e = caught(&k, Rule::Cluster, "cluster_sync");
+    assert!(e[0].detail.contains("differs between threads"), "{}", e[0]);
+}
+
+#[test]
+fn mbarrier_init_a_cluster_wide_barrier_after_a_block_barrier_only() {
+    // Peers arrive on the empty barriers: a `__syncthreads` does not order their init.
+    let mut k = lowered(CLUSTER);
+    at_first(
+        &mut k,
+        |_, s| matches!(s, Stmt::ClusterSync),
+        |list, i| list[i] = Stmt::Sync,
+    );
+    let e = caught(&k, Rule::MbarrierInit, "mbarrier_wait a_s_b_s_empty");
+    assert!(e[0].detail.contains("no cluster barrier"), "{}", e[0]);
+}
+
 #[test]
 fn every_rule_has_a_planted_fault_above() {
     // Keeps this file in step with the rules: a new rule needs a test here.

@@ -162,6 +162,13 @@ pub fn emit_mapped(
         src.push('\n');
         src.push_str(prelude::TMA);
     }
+    if uses.cluster {
+        src.push('\n');
+        src.push_str(prelude::CLUSTER);
+        for &rank in &uses.multicast_ranks {
+            src.push_str(&prelude::tma_multicast_function(rank));
+        }
+    }
     if uses.tma_store {
         src.push('\n');
         src.push_str(prelude::TMA_STORE);
@@ -185,7 +192,15 @@ pub fn emit_mapped(
         Some(_) => format!("__launch_bounds__({}, 1) ", threads.unwrap_or(1024)),
         None => format!("__launch_bounds__({}) ", threads.unwrap_or(1024)),
     };
-    let _ = writeln!(src, "extern \"C\" __global__ void {bounds}{kernel_name}(");
+    // A kernel with compile-time cluster dimensions is launched in clusters by a plain launch.
+    let cluster_dims = k
+        .cluster
+        .map(|c| format!("__cluster_dims__({}, {}, {}) ", c[0], c[1], c[2]))
+        .unwrap_or_default();
+    let _ = writeln!(
+        src,
+        "extern \"C\" __global__ void {cluster_dims}{bounds}{kernel_name}("
+    );
     let _ = writeln!(src, "    {}) {{", decls.join(",\n    "));
     let setup_line = lines::count(&src);
     if k.dynamic_smem != SizeExpr::Const(0) {
@@ -221,6 +236,13 @@ pub fn emit_mapped(
         let _ = writeln!(
             src,
             "  const unsigned hf_warp = __shfl_sync(0xffffffffu, {linear} / 32u, 0);"
+        );
+    }
+    if !uses.multicast_ranks.is_empty() {
+        let _ = writeln!(
+            src,
+            "  const index_t {} = hf_cluster_ctarank();",
+            crate::kir::CTA_RANK
         );
     }
     let bindings_line = lines::count(&src);
@@ -280,6 +302,7 @@ pub fn emit_mapped(
         register_sharing: k
             .register_sharing
             .map(|(producer, consumer)| crate::plan::RegisterSharing { producer, consumer }),
+        cluster: k.cluster,
         min_global_bytes,
         matmul: None,
     };
@@ -304,6 +327,9 @@ struct Uses {
     wgmma_shapes: std::collections::BTreeSet<(i64, &'static str, bool, bool)>,
     /// `stmatrix` (register fragments to shared memory).
     stmatrix: bool,
+    /// Cluster barriers and arrivals on peers' mbarriers; the ranks of multicast TMA loads.
+    cluster: bool,
+    multicast_ranks: std::collections::BTreeSet<usize>,
 }
 
 struct Emitter<'a> {
@@ -585,6 +611,10 @@ impl Emitter<'_> {
                     }
                     None => self.line(depth, "__syncthreads();"),
                 },
+                Stmt::ClusterSync => {
+                    self.uses.cluster = true;
+                    self.line(depth, "hf_cluster_sync();");
+                }
                 Stmt::Let { var, value } => {
                     let v = strip_parens(self.val(value));
                     self.line(depth, &format!("const index_t {var} = {v};"));
@@ -638,12 +668,17 @@ impl Emitter<'_> {
                     per_warp,
                 } => {
                     let bar = self.barrier(*bars, slot);
-                    let f = if *per_warp {
-                        "hf_mbarrier_arrive_per_warp"
-                    } else {
-                        "hf_mbarrier_arrive"
+                    let ctas = self.k.cluster.map_or(1, |c| c.iter().product::<i64>());
+                    let line = match (*per_warp, self.k.mbarriers[*bars].cluster_wide) {
+                        (true, false) => format!("hf_mbarrier_arrive_per_warp({bar});"),
+                        (false, false) => format!("hf_mbarrier_arrive({bar});"),
+                        (true, true) => {
+                            format!("hf_mbarrier_arrive_cluster_per_warp({bar}, {ctas}u);")
+                        }
+                        (false, true) => format!("hf_mbarrier_arrive_cluster({bar}, {ctas}u);"),
                     };
-                    self.line(depth, &format!("{f}({bar});"));
+                    self.uses.cluster |= self.k.mbarriers[*bars].cluster_wide;
+                    self.line(depth, &line);
                 }
                 Stmt::TmaStore(t) => {
                     self.uses.tma = true;
@@ -717,10 +752,23 @@ impl Emitter<'_> {
                         crate::kir::CopyKind::Tile { map } => {
                             let param = self.k.tensor_maps[map].param.clone();
                             let (rank, coords) = self.box_coords(&t.coords);
-                            self.line(
-                                depth,
-                                &format!("hf_tma_load_{rank}d(&{dst}, &{param}, {coords}, {bar});"),
-                            );
+                            match t.multicast {
+                                Some(ctas) => {
+                                    self.uses.cluster = true;
+                                    self.uses.multicast_ranks.insert(rank);
+                                    let mask = (1u32 << ctas) - 1;
+                                    self.line(
+                                        depth,
+                                        &format!("hf_tma_load_{rank}d_multicast(&{dst}, &{param}, {coords}, {bar}, (unsigned short){mask:#x});"),
+                                    );
+                                }
+                                None => self.line(
+                                    depth,
+                                    &format!(
+                                        "hf_tma_load_{rank}d(&{dst}, &{param}, {coords}, {bar});"
+                                    ),
+                                ),
+                            }
                         }
                         crate::kir::CopyKind::Bulk => {
                             let src = self.access(&t.src);

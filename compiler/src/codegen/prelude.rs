@@ -165,6 +165,50 @@ __device__ __forceinline__ void hf_tma_load_5d(void* dst, const hf_tensor_map* m
 }
 ";
 
+pub const CLUSTER: &str = "// Thread-block clusters (sm_90): the CTA's rank in its cluster, the cluster barrier (every
+// thread of every CTA), and arrivals on the same mbarrier of a peer CTA (its shared::cluster
+// address from mapa). The arrive is CTA-scoped release, as CUTLASS's ClusterBarrier::arrive:
+// it only releases reads that wgmma.wait_group already completed; a cluster-scoped release
+// compiles to MEMBAR.ALL.GPU before every arrival (measured: half the throughput).
+__device__ __forceinline__ unsigned hf_cluster_ctarank() {
+  unsigned r;
+  asm volatile(\"mov.u32 %0, %%cluster_ctarank;\" : \"=r\"(r));
+  return r;
+}
+__device__ __forceinline__ void hf_cluster_sync() {
+  asm volatile(\"barrier.cluster.arrive.release;\\n\\tbarrier.cluster.wait.acquire;\" ::: \"memory\");
+}
+__device__ __forceinline__ void hf_mbarrier_arrive_on(unsigned long long* bar, unsigned cta) {
+  asm volatile(\"{ .reg .b32 remote; mapa.shared::cluster.u32 remote, %0, %1; mbarrier.arrive.shared::cluster.b64 _, [remote]; }\"
+               :: \"r\"(hf_smem_addr(bar)), \"r\"(cta) : \"memory\");
+}
+// Every thread arrives on the barrier of each of the cluster's `ctas` CTAs.
+__device__ __forceinline__ void hf_mbarrier_arrive_cluster(unsigned long long* bar, unsigned ctas) {
+  for (unsigned r = 0; r < ctas; ++r) hf_mbarrier_arrive_on(bar, r);
+}
+// Each warp arrives once on the barrier of each of the `ctas` CTAs (lane r on CTA r's), after
+// every lane of the (converged) warp is done.
+__device__ __forceinline__ void hf_mbarrier_arrive_cluster_per_warp(unsigned long long* bar, unsigned ctas) {
+  __syncwarp();
+  unsigned lane;
+  asm(\"mov.u32 %0, %%laneid;\" : \"=r\"(lane));
+  if (lane < ctas) hf_mbarrier_arrive_on(bar, lane);
+}
+";
+
+/// `hf_tma_load_{rank}d_multicast`: one box (a slice of a tile every CTA of the cluster loads)
+/// to the same shared-memory offset of each CTA in `mask`, completing on the same barrier of each.
+pub fn tma_multicast_function(rank: usize) -> String {
+    let params: String = (0..rank).map(|i| format!("int c{i}, ")).collect();
+    let slots: Vec<String> = (0..rank).map(|i| format!("%{}", i + 3)).collect();
+    let args: String = (0..rank).map(|i| format!(", \"r\"(c{i})")).collect();
+    format!(
+        "__device__ __forceinline__ void hf_tma_load_{rank}d_multicast(void* dst, const hf_tensor_map* map, {params}unsigned long long* bar, unsigned short mask) {{\n  asm volatile(\"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {{{}}}], [%2], %{};\"\n               :: \"r\"(hf_smem_addr(dst)), \"l\"(map), \"r\"(hf_smem_addr(bar)){args}, \"h\"(mask) : \"memory\");\n}}\n",
+        slots.join(", "),
+        rank + 3
+    )
+}
+
 pub const TMA_STORE: &str = "// TMA stores (shared to global, bulk async-groups) and the async-proxy fence.
 __device__ __forceinline__ void hf_tma_store_1d(const hf_tensor_map* map, int c0, const void* src) {
   asm volatile(\"cp.async.bulk.tensor.1d.global.shared::cta.bulk_group [%0, {%2}], [%1];\"

@@ -26,6 +26,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             outputs: Vec::new(),
             class_parent: Vec::new(),
             class_extent_member: Vec::new(),
+            cluster: None,
         },
         names: HashMap::new(),
         taken: HashSet::new(),

@@ -482,6 +482,20 @@ pub struct Fusion {
     /// extent (the member whose extent is the class's), kept up to date by `new_id` and `union`
     /// so that [`Fusion::class_extent`] is a lookup.
     pub(crate) class_extent_member: Vec<Option<IterId>>,
+    /// Thread-block clusters (`cluster(BIDy, 2)` in the schedule).
+    pub cluster: Option<Cluster>,
+}
+
+/// CTAs launched together as a cluster along one grid axis: they may write each other's
+/// shared memory, so a TMA load whose box is the same for every CTA of the cluster is
+/// multicast (each CTA issues a slice into all of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cluster {
+    /// The grid axis (BIDx, BIDy or BIDz) whose consecutive CTAs form a cluster.
+    pub on: ParallelType,
+    /// CTAs per cluster (2..=8, the portable maximum).
+    pub ctas: i64,
+    pub span: Option<Span>,
 }
 
 impl Fusion {
@@ -807,6 +821,9 @@ pub fn print(f: &Fusion) -> String {
             };
         }
         s.push_str(")\n");
+    }
+    if let Some(c) = f.cluster {
+        let _ = writeln!(s, "  cluster({}, {})", c.on, c.ctas);
     }
     s
 }

@@ -85,7 +85,9 @@ fn checks_before_changing(st: &SchedStmt) -> bool {
                 | "inline_at"
                 | "compute_at"
         ),
-        SchedStmt::Call { func, .. } => matches!(func.as_str(), "inline_most" | "propagate"),
+        SchedStmt::Call { func, .. } => {
+            matches!(func.as_str(), "inline_most" | "propagate" | "cluster")
+        }
         SchedStmt::Bind { .. } => false,
     }
 }
@@ -898,11 +900,49 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     }
                     Ok(())
                 }
+                "cluster" => {
+                    a.count(2, 2)?;
+                    a.no_named()?;
+                    let (n, sp) = a.ident(0)?;
+                    let on = match ParallelType::parse(n) {
+                        Some(p) if p.is_block() => p,
+                        _ => {
+                            return a.err(
+                                format!("cluster(...) takes a grid axis (BIDx, BIDy or BIDz) and a CTA count, got `{n}`"),
+                                Some(sp),
+                            )
+                        }
+                    };
+                    let ctas = a.int(1)?;
+                    if !(2..=crate::target::MAX_CLUSTER_CTAS).contains(&ctas) {
+                        return a.err(
+                            format!(
+                                "a cluster has 2 to {} CTAs (the portable maximum), got {ctas}",
+                                crate::target::MAX_CLUSTER_CTAS
+                            ),
+                            None,
+                        );
+                    }
+                    if f.cluster.is_some() {
+                        return a.err(
+                            "the kernel already has a cluster: clusters along one grid axis only",
+                            None,
+                        );
+                    }
+                    f.cluster = Some(super::Cluster {
+                        on,
+                        ctas,
+                        span: Some(loc.0),
+                    });
+                    Ok(())
+                }
                 "cache_after" | "cache_before" => {
                     a.err(format!("bind the result: `name = {func}(tensor)`"), None)
                 }
                 other => a.err(
-                    format!("unknown schedule function `{other}` (inline_most, propagate)"),
+                    format!(
+                        "unknown schedule function `{other}` (inline_most, propagate, cluster)"
+                    ),
                     None,
                 ),
             }

@@ -347,6 +347,10 @@ pub enum Stmt {
     },
     /// `__syncthreads()`
     Sync,
+    /// `barrier.cluster.arrive` + `barrier.cluster.wait`: every thread of every CTA of the
+    /// cluster meets here (after mbarrier init, so no peer signals an uninitialised barrier, and
+    /// before exit, so no CTA leaves while a peer may still write its shared memory).
+    ClusterSync,
     /// `const index_t var = value;`
     Let {
         var: String,
@@ -479,9 +483,13 @@ pub struct TmaLoad {
     pub src: Access,
     /// Box origin in elements, innermost dimension first (tile copies).
     pub coords: Vec<Val>,
+    /// Bytes this copy writes into each CTA it writes to.
     pub bytes: i64,
     pub bars: usize,
     pub slot: Val,
+    /// `.multicast::cluster` to the first `ctas` CTAs of the cluster (mask `(1 << ctas) - 1`):
+    /// the copy lands at the same offset in each, completing on the same barrier in each.
+    pub multicast: Option<i64>,
 }
 
 /// A TMA store of one box: shared memory at `src` to the tensor of map `map` at `coords`.
@@ -503,6 +511,10 @@ pub struct MbarArray {
     pub arrivals: i64,
     /// Byte offset in dynamic shared memory (8-byte aligned), set by the allocation pass.
     pub smem_offset: Option<Val>,
+    /// Released across the cluster: every arrival is made on this barrier in each CTA of the
+    /// cluster (its slots are also filled by peers' multicast copies, so a peer may refill them
+    /// only when this CTA's readers are done too); `arrivals` counts them all.
+    pub cluster_wide: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -540,7 +552,12 @@ pub struct Kernel {
     pub tensor_maps: Vec<crate::plan::TensorMapSpec>,
     /// setmaxnreg counts (producer, consumer) of a warp-specialized kernel.
     pub register_sharing: Option<(u32, u32)>,
+    /// CTAs per cluster along x, y, z (`__cluster_dims__`), when the kernel runs in clusters.
+    pub cluster: Option<[i64; 3]>,
 }
+
+/// The CTA's rank in its cluster (`%cluster_ctarank`), declared at the top of a cluster kernel.
+pub const CTA_RANK: &str = "hf_cta_rank";
 
 /// Calls `f` on every statement of `body` and of the bodies inside it, outer ones first.
 pub fn for_each_stmt<'a>(body: &'a [Stmt], f: &mut dyn FnMut(&'a Stmt)) {
@@ -688,6 +705,7 @@ impl Stmt {
             Stmt::WgmmaFence | Stmt::WgmmaCommit | Stmt::WgmmaWait(_) => {}
             Stmt::Alloc(_)
             | Stmt::Sync
+            | Stmt::ClusterSync
             | Stmt::MbarInit { .. }
             | Stmt::MbarInval { .. }
             | Stmt::BulkCommit

@@ -137,10 +137,13 @@ impl Kernel {
         };
         let _ = writeln!(
             s,
-            "kernel {}  grid({})  block({})",
+            "kernel {}  grid({})  block({}){}",
             self.name,
             dims(&self.grid),
-            dims(&self.block)
+            dims(&self.block),
+            self.cluster
+                .map(|c| format!("  cluster({}, {}, {})", c[0], c[1], c[2]))
+                .unwrap_or_default()
         );
         for b in &self.buffers {
             if b.memory == MemoryType::Global {
@@ -285,6 +288,9 @@ fn print_block(
             Stmt::Sync => {
                 let _ = writeln!(s, "{ind}__syncthreads()");
             }
+            Stmt::ClusterSync => {
+                let _ = writeln!(s, "{ind}cluster_sync");
+            }
             Stmt::Let { var, value } => {
                 let _ = writeln!(s, "{ind}let {var} = {}", value.text());
             }
@@ -297,8 +303,15 @@ fn print_block(
                     .unwrap_or_default();
                 let _ = writeln!(
                     s,
-                    "{ind}mbarrier_init {}[{}]{off}, {} arrivals; fence.mbarrier_init",
-                    m.name, m.count, m.arrivals
+                    "{ind}mbarrier_init {}[{}]{off}, {} arrivals{}; fence.mbarrier_init",
+                    m.name,
+                    m.count,
+                    m.arrivals,
+                    if m.cluster_wide {
+                        " (cluster-wide)"
+                    } else {
+                        ""
+                    }
                 );
             }
             Stmt::MbarInval { bars } => {
@@ -335,15 +348,18 @@ fn print_block(
                 slot,
                 per_warp,
             } => {
+                let m = &k.mbarriers[*bars];
                 let _ = writeln!(
                     s,
                     "{ind}mbarrier_arrive {}[{}]{}",
-                    k.mbarriers[*bars].name,
+                    m.name,
                     slot.text(),
-                    if *per_warp {
-                        " (lane 0 of each warp)"
-                    } else {
-                        ""
+                    match (*per_warp, m.cluster_wide) {
+                        (true, false) => " (lane 0 of each warp)",
+                        (true, true) =>
+                            " in every CTA of the cluster (lane r of each warp on CTA r's)",
+                        (false, true) => " in every CTA of the cluster",
+                        (false, false) => "",
                     }
                 );
             }
@@ -449,11 +465,14 @@ fn print_block(
                 };
                 let _ = writeln!(
                     s,
-                    "{ind}{} <- {what}, {} bytes, on {}[{}]",
+                    "{ind}{} <- {what}, {} bytes, on {}[{}]{}",
                     access_text(k, &t.dst),
                     t.bytes,
                     k.mbarriers[t.bars].name,
-                    t.slot.text()
+                    t.slot.text(),
+                    t.multicast
+                        .map(|n| format!(", multicast to {n} CTAs"))
+                        .unwrap_or_default()
                 );
             }
         }

@@ -1,18 +1,29 @@
 //! The mbarrier life cycle (after `circular_buffer`): each array that is used is initialised
 //! once, before its first use, with a block barrier in between (one thread initialises; the
 //! barrier publishes the init to the others), and invalidated once, after its last use, with a
-//! block barrier in between (no thread may still wait on it), in statement order.
+//! block barrier in between (no thread may still wait on it), in statement order. An array
+//! released across the cluster needs the cluster's barrier in both places: peers signal it.
 
 use super::{error_at, Event, EventKind, Rule, VerifyError};
 use crate::kir::Kernel;
 
 pub(super) fn check(k: &Kernel, events: &[Event], errors: &mut Vec<VerifyError>) {
-    let barrier_between = |from: usize, to: usize| {
-        events
-            .iter()
-            .any(|e| e.kind == EventKind::Barrier && from < e.stmt && e.stmt < to)
-    };
     for (bars, m) in k.mbarriers.iter().enumerate() {
+        let barrier_between = |from: usize, to: usize| {
+            events.iter().any(|e| {
+                let meets = match e.kind {
+                    EventKind::ClusterBarrier => true,
+                    EventKind::Barrier => !m.cluster_wide,
+                    _ => false,
+                };
+                meets && from < e.stmt && e.stmt < to
+            })
+        };
+        let barrier = if m.cluster_wide {
+            "cluster barrier"
+        } else {
+            "block barrier"
+        };
         let of = |want: fn(usize) -> EventKind| -> Vec<&Event> {
             events.iter().filter(|e| e.kind == want(bars)).collect()
         };
@@ -25,6 +36,15 @@ pub(super) fn check(k: &Kernel, events: &[Event], errors: &mut Vec<VerifyError>)
             errors.push(error_at(k, rule, Some((e.stmt, e.st)), detail));
         };
         let name = &m.name;
+        if m.cluster_wide && k.cluster.is_none() {
+            if let Some(at) = inits.first().or(uses.first()) {
+                error(
+                    Rule::Cluster,
+                    at,
+                    format!("`{name}` is released across the cluster, but the kernel is launched without clusters"),
+                );
+            }
+        }
         match (inits.as_slice(), uses.first().or(invals.first())) {
             ([], Some(first)) => error(
                 Rule::MbarrierInit,
@@ -47,7 +67,7 @@ pub(super) fn check(k: &Kernel, events: &[Event], errors: &mut Vec<VerifyError>)
                             Rule::MbarrierInit,
                             first,
                             format!(
-                                "no block barrier between the initialisation of `{name}` (statement {}) and its first use: other threads may see it uninitialised",
+                                "no {barrier} between the initialisation of `{name}` (statement {}) and its first use: other threads may see it uninitialised",
                                 init.stmt
                             ),
                         );
@@ -90,7 +110,7 @@ pub(super) fn check(k: &Kernel, events: &[Event], errors: &mut Vec<VerifyError>)
                             Rule::MbarrierInval,
                             inval,
                             format!(
-                                "no block barrier between the last use of `{name}` (statement {}) and its invalidation: a thread may still be waiting on it",
+                                "no {barrier} between the last use of `{name}` (statement {}) and its invalidation: a thread may still be waiting on it",
                                 last.stmt
                             ),
                         );

@@ -76,11 +76,15 @@ pub enum Rule {
     /// Shared memory written while a TMA store may still read it (no wait by the issuing
     /// thread and barrier in between), or an exit with a store still reading (after `sync`).
     StoreReuse,
+    /// Cluster signalling in a kernel launched without clusters (a multicast copy, an mbarrier
+    /// released across the cluster), a multicast to more CTAs than the cluster has, or a cluster
+    /// barrier that not every thread of the CTA reaches.
+    Cluster,
 }
 
 impl Rule {
     /// Every rule (the tests plant a fault for each).
-    pub const ALL: [Rule; 17] = [
+    pub const ALL: [Rule; 18] = [
         Rule::UnknownId,
         Rule::UnboundVariable,
         Rule::UseBeforeAlloc,
@@ -98,6 +102,7 @@ impl Rule {
         Rule::NamedBarrierId,
         Rule::WarpRoles,
         Rule::StoreReuse,
+        Rule::Cluster,
     ];
 
     /// The rule's name in messages.
@@ -120,6 +125,7 @@ impl Rule {
             Rule::NamedBarrierId => "named-barrier-id",
             Rule::WarpRoles => "warp-roles",
             Rule::StoreReuse => "store-reuse",
+            Rule::Cluster => "cluster",
         }
     }
 }
@@ -283,6 +289,8 @@ enum EventKind {
     Inval(usize),
     Use(usize),
     Barrier,
+    /// Every thread of every CTA of the cluster meets (a block barrier too).
+    ClusterBarrier,
 }
 
 /// An [`EventKind`] at a statement (events are in preorder).
@@ -335,11 +343,15 @@ struct Walk<'k> {
 
 impl<'k> Walk<'k> {
     fn new(k: &'k Kernel, stage: Stage) -> Walk<'k> {
-        let vars = k
+        let mut vars: Vec<_> = k
             .hw_vars
             .iter()
             .map(|(v, p)| (v.clone(), uniform::of_hw(k, *p)))
             .collect();
+        if k.cluster.is_some() {
+            // Read once at entry, the same for every thread of the CTA.
+            vars.push((crate::kir::CTA_RANK.to_string(), Uniformity::Block));
+        }
         Walk {
             k,
             stage,
@@ -472,6 +484,7 @@ impl<'k> Walk<'k> {
                 self.block_barrier(ctx, "a block reduction");
             }
             Stmt::Sync => self.block_barrier(ctx, "a block barrier"),
+            Stmt::ClusterSync => self.cluster_barrier(ctx),
             Stmt::Let { var, value } => {
                 let u = self.value(value, ctx);
                 self.vars.push((var.clone(), u));
@@ -523,6 +536,15 @@ impl<'k> Walk<'k> {
                     self.tensor_map(map, t.coords.len());
                 }
                 self.mbarrier_use(t.bars);
+                if let Some(ctas) = t.multicast {
+                    let cluster = self.k.cluster.map_or(1, |c| c.iter().product::<i64>());
+                    if !(2..=cluster).contains(&ctas) || !matches!(t.kind, CopyKind::Tile { .. }) {
+                        self.error(
+                            Rule::Cluster,
+                            format!("a TMA tile copy multicast to {ctas} CTAs in a kernel whose clusters have {cluster}: the mask would name CTAs that do not exist"),
+                        );
+                    }
+                }
             }
             Stmt::TmaStore(t) => {
                 self.access(&t.src, ctx);

@@ -188,6 +188,25 @@ impl<'k> Walk<'k> {
     }
 }
 
+impl Walk<'_> {
+    /// `barrier.cluster` arrive + wait: every thread of every CTA of the cluster must reach it,
+    /// so not inside warp roles nor under a condition that differs between threads.
+    pub(super) fn cluster_barrier(&mut self, ctx: Uniformity) {
+        self.event(EventKind::ClusterBarrier);
+        if self.group != Group::Block {
+            self.error(
+                Rule::Cluster,
+                "a cluster barrier inside warp roles: the other role's threads never arrive".into(),
+            );
+        } else if ctx < Uniformity::Block {
+            self.error(
+                Rule::Cluster,
+                "a cluster barrier under a condition or loop bound that differs between threads: the threads that skip it never arrive".into(),
+            );
+        }
+    }
+}
+
 /// The named barriers of warp roles count their consumer threads: whole warps, and exactly the
 /// warps for which the producer condition is false (when it depends on the warp index alone).
 pub(super) fn check_consumer_count(w: &mut Walk, is_producer: &Val, consumer_threads: i64) {

@@ -30,6 +30,7 @@ fn plan(shapes: Vec<Vec<E>>) -> LaunchPlan {
         constraints: vec![],
         tensor_maps: vec![],
         register_sharing: None,
+        cluster: None,
         matmul: None,
         min_global_bytes: E::Const(0),
     }

@@ -60,21 +60,37 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let inval: Vec<Stmt> = (0..k.mbarriers.len())
         .map(|bars| Stmt::MbarInval { bars })
         .collect();
-    let mut out = vec![guard(issuer.clone(), init), Stmt::Sync];
+    // In a cluster whose CTAs signal each other's barriers (multicast copies, cluster-wide
+    // releases), the barrier after init and before exit is the cluster's: no peer signals a
+    // barrier before it is initialised, and no CTA leaves (or invalidates its barriers) while
+    // a peer may still arrive on them or copy into its shared memory.
+    let meet = if k.mbarriers.iter().any(|m| m.cluster_wide) {
+        Stmt::ClusterSync
+    } else {
+        Stmt::Sync
+    };
+    let mut out = vec![guard(issuer.clone(), init), meet.clone()];
     match cx.pipes.iter().position(|p| p.ws.is_some()) {
         Some(p) => {
             let mut roles = super::warp_specialize::warp_specialize(cx, body, p)?;
             if let Stmt::WarpRoles { consumer, .. } = &mut roles {
                 consumer.extend(drain);
-                consumer.push(Stmt::Sync);
-                consumer.push(guard(issuer, inval));
+                if meet == Stmt::Sync {
+                    consumer.push(Stmt::Sync);
+                    consumer.push(guard(issuer.clone(), inval.clone()));
+                }
             }
             out.push(roles);
+            if meet == Stmt::ClusterSync {
+                // Every thread of both roles meets the peers here.
+                out.push(Stmt::ClusterSync);
+                out.push(guard(issuer, inval));
+            }
         }
         None => {
             out.extend(body);
             out.extend(drain);
-            out.push(Stmt::Sync);
+            out.push(meet);
             out.push(guard(issuer, inval));
         }
     }
@@ -418,7 +434,8 @@ pub(crate) fn issue(
                 continue;
             }
         }
-        bytes += t.bytes;
+        // A multicast copy lands a slice in every CTA of the cluster, each CTA issuing one.
+        bytes += t.bytes * t.multicast.unwrap_or(1);
         unconditional.push(Stmt::TmaLoad(t));
     }
     out.push(Stmt::MbarArriveExpectTx {

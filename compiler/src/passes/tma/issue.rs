@@ -201,9 +201,10 @@ pub(crate) fn box_copy(
         bytes: info.bytes / info.boxes.count,
         bars: full_of(cx, t),
         slot: Val::Int(0),
+        multicast: None,
     };
     if counting == 0 {
-        return Ok(vec![Stmt::TmaLoad(load)]);
+        return Ok(vec![Stmt::TmaLoad(multicast_slice(load, &info))]);
     }
     // Box `b` of several: the counting loops at their values for `b` (the last one fastest), in
     // the coordinates and in the cache's own index of the box's first element.
@@ -239,9 +240,27 @@ pub(crate) fn box_copy(
                 f.tensors[t].span,
             ));
         }
-        copies.push(Stmt::TmaLoad(copy));
+        copies.push(Stmt::TmaLoad(multicast_slice(copy, &info)));
     }
     Ok(copies)
+}
+
+/// A multicast box ([`super::cluster`]): this CTA's slice of it, the `rank`-th of the box's
+/// outermost dimension cut in `ctas` parts, at the same place in every CTA of the cluster.
+fn multicast_slice(mut copy: TmaLoad, info: &TmaInfo) -> TmaLoad {
+    let Some(ctas) = info.multicast else {
+        return copy;
+    };
+    let rank = Val::Var(crate::kir::CTA_RANK.into());
+    let outer = info.boxes.dims.len() - 1;
+    let rows = info.boxes.dims[outer] / ctas;
+    let elems = info.boxes.dims.iter().product::<i64>() / ctas;
+    let at = |v: Val, step: i64| Val::add(v, Val::mul(rank.clone(), Val::Int(step)));
+    copy.coords[outer] = at(copy.coords[outer].clone(), rows);
+    copy.dst.index = Some(at(copy.dst.index.take().unwrap_or(Val::Int(0)), elems));
+    copy.bytes /= ctas;
+    copy.multicast = Some(ctas);
+    copy
 }
 
 /// A TMA store reads its box row-major from shared memory: the cache must be laid out that way

@@ -6,6 +6,7 @@
 //! hand on through `Ctx` ([`TmaInfo`], [`Pipe`], [`WsPlan`], [`StoreInfo`]) and small helpers.
 
 pub mod circular;
+pub mod cluster;
 pub mod issue;
 pub mod plan;
 pub mod warp_specialize;
@@ -71,6 +72,9 @@ pub struct TmaInfo {
     pub circular: Option<crate::fusion::CircularBuffer>,
     /// Shared-memory swizzle of the box in bytes (0: none).
     pub swizzle: u32,
+    /// Multicast to the CTAs of the cluster (their count): the box is the same for all of them,
+    /// so each issues one slice of it ([`cluster`]).
+    pub multicast: Option<i64>,
 }
 
 impl TmaInfo {

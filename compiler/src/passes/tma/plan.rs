@@ -316,6 +316,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 count: pipe.stages,
                 arrivals: 1,
                 smem_offset: None,
+                cluster_wide: false,
             });
             cx.pipes[p].full = Some(k.mbarriers.len() - 1);
         }
@@ -335,11 +336,12 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                     threads
                 },
                 smem_offset: None,
+                cluster_wide: false,
             });
             cx.pipes[p].empty = Some(k.mbarriers.len() - 1);
         }
     }
-    Ok(())
+    super::cluster::plan_multicast(cx, k)
 }
 
 /// The thread that issues copies and initialises barriers: one elected lane of warp 0 when the
@@ -403,6 +405,7 @@ pub(crate) fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(),
         pipe: 0,
         circular: tensor.circular,
         swizzle: tensor.swizzle,
+        multicast: None,
     };
     if tensor.load != LoadKind::Plain {
         if tensor.memory != MemoryType::Shared {

@@ -106,6 +106,7 @@ pub(crate) fn plan_ws(
             count: pipe.stages,
             arrivals: 1,
             smem_offset: None,
+            cluster_wide: false,
         });
         r.full = k.mbarriers.len() - 1;
         k.mbarriers.push(MbarArray {
@@ -113,6 +114,7 @@ pub(crate) fn plan_ws(
             count: pipe.stages,
             arrivals: consumer_threads / 32,
             smem_offset: None,
+            cluster_wide: false,
         });
         r.empty = k.mbarriers.len() - 1;
     }
