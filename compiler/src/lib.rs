@@ -68,6 +68,9 @@ pub struct Compilation {
     pub lines: codegen::lines::LineMap,
     /// The kernel IR after the last pass (what the CUDA was emitted from).
     pub kernel: kir::Kernel,
+    /// What the `tma` pass planned for the kernel's copies, pipelines and stores (and
+    /// `allocation` completed), as the passes read it; the default without such features.
+    pub pipeline_plan: passes::PipelinePlan,
 }
 
 /// The fusion as written (what [`reference::evaluate`] runs), from the front end alone: no
@@ -135,12 +138,16 @@ pub fn compile_choosing_index(
     // The statement lines of the last dump (what the CUDA line map points into), recorded as
     // each dump is printed rather than printing the final kernel once more.
     let mut ir_lines = kir::IrLines::default();
+    // The pipeline plan: computed by the `tma` pass, completed by `allocation`, read by the
+    // passes after them and by the pipeline view (empty when `tma` does not run).
+    let mut pipeline_plan = passes::PipelinePlan::default();
     for pass in passes::PIPELINE {
         if !(pass.applies)(&cx) {
             continue;
         }
         cx.kernel_unchanged = false;
-        (pass.run)(&mut cx, &mut kernel).map_err(locate)?;
+        pass.run(&mut cx, &mut pipeline_plan, &mut kernel)
+            .map_err(locate)?;
         verify::after_pass(pass.name, &kernel)?;
         // A pass that changed nothing has the previous kernel pass's dump (and lines).
         let ir = match dumps.last() {
@@ -157,7 +164,7 @@ pub fn compile_choosing_index(
             ir,
         });
     }
-    let pipeline = pipeline_view::extract(&kernel);
+    let pipeline = pipeline_view::extract(&kernel, &pipeline_plan);
     let constraints = cx.constraints.clone();
     let (mut cuda, mut plan, mut written) =
         codegen::emit_mapped(&scheduled, &kernel, options.index_type, constraints.clone());
@@ -179,6 +186,7 @@ pub fn compile_choosing_index(
         pipeline,
         lines,
         kernel,
+        pipeline_plan,
     })
 }
 

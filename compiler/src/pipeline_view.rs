@@ -25,6 +25,7 @@ mod walk;
 
 use crate::fusion::ParallelType;
 use crate::kir::{Compute, CopyKind, Kernel, Stmt, TmaLoad, TmaStore, Val, Wgmma};
+use crate::passes::PipelinePlan;
 use crate::target;
 use serde::Serialize;
 use walk::{conjuncts, has_wgmma};
@@ -376,8 +377,8 @@ fn role_of(roles: &[RoleAcc], guards: &Guards) -> usize {
         .expect("every role was collected")
 }
 
-/// The pipelines of `k` (the kernel after the last pass).
-pub fn extract(k: &Kernel) -> PipelineView {
+/// The pipelines of `k` (the kernel after the last pass), which `plan` planned.
+pub fn extract(k: &Kernel, _plan: &PipelinePlan) -> PipelineView {
     let mut walk = Walk {
         thread_vars: k
             .hw_vars

@@ -8,14 +8,14 @@
 //! shared memory, the total fits the 227 KB of an H100 block when it is known at compile time.
 //! Emits: `alloc` statements and the kernel's dynamic shared memory size.
 
-use super::{mul, Ctx};
+use super::{mul, Ctx, PipelinePlan};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterKind, MemoryType, ParallelType, TensorId};
 use crate::kir::{Kernel, Stmt, Val};
 use crate::plan::SizeExpr;
 use rustc_hash::FxHashMap as HashMap;
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     let mut placements: Vec<(TensorId, usize)> =
         cx.tensor_buffer.iter().map(|(&t, &b)| (t, b)).collect();
@@ -57,15 +57,15 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut offset = SizeExpr::Const(0);
     // TMA boxes first: each stage starts at a multiple of 128 bytes. Circular buffers hold
     // `stages` copies of their stage (plain ones padded to 16 bytes, for vector accesses).
-    let tma_stages: HashMap<usize, i64> = cx
-        .tma
+    let tma_stages: HashMap<usize, i64> = plan
+        .loads
         .iter()
         .filter_map(|i| Some((cx.tensor_buffer[&i.tensor], i.stage_elems?)))
         .collect();
-    let stages_of: HashMap<usize, i64> = cx
-        .tma
+    let stages_of: HashMap<usize, i64> = plan
+        .loads
         .iter()
-        .map(|i| (cx.tensor_buffer[&i.tensor], cx.pipes[i.pipe].stages))
+        .map(|i| (cx.tensor_buffer[&i.tensor], plan.pipes[i.pipe].stages))
         .collect();
     let order: Vec<usize> = (0..k.buffers.len())
         .filter(|b| tma_stages.contains_key(b))
@@ -102,7 +102,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         };
         let size = match stages_of.get(&b) {
             Some(&n) => {
-                cx.stage_elems.insert(b, Val::from_size(&stage));
+                plan.stage_elems.insert(b, Val::from_size(&stage));
                 mul(stage, SizeExpr::Const(n))
             }
             None => stage,
@@ -141,7 +141,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             }
             MemoryType::Shared => {
                 let bytes = mul(size.clone(), SizeExpr::Const(buf.dtype.size_bytes() as i64));
-                let align = match cx.box_swizzle(b) {
+                let align = match plan.box_swizzle(&cx.tensor_buffer, b) {
                     Some(sw) => crate::target::swizzle_repeat(sw),
                     None if tma_stages.contains_key(&b) => crate::target::TMA_BOX_ALIGN,
                     None => 16,

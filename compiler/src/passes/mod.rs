@@ -20,10 +20,12 @@ use crate::plan::SizeExpr;
 use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
+pub use tma::PipelinePlan;
+
 pub struct Pass {
     pub name: &'static str,
     pub summary: &'static str,
-    pub run: fn(&mut Ctx, &mut Kernel) -> Result<(), Diagnostic>,
+    pub run: Run,
     /// Whether the pass runs for this fusion (passes for features a fusion does not use are
     /// skipped and not dumped).
     pub applies: fn(&Ctx) -> bool,
@@ -33,72 +35,107 @@ fn always(_: &Ctx) -> bool {
     true
 }
 
+/// How a pass runs, which says what it does with the [`PipelinePlan`] (the analysis the passes
+/// after `tma` share; see [`tma::pipeline_plan`]): the plan is an argument, not state on
+/// [`Ctx`], so which pass computes it and which read it is written in [`PIPELINE`].
+#[derive(Clone, Copy)]
+pub enum Run {
+    /// Neither reads nor computes the plan.
+    Kernel(fn(&mut Ctx, &mut Kernel) -> Result<(), Diagnostic>),
+    /// Computes the plan (`tma`); without this pass the plan is [`PipelinePlan::default`].
+    Plans(fn(&mut Ctx, &mut Kernel) -> Result<PipelinePlan, Diagnostic>),
+    /// Reads the plan.
+    Reads(fn(&mut Ctx, &PipelinePlan, &mut Kernel) -> Result<(), Diagnostic>),
+    /// Reads the plan and completes it (`allocation`: [`PipelinePlan::stage_elems`]).
+    Completes(fn(&mut Ctx, &mut PipelinePlan, &mut Kernel) -> Result<(), Diagnostic>),
+}
+
+impl Pass {
+    /// Runs the pass on `k`, handing it the plan as its [`Run`] says.
+    pub fn run(
+        &self,
+        cx: &mut Ctx,
+        plan: &mut PipelinePlan,
+        k: &mut Kernel,
+    ) -> Result<(), Diagnostic> {
+        match self.run {
+            Run::Kernel(run) => run(cx, k),
+            Run::Plans(run) => {
+                *plan = run(cx, k)?;
+                Ok(())
+            }
+            Run::Reads(run) => run(cx, plan, k),
+            Run::Completes(run) => run(cx, plan, k),
+        }
+    }
+}
+
 /// Every pass, in the order it runs.
 pub const PIPELINE: &[Pass] = &[
     Pass {
         name: "loop_nest",
         summary: "loop nests from inlining positions",
-        run: loop_nest::run,
+        run: Run::Kernel(loop_nest::run),
         applies: always,
     },
     Pass {
         name: "tma",
         summary: "TMA boxes, tensor maps and mbarriers (checks the TMA rules)",
-        run: tma::run_plan,
+        run: Run::Plans(tma::run_plan),
         applies: tma::used,
     },
     Pass {
         name: "reduction",
         summary: "accumulators, block reductions, reduction writes",
-        run: reduction::run,
+        run: Run::Kernel(reduction::run),
         applies: always,
     },
     Pass {
         name: "allocation",
         summary: "register and shared-memory allocations",
-        run: allocation::run,
+        run: Run::Completes(allocation::run),
         applies: always,
     },
     Pass {
         name: "indexing",
         summary: "index expressions for every access",
-        run: indexing::run,
+        run: Run::Kernel(indexing::run),
         applies: always,
     },
     Pass {
         name: "tma_issue",
         summary: "one TMA or bulk copy per box",
-        run: tma::run_issue,
+        run: Run::Reads(tma::run_issue),
         applies: tma::used,
     },
     Pass {
         name: "predicate",
         summary: "bounds and thread predicates, vector tails",
-        run: predicate::run,
+        run: Run::Kernel(predicate::run),
         applies: always,
     },
     Pass {
         name: "circular_buffer",
         summary: "mbarrier pipelines: prologue, main, epilogue; init and inval",
-        run: tma::run_circular,
+        run: Run::Reads(tma::run_circular),
         applies: tma::used,
     },
     Pass {
         name: "sync",
         summary: "block barriers for shared memory (RAW and WAR)",
-        run: sync::run,
+        run: Run::Reads(sync::run),
         applies: always,
     },
     Pass {
         name: "mma",
         summary: "tensor-core tiles: wgmma on descriptors, accumulator fragments",
-        run: mma::run,
+        run: Run::Reads(mma::run),
         applies: mma::used,
     },
     Pass {
         name: "simplify",
         summary: "index arithmetic simplification",
-        run: simplify::run,
+        run: Run::Kernel(simplify::run),
         applies: always,
     },
 ];
@@ -194,18 +231,6 @@ pub struct Ctx<'a> {
     pub assume_aligned_vectors: bool,
     /// See [`crate::CompileOptions::aligned_for`].
     pub aligned_for: Option<std::collections::BTreeMap<String, i64>>,
-    /// Loads that pipelines fill: TMA and bulk copies, and circular-buffered plain loads (the
-    /// `tma` pass).
-    pub tma: Vec<tma::TmaInfo>,
-    /// One per serial loop that holds such loads.
-    pub pipes: Vec<tma::Pipe>,
-    /// TMA stores of outputs.
-    pub stores: Vec<tma::StoreInfo>,
-    /// Elements of one stage of each circular-buffered (or TMA-filled) buffer (the `allocation`
-    /// pass).
-    pub stage_elems: FxHashMap<BufferId, crate::kir::Val>,
-    /// Who issues copies and initialises mbarriers (see `tma::run_plan`).
-    pub issuer: crate::kir::Val,
     /// Set by a pass that left the kernel exactly as it found it (the pipeline then reuses the
     /// previous dump instead of printing the same text again); cleared before every pass.
     /// Passes that do not set it are dumped as usual.
@@ -223,17 +248,6 @@ impl<'a> Ctx<'a> {
                     .iter()
                     .all(|(value, divisor)| value.eval(sizes).is_ok_and(|v| v % divisor == 0))
             })
-    }
-
-    /// The shared-memory swizzle (bytes) of buffer `b` when it holds a swizzled TMA box: a
-    /// swizzled load's cache or a swizzled store's source.
-    pub fn box_swizzle(&self, b: BufferId) -> Option<u32> {
-        self.tma
-            .iter()
-            .map(|i| (i.tensor, i.swizzle))
-            .chain(self.stores.iter().map(|s| (s.cache, s.swizzle)))
-            .find(|&(t, sw)| sw != 0 && self.tensor_buffer[&t] == b)
-            .map(|(_, sw)| sw)
     }
 
     pub fn new(fusion: &'a Fusion) -> Ctx<'a> {
@@ -255,11 +269,6 @@ impl<'a> Ctx<'a> {
             constraints: Vec::new(),
             assume_aligned_vectors: false,
             aligned_for: None,
-            tma: Vec::new(),
-            pipes: Vec::new(),
-            stores: Vec::new(),
-            stage_elems: FxHashMap::default(),
-            issuer: crate::kir::Val::True,
             kernel_unchanged: false,
         }
     }

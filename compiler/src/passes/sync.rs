@@ -25,21 +25,21 @@
 //! by every thread with no predicate: each writer fences after its own writes, and no
 //! lane-dependent condition splits a warp in front of the `bar.sync`.
 
-use super::Ctx;
+use super::{Ctx, PipelinePlan};
 use crate::diag::Diagnostic;
 use crate::fusion::{FenceMode, MemoryType};
 use crate::kir::{Kernel, Stmt, Val};
 use rustc_hash::FxHashSet;
 use std::collections::HashSet;
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut all = Touched::default();
     collect(&k.body, &mut all);
     // Slots ordered by full and empty mbarriers on both sides.
-    let tracked: FxHashSet<usize> = cx
-        .tma
+    let tracked: FxHashSet<usize> = plan
+        .loads
         .iter()
-        .filter(|i| cx.pipes[i.pipe].empty.is_some() || cx.pipes[i.pipe].ws.is_some())
+        .filter(|i| plan.pipes[i.pipe].empty.is_some() || plan.pipes[i.pipe].ws.is_some())
         .map(|i| cx.tensor_buffer[&i.tensor])
         .collect();
     let shared: FxHashSet<usize> = (0..k.buffers.len())
@@ -53,7 +53,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         cx.kernel_unchanged = true;
         return Ok(());
     }
-    let fenced: FxHashSet<usize> = cx
+    let fenced: FxHashSet<usize> = plan
         .stores
         .iter()
         .filter(|s| s.fence == FenceMode::Analysis)
@@ -72,7 +72,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             shared,
             thread_vars,
             fenced,
-            issuer: cx.issuer.clone(),
+            issuer: plan.issuer.clone(),
         },
     );
     Ok(())

@@ -271,17 +271,19 @@ mod tests {
     use super::super::{extract, PipelineView};
     use super::*;
     use crate::kir::Stmt;
+    use crate::passes::PipelinePlan;
 
-    fn kernel(path: &str) -> Kernel {
+    fn kernel(path: &str) -> (Kernel, PipelinePlan) {
         let file = format!("{}/../examples/{path}", env!("CARGO_MANIFEST_DIR"));
         let src = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file}: {e}"));
-        crate::compile(&src, &Default::default())
-            .unwrap_or_else(|e| panic!("{}", e.render(&src, "t.hf")))
-            .kernel
+        let c = crate::compile(&src, &Default::default())
+            .unwrap_or_else(|e| panic!("{}", e.render(&src, "t.hf")));
+        (c.kernel, c.pipeline_plan)
     }
 
     fn view(path: &str) -> PipelineView {
-        extract(&kernel(path))
+        let (k, plan) = kernel(path);
+        extract(&k, &plan)
     }
 
     fn step9() -> StagedEpilogue {
@@ -353,7 +355,7 @@ mod tests {
     /// overlaps them.
     #[test]
     fn a_wait_right_after_the_stores_is_said_to_be() {
-        let mut k = kernel("matmul/step9_tma_store_epilogue.hf");
+        let (mut k, plan) = kernel("matmul/step9_tma_store_epilogue.hf");
         let mut moved = 0;
         crate::kir::for_each_block_mut(&mut k.body, &mut |body| {
             let wait = body.iter().position(|s| match s {
@@ -376,7 +378,11 @@ mod tests {
             }
         });
         assert_eq!(moved, 1);
-        let waits: Vec<StoreWaitAt> = extract(&k).staged[0].waits.iter().map(|w| w.at).collect();
+        let waits: Vec<StoreWaitAt> = extract(&k, &plan).staged[0]
+            .waits
+            .iter()
+            .map(|w| w.at)
+            .collect();
         assert_eq!(waits, [StoreWaitAt::AfterStores, StoreWaitAt::Exit]);
     }
 

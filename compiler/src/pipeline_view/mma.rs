@@ -504,20 +504,22 @@ mod tests {
     use super::super::{extract as view_of, PipelineView};
     use super::*;
     use crate::kir::{for_each_block_mut, Kernel, Stmt};
+    use crate::passes::PipelinePlan;
 
     fn source(path: &str) -> String {
         let file = format!("{}/../examples/{path}", env!("CARGO_MANIFEST_DIR"));
         std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file}: {e}"))
     }
 
-    fn kernel(src: &str) -> Kernel {
-        crate::compile(src, &Default::default())
-            .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")))
-            .kernel
+    fn kernel(src: &str) -> (Kernel, PipelinePlan) {
+        let c = crate::compile(src, &Default::default())
+            .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")));
+        (c.kernel, c.pipeline_plan)
     }
 
     fn view(path: &str) -> PipelineView {
-        view_of(&kernel(&source(path)))
+        let (k, plan) = kernel(&source(path));
+        view_of(&k, &plan)
     }
 
     fn one(v: &PipelineView) -> &Mma {
@@ -691,7 +693,8 @@ mod tests {
         assert!(files.len() >= 7, "{files:?}");
         for f in files {
             let src = std::fs::read_to_string(&f).unwrap();
-            let v = view_of(&kernel(&src));
+            let (k, plan) = kernel(&src);
+            let v = view_of(&k, &plan);
             let m = one(&v);
             let role = &v.roles[m.role];
             let name = f.display();
@@ -732,7 +735,7 @@ mod tests {
     /// The fields come from the statements: another wait depth and no fence show up as such.
     #[test]
     fn wait_depth_and_fence_are_read_from_the_ir() {
-        let mut k = kernel(&source("matmul/step3_warp_specialized.hf"));
+        let (mut k, plan) = kernel(&source("matmul/step3_warp_specialized.hf"));
         let mut seen = 0;
         for_each_block_mut(&mut k.body, &mut |b: &mut Vec<Stmt>| {
             b.retain(|s| !matches!(s, Stmt::WgmmaFence));
@@ -745,7 +748,7 @@ mod tests {
         });
         // The group's wait (1) and the drain after the k loop (0).
         assert_eq!(seen, 2);
-        let v = view_of(&k);
+        let v = view_of(&k, &plan);
         let m = one(&v);
         assert_eq!(
             (m.fence, m.wait_group, m.per_group),

@@ -155,6 +155,7 @@ pub(super) fn pair_global_store(
 /// None when the loop has another shape or the cache another layout.
 pub(super) fn stmatrix_store(
     cx: &mut Ctx,
+    plan: &PipelinePlan,
     k: &mut Kernel,
     body: &[Stmt],
     reg: &str,
@@ -163,7 +164,7 @@ pub(super) fn stmatrix_store(
 ) -> Option<Stmt> {
     let (_, store) = final_store(body)?;
     let out = &k.buffers[store.out.buffer];
-    let only_tma_stored = cx
+    let only_tma_stored = plan
         .stores
         .iter()
         .any(|s| cx.tensor_buffer.get(&s.cache) == Some(&store.out.buffer));
