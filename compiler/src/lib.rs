@@ -5,7 +5,8 @@
 //! one named pass at a time, printed after each) → [`codegen`] (CUDA source + [`plan::LaunchPlan`]).
 //! [`reference`] evaluates the fusion's math in float64 for validation.
 //! [`torch`] emits the same fusion as a PyTorch function (the *torch twin*).
-//! [`pipeline_view`] describes the final kernel's TMA pipelines (roles, stages, barriers) as data.
+//! [`pipeline_view`] describes the final kernel's TMA pipelines (roles, stages, barriers) as data,
+//! from the [`passes::PipelinePlan`] and the kernel IR.
 
 pub mod codegen;
 pub mod cuda;

@@ -3,9 +3,13 @@
 //! its stages, the loads into its slots, the mbarriers that say a slot is full (and, once the
 //! kernel has them, empty), and how a slot is given back to the producer.
 //!
-//! It is derived from the final kernel IR alone, by walking its statements: `TmaLoad`,
-//! `MbarArriveExpectTx`, `MbarWait` and `Sync`, with the `If` guards and the serial loops around
-//! them. A guard's conjuncts that depend on the thread index select a role (today one thread,
+//! What the `tma` pass planned is read from the [`PipelinePlan`]: which pipelines there are (one
+//! per stream of copies on one full barrier: a pipe's, or a warp-specialized producer role's),
+//! their stages, prefetch distance and empty barriers, the boxes per stage and tensor maps of
+//! the loads, the warp roles' thread counts and registers, and the TMA stores' tensor maps,
+//! boxes and issuing thread. Where things happen is read from the final kernel IR, by walking
+//! its statements: `TmaLoad`, `MbarArriveExpectTx`, `MbarWait` and `Sync`, with the `If` guards
+//! and the serial loops around them (the phases, slots, parities, arrivals and releases). A guard's conjuncts that depend on the thread index select a role (today one thread,
 //! `threadIdx.x == 0 && ...`, issues every load and every thread waits); the others (bounds) are
 //! kept as the load's guard. Statement kinds it does not know are skipped, so statements added to
 //! the kernel IR later do not break it (loads nested inside such statements are not seen until
@@ -24,7 +28,8 @@ mod mma;
 mod walk;
 
 use crate::fusion::ParallelType;
-use crate::kir::{Compute, CopyKind, Kernel, Stmt, TmaLoad, TmaStore, Val, Wgmma};
+use crate::kir::{Compute, CopyKind, Kernel, TmaLoad, TmaStore, Val, Wgmma};
+use crate::passes::tma::pipeline_plan::Stream;
 use crate::passes::PipelinePlan;
 use crate::target;
 use serde::Serialize;
@@ -378,7 +383,7 @@ fn role_of(roles: &[RoleAcc], guards: &Guards) -> usize {
 }
 
 /// The pipelines of `k` (the kernel after the last pass), which `plan` planned.
-pub fn extract(k: &Kernel, _plan: &PipelinePlan) -> PipelineView {
+pub fn extract(k: &Kernel, plan: &PipelinePlan) -> PipelineView {
     let mut walk = Walk {
         thread_vars: k
             .hw_vars
@@ -394,15 +399,20 @@ pub fn extract(k: &Kernel, _plan: &PipelinePlan) -> PipelineView {
     walk.block(&k.body, &mut Vec::new(), None);
     let events = &walk.events;
 
-    // Full barriers: the arrays loads complete on, in order of their first load.
-    let mut full: Vec<usize> = Vec::new();
-    for e in events {
-        if let What::Load(t) = e.what {
-            if !full.contains(&t.bars) {
-                full.push(t.bars);
-            }
-        }
-    }
+    // The pipelines: the plan's streams of copies (each completes on one full barrier), in the
+    // order the kernel first issues them.
+    let first_load = |bars: usize| {
+        events
+            .iter()
+            .position(|e| matches!(e.what, What::Load(t) if t.bars == bars))
+    };
+    let mut streams: Vec<Stream> = plan
+        .streams()
+        .into_iter()
+        .filter(|s| first_load(s.full).is_some())
+        .collect();
+    streams.sort_by_key(|s| first_load(s.full));
+    let full: Vec<usize> = streams.iter().map(|s| s.full).collect();
     // Roles: those that issue loads first, then those that wait on a full barrier, then those
     // that issue wgmma (they usually wait too, and are then that role).
     #[derive(Clone, Copy, PartialEq)]
@@ -445,28 +455,28 @@ pub fn extract(k: &Kernel, _plan: &PipelinePlan) -> PipelineView {
         }
     }
 
-    let (pipelines, places): (Vec<Pipeline>, Vec<Vec<Place>>) = full
+    let (pipelines, places): (Vec<Pipeline>, Vec<Vec<Place>>) = streams
         .iter()
-        .map(|&bars| pipeline(k, &walk, &roles, &full, bars))
+        .map(|stream| pipeline(k, plan, &walk, &roles, stream))
         .unzip();
-    let roles = name_roles(k, &walk, &roles);
-    let mmas = mma::extract(k, &walk, &roles, &full, &places);
+    let roles = name_roles(k, plan, &walk, &roles);
+    let mmas = mma::extract(k, plan, &walk, &roles, &full, &places);
     PipelineView {
         roles,
         pipelines,
         mmas,
         nests: epilogue::nests(&walk, &places),
-        staged: epilogue::staged(k, &walk),
+        staged: epilogue::staged(k, plan, &walk),
     }
 }
 
 /// A loop of a pipeline (None: straight-line code) and its phase.
 type Place = (Option<usize>, PhaseKind);
 
-fn name_roles(k: &Kernel, walk: &Walk, roles: &[RoleAcc]) -> Vec<Role> {
+fn name_roles(k: &Kernel, plan: &PipelinePlan, walk: &Walk, roles: &[RoleAcc]) -> Vec<Role> {
     let counts: Vec<Option<i64>> = roles
         .iter()
-        .map(|r| count_threads(walk, k, &r.conds).or_else(|| warp_role_count(k, r)))
+        .map(|r| count_threads(walk, k, &r.conds).or_else(|| warp_role_count(plan, r)))
         .collect();
     // A role that runs wgmma is whole warp groups.
     let warp_groups: Vec<Option<i64>> = roles
@@ -524,7 +534,7 @@ fn name_roles(k: &Kernel, walk: &Walk, roles: &[RoleAcc]) -> Vec<Role> {
                 condition: r.key.clone(),
                 thread_count: count,
                 threads,
-                registers: warp_role_registers(k, r),
+                registers: warp_role_registers(plan, r),
                 issues: r.issues,
                 waits: r.waits,
                 mma: r.mma,
@@ -534,35 +544,23 @@ fn name_roles(k: &Kernel, walk: &Walk, roles: &[RoleAcc]) -> Vec<Role> {
         .collect()
 }
 
-/// The warp-specialization statement of the kernel, if any: (consumer threads, registers).
-fn warp_roles(k: &Kernel) -> Option<(i64, Option<(u32, u32)>)> {
-    k.body.iter().find_map(|s| match s {
-        Stmt::WarpRoles {
-            consumer_threads,
-            registers,
-            ..
-        } => Some((*consumer_threads, *registers)),
-        _ => None,
-    })
-}
-
 /// Threads of a role selected by an election (one thread) or, in a warp-specialized kernel,
 /// by the warp condition (the consumers when negated, else the producer warp group).
-fn warp_role_count(k: &Kernel, r: &RoleAcc) -> Option<i64> {
+fn warp_role_count(plan: &PipelinePlan, r: &RoleAcc) -> Option<i64> {
     if r.conds.iter().any(|(c, n)| *c == Val::Elect && !n) {
         return Some(1);
     }
-    let (consumers, _) = warp_roles(k)?;
+    let ws = plan.warp_specialized()?;
     match r.conds.as_slice() {
-        [(c, true)] if c.mentions_warp() => Some(consumers),
-        [(c, false)] if c.mentions_warp() => Some(128),
+        [(c, true)] if c.mentions_warp() => Some(ws.consumer_threads),
+        [(c, false)] if c.mentions_warp() => Some(target::WARPGROUP_THREADS),
         _ => None,
     }
 }
 
-fn warp_role_registers(k: &Kernel, r: &RoleAcc) -> Option<u32> {
-    let (_, regs) = warp_roles(k)?;
-    let (producer, consumer) = regs?;
+/// The registers (`setmaxnreg`) a role of a warp-specialized kernel asks for.
+fn warp_role_registers(plan: &PipelinePlan, r: &RoleAcc) -> Option<u32> {
+    let (producer, consumer) = plan.warp_specialized()?.spec.registers?;
     let negated = r
         .conds
         .first()
@@ -570,15 +568,26 @@ fn warp_role_registers(k: &Kernel, r: &RoleAcc) -> Option<u32> {
     Some(if negated { consumer } else { producer })
 }
 
-/// Pipeline `bars` and the loops its loads and waits are in, with their phases.
+/// The pipeline of `stream` (what the plan planned for it, and the loops its loads and waits
+/// are in, with their phases).
 fn pipeline(
     k: &Kernel,
+    plan: &PipelinePlan,
     walk: &Walk,
     roles: &[RoleAcc],
-    full: &[usize],
-    bars: usize,
+    stream: &Stream,
 ) -> (Pipeline, Vec<Place>) {
     let events = &walk.events;
+    let bars = stream.full;
+    let pipe = &plan.pipes[stream.pipe];
+    // The planned load a copy fills a slot of.
+    let planned = |t: &TmaLoad| {
+        stream
+            .loads
+            .iter()
+            .map(|&m| &plan.loads[m])
+            .find(|i| k.buffers[t.dst.buffer].tensor == Some(i.tensor))
+    };
     let loads: Vec<(usize, &Event, &TmaLoad)> = events
         .iter()
         .enumerate()
@@ -633,14 +642,8 @@ fn pipeline(
     let main = lp_of(PhaseKind::Main).flatten();
     let prologue = lp_of(PhaseKind::Prologue).flatten();
     let produce = lp_of(PhaseKind::Produce).flatten();
-    let prefetch = match (prologue, produce) {
-        (Some(l), _) => match walk.loops[l].extent {
-            Val::Int(p) => Some(*p),
-            _ => None,
-        },
-        (None, Some(_)) => None,
-        (None, None) => Some(0),
-    };
+    // A warp-specialized producer runs ahead as far as the empty barriers let it.
+    let prefetch = pipe.ws.is_none().then_some(pipe.prefetch);
     // Where slots are refilled (loads) and waited on in the steady state.
     let refill = main.or(produce);
     let drain = main.or(lp_of(PhaseKind::Consume).flatten());
@@ -650,16 +653,19 @@ fn pipeline(
 
     let mut out_loads: Vec<Load> = Vec::new();
     let mut shown: Vec<bool> = Vec::new();
-    // Per load shown: how many of its copies each arrival announces (boxes side by side).
-    let mut per_arrival: Vec<std::collections::HashMap<Option<usize>, i64>> = Vec::new();
     for &(i, e, t) in &loads {
-        let (kind, tensor, tensor_map) = match t.kind {
-            CopyKind::Tile { map } => (
+        let info = planned(t);
+        let map = info.and_then(|i| i.map).map(|m| &k.tensor_maps[m]);
+        let (kind, tensor, tensor_map) = match (t.kind, map) {
+            (CopyKind::Tile { .. }, Some(map)) => {
+                (LoadKind::Tile, map.tensor.clone(), Some(map.param.clone()))
+            }
+            (CopyKind::Tile { map }, None) => (
                 LoadKind::Tile,
                 k.tensor_maps[map].tensor.clone(),
                 Some(k.tensor_maps[map].param.clone()),
             ),
-            CopyKind::Bulk => (LoadKind::Bulk, k.buffers[t.src.buffer].name.clone(), None),
+            (CopyKind::Bulk, _) => (LoadKind::Bulk, k.buffers[t.src.buffer].name.clone(), None),
         };
         // The arrival that announces this copy: the last one before it on the same barrier,
         // under the same guards, in the same loop.
@@ -685,7 +691,8 @@ fn pipeline(
             tensor_map,
             rank: t.coords.len().max(1),
             bytes: t.bytes,
-            boxes: 1,
+            // A stage of several boxes side by side has a copy per box.
+            boxes: info.map_or(1, |i| i.boxes.count),
             expect_tx,
             arrival,
             role: role_of(roles, &e.guards),
@@ -697,7 +704,6 @@ fn pipeline(
             (o.kind, &o.buffer, &o.tensor, o.bytes, o.role)
                 == (load.kind, &load.buffer, &load.tensor, load.bytes, load.role)
         });
-        let at = (same.unwrap_or(out_loads.len()), load.arrival);
         match same {
             Some(j) => {
                 let phase = load.phases[0];
@@ -714,12 +720,8 @@ fn pipeline(
             None => {
                 shown.push(steady(e.lp, refill));
                 out_loads.push(load);
-                per_arrival.push(std::collections::HashMap::new());
             }
         }
-        let n = per_arrival[at.0].entry(at.1).or_insert(0);
-        *n += 1;
-        out_loads[at.0].boxes = out_loads[at.0].boxes.max(*n);
     }
 
     // Arrivals numbered in order of the loads shown.
@@ -763,23 +765,11 @@ fn pipeline(
         }
     }
 
-    // Release: an empty barrier the producer waits on where it refills slots (an array no load
-    // completes on), else a block barrier after the main loop's wait.
-    let producer_keys: Vec<Option<String>> =
-        loads.iter().map(|(_, e, _)| role_key(&e.guards)).collect();
-    let empty_barrier = refill.and_then(|m| {
-        events.iter().find_map(|e| match e.what {
-            What::Wait { bars: b, .. }
-                if b != bars
-                    && !full.contains(&b)
-                    && e.lp == Some(m)
-                    && producer_keys.contains(&role_key(&e.guards)) =>
-            {
-                Some(k.mbarriers[b].name.clone())
-            }
-            _ => None,
-        })
-    });
+    // Release: the planned empty barrier where slots are refilled, else a block barrier after
+    // the main loop's wait.
+    let empty_barrier = refill
+        .and(stream.empty)
+        .map(|b| k.mbarriers[b].name.clone());
     let release = match (refill, main) {
         (None, _) => Release::NotReused,
         _ if empty_barrier.is_some() => Release::EmptyBarrier,
@@ -812,7 +802,7 @@ fn pipeline(
     let pipeline = Pipeline {
         buffers,
         tensors,
-        stages: k.mbarriers[bars].count,
+        stages: pipe.stages,
         prefetch,
         loop_var,
         phases,

@@ -15,8 +15,9 @@
 //! ([`LoopNest`]): the producer's one flat loop over (tile, k) against the consumers' tile
 //! loops and k loop.
 
-use super::{role_key, Event, PhaseKind, Place, Walk, What};
+use super::{Event, PhaseKind, Place, Walk, What};
 use crate::kir::{Kernel, Val};
+use crate::passes::PipelinePlan;
 use serde::Serialize;
 
 /// The store path of one shared cache (see the module doc).
@@ -142,7 +143,7 @@ pub(super) fn nests(walk: &Walk, places: &[Vec<Place>]) -> Vec<LoopNest> {
 }
 
 /// The staged epilogues of `k` (see the module doc).
-pub(super) fn staged(k: &Kernel, walk: &Walk) -> Vec<StagedEpilogue> {
+pub(super) fn staged(k: &Kernel, plan: &PipelinePlan, walk: &Walk) -> Vec<StagedEpilogue> {
     let events = &walk.events;
     let accumulators: Vec<usize> = events
         .iter()
@@ -185,10 +186,15 @@ pub(super) fn staged(k: &Kernel, walk: &Walk) -> Vec<StagedEpilogue> {
         let (Some(&(i0, e0)), Some(&(last, _))) = (stores.first(), stores.last()) else {
             continue;
         };
-        let What::Store(t) = e0.what else { continue };
-        let Some(map) = k.tensor_maps.get(t.map) else {
+        // What the plan says of the store: its tensor map, box and issuing thread.
+        let Some(store) = plan
+            .stores
+            .iter()
+            .find(|s| k.buffers[cache].tensor == Some(s.cache))
+        else {
             continue;
         };
+        let map = &k.tensor_maps[store.map];
         // The tile loop: the innermost loop around both the first write and the first store.
         let writes = chain(walk, e.lp, None);
         let tile = chain(walk, e0.lp, None)
@@ -246,19 +252,12 @@ pub(super) fn staged(k: &Kernel, walk: &Walk) -> Vec<StagedEpilogue> {
                 .iter()
                 .map(|(_, e)| per_iteration(walk, e.lp, tile))
                 .sum(),
-            box_bytes: t.bytes,
+            box_bytes: store.bytes,
             commits: commits
                 .iter()
                 .map(|e| per_iteration(walk, e.lp, tile))
                 .sum(),
-            // The stores' thread conditions beyond the writers' (the consumers' role).
-            issuer: role_key(
-                &e0.guards
-                    .iter()
-                    .filter(|g| !e.guards.contains(g))
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            ),
+            issuer: Some(plan.issuer.text()),
             tile_loop: tile.map(|l| walk.loops[l].var.to_string()),
             waits,
         });

@@ -12,6 +12,7 @@
 use super::{role_key, Event, PhaseKind, Place, Role, Walk, What};
 use crate::fusion::MemoryType;
 use crate::kir::{Kernel, MmaOperand, Val, Wgmma};
+use crate::passes::PipelinePlan;
 use crate::target;
 use serde::Serialize;
 
@@ -273,7 +274,13 @@ fn issues_per_group(walk: &Walk, e: &Event, lp: Option<usize>) -> Option<i64> {
 
 /// The first loop after event `after` that reads accumulator `acc` indexed by its own variable,
 /// and the global tensors written inside it.
-fn epilogue(k: &Kernel, walk: &Walk, acc: usize, after: usize) -> Option<Epilogue> {
+fn epilogue(
+    k: &Kernel,
+    plan: &PipelinePlan,
+    walk: &Walk,
+    acc: usize,
+    after: usize,
+) -> Option<Epilogue> {
     let events = &walk.events;
     let reads_acc = |e: &Event| -> Option<usize> {
         let What::Compute(c) = e.what else {
@@ -312,7 +319,7 @@ fn epilogue(k: &Kernel, walk: &Walk, acc: usize, after: usize) -> Option<Epilogu
                 Some(k.buffers[c.out.buffer].name.clone())
             }
             // Staged in shared memory: the tensor its TMA store writes.
-            What::Staged { cache, .. } => tma_stored(k, cache),
+            What::Staged { cache, .. } => tma_stored(k, plan, cache),
             _ => None,
         };
         if let Some(name) = name.filter(|n| !outputs.contains(n)) {
@@ -326,22 +333,19 @@ fn epilogue(k: &Kernel, walk: &Walk, acc: usize, after: usize) -> Option<Epilogu
     })
 }
 
-/// The global tensor a TMA store of shared buffer `b` writes.
-fn tma_stored(k: &Kernel, b: usize) -> Option<String> {
-    let mut found = None;
-    crate::kir::for_each_stmt(&k.body, &mut |s| {
-        if let crate::kir::Stmt::TmaStore(t) = s {
-            if t.src.buffer == b && found.is_none() {
-                found = k.tensor_maps.get(t.map).map(|m| m.tensor.clone());
-            }
-        }
-    });
-    found
+/// The global tensor a planned TMA store of shared buffer `b` writes.
+fn tma_stored(k: &Kernel, plan: &PipelinePlan, b: usize) -> Option<String> {
+    let store = plan
+        .stores
+        .iter()
+        .find(|s| k.buffers[b].tensor == Some(s.cache))?;
+    Some(k.tensor_maps[store.map].tensor.clone())
 }
 
 /// The tensor-core products of `k` (see the module doc).
 pub(super) fn extract(
     k: &Kernel,
+    plan: &PipelinePlan,
     walk: &Walk,
     roles: &[Role],
     full: &[usize],
@@ -494,7 +498,7 @@ pub(super) fn extract(
         }
     }
     for (m, (w, _, last)) in out.iter_mut().zip(&seen) {
-        m.epilogue = epilogue(k, walk, w.acc.buffer, *last);
+        m.epilogue = epilogue(k, plan, walk, w.acc.buffer, *last);
     }
     out
 }

@@ -254,3 +254,17 @@ fn boxes_side_by_side_are_one_load_of_several_boxes() {
     );
     assert_eq!(p.stage_bytes, 65536);
 }
+
+/// What the plan knows is read from it, not rediscovered from the kernel: without the plan's
+/// streams no pipeline is shown, and the prefetch distance is the plan's.
+#[test]
+fn pipelines_and_their_prefetch_come_from_the_plan() {
+    let c = crate::compile(&example("tma/exp_2d.hf"), &Default::default()).unwrap();
+    assert_eq!(extract(&c.kernel, &c.pipeline_plan), c.pipeline);
+    assert_eq!(c.pipeline.pipelines[0].prefetch, Some(3));
+    let mut plan = c.pipeline_plan.clone();
+    plan.pipes[0].prefetch = 1;
+    assert_eq!(extract(&c.kernel, &plan).pipelines[0].prefetch, Some(1));
+    let none = extract(&c.kernel, &crate::passes::PipelinePlan::default());
+    assert!(none.pipelines.is_empty(), "{none:#?}");
+}

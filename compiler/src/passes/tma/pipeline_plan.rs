@@ -56,7 +56,48 @@ impl Default for PipelinePlan {
     }
 }
 
+/// One stream of copies that completes on one "full" mbarrier array: a pipe's copies, or in a
+/// warp-specialized pipe one producer role's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stream {
+    /// Index into [`PipelinePlan::pipes`].
+    pub pipe: usize,
+    /// The "full" and (when slots are released by mbarrier) "empty" arrays, indices into
+    /// `Kernel::mbarriers`.
+    pub full: usize,
+    pub empty: Option<usize>,
+    /// Its loads, indices into [`PipelinePlan::loads`].
+    pub loads: Vec<usize>,
+}
+
 impl PipelinePlan {
+    /// Every stream of copies, pipe by pipe (pipes of plain loads have none).
+    pub fn streams(&self) -> Vec<Stream> {
+        let mut out = Vec::new();
+        for (p, pipe) in self.pipes.iter().enumerate() {
+            match &pipe.ws {
+                Some(ws) => out.extend(ws.roles.iter().map(|r| Stream {
+                    pipe: p,
+                    full: r.full,
+                    empty: Some(r.empty),
+                    loads: r.members.clone(),
+                })),
+                None => out.extend(pipe.full.map(|full| Stream {
+                    pipe: p,
+                    full,
+                    empty: pipe.empty,
+                    loads: pipe.members.clone(),
+                })),
+            }
+        }
+        out
+    }
+
+    /// The warp specialization of the kernel, if a pipe has one (at most one does).
+    pub fn warp_specialized(&self) -> Option<&super::WsPlan> {
+        self.pipes.iter().find_map(|p| p.ws.as_ref())
+    }
+
     /// The shared-memory swizzle (bytes) of buffer `b` when it holds a swizzled TMA box: a
     /// swizzled load's cache or a swizzled store's source (`tensor_buffer`: the buffer of each
     /// tensor, `Ctx::tensor_buffer`).
