@@ -15,6 +15,7 @@ pub mod dtype;
 pub mod examples;
 pub mod frontend;
 pub mod fusion;
+pub mod id;
 pub mod kir;
 pub mod passes;
 pub mod pipeline_view;

@@ -28,7 +28,7 @@ mod mma;
 mod walk;
 
 use crate::fusion::ParallelType;
-use crate::kir::{Compute, CopyKind, Kernel, TmaLoad, TmaStore, Val, Wgmma};
+use crate::kir::{BufferId, Compute, CopyKind, Kernel, TmaLoad, TmaStore, Val, Wgmma};
 use crate::passes::tma::pipeline_plan::Stream;
 use crate::passes::PipelinePlan;
 use crate::target;
@@ -268,8 +268,8 @@ enum What<'k> {
     Compute(&'k Compute),
     /// A `stmatrix` into a shared-memory cache from a register array (their buffers).
     Staged {
-        cache: usize,
-        from: usize,
+        cache: BufferId,
+        from: BufferId,
     },
     Store(&'k TmaStore),
     BulkCommit,

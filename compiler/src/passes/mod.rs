@@ -15,6 +15,7 @@ pub mod tma;
 
 use crate::diag::Diagnostic;
 use crate::fusion::{Fusion, IterId, IterKind, IterOrigin, TensorId};
+use crate::id::IdVec;
 use crate::kir::{BufferId, Kernel};
 use crate::plan::SizeExpr;
 use rustc_hash::FxHashMap;
@@ -140,7 +141,8 @@ pub const PIPELINE: &[Pass] = &[
     },
 ];
 
-pub type LoopKey = usize;
+/// A loop key: its place in [`Keys::nodes`] (and its other tables).
+pub use crate::kir::LoopKey;
 
 /// Structural identity of a loop: axes of different tensors derived the same way from the same
 /// axis classes get the same key, and so can share one loop.
@@ -161,15 +163,15 @@ pub enum KeyNode {
 
 #[derive(Default)]
 pub struct Keys {
-    pub nodes: Vec<KeyNode>,
+    pub nodes: IdVec<LoopKey, KeyNode>,
     map: FxHashMap<KeyNode, LoopKey>,
-    pub names: Vec<String>,
+    pub names: IdVec<LoopKey, String>,
     /// Per key, computed once when it is made (a key never changes, and these are asked for
     /// every statement of several passes): its extent, the axis classes it derives from, and
     /// whether its splits all divide evenly.
-    extents: Vec<SizeExpr>,
-    classes: Vec<Vec<IterId>>,
-    divisible: Vec<bool>,
+    extents: IdVec<LoopKey, SizeExpr>,
+    classes: IdVec<LoopKey, Vec<IterId>>,
+    divisible: IdVec<LoopKey, bool>,
 }
 
 /// The loop key of each axis given one so far, by axis id: a dense table (keys are asked for
@@ -179,14 +181,14 @@ pub struct IdKeys(Vec<Option<LoopKey>>);
 
 impl IdKeys {
     pub fn get(&self, id: &IterId) -> Option<&LoopKey> {
-        self.0.get(*id)?.as_ref()
+        self.0.get(id.index())?.as_ref()
     }
 
     fn insert(&mut self, id: IterId, key: LoopKey) {
-        if self.0.len() <= id {
-            self.0.resize(id + 1, None);
+        if self.0.len() <= id.index() {
+            self.0.resize(id.index() + 1, None);
         }
-        self.0[id] = Some(key);
+        self.0[id.index()] = Some(key);
     }
 }
 
@@ -210,7 +212,7 @@ pub struct Ctx<'a> {
     /// errors about the accumulator point at the reduction.
     pub accumulator_of: FxHashMap<BufferId, TensorId>,
     /// The exprs reading each tensor ([`Fusion::use_index`], computed once).
-    pub uses: Vec<Vec<crate::fusion::ExprId>>,
+    pub uses: IdVec<TensorId, Vec<crate::fusion::ExprId>>,
     /// Buffer of each tensor (inputs and outputs included).
     pub tensor_buffer: FxHashMap<TensorId, BufferId>,
     /// Axes (of the tensor's loop domain) each local or shared buffer spans.
@@ -307,8 +309,7 @@ impl<'a> Ctx<'a> {
             None => {
                 let name = self.key_name(&node);
                 let (extent, classes, divisible) = self.derive_key(&node);
-                let k = self.keys.nodes.len();
-                self.keys.nodes.push(node.clone());
+                let k = self.keys.nodes.push(node.clone());
                 self.keys.map.insert(node, k);
                 self.keys.names.push(name);
                 self.keys.extents.push(extent);
@@ -370,7 +371,7 @@ impl<'a> Ctx<'a> {
         k.hw_vars
             .iter()
             .filter_map(|(var, _)| {
-                let key = self.keys.names.iter().position(|n| n == var)?;
+                let key = LoopKey::new(self.keys.names.iter().position(|n| n == var)?);
                 Some((key, crate::kir::Val::Var(var.clone())))
             })
             .collect()

@@ -16,7 +16,7 @@
 //! loops and k loop.
 
 use super::{Event, PhaseKind, Place, Walk, What};
-use crate::kir::{Kernel, Val};
+use crate::kir::{BufferId, Kernel, Val};
 use crate::passes::PipelinePlan;
 use serde::Serialize;
 
@@ -145,14 +145,14 @@ pub(super) fn nests(walk: &Walk, places: &[Vec<Place>]) -> Vec<LoopNest> {
 /// The staged epilogues of `k` (see the module doc).
 pub(super) fn staged(k: &Kernel, plan: &PipelinePlan, walk: &Walk) -> Vec<StagedEpilogue> {
     let events = &walk.events;
-    let accumulators: Vec<usize> = events
+    let accumulators: Vec<BufferId> = events
         .iter()
         .filter_map(|e| match &e.what {
             What::Mma { w, .. } => Some(w.acc.buffer),
             _ => None,
         })
         .collect();
-    let mut caches: Vec<usize> = Vec::new();
+    let mut caches: Vec<BufferId> = Vec::new();
     let mut out = Vec::new();
     for (first, e) in events.iter().enumerate() {
         let What::Staged { cache, from } = e.what else {

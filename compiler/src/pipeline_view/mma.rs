@@ -11,7 +11,7 @@
 
 use super::{role_key, Event, PhaseKind, Place, Role, Walk, What};
 use crate::fusion::MemoryType;
-use crate::kir::{Kernel, MmaOperand, Val, Wgmma};
+use crate::kir::{BufferId, Kernel, MmaOperand, Val, Wgmma};
 use crate::passes::PipelinePlan;
 use crate::target;
 use serde::Serialize;
@@ -278,7 +278,7 @@ fn epilogue(
     k: &Kernel,
     plan: &PipelinePlan,
     walk: &Walk,
-    acc: usize,
+    acc: BufferId,
     after: usize,
 ) -> Option<Epilogue> {
     let events = &walk.events;
@@ -334,7 +334,7 @@ fn epilogue(
 }
 
 /// The global tensor a planned TMA store of shared buffer `b` writes.
-fn tma_stored(k: &Kernel, plan: &PipelinePlan, b: usize) -> Option<String> {
+fn tma_stored(k: &Kernel, plan: &PipelinePlan, b: BufferId) -> Option<String> {
     let store = plan
         .stores
         .iter()

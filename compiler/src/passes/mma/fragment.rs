@@ -30,7 +30,7 @@ fn lanes(
     (group, n): (&str, i64),
     suffix: &str,
 ) -> (BufferId, String, Vec<Stmt>) {
-    let array = k.buffers.len();
+    let array = BufferId::new(k.buffers.len());
     k.buffers.push(Buffer {
         name: cx.fresh_name(&format!("{}_{suffix}", k.buffers[store.out.buffer].name)),
         dtype: k.buffers[store.out.buffer].dtype,
@@ -362,7 +362,7 @@ pub(super) fn reusable_accumulators(
     };
     let mut accs: Vec<BufferId> = accumulators.iter().copied().collect();
     accs.sort_unstable();
-    for f in 0..k.buffers.len() {
+    for f in k.buffer_ids() {
         let buf = &k.buffers[f];
         if buf.memory != MemoryType::Local
             || buf.dtype != DType::F32

@@ -32,7 +32,7 @@ use super::predicate::eval;
 use super::{Ctx, LoopKey, PipelinePlan};
 use crate::diag::Diagnostic;
 use crate::dtype::DType;
-use crate::fusion::{BinaryOp, MemoryType, ParallelType};
+use crate::fusion::{BinaryOp, ExprId, MemoryType, ParallelType};
 use crate::kir::{
     Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, MmaOperand, Stmt, Val,
     Wgmma,
@@ -288,7 +288,7 @@ pub(super) struct Lower<'p> {
 }
 
 impl Lower<'_> {
-    fn err(&self, cx: &Ctx, expr: usize, m: String) -> Diagnostic {
+    fn err(&self, cx: &Ctx, expr: ExprId, m: String) -> Diagnostic {
         let f = cx.fusion;
         Diagnostic::new(m, f.tensors[f.exprs[expr].output].span)
     }
@@ -495,7 +495,7 @@ impl Lower<'_> {
                 if inits {
                     let mut out = Vec::new();
                     for c in cs {
-                        let flag = k.buffers.len();
+                        let flag = BufferId::new(k.buffers.len());
                         k.buffers.push(Buffer {
                             name: cx
                                 .fresh_name(&format!("{}_started", k.buffers[c.out.buffer].name)),
@@ -593,7 +593,7 @@ impl Lower<'_> {
     }
 }
 
-pub(super) fn first_expr(body: &[Stmt]) -> Option<usize> {
+pub(super) fn first_expr(body: &[Stmt]) -> Option<ExprId> {
     let mut found = None;
     crate::kir::for_each_stmt(body, &mut |s| {
         if let Stmt::Compute(c) = s {

@@ -8,7 +8,7 @@ use super::*;
 
 /// What [`Lower::product`] found.
 pub(super) struct Product {
-    pub(super) expr: usize,
+    pub(super) expr: ExprId,
     pub(super) m: TileLoop,
     pub(super) n: TileLoop,
     pub(super) n_extent: i64,
@@ -50,11 +50,11 @@ impl Lower<'_> {
         let f = cx.fusion;
         let mut cs = Vec::new();
         let any_expr = first_expr(body);
-        let what = |e: Option<usize>| {
+        let what = |e: Option<ExprId>| {
             e.map(|e| format!("`{}`", f.tensors[f.exprs[e].output].name))
                 .unwrap_or_else(|| "a tensor".into())
         };
-        let span = |e: Option<usize>| e.and_then(|e| f.tensors[f.exprs[e].output].span);
+        let span = |e: Option<ExprId>| e.and_then(|e| f.tensors[f.exprs[e].output].span);
         if !computes(body, &mut cs) {
             return Err(Diagnostic::new(
                 format!(

@@ -479,7 +479,7 @@ pub(crate) fn issue_stores(cx: &Ctx, body: &mut Vec<Stmt>, s: &StoreInfo, issuer
 }
 
 /// Adds `offset` to every read of `buffer`.
-pub(crate) fn shift_reads(body: &mut [Stmt], buffer: usize, offset: &Val) {
+pub(crate) fn shift_reads(body: &mut [Stmt], buffer: BufferId, offset: &Val) {
     for s in body {
         match s {
             Stmt::Compute(c) => c.value.for_each_read_mut(&mut |a| {
@@ -504,7 +504,7 @@ pub(crate) fn shift(a: &mut Access, offset: &Val) {
 }
 
 /// Adds `offset` to every plain write of `buffer`.
-pub(crate) fn shift_writes(s: &mut Stmt, buffer: usize, offset: &Val) {
+pub(crate) fn shift_writes(s: &mut Stmt, buffer: BufferId, offset: &Val) {
     match s {
         Stmt::Compute(c) if c.out.buffer == buffer => shift(&mut c.out, offset),
         Stmt::Loop(l) => l

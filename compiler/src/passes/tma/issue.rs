@@ -13,7 +13,8 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     issue_block(cx, plan, k, &mut body, &mut env)?;
     // Swizzled boxes: every element access of the buffer goes through the swizzle (the copies
     // address the box's start, which the swizzle keeps in place).
-    let swizzled: HashMap<BufferId, (i64, u32)> = (0..k.buffers.len())
+    let swizzled: HashMap<BufferId, (i64, u32)> = k
+        .buffer_ids()
         .filter_map(|b| {
             let sw = plan.box_swizzle(&cx.tensor_buffer, b)?;
             Some((b, (k.buffers[b].dtype.size_bytes() as i64, sw)))

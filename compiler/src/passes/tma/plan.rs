@@ -273,7 +273,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<PipelinePlan, Diagnostic> {
     };
     let plan = &mut plan;
     let f = cx.fusion;
-    for t in 0..f.tensors.len() {
+    for t in f.tensor_ids() {
         if !cx.placement.contains_key(&t) {
             continue;
         }
