@@ -5,7 +5,8 @@
 //! one named pass at a time, printed after each) → [`codegen`] (CUDA source + [`plan::LaunchPlan`]).
 //! [`reference`] evaluates the fusion's math in float64 for validation.
 //! [`torch`] emits the same fusion as a PyTorch function (the *torch twin*).
-//! [`pipeline_view`] describes the final kernel's TMA pipelines (roles, stages, barriers) as data.
+//! [`pipeline_view`] describes the final kernel's TMA pipelines (roles, stages, barriers) as data,
+//! from the [`passes::PipelinePlan`] and the kernel IR.
 
 pub mod codegen;
 pub mod cuda;
@@ -14,6 +15,7 @@ pub mod dtype;
 pub mod examples;
 pub mod frontend;
 pub mod fusion;
+pub mod id;
 pub mod kir;
 pub mod passes;
 pub mod pipeline_view;
@@ -68,6 +70,9 @@ pub struct Compilation {
     pub lines: codegen::lines::LineMap,
     /// The kernel IR after the last pass (what the CUDA was emitted from).
     pub kernel: kir::Kernel,
+    /// What the `tma` pass planned for the kernel's copies, pipelines and stores (and
+    /// `allocation` completed), as the passes read it; the default without such features.
+    pub pipeline_plan: passes::PipelinePlan,
 }
 
 /// The fusion as written (what [`reference::evaluate`] runs), from the front end alone: no
@@ -136,12 +141,16 @@ pub fn compile_choosing_index(
     // The statement lines of the last dump (what the CUDA line map points into), recorded as
     // each dump is printed rather than printing the final kernel once more.
     let mut ir_lines = kir::IrLines::default();
+    // The pipeline plan: computed by the `tma` pass, completed by `allocation`, read by the
+    // passes after them and by the pipeline view (empty when `tma` does not run).
+    let mut pipeline_plan = passes::PipelinePlan::default();
     for pass in passes::PIPELINE {
         if !(pass.applies)(&cx) {
             continue;
         }
         cx.kernel_unchanged = false;
-        (pass.run)(&mut cx, &mut kernel).map_err(locate)?;
+        pass.run(&mut cx, &mut pipeline_plan, &mut kernel)
+            .map_err(locate)?;
         verify::after_pass(pass.name, &kernel)?;
         // A pass that changed nothing has the previous kernel pass's dump (and lines).
         let ir = match dumps.last() {
@@ -158,7 +167,7 @@ pub fn compile_choosing_index(
             ir,
         });
     }
-    let pipeline = pipeline_view::extract(&kernel);
+    let pipeline = pipeline_view::extract(&kernel, &pipeline_plan);
     let constraints = cx.constraints.clone();
     let (mut cuda, mut plan, mut written) =
         codegen::emit_mapped(&scheduled, &kernel, options.index_type, constraints.clone());
@@ -180,6 +189,7 @@ pub fn compile_choosing_index(
         pipeline,
         lines,
         kernel,
+        pipeline_plan,
     })
 }
 

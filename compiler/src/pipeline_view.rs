@@ -3,9 +3,13 @@
 //! its stages, the loads into its slots, the mbarriers that say a slot is full (and, once the
 //! kernel has them, empty), and how a slot is given back to the producer.
 //!
-//! It is derived from the final kernel IR alone, by walking its statements: `TmaLoad`,
-//! `MbarArriveExpectTx`, `MbarWait` and `Sync`, with the `If` guards and the serial loops around
-//! them. A guard's conjuncts that depend on the thread index select a role (today one thread,
+//! What the `tma` pass planned is read from the [`PipelinePlan`]: which pipelines there are (one
+//! per stream of copies on one full barrier: a pipe's, or a warp-specialized producer role's),
+//! their stages, prefetch distance and empty barriers, the boxes per stage and tensor maps of
+//! the loads, the warp roles' thread counts and registers, and the TMA stores' tensor maps,
+//! boxes and issuing thread. Where things happen is read from the final kernel IR, by walking
+//! its statements: `TmaLoad`, `MbarArriveExpectTx`, `MbarWait` and `Sync`, with the `If` guards
+//! and the serial loops around them (the phases, slots, parities, arrivals and releases). A guard's conjuncts that depend on the thread index select a role (today one thread,
 //! `threadIdx.x == 0 && ...`, issues every load and every thread waits); the others (bounds) are
 //! kept as the load's guard. Statement kinds it does not know are skipped, so statements added to
 //! the kernel IR later do not break it (loads nested inside such statements are not seen until
@@ -24,7 +28,9 @@ mod mma;
 mod walk;
 
 use crate::fusion::ParallelType;
-use crate::kir::{Compute, CopyKind, Kernel, Stmt, TmaLoad, TmaStore, Val, Wgmma};
+use crate::kir::{BufferId, Compute, CopyKind, Kernel, TmaLoad, TmaStore, Val, Wgmma};
+use crate::passes::tma::pipeline_plan::Stream;
+use crate::passes::PipelinePlan;
 use crate::target;
 use serde::Serialize;
 use walk::{conjuncts, has_wgmma};
@@ -47,6 +53,9 @@ pub struct PipelineView {
     pub nests: Vec<LoopNest>,
     /// The accumulator's store paths through shared memory (`stmatrix`, TMA store).
     pub staged: Vec<StagedEpilogue>,
+    /// CTAs per cluster along x, y, z when the kernel runs in clusters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<[i64; 3]>,
 }
 
 /// A set of threads of the block with one job in the pipelines.
@@ -125,6 +134,10 @@ pub struct Load {
     /// Copies of this box per stage: several when a stage holds boxes side by side (a K tile
     /// wider than one swizzle span), each its own copy at the next box's place in the slot.
     pub boxes: i64,
+    /// Multicast to this many CTAs of the cluster: each CTA copies its slice (`bytes`) into
+    /// the slot of every CTA, so a slot receives `bytes` from each of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multicast: Option<i64>,
     /// Bytes announced by the `mbarrier.arrive.expect_tx` before the copy.
     pub expect_tx: Option<i64>,
     /// Which arrival announces it, numbered within the pipeline: loads with the same number
@@ -262,8 +275,8 @@ enum What<'k> {
     Compute(&'k Compute),
     /// A `stmatrix` into a shared-memory cache from a register array (their buffers).
     Staged {
-        cache: usize,
-        from: usize,
+        cache: BufferId,
+        from: BufferId,
     },
     Store(&'k TmaStore),
     BulkCommit,
@@ -376,8 +389,8 @@ fn role_of(roles: &[RoleAcc], guards: &Guards) -> usize {
         .expect("every role was collected")
 }
 
-/// The pipelines of `k` (the kernel after the last pass).
-pub fn extract(k: &Kernel) -> PipelineView {
+/// The pipelines of `k` (the kernel after the last pass), which `plan` planned.
+pub fn extract(k: &Kernel, plan: &PipelinePlan) -> PipelineView {
     let mut walk = Walk {
         thread_vars: k
             .hw_vars
@@ -393,15 +406,20 @@ pub fn extract(k: &Kernel) -> PipelineView {
     walk.block(&k.body, &mut Vec::new(), None);
     let events = &walk.events;
 
-    // Full barriers: the arrays loads complete on, in order of their first load.
-    let mut full: Vec<usize> = Vec::new();
-    for e in events {
-        if let What::Load(t) = e.what {
-            if !full.contains(&t.bars) {
-                full.push(t.bars);
-            }
-        }
-    }
+    // The pipelines: the plan's streams of copies (each completes on one full barrier), in the
+    // order the kernel first issues them.
+    let first_load = |bars: usize| {
+        events
+            .iter()
+            .position(|e| matches!(e.what, What::Load(t) if t.bars == bars))
+    };
+    let mut streams: Vec<Stream> = plan
+        .streams()
+        .into_iter()
+        .filter(|s| first_load(s.full).is_some())
+        .collect();
+    streams.sort_by_key(|s| first_load(s.full));
+    let full: Vec<usize> = streams.iter().map(|s| s.full).collect();
     // Roles: those that issue loads first, then those that wait on a full barrier, then those
     // that issue wgmma (they usually wait too, and are then that role).
     #[derive(Clone, Copy, PartialEq)]
@@ -444,28 +462,29 @@ pub fn extract(k: &Kernel) -> PipelineView {
         }
     }
 
-    let (pipelines, places): (Vec<Pipeline>, Vec<Vec<Place>>) = full
+    let (pipelines, places): (Vec<Pipeline>, Vec<Vec<Place>>) = streams
         .iter()
-        .map(|&bars| pipeline(k, &walk, &roles, &full, bars))
+        .map(|stream| pipeline(k, plan, &walk, &roles, stream))
         .unzip();
-    let roles = name_roles(k, &walk, &roles);
-    let mmas = mma::extract(k, &walk, &roles, &full, &places);
+    let roles = name_roles(k, plan, &walk, &roles);
+    let mmas = mma::extract(k, plan, &walk, &roles, &full, &places);
     PipelineView {
         roles,
         pipelines,
         mmas,
         nests: epilogue::nests(&walk, &places),
-        staged: epilogue::staged(k, &walk),
+        staged: epilogue::staged(k, plan, &walk),
+        cluster: k.cluster,
     }
 }
 
 /// A loop of a pipeline (None: straight-line code) and its phase.
 type Place = (Option<usize>, PhaseKind);
 
-fn name_roles(k: &Kernel, walk: &Walk, roles: &[RoleAcc]) -> Vec<Role> {
+fn name_roles(k: &Kernel, plan: &PipelinePlan, walk: &Walk, roles: &[RoleAcc]) -> Vec<Role> {
     let counts: Vec<Option<i64>> = roles
         .iter()
-        .map(|r| count_threads(walk, k, &r.conds).or_else(|| warp_role_count(k, r)))
+        .map(|r| count_threads(walk, k, &r.conds).or_else(|| warp_role_count(plan, r)))
         .collect();
     // A role that runs wgmma is whole warp groups.
     let warp_groups: Vec<Option<i64>> = roles
@@ -523,7 +542,7 @@ fn name_roles(k: &Kernel, walk: &Walk, roles: &[RoleAcc]) -> Vec<Role> {
                 condition: r.key.clone(),
                 thread_count: count,
                 threads,
-                registers: warp_role_registers(k, r),
+                registers: warp_role_registers(plan, r),
                 issues: r.issues,
                 waits: r.waits,
                 mma: r.mma,
@@ -533,35 +552,23 @@ fn name_roles(k: &Kernel, walk: &Walk, roles: &[RoleAcc]) -> Vec<Role> {
         .collect()
 }
 
-/// The warp-specialization statement of the kernel, if any: (consumer threads, registers).
-fn warp_roles(k: &Kernel) -> Option<(i64, Option<(u32, u32)>)> {
-    k.body.iter().find_map(|s| match s {
-        Stmt::WarpRoles {
-            consumer_threads,
-            registers,
-            ..
-        } => Some((*consumer_threads, *registers)),
-        _ => None,
-    })
-}
-
 /// Threads of a role selected by an election (one thread) or, in a warp-specialized kernel,
 /// by the warp condition (the consumers when negated, else the producer warp group).
-fn warp_role_count(k: &Kernel, r: &RoleAcc) -> Option<i64> {
+fn warp_role_count(plan: &PipelinePlan, r: &RoleAcc) -> Option<i64> {
     if r.conds.iter().any(|(c, n)| *c == Val::Elect && !n) {
         return Some(1);
     }
-    let (consumers, _) = warp_roles(k)?;
+    let ws = plan.warp_specialized()?;
     match r.conds.as_slice() {
-        [(c, true)] if c.mentions_warp() => Some(consumers),
-        [(c, false)] if c.mentions_warp() => Some(128),
+        [(c, true)] if c.mentions_warp() => Some(ws.consumer_threads),
+        [(c, false)] if c.mentions_warp() => Some(target::WARPGROUP_THREADS),
         _ => None,
     }
 }
 
-fn warp_role_registers(k: &Kernel, r: &RoleAcc) -> Option<u32> {
-    let (_, regs) = warp_roles(k)?;
-    let (producer, consumer) = regs?;
+/// The registers (`setmaxnreg`) a role of a warp-specialized kernel asks for.
+fn warp_role_registers(plan: &PipelinePlan, r: &RoleAcc) -> Option<u32> {
+    let (producer, consumer) = plan.warp_specialized()?.spec.registers?;
     let negated = r
         .conds
         .first()
@@ -569,15 +576,26 @@ fn warp_role_registers(k: &Kernel, r: &RoleAcc) -> Option<u32> {
     Some(if negated { consumer } else { producer })
 }
 
-/// Pipeline `bars` and the loops its loads and waits are in, with their phases.
+/// The pipeline of `stream` (what the plan planned for it, and the loops its loads and waits
+/// are in, with their phases).
 fn pipeline(
     k: &Kernel,
+    plan: &PipelinePlan,
     walk: &Walk,
     roles: &[RoleAcc],
-    full: &[usize],
-    bars: usize,
+    stream: &Stream,
 ) -> (Pipeline, Vec<Place>) {
     let events = &walk.events;
+    let bars = stream.full;
+    let pipe = &plan.pipes[stream.pipe];
+    // The planned load a copy fills a slot of.
+    let planned = |t: &TmaLoad| {
+        stream
+            .loads
+            .iter()
+            .map(|&m| &plan.loads[m])
+            .find(|i| k.buffers[t.dst.buffer].tensor == Some(i.tensor))
+    };
     let loads: Vec<(usize, &Event, &TmaLoad)> = events
         .iter()
         .enumerate()
@@ -632,14 +650,8 @@ fn pipeline(
     let main = lp_of(PhaseKind::Main).flatten();
     let prologue = lp_of(PhaseKind::Prologue).flatten();
     let produce = lp_of(PhaseKind::Produce).flatten();
-    let prefetch = match (prologue, produce) {
-        (Some(l), _) => match walk.loops[l].extent {
-            Val::Int(p) => Some(*p),
-            _ => None,
-        },
-        (None, Some(_)) => None,
-        (None, None) => Some(0),
-    };
+    // A warp-specialized producer runs ahead as far as the empty barriers let it.
+    let prefetch = pipe.ws.is_none().then_some(pipe.prefetch);
     // Where slots are refilled (loads) and waited on in the steady state.
     let refill = main.or(produce);
     let drain = main.or(lp_of(PhaseKind::Consume).flatten());
@@ -649,16 +661,19 @@ fn pipeline(
 
     let mut out_loads: Vec<Load> = Vec::new();
     let mut shown: Vec<bool> = Vec::new();
-    // Per load shown: how many of its copies each arrival announces (boxes side by side).
-    let mut per_arrival: Vec<std::collections::HashMap<Option<usize>, i64>> = Vec::new();
     for &(i, e, t) in &loads {
-        let (kind, tensor, tensor_map) = match t.kind {
-            CopyKind::Tile { map } => (
+        let info = planned(t);
+        let map = info.and_then(|i| i.map).map(|m| &k.tensor_maps[m]);
+        let (kind, tensor, tensor_map) = match (t.kind, map) {
+            (CopyKind::Tile { .. }, Some(map)) => {
+                (LoadKind::Tile, map.tensor.clone(), Some(map.param.clone()))
+            }
+            (CopyKind::Tile { map }, None) => (
                 LoadKind::Tile,
                 k.tensor_maps[map].tensor.clone(),
                 Some(k.tensor_maps[map].param.clone()),
             ),
-            CopyKind::Bulk => (LoadKind::Bulk, k.buffers[t.src.buffer].name.clone(), None),
+            (CopyKind::Bulk, _) => (LoadKind::Bulk, k.buffers[t.src.buffer].name.clone(), None),
         };
         // The arrival that announces this copy: the last one before it on the same barrier,
         // under the same guards, in the same loop.
@@ -684,7 +699,9 @@ fn pipeline(
             tensor_map,
             rank: t.coords.len().max(1),
             bytes: t.bytes,
-            boxes: 1,
+            // A stage of several boxes side by side has a copy per box.
+            boxes: info.map_or(1, |i| i.boxes.count),
+            multicast: t.multicast,
             expect_tx,
             arrival,
             role: role_of(roles, &e.guards),
@@ -696,7 +713,6 @@ fn pipeline(
             (o.kind, &o.buffer, &o.tensor, o.bytes, o.role)
                 == (load.kind, &load.buffer, &load.tensor, load.bytes, load.role)
         });
-        let at = (same.unwrap_or(out_loads.len()), load.arrival);
         match same {
             Some(j) => {
                 let phase = load.phases[0];
@@ -713,12 +729,8 @@ fn pipeline(
             None => {
                 shown.push(steady(e.lp, refill));
                 out_loads.push(load);
-                per_arrival.push(std::collections::HashMap::new());
             }
         }
-        let n = per_arrival[at.0].entry(at.1).or_insert(0);
-        *n += 1;
-        out_loads[at.0].boxes = out_loads[at.0].boxes.max(*n);
     }
 
     // Arrivals numbered in order of the loads shown.
@@ -762,23 +774,11 @@ fn pipeline(
         }
     }
 
-    // Release: an empty barrier the producer waits on where it refills slots (an array no load
-    // completes on), else a block barrier after the main loop's wait.
-    let producer_keys: Vec<Option<String>> =
-        loads.iter().map(|(_, e, _)| role_key(&e.guards)).collect();
-    let empty_barrier = refill.and_then(|m| {
-        events.iter().find_map(|e| match e.what {
-            What::Wait { bars: b, .. }
-                if b != bars
-                    && !full.contains(&b)
-                    && e.lp == Some(m)
-                    && producer_keys.contains(&role_key(&e.guards)) =>
-            {
-                Some(k.mbarriers[b].name.clone())
-            }
-            _ => None,
-        })
-    });
+    // Release: the planned empty barrier where slots are refilled, else a block barrier after
+    // the main loop's wait.
+    let empty_barrier = refill
+        .and(stream.empty)
+        .map(|b| k.mbarriers[b].name.clone());
     let release = match (refill, main) {
         (None, _) => Release::NotReused,
         _ if empty_barrier.is_some() => Release::EmptyBarrier,
@@ -811,11 +811,14 @@ fn pipeline(
     let pipeline = Pipeline {
         buffers,
         tensors,
-        stages: k.mbarriers[bars].count,
+        stages: pipe.stages,
         prefetch,
         loop_var,
         phases,
-        stage_bytes: out_loads.iter().map(|l| l.bytes * l.boxes).sum(),
+        stage_bytes: out_loads
+            .iter()
+            .map(|l| l.bytes * l.boxes * l.multicast.unwrap_or(1))
+            .sum(),
         loads: out_loads,
         full_barrier: k.mbarriers[bars].name.clone(),
         empty_barrier,

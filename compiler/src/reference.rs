@@ -11,6 +11,7 @@
 //! axis is kept. A tensor's values are dropped after their last use.
 
 use crate::fusion::{BinaryOp, Fusion, IterKind, Op, Operand, TensorId};
+use crate::id::IdVec;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -72,7 +73,7 @@ pub fn evaluate_with(
             })
             .collect()
     };
-    let mut values: Vec<Option<Cow<[f64]>>> = vec![None; fusion.tensors.len()];
+    let mut values: IdVec<TensorId, Option<Cow<[f64]>>> = vec![None; fusion.tensors.len()].into();
     for &t in &fusion.inputs {
         let name = &fusion.tensors[t].name;
         let v = inputs
@@ -90,7 +91,8 @@ pub fn evaluate_with(
     // A reduction of a binary op whose result feeds nothing else is evaluated in one pass,
     // without the intermediate: a matrix product's [M, N, K] products would not fit in memory.
     let use_index = fusion.use_index();
-    let fused: std::collections::HashSet<TensorId> = (0..fusion.tensors.len())
+    let fused: std::collections::HashSet<TensorId> = fusion
+        .tensor_ids()
         .filter(|&t| {
             let binary = fusion.tensors[t]
                 .definition
@@ -104,7 +106,7 @@ pub fn evaluate_with(
         .collect();
     let order = fusion.topo_exprs();
     // Reads left of each tensor (an operand read twice by one expression counts twice).
-    let mut reads = vec![0usize; fusion.tensors.len()];
+    let mut reads: IdVec<TensorId, usize> = vec![0; fusion.tensors.len()].into();
     for &e in &order {
         for o in &fusion.exprs[e].inputs {
             if let Operand::Tensor(t) = o {

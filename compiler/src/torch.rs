@@ -27,7 +27,8 @@
 
 use crate::dtype::DType;
 use crate::frontend::ast;
-use crate::fusion::{BinaryOp, Fusion, IterKind, Op, Operand, ReduceOp, TensorId, UnaryOp};
+use crate::fusion::{BinaryOp, ExprId, Fusion, IterKind, Op, Operand, ReduceOp, TensorId, UnaryOp};
+use crate::id::IdVec;
 use std::fmt::Write;
 
 /// The twin of one fusion.
@@ -119,7 +120,7 @@ pub fn emit_cublaslt(fusion: &Fusion) -> Option<(Twin, Activation)> {
         };
         (f.tensors[bias].is_input && f.rank(bias) == 1).then_some(bias)
     };
-    let add = (0..f.tensors.len()).find(|&t| {
+    let add = f.tensor_ids().find(|&t| {
         def(t).is_some_and(|x| match (&x.op, &x.inputs[..]) {
             (Op::Binary(BinaryOp::Add), [Operand::Tensor(p), Operand::Tensor(q)]) => {
                 (e.contractions[*p].is_some() && is_bias(*q).is_some())
@@ -292,11 +293,11 @@ struct Contraction {
 
 struct Emitter<'a> {
     f: &'a Fusion,
-    names: Vec<String>,
-    statement: Vec<bool>,
-    live: Vec<bool>,
+    names: IdVec<TensorId, String>,
+    statement: IdVec<TensorId, bool>,
+    live: IdVec<TensorId, bool>,
     /// Contractions by the tensor they define.
-    contractions: Vec<Option<Contraction>>,
+    contractions: IdVec<TensorId, Option<Contraction>>,
 }
 
 const PY_KEYWORDS: &[&str] = &[
@@ -311,7 +312,7 @@ impl<'a> Emitter<'a> {
         let n = f.tensors.len();
         // Python names: the fusion's, moved off keywords (and `torch`) and kept unique.
         let mut taken: Vec<String> = vec![f.name.clone()];
-        let mut names = Vec::with_capacity(n);
+        let mut names = IdVec::default();
         for t in &f.tensors {
             let mut name = t.name.clone();
             while PY_KEYWORDS.contains(&name.as_str()) || taken.contains(&name) {
@@ -321,7 +322,7 @@ impl<'a> Emitter<'a> {
             names.push(name);
         }
         // Live tensors: those an output depends on.
-        let mut live = vec![false; n];
+        let mut live: IdVec<TensorId, bool> = vec![false; n].into();
         let mut stack: Vec<TensorId> = f.outputs.clone();
         while let Some(t) = stack.pop() {
             if std::mem::replace(&mut live[t], true) {
@@ -337,9 +338,9 @@ impl<'a> Emitter<'a> {
                 .filter(|&e| live[f.exprs[e].output])
                 .count()
         };
-        let mut contractions = vec![None; n];
-        let mut absorbed = vec![false; n];
-        for (e, expr) in f.exprs.iter().enumerate() {
+        let mut contractions: IdVec<TensorId, _> = vec![None; n].into();
+        let mut absorbed: IdVec<TensorId, bool> = vec![false; n].into();
+        for (e, expr) in f.expr_ids().zip(&f.exprs) {
             if !live[expr.output] {
                 continue;
             }
@@ -350,7 +351,8 @@ impl<'a> Emitter<'a> {
                 contractions[root] = Some(c);
             }
         }
-        let statement = (0..n)
+        let statement = f
+            .tensor_ids()
             .map(|t| {
                 let tensor = &f.tensors[t];
                 live[t]
@@ -724,7 +726,7 @@ fn binary(b: BinaryOp, x: Py, y: Py, out: DType) -> Py {
 
 /// The contraction reduction expr `e` computes, if it is one: the tensor it defines, the
 /// contraction, and the tensors it absorbs (not emitted).
-fn contraction(f: &Fusion, e: usize) -> Option<(TensorId, Contraction, Vec<TensorId>)> {
+fn contraction(f: &Fusion, e: ExprId) -> Option<(TensorId, Contraction, Vec<TensorId>)> {
     let expr = &f.exprs[e];
     let Op::Reduce {
         op: ReduceOp::Sum,

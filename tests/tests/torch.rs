@@ -58,7 +58,7 @@ fn values(dtype: DType, n: usize, seed: u64) -> Vec<f64> {
         .collect()
 }
 
-fn shape(f: &Fusion, t: usize, sizes: &BTreeMap<String, i64>) -> Vec<usize> {
+fn shape(f: &Fusion, t: hopfuse::fusion::TensorId, sizes: &BTreeMap<String, i64>) -> Vec<usize> {
     f.logical(t)
         .iter()
         .map(|&id| match f.ids[id].kind {

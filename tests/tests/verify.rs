@@ -3,7 +3,7 @@
 //! rule, `Rule::ALL`).
 
 use hopfuse::fusion::{MemoryType, ParallelType};
-use hopfuse::kir::{Kernel, Stmt, Val};
+use hopfuse::kir::{BufferId, Kernel, Stmt, Val};
 use hopfuse::plan::SizeExpr;
 use hopfuse::verify::{self, Rule, Stage, VerifyError};
 
@@ -123,10 +123,9 @@ fn starts(k: &Kernel, st: &Stmt, prefix: &str) -> bool {
     k.stmt_head(st).starts_with(prefix)
 }
 
-fn buffer(k: &Kernel, name: &str) -> usize {
-    k.buffers
-        .iter()
-        .position(|b| b.name == name)
+fn buffer(k: &Kernel, name: &str) -> BufferId {
+    k.buffer_ids()
+        .find(|&b| k.buffers[b].name == name)
         .unwrap_or_else(|| panic!("no buffer `{name}`"))
 }
 

@@ -182,10 +182,13 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
             lines.push(format!("load {} → {}[{k}]", l.tensor, l.buffer));
             lines.push(match l.kind {
                 LoadKind::Tile => format!(
-                    "TMA {}-D · {}{}",
+                    "TMA {}-D · {}{}{}",
                     l.rank,
                     boxes(l.boxes),
-                    crate::model::bytes(l.bytes as f64)
+                    crate::model::bytes(l.bytes as f64),
+                    l.multicast
+                        .map(|n| format!(" slice, multicast to {n} CTAs"))
+                        .unwrap_or_default()
                 ),
                 LoadKind::Bulk => format!("bulk · {}", crate::model::bytes(l.bytes as f64)),
             });

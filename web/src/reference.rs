@@ -123,6 +123,7 @@ pub const ENTRIES: &[Entry] = &[
     e("warp_specialized", Schedule, "warp_specialized(TIDx|TIDy|TIDz, registers=[producer, consumer], warp=N)", "An argument of circular_buffer: the producer warp group is added along that thread dim; `registers` rebalances registers with setmaxnreg; caches with different `warp` are separate producer roles."),
     e("propagate", Schedule, "propagate(t)", "Replays t's splits, merges, reorders and parallel types on every other computed tensor."),
     e("inline_most", Schedule, "inline_most() | inline_most(t, ...)", "Inlines every tensor (or those listed) as deep into its consumers' loops as is legal."),
+    e("cluster", Schedule, "cluster(BIDy, 2)", "Launches the kernel in clusters of 2..8 consecutive CTAs along a grid axis; a load=tma box that every CTA of a cluster loads alike is multicast, each CTA copying its slice of it into all of them (its pipeline needs empty mbarriers)."),
     e("Serial", Parallel, "Serial", "An ordinary loop (the default)."),
     e("BIDx", Parallel, "BIDx", "blockIdx.x: one block per index (grid x up to 2^31 - 1)."),
     e("BIDy", Parallel, "BIDy", "blockIdx.y (grid y up to 65535)."),
@@ -267,6 +268,7 @@ mod tests {
             let stmt = match s {
                 "cache_after" | "cache_before" => format!("x = {s}(a)"),
                 "propagate" | "inline_most" => format!("{s}(c)"),
+                "cluster" => format!("{s}(BIDx, 2)"),
                 _ => format!("c.{s}()"),
             };
             let src = format!("{}schedule {{\n  {stmt}\n}}\n", fusion("c = exp(a)"));

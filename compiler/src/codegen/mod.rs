@@ -10,7 +10,7 @@ pub mod prelude;
 
 use crate::dtype::DType;
 use crate::fusion::{Fusion, MemoryType, ReduceOp};
-use crate::kir::{Access, Compute, Data, Kernel, Stmt, Val};
+use crate::kir::{Access, BufferId, Compute, Data, Kernel, Stmt, Val};
 use crate::plan::{Constraint, IndexType, LaunchPlan, Param, SizeExpr, TensorRole};
 use lines::Written;
 use std::fmt::Write;
@@ -51,7 +51,7 @@ pub fn emit_mapped(
     let mut params = Vec::new();
     let mut decls = Vec::new();
     let tensor_param =
-        |b: usize, role: TensorRole, params: &mut Vec<Param>, decls: &mut Vec<String>| {
+        |b: BufferId, role: TensorRole, params: &mut Vec<Param>, decls: &mut Vec<String>| {
             let buf = &k.buffers[b];
             let shape = buf
                 .global_shape
@@ -90,16 +90,16 @@ pub fn emit_mapped(
                     tensor.name
                 ));
             }
-        } else if let Some(b) = k.buffers.iter().position(|b| b.tensor == Some(t)) {
+        } else if let Some(b) = k.buffer_ids().find(|&b| k.buffers[b].tensor == Some(t)) {
             tensor_param(b, TensorRole::Input, &mut params, &mut decls);
         }
     }
     for &t in &f.outputs {
-        if let Some(b) = k.buffers.iter().position(|b| b.tensor == Some(t)) {
+        if let Some(b) = k.buffer_ids().find(|&b| k.buffers[b].tensor == Some(t)) {
             tensor_param(b, TensorRole::Output, &mut params, &mut decls);
         }
     }
-    for (b, buf) in k.buffers.iter().enumerate() {
+    for (b, buf) in k.buffer_ids().zip(&k.buffers) {
         if buf.memory == MemoryType::Global
             && !buf.is_input
             && buf.tensor.is_some_and(|t| !f.tensors[t].is_output)

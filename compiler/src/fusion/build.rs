@@ -24,8 +24,8 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             symbols: Vec::new(),
             inputs: Vec::new(),
             outputs: Vec::new(),
-            class_parent: Vec::new(),
-            class_extent_member: Vec::new(),
+            class_parent: Default::default(),
+            class_extent_member: Default::default(),
             cluster: None,
         },
         names: HashMap::new(),
@@ -61,7 +61,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             }
             Item::Let { name, value, loc } => {
                 b.check_new_name(name, loc.0)?;
-                let first_new = b.f.tensors.len();
+                let first_new = TensorId::new(b.f.tensors.len());
                 let t = match b.expr(value, name)? {
                     Value::Tensor(t) => t,
                     Value::Scalar(v) => {
@@ -176,7 +176,7 @@ impl Builder {
         def: Option<ExprId>,
         span: Option<Span>,
     ) -> TensorId {
-        let t = self.f.tensors.len();
+        let t = TensorId::new(self.f.tensors.len());
         self.f.tensors.push(Tensor {
             name: name.clone(),
             dtype,
@@ -716,7 +716,7 @@ impl Builder {
             }
         };
         let name = self.fresh_name(dest, &opname);
-        let e = self.f.exprs.len();
+        let e = ExprId::new(self.f.exprs.len());
         let out = self.add_tensor(name, dtype, out_root, Some(e), span);
         self.f.exprs.push(Expr {
             op,

@@ -18,9 +18,18 @@ use crate::dtype::DType;
 use crate::plan::SizeExpr;
 use std::fmt;
 
-pub type TensorId = usize;
-pub type IterId = usize;
-pub type ExprId = usize;
+crate::id::define_id!(
+    /// A tensor: its place in [`Fusion::tensors`].
+    pub TensorId => Tensor
+);
+crate::id::define_id!(
+    /// An iteration domain (axis): its place in [`Fusion::ids`].
+    pub IterId => IterDomain
+);
+crate::id::define_id!(
+    /// An expression: its place in [`Fusion::exprs`].
+    pub ExprId => Expr
+);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ParallelType {
@@ -477,11 +486,11 @@ pub struct Fusion {
     pub inputs: Vec<TensorId>,
     pub outputs: Vec<TensorId>,
     /// Union-find parent of each root axis (axis classes); derived axes point to themselves.
-    pub(crate) class_parent: Vec<IterId>,
+    pub(crate) class_parent: crate::id::IdVec<IterId, IterId>,
     /// Per class root: its lowest-numbered member that is not a broadcast and has a root
     /// extent (the member whose extent is the class's), kept up to date by `new_id` and `union`
     /// so that [`Fusion::class_extent`] is a lookup.
-    pub(crate) class_extent_member: Vec<Option<IterId>>,
+    pub(crate) class_extent_member: crate::id::IdVec<IterId, Option<IterId>>,
     /// Thread-block clusters (`cluster(BIDy, 2)` in the schedule).
     pub cluster: Option<Cluster>,
 }
@@ -499,8 +508,21 @@ pub struct Cluster {
 }
 
 impl Fusion {
+    /// The id of every tensor, in order.
+    pub fn tensor_ids(&self) -> impl Iterator<Item = TensorId> + use<> {
+        (0..self.tensors.len()).map(TensorId::new)
+    }
+
+    /// The id of every expression, in order.
+    pub fn expr_ids(&self) -> impl Iterator<Item = ExprId> + use<> {
+        (0..self.exprs.len()).map(ExprId::new)
+    }
+
     pub fn tensor_by_name(&self, name: &str) -> Option<TensorId> {
-        self.tensors.iter().position(|t| t.name == name)
+        self.tensors
+            .iter()
+            .position(|t| t.name == name)
+            .map(TensorId::new)
     }
 
     /// Logical axes: the root without reduction axes.
@@ -549,7 +571,7 @@ impl Fusion {
         origin: IterOrigin,
         root_extent: Option<SizeExpr>,
     ) -> IterId {
-        let id = self.ids.len();
+        let id = IterId::new(self.ids.len());
         self.class_extent_member
             .push((kind != IterKind::Broadcast && root_extent.is_some()).then_some(id));
         self.ids.push(IterDomain {
@@ -561,7 +583,7 @@ impl Fusion {
             stmt: None,
         });
         self.class_parent.push(id);
-        self.ids.len() - 1
+        id
     }
 
     /// Every axis on the paths from `t`'s root to its loop domain, oldest first (parents
@@ -598,8 +620,8 @@ impl Fusion {
         else {
             return None;
         };
-        let inner = outer + 1;
-        match self.ids.get(inner).map(|d| &d.origin) {
+        let inner = IterId::new(outer.index() + 1);
+        match self.ids.get(inner.index()).map(|d| &d.origin) {
             Some(IterOrigin::Split {
                 parent: p,
                 is_outer: false,
@@ -617,7 +639,7 @@ impl Fusion {
         output: TensorId,
         span: Option<Span>,
     ) -> ExprId {
-        let e = self.exprs.len();
+        let e = ExprId::new(self.exprs.len());
         self.exprs.push(Expr {
             op,
             inputs,
@@ -630,21 +652,21 @@ impl Fusion {
 
     /// For every tensor, the exprs reading it (one pass; for walks that ask for many tensors,
     /// where [`Fusion::uses`] per tensor would be quadratic).
-    pub fn use_index(&self) -> Vec<Vec<ExprId>> {
+    pub fn use_index(&self) -> crate::id::IdVec<TensorId, Vec<ExprId>> {
         let mut uses = vec![Vec::new(); self.tensors.len()];
-        for (e, expr) in self.exprs.iter().enumerate() {
+        for (e, expr) in self.expr_ids().zip(&self.exprs) {
             for t in expr.input_tensors() {
-                if uses[t].last() != Some(&e) {
-                    uses[t].push(e);
+                if uses[t.index()].last() != Some(&e) {
+                    uses[t.index()].push(e);
                 }
             }
         }
-        uses
+        uses.into()
     }
 
     /// Exprs reading tensor `t`.
     pub fn uses(&self, t: TensorId) -> Vec<ExprId> {
-        (0..self.exprs.len())
+        self.expr_ids()
             .filter(|&e| self.exprs[e].input_tensors().any(|i| i == t))
             .collect()
     }
@@ -653,16 +675,16 @@ impl Fusion {
     pub fn topo_exprs(&self) -> Vec<ExprId> {
         let mut done = vec![false; self.tensors.len()];
         for &i in &self.inputs {
-            done[i] = true;
+            done[i.index()] = true;
         }
         let mut order = Vec::new();
         let mut placed = vec![false; self.exprs.len()];
         loop {
             let mut progress = false;
-            for (e, expr) in self.exprs.iter().enumerate() {
-                if !placed[e] && expr.input_tensors().all(|t| done[t]) {
-                    placed[e] = true;
-                    done[expr.output] = true;
+            for (e, expr) in self.expr_ids().zip(&self.exprs) {
+                if !placed[e.index()] && expr.input_tensors().all(|t| done[t.index()]) {
+                    placed[e.index()] = true;
+                    done[expr.output.index()] = true;
                     order.push(e);
                     progress = true;
                 }
@@ -699,7 +721,7 @@ pub fn print(f: &Fusion) -> String {
             IterKind::Broadcast => "b",
         };
         let int = |i: usize, s: &mut String| crate::kir::write_int(i as i64, s);
-        int(id, s);
+        int(id.index(), s);
         s.push(':');
         s.push_str(kind);
         match &d.origin {
@@ -720,12 +742,12 @@ pub fn print(f: &Fusion) -> String {
                 s.push_str(if *inner_split { "/" } else { "|" });
                 crate::kir::write_int(*factor, s);
                 s.push('@');
-                int(*parent, s);
+                int(parent.index(), s);
             }
             IterOrigin::Merge { outer, inner } => {
-                int(*outer, s);
+                int(outer.index(), s);
                 s.push('*');
-                int(*inner, s);
+                int(inner.index(), s);
             }
         }
         if d.parallel != ParallelType::Serial {

@@ -871,7 +871,7 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                 "inline_most" => {
                     a.no_named()?;
                     let targets: Vec<TensorId> = if a.pos.is_empty() {
-                        (0..f.tensors.len()).collect()
+                        f.tensor_ids().collect()
                     } else {
                         (0..a.pos.len())
                             .map(|i| a.ident(i).and_then(|(n, sp)| tensor(f, n, sp)))
@@ -893,7 +893,7 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                             Some(sp),
                         );
                     }
-                    for t in 0..f.tensors.len() {
+                    for t in f.tensor_ids() {
                         if t != reference && !f.tensors[t].is_input {
                             replay(f, reference, t);
                         }
@@ -975,7 +975,7 @@ fn push_tensor(
         fence: FenceMode::Analysis,
         swizzle: 0,
     });
-    f.tensors.len() - 1
+    TensorId::new(f.tensors.len() - 1)
 }
 
 /// Constant extent of an axis, when it has one.

@@ -3,14 +3,21 @@
 //! [`Kernel::print`] is the dump the playground shows after each pass.
 
 use crate::dtype::DType;
-use crate::fusion::{BinaryOp, MemoryType, ParallelType, ReduceOp, UnaryOp};
+use crate::fusion::{BinaryOp, ExprId, MemoryType, ParallelType, ReduceOp, TensorId, UnaryOp};
 use crate::plan::SizeExpr;
 
 mod print;
 
 pub use print::{access_text, IrLines};
 
-pub type BufferId = usize;
+crate::id::define_id!(
+    /// A buffer: its place in [`Kernel::buffers`].
+    pub BufferId => Buffer
+);
+crate::id::define_id!(
+    /// A loop key (see `passes::Keys`): loops with equal keys iterate the same index space.
+    pub LoopKey =>
+);
 
 /// Integer index arithmetic.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -309,7 +316,7 @@ pub enum ComputeRole {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Compute {
     /// The fusion expression this computes (for the dump and the messages).
-    pub expr: usize,
+    pub expr: ExprId,
     pub out: Access,
     pub value: Data,
     pub role: ComputeRole,
@@ -320,7 +327,7 @@ pub struct Compute {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Loop {
     /// The loop key (see `passes::Keys`): loops with equal keys iterate the same index space.
-    pub key: usize,
+    pub key: LoopKey,
     pub var: String,
     pub extent: Val,
     pub parallel: ParallelType,
@@ -452,7 +459,7 @@ pub struct MmaOperand {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Wgmma {
     /// The fusion expression (the sum of products) this computes.
-    pub expr: usize,
+    pub expr: ExprId,
     /// The accumulator register array, indexed at the fragment's first register.
     pub acc: Access,
     pub n: i64,
@@ -523,7 +530,7 @@ pub struct Buffer {
     pub dtype: DType,
     pub memory: MemoryType,
     /// The fusion tensor stored here (None for reduction accumulators).
-    pub tensor: Option<usize>,
+    pub tensor: Option<TensorId>,
     /// Elements (local and shared buffers), set by the allocation pass.
     pub size: Option<Val>,
     /// Byte offset in dynamic shared memory, set by the allocation pass.
@@ -558,6 +565,13 @@ pub struct Kernel {
 
 /// The CTA's rank in its cluster (`%cluster_ctarank`), declared at the top of a cluster kernel.
 pub const CTA_RANK: &str = "hf_cta_rank";
+
+impl Kernel {
+    /// The id of every buffer, in order.
+    pub fn buffer_ids(&self) -> impl Iterator<Item = BufferId> + use<> {
+        (0..self.buffers.len()).map(BufferId::new)
+    }
+}
 
 /// Calls `f` on every statement of `body` and of the bodies inside it, outer ones first.
 pub fn for_each_stmt<'a>(body: &'a [Stmt], f: &mut dyn FnMut(&'a Stmt)) {

@@ -8,16 +8,16 @@
 //! shared memory, the total fits the 227 KB of an H100 block when it is known at compile time.
 //! Emits: `alloc` statements and the kernel's dynamic shared memory size.
 
-use super::{mul, Ctx};
+use super::{mul, Ctx, PipelinePlan};
 use crate::diag::Diagnostic;
-use crate::fusion::{IterKind, MemoryType, ParallelType, TensorId};
-use crate::kir::{Kernel, Stmt, Val};
+use crate::fusion::{IterId, IterKind, MemoryType, ParallelType, TensorId};
+use crate::kir::{BufferId, Kernel, Stmt, Val};
 use crate::plan::SizeExpr;
 use rustc_hash::FxHashMap as HashMap;
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
-    let mut placements: Vec<(TensorId, usize)> =
+    let mut placements: Vec<(TensorId, BufferId)> =
         cx.tensor_buffer.iter().map(|(&t, &b)| (t, b)).collect();
     placements.sort_unstable();
     let mut allocs = Vec::new();
@@ -28,7 +28,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         }
         let (keys, q) = cx.placement[&t].clone();
         let pos = tensor.loop_domain.len() - (keys.len() - q);
-        let ids: Vec<usize> = tensor
+        let ids: Vec<IterId> = tensor
             .loop_domain
             .iter()
             .enumerate()
@@ -57,19 +57,20 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut offset = SizeExpr::Const(0);
     // TMA boxes first: each stage starts at a multiple of 128 bytes. Circular buffers hold
     // `stages` copies of their stage (plain ones padded to 16 bytes, for vector accesses).
-    let tma_stages: HashMap<usize, i64> = cx
-        .tma
+    let tma_stages: HashMap<BufferId, i64> = plan
+        .loads
         .iter()
         .filter_map(|i| Some((cx.tensor_buffer[&i.tensor], i.stage_elems?)))
         .collect();
-    let stages_of: HashMap<usize, i64> = cx
-        .tma
+    let stages_of: HashMap<BufferId, i64> = plan
+        .loads
         .iter()
-        .map(|i| (cx.tensor_buffer[&i.tensor], cx.pipes[i.pipe].stages))
+        .map(|i| (cx.tensor_buffer[&i.tensor], plan.pipes[i.pipe].stages))
         .collect();
-    let order: Vec<usize> = (0..k.buffers.len())
+    let order: Vec<BufferId> = k
+        .buffer_ids()
         .filter(|b| tma_stages.contains_key(b))
-        .chain((0..k.buffers.len()).filter(|b| !tma_stages.contains_key(b)))
+        .chain(k.buffer_ids().filter(|b| !tma_stages.contains_key(b)))
         .collect();
     // The largest shared buffer and the statement that made it (the cache_after), for the error.
     let mut largest_shared: Option<(i64, Option<crate::diag::Span>)> = None;
@@ -102,7 +103,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         };
         let size = match stages_of.get(&b) {
             Some(&n) => {
-                cx.stage_elems.insert(b, Val::from_size(&stage));
+                plan.stage_elems.insert(b, Val::from_size(&stage));
                 mul(stage, SizeExpr::Const(n))
             }
             None => stage,
@@ -141,7 +142,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             }
             MemoryType::Shared => {
                 let bytes = mul(size.clone(), SizeExpr::Const(buf.dtype.size_bytes() as i64));
-                let align = match cx.box_swizzle(b) {
+                let align = match plan.box_swizzle(&cx.tensor_buffer, b) {
                     Some(sw) => crate::target::swizzle_repeat(sw),
                     None if tma_stages.contains_key(&b) => crate::target::TMA_BOX_ALIGN,
                     None => 16,
@@ -206,15 +207,16 @@ fn contains_block_reduce(body: &[Stmt]) -> bool {
 /// tensor of a buffer nothing writes.
 fn insert_allocs(
     body: &mut Vec<Stmt>,
-    allocs: &[(usize, usize, TensorId)],
+    allocs: &[(BufferId, usize, TensorId)],
 ) -> Result<(), TensorId> {
     // Path to the first write of each buffer: (index, whether that statement is a loop).
-    let wanted: HashMap<usize, usize> = allocs.iter().enumerate().map(|(i, a)| (a.0, i)).collect();
-    let mut first: HashMap<usize, Vec<(usize, bool)>> = HashMap::default();
+    let wanted: HashMap<BufferId, usize> =
+        allocs.iter().enumerate().map(|(i, a)| (a.0, i)).collect();
+    let mut first: HashMap<BufferId, Vec<(usize, bool)>> = HashMap::default();
     let mut path = Vec::new();
     first_writes(body, &wanted, &mut path, &mut first);
     // Insertions per block (keyed by the loop indices leading to it): (index, order, buffer).
-    let mut at: HashMap<Vec<usize>, Vec<(usize, usize, usize)>> = HashMap::default();
+    let mut at: HashMap<Vec<usize>, Vec<(usize, usize, BufferId)>> = HashMap::default();
     for (order, &(b, q, t)) in allocs.iter().enumerate() {
         let path = first.get(&b).ok_or(t)?;
         let mut depth = 0;
@@ -233,9 +235,9 @@ fn insert_allocs(
 
 fn first_writes(
     body: &[Stmt],
-    wanted: &HashMap<usize, usize>,
+    wanted: &HashMap<BufferId, usize>,
     path: &mut Vec<(usize, bool)>,
-    first: &mut HashMap<usize, Vec<(usize, bool)>>,
+    first: &mut HashMap<BufferId, Vec<(usize, bool)>>,
 ) {
     for (i, s) in body.iter().enumerate() {
         match s {
@@ -266,7 +268,7 @@ fn first_writes(
 fn place(
     body: &mut Vec<Stmt>,
     prefix: &mut Vec<usize>,
-    at: &mut HashMap<Vec<usize>, Vec<(usize, usize, usize)>>,
+    at: &mut HashMap<Vec<usize>, Vec<(usize, usize, BufferId)>>,
 ) {
     for (i, s) in body.iter_mut().enumerate() {
         if let Stmt::Loop(l) = s {

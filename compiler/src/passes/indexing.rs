@@ -12,7 +12,7 @@
 
 use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
-use crate::fusion::{IterKind, IterOrigin, MemoryType, ParallelType, TensorId};
+use crate::fusion::{IterId, IterKind, IterOrigin, MemoryType, ParallelType, TensorId};
 use crate::kir::{Access, Data, Kernel, Stmt, Val};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -176,12 +176,12 @@ fn walk(
 }
 
 /// Root indices of the consumer, by axis class, from the loop variables in scope.
-pub fn consumer_roots(cx: &mut Ctx, c: TensorId, env: &impl LoopVars) -> HashMap<usize, Val> {
+pub fn consumer_roots(cx: &mut Ctx, c: TensorId, env: &impl LoopVars) -> HashMap<IterId, Val> {
     let f = cx.fusion;
     // Axes between root and loop domain, newest first (children before parents).
     let mut between = f.axes_between(c);
     between.reverse();
-    let mut vals: HashMap<usize, Val> = HashMap::with_capacity_and_hasher(
+    let mut vals: HashMap<IterId, Val> = HashMap::with_capacity_and_hasher(
         f.tensors[c].loop_domain.len() + between.len() + f.tensors[c].root.len(),
         Default::default(),
     );
@@ -245,7 +245,7 @@ pub fn consumer_roots(cx: &mut Ctx, c: TensorId, env: &impl LoopVars) -> HashMap
 struct Indexer<'a, 'b> {
     cx: &'a mut Ctx<'b>,
     env: &'a dyn LoopVars,
-    roots: &'a HashMap<usize, Val>,
+    roots: &'a HashMap<IterId, Val>,
     buffers: &'a [crate::kir::Buffer],
 }
 
@@ -329,7 +329,7 @@ impl Indexer<'_, '_> {
     }
 
     /// Index of an axis of a producer: a loop variable of the same key, else from its parents.
-    fn forward(&mut self, id: usize) -> Option<Val> {
+    fn forward(&mut self, id: IterId) -> Option<Val> {
         let key = self.cx.key(id);
         if let Some(v) = self.env.var(key) {
             return Some(v.clone());

@@ -15,15 +15,18 @@ pub mod tma;
 
 use crate::diag::Diagnostic;
 use crate::fusion::{Fusion, IterId, IterKind, IterOrigin, TensorId};
+use crate::id::IdVec;
 use crate::kir::{BufferId, Kernel};
 use crate::plan::SizeExpr;
 use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
+pub use tma::PipelinePlan;
+
 pub struct Pass {
     pub name: &'static str,
     pub summary: &'static str,
-    pub run: fn(&mut Ctx, &mut Kernel) -> Result<(), Diagnostic>,
+    pub run: Run,
     /// Whether the pass runs for this fusion (passes for features a fusion does not use are
     /// skipped and not dumped).
     pub applies: fn(&Ctx) -> bool,
@@ -33,77 +36,113 @@ fn always(_: &Ctx) -> bool {
     true
 }
 
+/// How a pass runs, which says what it does with the [`PipelinePlan`] (the analysis the passes
+/// after `tma` share; see [`tma::pipeline_plan`]): the plan is an argument, not state on
+/// [`Ctx`], so which pass computes it and which read it is written in [`PIPELINE`].
+#[derive(Clone, Copy)]
+pub enum Run {
+    /// Neither reads nor computes the plan.
+    Kernel(fn(&mut Ctx, &mut Kernel) -> Result<(), Diagnostic>),
+    /// Computes the plan (`tma`); without this pass the plan is [`PipelinePlan::default`].
+    Plans(fn(&mut Ctx, &mut Kernel) -> Result<PipelinePlan, Diagnostic>),
+    /// Reads the plan.
+    Reads(fn(&mut Ctx, &PipelinePlan, &mut Kernel) -> Result<(), Diagnostic>),
+    /// Reads the plan and completes it (`allocation`: [`PipelinePlan::stage_elems`]).
+    Completes(fn(&mut Ctx, &mut PipelinePlan, &mut Kernel) -> Result<(), Diagnostic>),
+}
+
+impl Pass {
+    /// Runs the pass on `k`, handing it the plan as its [`Run`] says.
+    pub fn run(
+        &self,
+        cx: &mut Ctx,
+        plan: &mut PipelinePlan,
+        k: &mut Kernel,
+    ) -> Result<(), Diagnostic> {
+        match self.run {
+            Run::Kernel(run) => run(cx, k),
+            Run::Plans(run) => {
+                *plan = run(cx, k)?;
+                Ok(())
+            }
+            Run::Reads(run) => run(cx, plan, k),
+            Run::Completes(run) => run(cx, plan, k),
+        }
+    }
+}
+
 /// Every pass, in the order it runs.
 pub const PIPELINE: &[Pass] = &[
     Pass {
         name: "loop_nest",
         summary: "loop nests from inlining positions",
-        run: loop_nest::run,
+        run: Run::Kernel(loop_nest::run),
         applies: always,
     },
     Pass {
         name: "tma",
         summary: "TMA boxes, tensor maps and mbarriers (checks the TMA rules)",
-        run: tma::run_plan,
+        run: Run::Plans(tma::run_plan),
         applies: tma::used,
     },
     Pass {
         name: "reduction",
         summary: "accumulators, block reductions, reduction writes",
-        run: reduction::run,
+        run: Run::Kernel(reduction::run),
         applies: always,
     },
     Pass {
         name: "allocation",
         summary: "register and shared-memory allocations",
-        run: allocation::run,
+        run: Run::Completes(allocation::run),
         applies: always,
     },
     Pass {
         name: "indexing",
         summary: "index expressions for every access",
-        run: indexing::run,
+        run: Run::Kernel(indexing::run),
         applies: always,
     },
     Pass {
         name: "tma_issue",
         summary: "one TMA or bulk copy per box",
-        run: tma::run_issue,
+        run: Run::Reads(tma::run_issue),
         applies: tma::used,
     },
     Pass {
         name: "predicate",
         summary: "bounds and thread predicates, vector tails",
-        run: predicate::run,
+        run: Run::Kernel(predicate::run),
         applies: always,
     },
     Pass {
         name: "circular_buffer",
         summary: "mbarrier pipelines: prologue, main, epilogue; init and inval",
-        run: tma::run_circular,
+        run: Run::Reads(tma::run_circular),
         applies: tma::used,
     },
     Pass {
         name: "sync",
         summary: "block barriers for shared memory (RAW and WAR)",
-        run: sync::run,
+        run: Run::Reads(sync::run),
         applies: always,
     },
     Pass {
         name: "mma",
         summary: "tensor-core tiles: wgmma on descriptors, accumulator fragments",
-        run: mma::run,
+        run: Run::Reads(mma::run),
         applies: mma::used,
     },
     Pass {
         name: "simplify",
         summary: "index arithmetic simplification",
-        run: simplify::run,
+        run: Run::Kernel(simplify::run),
         applies: always,
     },
 ];
 
-pub type LoopKey = usize;
+/// A loop key: its place in [`Keys::nodes`] (and its other tables).
+pub use crate::kir::LoopKey;
 
 /// Structural identity of a loop: axes of different tensors derived the same way from the same
 /// axis classes get the same key, and so can share one loop.
@@ -124,15 +163,15 @@ pub enum KeyNode {
 
 #[derive(Default)]
 pub struct Keys {
-    pub nodes: Vec<KeyNode>,
+    pub nodes: IdVec<LoopKey, KeyNode>,
     map: FxHashMap<KeyNode, LoopKey>,
-    pub names: Vec<String>,
+    pub names: IdVec<LoopKey, String>,
     /// Per key, computed once when it is made (a key never changes, and these are asked for
     /// every statement of several passes): its extent, the axis classes it derives from, and
     /// whether its splits all divide evenly.
-    extents: Vec<SizeExpr>,
-    classes: Vec<Vec<IterId>>,
-    divisible: Vec<bool>,
+    extents: IdVec<LoopKey, SizeExpr>,
+    classes: IdVec<LoopKey, Vec<IterId>>,
+    divisible: IdVec<LoopKey, bool>,
 }
 
 /// The loop key of each axis given one so far, by axis id: a dense table (keys are asked for
@@ -142,14 +181,14 @@ pub struct IdKeys(Vec<Option<LoopKey>>);
 
 impl IdKeys {
     pub fn get(&self, id: &IterId) -> Option<&LoopKey> {
-        self.0.get(*id)?.as_ref()
+        self.0.get(id.index())?.as_ref()
     }
 
     fn insert(&mut self, id: IterId, key: LoopKey) {
-        if self.0.len() <= id {
-            self.0.resize(id + 1, None);
+        if self.0.len() <= id.index() {
+            self.0.resize(id.index() + 1, None);
         }
-        self.0[id] = Some(key);
+        self.0[id.index()] = Some(key);
     }
 }
 
@@ -173,7 +212,7 @@ pub struct Ctx<'a> {
     /// errors about the accumulator point at the reduction.
     pub accumulator_of: FxHashMap<BufferId, TensorId>,
     /// The exprs reading each tensor ([`Fusion::use_index`], computed once).
-    pub uses: Vec<Vec<crate::fusion::ExprId>>,
+    pub uses: IdVec<TensorId, Vec<crate::fusion::ExprId>>,
     /// Buffer of each tensor (inputs and outputs included).
     pub tensor_buffer: FxHashMap<TensorId, BufferId>,
     /// Axes (of the tensor's loop domain) each local or shared buffer spans.
@@ -194,18 +233,6 @@ pub struct Ctx<'a> {
     pub assume_aligned_vectors: bool,
     /// See [`crate::CompileOptions::aligned_for`].
     pub aligned_for: Option<std::collections::BTreeMap<String, i64>>,
-    /// Loads that pipelines fill: TMA and bulk copies, and circular-buffered plain loads (the
-    /// `tma` pass).
-    pub tma: Vec<tma::TmaInfo>,
-    /// One per serial loop that holds such loads.
-    pub pipes: Vec<tma::Pipe>,
-    /// TMA stores of outputs.
-    pub stores: Vec<tma::StoreInfo>,
-    /// Elements of one stage of each circular-buffered (or TMA-filled) buffer (the `allocation`
-    /// pass).
-    pub stage_elems: FxHashMap<BufferId, crate::kir::Val>,
-    /// Who issues copies and initialises mbarriers (see `tma::run_plan`).
-    pub issuer: crate::kir::Val,
     /// Set by a pass that left the kernel exactly as it found it (the pipeline then reuses the
     /// previous dump instead of printing the same text again); cleared before every pass.
     /// Passes that do not set it are dumped as usual.
@@ -223,17 +250,6 @@ impl<'a> Ctx<'a> {
                     .iter()
                     .all(|(value, divisor)| value.eval(sizes).is_ok_and(|v| v % divisor == 0))
             })
-    }
-
-    /// The shared-memory swizzle (bytes) of buffer `b` when it holds a swizzled TMA box: a
-    /// swizzled load's cache or a swizzled store's source.
-    pub fn box_swizzle(&self, b: BufferId) -> Option<u32> {
-        self.tma
-            .iter()
-            .map(|i| (i.tensor, i.swizzle))
-            .chain(self.stores.iter().map(|s| (s.cache, s.swizzle)))
-            .find(|&(t, sw)| sw != 0 && self.tensor_buffer[&t] == b)
-            .map(|(_, sw)| sw)
     }
 
     pub fn new(fusion: &'a Fusion) -> Ctx<'a> {
@@ -255,11 +271,6 @@ impl<'a> Ctx<'a> {
             constraints: Vec::new(),
             assume_aligned_vectors: false,
             aligned_for: None,
-            tma: Vec::new(),
-            pipes: Vec::new(),
-            stores: Vec::new(),
-            stage_elems: FxHashMap::default(),
-            issuer: crate::kir::Val::True,
             kernel_unchanged: false,
         }
     }
@@ -298,8 +309,7 @@ impl<'a> Ctx<'a> {
             None => {
                 let name = self.key_name(&node);
                 let (extent, classes, divisible) = self.derive_key(&node);
-                let k = self.keys.nodes.len();
-                self.keys.nodes.push(node.clone());
+                let k = self.keys.nodes.push(node.clone());
                 self.keys.map.insert(node, k);
                 self.keys.names.push(name);
                 self.keys.extents.push(extent);
@@ -361,7 +371,7 @@ impl<'a> Ctx<'a> {
         k.hw_vars
             .iter()
             .filter_map(|(var, _)| {
-                let key = self.keys.names.iter().position(|n| n == var)?;
+                let key = LoopKey::new(self.keys.names.iter().position(|n| n == var)?);
                 Some((key, crate::kir::Val::Var(var.clone())))
             })
             .collect()

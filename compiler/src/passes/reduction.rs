@@ -7,17 +7,17 @@
 //! thread of the block reaches it) leaves the result in every thread; a `ReductionWrite` then
 //! stores it to the tensor. Reduction axes bound to block dims were rejected by the schedule.
 
-use super::Ctx;
+use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
-use crate::fusion::{IterKind, MemoryType, Op, ParallelType};
-use crate::kir::{Access, Buffer, Compute, ComputeRole, Data, Kernel, Loop, Stmt, Val};
+use crate::fusion::{ExprId, IterId, IterKind, MemoryType, Op, ParallelType};
+use crate::kir::{Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, Stmt, Val};
 
 /// One reduction's rewrite: the loop it hooks onto and what surrounds that loop.
 struct Lowered {
-    expr: usize,
-    first_key: usize,
-    acc: usize,
-    out_buf: usize,
+    expr: ExprId,
+    first_key: LoopKey,
+    acc: BufferId,
+    out_buf: BufferId,
     /// The allocation and the init, before the reduction loop; the block reduction and the
     /// write, after it.
     before: Vec<Stmt>,
@@ -27,7 +27,7 @@ struct Lowered {
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     let mut lowered: Vec<Lowered> = Vec::new();
-    for (e, expr) in f.exprs.iter().enumerate() {
+    for (e, expr) in f.expr_ids().zip(&f.exprs) {
         let Op::Reduce { op, .. } = expr.op else {
             continue;
         };
@@ -42,7 +42,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         };
         let first_key = cx.id_keys[&tensor.loop_domain[first]];
         let after = &tensor.loop_domain[first..];
-        let serial_iter: Vec<usize> = after
+        let serial_iter: Vec<IterId> = after
             .iter()
             .copied()
             .filter(|&id| f.ids[id].kind != IterKind::Reduction && !f.ids[id].parallel.is_hw())
@@ -56,7 +56,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             }
         }
         let dtype = tensor.dtype.compute();
-        let acc = k.buffers.len();
+        let acc = BufferId::new(k.buffers.len());
         let acc_name = cx.fresh_name(&format!("{}_acc", tensor.name));
         k.buffers.push(Buffer {
             name: acc_name,
@@ -145,7 +145,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     // Each reduction hooks onto the outermost loop with its first reduction key that holds
     // its update, reached through loops only. One walk finds every such loop (numbered in
     // preorder); a second rewrites the body around them.
-    let of_expr: rustc_hash::FxHashMap<usize, usize> = lowered
+    let of_expr: rustc_hash::FxHashMap<ExprId, usize> = lowered
         .iter()
         .enumerate()
         .map(|(i, l)| (l.expr, i))
@@ -186,8 +186,8 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
 fn find_hooks(
     body: &[Stmt],
     lowered: &[Lowered],
-    of_expr: &rustc_hash::FxHashMap<usize, usize>,
-    path: &mut Vec<(usize, usize)>,
+    of_expr: &rustc_hash::FxHashMap<ExprId, usize>,
+    path: &mut Vec<(LoopKey, usize)>,
     next_loop: &mut usize,
     hooks: &mut [Option<usize>],
 ) {
@@ -251,7 +251,7 @@ fn hook(
     out
 }
 
-fn redirect(body: &mut [Stmt], e: usize, acc: usize, out_buf: usize) -> bool {
+fn redirect(body: &mut [Stmt], e: ExprId, acc: BufferId, out_buf: BufferId) -> bool {
     for s in body.iter_mut() {
         match s {
             Stmt::Compute(c) if c.expr == e && c.role == ComputeRole::ReductionUpdate => {

@@ -25,24 +25,25 @@
 //! by every thread with no predicate: each writer fences after its own writes, and no
 //! lane-dependent condition splits a warp in front of the `bar.sync`.
 
-use super::Ctx;
+use super::{Ctx, PipelinePlan};
 use crate::diag::Diagnostic;
 use crate::fusion::{FenceMode, MemoryType};
-use crate::kir::{Kernel, Stmt, Val};
+use crate::kir::{BufferId, Kernel, Stmt, Val};
 use rustc_hash::FxHashSet;
 use std::collections::HashSet;
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut all = Touched::default();
     collect(&k.body, &mut all);
     // Slots ordered by full and empty mbarriers on both sides.
-    let tracked: FxHashSet<usize> = cx
-        .tma
+    let tracked: FxHashSet<BufferId> = plan
+        .loads
         .iter()
-        .filter(|i| cx.pipes[i.pipe].empty.is_some() || cx.pipes[i.pipe].ws.is_some())
+        .filter(|i| plan.pipes[i.pipe].empty.is_some() || plan.pipes[i.pipe].ws.is_some())
         .map(|i| cx.tensor_buffer[&i.tensor])
         .collect();
-    let shared: FxHashSet<usize> = (0..k.buffers.len())
+    let shared: FxHashSet<BufferId> = k
+        .buffer_ids()
         .filter(|&b| match k.buffers[b].memory {
             MemoryType::Shared => !tracked.contains(&b),
             MemoryType::Global => all.writes.contains(&b) && all.reads.contains(&b),
@@ -53,7 +54,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         cx.kernel_unchanged = true;
         return Ok(());
     }
-    let fenced: FxHashSet<usize> = cx
+    let fenced: FxHashSet<BufferId> = plan
         .stores
         .iter()
         .filter(|s| s.fence == FenceMode::Analysis)
@@ -72,18 +73,18 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             shared,
             thread_vars,
             fenced,
-            issuer: cx.issuer.clone(),
+            issuer: plan.issuer.clone(),
         },
     );
     Ok(())
 }
 
 struct Sets {
-    shared: FxHashSet<usize>,
+    shared: FxHashSet<BufferId>,
     /// Variables bound to thread indices (conditions on them differ between threads).
     thread_vars: HashSet<String>,
     /// Caches read by TMA stores whose fence the analysis places.
-    fenced: FxHashSet<usize>,
+    fenced: FxHashSet<BufferId>,
     /// The thread that issues (and waits for) TMA stores.
     issuer: Val,
 }
@@ -99,7 +100,7 @@ fn drain_stores(sets: &Sets) -> [Stmt; 2] {
 
 /// Whether `s` is a loop that waits for the stores before its first write of `buffers` in
 /// every iteration (its own drain covers the enclosing loop's previous iteration too).
-fn drains_first(s: &Stmt, buffers: &FxHashSet<usize>) -> bool {
+fn drains_first(s: &Stmt, buffers: &FxHashSet<BufferId>) -> bool {
     let Stmt::Loop(l) = s else { return false };
     let drain = l.body.iter().position(|s| {
         matches!(s, Stmt::If { then, .. } if matches!(then.as_slice(), [Stmt::BulkWaitRead(0)]))
@@ -109,7 +110,7 @@ fn drains_first(s: &Stmt, buffers: &FxHashSet<usize>) -> bool {
 }
 
 /// Whether `s` writes one of `buffers` (anywhere inside it).
-fn writes_any(s: &Stmt, buffers: &FxHashSet<usize>) -> bool {
+fn writes_any(s: &Stmt, buffers: &FxHashSet<BufferId>) -> bool {
     let mut t = Touched::default();
     collect(std::slice::from_ref(s), &mut t);
     t.writes.iter().any(|b| buffers.contains(b))
@@ -118,13 +119,13 @@ fn writes_any(s: &Stmt, buffers: &FxHashSet<usize>) -> bool {
 /// The buffers a statement tree touches, gathered in one walk.
 #[derive(Default)]
 struct Touched {
-    reads: FxHashSet<usize>,
-    writes: FxHashSet<usize>,
+    reads: FxHashSet<BufferId>,
+    writes: FxHashSet<BufferId>,
     /// Written by TMA or bulk copies: their readers wait on an mbarrier, so they need no block
     /// barrier for read-after-write (write-after-read still does).
-    by_copy: FxHashSet<usize>,
+    by_copy: FxHashSet<BufferId>,
     /// Read through the async proxy (TMA stores).
-    by_store: FxHashSet<usize>,
+    by_store: FxHashSet<BufferId>,
 }
 
 fn collect(body: &[Stmt], t: &mut Touched) {
@@ -163,10 +164,10 @@ fn collect(body: &[Stmt], t: &mut Touched) {
 fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
     let shared = &sets.shared;
     let mut out = Vec::with_capacity(body.len());
-    let mut pending_w: FxHashSet<usize> = FxHashSet::default();
-    let mut pending_r: FxHashSet<usize> = FxHashSet::default();
+    let mut pending_w: FxHashSet<BufferId> = FxHashSet::default();
+    let mut pending_r: FxHashSet<BufferId> = FxHashSet::default();
     // Read by TMA stores since the issuer last waited for them.
-    let mut pending_stores: FxHashSet<usize> = FxHashSet::default();
+    let mut pending_stores: FxHashSet<BufferId> = FxHashSet::default();
     for s in body {
         let mut touched = Touched::default();
         collect(std::slice::from_ref(&s), &mut touched);
@@ -220,7 +221,7 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
                 }
                 // A cache the next iteration writes while this one's stores may still read it:
                 // the issuer waits for them right before the first write.
-                let stored: FxHashSet<usize> = inner
+                let stored: FxHashSet<BufferId> = inner
                     .by_store
                     .iter()
                     .filter(|b| shared.contains(b) && inner.writes.contains(b))

@@ -15,8 +15,9 @@
 //! ([`LoopNest`]): the producer's one flat loop over (tile, k) against the consumers' tile
 //! loops and k loop.
 
-use super::{role_key, Event, PhaseKind, Place, Walk, What};
-use crate::kir::{Kernel, Val};
+use super::{Event, PhaseKind, Place, Walk, What};
+use crate::kir::{BufferId, Kernel, Val};
+use crate::passes::PipelinePlan;
 use serde::Serialize;
 
 /// The store path of one shared cache (see the module doc).
@@ -142,16 +143,16 @@ pub(super) fn nests(walk: &Walk, places: &[Vec<Place>]) -> Vec<LoopNest> {
 }
 
 /// The staged epilogues of `k` (see the module doc).
-pub(super) fn staged(k: &Kernel, walk: &Walk) -> Vec<StagedEpilogue> {
+pub(super) fn staged(k: &Kernel, plan: &PipelinePlan, walk: &Walk) -> Vec<StagedEpilogue> {
     let events = &walk.events;
-    let accumulators: Vec<usize> = events
+    let accumulators: Vec<BufferId> = events
         .iter()
         .filter_map(|e| match &e.what {
             What::Mma { w, .. } => Some(w.acc.buffer),
             _ => None,
         })
         .collect();
-    let mut caches: Vec<usize> = Vec::new();
+    let mut caches: Vec<BufferId> = Vec::new();
     let mut out = Vec::new();
     for (first, e) in events.iter().enumerate() {
         let What::Staged { cache, from } = e.what else {
@@ -185,10 +186,15 @@ pub(super) fn staged(k: &Kernel, walk: &Walk) -> Vec<StagedEpilogue> {
         let (Some(&(i0, e0)), Some(&(last, _))) = (stores.first(), stores.last()) else {
             continue;
         };
-        let What::Store(t) = e0.what else { continue };
-        let Some(map) = k.tensor_maps.get(t.map) else {
+        // What the plan says of the store: its tensor map, box and issuing thread.
+        let Some(store) = plan
+            .stores
+            .iter()
+            .find(|s| k.buffers[cache].tensor == Some(s.cache))
+        else {
             continue;
         };
+        let map = &k.tensor_maps[store.map];
         // The tile loop: the innermost loop around both the first write and the first store.
         let writes = chain(walk, e.lp, None);
         let tile = chain(walk, e0.lp, None)
@@ -246,19 +252,12 @@ pub(super) fn staged(k: &Kernel, walk: &Walk) -> Vec<StagedEpilogue> {
                 .iter()
                 .map(|(_, e)| per_iteration(walk, e.lp, tile))
                 .sum(),
-            box_bytes: t.bytes,
+            box_bytes: store.bytes,
             commits: commits
                 .iter()
                 .map(|e| per_iteration(walk, e.lp, tile))
                 .sum(),
-            // The stores' thread conditions beyond the writers' (the consumers' role).
-            issuer: role_key(
-                &e0.guards
-                    .iter()
-                    .filter(|g| !e.guards.contains(g))
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            ),
+            issuer: Some(plan.issuer.text()),
             tile_loop: tile.map(|l| walk.loops[l].var.to_string()),
             waits,
         });
@@ -271,17 +270,19 @@ mod tests {
     use super::super::{extract, PipelineView};
     use super::*;
     use crate::kir::Stmt;
+    use crate::passes::PipelinePlan;
 
-    fn kernel(path: &str) -> Kernel {
+    fn kernel(path: &str) -> (Kernel, PipelinePlan) {
         let file = format!("{}/../examples/{path}", env!("CARGO_MANIFEST_DIR"));
         let src = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file}: {e}"));
-        crate::compile(&src, &Default::default())
-            .unwrap_or_else(|e| panic!("{}", e.render(&src, "t.hf")))
-            .kernel
+        let c = crate::compile(&src, &Default::default())
+            .unwrap_or_else(|e| panic!("{}", e.render(&src, "t.hf")));
+        (c.kernel, c.pipeline_plan)
     }
 
     fn view(path: &str) -> PipelineView {
-        extract(&kernel(path))
+        let (k, plan) = kernel(path);
+        extract(&k, &plan)
     }
 
     fn step9() -> StagedEpilogue {
@@ -353,7 +354,7 @@ mod tests {
     /// overlaps them.
     #[test]
     fn a_wait_right_after_the_stores_is_said_to_be() {
-        let mut k = kernel("matmul/step9_tma_store_epilogue.hf");
+        let (mut k, plan) = kernel("matmul/step9_tma_store_epilogue.hf");
         let mut moved = 0;
         crate::kir::for_each_block_mut(&mut k.body, &mut |body| {
             let wait = body.iter().position(|s| match s {
@@ -376,7 +377,11 @@ mod tests {
             }
         });
         assert_eq!(moved, 1);
-        let waits: Vec<StoreWaitAt> = extract(&k).staged[0].waits.iter().map(|w| w.at).collect();
+        let waits: Vec<StoreWaitAt> = extract(&k, &plan).staged[0]
+            .waits
+            .iter()
+            .map(|w| w.at)
+            .collect();
         assert_eq!(waits, [StoreWaitAt::AfterStores, StoreWaitAt::Exit]);
     }
 

@@ -11,7 +11,8 @@
 
 use super::{role_key, Event, PhaseKind, Place, Role, Walk, What};
 use crate::fusion::MemoryType;
-use crate::kir::{Kernel, MmaOperand, Val, Wgmma};
+use crate::kir::{BufferId, Kernel, MmaOperand, Val, Wgmma};
+use crate::passes::PipelinePlan;
 use crate::target;
 use serde::Serialize;
 
@@ -273,7 +274,13 @@ fn issues_per_group(walk: &Walk, e: &Event, lp: Option<usize>) -> Option<i64> {
 
 /// The first loop after event `after` that reads accumulator `acc` indexed by its own variable,
 /// and the global tensors written inside it.
-fn epilogue(k: &Kernel, walk: &Walk, acc: usize, after: usize) -> Option<Epilogue> {
+fn epilogue(
+    k: &Kernel,
+    plan: &PipelinePlan,
+    walk: &Walk,
+    acc: BufferId,
+    after: usize,
+) -> Option<Epilogue> {
     let events = &walk.events;
     let reads_acc = |e: &Event| -> Option<usize> {
         let What::Compute(c) = e.what else {
@@ -312,7 +319,7 @@ fn epilogue(k: &Kernel, walk: &Walk, acc: usize, after: usize) -> Option<Epilogu
                 Some(k.buffers[c.out.buffer].name.clone())
             }
             // Staged in shared memory: the tensor its TMA store writes.
-            What::Staged { cache, .. } => tma_stored(k, cache),
+            What::Staged { cache, .. } => tma_stored(k, plan, cache),
             _ => None,
         };
         if let Some(name) = name.filter(|n| !outputs.contains(n)) {
@@ -326,22 +333,19 @@ fn epilogue(k: &Kernel, walk: &Walk, acc: usize, after: usize) -> Option<Epilogu
     })
 }
 
-/// The global tensor a TMA store of shared buffer `b` writes.
-fn tma_stored(k: &Kernel, b: usize) -> Option<String> {
-    let mut found = None;
-    crate::kir::for_each_stmt(&k.body, &mut |s| {
-        if let crate::kir::Stmt::TmaStore(t) = s {
-            if t.src.buffer == b && found.is_none() {
-                found = k.tensor_maps.get(t.map).map(|m| m.tensor.clone());
-            }
-        }
-    });
-    found
+/// The global tensor a planned TMA store of shared buffer `b` writes.
+fn tma_stored(k: &Kernel, plan: &PipelinePlan, b: BufferId) -> Option<String> {
+    let store = plan
+        .stores
+        .iter()
+        .find(|s| k.buffers[b].tensor == Some(s.cache))?;
+    Some(k.tensor_maps[store.map].tensor.clone())
 }
 
 /// The tensor-core products of `k` (see the module doc).
 pub(super) fn extract(
     k: &Kernel,
+    plan: &PipelinePlan,
     walk: &Walk,
     roles: &[Role],
     full: &[usize],
@@ -494,7 +498,7 @@ pub(super) fn extract(
         }
     }
     for (m, (w, _, last)) in out.iter_mut().zip(&seen) {
-        m.epilogue = epilogue(k, walk, w.acc.buffer, *last);
+        m.epilogue = epilogue(k, plan, walk, w.acc.buffer, *last);
     }
     out
 }
@@ -504,20 +508,22 @@ mod tests {
     use super::super::{extract as view_of, PipelineView};
     use super::*;
     use crate::kir::{for_each_block_mut, Kernel, Stmt};
+    use crate::passes::PipelinePlan;
 
     fn source(path: &str) -> String {
         let file = format!("{}/../examples/{path}", env!("CARGO_MANIFEST_DIR"));
         std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file}: {e}"))
     }
 
-    fn kernel(src: &str) -> Kernel {
-        crate::compile(src, &Default::default())
-            .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")))
-            .kernel
+    fn kernel(src: &str) -> (Kernel, PipelinePlan) {
+        let c = crate::compile(src, &Default::default())
+            .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")));
+        (c.kernel, c.pipeline_plan)
     }
 
     fn view(path: &str) -> PipelineView {
-        view_of(&kernel(&source(path)))
+        let (k, plan) = kernel(&source(path));
+        view_of(&k, &plan)
     }
 
     fn one(v: &PipelineView) -> &Mma {
@@ -691,7 +697,8 @@ mod tests {
         assert!(files.len() >= 7, "{files:?}");
         for f in files {
             let src = std::fs::read_to_string(&f).unwrap();
-            let v = view_of(&kernel(&src));
+            let (k, plan) = kernel(&src);
+            let v = view_of(&k, &plan);
             let m = one(&v);
             let role = &v.roles[m.role];
             let name = f.display();
@@ -732,7 +739,7 @@ mod tests {
     /// The fields come from the statements: another wait depth and no fence show up as such.
     #[test]
     fn wait_depth_and_fence_are_read_from_the_ir() {
-        let mut k = kernel(&source("matmul/step3_warp_specialized.hf"));
+        let (mut k, plan) = kernel(&source("matmul/step3_warp_specialized.hf"));
         let mut seen = 0;
         for_each_block_mut(&mut k.body, &mut |b: &mut Vec<Stmt>| {
             b.retain(|s| !matches!(s, Stmt::WgmmaFence));
@@ -745,7 +752,7 @@ mod tests {
         });
         // The group's wait (1) and the drain after the k loop (0).
         assert_eq!(seen, 2);
-        let v = view_of(&k);
+        let v = view_of(&k, &plan);
         let m = one(&v);
         assert_eq!(
             (m.fence, m.wait_group, m.per_group),

@@ -74,6 +74,7 @@ fn copy_1d_stages3_is_one_thread_loading_two_ahead_into_three_slots() {
                 rank: 1,
                 bytes: 1024,
                 boxes: 1,
+                multicast: None,
                 expect_tx: Some(1024),
                 arrival: Some(0),
                 role: 0,
@@ -253,4 +254,44 @@ fn boxes_side_by_side_are_one_load_of_several_boxes() {
         ]
     );
     assert_eq!(p.stage_bytes, 65536);
+}
+
+/// A 2-CTA cluster: the shared operand's copy is a slice multicast to both CTAs, so a slot
+/// receives two slices; the stage is still A's box and B's whole box.
+#[test]
+fn a_multicast_load_fills_its_slot_with_a_slice_from_each_cta() {
+    let v = view(&example("matmul/step12_cluster_multicast.hf"));
+    assert_eq!(v.cluster, Some([1, 2, 1]));
+    let p = &v.pipelines[0];
+    let loads: Vec<_> = p
+        .loads
+        .iter()
+        .map(|l| (l.buffer.as_str(), l.bytes, l.multicast, l.expect_tx))
+        .collect();
+    assert_eq!(
+        loads,
+        [
+            ("a_s", 16384, None, Some(49152)),
+            ("b_s", 16384, Some(2), Some(49152)),
+        ]
+    );
+    assert_eq!(p.stage_bytes, 49152);
+    assert_eq!(
+        view(&example("matmul/step9_tma_store_epilogue.hf")).cluster,
+        None
+    );
+}
+
+/// What the plan knows is read from it, not rediscovered from the kernel: without the plan's
+/// streams no pipeline is shown, and the prefetch distance is the plan's.
+#[test]
+fn pipelines_and_their_prefetch_come_from_the_plan() {
+    let c = crate::compile(&example("tma/exp_2d.hf"), &Default::default()).unwrap();
+    assert_eq!(extract(&c.kernel, &c.pipeline_plan), c.pipeline);
+    assert_eq!(c.pipeline.pipelines[0].prefetch, Some(3));
+    let mut plan = c.pipeline_plan.clone();
+    plan.pipes[0].prefetch = 1;
+    assert_eq!(extract(&c.kernel, &plan).pipelines[0].prefetch, Some(1));
+    let none = extract(&c.kernel, &crate::passes::PipelinePlan::default());
+    assert!(none.pipelines.is_empty(), "{none:#?}");
 }

@@ -34,8 +34,8 @@ pub(super) fn check(
             format!("{what} ends at byte {end}, past the kernel's {total} bytes of dynamic shared memory")
         })
     };
-    for (b, buf) in k.buffers.iter().enumerate() {
-        let Some(at) = first_alloc.get(b).copied().flatten() else {
+    for (b, buf) in k.buffer_ids().zip(&k.buffers) {
+        let Some(at) = first_alloc.get(b.index()).copied().flatten() else {
             continue;
         };
         let mut error = |rule, detail| errors.push(error_at(k, rule, Some(at), detail));

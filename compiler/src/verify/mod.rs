@@ -24,6 +24,7 @@ mod uniform;
 
 use crate::diag::Diagnostics;
 use crate::fusion::MemoryType;
+use crate::id::IdVec;
 use crate::kir::{Access, BufferId, CopyKind, Kernel, Stmt, Val};
 pub use uniform::{barrier_uses, check_barrier_uses, BarrierUse, Uniformity};
 
@@ -333,12 +334,12 @@ struct Walk<'k> {
     vars: Vec<(String, Uniformity)>,
     /// Allocations in scope (innermost last), and how many of them each buffer has.
     allocs: Vec<BufferId>,
-    in_scope: Vec<u32>,
+    in_scope: IdVec<BufferId, u32>,
     group: Group,
     events: Vec<Event<'k>>,
     barriers: Vec<BarrierUse>,
     /// The first `alloc` of each buffer (sizes and places are reported there).
-    first_alloc: Vec<Option<(usize, &'k Stmt)>>,
+    first_alloc: IdVec<BufferId, Option<(usize, &'k Stmt)>>,
 }
 
 impl<'k> Walk<'k> {
@@ -360,11 +361,11 @@ impl<'k> Walk<'k> {
             next: 0,
             vars,
             allocs: Vec::new(),
-            in_scope: vec![0; k.buffers.len()],
+            in_scope: vec![0; k.buffers.len()].into(),
             group: Group::Block,
             events: Vec::new(),
             barriers: Vec::new(),
-            first_alloc: vec![None; k.buffers.len()],
+            first_alloc: vec![None; k.buffers.len()].into(),
         }
     }
 
@@ -667,7 +668,7 @@ impl<'k> Walk<'k> {
     }
 
     fn buffer_known(&mut self, b: BufferId) -> bool {
-        let known = b < self.k.buffers.len();
+        let known = b.index() < self.k.buffers.len();
         if !known {
             self.error(
                 Rule::UnknownId,
@@ -722,7 +723,7 @@ impl<'k> Walk<'k> {
     }
 
     fn memory_is(&mut self, b: BufferId, memory: MemoryType, what: &str) {
-        let Some(buf) = self.k.buffers.get(b) else {
+        let Some(buf) = self.k.buffers.get(b.index()) else {
             return;
         };
         if buf.memory != memory {
@@ -772,10 +773,10 @@ impl<'k> Walk<'k> {
 
 /// Whether every id a statement itself names is the kernel's (so its dump line can be printed).
 fn ids_valid(k: &Kernel, st: &Stmt) -> bool {
-    let buffer = |a: &Access| a.buffer < k.buffers.len();
+    let buffer = |a: &Access| a.buffer.index() < k.buffers.len();
     let bars = |b: usize| b < k.mbarriers.len();
     match st {
-        Stmt::Alloc(b) => *b < k.buffers.len(),
+        Stmt::Alloc(b) => b.index() < k.buffers.len(),
         Stmt::Compute(c) => {
             let mut ok = buffer(&c.out);
             c.value.for_each_read(&mut |a| ok &= buffer(a));

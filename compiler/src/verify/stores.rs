@@ -11,15 +11,15 @@
 //! one after the other. Kernels without TMA stores are not walked.
 
 use super::{error_at, Rule, VerifyError};
-use crate::kir::{Kernel, Loop, Stmt};
+use crate::kir::{BufferId, Kernel, Loop, Stmt};
 use std::collections::HashSet;
 
 #[derive(Clone, Default, PartialEq)]
 struct State {
     /// Read by stores issued since the last wait.
-    pending: HashSet<usize>,
+    pending: HashSet<BufferId>,
     /// Waited for, but no barrier since: other threads may not write yet.
-    waited: HashSet<usize>,
+    waited: HashSet<BufferId>,
 }
 
 pub(super) fn check(k: &Kernel, errors: &mut Vec<VerifyError>) {
@@ -83,7 +83,7 @@ impl Walk<'_, '_> {
         let me = self.next;
         self.next += 1;
         let k = self.k;
-        let write = |out: &mut Vec<VerifyError>, b: usize| {
+        let write = |out: &mut Vec<VerifyError>, b: BufferId| {
             let why = if s.pending.contains(&b) {
                 Some("no wait for them (cp.async.bulk.wait_group.read 0) by the issuing thread")
             } else if s.waited.contains(&b) {

@@ -257,6 +257,14 @@ pub(super) fn mma_details(v: &PipelineView, m: &Mma) -> Vec<(&'static str, Strin
 /// release, as (what, text) rows.
 pub fn details(v: &PipelineView, p: &Pipeline) -> Vec<(&'static str, String)> {
     let mut rows = Vec::new();
+    if let Some([x, y, z]) = v.cluster {
+        rows.push((
+            "cluster",
+            format!(
+                "{x} × {y} × {z} CTAs (__cluster_dims__): they meet at a cluster barrier after the mbarrier init and before exit"
+            ),
+        ));
+    }
     let mut roles: Vec<usize> = p.loads.iter().map(|l| l.role).collect();
     roles.extend(p.waits.iter().map(|w| w.role));
     for (i, r) in roles.iter().enumerate() {
@@ -280,6 +288,10 @@ pub fn details(v: &PipelineView, p: &Pipeline) -> Vec<(&'static str, String)> {
             .expect_tx
             .map(|b| format!(", expect_tx {b} B"))
             .unwrap_or_default();
+        let what = match l.multicast {
+            Some(n) => format!("{what}, multicast: its slice to the same slot of all {n} CTAs of the cluster, each CTA issuing one"),
+            None => what,
+        };
         let guard = l
             .guard
             .as_ref()

@@ -298,3 +298,27 @@ fn every_matmul_example_draws_its_tensor_cores() {
     let plain = html(&view("tma/exp_2d"));
     assert!(!plain.contains("wgmma") && !plain.contains("pl-acc"));
 }
+
+#[test]
+fn a_cluster_kernel_shows_the_cluster_and_its_multicast_slice() {
+    let v = view("matmul/step12_cluster_multicast");
+    let svg = svg(&v, 0);
+    assert!(
+        svg.contains(">TMA 2-D · 16.0 KiB slice, multicast to 2 CTAs<"),
+        "{svg}"
+    );
+    assert!(svg.contains(">TMA 2-D · 16.0 KiB<"), "{svg}");
+    let rows = details(&v, &v.pipelines[0]);
+    assert_eq!(rows[0].0, "cluster");
+    assert!(rows[0].1.starts_with("1 × 2 × 1 CTAs"), "{rows:?}");
+    assert!(
+        rows.iter().any(|(what, t)| *what == "load"
+            && t.contains("multicast: its slice to the same slot of all 2 CTAs")),
+        "{rows:?}"
+    );
+    assert!(
+        summary(&v.pipelines[0]).contains("3 stages of 48.0 KiB"),
+        "{}",
+        summary(&v.pipelines[0])
+    );
+}

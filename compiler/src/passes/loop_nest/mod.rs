@@ -12,8 +12,11 @@
 use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::dtype::DType;
-use crate::fusion::{Fusion, Inline, IterKind, MemoryType, Op, Operand, ParallelType, TensorId};
-use crate::kir::{Access, Buffer, Compute, ComputeRole, Data, Kernel, Loop, Stmt};
+use crate::fusion::{
+    Fusion, Inline, IterId, IterKind, MemoryType, Op, Operand, ParallelType, TensorId,
+};
+use crate::id::IdVec;
+use crate::kir::{Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, Stmt};
 use crate::plan::SizeExpr;
 use std::collections::{HashMap, HashSet};
 
@@ -54,7 +57,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
 
 fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
     let f = cx.fusion;
-    for (t, tensor) in f.tensors.iter().enumerate() {
+    for (t, tensor) in f.tensor_ids().zip(&f.tensors) {
         let used = tensor.definition.is_some() || !cx.uses[t].clone().is_empty();
         if !used || (tensor.is_input && f.rank(t) == 0) {
             continue;
@@ -72,7 +75,7 @@ fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
         } else {
             Vec::new()
         };
-        cx.tensor_buffer.insert(t, k.buffers.len());
+        cx.tensor_buffer.insert(t, BufferId::new(k.buffers.len()));
         k.buffers.push(Buffer {
             name: tensor.name.clone(),
             dtype: tensor.dtype,
@@ -95,12 +98,12 @@ fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
 /// reductions before it and after it are bit sets (one pass in each direction over the
 /// expressions); an edge's reductions are then one intersection, so the whole is near-linear
 /// where a walk per reduction was quadratic.
-fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<usize>> {
-    let mut out: HashMap<TensorId, HashSet<usize>> = HashMap::new();
+fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<IterId>> {
+    let mut out: HashMap<TensorId, HashSet<IterId>> = HashMap::new();
     let n = f.tensors.len();
     // Each reduction's output and the classes it reduces over.
-    let mut reduction_of: Vec<Option<usize>> = vec![None; n];
-    let mut classes: Vec<HashSet<usize>> = Vec::new();
+    let mut reduction_of: IdVec<TensorId, Option<usize>> = vec![None; n].into();
+    let mut classes: Vec<HashSet<IterId>> = Vec::new();
     for e in &f.exprs {
         let Op::Reduce { .. } = e.op else { continue };
         let r = e.output;
@@ -129,9 +132,12 @@ fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<usize>> {
     for &e in &order {
         let c = f.exprs[e].output;
         for p in f.exprs[e].input_tensors() {
-            let mut bits = above[p * words..(p + 1) * words].to_vec();
+            let mut bits = above[p.index() * words..(p.index() + 1) * words].to_vec();
             set(&mut bits, p);
-            for (w, b) in above[c * words..(c + 1) * words].iter_mut().zip(bits) {
+            for (w, b) in above[c.index() * words..(c.index() + 1) * words]
+                .iter_mut()
+                .zip(bits)
+            {
                 *w |= b;
             }
         }
@@ -139,10 +145,13 @@ fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<usize>> {
     let mut below = vec![0u64; n * words];
     for &e in order.iter().rev() {
         let c = f.exprs[e].output;
-        let mut bits = below[c * words..(c + 1) * words].to_vec();
+        let mut bits = below[c.index() * words..(c.index() + 1) * words].to_vec();
         set(&mut bits, c);
         for p in f.exprs[e].input_tensors() {
-            for (w, &b) in below[p * words..(p + 1) * words].iter_mut().zip(&bits) {
+            for (w, &b) in below[p.index() * words..(p.index() + 1) * words]
+                .iter_mut()
+                .zip(&bits)
+            {
                 *w |= b;
             }
         }
@@ -151,8 +160,8 @@ fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<usize>> {
         let c = f.exprs[e].output;
         for p in f.exprs[e].input_tensors() {
             let (pb, cb) = (
-                &below[p * words..(p + 1) * words],
-                &above[c * words..(c + 1) * words],
+                &below[p.index() * words..(p.index() + 1) * words],
+                &above[c.index() * words..(c.index() + 1) * words],
             );
             for (w, (&x, &y)) in pb.iter().zip(cb).enumerate() {
                 let mut both = x & y;
@@ -175,7 +184,7 @@ fn match_prefix(
     t: TensorId,
     pos: usize,
     consumer_keys: &[LoopKey],
-    (own, t_classes): (&[LoopKey], &[usize]),
+    (own, t_classes): (&[LoopKey], &[IterId]),
 ) -> Result<usize, String> {
     let f = cx.fusion;
     let mut j = 0;
@@ -205,13 +214,13 @@ fn match_prefix(
 fn place(
     cx: &mut Ctx,
     t: TensorId,
-    restricted: &HashMap<TensorId, HashSet<usize>>,
+    restricted: &HashMap<TensorId, HashSet<IterId>>,
 ) -> Result<(Vec<LoopKey>, usize), Diagnostic> {
     let f = cx.fusion;
     let tensor = &f.tensors[t];
     let own: Vec<LoopKey> = tensor.loop_domain.iter().map(|&id| cx.key(id)).collect();
     // A tensor has a few root axes: a list.
-    let t_classes: Vec<usize> = tensor.root.iter().map(|&id| f.class_of(id)).collect();
+    let t_classes: Vec<IterId> = tensor.root.iter().map(|&id| f.class_of(id)).collect();
     let consumers: Vec<TensorId> = {
         let mut v: Vec<TensorId> = cx.uses[t].iter().map(|&e| f.exprs[e].output).collect();
         v.dedup();
@@ -340,7 +349,7 @@ fn place(
 fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     let mut bound: HashMap<ParallelType, (SizeExpr, String)> = HashMap::new();
-    for (t, tensor) in f.tensors.iter().enumerate() {
+    for (t, tensor) in f.tensor_ids().zip(&f.tensors) {
         if tensor.definition.is_none() {
             continue;
         }

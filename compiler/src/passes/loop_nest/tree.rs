@@ -5,6 +5,7 @@
 
 #[allow(unused_imports)]
 use super::*;
+use crate::fusion::ExprId;
 use rustc_hash::FxHashMap;
 
 pub(super) struct LoopNode {
@@ -18,7 +19,7 @@ pub(super) enum Child {
     Compute(Box<Compute>),
 }
 
-pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Result<(), Diagnostic> {
+pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     let mut nodes: Vec<LoopNode> = Vec::new();
     let mut top: Vec<Child> = Vec::new();
@@ -26,11 +27,11 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[usize]) -> Resul
     // Per tensor (indexed by id, not hashed: these are read for every expression): the loop
     // instances of its placement once placed, its statement's sequence number, and the loops
     // opened for it by a producer placed earlier.
-    let mut instances: Vec<Option<Vec<usize>>> = vec![None; n_tensors];
+    let mut instances: IdVec<TensorId, Option<Vec<usize>>> = vec![None; n_tensors].into();
     // Sequence number of the outermost own element of each tensor at each depth.
     let mut seq_of_node: Vec<usize> = Vec::new();
-    let mut stmt_seq: Vec<Option<usize>> = vec![None; n_tensors];
-    let mut pending: Vec<Option<Vec<usize>>> = vec![None; n_tensors];
+    let mut stmt_seq: IdVec<TensorId, Option<usize>> = vec![None; n_tensors].into();
+    let mut pending: IdVec<TensorId, Option<Vec<usize>>> = vec![None; n_tensors].into();
     let mut search = OpenLoopSearch::default();
     // Whether any loops are open for a tensor yet: until then every search finds none (the
     // first expression of a long chain would otherwise walk the whole chain to learn that).
@@ -245,21 +246,21 @@ pub(super) fn move_after_siblings(
     top: &mut Vec<Child>,
     inst: &[usize],
     q: usize,
-    instances: &[Option<Vec<usize>>],
+    instances: &IdVec<TensorId, Option<Vec<usize>>>,
     seq_of_node: &mut [usize],
-    stmt_seq: &mut [Option<usize>],
+    stmt_seq: &mut IdVec<TensorId, Option<usize>>,
     seq: &mut usize,
 ) -> bool {
     let f = cx.fusion;
     let root = inst[q];
     let opened = seq_of_node[root];
-    let inside: HashSet<TensorId> = instances
-        .iter()
-        .enumerate()
+    let inside: HashSet<TensorId> = f
+        .tensor_ids()
+        .zip(instances.iter())
         .filter(|(_, i)| i.as_ref().and_then(|i| i.get(q)) == Some(&root))
         .map(|(t, _)| t)
         .collect();
-    let reads_inside = stmt_seq.iter().enumerate().any(|(u, s)| {
+    let reads_inside = f.tensor_ids().zip(stmt_seq.iter()).any(|(u, s)| {
         s.is_some_and(|s| s > opened)
             && !inside.contains(&u)
             && f.tensors[u]
@@ -310,7 +311,7 @@ pub(super) fn move_after_siblings(
     true
 }
 
-pub(super) fn make_compute(cx: &Ctx, e: usize) -> Result<Compute, Diagnostic> {
+pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
     let f = cx.fusion;
     let expr = &f.exprs[e];
     let t = expr.output;
@@ -415,8 +416,8 @@ impl OpenLoopSearch {
     pub(super) fn open_loops(
         &mut self,
         cx: &Ctx,
-        pending: &[Option<Vec<usize>>],
-        placed: &[Option<Vec<usize>>],
+        pending: &IdVec<TensorId, Option<Vec<usize>>>,
+        placed: &IdVec<TensorId, Option<Vec<usize>>>,
         c: TensorId,
         depth: usize,
     ) -> Option<Vec<usize>> {
@@ -486,8 +487,8 @@ impl OpenLoopSearch {
     fn direct(
         &mut self,
         cx: &Ctx,
-        pending: &[Option<Vec<usize>>],
-        placed: &[Option<Vec<usize>>],
+        pending: &IdVec<TensorId, Option<Vec<usize>>>,
+        placed: &IdVec<TensorId, Option<Vec<usize>>>,
         c: TensorId,
         depth: usize,
     ) -> Option<Vec<usize>> {

@@ -30,7 +30,7 @@ fn lanes(
     (group, n): (&str, i64),
     suffix: &str,
 ) -> (BufferId, String, Vec<Stmt>) {
-    let array = k.buffers.len();
+    let array = BufferId::new(k.buffers.len());
     k.buffers.push(Buffer {
         name: cx.fresh_name(&format!("{}_{suffix}", k.buffers[store.out.buffer].name)),
         dtype: k.buffers[store.out.buffer].dtype,
@@ -155,6 +155,7 @@ pub(super) fn pair_global_store(
 /// None when the loop has another shape or the cache another layout.
 pub(super) fn stmatrix_store(
     cx: &mut Ctx,
+    plan: &PipelinePlan,
     k: &mut Kernel,
     body: &[Stmt],
     reg: &str,
@@ -163,7 +164,7 @@ pub(super) fn stmatrix_store(
 ) -> Option<Stmt> {
     let (_, store) = final_store(body)?;
     let out = &k.buffers[store.out.buffer];
-    let only_tma_stored = cx
+    let only_tma_stored = plan
         .stores
         .iter()
         .any(|s| cx.tensor_buffer.get(&s.cache) == Some(&store.out.buffer));
@@ -361,7 +362,7 @@ pub(super) fn reusable_accumulators(
     };
     let mut accs: Vec<BufferId> = accumulators.iter().copied().collect();
     accs.sort_unstable();
-    for f in 0..k.buffers.len() {
+    for f in k.buffer_ids() {
         let buf = &k.buffers[f];
         if buf.memory != MemoryType::Local
             || buf.dtype != DType::F32

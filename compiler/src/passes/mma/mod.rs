@@ -29,10 +29,10 @@
 //! Emits: `Wgmma`, `WgmmaFence`, `WgmmaCommit`, `WgmmaWait`; accumulator flags.
 
 use super::predicate::eval;
-use super::{Ctx, LoopKey};
+use super::{Ctx, LoopKey, PipelinePlan};
 use crate::diag::Diagnostic;
 use crate::dtype::DType;
-use crate::fusion::{BinaryOp, MemoryType, ParallelType};
+use crate::fusion::{BinaryOp, ExprId, MemoryType, ParallelType};
 use crate::kir::{
     Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, MmaOperand, Stmt, Val,
     Wgmma,
@@ -77,7 +77,7 @@ pub(super) struct Tile {
     pub(super) n_extent: i64,
 }
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
     // Register arrays over Mma axes: the accumulator fragments (allocation divided them by the
     // warp group's threads).
     let fragments: HashSet<BufferId> = cx
@@ -95,6 +95,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut products = Vec::new();
     find_products(&body, &mut products);
     let mut lower = Lower {
+        plan,
         fragments,
         tiles: Vec::new(),
         accumulators: HashSet::new(),
@@ -273,7 +274,9 @@ pub(super) fn zero(idx: &Val, vars: &[&str]) -> Val {
     super::simplify::simplify(&v, &HashMap::new())
 }
 
-pub(super) struct Lower {
+pub(super) struct Lower<'p> {
+    /// The pipeline plan (which buffers hold swizzled boxes, which a TMA store reads).
+    pub(super) plan: &'p PipelinePlan,
     pub(super) fragments: HashSet<BufferId>,
     pub(super) tiles: Vec<Tile>,
     /// Accumulators of the products.
@@ -284,8 +287,8 @@ pub(super) struct Lower {
     pub(super) aliases: HashMap<BufferId, BufferId>,
 }
 
-impl Lower {
-    fn err(&self, cx: &Ctx, expr: usize, m: String) -> Diagnostic {
+impl Lower<'_> {
+    fn err(&self, cx: &Ctx, expr: ExprId, m: String) -> Diagnostic {
         let f = cx.fusion;
         Diagnostic::new(m, f.tensors[f.exprs[expr].output].span)
     }
@@ -492,7 +495,7 @@ impl Lower {
                 if inits {
                     let mut out = Vec::new();
                     for c in cs {
-                        let flag = k.buffers.len();
+                        let flag = BufferId::new(k.buffers.len());
                         k.buffers.push(Buffer {
                             name: cx
                                 .fresh_name(&format!("{}_started", k.buffers[c.out.buffer].name)),
@@ -559,7 +562,9 @@ impl Lower {
                     ));
                 }
                 unguard_register_arithmetic(k, &mut body);
-                if let Some(x4) = stmatrix_store(cx, k, &body, &reg, loops[ni].key, width) {
+                if let Some(x4) =
+                    stmatrix_store(cx, self.plan, k, &body, &reg, loops[ni].key, width)
+                {
                     return Ok(vec![x4]);
                 }
                 if let Some(paired) = pair_global_store(cx, k, &body, &reg, loops[ni].key, width) {
@@ -588,7 +593,7 @@ impl Lower {
     }
 }
 
-pub(super) fn first_expr(body: &[Stmt]) -> Option<usize> {
+pub(super) fn first_expr(body: &[Stmt]) -> Option<ExprId> {
     let mut found = None;
     crate::kir::for_each_stmt(body, &mut |s| {
         if let Stmt::Compute(c) = s {

@@ -8,7 +8,7 @@ use super::*;
 
 /// What [`Lower::product`] found.
 pub(super) struct Product {
-    pub(super) expr: usize,
+    pub(super) expr: ExprId,
     pub(super) m: TileLoop,
     pub(super) n: TileLoop,
     pub(super) n_extent: i64,
@@ -38,7 +38,7 @@ pub(super) fn resolve(d: &Data, defs: &HashMap<BufferId, Data>) -> Data {
     }
 }
 
-impl Lower {
+impl Lower<'_> {
     /// The sum of products a three-deep tile computes, checked against the instruction.
     pub(super) fn product(
         &self,
@@ -50,11 +50,11 @@ impl Lower {
         let f = cx.fusion;
         let mut cs = Vec::new();
         let any_expr = first_expr(body);
-        let what = |e: Option<usize>| {
+        let what = |e: Option<ExprId>| {
             e.map(|e| format!("`{}`", f.tensors[f.exprs[e].output].name))
                 .unwrap_or_else(|| "a tensor".into())
         };
-        let span = |e: Option<usize>| e.and_then(|e| f.tensors[f.exprs[e].output].span);
+        let span = |e: Option<ExprId>| e.and_then(|e| f.tensors[f.exprs[e].output].span);
         if !computes(body, &mut cs) {
             return Err(Diagnostic::new(
                 format!(
@@ -195,7 +195,10 @@ impl Lower {
         let desc = |o: &Access, row: &TileLoop| -> Result<MmaOperand, Diagnostic> {
             let buf = &k.buffers[o.buffer];
             let idx = o.index.clone().unwrap_or(Val::Int(0));
-            let sw = cx.box_swizzle(o.buffer).unwrap_or(0);
+            let sw = self
+                .plan
+                .box_swizzle(&cx.tensor_buffer, o.buffer)
+                .unwrap_or(0);
             if sw == 0 {
                 return bad_op(format!(
                     "operand `{}` is not swizzled; wgmma reads shared memory in 8 x 16-byte core matrices, which a TMA box gives with swizzle=128 (or 64, 32) on the cache",

@@ -22,16 +22,16 @@
 #[allow(unused_imports)]
 use super::*;
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
-    let issuer = cx.issuer.clone();
+pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let issuer = plan.issuer.clone();
     let mut body = std::mem::take(&mut k.body);
-    for p in 0..cx.pipes.len() {
-        if cx.pipes[p].ws.is_some() {
+    for p in 0..plan.pipes.len() {
+        if plan.pipes[p].ws.is_some() {
             continue;
         }
-        if !pipeline(cx, &mut body, p, &Val::Int(0), false)? {
+        if !pipeline(cx, plan, &mut body, p, &Val::Int(0), false)? {
             let f = cx.fusion;
-            let t = cx.tma[cx.pipes[p].members[0]].tensor;
+            let t = plan.loads[plan.pipes[p].members[0]].tensor;
             return Err(Diagnostic::new(
                 format!(
                     "internal: the load of `{}` was not found",
@@ -41,7 +41,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             ));
         }
     }
-    let stores = cx.stores.clone();
+    let stores = plan.stores.clone();
     for s in &stores {
         issue_stores(cx, &mut body, s, &issuer);
     }
@@ -70,9 +70,9 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         Stmt::Sync
     };
     let mut out = vec![guard(issuer.clone(), init), meet.clone()];
-    match cx.pipes.iter().position(|p| p.ws.is_some()) {
+    match plan.pipes.iter().position(|p| p.ws.is_some()) {
         Some(p) => {
-            let mut roles = super::warp_specialize::warp_specialize(cx, body, p)?;
+            let mut roles = super::warp_specialize::warp_specialize(cx, plan, body, p)?;
             if let Stmt::WarpRoles { consumer, .. } = &mut roles {
                 consumer.extend(drain);
                 if meet == Stmt::Sync {
@@ -117,14 +117,15 @@ pub(crate) fn fills(s: &Stmt, buffers: &[BufferId]) -> bool {
 /// loops entered so far. Rewrites the innermost serial loop around them into the pipeline.
 pub(crate) fn pipeline(
     cx: &mut Ctx,
+    plan: &PipelinePlan,
     body: &mut Vec<Stmt>,
     p: usize,
     outer: &Val,
     in_loop: bool,
 ) -> Result<bool, Diagnostic> {
-    let pipe = &cx.pipes[p];
+    let pipe = &plan.pipes[p];
     let f = cx.fusion;
-    let members: Vec<&TmaInfo> = pipe.members.iter().map(|&m| &cx.tma[m]).collect();
+    let members: Vec<&TmaInfo> = pipe.members.iter().map(|&m| &plan.loads[m]).collect();
     let buffers: Vec<BufferId> = members
         .iter()
         .map(|i| cx.tensor_buffer[&i.tensor])
@@ -153,13 +154,14 @@ pub(crate) fn pipeline(
         let stmts = vec![
             issue(
                 cx,
+                plan,
                 pipe.stages,
                 pipe.full.expect("copies have full barriers"),
                 pipe.empty,
                 &loads,
                 &Val::Int(0),
                 &Val::Int(0),
-                &cx.issuer,
+                &plan.issuer,
             ),
             Stmt::MbarWait {
                 bars: pipe.full.expect("copies have full barriers"),
@@ -175,10 +177,10 @@ pub(crate) fn pipeline(
     };
     if Some(l.key) != pipe.loop_key {
         if l.parallel.is_hw() {
-            return pipeline(cx, &mut l.body, p, outer, in_loop);
+            return pipeline(cx, plan, &mut l.body, p, outer, in_loop);
         }
         let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
-        return pipeline(cx, &mut l.body, p, &lin, true);
+        return pipeline(cx, plan, &mut l.body, p, &lin, true);
     }
     // `l` is the buffered loop: its direct children that fill a member buffer are the loads.
     let Stmt::Loop(l) = body.remove(i) else {
@@ -223,7 +225,7 @@ pub(crate) fn pipeline(
             _ => rest.push(st),
         }
     }
-    let stage_of = |b: BufferId| cx.stage_elems[&b].clone();
+    let stage_of = |b: BufferId| plan.stage_elems[&b].clone();
     // Moves the loads to iteration `v`, each into its slot.
     let issue_at = |v: &Val| -> Vec<Stmt> {
         let sl = slot(&at(v));
@@ -239,13 +241,14 @@ pub(crate) fn pipeline(
         if !moved.is_empty() {
             out.push(issue(
                 cx,
+                plan,
                 pipe.stages,
                 pipe.full.expect("copies have full barriers"),
                 pipe.empty,
                 &moved,
                 &sl,
                 &at(v),
-                &cx.issuer,
+                &plan.issuer,
             ));
         }
         for st in &plain {
@@ -275,7 +278,7 @@ pub(crate) fn pipeline(
         iteration.push(Stmt::MbarArrive {
             bars: empty,
             slot: slot(&at(&v)),
-            per_warp: cx.issuer != Val::True && matches!(cx.issuer, Val::And(..)),
+            per_warp: plan.issuer != Val::True && matches!(plan.issuer, Val::And(..)),
         });
     }
     let mut out: Vec<Stmt> = allocs;
@@ -366,6 +369,7 @@ pub(crate) fn linear(outer: &Val, extent: &Val, v: &Val, in_loop: bool) -> Val {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn issue(
     cx: &Ctx,
+    plan: &PipelinePlan,
     stages: i64,
     full: usize,
     empty: Option<usize>,
@@ -392,8 +396,8 @@ pub(crate) fn issue(
     let mut bytes = 0;
     for st in loads {
         let Stmt::TmaLoad(t) = st else { continue };
-        let info = cx
-            .tma
+        let info = plan
+            .loads
             .iter()
             .find(|i| cx.tensor_buffer[&i.tensor] == t.dst.buffer)
             .expect("a load of the pipe");
@@ -492,7 +496,7 @@ pub(crate) fn issue_stores(cx: &Ctx, body: &mut Vec<Stmt>, s: &StoreInfo, issuer
 }
 
 /// Adds `offset` to every read of `buffer`.
-pub(crate) fn shift_reads(body: &mut [Stmt], buffer: usize, offset: &Val) {
+pub(crate) fn shift_reads(body: &mut [Stmt], buffer: BufferId, offset: &Val) {
     for s in body {
         match s {
             Stmt::Compute(c) => c.value.for_each_read_mut(&mut |a| {
@@ -517,7 +521,7 @@ pub(crate) fn shift(a: &mut Access, offset: &Val) {
 }
 
 /// Adds `offset` to every plain write of `buffer`.
-pub(crate) fn shift_writes(s: &mut Stmt, buffer: usize, offset: &Val) {
+pub(crate) fn shift_writes(s: &mut Stmt, buffer: BufferId, offset: &Val) {
     match s {
         Stmt::Compute(c) if c.out.buffer == buffer => shift(&mut c.out, offset),
         Stmt::Loop(l) => l

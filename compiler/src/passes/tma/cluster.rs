@@ -24,7 +24,11 @@
 #[allow(unused_imports)]
 use super::*;
 
-pub(crate) fn plan_multicast(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub(crate) fn plan_multicast(
+    cx: &Ctx,
+    k: &mut Kernel,
+    plan: &mut PipelinePlan,
+) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     let Some(cluster) = f.cluster else {
         return Ok(());
@@ -39,8 +43,8 @@ pub(crate) fn plan_multicast(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnos
             }
         }
     });
-    for m in 0..cx.tma.len() {
-        let info = &cx.tma[m];
+    for m in 0..plan.loads.len() {
+        let info = &plan.loads[m];
         if info.kind != LoadKind::Tma {
             continue;
         }
@@ -58,7 +62,7 @@ pub(crate) fn plan_multicast(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnos
             cluster.on
         );
         let err = |m: String| Err(Diagnostic::new(m, tensor.span));
-        let pipe = &cx.pipes[info.pipe];
+        let pipe = &plan.pipes[info.pipe];
         let empty = match &pipe.ws {
             Some(ws) => ws
                 .roles
@@ -85,7 +89,7 @@ pub(crate) fn plan_multicast(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnos
         }
         let map = info.map.expect("a tile copy has a tensor map");
         k.tensor_maps[map].box_dims[rank - 1] = rows / ctas;
-        cx.tma[m].multicast = Some(ctas);
+        plan.loads[m].multicast = Some(ctas);
         let bars = &mut k.mbarriers[empty];
         if !bars.cluster_wide {
             bars.cluster_wide = true;

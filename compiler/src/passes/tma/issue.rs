@@ -7,15 +7,16 @@
 #[allow(unused_imports)]
 use super::*;
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut env = cx.hw_env(k);
     let mut body = std::mem::take(&mut k.body);
-    issue_block(cx, k, &mut body, &mut env)?;
+    issue_block(cx, plan, k, &mut body, &mut env)?;
     // Swizzled boxes: every element access of the buffer goes through the swizzle (the copies
     // address the box's start, which the swizzle keeps in place).
-    let swizzled: HashMap<BufferId, (i64, u32)> = (0..k.buffers.len())
+    let swizzled: HashMap<BufferId, (i64, u32)> = k
+        .buffer_ids()
         .filter_map(|b| {
-            let sw = cx.box_swizzle(b)?;
+            let sw = plan.box_swizzle(&cx.tensor_buffer, b)?;
             Some((b, (k.buffers[b].dtype.size_bytes() as i64, sw)))
         })
         .collect();
@@ -60,6 +61,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
 
 pub(crate) fn issue_block(
     cx: &mut Ctx,
+    plan: &PipelinePlan,
     k: &Kernel,
     body: &mut Vec<Stmt>,
     env: &mut HashMap<LoopKey, Val>,
@@ -70,22 +72,22 @@ pub(crate) fn issue_block(
         i += 1;
         match s {
             Stmt::Loop(l) if l.parallel == ParallelType::Bulk => {
-                let copies = box_copy(cx, k, l, env)?;
+                let copies = box_copy(cx, plan, k, l, env)?;
                 let n = copies.len();
                 body.splice(i - 1..i, copies);
                 i += n - 1;
             }
             Stmt::Loop(l) => {
                 let prev = env.insert(l.key, Val::Var(l.var.clone()));
-                issue_block(cx, k, &mut l.body, env)?;
+                issue_block(cx, plan, k, &mut l.body, env)?;
                 match prev {
                     Some(p) => env.insert(l.key, p),
                     None => env.remove(&l.key),
                 };
             }
             Stmt::If { then, els, .. } => {
-                issue_block(cx, k, then, env)?;
-                issue_block(cx, k, els, env)?;
+                issue_block(cx, plan, k, then, env)?;
+                issue_block(cx, plan, k, els, env)?;
             }
             _ => {}
         }
@@ -98,6 +100,7 @@ pub(crate) fn issue_block(
 /// Bulk loops count boxes laid side by side ([`super::plan::BoxShape::count`]).
 pub(crate) fn box_copy(
     cx: &mut Ctx,
+    plan: &PipelinePlan,
     k: &Kernel,
     l: &Loop,
     env: &HashMap<LoopKey, Val>,
@@ -130,8 +133,8 @@ pub(crate) fn box_copy(
     let f = cx.fusion;
     let t = f.exprs[compute.expr].output;
     // The loops that count boxes (loads only) stay in the coordinates until each copy is made.
-    let counting = cx
-        .tma
+    let counting = plan
+        .loads
         .iter()
         .find(|i| i.tensor == t)
         .map_or(0, |i| i.boxes.count_axes);
@@ -162,7 +165,7 @@ pub(crate) fn box_copy(
             None,
         ));
     };
-    if let Some(store) = cx.stores.iter().find(|s| s.tensor == t).cloned() {
+    if let Some(store) = plan.stores.iter().find(|s| s.tensor == t).cloned() {
         check_box_layout(cx, k, &store, src, &vars, &extents)?;
         return Ok(vec![Stmt::TmaStore(TmaStore {
             map: store.map,
@@ -174,7 +177,7 @@ pub(crate) fn box_copy(
             bytes: store.bytes,
         })]);
     }
-    let Some(info) = cx.tma.iter().find(|i| i.tensor == t).cloned() else {
+    let Some(info) = plan.loads.iter().find(|i| i.tensor == t).cloned() else {
         return Err(Diagnostic::new(
             format!(
                 "`{}` has Bulk axes but is not a TMA or bulk copy",
@@ -199,7 +202,7 @@ pub(crate) fn box_copy(
         src,
         coords,
         bytes: info.bytes / info.boxes.count,
-        bars: full_of(cx, t),
+        bars: plan.full_of(t),
         slot: Val::Int(0),
         multicast: None,
     };

@@ -2,17 +2,20 @@
 //! passes `tma` ([`plan`]), `tma_issue` ([`issue`]) and `circular_buffer` ([`circular`]), run
 //! only when the fusion has a cache filled by `load=tma|bulk`, an output written by
 //! `cache_before(y, memory=shared, store=tma)`, or a circular-buffered cache; warp
-//! specialization in [`warp_specialize`]. This module holds what they share: the plan they
-//! hand on through `Ctx` ([`TmaInfo`], [`Pipe`], [`WsPlan`], [`StoreInfo`]) and small helpers.
+//! specialization in [`warp_specialize`]. This module holds what they share: the parts of the
+//! [`PipelinePlan`] that `tma` computes and hands on ([`TmaInfo`], [`Pipe`], [`WsPlan`],
+//! [`StoreInfo`]; the plan itself in [`pipeline_plan`]) and small helpers.
 
 pub mod circular;
 pub mod cluster;
 pub mod issue;
+pub mod pipeline_plan;
 pub mod plan;
 pub mod warp_specialize;
 
 pub use circular::run as run_circular;
 pub use issue::run as run_issue;
+pub use pipeline_plan::PipelinePlan;
 pub use plan::run as run_plan;
 
 use super::indexing::consumer_roots;
@@ -67,7 +70,7 @@ pub struct TmaInfo {
     /// The box and how many of them one stage holds side by side.
     pub(crate) boxes: plan::BoxShape,
     pub global_dims: Vec<SizeExpr>,
-    /// Index into `Ctx::pipes`.
+    /// Index into [`PipelinePlan::pipes`].
     pub pipe: usize,
     pub circular: Option<crate::fusion::CircularBuffer>,
     /// Shared-memory swizzle of the box in bytes (0: none).
@@ -96,7 +99,7 @@ pub struct Pipe {
     pub full: Option<usize>,
     /// "Empty" mbarriers with `war=mbarrier`.
     pub empty: Option<usize>,
-    /// Indices into `Ctx::tma`.
+    /// Indices into [`PipelinePlan::loads`].
     pub members: Vec<usize>,
     /// Warp specialization (`warp_specialized(...)`), planned by `tma`.
     pub ws: Option<WsPlan>,
@@ -121,7 +124,7 @@ pub struct WsRole {
     pub block_warp: i64,
     pub full: usize,
     pub empty: usize,
-    /// Indices into `Ctx::tma`.
+    /// Indices into [`PipelinePlan::loads`].
     pub members: Vec<usize>,
 }
 
@@ -178,25 +181,5 @@ pub(crate) fn guard(cond: Val, body: Vec<Stmt>) -> Stmt {
         cond,
         then: body,
         els: Vec::new(),
-    }
-}
-
-/// The full barriers a load of cache `t` completes on (its role's, when warp-specialized).
-pub(crate) fn full_of(cx: &Ctx, t: TensorId) -> usize {
-    let m = cx
-        .tma
-        .iter()
-        .position(|i| i.tensor == t)
-        .expect("a planned load");
-    let pipe = &cx.pipes[cx.tma[m].pipe];
-    match &pipe.ws {
-        Some(ws) => {
-            ws.roles
-                .iter()
-                .find(|r| r.members.contains(&m))
-                .expect("a role of the load")
-                .full
-        }
-        None => pipe.full.expect("a copy has full barriers"),
     }
 }

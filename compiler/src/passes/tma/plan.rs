@@ -7,8 +7,8 @@
 //! plan constraints), and groups the loads of each serial loop into one pipeline with its
 //! mbarrier arrays ("full": one per stage, one arrival; "empty" with `war=mbarrier`: one arrival
 //! per warp); warp-specialized pipelines are planned by [`super::warp_specialize`]. Errors name
-//! the tensor and the rule. Emits: `Ctx::tma`, `Ctx::pipes`, `Ctx::stores`, tensor maps and
-//! mbarrier arrays on the kernel.
+//! the tensor and the rule. Emits: the [`PipelinePlan`] (all but its stage sizes), tensor maps
+//! and mbarrier arrays on the kernel.
 
 use super::warp_specialize::plan_ws;
 #[allow(unused_imports)]
@@ -266,26 +266,30 @@ pub(crate) fn need_divisible(
     }
 }
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
-    cx.issuer = issuer(k);
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<PipelinePlan, Diagnostic> {
+    let mut plan = PipelinePlan {
+        issuer: issuer(k),
+        ..PipelinePlan::default()
+    };
+    let plan = &mut plan;
     let f = cx.fusion;
-    for t in 0..f.tensors.len() {
+    for t in f.tensor_ids() {
         if !cx.placement.contains_key(&t) {
             continue;
         }
         if f.tensors[t].load != LoadKind::Plain || f.tensors[t].circular.is_some() {
-            plan_load(cx, k, t)?;
+            plan_load(cx, plan, k, t)?;
         }
         if f.tensors[t].store != LoadKind::Plain {
-            plan_store(cx, k, t)?;
+            plan_store(cx, plan, k, t)?;
         }
     }
     // Barriers of each pipeline: full when a copy fills its slots, empty with war=mbarrier.
     let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
-    if cx
+    if plan
         .pipes
         .iter()
-        .filter(|p| cx.tma[p.members[0]].ws().is_some())
+        .filter(|p| plan.loads[p.members[0]].ws().is_some())
         .count()
         > 1
     {
@@ -294,18 +298,18 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             None,
         ));
     }
-    for p in 0..cx.pipes.len() {
-        let pipe = cx.pipes[p].clone();
-        let first = &f.tensors[cx.tma[pipe.members[0]].tensor];
-        if let Some(spec) = cx.tma[pipe.members[0]].ws() {
-            let plan = plan_ws(cx, k, &pipe, spec)?;
-            cx.pipes[p].ws = Some(plan);
+    for p in 0..plan.pipes.len() {
+        let pipe = plan.pipes[p].clone();
+        let first = &f.tensors[plan.loads[pipe.members[0]].tensor];
+        if let Some(spec) = plan.loads[pipe.members[0]].ws() {
+            let ws = plan_ws(cx, plan, k, &pipe, spec)?;
+            plan.pipes[p].ws = Some(ws);
             continue;
         }
         let copies = pipe
             .members
             .iter()
-            .any(|&m| cx.tma[m].kind != LoadKind::Plain);
+            .any(|&m| plan.loads[m].kind != LoadKind::Plain);
         let base = match pipe.loop_key {
             Some(key) if pipe.members.len() > 1 => cx.keys.names[key].clone(),
             _ => first.name.clone(),
@@ -318,7 +322,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 smem_offset: None,
                 cluster_wide: false,
             });
-            cx.pipes[p].full = Some(k.mbarriers.len() - 1);
+            plan.pipes[p].full = Some(k.mbarriers.len() - 1);
         }
         if pipe.war == WarMode::Mbarrier {
             let Some(threads) = threads else {
@@ -338,10 +342,11 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                 smem_offset: None,
                 cluster_wide: false,
             });
-            cx.pipes[p].empty = Some(k.mbarriers.len() - 1);
+            plan.pipes[p].empty = Some(k.mbarriers.len() - 1);
         }
     }
-    super::cluster::plan_multicast(cx, k)
+    super::cluster::plan_multicast(cx, k, plan)?;
+    Ok(std::mem::take(plan))
 }
 
 /// The thread that issues copies and initialises barriers: one elected lane of warp 0 when the
@@ -362,7 +367,12 @@ pub(crate) fn issuer(k: &Kernel) -> Val {
     )
 }
 
-pub(crate) fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(), Diagnostic> {
+pub(crate) fn plan_load(
+    cx: &mut Ctx,
+    plan: &mut PipelinePlan,
+    k: &mut Kernel,
+    t: TensorId,
+) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     let tensor = &f.tensors[t];
     let name = &tensor.name;
@@ -537,24 +547,27 @@ pub(crate) fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(),
             }
         }
     }
-    let same_loop = loop_key.and_then(|key| cx.pipes.iter().position(|p| p.loop_key == Some(key)));
+    let same_loop =
+        loop_key.and_then(|key| plan.pipes.iter().position(|p| p.loop_key == Some(key)));
     match same_loop {
         Some(p) => {
-            let pipe = &cx.pipes[p];
-            let other_ws = cx.tma[pipe.members[0]].ws().map(|w| (w.on, w.registers));
+            let pipe = &plan.pipes[p];
+            let other_ws = plan.loads[pipe.members[0]]
+                .ws()
+                .map(|w| (w.on, w.registers));
             let this_ws = tensor
                 .circular
                 .and_then(|c| c.ws)
                 .map(|w| (w.on, w.registers));
             if other_ws != this_ws {
-                let other = &f.tensors[cx.tma[pipe.members[0]].tensor].name;
+                let other = &f.tensors[plan.loads[pipe.members[0]].tensor].name;
                 return err(format!(
                     "`{name}` and `{other}` are loaded in the same loop `{}`: warp-specialize both, on the same thread dim with the same registers (only warp= may differ)",
                     cx.keys.names[loop_key.expect("same loop")]
                 ));
             }
             if (pipe.stages, pipe.prefetch, pipe.war) != (stages, prefetch, war) {
-                let other = &f.tensors[cx.tma[pipe.members[0]].tensor].name;
+                let other = &f.tensors[plan.loads[pipe.members[0]].tensor].name;
                 let describe = |s: i64, p: i64, w: WarMode| {
                     if s == 1 {
                         "no circular buffering".to_string()
@@ -577,28 +590,33 @@ pub(crate) fn plan_load(cx: &mut Ctx, k: &mut Kernel, t: TensorId) -> Result<(),
                 ));
             }
             info.pipe = p;
-            cx.pipes[p].members.push(cx.tma.len());
+            plan.pipes[p].members.push(plan.loads.len());
         }
         None => {
-            info.pipe = cx.pipes.len();
-            cx.pipes.push(Pipe {
+            info.pipe = plan.pipes.len();
+            plan.pipes.push(Pipe {
                 loop_key,
                 stages,
                 prefetch,
                 war,
                 full: None,
                 empty: None,
-                members: vec![cx.tma.len()],
+                members: vec![plan.loads.len()],
                 ws: None,
             });
         }
     }
-    cx.tma.push(info);
+    plan.loads.push(info);
     Ok(())
 }
 
 /// An output written by TMA from its shared cache: the box of its `Bulk` axes.
-pub(crate) fn plan_store(cx: &mut Ctx, k: &mut Kernel, y: TensorId) -> Result<(), Diagnostic> {
+pub(crate) fn plan_store(
+    cx: &mut Ctx,
+    plan: &mut PipelinePlan,
+    k: &mut Kernel,
+    y: TensorId,
+) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     let tensor = &f.tensors[y];
     let name = &tensor.name;
@@ -658,7 +676,7 @@ pub(crate) fn plan_store(cx: &mut Ctx, k: &mut Kernel, y: TensorId) -> Result<()
         element_strides: vec![1; box_dims.len()],
         swizzle_bytes: tensor.swizzle,
     });
-    cx.stores.push(StoreInfo {
+    plan.stores.push(StoreInfo {
         tensor: y,
         cache,
         map: k.tensor_maps.len() - 1,

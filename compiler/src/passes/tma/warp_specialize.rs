@@ -15,12 +15,13 @@ use super::*;
 /// producer role (warp) its own full and empty barriers.
 pub(crate) fn plan_ws(
     cx: &mut Ctx,
+    plan: &PipelinePlan,
     k: &mut Kernel,
     pipe: &Pipe,
     spec: crate::fusion::WarpSpecialized,
 ) -> Result<WsPlan, Diagnostic> {
     let f = cx.fusion;
-    let first = &f.tensors[cx.tma[pipe.members[0]].tensor];
+    let first = &f.tensors[plan.loads[pipe.members[0]].tensor];
     let span = first.circular.map(|c| c.span);
     let diag = |m: String| Diagnostic::new(format!("`{}`: {m}", first.name), span);
     let err = |m: String| Err(diag(m));
@@ -81,7 +82,7 @@ pub(crate) fn plan_ws(
     // Roles: one per producer warp named by the loads.
     let mut roles: Vec<WsRole> = Vec::new();
     for &m in &pipe.members {
-        let w = cx.tma[m].ws().map(|w| w.warp).unwrap_or(0);
+        let w = plan.loads[m].ws().map(|w| w.warp).unwrap_or(0);
         match roles.iter_mut().find(|r| r.warp == w) {
             Some(r) => r.members.push(m),
             None => roles.push(WsRole {
@@ -98,7 +99,7 @@ pub(crate) fn plan_ws(
         let names: Vec<&str> = r
             .members
             .iter()
-            .map(|&m| f.tensors[cx.tma[m].tensor].name.as_str())
+            .map(|&m| f.tensors[plan.loads[m].tensor].name.as_str())
             .collect();
         let base_name = names.join("_");
         k.mbarriers.push(MbarArray {
@@ -133,12 +134,17 @@ pub(crate) fn plan_ws(
 /// barrier and issues its copies. Consumers: the kernel without the copies; each iteration of
 /// the buffered loop waits on the full barrier of every role and releases every empty one
 /// (lane 0 of each warp). Slot and parity come from the same linear iteration on both sides.
-pub(crate) fn warp_specialize(cx: &Ctx, body: Vec<Stmt>, p: usize) -> Result<Stmt, Diagnostic> {
-    let pipe = &cx.pipes[p];
+pub(crate) fn warp_specialize(
+    cx: &Ctx,
+    plan: &PipelinePlan,
+    body: Vec<Stmt>,
+    p: usize,
+) -> Result<Stmt, Diagnostic> {
+    let pipe = &plan.pipes[p];
     let ws = pipe.ws.as_ref().expect("a warp-specialized pipe");
     let f = cx.fusion;
-    let name = &f.tensors[cx.tma[pipe.members[0]].tensor].name;
-    let span = f.tensors[cx.tma[pipe.members[0]].tensor].span;
+    let name = &f.tensors[plan.loads[pipe.members[0]].tensor].name;
+    let span = f.tensors[plan.loads[pipe.members[0]].tensor].span;
     if contains_reduce_over(&body, ws.spec.on) {
         return Err(Diagnostic::new(
             format!(
@@ -153,10 +159,11 @@ pub(crate) fn warp_specialize(cx: &Ctx, body: Vec<Stmt>, p: usize) -> Result<Stm
         let buffers: Vec<BufferId> = role
             .members
             .iter()
-            .map(|&m| cx.tensor_buffer[&cx.tma[m].tensor])
+            .map(|&m| cx.tensor_buffer[&plan.loads[m].tensor])
             .collect();
         let nest = flatten_serial_nests(project(
             cx,
+            plan,
             pipe,
             role,
             &buffers,
@@ -186,12 +193,13 @@ pub(crate) fn warp_specialize(cx: &Ctx, body: Vec<Stmt>, p: usize) -> Result<Stm
     let all: Vec<BufferId> = pipe
         .members
         .iter()
-        .map(|&m| cx.tensor_buffer[&cx.tma[m].tensor])
+        .map(|&m| cx.tensor_buffer[&plan.loads[m].tensor])
         .collect();
     let mut consumer = body;
     let mut found = false;
     consume(
         cx,
+        plan,
         pipe,
         ws,
         &all,
@@ -208,11 +216,11 @@ pub(crate) fn warp_specialize(cx: &Ctx, body: Vec<Stmt>, p: usize) -> Result<Stm
     }
     for role in &ws.roles {
         let reads = role.members.iter().any(|&m| {
-            let b = cx.tensor_buffer[&cx.tma[m].tensor];
+            let b = cx.tensor_buffer[&plan.loads[m].tensor];
             reads_buffer(&consumer, b)
         });
         if !reads {
-            let t = &f.tensors[cx.tma[role.members[0]].tensor].name;
+            let t = &f.tensors[plan.loads[role.members[0]].tensor].name;
             return Err(Diagnostic::new(
                 format!(
                     "producer warp {} loads `{t}`, which no consumer reads",
@@ -299,8 +307,10 @@ pub(crate) fn flatten_serial_nests(nest: Vec<Stmt>) -> Vec<Stmt> {
 
 /// The loops of `body` that lead to the loads of `role`, with only those loads (issued in the
 /// buffered loop) and the declarations they need.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn project(
     cx: &Ctx,
+    plan: &PipelinePlan,
     pipe: &Pipe,
     role: &WsRole,
     buffers: &[BufferId],
@@ -341,6 +351,7 @@ pub(crate) fn project(
                         .collect();
                     l2.body.push(issue(
                         cx,
+                        plan,
                         pipe.stages,
                         role.full,
                         Some(role.empty),
@@ -350,17 +361,17 @@ pub(crate) fn project(
                         &Val::True,
                     ));
                 } else if l.parallel.is_hw() {
-                    l2.body = project(cx, pipe, role, buffers, &l.body, outer, in_loop);
+                    l2.body = project(cx, plan, pipe, role, buffers, &l.body, outer, in_loop);
                 } else {
                     let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
-                    l2.body = project(cx, pipe, role, buffers, &l.body, &lin, true);
+                    l2.body = project(cx, plan, pipe, role, buffers, &l.body, &lin, true);
                 }
                 out.push(Stmt::Loop(l2));
             }
             Stmt::If { cond, then, els } if fills(s, buffers) => out.push(Stmt::If {
                 cond: cond.clone(),
-                then: project(cx, pipe, role, buffers, then, outer, in_loop),
-                els: project(cx, pipe, role, buffers, els, outer, in_loop),
+                then: project(cx, plan, pipe, role, buffers, then, outer, in_loop),
+                els: project(cx, plan, pipe, role, buffers, els, outer, in_loop),
             }),
             _ => {}
         }
@@ -373,6 +384,7 @@ pub(crate) fn project(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn consume(
     cx: &Ctx,
+    plan: &PipelinePlan,
     pipe: &Pipe,
     ws: &WsPlan,
     buffers: &[BufferId],
@@ -384,8 +396,8 @@ pub(crate) fn consume(
     for s in body.iter_mut() {
         let Stmt::Loop(l) = s else {
             if let Stmt::If { then, els, .. } = s {
-                consume(cx, pipe, ws, buffers, then, outer, in_loop, found);
-                consume(cx, pipe, ws, buffers, els, outer, in_loop, found);
+                consume(cx, plan, pipe, ws, buffers, then, outer, in_loop, found);
+                consume(cx, plan, pipe, ws, buffers, els, outer, in_loop, found);
             }
             continue;
         };
@@ -410,8 +422,8 @@ pub(crate) fn consume(
                 keep
             });
             for &m in &pipe.members {
-                let b = cx.tensor_buffer[&cx.tma[m].tensor];
-                let stage = Val::Int(cx.tma[m].stage_elems.expect("copies have a stage size"));
+                let b = cx.tensor_buffer[&plan.loads[m].tensor];
+                let stage = Val::Int(plan.loads[m].stage_elems.expect("copies have a stage size"));
                 shift_reads(&mut l.body, b, &Val::mul(slot.clone(), stage));
             }
             let mut it: Vec<Stmt> = allocs;
@@ -428,10 +440,20 @@ pub(crate) fn consume(
             }));
             l.body = it;
         } else if l.parallel.is_hw() {
-            consume(cx, pipe, ws, buffers, &mut l.body, outer, in_loop, found);
+            consume(
+                cx,
+                plan,
+                pipe,
+                ws,
+                buffers,
+                &mut l.body,
+                outer,
+                in_loop,
+                found,
+            );
         } else {
             let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
-            consume(cx, pipe, ws, buffers, &mut l.body, &lin, true, found);
+            consume(cx, plan, pipe, ws, buffers, &mut l.body, &lin, true, found);
         }
     }
 }

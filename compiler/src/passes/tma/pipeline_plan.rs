@@ -1,0 +1,136 @@
+//! The pipeline plan: what the `tma` pass decides about a kernel's asynchronous copies, in one
+//! typed value handed explicitly to the passes that act on it (an analysis result, as a
+//! dominator tree is in Cranelift, not state on [`Ctx`](super::Ctx)).
+//!
+//! It holds, for a fusion with TMA or bulk copies, TMA stores or circular buffers:
+//! - [`PipelinePlan::loads`]: every cache a pipeline fills (its source tensor, copy kind, box,
+//!   bytes per stage, tensor map, swizzle, circular buffering, the pipe it belongs to);
+//! - [`PipelinePlan::pipes`]: one per serial loop holding such loads (stages, prefetch,
+//!   write-after-read mode, its "full" and "empty" mbarrier arrays as indices into
+//!   `Kernel::mbarriers`, and for `warp_specialized` the [`WsPlan`]: padded block, producer
+//!   condition, consumer threads, one full/empty pair per producer role);
+//! - [`PipelinePlan::stores`]: every TMA store of an output from its shared cache;
+//! - [`PipelinePlan::issuer`]: the thread condition of the one thread that issues copies and
+//!   stores and initialises mbarriers;
+//! - [`PipelinePlan::stage_elems`]: the elements of one stage of each pipelined buffer.
+//!
+//! Who computes it: the `tma` pass ([`super::plan::run`]) returns it (everything but
+//! `stage_elems`, along with the tensor maps and mbarrier arrays it adds to the kernel); the
+//! `allocation` pass completes it with `stage_elems` once it has sized the buffers. A fusion
+//! without any of these features gets [`PipelinePlan::default`] (no loads, pipes or stores;
+//! every thread issues). Who reads it: `allocation`, `tma_issue`, `circular_buffer`, `sync`,
+//! `mma` (their [`Run`](crate::passes::Run) says how), and after the last pass the pipeline view
+//! ([`crate::pipeline_view`], from [`crate::Compilation::pipeline_plan`]).
+
+use super::{Pipe, StoreInfo, TmaInfo};
+use crate::fusion::TensorId;
+use crate::kir::{BufferId, Val};
+use rustc_hash::FxHashMap;
+
+/// See the module documentation.
+#[derive(Clone, Debug)]
+pub struct PipelinePlan {
+    /// Caches that pipelines fill: TMA and bulk copies, and circular-buffered plain loads.
+    pub loads: Vec<TmaInfo>,
+    /// One per serial loop that holds such loads ([`TmaInfo::pipe`] indexes it).
+    pub pipes: Vec<Pipe>,
+    /// TMA stores of outputs.
+    pub stores: Vec<StoreInfo>,
+    /// Who issues copies and stores and initialises mbarriers (see [`super::plan::issuer`]);
+    /// `true` (every thread) without copies.
+    pub issuer: Val,
+    /// Elements of one stage of each circular-buffered (or TMA-filled) buffer (set by the
+    /// `allocation` pass).
+    pub stage_elems: FxHashMap<BufferId, Val>,
+}
+
+impl Default for PipelinePlan {
+    fn default() -> Self {
+        PipelinePlan {
+            loads: Vec::new(),
+            pipes: Vec::new(),
+            stores: Vec::new(),
+            issuer: Val::True,
+            stage_elems: FxHashMap::default(),
+        }
+    }
+}
+
+/// One stream of copies that completes on one "full" mbarrier array: a pipe's copies, or in a
+/// warp-specialized pipe one producer role's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stream {
+    /// Index into [`PipelinePlan::pipes`].
+    pub pipe: usize,
+    /// The "full" and (when slots are released by mbarrier) "empty" arrays, indices into
+    /// `Kernel::mbarriers`.
+    pub full: usize,
+    pub empty: Option<usize>,
+    /// Its loads, indices into [`PipelinePlan::loads`].
+    pub loads: Vec<usize>,
+}
+
+impl PipelinePlan {
+    /// Every stream of copies, pipe by pipe (pipes of plain loads have none).
+    pub fn streams(&self) -> Vec<Stream> {
+        let mut out = Vec::new();
+        for (p, pipe) in self.pipes.iter().enumerate() {
+            match &pipe.ws {
+                Some(ws) => out.extend(ws.roles.iter().map(|r| Stream {
+                    pipe: p,
+                    full: r.full,
+                    empty: Some(r.empty),
+                    loads: r.members.clone(),
+                })),
+                None => out.extend(pipe.full.map(|full| Stream {
+                    pipe: p,
+                    full,
+                    empty: pipe.empty,
+                    loads: pipe.members.clone(),
+                })),
+            }
+        }
+        out
+    }
+
+    /// The warp specialization of the kernel, if a pipe has one (at most one does).
+    pub fn warp_specialized(&self) -> Option<&super::WsPlan> {
+        self.pipes.iter().find_map(|p| p.ws.as_ref())
+    }
+
+    /// The shared-memory swizzle (bytes) of buffer `b` when it holds a swizzled TMA box: a
+    /// swizzled load's cache or a swizzled store's source (`tensor_buffer`: the buffer of each
+    /// tensor, `Ctx::tensor_buffer`).
+    pub fn box_swizzle(
+        &self,
+        tensor_buffer: &FxHashMap<TensorId, BufferId>,
+        b: BufferId,
+    ) -> Option<u32> {
+        self.loads
+            .iter()
+            .map(|i| (i.tensor, i.swizzle))
+            .chain(self.stores.iter().map(|s| (s.cache, s.swizzle)))
+            .find(|&(t, sw)| sw != 0 && tensor_buffer[&t] == b)
+            .map(|(_, sw)| sw)
+    }
+
+    /// The full barriers a load of cache `t` completes on (its role's, when warp-specialized).
+    pub fn full_of(&self, t: TensorId) -> usize {
+        let m = self
+            .loads
+            .iter()
+            .position(|i| i.tensor == t)
+            .expect("a planned load");
+        let pipe = &self.pipes[self.loads[m].pipe];
+        match &pipe.ws {
+            Some(ws) => {
+                ws.roles
+                    .iter()
+                    .find(|r| r.members.contains(&m))
+                    .expect("a role of the load")
+                    .full
+            }
+            None => pipe.full.expect("a copy has full barriers"),
+        }
+    }
+}
