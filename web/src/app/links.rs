@@ -46,16 +46,8 @@ impl Ui {
         }
         let url = examples::url(&e);
         spawn_local(async move {
-            let answer = crate::js::api_request("GET", &url, "", None, 10_000).await;
-            let get = |a: &wasm_bindgen::JsValue, k: &str| {
-                js_sys::Reflect::get(a, &wasm_bindgen::JsValue::from_str(k)).ok()
-            };
-            match answer {
-                Ok(a) if get(&a, "status").and_then(|v| v.as_f64()) == Some(200.0) => show(
-                    &get(&a, "body")
-                        .and_then(|v| v.as_string())
-                        .unwrap_or_default(),
-                ),
+            match runner::fetch("GET", &url, "", None, 10_000).await {
+                Ok(a) if a.status == 200 => show(&a.body),
                 _ => self.say(format!(
                     "The example {url} could not be loaded from this server."
                 )),

@@ -40,7 +40,7 @@ use fields::{Fields, Read};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
-use wasm_bindgen::JsValue;
+use wasm_bindgen::JsCast;
 
 /// Where the runner is.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -88,6 +88,25 @@ impl Settings {
 pub struct Answer {
     pub status: u16,
     pub body: String,
+}
+
+/// One HTTP exchange through the page's `fetch` (`js::api_request`, the bearer `token` when not
+/// empty): the answer, whatever its status, or why nothing answered.
+pub async fn fetch(
+    method: &str,
+    url: &str,
+    token: &str,
+    body: Option<String>,
+    timeout_ms: u32,
+) -> Result<Answer, String> {
+    let answer: js::HttpAnswer = js::api_request(method, url, token, body, timeout_ms)
+        .await
+        .map_err(|e| e.as_string().unwrap_or_else(|| format!("{e:?}")))?
+        .unchecked_into();
+    Ok(Answer {
+        status: answer.status() as u16,
+        body: answer.body().unwrap_or_default(),
+    })
 }
 
 /// What went wrong with a request.
@@ -161,14 +180,9 @@ pub async fn request<T: DeserializeOwned>(
 ) -> Result<T, ApiError> {
     let url = format!("{}{path}", settings.base());
     let body = body.map(|b| serde_json::to_string(b).expect("request bodies serialize"));
-    let answer = js::api_request(method, &url, settings.token.trim(), body, timeout_ms)
+    let a = fetch(method, &url, settings.token.trim(), body, timeout_ms)
         .await
-        .map_err(|e| ApiError::Unreachable(e.as_string().unwrap_or_else(|| format!("{e:?}"))))?;
-    let get = |k: &str| js_sys::Reflect::get(&answer, &JsValue::from_str(k)).ok();
-    let a = Answer {
-        status: get("status").and_then(|v| v.as_f64()).unwrap_or(0.0) as u16,
-        body: get("body").and_then(|v| v.as_string()).unwrap_or_default(),
-    };
+        .map_err(ApiError::Unreachable)?;
     // A static file server (no API) answers 404/405/501 for /api/...: that is no runner.
     if matches!(a.status, 404 | 405 | 501) && error_of(&a.body).is_none() {
         return Err(ApiError::Unreachable(format!(

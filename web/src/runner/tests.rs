@@ -372,6 +372,55 @@ fn a_link_holds_the_program_and_the_state() {
     assert_eq!(state_of_link(&answer(&body)), Ok(ab));
 }
 
+/// The run and link answers read into their `hopfuse-api` types: what the service serialises
+/// reads back equal, and a field it dropped is an error that names it.
+#[test]
+fn the_run_and_link_answers_read_as_their_api_types() {
+    use super::requests::{link, link_created, run_accepted};
+    use hopfuse_api::service::{LinkCreated, RunAccepted};
+    let without = |v: &Value, k: &str| {
+        let mut v = v.clone();
+        v.as_object_mut().unwrap().remove(k);
+        v
+    };
+    let accepted = RunAccepted {
+        job_id: "j1f0".into(),
+        events: "/api/jobs/j1f0/events".into(),
+        result: "/api/jobs/j1f0".into(),
+    };
+    let v = serde_json::to_value(&accepted).unwrap();
+    assert_eq!(run_accepted(Fields::of(&v, "").unwrap()), Ok(accepted));
+    let v = without(&v, "events");
+    let e = run_accepted(Fields::of(&v, "").unwrap()).unwrap_err();
+    assert!(e.contains("`events`"), "{e}");
+
+    let created = LinkCreated {
+        id: "k3n".into(),
+        path: "/api/links/k3n".into(),
+        created_at: 1_763_870_000,
+    };
+    let v = serde_json::to_value(&created).unwrap();
+    assert_eq!(link_created(Fields::of(&v, "").unwrap()), Ok(created));
+    let mut v = v.clone();
+    v["created_at"] = "yesterday".into();
+    let e = link_created(Fields::of(&v, "").unwrap()).unwrap_err();
+    assert!(e.contains("`created_at`"), "{e}");
+
+    let stored = Link {
+        id: "k3n".into(),
+        program: "fusion f {}\n".into(),
+        state: serde_json::json!({"v": 1, "iters": 50}),
+        created_at: 1_763_870_000,
+    };
+    let v = serde_json::to_value(&stored).unwrap();
+    assert_eq!(link(Fields::of(&v, "").unwrap()), Ok(stored.clone()));
+    // A link stored without a state holds none.
+    let v = without(&v, "state");
+    let read = link(Fields::of(&v, "").unwrap()).unwrap();
+    assert_eq!(read.state, Value::Null);
+    assert_eq!(read.program, stored.program);
+}
+
 /// The `done` event's data in a recorded event stream (docs/recordings).
 fn done_of(sse: &str) -> &str {
     let at = sse.find("event: done\ndata: ").expect("a done event") + "event: done\ndata: ".len();
