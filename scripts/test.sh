@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 eval "$(bash scripts/setup-nvrtc.sh)"
 export HOPFUSE_REQUIRE_NVRTC=1 # the runner's NVRTC tests fail instead of skipping
 # nats-server and PostgreSQL on loopback for the distributed mode and the store's PostgreSQL
-# tests (runner/tests/distributed.rs), which then fail instead of skipping.
+# tests (runner/tests/distributed/), which then fail instead of skipping.
 eval "$(bash scripts/setup-distributed.sh)"
 export HOPFUSE_REQUIRE_NATS=1 HOPFUSE_REQUIRE_POSTGRES=1
 # Checks that cannot run here (runner/src/not_run.rs) are listed at the end.

@@ -1,7 +1,7 @@
 //! The wire types of the `hopfuse serve` API (docs/api.md): what its endpoints take and answer,
 //! and what a run measures. Defined once, here, and used by both ends: the runner serialises
 //! them (`runner/src/serve.rs`, the queue, the worker's JSON lines) and the playground
-//! deserialises them (`web/src/runner.rs`, `web/src/inspect_panes.rs`). Pure serde data with a
+//! deserialises them (`web/src/runner/`, `web/src/inspect_panes.rs`). Pure serde data with a
 //! few pure helpers (no I/O), so the crate builds for `wasm32-unknown-unknown`.
 //!
 //! - [`run`]: a run's request ([`run::RunRequest`]), its result ([`run::RunResult`]) and the

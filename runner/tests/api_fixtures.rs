@@ -1,8 +1,8 @@
 //! The contract between the service and the playground: the `done` events the service sends
 //! (docs/api.md), serialized from the runner's own types into `web/tests/fixtures/`, where the
-//! playground's unit tests read them (`web/src/runner.rs`). A change to a result type fails here
-//! first; `HOPFUSE_BLESS=1 cargo test -p hopfuse-runner --test api_fixtures` rewrites the files,
-//! and the playground's tests then say whether it still reads them.
+//! playground's unit tests read them (`web/src/runner/tests.rs`). A change to a result type
+//! fails here first; `HOPFUSE_BLESS=1 cargo test -p hopfuse-runner --test api_fixtures` rewrites
+//! the files, and the playground's tests then say whether it still reads them.
 
 use hopfuse::plan::ConcreteLaunch;
 use hopfuse::{DType, IndexType};

@@ -46,7 +46,8 @@ extern "C" {
     #[wasm_bindgen(method, js_name = setWrap)]
     pub fn set_wrap(this: &CodeViewer, wrap: bool);
 
-    /// `{status, body}` for any HTTP answer; an error string when nothing answered.
+    /// `{status, body}` ([`HttpAnswer`]) for any HTTP answer; an error string when nothing
+    /// answered.
     #[wasm_bindgen(js_name = apiRequest, catch)]
     pub async fn api_request(
         method: &str,
@@ -55,6 +56,13 @@ extern "C" {
         body: Option<String>,
         timeout_ms: u32,
     ) -> Result<JsValue, JsValue>;
+
+    /// What `apiRequest` resolves to: the HTTP status and the body's text.
+    pub type HttpAnswer;
+    #[wasm_bindgen(method, getter)]
+    pub fn status(this: &HttpAnswer) -> f64;
+    #[wasm_bindgen(method, getter)]
+    pub fn body(this: &HttpAnswer) -> Option<String>;
 
     /// Server-sent events read from a fetch body.
     pub type EventStream;

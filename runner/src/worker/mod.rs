@@ -19,6 +19,9 @@
 //! bandwidth or validation, for CI machines without a GPU. `--fake-behaviour hang|crash|
 //! cuda-error` (fake mode only) lets tests exercise the service's kill, crash and
 //! fresh-process-after-a-fault paths.
+//!
+//! This module holds the protocol and the job loop; `fake` the fake worker and its test hooks,
+//! `hooks` the engine's hooks here (progress events, peers, the CUBIN caches).
 
 use crate::engine::{
     self, CopyCeiling, Device, Hooks, PairRatios, Prepared, Progress, RunError, RunRequest,
@@ -28,11 +31,20 @@ use crate::faults::{self, Fault};
 use crate::gpu::{DeviceInfo, Gpu};
 use crate::nvrtc;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::{BufRead, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
+mod fake;
+mod hooks;
+#[cfg(test)]
+mod tests;
+
+pub use fake::FakeBehaviour;
+use fake::{fake, fake_delay};
+pub(crate) use hooks::write_atomically;
+use hooks::WorkerHooks;
+pub use hooks::{cubin_key, hex};
 
 /// What the service sends a worker.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -145,60 +157,6 @@ pub use hopfuse_api::job::FakeCompile;
 
 pub const FAKE_NOTE: &str = "fake worker: the program was compiled and its sizes checked, but \
                              nothing ran on a GPU and nothing was measured";
-
-/// Test hooks of the fake worker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum FakeBehaviour {
-    /// Compile and report.
-    Ok,
-    /// Report `launch`, then never finish (like a deadlocked kernel).
-    Hang,
-    /// Report `launch`, then abort (like a driver crash).
-    Crash,
-    /// Report `launch`, then a CUDA error outcome (like an illegal address): a warm worker
-    /// exits after it.
-    CudaError,
-    /// Taken from a `// fake-behaviour: hang|crash|cuda-error|ok` line in the program (tests
-    /// only).
-    FromProgram,
-}
-
-impl FakeBehaviour {
-    fn resolve(self, source: &str) -> FakeBehaviour {
-        if self != FakeBehaviour::FromProgram {
-            return self;
-        }
-        for line in source.lines() {
-            if let Some(rest) = line.trim().strip_prefix("// fake-behaviour:") {
-                return match rest.trim() {
-                    "hang" => FakeBehaviour::Hang,
-                    "crash" => FakeBehaviour::Crash,
-                    "cuda-error" => FakeBehaviour::CudaError,
-                    _ => FakeBehaviour::Ok,
-                };
-            }
-        }
-        FakeBehaviour::Ok
-    }
-}
-
-/// With `--fake-behaviour from-program`, a `// fake-delay-ms: N` line in the program makes the
-/// fake worker take N milliseconds (at most a minute) in its "launch" (tests only).
-fn fake_delay(behaviour: FakeBehaviour, source: &str) -> Option<std::time::Duration> {
-    if behaviour != FakeBehaviour::FromProgram {
-        return None;
-    }
-    source.lines().find_map(|line| {
-        let ms = line
-            .trim()
-            .strip_prefix("// fake-delay-ms:")?
-            .trim()
-            .parse::<u64>()
-            .ok()?;
-        Some(std::time::Duration::from_millis(ms.min(60_000)))
-    })
-}
 
 /// Options of `hopfuse worker`.
 #[derive(Clone, Debug)]
@@ -495,195 +453,6 @@ fn die_with_parent() {
     }
 }
 
-fn fake(
-    req: &RunRequest,
-    prepared: Option<&Prepared>,
-    behaviour: FakeBehaviour,
-    out: &mut impl Write,
-) -> Outcome {
-    let compiled = match prepared {
-        Some(p) => p.clone(),
-        None => {
-            emit(
-                out,
-                &WorkerEvent::Progress {
-                    step: Progress::Lowering,
-                },
-            );
-            match engine::prepare(req) {
-                Ok((c, setup)) => Prepared::new(&c, setup),
-                Err(error) => return Outcome::Error { error },
-            }
-        }
-    };
-    let Prepared { cuda, plan, setup } = compiled;
-    let working_set_bytes = plan
-        .tensors()
-        .map(|(_, dtype, _, shape)| {
-            engine::tensor_elements(shape, &req.sizes)
-                .unwrap_or(0)
-                .saturating_mul(dtype.size_bytes() as u64)
-        })
-        .fold(0u64, u64::saturating_add);
-    if behaviour != FakeBehaviour::Ok {
-        emit(
-            out,
-            &WorkerEvent::Progress {
-                step: Progress::Launch,
-            },
-        );
-    }
-    match behaviour {
-        FakeBehaviour::Hang => loop {
-            std::thread::sleep(std::time::Duration::from_secs(3600));
-        },
-        FakeBehaviour::Crash => {
-            eprintln!("fake worker: crashing on purpose (--fake-behaviour crash)");
-            std::process::abort();
-        }
-        FakeBehaviour::CudaError => {
-            return Outcome::Error {
-                error: RunError::new(
-                    Stage::Cuda,
-                    "fake worker: a CUDA error on purpose (--fake-behaviour cuda-error)",
-                ),
-            }
-        }
-        FakeBehaviour::Ok | FakeBehaviour::FromProgram => {}
-    }
-    Outcome::Fake {
-        fake: true,
-        compile: Box::new(FakeCompile {
-            note: FAKE_NOTE.to_string(),
-            kernel: plan.kernel_name.clone(),
-            index_type: setup.index_type,
-            index_reason: setup.index_reason,
-            launch: setup.launch,
-            working_set_bytes,
-            cuda_bytes: cuda.len(),
-        }),
-    }
-}
-
-struct WorkerHooks<'a, W: Write> {
-    out: &'a mut W,
-    /// The warm worker's peer process (torch imported once for all its jobs).
-    peers: Option<&'a mut crate::peers::Peers>,
-    cache: Option<PathBuf>,
-    /// A warm worker's in-memory CUBINs.
-    memory: Option<&'a mut HashMap<String, Vec<u8>>>,
-    cached: bool,
-}
-
-impl<W: Write> Hooks for WorkerHooks<'_, W> {
-    fn progress(&mut self, step: Progress) {
-        emit(self.out, &WorkerEvent::Progress { step });
-    }
-
-    fn peers(&mut self) -> Option<&mut crate::peers::Peers> {
-        self.peers.as_deref_mut()
-    }
-
-    fn cubin(&mut self, cuda: &str, name: &str) -> Result<nvrtc::Cubin, nvrtc::NvrtcError> {
-        let Some(dir) = self.cache.clone() else {
-            return nvrtc::compile(cuda, name).and_then(|c| c.deny_warnings(name));
-        };
-        let start = Instant::now();
-        let key = cubin_key(cuda)?;
-        let path = dir.join(format!("{key}.cubin"));
-        let from_memory = self.memory.as_ref().and_then(|m| m.get(&key).cloned());
-        let (image, from) = match from_memory {
-            Some(image) => (Some(image), "memory"),
-            None => (std::fs::read(&path).ok().filter(|i| !i.is_empty()), "disk"),
-        };
-        if let Some(image) = image {
-            self.cached = true;
-            self.remember(&key, &image);
-            emit(
-                self.out,
-                &WorkerEvent::CubinCached {
-                    key,
-                    from: from.into(),
-                },
-            );
-            return Ok(nvrtc::Cubin {
-                image,
-                log: String::new(),
-                warnings: Vec::new(),
-                options: nvrtc::options(nvrtc::include_dir()?.as_deref()),
-                compile_ms: start.elapsed().as_secs_f64() * 1e3,
-            });
-        }
-        let cubin = nvrtc::compile(cuda, name).and_then(|c| c.deny_warnings(name))?;
-        self.remember(&key, &cubin.image);
-        // Best effort: a cache that cannot be written only costs the next run a compile.
-        let _ = write_atomically(&dir, &path, &cubin.image);
-        Ok(cubin)
-    }
-}
-
-impl<W: Write> WorkerHooks<'_, W> {
-    fn remember(&mut self, key: &str, image: &[u8]) {
-        if let Some(m) = self.memory.as_mut() {
-            if m.len() >= MEMORY_CUBINS && !m.contains_key(key) {
-                m.clear();
-            }
-            m.insert(key.to_string(), image.to_vec());
-        }
-    }
-}
-
-/// The cache key of a CUDA source: SHA-256 of the NVRTC version, the options and the source.
-pub fn cubin_key(cuda: &str) -> Result<String, nvrtc::NvrtcError> {
-    let (major, minor) = nvrtc::version()?;
-    let options = nvrtc::options(nvrtc::include_dir()?.as_deref());
-    let mut h = Sha256::new();
-    h.update(format!("nvrtc {major}.{minor}\n").as_bytes());
-    for o in &options {
-        h.update(o.as_bytes());
-        h.update(b"\n");
-    }
-    h.update(b"\0");
-    h.update(cuda.as_bytes());
-    Ok(hex(&h.finalize()))
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// CUBINs kept in the cache; past this the oldest half is removed.
-const CACHE_ENTRIES: usize = 4096;
-
-/// Writes a cache entry through a temporary file, first pruning the entries of its kind (its
-/// extension) in `dir` when there are [`CACHE_ENTRIES`] of them.
-pub(crate) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    prune(dir, path.extension().unwrap_or_default());
-    let tmp = dir.join(format!(".tmp-{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
-}
-
-/// Keeps the cache directory bounded (oldest entries with extension `ext` go first).
-fn prune(dir: &Path, ext: &std::ffi::OsStr) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.path().extension().is_some_and(|x| x == ext))
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .collect();
-    if files.len() < CACHE_ENTRIES {
-        return;
-    }
-    files.sort();
-    for (_, path) in files.iter().take(files.len() / 2) {
-        let _ = std::fs::remove_file(path);
-    }
-}
-
 /// `hopfuse worker --probe`: the GPU the service would run on, as JSON on stdout, or why none.
 pub fn probe() -> i32 {
     #[derive(Serialize)]
@@ -730,110 +499,4 @@ pub fn read_events(reader: impl BufRead) -> Vec<WorkerEvent> {
         .map_while(Result::ok)
         .filter_map(|l| parse_event(&l))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cubins_are_cached_by_content_hash() {
-        if crate::not_run::nvrtc_missing("the CUBIN cache") {
-            return;
-        }
-        let dir = std::env::temp_dir().join(format!("hopfuse-cubin-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let cuda = crate::faults::cuda(crate::faults::Fault::IllegalAddress);
-        let mut out = Vec::new();
-        let mut hooks = WorkerHooks {
-            out: &mut out,
-            cache: Some(dir.clone()),
-            memory: None,
-            cached: false,
-            peers: None,
-        };
-        let first = hooks.cubin(cuda, "a.cu").unwrap();
-        assert!(!hooks.cached);
-        let second = hooks.cubin(cuda, "b.cu").unwrap();
-        assert!(hooks.cached);
-        assert_eq!(first.image, second.image);
-        let events = read_events(&out[..]);
-        assert!(
-            matches!(events[..], [WorkerEvent::CubinCached { .. }]),
-            "{events:?}"
-        );
-        // Another source is another entry.
-        let mut hooks = WorkerHooks {
-            out: &mut out,
-            cache: Some(dir.clone()),
-            memory: None,
-            cached: false,
-            peers: None,
-        };
-        hooks.cubin(crate::gpu::SPIN_SOURCE, "spin.cu").unwrap();
-        assert!(!hooks.cached);
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn a_warm_worker_keeps_cubins_in_memory() {
-        if crate::not_run::nvrtc_missing("the CUBIN cache") {
-            return;
-        }
-        let dir = std::env::temp_dir().join(format!("hopfuse-cubin-mem-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let cuda = crate::faults::cuda(crate::faults::Fault::Deadlock);
-        let mut memory = HashMap::new();
-        let mut out = Vec::new();
-        let mut hooks = WorkerHooks {
-            out: &mut out,
-            cache: Some(dir.clone()),
-            memory: Some(&mut memory),
-            cached: false,
-            peers: None,
-        };
-        let first = hooks.cubin(cuda, "a.cu").unwrap();
-        assert!(!hooks.cached);
-        // Gone from disk: the memory layer still has it.
-        std::fs::remove_dir_all(&dir).unwrap();
-        let second = hooks.cubin(cuda, "a.cu").unwrap();
-        assert!(hooks.cached);
-        assert_eq!(first.image, second.image);
-        let events = read_events(&out[..]);
-        assert!(
-            matches!(&events[..], [WorkerEvent::CubinCached { from, .. }] if from == "memory"),
-            "{events:?}"
-        );
-        assert_eq!(memory.len(), 1);
-    }
-
-    #[test]
-    fn fake_delay_from_the_program_only() {
-        let source = "// fake-delay-ms: 250\nfusion";
-        assert_eq!(
-            fake_delay(FakeBehaviour::FromProgram, source),
-            Some(std::time::Duration::from_millis(250))
-        );
-        assert_eq!(fake_delay(FakeBehaviour::Ok, source), None);
-        assert_eq!(fake_delay(FakeBehaviour::FromProgram, "fusion"), None);
-    }
-
-    #[test]
-    fn fake_behaviour_from_the_program() {
-        let b = FakeBehaviour::FromProgram;
-        assert_eq!(
-            b.resolve("// fake-behaviour: hang\nfusion"),
-            FakeBehaviour::Hang
-        );
-        assert_eq!(b.resolve("fusion"), FakeBehaviour::Ok);
-        assert_eq!(
-            b.resolve("// fake-behaviour: cuda-error"),
-            FakeBehaviour::CudaError
-        );
-        assert_eq!(
-            FakeBehaviour::Crash.resolve("// fake-behaviour: ok"),
-            FakeBehaviour::Crash
-        );
-    }
 }

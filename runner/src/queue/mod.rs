@@ -1,0 +1,339 @@
+//! The service's job queue: jobs wait in a FIFO with a cap; each GPU has one warm `hopfuse
+//! worker --serve` child process that runs its jobs one at a time, each with a wall-clock limit
+//! (SIGKILL on timeout). A worker that is killed, crashes, or exits after a CUDA error (which may
+//! poison its context) is replaced by a fresh process; every job ends with a [`JobResult`],
+//! whatever the worker did, and the next job always runs.
+//!
+//! Admission is counted with RAII: a queued job travels to its dispatcher as a [`Ticket`] that
+//! owns its place in the queue and in its client's share ([`QueueSlot`]); dropping the ticket,
+//! on any path (sent, refused by a closed channel, a dispatcher that panics or is dropped at
+//! shutdown), gives both back and, if the job has no result yet, ends it with one, so every
+//! subscriber gets a terminal `done` event.
+//!
+//! This module holds the queue itself (configuration, submission, statistics, finishing a job
+//! into the run history); `admission` the RAII counts, `job` one job's events and result, `run`
+//! one job on a GPU's warm worker.
+
+use crate::engine::RunRequest;
+use crate::faults::Fault;
+use crate::store::Store;
+use crate::warm::WarmWorker;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{broadcast, mpsc};
+use tracing::{info, warn};
+
+/// The message of a job killed at the wall-clock limit.
+pub const TIMEOUT_MESSAGE: &str =
+    "timed out: the kernel did not finish (a deadlock such as an mbarrier that never completes?)";
+
+/// Finished jobs kept in memory (older ones are still in the run history).
+const KEEP_FINISHED: usize = 2000;
+
+#[derive(Clone, Debug)]
+pub struct QueueConfig {
+    /// The `hopfuse` binary that has the `worker` subcommand.
+    pub worker_exe: PathBuf,
+    /// Arguments after `worker` (`--fake`, `--fake-behaviour ...`).
+    pub worker_args: Vec<String>,
+    pub timeout: Duration,
+    /// Jobs waiting or running at most; more are refused (429).
+    pub cap: usize,
+    /// Jobs one client may have waiting or running (0: no limit beyond `cap`).
+    pub client_cap: usize,
+    /// GPUs: one worker at a time on each (`CUDA_VISIBLE_DEVICES` set when more than one).
+    pub gpus: usize,
+    pub cubin_cache: Option<PathBuf>,
+    /// Start each GPU's worker before the first job (when runs are possible at all).
+    pub prespawn: bool,
+    /// Jobs go to remote agents (`crate::distributed`): no local dispatchers or workers; the
+    /// caller takes each admitted job's [`Ticket`] ([`Queue::admit`]) and finishes it.
+    pub remote: bool,
+}
+
+// The job's wire types are defined in `hopfuse-api` (shared with the playground).
+pub use hopfuse_api::job::{
+    Comparison, JobEvent, JobResult, JobStage, JobStatus, QueueStats, WarmStatus, WorkerInfo,
+};
+
+/// What a job runs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub request: RunRequest,
+    /// A/B: the second program (same sizes, seed and options).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_b: Option<RunRequest>,
+    /// A fault kernel instead of the program (`--fault-kernels`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<Fault>,
+    /// A/B: whether both programs have the same input tensors (names, dtypes, shapes), so the
+    /// seeded inputs are identical.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_inputs: Option<bool>,
+    /// Profile the kernel with Nsight Compute after the run (single programs only): the job
+    /// gets a second time limit for it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub profile: bool,
+    /// The programs as the service compiled them for the sizes, handed to the worker so it
+    /// does not lower them again (not kept in the run history).
+    #[serde(skip)]
+    pub prepared: Option<crate::engine::Prepared>,
+    #[serde(skip)]
+    pub prepared_b: Option<crate::engine::Prepared>,
+}
+
+/// The job was refused: too many waiting.
+#[derive(Clone, Debug)]
+pub struct QueueFull {
+    pub cap: usize,
+    /// The client's own cap was reached (not the queue's).
+    pub per_client: bool,
+    pub retry_after_s: u64,
+}
+mod admission;
+mod job;
+mod run;
+#[cfg(test)]
+mod tests;
+
+use admission::{Admission, Running};
+pub use admission::{QueueSlot, Ticket, NOT_RUN_MESSAGE};
+pub use job::Job;
+use job::JobState;
+use run::warm_status;
+
+pub struct Queue {
+    config: QueueConfig,
+    jobs: Mutex<HashMap<String, Arc<Job>>>,
+    finished_order: Mutex<VecDeque<String>>,
+    admission: Arc<Admission>,
+    tx: mpsc::UnboundedSender<Ticket>,
+    running: AtomicUsize,
+    finished: AtomicU64,
+    /// Mean worker time of recent jobs in milliseconds (for Retry-After).
+    mean_ms: AtomicU64,
+    next_id: AtomicU64,
+    store: Option<Store>,
+    /// Each GPU's warm worker as its dispatcher last saw it.
+    workers: Mutex<Vec<Option<(WarmStatus, Instant)>>>,
+}
+
+impl Queue {
+    /// Starts one dispatcher per GPU.
+    pub fn start(config: QueueConfig, store: Option<Store>) -> Arc<Queue> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        // Remote jobs have no local workers to show.
+        let config_gpus = if config.remote { 0 } else { config.gpus.max(1) };
+        let queue = Arc::new(Queue {
+            config,
+            jobs: Mutex::new(HashMap::new()),
+            finished_order: Mutex::new(VecDeque::new()),
+            admission: Arc::default(),
+            tx,
+            running: AtomicUsize::new(0),
+            finished: AtomicU64::new(0),
+            workers: Mutex::new(vec![None; config_gpus]),
+            mean_ms: AtomicU64::new(1000),
+            next_id: AtomicU64::new(0),
+            store,
+        });
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        let dispatchers = if queue.config.remote {
+            0
+        } else {
+            queue.config.gpus.max(1)
+        };
+        for gpu in 0..dispatchers {
+            let (q, rx) = (queue.clone(), rx.clone());
+            tokio::spawn(async move {
+                let mut warm: Option<WarmWorker> = None;
+                loop {
+                    if warm.is_none() && q.config.prespawn {
+                        // Ready before the next job arrives; a failure is retried (and
+                        // reported) by that job.
+                        warm = WarmWorker::spawn(&q.worker_command(gpu)).await.ok();
+                    }
+                    q.note_worker(gpu, warm.as_ref());
+                    let ticket = { rx.lock().await.recv().await };
+                    let Some(ticket) = ticket else { break };
+                    let running = Running::start(&q.running);
+                    let result = q.run_job(&ticket.job, gpu, &mut warm).await;
+                    q.note_worker(gpu, warm.as_ref());
+                    q.finish(&ticket.job, result).await;
+                    drop(running);
+                    // Releases the job's place in the queue and in its client's share.
+                    drop(ticket);
+                }
+            });
+        }
+        queue
+    }
+
+    fn note_worker(&self, gpu: usize, w: Option<&WarmWorker>) {
+        if let Some(slot) = self.workers.lock().expect("workers lock").get_mut(gpu) {
+            *slot = w.map(|w| (warm_status(w), Instant::now()));
+        }
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        let pending = self.admission.pending.load(Ordering::SeqCst);
+        let running = self.running.load(Ordering::SeqCst);
+        QueueStats {
+            queued: pending.saturating_sub(running),
+            running,
+            cap: self.config.cap,
+            gpus: self.config.gpus.max(1),
+            finished: self.finished.load(Ordering::SeqCst),
+            job_timeout_s: self.config.timeout.as_secs_f64(),
+            workers: self
+                .workers
+                .lock()
+                .expect("workers lock")
+                .iter()
+                .map(|w| {
+                    w.as_ref().map(|(s, at)| WarmStatus {
+                        uptime_s: s.uptime_s + at.elapsed().as_secs_f64(),
+                        ..s.clone()
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    fn new_id(&self) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let mut h = <sha2::Sha256 as sha2::Digest>::new();
+        sha2::Digest::update(&mut h, format!("{t}/{n}/{}", std::process::id()).as_bytes());
+        let digest = sha2::Digest::finalize(h);
+        format!("j{}", crate::worker::hex(&digest[..8]))
+    }
+
+    /// Queues a run; `QueueFull` when `cap` jobs are already waiting or running, or the client
+    /// already has `client_cap`. The job's counts are held by its [`Ticket`] from here on.
+    pub fn submit(&self, spec: JobSpec, client: &str) -> Result<Arc<Job>, QueueFull> {
+        let (job, ticket) = self.admit(spec, client)?;
+        // When the dispatchers are gone (shutting down), the refused ticket is dropped here:
+        // that ends the job with a result and releases its counts.
+        let _ = self.tx.send(ticket);
+        Ok(job)
+    }
+
+    /// Admits a run as [`Queue::submit`] does, but hands its [`Ticket`] to the caller instead of
+    /// a local dispatcher (the distributed mode sends the job to an agent and ends it with
+    /// [`Queue::finish_remote`]).
+    pub fn admit(&self, spec: JobSpec, client: &str) -> Result<(Arc<Job>, Ticket), QueueFull> {
+        let (cap, client_cap) = (self.config.cap, self.config.client_cap);
+        let (slot, ahead) =
+            self.admission
+                .admit(client, cap, client_cap)
+                .map_err(|(per_client, n)| QueueFull {
+                    cap: if per_client { client_cap } else { cap },
+                    per_client,
+                    retry_after_s: self.retry_after(n),
+                })?;
+        let (tx, _) = broadcast::channel(256);
+        let job = Arc::new(Job {
+            id: self.new_id(),
+            client: client.to_string(),
+            spec,
+            submitted: Instant::now(),
+            state: Mutex::new(JobState {
+                events: Vec::new(),
+                tx,
+                result: None,
+            }),
+        });
+        job.push(JobEvent {
+            stage: JobStage::Queued,
+            step: None,
+            position: Some(ahead),
+            elapsed_ms: 0.0,
+            result: None,
+        });
+        self.jobs
+            .lock()
+            .expect("jobs lock")
+            .insert(job.id.clone(), job.clone());
+        let ticket = Ticket {
+            job: job.clone(),
+            _slot: slot,
+        };
+        Ok((job, ticket))
+    }
+
+    /// Forgets a job that was admitted but never queued anywhere (its ticket is dropped by the
+    /// caller): it no longer answers `GET /api/jobs/{id}`.
+    pub fn forget(&self, id: &str) {
+        self.jobs.lock().expect("jobs lock").remove(id);
+    }
+
+    /// Ends a job run elsewhere with its result (stored, then announced, as a local job's) and
+    /// releases its counts.
+    pub async fn finish_remote(&self, ticket: Ticket, result: JobResult) {
+        self.finish(&ticket.job, result).await;
+        drop(ticket);
+    }
+
+    /// The mean worker time of recent jobs in milliseconds.
+    pub fn mean_job_ms(&self) -> u64 {
+        self.mean_ms.load(Ordering::Relaxed)
+    }
+
+    /// Jobs `client` has waiting or running.
+    pub fn client_jobs(&self, client: &str) -> usize {
+        self.admission.of_client(client)
+    }
+
+    /// Seconds until a slot is likely free with `pending` jobs ahead.
+    pub fn retry_after(&self, pending: usize) -> u64 {
+        let mean = self.mean_ms.load(Ordering::Relaxed) as f64 / 1e3;
+        let per_gpu = pending as f64 / self.config.gpus.max(1) as f64;
+        ((per_gpu * mean).ceil() as u64).clamp(1, 600)
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Job>> {
+        self.jobs.lock().expect("jobs lock").get(id).cloned()
+    }
+
+    async fn finish(&self, job: &Arc<Job>, result: JobResult) {
+        let ms = result.worker_ms.max(1.0) as u64;
+        let old = self.mean_ms.load(Ordering::Relaxed);
+        self.mean_ms.store((old * 7 + ms) / 8, Ordering::Relaxed);
+        let result = Arc::new(result);
+        info!(job = %job.id, status = result.status.name(), ms = result.worker_ms, "job finished");
+        // Stored before `done` is announced: whoever sees `done` can rely on the history.
+        if let Some(store) = &self.store {
+            let request = serde_json::to_value(&job.spec).unwrap_or_default();
+            let value = serde_json::to_value(&*result).unwrap_or_default();
+            if let Err(e) = store
+                .put_run(&job.id, result.status.name(), &job.client, &request, &value)
+                .await
+            {
+                warn!(job = %job.id, "cannot store the run: {e}");
+            }
+        }
+        job.push(JobEvent {
+            stage: JobStage::Done,
+            step: None,
+            position: None,
+            elapsed_ms: job.elapsed_ms(),
+            result: Some(result.clone()),
+        });
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        let mut order = self.finished_order.lock().expect("order lock");
+        order.push_back(job.id.clone());
+        if order.len() > KEEP_FINISHED {
+            if let Some(old) = order.pop_front() {
+                self.jobs.lock().expect("jobs lock").remove(&old);
+            }
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! `POST /api/compile` (the program lowered in a compile slot: the CUDA, the IR after every
+//! pass, the launch plan, or the diagnostics) and `POST /api/inspect` (PTX and SASS with their
+//! line map, built in a `hopfuse worker --inspect` child, at most one per compile slot).
+
+use super::middleware::{limit, ApiJson, Client};
+use super::{ApiError, App};
+use crate::engine;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use hopfuse::CompileOptions;
+use hopfuse_api::inspect::InspectBody;
+use hopfuse_api::service::{CompileAnswer, CompileBody, PassIr};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub(super) async fn compile(
+    State(app): State<Arc<App>>,
+    client: Client,
+    ApiJson(body): ApiJson<CompileBody>,
+) -> Result<Json<CompileAnswer>, ApiError> {
+    limit(&app.post_limiter, &client, "requests")?;
+    app.check_program(&body.program)?;
+    let index_type = body.index.unwrap_or_default();
+    let program = body.program;
+    let out = app
+        .compile(move || {
+            let start = Instant::now();
+            let options = CompileOptions {
+                index_type,
+                ..CompileOptions::default()
+            };
+            let result = engine::lower(&program, &options);
+            let lower_ms = start.elapsed().as_secs_f64() * 1e3;
+            match result {
+                Ok(c) => CompileAnswer {
+                    passes: c.passes.iter().map(PassIr::from).collect(),
+                    cuda: Some(c.cuda),
+                    plan: Some(c.plan),
+                    diagnostics: vec![],
+                    lower_ms,
+                },
+                Err(d) => CompileAnswer {
+                    cuda: None,
+                    passes: vec![],
+                    plan: None,
+                    diagnostics: d.0,
+                    lower_ms,
+                },
+            }
+        })
+        .await?;
+    Ok(Json(out))
+}
+
+/// PTX and SASS of a program (`crate::inspect`), built in a child process.
+pub(super) async fn inspect(
+    State(app): State<Arc<App>>,
+    client: Client,
+    ApiJson(body): ApiJson<InspectBody>,
+) -> Result<Json<crate::inspect::Inspection>, ApiError> {
+    use crate::inspect::ServiceError;
+    limit(&app.post_limiter, &client, "requests")?;
+    app.check_program(&body.program)?;
+    let _permit = app
+        .inspect_slots
+        .acquire()
+        .await
+        .map_err(ApiError::internal)?;
+    let request = crate::inspect::InspectRequest {
+        file: "playground.hf".into(),
+        source: body.program,
+        sizes: body.sizes,
+        index: body.index,
+    };
+    crate::inspect::serve(&app.worker_exe, app.inspect_cache.clone(), request)
+        .await
+        .map(Json)
+        .map_err(|e| match e {
+            ServiceError::BadRequest {
+                message,
+                diagnostics,
+            } => {
+                let e = ApiError::bad_request(message);
+                match diagnostics {
+                    Some(d) => e.diagnostics(d),
+                    None => e,
+                }
+            }
+            ServiceError::Unavailable(m) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m),
+            ServiceError::Unprocessable(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, m),
+            ServiceError::Internal(m) => ApiError::internal(m),
+        })
+}

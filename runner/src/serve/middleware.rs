@@ -1,0 +1,168 @@
+//! What wraps the handlers: the bearer token (401), CORS for other origins, a JSON error body for
+//! every error status under `/api` (axum's own are plain text), the JSON body extractor
+//! ([`ApiJson`]: 413 over the body limit, 400 with serde's message), the client's address
+//! ([`Client`]) and its per-client rate limits (429 with `Retry-After`), and the 404 of a
+//! missing resource.
+
+use super::{ApiError, App};
+use crate::rate_limit::ClientRateLimiter;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+/// A JSON body: 413 over the body limit, 400 (with serde's message) when it is not the JSON
+/// the endpoint takes. No content type is required.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<Arc<App>> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, app).await.map_err(|r| {
+            if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                let max = app.args.max_body_bytes;
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "the request body is larger than the limit of {max} bytes (max_body_bytes)"
+                    ),
+                )
+                .limit("max_body_bytes")
+                .max(max)
+            } else {
+                ApiError::new(r.status(), r.body_text())
+            }
+        })?;
+        serde_json::from_slice(&bytes)
+            .map(ApiJson)
+            .map_err(|e| ApiError::bad_request(format!("malformed JSON request: {e}")))
+    }
+}
+
+/// The client a request came from (its IP address), for rate limits and the run history.
+pub struct Client(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Client {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
+        Ok(Client(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip().to_string())
+                .unwrap_or_else(|| "local".into()),
+        ))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rate limiting
+
+pub(super) fn limit(
+    limiter: &ClientRateLimiter,
+    client: &Client,
+    what: &str,
+) -> Result<(), ApiError> {
+    limiter.check(&client.0).map_err(|s| {
+        ApiError::too_many(
+            format!(
+                "rate limit: at most {} {what} per minute per client; retry in {s} s",
+                limiter.per_minute()
+            ),
+            s,
+        )
+    })
+}
+
+pub(super) fn not_found(what: &str, id: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, format!("no {what} with id `{id}`"))
+}
+
+pub(super) fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o.trim_end_matches('/')).ok()),
+        )
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION])
+            .expose_headers([header::RETRY_AFTER])
+            .max_age(Duration::from_secs(3600)),
+    )
+}
+
+pub(super) async fn auth(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    if let Some(token) = &app.args.token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let ok = given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), token.as_bytes()));
+        if !ok {
+            let msg = if given.is_none() {
+                "this service requires a token: send `Authorization: Bearer <token>`"
+            } else {
+                "wrong token"
+            };
+            return ApiError::new(StatusCode::UNAUTHORIZED, msg).into_response();
+        }
+    }
+    next.run(req).await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Every error status under /api has a JSON body (axum's own 404/405/413 are plain text).
+pub(super) async fn json_errors(req: Request, next: Next) -> Response {
+    let api = req.uri().path().starts_with("/api");
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/event-stream"));
+    if !api || status.as_u16() < 400 || is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    let mut json_resp = ApiError::new(status, message).into_response();
+    for (k, v) in parts.headers.iter() {
+        if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
+            json_resp.headers_mut().insert(k.clone(), v.clone());
+        }
+    }
+    json_resp
+}

@@ -1,0 +1,133 @@
+//! The fake worker (`hopfuse worker --fake`, for machines without a GPU): the program is
+//! compiled and its sizes checked for real, nothing runs, and the outcome says so with no
+//! numbers; its test hooks (`--fake-behaviour`) hang, crash or fail like a kernel would, so the
+//! service's kill, crash and fresh-process paths can be tested.
+
+use super::{emit, FakeCompile, Outcome, WorkerEvent, FAKE_NOTE};
+use crate::engine::{self, Prepared, Progress, RunError, RunRequest, Stage};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+
+/// Test hooks of the fake worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum FakeBehaviour {
+    /// Compile and report.
+    Ok,
+    /// Report `launch`, then never finish (like a deadlocked kernel).
+    Hang,
+    /// Report `launch`, then abort (like a driver crash).
+    Crash,
+    /// Report `launch`, then a CUDA error outcome (like an illegal address): a warm worker
+    /// exits after it.
+    CudaError,
+    /// Taken from a `// fake-behaviour: hang|crash|cuda-error|ok` line in the program (tests
+    /// only).
+    FromProgram,
+}
+
+impl FakeBehaviour {
+    pub(super) fn resolve(self, source: &str) -> FakeBehaviour {
+        if self != FakeBehaviour::FromProgram {
+            return self;
+        }
+        for line in source.lines() {
+            if let Some(rest) = line.trim().strip_prefix("// fake-behaviour:") {
+                return match rest.trim() {
+                    "hang" => FakeBehaviour::Hang,
+                    "crash" => FakeBehaviour::Crash,
+                    "cuda-error" => FakeBehaviour::CudaError,
+                    _ => FakeBehaviour::Ok,
+                };
+            }
+        }
+        FakeBehaviour::Ok
+    }
+}
+
+/// With `--fake-behaviour from-program`, a `// fake-delay-ms: N` line in the program makes the
+/// fake worker take N milliseconds (at most a minute) in its "launch" (tests only).
+pub(super) fn fake_delay(behaviour: FakeBehaviour, source: &str) -> Option<std::time::Duration> {
+    if behaviour != FakeBehaviour::FromProgram {
+        return None;
+    }
+    source.lines().find_map(|line| {
+        let ms = line
+            .trim()
+            .strip_prefix("// fake-delay-ms:")?
+            .trim()
+            .parse::<u64>()
+            .ok()?;
+        Some(std::time::Duration::from_millis(ms.min(60_000)))
+    })
+}
+
+pub(super) fn fake(
+    req: &RunRequest,
+    prepared: Option<&Prepared>,
+    behaviour: FakeBehaviour,
+    out: &mut impl Write,
+) -> Outcome {
+    let compiled = match prepared {
+        Some(p) => p.clone(),
+        None => {
+            emit(
+                out,
+                &WorkerEvent::Progress {
+                    step: Progress::Lowering,
+                },
+            );
+            match engine::prepare(req) {
+                Ok((c, setup)) => Prepared::new(&c, setup),
+                Err(error) => return Outcome::Error { error },
+            }
+        }
+    };
+    let Prepared { cuda, plan, setup } = compiled;
+    let working_set_bytes = plan
+        .tensors()
+        .map(|(_, dtype, _, shape)| {
+            engine::tensor_elements(shape, &req.sizes)
+                .unwrap_or(0)
+                .saturating_mul(dtype.size_bytes() as u64)
+        })
+        .fold(0u64, u64::saturating_add);
+    if behaviour != FakeBehaviour::Ok {
+        emit(
+            out,
+            &WorkerEvent::Progress {
+                step: Progress::Launch,
+            },
+        );
+    }
+    match behaviour {
+        FakeBehaviour::Hang => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+        FakeBehaviour::Crash => {
+            eprintln!("fake worker: crashing on purpose (--fake-behaviour crash)");
+            std::process::abort();
+        }
+        FakeBehaviour::CudaError => {
+            return Outcome::Error {
+                error: RunError::new(
+                    Stage::Cuda,
+                    "fake worker: a CUDA error on purpose (--fake-behaviour cuda-error)",
+                ),
+            }
+        }
+        FakeBehaviour::Ok | FakeBehaviour::FromProgram => {}
+    }
+    Outcome::Fake {
+        fake: true,
+        compile: Box::new(FakeCompile {
+            note: FAKE_NOTE.to_string(),
+            kernel: plan.kernel_name.clone(),
+            index_type: setup.index_type,
+            index_reason: setup.index_reason,
+            launch: setup.launch,
+            working_set_bytes,
+            cuda_bytes: cuda.len(),
+        }),
+    }
+}

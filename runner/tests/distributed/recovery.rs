@@ -1,0 +1,254 @@
+//! What survives a failure: an agent killed mid-job (the job ends on another), a NATS restart
+//! (no queued job lost), a result stored before the ack (not run again), and a job delivered
+//! past its attempts (ends crashed, unrun).
+
+use crate::support::*;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// An agent killed (SIGKILL) in the middle of a job: the job is delivered again once its ack
+/// wait has passed and ends on another agent, with one result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_agent_is_killed_ends_on_another_agent() {
+    let Some((nats_exe, pg)) = servers("the distributed mode: an agent killed mid-job") else {
+        return;
+    };
+    let dir = temp_dir("kill");
+    let nats = Nats::start(nats_exe, &dir);
+    let db = database(&pg, "kill").await;
+    let fe = FrontEnd::start(&dir, "fe", &nats.url(), &db, &[]);
+    // A 2 s job limit: the ack wait is 9 s.
+    let mut doomed = agent(&dir, "doomed", &nats.url(), "2");
+    let c = client();
+    // The fake worker takes 1.5 s in its "launch".
+    let body = json!({
+        "program": program("// fake-delay-ms: 1500"),
+        "sizes": {"M": 256, "N": 256},
+    });
+    let (status, v, _) = post_run(&c, &fe, body.to_string()).await;
+    assert_eq!(status, 202, "{v}");
+    let id = v["job_id"].as_str().unwrap().to_string();
+    let (names, _) = events(&c, job_events(&fe, &id), Some("running")).await;
+    assert!(names.contains(&"running".to_string()), "{names:?}");
+    doomed.kill();
+    let started = Instant::now();
+    let _rescuer = agent(&dir, "rescuer", &nats.url(), "2");
+    let (names, result) = events(&c, job_events(&fe, &id), None).await;
+    check_stream(&id, &names, &result, &["rescuer"]);
+    // Delivered again only after the ack wait (9 s), not at once.
+    assert!(
+        started.elapsed() > Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    let h = health_until(&c, &fe, Duration::from_secs(15), |d| {
+        total(d, "redelivered") == 1 && total(d, "completed") == 1
+    })
+    .await;
+    assert_eq!(total(&h, "redelivered"), 1, "{h}");
+    assert_eq!(total(&h, "completed"), 1, "{h}");
+    assert_eq!(h["depth"], json!(0), "{h}");
+    clean_up(&pg, "kill", &dir).await;
+}
+
+/// nats-server restarts (SIGTERM, then started again on its store) while jobs wait in the
+/// stream and one runs: none is lost. The agent that was pulling before the restart goes on
+/// after it, every SSE stream opened before the restart ends with its result, exactly once.
+/// While NATS is down, a run is refused with a 503 that says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_queued_across_a_nats_restart_are_not_lost() {
+    let Some((nats_exe, pg)) = servers("the distributed mode: a NATS restart") else {
+        return;
+    };
+    let dir = temp_dir("restart");
+    let mut nats = Nats::start(nats_exe, &dir);
+    let db = database(&pg, "restart").await;
+    let fe = FrontEnd::start(&dir, "fe", &nats.url(), &db, &[]);
+    // One GPU, 2 s job limit (ack wait 9 s); each job takes 300 ms.
+    let _agent = agent(&dir, "steady", &nats.url(), "2");
+    let c = client();
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(submit(&c, &fe, &format!("// queued {i}\n// fake-delay-ms: 300")).await);
+    }
+    let streams: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (c, url) = (c.clone(), job_events(&fe, id));
+            tokio::spawn(async move { events(&c, url, None).await })
+        })
+        .collect();
+    let h = health_until(&c, &fe, Duration::from_secs(5), |d| {
+        d["waiting"].as_u64().is_some_and(|w| w >= 5)
+    })
+    .await;
+    assert!(h["waiting"].as_u64().unwrap() >= 5, "{h}");
+    nats.stop();
+    let (status, v, retry) = post_run(&c, &fe, run_body("// while NATS is down")).await;
+    assert_eq!(status, 503, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("NATS"), "{v}");
+    assert!(retry.is_some());
+    nats.restart();
+    for (id, stream) in ids.iter().zip(streams) {
+        let (names, result) = stream.await.unwrap();
+        check_stream(id, &names, &result, &["steady"]);
+    }
+    let h = health_until(&c, &fe, Duration::from_secs(10), |d| {
+        d["depth"] == json!(0) && total(d, "completed") >= 20
+    })
+    .await;
+    assert_eq!(
+        (h["depth"].clone(), h["in_flight"].clone()),
+        (json!(0), json!(0)),
+        "{h}"
+    );
+    // One run in the history per job.
+    let pool = sqlx::PgPool::connect(&db).await.unwrap();
+    let (runs,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM runs")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    assert_eq!(runs, 20);
+    clean_up(&pg, "restart", &dir).await;
+}
+
+/// A job message whose job already has a result (its agent stored the result and died before
+/// acknowledging) is answered with that result and acknowledged, never run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_already_has_a_result_is_not_run_again() {
+    use futures_util::StreamExt;
+    use hopfuse_runner::distributed::wire::{AgentEvent, WireJob};
+    let Some(nats_exe) = hopfuse_runner::not_run::nats_server("the distributed mode: idempotence")
+    else {
+        return;
+    };
+    let dir = temp_dir("once");
+    let nats = Nats::start(nats_exe, &dir);
+    // The agent makes the stream, the buckets and the consumer.
+    let _agent = agent(&dir, "once", &nats.url(), "20");
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    let results = js.get_key_value("hopfuse_results").await.unwrap();
+    let stored = json!({
+        "job_id": "jonce", "status": "error", "fake": false, "message": "stored first",
+        "progress": [], "queued_ms": 0.0, "worker_ms": 0.0,
+    });
+    results
+        .create("jonce", serde_json::to_vec(&stored).unwrap().into())
+        .await
+        .unwrap();
+    let mut events = client.subscribe("hopfuse.events.test").await.unwrap();
+    let job = WireJob {
+        job_id: "jonce".into(),
+        events: "hopfuse.events.test".into(),
+        request: serde_json::from_value(json!({
+            "file": "t.hf", "source": program("// would run"), "sizes": {"M": 256, "N": 256},
+            "iters": 1, "warmup": 0, "seed": 1, "index": null, "copy_ceiling": false,
+        }))
+        .unwrap(),
+        request_b: None,
+        fault: None,
+        same_inputs: None,
+        profile: false,
+        prepared: None,
+        prepared_b: None,
+    };
+    js.publish(
+        "hopfuse.jobs.sm_90a",
+        serde_json::to_vec(&job).unwrap().into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(20), events.next())
+        .await
+        .expect("an event from the agent")
+        .unwrap();
+    // Its first and only event: the stored result (no `started`: it did not run).
+    match serde_json::from_slice::<AgentEvent>(&first.payload).unwrap() {
+        AgentEvent::Done { job_id, result } => {
+            assert_eq!(job_id, "jonce");
+            assert_eq!(result.message.as_deref(), Some("stored first"));
+            assert_eq!(result.agent, None);
+        }
+        other => panic!("expected the stored result, got {other:?}"),
+    }
+    let mut stream = js.get_stream("HOPFUSE_JOBS").await.unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while stream.info().await.unwrap().state.messages > 0 {
+        assert!(
+            Instant::now() < until,
+            "the job message was not acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), events.next())
+            .await
+            .is_err(),
+        "more events after the result"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A job delivered more often than `--max-attempts` (here: once, then given back by a taker
+/// that did not finish it) ends `crashed` on the next agent without running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_past_its_attempts_ends_crashed_unrun() {
+    use async_nats::jetstream::AckKind;
+    use futures_util::StreamExt;
+    use hopfuse_runner::distributed::{self as dist, wire::AgentEvent};
+    let Some(nats_exe) = hopfuse_runner::not_run::nats_server("the distributed mode: attempts")
+    else {
+        return;
+    };
+    let dir = temp_dir("attempts");
+    let nats = Nats::start(nats_exe, &dir);
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    let stream = dist::ensure_stream(&js, None).await.unwrap();
+    // The ack wait an agent with --job-timeout 1 makes.
+    let consumer = dist::ensure_consumer(&stream, "sm_90a", Duration::from_secs(7))
+        .await
+        .unwrap();
+    let mut events = client.subscribe("hopfuse.events.attempts").await.unwrap();
+    let job = json!({
+        "job_id": "jtwice", "events": "hopfuse.events.attempts",
+        "request": {"file": "t.hf", "source": program("// never run"), "sizes": {"M": 256, "N": 256},
+                    "iters": 1, "warmup": 0, "seed": 1, "index": null, "copy_ceiling": false},
+    });
+    js.publish("hopfuse.jobs.sm_90a", job.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    // A taker that gives it back: its first delivery is spent.
+    let mut batch = consumer.fetch().max_messages(1).messages().await.unwrap();
+    let first = batch.next().await.unwrap().unwrap();
+    assert_eq!(first.info().unwrap().delivered, 1);
+    first.ack_with(AckKind::Nak(None)).await.unwrap();
+    let _agent = agent_with(&dir, "last", &nats.url(), "1", &["--max-attempts", "1"]);
+    let event = tokio::time::timeout(Duration::from_secs(20), events.next())
+        .await
+        .expect("an event from the agent")
+        .unwrap();
+    match serde_json::from_slice::<AgentEvent>(&event.payload).unwrap() {
+        AgentEvent::Done { job_id, result } => {
+            assert_eq!(job_id, "jtwice");
+            assert_eq!(result.status, hopfuse_runner::queue::JobStatus::Crashed);
+            let message = result.message.unwrap_or_default();
+            assert!(message.contains("delivered 2 times"), "{message}");
+            assert_eq!(result.agent.as_deref(), Some("last"));
+            assert!(result.worker.is_none(), "it ran: {:?}", result.worker);
+        }
+        other => panic!("expected a crashed result, got {other:?}"),
+    }
+    // Stored once, as the job's result.
+    let results = js.get_key_value("hopfuse_results").await.unwrap();
+    let stored: Value =
+        serde_json::from_slice(&results.get("jtwice").await.unwrap().unwrap()).unwrap();
+    assert_eq!(stored["status"], json!("crashed"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

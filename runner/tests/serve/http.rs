@@ -1,0 +1,329 @@
+//! The API's surface: compile answers and diagnostics, static files, request limits (400, 413),
+//! the token, CORS, the queue cap and rate limits (429 with Retry-After), and a service without a
+//! GPU (runs 503, compile works).
+
+use crate::support::*;
+use serde_json::{json, Value};
+
+#[tokio::test]
+async fn compile_reports_cuda_passes_and_located_diagnostics() {
+    let dir = temp_dir("compile");
+    let s = Server::start(&dir, &["--fake-worker"]);
+    let c = client();
+    let good = json!({"program": example("softmax.hf")}).to_string();
+    let (status, v, _) = post(&c, s.url("/api/compile"), good).await;
+    assert_eq!(status, 200, "{v}");
+    assert!(v["cuda"].as_str().unwrap().contains("__global__"));
+    assert!(v["passes"].as_array().unwrap().len() >= 5);
+    assert!(v["passes"][0]["name"].is_string() && v["passes"][0]["ir"].is_string());
+    assert!(v["plan"]["kernel_name"].is_string());
+    assert_eq!(v["diagnostics"], json!([]));
+    assert!(v["lower_ms"].as_f64().unwrap() >= 0.0);
+
+    // A program error is a 200 with located diagnostics (the playground shows them).
+    let bad = json!({"program": "fusion f {\n  input x: f32[N]\n  y = exp(x\n  output y\n}"});
+    let (status, v, _) = post(&c, s.url("/api/compile"), bad.to_string()).await;
+    assert_eq!(status, 200, "{v}");
+    assert!(v["cuda"].is_null());
+    let d = &v["diagnostics"][0];
+    assert!(d["message"].as_str().unwrap().contains("expected"), "{d}");
+    // At the unclosed `(`.
+    assert_eq!(
+        (d["line"].as_u64(), d["column"].as_u64()),
+        (Some(3), Some(10)),
+        "{d}"
+    );
+
+    // Malformed JSON, wrong shapes and unknown fields: 400 with a message.
+    for body in [
+        "{bad",
+        "",
+        "[]",
+        r#"{"program": 5}"#,
+        r#"{"program": "x", "nope": 1}"#,
+    ] {
+        let (status, v, _) = post(&c, s.url("/api/compile"), body.to_string()).await;
+        assert_eq!(status, 400, "{body}: {v}");
+        assert!(v["error"].as_str().unwrap().contains("JSON"), "{v}");
+    }
+    // Unknown endpoints and methods answer JSON too.
+    let (status, v) = get(&c, s.url("/api/nope")).await;
+    assert_eq!(status, 404, "{v}");
+    let (status, v) = get(&c, s.url("/api/compile")).await;
+    assert_eq!(status, 405, "{v}");
+    // Without dist/, the root says so in HTML.
+    let root = c.get(s.url("/")).send().await.unwrap();
+    assert_eq!(root.status(), 200);
+    assert!(root.text().await.unwrap().contains("not built yet"));
+    s.stop();
+}
+
+#[tokio::test]
+async fn static_files_are_served_from_the_static_dir() {
+    let dir = temp_dir("static");
+    let dist = dir.join("dist");
+    std::fs::create_dir_all(&dist).unwrap();
+    std::fs::write(dist.join("index.html"), "<h1>playground</h1>").unwrap();
+    let dist_arg = dist.display().to_string();
+    let s = Server::start(&dir, &["--fake-worker", "--static-dir", &dist_arg]);
+    let c = client();
+    let text = c
+        .get(s.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(text, "<h1>playground</h1>");
+    assert_eq!(
+        c.get(s.url("/missing.js")).send().await.unwrap().status(),
+        404
+    );
+    s.stop();
+}
+
+#[tokio::test]
+async fn run_errors_are_400_with_the_limit_named() {
+    let dir = temp_dir("run-errors");
+    let s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--max-iters",
+            "50",
+            "--max-tensor-bytes",
+            "1000000",
+        ],
+    );
+    let c = client();
+    let mut body = add_run("");
+    body["iters"] = json!(51);
+    let (status, v, _) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["limit"], "max_iters", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("max_iters"), "{v}");
+
+    let mut body = add_run("");
+    body["sizes"] = json!({"M": 4096, "N": 4096});
+    let (status, v, _) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["limit"], "max_tensor_bytes", "{v}");
+
+    // A program that does not compile: 400 with located diagnostics.
+    let body = json!({"program": "fusion f {\n  @@@\n}", "sizes": {}, "iters": 5});
+    let (status, v, _) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["diagnostics"][0]["line"].as_u64() >= Some(1), "{v}");
+
+    // Missing and negative sizes.
+    let mut body = add_run("");
+    body["sizes"] = json!({"M": 16});
+    let (status, v, _) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains('N'), "{v}");
+    body["sizes"] = json!({"M": -16, "N": 4});
+    let (status, v, _) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 400, "{v}");
+    body["sizes"] = json!({"M": "big", "N": 4});
+    let (status, v, _) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 400, "{v}");
+    let (status, v) = get(&c, s.url("/api/jobs/nope")).await;
+    assert_eq!(status, 404, "{v}");
+    s.stop();
+}
+
+#[tokio::test]
+async fn oversize_bodies_and_programs_are_413() {
+    let dir = temp_dir("oversize");
+    let s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--max-body-bytes",
+            "4000",
+            "--max-program-bytes",
+            "2000",
+        ],
+    );
+    let c = client();
+    let big = json!({"program": "x".repeat(5000)}).to_string();
+    let (status, v, _) = post(&c, s.url("/api/compile"), big).await;
+    assert_eq!(status, 413, "{v}");
+    assert_eq!(v["limit"], "max_body_bytes", "{v}");
+    let long = json!({"program": "x".repeat(3000)}).to_string();
+    for path in ["/api/compile", "/api/run", "/api/links"] {
+        let (status, v, _) = post(&c, s.url(path), long.clone()).await;
+        assert_eq!(status, 413, "{path}: {v}");
+        assert_eq!(v["limit"], "max_program_bytes", "{v}");
+    }
+    s.stop();
+}
+
+#[tokio::test]
+async fn a_token_is_required_when_set() {
+    let dir = temp_dir("token");
+    let s = Server::start(&dir, &["--fake-worker", "--token", "s3cret"]);
+    let c = client();
+    let body = json!({"program": example("add.hf")}).to_string();
+    let r = c
+        .post(s.url("/api/compile"))
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.headers()["www-authenticate"], "Bearer");
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"].as_str().unwrap().contains("token"), "{v}");
+    let r = c
+        .post(s.url("/api/compile"))
+        .bearer_auth("wrong")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = c
+        .post(s.url("/api/compile"))
+        .bearer_auth("s3cret")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    for path in [
+        "/api/links/abc",
+        "/api/jobs/abc",
+        "/api/jobs/abc/events",
+        "/api/runs",
+    ] {
+        assert_eq!(
+            c.get(s.url(path)).send().await.unwrap().status(),
+            401,
+            "{path}"
+        );
+    }
+    // Health stays open (monitoring), and says a token is needed.
+    let (status, v) = get(&c, s.url("/api/health")).await;
+    assert_eq!(status, 200);
+    assert_eq!(v["limits"]["token_required"], true);
+    s.stop();
+}
+
+#[tokio::test]
+async fn cors_allows_only_listed_origins() {
+    let dir = temp_dir("cors");
+    let s = Server::start(
+        &dir,
+        &["--fake-worker", "--cors-origin", "https://play.example"],
+    );
+    let c = client();
+    let preflight = |origin: &'static str| {
+        c.request(reqwest::Method::OPTIONS, s.url("/api/compile"))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "content-type,authorization",
+            )
+            .send()
+    };
+    let ok = preflight("https://play.example").await.unwrap();
+    assert_eq!(
+        ok.headers()["access-control-allow-origin"],
+        "https://play.example"
+    );
+    let other = preflight("https://evil.example").await.unwrap();
+    assert!(other.headers().get("access-control-allow-origin").is_none());
+    s.stop();
+}
+
+#[tokio::test]
+async fn the_queue_cap_and_the_rate_limit_answer_429_with_retry_after() {
+    let dir = temp_dir("queue-full");
+    let s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--fake-behaviour",
+            "hang",
+            "--job-timeout",
+            "2",
+            "--queue-cap",
+            "2",
+        ],
+    );
+    let c = client();
+    let body = add_run("");
+    submit(&s, &c, &body).await;
+    submit(&s, &c, &body).await;
+    let (status, v, headers) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 429, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("queue is full"),
+        "{v}"
+    );
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry >= 1);
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(
+        h["queue"]["queued"].as_u64().unwrap() + h["queue"]["running"].as_u64().unwrap(),
+        2
+    );
+    s.stop();
+
+    // One client's own cap.
+    let dir = temp_dir("client-cap");
+    let s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--fake-behaviour",
+            "hang",
+            "--job-timeout",
+            "2",
+            "--client-queue-cap",
+            "1",
+        ],
+    );
+    submit(&s, &c, &body).await;
+    let (status, v, headers) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 429, "{v}");
+    assert_eq!(v["limit"], "client_queue_cap", "{v}");
+    assert!(headers.contains_key("retry-after"));
+    s.stop();
+
+    let dir = temp_dir("rate-limit");
+    let s = Server::start(&dir, &["--fake-worker", "--runs-per-minute", "2"]);
+    submit(&s, &c, &body).await;
+    submit(&s, &c, &body).await;
+    let (status, v, headers) = post(&c, s.url("/api/run"), body.to_string()).await;
+    assert_eq!(status, 429, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("rate limit"), "{v}");
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    s.stop();
+}
+
+#[tokio::test]
+async fn without_a_gpu_runs_answer_503_and_compile_works() {
+    let dir = temp_dir("no-gpu");
+    // No GPU visible to the service's probe, also on a machine that has one.
+    let s = Server::start_env(&dir, &[], &[("CUDA_VISIBLE_DEVICES", "")]);
+    let c = client();
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert!(h["gpu"].is_null(), "{h}");
+    assert_eq!(h["run_available"], false, "{h}");
+    assert!(h["gpu_reason"].is_string(), "{h}");
+    let (status, v, _) = post(&c, s.url("/api/run"), add_run("").to_string()).await;
+    assert_eq!(status, 503, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("no usable GPU"),
+        "{v}"
+    );
+    let body = json!({"program": example("add.hf")}).to_string();
+    let (status, _, _) = post(&c, s.url("/api/compile"), body).await;
+    assert_eq!(status, 200);
+    s.stop();
+}

@@ -1,0 +1,192 @@
+//! What outlives a request: links and the run history across a restart, the retention flags,
+//! an abandoned compile that keeps its slot without holding shutdown, and the compile deadline.
+
+use crate::support::*;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn links_and_run_history_persist_across_a_restart() {
+    let dir = temp_dir("restart");
+    let c = client();
+    let s = Server::start(&dir, &["--fake-worker"]);
+    let body = json!({"program": example("add.hf"), "state": {"sizes": {"M": 1024, "N": 1024}}});
+    let (status, a, _) = post(&c, s.url("/api/links"), body.to_string()).await;
+    assert_eq!(status, 200, "{a}");
+    let (_, b, _) = post(&c, s.url("/api/links"), body.to_string()).await;
+    assert_eq!(a["id"], b["id"], "same program and state, same id");
+    let other = json!({"program": example("add.hf"), "state": {"sizes": {"M": 8, "N": 8}}});
+    let (_, o, _) = post(&c, s.url("/api/links"), other.to_string()).await;
+    assert_ne!(a["id"], o["id"]);
+    let job = submit(&s, &c, &add_run("")).await;
+    events(&s, &c, &job).await;
+    // The run history is written just after the `done` event: wait for it before the restart.
+    let t = Instant::now();
+    loop {
+        let (_, runs) = get(&c, s.url("/api/runs")).await;
+        if runs["runs"][0]["id"] == job.as_str() {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{runs}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    s.stop();
+
+    let s = Server::start(&dir, &["--fake-worker"]);
+    let id = a["id"].as_str().unwrap();
+    let (status, link) = get(&c, s.url(&format!("/api/links/{id}"))).await;
+    assert_eq!(status, 200, "{link}");
+    assert_eq!(link["program"], body["program"]);
+    assert_eq!(link["state"], body["state"]);
+    let (_, again, _) = post(&c, s.url("/api/links"), body.to_string()).await;
+    assert_eq!(again["id"], a["id"]);
+    // The finished job is in the run history.
+    let (status, r) = get(&c, s.url(&format!("/api/jobs/{job}"))).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["status"], "fake");
+    let (_, replay) = events(&s, &c, &job).await;
+    assert_eq!(replay["job_id"], job.as_str());
+    let (_, runs) = get(&c, s.url("/api/runs")).await;
+    assert_eq!(runs["runs"][0]["id"], job.as_str());
+    s.stop();
+    assert!(s_dir_has_db(&dir));
+}
+
+/// A compile whose client went away keeps its slot while it runs (the permit follows the
+/// work), and SIGTERM does not wait for it.
+#[tokio::test]
+async fn an_abandoned_compile_keeps_its_slot_and_does_not_hold_shutdown() {
+    let dir = temp_dir("abandoned-compile");
+    let mut s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--compile-slots",
+            "1",
+            "--compile-timeout",
+            "120",
+            "--compile-test-delay-ms",
+            "60000",
+        ],
+    );
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let body = json!({"program": example("add.hf")}).to_string();
+    let gone = impatient
+        .post(s.url("/api/compile"))
+        .body(body)
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gives up: {gone:?}");
+    let c = client();
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(h["compiles"]["slots"], 1, "{h}");
+    assert_eq!(
+        h["compiles"]["running"], 1,
+        "the abandoned compile holds its slot: {h}"
+    );
+    // SIGTERM: the service exits without waiting the minute the compile still needs.
+    let start = Instant::now();
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(
+        unsafe { libc::kill(s.child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let status = loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "SIGTERM waited on the abandoned compile"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// A compile past the deadline answers 422 at the deadline; while its compile still holds the
+/// only slot, the next request answers 503 with Retry-After (compile and run alike).
+#[tokio::test]
+async fn compiles_past_the_deadline_get_an_error_at_the_deadline() {
+    let dir = temp_dir("compile-deadline");
+    let s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--compile-slots",
+            "1",
+            "--compile-timeout",
+            "1",
+            "--compile-test-delay-ms",
+            "4000",
+        ],
+    );
+    let c = client();
+    let body = json!({"program": example("add.hf")}).to_string();
+    let start = Instant::now();
+    let (status, v, _) = post(&c, s.url("/api/compile"), body.clone()).await;
+    assert_eq!(status, 422, "{v}");
+    assert_eq!(v["limit"], "compile_timeout_s", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("deadline"), "{v}");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    let (status, v, headers) = post(&c, s.url("/api/compile"), body).await;
+    assert_eq!(status, 503, "{v}");
+    assert!(headers.contains_key("retry-after"), "{headers:?}");
+    let (status, v, _) = post(&c, s.url("/api/run"), add_run("").to_string()).await;
+    assert!(status == 503 || status == 422, "{status} {v}");
+    assert_eq!(v["limit"], "compile_timeout_s", "{v}");
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(h["limits"]["compile_timeout_s"], 1.0, "{h}");
+    s.stop();
+}
+
+/// `--keep-runs` bounds the run history: after four runs with a limit of two, the two newest
+/// are left.
+#[tokio::test]
+async fn the_run_history_keeps_what_the_retention_flags_say() {
+    let dir = temp_dir("retention");
+    let s = Server::start(&dir, &["--fake-worker", "--keep-runs", "2"]);
+    let c = client();
+    let mut jobs = Vec::new();
+    for _ in 0..4 {
+        let job = submit(&s, &c, &add_run("")).await;
+        events(&s, &c, &job).await;
+        jobs.push(job);
+    }
+    let t = Instant::now();
+    let runs = loop {
+        let (_, runs) = get(&c, s.url("/api/runs?limit=100")).await;
+        // Written just after `done`: wait for the last one.
+        if runs["runs"][0]["id"] == jobs[3].as_str() {
+            break runs;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{runs}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let ids: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "{runs}");
+    assert!(
+        ids.contains(&jobs[3].as_str()) && ids.contains(&jobs[2].as_str()),
+        "{ids:?} {jobs:?}"
+    );
+    let (_, h) = get(&c, s.url("/api/health")).await;
+    assert_eq!(h["limits"]["keep_runs"], 2, "{h}");
+    s.stop();
+}

@@ -1,0 +1,220 @@
+//! The runner service's API (issue 5): health, runs streamed as server-sent events, short links.
+//! Same origin by default, or a runner URL and bearer token from the settings dialog (kept in
+//! this browser's localStorage, never in a shared link). Bodies are the service's own types
+//! (`hopfuse_api`), serialised by serde; answers are read field by field from the parsed JSON
+//! (`fields`: the playground's reading of each api type, tested against the recorded answers);
+//! the views ([`RunView`], [`Measured`], ...) are what the Run pane shows of them.
+//!
+//! This module is the HTTP client (settings, [`request`], [`ApiError`]); the rest is one module
+//! per concern:
+//! - `fields`: the accessor layer every answer is read with (and why it is not serde's);
+//! - `health`: `GET /api/health` as the status bar's line and a [`RunMode`];
+//! - `requests`: the bodies of a run and a short link, the job id and link answers;
+//! - `view`: what the Run pane shows of a job result ([`RunView`], [`Measured`], ...);
+//! - `result`: a job result (`api::job::JobResult`) read into a [`RunView`];
+//! - `peers_profile`: `result.peers` and `result.profile` read into their views;
+//! - `inspection`: the answer of `POST /api/inspect` read into `api::inspect::Inspection`.
+
+mod fields;
+mod health;
+mod inspection;
+mod peers_profile;
+mod requests;
+mod result;
+#[cfg(test)]
+mod tests;
+mod view;
+
+pub use health::{health, RunMode};
+pub(crate) use inspection::read_inspection;
+#[cfg(test)]
+pub(crate) use peers_profile::read_peers;
+pub use requests::{
+    create_link, events_url, get_link, link_body, run_body, start_run, state_of_link,
+};
+pub use result::parse_result;
+pub use view::{index_name, Check, Comparison, FakeView, Measured, RunView};
+
+use crate::js;
+use fields::{Fields, Read};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use wasm_bindgen::JsCast;
+
+/// Where the runner is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Settings {
+    /// Empty: the page's own origin.
+    #[serde(default)]
+    pub url: String,
+    #[serde(default)]
+    pub token: String,
+}
+
+const STORAGE_KEY: &str = "hopfuse.runner";
+
+impl Settings {
+    pub fn load() -> Settings {
+        crate::storage_get(STORAGE_KEY)
+            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+            .and_then(|v| {
+                let text = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                v.is_object().then(|| Settings {
+                    url: text("url"),
+                    token: text("token"),
+                })
+            })
+            .unwrap_or_default()
+    }
+    pub fn save(&self) {
+        crate::storage_set(STORAGE_KEY, &serde_json::to_string(self).unwrap());
+    }
+    /// The API root without a trailing slash ("" for the same origin).
+    pub fn base(&self) -> String {
+        self.url.trim().trim_end_matches('/').to_string()
+    }
+    /// Where requests go, in words.
+    pub fn place(&self) -> String {
+        if self.base().is_empty() {
+            "this page's origin".into()
+        } else {
+            self.base()
+        }
+    }
+}
+
+/// One HTTP answer.
+pub struct Answer {
+    pub status: u16,
+    pub body: String,
+}
+
+/// One HTTP exchange through the page's `fetch` (`js::api_request`, the bearer `token` when not
+/// empty): the answer, whatever its status, or why nothing answered.
+pub async fn fetch(
+    method: &str,
+    url: &str,
+    token: &str,
+    body: Option<String>,
+    timeout_ms: u32,
+) -> Result<Answer, String> {
+    let answer: js::HttpAnswer = js::api_request(method, url, token, body, timeout_ms)
+        .await
+        .map_err(|e| e.as_string().unwrap_or_else(|| format!("{e:?}")))?
+        .unchecked_into();
+    Ok(Answer {
+        status: answer.status() as u16,
+        body: answer.body().unwrap_or_default(),
+    })
+}
+
+/// What went wrong with a request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ApiError {
+    /// Nothing answered (network error, CORS refusal, timeout) or what answered is not a runner.
+    Unreachable(String),
+    /// The runner answered with an error status.
+    Http(u16, String),
+}
+
+impl ApiError {
+    pub fn describe(&self, settings: &Settings) -> String {
+        match self {
+            ApiError::Unreachable(why) => format!(
+                "No runner reachable at {} ({why}). Compiling keeps working in the page; set a \
+                 runner URL in Settings to run on a GPU.",
+                settings.place()
+            ),
+            ApiError::Http(503, msg) => format!(
+                "The runner cannot run programs right now: {}. Compiling works in the page as usual.",
+                plain_reason(msg)
+            ),
+            ApiError::Http(401, msg) => {
+                format!("The runner needs a token ({msg}): set it in Settings.")
+            }
+            ApiError::Http(s, msg) => format!("The runner answered HTTP {s}: {msg}"),
+        }
+    }
+}
+
+/// A refusal's reason without what the service says to API clients: "runs are unavailable:
+/// no usable GPU (...); compiling works (POST /api/compile)" → "no usable GPU (...)".
+fn plain_reason(msg: &str) -> &str {
+    let m = msg.strip_prefix("runs are unavailable: ").unwrap_or(msg);
+    m.split("; compiling works")
+        .next()
+        .unwrap_or(m)
+        .trim_end_matches('.')
+}
+
+/// The sentence of an error body (`api::service::ErrorBody`: an object with `error`).
+fn error_of(body: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    Fields::of(&v, "").ok()?.str("error").ok().map(String::from)
+}
+
+/// The message of an error body, or the text itself (a proxy's error page).
+fn message_of(body: &str) -> String {
+    match error_of(body) {
+        Some(e) => e,
+        None => {
+            let t = body.trim();
+            if t.len() > 300 {
+                format!("{}…", &t[..t.floor_char_boundary(300)])
+            } else {
+                t.to_string()
+            }
+        }
+    }
+}
+
+/// Sends a request (`body`: a JSON body) and reads the answer as JSON (the playground reads its
+/// fields with [`Fields`]).
+pub async fn request<T: DeserializeOwned>(
+    settings: &Settings,
+    method: &str,
+    path: &str,
+    body: Option<&impl Serialize>,
+    timeout_ms: u32,
+) -> Result<T, ApiError> {
+    let url = format!("{}{path}", settings.base());
+    let body = body.map(|b| serde_json::to_string(b).expect("request bodies serialize"));
+    let a = fetch(method, &url, settings.token.trim(), body, timeout_ms)
+        .await
+        .map_err(ApiError::Unreachable)?;
+    // A static file server (no API) answers 404/405/501 for /api/...: that is no runner.
+    if matches!(a.status, 404 | 405 | 501) && error_of(&a.body).is_none() {
+        return Err(ApiError::Unreachable(format!(
+            "HTTP {} for {path}: this server has no runner API",
+            a.status
+        )));
+    }
+    if !(200..300).contains(&a.status) {
+        return Err(ApiError::Http(a.status, message_of(&a.body)));
+    }
+    let not_ours = |e: serde_json::Error| {
+        ApiError::Unreachable(format!(
+            "{path} did not answer what this playground reads ({e})"
+        ))
+    };
+    read_json(&a.body).map_err(not_ours)
+}
+
+/// A JSON text as `T` (the playground asks only for [`Value`]s and reads their fields itself).
+pub fn read_json<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    serde_json::from_str(text)
+}
+
+/// No request body (a GET).
+const NO_BODY: Option<&()> = None;
+
+/// An answer of the service read with the accessors of `fields` ([`Fields`]), or why it is not one
+/// this playground reads.
+fn answer<T>(path: &str, v: &Value, read: impl FnOnce(Fields) -> Read<T>) -> Result<T, ApiError> {
+    Fields::of(v, "the answer").and_then(read).map_err(|e| {
+        ApiError::Unreachable(format!(
+            "{path} did not answer what this playground reads ({e})"
+        ))
+    })
+}

@@ -1,0 +1,133 @@
+//! The requests the page makes besides health and inspect: the body of `POST /api/run` (with
+//! `program_b`, an A/B comparison) and the job id it answers, the URL of a job's events, and
+//! short links (`POST /api/links` with the program and a versioned state, `GET
+//! /api/links/{id}` back to a [`crate::share::State`]).
+
+use super::fields::{Fields, Read};
+use super::{answer, request, ApiError, Settings, NO_BODY};
+use hopfuse_api::service::{Link, LinkBody, LinkCreated, RunAccepted, RunBody};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The body of `POST /api/run`; with `program_b`, an A/B comparison (docs/api.md).
+pub fn run_body(
+    program: &str,
+    program_b: Option<&str>,
+    sizes: &BTreeMap<String, i64>,
+    iters: u32,
+    seed: u64,
+) -> RunBody {
+    RunBody {
+        program: program.to_string(),
+        program_b: program_b.map(str::to_string),
+        sizes: sizes.clone(),
+        iters: Some(iters),
+        seed: Some(seed),
+        ..RunBody::default()
+    }
+}
+
+/// `POST /api/run` -> the job id.
+pub async fn start_run(settings: &Settings, body: &RunBody) -> Result<String, ApiError> {
+    let accepted: Value = request(settings, "POST", "/api/run", Some(body), 15000).await?;
+    Ok(answer("/api/run", &accepted, run_accepted)?.job_id)
+}
+
+// The small answers read into their `hopfuse_api` types with the accessors (`fields.rs`): each
+// reader names every field of its type in a struct literal, so a field added to the type fails
+// this build here, and a field the service renamed is an error that names it.
+
+/// The answer of `POST /api/run`.
+pub(super) fn run_accepted(a: Fields) -> Read<RunAccepted> {
+    Ok(RunAccepted {
+        job_id: a.str("job_id")?.to_string(),
+        events: a.str("events")?.to_string(),
+        result: a.str("result")?.to_string(),
+    })
+}
+
+/// The answer of `POST /api/links`.
+pub(super) fn link_created(c: Fields) -> Read<LinkCreated> {
+    Ok(LinkCreated {
+        id: c.str("id")?.to_string(),
+        path: c.str("path")?.to_string(),
+        created_at: c.req("created_at", Value::as_i64)?,
+    })
+}
+
+/// The answer of `GET /api/links/{id}` (a missing `state` is none: `null`).
+pub(super) fn link(l: Fields) -> Read<Link> {
+    Ok(Link {
+        id: l.str("id")?.to_string(),
+        program: l.str("program")?.to_string(),
+        state: l.opt("state", |v| Some(v.clone()))?.unwrap_or(Value::Null),
+        created_at: l.req("created_at", Value::as_i64)?,
+    })
+}
+
+/// The URL of a job's events.
+pub fn events_url(settings: &Settings, job: &str) -> String {
+    format!(
+        "{}/api/jobs/{}/events",
+        settings.base(),
+        js_sys::encode_uri_component(job)
+    )
+}
+
+/// The body of `POST /api/links`: the program, and the rest of the state as a JSON object with
+/// a version (`"v": 1`), so the same program and state always get the same id.
+pub fn link_body(state: &crate::share::State) -> LinkBody {
+    let mut rest = serde_json::to_value(state).expect("state serializes");
+    let obj = rest.as_object_mut().expect("state is an object");
+    obj.remove("program");
+    obj.insert("v".into(), Value::from(1));
+    LinkBody {
+        program: state.program.clone(),
+        state: rest,
+    }
+}
+
+/// The state a `GET /api/links/{id}` answer holds (the inverse of [`link_body`]).
+pub fn state_of_link(link: &Link) -> Result<crate::share::State, String> {
+    let mut state = match &link.state {
+        Value::Object(o) => o.clone(),
+        Value::Null => serde_json::Map::new(),
+        _ => return Err("the link's state is not a playground state".into()),
+    };
+    match state.remove("v") {
+        None => {}
+        Some(n) if n == 1 => {}
+        Some(n) => {
+            return Err(format!(
+                "the link's state has version {n}; this playground reads version 1"
+            ))
+        }
+    }
+    state.insert("program".into(), Value::from(link.program.as_str()));
+    crate::share::State::read(&Value::Object(state))
+        .map_err(|e| format!("the link holds no playground state: {e}"))
+}
+
+/// `POST /api/links` -> the short id.
+pub async fn create_link(
+    settings: &Settings,
+    state: &crate::share::State,
+) -> Result<String, ApiError> {
+    let created: Value = request(
+        settings,
+        "POST",
+        "/api/links",
+        Some(&link_body(state)),
+        8000,
+    )
+    .await?;
+    Ok(answer("/api/links", &created, link_created)?.id)
+}
+
+/// `GET /api/links/{id}` -> the state it holds.
+pub async fn get_link(settings: &Settings, id: &str) -> Result<crate::share::State, ApiError> {
+    let path = format!("/api/links/{}", js_sys::encode_uri_component(id));
+    let answered: Value = request(settings, "GET", &path, NO_BODY, 8000).await?;
+    let link = answer(&path, &answered, link)?;
+    state_of_link(&link).map_err(|e| ApiError::Unreachable(format!("link {id}: {e}")))
+}

@@ -1,0 +1,534 @@
+use super::health::describe_health;
+use super::*;
+use hopfuse_api as api;
+use hopfuse_api::service::{Health, Link, LinkBody};
+
+#[test]
+fn refusals_are_in_plain_words() {
+    let s = Settings::default();
+    let msg = ApiError::Http(
+        503,
+        "runs are unavailable: no usable GPU (CUDA_VISIBLE_DEVICES is empty); compiling works (POST /api/compile)".into(),
+    )
+    .describe(&s);
+    assert_eq!(
+        msg,
+        "The runner cannot run programs right now: no usable GPU (CUDA_VISIBLE_DEVICES is empty). \
+         Compiling works in the page as usual."
+    );
+    let msg = ApiError::Http(401, "wrong token".into()).describe(&s);
+    assert!(
+        !msg.contains("HTTP") && msg.contains("wrong token"),
+        "{msg}"
+    );
+}
+
+// The `done` events the service sends, serialized from the runner's types by
+// runner/tests/api_fixtures.rs.
+const PASSED: &str = include_str!("../../tests/fixtures/done-passed.json");
+const FAILED: &str = include_str!("../../tests/fixtures/done-failed.json");
+const ERROR: &str = include_str!("../../tests/fixtures/done-error.json");
+const TIMED_OUT: &str = include_str!("../../tests/fixtures/done-timed-out.json");
+const FAKE: &str = include_str!("../../tests/fixtures/done-fake.json");
+const AB: &str = include_str!("../../tests/fixtures/done-ab.json");
+const MATMUL: &str = include_str!("../../tests/fixtures/done-matmul.json");
+
+#[test]
+fn reads_a_matrix_product_against_cublas() {
+    let m = parse_result(MATMUL).measured.expect("a measurement");
+    let t = 2.0 * 2048f64.powi(3);
+    assert_eq!(m.tflops, Some(t / 2000.0e6));
+    assert_eq!(m.cublas_tflops, Some(t / 400.0e6));
+    assert_eq!(m.cublas_ratio, Some(0.2));
+    assert!(m.cublas_call.unwrap().starts_with("cublasGemmEx(T, N"));
+    let c = m.cublas_check.expect("cuBLAS's own check");
+    assert!(c.passed && c.output == "cuBLAS c");
+    assert!(m.cublas_skipped.is_none());
+    // A run that is not a matrix product has none of it.
+    let p = parse_result(PASSED).measured.unwrap();
+    assert!(p.tflops.is_none() && p.cublas_tflops.is_none() && p.cublas_check.is_none());
+}
+
+#[test]
+fn reads_a_measured_run() {
+    let v = parse_result(PASSED);
+    assert_eq!(v.status, "passed");
+    assert!(v.fake.is_none() && v.error.is_none());
+    let m = v.measured.expect("a measurement");
+    assert!(m.passed);
+    assert_eq!(m.median_us, Some(2.5));
+    assert_eq!(
+        (m.min_us, m.max_us, m.samples),
+        (Some(2.25), Some(3.0), Some(100))
+    );
+    assert_eq!(m.gbps, Some(4915.2));
+    assert_eq!(m.ceiling_gbps, Some(3158.0));
+    assert_eq!(m.ratio, Some(0.9356));
+    assert_eq!(m.registers, Some(24));
+    assert_eq!(
+        (m.static_smem, m.dynamic_smem, m.local_bytes),
+        (Some(0), Some(0), Some(0))
+    );
+    assert_eq!(m.device.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+    assert_eq!(
+        m.launch.as_deref(),
+        Some("grid (2000, 1, 1)  block (128, 1, 1)")
+    );
+    assert_eq!(m.seed, Some(7));
+    assert_eq!(m.nvrtc_ms, Some(41.5));
+    assert_eq!(m.cubin_cached, Some(false));
+    assert_eq!(
+        m.index.as_deref(),
+        Some("i32 (every tensor has fewer than 2^31 elements)")
+    );
+    assert_eq!(
+        m.l2_policy.as_deref(),
+        Some("rotating 9 copies of every tensor")
+    );
+    assert_eq!(m.checks.len(), 1);
+    let c = &m.checks[0];
+    assert!(c.passed && c.output == "c");
+    assert_eq!(
+        (c.rel_l2, c.tolerance, c.elements),
+        (Some(1.25e-8), Some(1e-5), Some(1_024_000))
+    );
+    assert_eq!(m.checks_after_timing.len(), 1);
+    assert_eq!(v.progress.first().map(String::as_str), Some("lowering"));
+    assert_eq!(v.job_id.as_deref(), Some("j1f0c2d3e4a5b6c7"));
+    // GET /api/jobs/{id} answers the result itself (with "done": true).
+    let job: Value = serde_json::from_str(PASSED).unwrap();
+    let direct = parse_result(&job["result"].to_string());
+    assert_eq!(direct, parse_result(PASSED));
+}
+
+#[test]
+fn reads_a_failed_validation() {
+    let v = parse_result(FAILED);
+    assert_eq!(v.status, "failed");
+    let m = v.measured.expect("a failed run is still measured");
+    assert!(!m.passed && !m.checks[0].passed);
+    assert_eq!(m.checks[0].non_finite, 512);
+    assert_eq!(m.cubin_cached, Some(true));
+    assert!(v.message.unwrap().contains("do not match"));
+}
+
+#[test]
+fn reads_errors_and_timeouts() {
+    let e = parse_result(ERROR);
+    assert_eq!(e.status, "error");
+    assert_eq!(e.error_stage.as_deref(), Some("nvrtc"));
+    assert!(e.error.unwrap().contains("identifier \"x\" is undefined"));
+    assert!(e.measured.is_none() && e.fake.is_none());
+    assert_eq!(
+        parse_result(ERROR).headline(),
+        "could not run (nvrtc error)"
+    );
+    let t = parse_result(TIMED_OUT);
+    assert_eq!(t.status, "timed_out");
+    assert!(t
+        .message
+        .unwrap()
+        .starts_with("timed out: the kernel did not finish"));
+    assert_eq!(t.progress, ["lowering", "nvrtc", "launch"]);
+    assert!(parse_result("not json").error.is_some());
+}
+
+#[test]
+fn a_fake_result_has_no_numbers() {
+    let v = parse_result(FAKE);
+    assert_eq!(v.status, "fake");
+    assert!(v.measured.is_none(), "a fake result is never a measurement");
+    let f = v.fake.clone().expect("what the fake worker checked");
+    assert_eq!(f.kernel.as_deref(), Some("add_kernel"));
+    assert_eq!(
+        f.launch.as_deref(),
+        Some("grid (2000, 1, 1)  block (128, 1, 1)")
+    );
+    assert_eq!(f.working_set_bytes, Some(12_288_000.0));
+    assert!(f.note.contains("nothing was measured"));
+    assert!(v.headline().contains("fake worker"));
+    // Even with a `result` in it, a fake status shows no numbers.
+    let mut j: Value = serde_json::from_str(FAKE).unwrap();
+    let passed: Value = serde_json::from_str(PASSED).unwrap();
+    j["result"]["result"] = passed["result"]["result"].clone();
+    assert!(parse_result(&j.to_string()).measured.is_none());
+}
+
+#[test]
+fn reads_an_ab_comparison() {
+    let v = parse_result(AB);
+    assert_eq!(v.status, "passed");
+    assert_eq!(v.measured.as_ref().unwrap().median_us, Some(2.5));
+    let b = v.b.as_ref().expect("B's result");
+    assert_eq!(b.status, "passed");
+    assert_eq!(b.measured.as_ref().unwrap().median_us, Some(2.25));
+    assert!(b.b.is_none() && b.comparison.is_none());
+    let c = v.comparison.clone().expect("the comparison");
+    assert_eq!(c.median, 0.9);
+    assert_eq!(c.range, Some((0.875, 0.9375)));
+    assert_eq!(c.pairs, Some(100));
+    assert_eq!((c.a_median_us, c.b_median_us), (Some(2.5), Some(2.25)));
+    assert_eq!(c.same_inputs, Some(true));
+    assert_eq!(c.order.as_deref(), Some("AB,BA alternating"));
+    assert_eq!(
+        c.text(),
+        "B/A = 0.900 (0.875–0.938 over 100 pairs): B is 10.0% faster than A"
+    );
+    let slower = Comparison {
+        median: 1.25,
+        ..Comparison::default()
+    };
+    assert_eq!(slower.text(), "B/A = 1.250: B is 25.0% slower than A");
+    // A single run has neither.
+    let one = parse_result(PASSED);
+    assert!(one.b.is_none() && one.comparison.is_none());
+}
+
+#[test]
+fn an_ab_run_sends_program_b() {
+    let sizes = [("N".to_string(), 1024)].into();
+    let ab =
+        serde_json::to_value(run_body("fusion a {}", Some("fusion b {}"), &sizes, 20, 3)).unwrap();
+    assert_eq!(ab["program"], "fusion a {}");
+    assert_eq!(ab["program_b"], "fusion b {}");
+    assert_eq!(
+        (&ab["sizes"]["N"], &ab["iters"], &ab["seed"]),
+        (&1024.into(), &20.into(), &3.into())
+    );
+    let one = serde_json::to_value(run_body("fusion a {}", None, &sizes, 20, 3)).unwrap();
+    // Only what the page sets: the service's defaults apply to the rest.
+    let keys: Vec<&str> = one
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["iters", "program", "seed", "sizes"], "{one}");
+}
+
+/// A health answer (`GET /api/health`).
+fn health(worker: &str, gpu: Option<&str>, gpu_reason: Option<&str>, run: bool) -> Value {
+    let v = serde_json::json!({
+        "status": "ok", "version": "0.1.0", "worker": worker,
+        "gpu": gpu.map(|name| serde_json::json!({
+            "name": name, "compute_capability": [9, 0], "sm_count": 132,
+            "l2_bytes": 52428800, "max_dynamic_smem_optin": 232448,
+            "driver_version": 13000, "total_memory_bytes": 85045477376u64,
+        })),
+        "gpu_reason": gpu_reason, "nvrtc": "13.0",
+        "run_available": run,
+        "run_unavailable_reason": (!run).then(|| format!(
+            "runs are unavailable: no usable GPU ({}); compiling works (POST /api/compile)",
+            gpu_reason.unwrap_or("?")
+        )),
+        "queue": {"queued": 0, "running": 0, "cap": 64, "gpus": 1, "finished": 0,
+                  "job_timeout_s": 10.0, "workers": [null]},
+        "compiles": {"running": 0, "slots": 2, "lowered": 0},
+        "limits": {"max_body_bytes": 262144, "max_program_bytes": 65536,
+                   "max_iters": 10000, "max_warmup": 1000, "max_tensor_bytes": 4294967296u64,
+                   "queue_cap": 64, "client_queue_cap": 16, "runs_per_minute": 60,
+                   "requests_per_minute": 600, "job_timeout_s": 10.0,
+                   "compile_timeout_s": 10.0, "keep_runs": 10000, "keep_runs_days": 30,
+                   "keep_runs_bytes": 268435456, "token_required": false},
+        "uptime_s": 1.5,
+    });
+    // The service's own type reads it: the test's answer is one the service sends.
+    let h: Health = serde_json::from_value(v.clone()).expect("a health answer");
+    serde_json::to_value(h).unwrap()
+}
+
+#[test]
+fn reads_health() {
+    let gpu = health("gpu", Some("NVIDIA H100 80GB HBM3"), None, true);
+    assert_eq!(
+        describe_health(&gpu).unwrap(),
+        (
+            "runner 0.1.0 · NVIDIA H100 80GB HBM3 (132 SMs)".into(),
+            RunMode::Gpu
+        )
+    );
+    let fake = health("fake", None, Some("fake worker mode"), true);
+    assert_eq!(describe_health(&fake).unwrap().1, RunMode::Fake);
+    let none = health("gpu", None, Some("no driver"), false);
+    let (text, mode) = describe_health(&none).unwrap();
+    // A renamed field is an error that names it.
+    let mut renamed = gpu.clone();
+    renamed["gpu"]["sms"] = renamed["gpu"]["sm_count"].take();
+    renamed["gpu"].as_object_mut().unwrap().remove("sm_count");
+    assert!(describe_health(&renamed)
+        .unwrap_err()
+        .contains("`sm_count`"));
+    assert_eq!(mode, RunMode::Unavailable);
+    assert_eq!(text, "runner 0.1.0 · no usable GPU (no driver)");
+    // An error body's sentence; a proxy's page as text.
+    assert_eq!(
+        message_of(r#"{"error": "wrong token", "limit": null}"#),
+        "wrong token"
+    );
+    assert_eq!(message_of(" Bad Gateway \n"), "Bad Gateway");
+}
+
+/// A front-end of the distributed mode: its agents decide what the page says and whether
+/// runs are measured.
+#[test]
+fn reads_a_distributed_front_end() {
+    let agent = |id: &str, fake: bool, gpu: Option<&str>| {
+        serde_json::json!({
+            "id": id, "host": "gpu-host", "pid": 7, "arch": "sm_90a", "gpus": 2,
+            "fake": fake, "running": 0, "completed": 3, "redelivered": 0,
+            "started_at": 1_763_870_000,
+            "workers": [gpu.map(|name| serde_json::json!({
+                "pid": 9, "jobs": 3, "uptime_s": 5.0, "startup_ms": 310.5,
+                "ceiling_gbps": null, "gpu_error": null, "gpu": name,
+            })), null],
+        })
+    };
+    let front_end = |connected: bool, agents: Vec<Value>| {
+        let mut h = health("agents", None, Some("distributed mode"), true);
+        h["distributed"] = serde_json::json!({
+            "nats": "nats://10.0.0.5:4222", "connected": connected, "arch": "sm_90a",
+            "depth": 0, "waiting": 0, "running": 0, "cap": 1000, "in_flight": 0,
+            "gpus": 2 * agents.len(), "agents": agents,
+        });
+        // The test answer is a valid `hopfuse-api` health answer.
+        serde_json::from_value::<api::service::Health>(h.clone()).expect("a health answer");
+        describe_health(&h).expect("a distributed front-end's health")
+    };
+    let h100 = "NVIDIA H100 80GB HBM3";
+    assert_eq!(
+        front_end(
+            true,
+            vec![agent("a", false, Some(h100)), agent("b", false, None)]
+        ),
+        (
+            format!("runner 0.1.0 · distributed, 2 agents, 4 GPUs ({h100})"),
+            RunMode::Gpu
+        )
+    );
+    let (text, mode) = front_end(true, vec![agent("a", true, None)]);
+    assert_eq!(mode, RunMode::Fake);
+    assert!(text.contains("1 agent with fake workers"), "{text}");
+    let (text, mode) = front_end(true, vec![agent("a", true, None), agent("b", false, None)]);
+    assert_eq!(mode, RunMode::Gpu);
+    assert!(text.ends_with("2 agents, 1 of them fake, 4 GPUs"), "{text}");
+    let (text, mode) = front_end(true, Vec::new());
+    assert_eq!(mode, RunMode::Gpu);
+    assert!(text.contains("no agent connected"), "{text}");
+    let (text, mode) = front_end(false, vec![agent("a", false, Some(h100))]);
+    assert_eq!(mode, RunMode::Unavailable);
+    assert!(
+        text.contains("NATS not connected (nats://10.0.0.5:4222)"),
+        "{text}"
+    );
+    // A result names the agent that ran it.
+    let mut j: Value = serde_json::from_str(FAKE).unwrap();
+    assert_eq!(parse_result(&j.to_string()).agent, None);
+    j["result"]["agent"] = "gpu-host-1-4711".into();
+    assert_eq!(
+        parse_result(&j.to_string()).agent.as_deref(),
+        Some("gpu-host-1-4711")
+    );
+}
+
+#[test]
+fn a_link_holds_the_program_and_the_state() {
+    let state = crate::share::State {
+        program: "fusion f {}\n".into(),
+        sizes: [("M".to_string(), 1000)].into(),
+        pane: crate::share::Pane::Passes,
+        pass: Some("predicate".into()),
+        iters: 50,
+        seed: 3,
+        ..Default::default()
+    };
+    let body = link_body(&state);
+    assert_eq!(body.program, "fusion f {}\n");
+    assert!(body.state.get("program").is_none());
+    assert_eq!(body.state["v"], 1);
+    // What GET /api/links/{id} answers.
+    let answer = |body: &LinkBody| Link {
+        id: "k3n".into(),
+        program: body.program.clone(),
+        state: body.state.clone(),
+        created_at: 1,
+    };
+    assert_eq!(state_of_link(&answer(&body)), Ok(state.clone()));
+    let future = LinkBody {
+        program: String::new(),
+        state: serde_json::json!({"v": 2}),
+    };
+    assert!(state_of_link(&answer(&future))
+        .unwrap_err()
+        .contains("version 2"));
+    // Program B and the tab travel in the state; a state without them has neither key.
+    assert!(body.state.get("program_b").is_none() && body.state.get("tab").is_none());
+    let ab = crate::share::State {
+        program_b: Some("fusion g {}\n".into()),
+        tab: crate::share::Tab::B,
+        ..state
+    };
+    let body = link_body(&ab);
+    assert_eq!(body.state["program_b"], "fusion g {}\n");
+    assert_eq!(state_of_link(&answer(&body)), Ok(ab));
+}
+
+/// The run and link answers read into their `hopfuse-api` types: what the service serialises
+/// reads back equal, and a field it dropped is an error that names it.
+#[test]
+fn the_run_and_link_answers_read_as_their_api_types() {
+    use super::requests::{link, link_created, run_accepted};
+    use hopfuse_api::service::{LinkCreated, RunAccepted};
+    let without = |v: &Value, k: &str| {
+        let mut v = v.clone();
+        v.as_object_mut().unwrap().remove(k);
+        v
+    };
+    let accepted = RunAccepted {
+        job_id: "j1f0".into(),
+        events: "/api/jobs/j1f0/events".into(),
+        result: "/api/jobs/j1f0".into(),
+    };
+    let v = serde_json::to_value(&accepted).unwrap();
+    assert_eq!(run_accepted(Fields::of(&v, "").unwrap()), Ok(accepted));
+    let v = without(&v, "events");
+    let e = run_accepted(Fields::of(&v, "").unwrap()).unwrap_err();
+    assert!(e.contains("`events`"), "{e}");
+
+    let created = LinkCreated {
+        id: "k3n".into(),
+        path: "/api/links/k3n".into(),
+        created_at: 1_763_870_000,
+    };
+    let v = serde_json::to_value(&created).unwrap();
+    assert_eq!(link_created(Fields::of(&v, "").unwrap()), Ok(created));
+    let mut v = v.clone();
+    v["created_at"] = "yesterday".into();
+    let e = link_created(Fields::of(&v, "").unwrap()).unwrap_err();
+    assert!(e.contains("`created_at`"), "{e}");
+
+    let stored = Link {
+        id: "k3n".into(),
+        program: "fusion f {}\n".into(),
+        state: serde_json::json!({"v": 1, "iters": 50}),
+        created_at: 1_763_870_000,
+    };
+    let v = serde_json::to_value(&stored).unwrap();
+    assert_eq!(link(Fields::of(&v, "").unwrap()), Ok(stored.clone()));
+    // A link stored without a state holds none.
+    let v = without(&v, "state");
+    let read = link(Fields::of(&v, "").unwrap()).unwrap();
+    assert_eq!(read.state, Value::Null);
+    assert_eq!(read.program, stored.program);
+}
+
+/// The `done` event's data in a recorded event stream (docs/recordings).
+fn done_of(sse: &str) -> &str {
+    let at = sse.find("event: done\ndata: ").expect("a done event") + "event: done\ndata: ".len();
+    sse[at..].lines().next().unwrap()
+}
+
+/// Every recorded result reads completely: the accessor layer above is the playground's
+/// reading of `api::job::JobResult`, and these are the service's own answers (the fixtures
+/// are serialized from the runner's types by runner/tests/api_fixtures.rs; the recordings
+/// are real H100 jobs).
+#[test]
+fn every_recorded_result_reads() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let mut texts = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("done-") && name.ends_with(".json") {
+            texts.push((name, std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+    assert!(texts.len() >= 8, "only {} done fixtures", texts.len());
+    for rec in ["exp_2d_h100.sse", "matmul_h100.sse"] {
+        let sse = std::fs::read_to_string(
+            [env!("CARGO_MANIFEST_DIR"), "/../docs/recordings/", rec].concat(),
+        )
+        .unwrap();
+        texts.push((rec.into(), done_of(&sse).to_string()));
+    }
+    for (name, text) in &texts {
+        let v = parse_result(text);
+        assert!(v.job_id.is_some(), "{name}: {:?}", v.error);
+        let measured = matches!(v.status.as_str(), "passed" | "failed");
+        assert_eq!(v.measured.is_some(), measured, "{name}: {:?}", v.error);
+        assert_eq!(v.fake.is_some(), v.status == "fake", "{name}");
+        assert_eq!(
+            v.error.is_some(),
+            v.status == "error",
+            "{name}: {:?}",
+            v.error
+        );
+    }
+    // The real matrix product on the H100: its cuBLAS ceiling reads.
+    let matmul = &texts.last().unwrap().1;
+    let m = parse_result(matmul).measured.expect("measured");
+    assert!(m.tflops.unwrap() > 0.0 && m.cublas_tflops.unwrap() > 0.0);
+    assert!(m.device.unwrap().contains("H100"));
+}
+
+/// A field the service renamed, dropped or retyped is an error that names it, not a
+/// quietly empty pane.
+#[test]
+fn a_renamed_field_is_an_error() {
+    let cases = [
+        ("\"median_us\"", "\"median\"", "missing field `median_us`"),
+        (
+            "\"registers_per_thread\"",
+            "\"regs\"",
+            "`registers_per_thread`",
+        ),
+        ("\"index_type\"", "\"index\"", "`index_type`"),
+        ("\"worker_ms\"", "\"worker_s\"", "`worker_ms`"),
+        (
+            "\"kind\": \"rotate\"",
+            "\"kind\": \"spin\"",
+            "unknown L2 policy `spin`",
+        ),
+        (
+            "\"gbps\": 4915.2",
+            "\"gbps\": \"fast\"",
+            "`gbps` has the wrong type",
+        ),
+    ];
+    for (from, to, says) in cases {
+        assert!(PASSED.contains(from), "{from}");
+        let v = parse_result(&PASSED.replace(from, to));
+        assert_eq!(v.status, "error", "{from}");
+        let e = v.error.unwrap();
+        assert!(e.contains(says), "{from}: {e}");
+        assert!(e.starts_with("the runner's result is not one this playground reads"));
+    }
+    let v = parse_result(r#"{"stage": "done", "elapsed_ms": 1}"#);
+    assert!(v.error.unwrap().contains("holds no result"));
+    // The typed parts keep serde's errors.
+    let mut j: Value = serde_json::from_str(PASSED).unwrap();
+    j["result"]["result"]["profile"] = serde_json::json!({"unavailable": {"reason": "gone"}});
+    assert!(parse_result(&j.to_string())
+        .error
+        .unwrap()
+        .contains("`gone`"));
+    j["result"]["result"]["peers"] = serde_json::json!({"rounds": "x"});
+    assert!(parse_result(&j.to_string())
+        .error
+        .unwrap()
+        .contains("`rounds`"));
+}
+
+/// The profile built field by field is the runner's own reading of the same JSON.
+#[test]
+fn the_profile_reads_as_the_runner_wrote_it() {
+    for text in [
+        include_str!("../../tests/fixtures/done-profile.json"),
+        include_str!("../../tests/fixtures/done-profile-unavailable.json"),
+    ] {
+        let v: Value = serde_json::from_str(text).unwrap();
+        let theirs: api::profile::ProfileReport =
+            serde_json::from_value(v["result"]["result"]["profile"].clone()).unwrap();
+        let ours = parse_result(text).measured.unwrap().profile;
+        assert_eq!(ours, Some(theirs));
+    }
+}
