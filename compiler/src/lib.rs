@@ -22,6 +22,7 @@ pub mod pipeline_view;
 pub mod plan;
 pub mod reference;
 pub mod target;
+pub(crate) mod text;
 pub mod torch;
 pub mod verify;
 

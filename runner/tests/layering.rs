@@ -1,5 +1,5 @@
-//! The runner's modules (and the API crate's, and the playground's) depend on each other in one
-//! direction only: no import cycles (issue 12). A module's dependencies are the other modules
+//! The compiler's modules (and the runner's, the API crate's and the playground's) depend on each
+//! other in one direction only: no import cycles (issue 12). A module's dependencies are the other modules
 //! of its crate that its code names as `crate::m` (in `use` lines, grouped `use crate::{a, b}`
 //! or inline paths); comments and unit-test modules do not count. A directory module
 //! (`engine/`) is one module with all its files.
@@ -100,9 +100,9 @@ fn cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 }
 
 #[test]
-fn no_import_cycles_in_the_runner_the_api_or_the_playground() {
+fn no_import_cycles_in_the_compiler_the_runner_the_api_or_the_playground() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for krate in ["runner/src", "api/src", "web/src"] {
+    for krate in ["compiler/src", "runner/src", "api/src", "web/src"] {
         let g = graph(&root.join(krate));
         assert!(g.len() > 3, "{krate}: modules not found");
         if let Some(c) = cycle(&g) {
@@ -112,6 +112,23 @@ fn no_import_cycles_in_the_runner_the_api_or_the_playground() {
     // The graph is read as meant: the engine depends on the GPU layer, not the other way.
     let runner = graph(&root.join("runner/src"));
     assert!(runner["engine"].contains("gpu") && !runner["gpu"].contains("engine"));
+    // The compiler's layers: front end -> fusion -> kernel IR -> passes -> back end.
+    let compiler = graph(&root.join("compiler/src"));
+    for (low, high) in [
+        ("frontend", "fusion"),
+        ("fusion", "kir"),
+        ("fusion", "passes"),
+        ("kir", "passes"),
+        ("passes", "codegen"),
+        ("target", "passes"),
+        ("plan", "passes"),
+    ] {
+        assert!(
+            !compiler[low].contains(high),
+            "`{low}` names `{high}`, a layer above it"
+        );
+    }
+    assert!(compiler["passes"].contains("kir") && compiler["codegen"].contains("kir"));
 }
 
 #[test]

@@ -720,14 +720,14 @@ pub fn print(f: &Fusion) -> String {
             IterKind::Reduction => "r",
             IterKind::Broadcast => "b",
         };
-        let int = |i: usize, s: &mut String| crate::kir::write_int(i as i64, s);
+        let int = |i: usize, s: &mut String| crate::text::write_int(i as i64, s);
         int(id.index(), s);
         s.push(':');
         s.push_str(kind);
         match &d.origin {
             IterOrigin::Root => match f.class_extent(f.class_of(id)) {
                 SizeExpr::Sym(name) => s.push_str(&name),
-                SizeExpr::Const(c) => crate::kir::write_int(c, s),
+                SizeExpr::Const(c) => crate::text::write_int(c, s),
                 extent => {
                     let _ = write!(s, "{extent}");
                 }
@@ -740,7 +740,7 @@ pub fn print(f: &Fusion) -> String {
             } => {
                 s.push_str(if *is_outer { "o" } else { "i" });
                 s.push_str(if *inner_split { "/" } else { "|" });
-                crate::kir::write_int(*factor, s);
+                crate::text::write_int(*factor, s);
                 s.push('@');
                 int(parent.index(), s);
             }
