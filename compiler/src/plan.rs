@@ -342,6 +342,9 @@ pub struct ConcreteLaunch {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub dynamic_smem_bytes: u32,
+    /// CTAs per cluster (x, y, z) when the kernel runs in clusters (its `__cluster_dims__`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<[u32; 3]>,
 }
 
 /// Why a plan cannot be launched with the given sizes.
@@ -449,6 +452,7 @@ impl LaunchPlan {
             grid,
             block,
             dynamic_smem_bytes: smem.max(0) as u32,
+            cluster: self.cluster.map(|c| c.map(|d| d as u32)),
         })
     }
 

@@ -448,6 +448,7 @@ impl Spin {
             grid: [1, 1, 1],
             block: [1, 1, 1],
             dynamic_smem_bytes: 0,
+            cluster: None,
         };
         gpu.launch(&self.func, &launch, &mut KernelArgs::new(vec![ns]))
     }

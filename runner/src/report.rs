@@ -124,6 +124,13 @@ pub fn render(r: &RunResult) -> String {
         b[2],
         bytes(r.launch.dynamic_smem_bytes as u64)
     );
+    if let Some(c) = r.launch.cluster {
+        let _ = writeln!(
+            s,
+            "  cluster     ({},{},{}) CTAs (__cluster_dims__)",
+            c[0], c[1], c[2]
+        );
+    }
     let a = &r.attributes;
     let _ = writeln!(
         s,

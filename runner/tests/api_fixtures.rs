@@ -108,6 +108,7 @@ fn measured(passed: bool) -> RunResult {
             grid: [2000, 1, 1],
             block: [128, 1, 1],
             dynamic_smem_bytes: 0,
+            cluster: None,
         },
         attributes: KernelAttributes {
             registers_per_thread: 24,
@@ -215,6 +216,25 @@ fn a_matrix_product_against_cublas() {
     check("done-matmul.json", &done(passed(r)));
 }
 
+/// A cluster kernel's launch names its cluster in the CLI report and in the JSON; a kernel
+/// without one writes no `cluster` field (the fixtures above are unchanged).
+#[test]
+fn a_cluster_launch_is_reported() {
+    let mut r = measured(true);
+    assert!(!hopfuse_runner::report::render(&r).contains("cluster"));
+    assert!(serde_json::to_value(&r).unwrap()["launch"]
+        .get("cluster")
+        .is_none());
+    r.launch.cluster = Some([1, 2, 1]);
+    let text = hopfuse_runner::report::render(&r);
+    assert!(
+        text.contains("  cluster     (1,2,1) CTAs (__cluster_dims__)"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["launch"]["cluster"], serde_json::json!([1, 2, 1]));
+}
+
 #[test]
 fn a_run_with_peers() {
     use hopfuse_runner::peers::{PeerResult, PeersReport};
@@ -295,6 +315,7 @@ fn a_fake_run() {
             grid: [2000, 1, 1],
             block: [128, 1, 1],
             dynamic_smem_bytes: 0,
+            cluster: None,
         },
         working_set_bytes: 12_288_000,
         cuda_bytes: 2077,

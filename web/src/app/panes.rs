@@ -381,6 +381,7 @@ fn PlanPane(ui: Ui) -> impl IntoView {
                     <tr><th>"index type"</th><td class="mono">{p.index_type.cuda()}</td></tr>
                     <tr><th>"grid"</th><td class="mono" id="plan-grid">{dims(&p.grid)}</td></tr>
                     <tr><th>"block"</th><td class="mono" id="plan-block">{dims(&p.block)}</td></tr>
+                    <tr><th>"cluster"</th><td class="mono" id="plan-cluster">{p.cluster.map_or_else(|| "none".to_string(), |c| format!("{} × {} × {} CTAs (__cluster_dims__)", c[0], c[1], c[2]))}</td></tr>
                     <tr><th>"dynamic shared memory"</th><td class="mono">{model::expr_row(&p.dynamic_smem_bytes, &sizes) + " bytes"}</td></tr>
                     <tr><th>"global traffic (minimum)"</th><td class="mono">{bytes}</td></tr>
                     <tr><th>"tensor maps"</th><td class="mono">{tensor_maps}</td></tr>

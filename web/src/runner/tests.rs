@@ -50,6 +50,24 @@ fn reads_a_matrix_product_against_cublas() {
 }
 
 #[test]
+fn a_cluster_launch_shows_its_cluster() {
+    let with = PASSED.replacen(
+        "\"dynamic_smem_bytes\": 0",
+        "\"dynamic_smem_bytes\": 0, \"cluster\": [1, 2, 1]",
+        1,
+    );
+    assert_ne!(
+        with, PASSED,
+        "the fixture's launch has no dynamic shared memory field"
+    );
+    let m = parse_result(&with).measured.expect("a measurement");
+    assert_eq!(
+        m.launch.as_deref(),
+        Some("grid (2000, 1, 1)  block (128, 1, 1)  cluster (1, 2, 1)")
+    );
+}
+
+#[test]
 fn reads_a_measured_run() {
     let v = parse_result(PASSED);
     assert_eq!(v.status, "passed");
