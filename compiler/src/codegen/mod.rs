@@ -668,7 +668,7 @@ impl Emitter<'_> {
                     per_warp,
                 } => {
                     let bar = self.barrier(*bars, slot);
-                    let ctas = self.k.cluster.map_or(1, |c| c.iter().product::<i64>());
+                    let ctas = self.k.cluster_ctas();
                     let line = match (*per_warp, self.k.mbarriers[*bars].cluster_wide) {
                         (true, false) => format!("hf_mbarrier_arrive_per_warp({bar});"),
                         (false, false) => format!("hf_mbarrier_arrive({bar});"),

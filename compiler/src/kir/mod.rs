@@ -549,6 +549,11 @@ pub struct Kernel {
 pub const CTA_RANK: &str = "hf_cta_rank";
 
 impl Kernel {
+    /// CTAs per cluster (1 when the kernel is not launched in clusters).
+    pub fn cluster_ctas(&self) -> i64 {
+        self.cluster.map_or(1, |c| c.iter().product())
+    }
+
     /// The id of every buffer, in order.
     pub fn buffer_ids(&self) -> impl Iterator<Item = BufferId> + use<> {
         (0..self.buffers.len()).map(BufferId::new)

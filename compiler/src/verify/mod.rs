@@ -538,7 +538,7 @@ impl<'k> Walk<'k> {
                 }
                 self.mbarrier_use(t.bars);
                 if let Some(ctas) = t.multicast {
-                    let cluster = self.k.cluster.map_or(1, |c| c.iter().product::<i64>());
+                    let cluster = self.k.cluster_ctas();
                     if !(2..=cluster).contains(&ctas) || !matches!(t.kind, CopyKind::Tile { .. }) {
                         self.error(
                             Rule::Cluster,

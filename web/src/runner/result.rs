@@ -27,7 +27,7 @@ fn launch_text(l: Fields) -> Read<String> {
             crate::model::bytes(smem as f64)
         ));
     }
-    if l.0.get("cluster").is_some_and(|c| !c.is_null()) {
+    if l.opt("cluster", Value::as_array)?.is_some() {
         t.push_str(&format!("  cluster ({})", dims("cluster")?));
     }
     Ok(t)

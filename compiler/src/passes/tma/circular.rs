@@ -70,28 +70,28 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         Stmt::Sync
     };
     let mut out = vec![guard(issuer.clone(), init), meet.clone()];
+    let exit = [meet, guard(issuer, inval)];
     match plan.pipes.iter().position(|p| p.ws.is_some()) {
         Some(p) => {
             let mut roles = super::warp_specialize::warp_specialize(cx, plan, body, p)?;
-            if let Stmt::WarpRoles { consumer, .. } = &mut roles {
-                consumer.extend(drain);
-                if meet == Stmt::Sync {
-                    consumer.push(Stmt::Sync);
-                    consumer.push(guard(issuer.clone(), inval.clone()));
-                }
-            }
-            out.push(roles);
-            if meet == Stmt::ClusterSync {
-                // Every thread of both roles meets the peers here.
-                out.push(Stmt::ClusterSync);
-                out.push(guard(issuer, inval));
+            let Stmt::WarpRoles { consumer, .. } = &mut roles else {
+                unreachable!("warp_specialize returns warp roles")
+            };
+            consumer.extend(drain);
+            if exit[0] == Stmt::ClusterSync {
+                // Every thread of both roles meets the peers, after the roles rejoin.
+                out.push(roles);
+                out.extend(exit);
+            } else {
+                // The producers have left: the consumers' named barrier is the block's.
+                consumer.extend(exit);
+                out.push(roles);
             }
         }
         None => {
             out.extend(body);
             out.extend(drain);
-            out.push(meet);
-            out.push(guard(issuer, inval));
+            out.extend(exit);
         }
     }
     k.body = out;
