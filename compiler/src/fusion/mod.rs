@@ -10,6 +10,7 @@
 pub mod build;
 pub mod matmul;
 pub mod schedule;
+mod transform;
 
 pub use build::build;
 
