@@ -48,8 +48,7 @@ const DEBOUNCE_MS: u64 = 300;
 /// NVRTC on a large kernel takes seconds; the service's own limit is 60 s.
 const TIMEOUT_MS: u32 = 90_000;
 
-// The answer of POST /api/inspect (docs/api.md): the service's own types, built by
-// `runner::read_inspection`.
+// The answer of POST /api/inspect (docs/api.md): the service's own types, read by serde.
 pub use hopfuse_api::inspect::{Inspection, Listing, Resources, Variant, Warning};
 
 /// Where the panes' request is.
@@ -353,21 +352,14 @@ impl Inspector {
                         return;
                     }
                     spawn_local(async move {
-                        let answer = runner::request::<serde_json::Value>(
+                        let answer = runner::request::<Inspection>(
                             &settings,
                             "POST",
                             "/api/inspect",
                             Some(&body),
                             TIMEOUT_MS,
                         )
-                        .await
-                        .and_then(|v| {
-                            runner::read_inspection(&v).map_err(|e| {
-                                ApiError::Unreachable(format!(
-                                    "/api/inspect did not answer what this playground reads ({e})"
-                                ))
-                            })
-                        });
+                        .await;
                         if generation.get_value() != mine {
                             return;
                         }
@@ -529,22 +521,21 @@ mod tests {
 
     #[test]
     fn the_services_answer_is_read_and_drawn_in_bands() {
-        let v: serde_json::Value = serde_json::from_str(FIXTURE).unwrap();
-        let mut ins = runner::read_inspection(&v).expect("the fixture reads");
-        // The playground's reading is the service's own.
-        assert_eq!(
-            ins,
-            serde_json::from_value::<Inspection>(v.clone()).unwrap()
-        );
-        let mut renamed = v.clone();
-        renamed["ptx"]["cuda_line"] = renamed["ptx"]["cuda_lines"].take();
-        assert!(runner::read_inspection(&renamed)
-            .unwrap_err()
-            .contains("`cuda_lines`"));
+        let mut ins: Inspection = runner::read_json(FIXTURE).expect("the fixture reads");
+        // What the panes show of it.
+        assert_eq!(ins.kernel, "exp_2d_kernel");
+        assert!(ins.ptx.text.contains(".entry exp_2d_kernel"));
+        assert_eq!(ins.ptx.cuda_lines.len(), ins.ptx.text.lines().count());
+        assert!(ins.resources.registers.is_some() && ins.cubin_bytes > 0);
+        // A field the service renamed is an error that names it.
+        let renamed = FIXTURE.replacen("\"cuda_lines\"", "\"cuda_line\"", 1);
+        assert_ne!(renamed, FIXTURE);
+        let e = runner::read_json::<Inspection>(&renamed).unwrap_err();
+        assert!(e.to_string().contains("missing field `cuda_lines`"), "{e}");
         // The line map reads back as the compiler writes it.
         let src = crate::examples::source(&crate::examples::find("tma/exp_2d").unwrap());
         assert_eq!(ins.lines, crate::model::compile(src).unwrap().lines);
-        assert!(runner::read_inspection(&serde_json::json!({"kernel": "k"})).is_err());
+        assert!(runner::read_json::<Inspection>(r#"{"kernel": "k"}"#).is_err());
         assert!(ins.warnings.is_empty(), "exp_2d builds without warnings");
         let warned = ins.cuda.lines().count() as u32 - 2;
         ins.warnings.push(Warning {

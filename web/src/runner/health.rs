@@ -2,9 +2,9 @@
 //! and what the runner can do with a run ([`RunMode`]): measure it on a GPU, only check it (the
 //! fake worker), or nothing (no usable GPU); a distributed front-end is described by its agents.
 
-use super::fields::{Fields, Read};
-use super::{answer, request, ApiError, Settings, NO_BODY};
-use serde_json::Value;
+use super::{request, ApiError, Settings, NO_BODY};
+use hopfuse_api::distributed::DistributedHealth;
+use hopfuse_api::service::Health;
 
 /// What the runner can do with a run, from `GET /api/health`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,93 +19,76 @@ pub enum RunMode {
 
 /// `GET /api/health` (docs/api.md), described in one line.
 pub async fn health(settings: &Settings) -> Result<(String, RunMode), ApiError> {
-    let h: Value = request(settings, "GET", "/api/health", NO_BODY, 4000).await?;
-    answer("/api/health", &h, |_| describe_health(&h))
+    let h: Health = request(settings, "GET", "/api/health", NO_BODY, 4000).await?;
+    Ok(describe_health(&h))
 }
 
-/// The line of a health answer (`api::service::Health`; read field by field like a job result,
-/// see [`Fields`], so that the page carries no serde reader for its many nested types).
-pub(super) fn describe_health(h: &Value) -> Read<(String, RunMode)> {
-    let h = Fields::of(h, "the health answer")?;
-    let version = h.str("version")?;
-    if !h.bool("run_available")? {
-        let why = match (
-            h.opt_str("gpu_reason")?,
-            h.opt_str("run_unavailable_reason")?,
-        ) {
+/// The line of a health answer.
+pub(super) fn describe_health(h: &Health) -> (String, RunMode) {
+    let version = &h.version;
+    if !h.run_available {
+        let why = match (&h.gpu_reason, &h.run_unavailable_reason) {
             (Some(g), _) => format!("no usable GPU ({g})"),
-            (None, Some(r)) => r,
+            (None, Some(r)) => r.clone(),
             (None, None) => "runs are unavailable".into(),
         };
-        return Ok((format!("runner {version} · {why}"), RunMode::Unavailable));
+        return (format!("runner {version} · {why}"), RunMode::Unavailable);
     }
-    if h.str("worker")? == "agents" {
-        if let Some(d) = h.opt_obj("distributed")? {
+    if h.worker == "agents" {
+        if let Some(d) = &h.distributed {
             return describe_agents(version, d);
         }
     }
-    if h.str("worker")? == "fake" {
-        return Ok((
+    if h.worker == "fake" {
+        return (
             format!("runner {version} · fake worker, no GPU: runs are compiled and checked, not measured"),
             RunMode::Fake,
-        ));
+        );
     }
-    let (name, sms) = match h.opt_obj("gpu")? {
-        Some(g) => (g.str("name")?, format!(" ({} SMs)", g.u64("sm_count")?)),
+    let (name, sms) = match &h.gpu {
+        Some(g) => (g.name.as_str(), format!(" ({} SMs)", g.sm_count)),
         None => ("GPU", String::new()),
     };
-    Ok((format!("runner {version} · {name}{sms}"), RunMode::Gpu))
+    (format!("runner {version} · {name}{sms}"), RunMode::Gpu)
 }
 
 /// A front-end of the distributed mode (`hopfuse serve --queue`): its runs go to the agents
 /// listed in its health (`api::distributed::DistributedHealth`), whose GPUs (or fake workers)
 /// decide what a run measures.
-fn describe_agents(version: &str, d: Fields) -> Read<(String, RunMode)> {
-    if !d.bool("connected")? {
+fn describe_agents(version: &str, d: &DistributedHealth) -> (String, RunMode) {
+    if !d.connected {
         // Its runs answer 503 until NATS is back.
-        return Ok((
+        return (
             format!(
                 "runner {version} · distributed, NATS not connected ({})",
-                d.str("nats")?
+                d.nats
             ),
             RunMode::Unavailable,
-        ));
+        );
     }
-    let list = d.list("agents")?;
-    if list.is_empty() {
-        return Ok((
+    let n = d.agents.len();
+    if n == 0 {
+        return (
             format!("runner {version} · distributed, no agent connected: runs wait in the queue"),
             RunMode::Gpu,
-        ));
+        );
     }
-    let agents: Vec<Fields> = list
-        .iter()
-        .map(|a| Fields::of(a, "agents"))
-        .collect::<Read<_>>()?;
-    let mut fake = 0;
-    // The GPUs' names as their warm workers opened them (none before a worker started).
-    let mut names: Vec<&str> = Vec::new();
-    for a in &agents {
-        if a.bool("fake")? {
-            fake += 1;
-        }
-        // A worker slot is null until its warm worker has started.
-        for w in a.list("workers")?.iter().filter(|w| !w.is_null()) {
-            if let Some(name) = Fields::of(w, "workers")?.opt("gpu", Value::as_str)? {
-                names.push(name);
-            }
-        }
-    }
-    let n = agents.len();
+    let fake = d.agents.iter().filter(|a| a.fake).count();
+    // The GPUs' names as their warm workers opened them (none before a worker started; a
+    // worker slot is null until its warm worker has started).
+    let mut names: Vec<&str> = (d.agents.iter())
+        .flat_map(|a| a.workers.iter().flatten())
+        .filter_map(|w| w.gpu.as_deref())
+        .collect();
     let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
     if fake == n {
-        return Ok((
+        return (
             format!(
                 "runner {version} · distributed, {} with fake workers, no GPU: runs are compiled and checked, not measured",
                 plural(n, "agent")
             ),
             RunMode::Fake,
-        ));
+        );
     }
     names.sort_unstable();
     names.dedup();
@@ -119,12 +102,12 @@ fn describe_agents(version: &str, d: Fields) -> Read<(String, RunMode)> {
     } else {
         String::new()
     };
-    Ok((
+    (
         format!(
             "runner {version} · distributed, {}{fake}, {}{names}",
             plural(n, "agent"),
-            plural(d.u64("gpus")? as usize, "GPU")
+            plural(d.gpus, "GPU")
         ),
         RunMode::Gpu,
-    ))
+    )
 }

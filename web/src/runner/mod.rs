@@ -1,24 +1,23 @@
 //! The runner service's API (issue 5): health, runs streamed as server-sent events, short links.
 //! Same origin by default, or a runner URL and bearer token from the settings dialog (kept in
-//! this browser's localStorage, never in a shared link). Bodies are the service's own types
-//! (`hopfuse_api`), serialised by serde; answers are read field by field from the parsed JSON
-//! (`fields`: the playground's reading of each api type, tested against the recorded answers);
-//! the views ([`RunView`], [`Measured`], ...) are what the Run pane shows of them.
+//! this browser's localStorage, never in a shared link). Bodies and answers are the service's
+//! own types (`hopfuse_api`): the bodies serialised by serde, the answers deserialised by
+//! serde's derived readers (`read::from_str`); the views ([`RunView`], [`Measured`], ...) are
+//! built from those typed values and are what the Run pane shows of them.
 //!
 //! This module is the HTTP client (settings, [`request`], [`ApiError`]); the rest is one module
 //! per concern:
-//! - `fields`: the accessor layer every answer is read with (and why it is not serde's);
-//! - `health`: `GET /api/health` as the status bar's line and a [`RunMode`];
+//! - `read`: the one JSON reader every answer goes through (and why it is not `from_value`);
+//! - `health`: `GET /api/health` (`api::service::Health`) as the status bar's line and a
+//!   [`RunMode`];
 //! - `requests`: the bodies of a run and a short link, the job id and link answers;
 //! - `view`: what the Run pane shows of a job result ([`RunView`], [`Measured`], ...);
-//! - `result`: a job result (`api::job::JobResult`) read into a [`RunView`];
-//! - `peers_profile`: `result.peers` and `result.profile` read into their views;
-//! - `inspection`: the answer of `POST /api/inspect` read into `api::inspect::Inspection`.
+//! - `result`: a job result (`api::job::JobResult`) made into a [`RunView`];
+//! - `peers_profile`: `result.peers` (`api::run::PeersReport`) made into its view.
 
-mod fields;
 mod health;
-mod inspection;
 mod peers_profile;
+pub(crate) mod read;
 mod requests;
 mod result;
 #[cfg(test)]
@@ -26,9 +25,7 @@ mod tests;
 mod view;
 
 pub use health::{health, RunMode};
-pub(crate) use inspection::read_inspection;
-#[cfg(test)]
-pub(crate) use peers_profile::read_peers;
+pub use read::from_str as read_json;
 pub use requests::{
     create_link, events_url, get_link, link_body, run_body, start_run, state_of_link,
 };
@@ -36,7 +33,7 @@ pub use result::parse_result;
 pub use view::{index_name, Check, Comparison, FakeView, Measured, RunView};
 
 use crate::js;
-use fields::{Fields, Read};
+use hopfuse_api::service::ErrorBody;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -148,10 +145,9 @@ fn plain_reason(msg: &str) -> &str {
         .trim_end_matches('.')
 }
 
-/// The sentence of an error body (`api::service::ErrorBody`: an object with `error`).
+/// The sentence of an error body (`api::service::ErrorBody`).
 fn error_of(body: &str) -> Option<String> {
-    let v: Value = serde_json::from_str(body).ok()?;
-    Fields::of(&v, "").ok()?.str("error").ok().map(String::from)
+    read_json::<ErrorBody>(body).ok().map(|e| e.error)
 }
 
 /// The message of an error body, or the text itself (a proxy's error page).
@@ -169,8 +165,9 @@ fn message_of(body: &str) -> String {
     }
 }
 
-/// Sends a request (`body`: a JSON body) and reads the answer as JSON (the playground reads its
-/// fields with [`Fields`]).
+/// Sends a request (`body`: a JSON body) and reads the answer as `T` (an answer type of
+/// `hopfuse_api`); an answer that is not one is [`ApiError::Unreachable`] with serde's reason
+/// (a missing field is named).
 pub async fn request<T: DeserializeOwned>(
     settings: &Settings,
     method: &str,
@@ -201,20 +198,5 @@ pub async fn request<T: DeserializeOwned>(
     read_json(&a.body).map_err(not_ours)
 }
 
-/// A JSON text as `T` (the playground asks only for [`Value`]s and reads their fields itself).
-pub fn read_json<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
-    serde_json::from_str(text)
-}
-
 /// No request body (a GET).
 const NO_BODY: Option<&()> = None;
-
-/// An answer of the service read with the accessors of `fields` ([`Fields`]), or why it is not one
-/// this playground reads.
-fn answer<T>(path: &str, v: &Value, read: impl FnOnce(Fields) -> Read<T>) -> Result<T, ApiError> {
-    Fields::of(v, "the answer").and_then(read).map_err(|e| {
-        ApiError::Unreachable(format!(
-            "{path} did not answer what this playground reads ({e})"
-        ))
-    })
-}

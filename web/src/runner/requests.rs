@@ -3,8 +3,7 @@
 //! short links (`POST /api/links` with the program and a versioned state, `GET
 //! /api/links/{id}` back to a [`crate::share::State`]).
 
-use super::fields::{Fields, Read};
-use super::{answer, request, ApiError, Settings, NO_BODY};
+use super::{request, ApiError, Settings, NO_BODY};
 use hopfuse_api::service::{Link, LinkBody, LinkCreated, RunAccepted, RunBody};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -29,40 +28,8 @@ pub fn run_body(
 
 /// `POST /api/run` -> the job id.
 pub async fn start_run(settings: &Settings, body: &RunBody) -> Result<String, ApiError> {
-    let accepted: Value = request(settings, "POST", "/api/run", Some(body), 15000).await?;
-    Ok(answer("/api/run", &accepted, run_accepted)?.job_id)
-}
-
-// The small answers read into their `hopfuse_api` types with the accessors (`fields.rs`): each
-// reader names every field of its type in a struct literal, so a field added to the type fails
-// this build here, and a field the service renamed is an error that names it.
-
-/// The answer of `POST /api/run`.
-pub(super) fn run_accepted(a: Fields) -> Read<RunAccepted> {
-    Ok(RunAccepted {
-        job_id: a.str("job_id")?.to_string(),
-        events: a.str("events")?.to_string(),
-        result: a.str("result")?.to_string(),
-    })
-}
-
-/// The answer of `POST /api/links`.
-pub(super) fn link_created(c: Fields) -> Read<LinkCreated> {
-    Ok(LinkCreated {
-        id: c.str("id")?.to_string(),
-        path: c.str("path")?.to_string(),
-        created_at: c.req("created_at", Value::as_i64)?,
-    })
-}
-
-/// The answer of `GET /api/links/{id}` (a missing `state` is none: `null`).
-pub(super) fn link(l: Fields) -> Read<Link> {
-    Ok(Link {
-        id: l.str("id")?.to_string(),
-        program: l.str("program")?.to_string(),
-        state: l.opt("state", |v| Some(v.clone()))?.unwrap_or(Value::Null),
-        created_at: l.req("created_at", Value::as_i64)?,
-    })
+    let accepted: RunAccepted = request(settings, "POST", "/api/run", Some(body), 15000).await?;
+    Ok(accepted.job_id)
 }
 
 /// The URL of a job's events.
@@ -113,7 +80,7 @@ pub async fn create_link(
     settings: &Settings,
     state: &crate::share::State,
 ) -> Result<String, ApiError> {
-    let created: Value = request(
+    let created: LinkCreated = request(
         settings,
         "POST",
         "/api/links",
@@ -121,13 +88,12 @@ pub async fn create_link(
         8000,
     )
     .await?;
-    Ok(answer("/api/links", &created, link_created)?.id)
+    Ok(created.id)
 }
 
 /// `GET /api/links/{id}` -> the state it holds.
 pub async fn get_link(settings: &Settings, id: &str) -> Result<crate::share::State, ApiError> {
     let path = format!("/api/links/{}", js_sys::encode_uri_component(id));
-    let answered: Value = request(settings, "GET", &path, NO_BODY, 8000).await?;
-    let link = answer(&path, &answered, link)?;
+    let link: Link = request(settings, "GET", &path, NO_BODY, 8000).await?;
     state_of_link(&link).map_err(|e| ApiError::Unreachable(format!("link {id}: {e}")))
 }

@@ -1,6 +1,6 @@
 use super::health::describe_health;
 use super::*;
-use hopfuse_api as api;
+use hopfuse_api::job::JobEvent;
 use hopfuse_api::service::{Health, Link, LinkBody};
 
 #[test]
@@ -224,8 +224,8 @@ fn an_ab_run_sends_program_b() {
     assert_eq!(keys, ["iters", "program", "seed", "sizes"], "{one}");
 }
 
-/// A health answer (`GET /api/health`).
-fn health(worker: &str, gpu: Option<&str>, gpu_reason: Option<&str>, run: bool) -> Value {
+/// A health answer (`GET /api/health`) as JSON.
+fn health_json(worker: &str, gpu: Option<&str>, gpu_reason: Option<&str>, run: bool) -> Value {
     let v = serde_json::json!({
         "status": "ok", "version": "0.1.0", "worker": worker,
         "gpu": gpu.map(|name| serde_json::json!({
@@ -250,32 +250,37 @@ fn health(worker: &str, gpu: Option<&str>, gpu_reason: Option<&str>, run: bool) 
                    "keep_runs_bytes": 268435456, "token_required": false},
         "uptime_s": 1.5,
     });
-    // The service's own type reads it: the test's answer is one the service sends.
+    // Every field of the service's type is there: the test's answer is one the service sends.
     let h: Health = serde_json::from_value(v.clone()).expect("a health answer");
-    serde_json::to_value(h).unwrap()
+    assert_eq!(serde_json::to_value(h).unwrap(), v);
+    v
+}
+
+/// A health answer as the page reads it.
+fn health(worker: &str, gpu: Option<&str>, gpu_reason: Option<&str>, run: bool) -> Health {
+    read_json(&health_json(worker, gpu, gpu_reason, run).to_string()).expect("the page reads it")
 }
 
 #[test]
 fn reads_health() {
     let gpu = health("gpu", Some("NVIDIA H100 80GB HBM3"), None, true);
     assert_eq!(
-        describe_health(&gpu).unwrap(),
+        describe_health(&gpu),
         (
             "runner 0.1.0 · NVIDIA H100 80GB HBM3 (132 SMs)".into(),
             RunMode::Gpu
         )
     );
     let fake = health("fake", None, Some("fake worker mode"), true);
-    assert_eq!(describe_health(&fake).unwrap().1, RunMode::Fake);
+    assert_eq!(describe_health(&fake).1, RunMode::Fake);
     let none = health("gpu", None, Some("no driver"), false);
-    let (text, mode) = describe_health(&none).unwrap();
+    let (text, mode) = describe_health(&none);
     // A renamed field is an error that names it.
-    let mut renamed = gpu.clone();
-    renamed["gpu"]["sms"] = renamed["gpu"]["sm_count"].take();
-    renamed["gpu"].as_object_mut().unwrap().remove("sm_count");
-    assert!(describe_health(&renamed)
-        .unwrap_err()
-        .contains("`sm_count`"));
+    let renamed = health_json("gpu", Some("NVIDIA H100 80GB HBM3"), None, true)
+        .to_string()
+        .replacen("\"sm_count\"", "\"sms\"", 1);
+    let e = read_json::<Health>(&renamed).unwrap_err();
+    assert!(e.to_string().contains("missing field `sm_count`"), "{e}");
     assert_eq!(mode, RunMode::Unavailable);
     assert_eq!(text, "runner 0.1.0 · no usable GPU (no driver)");
     // An error body's sentence; a proxy's page as text.
@@ -302,15 +307,14 @@ fn reads_a_distributed_front_end() {
         })
     };
     let front_end = |connected: bool, agents: Vec<Value>| {
-        let mut h = health("agents", None, Some("distributed mode"), true);
+        let mut h = health_json("agents", None, Some("distributed mode"), true);
         h["distributed"] = serde_json::json!({
             "nats": "nats://10.0.0.5:4222", "connected": connected, "arch": "sm_90a",
             "depth": 0, "waiting": 0, "running": 0, "cap": 1000, "in_flight": 0,
             "gpus": 2 * agents.len(), "agents": agents,
         });
-        // The test answer is a valid `hopfuse-api` health answer.
-        serde_json::from_value::<api::service::Health>(h.clone()).expect("a health answer");
-        describe_health(&h).expect("a distributed front-end's health")
+        let h: Health = read_json(&h.to_string()).expect("a distributed front-end's health");
+        describe_health(&h)
     };
     let h100 = "NVIDIA H100 80GB HBM3";
     assert_eq!(
@@ -394,12 +398,11 @@ fn a_link_holds_the_program_and_the_state() {
 /// reads back equal, and a field it dropped is an error that names it.
 #[test]
 fn the_run_and_link_answers_read_as_their_api_types() {
-    use super::requests::{link, link_created, run_accepted};
     use hopfuse_api::service::{LinkCreated, RunAccepted};
     let without = |v: &Value, k: &str| {
         let mut v = v.clone();
         v.as_object_mut().unwrap().remove(k);
-        v
+        v.to_string()
     };
     let accepted = RunAccepted {
         job_id: "j1f0".into(),
@@ -407,10 +410,9 @@ fn the_run_and_link_answers_read_as_their_api_types() {
         result: "/api/jobs/j1f0".into(),
     };
     let v = serde_json::to_value(&accepted).unwrap();
-    assert_eq!(run_accepted(Fields::of(&v, "").unwrap()), Ok(accepted));
-    let v = without(&v, "events");
-    let e = run_accepted(Fields::of(&v, "").unwrap()).unwrap_err();
-    assert!(e.contains("`events`"), "{e}");
+    assert_eq!(read_json::<RunAccepted>(&v.to_string()).unwrap(), accepted);
+    let e = read_json::<RunAccepted>(&without(&v, "events")).unwrap_err();
+    assert!(e.to_string().contains("missing field `events`"), "{e}");
 
     let created = LinkCreated {
         id: "k3n".into(),
@@ -418,11 +420,14 @@ fn the_run_and_link_answers_read_as_their_api_types() {
         created_at: 1_763_870_000,
     };
     let v = serde_json::to_value(&created).unwrap();
-    assert_eq!(link_created(Fields::of(&v, "").unwrap()), Ok(created));
+    assert_eq!(read_json::<LinkCreated>(&v.to_string()).unwrap(), created);
     let mut v = v.clone();
     v["created_at"] = "yesterday".into();
-    let e = link_created(Fields::of(&v, "").unwrap()).unwrap_err();
-    assert!(e.contains("`created_at`"), "{e}");
+    let e = read_json::<LinkCreated>(&v.to_string()).unwrap_err();
+    assert!(
+        e.to_string().contains("invalid type: string \"yesterday\""),
+        "{e}"
+    );
 
     let stored = Link {
         id: "k3n".into(),
@@ -431,12 +436,15 @@ fn the_run_and_link_answers_read_as_their_api_types() {
         created_at: 1_763_870_000,
     };
     let v = serde_json::to_value(&stored).unwrap();
-    assert_eq!(link(Fields::of(&v, "").unwrap()), Ok(stored.clone()));
+    assert_eq!(read_json::<Link>(&v.to_string()).unwrap(), stored);
     // A link stored without a state holds none.
-    let v = without(&v, "state");
-    let read = link(Fields::of(&v, "").unwrap()).unwrap();
+    let read = read_json::<Link>(&without(&v, "state")).unwrap();
     assert_eq!(read.state, Value::Null);
     assert_eq!(read.program, stored.program);
+    // An error body's sentence, whatever else it holds.
+    let body = r#"{"error": "program does not compile", "diagnostics": [{"message": "unknown op",
+        "span": {"start": 3, "end": 5}, "line": 1, "column": 4}], "limit": null}"#;
+    assert_eq!(message_of(body), "program does not compile");
 }
 
 /// The `done` event's data in a recorded event stream (docs/recordings).
@@ -461,7 +469,11 @@ fn every_recorded_result_reads() {
         }
     }
     assert!(texts.len() >= 8, "only {} done fixtures", texts.len());
-    for rec in ["exp_2d_h100.sse", "matmul_h100.sse"] {
+    for rec in [
+        "exp_2d_h100.sse",
+        "exp_2d_profile_h100.sse",
+        "matmul_h100.sse",
+    ] {
         let sse = std::fs::read_to_string(
             [env!("CARGO_MANIFEST_DIR"), "/../docs/recordings/", rec].concat(),
         )
@@ -488,8 +500,8 @@ fn every_recorded_result_reads() {
     assert!(m.device.unwrap().contains("H100"));
 }
 
-/// A field the service renamed, dropped or retyped is an error that names it, not a
-/// quietly empty pane.
+/// A field the service renamed, dropped or retyped is an error (serde's, naming a missing
+/// field), not a quietly empty pane.
 #[test]
 fn a_renamed_field_is_an_error() {
     let cases = [
@@ -497,19 +509,19 @@ fn a_renamed_field_is_an_error() {
         (
             "\"registers_per_thread\"",
             "\"regs\"",
-            "`registers_per_thread`",
+            "missing field `registers_per_thread`",
         ),
-        ("\"index_type\"", "\"index\"", "`index_type`"),
-        ("\"worker_ms\"", "\"worker_s\"", "`worker_ms`"),
+        ("\"index_type\"", "\"index\"", "missing field `index_type`"),
+        ("\"worker_ms\"", "\"worker_s\"", "missing field `worker_ms`"),
         (
             "\"kind\": \"rotate\"",
             "\"kind\": \"spin\"",
-            "unknown L2 policy `spin`",
+            "unknown variant `spin`",
         ),
         (
             "\"gbps\": 4915.2",
             "\"gbps\": \"fast\"",
-            "`gbps` has the wrong type",
+            "invalid type: string \"fast\", expected f64",
         ),
     ];
     for (from, to, says) in cases {
@@ -522,31 +534,79 @@ fn a_renamed_field_is_an_error() {
     }
     let v = parse_result(r#"{"stage": "done", "elapsed_ms": 1}"#);
     assert!(v.error.unwrap().contains("holds no result"));
-    // The typed parts keep serde's errors.
     let mut j: Value = serde_json::from_str(PASSED).unwrap();
     j["result"]["result"]["profile"] = serde_json::json!({"unavailable": {"reason": "gone"}});
     assert!(parse_result(&j.to_string())
         .error
         .unwrap()
-        .contains("`gone`"));
+        .contains("unknown variant `gone`"));
     j["result"]["result"]["peers"] = serde_json::json!({"rounds": "x"});
     assert!(parse_result(&j.to_string())
         .error
         .unwrap()
-        .contains("`rounds`"));
+        .contains("invalid type: string \"x\", expected u32"));
 }
 
-/// The profile built field by field is the runner's own reading of the same JSON.
+/// The recorded runs on the H100 (docs/recordings) read into the api types, and the Run pane
+/// shows their fields: a field renamed in `hopfuse-api` fails here.
 #[test]
-fn the_profile_reads_as_the_runner_wrote_it() {
-    for text in [
-        include_str!("../../tests/fixtures/done-profile.json"),
-        include_str!("../../tests/fixtures/done-profile-unavailable.json"),
+fn the_recorded_runs_read_into_the_api_types() {
+    let recording = |rec: &str| {
+        std::fs::read_to_string([env!("CARGO_MANIFEST_DIR"), "/../docs/recordings/", rec].concat())
+            .unwrap()
+    };
+    for rec in [
+        "exp_2d_h100.sse",
+        "exp_2d_profile_h100.sse",
+        "matmul_h100.sse",
     ] {
-        let v: Value = serde_json::from_str(text).unwrap();
-        let theirs: api::profile::ProfileReport =
-            serde_json::from_value(v["result"]["result"]["profile"].clone()).unwrap();
-        let ours = parse_result(text).measured.unwrap().profile;
-        assert_eq!(ours, Some(theirs));
+        let sse = recording(rec);
+        let event: JobEvent = read_json(done_of(&sse)).expect(rec);
+        let job = event.result.expect("the done event's result");
+        let r = job.result.as_deref().expect("a measured run");
+        let view = parse_result(done_of(&sse));
+        assert_eq!(view.status, job.status.name(), "{rec}");
+        assert_eq!(view.job_id.as_deref(), Some(job.job_id.as_str()));
+        let m = view.measured.expect(rec);
+        assert_eq!(m.device.as_deref(), Some("NVIDIA H100 80GB HBM3"), "{rec}");
+        assert!(r.device.name.contains("H100") && r.device.sm_count == 132);
+        assert_eq!(m.median_us, Some(r.timing.median_us));
+        assert!(r.timing.median_us > 0.0 && r.timing.samples > 0, "{rec}");
+        assert_eq!(m.gbps, Some(r.gbps));
+        assert_eq!(
+            m.registers,
+            Some(i64::from(r.attributes.registers_per_thread))
+        );
+        assert_eq!(m.checks.len(), r.validation.len());
+        assert!(
+            m.checks.iter().all(|c| c.passed && c.elements > Some(0)),
+            "{rec}"
+        );
+        assert!(m.launch.unwrap().starts_with(&format!(
+            "grid ({}, {}, {})",
+            r.launch.grid[0], r.launch.grid[1], r.launch.grid[2]
+        )));
+        assert_eq!(m.profile, r.profile);
+        if rec == "exp_2d_profile_h100.sse" {
+            let Some(hopfuse_api::profile::ProfileReport::Measured { profile, .. }) = &m.profile
+            else {
+                panic!("{rec}: no measured profile: {:?}", m.profile);
+            };
+            assert_eq!(profile.kernel, "exp_2d_kernel");
+            assert!(profile.dram_throughput_pct.is_some() && !profile.stalls.is_empty());
+        }
+    }
+    // The recorded health answers: the first from before compile slots and the newer limits.
+    for rec in ["h100_health.json", "h100_health_profile.json"] {
+        let h: Health = read_json(&recording(rec)).expect(rec);
+        assert_eq!(
+            describe_health(&h),
+            (
+                "runner 0.1.0 · NVIDIA H100 80GB HBM3 (132 SMs)".into(),
+                RunMode::Gpu
+            ),
+            "{rec}"
+        );
+        assert_eq!(h.limits.max_program_bytes, 65536);
     }
 }

@@ -1,0 +1,397 @@
+//! The one JSON reader of the service's answers: a text into a `hopfuse_api` type through its
+//! derived `Deserialize`, parsed into a [`serde_json::Value`] first (one text parser for every
+//! type) and read from it accepting the JSON shapes serde_json writes for those types and no
+//! others: structs and struct variants as objects, unit variants as strings, other variants as
+//! one-key objects, sequences and tuples as arrays.
+//!
+//! Why not `serde_json::from_str` or `from_value`: they also read a struct written as an array,
+//! so every derived `Deserialize` the page links would carry a second reader (`visit_seq`) for a
+//! form the service never sends, and identifiers get readers for bytes and integer field
+//! indices. Here `deserialize_struct` takes objects only, identifiers are strings only and an
+//! unknown field's value is dropped unread, so those readers are never instantiated: the same
+//! types and the same JSON, less wasm (measured: the page's answers read with
+//! `serde_json::from_str` cost 40.4 KiB of brotli wasm over the hand-written accessors this
+//! replaced, with this reader NN KiB; the cold-load budget is scripts/test-web.sh's).
+
+use serde::de::{
+    self, DeserializeOwned, DeserializeSeed, Error as _, IntoDeserializer, Unexpected, Visitor,
+};
+use serde_json::{Error, Map, Value};
+
+/// `T` from a parsed JSON value (see the module doc for what is accepted).
+pub fn from_value<T: DeserializeOwned>(v: Value) -> Result<T, Error> {
+    T::deserialize(Reader(v))
+}
+
+/// `T` from JSON text: parsed into a [`Value`] (one text parser for every type), then read.
+pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
+    from_value(serde_json::from_str::<Value>(text)?)
+}
+
+/// What a value is, for error messages.
+fn unexpected(v: &Value) -> Unexpected<'_> {
+    match v {
+        Value::Null => Unexpected::Unit,
+        Value::Bool(b) => Unexpected::Bool(*b),
+        Value::Number(n) => Unexpected::Float(n.as_f64().unwrap_or(f64::NAN)),
+        Value::String(s) => Unexpected::Str(s),
+        Value::Array(_) => Unexpected::Seq,
+        Value::Object(_) => Unexpected::Map,
+    }
+}
+
+fn wrong<'de, V: Visitor<'de>>(v: &Value, visitor: &V) -> Error {
+    Error::invalid_type(unexpected(v), visitor)
+}
+
+/// One value as a deserializer.
+struct Reader(Value);
+
+impl<'de> de::Deserializer<'de> for Reader {
+    type Error = Error;
+
+    /// Self-describing types (a `Value` field): every shape.
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Value::Null => visitor.visit_unit(),
+            Value::Bool(b) => visitor.visit_bool(b),
+            Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => visitor.visit_u64(u),
+                (None, Some(i)) => visitor.visit_i64(i),
+                _ => visitor.visit_f64(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            Value::String(s) => visitor.visit_string(s),
+            Value::Array(a) => visitor.visit_seq(Seq(a.into_iter())),
+            Value::Object(m) => visitor.visit_map(Fields::new(m)),
+        }
+    }
+
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Value::Bool(b) => visitor.visit_bool(b),
+            other => Err(wrong(&other, &visitor)),
+        }
+    }
+
+    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0.as_u64() {
+            Some(u) => visitor.visit_u64(u),
+            None => Err(wrong(&self.0, &visitor)),
+        }
+    }
+
+    fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0.as_i64() {
+            Some(i) => visitor.visit_i64(i),
+            None => Err(wrong(&self.0, &visitor)),
+        }
+    }
+
+    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0.as_f64() {
+            Some(f) => visitor.visit_f64(f),
+            None => Err(wrong(&self.0, &visitor)),
+        }
+    }
+
+    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_u64(visitor)
+    }
+    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_u64(visitor)
+    }
+    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_u64(visitor)
+    }
+    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_i64(visitor)
+    }
+    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_i64(visitor)
+    }
+    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_i64(visitor)
+    }
+    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_f64(visitor)
+    }
+
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Value::String(s) => visitor.visit_string(s),
+            other => Err(wrong(&other, &visitor)),
+        }
+    }
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_string(visitor)
+    }
+    fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_string(visitor)
+    }
+    fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Value::String(s) => visitor.visit_str(&s),
+            other => Err(wrong(&other, &visitor)),
+        }
+    }
+
+    fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_seq(visitor)
+    }
+    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Value::Null => visitor.visit_none(),
+            v => visitor.visit_some(Reader(v)),
+        }
+    }
+
+    fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Value::Null => visitor.visit_unit(),
+            other => Err(wrong(&other, &visitor)),
+        }
+    }
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        self.deserialize_unit(visitor)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Value::Array(a) => visitor.visit_seq(Seq(a.into_iter())),
+            other => Err(wrong(&other, &visitor)),
+        }
+    }
+    fn deserialize_tuple<V: Visitor<'de>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        self.deserialize_seq(visitor)
+    }
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Value::Object(m) => visitor.visit_map(Fields::new(m)),
+            other => Err(wrong(&other, &visitor)),
+        }
+    }
+    /// Objects only: the one place this differs from `serde_json::from_value`.
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        self.deserialize_map(visitor)
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        match self.0 {
+            Value::String(s) => visitor.visit_enum(s.into_deserializer()),
+            Value::Object(m) if m.len() == 1 => {
+                let (variant, value) = m.into_iter().next().expect("one entry");
+                visitor.visit_enum(Variant { variant, value })
+            }
+            other => Err(wrong(&other, &visitor)),
+        }
+    }
+
+    /// An unknown field's value: dropped unread.
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        visitor.visit_unit()
+    }
+}
+
+/// The elements of an array.
+struct Seq(std::vec::IntoIter<Value>);
+
+impl<'de> de::SeqAccess<'de> for Seq {
+    type Error = Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, Error> {
+        self.0
+            .next()
+            .map(|v| seed.deserialize(Reader(v)))
+            .transpose()
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.0.len())
+    }
+}
+
+/// The entries of an object; its keys are read as strings (field names, map keys, variants).
+struct Fields {
+    entries: serde_json::map::IntoIter,
+    value: Option<Value>,
+}
+
+impl Fields {
+    fn new(m: Map<String, Value>) -> Fields {
+        Fields {
+            entries: m.into_iter(),
+            value: None,
+        }
+    }
+}
+
+impl<'de> de::MapAccess<'de> for Fields {
+    type Error = Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Error> {
+        let Some((key, value)) = self.entries.next() else {
+            return Ok(None);
+        };
+        self.value = Some(value);
+        seed.deserialize(key.into_deserializer()).map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
+        match self.value.take() {
+            Some(v) => seed.deserialize(Reader(v)),
+            None => Err(Error::custom("a value without its key")),
+        }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.entries.len())
+    }
+}
+
+/// An externally tagged variant: `{"variant": value}`.
+struct Variant {
+    variant: String,
+    value: Value,
+}
+
+impl<'de> de::EnumAccess<'de> for Variant {
+    type Error = Error;
+    type Variant = Reader;
+
+    fn variant_seed<S: DeserializeSeed<'de>>(self, seed: S) -> Result<(S::Value, Reader), Error> {
+        let tag = seed.deserialize(self.variant.into_deserializer())?;
+        Ok((tag, Reader(self.value)))
+    }
+}
+
+impl<'de> de::VariantAccess<'de> for Reader {
+    type Error = Error;
+
+    fn unit_variant(self) -> Result<(), Error> {
+        match self.0 {
+            Value::Null => Ok(()),
+            other => Err(Error::invalid_type(unexpected(&other), &"a unit variant")),
+        }
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, Error> {
+        seed.deserialize(self)
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(self, _len: usize, visitor: V) -> Result<V::Value, Error> {
+        de::Deserializer::deserialize_seq(self, visitor)
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        de::Deserializer::deserialize_map(self, visitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hopfuse_api::job::{JobEvent, JobResult};
+    use hopfuse_api::service::Link;
+
+    /// Every recorded `done` event reads into the same job result as with serde_json's own
+    /// reader (compared as the JSON each writes back).
+    #[test]
+    fn the_done_fixtures_read_as_serde_json_reads_them() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+        let mut read = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if !(name.starts_with("done-") && name.ends_with(".json")) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let ours: JobEvent = super::from_str(&text).expect(&name);
+            let theirs: JobEvent = serde_json::from_str(&text).expect(&name);
+            assert!(ours.result.is_some(), "{name}");
+            assert_eq!(
+                serde_json::to_value(&ours).unwrap(),
+                serde_json::to_value(&theirs).unwrap(),
+                "{name}"
+            );
+            read += 1;
+        }
+        assert!(read >= 8, "only {read} done fixtures");
+    }
+
+    /// Unknown fields are skipped, missing ones and wrong shapes refused, and a struct written
+    /// as an array (which serde_json alone accepts) is refused.
+    #[test]
+    fn only_the_shapes_the_service_writes() {
+        let job = r#"{"job_id": "j", "status": "passed", "fake": false, "progress": ["launch", "profile"],
+                     "queued_ms": 1, "worker_ms": 2.5, "new_field": [1, {"x": null}]}"#;
+        let r: JobResult = super::from_str(job).unwrap();
+        assert_eq!((r.job_id.as_str(), r.worker_ms), ("j", 2.5));
+        assert_eq!(r.progress.len(), 2);
+        assert!(super::from_str::<JobResult>(r#"{"job_id": "j"}"#)
+            .unwrap_err()
+            .to_string()
+            .contains("missing field"));
+        let e = super::from_str::<JobResult>(&job.replace("\"passed\"", "7")).unwrap_err();
+        assert!(e.to_string().contains("invalid type"), "{e}");
+        // (its 16 fields in order; the 14th is the distributed mode's `agent`)
+        let as_array = r#"["j", "passed", false, null, null, null, null, null, [], null, null, null, null, null, 1, 2]"#;
+        assert!(serde_json::from_str::<JobResult>(as_array).is_ok());
+        assert!(super::from_str::<JobResult>(as_array).is_err());
+        // A `Value` field (a link's state) takes any JSON, numbers as they were.
+        let text = r#"{"id": "x", "program": "p", "created_at": -3,
+                       "state": {"a": [1, -2, 2.5, "s", true, null], "b": {}}}"#;
+        let link: Link = super::from_str(text).unwrap();
+        assert_eq!(link, serde_json::from_str::<Link>(text).unwrap());
+        assert_eq!(link.state["a"][1], -2);
+        assert!(super::from_str::<Link>("[]").is_err());
+    }
+}
