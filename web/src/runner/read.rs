@@ -199,14 +199,18 @@ impl<'de> de::Deserializer<'de> for Reader {
             other => Err(wrong(&other, &visitor)),
         }
     }
-    /// Objects only: the one place this differs from `serde_json::from_value`.
+    /// Objects only, read as the sequence of the struct's fields in the order the type declares
+    /// them (see the module doc).
     fn deserialize_struct<V: Visitor<'de>>(
         self,
         _name: &'static str,
-        _fields: &'static [&'static str],
+        fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        self.deserialize_map(visitor)
+        match self.0 {
+            Value::Object(m) => visit_fields(m, fields, visitor),
+            other => Err(wrong(&other, &visitor)),
+        }
     }
 
     fn deserialize_enum<V: Visitor<'de>>(
@@ -215,14 +219,14 @@ impl<'de> de::Deserializer<'de> for Reader {
         _variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        match self.0 {
-            Value::String(s) => visitor.visit_enum(s.into_deserializer()),
-            Value::Object(m) if m.len() == 1 => {
-                let (variant, value) = m.into_iter().next().expect("one entry");
-                visitor.visit_enum(Variant { variant, value })
-            }
-            other => Err(wrong(&other, &visitor)),
-        }
+        // Both forms through one `EnumAccess` type, so each enum's reader is instantiated once
+        // (a unit variant is a variant whose value is null).
+        let (variant, value) = match self.0 {
+            Value::String(s) => (s, Value::Null),
+            Value::Object(m) if m.len() == 1 => m.into_iter().next().expect("one entry"),
+            other => return Err(wrong(&other, &visitor)),
+        };
+        visitor.visit_enum(Variant { variant, value })
     }
 
     /// An unknown field's value: dropped unread.
@@ -249,6 +253,67 @@ impl<'de> de::SeqAccess<'de> for Seq {
 
     fn size_hint(&self) -> Option<usize> {
         Some(self.0.len())
+    }
+}
+
+/// An object's values for the fields `fields` (a struct's, in the order it declares them), given
+/// to the struct's `visit_seq`: an unknown key is left out unread, an absent one is the end of
+/// the struct's sequence at that field (serde's derived reader then takes the field's default
+/// where it has one, `#[serde(default)]`, and fails otherwise), except where `null` reads as the
+/// field's type (an `Option` is `None`, as serde's own absent `Option` field). The failure for
+/// an absent field that has no default is serde's "missing field" error, naming it.
+fn visit_fields<'de, V: Visitor<'de>>(
+    mut m: Map<String, Value>,
+    fields: &'static [&'static str],
+    visitor: V,
+) -> Result<V::Value, Error> {
+    let mut values = FieldValues {
+        values: (fields.iter().map(|&f| (f, m.remove(f))))
+            .collect::<Vec<_>>()
+            .into_iter(),
+        absent: None,
+    };
+    visitor
+        .visit_seq(&mut values)
+        .map_err(|e| match values.absent {
+            // The reader failed right at a field the object does not have.
+            Some(field) => Error::missing_field(field),
+            None => e,
+        })
+}
+
+/// See [`visit_fields`].
+struct FieldValues {
+    values: std::vec::IntoIter<(&'static str, Option<Value>)>,
+    /// The field just read as absent (the sequence ended there), until the next one is read.
+    absent: Option<&'static str>,
+}
+
+impl<'de> de::SeqAccess<'de> for FieldValues {
+    type Error = Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, Error> {
+        self.absent = None;
+        match self.values.next() {
+            None => Ok(None),
+            Some((_, Some(v))) => seed.deserialize(Reader(v)).map(Some),
+            // Absent: null where that reads as the field's type, else the field's default (or
+            // its missing-field error, see `visit_fields`).
+            Some((field, None)) => match seed.deserialize(Reader(Value::Null)) {
+                Ok(v) => Ok(Some(v)),
+                Err(_) => {
+                    self.absent = Some(field);
+                    Ok(None)
+                }
+            },
+        }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.values.len())
     }
 }
 
@@ -329,10 +394,10 @@ impl<'de> de::VariantAccess<'de> for Reader {
 
     fn struct_variant<V: Visitor<'de>>(
         self,
-        _fields: &'static [&'static str],
+        fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        de::Deserializer::deserialize_map(self, visitor)
+        de::Deserializer::deserialize_struct(self, "", fields, visitor)
     }
 }
 
