@@ -47,7 +47,8 @@ pub trait Id: Copy {
 macro_rules! define_id {
     ($(#[$meta:meta])* $vis:vis $name:ident => $($owner:ty),*) => {
         $(#[$meta])*
-        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        // (Serialize: as the bare number, in the pipeline plan's JSON snapshots.)
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
         $vis struct $name(usize);
 
         impl $name {

@@ -32,7 +32,7 @@ crate::id::define_id!(
     pub ExprId => Expr
 );
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub enum ParallelType {
     Serial,
     BIDx,
@@ -386,7 +386,8 @@ pub struct Tensor {
 
 /// Placement of `fence.proxy.async.shared::cta` between the generic writes of a shared buffer
 /// and the TMA store that reads it (`cache_before(y, ..., fence=...)`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FenceMode {
     /// Chosen by the sync analysis: every thread fences once, after its writes of the buffer and
     /// before the block barrier that precedes the store (unpredicated, so warps never split).
@@ -418,7 +419,8 @@ impl FenceMode {
 }
 
 /// How a circular buffer learns that a slot may be refilled (write-after-read).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum WarMode {
     /// A block barrier at the end of every iteration that read a slot.
     #[default]
@@ -429,7 +431,8 @@ pub enum WarMode {
 }
 
 /// How a cache is filled from global memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LoadKind {
     /// Ordinary loads by every thread.
     Plain,
@@ -455,7 +458,7 @@ impl LoadKind {
 }
 
 /// Circular buffering of a cache over the serial loop that encloses its load.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct CircularBuffer {
     pub stages: i64,
     /// Loads issued ahead of the iteration that consumes them (`0 <= prefetch < stages`).
@@ -463,13 +466,15 @@ pub struct CircularBuffer {
     pub war: WarMode,
     /// `warp_specialized(...)`: a producer warp group issues the loads.
     pub ws: Option<WarpSpecialized>,
+    /// (Not in the plan's JSON: where the statement is, not what it decides.)
+    #[serde(skip)]
     pub span: Span,
 }
 
 /// `warp_specialized(on, registers=[producer, consumer], warp=N)` of a circular buffer: the block
 /// gets a 128-thread producer warp group along `on`; warp `warp` of it issues this tensor's loads
 /// (different warps = different producer roles, each with its own barriers).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct WarpSpecialized {
     pub on: ParallelType,
     pub registers: Option<(u32, u32)>,

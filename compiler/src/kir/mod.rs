@@ -20,7 +20,7 @@ crate::id::define_id!(
 );
 
 /// Integer index arithmetic.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Val {
     Int(i64),
     /// A size parameter (`M`).

@@ -51,7 +51,7 @@ pub fn swizzled_index(e: Val, elem: i64, swizzle: u32) -> Val {
 }
 
 /// What the `tma` pass decided for one cache that a pipeline fills.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct TmaInfo {
     pub tensor: TensorId,
     pub src: TensorId,
@@ -88,7 +88,7 @@ impl TmaInfo {
 }
 
 /// The loads of one serial loop, pipelined together: they share slots, barriers and phases.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Pipe {
     /// The innermost serial loop around the loads (None: no serial loop, one load).
     pub loop_key: Option<LoopKey>,
@@ -106,7 +106,7 @@ pub struct Pipe {
 }
 
 /// A warp-specialized pipeline: the padded block, who produces, who issues which loads.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct WsPlan {
     pub spec: crate::fusion::WarpSpecialized,
     /// Warp-uniform: this warp belongs to the producer warp group.
@@ -116,7 +116,7 @@ pub struct WsPlan {
     pub roles: Vec<WsRole>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct WsRole {
     /// Producer warp (0..4) as scheduled.
     pub warp: u32,
@@ -129,7 +129,7 @@ pub struct WsRole {
 }
 
 /// A TMA store of an output from its shared-memory cache.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct StoreInfo {
     /// The global output.
     pub tensor: TensorId,

@@ -27,8 +27,9 @@ use crate::fusion::TensorId;
 use crate::kir::{BufferId, Val};
 use rustc_hash::FxHashMap;
 
-/// See the module documentation.
-#[derive(Clone, Debug)]
+/// See the module documentation. (Serialize: its JSON is snapshotted for the TMA and
+/// warp-specialized examples, tests/tests/pipeline_plan.rs.)
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct PipelinePlan {
     /// Caches that pipelines fill: TMA and bulk copies, and circular-buffered plain loads.
     pub loads: Vec<TmaInfo>,

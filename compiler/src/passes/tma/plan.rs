@@ -24,7 +24,7 @@ pub(crate) struct BoxPiece {
 }
 
 /// The shape a tensor's `Bulk` axes cover: one box, or several of the same box side by side.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub(crate) struct BoxShape {
     /// The box, innermost dimension first.
     pub dims: Vec<i64>,

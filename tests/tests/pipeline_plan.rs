@@ -1,0 +1,40 @@
+//! The typed pipeline plan (`Compilation::pipeline_plan`, what the `tma` pass decides and the
+//! `allocation` pass completes) of every example that has one (TMA and bulk copies, TMA stores,
+//! circular buffers, warp specialization), snapshotted as JSON next to the launch plan's goldens:
+//! a change to a planned pipeline shows here as a change of the plan itself, not only of the
+//! CUDA it becomes. Object keys are sorted (the stage sizes are a hash map).
+//! Update with `INSTA_UPDATE=always cargo test -p hopfuse-tests --test pipeline_plan`.
+
+use hopfuse_tests::examples;
+
+#[test]
+fn every_pipelined_example_matches_its_plan_snapshot() {
+    let mut planned = 0;
+    for example in examples() {
+        let src = std::fs::read_to_string(&example.path).unwrap();
+        let c = hopfuse::compile(&src, &Default::default())
+            .unwrap_or_else(|e| panic!("{}", e.render(&src, &example.path.display().to_string())));
+        let plan = &c.pipeline_plan;
+        let pipelined = ["tma", "ws", "matmul"].contains(&example.group.as_str());
+        let has_plan = !plan.loads.is_empty() || !plan.stores.is_empty();
+        assert_eq!(
+            has_plan, pipelined,
+            "{}/{}: a pipeline plan only for (and for every) TMA, warp-specialized and matmul example",
+            example.group, example.name
+        );
+        if !has_plan {
+            continue;
+        }
+        let mut json = serde_json::to_value(plan).expect("a pipeline plan serializes");
+        json.sort_all_objects();
+        insta::assert_snapshot!(
+            format!("{}__{}__pipeline_plan", example.group, example.name),
+            serde_json::to_string_pretty(&json).unwrap()
+        );
+        planned += 1;
+    }
+    assert!(
+        planned >= 30,
+        "only {planned} examples have a pipeline plan"
+    );
+}
