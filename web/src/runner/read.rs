@@ -263,16 +263,11 @@ impl<'de> de::SeqAccess<'de> for Seq {
 /// field's type (an `Option` is `None`, as serde's own absent `Option` field). The failure for
 /// an absent field that has no default is serde's "missing field" error, naming it.
 fn visit_fields<'de, V: Visitor<'de>>(
-    mut m: Map<String, Value>,
+    m: Map<String, Value>,
     fields: &'static [&'static str],
     visitor: V,
 ) -> Result<V::Value, Error> {
-    let mut values = FieldValues {
-        values: (fields.iter().map(|&f| (f, m.remove(f))))
-            .collect::<Vec<_>>()
-            .into_iter(),
-        absent: None,
-    };
+    let mut values = FieldValues::of(m, fields);
     visitor
         .visit_seq(&mut values)
         .map_err(|e| match values.absent {
@@ -289,6 +284,26 @@ struct FieldValues {
     absent: Option<&'static str>,
 }
 
+// The work that does not depend on the struct's or the field's type is kept out of the generic
+// functions (`inline(never)`), so that it is not copied into each of their instantiations.
+impl FieldValues {
+    #[inline(never)]
+    fn of(mut m: Map<String, Value>, fields: &'static [&'static str]) -> FieldValues {
+        FieldValues {
+            values: (fields.iter().map(|&f| (f, m.remove(f))))
+                .collect::<Vec<_>>()
+                .into_iter(),
+            absent: None,
+        }
+    }
+
+    #[inline(never)]
+    fn next_field(&mut self) -> Option<(&'static str, Option<Value>)> {
+        self.absent = None;
+        self.values.next()
+    }
+}
+
 impl<'de> de::SeqAccess<'de> for FieldValues {
     type Error = Error;
 
@@ -296,8 +311,7 @@ impl<'de> de::SeqAccess<'de> for FieldValues {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, Error> {
-        self.absent = None;
-        match self.values.next() {
+        match self.next_field() {
             None => Ok(None),
             Some((_, Some(v))) => seed.deserialize(Reader(v)).map(Some),
             // Absent: null where that reads as the field's type, else the field's default (or
