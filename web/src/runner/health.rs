@@ -76,10 +76,16 @@ fn describe_agents(version: &str, d: &DistributedHealth) -> (String, RunMode) {
     let fake = d.agents.iter().filter(|a| a.fake).count();
     // The GPUs' names as their warm workers opened them (none before a worker started; a
     // worker slot is null until its warm worker has started).
-    let mut names: Vec<&str> = (d.agents.iter())
+    // (Sorted and without repeats as they are collected: a binary search, not a sort.)
+    let mut names: Vec<&str> = Vec::new();
+    for name in (d.agents.iter())
         .flat_map(|a| a.workers.iter().flatten())
         .filter_map(|w| w.gpu.as_deref())
-        .collect();
+    {
+        if let Err(at) = names.binary_search(&name) {
+            names.insert(at, name);
+        }
+    }
     let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
     if fake == n {
         return (
@@ -90,8 +96,6 @@ fn describe_agents(version: &str, d: &DistributedHealth) -> (String, RunMode) {
             RunMode::Fake,
         );
     }
-    names.sort_unstable();
-    names.dedup();
     let names = if names.is_empty() {
         String::new()
     } else {
