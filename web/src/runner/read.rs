@@ -216,17 +216,10 @@ impl<'de> de::Deserializer<'de> for Reader {
     fn deserialize_enum<V: Visitor<'de>>(
         self,
         _name: &'static str,
-        _variants: &'static [&'static str],
+        variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        // Both forms through one `EnumAccess` type, so each enum's reader is instantiated once
-        // (a unit variant is a variant whose value is null).
-        let (variant, value) = match self.0 {
-            Value::String(s) => (s, Value::Null),
-            Value::Object(m) if m.len() == 1 => m.into_iter().next().expect("one entry"),
-            other => return Err(wrong(&other, &visitor)),
-        };
-        visitor.visit_enum(Variant { variant, value })
+        visitor.visit_enum(Variant::of(self.0, variants)?)
     }
 
     /// An unknown field's value: dropped unread.
@@ -374,8 +367,35 @@ impl<'de> de::MapAccess<'de> for Fields {
 
 /// An externally tagged variant: `{"variant": value}`.
 struct Variant {
-    variant: String,
+    /// Its place in the enum's list of variants (serde's derived readers take a variant by
+    /// index as well as by name; by index, no reader of the names is instantiated per enum).
+    index: u32,
     value: Value,
+}
+
+impl Variant {
+    /// Both forms, `"variant"` (a unit variant: its value is null) and `{"variant": value}`,
+    /// through this one `EnumAccess` type, so each enum's reader is instantiated once.
+    #[inline(never)]
+    fn of(v: Value, variants: &'static [&'static str]) -> Result<Variant, Error> {
+        let (name, value) = match v {
+            Value::String(s) => (s, Value::Null),
+            Value::Object(m) if m.len() == 1 => m.into_iter().next().expect("one entry"),
+            other => {
+                return Err(Error::invalid_type(
+                    unexpected(&other),
+                    &"a variant name or an object with one key",
+                ))
+            }
+        };
+        match variants.iter().position(|&v| v == name) {
+            Some(index) => Ok(Variant {
+                index: index as u32,
+                value,
+            }),
+            None => Err(Error::unknown_variant(&name, variants)),
+        }
+    }
 }
 
 impl<'de> de::EnumAccess<'de> for Variant {
@@ -383,7 +403,7 @@ impl<'de> de::EnumAccess<'de> for Variant {
     type Variant = Reader;
 
     fn variant_seed<S: DeserializeSeed<'de>>(self, seed: S) -> Result<(S::Value, Reader), Error> {
-        let tag = seed.deserialize(self.variant.into_deserializer())?;
+        let tag = seed.deserialize(self.index.into_deserializer())?;
         Ok((tag, Reader(self.value)))
     }
 }
@@ -391,6 +411,7 @@ impl<'de> de::EnumAccess<'de> for Variant {
 impl<'de> de::VariantAccess<'de> for Reader {
     type Error = Error;
 
+    #[inline(never)]
     fn unit_variant(self) -> Result<(), Error> {
         match self.0 {
             Value::Null => Ok(()),
