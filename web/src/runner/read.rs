@@ -61,7 +61,7 @@ impl<'de> de::Deserializer<'de> for Reader {
                 _ => visitor.visit_f64(n.as_f64().unwrap_or(f64::NAN)),
             },
             Value::String(s) => visitor.visit_string(s),
-            Value::Array(a) => visitor.visit_seq(Seq(a.into_iter())),
+            Value::Array(a) => visitor.visit_seq(&mut FieldValues::elements(a)),
             Value::Object(m) => visitor.visit_map(Fields::new(m)),
         }
     }
@@ -173,7 +173,7 @@ impl<'de> de::Deserializer<'de> for Reader {
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.0 {
-            Value::Array(a) => visitor.visit_seq(Seq(a.into_iter())),
+            Value::Array(a) => visitor.visit_seq(&mut FieldValues::elements(a)),
             other => Err(wrong(&other, &visitor)),
         }
     }
@@ -228,27 +228,6 @@ impl<'de> de::Deserializer<'de> for Reader {
     }
 }
 
-/// The elements of an array.
-struct Seq(std::vec::IntoIter<Value>);
-
-impl<'de> de::SeqAccess<'de> for Seq {
-    type Error = Error;
-
-    fn next_element_seed<T: DeserializeSeed<'de>>(
-        &mut self,
-        seed: T,
-    ) -> Result<Option<T::Value>, Error> {
-        self.0
-            .next()
-            .map(|v| seed.deserialize(Reader(v)))
-            .transpose()
-    }
-
-    fn size_hint(&self) -> Option<usize> {
-        Some(self.0.len())
-    }
-}
-
 /// An object's values for the fields `fields` (a struct's, in the order it declares them), given
 /// to the struct's `visit_seq`: an unknown key is left out unread, an absent one is the end of
 /// the struct's sequence at that field (serde's derived reader then takes the field's default
@@ -284,6 +263,18 @@ impl FieldValues {
     fn of(mut m: Map<String, Value>, fields: &'static [&'static str]) -> FieldValues {
         FieldValues {
             values: (fields.iter().map(|&f| (f, m.remove(f))))
+                .collect::<Vec<_>>()
+                .into_iter(),
+            absent: None,
+        }
+    }
+
+    /// An array's elements: every one present (the same `SeqAccess` type as a struct's fields,
+    /// so that a type read both as an element and as a field has one reader).
+    #[inline(never)]
+    fn elements(a: Vec<Value>) -> FieldValues {
+        FieldValues {
+            values: (a.into_iter().map(|v| ("", Some(v))))
                 .collect::<Vec<_>>()
                 .into_iter(),
             absent: None,
