@@ -240,13 +240,7 @@ fn visit_fields<'de, V: Visitor<'de>>(
     visitor: V,
 ) -> Result<V::Value, Error> {
     let mut values = FieldValues::of(m, fields);
-    visitor
-        .visit_seq(&mut values)
-        .map_err(|e| match values.absent {
-            // The reader failed right at a field the object does not have.
-            Some(field) => Error::missing_field(field),
-            None => e,
-        })
+    visitor.visit_seq(&mut values).map_err(|e| values.error(e))
 }
 
 /// See [`visit_fields`].
@@ -278,6 +272,16 @@ impl FieldValues {
                 .collect::<Vec<_>>()
                 .into_iter(),
             absent: None,
+        }
+    }
+
+    /// The struct's reader failed with `e`: right at a field the object does not have, that is
+    /// serde's missing-field error naming it.
+    #[inline(never)]
+    fn error(&self, e: Error) -> Error {
+        match self.absent {
+            Some(field) => Error::missing_field(field),
+            None => e,
         }
     }
 
