@@ -88,13 +88,14 @@ pub fn description(e: &Example) -> String {
 
 /// The sizes of the example's first `// bench: M=...,N=...` line (empty without one).
 pub fn bench_sizes(e: &Example) -> std::collections::BTreeMap<String, i64> {
-    e.bench
-        .split(',')
-        .filter_map(|kv| {
-            let (k, v) = kv.split_once('=')?;
-            Some((k.trim().to_string(), v.trim().parse().ok()?))
-        })
-        .collect()
+    // Inserted one by one: `collect` into a BTreeMap would link a sort for its iterator type.
+    let mut sizes = std::collections::BTreeMap::new();
+    for (k, v) in e.bench.split(',').filter_map(|kv| kv.split_once('=')) {
+        if let Ok(v) = v.trim().parse() {
+            sizes.insert(k.trim().to_string(), v);
+        }
+    }
+    sizes
 }
 
 /// The example whose text is exactly `source`, if any (to show it selected in the menu).

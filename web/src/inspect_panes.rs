@@ -320,13 +320,7 @@ impl Inspector {
             }
             let Some(c) = compiled.get() else { return };
             let program = program.get();
-            let sizes: BTreeMap<String, i64> = sizes.with(|s| {
-                c.plan
-                    .symbols
-                    .iter()
-                    .map(|k| (k.clone(), s.get(k).copied().unwrap_or(default_size)))
-                    .collect()
-            });
+            let sizes = sizes.with(|s| crate::model::sizes_of(&c.plan.symbols, s, default_size));
             let settings = settings.get();
             let body = InspectBody {
                 program,

@@ -138,6 +138,20 @@ pub fn compile(source: &str) -> Result<Compiled, Vec<Diag>> {
     }
 }
 
+/// The sizes of `symbols`: each one's entered value, or `default`. (Inserted one by one:
+/// `collect` into a BTreeMap would link a sort for each iterator type it is called with.)
+pub fn sizes_of(
+    symbols: &[String],
+    entered: &BTreeMap<String, i64>,
+    default: i64,
+) -> BTreeMap<String, i64> {
+    let mut sizes = BTreeMap::new();
+    for k in symbols {
+        sizes.insert(k.clone(), entered.get(k).copied().unwrap_or(default));
+    }
+    sizes
+}
+
 /// `expr` with the sizes, or why not.
 pub fn eval(expr: &SizeExpr, sizes: &BTreeMap<String, i64>) -> Result<i64, String> {
     expr.eval(sizes).map_err(|e| e.to_string())

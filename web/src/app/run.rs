@@ -9,7 +9,6 @@ use crate::runner::{self, ApiError, Settings};
 use crate::share::{Pane, Tab};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use wasm_bindgen::prelude::*;
 
@@ -104,12 +103,9 @@ impl Ui {
                 }
             }
         }
-        let sizes: BTreeMap<String, i64> = self.sizes.with_untracked(|s| {
-            symbols
-                .iter()
-                .map(|k| (k.clone(), s.get(k).copied().unwrap_or(DEFAULT_SIZE)))
-                .collect()
-        });
+        let sizes = self
+            .sizes
+            .with_untracked(|s| crate::model::sizes_of(&symbols, s, DEFAULT_SIZE));
         let (iters, seed) = (self.iters.get_untracked(), self.seed.get_untracked());
         let mut body = runner::run_body(
             &self.program.get_untracked(),
