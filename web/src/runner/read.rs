@@ -1,17 +1,30 @@
 //! The one JSON reader of the service's answers: a text into a `hopfuse_api` type through its
-//! derived `Deserialize`, parsed into a [`serde_json::Value`] first (one text parser for every
-//! type) and read from it accepting the JSON shapes serde_json writes for those types and no
-//! others: structs and struct variants as objects, unit variants as strings, other variants as
-//! one-key objects, sequences and tuples as arrays.
+//! derived `Deserialize`. The text is parsed into a [`serde_json::Value`] (the page's one JSON
+//! parser) and read from it by a serde `Deserializer` that gives each derived reader only the
+//! JSON shapes serde_json writes for these types:
+//! - a struct (or struct variant) is an object, handed to the struct's derived `visit_seq` as
+//!   the sequence of its fields in the order the type declares them (serde passes their names;
+//!   this is the path non-self-describing formats such as bincode take). Unknown keys are
+//!   skipped unread. An absent key reads as `null` where that is a value of the field's type
+//!   (an `Option` is `None`, as with serde's own reading of an object), and otherwise ends the
+//!   sequence at that field: serde's reader then takes the field's `#[serde(default)]`, or
+//!   fails, which is reported as serde's "missing field `name`". A struct written as an array
+//!   is refused;
+//! - an enum is a variant name (a unit variant) or an object with one key, the variant taken by
+//!   its index in the enum's variant list (one name lookup for every enum; an unknown name is
+//!   serde's "unknown variant" error);
+//! - arrays and tuples are arrays (through the same sequence type as a struct's fields), maps
+//!   are objects, numbers and strings as themselves.
 //!
-//! Why not `serde_json::from_str` or `from_value`: they also read a struct written as an array,
-//! so every derived `Deserialize` the page links would carry a second reader (`visit_seq`) for a
-//! form the service never sends, and identifiers get readers for bytes and integer field
-//! indices. Here `deserialize_struct` takes objects only, identifiers are strings only and an
-//! unknown field's value is dropped unread, so those readers are never instantiated: the same
-//! types and the same JSON, less wasm (measured: the page's answers read with
-//! `serde_json::from_str` cost 40.4 KiB of brotli wasm over the hand-written accessors this
-//! replaced, with this reader NN KiB; the cold-load budget is scripts/test-web.sh's).
+//! Why not `serde_json::from_str`: size. Each derived reader is monomorphised for the
+//! deserializer it meets; with serde_json's, every struct carries a `visit_map` (a match on its
+//! field names, a duplicate check per field) and a `visit_seq`, and the page's ~50 answer types
+//! cost 40.4 KiB of brotli-compressed wasm over the hand-written accessors this replaced. Here
+//! only `visit_seq` is instantiated per struct and only a variant-index reader per enum, and the
+//! work that does not depend on the type is kept out of the generic functions: about 14 KiB
+//! (measured with scripts/build-web.sh; the cold-load budget is scripts/test-web.sh's). The
+//! values are serde_json's (the tests compare both on every recorded answer), the errors serde's
+//! messages without a line and column.
 
 use serde::de::{
     self, DeserializeOwned, DeserializeSeed, Error as _, IntoDeserializer, Unexpected, Visitor,
@@ -460,6 +473,48 @@ mod tests {
             read += 1;
         }
         assert!(read >= 8, "only {read} done fixtures");
+    }
+
+    /// An absent field: `None` for an `Option`, the default of a `#[serde(default)]` field, and
+    /// otherwise serde's missing-field error naming it, as serde_json reads the same object;
+    /// after a defaulted field the next fields are still read. Unknown variants are serde's
+    /// error, a variant is found by its name.
+    #[test]
+    fn absent_fields_and_variants_read_as_serde_json_reads_them() {
+        use hopfuse_api::profile::{Profile, ProfileReport, Unavailable};
+        use hopfuse_api::run::PeersReport;
+        // `stalls`, `stall_unit`, `metrics` and `ncu` default; the `Option`s are absent.
+        let text = r#"{"kernel": "k", "flops": 2.5}"#;
+        let ours: Profile = super::from_str(text).unwrap();
+        assert_eq!(ours, serde_json::from_str::<Profile>(text).unwrap());
+        assert_eq!((ours.kernel.as_str(), ours.flops), ("k", Some(2.5)));
+        assert!(ours.duration_ns.is_none() && ours.stalls.is_empty() && ours.ncu.is_empty());
+        // A defaulted field in the middle (`rounds`), then one that is there (`best`).
+        let text = r#"{"torch": "2.11", "best": "eager", "speedup_max": 1.5}"#;
+        let ours: PeersReport = super::from_str(text).unwrap();
+        assert_eq!(ours, serde_json::from_str::<PeersReport>(text).unwrap());
+        assert_eq!((ours.rounds, ours.best.as_deref()), (0, Some("eager")));
+        for text in [r#"{"flops": 1}"#, r#"{"duration_ns": null}"#] {
+            let e = super::from_str::<Profile>(text).unwrap_err().to_string();
+            assert_eq!(e, "missing field `kernel`");
+        }
+        // Enums: unit and struct variants by name, an unknown one refused with the names.
+        let text = r#"{"unavailable": {"reason": "no_permission", "message": "m"}}"#;
+        let ours: ProfileReport = super::from_str(text).unwrap();
+        assert_eq!(ours, serde_json::from_str::<ProfileReport>(text).unwrap());
+        let ProfileReport::Unavailable { reason, .. } = ours else {
+            panic!("{ours:?}")
+        };
+        assert_eq!(reason, Unavailable::NoPermission);
+        let e = super::from_str::<Unavailable>(r#""no_gpu""#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("unknown variant `no_gpu`, expected one of `no_ncu`"),
+            "{e}"
+        );
+        assert!(super::from_str::<Unavailable>(r#"{"no_ncu": 1}"#).is_err());
+        assert!(super::from_str::<Unavailable>("7").is_err());
     }
 
     /// Unknown fields are skipped, missing ones and wrong shapes refused, and a struct written
