@@ -8,6 +8,12 @@
 /// Threads of a warp group: the unit that issues one `wgmma.mma_async`.
 pub const WARPGROUP_THREADS: i64 = 128;
 
+/// Named barrier ids of generated code: 0 is `__syncthreads()`, 1 the consumer warps' barrier
+/// in warp roles, `GROUP_BARRIER_BASE + g` thread group `g`'s barrier (`Stmt::GroupSync`).
+pub const GROUP_BARRIER_BASE: u32 = 2;
+/// Named barriers per CTA.
+pub const NAMED_BARRIERS: u32 = 16;
+
 /// Rows of the M side of every `wgmma` shape (`m64nNk16`).
 pub const WGMMA_M: i64 = 64;
 

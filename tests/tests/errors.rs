@@ -503,9 +503,9 @@ fn tma_store_errors_name_the_tensor_and_the_rule() {
         "{e}"
     );
     let e = err(&tma_store(
-        "  y.parallelize(2, TIDy)\n  y.parallelize(3, Bulk)",
+        "  y_s.parallelize(3, Serial)\n  y_s.parallelize(2, TIDx)\n  y.parallelize(2, TIDx)\n  y.parallelize(3, Bulk)",
     ));
-    assert!(e.contains("`y` is written by a TMA store, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `m_i` (TIDy)"), "{e}");
+    assert!(e.contains("`y` is written by a TMA store, which one thread issues per group of threads: it cannot be inside the threadIdx.x loop"), "{e}");
     let e = err(&tma_store("  y.parallelize(2, Bulk)"));
     assert!(
         e.contains("axis 3 of `y` (Serial) is inside its Bulk axes"),

@@ -387,3 +387,48 @@ fn boxes_side_by_side_errors_name_the_rule() {
         "{e}"
     );
 }
+
+
+#[test]
+fn a_tma_store_in_a_thread_y_loop_is_issued_by_each_row_of_threads() {
+    // Each threadIdx.y row (two warps) writes its own row of y_s and stores it: one elected
+    // lane of the row's first warp issues, waits and is waited for; the barriers count only
+    // the row's 64 threads (named barriers 2 + threadIdx.y).
+    let c = compile(&example("tma/exp_row_stores.hf"));
+    assert_eq!(c.plan.tensor_maps[0].box_dims, vec![64, 1]);
+    assert!(c.cuda.contains(
+        "        hf_fence_proxy_async();\n        hf_bar_sync_group<64>(2u + threadIdx.y);\n        if (hf_warp % 2 == 0 && hf_elect_one()) {\n          hf_tma_store_2d(&y_map, (int)(n_o * 64), (int)(m_o * 8 + m_i), &y_s[m_i * 64]);\n          hf_bulk_commit_group();\n        }\n"
+    ), "{}", c.cuda);
+    assert!(c.cuda.contains(
+        "      if (hf_warp % 2 == 0 && hf_elect_one()) {\n        hf_bulk_wait_group_read<0>();\n      }\n      hf_bar_sync_group<64>(2u + threadIdx.y);\n"
+    ), "{}", c.cuda);
+    assert!(!c.cuda.contains("__syncthreads"), "{}", c.cuda);
+    assert_eq!(
+        hopfuse::verify::verify(&c.kernel, hopfuse::verify::Stage::LOWERED),
+        Ok(())
+    );
+}
+
+#[test]
+fn a_row_store_of_data_other_rows_wrote_keeps_the_block_barrier() {
+    // y_s computed outside the threadIdx.y loop, each column by one thread of x: a row's store
+    // reads what other rows' threads wrote, so the barriers are the block's, and each row still
+    // issues its own store.
+    let src = example("tma/exp_row_stores.hf")
+        .replace("  y_s.parallelize(2, TIDy)", "  y_s.parallelize(2, Serial)")
+        .replace("  inline_most()", "  inline_most()\n  y_s.inline_at(2)");
+    match hopfuse::compile(&src, &Default::default()) {
+        Ok(c) => {
+            assert!(!c.cuda.contains("hf_bar_sync_group"), "{}", c.cuda);
+            assert!(c.cuda.contains("__syncthreads();"), "{}", c.cuda);
+            assert!(
+                c.cuda.contains(
+                    "if (hf_warp % 2 == 0 && hf_elect_one()) {\n          hf_tma_store_2d("
+                ),
+                "{}",
+                c.cuda
+            );
+        }
+        Err(e) => panic!("{}", e.render(&src, "t.hf")),
+    }
+}

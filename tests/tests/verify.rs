@@ -741,3 +741,52 @@ fn lowered_kernels_keep_shared_buffers_in_shared_memory() {
     assert_eq!(k.buffers[buffer(&k, "y_s")].memory, MemoryType::Shared);
     assert_eq!(k.buffers[buffer(&k, "x")].memory, MemoryType::Global);
 }
+
+#[test]
+fn named_barrier_count_a_group_barrier_of_part_of_a_warp() {
+    let mut k = lowered("tma/exp_row_stores.hf");
+    assert_eq!(verify::verify(&k, Stage::LOWERED), Ok(()));
+    at_first(
+        &mut k,
+        |_, s| matches!(s, Stmt::GroupSync { .. }),
+        |list, i| {
+            if let Stmt::GroupSync { threads, .. } = &mut list[i] {
+                *threads = 48;
+            }
+        },
+    );
+    let e = caught(&k, Rule::NamedBarrierCount, "group_barrier(TIDy, 48 threads)");
+    assert!(e[0].detail.contains("whole warps"), "{}", e[0]);
+}
+
+#[test]
+fn block_barrier_a_group_barrier_under_a_lane_dependent_condition() {
+    let mut k = lowered("tma/exp_row_stores.hf");
+    at_first(
+        &mut k,
+        |_, s| matches!(s, Stmt::GroupSync { .. }),
+        |list, i| {
+            let barrier = list.remove(i);
+            list.insert(
+                i,
+                Stmt::If {
+                    cond: Val::lt(Val::Hw(ParallelType::TIDx), Val::Int(16)),
+                    then: vec![barrier],
+                    els: Vec::new(),
+                },
+            );
+        },
+    );
+    let e = caught(&k, Rule::BlockBarrier, "group_barrier(TIDy, 64 threads)");
+    assert!(e[0].detail.contains("lanes of a warp"), "{}", e[0]);
+}
+
+#[test]
+fn named_barrier_ids_of_group_barriers_follow_the_consumers() {
+    // Eight rows of threads: barriers 2..9, each over its row's 64 threads.
+    let k = lowered("tma/exp_row_stores.hf");
+    let uses = verify::barrier_uses(&k);
+    let ids: std::collections::BTreeSet<u32> = uses.iter().map(|u| u.id).collect();
+    assert_eq!(ids, (2..10).collect(), "{uses:?}");
+    assert!(uses.iter().all(|u| u.threads == Some(64)), "{uses:?}");
+}

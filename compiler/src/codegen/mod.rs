@@ -9,7 +9,7 @@ pub mod lines;
 pub mod prelude;
 
 use crate::dtype::DType;
-use crate::fusion::{Fusion, MemoryType, ReduceOp};
+use crate::fusion::{Fusion, MemoryType, ParallelType, ReduceOp};
 use crate::kir::{Access, BufferId, Compute, Data, Kernel, Stmt, Val};
 use crate::plan::{Constraint, IndexType, LaunchPlan, Param, SizeExpr, TensorRole};
 use lines::Written;
@@ -153,6 +153,10 @@ pub fn emit_mapped(
     if uses.block_reduce || uses.named_barrier {
         src.push('\n');
         src.push_str(prelude::BAR_SYNC);
+    }
+    if uses.group_barrier {
+        src.push('\n');
+        src.push_str(prelude::GROUP_BAR_SYNC);
     }
     if uses.block_reduce {
         src.push('\n');
@@ -322,6 +326,8 @@ struct Uses {
     warp: bool,
     /// Consumer-only (named) barriers.
     named_barrier: bool,
+    /// Thread groups' barriers (`hf_bar_sync_group`).
+    group_barrier: bool,
     /// Tensor-core helpers, and each wgmma shape issued (N, input type, transposed A, B).
     wgmma: bool,
     wgmma_shapes: std::collections::BTreeSet<(i64, &'static str, bool, bool)>,
@@ -611,6 +617,23 @@ impl Emitter<'_> {
                     }
                     None => self.line(depth, "__syncthreads();"),
                 },
+                Stmt::GroupSync { dims, threads } => {
+                    self.uses.group_barrier = true;
+                    let g = match dims.as_slice() {
+                        [ParallelType::TIDz] => "threadIdx.z".to_string(),
+                        [_, ParallelType::TIDz] | [ParallelType::TIDz, _] => {
+                            "threadIdx.y + blockDim.y * threadIdx.z".to_string()
+                        }
+                        _ => "threadIdx.y".to_string(),
+                    };
+                    self.line(
+                        depth,
+                        &format!(
+                            "hf_bar_sync_group<{threads}>({}u + {g});",
+                            crate::target::GROUP_BARRIER_BASE
+                        ),
+                    );
+                }
                 Stmt::ClusterSync => {
                     self.uses.cluster = true;
                     self.line(depth, "hf_cluster_sync();");

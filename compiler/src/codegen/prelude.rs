@@ -88,6 +88,14 @@ __device__ __forceinline__ void hf_bar_sync() {
 }
 ";
 
+pub const GROUP_BAR_SYNC: &str =
+    "// A thread group's barrier: named barrier `id` (2 + the group's index) over its N threads.
+template <unsigned N>
+__device__ __forceinline__ void hf_bar_sync_group(unsigned id) {
+  asm volatile(\"bar.sync %0, %1;\" :: \"r\"(id), \"n\"(N) : \"memory\");
+}
+";
+
 pub const TMA: &str = "// TMA and mbarriers (sm_90). A tensor map is 128 opaque bytes encoded on the host by
 // cuTensorMapEncodeTiled and passed by value as a const __grid_constant__ parameter.
 struct __align__(64) hf_tensor_map { unsigned long long opaque[16]; };

@@ -336,6 +336,14 @@ pub enum Stmt {
     },
     /// `__syncthreads()`
     Sync,
+    /// A barrier among the threads of one thread group: named barrier
+    /// `GROUP_BARRIER_BASE + g` over `threads` threads, `g` the linear index of the thread's
+    /// `dims` (`threadIdx.y`, `threadIdx.z`). Placed where every shared access it orders is
+    /// group-local (a group writes and reads only its own part: a warp group's epilogue).
+    GroupSync {
+        dims: Vec<ParallelType>,
+        threads: i64,
+    },
     /// `barrier.cluster.arrive` + `barrier.cluster.wait`: every thread of every CTA of the
     /// cluster meets here (after mbarrier init, so no peer signals an uninitialised barrier, and
     /// before exit, so no CTA leaves while a peer may still write its shared memory).
@@ -706,6 +714,7 @@ impl Stmt {
             Stmt::WgmmaFence | Stmt::WgmmaCommit | Stmt::WgmmaWait(_) => {}
             Stmt::Alloc(_)
             | Stmt::Sync
+            | Stmt::GroupSync { .. }
             | Stmt::ClusterSync
             | Stmt::MbarInit { .. }
             | Stmt::MbarInval { .. }

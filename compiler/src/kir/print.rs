@@ -288,6 +288,10 @@ fn print_block(
             Stmt::Sync => {
                 let _ = writeln!(s, "{ind}__syncthreads()");
             }
+            Stmt::GroupSync { dims, threads } => {
+                let d: Vec<String> = dims.iter().map(|p| p.to_string()).collect();
+                let _ = writeln!(s, "{ind}group_barrier({}, {threads} threads)", d.join(", "));
+            }
             Stmt::ClusterSync => {
                 let _ = writeln!(s, "{ind}cluster_sync");
             }

@@ -29,7 +29,7 @@ use super::{Ctx, PipelinePlan};
 use crate::diag::Diagnostic;
 use crate::fusion::{FenceMode, MemoryType};
 use crate::kir::{BufferId, Kernel, Stmt, Val};
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::HashSet;
 
 pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
@@ -73,7 +73,25 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
             shared,
             thread_vars,
             fenced,
-            issuer: plan.issuer.clone(),
+            store_issuers: plan
+                .stores
+                .iter()
+                .map(|s| (cx.tensor_buffer[&s.cache], s.issuer.clone()))
+                .collect(),
+            group_local: plan
+                .stores
+                .iter()
+                .filter_map(|s| {
+                    let g = s.group.as_ref().filter(|g| g.local)?;
+                    Some((
+                        cx.tensor_buffer[&s.cache],
+                        Stmt::GroupSync {
+                            dims: g.dims.clone(),
+                            threads: g.threads,
+                        },
+                    ))
+                })
+                .collect(),
         },
     );
     Ok(())
@@ -85,17 +103,65 @@ struct Sets {
     thread_vars: HashSet<String>,
     /// Caches read by TMA stores whose fence the analysis places.
     fenced: FxHashSet<BufferId>,
-    /// The thread that issues (and waits for) TMA stores.
-    issuer: Val,
+    /// The threads that issue (and wait for) the TMA stores of each cache.
+    store_issuers: FxHashMap<BufferId, Val>,
+    /// Caches stored per thread group whose every write is by the storing group: the barrier
+    /// (a `GroupSync`) that orders their accesses when nothing else is pending.
+    group_local: FxHashMap<BufferId, Stmt>,
 }
 
-/// The issuer's wait for its TMA stores to have read shared memory, then a barrier: the caches
-/// they read may be written again.
-fn drain_stores(sets: &Sets) -> [Stmt; 2] {
-    [
-        super::tma::guard(sets.issuer.clone(), vec![Stmt::BulkWaitRead(0)]),
-        Stmt::Sync,
-    ]
+impl Sets {
+    /// The barrier that orders the accesses of `buffers`: their group's barrier when all are
+    /// group-local caches of one thread group, else the block's (consumers') barrier.
+    fn barrier<'a>(&self, buffers: impl IntoIterator<Item = &'a BufferId>) -> Stmt {
+        let mut group: Option<&Stmt> = None;
+        for b in buffers {
+            match self.group_local.get(b) {
+                Some(g) if group.is_none_or(|h| h == g) => group = Some(g),
+                _ => return Stmt::Sync,
+            }
+        }
+        group.cloned().unwrap_or(Stmt::Sync)
+    }
+}
+
+/// Whether barrier `have` (already in place) orders what barrier `need` would: the block's
+/// barrier orders everything, a group barrier only what the same group barrier would.
+fn covers(have: Option<&Stmt>, need: &Stmt) -> bool {
+    match have {
+        Some(Stmt::Sync) => true,
+        Some(g @ Stmt::GroupSync { .. }) => g == need,
+        _ => false,
+    }
+}
+
+/// The barrier that orders what both `a` and `b` order: either when they are the same, else
+/// the block's.
+fn stronger(a: Stmt, b: Stmt) -> Stmt {
+    if a == b {
+        a
+    } else {
+        Stmt::Sync
+    }
+}
+
+/// The issuers' wait for their TMA stores of `caches` to have read shared memory, then a
+/// barrier: the caches may be written again.
+fn drain_stores(sets: &Sets, caches: &FxHashSet<BufferId>) -> Vec<Stmt> {
+    let mut waits: Vec<Stmt> = Vec::new();
+    let mut sorted: Vec<BufferId> = caches.iter().copied().collect();
+    sorted.sort();
+    for b in sorted {
+        let Some(issuer) = sets.store_issuers.get(&b) else {
+            continue;
+        };
+        let wait = super::tma::guard(issuer.clone(), vec![Stmt::BulkWaitRead(0)]);
+        if !waits.contains(&wait) {
+            waits.push(wait);
+        }
+    }
+    waits.push(sets.barrier(caches));
+    waits
 }
 
 /// Whether `s` is a loop that waits for the stores before its first write of `buffers` in
@@ -186,15 +252,22 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
         let fence = by_store
             .iter()
             .any(|b| sets.fenced.contains(b) && pending_w.contains(b));
+        let need = sets.barrier(pending_w.iter().chain(pending_r.iter()));
         if fence {
             // Generic writes, then an async-proxy read: every writer fences before the barrier.
-            if matches!(out.last(), Some(Stmt::Sync)) {
-                out.pop();
+            let mut bar = need;
+            if matches!(out.last(), Some(Stmt::Sync | Stmt::GroupSync { .. })) {
+                bar = stronger(out.pop().expect("a barrier"), bar);
             }
             out.push(Stmt::FenceProxyAsync);
-            out.push(Stmt::Sync);
-        } else if (raw || war) && !matches!(out.last(), Some(Stmt::Sync)) {
-            out.push(Stmt::Sync);
+            out.push(bar);
+        } else if (raw || war) && !covers(out.last(), &need) {
+            if matches!(out.last(), Some(Stmt::GroupSync { .. })) {
+                let last = out.pop().expect("a barrier");
+                out.push(stronger(last, need));
+            } else {
+                out.push(need);
+            }
         }
         if raw || war {
             pending_w.clear();
@@ -235,13 +308,11 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
                         } else {
                             j
                         };
-                        let [wait, bar] = drain_stores(sets);
-                        if matches!(l.body.get(j), Some(Stmt::Sync)) {
-                            l.body.insert(j, wait);
-                        } else {
-                            l.body.insert(j, bar);
-                            l.body.insert(j, wait);
+                        let mut drain = drain_stores(sets, &stored);
+                        if covers(l.body.get(j), drain.last().expect("a barrier")) {
+                            drain.pop();
                         }
+                        l.body.splice(j..j, drain);
                     }
                 }
                 closed = matches!(l.body.last(), Some(Stmt::Sync));
@@ -283,10 +354,19 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
         // The stores' reads end before this statement's writes: the issuer waits, then a
         // barrier (unless a loop waits before its own first write).
         if drain && !drains_first(&s, &pending_stores) {
-            if matches!(out.last(), Some(Stmt::Sync)) {
-                out.pop();
+            let mut bar = sets.barrier(
+                pending_w
+                    .iter()
+                    .chain(pending_r.iter())
+                    .chain(pending_stores.iter()),
+            );
+            if matches!(out.last(), Some(Stmt::Sync | Stmt::GroupSync { .. })) {
+                bar = stronger(out.pop().expect("a barrier"), bar);
             }
-            out.extend(drain_stores(sets));
+            let mut drain = drain_stores(sets, &pending_stores);
+            drain.pop();
+            out.extend(drain);
+            out.push(bar);
             pending_w.clear();
             pending_r.clear();
         }

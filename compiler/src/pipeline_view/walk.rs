@@ -107,7 +107,7 @@ impl<'k> Walk<'k> {
                     slot,
                     parity,
                 },
-                Stmt::Sync => What::Sync,
+                Stmt::Sync | Stmt::GroupSync { .. } => What::Sync,
                 Stmt::WgmmaFence => What::Fence,
                 Stmt::Wgmma(w) => What::Mma {
                     w,

@@ -485,6 +485,7 @@ impl<'k> Walk<'k> {
                 self.block_barrier(ctx, "a block reduction");
             }
             Stmt::Sync => self.block_barrier(ctx, "a block barrier"),
+            Stmt::GroupSync { dims, threads } => self.group_barrier(ctx, dims, *threads),
             Stmt::ClusterSync => self.cluster_barrier(ctx),
             Stmt::Let { var, value } => {
                 let u = self.value(value, ctx);

@@ -104,6 +104,9 @@ impl Walk<'_, '_> {
             }
         };
         match st {
+            // A loop bound to hardware indices is a binding each thread runs once (a thread
+            // group's own store), not an iteration after iteration.
+            Stmt::Loop(l) if l.parallel.is_hw() => self.block(&l.body, s),
             Stmt::Loop(l) => {
                 let key = l as *const Loop;
                 if let Some((_, _, end)) = self
@@ -143,7 +146,7 @@ impl Walk<'_, '_> {
                 let pending = std::mem::take(&mut s.pending);
                 s.waited.extend(pending);
             }
-            Stmt::Sync | Stmt::BlockReduce { .. } => s.waited.clear(),
+            Stmt::Sync | Stmt::GroupSync { .. } | Stmt::BlockReduce { .. } => s.waited.clear(),
             Stmt::Compute(c) => write(self.out, c.out.buffer),
             Stmt::StMatrix { dst, .. } => write(self.out, dst.buffer),
             Stmt::TmaLoad(t) => write(self.out, t.dst.buffer),

@@ -29,8 +29,8 @@ pub enum Uniformity {
 /// consumers' barriers are `bar.sync 1, consumer_threads` (`hf_bar_sync` in the prelude).
 pub const BLOCK_BARRIER_ID: u32 = 0;
 pub const CONSUMER_BARRIER_ID: u32 = 1;
-/// Named barriers per CTA on Hopper.
-pub const NAMED_BARRIERS: u32 = 16;
+pub use crate::target::GROUP_BARRIER_BASE;
+pub use crate::target::NAMED_BARRIERS;
 
 /// One block barrier as the hardware sees it: a named barrier id and the threads it counts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -189,6 +189,68 @@ impl<'k> Walk<'k> {
 }
 
 impl Walk<'_> {
+    /// A barrier among one thread group's threads (named barrier `GROUP_BARRIER_BASE + g`):
+    /// every warp of the group reaches it (a warp-uniform context: the group is selected by
+    /// thread dims that fill whole warps), it counts whole warps, and the groups fit the block.
+    pub(super) fn group_barrier(&mut self, ctx: Uniformity, dims: &[ParallelType], threads: i64) {
+        self.event(EventKind::Barrier);
+        if self.group == Group::Producers {
+            self.error(
+                Rule::BlockBarrier,
+                "a group barrier in the producer branch of warp roles: the producers only issue copies".into(),
+            );
+            return;
+        }
+        if ctx < Uniformity::Warp {
+            self.error(
+                Rule::BlockBarrier,
+                "a group barrier under a condition or loop bound that differs between the lanes of a warp: the lanes that skip it never arrive".into(),
+            );
+        }
+        if threads <= 0 || threads % 32 != 0 {
+            self.error(
+                Rule::NamedBarrierCount,
+                format!(
+                    "a group barrier counts {threads} threads: a named barrier counts whole warps"
+                ),
+            );
+            return;
+        }
+        let mut groups = 1i64;
+        for p in dims {
+            if !matches!(p, ParallelType::TIDy | ParallelType::TIDz)
+                || of_hw(self.k, *p) < Uniformity::Warp
+            {
+                self.error(
+                    Rule::NamedBarrierCount,
+                    format!("a group barrier over {p}: groups are selected by threadIdx.y or threadIdx.z over whole warps"),
+                );
+                return;
+            }
+            groups *= self.k.block[p.dim().expect("a thread dim")]
+                .as_const()
+                .unwrap_or(1);
+        }
+        if let Some(block) = block_threads(self.k) {
+            if threads * groups > block {
+                self.error(
+                    Rule::NamedBarrierCount,
+                    format!("a group barrier counts {threads} threads in each of {groups} groups, more than the block's {block}"),
+                );
+            }
+        }
+        if let Some((stmt, st)) = self.current {
+            for g in 0..groups {
+                self.barriers.push(BarrierUse {
+                    id: GROUP_BARRIER_BASE + g as u32,
+                    threads: Some(threads),
+                    stmt,
+                    text: super::head(self.k, st),
+                });
+            }
+        }
+    }
+
     /// `barrier.cluster` arrive + wait: every thread of every CTA of the cluster must reach it,
     /// so not inside warp roles nor under a condition that differs between threads.
     pub(super) fn cluster_barrier(&mut self, ctx: Uniformity) {

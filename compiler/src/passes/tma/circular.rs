@@ -43,10 +43,16 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     }
     let stores = plan.stores.clone();
     for s in &stores {
-        issue_stores(cx, &mut body, s, &issuer);
+        issue_stores(cx, &mut body, s, &s.issuer);
     }
-    // Before the kernel exits, the issuer waits until its stores have read shared memory.
-    let drain = (!stores.is_empty()).then(|| guard(issuer.clone(), vec![Stmt::BulkWaitRead(0)]));
+    // Before the kernel exits, each issuer waits until its stores have read shared memory.
+    let mut drain: Vec<Stmt> = Vec::new();
+    for s in &stores {
+        let wait = guard(s.issuer.clone(), vec![Stmt::BulkWaitRead(0)]);
+        if !drain.contains(&wait) {
+            drain.push(wait);
+        }
+    }
     if k.mbarriers.is_empty() {
         body.extend(drain);
         k.body = body;

@@ -141,6 +141,29 @@ pub struct StoreInfo {
     pub fence: FenceMode,
     /// Shared-memory swizzle of the box in bytes (0: none).
     pub swizzle: u32,
+    /// Who issues the store, commits it and waits for it to have read shared memory: the
+    /// kernel's issuer, or one elected thread per thread group when the store sits in
+    /// thread-parallel loops (see [`StoreGroup`]).
+    pub issuer: Val,
+    /// The thread groups that each store their own boxes, when the store sits in loops bound
+    /// to `threadIdx.y` / `threadIdx.z` (a warp group's half of a tile, say).
+    pub group: Option<StoreGroup>,
+}
+
+/// A TMA store issued per thread group: one elected thread per value of the thread dims that
+/// enclose the store issues that group's boxes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreGroup {
+    /// The thread dims that select the group (`TIDy`, `TIDz`), outermost first.
+    pub dims: Vec<ParallelType>,
+    /// Loop keys of those thread-parallel loops.
+    pub keys: Vec<LoopKey>,
+    /// Threads per group (the block's threads over the groups).
+    pub threads: i64,
+    /// Every write of the cache is in the same thread-parallel loops as the store, so a group
+    /// writes and stores only its own part: the barriers between the writes and the store (and
+    /// before the next writes) need count only the group's threads.
+    pub local: bool,
 }
 
 /// Whether the fusion has TMA or bulk copies or circular buffering (the three passes run only
@@ -158,6 +181,88 @@ pub(crate) fn serial_loop(body: &[Stmt], keys: &[LoopKey]) -> Option<LoopKey> {
         .rev()
         .find(|&&key| loop_parallel(body, key).is_some_and(|p| !p.is_hw()))
         .copied()
+}
+
+/// The loops around the first statement that writes `buffer` (a computation or a copy),
+/// outermost first.
+pub(crate) fn loops_around_write(
+    body: &[Stmt],
+    buffer: BufferId,
+) -> Option<Vec<(LoopKey, ParallelType)>> {
+    for s in body {
+        match s {
+            Stmt::Compute(c) if c.out.buffer == buffer => return Some(Vec::new()),
+            Stmt::TmaLoad(l) if l.dst.buffer == buffer => return Some(Vec::new()),
+            Stmt::Loop(l) => {
+                if let Some(mut inner) = loops_around_write(&l.body, buffer) {
+                    inner.insert(0, (l.key, l.parallel));
+                    return Some(inner);
+                }
+            }
+            Stmt::If { then, els, .. } => {
+                if let Some(v) =
+                    loops_around_write(then, buffer).or_else(|| loops_around_write(els, buffer))
+                {
+                    return Some(v);
+                }
+            }
+            Stmt::WarpRoles {
+                producer, consumer, ..
+            } => {
+                if let Some(v) = loops_around_write(producer, buffer)
+                    .or_else(|| loops_around_write(consumer, buffer))
+                {
+                    return Some(v);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The thread-parallel loops around every statement that writes `buffer`, one list per write.
+pub(crate) fn thread_loops_of_writes(
+    body: &[Stmt],
+    buffer: BufferId,
+) -> Vec<Vec<(LoopKey, ParallelType)>> {
+    fn walk(
+        body: &[Stmt],
+        buffer: BufferId,
+        around: &mut Vec<(LoopKey, ParallelType)>,
+        out: &mut Vec<Vec<(LoopKey, ParallelType)>>,
+    ) {
+        for s in body {
+            match s {
+                Stmt::Compute(c) if c.out.buffer == buffer => out.push(around.clone()),
+                Stmt::TmaLoad(l) if l.dst.buffer == buffer => out.push(around.clone()),
+                Stmt::Loop(l) => {
+                    let bound = l.parallel.is_thread();
+                    if bound {
+                        around.push((l.key, l.parallel));
+                    }
+                    walk(&l.body, buffer, around, out);
+                    if bound {
+                        around.pop();
+                    }
+                }
+                Stmt::If { then, els, .. } => {
+                    walk(then, buffer, around, out);
+                    walk(els, buffer, around, out);
+                }
+                Stmt::WarpRoles {
+                    producer, consumer, ..
+                } => {
+                    walk(producer, buffer, around, out);
+                    walk(consumer, buffer, around, out);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(body, buffer, &mut Vec::new(), &mut out);
+    out
 }
 
 /// Parallel type of the loop with key `key`, if the kernel has one.

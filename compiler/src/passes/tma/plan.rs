@@ -490,15 +490,16 @@ pub(crate) fn plan_load(
             )?;
         }
         // Enclosing loops: none bound to threads (one thread issues the copy for the block).
-        for &key in &keys[..q] {
-            if let Some(p) = loop_parallel(&k.body, key) {
-                if p.is_thread() {
-                    return err(format!(
-                        "`{name}` is loaded by {}, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `{}` ({p}); inline it further out",
-                        tensor.load.name(),
-                        cx.keys.names[key]
-                    ));
-                }
+        // (The loops around this load's own write: a key may also name a loop of another
+        // parallel type elsewhere in the kernel.)
+        let around = super::loops_around_write(&k.body, cx.tensor_buffer[&t]).unwrap_or_default();
+        for &(key, p) in around.iter().filter(|(key, _)| keys[..q].contains(key)) {
+            if p.is_thread() {
+                return err(format!(
+                    "`{name}` is loaded by {}, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `{}` ({p}); inline it further out",
+                    tensor.load.name(),
+                    cx.keys.names[key]
+                ));
             }
         }
         let box_elems: i64 = box_dims.iter().product();
@@ -642,17 +643,15 @@ pub(crate) fn plan_store(
             ));
         }
     }
-    let (keys, _) = cx.placement[&y].clone();
-    for &key in &keys[..pos] {
-        if let Some(p) = loop_parallel(&k.body, key) {
-            if p.is_thread() {
-                return err(format!(
-                    "`{name}` is written by a TMA store, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `{}` ({p})",
-                    cx.keys.names[key]
-                ));
-            }
-        }
-    }
+    // The loops the store sits in (the write of the output's buffer, outside its Bulk axes):
+    // thread-parallel ones make it a store per thread group.
+    let around = super::loops_around_write(&k.body, cx.tensor_buffer[&y]).unwrap_or_default();
+    let group = store_group(cx, k, &around, cx.tensor_buffer[&cache], name)
+        .map_err(|m| Diagnostic::new(m, tensor.span))?;
+    let store_issuer = match &group {
+        Some(g) => group_leader(k, &g.dims),
+        None => plan.issuer.clone(),
+    };
     let shape = box_of(cx, y, pos)?;
     let box_dims = shape.dims;
     let elem = tensor.dtype.size_bytes() as i64;
@@ -684,6 +683,96 @@ pub(crate) fn plan_store(
         box_dims,
         fence: tensor.fence,
         swizzle: tensor.swizzle,
+        issuer: store_issuer,
+        group,
     });
     Ok(())
+}
+
+/// The thread groups of a TMA store inside thread-parallel loops `around` (see
+/// [`super::StoreGroup`]), or why the store cannot be issued per group.
+fn store_group(
+    cx: &Ctx,
+    k: &Kernel,
+    around: &[(LoopKey, ParallelType)],
+    cache: BufferId,
+    name: &str,
+) -> Result<Option<super::StoreGroup>, String> {
+    let bound: Vec<(LoopKey, ParallelType)> = around
+        .iter()
+        .copied()
+        .filter(|(_, p)| p.is_thread())
+        .collect();
+    if bound.is_empty() {
+        return Ok(None);
+    }
+    if let Some((key, _)) = bound.iter().find(|(_, p)| *p == ParallelType::TIDx) {
+        return Err(format!(
+            "`{name}` is written by a TMA store, which one thread issues per group of threads: it cannot be inside the threadIdx.x loop `{}` (bind the loop to TIDy or TIDz, or make its axis Bulk)",
+            cx.keys.names[*key]
+        ));
+    }
+    let x = k.block[0].as_const();
+    let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
+    let (Some(x), Some(threads)) = (x, threads) else {
+        return Err(format!(
+            "`{name}` is written by a TMA store inside the thread-parallel loop `{}`: a store per thread group needs a block size known at compile time",
+            cx.keys.names[bound[0].0]
+        ));
+    };
+    if x % 32 != 0 {
+        return Err(format!(
+            "`{name}` is written by a TMA store inside the thread-parallel loop `{}`: a store per thread group needs threadIdx.x to span whole warps (the block's x extent {x} is not a multiple of 32)",
+            cx.keys.names[bound[0].0]
+        ));
+    }
+    let groups: i64 = bound
+        .iter()
+        .map(|(_, p)| {
+            k.block[p.dim().expect("a thread dim")]
+                .as_const()
+                .unwrap_or(1)
+        })
+        .product();
+    // Local when every write of the cache sits in the same thread-parallel loops as the store
+    // (each group's writes and its store then cover only its own part of the cache).
+    // (threadIdx.x loops inside a group do not change which group writes.)
+    let writes = super::thread_loops_of_writes(&k.body, cache);
+    // (Each group needs a named barrier of its own.)
+    let ids = crate::target::NAMED_BARRIERS - crate::target::GROUP_BARRIER_BASE;
+    let local = groups <= ids as i64
+        && !writes.is_empty()
+        && writes.iter().all(|w| {
+            let groups: Vec<_> = w
+                .iter()
+                .copied()
+                .filter(|(_, p)| *p != ParallelType::TIDx)
+                .collect();
+            groups == bound
+        });
+    Ok(Some(super::StoreGroup {
+        dims: bound.iter().map(|(_, p)| *p).collect(),
+        keys: bound.iter().map(|(k, _)| *k).collect(),
+        threads: threads / groups,
+        local,
+    }))
+}
+
+/// One elected lane of the first warp of each thread group selected by `dims` (the other
+/// thread dims at 0): a warp-uniform condition on the warp index, then `elect.sync`.
+pub(crate) fn group_leader(k: &Kernel, dims: &[ParallelType]) -> Val {
+    let ext = |d: usize| k.block[d].as_const().unwrap_or(1);
+    let warps_x = ext(0) / 32;
+    // The warp index is x / 32 + warps_x * (y + by * z).
+    let mut conds = vec![Val::eq(Val::rem(Val::Warp, Val::Int(warps_x)), Val::Int(0))];
+    if !dims.contains(&ParallelType::TIDy) && ext(1) > 1 {
+        conds.push(Val::eq(
+            Val::rem(Val::div(Val::Warp, Val::Int(warps_x)), Val::Int(ext(1))),
+            Val::Int(0),
+        ));
+    }
+    if !dims.contains(&ParallelType::TIDz) && ext(2) > 1 {
+        conds.push(Val::lt(Val::Warp, Val::Int(warps_x * ext(1))));
+    }
+    Val::and(Val::all(conds), Val::Elect)
 }
