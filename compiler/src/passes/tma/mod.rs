@@ -152,7 +152,7 @@ pub struct StoreInfo {
 
 /// A TMA store issued per thread group: one elected thread per value of the thread dims that
 /// enclose the store issues that group's boxes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct StoreGroup {
     /// The thread dims that select the group (`TIDy`, `TIDz`), outermost first.
     pub dims: Vec<ParallelType>,
