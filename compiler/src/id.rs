@@ -8,8 +8,9 @@
 //! `fusion.tensors[t]` and `kernel.buffers[b]` read as before but take only their own id.
 //! [`IdVec`] is a vector indexed by one id type, for tables kept beside the owning one (the
 //! loop keys' names, extents, classes; per-tensor tables of the reference evaluator and the
-//! torch emitter). The ids are not serialized: the launch plan and the pipeline view carry
-//! names and positions of their own.
+//! torch emitter). The ids serialize as their number (in the pipeline plan's JSON snapshots
+//! only: the launch plan and the pipeline view carry names and positions of their own).
+//! [`sort_by_position`] orders a list by an index key through one sort shared by its callers.
 //!
 //! A tensor id indexes the tensors:
 //!
@@ -186,5 +187,33 @@ impl<I: Id, T> std::ops::Index<I> for IdVec<I, T> {
 impl<I: Id, T> std::ops::IndexMut<I> for IdVec<I, T> {
     fn index_mut(&mut self, id: I) -> &mut T {
         &mut self.items[id.index()]
+    }
+}
+
+/// Sorts `items` by `key` (a position or an id's index), stably. Every `sort` of another element
+/// or key type is another copy of the standard library's sort in the playground's wasm (about
+/// 4.5 KB each), so the compiler's small orderings go through this one: a sort of
+/// `(key, index)` pairs, the same for every caller, then the items moved into that order.
+pub fn sort_by_position<T>(items: &mut Vec<T>, key: impl Fn(&T) -> usize) {
+    let mut order: Vec<(usize, usize)> = (items.iter().enumerate())
+        .map(|(i, x)| (key(x), i))
+        .collect();
+    order.sort_unstable(); // (the index breaks ties: stable)
+    let mut old: Vec<Option<T>> = std::mem::take(items).into_iter().map(Some).collect();
+    items.extend((order.into_iter()).map(|(_, i)| old[i].take().expect("each index comes once")));
+}
+
+#[cfg(test)]
+mod sort_tests {
+    #[test]
+    fn sort_by_position_is_a_stable_sort_by_the_key() {
+        let mut v = vec![(3, 'a'), (1, 'b'), (3, 'c'), (0, 'd'), (1, 'e')];
+        let mut expected = v.clone();
+        expected.sort_by_key(|&(k, _)| k);
+        super::sort_by_position(&mut v, |&(k, _)| k);
+        assert_eq!(v, expected);
+        let mut empty: Vec<u8> = Vec::new();
+        super::sort_by_position(&mut empty, |&x| x as usize);
+        assert!(empty.is_empty());
     }
 }

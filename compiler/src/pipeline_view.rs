@@ -418,7 +418,8 @@ pub fn extract(k: &Kernel, plan: &PipelinePlan) -> PipelineView {
         .into_iter()
         .filter(|s| first_load(s.full).is_some())
         .collect();
-    streams.sort_by_key(|s| first_load(s.full));
+    // (Every stream kept has a first load.)
+    crate::id::sort_by_position(&mut streams, |s| first_load(s.full).unwrap_or(usize::MAX));
     let full: Vec<usize> = streams.iter().map(|s| s.full).collect();
     // Roles: those that issue loads first, then those that wait on a full barrier, then those
     // that issue wgmma (they usually wait too, and are then that role).

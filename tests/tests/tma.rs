@@ -388,7 +388,6 @@ fn boxes_side_by_side_errors_name_the_rule() {
     );
 }
 
-
 #[test]
 fn a_tma_store_in_a_thread_y_loop_is_issued_by_each_row_of_threads() {
     // Each threadIdx.y row (two warps) writes its own row of y_s and stores it: one elected

@@ -755,7 +755,11 @@ fn named_barrier_count_a_group_barrier_of_part_of_a_warp() {
             }
         },
     );
-    let e = caught(&k, Rule::NamedBarrierCount, "group_barrier(TIDy, 48 threads)");
+    let e = caught(
+        &k,
+        Rule::NamedBarrierCount,
+        "group_barrier(TIDy, 48 threads)",
+    );
     assert!(e[0].detail.contains("whole warps"), "{}", e[0]);
 }
 

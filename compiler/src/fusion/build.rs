@@ -373,7 +373,7 @@ impl Builder {
                             Some(*loc).map(|l| l.0),
                         ));
                     }
-                    axes.sort_unstable();
+                    crate::id::sort_by_position(&mut axes, |&a| a);
                     found = Some(axes);
                 }
                 Arg::Named { name, loc, .. } => {

@@ -61,9 +61,9 @@ pub fn detect(f: &Fusion) -> Option<MatmulShape> {
         return None;
     };
     let mut inputs = f.inputs.clone();
-    inputs.sort_unstable();
+    crate::id::sort_by_position(&mut inputs, |t| t.index());
     let mut used = vec![a, b];
-    used.sort_unstable();
+    crate::id::sort_by_position(&mut used, |t| t.index());
     used.dedup();
     if inputs != used || f.rank(a) != 2 || f.rank(b) != 2 {
         return None;

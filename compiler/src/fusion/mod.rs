@@ -611,7 +611,7 @@ impl Fusion {
                 }
             }
         }
-        seen.sort_unstable();
+        crate::id::sort_by_position(&mut seen, |a| a.index());
         seen.dedup();
         seen
     }

@@ -150,7 +150,9 @@ pub(crate) fn replay(
         last = key;
         keyed.push((key, k, u));
     }
-    keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    // The keys are halves from -0.5 up, so `2 key + 1` orders them as whole numbers; ties keep
+    // the target's order (`k`), which the stable sort does.
+    crate::id::sort_by_position(&mut keyed, |&(key, _, _)| (2.0 * key + 1.0) as usize);
     f.tensors[target].loop_domain = keyed.into_iter().map(|(_, _, u)| u).collect();
     for &r in &ref_loop {
         if let Some(&u) = map.get(&r) {
@@ -266,7 +268,7 @@ pub(super) fn derivation_size(f: &Fusion, id: IterId) -> usize {
         }
         i += 1;
     }
-    ancestors.sort_unstable();
+    crate::id::sort_by_position(&mut ancestors, |a| a.index());
     let mut size: HashMap<IterId, usize> = HashMap::default();
     for &a in &ancestors {
         let n = match f.ids[a].origin {
@@ -382,7 +384,7 @@ pub(crate) fn rfactor(
             .unwrap_or(usize::MAX)
     };
     let mut ld = f.tensors[t].loop_domain.clone();
-    ld.sort_by_key(|&id| position(f, id));
+    crate::id::sort_by_position(&mut ld, |&id| position(f, id));
     for &id in &ld {
         if let Some(target) = f.ids[id].alias {
             f.ids[id].parallel = f.ids[target].parallel;

@@ -19,7 +19,8 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
     let f = cx.fusion;
     let mut placements: Vec<(TensorId, BufferId)> =
         cx.tensor_buffer.iter().map(|(&t, &b)| (t, b)).collect();
-    placements.sort_unstable();
+    // (Each tensor once: its index orders them as the pair did.)
+    crate::id::sort_by_position(&mut placements, |&(t, _)| t.index());
     let mut allocs = Vec::new();
     for (t, b) in placements {
         let tensor = &f.tensors[t];
@@ -280,7 +281,9 @@ fn place(
     let Some(mut here) = at.remove(prefix.as_slice()) else {
         return;
     };
-    here.sort_unstable();
+    // By index; at one index in the order given (the entries were pushed in that order, so the
+    // stable sort keeps it, as sorting the (index, order, buffer) triples did).
+    crate::id::sort_by_position(&mut here, |&(i, _, _)| i);
     // In place, from the back: every statement moves right by the allocations that go before
     // it, and those are written in front of it (a rebuilt list was fresh memory for the whole
     // block, and a large block's page faults cost more than the moves).

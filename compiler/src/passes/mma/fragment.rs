@@ -361,7 +361,7 @@ pub(super) fn reusable_accumulators(
         _ => None,
     };
     let mut accs: Vec<BufferId> = accumulators.iter().copied().collect();
-    accs.sort_unstable();
+    crate::id::sort_by_position(&mut accs, |b| b.index());
     for f in k.buffer_ids() {
         let buf = &k.buffers[f];
         if buf.memory != MemoryType::Local

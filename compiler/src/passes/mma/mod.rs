@@ -137,7 +137,8 @@ pub(super) fn check_accumulator_registers(
             _ => None,
         })
         .collect();
-    held.sort_unstable();
+    // (Each buffer once: its index orders them as the pair did.)
+    crate::id::sort_by_position(&mut held, |&(b, _)| b.index());
     let total: i64 = held.iter().map(|&(_, n)| n).sum();
     let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
     let (budget, whose) = match (k.register_sharing, threads) {
