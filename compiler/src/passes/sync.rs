@@ -76,7 +76,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
             store_issuers: plan
                 .stores
                 .iter()
-                .map(|s| (cx.tensor_buffer[&s.cache], s.issuer.clone()))
+                .map(|s| (cx.tensor_buffer[&s.cache], &s.issuer))
                 .collect(),
             group_local: plan
                 .stores
@@ -97,20 +97,20 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     Ok(())
 }
 
-struct Sets {
+struct Sets<'p> {
     shared: FxHashSet<BufferId>,
     /// Variables bound to thread indices (conditions on them differ between threads).
     thread_vars: HashSet<String>,
     /// Caches read by TMA stores whose fence the analysis places.
     fenced: FxHashSet<BufferId>,
-    /// The threads that issue (and wait for) the TMA stores of each cache.
-    store_issuers: FxHashMap<BufferId, Val>,
+    /// The threads that issue (and wait for) the TMA stores of each cache, in plan order.
+    store_issuers: Vec<(BufferId, &'p Val)>,
     /// Caches stored per thread group whose every write is by the storing group: the barrier
     /// (a `GroupSync`) that orders their accesses when nothing else is pending.
     group_local: FxHashMap<BufferId, Stmt>,
 }
 
-impl Sets {
+impl Sets<'_> {
     /// The barrier that orders the accesses of `buffers`: their group's barrier when all are
     /// group-local caches of one thread group, else the block's (consumers') barrier.
     fn barrier<'a>(&self, buffers: impl IntoIterator<Item = &'a BufferId>) -> Stmt {
@@ -135,33 +135,31 @@ fn covers(have: Option<&Stmt>, need: &Stmt) -> bool {
     }
 }
 
-/// The barrier that orders what both `a` and `b` order: either when they are the same, else
-/// the block's.
-fn stronger(a: Stmt, b: Stmt) -> Stmt {
-    if a == b {
-        a
-    } else {
-        Stmt::Sync
+/// The barrier that orders what `need` and a barrier ending `out` both order (the same one,
+/// else the block's), taken off `out`.
+fn take_barrier(out: &mut Vec<Stmt>, need: Stmt) -> Stmt {
+    match out.last() {
+        Some(Stmt::Sync | Stmt::GroupSync { .. }) => {
+            let have = out.pop().expect("a barrier");
+            if have == need {
+                have
+            } else {
+                Stmt::Sync
+            }
+        }
+        _ => need,
     }
 }
 
-/// The issuers' wait for their TMA stores of `caches` to have read shared memory, then a
-/// barrier: the caches may be written again.
-fn drain_stores(sets: &Sets, caches: &FxHashSet<BufferId>) -> Vec<Stmt> {
-    let mut waits: Vec<Stmt> = Vec::new();
-    let mut sorted: Vec<BufferId> = caches.iter().copied().collect();
-    sorted.sort();
-    for b in sorted {
-        let Some(issuer) = sets.store_issuers.get(&b) else {
-            continue;
-        };
-        let wait = super::tma::guard(issuer.clone(), vec![Stmt::BulkWaitRead(0)]);
-        if !waits.contains(&wait) {
-            waits.push(wait);
-        }
-    }
-    waits.push(sets.barrier(caches));
-    waits
+/// The issuers' waits for their TMA stores of `caches` to have read shared memory (the caches
+/// may be written again after the barrier that follows).
+fn store_waits(sets: &Sets, caches: &FxHashSet<BufferId>) -> Vec<Stmt> {
+    super::tma::circular::store_waits(
+        sets.store_issuers
+            .iter()
+            .filter(|(b, _)| caches.contains(b))
+            .map(|(_, issuer)| *issuer),
+    )
 }
 
 /// Whether `s` is a loop that waits for the stores before its first write of `buffers` in
@@ -255,19 +253,12 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
         let need = sets.barrier(pending_w.iter().chain(pending_r.iter()));
         if fence {
             // Generic writes, then an async-proxy read: every writer fences before the barrier.
-            let mut bar = need;
-            if matches!(out.last(), Some(Stmt::Sync | Stmt::GroupSync { .. })) {
-                bar = stronger(out.pop().expect("a barrier"), bar);
-            }
+            let bar = take_barrier(&mut out, need);
             out.push(Stmt::FenceProxyAsync);
             out.push(bar);
         } else if (raw || war) && !covers(out.last(), &need) {
-            if matches!(out.last(), Some(Stmt::GroupSync { .. })) {
-                let last = out.pop().expect("a barrier");
-                out.push(stronger(last, need));
-            } else {
-                out.push(need);
-            }
+            let bar = take_barrier(&mut out, need);
+            out.push(bar);
         }
         if raw || war {
             pending_w.clear();
@@ -308,9 +299,10 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
                         } else {
                             j
                         };
-                        let mut drain = drain_stores(sets, &stored);
-                        if covers(l.body.get(j), drain.last().expect("a barrier")) {
-                            drain.pop();
+                        let mut drain = store_waits(sets, &stored);
+                        let bar = sets.barrier(&stored);
+                        if !covers(l.body.get(j), &bar) {
+                            drain.push(bar);
                         }
                         l.body.splice(j..j, drain);
                     }
@@ -354,18 +346,14 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
         // The stores' reads end before this statement's writes: the issuer waits, then a
         // barrier (unless a loop waits before its own first write).
         if drain && !drains_first(&s, &pending_stores) {
-            let mut bar = sets.barrier(
+            let need = sets.barrier(
                 pending_w
                     .iter()
                     .chain(pending_r.iter())
                     .chain(pending_stores.iter()),
             );
-            if matches!(out.last(), Some(Stmt::Sync | Stmt::GroupSync { .. })) {
-                bar = stronger(out.pop().expect("a barrier"), bar);
-            }
-            let mut drain = drain_stores(sets, &pending_stores);
-            drain.pop();
-            out.extend(drain);
+            let bar = take_barrier(&mut out, need);
+            out.extend(store_waits(sets, &pending_stores));
             out.push(bar);
             pending_w.clear();
             pending_r.clear();

@@ -46,13 +46,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         issue_stores(cx, &mut body, s, &s.issuer);
     }
     // Before the kernel exits, each issuer waits until its stores have read shared memory.
-    let mut drain: Vec<Stmt> = Vec::new();
-    for s in &stores {
-        let wait = guard(s.issuer.clone(), vec![Stmt::BulkWaitRead(0)]);
-        if !drain.contains(&wait) {
-            drain.push(wait);
-        }
-    }
+    let drain = store_waits(stores.iter().map(|s| &s.issuer));
     if k.mbarriers.is_empty() {
         body.extend(drain);
         k.body = body;
@@ -499,6 +493,19 @@ pub(crate) fn issue_stores(cx: &Ctx, body: &mut Vec<Stmt>, s: &StoreInfo, issuer
         }
         i += 1;
     }
+}
+
+/// One wait per distinct issuer for its TMA stores to have read shared memory
+/// (`cp.async.bulk.wait_group.read 0` under the issuer's guard), in the order given.
+pub(crate) fn store_waits<'a>(issuers: impl IntoIterator<Item = &'a Val>) -> Vec<Stmt> {
+    let mut waits: Vec<Stmt> = Vec::new();
+    for issuer in issuers {
+        let wait = guard(issuer.clone(), vec![Stmt::BulkWaitRead(0)]);
+        if !waits.contains(&wait) {
+            waits.push(wait);
+        }
+    }
+    waits
 }
 
 /// Adds `offset` to every read of `buffer`.
