@@ -68,6 +68,17 @@ fn incompatible_extents_on_one_thread_dim() {
     assert!(e.contains("TIDx is bound to two different extents"), "{e}");
 }
 
+/// Found by the softmax property test: `n` bound to blockIdx.x in `e`'s nest and blockIdx.y in
+/// `y`'s (not shared loops) reached the verifier as an unbound variable.
+#[test]
+fn one_loop_bound_to_two_indices() {
+    let e = err("fusion softmax {\n  input x: f32[M, N]\n  m = max(x, axis=1)\n  e = exp(x - broadcast(m, axis=1))\n  s = sum(e, axis=1)\n  y = e / broadcast(s, axis=1)\n  output y\n}\nschedule {\n  x_c = cache_after(x)\n  y_c = cache_before(y)\n  e.split(-2, 1)\n  e.parallelize(2, BIDx)\n  y_c.inline_at(0)\n  y.parallelize(-1, BIDy)\n}\n");
+    assert!(
+        e.starts_with("t.hf:6:3: error: loop `n` is bound to BIDx in `e` and to BIDy in `y`"),
+        "{e}"
+    );
+}
+
 #[test]
 fn shared_memory_over_the_limit() {
     let src = "fusion f {\n  input a: f32[M, 65536]\n  c = exp(a)\n  output c\n}\nschedule {\n  a_s = cache_after(a, memory=shared)\n  c.parallelize(0, BIDx)\n  propagate(c)\n  a_s.inline_at(1)\n}\n";

@@ -349,6 +349,8 @@ fn place(
 fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     let mut bound: HashMap<ParallelType, (SizeExpr, String)> = HashMap::new();
+    // A loop variable is one index of the kernel: `n = blockIdx.x` cannot also be `blockIdx.y`.
+    let mut key_bound: HashMap<LoopKey, (ParallelType, String)> = HashMap::new();
     for (t, tensor) in f.tensor_ids().zip(&f.tensors) {
         if tensor.definition.is_none() {
             continue;
@@ -373,6 +375,22 @@ fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic
                     }
                 }
                 continue;
+            }
+            let key = cx.id_keys[&id];
+            match key_bound.get(&key) {
+                Some((q, who)) if *q != p => {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "loop `{}` is bound to {q} in `{who}` and to {p} in `{}`; a loop is bound to one thread or block index in a kernel (propagate helps)",
+                            cx.keys.names[key], tensor.name
+                        ),
+                        tensor.span,
+                    ))
+                }
+                Some(_) => {}
+                None => {
+                    key_bound.insert(key, (p, tensor.name.clone()));
+                }
             }
             let e = cx.id_extent(id);
             match bound.get(&p) {
