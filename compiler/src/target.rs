@@ -13,6 +13,14 @@ pub const WARPGROUP_THREADS: i64 = 128;
 pub const GROUP_BARRIER_BASE: u32 = 2;
 /// Named barriers per CTA.
 pub const NAMED_BARRIERS: u32 = 16;
+/// Consumer groups that may take turns (ping-pong): their turn barriers are the top ids.
+pub const MAX_TURNS: i64 = 4;
+
+/// The turn barrier of ping-pong group `g` (`Stmt::Turn`), counted down from the top id so
+/// that it never meets a group barrier (`GROUP_BARRIER_BASE + g`).
+pub fn turn_barrier(g: i64) -> u32 {
+    NAMED_BARRIERS - 1 - g as u32
+}
 
 /// Rows of the M side of every `wgmma` shape (`m64nNk16`).
 pub const WGMMA_M: i64 = 64;

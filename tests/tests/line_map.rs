@@ -33,7 +33,9 @@ fn expected_ir(cuda: &str) -> Option<&'static [&'static str]> {
         } else if t.starts_with("} else {  // consumer") {
             &["producer warps"]
         } else if t.starts_with("hf_bar_sync_group") {
-            &["group_barrier("]
+            &["group_barrier(", "turn_wait("]
+        } else if t.starts_with("hf_bar_arrive_group") {
+            &["turn_pass("]
         } else if t.starts_with("__syncthreads()") || t.starts_with("hf_bar_sync") {
             &["__syncthreads()"]
         } else if t.starts_with("hf_tma_load") || t.starts_with("hf_bulk_load") {

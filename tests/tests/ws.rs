@@ -230,15 +230,78 @@ fn a_dynamic_thread_dim_cannot_be_specialised() {
 
 #[test]
 fn a_thread_parallel_tma_load_cannot_be_issued_by_the_elected_lane() {
-    // The serial loop inside the TIDy loop: the load would sit in a thread-parallel loop.
+    // The serial loop inside the TIDy loop, without warp specialization: the load would sit in
+    // a thread-parallel loop that one elected thread issues for.
     let src = format!(
-        "{EXP}schedule {{\n  x_s = cache_after(x, memory=shared, load=tma)\n  y.split(1, 64)\n  y.split(0, 8)\n  y.parallelize(0, BIDx)\n  y.parallelize(1, TIDy)\n  y.parallelize(3, TIDx)\n  propagate(y)\n  x_s.parallelize(3, Bulk)\n  x_s.circular_buffer(4, warp_specialized(TIDy))\n  inline_most()\n}}\n"
+        "{EXP}schedule {{\n  x_s = cache_after(x, memory=shared, load=tma)\n  y.split(1, 64)\n  y.split(0, 8)\n  y.parallelize(0, BIDx)\n  y.parallelize(1, TIDy)\n  y.parallelize(3, TIDx)\n  propagate(y)\n  x_s.parallelize(3, Bulk)\n  x_s.circular_buffer(4)\n  inline_most()\n}}\n"
     );
     let e = err(&src);
     assert!(
         e.contains("`x_s` is loaded by tma, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `m_i` (TIDy)"),
         "{e}"
     );
+}
+
+/// Warp-specialized on TIDy with the loads inside the consumers' TIDy loop: the rows of threads
+/// take turns with the stages (ping-pong). The producer walks the TIDy loop serially, each stage
+/// is released by one group's warps, the slots hold one group's box, not one per group, and the
+/// groups hand the turn on around the buffered loop (named barriers from the top id down).
+#[test]
+fn loads_inside_the_specialised_loop_make_groups_take_turns() {
+    let sched = |rows: i64, tidx: i64| {
+        format!(
+            "{EXP}schedule {{\n  x_s = cache_after(x, memory=shared, load=tma)\n  y.split(1, {tidx})\n  y.split(0, {rows})\n  y.parallelize(0, BIDx)\n  y.parallelize(1, TIDy)\n  y.parallelize(3, TIDx)\n  propagate(y)\n  x_s.parallelize(3, Bulk)\n  x_s.circular_buffer(4, warp_specialized(TIDy))\n  inline_most()\n}}\n"
+        )
+    };
+    let c = compile(&sched(4, 64));
+    let ws = c.pipeline_plan.pipes[0]
+        .ws
+        .as_ref()
+        .expect("warp-specialized");
+    assert_eq!(ws.turns, 4);
+    let cuda = &c.cuda;
+    // 4 groups of 64 threads: two warps release each stage.
+    assert!(
+        cuda.contains("hf_mbarrier_init(&x_s_empty[hf_s], 2);"),
+        "{cuda}"
+    );
+    // One group's 64-column box per slot.
+    assert!(
+        cuda.contains("x_s = reinterpret_cast<float*>(hf_smem + 0);  // 256 elements"),
+        "{cuda}"
+    );
+    // The producer's one loop walks every group's column blocks in turn.
+    assert!(
+        cuda.contains(
+            "for (index_t m_i_n_o = 0; m_i_n_o < 4 * hf_ceil_div<index_t>(N, 64); ++m_i_n_o)"
+        ),
+        "{cuda}"
+    );
+    // The last group passes the first turn to group 0, each group waits for its turn before
+    // its column loop and passes it after, and group 0 takes the last pass at the end.
+    let at = |s: &str| {
+        cuda.find(s)
+            .unwrap_or_else(|| panic!("no `{s}` in\n{cuda}"))
+    };
+    let prime = at("if (((index_t)threadIdx.y) == 3) {\n      hf_bar_arrive_group<128>(15u - (threadIdx.y + 1u) % 4u);");
+    let wait = at("hf_bar_sync_group<128>(15u - threadIdx.y);\n        for (index_t n_o = 0;");
+    let pass = cuda[wait..]
+        .find("hf_bar_arrive_group<128>(15u - (threadIdx.y + 1u) % 4u);")
+        .map(|p| p + wait)
+        .expect("a pass after the loop");
+    let drain =
+        at("if (((index_t)threadIdx.y) == 0) {\n      hf_bar_sync_group<128>(15u - threadIdx.y);");
+    assert!(prime < wait && wait < pass && pass < drain, "{cuda}");
+    // A group of 16 threads would share its warps with the next group; 8 groups are more than
+    // the turn barriers.
+    let e = err(&sched(4, 16));
+    assert!(
+        e.contains("its 4 thread groups take turns with the stages (ping-pong)")
+            && e.contains("a group has 16 consecutive threads, not whole warps"),
+        "{e}"
+    );
+    let e = err(&sched(8, 64));
+    assert!(e.contains("its 8 thread groups would take turns with the stages (ping-pong); at most 4 groups can"), "{e}");
 }
 
 #[test]

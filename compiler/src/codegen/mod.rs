@@ -158,6 +158,9 @@ pub fn emit_mapped(
         src.push('\n');
         src.push_str(prelude::GROUP_BAR_SYNC);
     }
+    if uses.turn_barrier {
+        src.push_str(prelude::TURN_BAR_ARRIVE);
+    }
     if uses.block_reduce {
         src.push('\n');
         src.push_str(prelude::BLOCK_REDUCE);
@@ -328,6 +331,8 @@ struct Uses {
     named_barrier: bool,
     /// Thread groups' barriers (`hf_bar_sync_group`).
     group_barrier: bool,
+    /// Ping-pong groups pass turns (`bar.arrive` on a group barrier).
+    turn_barrier: bool,
     /// Tensor-core helpers, and each wgmma shape issued (N, input type, transposed A, B).
     wgmma: bool,
     wgmma_shapes: std::collections::BTreeSet<(i64, &'static str, bool, bool)>,
@@ -633,6 +638,27 @@ impl Emitter<'_> {
                             crate::target::GROUP_BARRIER_BASE
                         ),
                     );
+                }
+                Stmt::Turn {
+                    step,
+                    on,
+                    groups,
+                    threads,
+                } => {
+                    self.uses.group_barrier = true;
+                    self.uses.turn_barrier = true;
+                    let g = on.cuda_index().unwrap_or("threadIdx.y");
+                    let top = crate::target::turn_barrier(0);
+                    let line = match step {
+                        crate::kir::TurnStep::Wait => {
+                            format!("hf_bar_sync_group<{}>({top}u - {g});", 2 * threads)
+                        }
+                        crate::kir::TurnStep::Pass => format!(
+                            "hf_bar_arrive_group<{}>({top}u - ({g} + 1u) % {groups}u);",
+                            2 * threads
+                        ),
+                    };
+                    self.line(depth, &line);
                 }
                 Stmt::ClusterSync => {
                     self.uses.cluster = true;

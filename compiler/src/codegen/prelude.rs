@@ -96,6 +96,14 @@ __device__ __forceinline__ void hf_bar_sync_group(unsigned id) {
 }
 ";
 
+pub const TURN_BAR_ARRIVE: &str =
+    "// Ping-pong groups pass their turn: arrive on the next group's barrier without waiting.
+template <unsigned N>
+__device__ __forceinline__ void hf_bar_arrive_group(unsigned id) {
+  asm volatile(\"bar.arrive %0, %1;\" :: \"r\"(id), \"n\"(N) : \"memory\");
+}
+";
+
 pub const TMA: &str = "// TMA and mbarriers (sm_90). A tensor map is 128 opaque bytes encoded on the host by
 // cuTensorMapEncodeTiled and passed by value as a const __grid_constant__ parameter.
 struct __align__(64) hf_tensor_map { unsigned long long opaque[16]; };

@@ -158,11 +158,14 @@ pub(crate) fn replay(
         if let Some(&u) = map.get(&r) {
             let p = f.ids[r].parallel;
             // A parallel type already used by another axis of the target stays where it is (Mma
-            // marks the three axes of the instruction tile).
+            // marks the three axes of the instruction tile; several loops may be unrolled).
             let clash = f.tensors[target].loop_domain.iter().any(|&x| {
                 x != u
                     && f.ids[x].parallel == p
-                    && !matches!(p, ParallelType::Serial | ParallelType::Mma)
+                    && !matches!(
+                        p,
+                        ParallelType::Serial | ParallelType::Mma | ParallelType::Unroll
+                    )
             });
             let grid_reduction = p.is_block() && f.ids[u].kind == IterKind::Reduction;
             if !clash && !grid_reduction {

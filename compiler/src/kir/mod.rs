@@ -316,6 +316,15 @@ pub struct Loop {
     pub body: Vec<Stmt>,
 }
 
+/// The two halves of a turn hand-over between ping-pong groups (`Stmt::Turn`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TurnStep {
+    /// Wait until the group before has passed the turn (`bar.sync`).
+    Wait,
+    /// Pass the turn to the next group (`bar.arrive`, not waiting).
+    Pass,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
     Loop(Loop),
@@ -342,6 +351,16 @@ pub enum Stmt {
     /// group-local (a group writes and reads only its own part: a warp group's epilogue).
     GroupSync {
         dims: Vec<ParallelType>,
+        threads: i64,
+    },
+    /// Ping-pong consumer groups take turns with the buffered loop. `Wait` is `bar.sync` on the
+    /// thread's group `g`'s turn barrier (`target::turn_barrier(g)`), `Pass` is `bar.arrive`
+    /// on group `(g + 1) % groups`'s; both count two groups' `threads`, so a group's wait
+    /// returns once the group before it has passed. `g` is the thread's index along `on`.
+    Turn {
+        step: TurnStep,
+        on: ParallelType,
+        groups: i64,
         threads: i64,
     },
     /// `barrier.cluster.arrive` + `barrier.cluster.wait`: every thread of every CTA of the
@@ -715,6 +734,7 @@ impl Stmt {
             Stmt::Alloc(_)
             | Stmt::Sync
             | Stmt::GroupSync { .. }
+            | Stmt::Turn { .. }
             | Stmt::ClusterSync
             | Stmt::MbarInit { .. }
             | Stmt::MbarInval { .. }

@@ -292,6 +292,18 @@ fn print_block(
                 let d: Vec<String> = dims.iter().map(|p| p.to_string()).collect();
                 let _ = writeln!(s, "{ind}group_barrier({}, {threads} threads)", d.join(", "));
             }
+            Stmt::Turn {
+                step,
+                on,
+                groups,
+                threads,
+            } => {
+                let what = match step {
+                    crate::kir::TurnStep::Wait => "turn_wait",
+                    crate::kir::TurnStep::Pass => "turn_pass",
+                };
+                let _ = writeln!(s, "{ind}{what}({on}, {groups} groups of {threads} threads)");
+            }
             Stmt::ClusterSync => {
                 let _ = writeln!(s, "{ind}cluster_sync");
             }

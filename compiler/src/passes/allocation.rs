@@ -21,6 +21,16 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
         cx.tensor_buffer.iter().map(|(&t, &b)| (t, b)).collect();
     // (Each tensor once: its index orders them as the pair did.)
     crate::id::sort_by_position(&mut placements, |&(t, _)| t.index());
+    // Ping-pong caches: the consumer groups take turns with whole stages, so the loop over the
+    // specialised dim outside the cache's position selects a stage, not a part of one.
+    let turns: HashMap<TensorId, ParallelType> = plan
+        .loads
+        .iter()
+        .filter_map(|i| {
+            let ws = plan.pipes[i.pipe].ws.as_ref().filter(|w| w.turns > 1)?;
+            Some((i.tensor, ws.spec.on))
+        })
+        .collect();
     let mut allocs = Vec::new();
     for (t, b) in placements {
         let tensor = &f.tensors[t];
@@ -36,6 +46,9 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
             .filter(|&(p, &id)| {
                 let ax = &f.ids[id];
                 if ax.kind == IterKind::Reduction {
+                    return false;
+                }
+                if p < pos && turns.get(&t) == Some(&ax.parallel) {
                     return false;
                 }
                 match tensor.memory {

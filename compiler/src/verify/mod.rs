@@ -486,6 +486,12 @@ impl<'k> Walk<'k> {
             }
             Stmt::Sync => self.block_barrier(ctx, "a block barrier"),
             Stmt::GroupSync { dims, threads } => self.group_barrier(ctx, dims, *threads),
+            Stmt::Turn {
+                on,
+                groups,
+                threads,
+                ..
+            } => self.turn_barrier(ctx, *on, *groups, *threads),
             Stmt::ClusterSync => self.cluster_barrier(ctx),
             Stmt::Let { var, value } => {
                 let u = self.value(value, ctx);

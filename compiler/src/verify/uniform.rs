@@ -251,6 +251,68 @@ impl Walk<'_> {
         }
     }
 
+    /// A ping-pong turn hand-over (`bar.sync` / `bar.arrive` on the turn barriers): consumer
+    /// warps only, reached by whole warps, one group per index along `on`, and the turn
+    /// barriers' ids within the hardware's, each counting two groups.
+    pub(super) fn turn_barrier(
+        &mut self,
+        ctx: Uniformity,
+        on: ParallelType,
+        groups: i64,
+        threads: i64,
+    ) {
+        self.event(EventKind::Barrier);
+        if self.group == Group::Producers {
+            self.error(
+                Rule::BlockBarrier,
+                "a turn barrier in the producer branch of warp roles: only consumer groups take turns".into(),
+            );
+            return;
+        }
+        if ctx < Uniformity::Warp {
+            self.error(
+                Rule::BlockBarrier,
+                "a turn barrier under a condition or loop bound that differs between the lanes of a warp: the lanes that skip it never arrive".into(),
+            );
+        }
+        if threads <= 0 || threads % 32 != 0 {
+            self.error(
+                Rule::NamedBarrierCount,
+                format!("a turn barrier's groups have {threads} threads: a named barrier counts whole warps"),
+            );
+            return;
+        }
+        if !matches!(on, ParallelType::TIDy | ParallelType::TIDz)
+            || of_hw(self.k, on) < Uniformity::Warp
+        {
+            self.error(
+                Rule::NamedBarrierCount,
+                format!("a turn barrier over {on}: groups are selected by threadIdx.y or threadIdx.z over whole warps"),
+            );
+            return;
+        }
+        if !(2..=crate::target::MAX_TURNS).contains(&groups) {
+            self.error(
+                Rule::NamedBarrierId,
+                format!(
+                    "{groups} groups take turns: at most {} have turn barriers",
+                    crate::target::MAX_TURNS
+                ),
+            );
+            return;
+        }
+        if let Some((stmt, st)) = self.current {
+            for g in 0..groups {
+                self.barriers.push(BarrierUse {
+                    id: crate::target::turn_barrier(g),
+                    threads: Some(2 * threads),
+                    stmt,
+                    text: super::head(self.k, st),
+                });
+            }
+        }
+    }
+
     /// `barrier.cluster` arrive + wait: every thread of every CTA of the cluster must reach it,
     /// so not inside warp roles nor under a condition that differs between threads.
     pub(super) fn cluster_barrier(&mut self, ctx: Uniformity) {

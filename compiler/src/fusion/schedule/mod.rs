@@ -422,8 +422,9 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                         return a.err(format!("the Bulk parallel type marks the box of a TMA or bulk copy, and `{tname}` is not one (cache it with cache_after(x, memory=shared, load=tma), or write an output with cache_before(y, memory=shared, store=tma))"), Some(psp));
                     }
                     let id = f.tensors[t].loop_domain[ax];
-                    // A box spans several Bulk axes; other parallel types bind one axis each.
-                    if !matches!(p, ParallelType::Serial | ParallelType::Bulk | ParallelType::Mma) {
+                    // A box spans several Bulk axes and a nest may unroll several loops; other
+                    // parallel types bind one axis each.
+                    if !matches!(p, ParallelType::Serial | ParallelType::Bulk | ParallelType::Mma | ParallelType::Unroll) {
                         if let Some(other) = f.tensors[t].loop_domain.iter().position(|&i| i != id && f.ids[i].parallel == p) {
                             return a.err(format!("axis {other} of `{tname}` is already bound to {p}"), Some(psp));
                         }

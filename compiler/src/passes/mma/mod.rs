@@ -111,6 +111,21 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     }
     check_accumulator_registers(cx, k, &lower.accumulators)?;
     let mut body = lower.block(cx, k, body)?;
+    let flags = lower.started.clone();
+    crate::kir::for_each_block_mut(&mut body, &mut |block| {
+        // (A loop whose body was all accumulator copies, now aliases, is left empty.)
+        block.retain(|s| !matches!(s, Stmt::Loop(l) if l.body.is_empty()));
+        let mut i = 0;
+        while i < block.len() {
+            if let Stmt::Alloc(b) = block[i] {
+                if let Some(&flag) = flags.get(&b) {
+                    block.insert(i + 1, Stmt::Alloc(flag));
+                    i += 1;
+                }
+            }
+            i += 1;
+        }
+    });
     if !lower.aliases.is_empty() {
         unalias(&mut body, &lower.aliases);
     }
@@ -120,6 +135,14 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     }
     k.body = keep_one_group_in_flight(batch(body));
     Ok(())
+}
+
+/// The wgmma tile (the index of its `scale-d` flag) that accumulator register `base` starts.
+fn tile_of_register(base: &Val, n: i64) -> Val {
+    crate::passes::simplify::simplify(
+        &Val::div(base.clone(), Val::Int(target::wgmma_accumulators(n))),
+        &HashMap::new(),
+    )
 }
 
 /// The products' accumulators must fit a thread's registers with room for the rest: the
@@ -282,7 +305,9 @@ pub(super) struct Lower<'p> {
     pub(super) tiles: Vec<Tile>,
     /// Accumulators of the products.
     pub(super) accumulators: HashSet<BufferId>,
-    /// Each accumulator's flag: set once its first wgmma has run (`scale-d`).
+    /// Each accumulator's flags, one per wgmma tile of it (an accumulator may hold several,
+    /// e.g. two 64-row halves of a warp group's 128-row tile): set once the tile's first wgmma
+    /// has run (`scale-d`). Allocated beside the accumulator, so that they live as long.
     pub(super) started: HashMap<BufferId, BufferId>,
     /// Fragments that are copies of an accumulator, read as the accumulator itself.
     pub(super) aliases: HashMap<BufferId, BufferId>,
@@ -392,18 +417,14 @@ impl Lower<'_> {
                         ))
                     }
                 };
+                let base = fragment_base(p.acc.index.as_ref(), &p.m.var, &p.n.var, p.n_extent);
                 let flag = Access {
                     buffer: started,
-                    index: Some(Val::Int(0)),
+                    index: Some(tile_of_register(&base, p.n_extent)),
                 };
                 let acc = Access {
                     buffer: p.acc.buffer,
-                    index: Some(fragment_base(
-                        p.acc.index.as_ref(),
-                        &p.m.var,
-                        &p.n.var,
-                        p.n_extent,
-                    )),
+                    index: Some(base),
                 };
                 Ok(vec![
                     Stmt::WgmmaFence,
@@ -495,26 +516,43 @@ impl Lower<'_> {
                 }
                 if inits {
                     let mut out = Vec::new();
+                    let per_tile = target::wgmma_accumulators(tile.n_extent);
                     for c in cs {
-                        let flag = BufferId::new(k.buffers.len());
-                        k.buffers.push(Buffer {
-                            name: cx
-                                .fresh_name(&format!("{}_started", k.buffers[c.out.buffer].name)),
-                            dtype: DType::I32,
-                            memory: MemoryType::Local,
-                            tensor: None,
-                            size: Some(Val::Int(1)),
-                            smem_offset: None,
-                            global_shape: Vec::new(),
-                            is_input: false,
-                        });
-                        self.started.insert(c.out.buffer, flag);
-                        out.push(Stmt::Alloc(flag));
+                        let acc = c.out.buffer;
+                        let flag = match self.started.get(&acc) {
+                            Some(&flag) => flag,
+                            None => {
+                                let Some(Val::Int(regs)) = k.buffers[acc].size else {
+                                    return Err(Diagnostic::new(
+                                        format!(
+                                            "internal: the accumulator `{}` has no constant size",
+                                            k.buffers[acc].name
+                                        ),
+                                        span,
+                                    ));
+                                };
+                                let flag = BufferId::new(k.buffers.len());
+                                k.buffers.push(Buffer {
+                                    name: cx
+                                        .fresh_name(&format!("{}_started", k.buffers[acc].name)),
+                                    dtype: DType::I32,
+                                    memory: MemoryType::Local,
+                                    tensor: None,
+                                    size: Some(Val::Int((regs / per_tile).max(1))),
+                                    smem_offset: None,
+                                    global_shape: Vec::new(),
+                                    is_input: false,
+                                });
+                                self.started.insert(acc, flag);
+                                flag
+                            }
+                        };
+                        let base = fragment_base(c.out.index.as_ref(), &mv, &nv, tile.n_extent);
                         out.push(Stmt::Compute(Compute {
                             expr: c.expr,
                             out: Access {
                                 buffer: flag,
-                                index: Some(Val::Int(0)),
+                                index: Some(tile_of_register(&base, tile.n_extent)),
                             },
                             value: Data::Literal(0.0, DType::I32),
                             role: ComputeRole::Normal,

@@ -112,6 +112,11 @@ pub struct WsPlan {
     /// Warp-uniform: this warp belongs to the producer warp group.
     pub is_producer: Val,
     pub consumer_threads: i64,
+    /// Consumer groups that take turns (ping-pong): when the buffered loop sits inside the
+    /// consumers' loop bound to the specialised dim, each of its `turns` groups consumes whole
+    /// stages of its own tile in turn (the producer walks that loop serially, and each stage is
+    /// released by one group's warps); 1 when every consumer reads every stage (cooperative).
+    pub turns: i64,
     /// One per producer warp that issues loads, each with its own full and empty barriers.
     pub roles: Vec<WsRole>,
 }

@@ -493,8 +493,15 @@ pub(crate) fn plan_load(
         // (The loops around this load's own write: a key may also name a loop of another
         // parallel type elsewhere in the kernel.)
         let around = super::loops_around_write(&k.body, cx.tensor_buffer[&t]).unwrap_or_default();
+        let ws_on = tensor
+            .circular
+            .as_ref()
+            .and_then(|c| c.ws.as_ref())
+            .map(|w| w.on);
         for &(key, p) in around.iter().filter(|(key, _)| keys[..q].contains(key)) {
-            if p.is_thread() {
+            // (Inside the consumers' loop over the warp-specialized dim the producer walks that
+            // loop serially: ping-pong consumers take turns, each with its own stages.)
+            if p.is_thread() && Some(p) != ws_on {
                 return err(format!(
                     "`{name}` is loaded by {}, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `{}` ({p}); inline it further out",
                     tensor.load.name(),

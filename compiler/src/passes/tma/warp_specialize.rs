@@ -10,6 +10,7 @@
 use super::circular::{contains_copy, fills, issue, linear, shift_reads};
 #[allow(unused_imports)]
 use super::*;
+use crate::kir::TurnStep;
 
 /// Pads the specialised thread dim with a 128-thread producer warp group and gives every
 /// producer role (warp) its own full and empty barriers.
@@ -77,6 +78,32 @@ pub(crate) fn plan_ws(
             "warp_specialized adds 128 producer threads to the {consumer_threads} of the block: {threads} is more than 1024"
         ));
     }
+    // Ping-pong: the buffered loop inside the consumers' loop over the specialised dim.
+    let buffer = cx.tensor_buffer[&plan.loads[pipe.members[0]].tensor];
+    let around = super::loops_around_write(&k.body, buffer).unwrap_or_default();
+    let outside = around
+        .iter()
+        .position(|(key, _)| Some(*key) == pipe.loop_key)
+        .unwrap_or(around.len());
+    let turns = if around[..outside].iter().any(|(_, p)| *p == spec.on) {
+        dims[d]
+    } else {
+        1
+    };
+    if turns > crate::target::MAX_TURNS {
+        return err(format!(
+            "the loads are inside the consumers' loop over {}, so its {turns} thread groups would take turns with the stages (ping-pong); at most {} groups can (each has a turn barrier)",
+            spec.on,
+            crate::target::MAX_TURNS
+        ));
+    }
+    // Each group releases its stages warp by warp, so a warp may not span two groups.
+    if turns > 1 && inner % 32 != 0 {
+        return err(format!(
+            "the loads are inside the consumers' loop over {}, so its {turns} thread groups take turns with the stages (ping-pong), and each group releases a stage warp by warp; but a group has {inner} consecutive threads, not whole warps",
+            spec.on
+        ));
+    }
     k.block[d] = SizeExpr::Const(dims[d] + pad);
     k.register_sharing = spec.registers;
     // Roles: one per producer warp named by the loads.
@@ -113,7 +140,8 @@ pub(crate) fn plan_ws(
         k.mbarriers.push(MbarArray {
             name: cx.fresh_name(&format!("{base_name}_empty")),
             count: pipe.stages,
-            arrivals: consumer_threads / 32,
+            // Every consumer warp releases each stage; with turns, one group's warps.
+            arrivals: consumer_threads / 32 / turns,
             smem_offset: None,
             cluster_wide: false,
         });
@@ -123,6 +151,7 @@ pub(crate) fn plan_ws(
         spec,
         is_producer,
         consumer_threads,
+        turns,
         roles,
     })
 }
@@ -213,6 +242,24 @@ pub(crate) fn warp_specialize(
             format!("the loads of `{name}` are not inside the serial loop it is buffered over"),
             span,
         ));
+    }
+    if ws.turns > 1 {
+        // The first turn is group 0's: the last group passes it at the start, and group 0
+        // takes the last group's final pass at the end, so every barrier phase completes.
+        let group = Val::Hw(ws.spec.on);
+        consumer.insert(
+            0,
+            Stmt::If {
+                cond: Val::eq(group.clone(), Val::Int(ws.turns - 1)),
+                then: vec![turn(ws, TurnStep::Pass)],
+                els: Vec::new(),
+            },
+        );
+        consumer.push(Stmt::If {
+            cond: Val::eq(group, Val::Int(0)),
+            then: vec![turn(ws, TurnStep::Wait)],
+            els: Vec::new(),
+        });
     }
     for role in &ws.roles {
         let reads = role.members.iter().any(|&m| {
@@ -360,9 +407,12 @@ pub(crate) fn project(
                         &lin,
                         &Val::True,
                     ));
-                } else if l.parallel.is_hw() {
+                } else if l.parallel.is_hw() && l.parallel != ws_on(pipe) {
                     l2.body = project(cx, plan, pipe, role, buffers, &l.body, outer, in_loop);
                 } else {
+                    // A serial loop, or the consumers' loop over the specialised dim (ping-pong):
+                    // the producer walks it serially, filling each group's stages in turn.
+                    l2.parallel = ParallelType::Serial;
                     let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
                     l2.body = project(cx, plan, pipe, role, buffers, &l.body, &lin, true);
                 }
@@ -379,6 +429,14 @@ pub(crate) fn project(
     out
 }
 
+/// The thread dim pipe `pipe` is warp-specialized on.
+fn ws_on(pipe: &Pipe) -> ParallelType {
+    pipe.ws
+        .as_ref()
+        .map(|w| w.spec.on)
+        .unwrap_or(ParallelType::Serial)
+}
+
 /// Removes the loads of the pipe from the consumers' code and makes each iteration of the
 /// buffered loop wait on every role's full barrier and release every role's empty barrier.
 #[allow(clippy::too_many_arguments)]
@@ -388,12 +446,13 @@ pub(crate) fn consume(
     pipe: &Pipe,
     ws: &WsPlan,
     buffers: &[BufferId],
-    body: &mut [Stmt],
+    body: &mut Vec<Stmt>,
     outer: &Val,
     in_loop: bool,
     found: &mut bool,
 ) {
-    for s in body.iter_mut() {
+    let mut turns = Vec::new();
+    for (at, s) in body.iter_mut().enumerate() {
         let Stmt::Loop(l) = s else {
             if let Stmt::If { then, els, .. } = s {
                 consume(cx, plan, pipe, ws, buffers, then, outer, in_loop, found);
@@ -407,6 +466,7 @@ pub(crate) fn consume(
                 .any(|s| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer)))
         {
             *found = true;
+            turns.push(at);
             let v = Val::Var(l.var.clone());
             let lin = linear(outer, &l.extent, &v, in_loop);
             let slot = Val::rem(lin.clone(), Val::Int(pipe.stages));
@@ -439,7 +499,7 @@ pub(crate) fn consume(
                 per_warp: true,
             }));
             l.body = it;
-        } else if l.parallel.is_hw() {
+        } else if l.parallel.is_hw() && l.parallel != ws_on(pipe) {
             consume(
                 cx,
                 plan,
@@ -455,5 +515,24 @@ pub(crate) fn consume(
             let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
             consume(cx, plan, pipe, ws, buffers, &mut l.body, &lin, true, found);
         }
+    }
+    // Ping-pong: each group runs the buffered loop in its turn, so that no group waits on a
+    // stage more than one ring ahead of the producer (a parity wait cannot tell phases two
+    // apart): the turn passes once the group has waited on all its stages.
+    if ws.turns > 1 {
+        for &at in turns.iter().rev() {
+            body.insert(at + 1, turn(ws, TurnStep::Pass));
+            body.insert(at, turn(ws, TurnStep::Wait));
+        }
+    }
+}
+
+/// A turn hand-over among the consumer groups of `ws` (ping-pong).
+pub(crate) fn turn(ws: &WsPlan, step: TurnStep) -> Stmt {
+    Stmt::Turn {
+        step,
+        on: ws.spec.on,
+        groups: ws.turns,
+        threads: ws.consumer_threads / ws.turns,
     }
 }
