@@ -12,10 +12,12 @@
 //!
 //! The cluster shape counted is the one the runner's plain `cuLaunchKernel` forms: the kernel's
 //! compiled-in `__cluster_dims__` (`CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_*`). The query passes it as
-//! the config's one `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION` attribute (the driver takes an
-//! attribute equal to the compiled-in dims and refuses one that differs); should a driver refuse
-//! even the equal one, the query is asked again with no attribute, which leaves the compiled-in
-//! dims in force. Which form answered is logged (debug).
+//! the config's one `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION` attribute: the driver API's
+//! documentation of `cuOccupancyMaxActiveClusters` says that for a kernel with a required
+//! (compiled-in) cluster size the config's must be unspecified or equal to it, and must be given
+//! for a kernel without one. Should a driver refuse even the equal attribute, the query is asked
+//! again with none, which leaves the compiled-in dims in force. Which form answered is logged
+//! (debug).
 //!
 //! Guarantees: never fails a run and never panics. A query that fails (a driver without the
 //! call: its symbol is looked up before it is called, since cudarc's dynamic loading panics on
