@@ -3,12 +3,13 @@
 //! needs more than one (`RunResult::warnings`).
 //!
 //! Takes a loaded kernel whose dynamic shared memory limit is already raised as for its launch
-//! (the occupancy calculator refuses more than 48 KiB otherwise) and its concrete launch, and
-//! asks the driver:
+//! (the calculator reads that limit: below the launch's shared memory it counts no CTA) and its
+//! concrete launch, and asks the driver:
 //! - a kernel launched in clusters: `cuOccupancyMaxActiveClusters`, the clusters of that shape
 //!   resident at once (the GPU schedules a cluster whole, onto SMs of one GPC, so this is not the
 //!   CTA count divided by the cluster size);
-//! - otherwise `cuOccupancyMaxActiveBlocksPerMultiprocessor` times the SM count.
+//! - otherwise `cuOccupancyMaxActiveBlocksPerMultiprocessor` times the SM count (through
+//!   cudarc, which calls its `WithFlags` form with the default flags: the same answer).
 //!
 //! The cluster shape counted is the one the runner's plain `cuLaunchKernel` forms: the kernel's
 //! compiled-in `__cluster_dims__` (`CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_*`). The query passes it as
