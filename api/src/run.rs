@@ -269,6 +269,57 @@ pub struct RunResult {
     /// Absent unless asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<crate::profile::ProfileReport>,
+    /// How many of the grid's CTAs (or clusters) the GPU holds at once and so in how many
+    /// waves the grid runs (the runner's `occupancy.rs`). Absent from results of runners older
+    /// than it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residency: Option<Residency>,
+    /// Sentences about the launch the user should act on, e.g. a persistent grid that does not
+    /// fit the resident clusters. Absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// What a [`Residency`] counts: single CTAs, or clusters of CTAs for a kernel launched in
+/// clusters (which the GPU schedules whole).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResidentUnit {
+    Cta,
+    Cluster,
+}
+
+/// How many units (CTAs or clusters) of one launch the GPU holds at once, from the driver's
+/// occupancy calculator for this kernel, block and shared memory, and so how many waves the
+/// grid runs in: a grid of `grid` units runs in `ceil(grid / resident)` waves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Residency {
+    pub unit: ResidentUnit,
+    /// CTAs per unit: 1, or the CTAs of one cluster.
+    pub unit_ctas: u32,
+    /// Units in the grid.
+    pub grid: u64,
+    /// The most units resident at once on this GPU; absent when the driver could not say
+    /// (`unknown` says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident: Option<u64>,
+    /// CTAs resident per SM (`cuOccupancyMaxActiveBlocksPerMultiprocessor`; `resident` is this
+    /// times the SM count). Only for single CTAs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_sm: Option<u32>,
+    /// `ceil(grid / resident)`; absent when `resident` is unknown or 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waves: Option<u64>,
+    /// The driver call that answered `resident` (or failed): `cuOccupancyMaxActiveClusters` or
+    /// `cuOccupancyMaxActiveBlocksPerMultiprocessor`.
+    pub query: String,
+    /// The grid does not depend on the problem sizes (every extent of the plan's grid is a
+    /// constant): a persistent kernel, which loops over its work itself. Such a grid should fit
+    /// in one wave; the runner warns (`RunResult::warnings`) when it does not.
+    pub persistent: bool,
+    /// Why `resident` is unknown (the occupancy query failed, e.g. on a driver without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<String>,
 }
 
 /// Where a run is, for a caller that reports progress (the service's worker).
@@ -506,6 +557,96 @@ mod tests {
         );
         assert!(serde_json::from_str::<L2Policy>(r#"{"kind": "rotate"}"#).is_err());
         assert!(serde_json::from_str::<L2Policy>(r#"{"kind": "spill"}"#).is_err());
+    }
+
+    /// The `done` event's run result in each recorded H100 stream of docs/recordings (runs of
+    /// runners older than `residency` and `warnings`).
+    fn recorded_results() -> Vec<(&'static str, serde_json::Value)> {
+        [
+            (
+                "exp_2d_h100.sse",
+                include_str!("../../docs/recordings/exp_2d_h100.sse"),
+            ),
+            (
+                "exp_2d_profile_h100.sse",
+                include_str!("../../docs/recordings/exp_2d_profile_h100.sse"),
+            ),
+            (
+                "matmul_h100.sse",
+                include_str!("../../docs/recordings/matmul_h100.sse"),
+            ),
+        ]
+        .into_iter()
+        .map(|(name, sse)| {
+            let data = sse
+                .split("\n\n")
+                .find(|b| b.starts_with("event: done"))
+                .and_then(|b| b.split_once("\ndata: "))
+                .unwrap_or_else(|| panic!("{name}: no done event"))
+                .1;
+            let event: serde_json::Value = serde_json::from_str(data).unwrap();
+            (name, event["result"]["result"].clone())
+        })
+        .collect()
+    }
+
+    /// Results recorded before `residency` and `warnings` existed still read (as none), and
+    /// write back without them.
+    #[test]
+    fn recorded_results_without_residency_still_read() {
+        for (name, recorded) in recorded_results() {
+            assert!(recorded.get("residency").is_none(), "{name}");
+            let r: RunResult = serde_json::from_value(recorded)
+                .unwrap_or_else(|e| panic!("{name} no longer reads: {e}"));
+            assert_eq!((&r.residency, r.warnings.len()), (&None, 0), "{name}");
+            let written = serde_json::to_value(&r).unwrap();
+            assert!(written.get("residency").is_none(), "{name}");
+            assert!(written.get("warnings").is_none(), "{name}");
+            assert_eq!(serde_json::from_value::<RunResult>(written).unwrap(), r);
+        }
+    }
+
+    /// A result with a residency and a warning reads back the same, both known and unknown.
+    #[test]
+    fn residency_round_trips() {
+        let (_, recorded) = recorded_results().remove(2);
+        let mut r: RunResult = serde_json::from_value(recorded).unwrap();
+        let known = Residency {
+            unit: ResidentUnit::Cluster,
+            unit_ctas: 4,
+            grid: 32,
+            resident: Some(30),
+            per_sm: None,
+            waves: Some(2),
+            query: "cuOccupancyMaxActiveClusters".into(),
+            persistent: true,
+            unknown: None,
+        };
+        let unknown = Residency {
+            unit: ResidentUnit::Cta,
+            unit_ctas: 1,
+            grid: 4096,
+            resident: None,
+            per_sm: None,
+            waves: None,
+            query: "cuOccupancyMaxActiveBlocksPerMultiprocessor".into(),
+            persistent: false,
+            unknown: Some("CUDA_ERROR_NOT_SUPPORTED".into()),
+        };
+        for (residency, warnings, unit) in [
+            (
+                known,
+                vec!["persistent grid of 32 clusters ...".to_string()],
+                "cluster",
+            ),
+            (unknown, vec![], "cta"),
+        ] {
+            r.residency = Some(residency);
+            r.warnings = warnings;
+            let json = serde_json::to_value(&r).unwrap();
+            assert_eq!(json["residency"]["unit"], unit);
+            assert_eq!(serde_json::from_value::<RunResult>(json).unwrap(), r);
+        }
     }
 
     /// The names the playground shows are the names in the JSON.

@@ -1,5 +1,5 @@
 //! `hopfuse bench`: runs every example (or the given programs) on the GPU and prints a Markdown
-//! table: example, size, time, GB/s, ceiling, ratio, validation.
+//! table: example, size, time, GB/s, ceiling, ratio, validation (and the runs' warnings below it).
 //!
 //! The runs go through one warm `hopfuse worker --serve` process, as the service's do: the
 //! worker opens the GPU and measures the device-copy ceiling once, every run reuses both, a
@@ -323,6 +323,21 @@ pub fn render(rows: &[Row]) -> String {
             cell(&r.sizes)
         );
     }
+    // The runs' warnings (a persistent grid that needs more than one wave), below the table.
+    let warnings: Vec<String> = rows
+        .iter()
+        .filter_map(|r| match &r.outcome {
+            RowOutcome::Measured(m) => Some((r, &m.warnings)),
+            _ => None,
+        })
+        .flat_map(|(r, ws)| {
+            ws.iter()
+                .map(move |w| format!("- {} {}: {w}", r.example, r.sizes))
+        })
+        .collect();
+    if !warnings.is_empty() {
+        let _ = writeln!(s, "\nWarnings:\n{}", warnings.join("\n"));
+    }
     s
 }
 
@@ -460,5 +475,36 @@ mod tests {
             "{t}"
         );
         assert!(lines[3].ends_with("| error: boom | - | - | - |"), "{t}");
+        assert_eq!(lines.len(), 4, "no warnings: nothing below the table\n{t}");
+    }
+
+    /// A run's warnings are listed below the table, with the run they belong to.
+    #[test]
+    fn warnings_follow_the_table() {
+        let event: serde_json::Value =
+            serde_json::from_str(include_str!("../../web/tests/fixtures/done-passed.json"))
+                .unwrap();
+        let mut result: RunResult =
+            serde_json::from_value(event["result"]["result"].clone()).unwrap();
+        result.warnings = vec!["persistent grid of 32 clusters of 4 CTAs, but ...".into()];
+        let rows = vec![
+            row(
+                "matmul/step12",
+                "M=4096",
+                RowOutcome::Measured(Box::new(result)),
+            ),
+            row("basics/add", "M=1,N=2", RowOutcome::Fake),
+        ];
+        let t = render(&rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[4..],
+            [
+                "",
+                "Warnings:",
+                "- matmul/step12 M=4096: persistent grid of 32 clusters of 4 CTAs, but ..."
+            ],
+            "{t}"
+        );
     }
 }

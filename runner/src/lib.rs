@@ -16,6 +16,7 @@ pub mod inspect;
 pub mod listing;
 pub mod not_run;
 pub mod nvrtc;
+pub mod occupancy;
 pub mod peers;
 pub mod prepare;
 pub mod profile;

@@ -131,6 +131,9 @@ pub fn render(r: &RunResult) -> String {
             c[0], c[1], c[2]
         );
     }
+    if let Some(w) = &r.residency {
+        let _ = writeln!(s, "  waves       {}", waves(w));
+    }
     let a = &r.attributes;
     let _ = writeln!(
         s,
@@ -225,12 +228,43 @@ pub fn render(r: &RunResult) -> String {
     if let Some(p) = &r.peers {
         s.push_str(&peers(p));
     }
+    for w in &r.warnings {
+        let _ = writeln!(s, "  warning     {w}");
+    }
     let _ = write!(
         s,
         "  result      {}",
         if r.passed { "PASS" } else { "FAIL" }
     );
     s
+}
+
+/// The waves line: `2 (32 clusters of 4 CTAs, at most 30 resident: cuOccupancyMaxActiveClusters;
+/// persistent grid)`, or why the figure is unknown.
+fn waves(w: &hopfuse_api::run::Residency) -> String {
+    use crate::occupancy::{source, units};
+    let persistent = if w.persistent {
+        "; persistent grid"
+    } else {
+        ""
+    };
+    match (w.resident, w.waves) {
+        (Some(resident), Some(waves)) => format!(
+            "{waves} ({}, at most {resident} resident: {}{persistent})",
+            units(w, w.grid),
+            source(w)
+        ),
+        (Some(resident), None) => format!(
+            "none ({}, but {resident} resident: {}{persistent})",
+            units(w, w.grid),
+            source(w)
+        ),
+        (None, _) => format!(
+            "unknown ({}{persistent}): {}",
+            units(w, w.grid),
+            w.unknown.as_deref().unwrap_or("no reason given")
+        ),
+    }
 }
 
 /// The peers' lines of the report: each peer's time, speed-up and validation, then hopfuse
@@ -302,6 +336,102 @@ pub fn speedup(p: &crate::peers::PeersReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The recorded H100 run of `basics/matmul` (docs/recordings), from before residencies.
+    fn recorded() -> RunResult {
+        let sse = include_str!("../../docs/recordings/matmul_h100.sse");
+        let data = sse
+            .split("\n\n")
+            .find(|b| b.starts_with("event: done"))
+            .and_then(|b| b.split_once("\ndata: "))
+            .expect("a done event")
+            .1;
+        let event: hopfuse_api::job::JobEvent = serde_json::from_str(data).unwrap();
+        (*event.result.unwrap().result.clone().unwrap()).clone()
+    }
+
+    /// A result without a residency (an older runner's) has no waves line and no warning.
+    #[test]
+    fn an_old_result_has_no_waves_line() {
+        let text = render(&recorded());
+        assert!(!text.contains("waves"), "{text}");
+        assert!(!text.contains("warning"), "{text}");
+    }
+
+    /// The waves line right after the launch (and cluster) lines, and the warning before the
+    /// result line.
+    #[test]
+    fn waves_and_the_persistent_grid_warning() {
+        use crate::occupancy::{record, warnings};
+        use hopfuse_api::run::ResidentUnit;
+        let mut r = recorded();
+        r.launch.grid = [8, 16, 1];
+        r.launch.cluster = Some([1, 4, 1]);
+        let residency = record(ResidentUnit::Cluster, 4, 32, true, Ok((30, None)));
+        r.warnings = warnings(&residency);
+        r.residency = Some(residency);
+        let text = render(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        let at = |prefix: &str| {
+            lines
+                .iter()
+                .position(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no `{prefix}` line in\n{text}"))
+        };
+        assert_eq!(at("  waves"), at("  cluster") + 1, "{text}");
+        assert_eq!(
+            lines[at("  waves")],
+            "  waves       2 (32 clusters of 4 CTAs, at most 30 resident: \
+             cuOccupancyMaxActiveClusters; persistent grid)"
+        );
+        assert_eq!(at("  warning"), at("  result") - 1, "{text}");
+        assert!(
+            lines[at("  warning")].starts_with(
+                "  warning     persistent grid of 32 clusters of 4 CTAs, but at most 30 are \
+                 resident on this GPU (cuOccupancyMaxActiveClusters): 2 run as a second wave"
+            ),
+            "{text}"
+        );
+
+        // A grid that follows the sizes: the figure, no warning.
+        let residency = record(ResidentUnit::Cta, 1, 4096, false, Ok((264, Some(2))));
+        r.warnings = warnings(&residency);
+        r.residency = Some(residency);
+        r.launch.cluster = None;
+        let text = render(&r);
+        assert!(
+            text.contains(
+                "\n  waves       16 (4096 CTAs, at most 264 resident: \
+                 cuOccupancyMaxActiveBlocksPerMultiprocessor: 2 per SM x 132 SMs)\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("warning"), "{text}");
+
+        // The query failed: unknown, with the reason.
+        let residency = record(
+            ResidentUnit::Cluster,
+            4,
+            32,
+            true,
+            Err(
+                "the driver has no cuOccupancyMaxActiveClusters (drivers of CUDA 11.8 and \
+                 later have it)"
+                    .into(),
+            ),
+        );
+        r.warnings = warnings(&residency);
+        r.residency = Some(residency);
+        let text = render(&r);
+        assert!(
+            text.contains(
+                "\n  waves       unknown (32 clusters of 4 CTAs; persistent grid): the driver \
+                 has no cuOccupancyMaxActiveClusters (drivers of CUDA 11.8 and later have it)\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("warning"), "{text}");
+    }
 
     #[test]
     fn byte_units() {

@@ -163,6 +163,9 @@ fn measured(passed: bool) -> RunResult {
         passed,
         peers: None,
         profile: None,
+        // Not in the playground's fixtures yet (the playground does not show them).
+        residency: None,
+        warnings: vec![],
     }
 }
 

@@ -202,6 +202,8 @@ struct Staged<'a> {
     setup: &'a Setup,
     func: cudarc::driver::CudaFunction,
     attributes: KernelAttributes,
+    /// CTAs (or clusters) resident at once and the grid's waves (`crate::occupancy`).
+    residency: hopfuse_api::run::Residency,
     cubin_bytes: usize,
     nvrtc_ms: f64,
     tensors: Vec<Tensor>,
@@ -263,6 +265,8 @@ fn stage_device<'a>(
             attributes.max_threads_per_block
         )));
     }
+    // After the shared memory limit is raised: the occupancy calculator reads it.
+    let residency = crate::occupancy::residency(gpu, &func, launch, plan);
     let (free, _) = gpu.memory()?;
     if working_set > free {
         return Err(RunError::new(
@@ -392,6 +396,7 @@ fn stage_device<'a>(
         setup,
         func,
         attributes,
+        residency,
         cubin_bytes,
         nvrtc_ms,
         tensors,

@@ -163,6 +163,7 @@ impl Staged<'_> {
             plan,
             setup,
             attributes,
+            residency,
             cubin_bytes,
             nvrtc_ms,
             sets,
@@ -227,6 +228,8 @@ impl Staged<'_> {
             passed,
             peers: None,
             profile: None,
+            warnings: crate::occupancy::warnings(&residency),
+            residency: Some(residency),
         })
     }
 }
