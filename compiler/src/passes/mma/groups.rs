@@ -8,17 +8,36 @@ use super::*;
 /// by an empty mbarrier), the wait becomes `wait_group 1` and the release moves one iteration
 /// later: the stage read by the previous iteration's group, whose wgmmas have finished, is
 /// released while this iteration's group still runs, so the tensor cores never drain between
-/// two k steps. After the loop, `wait_group 0` and the release of the last stage. (A stage
+/// two k steps. After the loop, `wait_group 0` and the release of the last stage (after a
+/// ping-pong turn pass that follows the loop, moved before them). (A stage
 /// freed by a block barrier keeps `wait_group 0`: the barrier would not wait for the group.)
 pub(super) fn keep_one_group_in_flight(mut body: Vec<Stmt>) -> Vec<Stmt> {
     crate::kir::for_each_block_mut(&mut body, &mut |block| {
         let mut out = Vec::with_capacity(block.len());
-        for s in block.drain(..) {
+        let mut rest = block.drain(..).peekable();
+        while let Some(s) = rest.next() {
             match s {
-                Stmt::Loop(l) if releases_after_its_group(&l) => out.extend(defer_release(l)),
+                Stmt::Loop(l) if releases_after_its_group(&l) => {
+                    let mut drained = defer_release(l);
+                    // A ping-pong group passes its turn once its last wgmmas are issued, not
+                    // retired: the next group's first stage is another slot, and its wgmmas
+                    // overlap this group's last ones.
+                    if matches!(
+                        rest.peek(),
+                        Some(Stmt::Turn {
+                            step: crate::kir::TurnStep::Pass,
+                            ..
+                        })
+                    ) {
+                        let pass = rest.next().expect("peeked");
+                        drained.insert(1, pass);
+                    }
+                    out.extend(drained);
+                }
                 other => out.push(other),
             }
         }
+        drop(rest);
         *block = out;
     });
     body
