@@ -15,38 +15,13 @@ for tool in curl "$B"; do
 done
 OUT=${OUT:-/tmp/hopfuse-out}
 mkdir -p "$OUT"
-DATA=$(mktemp -d)
 summary="$OUT/serve-summary.txt"
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
 
-"$B" serve --addr 127.0.0.1:0 --data-dir "$DATA" --fault-kernels --job-timeout 10 \
-  --static-dir "$DATA/none" >"$OUT/serve.out" 2>"$OUT/serve.log" &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null' EXIT
-for _ in $(seq 100); do
-  BASE=$(grep -o 'http://[0-9.:]*' "$OUT/serve.out" 2>/dev/null | head -1)
-  [ -n "$BASE" ] && break
-  sleep 0.2
-done
-[ -n "${BASE:-}" ] || { say "FAIL: the service did not start"; cat "$OUT/serve.log"; exit 1; }
-curl -s "$BASE/api/health" >"$OUT/health-start.json"
-say "health at start: $(cat "$OUT/health-start.json" | cut -c1-400)"
+SERVE_ARGS="--fault-kernels --job-timeout 10"
+. "$(dirname "$0")/serve-lib.sh"
 
-json_file() { # file -> JSON string of its text
-  printf '"%s"' "$(sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' "$1" | awk '{printf "%s\\n", $0}')"
-}
-field() { # json key -> first string or number value of key
-  grep -o "\"$2\":\(\"[^\"]*\"\|[-0-9.e]*\|true\|false\)" <<<"$1" | head -1 | cut -d: -f2- | tr -d '"'
-}
-run_job() { # name body -> prints the done event's data; the SSE stream goes to $OUT/NAME.sse
-  local name=$1 body=$2 answer id
-  answer=$(curl -s -X POST "$BASE/api/run" -d "$body")
-  id=$(field "$answer" job_id)
-  if [ -z "$id" ]; then echo "{\"submit_error\": $answer}"; return; fi
-  curl -s -N --max-time 120 "$BASE/api/jobs/$id/events" >"$OUT/$name.sse"
-  grep '^data: {"stage":"done"' "$OUT/$name.sse" | head -1 | cut -c7-
-}
 check() { # name expected-status result [extra grep]
   local name=$1 want=$2 r=$3 extra=${4:-} got ok=PASS
   got=$(field "$r" status)

@@ -26,6 +26,11 @@ pub struct Mma {
     /// Thread-bound loops around the wgmma: each warp group takes its own tile along them
     /// (a TIDy axis over M).
     pub warp_group_axes: Vec<WarpGroupAxis>,
+    /// Ping-pong: the warp groups take turns, each consuming whole stages for its own tile
+    /// while the others run their epilogues (`WsPlan::turns`); None when every warp group
+    /// reads every stage (cooperative).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turns: Option<i64>,
     /// The instruction shape, `m64n256k16`.
     pub shape: String,
     pub m: i64,
@@ -445,6 +450,12 @@ pub(super) fn extract(
                 role: g.role,
                 warp_groups: roles[g.role].warp_groups,
                 warp_group_axes,
+                turns: plan
+                    .pipes
+                    .iter()
+                    .filter_map(|p| p.ws.as_ref())
+                    .map(|w| w.turns)
+                    .find(|&t| t > 1),
                 shape: format!("m{}n{}k{}", target::WGMMA_M, w.n, target::WGMMA_K),
                 m: target::WGMMA_M,
                 n: w.n,
@@ -566,6 +577,7 @@ mod tests {
                 role: 1,
                 warp_groups: Some(1),
                 warp_group_axes: vec![],
+                turns: None,
                 shape: "m64n128k16".into(),
                 m: 64,
                 n: 128,
@@ -720,10 +732,21 @@ mod tests {
             assert_eq!(m.b.pipeline, Some(stage.pipeline), "{name}");
             // wait_group 1 where an empty mbarrier frees the stage (one group in flight).
             let in_flight = if m.release.is_some() { 1 } else { 0 };
-            // One wgmma per k16 of the stage's K tile: the stage holds (M + N) x K bf16.
-            let k_tile = v.pipelines[stage.pipeline].stage_bytes / ((64 * groups + m.n) * 2);
+            // One wgmma per k16 of the stage's K tile: the stage holds (M + N) x K bf16, M the
+            // rows of every warp group (cooperative) or of one, in 64-row wgmmas (ping-pong).
+            let stage_bytes = v.pipelines[stage.pipeline].stage_bytes;
+            let per_group = match m.turns {
+                None => stage_bytes / ((64 * groups + m.n) * 2) / 16,
+                Some(turns) => {
+                    assert_eq!(turns, groups, "{name}");
+                    // step 14: 128 x 128 per warp group, a K tile of 64: two wgmmas per k16.
+                    let (rows, k_tile) = (128, 64);
+                    assert_eq!(stage_bytes, (rows + m.n) * k_tile * 2, "{name}");
+                    k_tile / 16 * (rows / 64)
+                }
+            };
             assert!(
-                m.fence && m.wait_group == Some(in_flight) && m.per_group == Some(k_tile / 16),
+                m.fence && m.wait_group == Some(in_flight) && m.per_group == Some(per_group),
                 "{name}: {:?} {:?}",
                 m.wait_group,
                 m.release

@@ -215,6 +215,12 @@ pub(super) fn mma_details(v: &PipelineView, m: &Mma) -> Vec<(&'static str, Strin
             };
             let _ = write!(groups, "; {} = {}{extent}{moves}", a.var, a.thread);
         }
+        if let Some(t) = m.turns {
+            let _ = write!(
+                groups,
+                "; ping-pong: the {t} groups take turns, each with whole stages of its own tile, one's epilogue under the next one's wgmmas"
+            );
+        }
         rows.push(("warp groups", groups));
     }
     let acc = &m.accumulator;

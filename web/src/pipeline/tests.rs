@@ -292,6 +292,13 @@ fn every_matmul_example_draws_its_tensor_cores() {
         );
         assert!(page.contains("<th>wgmma</th>") && page.contains("<th>accumulator</th>"));
         assert!(page.contains(&format!(" × wgmma {}.bf16<", v.mmas[0].shape)));
+        // Ping-pong is said where the groups take turns, and only there.
+        assert_eq!(
+            page.contains("ping-pong: the 2 groups take turns"),
+            e.name == "step14_ping_pong",
+            "{}",
+            e.name
+        );
         n += 1;
     }
     assert!(n >= 7);

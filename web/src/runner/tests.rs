@@ -473,6 +473,7 @@ fn every_recorded_result_reads() {
         "exp_2d_h100.sse",
         "exp_2d_profile_h100.sse",
         "matmul_h100.sse",
+        "ab_pingpong_h100.sse",
     ] {
         let sse = std::fs::read_to_string(
             [env!("CARGO_MANIFEST_DIR"), "/../docs/recordings/", rec].concat(),
@@ -596,6 +597,36 @@ fn the_recorded_runs_read_into_the_api_types() {
             assert!(profile.dram_throughput_pct.is_some() && !profile.stalls.is_empty());
         }
     }
+    // A recorded A/B (cooperative step 9 against ping-pong step 14 at 4096^3): both sides
+    // measured and validated, and the comparison as the Run pane words it.
+    let sse = recording("ab_pingpong_h100.sse");
+    let event: JobEvent = read_json(done_of(&sse)).expect("the A/B recording");
+    let job = event.result.expect("the done event's result");
+    let c = job.comparison.as_ref().expect("a comparison");
+    let view = parse_result(done_of(&sse));
+    let b = view.b.as_ref().expect("B's result");
+    assert!(view
+        .measured
+        .as_ref()
+        .is_some_and(|m| m.checks.iter().all(|c| c.passed)));
+    assert!(b
+        .measured
+        .as_ref()
+        .is_some_and(|m| m.checks.iter().all(|c| c.passed)));
+    let shown = view
+        .comparison
+        .as_ref()
+        .expect("the comparison in the view");
+    assert_eq!(shown.median, c.b_over_a_median);
+    assert!(c.interleaved && c.same_inputs == Some(true) && c.pairs == 30);
+    assert!(
+        shown
+            .text()
+            .starts_with(&format!("B/A = {:.3}", c.b_over_a_median))
+            && shown.text().ends_with("slower than A"),
+        "{}",
+        shown.text()
+    );
     // The recorded health answers: the first from before compile slots and the newer limits.
     for rec in ["h100_health.json", "h100_health_profile.json"] {
         let h: Health = read_json(&recording(rec)).expect(rec);
