@@ -794,3 +794,108 @@ fn named_barrier_ids_of_group_barriers_follow_the_consumers() {
     assert_eq!(ids, (2..10).collect(), "{uses:?}");
     assert!(uses.iter().all(|u| u.threads == Some(64)), "{uses:?}");
 }
+
+/// The first turn hand-over of step 14 (ping-pong), changed by `change`.
+fn step14_with_turn(change: impl FnOnce(&mut Vec<Stmt>, usize)) -> Kernel {
+    let mut k = lowered("matmul/step14_ping_pong.hf");
+    at_first(&mut k, |_, s| matches!(s, Stmt::Turn { .. }), change);
+    k
+}
+
+#[test]
+fn named_barrier_count_a_turn_barrier_of_part_of_a_warp() {
+    let k = step14_with_turn(|list, i| {
+        if let Stmt::Turn { threads, .. } = &mut list[i] {
+            *threads = 48;
+        }
+    });
+    let e = caught(
+        &k,
+        Rule::NamedBarrierCount,
+        "turn_pass(TIDy, 2 groups of 48",
+    );
+    assert!(e[0].detail.contains("whole warps"), "{}", e[0]);
+}
+
+#[test]
+fn named_barrier_id_more_groups_than_turn_barriers() {
+    let k = step14_with_turn(|list, i| {
+        if let Stmt::Turn { groups, .. } = &mut list[i] {
+            *groups = 9;
+        }
+    });
+    let e = caught(&k, Rule::NamedBarrierId, "turn_pass(TIDy, 9 groups");
+    assert!(
+        e[0].detail.contains("at most 4 have turn barriers"),
+        "{}",
+        e[0]
+    );
+}
+
+#[test]
+fn block_barrier_a_turn_barrier_under_a_lane_dependent_condition_and_in_the_producers() {
+    let k = step14_with_turn(|list, i| {
+        let turn = list.remove(i);
+        list.insert(
+            i,
+            Stmt::If {
+                cond: Val::lt(Val::Hw(ParallelType::TIDx), Val::Int(16)),
+                then: vec![turn],
+                els: Vec::new(),
+            },
+        );
+    });
+    let e = caught(&k, Rule::BlockBarrier, "turn_pass(TIDy, 2 groups of 128");
+    assert!(e[0].detail.contains("lanes of a warp"), "{}", e[0]);
+    // The same hand-over moved into the producer branch.
+    let mut k = lowered("matmul/step14_ping_pong.hf");
+    let mut turn = None;
+    at_first(
+        &mut k,
+        |_, s| matches!(s, Stmt::Turn { .. }),
+        |list, i| turn = Some(list.remove(i)),
+    );
+    edit_roles(&mut k, |roles| {
+        if let Stmt::WarpRoles { producer, .. } = roles {
+            producer.insert(0, turn.take().expect("taken"));
+        }
+    });
+    let e = verify::verify(&k, Stage::LOWERED).expect_err("caught");
+    assert!(
+        e.iter().any(|e| e.rule == Rule::BlockBarrier
+            && e.detail.contains("producer branch")
+            && e.text.starts_with("turn_pass(")),
+        "{}",
+        list(&e)
+    );
+}
+
+#[test]
+fn named_barrier_ids_of_ping_pong_turns_count_down_from_the_top() {
+    // Step 14: the block's barrier 0 (after the mbarrier init), the consumers' barrier 1, the
+    // warp groups' epilogue barriers (2 + threadIdx.y, 128 threads; the verifier takes every
+    // row of the block, the producers' too, so 2 to 4) and the two turn barriers (15, 14), each
+    // counting both groups.
+    let k = lowered("matmul/step14_ping_pong.hf");
+    let uses = verify::barrier_uses(&k);
+    let count = |id: u32| {
+        let mut c: Vec<Option<i64>> = uses
+            .iter()
+            .filter(|u| u.id == id)
+            .map(|u| u.threads)
+            .collect();
+        c.dedup();
+        c
+    };
+    let ids: std::collections::BTreeSet<u32> = uses.iter().map(|u| u.id).collect();
+    assert_eq!(
+        ids,
+        [0, 1, 2, 3, 4, 14, 15].into_iter().collect(),
+        "{uses:?}"
+    );
+    assert_eq!(
+        (count(1), count(2), count(3)),
+        (vec![Some(256)], vec![Some(128)], vec![Some(128)])
+    );
+    assert_eq!((count(14), count(15)), (vec![Some(256)], vec![Some(256)]));
+}
