@@ -271,8 +271,10 @@ pub struct RunResult {
     pub profile: Option<crate::profile::ProfileReport>,
     /// How many of the grid's CTAs (or clusters) the GPU holds at once and so in how many
     /// waves the grid runs (the runner's `occupancy.rs`). Absent from results of runners older
-    /// than it.
+    /// than it. (The playground does not show it, so its build does not read it: the reader
+    /// would cost the cold load about 0.6 KiB.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(target_arch = "wasm32", serde(skip_deserializing))]
     pub residency: Option<Residency>,
     /// Sentences about the launch the user should act on, e.g. a persistent grid that does not
     /// fit the resident clusters. Absent when there are none.

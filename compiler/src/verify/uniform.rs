@@ -189,32 +189,41 @@ impl<'k> Walk<'k> {
 }
 
 impl Walk<'_> {
-    /// A barrier among one thread group's threads (named barrier `GROUP_BARRIER_BASE + g`):
-    /// every warp of the group reaches it (a warp-uniform context: the group is selected by
-    /// thread dims that fill whole warps), it counts whole warps, and the groups fit the block.
-    pub(super) fn group_barrier(&mut self, ctx: Uniformity, dims: &[ParallelType], threads: i64) {
+    /// What a barrier among thread groups needs (a group barrier, a ping-pong turn): consumer
+    /// warps only, every warp of a group reaches it (a warp-uniform context: groups are selected
+    /// by thread dims that fill whole warps), and it counts whole warps. Returns the groups
+    /// along `dims` (the block's rows along them), or None after an error.
+    fn group_rules(
+        &mut self,
+        ctx: Uniformity,
+        what: &str,
+        dims: &[ParallelType],
+        threads: i64,
+    ) -> Option<i64> {
         self.event(EventKind::Barrier);
         if self.group == Group::Producers {
             self.error(
                 Rule::BlockBarrier,
-                "a group barrier in the producer branch of warp roles: the producers only issue copies".into(),
+                format!(
+                    "{what} in the producer branch of warp roles: the producers only issue copies"
+                ),
             );
-            return;
+            return None;
         }
         if ctx < Uniformity::Warp {
             self.error(
                 Rule::BlockBarrier,
-                "a group barrier under a condition or loop bound that differs between the lanes of a warp: the lanes that skip it never arrive".into(),
+                format!("{what} under a condition or loop bound that differs between the lanes of a warp: the lanes that skip it never arrive"),
             );
         }
         if threads <= 0 || threads % 32 != 0 {
             self.error(
                 Rule::NamedBarrierCount,
                 format!(
-                    "a group barrier counts {threads} threads: a named barrier counts whole warps"
+                    "{what} counts {threads} threads per group: a named barrier counts whole warps"
                 ),
             );
-            return;
+            return None;
         }
         let mut groups = 1i64;
         for p in dims {
@@ -223,26 +232,23 @@ impl Walk<'_> {
             {
                 self.error(
                     Rule::NamedBarrierCount,
-                    format!("a group barrier over {p}: groups are selected by threadIdx.y or threadIdx.z over whole warps"),
+                    format!("{what} over {p}: groups are selected by threadIdx.y or threadIdx.z over whole warps"),
                 );
-                return;
+                return None;
             }
             groups *= self.k.block[p.dim().expect("a thread dim")]
                 .as_const()
                 .unwrap_or(1);
         }
-        if let Some(block) = block_threads(self.k) {
-            if threads * groups > block {
-                self.error(
-                    Rule::NamedBarrierCount,
-                    format!("a group barrier counts {threads} threads in each of {groups} groups, more than the block's {block}"),
-                );
-            }
-        }
+        Some(groups)
+    }
+
+    /// Records named barrier `id(g)` over `threads` for each of `groups` groups.
+    fn group_ids(&mut self, groups: i64, threads: i64, id: impl Fn(i64) -> u32) {
         if let Some((stmt, st)) = self.current {
             for g in 0..groups {
                 self.barriers.push(BarrierUse {
-                    id: GROUP_BARRIER_BASE + g as u32,
+                    id: id(g),
                     threads: Some(threads),
                     stmt,
                     text: super::head(self.k, st),
@@ -251,9 +257,25 @@ impl Walk<'_> {
         }
     }
 
-    /// A ping-pong turn hand-over (`bar.sync` / `bar.arrive` on the turn barriers): consumer
-    /// warps only, reached by whole warps, one group per index along `on`, and the turn
-    /// barriers' ids within the hardware's, each counting two groups.
+    /// A barrier among one thread group's threads (named barrier `GROUP_BARRIER_BASE + g`):
+    /// the group rules, and the groups fit the block.
+    pub(super) fn group_barrier(&mut self, ctx: Uniformity, dims: &[ParallelType], threads: i64) {
+        let Some(groups) = self.group_rules(ctx, "a group barrier", dims, threads) else {
+            return;
+        };
+        if let Some(block) = block_threads(self.k) {
+            if threads * groups > block {
+                self.error(
+                    Rule::NamedBarrierCount,
+                    format!("a group barrier counts {threads} threads in each of {groups} groups, more than the block's {block}"),
+                );
+            }
+        }
+        self.group_ids(groups, threads, |g| GROUP_BARRIER_BASE + g as u32);
+    }
+
+    /// A ping-pong turn hand-over (`bar.sync` / `bar.arrive` on the turn barriers): the group
+    /// rules, and the turn barriers' ids within the hardware's, each counting two groups.
     pub(super) fn turn_barrier(
         &mut self,
         ctx: Uniformity,
@@ -261,34 +283,10 @@ impl Walk<'_> {
         groups: i64,
         threads: i64,
     ) {
-        self.event(EventKind::Barrier);
-        if self.group == Group::Producers {
-            self.error(
-                Rule::BlockBarrier,
-                "a turn barrier in the producer branch of warp roles: only consumer groups take turns".into(),
-            );
-            return;
-        }
-        if ctx < Uniformity::Warp {
-            self.error(
-                Rule::BlockBarrier,
-                "a turn barrier under a condition or loop bound that differs between the lanes of a warp: the lanes that skip it never arrive".into(),
-            );
-        }
-        if threads <= 0 || threads % 32 != 0 {
-            self.error(
-                Rule::NamedBarrierCount,
-                format!("a turn barrier's groups have {threads} threads: a named barrier counts whole warps"),
-            );
-            return;
-        }
-        if !matches!(on, ParallelType::TIDy | ParallelType::TIDz)
-            || of_hw(self.k, on) < Uniformity::Warp
+        if self
+            .group_rules(ctx, "a turn barrier", &[on], threads)
+            .is_none()
         {
-            self.error(
-                Rule::NamedBarrierCount,
-                format!("a turn barrier over {on}: groups are selected by threadIdx.y or threadIdx.z over whole warps"),
-            );
             return;
         }
         if !(2..=crate::target::MAX_TURNS).contains(&groups) {
@@ -301,16 +299,7 @@ impl Walk<'_> {
             );
             return;
         }
-        if let Some((stmt, st)) = self.current {
-            for g in 0..groups {
-                self.barriers.push(BarrierUse {
-                    id: crate::target::turn_barrier(g),
-                    threads: Some(2 * threads),
-                    stmt,
-                    text: super::head(self.k, st),
-                });
-            }
-        }
+        self.group_ids(groups, 2 * threads, crate::target::turn_barrier);
     }
 
     /// `barrier.cluster` arrive + wait: every thread of every CTA of the cluster must reach it,
