@@ -180,14 +180,6 @@ pub fn used(cx: &Ctx) -> bool {
         .any(|t| t.load != LoadKind::Plain || t.store != LoadKind::Plain || t.circular.is_some())
 }
 
-/// Innermost serial (non-hardware) loop among `keys`.
-pub(crate) fn serial_loop(body: &[Stmt], keys: &[LoopKey]) -> Option<LoopKey> {
-    keys.iter()
-        .rev()
-        .find(|&&key| loop_parallel(body, key).is_some_and(|p| !p.is_hw()))
-        .copied()
-}
-
 /// The loops around the first statement that writes `buffer` (a computation or a copy),
 /// outermost first.
 pub(crate) fn loops_around_write(
@@ -268,19 +260,6 @@ pub(crate) fn thread_loops_of_writes(
     let mut out = Vec::new();
     walk(body, buffer, &mut Vec::new(), &mut out);
     out
-}
-
-/// Parallel type of the loop with key `key`, if the kernel has one.
-pub(crate) fn loop_parallel(body: &[Stmt], key: LoopKey) -> Option<ParallelType> {
-    let mut found = None;
-    crate::kir::for_each_stmt(body, &mut |s| {
-        if let Stmt::Loop(l) = s {
-            if l.key == key && found.is_none() {
-                found = Some(l.parallel);
-            }
-        }
-    });
-    found
 }
 
 pub(crate) fn guard(cond: Val, body: Vec<Stmt>) -> Stmt {

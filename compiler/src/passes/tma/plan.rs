@@ -530,8 +530,14 @@ pub(crate) fn plan_load(
         info.box_dims = box_dims;
         info.global_dims = global_dims;
     }
-    // The pipeline: the innermost serial loop around the load.
-    let loop_key = serial_loop(&k.body, &keys[..q]);
+    // The pipeline: the innermost serial loop of the placement around the load's own write (a
+    // key may also name a thread or block binding in another tensor's nest).
+    let loop_key = super::loops_around_write(&k.body, cx.tensor_buffer[&t])
+        .unwrap_or_default()
+        .into_iter()
+        .rev()
+        .find(|(key, p)| keys[..q].contains(key) && !p.is_hw())
+        .map(|(key, _)| key);
     let (stages, prefetch, war) = match tensor.circular {
         Some(cb) => (cb.stages, cb.prefetch, cb.war),
         None => (1, 0, WarMode::Sync),
