@@ -243,6 +243,7 @@ fn main() {
                                 .message
                                 .clone();
                         if !unlocated_examples.contains(&m) {
+                            eprintln!("UNLOCATED diagnostic on program {i}: {m}\n{src}\n");
                             unlocated_examples.push(m);
                         }
                     }

@@ -556,3 +556,21 @@ fn a_plain_circular_buffer_cannot_be_pipelined_over_a_thread_loop() {
     ));
     assert!(e.contains("`x_s`.inline_at(3): cannot inline past loop 2: the innermost loop a circular-buffered cache shares with its consumers is the one it is pipelined over, and must be serial"), "{e}");
 }
+
+/// Found by the long fuzz: an Mma axis on a TMA-stored output's own loops left a nest with no
+/// computation, and the error named no tensor and had no location.
+#[test]
+fn an_mma_axis_on_a_tma_store_names_the_output() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/matmul/step9_tma_store_epilogue.hf"
+    );
+    let src = std::fs::read_to_string(path)
+        .unwrap()
+        .replace("  c.parallelize(5, Bulk)", "  c.parallelize(5, Mma)");
+    let e = err(&src);
+    assert!(
+        e.starts_with("t.hf:19:3: error: `c` has 1 Mma axes in a row"),
+        "{e}"
+    );
+}

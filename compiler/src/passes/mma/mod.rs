@@ -32,7 +32,7 @@ use super::predicate::eval;
 use super::{Ctx, LoopKey, PipelinePlan};
 use crate::diag::Diagnostic;
 use crate::dtype::DType;
-use crate::fusion::{BinaryOp, ExprId, MemoryType, ParallelType};
+use crate::fusion::{BinaryOp, ExprId, MemoryType, ParallelType, TensorId};
 use crate::kir::{
     Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, MmaOperand, Stmt, Val,
     Wgmma,
@@ -619,13 +619,24 @@ impl Lower<'_> {
             }
             n => {
                 let f = cx.fusion;
-                let expr = first_expr(body);
+                // The nest's computation, else (a copy's nest, e.g. a TMA store) the tensor
+                // with an Mma axis on its first loop, else any with an Mma axis.
+                let mma_on = |t: TensorId, key: Option<LoopKey>| {
+                    f.tensors[t].loop_domain.iter().any(|&id| {
+                        f.ids[id].parallel == ParallelType::Mma
+                            && key.is_none_or(|key| cx.id_keys.get(&id) == Some(&key))
+                    })
+                };
+                let who = first_expr(body)
+                    .map(|e| f.exprs[e].output)
+                    .or_else(|| f.tensor_ids().find(|&t| mma_on(t, Some(loops[0].key))))
+                    .or_else(|| f.tensor_ids().find(|&t| mma_on(t, None)));
                 Err(Diagnostic::new(
                     format!(
                         "`{}` has {n} Mma axes in a row; a tensor-core product has three (M, N, K: the instruction tile) and the tensors that read its accumulator two (M, N)",
-                        expr.map(|e| f.tensors[f.exprs[e].output].name.clone()).unwrap_or_default()
+                        who.map(|t| f.tensors[t].name.clone()).unwrap_or_default()
                     ),
-                    expr.and_then(|e| f.tensors[f.exprs[e].output].span),
+                    who.and_then(|t| f.tensors[t].span),
                 ))
             }
         }
