@@ -24,7 +24,13 @@ log "wasm32 build of the playground (cargo: a first build takes minutes)"
 # erase_components: Leptos erases each component's view type (AnyView) instead of nesting it
 # into its parent's, which cuts the monomorphized view code: about 26 KiB of brotli off the
 # cold load, the page unchanged. For the playground's wasm only (clippy and tests keep theirs).
-CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="--cfg erase_components" \
+# --remap-path-prefix: the registry's absolute paths in panic locations (they depend on the
+# machine's CARGO_HOME) become relative, so the wasm, and its size, are the same everywhere.
+remap=""
+for d in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/; do
+  [ -d "$d" ] && remap="$remap --remap-path-prefix=${d%/}="
+done
+CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="--cfg erase_components$remap" \
   cargo build -p hopfuse-web --target wasm32-unknown-unknown --profile wasm-release
 mkdir -p dist
 

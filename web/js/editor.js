@@ -660,3 +660,36 @@ export function download(name, text, mime) {
   a.remove();
   setTimeout(() => URL.revokeObjectURL(url), 1000);
 }
+
+// ---- the share link's compression ------------------------------------------------------------
+// The browser's own raw deflate (CompressionStream), so the wasm carries no deflate of its own.
+
+/** Raw deflate of `bytes` (copied at once, before anything awaits). */
+export async function deflateRaw(bytes) {
+  const out = new Blob([bytes]).stream().pipeThrough(new CompressionStream("deflate-raw"));
+  return new Uint8Array(await new Response(out).arrayBuffer());
+}
+
+/** Inflates raw-deflated `bytes`; throws on damaged data or past `limit` bytes of output. */
+export async function inflateRaw(bytes, limit) {
+  const reader = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate-raw")).getReader();
+  const parts = [];
+  let n = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    n += value.length;
+    if (n > limit) {
+      await reader.cancel();
+      throw new Error(`more than ${limit} bytes`);
+    }
+    parts.push(value);
+  }
+  const out = new Uint8Array(n);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}

@@ -75,5 +75,11 @@ extern "C" {
 
     #[wasm_bindgen(js_name = copyText)]
     pub async fn copy_text(text: &str) -> JsValue;
+    /// The share link's raw deflate, by the browser (`CompressionStream`): a `Uint8Array`.
+    #[wasm_bindgen(js_name = deflateRaw)]
+    pub async fn deflate_raw(bytes: &[u8]) -> JsValue;
+    /// Its inverse; fails on damaged data or past `limit` bytes.
+    #[wasm_bindgen(js_name = inflateRaw, catch)]
+    pub async fn inflate_raw(bytes: &[u8], limit: u32) -> Result<JsValue, JsValue>;
     pub fn download(name: &str, text: &str, mime: &str);
 }

@@ -1,10 +1,11 @@
-//! The playground's state in a URL fragment: JSON, deflated, base64url, behind a version tag
-//! (`#v1:...`), so a link restores the program (and program B of an A/B comparison), sizes and
-//! panes with no server.
+//! The playground's state in a URL fragment: JSON, raw-deflated, base64url, behind a version
+//! tag (`#v1:...`), so a link restores the program (and program B of an A/B comparison), sizes
+//! and panes with no server. The browser deflates and inflates (`CompressionStream`, through
+//! `js.rs`): a deflater of our own would cost the cold load 13 KiB.
 //!
 //! Fields added after the first links (`program_b`, `tab`) are optional and left out while they
-//! hold their default, so links without them still decode, and a state without B encodes
-//! exactly as before (the same fragment, the same short-link id).
+//! hold their default, so links without them still decode, and a state without B serializes
+//! exactly as before (the same JSON, so the same short-link id).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -148,15 +149,36 @@ impl State {
 /// The version tag of [`encode`]'s output.
 pub const V1: &str = "v1:";
 
-/// `v1:` + base64url(deflate(JSON)).
-pub fn encode(state: &State) -> String {
-    let json = serde_json::to_vec(state).expect("state serializes");
-    let deflated = miniz_oxide::deflate::compress_to_vec(&json, 9);
-    format!("{V1}{}", base64url_encode(&deflated))
+/// The most bytes a link's state may inflate to.
+pub const MAX_STATE_BYTES: u32 = 4 << 20;
+
+/// `v1:` + base64url(raw deflate(JSON)).
+pub async fn encode(state: &State) -> String {
+    let deflated = crate::js::deflate_raw(&json_of(state)).await;
+    fragment_of(&js_sys::Uint8Array::new(&deflated).to_vec())
 }
 
 /// The inverse of [`encode`]; accepts a leading `#`.
-pub fn decode(fragment: &str) -> Result<State, String> {
+pub async fn decode(fragment: &str) -> Result<State, String> {
+    let deflated = deflated_of(fragment)?;
+    let json = crate::js::inflate_raw(&deflated, MAX_STATE_BYTES)
+        .await
+        .map_err(|_| "the link is damaged (cannot inflate)".to_string())?;
+    state_of_json(js_sys::Uint8Array::new(&json).to_vec())
+}
+
+/// What [`encode`] deflates.
+pub fn json_of(state: &State) -> Vec<u8> {
+    serde_json::to_vec(state).expect("state serializes")
+}
+
+/// `v1:` + base64url(`deflated`).
+pub fn fragment_of(deflated: &[u8]) -> String {
+    format!("{V1}{}", base64url_encode(deflated))
+}
+
+/// The deflated JSON of a fragment (a leading `#` is fine), after its version tag.
+pub fn deflated_of(fragment: &str) -> Result<Vec<u8>, String> {
     let f = fragment.strip_prefix('#').unwrap_or(fragment);
     let Some(body) = f.strip_prefix(V1) else {
         let version = f.split(':').next().unwrap_or("");
@@ -164,9 +186,11 @@ pub fn decode(fragment: &str) -> Result<State, String> {
             "this link's state has an unknown version `{version}` (this playground reads v1)"
         ));
     };
-    let bytes = base64url_decode(body).ok_or("the link is damaged (not base64url)")?;
-    let json = miniz_oxide::inflate::decompress_to_vec_with_limit(&bytes, 4 << 20)
-        .map_err(|_| "the link is damaged (cannot inflate)".to_string())?;
+    base64url_decode(body).ok_or_else(|| "the link is damaged (not base64url)".to_string())
+}
+
+/// The state of an inflated fragment.
+pub fn state_of_json(json: Vec<u8>) -> Result<State, String> {
     let json = String::from_utf8(json).map_err(|_| "the link is damaged (not UTF-8)")?;
     let value: Value =
         serde_json::from_str(&json).map_err(|e| format!("the link is damaged ({e})"))?;
@@ -219,6 +243,21 @@ pub fn base64url_decode(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // The browser's deflate is not here: the tests deflate and inflate with miniz_oxide (raw
+    // deflate, the format `CompressionStream("deflate-raw")` writes and reads); the browser
+    // test opens a link the page wrote.
+    fn encode(state: &State) -> String {
+        fragment_of(&miniz_oxide::deflate::compress_to_vec(&json_of(state), 9))
+    }
+
+    fn decode(fragment: &str) -> Result<State, String> {
+        let deflated = deflated_of(fragment)?;
+        let json =
+            miniz_oxide::inflate::decompress_to_vec_with_limit(&deflated, MAX_STATE_BYTES as usize)
+                .map_err(|_| "the link is damaged (cannot inflate)".to_string())?;
+        state_of_json(json)
+    }
 
     #[test]
     fn base64url_round_trips() {
@@ -291,10 +330,10 @@ mod tests {
         assert_eq!((old.pane, old.pass_mode), (Pane::Plan, PassMode::Diff));
         assert_eq!((old.iters, old.seed), (50, 9));
         assert_eq!((old.program_b, old.tab), (None, Tab::A));
-        // Without B the state serializes as before: same fragment, same short-link id.
+        // Without B the state serializes as before: the same JSON, the same short-link id.
         let old = decode(OLD_FRAGMENT).unwrap();
         assert_eq!(serde_json::to_string(&old).unwrap(), OLD_JSON);
-        assert_eq!(format!("#{}", encode(&old)), OLD_FRAGMENT);
+        assert_eq!(json_of(&old), OLD_JSON.as_bytes());
     }
 }
 

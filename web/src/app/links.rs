@@ -56,23 +56,28 @@ impl Ui {
     }
 
     /// Restores the state a fragment names (`#v1:...` or a short link `#s:ID`); with none, the
-    /// state this browser had last, else the first example.
+    /// state this browser had last, else the first example. (Inflating is the browser's and
+    /// asynchronous, so the page is not ready until it is done.)
     pub(super) fn restore(self, hash: &str) {
-        if hash.len() <= 1 && !self.embedded {
-            if let Some(Ok(s)) = crate::storage_get(LAST_STATE_KEY).map(|f| share::decode(&f)) {
+        self.ready.set(false);
+        let settings = self.settings.get_untracked();
+        let last = (hash.len() <= 1 && !self.embedded)
+            .then(|| crate::storage_get(LAST_STATE_KEY))
+            .flatten();
+        let hash = hash.to_string();
+        spawn_local(async move {
+            if let Some(Ok(s)) = match last {
+                Some(f) => Some(share::decode(&f).await),
+                None => None,
+            } {
                 self.apply(s);
                 self.mark_shared();
                 self.ready.set(true);
                 self.say("Your last program is back (kept in this browser).");
                 return;
             }
-        }
-        if let Some(id) = hash.strip_prefix("#s:") {
-            let id = id.to_string();
-            self.ready.set(false);
-            let settings = self.settings.get_untracked();
-            spawn_local(async move {
-                match runner::get_link(&settings, &id).await {
+            if let Some(id) = hash.strip_prefix("#s:") {
+                match runner::get_link(&settings, id).await {
                     Ok(s) => {
                         self.apply(s);
                         self.mark_shared();
@@ -86,39 +91,43 @@ impl Ui {
                     self.load_example(examples::ALL[0]);
                 }
                 self.ready.set(true);
-            });
-            return;
-        }
-        if hash.len() > 1 {
-            match share::decode(hash) {
-                Ok(s) => {
-                    self.apply(s);
-                    self.mark_shared();
-                    self.ready.set(true);
-                    return;
-                }
-                Err(e) => self.say(e),
+                return;
             }
-        }
-        self.load_example(examples::ALL[0]);
-        self.ready.set(true);
+            if hash.len() > 1 {
+                match share::decode(&hash).await {
+                    Ok(s) => {
+                        self.apply(s);
+                        self.mark_shared();
+                        self.ready.set(true);
+                        return;
+                    }
+                    Err(e) => self.say(e),
+                }
+            }
+            self.load_example(examples::ALL[0]);
+            self.ready.set(true);
+        });
     }
 
     /// Writes the state into the address bar (so the page URL is always a full link) and into
-    /// localStorage (so the bare URL reopens it).
+    /// localStorage (so the bare URL reopens it); `written` holds it for the Share dialog.
+    /// (Deflating is the browser's and asynchronous: a state that changed meanwhile is left to
+    /// the write its change started.)
     pub(super) fn write_fragment(self) {
-        if self.embedded {
-            return;
-        }
-        let fragment = format!("#{}", share::encode(&self.state()));
-        if self.written.with_value(|w| *w == fragment) {
-            return;
-        }
-        if let Ok(h) = window().history() {
-            let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&fragment));
-        }
-        crate::storage_set(LAST_STATE_KEY, &fragment);
-        self.written.set_value(fragment);
+        let state = self.state();
+        spawn_local(async move {
+            let fragment = format!("#{}", share::encode(&state).await);
+            if self.state() != state || self.written.with_untracked(|w| *w == fragment) {
+                return;
+            }
+            if !self.embedded {
+                if let Ok(h) = window().history() {
+                    let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&fragment));
+                }
+                crate::storage_set(LAST_STATE_KEY, &fragment);
+            }
+            self.written.set(fragment);
+        });
     }
 
     /// The page's address without query and fragment.
@@ -131,18 +140,18 @@ impl Ui {
         )
     }
 
-    /// The full link: the page with the whole state in the fragment.
+    /// The full link: the page with the whole state in the fragment (as last written).
     pub(super) fn full_link(self) -> String {
-        format!("{}#{}", self.page_url(), share::encode(&self.state()))
+        format!("{}{}", self.page_url(), self.written.get())
     }
 
     /// The read-only embed view of the current state, showing `pane`.
     pub(super) fn embed_link(self, pane: Pane) -> String {
         format!(
-            "{}?embed={}#{}",
+            "{}?embed={}{}",
             self.page_url(),
             pane_key(pane),
-            share::encode(&self.state())
+            self.written.get()
         )
     }
 

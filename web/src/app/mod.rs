@@ -165,7 +165,7 @@ pub struct Ui {
     /// The events of the job being followed.
     stream: StoredValue<Option<js::EventStream>, LocalStorage>,
     /// The fragment this page wrote last (a hashchange to anything else is a new link).
-    written: StoredValue<String>,
+    written: RwSignal<String>,
     /// Programs A and B as last loaded or shared: other text is an unshared edit.
     baseline: StoredValue<(String, Option<String>)>,
     /// The read-only embed view: nothing is written to the URL or to localStorage.

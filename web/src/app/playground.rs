@@ -74,7 +74,7 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
 
     let _ = window_event_listener(ev::hashchange, move |_| {
         let hash = window().location().hash().unwrap_or_default();
-        if ui.written.with_value(|w| *w != hash) {
+        if ui.written.with_untracked(|w| *w != hash) {
             ui.restore(&hash);
         }
     });

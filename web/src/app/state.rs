@@ -51,7 +51,7 @@ impl Ui {
             ready: RwSignal::new(false),
             editor: StoredValue::new_local(None),
             stream: StoredValue::new_local(None),
-            written: StoredValue::new(String::new()),
+            written: RwSignal::new(String::new()),
             baseline: StoredValue::new((String::new(), None)),
             embedded,
         }

@@ -32,7 +32,7 @@ use super::predicate::eval;
 use super::{Ctx, LoopKey, PipelinePlan};
 use crate::diag::Diagnostic;
 use crate::dtype::DType;
-use crate::fusion::{BinaryOp, ExprId, MemoryType, ParallelType, TensorId};
+use crate::fusion::{BinaryOp, ExprId, MemoryType, ParallelType};
 use crate::kir::{
     Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, MmaOperand, Stmt, Val,
     Wgmma,
@@ -620,17 +620,15 @@ impl Lower<'_> {
             n => {
                 let f = cx.fusion;
                 // The nest's computation, else (a copy's nest, e.g. a TMA store) the tensor
-                // with an Mma axis on its first loop, else any with an Mma axis.
-                let mma_on = |t: TensorId, key: Option<LoopKey>| {
-                    f.tensors[t].loop_domain.iter().any(|&id| {
-                        f.ids[id].parallel == ParallelType::Mma
-                            && key.is_none_or(|key| cx.id_keys.get(&id) == Some(&key))
+                // with an Mma axis on its first loop.
+                let who = first_expr(body).map(|e| f.exprs[e].output).or_else(|| {
+                    f.tensor_ids().find(|&t| {
+                        f.tensors[t].loop_domain.iter().any(|&id| {
+                            f.ids[id].parallel == ParallelType::Mma
+                                && cx.id_keys.get(&id) == Some(&loops[0].key)
+                        })
                     })
-                };
-                let who = first_expr(body)
-                    .map(|e| f.exprs[e].output)
-                    .or_else(|| f.tensor_ids().find(|&t| mma_on(t, Some(loops[0].key))))
-                    .or_else(|| f.tensor_ids().find(|&t| mma_on(t, None)));
+                });
                 Err(Diagnostic::new(
                     format!(
                         "`{}` has {n} Mma axes in a row; a tensor-core product has three (M, N, K: the instruction tile) and the tensors that read its accumulator two (M, N)",
