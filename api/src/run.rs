@@ -271,10 +271,8 @@ pub struct RunResult {
     pub profile: Option<crate::profile::ProfileReport>,
     /// How many of the grid's CTAs (or clusters) the GPU holds at once and so in how many
     /// waves the grid runs (the runner's `occupancy.rs`). Absent from results of runners older
-    /// than it. (The playground does not show it, so its build does not read it: the reader
-    /// would cost the cold load about 0.6 KiB.)
+    /// than it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(target_arch = "wasm32", serde(skip_deserializing))]
     pub residency: Option<Residency>,
     /// Sentences about the launch the user should act on, e.g. a persistent grid that does not
     /// fit the resident clusters. Absent when there are none.
@@ -322,6 +320,68 @@ pub struct Residency {
     /// Why `resident` is unknown (the occupancy query failed, e.g. on a driver without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unknown: Option<String>,
+}
+
+impl Residency {
+    /// `32 clusters of 4 CTAs`, `128 CTAs`: `n` units of this record.
+    pub fn units(&self, n: u64) -> String {
+        match self.unit {
+            ResidentUnit::Cta => count(n, "CTA"),
+            ResidentUnit::Cluster => format!(
+                "{} of {}",
+                count(n, "cluster"),
+                count(u64::from(self.unit_ctas), "CTA")
+            ),
+        }
+    }
+
+    /// Where `resident` came from: `cuOccupancyMaxActiveClusters`, or
+    /// `cuOccupancyMaxActiveBlocksPerMultiprocessor: 1 per SM x 132 SMs`.
+    pub fn source(&self) -> String {
+        match (self.per_sm, self.resident) {
+            (Some(per_sm), Some(resident)) if per_sm > 0 => format!(
+                "{}: {per_sm} per SM x {} SMs",
+                self.query,
+                resident / u64::from(per_sm)
+            ),
+            _ => self.query.clone(),
+        }
+    }
+
+    /// The waves figure in words: `2 (32 clusters of 4 CTAs, at most 30 resident:
+    /// cuOccupancyMaxActiveClusters; persistent grid)`, or why it is unknown (the CLI's
+    /// `waves` line and the playground's).
+    pub fn text(&self) -> String {
+        let persistent = if self.persistent {
+            "; persistent grid"
+        } else {
+            ""
+        };
+        let grid = self.units(self.grid);
+        match (self.resident, self.waves) {
+            (Some(resident), Some(waves)) => format!(
+                "{waves} ({grid}, at most {resident} resident: {}{persistent})",
+                self.source()
+            ),
+            (Some(resident), None) => format!(
+                "none ({grid}, but {resident} resident: {}{persistent})",
+                self.source()
+            ),
+            (None, _) => format!(
+                "unknown ({grid}{persistent}): {}",
+                self.unknown.as_deref().unwrap_or("no reason given")
+            ),
+        }
+    }
+}
+
+/// `n` and the noun, in the plural unless `n` is 1.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// Where a run is, for a caller that reports progress (the service's worker).

@@ -89,40 +89,6 @@ pub fn record(
     }
 }
 
-/// `n` and the noun, in the plural unless `n` is 1.
-fn count(n: u64, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
-}
-
-/// `32 clusters of 4 CTAs`, `128 CTAs`: `n` units of the record.
-pub fn units(r: &Residency, n: u64) -> String {
-    match r.unit {
-        ResidentUnit::Cta => count(n, "CTA"),
-        ResidentUnit::Cluster => format!(
-            "{} of {}",
-            count(n, "cluster"),
-            count(u64::from(r.unit_ctas), "CTA")
-        ),
-    }
-}
-
-/// Where `resident` came from: `cuOccupancyMaxActiveClusters`, or
-/// `cuOccupancyMaxActiveBlocksPerMultiprocessor: 1 per SM x 132 SMs`.
-pub fn source(r: &Residency) -> String {
-    match (r.per_sm, r.resident) {
-        (Some(per_sm), Some(resident)) if per_sm > 0 => format!(
-            "{}: {per_sm} per SM x {} SMs",
-            r.query,
-            resident / u64::from(per_sm)
-        ),
-        _ => r.query.clone(),
-    }
-}
-
 /// The warning for a persistent grid that needs more than one wave (its later waves start only
 /// when CTAs of the first finish, which for a persistent kernel is when their whole share of
 /// the work is done, so the kernel takes about twice as long); none otherwise.
@@ -142,19 +108,19 @@ pub fn warning(r: &Residency) -> Option<String> {
         )
     };
     let fit = match r.unit {
-        ResidentUnit::Cta => count(resident, "CTA"),
+        ResidentUnit::Cta => hopfuse_api::run::count(resident, "CTA"),
         ResidentUnit::Cluster => format!(
             "{} ({})",
-            count(resident, "cluster"),
-            count(resident * u64::from(r.unit_ctas), "CTA")
+            hopfuse_api::run::count(resident, "cluster"),
+            hopfuse_api::run::count(resident * u64::from(r.unit_ctas), "CTA")
         ),
     };
     Some(format!(
         "persistent grid of {}, but at most {resident} {} resident on this GPU ({}): {when}; \
          make the grid at most {fit}",
-        units(r, r.grid),
+        r.units(r.grid),
         if resident == 1 { "is" } else { "are" },
-        source(r),
+        r.source(),
     ))
 }
 
@@ -197,9 +163,9 @@ pub fn residency(
     match (&r.resident, &r.unknown) {
         (Some(resident), _) => info!(
             "{} resident at once ({}); the grid of {} runs in {} wave(s)",
-            units(&r, *resident),
-            source(&r),
-            units(&r, r.grid),
+            r.units(*resident),
+            r.source(),
+            r.units(r.grid),
             r.waves.map_or("no".to_string(), |w| w.to_string())
         ),
         (None, why) => warn!(
@@ -483,6 +449,6 @@ mod tests {
             Some("the driver has no cuOccupancyMaxActiveClusters")
         );
         assert_eq!(warning(&r), None);
-        assert_eq!(source(&r), MAX_ACTIVE_CLUSTERS);
+        assert_eq!(r.source(), MAX_ACTIVE_CLUSTERS);
     }
 }

@@ -132,7 +132,7 @@ pub fn render(r: &RunResult) -> String {
         );
     }
     if let Some(w) = &r.residency {
-        let _ = writeln!(s, "  waves       {}", waves(w));
+        let _ = writeln!(s, "  waves       {}", w.text());
     }
     let a = &r.attributes;
     let _ = writeln!(
@@ -237,34 +237,6 @@ pub fn render(r: &RunResult) -> String {
         if r.passed { "PASS" } else { "FAIL" }
     );
     s
-}
-
-/// The waves line: `2 (32 clusters of 4 CTAs, at most 30 resident: cuOccupancyMaxActiveClusters;
-/// persistent grid)`, or why the figure is unknown.
-fn waves(w: &hopfuse_api::run::Residency) -> String {
-    use crate::occupancy::{source, units};
-    let persistent = if w.persistent {
-        "; persistent grid"
-    } else {
-        ""
-    };
-    match (w.resident, w.waves) {
-        (Some(resident), Some(waves)) => format!(
-            "{waves} ({}, at most {resident} resident: {}{persistent})",
-            units(w, w.grid),
-            source(w)
-        ),
-        (Some(resident), None) => format!(
-            "none ({}, but {resident} resident: {}{persistent})",
-            units(w, w.grid),
-            source(w)
-        ),
-        (None, _) => format!(
-            "unknown ({}{persistent}): {}",
-            units(w, w.grid),
-            w.unknown.as_deref().unwrap_or("no reason given")
-        ),
-    }
 }
 
 /// The peers' lines of the report: each peer's time, speed-up and validation, then hopfuse

@@ -359,8 +359,10 @@ fn measured_view(
             {checks_table(&m.checks_after_timing)}
         }
     });
+    let warnings = m.warnings.clone();
     view! {
         {message.map(|msg| view! { <p class="note">{msg}</p> })}
+        {warnings.into_iter().map(|w| view! { <p class="note run-warning">"⚠ "{w}</p> }).collect::<Vec<_>>()}
         <div class="headline">
             <div class="big">
                 <span class="label">"median"</span>
@@ -384,6 +386,7 @@ fn measured_view(
             <tr><th>"device"</th><td>{m.device.clone().unwrap_or_else(|| "—".into())}</td></tr>
             {cublas_row}
             <tr><th>"launch"</th><td class="mono">{m.launch.clone().unwrap_or_else(|| "—".into())}</td></tr>
+            {m.waves.clone().map(|w| view! { <tr><th>"waves"</th><td class="mono">{w}</td></tr> })}
             <tr>
                 <th>"time"</th>
                 <td class="mono">

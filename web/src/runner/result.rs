@@ -136,6 +136,8 @@ impl Measured {
             cubin_cached,
             peers: r.peers.as_ref().map(PeersView::from),
             profile: r.profile.clone(),
+            waves: r.residency.as_ref().map(|w| w.text()),
+            warnings: r.warnings.clone(),
         }
     }
 }

@@ -641,3 +641,26 @@ fn the_recorded_runs_read_into_the_api_types() {
         assert_eq!(h.limits.max_program_bytes, 65536);
     }
 }
+
+/// The runner's waves figure and warnings (a persistent grid past one wave) reach the Run pane
+/// in the runner's own words (`Residency::text`, shared with the CLI report).
+#[test]
+fn the_waves_figure_and_the_warnings_are_read() {
+    let mut j: Value = serde_json::from_str(PASSED).unwrap();
+    let warning = "persistent grid of 32 clusters of 4 CTAs, but at most 30 are resident on this GPU (cuOccupancyMaxActiveClusters): 2 run as a second wave; make the grid at most 30 clusters (120 CTAs)";
+    j["result"]["result"]["residency"] = serde_json::json!({
+        "unit": "cluster", "unit_ctas": 4, "grid": 32, "resident": 30, "waves": 2,
+        "query": "cuOccupancyMaxActiveClusters", "persistent": true
+    });
+    j["result"]["result"]["warnings"] = serde_json::json!([warning]);
+    let v = parse_result(&j.to_string());
+    let m = v.measured.expect("a measured run");
+    assert_eq!(
+        m.waves.as_deref(),
+        Some("2 (32 clusters of 4 CTAs, at most 30 resident: cuOccupancyMaxActiveClusters; persistent grid)")
+    );
+    assert_eq!(m.warnings, [warning]);
+    // An older runner's result has neither.
+    let old = parse_result(PASSED).measured.expect("a measured run");
+    assert!(old.waves.is_none() && old.warnings.is_empty());
+}

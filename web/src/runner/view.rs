@@ -67,6 +67,10 @@ pub struct Measured {
     /// Nsight Compute's profile of the kernel, or why there is none (`result.profile`;
     /// `profile_view.rs`).
     pub profile: Option<api::profile::ProfileReport>,
+    /// How many waves the grid takes on this GPU, in words (`RunResult::residency`).
+    pub waves: Option<String>,
+    /// What the runner warns about (a persistent grid past one wave).
+    pub warnings: Vec<String>,
 }
 
 /// The `comparison` of an A/B job: B's time over A's, per launch pair, when both were measured.
