@@ -407,7 +407,7 @@ pub(crate) fn project(
                         &lin,
                         &Val::True,
                     ));
-                } else if l.parallel.is_hw() && l.parallel != ws_on(pipe) {
+                } else if l.parallel.is_hw() && Some(l.parallel) != turn_dim(pipe) {
                     l2.body = project(cx, plan, pipe, role, buffers, &l.body, outer, in_loop);
                 } else {
                     // A serial loop, or the consumers' loop over the specialised dim (ping-pong):
@@ -429,12 +429,9 @@ pub(crate) fn project(
     out
 }
 
-/// The thread dim pipe `pipe` is warp-specialized on.
-fn ws_on(pipe: &Pipe) -> ParallelType {
-    pipe.ws
-        .as_ref()
-        .map(|w| w.spec.on)
-        .unwrap_or(ParallelType::Serial)
+/// The thread dim whose groups take turns in pipe `pipe` (ping-pong), if they do.
+fn turn_dim(pipe: &Pipe) -> Option<ParallelType> {
+    pipe.ws.as_ref().filter(|w| w.turns > 1).map(|w| w.spec.on)
 }
 
 /// Removes the loads of the pipe from the consumers' code and makes each iteration of the
@@ -499,7 +496,7 @@ pub(crate) fn consume(
                 per_warp: true,
             }));
             l.body = it;
-        } else if l.parallel.is_hw() && l.parallel != ws_on(pipe) {
+        } else if l.parallel.is_hw() && Some(l.parallel) != turn_dim(pipe) {
             consume(
                 cx,
                 plan,
