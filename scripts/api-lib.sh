@@ -1,5 +1,14 @@
 # Shared by the scripts that talk to the runner's HTTP API with curl (sourced): `json_file`,
-# `field` and `run_job`. Needs BASE (the service's URL) and OUT (where event streams go).
+# `field` and `run_job` (they need BASE, the service's URL, and OUT, where event streams go),
+# and `service_url`.
+service_url() { # file -> the http://host:port a starting `hopfuse serve` printed there (waits up to 20 s)
+  local url
+  for _ in $(seq 100); do
+    url=$(grep -o 'http://[0-9.:]*' "$1" 2>/dev/null | head -1)
+    [ -n "$url" ] && { echo "$url"; return; }
+    sleep 0.2
+  done
+}
 json_file() { # file -> JSON string of its text
   printf '"%s"' "$(sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' "$1" | awk '{printf "%s\\n", $0}')"
 }

@@ -30,20 +30,16 @@ PORT=$((20000 + RANDOM % 20000))
 PIDS+=($!)
 URL=nats://127.0.0.1:$PORT
 for _ in $(seq 50); do grep -q "Server is ready" "$OUT/nats.log" && break; sleep 0.2; done
+. "$(dirname "$0")/api-lib.sh"
 "$B" serve --addr 127.0.0.1:0 --data-dir "$DATA/fe" --static-dir "$DATA/none" --queue "$URL" \
   --fault-kernels --job-timeout 10 >"$OUT/fe.out" 2>"$OUT/fe.log" &
 PIDS+=($!)
 "$B" agent --queue "$URL" --gpus 1 --job-timeout 10 --name h100 --data-dir "$DATA/agent" \
   >"$OUT/agent.out" 2>"$OUT/agent.log" &
 PIDS+=($!)
-for _ in $(seq 100); do
-  BASE=$(grep -o 'http://[0-9.:]*' "$OUT/fe.out" 2>/dev/null | head -1)
-  [ -n "$BASE" ] && break
-  sleep 0.2
-done
+BASE=$(service_url "$OUT/fe.out")
 [ -n "${BASE:-}" ] || { say "FAIL: the front-end did not start"; cat "$OUT/fe.log"; exit 1; }
 
-. "$(dirname "$0")/api-lib.sh"
 check() { # name expected-status result [extra grep]
   local name=$1 want=$2 r=$3 extra=${4:-} got ok=PASS
   got=$(field "$r" status)
