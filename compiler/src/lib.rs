@@ -133,6 +133,7 @@ pub fn compile_choosing_index(
         tensor_maps: Vec::new(),
         register_sharing: None,
         cluster: None,
+        persistent: None,
     };
     let mut dumps = vec![PassDump {
         name: "fusion",

@@ -56,6 +56,25 @@ pub struct PipelineView {
     /// CTAs per cluster along x, y, z when the kernel runs in clusters.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<[i64; 3]>,
+    /// A persistent kernel's tile order (`persistent(BIDy, 16)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tiles: Option<TileOrder>,
+}
+
+/// The order in which a persistent kernel's CTAs take its tiles: CTA `b` of `gridDim.x` takes
+/// linear tiles `b, b + gridDim.x, ...` in loop `var`, and a grouped raster maps each to the
+/// grid-bound indices (the producer and the consumers both index through `var`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TileOrder {
+    /// The tile loop's variable and how many tiles there are (clusters of tiles in a cluster
+    /// kernel).
+    pub var: String,
+    pub tiles: String,
+    /// The grid axis the raster's groups run along, and the tiles per group.
+    pub along: String,
+    pub group: i64,
+    /// Each grid-bound variable (with its axis) and its value.
+    pub indices: Vec<(String, String, String)>,
 }
 
 /// A set of threads of the block with one job in the pipelines.
@@ -476,6 +495,17 @@ pub fn extract(k: &Kernel, plan: &PipelinePlan) -> PipelineView {
         nests: epilogue::nests(&walk, &places),
         staged: epilogue::staged(k, plan, &walk),
         cluster: k.cluster,
+        tiles: k.persistent.as_ref().map(|p| TileOrder {
+            var: p.var.clone(),
+            tiles: p.tiles.to_string(),
+            along: p.along.to_string(),
+            group: p.group,
+            indices: p
+                .bindings
+                .iter()
+                .map(|(v, axis, value)| (v.clone(), axis.to_string(), value.text()))
+                .collect(),
+        }),
     }
 }
 

@@ -334,6 +334,36 @@ pub struct LaunchPlan {
     /// Set when the fusion is one matrix product: the runner then reports TFLOP/s against cuBLAS.
     #[serde(default)]
     pub matmul: Option<MatmulShape>,
+    /// Set for a persistent kernel (`persistent(BIDy, 8)`): `grid` is then its tiles in CTAs,
+    /// the most a launch uses, and a launch uses no more than are resident at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent: Option<PersistentGrid>,
+}
+
+/// The CTAs of a persistent grid over `tiles` CTAs' worth of tiles in clusters of `cluster`,
+/// when `resident` clusters fit at once: the fewest that take the tiles in as few rounds as
+/// the resident ones would (`ceil(units / ceil(units / resident))` clusters), so no CTA waits
+/// for a last round that only some take (4096^3 in 128 x 256 tiles: 512 tiles, 4 rounds of
+/// 128 CTAs rather than 3.9 of 132), in whole clusters.
+pub fn persistent_grid(tiles: u32, cluster: i64, resident: i64) -> u32 {
+    let cluster = cluster.max(1) as u64;
+    let units = u64::from(tiles).div_ceil(cluster);
+    let rounds = units.div_ceil(resident.max(1) as u64).max(1);
+    let grid = units.div_ceil(rounds) * cluster;
+    u32::try_from(grid).unwrap_or(u32::MAX)
+}
+
+/// How a persistent kernel walks its tiles. Its one-dimensional grid has at most one CTA per
+/// tile (`LaunchPlan::grid`) and at most as many as are resident at once, a multiple of the
+/// cluster size, and of those the fewest that take the same number of rounds
+/// ([`persistent_grid`]): [`LaunchPlan::concretize`] assumes one CTA per SM of an H100
+/// ([`crate::target::SM_COUNT`]); the runner asks the device and sizes the grid to what it
+/// holds. Any grid size is correct: CTA `b` of `G` takes tiles `b, b + G, ...`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PersistentGrid {
+    /// The grid axis the raster's tile groups run along (`BIDy`) and the tiles per group.
+    pub along: String,
+    pub group: i64,
 }
 
 /// A launch configuration evaluated with real sizes.
@@ -420,11 +450,16 @@ impl LaunchPlan {
             }
             Ok(actual as u32)
         };
-        let grid = [
+        let mut grid = [
             dim(&self.grid[0], MAX_GRID[0], "grid x")?,
             dim(&self.grid[1], MAX_GRID[1], "grid y")?,
             dim(&self.grid[2], MAX_GRID[2], "grid z")?,
         ];
+        if self.persistent.is_some() {
+            let cluster = self.cluster.map_or(1, |c| c[0].max(1));
+            let resident = (crate::target::SM_COUNT / cluster).max(1);
+            grid[0] = persistent_grid(grid[0], cluster, resident);
+        }
         let block = [
             dim(&self.block[0], MAX_BLOCK[0], "block x")?,
             dim(&self.block[1], MAX_BLOCK[1], "block y")?,

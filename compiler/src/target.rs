@@ -93,6 +93,14 @@ pub const TMA_BOX_ALIGN: i64 = 128;
 /// attribute); a TMA multicast mask has a bit per CTA of the cluster (`%cluster_ctarank`).
 pub const MAX_CLUSTER_CTAS: i64 = 8;
 
+/// Streaming multiprocessors of an H100 SXM: a persistent grid's CTA count when no device is
+/// at hand to ask (the runner asks the device how many CTAs are resident at once).
+pub const SM_COUNT: i64 = 132;
+
+/// The largest tile group of a persistent grid's raster (`persistent(BIDy, group)`): more than
+/// an H100's CTAs would put the whole wave in one group.
+pub const MAX_RASTER_GROUP: i64 = SM_COUNT;
+
 /// Alignment of a box in shared memory: the swizzle pattern repeats every 8 rows of 128 bytes
 /// (address bits 4..7 are XORed with bits 7..10), so a swizzled box starts at a multiple of 1024
 /// bytes and the pattern is the same relative to its start.

@@ -96,6 +96,7 @@ pub fn plan(fault: Fault) -> LaunchPlan {
         register_sharing: None,
         cluster: None,
         matmul: None,
+        persistent: None,
         min_global_bytes: E::Mul(Box::new(E::Const(4)), Box::new(n)),
     }
 }

@@ -43,10 +43,48 @@ pub fn waves(grid: u64, resident: u64) -> Option<u64> {
     (resident > 0).then(|| grid.div_ceil(resident))
 }
 
-/// Whether the plan's grid is the same for every problem size: a persistent kernel, whose CTAs
-/// loop over the work themselves and so should all be resident at once.
+/// Whether the plan's grid is the same for every problem size, or a persistent grid
+/// (`LaunchPlan::persistent`): a persistent kernel, whose CTAs loop over the work themselves and
+/// so should all be resident at once.
 pub fn is_persistent(plan: &LaunchPlan) -> bool {
-    plan.grid.iter().all(|extent| extent.as_const().is_some())
+    plan.persistent.is_some() || plan.grid.iter().all(|extent| extent.as_const().is_some())
+}
+
+/// A persistent grid (`LaunchPlan::persistent`) sized to this GPU: no more CTAs than are
+/// resident at once (whole clusters), and of those the fewest that take the tiles in as few
+/// rounds (`hopfuse::plan::persistent_grid`); `r` is recounted for it. `plan.grid[0]` (the
+/// tiles in CTAs) is evaluated again, since `concretize` sized the grid for an H100. Any grid
+/// size is correct for such a kernel (each CTA takes every `gridDim.x`-th tile), so the launch
+/// keeps `concretize`'s choice when the residency is unknown; other plans are left as they are.
+pub fn fit_persistent(
+    plan: &LaunchPlan,
+    sizes: &std::collections::BTreeMap<String, i64>,
+    launch: &mut ConcreteLaunch,
+    r: &mut Residency,
+) {
+    let Some(resident) = r.resident.filter(|&n| n > 0 && plan.persistent.is_some()) else {
+        return;
+    };
+    let Some(tiles) = plan.grid[0]
+        .eval(sizes)
+        .ok()
+        .and_then(|t| u32::try_from(t).ok())
+    else {
+        return;
+    };
+    let cluster = i64::from(r.unit_ctas.max(1));
+    let grid = hopfuse::plan::persistent_grid(tiles, cluster, resident as i64);
+    if grid == launch.grid[0] {
+        return;
+    }
+    launch.grid[0] = grid;
+    r.grid = grid_units(launch.grid, launch.cluster);
+    r.waves = waves(r.grid, resident);
+    info!(
+        "persistent grid of {} for this GPU ({} resident at once)",
+        r.units(r.grid),
+        r.units(resident)
+    );
 }
 
 /// Units in a grid: CTAs, or clusters of `cluster` (each grid extent is a multiple of its

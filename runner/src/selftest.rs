@@ -65,6 +65,7 @@ fn plan(
         register_sharing: None,
         cluster: None,
         matmul: None,
+        persistent: None,
         min_global_bytes: bytes,
     }
 }

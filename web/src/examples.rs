@@ -128,7 +128,7 @@ mod tests {
     fn every_example_compiles_and_basics_come_first() {
         assert!(ALL.len() >= 5);
         for e in ALL {
-            hopfuse::compile(source(&e), &Default::default())
+            hopfuse::compile(source(e), &Default::default())
                 .unwrap_or_else(|d| panic!("{}: {d}", key(e)));
         }
         assert_eq!(grouped()[0].0, "basics");
@@ -176,7 +176,7 @@ mod tests {
                 key(e)
             );
             // Every example has bench sizes, and they name exactly its size symbols.
-            let c = hopfuse::compile(source(&e), &Default::default()).unwrap();
+            let c = hopfuse::compile(source(e), &Default::default()).unwrap();
             let sizes = bench_sizes(e);
             for sym in &c.plan.symbols {
                 assert!(

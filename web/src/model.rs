@@ -297,8 +297,8 @@ mod tests {
         assert!(c.passes[0].changed);
         assert!(c.cuda.contains("__global__"));
         // The TMA passes run (and are dumped) only for fusions with TMA loads, `mma` only for
-        // tensor-core tiles.
-        let tma_passes = ["tma", "tma_issue", "circular_buffer"];
+        // tensor-core tiles, `persistent` only for persistent grids.
+        let tma_passes = ["tma", "tma_issue", "circular_buffer", "persistent"];
         let count = |skip: &[&str]| {
             hopfuse::passes::PIPELINE
                 .iter()
@@ -313,10 +313,15 @@ mod tests {
             &crate::examples::find("tma/exp_2d").unwrap(),
         ))
         .unwrap();
-        assert_eq!(tma.passes.len(), 1 + count(&["mma"]));
+        assert_eq!(tma.passes.len(), 1 + count(&["mma", "persistent"]));
         let mma =
             crate::examples::source(&crate::examples::find("matmul/step2_pipelined").unwrap());
         let mma = compile(mma).unwrap();
-        assert_eq!(mma.passes.len(), 1 + hopfuse::passes::PIPELINE.len());
+        assert_eq!(mma.passes.len(), count(&["persistent"]) + 1);
+        let persistent = crate::examples::source(
+            &crate::examples::find("matmul/step15_persistent_raster").unwrap(),
+        );
+        let persistent = compile(persistent).unwrap();
+        assert_eq!(persistent.passes.len(), 1 + hopfuse::passes::PIPELINE.len());
     }
 }

@@ -123,6 +123,7 @@ pub const ENTRIES: &[Entry] = &[
     e("warp_specialized", Schedule, "warp_specialized(TIDx|TIDy|TIDz, registers=[producer, consumer], warp=N)", "An argument of circular_buffer: the producer warp group is added along that thread dim; `registers` rebalances registers with setmaxnreg; caches with different `warp` are separate producer roles. Loads inside the consumers' loop over that dim make its thread groups take turns with whole stages (ping-pong: examples/matmul/step14_ping_pong.hf)."),
     e("propagate", Schedule, "propagate(t)", "Replays t's splits, merges, reorders and parallel types on every other computed tensor."),
     e("inline_most", Schedule, "inline_most() | inline_most(t, ...)", "Inlines every tensor (or those listed) as deep into its consumers' loops as is legal."),
+    e("persistent", Schedule, "persistent(BIDy, 16)", "Makes the kernel persistent: the grid-bound axes span the tiles, and a one-dimensional grid of as many CTAs as are resident (the fewest for as few rounds) walks them, CTA b taking tiles b, b + gridDim.x, ...; a grouped raster maps each to its indices: groups of 16 tiles along BIDy, stepping along BIDy first (examples/matmul/step15_persistent_raster.hf). With cluster(...), tiles of clusters."),
     e("cluster", Schedule, "cluster(BIDy, 2)", "Launches the kernel in clusters of 2..8 consecutive CTAs along a grid axis; a load=tma box that every CTA of a cluster loads alike is multicast, each CTA copying its slice of it into all of them (its pipeline needs empty mbarriers)."),
     e("Serial", Parallel, "Serial", "An ordinary loop (the default)."),
     e("BIDx", Parallel, "BIDx", "blockIdx.x: one block per index (grid x up to 2^31 - 1)."),
@@ -268,7 +269,7 @@ mod tests {
             let stmt = match s {
                 "cache_after" | "cache_before" => format!("x = {s}(a)"),
                 "propagate" | "inline_most" => format!("{s}(c)"),
-                "cluster" => format!("{s}(BIDx, 2)"),
+                "cluster" | "persistent" => format!("{s}(BIDx, 2)"),
                 _ => format!("c.{s}()"),
             };
             let src = format!("{}schedule {{\n  {stmt}\n}}\n", fusion("c = exp(a)"));

@@ -138,6 +138,10 @@ pub fn emit_mapped(
         src.push('\n');
         src.push_str(prelude::CEIL_DIV);
     }
+    if uses.min {
+        src.push('\n');
+        src.push_str(prelude::MIN);
+    }
     if uses.bf16 {
         src.push('\n');
         src.push_str(prelude::BF16);
@@ -312,6 +316,10 @@ pub fn emit_mapped(
         cluster: k.cluster,
         min_global_bytes,
         matmul: None,
+        persistent: k.persistent.as_ref().map(|p| crate::plan::PersistentGrid {
+            along: p.along.to_string(),
+            group: p.group,
+        }),
     };
     (src, plan, written)
 }
@@ -319,6 +327,7 @@ pub fn emit_mapped(
 #[derive(Default)]
 struct Uses {
     ceil_div: bool,
+    min: bool,
     bf16: bool,
     f16: bool,
     vector: bool,
@@ -401,6 +410,7 @@ impl Emitter<'_> {
     /// Appends the CUDA text of `v` to `out`, noting the helpers it needs.
     fn write_val(&mut self, v: &Val, out: &mut String) {
         self.uses.ceil_div |= v.has_ceil_div();
+        self.uses.min |= v.has_min();
         self.uses.warp |= v.mentions_warp();
         v.write(out, true);
     }
@@ -465,15 +475,17 @@ impl Emitter<'_> {
             match s {
                 Stmt::Loop(l) => {
                     if l.parallel.is_hw() {
-                        self.line_parts(
-                            depth,
-                            &[
-                                "{  // ",
-                                &l.var,
-                                " = ",
-                                l.parallel.cuda_index().unwrap_or(""),
-                            ],
-                        );
+                        // A persistent kernel's grid-bound index is its tile loop's raster.
+                        let tile = self.k.persistent.as_ref().filter(|p| {
+                            p.bindings
+                                .iter()
+                                .any(|(v, q, _)| *v == l.var && *q == l.parallel)
+                        });
+                        let value = match tile {
+                            Some(p) => format!("the raster of tile `{}` ({})", p.var, l.parallel),
+                            None => l.parallel.cuda_index().unwrap_or("").to_string(),
+                        };
+                        self.line_parts(depth, &["{  // ", &l.var, " = ", &value]);
                         self.block(&l.body, depth + 1);
                         self.line(depth, "}");
                         continue;

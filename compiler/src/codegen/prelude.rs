@@ -5,6 +5,10 @@ pub const CEIL_DIV: &str = "template <typename T>
 __device__ __forceinline__ T hf_ceil_div(T a, T b) { return (a + b - 1) / b; }
 ";
 
+pub const MIN: &str = "template <typename T>
+__device__ __forceinline__ T hf_min(T a, T b) { return a < b ? a : b; }
+";
+
 pub const BF16: &str = "// bfloat16 storage; arithmetic happens in float.
 struct __align__(2) hf_bf16 { unsigned short bits; };
 __device__ __forceinline__ float hf_bf16_to_float(hf_bf16 h) { return __uint_as_float(((unsigned)h.bits) << 16); }

@@ -27,6 +27,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             class_parent: Default::default(),
             class_extent_member: Default::default(),
             cluster: None,
+            persistent: None,
         },
         names: HashMap::new(),
         taken: HashSet::new(),

@@ -499,6 +499,22 @@ pub struct Fusion {
     pub(crate) class_extent_member: crate::id::IdVec<IterId, Option<IterId>>,
     /// Thread-block clusters (`cluster(BIDy, 2)` in the schedule).
     pub cluster: Option<Cluster>,
+    /// A persistent grid walking the tiles in a grouped raster (`persistent(BIDy, 8)`).
+    pub persistent: Option<Persistent>,
+}
+
+/// A persistent kernel: the grid-bound axes span a space of tiles, and a grid of as many CTAs
+/// as are resident walks it, CTA `b` of `G` taking linear tiles `b, b + G, b + 2G, ...`. The
+/// linear order is a grouped raster: runs of `group` tiles along `along` (consecutive linear
+/// tiles step along `along` first), the groups in order along the other grid axis, so the
+/// tiles resident at once cover a compact block of the output and share their operands in L2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Persistent {
+    /// The grid axis (BIDx or BIDy) the groups run along.
+    pub along: ParallelType,
+    /// Tiles per group along `along` (in clusters when `along` is the clustered axis).
+    pub group: i64,
+    pub span: Option<Span>,
 }
 
 /// CTAs launched together as a cluster along one grid axis: they may write each other's
@@ -852,6 +868,9 @@ pub fn print(f: &Fusion) -> String {
     }
     if let Some(c) = f.cluster {
         let _ = writeln!(s, "  cluster({}, {})", c.on, c.ctas);
+    }
+    if let Some(p) = f.persistent {
+        let _ = writeln!(s, "  persistent({}, {})", p.along, p.group);
     }
     s
 }

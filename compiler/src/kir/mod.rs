@@ -40,6 +40,11 @@ pub enum Val {
     And(Box<Val>, Box<Val>),
     /// Bitwise exclusive or (the shared-memory swizzle of TMA boxes).
     Xor(Box<Val>, Box<Val>),
+    /// The smaller of two values (the last, partial group of a persistent grid's raster).
+    Min(Box<Val>, Box<Val>),
+    /// CTAs in the (one-dimensional) grid, `gridDim.x`: a persistent kernel's stride over its
+    /// tiles, fixed only at launch.
+    Ctas,
     True,
     /// The thread's warp index in the block, made warp-uniform (`__shfl_sync` from lane 0):
     /// predicates around warp-collective instructions are built from it.
@@ -67,6 +72,12 @@ impl Val {
     }
     pub fn lt(a: Val, b: Val) -> Val {
         Val::Lt(Box::new(a), Box::new(b))
+    }
+    pub fn sub(a: Val, b: Val) -> Val {
+        Val::Sub(Box::new(a), Box::new(b))
+    }
+    pub fn min(a: Val, b: Val) -> Val {
+        Val::Min(Box::new(a), Box::new(b))
     }
     pub fn eq(a: Val, b: Val) -> Val {
         Val::Eq(Box::new(a), Box::new(b))
@@ -104,7 +115,8 @@ impl Val {
             | Val::Lt(a, b)
             | Val::Eq(a, b)
             | Val::And(a, b)
-            | Val::Xor(a, b) => Some((a, b)),
+            | Val::Xor(a, b)
+            | Val::Min(a, b) => Some((a, b)),
             _ => None,
         }
     }
@@ -123,7 +135,36 @@ impl Val {
             Val::Eq(..) => Val::Eq(a, b),
             Val::And(..) => Val::And(a, b),
             Val::Xor(..) => Val::Xor(a, b),
+            Val::Min(..) => Val::Min(a, b),
             v => v.clone(),
+        }
+    }
+
+    /// The value, with `leaf` giving the value of each leaf that is not a constant (`None`: not
+    /// known, and so neither is the whole; so is a division by zero or an overflow). Comparisons
+    /// and `&&` are 1 or 0.
+    pub fn eval_with(&self, leaf: &dyn Fn(&Val) -> Option<i64>) -> Option<i64> {
+        let bin = |f: fn(i64, i64) -> Option<i64>| {
+            let (a, b) = self.operands()?;
+            f(a.eval_with(leaf)?, b.eval_with(leaf)?)
+        };
+        match self {
+            Val::Int(i) => Some(*i),
+            Val::True => Some(1),
+            Val::Add(..) => bin(i64::checked_add),
+            Val::Sub(..) => bin(i64::checked_sub),
+            Val::Mul(..) => bin(i64::checked_mul),
+            Val::Div(..) => bin(i64::checked_div),
+            Val::Mod(..) => bin(i64::checked_rem),
+            Val::CeilDiv(..) => bin(|a, b| a.checked_add(b.checked_sub(1)?)?.checked_div(b)),
+            Val::Lt(..) => bin(|a, b| Some((a < b) as i64)),
+            Val::Eq(..) => bin(|a, b| Some((a == b) as i64)),
+            Val::And(..) => bin(|a, b| Some((a != 0 && b != 0) as i64)),
+            Val::Xor(..) => bin(|a, b| Some(a ^ b)),
+            Val::Min(..) => bin(|a, b| Some(a.min(b))),
+            Val::Size(_) | Val::Var(_) | Val::Hw(_) | Val::Warp | Val::Elect | Val::Ctas => {
+                leaf(self)
+            }
         }
     }
 
@@ -217,17 +258,23 @@ impl Val {
             Val::Mul(a, b) => bin(a, "*", b, 4, out),
             Val::Div(a, b) => bin(a, "/", b, 4, out),
             Val::Mod(a, b) => bin(a, "%", b, 4, out),
-            Val::CeilDiv(a, b) => {
-                out.push_str(if cuda {
-                    "hf_ceil_div<index_t>("
-                } else {
-                    "ceilDiv("
+            Val::CeilDiv(a, b) | Val::Min(a, b) => {
+                out.push_str(match (self, cuda) {
+                    (Val::Min(..), true) => "hf_min<index_t>(",
+                    (Val::Min(..), false) => "min(",
+                    (_, true) => "hf_ceil_div<index_t>(",
+                    (_, false) => "ceilDiv(",
                 });
                 a.write(out, cuda);
                 out.push_str(", ");
                 b.write(out, cuda);
                 out.push(')');
             }
+            Val::Ctas => out.push_str(if cuda {
+                "((index_t)gridDim.x)"
+            } else {
+                "gridDim.x"
+            }),
             Val::Lt(a, b) => bin(a, "<", b, 2, out),
             Val::Eq(a, b) => bin(a, "==", b, 2, out),
             Val::And(a, b) => bin(a, "&&", b, 1, out),
@@ -258,6 +305,14 @@ impl Val {
             Some((a, b)) => {
                 matches!(self, Val::CeilDiv(..)) || a.has_ceil_div() || b.has_ceil_div()
             }
+            None => false,
+        }
+    }
+
+    /// Whether a minimum appears (the CUDA prelude then needs its helper).
+    pub fn has_min(&self) -> bool {
+        match self.operands() {
+            Some((a, b)) => matches!(self, Val::Min(..)) || a.has_min() || b.has_min(),
             None => false,
         }
     }
@@ -570,6 +625,24 @@ pub struct Kernel {
     pub register_sharing: Option<(u32, u32)>,
     /// CTAs per cluster along x, y, z (`__cluster_dims__`), when the kernel runs in clusters.
     pub cluster: Option<[i64; 3]>,
+    /// A persistent kernel's walk over its tiles (pass `persistent`).
+    pub persistent: Option<Persistent>,
+}
+
+/// How a persistent kernel's CTAs walk the tiles (pass `persistent`): a serial loop over the
+/// CTA's tiles stands inside the grid-bound loops, whose variables are not `blockIdx` but the
+/// grouped raster of the linear tile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Persistent {
+    /// The tile loop's variable: how many tiles this CTA (cluster) has taken before.
+    pub var: String,
+    /// Tiles in the grid-bound space, counted in clusters of tiles in a cluster kernel.
+    pub tiles: SizeExpr,
+    /// The grid axis the raster's groups run along, and the group size (`persistent(BIDy, 8)`).
+    pub along: ParallelType,
+    pub group: i64,
+    /// The grid-bound loop variables and their values in terms of `var`.
+    pub bindings: Vec<(String, ParallelType, Val)>,
 }
 
 /// The CTA's rank in its cluster (`%cluster_ctarank`), declared at the top of a cluster kernel.

@@ -186,6 +186,16 @@ impl Kernel {
             }
             let _ = writeln!(s, "  {v} = {}", p.cuda_index().unwrap_or("?"));
         }
+        if let Some(p) = &self.persistent {
+            let _ = writeln!(
+                s,
+                "  persistent({}, {}): loop `{}` walks this CTA's share of {} tiles (blockIdx.x, + gridDim.x, ...)",
+                p.along, p.group, p.var, p.tiles
+            );
+            for (v, _, value) in &p.bindings {
+                let _ = writeln!(s, "  {v} = {}", value.text());
+            }
+        }
         print_block(self, &self.body, 1, &mut s, &mut rec);
         s
     }

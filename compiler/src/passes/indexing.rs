@@ -127,7 +127,7 @@ fn walk(
     for s in body.iter_mut() {
         match s {
             Stmt::Loop(l) => {
-                let prev = env.insert(l.key, Val::Var(l.var.clone()));
+                let prev = env.insert(l.key, super::loop_value(env, l));
                 walk(cx, buffers, hw, &mut l.body, env)?;
                 match prev {
                     Some(p) => env.insert(l.key, p),

@@ -7,6 +7,7 @@ pub mod allocation;
 pub mod indexing;
 pub mod loop_nest;
 pub mod mma;
+pub mod persistent;
 pub mod predicate;
 pub mod reduction;
 pub mod simplify;
@@ -78,6 +79,12 @@ pub const PIPELINE: &[Pass] = &[
         summary: "loop nests from inlining positions",
         run: Run::Kernel(loop_nest::run),
         applies: always,
+    },
+    Pass {
+        name: "persistent",
+        summary: "a persistent grid's loop over its tiles, in a grouped raster",
+        run: Run::Kernel(persistent::run),
+        applies: persistent::used,
     },
     Pass {
         name: "tma",
@@ -159,6 +166,22 @@ pub enum KeyNode {
         outer: LoopKey,
         inner: LoopKey,
     },
+    /// A persistent kernel's loop over the tiles a CTA takes (pass `persistent`); no tensor
+    /// axis has it. The extent is the number of tiles (an upper bound on any CTA's count).
+    Tiles(SizeExpr),
+}
+
+/// The value of a loop's variable in an index walk: its variable, except where the kernel binds
+/// a hardware loop's index otherwise (a persistent kernel's tile indices, in `env` from
+/// [`Ctx::hw_env`]).
+pub fn loop_value<S: std::hash::BuildHasher>(
+    env: &HashMap<LoopKey, crate::kir::Val, S>,
+    l: &crate::kir::Loop,
+) -> crate::kir::Val {
+    match env.get(&l.key) {
+        Some(v) if l.parallel.is_hw() => v.clone(),
+        _ => crate::kir::Val::Var(l.var.clone()),
+    }
 }
 
 #[derive(Default)]
@@ -275,6 +298,22 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The key of a loop no tensor axis has (a persistent kernel's tile loop).
+    pub fn loop_only_key(&mut self, node: KeyNode) -> LoopKey {
+        if let Some(&k) = self.keys.map.get(&node) {
+            return k;
+        }
+        let name = self.key_name(&node);
+        let (extent, classes, divisible) = self.derive_key(&node);
+        let k = self.keys.nodes.push(node.clone());
+        self.keys.map.insert(node, k);
+        self.keys.names.push(name);
+        self.keys.extents.push(extent);
+        self.keys.classes.push(classes);
+        self.keys.divisible.push(divisible);
+        k
+    }
+
     /// The loop key of an axis.
     pub fn key(&mut self, id: IterId) -> LoopKey {
         if let Some(&k) = self.id_keys.get(&id) {
@@ -304,20 +343,7 @@ impl<'a> Ctx<'a> {
                 inner: self.key(inner),
             },
         };
-        let k = match self.keys.map.get(&node) {
-            Some(&k) => k,
-            None => {
-                let name = self.key_name(&node);
-                let (extent, classes, divisible) = self.derive_key(&node);
-                let k = self.keys.nodes.push(node.clone());
-                self.keys.map.insert(node, k);
-                self.keys.names.push(name);
-                self.keys.extents.push(extent);
-                self.keys.classes.push(classes);
-                self.keys.divisible.push(divisible);
-                k
-            }
-        };
+        let k = self.loop_only_key(node);
         self.id_keys.insert(id, k);
         k
     }
@@ -343,6 +369,7 @@ impl<'a> Ctx<'a> {
                     strip(&self.keys.names[*inner])
                 )
             }
+            KeyNode::Tiles(_) => "tile".to_string(),
         };
         self.fresh_name(&base)
     }
@@ -368,12 +395,12 @@ impl<'a> Ctx<'a> {
         &self,
         k: &Kernel,
     ) -> HashMap<LoopKey, crate::kir::Val, S> {
+        let key = |var: &str| Some(LoopKey::new(self.keys.names.iter().position(|n| n == var)?));
+        let persistent = k.persistent.iter().flat_map(|p| &p.bindings);
         k.hw_vars
             .iter()
-            .filter_map(|(var, _)| {
-                let key = LoopKey::new(self.keys.names.iter().position(|n| n == var)?);
-                Some((key, crate::kir::Val::Var(var.clone())))
-            })
+            .filter_map(|(var, _)| Some((key(var)?, crate::kir::Val::Var(var.clone()))))
+            .chain(persistent.filter_map(|(var, _, value)| Some((key(var)?, value.clone()))))
             .collect()
     }
 
@@ -413,6 +440,7 @@ impl<'a> Ctx<'a> {
                 classes.extend_from_slice(&keys.classes[i]);
                 (extent, classes, keys.divisible[o] && keys.divisible[i])
             }
+            KeyNode::Tiles(tiles) => (tiles.clone(), Vec::new(), true),
         }
     }
 

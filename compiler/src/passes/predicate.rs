@@ -59,7 +59,7 @@ impl State<'_> {
             *slot = match std::mem::replace(slot, Stmt::Sync) {
                 Stmt::Loop(mut l) => {
                     let key = l.key;
-                    let prev = env.insert(key, Val::Var(l.var.clone()));
+                    let prev = env.insert(key, super::loop_value(env, &l));
                     let single_vector = l.parallel == ParallelType::Vectorize
                         && l.body.len() == 1
                         && matches!(&l.body[0], Stmt::Compute(c) if self.vectorizable(cx, c));
@@ -342,6 +342,8 @@ pub(super) fn eval(
         Val::Div(a, b) => go(a)?.checked_div(go(b)?)?,
         Val::Mod(a, b) => go(a)?.checked_rem(go(b)?)?,
         Val::Xor(a, b) => go(a)? ^ go(b)?,
+        Val::Min(a, b) => go(a)?.min(go(b)?),
+        Val::Ctas => sample(h("gridDim.x")),
         Val::CeilDiv(a, b) => {
             let (a, b) = (go(a)?, go(b)?);
             (a + b - 1).checked_div(b)?

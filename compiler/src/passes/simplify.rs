@@ -208,6 +208,11 @@ pub fn simplify(v: &Val, ext: &HashMap<String, Val>) -> Val {
             (e, Int(0)) | (Int(0), e) => e,
             (a, b) => Xor(Box::new(a), Box::new(b)),
         },
+        Min(a, b) => match (s(a), s(b)) {
+            (Int(x), Int(y)) => Int(x.min(y)),
+            (a, b) if a == b => a,
+            (a, b) => Val::min(a, b),
+        },
         other => other.clone(),
     }
 }

@@ -68,26 +68,10 @@ pub fn of_hw(k: &Kernel, p: ParallelType) -> Uniformity {
 
 /// The value of an index expression that uses only constants and the warp index (`warp`).
 pub(super) fn eval(v: &Val, warp: Option<i64>) -> Option<i64> {
-    let bin = |f: fn(i64, i64) -> Option<i64>| {
-        let (a, b) = v.operands()?;
-        f(eval(a, warp)?, eval(b, warp)?)
-    };
-    match v {
-        Val::Int(i) => Some(*i),
-        Val::True => Some(1),
+    v.eval_with(&|leaf| match leaf {
         Val::Warp => warp,
-        Val::Add(..) => bin(i64::checked_add),
-        Val::Sub(..) => bin(i64::checked_sub),
-        Val::Mul(..) => bin(i64::checked_mul),
-        Val::Div(..) => bin(i64::checked_div),
-        Val::Mod(..) => bin(i64::checked_rem),
-        Val::CeilDiv(..) => bin(|a, b| a.checked_add(b.checked_sub(1)?)?.checked_div(b)),
-        Val::Lt(..) => bin(|a, b| Some((a < b) as i64)),
-        Val::Eq(..) => bin(|a, b| Some((a == b) as i64)),
-        Val::And(..) => bin(|a, b| Some((a != 0 && b != 0) as i64)),
-        Val::Xor(..) => bin(|a, b| Some(a ^ b)),
-        Val::Size(_) | Val::Var(_) | Val::Hw(_) | Val::Elect => None,
-    }
+        _ => None,
+    })
 }
 
 impl<'k> Walk<'k> {
@@ -95,7 +79,7 @@ impl<'k> Walk<'k> {
     /// warp-collective parts reached by whole warps) and returns how uniform it is.
     pub(super) fn value(&mut self, v: &Val, ctx: Uniformity) -> Uniformity {
         match v {
-            Val::Int(_) | Val::Size(_) | Val::True => Uniformity::Block,
+            Val::Int(_) | Val::Size(_) | Val::True | Val::Ctas => Uniformity::Block,
             Val::Hw(p) => of_hw(self.k, *p),
             Val::Var(name) => match self.vars.iter().rev().find(|(n, _)| n == name) {
                 Some(&(_, u)) => u,

@@ -119,8 +119,8 @@ pub fn run_ab_on(
     hooks.progress(Progress::Time);
     let gpu = &dev.gpu;
     let timed = {
-        let (fa, la, flush_a, args_a) = (&sa.func, &sa.setup.launch, &sa.flush, &mut sa.args);
-        let (fb, lb, flush_b, args_b) = (&sb.func, &sb.setup.launch, &sb.flush, &mut sb.args);
+        let (fa, la, flush_a, args_a) = (&sa.func, &sa.launch, &sa.flush, &mut sa.args);
+        let (fb, lb, flush_b, args_b) = (&sb.func, &sb.launch, &sb.flush, &mut sb.args);
         let (na, nb) = (args_a.len() as u64, args_b.len() as u64);
         gpu.time_pairs(
             Some(&dev.spin),

@@ -200,6 +200,8 @@ struct Staged<'a> {
     req: &'a RunRequest,
     plan: &'a LaunchPlan,
     setup: &'a Setup,
+    /// The launch: `setup`'s, with a persistent grid fitted to the CTAs resident at once.
+    launch: hopfuse::plan::ConcreteLaunch,
     func: cudarc::driver::CudaFunction,
     attributes: KernelAttributes,
     /// CTAs (or clusters) resident at once and the grid's waves (`crate::occupancy`).
@@ -238,7 +240,7 @@ fn stage_device<'a>(
     let sizes = &req.sizes;
     let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
     let (cubin_bytes, nvrtc_ms) = (cubin.image.len(), cubin.compile_ms);
-    let launch = &setup.launch;
+    let mut launch = setup.launch.clone();
     let index_type = setup.index_type;
     info!(
         "device: {} (sm_{}{})",
@@ -266,7 +268,8 @@ fn stage_device<'a>(
         )));
     }
     // After the shared memory limit is raised: the occupancy calculator reads it.
-    let residency = crate::occupancy::residency(gpu, &func, launch, plan);
+    let mut residency = crate::occupancy::residency(gpu, &func, &launch, plan);
+    crate::occupancy::fit_persistent(plan, sizes, &mut launch, &mut residency);
     let (free, _) = gpu.memory()?;
     if working_set > free {
         return Err(RunError::new(
@@ -346,7 +349,7 @@ fn stage_device<'a>(
     // First launch: correctness.
     hooks.progress(Progress::Launch);
     let mut args0 = args_for(&sets[0])?;
-    gpu.launch(&func, launch, &mut args0)?;
+    gpu.launch(&func, &launch, &mut args0)?;
     gpu.sync("the first launch of the kernel")?;
     hooks.progress(Progress::Validate);
     let validation = check_outputs(gpu, &tensors, &expected, &sets[0])?;
@@ -394,6 +397,7 @@ fn stage_device<'a>(
         req,
         plan,
         setup,
+        launch,
         func,
         attributes,
         residency,

@@ -32,6 +32,7 @@ fn plan(shapes: Vec<Vec<E>>) -> LaunchPlan {
         register_sharing: None,
         cluster: None,
         matmul: None,
+        persistent: None,
         min_global_bytes: E::Const(0),
     }
 }

@@ -27,7 +27,7 @@ impl Staged<'_> {
     /// Times the launches alone.
     pub(super) fn time(&mut self) -> Result<Timing, RunError> {
         let gpu = &self.dev.gpu;
-        let (func, launch) = (&self.func, &self.setup.launch);
+        let (func, launch) = (&self.func, &self.launch);
         let flush = &self.flush;
         let args = &mut self.args;
         let nsets = args.len() as u64;
@@ -56,8 +56,7 @@ impl Staged<'_> {
             None => own.insert(crate::peers::Peers::new()),
         };
         let gpu = &self.dev.gpu;
-        let (func, launch, flush, args) =
-            (&self.func, &self.setup.launch, &self.flush, &mut self.args);
+        let (func, launch, flush, args) = (&self.func, &self.launch, &self.flush, &mut self.args);
         let nsets = args.len() as u64;
         let spin = &self.dev.spin;
         let mut round = |warmup: u32, iters: u32| {
@@ -162,6 +161,7 @@ impl Staged<'_> {
             req,
             plan,
             setup,
+            launch,
             attributes,
             residency,
             cubin_bytes,
@@ -204,7 +204,7 @@ impl Staged<'_> {
             seed: req.seed,
             index_type: setup.index_type,
             index_reason: setup.index_reason.clone(),
-            launch: setup.launch.clone(),
+            launch,
             attributes,
             cubin_bytes,
             nvrtc_ms,

@@ -263,6 +263,20 @@ pub(super) fn mma_details(v: &PipelineView, m: &Mma) -> Vec<(&'static str, Strin
 /// release, as (what, text) rows.
 pub fn details(v: &PipelineView, p: &Pipeline) -> Vec<(&'static str, String)> {
     let mut rows = Vec::new();
+    if let Some(t) = &v.tiles {
+        let indices: Vec<String> = t
+            .indices
+            .iter()
+            .map(|(var, axis, _)| format!("{var} ({axis})"))
+            .collect();
+        rows.push((
+            "tile order",
+            format!(
+                "persistent: CTA b of gridDim.x takes tiles b, b + gridDim.x, … of the {} (loop {}, producer and consumers alike); grouped raster: groups of {} along {}, stepping along {} first → {}",
+                t.tiles, t.var, t.group, t.along, t.along, indices.join(", ")
+            ),
+        ));
+    }
     if let Some([x, y, z]) = v.cluster {
         rows.push((
             "cluster",

@@ -329,3 +329,24 @@ fn a_cluster_kernel_shows_the_cluster_and_its_multicast_slice() {
         summary(&v.pipelines[0])
     );
 }
+
+#[test]
+fn a_persistent_kernel_shows_its_tile_order() {
+    let v = view("matmul/step15_persistent_raster");
+    let rows = details(&v, &v.pipelines[0]);
+    assert_eq!(rows[0].0, "tile order", "{rows:?}");
+    let t = &rows[0].1;
+    assert!(
+        t.contains("CTA b of gridDim.x takes tiles b, b + gridDim.x, … of the ceilDiv(M, 128) * ceilDiv(N, 256) (loop tile, producer and consumers alike)"),
+        "{t}"
+    );
+    assert!(
+        t.contains("groups of 16 along BIDy, stepping along BIDy first → m_o (BIDy), n_o (BIDx)"),
+        "{t}"
+    );
+    // A kernel with a fixed grid has no such row.
+    let fixed = view("matmul/step9_tma_store_epilogue");
+    assert!(details(&fixed, &fixed.pipelines[0])
+        .iter()
+        .all(|(what, _)| *what != "tile order"));
+}

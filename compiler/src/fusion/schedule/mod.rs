@@ -90,7 +90,10 @@ fn checks_before_changing(st: &SchedStmt) -> bool {
                 | "compute_at"
         ),
         SchedStmt::Call { func, .. } => {
-            matches!(func.as_str(), "inline_most" | "propagate" | "cluster")
+            matches!(
+                func.as_str(),
+                "inline_most" | "propagate" | "cluster" | "persistent"
+            )
         }
         SchedStmt::Bind { .. } => false,
     }
@@ -701,12 +704,45 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     });
                     Ok(())
                 }
+                "persistent" => {
+                    a.count(2, 2)?;
+                    a.no_named()?;
+                    let (n, sp) = a.ident(0)?;
+                    let along = match ParallelType::parse(n) {
+                        Some(p @ (ParallelType::BIDx | ParallelType::BIDy)) => p,
+                        _ => {
+                            return a.err(
+                                format!("persistent(...) takes the grid axis its tile groups run along (BIDx or BIDy) and a group size, got `{n}`"),
+                                Some(sp),
+                            )
+                        }
+                    };
+                    let group = a.int(1)?;
+                    if !(1..=crate::target::MAX_RASTER_GROUP).contains(&group) {
+                        return a.err(
+                            format!(
+                                "a raster group has 1 to {} tiles, got {group}",
+                                crate::target::MAX_RASTER_GROUP
+                            ),
+                            None,
+                        );
+                    }
+                    if f.persistent.is_some() {
+                        return a.err("the kernel is already persistent", None);
+                    }
+                    f.persistent = Some(super::Persistent {
+                        along,
+                        group,
+                        span: Some(loc.0),
+                    });
+                    Ok(())
+                }
                 "cache_after" | "cache_before" => {
                     a.err(format!("bind the result: `name = {func}(tensor)`"), None)
                 }
                 other => a.err(
                     format!(
-                        "unknown schedule function `{other}` (inline_most, propagate, cluster)"
+                        "unknown schedule function `{other}` (inline_most, propagate, cluster, persistent)"
                     ),
                     None,
                 ),

@@ -461,16 +461,33 @@ impl Lower<'_> {
                     if key == t.n {
                         return Some(t.n_extent);
                     }
-                    match cx.keys.nodes[key] {
-                        super::KeyNode::Split {
-                            parent,
-                            factor,
-                            is_outer: false,
-                            ..
-                        } if parent == t.n && factor % 8 == 0 && t.n_extent % factor == 0 => {
-                            Some(factor)
+                    // An inner part of an inner part of N is a column slice as well (N split
+                    // into halves, each in slices of one box).
+                    let super::KeyNode::Split {
+                        parent,
+                        factor,
+                        is_outer: false,
+                        ..
+                    } = cx.keys.nodes[key]
+                    else {
+                        return None;
+                    };
+                    if factor % 8 != 0 || t.n_extent % factor != 0 {
+                        return None;
+                    }
+                    let mut up = parent;
+                    loop {
+                        if up == t.n {
+                            return Some(factor);
                         }
-                        _ => None,
+                        match cx.keys.nodes[up] {
+                            super::KeyNode::Split {
+                                parent,
+                                is_outer: false,
+                                ..
+                            } => up = parent,
+                            _ => return None,
+                        }
                     }
                 };
                 let found = self.tiles.iter().find_map(|t| {

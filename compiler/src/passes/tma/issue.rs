@@ -78,7 +78,7 @@ pub(crate) fn issue_block(
                 i += n - 1;
             }
             Stmt::Loop(l) => {
-                let prev = env.insert(l.key, Val::Var(l.var.clone()));
+                let prev = env.insert(l.key, crate::passes::loop_value(env, l));
                 issue_block(cx, plan, k, &mut l.body, env)?;
                 match prev {
                     Some(p) => env.insert(l.key, p),

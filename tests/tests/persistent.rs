@@ -1,0 +1,229 @@
+//! Persistent grids with a grouped raster (`persistent(BIDy, 16)`): the tile loop the kernel
+//! gets, that its tile indices visit every tile exactly once for any grid size (the bindings
+//! evaluated on the host), the grid the launch plan picks, and the errors.
+
+use hopfuse::kir::Val;
+use std::collections::BTreeMap;
+
+fn example(path: &str) -> String {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(path);
+    std::fs::read_to_string(file).expect("example")
+}
+
+fn compile(src: &str) -> hopfuse::Compilation {
+    hopfuse::compile(src, &Default::default())
+        .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")))
+}
+
+fn error(src: &str) -> String {
+    match hopfuse::compile(src, &Default::default()) {
+        Ok(_) => panic!("compiled:\n{src}"),
+        Err(e) => e.render(src, "t.hf"),
+    }
+}
+
+fn step15() -> String {
+    example("matmul/step15_persistent_raster.hf")
+}
+
+/// Step 15 with its `persistent(...)` statement replaced by `with`.
+fn step15_with(with: &str) -> String {
+    let src = step15();
+    let line = "\n  persistent(BIDy, 16)\n";
+    assert!(src.contains(line));
+    src.replace(line, &format!("\n{with}\n"))
+}
+
+fn sizes(m: i64, n: i64, k: i64) -> BTreeMap<String, i64> {
+    [("M", m), ("N", n), ("K", k)]
+        .into_iter()
+        .map(|(s, v)| (s.to_string(), v))
+        .collect()
+}
+
+/// The (BIDy, BIDx) tile every CTA takes in every iteration of its tile loop, with `grid` CTAs,
+/// from the kernel's own bindings evaluated on the host.
+fn walk(c: &hopfuse::Compilation, sz: &BTreeMap<String, i64>, grid: i64) -> Vec<(i64, i64)> {
+    let p = c.kernel.persistent.as_ref().expect("a persistent kernel");
+    let tiles = p.tiles.eval(sz).unwrap();
+    let ctas = c.plan.cluster.map_or(1, |d| d[0]);
+    let mut out = Vec::new();
+    for cta in 0..grid {
+        let leaf = |tile: i64| {
+            move |v: &Val| match v {
+                Val::Var(name) if *name == p.var => Some(tile),
+                Val::Hw(hopfuse::fusion::ParallelType::BIDx) => Some(cta),
+                Val::Ctas => Some(grid),
+                Val::Size(s) => sz.get(s).copied(),
+                _ => None,
+            }
+        };
+        // The loop's extent: ceilDiv(tiles - cluster, clusters in the grid).
+        let (cluster, clusters) = (cta / ctas, grid / ctas);
+        let iterations = (tiles - cluster + clusters - 1) / clusters;
+        for tile in 0..iterations.max(0) {
+            let index = |axis| {
+                let (_, _, value) = p.bindings.iter().find(|(_, a, _)| *a == axis).unwrap();
+                value.eval_with(&leaf(tile)).expect("evaluable")
+            };
+            out.push((
+                index(hopfuse::fusion::ParallelType::BIDy),
+                index(hopfuse::fusion::ParallelType::BIDx),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_tile_is_taken_exactly_once_whatever_the_grid() {
+    let c = compile(&step15());
+    for (m, n) in [
+        (4096i64, 4096i64),
+        (4000, 3000),
+        (128, 14336),
+        (129, 4088),
+        (8192, 1024),
+    ] {
+        let sz = sizes(m, n, 64);
+        let (mt, nt) = ((m + 127) / 128, (n + 255) / 256);
+        for grid in [1, 7, 128, 132, mt * nt, mt * nt + 5] {
+            let mut seen = walk(&c, &sz, grid);
+            assert_eq!(seen.len() as i64, mt * nt, "{m} x {n}, grid {grid}");
+            seen.sort();
+            seen.dedup();
+            assert_eq!(
+                seen.len() as i64,
+                mt * nt,
+                "{m} x {n}, grid {grid}: a tile twice"
+            );
+            assert!(
+                seen.iter()
+                    .all(|&(y, x)| (0..mt).contains(&y) && (0..nt).contains(&x)),
+                "{m} x {n}, grid {grid}: a tile out of range"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_tiles_in_flight_form_groups_along_m() {
+    // 4096^2 in 128 x 256 tiles: 32 x 16. The first tile of each of 128 CTAs: groups of 16 M
+    // tiles, stepping down M first, so 16 M tiles x 8 N tiles.
+    let c = compile(&step15());
+    let first: Vec<(i64, i64)> = walk(&c, &sizes(4096, 4096, 64), 128)
+        .chunks(4)
+        .map(|tiles| tiles[0])
+        .collect();
+    assert_eq!(first.len(), 128);
+    assert_eq!(&first[..3], &[(0, 0), (1, 0), (2, 0)]);
+    assert_eq!(first[16], (0, 1));
+    let rows: std::collections::BTreeSet<i64> = first.iter().map(|t| t.0).collect();
+    let cols: std::collections::BTreeSet<i64> = first.iter().map(|t| t.1).collect();
+    assert_eq!((rows.len(), cols.len()), (16, 8));
+}
+
+#[test]
+fn the_kernel_has_one_tile_loop_that_the_producer_flattens() {
+    let c = compile(&step15());
+    let ir = &c.passes.last().unwrap().ir;
+    assert!(
+        ir.contains("persistent(BIDy, 16): loop `tile` walks this CTA's share of ceilDiv(M, 128) * ceilDiv(N, 256) tiles"),
+        "{ir}"
+    );
+    // The consumers' tile loop, and the producer's one flat (tile, k) loop.
+    assert!(
+        ir.contains("for tile in ceilDiv(ceilDiv(M, 128) * ceilDiv(N, 256) - blockIdx.x, gridDim.x) @Serial:"),
+        "{ir}"
+    );
+    assert!(
+        ir.contains("for tile_k_o in ceilDiv(ceilDiv(M, 128) * ceilDiv(N, 256) - blockIdx.x, gridDim.x) * ceilDiv(K, 64) @Serial:"),
+        "{ir}"
+    );
+    // No blockIdx.y anywhere: the grid is one-dimensional.
+    assert!(!c.cuda.contains("blockIdx.y"), "{}", c.cuda);
+    assert!(c.cuda.contains("hf_min<index_t>("), "{}", c.cuda);
+    let view = &c.pipeline;
+    let order = view
+        .tiles
+        .as_ref()
+        .expect("the tile order in the pipeline view");
+    assert_eq!((order.along.as_str(), order.group), ("BIDy", 16));
+    assert_eq!(order.indices.len(), 2);
+}
+
+#[test]
+fn the_launch_takes_the_fewest_ctas_for_the_fewest_rounds() {
+    let c = compile(&step15());
+    let plan = &c.plan;
+    assert_eq!(
+        plan.persistent,
+        Some(hopfuse::plan::PersistentGrid {
+            along: "BIDy".into(),
+            group: 16
+        })
+    );
+    let grid = |m, n| plan.concretize(&sizes(m, n, 64)).unwrap().grid;
+    // 512 tiles in 4 rounds: 128 CTAs, not 132 of which 116 take a fourth.
+    assert_eq!(grid(4096, 4096), [128, 1, 1]);
+    assert_eq!(grid(8192, 8192), [128, 1, 1]);
+    // Fewer tiles than SMs: one CTA per tile.
+    assert_eq!(grid(128, 4096), [16, 1, 1]);
+    // 32 x 12 = 384 tiles: 3 rounds of 128.
+    assert_eq!(grid(4000, 3000), [128, 1, 1]);
+    // 33 x 16 = 528 tiles: 4 rounds of 132.
+    assert_eq!(grid(4224, 4096), [132, 1, 1]);
+    assert_eq!(hopfuse::plan::persistent_grid(528, 1, 132), 132);
+    assert_eq!(hopfuse::plan::persistent_grid(529, 1, 132), 106);
+    assert_eq!(hopfuse::plan::persistent_grid(200, 2, 66), 100);
+}
+
+#[test]
+fn a_cluster_kernel_takes_tiles_of_clusters() {
+    let src = step15_with("  persistent(BIDy, 8)\n  cluster(BIDy, 2)");
+    let c = compile(&src);
+    assert_eq!(c.plan.cluster, Some([2, 1, 1]));
+    assert!(c.cuda.contains("__cluster_dims__(2, 1, 1)"), "{}", c.cuda);
+    let sz = sizes(4096, 4096, 64);
+    // 16 x 16 cluster tiles of 2 CTAs; 66 clusters fit: 4 rounds of 64 clusters.
+    assert_eq!(c.plan.concretize(&sz).unwrap().grid, [128, 1, 1]);
+    let tiles = walk(&c, &sz, 128);
+    // The two CTAs of each cluster take M tiles 2j and 2j + 1 of one N tile, together.
+    for (i, pair) in tiles.chunks(4).collect::<Vec<_>>().chunks(2).enumerate() {
+        for (a, b) in pair[0].iter().zip(pair[1]) {
+            assert_eq!((a.0 % 2, b.0, a.1), (0, a.0 + 1, b.1), "cluster {i}");
+        }
+    }
+    let mut all = tiles.clone();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 32 * 16);
+}
+
+#[test]
+fn persistent_errors_name_the_rule() {
+    let e = error(&step15_with("  persistent(TIDy, 16)"));
+    assert!(e.contains("persistent(...) takes the grid axis its tile groups run along (BIDx or BIDy) and a group size, got `TIDy`"), "{e}");
+    let e = error(&step15_with("  persistent(BIDy, 0)"));
+    assert!(
+        e.contains("a raster group has 1 to 132 tiles, got 0"),
+        "{e}"
+    );
+    let e = error(&step15_with(
+        "  persistent(BIDy, 16)\n  persistent(BIDx, 4)",
+    ));
+    assert!(e.contains("the kernel is already persistent"), "{e}");
+    // No axis on BIDy: nothing to group along it.
+    let e = error(
+        &step15_with("  persistent(BIDy, 4)")
+            .replace("s.parallelize(0, BIDy)", "s.parallelize(0, Serial)"),
+    );
+    assert!(
+        e.contains("persistent(BIDy, 4): no axis is parallelized on BIDy, so there are no tiles along it to group"),
+        "{e}"
+    );
+    // Located at the statement.
+    assert!(e.contains(":63:3"), "{e}");
+}
