@@ -367,6 +367,53 @@ mod tests {
     }
 
     #[test]
+    fn a_persistent_grid_is_sized_to_what_this_gpu_holds() {
+        const STEP15: &str = include_str!("../../examples/matmul/step15_persistent_raster.hf");
+        let plan = plan_of(STEP15);
+        assert!(is_persistent(&plan));
+        let sizes =
+            |m: i64, n: i64| BTreeMap::from([("M".into(), m), ("N".into(), n), ("K".into(), 64)]);
+        let fit = |m: i64, n: i64, resident: Result<(u64, Option<u32>), String>| {
+            let sz = sizes(m, n);
+            let mut launch = plan.concretize(&sz).unwrap();
+            let grid = grid_units(launch.grid, None);
+            let mut r = record(ResidentUnit::Cta, 1, grid, true, resident);
+            fit_persistent(&plan, &sz, &mut launch, &mut r);
+            (launch.grid, r.grid, r.waves)
+        };
+        // 512 tiles; an H100 (132 resident): 4 rounds of 128 CTAs, as concretize chose.
+        assert_eq!(
+            fit(4096, 4096, Ok((132, Some(1)))),
+            ([128, 1, 1], 128, Some(1))
+        );
+        // A GPU holding 100: 6 rounds of 86 (not 100, 100, ... and 12).
+        assert_eq!(
+            fit(4096, 4096, Ok((100, Some(1)))),
+            ([86, 1, 1], 86, Some(1))
+        );
+        // A GPU holding more than an H100 takes more than concretize's 128.
+        assert_eq!(
+            fit(4096, 4096, Ok((200, Some(1)))),
+            ([171, 1, 1], 171, Some(1))
+        );
+        // Fewer tiles than CTAs: one per tile.
+        assert_eq!(
+            fit(128, 4096, Ok((132, Some(1)))),
+            ([16, 1, 1], 16, Some(1))
+        );
+        // Unknown residency: concretize's grid stays.
+        assert_eq!(fit(4096, 4096, Err("no driver".into())).0, [128, 1, 1]);
+        // Not persistent: left alone.
+        let step9 = plan_of(include_str!(
+            "../../examples/matmul/step9_tma_store_epilogue.hf"
+        ));
+        let mut launch = launch_of(&step9, 4096);
+        let mut r = record(ResidentUnit::Cta, 1, 128, true, Ok((100, Some(1))));
+        fit_persistent(&step9, &sizes(4096, 4096), &mut launch, &mut r);
+        assert_eq!((launch.grid, r.grid), ([8, 16, 1], 128));
+    }
+
+    #[test]
     fn waves_are_the_grid_over_the_resident_rounded_up() {
         assert_eq!(waves(128, 132), Some(1));
         assert_eq!(waves(132, 132), Some(1));

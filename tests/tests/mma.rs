@@ -356,3 +356,41 @@ fn a_fused_epilogue_is_computed_in_the_accumulator_registers_without_guards() {
     // The staged epilogue as in step 9.
     assert_eq!(c.matches("hf_stmatrix_x4(&c_s[").count(), 1, "{c}");
 }
+
+#[test]
+fn an_epilogue_may_store_a_column_slice_of_a_column_slice() {
+    // Step 9 with c_s holding half of the tile's 256 columns (two 128 x 64 boxes) and four
+    // stages: N split in halves, each in slices of one box; c_s is computed per half.
+    let src = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/matmul/step9_tma_store_epilogue.hf"),
+    )
+    .unwrap();
+    let mut src = src;
+    for (from, to) in [
+        ("  c_s.split(6, 64)\n", "  c_s.split(6, 128)\n  c_s.split(7, 64)\n"),
+        ("  c.split(6, 64)\n", "  c.split(6, 128)\n  c.split(7, 64)\n"),
+        (
+            "  c_s.reorder(0, 1, 2, 3, 6, 4, 5, 7)\n  c_s.parallelize(7, Mma)\n",
+            "  c_s.reorder(0, 1, 2, 3, 6, 7, 4, 5, 8)\n  c_s.parallelize(8, Mma)\n",
+        ),
+        (
+            "  c.reorder(0, 1, 2, 3, 6, 4, 5, 7)\n  c.parallelize(5, Bulk)\n  c.parallelize(6, Bulk)\n  c.parallelize(7, Bulk)\n",
+            "  c.reorder(0, 1, 2, 3, 6, 7, 4, 5, 8)\n  c.parallelize(6, Bulk)\n  c.parallelize(7, Bulk)\n  c.parallelize(8, Bulk)\n",
+        ),
+        ("c_s.inline_at(4)", "c_s.inline_at(5)"),
+        ("a_s.circular_buffer(3,", "a_s.circular_buffer(4,"),
+        ("b_s.circular_buffer(3,", "b_s.circular_buffer(4,"),
+    ] {
+        src = edit(&src, from, to);
+    }
+    let c = cuda(&src);
+    // One stmatrix per 8 registers, the registers of column (half * 128 + slice * 64).
+    assert!(c.contains("hf_stmatrix_x4("), "{c}");
+    assert!(
+        c.contains("s_acc[(n_io * 128 + n_iio * 64) % 256 / 16384 * 128 + (n_io * 128 + n_iio * 64) % 256 % 16384 / 8 * 4 + (8 * r_x4 + r_lane)]"),
+        "{c}"
+    );
+    // c_s is one half: 128 x 128 bf16 after the four 48 KiB stages.
+    assert!(c.contains("196608"), "{c}");
+}
