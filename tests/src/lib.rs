@@ -10,6 +10,26 @@ pub fn examples() -> Vec<Example> {
     hopfuse::examples::list(&hopfuse::examples::repo_root()).expect("examples/")
 }
 
+/// The text of example `path` (relative to `examples/`, e.g. `matmul/step9_...hf`).
+pub fn example(path: &str) -> String {
+    let file = hopfuse::examples::repo_root().join(path);
+    std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+}
+
+/// The compilation of `src`, which must compile (else the rendered errors are the panic).
+pub fn compile(src: &str) -> hopfuse::Compilation {
+    hopfuse::compile(src, &Default::default())
+        .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")))
+}
+
+/// The rendered errors of `src`, which must not compile.
+pub fn error(src: &str) -> String {
+    match hopfuse::compile(src, &Default::default()) {
+        Ok(_) => panic!("compiled:\n{src}"),
+        Err(e) => e.render(src, "t.hf"),
+    }
+}
+
 /// The text of every example program, in the order of [`examples`].
 pub fn example_sources() -> Vec<String> {
     examples()

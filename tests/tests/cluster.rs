@@ -3,24 +3,7 @@
 
 use hopfuse::plan::Constraint;
 
-fn example(path: &str) -> String {
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples")
-        .join(path);
-    std::fs::read_to_string(file).expect("example")
-}
-
-fn compile(src: &str) -> hopfuse::Compilation {
-    hopfuse::compile(src, &Default::default())
-        .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")))
-}
-
-fn error(src: &str) -> String {
-    match hopfuse::compile(src, &Default::default()) {
-        Ok(_) => panic!("compiled:\n{src}"),
-        Err(e) => e.render(src, "t.hf"),
-    }
-}
+use hopfuse_tests::{compile, error, example};
 
 /// Step 2 (a non-persistent pipelined product: grid ceil(M/64) x ceil(N/128)) with `edit`
 /// applied to its schedule text.

@@ -5,24 +5,7 @@
 use hopfuse::kir::Val;
 use std::collections::BTreeMap;
 
-fn example(path: &str) -> String {
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples")
-        .join(path);
-    std::fs::read_to_string(file).expect("example")
-}
-
-fn compile(src: &str) -> hopfuse::Compilation {
-    hopfuse::compile(src, &Default::default())
-        .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")))
-}
-
-fn error(src: &str) -> String {
-    match hopfuse::compile(src, &Default::default()) {
-        Ok(_) => panic!("compiled:\n{src}"),
-        Err(e) => e.render(src, "t.hf"),
-    }
-}
+use hopfuse_tests::{compile, error, example};
 
 fn step15() -> String {
     example("matmul/step15_persistent_raster.hf")
