@@ -95,6 +95,9 @@ const TOKENS: &[&str] = &[
     "global",
     "int",
     "3000000000",
+    "persistent",
+    "cluster",
+    "BIDy",
 ];
 
 /// 400 cases from a fixed seed, so that the suite is the same on every run (a gate must not
@@ -142,7 +145,7 @@ proptest! {
     }
 
     #[test]
-    fn random_schedules_on_softmax_never_panic(stmts in proptest::collection::vec((0usize..6, 0usize..8, -2i64..4, 0i64..300, 0usize..10), 0..8)) {
+    fn random_schedules_on_softmax_never_panic(stmts in proptest::collection::vec((0usize..6, 0usize..10, -2i64..4, 0i64..300, 0usize..10), 0..8)) {
         let tensors = ["y", "x_c", "y_c", "m", "e", "s"];
         let pts = ["BIDx", "TIDx", "TIDy", "Vectorize", "Unroll", "Serial", "BIDy", "TIDz", "BIDz", "Serial"];
         let mut sched = String::from("  x_c = cache_after(x)\n  y_c = cache_before(y)\n");
@@ -156,7 +159,9 @@ proptest! {
                 4 => format!("propagate({t})"),
                 5 => "inline_most()".to_string(),
                 6 => format!("{t}.split({ax}, {f}, outer)"),
-                _ => format!("{t}.reorder(1, 0)"),
+                7 => format!("{t}.reorder(1, 0)"),
+                8 => format!("persistent({}, {})", pts[p], f % 20 + ax),
+                _ => format!("cluster({}, {})", pts[p], ax + 1),
             };
             sched.push_str(&format!("  {line}\n"));
         }

@@ -209,4 +209,12 @@ fn persistent_errors_name_the_rule() {
     );
     // Located at the statement.
     assert!(e.contains(":63:3"), "{e}");
+
+    // Two nests over the grid (t computed alone, then y): one tile loop cannot hold them.
+    let two = "fusion f {\n  input x: f32[M, N]\n  t = exp(x)\n  y = t + 1.0\n  output y\n}\nschedule {\n  y.split(1, 128)\n  y.parallelize(0, BIDy)\n  y.parallelize(2, TIDx)\n  propagate(y)\n  t.set_memory(global)\n  t.inline_at(0)\n  persistent(BIDy, 4)\n}\n";
+    let e = error(two);
+    assert!(
+        e.contains("t.hf:14:3: error: persistent(BIDy, 4): the kernel has 2 separate loop nests over the grid"),
+        "{e}"
+    );
 }

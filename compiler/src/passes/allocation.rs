@@ -37,8 +37,8 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
         if tensor.memory == MemoryType::Global {
             continue;
         }
-        let (keys, q) = cx.placement[&t].clone();
-        let pos = tensor.loop_domain.len() - (keys.len() - q);
+        let q = cx.placement[&t].1;
+        let pos = cx.own_axes_from(t);
         let ids: Vec<IterId> = tensor
             .loop_domain
             .iter()

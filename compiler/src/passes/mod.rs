@@ -298,6 +298,18 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The position in `t`'s loop domain of its first axis inside the loops it shares with its
+    /// consumers: its placement's loops after the shared ones are its own axes (a persistent
+    /// kernel's tile loop, which no axis has, does not count).
+    pub fn own_axes_from(&self, t: TensorId) -> usize {
+        let (keys, q) = &self.placement[&t];
+        let own = keys[(*q).min(keys.len())..]
+            .iter()
+            .filter(|&&k| !matches!(self.keys.nodes[k], KeyNode::Tiles(_)))
+            .count();
+        self.fusion.tensors[t].loop_domain.len().saturating_sub(own)
+    }
+
     /// The key of a loop no tensor axis has (a persistent kernel's tile loop).
     pub fn loop_only_key(&mut self, node: KeyNode) -> LoopKey {
         if let Some(&k) = self.keys.map.get(&node) {

@@ -93,6 +93,15 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         Box::new(across_units.clone()),
     );
 
+    // One tile loop must hold every computation of a tile: nests that walk the grid one after
+    // the other would each walk all of the CTA's tiles before the next starts, and a buffer
+    // one of them fills for the next would hold only the last tile's values.
+    let nests = grid_nests(&k.body);
+    if nests != 1 {
+        return err(format!(
+            "{what}: the kernel has {nests} separate loop nests over the grid; a persistent grid walks the tiles of one (inline the tensors into one nest: inline_most(), inline_at, compute_at)"
+        ));
+    }
     let var = cx.fresh_name("tile");
     let key = cx.loop_only_key(KeyNode::Tiles(tiles.clone()));
     let cta = Val::Hw(ParallelType::BIDx);
@@ -171,6 +180,18 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         bindings,
     });
     Ok(())
+}
+
+/// How many outermost grid-bound loops `body` has (each the start of a nest over the grid).
+fn grid_nests(body: &[Stmt]) -> usize {
+    body.iter()
+        .map(|s| match s {
+            Stmt::Loop(l) if l.parallel.is_block() => 1,
+            Stmt::Loop(l) => grid_nests(&l.body),
+            Stmt::If { then, els, .. } => grid_nests(then) + grid_nests(els),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// Puts the tile loop (`tile_loop` of a body) around the body of the innermost grid-bound

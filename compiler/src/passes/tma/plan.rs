@@ -395,7 +395,7 @@ pub(crate) fn plan_load(
         ));
     }
     let (keys, q) = cx.placement[&t].clone();
-    let pos = tensor.loop_domain.len() - (keys.len() - q);
+    let pos = cx.own_axes_from(t);
     let elem = tensor.dtype.size_bytes() as i64;
     let mut info = TmaInfo {
         tensor: t,
