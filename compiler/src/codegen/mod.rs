@@ -13,6 +13,7 @@ use crate::fusion::{Fusion, MemoryType, ParallelType, ReduceOp};
 use crate::kir::{Access, BufferId, Compute, Data, Kernel, Stmt, Val};
 use crate::plan::{Constraint, IndexType, LaunchPlan, Param, SizeExpr, TensorRole};
 use lines::Written;
+use prelude::Uses;
 use std::fmt::Write;
 
 pub fn emit(
@@ -133,68 +134,7 @@ pub fn emit_mapped(
             _ => {}
         }
     }
-    let uses = &e.uses;
-    if uses.ceil_div {
-        src.push('\n');
-        src.push_str(prelude::CEIL_DIV);
-    }
-    if uses.min {
-        src.push('\n');
-        src.push_str(prelude::MIN);
-    }
-    if uses.bf16 {
-        src.push('\n');
-        src.push_str(prelude::BF16);
-    }
-    if uses.f16 {
-        src.push('\n');
-        src.push_str(prelude::F16);
-    }
-    if uses.vector {
-        src.push('\n');
-        src.push_str(prelude::VECTOR);
-    }
-    if uses.block_reduce || uses.named_barrier {
-        src.push('\n');
-        src.push_str(prelude::BAR_SYNC);
-    }
-    if uses.group_barrier {
-        src.push('\n');
-        src.push_str(prelude::GROUP_BAR_SYNC);
-    }
-    if uses.turn_barrier {
-        src.push_str(prelude::TURN_BAR_ARRIVE);
-    }
-    if uses.block_reduce {
-        src.push('\n');
-        src.push_str(prelude::BLOCK_REDUCE);
-    }
-    if uses.tma || !k.tensor_maps.is_empty() {
-        src.push('\n');
-        src.push_str(prelude::TMA);
-    }
-    if uses.cluster {
-        src.push('\n');
-        src.push_str(prelude::CLUSTER);
-        for &rank in &uses.multicast_ranks {
-            src.push_str(&prelude::tma_multicast_function(rank));
-        }
-    }
-    if uses.tma_store {
-        src.push('\n');
-        src.push_str(prelude::TMA_STORE);
-    }
-    if uses.stmatrix {
-        src.push('\n');
-        src.push_str(prelude::STMATRIX);
-    }
-    if uses.wgmma {
-        src.push('\n');
-        src.push_str(prelude::WGMMA);
-        for &(n, input, ta, tb) in &uses.wgmma_shapes {
-            src.push_str(&prelude::wgmma_function(n, input, ta, tb));
-        }
-    }
+    e.uses.write_prelude(!k.tensor_maps.is_empty(), &mut src);
     src.push('\n');
     let signature_line = lines::count(&src);
     // A block size known only at run time is still at most 1024 threads (the plan checks it).
@@ -240,7 +180,7 @@ pub fn emit_mapped(
             m.name, m.count
         );
     }
-    if uses.warp {
+    if e.uses.warp {
         // Warp-uniform by construction: broadcast from lane 0, so the compiler keeps it in a
         // uniform register and predicates on it never split a warp.
         let linear = "(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))";
@@ -249,7 +189,7 @@ pub fn emit_mapped(
             "  const unsigned hf_warp = __shfl_sync(0xffffffffu, {linear} / 32u, 0);"
         );
     }
-    if !uses.multicast_ranks.is_empty() {
+    if !e.uses.multicast_ranks.is_empty() {
         let _ = writeln!(
             src,
             "  const index_t {} = hf_cluster_ctarank();",
@@ -322,34 +262,6 @@ pub fn emit_mapped(
         }),
     };
     (src, plan, written)
-}
-
-#[derive(Default)]
-struct Uses {
-    ceil_div: bool,
-    min: bool,
-    bf16: bool,
-    f16: bool,
-    vector: bool,
-    block_reduce: bool,
-    tma: bool,
-    tma_store: bool,
-    /// The warp index (`hf_warp`) is read.
-    warp: bool,
-    /// Consumer-only (named) barriers.
-    named_barrier: bool,
-    /// Thread groups' barriers (`hf_bar_sync_group`).
-    group_barrier: bool,
-    /// Ping-pong groups pass turns (`bar.arrive` on a group barrier).
-    turn_barrier: bool,
-    /// Tensor-core helpers, and each wgmma shape issued (N, input type, transposed A, B).
-    wgmma: bool,
-    wgmma_shapes: std::collections::BTreeSet<(i64, &'static str, bool, bool)>,
-    /// `stmatrix` (register fragments to shared memory).
-    stmatrix: bool,
-    /// Cluster barriers and arrivals on peers' mbarriers; the ranks of multicast TMA loads.
-    cluster: bool,
-    multicast_ranks: std::collections::BTreeSet<usize>,
 }
 
 struct Emitter<'a> {

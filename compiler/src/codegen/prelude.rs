@@ -322,3 +322,99 @@ pub fn wgmma_function(n: i64, input: &str, trans_a: bool, trans_b: bool) -> Stri
         outs = outs.join(", "),
     )
 }
+
+/// The helpers a kernel's code uses, noted while it is emitted: the prelude holds those only.
+#[derive(Default)]
+pub(super) struct Uses {
+    pub(super) ceil_div: bool,
+    pub(super) min: bool,
+    pub(super) bf16: bool,
+    pub(super) f16: bool,
+    pub(super) vector: bool,
+    pub(super) block_reduce: bool,
+    pub(super) tma: bool,
+    pub(super) tma_store: bool,
+    /// The warp index (`hf_warp`) is read.
+    pub(super) warp: bool,
+    /// Consumer-only (named) barriers.
+    pub(super) named_barrier: bool,
+    /// Thread groups' barriers (`hf_bar_sync_group`).
+    pub(super) group_barrier: bool,
+    /// Ping-pong groups pass turns (`bar.arrive` on a group barrier).
+    pub(super) turn_barrier: bool,
+    /// Tensor-core helpers, and each wgmma shape issued (N, input type, transposed A, B).
+    pub(super) wgmma: bool,
+    pub(super) wgmma_shapes: std::collections::BTreeSet<(i64, &'static str, bool, bool)>,
+    /// `stmatrix` (register fragments to shared memory).
+    pub(super) stmatrix: bool,
+    /// Cluster barriers and arrivals on peers' mbarriers; the ranks of multicast TMA loads.
+    pub(super) cluster: bool,
+    pub(super) multicast_ranks: std::collections::BTreeSet<usize>,
+}
+
+impl Uses {
+    /// Appends the prelude of every helper used (`tensor_maps`: the kernel takes tensor maps).
+    pub(super) fn write_prelude(&self, tensor_maps: bool, src: &mut String) {
+        if self.ceil_div {
+            src.push('\n');
+            src.push_str(CEIL_DIV);
+        }
+        if self.min {
+            src.push('\n');
+            src.push_str(MIN);
+        }
+        if self.bf16 {
+            src.push('\n');
+            src.push_str(BF16);
+        }
+        if self.f16 {
+            src.push('\n');
+            src.push_str(F16);
+        }
+        if self.vector {
+            src.push('\n');
+            src.push_str(VECTOR);
+        }
+        if self.block_reduce || self.named_barrier {
+            src.push('\n');
+            src.push_str(BAR_SYNC);
+        }
+        if self.group_barrier {
+            src.push('\n');
+            src.push_str(GROUP_BAR_SYNC);
+        }
+        if self.turn_barrier {
+            src.push_str(TURN_BAR_ARRIVE);
+        }
+        if self.block_reduce {
+            src.push('\n');
+            src.push_str(BLOCK_REDUCE);
+        }
+        if self.tma || tensor_maps {
+            src.push('\n');
+            src.push_str(TMA);
+        }
+        if self.cluster {
+            src.push('\n');
+            src.push_str(CLUSTER);
+            for &rank in &self.multicast_ranks {
+                src.push_str(&tma_multicast_function(rank));
+            }
+        }
+        if self.tma_store {
+            src.push('\n');
+            src.push_str(TMA_STORE);
+        }
+        if self.stmatrix {
+            src.push('\n');
+            src.push_str(STMATRIX);
+        }
+        if self.wgmma {
+            src.push('\n');
+            src.push_str(WGMMA);
+            for &(n, input, ta, tb) in &self.wgmma_shapes {
+                src.push_str(&wgmma_function(n, input, ta, tb));
+            }
+        }
+    }
+}

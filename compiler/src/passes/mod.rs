@@ -407,13 +407,20 @@ impl<'a> Ctx<'a> {
         &self,
         k: &Kernel,
     ) -> HashMap<LoopKey, crate::kir::Val, S> {
-        let key = |var: &str| Some(LoopKey::new(self.keys.names.iter().position(|n| n == var)?));
         let persistent = k.persistent.iter().flat_map(|p| &p.bindings);
         k.hw_vars
             .iter()
-            .filter_map(|(var, _)| Some((key(var)?, crate::kir::Val::Var(var.clone()))))
-            .chain(persistent.filter_map(|(var, _, value)| Some((key(var)?, value.clone()))))
+            .filter_map(|(var, _)| Some((self.key_named(var)?, crate::kir::Val::Var(var.clone()))))
+            .chain(
+                persistent
+                    .filter_map(|(var, _, value)| Some((self.key_named(var)?, value.clone()))),
+            )
             .collect()
+    }
+
+    /// The key of the loops whose variable is `var` (loop variables are their keys' names).
+    pub fn key_named(&self, var: &str) -> Option<LoopKey> {
+        Some(LoopKey::new(self.keys.names.iter().position(|n| n == var)?))
     }
 
     /// Extent of an axis class (given by its root; 1 for any other axis). The fusion keeps

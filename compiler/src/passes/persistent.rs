@@ -148,13 +148,8 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     });
     // The tile loop encloses every computation inside the grid-bound loops: it joins their
     // placements after the last grid-bound loop (allocation places buffers by them).
-    let grid_keys: Vec<super::LoopKey> = bound
-        .iter()
-        .filter_map(|(v, _)| {
-            let i = cx.keys.names.iter().position(|n| n == v)?;
-            Some(super::LoopKey::new(i))
-        })
-        .collect();
+    let grid_keys: Vec<super::LoopKey> =
+        bound.iter().filter_map(|(v, _)| cx.key_named(v)).collect();
     for (keys, q) in cx.placement.values_mut() {
         if let Some(i) = keys.iter().rposition(|key| grid_keys.contains(key)) {
             keys.insert(i + 1, key);

@@ -403,15 +403,15 @@ impl<'k> Walk<'k> {
                 let extent = self.value(&l.extent, ctx);
                 let (var, body_ctx) = if l.parallel.is_hw() {
                     // A binding: every thread runs the body once, with its own index.
+                    // A persistent kernel binds its grid loops to its tile raster.
                     let persistent = self.k.persistent.iter().flat_map(|p| &p.bindings);
                     let bound = self
                         .k
                         .hw_vars
                         .iter()
-                        .any(|(v, p)| *v == l.var && *p == l.parallel)
-                        || persistent
-                            .clone()
-                            .any(|(v, p, _)| *v == l.var && *p == l.parallel);
+                        .map(|(v, p)| (v, p))
+                        .chain(persistent.map(|(v, p, _)| (v, p)))
+                        .any(|(v, p)| *v == l.var && *p == l.parallel);
                     if !bound {
                         self.error(
                             Rule::UnboundVariable,
