@@ -394,3 +394,41 @@ fn an_epilogue_may_store_a_column_slice_of_a_column_slice() {
     // c_s is one half: 128 x 128 bf16 after the four 48 KiB stages.
     assert!(c.contains("196608"), "{c}");
 }
+
+/// The schedule variants docs/benchmarks.md measures (`docs/variants/`) still compile, and to
+/// the launches their headers describe: a `cluster(...)` variant launches clusters, the others
+/// do not; step 13's 1 x 4 blocks run 128 CTAs in a 32 x 4 grid at 4096^3.
+#[test]
+fn the_measured_variants_compile_to_the_launches_they_describe() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/variants");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "hf"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 6, "{files:?}");
+    let sizes: std::collections::BTreeMap<String, i64> = [("M", 4096), ("N", 4096), ("K", 4096)]
+        .map(|(k, v)| (k.to_string(), v))
+        .into();
+    for f in &files {
+        let src = std::fs::read_to_string(f).unwrap();
+        let c = hopfuse_tests::compile(&src);
+        assert!(
+            src.starts_with("// Variant of examples/matmul/"),
+            "{}",
+            f.display()
+        );
+        let clustered = src.contains("\n  cluster(");
+        assert_eq!(
+            c.cuda.contains("__cluster_dims__"),
+            clustered,
+            "{}",
+            f.display()
+        );
+        let launch = c.plan.concretize(&sizes).unwrap();
+        if f.ends_with("s13_rows.hf") {
+            assert_eq!(launch.grid, [4, 32, 1]);
+        }
+    }
+}

@@ -46,10 +46,11 @@ fn tma_data_needs_no_block_barrier_before_it_is_read() {
     let read = main.find("exp(x_s[").unwrap();
     assert!(!main[wait..read].contains("__syncthreads"), "{}", sync.ir);
     assert!(main[read..].contains("__syncthreads"), "{}", sync.ir);
-    // Init: one thread, fence, barrier; inval after a barrier at the end.
-    assert!(c
-        .cuda
-        .contains("hf_fence_mbarrier_init();\n  }\n  __syncthreads();"));
+    // Init: one thread, fence, then the same thread starts fetching the tensor map, barrier;
+    // inval after a barrier at the end.
+    assert!(c.cuda.contains(
+        "hf_fence_mbarrier_init();\n    hf_prefetch_tensormap(&x_s_map);\n  }\n  __syncthreads();"
+    ));
     assert!(c.cuda.contains("__syncthreads();\n  if (hf_warp == 0 && hf_elect_one()) {\n    for (int hf_s = 0; hf_s < 4; ++hf_s) hf_mbarrier_inval(&x_s_full[hf_s]);"));
     // expect_tx is the full box (8 x 64 floats), also for ragged tiles.
     assert!(c

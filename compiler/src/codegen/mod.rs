@@ -605,6 +605,11 @@ impl Emitter<'_> {
                     // One fence after the last array's init (the block barrier follows).
                     if *bars + 1 == self.k.mbarriers.len() {
                         self.line(depth, "hf_fence_mbarrier_init();");
+                        // The same thread starts fetching every tensor map while the block
+                        // barrier completes: the first TMA copy then finds its descriptor.
+                        for m in &self.k.tensor_maps {
+                            self.line(depth, &format!("hf_prefetch_tensormap(&{});", m.param));
+                        }
                     }
                 }
                 Stmt::MbarInval { bars } => {

@@ -122,6 +122,11 @@ __device__ __forceinline__ void hf_mbarrier_init(unsigned long long* bar, unsign
 __device__ __forceinline__ void hf_fence_mbarrier_init() {
   asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");
 }
+// Starts fetching a tensor map's 128 bytes into the TMA unit's descriptor cache, so the first
+// copy does not wait for them.
+__device__ __forceinline__ void hf_prefetch_tensormap(const hf_tensor_map* map) {
+  asm volatile(\"prefetch.tensormap [%0];\" :: \"l\"(map) : \"memory\");
+}
 __device__ __forceinline__ void hf_mbarrier_inval(unsigned long long* bar) {
   asm volatile(\"mbarrier.inval.shared::cta.b64 [%0];\" :: \"r\"(hf_smem_addr(bar)) : \"memory\");
 }
