@@ -75,6 +75,8 @@ pub struct TileOrder {
     pub group: i64,
     /// Each grid-bound variable (with its axis) and its value.
     pub indices: Vec<(String, String, String)>,
+    /// Stream-K: after the whole rounds, the CTAs split the k steps of the tiles left.
+    pub stream_k: bool,
 }
 
 /// A set of threads of the block with one job in the pipelines.
@@ -505,6 +507,7 @@ pub fn extract(k: &Kernel, plan: &PipelinePlan) -> PipelineView {
                 .iter()
                 .map(|(v, axis, value)| (v.clone(), axis.to_string(), value.text()))
                 .collect(),
+            stream_k: p.stream_k.is_some(),
         }),
     }
 }

@@ -92,6 +92,9 @@ pub enum TensorRole {
     Output,
     /// A global intermediate: allocated, never validated.
     Scratch,
+    /// Zeroed once when allocated, never validated; the kernel leaves it as it found it
+    /// (stream-K's partial sums and flags).
+    Workspace,
 }
 
 /// One kernel parameter, in the order the kernel declares them.
@@ -364,6 +367,21 @@ pub struct PersistentGrid {
     /// The grid axis the raster's tile groups run along (`BIDy`) and the tiles per group.
     pub along: String,
     pub group: i64,
+    /// Stream-K: the k steps of all tiles, which the CTAs split evenly. The grid is then every
+    /// resident CTA ([`stream_k_grid`]), since a run may end anywhere in a tile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_k: Option<SizeExpr>,
+}
+
+/// The CTAs of a stream-K grid over `work` k steps when `resident` CTAs fit at once: all of
+/// them, at most one per step and at most [`crate::target::STREAM_K_MAX_CTAS`] (the
+/// workspace's slots). Every CTA must be resident: the first piece of a tile waits for the
+/// CTAs that hold its other pieces.
+pub fn stream_k_grid(work: i64, resident: i64) -> u32 {
+    let g = work
+        .min(resident)
+        .clamp(1, crate::target::STREAM_K_MAX_CTAS);
+    u32::try_from(g).unwrap_or(1)
 }
 
 /// A launch configuration evaluated with real sizes.
@@ -455,10 +473,23 @@ impl LaunchPlan {
             dim(&self.grid[1], MAX_GRID[1], "grid y")?,
             dim(&self.grid[2], MAX_GRID[2], "grid z")?,
         ];
-        if self.persistent.is_some() {
+        if let Some(p) = &self.persistent {
             let cluster = self.cluster.map_or(1, |c| c[0].max(1));
             let resident = (crate::target::SM_COUNT / cluster).max(1);
-            grid[0] = persistent_grid(grid[0], cluster, resident);
+            grid[0] = match &p.stream_k {
+                Some(work) => {
+                    let steps = work.eval(sizes)?;
+                    if steps < 1 {
+                        return Err(LaunchError::NotPositive {
+                            value: work.to_string(),
+                            actual: steps,
+                            reason: "a stream-K grid splits the k steps of its tiles, and there are none".into(),
+                        });
+                    }
+                    stream_k_grid(steps, resident)
+                }
+                None => persistent_grid(grid[0], cluster, resident),
+            };
         }
         let block = [
             dim(&self.block[0], MAX_BLOCK[0], "block x")?,

@@ -101,6 +101,10 @@ pub const SM_COUNT: i64 = 132;
 /// an H100's CTAs would put the whole wave in one group.
 pub const MAX_RASTER_GROUP: i64 = SM_COUNT;
 
+/// The most CTAs a stream-K grid has: its workspace holds one slot of partial sums and one
+/// flag per CTA, sized for this many (two per SM of an H100).
+pub const STREAM_K_MAX_CTAS: i64 = 2 * SM_COUNT;
+
 /// Alignment of a box in shared memory: the swizzle pattern repeats every 8 rows of 128 bytes
 /// (address bits 4..7 are XORed with bits 7..10), so a swizzled box starts at a multiple of 1024
 /// bytes and the pattern is the same relative to its start.

@@ -73,7 +73,12 @@ pub fn fit_persistent(
         return;
     };
     let cluster = i64::from(r.unit_ctas.max(1));
-    let grid = hopfuse::plan::persistent_grid(tiles, cluster, resident as i64);
+    let stream_k = plan.persistent.as_ref().and_then(|p| p.stream_k.as_ref());
+    let grid = match stream_k.map(|w| w.eval(sizes)) {
+        Some(Ok(work)) => hopfuse::plan::stream_k_grid(work, resident as i64),
+        Some(Err(_)) => return,
+        None => hopfuse::plan::persistent_grid(tiles, cluster, resident as i64),
+    };
     if grid == launch.grid[0] {
         return;
     }

@@ -96,6 +96,7 @@ const TOKENS: &[&str] = &[
     "int",
     "3000000000",
     "persistent",
+    "stream_k",
     "cluster",
     "BIDy",
 ];
@@ -160,7 +161,8 @@ proptest! {
                 5 => "inline_most()".to_string(),
                 6 => format!("{t}.split({ax}, {f}, outer)"),
                 7 => format!("{t}.reorder(1, 0)"),
-                8 => format!("persistent({}, {})", pts[p], f % 20 + ax),
+                8 if f % 2 == 0 => format!("persistent({}, {})", pts[p], f % 20 + ax),
+                8 => format!("persistent({}, {}, stream_k)", pts[p], f % 20 + ax),
                 _ => format!("cluster({}, {})", pts[p], ax + 1),
             };
             sched.push_str(&format!("  {line}\n"));

@@ -145,7 +145,8 @@ fn the_launch_takes_the_fewest_ctas_for_the_fewest_rounds() {
         plan.persistent,
         Some(hopfuse::plan::PersistentGrid {
             along: "BIDy".into(),
-            group: 16
+            group: 16,
+            stream_k: None,
         })
     );
     let grid = |m, n| plan.concretize(&sizes(m, n, 64)).unwrap().grid;

@@ -108,6 +108,18 @@ pub fn emit_mapped(
             tensor_param(b, TensorRole::Scratch, &mut params, &mut decls);
         }
     }
+    // Stream-K's workspace: per CTA slot, the partial sums of its CTA's accumulator, then one
+    // flag per CTA.
+    if let Some(slot) = stream_k_slot(k) {
+        let floats = crate::target::STREAM_K_MAX_CTAS * (slot + 1);
+        params.push(Param::Tensor {
+            name: STREAM_K_WORKSPACE.into(),
+            dtype: DType::F32,
+            role: TensorRole::Workspace,
+            shape: vec![SizeExpr::Const(floats)],
+        });
+        decls.push(format!("float* __restrict__ {STREAM_K_WORKSPACE}"));
+    }
     for s in &f.symbols {
         params.push(Param::Size { symbol: s.clone() });
         decls.push(format!("index_t {s}"));
@@ -219,10 +231,12 @@ pub fn emit_mapped(
         .filter_map(|p| match p {
             Param::Tensor {
                 dtype, role, shape, ..
-            } if *role != TensorRole::Scratch => Some(shape.iter().cloned().fold(
-                SizeExpr::Const(dtype.size_bytes() as i64),
-                crate::passes::mul,
-            )),
+            } if !matches!(role, TensorRole::Scratch | TensorRole::Workspace) => {
+                Some(shape.iter().cloned().fold(
+                    SizeExpr::Const(dtype.size_bytes() as i64),
+                    crate::passes::mul,
+                ))
+            }
             _ => None,
         })
         .reduce(|a, b| SizeExpr::Add(Box::new(a), Box::new(b)))
@@ -259,9 +273,34 @@ pub fn emit_mapped(
         persistent: k.persistent.as_ref().map(|p| crate::plan::PersistentGrid {
             along: p.along.to_string(),
             group: p.group,
+            stream_k: p.stream_k.as_ref().map(|sk| sk.work_size.clone()),
         }),
     };
     (src, plan, written)
+}
+
+/// The kernel parameter of a stream-K workspace.
+const STREAM_K_WORKSPACE: &str = "hf_workspace";
+
+/// The floats of one CTA's slot in a stream-K workspace: its consumers' accumulator registers
+/// (the fixup's accumulator, per thread, times the consumer threads).
+fn stream_k_slot(k: &Kernel) -> Option<i64> {
+    crate::kir::stream_k(k)?;
+    let mut regs = None;
+    let mut threads = None;
+    crate::kir::for_each_stmt(&k.body, &mut |s| match s {
+        Stmt::StreamKFixup { acc: Some(b) } => {
+            if let Some(Val::Int(n)) = k.buffers[*b].size {
+                regs = Some(n);
+            }
+        }
+        Stmt::WarpRoles {
+            consumer_threads, ..
+        } => threads = Some(*consumer_threads),
+        _ => {}
+    });
+    let threads = threads.or_else(|| k.block.iter().map(|b| b.as_const()).product())?;
+    Some(regs? * threads)
 }
 
 struct Emitter<'a> {
@@ -292,6 +331,82 @@ fn storage(d: DType) -> &'static str {
 }
 
 impl Emitter<'_> {
+    /// Stream-K after a piece of a tile ([`Stmt::StreamKFixup`]). A piece that does not end
+    /// its tile leaves its partial sums in the CTA's workspace slot (coalesced: register group
+    /// `i` of every thread is one run of float4s), meets the other consumers, and one thread
+    /// raises the CTA's flag with release semantics. The piece that ends a tile begun by
+    /// earlier CTAs takes each of their slots in turn: one thread waits for the flag with
+    /// acquire semantics and lowers it again, the consumers meet, and every thread adds the
+    /// slot to its registers (loads that bypass L1, which another SM's writes do not reach).
+    fn stream_k_fixup(&mut self, acc: Option<BufferId>, depth: usize) {
+        let (Some(sk), Some(acc), Some(slot)) =
+            (crate::kir::stream_k(self.k), acc, stream_k_slot(self.k))
+        else {
+            self.line(
+                depth,
+                "#error \"internal: a stream-K fixup without its accumulator\"",
+            );
+            return;
+        };
+        self.uses.stream_k = true;
+        let regs = match self.k.buffers[acc].size {
+            Some(Val::Int(n)) => n,
+            _ => 0,
+        };
+        let threads = slot / regs.max(1);
+        let name = self.k.buffers[acc].name.clone();
+        let barrier = match self.consumer_threads {
+            Some(n) => {
+                self.uses.named_barrier = true;
+                format!("hf_bar_sync<{n}>();")
+            }
+            None => "__syncthreads();".to_string(),
+        };
+        let (lo, hi, kt, tile_start) = (
+            self.val(&sk.lo),
+            self.val(&sk.hi),
+            self.val(&sk.kt),
+            self.val(&sk.tile_start),
+        );
+        // Where CTA p's run ends: start(p + 1).
+        let next = Val::add(Val::Var("hf_sk_p".into()), Val::Int(1));
+        let peer_end = Val::add(
+            Val::mul(next.clone(), Val::div(sk.work.clone(), Val::Ctas)),
+            Val::min(next, Val::rem(sk.work.clone(), Val::Ctas)),
+        );
+        let peer_end = self.val(&peer_end);
+        let ws = STREAM_K_WORKSPACE;
+        let max = crate::target::STREAM_K_MAX_CTAS;
+        let lines = [
+            "{  // stream-K: this CTA's piece of the tile".to_string(),
+            format!("  const index_t hf_sk_lo = {};", strip_parens(lo)),
+            format!("  const index_t hf_sk_hi = {};", strip_parens(hi)),
+            "  const unsigned hf_sk_tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);".into(),
+            format!("  unsigned* hf_sk_flags = reinterpret_cast<unsigned*>({ws} + {max}ll * {slot});"),
+            format!(
+                "  if (hf_sk_hi < {}) {{  // the tile goes on in a later CTA: hand it the partial sums",
+                strip_parens(kt)
+            ),
+            format!("    hf_sk_store<{regs}, {threads}>({ws}, blockIdx.x, &{name}[0], hf_sk_tid);"),
+            format!("    {barrier}"),
+            "    if (hf_sk_tid == 0) hf_sk_raise(&hf_sk_flags[blockIdx.x]);".into(),
+            "  } else if (0 < hf_sk_lo) {  // the piece that ends a tile begun before: add the others".into(),
+            format!(
+                "    for (index_t hf_sk_p = (index_t)blockIdx.x - 1; 0 <= hf_sk_p && {} < {}; --hf_sk_p) {{",
+                tile_start, peer_end
+            ),
+            "      if (hf_sk_tid == 0) hf_sk_wait(&hf_sk_flags[hf_sk_p]);".into(),
+            format!("      {barrier}"),
+            format!("      hf_sk_add<{regs}, {threads}>({ws}, hf_sk_p, &{name}[0], hf_sk_tid);"),
+            "    }".into(),
+            "  }".into(),
+            "}".into(),
+        ];
+        for l in &lines {
+            self.line(depth, l);
+        }
+    }
+
     fn line(&mut self, depth: usize, s: &str) {
         self.written.push(self.current);
         for _ in 0..depth {
@@ -673,6 +788,7 @@ impl Emitter<'_> {
                     self.uses.tma_store = true;
                     self.line(depth, "hf_bulk_commit_group();");
                 }
+                Stmt::StreamKFixup { acc } => self.stream_k_fixup(*acc, depth),
                 Stmt::BulkWaitRead(n) => {
                     self.uses.tma_store = true;
                     self.line(depth, &format!("hf_bulk_wait_group_read<{n}>();"));

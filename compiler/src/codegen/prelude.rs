@@ -279,6 +279,40 @@ __device__ __forceinline__ void hf_stmatrix_x4(void* dst, const void* src) {
 }
 ";
 
+pub const STREAM_K: &str = "// Stream-K: partial sums of a tile handed between CTAs through global memory. Slot `cta`
+// holds R / 4 runs of T float4s: run i is register group i of every thread, so each store and
+// load instruction of the threads is one contiguous stretch. Flags: 1 from a piece's release
+// until the tile's first piece has acquired it and lowered it again.
+template <int R, int T>
+__device__ __forceinline__ void hf_sk_store(float* ws, long long cta, const float* acc, unsigned tid) {
+  float4* w = reinterpret_cast<float4*>(ws) + cta * (R / 4) * T + tid;
+  #pragma unroll
+  for (int i = 0; i < R / 4; ++i) w[i * T] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+}
+template <int R, int T>
+__device__ __forceinline__ void hf_sk_add(const float* ws, long long cta, float* acc, unsigned tid) {
+  const float4* w = reinterpret_cast<const float4*>(ws) + cta * (R / 4) * T + tid;
+  #pragma unroll
+  for (int i = 0; i < R / 4; ++i) {
+    const float4 v = __ldcg(w + i * T);
+    acc[4 * i] += v.x;
+    acc[4 * i + 1] += v.y;
+    acc[4 * i + 2] += v.z;
+    acc[4 * i + 3] += v.w;
+  }
+}
+__device__ __forceinline__ void hf_sk_raise(unsigned* flag) {
+  asm volatile(\"st.release.gpu.global.u32 [%0], 1;\" :: \"l\"(flag) : \"memory\");
+}
+__device__ __forceinline__ void hf_sk_wait(unsigned* flag) {
+  unsigned v;
+  do {
+    asm volatile(\"ld.acquire.gpu.global.u32 %0, [%1];\" : \"=r\"(v) : \"l\"(flag) : \"memory\");
+  } while (v == 0);
+  asm volatile(\"st.relaxed.gpu.global.u32 [%0], 0;\" :: \"l\"(flag) : \"memory\");
+}
+";
+
 pub const WGMMA: &str = "// Tensor cores (wgmma, sm_90a). A shared-memory matrix descriptor: the operand's start
 // address (bits 0..13, in 16-byte units) over the constant LBO, SBO and swizzle bits.
 __device__ __forceinline__ unsigned long long hf_wgmma_desc(const void* tile, unsigned long long bits) {
@@ -355,6 +389,8 @@ pub(super) struct Uses {
     /// Cluster barriers and arrivals on peers' mbarriers; the ranks of multicast TMA loads.
     pub(super) cluster: bool,
     pub(super) multicast_ranks: std::collections::BTreeSet<usize>,
+    /// Stream-K's hand-over of partial sums.
+    pub(super) stream_k: bool,
 }
 
 impl Uses {
@@ -413,6 +449,10 @@ impl Uses {
         if self.stmatrix {
             src.push('\n');
             src.push_str(STMATRIX);
+        }
+        if self.stream_k {
+            src.push('\n');
+            src.push_str(STREAM_K);
         }
         if self.wgmma {
             src.push('\n');

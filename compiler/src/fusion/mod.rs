@@ -514,6 +514,10 @@ pub struct Persistent {
     pub along: ParallelType,
     /// Tiles per group along `along` (in clusters when `along` is the clustered axis).
     pub group: i64,
+    /// Stream-K (`persistent(BIDy, 8, stream_k)`): the CTAs split the tiles' k steps evenly
+    /// instead of taking whole tiles; a tile split between CTAs is summed by the CTA that has
+    /// its first k step, from partial sums the others leave in a global workspace.
+    pub stream_k: bool,
     pub span: Option<Span>,
 }
 
@@ -870,7 +874,8 @@ pub fn print(f: &Fusion) -> String {
         let _ = writeln!(s, "  cluster({}, {})", c.on, c.ctas);
     }
     if let Some(p) = f.persistent {
-        let _ = writeln!(s, "  persistent({}, {})", p.along, p.group);
+        let split = if p.stream_k { ", stream_k" } else { "" };
+        let _ = writeln!(s, "  persistent({}, {}{split})", p.along, p.group);
     }
     s
 }

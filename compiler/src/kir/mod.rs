@@ -468,6 +468,14 @@ pub enum Stmt {
     TmaStore(TmaStore),
     /// `cp.async.bulk.commit_group`: closes the bulk async-group of the stores issued so far.
     BulkCommit,
+    /// Stream-K ([`Persistent::stream_k`]), after a piece of a tile's k steps, with the
+    /// accumulator `acc` final: a piece that does not end its tile writes its partial sums to
+    /// the CTA's slot of the workspace and raises the CTA's flag; the piece that ends a tile
+    /// the CTAs before it began waits for each of their flags and adds their partial sums.
+    /// `acc` is set by the `mma` pass (the fragment of the product before it).
+    StreamKFixup {
+        acc: Option<BufferId>,
+    },
     /// `cp.async.bulk.wait_group.read N`: waits until at most `N` groups still read shared memory.
     BulkWaitRead(u32),
     /// `fence.proxy.async.shared::cta`: orders this thread's generic shared-memory writes before
@@ -643,6 +651,43 @@ pub struct Persistent {
     pub group: i64,
     /// The grid-bound loop variables and their values in terms of `var`.
     pub bindings: Vec<(String, ParallelType, Val)>,
+    /// Stream-K: the CTAs split the k steps instead of the tiles.
+    pub stream_k: Option<StreamK>,
+}
+
+/// A stream-K split (`persistent(..., stream_k)`). With `G` CTAs, the first `R = tiles / G`
+/// rounds are whole tiles as in a plain persistent grid. The k steps of the tiles left are one
+/// linear space of `work` steps, and CTA `b` takes the run `[start(b), start(b + 1))` of it,
+/// `start(b) = b * (work / G) + min(b, work % G)`, so runs differ by at most one step. `var`
+/// (the tile loop) walks the run's tiles from its last to its first, so that the CTAs stay at
+/// about the same k step (and share operands in L2): each run begins at k step 0 of its last
+/// tile. In each, the k loop (`k_var`) walks the piece `[lo, hi)` of the tile's `kt` steps,
+/// its index offset by `lo`. The piece that ends a tile (`hi = kt`) stores it, after adding the
+/// partial sums of the CTAs before it that hold the tile's other pieces, each their first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamK {
+    /// The k loop's variable: the step within the piece (the k index is `k_var + lo`).
+    pub k_var: String,
+    /// The CTA's constants the values below use (`let`s at the top of the kernel, in order).
+    pub consts: Vec<(String, Val)>,
+    /// k steps per tile, and in all (also as the launch evaluates it).
+    pub kt: Val,
+    pub work: Val,
+    pub work_size: SizeExpr,
+    /// The piece of the current tile: `lo = max(start - t * kt, 0)`, `hi = min(end - t * kt,
+    /// kt)` for linear tile `t`.
+    pub lo: Val,
+    pub hi: Val,
+    /// The run's count of k steps before the piece's first (the pipelines' slot and parity).
+    pub before: Val,
+    /// The split's k step where the current tile starts (a CTA before this one holds a piece
+    /// of the tile when its run ends after it).
+    pub tile_start: Val,
+}
+
+/// Whether a persistent kernel splits its tiles' k steps (stream-K).
+pub fn stream_k(k: &Kernel) -> Option<&StreamK> {
+    k.persistent.as_ref().and_then(|p| p.stream_k.as_ref())
 }
 
 /// The CTA's rank in its cluster (`%cluster_ctarank`), declared at the top of a cluster kernel.
@@ -813,7 +858,8 @@ impl Stmt {
             | Stmt::MbarInval { .. }
             | Stmt::BulkCommit
             | Stmt::BulkWaitRead(_)
-            | Stmt::FenceProxyAsync => {}
+            | Stmt::FenceProxyAsync
+            | Stmt::StreamKFixup { .. } => {}
         }
     }
 }

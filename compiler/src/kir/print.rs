@@ -187,11 +187,29 @@ impl Kernel {
             let _ = writeln!(s, "  {v} = {}", p.cuda_index().unwrap_or("?"));
         }
         if let Some(p) = &self.persistent {
-            let _ = writeln!(
-                s,
-                "  persistent({}, {}): loop `{}` walks this CTA's share of {} tiles (blockIdx.x, + gridDim.x, ...)",
-                p.along, p.group, p.var, p.tiles
-            );
+            match &p.stream_k {
+                None => {
+                    let _ = writeln!(
+                        s,
+                        "  persistent({}, {}): loop `{}` walks this CTA's share of {} tiles (blockIdx.x, + gridDim.x, ...)",
+                        p.along, p.group, p.var, p.tiles
+                    );
+                }
+                Some(sk) => {
+                    let _ = writeln!(
+                        s,
+                        "  persistent({}, {}, stream_k): loop `{}` walks the tiles of this CTA's run of the {} k steps of {} tiles; `{}` walks the piece [{}, {}) of each",
+                        p.along,
+                        p.group,
+                        p.var,
+                        sk.work.text(),
+                        p.tiles,
+                        sk.k_var,
+                        sk.lo.text(),
+                        sk.hi.text()
+                    );
+                }
+            }
             for (v, _, value) in &p.bindings {
                 let _ = writeln!(s, "  {v} = {}", value.text());
             }
@@ -403,6 +421,13 @@ fn print_block(
             }
             Stmt::BulkCommit => {
                 let _ = writeln!(s, "{ind}bulk_commit_group");
+            }
+            Stmt::StreamKFixup { acc } => {
+                let acc = acc.map_or("?".to_string(), |b| k.buffers[b].name.clone());
+                let _ = writeln!(
+                    s,
+                    "{ind}stream_k_fixup {acc}: a later piece leaves its partial sums, the first adds the others'"
+                );
             }
             Stmt::BulkWaitRead(n) => {
                 let _ = writeln!(s, "{ind}bulk_wait_group_read {n}");

@@ -172,15 +172,15 @@ pub enum KeyNode {
 }
 
 /// The value of a loop's variable in an index walk: its variable, except where the kernel binds
-/// a hardware loop's index otherwise (a persistent kernel's tile indices, in `env` from
-/// [`Ctx::hw_env`]).
+/// the index otherwise (a persistent kernel's tile indices, a stream-K piece's k index: in `env`
+/// from [`Ctx::hw_env`], whose keys no walk has entered yet when it reaches their loop).
 pub fn loop_value<S: std::hash::BuildHasher>(
     env: &HashMap<LoopKey, crate::kir::Val, S>,
     l: &crate::kir::Loop,
 ) -> crate::kir::Val {
     match env.get(&l.key) {
-        Some(v) if l.parallel.is_hw() => v.clone(),
-        _ => crate::kir::Val::Var(l.var.clone()),
+        Some(v) => v.clone(),
+        None => crate::kir::Val::Var(l.var.clone()),
     }
 }
 
@@ -260,9 +260,39 @@ pub struct Ctx<'a> {
     /// previous dump instead of printing the same text again); cleared before every pass.
     /// Passes that do not set it are dumped as usual.
     pub kernel_unchanged: bool,
+    /// Stream-K (set by `persistent`): the split k loop and its pieces.
+    pub stream_k_run: Option<StreamKRun>,
+}
+
+/// What the passes after `persistent` need of a stream-K split.
+pub struct StreamKRun {
+    /// The split k loop's variable.
+    pub k_var: String,
+    /// The CTA's count of k steps before the current piece: a pipeline over the k loop counts
+    /// its slots and parities by the run, which continues from piece to piece
+    /// ([`Ctx::buffered_linear`]).
+    pub before: crate::kir::Val,
+    /// True when the current piece ends its tile (the one that stores the tile).
+    pub ends_tile: crate::kir::Val,
 }
 
 impl<'a> Ctx<'a> {
+    /// The linear iteration, at `v`, of the buffered loop `l` of a circular buffer within the
+    /// serial loops around it (`outer`, see [`tma::circular::linear`]); for a stream-K piece's
+    /// k loop, the CTA's count of k steps so far.
+    pub fn buffered_linear(
+        &self,
+        outer: &crate::kir::Val,
+        l: &crate::kir::Loop,
+        v: &crate::kir::Val,
+        in_loop: bool,
+    ) -> crate::kir::Val {
+        match &self.stream_k_run {
+            Some(r) if r.k_var == l.var => crate::kir::Val::add(r.before.clone(), v.clone()),
+            _ => tma::circular::linear(outer, &l.extent, v, in_loop),
+        }
+    }
+
     /// Whether a vector access whose alignment needs `divisible` (value, divisor) pairs takes
     /// the aligned path: always with `assume_aligned_vectors`, else when the sizes it is
     /// specialised for meet every pair.
@@ -295,6 +325,7 @@ impl<'a> Ctx<'a> {
             assume_aligned_vectors: false,
             aligned_for: None,
             kernel_unchanged: false,
+            stream_k_run: None,
         }
     }
 
@@ -408,6 +439,11 @@ impl<'a> Ctx<'a> {
         k: &Kernel,
     ) -> HashMap<LoopKey, crate::kir::Val, S> {
         let persistent = k.persistent.iter().flat_map(|p| &p.bindings);
+        // A stream-K piece's k loop counts from its first step `lo`.
+        let piece = crate::kir::stream_k(k).and_then(|sk| {
+            let index = crate::kir::Val::add(crate::kir::Val::Var(sk.k_var.clone()), sk.lo.clone());
+            Some((self.key_named(&sk.k_var)?, index))
+        });
         k.hw_vars
             .iter()
             .filter_map(|(var, _)| Some((self.key_named(var)?, crate::kir::Val::Var(var.clone()))))
@@ -415,6 +451,7 @@ impl<'a> Ctx<'a> {
                 persistent
                     .filter_map(|(var, _, value)| Some((self.key_named(var)?, value.clone()))),
             )
+            .chain(piece)
             .collect()
     }
 

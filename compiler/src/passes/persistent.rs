@@ -31,7 +31,7 @@
 use super::{Ctx, KeyNode};
 use crate::diag::Diagnostic;
 use crate::fusion::ParallelType;
-use crate::kir::{Kernel, Loop, Persistent, Stmt, Val};
+use crate::kir::{Kernel, Loop, Persistent, Stmt, StreamK, Val};
 use crate::plan::SizeExpr;
 
 pub fn used(cx: &Ctx) -> bool {
@@ -114,10 +114,49 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     } else {
         (cta, Val::Ctas, None)
     };
-    let linear = Val::add(
-        Val::mul(Val::Var(var.clone()), stride.clone()),
-        cluster.clone(),
-    );
+    if p.stream_k {
+        if ctas > 1 {
+            return err(format!(
+                "{what}, stream_k: a stream-K split does not combine with cluster(...): the CTAs of a cluster would take different pieces of different tiles"
+            ));
+        }
+        if let Some(t) = f
+            .tensor_ids()
+            .find(|&t| f.tensors[t].is_output && f.tensors[t].store != crate::fusion::LoadKind::Tma)
+        {
+            return err(format!(
+                "{what}, stream_k: output `{}` is not written by TMA stores (cache_before(..., store=tma)); a stream-K piece that is not its tile's first must store nothing",
+                f.tensors[t].name
+            ));
+        }
+    }
+    // Stream-K: the CTA's run of k steps, the first tile it touches and the pieces.
+    let tiles_val = Val::from_size(&tiles);
+    let split = if p.stream_k {
+        let (kt, kt_size) = match find_k_loop(&k.body) {
+            Some(l) if has_mma(&l.body) => (l.extent.clone(), cx.key_extent(l.key).clone()),
+            Some(_) => {
+                return err(format!(
+                    "{what}, stream_k: the split k loop has no tensor-core product (Mma axes): the partial sums a CTA hands on are a wgmma accumulator's registers"
+                ))
+            }
+            None => {
+                return err(format!(
+                    "{what}, stream_k: no serial loop of a reduction (a matrix product's k loop) directly inside the grid-bound loops to split"
+                ))
+            }
+        };
+        Some(Split::new(cx, &tiles, &tiles_val, kt, kt_size, &var))
+    } else {
+        None
+    };
+    let linear = match &split {
+        Some(sp) => sp.linear.clone(),
+        None => Val::add(
+            Val::mul(Val::Var(var.clone()), stride.clone()),
+            cluster.clone(),
+        ),
+    };
     // The grouped raster of `linear`.
     let (ua, uo) = (Val::from_size(&along_units), Val::from_size(&across_units));
     let group = Val::Int(p.group);
@@ -135,7 +174,10 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     if let Some(v) = across_var {
         bindings.push((v, across, index(across, across_unit)));
     }
-    let extent = Val::ceil_div(Val::sub(Val::from_size(&tiles), cluster), stride);
+    let extent = match &split {
+        Some(sp) => sp.extent.clone(),
+        None => Val::ceil_div(Val::sub(tiles_val.clone(), cluster), stride),
+    };
     let body = std::mem::take(&mut k.body);
     k.body = wrap(body, &|inner| {
         Stmt::Loop(Loop {
@@ -167,16 +209,227 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     if ctas > 1 {
         k.cluster = Some([ctas, 1, 1]);
     }
+    let stream_k = split.map(|sp| sp.apply(k, key));
+    cx.stream_k_run = stream_k.as_ref().map(|sk| super::StreamKRun {
+        k_var: sk.k_var.clone(),
+        before: sk.before.clone(),
+        ends_tile: Val::eq(sk.hi.clone(), sk.kt.clone()),
+    });
     k.persistent = Some(Persistent {
         var,
         tiles,
         along: p.along,
         group: p.group,
         bindings,
+        stream_k,
     });
     Ok(())
 }
 
+/// The first serial loop of a reduction (a `ReductionUpdate` inside it) directly in the body of
+/// the innermost grid-bound loops: the k loop a stream-K split divides.
+fn find_k_loop(body: &[Stmt]) -> Option<&Loop> {
+    body.iter().find_map(|s| match s {
+        Stmt::Loop(l) if l.parallel.is_block() => find_k_loop(&l.body),
+        Stmt::Loop(l) if l.parallel == ParallelType::Serial && updates_a_reduction(&l.body) => {
+            Some(l)
+        }
+        _ => None,
+    })
+}
+
+fn has_mma(body: &[Stmt]) -> bool {
+    let mut found = false;
+    crate::kir::for_each_stmt(body, &mut |s| {
+        found |= matches!(s, Stmt::Loop(l) if l.parallel == ParallelType::Mma)
+    });
+    found
+}
+
+fn updates_a_reduction(body: &[Stmt]) -> bool {
+    let mut found = false;
+    crate::kir::for_each_stmt(
+        body,
+        &mut |s| {
+            found |=
+                matches!(s, Stmt::Compute(c) if c.role == crate::kir::ComputeRole::ReductionUpdate)
+        },
+    );
+    found
+}
+
+/// A stream-K split after whole rounds: with `G` CTAs, the first `R = tiles / G` rounds are
+/// whole tiles as in a plain persistent grid (CTA `b` takes linear tile `r * G + b` in round
+/// `r`), so the tiles in flight stay a compact block of the output; the k steps of the
+/// `tiles - R * G` tiles left are split evenly, CTA `b` taking the run `[start(b), start(b +
+/// 1))` of them. Every CTA then ends at the same step count, give or take one, and the tiles
+/// of the split, the raster's last, are also a compact block. All values are in terms of the
+/// tile loop's iteration `i`; `d = (i < R)` is 1 in the whole-tile rounds.
+struct Split {
+    /// The tile loop's extent: `R` rounds, then the tiles the run touches.
+    extent: Val,
+    /// The linear tile of iteration `i`.
+    linear: Val,
+    kt: Val,
+    /// The k steps of the split tiles, in the loop's values and as the launch evaluates them.
+    work: Val,
+    work_size: SizeExpr,
+    lo: Val,
+    hi: Val,
+    before: Val,
+    tile_start: Val,
+    /// The CTA's constants, as `let`s at the top of the kernel.
+    consts: Vec<(String, Val)>,
+}
+
+impl Split {
+    fn new(
+        cx: &mut Ctx,
+        tiles: &SizeExpr,
+        tiles_val: &Val,
+        kt: Val,
+        kt_size: SizeExpr,
+        var: &str,
+    ) -> Split {
+        let g = Val::Ctas;
+        let b = Val::Hw(ParallelType::BIDx);
+        // The CTA's constants, computed once (`consts`): every per-step value below is then
+        // additions, products and comparisons of loop variables and these, which the pipelines
+        // evaluate every k step.
+        let mut consts = Vec::new();
+        let mut constant = |base: &str, value: Val| {
+            let name = cx.fresh_name(base);
+            consts.push((name.clone(), value));
+            Val::Var(name)
+        };
+        let rounds = constant("sk_rounds", Val::div(tiles_val.clone(), g.clone()));
+        let whole = Val::mul(rounds.clone(), g.clone());
+        let work = Val::mul(Val::sub(tiles_val.clone(), whole.clone()), kt.clone());
+        // `work_size`: the launch picks G, so it bounds the split by all tiles' steps.
+        let work_size = SizeExpr::Mul(Box::new(tiles.clone()), Box::new(kt_size));
+        let (per, extra) = (
+            Val::div(work.clone(), g.clone()),
+            Val::rem(work.clone(), g.clone()),
+        );
+        let start = constant(
+            "sk_start",
+            Val::add(
+                Val::mul(b.clone(), per.clone()),
+                Val::min(b.clone(), extra.clone()),
+            ),
+        );
+        let len = constant("sk_len", Val::add(per, Val::lt(b, extra)));
+        let off = constant("sk_off", Val::rem(start.clone(), kt.clone()));
+        let first = constant("sk_first", Val::div(start, kt.clone()));
+        let touched = Val::min(
+            Val::ceil_div(Val::add(len.clone(), off.clone()), kt.clone()),
+            len.clone(),
+        );
+        let i = Val::Var(var.to_string());
+        let d = Val::lt(i.clone(), rounds.clone());
+        let e = Val::sub(Val::Int(1), d.clone());
+        // The run's tiles from its last: piece q = i - R is tile `touched - 1 - q` of the run.
+        let back = Val::sub(
+            Val::sub(touched.clone(), Val::Int(1)),
+            Val::sub(i.clone(), rounds.clone()),
+        );
+        let j = Val::add(first, back.clone());
+        let linear = Val::add(
+            Val::mul(
+                d.clone(),
+                Val::add(Val::mul(i.clone(), g), Val::Hw(ParallelType::BIDx)),
+            ),
+            Val::mul(e.clone(), Val::add(whole, j.clone())),
+        );
+        let lo = Val::mul(Val::eq(back.clone(), Val::Int(0)), off.clone());
+        // The run's steps from the piece's tile start on: len + off - back * kt.
+        let left = Val::sub(
+            Val::add(len.clone(), off.clone()),
+            Val::mul(back, kt.clone()),
+        );
+        let hi = Val::add(
+            Val::mul(d.clone(), kt.clone()),
+            Val::mul(e.clone(), Val::min(left.clone(), kt.clone())),
+        );
+        // Whole rounds: i * kt. Then the run's steps in the tiles after this one, taken first:
+        // max(left - kt, 0).
+        let later = Val::sub(left.clone(), kt.clone());
+        let before = Val::add(
+            Val::mul(d, Val::mul(i, kt.clone())),
+            Val::mul(
+                e,
+                Val::add(
+                    Val::mul(rounds.clone(), kt.clone()),
+                    Val::sub(later.clone(), Val::min(later, Val::Int(0))),
+                ),
+            ),
+        );
+        let tile_start = Val::mul(j, kt.clone());
+        Split {
+            extent: Val::add(rounds, touched),
+            linear,
+            kt,
+            work,
+            work_size,
+            lo,
+            hi,
+            before,
+            tile_start,
+            consts,
+        }
+    }
+
+    /// Makes the k loop in the tile loop (`tile_key`) walk one piece of its tile, offset by
+    /// `lo` (the index walks add it: [`Ctx::hw_env`]), and puts the fixup after it.
+    fn apply(self, k: &mut Kernel, tile_key: super::LoopKey) -> StreamK {
+        let mut k_var = String::new();
+        let piece = Val::sub(self.hi.clone(), self.lo.clone());
+        in_tile_loop(&mut k.body, tile_key, &mut |block| {
+            let i = block.iter().position(|s| {
+                matches!(s, Stmt::Loop(l) if l.parallel == ParallelType::Serial && updates_a_reduction(&l.body))
+            });
+            if let Some(i) = i {
+                let Stmt::Loop(l) = &mut block[i] else {
+                    unreachable!()
+                };
+                k_var = l.var.clone();
+                l.extent = piece.clone();
+                block.insert(i + 1, Stmt::StreamKFixup { acc: None });
+            }
+        });
+        let lets = self.consts.iter().map(|(var, value)| Stmt::Let {
+            var: var.clone(),
+            value: value.clone(),
+        });
+        k.body.splice(0..0, lets);
+        StreamK {
+            k_var,
+            consts: self.consts,
+            kt: self.kt,
+            work: self.work,
+            work_size: self.work_size,
+            lo: self.lo,
+            hi: self.hi,
+            before: self.before,
+            tile_start: self.tile_start,
+        }
+    }
+}
+
+/// Calls `f` on the body of every loop keyed `key`.
+fn in_tile_loop(body: &mut [Stmt], key: super::LoopKey, f: &mut dyn FnMut(&mut Vec<Stmt>)) {
+    for s in body {
+        match s {
+            Stmt::Loop(l) if l.key == key => f(&mut l.body),
+            Stmt::Loop(l) => in_tile_loop(&mut l.body, key, f),
+            Stmt::If { then, els, .. } => {
+                in_tile_loop(then, key, f);
+                in_tile_loop(els, key, f);
+            }
+            _ => {}
+        }
+    }
+}
 /// How many outermost grid-bound loops `body` has (each the start of a nest over the grid).
 fn grid_nests(body: &[Stmt]) -> usize {
     body.iter()

@@ -343,6 +343,9 @@ pub(super) fn eval(
         Val::Mod(a, b) => go(a)?.checked_rem(go(b)?)?,
         Val::Xor(a, b) => go(a)? ^ go(b)?,
         Val::Min(a, b) => go(a)?.min(go(b)?),
+        // Comparisons count as 1 or 0 (a stream-K piece's selections).
+        Val::Lt(a, b) => (go(a)? < go(b)?) as i64,
+        Val::Eq(a, b) => (go(a)? == go(b)?) as i64,
         Val::Ctas => sample(h("gridDim.x")),
         Val::CeilDiv(a, b) => {
             let (a, b) = (go(a)?, go(b)?);

@@ -571,6 +571,17 @@ impl<'k> Walk<'k> {
                 self.tensor_map(t.map, t.coords.len());
             }
             Stmt::BulkCommit | Stmt::BulkWaitRead(_) | Stmt::FenceProxyAsync => {}
+            Stmt::StreamKFixup { acc } => {
+                if crate::kir::stream_k(self.k).is_none() {
+                    self.error(
+                        Rule::UnknownId,
+                        "a stream-K fixup in a kernel without a stream-K split".into(),
+                    );
+                }
+                if let Some(b) = acc {
+                    self.memory_is(*b, MemoryType::Local, "a stream-K accumulator");
+                }
+            }
             Stmt::Wgmma(w) => {
                 self.access(&w.acc, ctx);
                 self.memory_is(

@@ -102,6 +102,7 @@ pub(super) fn stage_host<'a>(
                         init
                     }
                     TensorRole::Output | TensorRole::Scratch => data::poison(*dtype, n),
+                    TensorRole::Workspace => vec![0; bytes as usize],
                 };
                 tensors.push(Tensor {
                     name: name.clone(),

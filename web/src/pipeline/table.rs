@@ -269,10 +269,15 @@ pub fn details(v: &PipelineView, p: &Pipeline) -> Vec<(&'static str, String)> {
             .iter()
             .map(|(var, axis, _)| format!("{var} ({axis})"))
             .collect();
+        let split = if t.stream_k {
+            "; stream-K: after the rounds every CTA takes whole, the CTAs split the k steps of the tiles left evenly (the piece that ends a tile adds the others' partial sums from the workspace)"
+        } else {
+            ""
+        };
         rows.push((
             "tile order",
             format!(
-                "persistent: CTA b of gridDim.x takes tiles b, b + gridDim.x, … of the {} (loop {}, producer and consumers alike); grouped raster: groups of {} along {}, stepping along {} first → {}",
+                "persistent: CTA b of gridDim.x takes tiles b, b + gridDim.x, … of the {} (loop {}, producer and consumers alike); grouped raster: groups of {} along {}, stepping along {} first → {}{split}",
                 t.tiles, t.var, t.group, t.along, t.along, indices.join(", ")
             ),
         ));

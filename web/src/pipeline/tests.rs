@@ -344,6 +344,17 @@ fn a_persistent_kernel_shows_its_tile_order() {
         t.contains("groups of 16 along BIDy, stepping along BIDy first → m_o (BIDy), n_o (BIDx)"),
         "{t}"
     );
+    assert!(!t.contains("stream-K"), "{t}");
+    // With stream_k the row says how the tiles left after the whole rounds are split.
+    let src =
+        crate::examples::source(&crate::examples::find("matmul/step15_persistent_raster").unwrap())
+            .replace("persistent(BIDy, 16)", "persistent(BIDy, 16, stream_k)");
+    let sk = crate::model::compile(&src).unwrap().pipeline;
+    let rows = details(&sk, &sk.pipelines[0]);
+    assert!(
+        rows[0].1.contains("stream-K: after the rounds every CTA takes whole, the CTAs split the k steps of the tiles left evenly"),
+        "{rows:?}"
+    );
     // A kernel with a fixed grid has no such row.
     let fixed = view("matmul/step9_tma_store_epilogue");
     assert!(details(&fixed, &fixed.pipelines[0])

@@ -705,7 +705,7 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                     Ok(())
                 }
                 "persistent" => {
-                    a.count(2, 2)?;
+                    a.count(2, 3)?;
                     a.no_named()?;
                     let (n, sp) = a.ident(0)?;
                     let along = match ParallelType::parse(n) {
@@ -727,12 +727,26 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
                             None,
                         );
                     }
+                    // A third argument splits the work by k steps instead of tiles.
+                    let stream_k = match a.pos.len() {
+                        3 => match a.ident(2)? {
+                            ("stream_k", _) => true,
+                            (n, sp) => {
+                                return a.err(
+                                    format!("persistent(...)'s third argument is `stream_k` (split the k steps of the tiles evenly over the CTAs), got `{n}`"),
+                                    Some(sp),
+                                )
+                            }
+                        },
+                        _ => false,
+                    };
                     if f.persistent.is_some() {
                         return a.err("the kernel is already persistent", None);
                     }
                     f.persistent = Some(super::Persistent {
                         along,
                         group,
+                        stream_k,
                         span: Some(loc.0),
                     });
                     Ok(())

@@ -134,7 +134,31 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         unalias(&mut body, &reuse);
     }
     k.body = keep_one_group_in_flight(batch(body));
+    name_stream_k_accumulators(&mut k.body);
     Ok(())
+}
+
+/// A stream-K fixup hands on the accumulator of the wgmmas in the k loop before it.
+fn name_stream_k_accumulators(body: &mut Vec<Stmt>) {
+    crate::kir::for_each_block_mut(body, &mut |block| {
+        for i in 0..block.len() {
+            if !matches!(block[i], Stmt::StreamKFixup { acc: None }) {
+                continue;
+            }
+            let mut acc = None;
+            for s in block[..i].iter().rev() {
+                crate::kir::for_each_stmt(std::slice::from_ref(s), &mut |x| {
+                    if let Stmt::Wgmma(w) = x {
+                        acc.get_or_insert(w.acc.buffer);
+                    }
+                });
+                if acc.is_some() {
+                    break;
+                }
+            }
+            block[i] = Stmt::StreamKFixup { acc };
+        }
+    });
 }
 
 /// The wgmma tile (the index of its `scale-d` flag) that accumulator register `base` starts.

@@ -188,7 +188,7 @@ pub(crate) fn pipeline(
     };
     let (s, pf) = (pipe.stages, pipe.prefetch);
     let var = l.var.clone();
-    let at = |v: &Val| linear(outer, &l.extent, v, in_loop);
+    let at = |v: &Val| cx.buffered_linear(outer, &l, v, in_loop);
     let slot = |lin: &Val| {
         if s == 1 {
             Val::Int(0)
@@ -460,7 +460,12 @@ pub(crate) fn issue_stores(cx: &Ctx, body: &mut Vec<Stmt>, s: &StoreInfo, issuer
     while i < body.len() {
         match &mut body[i] {
             Stmt::TmaStore(t) if t.map == s.map => {
-                let store = body.remove(i);
+                let mut store = body.remove(i);
+                // Stream-K: only the piece that ends a tile stores it (the others hand on
+                // partial sums); the commit stays, an empty group.
+                if let Some(r) = &cx.stream_k_run {
+                    store = guard(r.ends_tile.clone(), vec![store]);
+                }
                 // The wait for shared memory to be read is deferred to just before the cache is
                 // written again (the `sync` pass) and to the kernel's exit, so the store runs on
                 // while the threads go on (the next tile's main loop).
