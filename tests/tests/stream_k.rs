@@ -263,15 +263,13 @@ fn a_piece_hands_on_its_sums_and_only_the_piece_ending_a_tile_stores() {
     // The fixup comes after the last wgmma has retired, before the epilogue reads s_acc.
     let kernel = &cuda[cuda.find("__global__").unwrap()..];
     let wait = kernel.find("hf_wgmma_wait<0>();").unwrap();
-    let fixup = kernel.find("// stream-K: this CTA's piece").unwrap();
+    let fixup = kernel.find("{  // stream-K").unwrap();
     let epilogue = kernel.find("hf_stmatrix_x4(").unwrap();
     assert!(wait < fixup && fixup < epilogue, "{kernel}");
     // Each TMA store of c is guarded by the piece ending its tile.
     let ir = &c.passes.last().unwrap().ir;
     assert!(
-        ir.contains(
-            "persistent(BIDy, 16, stream_k): loop `tile` walks the tiles of this CTA's run"
-        ),
+        ir.contains("persistent(BIDy, 16, stream_k): loop `tile` walks this CTA's rounds and run"),
         "{ir}"
     );
     assert!(ir.contains("stream_k_fixup s_acc"), "{ir}");
@@ -295,6 +293,15 @@ fn stream_k_errors_name_the_rule() {
     let e = error(&with("persistent(BIDy, 8, stream_k)\n  cluster(BIDy, 2)"));
     assert!(
         e.contains("a stream-K split does not combine with cluster(...)"),
+        "{e}"
+    );
+    // Operands loaded without a producer warp group (step 2's pipeline).
+    let e = error(&example("matmul/step2_pipelined.hf").replace(
+        "\n  inline_most()\n",
+        "\n  inline_most()\n  persistent(BIDy, 16, stream_k)\n",
+    ));
+    assert!(
+        e.contains("stream_k: the operands are not loaded by a warp-specialized circular buffer"),
         "{e}"
     );
     // An output written by plain stores (step 4's register epilogue): a later piece would

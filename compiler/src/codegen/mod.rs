@@ -378,19 +378,19 @@ impl Emitter<'_> {
         let ws = STREAM_K_WORKSPACE;
         let max = crate::target::STREAM_K_MAX_CTAS;
         let lines = [
-            "{  // stream-K: this CTA's piece of the tile".to_string(),
+            "{  // stream-K".to_string(),
             format!("  const index_t hf_sk_lo = {};", strip_parens(lo)),
             format!("  const index_t hf_sk_hi = {};", strip_parens(hi)),
             "  const unsigned hf_sk_tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);".into(),
             format!("  unsigned* hf_sk_flags = reinterpret_cast<unsigned*>({ws} + {max}ll * {slot});"),
             format!(
-                "  if (hf_sk_hi < {}) {{  // the tile goes on in a later CTA: hand it the partial sums",
+                "  if (hf_sk_hi < {}) {{  // hand on",
                 strip_parens(kt)
             ),
             format!("    hf_sk_store<{regs}, {threads}>({ws}, blockIdx.x, &{name}[0], hf_sk_tid);"),
             format!("    {barrier}"),
             "    if (hf_sk_tid == 0) hf_sk_raise(&hf_sk_flags[blockIdx.x]);".into(),
-            "  } else if (0 < hf_sk_lo) {  // the piece that ends a tile begun before: add the others".into(),
+            "  } else if (0 < hf_sk_lo) {  // add the others".into(),
             format!(
                 "    for (index_t hf_sk_p = (index_t)blockIdx.x - 1; 0 <= hf_sk_p && {} < {}; --hf_sk_p) {{",
                 tile_start, peer_end

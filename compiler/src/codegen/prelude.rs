@@ -279,37 +279,29 @@ __device__ __forceinline__ void hf_stmatrix_x4(void* dst, const void* src) {
 }
 ";
 
-pub const STREAM_K: &str = "// Stream-K: partial sums of a tile handed between CTAs through global memory. Slot `cta`
-// holds R / 4 runs of T float4s: run i is register group i of every thread, so each store and
-// load instruction of the threads is one contiguous stretch. Flags: 1 from a piece's release
-// until the tile's first piece has acquired it and lowered it again.
+pub const STREAM_K: &str = "// Stream-K: slot `cta` holds R / 4 runs of T float4s, run i the threads' registers 4i..4i+3.
 template <int R, int T>
-__device__ __forceinline__ void hf_sk_store(float* ws, long long cta, const float* acc, unsigned tid) {
-  float4* w = reinterpret_cast<float4*>(ws) + cta * (R / 4) * T + tid;
+__device__ __forceinline__ void hf_sk_store(float* ws, long long cta, const float* a, unsigned t) {
+  float4* w = reinterpret_cast<float4*>(ws) + cta * (R / 4) * T + t;
   #pragma unroll
-  for (int i = 0; i < R / 4; ++i) w[i * T] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+  for (int i = 0; i < R / 4; ++i) w[i * T] = make_float4(a[4 * i], a[4 * i + 1], a[4 * i + 2], a[4 * i + 3]);
 }
 template <int R, int T>
-__device__ __forceinline__ void hf_sk_add(const float* ws, long long cta, float* acc, unsigned tid) {
-  const float4* w = reinterpret_cast<const float4*>(ws) + cta * (R / 4) * T + tid;
+__device__ __forceinline__ void hf_sk_add(const float* ws, long long cta, float* a, unsigned t) {
+  const float4* w = reinterpret_cast<const float4*>(ws) + cta * (R / 4) * T + t;
   #pragma unroll
   for (int i = 0; i < R / 4; ++i) {
     const float4 v = __ldcg(w + i * T);
-    acc[4 * i] += v.x;
-    acc[4 * i + 1] += v.y;
-    acc[4 * i + 2] += v.z;
-    acc[4 * i + 3] += v.w;
+    a[4 * i] += v.x; a[4 * i + 1] += v.y; a[4 * i + 2] += v.z; a[4 * i + 3] += v.w;
   }
 }
-__device__ __forceinline__ void hf_sk_raise(unsigned* flag) {
-  asm volatile(\"st.release.gpu.global.u32 [%0], 1;\" :: \"l\"(flag) : \"memory\");
+__device__ __forceinline__ void hf_sk_raise(unsigned* f) {
+  asm volatile(\"st.release.gpu.global.u32 [%0], 1;\" :: \"l\"(f) : \"memory\");
 }
-__device__ __forceinline__ void hf_sk_wait(unsigned* flag) {
+__device__ __forceinline__ void hf_sk_wait(unsigned* f) {
   unsigned v;
-  do {
-    asm volatile(\"ld.acquire.gpu.global.u32 %0, [%1];\" : \"=r\"(v) : \"l\"(flag) : \"memory\");
-  } while (v == 0);
-  asm volatile(\"st.relaxed.gpu.global.u32 [%0], 0;\" :: \"l\"(flag) : \"memory\");
+  do asm volatile(\"ld.acquire.gpu.global.u32 %0, [%1];\" : \"=r\"(v) : \"l\"(f) : \"memory\"); while (v == 0);
+  asm volatile(\"st.relaxed.gpu.global.u32 [%0], 0;\" :: \"l\"(f) : \"memory\");
 }
 ";
 

@@ -198,7 +198,7 @@ impl Kernel {
                 Some(sk) => {
                     let _ = writeln!(
                         s,
-                        "  persistent({}, {}, stream_k): loop `{}` walks the tiles of this CTA's run of the {} k steps of {} tiles; `{}` walks the piece [{}, {}) of each",
+                        "  persistent({}, {}, stream_k): loop `{}` walks this CTA's rounds and run of {} split k steps of {} tiles; `{}` walks the piece [{}, {}) of each",
                         p.along,
                         p.group,
                         p.var,
@@ -424,10 +424,7 @@ fn print_block(
             }
             Stmt::StreamKFixup { acc } => {
                 let acc = acc.map_or("?".to_string(), |b| k.buffers[b].name.clone());
-                let _ = writeln!(
-                    s,
-                    "{ind}stream_k_fixup {acc}: a later piece leaves its partial sums, the first adds the others'"
-                );
+                let _ = writeln!(s, "{ind}stream_k_fixup {acc}");
             }
             Stmt::BulkWaitRead(n) => {
                 let _ = writeln!(s, "{ind}bulk_wait_group_read {n}");

@@ -117,7 +117,18 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     if p.stream_k {
         if ctas > 1 {
             return err(format!(
-                "{what}, stream_k: a stream-K split does not combine with cluster(...): the CTAs of a cluster would take different pieces of different tiles"
+                "{what}, stream_k: a stream-K split does not combine with cluster(...)"
+            ));
+        }
+        // The hand-over is built for (and validated with) warp-specialized operand pipelines:
+        // the consumers hold the accumulator while a producer keeps loading the next piece.
+        if !f
+            .tensors
+            .iter()
+            .any(|t| t.circular.is_some_and(|c| c.ws.is_some()))
+        {
+            return err(format!(
+                "{what}, stream_k: the operands are not loaded by a warp-specialized circular buffer"
             ));
         }
         if let Some(t) = f
@@ -125,7 +136,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             .find(|&t| f.tensors[t].is_output && f.tensors[t].store != crate::fusion::LoadKind::Tma)
         {
             return err(format!(
-                "{what}, stream_k: output `{}` is not written by TMA stores (cache_before(..., store=tma)); a stream-K piece that is not its tile's first must store nothing",
+                "{what}, stream_k: output `{}` is not written by TMA stores (cache_before(..., store=tma))",
                 f.tensors[t].name
             ));
         }
@@ -137,12 +148,12 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             Some(l) if has_mma(&l.body) => (l.extent.clone(), cx.key_extent(l.key).clone()),
             Some(_) => {
                 return err(format!(
-                    "{what}, stream_k: the split k loop has no tensor-core product (Mma axes): the partial sums a CTA hands on are a wgmma accumulator's registers"
+                    "{what}, stream_k: the split k loop has no tensor-core product (Mma axes)"
                 ))
             }
             None => {
                 return err(format!(
-                    "{what}, stream_k: no serial loop of a reduction (a matrix product's k loop) directly inside the grid-bound loops to split"
+                    "{what}, stream_k: no k loop of a matrix product directly inside the grid-bound loops"
                 ))
             }
         };

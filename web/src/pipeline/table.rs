@@ -270,7 +270,7 @@ pub fn details(v: &PipelineView, p: &Pipeline) -> Vec<(&'static str, String)> {
             .map(|(var, axis, _)| format!("{var} ({axis})"))
             .collect();
         let split = if t.stream_k {
-            "; stream-K: after the rounds every CTA takes whole, the CTAs split the k steps of the tiles left evenly (the piece that ends a tile adds the others' partial sums from the workspace)"
+            "; stream-K: whole rounds, then the k steps of the tiles left split evenly (the piece ending a tile adds the others' sums)"
         } else {
             ""
         };

@@ -352,7 +352,9 @@ fn a_persistent_kernel_shows_its_tile_order() {
     let sk = crate::model::compile(&src).unwrap().pipeline;
     let rows = details(&sk, &sk.pipelines[0]);
     assert!(
-        rows[0].1.contains("stream-K: after the rounds every CTA takes whole, the CTAs split the k steps of the tiles left evenly"),
+        rows[0]
+            .1
+            .contains("stream-K: whole rounds, then the k steps of the tiles left split evenly"),
         "{rows:?}"
     );
     // A kernel with a fixed grid has no such row.
