@@ -685,6 +685,21 @@ pub struct StreamK {
     pub tile_start: Val,
 }
 
+impl StreamK {
+    /// Where CTA `cta`'s run starts in the split's k steps (`cta = G`: where they end).
+    pub fn run_start(&self, cta: Val) -> Val {
+        Val::add(
+            Val::mul(cta.clone(), Val::div(self.work.clone(), Val::Ctas)),
+            Val::min(cta, Val::rem(self.work.clone(), Val::Ctas)),
+        )
+    }
+
+    /// Whether the current piece ends its tile (and so stores it).
+    pub fn ends_tile(&self) -> Val {
+        Val::eq(self.hi.clone(), self.kt.clone())
+    }
+}
+
 /// Whether a persistent kernel splits its tiles' k steps (stream-K).
 pub fn stream_k(k: &Kernel) -> Option<&StreamK> {
     k.persistent.as_ref().and_then(|p| p.stream_k.as_ref())

@@ -260,39 +260,9 @@ pub struct Ctx<'a> {
     /// previous dump instead of printing the same text again); cleared before every pass.
     /// Passes that do not set it are dumped as usual.
     pub kernel_unchanged: bool,
-    /// Stream-K (set by `persistent`): the split k loop and its pieces.
-    pub stream_k_run: Option<StreamKRun>,
-}
-
-/// What the passes after `persistent` need of a stream-K split.
-pub struct StreamKRun {
-    /// The split k loop's variable.
-    pub k_var: String,
-    /// The CTA's count of k steps before the current piece: a pipeline over the k loop counts
-    /// its slots and parities by the run, which continues from piece to piece
-    /// ([`Ctx::buffered_linear`]).
-    pub before: crate::kir::Val,
-    /// True when the current piece ends its tile (the one that stores the tile).
-    pub ends_tile: crate::kir::Val,
 }
 
 impl<'a> Ctx<'a> {
-    /// The linear iteration, at `v`, of the buffered loop `l` of a circular buffer within the
-    /// serial loops around it (`outer`, see [`tma::circular::linear`]); for a stream-K piece's
-    /// k loop, the CTA's count of k steps so far.
-    pub fn buffered_linear(
-        &self,
-        outer: &crate::kir::Val,
-        l: &crate::kir::Loop,
-        v: &crate::kir::Val,
-        in_loop: bool,
-    ) -> crate::kir::Val {
-        match &self.stream_k_run {
-            Some(r) if r.k_var == l.var => crate::kir::Val::add(r.before.clone(), v.clone()),
-            _ => tma::circular::linear(outer, &l.extent, v, in_loop),
-        }
-    }
-
     /// Whether a vector access whose alignment needs `divisible` (value, divisor) pairs takes
     /// the aligned path: always with `assume_aligned_vectors`, else when the sizes it is
     /// specialised for meet every pair.
@@ -325,7 +295,6 @@ impl<'a> Ctx<'a> {
             assume_aligned_vectors: false,
             aligned_for: None,
             kernel_unchanged: false,
-            stream_k_run: None,
         }
     }
 

@@ -221,11 +221,6 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         k.cluster = Some([ctas, 1, 1]);
     }
     let stream_k = split.map(|sp| sp.apply(k, key));
-    cx.stream_k_run = stream_k.as_ref().map(|sk| super::StreamKRun {
-        k_var: sk.k_var.clone(),
-        before: sk.before.clone(),
-        ends_tile: Val::eq(sk.hi.clone(), sk.kt.clone()),
-    });
     k.persistent = Some(Persistent {
         var,
         tiles,
@@ -242,9 +237,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
 fn find_k_loop(body: &[Stmt]) -> Option<&Loop> {
     body.iter().find_map(|s| match s {
         Stmt::Loop(l) if l.parallel.is_block() => find_k_loop(&l.body),
-        Stmt::Loop(l) if l.parallel == ParallelType::Serial && updates_a_reduction(&l.body) => {
-            Some(l)
-        }
+        Stmt::Loop(l) if is_k_loop(l) => Some(l),
         _ => None,
     })
 }
@@ -257,16 +250,17 @@ fn has_mma(body: &[Stmt]) -> bool {
     found
 }
 
-fn updates_a_reduction(body: &[Stmt]) -> bool {
+/// A serial loop around a reduction's update (a `ReductionUpdate` inside it).
+fn is_k_loop(l: &Loop) -> bool {
     let mut found = false;
     crate::kir::for_each_stmt(
-        body,
+        &l.body,
         &mut |s| {
             found |=
                 matches!(s, Stmt::Compute(c) if c.role == crate::kir::ComputeRole::ReductionUpdate)
         },
     );
-    found
+    l.parallel == ParallelType::Serial && found
 }
 
 /// A stream-K split after whole rounds: with `G` CTAs, the first `R = tiles / G` rounds are
@@ -396,9 +390,9 @@ impl Split {
         let mut k_var = String::new();
         let piece = Val::sub(self.hi.clone(), self.lo.clone());
         in_tile_loop(&mut k.body, tile_key, &mut |block| {
-            let i = block.iter().position(|s| {
-                matches!(s, Stmt::Loop(l) if l.parallel == ParallelType::Serial && updates_a_reduction(&l.body))
-            });
+            let i = block
+                .iter()
+                .position(|s| matches!(s, Stmt::Loop(l) if is_k_loop(l)));
             if let Some(i) = i {
                 let Stmt::Loop(l) = &mut block[i] else {
                     unreachable!()

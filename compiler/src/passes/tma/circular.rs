@@ -43,7 +43,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     }
     let stores = plan.stores.clone();
     for s in &stores {
-        issue_stores(cx, &mut body, s, &s.issuer);
+        issue_stores(cx, &mut body, s, &s.issuer, plan.stream_k.as_ref());
     }
     // Before the kernel exits, each issuer waits until its stores have read shared memory.
     let drain = store_waits(stores.iter().map(|s| &s.issuer));
@@ -188,7 +188,7 @@ pub(crate) fn pipeline(
     };
     let (s, pf) = (pipe.stages, pipe.prefetch);
     let var = l.var.clone();
-    let at = |v: &Val| cx.buffered_linear(outer, &l, v, in_loop);
+    let at = |v: &Val| plan.buffered_linear(outer, &l, v, in_loop);
     let slot = |lin: &Val| {
         if s == 1 {
             Val::Int(0)
@@ -454,7 +454,13 @@ pub(crate) fn issue(
 /// Wraps every TMA store of `s` in the issuing thread's guard and commits it as a bulk group,
 /// with the async-proxy fence where the store's fence mode puts it. The issuer waits for the
 /// group to have read shared memory only before the cache is written again (`sync`) and at exit.
-pub(crate) fn issue_stores(cx: &Ctx, body: &mut Vec<Stmt>, s: &StoreInfo, issuer: &Val) {
+pub(crate) fn issue_stores(
+    cx: &Ctx,
+    body: &mut Vec<Stmt>,
+    s: &StoreInfo,
+    issuer: &Val,
+    stream_k: Option<&crate::kir::StreamK>,
+) {
     let cache = cx.tensor_buffer[&s.cache];
     let mut i = 0;
     while i < body.len() {
@@ -463,8 +469,8 @@ pub(crate) fn issue_stores(cx: &Ctx, body: &mut Vec<Stmt>, s: &StoreInfo, issuer
                 let mut store = body.remove(i);
                 // Stream-K: only the piece that ends a tile stores it (the others hand on
                 // partial sums); the commit stays, an empty group.
-                if let Some(r) = &cx.stream_k_run {
-                    store = guard(r.ends_tile.clone(), vec![store]);
+                if let Some(sk) = stream_k {
+                    store = guard(sk.ends_tile(), vec![store]);
                 }
                 // The wait for shared memory to be read is deferred to just before the cache is
                 // written again (the `sync` pass) and to the kernel's exit, so the store runs on
@@ -489,10 +495,10 @@ pub(crate) fn issue_stores(cx: &Ctx, body: &mut Vec<Stmt>, s: &StoreInfo, issuer
                 body.insert(i + 1, Stmt::FenceProxyAsync);
                 i += 1;
             }
-            Stmt::Loop(l) => issue_stores(cx, &mut l.body, s, issuer),
+            Stmt::Loop(l) => issue_stores(cx, &mut l.body, s, issuer, stream_k),
             Stmt::If { then, els, .. } => {
-                issue_stores(cx, then, s, issuer);
-                issue_stores(cx, els, s, issuer);
+                issue_stores(cx, then, s, issuer, stream_k);
+                issue_stores(cx, els, s, issuer, stream_k);
             }
             _ => {}
         }

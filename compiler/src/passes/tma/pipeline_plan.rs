@@ -12,7 +12,8 @@
 //! - [`PipelinePlan::stores`]: every TMA store of an output from its shared cache;
 //! - [`PipelinePlan::issuer`]: the thread condition of the one thread that issues copies and
 //!   stores and initialises mbarriers;
-//! - [`PipelinePlan::stage_elems`]: the elements of one stage of each pipelined buffer.
+//! - [`PipelinePlan::stage_elems`]: the elements of one stage of each pipelined buffer;
+//! - [`PipelinePlan::stream_k`]: a stream-K split's pieces, which the pipelines count by run.
 //!
 //! Who computes it: the `tma` pass ([`super::plan::run`]) returns it (everything but
 //! `stage_elems`, along with the tensor maps and mbarrier arrays it adds to the kernel); the
@@ -43,6 +44,9 @@ pub struct PipelinePlan {
     /// Elements of one stage of each circular-buffered (or TMA-filled) buffer (set by the
     /// `allocation` pass).
     pub stage_elems: FxHashMap<BufferId, Val>,
+    /// The kernel's stream-K split (`persistent(..., stream_k)`), if any.
+    #[serde(skip)]
+    pub stream_k: Option<crate::kir::StreamK>,
 }
 
 impl Default for PipelinePlan {
@@ -53,6 +57,7 @@ impl Default for PipelinePlan {
             stores: Vec::new(),
             issuer: Val::True,
             stage_elems: FxHashMap::default(),
+            stream_k: None,
         }
     }
 }
@@ -72,6 +77,22 @@ pub struct Stream {
 }
 
 impl PipelinePlan {
+    /// The linear iteration, at `v`, of the buffered loop `l` of a circular buffer within the
+    /// serial loops around it (`outer`, see [`super::circular::linear`]); for a stream-K
+    /// piece's k loop, the CTA's count of k steps so far (its run goes on from piece to piece).
+    pub fn buffered_linear(
+        &self,
+        outer: &Val,
+        l: &crate::kir::Loop,
+        v: &Val,
+        in_loop: bool,
+    ) -> Val {
+        match &self.stream_k {
+            Some(sk) if sk.k_var == l.var => Val::add(sk.before.clone(), v.clone()),
+            _ => super::circular::linear(outer, &l.extent, v, in_loop),
+        }
+    }
+
     /// Every stream of copies, pipe by pipe (pipes of plain loads have none).
     pub fn streams(&self) -> Vec<Stream> {
         let mut out = Vec::new();

@@ -269,6 +269,7 @@ pub(crate) fn need_divisible(
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<PipelinePlan, Diagnostic> {
     let mut plan = PipelinePlan {
         issuer: issuer(k),
+        stream_k: crate::kir::stream_k(k).cloned(),
         ..PipelinePlan::default()
     };
     let plan = &mut plan;

@@ -380,7 +380,7 @@ pub(crate) fn project(
                 };
                 if Some(l.key) == pipe.loop_key {
                     let v = Val::Var(l.var.clone());
-                    let lin = cx.buffered_linear(outer, l, &v, in_loop);
+                    let lin = plan.buffered_linear(outer, l, &v, in_loop);
                     let slot = Val::rem(lin.clone(), Val::Int(pipe.stages));
                     let loads: Vec<Stmt> = l
                         .body
@@ -465,7 +465,7 @@ pub(crate) fn consume(
             *found = true;
             turns.push(at);
             let v = Val::Var(l.var.clone());
-            let lin = cx.buffered_linear(outer, l, &v, in_loop);
+            let lin = plan.buffered_linear(outer, l, &v, in_loop);
             let slot = Val::rem(lin.clone(), Val::Int(pipe.stages));
             let parity = Val::rem(Val::div(lin, Val::Int(pipe.stages)), Val::Int(2));
             l.body
