@@ -38,8 +38,10 @@ fn step1_is_four_wgmmas_per_k_step_on_128b_k_major_descriptors() {
     // K-major, 128-byte swizzle: LBO 16 (unused), SBO 1024, mode 1.
     let bits = hopfuse::target::descriptor_bits(16, 1024, 128).unwrap();
     assert_eq!(bits, 0x4000_0040_0001_0000);
+    // Each descriptor is built once per k step, at k_io = 0; a k16 step adds 32 bytes (2 in the
+    // descriptor's 16-byte units) to its start address.
     assert!(c.contains(&format!(
-        "hf_wgmma_m64n128k16_bf16_nn(&s_acc[0], hf_wgmma_desc(&a_s[k_io * 16], {bits:#x}ull), hf_wgmma_desc(&b_s[k_io * 16], {bits:#x}ull), s_acc_started[0]);"
+        "hf_wgmma_m64n128k16_bf16_nn(&s_acc[0], (hf_wgmma_desc(&a_s[0], {bits:#x}ull) + 2 * k_io), (hf_wgmma_desc(&b_s[0], {bits:#x}ull) + 2 * k_io), s_acc_started[0]);"
     )), "{c}");
     // One group per k step: fence, the unrolled k16 loop, commit, wait.
     let fence = c.find("hf_wgmma_fence();").unwrap();
@@ -79,7 +81,10 @@ fn a_warp_specialized_consumer_keeps_one_group_in_flight() {
     let after = c.find("hf_wgmma_wait<1>();").unwrap();
     assert!(c[after..].contains("hf_wgmma_wait<0>();"), "{c}");
     // Two consumer warp groups, each on its 64 rows of the A stage.
-    assert!(c.contains("(m_io * 64 * 4 + k_io) * 16"), "{c}");
+    assert!(
+        c.contains("m_io * 64 * 4 * 16], 0x4000004000010000ull) + 2 * k_io)"),
+        "{c}"
+    );
     assert!(c.contains("setmaxnreg.inc.sync.aligned.u32 232"), "{c}");
 }
 
@@ -167,7 +172,7 @@ fn an_mn_major_operand_wider_than_a_swizzle_span_is_atoms_side_by_side() {
     );
     let cuda = cuda(&src);
     assert!(
-        cuda.contains("hf_wgmma_m64n128k16_bf16_tt(&s_acc[0], hf_wgmma_desc(&a_s[k_io * 16 * 64], 0x4000004000400000ull), hf_wgmma_desc(&b_s[k_io * 16 * 64], 0x4000004002000000ull), s_acc_started[0]);"),
+        cuda.contains("hf_wgmma_m64n128k16_bf16_tt(&s_acc[0], (hf_wgmma_desc(&a_s[0], 0x4000004000400000ull) + 128 * k_io), (hf_wgmma_desc(&b_s[0], 0x4000004002000000ull) + 128 * k_io), s_acc_started[0]);"),
         "{cuda}"
     );
     assert_eq!(cuda.matches("hf_tma_load_2d(&b_s[").count(), 2, "{cuda}");
@@ -277,7 +282,7 @@ fn an_mn_major_a_with_a_k_major_b_is_the_transposed_product() {
     let src = "fusion tn {\n  input a: bf16[K, M]\n  input b: bf16[N, K]\n  ab = cast(broadcast(a, axis=0), f32)\n  bb = cast(broadcast(b, axis=2), f32)\n  p = ab * bb\n  s = sum(p, axis=1)\n  c = cast(s, bf16)\n  output c\n}\nschedule {\n  a_s = cache_after(a, memory=shared, load=tma, swizzle=128)\n  b_s = cache_after(b, memory=shared, load=tma, swizzle=128)\n  s.split(0, 64)\n  s.split(2, 64)\n  s.split(3, 16)\n  s.split(5, 64)\n  s.reorder(0, 5, 2, 3, 1, 6, 4)\n  s.parallelize(0, BIDy)\n  s.parallelize(1, BIDx)\n  s.parallelize(3, Unroll)\n  s.parallelize(4, Mma)\n  s.parallelize(5, Mma)\n  s.parallelize(6, Mma)\n  propagate(s)\n  a_s.reorder(0, 1, 2, 4, 3)\n  a_s.parallelize(2, Bulk)\n  a_s.parallelize(3, Bulk)\n  a_s.parallelize(4, Bulk)\n  b_s.reorder(0, 1, 3, 2, 4)\n  b_s.parallelize(2, Bulk)\n  b_s.parallelize(3, Bulk)\n  b_s.parallelize(4, Bulk)\n  inline_most()\n}\n";
     let c = cuda(src);
     assert!(
-        c.contains("hf_wgmma_m64n64k16_bf16_nt(&s_acc[0], hf_wgmma_desc(&b_s["),
+        c.contains("hf_wgmma_m64n64k16_bf16_nt(&s_acc[0], (hf_wgmma_desc(&b_s["),
         "{c}"
     );
 }

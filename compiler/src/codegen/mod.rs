@@ -43,6 +43,7 @@ pub fn emit_mapped(
         current: Written::Setup,
         next_stmt: 0,
         scratch: String::new(),
+        unrolled: Vec::new(),
     };
     let mut body = String::new();
     std::mem::swap(&mut e.out, &mut body);
@@ -289,6 +290,8 @@ struct Emitter<'a> {
     /// A reused buffer for a condition's or a destination's text (one string per statement
     /// otherwise).
     scratch: String,
+    /// The variables of the enclosing `#pragma unroll` loops of constant extent, innermost last.
+    unrolled: Vec<String>,
 }
 
 fn storage(d: DType) -> &'static str {
@@ -319,6 +322,34 @@ impl Emitter<'_> {
             self.out.push_str(p);
         }
         self.out.push('\n');
+    }
+
+    /// A wgmma operand's matrix descriptor. Inside unrolled loops the operand's start usually
+    /// moves by a constant per iteration (the k16 steps of a k tile): the descriptor is then
+    /// built once, at the loops' first iteration, and each iteration adds its offset in 16-byte
+    /// units. NVCC cannot see through the masked shift in `hf_wgmma_desc`, so the plain form
+    /// costs a dozen instructions per wgmma. Exact: the start address stays below 2^18, so the
+    /// sum never carries out of the descriptor's 14-bit address field.
+    fn descriptor(&mut self, tile: &Access, bits: u64) -> String {
+        let bytes = i64::from(self.k.buffers[tile.buffer].dtype.size_bytes());
+        let mut first = tile.clone();
+        let mut steps = String::new();
+        for var in &self.unrolled {
+            let Some(index) = &first.index else { break };
+            match index.linear_coefficient(var).map(|c| c * bytes) {
+                Some(0) => {}
+                Some(b) if b % 16 == 0 => {
+                    first.index = Some(index.subst(var, &Val::Int(0)));
+                    let _ = write!(steps, " + {} * {var}", b / 16);
+                }
+                _ => return format!("hf_wgmma_desc(&{}, {bits:#x}ull)", self.access(tile)),
+            }
+        }
+        if let Some(i) = &first.index {
+            first.index = Some(crate::passes::simplify::simplify(i, &Default::default()));
+        }
+        let a = self.access(&first);
+        format!("(hf_wgmma_desc(&{a}, {bits:#x}ull){steps})")
     }
 
     fn val(&mut self, v: &Val) -> String {
@@ -414,14 +445,18 @@ impl Emitter<'_> {
                     // constants, so loops that index them are unrolled.
                     let indexes_registers = matches!(l.extent, Val::Int(n) if n <= 64)
                         && indexes_local(self.k, &l.body, &l.var);
-                    if indexes_registers
+                    let unroll = indexes_registers
                         || matches!(
                             l.parallel,
                             crate::fusion::ParallelType::Unroll
                                 | crate::fusion::ParallelType::Vectorize
-                        )
-                    {
+                        );
+                    if unroll {
                         self.line(depth, "#pragma unroll");
+                    }
+                    let constant = unroll && matches!(l.extent, Val::Int(_));
+                    if constant {
+                        self.unrolled.push(l.var.clone());
                     }
                     let ext = self.val(&l.extent);
                     let v = l.var.as_str();
@@ -440,6 +475,9 @@ impl Emitter<'_> {
                         ],
                     );
                     self.block(&l.body, depth + 1);
+                    if constant {
+                        self.unrolled.pop();
+                    }
                     self.line(depth, "}");
                 }
                 Stmt::WarpRoles {
@@ -700,19 +738,13 @@ impl Emitter<'_> {
                     self.uses.wgmma_shapes.insert(shape);
                     let name = prelude::wgmma_name(w.n, input, w.a.transposed, w.b.transposed);
                     let acc = self.access(&w.acc);
-                    let a = self.access(&w.a.tile);
-                    let b = self.access(&w.b.tile);
+                    let a = self.descriptor(&w.a.tile, w.a.desc_bits);
+                    let b = self.descriptor(&w.b.tile, w.b.desc_bits);
                     let accumulate = match &w.accumulate {
                         Some(a) => self.access(a),
                         None => "1".into(),
                     };
-                    self.line(
-                        depth,
-                        &format!(
-                            "{name}(&{acc}, hf_wgmma_desc(&{a}, {:#x}ull), hf_wgmma_desc(&{b}, {:#x}ull), {accumulate});",
-                            w.a.desc_bits, w.b.desc_bits
-                        ),
-                    );
+                    self.line(depth, &format!("{name}(&{acc}, {a}, {b}, {accumulate});"));
                 }
                 Stmt::StMatrix { dst, src } => {
                     self.uses.stmatrix = true;

@@ -198,6 +198,26 @@ impl Val {
         self.any_leaf(&|v| matches!(v, Val::Var(n) if n == name))
     }
 
+    /// `c` when the value is `c * name + (terms without name)` with a constant `c` (0 when
+    /// `name` does not appear); `None` when `name` appears in any other way (under a division,
+    /// a remainder, a product with another variable).
+    pub fn linear_coefficient(&self, name: &str) -> Option<i64> {
+        match self {
+            Val::Var(n) if n == name => Some(1),
+            Val::Add(a, b) => a
+                .linear_coefficient(name)?
+                .checked_add(b.linear_coefficient(name)?),
+            Val::Sub(a, b) => a
+                .linear_coefficient(name)?
+                .checked_sub(b.linear_coefficient(name)?),
+            Val::Mul(a, b) => match (&**a, &**b) {
+                (x, Val::Int(k)) | (Val::Int(k), x) => x.linear_coefficient(name)?.checked_mul(*k),
+                _ => (!self.mentions(name)).then_some(0),
+            },
+            _ => (!self.mentions(name)).then_some(0),
+        }
+    }
+
     fn prec(&self) -> u8 {
         match self {
             Val::And(..) => 1,
@@ -876,5 +896,46 @@ impl Stmt {
             | Stmt::FenceProxyAsync
             | Stmt::StreamKFixup { .. } => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Val;
+
+    fn var(n: &str) -> Val {
+        Val::Var(n.into())
+    }
+
+    #[test]
+    fn the_linear_coefficient_of_a_variable_is_found_through_sums_and_constant_products() {
+        // (slot % 3) * 8192 + (m * 256 + k) * 16: k steps by 16, slot does not appear linearly.
+        let slot = Val::mul(Val::rem(var("slot"), Val::Int(3)), Val::Int(8192));
+        let v = Val::add(
+            slot,
+            Val::mul(
+                Val::add(Val::mul(var("m"), Val::Int(256)), var("k")),
+                Val::Int(16),
+            ),
+        );
+        assert_eq!(v.linear_coefficient("k"), Some(16));
+        assert_eq!(v.linear_coefficient("m"), Some(4096));
+        assert_eq!(v.linear_coefficient("absent"), Some(0));
+        assert_eq!(v.linear_coefficient("slot"), None);
+        // 3 * k - m: 3; m - 2k: -2; k * m and k / 2 are not linear in k.
+        let sub = |a, b| Val::Sub(Box::new(a), Box::new(b));
+        assert_eq!(
+            sub(Val::mul(Val::Int(3), var("k")), var("m")).linear_coefficient("k"),
+            Some(3)
+        );
+        assert_eq!(
+            sub(var("m"), Val::mul(var("k"), Val::Int(2))).linear_coefficient("k"),
+            Some(-2)
+        );
+        assert_eq!(Val::mul(var("k"), var("m")).linear_coefficient("k"), None);
+        assert_eq!(
+            Val::div(var("k"), Val::Int(2)).linear_coefficient("k"),
+            None
+        );
     }
 }

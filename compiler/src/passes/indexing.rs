@@ -175,8 +175,9 @@ fn walk(
     Ok(())
 }
 
-/// Root indices of the consumer, by axis class, from the loop variables in scope.
-pub fn consumer_roots(cx: &mut Ctx, c: TensorId, env: &impl LoopVars) -> HashMap<IterId, Val> {
+/// Root indices of the consumer, by axis class, from the loop variables in scope. (`dyn`: one
+/// copy of this large function in the playground's wasm instead of one per environment type.)
+pub fn consumer_roots(cx: &mut Ctx, c: TensorId, env: &dyn LoopVars) -> HashMap<IterId, Val> {
     let f = cx.fusion;
     // Axes between root and loop domain, newest first (children before parents).
     let mut between = f.axes_between(c);
