@@ -40,9 +40,13 @@ wasm_in=target/wasm32-unknown-unknown/wasm-release/hopfuse_web.wasm
 # (--converge: -Oz again until nothing shrinks; about 1.6 KiB less brotli for 15 s more.
 # --ignore-implicit-traps: optimise as if loads, stores and divisions never trap, which holds for
 # Rust's code: it checks divisors and bounds itself (a panic is an explicit trap, kept) and
-# converts floats without trapping; about 0.2 KiB less brotli.)
+# converts floats without trapping; about 0.2 KiB less brotli.
+# --merge-similar-functions: functions that differ only in constants become one taking them as
+# parameters; --zero-filled-memory: the module's memory is its own, so it starts zeroed; with
+# the two --strip flags, about 0.4 KiB less brotli.)
 opt_flags=(-Oz --converge --ignore-implicit-traps --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
-  --enable-mutable-globals --enable-reference-types --enable-multivalue)
+  --enable-mutable-globals --enable-reference-types --enable-multivalue
+  --zero-filled-memory --strip-producers --strip-target-features --merge-similar-functions)
 wasm_opt=web/node_modules/.bin/wasm-opt
 # (binaryen's version from its package: `wasm-opt --version` starts node, which takes a while)
 binaryen=$(grep -m1 '"version"' web/node_modules/binaryen/package.json | tr -dc '0-9.')

@@ -336,7 +336,10 @@ impl Emitter<'_> {
         let mut steps = String::new();
         for var in &self.unrolled {
             let Some(index) = &first.index else { break };
-            match index.linear_coefficient(var).map(|c| c * bytes) {
+            match index
+                .linear_coefficient(var)
+                .and_then(|c| c.checked_mul(bytes))
+            {
                 Some(0) => {}
                 Some(b) if b % 16 == 0 => {
                     first.index = Some(index.subst(var, &Val::Int(0)));
