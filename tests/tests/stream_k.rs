@@ -295,21 +295,22 @@ fn stream_k_errors_name_the_rule() {
         e.contains("a stream-K split does not combine with cluster(...)"),
         "{e}"
     );
+    // An example with a stream-K grid.
+    let split = |name: &str| {
+        error(&example(name).replace(
+            "\n  inline_most()\n",
+            "\n  inline_most()\n  persistent(BIDy, 16, stream_k)\n",
+        ))
+    };
     // Operands loaded without a producer warp group (step 2's pipeline).
-    let e = error(&example("matmul/step2_pipelined.hf").replace(
-        "\n  inline_most()\n",
-        "\n  inline_most()\n  persistent(BIDy, 16, stream_k)\n",
-    ));
+    let e = split("matmul/step2_pipelined.hf");
     assert!(
         e.contains("stream_k: the operands are not loaded by a warp-specialized circular buffer"),
         "{e}"
     );
     // An output written by plain stores (step 4's register epilogue): a later piece would
     // store its partial sums.
-    let e = error(&example("matmul/step4_two_consumers.hf").replace(
-        "\n  inline_most()\n",
-        "\n  inline_most()\n  persistent(BIDy, 16, stream_k)\n",
-    ));
+    let e = split("matmul/step4_two_consumers.hf");
     assert!(
         e.contains(
             "stream_k: output `c` is not written by TMA stores (cache_before(..., store=tma))"

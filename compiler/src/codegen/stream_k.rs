@@ -10,9 +10,9 @@ use crate::plan::{Param, SizeExpr, TensorRole};
 /// The kernel parameter of a stream-K workspace.
 const STREAM_K_WORKSPACE: &str = "hf_workspace";
 
-/// The floats of one CTA's slot in a stream-K workspace: its consumers' accumulator registers
-/// (the fixup's accumulator, per thread, times the consumer threads).
-fn stream_k_slot(k: &Kernel) -> Option<i64> {
+/// The shape of one CTA's slot in a stream-K workspace: the fixup's accumulator registers per
+/// thread, and the consumer threads that hold them.
+fn stream_k_slot(k: &Kernel) -> Option<(i64, i64)> {
     crate::kir::stream_k(k)?;
     let mut regs = None;
     let mut threads = None;
@@ -28,13 +28,14 @@ fn stream_k_slot(k: &Kernel) -> Option<i64> {
         _ => {}
     });
     let threads = threads.or_else(|| k.block.iter().map(|b| b.as_const()).product())?;
-    Some(regs? * threads)
+    Some((regs?, threads))
 }
 
 /// The workspace parameter of a stream-K kernel and its declaration: per CTA, a slot of the
 /// partial sums of its accumulator, then one flag per CTA.
 pub(super) fn workspace_param(k: &Kernel) -> Option<(Param, String)> {
-    let slot = stream_k_slot(k)?;
+    let (regs, threads) = stream_k_slot(k)?;
+    let slot = regs * threads;
     let floats = crate::target::STREAM_K_MAX_CTAS * (slot + 1);
     let param = Param::Tensor {
         name: STREAM_K_WORKSPACE.into(),
@@ -54,7 +55,7 @@ impl Emitter<'_> {
     /// acquire semantics and lowers it again, the consumers meet, and every thread adds the
     /// slot to its registers (loads that bypass L1, which another SM's writes do not reach).
     pub(super) fn stream_k_fixup(&mut self, acc: Option<BufferId>, depth: usize) {
-        let (Some(sk), Some(acc), Some(slot)) =
+        let (Some(sk), Some(acc), Some((regs, threads))) =
             (crate::kir::stream_k(self.k), acc, stream_k_slot(self.k))
         else {
             self.line(
@@ -64,11 +65,7 @@ impl Emitter<'_> {
             return;
         };
         self.uses.stream_k = true;
-        let regs = match self.k.buffers[acc].size {
-            Some(Val::Int(n)) => n,
-            _ => 0,
-        };
-        let threads = slot / regs.max(1);
+        let slot = regs * threads;
         let name = self.k.buffers[acc].name.clone();
         let barrier = match self.consumer_threads {
             Some(n) => {
