@@ -207,6 +207,15 @@ pub struct GemmCeiling {
     pub tflops: f64,
     /// cuBLAS's output on tensor set 0 against the same float64 reference as the kernel.
     pub validation: Check,
+    /// Rounds cuBLAS was timed in, alternating with the kernel's (the order flipped every
+    /// round, so both see the same GPU state); 1: in one block after the kernel's launches
+    /// (an A/B run, and results from before rounds).
+    #[serde(default = "one_round")]
+    pub rounds: u32,
+}
+
+fn one_round() -> u32 {
+    1
 }
 
 /// What one run measured.

@@ -115,16 +115,14 @@ pub fn describe(args: &GemmArgs, shape: &MatmulShape, compute: sys::cublasComput
 }
 
 /// `cublasGemmEx` types for these operand and result types, or why cuBLAS has none.
-pub fn gemm_types(
-    shape: &MatmulShape,
-) -> Result<
-    (
-        sys::cudaDataType,
-        sys::cudaDataType,
-        sys::cublasComputeType_t,
-    ),
-    String,
-> {
+/// The operands' and output's data type and the compute type of a `cublasGemmEx` call.
+pub type GemmTypes = (
+    sys::cudaDataType,
+    sys::cudaDataType,
+    sys::cublasComputeType_t,
+);
+
+pub fn gemm_types(shape: &MatmulShape) -> Result<GemmTypes, String> {
     use sys::cudaDataType::*;
     let t = |d: DType| match d {
         DType::F32 => Some(CUDA_R_32F),
@@ -194,11 +192,7 @@ impl Blas {
     pub unsafe fn gemm(
         &self,
         args: &GemmArgs,
-        types: (
-            sys::cudaDataType,
-            sys::cudaDataType,
-            sys::cublasComputeType_t,
-        ),
+        types: GemmTypes,
         (a, b, c): (u64, u64, u64),
     ) -> Result<(), RunError> {
         let ((transa, transb), (first, second)) = (args.ops(), args.operands(a, b));

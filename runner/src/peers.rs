@@ -36,6 +36,19 @@ pub const SCRIPT: &str = include_str!("../peers/peers.py");
 /// Rounds of kernel timing alternated with rounds of peer timing.
 pub const ROUNDS: u32 = 5;
 
+/// Round `round`'s share of a run's warm-up and timed launches split over `rounds` rounds:
+/// the iterations evenly, the first round with the full warm-up and every later one with a
+/// share of it (at least one launch, to settle the GPU after the other side's round).
+pub fn round_share(warmup: u32, iters: u32, rounds: u32, round: u32) -> (u32, u32) {
+    let share = iters / rounds + u32::from(round < iters % rounds);
+    let warm = if round == 0 {
+        warmup
+    } else {
+        (warmup / rounds).max(1)
+    };
+    (warm, share)
+}
+
 /// The peers every run times.
 pub const PEERS: [&str; 2] = ["eager", "torch.compile"];
 
@@ -143,13 +156,7 @@ impl Peers {
             .map(|p| p.name.clone())
             .collect();
         for round in 0..rounds {
-            // Split the iterations over the rounds; the first round has the full warm-up.
-            let iters = req.iters / rounds + u32::from(round < req.iters % rounds);
-            let warmup = if round == 0 {
-                req.warmup
-            } else {
-                (req.warmup / rounds).max(1)
-            };
+            let (warmup, iters) = round_share(req.warmup, req.iters, rounds, round);
             let us = kernel(warmup, iters)?;
             kernel_round_medians.push(median(&us));
             kernel_us.extend(us);
@@ -622,6 +629,15 @@ mod tests {
         let expected =
             hopfuse::reference::evaluate(&f, &req.sizes, &[("x".to_string(), x)].into()).unwrap();
         (req, expected)
+    }
+
+    #[test]
+    fn rounds_share_the_launches_evenly_and_the_warm_up_first() {
+        let shares: Vec<_> = (0..5).map(|r| round_share(12, 23, 5, r)).collect();
+        assert_eq!(shares, [(12, 5), (2, 5), (2, 5), (2, 4), (2, 4)]);
+        assert_eq!(shares.iter().map(|s| s.1).sum::<u32>(), 23);
+        // A small warm-up still settles every later round with one launch.
+        assert_eq!(round_share(2, 5, 5, 3), (1, 1));
     }
 
     #[test]

@@ -186,9 +186,14 @@ pub fn render(r: &RunResult) -> String {
         );
         match (&r.cublas, &r.cublas_skipped) {
             (Some(c), _) => {
+                let when = if c.rounds > 1 {
+                    format!(" (in {} rounds alternating with the kernel's)", c.rounds)
+                } else {
+                    String::new()
+                };
                 let _ = writeln!(
                     s,
-                    "  cuBLAS      {:.2} TFLOP/s, median {:.2} us: {}",
+                    "  cuBLAS      {:.2} TFLOP/s, median {:.2} us: {}{when}",
                     c.tflops, c.timing.median_us, c.call
                 );
                 let _ = writeln!(s, "{}", check_line(&c.validation));

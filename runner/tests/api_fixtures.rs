@@ -214,8 +214,20 @@ fn a_matrix_product_against_cublas() {
         },
         tflops: 2.0 * 2048f64.powi(3) / 400.0e6,
         validation: check_of("cuBLAS c", true),
+        rounds: 5,
     });
     r.fraction_of_cublas = Some(0.2);
+    // The report says how cuBLAS was timed against the kernel: in rounds alternating with the
+    // kernel's, or (one round) in one block after it.
+    let text = hopfuse_runner::report::render(&r);
+    assert!(
+        text.contains("compute 32F (in 5 rounds alternating with the kernel's)"),
+        "{text}"
+    );
+    let mut one = r.clone();
+    one.cublas.as_mut().unwrap().rounds = 1;
+    let text = hopfuse_runner::report::render(&one);
+    assert!(text.contains("compute 32F\n"), "{text}");
     check("done-matmul.json", &done(passed(r)));
 }
 

@@ -107,8 +107,8 @@ pub fn run_ab_on(
                 let req = s.req;
                 let bytes = s.min_global_bytes;
                 hooks.progress(Progress::Time);
-                let timing = s.time()?;
-                let r = s.finish(timing, None, hooks)?;
+                let timed = s.time_rounds(hooks)?;
+                let r = s.finish(timed.timing, None, timed.cublas, hooks)?;
                 Ok(with_ceiling(r, ceiling_for(dev, req, bytes, hooks)?))
             };
             let a = alone(a, hooks);
@@ -149,12 +149,15 @@ pub fn run_ab_on(
     let ratios = PairRatios::from_samples(&a_us, &b_us);
     let no_samples = || RunError::new(Stage::Cuda, "no valid timing samples");
     let (bytes_a, bytes_b) = (sa.min_global_bytes, sb.min_global_bytes);
+    // Each program's cuBLAS ceiling in one block after the pairs (the pairs already give both
+    // programs the same GPU state).
+    let (cublas_a, cublas_b) = (sa.cublas_alone(), sb.cublas_alone());
     let a = Timing::from_samples(a_us)
         .ok_or_else(no_samples)
-        .and_then(|t| sa.finish(t, None, hooks));
+        .and_then(|t| sa.finish(t, None, cublas_a, hooks));
     let b = Timing::from_samples(b_us)
         .ok_or_else(no_samples)
-        .and_then(|t| sb.finish(t, None, hooks));
+        .and_then(|t| sb.finish(t, None, cublas_b, hooks));
     let a = a.and_then(|r| Ok(with_ceiling(r, ceiling_for(dev, req_a, bytes_a, hooks)?)));
     let b = b.and_then(|r| Ok(with_ceiling(r, ceiling_for(dev, req_b, bytes_b, hooks)?)));
     AbRun { a, b, ratios }
@@ -170,7 +173,7 @@ fn time_alone(
     let mut s = stage_device(host, dev, hooks)?;
     let bytes = s.min_global_bytes;
     hooks.progress(Progress::Time);
-    let timing = s.time()?;
-    let r = s.finish(timing, None, hooks)?;
+    let timed = s.time_rounds(hooks)?;
+    let r = s.finish(timed.timing, None, timed.cublas, hooks)?;
     Ok(with_ceiling(r, ceiling_for(dev, req, bytes, hooks)?))
 }

@@ -506,11 +506,11 @@ pub fn execute_on(
     let dev = device(slot)?;
     let mut staged = stage_device(host, dev, hooks)?;
     hooks.progress(Progress::Time);
-    let (timing, peers) = staged.time_with_peers(hooks)?;
+    let timed = staged.time_rounds(hooks)?;
     let bytes = staged.min_global_bytes;
-    // The ceiling is measured (when not kept) after the tensors are freed.
-    let mut result = staged.finish(timing, None, hooks)?;
-    result.peers = peers;
+    // The copy ceiling is measured (when not kept) after the tensors are freed.
+    let mut result = staged.finish(timed.timing, None, timed.cublas, hooks)?;
+    result.peers = timed.peers;
     let copy = ceiling_for(dev, req, bytes, hooks)?;
     Ok(with_ceiling(result, copy))
 }

@@ -1,7 +1,13 @@
-//! Timing and finishing a staged run ([`Staged`]): the timed launches alone (after the L2
-//! flush, if any), interleaved with the torch peers' rounds when asked for, cuBLAS's ceiling on
-//! a matrix product's shape, and the finish: the outputs validated again after the timed
-//! launches, the rates and ceilings, the result.
+//! Timing and finishing a staged run ([`Staged`]): the timed launches (after the L2 flush, if
+//! any), cuBLAS's ceiling on a matrix product's shape timed in rounds alternating with the
+//! kernel's, interleaved with the torch peers' rounds when asked for, and the finish: the
+//! outputs validated again after the timed launches, the rates and ceilings, the result.
+//!
+//! Why rounds: a sustained matrix product holds an H100 at its power limit, where the clock
+//! falls as the board heats. Timed one after the other, the second program would run on a
+//! hotter, slower GPU (measured: a kernel at parity in short runs read as 104% of cuBLAS in
+//! 25,000-launch runs). Alternating rounds, the order flipped every round, give both the same
+//! GPU state.
 
 use super::{
     check_outputs, CopyCeiling, GemmCeiling, Hooks, Progress, RunError, RunResult, Stage, Staged,
@@ -12,7 +18,7 @@ use crate::validate;
 use hopfuse::plan::SizeExpr;
 use tracing::info;
 
-impl Staged<'_> {
+impl<'a> Staged<'a> {
     /// Enqueues the untimed work before one timed launch (the L2 flush, if any).
     pub(super) fn before(
         flush: &Option<cudarc::driver::CudaSlice<u8>>,
@@ -41,45 +47,100 @@ impl Staged<'_> {
         )
     }
 
-    /// [`Staged::time`], or, when the request asks for peers, the launches in rounds
-    /// alternated with rounds of the peers (see [`crate::peers`]).
-    pub(super) fn time_with_peers(
-        &mut self,
-        hooks: &mut dyn Hooks,
-    ) -> Result<(Timing, Option<crate::peers::PeersReport>), RunError> {
-        if !self.req.peers {
-            return Ok((self.time()?, None));
+    /// The kernel's timing, with cuBLAS's ceiling (for a matrix product, unless ceilings are
+    /// off) and the torch peers (when asked for) timed in rounds alternating with it: each
+    /// round times the kernel and cuBLAS, in turn first, then every peer. Without either, the
+    /// launches are timed in one block ([`Staged::time`]). A cuBLAS failure never fails the
+    /// run: the ceiling is then `Err(why)`.
+    pub(super) fn time_rounds(&mut self, hooks: &mut dyn Hooks) -> Result<Timed, RunError> {
+        let (mut bench, mut cublas_error) = (None, None);
+        if let (Some(shape), true) = (&self.plan.matmul, self.req.copy_ceiling) {
+            match self.cublas_bench(shape) {
+                Ok(b) => bench = Some(b),
+                Err(e) => cublas_error = Some(e.to_string()),
+            }
         }
-        let mut own = None;
-        let peers = match hooks.peers() {
-            Some(p) => p,
-            None => own.insert(crate::peers::Peers::new()),
-        };
+        if !self.req.peers && bench.is_none() {
+            let timing = self.time()?;
+            return Ok(Timed {
+                timing,
+                peers: None,
+                cublas: cublas_error.map(Err),
+            });
+        }
         let gpu = &self.dev.gpu;
         let (func, launch, flush, args) = (&self.func, &self.launch, &self.flush, &mut self.args);
         let nsets = args.len() as u64;
         let spin = &self.dev.spin;
-        let mut round = |warmup: u32, iters: u32| {
-            gpu.time_samples(
-                Some(spin),
-                warmup,
-                iters,
-                || Staged::before(flush, gpu),
-                |k| gpu.launch(func, launch, &mut args[(k % nsets) as usize]),
-            )
+        let mut turn = 0u32;
+        let mut round = |warmup: u32, iters: u32| -> Result<Vec<f64>, RunError> {
+            let mut kernel = || {
+                gpu.time_samples(
+                    Some(spin),
+                    warmup,
+                    iters,
+                    || Staged::before(flush, gpu),
+                    |k| gpu.launch(func, launch, &mut args[(k % nsets) as usize]),
+                )
+            };
+            let first = turn.is_multiple_of(2);
+            turn += 1;
+            let Some(b) = bench.as_mut().filter(|_| cublas_error.is_none()) else {
+                return kernel();
+            };
+            let us = if first { Some(kernel()?) } else { None };
+            if let Err(e) = b.time_round(gpu, spin, flush, warmup, iters) {
+                cublas_error = Some(format!("timing cuBLAS: {e}"));
+            }
+            match us {
+                Some(us) => Ok(us),
+                None => kernel(),
+            }
         };
-        let run = crate::peers::PeerRun {
-            req: self.req,
-            expected: &self.expected,
-            l2: &self.l2_policy,
+        let (timing, peers) = if self.req.peers {
+            let mut own = None;
+            let peers = match hooks.peers() {
+                Some(p) => p,
+                None => own.insert(crate::peers::Peers::new()),
+            };
+            let run = crate::peers::PeerRun {
+                req: self.req,
+                expected: &self.expected,
+                l2: &self.l2_policy,
+            };
+            let (timing, report) = peers.interleave(&run, &mut round)?;
+            (timing, Some(report))
+        } else {
+            let rounds = crate::peers::ROUNDS.min(self.req.iters).max(1);
+            let mut us = Vec::new();
+            for r in 0..rounds {
+                let (warmup, iters) =
+                    crate::peers::round_share(self.req.warmup, self.req.iters, rounds, r);
+                us.extend(round(warmup, iters)?);
+            }
+            let timing = Timing::from_samples(us)
+                .ok_or_else(|| RunError::new(Stage::Cuda, "no valid timing samples"))?;
+            (timing, None)
         };
-        let (timing, report) = peers.interleave(&run, &mut round)?;
-        Ok((timing, Some(report)))
+        let cublas = match (bench, cublas_error) {
+            (_, Some(why)) => Some(Err(why)),
+            (Some(b), None) => Some(b.ceiling()),
+            (None, None) => None,
+        };
+        Ok(Timed {
+            timing,
+            peers,
+            cublas,
+        })
     }
 
-    /// Times cuBLAS on the fusion's matrix product with this run's tensor sets and L2 policy,
-    /// after one call on set 0 whose output is checked against the reference.
-    fn gemm_ceiling(&self, shape: &hopfuse::plan::MatmulShape) -> Result<GemmCeiling, RunError> {
+    /// Stages cuBLAS on the fusion's matrix product: the call's arguments, one output buffer
+    /// of its own per tensor set (the kernel's outputs stay the kernel's), and one call on set
+    /// 0 whose output is checked against the reference.
+    fn cublas_bench(
+        &self,
+        shape: &hopfuse::plan::MatmulShape,
+    ) -> Result<CublasBench<'a>, RunError> {
         let gpu = &self.dev.gpu;
         let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
         let eval = |e: &SizeExpr| {
@@ -90,7 +151,8 @@ impl Staged<'_> {
         let args = crate::cublas::gemm_args(shape, m, n, k)
             .ok_or_else(|| sizes_err("a size does not fit cuBLAS's 32-bit int".into()))?;
         let types = crate::cublas::gemm_types(shape).map_err(|e| RunError::new(Stage::Cuda, e))?;
-        let blas = self.dev.blas()?;
+        let dev: &'a super::Device = self.dev;
+        let blas = dev.blas()?;
         let index = |name: &str| {
             self.tensors
                 .iter()
@@ -98,15 +160,24 @@ impl Staged<'_> {
                 .ok_or_else(|| RunError::new(Stage::Compile, format!("no tensor `{name}`")))
         };
         let (ia, ib, ic) = (index(&shape.a)?, index(&shape.b)?, index(&shape.c)?);
-        let pointers = |set: &[cudarc::driver::CudaSlice<u8>]| {
-            let p = |i: usize| gpu::pointer_slot(&set[i], &gpu.stream);
-            (p(ia), p(ib), p(ic))
-        };
-        // SAFETY (both calls): the pointers are this run's a, b and c, allocated for these sizes.
-        unsafe { blas.gemm(&args, types, pointers(&self.sets[0])) }?;
-        gpu.sync("the cuBLAS call")?;
         let c = &self.tensors[ic];
-        let out = data::decode(c.dtype, &gpu.download(&self.sets[0][ic], c.bytes as usize)?);
+        let outputs = self
+            .sets
+            .iter()
+            .map(|_| gpu.alloc(c.bytes))
+            .collect::<Result<Vec<_>, RunError>>()?;
+        let slot = |buf: &cudarc::driver::CudaSlice<u8>| gpu::pointer_slot(buf, &gpu.stream);
+        let pointers: Vec<(u64, u64, u64)> = self
+            .sets
+            .iter()
+            .zip(&outputs)
+            .map(|(set, out)| (slot(&set[ia]), slot(&set[ib]), slot(out)))
+            .collect();
+        // SAFETY: a and b are this run's operands and c cuBLAS's own output, all allocated for
+        // these sizes.
+        unsafe { blas.gemm(&args, types, pointers[0]) }?;
+        gpu.sync("the cuBLAS call")?;
+        let out = data::decode(c.dtype, &gpu.download(&outputs[0], c.bytes as usize)?);
         let validation = validate::check(
             &format!("cuBLAS {}", c.name),
             c.dtype,
@@ -114,48 +185,62 @@ impl Staged<'_> {
             &self.expected[&c.name],
         )
         .map_err(|e| RunError::new(Stage::Reference, e))?;
-        let (flush, sets) = (&self.flush, &self.sets);
-        let nsets = sets.len() as u64;
-        let timing = gpu.time(
-            Some(&self.dev.spin),
-            self.req.warmup,
-            self.req.iters,
-            || Staged::before(flush, gpu),
-            |i| unsafe { blas.gemm(&args, types, pointers(&sets[(i % nsets) as usize])) },
-        )?;
-        let flops = shape
-            .flops(&self.req.sizes)
-            .map_err(|e| sizes_err(e.to_string()))?;
-        Ok(GemmCeiling {
+        Ok(CublasBench {
+            blas,
+            args,
+            types,
+            pointers,
+            _outputs: outputs,
             call: crate::cublas::describe(&args, shape, types.2),
-            tflops: timing.tflops(flops),
-            timing,
+            flops: shape
+                .flops(&self.req.sizes)
+                .map_err(|e| sizes_err(e.to_string()))?,
             validation,
+            samples: Vec::new(),
+            rounds: 0,
         })
     }
 
-    /// Checks the outputs again, frees the tensors and assembles the result.
+    /// cuBLAS's ceiling timed alone, in one block after the kernel's launches (A/B runs, whose
+    /// kernel launches are interleaved pair by pair with the other program's).
+    pub(super) fn cublas_alone(&mut self) -> Option<Result<GemmCeiling, String>> {
+        let shape = self
+            .plan
+            .matmul
+            .as_ref()
+            .filter(|_| self.req.copy_ceiling)?;
+        let mut bench = match self.cublas_bench(shape) {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        let gpu = &self.dev.gpu;
+        let (warmup, iters) = (self.req.warmup, self.req.iters);
+        Some(
+            bench
+                .time_round(gpu, &self.dev.spin, &self.flush, warmup, iters)
+                .map_err(|e| format!("timing cuBLAS: {e}"))
+                .and_then(|()| bench.ceiling()),
+        )
+    }
+
+    /// Checks the outputs again, frees the tensors and assembles the result; `cublas` is the
+    /// ceiling [`Staged::time_rounds`] or [`Staged::cublas_alone`] measured.
     pub(super) fn finish(
         self,
         timing: Timing,
         copy: Option<CopyCeiling>,
+        cublas: Option<Result<GemmCeiling, String>>,
         hooks: &mut dyn Hooks,
     ) -> Result<RunResult, RunError> {
         let gpu = &self.dev.gpu;
         hooks.progress(Progress::Validate);
         let validation_after_timing =
             check_outputs(gpu, &self.tensors, &self.expected, &self.sets[0])?;
-        // cuBLAS writes the outputs of every tensor set: only after they were checked.
-        let (cublas, cublas_skipped) = match (&self.plan.matmul, self.req.copy_ceiling) {
-            (Some(shape), true) => {
-                hooks.progress(Progress::Ceiling);
-                match self.gemm_ceiling(shape) {
-                    Ok(c) => (Some(c), None),
-                    Err(e) => (None, Some(e.to_string())),
-                }
-            }
-            (Some(_), false) => (None, Some("ceilings not requested".to_string())),
-            (None, _) => (None, None),
+        let (cublas, cublas_skipped) = match (&self.plan.matmul, self.req.copy_ceiling, cublas) {
+            (Some(_), false, _) => (None, Some("ceilings not requested".to_string())),
+            (_, _, Some(Ok(c))) => (Some(c), None),
+            (_, _, Some(Err(why))) => (None, Some(why)),
+            (_, _, None) => (None, None),
         };
         let Staged {
             req,
@@ -230,6 +315,71 @@ impl Staged<'_> {
             profile: None,
             warnings: crate::occupancy::warnings(&residency),
             residency: Some(residency),
+        })
+    }
+}
+
+/// What [`Staged::time_rounds`] measured.
+pub(super) struct Timed {
+    pub timing: Timing,
+    pub peers: Option<crate::peers::PeersReport>,
+    /// cuBLAS's ceiling, or why there is none; `None` when not asked for or not a product.
+    pub cublas: Option<Result<GemmCeiling, String>>,
+}
+
+/// cuBLAS staged for rounds alternating with the kernel's ([`Staged::cublas_bench`]).
+struct CublasBench<'a> {
+    blas: &'a crate::cublas::Blas,
+    args: crate::cublas::GemmArgs,
+    types: crate::cublas::GemmTypes,
+    /// `(a, b, c)` per tensor set: the run's operands, cuBLAS's own output.
+    pointers: Vec<(u64, u64, u64)>,
+    /// Owns the outputs `pointers` name.
+    _outputs: Vec<cudarc::driver::CudaSlice<u8>>,
+    call: String,
+    flops: f64,
+    validation: crate::validate::Check,
+    samples: Vec<f64>,
+    rounds: u32,
+}
+
+impl CublasBench<'_> {
+    /// Times one round of calls like the kernel's launches: the same warm-up, count and L2
+    /// flush, the tensor sets in turn.
+    fn time_round(
+        &mut self,
+        gpu: &Gpu,
+        spin: &gpu::Spin,
+        flush: &Option<cudarc::driver::CudaSlice<u8>>,
+        warmup: u32,
+        iters: u32,
+    ) -> Result<(), RunError> {
+        let n = self.pointers.len() as u64;
+        let us = gpu.time_samples(
+            Some(spin),
+            warmup,
+            iters,
+            || Staged::before(flush, gpu),
+            // SAFETY: the pointers are the run's operands and cuBLAS's outputs for these sizes.
+            |i| unsafe {
+                self.blas
+                    .gemm(&self.args, self.types, self.pointers[(i % n) as usize])
+            },
+        )?;
+        self.samples.extend(us);
+        self.rounds += 1;
+        Ok(())
+    }
+
+    fn ceiling(self) -> Result<GemmCeiling, String> {
+        let timing = Timing::from_samples(self.samples)
+            .ok_or_else(|| "no valid timing samples".to_string())?;
+        Ok(GemmCeiling {
+            call: self.call,
+            tflops: timing.tflops(self.flops),
+            timing,
+            validation: self.validation,
+            rounds: self.rounds,
         })
     }
 }

@@ -332,6 +332,7 @@ fn a_report_says_why_there_is_no_profile_without_failing_the_run() {
         timing: copy.timing.clone(),
         tflops: 50.0,
         validation: mm.validation[0].clone(),
+        rounds: 5,
     });
     match super::report(Ok(p.clone()), &mm, Some(&copy), Some(&roof)) {
         ProfileReport::Measured {
