@@ -122,7 +122,10 @@ impl Measured {
             tflops: r.tflops,
             cublas_tflops: cublas.map(|c| c.tflops),
             cublas_ratio: r.fraction_of_cublas,
-            cublas_call: cublas.map(|c| c.call.clone()),
+            cublas_call: cublas.map(|c| match c.rounds {
+                0 | 1 => c.call.clone(),
+                n => format!("{} ({n} rounds alternating with the kernel's)", c.call),
+            }),
             cublas_check: cublas.map(|c| Check::from(&c.validation)),
             cublas_skipped: r.cublas_skipped.clone(),
             checks: r.validation.iter().map(Check::from).collect(),

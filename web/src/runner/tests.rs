@@ -40,7 +40,13 @@ fn reads_a_matrix_product_against_cublas() {
     assert_eq!(m.tflops, Some(t / 2000.0e6));
     assert_eq!(m.cublas_tflops, Some(t / 400.0e6));
     assert_eq!(m.cublas_ratio, Some(0.2));
-    assert!(m.cublas_call.unwrap().starts_with("cublasGemmEx(T, N"));
+    let call = m.cublas_call.unwrap();
+    assert!(call.starts_with("cublasGemmEx(T, N"), "{call}");
+    // How cuBLAS was timed against the kernel.
+    assert!(
+        call.ends_with("compute 32F (5 rounds alternating with the kernel's)"),
+        "{call}"
+    );
     let c = m.cublas_check.expect("cuBLAS's own check");
     assert!(c.passed && c.output == "cuBLAS c");
     assert!(m.cublas_skipped.is_none());
