@@ -435,5 +435,13 @@ fn the_measured_variants_compile_to_the_launches_they_describe() {
         if f.ends_with("s13_rows.hf") {
             assert_eq!(launch.grid, [4, 32, 1]);
         }
+        // cuBLAS's tile: two m64n128 products per warp group and k16 step, four stages.
+        if f.ends_with("s13_256x128.hf") {
+            assert_eq!(launch.grid, [8, 16, 1]);
+            assert!(c
+                .cuda
+                .contains("hf_wgmma_m64n128k16_bf16_nn(&s_acc[m_iio * "));
+            assert!(c.cuda.contains("// 4 mbarriers"));
+        }
     }
 }
