@@ -53,13 +53,11 @@ impl<'a> Staged<'a> {
     /// launches are timed in one block ([`Staged::time`]). A cuBLAS failure never fails the
     /// run: the ceiling is then `Err(why)`.
     pub(super) fn time_rounds(&mut self, hooks: &mut dyn Hooks) -> Result<Timed, RunError> {
-        let (mut bench, mut cublas_error) = (None, None);
-        if let (Some(shape), true) = (&self.plan.matmul, self.req.copy_ceiling) {
-            match self.cublas_bench(shape) {
-                Ok(b) => bench = Some(b),
-                Err(e) => cublas_error = Some(e.to_string()),
-            }
-        }
+        let (mut bench, mut cublas_error) = match self.cublas_bench() {
+            Some(Ok(b)) => (Some(b), None),
+            Some(Err(why)) => (None, Some(why)),
+            None => (None, None),
+        };
         if !self.req.peers && bench.is_none() {
             let timing = self.time()?;
             return Ok(Timed {
@@ -89,8 +87,8 @@ impl<'a> Staged<'a> {
                 return kernel();
             };
             let us = if first { Some(kernel()?) } else { None };
-            if let Err(e) = b.time_round(gpu, spin, flush, warmup, iters) {
-                cublas_error = Some(format!("timing cuBLAS: {e}"));
+            if let Err(why) = b.time_round(gpu, spin, flush, warmup, iters) {
+                cublas_error = Some(why);
             }
             match us {
                 Some(us) => Ok(us),
@@ -134,10 +132,21 @@ impl<'a> Staged<'a> {
         })
     }
 
+    /// cuBLAS staged for this run ([`Staged::stage_cublas`]) when it is a matrix product and
+    /// asks for ceilings, or why it could not be staged.
+    fn cublas_bench(&self) -> Option<Result<CublasBench<'a>, String>> {
+        let shape = self
+            .plan
+            .matmul
+            .as_ref()
+            .filter(|_| self.req.copy_ceiling)?;
+        Some(self.stage_cublas(shape).map_err(|e| e.to_string()))
+    }
+
     /// Stages cuBLAS on the fusion's matrix product: the call's arguments, one output buffer
     /// of its own per tensor set (the kernel's outputs stay the kernel's), and one call on set
     /// 0 whose output is checked against the reference.
-    fn cublas_bench(
+    fn stage_cublas(
         &self,
         shape: &hopfuse::plan::MatmulShape,
     ) -> Result<CublasBench<'a>, RunError> {
@@ -203,22 +212,15 @@ impl<'a> Staged<'a> {
 
     /// cuBLAS's ceiling timed alone, in one block after the kernel's launches (A/B runs, whose
     /// kernel launches are interleaved pair by pair with the other program's).
-    pub(super) fn cublas_alone(&mut self) -> Option<Result<GemmCeiling, String>> {
-        let shape = self
-            .plan
-            .matmul
-            .as_ref()
-            .filter(|_| self.req.copy_ceiling)?;
-        let mut bench = match self.cublas_bench(shape) {
+    pub(super) fn cublas_alone(&self) -> Option<Result<GemmCeiling, String>> {
+        let mut bench = match self.cublas_bench()? {
             Ok(b) => b,
-            Err(e) => return Some(Err(e.to_string())),
+            Err(why) => return Some(Err(why)),
         };
-        let gpu = &self.dev.gpu;
         let (warmup, iters) = (self.req.warmup, self.req.iters);
         Some(
             bench
-                .time_round(gpu, &self.dev.spin, &self.flush, warmup, iters)
-                .map_err(|e| format!("timing cuBLAS: {e}"))
+                .time_round(&self.dev.gpu, &self.dev.spin, &self.flush, warmup, iters)
                 .and_then(|()| bench.ceiling()),
         )
     }
@@ -345,7 +347,7 @@ struct CublasBench<'a> {
 
 impl CublasBench<'_> {
     /// Times one round of calls like the kernel's launches: the same warm-up, count and L2
-    /// flush, the tensor sets in turn.
+    /// flush, the tensor sets in turn. An error is said as the ceiling's reason.
     fn time_round(
         &mut self,
         gpu: &Gpu,
@@ -353,19 +355,21 @@ impl CublasBench<'_> {
         flush: &Option<cudarc::driver::CudaSlice<u8>>,
         warmup: u32,
         iters: u32,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), String> {
         let n = self.pointers.len() as u64;
-        let us = gpu.time_samples(
-            Some(spin),
-            warmup,
-            iters,
-            || Staged::before(flush, gpu),
-            // SAFETY: the pointers are the run's operands and cuBLAS's outputs for these sizes.
-            |i| unsafe {
-                self.blas
-                    .gemm(&self.args, self.types, self.pointers[(i % n) as usize])
-            },
-        )?;
+        let us = gpu
+            .time_samples(
+                Some(spin),
+                warmup,
+                iters,
+                || Staged::before(flush, gpu),
+                // SAFETY: the pointers are the run's operands and cuBLAS's outputs for these sizes.
+                |i| unsafe {
+                    self.blas
+                        .gemm(&self.args, self.types, self.pointers[(i % n) as usize])
+                },
+            )
+            .map_err(|e| format!("timing cuBLAS: {e}"))?;
         self.samples.extend(us);
         self.rounds += 1;
         Ok(())
