@@ -30,6 +30,10 @@ pub struct RunRequest {
     /// the kernel (the runner's `peers.rs`; single-program runs only, A/B runs ignore it).
     #[serde(default)]
     pub peers: bool,
+    /// Compile the kernel with a clock probe (`CompileOptions::clock_probe`) and report the SM
+    /// clock of its last timed launch (`RunResult::clock`; single-program runs only).
+    #[serde(default)]
+    pub clock: bool,
 }
 
 impl RunRequest {
@@ -287,6 +291,33 @@ pub struct RunResult {
     /// fit the resident clusters. Absent when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The SM clock the kernel ran at, from its clock probe (a run with `clock`). Absent
+    /// unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockReading>,
+}
+
+/// What a kernel's clock probe recorded in its last timed launch: thread 0 of each of the first
+/// CTAs (at most 1024) counted `%clock64` cycles and `%globaltimer` nanoseconds from the
+/// kernel's entry to its end. The clock drops while the tensor cores are busy and is back
+/// within microseconds of the work stopping, so only a probe inside the kernel sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClockReading {
+    /// The SM clock in MHz: the CTAs' cycles over their nanoseconds, summed.
+    pub sm_clock_mhz: f64,
+    /// CTAs whose thread 0 recorded.
+    pub ctas: u32,
+    /// The median CTA's lifetime as thread 0 saw it, in microseconds.
+    pub cta_median_us: f64,
+    /// The launch the probe recorded (the last timed one), in microseconds.
+    pub launch_us: f64,
+    /// For a matrix product: 2 M N K over (that launch's time x clock x the device's SMs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flop_per_sm_cycle: Option<f64>,
+    /// For a product of 16-bit operands: `flop_per_sm_cycle` over the tensor cores' dense
+    /// 16-bit FLOP per SM per cycle (`hopfuse::target::TENSOR_FLOP_PER_SM_CYCLE_16BIT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fraction_of_tensor_peak: Option<f64>,
 }
 
 /// What a [`Residency`] counts: single CTAs, or clusters of CTAs for a kernel launched in
@@ -442,6 +473,10 @@ pub struct DeviceInfo {
     /// `cuDriverGetVersion`, e.g. 13000 for CUDA 13.0.
     pub driver_version: i32,
     pub total_memory_bytes: u64,
+    /// The SM clock's maximum in MHz (`CU_DEVICE_ATTRIBUTE_CLOCK_RATE`); absent from results
+    /// from before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sm_clock_mhz: Option<u32>,
 }
 
 /// Statistics of timed samples, in microseconds.
@@ -460,15 +495,10 @@ impl Timing {
         }
         us.sort_by(f64::total_cmp);
         let n = us.len();
-        let median = if n % 2 == 1 {
-            us[n / 2]
-        } else {
-            (us[n / 2 - 1] + us[n / 2]) / 2.0
-        };
         Some(Timing {
             samples: n,
             min_us: us[0],
-            median_us: median,
+            median_us: median_of_sorted(&us),
             max_us: us[n - 1],
         })
     }
@@ -481,6 +511,24 @@ impl Timing {
     /// TFLOP/s (1e12 floating-point operations per second) of `flops` in the median time.
     pub fn tflops(&self, flops: f64) -> f64 {
         flops / (self.median_us * 1e6)
+    }
+}
+
+/// The median of finite values; `None` when there are none or one is not finite.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() || values.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    Some(median_of_sorted(&values))
+}
+
+fn median_of_sorted(v: &[f64]) -> f64 {
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 

@@ -162,6 +162,10 @@ pub struct RunBody {
     /// Also time the torch twin (eager, torch.compile) interleaved with the kernel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peers: Option<bool>,
+    /// Compile the kernel with a clock probe and report the SM clock it ran at
+    /// (`result.clock`; single programs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<bool>,
     /// After the run, profile the kernel with Nsight Compute (`result.profile`; single
     /// programs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]

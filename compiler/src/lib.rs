@@ -45,6 +45,11 @@ pub struct CompileOptions {
     /// these sizes meet); the others keep the run-time check. One lowering then fits the sizes
     /// (what the runner uses; `assume_aligned_vectors` specialises every access regardless).
     pub aligned_for: Option<std::collections::BTreeMap<String, i64>>,
+    /// Instrument the kernel for `hopfuse run --clock`: thread 0 of each of the first
+    /// [`codegen::prelude::CLOCK_PROBE_CTAS`] CTAs records the SM cycles and nanoseconds from
+    /// the kernel's entry to its end in the module global [`codegen::prelude::CLOCK_PROBE_SYMBOL`].
+    /// Off by default: the CUDA a schedule lowers to carries no probe.
+    pub clock_probe: bool,
 }
 
 /// The kernel IR after one pass of the pipeline.
@@ -171,11 +176,22 @@ pub fn compile_choosing_index(
     }
     let pipeline = pipeline_view::extract(&kernel, &pipeline_plan);
     let constraints = cx.constraints.clone();
-    let (mut cuda, mut plan, mut written) =
-        codegen::emit_mapped(&scheduled, &kernel, options.index_type, constraints.clone());
+    let (mut cuda, mut plan, mut written) = codegen::emit_mapped(
+        &scheduled,
+        &kernel,
+        options.index_type,
+        constraints.clone(),
+        options.clock_probe,
+    );
     let index_type = choose(&plan);
     if index_type != options.index_type {
-        (cuda, plan, written) = codegen::emit_mapped(&scheduled, &kernel, index_type, constraints);
+        (cuda, plan, written) = codegen::emit_mapped(
+            &scheduled,
+            &kernel,
+            index_type,
+            constraints,
+            options.clock_probe,
+        );
     }
     plan.matmul = fusion::matmul::detect(&fusion);
     // The statement lines of the final dump (the last pass's `ir`), blamed on the kernel-IR

@@ -28,6 +28,12 @@ pub const WGMMA_M: i64 = 64;
 /// The K of one `wgmma` on 16-bit inputs (`k16`), in elements.
 pub const WGMMA_K: i64 = 16;
 
+/// Dense 16-bit (bf16, f16) tensor-core FLOP per SM per cycle with an f32 accumulator: H100
+/// SXM's 989.4 TFLOP/s over its 132 SMs at the 1,830 MHz that figure assumes (A100's 312
+/// TFLOP/s over 108 SMs at 1,410 MHz is 2,048; Hopper doubles it per SM). The runner divides
+/// a product's measured FLOP per SM-cycle by it (`hopfuse run --clock`).
+pub const TENSOR_FLOP_PER_SM_CYCLE_16BIT: f64 = 4096.0;
+
 /// Whether `n` is a valid N of `m64nNk16` with an f32 accumulator: a multiple of 8 in 8..=256.
 pub fn wgmma_n_valid(n: i64) -> bool {
     (8..=256).contains(&n) && n % 8 == 0

@@ -147,6 +147,7 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
                     index: None,
                     copy_ceiling: true,
                     peers: options.peers,
+                    clock: false,
                 },
                 request_b: None,
                 fault: None,

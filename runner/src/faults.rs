@@ -139,6 +139,7 @@ pub fn run_on(
         index: Some(IndexType::I32),
         copy_ceiling: false,
         peers: false,
+        clock: false,
         ..req.clone()
     };
     let reference = |sizes: &BTreeMap<String, i64>, _: &BTreeMap<String, Vec<f64>>| {

@@ -8,7 +8,7 @@
 use cudarc::driver::result as cu;
 use cudarc::driver::sys::{self, CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError,
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError,
 };
 use hopfuse_api::run::{RunError, Stage};
 use std::ffi::c_void;
@@ -71,6 +71,11 @@ impl Gpu {
             .max(0) as u32,
             driver_version,
             total_memory_bytes: ctx.total_mem().map_err(cuda_err("cuDeviceTotalMem"))? as u64,
+            // kHz; deprecated in CUDA 13, so a driver without it only loses the report's maximum.
+            max_sm_clock_mhz: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)
+                .ok()
+                .filter(|&khz| khz > 0)
+                .map(|khz| (khz / 1000) as u32),
         };
         if info.compute_capability != (9, 0) {
             return Err(RunError::new(
@@ -86,13 +91,23 @@ impl Gpu {
 
     /// Loads a CUBIN and looks up one `extern "C"` kernel of it.
     pub fn load(&self, cubin: Vec<u8>, kernel: &str) -> Result<CudaFunction, RunError> {
+        self.load_module(cubin, kernel).map(|(_, f)| f)
+    }
+
+    /// [`Gpu::load`], with the module (for its globals, e.g. a clock probe).
+    pub fn load_module(
+        &self,
+        cubin: Vec<u8>,
+        kernel: &str,
+    ) -> Result<(Arc<CudaModule>, CudaFunction), RunError> {
         let module = self
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
             .map_err(cuda_err("cuModuleLoadData (loading the CUBIN)"))?;
-        module
+        let func = module
             .load_function(kernel)
-            .map_err(cuda_err(format!("cuModuleGetFunction `{kernel}`")))
+            .map_err(cuda_err(format!("cuModuleGetFunction `{kernel}`")))?;
+        Ok((module, func))
     }
 
     /// Free and total device memory in bytes.

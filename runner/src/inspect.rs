@@ -61,6 +61,7 @@ pub fn lower(req: &InspectRequest) -> Result<(Compilation, Variant), RunError> {
             index_type,
             assume_aligned_vectors: false,
             aligned_for: None,
+            clock_probe: false,
         };
         let c = hopfuse::compile(&req.source, &options)
             .map_err(|d| RunError::new(Stage::Compile, d.render(&req.source, &req.file)))?;
@@ -83,6 +84,7 @@ pub fn lower(req: &InspectRequest) -> Result<(Compilation, Variant), RunError> {
         index: req.index,
         copy_ceiling: false,
         peers: false,
+        clock: false,
     };
     let (compilation, setup) = engine::prepare(&run)?;
     let sizes: Vec<String> = req.sizes.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -93,6 +95,7 @@ pub fn lower(req: &InspectRequest) -> Result<(Compilation, Variant), RunError> {
             index_type: setup.index_type,
             assume_aligned_vectors,
             aligned_for: None,
+            clock_probe: false,
         };
         hopfuse::compile(&req.source, &options).map(|c| c.cuda).ok()
     };

@@ -3,6 +3,7 @@
 
 pub mod api_error;
 pub mod bench;
+pub mod clock;
 pub mod compile_slots;
 pub mod cublas;
 pub mod data;

@@ -223,6 +223,11 @@ struct RunArgs {
     /// kernel (needs torch in `$HOPFUSE_PYTHON`, default python3; else says why not).
     #[arg(long)]
     peers: bool,
+    /// Compile the kernel with a clock probe and report the SM clock it ran at: thread 0 of each
+    /// CTA records %clock64 and %globaltimer at entry and exit (a `clock` field in the JSON; for
+    /// a matrix product, also its FLOP per SM-cycle against the tensor cores' peak).
+    #[arg(long)]
+    clock: bool,
 }
 
 fn main() -> ExitCode {
@@ -549,6 +554,7 @@ fn nvrtc_check(
                     index_type,
                     assume_aligned_vectors,
                     aligned_for: None,
+                    clock_probe: false,
                 };
                 match hopfuse::compile(&source, &options) {
                     Ok(c) => {
@@ -675,6 +681,7 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         index: args.index.map(Into::into),
         copy_ceiling: !args.no_ceiling,
         peers: args.peers,
+        clock: args.clock,
     };
     let mut outcome = engine::run(&req);
     if let (Ok(result), true) = (&mut outcome, args.profile) {

@@ -621,6 +621,7 @@ mod tests {
             index: None,
             copy_ceiling: false,
             peers: true,
+            clock: false,
         };
         let v = data::random_values(DType::BF16, 21, &mut data::rng_for(seed, "x"));
         let x = data::decode(DType::BF16, &data::encode(DType::BF16, &v));
@@ -720,6 +721,7 @@ mod tests {
             index: None,
             copy_ceiling: false,
             peers: true,
+            clock: false,
         };
         let values = |name: &str, n: usize| {
             let v = data::random_values(DType::F32, n, &mut data::rng_for(5, name));

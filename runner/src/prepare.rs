@@ -99,6 +99,7 @@ pub fn compile_for_run(req: &RunRequest) -> Result<(Compilation, Setup), Prepare
         index_type: req.index.unwrap_or(IndexType::I64),
         assume_aligned_vectors: false,
         aligned_for: Some(req.sizes.clone()),
+        clock_probe: req.clock,
     };
     let mut needed = None;
     LOWERINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -19,6 +19,37 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// `--clock`: the SM clock the kernel's probe measured, and a product's work per SM-cycle.
+fn clock_lines(r: &RunResult) -> Vec<String> {
+    let Some(c) = &r.clock else {
+        return Vec::new();
+    };
+    let max = r
+        .device
+        .max_sm_clock_mhz
+        .map(|m| format!("; the GPU's maximum {m} MHz"))
+        .unwrap_or_default();
+    let mut lines = vec![format!(
+        "  clock       {:.0} MHz SM clock during the last timed launch (thread 0 of {} CTAs, %clock64 over %globaltimer{max})",
+        c.sm_clock_mhz, c.ctas
+    )];
+    if let Some(f) = c.flop_per_sm_cycle {
+        let peak = match c.fraction_of_tensor_peak {
+            Some(p) => format!(
+                ": {:.1}% of the tensor cores' dense 16-bit peak ({})",
+                p * 100.0,
+                hopfuse::target::TENSOR_FLOP_PER_SM_CYCLE_16BIT
+            ),
+            None => String::new(),
+        };
+        lines.push(format!(
+            "  per cycle   {f:.1} FLOP per SM-cycle over the device's {} SMs{peak}",
+            r.device.sm_count
+        ));
+    }
+    lines
+}
+
 fn check_line(c: &Check) -> String {
     let mut line = format!(
         "    {:<12} {:<5} {:>11} elements  rel_l2 {:.3e}  max_abs {:.3e}  tol {:.0e}  {}",
@@ -150,6 +181,9 @@ pub fn render(r: &RunResult) -> String {
         "  time        min {:.2} us  median {:.2} us  max {:.2} us  ({} timed launches after {} warm-up)",
         t.min_us, t.median_us, t.max_us, t.samples, r.warmup
     );
+    for line in clock_lines(r) {
+        let _ = writeln!(s, "{line}");
+    }
     let _ = writeln!(
         s,
         "  L2          working set {}; {}",

@@ -279,6 +279,7 @@ pub fn run_case(
         index: Some(case.plan.index_type),
         copy_ceiling,
         peers: false,
+        clock: false,
     };
     engine::execute(&req, case.cuda, &case.plan, &setup, case.reference.as_ref())
 }

@@ -6,6 +6,7 @@
 
 use hopfuse::plan::ConcreteLaunch;
 use hopfuse::{DType, IndexType};
+use hopfuse_api::run::ClockReading;
 use hopfuse_runner::engine::{
     CeilingWhen, CopyCeiling, GemmCeiling, L2Policy, Progress, RunError, RunResult, Stage,
 };
@@ -127,6 +128,7 @@ fn measured(passed: bool) -> RunResult {
             max_dynamic_smem_optin: 232_448,
             driver_version: 13000,
             total_memory_bytes: 85_045_477_376,
+            max_sm_clock_mhz: Some(1980),
         },
         working_set_bytes: 12_288_000,
         l2_policy: L2Policy::Rotate { sets: 9 },
@@ -166,6 +168,7 @@ fn measured(passed: bool) -> RunResult {
         // Not in the playground's fixtures yet (the playground does not show them).
         residency: None,
         warnings: vec![],
+        clock: None,
     }
 }
 
@@ -228,6 +231,43 @@ fn a_matrix_product_against_cublas() {
     one.cublas.as_mut().unwrap().rounds = 1;
     let text = hopfuse_runner::report::render(&one);
     assert!(text.contains("compute 32F\n"), "{text}");
+    // With `--clock`: the SM clock the kernel ran at, and for a product of 16-bit operands its
+    // work per SM-cycle against the tensor cores' peak.
+    // This f32 product's 2 x 2048^3 in 2,000 us at 1,674.6 MHz over 132 SMs: 38.9 FLOP per
+    // SM-cycle, and no tensor-core peak to hold it against.
+    let mut clocked = r.clone();
+    clocked.clock = Some(ClockReading {
+        sm_clock_mhz: 1674.6,
+        ctas: 128,
+        cta_median_us: 1998.0,
+        launch_us: 2000.0,
+        flop_per_sm_cycle: Some(38.86),
+        fraction_of_tensor_peak: None,
+    });
+    let text = hopfuse_runner::report::render(&clocked);
+    assert!(
+        text.contains(
+            "\n  clock       1675 MHz SM clock during the last timed launch (thread 0 of 128 CTAs, \
+             %clock64 over %globaltimer; the GPU's maximum 1980 MHz)\n  per cycle   38.9 FLOP \
+             per SM-cycle over the device's 132 SMs\n"
+        ),
+        "{text}"
+    );
+    // A bf16 product's line holds it against the tensor cores' dense 16-bit peak.
+    let mut tensor = clocked.clone();
+    if let Some(c) = tensor.clock.as_mut() {
+        c.flop_per_sm_cycle = Some(3603.6);
+        c.fraction_of_tensor_peak = Some(3603.6 / 4096.0);
+    }
+    let text = hopfuse_runner::report::render(&tensor);
+    assert!(
+        text.contains(
+            "\n  per cycle   3603.6 FLOP per SM-cycle over the device's 132 SMs: 88.0% of the \
+             tensor cores' dense 16-bit peak (4096)\n"
+        ),
+        "{text}"
+    );
+    check("done-clock.json", &done(passed(clocked)));
     check("done-matmul.json", &done(passed(r)));
 }
 

@@ -58,11 +58,17 @@ fn every_line_of_every_example_is_mapped_to_what_wrote_it() {
     assert!(files.len() >= 20, "{} examples", files.len());
     let mut stmt_lines = 0;
     for (name, src) in &files {
-        for index_type in [IndexType::I32, IndexType::I64] {
+        // And once with the clock probe (`hopfuse run --clock`): its lines are set-up.
+        for (index_type, clock_probe) in [
+            (IndexType::I32, false),
+            (IndexType::I64, false),
+            (IndexType::I64, true),
+        ] {
             let options = CompileOptions {
                 index_type,
                 assume_aligned_vectors: false,
                 aligned_for: None,
+                clock_probe,
             };
             let c = hopfuse::compile(src, &options).unwrap_or_else(|d| panic!("{name}: {d}"));
             let cuda: Vec<&str> = c.cuda.lines().collect();
@@ -116,9 +122,40 @@ fn every_line_of_every_example_is_mapped_to_what_wrote_it() {
                 .iter()
                 .position(|l| matches!(l, CudaLine::Stmt { .. }))
                 .unwrap_or_else(|| panic!("{name}: no statement lines"));
-            assert!(c.lines.lines[first_stmt..cuda.len() - 1]
+            // The probe's end is the last line, set-up, unless the kernel ends in its warp
+            // roles: then it ends the consumers' branch (thread 0's), as a line of that statement.
+            let tail_probe = clock_probe
+                && cuda[cuda.len() - 2].trim() == "hf_clock_record(hf_clock_t0, hf_clock_c0);";
+            let body_end = cuda.len() - 1 - usize::from(tail_probe);
+            assert!(c.lines.lines[first_stmt..body_end]
                 .iter()
                 .all(|l| matches!(l, CudaLine::Stmt { .. })));
+            if clock_probe {
+                let records = cuda
+                    .iter()
+                    .filter(|l| l.trim() == "hf_clock_record(hf_clock_t0, hf_clock_c0);")
+                    .count();
+                if tail_probe {
+                    assert_eq!(records, 1, "{name}");
+                    assert_eq!(c.lines.lines[body_end], CudaLine::Setup, "{name}");
+                } else {
+                    assert_eq!(records, 1, "{name}: in the consumers' branch");
+                    // The last line of the consumers' branch of the top-level roles.
+                    assert!(
+                        c.cuda
+                            .contains("    hf_clock_record(hf_clock_t0, hf_clock_c0);\n  }\n"),
+                        "{name}"
+                    );
+                }
+                assert!(
+                    c.cuda.contains(
+                        "__device__ unsigned long long hf_clock_probe[HF_CLOCK_CTAS][2];"
+                    ),
+                    "{name}"
+                );
+            } else {
+                assert!(!c.cuda.contains("hf_clock"), "{name}");
+            }
         }
     }
     assert!(stmt_lines > 500, "{stmt_lines} statement lines in all");

@@ -203,6 +203,8 @@ struct Staged<'a> {
     /// The launch: `setup`'s, with a persistent grid fitted to the CTAs resident at once.
     launch: hopfuse::plan::ConcreteLaunch,
     func: cudarc::driver::CudaFunction,
+    /// The kernel's module, for its clock probe (`crate::clock`).
+    module: std::sync::Arc<cudarc::driver::CudaModule>,
     attributes: KernelAttributes,
     /// CTAs (or clusters) resident at once and the grid's waves (`crate::occupancy`).
     residency: hopfuse_api::run::Residency,
@@ -246,7 +248,7 @@ fn stage_device<'a>(
         "device: {} (sm_{}{})",
         gpu.info.name, gpu.info.compute_capability.0, gpu.info.compute_capability.1
     );
-    let func = gpu.load(cubin.image, &plan.kernel_name)?;
+    let (module, func) = gpu.load_module(cubin.image, &plan.kernel_name)?;
     let attributes = gpu::attributes(&func)?;
     let smem = launch.dynamic_smem_bytes;
     let static_smem = attributes.static_smem_bytes.max(0) as u32;
@@ -399,6 +401,7 @@ fn stage_device<'a>(
         setup,
         launch,
         func,
+        module,
         attributes,
         residency,
         cubin_bytes,
@@ -508,9 +511,32 @@ pub fn execute_on(
     hooks.progress(Progress::Time);
     let timed = staged.time_rounds(hooks)?;
     let bytes = staged.min_global_bytes;
+    let clock_slots = match req.clock {
+        true => {
+            let ctas: u64 = staged.launch.grid.iter().map(|&g| g as u64).product();
+            crate::clock::read_slots(&dev.gpu, &staged.module, ctas)?
+        }
+        false => None,
+    };
     // The copy ceiling is measured (when not kept) after the tensors are freed.
     let mut result = staged.finish(timed.timing, None, timed.cublas, hooks)?;
     result.peers = timed.peers;
+    if let Some(slots) = clock_slots {
+        let product = result.flops.map(|f| {
+            let sixteen_bit = plan.matmul.as_ref().is_some_and(|m| {
+                [m.a_dtype, m.b_dtype]
+                    .iter()
+                    .all(|d| matches!(d, hopfuse::DType::BF16 | hopfuse::DType::F16))
+            });
+            (f, sixteen_bit)
+        });
+        result.clock = crate::clock::reading(
+            &slots,
+            timed.last_launch_us,
+            result.device.sm_count,
+            product,
+        );
+    }
     let copy = ceiling_for(dev, req, bytes, hooks)?;
     Ok(with_ceiling(result, copy))
 }

@@ -109,6 +109,7 @@ fn requests_round_trip_through_json() {
         index: Some(IndexType::I32),
         copy_ceiling: true,
         peers: false,
+        clock: false,
     };
     let json = serde_json::to_string(&req).unwrap();
     assert_eq!(serde_json::from_str::<RunRequest>(&json).unwrap(), req);
@@ -155,6 +156,7 @@ fn compile_for_run_specialises_for_the_sizes_in_one_lowering() {
         index,
         copy_ceiling: false,
         peers: false,
+        clock: false,
     };
     let variant = |index_type, assume_aligned_vectors| {
         hopfuse::compile(
@@ -163,6 +165,7 @@ fn compile_for_run_specialises_for_the_sizes_in_one_lowering() {
                 index_type,
                 assume_aligned_vectors,
                 aligned_for: None,
+                clock_probe: false,
             },
         )
         .unwrap()
@@ -209,6 +212,7 @@ fn bad_iteration_counts_are_rejected() {
         index: None,
         copy_ceiling: false,
         peers: false,
+        clock: false,
     };
     assert_eq!(run(&req).unwrap_err().stage, Stage::Request);
     req.iters = 1;

@@ -30,21 +30,25 @@ impl<'a> Staged<'a> {
         }
     }
 
-    /// Times the launches alone.
-    pub(super) fn time(&mut self) -> Result<Timing, RunError> {
+    /// Times the launches alone; also returns the last one's time (what a clock probe saw).
+    fn time(&mut self) -> Result<(Timing, f64), RunError> {
         let gpu = &self.dev.gpu;
         let (func, launch) = (&self.func, &self.launch);
         let flush = &self.flush;
         let args = &mut self.args;
         let nsets = args.len() as u64;
         info!(l2_policy = %self.l2_policy, "timing {} launches after {} warm-up launches", self.req.iters, self.req.warmup);
-        gpu.time(
+        let us = gpu.time_samples(
             Some(&self.dev.spin),
             self.req.warmup,
             self.req.iters,
             || Staged::before(flush, gpu),
             |k| gpu.launch(func, launch, &mut args[(k % nsets) as usize]),
-        )
+        )?;
+        let last = us.last().copied().unwrap_or(f64::NAN);
+        let timing = Timing::from_samples(us)
+            .ok_or_else(|| RunError::new(Stage::Cuda, "no valid timing samples"))?;
+        Ok((timing, last))
     }
 
     /// The kernel's timing, with cuBLAS's ceiling (for a matrix product, unless ceilings are
@@ -59,9 +63,10 @@ impl<'a> Staged<'a> {
             None => (None, None),
         };
         if !self.req.peers && bench.is_none() {
-            let timing = self.time()?;
+            let (timing, last_launch_us) = self.time()?;
             return Ok(Timed {
                 timing,
+                last_launch_us,
                 peers: None,
                 cublas: cublas_error.map(Err),
             });
@@ -71,15 +76,18 @@ impl<'a> Staged<'a> {
         let nsets = args.len() as u64;
         let spin = &self.dev.spin;
         let mut turn = 0u32;
+        let mut last_launch_us = f64::NAN;
         let mut round = |warmup: u32, iters: u32| -> Result<Vec<f64>, RunError> {
             let mut kernel = || {
-                gpu.time_samples(
+                let us = gpu.time_samples(
                     Some(spin),
                     warmup,
                     iters,
                     || Staged::before(flush, gpu),
                     |k| gpu.launch(func, launch, &mut args[(k % nsets) as usize]),
-                )
+                )?;
+                last_launch_us = us.last().copied().unwrap_or(f64::NAN);
+                Ok(us)
             };
             let first = turn.is_multiple_of(2);
             turn += 1;
@@ -127,6 +135,7 @@ impl<'a> Staged<'a> {
         };
         Ok(Timed {
             timing,
+            last_launch_us,
             peers,
             cublas,
         })
@@ -316,6 +325,7 @@ impl<'a> Staged<'a> {
             peers: None,
             profile: None,
             warnings: crate::occupancy::warnings(&residency),
+            clock: None,
             residency: Some(residency),
         })
     }
@@ -324,6 +334,8 @@ impl<'a> Staged<'a> {
 /// What [`Staged::time_rounds`] measured.
 pub(super) struct Timed {
     pub timing: Timing,
+    /// The kernel's last timed launch, in microseconds: the launch a clock probe recorded.
+    pub last_launch_us: f64,
     pub peers: Option<crate::peers::PeersReport>,
     /// cuBLAS's ceiling, or why there is none; `None` when not asked for or not a product.
     pub cublas: Option<Result<GemmCeiling, String>>,

@@ -26,6 +26,7 @@ fn spec() -> JobSpec {
             index: None,
             copy_ceiling: false,
             peers: false,
+            clock: false,
         },
         request_b: None,
         fault: None,

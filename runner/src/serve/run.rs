@@ -60,6 +60,7 @@ pub(super) async fn run(
         index: body.index,
         copy_ceiling: body.copy_ceiling.unwrap_or(true),
         peers: body.peers.unwrap_or(false),
+        clock: body.clock.unwrap_or(false),
     };
     let request_b = body.program_b.map(|source| RunRequest {
         file: format!("{file} (B)"),

@@ -32,6 +32,16 @@ const TIMED_OUT: &str = include_str!("../../tests/fixtures/done-timed-out.json")
 const FAKE: &str = include_str!("../../tests/fixtures/done-fake.json");
 const AB: &str = include_str!("../../tests/fixtures/done-ab.json");
 const MATMUL: &str = include_str!("../../tests/fixtures/done-matmul.json");
+const CLOCK: &str = include_str!("../../tests/fixtures/done-clock.json");
+
+#[test]
+fn reads_a_run_with_a_clock_reading() {
+    // `hopfuse run --clock` adds `result.clock`, which the playground does not show; such a
+    // result still reads as the same measurement.
+    assert!(CLOCK.contains("\"sm_clock_mhz\""));
+    let m = parse_result(CLOCK).measured.expect("a measurement");
+    assert_eq!(m.tflops, parse_result(MATMUL).measured.unwrap().tflops);
+}
 
 #[test]
 fn reads_a_matrix_product_against_cublas() {
