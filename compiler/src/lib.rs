@@ -48,7 +48,8 @@ pub struct CompileOptions {
     /// Instrument the kernel for `hopfuse run --clock`: thread 0 of each of the first
     /// [`codegen::prelude::CLOCK_PROBE_CTAS`] CTAs records the SM cycles and nanoseconds from
     /// the kernel's entry to its end in the module global [`codegen::prelude::CLOCK_PROBE_SYMBOL`].
-    /// Off by default: the CUDA a schedule lowers to carries no probe.
+    /// Off by default: the CUDA a schedule lowers to carries no probe. Needs the crate's
+    /// `clock-probe` feature (the runner's); without it, asking is an error.
     pub clock_probe: bool,
 }
 
@@ -105,6 +106,12 @@ pub fn compile_choosing_index(
     let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
     let locate_all =
         |ds: Vec<Diagnostic>| Diagnostics(ds.into_iter().map(|d| d.locate(source)).collect());
+    if options.clock_probe && !cfg!(feature = "clock-probe") {
+        return Err(Diagnostics::from(Diagnostic::new(
+            "this build of hopfuse has no clock probe (the `clock-probe` feature)",
+            None,
+        )));
+    }
     // Every syntax error, then every independent schedule error: each stage recovers at
     // statement boundaries.
     let program = frontend::parse_all(source).map_err(locate_all)?;

@@ -37,6 +37,8 @@ pub fn emit_mapped(
     constraints: Vec<Constraint>,
     clock_probe: bool,
 ) -> (String, LaunchPlan, Vec<Written>) {
+    // Constant without the feature: the probe's code and text are left out of the build.
+    let clock_probe = clock_probe && cfg!(feature = "clock-probe");
     let mut e = Emitter {
         k,
         out: String::new(),

@@ -359,6 +359,7 @@ pub fn wgmma_function(n: i64, input: &str, trans_a: bool, trans_b: bool) -> Stri
 pub const CLOCK_PROBE_SYMBOL: &str = "hf_clock_probe";
 pub const CLOCK_PROBE_CTAS: usize = 1024;
 
+#[cfg(feature = "clock-probe")]
 pub const CLOCK_PROBE: &str =
     "// Clock probe (`hopfuse run --clock`): every thread reads the clocks at entry (no branch:
 // one there costs ptxas uniform registers in the main loop); thread 0 of each of the first
@@ -416,7 +417,8 @@ pub(super) struct Uses {
     pub(super) multicast_ranks: std::collections::BTreeSet<usize>,
     /// Stream-K's hand-over of partial sums.
     pub(super) stream_k: bool,
-    /// The clock probe (`CompileOptions::clock_probe`).
+    /// The clock probe (`CompileOptions::clock_probe`; written only with its feature).
+    #[cfg_attr(not(feature = "clock-probe"), allow(dead_code))]
     pub(super) clock_probe: bool,
 }
 
@@ -488,6 +490,7 @@ impl Uses {
                 src.push_str(&wgmma_function(n, input, ta, tb));
             }
         }
+        #[cfg(feature = "clock-probe")]
         if self.clock_probe {
             src.push('\n');
             src.push_str(CLOCK_PROBE);
