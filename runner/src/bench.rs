@@ -53,6 +53,8 @@ pub struct BenchOptions {
     pub cubin_cache: Option<PathBuf>,
     /// Time each program's torch twin too (`--peers`): the table gets the peers' columns.
     pub peers: bool,
+    /// Probe each kernel's SM clock (`--clock`): the table gets the clock's columns.
+    pub clock: bool,
 }
 
 /// One row of the table.
@@ -147,7 +149,7 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
                     index: None,
                     copy_ceiling: true,
                     peers: options.peers,
-                    clock: false,
+                    clock: options.clock,
                 },
                 request_b: None,
                 fault: None,
@@ -252,12 +254,16 @@ fn cell(text: &str) -> String {
     }
 }
 
-/// The Markdown table; with the peers' columns when a run timed peers.
+/// The Markdown table; with the peers' columns when a run timed peers, and the clock's when a
+/// run probed it.
 pub fn render(rows: &[Row]) -> String {
     let mut s = String::new();
     let with_peers = rows
         .iter()
         .any(|r| matches!(&r.outcome, RowOutcome::Measured(m) if m.peers.is_some()));
+    let with_clock = rows
+        .iter()
+        .any(|r| matches!(&r.outcome, RowOutcome::Measured(m) if m.clock.is_some()));
     // A column per peer any run timed, in the order they first appear.
     let mut names: Vec<&str> = Vec::new();
     for r in rows {
@@ -275,11 +281,16 @@ pub fn render(rows: &[Row]) -> String {
     } else {
         String::new()
     };
+    let clock_head = if with_clock {
+        " SM clock | per SM-cycle |"
+    } else {
+        ""
+    };
     let _ = writeln!(
         s,
-        "| example | size | time (us): median (min-max) | throughput | ceiling | ratio | validation |{peer_head}"
+        "| example | size | time (us): median (min-max) | throughput | ceiling | ratio | validation |{clock_head}{peer_head}"
     );
-    let columns = 7 + if with_peers { names.len() + 1 } else { 0 };
+    let columns = 7 + if with_clock { 2 } else { 0 } + if with_peers { names.len() + 1 } else { 0 };
     let _ = writeln!(s, "|{}", " --- |".repeat(columns));
     for r in rows {
         let (time, gbps, ceiling, ratio, validation) = match &r.outcome {
@@ -312,6 +323,11 @@ pub fn render(rows: &[Row]) -> String {
             ),
             RowOutcome::NotRun(why) => ("-".into(), "-".into(), "-".into(), "-".into(), cell(why)),
         };
+        let clock = match (&r.outcome, with_clock) {
+            (_, false) => String::new(),
+            (RowOutcome::Measured(m), true) => clock_cells(m.clock.as_ref()),
+            (_, true) => " - | - |".into(),
+        };
         let peers = match (&r.outcome, with_peers) {
             (_, false) => String::new(),
             (RowOutcome::Measured(m), true) => peer_cells(&names, m.peers.as_ref()),
@@ -319,7 +335,7 @@ pub fn render(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {time} | {gbps} | {ceiling} | {ratio} | {validation} |{peers}",
+            "| {} | {} | {time} | {gbps} | {ceiling} | {ratio} | {validation} |{clock}{peers}",
             cell(&r.example),
             cell(&r.sizes)
         );
@@ -340,6 +356,20 @@ pub fn render(rows: &[Row]) -> String {
         let _ = writeln!(s, "\nWarnings:\n{}", warnings.join("\n"));
     }
     s
+}
+
+/// The SM clock of the last timed launch, and a product's FLOP per SM-cycle (with its share of
+/// the tensor cores' peak for 16-bit operands).
+fn clock_cells(c: Option<&hopfuse_api::run::ClockReading>) -> String {
+    let Some(c) = c else {
+        return " - | - |".into();
+    };
+    let per_cycle = match (c.flop_per_sm_cycle, c.fraction_of_tensor_peak) {
+        (Some(f), Some(p)) => format!("{f:.0} FLOP ({:.1}% of the tensor peak)", p * 100.0),
+        (Some(f), None) => format!("{f:.1} FLOP"),
+        (None, _) => "-".into(),
+    };
+    format!(" {:.0} MHz | {per_cycle} |", c.sm_clock_mhz)
 }
 
 /// One cell per peer (median (min-max), and FAIL when its output did not validate), then
@@ -444,6 +474,45 @@ mod tests {
         assert!(lines[3].contains("error: CUDA: boom"), "{t}");
         assert!(!rows[1].ok() && rows[0].ok());
         assert!(summary(&rows).is_none());
+    }
+
+    #[test]
+    fn runs_with_a_clock_get_its_columns() {
+        // The service's done event with a clock reading (runner/tests/api_fixtures.rs).
+        let event: serde_json::Value =
+            serde_json::from_str(include_str!("../../web/tests/fixtures/done-clock.json")).unwrap();
+        let result: RunResult = serde_json::from_value(event["result"]["result"].clone()).unwrap();
+        let mut tensor = result.clone();
+        if let Some(c) = tensor.clock.as_mut() {
+            c.flop_per_sm_cycle = Some(3603.6);
+            c.fraction_of_tensor_peak = Some(3603.6 / 4096.0);
+        }
+        let rows = vec![
+            row(
+                "basics/matmul",
+                "M=2048",
+                RowOutcome::Measured(Box::new(result)),
+            ),
+            row(
+                "matmul/step15",
+                "M=4096",
+                RowOutcome::Measured(Box::new(tensor)),
+            ),
+            row("basics/bad", "", RowOutcome::NotRun("error: boom".into())),
+        ];
+        let t = render(&rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[0].ends_with("| validation | SM clock | per SM-cycle |"),
+            "{t}"
+        );
+        assert_eq!(lines[1].matches("---").count(), 9, "{t}");
+        assert!(lines[2].ends_with("| 1675 MHz | 38.9 FLOP |"), "{t}");
+        assert!(
+            lines[3].ends_with("| 1675 MHz | 3604 FLOP (88.0% of the tensor peak) |"),
+            "{t}"
+        );
+        assert!(lines[4].ends_with("| error: boom | - | - |"), "{t}");
     }
 
     #[test]

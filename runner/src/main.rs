@@ -174,6 +174,10 @@ struct BenchArgs {
     /// (torch.compile compiles and autotunes inside the run).
     #[arg(long)]
     peers: bool,
+    /// Probe each kernel's SM clock (as `hopfuse run --clock`): the table gets the clock of each
+    /// run's last timed launch and a product's FLOP per SM-cycle.
+    #[arg(long)]
+    clock: bool,
 }
 
 #[derive(Args)]
@@ -368,6 +372,7 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
         },
         cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
         peers: args.peers,
+        clock: args.clock,
     };
     let rows = tokio::runtime::Builder::new_current_thread()
         .enable_all()
