@@ -31,7 +31,8 @@ pub struct RunRequest {
     #[serde(default)]
     pub peers: bool,
     /// Compile the kernel with a clock probe (`CompileOptions::clock_probe`) and report the SM
-    /// clock of its last timed launch (`RunResult::clock`; single-program runs only).
+    /// clock of its last timed launch (`RunResult::clock`; single-program runs: an A/B run
+    /// compiles the probe in but reports no reading).
     #[serde(default)]
     pub clock: bool,
 }
