@@ -46,8 +46,8 @@ pub struct CompileOptions {
     /// (what the runner uses; `assume_aligned_vectors` specialises every access regardless).
     pub aligned_for: Option<std::collections::BTreeMap<String, i64>>,
     /// Instrument the kernel for `hopfuse run --clock`: thread 0 of each of the first
-    /// [`codegen::prelude::CLOCK_PROBE_CTAS`] CTAs records the SM cycles and nanoseconds from
-    /// the kernel's entry to its end in the module global [`codegen::prelude::CLOCK_PROBE_SYMBOL`].
+    /// [`codegen::clock_probe::CTAS`] CTAs records the SM cycles and nanoseconds from
+    /// the kernel's entry to its end in the module global [`codegen::clock_probe::SYMBOL`].
     /// Off by default: the CUDA a schedule lowers to carries no probe. Needs the crate's
     /// `clock-probe` feature (the runner's); without it, asking is an error.
     pub clock_probe: bool,

@@ -34,6 +34,13 @@ pub const WGMMA_K: i64 = 16;
 /// a product's measured FLOP per SM-cycle by it (`hopfuse run --clock`).
 pub const TENSOR_FLOP_PER_SM_CYCLE_16BIT: f64 = 4096.0;
 
+/// The tensor cores' dense FLOP per SM per cycle for a product of these operand types; `None`
+/// for types whose peak this table does not hold (f32 products run on the CUDA cores here).
+pub fn tensor_flop_per_sm_cycle(a: crate::DType, b: crate::DType) -> Option<f64> {
+    use crate::DType::{BF16, F16};
+    (matches!(a, BF16 | F16) && matches!(b, BF16 | F16)).then_some(TENSOR_FLOP_PER_SM_CYCLE_16BIT)
+}
+
 /// Whether `n` is a valid N of `m64nNk16` with an f32 accumulator: a multiple of 8 in 8..=256.
 pub fn wgmma_n_valid(n: i64) -> bool {
     (8..=256).contains(&n) && n % 8 == 0
@@ -211,6 +218,15 @@ pub fn check_register_sharing(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tensor_peak_is_known_for_16_bit_operands_only() {
+        use crate::DType::{BF16, F16, F32};
+        assert_eq!(tensor_flop_per_sm_cycle(BF16, BF16), Some(4096.0));
+        assert_eq!(tensor_flop_per_sm_cycle(F16, F16), Some(4096.0));
+        assert_eq!(tensor_flop_per_sm_cycle(F32, F32), None);
+        assert_eq!(tensor_flop_per_sm_cycle(BF16, F32), None);
+    }
 
     #[test]
     fn k_major_128b_descriptor_matches_the_libraries() {

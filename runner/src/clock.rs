@@ -11,7 +11,7 @@
 
 use crate::gpu::Gpu;
 use cudarc::driver::CudaModule;
-use hopfuse::codegen::prelude::{CLOCK_PROBE_CTAS, CLOCK_PROBE_SYMBOL};
+use hopfuse::codegen::clock_probe::{CTAS as CLOCK_PROBE_CTAS, SYMBOL as CLOCK_PROBE_SYMBOL};
 use hopfuse_api::run::{ClockReading, RunError, Stage};
 use std::sync::Arc;
 
@@ -49,15 +49,16 @@ pub fn sm_clock_mhz(cycles: u64, ns: u64) -> Option<f64> {
 
 /// What the slots say, for the launch they are from (the last timed one, which took
 /// `launch_us`) on a device of `sm_count` SMs: the clock (cycles over nanoseconds, summed over
-/// the CTAs), and for a matrix product of `flops`, its FLOP per SM-cycle in that launch and,
-/// for 16-bit operands, that against the tensor cores' peak. (Not the median launch's: under
+/// the CTAs), and for a matrix product `(flops, peak)`, its FLOP per SM-cycle in that launch and,
+/// when the operand types have one (`target::tensor_flop_per_sm_cycle`), that against the
+/// tensor cores' peak. (Not the median launch's: under
 /// sustained load the clock falls from launch to launch.) `None` when no CTA recorded a run
 /// (nanoseconds 0: never written).
 pub fn reading(
     slots: &[(u64, u64)],
     launch_us: f64,
     sm_count: i32,
-    product: Option<(f64, bool)>,
+    product: Option<(f64, Option<f64>)>,
 ) -> Option<ClockReading> {
     let ran: Vec<(u64, u64)> = slots.iter().copied().filter(|&(_, ns)| ns > 0).collect();
     let cycles: u64 = ran.iter().map(|&(c, _)| c).sum();
@@ -69,7 +70,7 @@ pub fn reading(
         .map(|(flops, _)| flops / (launch_us * 1e-6 * sm_clock_mhz * 1e6 * sm_count.max(1) as f64))
         .filter(|f| f.is_finite());
     let fraction_of_tensor_peak = match (product, flop_per_sm_cycle) {
-        (Some((_, true)), Some(f)) => Some(f / hopfuse::target::TENSOR_FLOP_PER_SM_CYCLE_16BIT),
+        (Some((_, Some(peak))), Some(f)) => Some(f / peak),
         _ => None,
     };
     Some(ClockReading {
@@ -103,12 +104,12 @@ mod tests {
         // 4096^3 in 172.5 us at 1,675 MHz over 132 SMs: 3,603.6 FLOP per SM-cycle, 88.0%.
         let slots = [(288_937, 172_500)];
         let flops = 2.0 * 4096f64.powi(3);
-        let r = reading(&slots, 172.5, 132, Some((flops, true))).unwrap();
+        let r = reading(&slots, 172.5, 132, Some((flops, Some(4096.0)))).unwrap();
         let f = r.flop_per_sm_cycle.unwrap();
         assert!((f - 3603.6).abs() < 0.1, "{r:?}");
         assert!((r.fraction_of_tensor_peak.unwrap() - f / 4096.0).abs() < 1e-12);
         // f32 operands: no tensor-core peak to compare with.
-        let r = reading(&slots, 172.5, 132, Some((flops, false))).unwrap();
+        let r = reading(&slots, 172.5, 132, Some((flops, None))).unwrap();
         assert_eq!(r.fraction_of_tensor_peak, None);
     }
 

@@ -440,7 +440,7 @@ fn timing(us: Vec<f64>) -> Result<Timing, RunError> {
 }
 
 fn median(us: &[f64]) -> f64 {
-    Timing::from_samples(us.to_vec()).map_or(f64::NAN, |t| t.median_us)
+    hopfuse_api::run::median(us.to_vec()).unwrap_or(f64::NAN)
 }
 
 fn median_of(p: &PeerResult) -> f64 {

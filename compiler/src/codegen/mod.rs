@@ -4,6 +4,7 @@
 //! `extern "C" __global__` kernel taking its tensors (inputs, outputs, global scratch), then its
 //! size symbols and scalars, in the order the plan lists them.
 
+pub mod clock_probe;
 mod expr;
 pub mod lines;
 pub mod prelude;
@@ -29,7 +30,7 @@ pub fn emit(
 
 /// [`emit`], and what wrote each line of the source (one entry per line; see [`lines`]).
 /// `clock_probe`: thread 0 of each CTA records the SM cycles and nanoseconds of its run in the
-/// module global [`prelude::CLOCK_PROBE_SYMBOL`] (`CompileOptions::clock_probe`).
+/// module global [`clock_probe::SYMBOL`] (`CompileOptions::clock_probe`).
 pub fn emit_mapped(
     f: &Fusion,
     k: &Kernel,
@@ -50,12 +51,7 @@ pub fn emit_mapped(
         scratch: String::new(),
         unrolled: Vec::new(),
         clock_roles: clock_probe
-            .then(|| {
-                k.body
-                    .iter()
-                    .rev()
-                    .find(|s| matches!(s, Stmt::WarpRoles { .. }))
-            })
+            .then(|| clock_probe::record_in_roles(k))
             .flatten(),
     };
     let mut body = String::new();
@@ -218,9 +214,7 @@ pub fn emit_mapped(
     }
     if clock_probe {
         // First, so the probe spans the whole kernel.
-        src.push_str(
-            "  const unsigned long long hf_clock_t0 = hf_globaltimer(), hf_clock_c0 = hf_clock64();\n",
-        );
+        src.push_str(clock_probe::ENTRY);
     }
     let bindings_line = lines::count(&src);
     for (var, p) in &k.hw_vars {
@@ -233,7 +227,7 @@ pub fn emit_mapped(
     src.push_str(&body);
     if clock_probe && e.clock_roles.is_none() {
         // Generated kernels have no early return: every thread that gets here ran the body.
-        src.push_str("  hf_clock_record(hf_clock_t0, hf_clock_c0);\n");
+        let _ = writeln!(src, "  {}", clock_probe::RECORD);
     }
     src.push_str("}\n");
     let mut written = vec![Written::Prelude; signature_line];
@@ -319,10 +313,8 @@ struct Emitter<'a> {
     scratch: String,
     /// The variables of the enclosing `#pragma unroll` loops of constant extent, innermost last.
     unrolled: Vec<String>,
-    /// The clock probe's end goes at the end of the consumer branch of this kernel's last
-    /// top-level warp roles, where thread 0 is (a cluster's exit barrier after them is left
-    /// out): after the roles (a tail both join) or in the producer branch too, ptxas moves the
-    /// main loop's address arithmetic off the uniform registers (measured: 6% slower).
+    /// The warp roles whose consumers' branch ends with the clock probe's record
+    /// ([`clock_probe::record_in_roles`]).
     clock_roles: Option<&'a Stmt>,
 }
 
@@ -545,10 +537,8 @@ impl Emitter<'_> {
                     let outer = self.consumer_threads.replace(*consumer_threads);
                     self.block(consumer, depth + 1);
                     self.consumer_threads = outer;
-                    // Thread 0 is a consumer: the producers are the last warps of each period
-                    // (`passes::tma::warp_specialize`).
                     if clock {
-                        self.line(depth + 1, "hf_clock_record(hf_clock_t0, hf_clock_c0);");
+                        self.line(depth + 1, clock_probe::RECORD);
                     }
                     self.line(depth, "}");
                 }

@@ -354,40 +354,6 @@ pub fn wgmma_function(n: i64, input: &str, trans_a: bool, trans_b: bool) -> Stri
     )
 }
 
-/// The clock probe (`CompileOptions::clock_probe`): the module global the runner reads after
-/// the timed launches, and how many CTAs it has slots for.
-pub const CLOCK_PROBE_SYMBOL: &str = "hf_clock_probe";
-pub const CLOCK_PROBE_CTAS: usize = 1024;
-
-#[cfg(feature = "clock-probe")]
-pub const CLOCK_PROBE: &str =
-    "// Clock probe (`hopfuse run --clock`): every thread reads the clocks at entry (no branch:
-// one there costs ptxas uniform registers in the main loop); thread 0 of each of the first
-// HF_CLOCK_CTAS CTAs writes the SM cycles (%clock64) and nanoseconds (%globaltimer) since then
-// into its slot at its end. The runner reads the last launch's after the timed launches. Each
-// pair of reads is in the same order, so their skews cancel.
-#define HF_CLOCK_CTAS 1024
-__device__ unsigned long long hf_clock_probe[HF_CLOCK_CTAS][2];
-__device__ __forceinline__ unsigned long long hf_clock64() {
-  unsigned long long c;
-  asm volatile(\"mov.u64 %0, %%clock64;\" : \"=l\"(c));
-  return c;
-}
-__device__ __forceinline__ unsigned long long hf_globaltimer() {
-  unsigned long long t;
-  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));
-  return t;
-}
-__device__ __forceinline__ void hf_clock_record(unsigned long long t0, unsigned long long c0) {
-  const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && cta < HF_CLOCK_CTAS) {
-    const unsigned long long t1 = hf_globaltimer(), c1 = hf_clock64();
-    hf_clock_probe[cta][0] = c1 - c0;
-    hf_clock_probe[cta][1] = t1 - t0;
-  }
-}
-";
-
 /// The helpers a kernel's code uses, noted while it is emitted: the prelude holds those only.
 #[derive(Default)]
 pub(super) struct Uses {
@@ -493,7 +459,7 @@ impl Uses {
         #[cfg(feature = "clock-probe")]
         if self.clock_probe {
             src.push('\n');
-            src.push_str(CLOCK_PROBE);
+            src.push_str(super::clock_probe::PRELUDE);
         }
     }
 }

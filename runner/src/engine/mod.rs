@@ -522,14 +522,11 @@ pub fn execute_on(
     let mut result = staged.finish(timed.timing, None, timed.cublas, hooks)?;
     result.peers = timed.peers;
     if let Some(slots) = clock_slots {
-        let product = result.flops.map(|f| {
-            let sixteen_bit = plan.matmul.as_ref().is_some_and(|m| {
-                [m.a_dtype, m.b_dtype]
-                    .iter()
-                    .all(|d| matches!(d, hopfuse::DType::BF16 | hopfuse::DType::F16))
-            });
-            (f, sixteen_bit)
-        });
+        let peak = plan
+            .matmul
+            .as_ref()
+            .and_then(|m| hopfuse::target::tensor_flop_per_sm_cycle(m.a_dtype, m.b_dtype));
+        let product = result.flops.map(|f| (f, peak));
         result.clock = crate::clock::reading(
             &slots,
             timed.last_launch_us,
