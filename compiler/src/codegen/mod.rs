@@ -525,7 +525,9 @@ impl Emitter<'_> {
                             &format!("asm volatile(\"setmaxnreg.dec.sync.aligned.u32 {p};\");"),
                         );
                     }
-                    let clock = self.clock_roles.is_some_and(|r| std::ptr::eq(r, s));
+                    // Constant without the feature, so the playground's wasm leaves this out.
+                    let clock = cfg!(feature = "clock-probe")
+                        && self.clock_roles.is_some_and(|r| std::ptr::eq(r, s));
                     self.block(producer, depth + 1);
                     self.line(depth, "} else {  // consumer warps");
                     if let Some((_, c)) = registers {
