@@ -8,6 +8,9 @@
 /// Threads of a warp group: the unit that issues one `wgmma.mma_async`.
 pub const WARPGROUP_THREADS: i64 = 128;
 
+/// Threads per warp.
+pub const WARP_THREADS: i64 = 32;
+
 /// Named barrier ids of generated code: 0 is `__syncthreads()`, 1 the consumer warps' barrier
 /// in warp roles, `GROUP_BARRIER_BASE + g` thread group `g`'s barrier (`Stmt::GroupSync`).
 pub const GROUP_BARRIER_BASE: u32 = 2;

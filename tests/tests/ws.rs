@@ -342,3 +342,24 @@ fn a_producer_role_that_no_consumer_reads_is_rejected() {
         "{e}"
     );
 }
+
+#[test]
+fn thread_indices_are_broadcast_only_where_a_warp_has_one_value() {
+    // 256 x 2 threads (+ the producer group): every warp has one threadIdx.y, so the binding is
+    // a broadcast from lane 0 and ptxas keeps what depends on it in uniform registers.
+    let c = compile(&example("matmul/step13_warp_group_epilogue.hf"));
+    assert!(
+        c.cuda
+            .contains("const index_t m_io = __shfl_sync(0xffffffffu, (index_t)threadIdx.y, 0);"),
+        "{}",
+        c.cuda
+    );
+    // 16 x 16 threads: a warp spans two values of threadIdx.y, so it stays a plain read.
+    let plain = compile(&example("basics/matmul.hf"));
+    assert!(plain.cuda.contains(" = threadIdx.y;"), "{}", plain.cuda);
+    assert!(
+        !plain.cuda.contains("__shfl_sync(0xffffffffu, (index_t)"),
+        "{}",
+        plain.cuda
+    );
+}

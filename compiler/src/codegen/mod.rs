@@ -218,11 +218,16 @@ pub fn emit_mapped(
     }
     let bindings_line = lines::count(&src);
     for (var, p) in &k.hw_vars {
-        let _ = writeln!(
-            src,
-            "  const index_t {var} = {};",
-            p.cuda_index().unwrap_or("0")
-        );
+        // A value every lane of a warp shares is broadcast from lane 0 (every thread is here,
+        // converged): ptxas then knows it is warp-uniform and keeps what is computed from it (a
+        // warp group's operand descriptors, its slot addresses) in uniform registers.
+        let (pre, post) = if warp_uniform(*p, &k.block) {
+            ("__shfl_sync(0xffffffffu, (index_t)", ", 0)")
+        } else {
+            ("", "")
+        };
+        let index = p.cuda_index().unwrap_or("0");
+        let _ = writeln!(src, "  const index_t {var} = {pre}{index}{post};");
     }
     src.push_str(&body);
     if clock_probe && e.clock_roles.is_none() {
@@ -890,4 +895,25 @@ fn indexes_local(k: &Kernel, body: &[Stmt], var: &str) -> bool {
         Stmt::BlockReduce { acc, .. } => access(k, acc, var),
         _ => false,
     })
+}
+
+/// Whether every warp sees one value of thread index `p`: threads are numbered x fastest, so
+/// `threadIdx.y` is constant within a warp when `blockDim.x` is a multiple of the warp size, and
+/// `threadIdx.z` when `blockDim.x * blockDim.y` is. Block indices are uniform anyway and gain
+/// nothing from a broadcast.
+fn warp_uniform(p: crate::fusion::ParallelType, block: &[crate::plan::SizeExpr; 3]) -> bool {
+    use crate::fusion::ParallelType;
+    let below = match p {
+        ParallelType::TIDy => 1,
+        ParallelType::TIDz => 2,
+        _ => return false,
+    };
+    let mut threads = 1i64;
+    for b in &block[..below] {
+        match b.as_const() {
+            Some(v) => threads *= v,
+            None => return false,
+        }
+    }
+    threads % crate::target::WARP_THREADS == 0
 }
