@@ -14,6 +14,7 @@ use crate::dtype::DType;
 use crate::fusion::{Fusion, MemoryType, ParallelType, ReduceOp};
 use crate::kir::{Access, BufferId, Compute, Data, Kernel, Stmt, Val};
 use crate::plan::{Constraint, IndexType, LaunchPlan, Param, SizeExpr, TensorRole};
+use crate::verify::Uniformity;
 use lines::Written;
 use prelude::Uses;
 use std::fmt::Write;
@@ -218,10 +219,11 @@ pub fn emit_mapped(
     }
     let bindings_line = lines::count(&src);
     for (var, p) in &k.hw_vars {
-        // A value every lane of a warp shares is broadcast from lane 0 (every thread is here,
-        // converged): ptxas then knows it is warp-uniform and keeps what is computed from it (a
-        // warp group's operand descriptors, its slot addresses) in uniform registers.
-        let (pre, post) = if warp_uniform(*p, &k.block) {
+        // A thread index every lane of a warp shares (the verifier's uniformity rule) is
+        // broadcast from lane 0 (every thread is here, converged): ptxas then knows it is
+        // warp-uniform and keeps what is computed from it (a warp group's operand descriptors,
+        // its slot addresses) in uniform registers.
+        let (pre, post) = if crate::verify::of_hw(k, *p) == Uniformity::Warp {
             ("__shfl_sync(0xffffffffu, (index_t)", ", 0)")
         } else {
             ("", "")
@@ -895,25 +897,4 @@ fn indexes_local(k: &Kernel, body: &[Stmt], var: &str) -> bool {
         Stmt::BlockReduce { acc, .. } => access(k, acc, var),
         _ => false,
     })
-}
-
-/// Whether every warp sees one value of thread index `p`: threads are numbered x fastest, so
-/// `threadIdx.y` is constant within a warp when `blockDim.x` is a multiple of the warp size, and
-/// `threadIdx.z` when `blockDim.x * blockDim.y` is. Block indices are uniform anyway and gain
-/// nothing from a broadcast.
-fn warp_uniform(p: crate::fusion::ParallelType, block: &[crate::plan::SizeExpr; 3]) -> bool {
-    use crate::fusion::ParallelType;
-    let below = match p {
-        ParallelType::TIDy => 1,
-        ParallelType::TIDz => 2,
-        _ => return false,
-    };
-    let mut threads = 1i64;
-    for b in &block[..below] {
-        match b.as_const() {
-            Some(v) => threads *= v,
-            None => return false,
-        }
-    }
-    threads % crate::target::WARP_THREADS == 0
 }

@@ -26,7 +26,7 @@ use crate::diag::Diagnostics;
 use crate::fusion::MemoryType;
 use crate::id::IdVec;
 use crate::kir::{Access, BufferId, CopyKind, Kernel, Stmt, Val};
-pub use uniform::{barrier_uses, check_barrier_uses, BarrierUse, Uniformity};
+pub use uniform::{barrier_uses, check_barrier_uses, of_hw, BarrierUse, Uniformity};
 
 /// One invariant of the kernel IR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

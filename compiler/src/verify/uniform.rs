@@ -59,7 +59,7 @@ pub fn of_hw(k: &Kernel, p: ParallelType) -> Uniformity {
         return Uniformity::Block;
     }
     let below: Option<i64> = k.block[..d].iter().map(|e| e.as_const()).product();
-    if below.is_some_and(|n| n % 32 == 0) {
+    if below.is_some_and(|n| n % crate::target::WARP_THREADS == 0) {
         Uniformity::Warp
     } else {
         Uniformity::Thread
