@@ -67,7 +67,8 @@ else
   echo "$stamp" >dist/.wasm-stamp
   log "wasm optimised in $((SECONDS - t)) s"
 fi
-for f in index.html web/js/dist/editor.js; do
+# (web/reference.json: the language reference, fetched by the page when first needed.)
+for f in index.html web/js/dist/editor.js web/reference.json; do
   cmp -s "$f" "dist/$(basename "$f")" || cp "$f" dist/
 done
 # The stylesheet minified by esbuild (4.0 -> 3.5 KiB brotli; replaced only when it differs, so

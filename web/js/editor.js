@@ -232,28 +232,84 @@ const COMPLETION_TYPES = {
   parallel: "constant", memory: "enum", load: "enum", argument: "property",
 };
 
+// ---- the language reference ------------------------------------------------------------------
+
 /**
- * Completion from the language reference (`entries`: [{name, kind, signature, doc}]) and the
- * program's tensors. After `t.` only schedule primitives; as the second argument of
- * parallelize, parallel types; after `memory=`, `load=`, `store=`, their kinds.
+ * The language reference (web/reference.json, generated from web/src/reference.rs): its
+ * sections [{title, anchor, entries: [{name, kind, signature, doc}]}]. Fetched the first time
+ * the dialog opens, a completion is asked for or a name is hovered, not on the page's load; a
+ * failed fetch is tried again next time.
  */
-function completionSource(entries) {
+let reference = null;
+function loadReference() {
+  reference ??= fetch(new URL("reference.json", import.meta.url))
+    .then((r) => {
+      if (!r.ok) throw new Error(`reference.json: HTTP ${r.status}`);
+      return r.json();
+    })
+    .catch((e) => {
+      reference = null;
+      throw e;
+    });
+  return reference;
+}
+/** Every entry, or none while the reference cannot be fetched. */
+const referenceEntries = () => loadReference().then((s) => s.flatMap((x) => x.entries), () => []);
+
+/** Fills `el` with the reference's tables (the Reference dialog). */
+export function fillReference(el) {
+  loadReference().then(
+    (sections) => {
+      const cell = (text, cls) => {
+        const td = document.createElement("td");
+        if (cls) td.className = cls;
+        td.textContent = text;
+        return td;
+      };
+      el.replaceChildren(
+        ...sections.flatMap((s) => {
+          const h = document.createElement("h3");
+          h.id = `ref-section-${s.anchor}`;
+          h.textContent = s.title;
+          const table = document.createElement("table");
+          table.className = "params ref-table";
+          for (const e of s.entries) {
+            const tr = table.insertRow();
+            tr.id = `ref-${e.name}`;
+            tr.append(cell(e.name, "mono ref-name"), cell(e.signature, "mono ref-sig"), cell(e.doc));
+          }
+          return [h, table];
+        }),
+      );
+    },
+    (e) => {
+      el.textContent = `The reference could not be fetched (${e.message}); docs/language.md in the repository is the same table.`;
+    },
+  );
+}
+
+/**
+ * Completion from the language reference and the program's tensors. After `t.` only schedule
+ * primitives; as the second argument of parallelize, parallel types; after `memory=`, `load=`,
+ * `store=`, their kinds.
+ */
+function completionSource() {
   const option = (e) => ({
     label: e.name,
     type: COMPLETION_TYPES[e.kind] ?? "variable",
     detail: e.signature.length > 48 ? e.signature.slice(0, 47) + "…" : e.signature,
     info: `${e.signature}\n\n${e.doc}`,
   });
-  const byKind = (...kinds) => entries.filter((e) => kinds.includes(e.kind)).map(option);
-  const methods = entries.filter((e) => e.kind === "schedule" && /^\w+\./.test(e.signature)).map(option);
-  return (context) => {
+  return async (context) => {
     const word = context.matchBefore(/[A-Za-z_]\w*/);
     const line = context.state.doc.lineAt(context.pos);
     const before = line.text.slice(0, (word ? word.from : context.pos) - line.from);
     if (!word && !context.explicit) return null;
     const from = word ? word.from : context.pos;
+    const entries = await referenceEntries();
+    const byKind = (...kinds) => entries.filter((e) => kinds.includes(e.kind)).map(option);
     let options;
-    if (/\.\s*$/.test(before)) options = methods;
+    if (/\.\s*$/.test(before)) options = entries.filter((e) => e.kind === "schedule" && /^\w+\./.test(e.signature)).map(option);
     else if (/\.parallelize\(\s*\d+\s*,\s*$/.test(before)) options = byKind("parallel");
     else if (/\bmemory\s*=\s*$/.test(before)) options = byKind("memory");
     else if (/\b(load|store)\s*=\s*$/.test(before)) options = byKind("load");
@@ -268,16 +324,15 @@ function completionSource(entries) {
 }
 
 /** Hover docs: the reference entry (or the tensor's declaration) of the word under the mouse. */
-function hoverDocs(entries) {
-  const byName = new Map(entries.map((e) => [e.name, e]));
-  return hoverTooltip((view, pos) => {
+function hoverDocs() {
+  return hoverTooltip(async (view, pos) => {
     const { from, to, text } = view.state.doc.lineAt(pos);
     let start = pos, end = pos;
     while (start > from && /\w/.test(text[start - from - 1])) start--;
     while (end < to && /\w/.test(text[end - from])) end++;
     if (start === end) return null;
     const word = text.slice(start - from, end - from);
-    const entry = byName.get(word);
+    const entry = (await referenceEntries()).find((e) => e.name === word);
     const decl = entry ? null : tensorNames(view.state.doc.toString()).get(word);
     if (!entry && !decl) return null;
     return {
@@ -311,13 +366,12 @@ const FAST_COMPILE_MS = 25;
  * waits for a pause of twice that call's time, at most `maxDelayMs`.
  */
 export class FusionEditor {
-  constructor(parent, doc, maxDelayMs, onChange, onShortcut, referenceJson) {
+  constructor(parent, doc, maxDelayMs, onChange, onShortcut) {
     this.timer = null;
     this.queued = false;
     this.lastMs = 0;
     this.onChange = onChange;
     this.maxDelayMs = maxDelayMs;
-    const entries = JSON.parse(referenceJson);
     /** The documents of the tabs not shown, by key (each with its own undo history). */
     this.saved = new Map();
     this.key = "a";
@@ -341,8 +395,8 @@ export class FusionEditor {
       fusionLanguage,
       syntaxHighlighting(highlight),
       baseTheme,
-      autocompletion({ override: [completionSource(entries)], icons: false }),
-      hoverDocs(entries),
+      autocompletion({ override: [completionSource()], icons: false }),
+      hoverDocs(),
       keymap.of([
         ...closeBracketsKeymap,
         ...completionKeymap,

@@ -5,7 +5,7 @@ use wasm_bindgen::prelude::*;
 #[wasm_bindgen(raw_module = "./editor.js")]
 extern "C" {
     /// The program editor (CodeMirror 6 with the fusion language mode, lint marks, completion
-    /// and hover docs from `reference_json`). `on_change(text)` runs at once after an edit while
+    /// and hover docs from the language reference, fetched on first use). `on_change(text)` runs at once after an edit while
     /// compiles are fast, else after a delay of at most `max_delay_ms`.
     pub type FusionEditor;
     #[wasm_bindgen(constructor)]
@@ -15,7 +15,6 @@ extern "C" {
         max_delay_ms: u32,
         on_change: &JsValue,
         on_shortcut: &JsValue,
-        reference_json: &str,
     ) -> FusionEditor;
     /// Puts the cursor at a UTF-16 offset, scrolls to it and focuses the editor.
     #[wasm_bindgen(method)]
@@ -82,4 +81,8 @@ extern "C" {
     #[wasm_bindgen(js_name = inflateRaw, catch)]
     pub async fn inflate_raw(bytes: &[u8], limit: u32) -> Result<JsValue, JsValue>;
     pub fn download(name: &str, text: &str, mime: &str);
+    /// Fills `el` with the language reference's tables (`reference.json`, fetched once), or a
+    /// line saying why it could not be fetched.
+    #[wasm_bindgen(js_name = fillReference)]
+    pub fn fill_reference(el: &web_sys::HtmlElement);
 }

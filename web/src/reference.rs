@@ -1,8 +1,13 @@
 //! The language reference: every keyword, dtype, op, schedule statement, parallel type, memory
 //! and load kind, with its signature and what it does. One table feeds the page's Reference
-//! dialog, the editor's autocompletion and hover docs (as JSON), and `docs/language.md` (a test
-//! fails when that file differs from [`markdown`]; `HOPFUSE_BLESS=1 cargo test -p hopfuse-web
-//! --lib reference` rewrites it). Tests check the table against the compiler's own lists.
+//! dialog, the editor's autocompletion and hover docs (through `web/reference.json`, [`json`]),
+//! and `docs/language.md` ([`markdown`]). Both files are generated: a test fails when either
+//! differs from the table, and `HOPFUSE_BLESS=1 cargo test -p hopfuse-web --lib reference`
+//! rewrites them. Tests check the table against the compiler's own lists.
+//!
+//! The page does not compile this table in: `js/editor.js` fetches `reference.json` the first
+//! time the dialog opens, a completion is asked for or a name is hovered, which keeps about 3 KiB
+//! of brotli out of the cold load.
 
 use crate::examples;
 use serde::Serialize;
@@ -156,9 +161,24 @@ pub const ENTRIES: &[Entry] = &[
     e("outer", Argument, "t.split(axis, factor, outer)", "The outer part of the split has extent `factor`."),
 ];
 
-/// Every entry as JSON, for the editor's completion and hover docs.
+/// The reference as the page fetches it (`web/reference.json`): its sections in order, each
+/// `{title, anchor, entries: [{name, kind, signature, doc}]}`.
 pub fn json() -> String {
-    serde_json::to_string(ENTRIES).expect("entries serialize")
+    #[derive(Serialize)]
+    struct Section {
+        title: &'static str,
+        anchor: &'static str,
+        entries: Vec<&'static Entry>,
+    }
+    let sections: Vec<Section> = Kind::ALL
+        .iter()
+        .map(|&kind| Section {
+            title: kind.title(),
+            anchor: kind.anchor(),
+            entries: of_kind(kind).collect(),
+        })
+        .collect();
+    serde_json::to_string_pretty(&sections).expect("entries serialize") + "\n"
 }
 
 pub fn of_kind(kind: Kind) -> impl Iterator<Item = &'static Entry> {
@@ -294,21 +314,34 @@ mod tests {
             assert!(seen.insert(e.name), "{} twice", e.name);
             assert!(!e.doc.is_empty() && e.doc.ends_with('.'), "{}", e.name);
         }
-        assert!(json().starts_with("[{\"name\":\"fusion\""));
+        let sections: serde_json::Value = serde_json::from_str(&json()).unwrap();
+        assert_eq!(sections[0]["title"], "Program structure");
+        assert_eq!(sections[0]["entries"][0]["name"], "fusion");
+        assert_eq!(sections[3]["entries"][0]["kind"], "schedule");
+    }
+
+    /// Compares a generated file with what the table makes of it (rewrites it under
+    /// HOPFUSE_BLESS).
+    fn assert_current(relative: &str, want: String) {
+        let path = format!("{}/../{relative}", env!("CARGO_MANIFEST_DIR"));
+        if std::env::var_os("HOPFUSE_BLESS").is_some() {
+            std::fs::write(&path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "{relative} is not the reference in web/src/reference.rs: run \
+             HOPFUSE_BLESS=1 cargo test -p hopfuse-web --lib reference"
+        );
     }
 
     #[test]
     fn docs_language_md_is_current() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/language.md");
-        let want = markdown();
-        if std::env::var_os("HOPFUSE_BLESS").is_some() {
-            std::fs::write(path, &want).unwrap();
-        }
-        let have = std::fs::read_to_string(path).unwrap_or_default();
-        assert!(
-            have == want,
-            "docs/language.md is not the reference in web/src/reference.rs: run \
-             HOPFUSE_BLESS=1 cargo test -p hopfuse-web --lib reference"
-        );
+        assert_current("docs/language.md", markdown());
+    }
+
+    #[test]
+    fn web_reference_json_is_current() {
+        assert_current("web/reference.json", json());
     }
 }

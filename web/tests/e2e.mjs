@@ -627,6 +627,9 @@ try {
     metrics.cold_load = { files: cold, wasm_js_css_transfer_bytes: total, wasm_js_css_body_bytes: body, uncompressed_bytes: size, html_transfer_bytes: nav };
     console.log(`     (cold load: wasm + JS + CSS ${(total / 1024).toFixed(1)} KiB transferred, ${(size / 1024).toFixed(1)} KiB uncompressed; index.html ${nav} B)`);
     assert(total <= 550 * 1024, `cold load transfers ${total} bytes`);
+    // The language reference is fetched when first needed, not by the cold load.
+    const all = await c.evaluate(() => performance.getEntriesByType("resource").map((e) => new URL(e.name).pathname));
+    assert(!all.some((p) => p.endsWith("reference.json")), `the cold load fetched the reference: ${all}`);
     // A reload asks again (no-cache) and gets 304s: headers only.
     await c.reload();
     await c.waitForFunction(() => /lowered in/.test(document.querySelector("#lowered")?.textContent));
@@ -662,7 +665,8 @@ try {
   await check("language reference, examples with descriptions and bench sizes, completion and hover docs", async () => {
     const c = await open(browser, A.base);
     await c.click("#reference");
-    await c.waitForSelector("#reference-dialog");
+    // (The tables come from reference.json, fetched when the dialog first opens.)
+    await c.waitForSelector("#reference-dialog #ref-split");
     for (const name of ["exp", "sum", "broadcast", "split", "parallelize", "circular_buffer", "cache_after", "TIDx", "Bulk", "shared", "tma"]) {
       assert(await c.locator(`#reference-dialog #ref-${name}`).count(), `reference lists ${name}`);
     }

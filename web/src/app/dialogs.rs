@@ -1,10 +1,10 @@
 //! The dialogs: Help (the shortcuts), Settings (the runner URL and token, checked on save),
 //! Share (the full link, a short link made by the runner, an embed snippet) and the language
-//! reference (`reference.rs`, the same table as docs/language.md).
+//! reference (`reference.rs`, fetched as `reference.json`; docs/language.md is the same table).
 
 use super::{pane_key, Dialog, RunnerStatus, ShortLink, Ui, PANES};
 use crate::examples;
-use crate::reference;
+use crate::js;
 use crate::runner::Settings;
 use leptos::ev;
 use leptos::prelude::*;
@@ -230,28 +230,15 @@ fn share_dialog(ui: Ui) -> AnyView {
     .into_any()
 }
 
-/// The language reference (web/src/reference.rs; docs/language.md is the same table).
+/// The language reference: its tables come from `reference.json` (web/src/reference.rs; docs/language.md
+/// is the same table), fetched the first time they are shown; the examples are the menu's.
 fn reference_view() -> impl IntoView {
-    let sections = reference::Kind::ALL
-        .iter()
-        .map(|&kind| {
-            let rows = reference::of_kind(kind)
-                .map(|e| {
-                    view! {
-                        <tr id=format!("ref-{}", e.name)>
-                            <td class="mono ref-name">{e.name}</td>
-                            <td class="mono ref-sig">{e.signature}</td>
-                            <td>{e.doc}</td>
-                        </tr>
-                    }
-                })
-                .collect_view();
-            view! {
-                <h3 id=format!("ref-section-{}", kind.anchor())>{kind.title()}</h3>
-                <table class="params ref-table">{rows}</table>
-            }
-        })
-        .collect_view();
+    let tables = NodeRef::<leptos::html::Div>::new();
+    Effect::new(move |_| {
+        if let Some(el) = tables.get() {
+            js::fill_reference(&el);
+        }
+    });
     let examples = examples::grouped()
         .into_iter()
         .map(|(group, list)| {
@@ -274,7 +261,7 @@ fn reference_view() -> impl IntoView {
              In the editor, Ctrl+Space completes these names and the program's tensors; hovering a name shows its entry. \
              The same table is docs/language.md in the repository."
         </p>
-        {sections}
+        <div id="ref-tables" node_ref=tables></div>
         <h3 id="ref-section-examples">"Examples (the Examples menu)"</h3>
         {examples}
     }

@@ -12,7 +12,6 @@ use super::{
 use crate::examples;
 use crate::inspect_panes;
 use crate::js;
-use crate::reference;
 use crate::share::{Pane, Tab};
 use leptos::ev;
 use leptos::html;
@@ -47,7 +46,6 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
             MAX_COMPILE_DELAY_MS,
             &on_change,
             &on_shortcut,
-            &reference::json(),
         );
         if ui.tab.get_untracked() == Tab::B {
             ed.switch_to(Tab::B.key(), &ui.text_of(Tab::B));
