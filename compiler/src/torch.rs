@@ -684,7 +684,7 @@ fn literal(v: f64, compute: DType) -> Py {
         format!("float(\"{}inf\")", if v < 0.0 { "-" } else { "" })
     } else {
         // Rust's shortest round-trip form parses back to the same double in Python.
-        format!("{v:?}")
+        crate::text::float_literal(v)
     };
     let prec = if text.starts_with('-') { UNARY } else { ATOM };
     Py {

@@ -28,6 +28,9 @@ fn expected_ir(cuda: &str) -> Option<&'static [&'static str]> {
             || t.starts_with("{  //")
         {
             &["for "]
+        } else if t.starts_with("if (++") {
+            // A flat loop's carry (the step of its digits) belongs to the loop.
+            &["for "]
         } else if t.starts_with("if (") {
             &["if ", "producer warps"]
         } else if t.starts_with("} else {  // consumer") {

@@ -121,9 +121,21 @@ fn the_kernel_has_one_tile_loop_that_the_producer_flattens() {
         ir.contains("for tile in ceilDiv(ceilDiv(M, 128) * ceilDiv(N, 256) - blockIdx.x, gridDim.x) @Serial:"),
         "{ir}"
     );
+    // It carries the tile and k indices as digits: no division of the linear count.
     assert!(
-        ir.contains("for tile_k_o in ceilDiv(ceilDiv(M, 128) * ceilDiv(N, 256) - blockIdx.x, gridDim.x) * ceilDiv(K, 64) @Serial:"),
+        ir.contains("for tile_k_o in ceilDiv(ceilDiv(M, 128) * ceilDiv(N, 256) - blockIdx.x, gridDim.x) * ceilDiv(K, 64) @Serial carrying tile in ceilDiv(ceilDiv(M, 128) * ceilDiv(N, 256) - blockIdx.x, gridDim.x), k_o in ceilDiv(K, 64):"),
         "{ir}"
+    );
+    assert!(
+        c.cuda
+            .contains("if (++k_o == hf_ceil_div<index_t>(K, 64)) { k_o = 0; ++tile; }"),
+        "{}",
+        c.cuda
+    );
+    assert!(
+        !c.cuda.contains("tile_k_o / hf_ceil_div") && !c.cuda.contains("tile_k_o % hf_ceil_div"),
+        "{}",
+        c.cuda
     );
     // No blockIdx.y anywhere: the grid is one-dimensional.
     assert!(!c.cuda.contains("blockIdx.y"), "{}", c.cuda);

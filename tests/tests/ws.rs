@@ -119,21 +119,24 @@ fn a_persistent_kernel_keeps_slot_and_parity_in_step_across_tiles() {
     // iteration.
     let producer = c.cuda.split("// producer warp group").nth(1).unwrap();
     let producer = producer.split("// consumer warps").next().unwrap();
+    // It carries the tile and the block as digits, stepped at the end of each iteration.
     assert!(
-        producer.contains("for (index_t m_oi_n_o = 0; m_oi_n_o < hf_ceil_div<index_t>(hf_ceil_div<index_t>(M, 8), 132) * hf_ceil_div<index_t>(N, 256); ++m_oi_n_o) {"),
+        producer.contains("for (index_t m_oi_n_o = 0, m_oi = 0, n_o = 0; m_oi_n_o < hf_ceil_div<index_t>(hf_ceil_div<index_t>(M, 8), 132) * hf_ceil_div<index_t>(N, 256); ++m_oi_n_o) {"),
+        "{producer}"
+    );
+    assert!(
+        producer.contains("if (++n_o == hf_ceil_div<index_t>(N, 256)) { n_o = 0; ++m_oi; }"),
         "{producer}"
     );
     assert_eq!(producer.matches("for (").count(), 1, "{producer}");
+    // Slot and parity from the same linear iteration as the consumers'.
     assert!(
-        producer.contains(
-            "hf_mbarrier_wait(&x_s_empty[m_oi_n_o % 6], (unsigned)((m_oi_n_o / 6 + 1) % 2));"
-        ),
+        producer.contains(&format!(
+            "hf_mbarrier_wait(&x_s_empty[({lin}) % 6], (unsigned)((({lin}) / 6 + 1) % 2));"
+        )),
         "{producer}"
     );
-    assert!(
-        producer.contains("(int)(m_oi_n_o % hf_ceil_div<index_t>(N, 256) * 256)"),
-        "{producer}"
-    );
+    assert!(producer.contains("(int)(n_o * 256)"), "{producer}");
     assert!(
         c.cuda.contains(&format!(
             "hf_mbarrier_wait(&x_s_full[({lin}) % 6], (unsigned)(({lin}) / 6 % 2));"
@@ -273,7 +276,7 @@ fn loads_inside_the_specialised_loop_make_groups_take_turns() {
     // The producer's one loop walks every group's column blocks in turn.
     assert!(
         cuda.contains(
-            "for (index_t m_i_n_o = 0; m_i_n_o < 4 * hf_ceil_div<index_t>(N, 64); ++m_i_n_o)"
+            "for (index_t m_i_n_o = 0, m_i = 0, n_o = 0; m_i_n_o < 4 * hf_ceil_div<index_t>(N, 64); ++m_i_n_o)"
         ),
         "{cuda}"
     );

@@ -53,7 +53,7 @@ impl Emitter<'_> {
                     }
                     .into()
                 } else {
-                    format!("{f:?}f")
+                    format!("{}f", crate::text::float_literal(f))
                 }
             }
             DType::F64 => {
@@ -67,7 +67,7 @@ impl Emitter<'_> {
                     }
                     .into()
                 } else {
-                    format!("{v:?}")
+                    crate::text::float_literal(v)
                 }
             }
             DType::I32 => {

@@ -451,6 +451,50 @@ impl Emitter<'_> {
         self.line_parts(depth, &[&dst, " = ", strip_parens_str(&v), ";"]);
     }
 
+    /// A flat loop (`kir::Loop::digits`): its count and its digits declared in its `for`, and at
+    /// the end of each iteration the digits' step: the innermost counts up and, at its extent,
+    /// wraps to 0 and carries into the one outside it. The outermost never wraps: the loop's
+    /// count ends first. (Never unrolled: the warp-specialized producer's loop.)
+    fn flat_loop(&mut self, l: &crate::kir::Loop, depth: usize) {
+        let mut s = String::from("for (index_t ");
+        s.push_str(&l.var);
+        s.push_str(" = 0");
+        for d in &l.digits {
+            s.push_str(", ");
+            s.push_str(&d.var);
+            s.push_str(" = 0");
+        }
+        let ext = self.val(&l.extent);
+        for part in ["; ", &l.var, " < ", &ext, "; ++", &l.var, ") {"] {
+            s.push_str(part);
+        }
+        self.line(depth, &s);
+        self.block(&l.body, depth + 1);
+        s.clear();
+        for d in l.digits[1..].iter().rev() {
+            let ext = self.val(&d.extent);
+            for part in [
+                "if (++",
+                &d.var,
+                " == ",
+                strip_parens_str(&ext),
+                ") { ",
+                &d.var,
+                " = 0; ",
+            ] {
+                s.push_str(part);
+            }
+        }
+        s.push_str("++");
+        s.push_str(&l.digits[0].var);
+        s.push(';');
+        for _ in 1..l.digits.len() {
+            s.push_str(" }");
+        }
+        self.line(depth + 1, &s);
+        self.line(depth, "}");
+    }
+
     fn block(&mut self, body: &[Stmt], depth: usize) {
         // Lines after a nested block (a closing brace) belong to the statement holding it.
         let holder = self.current;
@@ -473,6 +517,10 @@ impl Emitter<'_> {
                         self.line_parts(depth, &["{  // ", &l.var, " = ", &value]);
                         self.block(&l.body, depth + 1);
                         self.line(depth, "}");
+                        continue;
+                    }
+                    if !l.digits.is_empty() {
+                        self.flat_loop(l, depth);
                         continue;
                     }
                     // Register arrays stay in registers only when indexed by compile-time
@@ -897,4 +945,25 @@ fn indexes_local(k: &Kernel, body: &[Stmt], var: &str) -> bool {
         Stmt::BlockReduce { acc, .. } => access(k, acc, var),
         _ => false,
     })
+}
+
+/// Whether every warp sees one value of thread index `p`: threads are numbered x fastest, so
+/// `threadIdx.y` is constant within a warp when `blockDim.x` is a multiple of the warp size, and
+/// `threadIdx.z` when `blockDim.x * blockDim.y` is. Block indices are uniform anyway and gain
+/// nothing from a broadcast.
+fn warp_uniform(p: crate::fusion::ParallelType, block: &[crate::plan::SizeExpr; 3]) -> bool {
+    use crate::fusion::ParallelType;
+    let below = match p {
+        ParallelType::TIDy => 1,
+        ParallelType::TIDz => 2,
+        _ => return false,
+    };
+    let mut threads = 1i64;
+    for b in &block[..below] {
+        match b.as_const() {
+            Some(v) => threads *= v,
+            None => return false,
+        }
+    }
+    threads % crate::target::WARP_THREADS == 0
 }

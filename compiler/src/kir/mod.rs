@@ -70,6 +70,19 @@ pub struct Loop {
     pub extent: Val,
     pub parallel: ParallelType,
     pub body: Vec<Stmt>,
+    /// A flat loop's digits (warp specialization merges a producer's perfect serial nest into
+    /// one loop over the linear count): the merged loops' indices, outermost first, kept as
+    /// counters the loop carries. The body reads them as they were; each iteration steps the
+    /// innermost and carries into the next, so no index is divided out of the linear count.
+    /// Empty for every other loop.
+    pub digits: Vec<Digit>,
+}
+
+/// One index of a flat loop (`Loop::digits`): its variable and the extent it wraps at.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Digit {
+    pub var: String,
+    pub extent: Val,
 }
 
 /// The two halves of a turn hand-over between ping-pong groups (`Stmt::Turn`).
@@ -508,6 +521,9 @@ impl Stmt {
         match self {
             Stmt::Loop(l) => {
                 l.extent = f(&l.extent);
+                for d in &mut l.digits {
+                    d.extent = f(&d.extent);
+                }
                 for s in &mut l.body {
                     s.map_vals(f);
                 }

@@ -16,8 +16,7 @@ impl Data {
             Data::Read(a) => write_access(k, a, out),
             Data::Param(n, _) => out.push_str(n),
             Data::Literal(v, _) => {
-                use std::fmt::Write as _;
-                let _ = write!(out, "{v:?}");
+                out.push_str(&crate::text::float_literal(v));
             }
             Data::Unary(u, _, x) => {
                 out.push_str(u.name());
@@ -250,7 +249,19 @@ fn print_block(
                 s.push_str(&l.var);
                 s.push_str(" in ");
                 l.extent.write(s, false);
-                let _ = writeln!(s, " @{}:", l.parallel);
+                let _ = write!(s, " @{}", l.parallel);
+                if !l.digits.is_empty() {
+                    s.push_str(" carrying ");
+                    for (i, d) in l.digits.iter().enumerate() {
+                        if i > 0 {
+                            s.push_str(", ");
+                        }
+                        s.push_str(&d.var);
+                        s.push_str(" in ");
+                        d.extent.write(s, false);
+                    }
+                }
+                s.push_str(":\n");
                 print_block(k, &l.body, depth + 1, s, rec);
             }
             Stmt::If { cond, then, els } => {
@@ -538,6 +549,7 @@ impl Kernel {
                 body: Vec::new(),
                 extent: l.extent.clone(),
                 var: l.var.clone(),
+                digits: l.digits.clone(),
                 ..*l
             }),
             Stmt::If { cond, .. } => Stmt::If {

@@ -196,6 +196,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             var: var.clone(),
             extent: extent.clone(),
             parallel: ParallelType::Serial,
+            digits: Vec::new(),
             body: inner,
         })
     });

@@ -275,6 +275,7 @@ impl State<'_> {
             var: l.var.clone(),
             extent: l.extent.clone(),
             parallel: ParallelType::Unroll,
+            digits: Vec::new(),
             body: vec![guard(pred, vec![Stmt::Compute(c)])],
         });
         Ok(Stmt::If {

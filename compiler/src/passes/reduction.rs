@@ -85,6 +85,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
                         f.ids[id].parallel
                     },
                     body,
+                    digits: Vec::new(),
                 })];
             }
             body

@@ -430,8 +430,15 @@ impl<'k> Walk<'k> {
                     (extent, ctx.min(extent))
                 };
                 self.vars.push((l.var.clone(), var));
+                // A flat loop's digits step with its count: as uniform as their extents.
+                for d in &l.digits {
+                    let u = self.value(&d.extent, ctx);
+                    self.vars.push((d.var.clone(), var.min(u)));
+                }
                 self.block(&l.body, body_ctx);
-                self.vars.pop();
+                for _ in 0..=l.digits.len() {
+                    self.vars.pop();
+                }
             }
             Stmt::If { cond, then, els } => {
                 let c = self.value(cond, ctx);

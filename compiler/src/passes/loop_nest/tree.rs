@@ -225,6 +225,7 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
                         var,
                         extent: crate::kir::Val::from_size(cx.key_extent(key)),
                         parallel,
+                        digits: Vec::new(),
                         body: convert(cx, nodes, kids, hw),
                     })
                 }

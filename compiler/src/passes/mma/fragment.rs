@@ -124,6 +124,7 @@ pub(super) fn pair_global_store(
         var: pair_var.clone(),
         extent: Val::Int(target::wgmma_accumulators(width) / 2),
         parallel: ParallelType::Unroll,
+        digits: Vec::new(),
         body: vec![
             Stmt::Alloc(pair),
             Stmt::Loop(Loop {
@@ -131,6 +132,7 @@ pub(super) fn pair_global_store(
                 var: lane.clone(),
                 extent: Val::Int(2),
                 parallel: ParallelType::Unroll,
+                digits: Vec::new(),
                 body: lanes_body,
             }),
             Stmt::If {
@@ -243,6 +245,7 @@ pub(super) fn stmatrix_store(
         var: group,
         extent: Val::Int(regs / 8),
         parallel: ParallelType::Unroll,
+        digits: Vec::new(),
         body: vec![
             Stmt::Alloc(regs_buf),
             Stmt::Loop(Loop {
@@ -250,6 +253,7 @@ pub(super) fn stmatrix_store(
                 var: lane_var,
                 extent: Val::Int(8),
                 parallel: ParallelType::Unroll,
+                digits: Vec::new(),
                 body: lanes_body,
             }),
             Stmt::StMatrix {

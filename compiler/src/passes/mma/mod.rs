@@ -655,6 +655,7 @@ impl Lower<'_> {
                     var: reg,
                     extent: Val::Int(target::wgmma_accumulators(width)),
                     parallel: ParallelType::Unroll,
+                    digits: Vec::new(),
                     body,
                 })])
             }

@@ -304,6 +304,7 @@ pub(crate) fn pipeline(
             var: var.clone(),
             extent: Val::Int(pf),
             parallel: ParallelType::Serial,
+            digits: Vec::new(),
             body: pro_body,
         }));
         // Main: issue iteration i + prefetch, then run iteration i.
@@ -318,6 +319,7 @@ pub(crate) fn pipeline(
             var: var.clone(),
             extent: main_extent.clone(),
             parallel: l.parallel,
+            digits: Vec::new(),
             body: main,
         }));
         // Epilogue: the last `prefetch` iterations, no loads.
@@ -340,6 +342,7 @@ pub(crate) fn pipeline(
             var: epi,
             extent: Val::Int(pf),
             parallel: ParallelType::Serial,
+            digits: Vec::new(),
             body: epi_body,
         }));
     }

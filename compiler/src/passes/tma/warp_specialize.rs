@@ -306,15 +306,19 @@ pub(crate) fn reads_buffer(body: &[Stmt], b: BufferId) -> bool {
 }
 
 /// Turns every perfect nest of serial loops (a loop whose whole body is one serial loop) into
-/// one loop over the linear iteration `outer * inner_extent + inner`, recovering both indices
-/// by division: a persistent producer walks one flat sequence of (tile, block) pairs, and its
-/// slot and parity are that linear count directly.
+/// one loop over the linear iteration `outer * inner_extent + inner`, which carries the nest's
+/// indices as its digits (`Loop::digits`): a persistent producer walks one flat sequence of
+/// (tile, block) pairs, and the body reads each index as before, stepped by a carry at the end
+/// of an iteration instead of divided out of the linear count. (Division by run-time extents
+/// put about a hundred instructions, reciprocal and all, on the one producer thread's path for
+/// each stage; and how ptxas scheduled them moved 4096^3 by up to 5%: docs/benchmarks.md.)
 pub(crate) fn flatten_serial_nests(nest: Vec<Stmt>) -> Vec<Stmt> {
     nest.into_iter()
         .map(|s| match s {
             Stmt::Loop(mut l) => {
                 l.body = flatten_serial_nests(std::mem::take(&mut l.body));
                 let merge = l.parallel == ParallelType::Serial
+                    && l.digits.is_empty()
                     && matches!(&l.body[..], [Stmt::Loop(inner)]
                         if inner.parallel == ParallelType::Serial && !inner.extent.mentions(&l.var));
                 if !merge {
@@ -323,23 +327,25 @@ pub(crate) fn flatten_serial_nests(nest: Vec<Stmt>) -> Vec<Stmt> {
                 let Some(Stmt::Loop(inner)) = l.body.pop() else {
                     unreachable!("checked above")
                 };
-                let var = format!("{}_{}", l.var, inner.var);
-                let lin = Val::Var(var.clone());
-                let outer_index = Val::div(lin.clone(), inner.extent.clone());
-                let inner_index = Val::rem(lin, inner.extent.clone());
-                let mut body = inner.body;
-                for st in &mut body {
-                    st.map_vals(&mut |x| {
-                        x.subst(&l.var, &outer_index)
-                            .subst(&inner.var, &inner_index)
+                let mut digits = vec![crate::kir::Digit {
+                    var: l.var.clone(),
+                    extent: l.extent.clone(),
+                }];
+                if inner.digits.is_empty() {
+                    digits.push(crate::kir::Digit {
+                        var: inner.var.clone(),
+                        extent: inner.extent.clone(),
                     });
+                } else {
+                    digits.extend(inner.digits);
                 }
                 Stmt::Loop(Loop {
                     key: inner.key,
-                    var,
+                    var: format!("{}_{}", l.var, inner.var),
                     extent: Val::mul(l.extent, inner.extent),
                     parallel: ParallelType::Serial,
-                    body,
+                    body: inner.body,
+                    digits,
                 })
             }
             Stmt::If { cond, then, els } => Stmt::If {
@@ -376,6 +382,7 @@ pub(crate) fn project(
                     var: l.var.clone(),
                     extent: l.extent.clone(),
                     parallel: l.parallel,
+                    digits: Vec::new(),
                     body: Vec::new(),
                 };
                 if Some(l.key) == pipe.loop_key {
