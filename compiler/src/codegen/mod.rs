@@ -946,24 +946,3 @@ fn indexes_local(k: &Kernel, body: &[Stmt], var: &str) -> bool {
         _ => false,
     })
 }
-
-/// Whether every warp sees one value of thread index `p`: threads are numbered x fastest, so
-/// `threadIdx.y` is constant within a warp when `blockDim.x` is a multiple of the warp size, and
-/// `threadIdx.z` when `blockDim.x * blockDim.y` is. Block indices are uniform anyway and gain
-/// nothing from a broadcast.
-fn warp_uniform(p: crate::fusion::ParallelType, block: &[crate::plan::SizeExpr; 3]) -> bool {
-    use crate::fusion::ParallelType;
-    let below = match p {
-        ParallelType::TIDy => 1,
-        ParallelType::TIDz => 2,
-        _ => return false,
-    };
-    let mut threads = 1i64;
-    for b in &block[..below] {
-        match b.as_const() {
-            Some(v) => threads *= v,
-            None => return false,
-        }
-    }
-    threads % crate::target::WARP_THREADS == 0
-}
