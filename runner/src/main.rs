@@ -157,8 +157,10 @@ struct BenchArgs {
     warmup: u32,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Seconds one run may take before its worker is killed.
-    #[arg(long, default_value_t = 60.0)]
+    /// Seconds one run may take before its worker is killed. (Longer than the service's: a
+    /// run includes its float64 reference, which for a fused epilogue at 8192^3 runs on the
+    /// host and takes about a minute.)
+    #[arg(long, default_value_t = 180.0)]
     job_timeout: f64,
     /// Directory of the CUBIN cache (`cubin/`) [default: as `hopfuse serve`].
     #[arg(long, env = "HOPFUSE_DATA_DIR")]
