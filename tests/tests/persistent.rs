@@ -92,6 +92,80 @@ fn every_tile_is_taken_exactly_once_whatever_the_grid() {
 }
 
 #[test]
+fn the_consumers_store_each_tile_where_its_raster_says() {
+    // Pass `tile_values` moves the raster into `let`s at the top of the consumers' tile loop:
+    // evaluated on the host, the TMA stores' coordinates (first box) are the tiles of the
+    // bindings.
+    use hopfuse::kir::{for_each_stmt, Stmt};
+    let c = compile(&step15());
+    let mut tile_loops = Vec::new();
+    for_each_stmt(&c.kernel.body, &mut |s| {
+        if let Stmt::Loop(l) = s {
+            if l.var == "tile" {
+                tile_loops.push(l);
+            }
+        }
+    });
+    let [consumer] = tile_loops[..] else {
+        panic!("one tile loop besides the producer's flat loop")
+    };
+    let lets: Vec<(&String, &Val)> = consumer
+        .body
+        .iter()
+        .map_while(|s| match s {
+            Stmt::Let {
+                var,
+                value,
+                broadcast: true,
+            } => Some((var, value)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lets.len(), 2, "the raster's two indices");
+    let mut stores = Vec::new();
+    for_each_stmt(&consumer.body, &mut |s| {
+        if let Stmt::TmaStore(t) = s {
+            stores.push(&t.coords);
+        }
+    });
+    let [coords] = stores[..] else {
+        panic!("one TMA store statement")
+    };
+    for (m, n) in [(4096i64, 4096i64), (4000, 3000), (129, 4088)] {
+        let sz = sizes(m, n, 64);
+        let grid = 7;
+        let tiles = walk(&c, &sz, grid);
+        let mut next = tiles.iter();
+        let mt_nt = ((m + 127) / 128) * ((n + 255) / 256);
+        for cta in 0..grid {
+            for tile in 0..(mt_nt - cta + grid - 1) / grid {
+                let mut env: BTreeMap<String, i64> = BTreeMap::new();
+                env.insert("tile".into(), tile);
+                env.insert("n_io".into(), 0);
+                let eval = |v: &Val, env: &BTreeMap<String, i64>| {
+                    v.eval_with(&|x| match x {
+                        Val::Var(name) => env.get(name).copied(),
+                        Val::Hw(hopfuse::fusion::ParallelType::BIDx) => Some(cta),
+                        Val::Ctas => Some(grid),
+                        Val::Size(s) => sz.get(s).copied(),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| panic!("{} is evaluable", v.text()))
+                };
+                for (var, value) in &lets {
+                    let v = eval(value, &env);
+                    env.insert(var.to_string(), v);
+                }
+                let got: Vec<i64> = coords.iter().map(|v| eval(v, &env)).collect();
+                let &(y, x) = next.next().expect("a tile");
+                assert_eq!(got, vec![x * 256, y * 128], "{m} x {n}, CTA {cta}, tile {tile}");
+            }
+        }
+        assert!(next.next().is_none());
+    }
+}
+
+#[test]
 fn the_tiles_in_flight_form_groups_along_m() {
     // 4096^2 in 128 x 256 tiles: 32 x 16. The first tile of each of 128 CTAs: groups of 16 M
     // tiles, stepping down M first, so 16 M tiles x 8 N tiles.

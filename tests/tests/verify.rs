@@ -567,6 +567,7 @@ fn cluster_a_multicast_kernel_launched_without_clusters() {
         Stmt::Let {
             var: hopfuse::kir::CTA_RANK.into(),
             value: Val::Int(0),
+            broadcast: false,
         },
     );
     let e = caught(&k, Rule::Cluster, "b_s[");
@@ -657,4 +658,30 @@ fn lowered_kernels_keep_shared_buffers_in_shared_memory() {
     let k = lowered("tma/exp_store.hf");
     assert_eq!(k.buffers[buffer(&k, "y_s")].memory, MemoryType::Shared);
     assert_eq!(k.buffers[buffer(&k, "x")].memory, MemoryType::Global);
+}
+
+#[test]
+fn warp_collective_a_broadcast_of_a_value_that_differs_between_lanes() {
+    let mut k = lowered("matmul/step15_persistent_raster.hf");
+    // Pass `tile_values` broadcasts the tile's raster from lane 0: with a per-lane term lane
+    // 0's value would not be the others'.
+    at_first(
+        &mut k,
+        |_, s| {
+            matches!(
+                s,
+                Stmt::Let {
+                    broadcast: true,
+                    ..
+                }
+            )
+        },
+        |list, i| {
+            if let Stmt::Let { value, .. } = &mut list[i] {
+                *value = Val::add(value.clone(), Val::Hw(ParallelType::TIDx));
+            }
+        },
+    );
+    let e = caught(&k, Rule::WarpCollective, "let tile_v0 = ");
+    assert!(e[0].detail.contains("broadcast from lane 0"), "{}", e[0]);
 }

@@ -722,9 +722,21 @@ impl Emitter<'_> {
                     self.uses.cluster = true;
                     self.line(depth, "hf_cluster_sync();");
                 }
-                Stmt::Let { var, value } => {
-                    let v = strip_parens(self.val(value));
-                    self.line(depth, &format!("const index_t {var} = {v};"));
+                Stmt::Let {
+                    var,
+                    value,
+                    broadcast,
+                } => {
+                    let v = self.val(value);
+                    let line = if *broadcast {
+                        format!(
+                            "const index_t {var} = __shfl_sync(0xffffffffu, (index_t)({}), 0);",
+                            strip_parens(v.clone())
+                        )
+                    } else {
+                        format!("const index_t {var} = {};", strip_parens(v))
+                    };
+                    self.line(depth, &line);
                 }
                 Stmt::MbarInit { bars } => {
                     self.uses.tma = true;

@@ -136,10 +136,14 @@ pub enum Stmt {
     /// cluster meets here (after mbarrier init, so no peer signals an uninitialised barrier, and
     /// before exit, so no CTA leaves while a peer may still write its shared memory).
     ClusterSync,
-    /// `const index_t var = value;`
+    /// `const index_t var = value;`. With `broadcast`, the value is the same in every lane of
+    /// the warp and every lane is here: it is computed once and broadcast from lane 0
+    /// (`__shfl_sync`), which pins where it is computed and tells ptxas it is warp-uniform
+    /// (the verifier checks both).
     Let {
         var: String,
         value: Val,
+        broadcast: bool,
     },
     /// Initialises every mbarrier of array `bars` to its arrival count and fences the init
     /// (issued by one thread; a block barrier follows).

@@ -346,8 +346,17 @@ fn print_block(
             Stmt::ClusterSync => {
                 let _ = writeln!(s, "{ind}cluster_sync");
             }
-            Stmt::Let { var, value } => {
-                let _ = writeln!(s, "{ind}let {var} = {}", value.text());
+            Stmt::Let {
+                var,
+                value,
+                broadcast,
+            } => {
+                let from = if *broadcast {
+                    " (broadcast from lane 0)"
+                } else {
+                    ""
+                };
+                let _ = writeln!(s, "{ind}let {var} = {}{from}", value.text());
             }
             Stmt::MbarInit { bars } => {
                 let m = &k.mbarriers[*bars];

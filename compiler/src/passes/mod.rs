@@ -12,6 +12,7 @@ pub mod predicate;
 pub mod reduction;
 pub mod simplify;
 pub mod sync;
+pub mod tile_values;
 pub mod tma;
 
 use crate::diag::Diagnostic;
@@ -145,6 +146,12 @@ pub const PIPELINE: &[Pass] = &[
         summary: "index arithmetic simplification",
         run: Run::Kernel(simplify::run),
         applies: always,
+    },
+    Pass {
+        name: "tile_values",
+        summary: "a persistent kernel's tile indices computed once per tile",
+        run: Run::Kernel(tile_values::run),
+        applies: tile_values::used,
     },
 ];
 

@@ -406,6 +406,7 @@ impl Split {
         let lets = self.consts.iter().map(|(var, value)| Stmt::Let {
             var: var.clone(),
             value: value.clone(),
+            broadcast: false,
         });
         k.body.splice(0..0, lets);
         StreamK {

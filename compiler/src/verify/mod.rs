@@ -504,8 +504,27 @@ impl<'k> Walk<'k> {
                 ..
             } => self.turn_barrier(ctx, *on, *groups, *threads),
             Stmt::ClusterSync => self.cluster_barrier(ctx),
-            Stmt::Let { var, value } => {
-                let u = self.value(value, ctx);
+            Stmt::Let {
+                var,
+                value,
+                broadcast,
+            } => {
+                let mut u = self.value(value, ctx);
+                if *broadcast {
+                    // A shuffle from lane 0: every lane must be here, and lane 0's value must
+                    // be every lane's.
+                    self.warp_collective(ctx, &format!("the broadcast of `{var}`"));
+                    if u < Uniformity::Warp {
+                        self.error(
+                            Rule::WarpCollective,
+                            format!(
+                                "`{var}` is broadcast from lane 0, but `{}` differs between the lanes of a warp",
+                                value.text()
+                            ),
+                        );
+                    }
+                    u = u.max(Uniformity::Warp);
+                }
                 self.vars.push((var.clone(), u));
             }
             Stmt::MbarInit { bars } => {

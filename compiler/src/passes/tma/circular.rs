@@ -327,6 +327,7 @@ pub(crate) fn pipeline(
         let mut epi_body = vec![Stmt::Let {
             var: var.clone(),
             value: Val::add(main_extent, Val::Var(epi.clone())),
+            broadcast: false,
         }];
         if known.is_some_and(|e| e >= pf) {
             epi_body.extend(iteration);
