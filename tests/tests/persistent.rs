@@ -158,7 +158,11 @@ fn the_consumers_store_each_tile_where_its_raster_says() {
                 }
                 let got: Vec<i64> = coords.iter().map(|v| eval(v, &env)).collect();
                 let &(y, x) = next.next().expect("a tile");
-                assert_eq!(got, vec![x * 256, y * 128], "{m} x {n}, CTA {cta}, tile {tile}");
+                assert_eq!(
+                    got,
+                    vec![x * 256, y * 128],
+                    "{m} x {n}, CTA {cta}, tile {tile}"
+                );
             }
         }
         assert!(next.next().is_none());
