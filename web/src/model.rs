@@ -297,8 +297,14 @@ mod tests {
         assert!(c.passes[0].changed);
         assert!(c.cuda.contains("__global__"));
         // The TMA passes run (and are dumped) only for fusions with TMA loads, `mma` only for
-        // tensor-core tiles, `persistent` only for persistent grids.
-        let tma_passes = ["tma", "tma_issue", "circular_buffer", "persistent"];
+        // tensor-core tiles, `persistent` and `tile_values` only for persistent grids.
+        let tma_passes = [
+            "tma",
+            "tma_issue",
+            "circular_buffer",
+            "persistent",
+            "tile_values",
+        ];
         let count = |skip: &[&str]| {
             hopfuse::passes::PIPELINE
                 .iter()
@@ -313,11 +319,14 @@ mod tests {
             &crate::examples::find("tma/exp_2d").unwrap(),
         ))
         .unwrap();
-        assert_eq!(tma.passes.len(), 1 + count(&["mma", "persistent"]));
+        assert_eq!(
+            tma.passes.len(),
+            1 + count(&["mma", "persistent", "tile_values"])
+        );
         let mma =
             crate::examples::source(&crate::examples::find("matmul/step2_pipelined").unwrap());
         let mma = compile(mma).unwrap();
-        assert_eq!(mma.passes.len(), count(&["persistent"]) + 1);
+        assert_eq!(mma.passes.len(), count(&["persistent", "tile_values"]) + 1);
         let persistent = crate::examples::source(
             &crate::examples::find("matmul/step15_persistent_raster").unwrap(),
         );
