@@ -2,7 +2,7 @@
 //!
 //! Takes a run (its request, the float64 reference outputs, its L2 policy) and a closure that
 //! times a round of kernel launches. The peers are the fusion's torch twin
-//! (`compiler/src/torch.rs`) run eagerly and under `torch.compile`, in a Python subprocess
+//! (`compiler/src/torch/`) run eagerly and under `torch.compile`, in a Python subprocess
 //! (`runner/peers/peers.py`, embedded in the binary, driven over stdin/stdout JSON lines; the
 //! interpreter is `$HOPFUSE_PYTHON`, default `python3`). The subprocess gets the run's exact
 //! input data (regenerated from the seed the way the engine generates it, written as raw

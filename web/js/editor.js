@@ -236,9 +236,9 @@ const COMPLETION_TYPES = {
 
 /**
  * The language reference (web/reference.json, generated from web/src/reference.rs): its
- * sections [{title, anchor, entries: [{name, kind, signature, doc}]}]. Fetched the first time
- * the dialog opens, a completion is asked for or a name is hovered, not on the page's load; a
- * failed fetch is tried again next time.
+ * `sections` [{title, anchor, entries: [{name, kind, signature, doc}]}] and all their
+ * `entries`. Fetched the first time the dialog opens, a completion is asked for or a name is
+ * hovered, not on the page's load; a failed fetch is tried again next time.
  */
 let reference = null;
 function loadReference() {
@@ -247,6 +247,7 @@ function loadReference() {
       if (!r.ok) throw new Error(`reference.json: HTTP ${r.status}`);
       return r.json();
     })
+    .then((sections) => ({ sections, entries: sections.flatMap((x) => x.entries) }))
     .catch((e) => {
       reference = null;
       throw e;
@@ -254,12 +255,12 @@ function loadReference() {
   return reference;
 }
 /** Every entry, or none while the reference cannot be fetched. */
-const referenceEntries = () => loadReference().then((s) => s.flatMap((x) => x.entries), () => []);
+const referenceEntries = () => loadReference().then((r) => r.entries, () => []);
 
 /** Fills `el` with the reference's tables (the Reference dialog). */
 export function fillReference(el) {
   loadReference().then(
-    (sections) => {
+    ({ sections }) => {
       const cell = (text, cls) => {
         const td = document.createElement("td");
         if (cls) td.className = cls;

@@ -7,6 +7,7 @@
 pub mod clock_probe;
 mod expr;
 pub mod lines;
+mod loops;
 pub mod prelude;
 mod stream_k;
 
@@ -223,13 +224,13 @@ pub fn emit_mapped(
         // broadcast from lane 0 (every thread is here, converged): ptxas then knows it is
         // warp-uniform and keeps what is computed from it (a warp group's operand descriptors,
         // its slot addresses) in uniform registers.
-        let (pre, post) = if crate::verify::of_hw(k, *p) == Uniformity::Warp {
-            ("__shfl_sync(0xffffffffu, (index_t)", ", 0)")
-        } else {
-            ("", "")
-        };
         let index = p.cuda_index().unwrap_or("0");
-        let _ = writeln!(src, "  const index_t {var} = {pre}{index}{post};");
+        let value = if crate::verify::of_hw(k, *p) == Uniformity::Warp {
+            from_lane0(index)
+        } else {
+            index.to_string()
+        };
+        let _ = writeln!(src, "  const index_t {var} = {value};");
     }
     src.push_str(&body);
     if clock_probe && e.clock_roles.is_none() {
@@ -451,50 +452,6 @@ impl Emitter<'_> {
         self.line_parts(depth, &[&dst, " = ", strip_parens_str(&v), ";"]);
     }
 
-    /// A flat loop (`kir::Loop::digits`): its count and its digits declared in its `for`, and at
-    /// the end of each iteration the digits' step: the innermost counts up and, at its extent,
-    /// wraps to 0 and carries into the one outside it. The outermost never wraps: the loop's
-    /// count ends first. (Never unrolled: the warp-specialized producer's loop.)
-    fn flat_loop(&mut self, l: &crate::kir::Loop, depth: usize) {
-        let mut s = String::from("for (index_t ");
-        s.push_str(&l.var);
-        s.push_str(" = 0");
-        for d in &l.digits {
-            s.push_str(", ");
-            s.push_str(&d.var);
-            s.push_str(" = 0");
-        }
-        let ext = self.val(&l.extent);
-        for part in ["; ", &l.var, " < ", &ext, "; ++", &l.var, ") {"] {
-            s.push_str(part);
-        }
-        self.line(depth, &s);
-        self.block(&l.body, depth + 1);
-        s.clear();
-        for d in l.digits[1..].iter().rev() {
-            let ext = self.val(&d.extent);
-            for part in [
-                "if (++",
-                &d.var,
-                " == ",
-                strip_parens_str(&ext),
-                ") { ",
-                &d.var,
-                " = 0; ",
-            ] {
-                s.push_str(part);
-            }
-        }
-        s.push_str("++");
-        s.push_str(&l.digits[0].var);
-        s.push(';');
-        for _ in 1..l.digits.len() {
-            s.push_str(" }");
-        }
-        self.line(depth + 1, &s);
-        self.line(depth, "}");
-    }
-
     fn block(&mut self, body: &[Stmt], depth: usize) {
         // Lines after a nested block (a closing brace) belong to the statement holding it.
         let holder = self.current;
@@ -502,66 +459,7 @@ impl Emitter<'_> {
             self.current = Written::Stmt(self.next_stmt);
             self.next_stmt += 1;
             match s {
-                Stmt::Loop(l) => {
-                    if l.parallel.is_hw() {
-                        // A persistent kernel's grid-bound index is its tile loop's raster.
-                        let tile = self.k.persistent.as_ref().filter(|p| {
-                            p.bindings
-                                .iter()
-                                .any(|(v, q, _)| *v == l.var && *q == l.parallel)
-                        });
-                        let value = match tile {
-                            Some(p) => format!("the raster of tile `{}` ({})", p.var, l.parallel),
-                            None => l.parallel.cuda_index().unwrap_or("").to_string(),
-                        };
-                        self.line_parts(depth, &["{  // ", &l.var, " = ", &value]);
-                        self.block(&l.body, depth + 1);
-                        self.line(depth, "}");
-                        continue;
-                    }
-                    if !l.digits.is_empty() {
-                        self.flat_loop(l, depth);
-                        continue;
-                    }
-                    // Register arrays stay in registers only when indexed by compile-time
-                    // constants, so loops that index them are unrolled.
-                    let indexes_registers = matches!(l.extent, Val::Int(n) if n <= 64)
-                        && indexes_local(self.k, &l.body, &l.var);
-                    let unroll = indexes_registers
-                        || matches!(
-                            l.parallel,
-                            crate::fusion::ParallelType::Unroll
-                                | crate::fusion::ParallelType::Vectorize
-                        );
-                    if unroll {
-                        self.line(depth, "#pragma unroll");
-                    }
-                    let constant = unroll && matches!(l.extent, Val::Int(_));
-                    if constant {
-                        self.unrolled.push(l.var.clone());
-                    }
-                    let ext = self.val(&l.extent);
-                    let v = l.var.as_str();
-                    self.line_parts(
-                        depth,
-                        &[
-                            "for (index_t ",
-                            v,
-                            " = 0; ",
-                            v,
-                            " < ",
-                            &ext,
-                            "; ++",
-                            v,
-                            ") {",
-                        ],
-                    );
-                    self.block(&l.body, depth + 1);
-                    if constant {
-                        self.unrolled.pop();
-                    }
-                    self.line(depth, "}");
-                }
+                Stmt::Loop(l) => self.loop_stmt(l, depth),
                 Stmt::WarpRoles {
                     is_producer,
                     producer,
@@ -727,16 +625,13 @@ impl Emitter<'_> {
                     value,
                     broadcast,
                 } => {
-                    let v = self.val(value);
-                    let line = if *broadcast {
-                        format!(
-                            "const index_t {var} = __shfl_sync(0xffffffffu, (index_t)({}), 0);",
-                            strip_parens(v.clone())
-                        )
+                    let v = strip_parens(self.val(value));
+                    let v = if *broadcast {
+                        from_lane0(&format!("({v})"))
                     } else {
-                        format!("const index_t {var} = {};", strip_parens(v))
+                        v
                     };
-                    self.line(depth, &line);
+                    self.line(depth, &format!("const index_t {var} = {v};"));
                 }
                 Stmt::MbarInit { bars } => {
                     self.uses.tma = true;
@@ -904,6 +799,12 @@ impl Emitter<'_> {
     }
 }
 
+/// `operand` (one primary expression: `threadIdx.y`, or a value in parentheses) as every lane
+/// of the (converged) warp has it in lane 0: ptxas then knows it is warp-uniform.
+fn from_lane0(operand: &str) -> String {
+    format!("__shfl_sync(0xffffffffu, (index_t){operand}, 0)")
+}
+
 /// Drops one pair of parentheses around a whole expression.
 fn strip_parens(s: String) -> String {
     match strip_parens_str(&s) {
@@ -934,27 +835,4 @@ fn strip_parens_str(s: &str) -> &str {
         }
     }
     s
-}
-
-/// Whether a register buffer is indexed with `var` anywhere in `body`.
-fn indexes_local(k: &Kernel, body: &[Stmt], var: &str) -> bool {
-    fn data(k: &Kernel, d: &Data, var: &str) -> bool {
-        match d {
-            Data::Read(a) => access(k, a, var),
-            Data::Unary(_, _, x) | Data::Cast(_, x) => data(k, x, var),
-            Data::Binary(_, _, x, y) => data(k, x, var) || data(k, y, var),
-            _ => false,
-        }
-    }
-    fn access(k: &Kernel, a: &Access, var: &str) -> bool {
-        k.buffers[a.buffer].memory == MemoryType::Local
-            && a.index.as_ref().is_some_and(|i| i.mentions(var))
-    }
-    body.iter().any(|s| match s {
-        Stmt::Loop(l) => indexes_local(k, &l.body, var),
-        Stmt::If { then, els, .. } => indexes_local(k, then, var) || indexes_local(k, els, var),
-        Stmt::Compute(c) => access(k, &c.out, var) || data(k, &c.value, var),
-        Stmt::BlockReduce { acc, .. } => access(k, acc, var),
-        _ => false,
-    })
 }

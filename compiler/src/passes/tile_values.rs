@@ -30,15 +30,13 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let Some(tile) = k.persistent.as_ref().map(|p| p.var.clone()) else {
         return Ok(());
     };
-    let mut names: Vec<String> = k.hw_vars.iter().map(|(v, _)| v.clone()).collect();
-    for_each_stmt(&k.body, &mut |s| names.extend(bound(s)));
     let mut changed = false;
-    hoist_in(&mut k.body, &tile, &mut names, &mut changed);
+    hoist_in(cx, &mut k.body, &tile, &mut changed);
     cx.kernel_unchanged = !changed;
     Ok(())
 }
 
-/// The variables a statement binds.
+/// The variables a statement binds (what varies inside a tile loop's body).
 fn bound(s: &Stmt) -> Vec<String> {
     match s {
         Stmt::Loop(l) => std::iter::once(&l.var)
@@ -51,16 +49,16 @@ fn bound(s: &Stmt) -> Vec<String> {
 }
 
 /// Visits the loops every lane runs: through loops and both warp roles, not into conditions.
-fn hoist_in(body: &mut [Stmt], tile: &str, names: &mut Vec<String>, changed: &mut bool) {
+fn hoist_in(cx: &mut Ctx, body: &mut [Stmt], tile: &str, changed: &mut bool) {
     for s in body {
         match s {
             Stmt::Loop(l) if l.var == tile && l.digits.is_empty() => {
                 let mut varying = Vec::new();
                 for_each_stmt(&l.body, &mut |s| varying.extend(bound(s)));
                 let mut h = Hoister {
+                    cx: &mut *cx,
                     tile,
                     varying: &varying,
-                    names,
                     lets: Vec::new(),
                 };
                 for s in &mut l.body {
@@ -83,12 +81,12 @@ fn hoist_in(body: &mut [Stmt], tile: &str, names: &mut Vec<String>, changed: &mu
                 });
                 l.body.splice(0..0, lets);
             }
-            Stmt::Loop(l) => hoist_in(&mut l.body, tile, names, changed),
+            Stmt::Loop(l) => hoist_in(cx, &mut l.body, tile, changed),
             Stmt::WarpRoles {
                 producer, consumer, ..
             } => {
-                hoist_in(producer, tile, names, changed);
-                hoist_in(consumer, tile, names, changed);
+                hoist_in(cx, producer, tile, changed);
+                hoist_in(cx, consumer, tile, changed);
             }
             _ => {}
         }
@@ -96,10 +94,10 @@ fn hoist_in(body: &mut [Stmt], tile: &str, names: &mut Vec<String>, changed: &mu
 }
 
 /// Replaces the maximal movable, costly subexpressions of each value by `let`s.
-struct Hoister<'a> {
+struct Hoister<'a, 'f> {
+    cx: &'a mut Ctx<'f>,
     tile: &'a str,
     varying: &'a [String],
-    names: &'a mut Vec<String>,
     lets: Vec<(String, Val)>,
 }
 
@@ -113,7 +111,7 @@ struct Props {
     costly: bool,
 }
 
-impl Hoister<'_> {
+impl Hoister<'_, '_> {
     fn root(&mut self, v: &Val) -> Val {
         let (v, p) = self.visit(v);
         self.moved(v, p)
@@ -161,11 +159,9 @@ impl Hoister<'_> {
         if let Some((var, _)) = self.lets.iter().find(|(_, value)| *value == v) {
             return Val::Var(var.clone());
         }
-        let var = (0..)
-            .map(|n| format!("{}_v{n}", self.tile))
-            .find(|name| !self.names.contains(name))
-            .expect("a free name");
-        self.names.push(var.clone());
+        let var = self
+            .cx
+            .fresh_name(&format!("{}_v{}", self.tile, self.lets.len()));
         self.lets.push((var.clone(), v));
         Val::Var(var)
     }
