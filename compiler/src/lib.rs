@@ -3,10 +3,24 @@
 //! Data flow (see `docs/ARCHITECTURE.md`):
 //! program text → [`frontend`] (AST) → [`fusion`] (fusion IR + schedule) → [`passes`] (kernel IR,
 //! one named pass at a time, printed after each) → [`codegen`] (CUDA source + [`plan::LaunchPlan`]).
-//! [`reference`] evaluates the fusion's math in float64 for validation.
+//! [`reference`](mod@reference) evaluates the fusion's math in float64 for validation.
 //! [`torch`] emits the same fusion as a PyTorch function (the *torch twin*).
 //! [`pipeline_view`] describes the final kernel's TMA pipelines (roles, stages, barriers) as data,
 //! from the [`passes::PipelinePlan`] and the kernel IR.
+//!
+//! [`compile`] runs the pipeline, calls [`verify::after_pass`] after every pass (on in debug
+//! builds, so in every `cargo test`; in release only with `HOPFUSE_VERIFY_IR=1`), and returns a
+//! [`Compilation`]: the CUDA, the launch plan, the dump after every pass, the CUDA line map, the
+//! kernel IR after the last pass and the pipeline plan and view. [`compile_choosing_index`]
+//! lowers once and lets the caller pick the index type from the plan (the runner's 32-bit
+//! index when every tensor has fewer than 2^31 elements).
+//!
+//! Every walk over user-shaped structure is bounded or iterative, so any program within the
+//! service's 64 KiB limit lowers (or is rejected with a located error) quickly on a 2 MiB
+//! stack: [`frontend::parser::MAX_EXPR_OPS`] operations per statement,
+//! [`fusion::build::MAX_FUSION_OPS`] per fusion, `fusion::transform::MAX_LOOP_AXES` loop axes
+//! per tensor and `fusion::transform::MAX_DERIVATION_SIZE` split/merge steps per axis.
+//! `tests/src/lib.rs` generates the 64 KiB shapes, `tests/examples/fuzz.rs` is the long fuzz.
 
 pub mod codegen;
 pub mod cuda;

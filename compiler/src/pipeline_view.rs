@@ -15,13 +15,13 @@
 //! the kernel IR later do not break it (loads nested inside such statements are not seen until
 //! the walk learns them).
 //!
-//! Tensor cores ([`mma`]): the same walk sees `Wgmma`, `WgmmaFence`, `WgmmaCommit`,
+//! Tensor cores (`pipeline_view/mma.rs`): the same walk sees `Wgmma`, `WgmmaFence`, `WgmmaCommit`,
 //! `WgmmaWait`, the consumers' `MbarArrive` and the computes that read an accumulator; the
 //! warp groups that issue wgmma are a role like the others (`Role::mma`).
 //!
-//! The staged epilogue and the loop nests ([`epilogue`]): `StMatrix`, `TmaStore`, `BulkCommit`,
-//! `BulkWaitRead` and `FenceProxyAsync`, and the loops around the producer's and the
-//! consumers' side of a warp-specialized pipeline.
+//! The staged epilogue and the loop nests (`pipeline_view/epilogue.rs`): `StMatrix`,
+//! `TmaStore`, `BulkCommit`, `BulkWaitRead` and `FenceProxyAsync`, and the loops around the
+//! producer's and the consumers' side of a warp-specialized pipeline.
 
 mod epilogue;
 mod mma;

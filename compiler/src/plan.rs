@@ -4,6 +4,14 @@
 //! the runner reads it). Sizes that depend on the problem (grid, block, shared memory, tensor
 //! shapes) are [`SizeExpr`]s over the fusion's size symbols and are evaluated by the runner with
 //! the real sizes.
+//!
+//! The plan's checks live with it: [`Constraint::check`] evaluates one constraint,
+//! [`LaunchPlan::launch_limits`] lists CUDA's limits ([`MAX_GRID`], [`MAX_BLOCK`],
+//! [`MAX_DYNAMIC_SMEM_BYTES`]) that depend on the sizes, and [`LaunchPlan::concretize`] checks
+//! both (what the runner calls); the playground's Launch plan pane shows the same checks, one
+//! row each (`tests/tests/launch_plan.rs` keeps the two in agreement). A persistent grid is
+//! sized here too ([`persistent_grid`], [`stream_k_grid`]), as is the size arithmetic the
+//! compiler shares ([`mul`], [`ceil_div`], [`split_extent`]).
 
 use crate::dtype::DType;
 use serde::{Deserialize, Serialize};

@@ -2,7 +2,21 @@
 //!
 //! The source holds an index typedef, the prelude helpers the kernel uses and one
 //! `extern "C" __global__` kernel taking its tensors (inputs, outputs, global scratch), then its
-//! size symbols and scalars, in the order the plan lists them.
+//! size symbols and scalars, in the order the plan lists them; each TMA tensor map is a
+//! `Param::TensorMap`, passed as a 128-byte `const __grid_constant__ hf_tensor_map` after the
+//! sizes. The kernel has `__launch_bounds__` (the block's threads, else 1024; one block per SM
+//! with register sharing) and dynamic shared memory. The plan gives grid, block and shared
+//! memory as `SizeExpr`s over the size symbols, the run-time constraints, the tensor maps
+//! (`TensorMapSpec`, innermost first) and the register sharing.
+//!
+//! A thread index that is constant within a warp (`threadIdx.y` when `blockDim.x` is whole
+//! warps, `threadIdx.z` when `blockDim.x * blockDim.y` is: the verifier's rule,
+//! `verify::of_hw`) is broadcast from lane 0 with `__shfl_sync`, so ptxas keeps what is computed
+//! from it (a warp group's descriptors and slot addresses) in uniform registers. A wgmma
+//! operand's descriptor in unrolled loops is built once plus a constant per iteration (see
+//! `Emitter::descriptor`). Statements are here, loops in `loops.rs`, expressions in `expr.rs`,
+//! the helpers and which of them a kernel uses in `prelude.rs`, stream-K's workspace and
+//! hand-over in `stream_k.rs`, the clock probe in `clock_probe.rs`, the line map in `lines.rs`.
 
 pub mod clock_probe;
 mod expr;

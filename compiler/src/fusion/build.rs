@@ -1,5 +1,9 @@
 //! Builds the fusion IR from the fusion block of a program, checking names, ranks, extents and
 //! dtypes. Nested expressions become anonymous tensors named `{result}_{op}`.
+//!
+//! User names reach the CUDA verbatim, so a name `cuda::reserved_reason` rejects (a C++ keyword,
+//! a CUDA or generated name, a name reserved to the implementation) is a located error, as is a
+//! literal out of the range of the type it computes in. At most [`MAX_FUSION_OPS`] operations.
 
 use super::*;
 use crate::diag::Diagnostic;

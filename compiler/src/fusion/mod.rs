@@ -5,7 +5,18 @@
 //! axis of an operand and of the result, a reduced axis and the reduction's input axis, a
 //! broadcast axis and the axis it is combined with) are joined into one *axis class*; loops of
 //! different tensors are the same loop when they are derived the same way from the same classes
-//! (see `passes::loop_nest`).
+//! (see `passes::loop_nest`): the hash-consed loop key, `passes::KeyNode`. This is what lets a
+//! producer share a consumer's loops, and a warp-specialized producer walk a loop nest other
+//! than its consumers' over the same linear iteration space.
+//!
+//! Ops ([`Op`]): `Set` (a copy; what caching inserts), `Unary`, `Binary`, `Cast`, `Broadcast`,
+//! `Reduce`, and `Mma` (a place for a wgmma product; no syntax produces it yet: a matrix product
+//! is written as a sum of broadcast products, which `matmul` recognises for the runner's
+//! cuBLAS comparison and whose tile a schedule marks with `Mma` axes). `rfactor(axes)` splits a
+//! reduction `t` into `t_rf` (reducing only the listed loop axes) and `t = reduce(t_rf)`; the
+//! reduction roots left to `t` alias the matching axes of `t_rf` ([`IterDomain::alias`]), so
+//! both get the same loop keys without a special case in the passes. Use lists
+//! ([`Fusion::use_index`]) and class extents are computed in linear time.
 
 pub mod build;
 pub mod matmul;

@@ -1,6 +1,21 @@
 //! The kernel IR: a tree of loops, conditionals, allocations, computations and barriers over
 //! buffers, with index arithmetic as [`Val`] trees. Every pass takes and returns a [`Kernel`];
 //! [`Kernel::print`] is the dump the playground shows after each pass.
+//!
+//! Statements ([`Stmt`]): `Loop`, `If`, `Alloc`, `Compute`, `BlockReduce`, `Let`, and the
+//! barriers `Sync`, `GroupSync`, `Turn`, `ClusterSync`; the Hopper ones: mbarriers (`MbarInit`,
+//! `MbarInval`, `MbarArriveExpectTx`, `MbarExpectTx`, `MbarWait`, `MbarArrive` per warp or per
+//! thread), TMA (`TmaLoad`, `TmaStore`, `BulkCommit`, `BulkWaitRead`, `FenceProxyAsync`), tensor
+//! cores (`Wgmma` with its [`MmaOperand`]s, `WgmmaFence`, `WgmmaCommit`, `WgmmaWait`,
+//! `StMatrix`), `StreamKFixup`, and `WarpRoles` (the warp-specialized split: `setmaxnreg` at the
+//! start of each branch, named barriers in the consumer branch). Loops bound to
+//! `threadIdx`/`blockIdx` are bindings, not loops. A flat loop carries the merged loops' indices
+//! as [`Loop::digits`], printed `for i in N @Serial carrying a in A, b in B:` and emitted as
+//! counters stepped by one carry line at the end of its body. Index arithmetic is [`Val`]
+//! (with `Val::Warp`, the warp-uniform warp index, and `Val::Elect`, `elect.sync`); data values
+//! are `Data` trees. [`Stmt::map_vals`] rewrites every index of a statement tree (used to move
+//! a load to another iteration); [`Kernel::stmt_head`] is one statement's line of the dump (how
+//! the verifier quotes a statement).
 
 use crate::dtype::DType;
 use crate::fusion::{BinaryOp, ExprId, MemoryType, ParallelType, ReduceOp, TensorId, UnaryOp};

@@ -6,6 +6,13 @@
 //! block indices but keeps every thread-bound axis, so threads can exchange values). Guarantees:
 //! register arrays have a constant size, shared buffers have 16-byte aligned offsets in dynamic
 //! shared memory, the total fits the 227 KB of an H100 block when it is known at compile time.
+//! TMA-filled buffers come first (aligned to `target::TMA_BOX_ALIGN`, or to the swizzle
+//! pattern's repeat when swizzled); a pipelined buffer holds `stages` copies of its stage (a
+//! plain circular buffer's padded to 16 bytes); an accumulator fragment holds one thread's
+//! share of the warp group's tile; the block reduction's scratch follows the buffers; a
+//! ping-pong cache takes no space for the specialised axis (the consumer groups take turns with
+//! whole stages). Completes the [`PipelinePlan`] with each pipelined
+//! buffer's stage size (`PipelinePlan::stage_elems`).
 //! Emits: `alloc` statements and the kernel's dynamic shared memory size.
 
 use super::{mul, Ctx, PipelinePlan};

@@ -9,6 +9,11 @@
 //! buffers are row-major over their allocated axes, each found from a loop variable of the same
 //! key or forwards from the roots. Guarantees: every `Access` has `index: Some(..)`, with constants
 //! folded (the `simplify` pass later uses loop-bound facts too).
+//!
+//! A computation sees every enclosing serial loop but only its own thread and block bindings:
+//! a producer written with another thread layout is indexed from the consumer's root indices,
+//! and reading another thread's registers or what another block writes is an error that names
+//! both tensors, the axis and the rule.
 
 use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;

@@ -2,6 +2,24 @@
 //!
 //! [`PIPELINE`] lists every pass in order; each pass is a module whose doc comment says what it
 //! requires, what it guarantees and what it emits. The kernel IR is printed after each pass.
+//! A pass whose `applies` is false for the fusion (the TMA passes without copies, stores or
+//! circular buffers; `persistent`, `mma`, `tile_values` without their schedule statements) is
+//! skipped and not dumped; a pass that left the kernel as it found it sets
+//! [`Ctx::kernel_unchanged`] and its dump is the previous one's text.
+//!
+//! The passes share two kinds of facts, kept apart as Cranelift keeps its analyses apart from
+//! the IR: [`Ctx`], the loop-nest analyses every pass asks for, built up as the pipeline runs
+//! (loop keys, [`Keys`]: a hash-consed [`KeyNode`] per loop with its name, extent, classes and
+//! divisibility, computed once; the key of each axis; placements, set by `loop_nest`; each
+//! tensor's buffer and the axes it spans, set by `allocation`; use lists; the plan's run-time
+//! constraints; fresh names that step around every taken one), and the [`PipelinePlan`], an
+//! argument whose use each pass's [`Run`] states.
+//!
+//! Lowering stays near-linear in the program's size: no pass searches the whole kernel per
+//! statement (`reduction` finds every reduction's loop in one walk, `loop_nest` keeps the bit
+//! sets of the reductions around each tensor and the loop tree's open-loop search between
+//! calls), and maps keyed by compiler ids hash with FxHash, maps keyed by user names with the
+//! seeded foldhash.
 
 pub mod allocation;
 pub mod indexing;

@@ -26,7 +26,28 @@
 //! no longer `blockIdx`: [`Kernel::persistent`] holds their values, which [`Ctx::hw_env`] hands
 //! to every index walk (so no variable of theirs is left after `indexing`), and they leave
 //! [`Kernel::hw_vars`]. The grid becomes `[tiles x cluster, 1, 1]`, the most CTAs a launch may
-//! use, and the cluster runs along x.
+//! use, and the cluster runs along x; the launch sizes it to the GPU (`LaunchPlan::persistent`:
+//! the fewest resident CTAs that take the tiles in as few rounds, `plan::persistent_grid`, with
+//! the residency the runner asks the driver for, `occupancy::fit_persistent` in the runner).
+//!
+//! Stream-K (`persistent(along, group, stream_k)`, a [`crate::kir::StreamK`] in
+//! `Kernel::persistent.stream_k`): every resident CTA is launched (`plan::stream_k_grid`); whole
+//! tiles for `tiles / G` rounds, then the k steps of the tiles left split into runs that differ
+//! by at most one step. The CTA's constants are `let`s at the top of the kernel, so the
+//! per-step values are sums and products of loop variables. The split k loop walks its piece
+//! `[lo, hi)` of the tile (extent `hi - lo`, its index offset by `lo` through `Ctx::hw_env`),
+//! and a `Stmt::StreamKFixup` after it hands the partial sums on (`codegen/stream_k.rs`): a
+//! piece that does not end its tile writes its accumulator to the CTA's workspace slot and
+//! raises its flag; the piece that ends it waits for the flags of the lower CTAs holding the
+//! tile, adds their slots and alone runs the TMA stores. A CTA hands on at most its first
+//! piece, so one slot per CTA suffices (`target::STREAM_K_MAX_CTAS`), and it waits only for
+//! lower CTAs, which all run at once. The `tma` pass hands the split on to the pipelines
+//! (`PipelinePlan::stream_k`), which count their slots by the run.
+//!
+//! Errors (located at the `persistent(...)` statement): an axis bound to BIDz, no axis on the
+//! group's axis, more than one loop nest over the grid (each would walk all of a CTA's tiles
+//! before the next); for stream-K also a cluster, an output not written by TMA stores, operands
+//! not loaded by a warp-specialized circular buffer, and no k loop of a tensor-core product.
 
 use super::{Ctx, KeyNode};
 use crate::diag::Diagnostic;

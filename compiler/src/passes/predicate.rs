@@ -9,7 +9,11 @@
 //! is taken when the whole vector is in bounds, else the lanes run one by one (the tail).
 //! Predicates wrap single computations, never barriers or block reductions, so every thread
 //! reaches every barrier. Vectors whose alignment depends on the sizes also check it at run time
-//! and take the scalar path when misaligned. Emits: `if` statements and vector computes.
+//! and take the scalar path when misaligned, unless the compile is specialised for it
+//! (`Ctx::vectors_aligned`: `CompileOptions::assume_aligned_vectors` for every vector, or
+//! `CompileOptions::aligned_for` for those the run's sizes keep aligned, as the runner asks):
+//! then the check becomes a divisibility constraint of the launch plan.
+//! Emits: `if` statements and vector computes.
 
 use super::indexing::consumer_roots;
 use super::{Ctx, LoopKey};

@@ -3,7 +3,10 @@
 //! Requires: nothing beyond a well-formed kernel. Guarantees the same values with fewer
 //! operations: constant folding, `x + 0`, `x * 1`, `x * 0`, `x / 1`, `x % 1`, `(x % e) < e`,
 //! `v < extent(v)` for a loop variable `v`, `(a * f + b) / f = a` and `(a * f + b) % f = b` when
-//! `b` is a loop variable of extent `f`, `(a * k f + b) % f = b % f`; `if true` disappears.
+//! `b` is a loop variable of extent `f`, `(a * k f + b) % f = b % f`, `(x / e) * e + x % e = x`,
+//! `x / d < e` as `x < e * d` (indices are non-negative, `d` positive); `if true` disappears.
+//! Hardware-bound variables range over their launch dimension. A kernel where nothing became
+//! simpler is left as it was and says so (`Ctx::kernel_unchanged`).
 
 use super::Ctx;
 use crate::diag::Diagnostic;

@@ -24,6 +24,13 @@
 //! mode is `analysis`), `fence.proxy.async.shared::cta` goes right before that barrier, executed
 //! by every thread with no predicate: each writer fences after its own writes, and no
 //! lane-dependent condition splits a warp in front of the `bar.sync`.
+//!
+//! Inside `WarpRoles` the barrier is the consumers' named barrier (the producer warp group does
+//! not take part), and barriers inside block-uniform conditions are placed as at the top level.
+//! A TMA store issued per thread group (`StoreGroup`: the store sits in `threadIdx.y`/`z`
+//! loops) whose every write is in the same thread loops (`StoreGroup::local`) is ordered by
+//! the group's own barrier (`Stmt::GroupSync`, ids from `target::GROUP_BARRIER_BASE`) when
+//! nothing else is pending. (The wait before exit is `circular_buffer`'s.)
 
 use super::{Ctx, PipelinePlan};
 use crate::diag::Diagnostic;

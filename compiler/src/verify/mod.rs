@@ -12,10 +12,13 @@
 //! internal error naming the pass and the rule, never as a panic.
 //!
 //! The rules by concern: scope and structure here (ids, variables, allocation scope, indices,
-//! memory spaces, warp roles), memory sizes and layout in [`memory`], which threads reach
-//! warp- and block-collective operations and the counts of named barriers in [`uniform`], the
-//! mbarrier life cycle in [`mbarrier`]. One walk over the statements gathers what the last two
-//! check.
+//! memory spaces, warp roles), memory sizes and layout in `memory.rs`, which threads reach
+//! warp- and block-collective operations and the counts of named barriers in `uniform.rs`, the
+//! mbarrier life cycle in `mbarrier.rs`. One walk over the statements gathers what the last two
+//! check. Cluster signalling (`Rule::Cluster`) is checked by the last two as well, and the
+//! shared memory that TMA stores read (`Rule::StoreReuse`, after `sync`) in `stores.rs`.
+//! `tests/tests/verify.rs` checks every example after every pass ([`verified_on_this_thread`]
+//! counts the hook's runs) and plants one fault per rule in a real lowered kernel.
 
 mod mbarrier;
 mod memory;

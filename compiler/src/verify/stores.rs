@@ -1,8 +1,9 @@
-//! Shared memory that TMA stores read (after `circular_buffer`): a TMA store reads its source
-//! asynchronously after it is issued, so before anything writes that buffer again the issuing
-//! thread waits for its bulk groups to have read shared memory (`cp.async.bulk.wait_group.read
-//! 0`) and a block barrier (or the consumers' named barrier) then tells the other threads; and
-//! the kernel does not exit while a store may still read its shared memory.
+//! Shared memory that TMA stores read (after `sync`, [`super::Stage::synchronised`]): a TMA
+//! store reads its source asynchronously after it is issued, so before anything writes that
+//! buffer again the issuing thread waits for its bulk groups to have read shared memory
+//! (`cp.async.bulk.wait_group.read 0`) and a block barrier (or the consumers' named barrier)
+//! then tells the other threads; and the kernel does not exit while a store may still read its
+//! shared memory.
 //!
 //! The walk follows the issuing thread: guards are transparent (the stores and their waits sit
 //! under the issuer's condition), a loop is walked twice so that a store at the end of an

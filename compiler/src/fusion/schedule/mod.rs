@@ -1,6 +1,12 @@
 //! Applies a schedule (the `schedule { ... }` block) to a fusion: caching, loop transformations,
 //! parallelization, memory types and inlining positions. Each statement is checked as it is
 //! applied; an error names the tensor, the axis and the rule.
+//!
+//! A statement that fails after changing the fusion is undone from a copy taken before it; a
+//! statement whose checks all come before its first change (`checks_before_changing`) needs no
+//! copy (debug builds take one anyway and check it was not needed), which keeps a long schedule
+//! linear. Loop domains are bounded by `transform::MAX_LOOP_AXES` and
+//! `transform::MAX_DERIVATION_SIZE` (their docs say why).
 
 use super::*;
 use crate::diag::Diagnostic;

@@ -5,9 +5,15 @@
 //! first `p` loop axes map to (consumer loops over axes the tensor lacks, i.e. broadcast to it,
 //! are shared too); `inline_most` picks the deepest legal position. Checks that inlining keeps
 //! every producer before its consumers, that loops shared by two tensors agree on their parallel
-//! type, and that every thread/block dimension has one extent.
+//! type, and that every thread/block dimension has one extent. An inlining position may not
+//! pass a loop that is a reduction axis, a vectorized or `Bulk` axis, or a loop over which a
+//! reduction is broadcast back to a consumer that reads the tensor again (a persistent buffer);
+//! a circular-buffered cache's innermost shared loop must be serial. With `cluster(..)` the
+//! clustered grid extent must be a multiple of the cluster: an error when it is a constant, a
+//! launch constraint when it depends on the sizes.
 //! Emits: loops (hardware-bound loops are bindings of threadIdx/blockIdx, not loops) and one
-//! unindexed `Compute` per fusion expression; creates a buffer per tensor; sets grid and block.
+//! unindexed `Compute` per fusion expression; creates a buffer per tensor; sets grid, block
+//! and the cluster dims (`Kernel::cluster`).
 
 use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;

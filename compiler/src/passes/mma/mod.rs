@@ -20,12 +20,26 @@
 //!   and the fused epilogue that reads it): one unrolled loop over the thread's N / 2
 //!   accumulator registers, with M and N replaced by register `i`'s row and column
 //!   (`target::fragment_row_col`) and every access to an accumulator fragment indexed by `i`.
+//!   The accumulator's initialisation becomes its flag and the sum's copy of the accumulator is
+//!   dropped (the sum reads the accumulator), so a fused epilogue reads the fragment directly;
+//!   a nest over a column slice of the tile (an inner split of N, e.g. one TMA-store box) reads
+//!   its registers of the tile. Register arithmetic in these loops carries no bounds guard
+//!   (memory accesses keep theirs), and an epilogue array computed register by register from
+//!   the accumulator is written into the accumulator in place. An epilogue ending in a global
+//!   store stores registers `2j`, `2j + 1` (adjacent columns) as one vector where both are in
+//!   bounds and aligned; one ending in a 16-bit shared cache that only a TMA store reads
+//!   becomes one `stmatrix.x4` per 8 registers (`fragment.rs`).
 //!
 //! Guarantees: no `Mma` loop is left; accumulator arrays are indexed by unrolled loop
 //! variables and constants only; each wgmma is preceded by `wgmma.fence` and followed by a
 //! commit and `wait_group 0` before anything reads its accumulator or refills its operands;
 //! the wgmmas of one unrolled loop form one group. The first wgmma on an accumulator runs
-//! with `scale-d` off (a per-accumulator flag), so it needs no zero fill.
+//! with `scale-d` off (a per-accumulator flag), so it needs no zero fill. Where an empty
+//! mbarrier frees a stage, the k loop keeps one group in flight (`wait_group 1`) and releases
+//! the previous stage (`groups.rs`). A stream-K fixup after a k loop gets that loop's
+//! accumulator. Errors (located at the tensor): an instruction shape other than M = 64,
+//! K = 16, N a multiple of 8 up to 256; operands that are not swizzled f16/bf16 shared caches
+//! or have another layout; an accumulator read outside a tile.
 //! Emits: `Wgmma`, `WgmmaFence`, `WgmmaCommit`, `WgmmaWait`; accumulator flags.
 
 use super::predicate::eval;

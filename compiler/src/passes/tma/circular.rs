@@ -18,6 +18,14 @@
 //! warp arrives on `empty[i % stages]` after its reads. Read-after-write of copied slots needs
 //! no block barrier: the mbarrier wait orders the copy before the reads. The async-proxy fence
 //! before a TMA store is placed by the `sync` pass (or here, for the non-default placements).
+//!
+//! Clusters: where a pipeline's barriers are signalled across the cluster (multicast copies,
+//! cluster-wide releases), the barrier after the mbarrier init and before the invalidation at
+//! exit is `Stmt::ClusterSync` (every thread of both roles, after the roles rejoin), and
+//! `expect_tx` counts a multicast copy's slice once per CTA of the cluster. Otherwise, in a
+//! warp-specialized kernel, the consumers invalidate the barriers after their named barrier.
+//! Stream-K: the linear iteration of a piece's k loop is the CTA's run so far
+//! (`PipelinePlan::buffered_linear`), and a TMA store runs only in the piece that ends its tile.
 
 #[allow(unused_imports)]
 use super::*;

@@ -1,8 +1,15 @@
 //! Pass `tma_issue` (after `indexing`): replaces the `Bulk` loops of each copy by one `TmaLoad`
 //! or `TmaStore` of the whole box: coordinates are the global tensor's root indices with the box
 //! axes at 0; a store checks that its cache is laid out as the row-major box (which may start
-//! anywhere in the cache). Every access to a swizzled box goes through [`swizzled_index`],
-//! except the operands of a tensor-core product, which wgmma reads through descriptors.
+//! anywhere in the cache). Every access to a swizzled box goes through [`swizzled_index`] (the
+//! 16-byte chunks of each 128-byte line permuted), except the operands of a tensor-core
+//! product, which wgmma reads through descriptors.
+//!
+//! When the outermost `Bulk` axes count boxes laid side by side (a K tile of two swizzle spans),
+//! the cache gets one copy per box, each at its box's offset in the stage and its coordinates.
+//! A multicast box (`TmaInfo::multicast`, from `cluster.rs`) becomes this CTA's slice: the
+//! CTA's rank in the cluster (`kir::CTA_RANK`) times the slice in the outermost coordinate and
+//! the stage offset.
 
 #[allow(unused_imports)]
 use super::*;

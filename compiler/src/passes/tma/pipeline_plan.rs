@@ -7,8 +7,8 @@
 //!   bytes per stage, tensor map, swizzle, circular buffering, the pipe it belongs to);
 //! - [`PipelinePlan::pipes`]: one per serial loop holding such loads (stages, prefetch,
 //!   write-after-read mode, its "full" and "empty" mbarrier arrays as indices into
-//!   `Kernel::mbarriers`, and for `warp_specialized` the [`WsPlan`]: padded block, producer
-//!   condition, consumer threads, one full/empty pair per producer role);
+//!   `Kernel::mbarriers`, and for `warp_specialized` the [`WsPlan`](super::WsPlan): padded
+//!   block, producer condition, consumer threads, one full/empty pair per producer role);
 //! - [`PipelinePlan::stores`]: every TMA store of an output from its shared cache;
 //! - [`PipelinePlan::issuer`]: the thread condition of the one thread that issues copies and
 //!   stores and initialises mbarriers;

@@ -6,6 +6,18 @@
 //! into one flat loop over their linear count (a persistent kernel's (tile, k) pairs), run by
 //! one elected lane (wait empty, `expect_tx`, copies); the consumer branch is the kernel without
 //! the copies (wait every role's full barrier, compute, release every empty barrier per warp).
+//! A flat loop carries the merged loops' indices as counters (`Loop::digits`: the innermost
+//! steps at the end of each iteration and carries into the next), so no index is divided out
+//! of the linear count.
+//!
+//! Ping-pong (`WsPlan::turns` > 1: the loads sit inside the consumers' loop over the
+//! specialised dim): the producer walks that loop serially within its linear count, each stage
+//! is released by one group's warps, and the groups hand a turn on around the buffered loop
+//! (`Stmt::Turn`: `bar.sync` on the group's turn barrier before, `bar.arrive` on the next
+//! group's after; ids from `target::turn_barrier`). The last group passes the first turn at
+//! entry and group 0 takes the last at exit, so every barrier phase completes and no group
+//! waits on a stage more than one ring phase ahead of the producer. At most
+//! `target::MAX_TURNS` groups, each of whole warps.
 
 use super::circular::{contains_copy, fills, issue, linear, shift_reads};
 #[allow(unused_imports)]
