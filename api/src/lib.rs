@@ -1,6 +1,6 @@
 //! The wire types of the `hopfuse serve` API (docs/api.md): what its endpoints take and answer,
 //! and what a run measures. Defined once, here, and used by both ends: the runner serialises
-//! them (`runner/src/serve.rs`, the queue, the worker's JSON lines) and the playground
+//! them (`runner/src/serve/`, the queue, the worker's JSON lines) and the playground
 //! deserialises them (`web/src/runner/`, `web/src/inspect_panes.rs`). Pure serde data with a
 //! few pure helpers (no I/O), so the crate builds for `wasm32-unknown-unknown`.
 //!

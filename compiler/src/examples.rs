@@ -3,6 +3,7 @@
 //! (`hopfuse-tests`), the runner (`hopfuse bench` with no programs, its tests) and the
 //! playground's build script, which embeds every example (it includes this file by path, so
 //! it must use nothing but `std`). Shell scripts glob the same layout: `examples/*/*.hf`.
+//! Within a group, runs of digits in names compare as numbers (`step9` before `step10`).
 
 use std::path::{Path, PathBuf};
 

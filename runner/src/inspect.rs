@@ -14,8 +14,11 @@
 //! [`machine_code`] is the part that loads NVRTC and runs nvdisasm: the service runs it in a
 //! child process (`hopfuse worker --inspect`, so a crash or hang there cannot take the service
 //! down), the CLI in-process. Its result is cached by content hash (SHA-256 of the tools'
-//! versions, the options and the CUDA source) as CUBINs are. [`assemble`] turns it into an
-//! [`Inspection`]: listings with per-line CUDA lines, resources, warnings.
+//! versions, the options and the CUDA source) as CUBINs are (the service's under
+//! `DATA_DIR/inspect/`). [`assemble`] turns it into an [`Inspection`]: listings with per-line
+//! CUDA lines, resources, warnings. `hopfuse nvrtc-check --inspect` (CI) checks every example:
+//! every SASS instruction and every PTX instruction with line info has a CUDA line, and the
+//! SASS reaches kernel-IR statements.
 
 use crate::engine::{self, RunError, RunRequest, Stage};
 use crate::nvrtc;

@@ -1,5 +1,12 @@
 //! The hopfuse runner: compiles programs with the `hopfuse` compiler, builds the CUDA with NVRTC
 //! for sm_90a, launches, validates and times the kernels (see `engine`).
+//!
+//! The modules depend on each other in one direction (`runner/tests/layering.rs` fails on an
+//! import cycle). From the bottom: the wire types (`hopfuse-api`), the GPU and its tools
+//! (`gpu`, `nvrtc`, `cublas`, `gemm_reference`, `tensor_map`, `occupancy`), `prepare` (no GPU:
+//! the program compiled once for the sizes), `engine` (with `peers`, `clock`, `profile`), then
+//! `worker`, `warm`, `queue`, `serve`, `distributed` and `main.rs` on top
+//! (docs/ARCHITECTURE.md draws the layers and a run request's path).
 
 pub mod api_error;
 pub mod bench;

@@ -3,7 +3,8 @@
 //! on stderr and as a line in the file named by `HOPFUSE_NOT_RUN_LOG` (scripts/test.sh prints
 //! that file at the end), and where the variable that requires it is set
 //! (`HOPFUSE_REQUIRE_NVRTC`, `HOPFUSE_REQUIRE_POSTGRES`, `HOPFUSE_REQUIRE_NATS`), it fails
-//! instead. A check that ran and failed always fails.
+//! instead. A check that ran and failed always fails. Tests that need no GPU hide it
+//! (`CUDA_VISIBLE_DEVICES=`) rather than skip, so they run the same on a GPU machine.
 
 use std::io::Write;
 

@@ -5,8 +5,9 @@
 //! The schema is made by the migrations in `runner/migrations/` (sqlx's migrator, compiled in),
 //! which also bring a database from before them up to date.
 //!
-//! The run history is bounded by a [`Retention`] policy (count, age, bytes), enforced after
-//! every insert: the oldest runs go first.
+//! The run history is bounded by a [`Retention`] policy (count, age, bytes: `--keep-runs`,
+//! `--keep-runs-days`, `--keep-runs-bytes`), enforced after every insert and at start: the
+//! oldest runs go first.
 
 use sha2::{Digest, Sha256};
 use sqlx::any::{AnyPoolOptions, AnyRow};

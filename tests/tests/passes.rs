@@ -1,9 +1,9 @@
 //! Per-pass tests in the Cranelift manner: `tests/passes/<pass>/<case>.hf` is a small program,
 //! and its snapshot `passes__<pass>__<case>.snap` is the kernel IR after that one pass (its dump
 //! alone, the program in the snapshot's header), so a pass can change without every
-//! whole-pipeline golden moving. The folder names the pass; each case must be one the pass
-//! changes. Update with `INSTA_UPDATE=always cargo test -p hopfuse-tests --test passes` and
-//! review the diff.
+//! whole-pipeline golden moving. The folder names the pass; every pass of `PIPELINE` has at
+//! least two cases, and each case must be one the pass changes. Update with
+//! `INSTA_UPDATE=always cargo test -p hopfuse-tests --test passes` and review the diff.
 
 use std::path::{Path, PathBuf};
 

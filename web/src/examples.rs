@@ -1,6 +1,8 @@
-//! Every program in `examples/`, listed at build time (see `build.rs`), grouped by folder. The
-//! page carries each one's description and bench sizes; its text is fetched from
-//! `examples/<group>/<name>.hf` next to the page when chosen (the first is built in).
+//! Every program in `examples/`, listed at build time (see `build.rs`; numbers in names sort as
+//! numbers, `hopfuse::examples`), grouped by folder: Basics, TMA, Warp specialization, Tensor
+//! cores (matmul), then any other folder. The page carries each one's description and bench
+//! sizes; its text is fetched from `examples/<group>/<name>.hf` next to the page when chosen
+//! (the first is built in).
 
 use crate::example_meta;
 

@@ -1,5 +1,8 @@
 //! One in-page compilation turned into what the panes show, and diagnostics turned into editor
-//! positions (CodeMirror counts UTF-16 code units; the compiler gives byte spans).
+//! positions (CodeMirror counts UTF-16 code units; the compiler gives byte spans): the pass
+//! dumps, each marked changed or unchanged, the size boxes' parsing (whole numbers >= 1, or
+//! why not), and the launch plan's rows evaluated with the sizes, its constraints and CUDA's
+//! launch limits checked by the compiler's own `Constraint::check` (not again here).
 
 use hopfuse::plan::{Constraint, LaunchError, LaunchPlan, Param, SizeExpr};
 use serde::Serialize;

@@ -22,7 +22,8 @@
 //! - agents announce themselves in [`AGENTS_BUCKET`] (entries expire when an agent stops
 //!   heart-beating), which `/api/health` lists with the stream's depth.
 //!
-//! `wire` holds the messages, `frontend` the serve side, `agent` the GPU-host side.
+//! `wire` holds the messages, `frontend` the serve side, `agent` the GPU-host side. A front-end's
+//! `Queue` is `QueueConfig::remote` (no local dispatchers or workers); an agent's is local.
 
 pub mod agent;
 pub mod frontend;

@@ -2,6 +2,23 @@
 //! float64 reference and time it. `hopfuse run` is a thin wrapper; the service and `hopfuse
 //! bench` send each [`RunRequest`] to a warm `hopfuse worker --serve` child process, which keeps
 //! a [`Device`] between runs, and read back a [`RunResult`].
+//!
+//! A run: the program lowered once for the sizes (`prepare::compile_for_run`: aligned vectors
+//! for those sizes, a 32-bit index when every tensor has fewer than 2^31 elements), NVRTC to a
+//! CUBIN for `sm_90a`, the plan's constraints checked, inputs filled with seeded random values
+//! (never zeros), outputs poisoned (`data.rs`), the kernel launched and validated against the
+//! float64 reference (`validate.rs`; the reference runs in pieces on every core,
+//! `host_parallel.rs`, and for a matrix product with M N K >= 2^27 on the GPU,
+//! `gemm_reference.rs`), then timed with CUDA events (warm-up, then the median of many) and
+//! reported against a device-to-device copy measured in the same process and, for a matrix
+//! product (`plan.matmul`), cuBLAS on the same shape, layouts, types and L2 policy
+//! (`cublas.rs`, timed in alternating rounds: `timing.rs`). Tensor maps are re-validated with
+//! the real sizes and device addresses and encoded for every tensor set (`tensor_map.rs`).
+//!
+//! [`Hooks`] carry what the engine must not know about: progress steps and the CUBIN source,
+//! so a worker reports stages and caches CUBINs. A run is staged (host: `host.rs`; device:
+//! load, upload, first launch validated, L2 policy), timed and finished (validated again), which
+//! lets `run_ab_on` (`ab.rs`) stage two programs and time them interleaved (`Gpu::time_pairs`).
 
 use crate::data;
 use crate::gpu::{self, Gpu, KernelArgs, KernelAttributes, Spin, Timing};

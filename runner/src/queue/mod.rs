@@ -2,7 +2,9 @@
 //! worker --serve` child process that runs its jobs one at a time, each with a wall-clock limit
 //! (SIGKILL on timeout). A worker that is killed, crashes, or exits after a CUDA error (which may
 //! poison its context) is replaced by a fresh process; every job ends with a [`JobResult`],
-//! whatever the worker did, and the next job always runs.
+//! whatever the worker did, and the next job always runs. Statuses: `passed`, `failed`,
+//! `error`, `timed_out`, `crashed`, `fake` (`hopfuse_api::job::JobStatus`); an A/B job's
+//! comparison comes from the worker's per-pair ratios.
 //!
 //! Admission is counted with RAII: a queued job travels to its dispatcher as a [`Ticket`] that
 //! owns its place in the queue and in its client's share ([`QueueSlot`]); dropping the ticket,

@@ -1,5 +1,10 @@
 //! `hopfuse worker`: runs jobs in a process of their own so the service can kill it.
 //!
+//! A job carries its programs as the service compiled them for its sizes (`prepare::Prepared`:
+//! CUDA, plan, index type and launch), so a run is lowered once; the worker rebuilds only the
+//! unscheduled fusion for the reference (`hopfuse::reference_fusion`, the front end). A job
+//! without them (`hopfuse bench`, a one-shot worker) is compiled here.
+//!
 //! Protocol: a job ([`WorkerJob`]) as JSON; on stdout, one JSON object per line: zero or more
 //! `{"event":"progress",...}` lines, then one `{"event":"outcome",...}` line per program. The
 //! service reads the lines as they come (progress for the SSE stream, the outcome as the

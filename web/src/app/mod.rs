@@ -1,8 +1,9 @@
 //! The page: header (examples, sizes, Run, Share, settings, theme, reference, help), the editor
 //! with its A/B tabs and the Problems list, the output panes ([`PANES`]: CUDA, Passes, Launch
-//! plan, Pipeline, Run) and the status bar. The panes follow the tab shown; with a tab B, Run
-//! compares A and B. With `?embed=PANE` in the URL the page is the read-only embed view
-//! (`embed`): the program and that one pane, for blog posts and docs.
+//! plan, Pipeline, PyTorch, Run, PTX, SASS) and the status bar. A pane is a `Pane` variant, a
+//! row of [`PANES`] and an arm of `panes::pane_body`. The panes follow the tab shown; with a
+//! tab B, Run compares A and B. With `?embed=PANE` in the URL the page is the read-only embed
+//! view (`embed`): the program and that one pane, for blog posts and docs.
 //!
 //! The state is in the address bar (a full link) and in localStorage (the bare URL reopens the
 //! last program); closing the page with edits not shared since they were loaded asks first.

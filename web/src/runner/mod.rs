@@ -14,6 +14,12 @@
 //! - `view`: what the Run pane shows of a job result ([`RunView`], [`Measured`], ...);
 //! - `result`: a job result (`api::job::JobResult`) made into a [`RunView`];
 //! - `peers_profile`: `result.peers` (`api::run::PeersReport`) made into its view.
+//!
+//! The HTTP exchange itself is `fetch` (over `js::HttpAnswer`), also used to load examples.
+//! The tests (`tests.rs`) read every recorded `done` event and health answer
+//! (`web/tests/fixtures/`, written by `runner/tests/api_fixtures.rs`, and `docs/recordings/`)
+//! into the api types and check what the Run pane shows, compare the reader with serde_json's
+//! on every one, and check that a renamed field is serde's error that names it.
 
 mod health;
 mod peers_profile;

@@ -2,13 +2,14 @@
 //! sizes known at compile time allow (box dims 1..256 elements, inner box row a multiple of 16
 //! bytes, rank 1..5, global dims below 2^32, strides multiples of 16 bytes below 2^40, bulk runs
 //! contiguous), derives each box from the `Bulk` axes (each a whole dimension of constant extent
-//! or the inner part of a split of one, in the dimension order of the tensor), the tensor-map
-//! encode arguments (innermost first; rows that must be multiples of 16 bytes at run time become
-//! plan constraints), and groups the loads of each serial loop into one pipeline with its
-//! mbarrier arrays ("full": one per stage, one arrival; "empty" with `war=mbarrier`: one arrival
-//! per warp); warp-specialized pipelines are planned by [`super::warp_specialize`]. Errors name
-//! the tensor and the rule. Emits: the [`PipelinePlan`] (all but its stage sizes), tensor maps
-//! and mbarrier arrays on the kernel.
+//! or the inner part of a split of one, split further only by inner splits, outer pieces first,
+//! in the dimension order of the tensor; leading pieces of a dimension that comes again further
+//! in count boxes laid side by side), the tensor-map encode arguments (innermost first; rows
+//! that must be multiples of 16 bytes at run time become plan constraints), and groups the loads
+//! of each serial loop into one pipeline with its mbarrier arrays ("full": one per stage, one
+//! arrival; "empty" with `war=mbarrier`: one arrival per warp); warp-specialized pipelines are
+//! planned by [`super::warp_specialize`]. Errors name the tensor and the rule. Emits: the
+//! [`PipelinePlan`] (all but its stage sizes), tensor maps and mbarrier arrays on the kernel.
 
 use super::warp_specialize::plan_ws;
 #[allow(unused_imports)]
