@@ -68,6 +68,12 @@ impl ApiError {
         self
     }
 
+    /// The status and body, for unit tests of the rules that make errors.
+    #[cfg(test)]
+    pub(crate) fn parts(&self) -> (StatusCode, &ErrorBody) {
+        (self.status, &self.body)
+    }
+
     pub(crate) fn too_many(message: String, retry_after: u64) -> ApiError {
         let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, message);
         e.body.retry_after_s = Some(retry_after);

@@ -9,6 +9,8 @@
 //! extents are all constants needs none (no line, or an empty `// bench:` line).
 
 use crate::engine::{RunRequest, RunResult};
+use crate::job_spec::JobSpec;
+use crate::profile::ProfileLimits;
 use crate::sizes;
 use crate::warm::{JobEnd, WarmWorker, WorkerCommand};
 use crate::worker::{Outcome, WorkerEvent, WorkerJob};
@@ -139,7 +141,7 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
         for sizes in size_sets {
             let label = sizes::label(&sizes);
             let job = WorkerJob {
-                request: RunRequest {
+                spec: JobSpec::single(RunRequest {
                     file: file.display().to_string(),
                     source: source.clone(),
                     sizes,
@@ -150,13 +152,9 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
                     copy_ceiling: true,
                     peers: options.peers,
                     clock: options.clock,
-                },
-                request_b: None,
-                fault: None,
+                }),
                 cubin_cache: options.cubin_cache.clone(),
-                prepared: None,
-                prepared_b: None,
-                profile: None,
+                profile_limits: ProfileLimits::default(),
             };
             let outcome = run_one(options, &mut warm, &job).await;
             push(row(&example, &label, outcome), &mut rows);

@@ -21,6 +21,7 @@ pub mod gemm_reference;
 pub mod gpu;
 pub mod host_parallel;
 pub mod inspect;
+pub mod job_spec;
 pub mod listing;
 pub mod not_run;
 pub mod nvrtc;

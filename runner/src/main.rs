@@ -220,7 +220,7 @@ struct RunArgs {
     #[arg(long, value_name = "PATH", requires = "profile")]
     roofline: Option<PathBuf>,
     /// With --profile: seconds ncu may take (killed past it).
-    #[arg(long, default_value_t = 300.0, requires = "profile")]
+    #[arg(long, default_value_t = hopfuse_runner::profile::DEFAULT_TIME_LIMIT_S, requires = "profile")]
     profile_timeout: f64,
     /// With --profile: also write ncu's raw page (CSV) to this file (a test fixture).
     #[arg(long, value_name = "PATH", requires = "profile")]

@@ -1,13 +1,144 @@
-//! What `POST /api/run` checks before it queues a job, from one compile of each program for
-//! the run's sizes ([`check_run`]): it compiles (400 with diagnostics), the sizes fit its plan,
-//! the tensors fit `--max-tensor-bytes`; the compiled program then travels with the job
-//! ([`Checked`]). Split from `serve.rs` without change.
+//! `POST /api/run`'s body made into the job's [`JobSpec`], and every rule it must pass, in the
+//! order the service answers them (each unit-tested below):
+//!
+//! 1. [`job_spec`], before any compile: each program within `--max-program-bytes` (413), runs
+//!    available at all (503 with the reason), a fault kernel only with `--fault-kernels`, without
+//!    `program_b` and on the GPU worker, a profile of one program only, `iters` and `warmup`
+//!    within `--max-iters` and `--max-warmup` (400, naming the limit); unset options take the
+//!    service's defaults (docs/api.md), program B its own file name and A's options.
+//! 2. [`compile`], in a compile slot: each program compiled once for the run's sizes (400 with
+//!    diagnostics when it does not compile, or when the sizes do not fit its plan; B's messages
+//!    start `program_b: `), the tensors within `--max-tensor-bytes` (a fault kernel's too), and
+//!    for A/B whether both programs have the same inputs. The compiled programs travel with the
+//!    job, so the worker does not lower them again.
 
 use crate::api_error::ApiError;
+use crate::job_spec::JobSpec;
 use crate::prepare;
+use crate::serve_args::ServeArgs;
+use axum::http::StatusCode;
 use hopfuse_api::run::{RunError, RunRequest, Stage};
+use hopfuse_api::service::RunBody;
 
-pub(crate) fn check_bytes(total: u64, max_tensor_bytes: u64) -> Result<(), ApiError> {
+/// The file name of a run whose body names none (or one that is empty or over
+/// [`MAX_FILE_NAME_BYTES`]).
+pub(crate) const DEFAULT_FILE: &str = "playground.hf";
+/// The longest file name a run body may give.
+const MAX_FILE_NAME_BYTES: usize = 200;
+
+/// 413 for a program over `--max-program-bytes` (every endpoint that takes a program).
+pub(crate) fn check_program(program: &str, max: usize) -> Result<(), ApiError> {
+    if program.len() > max {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the program is {} bytes; the limit is {max} bytes (max_program_bytes)",
+                program.len()
+            ),
+        )
+        .limit("max_program_bytes")
+        .max(max));
+    }
+    Ok(())
+}
+
+/// The job a run body asks for, not yet compiled (see the module doc for the rules), or the
+/// first rule it breaks. `unavailable`: why this service cannot run anything now.
+pub(crate) fn job_spec(
+    body: RunBody,
+    args: &ServeArgs,
+    unavailable: Option<String>,
+) -> Result<JobSpec, ApiError> {
+    for program in std::iter::once(&body.program).chain(&body.program_b) {
+        check_program(program, args.max_program_bytes)?;
+    }
+    if let Some(reason) = unavailable {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
+    }
+    let fault = body.fault;
+    let has_b = body.program_b.is_some();
+    if fault.is_some() && !args.fault_kernels {
+        return Err(ApiError::bad_request(
+            "fault kernels are a device-test hook: start the service with --fault-kernels",
+        ));
+    }
+    if fault.is_some() && has_b {
+        return Err(ApiError::bad_request("a fault run takes no program_b"));
+    }
+    let profile = body.profile.unwrap_or(false);
+    if profile && (has_b || fault.is_some()) {
+        return Err(ApiError::bad_request(
+            "profile takes one program: a run with program_b or a fault kernel cannot be profiled",
+        ));
+    }
+    if fault.is_some() && args.fake_worker {
+        return Err(ApiError::bad_request("fault kernels need the GPU worker"));
+    }
+    let file = body
+        .file
+        .filter(|f| !f.is_empty() && f.len() <= MAX_FILE_NAME_BYTES)
+        .unwrap_or_else(|| DEFAULT_FILE.into());
+    let request = RunRequest {
+        file,
+        source: body.program,
+        sizes: body.sizes,
+        iters: body.iters.unwrap_or(100),
+        warmup: body.warmup.unwrap_or(10),
+        seed: body.seed.unwrap_or(1),
+        index: body.index,
+        copy_ceiling: body.copy_ceiling.unwrap_or(true),
+        peers: body.peers.unwrap_or(false),
+        clock: body.clock.unwrap_or(false),
+    };
+    within("iters", request.iters, 1, args.max_iters)?;
+    within("warmup", request.warmup, 0, args.max_warmup)?;
+    let request_b = body.program_b.map(|source| RunRequest {
+        file: format!("{} (B)", request.file),
+        source,
+        ..request.clone()
+    });
+    Ok(JobSpec {
+        request,
+        request_b,
+        fault,
+        same_inputs: None,
+        profile,
+        prepared: None,
+        prepared_b: None,
+    })
+}
+
+/// 400 naming `max_{name}` for a count outside `min..=max`.
+fn within(name: &str, value: u32, min: u32, max: u32) -> Result<(), ApiError> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "{name} = {value} is outside the limit {min}..={max} (max_{name})"
+    ))
+    .limit(format!("max_{name}"))
+    .max(max))
+}
+
+/// The job with its programs compiled for its sizes (a fault kernel: its tensors counted), or
+/// the first program error or byte cap it breaks. Blocking: run it in a compile slot.
+pub(crate) fn compile(mut spec: JobSpec, max_tensor_bytes: u64) -> Result<JobSpec, ApiError> {
+    if spec.fault.is_some() {
+        let bytes = 4 * crate::faults::elements(&spec.request).max(0) as u64;
+        check_bytes(bytes, max_tensor_bytes)?;
+        return Ok(spec);
+    }
+    let (inputs_a, prepared) = check_run(&spec.request, max_tensor_bytes, "")?;
+    spec.prepared = Some(prepared);
+    if let Some(b) = &spec.request_b {
+        let (inputs_b, prepared_b) = check_run(b, max_tensor_bytes, "program_b: ")?;
+        spec.same_inputs = Some(inputs_a == inputs_b);
+        spec.prepared_b = Some(prepared_b);
+    }
+    Ok(spec)
+}
+
+fn check_bytes(total: u64, max_tensor_bytes: u64) -> Result<(), ApiError> {
     if total > max_tensor_bytes {
         return Err(ApiError::bad_request(format!(
             "the tensors need {total} bytes; the limit is {max_tensor_bytes} bytes (max_tensor_bytes)"
@@ -19,21 +150,12 @@ pub(crate) fn check_bytes(total: u64, max_tensor_bytes: u64) -> Result<(), ApiEr
 }
 
 /// The input tensors and scalars of a run: name, dtype and concrete shape.
-pub(crate) type Inputs = Vec<(String, hopfuse::DType, Vec<u64>)>;
-
-/// What the checks of a run found: the programs compiled for its sizes, and for A/B whether
-/// both have the same inputs.
-#[derive(Default)]
-pub(crate) struct Checked {
-    pub(crate) prepared: Option<prepare::Prepared>,
-    pub(crate) prepared_b: Option<prepare::Prepared>,
-    pub(crate) same_inputs: Option<bool>,
-}
+type Inputs = Vec<(String, hopfuse::DType, Vec<u64>)>;
 
 /// Everything that can be known before a worker, from one compile of the program for the
 /// run's sizes: it compiles (400 with diagnostics), the sizes fit its plan, the tensors fit the
 /// byte cap. Returns the run's inputs and the compiled program, which the worker then runs.
-pub(crate) fn check_run(
+fn check_run(
     req: &RunRequest,
     max_tensor_bytes: u64,
     which: &str,
@@ -83,4 +205,272 @@ pub(crate) fn check_run(
 /// The engine's messages speak of the CLI's `--size`; the API takes `sizes`.
 pub(crate) fn api_wording(message: &str) -> String {
     message.replace("(pass it with --size ", "(give it in `sizes`, e.g. ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use serde_json::{json, Value};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    /// `hopfuse serve` with these flags.
+    fn args(flags: &[&str]) -> ServeArgs {
+        Cli::parse_from(std::iter::once("serve").chain(flags.iter().copied())).args
+    }
+
+    const ADD: &str = include_str!("../../examples/basics/add.hf");
+    const BIAS_ADD: &str = include_str!("../../examples/basics/bias_add.hf");
+
+    fn body(fields: Value) -> RunBody {
+        let mut body = json!({"program": ADD, "sizes": {"M": 64, "N": 64}});
+        for (k, v) in fields.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        serde_json::from_value(body).unwrap()
+    }
+
+    fn spec(fields: Value, flags: &[&str]) -> Result<JobSpec, ApiError> {
+        job_spec(body(fields), &args(flags), None)
+    }
+
+    /// The status, message, limit and its value of an error.
+    fn refused(r: Result<JobSpec, ApiError>) -> (u16, String, Option<String>, Option<u64>) {
+        let e = r.expect_err("refused");
+        let (status, body) = e.parts();
+        let max = body.max.as_ref().and_then(|m| m.as_u64());
+        (status.as_u16(), body.error.clone(), body.limit.clone(), max)
+    }
+
+    #[test]
+    fn unset_options_take_the_service_defaults() {
+        let s = spec(json!({}), &[]).unwrap();
+        let r = &s.request;
+        assert_eq!(r.file, "playground.hf");
+        assert_eq!(r.source, ADD);
+        assert_eq!(r.sizes.get("M"), Some(&64));
+        assert_eq!((r.iters, r.warmup, r.seed), (100, 10, 1));
+        assert_eq!(
+            (r.copy_ceiling, r.peers, r.clock, r.index),
+            (true, false, false, None)
+        );
+        assert!(s.request_b.is_none() && s.fault.is_none() && !s.profile);
+        assert!(s.prepared.is_none() && s.same_inputs.is_none());
+    }
+
+    #[test]
+    fn given_options_are_kept() {
+        let fields = json!({"iters": 7, "warmup": 0, "seed": 9, "index": "i64",
+            "copy_ceiling": false, "peers": true, "clock": true, "file": "mine.hf", "profile": true});
+        let s = spec(fields, &[]).unwrap();
+        let r = &s.request;
+        assert_eq!((r.iters, r.warmup, r.seed), (7, 0, 9));
+        assert_eq!(r.index, Some(hopfuse::IndexType::I64));
+        assert_eq!((r.copy_ceiling, r.peers, r.clock), (false, true, true));
+        assert_eq!(r.file, "mine.hf");
+        assert!(s.profile);
+    }
+
+    #[test]
+    fn an_empty_or_overlong_file_name_is_the_default() {
+        let file = |name: &str| spec(json!({"file": name}), &[]).unwrap().request.file;
+        assert_eq!(file(""), DEFAULT_FILE);
+        assert_eq!(file(&"x".repeat(MAX_FILE_NAME_BYTES + 1)), DEFAULT_FILE);
+        let longest = "x".repeat(MAX_FILE_NAME_BYTES);
+        assert_eq!(file(&longest), longest);
+    }
+
+    #[test]
+    fn program_b_takes_its_own_name_and_the_options_of_a() {
+        let fields = json!({"program_b": BIAS_ADD, "file": "k.hf", "iters": 3, "seed": 5});
+        let s = spec(fields, &[]).unwrap();
+        let b = s.request_b.unwrap();
+        assert_eq!(b.file, "k.hf (B)");
+        assert_eq!(b.source, BIAS_ADD);
+        let a_options = RunRequest {
+            file: b.file.clone(),
+            source: b.source.clone(),
+            ..s.request
+        };
+        assert_eq!(b, a_options);
+    }
+
+    #[test]
+    fn each_program_is_within_max_program_bytes() {
+        let max = ADD.len().to_string();
+        assert!(spec(json!({}), &["--max-program-bytes", &max]).is_ok());
+        let tight = (ADD.len() - 1).to_string();
+        let flags = ["--max-program-bytes", tight.as_str()];
+        let too_big = |fields| refused(spec(fields, &flags));
+        let (status, error, limit, value) = too_big(json!({}));
+        assert_eq!((status, limit.as_deref()), (413, Some("max_program_bytes")));
+        assert_eq!(value, Some(ADD.len() as u64 - 1));
+        assert!(
+            error.contains(&format!("the program is {} bytes", ADD.len())),
+            "{error}"
+        );
+        let b_too_big = too_big(json!({"program": "", "program_b": ADD}));
+        assert_eq!(b_too_big.0, 413);
+    }
+
+    /// 503 with the reason, after the size limits (a program too large is 413 either way).
+    #[test]
+    fn no_run_when_runs_are_unavailable() {
+        let why = "runs are unavailable: no usable GPU".to_string();
+        let (status, error, ..) = refused(job_spec(body(json!({})), &args(&[]), Some(why)));
+        assert_eq!(
+            (status, error.as_str()),
+            (503, "runs are unavailable: no usable GPU")
+        );
+        let flags = args(&["--max-program-bytes", "1"]);
+        let first = refused(job_spec(body(json!({})), &flags, Some("down".into())));
+        assert_eq!(first.0, 413);
+    }
+
+    #[test]
+    fn fault_kernels_need_the_flag() {
+        let fault = json!({"fault": "deadlock", "program": ""});
+        let (status, error, ..) = refused(spec(fault.clone(), &[]));
+        assert_eq!(status, 400);
+        assert!(error.contains("--fault-kernels"), "{error}");
+        let s = spec(fault, &["--fault-kernels"]).unwrap();
+        assert_eq!(s.fault, Some(crate::faults::Fault::Deadlock));
+    }
+
+    #[test]
+    fn a_fault_run_takes_no_program_b() {
+        let fields = json!({"fault": "deadlock", "program_b": ADD});
+        let (status, error, ..) = refused(spec(fields, &["--fault-kernels"]));
+        assert_eq!(
+            (status, error.as_str()),
+            (400, "a fault run takes no program_b")
+        );
+    }
+
+    #[test]
+    fn a_profile_takes_one_program() {
+        for fields in [
+            json!({"profile": true, "program_b": ADD}),
+            json!({"profile": true, "fault": "illegal_address"}),
+        ] {
+            let (status, error, ..) = refused(spec(fields, &["--fault-kernels"]));
+            assert_eq!(status, 400);
+            assert!(error.starts_with("profile takes one program"), "{error}");
+        }
+        assert!(spec(json!({"profile": false, "program_b": ADD}), &[]).is_ok());
+    }
+
+    #[test]
+    fn fault_kernels_need_the_gpu_worker() {
+        let fields = json!({"fault": "nvrtc_error"});
+        let (status, error, ..) = refused(spec(fields, &["--fault-kernels", "--fake-worker"]));
+        assert_eq!(
+            (status, error.as_str()),
+            (400, "fault kernels need the GPU worker")
+        );
+    }
+
+    #[test]
+    fn iters_and_warmup_are_within_their_limits() {
+        let flags = ["--max-iters", "50", "--max-warmup", "20"];
+        assert!(spec(json!({"iters": 50, "warmup": 20}), &flags).is_ok());
+        assert!(spec(json!({"iters": 1, "warmup": 0}), &flags).is_ok());
+        for (fields, limit, max) in [
+            (json!({"iters": 51}), "max_iters", 50),
+            (json!({"iters": 0}), "max_iters", 50),
+            (json!({"iters": 50, "warmup": 21}), "max_warmup", 20),
+        ] {
+            let (status, error, got_limit, got_max) = refused(spec(fields.clone(), &flags));
+            assert_eq!(status, 400, "{fields}");
+            assert_eq!((got_limit.as_deref(), got_max), (Some(limit), Some(max)));
+            assert!(error.contains(&format!("({limit})")), "{error}");
+        }
+        // The defaults (100 launches, 10 warm-up) are checked as given ones are.
+        let (_, error, ..) = refused(spec(json!({}), &flags));
+        assert_eq!(error, "iters = 100 is outside the limit 1..=50 (max_iters)");
+    }
+
+    fn compiled(fields: Value, max_tensor_bytes: u64) -> Result<JobSpec, ApiError> {
+        compile(
+            spec(fields, &["--fault-kernels"]).unwrap(),
+            max_tensor_bytes,
+        )
+    }
+
+    /// add.hf at 64 x 64: three f32 tensors.
+    const ADD_BYTES: u64 = 3 * 64 * 64 * 4;
+
+    #[test]
+    fn each_program_is_compiled_once_for_its_sizes() {
+        let s = compiled(json!({}), ADD_BYTES).unwrap();
+        let prepared = s.prepared.expect("A compiled");
+        assert!(prepared.cuda.contains("__global__"), "{}", prepared.cuda);
+        assert!(s.prepared_b.is_none() && s.same_inputs.is_none());
+    }
+
+    #[test]
+    fn a_b_says_whether_both_programs_have_the_same_inputs() {
+        let same = compiled(json!({"program_b": format!("// B\n{ADD}")}), u64::MAX).unwrap();
+        assert!(same.prepared_b.is_some());
+        assert_eq!(same.same_inputs, Some(true));
+        let other = compiled(json!({"program_b": BIAS_ADD}), u64::MAX).unwrap();
+        assert_eq!(other.same_inputs, Some(false));
+    }
+
+    #[test]
+    fn a_program_that_does_not_compile_is_a_400_with_diagnostics() {
+        let broken = "fusion f {\n  @@@\n}";
+        for (fields, prefix) in [
+            (json!({"program": broken}), "the program does not compile"),
+            (
+                json!({"program_b": broken}),
+                "program_b: the program does not compile",
+            ),
+        ] {
+            let e = compiled(fields, u64::MAX).expect_err("does not compile");
+            let (status, body) = e.parts();
+            assert_eq!(status, StatusCode::BAD_REQUEST);
+            assert!(body.error.starts_with(prefix), "{}", body.error);
+            assert!(!body.diagnostics.as_ref().unwrap().is_empty());
+        }
+    }
+
+    #[test]
+    fn a_missing_size_names_the_api_field() {
+        let e = compiled(json!({"sizes": {"M": 64}}), u64::MAX).expect_err("no N");
+        let error = &e.parts().1.error;
+        assert!(
+            error.contains("`N`") && error.contains("give it in `sizes`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_tensors_are_within_max_tensor_bytes() {
+        assert!(compiled(json!({}), ADD_BYTES).is_ok());
+        let e = compiled(json!({}), ADD_BYTES - 1).expect_err("over the cap");
+        let (status, body) = e.parts();
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body.limit.as_deref(), Some("max_tensor_bytes"));
+        assert!(
+            body.error.contains(&format!("need {ADD_BYTES} bytes")),
+            "{}",
+            body.error
+        );
+    }
+
+    /// A fault kernel is not compiled here; its tensors (4 bytes per element of `N`) are capped.
+    #[test]
+    fn a_fault_kernel_counts_its_tensors_only() {
+        let fault = json!({"fault": "deadlock", "program": "", "sizes": {"N": 1024}});
+        let s = compiled(fault.clone(), 4096).unwrap();
+        assert!(s.prepared.is_none());
+        let e = compiled(fault, 4095).expect_err("over the cap");
+        assert_eq!(e.parts().1.limit.as_deref(), Some("max_tensor_bytes"));
+    }
 }

@@ -345,7 +345,7 @@ impl Agent {
             r.agent = Some(self.id.clone());
             r
         };
-        let job = match self.queue.submit(wire.spec(), "agent") {
+        let job = match self.queue.submit(wire.spec.clone(), "agent") {
             Ok(job) => job,
             Err(full) => {
                 return crashed(format!(

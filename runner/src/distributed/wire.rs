@@ -4,62 +4,30 @@
 //! does not parse is an error of the sender, reported and dropped (a job: terminated, not
 //! redelivered).
 
-use crate::engine::{Prepared, Progress, RunRequest};
-use crate::faults::Fault;
-use crate::queue::{Job, JobResult, JobSpec, JobStage};
+use crate::engine::Progress;
+use crate::job_spec::JobSpec;
+use crate::queue::{Job, JobResult, JobStage};
 // The agents bucket holds what `/api/health` shows (the API crate defines it).
 pub use hopfuse_api::distributed::AgentStatus;
 use serde::{Deserialize, Serialize};
 
-/// A job as published to the stream: what a local job carries, the compiled programs included
-/// (the agent does not lower them again).
+/// A job as published to the stream: its [`JobSpec`] (its fields at the top of the message,
+/// the compiled programs included: the agent does not lower them again), and where it goes.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WireJob {
     pub job_id: String,
     /// Where the agent sends the job's events (the submitting front-end's subject).
     pub events: String,
-    pub request: RunRequest,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request_b: Option<RunRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fault: Option<Fault>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub same_inputs: Option<bool>,
-    /// Profile the kernel with Nsight Compute after the run (the agent's host needs ncu).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub profile: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prepared: Option<Prepared>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prepared_b: Option<Prepared>,
+    #[serde(flatten)]
+    pub spec: JobSpec,
 }
 
 impl WireJob {
     pub fn of(job: &Job, events: &str) -> WireJob {
-        let spec = &job.spec;
         WireJob {
             job_id: job.id.clone(),
             events: events.to_string(),
-            request: spec.request.clone(),
-            request_b: spec.request_b.clone(),
-            fault: spec.fault,
-            same_inputs: spec.same_inputs,
-            profile: spec.profile,
-            prepared: spec.prepared.clone(),
-            prepared_b: spec.prepared_b.clone(),
-        }
-    }
-
-    /// The job for the agent's local queue.
-    pub fn spec(&self) -> JobSpec {
-        JobSpec {
-            request: self.request.clone(),
-            request_b: self.request_b.clone(),
-            fault: self.fault,
-            same_inputs: self.same_inputs,
-            profile: self.profile,
-            prepared: self.prepared.clone(),
-            prepared_b: self.prepared_b.clone(),
+            spec: job.spec.clone(),
         }
     }
 }
@@ -112,12 +80,17 @@ mod tests {
                         "warmup": 0, "seed": 1, "index": null, "copy_ceiling": false},
         });
         let plain: WireJob = serde_json::from_value(job.clone()).unwrap();
-        assert!(!plain.spec().profile);
+        assert!(!plain.spec.profile);
         job["profile"] = true.into();
         let profiled: WireJob = serde_json::from_value(job).unwrap();
         let text = serde_json::to_string(&profiled).unwrap();
         let back: WireJob = serde_json::from_str(&text).unwrap();
-        assert!(back.spec().profile, "{text}");
+        assert!(back.spec.profile, "{text}");
+        // The spec's fields sit at the top of the message, as before it was one struct: front
+        // ends and agents of either side of that change read each other's jobs.
+        let fields: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(fields["request"]["file"], "t.hf", "{text}");
+        assert_eq!(fields["profile"], true, "{text}");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! time limit). The report is then read back as its raw page ([`raw_page`]). ncu and the
 //! profiled run are a process group of their own, killed as a whole past the wall-clock limit;
 //! ncu also dies with its parent. In the service's worker the limit ends before the job's own
-//! (the service would kill the worker, not the group), see [`ProfileJob`]. A host without `ncu`
+//! (the service would kill the worker, not the group), see [`ProfileLimits`]. A host without `ncu`
 //! or without permission for the GPU's performance counters (`ERR_NVGPUCTRPERM`) says so.
 //!
 //! Used by `hopfuse run --profile` and by the service's worker for a run with `"profile":
@@ -118,9 +118,9 @@ pub struct ProfileRequest {
     pub keep_csv: Option<PathBuf>,
 }
 
-/// What a worker job asks of the profile (`WorkerJob::profile`).
+/// ncu's time limits in a worker job (`WorkerJob::profile_limits`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ProfileJob {
+pub struct ProfileLimits {
     /// Seconds ncu may take, all attempts together (killed past it).
     pub time_limit_s: f64,
     /// The whole job's wall-clock limit as the service enforces it (by killing the worker):
@@ -133,7 +133,20 @@ pub struct ProfileJob {
 /// What a profile leaves of its job's limit (for the worker to report and exit normally).
 pub const JOB_MARGIN: Duration = Duration::from_secs(5);
 
-impl ProfileJob {
+/// Seconds ncu may take when nothing says otherwise (`hopfuse run --profile-timeout`, a
+/// worker job without limits).
+pub const DEFAULT_TIME_LIMIT_S: f64 = 300.0;
+
+impl Default for ProfileLimits {
+    fn default() -> ProfileLimits {
+        ProfileLimits {
+            time_limit_s: DEFAULT_TIME_LIMIT_S,
+            job_limit_s: None,
+        }
+    }
+}
+
+impl ProfileLimits {
     /// The profile's limit for a job that has run for `elapsed` (zero: no time left).
     pub fn limit_after(&self, elapsed: Duration) -> Duration {
         let own = Duration::try_from_secs_f64(self.time_limit_s).unwrap_or(Duration::ZERO);
@@ -449,7 +462,7 @@ pub fn tensor_roof_once(dev: &crate::engine::Device) -> Option<&'static TensorRo
 
 /// The worker's half of a run with `"profile": true`: the program (as text) is written to a
 /// private file and profiled as `hopfuse run` would (by this binary), within `limit`
-/// ([`ProfileJob::limit_after`]); `dev` (the worker's device) measures the tensor-core roof of
+/// ([`ProfileLimits::limit_after`]); `dev` (the worker's device) measures the tensor-core roof of
 /// a program that is not a matrix product.
 pub fn profile_program(
     source: &str,

@@ -485,7 +485,7 @@ fn no_permission_and_no_launch_are_said_once() {
 /// ncu's group); with no time left there is no profile, and it says why.
 #[test]
 fn the_profile_fits_in_what_the_job_has_left() {
-    let job = ProfileJob {
+    let job = ProfileLimits {
         time_limit_s: 60.0,
         job_limit_s: Some(120.0),
     };
@@ -493,7 +493,7 @@ fn the_profile_fits_in_what_the_job_has_left() {
     assert_eq!(job.limit_after(s(10)), s(60));
     assert_eq!(job.limit_after(s(100)), s(15));
     assert_eq!(job.limit_after(s(118)), Duration::ZERO);
-    let alone = ProfileJob {
+    let alone = ProfileLimits {
         job_limit_s: None,
         ..job
     };

@@ -16,11 +16,8 @@
 //! into the run history); `admission` the RAII counts, `job` one job's events and result, `run`
 //! one job on a GPU's warm worker.
 
-use crate::engine::RunRequest;
-use crate::faults::Fault;
 use crate::store::Store;
 use crate::warm::WarmWorker;
-use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -62,31 +59,7 @@ pub use hopfuse_api::job::{
     Comparison, JobEvent, JobResult, JobStage, JobStatus, QueueStats, WarmStatus, WorkerInfo,
 };
 
-/// What a job runs.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct JobSpec {
-    pub request: RunRequest,
-    /// A/B: the second program (same sizes, seed and options).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request_b: Option<RunRequest>,
-    /// A fault kernel instead of the program (`--fault-kernels`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fault: Option<Fault>,
-    /// A/B: whether both programs have the same input tensors (names, dtypes, shapes), so the
-    /// seeded inputs are identical.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub same_inputs: Option<bool>,
-    /// Profile the kernel with Nsight Compute after the run (single programs only): the job
-    /// gets a second time limit for it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub profile: bool,
-    /// The programs as the service compiled them for the sizes, handed to the worker so it
-    /// does not lower them again (not kept in the run history).
-    #[serde(skip)]
-    pub prepared: Option<crate::engine::Prepared>,
-    #[serde(skip)]
-    pub prepared_b: Option<crate::engine::Prepared>,
-}
+pub use crate::job_spec::JobSpec;
 
 /// The job was refused: too many waiting.
 #[derive(Clone, Debug)]
@@ -313,7 +286,7 @@ impl Queue {
         info!(job = %job.id, status = result.status.name(), ms = result.worker_ms, "job finished");
         // Stored before `done` is announced: whoever sees `done` can rely on the history.
         if let Some(store) = &self.store {
-            let request = serde_json::to_value(&job.spec).unwrap_or_default();
+            let request = job.spec.history();
             let value = serde_json::to_value(&*result).unwrap_or_default();
             if let Err(e) = store
                 .put_run(&job.id, result.status.name(), &job.client, &request, &value)

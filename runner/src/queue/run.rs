@@ -7,6 +7,7 @@ use super::{
     Comparison, Job, JobResult, JobStage, JobStatus, Queue, WarmStatus, WorkerInfo, TIMEOUT_MESSAGE,
 };
 use crate::engine::{PairRatios, Progress};
+use crate::profile::ProfileLimits;
 use crate::warm::{JobEnd, WarmWorker, WorkerCommand};
 use crate::worker::{Outcome, Part, WorkerEvent, WorkerJob};
 use std::sync::Arc;
@@ -82,21 +83,17 @@ impl Queue {
         }
         let w = warm.as_mut().expect("a worker");
         // An A/B job runs two programs; a profiled one runs its program twice.
-        let runs = 1 + job.spec.request_b.is_some() as u32 + job.spec.profile as u32;
+        let runs = job.spec.programs() + job.spec.profile as u32;
         let limit = self.config.timeout * runs;
         let payload = WorkerJob {
-            request: job.spec.request.clone(),
-            request_b: job.spec.request_b.clone(),
-            fault: job.spec.fault,
+            spec: job.spec.clone(),
             cubin_cache: self.config.cubin_cache.clone(),
-            prepared: job.spec.prepared.clone(),
-            prepared_b: job.spec.prepared_b.clone(),
             // ncu gets the job's time limit of its own, after the run's, ending before the
             // whole job's.
-            profile: job.spec.profile.then_some(crate::profile::ProfileJob {
+            profile_limits: ProfileLimits {
                 time_limit_s: self.config.timeout.as_secs_f64(),
                 job_limit_s: Some(limit.as_secs_f64()),
-            }),
+            },
         };
         let mark = w.stderr_mark();
         let start = Instant::now();

@@ -15,26 +15,18 @@ fn config(cap: usize, client_cap: usize) -> QueueConfig {
 }
 
 fn spec() -> JobSpec {
-    JobSpec {
-        request: RunRequest {
-            file: "t.hf".into(),
-            source: String::new(),
-            sizes: Default::default(),
-            iters: 1,
-            warmup: 0,
-            seed: 1,
-            index: None,
-            copy_ceiling: false,
-            peers: false,
-            clock: false,
-        },
-        request_b: None,
-        fault: None,
-        same_inputs: None,
-        profile: false,
-        prepared: None,
-        prepared_b: None,
-    }
+    JobSpec::single(crate::engine::RunRequest {
+        file: "t.hf".into(),
+        source: String::new(),
+        sizes: Default::default(),
+        iters: 1,
+        warmup: 0,
+        seed: 1,
+        index: None,
+        copy_ceiling: false,
+        peers: false,
+        clock: false,
+    })
 }
 
 /// The dispatchers are gone (their runtime was dropped, as at shutdown): a submitted job

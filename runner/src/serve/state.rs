@@ -222,20 +222,9 @@ impl App {
             })
     }
 
+    /// 413 for a program over `--max-program-bytes`.
     pub(super) fn check_program(&self, program: &str) -> Result<(), ApiError> {
-        let max = self.args.max_program_bytes;
-        if program.len() > max {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "the program is {} bytes; the limit is {max} bytes (max_program_bytes)",
-                    program.len()
-                ),
-            )
-            .limit("max_program_bytes")
-            .max(max));
-        }
-        Ok(())
+        crate::run_checks::check_program(program, self.args.max_program_bytes)
     }
 }
 

@@ -29,12 +29,13 @@
 //! `hooks` the engine's hooks here (progress events, peers, the CUBIN caches).
 
 use crate::engine::{
-    self, CopyCeiling, Device, Hooks, PairRatios, Prepared, Progress, RunError, RunRequest,
-    RunResult, Stage,
+    self, CopyCeiling, Device, Hooks, PairRatios, Progress, RunError, RunResult, Stage,
 };
-use crate::faults::{self, Fault};
+use crate::faults;
 use crate::gpu::{DeviceInfo, Gpu};
+use crate::job_spec::JobSpec;
 use crate::nvrtc;
+use crate::profile::ProfileLimits;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{BufRead, Read, Write};
@@ -51,29 +52,19 @@ pub(crate) use hooks::write_atomically;
 use hooks::WorkerHooks;
 pub use hooks::{cubin_key, hex};
 
-/// What the service sends a worker.
+/// What the service sends a worker: the job's [`JobSpec`] (its fields at the top of the JSON),
+/// and what only this worker needs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WorkerJob {
-    pub request: RunRequest,
-    /// A/B: a second program, timed interleaved with the first on the same device.
-    #[serde(default)]
-    pub request_b: Option<RunRequest>,
-    /// Run a fault kernel instead of the program (device tests of the service).
-    #[serde(default)]
-    pub fault: Option<Fault>,
+    #[serde(flatten)]
+    pub spec: JobSpec,
     /// Where CUBINs are cached by content hash (none: no cache).
     #[serde(default)]
     pub cubin_cache: Option<PathBuf>,
-    /// The programs as the service compiled them for these sizes (then the worker does not
-    /// lower them again); `None`: the worker compiles (`hopfuse bench`, a one-shot worker).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prepared: Option<Prepared>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prepared_b: Option<Prepared>,
-    /// After a measured single-program run, profile its kernel with Nsight Compute
-    /// (`result.profile`; [`crate::profile::profile_program`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub profile: Option<crate::profile::ProfileJob>,
+    /// ncu's time limits for the profile `spec.profile` asks for, after a measured
+    /// single-program run (`result.profile`; [`crate::profile::profile_program`]).
+    #[serde(default)]
+    pub profile_limits: ProfileLimits,
 }
 
 /// What a warm worker says once it is ready for jobs.
@@ -318,11 +309,12 @@ fn run_job(
     out: &mut impl Write,
 ) -> Option<String> {
     let started = Instant::now();
+    let spec = &job.spec;
     let mut outcomes: Vec<(Part, Outcome)> = Vec::new();
     if options.fake {
         let parts = [
-            (Part::A, Some(&job.request), job.prepared.as_ref()),
-            (Part::B, job.request_b.as_ref(), job.prepared_b.as_ref()),
+            (Part::A, Some(&spec.request), spec.prepared.as_ref()),
+            (Part::B, spec.request_b.as_ref(), spec.prepared_b.as_ref()),
         ];
         for (part, request, prepared) in parts {
             let Some(request) = request else { continue };
@@ -337,7 +329,7 @@ fn run_job(
                 );
                 std::thread::sleep(delay);
             }
-            let outcome = if job.fault.is_some() {
+            let outcome = if spec.fault.is_some() {
                 Outcome::Error {
                     error: RunError::new(Stage::Request, "fault kernels need the GPU worker"),
                 }
@@ -368,12 +360,12 @@ fn run_job(
             },
             Err(error) => Outcome::Error { error },
         };
-        match (&job.request_b, job.fault) {
+        match (&spec.request_b, spec.fault) {
             (Some(b), None) => {
                 let ab = engine::run_ab_on(
                     device,
-                    (&job.request, job.prepared.as_ref()),
-                    (b, job.prepared_b.as_ref()),
+                    (&spec.request, spec.prepared.as_ref()),
+                    (b, spec.prepared_b.as_ref()),
                     &mut hooks,
                 );
                 let cached = hooks.cached;
@@ -385,11 +377,13 @@ fn run_job(
             }
             (_, fault) => {
                 let mut r = match fault {
-                    Some(fault) => faults::run_on(device, fault, &job.request, &mut hooks),
-                    None => engine::run_on(device, &job.request, job.prepared.as_ref(), &mut hooks),
+                    Some(fault) => faults::run_on(device, fault, &spec.request, &mut hooks),
+                    None => {
+                        engine::run_on(device, &spec.request, spec.prepared.as_ref(), &mut hooks)
+                    }
                 };
-                if let (Some(profile), None, Ok(result)) = (&job.profile, fault, &mut r) {
-                    let limit = profile.limit_after(started.elapsed());
+                if let (true, None, Ok(result)) = (spec.profile, fault, &mut r) {
+                    let limit = job.profile_limits.limit_after(started.elapsed());
                     hooks.progress(Progress::Profile);
                     // The roofline's copy ceiling: the run's, else the one this worker measured
                     // at start.
@@ -398,7 +392,7 @@ fn run_job(
                         .clone()
                         .or_else(|| device.as_ref().and_then(Device::kept_ceiling));
                     let report = crate::profile::profile_program(
-                        &job.request.source,
+                        &spec.request.source,
                         result,
                         copy.as_ref(),
                         limit,

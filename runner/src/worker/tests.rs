@@ -100,3 +100,35 @@ fn fake_behaviour_from_the_program() {
         FakeBehaviour::Crash
     );
 }
+
+/// The job line is the job's spec with the worker's own fields beside it: a profiled job keeps
+/// `"profile": true` and its ncu limits; a line with only a `request` (a one-shot worker, the
+/// tests) is a plain job whose profile limits are the CLI's default.
+#[test]
+fn a_job_line_is_the_spec_and_the_workers_own_fields() {
+    let request = serde_json::json!({
+        "file": "t.hf", "source": "fusion f {}", "sizes": {}, "iters": 1, "warmup": 0,
+        "seed": 1, "index": null, "copy_ceiling": false, "peers": false, "clock": false,
+    });
+    let plain: WorkerJob =
+        serde_json::from_value(serde_json::json!({ "request": request })).unwrap();
+    assert!(!plain.spec.profile && plain.spec.request_b.is_none());
+    assert_eq!(plain.profile_limits, ProfileLimits::default());
+    let mut spec = JobSpec::single(plain.spec.request.clone());
+    spec.profile = true;
+    let job = WorkerJob {
+        spec,
+        cubin_cache: None,
+        profile_limits: ProfileLimits {
+            time_limit_s: 30.0,
+            job_limit_s: Some(60.0),
+        },
+    };
+    let line = serde_json::to_value(&job).unwrap();
+    assert_eq!(line["request"], request);
+    assert_eq!(line["profile"], true);
+    assert_eq!(line["profile_limits"]["job_limit_s"], 60.0);
+    let back: WorkerJob = serde_json::from_value(line).unwrap();
+    assert!(back.spec.profile);
+    assert_eq!(back.profile_limits, job.profile_limits);
+}

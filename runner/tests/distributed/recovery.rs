@@ -119,6 +119,7 @@ async fn jobs_queued_across_a_nats_restart_are_not_lost() {
 async fn a_job_that_already_has_a_result_is_not_run_again() {
     use futures_util::StreamExt;
     use hopfuse_runner::distributed::wire::{AgentEvent, WireJob};
+    use hopfuse_runner::job_spec::JobSpec;
     let Some(nats_exe) = hopfuse_runner::not_run::nats_server("the distributed mode: idempotence")
     else {
         return;
@@ -142,17 +143,13 @@ async fn a_job_that_already_has_a_result_is_not_run_again() {
     let job = WireJob {
         job_id: "jonce".into(),
         events: "hopfuse.events.test".into(),
-        request: serde_json::from_value(json!({
-            "file": "t.hf", "source": program("// would run"), "sizes": {"M": 256, "N": 256},
-            "iters": 1, "warmup": 0, "seed": 1, "index": null, "copy_ceiling": false,
-        }))
-        .unwrap(),
-        request_b: None,
-        fault: None,
-        same_inputs: None,
-        profile: false,
-        prepared: None,
-        prepared_b: None,
+        spec: JobSpec::single(
+            serde_json::from_value(json!({
+                "file": "t.hf", "source": program("// would run"), "sizes": {"M": 256, "N": 256},
+                "iters": 1, "warmup": 0, "seed": 1, "index": null, "copy_ceiling": false,
+            }))
+            .unwrap(),
+        ),
     };
     js.publish(
         "hopfuse.jobs.sm_90a",
