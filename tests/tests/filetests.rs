@@ -102,23 +102,27 @@ fn cases() -> Vec<(String, PathBuf)> {
 }
 
 /// What the pass does to the case's `before` text (the earlier passes' kernel when the case has
-/// no `before` text yet), and that text: the kernel after it, or its error.
+/// no `before` text yet), and that text: the kernel after it, or its error. The harness's own
+/// errors start with the case's path (and the line and column, for its texts).
 fn run(pass_name: &str, case: &Case, shown: &str) -> Result<(Expected, String), String> {
     let (_, scheduled) = hopfuse::schedule(&case.program)
-        .map_err(|e| format!("the program: {}", e.render(&case.program, shown)))?;
+        .map_err(|e| format!("{shown}: the program: {}", e.render(&case.program, shown)))?;
     let mut lowering = hopfuse::Lowering::new(&scheduled, &Default::default());
     let at = PIPELINE
         .iter()
         .position(|p| p.name == pass_name)
-        .ok_or_else(|| format!("`{pass_name}` is not a pass"))?;
+        .ok_or_else(|| format!("{shown}: `{pass_name}` is not a pass"))?;
     for pass in &PIPELINE[..at] {
-        lowering
-            .run(pass)
-            .map_err(|e| format!("pass `{}`: {}", pass.name, e.render(&case.program, shown)))?;
+        lowering.run(pass).map_err(|e| {
+            let e = e.render(&case.program, shown);
+            format!("{shown}: the earlier pass `{}`: {e}", pass.name)
+        })?;
     }
     let pass = &PIPELINE[at];
     if !(pass.applies)(&lowering.cx) {
-        return Err(format!("`{pass_name}` does not run for this program"));
+        return Err(format!(
+            "{shown}: `{pass_name}` does not run for this program"
+        ));
     }
     let before = if case.before.trim().is_empty() {
         lowering.kernel.print()
@@ -190,7 +194,7 @@ fn each_pass_turns_its_before_text_into_its_after_text() {
         let (got, before) = match run(&pass, &case, &shown) {
             Ok(r) => r,
             Err(e) => {
-                failures.push(format!("{shown}: {e}"));
+                failures.push(e);
                 continue;
             }
         };
