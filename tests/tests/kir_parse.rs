@@ -87,7 +87,8 @@ fn every_example_after_every_pass_reads_back_as_the_same_kernel() {
             stream_k += usize::from(hopfuse::kir::stream_k(&back).is_some());
         }
     }
-    assert!(checked > 300, "{checked} dumps");
+    // 47 examples and 8 variants: 554 kernels when this was written.
+    assert!(checked > 500, "{checked} dumps");
     assert!(stream_k > 0, "no stream-K kernel among the programs");
 }
 

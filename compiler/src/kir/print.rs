@@ -1,5 +1,7 @@
 //! The kernel IR's text: [`Kernel::print`] (the dump shown after every pass), its line map
-//! ([`IrLines`]) and one statement's line ([`Kernel::stmt_head`]).
+//! ([`IrLines`]) and one statement's line ([`Kernel::stmt_head`]). The dump is complete:
+//! `kir::parse` reads it back into the same kernel, so what its readable lines leave out is
+//! written as short annotations (the helpers at the end of this file).
 
 use super::*;
 use std::fmt::Write;
