@@ -11,6 +11,22 @@ use super::{grid, inlining, loops, memory, parallel, pipeline, SResult};
 use crate::diag::{Diagnostic, Span};
 use crate::fusion::{Fusion, TensorId};
 
+/// A primitive's documentation. The playground's page runs the compiler in wasm32 but shows the
+/// reference from `web/reference.json` (generated from this table by native builds), so wasm32
+/// builds leave the text out of the binary: it would only add to the page's cold load.
+#[cfg(not(target_arch = "wasm32"))]
+macro_rules! doc {
+    ($text:literal) => {
+        $text
+    };
+}
+#[cfg(target_arch = "wasm32")]
+macro_rules! doc {
+    ($text:literal) => {
+        ""
+    };
+}
+
 /// How a primitive is written, and the function that applies it to the fusion once its
 /// arguments are checked against its parameters.
 #[derive(Clone, Copy)]
@@ -210,6 +226,7 @@ pub struct Primitive {
     /// How it is written, as the reference shows it.
     pub written: &'static str,
     pub params: &'static [Param],
+    /// What it does, for the reference (empty in wasm32 builds, see `doc!`).
     pub doc: &'static str,
     pub(super) apply: Apply,
     /// Whether a failed application leaves the fusion untouched (every check comes before the
@@ -243,6 +260,7 @@ pub struct Nested {
     pub name: &'static str,
     pub written: &'static str,
     pub params: &'static [Param],
+    /// What it does, for the reference (empty in wasm32 builds, see `doc!`).
     pub doc: &'static str,
 }
 
@@ -258,7 +276,7 @@ pub const WARP_SPECIALIZED: Nested = Nested {
         ),
         named("warp", ArgKind::Int, IfAbsent::Is("0")),
     ],
-    doc: "An argument of circular_buffer: the producer warp group is added along that thread dim; `registers` rebalances registers with setmaxnreg; caches with different `warp` are separate producer roles. Loads inside the consumers' loop over that dim make its thread groups take turns with whole stages (ping-pong: examples/matmul/step14_ping_pong.hf).",
+    doc: doc!("An argument of circular_buffer: the producer warp group is added along that thread dim; `registers` rebalances registers with setmaxnreg; caches with different `warp` are separate producer roles. Loads inside the consumers' loop over that dim make its thread groups take turns with whole stages (ping-pong: examples/matmul/step14_ping_pong.hf)."),
 };
 
 /// The named options of `cache_after` and `cache_before` (each rejects those of the other
@@ -282,7 +300,7 @@ pub const PRIMITIVES: &[Primitive] = &[
         name: "cache_after",
         written: "x_c = cache_after(x, memory=local|shared|global, load=plain|tma|bulk, swizzle=none|32|64|128)",
         params: &cache_params(),
-        doc: "A copy of input x that its consumers read instead. load=tma fills a shared cache with TMA box copies (the box: the cache's Bulk axes); load=bulk with 1-D bulk copies.",
+        doc: doc!("A copy of input x that its consumers read instead. load=tma fills a shared cache with TMA box copies (the box: the cache's Bulk axes); load=bulk with 1-D bulk copies."),
         apply: Apply::Binding(memory::cache_after),
         checks_first: false,
         on_inputs: true,
@@ -291,7 +309,7 @@ pub const PRIMITIVES: &[Primitive] = &[
         name: "cache_before",
         written: "y_c = cache_before(y, memory=..., store=plain|tma, fence=analysis|per_store|issuing_warp, swizzle=...)",
         params: &cache_params(),
-        doc: "y is computed into y_c, which is then copied out to y. store=tma writes a shared cache with TMA stores (the box: y's Bulk axes).",
+        doc: doc!("y is computed into y_c, which is then copied out to y. store=tma writes a shared cache with TMA stores (the box: y's Bulk axes)."),
         apply: Apply::Binding(memory::cache_before),
         checks_first: false,
         on_inputs: true,
@@ -304,7 +322,7 @@ pub const PRIMITIVES: &[Primitive] = &[
             pos("factor", ArgKind::Int),
             opt("part", ArgKind::Keyword(&["inner", "outer"]), IfAbsent::Is("inner")),
         ],
-        doc: "Splits a loop axis in two: the inner part has extent `factor` (inner, the default), or the outer part does (outer). The axes after it move one to the right.",
+        doc: doc!("Splits a loop axis in two: the inner part has extent `factor` (inner, the default), or the outer part does (outer). The axes after it move one to the right."),
         apply: Apply::Method(loops::split),
         checks_first: true,
         on_inputs: false,
@@ -316,7 +334,7 @@ pub const PRIMITIVES: &[Primitive] = &[
             pos("a", ArgKind::Axis),
             opt("b", ArgKind::Axis, IfAbsent::Computed("a + 1")),
         ],
-        doc: "Merges loop axes a and b (default a + 1) into one axis at a's position.",
+        doc: doc!("Merges loop axes a and b (default a + 1) into one axis at a's position."),
         apply: Apply::Method(loops::merge),
         checks_first: true,
         on_inputs: false,
@@ -325,7 +343,7 @@ pub const PRIMITIVES: &[Primitive] = &[
         name: "reorder",
         written: "t.reorder(p0, p1, ...)",
         params: &[opt("old_positions", ArgKind::Axis, IfAbsent::Many)],
-        doc: "Reorders the loop axes: the new order as old positions, a permutation of all of them.",
+        doc: doc!("Reorders the loop axes: the new order as old positions, a permutation of all of them."),
         apply: Apply::Method(loops::reorder),
         checks_first: true,
         on_inputs: false,
@@ -334,7 +352,7 @@ pub const PRIMITIVES: &[Primitive] = &[
         name: "parallelize",
         written: "t.parallelize(axis, TIDx)",
         params: &[pos("axis", ArgKind::Axis), pos("type", ArgKind::Parallel)],
-        doc: "Binds a loop axis to a parallel type (a block or thread index, vector lanes, unrolling, a TMA box).",
+        doc: doc!("Binds a loop axis to a parallel type (a block or thread index, vector lanes, unrolling, a TMA box)."),
         apply: Apply::Method(parallel::parallelize),
         checks_first: true,
         on_inputs: false,
@@ -343,7 +361,7 @@ pub const PRIMITIVES: &[Primitive] = &[
         name: "vectorize",
         written: "t.vectorize(axis)",
         params: &[pos("axis", ArgKind::Axis)],
-        doc: "Same as parallelize(axis, Vectorize): the axis (constant extent, at most 16 bytes) becomes one vector access.",
+        doc: doc!("Same as parallelize(axis, Vectorize): the axis (constant extent, at most 16 bytes) becomes one vector access."),
         apply: Apply::Method(parallel::vectorize),
         checks_first: true,
         on_inputs: false,
@@ -352,7 +370,7 @@ pub const PRIMITIVES: &[Primitive] = &[
         name: "set_memory",
         written: "t.set_memory(local|shared|global)",
         params: &[pos("memory", ArgKind::Memory)],
-        doc: "Where an intermediate tensor lives.",
+        doc: doc!("Where an intermediate tensor lives."),
         apply: Apply::Method(memory::set_memory),
         checks_first: true,
         on_inputs: true,
@@ -361,7 +379,7 @@ pub const PRIMITIVES: &[Primitive] = &[
         name: "inline_at",
         written: "t.inline_at(pos)",
         params: &[pos("pos", ArgKind::Int)],
-        doc: "Computes t inside the first `pos` loops of its consumers (0: its own loop nest).",
+        doc: doc!("Computes t inside the first `pos` loops of its consumers (0: its own loop nest)."),
         apply: Apply::Method(inlining::inline_at),
         checks_first: true,
         on_inputs: false,
@@ -370,7 +388,7 @@ pub const PRIMITIVES: &[Primitive] = &[
         name: "compute_at",
         written: "p.compute_at(consumer, pos)",
         params: &[pos("consumer", ArgKind::Tensor), pos("pos", ArgKind::Int)],
-        doc: "Computes p inside the first `pos` loops of `consumer`.",
+        doc: doc!("Computes p inside the first `pos` loops of `consumer`."),
         apply: Apply::Method(inlining::compute_at),
         checks_first: true,
         on_inputs: false,
@@ -382,7 +400,7 @@ pub const PRIMITIVES: &[Primitive] = &[
             pos("axis", ArgKind::Axis),
             opt("more_axes", ArgKind::Axis, IfAbsent::Many),
         ],
-        doc: "Splits reduction t in two: t_rf reduces the listed loop axes (its other reduction axes hold partial results), then t reduces t_rf.",
+        doc: doc!("Splits reduction t in two: t_rf reduces the listed loop axes (its other reduction axes hold partial results), then t reduces t_rf."),
         apply: Apply::Method(loops::rfactor),
         checks_first: false,
         on_inputs: false,
@@ -401,7 +419,7 @@ pub const PRIMITIVES: &[Primitive] = &[
             opt("warp_specialized", ArgKind::Call(&WARP_SPECIALIZED), IfAbsent::Off),
             named("war", ArgKind::War, IfAbsent::Is("sync")),
         ],
-        doc: "Pipelines the serial loop around a cache's load over `stages` slots, `prefetch` loads ahead. With warp_specialized, a 128-thread producer warp group issues the loads.",
+        doc: doc!("Pipelines the serial loop around a cache's load over `stages` slots, `prefetch` loads ahead. With warp_specialized, a 128-thread producer warp group issues the loads."),
         apply: Apply::Method(pipeline::circular_buffer),
         checks_first: false,
         on_inputs: false,
@@ -410,7 +428,7 @@ pub const PRIMITIVES: &[Primitive] = &[
         name: "propagate",
         written: "propagate(t)",
         params: &[pos("reference", ArgKind::Tensor)],
-        doc: "Replays t's splits, merges, reorders and parallel types on every other computed tensor.",
+        doc: doc!("Replays t's splits, merges, reorders and parallel types on every other computed tensor."),
         apply: Apply::Statement(loops::propagate),
         checks_first: true,
         on_inputs: false,
@@ -419,7 +437,7 @@ pub const PRIMITIVES: &[Primitive] = &[
         name: "inline_most",
         written: "inline_most() | inline_most(t, ...)",
         params: &[opt("tensors", ArgKind::Tensor, IfAbsent::Many)],
-        doc: "Inlines every tensor (or those listed) as deep into its consumers' loops as is legal.",
+        doc: doc!("Inlines every tensor (or those listed) as deep into its consumers' loops as is legal."),
         apply: Apply::Statement(inlining::inline_most),
         checks_first: true,
         on_inputs: false,
@@ -432,7 +450,7 @@ pub const PRIMITIVES: &[Primitive] = &[
             pos("group", ArgKind::Int),
             opt("split", ArgKind::Keyword(&["stream_k"]), IfAbsent::Off),
         ],
-        doc: "Makes the kernel persistent: the grid-bound axes span the tiles, and a one-dimensional grid of as many CTAs as are resident (the fewest for as few rounds) walks them, CTA b taking tiles b, b + gridDim.x, ...; a grouped raster maps each to its indices: groups of 16 tiles along BIDy, stepping along BIDy first (examples/matmul/step15_persistent_raster.hf). With cluster(...), tiles of clusters. With stream_k: whole rounds, then the k steps of the tiles left split over every CTA (docs/variants/s15_stream_k.hf).",
+        doc: doc!("Makes the kernel persistent: the grid-bound axes span the tiles, and a one-dimensional grid of as many CTAs as are resident (the fewest for as few rounds) walks them, CTA b taking tiles b, b + gridDim.x, ...; a grouped raster maps each to its indices: groups of 16 tiles along BIDy, stepping along BIDy first (examples/matmul/step15_persistent_raster.hf). With cluster(...), tiles of clusters. With stream_k: whole rounds, then the k steps of the tiles left split over every CTA (docs/variants/s15_stream_k.hf)."),
         apply: Apply::Statement(grid::persistent),
         checks_first: true,
         on_inputs: false,
@@ -441,7 +459,7 @@ pub const PRIMITIVES: &[Primitive] = &[
         name: "cluster",
         written: "cluster(BIDy, 2)",
         params: &[pos("on", ArgKind::Parallel), pos("ctas", ArgKind::Int)],
-        doc: "Launches the kernel in clusters of 2..8 consecutive CTAs along a grid axis; a load=tma box that every CTA of a cluster loads alike is multicast, each CTA copying its slice of it into all of them (its pipeline needs empty mbarriers).",
+        doc: doc!("Launches the kernel in clusters of 2..8 consecutive CTAs along a grid axis; a load=tma box that every CTA of a cluster loads alike is multicast, each CTA copying its slice of it into all of them (its pipeline needs empty mbarriers)."),
         apply: Apply::Statement(grid::cluster),
         checks_first: true,
         on_inputs: false,
