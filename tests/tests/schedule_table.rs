@@ -164,6 +164,9 @@ fn named_arguments_are_the_tables() {
     assert_eq!(msg, "c.split: unknown argument `factor` (none are named)");
     let (_, _, msg) = error("  x = cache_after(a, memory=shared, memory=local)");
     assert_eq!(msg, "x = cache_after(...): `memory` is given twice");
+    let (_, _, msg) =
+        error("  a_s = cache_after(a, memory=shared)\n  a_s.circular_buffer(prefetch=1, 3, 2)");
+    assert_eq!(msg, "a_s.circular_buffer: `prefetch` is given twice");
     // A nested call's arguments are checked against its own parameters.
     let (_, _, msg) = error(
         "  a_s = cache_after(a, memory=shared, load=tma)\n  a_s.circular_buffer(2, warp_specialized(TIDy, warps=1))",

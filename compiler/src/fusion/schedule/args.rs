@@ -77,6 +77,12 @@ impl<'a> Args<'a> {
                             Some(e.loc()),
                         );
                     };
+                    if params[i].default != IfAbsent::Many && !a.given[i].is_empty() {
+                        return a.err(
+                            format!("`{}` is given twice", params[i].name),
+                            Some(e.loc()),
+                        );
+                    }
                     a.value(&params[i], e, e.loc())?;
                     a.given[i].push(Given {
                         expr: e,
