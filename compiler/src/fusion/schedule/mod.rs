@@ -167,20 +167,6 @@ fn new_name(f: &Fusion, name: &str, span: Span) -> SResult<()> {
     Ok(())
 }
 
-/// Fresh root axes joined to the logical axes of `like` (reduction axes dropped).
-pub(super) fn fresh_logical_root(f: &mut Fusion, like: TensorId) -> Vec<IterId> {
-    let logical = f.logical(like);
-    logical
-        .into_iter()
-        .map(|id| {
-            let (kind, ext) = (f.ids[id].kind, f.ids[id].root_extent.clone());
-            let new = f.new_id(kind, IterOrigin::Root, ext);
-            f.union(new, id);
-            new
-        })
-        .collect()
-}
-
 /// Looks the statement's primitive up in the table, checks its arguments against it and
 /// applies it.
 fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
@@ -233,32 +219,4 @@ fn apply_one(f: &mut Fusion, st: &SchedStmt) -> SResult<()> {
         }
         _ => Err(table::wrong_form(primitive, &what, span)),
     }
-}
-
-pub(super) fn push_tensor(
-    f: &mut Fusion,
-    name: &str,
-    dtype: DType,
-    root: Vec<IterId>,
-    memory: MemoryType,
-    span: Option<Span>,
-) -> TensorId {
-    f.tensors.push(Tensor {
-        name: name.to_string(),
-        dtype,
-        loop_domain: root.clone(),
-        root,
-        memory,
-        inline: Inline::Most,
-        definition: None,
-        is_input: false,
-        is_output: false,
-        span,
-        load: LoadKind::Plain,
-        circular: None,
-        store: LoadKind::Plain,
-        fence: FenceMode::Analysis,
-        swizzle: 0,
-    });
-    TensorId::new(f.tensors.len() - 1)
 }
