@@ -1,12 +1,12 @@
 //! The arguments of one schedule statement, checked against its primitive's parameters in the
-//! table ([`super::table`]) before the primitive is applied: the count of positional arguments,
+//! table ([`super::table`], in the terms of [`super::params`]) before the primitive is applied: the count of positional arguments,
 //! the names of named ones (each at most once), and each value's kind (an integer, a name, one
 //! of a kind's keywords, a list, a nested call such as `warp_specialized(...)`, itself checked
 //! against its own parameters). [`Args`] then hands the apply function each parameter's value
 //! (or its default) by name. Every error starts with the statement as the user wrote it
 //! (`c.split`, `x_s = cache_after(...)`) and points at the argument.
 
-use super::table::{either, ArgKind, IfAbsent, Param, Passing};
+use super::params::{either, ArgKind, IfAbsent, Param, Passing};
 use super::SResult;
 use crate::diag::{Diagnostic, Span};
 use crate::frontend::ast::{self, Arg};

@@ -27,6 +27,7 @@ mod inlining;
 mod loops;
 mod memory;
 mod parallel;
+mod params;
 mod pipeline;
 pub mod table;
 
