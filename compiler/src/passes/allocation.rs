@@ -206,12 +206,7 @@ fn add(a: SizeExpr, b: SizeExpr) -> SizeExpr {
 }
 
 fn contains_block_reduce(body: &[Stmt]) -> bool {
-    body.iter().any(|s| match s {
-        Stmt::BlockReduce { .. } => true,
-        Stmt::Loop(l) => contains_block_reduce(&l.body),
-        Stmt::If { then, els, .. } => contains_block_reduce(then) || contains_block_reduce(els),
-        _ => false,
-    })
+    crate::kir::any_stmt(body, &mut |s| matches!(s, Stmt::BlockReduce { .. }))
 }
 
 /// Inserts `alloc b` for every `(b, q, tensor)`: at loop depth `q` (or shallower, where a
@@ -262,20 +257,14 @@ fn first_writes(
                 p.push((i, false));
                 first.insert(c.out.buffer, p);
             }
-            Stmt::Loop(l) => {
-                path.push((i, true));
-                first_writes(&l.body, wanted, path, first);
-                path.pop();
-            }
-            Stmt::If { then, els, .. } => {
-                // A write inside a condition is allocated before the whole `if`.
-                path.push((i, false));
-                first_writes(then, wanted, path, first);
-                first_writes(els, wanted, path, first);
-                path.pop();
-            }
             _ => {}
         }
+        // A write inside a condition (any statement but a loop) is allocated before it.
+        path.push((i, matches!(s, Stmt::Loop(_))));
+        for child in s.children() {
+            first_writes(child, wanted, path, first);
+        }
+        path.pop();
     }
 }
 
@@ -285,11 +274,15 @@ fn place(
     at: &mut HashMap<Vec<usize>, Vec<(usize, usize, BufferId)>>,
 ) {
     for (i, s) in body.iter_mut().enumerate() {
-        if let Stmt::Loop(l) = s {
-            prefix.push(i);
-            place(&mut l.body, prefix, at);
-            prefix.pop();
+        // Allocations go into loop bodies (see `insert_allocs`), not into other statements'.
+        if !matches!(s, Stmt::Loop(_)) {
+            continue;
         }
+        prefix.push(i);
+        for child in s.children_mut() {
+            place(child, prefix, at);
+        }
+        prefix.pop();
     }
     let Some(mut here) = at.remove(prefix.as_slice()) else {
         return;

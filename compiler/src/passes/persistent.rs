@@ -31,7 +31,7 @@
 use super::{Ctx, KeyNode};
 use crate::diag::Diagnostic;
 use crate::fusion::ParallelType;
-use crate::kir::{Kernel, Loop, Persistent, Stmt, StreamK, Val};
+use crate::kir::{Flow, Kernel, Loop, Persistent, Step, Stmt, StreamK, Val};
 use crate::plan::SizeExpr;
 
 pub fn used(cx: &Ctx) -> bool {
@@ -236,11 +236,16 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
 /// The first serial loop of a reduction (a `ReductionUpdate` inside it) directly in the body of
 /// the innermost grid-bound loops: the k loop a stream-K split divides.
 fn find_k_loop(body: &[Stmt]) -> Option<&Loop> {
-    body.iter().find_map(|s| match s {
-        Stmt::Loop(l) if l.parallel.is_block() => find_k_loop(&l.body),
-        Stmt::Loop(l) if is_k_loop(l) => Some(l),
-        _ => None,
-    })
+    let mut found = None;
+    crate::kir::walk(body, &mut |s| match s {
+        Stmt::Loop(l) if l.parallel.is_block() => Flow::Descend,
+        Stmt::Loop(l) if found.is_none() && is_k_loop(l) => {
+            found = Some(l);
+            Flow::Skip
+        }
+        _ => Flow::Skip,
+    });
+    found
 }
 
 fn has_mma(body: &[Stmt]) -> bool {
@@ -425,51 +430,39 @@ impl Split {
 
 /// Calls `f` on the body of every loop keyed `key`.
 fn in_tile_loop(body: &mut [Stmt], key: super::LoopKey, f: &mut dyn FnMut(&mut Vec<Stmt>)) {
-    for s in body {
-        match s {
-            Stmt::Loop(l) if l.key == key => f(&mut l.body),
-            Stmt::Loop(l) => in_tile_loop(&mut l.body, key, f),
-            Stmt::If { then, els, .. } => {
-                in_tile_loop(then, key, f);
-                in_tile_loop(els, key, f);
-            }
-            _ => {}
+    crate::kir::for_each_stmt_mut(body, &mut |s| match s {
+        Stmt::Loop(l) if l.key == key => {
+            f(&mut l.body);
+            Flow::Skip
         }
-    }
+        _ => Flow::Descend,
+    });
 }
+
 /// How many outermost grid-bound loops `body` has (each the start of a nest over the grid).
 fn grid_nests(body: &[Stmt]) -> usize {
-    body.iter()
-        .map(|s| match s {
-            Stmt::Loop(l) if l.parallel.is_block() => 1,
-            Stmt::Loop(l) => grid_nests(&l.body),
-            Stmt::If { then, els, .. } => grid_nests(then) + grid_nests(els),
-            _ => 0,
-        })
-        .sum()
+    let mut nests = 0;
+    crate::kir::walk(body, &mut |s| match s {
+        Stmt::Loop(l) if l.parallel.is_block() => {
+            nests += 1;
+            Flow::Skip
+        }
+        _ => Flow::Descend,
+    });
+    nests
 }
 
 /// Puts the tile loop (`tile_loop` of a body) around the body of the innermost grid-bound
 /// loop of every outermost chain of them.
-fn wrap(body: Vec<Stmt>, tile_loop: &dyn Fn(Vec<Stmt>) -> Stmt) -> Vec<Stmt> {
-    body.into_iter()
-        .map(|s| match s {
-            Stmt::Loop(mut l) if l.parallel.is_block() => {
-                l.body = innermost(l.body, tile_loop);
-                Stmt::Loop(l)
-            }
-            Stmt::Loop(mut l) => {
-                l.body = wrap(l.body, tile_loop);
-                Stmt::Loop(l)
-            }
-            Stmt::If { cond, then, els } => Stmt::If {
-                cond,
-                then: wrap(then, tile_loop),
-                els: wrap(els, tile_loop),
-            },
-            other => other,
-        })
-        .collect()
+fn wrap(mut body: Vec<Stmt>, tile_loop: &dyn Fn(Vec<Stmt>) -> Stmt) -> Vec<Stmt> {
+    crate::kir::rewrite_pre(&mut body, &mut |s| match s {
+        Stmt::Loop(mut l) if l.parallel.is_block() => {
+            l.body = innermost(l.body, tile_loop);
+            Step::Keep(vec![Stmt::Loop(l)])
+        }
+        other => Step::Descend(vec![other]),
+    });
+    body
 }
 
 fn innermost(body: Vec<Stmt>, tile_loop: &dyn Fn(Vec<Stmt>) -> Stmt) -> Vec<Stmt> {

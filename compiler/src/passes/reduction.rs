@@ -10,7 +10,9 @@
 use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{ExprId, IterId, IterKind, MemoryType, Op, ParallelType};
-use crate::kir::{Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, Stmt, Val};
+use crate::kir::{
+    Access, Buffer, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Loop, Stmt, Val,
+};
 
 /// One reduction's rewrite: the loop it hooks onto and what surrounds that loop.
 struct Lowered {
@@ -193,25 +195,29 @@ fn find_hooks(
     hooks: &mut [Option<usize>],
 ) {
     for s in body {
-        match s {
-            Stmt::Loop(l) => {
-                path.push((l.key, *next_loop));
-                *next_loop += 1;
-                find_hooks(&l.body, lowered, of_expr, path, next_loop, hooks);
-                path.pop();
+        if let Stmt::Compute(c) = s {
+            let i = of_expr.get(&c.expr).copied();
+            if let Some(i) =
+                i.filter(|&i| c.role == ComputeRole::ReductionUpdate && hooks[i].is_none())
+            {
+                hooks[i] = path
+                    .iter()
+                    .find(|(key, _)| *key == lowered[i].first_key)
+                    .map(|&(_, n)| n);
             }
-            Stmt::Compute(c) if c.role == ComputeRole::ReductionUpdate => {
-                let Some(&i) = of_expr.get(&c.expr) else {
-                    continue;
-                };
-                if hooks[i].is_none() {
-                    hooks[i] = path
-                        .iter()
-                        .find(|(key, _)| *key == lowered[i].first_key)
-                        .map(|&(_, n)| n);
-                }
-            }
-            _ => {}
+        }
+        let looped = if let Stmt::Loop(l) = s {
+            path.push((l.key, *next_loop));
+            *next_loop += 1;
+            true
+        } else {
+            false
+        };
+        for child in s.children() {
+            find_hooks(child, lowered, of_expr, path, next_loop, hooks);
+        }
+        if looped {
+            path.pop();
         }
     }
 }
@@ -225,14 +231,19 @@ fn hook(
     next_loop: &mut usize,
 ) -> Vec<Stmt> {
     let mut out = Vec::with_capacity(body.len());
-    for s in body {
+    for mut s in body {
+        // A loop's number, before those inside it.
+        let n = *next_loop;
+        if matches!(s, Stmt::Loop(_)) {
+            *next_loop += 1;
+        }
+        for child in s.children_mut() {
+            *child = hook(std::mem::take(child), lowered, at_loop, next_loop);
+        }
         let Stmt::Loop(mut l) = s else {
             out.push(s);
             continue;
         };
-        let n = *next_loop;
-        *next_loop += 1;
-        l.body = hook(std::mem::take(&mut l.body), lowered, at_loop, next_loop);
         let Some(here) = at_loop.get(&n) else {
             out.push(Stmt::Loop(l));
             continue;
@@ -252,10 +263,14 @@ fn hook(
     out
 }
 
-fn redirect(body: &mut [Stmt], e: ExprId, acc: BufferId, out_buf: BufferId) -> bool {
-    for s in body.iter_mut() {
-        match s {
-            Stmt::Compute(c) if c.expr == e && c.role == ComputeRole::ReductionUpdate => {
+fn redirect(body: &mut [Stmt], e: ExprId, acc: BufferId, out_buf: BufferId) {
+    let mut found = false;
+    crate::kir::for_each_stmt_mut(body, &mut |s| {
+        if found {
+            return Flow::Skip;
+        }
+        if let Stmt::Compute(c) = s {
+            if c.expr == e && c.role == ComputeRole::ReductionUpdate {
                 c.out = Access {
                     buffer: acc,
                     index: None,
@@ -268,16 +283,9 @@ fn redirect(body: &mut [Stmt], e: ExprId, acc: BufferId, out_buf: BufferId) -> b
                         });
                     }
                 }
-                return true;
+                found = true;
             }
-            Stmt::Loop(l) => {
-                let found = redirect(&mut l.body, e, acc, out_buf);
-                if found {
-                    return true;
-                }
-            }
-            _ => {}
         }
-    }
-    false
+        Flow::Descend
+    });
 }

@@ -34,8 +34,8 @@ use crate::diag::Diagnostic;
 use crate::dtype::DType;
 use crate::fusion::{BinaryOp, ExprId, MemoryType, ParallelType};
 use crate::kir::{
-    Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, MmaOperand, Stmt, Val,
-    Wgmma,
+    Access, Buffer, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Loop, MmaOperand, Step,
+    Stmt, Val, Wgmma,
 };
 use crate::target;
 use std::collections::{HashMap, HashSet};
@@ -227,28 +227,16 @@ pub(super) fn check_accumulator_registers(
 
 /// Every three-deep Mma nest (the products), as their loops.
 pub(super) fn find_products(body: &[Stmt], out: &mut Vec<Vec<Stmt>>) {
-    for s in body {
-        match s {
-            Stmt::Loop(l) if l.parallel == ParallelType::Mma => {
-                let (loops, _) = chain(l);
-                if loops.len() == 3 {
-                    out.push(vec![s.clone()]);
-                }
+    crate::kir::walk(body, &mut |s| match s {
+        Stmt::Loop(l) if l.parallel == ParallelType::Mma => {
+            let (loops, _) = chain(l);
+            if loops.len() == 3 {
+                out.push(vec![s.clone()]);
             }
-            Stmt::Loop(l) => find_products(&l.body, out),
-            Stmt::If { then, els, .. } => {
-                find_products(then, out);
-                find_products(els, out);
-            }
-            Stmt::WarpRoles {
-                producer, consumer, ..
-            } => {
-                find_products(producer, out);
-                find_products(consumer, out);
-            }
-            _ => {}
+            Flow::Skip
         }
-    }
+        _ => Flow::Descend,
+    });
 }
 
 /// Whether `l` opens a tensor-core product's tile (three or more Mma loops in a row), whose
@@ -371,37 +359,11 @@ impl Lower<'_> {
         k: &mut Kernel,
         body: Vec<Stmt>,
     ) -> Result<Vec<Stmt>, Diagnostic> {
-        let mut out = Vec::new();
-        for s in body {
-            match s {
+        let mut out = body;
+        crate::kir::try_rewrite_pre(&mut out, &mut |s| {
+            Ok(match s {
                 Stmt::Loop(l) if l.parallel == ParallelType::Mma => {
-                    out.extend(self.nest(cx, k, l)?);
-                }
-                Stmt::Loop(mut l) => {
-                    l.body = self.block(cx, k, l.body)?;
-                    out.push(Stmt::Loop(l));
-                }
-                Stmt::If { cond, then, els } => {
-                    let then = self.block(cx, k, then)?;
-                    let els = self.block(cx, k, els)?;
-                    out.push(Stmt::If { cond, then, els });
-                }
-                Stmt::WarpRoles {
-                    is_producer,
-                    producer,
-                    consumer,
-                    registers,
-                    consumer_threads,
-                } => {
-                    let producer = self.block(cx, k, producer)?;
-                    let consumer = self.block(cx, k, consumer)?;
-                    out.push(Stmt::WarpRoles {
-                        is_producer,
-                        producer,
-                        consumer,
-                        registers,
-                        consumer_threads,
-                    });
+                    Step::Keep(self.nest(cx, k, l)?)
                 }
                 Stmt::Compute(c) => {
                     let mut touches = self.fragments.contains(&c.out.buffer);
@@ -418,11 +380,11 @@ impl Lower<'_> {
                             f.tensors[t].span,
                         ));
                     }
-                    out.push(Stmt::Compute(c));
+                    Step::Keep(vec![Stmt::Compute(c)])
                 }
-                other => out.push(other),
-            }
-        }
+                other => Step::Descend(vec![other]),
+            })
+        })?;
         Ok(out)
     }
 

@@ -74,18 +74,15 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     match plan.pipes.iter().position(|p| p.ws.is_some()) {
         Some(p) => {
             let mut roles = super::warp_specialize::warp_specialize(cx, plan, body, p)?;
-            let Stmt::WarpRoles { consumer, .. } = &mut roles else {
-                unreachable!("warp_specialize returns warp roles")
-            };
-            consumer.extend(drain);
+            roles.consumer.extend(drain);
             if exit[0] == Stmt::ClusterSync {
                 // Every thread of both roles meets the peers, after the roles rejoin.
-                out.push(roles);
+                out.push(Stmt::WarpRoles(roles));
                 out.extend(exit);
             } else {
                 // The producers have left: the consumers' named barrier is the block's.
-                consumer.extend(exit);
-                out.push(roles);
+                roles.consumer.extend(exit);
+                out.push(Stmt::WarpRoles(roles));
             }
         }
         None => {
@@ -466,48 +463,38 @@ pub(crate) fn issue_stores(
     stream_k: Option<&crate::kir::StreamK>,
 ) {
     let cache = cx.tensor_buffer[&s.cache];
-    let mut i = 0;
-    while i < body.len() {
-        match &mut body[i] {
-            Stmt::TmaStore(t) if t.map == s.map => {
-                let mut store = body.remove(i);
-                // Stream-K: only the piece that ends a tile stores it (the others hand on
-                // partial sums); the commit stays, an empty group.
-                if let Some(sk) = stream_k {
-                    store = guard(sk.ends_tile(), vec![store]);
+    crate::kir::rewrite_pre(body, &mut |st| match st {
+        Stmt::TmaStore(t) if t.map == s.map => {
+            let mut store = Stmt::TmaStore(t);
+            // Stream-K: only the piece that ends a tile stores it (the others hand on partial
+            // sums); the commit stays, an empty group.
+            if let Some(sk) = stream_k {
+                store = guard(sk.ends_tile(), vec![store]);
+            }
+            // The wait for shared memory to be read is deferred to just before the cache is
+            // written again (the `sync` pass) and to the kernel's exit, so the store runs on
+            // while the threads go on (the next tile's main loop).
+            let elected = vec![store, Stmt::BulkCommit];
+            let issue = match (s.fence, issuer) {
+                (FenceMode::IssuingWarp, Val::And(warp, elect)) => Stmt::If {
+                    cond: (**warp).clone(),
+                    then: vec![Stmt::FenceProxyAsync, guard((**elect).clone(), elected)],
+                    els: Vec::new(),
+                },
+                (FenceMode::IssuingWarp, _) => {
+                    let mut v = vec![Stmt::FenceProxyAsync];
+                    v.extend(elected);
+                    guard(issuer.clone(), v)
                 }
-                // The wait for shared memory to be read is deferred to just before the cache is
-                // written again (the `sync` pass) and to the kernel's exit, so the store runs on
-                // while the threads go on (the next tile's main loop).
-                let elected = vec![store, Stmt::BulkCommit];
-                let issue = match (s.fence, issuer) {
-                    (FenceMode::IssuingWarp, Val::And(warp, elect)) => Stmt::If {
-                        cond: (**warp).clone(),
-                        then: vec![Stmt::FenceProxyAsync, guard((**elect).clone(), elected)],
-                        els: Vec::new(),
-                    },
-                    (FenceMode::IssuingWarp, _) => {
-                        let mut v = vec![Stmt::FenceProxyAsync];
-                        v.extend(elected);
-                        guard(issuer.clone(), v)
-                    }
-                    _ => guard(issuer.clone(), elected),
-                };
-                body.insert(i, issue);
-            }
-            Stmt::Compute(c) if s.fence == FenceMode::PerStore && c.out.buffer == cache => {
-                body.insert(i + 1, Stmt::FenceProxyAsync);
-                i += 1;
-            }
-            Stmt::Loop(l) => issue_stores(cx, &mut l.body, s, issuer, stream_k),
-            Stmt::If { then, els, .. } => {
-                issue_stores(cx, then, s, issuer, stream_k);
-                issue_stores(cx, els, s, issuer, stream_k);
-            }
-            _ => {}
+                _ => guard(issuer.clone(), elected),
+            };
+            Step::Keep(vec![issue])
         }
-        i += 1;
-    }
+        Stmt::Compute(c) if s.fence == FenceMode::PerStore && c.out.buffer == cache => {
+            Step::Keep(vec![Stmt::Compute(c), Stmt::FenceProxyAsync])
+        }
+        other => Step::Descend(vec![other]),
+    });
 }
 
 /// One wait per distinct issuer for its TMA stores to have read shared memory
@@ -525,7 +512,7 @@ pub(crate) fn store_waits<'a>(issuers: impl IntoIterator<Item = &'a Val>) -> Vec
 
 /// Adds `offset` to every read of `buffer`.
 pub(crate) fn shift_reads(body: &mut [Stmt], buffer: BufferId, offset: &Val) {
-    for s in body {
+    crate::kir::for_each_stmt_mut(body, &mut |s| {
         match s {
             Stmt::Compute(c) => c.value.for_each_read_mut(&mut |a| {
                 if a.buffer == buffer {
@@ -533,14 +520,10 @@ pub(crate) fn shift_reads(body: &mut [Stmt], buffer: BufferId, offset: &Val) {
                 }
             }),
             Stmt::TmaStore(t) if t.src.buffer == buffer => shift(&mut t.src, offset),
-            Stmt::Loop(l) => shift_reads(&mut l.body, buffer, offset),
-            Stmt::If { then, els, .. } => {
-                shift_reads(then, buffer, offset);
-                shift_reads(els, buffer, offset);
-            }
             _ => {}
         }
-    }
+        Flow::Descend
+    });
 }
 
 pub(crate) fn shift(a: &mut Access, offset: &Val) {
@@ -550,16 +533,12 @@ pub(crate) fn shift(a: &mut Access, offset: &Val) {
 
 /// Adds `offset` to every plain write of `buffer`.
 pub(crate) fn shift_writes(s: &mut Stmt, buffer: BufferId, offset: &Val) {
-    match s {
-        Stmt::Compute(c) if c.out.buffer == buffer => shift(&mut c.out, offset),
-        Stmt::Loop(l) => l
-            .body
-            .iter_mut()
-            .for_each(|s| shift_writes(s, buffer, offset)),
-        Stmt::If { then, els, .. } => then
-            .iter_mut()
-            .chain(els.iter_mut())
-            .for_each(|s| shift_writes(s, buffer, offset)),
-        _ => {}
-    }
+    crate::kir::for_each_stmt_mut(std::slice::from_mut(s), &mut |s| {
+        if let Stmt::Compute(c) = s {
+            if c.out.buffer == buffer {
+                shift(&mut c.out, offset);
+            }
+        }
+        Flow::Descend
+    });
 }
