@@ -11,62 +11,13 @@
 use super::{mul, Ctx, PipelinePlan};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterId, IterKind, MemoryType, ParallelType, TensorId};
-use crate::kir::{BufferId, Kernel, Stmt, Val};
+use crate::kir::{Buffer, BufferId, Kernel, Stmt, Val};
 use crate::plan::SizeExpr;
 use rustc_hash::FxHashMap as HashMap;
 
 pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
-    let mut placements: Vec<(TensorId, BufferId)> =
-        cx.tensor_buffer.iter().map(|(&t, &b)| (t, b)).collect();
-    // (Each tensor once: its index orders them as the pair did.)
-    crate::id::sort_by_position(&mut placements, |&(t, _)| t.index());
-    // Ping-pong caches: the consumer groups take turns with whole stages, so the loop over the
-    // specialised dim outside the cache's position selects a stage, not a part of one.
-    let turns: HashMap<TensorId, ParallelType> = plan
-        .loads
-        .iter()
-        .filter_map(|i| {
-            let ws = plan.pipes[i.pipe].ws.as_ref().filter(|w| w.turns > 1)?;
-            Some((i.tensor, ws.spec.on))
-        })
-        .collect();
-    let mut allocs = Vec::new();
-    for (t, b) in placements {
-        let tensor = &f.tensors[t];
-        if tensor.memory == MemoryType::Global {
-            continue;
-        }
-        let q = cx.placement[&t].1;
-        let pos = cx.own_axes_from(t);
-        let ids: Vec<IterId> = tensor
-            .loop_domain
-            .iter()
-            .enumerate()
-            .filter(|&(p, &id)| {
-                let ax = &f.ids[id];
-                if ax.kind == IterKind::Reduction {
-                    return false;
-                }
-                if p < pos && turns.get(&t) == Some(&ax.parallel) {
-                    return false;
-                }
-                match tensor.memory {
-                    MemoryType::Local => p >= pos && !ax.parallel.is_hw(),
-                    _ => (p >= pos && !ax.parallel.is_block()) || ax.parallel.is_thread(),
-                }
-            })
-            .map(|(_, &id)| id)
-            .collect();
-        cx.alloc_ids.insert(b, ids);
-        allocs.push((b, q, t));
-    }
-    insert_allocs(&mut k.body, &allocs).map_err(|t| {
-        Diagnostic::new(
-            format!("internal: no place to allocate `{}`", f.tensors[t].name),
-            f.tensors[t].span,
-        )
-    })?;
+    place_allocations(cx, plan, k)?;
     // Sizes.
     let mut offset = SizeExpr::Const(0);
     // TMA boxes first: each stage starts at a multiple of 128 bytes. Circular buffers hold
@@ -131,29 +82,7 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
             }
         }
         match buf.memory {
-            MemoryType::Local => {
-                let Some(n) = size.as_const() else {
-                    let t = buf.tensor.map(|t| f.tensors[t].span).unwrap_or(None);
-                    return Err(Diagnostic::new(
-                        format!(
-                            "register tensor `{}` needs {size} elements per thread: a register array needs a constant size (split by a constant, inline it further, or use shared memory)",
-                            buf.name
-                        ),
-                        t,
-                    ));
-                };
-                if n > 1024 {
-                    return Err(Diagnostic::new(
-                        format!(
-                            "register tensor `{}` needs {n} elements per thread (at most 1024)",
-                            buf.name
-                        ),
-                        buf.tensor
-                            .or_else(|| cx.accumulator_of.get(&b).copied())
-                            .and_then(|t| f.tensors[t].span),
-                    ));
-                }
-            }
+            MemoryType::Local => check_registers(cx, buf, b, &size)?,
             MemoryType::Shared => {
                 let bytes = mul(size.clone(), SizeExpr::Const(buf.dtype.size_bytes() as i64));
                 let align = match plan.box_swizzle(&cx.tensor_buffer, b) {
@@ -194,6 +123,90 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
         }
     }
     k.dynamic_smem = offset;
+    Ok(())
+}
+
+/// Gives every non-global tensor's buffer its allocation axes (`Ctx::alloc_ids`) and puts its
+/// `alloc` before the statement that holds its first write, at its placement's depth.
+fn place_allocations(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let mut placements: Vec<(TensorId, BufferId)> =
+        cx.tensor_buffer.iter().map(|(&t, &b)| (t, b)).collect();
+    // (Each tensor once: its index orders them as the pair did.)
+    crate::id::sort_by_position(&mut placements, |&(t, _)| t.index());
+    // Ping-pong caches: the consumer groups take turns with whole stages, so the loop over the
+    // specialised dim outside the cache's position selects a stage, not a part of one.
+    let turns: HashMap<TensorId, ParallelType> = plan
+        .loads
+        .iter()
+        .filter_map(|i| {
+            let ws = plan.pipes[i.pipe].ws.as_ref().filter(|w| w.turns > 1)?;
+            Some((i.tensor, ws.spec.on))
+        })
+        .collect();
+    let mut allocs = Vec::new();
+    for (t, b) in placements {
+        let tensor = &f.tensors[t];
+        if tensor.memory == MemoryType::Global {
+            continue;
+        }
+        let q = cx.placement[&t].1;
+        let pos = cx.own_axes_from(t);
+        let ids: Vec<IterId> = tensor
+            .loop_domain
+            .iter()
+            .enumerate()
+            .filter(|&(p, &id)| {
+                let ax = &f.ids[id];
+                if ax.kind == IterKind::Reduction {
+                    return false;
+                }
+                if p < pos && turns.get(&t) == Some(&ax.parallel) {
+                    return false;
+                }
+                match tensor.memory {
+                    MemoryType::Local => p >= pos && !ax.parallel.is_hw(),
+                    _ => (p >= pos && !ax.parallel.is_block()) || ax.parallel.is_thread(),
+                }
+            })
+            .map(|(_, &id)| id)
+            .collect();
+        cx.alloc_ids.insert(b, ids);
+        allocs.push((b, q, t));
+    }
+    insert_allocs(&mut k.body, &allocs).map_err(|t| {
+        Diagnostic::new(
+            format!("internal: no place to allocate `{}`", f.tensors[t].name),
+            f.tensors[t].span,
+        )
+    })?;
+    Ok(())
+}
+
+/// A register array has a constant size of at most 1024 elements per thread.
+fn check_registers(cx: &Ctx, buf: &Buffer, b: BufferId, size: &SizeExpr) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let Some(n) = size.as_const() else {
+        let t = buf.tensor.map(|t| f.tensors[t].span).unwrap_or(None);
+        return Err(Diagnostic::new(
+            format!(
+                "register tensor `{}` needs {size} elements per thread: a register array needs a constant size (split by a constant, inline it further, or use shared memory)",
+                buf.name
+            ),
+            t,
+        ));
+    };
+    if n > 1024 {
+        return Err(Diagnostic::new(
+            format!(
+                "register tensor `{}` needs {n} elements per thread (at most 1024)",
+                buf.name
+            ),
+            buf.tensor
+                .or_else(|| cx.accumulator_of.get(&b).copied())
+                .and_then(|t| f.tensors[t].span),
+        ));
+    }
     Ok(())
 }
 

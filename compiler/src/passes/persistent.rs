@@ -115,51 +115,13 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         (cta, Val::Ctas, None)
     };
     if p.stream_k {
-        if ctas > 1 {
-            return err(format!(
-                "{what}, stream_k: a stream-K split does not combine with cluster(...)"
-            ));
-        }
-        // The hand-over is built for (and validated with) warp-specialized operand pipelines:
-        // the consumers hold the accumulator while a producer keeps loading the next piece.
-        if !f
-            .tensors
-            .iter()
-            .any(|t| t.circular.is_some_and(|c| c.ws.is_some()))
-        {
-            return err(format!(
-                "{what}, stream_k: the operands are not loaded by a warp-specialized circular buffer"
-            ));
-        }
-        if let Some(t) = f
-            .tensor_ids()
-            .find(|&t| f.tensors[t].is_output && f.tensors[t].store != crate::fusion::LoadKind::Tma)
-        {
-            return err(format!(
-                "{what}, stream_k: output `{}` is not written by TMA stores (cache_before(..., store=tma))",
-                f.tensors[t].name
-            ));
-        }
+        check_stream_k(f, &what, ctas)?;
     }
     // Stream-K: the CTA's run of k steps, the first tile it touches and the pieces.
     let tiles_val = Val::from_size(&tiles);
-    let split = if p.stream_k {
-        let (kt, kt_size) = match find_k_loop(&k.body) {
-            Some(l) if has_mma(&l.body) => (l.extent.clone(), cx.key_extent(l.key).clone()),
-            Some(_) => {
-                return err(format!(
-                    "{what}, stream_k: the split k loop has no tensor-core product (Mma axes)"
-                ))
-            }
-            None => {
-                return err(format!(
-                    "{what}, stream_k: no k loop of a matrix product directly inside the grid-bound loops"
-                ))
-            }
-        };
-        Some(Split::new(cx, &tiles, &tiles_val, kt, kt_size, &var))
-    } else {
-        None
+    let split = match p.stream_k {
+        true => Some(split(cx, k, &what, &tiles, &tiles_val, &var)?),
+        false => None,
     };
     let linear = match &split {
         Some(sp) => sp.linear.clone(),
@@ -231,6 +193,67 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         stream_k,
     });
     Ok(())
+}
+
+/// What a stream-K split needs of the fusion: no clusters, warp-specialized operand
+/// pipelines (the consumers hold the accumulator while a producer keeps loading the next
+/// piece), outputs written by TMA stores.
+fn check_stream_k(f: &crate::fusion::Fusion, what: &str, ctas: i64) -> Result<(), Diagnostic> {
+    let span = f.persistent.and_then(|p| p.span);
+    let err = |m: String| Err(Diagnostic::new(m, span));
+    if ctas > 1 {
+        return err(format!(
+            "{what}, stream_k: a stream-K split does not combine with cluster(...)"
+        ));
+    }
+    // The hand-over is built for (and validated with) warp-specialized operand pipelines:
+    // the consumers hold the accumulator while a producer keeps loading the next piece.
+    if !f
+        .tensors
+        .iter()
+        .any(|t| t.circular.is_some_and(|c| c.ws.is_some()))
+    {
+        return err(format!(
+            "{what}, stream_k: the operands are not loaded by a warp-specialized circular buffer"
+        ));
+    }
+    if let Some(t) = f
+        .tensor_ids()
+        .find(|&t| f.tensors[t].is_output && f.tensors[t].store != crate::fusion::LoadKind::Tma)
+    {
+        return err(format!(
+            "{what}, stream_k: output `{}` is not written by TMA stores (cache_before(..., store=tma))",
+            f.tensors[t].name
+        ));
+    }
+    Ok(())
+}
+
+/// The stream-K split of the tiles' k steps, over the k loop inside the grid-bound loops.
+fn split(
+    cx: &mut Ctx,
+    k: &Kernel,
+    what: &str,
+    tiles: &SizeExpr,
+    tiles_val: &Val,
+    var: &str,
+) -> Result<Split, Diagnostic> {
+    let span = cx.fusion.persistent.and_then(|p| p.span);
+    let err = |m: String| Err(Diagnostic::new(m, span));
+    let (kt, kt_size) = match find_k_loop(&k.body) {
+        Some(l) if has_mma(&l.body) => (l.extent.clone(), cx.key_extent(l.key).clone()),
+        Some(_) => {
+            return err(format!(
+                "{what}, stream_k: the split k loop has no tensor-core product (Mma axes)"
+            ))
+        }
+        None => {
+            return err(format!(
+            "{what}, stream_k: no k loop of a matrix product directly inside the grid-bound loops"
+        ))
+        }
+    };
+    Ok(Split::new(cx, tiles, tiles_val, kt, kt_size, var))
 }
 
 /// The first serial loop of a reduction (a `ReductionUpdate` inside it) directly in the body of
