@@ -279,73 +279,92 @@ pub(crate) fn pipeline(
         });
     }
     let mut out: Vec<Stmt> = allocs;
-    let extent = l.extent.clone();
     if pf == 0 {
         let mut b = issue_at(&v);
         b.extend(iteration);
         out.push(Stmt::Loop(Loop { body: b, ..l }));
     } else {
-        let known = match extent {
-            Val::Int(e) => Some(e),
-            _ => None,
-        };
-        // Prologue: loads of iterations [0, prefetch).
         let first = issue_at(&v);
-        let pro_body = if known.is_some_and(|e| e >= pf) {
-            first
-        } else {
-            vec![guard(Val::lt(v.clone(), extent.clone()), first)]
-        };
-        out.push(Stmt::Loop(Loop {
-            key: l.key,
-            var: var.clone(),
-            extent: Val::Int(pf),
-            parallel: ParallelType::Serial,
-            digits: Vec::new(),
-            body: pro_body,
-        }));
-        // Main: issue iteration i + prefetch, then run iteration i.
-        let main_extent = match known {
-            Some(e) => Val::Int(e - pf),
-            None => Val::Sub(Box::new(extent.clone()), Box::new(Val::Int(pf))),
-        };
-        let mut main = issue_at(&Val::add(v.clone(), Val::Int(pf)));
-        main.extend(iteration.clone());
-        out.push(Stmt::Loop(Loop {
-            key: l.key,
-            var: var.clone(),
-            extent: main_extent.clone(),
-            parallel: l.parallel,
-            digits: Vec::new(),
-            body: main,
-        }));
-        // Epilogue: the last `prefetch` iterations, no loads.
-        let epi = cx.fresh_name(&format!("{var}_epi"));
-        let mut epi_body = vec![Stmt::Let {
-            var: var.clone(),
-            value: Val::add(main_extent, Val::Var(epi.clone())),
-            broadcast: false,
-        }];
-        if known.is_some_and(|e| e >= pf) {
-            epi_body.extend(iteration);
-        } else {
-            epi_body.push(Stmt::If {
-                cond: Val::lt(Val::Int(-1), v.clone()),
-                then: iteration,
-                els: Vec::new(),
-            });
-        }
-        out.push(Stmt::Loop(Loop {
-            key: l.key,
-            var: epi,
-            extent: Val::Int(pf),
-            parallel: ParallelType::Serial,
-            digits: Vec::new(),
-            body: epi_body,
-        }));
+        let next = issue_at(&Val::add(v.clone(), Val::Int(pf)));
+        out.extend(prefetched(cx, &l, pf, first, next, iteration));
     }
     body.splice(i..i, out);
     Ok(true)
+}
+
+/// A buffered loop `l` that loads `pf` iterations ahead: the prologue issues the loads of
+/// iterations [0, pf) (`first`: those of iteration `l.var`), the main loop issues those of
+/// iteration i + pf (`next`) and runs `iteration` i, the epilogue runs the last `pf`.
+fn prefetched(
+    cx: &mut Ctx,
+    l: &Loop,
+    pf: i64,
+    first: Vec<Stmt>,
+    next: Vec<Stmt>,
+    iteration: Vec<Stmt>,
+) -> Vec<Stmt> {
+    let var = l.var.clone();
+    let v = Val::Var(var.clone());
+    let extent = l.extent.clone();
+    let mut out = Vec::new();
+    let known = match extent {
+        Val::Int(e) => Some(e),
+        _ => None,
+    };
+    // Prologue: loads of iterations [0, prefetch).
+    let pro_body = if known.is_some_and(|e| e >= pf) {
+        first
+    } else {
+        vec![guard(Val::lt(v.clone(), extent.clone()), first)]
+    };
+    out.push(Stmt::Loop(Loop {
+        key: l.key,
+        var: var.clone(),
+        extent: Val::Int(pf),
+        parallel: ParallelType::Serial,
+        digits: Vec::new(),
+        body: pro_body,
+    }));
+    // Main: issue iteration i + prefetch, then run iteration i.
+    let main_extent = match known {
+        Some(e) => Val::Int(e - pf),
+        None => Val::Sub(Box::new(extent.clone()), Box::new(Val::Int(pf))),
+    };
+    let mut main = next;
+    main.extend(iteration.clone());
+    out.push(Stmt::Loop(Loop {
+        key: l.key,
+        var: var.clone(),
+        extent: main_extent.clone(),
+        parallel: l.parallel,
+        digits: Vec::new(),
+        body: main,
+    }));
+    // Epilogue: the last `prefetch` iterations, no loads.
+    let epi = cx.fresh_name(&format!("{var}_epi"));
+    let mut epi_body = vec![Stmt::Let {
+        var: var.clone(),
+        value: Val::add(main_extent, Val::Var(epi.clone())),
+        broadcast: false,
+    }];
+    if known.is_some_and(|e| e >= pf) {
+        epi_body.extend(iteration);
+    } else {
+        epi_body.push(Stmt::If {
+            cond: Val::lt(Val::Int(-1), v.clone()),
+            then: iteration,
+            els: Vec::new(),
+        });
+    }
+    out.push(Stmt::Loop(Loop {
+        key: l.key,
+        var: epi,
+        extent: Val::Int(pf),
+        parallel: ParallelType::Serial,
+        digits: Vec::new(),
+        body: epi_body,
+    }));
+    out
 }
 
 pub(crate) fn contains_copy(s: &Stmt) -> bool {
