@@ -200,28 +200,12 @@ pub(crate) fn pipeline(
             Val::rem(Val::div(lin.clone(), Val::Int(s)), Val::Int(2))
         }
     };
-    let mut copies = Vec::new();
-    let mut plain = Vec::new();
-    let mut allocs = Vec::new();
-    let mut rest = Vec::new();
-    for st in l.body.iter().cloned() {
-        match &st {
-            Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer) => copies.push(st),
-            Stmt::Alloc(b) if buffers.contains(b) => allocs.push(st),
-            _ if fills(&st, &buffers) => {
-                if contains_copy(&st) {
-                    return Err(Diagnostic::new(
-                        format!(
-                            "the load of `{name}` is separated from the serial loop `{var}` that pipelines it by other loops: it must be issued directly in `{var}` (put block-index loops outside it)"
-                        ),
-                        span,
-                    ));
-                }
-                plain.push(st)
-            }
-            _ => rest.push(st),
-        }
-    }
+    let Parts {
+        copies,
+        plain,
+        allocs,
+        mut rest,
+    } = parts(&l, &buffers, name, span)?;
     let stage_of = |b: BufferId| plan.stage_elems[&b].clone();
     // Moves the loads to iteration `v`, each into its slot.
     let issue_at = |v: &Val| -> Vec<Stmt> {
@@ -290,6 +274,57 @@ pub(crate) fn pipeline(
     }
     body.splice(i..i, out);
     Ok(true)
+}
+
+/// The statements of a buffered loop's body, by what the pipeline does with them.
+struct Parts {
+    /// Copies into a member buffer: issued `prefetch` iterations ahead, into their slot.
+    copies: Vec<Stmt>,
+    /// Plain loads of a member buffer (every thread): moved as the copies, by every thread.
+    plain: Vec<Stmt>,
+    /// Allocations of member buffers: before the pipeline's loops.
+    allocs: Vec<Stmt>,
+    /// The rest: the iteration, reading the slot.
+    rest: Vec<Stmt>,
+}
+
+/// Sorts the body of the buffered loop `l` into [`Parts`]; a load of a member buffer nested in
+/// other loops inside it is an error (it could not be issued ahead).
+fn parts(
+    l: &Loop,
+    buffers: &[BufferId],
+    name: &str,
+    span: Option<crate::diag::Span>,
+) -> Result<Parts, Diagnostic> {
+    let mut copies = Vec::new();
+    let mut plain = Vec::new();
+    let mut allocs = Vec::new();
+    let mut rest = Vec::new();
+    for st in l.body.iter().cloned() {
+        match &st {
+            Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer) => copies.push(st),
+            Stmt::Alloc(b) if buffers.contains(b) => allocs.push(st),
+            _ if fills(&st, buffers) => {
+                if contains_copy(&st) {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "the load of `{name}` is separated from the serial loop `{}` that pipelines it by other loops: it must be issued directly in `{}` (put block-index loops outside it)",
+                            l.var, l.var
+                        ),
+                        span,
+                    ));
+                }
+                plain.push(st)
+            }
+            _ => rest.push(st),
+        }
+    }
+    Ok(Parts {
+        copies,
+        plain,
+        allocs,
+        rest,
+    })
 }
 
 /// A buffered loop `l` that loads `pf` iterations ahead: the prologue issues the loads of
