@@ -38,6 +38,37 @@ pub(super) fn resolve(d: &Data, defs: &HashMap<BufferId, Data>) -> Data {
     }
 }
 
+/// The tile's M, N and K extents against the instruction's (M = 64, K = 16, N a multiple of 8
+/// up to 256); returns N.
+fn tile_extents(ml: &TileLoop, nl: &TileLoop, kl: &TileLoop) -> Result<i64, String> {
+    if ml.extent != Some(target::WGMMA_M) {
+        return Err(format!(
+            "its Mma M axis `{}` has {} rows; a wgmma tile has M = {}: split M by {} and make the inner part Mma",
+            ml.var,
+            ml.extent.map_or("a symbolic number of".into(), |e| e.to_string()),
+            target::WGMMA_M,
+            target::WGMMA_M
+        ));
+    }
+    if kl.extent != Some(target::WGMMA_K) {
+        return Err(format!(
+            "its Mma K axis `{}` has {} elements; a wgmma on 16-bit inputs has K = {}: split K by {} and make the inner part Mma",
+            kl.var,
+            kl.extent.map_or("a symbolic number of".into(), |e| e.to_string()),
+            target::WGMMA_K,
+            target::WGMMA_K
+        ));
+    }
+    match nl.extent {
+        Some(n) if target::wgmma_n_valid(n) => Ok(n),
+        other => Err(format!(
+            "its Mma N axis `{}` has {} columns; a wgmma tile has N a multiple of 8 from 8 to 256",
+            nl.var,
+            other.map_or("a symbolic number of".into(), |e| e.to_string())
+        )),
+    }
+}
+
 /// A product's tile, for the checks of its operands.
 pub(super) struct TileOf<'a> {
     expr: ExprId,
@@ -92,7 +123,8 @@ impl Lower<'_> {
         };
         let expr = update.expr;
         let sum = &f.tensors[f.exprs[expr].output];
-        let bad = |m: String| Err(self.err(cx, expr, format!("`{}`: {m}", sum.name)));
+        let message = |m: String| self.err(cx, expr, format!("`{}`: {m}", sum.name));
+        let bad = |m: String| Err(message(m));
         let defs: HashMap<BufferId, Data> = cs
             .iter()
             .filter(|c| {
@@ -169,34 +201,7 @@ impl Lower<'_> {
             (mn[0], mn[1])
         };
         let (a, b) = if moves(&xi, ml) { (xa, ya) } else { (ya, xa) };
-        if ml.extent != Some(target::WGMMA_M) {
-            return bad(format!(
-                "its Mma M axis `{}` has {} rows; a wgmma tile has M = {}: split M by {} and make the inner part Mma",
-                ml.var,
-                ml.extent.map_or("a symbolic number of".into(), |e| e.to_string()),
-                target::WGMMA_M,
-                target::WGMMA_M
-            ));
-        }
-        if kl.extent != Some(target::WGMMA_K) {
-            return bad(format!(
-                "its Mma K axis `{}` has {} elements; a wgmma on 16-bit inputs has K = {}: split K by {} and make the inner part Mma",
-                kl.var,
-                kl.extent.map_or("a symbolic number of".into(), |e| e.to_string()),
-                target::WGMMA_K,
-                target::WGMMA_K
-            ));
-        }
-        let n_extent = match nl.extent {
-            Some(n) if target::wgmma_n_valid(n) => n,
-            other => {
-                return bad(format!(
-                    "its Mma N axis `{}` has {} columns; a wgmma tile has N a multiple of 8 from 8 to 256",
-                    nl.var,
-                    other.map_or("a symbolic number of".into(), |e| e.to_string())
-                ))
-            }
-        };
+        let n_extent = tile_extents(ml, nl, kl).map_err(message)?;
         // The accumulator: N consecutive, rows N apart (the fragment's tile inside the array).
         if stride(&acc_index, &nl.var) != Some(1) || stride(&acc_index, &ml.var) != Some(n_extent) {
             return bad("internal: the accumulator is not laid out as its M x N tile".into());
