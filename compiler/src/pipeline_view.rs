@@ -610,6 +610,147 @@ fn warp_role_registers(plan: &PipelinePlan, r: &RoleAcc) -> Option<u32> {
     Some(if negated { consumer } else { producer })
 }
 
+/// What a copy reads: its kind, the tensor and the tensor map (tile copies).
+fn load_source(
+    k: &Kernel,
+    t: &TmaLoad,
+    map: Option<&crate::plan::TensorMapSpec>,
+) -> (LoadKind, String, Option<String>) {
+    match (t.kind, map) {
+        (CopyKind::Tile { .. }, Some(map)) => {
+            (LoadKind::Tile, map.tensor.clone(), Some(map.param.clone()))
+        }
+        (CopyKind::Tile { map }, None) => (
+            LoadKind::Tile,
+            k.tensor_maps[map].tensor.clone(),
+            Some(k.tensor_maps[map].param.clone()),
+        ),
+        (CopyKind::Bulk, _) => (LoadKind::Bulk, k.buffers[t.src.buffer].name.clone(), None),
+    }
+}
+
+/// The arrival that announces copy `events[i]` on `bars` (its event and bytes): the last one
+/// before it on the same barrier, under the same guards, in the same loop.
+fn arrival_before(events: &[Event], i: usize, bars: usize) -> Option<(usize, i64)> {
+    events[..i]
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(j, a)| match a.what {
+            What::Arrive { bars: b, bytes }
+                if b == bars && a.lp == events[i].lp && a.guards == events[i].guards =>
+            {
+                Some((j, bytes))
+            }
+            _ => None,
+        })
+}
+
+/// Adds `load` to the loads shown, or its phase to the one it repeats (which it replaces when it
+/// is the steady-state instance, `steady`, and none was shown yet: `shown`).
+fn merge_load(loads: &mut Vec<Load>, shown: &mut Vec<bool>, load: Load, steady: bool) {
+    let same = loads.iter().position(|o| {
+        (o.kind, &o.buffer, &o.tensor, o.bytes, o.role)
+            == (load.kind, &load.buffer, &load.tensor, load.bytes, load.role)
+    });
+    match same {
+        Some(j) => {
+            let phase = load.phases[0];
+            if !shown[j] && steady {
+                let phases = std::mem::take(&mut loads[j].phases);
+                loads[j] = load;
+                loads[j].phases = phases;
+                shown[j] = true;
+            }
+            if !loads[j].phases.contains(&phase) {
+                loads[j].phases.push(phase);
+            }
+        }
+        None => {
+            shown.push(steady);
+            loads.push(load);
+        }
+    }
+}
+
+/// Adds `wait` to the waits shown (one per role), or its phase to its role's (whose slot and
+/// parity it gives when it is the steady-state instance, `steady`).
+fn merge_wait(waits: &mut Vec<Wait>, wait: Wait, steady: bool) {
+    match waits.iter_mut().find(|w| w.role == wait.role) {
+        Some(w) => {
+            if steady {
+                w.slot = wait.slot;
+                w.parity = wait.parity;
+            }
+            let phase = wait.phases[0];
+            if !w.phases.contains(&phase) {
+                w.phases.push(phase);
+            }
+        }
+        None => waits.push(wait),
+    }
+}
+
+/// Arrivals (event indices until now) numbered in order of the loads shown.
+fn number_arrivals(loads: &mut [Load]) {
+    let mut arrivals: Vec<usize> = Vec::new();
+    for l in loads {
+        l.arrival = l
+            .arrival
+            .map(|j| match arrivals.iter().position(|&a| a == j) {
+                Some(n) => n,
+                None => {
+                    arrivals.push(j);
+                    arrivals.len() - 1
+                }
+            });
+    }
+}
+
+/// How the slots are released: the planned empty barrier where they are refilled, else a
+/// block barrier after the main loop's first wait.
+fn release(
+    events: &[Event],
+    waits: &[(usize, &Event)],
+    refill: Option<usize>,
+    main: Option<usize>,
+    empty_barrier: bool,
+) -> Release {
+    match (refill, main) {
+        (None, _) => Release::NotReused,
+        _ if empty_barrier => Release::EmptyBarrier,
+        (_, None) => Release::NotFound,
+        (_, Some(m)) => {
+            let first_wait = waits.iter().find(|(_, e)| e.lp == Some(m)).map(|(i, _)| *i);
+            let synced = first_wait.is_some_and(|w| {
+                events[w..]
+                    .iter()
+                    .any(|e| matches!(e.what, What::Sync) && e.lp == Some(m))
+            });
+            if synced {
+                Release::SyncThreads
+            } else {
+                Release::NotFound
+            }
+        }
+    }
+}
+
+/// The buffers and tensors of the loads, each once, in order.
+fn buffers_and_tensors(loads: &[Load]) -> (Vec<String>, Vec<String>) {
+    let mut buffers: Vec<String> = Vec::new();
+    let mut tensors: Vec<String> = Vec::new();
+    for l in loads {
+        if !buffers.contains(&l.buffer) {
+            buffers.push(l.buffer.clone());
+        }
+        if !tensors.contains(&l.tensor) {
+            tensors.push(l.tensor.clone());
+        }
+    }
+    (buffers, tensors)
+}
+
 /// The pipeline of `stream` (what the plan planned for it, and the loops its loads and waits
 /// are in, with their phases).
 fn pipeline(
@@ -698,31 +839,8 @@ fn pipeline(
     for &(i, e, t) in &loads {
         let info = planned(t);
         let map = info.and_then(|i| i.map).map(|m| &k.tensor_maps[m]);
-        let (kind, tensor, tensor_map) = match (t.kind, map) {
-            (CopyKind::Tile { .. }, Some(map)) => {
-                (LoadKind::Tile, map.tensor.clone(), Some(map.param.clone()))
-            }
-            (CopyKind::Tile { map }, None) => (
-                LoadKind::Tile,
-                k.tensor_maps[map].tensor.clone(),
-                Some(k.tensor_maps[map].param.clone()),
-            ),
-            (CopyKind::Bulk, _) => (LoadKind::Bulk, k.buffers[t.src.buffer].name.clone(), None),
-        };
-        // The arrival that announces this copy: the last one before it on the same barrier,
-        // under the same guards, in the same loop.
-        let arrival = events[..i]
-            .iter()
-            .enumerate()
-            .rev()
-            .find_map(|(j, a)| match a.what {
-                What::Arrive { bars: b, bytes }
-                    if b == bars && a.lp == e.lp && a.guards == e.guards =>
-                {
-                    Some((j, bytes))
-                }
-                _ => None,
-            });
+        let (kind, tensor, tensor_map) = load_source(k, t, map);
+        let arrival = arrival_before(events, i, bars);
         let expect_tx = arrival.map(|(_, bytes)| bytes);
         // The arrival's event index for now; numbered below.
         let arrival = arrival.map(|(j, _)| j);
@@ -743,69 +861,24 @@ fn pipeline(
             guard: other_guards(&e.guards),
             phases: vec![kind_of(e.lp)],
         };
-        let same = out_loads.iter().position(|o| {
-            (o.kind, &o.buffer, &o.tensor, o.bytes, o.role)
-                == (load.kind, &load.buffer, &load.tensor, load.bytes, load.role)
-        });
-        match same {
-            Some(j) => {
-                let phase = load.phases[0];
-                if !shown[j] && steady(e.lp, refill) {
-                    let phases = std::mem::take(&mut out_loads[j].phases);
-                    out_loads[j] = load;
-                    out_loads[j].phases = phases;
-                    shown[j] = true;
-                }
-                if !out_loads[j].phases.contains(&phase) {
-                    out_loads[j].phases.push(phase);
-                }
-            }
-            None => {
-                shown.push(steady(e.lp, refill));
-                out_loads.push(load);
-            }
-        }
+        merge_load(&mut out_loads, &mut shown, load, steady(e.lp, refill));
     }
 
-    // Arrivals numbered in order of the loads shown.
-    let mut arrivals: Vec<usize> = Vec::new();
-    for l in &mut out_loads {
-        l.arrival = l
-            .arrival
-            .map(|j| match arrivals.iter().position(|&a| a == j) {
-                Some(n) => n,
-                None => {
-                    arrivals.push(j);
-                    arrivals.len() - 1
-                }
-            });
-    }
+    number_arrivals(&mut out_loads);
 
     let mut out_waits: Vec<Wait> = Vec::new();
     for &(_, e) in &waits {
         let What::Wait { slot, parity, .. } = e.what else {
             continue;
         };
-        let role = role_of(roles, &e.guards);
-        let phase = kind_of(e.lp);
-        match out_waits.iter_mut().find(|w| w.role == role) {
-            Some(w) => {
-                if steady(e.lp, drain) {
-                    w.slot = slot.text();
-                    w.parity = parity.text();
-                }
-                if !w.phases.contains(&phase) {
-                    w.phases.push(phase);
-                }
-            }
-            None => out_waits.push(Wait {
-                role,
-                barrier: k.mbarriers[bars].name.clone(),
-                slot: slot.text(),
-                parity: parity.text(),
-                phases: vec![phase],
-            }),
-        }
+        let wait = Wait {
+            role: role_of(roles, &e.guards),
+            barrier: k.mbarriers[bars].name.clone(),
+            slot: slot.text(),
+            parity: parity.text(),
+            phases: vec![kind_of(e.lp)],
+        };
+        merge_wait(&mut out_waits, wait, steady(e.lp, drain));
     }
 
     // Release: the planned empty barrier where slots are refilled, else a block barrier after
@@ -813,35 +886,9 @@ fn pipeline(
     let empty_barrier = refill
         .and(stream.empty)
         .map(|b| k.mbarriers[b].name.clone());
-    let release = match (refill, main) {
-        (None, _) => Release::NotReused,
-        _ if empty_barrier.is_some() => Release::EmptyBarrier,
-        (_, None) => Release::NotFound,
-        (_, Some(m)) => {
-            let first_wait = waits.iter().find(|(_, e)| e.lp == Some(m)).map(|(i, _)| *i);
-            let synced = first_wait.is_some_and(|w| {
-                events[w..]
-                    .iter()
-                    .any(|e| matches!(e.what, What::Sync) && e.lp == Some(m))
-            });
-            if synced {
-                Release::SyncThreads
-            } else {
-                Release::NotFound
-            }
-        }
-    };
+    let release = release(events, &waits, refill, main, empty_barrier.is_some());
 
-    let mut buffers: Vec<String> = Vec::new();
-    let mut tensors: Vec<String> = Vec::new();
-    for l in &out_loads {
-        if !buffers.contains(&l.buffer) {
-            buffers.push(l.buffer.clone());
-        }
-        if !tensors.contains(&l.tensor) {
-            tensors.push(l.tensor.clone());
-        }
-    }
+    let (buffers, tensors) = buffers_and_tensors(&out_loads);
     let pipeline = Pipeline {
         buffers,
         tensors,

@@ -3,7 +3,7 @@
 //! rule, `Rule::ALL`).
 
 use hopfuse::fusion::{MemoryType, ParallelType};
-use hopfuse::kir::{BufferId, Kernel, Stmt, Val};
+use hopfuse::kir::{BufferId, Kernel, Stmt, Val, WarpRoles};
 use hopfuse::plan::SizeExpr;
 use hopfuse::verify::{self, Rule, Stage, VerifyError};
 
@@ -59,14 +59,8 @@ fn edit(body: &mut Vec<Stmt>, f: &mut dyn FnMut(&mut Vec<Stmt>) -> bool) -> bool
     if f(body) {
         return true;
     }
-    body.iter_mut().any(|st| match st {
-        Stmt::Loop(l) => edit(&mut l.body, f),
-        Stmt::If { then, els, .. } => edit(then, f) || edit(els, f),
-        Stmt::WarpRoles {
-            producer, consumer, ..
-        } => edit(producer, f) || edit(consumer, f),
-        _ => false,
-    })
+    body.iter_mut()
+        .any(|st| st.children_mut().any(|child| edit(child, f)))
 }
 
 /// Applies `change` to the list holding the first statement `pick` selects, at its index.
@@ -116,7 +110,7 @@ fn guard_first(k: &mut Kernel, pick: impl Fn(&Kernel, &Stmt) -> bool, cond: Val)
 fn edit_roles(k: &mut Kernel, change: impl FnOnce(&mut Stmt)) {
     at_first(
         k,
-        |_, s| matches!(s, Stmt::WarpRoles { .. }),
+        |_, s| matches!(s, Stmt::WarpRoles(_)),
         |list, i| change(&mut list[i]),
     );
 }
@@ -516,8 +510,8 @@ fn warp_roles_register_counts_setmaxnreg_does_not_take() {
     let mut k = lowered("ws/exp_tidy_regs.hf");
     k.register_sharing = Some((20, 112));
     edit_roles(&mut k, |roles| {
-        if let Stmt::WarpRoles { registers, .. } = roles {
-            *registers = Some((20, 112));
+        if let Stmt::WarpRoles(w) = roles {
+            w.registers = Some((20, 112));
         }
     });
     let e = caught(&k, Rule::WarpRoles, "producer warps");
@@ -532,24 +526,15 @@ fn warp_roles_register_counts_setmaxnreg_does_not_take() {
 fn warp_roles_nested_roles() {
     let mut k = lowered("ws/exp_tidy.hf");
     edit_roles(&mut k, |roles| {
-        let Stmt::WarpRoles {
-            is_producer,
-            registers,
-            consumer_threads,
-            consumer,
-            ..
-        } = roles
-        else {
+        let Stmt::WarpRoles(w) = roles else {
             unreachable!()
         };
-        let inner = Stmt::WarpRoles {
-            is_producer: is_producer.clone(),
+        let inner = Stmt::WarpRoles(WarpRoles {
             producer: Vec::new(),
             consumer: Vec::new(),
-            registers: *registers,
-            consumer_threads: *consumer_threads,
-        };
-        consumer.insert(0, inner);
+            ..w.clone()
+        });
+        w.consumer.insert(0, inner);
     });
     let e = caught(&k, Rule::WarpRoles, "producer warps");
     assert!(e[0].detail.contains("inside warp roles"), "{}", e[0]);
@@ -588,10 +573,10 @@ fn cluster_a_multicast_kernel_launched_without_clusters() {
 fn cluster_a_cluster_barrier_inside_warp_roles_and_under_a_thread_condition() {
     let mut k = lowered(CLUSTER);
     edit_roles(&mut k, |roles| {
-        let Stmt::WarpRoles { consumer, .. } = roles else {
+        let Stmt::WarpRoles(w) = roles else {
             unreachable!()
         };
-        consumer.push(Stmt::ClusterSync);
+        w.consumer.push(Stmt::ClusterSync);
     });
     let e = caught(&k, Rule::Cluster, "cluster_sync");
     assert!(e[0].detail.contains("inside warp roles"), "{}", e[0]);

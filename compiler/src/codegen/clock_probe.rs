@@ -60,5 +60,5 @@ pub(super) fn record_in_roles(k: &Kernel) -> Option<&Stmt> {
     k.body
         .iter()
         .rev()
-        .find(|s| matches!(s, Stmt::WarpRoles { .. }))
+        .find(|s| matches!(s, Stmt::WarpRoles(_)))
 }

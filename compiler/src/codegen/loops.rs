@@ -127,9 +127,7 @@ fn indexes_local(k: &Kernel, body: &[Stmt], var: &str) -> bool {
         k.buffers[a.buffer].memory == MemoryType::Local
             && a.index.as_ref().is_some_and(|i| i.mentions(var))
     }
-    body.iter().any(|s| match s {
-        Stmt::Loop(l) => indexes_local(k, &l.body, var),
-        Stmt::If { then, els, .. } => indexes_local(k, then, var) || indexes_local(k, els, var),
+    crate::kir::any_stmt(body, &mut |s| match s {
         Stmt::Compute(c) => access(k, &c.out, var) || data(k, &c.value, var),
         Stmt::BlockReduce { acc, .. } => access(k, acc, var),
         _ => false,

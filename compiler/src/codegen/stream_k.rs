@@ -22,9 +22,7 @@ fn stream_k_slot(k: &Kernel) -> Option<(i64, i64)> {
                 regs = Some(n);
             }
         }
-        Stmt::WarpRoles {
-            consumer_threads, ..
-        } => threads = Some(*consumer_threads),
+        Stmt::WarpRoles(w) => threads = Some(w.consumer_threads),
         _ => {}
     });
     let threads = threads.or_else(|| k.block.iter().map(|b| b.as_const()).product())?;

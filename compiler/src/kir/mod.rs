@@ -24,10 +24,15 @@ use crate::plan::SizeExpr;
 mod parse;
 mod print;
 mod val;
+mod visit;
 
 pub use parse::{parse, ParseError, MAX_BLOCK_DEPTH, MAX_DEPTH};
 pub use print::{access_text, IrLines};
 pub use val::Val;
+pub use visit::{
+    any_stmt, for_each_block_mut, for_each_in_loops, for_each_stmt, for_each_stmt_mut,
+    rewrite_post, rewrite_pre, try_rewrite_post, try_rewrite_pre, walk, Flow, Step,
+};
 
 crate::id::define_id!(
     /// A buffer: its place in [`Kernel::buffers`].
@@ -237,13 +242,19 @@ pub enum Stmt {
     /// Warp specialization: producer warps (a warp-uniform condition) run `producer`, the other
     /// warps run `consumer`. Register counts move with `setmaxnreg` at the start of each branch;
     /// block barriers inside `consumer` are named barriers over its `consumer_threads`.
-    WarpRoles {
-        is_producer: Val,
-        producer: Vec<Stmt>,
-        consumer: Vec<Stmt>,
-        registers: Option<(u32, u32)>,
-        consumer_threads: i64,
-    },
+    WarpRoles(WarpRoles),
+}
+
+/// Warp specialization ([`Stmt::WarpRoles`]): producer warps (a warp-uniform condition) run
+/// `producer`, the other warps run `consumer`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WarpRoles {
+    pub is_producer: Val,
+    pub producer: Vec<Stmt>,
+    pub consumer: Vec<Stmt>,
+    /// setmaxnreg counts (producer, consumer), set at the start of each branch.
+    pub registers: Option<(u32, u32)>,
+    pub consumer_threads: i64,
 }
 
 /// A wgmma operand in shared memory, read through a matrix descriptor.
@@ -455,47 +466,6 @@ impl Kernel {
     }
 }
 
-/// Calls `f` on every statement of `body` and of the bodies inside it, outer ones first.
-pub fn for_each_stmt<'a>(body: &'a [Stmt], f: &mut dyn FnMut(&'a Stmt)) {
-    for st in body {
-        f(st);
-        match st {
-            Stmt::Loop(l) => for_each_stmt(&l.body, f),
-            Stmt::If { then, els, .. } => {
-                for_each_stmt(then, f);
-                for_each_stmt(els, f);
-            }
-            Stmt::WarpRoles {
-                producer, consumer, ..
-            } => {
-                for_each_stmt(producer, f);
-                for_each_stmt(consumer, f);
-            }
-            _ => {}
-        }
-    }
-}
-
-pub fn for_each_block_mut(body: &mut Vec<Stmt>, f: &mut dyn FnMut(&mut Vec<Stmt>)) {
-    for st in body.iter_mut() {
-        match st {
-            Stmt::Loop(l) => for_each_block_mut(&mut l.body, f),
-            Stmt::If { then, els, .. } => {
-                for_each_block_mut(then, f);
-                for_each_block_mut(els, f);
-            }
-            Stmt::WarpRoles {
-                producer, consumer, ..
-            } => {
-                for_each_block_mut(producer, f);
-                for_each_block_mut(consumer, f);
-            }
-            _ => {}
-        }
-    }
-    f(body);
-}
-
 fn map_access(a: &mut Access, f: &mut dyn FnMut(&Val) -> Val) {
     if let Some(i) = &a.index {
         a.index = Some(f(i));
@@ -536,40 +506,56 @@ impl Data {
 }
 
 impl Stmt {
+    /// The statement's bodies, in the order they print: a loop's body, a conditional's `then`
+    /// and `els`, warp roles' `producer` and `consumer`. The one place that knows which
+    /// statements hold statements; every walk of the tree goes through it (see `visit`).
+    pub fn children(&self) -> impl Iterator<Item = &[Stmt]> {
+        let (a, b): (Option<&[Stmt]>, Option<&[Stmt]>) = match self {
+            Stmt::Loop(l) => (Some(&l.body), None),
+            Stmt::If { then, els, .. } => (Some(then), Some(els)),
+            Stmt::WarpRoles(w) => (Some(&w.producer), Some(&w.consumer)),
+            _ => (None, None),
+        };
+        a.into_iter().chain(b)
+    }
+
+    /// [`Stmt::children`], mutably (a body may grow or shrink).
+    pub fn children_mut(&mut self) -> impl Iterator<Item = &mut Vec<Stmt>> {
+        let (a, b) = match self {
+            Stmt::Loop(l) => (Some(&mut l.body), None),
+            Stmt::If { then, els, .. } => (Some(then), Some(els)),
+            Stmt::WarpRoles(w) => (Some(&mut w.producer), Some(&mut w.consumer)),
+            _ => (None, None),
+        };
+        a.into_iter().chain(b)
+    }
+
     /// Applies `f` to every index value of the statement tree: loop extents, conditions,
     /// accesses, slots, parities and coordinates (used to move a statement to another iteration).
     pub fn map_vals(&mut self, f: &mut dyn FnMut(&Val) -> Val) {
+        self.map_own_vals(f);
+        for body in self.children_mut() {
+            for s in body {
+                s.map_vals(f);
+            }
+        }
+    }
+
+    /// [`Stmt::map_vals`] on this statement's own values, not its bodies'.
+    fn map_own_vals(&mut self, f: &mut dyn FnMut(&Val) -> Val) {
         match self {
             Stmt::Loop(l) => {
                 l.extent = f(&l.extent);
                 for d in &mut l.digits {
                     d.extent = f(&d.extent);
                 }
-                for s in &mut l.body {
-                    s.map_vals(f);
-                }
             }
-            Stmt::If { cond, then, els } => {
-                *cond = f(cond);
-                for s in then.iter_mut().chain(els.iter_mut()) {
-                    s.map_vals(f);
-                }
-            }
+            Stmt::If { cond, .. } => *cond = f(cond),
             Stmt::Compute(c) => {
                 map_access(&mut c.out, f);
                 c.value.map_vals(f);
             }
-            Stmt::WarpRoles {
-                is_producer,
-                producer,
-                consumer,
-                ..
-            } => {
-                *is_producer = f(is_producer);
-                for s in producer.iter_mut().chain(consumer.iter_mut()) {
-                    s.map_vals(f);
-                }
-            }
+            Stmt::WarpRoles(w) => w.is_producer = f(&w.is_producer),
             Stmt::BlockReduce { acc, .. } => map_access(acc, f),
             Stmt::Let { value, .. } => *value = f(value),
             Stmt::MbarArriveExpectTx { slot, .. }

@@ -978,13 +978,13 @@ impl<'a> Parser<'a> {
             _ => return Err(c.error("setmaxnreg on one role only")),
         };
         let consumer = self.nested(depth)?;
-        Ok(Stmt::WarpRoles {
+        Ok(Stmt::WarpRoles(crate::kir::WarpRoles {
             is_producer,
             producer,
             consumer,
             registers,
             consumer_threads,
-        })
+        }))
     }
 
     fn buffer_named(&self, c: &mut Cursor) -> Result<BufferId> {

@@ -285,356 +285,363 @@ fn print_block(
         if let Some(r) = rec.as_deref_mut() {
             r.stmts.push(s.len());
         }
-        // The common statements are written piece by piece into `s` (no string per part):
-        // this runs for every statement of every pass dump.
-        match st {
-            Stmt::Loop(l) => {
-                s.push_str(ind);
-                s.push_str("for ");
-                s.push_str(&l.var);
-                s.push_str(" in ");
-                l.extent.write(s, false);
-                let _ = write!(s, " @{} key {}", l.parallel, l.key.index());
-                if !l.digits.is_empty() {
-                    s.push_str(" carrying ");
-                    for (i, d) in l.digits.iter().enumerate() {
-                        if i > 0 {
-                            s.push_str(", ");
-                        }
-                        s.push_str(&d.var);
-                        s.push_str(" in ");
-                        d.extent.write(s, false);
-                    }
-                }
-                s.push_str(":\n");
-                print_block(k, &l.body, depth + 1, s, rec);
+        print_head(k, st, ind, s);
+        for (i, child) in st.children().enumerate() {
+            if i > 0 {
+                print_between(st, ind, s);
             }
-            Stmt::If { cond, then, els } => {
-                s.push_str(ind);
-                s.push_str("if ");
-                cond.write(s, false);
-                s.push_str(":\n");
-                print_block(k, then, depth + 1, s, rec);
-                if !els.is_empty() {
-                    let _ = writeln!(s, "{ind}else:");
-                    print_block(k, els, depth + 1, s, rec);
-                }
-            }
-            Stmt::Alloc(b) => {
-                let buf = &k.buffers[*b];
-                s.push_str(ind);
-                s.push_str("alloc ");
-                s.push_str(&buf.name);
-                let _ = write!(s, ": {}[", buf.dtype);
-                match &buf.size {
-                    Some(v) => v.write(s, false),
-                    None => s.push('?'),
-                }
-                s.push_str("] ");
-                s.push_str(buf.memory.name());
-                if let Some(o) = &buf.smem_offset {
-                    s.push_str(" at smem+");
-                    o.write(s, false);
-                }
-                s.push('\n');
-            }
-            Stmt::Compute(c) => {
-                s.push_str(ind);
-                if let Some((v, w)) = &c.vector {
-                    let _ = write!(s, "vector<{w}> over {v}: ");
-                }
-                write_access(k, &c.out, s);
-                s.push_str(" = ");
-                c.value.write(k, k.buffers[c.out.buffer].dtype, s);
-                write_compute_tag(c, s);
-                s.push('\n');
-            }
-            Stmt::BlockReduce {
-                acc,
-                op,
-                dims,
-                dtype,
-            } => {
-                let d: String = ["x", "y", "z"]
-                    .iter()
-                    .zip(dims)
-                    .filter(|(_, &b)| b)
-                    .map(|(n, _)| *n)
-                    .collect();
-                let _ = write!(
-                    s,
-                    "{ind}block_{}_over_{d}({})",
-                    op.name(),
-                    access_text(k, acc)
-                );
-                if *dtype != k.buffers[acc.buffer].dtype {
-                    let _ = write!(s, " in {dtype}");
-                }
-                s.push('\n');
-            }
-            Stmt::Sync => {
-                let _ = writeln!(s, "{ind}__syncthreads()");
-            }
-            Stmt::GroupSync { dims, threads } => {
-                let d: Vec<String> = dims.iter().map(|p| p.to_string()).collect();
-                let _ = writeln!(s, "{ind}group_barrier({}, {threads} threads)", d.join(", "));
-            }
-            Stmt::Turn {
-                step,
-                on,
-                groups,
-                threads,
-            } => {
-                let what = match step {
-                    crate::kir::TurnStep::Wait => "turn_wait",
-                    crate::kir::TurnStep::Pass => "turn_pass",
-                };
-                let _ = writeln!(s, "{ind}{what}({on}, {groups} groups of {threads} threads)");
-            }
-            Stmt::ClusterSync => {
-                let _ = writeln!(s, "{ind}cluster_sync");
-            }
-            Stmt::Let {
-                var,
-                value,
-                broadcast,
-            } => {
-                let from = if *broadcast {
-                    " (broadcast from lane 0)"
-                } else {
-                    ""
-                };
-                let _ = writeln!(s, "{ind}let {var} = {}{from}", value.text());
-            }
-            Stmt::MbarInit { bars } => {
-                let m = &k.mbarriers[*bars];
-                let off = m
-                    .smem_offset
-                    .as_ref()
-                    .map(|o| format!(" at smem+{}", o.text()))
-                    .unwrap_or_default();
-                let _ = writeln!(
-                    s,
-                    "{ind}mbarrier_init {}[{}]{off}, {} arrivals{}; fence.mbarrier_init",
-                    m.name,
-                    m.count,
-                    m.arrivals,
-                    if m.cluster_wide {
-                        " (cluster-wide)"
-                    } else {
-                        ""
-                    }
-                );
-            }
-            Stmt::MbarInval { bars } => {
-                let m = &k.mbarriers[*bars];
-                let _ = writeln!(s, "{ind}mbarrier_inval {}[{}]", m.name, m.count);
-            }
-            Stmt::MbarArriveExpectTx { bars, slot, bytes } => {
-                let _ = writeln!(
-                    s,
-                    "{ind}mbarrier_arrive_expect_tx {}[{}], {bytes} bytes",
-                    k.mbarriers[*bars].name,
-                    slot.text()
-                );
-            }
-            Stmt::MbarWait { bars, slot, parity } => {
-                let _ = writeln!(
-                    s,
-                    "{ind}mbarrier_wait {}[{}], parity {}",
-                    k.mbarriers[*bars].name,
-                    slot.text(),
-                    parity.text()
-                );
-            }
-            Stmt::MbarExpectTx { bars, slot, bytes } => {
-                let _ = writeln!(
-                    s,
-                    "{ind}mbarrier_expect_tx {}[{}], {bytes} bytes",
-                    k.mbarriers[*bars].name,
-                    slot.text()
-                );
-            }
-            Stmt::MbarArrive {
-                bars,
-                slot,
-                per_warp,
-            } => {
-                let m = &k.mbarriers[*bars];
-                let _ = writeln!(
-                    s,
-                    "{ind}mbarrier_arrive {}[{}]{}",
-                    m.name,
-                    slot.text(),
-                    match (*per_warp, m.cluster_wide) {
-                        (true, false) => " (lane 0 of each warp)",
-                        (true, true) =>
-                            " in every CTA of the cluster (lane r of each warp on CTA r's)",
-                        (false, true) => " in every CTA of the cluster",
-                        (false, false) => "",
-                    }
-                );
-            }
-            Stmt::TmaStore(t) => {
-                let c: Vec<String> = t.coords.iter().map(|v| v.text()).collect();
-                let _ = writeln!(
-                    s,
-                    "{ind}tma_store_{}d {} {{{}}} <- {}, {} bytes",
-                    t.coords.len(),
-                    k.tensor_maps[t.map].param,
-                    c.join(", "),
-                    access_text(k, &t.src),
-                    t.bytes
-                );
-            }
-            Stmt::BulkCommit => {
-                let _ = writeln!(s, "{ind}bulk_commit_group");
-            }
-            Stmt::StreamKFixup { acc } => {
-                let acc = acc.map_or("?".to_string(), |b| k.buffers[b].name.clone());
-                let _ = writeln!(s, "{ind}stream_k_fixup {acc}");
-            }
-            Stmt::BulkWaitRead(n) => {
-                let _ = writeln!(s, "{ind}bulk_wait_group_read {n}");
-            }
-            Stmt::FenceProxyAsync => {
-                let _ = writeln!(s, "{ind}fence.proxy.async.shared::cta");
-            }
-            Stmt::Wgmma(w) => {
-                let operand = |o: &MmaOperand| {
-                    let (lbo, sbo) = descriptor_offsets(o.desc_bits);
-                    format!(
-                        "{} ({}, swizzle {}, lbo {lbo}, sbo {sbo})",
-                        access_text(k, &o.tile),
-                        if o.transposed { "MN-major" } else { "K-major" },
-                        o.swizzle
-                    )
-                };
-                let _ = write!(
-                    s,
-                    "{ind}wgmma.m64n{}k16.f32.{} {}[+{}] (+)= {} x {}, accumulate if {}",
-                    w.n,
-                    w.input.name(),
-                    k.buffers[w.acc.buffer].name,
-                    w.acc.index.as_ref().map_or("*".into(), |i| i.text()),
-                    operand(&w.a),
-                    operand(&w.b),
-                    w.accumulate
-                        .as_ref()
-                        .map_or("true".into(), |a| access_text(k, a))
-                );
-                // The fusion expression, as a computation's (the same `  // e3`).
-                let _ = writeln!(s, "  // e{}", w.expr.index());
-            }
-            Stmt::StMatrix { dst, src } => {
-                let _ = writeln!(
-                    s,
-                    "{ind}stmatrix.x4 {} <- {}",
-                    access_text(k, dst),
-                    stmatrix_source(k, src)
-                );
-            }
-            Stmt::WgmmaFence => {
-                let _ = writeln!(s, "{ind}wgmma.fence");
-            }
-            Stmt::WgmmaCommit => {
-                let _ = writeln!(s, "{ind}wgmma.commit_group");
-            }
-            Stmt::WgmmaWait(n) => {
-                let _ = writeln!(s, "{ind}wgmma.wait_group {n}");
-            }
-            Stmt::WarpRoles {
-                is_producer,
-                producer,
-                consumer,
-                registers,
-                consumer_threads,
-            } => {
-                let regs = |n: usize| {
-                    registers
-                        .map(|r| format!(", setmaxnreg {}", if n == 0 { r.0 } else { r.1 }))
-                        .unwrap_or_default()
-                };
-                let _ = writeln!(
-                    s,
-                    "{ind}producer warps (if {}){}:",
-                    is_producer.text(),
-                    regs(0)
-                );
-                print_block(k, producer, depth + 1, s, rec);
-                let _ = writeln!(
-                    s,
-                    "{ind}consumer warps ({consumer_threads} threads, barriers are named){}:",
-                    regs(1)
-                );
-                print_block(k, consumer, depth + 1, s, rec);
-            }
-            Stmt::TmaLoad(t) => {
-                let what = match t.kind {
-                    CopyKind::Tile { map } => {
-                        let c: Vec<String> = t.coords.iter().map(|v| v.text()).collect();
-                        format!(
-                            "tma_load_{}d {} {{{}}} of {}",
-                            t.coords.len(),
-                            k.tensor_maps[map].param,
-                            c.join(", "),
-                            access_text(k, &t.src)
-                        )
-                    }
-                    CopyKind::Bulk => bulk_load_text(k, t),
-                };
-                let _ = writeln!(
-                    s,
-                    "{ind}{} <- {what}, {} bytes, on {}[{}]{}",
-                    access_text(k, &t.dst),
-                    t.bytes,
-                    k.mbarriers[t.bars].name,
-                    t.slot.text(),
-                    t.multicast
-                        .map(|n| format!(", multicast to {n} CTAs"))
-                        .unwrap_or_default()
-                );
-            }
+            print_block(k, child, depth + 1, s, rec);
         }
     }
 }
 
-/// Visits every statement list, innermost last, with mutable access.
+/// The line before a statement's second body: `else:` (when there is one), the consumer warps'.
+fn print_between(st: &Stmt, ind: &str, s: &mut String) {
+    match st {
+        Stmt::If { els, .. } if !els.is_empty() => {
+            let _ = writeln!(s, "{ind}else:");
+        }
+        Stmt::WarpRoles(w) => {
+            let _ = writeln!(
+                s,
+                "{ind}consumer warps ({} threads, barriers are named){}:",
+                w.consumer_threads,
+                setmaxnreg(w.registers, 1)
+            );
+        }
+        _ => {}
+    }
+}
+
+/// `, setmaxnreg N` of warp roles' `role` (0: producer, 1: consumer), when they set counts.
+fn setmaxnreg(registers: Option<(u32, u32)>, role: usize) -> String {
+    registers
+        .map(|r| format!(", setmaxnreg {}", if role == 0 { r.0 } else { r.1 }))
+        .unwrap_or_default()
+}
+
+fn print_loop(l: &Loop, ind: &str, s: &mut String) {
+    s.push_str(ind);
+    s.push_str("for ");
+    s.push_str(&l.var);
+    s.push_str(" in ");
+    l.extent.write(s, false);
+    let _ = write!(s, " @{} key {}", l.parallel, l.key.index());
+    if !l.digits.is_empty() {
+        s.push_str(" carrying ");
+        for (i, d) in l.digits.iter().enumerate() {
+            if i > 0 {
+                s.push_str(", ");
+            }
+            s.push_str(&d.var);
+            s.push_str(" in ");
+            d.extent.write(s, false);
+        }
+    }
+    s.push_str(":\n");
+}
+
+fn print_alloc(k: &Kernel, b: BufferId, ind: &str, s: &mut String) {
+    let buf = &k.buffers[b];
+    s.push_str(ind);
+    s.push_str("alloc ");
+    s.push_str(&buf.name);
+    let _ = write!(s, ": {}[", buf.dtype);
+    match &buf.size {
+        Some(v) => v.write(s, false),
+        None => s.push('?'),
+    }
+    s.push_str("] ");
+    s.push_str(buf.memory.name());
+    if let Some(o) = &buf.smem_offset {
+        s.push_str(" at smem+");
+        o.write(s, false);
+    }
+    s.push('\n');
+}
+
+fn print_compute(k: &Kernel, c: &Compute, ind: &str, s: &mut String) {
+    s.push_str(ind);
+    if let Some((v, w)) = &c.vector {
+        let _ = write!(s, "vector<{w}> over {v}: ");
+    }
+    write_access(k, &c.out, s);
+    s.push_str(" = ");
+    c.value.write(k, k.buffers[c.out.buffer].dtype, s);
+    write_compute_tag(c, s);
+    s.push('\n');
+}
+
+fn print_mbar_init(k: &Kernel, bars: usize, ind: &str, s: &mut String) {
+    let m = &k.mbarriers[bars];
+    let off = m
+        .smem_offset
+        .as_ref()
+        .map(|o| format!(" at smem+{}", o.text()))
+        .unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "{ind}mbarrier_init {}[{}]{off}, {} arrivals{}; fence.mbarrier_init",
+        m.name,
+        m.count,
+        m.arrivals,
+        if m.cluster_wide {
+            " (cluster-wide)"
+        } else {
+            ""
+        }
+    );
+}
+
+fn print_mbar_arrive(
+    k: &Kernel,
+    bars: usize,
+    slot: &Val,
+    per_warp: bool,
+    ind: &str,
+    s: &mut String,
+) {
+    let m = &k.mbarriers[bars];
+    let _ = writeln!(
+        s,
+        "{ind}mbarrier_arrive {}[{}]{}",
+        m.name,
+        slot.text(),
+        match (per_warp, m.cluster_wide) {
+            (true, false) => " (lane 0 of each warp)",
+            (true, true) => " in every CTA of the cluster (lane r of each warp on CTA r's)",
+            (false, true) => " in every CTA of the cluster",
+            (false, false) => "",
+        }
+    );
+}
+
+fn print_tma_store(k: &Kernel, t: &TmaStore, ind: &str, s: &mut String) {
+    let c: Vec<String> = t.coords.iter().map(|v| v.text()).collect();
+    let _ = writeln!(
+        s,
+        "{ind}tma_store_{}d {} {{{}}} <- {}, {} bytes",
+        t.coords.len(),
+        k.tensor_maps[t.map].param,
+        c.join(", "),
+        access_text(k, &t.src),
+        t.bytes
+    );
+}
+
+fn print_wgmma(k: &Kernel, w: &Wgmma, ind: &str, s: &mut String) {
+    let operand = |o: &MmaOperand| {
+        let (lbo, sbo) = descriptor_offsets(o.desc_bits);
+        format!(
+            "{} ({}, swizzle {}, lbo {lbo}, sbo {sbo})",
+            access_text(k, &o.tile),
+            if o.transposed { "MN-major" } else { "K-major" },
+            o.swizzle
+        )
+    };
+    let _ = write!(
+        s,
+        "{ind}wgmma.m64n{}k16.f32.{} {}[+{}] (+)= {} x {}, accumulate if {}",
+        w.n,
+        w.input.name(),
+        k.buffers[w.acc.buffer].name,
+        w.acc.index.as_ref().map_or("*".into(), |i| i.text()),
+        operand(&w.a),
+        operand(&w.b),
+        w.accumulate
+            .as_ref()
+            .map_or("true".into(), |a| access_text(k, a))
+    );
+    // The fusion expression, as a computation's (the same `  // e3`).
+    let _ = writeln!(s, "  // e{}", w.expr.index());
+}
+
+fn print_tma_load(k: &Kernel, t: &TmaLoad, ind: &str, s: &mut String) {
+    let what = match t.kind {
+        CopyKind::Tile { map } => {
+            let c: Vec<String> = t.coords.iter().map(|v| v.text()).collect();
+            format!(
+                "tma_load_{}d {} {{{}}} of {}",
+                t.coords.len(),
+                k.tensor_maps[map].param,
+                c.join(", "),
+                access_text(k, &t.src)
+            )
+        }
+        CopyKind::Bulk => bulk_load_text(k, t),
+    };
+    let _ = writeln!(
+        s,
+        "{ind}{} <- {what}, {} bytes, on {}[{}]{}",
+        access_text(k, &t.dst),
+        t.bytes,
+        k.mbarriers[t.bars].name,
+        t.slot.text(),
+        t.multicast
+            .map(|n| format!(", multicast to {n} CTAs"))
+            .unwrap_or_default()
+    );
+}
+
+/// A statement's first line (its whole text when it has no body), indented by `ind`.
+fn print_head(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
+    // The common statements are written piece by piece into `s` (no string per part):
+    // this runs for every statement of every pass dump.
+    match st {
+        Stmt::Loop(l) => print_loop(l, ind, s),
+        Stmt::If { cond, .. } => {
+            s.push_str(ind);
+            s.push_str("if ");
+            cond.write(s, false);
+            s.push_str(":\n");
+        }
+        Stmt::Alloc(b) => print_alloc(k, *b, ind, s),
+        Stmt::Compute(c) => print_compute(k, c, ind, s),
+        Stmt::BlockReduce {
+            acc,
+            op,
+            dims,
+            dtype,
+        } => {
+            let d: String = ["x", "y", "z"]
+                .iter()
+                .zip(dims)
+                .filter(|(_, &b)| b)
+                .map(|(n, _)| *n)
+                .collect();
+            let _ = write!(
+                s,
+                "{ind}block_{}_over_{d}({})",
+                op.name(),
+                access_text(k, acc)
+            );
+            if *dtype != k.buffers[acc.buffer].dtype {
+                let _ = write!(s, " in {dtype}");
+            }
+            s.push('\n');
+        }
+        Stmt::Sync => {
+            let _ = writeln!(s, "{ind}__syncthreads()");
+        }
+        Stmt::GroupSync { dims, threads } => {
+            let d: Vec<String> = dims.iter().map(|p| p.to_string()).collect();
+            let _ = writeln!(s, "{ind}group_barrier({}, {threads} threads)", d.join(", "));
+        }
+        Stmt::Turn {
+            step,
+            on,
+            groups,
+            threads,
+        } => {
+            let what = match step {
+                crate::kir::TurnStep::Wait => "turn_wait",
+                crate::kir::TurnStep::Pass => "turn_pass",
+            };
+            let _ = writeln!(s, "{ind}{what}({on}, {groups} groups of {threads} threads)");
+        }
+        Stmt::ClusterSync => {
+            let _ = writeln!(s, "{ind}cluster_sync");
+        }
+        Stmt::Let {
+            var,
+            value,
+            broadcast,
+        } => {
+            let from = if *broadcast {
+                " (broadcast from lane 0)"
+            } else {
+                ""
+            };
+            let _ = writeln!(s, "{ind}let {var} = {}{from}", value.text());
+        }
+        Stmt::MbarInit { bars } => print_mbar_init(k, *bars, ind, s),
+        Stmt::MbarInval { bars } => {
+            let m = &k.mbarriers[*bars];
+            let _ = writeln!(s, "{ind}mbarrier_inval {}[{}]", m.name, m.count);
+        }
+        Stmt::MbarArriveExpectTx { bars, slot, bytes } => {
+            let _ = writeln!(
+                s,
+                "{ind}mbarrier_arrive_expect_tx {}[{}], {bytes} bytes",
+                k.mbarriers[*bars].name,
+                slot.text()
+            );
+        }
+        Stmt::MbarWait { bars, slot, parity } => {
+            let _ = writeln!(
+                s,
+                "{ind}mbarrier_wait {}[{}], parity {}",
+                k.mbarriers[*bars].name,
+                slot.text(),
+                parity.text()
+            );
+        }
+        Stmt::MbarExpectTx { bars, slot, bytes } => {
+            let _ = writeln!(
+                s,
+                "{ind}mbarrier_expect_tx {}[{}], {bytes} bytes",
+                k.mbarriers[*bars].name,
+                slot.text()
+            );
+        }
+        Stmt::MbarArrive {
+            bars,
+            slot,
+            per_warp,
+        } => print_mbar_arrive(k, *bars, slot, *per_warp, ind, s),
+        Stmt::TmaStore(t) => print_tma_store(k, t, ind, s),
+        Stmt::BulkCommit => {
+            let _ = writeln!(s, "{ind}bulk_commit_group");
+        }
+        Stmt::StreamKFixup { acc } => {
+            let acc = acc.map_or("?".to_string(), |b| k.buffers[b].name.clone());
+            let _ = writeln!(s, "{ind}stream_k_fixup {acc}");
+        }
+        Stmt::BulkWaitRead(n) => {
+            let _ = writeln!(s, "{ind}bulk_wait_group_read {n}");
+        }
+        Stmt::FenceProxyAsync => {
+            let _ = writeln!(s, "{ind}fence.proxy.async.shared::cta");
+        }
+        Stmt::Wgmma(w) => print_wgmma(k, w, ind, s),
+        Stmt::StMatrix { dst, src } => {
+            let _ = writeln!(
+                s,
+                "{ind}stmatrix.x4 {} <- {}",
+                access_text(k, dst),
+                stmatrix_source(k, src)
+            );
+        }
+        Stmt::WgmmaFence => {
+            let _ = writeln!(s, "{ind}wgmma.fence");
+        }
+        Stmt::WgmmaCommit => {
+            let _ = writeln!(s, "{ind}wgmma.commit_group");
+        }
+        Stmt::WgmmaWait(n) => {
+            let _ = writeln!(s, "{ind}wgmma.wait_group {n}");
+        }
+        Stmt::WarpRoles(w) => {
+            let _ = writeln!(
+                s,
+                "{ind}producer warps (if {}){}:",
+                w.is_producer.text(),
+                setmaxnreg(w.registers, 0)
+            );
+        }
+        Stmt::TmaLoad(t) => print_tma_load(k, t, ind, s),
+    }
+}
+
 impl Kernel {
     /// The first line of a statement's dump, unindented (`for i in N @Serial:`, `if c:`, an
     /// access...): how messages about one statement quote it. Only the statement's own ids are
     /// read (its nested blocks are left out), and they must be the kernel's.
     pub fn stmt_head(&self, st: &Stmt) -> String {
-        let head = match st {
-            Stmt::Loop(l) => Stmt::Loop(Loop {
-                body: Vec::new(),
-                extent: l.extent.clone(),
-                var: l.var.clone(),
-                digits: l.digits.clone(),
-                ..*l
-            }),
-            Stmt::If { cond, .. } => Stmt::If {
-                cond: cond.clone(),
-                then: Vec::new(),
-                els: Vec::new(),
-            },
-            Stmt::WarpRoles {
-                is_producer,
-                registers,
-                consumer_threads,
-                ..
-            } => Stmt::WarpRoles {
-                is_producer: is_producer.clone(),
-                producer: Vec::new(),
-                consumer: Vec::new(),
-                registers: *registers,
-                consumer_threads: *consumer_threads,
-            },
-            other => other.clone(),
-        };
         let mut s = String::new();
-        print_block(self, std::slice::from_ref(&head), 0, &mut s, &mut None);
-        s.lines().next().unwrap_or_default().to_string()
+        print_head(self, st, "", &mut s);
+        s.truncate(s.trim_end_matches('\n').len());
+        s
     }
 }
 

@@ -18,62 +18,13 @@
 use super::{mul, Ctx, PipelinePlan};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterId, IterKind, MemoryType, ParallelType, TensorId};
-use crate::kir::{BufferId, Kernel, Stmt, Val};
+use crate::kir::{Buffer, BufferId, Kernel, Stmt, Val};
 use crate::plan::SizeExpr;
 use rustc_hash::FxHashMap as HashMap;
 
 pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
-    let mut placements: Vec<(TensorId, BufferId)> =
-        cx.tensor_buffer.iter().map(|(&t, &b)| (t, b)).collect();
-    // (Each tensor once: its index orders them as the pair did.)
-    crate::id::sort_by_position(&mut placements, |&(t, _)| t.index());
-    // Ping-pong caches: the consumer groups take turns with whole stages, so the loop over the
-    // specialised dim outside the cache's position selects a stage, not a part of one.
-    let turns: HashMap<TensorId, ParallelType> = plan
-        .loads
-        .iter()
-        .filter_map(|i| {
-            let ws = plan.pipes[i.pipe].ws.as_ref().filter(|w| w.turns > 1)?;
-            Some((i.tensor, ws.spec.on))
-        })
-        .collect();
-    let mut allocs = Vec::new();
-    for (t, b) in placements {
-        let tensor = &f.tensors[t];
-        if tensor.memory == MemoryType::Global {
-            continue;
-        }
-        let q = cx.placement[&t].1;
-        let pos = cx.own_axes_from(t);
-        let ids: Vec<IterId> = tensor
-            .loop_domain
-            .iter()
-            .enumerate()
-            .filter(|&(p, &id)| {
-                let ax = &f.ids[id];
-                if ax.kind == IterKind::Reduction {
-                    return false;
-                }
-                if p < pos && turns.get(&t) == Some(&ax.parallel) {
-                    return false;
-                }
-                match tensor.memory {
-                    MemoryType::Local => p >= pos && !ax.parallel.is_hw(),
-                    _ => (p >= pos && !ax.parallel.is_block()) || ax.parallel.is_thread(),
-                }
-            })
-            .map(|(_, &id)| id)
-            .collect();
-        cx.alloc_ids.insert(b, ids);
-        allocs.push((b, q, t));
-    }
-    insert_allocs(&mut k.body, &allocs).map_err(|t| {
-        Diagnostic::new(
-            format!("internal: no place to allocate `{}`", f.tensors[t].name),
-            f.tensors[t].span,
-        )
-    })?;
+    place_allocations(cx, plan, k)?;
     // Sizes.
     let mut offset = SizeExpr::Const(0);
     // TMA boxes first: each stage starts at a multiple of 128 bytes. Circular buffers hold
@@ -138,29 +89,7 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
             }
         }
         match buf.memory {
-            MemoryType::Local => {
-                let Some(n) = size.as_const() else {
-                    let t = buf.tensor.map(|t| f.tensors[t].span).unwrap_or(None);
-                    return Err(Diagnostic::new(
-                        format!(
-                            "register tensor `{}` needs {size} elements per thread: a register array needs a constant size (split by a constant, inline it further, or use shared memory)",
-                            buf.name
-                        ),
-                        t,
-                    ));
-                };
-                if n > 1024 {
-                    return Err(Diagnostic::new(
-                        format!(
-                            "register tensor `{}` needs {n} elements per thread (at most 1024)",
-                            buf.name
-                        ),
-                        buf.tensor
-                            .or_else(|| cx.accumulator_of.get(&b).copied())
-                            .and_then(|t| f.tensors[t].span),
-                    ));
-                }
-            }
+            MemoryType::Local => check_registers(cx, buf, b, &size)?,
             MemoryType::Shared => {
                 let bytes = mul(size.clone(), SizeExpr::Const(buf.dtype.size_bytes() as i64));
                 let align = match plan.box_swizzle(&cx.tensor_buffer, b) {
@@ -204,6 +133,90 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
     Ok(())
 }
 
+/// Gives every non-global tensor's buffer its allocation axes (`Ctx::alloc_ids`) and puts its
+/// `alloc` before the statement that holds its first write, at its placement's depth.
+fn place_allocations(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let mut placements: Vec<(TensorId, BufferId)> =
+        cx.tensor_buffer.iter().map(|(&t, &b)| (t, b)).collect();
+    // (Each tensor once: its index orders them as the pair did.)
+    crate::id::sort_by_position(&mut placements, |&(t, _)| t.index());
+    // Ping-pong caches: the consumer groups take turns with whole stages, so the loop over the
+    // specialised dim outside the cache's position selects a stage, not a part of one.
+    let turns: HashMap<TensorId, ParallelType> = plan
+        .loads
+        .iter()
+        .filter_map(|i| {
+            let ws = plan.pipes[i.pipe].ws.as_ref().filter(|w| w.turns > 1)?;
+            Some((i.tensor, ws.spec.on))
+        })
+        .collect();
+    let mut allocs = Vec::new();
+    for (t, b) in placements {
+        let tensor = &f.tensors[t];
+        if tensor.memory == MemoryType::Global {
+            continue;
+        }
+        let q = cx.placement[&t].1;
+        let pos = cx.own_axes_from(t);
+        let ids: Vec<IterId> = tensor
+            .loop_domain
+            .iter()
+            .enumerate()
+            .filter(|&(p, &id)| {
+                let ax = &f.ids[id];
+                if ax.kind == IterKind::Reduction {
+                    return false;
+                }
+                if p < pos && turns.get(&t) == Some(&ax.parallel) {
+                    return false;
+                }
+                match tensor.memory {
+                    MemoryType::Local => p >= pos && !ax.parallel.is_hw(),
+                    _ => (p >= pos && !ax.parallel.is_block()) || ax.parallel.is_thread(),
+                }
+            })
+            .map(|(_, &id)| id)
+            .collect();
+        cx.alloc_ids.insert(b, ids);
+        allocs.push((b, q, t));
+    }
+    insert_allocs(&mut k.body, &allocs).map_err(|t| {
+        Diagnostic::new(
+            format!("internal: no place to allocate `{}`", f.tensors[t].name),
+            f.tensors[t].span,
+        )
+    })?;
+    Ok(())
+}
+
+/// A register array has a constant size of at most 1024 elements per thread.
+fn check_registers(cx: &Ctx, buf: &Buffer, b: BufferId, size: &SizeExpr) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let Some(n) = size.as_const() else {
+        let t = buf.tensor.map(|t| f.tensors[t].span).unwrap_or(None);
+        return Err(Diagnostic::new(
+            format!(
+                "register tensor `{}` needs {size} elements per thread: a register array needs a constant size (split by a constant, inline it further, or use shared memory)",
+                buf.name
+            ),
+            t,
+        ));
+    };
+    if n > 1024 {
+        return Err(Diagnostic::new(
+            format!(
+                "register tensor `{}` needs {n} elements per thread (at most 1024)",
+                buf.name
+            ),
+            buf.tensor
+                .or_else(|| cx.accumulator_of.get(&b).copied())
+                .and_then(|t| f.tensors[t].span),
+        ));
+    }
+    Ok(())
+}
+
 fn add(a: SizeExpr, b: SizeExpr) -> SizeExpr {
     match (a, b) {
         (SizeExpr::Const(x), SizeExpr::Const(y)) => SizeExpr::Const(x + y),
@@ -213,12 +226,7 @@ fn add(a: SizeExpr, b: SizeExpr) -> SizeExpr {
 }
 
 fn contains_block_reduce(body: &[Stmt]) -> bool {
-    body.iter().any(|s| match s {
-        Stmt::BlockReduce { .. } => true,
-        Stmt::Loop(l) => contains_block_reduce(&l.body),
-        Stmt::If { then, els, .. } => contains_block_reduce(then) || contains_block_reduce(els),
-        _ => false,
-    })
+    crate::kir::any_stmt(body, &mut |s| matches!(s, Stmt::BlockReduce { .. }))
 }
 
 /// Inserts `alloc b` for every `(b, q, tensor)`: at loop depth `q` (or shallower, where a
@@ -269,20 +277,14 @@ fn first_writes(
                 p.push((i, false));
                 first.insert(c.out.buffer, p);
             }
-            Stmt::Loop(l) => {
-                path.push((i, true));
-                first_writes(&l.body, wanted, path, first);
-                path.pop();
-            }
-            Stmt::If { then, els, .. } => {
-                // A write inside a condition is allocated before the whole `if`.
-                path.push((i, false));
-                first_writes(then, wanted, path, first);
-                first_writes(els, wanted, path, first);
-                path.pop();
-            }
             _ => {}
         }
+        // A write inside a condition (any statement but a loop) is allocated before it.
+        path.push((i, matches!(s, Stmt::Loop(_))));
+        for child in s.children() {
+            first_writes(child, wanted, path, first);
+        }
+        path.pop();
     }
 }
 
@@ -292,11 +294,15 @@ fn place(
     at: &mut HashMap<Vec<usize>, Vec<(usize, usize, BufferId)>>,
 ) {
     for (i, s) in body.iter_mut().enumerate() {
-        if let Stmt::Loop(l) = s {
-            prefix.push(i);
-            place(&mut l.body, prefix, at);
-            prefix.pop();
+        // Allocations go into loop bodies (see `insert_allocs`), not into other statements'.
+        if !matches!(s, Stmt::Loop(_)) {
+            continue;
         }
+        prefix.push(i);
+        for child in s.children_mut() {
+            place(child, prefix, at);
+        }
+        prefix.pop();
     }
     let Some(mut here) = at.remove(prefix.as_slice()) else {
         return;

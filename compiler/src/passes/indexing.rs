@@ -130,19 +130,8 @@ fn walk(
     env: &mut HashMap<LoopKey, Val>,
 ) -> Result<(), Diagnostic> {
     for s in body.iter_mut() {
+        super::in_bodies(s, env, |body, env| walk(cx, buffers, hw, body, env))?;
         match s {
-            Stmt::Loop(l) => {
-                let prev = env.insert(l.key, super::loop_value(env, l));
-                walk(cx, buffers, hw, &mut l.body, env)?;
-                match prev {
-                    Some(p) => env.insert(l.key, p),
-                    None => env.remove(&l.key),
-                };
-            }
-            Stmt::If { then, els, .. } => {
-                walk(cx, buffers, hw, then, env)?;
-                walk(cx, buffers, hw, els, env)?;
-            }
             Stmt::Compute(c) => {
                 let consumer = cx.fusion.exprs[c.expr].output;
                 let own = OwnLoops::new(cx, consumer);

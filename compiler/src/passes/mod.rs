@@ -209,6 +209,39 @@ pub fn loop_value<S: std::hash::BuildHasher>(
     }
 }
 
+/// The values of the loop indices in scope of an index walk, by key.
+pub type LoopEnv<S> = HashMap<LoopKey, crate::kir::Val, S>;
+
+/// Walks each body of `s` with `walk`, a loop's key bound in `env` to its variable's value
+/// ([`loop_value`]) inside its body and restored after.
+pub fn in_bodies<S, E, W>(
+    s: &mut crate::kir::Stmt,
+    env: &mut LoopEnv<S>,
+    mut walk: W,
+) -> Result<(), E>
+where
+    S: std::hash::BuildHasher,
+    W: FnMut(&mut Vec<crate::kir::Stmt>, &mut LoopEnv<S>) -> Result<(), E>,
+{
+    let scope = match s {
+        crate::kir::Stmt::Loop(l) => Some((l.key, env.insert(l.key, loop_value(env, l)))),
+        _ => None,
+    };
+    let mut done = Ok(());
+    for child in s.children_mut() {
+        done = walk(child, env);
+        if done.is_err() {
+            break;
+        }
+    }
+    match scope {
+        Some((key, Some(p))) => env.insert(key, p),
+        Some((key, None)) => env.remove(&key),
+        None => None,
+    };
+    done
+}
+
 #[derive(Default)]
 pub struct Keys {
     pub nodes: IdVec<LoopKey, KeyNode>,

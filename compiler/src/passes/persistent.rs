@@ -52,7 +52,7 @@
 use super::{Ctx, KeyNode};
 use crate::diag::Diagnostic;
 use crate::fusion::ParallelType;
-use crate::kir::{Kernel, Loop, Persistent, Stmt, StreamK, Val};
+use crate::kir::{Flow, Kernel, Loop, Persistent, Step, Stmt, StreamK, Val};
 use crate::plan::SizeExpr;
 
 pub fn used(cx: &Ctx) -> bool {
@@ -136,51 +136,13 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         (cta, Val::Ctas, None)
     };
     if p.stream_k {
-        if ctas > 1 {
-            return err(format!(
-                "{what}, stream_k: a stream-K split does not combine with cluster(...)"
-            ));
-        }
-        // The hand-over is built for (and validated with) warp-specialized operand pipelines:
-        // the consumers hold the accumulator while a producer keeps loading the next piece.
-        if !f
-            .tensors
-            .iter()
-            .any(|t| t.circular.is_some_and(|c| c.ws.is_some()))
-        {
-            return err(format!(
-                "{what}, stream_k: the operands are not loaded by a warp-specialized circular buffer"
-            ));
-        }
-        if let Some(t) = f
-            .tensor_ids()
-            .find(|&t| f.tensors[t].is_output && f.tensors[t].store != crate::fusion::LoadKind::Tma)
-        {
-            return err(format!(
-                "{what}, stream_k: output `{}` is not written by TMA stores (cache_before(..., store=tma))",
-                f.tensors[t].name
-            ));
-        }
+        check_stream_k(f, &what, ctas)?;
     }
     // Stream-K: the CTA's run of k steps, the first tile it touches and the pieces.
     let tiles_val = Val::from_size(&tiles);
-    let split = if p.stream_k {
-        let (kt, kt_size) = match find_k_loop(&k.body) {
-            Some(l) if has_mma(&l.body) => (l.extent.clone(), cx.key_extent(l.key).clone()),
-            Some(_) => {
-                return err(format!(
-                    "{what}, stream_k: the split k loop has no tensor-core product (Mma axes)"
-                ))
-            }
-            None => {
-                return err(format!(
-                    "{what}, stream_k: no k loop of a matrix product directly inside the grid-bound loops"
-                ))
-            }
-        };
-        Some(Split::new(cx, &tiles, &tiles_val, kt, kt_size, &var))
-    } else {
-        None
+    let split = match p.stream_k {
+        true => Some(split(cx, k, &what, &tiles, &tiles_val, &var)?),
+        false => None,
     };
     let linear = match &split {
         Some(sp) => sp.linear.clone(),
@@ -254,14 +216,80 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     Ok(())
 }
 
+/// What a stream-K split needs of the fusion: no clusters, warp-specialized operand
+/// pipelines (the consumers hold the accumulator while a producer keeps loading the next
+/// piece), outputs written by TMA stores.
+fn check_stream_k(f: &crate::fusion::Fusion, what: &str, ctas: i64) -> Result<(), Diagnostic> {
+    let span = f.persistent.and_then(|p| p.span);
+    let err = |m: String| Err(Diagnostic::new(m, span));
+    if ctas > 1 {
+        return err(format!(
+            "{what}, stream_k: a stream-K split does not combine with cluster(...)"
+        ));
+    }
+    // The hand-over is built for (and validated with) warp-specialized operand pipelines:
+    // the consumers hold the accumulator while a producer keeps loading the next piece.
+    if !f
+        .tensors
+        .iter()
+        .any(|t| t.circular.is_some_and(|c| c.ws.is_some()))
+    {
+        return err(format!(
+            "{what}, stream_k: the operands are not loaded by a warp-specialized circular buffer"
+        ));
+    }
+    if let Some(t) = f
+        .tensor_ids()
+        .find(|&t| f.tensors[t].is_output && f.tensors[t].store != crate::fusion::LoadKind::Tma)
+    {
+        return err(format!(
+            "{what}, stream_k: output `{}` is not written by TMA stores (cache_before(..., store=tma))",
+            f.tensors[t].name
+        ));
+    }
+    Ok(())
+}
+
+/// The stream-K split of the tiles' k steps, over the k loop inside the grid-bound loops.
+fn split(
+    cx: &mut Ctx,
+    k: &Kernel,
+    what: &str,
+    tiles: &SizeExpr,
+    tiles_val: &Val,
+    var: &str,
+) -> Result<Split, Diagnostic> {
+    let span = cx.fusion.persistent.and_then(|p| p.span);
+    let err = |m: String| Err(Diagnostic::new(m, span));
+    let (kt, kt_size) = match find_k_loop(&k.body) {
+        Some(l) if has_mma(&l.body) => (l.extent.clone(), cx.key_extent(l.key).clone()),
+        Some(_) => {
+            return err(format!(
+                "{what}, stream_k: the split k loop has no tensor-core product (Mma axes)"
+            ))
+        }
+        None => {
+            return err(format!(
+            "{what}, stream_k: no k loop of a matrix product directly inside the grid-bound loops"
+        ))
+        }
+    };
+    Ok(Split::new(cx, tiles, tiles_val, kt, kt_size, var))
+}
+
 /// The first serial loop of a reduction (a `ReductionUpdate` inside it) directly in the body of
 /// the innermost grid-bound loops: the k loop a stream-K split divides.
 fn find_k_loop(body: &[Stmt]) -> Option<&Loop> {
-    body.iter().find_map(|s| match s {
-        Stmt::Loop(l) if l.parallel.is_block() => find_k_loop(&l.body),
-        Stmt::Loop(l) if is_k_loop(l) => Some(l),
-        _ => None,
-    })
+    let mut found = None;
+    crate::kir::walk(body, &mut |s| match s {
+        Stmt::Loop(l) if l.parallel.is_block() => Flow::Descend,
+        Stmt::Loop(l) if found.is_none() && is_k_loop(l) => {
+            found = Some(l);
+            Flow::Skip
+        }
+        _ => Flow::Skip,
+    });
+    found
 }
 
 fn has_mma(body: &[Stmt]) -> bool {
@@ -446,51 +474,39 @@ impl Split {
 
 /// Calls `f` on the body of every loop keyed `key`.
 fn in_tile_loop(body: &mut [Stmt], key: super::LoopKey, f: &mut dyn FnMut(&mut Vec<Stmt>)) {
-    for s in body {
-        match s {
-            Stmt::Loop(l) if l.key == key => f(&mut l.body),
-            Stmt::Loop(l) => in_tile_loop(&mut l.body, key, f),
-            Stmt::If { then, els, .. } => {
-                in_tile_loop(then, key, f);
-                in_tile_loop(els, key, f);
-            }
-            _ => {}
+    crate::kir::for_each_stmt_mut(body, &mut |s| match s {
+        Stmt::Loop(l) if l.key == key => {
+            f(&mut l.body);
+            Flow::Skip
         }
-    }
+        _ => Flow::Descend,
+    });
 }
+
 /// How many outermost grid-bound loops `body` has (each the start of a nest over the grid).
 fn grid_nests(body: &[Stmt]) -> usize {
-    body.iter()
-        .map(|s| match s {
-            Stmt::Loop(l) if l.parallel.is_block() => 1,
-            Stmt::Loop(l) => grid_nests(&l.body),
-            Stmt::If { then, els, .. } => grid_nests(then) + grid_nests(els),
-            _ => 0,
-        })
-        .sum()
+    let mut nests = 0;
+    crate::kir::walk(body, &mut |s| match s {
+        Stmt::Loop(l) if l.parallel.is_block() => {
+            nests += 1;
+            Flow::Skip
+        }
+        _ => Flow::Descend,
+    });
+    nests
 }
 
 /// Puts the tile loop (`tile_loop` of a body) around the body of the innermost grid-bound
 /// loop of every outermost chain of them.
-fn wrap(body: Vec<Stmt>, tile_loop: &dyn Fn(Vec<Stmt>) -> Stmt) -> Vec<Stmt> {
-    body.into_iter()
-        .map(|s| match s {
-            Stmt::Loop(mut l) if l.parallel.is_block() => {
-                l.body = innermost(l.body, tile_loop);
-                Stmt::Loop(l)
-            }
-            Stmt::Loop(mut l) => {
-                l.body = wrap(l.body, tile_loop);
-                Stmt::Loop(l)
-            }
-            Stmt::If { cond, then, els } => Stmt::If {
-                cond,
-                then: wrap(then, tile_loop),
-                els: wrap(els, tile_loop),
-            },
-            other => other,
-        })
-        .collect()
+fn wrap(mut body: Vec<Stmt>, tile_loop: &dyn Fn(Vec<Stmt>) -> Stmt) -> Vec<Stmt> {
+    crate::kir::rewrite_pre(&mut body, &mut |s| match s {
+        Stmt::Loop(mut l) if l.parallel.is_block() => {
+            l.body = innermost(l.body, tile_loop);
+            Step::Keep(vec![Stmt::Loop(l)])
+        }
+        other => Step::Descend(vec![other]),
+    });
+    body
 }
 
 fn innermost(body: Vec<Stmt>, tile_loop: &dyn Fn(Vec<Stmt>) -> Stmt) -> Vec<Stmt> {

@@ -76,8 +76,11 @@ impl State<'_> {
                         if l.parallel == ParallelType::Vectorize {
                             l.parallel = ParallelType::Unroll;
                         }
-                        self.block(cx, &mut l.body, env)?;
-                        Stmt::Loop(l)
+                        let mut st = Stmt::Loop(l);
+                        for child in st.children_mut() {
+                            self.block(cx, child, env)?;
+                        }
+                        st
                     };
                     match prev {
                         Some(p) => {

@@ -10,7 +10,9 @@
 use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{ExprId, IterId, IterKind, MemoryType, Op, ParallelType};
-use crate::kir::{Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, Stmt, Val};
+use crate::kir::{
+    Access, Buffer, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Loop, Stmt, Val,
+};
 
 /// One reduction's rewrite: the loop it hooks onto and what surrounds that loop.
 struct Lowered {
@@ -27,124 +29,15 @@ struct Lowered {
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     let mut lowered: Vec<Lowered> = Vec::new();
-    for (e, expr) in f.expr_ids().zip(&f.exprs) {
-        let Op::Reduce { op, .. } = expr.op else {
-            continue;
-        };
-        let t = expr.output;
-        let tensor = &f.tensors[t];
-        let Some(first) = tensor
-            .loop_domain
-            .iter()
-            .position(|&id| f.ids[id].kind == IterKind::Reduction)
-        else {
-            continue;
-        };
-        let first_key = cx.id_keys[&tensor.loop_domain[first]];
-        let after = &tensor.loop_domain[first..];
-        let serial_iter: Vec<IterId> = after
-            .iter()
-            .copied()
-            .filter(|&id| f.ids[id].kind != IterKind::Reduction && !f.ids[id].parallel.is_hw())
-            .collect();
-        let mut dims = [false; 3];
-        for &id in after {
-            if f.ids[id].kind == IterKind::Reduction && f.ids[id].parallel.is_thread() {
-                if let Some(d) = f.ids[id].parallel.dim() {
-                    dims[d] = true;
-                }
-            }
-        }
-        let dtype = tensor.dtype.compute();
-        let acc = BufferId::new(k.buffers.len());
-        let acc_name = cx.fresh_name(&format!("{}_acc", tensor.name));
-        k.buffers.push(Buffer {
-            name: acc_name,
-            dtype,
-            memory: MemoryType::Local,
-            tensor: None,
-            size: None,
-            smem_offset: None,
-            global_shape: Vec::new(),
-            is_input: false,
-        });
-        cx.alloc_ids.insert(acc, serial_iter.clone());
-        cx.accumulator_of.insert(acc, t);
-        let out_buf = cx.tensor_buffer[&t];
-        let loops_over = |cx: &Ctx, inner: Vec<Stmt>| -> Vec<Stmt> {
-            let mut body = inner;
-            for &id in serial_iter.iter().rev() {
-                let key = cx.id_keys[&id];
-                body = vec![Stmt::Loop(Loop {
-                    key,
-                    var: cx.keys.names[key].clone(),
-                    extent: Val::from_size(cx.key_extent(key)),
-                    parallel: if f.ids[id].parallel == ParallelType::Vectorize {
-                        ParallelType::Unroll
-                    } else {
-                        f.ids[id].parallel
-                    },
-                    body,
-                    digits: Vec::new(),
-                })];
-            }
-            body
-        };
-        let acc_access = Access {
-            buffer: acc,
-            index: None,
-        };
-        let mut before = vec![Stmt::Alloc(acc)];
-        before.extend(loops_over(
-            cx,
-            vec![Stmt::Compute(Compute {
-                expr: e,
-                out: acc_access.clone(),
-                value: Data::Literal(op.identity(), dtype),
-                role: ComputeRole::ReductionInit,
-                vector: None,
-            })],
-        ));
-        let mut tail = Vec::new();
-        if dims.iter().any(|&d| d) {
-            tail.extend(loops_over(
-                cx,
-                vec![Stmt::BlockReduce {
-                    acc: acc_access.clone(),
-                    op,
-                    dtype,
-                    dims,
-                }],
-            ));
-        }
-        tail.extend(loops_over(
-            cx,
-            vec![Stmt::Compute(Compute {
-                expr: e,
-                out: Access {
-                    buffer: out_buf,
-                    index: None,
-                },
-                value: Data::Read(acc_access.clone()),
-                role: ComputeRole::ReductionWrite,
-                vector: None,
-            })],
-        ));
-        lowered.push(Lowered {
-            expr: e,
-            first_key,
-            acc,
-            out_buf,
-            before,
-            after: tail,
-        });
+    for e in f.expr_ids() {
+        lowered.extend(lower(cx, k, e));
     }
     if lowered.is_empty() {
         cx.kernel_unchanged = true;
         return Ok(());
     }
     // Each reduction hooks onto the outermost loop with its first reduction key that holds
-    // its update, reached through loops only. One walk finds every such loop (numbered in
+    // its update (only loops hold statements at this stage). One walk finds every such loop (numbered in
     // preorder); a second rewrites the body around them.
     let of_expr: rustc_hash::FxHashMap<ExprId, usize> = lowered
         .iter()
@@ -182,8 +75,123 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     Ok(())
 }
 
+/// The statements around reduction `e` (None when `e` is no reduction over a loop axis): its
+/// accumulator (a new buffer of `k`) and its init before the reduction loops, the cross-thread
+/// reduction and the write after them.
+fn lower(cx: &mut Ctx, k: &mut Kernel, e: ExprId) -> Option<Lowered> {
+    let f = cx.fusion;
+    let expr = &f.exprs[e];
+    let Op::Reduce { op, .. } = expr.op else {
+        return None;
+    };
+    let t = expr.output;
+    let tensor = &f.tensors[t];
+    let first = tensor
+        .loop_domain
+        .iter()
+        .position(|&id| f.ids[id].kind == IterKind::Reduction)?;
+    let first_key = cx.id_keys[&tensor.loop_domain[first]];
+    let after = &tensor.loop_domain[first..];
+    let serial_iter: Vec<IterId> = after
+        .iter()
+        .copied()
+        .filter(|&id| f.ids[id].kind != IterKind::Reduction && !f.ids[id].parallel.is_hw())
+        .collect();
+    let mut dims = [false; 3];
+    for &id in after {
+        if f.ids[id].kind == IterKind::Reduction && f.ids[id].parallel.is_thread() {
+            if let Some(d) = f.ids[id].parallel.dim() {
+                dims[d] = true;
+            }
+        }
+    }
+    let dtype = tensor.dtype.compute();
+    let acc = BufferId::new(k.buffers.len());
+    let acc_name = cx.fresh_name(&format!("{}_acc", tensor.name));
+    k.buffers.push(Buffer {
+        name: acc_name,
+        dtype,
+        memory: MemoryType::Local,
+        tensor: None,
+        size: None,
+        smem_offset: None,
+        global_shape: Vec::new(),
+        is_input: false,
+    });
+    cx.alloc_ids.insert(acc, serial_iter.clone());
+    cx.accumulator_of.insert(acc, t);
+    let out_buf = cx.tensor_buffer[&t];
+    let loops_over = |cx: &Ctx, inner: Vec<Stmt>| -> Vec<Stmt> {
+        let mut body = inner;
+        for &id in serial_iter.iter().rev() {
+            let key = cx.id_keys[&id];
+            body = vec![Stmt::Loop(Loop {
+                key,
+                var: cx.keys.names[key].clone(),
+                extent: Val::from_size(cx.key_extent(key)),
+                parallel: if f.ids[id].parallel == ParallelType::Vectorize {
+                    ParallelType::Unroll
+                } else {
+                    f.ids[id].parallel
+                },
+                body,
+                digits: Vec::new(),
+            })];
+        }
+        body
+    };
+    let acc_access = Access {
+        buffer: acc,
+        index: None,
+    };
+    let mut before = vec![Stmt::Alloc(acc)];
+    before.extend(loops_over(
+        cx,
+        vec![Stmt::Compute(Compute {
+            expr: e,
+            out: acc_access.clone(),
+            value: Data::Literal(op.identity(), dtype),
+            role: ComputeRole::ReductionInit,
+            vector: None,
+        })],
+    ));
+    let mut tail = Vec::new();
+    if dims.iter().any(|&d| d) {
+        tail.extend(loops_over(
+            cx,
+            vec![Stmt::BlockReduce {
+                acc: acc_access.clone(),
+                op,
+                dtype,
+                dims,
+            }],
+        ));
+    }
+    tail.extend(loops_over(
+        cx,
+        vec![Stmt::Compute(Compute {
+            expr: e,
+            out: Access {
+                buffer: out_buf,
+                index: None,
+            },
+            value: Data::Read(acc_access.clone()),
+            role: ComputeRole::ReductionWrite,
+            vector: None,
+        })],
+    ));
+    Some(Lowered {
+        expr: e,
+        first_key,
+        acc,
+        out_buf,
+        before,
+        after: tail,
+    })
+}
+
 /// Records, for each reduction of `lowered`, the preorder number of the outermost loop with its
-/// first key that holds its update (walking loops only: `path` is the loops around `body`).
+/// first key that holds its update (`path` is the loops around `body`).
 fn find_hooks(
     body: &[Stmt],
     lowered: &[Lowered],
@@ -193,25 +201,29 @@ fn find_hooks(
     hooks: &mut [Option<usize>],
 ) {
     for s in body {
-        match s {
-            Stmt::Loop(l) => {
-                path.push((l.key, *next_loop));
-                *next_loop += 1;
-                find_hooks(&l.body, lowered, of_expr, path, next_loop, hooks);
-                path.pop();
+        if let Stmt::Compute(c) = s {
+            let i = of_expr.get(&c.expr).copied();
+            if let Some(i) =
+                i.filter(|&i| c.role == ComputeRole::ReductionUpdate && hooks[i].is_none())
+            {
+                hooks[i] = path
+                    .iter()
+                    .find(|(key, _)| *key == lowered[i].first_key)
+                    .map(|&(_, n)| n);
             }
-            Stmt::Compute(c) if c.role == ComputeRole::ReductionUpdate => {
-                let Some(&i) = of_expr.get(&c.expr) else {
-                    continue;
-                };
-                if hooks[i].is_none() {
-                    hooks[i] = path
-                        .iter()
-                        .find(|(key, _)| *key == lowered[i].first_key)
-                        .map(|&(_, n)| n);
-                }
-            }
-            _ => {}
+        }
+        let looped = if let Stmt::Loop(l) = s {
+            path.push((l.key, *next_loop));
+            *next_loop += 1;
+            true
+        } else {
+            false
+        };
+        for child in s.children() {
+            find_hooks(child, lowered, of_expr, path, next_loop, hooks);
+        }
+        if looped {
+            path.pop();
         }
     }
 }
@@ -225,14 +237,19 @@ fn hook(
     next_loop: &mut usize,
 ) -> Vec<Stmt> {
     let mut out = Vec::with_capacity(body.len());
-    for s in body {
+    for mut s in body {
+        // A loop's number, before those inside it.
+        let n = *next_loop;
+        if matches!(s, Stmt::Loop(_)) {
+            *next_loop += 1;
+        }
+        for child in s.children_mut() {
+            *child = hook(std::mem::take(child), lowered, at_loop, next_loop);
+        }
         let Stmt::Loop(mut l) = s else {
             out.push(s);
             continue;
         };
-        let n = *next_loop;
-        *next_loop += 1;
-        l.body = hook(std::mem::take(&mut l.body), lowered, at_loop, next_loop);
         let Some(here) = at_loop.get(&n) else {
             out.push(Stmt::Loop(l));
             continue;
@@ -252,10 +269,14 @@ fn hook(
     out
 }
 
-fn redirect(body: &mut [Stmt], e: ExprId, acc: BufferId, out_buf: BufferId) -> bool {
-    for s in body.iter_mut() {
-        match s {
-            Stmt::Compute(c) if c.expr == e && c.role == ComputeRole::ReductionUpdate => {
+fn redirect(body: &mut [Stmt], e: ExprId, acc: BufferId, out_buf: BufferId) {
+    let mut found = false;
+    crate::kir::for_each_stmt_mut(body, &mut |s| {
+        if found {
+            return Flow::Skip;
+        }
+        if let Stmt::Compute(c) = s {
+            if c.expr == e && c.role == ComputeRole::ReductionUpdate {
                 c.out = Access {
                     buffer: acc,
                     index: None,
@@ -268,16 +289,9 @@ fn redirect(body: &mut [Stmt], e: ExprId, acc: BufferId, out_buf: BufferId) -> b
                         });
                     }
                 }
-                return true;
+                found = true;
             }
-            Stmt::Loop(l) => {
-                let found = redirect(&mut l.body, e, acc, out_buf);
-                if found {
-                    return true;
-                }
-            }
-            _ => {}
         }
-    }
-    false
+        Flow::Descend
+    });
 }

@@ -55,31 +55,9 @@ fn block(body: &mut Vec<Stmt>, ext: &mut HashMap<String, Val>, changed: &mut boo
     let mut always_true = false;
     for s in body.iter_mut() {
         match s {
-            Stmt::Loop(l) => {
-                l.extent = simplified(&l.extent, ext, changed);
-                let prev = ext.insert(l.var.clone(), l.extent.clone());
-                block(&mut l.body, ext, changed);
-                match prev {
-                    Some(p) => ext.insert(l.var.clone(), p),
-                    None => ext.remove(&l.var),
-                };
-            }
-            Stmt::If { cond, then, els } => {
-                *cond = simplified(cond, ext, changed);
-                block(then, ext, changed);
-                block(els, ext, changed);
-                always_true |= *cond == Val::True;
-            }
-            Stmt::WarpRoles {
-                is_producer,
-                producer,
-                consumer,
-                ..
-            } => {
-                *is_producer = simplified(is_producer, ext, changed);
-                block(producer, ext, changed);
-                block(consumer, ext, changed);
-            }
+            Stmt::Loop(l) => l.extent = simplified(&l.extent, ext, changed),
+            Stmt::If { cond, .. } => *cond = simplified(cond, ext, changed),
+            Stmt::WarpRoles(w) => w.is_producer = simplified(&w.is_producer, ext, changed),
             Stmt::Compute(c) => {
                 access(&mut c.out, ext, changed);
                 data(&mut c.value, ext, changed);
@@ -87,8 +65,28 @@ fn block(body: &mut Vec<Stmt>, ext: &mut HashMap<String, Val>, changed: &mut boo
             Stmt::BlockReduce { acc, .. } => access(acc, ext, changed),
             Stmt::Let { value, .. } => *value = simplified(value, ext, changed),
             // Statements without a body: every index they hold.
-            leaf => leaf.map_vals(&mut |v| simplified(v, ext, changed)),
+            _ => s.map_vals(&mut |v| simplified(v, ext, changed)),
         }
+        // A loop's variable ranges over its extent in its body.
+        let scope = match s {
+            Stmt::Loop(l) => Some((l.var.clone(), ext.insert(l.var.clone(), l.extent.clone()))),
+            _ => None,
+        };
+        for child in s.children_mut() {
+            block(child, ext, changed);
+        }
+        match scope {
+            Some((var, Some(p))) => ext.insert(var, p),
+            Some((var, None)) => ext.remove(&var),
+            None => None,
+        };
+        always_true |= matches!(
+            s,
+            Stmt::If {
+                cond: Val::True,
+                ..
+            }
+        );
     }
     if always_true {
         *changed = true;

@@ -200,36 +200,23 @@ struct Touched {
 }
 
 fn collect(body: &[Stmt], t: &mut Touched) {
-    for s in body {
-        match s {
-            Stmt::WarpRoles {
-                producer, consumer, ..
-            } => {
-                collect(producer, t);
-                collect(consumer, t);
-            }
-            Stmt::Loop(l) => collect(&l.body, t),
-            Stmt::If { then, els, .. } => {
-                collect(then, t);
-                collect(els, t);
-            }
-            Stmt::Compute(c) => {
-                t.writes.insert(c.out.buffer);
-                c.value.for_each_read(&mut |a| {
-                    t.reads.insert(a.buffer);
-                });
-            }
-            Stmt::TmaLoad(l) => {
-                t.writes.insert(l.dst.buffer);
-                t.by_copy.insert(l.dst.buffer);
-            }
-            Stmt::TmaStore(st) => {
-                t.reads.insert(st.src.buffer);
-                t.by_store.insert(st.src.buffer);
-            }
-            _ => {}
+    crate::kir::for_each_stmt(body, &mut |s| match s {
+        Stmt::Compute(c) => {
+            t.writes.insert(c.out.buffer);
+            c.value.for_each_read(&mut |a| {
+                t.reads.insert(a.buffer);
+            });
         }
-    }
+        Stmt::TmaLoad(l) => {
+            t.writes.insert(l.dst.buffer);
+            t.by_copy.insert(l.dst.buffer);
+        }
+        Stmt::TmaStore(st) => {
+            t.reads.insert(st.src.buffer);
+            t.by_store.insert(st.src.buffer);
+        }
+        _ => {}
+    });
 }
 
 fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
@@ -319,21 +306,10 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
             }
             // Consumer warps synchronise among themselves (named barriers); the producer branch
             // only issues copies and waits on mbarriers.
-            Stmt::WarpRoles {
-                is_producer,
-                producer,
-                consumer,
-                registers,
-                consumer_threads,
-            } => {
+            Stmt::WarpRoles(mut w) => {
                 closed = true;
-                Stmt::WarpRoles {
-                    is_producer,
-                    producer,
-                    consumer: block(consumer, sets),
-                    registers,
-                    consumer_threads,
-                }
+                w.consumer = block(std::mem::take(&mut w.consumer), sets);
+                Stmt::WarpRoles(w)
             }
             // A condition every thread of the block evaluates alike: barriers may go inside.
             Stmt::If { cond, then, els } if uniform(&cond, &sets.thread_vars) => {

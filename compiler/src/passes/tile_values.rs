@@ -20,7 +20,7 @@
 
 use super::Ctx;
 use crate::diag::Diagnostic;
-use crate::kir::{for_each_stmt, CopyKind, Kernel, Stmt, Val};
+use crate::kir::{for_each_stmt, CopyKind, Flow, Kernel, Stmt, Val};
 
 pub fn used(cx: &Ctx) -> bool {
     cx.fusion.persistent.is_some()
@@ -50,47 +50,40 @@ fn bound(s: &Stmt) -> Vec<String> {
 
 /// Visits the loops every lane runs: through loops and both warp roles, not into conditions.
 fn hoist_in(cx: &mut Ctx, body: &mut [Stmt], tile: &str, changed: &mut bool) {
-    for s in body {
-        match s {
-            Stmt::Loop(l) if l.var == tile && l.digits.is_empty() => {
-                let mut varying = Vec::new();
-                for_each_stmt(&l.body, &mut |s| varying.extend(bound(s)));
-                let mut h = Hoister {
-                    cx: &mut *cx,
-                    tile,
-                    varying: &varying,
-                    lets: Vec::new(),
-                };
-                for s in &mut l.body {
-                    let tile_src = match s {
-                        Stmt::TmaLoad(t) if matches!(t.kind, CopyKind::Tile { .. }) => {
-                            t.src.index.take()
-                        }
-                        _ => None,
-                    };
-                    s.map_vals(&mut |v| h.root(v));
-                    if let (Stmt::TmaLoad(t), Some(src)) = (s, tile_src) {
-                        t.src.index = Some(src);
+    crate::kir::for_each_stmt_mut(body, &mut |s| match s {
+        Stmt::Loop(l) if l.var == tile && l.digits.is_empty() => {
+            let mut varying = Vec::new();
+            for_each_stmt(&l.body, &mut |s| varying.extend(bound(s)));
+            let mut h = Hoister {
+                cx: &mut *cx,
+                tile,
+                varying: &varying,
+                lets: Vec::new(),
+            };
+            for s in &mut l.body {
+                let tile_src = match s {
+                    Stmt::TmaLoad(t) if matches!(t.kind, CopyKind::Tile { .. }) => {
+                        t.src.index.take()
                     }
+                    _ => None,
+                };
+                s.map_vals(&mut |v| h.root(v));
+                if let (Stmt::TmaLoad(t), Some(src)) = (s, tile_src) {
+                    t.src.index = Some(src);
                 }
-                *changed |= !h.lets.is_empty();
-                let lets = h.lets.into_iter().map(|(var, value)| Stmt::Let {
-                    var,
-                    value,
-                    broadcast: true,
-                });
-                l.body.splice(0..0, lets);
             }
-            Stmt::Loop(l) => hoist_in(cx, &mut l.body, tile, changed),
-            Stmt::WarpRoles {
-                producer, consumer, ..
-            } => {
-                hoist_in(cx, producer, tile, changed);
-                hoist_in(cx, consumer, tile, changed);
-            }
-            _ => {}
+            *changed |= !h.lets.is_empty();
+            let lets = h.lets.into_iter().map(|(var, value)| Stmt::Let {
+                var,
+                value,
+                broadcast: true,
+            });
+            l.body.splice(0..0, lets);
+            Flow::Skip
         }
-    }
+        Stmt::If { .. } => Flow::Skip,
+        _ => Flow::Descend,
+    });
 }
 
 /// Replaces the maximal movable, costly subexpressions of each value by `let`s.

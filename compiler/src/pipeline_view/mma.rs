@@ -9,7 +9,7 @@
 //! The same product issued in several loops (a pipeline's main loop and its epilogue) is one
 //! [`Mma`] with several phases, shown as issued in the steady-state loop.
 
-use super::{role_key, Event, PhaseKind, Place, Role, Walk, What};
+use super::{role_key, Event, PhaseKind, Place, Role, ThreadLoop, Walk, What};
 use crate::fusion::MemoryType;
 use crate::kir::{BufferId, Kernel, MmaOperand, Val, Wgmma};
 use crate::passes::PipelinePlan;
@@ -347,6 +347,46 @@ fn tma_stored(k: &Kernel, plan: &PipelinePlan, b: BufferId) -> Option<String> {
     Some(k.tensor_maps[store.map].tensor.clone())
 }
 
+/// The thread loops around a wgmma (its warp groups' axes) and the operands each moves.
+fn warp_group_axes(w: &Wgmma, threads: &[ThreadLoop]) -> Vec<WarpGroupAxis> {
+    threads
+        .iter()
+        .map(|t| {
+            let moves = |o: &MmaOperand| o.tile.index.as_ref().is_some_and(|i| i.mentions(t.var));
+            let operands = [("A", moves(&w.a)), ("B", moves(&w.b))]
+                .into_iter()
+                .filter(|(_, m)| *m)
+                .map(|(name, _)| name.to_string())
+                .collect();
+            WarpGroupAxis {
+                var: t.var.to_string(),
+                thread: Val::Hw(t.parallel).text(),
+                extent: match t.extent {
+                    Val::Int(x) => Some(*x),
+                    _ => None,
+                },
+                operands,
+            }
+        })
+        .collect()
+}
+
+/// A wgmma's accumulator: its register array and what says it has started.
+fn accumulator(k: &Kernel, w: &Wgmma) -> Accumulator {
+    let acc = &k.buffers[w.acc.buffer];
+    Accumulator {
+        buffer: acc.name.clone(),
+        dtype: acc.dtype.name().to_string(),
+        registers: target::wgmma_accumulators(w.n),
+        allocated: match acc.size {
+            Some(Val::Int(n)) => Some(n),
+            _ => None,
+        },
+        index: w.acc.index.as_ref().map_or("0".into(), Val::text),
+        started: w.accumulate.as_ref().map(|a| crate::kir::access_text(k, a)),
+    }
+}
+
 /// The tensor-core products of `k` (see the module doc).
 pub(super) fn extract(
     k: &Kernel,
@@ -424,28 +464,7 @@ pub(super) fn extract(
                 phase,
                 Some(PhaseKind::Main | PhaseKind::Consume | PhaseKind::Once)
             );
-            let warp_group_axes = threads
-                .iter()
-                .map(|t| {
-                    let moves =
-                        |o: &MmaOperand| o.tile.index.as_ref().is_some_and(|i| i.mentions(t.var));
-                    let operands = [("A", moves(&w.a)), ("B", moves(&w.b))]
-                        .into_iter()
-                        .filter(|(_, m)| *m)
-                        .map(|(name, _)| name.to_string())
-                        .collect();
-                    WarpGroupAxis {
-                        var: t.var.to_string(),
-                        thread: Val::Hw(t.parallel).text(),
-                        extent: match t.extent {
-                            Val::Int(x) => Some(*x),
-                            _ => None,
-                        },
-                        operands,
-                    }
-                })
-                .collect();
-            let acc = &k.buffers[w.acc.buffer];
+            let warp_group_axes = warp_group_axes(w, threads);
             let mma = Mma {
                 role: g.role,
                 warp_groups: roles[g.role].warp_groups,
@@ -463,17 +482,7 @@ pub(super) fn extract(
                 input: w.input.name().to_string(),
                 a,
                 b,
-                accumulator: Accumulator {
-                    buffer: acc.name.clone(),
-                    dtype: acc.dtype.name().to_string(),
-                    registers: target::wgmma_accumulators(w.n),
-                    allocated: match acc.size {
-                        Some(Val::Int(n)) => Some(n),
-                        _ => None,
-                    },
-                    index: w.acc.index.as_ref().map_or("0".into(), Val::text),
-                    started: w.accumulate.as_ref().map(|a| crate::kir::access_text(k, a)),
-                },
+                accumulator: accumulator(k, w),
                 per_group,
                 fence: g.fence,
                 wait_group: g.wait,

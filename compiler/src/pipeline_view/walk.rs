@@ -54,9 +54,20 @@ impl<'k> Walk<'k> {
 
     pub(super) fn block(&mut self, body: &'k [Stmt], guards: &mut Guards<'k>, lp: Option<usize>) {
         for st in body {
-            let what = match st {
-                Stmt::Loop(l) if l.parallel.is_hw() => {
-                    let thread = l.parallel.is_thread();
+            if let Some(what) = self.what(st) {
+                self.events.push(Event {
+                    what,
+                    guards: guards.clone(),
+                    lp,
+                });
+                continue;
+            }
+            // A statement with bodies: each walked under its guards, inside its loop.
+            let mut inner = lp;
+            let mut thread = false;
+            if let Stmt::Loop(l) = st {
+                if l.parallel.is_hw() {
+                    thread = l.parallel.is_thread();
                     if thread {
                         self.threads.push(ThreadLoop {
                             var: &l.var,
@@ -64,100 +75,88 @@ impl<'k> Walk<'k> {
                             extent: &l.extent,
                         });
                     }
-                    self.block(&l.body, guards, lp);
-                    if thread {
-                        self.threads.pop();
-                    }
-                    continue;
-                }
-                Stmt::Loop(l) => {
+                } else {
                     self.loops.push(LoopInfo {
                         var: &l.var,
                         extent: &l.extent,
                         parent: lp,
                     });
-                    let id = self.loops.len() - 1;
-                    self.block(&l.body, guards, Some(id));
-                    continue;
+                    inner = Some(self.loops.len() - 1);
                 }
-                Stmt::If { cond, then, els } => {
-                    let n = guards.len();
-                    let mut parts = Vec::new();
-                    conjuncts(cond, &mut parts);
-                    for c in parts {
-                        guards.push(self.guard(c, false));
-                    }
-                    self.block(then, guards, lp);
-                    guards.truncate(n);
-                    if !els.is_empty() {
-                        guards.push(self.guard(cond, true));
-                        self.block(els, guards, lp);
-                        guards.truncate(n);
-                    }
-                    continue;
-                }
-                Stmt::MbarArriveExpectTx { bars, bytes, .. }
-                | Stmt::MbarExpectTx { bars, bytes, .. } => What::Arrive {
-                    bars: *bars,
-                    bytes: *bytes,
-                },
-                Stmt::TmaLoad(t) => What::Load(t),
-                Stmt::MbarWait { bars, slot, parity } => What::Wait {
-                    bars: *bars,
-                    slot,
-                    parity,
-                },
-                Stmt::Sync | Stmt::GroupSync { .. } => What::Sync,
-                Stmt::WgmmaFence => What::Fence,
-                Stmt::Wgmma(w) => What::Mma {
-                    w,
-                    threads: self.threads.clone(),
-                },
-                Stmt::WgmmaCommit => What::Commit,
-                Stmt::WgmmaWait(n) => What::MmaWait(*n),
-                Stmt::MbarArrive {
-                    bars,
-                    slot,
-                    per_warp,
-                } => What::Release {
-                    bars: *bars,
-                    slot,
-                    per_warp: *per_warp,
-                },
-                Stmt::Compute(c) if self.computes => What::Compute(c),
-                Stmt::StMatrix { dst, src } => What::Staged {
-                    cache: dst.buffer,
-                    from: src.buffer,
-                },
-                Stmt::TmaStore(t) => What::Store(t),
-                Stmt::BulkCommit => What::BulkCommit,
-                Stmt::BulkWaitRead(n) => What::BulkWait(*n),
-                Stmt::FenceProxyAsync => What::ProxyFence,
-                // Warp specialization: the producer branch under the warp condition, the
-                // consumers under its negation.
-                Stmt::WarpRoles {
-                    is_producer,
-                    producer,
-                    consumer,
-                    ..
-                } => {
-                    let n = guards.len();
-                    guards.push(self.guard(is_producer, false));
-                    self.block(producer, guards, lp);
-                    guards.truncate(n);
-                    guards.push(self.guard(is_producer, true));
-                    self.block(consumer, guards, lp);
-                    guards.truncate(n);
-                    continue;
-                }
-                // Statements that say nothing about the pipelines, and kinds added later.
-                _ => continue,
-            };
-            self.events.push(Event {
-                what,
-                guards: guards.clone(),
-                lp,
-            });
+            }
+            let n = guards.len();
+            for (i, child) in st.children().enumerate() {
+                self.body_guards(st, i, guards);
+                self.block(child, guards, inner);
+                guards.truncate(n);
+            }
+            if thread {
+                self.threads.pop();
+            }
         }
+    }
+
+    /// The guards a statement adds for its body `i`: a conditional's conjuncts for `then`, its
+    /// negation for `els`; warp roles' condition for the producers, its negation for the
+    /// consumers.
+    fn body_guards(&self, st: &'k Stmt, i: usize, guards: &mut Guards<'k>) {
+        match st {
+            Stmt::If { cond, .. } if i == 0 => {
+                let mut parts = Vec::new();
+                conjuncts(cond, &mut parts);
+                for c in parts {
+                    guards.push(self.guard(c, false));
+                }
+            }
+            Stmt::If { cond, .. } => guards.push(self.guard(cond, true)),
+            Stmt::WarpRoles(w) => guards.push(self.guard(&w.is_producer, i == 1)),
+            _ => {}
+        }
+    }
+
+    /// The event of a statement that says something about the pipelines.
+    fn what(&self, st: &'k Stmt) -> Option<What<'k>> {
+        Some(match st {
+            Stmt::MbarArriveExpectTx { bars, bytes, .. }
+            | Stmt::MbarExpectTx { bars, bytes, .. } => What::Arrive {
+                bars: *bars,
+                bytes: *bytes,
+            },
+            Stmt::TmaLoad(t) => What::Load(t),
+            Stmt::MbarWait { bars, slot, parity } => What::Wait {
+                bars: *bars,
+                slot,
+                parity,
+            },
+            Stmt::Sync | Stmt::GroupSync { .. } => What::Sync,
+            Stmt::WgmmaFence => What::Fence,
+            Stmt::Wgmma(w) => What::Mma {
+                w,
+                threads: self.threads.clone(),
+            },
+            Stmt::WgmmaCommit => What::Commit,
+            Stmt::WgmmaWait(n) => What::MmaWait(*n),
+            Stmt::MbarArrive {
+                bars,
+                slot,
+                per_warp,
+            } => What::Release {
+                bars: *bars,
+                slot,
+                per_warp: *per_warp,
+            },
+            Stmt::Compute(c) if self.computes => What::Compute(c),
+            Stmt::StMatrix { dst, src } => What::Staged {
+                cache: dst.buffer,
+                from: src.buffer,
+            },
+            Stmt::TmaStore(t) => What::Store(t),
+            Stmt::BulkCommit => What::BulkCommit,
+            Stmt::BulkWaitRead(n) => What::BulkWait(*n),
+            Stmt::FenceProxyAsync => What::ProxyFence,
+            // Statements that say nothing about the pipelines, those with bodies, and
+            // kinds added later.
+            _ => return None,
+        })
     }
 }

@@ -110,13 +110,5 @@ pub(super) fn check(
 
 /// Whether a statement list holds a block reduction (it then needs the reduction scratch).
 fn has_block_reduce(body: &[Stmt]) -> bool {
-    body.iter().any(|s| match s {
-        Stmt::BlockReduce { .. } => true,
-        Stmt::Loop(l) => has_block_reduce(&l.body),
-        Stmt::If { then, els, .. } => has_block_reduce(then) || has_block_reduce(els),
-        Stmt::WarpRoles {
-            producer, consumer, ..
-        } => has_block_reduce(producer) || has_block_reduce(consumer),
-        _ => false,
-    })
+    crate::kir::any_stmt(body, &mut |s| matches!(s, Stmt::BlockReduce { .. }))
 }

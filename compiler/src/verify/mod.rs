@@ -28,7 +28,7 @@ mod uniform;
 use crate::diag::Diagnostics;
 use crate::fusion::MemoryType;
 use crate::id::IdVec;
-use crate::kir::{Access, BufferId, CopyKind, Kernel, Stmt, Val};
+use crate::kir::{Access, BufferId, CopyKind, Kernel, Loop, Stmt, TmaLoad, Val};
 pub use uniform::{barrier_uses, check_barrier_uses, of_hw, BarrierUse, Uniformity};
 
 /// One invariant of the kernel IR.
@@ -401,77 +401,33 @@ impl<'k> Walk<'k> {
         let me = self.next;
         self.next += 1;
         self.current = Some((me, st));
-        match st {
-            Stmt::Loop(l) => {
-                let extent = self.value(&l.extent, ctx);
-                let (var, body_ctx) = if l.parallel.is_hw() {
-                    // A binding: every thread runs the body once, with its own index.
-                    // A persistent kernel binds its grid loops to its tile raster.
-                    let persistent = self.k.persistent.iter().flat_map(|p| &p.bindings);
-                    let bound = self
-                        .k
-                        .hw_vars
-                        .iter()
-                        .map(|(v, p)| (v, p))
-                        .chain(persistent.map(|(v, p, _)| (v, p)))
-                        .any(|(v, p)| *v == l.var && *p == l.parallel);
-                    if !bound {
-                        self.error(
-                            Rule::UnboundVariable,
-                            format!(
-                                "the loop over `{}` is bound to {} but the kernel binds no `{} = {}`",
-                                l.var,
-                                l.parallel,
-                                l.var,
-                                l.parallel.cuda_index().unwrap_or("?")
-                            ),
-                        );
-                    }
-                    (uniform::of_hw(self.k, l.parallel), ctx)
-                } else {
-                    // Threads that disagree on the extent run different iterations.
-                    (extent, ctx.min(extent))
+        let body_ctx = self.check(me, st, ctx);
+        let outer = self.group;
+        for (i, body) in st.children().enumerate() {
+            if let Stmt::WarpRoles(w) = st {
+                self.group = match i {
+                    0 => Group::Producers,
+                    _ => Group::Consumers(w.consumer_threads),
                 };
-                self.vars.push((l.var.clone(), var));
-                // A flat loop's digits step with its count: as uniform as their extents.
-                for d in &l.digits {
-                    let u = self.value(&d.extent, ctx);
-                    self.vars.push((d.var.clone(), var.min(u)));
-                }
-                self.block(&l.body, body_ctx);
-                for _ in 0..=l.digits.len() {
-                    self.vars.pop();
-                }
             }
-            Stmt::If { cond, then, els } => {
-                let c = self.value(cond, ctx);
-                self.block(then, ctx.min(c));
-                self.block(els, ctx.min(c));
+            self.block(body, body_ctx);
+        }
+        self.group = outer;
+        if let Stmt::Loop(l) = st {
+            // The loop's variable and digits leave scope.
+            for _ in 0..=l.digits.len() {
+                self.vars.pop();
             }
-            Stmt::Alloc(b) => {
-                if !self.buffer_known(*b) {
-                    return;
-                }
-                let buf = &self.k.buffers[*b];
-                if buf.memory == MemoryType::Global {
-                    self.error(
-                        Rule::MemorySpace,
-                        format!("`{}` is a global tensor: only register and shared buffers are allocated", buf.name),
-                    );
-                }
-                if self.in_scope[*b] > 0 {
-                    self.error(
-                        Rule::DoubleAlloc,
-                        format!(
-                            "`{}` is allocated again while its allocation is in scope",
-                            buf.name
-                        ),
-                    );
-                }
-                self.allocs.push(*b);
-                self.in_scope[*b] += 1;
-                self.first_alloc[*b].get_or_insert((me, st));
-            }
+        }
+    }
+
+    /// The checks of one statement, not of its bodies; returns how uniformly the threads
+    /// reach its bodies.
+    fn check(&mut self, me: usize, st: &'k Stmt, ctx: Uniformity) -> Uniformity {
+        match st {
+            Stmt::Loop(l) => return self.enter_loop(l, ctx),
+            Stmt::If { cond, .. } => return ctx.min(self.value(cond, ctx)),
+            Stmt::Alloc(b) => self.alloc(me, st, *b),
             Stmt::Compute(c) => {
                 // The lanes of a vector compute are its own variable.
                 if let Some((lane, _)) = &c.vector {
@@ -511,25 +467,7 @@ impl<'k> Walk<'k> {
                 var,
                 value,
                 broadcast,
-            } => {
-                let mut u = self.value(value, ctx);
-                if *broadcast {
-                    // A shuffle from lane 0: every lane must be here, and lane 0's value must
-                    // be every lane's.
-                    self.warp_collective(ctx, &format!("the broadcast of `{var}`"));
-                    if u < Uniformity::Warp {
-                        self.error(
-                            Rule::WarpCollective,
-                            format!(
-                                "`{var}` is broadcast from lane 0, but `{}` differs between the lanes of a warp",
-                                value.text()
-                            ),
-                        );
-                    }
-                    u = u.max(Uniformity::Warp);
-                }
-                self.vars.push((var.clone(), u));
-            }
+            } => self.let_stmt(var, value, *broadcast, ctx),
             Stmt::MbarInit { bars } => {
                 if self.mbarrier_known(*bars) {
                     self.event(EventKind::Init(*bars));
@@ -560,33 +498,7 @@ impl<'k> Walk<'k> {
                     self.warp_collective(ctx, "a per-warp arrive (`__syncwarp`, then lane 0)");
                 }
             }
-            Stmt::TmaLoad(t) => {
-                self.access(&t.dst, ctx);
-                self.access(&t.src, ctx);
-                self.memory_is(
-                    t.dst.buffer,
-                    MemoryType::Shared,
-                    "the destination of a TMA load",
-                );
-                self.memory_is(t.src.buffer, MemoryType::Global, "the source of a TMA load");
-                for c in &t.coords {
-                    self.value(c, ctx);
-                }
-                self.value(&t.slot, ctx);
-                if let CopyKind::Tile { map } = t.kind {
-                    self.tensor_map(map, t.coords.len());
-                }
-                self.mbarrier_use(t.bars);
-                if let Some(ctas) = t.multicast {
-                    let cluster = self.k.cluster_ctas();
-                    if !(2..=cluster).contains(&ctas) || !matches!(t.kind, CopyKind::Tile { .. }) {
-                        self.error(
-                            Rule::Cluster,
-                            format!("a TMA tile copy multicast to {ctas} CTAs in a kernel whose clusters have {cluster}: the mask would name CTAs that do not exist"),
-                        );
-                    }
-                }
-            }
+            Stmt::TmaLoad(t) => self.tma_load(t, ctx),
             Stmt::TmaStore(t) => {
                 self.access(&t.src, ctx);
                 self.memory_is(
@@ -643,20 +555,126 @@ impl<'k> Walk<'k> {
                 // The warp stores together (`.sync.aligned`): no lane may skip it.
                 self.warp_collective(ctx, "a stmatrix (warp-collective)");
             }
-            Stmt::WarpRoles {
-                is_producer,
-                producer,
-                consumer,
-                registers,
-                consumer_threads,
-            } => {
-                self.warp_roles(ctx, is_producer, *registers, *consumer_threads);
-                let outer = self.group;
-                self.group = Group::Producers;
-                self.block(producer, ctx);
-                self.group = Group::Consumers(*consumer_threads);
-                self.block(consumer, ctx);
-                self.group = outer;
+            Stmt::WarpRoles(w) => {
+                self.warp_roles(ctx, &w.is_producer, w.registers, w.consumer_threads)
+            }
+        }
+        ctx
+    }
+
+    /// A loop's extent and variables (in scope until the caller pops them); returns how
+    /// uniformly the threads reach its body.
+    fn enter_loop(&mut self, l: &'k Loop, ctx: Uniformity) -> Uniformity {
+        let extent = self.value(&l.extent, ctx);
+        let (var, body_ctx) = if l.parallel.is_hw() {
+            // A binding: every thread runs the body once, with its own index.
+            // A persistent kernel binds its grid loops to its tile raster.
+            let persistent = self.k.persistent.iter().flat_map(|p| &p.bindings);
+            let bound = self
+                .k
+                .hw_vars
+                .iter()
+                .map(|(v, p)| (v, p))
+                .chain(persistent.map(|(v, p, _)| (v, p)))
+                .any(|(v, p)| *v == l.var && *p == l.parallel);
+            if !bound {
+                self.error(
+                    Rule::UnboundVariable,
+                    format!(
+                        "the loop over `{}` is bound to {} but the kernel binds no `{} = {}`",
+                        l.var,
+                        l.parallel,
+                        l.var,
+                        l.parallel.cuda_index().unwrap_or("?")
+                    ),
+                );
+            }
+            (uniform::of_hw(self.k, l.parallel), ctx)
+        } else {
+            // Threads that disagree on the extent run different iterations.
+            (extent, ctx.min(extent))
+        };
+        self.vars.push((l.var.clone(), var));
+        // A flat loop's digits step with its count: as uniform as their extents.
+        for d in &l.digits {
+            let u = self.value(&d.extent, ctx);
+            self.vars.push((d.var.clone(), var.min(u)));
+        }
+        body_ctx
+    }
+
+    fn alloc(&mut self, me: usize, st: &'k Stmt, b: BufferId) {
+        if !self.buffer_known(b) {
+            return;
+        }
+        let buf = &self.k.buffers[b];
+        if buf.memory == MemoryType::Global {
+            self.error(
+                Rule::MemorySpace,
+                format!(
+                    "`{}` is a global tensor: only register and shared buffers are allocated",
+                    buf.name
+                ),
+            );
+        }
+        if self.in_scope[b] > 0 {
+            self.error(
+                Rule::DoubleAlloc,
+                format!(
+                    "`{}` is allocated again while its allocation is in scope",
+                    buf.name
+                ),
+            );
+        }
+        self.allocs.push(b);
+        self.in_scope[b] += 1;
+        self.first_alloc[b].get_or_insert((me, st));
+    }
+
+    fn let_stmt(&mut self, var: &str, value: &Val, broadcast: bool, ctx: Uniformity) {
+        let mut u = self.value(value, ctx);
+        if broadcast {
+            // A shuffle from lane 0: every lane must be here, and lane 0's value must
+            // be every lane's.
+            self.warp_collective(ctx, &format!("the broadcast of `{var}`"));
+            if u < Uniformity::Warp {
+                self.error(
+                        Rule::WarpCollective,
+                        format!(
+                            "`{var}` is broadcast from lane 0, but `{}` differs between the lanes of a warp",
+                            value.text()
+                        ),
+                    );
+            }
+            u = u.max(Uniformity::Warp);
+        }
+        self.vars.push((var.to_string(), u));
+    }
+
+    fn tma_load(&mut self, t: &TmaLoad, ctx: Uniformity) {
+        self.access(&t.dst, ctx);
+        self.access(&t.src, ctx);
+        self.memory_is(
+            t.dst.buffer,
+            MemoryType::Shared,
+            "the destination of a TMA load",
+        );
+        self.memory_is(t.src.buffer, MemoryType::Global, "the source of a TMA load");
+        for c in &t.coords {
+            self.value(c, ctx);
+        }
+        self.value(&t.slot, ctx);
+        if let CopyKind::Tile { map } = t.kind {
+            self.tensor_map(map, t.coords.len());
+        }
+        self.mbarrier_use(t.bars);
+        if let Some(ctas) = t.multicast {
+            let cluster = self.k.cluster_ctas();
+            if !(2..=cluster).contains(&ctas) || !matches!(t.kind, CopyKind::Tile { .. }) {
+                self.error(
+                        Rule::Cluster,
+                        format!("a TMA tile copy multicast to {ctas} CTAs in a kernel whose clusters have {cluster}: the mask would name CTAs that do not exist"),
+                    );
             }
         }
     }

@@ -106,9 +106,8 @@ impl Walk<'_, '_> {
         };
         match st {
             // A loop bound to hardware indices is a binding each thread runs once (a thread
-            // group's own store), not an iteration after iteration.
-            Stmt::Loop(l) if l.parallel.is_hw() => self.block(&l.body, s),
-            Stmt::Loop(l) => {
+            // group's own store), not an iteration after iteration: walked once below.
+            Stmt::Loop(l) if !l.parallel.is_hw() => {
                 let key = l as *const Loop;
                 if let Some((_, _, end)) = self
                     .seen
@@ -130,16 +129,6 @@ impl Walk<'_, '_> {
                 self.next = end;
                 self.seen.push((key, start, s.clone()));
             }
-            Stmt::If { then, els, .. } => {
-                self.block(then, s);
-                self.block(els, s);
-            }
-            Stmt::WarpRoles {
-                producer, consumer, ..
-            } => {
-                self.block(producer, s);
-                self.block(consumer, s);
-            }
             Stmt::TmaStore(t) => {
                 s.pending.insert(t.src.buffer);
             }
@@ -151,7 +140,11 @@ impl Walk<'_, '_> {
             Stmt::Compute(c) => write(self.out, c.out.buffer),
             Stmt::StMatrix { dst, .. } => write(self.out, dst.buffer),
             Stmt::TmaLoad(t) => write(self.out, t.dst.buffer),
-            _ => {}
+            _ => {
+                for body in st.children() {
+                    self.block(body, s);
+                }
+            }
         }
     }
 }

@@ -7,9 +7,10 @@ use super::*;
 fn block_barrier_a_named_barrier_under_a_thread_dependent_condition() {
     let mut k = lowered("ws/add_two_roles.hf");
     edit_roles(&mut k, |roles| {
-        let Stmt::WarpRoles { consumer, .. } = roles else {
+        let Stmt::WarpRoles(w) = roles else {
             unreachable!()
         };
+        let consumer = &mut w.consumer;
         let sync = consumer
             .iter()
             .position(|s| *s == Stmt::Sync)
@@ -32,8 +33,8 @@ fn block_barrier_a_named_barrier_under_a_thread_dependent_condition() {
 fn block_barrier_a_barrier_in_the_producer_branch() {
     let mut k = lowered("ws/exp_tidy.hf");
     edit_roles(&mut k, |roles| {
-        if let Stmt::WarpRoles { producer, .. } = roles {
-            producer.push(Stmt::Sync);
+        if let Stmt::WarpRoles(w) = roles {
+            w.producer.push(Stmt::Sync);
         }
     });
     let e = caught(&k, Rule::BlockBarrier, "__syncthreads()");
@@ -44,11 +45,8 @@ fn block_barrier_a_barrier_in_the_producer_branch() {
 fn named_barrier_count_consumers_counted_wrong() {
     let mut k = lowered("ws/add_two_roles.hf");
     edit_roles(&mut k, |roles| {
-        if let Stmt::WarpRoles {
-            consumer_threads, ..
-        } = roles
-        {
-            *consumer_threads = 256;
+        if let Stmt::WarpRoles(w) = roles {
+            w.consumer_threads = 256;
         }
     });
     let e = caught(&k, Rule::NamedBarrierCount, "producer warps");
@@ -207,8 +205,8 @@ fn block_barrier_a_turn_barrier_under_a_lane_dependent_condition_and_in_the_prod
         |list, i| turn = Some(list.remove(i)),
     );
     edit_roles(&mut k, |roles| {
-        if let Stmt::WarpRoles { producer, .. } = roles {
-            producer.insert(0, turn.take().expect("taken"));
+        if let Stmt::WarpRoles(w) = roles {
+            w.producer.insert(0, turn.take().expect("taken"));
         }
     });
     let e = verify::verify(&k, Stage::LOWERED).expect_err("caught");

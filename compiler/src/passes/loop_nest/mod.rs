@@ -352,6 +352,40 @@ fn place(
     }
 }
 
+/// The kernel's cluster dims (`Kernel::cluster`): the grid along the clustered axis must be a
+/// whole number of clusters (checked now when constant, else a launch constraint).
+fn set_cluster(cx: &mut Ctx, k: &mut Kernel, c: crate::fusion::Cluster) -> Result<(), Diagnostic> {
+    let d = c.on.dim().expect("a cluster is along a grid axis");
+    let what = format!("cluster({}, {})", c.on, c.ctas);
+    match k.grid[d].as_const() {
+        Some(1) => {
+            return Err(Diagnostic::new(
+                format!("{what}: no axis is parallelized on {}, so there are no CTAs along it to group", c.on),
+                c.span,
+            ))
+        }
+        Some(e) if e % c.ctas != 0 => {
+            return Err(Diagnostic::new(
+                format!("{what}: the grid has {e} CTAs along {}, not a multiple of the cluster's {} (the driver launches whole clusters only)", c.on, c.ctas),
+                c.span,
+            ))
+        }
+        Some(_) => {}
+        None => {
+            let rule = crate::plan::Constraint::Divisible {
+                value: k.grid[d].clone(),
+                divisor: c.ctas,
+                reason: format!("{what}: the CTAs along {} must be a multiple of the cluster size (the driver launches whole clusters only)", c.on),
+            };
+            cx.constraints.push(rule);
+        }
+    }
+    let mut dims = [1; 3];
+    dims[d] = c.ctas;
+    k.cluster = Some(dims);
+    Ok(())
+}
+
 fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     let mut bound: HashMap<ParallelType, (SizeExpr, String)> = HashMap::new();
@@ -426,34 +460,7 @@ fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic
         get(ParallelType::BIDz),
     ];
     if let Some(c) = f.cluster {
-        let d = c.on.dim().expect("a cluster is along a grid axis");
-        let what = format!("cluster({}, {})", c.on, c.ctas);
-        match k.grid[d].as_const() {
-            Some(1) => {
-                return Err(Diagnostic::new(
-                    format!("{what}: no axis is parallelized on {}, so there are no CTAs along it to group", c.on),
-                    c.span,
-                ))
-            }
-            Some(e) if e % c.ctas != 0 => {
-                return Err(Diagnostic::new(
-                    format!("{what}: the grid has {e} CTAs along {}, not a multiple of the cluster's {} (the driver launches whole clusters only)", c.on, c.ctas),
-                    c.span,
-                ))
-            }
-            Some(_) => {}
-            None => {
-                let rule = crate::plan::Constraint::Divisible {
-                    value: k.grid[d].clone(),
-                    divisor: c.ctas,
-                    reason: format!("{what}: the CTAs along {} must be a multiple of the cluster size (the driver launches whole clusters only)", c.on),
-                };
-                cx.constraints.push(rule);
-            }
-        }
-        let mut dims = [1; 3];
-        dims[d] = c.ctas;
-        k.cluster = Some(dims);
+        set_cluster(cx, k, c)?;
     }
     k.block = [
         get(ParallelType::TIDx),

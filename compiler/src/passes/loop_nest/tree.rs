@@ -39,18 +39,7 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
     let mut seq = 0usize;
     // The parallel type of each loop, from the tensors that own an axis with its key: a producer
     // placed in a consumer loop over an axis it lacks (broadcast to it) may open that loop first.
-    let mut owned_parallel: HashMap<LoopKey, ParallelType> = HashMap::new();
-    for &e in order {
-        for &id in &f.tensors[f.exprs[e].output].loop_domain {
-            let p = f.ids[id].parallel;
-            let slot = owned_parallel
-                .entry(cx.id_keys[&id])
-                .or_insert(ParallelType::Serial);
-            if *slot == ParallelType::Serial {
-                *slot = p;
-            }
-        }
-    }
+    let owned_parallel = owned_parallel(cx, order);
     for &e in order {
         let expr = &f.exprs[e];
         let t = expr.output;
@@ -151,20 +140,7 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
                 }
             }
         }
-        for (depth, &i) in inst.iter().enumerate() {
-            let want = key_parallel(keys[depth]);
-            if let Some(w) = want {
-                if w != nodes[i].parallel {
-                    return Err(Diagnostic::new(
-                        format!(
-                            "`{}` shares loop `{}` with a tensor that parallelizes it as {}, but `{}` uses {}; parallelize both the same way (propagate helps)",
-                            f.tensors[t].name, cx.keys.names[keys[depth]], nodes[i].parallel, f.tensors[t].name, w
-                        ),
-                        f.tensors[t].span,
-                    ));
-                }
-            }
-        }
+        check_shared_parallel(cx, t, keys, &inst, &nodes, &key_parallel)?;
         for &key in &keys[d..] {
             let parallel = key_parallel(key)
                 .or_else(|| owned_parallel.get(&key).copied())
@@ -202,39 +178,89 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
         instances[t] = Some(inst);
     }
     let mut hw: Vec<(String, ParallelType)> = Vec::new();
-    fn convert(
-        cx: &Ctx,
-        nodes: &mut [LoopNode],
-        children: Vec<Child>,
-        hw: &mut Vec<(String, ParallelType)>,
-    ) -> Vec<Stmt> {
-        children
-            .into_iter()
-            .map(|c| match c {
-                Child::Compute(c) => Stmt::Compute(*c),
-                Child::Loop(i) => {
-                    let kids = std::mem::take(&mut nodes[i].children);
-                    let key = nodes[i].key;
-                    let var = cx.keys.names[key].clone();
-                    let parallel = nodes[i].parallel;
-                    if parallel.is_hw() && !hw.iter().any(|(v, _)| *v == var) {
-                        hw.push((var.clone(), parallel));
-                    }
-                    Stmt::Loop(Loop {
-                        key,
-                        var,
-                        extent: crate::kir::Val::from_size(cx.key_extent(key)),
-                        parallel,
-                        digits: Vec::new(),
-                        body: convert(cx, nodes, kids, hw),
-                    })
-                }
-            })
-            .collect()
-    }
     k.body = convert(cx, &mut nodes, top, &mut hw);
     k.hw_vars = hw;
     Ok(())
+}
+
+/// The loops `t` shares (`inst`, at its placement's `keys`) are parallelized as its own axes
+/// with those keys are.
+fn check_shared_parallel(
+    cx: &Ctx,
+    t: TensorId,
+    keys: &[LoopKey],
+    inst: &[usize],
+    nodes: &[LoopNode],
+    key_parallel: &dyn Fn(LoopKey) -> Option<ParallelType>,
+) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    for (depth, &i) in inst.iter().enumerate() {
+        let want = key_parallel(keys[depth]);
+        if let Some(w) = want {
+            if w != nodes[i].parallel {
+                return Err(Diagnostic::new(
+                    format!(
+                        "`{}` shares loop `{}` with a tensor that parallelizes it as {}, but `{}` uses {}; parallelize both the same way (propagate helps)",
+                        f.tensors[t].name, cx.keys.names[keys[depth]], nodes[i].parallel, f.tensors[t].name, w
+                    ),
+                    f.tensors[t].span,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The parallel type of each loop, from the tensors that own an axis with its key (the first
+/// one not serial, in `order`).
+fn owned_parallel(cx: &Ctx, order: &[ExprId]) -> HashMap<LoopKey, ParallelType> {
+    let f = cx.fusion;
+    let mut owned_parallel: HashMap<LoopKey, ParallelType> = HashMap::new();
+    for &e in order {
+        for &id in &f.tensors[f.exprs[e].output].loop_domain {
+            let p = f.ids[id].parallel;
+            let slot = owned_parallel
+                .entry(cx.id_keys[&id])
+                .or_insert(ParallelType::Serial);
+            if *slot == ParallelType::Serial {
+                *slot = p;
+            }
+        }
+    }
+    owned_parallel
+}
+
+/// The statements of the loop tree `children` (nodes are taken out of `nodes`), the variables
+/// of hardware-bound loops collected in `hw`.
+fn convert(
+    cx: &Ctx,
+    nodes: &mut [LoopNode],
+    children: Vec<Child>,
+    hw: &mut Vec<(String, ParallelType)>,
+) -> Vec<Stmt> {
+    children
+        .into_iter()
+        .map(|c| match c {
+            Child::Compute(c) => Stmt::Compute(*c),
+            Child::Loop(i) => {
+                let kids = std::mem::take(&mut nodes[i].children);
+                let key = nodes[i].key;
+                let var = cx.keys.names[key].clone();
+                let parallel = nodes[i].parallel;
+                if parallel.is_hw() && !hw.iter().any(|(v, _)| *v == var) {
+                    hw.push((var.clone(), parallel));
+                }
+                Stmt::Loop(Loop {
+                    key,
+                    var,
+                    extent: crate::kir::Val::from_size(cx.key_extent(key)),
+                    parallel,
+                    digits: Vec::new(),
+                    body: convert(cx, nodes, kids, hw),
+                })
+            }
+        })
+        .collect()
 }
 
 /// Moves the loop `inst[q]` (and everything in it) to the end of its parent's statements,

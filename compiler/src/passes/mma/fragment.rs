@@ -329,23 +329,13 @@ pub(super) fn fragment_accesses(
         }
         a.index = Some(Val::add(fragment_base(Some(&idx), m, n, width), i.clone()));
     };
-    match s {
-        Stmt::Compute(c) => {
+    crate::kir::for_each_stmt_mut(std::slice::from_mut(s), &mut |s| {
+        if let Stmt::Compute(c) = s {
             fix(&mut c.out);
             c.value.for_each_read_mut(&mut fix);
         }
-        Stmt::Loop(l) => {
-            for s in &mut l.body {
-                fragment_accesses(s, fragments, m, n, i, width, bad);
-            }
-        }
-        Stmt::If { then, els, .. } => {
-            for s in then.iter_mut().chain(els.iter_mut()) {
-                fragment_accesses(s, fragments, m, n, i, width, bad);
-            }
-        }
-        _ => {}
-    }
+        Flow::Descend
+    });
 }
 
 /// Epilogue arrays that can live in their accumulator's registers: `F[i] = f(A[i], ...)` in one
@@ -460,13 +450,10 @@ fn same_block_after(body: &[Stmt], a: BufferId, f: BufferId) -> bool {
         matches!((pa, pf), (Some(pa), Some(pf)) if pa < pf)
     };
     let mut found = here(body);
-    crate::kir::for_each_stmt(body, &mut |s| match s {
-        Stmt::Loop(l) => found |= here(&l.body),
-        Stmt::If { then, els, .. } => found |= here(then) || here(els),
-        Stmt::WarpRoles {
-            producer, consumer, ..
-        } => found |= here(producer) || here(consumer),
-        _ => {}
+    crate::kir::for_each_stmt(body, &mut |s| {
+        for child in s.children() {
+            found |= here(child);
+        }
     });
     found
 }

@@ -48,8 +48,8 @@ use crate::diag::Diagnostic;
 use crate::dtype::DType;
 use crate::fusion::{BinaryOp, ExprId, MemoryType, ParallelType};
 use crate::kir::{
-    Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, MmaOperand, Stmt, Val,
-    Wgmma,
+    Access, Buffer, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Loop, MmaOperand, Step,
+    Stmt, Val, Wgmma,
 };
 use crate::target;
 use std::collections::{HashMap, HashSet};
@@ -241,28 +241,16 @@ pub(super) fn check_accumulator_registers(
 
 /// Every three-deep Mma nest (the products), as their loops.
 pub(super) fn find_products(body: &[Stmt], out: &mut Vec<Vec<Stmt>>) {
-    for s in body {
-        match s {
-            Stmt::Loop(l) if l.parallel == ParallelType::Mma => {
-                let (loops, _) = chain(l);
-                if loops.len() == 3 {
-                    out.push(vec![s.clone()]);
-                }
+    crate::kir::walk(body, &mut |s| match s {
+        Stmt::Loop(l) if l.parallel == ParallelType::Mma => {
+            let (loops, _) = chain(l);
+            if loops.len() == 3 {
+                out.push(vec![s.clone()]);
             }
-            Stmt::Loop(l) => find_products(&l.body, out),
-            Stmt::If { then, els, .. } => {
-                find_products(then, out);
-                find_products(els, out);
-            }
-            Stmt::WarpRoles {
-                producer, consumer, ..
-            } => {
-                find_products(producer, out);
-                find_products(consumer, out);
-            }
-            _ => {}
+            Flow::Skip
         }
-    }
+        _ => Flow::Descend,
+    });
 }
 
 /// Whether `l` opens a tensor-core product's tile (three or more Mma loops in a row), whose
@@ -385,37 +373,11 @@ impl Lower<'_> {
         k: &mut Kernel,
         body: Vec<Stmt>,
     ) -> Result<Vec<Stmt>, Diagnostic> {
-        let mut out = Vec::new();
-        for s in body {
-            match s {
+        let mut out = body;
+        crate::kir::try_rewrite_pre(&mut out, &mut |s| {
+            Ok(match s {
                 Stmt::Loop(l) if l.parallel == ParallelType::Mma => {
-                    out.extend(self.nest(cx, k, l)?);
-                }
-                Stmt::Loop(mut l) => {
-                    l.body = self.block(cx, k, l.body)?;
-                    out.push(Stmt::Loop(l));
-                }
-                Stmt::If { cond, then, els } => {
-                    let then = self.block(cx, k, then)?;
-                    let els = self.block(cx, k, els)?;
-                    out.push(Stmt::If { cond, then, els });
-                }
-                Stmt::WarpRoles {
-                    is_producer,
-                    producer,
-                    consumer,
-                    registers,
-                    consumer_threads,
-                } => {
-                    let producer = self.block(cx, k, producer)?;
-                    let consumer = self.block(cx, k, consumer)?;
-                    out.push(Stmt::WarpRoles {
-                        is_producer,
-                        producer,
-                        consumer,
-                        registers,
-                        consumer_threads,
-                    });
+                    Step::Keep(self.nest(cx, k, l)?)
                 }
                 Stmt::Compute(c) => {
                     let mut touches = self.fragments.contains(&c.out.buffer);
@@ -432,269 +394,309 @@ impl Lower<'_> {
                             f.tensors[t].span,
                         ));
                     }
-                    out.push(Stmt::Compute(c));
+                    Step::Keep(vec![Stmt::Compute(c)])
                 }
-                other => out.push(other),
-            }
-        }
+                other => Step::Descend(vec![other]),
+            })
+        })?;
         Ok(out)
     }
 
     fn nest(&mut self, cx: &mut Ctx, k: &mut Kernel, l: Loop) -> Result<Vec<Stmt>, Diagnostic> {
         let (loops, body) = chain(&l);
         match loops.len() {
-            3 => {
-                let p = self.product(cx, k, &loops, body)?;
-                let started = match self.started.get(&p.acc.buffer) {
-                    Some(&b) => b,
-                    None => {
-                        return Err(self.err(
-                            cx,
-                            p.expr,
-                            "internal: the accumulator's initialisation was not found before its first product".into(),
-                        ))
-                    }
-                };
-                let base = fragment_base(p.acc.index.as_ref(), &p.m.var, &p.n.var, p.n_extent);
-                let flag = Access {
-                    buffer: started,
-                    index: Some(tile_of_register(&base, p.n_extent)),
-                };
-                let acc = Access {
-                    buffer: p.acc.buffer,
-                    index: Some(base),
-                };
-                Ok(vec![
-                    Stmt::WgmmaFence,
-                    Stmt::Wgmma(Wgmma {
-                        expr: p.expr,
-                        acc,
-                        n: p.n_extent,
-                        a: p.a,
-                        b: p.b,
-                        input: p.input,
-                        accumulate: Some(flag.clone()),
-                    }),
-                    Stmt::Compute(Compute {
-                        expr: p.expr,
-                        out: flag,
-                        value: Data::Literal(1.0, DType::I32),
-                        role: ComputeRole::Normal,
-                        vector: None,
-                    }),
-                    Stmt::WgmmaCommit,
-                    Stmt::WgmmaWait(0),
-                ])
-            }
-            2 => {
-                let f = cx.fusion;
-                let expr = first_expr(body);
-                let name = expr
-                    .map(|e| f.tensors[f.exprs[e].output].name.clone())
-                    .unwrap_or_default();
-                let span = expr.and_then(|e| f.tensors[f.exprs[e].output].span);
-                // The tile's M and N loops, or M and an inner part of N (a column slice of the
-                // accumulator, e.g. one box of a TMA-stored epilogue).
-                let n_part = |key: LoopKey, t: &Tile| -> Option<i64> {
-                    if key == t.n {
-                        return Some(t.n_extent);
-                    }
-                    // An inner part of an inner part of N is a column slice as well (N split
-                    // into halves, each in slices of one box).
-                    let super::KeyNode::Split {
-                        parent,
-                        factor,
-                        is_outer: false,
-                        ..
-                    } = cx.keys.nodes[key]
-                    else {
-                        return None;
-                    };
-                    if factor % 8 != 0 || t.n_extent % factor != 0 {
-                        return None;
-                    }
-                    let mut up = parent;
-                    loop {
-                        if up == t.n {
-                            return Some(factor);
-                        }
-                        match cx.keys.nodes[up] {
-                            super::KeyNode::Split {
-                                parent,
-                                is_outer: false,
-                                ..
-                            } => up = parent,
-                            _ => return None,
-                        }
-                    }
-                };
-                let found = self.tiles.iter().find_map(|t| {
-                    if loops[0].key == t.m {
-                        n_part(loops[1].key, t).map(|w| (t.clone(), 0, 1, w))
-                    } else if loops[1].key == t.m {
-                        n_part(loops[0].key, t).map(|w| (t.clone(), 1, 0, w))
-                    } else {
-                        None
-                    }
-                });
-                let Some((tile, mi, ni, width)) = found else {
-                    return Err(Diagnostic::new(
-                        format!("`{name}` has two Mma axes that are not the M and N axes of a tensor-core product's tile in the same loops: Mma axes are the product's instruction tile and the tensors that read its accumulator"),
-                        span,
-                    ));
-                };
-                let (mv, nv) = (loops[mi].var.clone(), loops[ni].var.clone());
-                let body = body.to_vec();
-                // The accumulator's zero fill: replaced by its flag (scale-d off at first).
-                let mut cs = Vec::new();
-                let inits = computes(&body, &mut cs)
-                    && !cs.is_empty()
-                    && cs.iter().all(|c| {
-                        c.role == ComputeRole::ReductionInit
-                            && self.accumulators.contains(&c.out.buffer)
-                    });
-                // A copy of an accumulator into the sum's own fragment (the reduction's final
-                // write): the sum is the accumulator, so the copy and its registers go.
-                let copies = !cs.is_empty()
-                    && cs.iter().all(|c| {
-                        c.role == ComputeRole::ReductionWrite
-                            && self.fragments.contains(&c.out.buffer)
-                            && matches!(&c.value, Data::Read(a) if self.accumulators.contains(&a.buffer))
-                    });
-                if copies {
-                    for c in cs {
-                        if let Data::Read(a) = &c.value {
-                            self.aliases.insert(c.out.buffer, a.buffer);
-                        }
-                    }
-                    return Ok(Vec::new());
-                }
-                if inits {
-                    let mut out = Vec::new();
-                    let per_tile = target::wgmma_accumulators(tile.n_extent);
-                    for c in cs {
-                        let acc = c.out.buffer;
-                        let flag = match self.started.get(&acc) {
-                            Some(&flag) => flag,
-                            None => {
-                                let Some(Val::Int(regs)) = k.buffers[acc].size else {
-                                    return Err(Diagnostic::new(
-                                        format!(
-                                            "internal: the accumulator `{}` has no constant size",
-                                            k.buffers[acc].name
-                                        ),
-                                        span,
-                                    ));
-                                };
-                                let flag = BufferId::new(k.buffers.len());
-                                k.buffers.push(Buffer {
-                                    name: cx
-                                        .fresh_name(&format!("{}_started", k.buffers[acc].name)),
-                                    dtype: DType::I32,
-                                    memory: MemoryType::Local,
-                                    tensor: None,
-                                    size: Some(Val::Int((regs / per_tile).max(1))),
-                                    smem_offset: None,
-                                    global_shape: Vec::new(),
-                                    is_input: false,
-                                });
-                                self.started.insert(acc, flag);
-                                flag
-                            }
-                        };
-                        let base = fragment_base(c.out.index.as_ref(), &mv, &nv, tile.n_extent);
-                        out.push(Stmt::Compute(Compute {
-                            expr: c.expr,
-                            out: Access {
-                                buffer: flag,
-                                index: Some(tile_of_register(&base, tile.n_extent)),
-                            },
-                            value: Data::Literal(0.0, DType::I32),
-                            role: ComputeRole::Normal,
-                            vector: None,
-                        }));
-                    }
-                    return Ok(out);
-                }
-                let reg = cx.fresh_name("r");
-                let tid = Val::Hw(ParallelType::TIDx);
-                let i = Val::Var(reg.clone());
-                let warp = Val::div(tid.clone(), Val::Int(32));
-                let lane = Val::rem(tid, Val::Int(32));
-                // row = 16 warp + lane / 4 + 8 ((i / 2) % 2), col = 8 (i / 4) + 2 (lane % 4) + i % 2
-                let row = Val::add(
-                    Val::add(
-                        Val::mul(Val::Int(16), warp),
-                        Val::div(lane.clone(), Val::Int(4)),
-                    ),
-                    Val::mul(
-                        Val::Int(8),
-                        Val::rem(Val::div(i.clone(), Val::Int(2)), Val::Int(2)),
-                    ),
-                );
-                let col = Val::add(
-                    Val::add(
-                        Val::mul(Val::Int(8), Val::div(i.clone(), Val::Int(4))),
-                        Val::mul(Val::Int(2), Val::rem(lane, Val::Int(4))),
-                    ),
-                    Val::rem(i.clone(), Val::Int(2)),
-                );
-                let mut body = body;
-                let fragments = self.fragments.clone();
-                let mut bad = None;
-                for s in &mut body {
-                    fragment_accesses(s, &fragments, &mv, &nv, &i, tile.n_extent, &mut bad);
-                    s.map_vals(&mut |v| v.subst(&mv, &row).subst(&nv, &col));
-                }
-                if let Some(b) = bad {
-                    return Err(Diagnostic::new(
-                        format!(
-                            "internal: the accumulator `{}` is not laid out as its M x N tile in `{name}`",
-                            k.buffers[b].name
-                        ),
-                        span,
-                    ));
-                }
-                unguard_register_arithmetic(k, &mut body);
-                if let Some(x4) =
-                    stmatrix_store(cx, self.plan, k, &body, &reg, loops[ni].key, width)
-                {
-                    return Ok(vec![x4]);
-                }
-                if let Some(paired) = pair_global_store(cx, k, &body, &reg, loops[ni].key, width) {
-                    return Ok(vec![paired]);
-                }
-                Ok(vec![Stmt::Loop(Loop {
-                    key: loops[ni].key,
-                    var: reg,
-                    extent: Val::Int(target::wgmma_accumulators(width)),
-                    parallel: ParallelType::Unroll,
-                    digits: Vec::new(),
-                    body,
-                })])
-            }
-            n => {
-                let f = cx.fusion;
-                // The nest's computation, else (a copy's nest, e.g. a TMA store) the tensor
-                // with an Mma axis on its first loop.
-                let who = first_expr(body).map(|e| f.exprs[e].output).or_else(|| {
-                    f.tensor_ids().find(|&t| {
-                        f.tensors[t].loop_domain.iter().any(|&id| {
-                            f.ids[id].parallel == ParallelType::Mma
-                                && cx.id_keys.get(&id) == Some(&loops[0].key)
-                        })
-                    })
-                });
-                Err(Diagnostic::new(
-                    format!(
-                        "`{}` has {n} Mma axes in a row; a tensor-core product has three (M, N, K: the instruction tile) and the tensors that read its accumulator two (M, N)",
-                        who.map(|t| f.tensors[t].name.clone()).unwrap_or_default()
-                    ),
-                    who.and_then(|t| f.tensors[t].span),
-                ))
-            }
+            3 => self.product_nest(cx, k, &loops, body),
+            2 => self.fragment_nest(cx, k, &loops, body),
+            n => Err(mma_axes_in_a_row(cx, n, &loops, body)),
         }
     }
+
+    /// A product's tile (M, N, K loops): one wgmma, its started flag set after it.
+    fn product_nest(
+        &mut self,
+        cx: &mut Ctx,
+        k: &mut Kernel,
+        loops: &[TileLoop],
+        body: &[Stmt],
+    ) -> Result<Vec<Stmt>, Diagnostic> {
+        let p = self.product(cx, k, loops, body)?;
+        let started = match self.started.get(&p.acc.buffer) {
+            Some(&b) => b,
+            None => return Err(self.err(
+                cx,
+                p.expr,
+                "internal: the accumulator's initialisation was not found before its first product"
+                    .into(),
+            )),
+        };
+        let base = fragment_base(p.acc.index.as_ref(), &p.m.var, &p.n.var, p.n_extent);
+        let flag = Access {
+            buffer: started,
+            index: Some(tile_of_register(&base, p.n_extent)),
+        };
+        let acc = Access {
+            buffer: p.acc.buffer,
+            index: Some(base),
+        };
+        Ok(vec![
+            Stmt::WgmmaFence,
+            Stmt::Wgmma(Wgmma {
+                expr: p.expr,
+                acc,
+                n: p.n_extent,
+                a: p.a,
+                b: p.b,
+                input: p.input,
+                accumulate: Some(flag.clone()),
+            }),
+            Stmt::Compute(Compute {
+                expr: p.expr,
+                out: flag,
+                value: Data::Literal(1.0, DType::I32),
+                role: ComputeRole::Normal,
+                vector: None,
+            }),
+            Stmt::WgmmaCommit,
+            Stmt::WgmmaWait(0),
+        ])
+    }
+
+    /// A nest over an accumulator's M and N (or a column slice of N): its zero fill becomes the
+    /// started flags, a copy of the accumulator goes, anything else becomes a loop over the
+    /// thread's registers of the fragment (or a paired or stmatrix store).
+    fn fragment_nest(
+        &mut self,
+        cx: &mut Ctx,
+        k: &mut Kernel,
+        loops: &[TileLoop],
+        body: &[Stmt],
+    ) -> Result<Vec<Stmt>, Diagnostic> {
+        let f = cx.fusion;
+        let expr = first_expr(body);
+        let name = expr
+            .map(|e| f.tensors[f.exprs[e].output].name.clone())
+            .unwrap_or_default();
+        let span = expr.and_then(|e| f.tensors[f.exprs[e].output].span);
+        // The tile's M and N loops, or M and an inner part of N (a column slice of the
+        // accumulator, e.g. one box of a TMA-stored epilogue).
+        let found = self.tiles.iter().find_map(|t| {
+            if loops[0].key == t.m {
+                n_part(cx, loops[1].key, t).map(|w| (t.clone(), 0, 1, w))
+            } else if loops[1].key == t.m {
+                n_part(cx, loops[0].key, t).map(|w| (t.clone(), 1, 0, w))
+            } else {
+                None
+            }
+        });
+        let Some((tile, mi, ni, width)) = found else {
+            return Err(Diagnostic::new(
+                format!("`{name}` has two Mma axes that are not the M and N axes of a tensor-core product's tile in the same loops: Mma axes are the product's instruction tile and the tensors that read its accumulator"),
+                span,
+            ));
+        };
+        let (mv, nv) = (loops[mi].var.clone(), loops[ni].var.clone());
+        let body = body.to_vec();
+        // The accumulator's zero fill: replaced by its flag (scale-d off at first).
+        let mut cs = Vec::new();
+        let inits = computes(&body, &mut cs)
+            && !cs.is_empty()
+            && cs.iter().all(|c| {
+                c.role == ComputeRole::ReductionInit && self.accumulators.contains(&c.out.buffer)
+            });
+        // A copy of an accumulator into the sum's own fragment (the reduction's final
+        // write): the sum is the accumulator, so the copy and its registers go.
+        let copies = !cs.is_empty()
+            && cs.iter().all(|c| {
+                c.role == ComputeRole::ReductionWrite
+                    && self.fragments.contains(&c.out.buffer)
+                    && matches!(&c.value, Data::Read(a) if self.accumulators.contains(&a.buffer))
+            });
+        if copies {
+            for c in cs {
+                if let Data::Read(a) = &c.value {
+                    self.aliases.insert(c.out.buffer, a.buffer);
+                }
+            }
+            return Ok(Vec::new());
+        }
+        if inits {
+            return self.start_flags(cx, k, cs, (&mv, &nv), tile.n_extent, span);
+        }
+        let reg = cx.fresh_name("r");
+        let i = Val::Var(reg.clone());
+        let (row, col) = fragment_position(&i);
+        let mut body = body;
+        let fragments = self.fragments.clone();
+        let mut bad = None;
+        for s in &mut body {
+            fragment_accesses(s, &fragments, &mv, &nv, &i, tile.n_extent, &mut bad);
+            s.map_vals(&mut |v| v.subst(&mv, &row).subst(&nv, &col));
+        }
+        if let Some(b) = bad {
+            return Err(Diagnostic::new(
+                format!(
+                    "internal: the accumulator `{}` is not laid out as its M x N tile in `{name}`",
+                    k.buffers[b].name
+                ),
+                span,
+            ));
+        }
+        unguard_register_arithmetic(k, &mut body);
+        if let Some(x4) = stmatrix_store(cx, self.plan, k, &body, &reg, loops[ni].key, width) {
+            return Ok(vec![x4]);
+        }
+        if let Some(paired) = pair_global_store(cx, k, &body, &reg, loops[ni].key, width) {
+            return Ok(vec![paired]);
+        }
+        Ok(vec![Stmt::Loop(Loop {
+            key: loops[ni].key,
+            var: reg,
+            extent: Val::Int(target::wgmma_accumulators(width)),
+            parallel: ParallelType::Unroll,
+            digits: Vec::new(),
+            body,
+        })])
+    }
+
+    /// The started flags of the accumulators a zero fill `cs` wrote (made on first use), set to 0.
+    fn start_flags(
+        &mut self,
+        cx: &mut Ctx,
+        k: &mut Kernel,
+        cs: Vec<Compute>,
+        (mv, nv): (&str, &str),
+        n_extent: i64,
+        span: Option<crate::diag::Span>,
+    ) -> Result<Vec<Stmt>, Diagnostic> {
+        let mut out = Vec::new();
+        let per_tile = target::wgmma_accumulators(n_extent);
+        for c in cs {
+            let acc = c.out.buffer;
+            let flag = match self.started.get(&acc) {
+                Some(&flag) => flag,
+                None => {
+                    let Some(Val::Int(regs)) = k.buffers[acc].size else {
+                        return Err(Diagnostic::new(
+                            format!(
+                                "internal: the accumulator `{}` has no constant size",
+                                k.buffers[acc].name
+                            ),
+                            span,
+                        ));
+                    };
+                    let flag = BufferId::new(k.buffers.len());
+                    k.buffers.push(Buffer {
+                        name: cx.fresh_name(&format!("{}_started", k.buffers[acc].name)),
+                        dtype: DType::I32,
+                        memory: MemoryType::Local,
+                        tensor: None,
+                        size: Some(Val::Int((regs / per_tile).max(1))),
+                        smem_offset: None,
+                        global_shape: Vec::new(),
+                        is_input: false,
+                    });
+                    self.started.insert(acc, flag);
+                    flag
+                }
+            };
+            let base = fragment_base(c.out.index.as_ref(), mv, nv, n_extent);
+            out.push(Stmt::Compute(Compute {
+                expr: c.expr,
+                out: Access {
+                    buffer: flag,
+                    index: Some(tile_of_register(&base, n_extent)),
+                },
+                value: Data::Literal(0.0, DType::I32),
+                role: ComputeRole::Normal,
+                vector: None,
+            }));
+        }
+        Ok(out)
+    }
+}
+
+/// The error of a nest of `n` Mma loops (a product has three, its accumulator's readers two).
+fn mma_axes_in_a_row(cx: &Ctx, n: usize, loops: &[TileLoop], body: &[Stmt]) -> Diagnostic {
+    let f = cx.fusion;
+    // The nest's computation, else (a copy's nest, e.g. a TMA store) the tensor
+    // with an Mma axis on its first loop.
+    let who = first_expr(body).map(|e| f.exprs[e].output).or_else(|| {
+        f.tensor_ids().find(|&t| {
+            f.tensors[t].loop_domain.iter().any(|&id| {
+                f.ids[id].parallel == ParallelType::Mma
+                    && cx.id_keys.get(&id) == Some(&loops[0].key)
+            })
+        })
+    });
+    Diagnostic::new(
+            format!(
+                "`{}` has {n} Mma axes in a row; a tensor-core product has three (M, N, K: the instruction tile) and the tensors that read its accumulator two (M, N)",
+                who.map(|t| f.tensors[t].name.clone()).unwrap_or_default()
+            ),
+            who.and_then(|t| f.tensors[t].span),
+        )
+}
+
+/// Whether loop `key` is the N of tile `t` or an inner part of it (a column slice of the
+/// accumulator, e.g. one box of a TMA-stored epilogue), and its width.
+fn n_part(cx: &Ctx, key: LoopKey, t: &Tile) -> Option<i64> {
+    if key == t.n {
+        return Some(t.n_extent);
+    }
+    // An inner part of an inner part of N is a column slice as well (N split
+    // into halves, each in slices of one box).
+    let super::KeyNode::Split {
+        parent,
+        factor,
+        is_outer: false,
+        ..
+    } = cx.keys.nodes[key]
+    else {
+        return None;
+    };
+    if factor % 8 != 0 || t.n_extent % factor != 0 {
+        return None;
+    }
+    let mut up = parent;
+    loop {
+        if up == t.n {
+            return Some(factor);
+        }
+        match cx.keys.nodes[up] {
+            super::KeyNode::Split {
+                parent,
+                is_outer: false,
+                ..
+            } => up = parent,
+            _ => return None,
+        }
+    }
+}
+
+/// The row and column in the warp group's 64 x N tile of accumulator register `i` of the thread.
+fn fragment_position(i: &Val) -> (Val, Val) {
+    let tid = Val::Hw(ParallelType::TIDx);
+    let warp = Val::div(tid.clone(), Val::Int(32));
+    let lane = Val::rem(tid, Val::Int(32));
+    // row = 16 warp + lane / 4 + 8 ((i / 2) % 2), col = 8 (i / 4) + 2 (lane % 4) + i % 2
+    let row = Val::add(
+        Val::add(
+            Val::mul(Val::Int(16), warp),
+            Val::div(lane.clone(), Val::Int(4)),
+        ),
+        Val::mul(
+            Val::Int(8),
+            Val::rem(Val::div(i.clone(), Val::Int(2)), Val::Int(2)),
+        ),
+    );
+    let col = Val::add(
+        Val::add(
+            Val::mul(Val::Int(8), Val::div(i.clone(), Val::Int(4))),
+            Val::mul(Val::Int(2), Val::rem(lane, Val::Int(4))),
+        ),
+        Val::rem(i.clone(), Val::Int(2)),
+    );
+    (row, col)
 }
 
 pub(super) fn first_expr(body: &[Stmt]) -> Option<ExprId> {

@@ -38,6 +38,50 @@ pub(super) fn resolve(d: &Data, defs: &HashMap<BufferId, Data>) -> Data {
     }
 }
 
+/// The tile's M, N and K extents against the instruction's (M = 64, K = 16, N a multiple of 8
+/// up to 256); returns N.
+fn tile_extents(ml: &TileLoop, nl: &TileLoop, kl: &TileLoop) -> Result<i64, String> {
+    if ml.extent != Some(target::WGMMA_M) {
+        return Err(format!(
+            "its Mma M axis `{}` has {} rows; a wgmma tile has M = {}: split M by {} and make the inner part Mma",
+            ml.var,
+            ml.extent.map_or("a symbolic number of".into(), |e| e.to_string()),
+            target::WGMMA_M,
+            target::WGMMA_M
+        ));
+    }
+    if kl.extent != Some(target::WGMMA_K) {
+        return Err(format!(
+            "its Mma K axis `{}` has {} elements; a wgmma on 16-bit inputs has K = {}: split K by {} and make the inner part Mma",
+            kl.var,
+            kl.extent.map_or("a symbolic number of".into(), |e| e.to_string()),
+            target::WGMMA_K,
+            target::WGMMA_K
+        ));
+    }
+    match nl.extent {
+        Some(n) if target::wgmma_n_valid(n) => Ok(n),
+        other => Err(format!(
+            "its Mma N axis `{}` has {} columns; a wgmma tile has N a multiple of 8 from 8 to 256",
+            nl.var,
+            other.map_or("a symbolic number of".into(), |e| e.to_string())
+        )),
+    }
+}
+
+/// A product's tile, for the checks of its operands.
+pub(super) struct TileOf<'a> {
+    expr: ExprId,
+    /// The sum's tensor name (for the messages).
+    sum: &'a str,
+    m: &'a TileLoop,
+    n: &'a TileLoop,
+    k: &'a TileLoop,
+    n_extent: i64,
+    /// Bytes per operand element.
+    elem: i64,
+}
+
 impl Lower<'_> {
     /// The sum of products a three-deep tile computes, checked against the instruction.
     pub(super) fn product(
@@ -79,7 +123,8 @@ impl Lower<'_> {
         };
         let expr = update.expr;
         let sum = &f.tensors[f.exprs[expr].output];
-        let bad = |m: String| Err(self.err(cx, expr, format!("`{}`: {m}", sum.name)));
+        let message = |m: String| self.err(cx, expr, format!("`{}`: {m}", sum.name));
+        let bad = |m: String| Err(message(m));
         let defs: HashMap<BufferId, Data> = cs
             .iter()
             .filter(|c| {
@@ -156,155 +201,22 @@ impl Lower<'_> {
             (mn[0], mn[1])
         };
         let (a, b) = if moves(&xi, ml) { (xa, ya) } else { (ya, xa) };
-        if ml.extent != Some(target::WGMMA_M) {
-            return bad(format!(
-                "its Mma M axis `{}` has {} rows; a wgmma tile has M = {}: split M by {} and make the inner part Mma",
-                ml.var,
-                ml.extent.map_or("a symbolic number of".into(), |e| e.to_string()),
-                target::WGMMA_M,
-                target::WGMMA_M
-            ));
-        }
-        if kl.extent != Some(target::WGMMA_K) {
-            return bad(format!(
-                "its Mma K axis `{}` has {} elements; a wgmma on 16-bit inputs has K = {}: split K by {} and make the inner part Mma",
-                kl.var,
-                kl.extent.map_or("a symbolic number of".into(), |e| e.to_string()),
-                target::WGMMA_K,
-                target::WGMMA_K
-            ));
-        }
-        let n_extent = match nl.extent {
-            Some(n) if target::wgmma_n_valid(n) => n,
-            other => {
-                return bad(format!(
-                    "its Mma N axis `{}` has {} columns; a wgmma tile has N a multiple of 8 from 8 to 256",
-                    nl.var,
-                    other.map_or("a symbolic number of".into(), |e| e.to_string())
-                ))
-            }
-        };
+        let n_extent = tile_extents(ml, nl, kl).map_err(message)?;
         // The accumulator: N consecutive, rows N apart (the fragment's tile inside the array).
         if stride(&acc_index, &nl.var) != Some(1) || stride(&acc_index, &ml.var) != Some(n_extent) {
             return bad("internal: the accumulator is not laid out as its M x N tile".into());
         }
-        let elem = xt.size_bytes() as i64;
-        let bad_op = |m: String| -> Result<MmaOperand, Diagnostic> {
-            Err(self.err(cx, expr, format!("`{}`: {m}", sum.name)))
+        let tile = TileOf {
+            expr,
+            sum: &sum.name,
+            m: ml,
+            n: nl,
+            k: kl,
+            n_extent,
+            elem: xt.size_bytes() as i64,
         };
-        let desc = |o: &Access, row: &TileLoop| -> Result<MmaOperand, Diagnostic> {
-            let buf = &k.buffers[o.buffer];
-            let idx = o.index.clone().unwrap_or(Val::Int(0));
-            let sw = self
-                .plan
-                .box_swizzle(&cx.tensor_buffer, o.buffer)
-                .unwrap_or(0);
-            if sw == 0 {
-                return bad_op(format!(
-                    "operand `{}` is not swizzled; wgmma reads shared memory in 8 x 16-byte core matrices, which a TMA box gives with swizzle=128 (or 64, 32) on the cache",
-                    buf.name
-                ));
-            }
-            let span_elems = sw as i64 / elem;
-            let (sr, sk) = (stride(&idx, &row.var), stride(&idx, &kl.var));
-            let tile = Access {
-                buffer: o.buffer,
-                index: Some(zero(&idx, &[&ml.var, &nl.var, &kl.var])),
-            };
-            let rows = if row.key == ml.key {
-                target::WGMMA_M
-            } else {
-                n_extent
-            };
-            let axis = if row.key == ml.key { "M" } else { "N" };
-            // The element offsets of the whole instruction tile from its first element, probed
-            // at every row and every k (the index is a sum of a part in the row and a part in
-            // k: the cache's axes each come from one of them) with the loops around the tile
-            // at several values: they must not move it.
-            let other = if row.key == ml.key { &nl.var } else { &ml.var };
-            let at_tile = zero(&idx, &[other]);
-            let origin = zero(&at_tile, &[&row.var, &kl.var]);
-            let offset = |r: i64, kk: i64| -> Option<i64> {
-                let v = at_tile.subst(&row.var, &Val::Int(r));
-                let mut found = None;
-                for seed in 0..3u64 {
-                    let d =
-                        eval(&v, &kl.var, kk, seed, &[], 1)? - eval(&origin, "", 0, seed, &[], 1)?;
-                    if found.is_some_and(|f| f != d) {
-                        return None;
-                    }
-                    found = Some(d);
-                }
-                found
-            };
-            let all = |f: &dyn Fn(i64, i64) -> i64| {
-                (0..rows).all(|r| offset(r, 0) == Some(f(r, 0)))
-                    && (0..target::WGMMA_K).all(|kk| offset(0, kk) == Some(f(0, kk)))
-                    && offset(rows - 1, target::WGMMA_K - 1)
-                        == Some(f(rows - 1, target::WGMMA_K - 1))
-            };
-            // K-major: K contiguous, one swizzle span per row; SBO = 8 rows.
-            if all(&|r, kk| r * span_elems + kk) {
-                return Ok(MmaOperand {
-                    tile,
-                    desc_bits: target::descriptor_bits(16, 8 * sw as i64, sw)
-                        .expect("a valid swizzle"),
-                    transposed: false,
-                    swizzle: sw,
-                });
-            }
-            // MN-major: the row axis contiguous within one swizzle span (an atom), K by rows of
-            // a span; a tile wider than a span is several atoms, `lbo` elements apart (boxes
-            // side by side).
-            let lbo = if rows > span_elems {
-                offset(span_elems, 0)
-            } else {
-                Some(0)
-            };
-            if let Some(lbo) = lbo {
-                if all(&|r, kk| r / span_elems * lbo + kk * span_elems + r % span_elems) {
-                    let repeat = target::swizzle_repeat(sw) / elem;
-                    if rows > span_elems && (lbo <= 0 || lbo % repeat != 0) {
-                        return bad_op(format!(
-                            "operand `{}` is MN-major with {rows} elements along {axis} in atoms of one {sw}-byte swizzle span ({span_elems}), the next atom {lbo} elements on; wgmma steps from atom to atom by one stride, and each atom starts on the swizzle's {} bytes: lay the atoms one after the other as whole boxes (the cache's leading Bulk axis counting them)",
-                            buf.name,
-                            target::swizzle_repeat(sw)
-                        ));
-                    }
-                    return Ok(MmaOperand {
-                        tile,
-                        // LBO steps to the next atom along M or N (unused with one atom); SBO
-                        // steps 8 rows of K.
-                        desc_bits: target::descriptor_bits(
-                            if rows > span_elems {
-                                lbo * elem
-                            } else {
-                                8 * sw as i64
-                            },
-                            8 * sw as i64,
-                            sw,
-                        )
-                        .expect("a valid swizzle"),
-                        transposed: true,
-                        swizzle: sw,
-                    });
-                }
-            }
-            if sr == Some(1) && sk == Some(span_elems) && rows > span_elems {
-                return bad_op(format!(
-                    "operand `{}` is MN-major (its {axis} axis is contiguous) with {rows} elements along it, more than one {sw}-byte swizzle span ({span_elems}), and its atoms of {span_elems} are not laid out one after the other: split the {axis} axis of the cache by {span_elems} and make the outer piece its leading Bulk axis (boxes side by side), or store the operand K-major",
-                    buf.name
-                ));
-            }
-            bad_op(format!(
-                "operand `{}` is laid out with {} elements per step of {axis} and {} per step of K in shared memory; a wgmma operand is K-major (K contiguous, rows of one {sw}-byte swizzle span, i.e. {span_elems} elements) or MN-major (M or N contiguous in atoms of {span_elems}, K rows of {span_elems})",
-                buf.name,
-                sr.map_or("varying".into(), |s| s.to_string()),
-                sk.map_or("varying".into(), |s| s.to_string()),
-            ))
-        };
-        let a_op = desc(&a, ml)?;
-        let b_op = desc(&b, nl)?;
+        let a_op = self.operand(cx, k, &tile, &a, ml)?;
+        let b_op = self.operand(cx, k, &tile, &b, nl)?;
         Ok(Product {
             expr,
             m: ml.clone(),
@@ -315,5 +227,130 @@ impl Lower<'_> {
             b: b_op,
             input: xt,
         })
+    }
+
+    /// Operand `o` of the product `t` (its rows along loop `row`: M for A, N for B) as a matrix
+    /// descriptor: K-major or MN-major in its cache's swizzle, else why it is neither.
+    fn operand(
+        &self,
+        cx: &Ctx,
+        k: &Kernel,
+        t: &TileOf,
+        o: &Access,
+        row: &TileLoop,
+    ) -> Result<MmaOperand, Diagnostic> {
+        let bad_op = |m: String| -> Result<MmaOperand, Diagnostic> {
+            Err(self.err(cx, t.expr, format!("`{}`: {m}", t.sum)))
+        };
+        let buf = &k.buffers[o.buffer];
+        let idx = o.index.clone().unwrap_or(Val::Int(0));
+        let sw = self
+            .plan
+            .box_swizzle(&cx.tensor_buffer, o.buffer)
+            .unwrap_or(0);
+        if sw == 0 {
+            return bad_op(format!(
+                "operand `{}` is not swizzled; wgmma reads shared memory in 8 x 16-byte core matrices, which a TMA box gives with swizzle=128 (or 64, 32) on the cache",
+                buf.name
+            ));
+        }
+        let span_elems = sw as i64 / t.elem;
+        let (sr, sk) = (stride(&idx, &row.var), stride(&idx, &t.k.var));
+        let tile = Access {
+            buffer: o.buffer,
+            index: Some(zero(&idx, &[&t.m.var, &t.n.var, &t.k.var])),
+        };
+        let rows = if row.key == t.m.key {
+            target::WGMMA_M
+        } else {
+            t.n_extent
+        };
+        let axis = if row.key == t.m.key { "M" } else { "N" };
+        // The element offsets of the whole instruction tile from its first element, probed
+        // at every row and every k (the index is a sum of a part in the row and a part in
+        // k: the cache's axes each come from one of them) with the loops around the tile
+        // at several values: they must not move it.
+        let other = if row.key == t.m.key {
+            &t.n.var
+        } else {
+            &t.m.var
+        };
+        let at_tile = zero(&idx, &[other]);
+        let origin = zero(&at_tile, &[&row.var, &t.k.var]);
+        let offset = |r: i64, kk: i64| -> Option<i64> {
+            let v = at_tile.subst(&row.var, &Val::Int(r));
+            let mut found = None;
+            for seed in 0..3u64 {
+                let d = eval(&v, &t.k.var, kk, seed, &[], 1)? - eval(&origin, "", 0, seed, &[], 1)?;
+                if found.is_some_and(|f| f != d) {
+                    return None;
+                }
+                found = Some(d);
+            }
+            found
+        };
+        let all = |f: &dyn Fn(i64, i64) -> i64| {
+            (0..rows).all(|r| offset(r, 0) == Some(f(r, 0)))
+                && (0..target::WGMMA_K).all(|kk| offset(0, kk) == Some(f(0, kk)))
+                && offset(rows - 1, target::WGMMA_K - 1) == Some(f(rows - 1, target::WGMMA_K - 1))
+        };
+        // K-major: K contiguous, one swizzle span per row; SBO = 8 rows.
+        if all(&|r, kk| r * span_elems + kk) {
+            return Ok(MmaOperand {
+                tile,
+                desc_bits: target::descriptor_bits(16, 8 * sw as i64, sw).expect("a valid swizzle"),
+                transposed: false,
+                swizzle: sw,
+            });
+        }
+        // MN-major: the row axis contiguous within one swizzle span (an atom), K by rows of
+        // a span; a tile wider than a span is several atoms, `lbo` elements apart (boxes
+        // side by side).
+        let lbo = if rows > span_elems {
+            offset(span_elems, 0)
+        } else {
+            Some(0)
+        };
+        if let Some(lbo) = lbo {
+            if all(&|r, kk| r / span_elems * lbo + kk * span_elems + r % span_elems) {
+                let repeat = target::swizzle_repeat(sw) / t.elem;
+                if rows > span_elems && (lbo <= 0 || lbo % repeat != 0) {
+                    return bad_op(format!(
+                        "operand `{}` is MN-major with {rows} elements along {axis} in atoms of one {sw}-byte swizzle span ({span_elems}), the next atom {lbo} elements on; wgmma steps from atom to atom by one stride, and each atom starts on the swizzle's {} bytes: lay the atoms one after the other as whole boxes (the cache's leading Bulk axis counting them)",
+                        buf.name,
+                        target::swizzle_repeat(sw)
+                    ));
+                }
+                return Ok(MmaOperand {
+                    tile,
+                    // LBO steps to the next atom along M or N (unused with one atom); SBO
+                    // steps 8 rows of K.
+                    desc_bits: target::descriptor_bits(
+                        if rows > span_elems {
+                            lbo * t.elem
+                        } else {
+                            8 * sw as i64
+                        },
+                        8 * sw as i64,
+                        sw,
+                    )
+                    .expect("a valid swizzle"),
+                    transposed: true,
+                    swizzle: sw,
+                });
+            }
+        }
+        if sr == Some(1) && sk == Some(span_elems) && rows > span_elems {
+            return bad_op(format!(
+                "operand `{}` is MN-major (its {axis} axis is contiguous) with {rows} elements along it, more than one {sw}-byte swizzle span ({span_elems}), and its atoms of {span_elems} are not laid out one after the other: split the {axis} axis of the cache by {span_elems} and make the outer piece its leading Bulk axis (boxes side by side), or store the operand K-major",
+                buf.name
+            ));
+        }
+        bad_op(format!(
+            "operand `{}` is laid out with {} elements per step of {axis} and {} per step of K in shared memory; a wgmma operand is K-major (K contiguous, rows of one {sw}-byte swizzle span, i.e. {span_elems} elements) or MN-major (M or N contiguous in atoms of {span_elems}, K rows of {span_elems})",
+            buf.name,
+            sr.map_or("varying".into(), |s| s.to_string()),
+            sk.map_or("varying".into(), |s| s.to_string()),
+        ))
     }
 }

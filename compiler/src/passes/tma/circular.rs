@@ -82,18 +82,15 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     match plan.pipes.iter().position(|p| p.ws.is_some()) {
         Some(p) => {
             let mut roles = super::warp_specialize::warp_specialize(cx, plan, body, p)?;
-            let Stmt::WarpRoles { consumer, .. } = &mut roles else {
-                unreachable!("warp_specialize returns warp roles")
-            };
-            consumer.extend(drain);
+            roles.consumer.extend(drain);
             if exit[0] == Stmt::ClusterSync {
                 // Every thread of both roles meets the peers, after the roles rejoin.
-                out.push(roles);
+                out.push(Stmt::WarpRoles(roles));
                 out.extend(exit);
             } else {
                 // The producers have left: the consumers' named barrier is the block's.
-                consumer.extend(exit);
-                out.push(roles);
+                roles.consumer.extend(exit);
+                out.push(Stmt::WarpRoles(roles));
             }
         }
         None => {
@@ -211,28 +208,12 @@ pub(crate) fn pipeline(
             Val::rem(Val::div(lin.clone(), Val::Int(s)), Val::Int(2))
         }
     };
-    let mut copies = Vec::new();
-    let mut plain = Vec::new();
-    let mut allocs = Vec::new();
-    let mut rest = Vec::new();
-    for st in l.body.iter().cloned() {
-        match &st {
-            Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer) => copies.push(st),
-            Stmt::Alloc(b) if buffers.contains(b) => allocs.push(st),
-            _ if fills(&st, &buffers) => {
-                if contains_copy(&st) {
-                    return Err(Diagnostic::new(
-                        format!(
-                            "the load of `{name}` is separated from the serial loop `{var}` that pipelines it by other loops: it must be issued directly in `{var}` (put block-index loops outside it)"
-                        ),
-                        span,
-                    ));
-                }
-                plain.push(st)
-            }
-            _ => rest.push(st),
-        }
-    }
+    let Parts {
+        copies,
+        plain,
+        allocs,
+        mut rest,
+    } = parts(&l, &buffers, name, span)?;
     let stage_of = |b: BufferId| plan.stage_elems[&b].clone();
     // Moves the loads to iteration `v`, each into its slot.
     let issue_at = |v: &Val| -> Vec<Stmt> {
@@ -290,73 +271,143 @@ pub(crate) fn pipeline(
         });
     }
     let mut out: Vec<Stmt> = allocs;
-    let extent = l.extent.clone();
     if pf == 0 {
         let mut b = issue_at(&v);
         b.extend(iteration);
         out.push(Stmt::Loop(Loop { body: b, ..l }));
     } else {
-        let known = match extent {
-            Val::Int(e) => Some(e),
-            _ => None,
-        };
-        // Prologue: loads of iterations [0, prefetch).
         let first = issue_at(&v);
-        let pro_body = if known.is_some_and(|e| e >= pf) {
-            first
-        } else {
-            vec![guard(Val::lt(v.clone(), extent.clone()), first)]
-        };
-        out.push(Stmt::Loop(Loop {
-            key: l.key,
-            var: var.clone(),
-            extent: Val::Int(pf),
-            parallel: ParallelType::Serial,
-            digits: Vec::new(),
-            body: pro_body,
-        }));
-        // Main: issue iteration i + prefetch, then run iteration i.
-        let main_extent = match known {
-            Some(e) => Val::Int(e - pf),
-            None => Val::Sub(Box::new(extent.clone()), Box::new(Val::Int(pf))),
-        };
-        let mut main = issue_at(&Val::add(v.clone(), Val::Int(pf)));
-        main.extend(iteration.clone());
-        out.push(Stmt::Loop(Loop {
-            key: l.key,
-            var: var.clone(),
-            extent: main_extent.clone(),
-            parallel: l.parallel,
-            digits: Vec::new(),
-            body: main,
-        }));
-        // Epilogue: the last `prefetch` iterations, no loads.
-        let epi = cx.fresh_name(&format!("{var}_epi"));
-        let mut epi_body = vec![Stmt::Let {
-            var: var.clone(),
-            value: Val::add(main_extent, Val::Var(epi.clone())),
-            broadcast: false,
-        }];
-        if known.is_some_and(|e| e >= pf) {
-            epi_body.extend(iteration);
-        } else {
-            epi_body.push(Stmt::If {
-                cond: Val::lt(Val::Int(-1), v.clone()),
-                then: iteration,
-                els: Vec::new(),
-            });
-        }
-        out.push(Stmt::Loop(Loop {
-            key: l.key,
-            var: epi,
-            extent: Val::Int(pf),
-            parallel: ParallelType::Serial,
-            digits: Vec::new(),
-            body: epi_body,
-        }));
+        let next = issue_at(&Val::add(v.clone(), Val::Int(pf)));
+        out.extend(prefetched(cx, &l, pf, first, next, iteration));
     }
     body.splice(i..i, out);
     Ok(true)
+}
+
+/// The statements of a buffered loop's body, by what the pipeline does with them.
+struct Parts {
+    /// Copies into a member buffer: issued `prefetch` iterations ahead, into their slot.
+    copies: Vec<Stmt>,
+    /// Plain loads of a member buffer (every thread): moved as the copies, by every thread.
+    plain: Vec<Stmt>,
+    /// Allocations of member buffers: before the pipeline's loops.
+    allocs: Vec<Stmt>,
+    /// The rest: the iteration, reading the slot.
+    rest: Vec<Stmt>,
+}
+
+/// Sorts the body of the buffered loop `l` into [`Parts`]; a load of a member buffer nested in
+/// other loops inside it is an error (it could not be issued ahead).
+fn parts(
+    l: &Loop,
+    buffers: &[BufferId],
+    name: &str,
+    span: Option<crate::diag::Span>,
+) -> Result<Parts, Diagnostic> {
+    let mut copies = Vec::new();
+    let mut plain = Vec::new();
+    let mut allocs = Vec::new();
+    let mut rest = Vec::new();
+    for st in l.body.iter().cloned() {
+        match &st {
+            Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer) => copies.push(st),
+            Stmt::Alloc(b) if buffers.contains(b) => allocs.push(st),
+            _ if fills(&st, buffers) => {
+                if contains_copy(&st) {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "the load of `{name}` is separated from the serial loop `{}` that pipelines it by other loops: it must be issued directly in `{}` (put block-index loops outside it)",
+                            l.var, l.var
+                        ),
+                        span,
+                    ));
+                }
+                plain.push(st)
+            }
+            _ => rest.push(st),
+        }
+    }
+    Ok(Parts {
+        copies,
+        plain,
+        allocs,
+        rest,
+    })
+}
+
+/// A buffered loop `l` that loads `pf` iterations ahead: the prologue issues the loads of
+/// iterations [0, pf) (`first`: those of iteration `l.var`), the main loop issues those of
+/// iteration i + pf (`next`) and runs `iteration` i, the epilogue runs the last `pf`.
+fn prefetched(
+    cx: &mut Ctx,
+    l: &Loop,
+    pf: i64,
+    first: Vec<Stmt>,
+    next: Vec<Stmt>,
+    iteration: Vec<Stmt>,
+) -> Vec<Stmt> {
+    let var = l.var.clone();
+    let v = Val::Var(var.clone());
+    let extent = l.extent.clone();
+    let mut out = Vec::new();
+    let known = match extent {
+        Val::Int(e) => Some(e),
+        _ => None,
+    };
+    // Prologue: loads of iterations [0, prefetch).
+    let pro_body = if known.is_some_and(|e| e >= pf) {
+        first
+    } else {
+        vec![guard(Val::lt(v.clone(), extent.clone()), first)]
+    };
+    out.push(Stmt::Loop(Loop {
+        key: l.key,
+        var: var.clone(),
+        extent: Val::Int(pf),
+        parallel: ParallelType::Serial,
+        digits: Vec::new(),
+        body: pro_body,
+    }));
+    // Main: issue iteration i + prefetch, then run iteration i.
+    let main_extent = match known {
+        Some(e) => Val::Int(e - pf),
+        None => Val::Sub(Box::new(extent.clone()), Box::new(Val::Int(pf))),
+    };
+    let mut main = next;
+    main.extend(iteration.clone());
+    out.push(Stmt::Loop(Loop {
+        key: l.key,
+        var: var.clone(),
+        extent: main_extent.clone(),
+        parallel: l.parallel,
+        digits: Vec::new(),
+        body: main,
+    }));
+    // Epilogue: the last `prefetch` iterations, no loads.
+    let epi = cx.fresh_name(&format!("{var}_epi"));
+    let mut epi_body = vec![Stmt::Let {
+        var: var.clone(),
+        value: Val::add(main_extent, Val::Var(epi.clone())),
+        broadcast: false,
+    }];
+    if known.is_some_and(|e| e >= pf) {
+        epi_body.extend(iteration);
+    } else {
+        epi_body.push(Stmt::If {
+            cond: Val::lt(Val::Int(-1), v.clone()),
+            then: iteration,
+            els: Vec::new(),
+        });
+    }
+    out.push(Stmt::Loop(Loop {
+        key: l.key,
+        var: epi,
+        extent: Val::Int(pf),
+        parallel: ParallelType::Serial,
+        digits: Vec::new(),
+        body: epi_body,
+    }));
+    out
 }
 
 pub(crate) fn contains_copy(s: &Stmt) -> bool {
@@ -474,48 +525,38 @@ pub(crate) fn issue_stores(
     stream_k: Option<&crate::kir::StreamK>,
 ) {
     let cache = cx.tensor_buffer[&s.cache];
-    let mut i = 0;
-    while i < body.len() {
-        match &mut body[i] {
-            Stmt::TmaStore(t) if t.map == s.map => {
-                let mut store = body.remove(i);
-                // Stream-K: only the piece that ends a tile stores it (the others hand on
-                // partial sums); the commit stays, an empty group.
-                if let Some(sk) = stream_k {
-                    store = guard(sk.ends_tile(), vec![store]);
+    crate::kir::rewrite_pre(body, &mut |st| match st {
+        Stmt::TmaStore(t) if t.map == s.map => {
+            let mut store = Stmt::TmaStore(t);
+            // Stream-K: only the piece that ends a tile stores it (the others hand on partial
+            // sums); the commit stays, an empty group.
+            if let Some(sk) = stream_k {
+                store = guard(sk.ends_tile(), vec![store]);
+            }
+            // The wait for shared memory to be read is deferred to just before the cache is
+            // written again (the `sync` pass) and to the kernel's exit, so the store runs on
+            // while the threads go on (the next tile's main loop).
+            let elected = vec![store, Stmt::BulkCommit];
+            let issue = match (s.fence, issuer) {
+                (FenceMode::IssuingWarp, Val::And(warp, elect)) => Stmt::If {
+                    cond: (**warp).clone(),
+                    then: vec![Stmt::FenceProxyAsync, guard((**elect).clone(), elected)],
+                    els: Vec::new(),
+                },
+                (FenceMode::IssuingWarp, _) => {
+                    let mut v = vec![Stmt::FenceProxyAsync];
+                    v.extend(elected);
+                    guard(issuer.clone(), v)
                 }
-                // The wait for shared memory to be read is deferred to just before the cache is
-                // written again (the `sync` pass) and to the kernel's exit, so the store runs on
-                // while the threads go on (the next tile's main loop).
-                let elected = vec![store, Stmt::BulkCommit];
-                let issue = match (s.fence, issuer) {
-                    (FenceMode::IssuingWarp, Val::And(warp, elect)) => Stmt::If {
-                        cond: (**warp).clone(),
-                        then: vec![Stmt::FenceProxyAsync, guard((**elect).clone(), elected)],
-                        els: Vec::new(),
-                    },
-                    (FenceMode::IssuingWarp, _) => {
-                        let mut v = vec![Stmt::FenceProxyAsync];
-                        v.extend(elected);
-                        guard(issuer.clone(), v)
-                    }
-                    _ => guard(issuer.clone(), elected),
-                };
-                body.insert(i, issue);
-            }
-            Stmt::Compute(c) if s.fence == FenceMode::PerStore && c.out.buffer == cache => {
-                body.insert(i + 1, Stmt::FenceProxyAsync);
-                i += 1;
-            }
-            Stmt::Loop(l) => issue_stores(cx, &mut l.body, s, issuer, stream_k),
-            Stmt::If { then, els, .. } => {
-                issue_stores(cx, then, s, issuer, stream_k);
-                issue_stores(cx, els, s, issuer, stream_k);
-            }
-            _ => {}
+                _ => guard(issuer.clone(), elected),
+            };
+            Step::Keep(vec![issue])
         }
-        i += 1;
-    }
+        Stmt::Compute(c) if s.fence == FenceMode::PerStore && c.out.buffer == cache => {
+            Step::Keep(vec![Stmt::Compute(c), Stmt::FenceProxyAsync])
+        }
+        other => Step::Descend(vec![other]),
+    });
 }
 
 /// One wait per distinct issuer for its TMA stores to have read shared memory
@@ -533,7 +574,7 @@ pub(crate) fn store_waits<'a>(issuers: impl IntoIterator<Item = &'a Val>) -> Vec
 
 /// Adds `offset` to every read of `buffer`.
 pub(crate) fn shift_reads(body: &mut [Stmt], buffer: BufferId, offset: &Val) {
-    for s in body {
+    crate::kir::for_each_stmt_mut(body, &mut |s| {
         match s {
             Stmt::Compute(c) => c.value.for_each_read_mut(&mut |a| {
                 if a.buffer == buffer {
@@ -541,14 +582,10 @@ pub(crate) fn shift_reads(body: &mut [Stmt], buffer: BufferId, offset: &Val) {
                 }
             }),
             Stmt::TmaStore(t) if t.src.buffer == buffer => shift(&mut t.src, offset),
-            Stmt::Loop(l) => shift_reads(&mut l.body, buffer, offset),
-            Stmt::If { then, els, .. } => {
-                shift_reads(then, buffer, offset);
-                shift_reads(els, buffer, offset);
-            }
             _ => {}
         }
-    }
+        Flow::Descend
+    });
 }
 
 pub(crate) fn shift(a: &mut Access, offset: &Val) {
@@ -558,16 +595,12 @@ pub(crate) fn shift(a: &mut Access, offset: &Val) {
 
 /// Adds `offset` to every plain write of `buffer`.
 pub(crate) fn shift_writes(s: &mut Stmt, buffer: BufferId, offset: &Val) {
-    match s {
-        Stmt::Compute(c) if c.out.buffer == buffer => shift(&mut c.out, offset),
-        Stmt::Loop(l) => l
-            .body
-            .iter_mut()
-            .for_each(|s| shift_writes(s, buffer, offset)),
-        Stmt::If { then, els, .. } => then
-            .iter_mut()
-            .chain(els.iter_mut())
-            .for_each(|s| shift_writes(s, buffer, offset)),
-        _ => {}
-    }
+    crate::kir::for_each_stmt_mut(std::slice::from_mut(s), &mut |s| {
+        if let Stmt::Compute(c) = s {
+            if c.out.buffer == buffer {
+                shift(&mut c.out, offset);
+            }
+        }
+        Flow::Descend
+    });
 }

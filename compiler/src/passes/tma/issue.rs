@@ -37,29 +37,14 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         // Inside a tensor-core product's tile (three Mma loops) the operands are read through
         // matrix descriptors, whose swizzle mode applies the same mapping in hardware (the
         // `mma` pass reads the logical index there).
-        fn outside_mma(body: &mut [Stmt], f: &mut dyn FnMut(&mut crate::kir::Compute)) {
-            for s in body {
-                match s {
-                    Stmt::Loop(l) if crate::passes::mma::is_product_tile(l) => {}
-                    Stmt::Loop(l) => outside_mma(&mut l.body, f),
-                    Stmt::If { then, els, .. } => {
-                        outside_mma(then, f);
-                        outside_mma(els, f);
-                    }
-                    Stmt::WarpRoles {
-                        producer, consumer, ..
-                    } => {
-                        outside_mma(producer, f);
-                        outside_mma(consumer, f);
-                    }
-                    Stmt::Compute(c) => f(c),
-                    _ => {}
-                }
+        crate::kir::for_each_stmt_mut(&mut body, &mut |s| match s {
+            Stmt::Loop(l) if crate::passes::mma::is_product_tile(l) => Flow::Skip,
+            Stmt::Compute(c) => {
+                swizzle(&mut c.out);
+                c.value.for_each_read_mut(&mut swizzle);
+                Flow::Descend
             }
-        }
-        outside_mma(&mut body, &mut |c| {
-            swizzle(&mut c.out);
-            c.value.for_each_read_mut(&mut swizzle);
+            _ => Flow::Descend,
         });
     }
     k.body = body;
@@ -77,27 +62,16 @@ pub(crate) fn issue_block(
     while i < body.len() {
         let s = &mut body[i];
         i += 1;
-        match s {
-            Stmt::Loop(l) if l.parallel == ParallelType::Bulk => {
+        if let Stmt::Loop(l) = s {
+            if l.parallel == ParallelType::Bulk {
                 let copies = box_copy(cx, plan, k, l, env)?;
                 let n = copies.len();
                 body.splice(i - 1..i, copies);
                 i += n - 1;
+                continue;
             }
-            Stmt::Loop(l) => {
-                let prev = env.insert(l.key, crate::passes::loop_value(env, l));
-                issue_block(cx, plan, k, &mut l.body, env)?;
-                match prev {
-                    Some(p) => env.insert(l.key, p),
-                    None => env.remove(&l.key),
-                };
-            }
-            Stmt::If { then, els, .. } => {
-                issue_block(cx, plan, k, then, env)?;
-                issue_block(cx, plan, k, els, env)?;
-            }
-            _ => {}
         }
+        crate::passes::in_bodies(s, env, |body, env| issue_block(cx, plan, k, body, env))?;
     }
     Ok(())
 }

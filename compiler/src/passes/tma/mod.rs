@@ -25,7 +25,8 @@ use crate::fusion::{
     FenceMode, IterId, IterOrigin, LoadKind, MemoryType, ParallelType, TensorId, WarMode,
 };
 use crate::kir::{
-    Access, BufferId, CopyKind, Data, Kernel, Loop, MbarArray, Stmt, TmaLoad, TmaStore, Val,
+    Access, BufferId, CopyKind, Data, Flow, Kernel, Loop, MbarArray, Step, Stmt, TmaLoad, TmaStore,
+    Val,
 };
 use crate::plan::{Constraint, SizeExpr, TensorMapSpec};
 use std::collections::HashMap;
@@ -186,36 +187,22 @@ pub(crate) fn loops_around_write(
     body: &[Stmt],
     buffer: BufferId,
 ) -> Option<Vec<(LoopKey, ParallelType)>> {
-    for s in body {
-        match s {
-            Stmt::Compute(c) if c.out.buffer == buffer => return Some(Vec::new()),
-            Stmt::TmaLoad(l) if l.dst.buffer == buffer => return Some(Vec::new()),
-            Stmt::Loop(l) => {
-                if let Some(mut inner) = loops_around_write(&l.body, buffer) {
-                    inner.insert(0, (l.key, l.parallel));
-                    return Some(inner);
-                }
-            }
-            Stmt::If { then, els, .. } => {
-                if let Some(v) =
-                    loops_around_write(then, buffer).or_else(|| loops_around_write(els, buffer))
-                {
-                    return Some(v);
-                }
-            }
-            Stmt::WarpRoles {
-                producer, consumer, ..
-            } => {
-                if let Some(v) = loops_around_write(producer, buffer)
-                    .or_else(|| loops_around_write(consumer, buffer))
-                {
-                    return Some(v);
-                }
-            }
-            _ => {}
+    let mut found = None;
+    crate::kir::for_each_in_loops(body, &mut |s, around| {
+        if found.is_none() && writes_buffer(s, buffer) {
+            found = Some(around.iter().map(|l| (l.key, l.parallel)).collect());
         }
+    });
+    found
+}
+
+/// Whether `s` is a computation or a copy writing `buffer`.
+fn writes_buffer(s: &Stmt, buffer: BufferId) -> bool {
+    match s {
+        Stmt::Compute(c) => c.out.buffer == buffer,
+        Stmt::TmaLoad(l) => l.dst.buffer == buffer,
+        _ => false,
     }
-    None
 }
 
 /// The thread-parallel loops around every statement that writes `buffer`, one list per write.
@@ -223,42 +210,13 @@ pub(crate) fn thread_loops_of_writes(
     body: &[Stmt],
     buffer: BufferId,
 ) -> Vec<Vec<(LoopKey, ParallelType)>> {
-    fn walk(
-        body: &[Stmt],
-        buffer: BufferId,
-        around: &mut Vec<(LoopKey, ParallelType)>,
-        out: &mut Vec<Vec<(LoopKey, ParallelType)>>,
-    ) {
-        for s in body {
-            match s {
-                Stmt::Compute(c) if c.out.buffer == buffer => out.push(around.clone()),
-                Stmt::TmaLoad(l) if l.dst.buffer == buffer => out.push(around.clone()),
-                Stmt::Loop(l) => {
-                    let bound = l.parallel.is_thread();
-                    if bound {
-                        around.push((l.key, l.parallel));
-                    }
-                    walk(&l.body, buffer, around, out);
-                    if bound {
-                        around.pop();
-                    }
-                }
-                Stmt::If { then, els, .. } => {
-                    walk(then, buffer, around, out);
-                    walk(els, buffer, around, out);
-                }
-                Stmt::WarpRoles {
-                    producer, consumer, ..
-                } => {
-                    walk(producer, buffer, around, out);
-                    walk(consumer, buffer, around, out);
-                }
-                _ => {}
-            }
-        }
-    }
     let mut out = Vec::new();
-    walk(body, buffer, &mut Vec::new(), &mut out);
+    crate::kir::for_each_in_loops(body, &mut |s, around| {
+        if writes_buffer(s, buffer) {
+            let bound = around.iter().filter(|l| l.parallel.is_thread());
+            out.push(bound.map(|l| (l.key, l.parallel)).collect());
+        }
+    });
     out
 }
 

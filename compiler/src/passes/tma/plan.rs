@@ -369,6 +369,135 @@ pub(crate) fn issuer(k: &Kernel) -> Val {
     )
 }
 
+/// The box of a TMA or bulk load of cache `t` (its Bulk axes) checked against the copy and
+/// the loops around it, its bytes and stage, and for a TMA load the tensor map (into `info`).
+fn plan_box(
+    cx: &mut Ctx,
+    k: &mut Kernel,
+    t: TensorId,
+    info: &mut TmaInfo,
+) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let tensor = &f.tensors[t];
+    let name = &tensor.name;
+    let err = |m: String| Err(Diagnostic::new(m, tensor.span));
+    let src = info.src;
+    let (keys, q) = cx.placement[&t].clone();
+    let pos = cx.own_axes_from(t);
+    let elem = tensor.dtype.size_bytes() as i64;
+    if tensor.memory != MemoryType::Shared {
+        return err(format!(
+            "`{name}` is loaded by {} and must stay in shared memory",
+            tensor.load.name()
+        ));
+    }
+    for (p, &id) in tensor.loop_domain.iter().enumerate() {
+        let bulk = f.ids[id].parallel == ParallelType::Bulk;
+        if p < pos && bulk {
+            return err(format!(
+                "axis {p} of `{name}` is Bulk but shared with its consumers' loops: a box axis must be one of the tensor's own innermost loops"
+            ));
+        }
+        if p >= pos && !bulk {
+            return err(format!(
+                "axis {p} of `{name}` ({}) is not Bulk: every loop axis of a {} load that is not shared with its consumers must be Bulk (the copy fills the whole box at once)",
+                f.ids[id].parallel,
+                tensor.load.name()
+            ));
+        }
+    }
+    if pos == tensor.loop_domain.len() {
+        return err(format!(
+            "`{name}` has no Bulk axis: mark the axes the box covers with parallelize(axis, Bulk)"
+        ));
+    }
+    let shape = box_of(cx, t, pos)?;
+    let box_dims = shape.dims.clone();
+    let what = format!(
+        "`{name}` ({} load of `{}`)",
+        tensor.load.name(),
+        f.tensors[src].name
+    );
+    crate::target::check_tma_box(&what, elem, &box_dims, tensor.swizzle).or_else(err)?;
+    if shape.count > 1 {
+        let box_bytes = box_dims.iter().product::<i64>() * elem;
+        let align = crate::target::swizzle_repeat(tensor.swizzle);
+        if tensor.load != LoadKind::Tma {
+            return err(format!(
+                "{what}: the leading Bulk axes lay {} boxes side by side, which takes one tensor-map copy per box: use load=tma",
+                shape.count
+            ));
+        }
+        if box_bytes % align != 0 {
+            return err(format!(
+                "{what}: the leading Bulk axes lay {} boxes of {box_bytes} bytes side by side; each box starts where the previous one ends and a box in shared memory starts on a multiple of {align} bytes{}, so a box must be a multiple of {align} bytes",
+                shape.count,
+                if tensor.swizzle > 0 { " (the swizzle pattern's repeat)" } else { "" }
+            ));
+        }
+    }
+    if tensor.load == LoadKind::Bulk && box_dims[1..].iter().any(|&b| b != 1) {
+        return err(format!(
+            "{what}: a bulk copy moves one contiguous run, so only the innermost dimension may be Bulk (use load=tma for boxes of several dimensions)"
+        ));
+    }
+    let src_name = f.tensors[src].name.clone();
+    let owner = format!("{} load of `{src_name}` into `{name}`", tensor.load.name());
+    let (global_dims, global_strides) = global_layout(cx, src, elem, &what, &owner, tensor.span)?;
+    if tensor.load == LoadKind::Bulk {
+        need_divisible(
+            cx,
+            &global_dims[0],
+            box_dims[0],
+            &what,
+            &owner,
+            "a bulk copy has no out-of-bounds handling, so the innermost dimension must be a multiple of the run",
+            tensor.span,
+        )?;
+    }
+    // Enclosing loops: none bound to threads (one thread issues the copy for the block).
+    // (The loops around this load's own write: a key may also name a loop of another
+    // parallel type elsewhere in the kernel.)
+    let around = super::loops_around_write(&k.body, cx.tensor_buffer[&t]).unwrap_or_default();
+    let ws_on = tensor
+        .circular
+        .as_ref()
+        .and_then(|c| c.ws.as_ref())
+        .map(|w| w.on);
+    for &(key, p) in around.iter().filter(|(key, _)| keys[..q].contains(key)) {
+        // (Inside the consumers' loop over the warp-specialized dim the producer walks that
+        // loop serially: ping-pong consumers take turns, each with its own stages.)
+        if p.is_thread() && Some(p) != ws_on {
+            return err(format!(
+                "`{name}` is loaded by {}, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `{}` ({p}); inline it further out",
+                tensor.load.name(),
+                cx.keys.names[key]
+            ));
+        }
+    }
+    let box_elems: i64 = box_dims.iter().product();
+    info.bytes = box_elems * elem * shape.count;
+    info.boxes = shape.clone();
+    let align = crate::target::swizzle_repeat(tensor.swizzle);
+    info.stage_elems = Some((info.bytes + align - 1) / align * align / elem);
+    if tensor.load == LoadKind::Tma {
+        k.tensor_maps.push(TensorMapSpec {
+            param: cx.fresh_name(&format!("{name}_map")),
+            tensor: src_name,
+            dtype: tensor.dtype,
+            global_dims: global_dims.clone(),
+            global_strides,
+            box_dims: box_dims.clone(),
+            element_strides: vec![1; box_dims.len()],
+            swizzle_bytes: tensor.swizzle,
+        });
+        info.map = Some(k.tensor_maps.len() - 1);
+    }
+    info.box_dims = box_dims;
+    info.global_dims = global_dims;
+    Ok(())
+}
+
 pub(crate) fn plan_load(
     cx: &mut Ctx,
     plan: &mut PipelinePlan,
@@ -397,8 +526,6 @@ pub(crate) fn plan_load(
         ));
     }
     let (keys, q) = cx.placement[&t].clone();
-    let pos = cx.own_axes_from(t);
-    let elem = tensor.dtype.size_bytes() as i64;
     let mut info = TmaInfo {
         tensor: t,
         src,
@@ -420,117 +547,7 @@ pub(crate) fn plan_load(
         multicast: None,
     };
     if tensor.load != LoadKind::Plain {
-        if tensor.memory != MemoryType::Shared {
-            return err(format!(
-                "`{name}` is loaded by {} and must stay in shared memory",
-                tensor.load.name()
-            ));
-        }
-        for (p, &id) in tensor.loop_domain.iter().enumerate() {
-            let bulk = f.ids[id].parallel == ParallelType::Bulk;
-            if p < pos && bulk {
-                return err(format!(
-                    "axis {p} of `{name}` is Bulk but shared with its consumers' loops: a box axis must be one of the tensor's own innermost loops"
-                ));
-            }
-            if p >= pos && !bulk {
-                return err(format!(
-                    "axis {p} of `{name}` ({}) is not Bulk: every loop axis of a {} load that is not shared with its consumers must be Bulk (the copy fills the whole box at once)",
-                    f.ids[id].parallel,
-                    tensor.load.name()
-                ));
-            }
-        }
-        if pos == tensor.loop_domain.len() {
-            return err(format!(
-                "`{name}` has no Bulk axis: mark the axes the box covers with parallelize(axis, Bulk)"
-            ));
-        }
-        let shape = box_of(cx, t, pos)?;
-        let box_dims = shape.dims.clone();
-        let what = format!(
-            "`{name}` ({} load of `{}`)",
-            tensor.load.name(),
-            f.tensors[src].name
-        );
-        crate::target::check_tma_box(&what, elem, &box_dims, tensor.swizzle).or_else(err)?;
-        if shape.count > 1 {
-            let box_bytes = box_dims.iter().product::<i64>() * elem;
-            let align = crate::target::swizzle_repeat(tensor.swizzle);
-            if tensor.load != LoadKind::Tma {
-                return err(format!(
-                    "{what}: the leading Bulk axes lay {} boxes side by side, which takes one tensor-map copy per box: use load=tma",
-                    shape.count
-                ));
-            }
-            if box_bytes % align != 0 {
-                return err(format!(
-                    "{what}: the leading Bulk axes lay {} boxes of {box_bytes} bytes side by side; each box starts where the previous one ends and a box in shared memory starts on a multiple of {align} bytes{}, so a box must be a multiple of {align} bytes",
-                    shape.count,
-                    if tensor.swizzle > 0 { " (the swizzle pattern's repeat)" } else { "" }
-                ));
-            }
-        }
-        if tensor.load == LoadKind::Bulk && box_dims[1..].iter().any(|&b| b != 1) {
-            return err(format!(
-                "{what}: a bulk copy moves one contiguous run, so only the innermost dimension may be Bulk (use load=tma for boxes of several dimensions)"
-            ));
-        }
-        let src_name = f.tensors[src].name.clone();
-        let owner = format!("{} load of `{src_name}` into `{name}`", tensor.load.name());
-        let (global_dims, global_strides) =
-            global_layout(cx, src, elem, &what, &owner, tensor.span)?;
-        if tensor.load == LoadKind::Bulk {
-            need_divisible(
-                cx,
-                &global_dims[0],
-                box_dims[0],
-                &what,
-                &owner,
-                "a bulk copy has no out-of-bounds handling, so the innermost dimension must be a multiple of the run",
-                tensor.span,
-            )?;
-        }
-        // Enclosing loops: none bound to threads (one thread issues the copy for the block).
-        // (The loops around this load's own write: a key may also name a loop of another
-        // parallel type elsewhere in the kernel.)
-        let around = super::loops_around_write(&k.body, cx.tensor_buffer[&t]).unwrap_or_default();
-        let ws_on = tensor
-            .circular
-            .as_ref()
-            .and_then(|c| c.ws.as_ref())
-            .map(|w| w.on);
-        for &(key, p) in around.iter().filter(|(key, _)| keys[..q].contains(key)) {
-            // (Inside the consumers' loop over the warp-specialized dim the producer walks that
-            // loop serially: ping-pong consumers take turns, each with its own stages.)
-            if p.is_thread() && Some(p) != ws_on {
-                return err(format!(
-                    "`{name}` is loaded by {}, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `{}` ({p}); inline it further out",
-                    tensor.load.name(),
-                    cx.keys.names[key]
-                ));
-            }
-        }
-        let box_elems: i64 = box_dims.iter().product();
-        info.bytes = box_elems * elem * shape.count;
-        info.boxes = shape.clone();
-        let align = crate::target::swizzle_repeat(tensor.swizzle);
-        info.stage_elems = Some((info.bytes + align - 1) / align * align / elem);
-        if tensor.load == LoadKind::Tma {
-            k.tensor_maps.push(TensorMapSpec {
-                param: cx.fresh_name(&format!("{name}_map")),
-                tensor: src_name,
-                dtype: tensor.dtype,
-                global_dims: global_dims.clone(),
-                global_strides,
-                box_dims: box_dims.clone(),
-                element_strides: vec![1; box_dims.len()],
-                swizzle_bytes: tensor.swizzle,
-            });
-            info.map = Some(k.tensor_maps.len() - 1);
-        }
-        info.box_dims = box_dims;
-        info.global_dims = global_dims;
+        plan_box(cx, k, t, &mut info)?;
     }
     // The pipeline: the innermost serial loop of the placement around the load's own write (a
     // key may also name a thread or block binding in another tensor's nest).

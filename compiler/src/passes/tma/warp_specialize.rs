@@ -22,7 +22,7 @@
 use super::circular::{contains_copy, fills, issue, linear, shift_reads};
 #[allow(unused_imports)]
 use super::*;
-use crate::kir::TurnStep;
+use crate::kir::{TurnStep, WarpRoles};
 
 /// Pads the specialised thread dim with a 128-thread producer warp group and gives every
 /// producer role (warp) its own full and empty barriers.
@@ -180,7 +180,7 @@ pub(crate) fn warp_specialize(
     plan: &PipelinePlan,
     body: Vec<Stmt>,
     p: usize,
-) -> Result<Stmt, Diagnostic> {
+) -> Result<WarpRoles, Diagnostic> {
     let pipe = &plan.pipes[p];
     let ws = pipe.ws.as_ref().expect("a warp-specialized pipe");
     let f = cx.fusion;
@@ -289,7 +289,7 @@ pub(crate) fn warp_specialize(
             ));
         }
     }
-    Ok(Stmt::WarpRoles {
+    Ok(WarpRoles {
         is_producer: ws.is_producer.clone(),
         producer,
         consumer,
@@ -324,17 +324,16 @@ pub(crate) fn reads_buffer(body: &[Stmt], b: BufferId) -> bool {
 /// of an iteration instead of divided out of the linear count. (Division by run-time extents
 /// put about a hundred instructions, reciprocal and all, on the one producer thread's path for
 /// each stage; and how ptxas scheduled them moved 4096^3 by up to 5%: docs/benchmarks.md.)
-pub(crate) fn flatten_serial_nests(nest: Vec<Stmt>) -> Vec<Stmt> {
-    nest.into_iter()
-        .map(|s| match s {
+pub(crate) fn flatten_serial_nests(mut nest: Vec<Stmt>) -> Vec<Stmt> {
+    crate::kir::rewrite_post(&mut nest, &mut |s| {
+        vec![match s {
             Stmt::Loop(mut l) => {
-                l.body = flatten_serial_nests(std::mem::take(&mut l.body));
                 let merge = l.parallel == ParallelType::Serial
                     && l.digits.is_empty()
                     && matches!(&l.body[..], [Stmt::Loop(inner)]
                         if inner.parallel == ParallelType::Serial && !inner.extent.mentions(&l.var));
                 if !merge {
-                    return Stmt::Loop(l);
+                    return vec![Stmt::Loop(l)];
                 }
                 let Some(Stmt::Loop(inner)) = l.body.pop() else {
                     unreachable!("checked above")
@@ -360,14 +359,10 @@ pub(crate) fn flatten_serial_nests(nest: Vec<Stmt>) -> Vec<Stmt> {
                     digits,
                 })
             }
-            Stmt::If { cond, then, els } => Stmt::If {
-                cond,
-                then: flatten_serial_nests(then),
-                els: flatten_serial_nests(els),
-            },
             other => other,
-        })
-        .collect()
+        }]
+    });
+    nest
 }
 
 /// The loops of `body` that lead to the loads of `role`, with only those loads (issued in the
