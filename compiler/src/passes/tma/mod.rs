@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod issue;
 pub mod pipeline_plan;
 pub mod plan;
+pub mod stage;
 pub mod warp_specialize;
 
 pub use circular::run as run_circular;

@@ -78,7 +78,7 @@ pub struct Stream {
 
 impl PipelinePlan {
     /// The linear iteration, at `v`, of the buffered loop `l` of a circular buffer within the
-    /// serial loops around it (`outer`, see [`super::circular::linear`]); for a stream-K
+    /// serial loops around it (`outer`, see [`super::stage::linear`]); for a stream-K
     /// piece's k loop, the CTA's count of k steps so far (its run goes on from piece to piece).
     pub fn buffered_linear(
         &self,
@@ -89,7 +89,7 @@ impl PipelinePlan {
     ) -> Val {
         match &self.stream_k {
             Some(sk) if sk.k_var == l.var => Val::add(sk.before.clone(), v.clone()),
-            _ => super::circular::linear(outer, &l.extent, v, in_loop),
+            _ => super::stage::linear(outer, &l.extent, v, in_loop),
         }
     }
 

@@ -19,7 +19,7 @@
 //! waits on a stage more than one ring phase ahead of the producer. At most
 //! `target::MAX_TURNS` groups, each of whole warps.
 
-use super::circular::{contains_copy, fills, issue, linear, shift_reads};
+use super::stage::{contains_copy, fills, issue, linear, shift_reads};
 #[allow(unused_imports)]
 use super::*;
 use crate::kir::{TurnStep, WarpRoles};
