@@ -10,7 +10,9 @@
 //! of brotli out of the cold load.
 
 use crate::examples;
+use hopfuse::fusion::ops::OPS;
 use serde::Serialize;
+use std::borrow::Cow;
 
 /// What an entry is; the sections of the reference, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -65,13 +67,14 @@ impl Kind {
 }
 
 /// One name of the language.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Entry {
     pub name: &'static str,
     pub kind: Kind,
     /// How it is written.
     pub signature: &'static str,
-    pub doc: &'static str,
+    /// What it does (for an op, with its result type: composed from the compiler's op table).
+    pub doc: Cow<'static, str>,
 }
 
 const fn e(name: &'static str, kind: Kind, signature: &'static str, doc: &'static str) -> Entry {
@@ -79,12 +82,13 @@ const fn e(name: &'static str, kind: Kind, signature: &'static str, doc: &'stati
         name,
         kind,
         signature,
-        doc,
+        doc: Cow::Borrowed(doc),
     }
 }
 
 use Kind::*;
 
+/// Every entry but the ops, which come from the compiler's op table ([`of_kind`]).
 pub const ENTRIES: &[Entry] = &[
     e("fusion", Keyword, "fusion NAME { ... }", "The computation: inputs, assignments and outputs, one statement a line (or separated by `;`). The kernel is named NAME_kernel."),
     e("schedule", Keyword, "schedule { ... }", "How the fusion is lowered: statements applied in order after the fusion. Optional; without it every tensor gets one serial loop nest."),
@@ -95,24 +99,7 @@ pub const ENTRIES: &[Entry] = &[
     e("bf16", Dtype, "bf16", "16-bit bfloat (math in f32)."),
     e("i32", Dtype, "i32", "32-bit signed integer."),
     e("f64", Dtype, "f64", "64-bit float."),
-    e("neg", Op, "neg(x)", "Elementwise negation (also `-x`)."),
-    e("exp", Op, "exp(x)", "Elementwise e^x."),
-    e("relu", Op, "relu(x)", "Elementwise max(x, 0)."),
-    e("abs", Op, "abs(x)", "Elementwise absolute value."),
-    e("sqrt", Op, "sqrt(x)", "Elementwise square root."),
-    e("rsqrt", Op, "rsqrt(x)", "Elementwise 1 / sqrt(x)."),
-    e("tanh", Op, "tanh(x)", "Elementwise hyperbolic tangent."),
-    e("sigmoid", Op, "sigmoid(x)", "Elementwise 1 / (1 + e^-x)."),
-    e("add", Op, "add(a, b)", "Elementwise a + b (also `a + b`). Operands have the same rank (use broadcast) or one is a number."),
-    e("sub", Op, "sub(a, b)", "Elementwise a - b (also `a - b`)."),
-    e("mul", Op, "mul(a, b)", "Elementwise a * b (also `a * b`)."),
-    e("div", Op, "div(a, b)", "Elementwise a / b (also `a / b`)."),
-    e("max", Op, "max(a, b) | max(x, axis=1)", "With two operands, the elementwise maximum; with `axis=`, the maximum over those axes (a reduction)."),
-    e("min", Op, "min(a, b) | min(x, axis=1)", "With two operands, the elementwise minimum; with `axis=`, the minimum over those axes (a reduction)."),
-    e("sum", Op, "sum(x, axis=1) | sum(x, axis=[0, 1])", "The sum over the listed axes (a reduction: the result has those axes removed)."),
-    e("broadcast", Op, "broadcast(x, axis=1)", "Inserts new axes at the listed positions of the result, so x lines up with a tensor of higher rank (e.g. a row vector added to every row)."),
-    e("cast", Op, "cast(x, bf16)", "Converts to a dtype."),
-    e("set", Op, "set(x) | copy(x)", "A copy of x."),
+    e("bool", Dtype, "bool", "A truth value, stored as one byte (0 or 1): what comparisons, isnan and the logical ops give."),
     e("cache_after", Schedule, "x_c = cache_after(x, memory=local|shared|global, load=plain|tma|bulk, swizzle=none|32|64|128)", "A copy of input x that its consumers read instead. load=tma fills a shared cache with TMA box copies (the box: the cache's Bulk axes); load=bulk with 1-D bulk copies."),
     e("cache_before", Schedule, "y_c = cache_before(y, memory=..., store=plain|tma, fence=analysis|per_store|issuing_warp, swizzle=...)", "y is computed into y_c, which is then copied out to y. store=tma writes a shared cache with TMA stores (the box: y's Bulk axes)."),
     e("split", Schedule, "t.split(axis, factor[, inner|outer])", "Splits a loop axis in two: the inner part has extent `factor` (inner, the default), or the outer part does (outer). The axes after it move one to the right."),
@@ -168,21 +155,34 @@ pub fn json() -> String {
     struct Section {
         title: &'static str,
         anchor: &'static str,
-        entries: Vec<&'static Entry>,
+        entries: Vec<Entry>,
     }
     let sections: Vec<Section> = Kind::ALL
         .iter()
         .map(|&kind| Section {
             title: kind.title(),
             anchor: kind.anchor(),
-            entries: of_kind(kind).collect(),
+            entries: of_kind(kind),
         })
         .collect();
     serde_json::to_string_pretty(&sections).expect("entries serialize") + "\n"
 }
 
-pub fn of_kind(kind: Kind) -> impl Iterator<Item = &'static Entry> {
-    ENTRIES.iter().filter(move |e| e.kind == kind)
+/// The entries of one section, in order: the ops from `hopfuse::fusion::ops::OPS` (name,
+/// signature, doc and typing rule), the rest from [`ENTRIES`].
+pub fn of_kind(kind: Kind) -> Vec<Entry> {
+    if kind == Kind::Op {
+        return OPS
+            .iter()
+            .map(|d| Entry {
+                name: d.name,
+                kind,
+                signature: d.signature,
+                doc: Cow::Owned(format!("{} Result: {}.", d.doc, d.typing.describe())),
+            })
+            .collect();
+    }
+    ENTRIES.iter().filter(|e| e.kind == kind).cloned().collect()
 }
 
 /// The reference as Markdown (docs/language.md).
@@ -243,14 +243,14 @@ mod tests {
     use hopfuse::fusion::{LoadKind, MemoryType, ParallelType, UnaryOp};
 
     fn names(kind: Kind) -> Vec<&'static str> {
-        of_kind(kind).map(|e| e.name).collect()
+        of_kind(kind).into_iter().map(|e| e.name).collect()
     }
 
     #[test]
     fn the_table_matches_the_compiler() {
         let ops = names(Kind::Op);
         for u in UnaryOp::ALL {
-            assert!(ops.contains(&u.name()), "op {} is missing", u.name());
+            assert!(ops.contains(&u.def().name), "op {} is missing", u.name());
         }
         let parallel = names(Kind::Parallel);
         assert_eq!(parallel.len(), ParallelType::ALL.len());
@@ -310,7 +310,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_documented() {
         let mut seen = std::collections::HashSet::new();
-        for e in ENTRIES {
+        for e in Kind::ALL.into_iter().flat_map(of_kind) {
             assert!(seen.insert(e.name), "{} twice", e.name);
             assert!(!e.doc.is_empty() && e.doc.ends_with('.'), "{}", e.name);
         }

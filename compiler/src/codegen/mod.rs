@@ -97,6 +97,7 @@ pub fn emit_mapped(
                 params.push(Param::Scalar {
                     name: tensor.name.clone(),
                     dtype: tensor.dtype,
+                    value: tensor.value,
                 });
                 decls.push(format!(
                     "{} {}",

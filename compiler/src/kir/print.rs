@@ -32,6 +32,17 @@ impl Data {
                 y.write(k, out);
                 out.push(')');
             }
+            Data::Ternary(t, _, xs) => {
+                out.push_str(t.name());
+                out.push('(');
+                for (i, x) in xs.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    x.write(k, out);
+                }
+                out.push(')');
+            }
             Data::Cast(d, x) => {
                 out.push_str("cast<");
                 out.push_str(d.name());

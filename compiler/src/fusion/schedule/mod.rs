@@ -789,6 +789,7 @@ pub(super) fn push_tensor(
         store: LoadKind::Plain,
         fence: FenceMode::Analysis,
         swizzle: 0,
+        value: None,
     });
     TensorId::new(f.tensors.len() - 1)
 }
