@@ -15,7 +15,14 @@ pub enum DType {
 }
 
 impl DType {
-    pub const ALL: [DType; 5] = [DType::I32, DType::BF16, DType::F16, DType::F32, DType::F64];
+    pub const ALL: [DType; 6] = [
+        DType::Bool,
+        DType::I32,
+        DType::BF16,
+        DType::F16,
+        DType::F32,
+        DType::F64,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -30,6 +37,7 @@ impl DType {
 
     pub fn parse(s: &str) -> Option<DType> {
         Some(match s {
+            "bool" => DType::Bool,
             "i32" => DType::I32,
             "bf16" => DType::BF16,
             "f16" => DType::F16,

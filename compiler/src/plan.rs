@@ -119,8 +119,14 @@ pub enum Param {
     },
     /// A size symbol passed by value as the kernel's index type.
     Size { symbol: String },
-    /// A scalar input passed by value.
-    Scalar { name: String, dtype: DType },
+    /// A scalar input passed by value: `value` when the program gives it (`input eps: f32 =
+    /// 1e-6`), else the runner draws one as for any input.
+    Scalar {
+        name: String,
+        dtype: DType,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<f64>,
+    },
     /// A TMA tensor map (`LaunchPlan::tensor_maps[map]`), 128 bytes passed by value.
     TensorMap { name: String, map: usize },
 }

@@ -162,6 +162,33 @@ pub fn evaluate_with(
                 );
                 out
             }
+            Op::Ternary(t) => {
+                let (va, sa) = operand(&expr.inputs[0])?;
+                let (vb, sb) = operand(&expr.inputs[1])?;
+                let (vc, sc) = operand(&expr.inputs[2])?;
+                let rank = out_shape.len();
+                let mut out = vec![0.0; n];
+                let (t, round_i32) = (*t, out_dtype == crate::DType::I32);
+                ternary(
+                    executor,
+                    &out_shape,
+                    [
+                        (&va, &strides_in(&sa, rank)),
+                        (&vb, &strides_in(&sb, rank)),
+                        (&vc, &strides_in(&sc, rank)),
+                    ],
+                    move |x, y, z| {
+                        let r = t.eval(x, y, z);
+                        if round_i32 {
+                            crate::DType::I32.round(r)
+                        } else {
+                            r
+                        }
+                    },
+                    &mut out,
+                );
+                out
+            }
             Op::Reduce { op, axes } => {
                 let product = match expr.inputs[0] {
                     Operand::Tensor(t) if fused.contains(&t) => Some(t),
@@ -338,6 +365,10 @@ macro_rules! with_op {
                 let $f = |a: f64, b: f64| a.min(b);
                 $body
             }
+            other => {
+                let $f = move |a: f64, b: f64| other.eval(a, b);
+                $body
+            }
         }
     };
 }
@@ -410,6 +441,31 @@ fn binary_with(
                 &mut at,
                 [&ta[..last], &tb[..last]],
             );
+        }
+    });
+}
+
+/// `out = f(a, b, c)` over `shape`, each operand with its strides (0 along broadcast axes).
+fn ternary(
+    executor: &dyn Executor,
+    shape: &[usize],
+    operands: [(&[f64], &[usize]); 3],
+    f: impl Fn(f64, f64, f64) -> f64 + Sync,
+    out: &mut [f64],
+) {
+    let [(va, ta), (vb, tb), (vc, tc)] = operands;
+    if shape.is_empty() {
+        if let Some(o) = out.first_mut() {
+            *o = f(va[0], vb[0], vc[0]);
+        }
+        return;
+    }
+    in_pieces(executor, out, PIECE_ELEMENTS, |start, out| {
+        let mut idx = unravel(start, shape);
+        let mut at = [offset(&idx, ta), offset(&idx, tb), offset(&idx, tc)];
+        for o in out.iter_mut() {
+            *o = f(va[at[0]], vb[at[1]], vc[at[2]]);
+            advance(&mut idx, shape, &mut at, [ta, tb, tc]);
         }
     });
 }

@@ -252,8 +252,12 @@ impl Peers {
         for &t in &fusion.inputs {
             let (name, dtype, shape) = describe(&fusion, t, &req.sizes)?;
             let file = dir.path.join(format!("input_{}.bin", inputs.len()));
-            write_input(&file, req.seed, &name, dtype, shape.iter().product())
-                .map_err(|e| format!("writing input `{name}`: {e}"))?;
+            // A scalar input's value given in the program, as the engine passes it.
+            let written = match fusion.tensors[t].value {
+                Some(v) => std::fs::write(&file, data::encode(dtype, &[dtype.round(v)])),
+                None => write_input(&file, req.seed, &name, dtype, shape.iter().product()),
+            };
+            written.map_err(|e| format!("writing input `{name}`: {e}"))?;
             inputs.push(
                 json!({"name": name, "file": file, "dtype": torch_name(dtype), "shape": shape}),
             );

@@ -192,7 +192,7 @@ fn check_run(
                     inputs.push((name.clone(), *dtype, dims));
                 }
             }
-            hopfuse::plan::Param::Scalar { name, dtype } => {
+            hopfuse::plan::Param::Scalar { name, dtype, .. } => {
                 inputs.push((name.clone(), *dtype, vec![]))
             }
             hopfuse::plan::Param::Size { .. } | hopfuse::plan::Param::TensorMap { .. } => {}

@@ -173,6 +173,7 @@ pub fn cases() -> Vec<Case> {
                     Param::Scalar {
                         name: "s".into(),
                         dtype: F32,
+                        value: None,
                     },
                     size("M"),
                     size("N"),

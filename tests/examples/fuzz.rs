@@ -149,6 +149,25 @@ const VOCAB: &[&str] = &[
     "int",
     "threadIdx",
     "__LINE__",
+    // The op table's vocabulary (fusion/ops.rs).
+    "where",
+    "clamp",
+    "lerp",
+    "gelu",
+    "approximate",
+    "remainder",
+    "bitwise_left_shift",
+    "bitwise_not",
+    "logical_and",
+    "isnan",
+    "log1p",
+    "round",
+    "bool",
+    " < ",
+    " <= ",
+    " == ",
+    " != ",
+    " = 1e-6",
 ];
 
 fn mutate(src: &str, rng: &mut ChaCha8Rng) -> String {

@@ -99,6 +99,25 @@ const TOKENS: &[&str] = &[
     "stream_k",
     "cluster",
     "BIDy",
+    // The op table's vocabulary (fusion/ops.rs).
+    "where",
+    "clamp",
+    "lerp",
+    "gelu",
+    "approximate",
+    "remainder",
+    "bitwise_left_shift",
+    "bitwise_not",
+    "logical_and",
+    "isnan",
+    "log1p",
+    "round",
+    "bool",
+    " < ",
+    " <= ",
+    " == ",
+    " != ",
+    " = 1e-6",
 ];
 
 /// 400 cases from a fixed seed, so that the suite is the same on every run (a gate must not

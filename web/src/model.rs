@@ -212,7 +212,7 @@ pub fn param_row(p: &Param) -> (String, String, String) {
             ),
         ),
         Param::Size { symbol } => ("size".into(), symbol.clone(), "index type".into()),
-        Param::Scalar { name, dtype } => ("scalar".into(), name.clone(), dtype.name().into()),
+        Param::Scalar { name, dtype, .. } => ("scalar".into(), name.clone(), dtype.name().into()),
         Param::TensorMap { name, map } => (
             "tensor map".into(),
             name.clone(),

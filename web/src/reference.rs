@@ -12,8 +12,10 @@
 //! of brotli out of the cold load.
 
 use crate::examples;
+use hopfuse::fusion::ops::OPS;
 use hopfuse::fusion::schedule::table;
 use serde::Serialize;
+use std::borrow::Cow;
 
 /// What an entry is; the sections of the reference, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -68,13 +70,14 @@ impl Kind {
 }
 
 /// One name of the language.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Entry {
     pub name: &'static str,
     pub kind: Kind,
     /// How it is written.
     pub signature: &'static str,
-    pub doc: &'static str,
+    /// What it does (for an op, with its result type: composed from the compiler's op table).
+    pub doc: Cow<'static, str>,
 }
 
 const fn e(name: &'static str, kind: Kind, signature: &'static str, doc: &'static str) -> Entry {
@@ -82,41 +85,25 @@ const fn e(name: &'static str, kind: Kind, signature: &'static str, doc: &'stati
         name,
         kind,
         signature,
-        doc,
+        doc: Cow::Borrowed(doc),
     }
 }
 
 use Kind::*;
 
-/// Every entry but the schedule primitives (those are [`schedule_entries`]).
+/// Every entry but the ops and the schedule primitives, which come from the compiler's tables
+/// ([`of_kind`]).
 pub const ENTRIES: &[Entry] = &[
     e("fusion", Keyword, "fusion NAME { ... }", "The computation: inputs, assignments and outputs, one statement a line (or separated by `;`). The kernel is named NAME_kernel."),
     e("schedule", Keyword, "schedule { ... }", "How the fusion is lowered: statements applied in order after the fusion. Optional; without it every tensor gets one serial loop nest."),
-    e("input", Keyword, "input x: f32[M, N]", "A tensor the kernel reads: its dtype and extents, each a size symbol (M, N: set in the sizes boxes) or a positive integer; at most 8 dimensions."),
+    e("input", Keyword, "input x: f32[M, N] | input eps: f32 = 1e-6", "A tensor the kernel reads: its dtype and extents, each a size symbol (M, N: set in the sizes boxes) or a positive integer; at most 8 dimensions. Without extents, a scalar passed to the kernel by value, usable in any expression; `= value` gives the value a run passes (without it, a run draws one in [-1, 1) like any input's values)."),
     e("output", Keyword, "output y", "Marks a computed tensor as a result, written to global memory."),
     e("f32", Dtype, "f32", "32-bit float."),
     e("f16", Dtype, "f16", "16-bit IEEE half float (math in f32)."),
     e("bf16", Dtype, "bf16", "16-bit bfloat (math in f32)."),
     e("i32", Dtype, "i32", "32-bit signed integer."),
     e("f64", Dtype, "f64", "64-bit float."),
-    e("neg", Op, "neg(x)", "Elementwise negation (also `-x`)."),
-    e("exp", Op, "exp(x)", "Elementwise e^x."),
-    e("relu", Op, "relu(x)", "Elementwise max(x, 0)."),
-    e("abs", Op, "abs(x)", "Elementwise absolute value."),
-    e("sqrt", Op, "sqrt(x)", "Elementwise square root."),
-    e("rsqrt", Op, "rsqrt(x)", "Elementwise 1 / sqrt(x)."),
-    e("tanh", Op, "tanh(x)", "Elementwise hyperbolic tangent."),
-    e("sigmoid", Op, "sigmoid(x)", "Elementwise 1 / (1 + e^-x)."),
-    e("add", Op, "add(a, b)", "Elementwise a + b (also `a + b`). Operands have the same rank (use broadcast) or one is a number."),
-    e("sub", Op, "sub(a, b)", "Elementwise a - b (also `a - b`)."),
-    e("mul", Op, "mul(a, b)", "Elementwise a * b (also `a * b`)."),
-    e("div", Op, "div(a, b)", "Elementwise a / b (also `a / b`)."),
-    e("max", Op, "max(a, b) | max(x, axis=1)", "With two operands, the elementwise maximum; with `axis=`, the maximum over those axes (a reduction)."),
-    e("min", Op, "min(a, b) | min(x, axis=1)", "With two operands, the elementwise minimum; with `axis=`, the minimum over those axes (a reduction)."),
-    e("sum", Op, "sum(x, axis=1) | sum(x, axis=[0, 1])", "The sum over the listed axes (a reduction: the result has those axes removed)."),
-    e("broadcast", Op, "broadcast(x, axis=1)", "Inserts new axes at the listed positions of the result, so x lines up with a tensor of higher rank (e.g. a row vector added to every row)."),
-    e("cast", Op, "cast(x, bf16)", "Converts to a dtype."),
-    e("set", Op, "set(x) | copy(x)", "A copy of x."),
+    e("bool", Dtype, "bool", "A truth value, stored as one byte (0 or 1): what comparisons, isnan and the logical ops give."),
     e("Serial", Parallel, "Serial", "An ordinary loop (the default)."),
     e("BIDx", Parallel, "BIDx", "blockIdx.x: one block per index (grid x up to 2^31 - 1)."),
     e("BIDy", Parallel, "BIDy", "blockIdx.y (grid y up to 65535)."),
@@ -163,17 +150,29 @@ pub fn json() -> String {
         .map(|&kind| Section {
             title: kind.title(),
             anchor: kind.anchor(),
-            entries: of_kind(kind).collect(),
+            entries: of_kind(kind),
         })
         .collect();
     serde_json::to_string_pretty(&sections).expect("entries serialize") + "\n"
 }
 
-/// The entries of one section, in order.
-pub fn of_kind(kind: Kind) -> impl Iterator<Item = Entry> {
-    let listed = ENTRIES.iter().copied().filter(move |e| e.kind == kind);
-    let primitives = (kind == Kind::Schedule).then(schedule_entries);
-    listed.chain(primitives.into_iter().flatten())
+/// The entries of one section, in order: the ops from `hopfuse::fusion::ops::OPS` (name,
+/// signature, doc and typing rule), the schedule primitives from the compiler's table
+/// ([`schedule_entries`]), the rest from [`ENTRIES`].
+pub fn of_kind(kind: Kind) -> Vec<Entry> {
+    match kind {
+        Kind::Op => OPS
+            .iter()
+            .map(|d| Entry {
+                name: d.name,
+                kind,
+                signature: d.signature,
+                doc: Cow::Owned(format!("{} Result: {}.", d.doc, d.typing.describe())),
+            })
+            .collect(),
+        Kind::Schedule => schedule_entries().collect(),
+        _ => ENTRIES.iter().filter(|e| e.kind == kind).cloned().collect(),
+    }
 }
 
 /// The schedule section, from the compiler's table of primitives: each primitive, followed by
@@ -245,14 +244,14 @@ mod tests {
     use hopfuse::fusion::{LoadKind, MemoryType, ParallelType, UnaryOp};
 
     fn names(kind: Kind) -> Vec<&'static str> {
-        of_kind(kind).map(|e| e.name).collect()
+        of_kind(kind).into_iter().map(|e| e.name).collect()
     }
 
     #[test]
     fn the_table_matches_the_compiler() {
         let ops = names(Kind::Op);
         for u in UnaryOp::ALL {
-            assert!(ops.contains(&u.name()), "op {} is missing", u.name());
+            assert!(ops.contains(&u.def().name), "op {} is missing", u.name());
         }
         let parallel = names(Kind::Parallel);
         assert_eq!(parallel.len(), ParallelType::ALL.len());
@@ -324,7 +323,7 @@ mod tests {
 
     #[test]
     fn the_schedule_section_is_the_compilers_table_of_primitives() {
-        let section: Vec<Entry> = of_kind(Kind::Schedule).collect();
+        let section: Vec<Entry> = of_kind(Kind::Schedule);
         let mut want = Vec::new();
         for p in table::PRIMITIVES {
             want.push((p.name, p.written, p.doc));
@@ -332,7 +331,7 @@ mod tests {
         }
         let have: Vec<_> = section
             .iter()
-            .map(|e| (e.name, e.signature, e.doc))
+            .map(|e| (e.name, e.signature, e.doc.as_ref()))
             .collect();
         assert_eq!(have, want);
         assert!(ENTRIES.iter().all(|e| e.kind != Kind::Schedule));

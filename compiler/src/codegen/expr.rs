@@ -3,7 +3,7 @@
 
 use super::Emitter;
 use crate::dtype::DType;
-use crate::fusion::{BinaryOp, UnaryOp};
+use crate::fusion::{BinaryOp, TernaryOp, UnaryOp};
 use crate::kir::Data;
 
 impl Emitter<'_> {
@@ -99,52 +99,174 @@ impl Emitter<'_> {
             Data::Unary(op, dt, x) => {
                 let (e, from) = self.data(x);
                 let x = self.conv(e, from, *dt);
-                let f64t = *dt == DType::F64;
-                let s = match (op, dt) {
-                    (UnaryOp::Neg, _) => format!("-({x})"),
-                    (UnaryOp::Abs, DType::I32) => format!("abs({x})"),
-                    (UnaryOp::Relu, DType::I32) => format!("max({x}, 0)"),
-                    (UnaryOp::Exp, _) => format!("{}({x})", if f64t { "exp" } else { "expf" }),
-                    (UnaryOp::Abs, _) => format!("{}({x})", if f64t { "fabs" } else { "fabsf" }),
-                    (UnaryOp::Sqrt, _) => format!("{}({x})", if f64t { "sqrt" } else { "sqrtf" }),
-                    (UnaryOp::Rsqrt, _) => {
-                        format!("{}({x})", if f64t { "rsqrt" } else { "rsqrtf" })
-                    }
-                    (UnaryOp::Tanh, _) => format!("{}({x})", if f64t { "tanh" } else { "tanhf" }),
-                    (UnaryOp::Relu, _) => {
-                        format!(
-                            "{}({x}, {})",
-                            if f64t { "fmax" } else { "fmaxf" },
-                            Self::literal(0.0, *dt)
-                        )
-                    }
-                    (UnaryOp::Sigmoid, _) => {
-                        let one = Self::literal(1.0, *dt);
-                        format!(
-                            "{one} / ({one} + {}(-({x})))",
-                            if f64t { "exp" } else { "expf" }
-                        )
-                    }
-                };
-                (s, *dt)
+                self.unary(*op, *dt, x)
             }
             Data::Binary(op, dt, a, b) => {
                 let (ea, fa) = self.data(a);
                 let (eb, fb) = self.data(b);
                 let (x, y) = (self.conv(ea, fa, *dt), self.conv(eb, fb, *dt));
+                self.binary(*op, *dt, x, y)
+            }
+            Data::Ternary(op, dt, xs) => {
+                let [a, b, c] = &**xs;
+                let (ea, fa) = self.data(a);
+                let (eb, fb) = self.data(b);
+                let (ec, fc) = self.data(c);
+                // `where` tests its condition in its own type.
+                let first = if *op == TernaryOp::Where {
+                    DType::Bool
+                } else {
+                    *dt
+                };
+                let (x, y, z) = (
+                    self.conv(ea, fa, first),
+                    self.conv(eb, fb, *dt),
+                    self.conv(ec, fc, *dt),
+                );
                 let f64t = *dt == DType::F64;
                 let s = match op {
-                    BinaryOp::Add => format!("({x} + {y})"),
-                    BinaryOp::Sub => format!("({x} - {y})"),
-                    BinaryOp::Mul => format!("({x} * {y})"),
-                    BinaryOp::Div => format!("({x} / {y})"),
-                    BinaryOp::Max if *dt == DType::I32 => format!("max({x}, {y})"),
-                    BinaryOp::Min if *dt == DType::I32 => format!("min({x}, {y})"),
-                    BinaryOp::Max => format!("{}({x}, {y})", if f64t { "fmax" } else { "fmaxf" }),
-                    BinaryOp::Min => format!("{}({x}, {y})", if f64t { "fmin" } else { "fminf" }),
+                    TernaryOp::Where => format!("({x} ? {y} : {z})"),
+                    TernaryOp::Fma => {
+                        format!("{}({x}, {y}, {z})", if f64t { "fma" } else { "fmaf" })
+                    }
+                    TernaryOp::Clamp => {
+                        self.uses.math.insert("clamp");
+                        format!("hf_clamp({x}, {y}, {z})")
+                    }
+                    TernaryOp::Lerp => {
+                        self.uses.math.insert("lerp");
+                        format!("hf_lerp({x}, {y}, {z})")
+                    }
                 };
                 (s, *dt)
             }
         }
+    }
+
+    /// `op(x)` computed in `dt` (x already converted to it), with the result's type.
+    fn unary(&mut self, op: UnaryOp, dt: DType, x: String) -> (String, DType) {
+        let f64t = dt == DType::F64;
+        // The C math function of this float type (`expf` or `exp`).
+        let math = |name: &str| {
+            if f64t {
+                format!("{name}({x})")
+            } else {
+                format!("{name}f({x})")
+            }
+        };
+        let is_float = dt.is_float();
+        let s = match op {
+            UnaryOp::Neg => format!("-({x})"),
+            UnaryOp::Abs if !is_float => format!("abs({x})"),
+            UnaryOp::Relu if !is_float => format!("max({x}, 0)"),
+            UnaryOp::Abs => math("fabs"),
+            UnaryOp::Exp => math("exp"),
+            UnaryOp::Sqrt => math("sqrt"),
+            UnaryOp::Rsqrt => math("rsqrt"),
+            UnaryOp::Tanh => math("tanh"),
+            UnaryOp::Log => math("log"),
+            UnaryOp::Log2 => math("log2"),
+            UnaryOp::Log1p => math("log1p"),
+            UnaryOp::Exp2 => math("exp2"),
+            UnaryOp::Expm1 => math("expm1"),
+            UnaryOp::Erf => math("erf"),
+            UnaryOp::Sin => math("sin"),
+            UnaryOp::Cos => math("cos"),
+            // Integers are their own floor, ceiling, rounding and truncation.
+            UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc if !is_float => {
+                format!("({x})")
+            }
+            UnaryOp::Floor => math("floor"),
+            UnaryOp::Ceil => math("ceil"),
+            // rint rounds to nearest even in the default rounding mode, as torch.round.
+            UnaryOp::Round => math("rint"),
+            UnaryOp::Trunc => math("trunc"),
+            UnaryOp::Relu => format!(
+                "{}({x}, {})",
+                if f64t { "fmax" } else { "fmaxf" },
+                Self::literal(0.0, dt)
+            ),
+            UnaryOp::Sigmoid => {
+                let one = Self::literal(1.0, dt);
+                format!(
+                    "{one} / ({one} + {}(-({x})))",
+                    if f64t { "exp" } else { "expf" }
+                )
+            }
+            UnaryOp::Reciprocal => format!("({} / ({x}))", Self::literal(1.0, dt)),
+            UnaryOp::Sign
+            | UnaryOp::Silu
+            | UnaryOp::Gelu
+            | UnaryOp::GeluTanh
+            | UnaryOp::Softplus => {
+                let helper = match op {
+                    UnaryOp::Sign => "sign",
+                    UnaryOp::Silu => "silu",
+                    UnaryOp::Gelu => "gelu",
+                    UnaryOp::GeluTanh => "gelu_tanh",
+                    _ => "softplus",
+                };
+                self.uses.math.insert(helper);
+                format!("hf_{helper}({x})")
+            }
+            UnaryOp::IsNan if is_float => format!("isnan({x})"),
+            UnaryOp::IsInf if is_float => format!("isinf({x})"),
+            // No integer is NaN or infinite.
+            UnaryOp::IsNan | UnaryOp::IsInf => "false".into(),
+            UnaryOp::LogicalNot => format!("!({x})"),
+            UnaryOp::BitwiseNot if dt == DType::Bool => format!("!({x})"),
+            UnaryOp::BitwiseNot => format!("~({x})"),
+        };
+        let result = match op {
+            UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::LogicalNot => DType::Bool,
+            _ => dt,
+        };
+        (s, result)
+    }
+
+    /// `op(x, y)` computed in `dt` (both converted to it), with the result's type.
+    fn binary(&mut self, op: BinaryOp, dt: DType, x: String, y: String) -> (String, DType) {
+        let f64t = dt == DType::F64;
+        let is_float = dt.is_float();
+        let math = |name: &str| format!("{name}{}({x}, {y})", if f64t { "" } else { "f" });
+        let s = match op {
+            BinaryOp::Add => format!("({x} + {y})"),
+            BinaryOp::Sub => format!("({x} - {y})"),
+            BinaryOp::Mul => format!("({x} * {y})"),
+            BinaryOp::Div => format!("({x} / {y})"),
+            BinaryOp::Max if !is_float => format!("max({x}, {y})"),
+            BinaryOp::Min if !is_float => format!("min({x}, {y})"),
+            BinaryOp::Max => math("fmax"),
+            BinaryOp::Min => math("fmin"),
+            BinaryOp::Pow => math("pow"),
+            BinaryOp::Fmod if !is_float => format!("({x} % {y})"),
+            BinaryOp::Fmod => math("fmod"),
+            BinaryOp::Remainder => {
+                self.uses.math.insert("remainder");
+                format!("hf_remainder({x}, {y})")
+            }
+            BinaryOp::Lt => format!("({x} < {y})"),
+            BinaryOp::Le => format!("({x} <= {y})"),
+            BinaryOp::Gt => format!("({x} > {y})"),
+            BinaryOp::Ge => format!("({x} >= {y})"),
+            BinaryOp::Eq => format!("({x} == {y})"),
+            BinaryOp::Ne => format!("({x} != {y})"),
+            BinaryOp::LogicalAnd => format!("({x} && {y})"),
+            BinaryOp::LogicalOr => format!("({x} || {y})"),
+            BinaryOp::LogicalXor => format!("({x} != {y})"),
+            BinaryOp::BitwiseAnd => format!("({x} & {y})"),
+            BinaryOp::BitwiseOr => format!("({x} | {y})"),
+            BinaryOp::BitwiseXor => format!("({x} ^ {y})"),
+            BinaryOp::ShiftLeft | BinaryOp::ShiftRight => {
+                self.uses.math.insert("shift");
+                let f = if op == BinaryOp::ShiftLeft {
+                    "hf_shl"
+                } else {
+                    "hf_shr"
+                };
+                format!("{f}({x}, {y})")
+            }
+        };
+        (s, if op.gives_bool() { DType::Bool } else { dt })
     }
 }

@@ -120,7 +120,8 @@ fn indexes_local(k: &Kernel, body: &[Stmt], var: &str) -> bool {
             Data::Read(a) => access(k, a, var),
             Data::Unary(_, _, x) | Data::Cast(_, x) => data(k, x, var),
             Data::Binary(_, _, x, y) => data(k, x, var) || data(k, y, var),
-            _ => false,
+            Data::Ternary(_, _, xs) => xs.iter().any(|x| data(k, x, var)),
+            Data::Param(..) | Data::Literal(..) => false,
         }
     }
     fn access(k: &Kernel, a: &Access, var: &str) -> bool {

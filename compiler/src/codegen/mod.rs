@@ -190,6 +190,7 @@ fn kernel_params(f: &Fusion, k: &Kernel) -> (Vec<Param>, Vec<String>) {
                 params.push(Param::Scalar {
                     name: tensor.name.clone(),
                     dtype: tensor.dtype,
+                    value: tensor.value,
                 });
                 decls.push(format!(
                     "{} {}",

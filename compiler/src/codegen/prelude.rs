@@ -9,6 +9,86 @@ pub const MIN: &str = "template <typename T>
 __device__ __forceinline__ T hf_min(T a, T b) { return a < b ? a : b; }
 ";
 
+/// Elementwise ops with PyTorch's semantics that are more than one CUDA expression, by the
+/// name `Uses::math` records (emitted in this order, each only when used).
+pub const MATH: &[(&str, &str)] = &[
+    (
+        "sign",
+        "__device__ __forceinline__ float hf_sign(float x) { return (float)((0.0f < x) - (x < 0.0f)); }
+__device__ __forceinline__ double hf_sign(double x) { return (double)((0.0 < x) - (x < 0.0)); }
+__device__ __forceinline__ int hf_sign(int x) { return (0 < x) - (x < 0); }
+",
+    ),
+    (
+        "silu",
+        "__device__ __forceinline__ float hf_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ double hf_silu(double x) { return x / (1.0 + exp(-x)); }
+",
+    ),
+    (
+        "gelu",
+        "__device__ __forceinline__ float hf_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ double hf_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
+",
+    ),
+    (
+        "gelu_tanh",
+        "__device__ __forceinline__ float hf_gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ double hf_gelu_tanh(double x) {
+  return 0.5 * x * (1.0 + tanh(0.79788456080286536 * (x + 0.044715 * x * x * x)));
+}
+",
+    ),
+    (
+        "softplus",
+        "__device__ __forceinline__ float hf_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+__device__ __forceinline__ double hf_softplus(double x) { return x > 20.0 ? x : log1p(exp(x)); }
+",
+    ),
+    (
+        "remainder",
+        "__device__ __forceinline__ float hf_remainder(float a, float b) {
+  float r = fmodf(a, b);
+  return r != 0.0f && ((r < 0.0f) != (b < 0.0f)) ? r + b : r;
+}
+__device__ __forceinline__ double hf_remainder(double a, double b) {
+  double r = fmod(a, b);
+  return r != 0.0 && ((r < 0.0) != (b < 0.0)) ? r + b : r;
+}
+__device__ __forceinline__ int hf_remainder(int a, int b) {
+  int r = a % b;
+  return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+}
+",
+    ),
+    (
+        "shift",
+        "// Shifts by a negative amount or by 32 or more: 0 to the left, the sign to the right.
+__device__ __forceinline__ int hf_shl(int a, int b) { return (unsigned)b >= 32u ? 0 : (int)((unsigned)a << b); }
+__device__ __forceinline__ int hf_shr(int a, int b) { return (unsigned)b >= 32u ? (a >> 31) : (a >> b); }
+",
+    ),
+    (
+        "clamp",
+        "__device__ __forceinline__ float hf_clamp(float x, float lo, float hi) { return isnan(x) ? x : fminf(fmaxf(x, lo), hi); }
+__device__ __forceinline__ double hf_clamp(double x, double lo, double hi) { return isnan(x) ? x : fmin(fmax(x, lo), hi); }
+__device__ __forceinline__ int hf_clamp(int x, int lo, int hi) { return min(max(x, lo), hi); }
+",
+    ),
+    (
+        "lerp",
+        "__device__ __forceinline__ float hf_lerp(float a, float b, float w) {
+  return fabsf(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
+}
+__device__ __forceinline__ double hf_lerp(double a, double b, double w) {
+  return fabs(w) < 0.5 ? a + w * (b - a) : b - (b - a) * (1.0 - w);
+}
+",
+    ),
+];
+
 pub const BF16: &str = "// bfloat16 storage; arithmetic happens in float.
 struct __align__(2) hf_bf16 { unsigned short bits; };
 __device__ __forceinline__ float hf_bf16_to_float(hf_bf16 h) { return __uint_as_float(((unsigned)h.bits) << 16); }
@@ -361,6 +441,8 @@ pub(super) struct Uses {
     pub(super) min: bool,
     pub(super) bf16: bool,
     pub(super) f16: bool,
+    /// The elementwise helpers of [`MATH`] used, by name.
+    pub(super) math: std::collections::BTreeSet<&'static str>,
     pub(super) vector: bool,
     pub(super) block_reduce: bool,
     pub(super) tma: bool,
@@ -398,6 +480,14 @@ impl Uses {
         if self.min {
             src.push('\n');
             src.push_str(MIN);
+        }
+        if !self.math.is_empty() {
+            src.push_str("\n// Elementwise ops as PyTorch defines them.\n");
+            for (name, text) in MATH {
+                if self.math.contains(name) {
+                    src.push_str(text);
+                }
+            }
         }
         if self.bf16 {
             src.push('\n');

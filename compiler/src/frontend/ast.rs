@@ -36,11 +36,13 @@ pub enum Dim {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
-    /// `input x: f32[M, N]`; `dims` is None for a scalar (`input alpha: f32`).
+    /// `input x: f32[M, N]`; `dims` is None for a scalar (`input alpha: f32`), which may give
+    /// its value at launch (`input eps: f32 = 1e-6`: a number, possibly negated).
     Input {
         name: String,
         dtype: DType,
         dims: Option<Vec<Dim>>,
+        value: Option<Expr>,
         loc: Loc,
     },
     /// `y = expr`
@@ -55,15 +57,37 @@ pub enum BinOp {
     Sub,
     Mul,
     Div,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
 }
 
 impl BinOp {
+    /// The comparisons, by their symbols (the lexer's two-character operators among them).
+    pub const COMPARISONS: [BinOp; 6] = [
+        BinOp::Lt,
+        BinOp::Le,
+        BinOp::Gt,
+        BinOp::Ge,
+        BinOp::Eq,
+        BinOp::Ne,
+    ];
+
     pub fn symbol(self) -> &'static str {
         match self {
             BinOp::Add => "+",
             BinOp::Sub => "-",
             BinOp::Mul => "*",
             BinOp::Div => "/",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
         }
     }
 }

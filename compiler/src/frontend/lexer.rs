@@ -9,6 +9,8 @@ pub enum Tok {
     Int(i64),
     Float(f64, String),
     Punct(char),
+    /// A comparison operator: `<`, `<=`, `>`, `>=`, `==`, `!=`.
+    Compare(&'static str),
     Newline,
     Eof,
 }
@@ -115,6 +117,25 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Diagnostic> {
                     span: Span::new(i, i + 1),
                 });
                 i += 1;
+            }
+            b'<' | b'>' | b'=' | b'!'
+                if matches!(bytes.get(i + 1), Some(b'=')) || (c != b'=' && c != b'!') =>
+            {
+                let two = bytes.get(i + 1) == Some(&b'=');
+                let text = match (c, two) {
+                    (b'<', false) => "<",
+                    (b'<', true) => "<=",
+                    (b'>', false) => ">",
+                    (b'>', true) => ">=",
+                    (b'=', _) => "==",
+                    _ => "!=",
+                };
+                let len = text.len();
+                out.push(Token {
+                    tok: Tok::Compare(text),
+                    span: Span::new(i, i + len),
+                });
+                i += len;
             }
             b'{' | b'}' | b',' | b':' | b'=' | b'+' | b'-' | b'*' | b'/' | b'.' | b';' => {
                 out.push(Token {

@@ -65,6 +65,7 @@ fn describe(t: &Tok) -> String {
         Tok::Int(i) => format!("`{i}`"),
         Tok::Float(_, s) => format!("`{s}`"),
         Tok::Punct(c) => format!("`{c}`"),
+        Tok::Compare(op) => format!("`{op}`"),
         Tok::Newline => "end of line".into(),
         Tok::Eof => "end of input".into(),
     }
@@ -348,10 +349,35 @@ impl Parser<'_> {
                 } else {
                     None
                 };
+                let value = if self.is_punct('=') {
+                    let eq = self.bump().span;
+                    if dims.is_some() {
+                        return Err(Diagnostic::new(
+                            "only a scalar input (no extents) takes a value: `input eps: f32 = 1e-6`",
+                            Some(eq),
+                        ));
+                    }
+                    let v = self.unary()?;
+                    let number = match &v {
+                        Expr::Int(..) | Expr::Float(..) => true,
+                        Expr::Neg(inner, _) => matches!(**inner, Expr::Int(..) | Expr::Float(..)),
+                        _ => false,
+                    };
+                    if !number {
+                        return Err(Diagnostic::new(
+                            "a scalar input's value is a number (`input eps: f32 = 1e-6`)",
+                            Some(v.loc()),
+                        ));
+                    }
+                    Some(v)
+                } else {
+                    None
+                };
                 Item::Input {
                     name,
                     dtype,
                     dims,
+                    value,
                     loc: Loc(Span::new(start, self.prev_end())),
                 }
             }
@@ -467,9 +493,38 @@ impl Parser<'_> {
                 Some(self.span()),
             ));
         }
-        let r = self.additive();
+        let r = self.comparison();
         self.depth -= 1;
         r
+    }
+
+    /// `a < b` and the other comparisons: one per expression (`a < b < c` would mean
+    /// something else in Python than in C, so it is refused).
+    fn comparison(&mut self) -> PResult<Expr> {
+        let lhs = self.additive()?;
+        let Some(op) = self.compare_op() else {
+            return Ok(lhs);
+        };
+        let at = self.bump().span;
+        self.count_op(at)?;
+        let rhs = self.additive()?;
+        if self.compare_op().is_some() {
+            return Err(Diagnostic::new(
+                "comparisons do not chain: write logical_and(a < b, b < c)",
+                Some(self.span()),
+            ));
+        }
+        let loc = Loc(lhs.loc().join(rhs.loc()));
+        Ok(Expr::Binary(op, Box::new(lhs), Box::new(rhs), loc))
+    }
+
+    fn compare_op(&self) -> Option<BinOp> {
+        match self.peek() {
+            Tok::Compare(text) => BinOp::COMPARISONS
+                .into_iter()
+                .find(|op| op.symbol() == *text),
+            _ => None,
+        }
     }
 
     fn additive(&mut self) -> PResult<Expr> {

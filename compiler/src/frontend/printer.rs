@@ -9,7 +9,11 @@ pub fn print(p: &Program) -> String {
     for item in &p.fusion.items {
         match item {
             Item::Input {
-                name, dtype, dims, ..
+                name,
+                dtype,
+                dims,
+                value,
+                ..
             } => {
                 let _ = write!(s, "  input {name}: {dtype}");
                 if let Some(dims) = dims {
@@ -21,6 +25,9 @@ pub fn print(p: &Program) -> String {
                         })
                         .collect();
                     let _ = write!(s, "[{}]", d.join(", "));
+                }
+                if let Some(v) = value {
+                    let _ = write!(s, " = {}", expr(v));
                 }
                 s.push('\n');
             }
@@ -67,6 +74,9 @@ fn args_text(args: &[Arg]) -> String {
 
 fn prec(e: &Expr) -> u8 {
     match e {
+        Expr::Binary(BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::Eq | BinOp::Ne, ..) => {
+            0
+        }
         Expr::Binary(BinOp::Add | BinOp::Sub, ..) => 1,
         Expr::Binary(BinOp::Mul | BinOp::Div, ..) => 2,
         Expr::Neg(..) => 3,
@@ -92,7 +102,8 @@ pub fn expr(e: &Expr) -> String {
         }
         Expr::Binary(op, l, r, _) => {
             let p = prec(e);
-            let lt = if prec(l) < p {
+            // Comparisons do not chain: a comparison as either operand is parenthesised.
+            let lt = if prec(l) < p || (p == 0 && prec(l) == 0) {
                 format!("({})", expr(l))
             } else {
                 expr(l)

@@ -5,6 +5,7 @@
 //! a CUDA or generated name, a name reserved to the implementation) is a located error, as is a
 //! literal out of the range of the type it computes in. At most [`MAX_FUSION_OPS`] operations.
 
+use super::ops::{self, OpKind};
 use super::*;
 use crate::diag::Diagnostic;
 use crate::frontend::ast::{self, Arg, Dim, Item};
@@ -43,6 +44,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                 name,
                 dtype,
                 dims,
+                value,
                 loc,
             } => {
                 b.check_new_name(name, loc.0)?;
@@ -61,6 +63,9 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                     root.push(b.f.new_id(IterKind::Iteration, IterOrigin::Root, Some(extent)));
                 }
                 let t = b.add_tensor(name.clone(), *dtype, root, None, Some(loc.0));
+                if let Some(v) = value {
+                    b.f.tensors[t].value = Some(scalar_value(v, *dtype)?);
+                }
                 b.f.tensors[t].is_input = true;
                 b.f.inputs.push(t);
             }
@@ -151,8 +156,13 @@ struct Builder {
     name_suffix: HashMap<String, usize>,
 }
 
-fn unary_by_name(s: &str) -> Option<UnaryOp> {
-    UnaryOp::ALL.into_iter().find(|u| u.name() == s)
+/// The dtypes a program may name, for messages.
+fn dtype_names() -> String {
+    DType::ALL
+        .iter()
+        .map(|d| d.name())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Builder {
@@ -202,6 +212,7 @@ impl Builder {
             store: LoadKind::Plain,
             fence: FenceMode::Analysis,
             swizzle: 0,
+            value: None,
         });
         self.taken.insert(name.clone());
         self.names.entry(name).or_insert(t);
@@ -256,6 +267,12 @@ impl Builder {
                     ast::BinOp::Sub => BinaryOp::Sub,
                     ast::BinOp::Mul => BinaryOp::Mul,
                     ast::BinOp::Div => BinaryOp::Div,
+                    ast::BinOp::Lt => BinaryOp::Lt,
+                    ast::BinOp::Le => BinaryOp::Le,
+                    ast::BinOp::Gt => BinaryOp::Gt,
+                    ast::BinOp::Ge => BinaryOp::Ge,
+                    ast::BinOp::Eq => BinaryOp::Eq,
+                    ast::BinOp::Ne => BinaryOp::Ne,
                 };
                 let (a, b) = (self.expr(l, dest)?, self.expr(r, dest)?);
                 self.binary(op, a, b, dest, loc.0)
@@ -276,27 +293,7 @@ impl Builder {
         dest: &str,
         span: Span,
     ) -> BResult<Value> {
-        match (a, b) {
-            (Value::Scalar(x), Value::Scalar(y)) => Ok(Value::Scalar(op.eval(x, y))),
-            (Value::Tensor(t), Value::Scalar(s)) => Ok(Value::Tensor(self.op(
-                Op::Binary(op),
-                vec![Operand::Tensor(t), Operand::Scalar(s)],
-                dest,
-                Some(span),
-            )?)),
-            (Value::Scalar(s), Value::Tensor(t)) => Ok(Value::Tensor(self.op(
-                Op::Binary(op),
-                vec![Operand::Scalar(s), Operand::Tensor(t)],
-                dest,
-                Some(span),
-            )?)),
-            (Value::Tensor(x), Value::Tensor(y)) => Ok(Value::Tensor(self.op(
-                Op::Binary(op),
-                vec![Operand::Tensor(x), Operand::Tensor(y)],
-                dest,
-                Some(span),
-            )?)),
-        }
+        self.elementwise(Op::Binary(op), vec![a, b], dest, span)
     }
 
     fn positional(&mut self, args: &[Arg], dest: &str) -> BResult<Vec<(Value, Span)>> {
@@ -394,99 +391,119 @@ impl Builder {
     }
 
     fn call(&mut self, func: &str, args: &[Arg], dest: &str, span: Span) -> BResult<Value> {
+        let Some(def) = ops::lookup(func) else {
+            return Err(Diagnostic::new(
+                format!(
+                    "unknown function `{func}` (expected one of: {})",
+                    ops::names()
+                ),
+                Some(span),
+            ));
+        };
+        let has_axis = args
+            .iter()
+            .any(|a| matches!(a, Arg::Named { name, .. } if name == "axis" || name == "axes"));
+        for a in args {
+            if let Arg::Named { name, loc, .. } = a {
+                let allowed = def.named.contains(&name.as_str())
+                    || (has_axis && matches!(def.kind, OpKind::ElementwiseOrReduce(..)));
+                if !allowed {
+                    let takes = match def.named {
+                        [] if !matches!(def.kind, OpKind::ElementwiseOrReduce(..)) => {
+                            "takes no named arguments".to_string()
+                        }
+                        [] => "takes only `axis=`".to_string(),
+                        named => format!(
+                            "takes {}",
+                            named
+                                .iter()
+                                .map(|n| format!("`{n}=`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    };
+                    return Err(Diagnostic::new(
+                        format!(
+                            "`{func}` {takes}, not `{name}=` (written {})",
+                            def.signature
+                        ),
+                        Some(loc.0),
+                    ));
+                }
+            }
+        }
         let pos = self.positional(args, dest)?;
-        let has_axis = args.iter().any(|a| matches!(a, Arg::Named { .. }));
-        let tensor_arg = |pos: &[(Value, Span)], i: usize, this: &Self| -> BResult<TensorId> {
-            match pos.get(i) {
-                Some((Value::Tensor(t), _)) => Ok(*t),
-                Some((_, sp)) => Err(Diagnostic::new(
+        let arity = match def.kind {
+            OpKind::ElementwiseOrReduce(..) if has_axis => 1,
+            _ => def.arity,
+        };
+        if pos.len() != arity {
+            return Err(Diagnostic::new(
+                format!(
+                    "`{func}` takes {arity} operand{}, got {} (written {})",
+                    if arity == 1 { "" } else { "s" },
+                    pos.len(),
+                    def.signature
+                ),
+                Some(span),
+            ));
+        }
+        let tensor_arg = |pos: &[(Value, Span)], i: usize| -> BResult<TensorId> {
+            match &pos[i] {
+                (Value::Tensor(t), _) => Ok(*t),
+                (_, sp) => Err(Diagnostic::new(
                     format!("`{func}` expects a tensor here"),
                     Some(*sp),
                 )),
-                None => {
-                    let _ = this;
-                    Err(Diagnostic::new(
-                        format!("`{func}` is missing an argument"),
-                        Some(span),
-                    ))
+            }
+        };
+        let values = |pos: Vec<(Value, Span)>| pos.into_iter().map(|p| p.0).collect::<Vec<_>>();
+        match def.kind {
+            OpKind::Unary(mut u) => {
+                if u == UnaryOp::Gelu {
+                    u = self.gelu_form(args)?;
+                }
+                // `~` of a bool is `not` (on 0 and 1 as i32 it would give -1 and -2).
+                if u == UnaryOp::BitwiseNot
+                    && matches!(pos[0].0, Value::Tensor(t) if self.f.tensors[t].dtype == DType::Bool)
+                {
+                    u = UnaryOp::LogicalNot;
+                }
+                self.elementwise(Op::Unary(u), values(pos), dest, span)
+            }
+            OpKind::Binary(b) | OpKind::ElementwiseOrReduce(b, _) if !has_axis => {
+                self.elementwise(Op::Binary(b), values(pos), dest, span)
+            }
+            // A constant condition picks its value here.
+            OpKind::Ternary(TernaryOp::Where) if matches!(pos[0].0, Value::Scalar(_)) => {
+                let mut pos = values(pos).into_iter();
+                let (c, a, b) = (pos.next(), pos.next(), pos.next());
+                match (c, a, b) {
+                    (Some(Value::Scalar(c)), Some(a), Some(b)) => Ok(if c != 0.0 { a } else { b }),
+                    _ => unreachable!("where takes three operands (checked above)"),
                 }
             }
-        };
-        let nargs = |n: usize| -> BResult<()> {
-            if pos.len() != n {
-                Err(Diagnostic::new(
-                    format!(
-                        "`{func}` takes {n} positional argument(s), got {}",
-                        pos.len()
-                    ),
-                    Some(span),
-                ))
-            } else {
-                Ok(())
-            }
-        };
-        if let Some(u) = unary_by_name(func) {
-            nargs(1)?;
-            if has_axis {
-                return Err(Diagnostic::new(
-                    format!("`{func}` takes no named arguments"),
-                    Some(span),
-                ));
-            }
-            return match pos[0].0 {
-                Value::Scalar(v) => Ok(Value::Scalar(u.eval(v))),
-                Value::Tensor(t) => Ok(Value::Tensor(self.op(
-                    Op::Unary(u),
+            OpKind::Ternary(t) => self.elementwise(Op::Ternary(t), values(pos), dest, span),
+            OpKind::Reduce(op) | OpKind::ElementwiseOrReduce(_, op) => {
+                let t = tensor_arg(&pos, 0)?;
+                let rank = self.f.rank(t);
+                let axes = self.axes_arg(args, span, rank, 0, func)?;
+                Ok(Value::Tensor(self.op(
+                    Op::Reduce { op, axes },
                     vec![Operand::Tensor(t)],
                     dest,
                     Some(span),
-                )?)),
-            };
-        }
-        match func {
-            "sum" | "max" | "min" if has_axis || (func == "sum" && pos.len() == 1) => {
-                nargs(1)?;
-                let t = tensor_arg(&pos, 0, self)?;
-                let rank = self.f.rank(t);
-                let axes = self.axes_arg(args, span, rank, 0, func)?;
-                let op = match func {
-                    "sum" => ReduceOp::Sum,
-                    "max" => ReduceOp::Max,
-                    _ => ReduceOp::Min,
-                };
-                Ok(Value::Tensor(self.op(Op::Reduce { op, axes }, vec![Operand::Tensor(t)], dest, Some(span))?))
+                )?))
             }
-            "max" | "min" => {
-                nargs(2)?;
-                let op = if func == "max" { BinaryOp::Max } else { BinaryOp::Min };
-                let mut it = pos.into_iter();
-                let (a, b) = (it.next().map(|p| p.0), it.next().map(|p| p.0));
-                match (a, b) {
-                    (Some(a), Some(b)) => self.binary(op, a, b, dest, span),
-                    _ => Err(Diagnostic::new(format!("`{func}` takes two arguments"), Some(span))),
-                }
-            }
-            "add" | "sub" | "mul" | "div" => {
-                nargs(2)?;
-                let op = match func {
-                    "add" => BinaryOp::Add,
-                    "sub" => BinaryOp::Sub,
-                    "mul" => BinaryOp::Mul,
-                    _ => BinaryOp::Div,
-                };
-                let mut it = pos.into_iter();
-                let (a, b) = (it.next().map(|p| p.0), it.next().map(|p| p.0));
-                match (a, b) {
-                    (Some(a), Some(b)) => self.binary(op, a, b, dest, span),
-                    _ => Err(Diagnostic::new(format!("`{func}` takes two arguments"), Some(span))),
-                }
-            }
-            "broadcast" => {
-                nargs(1)?;
-                let t = tensor_arg(&pos, 0, self)?;
+            OpKind::Binary(_) => unreachable!("a binary op has no `axis=` (checked above)"),
+            OpKind::Broadcast => {
+                let t = tensor_arg(&pos, 0)?;
                 let rank = self.f.rank(t);
                 let n_new = match args.iter().find_map(|a| match a {
-                    Arg::Named { value: ast::Expr::List(items, _), .. } => Some(items.len()),
+                    Arg::Named {
+                        value: ast::Expr::List(items, _),
+                        ..
+                    } => Some(items.len()),
                     Arg::Named { .. } => Some(1),
                     _ => None,
                 }) {
@@ -494,35 +511,96 @@ impl Builder {
                     None => return Err(Diagnostic::new("broadcast needs `axis=`", Some(span))),
                 };
                 let axes = self.axes_arg(args, span, rank, n_new, "broadcast")?;
-                Ok(Value::Tensor(self.op(Op::Broadcast { axes }, vec![Operand::Tensor(t)], dest, Some(span))?))
+                Ok(Value::Tensor(self.op(
+                    Op::Broadcast { axes },
+                    vec![Operand::Tensor(t)],
+                    dest,
+                    Some(span),
+                )?))
             }
-            "cast" => {
-                if args.len() != 2 {
-                    return Err(Diagnostic::new("`cast` takes a tensor and a dtype: cast(x, bf16)", Some(span)));
-                }
-                let t = tensor_arg(&pos, 0, self)?;
+            OpKind::Cast => {
+                let t = tensor_arg(&pos, 0)?;
                 let dtype = match &args[1] {
                     Arg::Pos(ast::Expr::Name(n, loc)) => DType::parse(n).ok_or_else(|| {
                         Diagnostic::new(format!("unknown dtype `{n}`"), Some(loc.0))
                     })?,
-                    Arg::Pos(e) => return Err(Diagnostic::new("expected a dtype (f32, f16, bf16, i32, f64)", Some(e.loc()))),
-                    Arg::Named { loc, .. } => return Err(Diagnostic::new("expected a dtype", Some(loc.0))),
+                    Arg::Pos(e) => {
+                        return Err(Diagnostic::new(
+                            format!("expected a dtype ({})", dtype_names()),
+                            Some(e.loc()),
+                        ))
+                    }
+                    Arg::Named { loc, .. } => {
+                        return Err(Diagnostic::new("expected a dtype", Some(loc.0)))
+                    }
                 };
-                Ok(Value::Tensor(self.op(Op::Cast(dtype), vec![Operand::Tensor(t)], dest, Some(span))?))
+                Ok(Value::Tensor(self.op(
+                    Op::Cast(dtype),
+                    vec![Operand::Tensor(t)],
+                    dest,
+                    Some(span),
+                )?))
             }
-            "set" | "copy" => {
-                nargs(1)?;
-                let t = tensor_arg(&pos, 0, self)?;
-                Ok(Value::Tensor(self.op(Op::Set, vec![Operand::Tensor(t)], dest, Some(span))?))
+            OpKind::Set => {
+                let t = tensor_arg(&pos, 0)?;
+                Ok(Value::Tensor(self.op(
+                    Op::Set,
+                    vec![Operand::Tensor(t)],
+                    dest,
+                    Some(span),
+                )?))
             }
-            _ => Err(Diagnostic::new(
-                format!(
-                    "unknown function `{func}` (expected one of: neg, exp, relu, abs, sqrt, rsqrt, tanh, sigmoid, \
-                     add, sub, mul, div, max, min, sum, broadcast, cast, set)"
-                ),
-                Some(span),
-            )),
         }
+    }
+
+    /// `gelu(x, approximate=none|tanh)`: which GELU.
+    fn gelu_form(&self, args: &[Arg]) -> BResult<UnaryOp> {
+        for a in args {
+            if let Arg::Named { value, loc, .. } = a {
+                return match value {
+                    ast::Expr::Name(n, _) if n == "none" => Ok(UnaryOp::Gelu),
+                    ast::Expr::Name(n, _) if n == "tanh" => Ok(UnaryOp::GeluTanh),
+                    _ => Err(Diagnostic::new(
+                        "`approximate=` is `none` (exact, the default) or `tanh`",
+                        Some(loc.0),
+                    )),
+                };
+            }
+        }
+        Ok(UnaryOp::Gelu)
+    }
+
+    /// An elementwise op of these values: folded when every one is a number.
+    fn elementwise(
+        &mut self,
+        op: Op,
+        values: Vec<Value>,
+        dest: &str,
+        span: Span,
+    ) -> BResult<Value> {
+        let numbers: Option<Vec<f64>> = values
+            .iter()
+            .map(|v| match v {
+                Value::Scalar(x) => Some(*x),
+                Value::Tensor(_) => None,
+            })
+            .collect();
+        if let Some(n) = numbers {
+            return Ok(Value::Scalar(match (&op, &n[..]) {
+                (Op::Unary(u), [x]) => u.eval(*x),
+                (Op::Binary(b), [x, y]) => b.eval(*x, *y),
+                (Op::Ternary(t), [x, y, z]) => t.eval(*x, *y, *z),
+                _ => unreachable!("elementwise ops take as many values as their arity"),
+            }));
+        }
+        let inputs = values
+            .into_iter()
+            .map(|v| match v {
+                Value::Scalar(x) => Operand::Scalar(x),
+                Value::Tensor(t) => Operand::Tensor(t),
+            })
+            .collect();
+        Ok(Value::Tensor(self.op(op, inputs, dest, Some(span))?))
     }
 
     /// Adds `out = op(inputs)`, creating the output's root axes and joining axis classes.
@@ -554,6 +632,7 @@ impl Builder {
             Op::Set => "set".to_string(),
             Op::Unary(u) => u.name().to_string(),
             Op::Binary(b) => b.name().to_string(),
+            Op::Ternary(t) => t.name().to_string(),
             Op::Cast(d) => format!("cast_{d}"),
             Op::Broadcast { .. } => "broadcast".into(),
             Op::Reduce { op, .. } => op.name().into(),
@@ -565,40 +644,37 @@ impl Builder {
             .copied()
             .filter(|&t| self.f.rank(t) > 0)
             .collect();
-        let dtype = match &op {
-            Op::Cast(d) => *d,
-            Op::Set | Op::Broadcast { .. } => self.f.tensors[tensors[0]].dtype,
-            Op::Reduce { .. } | Op::Unary(_) => {
-                let d = self.f.tensors[tensors[0]].dtype.compute();
-                if matches!(op, Op::Unary(UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu))
-                    || d != DType::I32
-                {
-                    d
+        let (compute, dtype) = match &op {
+            Op::Cast(d) => (d.compute(), *d),
+            Op::Set | Op::Broadcast { .. } => {
+                let d = self.f.tensors[tensors[0]].dtype;
+                (d.compute(), d)
+            }
+            Op::Mma => (DType::F32, DType::F32),
+            _ => {
+                let typing = match &op {
+                    Op::Unary(u) => u.def().typing,
+                    Op::Binary(b) => b.def().typing,
+                    Op::Ternary(t) => t.def().typing,
+                    // Reductions accumulate in floating point (an i32 sum in f32).
+                    _ => ops::Typing::Float,
+                };
+                // `where`'s condition takes no part in the result's type.
+                let values = if typing == ops::Typing::Select {
+                    &inputs[1..]
                 } else {
-                    DType::F32
-                }
+                    &inputs[..]
+                };
+                let (types, literals) = operand_types(&self.f, values);
+                ops::result_type(typing, &types, &literals)
+                    .map_err(|why| err(format!("`{opname}` {why}")))?
             }
-            Op::Binary(b) => {
-                let mut d = tensors
-                    .iter()
-                    .map(|&t| self.f.tensors[t].dtype.compute())
-                    .max()
-                    .unwrap_or(DType::F32);
-                let has_float_literal = inputs
-                    .iter()
-                    .any(|o| matches!(o, Operand::Scalar(v) if v.fract() != 0.0));
-                if d == DType::I32 && (*b == BinaryOp::Div || has_float_literal) {
-                    d = DType::F32;
-                }
-                d
-            }
-            Op::Mma => DType::F32,
         };
         // A literal takes the type of the arithmetic it is part of; one that type cannot hold
         // would be emitted wrapped (i32) or as an infinity the user never wrote.
         for o in &inputs {
             if let Operand::Scalar(v) = o {
-                if let Some(why) = literal_out_of_range(*v, dtype) {
+                if let Some(why) = literal_out_of_range(*v, compute) {
                     let text = if v.abs() >= 1e16 {
                         format!("{v:e}")
                     } else {
@@ -606,7 +682,7 @@ impl Builder {
                     };
                     return Err(err(format!(
                         "{opname}: the literal {text} {why} (the operation computes in {})",
-                        dtype.name()
+                        compute.name()
                     )));
                 }
             }
@@ -735,6 +811,48 @@ impl Builder {
     fn class_extent_of(&self, id: IterId) -> SizeExpr {
         self.f.class_extent(self.f.class_of(id))
     }
+}
+
+/// The value written for a scalar input (`input eps: f32 = 1e-6`), checked against its dtype.
+fn scalar_value(v: &ast::Expr, dtype: DType) -> BResult<f64> {
+    let x = match v {
+        ast::Expr::Int(i, _) => *i as f64,
+        ast::Expr::Float(x, _, _) => *x,
+        ast::Expr::Neg(inner, _) => -scalar_value(inner, dtype)?,
+        other => {
+            return Err(Diagnostic::new(
+                "a scalar input's value is a number",
+                Some(other.loc()),
+            ))
+        }
+    };
+    if let Some(why) = literal_out_of_range(x, dtype.compute()) {
+        return Err(Diagnostic::new(
+            format!("the value {x} {why}"),
+            Some(v.loc()),
+        ));
+    }
+    if !dtype.is_float() && x.fract() != 0.0 {
+        return Err(Diagnostic::new(
+            format!("the value {x} is not an integer, and the input is {dtype}"),
+            Some(v.loc()),
+        ));
+    }
+    Ok(dtype.round(x))
+}
+
+/// The dtypes of the tensor operands (scalar inputs included) and the literals among
+/// `inputs`.
+pub(crate) fn operand_types(f: &Fusion, inputs: &[Operand]) -> (Vec<DType>, Vec<f64>) {
+    let mut types = Vec::new();
+    let mut literals = Vec::new();
+    for o in inputs {
+        match o {
+            Operand::Tensor(t) => types.push(f.tensors[*t].dtype),
+            Operand::Scalar(v) => literals.push(*v),
+        }
+    }
+    (types, literals)
 }
 
 /// Why a finite literal cannot be represented in the type its operation computes in (`None`

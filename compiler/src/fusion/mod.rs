@@ -20,10 +20,12 @@
 
 pub mod build;
 pub mod matmul;
+pub mod ops;
 pub mod schedule;
 mod transform;
 
 pub use build::build;
+pub use ops::{BinaryOp, ReduceOp, TernaryOp, UnaryOp};
 
 use crate::diag::Span;
 use crate::dtype::DType;
@@ -204,125 +206,13 @@ pub struct IterDomain {
     pub stmt: Option<Span>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UnaryOp {
-    Neg,
-    Exp,
-    Relu,
-    Abs,
-    Sqrt,
-    Rsqrt,
-    Tanh,
-    Sigmoid,
-}
-
-impl UnaryOp {
-    pub const ALL: [UnaryOp; 8] = [
-        UnaryOp::Neg,
-        UnaryOp::Exp,
-        UnaryOp::Relu,
-        UnaryOp::Abs,
-        UnaryOp::Sqrt,
-        UnaryOp::Rsqrt,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-    ];
-    pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-        }
-    }
-    pub fn eval(self, x: f64) -> f64 {
-        match self {
-            UnaryOp::Neg => -x,
-            UnaryOp::Exp => x.exp(),
-            UnaryOp::Relu => x.max(0.0),
-            UnaryOp::Abs => x.abs(),
-            UnaryOp::Sqrt => x.sqrt(),
-            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-            UnaryOp::Tanh => x.tanh(),
-            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Max,
-    Min,
-}
-
-impl BinaryOp {
-    pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Max => "max",
-            BinaryOp::Min => "min",
-        }
-    }
-    pub fn eval(self, a: f64, b: f64) -> f64 {
-        match self {
-            BinaryOp::Add => a + b,
-            BinaryOp::Sub => a - b,
-            BinaryOp::Mul => a * b,
-            BinaryOp::Div => a / b,
-            BinaryOp::Max => a.max(b),
-            BinaryOp::Min => a.min(b),
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReduceOp {
-    Sum,
-    Max,
-    Min,
-}
-
-impl ReduceOp {
-    pub fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Max => "max",
-            ReduceOp::Min => "min",
-        }
-    }
-    pub fn identity(self) -> f64 {
-        match self {
-            ReduceOp::Sum => 0.0,
-            ReduceOp::Max => f64::NEG_INFINITY,
-            ReduceOp::Min => f64::INFINITY,
-        }
-    }
-    pub fn combine(self) -> BinaryOp {
-        match self {
-            ReduceOp::Sum => BinaryOp::Add,
-            ReduceOp::Max => BinaryOp::Max,
-            ReduceOp::Min => BinaryOp::Min,
-        }
-    }
-}
-
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// Copy (also what cache_after / cache_before insert).
     Set,
     Unary(UnaryOp),
     Binary(BinaryOp),
+    Ternary(TernaryOp),
     Cast(DType),
     /// New broadcast axes at these output positions.
     Broadcast {
@@ -393,6 +283,9 @@ pub struct Tensor {
     /// Shared-memory swizzle (0, 32, 64 or 128 bytes) of the TMA box this tensor is loaded into
     /// (a cache) or stored from (an output's `cache_before`).
     pub swizzle: u32,
+    /// A scalar input's value at launch (`input eps: f32 = 1e-6`); None: the runner draws one
+    /// like any input's.
+    pub value: Option<f64>,
 }
 
 /// Placement of `fence.proxy.async.shared::cta` between the generic writes of a shared buffer
@@ -739,6 +632,22 @@ impl Fusion {
             .unwrap_or(SizeExpr::Const(1))
     }
 
+    /// The type expression `e` computes in (its operands are converted to it): its result's
+    /// arithmetic type, except for the ops whose result is bool (a comparison computes in its
+    /// operands' promoted type, a logical op in bool) and for `where`, whose condition is
+    /// converted to bool by the op itself.
+    pub fn compute_type(&self, e: ExprId) -> DType {
+        let expr = &self.exprs[e];
+        let out = self.tensors[expr.output].dtype.compute();
+        let typing = match &expr.op {
+            Op::Unary(u) => u.def().typing,
+            Op::Binary(b) => b.def().typing,
+            _ => return out,
+        };
+        let (types, literals) = build::operand_types(self, &expr.inputs);
+        ops::result_type(typing, &types, &literals).map_or(out, |(compute, _)| compute)
+    }
+
     /// Human-readable description of an axis of a tensor (for messages).
     pub fn describe_axis(&self, t: TensorId, axis: usize) -> String {
         format!("axis {axis} of `{}`", self.tensors[t].name)
@@ -864,6 +773,7 @@ pub fn print(f: &Fusion) -> String {
             Op::Set => write!(s, "set"),
             Op::Unary(u) => write!(s, "{}", u.name()),
             Op::Binary(b) => write!(s, "{}", b.name()),
+            Op::Ternary(t) => write!(s, "{}", t.name()),
             Op::Cast(d) => write!(s, "cast<{d}>"),
             Op::Broadcast { axes } => write!(s, "broadcast{axes:?}"),
             Op::Reduce { op, axes } => write!(s, "{}{axes:?}", op.name()),

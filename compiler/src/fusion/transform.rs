@@ -453,6 +453,7 @@ pub(crate) fn push_tensor(
         store: LoadKind::Plain,
         fence: FenceMode::Analysis,
         swizzle: 0,
+        value: None,
     });
     TensorId::new(f.tensors.len() - 1)
 }

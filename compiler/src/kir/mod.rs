@@ -18,7 +18,9 @@
 //! the verifier quotes a statement).
 
 use crate::dtype::DType;
-use crate::fusion::{BinaryOp, ExprId, MemoryType, ParallelType, ReduceOp, TensorId, UnaryOp};
+use crate::fusion::{
+    BinaryOp, ExprId, MemoryType, ParallelType, ReduceOp, TensorId, TernaryOp, UnaryOp,
+};
 use crate::plan::SizeExpr;
 
 mod parse;
@@ -59,6 +61,8 @@ pub enum Data {
     Literal(f64, DType),
     Unary(UnaryOp, DType, Box<Data>),
     Binary(BinaryOp, DType, Box<Data>, Box<Data>),
+    /// Operands in order (`where`'s condition first); the DType is the values' compute type.
+    Ternary(TernaryOp, DType, Box<[Data; 3]>),
     Cast(DType, Box<Data>),
 }
 
@@ -482,6 +486,7 @@ impl Data {
                 x.for_each_read(f);
                 y.for_each_read(f);
             }
+            Data::Ternary(_, _, xs) => xs.iter().for_each(|x| x.for_each_read(f)),
             Data::Param(..) | Data::Literal(..) => {}
         }
     }
@@ -495,6 +500,7 @@ impl Data {
                 x.for_each_read_mut(f);
                 y.for_each_read_mut(f);
             }
+            Data::Ternary(_, _, xs) => xs.iter_mut().for_each(|x| x.for_each_read_mut(f)),
             Data::Param(..) | Data::Literal(..) => {}
         }
     }

@@ -13,6 +13,7 @@
 //! hardware or persistent binding, a stream-K variable) and a size symbol ([`Val::Size`])
 //! otherwise; the pass context never hands out a variable named like a size symbol.
 
+use super::print::ternary_operand_dtype;
 use super::*;
 use crate::fusion::MemoryType;
 use crate::plan::TensorMapSpec;
@@ -1379,15 +1380,17 @@ impl<'a> Parser<'a> {
             c.expect(")")?;
             return Ok(Data::Unary(u, dtype, Box::new(x)));
         }
-        let ops = [
-            BinaryOp::Add,
-            BinaryOp::Sub,
-            BinaryOp::Mul,
-            BinaryOp::Div,
-            BinaryOp::Max,
-            BinaryOp::Min,
-        ];
-        let Some(b) = ops.into_iter().find(|b| b.name() == name) else {
+        if let Some(t) = TernaryOp::ALL.into_iter().find(|t| t.name() == name) {
+            // `where` reads its condition in its own type (`print::ternary_operand_dtype`).
+            let first = self.data(c, ternary_operand_dtype(t, 0, dtype))?;
+            c.expect(", ")?;
+            let second = self.data(c, dtype)?;
+            c.expect(", ")?;
+            let third = self.data(c, dtype)?;
+            c.expect(")")?;
+            return Ok(Data::Ternary(t, dtype, Box::new([first, second, third])));
+        }
+        let Some(b) = BinaryOp::ALL.into_iter().find(|b| b.name() == name) else {
             c.pos = start;
             return Err(c.error(format!("`{name}` is not an operation")));
         };

@@ -22,6 +22,7 @@ impl Data {
             | Data::Literal(_, d)
             | Data::Unary(_, d, _)
             | Data::Binary(_, d, _, _)
+            | Data::Ternary(_, d, _)
             | Data::Cast(d, _) => Some(*d),
         }
     }
@@ -62,6 +63,18 @@ impl Data {
                 y.write(k, *d, out);
                 out.push(')');
             }
+            Data::Ternary(t, d, xs) => {
+                out.push_str(t.name());
+                write_op_dtype(*d, implied_dtype(self, expected), out);
+                out.push('(');
+                for (i, x) in xs.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    x.write(k, ternary_operand_dtype(*t, i, *d), out);
+                }
+                out.push(')');
+            }
             Data::Cast(d, x) => {
                 out.push_str("cast<");
                 out.push_str(d.name());
@@ -70,6 +83,16 @@ impl Data {
                 out.push(')');
             }
         }
+    }
+}
+
+/// The type operand `i` of a ternary op of type `d` is read in: `where` tests its condition
+/// in its own type (a truth value), every other operand computes in `d` (`loop_nest`).
+pub(super) fn ternary_operand_dtype(op: TernaryOp, i: usize, d: DType) -> DType {
+    if op == TernaryOp::Where && i == 0 {
+        DType::Bool
+    } else {
+        d
     }
 }
 
@@ -88,7 +111,7 @@ fn write_op_dtype(d: DType, implied: DType, out: &mut String) {
 /// `expected` itself. The parser reads an unwritten type back with the same rule.
 pub(super) fn implied_dtype(node: &Data, expected: DType) -> DType {
     match node {
-        Data::Unary(..) | Data::Binary(..) => expected.compute(),
+        Data::Unary(..) | Data::Binary(..) | Data::Ternary(..) => expected.compute(),
         Data::Cast(d, _) => *d,
         Data::Read(_) | Data::Param(..) | Data::Literal(..) => expected,
     }

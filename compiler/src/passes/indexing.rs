@@ -253,6 +253,7 @@ impl Indexer<'_, '_> {
                 self.data(x)?;
                 self.data(y)
             }
+            Data::Ternary(_, _, xs) => xs.iter_mut().try_for_each(|x| self.data(x)),
             Data::Param(..) | Data::Literal(..) => Ok(()),
         }
     }

@@ -118,7 +118,8 @@ fn data(d: &mut Data, ext: &HashMap<String, Val>, changed: &mut bool) {
             data(x, ext, changed);
             data(y, ext, changed);
         }
-        _ => {}
+        Data::Ternary(_, _, xs) => xs.iter_mut().for_each(|x| data(x, ext, changed)),
+        Data::Param(..) | Data::Literal(..) => {}
     }
 }
 

@@ -38,7 +38,9 @@
 
 use crate::dtype::DType;
 use crate::frontend::ast;
-use crate::fusion::{BinaryOp, ExprId, Fusion, IterKind, Op, Operand, ReduceOp, TensorId, UnaryOp};
+use crate::fusion::{
+    BinaryOp, ExprId, Fusion, IterKind, Op, Operand, ReduceOp, TensorId, TernaryOp, UnaryOp,
+};
 use crate::id::IdVec;
 use std::fmt::Write;
 
@@ -377,23 +379,45 @@ impl<'a> Emitter<'a> {
                 x
             }
             Op::Unary(u) => {
-                let x = self.operand(&expr.inputs[0], compute);
-                let call = |name: &str| Py::new(format!("torch.{name}({})", x.text), ATOM, out);
-                match u {
-                    UnaryOp::Neg => Py::new(format!("-{}", x.at(UNARY)), UNARY, out),
-                    UnaryOp::Exp => call("exp"),
-                    UnaryOp::Relu => call("relu"),
-                    UnaryOp::Abs => call("abs"),
-                    UnaryOp::Sqrt => call("sqrt"),
-                    UnaryOp::Rsqrt => call("rsqrt"),
-                    UnaryOp::Tanh => call("tanh"),
-                    UnaryOp::Sigmoid => call("sigmoid"),
-                }
+                let x = self.operand(&expr.inputs[0], f.compute_type(d));
+                unary(*u, x, out)
             }
             Op::Binary(b) => {
+                let compute = f.compute_type(d);
                 let x = self.operand(&expr.inputs[0], compute);
                 let y = self.operand(&expr.inputs[1], compute);
                 binary(*b, x, y, out)
+            }
+            Op::Ternary(t) => {
+                let first = if *t == TernaryOp::Where {
+                    DType::Bool
+                } else {
+                    compute
+                };
+                let x = self.operand(&expr.inputs[0], first);
+                let y = self.operand(&expr.inputs[1], compute);
+                let z = self.operand(&expr.inputs[2], compute);
+                let call = |name: &str| {
+                    Py::new(
+                        format!("torch.{name}({}, {}, {})", tensor(&x), y.text, z.text),
+                        ATOM,
+                        out,
+                    )
+                };
+                match t {
+                    TernaryOp::Where => call("where"),
+                    TernaryOp::Clamp => call("clamp"),
+                    TernaryOp::Lerp => Py::new(
+                        format!("torch.lerp({}, {}, {})", tensor(&x), tensor(&y), z.text),
+                        ATOM,
+                        out,
+                    ),
+                    TernaryOp::Fma => Py::new(
+                        format!("{} * {} + {}", x.at(MUL), y.at(MUL + 1), z.at(ADD + 1)),
+                        ADD,
+                        out,
+                    ),
+                }
             }
             Op::Reduce { op, axes } => {
                 let x = self.operand(&expr.inputs[0], f.tensors[input_tensor(expr)].dtype);
@@ -605,7 +629,72 @@ fn literal(v: f64, compute: DType) -> Py {
     }
 }
 
+/// A Python number as a 0-dim tensor, for the torch functions that take only tensors first
+/// (torch treats a 0-dim tensor in an op with larger ones as it treats a number).
+fn tensor(p: &Py) -> String {
+    match p.dtype {
+        Some(_) => p.text.clone(),
+        None => format!("torch.tensor({})", p.text),
+    }
+}
+
+fn unary(u: UnaryOp, x: Py, out: DType) -> Py {
+    let call = |name: &str| Py::new(format!("torch.{name}({})", x.text), ATOM, out);
+    match u {
+        UnaryOp::Neg => Py::new(format!("-{}", x.at(UNARY)), UNARY, out),
+        UnaryOp::Exp => call("exp"),
+        UnaryOp::Relu => call("relu"),
+        UnaryOp::Abs => call("abs"),
+        UnaryOp::Sqrt => call("sqrt"),
+        UnaryOp::Rsqrt => call("rsqrt"),
+        UnaryOp::Tanh => call("tanh"),
+        UnaryOp::Sigmoid => call("sigmoid"),
+        UnaryOp::Log => call("log"),
+        UnaryOp::Log2 => call("log2"),
+        UnaryOp::Log1p => call("log1p"),
+        UnaryOp::Exp2 => call("exp2"),
+        UnaryOp::Expm1 => call("expm1"),
+        UnaryOp::Erf => call("erf"),
+        UnaryOp::Sin => call("sin"),
+        UnaryOp::Cos => call("cos"),
+        UnaryOp::Floor => call("floor"),
+        UnaryOp::Ceil => call("ceil"),
+        UnaryOp::Round => call("round"),
+        UnaryOp::Trunc => call("trunc"),
+        UnaryOp::Reciprocal => call("reciprocal"),
+        UnaryOp::Sign => call("sign"),
+        UnaryOp::Silu => call("nn.functional.silu"),
+        UnaryOp::Gelu => call("nn.functional.gelu"),
+        UnaryOp::GeluTanh => Py::new(
+            format!("torch.nn.functional.gelu({}, approximate=\"tanh\")", x.text),
+            ATOM,
+            out,
+        ),
+        UnaryOp::Softplus => call("nn.functional.softplus"),
+        UnaryOp::IsNan => call("isnan"),
+        UnaryOp::IsInf => call("isinf"),
+        UnaryOp::LogicalNot => call("logical_not"),
+        UnaryOp::BitwiseNot => call("bitwise_not"),
+    }
+}
+
 fn binary(b: BinaryOp, x: Py, y: Py, out: DType) -> Py {
+    // Python's comparison, bitwise and shift operators bind more loosely than `+`: the
+    // expression is parenthesised whole, its operands at `+`'s precedence.
+    let loose = |sym: &str| {
+        Py::new(
+            format!("({} {sym} {})", x.at(ADD), y.at(ADD + 1)),
+            ATOM,
+            out,
+        )
+    };
+    let call = |name: &str| {
+        Py::new(
+            format!("torch.{name}({}, {})", tensor(&x), tensor(&y)),
+            ATOM,
+            out,
+        )
+    };
     let infix = |sym: &str, prec: u8| {
         // Left-associative: the right operand must bind tighter.
         Py::new(
@@ -619,6 +708,23 @@ fn binary(b: BinaryOp, x: Py, y: Py, out: DType) -> Py {
         BinaryOp::Sub => infix("-", ADD),
         BinaryOp::Mul => infix("*", MUL),
         BinaryOp::Div => infix("/", MUL),
+        BinaryOp::Pow => Py::new(format!("torch.pow({}, {})", tensor(&x), y.text), ATOM, out),
+        BinaryOp::Fmod => Py::new(format!("torch.fmod({}, {})", tensor(&x), y.text), ATOM, out),
+        BinaryOp::Remainder => infix("%", MUL),
+        BinaryOp::Lt => loose("<"),
+        BinaryOp::Le => loose("<="),
+        BinaryOp::Gt => loose(">"),
+        BinaryOp::Ge => loose(">="),
+        BinaryOp::Eq => loose("=="),
+        BinaryOp::Ne => loose("!="),
+        BinaryOp::LogicalAnd => call("logical_and"),
+        BinaryOp::LogicalOr => call("logical_or"),
+        BinaryOp::LogicalXor => call("logical_xor"),
+        BinaryOp::BitwiseAnd => loose("&"),
+        BinaryOp::BitwiseOr => loose("|"),
+        BinaryOp::BitwiseXor => loose("^"),
+        BinaryOp::ShiftLeft => loose("<<"),
+        BinaryOp::ShiftRight => loose(">>"),
         BinaryOp::Max | BinaryOp::Min => {
             let (f, clamp) = if b == BinaryOp::Max {
                 ("maximum", "clamp_min")

@@ -249,6 +249,36 @@ class Tensor:
     def __neg__(self):
         return _unary(lambda x: -x, self)
 
+    def __mod__(self, o):
+        return self._binary(o, _remainder)
+
+    def __rmod__(self, o):
+        return self._binary(o, _remainder, True)
+
+    # Comparisons give bool tensors, as torch's do.
+    def __lt__(self, o):
+        return _compare(lambda x, y: x < y, self, o)
+
+    def __le__(self, o):
+        return _compare(lambda x, y: x <= y, self, o)
+
+    def __gt__(self, o):
+        return _compare(lambda x, y: x > y, self, o)
+
+    def __ge__(self, o):
+        return _compare(lambda x, y: x >= y, self, o)
+
+    def __eq__(self, o):
+        return _compare(lambda x, y: x == y, self, o)
+
+    def __ne__(self, o):
+        return _compare(lambda x, y: x != y, self, o)
+
+    __hash__ = object.__hash__
+
+    def bool(self):
+        return self.to(bool)
+
     def __matmul__(self, o):
         return matmul(self, o)
 
@@ -266,6 +296,16 @@ def _div(x, y):
     if y == 0:
         return math.nan if x == 0 or x != x else math.copysign(math.inf, x) * math.copysign(1, y)
     return x / y
+
+
+def _remainder(x, y):
+    r = math.fmod(x, y)
+    return r + y if r != 0 and (r < 0) != (y < 0) else r
+
+
+def _compare(f, a, b):
+    t = _elementwise(f, a, b)
+    return Tensor(t._data, t.shape, bool)
 
 
 def _result_dtype(a, b):
@@ -338,6 +378,47 @@ sqrt = _float_unary(lambda v: math.sqrt(v) if v >= 0 else math.nan)
 rsqrt = _float_unary(lambda v: (1 / math.sqrt(v) if v > 0 else (math.inf if v == 0 else math.nan)))
 tanh = _float_unary(math.tanh)
 sigmoid = _float_unary(lambda v: 1 / (1 + _safe_exp(-v)))
+
+
+log = _float_unary(lambda v: math.log(v) if v > 0 else (-math.inf if v == 0 else math.nan))
+log1p = _float_unary(lambda v: math.log1p(v) if v > -1 else (-math.inf if v == -1 else math.nan))
+erf = _float_unary(math.erf)
+
+
+def where(c, a, b):
+    if c.dtype is not bool:
+        raise TypeError("fake torch: where's condition is %r, not bool" % c.dtype)
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        raise TypeError("fake torch: where of two numbers")
+    # Each value broadcast to the values' common shape and converted to their dtype.
+    av = _elementwise(lambda x, y: x, a, b)
+    bv = _elementwise(lambda x, y: y, a, b)
+    if tuple(_broadcast(c.shape, av.shape)) != tuple(av.shape):
+        raise ValueError("fake torch: where's condition broadcasts the values")
+    return Tensor([x if k else y for k, x, y in zip(c._data, av._data, bv._data)], av.shape, av.dtype)
+
+
+class _Functional:
+    @staticmethod
+    def gelu(x, approximate="none"):
+        if approximate == "tanh":
+            return _float_unary(_gelu_tanh)(x)
+        return _float_unary(lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))))(x)
+
+    @staticmethod
+    def softplus(x):
+        return _float_unary(lambda v: v if v > 20 else math.log1p(_safe_exp(v)))(x)
+
+    @staticmethod
+    def silu(x):
+        return _float_unary(lambda v: v / (1 + _safe_exp(-v)))(x)
+
+
+class _Nn:
+    functional = _Functional()
+
+
+nn = _Nn()
 
 
 def relu(x):

@@ -123,8 +123,12 @@ pub(super) fn stage_host<'a>(
                 })?;
                 crate::tensor_map::encode_args(spec, sizes, 0).map_err(sizes_err)?;
             }
-            Param::Scalar { name, dtype } => {
-                let v = data::seeded_values(*dtype, 1, req.seed, name)[0];
+            Param::Scalar { name, dtype, value } => {
+                // The program's value (`input eps: f32 = 1e-6`), else a seeded one.
+                let v = match value {
+                    Some(v) => dtype.round(*v),
+                    None => data::seeded_values(*dtype, 1, req.seed, name)[0],
+                };
                 inputs.insert(name.clone(), vec![v]);
                 scalars.insert(name.clone(), v);
             }

@@ -354,7 +354,7 @@ fn stage_device<'a>(
                         IndexType::I64 => v as u64,
                     })
                 }
-                Param::Scalar { name, dtype } => {
+                Param::Scalar { name, dtype, .. } => {
                     gpu::Arg::Word(data::scalar_slot(*dtype, scalars[name]))
                 }
                 Param::TensorMap { name, map } => {

@@ -5,7 +5,7 @@
 
 #[allow(unused_imports)]
 use super::*;
-use crate::fusion::ExprId;
+use crate::fusion::{ExprId, TernaryOp};
 use rustc_hash::FxHashMap;
 
 pub(super) struct LoopNode {
@@ -362,7 +362,8 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
         buffer: cx.tensor_buffer[&t],
         index: None,
     };
-    let compute_type = out_dtype.compute();
+    // The type the op's operands are converted to (a comparison's, not its bool result's).
+    let compute_type = f.compute_type(e);
     let (value, role) = match &expr.op {
         Op::Set | Op::Broadcast { .. } => {
             (operand(&expr.inputs[0], out_dtype), ComputeRole::Normal)
@@ -388,6 +389,28 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
             ),
             ComputeRole::Normal,
         ),
+        Op::Ternary(op) => {
+            // `where`'s condition is a truth value: read in its own type, the op tests it.
+            let cond_type = match op {
+                TernaryOp::Where => match &expr.inputs[0] {
+                    Operand::Tensor(c) => f.tensors[*c].dtype,
+                    Operand::Scalar(_) => DType::Bool,
+                },
+                _ => compute_type,
+            };
+            (
+                Data::Ternary(
+                    *op,
+                    compute_type,
+                    Box::new([
+                        operand(&expr.inputs[0], cond_type),
+                        operand(&expr.inputs[1], compute_type),
+                        operand(&expr.inputs[2], compute_type),
+                    ]),
+                ),
+                ComputeRole::Normal,
+            )
+        }
         Op::Reduce { op, .. } => (
             Data::Binary(
                 op.combine(),

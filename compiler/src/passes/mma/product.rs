@@ -33,6 +33,9 @@ pub(super) fn resolve(d: &Data, defs: &HashMap<BufferId, Data>) -> Data {
             Box::new(resolve(x, defs)),
             Box::new(resolve(y, defs)),
         ),
+        Data::Ternary(op, t, xs) => {
+            Data::Ternary(*op, *t, Box::new(xs.clone().map(|x| resolve(&x, defs))))
+        }
         Data::Cast(t, x) => Data::Cast(*t, Box::new(resolve(x, defs))),
         other => other.clone(),
     }

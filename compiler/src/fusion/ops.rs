@@ -1,0 +1,712 @@
+//! The op table: every op of the fusion language in one place, with its name (and aliases),
+//! how many operands it takes, its typing rule and its documentation ([`OPS`]).
+//!
+//! The builder (`fusion::build`) resolves calls and reports arity and dtype errors through it,
+//! the playground's reference and `docs/language.md` list it, and the editor completes its
+//! names. What an op *does* stays with each back end, in an exhaustive `match` on the enums
+//! below (Naga's layout): [`UnaryOp::eval`] and friends here for the float64 reference and the
+//! builder's constant folding, `codegen::expr` for CUDA, `torch` for the PyTorch twin.
+//!
+//! Values are float64 everywhere on the host: integers and bools are exact in it, a bool is 0
+//! or 1, and the semantics of each op are PyTorch's (`round` to nearest even, `remainder` with
+//! the divisor's sign, shifts by 32 or more as torch's CUDA kernels do them).
+
+use crate::dtype::DType;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnaryOp {
+    Neg,
+    Exp,
+    Relu,
+    Abs,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Sigmoid,
+    Log,
+    Log2,
+    Log1p,
+    Exp2,
+    Expm1,
+    Erf,
+    Sin,
+    Cos,
+    Floor,
+    Ceil,
+    /// To nearest, ties to even (`torch.round`).
+    Round,
+    Trunc,
+    Reciprocal,
+    Sign,
+    Silu,
+    /// The exact GELU, `x * Phi(x)` with the normal CDF through `erf`.
+    Gelu,
+    /// GELU's tanh approximation (`gelu(x, approximate=tanh)`).
+    GeluTanh,
+    /// `log(1 + e^x)`, and `x` itself above 20 (torch's default threshold).
+    Softplus,
+    IsNan,
+    IsInf,
+    LogicalNot,
+    BitwiseNot,
+}
+
+impl UnaryOp {
+    pub const ALL: [UnaryOp; 30] = [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Relu,
+        UnaryOp::Abs,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Log,
+        UnaryOp::Log2,
+        UnaryOp::Log1p,
+        UnaryOp::Exp2,
+        UnaryOp::Expm1,
+        UnaryOp::Erf,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::Trunc,
+        UnaryOp::Reciprocal,
+        UnaryOp::Sign,
+        UnaryOp::Silu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::Softplus,
+        UnaryOp::IsNan,
+        UnaryOp::IsInf,
+        UnaryOp::LogicalNot,
+        UnaryOp::BitwiseNot,
+    ];
+
+    /// The op's entry in [`OPS`] (`gelu`'s for both forms of GELU).
+    pub fn def(self) -> &'static OpDef {
+        let kind = match self {
+            UnaryOp::GeluTanh => OpKind::Unary(UnaryOp::Gelu),
+            u => OpKind::Unary(u),
+        };
+        lookup_kind(kind)
+    }
+
+    /// The name in the IR dumps and in the names of anonymous tensors.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::GeluTanh => "gelu_tanh",
+            u => u.def().name,
+        }
+    }
+
+    /// The op on a float64 value (integers and bools are exact in it).
+    pub fn eval(self, x: f64) -> f64 {
+        const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+        let truth = |b: bool| b as u8 as f64;
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Log2 => x.log2(),
+            UnaryOp::Log1p => x.ln_1p(),
+            UnaryOp::Exp2 => x.exp2(),
+            UnaryOp::Expm1 => x.exp_m1(),
+            UnaryOp::Erf => libm::erf(x),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Floor => x.floor(),
+            UnaryOp::Ceil => x.ceil(),
+            UnaryOp::Round => x.round_ties_even(),
+            UnaryOp::Trunc => x.trunc(),
+            UnaryOp::Reciprocal => 1.0 / x,
+            // (0 < x) - (x < 0), as torch computes it: NaN gives 0.
+            UnaryOp::Sign => truth(0.0 < x) - truth(x < 0.0),
+            UnaryOp::Silu => x / (1.0 + (-x).exp()),
+            UnaryOp::Gelu => 0.5 * x * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2)),
+            UnaryOp::GeluTanh => {
+                0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh())
+            }
+            UnaryOp::Softplus => {
+                if x > SOFTPLUS_THRESHOLD {
+                    x
+                } else {
+                    x.exp().ln_1p()
+                }
+            }
+            UnaryOp::IsNan => truth(x.is_nan()),
+            UnaryOp::IsInf => truth(x.is_infinite()),
+            UnaryOp::LogicalNot => truth(x == 0.0),
+            // On i32 (the builder allows integers and bools only; a bool is `not`).
+            UnaryOp::BitwiseNot => !(x as i64 as i32) as f64,
+        }
+    }
+}
+
+/// Above this, `softplus(x)` is `x` (torch's default `threshold=20` with `beta=1`).
+pub const SOFTPLUS_THRESHOLD: f64 = 20.0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Pow,
+    /// Remainder with the dividend's sign (C's `fmod`, `%` on integers).
+    Fmod,
+    /// Remainder with the divisor's sign (Python's `%`, `torch.remainder`).
+    Remainder,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+    LogicalAnd,
+    LogicalOr,
+    LogicalXor,
+    BitwiseAnd,
+    BitwiseOr,
+    BitwiseXor,
+    ShiftLeft,
+    /// Arithmetic (sign-filling) right shift.
+    ShiftRight,
+}
+
+impl BinaryOp {
+    pub const ALL: [BinaryOp; 23] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Min,
+        BinaryOp::Pow,
+        BinaryOp::Fmod,
+        BinaryOp::Remainder,
+        BinaryOp::Lt,
+        BinaryOp::Le,
+        BinaryOp::Gt,
+        BinaryOp::Ge,
+        BinaryOp::Eq,
+        BinaryOp::Ne,
+        BinaryOp::LogicalAnd,
+        BinaryOp::LogicalOr,
+        BinaryOp::LogicalXor,
+        BinaryOp::BitwiseAnd,
+        BinaryOp::BitwiseOr,
+        BinaryOp::BitwiseXor,
+        BinaryOp::ShiftLeft,
+        BinaryOp::ShiftRight,
+    ];
+
+    pub fn def(self) -> &'static OpDef {
+        lookup_kind(match self {
+            BinaryOp::Max => OpKind::ElementwiseOrReduce(BinaryOp::Max, ReduceOp::Max),
+            BinaryOp::Min => OpKind::ElementwiseOrReduce(BinaryOp::Min, ReduceOp::Min),
+            b => OpKind::Binary(b),
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        self.def().name
+    }
+
+    /// The op on float64 values (integers and bools are exact in it; the bitwise ops and
+    /// shifts work on the i32 they hold).
+    pub fn eval(self, a: f64, b: f64) -> f64 {
+        let truth = |v: bool| v as u8 as f64;
+        let int = |v: f64| v as i64 as i32;
+        match self {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::Max => a.max(b),
+            BinaryOp::Min => a.min(b),
+            BinaryOp::Pow => a.powf(b),
+            BinaryOp::Fmod => a % b,
+            BinaryOp::Remainder => {
+                let r = a % b;
+                if r != 0.0 && (r < 0.0) != (b < 0.0) {
+                    r + b
+                } else {
+                    r
+                }
+            }
+            BinaryOp::Lt => truth(a < b),
+            BinaryOp::Le => truth(a <= b),
+            BinaryOp::Gt => truth(a > b),
+            BinaryOp::Ge => truth(a >= b),
+            BinaryOp::Eq => truth(a == b),
+            BinaryOp::Ne => truth(a != b),
+            BinaryOp::LogicalAnd => truth(a != 0.0 && b != 0.0),
+            BinaryOp::LogicalOr => truth(a != 0.0 || b != 0.0),
+            BinaryOp::LogicalXor => truth((a != 0.0) != (b != 0.0)),
+            BinaryOp::BitwiseAnd => (int(a) & int(b)) as f64,
+            BinaryOp::BitwiseOr => (int(a) | int(b)) as f64,
+            BinaryOp::BitwiseXor => (int(a) ^ int(b)) as f64,
+            // torch: a shift by a negative amount or by 32 or more gives 0 (left) or the sign
+            // (right), where C leaves it undefined.
+            BinaryOp::ShiftLeft => match u32::try_from(int(b)) {
+                Ok(s) if s < 32 => ((int(a) as u32) << s) as i32 as f64,
+                _ => 0.0,
+            },
+            BinaryOp::ShiftRight => match u32::try_from(int(b)) {
+                Ok(s) if s < 32 => (int(a) >> s) as f64,
+                _ => (int(a) >> 31) as f64,
+            },
+        }
+    }
+
+    /// The result is bool whatever the operands are.
+    pub fn gives_bool(self) -> bool {
+        matches!(self.def().typing, Typing::Compare | Typing::Logical)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TernaryOp {
+    /// `where(cond, a, b)`: `a` where `cond` is true (non-zero), else `b`.
+    Where,
+    /// `clamp(x, lo, hi)`: `min(max(x, lo), hi)`, NaN in `x` kept.
+    Clamp,
+    /// `lerp(a, b, w)`: `a + w * (b - a)`, in torch's two-sided form.
+    Lerp,
+    /// `fma(a, b, c)`: `a * b + c` with one rounding.
+    Fma,
+}
+
+impl TernaryOp {
+    pub const ALL: [TernaryOp; 4] = [
+        TernaryOp::Where,
+        TernaryOp::Clamp,
+        TernaryOp::Lerp,
+        TernaryOp::Fma,
+    ];
+
+    pub fn def(self) -> &'static OpDef {
+        lookup_kind(OpKind::Ternary(self))
+    }
+
+    pub fn name(self) -> &'static str {
+        self.def().name
+    }
+
+    pub fn eval(self, a: f64, b: f64, c: f64) -> f64 {
+        match self {
+            TernaryOp::Where => {
+                if a != 0.0 {
+                    b
+                } else {
+                    c
+                }
+            }
+            TernaryOp::Clamp => {
+                if a.is_nan() {
+                    a
+                } else {
+                    a.max(b).min(c)
+                }
+            }
+            // torch's lerp: exact at both ends.
+            TernaryOp::Lerp => {
+                if c.abs() < 0.5 {
+                    a + c * (b - a)
+                } else {
+                    b - (b - a) * (1.0 - c)
+                }
+            }
+            TernaryOp::Fma => a.mul_add(b, c),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}
+
+impl ReduceOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+        }
+    }
+    pub fn identity(self) -> f64 {
+        match self {
+            ReduceOp::Sum => 0.0,
+            ReduceOp::Max => f64::NEG_INFINITY,
+            ReduceOp::Min => f64::INFINITY,
+        }
+    }
+    pub fn combine(self) -> BinaryOp {
+        match self {
+            ReduceOp::Sum => BinaryOp::Add,
+            ReduceOp::Max => BinaryOp::Max,
+            ReduceOp::Min => BinaryOp::Min,
+        }
+    }
+}
+
+/// What the builder makes of a call of the op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Ternary(TernaryOp),
+    /// `max(a, b)` elementwise, `max(x, axis=1)` a reduction.
+    ElementwiseOrReduce(BinaryOp, ReduceOp),
+    Reduce(ReduceOp),
+    Broadcast,
+    Cast,
+    Set,
+}
+
+/// How an op's result type (and the type it computes in) follows from its operands'. Operand
+/// types promote as PyTorch's do: bool < i32 < float, the wider float winning, f16 and bf16
+/// computing in f32; a literal with a fraction makes integer operands compute in f32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Typing {
+    /// Arithmetic: the promoted type (integers stay integers); bool operands alone are
+    /// refused (there is no bool arithmetic).
+    Numeric,
+    /// Floating-point math: integer and bool operands compute in f32.
+    Float,
+    /// Compares in the promoted type; the result is bool.
+    Compare,
+    /// Reads each operand as a truth value (non-zero is true); the result is bool.
+    Logical,
+    /// Integer or bool operands; the result is their promoted type.
+    Bitwise,
+    /// Integer operands only (shifts).
+    Integer,
+    /// `where`: the condition is read as a truth value, the result is the two values'
+    /// promoted type.
+    Select,
+    /// The operand's type (copies, broadcasts).
+    Same,
+    /// The dtype argument (`cast`).
+    Cast,
+}
+
+impl Typing {
+    /// What the rule says in the reference.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Typing::Numeric => "the operands' promoted type (integers stay integers; not bool)",
+            Typing::Float => "floating point: i32 and bool operands compute in f32",
+            Typing::Compare => "bool (compared in the operands' promoted type)",
+            Typing::Logical => "bool (each operand read as a truth value, non-zero is true)",
+            Typing::Bitwise => "i32 or bool operands; their promoted type",
+            Typing::Integer => "i32 operands; i32",
+            Typing::Select => {
+                "the promoted type of the two values (the condition read as a truth value)"
+            }
+            Typing::Same => "the operand's type",
+            Typing::Cast => "the dtype given",
+        }
+    }
+}
+
+/// One op of the language.
+#[derive(Clone, Copy, Debug)]
+pub struct OpDef {
+    pub name: &'static str,
+    /// Other names of the same op (operators are written in `signature`).
+    pub aliases: &'static [&'static str],
+    pub kind: OpKind,
+    /// Positional operands.
+    pub arity: usize,
+    /// Named arguments it takes.
+    pub named: &'static [&'static str],
+    pub typing: Typing,
+    /// How it is written.
+    pub signature: &'static str,
+    pub doc: &'static str,
+}
+
+const fn op(
+    name: &'static str,
+    kind: OpKind,
+    arity: usize,
+    typing: Typing,
+    signature: &'static str,
+    doc: &'static str,
+) -> OpDef {
+    OpDef {
+        name,
+        aliases: &[],
+        kind,
+        arity,
+        named: &[],
+        typing,
+        signature,
+        doc,
+    }
+}
+
+const fn unary(
+    name: &'static str,
+    u: UnaryOp,
+    typing: Typing,
+    signature: &'static str,
+    doc: &'static str,
+) -> OpDef {
+    op(name, OpKind::Unary(u), 1, typing, signature, doc)
+}
+
+const fn binary(
+    name: &'static str,
+    b: BinaryOp,
+    typing: Typing,
+    signature: &'static str,
+    doc: &'static str,
+) -> OpDef {
+    op(name, OpKind::Binary(b), 2, typing, signature, doc)
+}
+
+use OpKind as K;
+use Typing as T;
+
+/// Every op, in the order the reference lists them.
+#[rustfmt::skip]
+pub const OPS: &[OpDef] = &[
+    unary("neg", UnaryOp::Neg, T::Numeric, "neg(x)", "Elementwise negation (also `-x`)."),
+    unary("abs", UnaryOp::Abs, T::Numeric, "abs(x)", "Elementwise absolute value."),
+    unary("relu", UnaryOp::Relu, T::Numeric, "relu(x)", "Elementwise max(x, 0)."),
+    unary("sign", UnaryOp::Sign, T::Numeric, "sign(x)", "Elementwise -1, 0 or 1 by the sign of x (0 for NaN, as torch)."),
+    unary("floor", UnaryOp::Floor, T::Numeric, "floor(x)", "Elementwise largest integer <= x (integers unchanged)."),
+    unary("ceil", UnaryOp::Ceil, T::Numeric, "ceil(x)", "Elementwise smallest integer >= x (integers unchanged)."),
+    unary("round", UnaryOp::Round, T::Numeric, "round(x)", "Elementwise nearest integer, ties to even (as torch.round: round(2.5) = 2)."),
+    unary("trunc", UnaryOp::Trunc, T::Numeric, "trunc(x)", "Elementwise x rounded toward zero."),
+    unary("exp", UnaryOp::Exp, T::Float, "exp(x)", "Elementwise e^x."),
+    unary("exp2", UnaryOp::Exp2, T::Float, "exp2(x)", "Elementwise 2^x."),
+    unary("expm1", UnaryOp::Expm1, T::Float, "expm1(x)", "Elementwise e^x - 1, accurate near 0."),
+    unary("log", UnaryOp::Log, T::Float, "log(x)", "Elementwise natural logarithm (-inf at 0, NaN below)."),
+    unary("log2", UnaryOp::Log2, T::Float, "log2(x)", "Elementwise base-2 logarithm."),
+    unary("log1p", UnaryOp::Log1p, T::Float, "log1p(x)", "Elementwise log(1 + x), accurate near 0."),
+    unary("sqrt", UnaryOp::Sqrt, T::Float, "sqrt(x)", "Elementwise square root."),
+    unary("rsqrt", UnaryOp::Rsqrt, T::Float, "rsqrt(x)", "Elementwise 1 / sqrt(x)."),
+    unary("reciprocal", UnaryOp::Reciprocal, T::Float, "reciprocal(x)", "Elementwise 1 / x."),
+    unary("sin", UnaryOp::Sin, T::Float, "sin(x)", "Elementwise sine (radians)."),
+    unary("cos", UnaryOp::Cos, T::Float, "cos(x)", "Elementwise cosine (radians)."),
+    unary("tanh", UnaryOp::Tanh, T::Float, "tanh(x)", "Elementwise hyperbolic tangent."),
+    unary("erf", UnaryOp::Erf, T::Float, "erf(x)", "Elementwise error function."),
+    unary("sigmoid", UnaryOp::Sigmoid, T::Float, "sigmoid(x)", "Elementwise 1 / (1 + e^-x)."),
+    unary("silu", UnaryOp::Silu, T::Float, "silu(x)", "Elementwise x * sigmoid(x) (SiLU, swish)."),
+    OpDef {
+        named: &["approximate"],
+        ..unary("gelu", UnaryOp::Gelu, T::Float, "gelu(x) | gelu(x, approximate=tanh)",
+            "Elementwise GELU: exact, x * (1 + erf(x / sqrt(2))) / 2 (approximate=none, the default), or its tanh approximation (approximate=tanh), as torch.nn.functional.gelu.")
+    },
+    unary("softplus", UnaryOp::Softplus, T::Float, "softplus(x)", "Elementwise log(1 + e^x); x itself above 20 (torch's softplus with beta=1, threshold=20)."),
+    unary("isnan", UnaryOp::IsNan, T::Compare, "isnan(x)", "Elementwise: is x NaN (a bool)."),
+    unary("isinf", UnaryOp::IsInf, T::Compare, "isinf(x)", "Elementwise: is x an infinity (a bool)."),
+    unary("logical_not", UnaryOp::LogicalNot, T::Logical, "logical_not(x)", "Elementwise: is x zero (a bool)."),
+    unary("bitwise_not", UnaryOp::BitwiseNot, T::Bitwise, "bitwise_not(x)", "Elementwise ~x on i32 (logical not on bool)."),
+    binary("add", BinaryOp::Add, T::Numeric, "add(a, b) | a + b", "Elementwise a + b. Operands have the same rank (use broadcast) or one is a number or a scalar input."),
+    binary("sub", BinaryOp::Sub, T::Numeric, "sub(a, b) | a - b", "Elementwise a - b."),
+    binary("mul", BinaryOp::Mul, T::Numeric, "mul(a, b) | a * b", "Elementwise a * b."),
+    binary("div", BinaryOp::Div, T::Float, "div(a, b) | a / b", "Elementwise true division a / b (integers divide in f32, as torch)."),
+    op("max", K::ElementwiseOrReduce(BinaryOp::Max, ReduceOp::Max), 2, T::Numeric, "max(a, b) | max(x, axis=1)", "With two operands, the elementwise maximum; with `axis=`, the maximum over those axes (a reduction)."),
+    op("min", K::ElementwiseOrReduce(BinaryOp::Min, ReduceOp::Min), 2, T::Numeric, "min(a, b) | min(x, axis=1)", "With two operands, the elementwise minimum; with `axis=`, the minimum over those axes (a reduction)."),
+    binary("pow", BinaryOp::Pow, T::Float, "pow(x, y)", "Elementwise x^y (floating point: an integer base computes in f32)."),
+    binary("fmod", BinaryOp::Fmod, T::Numeric, "fmod(a, b)", "Elementwise remainder of a / b with the sign of a (C's fmod, torch.fmod)."),
+    binary("remainder", BinaryOp::Remainder, T::Numeric, "remainder(a, b)", "Elementwise remainder of a / b with the sign of b (Python's %, torch.remainder)."),
+    binary("lt", BinaryOp::Lt, T::Compare, "lt(a, b) | a < b", "Elementwise a < b (a bool)."),
+    binary("le", BinaryOp::Le, T::Compare, "le(a, b) | a <= b", "Elementwise a <= b (a bool)."),
+    binary("gt", BinaryOp::Gt, T::Compare, "gt(a, b) | a > b", "Elementwise a > b (a bool)."),
+    binary("ge", BinaryOp::Ge, T::Compare, "ge(a, b) | a >= b", "Elementwise a >= b (a bool)."),
+    binary("eq", BinaryOp::Eq, T::Compare, "eq(a, b) | a == b", "Elementwise a == b (a bool; NaN equals nothing)."),
+    binary("ne", BinaryOp::Ne, T::Compare, "ne(a, b) | a != b", "Elementwise a != b (a bool)."),
+    binary("logical_and", BinaryOp::LogicalAnd, T::Logical, "logical_and(a, b)", "Elementwise: both non-zero (a bool)."),
+    binary("logical_or", BinaryOp::LogicalOr, T::Logical, "logical_or(a, b)", "Elementwise: either non-zero (a bool)."),
+    binary("logical_xor", BinaryOp::LogicalXor, T::Logical, "logical_xor(a, b)", "Elementwise: exactly one non-zero (a bool)."),
+    binary("bitwise_and", BinaryOp::BitwiseAnd, T::Bitwise, "bitwise_and(a, b)", "Elementwise a & b on i32 or bool."),
+    binary("bitwise_or", BinaryOp::BitwiseOr, T::Bitwise, "bitwise_or(a, b)", "Elementwise a | b on i32 or bool."),
+    binary("bitwise_xor", BinaryOp::BitwiseXor, T::Bitwise, "bitwise_xor(a, b)", "Elementwise a ^ b on i32 or bool."),
+    binary("bitwise_left_shift", BinaryOp::ShiftLeft, T::Integer, "bitwise_left_shift(a, b)", "Elementwise a << b on i32; 0 when b is negative or 32 or more (as torch)."),
+    binary("bitwise_right_shift", BinaryOp::ShiftRight, T::Integer, "bitwise_right_shift(a, b)", "Elementwise arithmetic a >> b on i32; the sign (0 or -1) when b is negative or 32 or more (as torch)."),
+    op("where", K::Ternary(TernaryOp::Where), 3, T::Select, "where(cond, a, b)", "Elementwise a where cond is true (non-zero), else b. A value may be a number: where(x > 0, x, 0.0)."),
+    op("clamp", K::Ternary(TernaryOp::Clamp), 3, T::Numeric, "clamp(x, lo, hi)", "Elementwise min(max(x, lo), hi); NaN in x stays NaN (as torch.clamp)."),
+    op("lerp", K::Ternary(TernaryOp::Lerp), 3, T::Float, "lerp(a, b, w)", "Elementwise a + w * (b - a), exact at w = 0 and w = 1 (torch.lerp)."),
+    op("fma", K::Ternary(TernaryOp::Fma), 3, T::Float, "fma(a, b, c)", "Elementwise a * b + c rounded once (fused multiply-add)."),
+    OpDef {
+        named: &["axis", "axes"],
+        ..op("sum", K::Reduce(ReduceOp::Sum), 1, T::Float, "sum(x, axis=1) | sum(x, axis=[0, 1])", "The sum over the listed axes (a reduction: the result has those axes removed; i32 and bool sum in f32).")
+    },
+    OpDef {
+        named: &["axis", "axes"],
+        ..op("broadcast", K::Broadcast, 1, T::Same, "broadcast(x, axis=1)", "Inserts new axes at the listed positions of the result, so x lines up with a tensor of higher rank (e.g. a row vector added to every row).")
+    },
+    op("cast", K::Cast, 2, T::Cast, "cast(x, bf16)", "Converts to a dtype (to bool: non-zero is true)."),
+    OpDef {
+        aliases: &["copy"],
+        ..op("set", K::Set, 1, T::Same, "set(x) | copy(x)", "A copy of x.")
+    },
+];
+
+/// The op called `name` (or one of its aliases).
+pub fn lookup(name: &str) -> Option<&'static OpDef> {
+    OPS.iter()
+        .find(|d| d.name == name || d.aliases.contains(&name))
+}
+
+fn lookup_kind(kind: OpKind) -> &'static OpDef {
+    OPS.iter()
+        .find(|d| d.kind == kind)
+        .expect("every op has an entry in OPS (checked by a test)")
+}
+
+/// The names of every op, for "expected one of" messages.
+pub fn names() -> String {
+    OPS.iter().map(|d| d.name).collect::<Vec<_>>().join(", ")
+}
+
+/// The promoted type of an op's operands: `tensors` are the dtypes of its tensor operands
+/// (scalar inputs included), `literals` its numbers. Half types compute in f32; a literal with
+/// a fraction (or an infinity or NaN) makes integer and bool operands compute in f32, and an
+/// integral one makes bool operands compute in i32 (torch: a Python float against an integer
+/// tensor gives the default float type, an int against a bool tensor an integer).
+pub fn promote(tensors: &[DType], literals: &[f64]) -> DType {
+    let mut d = tensors
+        .iter()
+        .map(|t| t.compute())
+        .max()
+        .unwrap_or(DType::Bool);
+    for &v in literals {
+        if !v.is_finite() || v.fract() != 0.0 {
+            if !d.is_float() {
+                d = DType::F32;
+            }
+        } else if d == DType::Bool {
+            d = DType::I32;
+        }
+    }
+    d
+}
+
+/// The type an op computes in and the type of its result, by its typing rule: `Err` says why
+/// the operands are not allowed (the caller adds the op's name and location).
+pub fn result_type(
+    typing: Typing,
+    tensors: &[DType],
+    literals: &[f64],
+) -> Result<(DType, DType), String> {
+    let d = promote(tensors, literals);
+    match typing {
+        Typing::Numeric if d == DType::Bool => Err(
+            "needs numbers, and its operands are bool (cast(x, i32) or cast(x, f32) first; logical_and/or/xor combine bools)".into(),
+        ),
+        Typing::Numeric | Typing::Same => Ok((d, d)),
+        Typing::Float => {
+            let f = if d.is_float() { d } else { DType::F32 };
+            Ok((f, f))
+        }
+        Typing::Compare => Ok((d, DType::Bool)),
+        Typing::Logical => Ok((DType::Bool, DType::Bool)),
+        Typing::Bitwise if d.is_float() => Err(format!(
+            "works on i32 or bool operands, and its operands compute in {d} (cast(x, i32) first)"
+        )),
+        Typing::Bitwise => Ok((d, d)),
+        Typing::Integer if d != DType::I32 => Err(format!(
+            "works on i32 operands, and its operands compute in {d} (cast(x, i32) first)"
+        )),
+        Typing::Integer => Ok((d, d)),
+        // The condition is the first operand; the rule is for the two values.
+        Typing::Select => {
+            let v = if d == DType::Bool && tensors.is_empty() { DType::I32 } else { d };
+            Ok((v, v))
+        }
+        Typing::Cast => unreachable!("cast's type is its argument"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_op_has_one_entry_and_every_entry_is_documented() {
+        for u in UnaryOp::ALL {
+            assert_eq!(
+                OPS.iter().filter(|d| d.kind == OpKind::Unary(u)).count(),
+                usize::from(u != UnaryOp::GeluTanh),
+                "{u:?}"
+            );
+            let _ = u.def();
+        }
+        for b in BinaryOp::ALL {
+            let _ = b.def();
+        }
+        for t in TernaryOp::ALL {
+            assert_eq!(t.def().arity, 3);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for d in OPS {
+            for n in std::iter::once(d.name).chain(d.aliases.iter().copied()) {
+                assert!(seen.insert(n), "{n} twice");
+            }
+            assert!(d.doc.ends_with('.'), "{}", d.name);
+            assert!(d.signature.starts_with(d.name), "{}", d.name);
+        }
+    }
+
+    #[test]
+    fn torch_semantics_of_the_edge_cases() {
+        assert_eq!(UnaryOp::Round.eval(2.5), 2.0);
+        assert_eq!(UnaryOp::Round.eval(-0.5), -0.0);
+        assert_eq!(UnaryOp::Round.eval(3.5), 4.0);
+        assert_eq!(UnaryOp::Sign.eval(f64::NAN), 0.0);
+        assert_eq!(UnaryOp::Sign.eval(-3.0), -1.0);
+        assert_eq!(BinaryOp::Remainder.eval(-7.0, 3.0), 2.0);
+        assert_eq!(BinaryOp::Remainder.eval(7.0, -3.0), -2.0);
+        assert_eq!(BinaryOp::Fmod.eval(-7.0, 3.0), -1.0);
+        assert_eq!(BinaryOp::ShiftLeft.eval(1.0, 33.0), 0.0);
+        assert_eq!(BinaryOp::ShiftLeft.eval(1.0, 31.0), i32::MIN as f64);
+        assert_eq!(BinaryOp::ShiftRight.eval(-8.0, 40.0), -1.0);
+        assert_eq!(BinaryOp::ShiftRight.eval(-8.0, 1.0), -4.0);
+        assert_eq!(UnaryOp::BitwiseNot.eval(5.0), -6.0);
+        assert_eq!(BinaryOp::Eq.eval(f64::NAN, f64::NAN), 0.0);
+        assert!(TernaryOp::Clamp.eval(f64::NAN, 0.0, 1.0).is_nan());
+        assert_eq!(TernaryOp::Clamp.eval(5.0, 2.0, 1.0), 1.0);
+        assert_eq!(TernaryOp::Lerp.eval(3.0, 7.0, 1.0), 7.0);
+        assert_eq!(UnaryOp::Softplus.eval(30.0), 30.0);
+        assert!((UnaryOp::Gelu.eval(1.0) - 0.841_344_746_068_542_9).abs() < 1e-15);
+        assert!((UnaryOp::GeluTanh.eval(1.0) - 0.841_191_990_607_477_2).abs() < 1e-12);
+        assert_eq!(UnaryOp::LogicalNot.eval(f64::NAN), 0.0);
+    }
+
+    #[test]
+    fn promotion_follows_torch() {
+        use DType::*;
+        assert_eq!(promote(&[I32], &[0.5]), F32);
+        assert_eq!(promote(&[Bool], &[2.0]), I32);
+        assert_eq!(promote(&[Bool, F32], &[]), F32);
+        assert_eq!(promote(&[BF16, F16], &[]), F32);
+        assert_eq!(result_type(Typing::Float, &[I32], &[]), Ok((F32, F32)));
+        assert_eq!(
+            result_type(Typing::Compare, &[I32], &[1.0]),
+            Ok((I32, Bool))
+        );
+        assert!(result_type(Typing::Bitwise, &[F32], &[]).is_err());
+        assert!(result_type(Typing::Numeric, &[Bool, Bool], &[]).is_err());
+        assert!(result_type(Typing::Integer, &[Bool], &[]).is_err());
+    }
+}
