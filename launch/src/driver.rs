@@ -47,8 +47,9 @@ unsafe impl Send for Context {}
 static CONTEXTS: Mutex<Option<HashMap<i32, Context>>> = Mutex::new(None);
 
 /// Makes device `ordinal`'s primary context current on this thread (retaining it once per
-/// process, as the CUDA runtime does).
-pub fn use_device(ordinal: i32) -> Result<(), String> {
+/// process, as the CUDA runtime does) until the returned guard drops, which puts back the
+/// context that was current before: the caller's current device (torch's) is left as it was.
+pub fn use_device(ordinal: i32) -> Result<CurrentDevice, String> {
     if !available() {
         return Err(
             "the NVIDIA driver library (libcuda.so.1) cannot be loaded: launching a kernel needs \
@@ -74,11 +75,29 @@ pub fn use_device(ordinal: i32) -> Result<(), String> {
             }
         }
     };
-    if cu::ctx::get_current().map_err(driver_err("cuCtxGetCurrent"))? != Some(ctx.0) {
-        // SAFETY: a live primary context.
-        unsafe { cu::ctx::set_current(ctx.0) }.map_err(driver_err("cuCtxSetCurrent"))?;
+    let previous = cu::ctx::get_current().map_err(driver_err("cuCtxGetCurrent"))?;
+    if previous == Some(ctx.0) {
+        return Ok(CurrentDevice { previous: None });
     }
-    Ok(())
+    // SAFETY: a live primary context.
+    unsafe { cu::ctx::set_current(ctx.0) }.map_err(driver_err("cuCtxSetCurrent"))?;
+    Ok(CurrentDevice {
+        previous: Some(previous.unwrap_or(std::ptr::null_mut())),
+    })
+}
+
+/// The context [`use_device`] replaced, put back on drop (`None`: nothing was replaced).
+pub struct CurrentDevice {
+    previous: Option<sys::CUcontext>,
+}
+
+impl Drop for CurrentDevice {
+    fn drop(&mut self) {
+        if let Some(previous) = self.previous {
+            // SAFETY: the context that was current (or none) when the guard was made.
+            let _ = unsafe { cu::ctx::set_current(previous) };
+        }
+    }
 }
 
 /// A loaded kernel. The module stays loaded for the process's life (a program's
@@ -97,7 +116,7 @@ unsafe impl Sync for Kernel {}
 impl Kernel {
     /// Loads `cubin` into device `ordinal`'s primary context and finds `name` in it.
     pub fn load(ordinal: i32, cubin: &[u8], name: &str) -> Result<Kernel, String> {
-        use_device(ordinal)?;
+        let _current = use_device(ordinal)?;
         // SAFETY: `cubin` is an image NVRTC made; the driver copies it.
         let module = unsafe { cu::module::load_data(cubin.as_ptr().cast()) }
             .map_err(driver_err("cuModuleLoadData (loading the CUBIN)"))?;
@@ -123,7 +142,7 @@ impl Kernel {
         stream: u64,
         args: &mut KernelArgs,
     ) -> Result<(), String> {
-        use_device(ordinal)?;
+        let _current = use_device(ordinal)?;
         let smem = launch.dynamic_smem_bytes;
         if smem > self.smem_opt_in.load(Ordering::Relaxed) {
             // SAFETY: a live function; the attribute takes a byte count.

@@ -330,7 +330,8 @@ impl Specialization {
         let kernel = self.kernel(py, device)?;
         let values = scalar_values(scalars)?;
         // The tensor maps are encoded with the driver: make the device's context current.
-        hopfuse_launch::driver::use_device(device).map_err(PyRuntimeError::new_err)?;
+        let _current =
+            hopfuse_launch::driver::use_device(device).map_err(PyRuntimeError::new_err)?;
         let mut args = hopfuse_launch::args::for_plan(&self.plan, &self.sizes, &pointers, &values)
             .map_err(PyValueError::new_err)?;
         kernel
@@ -353,7 +354,8 @@ impl Specialization {
     ) -> PyResult<f64> {
         let kernel = self.kernel(py, device)?;
         let values = scalar_values(scalars)?;
-        hopfuse_launch::driver::use_device(device).map_err(PyRuntimeError::new_err)?;
+        let _current =
+            hopfuse_launch::driver::use_device(device).map_err(PyRuntimeError::new_err)?;
         let mut args = hopfuse_launch::args::for_plan(&self.plan, &self.sizes, &pointers, &values)
             .map_err(PyValueError::new_err)?;
         let start = std::time::Instant::now();
