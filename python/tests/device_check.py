@@ -68,7 +68,13 @@ RESULTS["environment"].update(
 )
 save()
 
-import hopfuse  # noqa: E402
+try:
+    import hopfuse  # noqa: E402
+except Exception:  # noqa: BLE001 (recorded: nothing else can run)
+    RESULTS["checks"].append({"name": "import hopfuse", "ok": False, "error": traceback.format_exc()})
+    save()
+    print(RESULTS["checks"][-1]["error"])
+    sys.exit(1)
 
 RESULTS["environment"]["hopfuse_file"] = hopfuse.__file__
 RESULTS["environment"]["nvrtc_and_driver_loadable"] = hopfuse.available()
