@@ -117,50 +117,16 @@ pub fn compile_choosing_index(
     options: &CompileOptions,
     choose: impl FnOnce(&LaunchPlan) -> IndexType,
 ) -> Result<Compilation, Diagnostics> {
-    let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
     let locate_all =
-        |ds: Vec<Diagnostic>| Diagnostics(ds.into_iter().map(|d| d.locate(source)).collect());
+        |ds: Diagnostics| Diagnostics(ds.0.into_iter().map(|d| d.locate(source)).collect());
     if options.clock_probe && !cfg!(feature = "clock-probe") {
         return Err(Diagnostics::from(Diagnostic::new(
             "this build of hopfuse has no clock probe (the `clock-probe` feature)",
             None,
         )));
     }
-    // Every syntax error, then every independent schedule error: each stage recovers at
-    // statement boundaries.
-    let program = frontend::parse_all(source).map_err(locate_all)?;
-    let fusion = fusion::build(&program.fusion).map_err(locate)?;
-    let mut scheduled = fusion.clone();
-    let schedule_errors = fusion::schedule::apply_all(&mut scheduled, &program.schedule);
-    if !schedule_errors.is_empty() {
-        return Err(locate_all(schedule_errors));
-    }
-    let mut cx = passes::Ctx::new(&scheduled);
-    cx.assume_aligned_vectors = options.assume_aligned_vectors;
-    cx.aligned_for = options.aligned_for.clone();
-    let mut kernel = kir::Kernel {
-        name: format!("{}_kernel", scheduled.name),
-        buffers: Vec::new(),
-        body: Vec::new(),
-        block: [
-            plan::SizeExpr::Const(1),
-            plan::SizeExpr::Const(1),
-            plan::SizeExpr::Const(1),
-        ],
-        grid: [
-            plan::SizeExpr::Const(1),
-            plan::SizeExpr::Const(1),
-            plan::SizeExpr::Const(1),
-        ],
-        hw_vars: Vec::new(),
-        reduce_scratch: None,
-        dynamic_smem: plan::SizeExpr::Const(0),
-        mbarriers: Vec::new(),
-        tensor_maps: Vec::new(),
-        register_sharing: None,
-        cluster: None,
-        persistent: None,
-    };
+    let (fusion, scheduled) = schedule(source)?;
+    let mut lowering = Lowering::new(&scheduled, options);
     let mut dumps = vec![PassDump {
         name: "fusion",
         summary: "scheduled fusion IR",
@@ -169,23 +135,18 @@ pub fn compile_choosing_index(
     // The statement lines of the last dump (what the CUDA line map points into), recorded as
     // each dump is printed rather than printing the final kernel once more.
     let mut ir_lines = kir::IrLines::default();
-    // The pipeline plan: computed by the `tma` pass, completed by `allocation`, read by the
-    // passes after them and by the pipeline view (empty when `tma` does not run).
-    let mut pipeline_plan = passes::PipelinePlan::default();
     for pass in passes::PIPELINE {
-        if !(pass.applies)(&cx) {
+        if !lowering.run(pass).map_err(locate_all)? {
             continue;
         }
-        cx.kernel_unchanged = false;
-        pass.run(&mut cx, &mut pipeline_plan, &mut kernel)
-            .map_err(locate)?;
-        verify::after_pass(pass.name, &kernel)?;
         // A pass that changed nothing has the previous kernel pass's dump (and lines).
         let ir = match dumps.last() {
-            Some(previous) if cx.kernel_unchanged && dumps.len() > 1 => previous.ir.clone(),
+            Some(previous) if lowering.cx.kernel_unchanged && dumps.len() > 1 => {
+                previous.ir.clone()
+            }
             _ => {
                 let ir;
-                (ir, ir_lines) = kernel.print_with_lines();
+                (ir, ir_lines) = lowering.kernel.print_with_lines();
                 ir
             }
         };
@@ -195,6 +156,11 @@ pub fn compile_choosing_index(
             ir,
         });
     }
+    let Lowering {
+        cx,
+        plan: pipeline_plan,
+        kernel,
+    } = lowering;
     let pipeline = pipeline_view::extract(&kernel, &pipeline_plan);
     let constraints = cx.constraints.clone();
     let (mut cuda, mut plan, mut written) = codegen::emit_mapped(
@@ -230,6 +196,75 @@ pub fn compile_choosing_index(
         kernel,
         pipeline_plan,
     })
+}
+
+/// A program's fusion as written and as its schedule leaves it (every syntax error, then every
+/// independent schedule error: each stage recovers at statement boundaries), located.
+pub fn schedule(source: &str) -> Result<(fusion::Fusion, fusion::Fusion), Diagnostics> {
+    let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
+    let locate_all =
+        |ds: Vec<Diagnostic>| Diagnostics(ds.into_iter().map(|d| d.locate(source)).collect());
+    let program = frontend::parse_all(source).map_err(locate_all)?;
+    let fusion = fusion::build(&program.fusion).map_err(locate)?;
+    let mut scheduled = fusion.clone();
+    let schedule_errors = fusion::schedule::apply_all(&mut scheduled, &program.schedule);
+    if !schedule_errors.is_empty() {
+        return Err(locate_all(schedule_errors));
+    }
+    Ok((fusion, scheduled))
+}
+
+/// A lowering under way: the pass context, the pipeline plan (computed by the `tma` pass,
+/// completed by `allocation`, read by the passes after them and by the pipeline view; empty
+/// when `tma` does not run) and the kernel, advanced one pass of [`passes::PIPELINE`] at a time.
+/// [`compile`] runs every pass; the per-pass filetests run the passes before the one they test
+/// for the context, then replace the kernel with their own text.
+pub struct Lowering<'f> {
+    pub cx: passes::Ctx<'f>,
+    pub plan: passes::PipelinePlan,
+    pub kernel: kir::Kernel,
+}
+
+impl<'f> Lowering<'f> {
+    /// The empty kernel of a scheduled fusion, before the first pass.
+    pub fn new(scheduled: &'f fusion::Fusion, options: &CompileOptions) -> Lowering<'f> {
+        let mut cx = passes::Ctx::new(scheduled);
+        cx.assume_aligned_vectors = options.assume_aligned_vectors;
+        cx.aligned_for = options.aligned_for.clone();
+        let one = || plan::SizeExpr::Const(1);
+        let kernel = kir::Kernel {
+            name: format!("{}_kernel", scheduled.name),
+            buffers: Vec::new(),
+            body: Vec::new(),
+            block: [one(), one(), one()],
+            grid: [one(), one(), one()],
+            hw_vars: Vec::new(),
+            reduce_scratch: None,
+            dynamic_smem: plan::SizeExpr::Const(0),
+            mbarriers: Vec::new(),
+            tensor_maps: Vec::new(),
+            register_sharing: None,
+            cluster: None,
+            persistent: None,
+        };
+        Lowering {
+            cx,
+            plan: passes::PipelinePlan::default(),
+            kernel,
+        }
+    }
+
+    /// Runs `pass` on the kernel when it applies to the fusion (`Ok(false)` when it does not),
+    /// then the verifier's checks after it. Errors are not located in the program text yet.
+    pub fn run(&mut self, pass: &passes::Pass) -> Result<bool, Diagnostics> {
+        if !(pass.applies)(&self.cx) {
+            return Ok(false);
+        }
+        self.cx.kernel_unchanged = false;
+        pass.run(&mut self.cx, &mut self.plan, &mut self.kernel)?;
+        verify::after_pass(pass.name, &self.kernel)?;
+        Ok(true)
+    }
 }
 
 /// Parses a program and emits the PyTorch twin of its fusion ([`torch::emit`]; the schedule is

@@ -35,8 +35,64 @@ pub(crate) fn float_literal(v: impl std::fmt::Display) -> String {
     s
 }
 
+/// The names of `known` close to `name` (a mistyped name's likely meaning): at most a third of
+/// its letters (and at least one) inserted, deleted or replaced, or one of the two starts with
+/// the other; nearest first.
+pub(crate) fn near_names<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let limit = (name.chars().count() / 3).max(1);
+    let mut near: Vec<(usize, &str)> = known
+        .filter_map(|k| {
+            let d = edit_distance(name, k);
+            let prefix = name.len() >= 3 && (k.starts_with(name) || name.starts_with(k));
+            (d <= limit || prefix).then_some((d, k))
+        })
+        .collect();
+    near.sort();
+    near.into_iter().map(|(_, k)| k).collect()
+}
+
+/// Levenshtein distance in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn near_names_are_small_edits_or_prefixes() {
+        use super::near_names;
+        let known = [
+            "split",
+            "merge",
+            "reorder",
+            "cache_after",
+            "cache_before",
+            "inline_most",
+        ];
+        assert_eq!(near_names("splt", known.into_iter()), ["split"]);
+        assert_eq!(near_names("marge", known.into_iter()), ["merge"]);
+        assert_eq!(
+            near_names("cache", known.into_iter()),
+            ["cache_after", "cache_before"]
+        );
+        assert_eq!(near_names("inline", known.into_iter()), ["inline_most"]);
+        assert!(near_names("frobnicate", known.into_iter()).is_empty());
+        assert_eq!(super::edit_distance("kitten", "sitting"), 3);
+    }
+
     #[test]
     fn float_literals_read_back_as_the_same_float() {
         use super::float_literal;

@@ -154,8 +154,14 @@ fn operands_are_swizzled_half_precision_caches_in_shared_memory() {
 fn an_mn_major_operand_wider_than_a_swizzle_span_is_atoms_side_by_side() {
     // b stored [K, N] with a 128-wide N tile as one box: 256 bytes along N, two 128-byte spans
     // in one row, which neither TMA's swizzle nor a wgmma atom allows.
-    let src =
-        include_str!("../passes/mma/mn_major.hf").replace("s.split(5, 64)", "s.split(5, 128)");
+    // The program of the `mma` pass's MN-major filetest (its `;; program` section).
+    let case = include_str!("../filetests/mma/mn_major.kir");
+    let program = case
+        .split(";; program\n")
+        .nth(1)
+        .and_then(|rest| rest.split(";; before\n").next())
+        .expect("a filetest's program section");
+    let src = program.replace("s.split(5, 64)", "s.split(5, 128)");
     let e = error(&src);
     assert!(
         e.message.contains(

@@ -196,12 +196,13 @@ fn the_kernel_has_one_tile_loop_that_the_producer_flattens() {
     );
     // The consumers' tile loop, and the producer's one flat (tile, k) loop.
     assert!(
-        ir.contains("for tile in ceilDiv(ceilDiv(M, 128) * ceilDiv(N, 256) - blockIdx.x, gridDim.x) @Serial:"),
+        ir.contains("for tile in ceilDiv(ceilDiv(M, 128) * ceilDiv(N, 256) - blockIdx.x, gridDim.x) @Serial key "),
         "{ir}"
     );
     // It carries the tile and k indices as digits: no division of the linear count.
     assert!(
-        ir.contains("for tile_k_o in ceilDiv(ceilDiv(M, 128) * ceilDiv(N, 256) - blockIdx.x, gridDim.x) * ceilDiv(K, 64) @Serial carrying tile in ceilDiv(ceilDiv(M, 128) * ceilDiv(N, 256) - blockIdx.x, gridDim.x), k_o in ceilDiv(K, 64):"),
+        ir.contains("for tile_k_o in ceilDiv(ceilDiv(M, 128) * ceilDiv(N, 256) - blockIdx.x, gridDim.x) * ceilDiv(K, 64) @Serial key ")
+            && ir.contains(" carrying tile in ceilDiv(ceilDiv(M, 128) * ceilDiv(N, 256) - blockIdx.x, gridDim.x), k_o in ceilDiv(K, 64):"),
         "{ir}"
     );
     assert!(

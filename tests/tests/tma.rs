@@ -41,7 +41,7 @@ fn tma_data_needs_no_block_barrier_before_it_is_read() {
     let sync = c.passes.iter().find(|p| p.name == "sync").unwrap();
     // Main loop: issue, wait, compute, then one barrier (write-after-read) and nothing between
     // the wait and the reads.
-    let main = sync.ir.split("@Serial:").nth(2).unwrap();
+    let main = sync.ir.split("@Serial key ").nth(2).unwrap();
     let wait = main.find("mbarrier_wait").unwrap();
     let read = main.find("exp(x_s[").unwrap();
     assert!(!main[wait..read].contains("__syncthreads"), "{}", sync.ir);

@@ -3,13 +3,16 @@
 //! dialog, the editor's autocompletion and hover docs (through `web/reference.json`, [`json`]),
 //! and `docs/language.md` ([`markdown`]). Both files are generated: a test fails when either
 //! differs from the table, and `HOPFUSE_BLESS=1 cargo test -p hopfuse-web --lib reference`
-//! rewrites them. Tests check the table against the compiler's own lists.
+//! rewrites them. The schedule primitives are not restated here: their section is the
+//! compiler's own table of them (`hopfuse::fusion::schedule::table`, [`schedule_entries`]). Tests
+//! check the rest against the compiler's lists.
 //!
 //! The page does not compile this table in: `js/editor.js` fetches `reference.json` the first
 //! time the dialog opens, a completion is asked for or a name is hovered, which keeps about 3 KiB
 //! of brotli out of the cold load.
 
 use crate::examples;
+use hopfuse::fusion::schedule::table;
 use serde::Serialize;
 
 /// What an entry is; the sections of the reference, in order.
@@ -85,6 +88,7 @@ const fn e(name: &'static str, kind: Kind, signature: &'static str, doc: &'stati
 
 use Kind::*;
 
+/// Every entry but the schedule primitives (those are [`schedule_entries`]).
 pub const ENTRIES: &[Entry] = &[
     e("fusion", Keyword, "fusion NAME { ... }", "The computation: inputs, assignments and outputs, one statement a line (or separated by `;`). The kernel is named NAME_kernel."),
     e("schedule", Keyword, "schedule { ... }", "How the fusion is lowered: statements applied in order after the fusion. Optional; without it every tensor gets one serial loop nest."),
@@ -113,23 +117,6 @@ pub const ENTRIES: &[Entry] = &[
     e("broadcast", Op, "broadcast(x, axis=1)", "Inserts new axes at the listed positions of the result, so x lines up with a tensor of higher rank (e.g. a row vector added to every row)."),
     e("cast", Op, "cast(x, bf16)", "Converts to a dtype."),
     e("set", Op, "set(x) | copy(x)", "A copy of x."),
-    e("cache_after", Schedule, "x_c = cache_after(x, memory=local|shared|global, load=plain|tma|bulk, swizzle=none|32|64|128)", "A copy of input x that its consumers read instead. load=tma fills a shared cache with TMA box copies (the box: the cache's Bulk axes); load=bulk with 1-D bulk copies."),
-    e("cache_before", Schedule, "y_c = cache_before(y, memory=..., store=plain|tma, fence=analysis|per_store|issuing_warp, swizzle=...)", "y is computed into y_c, which is then copied out to y. store=tma writes a shared cache with TMA stores (the box: y's Bulk axes)."),
-    e("split", Schedule, "t.split(axis, factor[, inner|outer])", "Splits a loop axis in two: the inner part has extent `factor` (inner, the default), or the outer part does (outer). The axes after it move one to the right."),
-    e("merge", Schedule, "t.merge(a[, b])", "Merges loop axes a and b (default a + 1) into one axis at a's position."),
-    e("reorder", Schedule, "t.reorder(p0, p1, ...)", "Reorders the loop axes: the new order as old positions, a permutation of all of them."),
-    e("parallelize", Schedule, "t.parallelize(axis, TIDx)", "Binds a loop axis to a parallel type (a block or thread index, vector lanes, unrolling, a TMA box)."),
-    e("vectorize", Schedule, "t.vectorize(axis)", "Same as parallelize(axis, Vectorize): the axis (constant extent, at most 16 bytes) becomes one vector access."),
-    e("set_memory", Schedule, "t.set_memory(local|shared|global)", "Where an intermediate tensor lives."),
-    e("inline_at", Schedule, "t.inline_at(pos)", "Computes t inside the first `pos` loops of its consumers (0: its own loop nest)."),
-    e("compute_at", Schedule, "p.compute_at(consumer, pos)", "Computes p inside the first `pos` loops of `consumer`."),
-    e("rfactor", Schedule, "t.rfactor(axis, ...)", "Splits reduction t in two: t_rf reduces the listed loop axes (its other reduction axes hold partial results), then t reduces t_rf."),
-    e("circular_buffer", Schedule, "t.circular_buffer(stages, prefetch=stages-1, war=sync|mbarrier) | t.circular_buffer(stages, warp_specialized(TIDy, registers=[40, 232], warp=0))", "Pipelines the serial loop around a cache's load over `stages` slots, `prefetch` loads ahead. With warp_specialized, a 128-thread producer warp group issues the loads."),
-    e("warp_specialized", Schedule, "warp_specialized(TIDx|TIDy|TIDz, registers=[producer, consumer], warp=N)", "An argument of circular_buffer: the producer warp group is added along that thread dim; `registers` rebalances registers with setmaxnreg; caches with different `warp` are separate producer roles. Loads inside the consumers' loop over that dim make its thread groups take turns with whole stages (ping-pong: examples/matmul/step14_ping_pong.hf)."),
-    e("propagate", Schedule, "propagate(t)", "Replays t's splits, merges, reorders and parallel types on every other computed tensor."),
-    e("inline_most", Schedule, "inline_most() | inline_most(t, ...)", "Inlines every tensor (or those listed) as deep into its consumers' loops as is legal."),
-    e("persistent", Schedule, "persistent(BIDy, 16)", "Makes the kernel persistent: the grid-bound axes span the tiles, and a one-dimensional grid of as many CTAs as are resident (the fewest for as few rounds) walks them, CTA b taking tiles b, b + gridDim.x, ...; a grouped raster maps each to its indices: groups of 16 tiles along BIDy, stepping along BIDy first (examples/matmul/step15_persistent_raster.hf). With cluster(...), tiles of clusters. With stream_k: whole rounds, then the k steps of the tiles left split over every CTA (docs/variants/s15_stream_k.hf)."),
-    e("cluster", Schedule, "cluster(BIDy, 2)", "Launches the kernel in clusters of 2..8 consecutive CTAs along a grid axis; a load=tma box that every CTA of a cluster loads alike is multicast, each CTA copying its slice of it into all of them (its pipeline needs empty mbarriers)."),
     e("Serial", Parallel, "Serial", "An ordinary loop (the default)."),
     e("BIDx", Parallel, "BIDx", "blockIdx.x: one block per index (grid x up to 2^31 - 1)."),
     e("BIDy", Parallel, "BIDy", "blockIdx.y (grid y up to 65535)."),
@@ -159,6 +146,7 @@ pub const ENTRIES: &[Entry] = &[
     e("warp", Argument, "warp=0..3", "The producer warp that issues this cache's loads."),
     e("inner", Argument, "t.split(axis, factor, inner)", "The inner part of the split has extent `factor` (the default)."),
     e("outer", Argument, "t.split(axis, factor, outer)", "The outer part of the split has extent `factor`."),
+    e("stream_k", Argument, "persistent(BIDy, 16, stream_k)", "After the whole rounds of tiles, the k steps of the tiles left are split evenly over every CTA (stream-K), partial sums combined through a workspace."),
 ];
 
 /// The reference as the page fetches it (`web/reference.json`): its sections in order, each
@@ -168,7 +156,7 @@ pub fn json() -> String {
     struct Section {
         title: &'static str,
         anchor: &'static str,
-        entries: Vec<&'static Entry>,
+        entries: Vec<Entry>,
     }
     let sections: Vec<Section> = Kind::ALL
         .iter()
@@ -181,8 +169,22 @@ pub fn json() -> String {
     serde_json::to_string_pretty(&sections).expect("entries serialize") + "\n"
 }
 
-pub fn of_kind(kind: Kind) -> impl Iterator<Item = &'static Entry> {
-    ENTRIES.iter().filter(move |e| e.kind == kind)
+/// The entries of one section, in order.
+pub fn of_kind(kind: Kind) -> impl Iterator<Item = Entry> {
+    let listed = ENTRIES.iter().copied().filter(move |e| e.kind == kind);
+    let primitives = (kind == Kind::Schedule).then(schedule_entries);
+    listed.chain(primitives.into_iter().flatten())
+}
+
+/// The schedule section, from the compiler's table of primitives: each primitive, followed by
+/// the nested calls its arguments may be (`warp_specialized` after `circular_buffer`).
+pub fn schedule_entries() -> impl Iterator<Item = Entry> {
+    table::PRIMITIVES.iter().flat_map(|p| {
+        let nested = p
+            .nested()
+            .map(|n| e(n.name, Kind::Schedule, n.written, n.doc));
+        std::iter::once(e(p.name, Kind::Schedule, p.written, p.doc)).chain(nested)
+    })
 }
 
 /// The reference as Markdown (docs/language.md).
@@ -310,7 +312,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_documented() {
         let mut seen = std::collections::HashSet::new();
-        for e in ENTRIES {
+        for e in Kind::ALL.into_iter().flat_map(of_kind) {
             assert!(seen.insert(e.name), "{} twice", e.name);
             assert!(!e.doc.is_empty() && e.doc.ends_with('.'), "{}", e.name);
         }
@@ -318,6 +320,55 @@ mod tests {
         assert_eq!(sections[0]["title"], "Program structure");
         assert_eq!(sections[0]["entries"][0]["name"], "fusion");
         assert_eq!(sections[3]["entries"][0]["kind"], "schedule");
+    }
+
+    #[test]
+    fn the_schedule_section_is_the_compilers_table_of_primitives() {
+        let section: Vec<Entry> = of_kind(Kind::Schedule).collect();
+        let mut want = Vec::new();
+        for p in table::PRIMITIVES {
+            want.push((p.name, p.written, p.doc));
+            want.extend(p.nested().map(|n| (n.name, n.written, n.doc)));
+        }
+        let have: Vec<_> = section
+            .iter()
+            .map(|e| (e.name, e.signature, e.doc))
+            .collect();
+        assert_eq!(have, want);
+        assert!(ENTRIES.iter().all(|e| e.kind != Kind::Schedule));
+        // The generated reference carries every primitive.
+        let sections: serde_json::Value = serde_json::from_str(&json()).unwrap();
+        let listed = &sections[3]["entries"];
+        for p in table::PRIMITIVES {
+            assert!(
+                listed
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|e| e["name"] == p.name),
+                "{} is missing from reference.json",
+                p.name
+            );
+            assert!(markdown().contains(&format!("| `{}` |", p.name)));
+        }
+    }
+
+    #[test]
+    fn every_named_argument_and_keyword_of_the_table_is_documented() {
+        let arguments = names(Kind::Argument);
+        for p in table::PRIMITIVES {
+            let params = p.params.iter().chain(p.nested().flat_map(|n| n.params));
+            for q in params {
+                if q.passing != table::Passing::Positional {
+                    assert!(arguments.contains(&q.name), "{}: {}=", p.name, q.name);
+                }
+                if let table::ArgKind::Keyword(words) = q.kind {
+                    for w in words {
+                        assert!(arguments.contains(w), "{}: {w}", p.name);
+                    }
+                }
+            }
+        }
     }
 
     /// Compares a generated file with what the table makes of it (rewrites it under

@@ -3,7 +3,6 @@
 //! (extents, the size of an axis's derivation, the loops two tensors share). `schedule` parses
 //! and checks the statements and calls these.
 
-use super::schedule::{fresh_logical_root, push_tensor};
 use super::*;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -412,4 +411,48 @@ pub(super) fn has_rfactor_axes(f: &Fusion, t: TensorId) -> bool {
         .loop_domain
         .iter()
         .any(|&id| f.ids[id].kind == IterKind::Iteration && from_reduction(f, id))
+}
+
+/// Fresh root axes joined to the logical axes of `like` (reduction axes dropped).
+pub(crate) fn fresh_logical_root(f: &mut Fusion, like: TensorId) -> Vec<IterId> {
+    let logical = f.logical(like);
+    logical
+        .into_iter()
+        .map(|id| {
+            let (kind, ext) = (f.ids[id].kind, f.ids[id].root_extent.clone());
+            let new = f.new_id(kind, IterOrigin::Root, ext);
+            f.union(new, id);
+            new
+        })
+        .collect()
+}
+
+/// A new tensor (a cache or an rfactor's partial result) with `root` as its root and loop
+/// domain, computed nowhere yet.
+pub(crate) fn push_tensor(
+    f: &mut Fusion,
+    name: &str,
+    dtype: DType,
+    root: Vec<IterId>,
+    memory: MemoryType,
+    span: Option<Span>,
+) -> TensorId {
+    f.tensors.push(Tensor {
+        name: name.to_string(),
+        dtype,
+        loop_domain: root.clone(),
+        root,
+        memory,
+        inline: Inline::Most,
+        definition: None,
+        is_input: false,
+        is_output: false,
+        span,
+        load: LoadKind::Plain,
+        circular: None,
+        store: LoadKind::Plain,
+        fence: FenceMode::Analysis,
+        swizzle: 0,
+    });
+    TensorId::new(f.tensors.len() - 1)
 }

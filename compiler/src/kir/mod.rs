@@ -21,9 +21,11 @@ use crate::dtype::DType;
 use crate::fusion::{BinaryOp, ExprId, MemoryType, ParallelType, ReduceOp, TensorId, UnaryOp};
 use crate::plan::SizeExpr;
 
+mod parse;
 mod print;
 mod val;
 
+pub use parse::{parse, ParseError, MAX_BLOCK_DEPTH, MAX_DEPTH};
 pub use print::{access_text, IrLines};
 pub use val::Val;
 

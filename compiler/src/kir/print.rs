@@ -1,45 +1,96 @@
 //! The kernel IR's text: [`Kernel::print`] (the dump shown after every pass), its line map
-//! ([`IrLines`]) and one statement's line ([`Kernel::stmt_head`]).
+//! ([`IrLines`]) and one statement's line ([`Kernel::stmt_head`]). The dump is complete:
+//! `kir::parse` reads it back into the same kernel, so what its readable lines leave out is
+//! written as short annotations (the helpers at the end of this file).
 
 use super::*;
 use std::fmt::Write;
 
 impl Data {
+    /// The value's text, its types written where they are not the ones implied by its own.
     pub fn text(&self, k: &Kernel) -> String {
         let mut out = String::new();
-        self.write(k, &mut out);
+        self.write(k, self.dtype().unwrap_or(DType::F32), &mut out);
         out
     }
 
-    fn write(&self, k: &Kernel, out: &mut String) {
+    /// The type of the node (None for a read: the buffer's).
+    pub fn dtype(&self) -> Option<DType> {
+        match self {
+            Data::Read(_) => None,
+            Data::Param(_, d)
+            | Data::Literal(_, d)
+            | Data::Unary(_, d, _)
+            | Data::Binary(_, d, _, _)
+            | Data::Cast(d, _) => Some(*d),
+        }
+    }
+
+    /// Writes the value where a value of type `expected` is wanted (a computation's output
+    /// buffer type at the top): a node's type is written (`exp<f64>(..)`, `1.0:i32`) only when it
+    /// is not [`implied_dtype`], so the usual computation reads as before.
+    fn write(&self, k: &Kernel, expected: DType, out: &mut String) {
+        let annotate = |d: DType, out: &mut String| {
+            if d != implied_dtype(self, expected) {
+                out.push(':');
+                out.push_str(d.name());
+            }
+        };
         match self {
             Data::Read(a) => write_access(k, a, out),
-            Data::Param(n, _) => out.push_str(n),
-            Data::Literal(v, _) => {
-                out.push_str(&crate::text::float_literal(v));
+            Data::Param(n, d) => {
+                out.push_str(n);
+                annotate(*d, out);
             }
-            Data::Unary(u, _, x) => {
+            Data::Literal(v, d) => {
+                out.push_str(&crate::text::float_literal(v));
+                annotate(*d, out);
+            }
+            Data::Unary(u, d, x) => {
                 out.push_str(u.name());
+                write_op_dtype(*d, implied_dtype(self, expected), out);
                 out.push('(');
-                x.write(k, out);
+                x.write(k, *d, out);
                 out.push(')');
             }
-            Data::Binary(b, _, x, y) => {
+            Data::Binary(b, d, x, y) => {
                 out.push_str(b.name());
+                write_op_dtype(*d, implied_dtype(self, expected), out);
                 out.push('(');
-                x.write(k, out);
+                x.write(k, *d, out);
                 out.push_str(", ");
-                y.write(k, out);
+                y.write(k, *d, out);
                 out.push(')');
             }
             Data::Cast(d, x) => {
                 out.push_str("cast<");
                 out.push_str(d.name());
                 out.push_str(">(");
-                x.write(k, out);
+                x.write(k, *d, out);
                 out.push(')');
             }
         }
+    }
+}
+
+/// `<dtype>` after an operation's name when its type is not the implied one.
+fn write_op_dtype(d: DType, implied: DType, out: &mut String) {
+    if d != implied {
+        out.push('<');
+        out.push_str(d.name());
+        out.push('>');
+    }
+}
+
+/// The type a value node has when the dump does not write it, where a value of type
+/// `expected` is wanted: arithmetic in the compute type of `expected` (`loop_nest` computes
+/// an op in its output's compute type and reads its operands in it), a literal or parameter in
+/// `expected` itself. The parser reads an unwritten type back with the same rule.
+pub(super) fn implied_dtype(node: &Data, expected: DType) -> DType {
+    match node {
+        Data::Unary(..) | Data::Binary(..) => expected.compute(),
+        Data::Cast(d, _) => *d,
+        Data::Read(_) | Data::Param(..) | Data::Literal(..) => expected,
     }
 }
 
@@ -134,7 +185,7 @@ impl Kernel {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let _ = writeln!(
+        let _ = write!(
             s,
             "kernel {}  grid({})  block({}){}",
             self.name,
@@ -144,22 +195,9 @@ impl Kernel {
                 .map(|c| format!("  cluster({}, {}, {})", c[0], c[1], c[2]))
                 .unwrap_or_default()
         );
+        write_kernel_extras(self, &mut s);
         for b in &self.buffers {
-            if b.memory == MemoryType::Global {
-                let shape: Vec<String> = b
-                    .global_shape
-                    .iter()
-                    .map(|(e, bc)| if *bc { "1".into() } else { e.to_string() })
-                    .collect();
-                let _ = writeln!(
-                    s,
-                    "  param {}: {}[{}] global {}",
-                    b.name,
-                    b.dtype,
-                    shape.join(", "),
-                    if b.is_input { "in" } else { "out" }
-                );
-            }
+            write_buffer_decl(b, &mut s);
         }
         for m in &self.tensor_maps {
             let list = |v: &[SizeExpr]| {
@@ -168,7 +206,7 @@ impl Kernel {
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            let _ = writeln!(
+            let _ = write!(
                 s,
                 "  param {}: tensor map of `{}` ({}), innermost first: dims [{}] strides [{}] bytes, box {:?}",
                 m.param,
@@ -178,6 +216,10 @@ impl Kernel {
                 list(&m.global_strides),
                 m.box_dims
             );
+            write_tensor_map_extras(m, &mut s);
+        }
+        for m in &self.mbarriers {
+            write_mbarrier_decl(m, &mut s);
         }
         for (v, p) in &self.hw_vars {
             if let Some(r) = rec.as_deref_mut() {
@@ -209,8 +251,11 @@ impl Kernel {
                     );
                 }
             }
-            for (v, _, value) in &p.bindings {
-                let _ = writeln!(s, "  {v} = {}", value.text());
+            if let Some(sk) = &p.stream_k {
+                write_stream_k_details(sk, &mut s);
+            }
+            for (v, along, value) in &p.bindings {
+                let _ = writeln!(s, "  {v} @{along} = {}", value.text());
             }
         }
         print_block(self, &self.body, 1, &mut s, &mut rec);
@@ -249,7 +294,7 @@ fn print_block(
                 s.push_str(&l.var);
                 s.push_str(" in ");
                 l.extent.write(s, false);
-                let _ = write!(s, " @{}", l.parallel);
+                let _ = write!(s, " @{} key {}", l.parallel, l.key.index());
                 if !l.digits.is_empty() {
                     s.push_str(" carrying ");
                     for (i, d) in l.digits.iter().enumerate() {
@@ -294,35 +339,38 @@ fn print_block(
                 s.push('\n');
             }
             Stmt::Compute(c) => {
-                let tag = match c.role {
-                    ComputeRole::Normal => "",
-                    ComputeRole::ReductionInit => "  // init",
-                    ComputeRole::ReductionUpdate => "  // reduce",
-                    ComputeRole::ReductionWrite => "  // write",
-                };
                 s.push_str(ind);
                 if let Some((v, w)) = &c.vector {
                     let _ = write!(s, "vector<{w}> over {v}: ");
                 }
                 write_access(k, &c.out, s);
                 s.push_str(" = ");
-                c.value.write(k, s);
-                s.push_str(tag);
+                c.value.write(k, k.buffers[c.out.buffer].dtype, s);
+                write_compute_tag(c, s);
                 s.push('\n');
             }
-            Stmt::BlockReduce { acc, op, dims, .. } => {
+            Stmt::BlockReduce {
+                acc,
+                op,
+                dims,
+                dtype,
+            } => {
                 let d: String = ["x", "y", "z"]
                     .iter()
                     .zip(dims)
                     .filter(|(_, &b)| b)
                     .map(|(n, _)| *n)
                     .collect();
-                let _ = writeln!(
+                let _ = write!(
                     s,
                     "{ind}block_{}_over_{d}({})",
                     op.name(),
                     access_text(k, acc)
                 );
+                if *dtype != k.buffers[acc.buffer].dtype {
+                    let _ = write!(s, " in {dtype}");
+                }
+                s.push('\n');
             }
             Stmt::Sync => {
                 let _ = writeln!(s, "{ind}__syncthreads()");
@@ -454,33 +502,36 @@ fn print_block(
             }
             Stmt::Wgmma(w) => {
                 let operand = |o: &MmaOperand| {
+                    let (lbo, sbo) = descriptor_offsets(o.desc_bits);
                     format!(
-                        "{} ({}, swizzle {})",
+                        "{} ({}, swizzle {}, lbo {lbo}, sbo {sbo})",
                         access_text(k, &o.tile),
                         if o.transposed { "MN-major" } else { "K-major" },
                         o.swizzle
                     )
                 };
-                let _ = writeln!(
+                let _ = write!(
                     s,
                     "{ind}wgmma.m64n{}k16.f32.{} {}[+{}] (+)= {} x {}, accumulate if {}",
                     w.n,
                     w.input.name(),
                     k.buffers[w.acc.buffer].name,
-                    w.acc.index.as_ref().map_or("0".into(), |i| i.text()),
+                    w.acc.index.as_ref().map_or("*".into(), |i| i.text()),
                     operand(&w.a),
                     operand(&w.b),
                     w.accumulate
                         .as_ref()
                         .map_or("true".into(), |a| access_text(k, a))
                 );
+                // The fusion expression, as a computation's (the same `  // e3`).
+                let _ = writeln!(s, "  // e{}", w.expr.index());
             }
             Stmt::StMatrix { dst, src } => {
                 let _ = writeln!(
                     s,
-                    "{ind}stmatrix.x4 {} <- {}[0..8]",
+                    "{ind}stmatrix.x4 {} <- {}",
                     access_text(k, dst),
-                    k.buffers[src.buffer].name
+                    stmatrix_source(k, src)
                 );
             }
             Stmt::WgmmaFence => {
@@ -523,13 +574,14 @@ fn print_block(
                     CopyKind::Tile { map } => {
                         let c: Vec<String> = t.coords.iter().map(|v| v.text()).collect();
                         format!(
-                            "tma_load_{}d {} {{{}}}",
+                            "tma_load_{}d {} {{{}}} of {}",
                             t.coords.len(),
                             k.tensor_maps[map].param,
-                            c.join(", ")
+                            c.join(", "),
+                            access_text(k, &t.src)
                         )
                     }
-                    CopyKind::Bulk => format!("bulk_load {}", access_text(k, &t.src)),
+                    CopyKind::Bulk => bulk_load_text(k, t),
                 };
                 let _ = writeln!(
                     s,
@@ -584,6 +636,147 @@ impl Kernel {
         print_block(self, std::slice::from_ref(&head), 0, &mut s, &mut None);
         s.lines().next().unwrap_or_default().to_string()
     }
+}
+
+// The annotations below carry what the dump's readable lines leave out, so that
+// `kir::parse` reads every kernel field back (kept apart from `print_block` on purpose).
+
+/// A computation's trailing comment: its fusion expression (`e3`) and, in a reduction, its part.
+fn write_compute_tag(c: &Compute, s: &mut String) {
+    let _ = write!(s, "  // e{}", c.expr.index());
+    s.push_str(match c.role {
+        ComputeRole::Normal => "",
+        ComputeRole::ReductionInit => " init",
+        ComputeRole::ReductionUpdate => " reduce",
+        ComputeRole::ReductionWrite => " write",
+    });
+}
+
+/// After the header's grid: the dynamic shared memory, block-reduction scratch and register
+/// split, each only when the kernel has one; then the end of the line.
+fn write_kernel_extras(k: &Kernel, s: &mut String) {
+    if k.dynamic_smem != SizeExpr::Const(0) {
+        let _ = write!(s, "  smem({})", k.dynamic_smem);
+    }
+    if let Some(r) = &k.reduce_scratch {
+        let _ = write!(s, "  reduce_scratch({r})");
+    }
+    if let Some((p, c)) = k.register_sharing {
+        let _ = write!(s, "  setmaxnreg({p}, {c})");
+    }
+    s.push('\n');
+}
+
+/// One buffer of the kernel, in id order: a global one as a kernel parameter (its shape;
+/// a broadcast axis as `1`, or `1 of E` when the axis's extent is not 1; an axis of extent 1
+/// that is not broadcast as `1!`), a local or shared one by its memory, with its size and
+/// offset once the allocation pass has set them (as its `alloc`s show them: a buffer may have
+/// none left, or several); then the fusion tensor it holds.
+fn write_buffer_decl(b: &Buffer, s: &mut String) {
+    if b.memory == MemoryType::Global {
+        let shape: Vec<String> = b
+            .global_shape
+            .iter()
+            .map(|(e, bc)| match (bc, e) {
+                (false, SizeExpr::Const(1)) => "1!".into(),
+                (false, e) => e.to_string(),
+                (true, SizeExpr::Const(1)) => "1".into(),
+                (true, e) => format!("1 of {e}"),
+            })
+            .collect();
+        let _ = write!(
+            s,
+            "  param {}: {}[{}] global {}",
+            b.name,
+            b.dtype,
+            shape.join(", "),
+            if b.is_input { "in" } else { "out" }
+        );
+    } else {
+        let _ = write!(s, "  {} {}: {}", b.memory.name(), b.name, b.dtype);
+        if let Some(size) = &b.size {
+            s.push('[');
+            size.write(s, false);
+            s.push(']');
+        }
+        if let Some(o) = &b.smem_offset {
+            s.push_str(" at smem+");
+            o.write(s, false);
+        }
+    }
+    if let Some(t) = b.tensor {
+        let _ = write!(s, " (t{})", t.index());
+    }
+    s.push('\n');
+}
+
+/// A tensor map's element strides (when not all 1) and swizzle (when any); then the end of
+/// the line.
+fn write_tensor_map_extras(m: &crate::plan::TensorMapSpec, s: &mut String) {
+    if m.element_strides.iter().any(|&e| e != 1) || m.element_strides.len() != m.box_dims.len() {
+        let _ = write!(s, ", element strides {:?}", m.element_strides);
+    }
+    if m.swizzle_bytes != 0 {
+        let _ = write!(s, ", swizzle {}", m.swizzle_bytes);
+    }
+    s.push('\n');
+}
+
+/// An mbarrier array, in id order (as its `mbarrier_init` shows it, once there is one).
+fn write_mbarrier_decl(m: &MbarArray, s: &mut String) {
+    let _ = write!(s, "  mbarrier {}[{}]", m.name, m.count);
+    if let Some(o) = &m.smem_offset {
+        s.push_str(" at smem+");
+        o.write(s, false);
+    }
+    let _ = write!(s, ", {} arrivals", m.arrivals);
+    if m.cluster_wide {
+        s.push_str(" (cluster-wide)");
+    }
+    s.push('\n');
+}
+
+/// What a stream-K split computes once per CTA and per piece, after the `persistent` line.
+fn write_stream_k_details(sk: &StreamK, s: &mut String) {
+    for (v, value) in &sk.consts {
+        let _ = writeln!(s, "  stream_k const {v} = {}", value.text());
+    }
+    let _ = writeln!(
+        s,
+        "  stream_k kt = {}, work = {} (launch: {}), before = {}, tile_start = {}",
+        sk.kt.text(),
+        sk.work.text(),
+        sk.work_size,
+        sk.before.text(),
+        sk.tile_start.text()
+    );
+}
+
+/// The leading- and stride-dimension byte offsets of a wgmma descriptor's bits
+/// ([`crate::target::descriptor_bits`] reads them back).
+pub(super) fn descriptor_offsets(bits: u64) -> (i64, i64) {
+    let field = |at: u32| (((bits >> at) & 0x3FFF) << 4) as i64;
+    (field(16), field(32))
+}
+
+/// The 8 registers a `stmatrix.x4` stores: `regs[0..8]` (or `regs[i..+8]` from a computed index).
+fn stmatrix_source(k: &Kernel, src: &Access) -> String {
+    let name = &k.buffers[src.buffer].name;
+    match &src.index {
+        Some(Val::Int(i)) => format!("{name}[{i}..{}]", i.saturating_add(8)),
+        Some(i) => format!("{name}[{}..+8]", i.text()),
+        None => format!("{name}[*]"),
+    }
+}
+
+/// A bulk copy's source run, and the box coordinates it keeps when it has any.
+fn bulk_load_text(k: &Kernel, t: &TmaLoad) -> String {
+    let mut s = format!("bulk_load {}", access_text(k, &t.src));
+    if !t.coords.is_empty() {
+        let c: Vec<String> = t.coords.iter().map(|v| v.text()).collect();
+        let _ = write!(s, " {{{}}}", c.join(", "));
+    }
+    s
 }
 
 #[cfg(test)]

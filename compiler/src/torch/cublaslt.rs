@@ -3,7 +3,7 @@
 //! optionally a cast, becomes `torch.addmm` or `torch._addmm_activation`: cuBLAS with the
 //! epilogue fused into the GEMM, the fastest library form of what the kernel computes.
 
-use super::{input_tensor, Emitter, Py, Twin, ATOM};
+use super::{input_tensor, Emitter, MatMul, Py, Twin, ATOM};
 use crate::dtype::DType;
 use crate::fusion::{BinaryOp, Fusion, Op, Operand, TensorId};
 
@@ -67,7 +67,11 @@ pub fn emit_cublaslt(fusion: &Fusion) -> Option<(Twin, Activation)> {
     if !inputs_only || (c.half.is_some() && cast != Some(gemm)) {
         return None;
     }
-    let (a, b) = e.mm_operands(c)?;
+    // addmm takes matrices: no batch axes.
+    let (a, b) = match e.matmul(c, e.operands(c))? {
+        MatMul { a, b, batch: 0 } => (a, b),
+        _ => return None,
+    };
     // The epilogue between the bias add and the output, as a function of one value.
     let activation = [Activation::None, Activation::Relu, Activation::Gelu]
         .into_iter()

@@ -13,12 +13,23 @@
 //! a max/min is taken in the input type and converted after (exact); casts are `.to` conversions;
 //! `broadcast(x, axis=k)` is `x.unsqueeze(k)` and torch's broadcasting does the rest; literals
 //! are Python numbers (torch converts them to the op's type, as the kernel's literals are);
-//! scalar inputs are 0-dim tensors of their dtype. A sum of a product of broadcasts that is a
-//! contraction (the shape the reference evaluates without the intermediate) becomes `a @ b`
-//! (with `.t()` for transposed layouts) or `torch.einsum`, never the `[M, K, N]` intermediate:
-//! with half operands widened to f32 it is the half GEMM (f32 accumulation), its result rounded
-//! once to the half type when that is what the fusion does next, else `torch.mm(...,
-//! out_dtype=torch.float32)`; integer products stay element-wise (cuBLAS has no int GEMM).
+//! scalar inputs are 0-dim tensors of their dtype.
+//!
+//! Written as a PyTorch user writes it, because the runner's peers time this form: reductions
+//! are reductions, views are views (`unsqueeze`, `squeeze`, `.t()`), and only a matrix product
+//! is a GEMM. A sum of a product of broadcasts is a matrix product when an axis both factors
+//! have is summed and each factor has a kept axis the other lacks (`x @ w`); it becomes `a @ b`
+//! (`.t()` or `.transpose(-2, -1)` for transposed layouts, batch axes leading: a batched
+//! matmul), or `torch.einsum` in a layout `@` does not take without a permute, never the
+//! `[M, K, N]` intermediate. With half operands widened to f32 it is the half GEMM (f32
+//! accumulation), its result rounded once to the half type when that is what the fusion does
+//! next, else `torch.mm`/`torch.bmm(..., out_dtype=torch.float32)` (with several batch axes,
+//! the f32 matmul of the widened operands); integer products stay element-wise (cuBLAS has no
+//! int GEMM). Every other sum of a product (a sum of squares, a dot along an axis of
+//! same-shaped tensors, a matrix-vector product) is the product then `torch.sum`, which
+//! torch.compile fuses into one reduction; as an einsum it would run as a batched matmul of
+//! 1-wide matrices, several times slower (issue 33: an RMSNorm's sum of squares).
+//!
 //! Tensors that do not reach an output are left out; an output that would alias an input is
 //! cloned.
 //!
@@ -143,7 +154,8 @@ struct Factor {
     present: Vec<usize>,
 }
 
-/// `sum(x * y, axis=...)` computed without the product tensor.
+/// A matrix product `sum(x * y, axis=...)` (see the module doc), computed without the product
+/// tensor.
 #[derive(Clone, Debug)]
 struct Contraction {
     /// Rank of the product.
@@ -447,66 +459,90 @@ impl<'a> Emitter<'a> {
         (operand(&c.factors[0]), operand(&c.factors[1]))
     }
 
-    /// `(a, b)` of a contraction that is a matrix product, as the operands of `a @ b` (with
-    /// `.t()` for a transposed layout): rank 3, one reduced axis, each factor lacking a
-    /// different kept axis.
-    fn mm_operands(&self, c: &Contraction) -> Option<(String, String)> {
+    /// The contraction as `a @ b` when its layout is one `@` takes (each operand's last two
+    /// axes, transposed with `.t()` / `.transpose(-2, -1)` where needed): one reduced axis,
+    /// the batch axes (kept, in both factors) first in the result and in both factors, then
+    /// one free axis of each factor. `x`, `y`: the factors as the call takes them.
+    fn matmul(&self, c: &Contraction, (x, y): (Py, Py)) -> Option<MatMul> {
         let [fx, fy] = &c.factors;
-        if c.rank != 3 || c.reduced.len() != 1 || fx.present.len() != 2 || fy.present.len() != 2 {
+        let [r] = c.reduced[..] else {
+            return None;
+        };
+        let kept: Vec<usize> = (0..c.rank).filter(|&a| a != r).collect();
+        let both = |a: &usize| fx.present.contains(a) && fy.present.contains(a);
+        let batch = kept.iter().take_while(|a| both(a)).count();
+        let [pm, pn] = kept[batch..] else {
+            return None;
+        };
+        let (a, fa, b, fb) = if fx.present.contains(&pm) {
+            (x, fx, y, fy)
+        } else {
+            (y, fy, x, fx)
+        };
+        // Each operand: the batch axes (before the reduced one), its free axis and the
+        // reduced one, nothing else.
+        let fits = |fa: &Factor, free: usize| {
+            fa.present.len() == batch + 2
+                && fa.present.contains(&free)
+                && fa.present.contains(&r)
+                && fa.present[..batch] == kept[..batch]
+        };
+        if !fits(fa, pm) || !fits(fb, pn) {
             return None;
         }
-        let (x, y) = self.operands(c);
-        let r = c.reduced[0];
-        let kept: Vec<usize> = (0..3).filter(|&a| a != r).collect();
-        let (pm, pn) = (kept[0], kept[1]);
-        let lacks = |fa: &Factor, p: usize| !fa.present.contains(&p);
-        let (a, b) = if lacks(fx, pn) && lacks(fy, pm) {
-            (x, y)
-        } else if lacks(fx, pm) && lacks(fy, pn) {
-            (y, x)
-        } else {
-            return None;
+        let transposed = |p: &Py| {
+            if batch == 0 {
+                format!("{}.t()", p.at(ATOM))
+            } else {
+                format!("{}.transpose(-2, -1)", p.at(ATOM))
+            }
         };
-        let a = if pm < r {
-            a.at(MUL)
-        } else {
-            format!("{}.t()", a.at(ATOM))
-        };
-        let b = if r < pn {
-            b.at(UNARY)
-        } else {
-            format!("{}.t()", b.at(ATOM))
-        };
-        Some((a, b))
+        Some(MatMul {
+            a: if pm < r { a.at(MUL) } else { transposed(&a) },
+            b: if r < pn { b.at(UNARY) } else { transposed(&b) },
+            batch,
+        })
     }
 
     fn contract(&self, c: &Contraction) -> Py {
         let [fx, fy] = &c.factors;
         let out_f32 = c.half.is_some() && c.out == DType::F32;
-        let kept: Vec<usize> = (0..c.rank).filter(|a| !c.reduced.contains(a)).collect();
-        if let Some((a, b)) = self.mm_operands(c) {
-            return if out_f32 {
-                Py::new(
-                    format!("torch.mm({a}, {b}, out_dtype=torch.float32)"),
-                    ATOM,
-                    DType::F32,
-                )
-            } else {
-                Py::new(format!("{a} @ {b}"), MUL, c.out)
-            };
-        }
-        // Any other contraction: einsum over one letter per product axis.
-        let letter = |a: usize| (b'a' + a as u8) as char;
-        let subscripts = |axes: &[usize]| axes.iter().map(|&a| letter(a)).collect::<String>();
-        let (x, y) = if out_f32 {
-            // No einsum with an f32 result from half operands: widen them, as the fusion does.
+        // Half operands widened to f32, as the fusion does: for the forms with no f32 result
+        // from half operands.
+        let widened = || {
             (
                 self.factor(fx).to(DType::F32),
                 self.factor(fy).to(DType::F32),
             )
-        } else {
-            self.operands(c)
         };
+        if let Some(mm) = self.matmul(c, self.operands(c)) {
+            let MatMul { a, b, batch } = mm;
+            return match (out_f32, batch) {
+                (false, _) => Py::new(format!("{a} @ {b}"), MUL, c.out),
+                (true, 0) => Py::new(
+                    format!("torch.mm({a}, {b}, out_dtype=torch.float32)"),
+                    ATOM,
+                    DType::F32,
+                ),
+                (true, 1) => Py::new(
+                    format!("torch.bmm({a}, {b}, out_dtype=torch.float32)"),
+                    ATOM,
+                    DType::F32,
+                ),
+                (true, _) => {
+                    let mm = self
+                        .matmul(c, widened())
+                        .expect("the layout does not depend on the operands' dtype");
+                    Py::new(format!("{} @ {}", mm.a, mm.b), MUL, DType::F32)
+                }
+            };
+        }
+        // A matrix product in a layout `@` does not take (a free or batch axis after the
+        // reduced one, several free axes): einsum, which permutes and calls the batched GEMM.
+        let letter = |a: usize| (b'a' + a as u8) as char;
+        let subscripts = |axes: &[usize]| axes.iter().map(|&a| letter(a)).collect::<String>();
+        let kept: Vec<usize> = (0..c.rank).filter(|a| !c.reduced.contains(a)).collect();
+        let (x, y) = if out_f32 { widened() } else { self.operands(c) };
         Py::new(
             format!(
                 "torch.einsum(\"{},{}->{}\", {}, {})",
@@ -520,6 +556,13 @@ impl<'a> Emitter<'a> {
             c.out,
         )
     }
+}
+
+/// `a @ b` of a contraction: the operand texts, bound for `@`, and its batch axes.
+struct MatMul {
+    a: String,
+    b: String,
+    batch: usize,
 }
 
 fn input_tensor(expr: &crate::fusion::Expr) -> TensorId {
@@ -592,7 +635,7 @@ fn binary(b: BinaryOp, x: Py, y: Py, out: DType) -> Py {
     }
 }
 
-/// The contraction reduction expr `e` computes, if it is one: the tensor it defines, the
+/// The matrix product reduction expr `e` computes, if it is one: the tensor it defines, the
 /// contraction, and the tensors it absorbs (not emitted).
 fn contraction(f: &Fusion, e: ExprId) -> Option<(TensorId, Contraction, Vec<TensorId>)> {
     let expr = &f.exprs[e];
@@ -626,6 +669,19 @@ fn contraction(f: &Fusion, e: ExprId) -> Option<(TensorId, Contraction, Vec<Tens
     // Every kept axis must come from a factor: einsum cannot make a broadcast axis.
     if (0..rank).any(|a| !axes.contains(&a) && !fx.present.contains(&a) && !fy.present.contains(&a))
     {
+        return None;
+    }
+    // Only a matrix product is written as one: an axis both factors have is summed, and each
+    // factor has a kept axis the other lacks (x @ w, batched or not). Anything else (a sum of
+    // squares, a dot along an axis of same-shaped tensors, a matrix-vector product) is what a
+    // user writes as a product then a sum, which torch.compile fuses into one reduction; as a
+    // GEMM it would be a batched matmul of 1-wide matrices.
+    let has = |fa: &Factor, a: usize| fa.present.contains(&a);
+    let shared = axes.iter().any(|&a| has(&fx, a) && has(&fy, a));
+    let free = |fa: &Factor, other: &Factor| {
+        (0..rank).any(|a| !axes.contains(&a) && has(fa, a) && !has(other, a))
+    };
+    if !shared || !free(&fx, &fy) || !free(&fy, &fx) {
         return None;
     }
     let half_of = |fa: &Factor| -> Option<DType> {
@@ -804,13 +860,35 @@ mod tests {
             ),
             "s = torch.mm(a, b, out_dtype=torch.float32)"
         );
-        // Batched: einsum.
+        // Batched: the batched matmul, transposed as attention's scores are.
         assert_eq!(
             mm(
                 "  input a: f32[B, M, K]\n  input b: f32[B, K, N]",
                 "  c = sum(broadcast(a, axis=3) * broadcast(b, axis=1), axis=2)"
             ),
-            "c = torch.einsum(\"abc,acd->abd\", a, b)"
+            "c = a @ b"
+        );
+        assert_eq!(
+            mm(
+                "  input q: f32[B, H, M, K]\n  input k: f32[B, H, N, K]",
+                "  c = sum(broadcast(q, axis=3) * broadcast(k, axis=2), axis=4)"
+            ),
+            "c = q @ k.transpose(-2, -1)"
+        );
+        assert_eq!(
+            mm(
+                "  input a: bf16[B, K, M]\n  input b: bf16[B, K, N]",
+                "  s = sum(broadcast(a, axis=3) * broadcast(b, axis=2), axis=1)\n  c = s * 2.0"
+            ),
+            "s = torch.bmm(a.transpose(-2, -1), b, out_dtype=torch.float32)"
+        );
+        // A batch axis after the reduced one: no `@` without a permute.
+        assert_eq!(
+            mm(
+                "  input a: f32[M, K, B]\n  input b: f32[K, N, B]",
+                "  c = sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1)"
+            ),
+            "c = torch.einsum(\"abd,bcd->acd\", a, b)"
         );
         // Integers have no GEMM: the product stays element-wise.
         assert_eq!(
@@ -819,6 +897,26 @@ mod tests {
                 "  c = sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1)"
             ),
             "c = torch.sum(a.unsqueeze(2) * b.unsqueeze(0), dim=1, dtype=torch.float32)"
+        );
+    }
+
+    #[test]
+    fn sums_of_products_that_are_not_matrix_products_stay_reductions() {
+        // A sum of squares (an RMSNorm's), a dot of same-shaped rows, a matrix-vector product,
+        // a sum over an axis one factor lacks: the product, then the sum.
+        let b = body(
+            "fusion f {\n  input x: bf16[M, N]\n  input y: f32[M, N]\n  input w: f32[N]\n  xf = cast(x, f32)\n  ss = sum(xf * xf, axis=1)\n  d = sum(xf * y, axis=1)\n  mv = sum(y * broadcast(w, axis=0), axis=1)\n  c = sum(broadcast(w, axis=0) * y, axis=0)\n  output ss\n  output d\n  output mv\n  output c\n}",
+        );
+        assert_eq!(
+            b,
+            [
+                "xf = x.float()",
+                "ss = torch.sum(xf * xf, dim=1)",
+                "d = torch.sum(xf * y, dim=1)",
+                "mv = torch.sum(y * w.unsqueeze(0), dim=1)",
+                "c = torch.sum(w.unsqueeze(0) * y, dim=0)",
+                "return ss, d, mv, c"
+            ]
         );
     }
 

@@ -275,8 +275,16 @@ class Tensor:
 
     def t(self):
         assert self.dim() == 2, "t() of a tensor that is not 2-D"
-        m, n = self.shape
-        return Tensor([self._data[i * n + j] for j in range(n) for i in range(m)], (n, m), self.dtype)
+        return self.transpose(0, 1)
+
+    def transpose(self, d0, d1):
+        d0, d1 = (d + self.dim() if d < 0 else d for d in (d0, d1))
+        assert 0 <= d0 < self.dim() and 0 <= d1 < self.dim(), "transpose: dim out of range"
+        perm = list(range(self.dim()))
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        shape = tuple(self.shape[k] for k in perm)
+        data = [self._at(tuple(idx[perm.index(k)] for k in range(self.dim()))) for idx in _indices(shape)]
+        return Tensor(data, shape, self.dtype)
 
     # -- arithmetic
     def _binary(self, other, f, reverse=False):
@@ -311,7 +319,7 @@ class Tensor:
         return _unary(lambda x: -x, self)
 
     def __matmul__(self, o):
-        return mm(self, o)
+        return matmul(self, o)
 
     def clamp_min(self, v):
         return _elementwise(lambda x, y: x if x >= y else y, self, v)
@@ -457,7 +465,26 @@ def mm(a, b, out_dtype=None):
     return Tensor(out, (m, n), out_dtype or a.dtype)
 
 
-matmul = mm
+def matmul(a, b, out_dtype=None):
+    """`a @ b` of matrices or of batches of matrices; the batch dims must be equal (torch
+    broadcasts them; the twins never need it)."""
+    if a.dim() == 2 and b.dim() == 2:
+        return mm(a, b, out_dtype)
+    if a.dim() < 2 or a.dim() != b.dim() or a.shape[:-2] != b.shape[:-2]:
+        raise ValueError("fake torch: matmul of shapes %r and %r" % (tuple(a.shape), tuple(b.shape)))
+    batch = tuple(a.shape[:-2])
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    out = []
+    for i in range(_numel(batch)):
+        ai = Tensor(a._data[i * m * k : (i + 1) * m * k], (m, k), a.dtype)
+        bi = Tensor(b._data[i * k * n : (i + 1) * k * n], tuple(b.shape[-2:]), b.dtype)
+        out.extend(mm(ai, bi, out_dtype)._data)
+    return Tensor(out, batch + (m, n), out_dtype or a.dtype)
+
+
+def bmm(a, b, out_dtype=None):
+    assert a.dim() == 3 and b.dim() == 3, "bmm of tensors that are not 3-D"
+    return matmul(a, b, out_dtype)
 
 
 def addmm(bias, a, b):

@@ -1,0 +1,211 @@
+//! Where tensors live: `cache_after` and `cache_before` (a new tensor between a fusion input
+//! and its readers, or between a computation and its output, with how it is filled or written
+//! out) and `set_memory`.
+
+use super::*;
+
+/// What both caches read of their arguments: the tensor cached (its id, name and span) and
+/// the options, checked against each other.
+struct CacheOptions<'a> {
+    src: TensorId,
+    src_name: &'a str,
+    src_span: Span,
+    memory: MemoryType,
+    load: LoadKind,
+    store: LoadKind,
+    fence: Option<FenceMode>,
+    swizzle: u32,
+}
+
+/// Reads `name = {func}(x, ...)`: the tensor cached, the new name (checked free), the options
+/// (those that belong to the other cache rejected).
+fn cache_options<'a>(
+    f: &Fusion,
+    name: &str,
+    a: &Args<'a>,
+    func: &str,
+) -> SResult<CacheOptions<'a>> {
+    let (src, src_name, src_span) = a.tensor(f, "x")?;
+    new_name(f, name, a.span)?;
+    let memory = a.choice("memory", MemoryType::parse)?;
+    let load = a.choice("load", LoadKind::parse)?;
+    let store = a.choice("store", LoadKind::parse)?;
+    let fence = match a.get("fence") {
+        Some(_) => Some(a.choice("fence", FenceMode::parse)?),
+        None => None,
+    };
+    let swizzle = a.swizzle("swizzle");
+    if let Some((_, sp)) = swizzle {
+        if load != LoadKind::Tma && store != LoadKind::Tma {
+            return a.err(
+                "swizzle= lays out a TMA box in shared memory: use it with load=tma (cache_after) or store=tma (cache_before)",
+                Some(sp),
+            );
+        }
+    }
+    if load != LoadKind::Plain && func != "cache_after" {
+        return a.err(
+            format!(
+                "load={} fills a cache from global memory: use it with cache_after",
+                load.name()
+            ),
+            None,
+        );
+    }
+    if (store != LoadKind::Plain || fence.is_some()) && func != "cache_before" {
+        return a.err(
+            "store= and fence= say how an output is written from its cache: use them with cache_before",
+            None,
+        );
+    }
+    Ok(CacheOptions {
+        src,
+        src_name,
+        src_span,
+        memory,
+        load,
+        store,
+        fence,
+        swizzle: swizzle.map(|s| s.0).unwrap_or(0),
+    })
+}
+
+/// `name = cache_after(x, ...)`: a copy of `x` that every reader of `x` reads instead.
+pub(super) fn cache_after(f: &mut Fusion, name: &str, a: &Args) -> SResult<()> {
+    let CacheOptions {
+        src,
+        src_name,
+        src_span,
+        memory,
+        load,
+        swizzle,
+        ..
+    } = cache_options(f, name, a, "cache_after")?;
+    if load != LoadKind::Plain {
+        if memory != MemoryType::Shared {
+            return a.err(
+                format!(
+                    "load={} copies into shared memory: add memory=shared",
+                    load.name()
+                ),
+                None,
+            );
+        }
+        if !f.tensors[src].is_input || f.tensors[src].memory != MemoryType::Global {
+            return a.err(
+                format!(
+                    "load={} reads a fusion input in global memory, and `{src_name}` is not one",
+                    load.name()
+                ),
+                Some(src_span),
+            );
+        }
+    }
+    if f.rank(src) == 0 {
+        return a.err(
+            format!("`{src_name}` is a scalar; only tensors with axes can be cached"),
+            None,
+        );
+    }
+    let root = fresh_logical_root(f, src);
+    let uses = f.uses(src);
+    let t = push_tensor(f, name, f.tensors[src].dtype, root, memory, Some(a.span));
+    f.define(Op::Set, vec![Operand::Tensor(src)], t, Some(a.span));
+    f.tensors[t].load = load;
+    f.tensors[t].swizzle = swizzle;
+    for u in uses {
+        for op in &mut f.exprs[u].inputs {
+            if *op == Operand::Tensor(src) {
+                *op = Operand::Tensor(t);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `name = cache_before(y, ...)`: `y` is computed into the new tensor and copied out from it.
+pub(super) fn cache_before(f: &mut Fusion, name: &str, a: &Args) -> SResult<()> {
+    let CacheOptions {
+        src,
+        src_name,
+        src_span,
+        memory,
+        store,
+        fence,
+        swizzle,
+        ..
+    } = cache_options(f, name, a, "cache_before")?;
+    let Some(def) = f.tensors[src].definition else {
+        return a.err(
+            format!("`{src_name}` is an input; cache_before needs a computed tensor"),
+            None,
+        );
+    };
+    untransformed(f, src, a)?;
+    if store == LoadKind::Tma {
+        if memory != MemoryType::Shared {
+            return a.err(
+                "store=tma copies from shared memory: add memory=shared",
+                None,
+            );
+        }
+        if !f.tensors[src].is_output {
+            return a.err(
+                format!(
+                    "store=tma writes a fusion output in global memory, and `{src_name}` is not one"
+                ),
+                Some(src_span),
+            );
+        }
+    } else if fence.is_some() {
+        return a.err(
+            "fence= places the fence before a TMA store: add store=tma",
+            None,
+        );
+    }
+    // The new tensor takes over the definition (and the root, reduction axes included); the
+    // original becomes a copy of it.
+    let old_root = f.tensors[src].root.clone();
+    let t = push_tensor(
+        f,
+        name,
+        f.tensors[src].dtype,
+        old_root,
+        memory,
+        Some(a.span),
+    );
+    f.exprs[def].output = t;
+    f.tensors[t].definition = Some(def);
+    let new_root = fresh_logical_root(f, t);
+    f.tensors[src].root = new_root.clone();
+    f.tensors[src].loop_domain = new_root;
+    f.define(Op::Set, vec![Operand::Tensor(t)], src, Some(a.span));
+    f.tensors[src].store = store;
+    f.tensors[src].fence = fence.unwrap_or_default();
+    f.tensors[src].swizzle = swizzle;
+    Ok(())
+}
+
+/// `t.set_memory(m)`.
+pub(super) fn set_memory(f: &mut Fusion, t: TensorId, a: &Args) -> SResult<()> {
+    let tname = &f.tensors[t].name;
+    let m = a.choice("memory", MemoryType::parse)?;
+    let msp = a.get("memory").map(|g| g.at);
+    if (f.tensors[t].is_input || f.tensors[t].is_output) && m != MemoryType::Global {
+        return a.err(
+            format!(
+                "`{tname}` is a fusion input or output and lives in global memory; cache it to use {}",
+                m.name()
+            ),
+            msp,
+        );
+    }
+    if m == MemoryType::Global && has_rfactor_axes(f, t) {
+        return a.err(
+            format!("`{tname}` holds partial reductions (an rfactor tensor): it lives in registers or shared memory, not global memory"),
+            msp,
+        );
+    }
+    f.tensors[t].memory = m;
+    Ok(())
+}

@@ -1,0 +1,346 @@
+//! The schedule primitives as data: one [`PRIMITIVES`] entry per primitive says its name, how it
+//! is written (a tensor method, a statement or a binding: the variant of its [`Apply`]), its
+//! parameters with their kinds and defaults, its documentation and the function that applies
+//! it. The interpreter ([`super::apply_all`]) dispatches through it, [`super::args`] checks
+//! every statement's arguments against it (arity, names, kinds, keyword values) before the
+//! apply function runs, and the playground's reference (`web/src/reference.rs`, and from it
+//! `docs/language.md` and the editor's completion) lists it.
+
+use super::args::Args;
+pub use super::params::{either, ArgKind, IfAbsent, Nested, Param, Passing};
+use super::params::{named, opt, pos};
+use super::{grid, inlining, loops, memory, parallel, pipeline, SResult};
+use crate::diag::{Diagnostic, Span};
+use crate::fusion::{Fusion, TensorId};
+
+/// A primitive's documentation. The playground's page runs the compiler in wasm32 but shows the
+/// reference from `web/reference.json` (generated from this table by native builds), so wasm32
+/// builds leave the text out of the binary: it would only add to the page's cold load.
+#[cfg(not(target_arch = "wasm32"))]
+macro_rules! doc {
+    ($text:literal) => {
+        $text
+    };
+}
+#[cfg(target_arch = "wasm32")]
+macro_rules! doc {
+    ($text:literal) => {
+        ""
+    };
+}
+
+/// How a primitive is written, and the function that applies it to the fusion once its
+/// arguments are checked against its parameters.
+#[derive(Clone, Copy)]
+pub(super) enum Apply {
+    /// `t.split(1, 128)`: acts on tensor `t` (a tensor of the fusion, already looked up).
+    Method(fn(&mut Fusion, TensorId, &Args) -> SResult<()>),
+    /// `propagate(t)`: acts on the whole fusion.
+    Statement(fn(&mut Fusion, &Args) -> SResult<()>),
+    /// `x_c = cache_after(x)`: makes the tensor the statement names (not yet defined).
+    Binding(fn(&mut Fusion, &str, &Args) -> SResult<()>),
+}
+
+/// How a primitive is written (the variants of [`Apply`] without their functions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    Method,
+    Statement,
+    Binding,
+}
+
+impl Form {
+    /// The primitives of this form, as the unknown-name message calls them.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Form::Method => "schedule method",
+            Form::Statement | Form::Binding => "schedule function",
+        }
+    }
+}
+
+/// A schedule primitive.
+#[derive(Clone, Copy)]
+pub struct Primitive {
+    pub name: &'static str,
+    /// How it is written, as the reference shows it.
+    pub written: &'static str,
+    pub params: &'static [Param],
+    /// What it does, for the reference (empty in wasm32 builds, see `doc!`).
+    pub doc: &'static str,
+    pub(super) apply: Apply,
+    /// Whether a failed application leaves the fusion untouched (every check comes before the
+    /// first change), so the interpreter need not keep a copy to restore.
+    pub checks_first: bool,
+    /// Whether a method may act on a fusion input (`set_memory`); the others need a computed
+    /// tensor.
+    pub on_inputs: bool,
+}
+
+impl Primitive {
+    pub fn form(&self) -> Form {
+        match self.apply {
+            Apply::Method(_) => Form::Method,
+            Apply::Statement(_) => Form::Statement,
+            Apply::Binding(_) => Form::Binding,
+        }
+    }
+    /// The nested calls its arguments may be (`warp_specialized` of `circular_buffer`).
+    pub fn nested(&self) -> impl Iterator<Item = &'static Nested> + '_ {
+        self.params.iter().filter_map(|p| match p.kind {
+            ArgKind::Call(n) => Some(n),
+            _ => None,
+        })
+    }
+}
+
+pub const WARP_SPECIALIZED: Nested = Nested {
+    name: "warp_specialized",
+    written: "warp_specialized(TIDx|TIDy|TIDz, registers=[producer, consumer], warp=N)",
+    params: &[
+        pos("on", ArgKind::Parallel),
+        named(
+            "registers",
+            ArgKind::IntPair("producer", "consumer"),
+            IfAbsent::Off,
+        ),
+        named("warp", ArgKind::Int, IfAbsent::Is("0")),
+    ],
+    doc: doc!("An argument of circular_buffer: the producer warp group is added along that thread dim; `registers` rebalances registers with setmaxnreg; caches with different `warp` are separate producer roles. Loads inside the consumers' loop over that dim make its thread groups take turns with whole stages (ping-pong: examples/matmul/step14_ping_pong.hf)."),
+};
+
+/// The named options of `cache_after` and `cache_before` (each rejects those of the other
+/// with the reason).
+const CACHE_OPTIONS: [Param; 5] = [
+    named("memory", ArgKind::Memory, IfAbsent::Is("local")),
+    named("load", ArgKind::Load, IfAbsent::Is("plain")),
+    named("store", ArgKind::Store, IfAbsent::Is("plain")),
+    named("fence", ArgKind::Fence, IfAbsent::Is("analysis")),
+    named("swizzle", ArgKind::Swizzle, IfAbsent::Is("none")),
+];
+
+const fn cache_params() -> [Param; 6] {
+    let o = CACHE_OPTIONS;
+    [pos("x", ArgKind::Tensor), o[0], o[1], o[2], o[3], o[4]]
+}
+
+/// Every schedule primitive, in the order the reference lists them.
+pub const PRIMITIVES: &[Primitive] = &[
+    Primitive {
+        name: "cache_after",
+        written: "x_c = cache_after(x, memory=local|shared|global, load=plain|tma|bulk, swizzle=none|32|64|128)",
+        params: &cache_params(),
+        doc: doc!("A copy of input x that its consumers read instead. load=tma fills a shared cache with TMA box copies (the box: the cache's Bulk axes); load=bulk with 1-D bulk copies."),
+        apply: Apply::Binding(memory::cache_after),
+        checks_first: false,
+        on_inputs: true,
+    },
+    Primitive {
+        name: "cache_before",
+        written: "y_c = cache_before(y, memory=..., store=plain|tma, fence=analysis|per_store|issuing_warp, swizzle=...)",
+        params: &cache_params(),
+        doc: doc!("y is computed into y_c, which is then copied out to y. store=tma writes a shared cache with TMA stores (the box: y's Bulk axes)."),
+        apply: Apply::Binding(memory::cache_before),
+        checks_first: false,
+        on_inputs: true,
+    },
+    Primitive {
+        name: "split",
+        written: "t.split(axis, factor[, inner|outer])",
+        params: &[
+            pos("axis", ArgKind::Axis),
+            pos("factor", ArgKind::Int),
+            opt("part", ArgKind::Keyword(&["inner", "outer"]), IfAbsent::Is("inner")),
+        ],
+        doc: doc!("Splits a loop axis in two: the inner part has extent `factor` (inner, the default), or the outer part does (outer). The axes after it move one to the right."),
+        apply: Apply::Method(loops::split),
+        checks_first: true,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "merge",
+        written: "t.merge(a[, b])",
+        params: &[
+            pos("a", ArgKind::Axis),
+            opt("b", ArgKind::Axis, IfAbsent::Computed("a + 1")),
+        ],
+        doc: doc!("Merges loop axes a and b (default a + 1) into one axis at a's position."),
+        apply: Apply::Method(loops::merge),
+        checks_first: true,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "reorder",
+        written: "t.reorder(p0, p1, ...)",
+        params: &[opt("old_positions", ArgKind::Axis, IfAbsent::Many)],
+        doc: doc!("Reorders the loop axes: the new order as old positions, a permutation of all of them."),
+        apply: Apply::Method(loops::reorder),
+        checks_first: true,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "parallelize",
+        written: "t.parallelize(axis, TIDx)",
+        params: &[pos("axis", ArgKind::Axis), pos("type", ArgKind::Parallel)],
+        doc: doc!("Binds a loop axis to a parallel type (a block or thread index, vector lanes, unrolling, a TMA box)."),
+        apply: Apply::Method(parallel::parallelize),
+        checks_first: true,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "vectorize",
+        written: "t.vectorize(axis)",
+        params: &[pos("axis", ArgKind::Axis)],
+        doc: doc!("Same as parallelize(axis, Vectorize): the axis (constant extent, at most 16 bytes) becomes one vector access."),
+        apply: Apply::Method(parallel::vectorize),
+        checks_first: true,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "set_memory",
+        written: "t.set_memory(local|shared|global)",
+        params: &[pos("memory", ArgKind::Memory)],
+        doc: doc!("Where an intermediate tensor lives."),
+        apply: Apply::Method(memory::set_memory),
+        checks_first: true,
+        on_inputs: true,
+    },
+    Primitive {
+        name: "inline_at",
+        written: "t.inline_at(pos)",
+        params: &[pos("pos", ArgKind::Int)],
+        doc: doc!("Computes t inside the first `pos` loops of its consumers (0: its own loop nest)."),
+        apply: Apply::Method(inlining::inline_at),
+        checks_first: true,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "compute_at",
+        written: "p.compute_at(consumer, pos)",
+        params: &[pos("consumer", ArgKind::Tensor), pos("pos", ArgKind::Int)],
+        doc: doc!("Computes p inside the first `pos` loops of `consumer`."),
+        apply: Apply::Method(inlining::compute_at),
+        checks_first: true,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "rfactor",
+        written: "t.rfactor(axis, ...)",
+        params: &[
+            pos("axis", ArgKind::Axis),
+            opt("more_axes", ArgKind::Axis, IfAbsent::Many),
+        ],
+        doc: doc!("Splits reduction t in two: t_rf reduces the listed loop axes (its other reduction axes hold partial results), then t reduces t_rf."),
+        apply: Apply::Method(loops::rfactor),
+        checks_first: false,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "circular_buffer",
+        written: "t.circular_buffer(stages, prefetch=stages-1, war=sync|mbarrier) | t.circular_buffer(stages, warp_specialized(TIDy, registers=[40, 232], warp=0))",
+        params: &[
+            pos("stages", ArgKind::Int),
+            Param {
+                name: "prefetch",
+                kind: ArgKind::Int,
+                passing: Passing::Either,
+                default: IfAbsent::Computed("stages - 1"),
+            },
+            opt("warp_specialized", ArgKind::Call(&WARP_SPECIALIZED), IfAbsent::Off),
+            named("war", ArgKind::War, IfAbsent::Is("sync")),
+        ],
+        doc: doc!("Pipelines the serial loop around a cache's load over `stages` slots, `prefetch` loads ahead. With warp_specialized, a 128-thread producer warp group issues the loads."),
+        apply: Apply::Method(pipeline::circular_buffer),
+        checks_first: false,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "propagate",
+        written: "propagate(t)",
+        params: &[pos("reference", ArgKind::Tensor)],
+        doc: doc!("Replays t's splits, merges, reorders and parallel types on every other computed tensor."),
+        apply: Apply::Statement(loops::propagate),
+        checks_first: true,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "inline_most",
+        written: "inline_most() | inline_most(t, ...)",
+        params: &[opt("tensors", ArgKind::Tensor, IfAbsent::Many)],
+        doc: doc!("Inlines every tensor (or those listed) as deep into its consumers' loops as is legal."),
+        apply: Apply::Statement(inlining::inline_most),
+        checks_first: true,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "persistent",
+        written: "persistent(BIDy, 16)",
+        params: &[
+            pos("along", ArgKind::Parallel),
+            pos("group", ArgKind::Int),
+            opt("split", ArgKind::Keyword(&["stream_k"]), IfAbsent::Off),
+        ],
+        doc: doc!("Makes the kernel persistent: the grid-bound axes span the tiles, and a one-dimensional grid of as many CTAs as are resident (the fewest for as few rounds) walks them, CTA b taking tiles b, b + gridDim.x, ...; a grouped raster maps each to its indices: groups of 16 tiles along BIDy, stepping along BIDy first (examples/matmul/step15_persistent_raster.hf). With cluster(...), tiles of clusters. With stream_k: whole rounds, then the k steps of the tiles left split over every CTA (docs/variants/s15_stream_k.hf)."),
+        apply: Apply::Statement(grid::persistent),
+        checks_first: true,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "cluster",
+        written: "cluster(BIDy, 2)",
+        params: &[pos("on", ArgKind::Parallel), pos("ctas", ArgKind::Int)],
+        doc: doc!("Launches the kernel in clusters of 2..8 consecutive CTAs along a grid axis; a load=tma box that every CTA of a cluster loads alike is multicast, each CTA copying its slice of it into all of them (its pipeline needs empty mbarriers)."),
+        apply: Apply::Statement(grid::cluster),
+        checks_first: true,
+        on_inputs: false,
+    },
+];
+
+/// The primitive named `name`, if any.
+pub fn primitive(name: &str) -> Option<&'static Primitive> {
+    PRIMITIVES.iter().find(|p| p.name == name)
+}
+
+/// The primitive a statement written as `form` names: an unknown name is an error listing the
+/// near names and the primitives of that form.
+pub(super) fn lookup(
+    form: Form,
+    name: &str,
+    what: &str,
+    span: Span,
+) -> SResult<&'static Primitive> {
+    primitive(name).ok_or_else(|| {
+        let of_form: Vec<&str> = PRIMITIVES
+            .iter()
+            .filter(|p| p.form() == form)
+            .map(|p| p.name)
+            .collect();
+        let near = crate::text::near_names(name, PRIMITIVES.iter().map(|p| p.name));
+        let quoted: Vec<String> = near.iter().map(|n| format!("`{n}`")).collect();
+        let hint = match quoted.as_slice() {
+            [] => String::new(),
+            _ => format!(
+                ": did you mean {}?",
+                either(&quoted.iter().map(String::as_str).collect::<Vec<_>>())
+            ),
+        };
+        Diagnostic::new(
+            format!(
+                "{what}: unknown {} `{name}`{hint} ({})",
+                form.noun(),
+                of_form.join(", ")
+            ),
+            Some(span),
+        )
+    })
+}
+
+/// The error for a primitive written in another form than its own: how it is written.
+pub(super) fn wrong_form(p: &Primitive, what: &str, span: Span) -> Diagnostic {
+    let msg = match p.form() {
+        Form::Binding => format!("bind the result: `name = {}(tensor)`", p.name),
+        Form::Method => format!("`{}` is a tensor method: write `{}`", p.name, p.written),
+        Form::Statement => format!("`{}` is a statement: write `{}`", p.name, p.written),
+    };
+    Diagnostic::new(format!("{what}: {msg}"), Some(span))
+}
