@@ -2,7 +2,8 @@
 # The whole test suite (the README's test command): formatting, lints, every test (the
 # distributed mode's against real nats-server and PostgreSQL, scripts/setup-distributed.sh), the
 # compiler and API crates for wasm32, NVRTC compiling every example's CUDA for sm_90a with no warnings (and its PTX
-# and SASS, nvdisasm, with line info for every instruction: nvrtc-check --inspect), then the
+# and SASS, nvdisasm, with line info for every instruction: nvrtc-check --inspect), the Python
+# package (scripts/test-python.sh: wheel, install, tests without a GPU), then the
 # playground (scripts/test-web.sh: clippy for wasm32, unit tests, build, size budget, browser
 # test). The playground crate is left out of the native workspace steps (it is checked for wasm32).
 set -euo pipefail
@@ -25,4 +26,6 @@ cargo build --release -p hopfuse-runner
 for index in i32 i64; do
   ./target/release/hopfuse nvrtc-check --inspect --index "$index" examples/*/*.hf
 done
+# The Python package: wheel (maturin from PyPI into .tools/), install, tests on the torch stand-in.
+bash scripts/test-python.sh
 bash scripts/test-web.sh

@@ -11,7 +11,6 @@ use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError,
 };
 use hopfuse_api::run::{RunError, Stage};
-use std::ffi::c_void;
 use std::sync::Arc;
 
 // Defined in `hopfuse-api` (they are part of every run's result).
@@ -19,15 +18,10 @@ pub use hopfuse_api::run::{DeviceInfo, KernelAttributes, Timing};
 
 pub(crate) fn cuda_err(what: impl std::fmt::Display) -> impl FnOnce(DriverError) -> RunError {
     move |e| {
-        let name = e
-            .error_name()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| format!("{:?}", e.0));
-        let text = e
-            .error_string()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        RunError::new(Stage::Cuda, format!("{what}: {name}: {text}"))
+        RunError::new(
+            Stage::Cuda,
+            format!("{what}: {}", hopfuse_launch::driver::describe(&e)),
+        )
     }
 }
 
@@ -202,7 +196,7 @@ impl Gpu {
                 (bx, by, bz),
                 launch.dynamic_smem_bytes,
                 self.stream.cu_stream(),
-                &mut args.ptrs,
+                args.pointers(),
             )
         }
         .map_err(cuda_err("cuLaunchKernel"))
@@ -369,63 +363,7 @@ fn ptr(buf: &CudaSlice<u8>, stream: &CudaStream) -> sys::CUdeviceptr {
     buf.device_ptr(stream).0
 }
 
-/// Kernel arguments: one 8-byte slot per parameter (device pointer, size or scalar in its low
-/// bytes) and the pointer array `cuLaunchKernel` reads them through.
-pub struct KernelArgs {
-    // Never touched after construction: `ptrs` point into these allocations.
-    _slots: Box<[u64]>,
-    _maps: Box<[sys::CUtensorMap]>,
-    ptrs: Vec<*mut c_void>,
-}
-
-/// One kernel argument: an 8-byte word, or a 128-byte TMA tensor map passed by value.
-pub enum Arg {
-    Word(u64),
-    Map(Box<sys::CUtensorMap>),
-}
-
-impl KernelArgs {
-    pub fn new(slots: Vec<u64>) -> KernelArgs {
-        KernelArgs::from_args(slots.into_iter().map(Arg::Word).collect())
-    }
-
-    /// Arguments in parameter order; a tensor map's slot points at its 128 bytes (64-byte
-    /// aligned, as the kernel's `__grid_constant__` parameter expects).
-    pub fn from_args(args: Vec<Arg>) -> KernelArgs {
-        let mut words = Vec::new();
-        let mut maps = Vec::new();
-        let mut order = Vec::new();
-        for a in args {
-            match a {
-                Arg::Word(w) => {
-                    order.push((false, words.len()));
-                    words.push(w);
-                }
-                Arg::Map(m) => {
-                    order.push((true, maps.len()));
-                    maps.push(*m);
-                }
-            }
-        }
-        let mut slots = words.into_boxed_slice();
-        let mut maps = maps.into_boxed_slice();
-        let ptrs = order
-            .into_iter()
-            .map(|(is_map, i)| {
-                if is_map {
-                    &mut maps[i] as *mut sys::CUtensorMap as *mut c_void
-                } else {
-                    &mut slots[i] as *mut u64 as *mut c_void
-                }
-            })
-            .collect();
-        KernelArgs {
-            _slots: slots,
-            _maps: maps,
-            ptrs,
-        }
-    }
-}
+pub use hopfuse_launch::args::{Arg, KernelArgs};
 
 /// A device pointer as a kernel argument slot.
 pub fn pointer_slot(buf: &CudaSlice<u8>, stream: &CudaStream) -> u64 {

@@ -24,7 +24,6 @@ pub mod inspect;
 pub mod job_spec;
 pub mod listing;
 pub mod not_run;
-pub mod nvrtc;
 pub mod occupancy;
 pub mod peers;
 pub mod prepare;
@@ -39,7 +38,9 @@ pub mod serve_args;
 pub mod sizes;
 pub mod static_files;
 pub mod store;
-pub mod tensor_map;
 pub mod validate;
 pub mod warm;
 pub mod worker;
+
+// NVRTC and TMA tensor-map encoding live in `hopfuse-launch` (shared with the Python package).
+pub use hopfuse_launch::{nvrtc, tensor_map};

@@ -8,8 +8,12 @@ conversion or takes a wrong axis gives a different result. Stricter than torch o
 an op on two tensors of different dtypes is an error (the twins convert explicitly), and so is
 an operand shape that does not broadcast.
 
-Not a GPU: `cuda.Event` times with `time.perf_counter`, `compile` returns the function, and
-`device=`/`.cuda()` are accepted and ignored.
+Not a GPU: `cuda.Event` times with `time.perf_counter`, `compile` returns the function. A
+tensor has a `device` (cpu unless made with `device=` or `.cuda()`; results of ops are on cpu:
+devices are not tracked through ops), a made-up 256-byte aligned `data_ptr()` that nothing
+reads through (no kernel runs here: hopfuse's launch fails without a driver), and contiguous
+strides. `library.custom_op` registers a function and its fake implementation and calls the
+function (there is no fake-tensor mode).
 """
 
 import math
@@ -108,12 +112,73 @@ class Size(tuple):
     pass
 
 
+class device:  # noqa: N801 (torch's name)
+    def __init__(self, spec, index=None):
+        if isinstance(spec, device):
+            self.type, self.index = spec.type, spec.index
+            return
+        kind, _, number = str(spec).partition(":")
+        if kind not in ("cpu", "cuda", "meta"):
+            raise RuntimeError("fake torch: unknown device %r" % (spec,))
+        self.type = kind
+        self.index = int(number) if number else index
+        if kind == "cuda" and self.index is None:
+            self.index = 0
+
+    def __eq__(self, other):
+        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+    def __str__(self):
+        return self.type if self.index is None else "%s:%d" % (self.type, self.index)
+
+    def __repr__(self):
+        return "device(type=%r%s)" % (self.type, "" if self.index is None else ", index=%d" % self.index)
+
+
+_CPU = device("cpu")
+# Made-up device addresses, one 256-byte aligned block per tensor: nothing reads through them.
+_next_address = [0x7F0000000000]
+
+
+def _address(nbytes):
+    a = _next_address[0]
+    _next_address[0] += (nbytes + 255) // 256 * 256 + 256
+    return a
+
+
 class Tensor:
     def __init__(self, data, shape, dt):
         assert len(data) == _numel(shape), (len(data), shape)
         self._data = [_round(v, dt) for v in data]
         self.shape = Size(shape)
         self.dtype = dt
+        self.device = _CPU
+        self._address = _address(len(data) * dt.itemsize)
+
+    def _on(self, where):
+        t = Tensor(self._data, self.shape, self.dtype)
+        t.device = device(where)
+        return t
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    def data_ptr(self):
+        return self._address
+
+    def stride(self, dim=None):
+        st = tuple(_strides(self.shape))
+        return st if dim is None else st[dim]
+
+    def is_contiguous(self):
+        return True
+
+    def element_size(self):
+        return self.dtype.itemsize
 
     # -- inspection
     def dim(self):
@@ -160,11 +225,15 @@ class Tensor:
         return self.to(int32)
 
     def cuda(self):
+        return self._on("cuda")
+
+    def cpu(self):
+        return self._on("cpu")
+
+    def detach(self):
         return self
 
-    cpu = cuda
-    detach = cuda
-    contiguous = cuda
+    contiguous = detach
 
     def zero_(self):
         self._data = [_round(0, self.dtype)] * len(self._data)
@@ -539,8 +608,10 @@ def einsum(eq, *ops):
 
 def tensor(values, dtype=float32, device=None):
     if isinstance(values, (list, tuple)):
-        return Tensor(list(values), (len(values),), dtype)
-    return Tensor([values], (), dtype)
+        t = Tensor(list(values), (len(values),), dtype)
+    else:
+        t = Tensor([values], (), dtype)
+    return t if device is None else t._on(device)
 
 
 def frombuffer(buf, dtype):
@@ -559,8 +630,22 @@ def to_bytes(t):
     return b"".join(struct.pack(t.dtype.fmt, v) for v in t._data)
 
 
-def empty(n, dtype=float32, device=None):
-    return Tensor([0] * n, (n,), dtype)
+def _size(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list, Size)):
+        size = tuple(size[0])
+    return tuple(int(n) for n in size)
+
+
+def empty(*size, dtype=float32, device=None):
+    """Zeros (the stand-in has no uninitialised memory)."""
+    shape = _size(size)
+    t = Tensor([0] * _numel(shape), shape, dtype)
+    if device is not None:
+        t.device = globals()["device"](device)
+    return t
+
+
+zeros = empty
 
 
 class _FileTensor(Tensor):
@@ -624,7 +709,66 @@ class _Cuda:
         pass
 
 
+    @staticmethod
+    def current_device():
+        return 0
+
+    @staticmethod
+    def current_stream(device=None):
+        return _Stream()
+
+
+class _Stream:
+    # The legacy default stream's handle.
+    cuda_stream = 0
+
+
 cuda = _Cuda()
+
+
+class _CustomOp:
+    """What `library.custom_op` returns: calls the function; `register_fake` keeps the fake
+    implementation where torch keeps it (`_abstract_fn`)."""
+
+    def __init__(self, name, fn, schema):
+        self._name, self._fn, self._schema = name, fn, schema
+        self._abstract_fn = None
+
+    def register_fake(self, fn):
+        self._abstract_fn = fn
+        return fn
+
+    def __call__(self, *args, **kwargs):
+        return self._fn(*args, **kwargs)
+
+
+class _Namespace:
+    pass
+
+
+ops = _Namespace()
+
+
+class _Library:
+    @staticmethod
+    def custom_op(name, fn=None, *, mutates_args, device_types=None, schema=None):
+        namespace, sep, op_name = name.partition("::")
+        if not sep or not namespace or not op_name:
+            raise ValueError("fake torch: a custom op name is namespace::name, not %r" % name)
+        if schema is not None and not (schema.startswith("(") and ") -> " in schema):
+            raise ValueError("fake torch: a schema is (args) -> returns, not %r" % schema)
+
+        def register(f):
+            op = _CustomOp(name, f, schema)
+            if not hasattr(ops, namespace):
+                setattr(ops, namespace, _Namespace())
+            setattr(getattr(ops, namespace), op_name, op)
+            return op
+
+        return register if fn is None else register(fn)
+
+
+library = _Library()
 
 
 class _Flags:

@@ -1,0 +1,87 @@
+//! One program compiled for one set of sizes: the aligned-vector specialisation and the index
+//! type those sizes need ([`crate::index::choose_index_type`]), the sizes checked against the
+//! plan (its constraints and CUDA's launch limits) and against its TMA tensor maps (with a
+//! placeholder address: the real one is checked when the map is encoded). What the runner's
+//! `prepare` and the Python package call before NVRTC.
+
+use crate::index::choose_index_type;
+use hopfuse::plan::ConcreteLaunch;
+use hopfuse::{Compilation, CompileOptions, IndexType};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// How a compiled program is launched with its sizes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Setup {
+    pub index_type: IndexType,
+    /// Why that index type.
+    pub index_reason: String,
+    pub launch: ConcreteLaunch,
+}
+
+/// Why a program cannot be compiled for its sizes.
+#[derive(Clone, Debug)]
+pub enum PrepareError {
+    /// It does not compile.
+    Compile(hopfuse::Diagnostics),
+    /// The sizes do not fit its plan.
+    Sizes(String),
+}
+
+/// Compiles `source` for `sizes`, lowering it once: vector accesses these sizes keep aligned
+/// are specialised ([`CompileOptions::aligned_for`]), the index type is the one the sizes
+/// need unless `index` names one (a named type too small for the sizes is an error), and the
+/// sizes are checked against the plan and its TMA tensor maps.
+pub fn compile_for_sizes(
+    source: &str,
+    sizes: &BTreeMap<String, i64>,
+    index: Option<IndexType>,
+    clock_probe: bool,
+) -> Result<(Compilation, Setup), PrepareError> {
+    let options = CompileOptions {
+        index_type: index.unwrap_or(IndexType::I64),
+        assume_aligned_vectors: false,
+        aligned_for: Some(sizes.clone()),
+        clock_probe,
+    };
+    let mut needed = None;
+    let compilation = hopfuse::compile_choosing_index(source, &options, |plan| {
+        let choice = choose_index_type(plan, sizes);
+        let emit = match (index, &choice) {
+            (Some(requested), _) => requested,
+            (None, Ok((t, _))) => *t,
+            // The sizes are refused below; any type will do.
+            (None, Err(_)) => IndexType::I64,
+        };
+        needed = Some(choice);
+        emit
+    })
+    .map_err(PrepareError::Compile)?;
+    let sizes_err = PrepareError::Sizes;
+    let launch = compilation
+        .plan
+        .concretize(sizes)
+        .map_err(|e| sizes_err(e.to_string()))?;
+    let (wanted, reason) = needed
+        .expect("the index type is chosen during the compile")
+        .map_err(sizes_err)?;
+    let (index_type, index_reason) = match index {
+        None => (wanted, reason),
+        Some(IndexType::I32) if wanted == IndexType::I64 => {
+            return Err(sizes_err(format!("--index i32 is too small: {reason}")));
+        }
+        Some(i) => (i, "requested".to_string()),
+    };
+    // TMA tensor maps with the real sizes (the device address is checked when it is encoded).
+    for spec in &compilation.plan.tensor_maps {
+        crate::tensor_map::encode_args(spec, sizes, 0).map_err(sizes_err)?;
+    }
+    Ok((
+        compilation,
+        Setup {
+            index_type,
+            index_reason,
+            launch,
+        },
+    ))
+}

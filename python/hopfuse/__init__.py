@@ -1,0 +1,399 @@
+"""hopfuse kernels on PyTorch tensors.
+
+    import hopfuse
+    add = hopfuse.compile(open("examples/basics/add.hf").read())
+    c = add(a, b)  # a, b: torch CUDA tensors; c is allocated with torch
+
+`compile` lowers the program once to learn its signature (a `CompileError` with every problem
+at its line and column otherwise). A call checks the tensors against the fusion: dtype, rank
+and shape (`DTypeError`, `ShapeError`, naming the tensor and the rule), device, contiguity and
+16-byte alignment; binds the size symbols from the shapes; compiles the kernel for those sizes
+(the index type and aligned vector accesses they allow, the plan's constraints checked: a
+`ValueError` naming the rule) once per distinct sizes, NVRTC once per distinct CUDA source with
+a disk cache (`$HOPFUSE_CACHE_DIR`, else `~/.cache/hopfuse/cubin`); allocates the outputs with
+torch; and launches on torch's current stream in the device's primary context (torch's). Scalar
+inputs (`input eps: f32[]`) are keyword arguments.
+
+`torch_op` registers a kernel as a `torch.library.custom_op` with a fake implementation (the
+output shapes from the input shapes, no GPU), so it can sit inside `torch.compile`d code.
+
+torch is imported on first use, never at import: the package imports without it.
+"""
+
+import ctypes
+import importlib.util
+import os
+
+
+def _use_pip_cuda():
+    """NVRTC 13 and the CUDA headers from the NVIDIA wheels torch's CUDA 13 builds depend on
+    (`nvidia/cu13/lib/libnvrtc.so.13`, `nvidia/cu13/include`), when present: the library is
+    loaded so that the native module's `dlopen("libnvrtc.so.13")` finds it, and
+    `HOPFUSE_CUDA_INCLUDE` names the headers unless it is set."""
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        root = os.path.join(base, "cu13")
+        include = os.path.join(root, "include")
+        if not os.environ.get("HOPFUSE_CUDA_INCLUDE") and os.path.isfile(os.path.join(include, "cuda_fp16.h")):
+            os.environ["HOPFUSE_CUDA_INCLUDE"] = include
+        nvrtc = os.path.join(root, "lib", "libnvrtc.so.13")
+        if os.path.isfile(nvrtc):
+            try:
+                ctypes.CDLL(nvrtc, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                pass  # hopfuse.available() then reports NVRTC missing, with the usual hint
+            return
+
+
+_use_pip_cuda()
+
+from ._native import CompileError, Program, Specialization, available  # noqa: E402
+
+__all__ = [
+    "CompileError",
+    "DTypeError",
+    "Kernel",
+    "ShapeError",
+    "available",
+    "compile",
+    "torch_op",
+]
+
+# The fusion's dtype names and torch's.
+_TORCH_DTYPES = {
+    "f32": "float32",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f64": "float64",
+    "i32": "int32",
+    "bool": "bool",
+}
+# Schema types of scalar keyword arguments in a custom op.
+_SCHEMA_SCALARS = {"f32": "float", "f16": "float", "bf16": "float", "f64": "float", "i32": "int", "bool": "bool"}
+# Bytes a tensor's address must be a multiple of (vector accesses and TMA need 16).
+_ALIGNMENT = 16
+
+
+class ShapeError(ValueError):
+    """A tensor's rank or shape does not fit the fusion (the message names the tensor)."""
+
+
+class DTypeError(TypeError):
+    """A tensor's dtype is not the one the fusion declares (the message names the tensor)."""
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _dims_text(dims):
+    return "[" + ", ".join(_expr_text(d) for d in dims) + "]"
+
+
+def _expr_text(e):
+    tag = e[0]
+    if tag == "const":
+        return str(e[1])
+    if tag == "sym":
+        return e[1]
+    if tag == "ceil_div":
+        return "ceilDiv(%s, %s)" % (_expr_text(e[1]), _expr_text(e[2]))
+    if tag == "max":
+        return "max(%s, %s)" % (_expr_text(e[1]), _expr_text(e[2]))
+    op = {"add": " + ", "mul": " * "}[tag]
+    return "(" + _expr_text(e[1]) + op + _expr_text(e[2]) + ")"
+
+
+def _eval(e, sizes):
+    """A size expression's value; works on torch's symbolic ints too (under torch.compile)."""
+    tag = e[0]
+    if tag == "const":
+        return e[1]
+    if tag == "sym":
+        return sizes[e[1]]
+    a, b = _eval(e[1], sizes), _eval(e[2], sizes)
+    if tag == "add":
+        return a + b
+    if tag == "mul":
+        return a * b
+    if tag == "ceil_div":
+        return -(-a // b)
+    if tag == "max":
+        return a if a >= b else b
+    raise ValueError("unknown size expression %r" % (e,))
+
+
+class _Input:
+    __slots__ = ("name", "dtype", "dims")
+
+    def __init__(self, name, dtype, dims):
+        self.name, self.dtype, self.dims = name, dtype, dims
+
+    def declared(self):
+        return "%s: %s%s" % (self.name, self.dtype, _dims_text(self.dims) if self.dims else "")
+
+
+class Kernel:
+    """A compiled hopfuse program, callable on torch CUDA tensors: `kernel(*inputs, **scalars)`
+    returns the outputs (one tensor, or a tuple in declaration order)."""
+
+    def __init__(self, program):
+        self._program = program
+        self.name = program.name
+        self.symbols = list(program.symbols)
+        declared = [_Input(n, d, list(dims)) for n, d, dims in program.inputs]
+        self.inputs = [i for i in declared if i.dims]
+        self.scalars = [i for i in declared if not i.dims]
+        self.outputs = [_Input(n, d, list(dims)) for n, d, dims in program.outputs]
+        # Scalars the kernel reads (an unused scalar input is not a kernel parameter).
+        self._used_scalars = {n for n, _ in program.scalars}
+        # sizes (in symbol order) -> (Specialization, [(role, torch dtype, shape, position)])
+        self._specializations = {}
+        # (shape, dtype) of every input -> sizes, once a call with them has been checked.
+        self._bound = {}
+
+    def __repr__(self):
+        args = ", ".join(i.declared() for i in self.inputs + self.scalars)
+        outs = ", ".join(o.declared() for o in self.outputs)
+        return "<hopfuse.Kernel %s(%s) -> %s>" % (self.name, args, outs)
+
+    @property
+    def source(self):
+        """The program text."""
+        return self._program.source
+
+    def torch_twin(self):
+        """The fusion as a PyTorch function, as the playground shows it: `(source, name)`, the
+        source of a module defining the function `name`."""
+        return self._program.torch_twin()
+
+    # -- checking and binding
+    def _bind(self, tensors, symbolic=False):
+        """The size symbols' values from the tensors' shapes, after checking dtypes, ranks and
+        shapes. With `symbolic`, dimensions may be torch's symbolic ints (no concrete checks
+        beyond equality)."""
+        torch = _torch()
+        if len(tensors) != len(self.inputs):
+            raise TypeError(
+                "kernel `%s` takes %d tensor argument%s (%s), got %d"
+                % (
+                    self.name,
+                    len(self.inputs),
+                    "" if len(self.inputs) == 1 else "s",
+                    ", ".join(i.name for i in self.inputs),
+                    len(tensors),
+                )
+            )
+        sizes, origin = {}, {}
+        for spec, t in zip(self.inputs, tensors):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError("input `%s` must be a torch.Tensor, not %s" % (spec.name, type(t).__name__))
+            want = getattr(torch, _TORCH_DTYPES[spec.dtype])
+            if t.dtype != want:
+                raise DTypeError(
+                    "input `%s` has dtype %s; the fusion declares %s (%s)" % (spec.name, t.dtype, spec.declared(), want)
+                )
+            shape = tuple(t.shape)
+            if len(shape) != len(spec.dims):
+                raise ShapeError(
+                    "input `%s` has rank %d (shape %s); the fusion declares %s (rank %d)"
+                    % (spec.name, len(shape), list(shape), spec.declared(), len(spec.dims))
+                )
+            for axis, (expr, n) in enumerate(zip(spec.dims, shape)):
+                if expr[0] == "sym" and expr[1] not in sizes:
+                    sizes[expr[1]] = n
+                    origin[expr[1]] = "%s.shape[%d]" % (spec.name, axis)
+        for spec, t in zip(self.inputs, tensors):
+            for axis, (expr, n) in enumerate(zip(spec.dims, tuple(t.shape))):
+                try:
+                    want = _eval(expr, sizes)
+                except KeyError as e:
+                    raise ShapeError("size symbol %s of input `%s` is bound by no input" % (e, spec.name)) from None
+                if n != want:
+                    why = (
+                        "%s = %s (from %s)" % (expr[1], want, origin[expr[1]])
+                        if expr[0] == "sym"
+                        else "%s = %s" % (_expr_text(expr), want)
+                    )
+                    raise ShapeError(
+                        "input `%s` has shape %s: dimension %d is %s but %s; the fusion declares %s"
+                        % (spec.name, list(t.shape), axis, n, why, spec.declared())
+                    )
+        missing = [s for s in self.symbols if s not in sizes]
+        if missing:
+            raise ShapeError("size symbol%s %s bound by no input" % ("s" if len(missing) > 1 else "", ", ".join(missing)))
+        if not symbolic:
+            for s, n in sizes.items():
+                if n < 1:
+                    raise ShapeError("%s = %d (from %s): every size must be at least 1" % (s, n, origin[s]))
+        return sizes
+
+    def _scalar_values(self, scalars):
+        unknown = sorted(set(scalars) - {s.name for s in self.scalars})
+        if unknown:
+            raise TypeError(
+                "kernel `%s` has no scalar input %s (its scalars: %s)"
+                % (self.name, ", ".join("`%s`" % u for u in unknown), ", ".join(s.name for s in self.scalars) or "none")
+            )
+        values = {}
+        for s in self.scalars:
+            if s.name not in scalars:
+                raise TypeError("kernel `%s` needs the scalar keyword argument `%s` (%s)" % (self.name, s.name, s.dtype))
+            v = scalars[s.name]
+            if hasattr(v, "item") and not isinstance(v, (int, float)):
+                v = v.item()
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError("scalar `%s` (%s) must be a number, not %s" % (s.name, s.dtype, type(v).__name__))
+            if s.name in self._used_scalars:
+                values[s.name] = float(v)
+        return values
+
+    def _check_placement(self, tensors):
+        device = None
+        for spec, t in zip(self.inputs, tensors):
+            if t.device.type != "cuda":
+                raise ValueError("input `%s` is on %s; hopfuse kernels run on CUDA tensors" % (spec.name, t.device))
+            if device is None:
+                device = t.device
+            elif t.device != device:
+                raise ValueError("input `%s` is on %s, input `%s` on %s" % (spec.name, t.device, self.inputs[0].name, device))
+            if not t.is_contiguous():
+                raise ShapeError(
+                    "input `%s` is not contiguous (strides %s): hopfuse kernels read dense row-major "
+                    "tensors; pass %s.contiguous()" % (spec.name, list(t.stride()), spec.name)
+                )
+            if t.data_ptr() % _ALIGNMENT:
+                raise ValueError(
+                    "input `%s` is at address %#x, not a multiple of %d bytes (a view at an offset?): "
+                    "pass %s.clone()" % (spec.name, t.data_ptr(), _ALIGNMENT, spec.name)
+                )
+        return device
+
+    # -- specializations
+    def specialize(self, sizes, index=None):
+        """The program compiled for `sizes` (a dict of every size symbol): its `.cuda`,
+        `.plan_json`, `.index_type`, `.launch_dims`, `.tensors` and `.cubin()`."""
+        return self._specialization(sizes, index)[0]
+
+    def _specialization(self, sizes, index=None):
+        key = tuple(sizes[s] for s in self.symbols) + (index,)
+        found = self._specializations.get(key)
+        if found is None:
+            spec = self._program.specialize({s: int(sizes[s]) for s in self.symbols}, index)
+            torch = _torch()
+            position = {i.name: n for n, i in enumerate(self.inputs)}
+            # (role, dtype, shape, the argument's position for an input): an input the kernel
+            # does not read is no parameter, so inputs are found by name.
+            buffers = [
+                (role, getattr(torch, _TORCH_DTYPES[d]), tuple(shape), position.get(name))
+                for name, role, d, shape in spec.tensors
+            ]
+            found = self._specializations[key] = (spec, buffers)
+        return found
+
+    def cuda(self, **sizes):
+        """The CUDA source for these sizes (`kernel.cuda(M=4096, N=4096)`)."""
+        return self.specialize(sizes).cuda
+
+    # -- calls
+    def __call__(self, *tensors, **scalars):
+        torch = _torch()
+        key = tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else None for t in tensors)
+        sizes = self._bound.get(key)
+        if sizes is None:
+            sizes = self._bind(tensors)
+            self._bound[key] = sizes
+        values = self._scalar_values(scalars) if (scalars or self.scalars) else {}
+        device = self._check_placement(tensors)
+        spec, buffers = self._specialization(sizes)
+        pointers, outputs = [], []
+        for role, dtype, shape, position in buffers:
+            if role == "input":
+                t = tensors[position]
+            elif role == "workspace":
+                t = torch.zeros(shape, dtype=dtype, device=device)
+            else:
+                t = torch.empty(shape, dtype=dtype, device=device)
+                if role == "output":
+                    outputs.append(t)
+            pointers.append(t.data_ptr())
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        stream = torch.cuda.current_stream(device).cuda_stream
+        spec.launch(index, stream, pointers, values)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def fake(self, *tensors, **scalars):
+        """What a call returns, without a GPU: empty outputs of the right dtypes and shapes on
+        the inputs' device (the fake implementation of `torch_op`; the shapes may be symbolic)."""
+        torch = _torch()
+        sizes = self._bind(tensors, symbolic=True)
+        self._scalar_values(scalars)
+        device = tensors[0].device if tensors else None
+        outs = [
+            torch.empty(
+                tuple(_eval(e, sizes) for e in o.dims), dtype=getattr(torch, _TORCH_DTYPES[o.dtype]), device=device
+            )
+            for o in self.outputs
+        ]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def schema(self):
+        """The custom op schema: `(Tensor a, Tensor b, *, float eps) -> Tensor`."""
+        args = ["Tensor %s" % i.name for i in self.inputs]
+        if self.scalars:
+            args.append("*")
+            args += ["%s %s" % (_SCHEMA_SCALARS[s.dtype], s.name) for s in self.scalars]
+        ret = "Tensor" if len(self.outputs) == 1 else "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
+        return "(%s) -> %s" % (", ".join(args), ret)
+
+
+def _with_schedule(program, schedule):
+    if schedule is None:
+        return program
+    if not isinstance(schedule, str):
+        raise TypeError("schedule must be the text of a schedule block or None, not %s" % type(schedule).__name__)
+    import re
+
+    if re.search(r"^\s*schedule\s*\{", program, re.M):
+        raise ValueError("the program already has a schedule block; pass schedule=None or remove the block")
+    body = schedule.strip()
+    if not re.match(r"schedule\s*\{", body):
+        body = "schedule {\n" + body + "\n}"
+    return program.rstrip("\n") + "\n" + body + "\n"
+
+
+def compile(program, schedule=None):  # noqa: A001 (the package's verb)
+    """A `Kernel` for `program` (the text of a `.hf` file: a fusion, with or without its
+    schedule block). `schedule` is the text of a schedule block (with or without the
+    `schedule { }` around it) for a program that has none; None keeps the program's own (a
+    program without one runs unscheduled). Raises `CompileError` with each problem's line and
+    column."""
+    if not isinstance(program, str):
+        raise TypeError("program must be the program text (a str), not %s" % type(program).__name__)
+    return Kernel(Program(_with_schedule(program, schedule)))
+
+
+def torch_op(name, program, schedule=None):
+    """Registers the kernel as the custom op `name` ("namespace::op_name") with
+    `torch.library.custom_op` (device "cuda") and a fake implementation computing the outputs'
+    shapes from the inputs' (so `torch.compile` traces through it). `program` is program text
+    or a `Kernel`. Returns the op: call it like the kernel."""
+    torch = _torch()
+    kernel = program if isinstance(program, Kernel) else compile(program, schedule)
+    if not isinstance(name, str) or name.count("::") != 1:
+        raise ValueError('a custom op name is "namespace::op_name", not %r' % (name,))
+
+    def run(*tensors, **scalars):
+        return kernel(*tensors, **scalars)
+
+    def fake(*tensors, **scalars):
+        return kernel.fake(*tensors, **scalars)
+
+    op = torch.library.custom_op(name, run, mutates_args=(), device_types="cuda", schema=kernel.schema())
+    op.register_fake(fake)
+    return op

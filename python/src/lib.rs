@@ -1,0 +1,397 @@
+//! `hopfuse._native`: the Rust side of the Python package. It takes program text and sizes
+//! and gives what `hopfuse/__init__.py` needs to call a kernel on torch tensors:
+//!
+//! - [`Program`]: a program lowered once without sizes, for its signature (the fusion's
+//!   inputs, outputs and scalars with their dtypes and shapes as size expressions), or a
+//!   `CompileError` with every problem at its line and column;
+//! - [`Program::specialize`]: a [`Specialization`] for concrete sizes (index type, aligned
+//!   vector accesses, the plan's constraints and TMA boxes checked: a `ValueError` naming the
+//!   rule), with every tensor parameter's shape for the caller to allocate;
+//! - [`Specialization::launch`]: NVRTC once per CUDA source ([`hopfuse_launch::cache`], in
+//!   memory and on disk), the CUBIN loaded once per device into its primary context (torch's),
+//!   the TMA tensor maps encoded from the tensors' addresses, and one `cuLaunchKernel` on the
+//!   caller's stream.
+//!
+//! Tensors stay torch's: this module sees only device addresses, so it imports no torch.
+
+use hopfuse::plan::{Param, SizeExpr, TensorRole};
+use hopfuse::{CompileOptions, DType, IndexType, LaunchPlan};
+use hopfuse_launch::driver::Kernel;
+use hopfuse_launch::specialize::{compile_for_sizes, PrepareError, Setup};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+create_exception!(
+    _native,
+    CompileError,
+    PyValueError,
+    "The program text does not compile (every problem with its line and column)."
+);
+
+/// A size expression as nested tuples: `("const", 4)`, `("sym", "M")`, `("add", a, b)`,
+/// `("mul", a, b)`, `("ceil_div", a, b)`, `("max", a, b)`.
+fn size_expr<'py>(py: Python<'py>, e: &SizeExpr) -> PyResult<Bound<'py, PyTuple>> {
+    let pair = |tag: &str, a: &SizeExpr, b: &SizeExpr| -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(
+            py,
+            [
+                tag.into_pyobject(py)?.into_any(),
+                size_expr(py, a)?.into_any(),
+                size_expr(py, b)?.into_any(),
+            ],
+        )
+    };
+    match e {
+        SizeExpr::Const(c) => ("const", *c).into_pyobject(py),
+        SizeExpr::Sym(s) => ("sym", s.as_str()).into_pyobject(py),
+        SizeExpr::Add(a, b) => pair("add", a, b),
+        SizeExpr::Mul(a, b) => pair("mul", a, b),
+        SizeExpr::CeilDiv(a, b) => pair("ceil_div", a, b),
+        SizeExpr::Max(a, b) => pair("max", a, b),
+    }
+}
+
+fn role_name(role: TensorRole) -> &'static str {
+    match role {
+        TensorRole::Input => "input",
+        TensorRole::Output => "output",
+        TensorRole::Scratch => "scratch",
+        TensorRole::Workspace => "workspace",
+    }
+}
+
+/// A program lowered once without sizes: its signature.
+#[pyclass(frozen, module = "hopfuse._native")]
+struct Program {
+    source: String,
+    plan: LaunchPlan,
+    /// The fusion's inputs in declaration order: name, dtype, declared shape (empty for a
+    /// scalar).
+    inputs: Vec<(String, DType, Vec<SizeExpr>)>,
+}
+
+#[pymethods]
+impl Program {
+    /// Lowers `source` (a fusion and its schedule) once to learn its signature.
+    #[new]
+    fn new(py: Python<'_>, source: String) -> PyResult<Program> {
+        let lowered = py.detach(|| hopfuse::compile(&source, &CompileOptions::default()));
+        let compilation =
+            lowered.map_err(|d| CompileError::new_err(d.render(&source, "<program>")))?;
+        let f = &compilation.fusion;
+        let inputs = f
+            .inputs
+            .iter()
+            .map(|&t| {
+                let tensor = &f.tensors[t];
+                let shape = tensor
+                    .root
+                    .iter()
+                    .map(|&id| f.ids[id].root_extent.clone().unwrap_or(SizeExpr::Const(1)))
+                    .collect();
+                (tensor.name.clone(), tensor.dtype, shape)
+            })
+            .collect();
+        Ok(Program {
+            source,
+            plan: compilation.plan,
+            inputs,
+        })
+    }
+
+    /// The kernel's name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.plan.kernel_name
+    }
+
+    /// The size symbols, in order of first appearance.
+    #[getter]
+    fn symbols(&self) -> Vec<String> {
+        self.plan.symbols.clone()
+    }
+
+    /// The fusion's inputs in declaration order: `(name, dtype, shape)`, the shape a list of
+    /// size expressions (empty for a scalar input).
+    #[getter]
+    fn inputs<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        self.inputs
+            .iter()
+            .map(|(name, dtype, shape)| {
+                let dims = shape
+                    .iter()
+                    .map(|e| size_expr(py, e))
+                    .collect::<PyResult<Vec<_>>>()?;
+                (name.as_str(), dtype.name(), dims).into_pyobject(py)
+            })
+            .collect()
+    }
+
+    /// The outputs in declaration order: `(name, dtype, shape)` as the kernel writes them
+    /// (reduction axes removed, broadcast axes 1).
+    #[getter]
+    fn outputs<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        self.plan
+            .tensors()
+            .filter(|(_, _, role, _)| *role == TensorRole::Output)
+            .map(|(name, dtype, _, shape)| {
+                let dims = shape
+                    .iter()
+                    .map(|e| size_expr(py, e))
+                    .collect::<PyResult<Vec<_>>>()?;
+                (name, dtype.name(), dims).into_pyobject(py)
+            })
+            .collect()
+    }
+
+    /// The scalar parameters the kernel takes: `(name, dtype)`.
+    #[getter]
+    fn scalars(&self) -> Vec<(String, &'static str)> {
+        self.plan
+            .params
+            .iter()
+            .filter_map(|p| match p {
+                Param::Scalar { name, dtype, .. } => Some((name.clone(), dtype.name())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The program text.
+    #[getter]
+    fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The PyTorch twin of the fusion, as the playground shows it: `(source, function)`, the
+    /// source of a Python module defining `function` (the fusion's inputs in, its outputs out).
+    fn torch_twin(&self) -> PyResult<(String, String)> {
+        hopfuse::torch_twin(&self.source)
+            .map(|t| (t.source, t.function))
+            .map_err(|d| CompileError::new_err(d.render(&self.source, "<program>")))
+    }
+
+    /// The program compiled for `sizes` (a dict of every size symbol), `index` ("i32" or
+    /// "i64") forced or, by default, the one the sizes need.
+    #[pyo3(signature = (sizes, index=None))]
+    fn specialize(
+        &self,
+        py: Python<'_>,
+        sizes: BTreeMap<String, i64>,
+        index: Option<&str>,
+    ) -> PyResult<Specialization> {
+        let index = match index {
+            None => None,
+            Some("i32") => Some(IndexType::I32),
+            Some("i64") => Some(IndexType::I64),
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "index must be \"i32\" or \"i64\", not {other:?}"
+                )))
+            }
+        };
+        let source = &self.source;
+        let compiled = py.detach(|| compile_for_sizes(source, &sizes, index, false));
+        let (compilation, setup) = compiled.map_err(|e| match e {
+            PrepareError::Compile(d) => CompileError::new_err(d.render(source, "<program>")),
+            PrepareError::Sizes(e) => PyValueError::new_err(format!("sizes {sizes:?}: {e}")),
+        })?;
+        Ok(Specialization {
+            cuda: compilation.cuda,
+            plan: compilation.plan,
+            setup,
+            sizes,
+            kernels: Mutex::new(HashMap::new()),
+            cubin: OnceLock::new(),
+        })
+    }
+}
+
+/// A tensor parameter as Python sees it: name, role, dtype, shape.
+type TensorParam = (String, &'static str, &'static str, Vec<i64>);
+
+/// A program compiled for one set of sizes.
+#[pyclass(frozen, module = "hopfuse._native")]
+struct Specialization {
+    cuda: String,
+    plan: LaunchPlan,
+    setup: Setup,
+    sizes: BTreeMap<String, i64>,
+    cubin: OnceLock<Arc<[u8]>>,
+    /// The kernel loaded into each device's primary context, by device ordinal.
+    kernels: Mutex<HashMap<i32, Arc<Kernel>>>,
+}
+
+impl Specialization {
+    fn cubin_now(&self, py: Python<'_>) -> PyResult<Arc<[u8]>> {
+        if let Some(c) = self.cubin.get() {
+            return Ok(c.clone());
+        }
+        let name = format!("{}.cu", self.plan.kernel_name);
+        let cubin = py
+            .detach(|| hopfuse_launch::cache::cubin(&self.cuda, &name))
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok(self.cubin.get_or_init(|| cubin).clone())
+    }
+
+    fn kernel(&self, py: Python<'_>, device: i32) -> PyResult<Arc<Kernel>> {
+        if let Some(k) = self
+            .kernels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&device)
+        {
+            return Ok(k.clone());
+        }
+        let cubin = self.cubin_now(py)?;
+        let kernel = Kernel::load(device, &cubin, &self.plan.kernel_name)
+            .map(Arc::new)
+            .map_err(PyRuntimeError::new_err)?;
+        let mut kernels = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(kernels.entry(device).or_insert(kernel).clone())
+    }
+}
+
+#[pymethods]
+impl Specialization {
+    /// The CUDA source.
+    #[getter]
+    fn cuda(&self) -> &str {
+        &self.cuda
+    }
+
+    /// The launch plan as JSON.
+    #[getter]
+    fn plan_json(&self) -> PyResult<String> {
+        serde_json::to_string_pretty(&self.plan).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// "i32" or "i64", and why.
+    #[getter]
+    fn index_type(&self) -> (&'static str, &str) {
+        let t = match self.setup.index_type {
+            IndexType::I32 => "i32",
+            IndexType::I64 => "i64",
+        };
+        (t, &self.setup.index_reason)
+    }
+
+    /// Grid, block and dynamic shared memory bytes of the launch.
+    #[getter]
+    fn launch_dims(&self) -> ([u32; 3], [u32; 3], u32) {
+        let l = &self.setup.launch;
+        (l.grid, l.block, l.dynamic_smem_bytes)
+    }
+
+    /// Every tensor parameter in the kernel's order: `(name, role, dtype, shape)` with role
+    /// "input", "output", "scratch" (allocate, contents free) or "workspace" (allocate zeroed).
+    #[getter]
+    fn tensors(&self) -> PyResult<Vec<TensorParam>> {
+        self.plan
+            .tensors()
+            .map(|(name, dtype, role, shape)| {
+                let dims = shape
+                    .iter()
+                    .map(|e| e.eval(&self.sizes))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| PyValueError::new_err(format!("tensor `{name}`: {e}")))?;
+                Ok((name.to_string(), role_name(role), dtype.name(), dims))
+            })
+            .collect()
+    }
+
+    /// The CUBIN (NVRTC runs here the first time, unless the disk cache has it).
+    fn cubin<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let cubin = self.cubin_now(py)?;
+        Ok(pyo3::types::PyBytes::new(py, &cubin))
+    }
+
+    /// Compiles (NVRTC) and loads the kernel on `device` without launching it.
+    fn load(&self, py: Python<'_>, device: i32) -> PyResult<()> {
+        self.kernel(py, device).map(|_| ())
+    }
+
+    /// Launches on `stream` (a CUDA stream handle of device `device`): `pointers` holds the
+    /// device address of every tensor parameter in [`Specialization::tensors`] order,
+    /// `scalars` the value of every scalar parameter.
+    #[pyo3(signature = (device, stream, pointers, scalars=None))]
+    fn launch(
+        &self,
+        py: Python<'_>,
+        device: i32,
+        stream: u64,
+        pointers: Vec<u64>,
+        scalars: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<()> {
+        let kernel = self.kernel(py, device)?;
+        let values = scalar_values(scalars)?;
+        // The tensor maps are encoded with the driver: make the device's context current.
+        let _current =
+            hopfuse_launch::driver::use_device(device).map_err(PyRuntimeError::new_err)?;
+        let mut args = hopfuse_launch::args::for_plan(&self.plan, &self.sizes, &pointers, &values)
+            .map_err(PyValueError::new_err)?;
+        kernel
+            .launch(device, &self.setup.launch, stream, &mut args)
+            .map_err(PyRuntimeError::new_err)
+    }
+
+    /// The baseline of the launch-overhead benchmark: the arguments built once, then `count`
+    /// bare `cuLaunchKernel`s of this CUBIN on `stream`; returns the host seconds the launches
+    /// took (enqueueing only: the caller synchronizes).
+    #[pyo3(signature = (device, stream, pointers, count, scalars=None))]
+    fn time_bare_launches(
+        &self,
+        py: Python<'_>,
+        device: i32,
+        stream: u64,
+        pointers: Vec<u64>,
+        count: u32,
+        scalars: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<f64> {
+        let kernel = self.kernel(py, device)?;
+        let values = scalar_values(scalars)?;
+        let _current =
+            hopfuse_launch::driver::use_device(device).map_err(PyRuntimeError::new_err)?;
+        let mut args = hopfuse_launch::args::for_plan(&self.plan, &self.sizes, &pointers, &values)
+            .map_err(PyValueError::new_err)?;
+        let start = std::time::Instant::now();
+        for _ in 0..count {
+            kernel
+                .launch(device, &self.setup.launch, stream, &mut args)
+                .map_err(PyRuntimeError::new_err)?;
+        }
+        Ok(start.elapsed().as_secs_f64())
+    }
+}
+
+fn scalar_values(scalars: Option<&Bound<'_, PyDict>>) -> PyResult<BTreeMap<String, f64>> {
+    let mut values = BTreeMap::new();
+    if let Some(scalars) = scalars {
+        for (k, v) in scalars.iter() {
+            values.insert(k.extract::<String>()?, v.extract::<f64>()?);
+        }
+    }
+    Ok(values)
+}
+
+/// Whether libnvrtc (CUDA 13) and libcuda can be loaded: `(nvrtc, driver)`.
+#[pyfunction]
+fn available() -> (bool, bool) {
+    (
+        hopfuse_launch::nvrtc::available(),
+        hopfuse_launch::driver::available(),
+    )
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Program>()?;
+    m.add_class::<Specialization>()?;
+    m.add_function(wrap_pyfunction!(available, m)?)?;
+    m.add("CompileError", m.py().get_type::<CompileError>())?;
+    Ok(())
+}

@@ -1,0 +1,220 @@
+"""The hopfuse package without a GPU (scripts/test-python.sh runs it against the installed wheel
+and the project's torch stand-in, runner/peers/fake_torch): compiling to CUDA, the checks of a
+call (count, dtype, rank, shape, device, contiguity, alignment, scalars), NVRTC and its disk
+cache, the fake implementation and the custom op. A launch needs a GPU: here it must fail
+saying so. With real torch and a GPU, scripts/python-device-check.sh runs the kernels.
+"""
+
+import os
+import pathlib
+import re
+import shutil
+import tempfile
+import unittest
+
+import hopfuse
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+NVRTC, DRIVER = hopfuse.available()
+REQUIRE_NVRTC = os.environ.get("HOPFUSE_REQUIRE_NVRTC") == "1"
+
+
+def example(path):
+    return (ROOT / "examples" / path).read_text()
+
+
+def cuda_tensor(shape, dtype=torch.float32):
+    return torch.empty(shape, dtype=dtype, device="cuda")
+
+
+ADD_FUSION = example("basics/add.hf").split("schedule {")[0]
+ADD_SCHEDULE = example("basics/add.hf").split("schedule {")[1].rsplit("}", 1)[0]
+
+
+class CompileTest(unittest.TestCase):
+    def test_the_signature_is_the_fusions(self):
+        k = hopfuse.compile(example("basics/add.hf"))
+        self.assertEqual(k.name, "add_kernel")
+        self.assertEqual([i.name for i in k.inputs], ["a", "b"])
+        self.assertEqual([o.name for o in k.outputs], ["c"])
+        self.assertEqual(k.symbols, ["M", "N"])
+        self.assertEqual(k.schema(), "(Tensor a, Tensor b) -> Tensor")
+        self.assertEqual(repr(k), "<hopfuse.Kernel add_kernel(a: f32[M, N], b: f32[M, N]) -> c: f32[M, N]>")
+        r = hopfuse.compile(example("basics/row_sum.hf"))
+        self.assertEqual(repr(r), "<hopfuse.Kernel row_sum_kernel(x: f32[M, N]) -> s: f32[M]>")
+
+    def test_cuda_for_sizes(self):
+        k = hopfuse.compile(example("basics/add.hf"))
+        cuda = k.cuda(M=1000, N=1000)
+        self.assertIn('extern "C" __global__', cuda)
+        self.assertIn("add_kernel", cuda)
+        spec = k.specialize({"M": 1000, "N": 1000})
+        self.assertEqual(spec.index_type[0], "i32")
+        self.assertEqual(k.specialize({"M": 65536, "N": 65536}).index_type[0], "i64")
+        self.assertEqual([t[:3] for t in spec.tensors], [("a", "input", "f32"), ("b", "input", "f32"), ("c", "output", "f32")])
+        self.assertEqual(spec.tensors[2][3], [1000, 1000])
+        grid, block, smem = spec.launch_dims
+        self.assertEqual(block, [128, 1, 1])
+        self.assertEqual(grid[0], -(-1000 * 1000 // 512))
+        self.assertIn('"kernel_name": "add_kernel"', spec.plan_json)
+
+    def test_a_schedule_given_apart_is_the_same_program(self):
+        whole = hopfuse.compile(example("basics/add.hf")).cuda(M=64, N=64)
+        for schedule in (ADD_SCHEDULE, "schedule {" + ADD_SCHEDULE + "}"):
+            apart = hopfuse.compile(ADD_FUSION, schedule=schedule).cuda(M=64, N=64)
+            self.assertEqual(apart, whole)
+        with self.assertRaisesRegex(ValueError, "already has a schedule block"):
+            hopfuse.compile(example("basics/add.hf"), schedule=ADD_SCHEDULE)
+        # No schedule at all: the fusion runs unscheduled.
+        self.assertIn("add_kernel", hopfuse.compile(ADD_FUSION).cuda(M=3, N=5))
+
+    def test_compile_errors_have_line_and_column(self):
+        bad = ADD_FUSION.replace("c = a + b", "c = a + q")
+        with self.assertRaises(hopfuse.CompileError) as e:
+            hopfuse.compile(bad)
+        self.assertRegex(str(e.exception), r"<program>:5:\d+")
+        self.assertIn("q", str(e.exception))
+        self.assertTrue(issubclass(hopfuse.CompileError, ValueError))
+        with self.assertRaisesRegex(hopfuse.CompileError, r"<program>:\d+:\d+"):
+            hopfuse.compile(ADD_FUSION, schedule="c.split(7, 4)")
+        with self.assertRaisesRegex(TypeError, "program text"):
+            hopfuse.compile(None)
+
+    def test_sizes_the_plan_refuses_name_the_rule(self):
+        k = hopfuse.compile(example("tma/add_2d.hf"))
+        with self.assertRaisesRegex(ValueError, "rows of the tensor must be multiples of 16 bytes.*N = 1001 is not a multiple of 4"):
+            k.specialize({"M": 64, "N": 1001})
+        with self.assertRaisesRegex(ValueError, "index must be"):
+            k.specialize({"M": 64, "N": 1024}, index="i16")
+
+
+class CallChecksTest(unittest.TestCase):
+    def setUp(self):
+        self.add = hopfuse.compile(example("basics/add.hf"))
+
+    def test_argument_count(self):
+        with self.assertRaisesRegex(TypeError, r"takes 2 tensor arguments \(a, b\), got 1"):
+            self.add(cuda_tensor((4, 8)))
+        with self.assertRaisesRegex(TypeError, "input `b` must be a torch.Tensor, not list"):
+            self.add(cuda_tensor((4, 8)), [1.0])
+
+    def test_dtype(self):
+        with self.assertRaises(hopfuse.DTypeError) as e:
+            self.add(cuda_tensor((4, 8)), cuda_tensor((4, 8), torch.float16))
+        self.assertIn("input `b` has dtype torch.float16; the fusion declares b: f32[M, N]", str(e.exception))
+        self.assertTrue(issubclass(hopfuse.DTypeError, TypeError))
+
+    def test_rank_and_shape(self):
+        with self.assertRaisesRegex(hopfuse.ShapeError, r"input `a` has rank 3 \(shape \[2, 4, 8\]\); the fusion declares a: f32\[M, N\] \(rank 2\)"):
+            self.add(cuda_tensor((2, 4, 8)), cuda_tensor((4, 8)))
+        with self.assertRaisesRegex(
+            hopfuse.ShapeError, re.escape("input `b` has shape [4, 7]: dimension 1 is 7 but N = 8 (from a.shape[1])")
+        ):
+            self.add(cuda_tensor((4, 8)), cuda_tensor((4, 7)))
+        with self.assertRaisesRegex(hopfuse.ShapeError, r"M = 0 \(from a.shape\[0\]\): every size must be at least 1"):
+            self.add(cuda_tensor((0, 8)), cuda_tensor((0, 8)))
+
+    def test_placement(self):
+        with self.assertRaisesRegex(ValueError, "input `a` is on cpu; hopfuse kernels run on CUDA tensors"):
+            self.add(torch.empty((4, 8)), cuda_tensor((4, 8)))
+        a, b = cuda_tensor((4, 8)), cuda_tensor((4, 8))
+        b.is_contiguous = lambda: False
+        with self.assertRaisesRegex(hopfuse.ShapeError, r"input `b` is not contiguous .*pass b.contiguous\(\)"):
+            self.add(a, b)
+        a, b = cuda_tensor((4, 8)), cuda_tensor((4, 8))
+        a._address += 4
+        with self.assertRaisesRegex(ValueError, "input `a` is at address 0x[0-9a-f]+, not a multiple of 16 bytes"):
+            self.add(a, b)
+
+    def test_a_kernel_takes_no_stray_keywords(self):
+        with self.assertRaisesRegex(TypeError, "kernel `add_kernel` has no scalar input `eps` \\(its scalars: none\\)"):
+            self.add(cuda_tensor((4, 8)), cuda_tensor((4, 8)), eps=1e-5)
+
+    @unittest.skipIf(DRIVER, "a GPU driver is loaded here: the device check runs kernels")
+    def test_a_launch_without_a_gpu_says_so(self):
+        if not NVRTC and not REQUIRE_NVRTC:
+            self.skipTest("no NVRTC (scripts/setup-nvrtc.sh)")
+        with self.assertRaisesRegex(RuntimeError, "libcuda.so.1. cannot be loaded: launching a kernel needs"):
+            self.add(cuda_tensor((4, 8)), cuda_tensor((4, 8)))
+
+
+class ScalarTest(unittest.TestCase):
+    """A scalar input (rank 0) is a keyword argument."""
+
+    PROGRAM = "fusion scale {\n  input x: f32[N]\n  input s: f32\n  y = x * s\n  output y\n}\n"
+
+    def kernel(self):
+        try:
+            return hopfuse.compile(self.PROGRAM)
+        except hopfuse.CompileError as e:
+            self.skipTest("this compiler has no scalar inputs: %s" % e)
+
+    def test_scalars_are_keywords(self):
+        k = self.kernel()
+        self.assertEqual(k.schema(), "(Tensor x, *, float s) -> Tensor")
+        self.assertEqual(repr(k), "<hopfuse.Kernel scale_kernel(x: f32[N], s: f32) -> y: f32[N]>")
+        self.assertEqual(tuple(k.fake(torch.empty((8,), device="meta"), s=2.0).shape), (8,))
+        with self.assertRaisesRegex(TypeError, "kernel `scale_kernel` needs the scalar keyword argument `s` \\(f32\\)"):
+            k(cuda_tensor((8,)))
+        with self.assertRaisesRegex(TypeError, "scalar `s` \\(f32\\) must be a number, not str"):
+            k(cuda_tensor((8,)), s="2")
+
+
+class NvrtcTest(unittest.TestCase):
+    def setUp(self):
+        if not NVRTC:
+            if REQUIRE_NVRTC:
+                self.fail("HOPFUSE_REQUIRE_NVRTC=1 but libnvrtc cannot be loaded")
+            self.skipTest("no NVRTC (scripts/setup-nvrtc.sh)")
+
+    def test_cubins_are_compiled_once_and_cached_on_disk(self):
+        cache = pathlib.Path(os.environ["HOPFUSE_CACHE_DIR"])
+        shutil.rmtree(cache, ignore_errors=True)
+        k = hopfuse.compile(example("matmul/step3_warp_specialized.hf"))
+        spec = k.specialize({"M": 256, "N": 256, "K": 128})
+        cubin = spec.cubin()
+        self.assertEqual(cubin[:4], b"\x7fELF")
+        files = list(cache.glob("*.cubin"))
+        self.assertEqual(len(files), 1)
+        self.assertEqual(files[0].read_bytes(), cubin)
+        # Ragged sizes lower to the same CUDA: the same CUBIN.
+        other = k.specialize({"M": 200, "N": 136, "K": 72})
+        self.assertEqual(other.cuda, spec.cuda)
+        self.assertEqual(other.cubin(), cubin)
+        self.assertEqual(len(list(cache.glob("*.cubin"))), 1)
+
+
+class FakeAndOpTest(unittest.TestCase):
+    def test_the_fake_implementation_gives_the_outputs_shapes(self):
+        r = hopfuse.compile(example("basics/row_sum.hf"))
+        x = torch.empty((37, 1000), dtype=torch.float32, device="meta")
+        s = r.fake(x)
+        self.assertEqual(tuple(s.shape), (37,))
+        self.assertEqual(s.dtype, torch.float32)
+        self.assertEqual(s.device, torch.device("meta"))
+        m = hopfuse.compile(example("matmul/step3_warp_specialized.hf"))
+        c = m.fake(torch.empty((100, 64), dtype=torch.bfloat16), torch.empty((48, 64), dtype=torch.bfloat16))
+        self.assertEqual((tuple(c.shape), c.dtype), ((100, 48), torch.bfloat16))
+        with self.assertRaisesRegex(hopfuse.ShapeError, "dimension 1 is 32 but K = 64"):
+            m.fake(torch.empty((100, 64), dtype=torch.bfloat16), torch.empty((48, 32), dtype=torch.bfloat16))
+
+    def test_torch_op_registers_a_custom_op_with_its_fake(self):
+        op = hopfuse.torch_op("hopfuse_test::row_sum", example("basics/row_sum.hf"))
+        self.assertIs(torch.ops.hopfuse_test.row_sum, op)
+        self.assertEqual(op._schema, "(Tensor x) -> Tensor")
+        out = op._abstract_fn(torch.empty((5, 16), dtype=torch.float32, device="meta"))
+        self.assertEqual(tuple(out.shape), (5,))
+        with self.assertRaises(hopfuse.DTypeError):
+            op._abstract_fn(torch.empty((5, 16), dtype=torch.float16, device="meta"))
+        with self.assertRaisesRegex(ValueError, "namespace::op_name"):
+            hopfuse.torch_op("row_sum", example("basics/row_sum.hf"))
+
+
+if __name__ == "__main__":
+    cache = tempfile.mkdtemp(prefix="hopfuse-cache-")
+    os.environ["HOPFUSE_CACHE_DIR"] = cache
+    try:
+        unittest.main()
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
