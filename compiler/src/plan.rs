@@ -220,9 +220,9 @@ impl Constraint {
 /// dimension (x, y, z), threads per block dimension, threads per block, and the dynamic shared
 /// memory one H100 block may opt in to.
 pub const MAX_GRID: [i64; 3] = [(1 << 31) - 1, 65535, 65535];
-pub const MAX_BLOCK: [i64; 3] = [1024, 1024, 64];
-pub const MAX_THREADS_PER_BLOCK: i64 = 1024;
-pub const MAX_DYNAMIC_SMEM_BYTES: i64 = 227 * 1024;
+pub const MAX_BLOCK: [i64; 3] = [MAX_THREADS_PER_BLOCK, MAX_THREADS_PER_BLOCK, 64];
+pub const MAX_THREADS_PER_BLOCK: i64 = crate::target::MAX_THREADS_PER_BLOCK;
+pub const MAX_DYNAMIC_SMEM_BYTES: i64 = crate::target::SMEM_PER_BLOCK;
 
 /// A TMA tensor map the runner encodes with `cuTensorMapEncodeTiled` (filled by the TMA lowering).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -11,6 +11,9 @@ pub const WARPGROUP_THREADS: i64 = 128;
 /// Threads per warp.
 pub const WARP_THREADS: i64 = 32;
 
+/// Threads per block (CUDA's limit on every Hopper part).
+pub const MAX_THREADS_PER_BLOCK: i64 = 1024;
+
 /// Named barrier ids of generated code: 0 is `__syncthreads()`, 1 the consumer warps' barrier
 /// in warp roles, `GROUP_BARRIER_BASE + g` thread group `g`'s barrier (`Stmt::GroupSync`).
 pub const GROUP_BARRIER_BASE: u32 = 2;

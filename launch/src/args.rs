@@ -121,11 +121,13 @@ pub fn for_plan(
                     IndexType::I64 => v as u64,
                 })
             }
-            Param::Scalar { name, dtype, .. } => {
-                let v = scalars
-                    .get(name)
-                    .ok_or_else(|| format!("scalar `{name}` ({}) has no value", dtype.name()))?;
-                Arg::Word(scalar_slot(*dtype, *v))
+            Param::Scalar { name, dtype, value } => {
+                // A value given at the call wins over the one the program gives.
+                let v =
+                    scalars.get(name).copied().or(*value).ok_or_else(|| {
+                        format!("scalar `{name}` ({}) has no value", dtype.name())
+                    })?;
+                Arg::Word(scalar_slot(*dtype, v))
             }
             Param::TensorMap { name, map } => {
                 let spec = plan

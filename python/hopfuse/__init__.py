@@ -151,7 +151,9 @@ class Kernel:
         self.scalars = [i for i in declared if not i.dims]
         self.outputs = [_Input(n, d, list(dims)) for n, d, dims in program.outputs]
         # Scalars the kernel reads (an unused scalar input is not a kernel parameter).
-        self._used_scalars = {n for n, _ in program.scalars}
+        self._used_scalars = {n for n, _, _ in program.scalars}
+        # The values the program gives its scalars (`input eps: f32 = 1e-6`): keyword defaults.
+        self._scalar_defaults = {n: v for n, _, v in program.scalars if v is not None}
         # sizes (in symbol order) -> (Specialization, [(role, torch dtype, shape, position)])
         self._specializations = {}
         # (shape, dtype) of every input -> sizes, once a call with them has been checked.
@@ -242,9 +244,12 @@ class Kernel:
             )
         values = {}
         for s in self.scalars:
-            if s.name not in scalars:
+            if s.name in scalars:
+                v = scalars[s.name]
+            elif s.name in self._scalar_defaults:
+                v = self._scalar_defaults[s.name]
+            else:
                 raise TypeError("kernel `%s` needs the scalar keyword argument `%s` (%s)" % (self.name, s.name, s.dtype))
-            v = scalars[s.name]
             if hasattr(v, "item") and not isinstance(v, (int, float)):
                 v = v.item()
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -342,12 +347,21 @@ class Kernel:
         ]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def _schema_scalar(self, s):
+        # A value the program gives is the argument's default (`float eps=1e-06`).
+        text = "%s %s" % (_SCHEMA_SCALARS[s.dtype], s.name)
+        if s.name in self._scalar_defaults:
+            v = self._scalar_defaults[s.name]
+            kind = _SCHEMA_SCALARS[s.dtype]
+            text += "=%r" % (int(v) if kind == "int" else bool(v) if kind == "bool" else float(v))
+        return text
+
     def schema(self):
         """The custom op schema: `(Tensor a, Tensor b, *, float eps) -> Tensor`."""
         args = ["Tensor %s" % i.name for i in self.inputs]
         if self.scalars:
             args.append("*")
-            args += ["%s %s" % (_SCHEMA_SCALARS[s.dtype], s.name) for s in self.scalars]
+            args += [self._schema_scalar(s) for s in self.scalars]
         ret = "Tensor" if len(self.outputs) == 1 else "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
         return "(%s) -> %s" % (", ".join(args), ret)
 

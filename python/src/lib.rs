@@ -148,14 +148,15 @@ impl Program {
             .collect()
     }
 
-    /// The scalar parameters the kernel takes: `(name, dtype)`.
+    /// The scalar parameters the kernel takes: `(name, dtype, value)`, the value the program
+    /// gives it (`input eps: f32 = 1e-6`) or None.
     #[getter]
-    fn scalars(&self) -> Vec<(String, &'static str)> {
+    fn scalars(&self) -> Vec<(String, &'static str, Option<f64>)> {
         self.plan
             .params
             .iter()
             .filter_map(|p| match p {
-                Param::Scalar { name, dtype, .. } => Some((name.clone(), dtype.name())),
+                Param::Scalar { name, dtype, value } => Some((name.clone(), dtype.name(), *value)),
                 _ => None,
             })
             .collect()

@@ -145,10 +145,13 @@ class ScalarTest(unittest.TestCase):
     PROGRAM = "fusion scale {\n  input x: f32[N]\n  input s: f32\n  y = x * s\n  output y\n}\n"
 
     def kernel(self):
-        try:
-            return hopfuse.compile(self.PROGRAM)
-        except hopfuse.CompileError as e:
-            self.skipTest("this compiler has no scalar inputs: %s" % e)
+        return hopfuse.compile(self.PROGRAM)
+
+    def test_a_value_the_program_gives_is_the_default(self):
+        k = hopfuse.compile(self.PROGRAM.replace("input s: f32", "input s: f32 = 2.5"))
+        self.assertEqual(k.schema(), "(Tensor x, *, float s=2.5) -> Tensor")
+        self.assertEqual(k._scalar_values({}), {"s": 2.5})
+        self.assertEqual(k._scalar_values({"s": 3.0}), {"s": 3.0})
 
     def test_scalars_are_keywords(self):
         k = self.kernel()

@@ -97,8 +97,14 @@ pub fn emit_mapped(
     // A block size known only at run time is still at most 1024 threads (the plan checks it).
     // setmaxnreg needs one block per SM: `__launch_bounds__(threads, 1)`.
     let bounds = match k.register_sharing {
-        Some(_) => format!("__launch_bounds__({}, 1) ", threads.unwrap_or(1024)),
-        None => format!("__launch_bounds__({}) ", threads.unwrap_or(1024)),
+        Some(_) => format!(
+            "__launch_bounds__({}, 1) ",
+            threads.unwrap_or(crate::target::MAX_THREADS_PER_BLOCK)
+        ),
+        None => format!(
+            "__launch_bounds__({}) ",
+            threads.unwrap_or(crate::target::MAX_THREADS_PER_BLOCK)
+        ),
     };
     // A kernel with compile-time cluster dimensions is launched in clusters by a plain launch.
     let cluster_dims = k
@@ -321,7 +327,7 @@ fn launch_plan(
             .fold(SizeExpr::Const(1), crate::passes::mul);
         constraints.push(Constraint::AtMost {
             value: total,
-            max: 1024,
+            max: crate::target::MAX_THREADS_PER_BLOCK,
             reason: "threads per block".into(),
         });
     }

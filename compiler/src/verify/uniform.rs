@@ -131,7 +131,7 @@ impl<'k> Walk<'k> {
     }
 
     fn whole_warps(&mut self, what: &str) {
-        if let Some(n) = block_threads(self.k).filter(|n| n % 32 != 0) {
+        if let Some(n) = block_threads(self.k).filter(|n| n % crate::target::WARP_THREADS != 0) {
             self.error(
                 Rule::WarpCollective,
                 format!(
@@ -200,7 +200,7 @@ impl Walk<'_> {
                 format!("{what} under a condition or loop bound that differs between the lanes of a warp: the lanes that skip it never arrive"),
             );
         }
-        if threads <= 0 || threads % 32 != 0 {
+        if threads <= 0 || threads % crate::target::WARP_THREADS != 0 {
             self.error(
                 Rule::NamedBarrierCount,
                 format!(
@@ -307,7 +307,7 @@ impl Walk<'_> {
 /// The named barriers of warp roles count their consumer threads: whole warps, and exactly the
 /// warps for which the producer condition is false (when it depends on the warp index alone).
 pub(super) fn check_consumer_count(w: &mut Walk, is_producer: &Val, consumer_threads: i64) {
-    if consumer_threads <= 0 || consumer_threads % 32 != 0 {
+    if consumer_threads <= 0 || consumer_threads % crate::target::WARP_THREADS != 0 {
         w.error(
             Rule::NamedBarrierCount,
             format!("the consumers' named barrier counts {consumer_threads} threads: a named barrier counts whole warps"),
@@ -317,12 +317,12 @@ pub(super) fn check_consumer_count(w: &mut Walk, is_producer: &Val, consumer_thr
     let Some(threads) = block_threads(w.k) else {
         return;
     };
-    let warps = (threads + 31) / 32;
+    let warps = (threads + crate::target::WARP_THREADS - 1) / crate::target::WARP_THREADS;
     let producers: Option<i64> = (0..warps)
         .map(|warp| eval(is_producer, Some(warp)).map(|p| (p != 0) as i64))
         .sum();
     if let Some(producers) = producers {
-        let consumers = (warps - producers) * 32;
+        let consumers = (warps - producers) * crate::target::WARP_THREADS;
         if consumers != consumer_threads {
             w.error(
                 Rule::NamedBarrierCount,

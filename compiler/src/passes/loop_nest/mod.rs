@@ -495,7 +495,7 @@ fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic
         .collect::<Option<Vec<i64>>>();
     if let Some(th) = threads {
         let n: i64 = th.iter().product();
-        if n > 1024 {
+        if n > crate::target::MAX_THREADS_PER_BLOCK {
             // At the first schedule statement that made a thread axis (the split that chose
             // its extent; its copies made by propagate come later).
             let made_by = f

@@ -186,10 +186,13 @@ pub(super) fn stmatrix_store(
     let group = cx.fresh_name(&format!("{reg}_x4"));
     // Lane l addresses row l % 8 of block q = l / 8: the element of register
     // 8 g + 4 (q / 2) + 2 (q % 2) of lane 4 (l % 8) of the same warp (column pair 0 of that row).
-    let lane = Val::rem(tid.clone(), Val::Int(32));
+    let lane = Val::rem(tid.clone(), Val::Int(crate::target::WARP_THREADS));
     let q = Val::div(lane.clone(), Val::Int(8));
     let holder = Val::add(
-        Val::mul(Val::div(tid.clone(), Val::Int(32)), Val::Int(32)),
+        Val::mul(
+            Val::div(tid.clone(), Val::Int(crate::target::WARP_THREADS)),
+            Val::Int(crate::target::WARP_THREADS),
+        ),
         Val::mul(Val::rem(lane, Val::Int(8)), Val::Int(4)),
     );
     let holder_reg = Val::add(

@@ -676,8 +676,8 @@ fn n_part(cx: &Ctx, key: LoopKey, t: &Tile) -> Option<i64> {
 /// The row and column in the warp group's 64 x N tile of accumulator register `i` of the thread.
 fn fragment_position(i: &Val) -> (Val, Val) {
     let tid = Val::Hw(ParallelType::TIDx);
-    let warp = Val::div(tid.clone(), Val::Int(32));
-    let lane = Val::rem(tid, Val::Int(32));
+    let warp = Val::div(tid.clone(), Val::Int(crate::target::WARP_THREADS));
+    let lane = Val::rem(tid, Val::Int(crate::target::WARP_THREADS));
     // row = 16 warp + lane / 4 + 8 ((i / 2) % 2), col = 8 (i / 4) + 2 (lane % 4) + i % 2
     let row = Val::add(
         Val::add(

@@ -336,8 +336,8 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<PipelinePlan, Diagnostic> {
             k.mbarriers.push(MbarArray {
                 name: cx.fresh_name(&format!("{base}_empty")),
                 count: pipe.stages,
-                arrivals: if threads % 32 == 0 {
-                    threads / 32
+                arrivals: if threads % crate::target::WARP_THREADS == 0 {
+                    threads / crate::target::WARP_THREADS
                 } else {
                     threads
                 },
@@ -356,7 +356,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<PipelinePlan, Diagnostic> {
 /// whole warp executes), thread 0 otherwise.
 pub(crate) fn issuer(k: &Kernel) -> Val {
     let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
-    if threads.is_some_and(|n| n % 32 == 0) {
+    if threads.is_some_and(|n| n % crate::target::WARP_THREADS == 0) {
         return Val::and(Val::eq(Val::Warp, Val::Int(0)), Val::Elect);
     }
     Val::all(
@@ -752,7 +752,7 @@ fn store_group(
             cx.keys.names[bound[0].0]
         ));
     };
-    if x % 32 != 0 {
+    if x % crate::target::WARP_THREADS != 0 {
         return Err(format!(
             "`{name}` is written by a TMA store inside the thread-parallel loop `{}`: a store per thread group needs threadIdx.x to span whole warps (the block's x extent {x} is not a multiple of 32)",
             cx.keys.names[bound[0].0]
@@ -794,7 +794,7 @@ fn store_group(
 /// thread dims at 0): a warp-uniform condition on the warp index, then `elect.sync`.
 pub(crate) fn group_leader(k: &Kernel, dims: &[ParallelType]) -> Val {
     let ext = |d: usize| k.block[d].as_const().unwrap_or(1);
-    let warps_x = ext(0) / 32;
+    let warps_x = ext(0) / crate::target::WARP_THREADS;
     // The warp index is x / 32 + warps_x * (y + by * z).
     let mut conds = vec![Val::eq(Val::rem(Val::Warp, Val::Int(warps_x)), Val::Int(0))];
     if !dims.contains(&ParallelType::TIDy) && ext(1) > 1 {

@@ -53,39 +53,42 @@ pub(crate) fn plan_ws(
         }
     }
     let others: i64 = (0..3).filter(|&i| i != d).map(|i| dims[i]).product();
-    if 128 % others != 0 {
+    if crate::target::WARPGROUP_THREADS % others != 0 {
         return err(format!(
             "warp_specialized({}) adds a 128-thread producer warp group along {}, so the other thread dims must multiply to a divisor of 128; they multiply to {others}",
             spec.on,
             ["x", "y", "z"][d]
         ));
     }
-    let pad = 128 / others;
+    let pad = crate::target::WARPGROUP_THREADS / others;
     let consumer_threads: i64 = dims.iter().product();
     // Warps in linear thread order (x fastest): one period of the specialised dim holds the
     // consumer part then the producer part; each part must be whole warps.
     let inner: i64 = dims[..d].iter().product();
     let (consumer_part, producer_part) = (inner * dims[d], inner * pad);
-    if consumer_part % 32 != 0 || producer_part % 32 != 0 {
+    if consumer_part % crate::target::WARP_THREADS != 0
+        || producer_part % crate::target::WARP_THREADS != 0
+    {
         return err(format!(
             "warp_specialized({}): each warp must have one role, but along {} the consumers take {consumer_part} and the producers {producer_part} consecutive threads (not multiples of 32)",
             spec.on,
             ["x", "y", "z"][d]
         ));
     }
-    let period = (consumer_part + producer_part) / 32;
-    let base = consumer_part / 32;
-    let chunk = producer_part / 32;
+    let period = (consumer_part + producer_part) / crate::target::WARP_THREADS;
+    let base = consumer_part / crate::target::WARP_THREADS;
+    let chunk = producer_part / crate::target::WARP_THREADS;
     let is_producer = if d == 2 {
         Val::lt(Val::Int(base - 1), Val::Warp)
     } else {
         Val::lt(Val::Int(base - 1), Val::rem(Val::Warp, Val::Int(period)))
     };
-    let threads = consumer_threads + 128;
+    let threads = consumer_threads + crate::target::WARPGROUP_THREADS;
     if let Some((p, c)) = spec.registers {
-        crate::target::check_register_sharing(p, c, threads, 128).map_err(diag)?;
+        crate::target::check_register_sharing(p, c, threads, crate::target::WARPGROUP_THREADS)
+            .map_err(diag)?;
     }
-    if threads > 1024 {
+    if threads > crate::target::MAX_THREADS_PER_BLOCK {
         return err(format!(
             "warp_specialized adds 128 producer threads to the {consumer_threads} of the block: {threads} is more than 1024"
         ));
@@ -110,7 +113,7 @@ pub(crate) fn plan_ws(
         ));
     }
     // Each group releases its stages warp by warp, so a warp may not span two groups.
-    if turns > 1 && inner % 32 != 0 {
+    if turns > 1 && inner % crate::target::WARP_THREADS != 0 {
         return err(format!(
             "the loads are inside the consumers' loop over {}, so its {turns} thread groups take turns with the stages (ping-pong), and each group releases a stage warp by warp; but a group has {inner} consecutive threads, not whole warps",
             spec.on
@@ -153,7 +156,7 @@ pub(crate) fn plan_ws(
             name: cx.fresh_name(&format!("{base_name}_empty")),
             count: pipe.stages,
             // Every consumer warp releases each stage; with turns, one group's warps.
-            arrivals: consumer_threads / 32 / turns,
+            arrivals: consumer_threads / crate::target::WARP_THREADS / turns,
             smem_offset: None,
             cluster_wide: false,
         });
