@@ -10,8 +10,9 @@
 //! delivered more than `--max-attempts` times (every agent that took it died) ends `crashed`
 //! without running. Its status (GPUs, warm workers, jobs) is refreshed in the agents bucket.
 
-use super::wire::{AgentEvent, AgentStatus, WireJob};
+use super::wire::{AgentEvent, AgentStatus, JobAddress, WireJob};
 use super::NatsArgs;
+use crate::job_spec::decode_message;
 use crate::queue::{JobResult, JobStage, JobStatus, Queue, QueueConfig};
 use crate::worker::FakeBehaviour;
 use async_nats::jetstream::{self, kv, AckKind};
@@ -269,13 +270,9 @@ impl Agent {
     /// Runs one job message to its acknowledgement.
     async fn handle(&self, message: jetstream::Message) {
         let delivery = message.info().map(|i| i.delivered).unwrap_or(1);
-        let wire: WireJob = match serde_json::from_slice(&message.payload) {
+        let wire: WireJob = match decode_message(&message.payload) {
             Ok(w) => w,
-            Err(e) => {
-                warn!("a job message that is not a job (terminated): {e}");
-                let _ = message.ack_with(AckKind::Term).await;
-                return;
-            }
+            Err(e) => return self.answer_undecodable(message, e).await,
         };
         let job_id = wire.job_id.clone();
         if let Some(stored) = self.stored(&job_id).await {
@@ -325,6 +322,37 @@ impl Agent {
             warn!(job = %job_id, "cannot acknowledge the job: {e}");
         }
         self.running.fetch_sub(1, Ordering::SeqCst);
+        self.completed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A job message this agent cannot decode: answered as failed (stored, sent, acknowledged)
+    /// when it names its job, so its front-end ends it; terminated when it names none.
+    async fn answer_undecodable(&self, message: jetstream::Message, error: String) {
+        let Some(address) = JobAddress::of(message.headers.as_ref(), &message.payload) else {
+            warn!("a job message that names no job (terminated): {error}");
+            let _ = message.ack_with(AckKind::Term).await;
+            return;
+        };
+        warn!(job = %address.job_id, "cannot decode the job; answered as failed: {error}");
+        let mut result = JobResult::empty(
+            &address.job_id,
+            JobStatus::Error,
+            Some(format!("error: the agent cannot decode the job: {error}")),
+            0.0,
+        );
+        result.agent = Some(self.id.clone());
+        let result = self.store(result).await;
+        self.send(
+            &address.events,
+            &AgentEvent::Done {
+                job_id: address.job_id.clone(),
+                result: Box::new(result),
+            },
+        )
+        .await;
+        if let Err(e) = message.double_ack().await {
+            warn!(job = %address.job_id, "cannot acknowledge the job: {e}");
+        }
         self.completed.fetch_add(1, Ordering::SeqCst);
     }
 

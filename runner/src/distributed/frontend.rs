@@ -9,7 +9,7 @@
 //! job quiet for long, the results bucket is read); the result goes into the run history before
 //! `done` is announced, as for a local job.
 
-use super::wire::{AgentEvent, AgentStatus, WireJob};
+use super::wire::{AgentEvent, AgentStatus, WireJob, EVENTS_HEADER};
 use super::NatsArgs;
 use crate::queue::{Job, JobResult, JobStage, JobStatus, Queue, QueueFull, Ticket};
 use async_nats::jetstream::{self, kv, message::PublishMessage};
@@ -175,7 +175,8 @@ impl FrontEnd {
         );
         let publish = PublishMessage::build()
             .payload(payload.into())
-            .message_id(job.id.clone());
+            .message_id(job.id.clone())
+            .header(EVENTS_HEADER, self.events.as_str());
         let published = async {
             self.js
                 .send_publish(self.subject.clone(), publish)

@@ -201,7 +201,7 @@ pub fn main(options: &WorkerOptions) -> i32 {
         .take(MAX_JOB_BYTES)
         .read_to_string(&mut input)
         .map_err(|e| e.to_string())
-        .and_then(|_| serde_json::from_str(&input).map_err(|e| e.to_string()))
+        .and_then(|_| crate::job_spec::decode_message(input.as_bytes()))
     {
         Ok(job) => job,
         Err(e) => {
@@ -277,10 +277,10 @@ fn serve(options: &WorkerOptions, state: &mut State, out: &mut impl Write) -> i3
             bad_job(out, "the job line is too long");
             Some("the job line was too long to read".to_string())
         } else {
-            match serde_json::from_str::<WorkerJob>(&line) {
+            match crate::job_spec::decode_message::<WorkerJob>(line.as_bytes()) {
                 Ok(job) => run_job(&job, options, state, out),
                 Err(e) => {
-                    bad_job(out, &e.to_string());
+                    bad_job(out, &e);
                     None
                 }
             }
