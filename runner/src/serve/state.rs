@@ -44,6 +44,9 @@ pub struct App {
     pub(super) inspect_cache: Option<PathBuf>,
     /// Inspection children at once (one per compile slot: each is NVRTC plus nvdisasm).
     pub(super) inspect_slots: Arc<tokio::sync::Semaphore>,
+    /// Whether libnvrtc loads on this host (checked once at start): without it
+    /// `POST /api/inspect` answers 503 before it compiles anything.
+    pub(super) inspect_nvrtc: bool,
     /// The distributed mode's front-end (`--queue`): jobs go to agents.
     pub(super) remote: Option<Arc<FrontEnd>>,
 }
@@ -152,7 +155,12 @@ impl App {
             compile_timeout,
             Duration::from_millis(args.compile_test_delay_ms),
         );
+        // dlopen only (no NVRTC call): whether the inspect children can build anything.
+        let inspect_nvrtc = tokio::task::spawn_blocking(crate::nvrtc::available)
+            .await
+            .unwrap_or(false);
         Ok(Arc::new(App {
+            inspect_nvrtc,
             run_limiter: ClientRateLimiter::new(args.runs_per_minute),
             post_limiter: ClientRateLimiter::new(args.requests_per_minute),
             args,
