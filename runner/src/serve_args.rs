@@ -58,6 +58,19 @@ pub struct ServeArgs {
     /// Largest program text in bytes (413 past it).
     #[arg(long, default_value_t = 64 * 1024)]
     pub max_program_bytes: usize,
+    /// Seconds a connection may take to send a request's headers, counted from when it opens
+    /// or its previous response went out (an idle keep-alive connection too); past it the
+    /// connection is closed.
+    #[arg(long, default_value_t = 10.0)]
+    pub header_timeout: f64,
+    /// Seconds a request may take to send its whole body (408 past it, and the connection is
+    /// closed).
+    #[arg(long, default_value_t = 30.0)]
+    pub body_timeout: f64,
+    /// Connections open at once; past it a new connection gets a 503 and is closed [default:
+    /// half the open-files limit, between 16 and 4096].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
     /// Most timed launches of one run.
     #[arg(long, default_value_t = 10_000)]
     pub max_iters: u32,
@@ -106,6 +119,24 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// `--header-timeout`, `--body-timeout` and `--max-connections`, checked.
+    pub fn connection_limits(&self) -> anyhow::Result<crate::serve::ConnectionLimits> {
+        let seconds = |value: f64, flag: &str| {
+            Duration::try_from_secs_f64(value)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| anyhow::anyhow!("{flag} must be a positive number of seconds"))
+        };
+        Ok(crate::serve::ConnectionLimits {
+            header_timeout: seconds(self.header_timeout, "--header-timeout")?,
+            body_timeout: seconds(self.body_timeout, "--body-timeout")?,
+            max_connections: self
+                .max_connections
+                .unwrap_or_else(crate::serve::connections::default_max_connections)
+                .max(1),
+        })
+    }
+
     /// The run history's retention policy from `--keep-runs*`.
     pub fn retention(&self) -> crate::store::Retention {
         let limit = |n: u64| (n > 0).then_some(n);

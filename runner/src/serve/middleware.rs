@@ -27,7 +27,20 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, app).await.map_err(|r| {
+        let limit = app.limits.body_timeout;
+        let read = tokio::time::timeout(limit, Bytes::from_request(req, app))
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the request body did not arrive within {} s (body_timeout_s)",
+                        limit.as_secs_f64()
+                    ),
+                )
+                .limit("body_timeout_s")
+            })?;
+        let bytes = read.map_err(|r| {
             if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 let max = app.args.max_body_bytes;
                 ApiError::new(

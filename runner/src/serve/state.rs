@@ -32,6 +32,8 @@ pub struct GpuStatus {
 
 pub struct App {
     pub(super) args: ServeArgs,
+    /// The connections' read timeouts and cap (`connections.rs`).
+    pub(super) limits: super::ConnectionLimits,
     pub(super) queue: Arc<Queue>,
     pub(super) store: Store,
     pub(super) gpu: GpuStatus,
@@ -160,6 +162,7 @@ impl App {
             .await
             .unwrap_or(false);
         Ok(Arc::new(App {
+            limits: args.connection_limits()?,
             inspect_nvrtc,
             run_limiter: ClientRateLimiter::new(args.runs_per_minute),
             post_limiter: ClientRateLimiter::new(args.requests_per_minute),
