@@ -64,7 +64,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let store = app.store.clone();
-    connections::serve(listener, router(app), limits, shutdown_signal()).await;
+    let queue = app.queue.clone();
+    // Accepting goes on while the jobs are ended (a run is then refused with a 503), so that
+    // the streams watching them get their `done` before the connections are drained.
+    let stop = async {
+        shutdown_signal().await;
+        let ended = queue.stop().await;
+        info!("{ended} jobs ended: the service stopped");
+    };
+    connections::serve(listener, router(app), limits, stop).await;
+    // A run admitted while the first jobs were being ended.
+    queue.stop().await;
     store.close().await;
     Ok(())
 }

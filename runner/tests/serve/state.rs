@@ -190,3 +190,69 @@ async fn the_run_history_keeps_what_the_retention_flags_say() {
     assert_eq!(h["limits"]["keep_runs"], 2, "{h}");
     s.stop();
 }
+
+/// Issue 39 item 7: SIGTERM with a job running and one waiting behind it: both event streams
+/// end with `done` (an `error` result saying the service stopped) before the service exits,
+/// and both jobs answer after a restart (they were cut with no `done` and answered 404).
+#[tokio::test]
+async fn sigterm_ends_running_and_queued_jobs_with_a_stored_result() {
+    let dir = temp_dir("sigterm-jobs");
+    let args = ["--fake-worker", "--fake-behaviour", "from-program"];
+    let mut s = Server::start(&dir, &args);
+    let c = client();
+    let running = submit(&s, &c, &add_run("// fake-delay-ms: 30000")).await;
+    let queued = submit(&s, &c, &add_run("// fake-delay-ms: 30000")).await;
+    let t = Instant::now();
+    loop {
+        let (_, h) = get(&c, s.url("/api/health")).await;
+        if h["queue"]["running"] == 1 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{h}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let base = s.base.clone();
+    let watch = |id: String| {
+        let (c, base) = (c.clone(), base.clone());
+        tokio::spawn(async move {
+            let mut r = c
+                .get(format!("{base}/api/jobs/{id}/events"))
+                .send()
+                .await
+                .unwrap();
+            let mut text = String::new();
+            while let Ok(Some(chunk)) = r.chunk().await {
+                text.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            text
+        })
+    };
+    let streams = [watch(running.clone()), watch(queued.clone())];
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(
+        unsafe { libc::kill(s.child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    for (id, stream) in [&running, &queued].into_iter().zip(streams) {
+        let text = stream.await.unwrap();
+        let done = text
+            .split("\n\n")
+            .find(|block| block.starts_with("event: done"))
+            .unwrap_or_else(|| panic!("{id}: the stream ended without `done`: {text}"));
+        assert!(done.contains("\"status\":\"error\""), "{done}");
+        assert!(done.contains("the service stopped"), "{done}");
+    }
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+
+    let s = Server::start(&dir, &args);
+    for id in [&running, &queued] {
+        let (status, r) = get(&c, s.url(&format!("/api/jobs/{id}"))).await;
+        assert_eq!(status, 200, "{id}: {r}");
+        assert_eq!(r["status"], "error", "{r}");
+        assert!(r["message"].as_str().unwrap().contains("service stopped"));
+    }
+    s.stop();
+}
