@@ -58,6 +58,13 @@ pub struct ServeArgs {
     /// Largest program text in bytes (413 past it).
     #[arg(long, default_value_t = 64 * 1024)]
     pub max_program_bytes: usize,
+    /// Bytes of new links (program and state text) one client may add within an hour; 429
+    /// past it (0: no limit). A link already stored costs nothing.
+    #[arg(long, default_value_t = 16 << 20)]
+    pub link_bytes_per_client: u64,
+    /// Bytes of all links together; 507 past it (0: no limit).
+    #[arg(long, default_value_t = 1 << 30)]
+    pub max_link_bytes: u64,
     /// Seconds a connection may take to send a request's headers, counted from when it opens
     /// or its previous response went out (an idle keep-alive connection too); past it the
     /// connection is closed.
@@ -135,6 +142,14 @@ impl ServeArgs {
                 .unwrap_or_else(crate::serve::connections::default_max_connections)
                 .max(1),
         })
+    }
+
+    /// The links' quota from `--link-bytes-per-client` and `--max-link-bytes`.
+    pub fn link_quota(&self) -> crate::store::LinkQuota {
+        crate::store::LinkQuota {
+            per_client: Some(self.link_bytes_per_client).filter(|&b| b > 0),
+            total: Some(self.max_link_bytes).filter(|&b| b > 0),
+        }
     }
 
     /// The run history's retention policy from `--keep-runs*`.

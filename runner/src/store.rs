@@ -5,7 +5,9 @@
 //! The schema is made by the migrations in `runner/migrations/` (sqlx's migrator, compiled in),
 //! which also bring a database from before them up to date.
 //!
-//! The run history is bounded by a [`Retention`] policy (count, age, bytes: `--keep-runs`,
+//! Links are stored once per content (the id is a hash of it) and bounded by a [`LinkQuota`]:
+//! the bytes one client adds within an hour, and the bytes of all links (a link already stored
+//! costs nothing). The run history is bounded by a [`Retention`] policy (count, age, bytes: `--keep-runs`,
 //! `--keep-runs-days`, `--keep-runs-bytes`), enforced at start and then in the background, off
 //! the path of the job whose run is stored: every [`Retention::prune_every`] inserts wake a
 //! pruning task, which finds the first run not kept through the `runs_retention` index (an
@@ -25,6 +27,41 @@ pub struct Store {
     pool: AnyPool,
     retention: Retention,
     pruning: std::sync::Arc<Pruning>,
+    link_quota: LinkQuota,
+    /// The bytes of all links as last summed, and when ([`Store::link_bytes`]).
+    link_total: std::sync::Arc<std::sync::Mutex<Option<(u64, std::time::Instant)>>>,
+}
+
+/// How much link content the store takes in; `None`: no bound of that kind.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LinkQuota {
+    /// Bytes of new links one client may add within [`LINK_WINDOW_S`].
+    pub per_client: Option<u64>,
+    /// Bytes of all links together.
+    pub total: Option<u64>,
+}
+
+/// The window of [`LinkQuota::per_client`], in seconds.
+pub const LINK_WINDOW_S: i64 = 3600;
+
+/// How long a summed total of the links' bytes is trusted before it is summed again (other
+/// front-ends on the same database add links too).
+const LINK_TOTAL_TTL: Duration = Duration::from_secs(60);
+
+/// Why a link was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("this client added {used} bytes of links in the last hour; at most {quota}")]
+    ClientQuota {
+        used: u64,
+        quota: u64,
+        /// Seconds until its oldest link of the hour leaves the window.
+        retry_after_s: u64,
+    },
+    #[error("the link store holds {used} bytes; at most {max}")]
+    Full { used: u64, max: u64 },
+    #[error(transparent)]
+    Store(#[from] Error),
 }
 
 /// The background pruning's state, shared by a store's clones.
@@ -93,6 +130,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         2,
         "run size and order",
         include_str!("../migrations/0002_run_size_and_order.sql"),
+    ),
+    (
+        3,
+        "link quota",
+        include_str!("../migrations/0003_link_quota.sql"),
     ),
 ];
 
@@ -188,6 +230,8 @@ impl Store {
             pool,
             retention,
             pruning: Default::default(),
+            link_quota: LinkQuota::default(),
+            link_total: Default::default(),
         };
         store.prune_runs().await?;
         let pruner = store.clone();
@@ -209,29 +253,108 @@ impl Store {
         Ok(store)
     }
 
-    /// Stores a link and returns its id; the same program and state always get the same id.
-    pub async fn put_link(&self, program: &str, state: &serde_json::Value) -> Result<Link, Error> {
+    /// The store with this link quota.
+    pub fn with_link_quota(mut self, quota: LinkQuota) -> Store {
+        self.link_quota = quota;
+        self
+    }
+
+    /// Stores a link and returns it; the same program and state always get the same id, and a
+    /// link already stored is returned without counting against the quota. A new one counts
+    /// its program and state text against `client`'s hour and the total.
+    pub async fn put_link(
+        &self,
+        program: &str,
+        state: &serde_json::Value,
+        client: &str,
+    ) -> Result<Link, LinkError> {
         let state_text = serde_json::to_string(state).expect("JSON values serialize");
+        let bytes = (program.len() + state_text.len()) as u64;
         for len in ID_LENGTHS {
             let id = link_id(program, state, len);
-            sqlx::query(
-                "INSERT INTO links (id, program, state, created_at) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (id) DO NOTHING",
+            if let Some(link) = self.get_link(&id).await? {
+                if link.program == program && &link.state == state {
+                    return Ok(link);
+                }
+                // Taken by different content: a longer id.
+                continue;
+            }
+            self.check_link_quota(client, bytes).await?;
+            let inserted = sqlx::query(
+                "INSERT INTO links (id, program, state, created_at, client, bytes) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
             )
             .bind(&id)
             .bind(program)
             .bind(&state_text)
             .bind(now())
+            .bind(client)
+            .bind(bytes as i64)
             .execute(&self.pool)
-            .await?;
+            .await?
+            .rows_affected();
+            if inserted == 1 {
+                if let Some((total, _)) = self.link_total.lock().expect("link total lock").as_mut()
+                {
+                    *total += bytes;
+                }
+            }
             let link = self.get_link(&id).await?.ok_or(Error::RowNotFound)?;
             if link.program == program && &link.state == state {
                 return Ok(link);
             }
         }
-        Err(Error::Protocol(
-            "link id collision at every length".to_string(),
-        ))
+        Err(Error::Protocol("link id collision at every length".to_string()).into())
+    }
+
+    /// Refuses `bytes` more of links from `client` past either quota.
+    async fn check_link_quota(&self, client: &str, bytes: u64) -> Result<(), LinkError> {
+        if let Some(max) = self.link_quota.total {
+            let used = self.link_bytes().await?;
+            if used + bytes > max {
+                return Err(LinkError::Full { used, max });
+            }
+        }
+        if let Some(quota) = self.link_quota.per_client {
+            let since = now() - LINK_WINDOW_S;
+            let row = sqlx::query(
+                "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS used, \
+                 CAST(COALESCE(MIN(created_at), 0) AS BIGINT) AS oldest \
+                 FROM links WHERE client = $1 AND created_at > $2",
+            )
+            .bind(client)
+            .bind(since)
+            .fetch_one(&self.pool)
+            .await?;
+            let used = row.try_get::<i64, _>("used")?.max(0) as u64;
+            if used + bytes > quota {
+                let oldest: i64 = row.try_get("oldest")?;
+                let retry_after_s = (oldest + LINK_WINDOW_S - now()).clamp(1, LINK_WINDOW_S) as u64;
+                return Err(LinkError::ClientQuota {
+                    used,
+                    quota,
+                    retry_after_s,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes of all links: summed at most every [`LINK_TOTAL_TTL`], this store's own
+    /// inserts added in between.
+    pub async fn link_bytes(&self) -> Result<u64, Error> {
+        if let Some((total, at)) = *self.link_total.lock().expect("link total lock") {
+            if at.elapsed() < LINK_TOTAL_TTL {
+                return Ok(total);
+            }
+        }
+        let row = sqlx::query("SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM links")
+            .fetch_one(&self.pool)
+            .await?;
+        let total = row.try_get::<i64, _>("bytes")?.max(0) as u64;
+        *self.link_total.lock().expect("link total lock") =
+            Some((total, std::time::Instant::now()));
+        Ok(total)
     }
 
     pub async fn get_link(&self, id: &str) -> Result<Option<Link>, Error> {
@@ -634,7 +757,7 @@ mod tests {
         let store = Store::open(db, retention).await.unwrap();
         assert_eq!(ids(&store).await, ["r8", "r9"]);
         // Links are never pruned.
-        let link = store.put_link("p", &json!({})).await.unwrap();
+        let link = store.put_link("p", &json!({}), "c").await.unwrap();
         store.prune_runs().await.unwrap();
         assert!(store.get_link(&link.id).await.unwrap().is_some());
         store.close().await;
@@ -705,10 +828,10 @@ mod tests {
 
     async fn round_trip(db: &str, job: &str) {
         let store = Store::open(db, Retention::UNBOUNDED).await.unwrap();
-        let l1 = store.put_link("p", &json!({"s": 1})).await.unwrap();
-        let l2 = store.put_link("p", &json!({"s": 1})).await.unwrap();
+        let l1 = store.put_link("p", &json!({"s": 1}), "c").await.unwrap();
+        let l2 = store.put_link("p", &json!({"s": 1}), "c").await.unwrap();
         assert_eq!(l1.id, l2.id);
-        let l3 = store.put_link("q", &json!({"s": 1})).await.unwrap();
+        let l3 = store.put_link("q", &json!({"s": 1}), "c").await.unwrap();
         assert_ne!(l1.id, l3.id);
         assert_eq!(store.get_link(&l1.id).await.unwrap().unwrap().program, "p");
         assert!(store.get_link("nope").await.unwrap().is_none());

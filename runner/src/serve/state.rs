@@ -64,7 +64,8 @@ impl App {
             .unwrap_or_else(|| data_dir.join("hopfuse.db").display().to_string());
         let store = Store::open(&db, args.retention())
             .await
-            .map_err(|e| anyhow::anyhow!("cannot open the database {db}: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("cannot open the database {db}: {e}"))?
+            .with_link_quota(args.link_quota());
         let worker_exe = match &args.worker_exe {
             Some(p) => p.clone(),
             None => std::env::current_exe()?,

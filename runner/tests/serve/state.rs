@@ -257,3 +257,53 @@ async fn sigterm_ends_running_and_queued_jobs_with_a_stored_result() {
     }
     s.stop();
 }
+
+/// Issue 39 item 9: links have a quota. Past `--max-link-bytes` of links in all, a new link is a
+/// 507; past `--link-bytes-per-client` within an hour (counted in the database, so across a
+/// restart), a 429 with Retry-After. A link already stored is answered whatever the quotas (its
+/// id is its content's hash) and costs nothing.
+#[tokio::test]
+async fn links_past_the_total_are_507_and_past_the_clients_hour_429() {
+    let dir = temp_dir("link-quota");
+    let c = client();
+    let link = |n: usize| json!({"program": format!("// {n}\n{}", "x".repeat(2000)), "state": {}});
+    let s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--max-link-bytes",
+            "5000",
+            "--link-bytes-per-client",
+            "100000",
+        ],
+    );
+    for n in 0..2 {
+        let (status, v, _) = post(&c, s.url("/api/links"), link(n).to_string()).await;
+        assert_eq!(status, 200, "{v}");
+    }
+    let (status, v, _) = post(&c, s.url("/api/links"), link(2).to_string()).await;
+    assert_eq!(status, 507, "{v}");
+    assert_eq!(v["limit"], "max_link_bytes", "{v}");
+    let (status, again, _) = post(&c, s.url("/api/links"), link(0).to_string()).await;
+    assert_eq!(status, 200, "a stored link is answered: {again}");
+    s.stop();
+
+    let s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--max-link-bytes",
+            "0",
+            "--link-bytes-per-client",
+            "5000",
+        ],
+    );
+    let (status, v, headers) = post(&c, s.url("/api/links"), link(2).to_string()).await;
+    assert_eq!(status, 429, "the client's 4 KB of this hour count: {v}");
+    assert_eq!(v["limit"], "link_bytes_per_client", "{v}");
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((3000..=3600).contains(&retry), "{retry}");
+    let (status, _, _) = post(&c, s.url("/api/links"), link(1).to_string()).await;
+    assert_eq!(status, 200);
+    s.stop();
+}
