@@ -1,8 +1,8 @@
 //! What wraps the handlers: the bearer token (401), CORS for other origins, a JSON error body for
 //! every error status under `/api` (axum's own are plain text), the JSON body extractor
 //! ([`ApiJson`]: 413 over the body limit, 400 with serde's message), the client's address
-//! ([`Client`]) and its per-client rate limits (429 with `Retry-After`), and the 404 of a
-//! missing resource.
+//! ([`Client`]) and its per-client rate limits (429 with `Retry-After`), the 404 of a
+//! missing resource, and the security headers of every response ([`security_headers`]).
 
 use super::{ApiError, App};
 use crate::rate_limit::ClientRateLimiter;
@@ -146,6 +146,51 @@ pub(super) async fn auth(State(app): State<Arc<App>>, req: Request, next: Next) 
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The playground page's Content-Security-Policy, less `frame-ancestors`: its scripts are
+/// files of its own origin (`index.html` has no inline script: `web/boot.js` starts it), the
+/// wasm is compiled by `WebAssembly.instantiateStreaming` (`'wasm-unsafe-eval'`), styles may be
+/// inline (Leptos sets `style` attributes, CodeMirror adds style elements, the pipeline and
+/// profile panes are HTML with `style`), the favicon is a `data:` URL, and the page calls the
+/// runner it is set to, which may be another origin (`connect-src` http and https).
+pub const PAGE_CSP: &str = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; \
+                            style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+                            connect-src 'self' http: https:; object-src 'none'; \
+                            base-uri 'none'; form-action 'none'";
+
+/// The API's Content-Security-Policy: its answers are data, never a page.
+pub const API_CSP: &str = "default-src 'none'; frame-ancestors 'none'";
+
+/// Security headers on every response: `X-Content-Type-Options: nosniff`, `Referrer-Policy:
+/// same-origin`, and a Content-Security-Policy: [`API_CSP`] under `/api`, else [`PAGE_CSP`]
+/// with `frame-ancestors 'self'`, or `*` for the embed view (`?embed=PANE`), which other sites
+/// frame.
+pub(super) async fn security_headers(req: Request, next: Next) -> Response {
+    let api = req.uri().path().starts_with("/api");
+    let embed = req
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv.split('=').next() == Some("embed")));
+    let mut resp = next.run(req).await;
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    let csp = match (api, embed) {
+        (true, _) => API_CSP.to_string(),
+        (false, true) => format!("{PAGE_CSP}; frame-ancestors *"),
+        (false, false) => format!("{PAGE_CSP}; frame-ancestors 'self'"),
+    };
+    if let Ok(v) = HeaderValue::from_str(&csp) {
+        headers.insert(header::CONTENT_SECURITY_POLICY, v);
+    }
+    resp
 }
 
 /// Every error status under /api has a JSON body (axum's own 404/405/413 are plain text).
