@@ -126,22 +126,31 @@ pub(super) fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
 
 pub(super) async fn auth(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     if let Some(token) = &app.args.token {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        let ok = given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), token.as_bytes()));
+        let header = req.headers().get(header::AUTHORIZATION);
+        let given = header.and_then(|v| v.to_str().ok()).and_then(bearer_token);
+        let ok = given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()));
         if !ok {
-            let msg = if given.is_none() {
-                "this service requires a token: send `Authorization: Bearer <token>`"
-            } else {
-                "wrong token"
+            let msg = match (header, given) {
+                (None, _) => "this service requires a token: send `Authorization: Bearer <token>`",
+                (Some(_), None) => {
+                    "malformed Authorization header: send `Authorization: Bearer <token>` (one \
+                     space, no other whitespace)"
+                }
+                (Some(_), Some(_)) => "wrong token",
             };
             return ApiError::new(StatusCode::UNAUTHORIZED, msg).into_response();
         }
     }
     next.run(req).await
+}
+
+/// The token of an `Authorization: Bearer <token>` value, parsed strictly (RFC 6750): the
+/// scheme (any case), one space, then a token of visible characters; anything else (two spaces,
+/// a tab, trailing whitespace, an empty token) is none.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    let visible = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic());
+    (scheme.eq_ignore_ascii_case("bearer") && visible(token)).then_some(token)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -223,4 +232,28 @@ pub(super) async fn json_errors(req: Request, next: Next) -> Response {
         }
     }
     json_resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    /// Issue 39 item 12: `Bearer  TOKEN` (two spaces) was accepted (the token was trimmed).
+    #[test]
+    fn the_bearer_header_is_parsed_strictly() {
+        assert_eq!(bearer_token("Bearer s3cret"), Some("s3cret"));
+        assert_eq!(bearer_token("bearer s3cret"), Some("s3cret"));
+        for bad in [
+            "Bearer  s3cret",
+            "Bearer s3cret ",
+            "Bearer\ts3cret",
+            "Bearer ",
+            "Bearer",
+            "Basic s3cret",
+            "Bearer s3 cret",
+            " Bearer s3cret",
+        ] {
+            assert_eq!(bearer_token(bad), None, "{bad:?}");
+        }
+    }
 }

@@ -334,7 +334,7 @@ fn run_job(
                     error: RunError::new(Stage::Request, "fault kernels need the GPU worker"),
                 }
             } else {
-                fake(request, prepared, behaviour, out)
+                fake(request, prepared, behaviour, spec.profile, out)
             };
             emit_outcome(out, part, &outcome);
             outcomes.push((part, outcome));

@@ -269,11 +269,22 @@ async fn a_token_is_required_when_set() {
     let r = c
         .post(s.url("/api/compile"))
         .bearer_auth("s3cret")
-        .body(body)
+        .body(body.clone())
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    // Strictly `Bearer <token>`: two spaces are a malformed header, not the token.
+    let r = c
+        .post(s.url("/api/compile"))
+        .header("authorization", "Bearer  s3cret")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"].as_str().unwrap().contains("malformed"), "{v}");
     for path in [
         "/api/links/abc",
         "/api/jobs/abc",
