@@ -43,9 +43,10 @@ pub struct ServeArgs {
     /// Jobs one client (IP address) may have waiting or running; more get 429 (0: no limit).
     #[arg(long, default_value_t = 16)]
     pub client_queue_cap: usize,
-    /// GPUs to run on, one job at a time on each.
-    #[arg(long, default_value_t = 1)]
-    pub gpus: usize,
+    /// GPUs to run on, one job at a time on each [default: every GPU the startup probe sees,
+    /// `CUDA_VISIBLE_DEVICES` applied].
+    #[arg(long)]
+    pub gpus: Option<usize>,
     /// Require `Authorization: Bearer TOKEN` on every API call but GET /api/health.
     #[arg(long, env = "HOPFUSE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,

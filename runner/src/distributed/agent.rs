@@ -36,9 +36,9 @@ pub struct AgentArgs {
     #[command(flatten)]
     pub nats: NatsArgs,
     /// GPUs of this host, one job at a time on each (`CUDA_VISIBLE_DEVICES` per worker when
-    /// more than one).
-    #[arg(long, default_value_t = 1)]
-    pub gpus: usize,
+    /// more than one) [default: every GPU a probe sees; 1 with `--fake-worker`].
+    #[arg(long)]
+    pub gpus: Option<usize>,
     /// Wall-clock limit of one job in seconds (an A/B job gets twice this); the worker is
     /// killed (SIGKILL) past it. The consumer's ack wait is twice this plus 5 s.
     #[arg(long, default_value_t = 10.0)]
@@ -101,7 +101,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
         anyhow::bail!("--job-timeout must be a positive number of seconds");
     }
-    if args.gpus == 0 {
+    if args.gpus == Some(0) {
         anyhow::bail!("--gpus must be at least 1");
     }
     if args.max_attempts == 0 {
@@ -131,6 +131,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         Some(p) => p.clone(),
         None => std::env::current_exe()?,
     };
+    let gpus = match (args.gpus, args.fake_worker) {
+        (Some(n), _) => n,
+        (None, true) => 1,
+        (None, false) => crate::worker::probe_in_child(&worker_exe)
+            .await
+            .gpus_to_use(None),
+    };
     let mut worker_args = Vec::new();
     if args.fake_worker {
         worker_args.push("--fake".to_string());
@@ -149,9 +156,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             timeout: Duration::from_secs_f64(args.job_timeout),
             // One job per GPU is pulled at a time; the slack covers a ticket released just
             // after its result.
-            cap: 2 * args.gpus,
+            cap: 2 * gpus,
             client_cap: 0,
-            gpus: args.gpus,
+            gpus,
             cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
             prespawn: true,
             remote: false,
@@ -182,7 +189,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .unwrap_or(0);
     let status = {
         let (agent, host, arch) = (agent.clone(), host.clone(), args.nats.arch.clone());
-        let (gpus, fake) = (args.gpus, args.fake_worker);
+        let fake = args.fake_worker;
         move || AgentStatus {
             id: agent.id.clone(),
             host: host.clone(),
@@ -212,13 +219,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     println!(
         "hopfuse agent: {id} pulling {} with {} GPU(s)",
         super::jobs_subject(&args.nats.arch),
-        args.gpus
+        gpus
     );
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
     let mut loops = Vec::new();
-    for _ in 0..args.gpus {
+    for _ in 0..gpus {
         let (agent, consumer, mut stop) = (agent.clone(), consumer.clone(), stop_rx.clone());
         loops.push(tokio::spawn(async move {
             while !*stop.borrow() {

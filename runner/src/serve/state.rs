@@ -7,28 +7,16 @@
 use super::{default_data_dir, ApiError, ServeArgs};
 use crate::compile_slots::{CompileSlots, Refused};
 use crate::distributed::frontend::FrontEnd;
-use crate::gpu::DeviceInfo;
 use crate::queue::{Queue, QueueConfig};
 use crate::rate_limit::ClientRateLimiter;
 use crate::store::Store;
-use crate::worker::FakeBehaviour;
+pub use crate::worker::GpuStatus;
+use crate::worker::{probe_in_child, FakeBehaviour};
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
-
-/// What the startup probe found.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct GpuStatus {
-    pub gpu: Option<DeviceInfo>,
-    pub reason: Option<String>,
-    pub nvrtc: Option<String>,
-    /// Why NVRTC cannot be loaded (runs need it as much as the GPU).
-    #[serde(default)]
-    pub nvrtc_reason: Option<String>,
-}
 
 pub struct App {
     pub(super) args: ServeArgs,
@@ -79,6 +67,7 @@ impl App {
                 )),
                 nvrtc: None,
                 nvrtc_reason: None,
+                gpus: 0,
             }
         } else if args.fake_worker {
             GpuStatus {
@@ -90,9 +79,10 @@ impl App {
                 ),
                 nvrtc: None,
                 nvrtc_reason: None,
+                gpus: 0,
             }
         } else {
-            probe(&worker_exe).await
+            probe_in_child(&worker_exe).await
         };
         match &gpu.gpu {
             Some(g) if gpu.nvrtc.is_none() => warn!(
@@ -132,7 +122,7 @@ impl App {
                 timeout: Duration::from_secs_f64(args.job_timeout),
                 cap: args.queue_cap,
                 client_cap: args.client_queue_cap,
-                gpus: args.gpus.max(1),
+                gpus: gpu.gpus_to_use(args.gpus),
                 cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
                 prespawn: args.nats.queue.is_none() && (args.fake_worker || gpu.gpu.is_some()),
                 remote: args.nats.queue.is_some(),
@@ -237,36 +227,5 @@ impl App {
     /// 413 for a program over `--max-program-bytes`.
     pub(super) fn check_program(&self, program: &str) -> Result<(), ApiError> {
         crate::run_checks::check_program(program, self.args.max_program_bytes)
-    }
-}
-
-/// Asks a `hopfuse worker --probe` child which GPU there is (a broken driver cannot take the
-/// server down with it).
-async fn probe(worker_exe: &std::path::Path) -> GpuStatus {
-    let failed = |reason: String| GpuStatus {
-        gpu: None,
-        reason: Some(reason),
-        nvrtc: None,
-        nvrtc_reason: None,
-    };
-    let out = tokio::process::Command::new(worker_exe)
-        .args(["worker", "--probe"])
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    match tokio::time::timeout(Duration::from_secs(30), out).await {
-        Err(_) => failed("the GPU probe did not finish in 30 s".into()),
-        Ok(Err(e)) => failed(format!("cannot start the GPU probe: {e}")),
-        Ok(Ok(o)) => {
-            let text = String::from_utf8_lossy(&o.stdout);
-            match serde_json::from_str::<GpuStatus>(text.trim()) {
-                Ok(s) => s,
-                Err(_) => failed(format!(
-                    "the GPU probe failed ({}): {}",
-                    o.status,
-                    String::from_utf8_lossy(&o.stderr).trim()
-                )),
-            }
-        }
     }
 }
