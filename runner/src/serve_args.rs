@@ -1,6 +1,7 @@
 //! `hopfuse serve`'s options ([`ServeArgs`], clap) and the data directory they default to.
 //! Split from `serve.rs` without change; the distributed mode's NATS options ([`NatsArgs`],
-//! shared with `hopfuse agent`, used by `crate::distributed`) are here too.
+//! shared with `hopfuse agent`, used by `crate::distributed`) are here too, and the connection
+//! limits they give ([`ConnectionLimits`], which `serve::connections` enforces).
 
 use crate::worker::FakeBehaviour;
 use std::net::SocketAddr;
@@ -128,19 +129,19 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// `--header-timeout`, `--body-timeout` and `--max-connections`, checked.
-    pub fn connection_limits(&self) -> anyhow::Result<crate::serve::ConnectionLimits> {
+    pub fn connection_limits(&self) -> anyhow::Result<ConnectionLimits> {
         let seconds = |value: f64, flag: &str| {
             Duration::try_from_secs_f64(value)
                 .ok()
                 .filter(|d| !d.is_zero())
                 .ok_or_else(|| anyhow::anyhow!("{flag} must be a positive number of seconds"))
         };
-        Ok(crate::serve::ConnectionLimits {
+        Ok(ConnectionLimits {
             header_timeout: seconds(self.header_timeout, "--header-timeout")?,
             body_timeout: seconds(self.body_timeout, "--body-timeout")?,
             max_connections: self
                 .max_connections
-                .unwrap_or_else(crate::serve::connections::default_max_connections)
+                .unwrap_or_else(default_max_connections)
                 .max(1),
         })
     }
@@ -213,4 +214,29 @@ impl NatsArgs {
             .collect::<Vec<_>>()
             .join(",")
     }
+}
+
+/// What a connection may take (`hopfuse serve --header-timeout`, `--body-timeout`,
+/// `--max-connections`; docs/deploy.md).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ConnectionLimits {
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub max_connections: usize,
+}
+
+/// The default of `--max-connections`: half the soft open-files limit (the other half for the
+/// database, the workers' pipes, the caches), between 16 and 4096.
+pub fn default_max_connections() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        1024
+    };
+    (soft / 2).clamp(16, 4096)
 }

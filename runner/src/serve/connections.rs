@@ -10,6 +10,7 @@
 //! the service keeps file descriptors for its database, workers and `/api/health`. On stop it
 //! accepts no more and gives open connections [`DRAIN`] to finish.
 
+pub use crate::serve_args::ConnectionLimits;
 use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -23,31 +24,6 @@ use tracing::{debug, warn};
 
 /// How long open connections (event streams above all) may go on after a stop.
 pub const DRAIN: Duration = Duration::from_secs(5);
-
-/// What a connection may take (`hopfuse serve --header-timeout`, `--body-timeout`,
-/// `--max-connections`; docs/deploy.md).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ConnectionLimits {
-    pub header_timeout: Duration,
-    pub body_timeout: Duration,
-    pub max_connections: usize,
-}
-
-/// The default of `--max-connections`: half the soft open-files limit (the other half for the
-/// database, the workers' pipes, the caches), between 16 and 4096.
-pub fn default_max_connections() -> usize {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct it is given.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
-    } else {
-        1024
-    };
-    (soft / 2).clamp(16, 4096)
-}
 
 /// Accepts and serves connections until `stop` resolves, then drains them for [`DRAIN`].
 pub async fn serve(
