@@ -67,8 +67,9 @@ else
   echo "$stamp" >dist/.wasm-stamp
   log "wasm optimised in $((SECONDS - t)) s"
 fi
-# (web/reference.json: the language reference, fetched by the page when first needed.)
-for f in index.html web/js/dist/editor.js web/reference.json; do
+# (web/reference.json: the language reference, fetched by the page when first needed;
+# web/boot.js: the page's start, a file because the service's CSP allows no inline script.)
+for f in index.html web/boot.js web/js/dist/editor.js web/reference.json; do
   cmp -s "$f" "dist/$(basename "$f")" || cp "$f" dist/
 done
 # The stylesheet minified by esbuild (4.0 -> 3.5 KiB brotli; replaced only when it differs, so

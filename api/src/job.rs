@@ -240,6 +240,10 @@ pub struct FakeCompile {
     pub launch: ConcreteLaunch,
     pub working_set_bytes: u64,
     pub cuda_bytes: usize,
+    /// What the request asked for that a fake worker does not do (`profile`, `clock`,
+    /// `peers`), each with why; also said in `note`. Empty when it asked for none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_done: Vec<String>,
 }
 
 #[cfg(test)]

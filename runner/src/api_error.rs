@@ -106,6 +106,9 @@ impl From<SubmitError> for ApiError {
             SubmitError::Unavailable(why) => {
                 return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why).retry_after(5)
             }
+            SubmitError::TooLarge(why) => {
+                return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, why).limit("max_payload")
+            }
         };
         let whose = if full.per_client {
             "you have the most jobs one client may have"

@@ -1,5 +1,6 @@
-//! The service's compiles (`POST /api/compile`, and the checks of `POST /api/run`): at most
-//! `slots` at once, each on a blocking thread, each request within a deadline.
+//! The service's compiles (`POST /api/compile`, the lowering of `POST /api/inspect` and the
+//! checks of `POST /api/run`): at most `slots` at once, each on a blocking thread, each request
+//! within a deadline.
 //!
 //! Takes a closure that compiles; guarantees that the slot it ran in is held until the closure
 //! returns, whatever happened to the request that started it (its client disconnected, so its

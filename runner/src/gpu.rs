@@ -32,6 +32,28 @@ pub struct Gpu {
     pub info: DeviceInfo,
 }
 
+/// How many GPUs this process sees (`CUDA_VISIBLE_DEVICES` applied); 0 without a driver.
+pub fn visible_count() -> usize {
+    // SAFETY: only tries to dlopen the driver library.
+    if !unsafe { sys::is_culib_present() } {
+        return 0;
+    }
+    CudaContext::device_count()
+        .ok()
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(0)
+}
+
+/// The `CUDA_VISIBLE_DEVICES` that gives a worker the `index`-th GPU this process sees: the
+/// `index`-th entry of this process's own `CUDA_VISIBLE_DEVICES` (`parent`) when it has one (an
+/// index, a UUID or a MIG name), else the index itself.
+pub fn visible_device(index: usize, parent: Option<&str>) -> String {
+    parent
+        .and_then(|list| list.split(',').map(str::trim).nth(index))
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| index.to_string(), str::to_string)
+}
+
 impl Gpu {
     pub fn open() -> Result<Gpu, RunError> {
         // SAFETY: only tries to dlopen the driver library.
@@ -430,4 +452,18 @@ pub fn allow_dynamic_smem(func: &CudaFunction, bytes: u32) -> Result<(), RunErro
     .map_err(cuda_err(format!(
         "raising the kernel's dynamic shared memory limit to {bytes} bytes"
     )))
+}
+
+#[cfg(test)]
+mod visible_tests {
+    use super::visible_device;
+
+    /// A worker's device is the parent's own choice of GPUs, not index `i` of all of them.
+    #[test]
+    fn a_workers_device_is_taken_from_the_parents_visible_devices() {
+        assert_eq!(visible_device(1, None), "1");
+        assert_eq!(visible_device(1, Some("2,3")), "3");
+        assert_eq!(visible_device(0, Some("GPU-8f2c, GPU-77aa")), "GPU-8f2c");
+        assert_eq!(visible_device(2, Some("2,3")), "2");
+    }
 }

@@ -20,7 +20,7 @@
 //! every SASS instruction and every PTX instruction with line info has a CUDA line, and the
 //! SASS reaches kernel-IR statements.
 
-use crate::engine::{self, RunError, RunRequest, Stage};
+use crate::engine::{RunError, RunRequest, Stage};
 use crate::nvrtc;
 use hopfuse::codegen::lines::CudaLine;
 use hopfuse::{Compilation, CompileOptions, IndexType};
@@ -58,6 +58,21 @@ pub use hopfuse_api::inspect::{Inspection, Listing, Resources, Variant, Warning}
 
 /// Lowers the program to the variant the request asks for.
 pub fn lower(req: &InspectRequest) -> Result<(Compilation, Variant), RunError> {
+    lower_with_diagnostics(req).map_err(|(e, _)| e)
+}
+
+/// Why [`lower_with_diagnostics`] has no compilation: the error, with the compiler's diagnostics
+/// when the program does not compile (none when the sizes do not fit it).
+pub type LowerError = (RunError, Option<Vec<hopfuse::Diagnostic>>);
+
+/// [`lower`], with the compiler's diagnostics beside the error when the program does not
+/// compile (the service answers them). Every lowering goes through `prepare` (counted in
+/// `GET /api/health`'s `compiles.lowered`).
+pub fn lower_with_diagnostics(req: &InspectRequest) -> Result<(Compilation, Variant), LowerError> {
+    let compile_error = |d: hopfuse::Diagnostics| {
+        let error = RunError::new(Stage::Compile, d.render(&req.source, &req.file));
+        (error, Some(d.0))
+    };
     if req.sizes.is_empty() {
         let index_type = req.index.unwrap_or_default();
         let options = CompileOptions {
@@ -66,8 +81,7 @@ pub fn lower(req: &InspectRequest) -> Result<(Compilation, Variant), RunError> {
             aligned_for: None,
             clock_probe: false,
         };
-        let c = hopfuse::compile(&req.source, &options)
-            .map_err(|d| RunError::new(Stage::Compile, d.render(&req.source, &req.file)))?;
+        let c = crate::prepare::lower(&req.source, &options).map_err(compile_error)?;
         return Ok((
             c,
             Variant {
@@ -89,7 +103,10 @@ pub fn lower(req: &InspectRequest) -> Result<(Compilation, Variant), RunError> {
         peers: false,
         clock: false,
     };
-    let (compilation, setup) = engine::prepare(&run)?;
+    let (compilation, setup) = crate::prepare::compile_for_run(&run).map_err(|e| match e {
+        crate::prepare::PrepareError::Compile(d) => compile_error(d),
+        crate::prepare::PrepareError::Sizes(e) => (RunError::new(Stage::Sizes, e), None),
+    })?;
     let sizes: Vec<String> = req.sizes.iter().map(|(k, v)| format!("{k}={v}")).collect();
     // prepare picks the aligned-vector specialisation when the sizes allow it; it matters only
     // where the two variants differ.
@@ -100,7 +117,9 @@ pub fn lower(req: &InspectRequest) -> Result<(Compilation, Variant), RunError> {
             aligned_for: None,
             clock_probe: false,
         };
-        hopfuse::compile(&req.source, &options).map(|c| c.cuda).ok()
+        crate::prepare::lower(&req.source, &options)
+            .map(|c| c.cuda)
+            .ok()
     };
     let aligned = cuda_of(true).as_deref() == Some(compilation.cuda.as_str())
         && cuda_of(false).as_deref() != Some(compilation.cuda.as_str());
@@ -597,32 +616,36 @@ pub enum ServiceError {
     Internal(String),
 }
 
-/// `POST /api/inspect`: lowers the program here, builds and disassembles it in a child
-/// process of `exe` (cache in `cache`).
-pub async fn serve(
-    exe: &Path,
-    cache: Option<PathBuf>,
-    req: InspectRequest,
-) -> Result<Inspection, ServiceError> {
-    let lowered = tokio::task::spawn_blocking(move || {
-        if let Err(d) = hopfuse::compile(&req.source, &CompileOptions::default()) {
-            return Err(ServiceError::BadRequest {
+/// `POST /api/inspect`'s lowering (the service runs it in a compile slot): the program lowered
+/// once to the variant asked for, or a 400 with the compiler's diagnostics or the sizes' error.
+pub fn lower_for_service(req: &InspectRequest) -> Result<(Compilation, Variant), ServiceError> {
+    lower_with_diagnostics(req).map_err(|(e, diagnostics)| match diagnostics {
+        Some(d) => {
+            let d = hopfuse::Diagnostics(d);
+            ServiceError::BadRequest {
                 message: format!("the program does not compile: {d}")
                     .trim_end()
                     .to_string(),
                 diagnostics: Some(d.0),
-            });
+            }
         }
-        lower(&req).map_err(|e| ServiceError::BadRequest {
+        None => ServiceError::BadRequest {
             message: e
                 .message
                 .replace("(pass it with --size ", "(give it in `sizes`, e.g. "),
             diagnostics: None,
-        })
+        },
     })
-    .await
-    .map_err(|_| ServiceError::Internal("the compiler panicked on this program".into()))?;
-    let (c, variant) = lowered?;
+}
+
+/// `POST /api/inspect` after [`lower_for_service`]: builds and disassembles the CUDA in a child
+/// process (`hopfuse worker --inspect`, killed past [`SERVICE_TIME_LIMIT`]).
+pub async fn build_in_child(
+    exe: &Path,
+    cache: Option<PathBuf>,
+    c: Compilation,
+    variant: Variant,
+) -> Result<Inspection, ServiceError> {
     let job = InspectJob {
         cuda: c.cuda.clone(),
         name: cuda_name(&c),

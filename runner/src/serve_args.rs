@@ -1,6 +1,7 @@
 //! `hopfuse serve`'s options ([`ServeArgs`], clap) and the data directory they default to.
 //! Split from `serve.rs` without change; the distributed mode's NATS options ([`NatsArgs`],
-//! shared with `hopfuse agent`, used by `crate::distributed`) are here too.
+//! shared with `hopfuse agent`, used by `crate::distributed`) are here too, and the connection
+//! limits they give ([`ConnectionLimits`], which `serve::connections` enforces).
 
 use crate::worker::FakeBehaviour;
 use std::net::SocketAddr;
@@ -43,9 +44,10 @@ pub struct ServeArgs {
     /// Jobs one client (IP address) may have waiting or running; more get 429 (0: no limit).
     #[arg(long, default_value_t = 16)]
     pub client_queue_cap: usize,
-    /// GPUs to run on, one job at a time on each.
-    #[arg(long, default_value_t = 1)]
-    pub gpus: usize,
+    /// GPUs to run on, one job at a time on each [default: every GPU the startup probe sees,
+    /// `CUDA_VISIBLE_DEVICES` applied].
+    #[arg(long)]
+    pub gpus: Option<usize>,
     /// Require `Authorization: Bearer TOKEN` on every API call but GET /api/health.
     #[arg(long, env = "HOPFUSE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
@@ -58,6 +60,26 @@ pub struct ServeArgs {
     /// Largest program text in bytes (413 past it).
     #[arg(long, default_value_t = 64 * 1024)]
     pub max_program_bytes: usize,
+    /// Bytes of new links (program and state text) one client may add within an hour; 429
+    /// past it (0: no limit). A link already stored costs nothing.
+    #[arg(long, default_value_t = 16 << 20)]
+    pub link_bytes_per_client: u64,
+    /// Bytes of all links together; 507 past it (0: no limit).
+    #[arg(long, default_value_t = 1 << 30)]
+    pub max_link_bytes: u64,
+    /// Seconds a connection may take to send a request's headers, counted from when it opens
+    /// or its previous response went out (an idle keep-alive connection too); past it the
+    /// connection is closed.
+    #[arg(long, default_value_t = 10.0)]
+    pub header_timeout: f64,
+    /// Seconds a request may take to send its whole body (408 past it, and the connection is
+    /// closed).
+    #[arg(long, default_value_t = 30.0)]
+    pub body_timeout: f64,
+    /// Connections open at once; past it a new connection gets a 503 and is closed [default:
+    /// half the open-files limit, between 16 and 4096].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
     /// Most timed launches of one run.
     #[arg(long, default_value_t = 10_000)]
     pub max_iters: u32,
@@ -106,6 +128,32 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// `--header-timeout`, `--body-timeout` and `--max-connections`, checked.
+    pub fn connection_limits(&self) -> anyhow::Result<ConnectionLimits> {
+        let seconds = |value: f64, flag: &str| {
+            Duration::try_from_secs_f64(value)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| anyhow::anyhow!("{flag} must be a positive number of seconds"))
+        };
+        Ok(ConnectionLimits {
+            header_timeout: seconds(self.header_timeout, "--header-timeout")?,
+            body_timeout: seconds(self.body_timeout, "--body-timeout")?,
+            max_connections: self
+                .max_connections
+                .unwrap_or_else(default_max_connections)
+                .max(1),
+        })
+    }
+
+    /// The links' quota from `--link-bytes-per-client` and `--max-link-bytes`.
+    pub fn link_quota(&self) -> crate::store::LinkQuota {
+        crate::store::LinkQuota {
+            per_client: Some(self.link_bytes_per_client).filter(|&b| b > 0),
+            total: Some(self.max_link_bytes).filter(|&b| b > 0),
+        }
+    }
+
     /// The run history's retention policy from `--keep-runs*`.
     pub fn retention(&self) -> crate::store::Retention {
         let limit = |n: u64| (n > 0).then_some(n);
@@ -166,4 +214,29 @@ impl NatsArgs {
             .collect::<Vec<_>>()
             .join(",")
     }
+}
+
+/// What a connection may take (`hopfuse serve --header-timeout`, `--body-timeout`,
+/// `--max-connections`; docs/deploy.md).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ConnectionLimits {
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub max_connections: usize,
+}
+
+/// The default of `--max-connections`: half the soft open-files limit (the other half for the
+/// database, the workers' pipes, the caches), between 16 and 4096.
+pub fn default_max_connections() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        1024
+    };
+    (soft / 2).clamp(16, 4096)
 }

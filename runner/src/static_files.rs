@@ -70,8 +70,11 @@ mod tests {
             .to_vec()
     }
 
-    fn dist() -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("hopfuse-static-{}", std::process::id()));
+    /// A dist/ of the test's own: tests run at once, and rewriting a shared one changes the
+    /// ETags another test compares.
+    fn dist(test: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("hopfuse-static-{}-{test}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("index.html"), "<h1>page</h1>").unwrap();
         std::fs::write(dir.join("app.wasm"), b"plain wasm").unwrap();
@@ -84,7 +87,7 @@ mod tests {
 
     #[tokio::test]
     async fn precompressed_files_are_chosen_by_accept_encoding() {
-        let dir = dist();
+        let dir = dist("encoding");
         let br = serve(
             &dir,
             get(
@@ -120,7 +123,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unchanged_file_is_not_sent_again() {
-        let dir = dist();
+        let dir = dist("etag");
         let first = serve(&dir, get("/", &[])).await;
         assert_eq!(first.status(), StatusCode::OK);
         let etag = first.headers()[header::ETAG].to_str().unwrap().to_string();
@@ -139,7 +142,7 @@ mod tests {
 
     #[tokio::test]
     async fn missing_files_and_a_missing_directory() {
-        let dir = dist();
+        let dir = dist("missing");
         let missing = serve(&dir, get("/nothing.js", &[])).await;
         assert_eq!(missing.status(), StatusCode::NOT_FOUND);
         assert!(missing.headers().get(header::CACHE_CONTROL).is_none());

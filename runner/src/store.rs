@@ -5,9 +5,15 @@
 //! The schema is made by the migrations in `runner/migrations/` (sqlx's migrator, compiled in),
 //! which also bring a database from before them up to date.
 //!
-//! The run history is bounded by a [`Retention`] policy (count, age, bytes: `--keep-runs`,
-//! `--keep-runs-days`, `--keep-runs-bytes`), enforced after every insert and at start: the
-//! oldest runs go first.
+//! Links are stored once per content (the id is a hash of it) and bounded by a [`LinkQuota`]:
+//! the bytes one client adds within an hour, and the bytes of all links (a link already stored
+//! costs nothing). The run history is bounded by a [`Retention`] policy (count, age, bytes: `--keep-runs`,
+//! `--keep-runs-days`, `--keep-runs-bytes`), enforced at start and then in the background, off
+//! the path of the job whose run is stored: every [`Retention::prune_every`] inserts wake a
+//! pruning task, which finds the first run not kept through the `runs_retention` index (an
+//! offset for the count, a running sum of `bytes` only when the total is over) and deletes it
+//! and everything older in batches of [`PRUNE_BATCH`]. Between passes the history may hold up
+//! to `prune_every` runs past its count. The oldest runs go first.
 
 use sha2::{Digest, Sha256};
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -20,7 +26,57 @@ use std::time::Duration;
 pub struct Store {
     pool: AnyPool,
     retention: Retention,
+    pruning: std::sync::Arc<Pruning>,
+    link_quota: LinkQuota,
+    /// The bytes of all links as last summed, and when ([`Store::link_bytes`]).
+    link_total: std::sync::Arc<std::sync::Mutex<Option<(u64, std::time::Instant)>>>,
 }
+
+/// How much link content the store takes in; `None`: no bound of that kind.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LinkQuota {
+    /// Bytes of new links one client may add within [`LINK_WINDOW_S`].
+    pub per_client: Option<u64>,
+    /// Bytes of all links together.
+    pub total: Option<u64>,
+}
+
+/// The window of [`LinkQuota::per_client`], in seconds.
+pub const LINK_WINDOW_S: i64 = 3600;
+
+/// How long a summed total of the links' bytes is trusted before it is summed again (other
+/// front-ends on the same database add links too).
+const LINK_TOTAL_TTL: Duration = Duration::from_secs(60);
+
+/// Why a link was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("this client added {used} bytes of links in the last hour; at most {quota}")]
+    ClientQuota {
+        used: u64,
+        quota: u64,
+        /// Seconds until its oldest link of the hour leaves the window.
+        retry_after_s: u64,
+    },
+    #[error("the link store holds {used} bytes; at most {max}")]
+    Full { used: u64, max: u64 },
+    #[error(transparent)]
+    Store(#[from] Error),
+}
+
+/// The background pruning's state, shared by a store's clones.
+#[derive(Default)]
+struct Pruning {
+    /// Runs inserted since the pruning task was last woken.
+    inserted: std::sync::atomic::AtomicU64,
+    wake: tokio::sync::Notify,
+    /// Passes the task has finished (tests wait on it).
+    passes: std::sync::atomic::AtomicU64,
+}
+
+/// Runs deleted by one statement of a pruning pass: short transactions, so inserts (SQLite has
+/// one writer) wait little.
+pub const PRUNE_BATCH: i64 = 1000;
 
 /// How much run history is kept; `None`: no bound of that kind. Links are never removed.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,6 +90,11 @@ pub struct Retention {
 }
 
 impl Retention {
+    /// Inserts between two pruning passes: 1% of the count kept (1 to 100), 100 without one.
+    pub fn prune_every(&self) -> u64 {
+        self.max_runs.map_or(100, |m| (m / 100).clamp(1, 100))
+    }
+
     /// Keep everything.
     pub const UNBOUNDED: Retention = Retention {
         max_runs: None,
@@ -69,6 +130,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         2,
         "run size and order",
         include_str!("../migrations/0002_run_size_and_order.sql"),
+    ),
+    (
+        3,
+        "link quota",
+        include_str!("../migrations/0003_link_quota.sql"),
     ),
 ];
 
@@ -160,34 +226,135 @@ impl Store {
             .run(&pool)
             .await
             .map_err(|e| Error::Migrate(Box::new(e)))?;
-        let store = Store { pool, retention };
+        let store = Store {
+            pool,
+            retention,
+            pruning: Default::default(),
+            link_quota: LinkQuota::default(),
+            link_total: Default::default(),
+        };
         store.prune_runs().await?;
+        let pruner = store.clone();
+        tokio::spawn(async move {
+            loop {
+                pruner.pruning.wake.notified().await;
+                if pruner.pool.is_closed() {
+                    return;
+                }
+                if let Err(e) = pruner.prune_runs().await {
+                    tracing::warn!("cannot prune the run history: {e}");
+                }
+                pruner
+                    .pruning
+                    .passes
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
         Ok(store)
     }
 
-    /// Stores a link and returns its id; the same program and state always get the same id.
-    pub async fn put_link(&self, program: &str, state: &serde_json::Value) -> Result<Link, Error> {
+    /// The store with this link quota.
+    pub fn with_link_quota(mut self, quota: LinkQuota) -> Store {
+        self.link_quota = quota;
+        self
+    }
+
+    /// Stores a link and returns it; the same program and state always get the same id, and a
+    /// link already stored is returned without counting against the quota. A new one counts
+    /// its program and state text against `client`'s hour and the total.
+    pub async fn put_link(
+        &self,
+        program: &str,
+        state: &serde_json::Value,
+        client: &str,
+    ) -> Result<Link, LinkError> {
         let state_text = serde_json::to_string(state).expect("JSON values serialize");
+        let bytes = (program.len() + state_text.len()) as u64;
         for len in ID_LENGTHS {
             let id = link_id(program, state, len);
-            sqlx::query(
-                "INSERT INTO links (id, program, state, created_at) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (id) DO NOTHING",
+            if let Some(link) = self.get_link(&id).await? {
+                if link.program == program && &link.state == state {
+                    return Ok(link);
+                }
+                // Taken by different content: a longer id.
+                continue;
+            }
+            self.check_link_quota(client, bytes).await?;
+            let inserted = sqlx::query(
+                "INSERT INTO links (id, program, state, created_at, client, bytes) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
             )
             .bind(&id)
             .bind(program)
             .bind(&state_text)
             .bind(now())
+            .bind(client)
+            .bind(bytes as i64)
             .execute(&self.pool)
-            .await?;
+            .await?
+            .rows_affected();
+            if inserted == 1 {
+                if let Some((total, _)) = self.link_total.lock().expect("link total lock").as_mut()
+                {
+                    *total += bytes;
+                }
+            }
             let link = self.get_link(&id).await?.ok_or(Error::RowNotFound)?;
             if link.program == program && &link.state == state {
                 return Ok(link);
             }
         }
-        Err(Error::Protocol(
-            "link id collision at every length".to_string(),
-        ))
+        Err(Error::Protocol("link id collision at every length".to_string()).into())
+    }
+
+    /// Refuses `bytes` more of links from `client` past either quota.
+    async fn check_link_quota(&self, client: &str, bytes: u64) -> Result<(), LinkError> {
+        if let Some(max) = self.link_quota.total {
+            let used = self.link_bytes().await?;
+            if used + bytes > max {
+                return Err(LinkError::Full { used, max });
+            }
+        }
+        if let Some(quota) = self.link_quota.per_client {
+            let since = now() - LINK_WINDOW_S;
+            let row = sqlx::query(
+                "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS used, \
+                 CAST(COALESCE(MIN(created_at), 0) AS BIGINT) AS oldest \
+                 FROM links WHERE client = $1 AND created_at > $2",
+            )
+            .bind(client)
+            .bind(since)
+            .fetch_one(&self.pool)
+            .await?;
+            let used = row.try_get::<i64, _>("used")?.max(0) as u64;
+            if used + bytes > quota {
+                let oldest: i64 = row.try_get("oldest")?;
+                let retry_after_s = (oldest + LINK_WINDOW_S - now()).clamp(1, LINK_WINDOW_S) as u64;
+                return Err(LinkError::ClientQuota {
+                    used,
+                    quota,
+                    retry_after_s,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes of all links: summed at most every [`LINK_TOTAL_TTL`], this store's own
+    /// inserts added in between.
+    pub async fn link_bytes(&self) -> Result<u64, Error> {
+        if let Some((total, at)) = *self.link_total.lock().expect("link total lock") {
+            if at.elapsed() < LINK_TOTAL_TTL {
+                return Ok(total);
+            }
+        }
+        let row = sqlx::query("SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM links")
+            .fetch_one(&self.pool)
+            .await?;
+        let total = row.try_get::<i64, _>("bytes")?.max(0) as u64;
+        *self.link_total.lock().expect("link total lock") =
+            Some((total, std::time::Instant::now()));
+        Ok(total)
     }
 
     pub async fn get_link(&self, id: &str) -> Result<Option<Link>, Error> {
@@ -207,8 +374,9 @@ impl Store {
         .transpose()
     }
 
-    /// Adds a finished job to the run history (a job id is stored once), then enforces the
-    /// retention policy.
+    /// Adds a finished job to the run history (a job id is stored once); every
+    /// [`Retention::prune_every`] inserts wake the background pruning (the caller does not wait
+    /// for it).
     pub async fn put_run(
         &self,
         id: &str,
@@ -219,8 +387,20 @@ impl Store {
     ) -> Result<(), Error> {
         self.insert_run(id, now_us(), status, client, request, result)
             .await?;
-        self.prune_runs().await?;
+        use std::sync::atomic::Ordering;
+        let inserted = self.pruning.inserted.fetch_add(1, Ordering::SeqCst) + 1;
+        if inserted >= self.retention.prune_every() {
+            self.pruning.inserted.store(0, Ordering::SeqCst);
+            self.pruning.wake.notify_one();
+        }
         Ok(())
+    }
+
+    /// Pruning passes the background task has finished.
+    pub fn prune_passes(&self) -> u64 {
+        self.pruning
+            .passes
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Inserts a run finished at `created_us` (microseconds since the epoch).
@@ -254,7 +434,8 @@ impl Store {
     }
 
     /// Removes the runs the retention policy does not keep: older than `max_age`, then, newest
-    /// first, every run from the first one past `max_runs` or past `max_bytes` on.
+    /// first, every run from the first one past `max_runs` or past `max_bytes` on. Reads the
+    /// `runs_retention` index, never the rows; deletes in batches of [`PRUNE_BATCH`].
     pub async fn prune_runs(&self) -> Result<Pruned, Error> {
         let Retention {
             max_runs,
@@ -265,53 +446,73 @@ impl Store {
         if let Some(age) = max_age {
             let age_us = i64::try_from(age.as_micros()).unwrap_or(i64::MAX);
             let cutoff = now_us().saturating_sub(age_us);
-            let done = sqlx::query("DELETE FROM runs WHERE created_us < $1")
-                .bind(cutoff)
-                .execute(&self.pool)
-                .await?;
-            pruned.runs += done.rows_affected();
+            pruned.runs += self.delete_through((cutoff, String::new()), false).await?;
         }
-        if max_runs.is_none() && max_bytes.is_none() {
-            return Ok(pruned);
-        }
-        let (count, bytes) = self.run_totals().await?;
-        let over_count = max_runs.is_some_and(|m| count > m);
-        let over_bytes = max_bytes.is_some_and(|m| bytes > m);
-        if !(over_count || over_bytes) {
-            return Ok(pruned);
-        }
-        // The first run (newest first) that is not kept: it and every older one go.
-        let rows =
-            sqlx::query("SELECT created_us, id, bytes FROM runs ORDER BY created_us DESC, id DESC")
-                .fetch_all(&self.pool)
-                .await?;
-        let (mut kept, mut kept_bytes) = (0u64, 0u64);
-        let mut first_dropped = None;
-        for row in &rows {
-            let size = row.try_get::<i64, _>("bytes")?.max(0) as u64;
-            if max_runs.is_some_and(|m| kept + 1 > m)
-                || max_bytes.is_some_and(|m| kept_bytes + size > m)
-            {
-                first_dropped = Some((
-                    row.try_get::<i64, _>("created_us")?,
-                    row.try_get::<String, _>("id")?,
-                ));
-                break;
-            }
-            kept += 1;
-            kept_bytes += size;
-        }
-        if let Some((created_us, id)) = first_dropped {
-            let done = sqlx::query(
-                "DELETE FROM runs WHERE created_us < $1 OR (created_us = $1 AND id <= $2)",
+        // The first run (newest first) past the count, and the first past the bytes: it and
+        // every older one go.
+        let mut first_dropped: Option<(i64, String)> = None;
+        if let Some(m) = max_runs {
+            let row = sqlx::query(
+                "SELECT created_us, id FROM runs ORDER BY created_us DESC, id DESC \
+                 LIMIT 1 OFFSET $1",
             )
-            .bind(created_us)
-            .bind(id)
-            .execute(&self.pool)
+            .bind(i64::try_from(m).unwrap_or(i64::MAX))
+            .fetch_optional(&self.pool)
             .await?;
-            pruned.runs += done.rows_affected();
+            if let Some(r) = row {
+                first_dropped = Some((r.try_get("created_us")?, r.try_get("id")?));
+            }
+        }
+        if let Some(m) = max_bytes.filter(|&m| m < i64::MAX as u64) {
+            if self.run_totals().await?.1 > m {
+                let row = sqlx::query(
+                    "SELECT created_us, id FROM (SELECT created_us, id, SUM(bytes) OVER \
+                     (ORDER BY created_us DESC, id DESC) AS newer FROM runs) AS kept \
+                     WHERE newer > $1 ORDER BY created_us DESC, id DESC LIMIT 1",
+                )
+                .bind(m as i64)
+                .fetch_optional(&self.pool)
+                .await?;
+                if let Some(r) = row {
+                    let by_bytes: (i64, String) = (r.try_get("created_us")?, r.try_get("id")?);
+                    first_dropped = first_dropped.max(Some(by_bytes));
+                }
+            }
+        }
+        if let Some(through) = first_dropped {
+            pruned.runs += self.delete_through(through, true).await?;
         }
         Ok(pruned)
+    }
+
+    /// Deletes, oldest first in batches, the runs before `(created_us, id)` (and that run too
+    /// when `inclusive`).
+    async fn delete_through(
+        &self,
+        (created_us, id): (i64, String),
+        inclusive: bool,
+    ) -> Result<u64, Error> {
+        let sql = if inclusive {
+            "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE created_us < $1 OR \
+             (created_us = $1 AND id <= $2) ORDER BY created_us, id LIMIT $3)"
+        } else {
+            "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE created_us < $1 OR \
+             (created_us = $1 AND id < $2) ORDER BY created_us, id LIMIT $3)"
+        };
+        let mut deleted = 0;
+        loop {
+            let done = sqlx::query(sql)
+                .bind(created_us)
+                .bind(&id)
+                .bind(PRUNE_BATCH)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            deleted += done;
+            if done < PRUNE_BATCH as u64 {
+                return Ok(deleted);
+            }
+        }
     }
 
     /// Runs in the history and the bytes of their JSON.
@@ -453,13 +654,78 @@ mod tests {
         ten_runs(&store, 10).await;
         assert_eq!(store.prune_runs().await.unwrap(), Pruned { runs: 7 });
         assert_eq!(ids(&store).await, ["r7", "r8", "r9"]);
-        // Enforced on every insert.
+        // Enforced after inserts (3 kept: after every one), in the background.
+        let passes = store.prune_passes();
         store
             .put_run("new", "passed", "c", &json!({}), &json!({}))
             .await
             .unwrap();
+        pruned_after(&store, passes).await;
         assert_eq!(ids(&store).await, ["new", "r8", "r9"]);
         assert_eq!(store.run_totals().await.unwrap().0, 3);
+        store.close().await;
+    }
+
+    /// Waits for the background pruning to finish a pass after the `passes` it had done.
+    async fn pruned_after(store: &Store, passes: u64) {
+        let start = std::time::Instant::now();
+        while store.prune_passes() <= passes {
+            assert!(start.elapsed() < Duration::from_secs(10), "no pruning pass");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Issue 39 item 10: storing a run does not prune (it read every row of the history on
+    /// each insert past the count, about 40 ms a run at 10,000): the history grows past its
+    /// count until `prune_every` inserts wake the background pass, which brings it back to the
+    /// newest `max_runs`, deleting in batches.
+    #[tokio::test]
+    async fn the_history_is_pruned_in_the_background_every_few_inserts() {
+        let retention = Retention {
+            max_runs: Some(2500),
+            ..Retention::UNBOUNDED
+        };
+        assert_eq!(retention.prune_every(), 25);
+        let store = Store::open(&temp_db("background"), retention)
+            .await
+            .unwrap();
+        // 3,500 older runs in one statement (SQLite's printf names them old00000...).
+        sqlx::query(
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < $1 - 1) \
+             INSERT INTO runs (id, created_at, created_us, status, client, request, result, \
+             bytes) SELECT printf('old%05d', i), 0, $2 + i, 'passed', 'c', '{}', '{}', 4 FROM n",
+        )
+        .bind(2500 + PRUNE_BATCH)
+        .bind(now_us() - 1_000_000_000)
+        .execute(&store.pool)
+        .await
+        .unwrap();
+        let passes = store.prune_passes();
+        for i in 0..24 {
+            store
+                .put_run(&format!("new{i:02}"), "passed", "c", &json!({}), &json!({}))
+                .await
+                .unwrap();
+        }
+        // Not pruned on the way: every run is still there.
+        assert_eq!(store.run_totals().await.unwrap().0, 2500 + 1000 + 24);
+        assert_eq!(store.prune_passes(), passes);
+        store
+            .put_run("new24", "passed", "c", &json!({}), &json!({}))
+            .await
+            .unwrap();
+        pruned_after(&store, passes).await;
+        assert_eq!(store.run_totals().await.unwrap().0, 2500);
+        let newest = store.recent_runs(1).await.unwrap();
+        assert_eq!(newest[0].id, "new24");
+        // The oldest kept: the 1,025 oldest went (more than one batch).
+        let oldest: String = sqlx::query("SELECT id FROM runs ORDER BY created_us, id LIMIT 1")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap()
+            .try_get("id")
+            .unwrap();
+        assert_eq!(oldest, "old01025");
         store.close().await;
     }
 
@@ -491,7 +757,7 @@ mod tests {
         let store = Store::open(db, retention).await.unwrap();
         assert_eq!(ids(&store).await, ["r8", "r9"]);
         // Links are never pruned.
-        let link = store.put_link("p", &json!({})).await.unwrap();
+        let link = store.put_link("p", &json!({}), "c").await.unwrap();
         store.prune_runs().await.unwrap();
         assert!(store.get_link(&link.id).await.unwrap().is_some());
         store.close().await;
@@ -562,10 +828,10 @@ mod tests {
 
     async fn round_trip(db: &str, job: &str) {
         let store = Store::open(db, Retention::UNBOUNDED).await.unwrap();
-        let l1 = store.put_link("p", &json!({"s": 1})).await.unwrap();
-        let l2 = store.put_link("p", &json!({"s": 1})).await.unwrap();
+        let l1 = store.put_link("p", &json!({"s": 1}), "c").await.unwrap();
+        let l2 = store.put_link("p", &json!({"s": 1}), "c").await.unwrap();
         assert_eq!(l1.id, l2.id);
-        let l3 = store.put_link("q", &json!({"s": 1})).await.unwrap();
+        let l3 = store.put_link("q", &json!({"s": 1}), "c").await.unwrap();
         assert_ne!(l1.id, l3.id);
         assert_eq!(store.get_link(&l1.id).await.unwrap().unwrap().program, "p");
         assert!(store.get_link("nope").await.unwrap().is_none());

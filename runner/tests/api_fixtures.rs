@@ -374,6 +374,7 @@ fn a_fake_run() {
         },
         working_set_bytes: 12_288_000,
         cuda_bytes: 2077,
+        not_done: vec![],
     }));
     j.progress = vec![Progress::Lowering];
     check("done-fake.json", &done(j));

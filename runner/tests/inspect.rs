@@ -132,6 +132,11 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path, env: &[(&str, &str)]) -> Server {
+        Server::start_with(dir, &[], env)
+    }
+
+    /// [`Server::start`] with extra arguments of `hopfuse serve`.
+    fn start_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hopfuse"));
         cmd.args([
             "serve",
@@ -143,6 +148,7 @@ impl Server {
         .arg(dir)
         .arg("--static-dir")
         .arg(dir.join("no-dist"))
+        .args(args)
         .env_remove("HOPFUSE_TOKEN")
         .env_remove("HOPFUSE_DB")
         .stdin(Stdio::null())
@@ -184,6 +190,11 @@ async fn post(base: &str, body: Value) -> (u16, Value) {
         status,
         serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({status}): {text}")),
     )
+}
+
+async fn health(base: &str) -> Value {
+    let r = reqwest::get(format!("{base}/api/health")).await.unwrap();
+    serde_json::from_str(&r.text().await.unwrap()).unwrap()
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -327,4 +338,67 @@ fn the_playgrounds_inspect_fixture_is_the_runners_type() {
     assert_eq!(again, serde_json::from_str::<Value>(&text).unwrap());
     assert_eq!(ins.kernel, "exp_2d_kernel");
     assert!(ins.sass.is_some());
+}
+
+/// Issue 39 item 2: the inspection's lowering takes a compile slot and keeps the compile
+/// deadline (it took neither: a slow program held a core past every deadline, unseen by
+/// `compiles.running`), lowering once, counted in `compiles.lowered` (it lowered twice,
+/// uncounted). Without NVRTC the answer is a 503 before anything is compiled.
+#[tokio::test]
+async fn inspect_lowers_once_in_a_compile_slot_within_the_deadline() {
+    if tools_missing() {
+        return;
+    }
+    let program = std::fs::read_to_string(example("basics/add.hf")).unwrap();
+    let dir = temp_dir("slots");
+    let slow = Server::start_with(
+        &dir,
+        &[
+            "--compile-slots",
+            "1",
+            "--compile-timeout",
+            "1",
+            "--compile-test-delay-ms",
+            "2000",
+        ],
+        &[],
+    );
+    let start = std::time::Instant::now();
+    let (status, v) = post(&slow.base, json!({"program": program})).await;
+    assert_eq!(status, 422, "{v}");
+    assert_eq!(v["limit"], "compile_timeout_s", "{v}");
+    assert!(start.elapsed().as_secs_f64() < 1.9, "{:?}", start.elapsed());
+    let h = health(&slow.base).await;
+    assert_eq!(
+        h["compiles"]["running"], 1,
+        "the lowering holds the slot: {h}"
+    );
+    // The abandoned lowering ends (after the test delay), counted once.
+    let h = loop {
+        let h = health(&slow.base).await;
+        if h["compiles"]["running"] == 0 {
+            break h;
+        }
+        assert!(start.elapsed().as_secs() < 20, "{h}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(h["compiles"]["lowered"], 1, "{h}");
+    drop(slow);
+
+    let dir = temp_dir("no-nvrtc");
+    let bare = Server::start_with(&dir, &[], &[("LD_LIBRARY_PATH", "")]);
+    let (status, v) = post(&bare.base, json!({"program": program})).await;
+    if status == 200 {
+        eprintln!("libnvrtc loads without LD_LIBRARY_PATH here: the 503 is not checked");
+    } else {
+        assert_eq!(status, 503, "{v}");
+        let error = v["error"].as_str().unwrap();
+        assert!(error.contains("libnvrtc (CUDA 13) cannot be loaded"), "{v}");
+        let h = health(&bare.base).await;
+        assert_eq!(
+            h["compiles"]["lowered"], 0,
+            "compiled before the check: {h}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -10,8 +10,9 @@
 //! delivered more than `--max-attempts` times (every agent that took it died) ends `crashed`
 //! without running. Its status (GPUs, warm workers, jobs) is refreshed in the agents bucket.
 
-use super::wire::{AgentEvent, AgentStatus, WireJob};
+use super::wire::{AgentEvent, AgentStatus, JobAddress, WireJob};
 use super::NatsArgs;
+use crate::job_spec::decode_message;
 use crate::queue::{JobResult, JobStage, JobStatus, Queue, QueueConfig};
 use crate::worker::FakeBehaviour;
 use async_nats::jetstream::{self, kv, AckKind};
@@ -35,9 +36,9 @@ pub struct AgentArgs {
     #[command(flatten)]
     pub nats: NatsArgs,
     /// GPUs of this host, one job at a time on each (`CUDA_VISIBLE_DEVICES` per worker when
-    /// more than one).
-    #[arg(long, default_value_t = 1)]
-    pub gpus: usize,
+    /// more than one) [default: every GPU a probe sees; 1 with `--fake-worker`].
+    #[arg(long)]
+    pub gpus: Option<usize>,
     /// Wall-clock limit of one job in seconds (an A/B job gets twice this); the worker is
     /// killed (SIGKILL) past it. The consumer's ack wait is twice this plus 5 s.
     #[arg(long, default_value_t = 10.0)]
@@ -100,7 +101,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
         anyhow::bail!("--job-timeout must be a positive number of seconds");
     }
-    if args.gpus == 0 {
+    if args.gpus == Some(0) {
         anyhow::bail!("--gpus must be at least 1");
     }
     if args.max_attempts == 0 {
@@ -130,6 +131,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         Some(p) => p.clone(),
         None => std::env::current_exe()?,
     };
+    let gpus = match (args.gpus, args.fake_worker) {
+        (Some(n), _) => n,
+        (None, true) => 1,
+        (None, false) => crate::worker::probe_in_child(&worker_exe)
+            .await
+            .gpus_to_use(None),
+    };
     let mut worker_args = Vec::new();
     if args.fake_worker {
         worker_args.push("--fake".to_string());
@@ -148,9 +156,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             timeout: Duration::from_secs_f64(args.job_timeout),
             // One job per GPU is pulled at a time; the slack covers a ticket released just
             // after its result.
-            cap: 2 * args.gpus,
+            cap: 2 * gpus,
             client_cap: 0,
-            gpus: args.gpus,
+            gpus,
             cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
             prespawn: true,
             remote: false,
@@ -181,7 +189,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .unwrap_or(0);
     let status = {
         let (agent, host, arch) = (agent.clone(), host.clone(), args.nats.arch.clone());
-        let (gpus, fake) = (args.gpus, args.fake_worker);
+        let fake = args.fake_worker;
         move || AgentStatus {
             id: agent.id.clone(),
             host: host.clone(),
@@ -211,13 +219,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     println!(
         "hopfuse agent: {id} pulling {} with {} GPU(s)",
         super::jobs_subject(&args.nats.arch),
-        args.gpus
+        gpus
     );
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
     let mut loops = Vec::new();
-    for _ in 0..args.gpus {
+    for _ in 0..gpus {
         let (agent, consumer, mut stop) = (agent.clone(), consumer.clone(), stop_rx.clone());
         loops.push(tokio::spawn(async move {
             while !*stop.borrow() {
@@ -269,13 +277,9 @@ impl Agent {
     /// Runs one job message to its acknowledgement.
     async fn handle(&self, message: jetstream::Message) {
         let delivery = message.info().map(|i| i.delivered).unwrap_or(1);
-        let wire: WireJob = match serde_json::from_slice(&message.payload) {
+        let wire: WireJob = match decode_message(&message.payload) {
             Ok(w) => w,
-            Err(e) => {
-                warn!("a job message that is not a job (terminated): {e}");
-                let _ = message.ack_with(AckKind::Term).await;
-                return;
-            }
+            Err(e) => return self.answer_undecodable(message, e).await,
         };
         let job_id = wire.job_id.clone();
         if let Some(stored) = self.stored(&job_id).await {
@@ -325,6 +329,37 @@ impl Agent {
             warn!(job = %job_id, "cannot acknowledge the job: {e}");
         }
         self.running.fetch_sub(1, Ordering::SeqCst);
+        self.completed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A job message this agent cannot decode: answered as failed (stored, sent, acknowledged)
+    /// when it names its job, so its front-end ends it; terminated when it names none.
+    async fn answer_undecodable(&self, message: jetstream::Message, error: String) {
+        let Some(address) = JobAddress::of(message.headers.as_ref(), &message.payload) else {
+            warn!("a job message that names no job (terminated): {error}");
+            let _ = message.ack_with(AckKind::Term).await;
+            return;
+        };
+        warn!(job = %address.job_id, "cannot decode the job; answered as failed: {error}");
+        let mut result = JobResult::empty(
+            &address.job_id,
+            JobStatus::Error,
+            Some(format!("error: the agent cannot decode the job: {error}")),
+            0.0,
+        );
+        result.agent = Some(self.id.clone());
+        let result = self.store(result).await;
+        self.send(
+            &address.events,
+            &AgentEvent::Done {
+                job_id: address.job_id.clone(),
+                result: Box::new(result),
+            },
+        )
+        .await;
+        if let Err(e) = message.double_ack().await {
+            warn!(job = %address.job_id, "cannot acknowledge the job: {e}");
+        }
         self.completed.fetch_add(1, Ordering::SeqCst);
     }
 

@@ -9,7 +9,7 @@
 //! job quiet for long, the results bucket is read); the result goes into the run history before
 //! `done` is announced, as for a local job.
 
-use super::wire::{AgentEvent, AgentStatus, WireJob};
+use super::wire::{AgentEvent, AgentStatus, WireJob, EVENTS_HEADER};
 use super::NatsArgs;
 use crate::queue::{Job, JobResult, JobStage, JobStatus, Queue, QueueFull, Ticket};
 use async_nats::jetstream::{self, kv, message::PublishMessage};
@@ -39,6 +39,35 @@ pub enum SubmitError {
     Full(QueueFull),
     /// NATS did not take the job (503).
     Unavailable(String),
+    /// The job's message is over NATS's payload limit even without its compiled programs
+    /// (413: a retry cannot succeed).
+    TooLarge(String),
+}
+
+/// Bytes kept free under NATS's `max_payload` for the message's headers.
+const HEADER_ROOM: usize = 1024;
+
+/// The job's stream message within `max_payload` bytes: whole (with the compiled programs, so
+/// the agent does not lower them again), else without them (the agent's worker lowers the
+/// program itself, as a one-shot worker does), else the size it would need.
+pub fn encode_within(wire: &WireJob, max_payload: usize) -> Result<Vec<u8>, usize> {
+    let limit = max_payload.saturating_sub(HEADER_ROOM);
+    let whole = serde_json::to_vec(wire).expect("jobs serialize");
+    if whole.len() <= limit {
+        return Ok(whole);
+    }
+    if wire.spec.prepared.is_none() && wire.spec.prepared_b.is_none() {
+        return Err(whole.len());
+    }
+    let mut lean = wire.clone();
+    lean.spec.prepared = None;
+    lean.spec.prepared_b = None;
+    let lean = serde_json::to_vec(&lean).expect("jobs serialize");
+    if lean.len() <= limit {
+        Ok(lean)
+    } else {
+        Err(lean.len())
+    }
 }
 
 /// A job published and not yet ended.
@@ -162,8 +191,19 @@ impl FrontEnd {
             )));
         }
         let (job, ticket) = self.queue.admit(spec, client).map_err(SubmitError::Full)?;
-        let payload = serde_json::to_vec(&WireJob::of(&job, &self.events))
-            .map_err(|e| SubmitError::Unavailable(format!("cannot encode the job: {e}")))?;
+        let max_payload = self.client.server_info().max_payload;
+        let payload = match encode_within(&WireJob::of(&job, &self.events), max_payload) {
+            Ok(p) => p,
+            Err(needed) => {
+                // Never queued: forget it (dropping its ticket ends it and frees its counts).
+                self.queue.forget(&job.id);
+                drop(ticket);
+                return Err(SubmitError::TooLarge(format!(
+                    "the job's message needs {needed} bytes even without its compiled CUDA, over \
+                     the job queue's (NATS) payload limit of {max_payload} bytes"
+                )));
+            }
+        };
         // In the map before it is published: an agent may answer at once.
         self.in_flight.lock().expect("in-flight lock").insert(
             job.id.clone(),
@@ -175,7 +215,8 @@ impl FrontEnd {
         );
         let publish = PublishMessage::build()
             .payload(payload.into())
-            .message_id(job.id.clone());
+            .message_id(job.id.clone())
+            .header(EVENTS_HEADER, self.events.as_str());
         let published = async {
             self.js
                 .send_publish(self.subject.clone(), publish)

@@ -1,8 +1,9 @@
 //! The messages of the distributed mode, as JSON: a job in the stream ([`WireJob`]), an agent's
 //! events for the submitting front-end ([`AgentEvent`]), an agent's status in the agents bucket
-//! ([`AgentStatus`], defined in `hopfuse-api`). Both sides are the same binary; a message that
-//! does not parse is an error of the sender, reported and dropped (a job: terminated, not
-//! redelivered).
+//! ([`AgentStatus`], defined in `hopfuse-api`). Both sides are the same binary. A job message
+//! that does not decode is answered as failed: its job id and events subject travel in its
+//! headers too ([`JobAddress`]), so it is answerable whatever its payload; only a message that
+//! names no job is terminated unanswered (no front-end waits for it).
 
 use crate::engine::Progress;
 use crate::job_spec::JobSpec;
@@ -28,6 +29,33 @@ impl WireJob {
             job_id: job.id.clone(),
             events: events.to_string(),
             spec: job.spec.clone(),
+        }
+    }
+}
+
+/// The header that carries a job message's events subject (its id is in `Nats-Msg-Id`).
+pub const EVENTS_HEADER: &str = "Hopfuse-Events";
+
+/// Which job a message is and where its events go, read without the rest of the message: what
+/// an agent that cannot decode a job needs to answer it.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct JobAddress {
+    pub job_id: String,
+    pub events: String,
+}
+
+impl JobAddress {
+    /// From the message's headers, else from its two fields alone (serde_json skips the
+    /// others without a depth limit).
+    pub fn of(headers: Option<&async_nats::HeaderMap>, payload: &[u8]) -> Option<JobAddress> {
+        let header = |name: &str| {
+            headers
+                .and_then(|h| h.get(name))
+                .map(|v| v.as_str().to_string())
+        };
+        match (header("Nats-Msg-Id"), header(EVENTS_HEADER)) {
+            (Some(job_id), Some(events)) => Some(JobAddress { job_id, events }),
+            _ => serde_json::from_slice(payload).ok(),
         }
     }
 }
@@ -112,5 +140,32 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// A message whose spec does not decode still names its job, from its headers or from
+    /// its payload's two fields, however deep the rest.
+    #[test]
+    fn a_job_address_reads_from_the_headers_or_the_payload_alone() {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", "j1");
+        headers.insert(EVENTS_HEADER, "hopfuse.events.fe1");
+        let address = JobAddress {
+            job_id: "j1".into(),
+            events: "hopfuse.events.fe1".into(),
+        };
+        assert_eq!(JobAddress::of(Some(&headers), b"not json"), Some(address));
+        let deep = format!(
+            r#"{{"spec": {}1{}, "job_id": "j2", "events": "e"}}"#,
+            "[".repeat(5_000),
+            "]".repeat(5_000)
+        );
+        assert_eq!(
+            JobAddress::of(None, deep.as_bytes()),
+            Some(JobAddress {
+                job_id: "j2".into(),
+                events: "e".into()
+            })
+        );
+        assert_eq!(JobAddress::of(None, b"{\"job_id\": 1}"), None);
     }
 }

@@ -19,6 +19,8 @@ pub(super) struct JobState {
     pub(super) events: Vec<JobEvent>,
     pub(super) tx: broadcast::Sender<JobEvent>,
     pub(super) result: Option<Arc<JobResult>>,
+    /// Claimed by the one [`Queue::finish`](super::Queue) that stores and announces its result.
+    pub(super) finishing: bool,
 }
 
 impl Job {
@@ -47,6 +49,15 @@ impl Job {
             elapsed_ms: self.elapsed_ms(),
             result: None,
         });
+    }
+
+    /// Claims the job's finishing for the caller: false when it has a result or another caller
+    /// is finishing it (a job's result is stored and announced once).
+    pub(super) fn claim_finish(&self) -> bool {
+        let mut st = self.state.lock().expect("job state lock");
+        let free = st.result.is_none() && !st.finishing;
+        st.finishing = true;
+        free
     }
 
     pub fn result(&self) -> Option<Arc<JobResult>> {

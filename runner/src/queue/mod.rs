@@ -30,6 +30,10 @@ use tracing::{info, warn};
 pub const TIMEOUT_MESSAGE: &str =
     "timed out: the kernel did not finish (a deadlock such as an mbarrier that never completes?)";
 
+/// The message of a job that the service ended because it stopped (SIGTERM, Ctrl-C).
+pub const STOPPED_MESSAGE: &str = "error: the service stopped (SIGTERM or Ctrl-C) before this job \
+                                   ended, so it was not run to the end; submit it again";
+
 /// Finished jobs kept in memory (older ones are still in the run history).
 const KEEP_FINISHED: usize = 2000;
 
@@ -95,6 +99,8 @@ pub struct Queue {
     store: Option<Store>,
     /// Each GPU's warm worker as its dispatcher last saw it.
     workers: Mutex<Vec<Option<(WarmStatus, Instant)>>>,
+    /// Set by [`Queue::stop`]: the service is stopping and takes no more runs.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Queue {
@@ -115,6 +121,7 @@ impl Queue {
             mean_ms: AtomicU64::new(1000),
             next_id: AtomicU64::new(0),
             store,
+            stopping: Default::default(),
         });
         let rx = Arc::new(tokio::sync::Mutex::new(rx));
         let dispatchers = if queue.config.remote {
@@ -224,6 +231,7 @@ impl Queue {
                 events: Vec::new(),
                 tx,
                 result: None,
+                finishing: false,
             }),
         });
         job.push(JobEvent {
@@ -278,7 +286,49 @@ impl Queue {
         self.jobs.lock().expect("jobs lock").get(id).cloned()
     }
 
-    async fn finish(&self, job: &Arc<Job>, result: JobResult) {
+    /// Whether [`Queue::stop`] was called (`POST /api/run` then answers 503).
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// The service is stopping: ends every local job that has no result yet (waiting, or
+    /// running on a worker) with an `error` result ([`STOPPED_MESSAGE`]), stored in the run
+    /// history as any result is, so each event stream ends with `done` and each job answers
+    /// `GET /api/jobs/{id}` after a restart. A job run remotely is left to its agent (its
+    /// result is answered from the results bucket). Returns how many jobs it ended; call it
+    /// again after the connections are drained for a run admitted meanwhile.
+    pub async fn stop(&self) -> usize {
+        self.stopping.store(true, Ordering::SeqCst);
+        if self.config.remote {
+            return 0;
+        }
+        let unfinished: Vec<Arc<Job>> = self
+            .jobs
+            .lock()
+            .expect("jobs lock")
+            .values()
+            .filter(|j| j.result().is_none())
+            .cloned()
+            .collect();
+        let mut ended = 0;
+        for job in unfinished {
+            let stopped = JobResult::empty(
+                &job.id,
+                JobStatus::Error,
+                Some(STOPPED_MESSAGE.to_string()),
+                job.elapsed_ms(),
+            );
+            ended += self.finish(&job, stopped).await as usize;
+        }
+        ended
+    }
+
+    /// Stores and announces a job's result, once: false when the job has one already or is
+    /// being finished (a job the service stopped, whose worker ends later).
+    async fn finish(&self, job: &Arc<Job>, result: JobResult) -> bool {
+        if !job.claim_finish() {
+            return false;
+        }
         let ms = result.worker_ms.max(1.0) as u64;
         let old = self.mean_ms.load(Ordering::Relaxed);
         self.mean_ms.store((old * 7 + ms) / 8, Ordering::Relaxed);
@@ -310,5 +360,6 @@ impl Queue {
                 self.jobs.lock().expect("jobs lock").remove(&old);
             }
         }
+        true
     }
 }

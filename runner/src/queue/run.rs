@@ -30,7 +30,11 @@ impl Queue {
     pub(super) fn worker_command(&self, gpu: usize) -> WorkerCommand {
         let mut env = Vec::new();
         if self.config.gpus > 1 {
-            env.push(("CUDA_VISIBLE_DEVICES".to_string(), gpu.to_string()));
+            let parent = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+            env.push((
+                "CUDA_VISIBLE_DEVICES".to_string(),
+                crate::gpu::visible_device(gpu, parent.as_deref()),
+            ));
         }
         WorkerCommand {
             exe: self.config.worker_exe.clone(),

@@ -91,6 +91,7 @@ fn a_ticket_dropped_without_a_result_ends_its_job() {
             events: Vec::new(),
             tx,
             result: None,
+            finishing: false,
         }),
     });
     let (_, mut rx) = job.subscribe();

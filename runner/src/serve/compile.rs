@@ -53,7 +53,9 @@ pub(super) async fn compile(
     Ok(Json(out))
 }
 
-/// PTX and SASS of a program (`crate::inspect`), built in a child process.
+/// PTX and SASS of a program (`crate::inspect`): 503 at once without NVRTC; else lowered in a
+/// compile slot within the compile deadline (as `POST /api/compile` and `POST /api/run`), then
+/// built in a child process (an inspection slot, waited for within the same deadline).
 pub(super) async fn inspect(
     State(app): State<Arc<App>>,
     client: Client,
@@ -62,33 +64,60 @@ pub(super) async fn inspect(
     use crate::inspect::ServiceError;
     limit(&app.post_limiter, &client, "requests")?;
     app.check_program(&body.program)?;
-    let _permit = app
-        .inspect_slots
-        .acquire()
-        .await
-        .map_err(ApiError::internal)?;
+    let service_error = |e| match e {
+        ServiceError::BadRequest {
+            message,
+            diagnostics,
+        } => {
+            let e = ApiError::bad_request(message);
+            match diagnostics {
+                Some(d) => e.diagnostics(d),
+                None => e,
+            }
+        }
+        ServiceError::Unavailable(m) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m),
+        ServiceError::Unprocessable(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, m),
+        ServiceError::Internal(m) => ApiError::internal(m),
+    };
+    if !app.inspect_nvrtc {
+        return Err(service_error(ServiceError::Unavailable(format!(
+            "PTX and SASS are unavailable on this service: {}",
+            crate::nvrtc::NvrtcError::LibraryMissing
+        ))));
+    }
     let request = crate::inspect::InspectRequest {
         file: "playground.hf".into(),
         source: body.program,
         sizes: body.sizes,
         index: body.index,
     };
-    crate::inspect::serve(&app.worker_exe, app.inspect_cache.clone(), request)
+    let (compilation, variant) = app
+        .compile(move || crate::inspect::lower_for_service(&request))
+        .await?
+        .map_err(service_error)?;
+    let deadline = app.compiles.deadline();
+    let _permit = tokio::time::timeout(deadline, app.inspect_slots.acquire())
         .await
-        .map(Json)
-        .map_err(|e| match e {
-            ServiceError::BadRequest {
-                message,
-                diagnostics,
-            } => {
-                let e = ApiError::bad_request(message);
-                match diagnostics {
-                    Some(d) => e.diagnostics(d),
-                    None => e,
-                }
-            }
-            ServiceError::Unavailable(m) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m),
-            ServiceError::Unprocessable(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, m),
-            ServiceError::Internal(m) => ApiError::internal(m),
-        })
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "every inspection slot stayed busy for the compile deadline of {} s; retry \
+                     later",
+                    deadline.as_secs_f64()
+                ),
+            )
+            .limit("compile_timeout_s")
+            .retry_after(deadline.as_secs().max(1))
+        })?
+        .map_err(ApiError::internal)?;
+    crate::inspect::build_in_child(
+        &app.worker_exe,
+        app.inspect_cache.clone(),
+        compilation,
+        variant,
+    )
+    .await
+    .map(Json)
+    .map_err(service_error)
 }

@@ -1,8 +1,8 @@
 //! What wraps the handlers: the bearer token (401), CORS for other origins, a JSON error body for
 //! every error status under `/api` (axum's own are plain text), the JSON body extractor
 //! ([`ApiJson`]: 413 over the body limit, 400 with serde's message), the client's address
-//! ([`Client`]) and its per-client rate limits (429 with `Retry-After`), and the 404 of a
-//! missing resource.
+//! ([`Client`]) and its per-client rate limits (429 with `Retry-After`), the 404 of a
+//! missing resource, and the security headers of every response ([`security_headers`]).
 
 use super::{ApiError, App};
 use crate::rate_limit::ClientRateLimiter;
@@ -27,7 +27,20 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, app).await.map_err(|r| {
+        let limit = app.limits.body_timeout;
+        let read = tokio::time::timeout(limit, Bytes::from_request(req, app))
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the request body did not arrive within {} s (body_timeout_s)",
+                        limit.as_secs_f64()
+                    ),
+                )
+                .limit("body_timeout_s")
+            })?;
+        let bytes = read.map_err(|r| {
             if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 let max = app.args.max_body_bytes;
                 ApiError::new(
@@ -113,17 +126,17 @@ pub(super) fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
 
 pub(super) async fn auth(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     if let Some(token) = &app.args.token {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        let ok = given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), token.as_bytes()));
+        let header = req.headers().get(header::AUTHORIZATION);
+        let given = header.and_then(|v| v.to_str().ok()).and_then(bearer_token);
+        let ok = given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()));
         if !ok {
-            let msg = if given.is_none() {
-                "this service requires a token: send `Authorization: Bearer <token>`"
-            } else {
-                "wrong token"
+            let msg = match (header, given) {
+                (None, _) => "this service requires a token: send `Authorization: Bearer <token>`",
+                (Some(_), None) => {
+                    "malformed Authorization header: send `Authorization: Bearer <token>` (one \
+                     space, no other whitespace)"
+                }
+                (Some(_), Some(_)) => "wrong token",
             };
             return ApiError::new(StatusCode::UNAUTHORIZED, msg).into_response();
         }
@@ -131,8 +144,62 @@ pub(super) async fn auth(State(app): State<Arc<App>>, req: Request, next: Next) 
     next.run(req).await
 }
 
+/// The token of an `Authorization: Bearer <token>` value, parsed strictly (RFC 6750): the
+/// scheme (any case), one space, then a token of visible characters; anything else (two spaces,
+/// a tab, trailing whitespace, an empty token) is none.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    let visible = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic());
+    (scheme.eq_ignore_ascii_case("bearer") && visible(token)).then_some(token)
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The playground page's Content-Security-Policy, less `frame-ancestors`: its scripts are
+/// files of its own origin (`index.html` has no inline script: `web/boot.js` starts it), the
+/// wasm is compiled by `WebAssembly.instantiateStreaming` (`'wasm-unsafe-eval'`), styles may be
+/// inline (Leptos sets `style` attributes, CodeMirror adds style elements, the pipeline and
+/// profile panes are HTML with `style`), the favicon is a `data:` URL, and the page calls the
+/// runner it is set to, which may be another origin (`connect-src` http and https).
+pub const PAGE_CSP: &str = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; \
+                            style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+                            connect-src 'self' http: https:; object-src 'none'; \
+                            base-uri 'none'; form-action 'none'";
+
+/// The API's Content-Security-Policy: its answers are data, never a page.
+pub const API_CSP: &str = "default-src 'none'; frame-ancestors 'none'";
+
+/// Security headers on every response: `X-Content-Type-Options: nosniff`, `Referrer-Policy:
+/// same-origin`, and a Content-Security-Policy: [`API_CSP`] under `/api`, else [`PAGE_CSP`]
+/// with `frame-ancestors 'self'`, or `*` for the embed view (`?embed=PANE`), which other sites
+/// frame.
+pub(super) async fn security_headers(req: Request, next: Next) -> Response {
+    let api = req.uri().path().starts_with("/api");
+    let embed = req
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv.split('=').next() == Some("embed")));
+    let mut resp = next.run(req).await;
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    let csp = match (api, embed) {
+        (true, _) => API_CSP.to_string(),
+        (false, true) => format!("{PAGE_CSP}; frame-ancestors *"),
+        (false, false) => format!("{PAGE_CSP}; frame-ancestors 'self'"),
+    };
+    if let Ok(v) = HeaderValue::from_str(&csp) {
+        headers.insert(header::CONTENT_SECURITY_POLICY, v);
+    }
+    resp
 }
 
 /// Every error status under /api has a JSON body (axum's own 404/405/413 are plain text).
@@ -165,4 +232,28 @@ pub(super) async fn json_errors(req: Request, next: Next) -> Response {
         }
     }
     json_resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    /// Issue 39 item 12: `Bearer  TOKEN` (two spaces) was accepted (the token was trimmed).
+    #[test]
+    fn the_bearer_header_is_parsed_strictly() {
+        assert_eq!(bearer_token("Bearer s3cret"), Some("s3cret"));
+        assert_eq!(bearer_token("bearer s3cret"), Some("s3cret"));
+        for bad in [
+            "Bearer  s3cret",
+            "Bearer s3cret ",
+            "Bearer\ts3cret",
+            "Bearer ",
+            "Bearer",
+            "Basic s3cret",
+            "Bearer s3 cret",
+            " Bearer s3cret",
+        ] {
+            assert_eq!(bearer_token(bad), None, "{bad:?}");
+        }
+    }
 }

@@ -15,9 +15,11 @@
 //! - `compile`: `POST /api/compile` and `POST /api/inspect`;
 //! - `run`: `POST /api/run`, its checks and its job;
 //! - `jobs`: a job's result and its server-sent events, and the run history (`GET /api/runs`);
-//! - `links`: short links (`POST /api/links`, `GET /api/links/{id}`).
+//! - `links`: short links (`POST /api/links`, `GET /api/links/{id}`);
+//! - `connections`: accepting and serving connections, with their read timeouts and cap.
 
 mod compile;
+pub mod connections;
 mod health;
 mod jobs;
 mod links;
@@ -30,14 +32,12 @@ mod state;
 // where they were public here.
 pub use crate::api_error::ApiError;
 pub use crate::serve_args::{default_data_dir, ServeArgs};
+pub use connections::ConnectionLimits;
 pub use middleware::{ApiJson, Client};
 pub use router::router;
 pub use state::{App, GpuStatus};
 
-use std::future::IntoFuture;
-use std::net::SocketAddr;
-use std::time::Duration;
-use tracing::{info, warn};
+use tracing::info;
 
 /// Runs the service until Ctrl-C or SIGTERM.
 pub fn main(args: ServeArgs) -> anyhow::Result<()> {
@@ -54,44 +54,27 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let addr = args.addr;
     let app = App::new(args).await?;
+    let limits = app.limits;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr()?;
-    // Without it a response written in two pieces waits for the client's delayed ACK (about
-    // 40 ms on Linux) before its second piece goes out.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            warn!("cannot set TCP_NODELAY on a connection: {e}");
-        }
-    });
     // Tests and scripts read this line for the port.
     println!("hopfuse serve: listening on http://{local}");
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let store = app.store.clone();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
+    let queue = app.queue.clone();
+    // Accepting goes on while the jobs are ended (a run is then refused with a 503), so that
+    // the streams watching them get their `done` before the connections are drained.
+    let stop = async {
         shutdown_signal().await;
-        let _ = stop_tx.send(true);
-    });
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
+        let ended = queue.stop().await;
+        info!("{ended} jobs ended: the service stopped");
     };
-    let server = axum::serve(
-        listener,
-        router(app).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(stopped(stop_rx.clone()))
-    .into_future();
-    // Open event streams would hold a graceful shutdown forever: give them 5 s.
-    tokio::select! {
-        r = server => r?,
-        _ = async {
-            stopped(stop_rx).await;
-            tokio::time::sleep(Duration::from_secs(5)).await;
-        } => warn!("closing connections still open after 5 s"),
-    }
+    connections::serve(listener, router(app), limits, stop).await;
+    // A run admitted while the first jobs were being ended.
+    queue.stop().await;
     store.close().await;
     Ok(())
 }

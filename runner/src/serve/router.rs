@@ -1,8 +1,8 @@
 //! The routes: every endpoint under `/api` but health needs the token when one is set; an unknown
 //! `/api` path is a JSON 404; anything else is the playground's files. Around them: the body
-//! limit, JSON errors, a caught panic as a 500 and, when asked for, CORS.
+//! limit, JSON errors, a caught panic as a 500, when asked for, CORS, and the security headers.
 
-use super::middleware::{auth, cors_layer, json_errors};
+use super::middleware::{auth, cors_layer, json_errors, security_headers};
 use super::{compile, health, jobs, links, run};
 use super::{ApiError, App};
 use axum::extract::{Request, State};
@@ -45,7 +45,8 @@ pub fn router(app: Arc<App>) -> Router {
     if let Some(cors) = cors_layer(&app.args.cors_origins) {
         router = router.layer(cors);
     }
-    router
+    // Outermost: on every answer, CORS preflights and panics included.
+    router.layer(middleware::from_fn(security_headers))
 }
 
 async fn api_not_found(method: Method, uri: axum::http::Uri) -> ApiError {

@@ -19,6 +19,13 @@ pub(super) async fn run(
     ApiJson(body): ApiJson<RunBody>,
 ) -> Result<(StatusCode, Json<RunAccepted>), ApiError> {
     limit(&app.run_limiter, &client, "runs")?;
+    if app.queue.stopping() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the service is stopping and takes no more runs; retry in a moment",
+        )
+        .retry_after(5));
+    }
     let spec = run_checks::job_spec(body, &app.args, app.run_unavailable())?;
     let max_tensor_bytes = app.args.max_tensor_bytes;
     let spec = app

@@ -7,31 +7,21 @@
 use super::{default_data_dir, ApiError, ServeArgs};
 use crate::compile_slots::{CompileSlots, Refused};
 use crate::distributed::frontend::FrontEnd;
-use crate::gpu::DeviceInfo;
 use crate::queue::{Queue, QueueConfig};
 use crate::rate_limit::ClientRateLimiter;
 use crate::store::Store;
-use crate::worker::FakeBehaviour;
+pub use crate::worker::GpuStatus;
+use crate::worker::{probe_in_child, FakeBehaviour};
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
-/// What the startup probe found.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct GpuStatus {
-    pub gpu: Option<DeviceInfo>,
-    pub reason: Option<String>,
-    pub nvrtc: Option<String>,
-    /// Why NVRTC cannot be loaded (runs need it as much as the GPU).
-    #[serde(default)]
-    pub nvrtc_reason: Option<String>,
-}
-
 pub struct App {
     pub(super) args: ServeArgs,
+    /// The connections' read timeouts and cap (`connections.rs`).
+    pub(super) limits: super::ConnectionLimits,
     pub(super) queue: Arc<Queue>,
     pub(super) store: Store,
     pub(super) gpu: GpuStatus,
@@ -44,6 +34,9 @@ pub struct App {
     pub(super) inspect_cache: Option<PathBuf>,
     /// Inspection children at once (one per compile slot: each is NVRTC plus nvdisasm).
     pub(super) inspect_slots: Arc<tokio::sync::Semaphore>,
+    /// Whether libnvrtc loads on this host (checked once at start): without it
+    /// `POST /api/inspect` answers 503 before it compiles anything.
+    pub(super) inspect_nvrtc: bool,
     /// The distributed mode's front-end (`--queue`): jobs go to agents.
     pub(super) remote: Option<Arc<FrontEnd>>,
 }
@@ -59,7 +52,8 @@ impl App {
             .unwrap_or_else(|| data_dir.join("hopfuse.db").display().to_string());
         let store = Store::open(&db, args.retention())
             .await
-            .map_err(|e| anyhow::anyhow!("cannot open the database {db}: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("cannot open the database {db}: {e}"))?
+            .with_link_quota(args.link_quota());
         let worker_exe = match &args.worker_exe {
             Some(p) => p.clone(),
             None => std::env::current_exe()?,
@@ -73,6 +67,7 @@ impl App {
                 )),
                 nvrtc: None,
                 nvrtc_reason: None,
+                gpus: 0,
             }
         } else if args.fake_worker {
             GpuStatus {
@@ -84,9 +79,10 @@ impl App {
                 ),
                 nvrtc: None,
                 nvrtc_reason: None,
+                gpus: 0,
             }
         } else {
-            probe(&worker_exe).await
+            probe_in_child(&worker_exe).await
         };
         match &gpu.gpu {
             Some(g) if gpu.nvrtc.is_none() => warn!(
@@ -126,7 +122,7 @@ impl App {
                 timeout: Duration::from_secs_f64(args.job_timeout),
                 cap: args.queue_cap,
                 client_cap: args.client_queue_cap,
-                gpus: args.gpus.max(1),
+                gpus: gpu.gpus_to_use(args.gpus),
                 cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
                 prespawn: args.nats.queue.is_none() && (args.fake_worker || gpu.gpu.is_some()),
                 remote: args.nats.queue.is_some(),
@@ -152,7 +148,13 @@ impl App {
             compile_timeout,
             Duration::from_millis(args.compile_test_delay_ms),
         );
+        // dlopen only (no NVRTC call): whether the inspect children can build anything.
+        let inspect_nvrtc = tokio::task::spawn_blocking(crate::nvrtc::available)
+            .await
+            .unwrap_or(false);
         Ok(Arc::new(App {
+            limits: args.connection_limits()?,
+            inspect_nvrtc,
             run_limiter: ClientRateLimiter::new(args.runs_per_minute),
             post_limiter: ClientRateLimiter::new(args.requests_per_minute),
             args,
@@ -225,36 +227,5 @@ impl App {
     /// 413 for a program over `--max-program-bytes`.
     pub(super) fn check_program(&self, program: &str) -> Result<(), ApiError> {
         crate::run_checks::check_program(program, self.args.max_program_bytes)
-    }
-}
-
-/// Asks a `hopfuse worker --probe` child which GPU there is (a broken driver cannot take the
-/// server down with it).
-async fn probe(worker_exe: &std::path::Path) -> GpuStatus {
-    let failed = |reason: String| GpuStatus {
-        gpu: None,
-        reason: Some(reason),
-        nvrtc: None,
-        nvrtc_reason: None,
-    };
-    let out = tokio::process::Command::new(worker_exe)
-        .args(["worker", "--probe"])
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    match tokio::time::timeout(Duration::from_secs(30), out).await {
-        Err(_) => failed("the GPU probe did not finish in 30 s".into()),
-        Ok(Err(e)) => failed(format!("cannot start the GPU probe: {e}")),
-        Ok(Ok(o)) => {
-            let text = String::from_utf8_lossy(&o.stdout);
-            match serde_json::from_str::<GpuStatus>(text.trim()) {
-                Ok(s) => s,
-                Err(_) => failed(format!(
-                    "the GPU probe failed ({}): {}",
-                    o.status,
-                    String::from_utf8_lossy(&o.stderr).trim()
-                )),
-            }
-        }
     }
 }

@@ -62,10 +62,33 @@ pub(super) fn fake_delay(behaviour: FakeBehaviour, source: &str) -> Option<std::
     })
 }
 
+/// What `req` (and the job's `profile`) asked for that a fake worker does not do, with why.
+pub(super) fn not_done(req: &RunRequest, profile: bool) -> Vec<String> {
+    [
+        (
+            profile,
+            "profile: Nsight Compute profiles a kernel that ran, and none ran",
+        ),
+        (
+            req.clock,
+            "clock: the clock probe reads the GPU's cycle counters while the kernel runs",
+        ),
+        (
+            req.peers,
+            "peers: the PyTorch and cuBLAS comparisons run on the GPU",
+        ),
+    ]
+    .into_iter()
+    .filter(|(asked, _)| *asked)
+    .map(|(_, why)| why.to_string())
+    .collect()
+}
+
 pub(super) fn fake(
     req: &RunRequest,
     prepared: Option<&Prepared>,
     behaviour: FakeBehaviour,
+    profile: bool,
     out: &mut impl Write,
 ) -> Outcome {
     let compiled = match prepared {
@@ -118,16 +141,22 @@ pub(super) fn fake(
         }
         FakeBehaviour::Ok | FakeBehaviour::FromProgram => {}
     }
+    let not_done = not_done(req, profile);
+    let note = match not_done.len() {
+        0 => FAKE_NOTE.to_string(),
+        _ => format!("{FAKE_NOTE}; not done either: {}", not_done.join("; ")),
+    };
     Outcome::Fake {
         fake: true,
         compile: Box::new(FakeCompile {
-            note: FAKE_NOTE.to_string(),
+            note,
             kernel: plan.kernel_name.clone(),
             index_type: setup.index_type,
             index_reason: setup.index_reason,
             launch: setup.launch,
             working_set_bytes,
             cuda_bytes: cuda.len(),
+            not_done,
         }),
     }
 }

@@ -32,9 +32,8 @@ use crate::engine::{
     self, CopyCeiling, Device, Hooks, PairRatios, Progress, RunError, RunResult, Stage,
 };
 use crate::faults;
-use crate::gpu::{DeviceInfo, Gpu};
+use crate::gpu::DeviceInfo;
 use crate::job_spec::JobSpec;
-use crate::nvrtc;
 use crate::profile::ProfileLimits;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -43,6 +42,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 mod fake;
 mod hooks;
+mod probe;
 #[cfg(test)]
 mod tests;
 
@@ -51,6 +51,7 @@ use fake::{fake, fake_delay};
 pub(crate) use hooks::write_atomically;
 use hooks::WorkerHooks;
 pub use hooks::{cubin_key, hex};
+pub use probe::{probe, probe_in_child, GpuStatus};
 
 /// What the service sends a worker: the job's [`JobSpec`] (its fields at the top of the JSON),
 /// and what only this worker needs.
@@ -201,7 +202,7 @@ pub fn main(options: &WorkerOptions) -> i32 {
         .take(MAX_JOB_BYTES)
         .read_to_string(&mut input)
         .map_err(|e| e.to_string())
-        .and_then(|_| serde_json::from_str(&input).map_err(|e| e.to_string()))
+        .and_then(|_| crate::job_spec::decode_message(input.as_bytes()))
     {
         Ok(job) => job,
         Err(e) => {
@@ -277,10 +278,10 @@ fn serve(options: &WorkerOptions, state: &mut State, out: &mut impl Write) -> i3
             bad_job(out, "the job line is too long");
             Some("the job line was too long to read".to_string())
         } else {
-            match serde_json::from_str::<WorkerJob>(&line) {
+            match crate::job_spec::decode_message::<WorkerJob>(line.as_bytes()) {
                 Ok(job) => run_job(&job, options, state, out),
                 Err(e) => {
-                    bad_job(out, &e.to_string());
+                    bad_job(out, &e);
                     None
                 }
             }
@@ -334,7 +335,7 @@ fn run_job(
                     error: RunError::new(Stage::Request, "fault kernels need the GPU worker"),
                 }
             } else {
-                fake(request, prepared, behaviour, out)
+                fake(request, prepared, behaviour, spec.profile, out)
             };
             emit_outcome(out, part, &outcome);
             outcomes.push((part, outcome));
@@ -450,40 +451,6 @@ fn die_with_parent() {
             std::process::exit(4);
         }
     }
-}
-
-/// `hopfuse worker --probe`: the GPU the service would run on, as JSON on stdout, or why none.
-pub fn probe() -> i32 {
-    #[derive(Serialize)]
-    struct Probe {
-        gpu: Option<DeviceInfo>,
-        reason: Option<String>,
-        nvrtc: Option<String>,
-        nvrtc_reason: Option<String>,
-    }
-    let (nvrtc, nvrtc_reason) = match nvrtc::version() {
-        Ok((major, minor)) => (Some(format!("{major}.{minor}")), None),
-        Err(e) => (None, Some(e.to_string())),
-    };
-    let probe = match Gpu::open() {
-        Ok(gpu) => Probe {
-            gpu: Some(gpu.info.clone()),
-            reason: None,
-            nvrtc,
-            nvrtc_reason,
-        },
-        Err(e) => Probe {
-            gpu: None,
-            reason: Some(e.to_string()),
-            nvrtc,
-            nvrtc_reason,
-        },
-    };
-    println!(
-        "{}",
-        serde_json::to_string(&probe).expect("probe serializes")
-    );
-    0
 }
 
 /// Parses a worker's stdout line; `None` for a line that is not an event.

@@ -132,3 +132,41 @@ fn a_job_line_is_the_spec_and_the_workers_own_fields() {
     assert!(back.spec.profile);
     assert_eq!(back.profile_limits, job.profile_limits);
 }
+
+/// Issue 39 item 12: the fake worker took `profile`, `clock` and `peers` and said nothing of
+/// them; its result now says each was not done, and why, in `not_done` and in its note.
+#[test]
+fn the_fake_worker_says_what_it_did_not_do() {
+    use crate::engine::RunRequest;
+    let request = |clock: bool, peers: bool| -> RunRequest {
+        serde_json::from_value(serde_json::json!({
+            "file": "add.hf", "source": include_str!("../../../examples/basics/add.hf"),
+            "sizes": {"M": 64, "N": 64}, "iters": 1, "warmup": 0, "seed": 1, "index": null,
+            "copy_ceiling": false, "peers": peers, "clock": clock,
+        }))
+        .unwrap()
+    };
+    let compile = |req: &RunRequest, profile: bool| match fake::fake(
+        req,
+        None,
+        FakeBehaviour::Ok,
+        profile,
+        &mut Vec::new(),
+    ) {
+        Outcome::Fake { compile, .. } => compile,
+        other => panic!("not a fake outcome: {other:?}"),
+    };
+    let all = compile(&request(true, true), true);
+    assert_eq!(all.not_done.len(), 3, "{:?}", all.not_done);
+    for (what, entry) in ["profile", "clock", "peers"].iter().zip(&all.not_done) {
+        assert!(entry.starts_with(what), "{entry}");
+        assert!(all.note.contains(entry.as_str()), "{}", all.note);
+    }
+    let clock_only = compile(&request(true, false), false);
+    assert_eq!(clock_only.not_done.len(), 1);
+    let plain = compile(&request(false, false), false);
+    assert!(plain.not_done.is_empty());
+    assert_eq!(plain.note, FAKE_NOTE);
+    let json = serde_json::to_value(&*plain).unwrap();
+    assert!(json.get("not_done").is_none(), "{json}");
+}

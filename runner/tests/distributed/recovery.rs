@@ -249,3 +249,144 @@ async fn a_job_past_its_attempts_ends_crashed_unrun() {
     assert_eq!(stored["status"], json!("crashed"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A program with `tensors` global inputs, each added to a running sum in a statement of its
+/// own.
+fn many_tensors(tensors: usize) -> String {
+    let inputs: String = (0..tensors)
+        .map(|i| format!("  input t{i}: f32[N]\n"))
+        .collect();
+    let sums: String = (1..tensors)
+        .map(|i| match i {
+            1 => "  s1 = t0 + t1\n".to_string(),
+            i => format!("  s{i} = s{} + t{i}\n", i - 1),
+        })
+        .collect();
+    format!(
+        "fusion many {{\n{inputs}{sums}  output s{}\n}}\nschedule {{\n  s{0}.split(0, 128)\n  \
+         s{0}.parallelize(0, BIDx)\n  s{0}.parallelize(1, TIDx)\n  propagate(s{0})\n  \
+         inline_most()\n}}\n",
+        tensors - 1
+    )
+}
+
+/// Issue 39 item 4: a program with 61 global tensors (its plan nests deeper than serde_json's
+/// limit of 128) runs on an agent and its stream ends with `done` (the agent dropped it, and
+/// it stayed `queued` for good). A job message that does not decode is answered as failed,
+/// named by its headers or by its two fields read alone, and acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deep_job_runs_and_an_undecodable_one_is_answered() {
+    use futures_util::StreamExt;
+    use hopfuse_runner::distributed::wire::{AgentEvent, EVENTS_HEADER};
+    let Some((nats_exe, pg)) = servers("the distributed mode: jobs that do not decode") else {
+        return;
+    };
+    let dir = temp_dir("deep");
+    let nats = Nats::start(nats_exe, &dir);
+    let db = database(&pg, "deep").await;
+    let fe = FrontEnd::start(&dir, "fe", &nats.url(), &db, &[]);
+    let _agent = agent(&dir, "deep", &nats.url(), "20");
+    let c = client();
+    let body = json!({"program": many_tensors(61), "sizes": {"N": 256}});
+    let (status, v, _) = post_run(&c, &fe, body.to_string()).await;
+    assert_eq!(status, 202, "{v}");
+    let id = v["job_id"].as_str().unwrap().to_string();
+    let (names, result) = events(&c, job_events(&fe, &id), None).await;
+    check_stream(&id, &names, &result, &["deep"]);
+
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    let subject = "hopfuse.events.undecodable";
+    let mut answers = client.subscribe(subject).await.unwrap();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Msg-Id", "jheaders");
+    headers.insert(EVENTS_HEADER, subject);
+    js.publish_with_headers("hopfuse.jobs.sm_90a", headers, "not a job".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let fields = json!({"job_id": "jfields", "events": subject, "request": 5});
+    js.publish("hopfuse.jobs.sm_90a", fields.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mut answered = Vec::new();
+    while answered.len() < 2 {
+        let event = tokio::time::timeout(Duration::from_secs(20), answers.next())
+            .await
+            .expect("an answer from the agent")
+            .unwrap();
+        match serde_json::from_slice::<AgentEvent>(&event.payload).unwrap() {
+            AgentEvent::Done { job_id, result } => {
+                assert_eq!(result.status, hopfuse_runner::queue::JobStatus::Error);
+                let message = result.message.unwrap_or_default();
+                assert!(message.contains("cannot decode the job"), "{message}");
+                answered.push(job_id);
+            }
+            other => panic!("expected a failed result, got {other:?}"),
+        }
+    }
+    answered.sort();
+    assert_eq!(answered, ["jfields", "jheaders"]);
+    let mut stream = js.get_stream("HOPFUSE_JOBS").await.unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while stream.info().await.unwrap().state.messages > 0 {
+        assert!(Instant::now() < until, "not acknowledged");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    clean_up(&pg, "deep", &dir).await;
+}
+
+/// Issue 39 item 5: a job whose message is over NATS's payload limit (16 KiB here, 1 MiB by
+/// default) was a 503 with Retry-After, which could never succeed. It now travels without its
+/// compiled CUDA (the agent's worker lowers the program) and runs; a job still over the limit
+/// without it is a 413 that says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_over_the_payload_limit_runs_without_its_cuda_or_is_413() {
+    let Some((nats_exe, pg)) = servers("the distributed mode: the payload limit") else {
+        return;
+    };
+    let dir = temp_dir("payload");
+    let nats = Nats::start_config(nats_exe, &dir, "max_payload: 16384\n");
+    let db = database(&pg, "payload").await;
+    let fe = FrontEnd::start(&dir, "fe", &nats.url(), &db, &[]);
+    let _agent = agent(&dir, "payload", &nats.url(), "20");
+    let c = client();
+    let body = json!({"program": many_tensors(200), "sizes": {"N": 256}});
+    let (status, v) = post_compile(&c, &fe, &body).await;
+    assert!(
+        v.len() > 16384,
+        "the CUDA alone is {} bytes: {status}",
+        v.len()
+    );
+    let (status, v, _) = post_run(&c, &fe, body.to_string()).await;
+    assert_eq!(status, 202, "{v}");
+    let id = v["job_id"].as_str().unwrap().to_string();
+    let (names, result) = events(&c, job_events(&fe, &id), None).await;
+    check_stream(&id, &names, &result, &["payload"]);
+
+    let padded = format!("// {}\n{}", "x".repeat(20_000), program(""));
+    let body = json!({"program": padded, "sizes": {"M": 256, "N": 256}});
+    let (status, v, retry) = post_run(&c, &fe, body.to_string()).await;
+    assert_eq!(status, 413, "{v}");
+    assert_eq!(v["limit"], "max_payload", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("16384"), "{v}");
+    assert_eq!(retry, None);
+    clean_up(&pg, "payload", &dir).await;
+}
+
+/// The CUDA `POST /api/compile` answers for `body`'s program.
+async fn post_compile(c: &reqwest::Client, fe: &FrontEnd, body: &Value) -> (u16, String) {
+    let r = c
+        .post(fe.url("/api/compile"))
+        .body(json!({"program": body["program"]}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    // Its plan nests deeper than serde_json's own limit (issue 39 item 4).
+    let v: Value = hopfuse_runner::job_spec::decode_message(&r.bytes().await.unwrap()).unwrap();
+    (status, v["cuda"].as_str().unwrap_or_default().to_string())
+}

@@ -67,6 +67,8 @@ pub(crate) struct Nats {
     port: u16,
     /// Clients must present this token (`--auth`).
     token: Option<String>,
+    /// A configuration file's text (`-c`; the flags above take precedence).
+    config: Option<String>,
     proc: Option<Proc>,
 }
 
@@ -81,6 +83,21 @@ impl Nats {
             dir: dir.join("nats"),
             port: free_port(),
             token: token.map(str::to_string),
+            config: None,
+            proc: None,
+        };
+        nats.restart();
+        nats
+    }
+
+    /// [`Nats::start`] with a configuration file of this text (`max_payload: 16384`, ...).
+    pub(crate) fn start_config(exe: PathBuf, dir: &Path, config: &str) -> Nats {
+        let mut nats = Nats {
+            exe,
+            dir: dir.join("nats"),
+            port: free_port(),
+            token: None,
+            config: Some(config.to_string()),
             proc: None,
         };
         nats.restart();
@@ -109,6 +126,11 @@ impl Nats {
             ])
             .arg(&self.dir)
             .args(self.token.iter().flat_map(|t| ["--auth", t]))
+            .args(self.config.iter().flat_map(|text| {
+                let file = self.dir.with_extension("conf");
+                std::fs::write(&file, text).unwrap();
+                ["-c".into(), file.into_os_string()]
+            }))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

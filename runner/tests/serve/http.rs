@@ -83,6 +83,88 @@ async fn static_files_are_served_from_the_static_dir() {
     s.stop();
 }
 
+/// Issue 39 item 11: every answer has `nosniff`, a Referrer-Policy and a CSP: the page's allows
+/// no inline script (and the repository's page has none: its start is `boot.js`), lets the wasm
+/// compile, and frames only on its own origin except the embed view; the API's allows nothing.
+#[tokio::test]
+async fn every_answer_has_security_headers_and_the_page_no_inline_script() {
+    let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let page = std::fs::read_to_string(repo.join("index.html")).unwrap();
+    for tag in page.split("<script").skip(1) {
+        let open = tag.split('>').next().unwrap();
+        assert!(
+            open.contains("src="),
+            "an inline script in index.html: <script{open}>"
+        );
+    }
+    assert!(
+        !has_inline_handler(&page),
+        "an inline event handler in index.html"
+    );
+    assert!(repo.join("web/boot.js").is_file());
+
+    let dir = temp_dir("security-headers");
+    let dist = dir.join("dist");
+    std::fs::create_dir_all(&dist).unwrap();
+    std::fs::write(dist.join("index.html"), &page).unwrap();
+    let dist_arg = dist.display().to_string();
+    let s = Server::start(&dir, &["--fake-worker", "--static-dir", &dist_arg]);
+    let c = client();
+    let headers = |path: &'static str| {
+        let (c, url) = (c.clone(), s.url(path));
+        async move { c.get(url).send().await.unwrap().headers().clone() }
+    };
+    let csp =
+        |h: &reqwest::header::HeaderMap| h["content-security-policy"].to_str().unwrap().to_string();
+    for path in ["/", "/?embed=cuda", "/api/health", "/api/nothing"] {
+        let h = headers(path).await;
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(h["referrer-policy"], "same-origin", "{path}");
+    }
+    let page_csp = csp(&headers("/").await);
+    let directive = |csp: &str, name: &str| {
+        csp.split(';')
+            .map(str::trim)
+            .find(|d| d.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {csp}"))
+            .to_string()
+    };
+    assert_eq!(
+        directive(&page_csp, "script-src"),
+        "script-src 'self' 'wasm-unsafe-eval'"
+    );
+    assert_eq!(
+        directive(&page_csp, "frame-ancestors"),
+        "frame-ancestors 'self'"
+    );
+    assert_eq!(directive(&page_csp, "object-src"), "object-src 'none'");
+    // The page calls a runner on another origin when it is set to one.
+    assert!(
+        directive(&page_csp, "connect-src").contains("https:"),
+        "{page_csp}"
+    );
+    let embed_csp = csp(&headers("/?embed=cuda").await);
+    assert_eq!(
+        directive(&embed_csp, "frame-ancestors"),
+        "frame-ancestors *"
+    );
+    let api_csp = csp(&headers("/api/health").await);
+    assert_eq!(api_csp, "default-src 'none'; frame-ancestors 'none'");
+    s.stop();
+}
+
+/// Whether `html` has an inline event handler attribute (` onclick=`, ` onload=`, ...).
+fn has_inline_handler(html: &str) -> bool {
+    html.match_indices(" on").any(|(i, _)| {
+        let rest = &html[i + 3..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphabetic())
+            .collect();
+        !name.is_empty() && rest[name.len()..].starts_with('=')
+    })
+}
+
 #[tokio::test]
 async fn run_errors_are_400_with_the_limit_named() {
     let dir = temp_dir("run-errors");
@@ -187,11 +269,22 @@ async fn a_token_is_required_when_set() {
     let r = c
         .post(s.url("/api/compile"))
         .bearer_auth("s3cret")
-        .body(body)
+        .body(body.clone())
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    // Strictly `Bearer <token>`: two spaces are a malformed header, not the token.
+    let r = c
+        .post(s.url("/api/compile"))
+        .header("authorization", "Bearer  s3cret")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"].as_str().unwrap().contains("malformed"), "{v}");
     for path in [
         "/api/links/abc",
         "/api/jobs/abc",

@@ -5,8 +5,9 @@
 //! they cover: `http` (the API's surface: compile, static files, limits, token, CORS, rate
 //! limits, no GPU), `runs` (jobs and workers: results, faults, warm workers, A/B, profile, load)
 //! and `state` (what outlives a request: links and history across restarts, retention, compile
-//! slots and shutdown).
+//! slots and shutdown) and `connections` (clients that do not send, the connection cap).
 
+mod connections;
 mod http;
 mod runs;
 mod state;

@@ -168,8 +168,9 @@ async fn the_run_history_keeps_what_the_retention_flags_say() {
     let t = Instant::now();
     let runs = loop {
         let (_, runs) = get(&c, s.url("/api/runs?limit=100")).await;
-        // Written just after `done`: wait for the last one.
-        if runs["runs"][0]["id"] == jobs[3].as_str() {
+        // Written just after `done`, pruned in the background: wait for both.
+        if runs["runs"][0]["id"] == jobs[3].as_str() && runs["runs"].as_array().unwrap().len() == 2
+        {
             break runs;
         }
         assert!(t.elapsed() < Duration::from_secs(10), "{runs}");
@@ -188,5 +189,121 @@ async fn the_run_history_keeps_what_the_retention_flags_say() {
     );
     let (_, h) = get(&c, s.url("/api/health")).await;
     assert_eq!(h["limits"]["keep_runs"], 2, "{h}");
+    s.stop();
+}
+
+/// Issue 39 item 7: SIGTERM with a job running and one waiting behind it: both event streams
+/// end with `done` (an `error` result saying the service stopped) before the service exits,
+/// and both jobs answer after a restart (they were cut with no `done` and answered 404).
+#[tokio::test]
+async fn sigterm_ends_running_and_queued_jobs_with_a_stored_result() {
+    let dir = temp_dir("sigterm-jobs");
+    let args = ["--fake-worker", "--fake-behaviour", "from-program"];
+    let mut s = Server::start(&dir, &args);
+    let c = client();
+    let running = submit(&s, &c, &add_run("// fake-delay-ms: 30000")).await;
+    let queued = submit(&s, &c, &add_run("// fake-delay-ms: 30000")).await;
+    let t = Instant::now();
+    loop {
+        let (_, h) = get(&c, s.url("/api/health")).await;
+        if h["queue"]["running"] == 1 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{h}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let base = s.base.clone();
+    let watch = |id: String| {
+        let (c, base) = (c.clone(), base.clone());
+        tokio::spawn(async move {
+            let mut r = c
+                .get(format!("{base}/api/jobs/{id}/events"))
+                .send()
+                .await
+                .unwrap();
+            let mut text = String::new();
+            while let Ok(Some(chunk)) = r.chunk().await {
+                text.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            text
+        })
+    };
+    let streams = [watch(running.clone()), watch(queued.clone())];
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(
+        unsafe { libc::kill(s.child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    for (id, stream) in [&running, &queued].into_iter().zip(streams) {
+        let text = stream.await.unwrap();
+        let done = text
+            .split("\n\n")
+            .find(|block| block.starts_with("event: done"))
+            .unwrap_or_else(|| panic!("{id}: the stream ended without `done`: {text}"));
+        assert!(done.contains("\"status\":\"error\""), "{done}");
+        assert!(done.contains("the service stopped"), "{done}");
+    }
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+
+    let s = Server::start(&dir, &args);
+    for id in [&running, &queued] {
+        let (status, r) = get(&c, s.url(&format!("/api/jobs/{id}"))).await;
+        assert_eq!(status, 200, "{id}: {r}");
+        assert_eq!(r["status"], "error", "{r}");
+        assert!(r["message"].as_str().unwrap().contains("service stopped"));
+    }
+    s.stop();
+}
+
+/// Issue 39 item 9: links have a quota. Past `--max-link-bytes` of links in all, a new link is a
+/// 507; past `--link-bytes-per-client` within an hour (counted in the database, so across a
+/// restart), a 429 with Retry-After. A link already stored is answered whatever the quotas (its
+/// id is its content's hash) and costs nothing.
+#[tokio::test]
+async fn links_past_the_total_are_507_and_past_the_clients_hour_429() {
+    let dir = temp_dir("link-quota");
+    let c = client();
+    let link = |n: usize| json!({"program": format!("// {n}\n{}", "x".repeat(2000)), "state": {}});
+    let s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--max-link-bytes",
+            "5000",
+            "--link-bytes-per-client",
+            "100000",
+        ],
+    );
+    for n in 0..2 {
+        let (status, v, _) = post(&c, s.url("/api/links"), link(n).to_string()).await;
+        assert_eq!(status, 200, "{v}");
+    }
+    let (status, v, _) = post(&c, s.url("/api/links"), link(2).to_string()).await;
+    assert_eq!(status, 507, "{v}");
+    assert_eq!(v["limit"], "max_link_bytes", "{v}");
+    let (status, again, _) = post(&c, s.url("/api/links"), link(0).to_string()).await;
+    assert_eq!(status, 200, "a stored link is answered: {again}");
+    s.stop();
+
+    let s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--max-link-bytes",
+            "0",
+            "--link-bytes-per-client",
+            "5000",
+        ],
+    );
+    let (status, v, headers) = post(&c, s.url("/api/links"), link(2).to_string()).await;
+    assert_eq!(status, 429, "the client's 4 KB of this hour count: {v}");
+    assert_eq!(v["limit"], "link_bytes_per_client", "{v}");
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((3000..=3600).contains(&retry), "{retry}");
+    let (status, _, _) = post(&c, s.url("/api/links"), link(1).to_string()).await;
+    assert_eq!(status, 200);
     s.stop();
 }
