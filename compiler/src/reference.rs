@@ -134,6 +134,15 @@ pub fn evaluate_with(
                 )),
             }
         };
+        // An operand where the op computes in `compute`: a literal is first rounded to that type,
+        // as the kernel writes it (`0.9f`) and torch converts a Python number to the tensor's
+        // type. (In float64 `x < 0.9` and `x < 0.9f` differ for x = 0.9f.)
+        let computed = |o: &Operand, compute: crate::DType| {
+            operand(o).map(|(v, sh)| match o {
+                Operand::Scalar(x) => (Cow::Owned(vec![compute.round(*x)]), sh),
+                Operand::Tensor(_) => (v, sh),
+            })
+        };
         // The tensors this step reads (for the fused product: the product's operands).
         let mut read: Vec<&Operand> = expr.inputs.iter().collect();
         let result: Vec<f64> = match &expr.op {
@@ -147,8 +156,9 @@ pub fn evaluate_with(
                 map(executor, &operand(&expr.inputs[0])?.0, move |x| u.eval(x))
             }
             Op::Binary(b) => {
-                let (va, sa) = operand(&expr.inputs[0])?;
-                let (vb, sb) = operand(&expr.inputs[1])?;
+                let compute = fusion.compute_type(e);
+                let (va, sa) = computed(&expr.inputs[0], compute)?;
+                let (vb, sb) = computed(&expr.inputs[1], compute)?;
                 let rank = out_shape.len();
                 let mut out = vec![0.0; n];
                 binary(
@@ -163,9 +173,10 @@ pub fn evaluate_with(
                 out
             }
             Op::Ternary(t) => {
-                let (va, sa) = operand(&expr.inputs[0])?;
-                let (vb, sb) = operand(&expr.inputs[1])?;
-                let (vc, sc) = operand(&expr.inputs[2])?;
+                let compute = fusion.compute_type(e);
+                let (va, sa) = computed(&expr.inputs[0], compute)?;
+                let (vb, sb) = computed(&expr.inputs[1], compute)?;
+                let (vc, sc) = computed(&expr.inputs[2], compute)?;
                 let rank = out_shape.len();
                 let mut out = vec![0.0; n];
                 let (t, round_i32) = (*t, out_dtype == crate::DType::I32);
@@ -728,6 +739,25 @@ mod tests {
             &[("x", vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]), ("b", vec![10.0, 20.0, 30.0]), ("c", vec![1.0, 2.0])],
         );
         assert_eq!(out["y"], vec![10.0, 21.0, 32.0, 23.0, 44.0, 65.0]);
+    }
+
+    #[test]
+    fn a_literal_is_compared_in_the_ops_compute_type() {
+        // 0.9 as f32 is 0.89999998: the kernel's `x < 0.9f` (and torch's `x < 0.9` on an f32
+        // tensor) is false there, while float64's 0.89999998 < 0.9 is true.
+        let nine = 0.9f32 as f64;
+        let out = run(
+            "fusion f {\n  input x: f32[N]\n  m = x < 0.9\n  y = where(m, x, 0.0)\n  output y\n}",
+            &[("N", 3)],
+            &[("x", vec![nine, 0.5, 1.0])],
+        );
+        assert_eq!(out["y"], vec![0.0, 0.5, 0.0]);
+        let out = run(
+            "fusion f {\n  input x: f64[N]\n  m = x < 0.9\n  y = where(m, x, 0.0)\n  output y\n}",
+            &[("N", 1)],
+            &[("x", vec![nine])],
+        );
+        assert_eq!(out["y"], vec![nine], "in f64 the literal stays 0.9");
     }
 
     #[test]
