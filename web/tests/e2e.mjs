@@ -605,7 +605,7 @@ try {
 
 
   // ---- cold load, the CUDA pane, help in the page, sharing, state, phone width ------------------
-  await check("a cold load transfers the wasm, JS and CSS brotli-compressed within 550 KiB; a reload revalidates", async () => {
+  await check("a cold load transfers the wasm, JS and CSS brotli-compressed within 580 KiB; a reload revalidates", async () => {
     const encodings = {};
     const c = await browser.newPage({ viewport: { width: 1400, height: 860 } });
     c.on("response", (r) => (encodings[new URL(r.url()).pathname] = r.headers()["content-encoding"] ?? "identity"));
@@ -626,7 +626,7 @@ try {
     const size = cold.reduce((a, e) => a + e.size, 0);
     metrics.cold_load = { files: cold, wasm_js_css_transfer_bytes: total, wasm_js_css_body_bytes: body, uncompressed_bytes: size, html_transfer_bytes: nav };
     console.log(`     (cold load: wasm + JS + CSS ${(total / 1024).toFixed(1)} KiB transferred, ${(size / 1024).toFixed(1)} KiB uncompressed; index.html ${nav} B)`);
-    assert(total <= 550 * 1024, `cold load transfers ${total} bytes`);
+    assert(total <= 580 * 1024, `cold load transfers ${total} bytes`);
     // The language reference is fetched when first needed, not by the cold load.
     const all = await c.evaluate(() => performance.getEntriesByType("resource").map((e) => new URL(e.name).pathname));
     assert(!all.some((p) => p.endsWith("reference.json")), `the cold load fetched the reference: ${all}`);
