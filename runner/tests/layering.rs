@@ -248,9 +248,15 @@ fn show(c: &[Module]) -> String {
 }
 
 #[test]
-fn no_import_cycles_in_the_compiler_the_runner_the_api_or_the_playground() {
+fn no_import_cycles_in_the_compiler_the_runner_the_api_the_playground_or_the_launcher() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for krate in ["compiler/src", "runner/src", "api/src", "web/src"] {
+    for krate in [
+        "compiler/src",
+        "runner/src",
+        "api/src",
+        "web/src",
+        "launch/src",
+    ] {
         let g = graph(&root.join(krate));
         assert!(g.len() > 3, "{krate}: modules not found");
         if let Some(c) = cycle(&g) {
