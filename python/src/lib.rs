@@ -239,6 +239,28 @@ impl Specialization {
         Ok(self.cubin.get_or_init(|| cubin).clone())
     }
 
+    /// What a launch on `device` needs: the loaded kernel, the device's context made current
+    /// (the tensor maps are encoded with the driver), and the arguments in the plan's order.
+    fn arguments(
+        &self,
+        py: Python<'_>,
+        device: i32,
+        pointers: &[u64],
+        scalars: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<(
+        Arc<Kernel>,
+        hopfuse_launch::driver::CurrentDevice,
+        hopfuse_launch::args::KernelArgs,
+    )> {
+        let kernel = self.kernel(py, device)?;
+        let values = scalar_values(scalars)?;
+        let current =
+            hopfuse_launch::driver::use_device(device).map_err(PyRuntimeError::new_err)?;
+        let args = hopfuse_launch::args::for_plan(&self.plan, &self.sizes, pointers, &values)
+            .map_err(PyValueError::new_err)?;
+        Ok((kernel, current, args))
+    }
+
     fn kernel(&self, py: Python<'_>, device: i32) -> PyResult<Arc<Kernel>> {
         if let Some(k) = self
             .kernels
@@ -328,13 +350,7 @@ impl Specialization {
         pointers: Vec<u64>,
         scalars: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
-        let kernel = self.kernel(py, device)?;
-        let values = scalar_values(scalars)?;
-        // The tensor maps are encoded with the driver: make the device's context current.
-        let _current =
-            hopfuse_launch::driver::use_device(device).map_err(PyRuntimeError::new_err)?;
-        let mut args = hopfuse_launch::args::for_plan(&self.plan, &self.sizes, &pointers, &values)
-            .map_err(PyValueError::new_err)?;
+        let (kernel, _current, mut args) = self.arguments(py, device, &pointers, scalars)?;
         kernel
             .launch(device, &self.setup.launch, stream, &mut args)
             .map_err(PyRuntimeError::new_err)
@@ -353,12 +369,7 @@ impl Specialization {
         count: u32,
         scalars: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<f64> {
-        let kernel = self.kernel(py, device)?;
-        let values = scalar_values(scalars)?;
-        let _current =
-            hopfuse_launch::driver::use_device(device).map_err(PyRuntimeError::new_err)?;
-        let mut args = hopfuse_launch::args::for_plan(&self.plan, &self.sizes, &pointers, &values)
-            .map_err(PyValueError::new_err)?;
+        let (kernel, _current, mut args) = self.arguments(py, device, &pointers, scalars)?;
         let start = std::time::Instant::now();
         for _ in 0..count {
             kernel

@@ -191,29 +191,15 @@ impl Builder {
         def: Option<ExprId>,
         span: Option<Span>,
     ) -> TensorId {
-        let t = TensorId::new(self.f.tensors.len());
-        self.f.tensors.push(Tensor {
-            name: name.clone(),
-            dtype,
-            loop_domain: root.clone(),
-            root,
-            memory: if def.is_none() {
-                MemoryType::Global
-            } else {
-                MemoryType::Local
-            },
-            inline: Inline::Most,
-            definition: def,
-            is_input: false,
-            is_output: false,
-            span,
-            load: LoadKind::Plain,
-            circular: None,
-            store: LoadKind::Plain,
-            fence: FenceMode::Analysis,
-            swizzle: 0,
-            value: None,
-        });
+        // An intermediate lives in registers until the schedule says otherwise; an input is
+        // global memory.
+        let memory = if def.is_none() {
+            MemoryType::Global
+        } else {
+            MemoryType::Local
+        };
+        let t = super::transform::push_tensor(&mut self.f, &name, dtype, root, memory, span);
+        self.f.tensors[t].definition = def;
         self.taken.insert(name.clone());
         self.names.entry(name).or_insert(t);
         t
