@@ -231,22 +231,7 @@ impl<'f> Lowering<'f> {
         let mut cx = passes::Ctx::new(scheduled);
         cx.assume_aligned_vectors = options.assume_aligned_vectors;
         cx.aligned_for = options.aligned_for.clone();
-        let one = || plan::SizeExpr::Const(1);
-        let kernel = kir::Kernel {
-            name: format!("{}_kernel", scheduled.name),
-            buffers: Vec::new(),
-            body: Vec::new(),
-            block: [one(), one(), one()],
-            grid: [one(), one(), one()],
-            hw_vars: Vec::new(),
-            reduce_scratch: None,
-            dynamic_smem: plan::SizeExpr::Const(0),
-            mbarriers: Vec::new(),
-            tensor_maps: Vec::new(),
-            register_sharing: None,
-            cluster: None,
-            persistent: None,
-        };
+        let kernel = kir::Kernel::empty(format!("{}_kernel", scheduled.name));
         Lowering {
             cx,
             plan: passes::PipelinePlan::default(),

@@ -459,6 +459,27 @@ pub fn stream_k(k: &Kernel) -> Option<&StreamK> {
 pub const CTA_RANK: &str = "hf_cta_rank";
 
 impl Kernel {
+    /// A kernel with nothing in it yet: one thread, one block, no buffers, no shared memory
+    /// (what the first pass starts from, and what the dump's parser fills in).
+    pub fn empty(name: String) -> Kernel {
+        let one = || SizeExpr::Const(1);
+        Kernel {
+            name,
+            buffers: Vec::new(),
+            body: Vec::new(),
+            block: [one(), one(), one()],
+            grid: [one(), one(), one()],
+            hw_vars: Vec::new(),
+            reduce_scratch: None,
+            dynamic_smem: SizeExpr::Const(0),
+            mbarriers: Vec::new(),
+            tensor_maps: Vec::new(),
+            register_sharing: None,
+            cluster: None,
+            persistent: None,
+        }
+    }
+
     /// CTAs per cluster (1 when the kernel is not launched in clusters).
     pub fn cluster_ctas(&self) -> i64 {
         self.cluster.map_or(1, |c| c.iter().product())

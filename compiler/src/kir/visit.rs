@@ -159,24 +159,11 @@ mod tests {
     use super::*;
     use crate::fusion::ParallelType;
     use crate::kir::{Kernel, LoopKey, Val, WarpRoles};
-    use crate::plan::SizeExpr;
 
     fn kernel(body: Vec<Stmt>) -> Kernel {
-        let one = || SizeExpr::Const(1);
         Kernel {
-            name: "k".into(),
-            buffers: Vec::new(),
             body,
-            block: [one(), one(), one()],
-            grid: [one(), one(), one()],
-            hw_vars: Vec::new(),
-            reduce_scratch: None,
-            dynamic_smem: SizeExpr::Const(0),
-            mbarriers: Vec::new(),
-            tensor_maps: Vec::new(),
-            register_sharing: None,
-            cluster: None,
-            persistent: None,
+            ..Kernel::empty("k".into())
         }
     }
 
