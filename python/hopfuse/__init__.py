@@ -85,10 +85,15 @@ class DTypeError(TypeError):
     """A tensor's dtype is not the one the fusion declares (the message names the tensor)."""
 
 
-def _torch():
-    import torch
+_TORCH = []
 
-    return torch
+
+def _torch():
+    if not _TORCH:
+        import torch
+
+        _TORCH.append(torch)
+    return _TORCH[0]
 
 
 def _dims_text(dims):
@@ -138,6 +143,28 @@ class _Input:
         return "%s: %s%s" % (self.name, self.dtype, _dims_text(self.dims) if self.dims else "")
 
 
+class _Call:
+    """A checked call's specialization, buffers and device."""
+
+    __slots__ = ("spec", "buffers", "device", "index")
+
+    def __init__(self, spec, buffers, device, index):
+        self.spec, self.buffers, self.device, self.index = spec, buffers, device, index
+
+
+_RAW_STREAM = []
+
+
+def _current_stream(torch, index):
+    """torch's current stream on device `index` as a raw handle. `_cuda_getCurrentRawStream`
+    (what Triton's launcher calls) skips building a `torch.cuda.Stream` object, a few
+    microseconds a call; the public API where torch lacks it."""
+    if not _RAW_STREAM:
+        raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+        _RAW_STREAM.append(raw or (lambda i: torch.cuda.current_stream(i).cuda_stream))
+    return _RAW_STREAM[0](index)
+
+
 class Kernel:
     """A compiled hopfuse program, callable on torch CUDA tensors: `kernel(*inputs, **scalars)`
     returns the outputs (one tensor, or a tuple in declaration order)."""
@@ -156,8 +183,9 @@ class Kernel:
         self._scalar_defaults = {n: v for n, _, v in program.scalars if v is not None}
         # sizes (in symbol order) -> (Specialization, [(role, torch dtype, shape, position)])
         self._specializations = {}
-        # (shape, dtype) of every input -> sizes, once a call with them has been checked.
-        self._bound = {}
+        # (shape, dtype, device index) of every input -> _Call, once a call with them has been
+        # checked: a repeated call skips binding and specializing (the launch-overhead budget).
+        self._calls = {}
 
     def __repr__(self):
         args = ", ".join(i.declared() for i in self.inputs + self.scalars)
@@ -306,30 +334,46 @@ class Kernel:
         return self.specialize(sizes).cuda
 
     # -- calls
-    def __call__(self, *tensors, **scalars):
+    def _prepare(self, tensors, key):
+        """Everything a call with these inputs' shapes, dtypes and devices needs, after the full
+        checks (which raise, naming the tensor and the rule); remembered under `key`."""
         torch = _torch()
-        key = tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else None for t in tensors)
-        sizes = self._bound.get(key)
-        if sizes is None:
-            sizes = self._bind(tensors)
-            self._bound[key] = sizes
-        values = self._scalar_values(scalars) if (scalars or self.scalars) else {}
+        sizes = self._bind(tensors)
         device = self._check_placement(tensors)
         spec, buffers = self._specialization(sizes)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        call = _Call(spec, buffers, device, index)
+        if key is not None:
+            self._calls[key] = call
+        return call
+
+    def __call__(self, *tensors, **scalars):
+        torch = _torch()
+        try:
+            key = tuple((t.shape, t.dtype, t.get_device()) for t in tensors)
+        except AttributeError:  # not a tensor: the full checks say which argument
+            key = None
+        call = self._calls.get(key)
+        if call is None:
+            call = self._prepare(tensors, key)
+        else:
+            for t in tensors:
+                if not t.is_contiguous() or t.data_ptr() % _ALIGNMENT:
+                    self._check_placement(tensors)  # raises, naming the tensor
+        values = self._scalar_values(scalars) if (scalars or self.scalars) else None
         pointers, outputs = [], []
-        for role, dtype, shape, position in buffers:
+        for role, dtype, shape, position in call.buffers:
             if role == "input":
-                t = tensors[position]
-            elif role == "workspace":
-                t = torch.zeros(shape, dtype=dtype, device=device)
+                pointers.append(tensors[position].data_ptr())
+                continue
+            if role == "workspace":
+                t = torch.zeros(shape, dtype=dtype, device=call.device)
             else:
-                t = torch.empty(shape, dtype=dtype, device=device)
+                t = torch.empty(shape, dtype=dtype, device=call.device)
                 if role == "output":
                     outputs.append(t)
             pointers.append(t.data_ptr())
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        stream = torch.cuda.current_stream(device).cuda_stream
-        spec.launch(index, stream, pointers, values)
+        call.spec.launch(call.index, _current_stream(torch, call.index), pointers, values)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def fake(self, *tensors, **scalars):

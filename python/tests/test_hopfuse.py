@@ -127,6 +127,23 @@ class CallChecksTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "input `a` is at address 0x[0-9a-f]+, not a multiple of 16 bytes"):
             self.add(a, b)
 
+    def test_a_repeated_call_is_checked_too(self):
+        # The second call with the same shapes takes the cached path: contiguity and alignment
+        # are still checked on every call.
+        a, b = cuda_tensor((4, 8)), cuda_tensor((4, 8))
+        try:
+            self.add(a, b)
+        except RuntimeError:
+            pass  # no GPU (or no NVRTC) here: the call was checked and remembered before the launch
+        self.assertEqual(len(self.add._calls), 1)
+        a._address += 4
+        with self.assertRaisesRegex(ValueError, "input `a` is at address 0x[0-9a-f]+, not a multiple of 16 bytes"):
+            self.add(a, b)
+        a._address -= 4
+        b.is_contiguous = lambda: False
+        with self.assertRaisesRegex(hopfuse.ShapeError, r"input `b` is not contiguous"):
+            self.add(a, b)
+
     def test_a_kernel_takes_no_stray_keywords(self):
         with self.assertRaisesRegex(TypeError, "kernel `add_kernel` has no scalar input `eps` \\(its scalars: none\\)"):
             self.add(cuda_tensor((4, 8)), cuda_tensor((4, 8)), eps=1e-5)

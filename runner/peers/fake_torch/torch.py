@@ -170,6 +170,9 @@ class Tensor:
     def data_ptr(self):
         return self._address
 
+    def get_device(self):
+        return self.device.index if self.device.type == "cuda" else -1
+
     def stride(self, dim=None):
         st = tuple(_strides(self.shape))
         return st if dim is None else st[dim]
