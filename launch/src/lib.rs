@@ -9,7 +9,8 @@
 //!   ([`tensor_map`]) encoded from the tensors' addresses;
 //! - [`driver`]: loading a CUBIN into a device's primary context (PyTorch's) and launching on a
 //!   caller's stream;
-//! - [`index`]: the index type the sizes need.
+//! - [`index`]: the index type the sizes need;
+//! - [`export`]: the files that launch a kernel without hopfuse (`hopfuse export`).
 //!
 //! cudarc loads libcuda and libnvrtc at run time: everything up to the launch works on a
 //! machine without a GPU, and the calls that need one say so.
@@ -17,6 +18,7 @@
 pub mod args;
 pub mod cache;
 pub mod driver;
+pub mod export;
 pub mod index;
 pub mod nvrtc;
 pub mod specialize;

@@ -42,6 +42,22 @@ impl From<Index> for IndexType {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Write a kernel out for use without hopfuse: its CUDA and CUBIN (NVRTC, sm_90a), a C++
+    /// launcher on the CUDA driver API with a program that runs it, a Python launcher on torch
+    /// tensors, the fusion in PyTorch, the plan and a README (no GPU needed).
+    Export {
+        file: PathBuf,
+        /// Size symbols the kernel is specialised for, e.g. M=4096,N=4096 (may be repeated;
+        /// not needed when every extent is a constant).
+        #[arg(long, short = 's')]
+        size: Vec<String>,
+        /// Directory to write the files to (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// Index type [default: the one the sizes need].
+        #[arg(long, value_enum)]
+        index: Option<Index>,
+    },
     /// Print the CUDA a program compiles to (no GPU needed).
     ///
     /// With --passes, --plan, --ptx and/or --sass, print those instead (add --cuda to print the
@@ -289,6 +305,12 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 )
             }
         }
+        Command::Export {
+            file,
+            size,
+            out,
+            index,
+        } => export(&file, &size, &out, index.map(Into::into)),
         Command::NvrtcCheck {
             files,
             index,
@@ -508,6 +530,34 @@ fn torch_twin(file: &Path) -> Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+fn export(file: &Path, size: &[String], out: &Path, index: Option<IndexType>) -> Result<ExitCode> {
+    use hopfuse_launch::specialize::{compile_for_sizes, PrepareError};
+    let source = read(file)?;
+    let sizes = parse_size_args(size)?;
+    let name = file.display().to_string();
+    let (compilation, setup) = match compile_for_sizes(&source, &sizes, index, false) {
+        Ok(c) => c,
+        Err(PrepareError::Compile(d)) => {
+            eprintln!("{}", d.render(&source, &name));
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(PrepareError::Sizes(e)) => bail!("{name}: {e}"),
+    };
+    let twin = hopfuse::torch_twin(&source)
+        .map_err(|d| anyhow::anyhow!("{}", d.render(&source, &name)))?;
+    let cubin = nvrtc::compile(&compilation.cuda, &compilation.plan.kernel_name)?;
+    let files =
+        hopfuse_launch::export::export(&compilation, &setup, &sizes, &cubin.image, &twin, &name)
+            .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    for f in &files {
+        let path = out.join(&f.name);
+        std::fs::write(&path, &f.bytes).with_context(|| format!("writing {}", path.display()))?;
+        println!("{}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn nvrtc_check(
