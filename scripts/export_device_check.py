@@ -41,9 +41,9 @@ def reference():
 
 
 def close(got, want):
+    tol = {torch.float32: 1e-4, torch.float64: 1e-9}.get(got.dtype, 2e-2)
     got, want = got.double(), want.double().to(got.device)
     scale = want.abs().max().item() or 1.0
-    tol = {torch.float32: 1e-4, torch.float64: 1e-9}.get(got.dtype, 2e-2)
     err = (got - want).abs().max().item() / scale
     return err <= tol, err
 

@@ -32,10 +32,14 @@ fn driver_err(call: &str) -> impl FnOnce(cu::DriverError) -> String + '_ {
     move |e| format!("{call}: {}", describe(&e))
 }
 
-/// Whether libcuda can be loaded (cudarc panics on first use otherwise).
+/// Whether libcuda can be loaded (cudarc panics on first use otherwise). Asked once per
+/// process: cudarc's check dlopens a list of candidate names, and the failing ones
+/// (`libcuda.so` where only `libcuda.so.1` is installed, ...) each search the library path,
+/// microseconds that every launch paid (issue 37's launch-overhead budget).
 pub fn available() -> bool {
+    static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // SAFETY: only tries to dlopen the candidate names.
-    unsafe { sys::is_culib_present() }
+    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
 }
 
 /// A primary context handle (the driver's handles may be used from any thread).
