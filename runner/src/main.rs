@@ -76,6 +76,17 @@ enum Command {
         #[arg(long, conflicts_with_all = ["passes", "plan", "cuda", "ptx", "sass"])]
         torch: bool,
     },
+    /// Print the schedule the automatic schedulers write for a program (what it compiles with
+    /// when it has no `schedule { }` block of its own): the scheduler and why on two comment
+    /// lines, then the schedule block, ready to paste under the fusion.
+    ///
+    /// Sizes: --size, else the program's first `// bench:` line, else defaults.
+    Schedule {
+        file: PathBuf,
+        /// Size symbols to decide for, e.g. M=4096,N=4096 (may be repeated).
+        #[arg(long, short = 's')]
+        size: Vec<String>,
+    },
     /// Compile programs with hopfuse, then with NVRTC to a CUBIN for sm_90a (no GPU needed).
     ///
     /// Fails on any NVRTC error or warning. Checks both index types unless --index is given.
@@ -289,6 +300,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 )
             }
         }
+        Command::Schedule { file, size } => schedule(&file, &size),
         Command::NvrtcCheck {
             files,
             index,
@@ -417,6 +429,17 @@ fn compile(
             return Ok(ExitCode::FAILURE);
         }
     };
+    if let Some(note) = &compilation.plan.auto_schedule {
+        // The program has no schedule: say which one it got (stdout stays the CUDA alone).
+        eprintln!(
+            "note: no schedule in {name}: {} ({})",
+            note.scheduler.as_deref().map_or_else(
+                || "the serial default".to_string(),
+                |s| format!("the automatic {s} schedule")
+            ),
+            note.reason
+        );
+    }
     let mut out = std::io::stdout().lock();
     if passes {
         for p in &compilation.passes {
@@ -434,6 +457,40 @@ fn compile(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `hopfuse schedule`: the automatic schedule of a program, or why there is none (exit 1).
+fn schedule(file: &Path, size: &[String]) -> Result<ExitCode> {
+    let source = read(file)?;
+    let sizes = parse_size_args(size)?;
+    let chosen = match hopfuse::auto_schedule(&source, Some(&sizes)) {
+        Ok(chosen) => chosen,
+        Err(d) => {
+            eprintln!("{}", d.render(&source, &file.display().to_string()));
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    match chosen {
+        Ok(auto) => {
+            if hopfuse::frontend::parse(&source).is_ok_and(|p| !p.schedule.is_empty()) {
+                eprintln!(
+                    "note: {} has a schedule of its own, which it compiles with; this is the automatic one",
+                    file.display()
+                );
+            }
+            print!(
+                "// scheduler: {}\n// {}\n{}",
+                auto.scheduler.name(),
+                auto.reason,
+                auto.block()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(declined) => {
+            eprintln!("no automatic schedule: {}", declined.reason);
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }
 
 /// `hopfuse compile --ptx/--sass`: the listings mapped to CUDA lines, IR and passes.
