@@ -61,8 +61,8 @@ enum Command {
         /// lines headed by its CUDA line, IR statement and the pass that made it.
         #[arg(long)]
         sass: bool,
-        /// With --ptx/--sass: the variant a run with these sizes builds (index type, aligned
-        /// vectors), e.g. M=4096,N=4096.
+        /// The variant a run with these sizes builds (aligned vectors, the automatic schedule
+        /// of a program without one; with --ptx/--sass the index type too), e.g. M=4096,N=4096.
         #[arg(long, short = 's')]
         size: Vec<String>,
         /// Print the CUDA too when --passes, --plan, --ptx or --sass is given.
@@ -288,15 +288,17 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         } => {
             if ptx || sass {
                 inspect(&file, ptx, sass, &size, index.map(Into::into), cuda)
-            } else if !size.is_empty() {
-                bail!("--size needs --ptx or --sass");
             } else {
+                let sizes = (!size.is_empty())
+                    .then(|| parse_size_args(&size))
+                    .transpose()?;
                 compile(
                     &file,
                     passes,
                     plan,
                     cuda,
                     index.map(Into::into).unwrap_or_default(),
+                    sizes,
                 )
             }
         }
@@ -415,11 +417,13 @@ fn compile(
     plan: bool,
     cuda: bool,
     index_type: IndexType,
+    sizes: Option<BTreeMap<String, i64>>,
 ) -> Result<ExitCode> {
     let source = read(file)?;
     let name = file.display().to_string();
     let options = CompileOptions {
         index_type,
+        aligned_for: sizes,
         ..CompileOptions::default()
     };
     let compilation = match hopfuse::compile(&source, &options) {

@@ -4,26 +4,9 @@
 //! schedule wins.
 
 use hopfuse::auto::Scheduler;
+use hopfuse::examples::without_schedule;
 use hopfuse_tests::{compile, example, examples};
 use std::collections::BTreeMap;
-
-/// `source` without its `schedule { ... }` block (the lines from `schedule {` to the `}`
-/// that closes it).
-fn without_schedule(source: &str) -> String {
-    let mut out = String::new();
-    let mut inside = false;
-    for line in source.lines() {
-        if line.trim_end() == "schedule {" {
-            inside = true;
-        } else if inside && line.trim_end() == "}" {
-            inside = false;
-        } else if !inside {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
-}
 
 fn sizes(text: &str) -> BTreeMap<String, i64> {
     text.split(',')
