@@ -28,10 +28,47 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
         .iter()
         .map(|&a| facts.extent_or_default(a))
         .fold(1i64, |acc, e| acc.saturating_mul(e));
-    let unroll = if total >= UNROLL_FROM { 2 } else { 1 };
+    // A lower-rank input broadcast over the rows (a bias) is indexed by the row's own axis
+    // when the rows are split rather than flattened (examples/ops/gelu_exact.hf), unless a
+    // row is shorter than a block's vectors.
+    let broadcast_inputs = f.inputs.iter().any(|&t| (1..rank).contains(&f.rank(t)));
+    let by_rows = rank > 1 && broadcast_inputs && inner.is_none_or(|n| n >= v * THREADS);
+    let unroll = if total >= UNROLL_FROM && !by_rows {
+        2
+    } else {
+        1
+    };
 
     let mut s = ScheduleText::new(facts.name(reference));
     s.caches(facts, &inputs, &outputs, "");
+    if by_rows {
+        // [rows..., blocks of a row, threads, (v)], then the rows and blocks merged.
+        s.comment(&format!(
+            "Each row in blocks of {THREADS} threads; the rows and their blocks on one grid axis."
+        ));
+        if v > 1 {
+            s.split(rank - 1, v, false);
+        }
+        s.split(rank - 1, THREADS, false);
+        for _ in 1..rank {
+            s.merge(0);
+        }
+        let mut axes = vec![(0, "BIDx"), (1, "TIDx")];
+        if v > 1 {
+            axes.push((2, "Vectorize"));
+        }
+        s.parallelize(&axes);
+        s.propagate_and_inline();
+        return AutoSchedule {
+            scheduler: Scheduler::Pointwise,
+            text: s.finish(),
+            reason: format!(
+                "pointwise over {total} elements of {} {} with a row-broadcast input: each row in blocks of {THREADS} threads, {v}-element vectors",
+                dtype_names(f, &accessed),
+                facts.sizes.describe(),
+            ),
+        };
+    }
     if rank > 1 {
         s.comment("One flat axis over every element.");
     }
