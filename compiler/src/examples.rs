@@ -57,6 +57,25 @@ pub fn list(root: &Path) -> std::io::Result<Vec<Example>> {
     Ok(out)
 }
 
+/// An example's text with its `schedule { ... }` block deleted (from the line `schedule {` to
+/// the `}` line that closes it; comments and `// bench:` lines kept): the program the
+/// automatic-schedule tests compile, as a user who writes only the math would.
+pub fn without_schedule(source: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for line in source.lines() {
+        if line.trim_end() == "schedule {" {
+            inside = true;
+        } else if inside && line.trim_end() == "}" {
+            inside = false;
+        } else if !inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// A name's sort key with its runs of digits compared as numbers (`step9` before `step10`).
 pub fn natural_key(name: &str) -> Vec<(String, u64)> {
     let mut key = Vec::new();

@@ -8,6 +8,11 @@
 //! [`pipeline_view`] describes the final kernel's TMA pipelines (roles, stages, barriers) as data,
 //! from the [`passes::PipelinePlan`] and the kernel IR.
 //!
+//! A program without a `schedule { }` block gets the schedule [`auto`] writes for it (for the
+//! sizes of [`CompileOptions::aligned_for`], else its `// bench:` line), and its launch plan
+//! says which scheduler chose what and why ([`plan::AutoScheduleNote`]); a schedule of the
+//! program's own always wins.
+//!
 //! [`compile`] runs the pipeline, calls [`verify::after_pass`] after every pass (on in debug
 //! builds, so in every `cargo test`; in release only with `HOPFUSE_VERIFY_IR=1`), and returns a
 //! [`Compilation`]: the CUDA, the launch plan, the dump after every pass, the CUDA line map, the
@@ -22,6 +27,7 @@
 //! per tensor and `fusion::transform::MAX_DERIVATION_SIZE` split/merge steps per axis.
 //! `tests/src/lib.rs` generates the 64 KiB shapes, `tests/examples/fuzz.rs` is the long fuzz.
 
+pub mod auto;
 pub mod codegen;
 pub mod cuda;
 pub mod diag;
@@ -58,6 +64,7 @@ pub struct CompileOptions {
     /// these sizes keep gets the aligned path (its divisibility becomes a plan constraint, which
     /// these sizes meet); the others keep the run-time check. One lowering then fits the sizes
     /// (what the runner uses; `assume_aligned_vectors` specialises every access regardless).
+    /// A program without a schedule gets its automatic schedule decided for these sizes.
     pub aligned_for: Option<std::collections::BTreeMap<String, i64>>,
     /// Instrument the kernel for `hopfuse run --clock`: thread 0 of each of the first
     /// [`codegen::clock_probe::CTAS`] CTAs records the SM cycles and nanoseconds from
@@ -125,37 +132,37 @@ pub fn compile_choosing_index(
             None,
         )));
     }
-    let (fusion, scheduled) = schedule(source)?;
-    let mut lowering = Lowering::new(&scheduled, options);
-    let mut dumps = vec![PassDump {
-        name: "fusion",
-        summary: "scheduled fusion IR",
-        ir: fusion::print(&scheduled),
-    }];
-    // The statement lines of the last dump (what the CUDA line map points into), recorded as
-    // each dump is printed rather than printing the final kernel once more.
-    let mut ir_lines = kir::IrLines::default();
-    for pass in passes::PIPELINE {
-        if !lowering.run(pass).map_err(locate_all)? {
-            continue;
+    let Scheduled {
+        fusion,
+        mut scheduled,
+        mut auto,
+    } = schedule_for(source, options.aligned_for.as_ref())?;
+    let lowered = match lower_all(&scheduled, options) {
+        Err(errors) if auto.as_ref().is_some_and(|a| a.scheduler.is_some()) => {
+            // The automatic schedule is the compiler's, not the user's: a lowering error in it
+            // is stated in the plan and the kernel is the serial default.
+            let note = auto.take().map(|a| plan::AutoScheduleNote {
+                reason: format!(
+                    "the automatic {} schedule did not lower ({}); compiled with the serial default",
+                    a.scheduler.unwrap_or_default(),
+                    errors.0.first().map_or("", |d| d.message.as_str())
+                ),
+                scheduler: None,
+                schedule: a.schedule,
+            });
+            auto = note;
+            scheduled = fusion.clone();
+            lower_all(&scheduled, options)
         }
-        // A pass that changed nothing has the previous kernel pass's dump (and lines).
-        let ir = match dumps.last() {
-            Some(previous) if lowering.cx.kernel_unchanged && dumps.len() > 1 => {
-                previous.ir.clone()
-            }
-            _ => {
-                let ir;
-                (ir, ir_lines) = lowering.kernel.print_with_lines();
-                ir
-            }
-        };
-        dumps.push(PassDump {
-            name: pass.name,
-            summary: pass.summary,
-            ir,
-        });
-    }
+        other => other,
+    };
+    let (dumps, ir_lines, lowering) = lowered.map_err(|mut errors| {
+        // The serial default of a fusion no scheduler took: say why there was no other.
+        if let Some(note) = auto.as_ref().filter(|a| a.scheduler.is_none()) {
+            errors.0.push(Diagnostic::new(note.reason.clone(), None));
+        }
+        locate_all(errors)
+    })?;
     let Lowering {
         cx,
         plan: pipeline_plan,
@@ -181,6 +188,7 @@ pub fn compile_choosing_index(
         );
     }
     plan.matmul = fusion::matmul::detect(&fusion);
+    plan.auto_schedule = auto;
     // The statement lines of the final dump (the last pass's `ir`), blamed on the kernel-IR
     // dumps (the first dump is the fusion IR).
     let kernel_dumps: Vec<(&str, &str)> =
@@ -198,20 +206,156 @@ pub fn compile_choosing_index(
     })
 }
 
+/// The passes of [`passes::PIPELINE`] over a scheduled fusion: the dump after each (the fusion
+/// IR first), the statement lines of the last and the finished lowering; errors unlocated.
+fn lower_all<'f>(
+    scheduled: &'f fusion::Fusion,
+    options: &CompileOptions,
+) -> Result<(Vec<PassDump>, kir::IrLines, Lowering<'f>), Diagnostics> {
+    let mut lowering = Lowering::new(scheduled, options);
+    let mut dumps = vec![PassDump {
+        name: "fusion",
+        summary: "scheduled fusion IR",
+        ir: fusion::print(scheduled),
+    }];
+    // The statement lines of the last dump (what the CUDA line map points into), recorded as
+    // each dump is printed rather than printing the final kernel once more.
+    let mut ir_lines = kir::IrLines::default();
+    for pass in passes::PIPELINE {
+        if !lowering.run(pass)? {
+            continue;
+        }
+        // A pass that changed nothing has the previous kernel pass's dump (and lines).
+        let ir = match dumps.last() {
+            Some(previous) if lowering.cx.kernel_unchanged && dumps.len() > 1 => {
+                previous.ir.clone()
+            }
+            _ => {
+                let ir;
+                (ir, ir_lines) = lowering.kernel.print_with_lines();
+                ir
+            }
+        };
+        dumps.push(PassDump {
+            name: pass.name,
+            summary: pass.summary,
+            ir,
+        });
+    }
+    Ok((dumps, ir_lines, lowering))
+}
+
 /// A program's fusion as written and as its schedule leaves it (every syntax error, then every
-/// independent schedule error: each stage recovers at statement boundaries), located.
+/// independent schedule error: each stage recovers at statement boundaries), located. A
+/// program without a schedule gets its automatic one, decided with no sizes but its
+/// `// bench:` line ([`schedule_for`]).
 pub fn schedule(source: &str) -> Result<(fusion::Fusion, fusion::Fusion), Diagnostics> {
+    schedule_for(source, None).map(|s| (s.fusion, s.scheduled))
+}
+
+/// A program's fusion as written and as scheduled, with what [`auto`] decided when the program
+/// has no schedule of its own.
+pub struct Scheduled {
+    pub fusion: fusion::Fusion,
+    pub scheduled: fusion::Fusion,
+    pub auto: Option<plan::AutoScheduleNote>,
+}
+
+/// [`schedule`] with the sizes an automatic schedule is decided for (else the program's
+/// `// bench:` line, else defaults).
+pub fn schedule_for(
+    source: &str,
+    sizes: Option<&std::collections::BTreeMap<String, i64>>,
+) -> Result<Scheduled, Diagnostics> {
     let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
     let locate_all =
         |ds: Vec<Diagnostic>| Diagnostics(ds.into_iter().map(|d| d.locate(source)).collect());
     let program = frontend::parse_all(source).map_err(locate_all)?;
     let fusion = fusion::build(&program.fusion).map_err(locate)?;
     let mut scheduled = fusion.clone();
-    let schedule_errors = fusion::schedule::apply_all(&mut scheduled, &program.schedule);
-    if !schedule_errors.is_empty() {
-        return Err(locate_all(schedule_errors));
+    if !program.schedule.is_empty() {
+        let schedule_errors = fusion::schedule::apply_all(&mut scheduled, &program.schedule);
+        if !schedule_errors.is_empty() {
+            return Err(locate_all(schedule_errors));
+        }
+        return Ok(Scheduled {
+            fusion,
+            scheduled,
+            auto: None,
+        });
     }
-    Ok((fusion, scheduled))
+    let note = match auto::choose(&fusion, &auto::Sizes::resolve(sizes, source)) {
+        Ok(chosen) => match auto_statements(&program.fusion, &chosen) {
+            Ok(statements) => {
+                let errors = fusion::schedule::apply_all(&mut scheduled, &statements);
+                if errors.is_empty() {
+                    plan::AutoScheduleNote {
+                        scheduler: Some(chosen.scheduler.name().to_string()),
+                        reason: chosen.reason,
+                        schedule: Some(chosen.text),
+                    }
+                } else {
+                    scheduled = fusion.clone();
+                    plan::AutoScheduleNote {
+                        scheduler: None,
+                        reason: format!(
+                            "the automatic {} schedule did not apply ({}); compiled with the serial default",
+                            chosen.scheduler.name(),
+                            errors[0].message
+                        ),
+                        schedule: Some(chosen.text),
+                    }
+                }
+            }
+            Err(message) => plan::AutoScheduleNote {
+                scheduler: None,
+                reason: message,
+                schedule: Some(chosen.text),
+            },
+        },
+        Err(declined) => plan::AutoScheduleNote {
+            scheduler: None,
+            reason: format!(
+                "no automatic schedule ({}); compiled with the serial default",
+                declined.reason
+            ),
+            schedule: None,
+        },
+    };
+    Ok(Scheduled {
+        fusion,
+        scheduled,
+        auto: Some(note),
+    })
+}
+
+/// The statements of an automatic schedule, parsed after the canonical text of the program's
+/// fusion (so their spans point into that text, not the user's).
+fn auto_statements(
+    fusion: &frontend::ast::FusionDef,
+    chosen: &auto::AutoSchedule,
+) -> Result<Vec<frontend::ast::SchedStmt>, String> {
+    let program = frontend::Program {
+        fusion: fusion.clone(),
+        schedule: Vec::new(),
+    };
+    let text = format!("{}{}", frontend::print(&program), chosen.block());
+    frontend::parse(&text)
+        .map(|p| p.schedule)
+        .map_err(|d| format!("the automatic schedule does not parse: {}", d.message))
+}
+
+/// The automatic schedule of a program for `sizes` (else its `// bench:` line, else defaults),
+/// whether or not it has a schedule of its own (what `hopfuse schedule` prints): the
+/// schedule, or why no scheduler takes the fusion.
+pub fn auto_schedule(
+    source: &str,
+    sizes: Option<&std::collections::BTreeMap<String, i64>>,
+) -> Result<Result<auto::AutoSchedule, auto::Declined>, Diagnostics> {
+    let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
+    let program = frontend::parse(source).map_err(locate)?;
+    let fusion = fusion::build(&program.fusion).map_err(locate)?;
+    Ok(auto::choose(&fusion, &auto::Sizes::resolve(sizes, source)))
 }
 
 /// A lowering under way: the pass context, the pipeline plan (computed by the `tma` pass,

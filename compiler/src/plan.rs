@@ -355,6 +355,23 @@ pub struct LaunchPlan {
     /// the most a launch uses, and a launch uses no more than are resident at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent: Option<PersistentGrid>,
+    /// Set when the program has no schedule of its own: which automatic scheduler wrote the
+    /// schedule and why, or why none did ([`crate::auto`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_schedule: Option<AutoScheduleNote>,
+}
+
+/// What [`crate::auto`] decided for a program without a schedule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AutoScheduleNote {
+    /// The scheduler that wrote the schedule (`pointwise`, `normalization`, ...); None when
+    /// none did and the kernel is the serial default.
+    pub scheduler: Option<String>,
+    /// One sentence: the decided parameters and why, or why no scheduler took the fusion.
+    pub reason: String,
+    /// The schedule's statements (what `hopfuse schedule` prints), when one was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
 }
 
 /// The CTAs of a persistent grid over `tiles` CTAs' worth of tiles in clusters of `cluster`,

@@ -97,6 +97,7 @@ pub fn plan(fault: Fault) -> LaunchPlan {
         cluster: None,
         matmul: None,
         persistent: None,
+        auto_schedule: None,
         min_global_bytes: E::Mul(Box::new(E::Const(4)), Box::new(n)),
     }
 }

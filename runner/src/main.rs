@@ -77,8 +77,8 @@ enum Command {
         /// lines headed by its CUDA line, IR statement and the pass that made it.
         #[arg(long)]
         sass: bool,
-        /// With --ptx/--sass: the variant a run with these sizes builds (index type, aligned
-        /// vectors), e.g. M=4096,N=4096.
+        /// The variant a run with these sizes builds (aligned vectors, the automatic schedule
+        /// of a program without one; with --ptx/--sass the index type too), e.g. M=4096,N=4096.
         #[arg(long, short = 's')]
         size: Vec<String>,
         /// Print the CUDA too when --passes, --plan, --ptx or --sass is given.
@@ -91,6 +91,17 @@ enum Command {
         /// with the same dtypes and accumulation types; the schedule is not needed).
         #[arg(long, conflicts_with_all = ["passes", "plan", "cuda", "ptx", "sass"])]
         torch: bool,
+    },
+    /// Print the schedule the automatic schedulers write for a program (what it compiles with
+    /// when it has no `schedule { }` block of its own): the scheduler and why on two comment
+    /// lines, then the schedule block, ready to paste under the fusion.
+    ///
+    /// Sizes: --size, else the program's first `// bench:` line, else defaults.
+    Schedule {
+        file: PathBuf,
+        /// Size symbols to decide for, e.g. M=4096,N=4096 (may be repeated).
+        #[arg(long, short = 's')]
+        size: Vec<String>,
     },
     /// Compile programs with hopfuse, then with NVRTC to a CUBIN for sm_90a (no GPU needed).
     ///
@@ -293,15 +304,17 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         } => {
             if ptx || sass {
                 inspect(&file, ptx, sass, &size, index.map(Into::into), cuda)
-            } else if !size.is_empty() {
-                bail!("--size needs --ptx or --sass");
             } else {
+                let sizes = (!size.is_empty())
+                    .then(|| parse_size_args(&size))
+                    .transpose()?;
                 compile(
                     &file,
                     passes,
                     plan,
                     cuda,
                     index.map(Into::into).unwrap_or_default(),
+                    sizes,
                 )
             }
         }
@@ -311,6 +324,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             out,
             index,
         } => export(&file, &size, &out, index.map(Into::into)),
+        Command::Schedule { file, size } => schedule(&file, &size),
         Command::NvrtcCheck {
             files,
             index,
@@ -425,11 +439,13 @@ fn compile(
     plan: bool,
     cuda: bool,
     index_type: IndexType,
+    sizes: Option<BTreeMap<String, i64>>,
 ) -> Result<ExitCode> {
     let source = read(file)?;
     let name = file.display().to_string();
     let options = CompileOptions {
         index_type,
+        aligned_for: sizes,
         ..CompileOptions::default()
     };
     let compilation = match hopfuse::compile(&source, &options) {
@@ -439,6 +455,17 @@ fn compile(
             return Ok(ExitCode::FAILURE);
         }
     };
+    if let Some(note) = &compilation.plan.auto_schedule {
+        // The program has no schedule: say which one it got (stdout stays the CUDA alone).
+        eprintln!(
+            "note: no schedule in {name}: {} ({})",
+            note.scheduler.as_deref().map_or_else(
+                || "the serial default".to_string(),
+                |s| format!("the automatic {s} schedule")
+            ),
+            note.reason
+        );
+    }
     let mut out = std::io::stdout().lock();
     if passes {
         for p in &compilation.passes {
@@ -456,6 +483,40 @@ fn compile(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `hopfuse schedule`: the automatic schedule of a program, or why there is none (exit 1).
+fn schedule(file: &Path, size: &[String]) -> Result<ExitCode> {
+    let source = read(file)?;
+    let sizes = parse_size_args(size)?;
+    let chosen = match hopfuse::auto_schedule(&source, Some(&sizes)) {
+        Ok(chosen) => chosen,
+        Err(d) => {
+            eprintln!("{}", d.render(&source, &file.display().to_string()));
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    match chosen {
+        Ok(auto) => {
+            if hopfuse::frontend::parse(&source).is_ok_and(|p| !p.schedule.is_empty()) {
+                eprintln!(
+                    "note: {} has a schedule of its own, which it compiles with; this is the automatic one",
+                    file.display()
+                );
+            }
+            print!(
+                "// scheduler: {}\n// {}\n{}",
+                auto.scheduler.name(),
+                auto.reason,
+                auto.block()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(declined) => {
+            eprintln!("no automatic schedule: {}", declined.reason);
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }
 
 /// `hopfuse compile --ptx/--sass`: the listings mapped to CUDA lines, IR and passes.

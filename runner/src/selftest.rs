@@ -66,6 +66,7 @@ fn plan(
         cluster: None,
         matmul: None,
         persistent: None,
+        auto_schedule: None,
         min_global_bytes: bytes,
     }
 }

@@ -186,6 +186,84 @@ fn nvrtc_check_fails_on_errors_and_checks_every_file() {
     assert!(t.contains("1 passed, 2 failed"), "{t}");
 }
 
+/// `hopfuse schedule` prints the automatic schedule with its scheduler and reason; pasted
+/// under the fusion it compiles, as the program's own schedule.
+#[test]
+fn schedule_prints_the_automatic_schedule_and_it_compiles() {
+    let file = examples_dir().join("auto/softmax.hf").display().to_string();
+    let out = hopfuse(&["schedule", &file, "--size", "M=1000,N=1000"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        printed.starts_with("// scheduler: normalization\n")
+            && printed.contains("rows of 1000 bf16 for M=1000,N=1000")
+            && printed.contains("schedule {\n  x_c = cache_after(x)\n"),
+        "{printed}"
+    );
+    let source = std::fs::read_to_string(&file).unwrap();
+    let pasted = tmp_file("pasted.hf", &format!("{source}{printed}"));
+    let out = hopfuse(&["compile", &pasted]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // With its own schedule the program gets no note about an automatic one.
+    assert!(out.stderr.is_empty(), "{}", text(&out));
+    let out = hopfuse(&["compile", &file]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("note: no schedule in")
+            && err.contains("the automatic normalization schedule"),
+        "{err}"
+    );
+    // `compile --size` decides the automatic schedule for those sizes.
+    let out = hopfuse(&["compile", "--plan", &file, "--size", "M=64,N=100"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(plan.contains("rows of 100 bf16 for M=64,N=100"), "{plan}");
+    // A fusion no scheduler takes: the reason, exit 1.
+    let both = tmp_file(
+        "both.hf",
+        "fusion f {\n  input x: f32[M, N]\n  a = sum(x, axis=1)\n  b = sum(x, axis=0)\n  output a\n  output b\n}\n",
+    );
+    let out = hopfuse(&["schedule", &both]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("reduce different axes"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Every example of basics/, ops/ and tma/ with its schedule deleted, and every example of
+/// auto/, compiles with its automatic schedule through NVRTC without warnings.
+#[test]
+fn nvrtc_check_builds_automatic_schedules() {
+    if nvrtc_missing() {
+        return;
+    }
+    let mut files = Vec::new();
+    for e in hopfuse::examples::list(&examples_dir()).unwrap() {
+        if !["basics", "ops", "tma", "auto"].contains(&e.group.as_str()) {
+            continue;
+        }
+        let source = std::fs::read_to_string(&e.path).unwrap();
+        let name = format!("auto_{}_{}.hf", e.group, e.name);
+        files.push(tmp_file(
+            &name,
+            &hopfuse::examples::without_schedule(&source),
+        ));
+    }
+    let mut args = vec!["nvrtc-check", "--index", "i32"];
+    args.extend(files.iter().map(String::as_str));
+    let out = hopfuse(&args);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains(" passed, 0 failed") && files.len() >= 35, "{t}");
+}
+
+fn examples_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
 #[test]
 fn bench_runs_every_example_with_its_bench_sizes() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");

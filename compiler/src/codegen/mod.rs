@@ -352,6 +352,7 @@ fn launch_plan(
             group: p.group,
             stream_k: p.stream_k.as_ref().map(|sk| sk.work_size.clone()),
         }),
+        auto_schedule: None,
     }
 }
 

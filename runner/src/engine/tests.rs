@@ -33,6 +33,7 @@ fn plan(shapes: Vec<Vec<E>>) -> LaunchPlan {
         cluster: None,
         matmul: None,
         persistent: None,
+        auto_schedule: None,
         min_global_bytes: E::Const(0),
     }
 }

@@ -1,0 +1,182 @@
+//! The class of a fusion, as the schedulers divide the work: pointwise (no reduction), inner
+//! reduction (rows reduced along their contiguous axis, nothing reads the result back over
+//! the row), outer reduction (columns reduced along the outer axis), normalization (a row's
+//! reductions broadcast back over the same row, so the row is a persistent buffer: softmax,
+//! RMSNorm, LayerNorm, cross-entropy) and matrix product (a sum of broadcast products, as
+//! [`crate::fusion::matmul::detect`] recognises it).
+//!
+//! Takes the unscheduled fusion; answers a [`Class`] or, for a fusion no scheduler takes, the
+//! reason in one sentence.
+
+use crate::fusion::{matmul, Fusion, IterId, Op, TensorId};
+use crate::plan::MatmulShape;
+
+/// A fusion's class, with what its scheduler needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// No reduction: `reference` is the output of highest rank.
+    Pointwise {
+        reference: TensorId,
+    },
+    /// `reduction` (a rank-1 result) reduces the last axis of its rank-2 `input`.
+    InnerReduction {
+        reduction: TensorId,
+        input: TensorId,
+    },
+    /// `reduction` reduces the first axis of its rank-2 `input`.
+    OuterReduction {
+        reduction: TensorId,
+        input: TensorId,
+    },
+    /// Rows reduced and read again: `reference` is a full-rank output (or, when every output
+    /// is a row's value, the last reduction), `row` a root axis of the reduced class.
+    Normalization {
+        reference: TensorId,
+        row: IterId,
+    },
+    MatrixProduct(MatmulShape),
+}
+
+impl Class {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Class::Pointwise { .. } => "pointwise",
+            Class::InnerReduction { .. } => "inner reduction",
+            Class::OuterReduction { .. } => "outer reduction",
+            Class::Normalization { .. } => "normalization",
+            Class::MatrixProduct(_) => "matrix product",
+        }
+    }
+}
+
+/// The class of the unscheduled fusion `f`, or why it has none a scheduler takes.
+pub fn classify(f: &Fusion) -> Result<Class, String> {
+    if f.exprs.iter().any(|e| e.op == Op::Mma) {
+        return Err(
+            "the fusion has an explicit tensor-core op; its schedule is written by hand".into(),
+        );
+    }
+    if let Some(shape) = matmul::detect(f) {
+        return Ok(Class::MatrixProduct(shape));
+    }
+    let Some(reference) = f
+        .outputs
+        .iter()
+        .copied()
+        .max_by_key(|&t| (f.rank(t), std::cmp::Reverse(t.index())))
+    else {
+        return Err("the fusion has no output".into());
+    };
+    // Every reduction: (its output, its input, the reduced position of the input).
+    let mut reductions = Vec::new();
+    for e in &f.exprs {
+        let Op::Reduce { axes, .. } = &e.op else {
+            continue;
+        };
+        let Some(input) = e.input_tensors().next() else {
+            continue;
+        };
+        let [axis] = axes[..] else {
+            return Err(format!(
+                "`{}` reduces several axes at once; the automatic schedulers take one reduced axis",
+                f.tensors[e.output].name
+            ));
+        };
+        if f.rank(input) == 3 && is_broadcast_product(f, input) {
+            return Err(format!(
+                "`{}` sums a rank-3 product, a matrix product with more than a cast around it (an epilogue, other operands, a layout or dtype the tensor-core schedules do not take); write its schedule by hand (examples/matmul/step10_bias_gelu_tma_store.hf)",
+                f.tensors[e.output].name
+            ));
+        }
+        reductions.push((e.output, input, axis));
+    }
+    if reductions.is_empty() {
+        if f.rank(reference) == 0 {
+            return Err("every output is a scalar; there is nothing to parallelize".into());
+        }
+        return Ok(Class::Pointwise { reference });
+    }
+    let (first_out, first_in, axis) = reductions[0];
+    let rank = f.rank(first_in);
+    if rank != 2 {
+        return Err(format!(
+            "`{}` reduces a rank-{rank} tensor; the automatic reduction schedulers take rank-2 rows and columns (a full reduction needs a grid reduction, which hopfuse has not yet)",
+            f.tensors[first_out].name
+        ));
+    }
+    let reduced = f.class_of(f.logical(first_in)[axis]);
+    for &(out, input, a) in &reductions[1..] {
+        if f.rank(input) != 2 || f.class_of(f.logical(input)[a]) != reduced {
+            return Err(format!(
+                "`{}` and `{}` reduce different axes; one kernel with one schedule reduces one",
+                f.tensors[first_out].name, f.tensors[out].name
+            ));
+        }
+    }
+    if let Some(reader) = reads_back(f, reduced) {
+        if axis != 1 {
+            return Err(format!(
+                "`{}` reads the column reductions back over the columns (a normalization over the outer axis); the normalization scheduler takes rows",
+                f.tensors[reader].name
+            ));
+        }
+        // Every output a row's value (cross-entropy): the last reduction that is an output,
+        // else the last one.
+        let reference = if f.rank(reference) == 2 {
+            reference
+        } else {
+            reductions
+                .iter()
+                .rev()
+                .find(|r| f.tensors[r.0].is_output)
+                .unwrap_or(&reductions[reductions.len() - 1])
+                .0
+        };
+        return Ok(Class::Normalization {
+            reference,
+            row: f.logical(first_in)[axis],
+        });
+    }
+    let (reduction, input, _) = reductions[reductions.len() - 1];
+    Ok(if axis == 1 {
+        Class::InnerReduction { reduction, input }
+    } else {
+        Class::OuterReduction { reduction, input }
+    })
+}
+
+/// Whether `t` is a product of tensors with broadcast axes (a matrix product written as the
+/// sum of broadcast products).
+fn is_broadcast_product(f: &Fusion, t: TensorId) -> bool {
+    let Some(e) = f.tensors[t].definition.map(|e| &f.exprs[e]) else {
+        return false;
+    };
+    e.op == Op::Binary(crate::fusion::BinaryOp::Mul)
+        && e.input_tensors().any(|i| {
+            f.tensors[i]
+                .root
+                .iter()
+                .any(|&a| f.ids[a].kind == crate::fusion::IterKind::Broadcast)
+        })
+}
+
+/// A tensor computed from a reduction's result that still iterates the reduced class (a
+/// reduction broadcast back over its row), if any.
+fn reads_back(f: &Fusion, reduced: IterId) -> Option<TensorId> {
+    let mut after = vec![false; f.tensors.len()];
+    for e in f.topo_exprs() {
+        let expr = &f.exprs[e];
+        let from_reduction =
+            matches!(expr.op, Op::Reduce { .. }) || expr.input_tensors().any(|t| after[t.index()]);
+        after[expr.output.index()] = from_reduction;
+        if from_reduction
+            && !matches!(expr.op, Op::Reduce { .. } | Op::Broadcast { .. })
+            && f.logical(expr.output)
+                .iter()
+                .any(|&a| f.class_of(a) == reduced)
+        {
+            return Some(expr.output);
+        }
+    }
+    None
+}

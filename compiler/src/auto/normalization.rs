@@ -1,0 +1,168 @@
+//! The normalization scheduler: rows reduced and read again (softmax, RMSNorm, LayerNorm). One
+//! block per row; the row is a persistent buffer, read from global memory once.
+//!
+//! In registers when it fits (examples/basics/softmax.hf): the row split into 16-byte vectors,
+//! `k` of them per thread (`split(1, k, outer)`: ceilDiv(N, v k) threads), about 32 elements per
+//! thread and at most 1024 threads, within the register file (each persistent buffer's
+//! elements per thread, plus about 32 registers of the thread's own, times the threads, at most
+//! 64 K registers). Else in shared memory (examples/basics/softmax_shared.hf): the inputs
+//! cached there and every intermediate read more than once placed there, when the row's buffers
+//! fit in a block's shared memory. Wider rows are declined with the sizes that did not fit.
+
+use super::text::ScheduleText;
+use super::{dtype_names, AutoSchedule, Facts, Scheduler};
+use crate::fusion::{IterId, TensorId};
+use crate::target;
+
+/// Elements of the row each thread aims to hold.
+const ELEMENTS_PER_THREAD: i64 = 32;
+const MAX_THREADS: i64 = target::MAX_THREADS_PER_BLOCK;
+/// Fewest threads along a row.
+const MIN_THREADS: i64 = target::WARP_THREADS;
+/// Registers a thread needs besides its persistent buffers.
+const OWN_REGISTERS: i64 = target::NON_ACCUMULATOR_REGISTERS;
+const MAX_REGISTERS: i64 = target::MAX_REGISTERS_PER_THREAD;
+/// Registers in one SM's register file (one block per SM at the least).
+const REGISTER_FILE: i64 = 65536;
+
+pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoSchedule, String> {
+    let f = facts.fusion;
+    // The rows are rank 2 (the classifier's rule); the reference may be a row's value.
+    let inputs = facts.full_inputs(2);
+    let outputs = facts.full_outputs(2);
+    let accessed: Vec<TensorId> = inputs.iter().chain(&outputs).copied().collect();
+    let n = facts.extent(row);
+    let n_or = facts.extent_or_default(row);
+    let v = facts.vector_width(&accessed, n);
+    let buffers = persistent_buffers(facts, row);
+    // Bytes of persistent buffer per element of the row: the cached inputs and each
+    // intermediate read twice.
+    let bytes_per_element: i64 = inputs
+        .iter()
+        .chain(&buffers)
+        .map(|&t| i64::from(f.tensors[t].dtype.size_bytes()))
+        .sum::<i64>()
+        .max(4);
+    let vectors = super::ceil_div(n_or, v);
+    let row_text = format!(
+        "rows of {} {}",
+        super::reduction::extent_text(n),
+        dtype_names(f, &accessed)
+    );
+
+    if let Some((k, threads, registers)) = registers_plan(vectors, v, bytes_per_element) {
+        let mut s = ScheduleText::new(facts.name(reference));
+        s.caches(facts, &inputs, &outputs, "");
+        s.comment(&format!(
+            "One block per row, kept in registers: {v}-element vectors, {k} per thread, ceilDiv(N, {}) threads.",
+            v * k
+        ));
+        // [rows, (k,) threads, (v)]
+        let mut axes = vec![(0, "BIDx")];
+        let threads_axis = if k > 1 { 2 } else { 1 };
+        axes.push((threads_axis, "TIDx"));
+        if v > 1 {
+            s.split(1, v, false);
+            axes.push((threads_axis + 1, "Vectorize"));
+        }
+        if k > 1 {
+            s.split(1, k, true);
+        }
+        s.parallelize(&axes);
+        s.propagate_and_inline();
+        return Ok(AutoSchedule {
+            scheduler: Scheduler::Normalization,
+            text: s.finish(),
+            reason: format!(
+                "normalization of {row_text} {}: the row persistent in registers, {v}-element vectors, {} elements per thread, {threads} threads per row (about {registers} registers a thread)",
+                facts.sizes.describe(),
+                v * k,
+            ),
+        });
+    }
+
+    let shared = n_or.saturating_mul(bytes_per_element);
+    let limit = target::SMEM_PER_BLOCK;
+    if shared <= limit {
+        let per_thread = super::ceil_div(n_or, MAX_THREADS).max(1);
+        let threads = super::ceil_div(n_or, per_thread);
+        let mut s = ScheduleText::new(facts.name(reference));
+        s.caches(facts, &inputs, &[], "memory=shared");
+        s.comment(&format!(
+            "One block per row, kept in shared memory ({shared} bytes): {per_thread} elements per thread, ceilDiv(N, {per_thread}) threads."
+        ));
+        s.split(1, per_thread, true);
+        s.parallelize(&[(0, "BIDx"), (2, "TIDx")]);
+        s.line(format!("propagate({})", facts.name(reference)));
+        for &b in &buffers {
+            s.line(format!("{}.set_memory(shared)", facts.name(b)));
+        }
+        s.line("inline_most()".to_string());
+        return Ok(AutoSchedule {
+            scheduler: Scheduler::Normalization,
+            text: s.finish(),
+            reason: format!(
+                "normalization of {row_text} {}: the row too wide for registers, persistent in shared memory ({shared} bytes per block), {threads} threads per row",
+                facts.sizes.describe(),
+            ),
+        });
+    }
+    Err(format!(
+        "normalization of {row_text} {}: the row's persistent buffers take {bytes_per_element} bytes per element, {shared} bytes per row, more than registers ({} elements per block) or shared memory ({limit} bytes) hold; a row split across a cluster or several passes is not written yet",
+        facts.sizes.describe(),
+        largest_register_row(v, bytes_per_element),
+    ))
+}
+
+/// Vectors per thread, threads and registers per thread of a row of `vectors` vectors of `v`
+/// elements in registers, if it fits.
+fn registers_plan(vectors: i64, v: i64, bytes_per_element: i64) -> Option<(i64, i64, i64)> {
+    let mut k = (ELEMENTS_PER_THREAD / v).max(1);
+    // Short rows: fewer vectors per thread, so a row keeps a warp busy.
+    while k > 1 && super::ceil_div(vectors, k) < MIN_THREADS {
+        k /= 2;
+    }
+    loop {
+        let threads = super::ceil_div(vectors, k);
+        let registers = super::ceil_div(v * k * bytes_per_element, 4) + OWN_REGISTERS;
+        if registers > MAX_REGISTERS {
+            return None;
+        }
+        if threads <= MAX_THREADS && threads * registers <= REGISTER_FILE {
+            return Some((k, threads, registers));
+        }
+        k *= 2;
+    }
+}
+
+/// The widest row [`registers_plan`] takes, for the message of a row it does not.
+fn largest_register_row(v: i64, bytes_per_element: i64) -> i64 {
+    let mut best = 0;
+    let mut vectors = 1i64;
+    while vectors <= 1 << 20 {
+        if registers_plan(vectors, v, bytes_per_element).is_some() {
+            best = vectors * v;
+        }
+        vectors *= 2;
+    }
+    best
+}
+
+/// The computed tensors over the row that more than one expression reads: what a row kept in
+/// shared memory keeps there too (the inputs are cached separately).
+fn persistent_buffers(facts: &Facts, row: IterId) -> Vec<TensorId> {
+    let f = facts.fusion;
+    let class = f.class_of(row);
+    let uses = f.use_index();
+    f.tensor_ids()
+        .filter(|&t| {
+            let tensor = &f.tensors[t];
+            !tensor.is_input
+                && !tensor.is_output
+                && uses[t].len() > 1
+                && f.logical(t).iter().any(|&a| {
+                    f.class_of(a) == class && f.ids[a].kind == crate::fusion::IterKind::Iteration
+                })
+        })
+        .collect()
+}

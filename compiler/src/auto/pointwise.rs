@@ -1,0 +1,120 @@
+//! The pointwise scheduler: every axis merged into one, split into 16-byte vectors, threads and
+//! blocks (examples/basics/add.hf's schedule), with each full-rank input read through a
+//! register cache and each full-rank output written from one, so loads and stores are vector
+//! accesses. Large problems unroll two vectors per thread (more loads in flight per thread,
+//! half the blocks).
+
+use super::text::ScheduleText;
+use super::{dtype_names, AutoSchedule, Facts, Scheduler};
+use crate::fusion::TensorId;
+
+/// Threads per block.
+pub const THREADS: i64 = 128;
+
+/// Elements from which a thread takes two vectors instead of one (about 16 waves of 128-thread
+/// blocks on 132 SMs at one vector per thread).
+const UNROLL_FROM: i64 = 1 << 22;
+
+pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
+    let f = facts.fusion;
+    let rank = f.rank(reference);
+    let logical = f.logical(reference);
+    let inputs = facts.full_inputs(rank);
+    let outputs = facts.full_outputs(rank);
+    let accessed: Vec<TensorId> = inputs.iter().chain(&outputs).copied().collect();
+    let inner = logical.last().and_then(|&a| facts.extent(a));
+    let v = facts.vector_width(&accessed, inner);
+    let total: i64 = logical
+        .iter()
+        .map(|&a| facts.extent_or_default(a))
+        .fold(1i64, |acc, e| acc.saturating_mul(e));
+    // A lower-rank input broadcast over the rows (a bias) is indexed by the row's own axis
+    // when the rows are split rather than flattened (examples/ops/gelu_exact.hf), unless a
+    // row is shorter than a block's vectors.
+    let broadcast_inputs = f.inputs.iter().any(|&t| (1..rank).contains(&f.rank(t)));
+    let by_rows = rank > 1 && broadcast_inputs && inner.is_none_or(|n| n >= v * THREADS);
+    let unroll = if total >= UNROLL_FROM && !by_rows {
+        2
+    } else {
+        1
+    };
+
+    let mut s = ScheduleText::new(facts.name(reference));
+    s.caches(facts, &inputs, &outputs, "");
+    if by_rows {
+        // [rows..., blocks of a row, threads, (v)], then the rows and blocks merged.
+        s.comment(&format!(
+            "Each row in blocks of {THREADS} threads; the rows and their blocks on one grid axis."
+        ));
+        if v > 1 {
+            s.split(rank - 1, v, false);
+        }
+        s.split(rank - 1, THREADS, false);
+        for _ in 1..rank {
+            s.merge(0);
+        }
+        let mut axes = vec![(0, "BIDx"), (1, "TIDx")];
+        if v > 1 {
+            axes.push((2, "Vectorize"));
+        }
+        s.parallelize(&axes);
+        s.propagate_and_inline();
+        return AutoSchedule {
+            scheduler: Scheduler::Pointwise,
+            text: s.finish(),
+            reason: format!(
+                "pointwise over {total} elements of {} {} with a row-broadcast input: each row in blocks of {THREADS} threads, {v}-element vectors",
+                dtype_names(f, &accessed),
+                facts.sizes.describe(),
+            ),
+        };
+    }
+    if rank > 1 {
+        s.comment("One flat axis over every element.");
+    }
+    for _ in 1..rank {
+        s.merge(0);
+    }
+    let vector_bytes = v * facts.widest(&accessed);
+    // Threads' own axes, outermost first: the grid, unrolled vectors, threads, vector lanes.
+    let mut axes = vec![(0, "BIDx")];
+    if unroll > 1 {
+        axes.push((axes.len(), "Unroll"));
+    }
+    axes.push((axes.len(), "TIDx"));
+    s.comment(&format!(
+        "{}{THREADS} threads per block{}.",
+        if v > 1 {
+            format!("{v}-element vectors ({vector_bytes} bytes), ")
+        } else {
+            "One element per thread (the rows are not a multiple of a vector), ".to_string()
+        },
+        if unroll > 1 {
+            format!(", {unroll} vectors per thread {THREADS} vectors apart")
+        } else {
+            String::new()
+        }
+    ));
+    if v > 1 {
+        s.split(0, v, false);
+        axes.push((axes.len(), "Vectorize"));
+    }
+    s.split(0, THREADS, false);
+    if unroll > 1 {
+        s.split(0, unroll, false);
+    }
+    s.parallelize(&axes);
+    s.propagate_and_inline();
+    let reason = format!(
+        "pointwise over {} elements of {} {}: {v}-element vectors, {THREADS} threads per block, {unroll} vector{} per thread",
+        total,
+        dtype_names(f, &accessed),
+        facts.sizes.describe(),
+        if unroll > 1 { "s" } else { "" },
+    );
+    AutoSchedule {
+        scheduler: Scheduler::Pointwise,
+        text: s.finish(),
+        reason,
+    }
+}

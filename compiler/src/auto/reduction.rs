@@ -1,0 +1,131 @@
+//! The reduction schedulers, for a rank-2 input reduced along one axis with nothing reading the
+//! result back over it (that is [`super::normalization`]).
+//!
+//! Inner (rows, examples/basics/row_sum.hf): each row is read in 16-byte vectors by a row of
+//! threads that accumulate in registers, then combined by a block reduction; short rows share
+//! a block (rows on TIDy) so a block keeps at least 128 threads.
+//!
+//! Outer (columns): a block owns a strip of columns, 32 threads across it each with one vector
+//! of columns, and 8 rows of threads walk the rows; the block combines the 8 partial sums of
+//! each column at the end.
+
+use super::text::ScheduleText;
+use super::{dtype_names, AutoSchedule, Facts, Scheduler};
+use crate::fusion::TensorId;
+
+/// Most threads along a row (a block reduction over them).
+const MAX_ROW_THREADS: i64 = 512;
+/// Fewest threads in a block of the inner reduction.
+const MIN_BLOCK_THREADS: i64 = 128;
+/// The outer reduction's threads across the columns and along the rows.
+const COLUMN_THREADS: i64 = 32;
+const ROW_THREADS: i64 = 8;
+
+pub fn inner(facts: &Facts, reduction: TensorId, input: TensorId) -> Result<AutoSchedule, String> {
+    let f = facts.fusion;
+    let [rows, row] = f.logical(input)[..] else {
+        return Err(format!("`{}` is not rank 2", facts.name(input)));
+    };
+    let n = facts.extent(row);
+    let n_or = facts.extent_or_default(row);
+    // The fusion's inputs over the same rows (the reduction's own input may be computed).
+    let inputs = facts.full_inputs(2);
+    let v = facts.vector_width(&inputs, n);
+    let vectors = super::ceil_div(n_or, v);
+    let threads = (vectors as u64)
+        .next_power_of_two()
+        .clamp(32, MAX_ROW_THREADS as u64) as i64;
+    let rows_per_block = (MIN_BLOCK_THREADS / threads).max(1);
+
+    let mut s = ScheduleText::new(facts.name(reduction));
+    s.caches(facts, &inputs, &[], "");
+    s.comment(&format!(
+        "{v}-element vectors, {threads} threads per row{}; a block reduction combines them.",
+        if rows_per_block > 1 {
+            format!(", {rows_per_block} rows per block")
+        } else {
+            String::new()
+        }
+    ));
+    // [rows, (rows in a block,) steps, threads, (v)]
+    let row_axis = usize::from(rows_per_block > 1);
+    let mut axes = vec![(0, "BIDx")];
+    if rows_per_block > 1 {
+        axes.push((1, "TIDy"));
+    }
+    axes.push((row_axis + 2, "TIDx"));
+    if v > 1 {
+        s.split(1, v, false);
+        axes.push((row_axis + 3, "Vectorize"));
+    }
+    s.split(1, threads, false);
+    if rows_per_block > 1 {
+        s.split(0, rows_per_block, false);
+    }
+    s.parallelize(&axes);
+    s.propagate_and_inline();
+    let reason = format!(
+        "inner reduction of {} rows of {} {} {}: {v}-element vectors, {threads} threads per row, {rows_per_block} row{} per block",
+        extent_text(facts.extent(rows)),
+        extent_text(n),
+        dtype_names(f, &inputs),
+        facts.sizes.describe(),
+        if rows_per_block > 1 { "s" } else { "" },
+    );
+    Ok(AutoSchedule {
+        scheduler: Scheduler::InnerReduction,
+        text: s.finish(),
+        reason,
+    })
+}
+
+pub fn outer(facts: &Facts, reduction: TensorId, input: TensorId) -> Result<AutoSchedule, String> {
+    let f = facts.fusion;
+    let [rows, columns] = f.logical(input)[..] else {
+        return Err(format!("`{}` is not rank 2", facts.name(input)));
+    };
+    let n = facts.extent(columns);
+    // The fusion's inputs over the same rows (the reduction's own input may be computed).
+    let inputs = facts.full_inputs(2);
+    let v = facts.vector_width(&inputs, n);
+
+    let mut s = ScheduleText::new(facts.name(reduction));
+    s.caches(facts, &inputs, &[], "");
+    s.comment(&format!(
+        "A block owns {} columns: {COLUMN_THREADS} threads of {v}-element vectors across them, {ROW_THREADS} rows of threads down the rows, combined at the end.",
+        COLUMN_THREADS * v
+    ));
+    // [column strips, row steps, row threads, column threads, (v)]
+    let mut axes = vec![(0, "BIDx"), (2, "TIDy"), (3, "TIDx")];
+    if v > 1 {
+        s.split(1, v, false);
+        axes.push((4, "Vectorize"));
+    }
+    s.split(1, COLUMN_THREADS, false);
+    s.split(0, ROW_THREADS, false);
+    s.reorder(if v > 1 {
+        &[2, 0, 1, 3, 4]
+    } else {
+        &[2, 0, 1, 3]
+    });
+    s.parallelize(&axes);
+    s.propagate_and_inline();
+    let reason = format!(
+        "outer reduction of {} rows of {} {} {}: {} columns per block in {v}-element vectors, {COLUMN_THREADS} x {ROW_THREADS} threads",
+        extent_text(facts.extent(rows)),
+        extent_text(n),
+        dtype_names(f, &inputs),
+        facts.sizes.describe(),
+        COLUMN_THREADS * v,
+    );
+    Ok(AutoSchedule {
+        scheduler: Scheduler::OuterReduction,
+        text: s.finish(),
+        reason,
+    })
+}
+
+/// An extent for a reason: its value, or "a symbolic number of".
+pub(super) fn extent_text(e: Option<i64>) -> String {
+    e.map_or_else(|| "a symbolic number of".to_string(), |e| e.to_string())
+}

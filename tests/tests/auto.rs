@@ -1,0 +1,300 @@
+//! Automatic schedules (`hopfuse::auto`): the schedule text each scheduler writes for a few
+//! sizes (text in, text out), that every example of basics/, ops/ and tma/ with its schedule
+//! deleted gets an automatic schedule that applies and lowers, and that a program's own
+//! schedule wins.
+
+use hopfuse::auto::Scheduler;
+use hopfuse::examples::without_schedule;
+use hopfuse_tests::{compile, example, examples};
+use std::collections::BTreeMap;
+
+fn sizes(text: &str) -> BTreeMap<String, i64> {
+    text.split(',')
+        .map(|item| {
+            let (k, v) = item.split_once('=').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// The automatic schedule of `source` for `size` (or its bench line), with its reason.
+fn auto_text(source: &str, size: Option<&str>) -> String {
+    let given = size.map(sizes);
+    match hopfuse::auto_schedule(source, given.as_ref()).unwrap() {
+        Ok(a) => format!(
+            "// scheduler: {}\n// reason: {}\n{}",
+            a.scheduler.name(),
+            a.reason,
+            a.block()
+        ),
+        Err(d) => format!("// declined: {}\n", d.reason),
+    }
+}
+
+/// Compiles `source` for `size` (as a run does) and returns the plan's note.
+fn compiled_note(source: &str, size: Option<&str>) -> hopfuse::plan::AutoScheduleNote {
+    let options = hopfuse::CompileOptions {
+        aligned_for: size.map(sizes),
+        ..Default::default()
+    };
+    let c = hopfuse::compile(source, &options)
+        .unwrap_or_else(|e| panic!("{}", e.render(source, "t.hf")));
+    c.plan
+        .auto_schedule
+        .expect("a program without a schedule has a note")
+}
+
+#[test]
+fn every_example_without_its_schedule_gets_an_automatic_one_that_lowers() {
+    let mut checked = 0;
+    for e in examples() {
+        if !["basics", "ops", "tma", "auto"].contains(&e.group.as_str()) {
+            continue;
+        }
+        let source = without_schedule(&std::fs::read_to_string(&e.path).unwrap());
+        let note = compiled_note(&source, None);
+        assert!(
+            note.scheduler.is_some(),
+            "{}: {}\n{}",
+            e.id(),
+            note.reason,
+            note.schedule.unwrap_or_default()
+        );
+        checked += 1;
+    }
+    assert!(checked >= 28, "only {checked} examples checked");
+}
+
+#[test]
+fn a_programs_own_schedule_wins() {
+    let c = compile(&example("basics/softmax.hf"));
+    assert_eq!(c.plan.auto_schedule, None);
+    assert!(c.cuda.contains("blockIdx.x"));
+}
+
+const SOFTMAX: &str = "fusion softmax {
+  input x: f32[M, N]
+  m = max(x, axis=1)
+  e = exp(x - broadcast(m, axis=1))
+  s = sum(e, axis=1)
+  y = e / broadcast(s, axis=1)
+  output y
+}
+";
+
+const RMSNORM_BF16: &str = "fusion rmsnorm {
+  input x: bf16[M, N]
+  input w: bf16[N]
+  xf = cast(x, f32)
+  ms = sum(xf * xf, axis=1) / 4096.0
+  r = rsqrt(ms + 0.000001)
+  y = cast(xf * broadcast(r, axis=1) * cast(broadcast(w, axis=0), f32), bf16)
+  output y
+}
+";
+
+const GELU_BIAS: &str = "fusion gelu_bias {
+  input x: bf16[M, N]
+  input bias: bf16[N]
+  y = cast(gelu(cast(x, f32) + cast(broadcast(bias, axis=0), f32)), bf16)
+  output y
+}
+";
+
+const ROW_SUM: &str = "fusion row_sum {
+  input x: f32[M, N]
+  s = sum(x, axis=1)
+  output s
+}
+";
+
+const COL_SUM: &str = "fusion col_sum {
+  input x: bf16[M, N]
+  s = sum(cast(x, f32), axis=0)
+  output s
+}
+";
+
+const PRODUCT: &str = "fusion product {
+  input a: bf16[M, K]
+  input w: bf16[N, K]
+  p = cast(broadcast(a, axis=1), f32) * cast(broadcast(w, axis=0), f32)
+  acc = sum(p, axis=2)
+  out = cast(acc, bf16)
+  output out
+}
+";
+
+/// The schedule text of each class at a few sizes, ragged and wide among them.
+#[test]
+fn schedule_text_per_class_and_size() {
+    let cases: [(&str, &str, &[&str]); 6] = [
+        (
+            "softmax",
+            SOFTMAX,
+            &[
+                "M=16384,N=16384",
+                "M=1000,N=1000",
+                "M=4096,N=65536",
+                "M=512,N=262144",
+                "M=64,N=100",
+                "M=100,N=1001",
+            ],
+        ),
+        (
+            "rmsnorm_bf16",
+            RMSNORM_BF16,
+            &[
+                "M=32768,N=4096",
+                "M=8192,N=16384",
+                "M=1000,N=1000",
+                "M=512,N=262144",
+            ],
+        ),
+        (
+            "gelu_bias",
+            GELU_BIAS,
+            &["M=16384,N=16384", "M=1000,N=1000", "M=3,N=7"],
+        ),
+        (
+            "row_sum",
+            ROW_SUM,
+            &[
+                "M=16384,N=16384",
+                "M=1000,N=1000",
+                "M=65536,N=64",
+                "M=512,N=262144",
+            ],
+        ),
+        (
+            "col_sum",
+            COL_SUM,
+            &["M=16384,N=16384", "M=1000,N=1000", "M=100,N=1001"],
+        ),
+        (
+            "product",
+            PRODUCT,
+            &[
+                "M=4096,N=4096,K=4096",
+                "M=64,N=14336,K=4096",
+                "M=1000,N=1000,K=1000",
+            ],
+        ),
+    ];
+    for (name, source, size_list) in cases {
+        let mut out = String::new();
+        for size in size_list {
+            out.push_str(&format!(
+                "// ---- {size}\n{}",
+                auto_text(source, Some(size))
+            ));
+        }
+        out.push_str(&format!("// ---- no sizes\n{}", auto_text(source, None)));
+        insta::assert_snapshot!(format!("auto__{name}"), out);
+    }
+}
+
+/// Every schedule of [`schedule_text_per_class_and_size`] that was written applies and lowers
+/// for its sizes.
+#[test]
+fn each_written_schedule_lowers_for_its_sizes() {
+    for (source, size) in [
+        (SOFTMAX, "M=16384,N=16384"),
+        (SOFTMAX, "M=1000,N=1000"),
+        (SOFTMAX, "M=64,N=100"),
+        (SOFTMAX, "M=100,N=1001"),
+        (SOFTMAX, "M=100,N=32"),
+        (RMSNORM_BF16, "M=32768,N=4096"),
+        (RMSNORM_BF16, "M=8192,N=16384"),
+        (RMSNORM_BF16, "M=1000,N=1000"),
+        (GELU_BIAS, "M=16384,N=16384"),
+        (GELU_BIAS, "M=1000,N=1000"),
+        (GELU_BIAS, "M=3,N=7"),
+        (ROW_SUM, "M=16384,N=16384"),
+        (ROW_SUM, "M=1000,N=1000"),
+        (ROW_SUM, "M=65536,N=64"),
+        (ROW_SUM, "M=512,N=262144"),
+        (ROW_SUM, "M=100,N=1001"),
+        (COL_SUM, "M=100,N=1001"),
+        (GELU_BIAS, "M=1,N=262144"),
+        (COL_SUM, "M=16384,N=16384"),
+        (COL_SUM, "M=1000,N=1000"),
+        (PRODUCT, "M=4096,N=4096,K=4096"),
+        (PRODUCT, "M=64,N=14336,K=4096"),
+        (PRODUCT, "M=1000,N=1000,K=1000"),
+    ] {
+        let note = compiled_note(source, Some(size));
+        assert!(
+            note.scheduler.is_some(),
+            "{size}: {}\n{}\n{source}",
+            note.reason,
+            note.schedule.unwrap_or_default()
+        );
+    }
+}
+
+/// A row too wide for registers and shared memory is declined with the sizes; the serial
+/// default it falls back to cannot hold the row either, and the error says both.
+#[test]
+fn a_row_too_wide_is_declined_with_the_reason() {
+    let options = hopfuse::CompileOptions {
+        aligned_for: Some(sizes("M=512,N=262144")),
+        ..Default::default()
+    };
+    let errors = hopfuse::compile(RMSNORM_BF16, &options)
+        .expect_err("the serial default cannot hold the row")
+        .render(RMSNORM_BF16, "t.hf");
+    assert!(
+        errors.contains("register tensor `xf` needs N elements per thread")
+            && errors.contains("no automatic schedule (normalization of rows of 262144 bf16")
+            && errors.contains("serial default"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn the_schedulers_are_named_in_the_plan() {
+    for (source, scheduler) in [
+        (SOFTMAX, Scheduler::Normalization),
+        (GELU_BIAS, Scheduler::Pointwise),
+        (ROW_SUM, Scheduler::InnerReduction),
+        (COL_SUM, Scheduler::OuterReduction),
+        (PRODUCT, Scheduler::MatrixProduct),
+    ] {
+        let note = compiled_note(source, None);
+        assert_eq!(
+            note.scheduler.as_deref(),
+            Some(scheduler.name()),
+            "{source}"
+        );
+        let json = serde_json::to_string(&note).unwrap();
+        assert!(json.contains("\"reason\""), "{json}");
+    }
+}
+
+/// Choosing is cheap: classifying and writing every example's schedule 100 times stays far
+/// under the 5 ms a choice may take in the browser (a bound, not a benchmark).
+#[test]
+fn choosing_a_schedule_is_cheap() {
+    let sources: Vec<String> = examples()
+        .iter()
+        .map(|e| without_schedule(&std::fs::read_to_string(&e.path).unwrap()))
+        .collect();
+    let fusions: Vec<_> = sources
+        .iter()
+        .filter_map(|s| hopfuse::reference_fusion(s).ok())
+        .collect();
+    let sizes = hopfuse::auto::Sizes::resolve(None, "");
+    let start = std::time::Instant::now();
+    let rounds = 100;
+    for _ in 0..rounds {
+        for f in &fusions {
+            let _ = hopfuse::auto::choose(f, &sizes);
+        }
+    }
+    let per_choice = start.elapsed() / (rounds * fusions.len() as u32);
+    assert!(
+        per_choice < std::time::Duration::from_millis(1),
+        "{per_choice:?} per choice"
+    );
+}
