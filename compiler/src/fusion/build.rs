@@ -27,6 +27,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             exprs: Vec::new(),
             ids: Vec::new(),
             symbols: Vec::new(),
+            counts: Default::default(),
             inputs: Vec::new(),
             outputs: Vec::new(),
             class_parent: Default::default(),
@@ -481,6 +482,20 @@ impl Builder {
                     Some(span),
                 )?))
             }
+            OpKind::Composite(op) => {
+                let t = tensor_arg(&pos, 0)?;
+                let rank = self.f.rank(t);
+                let correction = correction_arg(args)?;
+                let axis_args: Vec<Arg> = args
+                    .iter()
+                    .filter(|a| !matches!(a, Arg::Named { name, .. } if name == "correction"))
+                    .cloned()
+                    .collect();
+                let axes = self.axes_arg(&axis_args, span, rank, 0, func)?;
+                Ok(Value::Tensor(
+                    self.composite(op, t, axes, correction, dest, span)?,
+                ))
+            }
             OpKind::Binary(_) => unreachable!("a binary op has no `axis=` (checked above)"),
             OpKind::Broadcast => {
                 let t = tensor_arg(&pos, 0)?;
@@ -537,6 +552,128 @@ impl Builder {
                 )?))
             }
         }
+    }
+
+    /// The ops of a [`ops::CompositeOp`] call on `x` over `axes` (see its variants), recorded on
+    /// the result for the torch twin.
+    fn composite(
+        &mut self,
+        op: ops::CompositeOp,
+        x: TensorId,
+        axes: Vec<usize>,
+        correction: f64,
+        dest: &str,
+        span: Span,
+    ) -> BResult<TensorId> {
+        use ops::CompositeOp as C;
+        let first = TensorId::new(self.f.tensors.len());
+        let at = Some(span);
+        let logical = self.f.logical(x);
+        let reduced: Vec<IterId> = axes.iter().map(|&a| logical[a]).collect();
+        if let Some(k) = axes
+            .iter()
+            .find(|&&a| self.f.ids[logical[a]].kind == IterKind::Broadcast)
+        {
+            // (`sum` says the same; said here before a derived op would say it of its operand.)
+            return Err(Diagnostic::new(
+                format!(
+                    "{}: axis {k} of `{}` is a broadcast axis and cannot be reduced",
+                    op.name(),
+                    self.f.tensors[x].name
+                ),
+                at,
+            ));
+        }
+        let count = |b: &mut Self, minus: f64| {
+            Operand::Count(b.f.counts.push(Count {
+                axes: reduced.clone(),
+                minus,
+            }))
+        };
+        let reduce = |b: &mut Self, op: ReduceOp, t: TensorId| {
+            b.op(
+                Op::Reduce {
+                    op,
+                    axes: axes.clone(),
+                },
+                vec![Operand::Tensor(t)],
+                dest,
+                at,
+            )
+        };
+        let binary = |b: &mut Self, op: BinaryOp, l: Operand, r: Operand| {
+            b.op(Op::Binary(op), vec![l, r], dest, at)
+        };
+        let back = |b: &mut Self, t: TensorId| {
+            b.op(
+                Op::Broadcast { axes: axes.clone() },
+                vec![Operand::Tensor(t)],
+                dest,
+                at,
+            )
+        };
+        let out = match op {
+            C::Mean => {
+                let s = reduce(self, ReduceOp::Sum, x)?;
+                let n = count(self, 0.0);
+                binary(self, BinaryOp::Div, Operand::Tensor(s), n)?
+            }
+            C::Var => {
+                let s = reduce(self, ReduceOp::Sum, x)?;
+                let n = count(self, 0.0);
+                let m = binary(self, BinaryOp::Div, Operand::Tensor(s), n)?;
+                let m = back(self, m)?;
+                let d = binary(self, BinaryOp::Sub, Operand::Tensor(x), Operand::Tensor(m))?;
+                let sq = binary(self, BinaryOp::Mul, Operand::Tensor(d), Operand::Tensor(d))?;
+                let ss = reduce(self, ReduceOp::Sum, sq)?;
+                let dof = count(self, correction);
+                binary(self, BinaryOp::Div, Operand::Tensor(ss), dof)?
+            }
+            C::LogSumExp => {
+                let m = reduce(self, ReduceOp::Max, x)?;
+                // torch: an infinite maximum is shifted by 0 instead (x - inf would be NaN).
+                let inf = self.op(
+                    Op::Unary(UnaryOp::IsInf),
+                    vec![Operand::Tensor(m)],
+                    dest,
+                    at,
+                )?;
+                let shift = self.op(
+                    Op::Ternary(TernaryOp::Where),
+                    vec![
+                        Operand::Tensor(inf),
+                        Operand::Scalar(0.0),
+                        Operand::Tensor(m),
+                    ],
+                    dest,
+                    at,
+                )?;
+                let wide = back(self, shift)?;
+                let d = binary(
+                    self,
+                    BinaryOp::Sub,
+                    Operand::Tensor(x),
+                    Operand::Tensor(wide),
+                )?;
+                let e = self.op(Op::Unary(UnaryOp::Exp), vec![Operand::Tensor(d)], dest, at)?;
+                let s = reduce(self, ReduceOp::Sum, e)?;
+                let l = self.op(Op::Unary(UnaryOp::Log), vec![Operand::Tensor(s)], dest, at)?;
+                binary(
+                    self,
+                    BinaryOp::Add,
+                    Operand::Tensor(l),
+                    Operand::Tensor(shift),
+                )?
+            }
+        };
+        self.f.tensors[out].composite = Some(Composite {
+            op,
+            input: x,
+            axes,
+            correction,
+            first,
+        });
+        Ok(out)
     }
 
     /// `gelu(x, approximate=none|tanh)`: which GELU.
@@ -642,8 +779,12 @@ impl Builder {
                     Op::Unary(u) => u.def().typing,
                     Op::Binary(b) => b.def().typing,
                     Op::Ternary(t) => t.def().typing,
-                    // Reductions accumulate in floating point (an i32 sum in f32).
-                    _ => ops::Typing::Float,
+                    // `sum`/`prod` accumulate in floating point (an i32 sum in f32: there is
+                    // no i64), `max`/`min` in the operand's type (exact), `any`/`all` in bool.
+                    Op::Reduce { op, .. } => op.def().typing,
+                    Op::Set | Op::Broadcast { .. } | Op::Cast(_) | Op::Mma => {
+                        unreachable!("typed above")
+                    }
                 };
                 // `where`'s condition takes no part in the result's type.
                 let values = if typing == ops::Typing::Select {
@@ -799,6 +940,36 @@ impl Builder {
     }
 }
 
+/// `var`'s `correction=` (torch's: a number, 1 when not given).
+fn correction_arg(args: &[Arg]) -> BResult<f64> {
+    for a in args {
+        if let Arg::Named { name, value, loc } = a {
+            if name != "correction" {
+                continue;
+            }
+            let v = match value {
+                ast::Expr::Int(i, _) => *i as f64,
+                ast::Expr::Float(x, _, _) => *x,
+                ast::Expr::Neg(..) => -1.0,
+                _ => {
+                    return Err(Diagnostic::new(
+                        "`correction=` is a number (1: Bessel's correction, the default; 0: the population variance)",
+                        Some(loc.0),
+                    ))
+                }
+            };
+            if v < 0.0 || !v.is_finite() {
+                return Err(Diagnostic::new(
+                    "`correction=` must be a finite number of at least 0",
+                    Some(loc.0),
+                ));
+            }
+            return Ok(v);
+        }
+    }
+    Ok(1.0)
+}
+
 /// The value written for a scalar input (`input eps: f32 = 1e-6`), checked against its dtype.
 fn scalar_value(v: &ast::Expr, dtype: DType) -> BResult<f64> {
     let x = match v {
@@ -836,6 +1007,8 @@ pub(crate) fn operand_types(f: &Fusion, inputs: &[Operand]) -> (Vec<DType>, Vec<
         match o {
             Operand::Tensor(t) => types.push(f.tensors[*t].dtype),
             Operand::Scalar(v) => literals.push(*v),
+            // An integral number: it changes no float operand's type.
+            Operand::Count(_) => literals.push(1.0),
         }
     }
     (types, literals)

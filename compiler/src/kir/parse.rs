@@ -1056,7 +1056,7 @@ impl<'a> Parser<'a> {
         let Some((op_name, dims_text)) = c.ident()?.split_once("_over_") else {
             return Err(c.error("expected `block_<op>_over_<dims>(`"));
         };
-        let op = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min]
+        let op = ReduceOp::ALL
             .into_iter()
             .find(|o| o.name() == op_name)
             .ok_or_else(|| c.error(format!("`{op_name}` is not a reduction")))?;
