@@ -252,6 +252,13 @@ pub fn evaluate_with(
                 out
             }
             Op::Mma => return Err("matrix products are not evaluated yet".into()),
+            Op::Iota { axis } => {
+                let stride: usize = out_shape[axis + 1..].iter().product();
+                let extent = out_shape[*axis].max(1);
+                (0..n)
+                    .map(|i| ((i / stride.max(1)) % extent) as f64)
+                    .collect()
+            }
         };
         // Drop what no later step reads (large references hold many tensors of 2^28 values).
         for o in read {

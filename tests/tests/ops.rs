@@ -373,3 +373,84 @@ fn block_reductions_emit_only_the_combines_they_use() {
         "{cuda}"
     );
 }
+
+#[test]
+fn argmax_and_argmin_break_ties_and_nan_as_torch() {
+    let rows = vec![
+        vec![1.0, 3.0, 3.0, -1.0],
+        vec![2.0, f64::NAN, 5.0, f64::NAN],
+        vec![-1.0, -1.0, -1.0, -1.0],
+        vec![f64::NEG_INFINITY, f64::NEG_INFINITY, -7.0, -7.0],
+    ];
+    // The first maximum; the first NaN when there is one; the first of equal values.
+    assert_eq!(
+        rows_reference("f32", "c = argmax(x, axis=1)", &rows),
+        [1.0, 1.0, 0.0, 2.0]
+    );
+    assert_eq!(
+        rows_reference("f32", "c = argmin(x, axis=1)", &rows),
+        [3.0, 1.0, 0.0, 0.0]
+    );
+    // One element: index 0. Integers: no NaN test, the same ties.
+    assert_eq!(
+        rows_reference("f32", "c = argmax(x, axis=1)", &[vec![4.0]]),
+        [0.0]
+    );
+    assert_eq!(
+        rows_reference("i32", "c = argmin(x, axis=1)", &[vec![5.0, -2.0, -2.0]]),
+        [1.0]
+    );
+    let e = err(&fusion(
+        "  input x: f32[M, N]",
+        "c = argmax(x, axis=[0, 1])",
+    ));
+    assert!(
+        e.contains("t.hf:3:7") && e.contains("argmax takes one axis (`axis=1`)"),
+        "{e}"
+    );
+    let e = err(&fusion("  input m: bool[M, N]", "c = argmin(m, axis=1)"));
+    assert!(e.contains("`argmin` needs numbers"), "{e}");
+}
+
+#[test]
+fn iota_indexes_one_axis_and_broadcasts_the_others() {
+    let rows = vec![vec![0.0; 3]; 2];
+    assert_eq!(
+        rows_reference(
+            "f32",
+            "c = cast(iota(x, axis=1) + 10 * iota(x, axis=0), f32)",
+            &rows
+        ),
+        [0.0, 1.0, 2.0, 10.0, 11.0, 12.0]
+    );
+    assert_eq!(
+        rows_reference(
+            "f32",
+            "c = where(iota(x, axis=1) <= iota(x, axis=0), 1.0, 0.0) + x",
+            &rows
+        ),
+        [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+    );
+    let e = err(&fusion(
+        "  input x: f32[N]",
+        "c = iota(broadcast(x, axis=0), axis=0)",
+    ));
+    assert!(
+        e.contains("t.hf:3:7") && e.contains("iota: axis 0 of `c_broadcast` is a broadcast axis"),
+        "{e}"
+    );
+    let e = err(&fusion("  input x: f32[N]", "c = iota(x)"));
+    assert!(e.contains("iota needs `axis=`"), "{e}");
+    // In the kernel the index is the consumer's root index; in the twin, torch.arange.
+    let src = fusion("  input x: f32[M, N]", "c = x * cast(iota(x, axis=1), f32)");
+    let cuda = hopfuse::compile(&src, &Default::default()).unwrap().cuda;
+    assert!(cuda.contains("static_cast<int>("), "{cuda}");
+    let twin = hopfuse::torch_twin(&src).unwrap().source;
+    assert!(
+        twin.contains("torch.arange(x.shape[1], dtype=torch.int32, device=x.device).view(1, -1)"),
+        "{twin}"
+    );
+    let src = fusion("  input x: bf16[M, N]", "c = argmin(x, axis=1)");
+    let twin = hopfuse::torch_twin(&src).unwrap().source;
+    assert!(twin.contains("c = torch.argmin(x, dim=1).int()"), "{twin}");
+}

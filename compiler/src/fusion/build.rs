@@ -482,6 +482,32 @@ impl Builder {
                     Some(span),
                 )?))
             }
+            OpKind::Iota => {
+                let t = tensor_arg(&pos, 0)?;
+                let axis = self.one_axis(args, span, self.f.rank(t), func)?;
+                Ok(Value::Tensor(self.iota(t, axis, dest, span)?))
+            }
+            OpKind::Composite(op @ (ops::CompositeOp::ArgMax | ops::CompositeOp::ArgMin)) => {
+                let t = tensor_arg(&pos, 0)?;
+                let axis = self.one_axis(args, span, self.f.rank(t), func)?;
+                if self.f.tensors[t].dtype == DType::Bool {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "`{func}` needs numbers, and `{}` is bool (cast(x, i32) first)",
+                            self.f.tensors[t].name
+                        ),
+                        Some(span),
+                    ));
+                }
+                Ok(Value::Tensor(self.composite(
+                    op,
+                    t,
+                    vec![axis],
+                    0.0,
+                    dest,
+                    span,
+                )?))
+            }
             OpKind::Composite(op) => {
                 let t = tensor_arg(&pos, 0)?;
                 let rank = self.f.rank(t);
@@ -665,6 +691,48 @@ impl Builder {
                     Operand::Tensor(shift),
                 )?
             }
+            C::ArgMax | C::ArgMin => {
+                let pick = if op == C::ArgMax {
+                    ReduceOp::Max
+                } else {
+                    ReduceOp::Min
+                };
+                let best = reduce(self, pick, x)?;
+                let best = back(self, best)?;
+                let hit = binary(
+                    self,
+                    BinaryOp::Eq,
+                    Operand::Tensor(x),
+                    Operand::Tensor(best),
+                )?;
+                let index = self.iota(x, axes[0], dest, span)?;
+                let n = count(self, 0.0);
+                let shifted = binary(self, BinaryOp::Add, Operand::Tensor(index), n)?;
+                let never = Operand::Scalar(f64::from(i32::MAX));
+                let select = |b: &mut Self, c: TensorId, yes: Operand, no: Operand| {
+                    b.op(
+                        Op::Ternary(TernaryOp::Where),
+                        vec![Operand::Tensor(c), yes, no],
+                        dest,
+                        at,
+                    )
+                };
+                let mut key = select(self, hit, Operand::Tensor(shifted), never)?;
+                if self.f.tensors[x].dtype.is_float() {
+                    // A NaN is torch's maximum and minimum: its index, unshifted, wins.
+                    let nan = self.op(
+                        Op::Unary(UnaryOp::IsNan),
+                        vec![Operand::Tensor(x)],
+                        dest,
+                        at,
+                    )?;
+                    key = select(self, nan, Operand::Tensor(index), Operand::Tensor(key))?;
+                }
+                let r = reduce(self, ReduceOp::Min, key)?;
+                let over = binary(self, BinaryOp::Ge, Operand::Tensor(r), n)?;
+                let less = binary(self, BinaryOp::Sub, Operand::Tensor(r), n)?;
+                select(self, over, Operand::Tensor(less), Operand::Tensor(r))?
+            }
         };
         self.f.tensors[out].composite = Some(Composite {
             op,
@@ -734,12 +802,7 @@ impl Builder {
         dest: &str,
         span: Option<Span>,
     ) -> BResult<TensorId> {
-        if self.f.exprs.len() >= MAX_FUSION_OPS {
-            return Err(Diagnostic::new(
-                format!("the fusion has more than {MAX_FUSION_OPS} operations; one fusion is one kernel: split the work into several fusions"),
-                span,
-            ));
-        }
+        self.check_op_budget(span)?;
         let tensors: Vec<TensorId> = inputs
             .iter()
             .filter_map(|o| {
@@ -760,6 +823,7 @@ impl Builder {
             Op::Broadcast { .. } => "broadcast".into(),
             Op::Reduce { op, .. } => op.name().into(),
             Op::Mma => "mma".into(),
+            Op::Iota { .. } => "iota".into(),
         };
         // Operands with axes must have equal ranks; rank-0 tensors (scalars) broadcast implicitly.
         let ranked: Vec<TensorId> = tensors
@@ -774,6 +838,7 @@ impl Builder {
                 (d.compute(), d)
             }
             Op::Mma => (DType::F32, DType::F32),
+            Op::Iota { .. } => (DType::I32, DType::I32),
             _ => {
                 let typing = match &op {
                     Op::Unary(u) => u.def().typing,
@@ -782,7 +847,7 @@ impl Builder {
                     // `sum`/`prod` accumulate in floating point (an i32 sum in f32: there is
                     // no i64), `max`/`min` in the operand's type (exact), `any`/`all` in bool.
                     Op::Reduce { op, .. } => op.def().typing,
-                    Op::Set | Op::Broadcast { .. } | Op::Cast(_) | Op::Mma => {
+                    Op::Set | Op::Broadcast { .. } | Op::Cast(_) | Op::Mma | Op::Iota { .. } => {
                         unreachable!("typed above")
                     }
                 };
@@ -815,6 +880,9 @@ impl Builder {
             }
         }
         let out_root: Vec<IterId> = match &op {
+            Op::Iota { .. } => {
+                return Err(err("internal: iota is built by `Builder::iota`".into()));
+            }
             Op::Reduce { axes, .. } => {
                 let t = tensors[0];
                 let logical = self.f.logical(t);
@@ -923,16 +991,93 @@ impl Builder {
                 root
             }
         };
-        let name = self.fresh_name(dest, &opname);
+        Ok(self.push_expr(op, inputs, out_root, dtype, dest, &opname, span))
+    }
+
+    /// At most [`MAX_FUSION_OPS`] operations.
+    fn check_op_budget(&self, span: Option<Span>) -> BResult<()> {
+        if self.f.exprs.len() >= MAX_FUSION_OPS {
+            return Err(Diagnostic::new(
+                format!("the fusion has more than {MAX_FUSION_OPS} operations; one fusion is one kernel: split the work into several fusions"),
+                span,
+            ));
+        }
+        Ok(())
+    }
+
+    /// The tensor `op(inputs)` with root `root`, named after `dest` and the op.
+    #[allow(clippy::too_many_arguments)]
+    fn push_expr(
+        &mut self,
+        op: Op,
+        inputs: Vec<Operand>,
+        root: Vec<IterId>,
+        dtype: DType,
+        dest: &str,
+        opname: &str,
+        span: Option<Span>,
+    ) -> TensorId {
+        let name = self.fresh_name(dest, opname);
         let e = ExprId::new(self.f.exprs.len());
-        let out = self.add_tensor(name, dtype, out_root, Some(e), span);
+        let out = self.add_tensor(name, dtype, root, Some(e), span);
         self.f.exprs.push(Expr {
             op,
             inputs,
             output: out,
             span,
         });
-        Ok(out)
+        out
+    }
+
+    /// `iota(x, axis=k)`: an i32 tensor of `x`'s rank whose axis `k` is `x`'s (same class) and
+    /// whose other axes are broadcast axes; `x` is not an operand (its values are not read).
+    fn iota(&mut self, x: TensorId, axis: usize, dest: &str, span: Span) -> BResult<TensorId> {
+        self.check_op_budget(Some(span))?;
+        let logical = self.f.logical(x);
+        if self.f.ids[logical[axis]].kind == IterKind::Broadcast {
+            return Err(Diagnostic::new(
+                format!(
+                    "iota: axis {axis} of `{}` is a broadcast axis (extent 1); give a tensor with that axis",
+                    self.f.tensors[x].name
+                ),
+                Some(span),
+            ));
+        }
+        let mut root = Vec::with_capacity(logical.len());
+        for (k, &id) in logical.iter().enumerate() {
+            if k == axis {
+                let ext = self.f.ids[id].root_extent.clone();
+                let new = self.f.new_id(IterKind::Iteration, IterOrigin::Root, ext);
+                self.f.union(new, id);
+                root.push(new);
+            } else {
+                root.push(self.f.new_id(
+                    IterKind::Broadcast,
+                    IterOrigin::Root,
+                    Some(SizeExpr::Const(1)),
+                ));
+            }
+        }
+        Ok(self.push_expr(
+            Op::Iota { axis },
+            Vec::new(),
+            root,
+            DType::I32,
+            dest,
+            "iota",
+            Some(span),
+        ))
+    }
+
+    /// The one axis of `axis=` (`what` takes a single axis, as torch's does).
+    fn one_axis(&self, args: &[Arg], span: Span, rank: usize, what: &str) -> BResult<usize> {
+        match self.axes_arg(args, span, rank, 0, what)?[..] {
+            [a] => Ok(a),
+            _ => Err(Diagnostic::new(
+                format!("{what} takes one axis (`axis=1`), as torch's does"),
+                Some(span),
+            )),
+        }
     }
 
     fn class_extent_of(&self, id: IterId) -> SizeExpr {

@@ -229,6 +229,11 @@ pub enum Op {
     },
     /// Matrix product `[M, K] x [K, N]` (lowered by the wgmma issue; no syntax produces it yet).
     Mma,
+    /// The index along this logical axis of the result (an i32; no operands: its other axes
+    /// are broadcast axes).
+    Iota {
+        axis: usize,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -824,6 +829,7 @@ pub fn print(f: &Fusion) -> String {
             Op::Broadcast { axes } => write!(s, "broadcast{axes:?}"),
             Op::Reduce { op, axes } => write!(s, "{}{axes:?}", op.name()),
             Op::Mma => write!(s, "mma"),
+            Op::Iota { axis } => write!(s, "iota@{axis}"),
         };
         s.push('(');
         for (i, o) in e.inputs.iter().enumerate() {

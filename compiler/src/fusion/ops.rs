@@ -423,6 +423,16 @@ pub enum CompositeOp {
     /// `m + log(sum(exp(x - m)))`, `m = max(x)` with an infinite `m` replaced by 0 (torch's
     /// stable form: a row of `-inf` gives `-inf`, a row with `+inf` gives `+inf`).
     LogSumExp,
+    /// The first index of the maximum along one axis (an i32; torch's `argmax` gives int64,
+    /// which the language does not have): `m = max(x)`, then the smallest index `i` with
+    /// `x[i] == m`, found as a `min` of `i + n` over those elements (`n` the axis's extent) and
+    /// of `i` over NaN elements, so that a NaN wins as it does in torch and ties go to the first
+    /// occurrence; the result is that minimum less `n` when it is at least `n`. Two reductions,
+    /// each one the lowering already parallelises (no pair-valued combine). Indices reach
+    /// `2n`: `n` must stay below 2^30. An empty axis gives 2147483647 (torch raises).
+    ArgMax,
+    /// As [`CompositeOp::ArgMax`] with `min` (a NaN wins here too, as in torch).
+    ArgMin,
 }
 
 impl CompositeOp {
@@ -431,6 +441,8 @@ impl CompositeOp {
             CompositeOp::Mean => "mean",
             CompositeOp::Var => "var",
             CompositeOp::LogSumExp => "logsumexp",
+            CompositeOp::ArgMax => "argmax",
+            CompositeOp::ArgMin => "argmin",
         }
     }
 }
@@ -444,8 +456,10 @@ pub enum OpKind {
     /// `max(a, b)` elementwise, `max(x, axis=1)` a reduction.
     ElementwiseOrReduce(BinaryOp, ReduceOp),
     Reduce(ReduceOp),
-    /// A reduction written as several ops (`mean`, `var`, `logsumexp`).
+    /// A reduction written as several ops (`mean`, `var`, `logsumexp`, `argmax`).
     Composite(CompositeOp),
+    /// `iota(x, axis=k)`: the index along axis `k` of `x`'s shape.
+    Iota,
     Broadcast,
     Cast,
     Set,
@@ -476,6 +490,8 @@ pub enum Typing {
     Same,
     /// The dtype argument (`cast`).
     Cast,
+    /// An index: i32 whatever the operand (whose values are not read, or only compared).
+    Index,
 }
 
 impl Typing {
@@ -493,6 +509,7 @@ impl Typing {
             }
             Typing::Same => "the operand's type",
             Typing::Cast => "the dtype given",
+            Typing::Index => "i32 (an index)",
         }
     }
 }
@@ -657,6 +674,18 @@ pub const OPS: &[OpDef] = &[
         ..op("logsumexp", K::Composite(CompositeOp::LogSumExp), 1, T::Float, "logsumexp(x, axis=1)", "log(sum(exp(x))) over the listed axes in the stable form m + log(sum(exp(x - m))), m the maximum (an infinite m is replaced by 0, as torch.logsumexp). Half inputs give f32.")
     },
     OpDef {
+        named: &["axis"],
+        ..op("argmax", K::Composite(CompositeOp::ArgMax), 1, T::Index, "argmax(x, axis=1)", "The index of the maximum along one axis, an i32 (torch.argmax gives int64): the first occurrence on ties and the first NaN when there is one, as torch; the axis's extent must stay below 2^30.")
+    },
+    OpDef {
+        named: &["axis"],
+        ..op("argmin", K::Composite(CompositeOp::ArgMin), 1, T::Index, "argmin(x, axis=1)", "The index of the minimum along one axis, an i32: the first occurrence on ties and the first NaN when there is one, as torch.argmin.")
+    },
+    OpDef {
+        named: &["axis"],
+        ..op("iota", K::Iota, 1, T::Index, "iota(x, axis=1)", "The index along one axis of x's shape, an i32, with extent 1 on x's other axes (torch.arange(n).view(1, -1)); x's values are not read. Row and column indices for masks: where(iota(x, axis=1) <= broadcast(limit, axis=1), x, 0.0).")
+    },
+    OpDef {
         named: &["axis", "axes"],
         ..op("broadcast", K::Broadcast, 1, T::Same, "broadcast(x, axis=1)", "Inserts new axes at the listed positions of the result, so x lines up with a tensor of higher rank (e.g. a row vector added to every row).")
     },
@@ -740,6 +769,7 @@ pub fn result_type(
             Ok((v, v))
         }
         Typing::Cast => unreachable!("cast's type is its argument"),
+        Typing::Index => Ok((DType::I32, DType::I32)),
     }
 }
 

@@ -1320,6 +1320,13 @@ impl<'a> Parser<'a> {
                 Ok(implied)
             }
         };
+        if c.eat("index@") {
+            let axis = usize::try_from(c.int()?).map_err(|_| c.error("a negative axis"))?;
+            c.expect("[")?;
+            let v = if c.eat("*") { None } else { Some(c.val()?) };
+            c.expect("]")?;
+            return Ok(Data::Index(axis, v));
+        }
         if c.eat("cast<") {
             let d = c.dtype()?;
             c.expect(">(")?;

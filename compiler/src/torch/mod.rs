@@ -385,23 +385,7 @@ impl<'a> Emitter<'a> {
     /// symbol is the extent of the first input axis that has it.
     fn count(&self, c: crate::fusion::CountId) -> Py {
         let f = self.f;
-        let mut factors = Vec::new();
-        for &id in &f.counts[c].axes {
-            let text = match f.class_extent(f.class_of(id)) {
-                crate::plan::SizeExpr::Sym(sym) => f
-                    .inputs
-                    .iter()
-                    .find_map(|&i| {
-                        let k = f.logical(i).iter().position(|&a| {
-                            f.ids[a].root_extent == Some(crate::plan::SizeExpr::Sym(sym.clone()))
-                        })?;
-                        Some(format!("{}.shape[{k}]", self.names[i]))
-                    })
-                    .unwrap_or(sym),
-                e => e.to_string(),
-            };
-            factors.push(text);
-        }
+        let factors: Vec<String> = f.counts[c].axes.iter().map(|&id| self.extent(id)).collect();
         let mut text = factors.join(" * ");
         let minus = f.counts[c].minus;
         if minus != 0.0 {
@@ -417,6 +401,49 @@ impl<'a> Emitter<'a> {
             prec,
             dtype: None,
         }
+    }
+
+    /// The extent of an axis's class from the inputs' shapes: a size symbol is the extent of
+    /// the first input axis that has it (`x.shape[1]`), a constant itself.
+    fn extent(&self, id: crate::fusion::IterId) -> String {
+        let f = self.f;
+        match f.class_extent(f.class_of(id)) {
+            crate::plan::SizeExpr::Sym(sym) => f
+                .inputs
+                .iter()
+                .find_map(|&i| {
+                    let k = f.logical(i).iter().position(|&a| {
+                        f.ids[a].root_extent == Some(crate::plan::SizeExpr::Sym(sym.clone()))
+                    })?;
+                    Some(format!("{}.shape[{k}]", self.names[i]))
+                })
+                .unwrap_or(sym),
+            e => e.to_string(),
+        }
+    }
+
+    /// `iota(x, axis=k)`: `torch.arange` on the inputs' device, viewed with extent 1 on the
+    /// other axes (torch broadcasts it as the kernel does).
+    fn iota(&self, t: TensorId, axis: usize) -> Py {
+        let f = self.f;
+        let logical = f.logical(t);
+        let device = f
+            .inputs
+            .iter()
+            .find(|&&i| f.rank(i) > 0)
+            .map(|&i| format!(", device={}.device", self.names[i]))
+            .unwrap_or_default();
+        let mut text = format!(
+            "torch.arange({}, dtype=torch.int32{device})",
+            self.extent(logical[axis])
+        );
+        if logical.len() > 1 {
+            let view: Vec<&str> = (0..logical.len())
+                .map(|k| if k == axis { "-1" } else { "1" })
+                .collect();
+            let _ = write!(text, ".view({})", view.join(", "));
+        }
+        Py::new(text, ATOM, DType::I32)
     }
 
     /// `t`'s composite call as torch writes it: `torch.mean`, `torch.var`, `torch.logsumexp`
@@ -453,6 +480,15 @@ impl<'a> Emitter<'a> {
             ),
             CompositeOp::LogSumExp => {
                 format!("torch.logsumexp({}, dim={dim})", x.to(compute).text)
+            }
+            // torch's index is int64; the kernel's i32.
+            CompositeOp::ArgMax | CompositeOp::ArgMin => {
+                let name = if c.op == CompositeOp::ArgMax {
+                    "argmax"
+                } else {
+                    "argmin"
+                };
+                format!("torch.{name}({}, dim={dim}).int()", x.text)
             }
         };
         Py::new(text, ATOM, compute).to(out)
@@ -563,6 +599,7 @@ impl<'a> Emitter<'a> {
                     }
                 }
             }
+            Op::Iota { axis } => self.iota(t, *axis),
             Op::Mma => {
                 let x = self.operand(&expr.inputs[0], compute);
                 let y = self.operand(&expr.inputs[1], compute);

@@ -610,6 +610,39 @@ def all(x, dim):  # noqa: A001
     return Tensor([1 if all_(v != 0 for v in r) else 0 for r in rows], shape, bool)
 
 
+def _arg(x, dim, better):
+    if not isinstance(dim, type(0)):
+        raise TypeError("fake torch: argmax/argmin take one dim, as torch's")
+    rows, shape = _groups(x, dim)
+
+    def one(r):
+        if not r:
+            raise IndexError("fake torch: argmax/argmin of an empty dimension")
+        best = 0
+        for i, v in enumerate(r):
+            if r[best] != r[best]:
+                break  # a NaN wins, the first one
+            if v != v or better(v, r[best]):
+                best = i
+        return best
+
+    # torch gives int64, which this stand-in does not have: int32 (the twins call .int()).
+    return Tensor([one(r) for r in rows], shape, int32)
+
+
+def argmax(x, dim):
+    return _arg(x, dim, lambda v, b: v > b)
+
+
+def argmin(x, dim):
+    return _arg(x, dim, lambda v, b: v < b)
+
+
+def arange(n, dtype=None, device=None):
+    t = Tensor(list(range(n)), (n,), dtype or int32)
+    return t._on(device) if device is not None else t
+
+
 def isnan(x):
     return Tensor([1 if v != v else 0 for v in x._data], x.shape, bool)
 

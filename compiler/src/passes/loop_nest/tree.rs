@@ -421,6 +421,7 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
             ),
             ComputeRole::ReductionUpdate,
         ),
+        Op::Iota { axis } => (Data::Index(*axis, None), ComputeRole::Normal),
         Op::Mma => {
             return Err(Diagnostic::new(
                 "matrix products are not lowered by this compiler yet",
