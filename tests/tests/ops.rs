@@ -454,3 +454,71 @@ fn iota_indexes_one_axis_and_broadcasts_the_others() {
     let twin = hopfuse::torch_twin(&src).unwrap().source;
     assert!(twin.contains("c = torch.argmin(x, dim=1).int()"), "{twin}");
 }
+
+#[test]
+fn composite_reductions_match_plain_loops_on_drawn_rows() {
+    // Rows of small integers (many ties), some with NaN, drawn from a fixed LCG.
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as u32
+    };
+    for case in 0..200 {
+        let n = 1 + (next() % 9) as usize;
+        let rows: Vec<Vec<f64>> = (0..3)
+            .map(|_| {
+                (0..n)
+                    .map(|_| match next() % 16 {
+                        0 if case % 4 == 0 => f64::NAN,
+                        k => f64::from(k % 5) - 2.0,
+                    })
+                    .collect()
+            })
+            .collect();
+        let first = |row: &Vec<f64>, better: fn(f64, f64) -> bool| {
+            let mut best = 0;
+            for (i, &v) in row.iter().enumerate() {
+                if row[best].is_nan() {
+                    break;
+                }
+                if v.is_nan() || better(v, row[best]) {
+                    best = i;
+                }
+            }
+            best as f64
+        };
+        let want_max: Vec<f64> = rows.iter().map(|r| first(r, |v, b| v > b)).collect();
+        let want_min: Vec<f64> = rows.iter().map(|r| first(r, |v, b| v < b)).collect();
+        assert_eq!(
+            rows_reference("f32", "c = argmax(x, axis=1)", &rows),
+            want_max,
+            "{rows:?}"
+        );
+        assert_eq!(
+            rows_reference("f32", "c = argmin(x, axis=1)", &rows),
+            want_min,
+            "{rows:?}"
+        );
+        let finite: Vec<Vec<f64>> = rows
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|v| if v.is_nan() { 0.5 } else { *v })
+                    .collect()
+            })
+            .collect();
+        let mean = rows_reference("f32", "c = mean(x, axis=1)", &finite);
+        let var = rows_reference("f32", "c = var(x, axis=1, correction=0)", &finite);
+        let lse = rows_reference("f32", "c = logsumexp(x, axis=1)", &finite);
+        for (k, r) in finite.iter().enumerate() {
+            let m = r.iter().sum::<f64>() / n as f64;
+            let v = r.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / n as f64;
+            let l = r.iter().map(|x| x.exp()).sum::<f64>().ln();
+            assert!((mean[k] - m).abs() < 1e-12, "{r:?}");
+            assert!((var[k] - v).abs() < 1e-12, "{r:?}");
+            assert!((lse[k] - l).abs() < 1e-12, "{r:?}");
+        }
+    }
+}

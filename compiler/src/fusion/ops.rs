@@ -667,7 +667,7 @@ pub const OPS: &[OpDef] = &[
     },
     OpDef {
         named: &["axis", "axes", "correction"],
-        ..op("var", K::Composite(CompositeOp::Var), 1, T::Float, "var(x, axis=1) | var(x, axis=1, correction=0)", "The variance over the listed axes, sum((x - mean)^2) / (n - correction), in two passes (the mean, then the squared deviations: stable, and each a plain reduction the schedule parallelises). correction=1 (Bessel's, the default) or any number, as torch.var; n <= correction gives inf or NaN, as torch. Half inputs give f32.")
+        ..op("var", K::Composite(CompositeOp::Var), 1, T::Float, "var(x, axis=1) | var(x, axis=1, correction=0)", "The variance over the listed axes, sum((x - mean)^2) / (n - correction), in two passes (the mean, then the squared deviations: stable, and each a plain reduction the schedule parallelises). correction=1 (Bessel's, the default) or any number >= 0, as torch.var; n <= correction gives inf or NaN, as torch. Half inputs give f32.")
     },
     OpDef {
         named: &["axis", "axes"],
