@@ -252,6 +252,7 @@ pub fn evaluate_with(
                 out
             }
             Op::Mma => return Err("matrix products are not evaluated yet".into()),
+            Op::Full { value } => vec![*value; n],
             Op::Iota { axis } => {
                 let stride: usize = out_shape[axis + 1..].iter().product();
                 let extent = out_shape[*axis].max(1);

@@ -129,6 +129,8 @@ const TOKENS: &[&str] = &[
     "argmin",
     "logsumexp",
     "iota",
+    "full",
+    "dtype",
 ];
 
 /// 400 cases from a fixed seed, so that the suite is the same on every run (a gate must not

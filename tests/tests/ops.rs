@@ -522,3 +522,53 @@ fn composite_reductions_match_plain_loops_on_drawn_rows() {
         }
     }
 }
+
+#[test]
+fn full_makes_a_tensor_of_the_listed_extents() {
+    let rows = vec![vec![1.0, 2.0, 3.0]; 2];
+    assert_eq!(
+        rows_reference("f32", "c = x + full([M, N], 0.5)", &rows),
+        [1.5, 2.5, 3.5, 1.5, 2.5, 3.5]
+    );
+    // An integral value is an i32 (added to an f32 in f32), unless dtype= says otherwise.
+    assert_eq!(
+        rows_reference("f32", "c = cast(full([M, N], 7) / 2, f32) + 0 * x", &rows),
+        [3.5; 6]
+    );
+    let e = err(&fusion("  input x: f32[M, N]", "c = x + full([M, K], 1.0)"));
+    assert!(
+        e.contains("t.hf:3:20") && e.contains("size symbol of the fusion's inputs (M, N)"),
+        "{e}"
+    );
+    let e = err(&fusion("  input x: f32[M, N]", "c = x + full([M, 3], 1.0)"));
+    assert!(
+        e.contains("axis 1 has extent N in one operand and 3 in another"),
+        "{e}"
+    );
+    let e = err(&fusion("  input x: f32[M, N]", "c = x + full([M, N], x)"));
+    assert!(
+        e.contains("t.hf:3:24") && e.contains("`full`'s value is a number"),
+        "{e}"
+    );
+    let e = err(&fusion(
+        "  input x: f32[M, N]",
+        "c = x + full([M, N], 1.0, dtype=f77)",
+    ));
+    assert!(e.contains("expected a dtype"), "{e}");
+    let e = err(&fusion("  input x: f32[M, N]", "c = x + full(M, 1.0)"));
+    assert!(e.contains("the shape is a list of extents"), "{e}");
+    let src = fusion(
+        "  input x: bf16[M, N]",
+        "c = x * full([M, 4096], 2, dtype=bf16)",
+    );
+    let src = src.replace("bf16[M, N]", "bf16[M, 4096]");
+    let c = hopfuse::compile(&src, &Default::default())
+        .unwrap_or_else(|e| panic!("{}", e.render(&src, "t.hf")));
+    // A half type has no literal: the value is written in f32 and converted.
+    assert!(c.cuda.contains("= hf_float_to_bf16(2.0f);"), "{}", c.cuda);
+    let twin = hopfuse::torch_twin(&src).unwrap().source;
+    assert!(
+        twin.contains("torch.full((x.shape[0], 4096), 2.0, dtype=torch.bfloat16, device=x.device)"),
+        "{twin}"
+    );
+}

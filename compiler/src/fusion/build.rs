@@ -419,6 +419,9 @@ impl Builder {
                 }
             }
         }
+        if def.kind == OpKind::Full {
+            return Ok(Value::Tensor(self.full(args, dest, span)?));
+        }
         let pos = self.positional(args, dest)?;
         let arity = match def.kind {
             OpKind::ElementwiseOrReduce(..) if has_axis => 1,
@@ -482,6 +485,7 @@ impl Builder {
                     Some(span),
                 )?))
             }
+            OpKind::Full => unreachable!("built above"),
             OpKind::Iota => {
                 let t = tensor_arg(&pos, 0)?;
                 let axis = self.one_axis(args, span, self.f.rank(t), func)?;
@@ -824,6 +828,7 @@ impl Builder {
             Op::Reduce { op, .. } => op.name().into(),
             Op::Mma => "mma".into(),
             Op::Iota { .. } => "iota".into(),
+            Op::Full { .. } => "full".into(),
         };
         // Operands with axes must have equal ranks; rank-0 tensors (scalars) broadcast implicitly.
         let ranked: Vec<TensorId> = tensors
@@ -838,7 +843,11 @@ impl Builder {
                 (d.compute(), d)
             }
             Op::Mma => (DType::F32, DType::F32),
-            Op::Iota { .. } => (DType::I32, DType::I32),
+            Op::Iota { .. } | Op::Full { .. } => {
+                return Err(err(format!(
+                    "internal: {opname} is built by its own builder"
+                )));
+            }
             _ => {
                 let typing = match &op {
                     Op::Unary(u) => u.def().typing,
@@ -847,7 +856,12 @@ impl Builder {
                     // `sum`/`prod` accumulate in floating point (an i32 sum in f32: there is
                     // no i64), `max`/`min` in the operand's type (exact), `any`/`all` in bool.
                     Op::Reduce { op, .. } => op.def().typing,
-                    Op::Set | Op::Broadcast { .. } | Op::Cast(_) | Op::Mma | Op::Iota { .. } => {
+                    Op::Set
+                    | Op::Broadcast { .. }
+                    | Op::Cast(_)
+                    | Op::Mma
+                    | Op::Iota { .. }
+                    | Op::Full { .. } => {
                         unreachable!("typed above")
                     }
                 };
@@ -880,9 +894,6 @@ impl Builder {
             }
         }
         let out_root: Vec<IterId> = match &op {
-            Op::Iota { .. } => {
-                return Err(err("internal: iota is built by `Builder::iota`".into()));
-            }
             Op::Reduce { axes, .. } => {
                 let t = tensors[0];
                 let logical = self.f.logical(t);
@@ -1065,6 +1076,104 @@ impl Builder {
             DType::I32,
             dest,
             "iota",
+            Some(span),
+        ))
+    }
+
+    /// `full([M, 4096], value, dtype=...)`: a tensor of new axes with those extents (size
+    /// symbols of the fusion or positive integers) holding `value`.
+    fn full(&mut self, args: &[Arg], dest: &str, span: Span) -> BResult<TensorId> {
+        self.check_op_budget(Some(span))?;
+        let usage = "`full` is written full([M, 4096], value) or full([M, N], value, dtype=bf16)";
+        let (shape, value) = match args {
+            [Arg::Pos(shape), Arg::Pos(value), ..] => (shape, value),
+            _ => return Err(Diagnostic::new(usage, Some(span))),
+        };
+        let ast::Expr::List(dims, _) = shape else {
+            return Err(Diagnostic::new(
+                format!("{usage}: the shape is a list of extents"),
+                Some(shape.loc()),
+            ));
+        };
+        let mut root = Vec::with_capacity(dims.len());
+        for d in dims {
+            let extent = match d {
+                ast::Expr::Name(s, _) if self.f.symbols.contains(s) => SizeExpr::Sym(s.clone()),
+                ast::Expr::Int(i, _) if *i > 0 => SizeExpr::Const(*i),
+                other => {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "an extent of `full` is a size symbol of the fusion's inputs ({}) or a positive integer",
+                            self.f.symbols.join(", ")
+                        ),
+                        Some(other.loc()),
+                    ))
+                }
+            };
+            root.push(
+                self.f
+                    .new_id(IterKind::Iteration, IterOrigin::Root, Some(extent)),
+            );
+        }
+        if root.is_empty() {
+            return Err(Diagnostic::new(
+                format!("{usage}: give at least one extent"),
+                Some(shape.loc()),
+            ));
+        }
+        let value_at = value.loc();
+        let v = match self.expr(value, dest)? {
+            Value::Scalar(v) => v,
+            Value::Tensor(_) => {
+                return Err(Diagnostic::new(
+                    "`full`'s value is a number (a tensor already has its shape)",
+                    Some(value_at),
+                ))
+            }
+        };
+        let mut dtype = if v.fract() != 0.0 || !v.is_finite() {
+            DType::F32
+        } else {
+            DType::I32
+        };
+        for a in &args[2..] {
+            match a {
+                Arg::Named { name, value, loc } if name == "dtype" => {
+                    dtype = match value {
+                        ast::Expr::Name(n, _) => DType::parse(n),
+                        _ => None,
+                    }
+                    .ok_or_else(|| {
+                        Diagnostic::new(
+                            format!("expected a dtype ({})", dtype_names()),
+                            Some(loc.0),
+                        )
+                    })?;
+                }
+                other => {
+                    let at = match other {
+                        Arg::Pos(e) => e.loc(),
+                        Arg::Named { loc, .. } => loc.0,
+                    };
+                    return Err(Diagnostic::new(usage, Some(at)));
+                }
+            }
+        }
+        if let Some(why) = literal_out_of_range(v, dtype.compute()) {
+            return Err(Diagnostic::new(
+                format!("full: the value {v} {why}"),
+                Some(value_at),
+            ));
+        }
+        Ok(self.push_expr(
+            Op::Full {
+                value: dtype.round(v),
+            },
+            Vec::new(),
+            root,
+            dtype,
+            dest,
+            "full",
             Some(span),
         ))
     }

@@ -234,6 +234,10 @@ pub enum Op {
     Iota {
         axis: usize,
     },
+    /// A tensor holding one number (no operands; `full([M, N], value)`).
+    Full {
+        value: f64,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -830,6 +834,7 @@ pub fn print(f: &Fusion) -> String {
             Op::Reduce { op, axes } => write!(s, "{}{axes:?}", op.name()),
             Op::Mma => write!(s, "mma"),
             Op::Iota { axis } => write!(s, "iota@{axis}"),
+            Op::Full { value } => write!(s, "full<{value}>"),
         };
         s.push('(');
         for (i, o) in e.inputs.iter().enumerate() {

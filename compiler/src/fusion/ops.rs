@@ -460,6 +460,8 @@ pub enum OpKind {
     Composite(CompositeOp),
     /// `iota(x, axis=k)`: the index along axis `k` of `x`'s shape.
     Iota,
+    /// `full([M, N], value)`: a tensor of that shape holding the value.
+    Full,
     Broadcast,
     Cast,
     Set,
@@ -684,6 +686,10 @@ pub const OPS: &[OpDef] = &[
     OpDef {
         named: &["axis"],
         ..op("iota", K::Iota, 1, T::Index, "iota(x, axis=1)", "The index along one axis of x's shape, an i32, with extent 1 on x's other axes (torch.arange(n).view(1, -1)); x's values are not read. Row and column indices for masks: where(iota(x, axis=1) <= broadcast(limit, axis=1), x, 0.0).")
+    },
+    OpDef {
+        named: &["dtype"],
+        ..op("full", K::Full, 2, T::Cast, "full([M, 4096], 0.5) | full([M, N], 1, dtype=bf16)", "A tensor of the listed extents (size symbols and integers) holding one number, as torch.full: f32 for a number with a fraction, i32 for an integer, or the dtype given.")
     },
     OpDef {
         named: &["axis", "axes"],

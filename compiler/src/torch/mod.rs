@@ -422,17 +422,22 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// `, device=x.device` of the first input with axes (what a created tensor is made on).
+    fn device(&self) -> String {
+        let f = self.f;
+        f.inputs
+            .iter()
+            .find(|&&i| f.rank(i) > 0)
+            .map(|&i| format!(", device={}.device", self.names[i]))
+            .unwrap_or_default()
+    }
+
     /// `iota(x, axis=k)`: `torch.arange` on the inputs' device, viewed with extent 1 on the
     /// other axes (torch broadcasts it as the kernel does).
     fn iota(&self, t: TensorId, axis: usize) -> Py {
         let f = self.f;
         let logical = f.logical(t);
-        let device = f
-            .inputs
-            .iter()
-            .find(|&&i| f.rank(i) > 0)
-            .map(|&i| format!(", device={}.device", self.names[i]))
-            .unwrap_or_default();
+        let device = self.device();
         let mut text = format!(
             "torch.arange({}, dtype=torch.int32{device})",
             self.extent(logical[axis])
@@ -600,6 +605,24 @@ impl<'a> Emitter<'a> {
                 }
             }
             Op::Iota { axis } => self.iota(t, *axis),
+            Op::Full { value } => {
+                let dims: Vec<String> = f.logical(t).iter().map(|&id| self.extent(id)).collect();
+                let device = self.device();
+                // A one-element tuple keeps its comma.
+                let shape = match &dims[..] {
+                    [one] => format!("({one},)"),
+                    _ => format!("({})", dims.join(", ")),
+                };
+                Py::new(
+                    format!(
+                        "torch.full({shape}, {}, dtype={}{device})",
+                        literal(*value, out).text,
+                        torch_dtype(out)
+                    ),
+                    ATOM,
+                    out,
+                )
+            }
             Op::Mma => {
                 let x = self.operand(&expr.inputs[0], compute);
                 let y = self.operand(&expr.inputs[1], compute);

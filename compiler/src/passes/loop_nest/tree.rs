@@ -422,6 +422,16 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
             ComputeRole::ReductionUpdate,
         ),
         Op::Iota { axis } => (Data::Index(*axis, None), ComputeRole::Normal),
+        // A half type's literal is written in f32 and converted (it has no literal of its own).
+        Op::Full { value } => {
+            let literal = Data::Literal(*value, out_dtype.compute());
+            let value = if out_dtype == out_dtype.compute() {
+                literal
+            } else {
+                Data::Cast(out_dtype, Box::new(literal))
+            };
+            (value, ComputeRole::Normal)
+        }
         Op::Mma => {
             return Err(Diagnostic::new(
                 "matrix products are not lowered by this compiler yet",
