@@ -126,6 +126,14 @@ pub fn evaluate_with(
         let operand = |o: &Operand| -> Result<(Cow<[f64]>, Vec<usize>), String> {
             match o {
                 Operand::Scalar(v) => Ok((Cow::Owned(vec![*v]), vec![])),
+                Operand::Count(c) => {
+                    let n = fusion
+                        .count_size(*c)
+                        .eval(sizes)
+                        .map_err(|e| e.to_string())?;
+                    let minus = fusion.counts[*c].minus;
+                    Ok((Cow::Owned(vec![(n as f64 - minus).max(0.0)]), vec![]))
+                }
                 Operand::Tensor(t) => Ok((
                     Cow::Borrowed(values[*t].as_deref().ok_or_else(|| {
                         format!("`{}` used before it is computed", fusion.tensors[*t].name)
@@ -140,6 +148,8 @@ pub fn evaluate_with(
         let computed = |o: &Operand, compute: crate::DType| {
             operand(o).map(|(v, sh)| match o {
                 Operand::Scalar(x) => (Cow::Owned(vec![compute.round(*x)]), sh),
+                // (The kernel converts the count to `compute` too.)
+                Operand::Count(_) => (Cow::Owned(vec![compute.round(v[0])]), sh),
                 Operand::Tensor(_) => (v, sh),
             })
         };
@@ -242,6 +252,14 @@ pub fn evaluate_with(
                 out
             }
             Op::Mma => return Err("matrix products are not evaluated yet".into()),
+            Op::Full { value } => vec![*value; n],
+            Op::Iota { axis } => {
+                let stride: usize = out_shape[axis + 1..].iter().product();
+                let extent = out_shape[*axis].max(1);
+                (0..n)
+                    .map(|i| ((i / stride.max(1)) % extent) as f64)
+                    .collect()
+            }
         };
         // Drop what no later step reads (large references hold many tensors of 2^28 values).
         for o in read {

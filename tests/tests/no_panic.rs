@@ -118,6 +118,19 @@ const TOKENS: &[&str] = &[
     " == ",
     " != ",
     " = 1e-6",
+    // The reductions and index ops (issue 33).
+    "mean",
+    "var",
+    "correction",
+    "prod",
+    "any",
+    "all",
+    "argmax",
+    "argmin",
+    "logsumexp",
+    "iota",
+    "full",
+    "dtype",
 ];
 
 /// 400 cases from a fixed seed, so that the suite is the same on every run (a gate must not

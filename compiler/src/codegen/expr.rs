@@ -92,6 +92,12 @@ impl Emitter<'_> {
             Data::Read(a) => (self.access(a), self.k.buffers[a.buffer].dtype),
             Data::Param(n, dt) => (n.clone(), dt.compute()),
             Data::Literal(v, dt) => (Self::literal(*v, *dt), *dt),
+            Data::Index(_, v) => {
+                let v = v
+                    .as_ref()
+                    .expect("the indexing pass gives every index its value");
+                (format!("static_cast<int>({})", self.val(v)), DType::I32)
+            }
             Data::Cast(to, x) => {
                 let (e, from) = self.data(x);
                 (self.conv(e, from, *to), *to)

@@ -597,7 +597,13 @@ impl Emitter<'_> {
             ReduceOp::Sum => "hf_sum",
             ReduceOp::Max => "hf_max",
             ReduceOp::Min => "hf_min",
+            ReduceOp::Prod => "hf_prod",
+            ReduceOp::Any => "hf_any",
+            ReduceOp::All => "hf_all",
         };
+        if prelude::COMBINES.iter().any(|(n, _)| *n == f) {
+            self.uses.combines.insert(f);
+        }
         let off = self
             .k
             .reduce_scratch

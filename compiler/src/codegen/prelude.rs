@@ -118,6 +118,26 @@ template <typename T, int N>
 struct alignas(sizeof(T) * N) hf_vec { T v[N]; };
 ";
 
+/// The block reduction's combines beyond `hf_sum`/`hf_max`/`hf_min` (which [`BLOCK_REDUCE`]
+/// defines), by the name `Uses::combines` records (emitted after it, each only when used).
+pub const COMBINES: &[(&str, &str)] = &[
+    (
+        "hf_prod",
+        "struct hf_prod { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a * b; } };
+",
+    ),
+    (
+        "hf_any",
+        "struct hf_any { __device__ __forceinline__ bool operator()(bool a, bool b) const { return a || b; } };
+",
+    ),
+    (
+        "hf_all",
+        "struct hf_all { __device__ __forceinline__ bool operator()(bool a, bool b) const { return a && b; } };
+",
+    ),
+];
+
 pub const BLOCK_REDUCE: &str = "struct hf_sum { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
 struct hf_max { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a > b ? a : b; } };
 struct hf_min { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a < b ? a : b; } };
@@ -445,6 +465,8 @@ pub(super) struct Uses {
     pub(super) math: std::collections::BTreeSet<&'static str>,
     pub(super) vector: bool,
     pub(super) block_reduce: bool,
+    /// The combines of [`COMBINES`] the block reductions use, by name.
+    pub(super) combines: std::collections::BTreeSet<&'static str>,
     pub(super) tma: bool,
     pub(super) tma_store: bool,
     /// The warp index (`hf_warp`) is read.
@@ -515,6 +537,11 @@ impl Uses {
         if self.block_reduce {
             src.push('\n');
             src.push_str(BLOCK_REDUCE);
+            for (name, text) in COMBINES {
+                if self.combines.contains(name) {
+                    src.push_str(text);
+                }
+            }
         }
         if self.tma || tensor_maps {
             src.push('\n');

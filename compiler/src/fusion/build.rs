@@ -27,6 +27,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             exprs: Vec::new(),
             ids: Vec::new(),
             symbols: Vec::new(),
+            counts: Default::default(),
             inputs: Vec::new(),
             outputs: Vec::new(),
             class_parent: Default::default(),
@@ -418,6 +419,9 @@ impl Builder {
                 }
             }
         }
+        if def.kind == OpKind::Full {
+            return Ok(Value::Tensor(self.full(args, dest, span)?));
+        }
         let pos = self.positional(args, dest)?;
         let arity = match def.kind {
             OpKind::ElementwiseOrReduce(..) if has_axis => 1,
@@ -481,6 +485,47 @@ impl Builder {
                     Some(span),
                 )?))
             }
+            OpKind::Full => unreachable!("built above"),
+            OpKind::Iota => {
+                let t = tensor_arg(&pos, 0)?;
+                let axis = self.one_axis(args, span, self.f.rank(t), func)?;
+                Ok(Value::Tensor(self.iota(t, axis, dest, span)?))
+            }
+            OpKind::Composite(op @ (ops::CompositeOp::ArgMax | ops::CompositeOp::ArgMin)) => {
+                let t = tensor_arg(&pos, 0)?;
+                let axis = self.one_axis(args, span, self.f.rank(t), func)?;
+                if self.f.tensors[t].dtype == DType::Bool {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "`{func}` needs numbers, and `{}` is bool (cast(x, i32) first)",
+                            self.f.tensors[t].name
+                        ),
+                        Some(span),
+                    ));
+                }
+                Ok(Value::Tensor(self.composite(
+                    op,
+                    t,
+                    vec![axis],
+                    0.0,
+                    dest,
+                    span,
+                )?))
+            }
+            OpKind::Composite(op) => {
+                let t = tensor_arg(&pos, 0)?;
+                let rank = self.f.rank(t);
+                let correction = correction_arg(args)?;
+                let axis_args: Vec<Arg> = args
+                    .iter()
+                    .filter(|a| !matches!(a, Arg::Named { name, .. } if name == "correction"))
+                    .cloned()
+                    .collect();
+                let axes = self.axes_arg(&axis_args, span, rank, 0, func)?;
+                Ok(Value::Tensor(
+                    self.composite(op, t, axes, correction, dest, span)?,
+                ))
+            }
             OpKind::Binary(_) => unreachable!("a binary op has no `axis=` (checked above)"),
             OpKind::Broadcast => {
                 let t = tensor_arg(&pos, 0)?;
@@ -537,6 +582,170 @@ impl Builder {
                 )?))
             }
         }
+    }
+
+    /// The ops of a [`ops::CompositeOp`] call on `x` over `axes` (see its variants), recorded on
+    /// the result for the torch twin.
+    fn composite(
+        &mut self,
+        op: ops::CompositeOp,
+        x: TensorId,
+        axes: Vec<usize>,
+        correction: f64,
+        dest: &str,
+        span: Span,
+    ) -> BResult<TensorId> {
+        use ops::CompositeOp as C;
+        let first = TensorId::new(self.f.tensors.len());
+        let at = Some(span);
+        let logical = self.f.logical(x);
+        let reduced: Vec<IterId> = axes.iter().map(|&a| logical[a]).collect();
+        if let Some(k) = axes
+            .iter()
+            .find(|&&a| self.f.ids[logical[a]].kind == IterKind::Broadcast)
+        {
+            // (`sum` says the same; said here before a derived op would say it of its operand.)
+            return Err(Diagnostic::new(
+                format!(
+                    "{}: axis {k} of `{}` is a broadcast axis and cannot be reduced",
+                    op.name(),
+                    self.f.tensors[x].name
+                ),
+                at,
+            ));
+        }
+        let count = |b: &mut Self, minus: f64| {
+            Operand::Count(b.f.counts.push(Count {
+                axes: reduced.clone(),
+                minus,
+            }))
+        };
+        let reduce = |b: &mut Self, op: ReduceOp, t: TensorId| {
+            b.op(
+                Op::Reduce {
+                    op,
+                    axes: axes.clone(),
+                },
+                vec![Operand::Tensor(t)],
+                dest,
+                at,
+            )
+        };
+        let binary = |b: &mut Self, op: BinaryOp, l: Operand, r: Operand| {
+            b.op(Op::Binary(op), vec![l, r], dest, at)
+        };
+        let back = |b: &mut Self, t: TensorId| {
+            b.op(
+                Op::Broadcast { axes: axes.clone() },
+                vec![Operand::Tensor(t)],
+                dest,
+                at,
+            )
+        };
+        let out = match op {
+            C::Mean => {
+                let s = reduce(self, ReduceOp::Sum, x)?;
+                let n = count(self, 0.0);
+                binary(self, BinaryOp::Div, Operand::Tensor(s), n)?
+            }
+            C::Var => {
+                let s = reduce(self, ReduceOp::Sum, x)?;
+                let n = count(self, 0.0);
+                let m = binary(self, BinaryOp::Div, Operand::Tensor(s), n)?;
+                let m = back(self, m)?;
+                let d = binary(self, BinaryOp::Sub, Operand::Tensor(x), Operand::Tensor(m))?;
+                let sq = binary(self, BinaryOp::Mul, Operand::Tensor(d), Operand::Tensor(d))?;
+                let ss = reduce(self, ReduceOp::Sum, sq)?;
+                let dof = count(self, correction);
+                binary(self, BinaryOp::Div, Operand::Tensor(ss), dof)?
+            }
+            C::LogSumExp => {
+                let m = reduce(self, ReduceOp::Max, x)?;
+                // torch: an infinite maximum is shifted by 0 instead (x - inf would be NaN).
+                let inf = self.op(
+                    Op::Unary(UnaryOp::IsInf),
+                    vec![Operand::Tensor(m)],
+                    dest,
+                    at,
+                )?;
+                let shift = self.op(
+                    Op::Ternary(TernaryOp::Where),
+                    vec![
+                        Operand::Tensor(inf),
+                        Operand::Scalar(0.0),
+                        Operand::Tensor(m),
+                    ],
+                    dest,
+                    at,
+                )?;
+                let wide = back(self, shift)?;
+                let d = binary(
+                    self,
+                    BinaryOp::Sub,
+                    Operand::Tensor(x),
+                    Operand::Tensor(wide),
+                )?;
+                let e = self.op(Op::Unary(UnaryOp::Exp), vec![Operand::Tensor(d)], dest, at)?;
+                let s = reduce(self, ReduceOp::Sum, e)?;
+                let l = self.op(Op::Unary(UnaryOp::Log), vec![Operand::Tensor(s)], dest, at)?;
+                binary(
+                    self,
+                    BinaryOp::Add,
+                    Operand::Tensor(l),
+                    Operand::Tensor(shift),
+                )?
+            }
+            C::ArgMax | C::ArgMin => {
+                let pick = if op == C::ArgMax {
+                    ReduceOp::Max
+                } else {
+                    ReduceOp::Min
+                };
+                let best = reduce(self, pick, x)?;
+                let best = back(self, best)?;
+                let hit = binary(
+                    self,
+                    BinaryOp::Eq,
+                    Operand::Tensor(x),
+                    Operand::Tensor(best),
+                )?;
+                let index = self.iota(x, axes[0], dest, span)?;
+                let n = count(self, 0.0);
+                let shifted = binary(self, BinaryOp::Add, Operand::Tensor(index), n)?;
+                let never = Operand::Scalar(f64::from(i32::MAX));
+                let select = |b: &mut Self, c: TensorId, yes: Operand, no: Operand| {
+                    b.op(
+                        Op::Ternary(TernaryOp::Where),
+                        vec![Operand::Tensor(c), yes, no],
+                        dest,
+                        at,
+                    )
+                };
+                let mut key = select(self, hit, Operand::Tensor(shifted), never)?;
+                if self.f.tensors[x].dtype.is_float() {
+                    // A NaN is torch's maximum and minimum: its index, unshifted, wins.
+                    let nan = self.op(
+                        Op::Unary(UnaryOp::IsNan),
+                        vec![Operand::Tensor(x)],
+                        dest,
+                        at,
+                    )?;
+                    key = select(self, nan, Operand::Tensor(index), Operand::Tensor(key))?;
+                }
+                let r = reduce(self, ReduceOp::Min, key)?;
+                let over = binary(self, BinaryOp::Ge, Operand::Tensor(r), n)?;
+                let less = binary(self, BinaryOp::Sub, Operand::Tensor(r), n)?;
+                select(self, over, Operand::Tensor(less), Operand::Tensor(r))?
+            }
+        };
+        self.f.tensors[out].composite = Some(Composite {
+            op,
+            input: x,
+            axes,
+            correction,
+            first,
+        });
+        Ok(out)
     }
 
     /// `gelu(x, approximate=none|tanh)`: which GELU.
@@ -597,12 +806,7 @@ impl Builder {
         dest: &str,
         span: Option<Span>,
     ) -> BResult<TensorId> {
-        if self.f.exprs.len() >= MAX_FUSION_OPS {
-            return Err(Diagnostic::new(
-                format!("the fusion has more than {MAX_FUSION_OPS} operations; one fusion is one kernel: split the work into several fusions"),
-                span,
-            ));
-        }
+        self.check_op_budget(span)?;
         let tensors: Vec<TensorId> = inputs
             .iter()
             .filter_map(|o| {
@@ -623,6 +827,8 @@ impl Builder {
             Op::Broadcast { .. } => "broadcast".into(),
             Op::Reduce { op, .. } => op.name().into(),
             Op::Mma => "mma".into(),
+            Op::Iota { .. } => "iota".into(),
+            Op::Full { .. } => "full".into(),
         };
         // Operands with axes must have equal ranks; rank-0 tensors (scalars) broadcast implicitly.
         let ranked: Vec<TensorId> = tensors
@@ -637,13 +843,27 @@ impl Builder {
                 (d.compute(), d)
             }
             Op::Mma => (DType::F32, DType::F32),
+            Op::Iota { .. } | Op::Full { .. } => {
+                return Err(err(format!(
+                    "internal: {opname} is built by its own builder"
+                )));
+            }
             _ => {
                 let typing = match &op {
                     Op::Unary(u) => u.def().typing,
                     Op::Binary(b) => b.def().typing,
                     Op::Ternary(t) => t.def().typing,
-                    // Reductions accumulate in floating point (an i32 sum in f32).
-                    _ => ops::Typing::Float,
+                    // `sum`/`prod` accumulate in floating point (an i32 sum in f32: there is
+                    // no i64), `max`/`min` in the operand's type (exact), `any`/`all` in bool.
+                    Op::Reduce { op, .. } => op.def().typing,
+                    Op::Set
+                    | Op::Broadcast { .. }
+                    | Op::Cast(_)
+                    | Op::Mma
+                    | Op::Iota { .. }
+                    | Op::Full { .. } => {
+                        unreachable!("typed above")
+                    }
                 };
                 // `where`'s condition takes no part in the result's type.
                 let values = if typing == ops::Typing::Select {
@@ -782,21 +1002,226 @@ impl Builder {
                 root
             }
         };
-        let name = self.fresh_name(dest, &opname);
+        Ok(self.push_expr(op, inputs, out_root, dtype, dest, &opname, span))
+    }
+
+    /// At most [`MAX_FUSION_OPS`] operations.
+    fn check_op_budget(&self, span: Option<Span>) -> BResult<()> {
+        if self.f.exprs.len() >= MAX_FUSION_OPS {
+            return Err(Diagnostic::new(
+                format!("the fusion has more than {MAX_FUSION_OPS} operations; one fusion is one kernel: split the work into several fusions"),
+                span,
+            ));
+        }
+        Ok(())
+    }
+
+    /// The tensor `op(inputs)` with root `root`, named after `dest` and the op.
+    #[allow(clippy::too_many_arguments)]
+    fn push_expr(
+        &mut self,
+        op: Op,
+        inputs: Vec<Operand>,
+        root: Vec<IterId>,
+        dtype: DType,
+        dest: &str,
+        opname: &str,
+        span: Option<Span>,
+    ) -> TensorId {
+        let name = self.fresh_name(dest, opname);
         let e = ExprId::new(self.f.exprs.len());
-        let out = self.add_tensor(name, dtype, out_root, Some(e), span);
+        let out = self.add_tensor(name, dtype, root, Some(e), span);
         self.f.exprs.push(Expr {
             op,
             inputs,
             output: out,
             span,
         });
-        Ok(out)
+        out
+    }
+
+    /// `iota(x, axis=k)`: an i32 tensor of `x`'s rank whose axis `k` is `x`'s (same class) and
+    /// whose other axes are broadcast axes; `x` is not an operand (its values are not read).
+    fn iota(&mut self, x: TensorId, axis: usize, dest: &str, span: Span) -> BResult<TensorId> {
+        self.check_op_budget(Some(span))?;
+        let logical = self.f.logical(x);
+        if self.f.ids[logical[axis]].kind == IterKind::Broadcast {
+            return Err(Diagnostic::new(
+                format!(
+                    "iota: axis {axis} of `{}` is a broadcast axis (extent 1); give a tensor with that axis",
+                    self.f.tensors[x].name
+                ),
+                Some(span),
+            ));
+        }
+        let mut root = Vec::with_capacity(logical.len());
+        for (k, &id) in logical.iter().enumerate() {
+            if k == axis {
+                let ext = self.f.ids[id].root_extent.clone();
+                let new = self.f.new_id(IterKind::Iteration, IterOrigin::Root, ext);
+                self.f.union(new, id);
+                root.push(new);
+            } else {
+                root.push(self.f.new_id(
+                    IterKind::Broadcast,
+                    IterOrigin::Root,
+                    Some(SizeExpr::Const(1)),
+                ));
+            }
+        }
+        Ok(self.push_expr(
+            Op::Iota { axis },
+            Vec::new(),
+            root,
+            DType::I32,
+            dest,
+            "iota",
+            Some(span),
+        ))
+    }
+
+    /// `full([M, 4096], value, dtype=...)`: a tensor of new axes with those extents (size
+    /// symbols of the fusion or positive integers) holding `value`.
+    fn full(&mut self, args: &[Arg], dest: &str, span: Span) -> BResult<TensorId> {
+        self.check_op_budget(Some(span))?;
+        let usage = "`full` is written full([M, 4096], value) or full([M, N], value, dtype=bf16)";
+        let (shape, value) = match args {
+            [Arg::Pos(shape), Arg::Pos(value), ..] => (shape, value),
+            _ => return Err(Diagnostic::new(usage, Some(span))),
+        };
+        let ast::Expr::List(dims, _) = shape else {
+            return Err(Diagnostic::new(
+                format!("{usage}: the shape is a list of extents"),
+                Some(shape.loc()),
+            ));
+        };
+        let mut root = Vec::with_capacity(dims.len());
+        for d in dims {
+            let extent = match d {
+                ast::Expr::Name(s, _) if self.f.symbols.contains(s) => SizeExpr::Sym(s.clone()),
+                ast::Expr::Int(i, _) if *i > 0 => SizeExpr::Const(*i),
+                other => {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "an extent of `full` is a size symbol of the fusion's inputs ({}) or a positive integer",
+                            self.f.symbols.join(", ")
+                        ),
+                        Some(other.loc()),
+                    ))
+                }
+            };
+            root.push(
+                self.f
+                    .new_id(IterKind::Iteration, IterOrigin::Root, Some(extent)),
+            );
+        }
+        if root.is_empty() {
+            return Err(Diagnostic::new(
+                format!("{usage}: give at least one extent"),
+                Some(shape.loc()),
+            ));
+        }
+        let value_at = value.loc();
+        let v = match self.expr(value, dest)? {
+            Value::Scalar(v) => v,
+            Value::Tensor(_) => {
+                return Err(Diagnostic::new(
+                    "`full`'s value is a number (a tensor already has its shape)",
+                    Some(value_at),
+                ))
+            }
+        };
+        let mut dtype = if v.fract() != 0.0 || !v.is_finite() {
+            DType::F32
+        } else {
+            DType::I32
+        };
+        for a in &args[2..] {
+            match a {
+                Arg::Named { name, value, loc } if name == "dtype" => {
+                    dtype = match value {
+                        ast::Expr::Name(n, _) => DType::parse(n),
+                        _ => None,
+                    }
+                    .ok_or_else(|| {
+                        Diagnostic::new(
+                            format!("expected a dtype ({})", dtype_names()),
+                            Some(loc.0),
+                        )
+                    })?;
+                }
+                other => {
+                    let at = match other {
+                        Arg::Pos(e) => e.loc(),
+                        Arg::Named { loc, .. } => loc.0,
+                    };
+                    return Err(Diagnostic::new(usage, Some(at)));
+                }
+            }
+        }
+        if let Some(why) = literal_out_of_range(v, dtype.compute()) {
+            return Err(Diagnostic::new(
+                format!("full: the value {v} {why}"),
+                Some(value_at),
+            ));
+        }
+        Ok(self.push_expr(
+            Op::Full {
+                value: dtype.round(v),
+            },
+            Vec::new(),
+            root,
+            dtype,
+            dest,
+            "full",
+            Some(span),
+        ))
+    }
+
+    /// The one axis of `axis=` (`what` takes a single axis, as torch's does).
+    fn one_axis(&self, args: &[Arg], span: Span, rank: usize, what: &str) -> BResult<usize> {
+        match self.axes_arg(args, span, rank, 0, what)?[..] {
+            [a] => Ok(a),
+            _ => Err(Diagnostic::new(
+                format!("{what} takes one axis (`axis=1`), as torch's does"),
+                Some(span),
+            )),
+        }
     }
 
     fn class_extent_of(&self, id: IterId) -> SizeExpr {
         self.f.class_extent(self.f.class_of(id))
     }
+}
+
+/// `var`'s `correction=` (torch's: a number, 1 when not given).
+fn correction_arg(args: &[Arg]) -> BResult<f64> {
+    for a in args {
+        if let Arg::Named { name, value, loc } = a {
+            if name != "correction" {
+                continue;
+            }
+            let v = match value {
+                ast::Expr::Int(i, _) => *i as f64,
+                ast::Expr::Float(x, _, _) => *x,
+                ast::Expr::Neg(..) => -1.0,
+                _ => {
+                    return Err(Diagnostic::new(
+                        "`correction=` is a number (1: Bessel's correction, the default; 0: the population variance)",
+                        Some(loc.0),
+                    ))
+                }
+            };
+            if v < 0.0 || !v.is_finite() {
+                return Err(Diagnostic::new(
+                    "`correction=` must be a finite number of at least 0",
+                    Some(loc.0),
+                ));
+            }
+            return Ok(v);
+        }
+    }
+    Ok(1.0)
 }
 
 /// The value written for a scalar input (`input eps: f32 = 1e-6`), checked against its dtype.
@@ -836,6 +1261,8 @@ pub(crate) fn operand_types(f: &Fusion, inputs: &[Operand]) -> (Vec<DType>, Vec<
         match o {
             Operand::Tensor(t) => types.push(f.tensors[*t].dtype),
             Operand::Scalar(v) => literals.push(*v),
+            // An integral number: it changes no float operand's type.
+            Operand::Count(_) => literals.push(1.0),
         }
     }
     (types, literals)

@@ -25,7 +25,7 @@ pub mod schedule;
 mod transform;
 
 pub use build::build;
-pub use ops::{BinaryOp, ReduceOp, TernaryOp, UnaryOp};
+pub use ops::{BinaryOp, CompositeOp, ReduceOp, TernaryOp, UnaryOp};
 
 use crate::diag::Span;
 use crate::dtype::DType;
@@ -43,6 +43,10 @@ crate::id::define_id!(
 crate::id::define_id!(
     /// An expression: its place in [`Fusion::exprs`].
     pub ExprId => Expr
+);
+crate::id::define_id!(
+    /// A count of elements: its place in [`Fusion::counts`].
+    pub CountId => Count
 );
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -225,6 +229,15 @@ pub enum Op {
     },
     /// Matrix product `[M, K] x [K, N]` (lowered by the wgmma issue; no syntax produces it yet).
     Mma,
+    /// The index along this logical axis of the result (an i32; no operands: its other axes
+    /// are broadcast axes).
+    Iota {
+        axis: usize,
+    },
+    /// A tensor holding one number (no operands; `full([M, N], value)`).
+    Full {
+        value: f64,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -232,6 +245,18 @@ pub enum Operand {
     Tensor(TensorId),
     /// A literal, converted to the op's compute type.
     Scalar(f64),
+    /// A count of elements ([`Fusion::counts`]) as a number at run time (from the size
+    /// symbols' values), converted to the op's compute type: what `mean` and `var` divide by.
+    Count(CountId),
+}
+
+/// The product of the extents of some axes, less a constant and not below 0: `n` of a `mean`
+/// over those axes, `max(n - correction, 0)` of a `var` (torch's degrees of freedom).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Count {
+    /// Root axes; their classes' extents are multiplied.
+    pub axes: Vec<IterId>,
+    pub minus: f64,
 }
 
 #[derive(Clone, Debug)]
@@ -246,7 +271,7 @@ impl Expr {
     pub fn input_tensors(&self) -> impl Iterator<Item = TensorId> + '_ {
         self.inputs.iter().filter_map(|o| match o {
             Operand::Tensor(t) => Some(*t),
-            Operand::Scalar(_) => None,
+            Operand::Scalar(_) | Operand::Count(_) => None,
         })
     }
 }
@@ -286,6 +311,24 @@ pub struct Tensor {
     /// A scalar input's value at launch (`input eps: f32 = 1e-6`); None: the runner draws one
     /// like any input's.
     pub value: Option<f64>,
+    /// The call this tensor is the result of when the builder wrote it as several ops
+    /// (`mean(x, axis=1)`): what the torch twin writes instead of those ops.
+    pub composite: Option<Composite>,
+}
+
+/// A call of a [`CompositeOp`] (see `ops`): the builder's ops for it made the tensors from
+/// `first` to the tensor that records it, in order, and no others.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Composite {
+    pub op: CompositeOp,
+    /// The operand.
+    pub input: TensorId,
+    /// The reduced axes of `input`.
+    pub axes: Vec<usize>,
+    /// `var`'s `correction=` (torch's; 1 unless given).
+    pub correction: f64,
+    /// The first tensor the builder made for the call.
+    pub first: TensorId,
 }
 
 /// Placement of `fence.proxy.async.shared::cta` between the generic writes of a shared buffer
@@ -393,6 +436,8 @@ pub struct Fusion {
     pub ids: Vec<IterDomain>,
     /// Size symbols in order of first appearance.
     pub symbols: Vec<String>,
+    /// The counts [`Operand::Count`] reads.
+    pub counts: crate::id::IdVec<CountId, Count>,
     pub inputs: Vec<TensorId>,
     pub outputs: Vec<TensorId>,
     /// Union-find parent of each root axis (axis classes); derived axes point to themselves.
@@ -648,6 +693,16 @@ impl Fusion {
         ops::result_type(typing, &types, &literals).map_or(out, |(compute, _)| compute)
     }
 
+    /// The product of a count's extents (without its `minus`), as sizes.
+    pub fn count_size(&self, c: CountId) -> SizeExpr {
+        let mut extents = self.counts[c]
+            .axes
+            .iter()
+            .map(|&id| self.class_extent(self.class_of(id)));
+        let first = extents.next().unwrap_or(SizeExpr::Const(1));
+        extents.fold(first, |a, b| SizeExpr::Mul(Box::new(a), Box::new(b)))
+    }
+
     /// Human-readable description of an axis of a tensor (for messages).
     pub fn describe_axis(&self, t: TensorId, axis: usize) -> String {
         format!("axis {axis} of `{}`", self.tensors[t].name)
@@ -778,6 +833,8 @@ pub fn print(f: &Fusion) -> String {
             Op::Broadcast { axes } => write!(s, "broadcast{axes:?}"),
             Op::Reduce { op, axes } => write!(s, "{}{axes:?}", op.name()),
             Op::Mma => write!(s, "mma"),
+            Op::Iota { axis } => write!(s, "iota@{axis}"),
+            Op::Full { value } => write!(s, "full<{value}>"),
         };
         s.push('(');
         for (i, o) in e.inputs.iter().enumerate() {
@@ -787,6 +844,10 @@ pub fn print(f: &Fusion) -> String {
             let _ = match o {
                 Operand::Tensor(t) => write!(s, "{}", f.tensors[*t].name),
                 Operand::Scalar(v) => write!(s, "{v}"),
+                Operand::Count(c) => match f.counts[*c].minus {
+                    0.0 => write!(s, "count({})", f.count_size(*c)),
+                    m => write!(s, "count({} - {m})", f.count_size(*c)),
+                },
             };
         }
         s.push_str(")\n");

@@ -333,33 +333,116 @@ impl TernaryOp {
     }
 }
 
+// Reductions and the composites built of them (issue 33): grouped here so that the other
+// additions to this table merge apart from them.
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReduceOp {
     Sum,
     Max,
     Min,
+    Prod,
+    /// Is any element non-zero (a bool).
+    Any,
+    /// Is every element non-zero (a bool).
+    All,
 }
 
 impl ReduceOp {
+    pub const ALL: [ReduceOp; 6] = [
+        ReduceOp::Sum,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::Prod,
+        ReduceOp::Any,
+        ReduceOp::All,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             ReduceOp::Sum => "sum",
             ReduceOp::Max => "max",
             ReduceOp::Min => "min",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Any => "any",
+            ReduceOp::All => "all",
         }
     }
+
+    /// The op's entry in [`OPS`] (`max`'s and `min`'s are also their elementwise forms').
+    pub fn def(self) -> &'static OpDef {
+        lookup_kind(match self {
+            ReduceOp::Max => OpKind::ElementwiseOrReduce(BinaryOp::Max, ReduceOp::Max),
+            ReduceOp::Min => OpKind::ElementwiseOrReduce(BinaryOp::Min, ReduceOp::Min),
+            r => OpKind::Reduce(r),
+        })
+    }
+
+    /// The value of a reduction over no elements (and the accumulator's start): torch's for
+    /// `sum`, `prod`, `any` and `all`; `max` and `min` of nothing are errors in torch, and
+    /// their identities (-inf and inf) are what the kernel starts from.
     pub fn identity(self) -> f64 {
         match self {
-            ReduceOp::Sum => 0.0,
+            ReduceOp::Sum | ReduceOp::Any => 0.0,
+            ReduceOp::Prod | ReduceOp::All => 1.0,
             ReduceOp::Max => f64::NEG_INFINITY,
             ReduceOp::Min => f64::INFINITY,
         }
     }
+
     pub fn combine(self) -> BinaryOp {
         match self {
             ReduceOp::Sum => BinaryOp::Add,
             ReduceOp::Max => BinaryOp::Max,
             ReduceOp::Min => BinaryOp::Min,
+            ReduceOp::Prod => BinaryOp::Mul,
+            ReduceOp::Any => BinaryOp::LogicalOr,
+            ReduceOp::All => BinaryOp::LogicalAnd,
+        }
+    }
+}
+
+/// Reductions the builder writes as several ops of the IR (the kernel, the reference and the
+/// schedule see those ops); the fusion records each call ([`super::Composite`]) so that the
+/// torch twin writes it as one torch call, as a PyTorch user would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompositeOp {
+    /// `sum(x) / n`, `n` the number of elements reduced, read at run time (a size symbol's
+    /// value or a product of them).
+    Mean,
+    /// Two passes: `m = mean(x)`, then `sum((x - m)^2) / (n - correction)`. Two passes rather
+    /// than Welford's update because each is a plain sum the reduction lowering already
+    /// parallelises (thread, block and rfactor reductions, with the warp shuffles), where
+    /// Welford's would need a three-value combine in every stage; the second pass reads `x`
+    /// again, from registers or shared memory when the schedule caches the row (as the
+    /// layernorm example does), and it is the numerically stable form (no `E[x^2] - E[x]^2`
+    /// cancellation). `correction` is torch's (1: Bessel's, the default; 0: the population
+    /// variance; the call's `correction=`, kept in [`super::Composite`]); `n - correction <= 0`
+    /// gives inf or NaN, as torch's does.
+    Var,
+    /// `m + log(sum(exp(x - m)))`, `m = max(x)` with an infinite `m` replaced by 0 (torch's
+    /// stable form: a row of `-inf` gives `-inf`, a row with `+inf` gives `+inf`).
+    LogSumExp,
+    /// The first index of the maximum along one axis (an i32; torch's `argmax` gives int64,
+    /// which the language does not have): `m = max(x)`, then the smallest index `i` with
+    /// `x[i] == m`, found as a `min` of `i + n` over those elements (`n` the axis's extent) and
+    /// of `i` over NaN elements, so that a NaN wins as it does in torch and ties go to the first
+    /// occurrence; the result is that minimum less `n` when it is at least `n`. Two reductions,
+    /// each one the lowering already parallelises (no pair-valued combine). Indices reach
+    /// `2n`: `n` must stay below 2^30. An empty axis gives 2147483647 (torch raises).
+    ArgMax,
+    /// As [`CompositeOp::ArgMax`] with `min` (a NaN wins here too, as in torch).
+    ArgMin,
+}
+
+impl CompositeOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            CompositeOp::Mean => "mean",
+            CompositeOp::Var => "var",
+            CompositeOp::LogSumExp => "logsumexp",
+            CompositeOp::ArgMax => "argmax",
+            CompositeOp::ArgMin => "argmin",
         }
     }
 }
@@ -373,6 +456,12 @@ pub enum OpKind {
     /// `max(a, b)` elementwise, `max(x, axis=1)` a reduction.
     ElementwiseOrReduce(BinaryOp, ReduceOp),
     Reduce(ReduceOp),
+    /// A reduction written as several ops (`mean`, `var`, `logsumexp`, `argmax`).
+    Composite(CompositeOp),
+    /// `iota(x, axis=k)`: the index along axis `k` of `x`'s shape.
+    Iota,
+    /// `full([M, N], value)`: a tensor of that shape holding the value.
+    Full,
     Broadcast,
     Cast,
     Set,
@@ -403,6 +492,8 @@ pub enum Typing {
     Same,
     /// The dtype argument (`cast`).
     Cast,
+    /// An index: i32 whatever the operand (whose values are not read, or only compared).
+    Index,
 }
 
 impl Typing {
@@ -420,6 +511,7 @@ impl Typing {
             }
             Typing::Same => "the operand's type",
             Typing::Cast => "the dtype given",
+            Typing::Index => "i32 (an index)",
         }
     }
 }
@@ -561,6 +653,46 @@ pub const OPS: &[OpDef] = &[
     },
     OpDef {
         named: &["axis", "axes"],
+        ..op("prod", K::Reduce(ReduceOp::Prod), 1, T::Float, "prod(x, axis=1) | prod(x, axis=[0, 1])", "The product over the listed axes (1 over no elements, as torch; i32 and bool multiply in f32).")
+    },
+    OpDef {
+        named: &["axis", "axes"],
+        ..op("any", K::Reduce(ReduceOp::Any), 1, T::Logical, "any(x, axis=1)", "Is any element over the listed axes non-zero (a bool; NaN is non-zero; false over no elements, as torch.any).")
+    },
+    OpDef {
+        named: &["axis", "axes"],
+        ..op("all", K::Reduce(ReduceOp::All), 1, T::Logical, "all(x, axis=1)", "Is every element over the listed axes non-zero (a bool; true over no elements, as torch.all).")
+    },
+    OpDef {
+        named: &["axis", "axes"],
+        ..op("mean", K::Composite(CompositeOp::Mean), 1, T::Float, "mean(x, axis=1) | mean(x, axis=[0, 1])", "The mean over the listed axes: their sum divided by the number of elements reduced, read at run time for symbolic sizes (i32 and bool in f32; NaN over no elements, as torch.mean). Like sum, a half input gives f32 (cast it back).")
+    },
+    OpDef {
+        named: &["axis", "axes", "correction"],
+        ..op("var", K::Composite(CompositeOp::Var), 1, T::Float, "var(x, axis=1) | var(x, axis=1, correction=0)", "The variance over the listed axes, sum((x - mean)^2) / (n - correction), in two passes (the mean, then the squared deviations: stable, and each a plain reduction the schedule parallelises). correction=1 (Bessel's, the default) or any number >= 0, as torch.var; n <= correction gives inf or NaN, as torch. Half inputs give f32.")
+    },
+    OpDef {
+        named: &["axis", "axes"],
+        ..op("logsumexp", K::Composite(CompositeOp::LogSumExp), 1, T::Float, "logsumexp(x, axis=1)", "log(sum(exp(x))) over the listed axes in the stable form m + log(sum(exp(x - m))), m the maximum (an infinite m is replaced by 0, as torch.logsumexp). Half inputs give f32.")
+    },
+    OpDef {
+        named: &["axis"],
+        ..op("argmax", K::Composite(CompositeOp::ArgMax), 1, T::Index, "argmax(x, axis=1)", "The index of the maximum along one axis, an i32 (torch.argmax gives int64): the first occurrence on ties and the first NaN when there is one, as torch; the axis's extent must stay below 2^30.")
+    },
+    OpDef {
+        named: &["axis"],
+        ..op("argmin", K::Composite(CompositeOp::ArgMin), 1, T::Index, "argmin(x, axis=1)", "The index of the minimum along one axis, an i32: the first occurrence on ties and the first NaN when there is one, as torch.argmin.")
+    },
+    OpDef {
+        named: &["axis"],
+        ..op("iota", K::Iota, 1, T::Index, "iota(x, axis=1)", "The index along one axis of x's shape, an i32, with extent 1 on x's other axes (torch.arange(n).view(1, -1)); x's values are not read. Row and column indices for masks: where(iota(x, axis=1) <= broadcast(limit, axis=1), x, 0.0).")
+    },
+    OpDef {
+        named: &["dtype"],
+        ..op("full", K::Full, 2, T::Cast, "full([M, 4096], 0.5) | full([M, N], 1, dtype=bf16)", "A tensor of the listed extents (size symbols and integers) holding one number, as torch.full: f32 for a number with a fraction, i32 for an integer, or the dtype given.")
+    },
+    OpDef {
+        named: &["axis", "axes"],
         ..op("broadcast", K::Broadcast, 1, T::Same, "broadcast(x, axis=1)", "Inserts new axes at the listed positions of the result, so x lines up with a tensor of higher rank (e.g. a row vector added to every row).")
     },
     op("cast", K::Cast, 2, T::Cast, "cast(x, bf16)", "Converts to a dtype (to bool: non-zero is true)."),
@@ -643,6 +775,7 @@ pub fn result_type(
             Ok((v, v))
         }
         Typing::Cast => unreachable!("cast's type is its argument"),
+        Typing::Index => Ok((DType::I32, DType::I32)),
     }
 }
 

@@ -454,6 +454,7 @@ pub(crate) fn push_tensor(
         fence: FenceMode::Analysis,
         swizzle: 0,
         value: None,
+        composite: None,
     });
     TensorId::new(f.tensors.len() - 1)
 }

@@ -64,6 +64,9 @@ pub enum Data {
     /// Operands in order (`where`'s condition first); the DType is the values' compute type.
     Ternary(TernaryOp, DType, Box<[Data; 3]>),
     Cast(DType, Box<Data>),
+    /// The index of the computed tensor along its logical axis `.0` (an `iota`), an i32;
+    /// `.1` is filled by the `indexing` pass from the consumer's root indices.
+    Index(usize, Option<Val>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -508,7 +511,7 @@ impl Data {
                 y.for_each_read(f);
             }
             Data::Ternary(_, _, xs) => xs.iter().for_each(|x| x.for_each_read(f)),
-            Data::Param(..) | Data::Literal(..) => {}
+            Data::Param(..) | Data::Literal(..) | Data::Index(..) => {}
         }
     }
 
@@ -522,13 +525,28 @@ impl Data {
                 y.for_each_read_mut(f);
             }
             Data::Ternary(_, _, xs) => xs.iter_mut().for_each(|x| x.for_each_read_mut(f)),
-            Data::Param(..) | Data::Literal(..) => {}
+            Data::Param(..) | Data::Literal(..) | Data::Index(..) => {}
         }
     }
 
     /// Applies `f` to the index of every read.
     pub fn map_vals(&mut self, f: &mut dyn FnMut(&Val) -> Val) {
         self.for_each_read_mut(&mut |a| map_access(a, f));
+        self.for_each_index_mut(&mut |v| *v = f(v));
+    }
+
+    /// Visits the value of every [`Data::Index`] that has one.
+    pub fn for_each_index_mut(&mut self, f: &mut dyn FnMut(&mut Val)) {
+        match self {
+            Data::Index(_, Some(v)) => f(v),
+            Data::Unary(_, _, x) | Data::Cast(_, x) => x.for_each_index_mut(f),
+            Data::Binary(_, _, x, y) => {
+                x.for_each_index_mut(f);
+                y.for_each_index_mut(f);
+            }
+            Data::Ternary(_, _, xs) => xs.iter_mut().for_each(|x| x.for_each_index_mut(f)),
+            Data::Read(_) | Data::Param(..) | Data::Literal(..) | Data::Index(_, None) => {}
+        }
     }
 }
 

@@ -1056,7 +1056,7 @@ impl<'a> Parser<'a> {
         let Some((op_name, dims_text)) = c.ident()?.split_once("_over_") else {
             return Err(c.error("expected `block_<op>_over_<dims>(`"));
         };
-        let op = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min]
+        let op = ReduceOp::ALL
             .into_iter()
             .find(|o| o.name() == op_name)
             .ok_or_else(|| c.error(format!("`{op_name}` is not a reduction")))?;
@@ -1320,6 +1320,13 @@ impl<'a> Parser<'a> {
                 Ok(implied)
             }
         };
+        if c.eat("index@") {
+            let axis = usize::try_from(c.int()?).map_err(|_| c.error("a negative axis"))?;
+            c.expect("[")?;
+            let v = if c.eat("*") { None } else { Some(c.val()?) };
+            c.expect("]")?;
+            return Ok(Data::Index(axis, v));
+        }
         if c.eat("cast<") {
             let d = c.dtype()?;
             c.expect(">(")?;

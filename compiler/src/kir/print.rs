@@ -18,6 +18,7 @@ impl Data {
     pub fn dtype(&self) -> Option<DType> {
         match self {
             Data::Read(_) => None,
+            Data::Index(..) => Some(DType::I32),
             Data::Param(_, d)
             | Data::Literal(_, d)
             | Data::Unary(_, d, _)
@@ -82,6 +83,15 @@ impl Data {
                 x.write(k, *d, out);
                 out.push(')');
             }
+            // `index@1[*]` until the indexing pass, then `index@1[n_o * 256 + n_i]`.
+            Data::Index(axis, v) => {
+                let _ = write!(out, "index@{axis}[");
+                match v {
+                    None => out.push('*'),
+                    Some(v) => v.write(out, false),
+                }
+                out.push(']');
+            }
         }
     }
 }
@@ -113,6 +123,7 @@ pub(super) fn implied_dtype(node: &Data, expected: DType) -> DType {
     match node {
         Data::Unary(..) | Data::Binary(..) | Data::Ternary(..) => expected.compute(),
         Data::Cast(d, _) => *d,
+        Data::Index(..) => DType::I32,
         Data::Read(_) | Data::Param(..) | Data::Literal(..) => expected,
     }
 }

@@ -149,6 +149,7 @@ fn walk(
                     env: &env,
                     roots: &roots,
                     buffers,
+                    consumer: Some(consumer),
                 };
                 ix.access(&mut c.out)?;
                 ix.data(&mut c.value)?;
@@ -160,6 +161,7 @@ fn walk(
                     env: &*env,
                     roots: &roots,
                     buffers,
+                    consumer: None,
                 };
                 ix.access(acc)?;
             }
@@ -242,6 +244,8 @@ struct Indexer<'a, 'b> {
     env: &'a dyn LoopVars,
     roots: &'a HashMap<IterId, Val>,
     buffers: &'a [crate::kir::Buffer],
+    /// The tensor a computation computes (its `Data::Index` values are its root indices).
+    consumer: Option<TensorId>,
 }
 
 impl Indexer<'_, '_> {
@@ -255,6 +259,24 @@ impl Indexer<'_, '_> {
             }
             Data::Ternary(_, _, xs) => xs.iter_mut().try_for_each(|x| self.data(x)),
             Data::Param(..) | Data::Literal(..) => Ok(()),
+            Data::Index(axis, v) => {
+                let f = self.cx.fusion;
+                let t = self
+                    .consumer
+                    .expect("an index is computed by a computation");
+                let root = f.logical(t)[*axis];
+                let found = self.roots.get(&f.class_of(root)).cloned();
+                *v = Some(found.ok_or_else(|| {
+                    Diagnostic::new(
+                        format!(
+                            "cannot compute `{}`: its index along axis {axis} is not available where it is computed (check the inlining positions)",
+                            f.tensors[t].name
+                        ),
+                        f.tensors[t].span,
+                    )
+                })?);
+                Ok(())
+            }
         }
     }
 

@@ -119,7 +119,14 @@ fn data(d: &mut Data, ext: &HashMap<String, Val>, changed: &mut bool) {
             data(y, ext, changed);
         }
         Data::Ternary(_, _, xs) => xs.iter_mut().for_each(|x| data(x, ext, changed)),
-        Data::Param(..) | Data::Literal(..) => {}
+        Data::Index(_, Some(v)) => {
+            let s = simplify(v, ext);
+            if s != *v {
+                *v = s;
+                *changed = true;
+            }
+        }
+        Data::Param(..) | Data::Literal(..) | Data::Index(_, None) => {}
     }
 }
 

@@ -136,6 +136,7 @@ fn scalar_epilogue(f: &Fusion, top: TensorId, leaf: TensorId, x: f64) -> Option<
     let operand = |o: &Operand| match *o {
         Operand::Tensor(t) => scalar_epilogue(f, t, leaf, x),
         Operand::Scalar(v) => Some(v),
+        Operand::Count(_) => None,
     };
     match &def.op {
         Op::Set => operand(&def.inputs[0]),

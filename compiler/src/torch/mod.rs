@@ -180,6 +180,8 @@ struct Emitter<'a> {
     live: IdVec<TensorId, bool>,
     /// Contractions by the tensor they define.
     contractions: IdVec<TensorId, Option<Contraction>>,
+    /// Tensors written as their composite call (`torch.mean`, ...; see [`Emitter::call`]).
+    composite: IdVec<TensorId, bool>,
 }
 
 const PY_KEYWORDS: &[&str] = &[
@@ -233,6 +235,28 @@ impl<'a> Emitter<'a> {
                 contractions[root] = Some(c);
             }
         }
+        // A composite call is written as torch's call when nothing else reads the tensors the
+        // builder made for it (an anonymous name such as `m_sum` can be read afterwards).
+        let mut composite: IdVec<TensorId, bool> = vec![false; n].into();
+        for t in f.tensor_ids() {
+            let Some(c) = &f.tensors[t].composite else {
+                continue;
+            };
+            let inside = |u: TensorId| (c.first.index()..=t.index()).contains(&u.index());
+            let internal = (c.first.index()..t.index()).map(TensorId::new);
+            let sealed = live[t]
+                && internal.clone().all(|i| {
+                    f.uses(i)
+                        .into_iter()
+                        .all(|e| !live[f.exprs[e].output] || inside(f.exprs[e].output))
+                });
+            if sealed {
+                composite[t] = true;
+                for i in internal {
+                    absorbed[i] = true;
+                }
+            }
+        }
         let statement = f
             .tensor_ids()
             .map(|t| {
@@ -251,6 +275,7 @@ impl<'a> Emitter<'a> {
             statement,
             live,
             contractions,
+            composite,
         }
     }
 
@@ -352,7 +377,126 @@ impl<'a> Emitter<'a> {
         match *o {
             Operand::Tensor(t) => self.value(t).to(compute),
             Operand::Scalar(v) => literal(v, compute),
+            Operand::Count(c) => self.count(c),
         }
+    }
+
+    /// A count of elements from the inputs' shapes (`x.shape[1] * x.shape[2] - 1`): a size
+    /// symbol is the extent of the first input axis that has it.
+    fn count(&self, c: crate::fusion::CountId) -> Py {
+        let f = self.f;
+        let factors: Vec<String> = f.counts[c].axes.iter().map(|&id| self.extent(id)).collect();
+        let mut text = factors.join(" * ");
+        let minus = f.counts[c].minus;
+        if minus != 0.0 {
+            text = format!("max({text} - {}, 0)", crate::text::float_literal(minus));
+        }
+        let prec = if factors.len() > 1 && minus == 0.0 {
+            MUL
+        } else {
+            ATOM
+        };
+        Py {
+            text,
+            prec,
+            dtype: None,
+        }
+    }
+
+    /// The extent of an axis's class from the inputs' shapes: a size symbol is the extent of
+    /// the first input axis that has it (`x.shape[1]`), a constant itself.
+    fn extent(&self, id: crate::fusion::IterId) -> String {
+        let f = self.f;
+        match f.class_extent(f.class_of(id)) {
+            crate::plan::SizeExpr::Sym(sym) => f
+                .inputs
+                .iter()
+                .find_map(|&i| {
+                    let k = f.logical(i).iter().position(|&a| {
+                        f.ids[a].root_extent == Some(crate::plan::SizeExpr::Sym(sym.clone()))
+                    })?;
+                    Some(format!("{}.shape[{k}]", self.names[i]))
+                })
+                .unwrap_or(sym),
+            e => e.to_string(),
+        }
+    }
+
+    /// `, device=x.device` of the first input with axes (what a created tensor is made on).
+    fn device(&self) -> String {
+        let f = self.f;
+        f.inputs
+            .iter()
+            .find(|&&i| f.rank(i) > 0)
+            .map(|&i| format!(", device={}.device", self.names[i]))
+            .unwrap_or_default()
+    }
+
+    /// `iota(x, axis=k)`: `torch.arange` on the inputs' device, viewed with extent 1 on the
+    /// other axes (torch broadcasts it as the kernel does).
+    fn iota(&self, t: TensorId, axis: usize) -> Py {
+        let f = self.f;
+        let logical = f.logical(t);
+        let device = self.device();
+        let mut text = format!(
+            "torch.arange({}, dtype=torch.int32{device})",
+            self.extent(logical[axis])
+        );
+        if logical.len() > 1 {
+            let view: Vec<&str> = (0..logical.len())
+                .map(|k| if k == axis { "-1" } else { "1" })
+                .collect();
+            let _ = write!(text, ".view({})", view.join(", "));
+        }
+        Py::new(text, ATOM, DType::I32)
+    }
+
+    /// `t`'s composite call as torch writes it: `torch.mean`, `torch.var`, `torch.logsumexp`
+    /// over the operand converted to the result's compute type (torch's own accumulation).
+    fn call(&self, t: TensorId) -> Py {
+        use crate::fusion::CompositeOp;
+        let f = self.f;
+        let c = f.tensors[t]
+            .composite
+            .as_ref()
+            .expect("only composite tensors are called");
+        let out = f.tensors[t].dtype;
+        let compute = out.compute();
+        let x = self.value(c.input);
+        let dim = dims(&c.axes);
+        let text = match c.op {
+            CompositeOp::Mean if x.dtype == Some(compute) => {
+                format!("torch.mean({}, dim={dim})", x.text)
+            }
+            CompositeOp::Mean => format!(
+                "torch.mean({}, dim={dim}, dtype={})",
+                x.text,
+                torch_dtype(compute)
+            ),
+            CompositeOp::Var => format!(
+                "torch.var({}, dim={dim}, correction={})",
+                x.to(compute).text,
+                // An integral correction as torch's default is written (`1`, not `1.0`).
+                if c.correction.fract() == 0.0 {
+                    format!("{}", c.correction as i64)
+                } else {
+                    c.correction.to_string()
+                }
+            ),
+            CompositeOp::LogSumExp => {
+                format!("torch.logsumexp({}, dim={dim})", x.to(compute).text)
+            }
+            // torch's index is int64; the kernel's i32.
+            CompositeOp::ArgMax | CompositeOp::ArgMin => {
+                let name = if c.op == CompositeOp::ArgMax {
+                    "argmax"
+                } else {
+                    "argmin"
+                };
+                format!("torch.{name}({}, dim={dim}).int()", x.text)
+            }
+        };
+        Py::new(text, ATOM, compute).to(out)
     }
 
     /// The expression that computes `t` from its producers.
@@ -360,6 +504,9 @@ impl<'a> Emitter<'a> {
         let f = self.f;
         if let Some(c) = &self.contractions[t] {
             return self.contract(c);
+        }
+        if self.composite[t] {
+            return self.call(t);
         }
         debug_assert!(self.live[t]);
         let out = f.tensors[t].dtype;
@@ -437,6 +584,18 @@ impl<'a> Emitter<'a> {
                         ATOM,
                         out,
                     ),
+                    // `torch.prod` takes one dim: the axes one after the other, last first.
+                    ReduceOp::Prod => {
+                        let mut p = x.to(compute);
+                        for a in axes.iter().rev() {
+                            p = Py::new(format!("torch.prod({}, dim={a})", p.text), ATOM, compute);
+                        }
+                        p.to(out)
+                    }
+                    ReduceOp::Any | ReduceOp::All => {
+                        let name = if *op == ReduceOp::Any { "any" } else { "all" };
+                        Py::new(format!("torch.{name}({}, dim={dim})", x.text), ATOM, out)
+                    }
                     // The largest of the values converted is the converted largest: exact.
                     ReduceOp::Max | ReduceOp::Min => {
                         let name = if *op == ReduceOp::Max { "amax" } else { "amin" };
@@ -444,6 +603,25 @@ impl<'a> Emitter<'a> {
                         Py::new(format!("torch.{name}({}, dim={dim})", x.text), ATOM, dtype).to(out)
                     }
                 }
+            }
+            Op::Iota { axis } => self.iota(t, *axis),
+            Op::Full { value } => {
+                let dims: Vec<String> = f.logical(t).iter().map(|&id| self.extent(id)).collect();
+                let device = self.device();
+                // A one-element tuple keeps its comma.
+                let shape = match &dims[..] {
+                    [one] => format!("({one},)"),
+                    _ => format!("({})", dims.join(", ")),
+                };
+                Py::new(
+                    format!(
+                        "torch.full({shape}, {}, dtype={}{device})",
+                        literal(*value, out).text,
+                        torch_dtype(out)
+                    ),
+                    ATOM,
+                    out,
+                )
             }
             Op::Mma => {
                 let x = self.operand(&expr.inputs[0], compute);

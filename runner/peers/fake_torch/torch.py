@@ -423,6 +423,8 @@ def _elementwise(f, a, b):
 
 sum_ = __builtins__["sum"] if isinstance(__builtins__, dict) else __builtins__.sum
 max_ = __builtins__["max"] if isinstance(__builtins__, dict) else __builtins__.max
+any_ = __builtins__["any"] if isinstance(__builtins__, dict) else __builtins__.any
+all_ = __builtins__["all"] if isinstance(__builtins__, dict) else __builtins__.all
 
 
 def _unary(f, x):
@@ -534,6 +536,122 @@ def amax(x, dim):
 
 def amin(x, dim):
     return _reduce(x, dim, lambda p, q: p if p <= q else q, x.dtype)
+
+
+def _groups(x, dim):
+    """The values of `x` by kept index (row-major over the kept axes), for reductions that
+    need a row whole (two passes, a maximum first)."""
+    dims = (dim,) if isinstance(dim, type(0)) else tuple(dim)
+    dims = tuple(d + x.dim() if d < 0 else d for d in dims)
+    kept = [k for k in range(x.dim()) if k not in dims]
+    out_shape = tuple(x.shape[k] for k in kept)
+    rows = {k: [] for k in _indices(out_shape)}
+    for idx, v in zip(_indices(x.shape), x._data):
+        rows[tuple(idx[k] for k in kept)].append(v)
+    return [rows[k] for k in _indices(out_shape)], out_shape
+
+
+def _float_reduction(x, what):
+    if not x.dtype.is_floating_point:
+        raise TypeError("fake torch: %s of %r (torch wants a float tensor or dtype=)" % (what, x.dtype))
+
+
+def mean(x, dim, dtype=None):
+    if dtype is None:
+        _float_reduction(x, "mean")
+    rows, shape = _groups(x, dim)
+    return Tensor([sum_(r) / len(r) if r else math.nan for r in rows], shape, dtype or x.dtype)
+
+
+def var(x, dim, correction=1):
+    _float_reduction(x, "var")
+    rows, shape = _groups(x, dim)
+
+    def one(r):
+        m = sum_(r) / len(r) if r else math.nan
+        dof = max_(len(r) - correction, 0)
+        ss = sum_((v - m) ** 2 for v in r)
+        return ss / dof if dof > 0 else (math.inf if ss > 0 else math.nan)
+
+    return Tensor([one(r) for r in rows], shape, x.dtype)
+
+
+def logsumexp(x, dim):
+    _float_reduction(x, "logsumexp")
+    rows, shape = _groups(x, dim)
+
+    def one(r):
+        m = max_(r) if r else -math.inf
+        m = 0.0 if math.isinf(m) else m
+        total = sum_(_safe_exp(v - m) for v in r)
+        return (math.log(total) if total > 0 else -math.inf) + m
+
+    return Tensor([one(r) for r in rows], shape, x.dtype)
+
+
+def prod(x, dim, dtype=None):
+    if not isinstance(dim, type(0)):
+        raise TypeError("fake torch: prod takes one dim, as torch's")
+    rows, shape = _groups(x, dim)
+
+    def one(r):
+        p = 1.0
+        for v in r:
+            p *= v
+        return p
+
+    return Tensor([one(r) for r in rows], shape, dtype or x.dtype)
+
+
+def any(x, dim):  # noqa: A001
+    rows, shape = _groups(x, dim)
+    return Tensor([1 if any_(v != 0 for v in r) else 0 for r in rows], shape, bool)
+
+
+def all(x, dim):  # noqa: A001
+    rows, shape = _groups(x, dim)
+    return Tensor([1 if all_(v != 0 for v in r) else 0 for r in rows], shape, bool)
+
+
+def _arg(x, dim, better):
+    if not isinstance(dim, type(0)):
+        raise TypeError("fake torch: argmax/argmin take one dim, as torch's")
+    rows, shape = _groups(x, dim)
+
+    def one(r):
+        if not r:
+            raise IndexError("fake torch: argmax/argmin of an empty dimension")
+        best = 0
+        for i, v in enumerate(r):
+            if r[best] != r[best]:
+                break  # a NaN wins, the first one
+            if v != v or better(v, r[best]):
+                best = i
+        return best
+
+    # torch gives int64, which this stand-in does not have: int32 (the twins call .int()).
+    return Tensor([one(r) for r in rows], shape, int32)
+
+
+def argmax(x, dim):
+    return _arg(x, dim, lambda v, b: v > b)
+
+
+def argmin(x, dim):
+    return _arg(x, dim, lambda v, b: v < b)
+
+
+def arange(n, dtype=None, device=None):
+    t = Tensor(list(range(n)), (n,), dtype or int32)
+    return t._on(device) if device is not None else t
+
+
+def isnan(x):
+    return Tensor([1 if v != v else 0 for v in x._data], x.shape, bool)
+
+
+def isinf(x):
+    return Tensor([1 if v in (math.inf, -math.inf) else 0 for v in x._data], x.shape, bool)
 
 
 def mm(a, b, out_dtype=None):

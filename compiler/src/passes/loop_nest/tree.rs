@@ -5,7 +5,7 @@
 
 #[allow(unused_imports)]
 use super::*;
-use crate::fusion::{ExprId, TernaryOp};
+use crate::fusion::{BinaryOp, ExprId, TernaryOp, UnaryOp};
 use rustc_hash::FxHashMap;
 
 pub(super) struct LoopNode {
@@ -346,6 +346,7 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
     let operand = |o: &Operand, dtype: DType| -> Data {
         match *o {
             Operand::Scalar(v) => Data::Literal(v, dtype),
+            Operand::Count(c) => count_data(f, c, dtype),
             Operand::Tensor(p) => {
                 if f.tensors[p].is_input && f.rank(p) == 0 {
                     Data::Param(f.tensors[p].name.clone(), f.tensors[p].dtype)
@@ -394,7 +395,7 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
             let cond_type = match op {
                 TernaryOp::Where => match &expr.inputs[0] {
                     Operand::Tensor(c) => f.tensors[*c].dtype,
-                    Operand::Scalar(_) => DType::Bool,
+                    Operand::Scalar(_) | Operand::Count(_) => DType::Bool,
                 },
                 _ => compute_type,
             };
@@ -420,6 +421,17 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
             ),
             ComputeRole::ReductionUpdate,
         ),
+        Op::Iota { axis } => (Data::Index(*axis, None), ComputeRole::Normal),
+        // A half type's literal is written in f32 and converted (it has no literal of its own).
+        Op::Full { value } => {
+            let literal = Data::Literal(*value, out_dtype.compute());
+            let value = if out_dtype == out_dtype.compute() {
+                literal
+            } else {
+                Data::Cast(out_dtype, Box::new(literal))
+            };
+            (value, ComputeRole::Normal)
+        }
         Op::Mma => {
             return Err(Diagnostic::new(
                 "matrix products are not lowered by this compiler yet",
@@ -434,6 +446,48 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
         role,
         vector: None,
     })
+}
+
+/// A count of elements as a value of type `dtype`: its extents (a size symbol is the kernel's
+/// parameter of that name), multiplied, less its constant (not below 0), all in `dtype`.
+fn count_data(f: &crate::fusion::Fusion, c: crate::fusion::CountId, dtype: DType) -> Data {
+    use crate::plan::SizeExpr;
+    fn size(s: &SizeExpr, dtype: DType) -> Data {
+        let both = |op: BinaryOp, a: &SizeExpr, b: &SizeExpr| {
+            Data::Binary(
+                op,
+                dtype,
+                Box::new(size(a, dtype)),
+                Box::new(size(b, dtype)),
+            )
+        };
+        match s {
+            SizeExpr::Const(v) => Data::Literal(*v as f64, dtype),
+            SizeExpr::Sym(name) => Data::Param(name.clone(), DType::I32),
+            SizeExpr::Add(a, b) => both(BinaryOp::Add, a, b),
+            SizeExpr::Mul(a, b) => both(BinaryOp::Mul, a, b),
+            SizeExpr::Max(a, b) => both(BinaryOp::Max, a, b),
+            SizeExpr::CeilDiv(a, b) => {
+                Data::Unary(UnaryOp::Ceil, dtype, Box::new(both(BinaryOp::Div, a, b)))
+            }
+        }
+    }
+    let n = size(&f.count_size(c), dtype);
+    match f.counts[c].minus {
+        0.0 => n,
+        // max(n - m, 0): torch's degrees of freedom never go below 0.
+        m => Data::Binary(
+            BinaryOp::Max,
+            dtype,
+            Box::new(Data::Binary(
+                BinaryOp::Sub,
+                dtype,
+                Box::new(n),
+                Box::new(Data::Literal(m, dtype)),
+            )),
+            Box::new(Data::Literal(0.0, dtype)),
+        ),
+    }
 }
 
 /// Tensors the search for loops opened by a producer not placed yet looks at, at most.
