@@ -135,8 +135,11 @@ async fn finished_jobs_leave_the_stream_after_a_nats_kill() {
         let comments: Vec<String> = (0..300)
             .map(|i| format!("// round {round} job {i}\n// fake-delay-ms: 5"))
             .collect();
-        let submitting =
-            futures_util::future::join_all(comments.iter().map(|m| post_run(&c, &fe, run_body(m))));
+        // 32 at a time: within the front-end's connection cap on a loaded machine.
+        let posts = comments.iter().map(|m| post_run(&c, &fe, run_body(m)));
+        let submitting = futures_util::StreamExt::collect::<Vec<_>>(
+            futures_util::StreamExt::buffer_unordered(futures_util::stream::iter(posts), 32),
+        );
         let killing = async {
             tokio::time::sleep(Duration::from_millis(700)).await;
             nats.kill();
