@@ -18,16 +18,19 @@
 //! [`Compilation`]: the CUDA, the launch plan, the dump after every pass, the CUDA line map, the
 //! kernel IR after the last pass and the pipeline plan and view. [`compile_choosing_index`]
 //! lowers once and lets the caller pick the index type from the plan (the runner's 32-bit
-//! index when every tensor has fewer than 2^31 elements).
+//! index when every tensor has fewer than 2^31 elements). A compile inside a [`Cancel::scope`]
+//! stops at the next schedule statement or pass once the scope's flag is set.
 //!
 //! Every walk over user-shaped structure is bounded or iterative, so any program within the
 //! service's 64 KiB limit lowers (or is rejected with a located error) quickly on a 2 MiB
 //! stack: [`frontend::parser::MAX_EXPR_OPS`] operations per statement,
 //! [`fusion::build::MAX_FUSION_OPS`] per fusion, `fusion::transform::MAX_LOOP_AXES` loop axes
-//! per tensor and `fusion::transform::MAX_DERIVATION_SIZE` split/merge steps per axis.
+//! per tensor, `fusion::transform::MAX_DERIVATION_SIZE` split/merge steps per axis and
+//! `fusion::transform::MAX_PROPAGATE_WORK` axis replays by a schedule's propagates.
 //! `tests/src/lib.rs` generates the 64 KiB shapes, `tests/examples/fuzz.rs` is the long fuzz.
 
 pub mod auto;
+pub mod cancel;
 pub mod codegen;
 pub mod cuda;
 pub mod diag;
@@ -46,6 +49,7 @@ pub(crate) mod text;
 pub mod torch;
 pub mod verify;
 
+pub use cancel::Cancel;
 pub use diag::{Diagnostic, Diagnostics};
 pub use dtype::DType;
 pub use plan::{IndexType, LaunchPlan};
@@ -168,6 +172,7 @@ pub fn compile_choosing_index(
         plan: pipeline_plan,
         kernel,
     } = lowering;
+    cancel::Cancel::check()?;
     let pipeline = pipeline_view::extract(&kernel, &pipeline_plan);
     let constraints = cx.constraints.clone();
     let (mut cuda, mut plan, mut written) = codegen::emit_mapped(
@@ -222,6 +227,7 @@ fn lower_all<'f>(
     // each dump is printed rather than printing the final kernel once more.
     let mut ir_lines = kir::IrLines::default();
     for pass in passes::PIPELINE {
+        cancel::Cancel::check()?;
         if !lowering.run(pass)? {
             continue;
         }

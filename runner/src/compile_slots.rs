@@ -7,8 +7,10 @@
 //! handler was dropped, or its deadline passed): the permit moves into the blocking task, so an
 //! abandoned compile still counts against the limit and cannot be joined by new ones. The
 //! deadline covers the wait for a slot and the compile; past it the request gets its answer
-//! (an error) at once while the compile, which cannot be interrupted, finishes in the
-//! background. Shutdown does not wait for such compiles (see `serve::main`).
+//! (an error) at once and the compile is cancelled (`hopfuse::Cancel`: the work runs in a
+//! cancellation scope, and every compile in it stops at its next schedule statement or pass),
+//! so its slot is free soon after the deadline rather than when a slow compile would have
+//! finished. A compile whose request went away is cancelled the same way. Shutdown does not wait for compiles (see `serve::main`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,20 +72,34 @@ impl CompileSlots {
             .map_err(|_| Refused::Busy { deadline })?
             .expect("the compile semaphore is never closed");
         let delay = self.test_delay;
+        let cancel = CancelOnDrop(hopfuse::Cancel::default());
+        let flag = cancel.0.clone();
         let task = tokio::task::spawn_blocking(move || {
             // The slot follows the work: released when the compile returns, not when the
             // request goes away.
             let _permit = permit;
-            if !delay.is_zero() {
-                std::thread::sleep(delay);
+            // The test delay stands for a slow compile, which stops when cancelled.
+            let delay_until = std::time::Instant::now() + delay;
+            while std::time::Instant::now() < delay_until && !flag.is_cancelled() {
+                std::thread::sleep(Duration::from_millis(5));
             }
-            work()
+            flag.scope(work)
         });
         match tokio::time::timeout_at(until, task).await {
+            // (`cancel` goes out of scope here, as it does when the request goes away.)
             Err(_) => Err(Refused::Deadline { deadline }),
             Ok(Err(_)) => Err(Refused::Panicked),
             Ok(Ok(value)) => Ok(value),
         }
+    }
+}
+
+/// Cancels the compile when the request stops waiting for it: past the deadline, or dropped.
+struct CancelOnDrop(hopfuse::Cancel);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
     }
 }
 
@@ -165,5 +181,61 @@ mod tests {
         let roomy = CompileSlots::new(1, Duration::from_secs(60), Duration::ZERO);
         let panicked: Result<(), Refused> = roomy.run(|| panic!("a compiler bug")).await;
         assert_eq!(panicked, Err(Refused::Panicked));
+    }
+
+    /// Work that checks for cancellation (as the compiler does between statements and passes)
+    /// stops at the deadline, or when its request goes away, and frees its slot.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_compile_past_its_deadline_or_abandoned_is_cancelled() {
+        let slots = Arc::new(CompileSlots::new(
+            1,
+            Duration::from_millis(200),
+            Duration::ZERO,
+        ));
+        let until_cancelled = || {
+            let start = std::time::Instant::now();
+            while hopfuse::Cancel::check().is_ok() {
+                assert!(start.elapsed() < Duration::from_secs(60), "never cancelled");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            start.elapsed()
+        };
+        let answered = slots.run(until_cancelled).await;
+        assert_eq!(
+            answered,
+            Err(Refused::Deadline {
+                deadline: Duration::from_millis(200)
+            })
+        );
+        let freed = std::time::Instant::now();
+        while slots.running() != 0 {
+            assert!(
+                freed.elapsed() < Duration::from_secs(2),
+                "the slot stays taken"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert_eq!(slots.run(|| 7).await, Ok(7));
+        // The client goes away before the deadline: cancelled at once.
+        let roomy = Arc::new(CompileSlots::new(
+            1,
+            Duration::from_secs(60),
+            Duration::ZERO,
+        ));
+        let s = roomy.clone();
+        let request = tokio::spawn(async move { s.run(until_cancelled).await });
+        while roomy.running() == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        request.abort();
+        let _ = request.await;
+        let gone = std::time::Instant::now();
+        while roomy.running() != 0 {
+            assert!(
+                gone.elapsed() < Duration::from_secs(2),
+                "the slot stays taken"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
 }

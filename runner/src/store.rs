@@ -14,6 +14,14 @@
 //! offset for the count, a running sum of `bytes` only when the total is over) and deletes it
 //! and everything older in batches of [`PRUNE_BATCH`]. Between passes the history may hold up
 //! to `prune_every` runs past its count. The oldest runs go first.
+//!
+//! A finished run never waits on an unreachable database for long: its write gets
+//! [`RUN_WRITE_TIMEOUT`], and a run that cannot be written then (or while earlier ones wait)
+//! joins a backlog in memory, in order, which a background task writes once the database
+//! answers again (trying every [`BACKLOG_RETRY`]). The backlog holds at most
+//! [`BACKLOG_RUNS`] runs by default; past that the oldest waiting run is dropped with a warning,
+//! and runs still waiting when the service exits are lost (it says how many). A run the
+//! database refuses (its data, not its connection) is dropped with a warning too.
 
 use sha2::{Digest, Sha256};
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -27,6 +35,7 @@ pub struct Store {
     pool: AnyPool,
     retention: Retention,
     pruning: std::sync::Arc<Pruning>,
+    backlog: std::sync::Arc<Backlog>,
     link_quota: LinkQuota,
     /// The bytes of all links as last summed, and when ([`Store::link_bytes`]).
     link_total: std::sync::Arc<std::sync::Mutex<Option<(u64, std::time::Instant)>>>,
@@ -72,6 +81,97 @@ struct Pruning {
     wake: tokio::sync::Notify,
     /// Passes the task has finished (tests wait on it).
     passes: std::sync::atomic::AtomicU64,
+}
+
+/// Runs waiting in memory for the database by default ([`Store::with_backlog_limit`]): about
+/// 10 KB each, so at most about 100 MB.
+pub const BACKLOG_RUNS: usize = 10_000;
+
+/// How long a finished run's write may wait for the database before the run joins the backlog
+/// (how late a job's `done` can be while the database is away).
+pub const RUN_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often the backlog's writer tries an unreachable database again.
+pub const BACKLOG_RETRY: Duration = Duration::from_secs(1);
+
+/// A finished run not yet written.
+#[derive(Clone)]
+struct PendingRun {
+    id: String,
+    created_us: i64,
+    status: String,
+    client: String,
+    request: serde_json::Value,
+    result: serde_json::Value,
+}
+
+/// Finished runs waiting for the database, oldest first, shared by a store's clones.
+struct Backlog {
+    runs: std::sync::Mutex<std::collections::VecDeque<PendingRun>>,
+    limit: std::sync::atomic::AtomicUsize,
+    dropped: std::sync::atomic::AtomicU64,
+    wake: tokio::sync::Notify,
+}
+
+/// The backlog's numbers (`GET /api/health`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BacklogStats {
+    /// Runs waiting for the database now.
+    pub waiting: usize,
+    /// Runs dropped since the start: over the limit, or refused by the database.
+    pub dropped: u64,
+    pub limit: usize,
+}
+
+impl Backlog {
+    fn new(limit: usize) -> Backlog {
+        Backlog {
+            runs: Default::default(),
+            limit: limit.into(),
+            dropped: Default::default(),
+            wake: Default::default(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.runs.lock().expect("backlog lock").is_empty()
+    }
+
+    /// Adds `run` last, dropping the oldest waiting run when the backlog is full.
+    fn push(&self, run: PendingRun) {
+        use std::sync::atomic::Ordering;
+        let limit = self.limit.load(Ordering::Relaxed).max(1);
+        let mut runs = self.runs.lock().expect("backlog lock");
+        while runs.len() >= limit {
+            let Some(old) = runs.pop_front() else { break };
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                run = %old.id,
+                "the database is unreachable and {limit} finished runs wait for it already: \
+                 the oldest is dropped from the run history"
+            );
+        }
+        runs.push_back(run);
+        drop(runs);
+        self.wake.notify_one();
+    }
+}
+
+/// Whether a failed write may succeed later: the database was unreachable or busy, not
+/// refusing the data (SQLSTATE classes 22 data, 23 constraint, 42 syntax or access).
+fn retryable(e: &Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => !db
+            .code()
+            .is_some_and(|c| ["22", "23", "42"].iter().any(|class| c.starts_with(class))),
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
 }
 
 /// Runs deleted by one statement of a pruning pass: short transactions, so inserts (SQLite has
@@ -220,6 +320,9 @@ impl Store {
         let pool = AnyPoolOptions::new()
             // SQLite has one writer; more connections only contend for its lock.
             .max_connections(if sqlite { 1 } else { 8 })
+            // A request that reads the history while the database is away answers in seconds,
+            // not after sqlx's default of 30.
+            .acquire_timeout(Duration::from_secs(5))
             .connect(&url)
             .await?;
         migrator()
@@ -230,6 +333,7 @@ impl Store {
             pool,
             retention,
             pruning: Default::default(),
+            backlog: std::sync::Arc::new(Backlog::new(BACKLOG_RUNS)),
             link_quota: LinkQuota::default(),
             link_total: Default::default(),
         };
@@ -250,7 +354,73 @@ impl Store {
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
         });
+        let writer = store.clone();
+        tokio::spawn(async move { writer.write_backlog().await });
         Ok(store)
+    }
+
+    /// The store with a backlog of at most `runs` runs (else [`BACKLOG_RUNS`]).
+    pub fn with_backlog_limit(self, runs: usize) -> Store {
+        (self.backlog.limit).store(runs.max(1), std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
+    /// The runs waiting for the database, and those dropped.
+    pub fn backlog(&self) -> BacklogStats {
+        BacklogStats {
+            waiting: self.backlog.runs.lock().expect("backlog lock").len(),
+            dropped: (self.backlog.dropped).load(std::sync::atomic::Ordering::Relaxed),
+            limit: (self.backlog.limit).load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    /// The backlog's writer: whenever runs wait, writes them oldest first; while the database
+    /// is unreachable, tries again every [`BACKLOG_RETRY`]. Ends when the pool is closed.
+    async fn write_backlog(&self) {
+        loop {
+            if self.backlog.is_empty() {
+                self.backlog.wake.notified().await;
+            }
+            if self.pool.is_closed() {
+                return;
+            }
+            loop {
+                // Written from a copy: the lock is not held across the write.
+                let front = self
+                    .backlog
+                    .runs
+                    .lock()
+                    .expect("backlog lock")
+                    .front()
+                    .cloned();
+                let Some(written) = front else { break };
+                let outcome = tokio::time::timeout(RUN_WRITE_TIMEOUT, self.write(&written)).await;
+                match outcome {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) if !retryable(&e) => {
+                        self.backlog
+                            .dropped
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tracing::warn!(run = %written.id, "the database refused a waiting run, which is dropped: {e}");
+                    }
+                    _ => {
+                        if self.pool.is_closed() {
+                            return;
+                        }
+                        tokio::time::sleep(BACKLOG_RETRY).await;
+                        continue;
+                    }
+                }
+                let mut runs = self.backlog.runs.lock().expect("backlog lock");
+                // Unless the backlog dropped it meanwhile (it was full).
+                if runs.front().is_some_and(|r| r.id == written.id) {
+                    runs.pop_front();
+                }
+                if runs.is_empty() {
+                    tracing::info!("the runs that waited for the database are stored");
+                }
+            }
+        }
     }
 
     /// The store with this link quota.
@@ -376,7 +546,9 @@ impl Store {
 
     /// Adds a finished job to the run history (a job id is stored once); every
     /// [`Retention::prune_every`] inserts wake the background pruning (the caller does not wait
-    /// for it).
+    /// for it). Waits at most [`RUN_WRITE_TIMEOUT`] for the database: a run it cannot write then,
+    /// or while earlier runs wait, joins the backlog (the module's doc) and is `Ok` too. An
+    /// error is the database refusing the run.
     pub async fn put_run(
         &self,
         id: &str,
@@ -385,8 +557,44 @@ impl Store {
         request: &serde_json::Value,
         result: &serde_json::Value,
     ) -> Result<(), Error> {
-        self.insert_run(id, now_us(), status, client, request, result)
-            .await?;
+        let run = PendingRun {
+            id: id.to_string(),
+            created_us: now_us(),
+            status: status.to_string(),
+            client: client.to_string(),
+            request: request.clone(),
+            result: result.clone(),
+        };
+        // After runs that wait: the history stays in order, and the database is away anyway.
+        if self.backlog.is_empty() {
+            match tokio::time::timeout(RUN_WRITE_TIMEOUT, self.write(&run)).await {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) if !retryable(&e) => return Err(e),
+                Ok(Err(e)) => {
+                    tracing::warn!(run = %id, "cannot reach the database ({e}): the run waits in memory")
+                }
+                Err(_) => tracing::warn!(
+                    run = %id,
+                    "the database did not answer in {} s: the run waits in memory",
+                    RUN_WRITE_TIMEOUT.as_secs()
+                ),
+            }
+        }
+        self.backlog.push(run);
+        Ok(())
+    }
+
+    /// Inserts `run` and counts it towards the next pruning pass.
+    async fn write(&self, run: &PendingRun) -> Result<(), Error> {
+        self.insert_run(
+            &run.id,
+            run.created_us,
+            &run.status,
+            &run.client,
+            &run.request,
+            &run.result,
+        )
+        .await?;
         use std::sync::atomic::Ordering;
         let inserted = self.pruning.inserted.fetch_add(1, Ordering::SeqCst) + 1;
         if inserted >= self.retention.prune_every() {
@@ -551,7 +759,15 @@ impl Store {
     }
 
     pub async fn close(&self) {
+        let waiting = self.backlog().waiting;
+        if waiting > 0 {
+            tracing::warn!(
+                "{waiting} finished runs still wait for the database and are not stored"
+            );
+        }
         self.pool.close().await;
+        // The backlog's writer sees the closed pool when woken.
+        self.backlog.wake.notify_one();
     }
 }
 
@@ -824,6 +1040,94 @@ mod tests {
         kept_within_the_count(&url).await;
         clear_runs(&url).await;
         kept_within_the_bytes_and_the_age(&url).await;
+    }
+
+    /// A PostgreSQL outage, on a cluster of this test's own (port 54339, made and started by
+    /// scripts/setup-distributed.sh, stopped and started again here): runs finished while it
+    /// is down each return within the write timeout and wait in memory, the oldest is dropped
+    /// past the backlog's limit (and counted), and the others are stored once it is back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_finished_during_a_postgres_outage_are_stored_after_it() {
+        if crate::not_run::postgres_url("the run backlog across a PostgreSQL outage").is_none() {
+            return;
+        }
+        let setup = |stop: bool| {
+            let script =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/setup-distributed.sh");
+            let mut cmd = std::process::Command::new("bash");
+            cmd.arg(script).env("HOPFUSE_TEST_PG_PORT", "54339");
+            if stop {
+                cmd.arg("stop");
+            }
+            let out = cmd.output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let exports = setup(false);
+        let url = exports
+            .lines()
+            .find_map(|l| l.strip_prefix("export HOPFUSE_TEST_POSTGRES_URL="))
+            .unwrap()
+            .to_string();
+        clear_runs(&url).await;
+        let store = Store::open(&url, Retention::UNBOUNDED)
+            .await
+            .unwrap()
+            .with_backlog_limit(3);
+        let put = |id: &'static str| {
+            let store = store.clone();
+            async move {
+                let start = std::time::Instant::now();
+                store
+                    .put_run(id, "passed", "c", &json!({"id": id}), &json!({"ok": true}))
+                    .await
+                    .unwrap();
+                start.elapsed()
+            }
+        };
+        put("before").await;
+        setup(true);
+        for id in ["during-0", "during-1", "during-2", "during-3"] {
+            let took = put(id).await;
+            assert!(
+                took < RUN_WRITE_TIMEOUT + Duration::from_secs(1),
+                "{id}: {took:?}"
+            );
+        }
+        assert_eq!(
+            store.backlog(),
+            BacklogStats {
+                waiting: 3,
+                dropped: 1,
+                limit: 3
+            }
+        );
+        // Down for longer than sqlx's 30 s default acquire timeout would have waited per run.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        setup(false);
+        let start = std::time::Instant::now();
+        while store.backlog().waiting > 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{:?}",
+                store.backlog()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for id in ["before", "during-1", "during-2", "during-3"] {
+            let run = store.get_run(id).await.unwrap();
+            assert_eq!(run.map(|r| r.request), Some(json!({"id": id})), "{id}");
+        }
+        assert!(
+            store.get_run("during-0").await.unwrap().is_none(),
+            "dropped"
+        );
+        assert_eq!(store.backlog().dropped, 1);
+        store.close().await;
     }
 
     async fn round_trip(db: &str, job: &str) {

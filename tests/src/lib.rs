@@ -209,6 +209,43 @@ pub mod stress {
         )
     }
 
+    /// A 3,000-statement chain whose output is split to the loop-axis limit (24 axes), then
+    /// propagated once and inlined: every tensor gets 24 loops.
+    pub fn split_chain() -> String {
+        split_chain_then(3000, 23, |y| {
+            [format!("  propagate({y})"), "  inline_most()".to_string()].into_iter()
+        })
+    }
+
+    /// Issue 39's slow shape: [`split_chain`]'s splits, then `propagate(y)` again and again, as
+    /// many times as fit (each one replays 23 splits on every tensor of the chain).
+    pub fn repeated_propagate() -> String {
+        split_chain_then(3000, 23, |y| {
+            let y = y.to_string();
+            (0..).map(move |_| format!("  propagate({y})"))
+        })
+    }
+
+    /// A chain of `n` statements whose output `y` is split `splits` times (23: to the loop-axis
+    /// limit, `fusion::transform::MAX_LOOP_AXES`), then the schedule statements `then(y)` as
+    /// many as fit.
+    pub fn split_chain_then<I: Iterator<Item = String>>(
+        n: usize,
+        splits: usize,
+        then: impl FnOnce(&str) -> I,
+    ) -> String {
+        let mut head = String::from("fusion chain {\n  input x: f32[N]\n  t0 = x + 1.0\n");
+        for i in 1..n {
+            head.push_str(&format!("  t{i} = t{} + x\n", i - 1));
+        }
+        let y = format!("t{}", n - 1);
+        head.push_str(&format!("  output {y}\n}}\nschedule {{\n"));
+        for _ in 0..splits {
+            head.push_str(&format!("  {y}.split(0, 2)\n"));
+        }
+        fits(then(&y), &head, |_| "}\n".to_string())
+    }
+
     /// Parentheses and calls nested to the parser's depth limit, repeated.
     pub fn deep_nesting() -> String {
         let nested = |d: usize| format!("{}x{}", "exp(".repeat(d), ")".repeat(d));
@@ -236,6 +273,8 @@ pub mod stress {
             ("long schedule", long_schedule()),
             ("deep derivation", deep_derivation()),
             ("deep nesting", deep_nesting()),
+            ("split chain", split_chain()),
+            ("repeated propagate", repeated_propagate()),
         ]
     }
 }

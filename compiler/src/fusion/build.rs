@@ -34,6 +34,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             class_extent_member: Default::default(),
             cluster: None,
             persistent: None,
+            propagate_work: 0,
         },
         names: HashMap::new(),
         taken: HashSet::new(),

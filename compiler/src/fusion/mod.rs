@@ -450,6 +450,9 @@ pub struct Fusion {
     pub cluster: Option<Cluster>,
     /// A persistent grid walking the tiles in a grouped raster (`persistent(BIDy, 8)`).
     pub persistent: Option<Persistent>,
+    /// Axis replays the schedule's `propagate`s have done so far (at most
+    /// [`transform::MAX_PROPAGATE_WORK`]).
+    pub(crate) propagate_work: usize,
 }
 
 /// A persistent kernel: the grid-bound axes span a space of tiles, and a grid of as many CTAs

@@ -78,6 +78,18 @@ pub(crate) fn replay(
     reference: TensorId,
     target: TensorId,
 ) -> Vec<(IterId, IterId)> {
+    let needed = f.axes_between(reference);
+    replay_along(f, reference, &needed, target)
+}
+
+/// [`replay`] given `needed`, `reference`'s axes between its root and loop domain in creation
+/// order ([`Fusion::axes_between`]): one walk of the reference for a replay on every tensor.
+pub(crate) fn replay_along(
+    f: &mut Fusion,
+    reference: TensorId,
+    needed: &[IterId],
+    target: TensorId,
+) -> Vec<(IterId, IterId)> {
     let mut map: HashMap<IterId, IterId> = HashMap::default();
     let target_root = f.tensors[target].root.clone();
     for &r in &f.tensors[reference].root.clone() {
@@ -86,9 +98,7 @@ pub(crate) fn replay(
             map.insert(r, u);
         }
     }
-    // Axes between reference's root and loop domain, in creation order.
-    let needed = f.axes_between(reference);
-    for &id in &needed {
+    for &id in needed {
         match f.ids[id].origin.clone() {
             IterOrigin::Root => {}
             IterOrigin::Split {
@@ -250,6 +260,13 @@ pub const MAX_LOOP_AXES: usize = 24;
 /// merge of the two parts of one split reaches that split twice): walks over an axis's
 /// derivation (loop keys, extents, indices) recurse along every such path.
 pub const MAX_DERIVATION_SIZE: usize = 256;
+
+/// Most axis replays the `propagate`s of one schedule may do together. A propagate replays the
+/// reference's derivation (its axes from root to loop domain) on every computed tensor, so it
+/// costs tensors x axes; a 64 KiB schedule repeating one over a 3,000-statement chain split 23
+/// times took 80 s (issue 39). This allows a dozen propagates of the largest such derivation
+/// over the largest such chain (about 0.3 s), hundreds over fusions of realistic size.
+pub const MAX_PROPAGATE_WORK: usize = 2_000_000;
 
 /// How many split and merge steps the walks from `id` to its roots take, counted along every
 /// path (saturating), computed once per ancestor in creation order (parents come first).

@@ -126,6 +126,24 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let consumer = super::ensure_consumer(&stream, &args.nats.arch, args.ack_wait()).await?;
     let results = super::results_bucket(&js).await?;
     let agents = super::agents_bucket(&js).await?;
+    {
+        let (stream, consumer) = (stream.clone(), consumer.clone());
+        let arch = args.nats.arch.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(super::SWEEP_EVERY).await;
+                match super::sweep_acknowledged(&stream, &consumer, &arch).await {
+                    Ok(0) => {}
+                    Ok(n) => warn!(
+                        "removed {n} acknowledged job messages the stream still held (NATS lost \
+                         their removal, as a killed nats-server does)"
+                    ),
+                    // NATS is away: the next sweep tries again.
+                    Err(e) => info!("cannot sweep the job stream: {e}"),
+                }
+            }
+        });
+    }
 
     let worker_exe = match &args.worker_exe {
         Some(p) => p.clone(),

@@ -57,6 +57,10 @@ const DEFAULT_STREAM_CAP: i64 = 10_000;
 /// Publishes a front-end retries within JetStream's duplicate window are one job.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
+/// How often an agent looks for acknowledged job messages the stream still holds
+/// ([`sweep_acknowledged`]).
+pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
 /// Checks an architecture name: one subject token.
 pub fn check_arch(arch: &str) -> anyhow::Result<()> {
     if arch.is_empty()
@@ -195,6 +199,34 @@ pub async fn ensure_consumer(
         );
     }
     Ok(consumer)
+}
+
+/// Deletes the job messages of `arch` that the stream still holds at or below its consumer's
+/// ack floor (every message there was acknowledged); returns how many. A work-queue stream
+/// removes a message when it is acknowledged, but a nats-server killed (SIGKILL) before its
+/// file store wrote those removals brings the messages back while the consumer keeps the
+/// acknowledgements: they are never delivered again and stay, counting against `--queue-cap`
+/// and the health's depth for good (issue 39). Deleting one twice (two agents sweeping) is
+/// harmless.
+pub async fn sweep_acknowledged(
+    stream: &stream::Stream,
+    consumer: &consumer::PullConsumer,
+    arch: &str,
+) -> anyhow::Result<u64> {
+    let floor = consumer.get_info().await?.ack_floor.stream_sequence;
+    let first = stream.get_info().await?.state.first_sequence;
+    let subject = jobs_subject(arch);
+    let mut deleted = 0;
+    for seq in first.max(1)..=floor {
+        // Missing (removed as it should be) or another architecture's: left alone.
+        let Ok(message) = stream.get_raw_message(seq).await else {
+            continue;
+        };
+        if message.subject.as_str() == subject && stream.delete_message(seq).await.is_ok() {
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
 }
 
 /// The results bucket (created when missing).

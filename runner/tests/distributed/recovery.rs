@@ -1,6 +1,7 @@
 //! What survives a failure: an agent killed mid-job (the job ends on another), a NATS restart
-//! (no queued job lost), a result stored before the ack (not run again), and a job delivered
-//! past its attempts (ends crashed, unrun).
+//! (no queued job lost), a nats-server SIGKILL (finished jobs do not stay in the stream), a
+//! result stored before the ack (not run again), and a job delivered past its attempts (ends
+//! crashed, unrun).
 
 use crate::support::*;
 use serde_json::{json, Value};
@@ -111,6 +112,52 @@ async fn jobs_queued_across_a_nats_restart_are_not_lost() {
     pool.close().await;
     assert_eq!(runs, 20);
     clean_up(&pg, "restart", &dir).await;
+}
+
+/// Jobs that finished around a nats-server SIGKILL do not stay in the job stream: the killed
+/// server's store brings back messages the agents had acknowledged (nats-server 2.9), which
+/// the agents sweep. Twice, nats-server is killed in the middle of a burst of 300 submissions
+/// and started again; every accepted job ends, and the stream's depth is back to 0 within two
+/// sweeps (without the sweep it stayed above 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_jobs_leave_the_stream_after_a_nats_kill() {
+    let Some((nats_exe, pg)) = servers("the distributed mode: a nats-server SIGKILL") else {
+        return;
+    };
+    let dir = temp_dir("nats-kill");
+    let mut nats = Nats::start(nats_exe, &dir);
+    let db = database(&pg, "nats_kill").await;
+    let fe = FrontEnd::start(&dir, "fe", &nats.url(), &db, &["--queue-cap", "1000"]);
+    let _agent = agent_with(&dir, "steady", &nats.url(), "2", &["--gpus", "4"]);
+    let c = client();
+    let mut accepted = 0;
+    for round in 0..2 {
+        let comments: Vec<String> = (0..300)
+            .map(|i| format!("// round {round} job {i}\n// fake-delay-ms: 5"))
+            .collect();
+        // 32 at a time: within the front-end's connection cap on a loaded machine.
+        let posts = comments.iter().map(|m| post_run(&c, &fe, run_body(m)));
+        let submitting = futures_util::StreamExt::collect::<Vec<_>>(
+            futures_util::StreamExt::buffer_unordered(futures_util::stream::iter(posts), 32),
+        );
+        let killing = async {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            nats.kill();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            nats.restart();
+        };
+        let (answers, ()) = tokio::join!(submitting, killing);
+        accepted += answers.iter().filter(|a| a.0 == 202).count() as u64;
+        let h = health_until(&c, &fe, Duration::from_secs(60), |d| {
+            total(d, "completed") >= accepted
+        })
+        .await;
+        assert!(total(&h, "completed") >= accepted, "round {round}: {h}");
+        let wait = 2 * hopfuse_runner::distributed::SWEEP_EVERY + Duration::from_secs(5);
+        let h = health_until(&c, &fe, wait, |d| d["depth"] == json!(0)).await;
+        assert_eq!(h["depth"], json!(0), "round {round}: {h}");
+    }
+    clean_up(&pg, "nats_kill", &dir).await;
 }
 
 /// A job message whose job already has a result (its agent stored the result and died before

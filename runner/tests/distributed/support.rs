@@ -144,6 +144,13 @@ impl Nats {
         }
     }
 
+    /// Kills it (SIGKILL): what it had not written to its store is lost.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.kill();
+        }
+    }
+
     /// Stops it the way a service manager does (SIGTERM).
     pub(crate) fn stop(&mut self) {
         if let Some(mut p) = self.proc.take() {

@@ -170,10 +170,26 @@ pub(super) fn propagate(f: &mut Fusion, a: &Args) -> SResult<()> {
             Some(sp),
         );
     }
-    for t in f.tensor_ids() {
-        if t != reference && !f.tensors[t].is_input {
-            replay(f, reference, t);
-        }
+    let targets: Vec<TensorId> = (f.tensor_ids())
+        .filter(|&t| t != reference && !f.tensors[t].is_input)
+        .collect();
+    let needed = f.axes_between(reference);
+    let axes = needed.len();
+    let work = targets.len() * axes;
+    let limit = crate::fusion::transform::MAX_PROPAGATE_WORK;
+    if f.propagate_work + work > limit {
+        return a.err(
+            format!(
+                "the schedule's propagates would replay more than {limit} axes in all (this one replays the {axes} axes of `{n}` on {} tensors, after {} replayed by the propagates before it); propagate once, after the transforms it should copy",
+                targets.len(),
+                f.propagate_work
+            ),
+            None,
+        );
+    }
+    f.propagate_work += work;
+    for t in targets {
+        crate::fusion::transform::replay_along(f, reference, &needed, t);
     }
     Ok(())
 }

@@ -48,10 +48,17 @@ pub fn apply(f: &mut Fusion, stmts: &[SchedStmt]) -> SResult<()> {
 /// later statement that names a tensor a failed statement named (its errors would only follow
 /// from the first one). Axes made by a statement remember it ([`IterDomain::stmt`]), so an error
 /// found later, in a pass, can point at the statement that made the axis.
+///
+/// Inside a [`crate::Cancel::scope`] whose flag is set, stops before the next statement
+/// ([`crate::Cancel::error`] then ends the list).
 pub fn apply_all(f: &mut Fusion, stmts: &[SchedStmt]) -> Vec<Diagnostic> {
     let mut errors = Vec::new();
     let mut failed: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for st in stmts {
+        if let Err(stopped) = crate::Cancel::check() {
+            errors.push(stopped);
+            break;
+        }
         let (loc, names) = stmt_names(st);
         if names.iter().any(|n| failed.contains(n)) {
             continue;

@@ -1,0 +1,117 @@
+//! A compile's time is bounded: random schedules over large fusions, within the service's
+//! 64 KiB program limit, lower (or are rejected with a located error) within a bound, and a
+//! compile in a cancelled `hopfuse::Cancel` scope stops at its next statement or pass.
+
+use proptest::prelude::*;
+use std::time::{Duration, Instant};
+
+/// The bound on one compile of a random program: the service's default compile deadline is
+/// 10 s; debug builds (the test suite's) lower about ten times slower than release.
+fn bound() -> Duration {
+    Duration::from_secs(if cfg!(debug_assertions) { 20 } else { 2 })
+}
+
+/// One schedule statement on `t{k}` of a chain of `n` (the output is `t{n-1}`).
+fn statement(n: usize, (kind, k, factor): (usize, usize, i64)) -> String {
+    let t = format!("t{}", k % n);
+    match kind {
+        0 => format!("  propagate({t})"),
+        1 => format!("  {t}.split(0, {factor})"),
+        2 => format!("  {t}.merge(0)"),
+        3 => format!("  {t}.parallelize(0, BIDx)"),
+        4 => format!("  {t}.parallelize(1, TIDx)"),
+        5 => format!("  {t}.set_memory(local)"),
+        6 => "  inline_most()".to_string(),
+        _ => format!("  {t}.reorder(0, 1)"),
+    }
+}
+
+/// A chain of `n` statements whose output is split `splits` times, then `stmts` repeated
+/// (cycled) as many times as fit in 64 KiB.
+fn program(n: usize, splits: usize, stmts: &[(usize, usize, i64)]) -> String {
+    let cycle: Vec<String> = stmts.iter().map(|&s| statement(n, s)).collect();
+    hopfuse_tests::stress::split_chain_then(n, splits, move |_| cycle.into_iter().cycle())
+}
+
+proptest! {
+    // Few cases: each is a 64 KiB program (the suite's time), from a fixed seed (a gate must
+    // not fail by chance).
+    #![proptest_config(ProptestConfig {
+        cases: 6,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(39),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn random_programs_within_the_limit_lower_within_the_bound(
+        n in 2usize..1500,
+        splits in 0usize..24,
+        stmts in proptest::collection::vec((0usize..8, 0usize..3000, 1i64..5), 1..6),
+    ) {
+        let src = program(n, splits, &stmts);
+        prop_assert!(src.len() <= hopfuse_tests::stress::PROGRAM_LIMIT);
+        let start = Instant::now();
+        let outcome = hopfuse::compile(&src, &Default::default());
+        let took = start.elapsed();
+        prop_assert!(took < bound(), "{took:?} for {} bytes: {stmts:?}", src.len());
+        if let Err(d) = outcome {
+            prop_assert!(d.0.iter().all(|d| d.span.is_some()), "{}", d.render(&src, "p.hf"));
+        }
+    }
+}
+
+/// Issue 39's program (a split chain propagated about 2,450 times; 80 s before) is rejected at
+/// the propagates' limit, quickly.
+#[test]
+fn repeated_propagate_is_rejected_quickly() {
+    let src = hopfuse_tests::stress::repeated_propagate();
+    let start = Instant::now();
+    let e = hopfuse_tests::error(&src);
+    assert!(start.elapsed() < bound(), "{:?}", start.elapsed());
+    assert!(
+        e.contains("propagates would replay more than 2000000 axes in all"),
+        "{e}"
+    );
+}
+
+/// A compile whose scope is cancelled mid-way returns the cancellation error soon after, and
+/// one whose flag was set before it started does no work at all.
+#[test]
+fn a_cancelled_compile_stops() {
+    let src = hopfuse_tests::stress::split_chain();
+    let flag = hopfuse::Cancel::default();
+    let scoped = flag.clone();
+    let compile = std::thread::spawn(move || {
+        scoped.scope(|| {
+            let start = Instant::now();
+            (
+                hopfuse::compile(&src, &Default::default()).map(|_| ()),
+                start.elapsed(),
+            )
+        })
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let cancelled_at = Instant::now();
+    flag.cancel();
+    let (outcome, took) = compile.join().unwrap();
+    let after = cancelled_at.elapsed();
+    match outcome {
+        Err(d) => assert!(
+            d.0[0].message.starts_with(hopfuse::cancel::CANCELLED),
+            "{}",
+            d.0[0].message
+        ),
+        // Only a machine that lowers this program in 100 ms may finish first.
+        Ok(()) => assert!(took < Duration::from_millis(150), "{took:?}"),
+    }
+    assert!(after < bound(), "{after:?} after the cancel");
+    let start = Instant::now();
+    let again =
+        flag.scope(|| hopfuse::compile(&hopfuse_tests::stress::split_chain(), &Default::default()));
+    assert!(again.is_err());
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+}
