@@ -122,7 +122,9 @@ const CUDA_NAMES: &[&str] = &[
     "int2",
     "int4",
     "half",
+    "half2",
     "nv_bfloat16",
+    "nv_bfloat162",
     "CUtensorMap",
     "min",
     "max",
@@ -186,6 +188,8 @@ const CUDA_NAMES: &[&str] = &[
     "truncf",
     "isnan",
     "isinf",
+    "signbit",
+    "llabs",
     "make_float4",
     // Macros of the math headers the kernel includes: the preprocessor would replace the name.
     "INFINITY",

@@ -157,13 +157,37 @@ pub fn evaluate_with(
         let mut read: Vec<&Operand> = expr.inputs.iter().collect();
         let result: Vec<f64> = match &expr.op {
             Op::Set | Op::Broadcast { .. } => map(executor, &operand(&expr.inputs[0])?.0, |x| x),
+            // Views: each output element reads the input through strides (0 along an expanded
+            // broadcast axis, the input's own permuted for a permute).
+            Op::Permute { dims } => {
+                let (v, s) = operand(&expr.inputs[0])?;
+                let input = strides_in(&s, s.len());
+                let strides: Vec<usize> = dims.iter().map(|&d| input[d]).collect();
+                let mut out = vec![0.0; n];
+                view(executor, &out_shape, &v, &strides, &mut out);
+                out
+            }
+            Op::Expand { .. } => {
+                let (v, s) = operand(&expr.inputs[0])?;
+                let mut out = vec![0.0; n];
+                view(executor, &out_shape, &v, &strides_in(&s, s.len()), &mut out);
+                out
+            }
             Op::Cast(d) => {
+                let from = match expr.inputs[0] {
+                    Operand::Tensor(t) => fusion.tensors[t].dtype,
+                    Operand::Scalar(_) | Operand::Count(_) => crate::DType::F64,
+                };
                 let d = *d;
-                map(executor, &operand(&expr.inputs[0])?.0, move |x| d.round(x))
+                map(executor, &operand(&expr.inputs[0])?.0, move |x| {
+                    d.convert_from(from, x)
+                })
             }
             Op::Unary(u) => {
                 let u = *u;
-                map(executor, &operand(&expr.inputs[0])?.0, move |x| u.eval(x))
+                map(executor, &operand(&expr.inputs[0])?.0, move |x| {
+                    out_dtype.arithmetic_result(u.eval(x))
+                })
             }
             Op::Binary(b) => {
                 let compute = fusion.compute_type(e);
@@ -177,7 +201,7 @@ pub fn evaluate_with(
                     (&va, &strides_in(&sa, rank)),
                     (&vb, &strides_in(&sb, rank)),
                     *b,
-                    out_dtype == crate::DType::I32,
+                    out_dtype,
                     &mut out,
                 );
                 out
@@ -189,7 +213,7 @@ pub fn evaluate_with(
                 let (vc, sc) = computed(&expr.inputs[2], compute)?;
                 let rank = out_shape.len();
                 let mut out = vec![0.0; n];
-                let (t, round_i32) = (*t, out_dtype == crate::DType::I32);
+                let t = *t;
                 ternary(
                     executor,
                     &out_shape,
@@ -198,14 +222,7 @@ pub fn evaluate_with(
                         (&vb, &strides_in(&sb, rank)),
                         (&vc, &strides_in(&sc, rank)),
                     ],
-                    move |x, y, z| {
-                        let r = t.eval(x, y, z);
-                        if round_i32 {
-                            crate::DType::I32.round(r)
-                        } else {
-                            r
-                        }
-                    },
+                    move |x, y, z| out_dtype.arithmetic_result(t.eval(x, y, z)),
                     &mut out,
                 );
                 out
@@ -234,7 +251,7 @@ pub fn evaluate_with(
                                 &vb,
                                 strides_in(&sb, ps.len()),
                                 b,
-                                fusion.tensors[product].dtype == crate::DType::I32,
+                                fusion.tensors[product].dtype,
                             )),
                         };
                         reduce(executor, &ps, &reduced, &source, op.combine(), &mut out);
@@ -410,24 +427,22 @@ fn binary(
     a: (&[f64], &[usize]),
     b: (&[f64], &[usize]),
     op: BinaryOp,
-    round_i32: bool,
+    out_dtype: crate::DType,
     out: &mut [f64],
 ) {
-    let round = move |r: f64| {
-        if round_i32 {
-            crate::DType::I32.round(r)
-        } else {
-            r
-        }
-    };
     with_op!(op, |f| binary_with(
         executor,
         shape,
         a,
         b,
-        move |x, y| round(f(x, y)),
+        move |x, y| out_dtype.arithmetic_result(f(x, y)),
         out
     ))
+}
+
+/// `out[i] = v[offset of i by strides]` over `shape`.
+fn view(executor: &dyn Executor, shape: &[usize], v: &[f64], strides: &[usize], out: &mut [f64]) {
+    binary_with(executor, shape, (v, strides), (v, strides), |x, _| x, out)
 }
 
 fn binary_with(
@@ -500,11 +515,11 @@ fn ternary(
 }
 
 /// What a reduction folds: one operand, or a binary op of two (a product fused into its sum),
-/// each with its strides in the iteration shape; with `true`, the op's result is rounded to
-/// i32.
+/// each with its strides in the iteration shape, and the product's dtype (an integer product's
+/// result is held in it, `DType::arithmetic_result`).
 struct Source<'v> {
     a: (&'v [f64], Vec<usize>),
-    b: Option<(&'v [f64], Vec<usize>, BinaryOp, bool)>,
+    b: Option<(&'v [f64], Vec<usize>, BinaryOp, crate::DType)>,
 }
 
 impl Source<'_> {
@@ -540,7 +555,7 @@ fn reduce(
             move |ia, _| va[ia],
             out,
         ),
-        Some((vb, _, BinaryOp::Mul, false)) => with_reduce(
+        Some((vb, _, BinaryOp::Mul, d)) if !d.is_integer() => with_reduce(
             c,
             executor,
             shape,
@@ -549,16 +564,9 @@ fn reduce(
             move |ia, ib| va[ia] * vb[ib],
             out,
         ),
-        Some((vb, _, op, round_i32)) => {
-            let (op, round_i32) = (*op, *round_i32);
-            let value = move |ia: usize, ib: usize| {
-                let r = op.eval(va[ia], vb[ib]);
-                if round_i32 {
-                    crate::DType::I32.round(r)
-                } else {
-                    r
-                }
-            };
+        Some((vb, _, op, d)) => {
+            let (op, d) = (*op, *d);
+            let value = move |ia: usize, ib: usize| d.arithmetic_result(op.eval(va[ia], vb[ib]));
             with_reduce(c, executor, shape, reduced, source, value, out)
         }
     };
@@ -653,7 +661,7 @@ fn reduce_with(
     // A summed product over a contiguous innermost axis: dot products.
     let dot = innermost_reduced
         && sum
-        && matches!(source.b, Some((_, _, BinaryOp::Mul, false)))
+        && matches!(source.b, Some((_, _, BinaryOp::Mul, d)) if !d.is_integer())
         && ra.last() == Some(&1)
         && rb.last() == Some(&1);
     let per_piece = if innermost_reduced {

@@ -77,7 +77,10 @@ impl KernelArgs {
 pub fn scalar_slot(dtype: DType, value: f64) -> u64 {
     match dtype.compute() {
         DType::F64 => value.to_bits(),
+        DType::I64 => value as i64 as u64,
         DType::I32 => value as i32 as u32 as u64,
+        DType::I8 => value as i8 as u8 as u64,
+        DType::U8 => value as u8 as u64,
         DType::Bool => u64::from(value != 0.0),
         _ => (value as f32).to_bits() as u64,
     }
@@ -215,5 +218,10 @@ mod tests {
         assert_eq!(scalar_slot(DType::BF16, 1.0), 1.0f32.to_bits() as u64);
         assert_eq!(scalar_slot(DType::F64, 2.0), 2.0f64.to_bits());
         assert_eq!(scalar_slot(DType::I32, -1.0), 0xffff_ffff);
+        assert_eq!(scalar_slot(DType::I64, -1.0), u64::MAX);
+        assert_eq!(scalar_slot(DType::I8, -1.0), 0xff);
+        assert_eq!(scalar_slot(DType::U8, 200.0), 200);
+        // An 8-bit float scalar is passed as the f32 it computes in.
+        assert_eq!(scalar_slot(DType::F8E4M3, 1.0), 1.0f32.to_bits() as u64);
     }
 }

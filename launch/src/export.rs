@@ -72,30 +72,32 @@ fn role_name(r: TensorRole) -> &'static str {
     }
 }
 
-/// The C++ type a scalar parameter is passed as (what the kernel declares: its compute type).
+/// The C++ type a scalar parameter is passed as: what the kernel declares, its compute type.
 fn scalar_cpp(d: DType) -> &'static str {
-    match d.compute() {
-        DType::F64 => "double",
-        DType::I32 => "int",
-        DType::Bool => "bool",
-        _ => "float",
-    }
+    d.compute().cuda()
 }
 
-/// The ctypes type of a scalar parameter and the Python conversion its value takes first.
+/// The ctypes type of a scalar parameter (its compute type) and the Python conversion its
+/// value takes first.
 fn scalar_ctypes(d: DType) -> (&'static str, &'static str) {
     match d.compute() {
         DType::F64 => ("ctypes.c_double", "float"),
-        DType::I32 => ("ctypes.c_int", "int"),
+        DType::I64 => ("ctypes.c_int64", "int"),
+        DType::I32 => ("ctypes.c_int32", "int"),
+        DType::I8 => ("ctypes.c_int8", "int"),
+        DType::U8 => ("ctypes.c_uint8", "int"),
         DType::Bool => ("ctypes.c_bool", "bool"),
-        _ => ("ctypes.c_float", "float"),
+        // compute() gives f32 for every narrower float.
+        DType::F32 | DType::BF16 | DType::F16 | DType::F8E4M3 | DType::F8E5M2 => {
+            ("ctypes.c_float", "float")
+        }
     }
 }
 
 /// A C++ literal of a scalar value of type `d` (`<cmath>`'s macros where not finite).
 fn scalar_literal(d: DType, v: f64) -> String {
     match d.compute() {
-        DType::I32 => format!("{}", v as i32),
+        DType::I64 | DType::I32 | DType::I8 | DType::U8 => format!("{}", v as i64),
         DType::Bool => (v != 0.0).to_string(),
         _ if v.is_nan() => "NAN".into(),
         _ if v.is_infinite() => format!("{}HUGE_VAL", if v < 0.0 { "-" } else { "" }),
@@ -108,7 +110,7 @@ fn scalar_literal(d: DType, v: f64) -> String {
 /// form (`1e-6`, not the f64 expansion of the rounded value).
 fn python_literal(d: DType, v: f64) -> String {
     match d.compute() {
-        DType::I32 => format!("{}", v as i32),
+        DType::I64 | DType::I32 | DType::I8 | DType::U8 => format!("{}", v as i64),
         DType::Bool => if v != 0.0 { "True" } else { "False" }.into(),
         _ if !v.is_finite() => format!("float({:?})", v.to_string()),
         DType::F64 => format!("{v:?}"),
@@ -550,8 +552,8 @@ fn cpp_main(plan: &LaunchPlan, name: &str, header: &str, tensors: &[TensorArg]) 
     s
 }
 
-/// The torch dtype name of a fusion dtype.
-fn torch_dtype(d: DType) -> &'static str {
+/// The torch dtype of a fusion dtype (`torch.float32`).
+fn torch_dtype(d: DType) -> String {
     hopfuse::torch::torch_dtype(d)
 }
 

@@ -33,7 +33,11 @@ fn data_type(d: DType) -> Result<sys::CUtensorMapDataType, String> {
         DType::BF16 => T::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         DType::F64 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT64,
         DType::I32 => T::CU_TENSOR_MAP_DATA_TYPE_INT32,
-        DType::Bool => T::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        DType::I64 => T::CU_TENSOR_MAP_DATA_TYPE_INT64,
+        // A TMA copy moves bytes: 1-byte types travel as uint8.
+        DType::Bool | DType::U8 | DType::I8 | DType::F8E4M3 | DType::F8E5M2 => {
+            T::CU_TENSOR_MAP_DATA_TYPE_UINT8
+        }
     })
 }
 

@@ -68,11 +68,28 @@ _TORCH_DTYPES = {
     "f16": "float16",
     "bf16": "bfloat16",
     "f64": "float64",
+    "f8e4m3": "float8_e4m3fn",
+    "f8e5m2": "float8_e5m2",
+    "i64": "int64",
     "i32": "int32",
+    "i8": "int8",
+    "u8": "uint8",
     "bool": "bool",
 }
 # Schema types of scalar keyword arguments in a custom op.
-_SCHEMA_SCALARS = {"f32": "float", "f16": "float", "bf16": "float", "f64": "float", "i32": "int", "bool": "bool"}
+_SCHEMA_SCALARS = {
+    "f32": "float",
+    "f16": "float",
+    "bf16": "float",
+    "f64": "float",
+    "f8e4m3": "float",
+    "f8e5m2": "float",
+    "i64": "int",
+    "i32": "int",
+    "i8": "int",
+    "u8": "int",
+    "bool": "bool",
+}
 # Bytes a tensor's address must be a multiple of (vector accesses and TMA need 16).
 _ALIGNMENT = 16
 

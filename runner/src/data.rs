@@ -4,7 +4,9 @@
 //! Poison values written to outputs (and scratch) before a launch, so an element the kernel
 //! never writes fails validation:
 //! - float types: NaN (quiet NaN of the type);
-//! - `i32`: [`I32_POISON`] = `i32::MAX` (0x7fffffff);
+//! - `i32`: [`I32_POISON`] = `i32::MAX` (0x7fffffff); `i64`, `i8`: their largest value; `u8`:
+//!   255 (inputs are small: see [`random_values`]);
+//! - 8-bit floats: the NaN byte 0x7f;
 //! - `bool`: the byte 0xFF, which is neither 0 nor 1 and reads back as 255.
 
 use half::{bf16, f16};
@@ -29,11 +31,13 @@ pub fn rng_for(seed: u64, name: &str) -> ChaCha8Rng {
 
 /// `n` seeded input values, exactly representable in `dtype`: floats uniform in [-1, 1) before
 /// rounding to the dtype (so ±1.0 can occur after it);
-/// `i32` in {-8..-1, 1..8} (never 0, so integer division by an input is defined); `bool` 0 or 1.
+/// signed integers in {-8..-1, 1..8} (never 0, so integer division by an input is defined);
+/// `u8` in {1..8}; `bool` 0 or 1.
 pub fn random_values(dtype: DType, n: usize, rng: &mut ChaCha8Rng) -> Vec<f64> {
     (0..n)
         .map(|_| match dtype {
-            DType::I32 => {
+            DType::U8 => rng.random_range(1..=8u8) as f64,
+            DType::I32 | DType::I64 | DType::I8 => {
                 let v: i32 = rng.random_range(1..=8);
                 if rng.random::<bool>() {
                     -v as f64
@@ -106,6 +110,10 @@ fn encode_one(dtype: DType, v: f64, out: &mut Vec<u8>) {
         DType::BF16 => out.extend_from_slice(&bf16::from_f32(v as f32).to_le_bytes()),
         DType::F16 => out.extend_from_slice(&f16::from_f32(v as f32).to_le_bytes()),
         DType::I32 => out.extend_from_slice(&(dtype.round(v) as i32).to_le_bytes()),
+        DType::I64 => out.extend_from_slice(&(dtype.round(v) as i64).to_le_bytes()),
+        DType::I8 => out.push(dtype.round(v) as i8 as u8),
+        DType::U8 => out.push(dtype.round(v) as u8),
+        DType::F8E4M3 | DType::F8E5M2 => out.push(dtype.fp8_to_bits(v).expect("an 8-bit float")),
         DType::Bool => out.push((v != 0.0) as u8),
     }
 }
@@ -126,7 +134,10 @@ pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
                 DType::BF16 => bf16::from_le_bytes([c[0], c[1]]).to_f64(),
                 DType::F16 => f16::from_le_bytes([c[0], c[1]]).to_f64(),
                 DType::I32 => i32::from_le_bytes(c.try_into().expect("4 bytes")) as f64,
-                DType::Bool => c[0] as f64,
+                DType::I64 => i64::from_le_bytes(c.try_into().expect("8 bytes")) as f64,
+                DType::I8 => c[0] as i8 as f64,
+                DType::U8 | DType::Bool => c[0] as f64,
+                DType::F8E4M3 | DType::F8E5M2 => dtype.fp8_from_bits(c[0]).expect("an 8-bit float"),
             };
         }
     });
@@ -141,6 +152,10 @@ pub fn poison(dtype: DType, n: usize) -> Vec<u8> {
         DType::BF16 => bf16::NAN.to_le_bytes().to_vec(),
         DType::F16 => f16::NAN.to_le_bytes().to_vec(),
         DType::I32 => I32_POISON.to_le_bytes().to_vec(),
+        DType::I64 => i64::MAX.to_le_bytes().to_vec(),
+        DType::I8 => vec![i8::MAX as u8],
+        DType::U8 => vec![u8::MAX],
+        DType::F8E4M3 | DType::F8E5M2 => vec![0x7f],
         DType::Bool => vec![BOOL_POISON],
     };
     one.repeat(n)
@@ -189,7 +204,7 @@ mod tests {
 
     #[test]
     fn inputs_are_seeded_nonzero_and_representable() {
-        for dtype in [DType::F32, DType::BF16, DType::F16, DType::F64, DType::I32] {
+        for dtype in DType::ALL.into_iter().filter(|&d| d != DType::Bool) {
             let a = random_values(dtype, 1000, &mut rng_for(1, "x"));
             let b = random_values(dtype, 1000, &mut rng_for(1, "x"));
             let c = random_values(dtype, 1000, &mut rng_for(1, "w"));
@@ -233,7 +248,14 @@ mod tests {
 
     #[test]
     fn poison_decodes_to_values_that_fail_validation() {
-        for dtype in [DType::F32, DType::BF16, DType::F16, DType::F64] {
+        for dtype in [
+            DType::F32,
+            DType::BF16,
+            DType::F16,
+            DType::F64,
+            DType::F8E4M3,
+            DType::F8E5M2,
+        ] {
             let p = decode(dtype, &poison(dtype, 3));
             assert_eq!(p.len(), 3);
             assert!(p.iter().all(|v| v.is_nan()), "{dtype}");
@@ -243,6 +265,14 @@ mod tests {
             vec![2147483647.0; 2]
         );
         assert_eq!(decode(DType::Bool, &poison(DType::Bool, 1)), vec![255.0]);
+        // Inputs are within ±8: the integer poisons are never a value a kernel computes from
+        // them by accident in a copy.
+        assert_eq!(decode(DType::I8, &poison(DType::I8, 1)), vec![127.0]);
+        assert_eq!(decode(DType::U8, &poison(DType::U8, 1)), vec![255.0]);
+        assert_eq!(
+            decode(DType::I64, &poison(DType::I64, 1)),
+            vec![i64::MAX as f64]
+        );
     }
 
     #[test]

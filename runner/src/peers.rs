@@ -420,7 +420,7 @@ fn describe(
 }
 
 fn torch_name(d: DType) -> &'static str {
-    hopfuse::torch::torch_dtype(d).trim_start_matches("torch.")
+    d.torch()
 }
 
 /// Writes input `name`'s values exactly as the engine generates them (the same generator,

@@ -20,7 +20,7 @@ const XY: &str = "  input x: f32[N]\n  input y: f32[N]";
 fn typing_errors_name_the_op_and_where_it_is() {
     let e = err(&fusion(XY, "c = bitwise_and(x, y)"));
     assert!(
-        e.starts_with("t.hf:4:7: error: `bitwise_and` works on i32 or bool operands"),
+        e.starts_with("t.hf:4:7: error: `bitwise_and` works on integer or bool operands"),
         "{e}"
     );
     let e = err(&fusion(

@@ -45,8 +45,9 @@ fn every_function_an_ops_kernel_calls_is_a_reserved_name() {
             OpKind::Ternary(_) => 3,
             _ => continue,
         };
-        // Float ops in f32 and f64 (their function names differ); integer ones in i32.
-        for dtype in ["f32", "f64", "i32"] {
+        // Every op in every dtype (float function names differ by type; integer and 8-bit
+        // types convert through their own helpers).
+        for dtype in hopfuse::DType::ALL.map(|d| d.name()) {
             let Ok(c) = hopfuse::compile(&program(def.name, arity, dtype), &Default::default())
             else {
                 continue;

@@ -205,7 +205,7 @@ fn check_twin(
 }
 
 fn torch_name(d: DType) -> &'static str {
-    hopfuse::torch::torch_dtype(d).trim_start_matches("torch.")
+    d.torch()
 }
 
 #[test]

@@ -101,7 +101,12 @@ pub const ENTRIES: &[Entry] = &[
     e("f32", Dtype, "f32", "32-bit float."),
     e("f16", Dtype, "f16", "16-bit IEEE half float (math in f32)."),
     e("bf16", Dtype, "bf16", "16-bit bfloat (math in f32)."),
+    e("f8e4m3", Dtype, "f8e4m3", "8-bit float, 4 exponent and 3 mantissa bits, no infinity (torch.float8_e4m3fn; math in f32): largest finite 448; a cast beyond it is NaN unless saturate=true."),
+    e("f8e5m2", Dtype, "f8e5m2", "8-bit float, 5 exponent and 2 mantissa bits (torch.float8_e5m2; math in f32): largest finite 57344; a cast beyond it is an infinity unless saturate=true."),
+    e("i64", Dtype, "i64", "64-bit signed integer (the reference holds it exactly up to 2^53)."),
     e("i32", Dtype, "i32", "32-bit signed integer."),
+    e("i8", Dtype, "i8", "8-bit signed integer; arithmetic wraps, as torch's int8 (mixing with u8 is refused: torch gives int16)."),
+    e("u8", Dtype, "u8", "8-bit unsigned integer; arithmetic wraps, as torch's uint8."),
     e("f64", Dtype, "f64", "64-bit float."),
     e("bool", Dtype, "bool", "A truth value, stored as one byte (0 or 1): what comparisons, isnan and the logical ops give."),
     e("Serial", Parallel, "Serial", "An ordinary loop (the default)."),
@@ -267,6 +272,7 @@ mod tests {
         for d in names(Kind::Dtype) {
             assert!(hopfuse::DType::parse(d).is_some(), "{d}");
         }
+        assert_eq!(names(Kind::Dtype).len(), hopfuse::DType::ALL.len());
         // Every op and schedule primitive listed is one the compiler knows: a call of it fails,
         // if at all, for another reason than an unknown name.
         let fusion =

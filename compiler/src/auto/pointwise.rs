@@ -23,7 +23,19 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
     let outputs = facts.full_outputs(rank);
     let accessed: Vec<TensorId> = inputs.iter().chain(&outputs).copied().collect();
     let inner = logical.last().and_then(|&a| facts.extent(a));
-    let v = facts.vector_width(&accessed, inner);
+    // A permuted input (`transpose`) is read across its rows: its accesses cannot be vectors
+    // along the output's inner axis. One element per thread keeps the output's writes
+    // coalesced; a tiled transpose through shared memory is a hand schedule
+    // (examples/ops/transpose.hf), not yet an automatic one.
+    let permuted = f
+        .exprs
+        .iter()
+        .any(|e| matches!(e.op, crate::fusion::Op::Permute { .. }));
+    let v = if permuted {
+        1
+    } else {
+        facts.vector_width(&accessed, inner)
+    };
     let total: i64 = logical
         .iter()
         .map(|&a| facts.extent_or_default(a))
@@ -87,7 +99,14 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
         if v > 1 {
             format!("{v}-element vectors ({vector_bytes} bytes), ")
         } else {
-            "One element per thread (the rows are not a multiple of a vector), ".to_string()
+            format!(
+                "One element per thread ({}), ",
+                if permuted {
+                    "a permuted input is read across its rows"
+                } else {
+                    "the rows are not a multiple of a vector"
+                }
+            )
         },
         if unroll > 1 {
             format!(", {unroll} vectors per thread {THREADS} vectors apart")

@@ -11,6 +11,7 @@ impl Emitter<'_> {
         if from == to {
             return e;
         }
+        // Storage-only types reach anything else through float.
         match from {
             DType::BF16 => {
                 self.uses.bf16 = true;
@@ -19,6 +20,11 @@ impl Emitter<'_> {
             DType::F16 => {
                 self.uses.f16 = true;
                 return self.conv(format!("hf_f16_to_float({e})"), DType::F32, to);
+            }
+            DType::F8E4M3 | DType::F8E5M2 => {
+                self.uses.fp8 = true;
+                let f = format!("hf_{}_to_float({e})", fp8_name(from));
+                return self.conv(f, DType::F32, to);
             }
             _ => {}
         }
@@ -33,13 +39,26 @@ impl Emitter<'_> {
                 let f = self.conv(e, from, DType::F32);
                 format!("hf_float_to_f16({f})")
             }
+            DType::F8E4M3 | DType::F8E5M2 => {
+                self.uses.fp8 = true;
+                let f = self.conv(e, from, DType::F32);
+                format!("hf_float_to_{}({f})", fp8_name(to))
+            }
+            // Float to u8 goes through a 64-bit integer and wraps (c10's TypeCast.h); to i8 it
+            // saturates, through int (whose conversion saturates and takes NaN to 0).
+            DType::U8 if from.is_float() => {
+                format!("static_cast<unsigned char>(static_cast<long long>({e}))")
+            }
+            DType::I8 if from.is_float() => {
+                format!("static_cast<signed char>(max(-128, min(127, static_cast<int>({e}))))")
+            }
             to => format!("static_cast<{}>({e})", to.cuda()),
         }
     }
 
     pub(super) fn literal(v: f64, d: DType) -> String {
         match d {
-            DType::F32 | DType::BF16 | DType::F16 => {
+            DType::F32 | DType::BF16 | DType::F16 | DType::F8E4M3 | DType::F8E5M2 => {
                 // Rounded to f32 first: a finite f64 beyond f32's range is an infinity here, and
                 // must not print as `inff`.
                 let f = v as f32;
@@ -82,6 +101,16 @@ impl Emitter<'_> {
                     format!("{}", v as i64 as i32)
                 }
             }
+            // An 8-bit value is written as an int (C computes in int).
+            DType::I8 | DType::U8 => format!("{}", d.round(v) as i64),
+            DType::I64 => {
+                let i = d.round(v) as i64;
+                if i == i64::MIN {
+                    "(-9223372036854775807LL - 1)".into()
+                } else {
+                    format!("{i}LL")
+                }
+            }
             DType::Bool => (v != 0.0).to_string(),
         }
     }
@@ -105,13 +134,13 @@ impl Emitter<'_> {
             Data::Unary(op, dt, x) => {
                 let (e, from) = self.data(x);
                 let x = self.conv(e, from, *dt);
-                self.unary(*op, *dt, x)
+                wrap_small_integer(self.unary(*op, *dt, x))
             }
             Data::Binary(op, dt, a, b) => {
                 let (ea, fa) = self.data(a);
                 let (eb, fb) = self.data(b);
                 let (x, y) = (self.conv(ea, fa, *dt), self.conv(eb, fb, *dt));
-                self.binary(*op, *dt, x, y)
+                wrap_small_integer(self.binary(*op, *dt, x, y))
             }
             Data::Ternary(op, dt, xs) => {
                 let [a, b, c] = &**xs;
@@ -137,6 +166,9 @@ impl Emitter<'_> {
                     }
                     TernaryOp::Clamp => {
                         self.uses.math.insert("clamp");
+                        if *dt == DType::I64 {
+                            self.uses.math.insert("clamp_i64");
+                        }
                         format!("hf_clamp({x}, {y}, {z})")
                     }
                     TernaryOp::Lerp => {
@@ -163,8 +195,9 @@ impl Emitter<'_> {
         let is_float = dt.is_float();
         let s = match op {
             UnaryOp::Neg => format!("-({x})"),
+            UnaryOp::Abs if dt == DType::I64 => format!("llabs({x})"),
             UnaryOp::Abs if !is_float => format!("abs({x})"),
-            UnaryOp::Relu if !is_float => format!("max({x}, 0)"),
+            UnaryOp::Relu if !is_float => format!("max({x}, {})", Self::literal(0.0, dt)),
             UnaryOp::Abs => math("fabs"),
             UnaryOp::Exp => math("exp"),
             UnaryOp::Sqrt => math("sqrt"),
@@ -213,6 +246,9 @@ impl Emitter<'_> {
                     _ => "softplus",
                 };
                 self.uses.math.insert(helper);
+                if op == UnaryOp::Sign && dt == DType::I64 {
+                    self.uses.math.insert("sign_i64");
+                }
                 format!("hf_{helper}({x})")
             }
             UnaryOp::IsNan if is_float => format!("isnan({x})"),
@@ -249,6 +285,9 @@ impl Emitter<'_> {
             BinaryOp::Fmod => math("fmod"),
             BinaryOp::Remainder => {
                 self.uses.math.insert("remainder");
+                if dt == DType::I64 {
+                    self.uses.math.insert("remainder_i64");
+                }
                 format!("hf_remainder({x}, {y})")
             }
             BinaryOp::Lt => format!("({x} < {y})"),
@@ -274,5 +313,22 @@ impl Emitter<'_> {
             }
         };
         (s, if op.gives_bool() { DType::Bool } else { dt })
+    }
+}
+
+/// The name of an 8-bit float type in the prelude's helpers (`hf_float_to_e4m3`).
+fn fp8_name(d: DType) -> &'static str {
+    match d {
+        DType::F8E5M2 => "e5m2",
+        _ => "e4m3",
+    }
+}
+
+/// An 8-bit integer result converted back to its type: C computes `a + b` of two `unsigned
+/// char`s in int, torch in uint8 (wrapping), and the next op must see the wrapped value.
+fn wrap_small_integer((s, d): (String, DType)) -> (String, DType) {
+    match d {
+        DType::I8 | DType::U8 => (format!("static_cast<{}>({s})", d.cuda()), d),
+        _ => (s, d),
     }
 }

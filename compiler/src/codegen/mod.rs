@@ -87,6 +87,7 @@ pub fn emit_mapped(
         match b.dtype {
             DType::BF16 => e.uses.bf16 = true,
             DType::F16 => e.uses.f16 = true,
+            DType::F8E4M3 | DType::F8E5M2 => e.uses.fp8 = true,
             _ => {}
         }
     }

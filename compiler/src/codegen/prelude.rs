@@ -20,6 +20,11 @@ __device__ __forceinline__ int hf_sign(int x) { return (0 < x) - (x < 0); }
 ",
     ),
     (
+        "sign_i64",
+        "__device__ __forceinline__ long long hf_sign(long long x) { return (0LL < x) - (x < 0LL); }
+",
+    ),
+    (
         "silu",
         "__device__ __forceinline__ float hf_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ double hf_silu(double x) { return x / (1.0 + exp(-x)); }
@@ -64,6 +69,14 @@ __device__ __forceinline__ int hf_remainder(int a, int b) {
 ",
     ),
     (
+        "remainder_i64",
+        "__device__ __forceinline__ long long hf_remainder(long long a, long long b) {
+  long long r = a % b;
+  return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+}
+",
+    ),
+    (
         "shift",
         "// Shifts by a negative amount or by 32 or more: 0 to the left, the sign to the right.
 __device__ __forceinline__ int hf_shl(int a, int b) { return (unsigned)b >= 32u ? 0 : (int)((unsigned)a << b); }
@@ -75,6 +88,11 @@ __device__ __forceinline__ int hf_shr(int a, int b) { return (unsigned)b >= 32u 
         "__device__ __forceinline__ float hf_clamp(float x, float lo, float hi) { return isnan(x) ? x : fminf(fmaxf(x, lo), hi); }
 __device__ __forceinline__ double hf_clamp(double x, double lo, double hi) { return isnan(x) ? x : fmin(fmax(x, lo), hi); }
 __device__ __forceinline__ int hf_clamp(int x, int lo, int hi) { return min(max(x, lo), hi); }
+",
+    ),
+    (
+        "clamp_i64",
+        "__device__ __forceinline__ long long hf_clamp(long long x, long long lo, long long hi) { return min(max(x, lo), hi); }
 ",
     ),
     (
@@ -110,6 +128,28 @@ __device__ __forceinline__ hf_f16 hf_float_to_f16(float f) {
   hf_f16 h;
   asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h.bits) : \"f\"(f));
   return h;
+}
+";
+
+pub const FP8: &str =
+    "// 8-bit float storage (cuda_fp8.h); arithmetic happens in float. Conversions to e4m3/e5m2
+// are torch's: round to nearest even, and beyond the midpoint above the largest finite value
+// NaN (e4m3) or an infinity (e5m2). The hardware's conversion saturates, so those are replaced.
+#include <cuda_fp8.h>
+__device__ __forceinline__ float hf_e4m3_to_float(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
+__device__ __forceinline__ float hf_e5m2_to_float(__nv_fp8_e5m2 v) { return static_cast<float>(v); }
+__device__ __forceinline__ __nv_fp8_e4m3 hf_float_to_e4m3(float f) {
+  __nv_fp8_e4m3 r;
+  r.__x = fabsf(f) <= 464.0f ? __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3)
+                             : (__nv_fp8_storage_t)(signbit(f) ? 0xffu : 0x7fu);
+  return r;
+}
+__device__ __forceinline__ __nv_fp8_e5m2 hf_float_to_e5m2(float f) {
+  __nv_fp8_e5m2 r;
+  r.__x = isnan(f) ? (__nv_fp8_storage_t)0x7fu
+        : fabsf(f) < 61440.0f ? __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E5M2)
+                              : (__nv_fp8_storage_t)(signbit(f) ? 0xfcu : 0x7cu);
+  return r;
 }
 ";
 
@@ -461,6 +501,8 @@ pub(super) struct Uses {
     pub(super) min: bool,
     pub(super) bf16: bool,
     pub(super) f16: bool,
+    /// 8-bit floats (`cuda_fp8.h` and the conversions of [`FP8`]).
+    pub(super) fp8: bool,
     /// The elementwise helpers of [`MATH`] used, by name.
     pub(super) math: std::collections::BTreeSet<&'static str>,
     pub(super) vector: bool,
@@ -518,6 +560,10 @@ impl Uses {
         if self.f16 {
             src.push('\n');
             src.push_str(F16);
+        }
+        if self.fp8 {
+            src.push('\n');
+            src.push_str(FP8);
         }
         if self.vector {
             src.push('\n');

@@ -4,6 +4,20 @@
 //! User names reach the CUDA verbatim, so a name `cuda::reserved_reason` rejects (a C++ keyword,
 //! a CUDA or generated name, a name reserved to the implementation) is a located error, as is a
 //! literal out of the range of the type it computes in. At most [`MAX_FUSION_OPS`] operations.
+//!
+//! **Views** (`permute`, `transpose`, `expand`) are ops whose output axes are *joined* to the
+//! input's axis classes, as `broadcast` joins a broadcast axis to the axis it meets: a view
+//! is a copy whose root axes are the input's in another order (permute), or with a broadcast
+//! axis given an extent (expand). No index arithmetic is stored: the indexing pass already
+//! computes every access from the loops of the axis classes and each tensor's own root order
+//! (its strides), so `y = transpose(x, 0, 1)` reads `x[m * N + n]` in `y`'s loops over
+//! `(n, m)`, and a schedule may tile, cache and re-layout a view like any other tensor
+//! (`examples/ops/transpose.hf`: a 32 x 32 tile through shared memory, each side with its own
+//! thread layout). The price of joining classes: two axes of one tensor must stay in
+//! different classes (each is indexed by its own loop), so an op that would join them
+//! (`x + transpose(x)`) is a located error. Views that move offsets (`slice`, `pad`, `cat`)
+//! or change the number of axes (`reshape`) are not classes of the same extent and need an
+//! index relation of their own (an offset or a split/merge between root axes): not built yet.
 
 use super::ops::{self, OpKind};
 use super::*;
@@ -39,6 +53,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
         names: HashMap::new(),
         taken: HashSet::new(),
         name_suffix: HashMap::new(),
+        permuted: false,
     };
     for item in &def.items {
         match item {
@@ -156,6 +171,9 @@ struct Builder {
     taken: HashSet<String>,
     /// The next numeric suffix to try per anonymous-name stem.
     name_suffix: HashMap<String, usize>,
+    /// A permute has been built (from then on, an op that joins two axes of one tensor is an
+    /// error).
+    permuted: bool,
 }
 
 /// The dtypes a program may name, for messages.
@@ -423,6 +441,17 @@ impl Builder {
         if def.kind == OpKind::Full {
             return Ok(Value::Tensor(self.full(args, dest, span)?));
         }
+        // `cast(x, f8)`: a name that is no dtype is a misspelt dtype, not an unknown tensor.
+        if def.kind == OpKind::Cast {
+            if let Some(Arg::Pos(ast::Expr::Name(n, loc))) = args.get(1) {
+                if DType::parse(n).is_none() {
+                    return Err(Diagnostic::new(
+                        format!("unknown dtype `{n}` (expected one of: {})", dtype_names()),
+                        Some(loc.0),
+                    ));
+                }
+            }
+        }
         let pos = self.positional(args, dest)?;
         let arity = match def.kind {
             OpKind::ElementwiseOrReduce(..) if has_axis => 1,
@@ -566,9 +595,37 @@ impl Builder {
                         return Err(Diagnostic::new("expected a dtype", Some(loc.0)))
                     }
                 };
+                let mut input = t;
+                let from = self.f.tensors[t].dtype;
+                // An integer source already fits a float type's range: nothing to clamp.
+                let fits = dtype.is_float()
+                    && (from == DType::Bool
+                        || from
+                            .int_range()
+                            .is_some_and(|(_, hi)| hi <= dtype.max_finite().unwrap_or(0.0)));
+                if self.saturate_arg(args)? && !fits {
+                    // A saturating cast clamps to the largest finite value first (NaN stays
+                    // NaN), as a torch user writes it: x.clamp(-448, 448).to(float8_e4m3fn).
+                    let Some(max) = dtype.max_finite() else {
+                        return Err(Diagnostic::new(
+                            format!("`saturate=` is for casts to a float type, and this one is to {dtype}"),
+                            Some(span),
+                        ));
+                    };
+                    input = self.op(
+                        Op::Ternary(TernaryOp::Clamp),
+                        vec![
+                            Operand::Tensor(t),
+                            Operand::Scalar(-max),
+                            Operand::Scalar(max),
+                        ],
+                        dest,
+                        Some(span),
+                    )?;
+                }
                 Ok(Value::Tensor(self.op(
                     Op::Cast(dtype),
-                    vec![Operand::Tensor(t)],
+                    vec![Operand::Tensor(input)],
                     dest,
                     Some(span),
                 )?))
@@ -582,7 +639,124 @@ impl Builder {
                     Some(span),
                 )?))
             }
+            OpKind::Permute | OpKind::Transpose => {
+                let t = tensor_arg(&pos, 0)?;
+                let rank = self.f.rank(t);
+                let name = &self.f.tensors[t].name;
+                let axis = |v: f64, at: Span| -> BResult<usize> {
+                    let r = rank as f64;
+                    if v.fract() != 0.0 || v < -r || v >= r {
+                        return Err(Diagnostic::new(
+                            format!("`{func}`: {v} is not an axis of `{name}` (rank {rank})"),
+                            Some(at),
+                        ));
+                    }
+                    Ok(if v < 0.0 {
+                        (v + r) as usize
+                    } else {
+                        v as usize
+                    })
+                };
+                let dims = if def.kind == OpKind::Transpose {
+                    let number = |i: usize| match pos[i] {
+                        (Value::Scalar(v), at) => axis(v, at),
+                        (_, at) => Err(Diagnostic::new(
+                            format!("`{func}` takes two axis numbers after the tensor"),
+                            Some(at),
+                        )),
+                    };
+                    let (a, b) = (number(1)?, number(2)?);
+                    let mut dims: Vec<usize> = (0..rank).collect();
+                    dims.swap(a, b);
+                    dims
+                } else {
+                    let Some((items, at)) = named_list(args, "dims") else {
+                        return Err(Diagnostic::new(
+                            "permute needs `dims=[...]`, the new order of the axes",
+                            Some(span),
+                        ));
+                    };
+                    let mut dims = Vec::new();
+                    for item in items {
+                        dims.push(axis(literal_number(item)?, item.loc())?);
+                    }
+                    let mut sorted = dims.clone();
+                    sorted.sort_unstable();
+                    if sorted != (0..rank).collect::<Vec<_>>() {
+                        return Err(Diagnostic::new(
+                            format!("`dims=` must list each of the {rank} axes of `{name}` once, in the new order"),
+                            Some(at),
+                        ));
+                    }
+                    dims
+                };
+                Ok(Value::Tensor(self.op(
+                    Op::Permute { dims },
+                    vec![Operand::Tensor(t)],
+                    dest,
+                    Some(span),
+                )?))
+            }
+            OpKind::Expand => {
+                let t = tensor_arg(&pos, 0)?;
+                let rank = self.f.rank(t);
+                let Some((items, at)) = named_list(args, "shape") else {
+                    return Err(Diagnostic::new(
+                        "expand needs `shape=[...]`, an extent for every axis",
+                        Some(span),
+                    ));
+                };
+                if items.len() != rank {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "`shape=` has {} extents and `{}` has rank {rank}",
+                            items.len(),
+                            self.f.tensors[t].name
+                        ),
+                        Some(at),
+                    ));
+                }
+                let mut shape = Vec::new();
+                for item in items {
+                    shape.push(match item {
+                        ast::Expr::Int(c, _) if *c >= 1 => SizeExpr::Const(*c),
+                        ast::Expr::Name(s, _) if self.f.symbols.contains(s) => {
+                            SizeExpr::Sym(s.clone())
+                        }
+                        other => {
+                            return Err(Diagnostic::new(
+                                "an extent is a size symbol of an input or a positive integer",
+                                Some(other.loc()),
+                            ))
+                        }
+                    });
+                }
+                Ok(Value::Tensor(self.op(
+                    Op::Expand { shape },
+                    vec![Operand::Tensor(t)],
+                    dest,
+                    Some(span),
+                )?))
+            }
         }
+    }
+
+    /// `cast(x, dtype, saturate=true|false)`: whether out-of-range values clamp to the
+    /// largest finite value (false, torch's conversion, when not given).
+    fn saturate_arg(&self, args: &[Arg]) -> BResult<bool> {
+        for a in args {
+            if let Arg::Named { value, loc, .. } = a {
+                return match value {
+                    ast::Expr::Name(n, _) if n == "true" => Ok(true),
+                    ast::Expr::Name(n, _) if n == "false" => Ok(false),
+                    _ => Err(Diagnostic::new(
+                        "`saturate=` is `true` or `false`",
+                        Some(loc.0),
+                    )),
+                };
+            }
+        }
+        Ok(false)
     }
 
     /// The ops of a [`ops::CompositeOp`] call on `x` over `axes` (see its variants), recorded on
@@ -826,6 +1000,8 @@ impl Builder {
             Op::Ternary(t) => t.name().to_string(),
             Op::Cast(d) => format!("cast_{d}"),
             Op::Broadcast { .. } => "broadcast".into(),
+            Op::Permute { .. } => "permute".into(),
+            Op::Expand { .. } => "expand".into(),
             Op::Reduce { op, .. } => op.name().into(),
             Op::Mma => "mma".into(),
             Op::Iota { .. } => "iota".into(),
@@ -839,7 +1015,7 @@ impl Builder {
             .collect();
         let (compute, dtype) = match &op {
             Op::Cast(d) => (d.compute(), *d),
-            Op::Set | Op::Broadcast { .. } => {
+            Op::Set | Op::Broadcast { .. } | Op::Permute { .. } | Op::Expand { .. } => {
                 let d = self.f.tensors[tensors[0]].dtype;
                 (d.compute(), d)
             }
@@ -859,6 +1035,8 @@ impl Builder {
                     Op::Reduce { op, .. } => op.def().typing,
                     Op::Set
                     | Op::Broadcast { .. }
+                    | Op::Permute { .. }
+                    | Op::Expand { .. }
                     | Op::Cast(_)
                     | Op::Mma
                     | Op::Iota { .. }
@@ -945,6 +1123,49 @@ impl Builder {
                 }
                 root
             }
+            // A view's axes join the input's: a permute in the new order; an expand's
+            // broadcast axes join a new axis of the given extent, as a binary op joins a
+            // broadcast axis with its other operand's.
+            Op::Permute { dims } => {
+                let logical = self.f.logical(tensors[0]);
+                let mut root = Vec::new();
+                for &d in dims {
+                    let id = logical[d];
+                    let (kind, ext) = (self.f.ids[id].kind, self.f.ids[id].root_extent.clone());
+                    let new = self.f.new_id(kind, IterOrigin::Root, ext);
+                    self.f.union(new, id);
+                    root.push(new);
+                }
+                root
+            }
+            Op::Expand { shape } => {
+                let t = tensors[0];
+                let logical = self.f.logical(t);
+                let mut root = Vec::new();
+                for (k, (&id, e)) in logical.iter().zip(shape).enumerate() {
+                    let class = self.class_extent_of(id);
+                    let broadcast = self.f.ids[id].kind == IterKind::Broadcast;
+                    // A broadcast axis already joined with a concrete one has that extent.
+                    let joined = broadcast && class != SizeExpr::Const(1);
+                    if (!broadcast || joined) && class != *e {
+                        return Err(err(format!(
+                            "expand: axis {k} of `{}` has extent {class}, not {e} (only broadcast axes expand)",
+                            self.f.tensors[t].name
+                        )));
+                    }
+                    let new = if broadcast && *e != SizeExpr::Const(1) {
+                        self.f
+                            .new_id(IterKind::Iteration, IterOrigin::Root, Some(e.clone()))
+                    } else {
+                        let kind = self.f.ids[id].kind;
+                        self.f
+                            .new_id(kind, IterOrigin::Root, self.f.ids[id].root_extent.clone())
+                    };
+                    self.f.union(new, id);
+                    root.push(new);
+                }
+                root
+            }
             _ => {
                 let rank = ranked.first().map(|&t| self.f.rank(t)).unwrap_or(0);
                 for &t in &ranked {
@@ -1003,6 +1224,28 @@ impl Builder {
                 root
             }
         };
+        // Every axis of a tensor is indexed by a loop of its own class: an op that joins two
+        // axes of one tensor through a permute (a tensor combined with its own transpose)
+        // cannot be lowered. (Without a permute, two axes of one class come only from two
+        // broadcasts of one tensor, `broadcast(x, axis=2) * broadcast(x, axis=1)`, which the
+        // reference evaluates and which is left as it was.)
+        self.permuted |= matches!(op, Op::Permute { .. });
+        for t in tensors.iter().copied().filter(|_| self.permuted) {
+            let classes: Vec<IterId> = self.f.tensors[t]
+                .root
+                .iter()
+                .map(|&i| self.f.class_of(i))
+                .collect();
+            for (a, c) in classes.iter().enumerate() {
+                if let Some(b) = classes[a + 1..].iter().position(|d| d == c) {
+                    return Err(err(format!(
+                        "{opname}: this makes axes {a} and {} of `{}` the same loop (a tensor meets its own permutation); every axis of a tensor needs a loop of its own: copy it first in another fusion",
+                        a + 1 + b,
+                        self.f.tensors[t].name
+                    )));
+                }
+            }
+        }
         Ok(self.push_expr(op, inputs, out_root, dtype, dest, &opname, span))
     }
 
@@ -1225,6 +1468,37 @@ fn correction_arg(args: &[Arg]) -> BResult<f64> {
     Ok(1.0)
 }
 
+/// The items of the list argument `name=[...]` (a single item is a list of one) and where the
+/// argument is.
+fn named_list<'a>(args: &'a [Arg], name: &str) -> Option<(Vec<&'a ast::Expr>, Span)> {
+    args.iter().find_map(|a| match a {
+        Arg::Named {
+            name: n,
+            value,
+            loc,
+        } if n == name => Some((
+            match value {
+                ast::Expr::List(items, _) => items.iter().collect(),
+                other => vec![other],
+            },
+            loc.0,
+        )),
+        _ => None,
+    })
+}
+
+/// An integer written in the program (`1`, `-1`).
+fn literal_number(e: &ast::Expr) -> BResult<f64> {
+    match e {
+        ast::Expr::Int(i, _) => Ok(*i as f64),
+        ast::Expr::Neg(inner, _) => literal_number(inner).map(|v| -v),
+        other => Err(Diagnostic::new(
+            "expected an axis number",
+            Some(other.loc()),
+        )),
+    }
+}
+
 /// The value written for a scalar input (`input eps: f32 = 1e-6`), checked against its dtype.
 fn scalar_value(v: &ast::Expr, dtype: DType) -> BResult<f64> {
     let x = match v {
@@ -1241,6 +1515,12 @@ fn scalar_value(v: &ast::Expr, dtype: DType) -> BResult<f64> {
     if let Some(why) = literal_out_of_range(x, dtype.compute()) {
         return Err(Diagnostic::new(
             format!("the value {x} {why}"),
+            Some(v.loc()),
+        ));
+    }
+    if let Some(max) = dtype.max_finite().filter(|&m| x.abs() > m) {
+        return Err(Diagnostic::new(
+            format!("the value {x} is out of range for {dtype} (|x| <= {max})"),
             Some(v.loc()),
         ));
     }
@@ -1277,8 +1557,14 @@ fn literal_out_of_range(v: f64, d: DType) -> Option<&'static str> {
         return None;
     }
     match d {
+        DType::U8 if !(0.0..=255.0).contains(&v) => Some("is out of range for u8 (0..=255)"),
+        DType::I8 if !(-128.0..=127.0).contains(&v) => Some("is out of range for i8 (-128..=127)"),
         DType::I32 if v < i32::MIN as f64 || v > i32::MAX as f64 => {
             Some("is out of range for i32 (-2147483648..=2147483647)")
+        }
+        // 2^63 itself is out of range; float64 holds no integer between it and i64::MAX.
+        DType::I64 if v < i64::MIN as f64 || v >= 9_223_372_036_854_775_808.0 => {
+            Some("is out of range for i64")
         }
         DType::F32 | DType::BF16 | DType::F16 if (v as f32).is_infinite() => {
             Some("is out of range for f32 (|x| <= 3.4028235e38)")

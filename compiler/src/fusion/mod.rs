@@ -222,6 +222,16 @@ pub enum Op {
     Broadcast {
         axes: Vec<usize>,
     },
+    /// A view: output axis `k` is input axis `dims[k]` (`permute`, `transpose`). The output's
+    /// root axes join the input's in the permuted order, so every access is indexed from the
+    /// axis classes as any other (see the module doc of `fusion::build`).
+    Permute {
+        dims: Vec<usize>,
+    },
+    /// A view: the input's broadcast axes take these extents (`expand`); the others keep theirs.
+    Expand {
+        shape: Vec<SizeExpr>,
+    },
     /// Reduces these logical axes of the input.
     Reduce {
         op: ReduceOp,
@@ -834,6 +844,16 @@ pub fn print(f: &Fusion) -> String {
             Op::Ternary(t) => write!(s, "{}", t.name()),
             Op::Cast(d) => write!(s, "cast<{d}>"),
             Op::Broadcast { axes } => write!(s, "broadcast{axes:?}"),
+            Op::Permute { dims } => write!(s, "permute{dims:?}"),
+            Op::Expand { shape } => write!(
+                s,
+                "expand[{}]",
+                shape
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             Op::Reduce { op, axes } => write!(s, "{}{axes:?}", op.name()),
             Op::Mma => write!(s, "mma"),
             Op::Iota { axis } => write!(s, "iota@{axis}"),

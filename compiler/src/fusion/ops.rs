@@ -145,8 +145,9 @@ impl UnaryOp {
             UnaryOp::IsNan => truth(x.is_nan()),
             UnaryOp::IsInf => truth(x.is_infinite()),
             UnaryOp::LogicalNot => truth(x == 0.0),
-            // On i32 (the builder allows integers and bools only; a bool is `not`).
-            UnaryOp::BitwiseNot => !(x as i64 as i32) as f64,
+            // On the integer it holds (the builder allows integers and bools only; a bool is
+            // `not`); an 8-bit result wraps into its type after (`DType::arithmetic_result`).
+            UnaryOp::BitwiseNot => !(x as i64) as f64,
         }
     }
 }
@@ -223,11 +224,12 @@ impl BinaryOp {
         self.def().name
     }
 
-    /// The op on float64 values (integers and bools are exact in it; the bitwise ops and
-    /// shifts work on the i32 they hold).
+    /// The op on float64 values (integers and bools are exact in it; the bitwise ops work on
+    /// the integer they hold, the shifts on the i32).
     pub fn eval(self, a: f64, b: f64) -> f64 {
         let truth = |v: bool| v as u8 as f64;
         let int = |v: f64| v as i64 as i32;
+        let long = |v: f64| v as i64;
         match self {
             BinaryOp::Add => a + b,
             BinaryOp::Sub => a - b,
@@ -254,9 +256,9 @@ impl BinaryOp {
             BinaryOp::LogicalAnd => truth(a != 0.0 && b != 0.0),
             BinaryOp::LogicalOr => truth(a != 0.0 || b != 0.0),
             BinaryOp::LogicalXor => truth((a != 0.0) != (b != 0.0)),
-            BinaryOp::BitwiseAnd => (int(a) & int(b)) as f64,
-            BinaryOp::BitwiseOr => (int(a) | int(b)) as f64,
-            BinaryOp::BitwiseXor => (int(a) ^ int(b)) as f64,
+            BinaryOp::BitwiseAnd => (long(a) & long(b)) as f64,
+            BinaryOp::BitwiseOr => (long(a) | long(b)) as f64,
+            BinaryOp::BitwiseXor => (long(a) ^ long(b)) as f64,
             // torch: a shift by a negative amount or by 32 or more gives 0 (left) or the sign
             // (right), where C leaves it undefined.
             BinaryOp::ShiftLeft => match u32::try_from(int(b)) {
@@ -465,11 +467,17 @@ pub enum OpKind {
     Broadcast,
     Cast,
     Set,
+    // Views (see `fusion::build`'s module doc for how they map onto the IR).
+    Permute,
+    Transpose,
+    Expand,
 }
 
 /// How an op's result type (and the type it computes in) follows from its operands'. Operand
-/// types promote as PyTorch's do: bool < i32 < float, the wider float winning, f16 and bf16
-/// computing in f32; a literal with a fraction makes integer operands compute in f32.
+/// types promote as PyTorch's do: bool < u8, i8 < i32 < i64 < float, the wider float winning,
+/// f16, bf16 and the 8-bit floats computing in f32; a literal with a fraction makes integer
+/// operands compute in f32. u8 with i8 is refused (torch makes them int16, which hopfuse has
+/// not).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Typing {
     /// Arithmetic: the promoted type (integers stay integers); bool operands alone are
@@ -481,7 +489,7 @@ pub enum Typing {
     Compare,
     /// Reads each operand as a truth value (non-zero is true); the result is bool.
     Logical,
-    /// Integer or bool operands; the result is their promoted type.
+    /// Integer (any width) or bool operands; the result is their promoted type.
     Bitwise,
     /// Integer operands only (shifts).
     Integer,
@@ -501,10 +509,10 @@ impl Typing {
     pub fn describe(self) -> &'static str {
         match self {
             Typing::Numeric => "the operands' promoted type (integers stay integers; not bool)",
-            Typing::Float => "floating point: i32 and bool operands compute in f32",
+            Typing::Float => "floating point: integer and bool operands compute in f32",
             Typing::Compare => "bool (compared in the operands' promoted type)",
             Typing::Logical => "bool (each operand read as a truth value, non-zero is true)",
-            Typing::Bitwise => "i32 or bool operands; their promoted type",
+            Typing::Bitwise => "integer or bool operands; their promoted type",
             Typing::Integer => "i32 operands; i32",
             Typing::Select => {
                 "the promoted type of the two values (the condition read as a truth value)"
@@ -619,7 +627,7 @@ pub const OPS: &[OpDef] = &[
     unary("isnan", UnaryOp::IsNan, T::Compare, "isnan(x)", "Elementwise: is x NaN (a bool)."),
     unary("isinf", UnaryOp::IsInf, T::Compare, "isinf(x)", "Elementwise: is x an infinity (a bool)."),
     unary("logical_not", UnaryOp::LogicalNot, T::Logical, "logical_not(x)", "Elementwise: is x zero (a bool)."),
-    unary("bitwise_not", UnaryOp::BitwiseNot, T::Bitwise, "bitwise_not(x)", "Elementwise ~x on i32 (logical not on bool)."),
+    unary("bitwise_not", UnaryOp::BitwiseNot, T::Bitwise, "bitwise_not(x)", "Elementwise ~x on an integer type (logical not on bool)."),
     binary("add", BinaryOp::Add, T::Numeric, "add(a, b) | a + b", "Elementwise a + b. Operands have the same rank (use broadcast) or one is a number or a scalar input."),
     binary("sub", BinaryOp::Sub, T::Numeric, "sub(a, b) | a - b", "Elementwise a - b."),
     binary("mul", BinaryOp::Mul, T::Numeric, "mul(a, b) | a * b", "Elementwise a * b."),
@@ -638,9 +646,9 @@ pub const OPS: &[OpDef] = &[
     binary("logical_and", BinaryOp::LogicalAnd, T::Logical, "logical_and(a, b)", "Elementwise: both non-zero (a bool)."),
     binary("logical_or", BinaryOp::LogicalOr, T::Logical, "logical_or(a, b)", "Elementwise: either non-zero (a bool)."),
     binary("logical_xor", BinaryOp::LogicalXor, T::Logical, "logical_xor(a, b)", "Elementwise: exactly one non-zero (a bool)."),
-    binary("bitwise_and", BinaryOp::BitwiseAnd, T::Bitwise, "bitwise_and(a, b)", "Elementwise a & b on i32 or bool."),
-    binary("bitwise_or", BinaryOp::BitwiseOr, T::Bitwise, "bitwise_or(a, b)", "Elementwise a | b on i32 or bool."),
-    binary("bitwise_xor", BinaryOp::BitwiseXor, T::Bitwise, "bitwise_xor(a, b)", "Elementwise a ^ b on i32 or bool."),
+    binary("bitwise_and", BinaryOp::BitwiseAnd, T::Bitwise, "bitwise_and(a, b)", "Elementwise a & b on integers or bool."),
+    binary("bitwise_or", BinaryOp::BitwiseOr, T::Bitwise, "bitwise_or(a, b)", "Elementwise a | b on integers or bool."),
+    binary("bitwise_xor", BinaryOp::BitwiseXor, T::Bitwise, "bitwise_xor(a, b)", "Elementwise a ^ b on integers or bool."),
     binary("bitwise_left_shift", BinaryOp::ShiftLeft, T::Integer, "bitwise_left_shift(a, b)", "Elementwise a << b on i32; 0 when b is negative or 32 or more (as torch)."),
     binary("bitwise_right_shift", BinaryOp::ShiftRight, T::Integer, "bitwise_right_shift(a, b)", "Elementwise arithmetic a >> b on i32; the sign (0 or -1) when b is negative or 32 or more (as torch)."),
     op("where", K::Ternary(TernaryOp::Where), 3, T::Select, "where(cond, a, b)", "Elementwise a where cond is true (non-zero), else b. A value may be a number: where(x > 0, x, 0.0)."),
@@ -649,7 +657,7 @@ pub const OPS: &[OpDef] = &[
     op("fma", K::Ternary(TernaryOp::Fma), 3, T::Float, "fma(a, b, c)", "Elementwise a * b + c rounded once (fused multiply-add)."),
     OpDef {
         named: &["axis", "axes"],
-        ..op("sum", K::Reduce(ReduceOp::Sum), 1, T::Float, "sum(x, axis=1) | sum(x, axis=[0, 1])", "The sum over the listed axes (a reduction: the result has those axes removed; i32 and bool sum in f32).")
+        ..op("sum", K::Reduce(ReduceOp::Sum), 1, T::Float, "sum(x, axis=1) | sum(x, axis=[0, 1])", "The sum over the listed axes (a reduction: the result has those axes removed; integers and bool sum in f32).")
     },
     OpDef {
         named: &["axis", "axes"],
@@ -695,10 +703,23 @@ pub const OPS: &[OpDef] = &[
         named: &["axis", "axes"],
         ..op("broadcast", K::Broadcast, 1, T::Same, "broadcast(x, axis=1)", "Inserts new axes at the listed positions of the result, so x lines up with a tensor of higher rank (e.g. a row vector added to every row).")
     },
-    op("cast", K::Cast, 2, T::Cast, "cast(x, bf16)", "Converts to a dtype (to bool: non-zero is true)."),
+    OpDef {
+        named: &["saturate"],
+        ..op("cast", K::Cast, 2, T::Cast, "cast(x, bf16) | cast(x, f8e4m3, saturate=true)", "Converts to a dtype as torch's .to does: floats round to nearest even (to f8e4m3 a magnitude beyond 464 is NaN, to f8e5m2 beyond 61440 an infinity); to an integer NaN is 0, and a float truncates and saturates (to u8: wraps modulo 256); integers to a narrower integer wrap; to bool non-zero is true. `saturate=true` clamps to the type's largest finite value first (NaN stays NaN), as x.clamp(-448, 448).to(torch.float8_e4m3fn).")
+    },
     OpDef {
         aliases: &["copy"],
         ..op("set", K::Set, 1, T::Same, "set(x) | copy(x)", "A copy of x.")
+    },
+    // Views.
+    OpDef {
+        named: &["dims"],
+        ..op("permute", K::Permute, 1, T::Same, "permute(x, dims=[1, 0])", "A view with the axes reordered: axis k of the result is axis dims[k] of x (torch's x.permute). Every axis of a tensor gets a loop of its own, so a tensor cannot meet its own permutation in one op (x + transpose(x)).")
+    },
+    op("transpose", K::Transpose, 3, T::Same, "transpose(x, 0, 1)", "A view with two axes swapped (torch's x.transpose(a, b)); a permute."),
+    OpDef {
+        named: &["shape"],
+        ..op("expand", K::Expand, 1, T::Same, "expand(x, shape=[M, N])", "A view with x's broadcast axes (from broadcast) given extents: each entry a size symbol or an integer; the other axes keep theirs and must be given their own extent (torch's x.expand).")
     },
 ];
 
@@ -749,6 +770,10 @@ pub fn result_type(
     tensors: &[DType],
     literals: &[f64],
 ) -> Result<(DType, DType), String> {
+    let computes: Vec<DType> = tensors.iter().map(|t| t.compute()).collect();
+    if computes.contains(&DType::U8) && computes.contains(&DType::I8) {
+        return Err("mixes u8 and i8 operands, which have no common type here (torch promotes them to int16, which hopfuse has not): cast one of them first (cast(x, i32))".into());
+    }
     let d = promote(tensors, literals);
     match typing {
         Typing::Numeric if d == DType::Bool => Err(
@@ -762,7 +787,7 @@ pub fn result_type(
         Typing::Compare => Ok((d, DType::Bool)),
         Typing::Logical => Ok((DType::Bool, DType::Bool)),
         Typing::Bitwise if d.is_float() => Err(format!(
-            "works on i32 or bool operands, and its operands compute in {d} (cast(x, i32) first)"
+            "works on integer or bool operands, and its operands compute in {d} (cast(x, i32) first)"
         )),
         Typing::Bitwise => Ok((d, d)),
         Typing::Integer if d != DType::I32 => Err(format!(
@@ -849,5 +874,26 @@ mod tests {
         assert!(result_type(Typing::Bitwise, &[F32], &[]).is_err());
         assert!(result_type(Typing::Numeric, &[Bool, Bool], &[]).is_err());
         assert!(result_type(Typing::Integer, &[Bool], &[]).is_err());
+        // The new integer and 8-bit float types.
+        assert_eq!(promote(&[U8, I32], &[]), I32);
+        assert_eq!(promote(&[I8, I64], &[]), I64);
+        assert_eq!(promote(&[I64, F8E4M3], &[]), F32);
+        assert_eq!(promote(&[F8E5M2, F64], &[]), F64);
+        assert_eq!(promote(&[U8], &[3.0]), U8);
+        assert_eq!(promote(&[I64], &[0.5]), F32);
+        assert_eq!(result_type(Typing::Numeric, &[U8, U8], &[]), Ok((U8, U8)));
+        assert_eq!(result_type(Typing::Float, &[F8E4M3], &[]), Ok((F32, F32)));
+        assert_eq!(
+            result_type(Typing::Bitwise, &[I64, I8], &[]),
+            Ok((I64, I64))
+        );
+        let mixed = result_type(Typing::Numeric, &[U8, I8], &[]).unwrap_err();
+        assert!(mixed.contains("int16"), "{mixed}");
+        assert!(result_type(Typing::Integer, &[I64], &[]).is_err());
+        assert_eq!(
+            BinaryOp::BitwiseAnd.eval(-1.0, (1u64 << 40) as f64),
+            (1u64 << 40) as f64
+        );
+        assert_eq!(UnaryOp::BitwiseNot.eval(5.0), -6.0);
     }
 }

@@ -59,26 +59,24 @@ pub struct Twin {
 }
 
 /// The torch dtype of a fusion dtype (`torch.float32`, ...).
-pub fn torch_dtype(d: DType) -> &'static str {
-    match d {
-        DType::Bool => "torch.bool",
-        DType::I32 => "torch.int32",
-        DType::BF16 => "torch.bfloat16",
-        DType::F16 => "torch.float16",
-        DType::F32 => "torch.float32",
-        DType::F64 => "torch.float64",
-    }
+pub fn torch_dtype(d: DType) -> String {
+    format!("torch.{}", d.torch())
 }
 
-/// The conversion method (`x.float()`) to a dtype.
-fn conversion(d: DType) -> &'static str {
+/// The conversion method call (`float()`) to a dtype; `to(torch.float8_e4m3fn)` for the types
+/// without one.
+fn conversion(d: DType) -> String {
     match d {
-        DType::Bool => "bool",
-        DType::I32 => "int",
-        DType::BF16 => "bfloat16",
-        DType::F16 => "half",
-        DType::F32 => "float",
-        DType::F64 => "double",
+        DType::Bool => "bool()".into(),
+        DType::U8 => "byte()".into(),
+        DType::I8 => "char()".into(),
+        DType::I32 => "int()".into(),
+        DType::I64 => "long()".into(),
+        DType::BF16 => "bfloat16()".into(),
+        DType::F16 => "half()".into(),
+        DType::F32 => "float()".into(),
+        DType::F64 => "double()".into(),
+        DType::F8E4M3 | DType::F8E5M2 => format!("to({})", torch_dtype(d)),
     }
 }
 
@@ -137,7 +135,7 @@ impl Py {
     fn to(self, to: DType) -> Py {
         match self.dtype {
             Some(d) if d != to => {
-                Py::new(format!("{}.{}()", self.at(ATOM), conversion(to)), ATOM, to)
+                Py::new(format!("{}.{}", self.at(ATOM), conversion(to)), ATOM, to)
             }
             _ => self,
         }
@@ -355,7 +353,7 @@ impl<'a> Emitter<'a> {
                 }
             })
             .collect();
-        let dtype = torch_dtype(f.tensors[t].dtype).trim_start_matches("torch.");
+        let dtype = f.tensors[t].dtype.torch();
         format!("{dtype}[{}]", dims.join(", "))
     }
 
@@ -525,6 +523,43 @@ impl<'a> Emitter<'a> {
                 }
                 x
             }
+            Op::Permute { dims } => {
+                let x = self.operand(&expr.inputs[0], out);
+                let moved: Vec<usize> = (0..dims.len()).filter(|&k| dims[k] != k).collect();
+                let text = match moved[..] {
+                    [a, b] => format!("{}.transpose({a}, {b})", x.at(ATOM)),
+                    _ => format!(
+                        "{}.permute({})",
+                        x.at(ATOM),
+                        dims.iter()
+                            .map(|d| d.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
+                Py::new(text, ATOM, out)
+            }
+            // -1 keeps an axis; a size symbol is the extent of an input that has it.
+            Op::Expand { shape } => {
+                let x = self.operand(&expr.inputs[0], out);
+                let input = f.logical(input_tensor(expr));
+                let sizes: Vec<String> = input
+                    .iter()
+                    .zip(shape)
+                    .map(|(&i, e)| {
+                        if f.ids[i].kind == IterKind::Broadcast {
+                            self.size_text(e)
+                        } else {
+                            "-1".into()
+                        }
+                    })
+                    .collect();
+                Py::new(
+                    format!("{}.expand({})", x.at(ATOM), sizes.join(", ")),
+                    ATOM,
+                    out,
+                )
+            }
             Op::Unary(u) => {
                 let x = self.operand(&expr.inputs[0], f.compute_type(d));
                 unary(*u, x, out)
@@ -567,7 +602,12 @@ impl<'a> Emitter<'a> {
                 }
             }
             Op::Reduce { op, axes } => {
-                let x = self.operand(&expr.inputs[0], f.tensors[input_tensor(expr)].dtype);
+                // torch reduces no 8-bit float tensor: those are widened to f32 first.
+                let input = f.tensors[input_tensor(expr)].dtype;
+                let x = self.operand(
+                    &expr.inputs[0],
+                    if input.is_fp8() { DType::F32 } else { input },
+                );
                 let dim = dims(axes);
                 match op {
                     ReduceOp::Sum if x.dtype == Some(compute) => {
@@ -629,6 +669,22 @@ impl<'a> Emitter<'a> {
                 Py::new(format!("torch.matmul({}, {})", x.text, y.text), ATOM, out)
             }
         }
+    }
+
+    /// A size as Python: a constant, or a symbol as the extent of the first input that has it.
+    fn size_text(&self, e: &crate::plan::SizeExpr) -> String {
+        let f = self.f;
+        if let crate::plan::SizeExpr::Sym(s) = e {
+            for &i in &f.inputs {
+                for (k, &id) in f.tensors[i].root.iter().enumerate() {
+                    if f.ids[id].root_extent.as_ref() == Some(e) {
+                        return format!("{}.shape[{k}]", self.names[i]);
+                    }
+                }
+            }
+            return s.clone();
+        }
+        e.to_string()
     }
 
     /// A factor of a contraction: its base expression with the casts applied, squeezed.
@@ -789,8 +845,8 @@ fn dims(axes: &[usize]) -> String {
 
 /// A literal of the op's compute type as a Python number.
 fn literal(v: f64, compute: DType) -> Py {
-    let text = if compute == DType::I32 {
-        format!("{}", DType::I32.round(v) as i64)
+    let text = if compute.is_integer() {
+        format!("{}", compute.round(v) as i64)
     } else if v.is_nan() {
         "float(\"nan\")".into()
     } else if v.is_infinite() {

@@ -3,7 +3,8 @@
 For tests on machines without torch (CI): `PYTHONPATH=runner/peers/fake_torch` makes
 `import torch` load this module. Values are Python floats (float64) rounded to the tensor's
 dtype after every op (f32 through `struct`, bf16 by round-to-nearest-even of the f32 bits,
-f16 through `struct`'s IEEE half, int32 truncated and wrapped), so a twin that forgets a
+f16 through `struct`'s IEEE half, float8_e4m3fn / float8_e5m2 to nearest even through f32 (NaN /
+an infinity beyond their range, as torch), integers truncated and wrapped), so a twin that forgets a
 conversion or takes a wrong axis gives a different result. Stricter than torch on purpose:
 an op on two tensors of different dtypes is an error (the twins convert explicitly), and so is
 an operand shape that does not broadcast.
@@ -40,6 +41,12 @@ float16 = dtype("float16", 2, True, "<e")
 bfloat16 = dtype("bfloat16", 2, True, None)
 int32 = dtype("int32", 4, False, "<i")
 uint8 = dtype("uint8", 1, False, "<B")
+int8 = dtype("int8", 1, False, "<b")
+int64 = dtype("int64", 8, False, "<q")
+float8_e4m3fn = dtype("float8_e4m3fn", 1, True, None)
+float8_e5m2 = dtype("float8_e5m2", 1, True, None)
+# (mantissa bits, exponent of the smallest normal, largest finite, what a larger value becomes)
+_FP8 = {"float8_e4m3fn": (3, -6, 448.0, math.nan), "float8_e5m2": (2, -14, 57344.0, math.inf)}
 bool = dtype("bool", 1, False, "<?")  # noqa: A001 (torch's name)
 float = float32  # noqa: A001
 half = float16
@@ -64,6 +71,14 @@ def _round(v, dt):
         return 1 if v else 0
     if dt is uint8:
         return int(v) & 0xFF
+    if dt is int8:
+        i = int(v) & 0xFF
+        return i - 256 if i >= 128 else i
+    if dt is int64:
+        i = int(v) & 0xFFFFFFFFFFFFFFFF
+        return i - (1 << 64) if i >= (1 << 63) else i
+    if dt.name in _FP8:
+        return _round_fp8(v, dt)
     v = _builtin_float(v)
     if not math.isfinite(v):
         return v
@@ -80,6 +95,51 @@ def _round(v, dt):
     lsb = (bits >> 16) & 1
     bits = ((bits + 0x7FFF + lsb) & 0xFFFF0000) & 0xFFFFFFFF
     return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def _round_fp8(v, dt):
+    mantissa, min_exp, largest, overflow = _FP8[dt.name]
+    v = _round(v, float32)
+    if math.isnan(v) or v == 0:
+        return v
+    if math.isinf(v):
+        return math.copysign(overflow, v)
+    exp = max(math.frexp(math.fabs(v))[1] - 1, min_exp)
+    ulp = math.ldexp(1.0, exp - mantissa)
+    r = round(math.fabs(v) / ulp) * ulp  # Python's round: to nearest even
+    return math.copysign(overflow if r > largest else r, v)
+
+
+def _fp8_byte(v, dt):
+    """The byte of an 8-bit float value (already rounded)."""
+    mantissa, min_exp, _, _ = _FP8[dt.name]
+    sign = 0x80 if math.copysign(1.0, v) < 0 else 0
+    if math.isnan(v):
+        return sign | 0x7F
+    if math.isinf(v):
+        return sign | ((0x7F >> mantissa) << mantissa)
+    a = math.fabs(v)
+    if a == 0:
+        return sign
+    exp = math.frexp(a)[1] - 1
+    if exp < min_exp:
+        return sign | int(a / math.ldexp(1.0, min_exp - mantissa))
+    m = int((a / math.ldexp(1.0, exp) - 1) * (1 << mantissa))
+    return sign | ((exp + 1 - min_exp) << mantissa) | m
+
+
+def _fp8_value(b, dt):
+    mantissa, min_exp, _, _ = _FP8[dt.name]
+    sign = -1.0 if b & 0x80 else 1.0
+    e, m = (b & 0x7F) >> mantissa, b & ((1 << mantissa) - 1)
+    top = 0x7F >> mantissa
+    if dt is float8_e4m3fn and b & 0x7F == 0x7F:
+        return math.nan
+    if dt is float8_e5m2 and e == top:
+        return math.nan if m else sign * math.inf
+    if e == 0:
+        return sign * math.ldexp(m, min_exp - mantissa)
+    return sign * math.ldexp(1.0 + m / (1 << mantissa), e - 1 + min_exp)
 
 
 def _numel(shape):
@@ -227,6 +287,15 @@ class Tensor:
     def int(self):
         return self.to(int32)
 
+    def long(self):
+        return self.to(int64)
+
+    def char(self):
+        return self.to(int8)
+
+    def byte(self):
+        return self.to(uint8)
+
     def cuda(self):
         return self._on("cuda")
 
@@ -285,8 +354,21 @@ class Tensor:
         assert 0 <= d0 < self.dim() and 0 <= d1 < self.dim(), "transpose: dim out of range"
         perm = list(range(self.dim()))
         perm[d0], perm[d1] = perm[d1], perm[d0]
+        return self.permute(*perm)
+
+    def permute(self, *perm):
+        assert sorted(perm) == list(range(self.dim())), "permute: not a permutation"
         shape = tuple(self.shape[k] for k in perm)
         data = [self._at(tuple(idx[perm.index(k)] for k in range(self.dim()))) for idx in _indices(shape)]
+        return Tensor(data, shape, self.dtype)
+
+    def expand(self, *sizes):
+        """Only axes of extent 1 grow (-1 keeps an axis), as torch's."""
+        assert len(sizes) == self.dim(), "expand: one size per axis"
+        shape = tuple(s if n == -1 else n for s, n in zip(self.shape, sizes))
+        for s, n in zip(self.shape, shape):
+            assert s == n or s == 1, "expand: only an axis of extent 1 expands"
+        data = [self._at(tuple(i if s > 1 else 0 for i, s in zip(idx, self.shape))) for idx in _indices(shape)]
         return Tensor(data, shape, self.dtype)
 
     # -- arithmetic
@@ -457,6 +539,11 @@ sigmoid = _float_unary(lambda v: 1 / (1 + _safe_exp(-v)))
 log = _float_unary(lambda v: math.log(v) if v > 0 else (-math.inf if v == 0 else math.nan))
 log1p = _float_unary(lambda v: math.log1p(v) if v > -1 else (-math.inf if v == -1 else math.nan))
 erf = _float_unary(math.erf)
+
+
+def clamp(x, lo, hi):
+    """Numbers as bounds (what the twins pass); NaN in x stays NaN."""
+    return _unary(lambda v: v if v != v else min(max(v, lo), hi), x)
 
 
 def where(c, a, b):
@@ -739,6 +826,8 @@ def frombuffer(buf, dtype):
     raw = bytes(buf)
     if dtype is bfloat16:
         vals = [struct.unpack("<f", struct.pack("<I", h << 16))[0] for (h,) in struct.iter_unpack("<H", raw)]
+    elif dtype.name in _FP8:
+        vals = [_fp8_value(b, dtype) for b in raw]
     else:
         vals = [v for (v,) in struct.iter_unpack(dtype.fmt, raw)]
     return Tensor(vals, (len(vals),), dtype)
@@ -748,6 +837,8 @@ def to_bytes(t):
     """The tensor's little-endian bytes (what `t.cpu().numpy().tobytes()` gives with torch)."""
     if t.dtype is bfloat16:
         return b"".join(struct.pack("<H", _f32_bits(v) >> 16) for v in t._data)
+    if t.dtype.name in _FP8:
+        return bytes(_fp8_byte(v, t.dtype) for v in t._data)
     return b"".join(struct.pack(t.dtype.fmt, v) for v in t._data)
 
 

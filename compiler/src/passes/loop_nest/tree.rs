@@ -366,7 +366,7 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
     // The type the op's operands are converted to (a comparison's, not its bool result's).
     let compute_type = f.compute_type(e);
     let (value, role) = match &expr.op {
-        Op::Set | Op::Broadcast { .. } => {
+        Op::Set | Op::Broadcast { .. } | Op::Permute { .. } | Op::Expand { .. } => {
             (operand(&expr.inputs[0], out_dtype), ComputeRole::Normal)
         }
         Op::Cast(d) => (
