@@ -2,8 +2,8 @@
 //! (which includes this file by path) so that the page carries the menu without the programs:
 //! an example's text is fetched from `examples/<group>/<name>.hf` next to the page when chosen.
 
-/// The example's one-line description: the first sentence of its header comment, without an
-/// "Example 3:" style label, cut at 110 characters.
+/// The example's description: the first sentence of its header comment, without an
+/// "Example 3:" style label, whole (the menu shows [`summary`] of a long one).
 pub fn description(source: &str) -> String {
     let header: Vec<&str> = source
         .lines()
@@ -15,15 +15,9 @@ pub fn description(source: &str) -> String {
         Some((label, rest)) if label.to_ascii_lowercase().contains("example") => rest,
         _ => text.as_str(),
     };
-    let sentence = match text.find(". ") {
-        Some(i) => &text[..=i],
-        None => text,
-    };
-    if sentence.chars().count() > 110 {
-        let cut: String = sentence.chars().take(109).collect();
-        format!("{}…", cut.trim_end())
-    } else {
-        sentence.to_string()
+    match text.find(". ") {
+        Some(i) => text[..=i].to_string(),
+        None => text.to_string(),
     }
 }
 
