@@ -13,7 +13,7 @@ pub struct Example {
     pub group: &'static str,
     /// Its file name without `.hf`.
     pub name: &'static str,
-    /// The first sentence of its header comment ([`example_meta::description`]).
+    /// The menu's line: [`example_meta::summary`] of its header's first sentence.
     pub description: &'static str,
     /// The sizes of its first `// bench:` line.
     pub bench: &'static str,
@@ -83,47 +83,9 @@ pub fn find(key: &str) -> Option<Example> {
     ALL.iter().copied().find(|e| self::key(e) == key)
 }
 
-/// The example's description (the first sentence of its header comment, whole).
+/// The example's one-line description ([`example_meta::summary`] of its header's first sentence).
 pub fn description(e: &Example) -> String {
     e.description.to_string()
-}
-
-/// The longest line the Examples menu shows of a description.
-pub const SUMMARY_CHARS: usize = 120;
-
-/// The Examples menu's line for an example: its description when it is short, else the
-/// description's first clause that fits (up to `: `, `; ` or ` (`, else the last `, `, never
-/// inside brackets) as a sentence; the whole description is the option's tooltip.
-pub fn summary(e: &Example) -> String {
-    let d = e.description;
-    if d.chars().count() <= SUMMARY_CHARS {
-        return d.to_string();
-    }
-    let (mut depth, mut clause, mut comma) = (0usize, None, None);
-    for (i, c) in d.char_indices().take_while(|&(i, _)| i <= SUMMARY_CHARS) {
-        let rest = &d[i..];
-        match c {
-            '(' | '[' => {
-                if c == '(' && depth == 0 && i >= 21 && d[..i].ends_with(' ') {
-                    clause = clause.or(Some(i - 1));
-                }
-                depth += 1;
-            }
-            ')' | ']' => depth = depth.saturating_sub(1),
-            _ if depth > 0 || i < 20 => {}
-            _ if rest.starts_with(": ") || rest.starts_with("; ") => clause = clause.or(Some(i)),
-            _ if rest.starts_with(", ") => comma = Some(i),
-            _ => {}
-        }
-    }
-    let cut = clause.or(comma).unwrap_or_else(|| {
-        let boundaries = d.char_indices().map(|(i, _)| i);
-        boundaries
-            .take_while(|&i| i <= SUMMARY_CHARS)
-            .last()
-            .unwrap_or(0)
-    });
-    format!("{}.", d[..cut].trim_end_matches([' ', ',', ';', ':']))
 }
 
 /// The sizes of the example's first `// bench: M=...,N=...` line (empty without one).
@@ -154,7 +116,12 @@ mod tests {
         for e in ALL {
             let text = source(e);
             assert_eq!(e.fingerprint, example_meta::fingerprint(text), "{}", key(e));
-            assert_eq!(e.description, example_meta::description(text), "{}", key(e));
+            assert_eq!(
+                e.description,
+                example_meta::summary(&example_meta::description(text)),
+                "{}",
+                key(e)
+            );
             assert_eq!(e.bench, example_meta::bench_line(text), "{}", key(e));
             assert_eq!(matching(text), Some(*e));
             assert_eq!(url(e), format!("examples/{}.hf", key(e)));
@@ -207,19 +174,28 @@ mod tests {
             bench_sizes(&add).into_iter().collect::<Vec<_>>(),
             vec![("M".to_string(), 16384), ("N".to_string(), 16384)]
         );
-        // A long description is summed up in the menu by its first clause, never cut mid-way.
+        // A long first sentence is summed up by its first clause, never cut mid-way.
         let matmul = find("basics/matmul").unwrap();
-        assert!(description(&matmul).ends_with("compares it with cuBLAS on the same problem)."));
+        let sentence = example_meta::description(source(&matmul));
+        assert!(sentence.ends_with("compares it with cuBLAS on the same problem)."));
         assert_eq!(
-            summary(&matmul),
+            description(&matmul),
             "A matrix product c[M, N] = a[M, K] x b[K, N] in f32, written as a sum over K of broadcast products."
         );
         for e in ALL {
             let d = description(e);
-            let s = summary(e);
+            let sentence = example_meta::description(source(e));
             assert!(!d.is_empty() && !d.contains('…'), "{}: {d}", key(e));
-            assert!(s.chars().count() <= SUMMARY_CHARS + 1, "{}: {s}", key(e));
-            assert!(d.starts_with(s.trim_end_matches('.')), "{}: {s}", key(e));
+            assert!(
+                d.chars().count() <= example_meta::SUMMARY_CHARS + 1,
+                "{}: {d}",
+                key(e)
+            );
+            assert!(
+                sentence.starts_with(d.trim_end_matches('.')),
+                "{}: {d}",
+                key(e)
+            );
             assert!(
                 !d.starts_with("Example") && !d.starts_with("TMA example"),
                 "{}: {d}",

@@ -90,15 +90,14 @@ pub fn utf16_offset(source: &str, byte: usize) -> usize {
 }
 
 /// `text` as a sentence of its own: a capital first letter and a full stop (the runner's notes
-/// are clauses, `fake worker: the program was compiled ...`).
+/// are clauses, `fake worker: the program was compiled ...`). ASCII capitals only: the Unicode
+/// case tables would cost the cold load kilobytes for the runner's English.
 pub fn sentence(text: &str) -> String {
-    let text = text.trim();
-    let mut chars = text.chars();
-    let mut out: String = match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars).collect(),
-        None => return String::new(),
-    };
-    if !out.ends_with(['.', '!', '?']) {
+    let mut out = text.trim().to_string();
+    if let Some(first) = out.get_mut(..1) {
+        first.make_ascii_uppercase();
+    }
+    if !out.is_empty() && !out.ends_with(['.', '!', '?']) {
         out.push('.');
     }
     out

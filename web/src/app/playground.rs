@@ -181,9 +181,10 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
                                 {list
                                     .into_iter()
                                     .map(|e| {
+                                        let desc = examples::description(&e);
                                         view! {
-                                            <option value=examples::key(&e) title=examples::description(&e)>
-                                                {format!("{} — {}", e.name, examples::summary(&e))}
+                                            <option value=examples::key(&e) title=desc.clone()>
+                                                {format!("{} — {desc}", e.name)}
                                             </option>
                                         }
                                     })
