@@ -7,7 +7,8 @@
 # 4 cores; each long step says what it does and how long it takes).
 # With a usable GPU, Run executes on it (NVRTC and nvdisasm are set up from PyPI wheels into
 # .tools/); without one the service is compile-only: Run is disabled and the page says why, and
-# PTX/SASS still work. Ctrl-C stops it.
+# PTX/SASS still work; with --fake-worker, Run compiles and checks programs and measures nothing
+# (the service's first lines say which). Ctrl-C stops it.
 # Usage: scripts/run.sh [hopfuse serve options]   e.g. --addr 0.0.0.0:8080, --fake-worker
 # The binary is target/release/hopfuse. The database (short links, run history) and the CUBIN
 # cache live in $HOPFUSE_DATA_DIR (default ~/.local/share/hopfuse).
@@ -37,8 +38,6 @@ if nvrtc_env=$(bash scripts/setup-nvrtc.sh); then
 else
   log "NVRTC could not be set up: runs and the PTX/SASS panes will be unavailable"
 fi
-# The same probe the service makes at startup (a child process, so a broken driver cannot hurt).
-if ! ./target/release/hopfuse worker --probe 2>/dev/null | grep -q '"gpu":{'; then
-  log "no usable GPU: compile-only (the page compiles; Run is disabled and says why)"
-fi
+# The service says at start what Run does here: on the GPU, compile-only without one (and why),
+# or the fake worker's checks with --fake-worker.
 exec ./target/release/hopfuse serve --static-dir dist "$@"

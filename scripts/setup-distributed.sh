@@ -6,6 +6,7 @@
 #
 #   eval "$(bash scripts/setup-distributed.sh)"   # HOPFUSE_TEST_POSTGRES_URL, HOPFUSE_TEST_NATS_SERVER
 #   bash scripts/setup-distributed.sh stop        # stops the PostgreSQL cluster
+#   bash scripts/setup-distributed.sh running     # exit status 0 when it is running
 #
 # Everything but the final `export` lines goes to stderr.
 set -euo pipefail
@@ -43,6 +44,9 @@ as_owner() {
   fi
 }
 
+if [ "${1:-}" = running ]; then
+  exec "$BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT"
+fi
 if [ "${1:-}" = stop ]; then
   if [ -f "$DIR/data/postmaster.pid" ]; then
     as_owner "$BIN/pg_ctl" -D "$DIR/data" -m fast -w stop >&2

@@ -10,14 +10,28 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(bash scripts/setup-nvrtc.sh)"
 export HOPFUSE_REQUIRE_NVRTC=1 # the runner's NVRTC tests fail instead of skipping
-# nats-server and PostgreSQL on loopback for the distributed mode and the store's PostgreSQL
-# tests (runner/tests/distributed/), which then fail instead of skipping.
-eval "$(bash scripts/setup-distributed.sh)"
-export HOPFUSE_REQUIRE_NATS=1 HOPFUSE_REQUIRE_POSTGRES=1
 # Checks that cannot run here (runner/src/not_run.rs) are listed at the end.
 export HOPFUSE_NOT_RUN_LOG="${TMPDIR:-/tmp}/hopfuse-not-run.$$"
 : >"$HOPFUSE_NOT_RUN_LOG"
-trap 'if [ -s "$HOPFUSE_NOT_RUN_LOG" ]; then echo "---- checks not run:"; sort -u "$HOPFUSE_NOT_RUN_LOG"; fi; rm -f "$HOPFUSE_NOT_RUN_LOG"' EXIT
+# nats-server and PostgreSQL on loopback for the distributed mode and the store's PostgreSQL
+# tests (runner/tests/distributed/), which then fail instead of skipping. A PostgreSQL this run
+# starts (127.0.0.1:54329) is stopped when it ends, however it ends; one already running is left
+# running.
+pg_was_running=false
+if bash scripts/setup-distributed.sh running; then pg_was_running=true; fi
+finish() {
+  if [ -s "$HOPFUSE_NOT_RUN_LOG" ]; then
+    echo "---- checks not run:"
+    sort -u "$HOPFUSE_NOT_RUN_LOG"
+  fi
+  rm -f "$HOPFUSE_NOT_RUN_LOG"
+  if [ "$pg_was_running" = false ]; then
+    bash scripts/setup-distributed.sh stop || echo "test.sh: could not stop the test PostgreSQL" >&2
+  fi
+}
+trap finish EXIT
+eval "$(bash scripts/setup-distributed.sh)"
+export HOPFUSE_REQUIRE_NATS=1 HOPFUSE_REQUIRE_POSTGRES=1
 cargo fmt --all -- --check
 cargo clippy --workspace --exclude hopfuse-web --all-targets -- -D warnings
 cargo test --workspace --exclude hopfuse-web

@@ -34,7 +34,7 @@ fn main() {
             "    Example {{ group: {group:?}, name: {name:?}, description: {d:?}, bench: {b:?}, fingerprint: {f:#x} }},\n",
             group = e.group,
             name = e.name,
-            d = example_meta::description(&text),
+            d = example_meta::summary(&example_meta::description(&text)),
             b = example_meta::bench_line(&text),
             f = example_meta::fingerprint(&text),
         ));

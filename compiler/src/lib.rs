@@ -39,6 +39,7 @@ pub mod examples;
 pub mod frontend;
 pub mod fusion;
 pub mod id;
+pub mod index_type;
 pub mod kir;
 pub mod passes;
 pub mod pipeline_view;

@@ -60,7 +60,7 @@ impl Gpu {
         if !unsafe { sys::is_culib_present() } {
             return Err(RunError::new(
                 Stage::Cuda,
-                "the NVIDIA driver library (libcuda.so.1) cannot be loaded: this command needs a GPU",
+                "no NVIDIA GPU driver: the driver library (libcuda.so.1) cannot be loaded",
             ));
         }
         let ctx = CudaContext::new(0).map_err(cuda_err("opening device 0"))?;

@@ -273,9 +273,11 @@ fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("hopfuse_runner={level},hopfuse={level}"))
     });
+    // Colours only on a terminal: stderr redirected to a log file gets plain text.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match dispatch(cli.command) {
         Ok(code) => code,

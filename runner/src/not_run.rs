@@ -7,6 +7,7 @@
 //! (`CUDA_VISIBLE_DEVICES=`) rather than skip, so they run the same on a GPU machine.
 
 use std::io::Write;
+use std::path::Path;
 
 /// Requires the NVRTC checks (scripts/test.sh sets it).
 pub const REQUIRE_NVRTC: &str = "HOPFUSE_REQUIRE_NVRTC";
@@ -20,12 +21,19 @@ pub const LOG: &str = "HOPFUSE_NOT_RUN_LOG";
 /// Reports that `check` did not run because of `why` and returns `true` (the caller returns);
 /// panics instead when `required_by` is set in the environment.
 pub fn skip(check: &str, why: &str, required_by: &str) -> bool {
+    let log = std::env::var_os(LOG).filter(|p| !p.is_empty());
+    skip_logging_to(check, why, required_by, log.as_deref().map(Path::new))
+}
+
+/// [`skip`] with the file to append the line to given (`None`: stderr only), so that the
+/// policy's own test leaves the suite's list of checks not run alone.
+fn skip_logging_to(check: &str, why: &str, required_by: &str, log: Option<&Path>) -> bool {
     if std::env::var_os(required_by).is_some_and(|v| !v.is_empty()) {
         panic!("{check} did not run ({why}), and {required_by} is set: it is required here");
     }
     let line = format!("NOT RUN: {check}: {why} (set {required_by} to make this a failure)");
     eprintln!("{line}");
-    if let Some(path) = std::env::var_os(LOG).filter(|p| !p.is_empty()) {
+    if let Some(path) = log {
         // Best effort: the line on stderr is the report of record.
         if let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
@@ -87,13 +95,24 @@ pub fn nats_server(check: &str) -> Option<std::path::PathBuf> {
 mod tests {
     use super::*;
 
+    /// A check that cannot run is listed (here in a file of this test's own: the suite's list,
+    /// `HOPFUSE_NOT_RUN_LOG`, names only real checks), and fails once required.
     #[test]
     fn a_required_check_that_cannot_run_fails() {
         // A variable of this test alone (tests run in parallel and share the environment).
         const VAR: &str = "HOPFUSE_TEST_REQUIRE_NOT_RUN_POLICY";
-        assert!(skip("the policy check", "nothing to run on", VAR));
+        let log = std::env::temp_dir().join(format!("hopfuse-not-run-{}", std::process::id()));
+        let _ = std::fs::remove_file(&log);
+        let check = "the not-run policy's own test";
+        assert!(skip_logging_to(check, "a reason", VAR, Some(log.as_path())));
+        let listed = std::fs::read_to_string(&log).unwrap();
+        std::fs::remove_file(&log).unwrap();
+        assert_eq!(
+            listed,
+            format!("NOT RUN: {check}: a reason (set {VAR} to make this a failure)\n")
+        );
         std::env::set_var(VAR, "1");
-        let failed = std::panic::catch_unwind(|| skip("the policy check", "nothing", VAR));
+        let failed = std::panic::catch_unwind(|| skip_logging_to(check, "a reason", VAR, None));
         std::env::remove_var(VAR);
         let message = failed.unwrap_err();
         let message = message.downcast_ref::<String>().unwrap();

@@ -128,6 +128,41 @@ fn constant_fusions_run_without_sizes() {
     }
 }
 
+/// Without a GPU (hidden here, so also on a GPU machine), a program that compiles is told that
+/// a run needs one: before NVRTC is asked for, the float64 reference computed or a log line
+/// coloured for a terminal.
+#[test]
+fn run_without_a_gpu_says_so_first() {
+    let file = tmp_file(
+        "nogpu.hf",
+        "fusion f {\n  input x: f32[4, 64]\n  y = exp(x)\n  output y\n}\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_hopfuse"))
+        .args(["-v", "run", &file, "--json"])
+        .env("CUDA_VISIBLE_DEVICES", "")
+        // No NVRTC either: the GPU is what the run is told about.
+        .env("LD_LIBRARY_PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["error"]["stage"], "cuda", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        !message.contains("NVRTC") && !message.contains("nvrtc"),
+        "{message}"
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !log.contains("NVRTC") && !log.contains("reference"),
+        "{log}"
+    );
+    assert!(
+        !log.contains('\u{1b}'),
+        "no colour codes in a redirected log: {log:?}"
+    );
+}
+
 #[test]
 fn run_reports_errors_as_json_with_json() {
     let file = tmp_file("j.hf", "@@@\n");

@@ -184,6 +184,42 @@ const irLanguage = StreamLanguage.define({
   languageData: { commentTokens: { line: "//" } },
 });
 
+// ---- Python (the PyTorch pane's twin) -------------------------------------------------------
+
+const PY_KEYWORDS = new Set(
+  ("def return import from as if else elif for in while and or not is None True False lambda " +
+    "with pass").split(" "),
+);
+
+// The twin's docstrings are one line, so a triple quote runs to the end of its line.
+const pythonLanguage = StreamLanguage.define({
+  name: "python",
+  token(stream) {
+    if (stream.eatSpace()) return null;
+    if (stream.match("#")) {
+      stream.skipToEnd();
+      return "comment";
+    }
+    if (stream.match(/^("""|''')/)) {
+      stream.skipToEnd();
+      return "string";
+    }
+    if (stream.match(/^"([^"\\]|\\.)*"?/) || stream.match(/^'([^'\\]|\\.)*'?/)) return "string";
+    if (stream.match(/^[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?/)) return "number";
+    const word = stream.match(/^[A-Za-z_][A-Za-z0-9_]*/);
+    if (word) {
+      if (PY_KEYWORDS.has(word[0])) return "keyword";
+      if (stream.match(/^\s*\(/, false)) return "variableName.function";
+      return "variableName";
+    }
+    const ch = stream.next();
+    if ("()[]{}".includes(ch)) return "bracket";
+    if ("+-*/%=<>!&|@~^".includes(ch)) return "operator";
+    return "punctuation";
+  },
+  languageData: { commentTokens: { line: "#" } },
+});
+
 // Colours come from CSS variables, so the light/dark switch is a class on <html>.
 const highlight = HighlightStyle.define([
   { tag: tags.keyword, color: "var(--tok-keyword)", fontWeight: "600" },
@@ -227,6 +263,18 @@ function tensorNames(text) {
   return names;
 }
 
+/** The block (`fusion` or `schedule`) whose braces hold offset `pos`, or null outside both. */
+function blockAt(text, pos) {
+  let block = null;
+  let depth = 0;
+  for (const m of text.slice(0, pos).replace(/\/\/[^\n]*/g, "").matchAll(/\b(fusion|schedule)\b|[{}]/g)) {
+    if (m[1] && depth === 0) block = m[1];
+    else if (m[0] === "{") depth++;
+    else if (m[0] === "}" && --depth === 0) block = null;
+  }
+  return depth > 0 ? block : null;
+}
+
 const COMPLETION_TYPES = {
   keyword: "keyword", dtype: "type", op: "function", schedule: "method",
   parallel: "constant", memory: "enum", load: "enum", argument: "property",
@@ -257,7 +305,37 @@ function loadReference() {
 /** Every entry, or none while the reference cannot be fetched. */
 const referenceEntries = () => loadReference().then((r) => r.entries, () => []);
 
-/** Fills `el` with the reference's tables (the Reference dialog). */
+/**
+ * Shows the reference's rows (and the examples listed after `el`) that hold every word of
+ * `query`, a section's heading only while it has one; says so when nothing matches.
+ */
+function filterReference(el, query) {
+  const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+  const shows = (node) => words.every((w) => node.textContent.toLowerCase().includes(w));
+  const dialog = el.closest(".dialog") ?? el;
+  let found = 0;
+  for (const row of dialog.querySelectorAll(".ref-table tr, .ref-examples li")) {
+    row.hidden = !shows(row);
+    if (!row.hidden) found++;
+  }
+  for (const list of dialog.querySelectorAll(".ref-table, .ref-examples")) {
+    const empty = !list.querySelector("tr:not([hidden]), li:not([hidden])");
+    list.hidden = empty;
+    const head = list.previousElementSibling;
+    if (head && /^H[34]$/.test(head.tagName)) head.hidden = empty;
+  }
+  let none = dialog.querySelector("#ref-none");
+  if (!none) {
+    none = document.createElement("p");
+    none.id = "ref-none";
+    none.className = "note";
+    el.after(none);
+  }
+  none.textContent = found ? "" : `Nothing in the reference matches “${query.trim()}”.`;
+  none.hidden = found > 0;
+}
+
+/** Fills `el` with the reference's tables and a search box (the Reference dialog). */
 export function fillReference(el) {
   loadReference().then(
     ({ sections }) => {
@@ -267,7 +345,14 @@ export function fillReference(el) {
         td.textContent = text;
         return td;
       };
+      const search = document.createElement("input");
+      search.type = "search";
+      search.id = "ref-search";
+      search.placeholder = "Search the reference (name or words)";
+      search.setAttribute("aria-label", "search the reference");
+      search.oninput = () => filterReference(el, search.value);
       el.replaceChildren(
+        search,
         ...sections.flatMap((s) => {
           const h = document.createElement("h3");
           h.id = `ref-section-${s.anchor}`;
@@ -315,10 +400,16 @@ function completionSource() {
     else if (/\bmemory\s*=\s*$/.test(before)) options = byKind("memory");
     else if (/\b(load|store)\s*=\s*$/.test(before)) options = byKind("load");
     else {
-      const tensors = [...tensorNames(context.state.doc.toString())].map(([name, decl]) => ({
+      // In the fusion body: its ops, dtypes and keywords, and the tensors defined above the
+      // line; in the schedule: every tensor and the schedule's names.
+      const doc = context.state.doc.toString();
+      const inFusion = blockAt(doc, line.from) === "fusion";
+      const known = tensorNames(inFusion ? doc.slice(0, line.from) : doc);
+      const tensors = [...known].map(([name, decl]) => ({
         label: name, type: "variable", detail: "tensor", info: decl, boost: 1,
       }));
-      options = [...tensors, ...entries.filter((e) => e.kind !== "argument").map(option)];
+      const kinds = inFusion ? ["op", "dtype", "keyword"] : ["schedule", "parallel", "memory", "load", "keyword"];
+      options = [...tensors, ...byKind(...kinds)];
     }
     return { from, options, validFor: /^\w*$/ };
   };
@@ -487,7 +578,8 @@ export class FusionEditor {
 const KERNEL_LINE = /^extern "C" __global__/;
 
 /**
- * A read-only viewer: `lang` is "cpp" (CUDA), "ir" (the kernel IR) or "fusion" (a program).
+ * A read-only viewer: `lang` is "cpp" (CUDA), "ir" (the kernel IR), "fusion" (a program) or
+ * "python" (the PyTorch twin).
  * The CUDA viewer folds the helpers before the kernel, so the kernel is what shows first; once
  * the user opens them they stay open.
  */
@@ -535,6 +627,7 @@ export class CodeViewer {
     if (lang === "cpp") extensions.push(cudaLanguage);
     else if (lang === "ir") extensions.push(irLanguage);
     else if (lang === "fusion") extensions.push(fusionLanguage);
+    else if (lang === "python") extensions.push(pythonLanguage);
     this.view = new EditorView({ parent, state: EditorState.create({ doc: "", extensions }) });
   }
   /** Replaces the text by its smallest changed middle, so folds and the scroll position of the

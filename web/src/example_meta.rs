@@ -2,8 +2,8 @@
 //! (which includes this file by path) so that the page carries the menu without the programs:
 //! an example's text is fetched from `examples/<group>/<name>.hf` next to the page when chosen.
 
-/// The example's one-line description: the first sentence of its header comment, without an
-/// "Example 3:" style label, cut at 110 characters.
+/// The first sentence of an example's header comment, without an "Example 3:" style label,
+/// whole (the menu shows its [`summary`]).
 pub fn description(source: &str) -> String {
     let header: Vec<&str> = source
         .lines()
@@ -15,16 +15,47 @@ pub fn description(source: &str) -> String {
         Some((label, rest)) if label.to_ascii_lowercase().contains("example") => rest,
         _ => text.as_str(),
     };
-    let sentence = match text.find(". ") {
-        Some(i) => &text[..=i],
-        None => text,
-    };
-    if sentence.chars().count() > 110 {
-        let cut: String = sentence.chars().take(109).collect();
-        format!("{}…", cut.trim_end())
-    } else {
-        sentence.to_string()
+    match text.find(". ") {
+        Some(i) => text[..=i].to_string(),
+        None => text.to_string(),
     }
+}
+
+/// The longest line the Examples menu shows of a description.
+pub const SUMMARY_CHARS: usize = 120;
+
+/// The Examples menu's line for a description: the description when it is short, else its
+/// first clause that fits (up to `: `, `; ` or ` (`, else the last `, `, never inside
+/// brackets) as a sentence. Computed at build time: the page carries only these lines.
+pub fn summary(d: &str) -> String {
+    if d.chars().count() <= SUMMARY_CHARS {
+        return d.to_string();
+    }
+    let (mut depth, mut clause, mut comma) = (0usize, None, None);
+    for (i, c) in d.char_indices().take_while(|&(i, _)| i <= SUMMARY_CHARS) {
+        let rest = &d[i..];
+        match c {
+            '(' | '[' => {
+                if c == '(' && depth == 0 && i >= 21 && d[..i].ends_with(' ') {
+                    clause = clause.or(Some(i - 1));
+                }
+                depth += 1;
+            }
+            ')' | ']' => depth = depth.saturating_sub(1),
+            _ if depth > 0 || i < 20 => {}
+            _ if rest.starts_with(": ") || rest.starts_with("; ") => clause = clause.or(Some(i)),
+            _ if rest.starts_with(", ") => comma = Some(i),
+            _ => {}
+        }
+    }
+    let cut = clause.or(comma).unwrap_or_else(|| {
+        let boundaries = d.char_indices().map(|(i, _)| i);
+        boundaries
+            .take_while(|&i| i <= SUMMARY_CHARS)
+            .last()
+            .unwrap_or(0)
+    });
+    format!("{}.", d[..cut].trim_end_matches([' ', ',', ';', ':']))
 }
 
 /// The size list of the first `// bench: M=...,N=...` line (empty without one).

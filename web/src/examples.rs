@@ -13,7 +13,7 @@ pub struct Example {
     pub group: &'static str,
     /// Its file name without `.hf`.
     pub name: &'static str,
-    /// The first sentence of its header comment ([`example_meta::description`]).
+    /// The menu's line: [`example_meta::summary`] of its header's first sentence.
     pub description: &'static str,
     /// The sizes of its first `// bench:` line.
     pub bench: &'static str,
@@ -83,7 +83,7 @@ pub fn find(key: &str) -> Option<Example> {
     ALL.iter().copied().find(|e| self::key(e) == key)
 }
 
-/// The example's one-line description.
+/// The example's one-line description ([`example_meta::summary`] of its header's first sentence).
 pub fn description(e: &Example) -> String {
     e.description.to_string()
 }
@@ -116,7 +116,12 @@ mod tests {
         for e in ALL {
             let text = source(e);
             assert_eq!(e.fingerprint, example_meta::fingerprint(text), "{}", key(e));
-            assert_eq!(e.description, example_meta::description(text), "{}", key(e));
+            assert_eq!(
+                e.description,
+                example_meta::summary(&example_meta::description(text)),
+                "{}",
+                key(e)
+            );
             assert_eq!(e.bench, example_meta::bench_line(text), "{}", key(e));
             assert_eq!(matching(text), Some(*e));
             assert_eq!(url(e), format!("examples/{}.hf", key(e)));
@@ -169,9 +174,28 @@ mod tests {
             bench_sizes(&add).into_iter().collect::<Vec<_>>(),
             vec![("M".to_string(), 16384), ("N".to_string(), 16384)]
         );
+        // A long first sentence is summed up by its first clause, never cut mid-way.
+        let matmul = find("basics/matmul").unwrap();
+        let sentence = example_meta::description(source(&matmul));
+        assert!(sentence.ends_with("compares it with cuBLAS on the same problem)."));
+        assert_eq!(
+            description(&matmul),
+            "A matrix product c[M, N] = a[M, K] x b[K, N] in f32, written as a sum over K of broadcast products."
+        );
         for e in ALL {
             let d = description(e);
-            assert!(!d.is_empty() && d.chars().count() <= 110, "{}: {d}", key(e));
+            let sentence = example_meta::description(source(e));
+            assert!(!d.is_empty() && !d.contains('…'), "{}: {d}", key(e));
+            assert!(
+                d.chars().count() <= example_meta::SUMMARY_CHARS + 1,
+                "{}: {d}",
+                key(e)
+            );
+            assert!(
+                sentence.starts_with(d.trim_end_matches('.')),
+                "{}: {d}",
+                key(e)
+            );
             assert!(
                 !d.starts_with("Example") && !d.starts_with("TMA example"),
                 "{}: {d}",

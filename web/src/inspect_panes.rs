@@ -528,7 +528,12 @@ mod tests {
         assert!(e.to_string().contains("missing field `cuda_lines`"), "{e}");
         // The line map reads back as the compiler writes it.
         let src = crate::examples::source(&crate::examples::find("tma/exp_2d").unwrap());
-        assert_eq!(ins.lines, crate::model::compile(src).unwrap().lines);
+        assert_eq!(
+            ins.lines,
+            crate::model::compile(src, &Default::default())
+                .unwrap()
+                .lines
+        );
         assert!(runner::read_json::<Inspection>(r#"{"kernel": "k"}"#).is_err());
         assert!(ins.warnings.is_empty(), "exp_2d builds without warnings");
         let warned = ins.cuda.lines().count() as u32 - 2;
@@ -577,7 +582,7 @@ mod tests {
     #[test]
     fn without_a_service_the_pane_says_what_it_needs_and_keeps_the_line_map() {
         let src = crate::examples::source(&crate::examples::find("tma/exp_2d").unwrap());
-        let c = crate::model::compile(src).unwrap();
+        let c = crate::model::compile(src, &Default::default()).unwrap();
         let h = html_without(Some(&c), Asm::Sass, "No service is reachable.");
         assert!(h.contains("SASS comes from a hopfuse runner service"));
         assert!(h.contains("No service is reachable."));

@@ -15,6 +15,7 @@ pub mod app;
 pub mod diff;
 pub mod example_meta;
 pub mod examples;
+pub mod format;
 pub mod inspect_panes;
 pub mod js;
 pub mod model;

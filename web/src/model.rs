@@ -22,6 +22,8 @@ pub struct PassView {
 pub struct Compiled {
     pub cuda: String,
     pub plan: LaunchPlan,
+    /// Why the plan has its index type (`index_type_for`).
+    pub index_reason: String,
     pub passes: Vec<PassView>,
     /// Roles and circular buffers of the final kernel (the Pipeline pane).
     pub pipeline: hopfuse::pipeline_view::PipelineView,
@@ -87,9 +89,46 @@ pub fn utf16_offset(source: &str, byte: usize) -> usize {
     source[..b].encode_utf16().count()
 }
 
-/// Compiles `source` (the whole pipeline, as `hopfuse compile` does).
-pub fn compile(source: &str) -> Result<Compiled, Vec<Diag>> {
-    match hopfuse::compile(source, &hopfuse::CompileOptions::default()) {
+/// `text` as a sentence of its own: a capital first letter and a full stop (the runner's notes
+/// are clauses, `fake worker: the program was compiled ...`). ASCII capitals only: the Unicode
+/// case tables would cost the cold load kilobytes for the runner's English.
+pub fn sentence(text: &str) -> String {
+    let mut out = text.trim().to_string();
+    if let Some(first) = out.get_mut(..1) {
+        first.make_ascii_uppercase();
+    }
+    if !out.is_empty() && !out.ends_with(['.', '!', '?']) {
+        out.push('.');
+    }
+    out
+}
+
+/// Size given to a symbol the first time it appears (a size box left as it came).
+pub const DEFAULT_SIZE: i64 = 4096;
+
+/// The index type Run builds for `plan` at the `entered` sizes (a symbol not entered has
+/// [`DEFAULT_SIZE`]), and why: the runner's rule (`hopfuse::index_type`). Sizes no tensor can
+/// have (an overflowing element count) get the 64-bit index, with the reason.
+pub fn index_type_for(
+    plan: &LaunchPlan,
+    entered: &BTreeMap<String, i64>,
+) -> (hopfuse::IndexType, String) {
+    hopfuse::index_type::choose_index_type(plan, &plan_sizes(plan, entered))
+        .unwrap_or_else(|why| (hopfuse::IndexType::I64, why))
+}
+
+/// Compiles `source` (the whole pipeline, as `hopfuse compile` does) with the index type Run
+/// picks for the `entered` sizes ([`index_type_for`]), so the CUDA, the Launch plan, the SASS
+/// pane and Run show the same variant.
+pub fn compile(source: &str, entered: &BTreeMap<String, i64>) -> Result<Compiled, Vec<Diag>> {
+    let mut index_reason = String::new();
+    let chosen =
+        hopfuse::compile_choosing_index(source, &hopfuse::CompileOptions::default(), |plan| {
+            let (index_type, why) = index_type_for(plan, entered);
+            index_reason = why;
+            index_type
+        });
+    match chosen {
         Ok(c) => {
             let mut passes: Vec<PassView> = Vec::with_capacity(c.passes.len());
             for p in c.passes {
@@ -104,6 +143,7 @@ pub fn compile(source: &str) -> Result<Compiled, Vec<Diag>> {
             Ok(Compiled {
                 cuda: c.cuda,
                 plan: c.plan,
+                index_reason,
                 passes,
                 pipeline: c.pipeline,
                 lines: c.lines,
@@ -153,6 +193,13 @@ pub fn sizes_of(
         sizes.insert(k.clone(), entered.get(k).copied().unwrap_or(default));
     }
     sizes
+}
+
+/// The sizes the Launch plan is evaluated with, as Run sends them: the plan's own symbols, each
+/// entered value or [`DEFAULT_SIZE`]. (The entered map also keeps symbols of earlier programs,
+/// which the plan does not know and would refuse.)
+pub fn plan_sizes(plan: &LaunchPlan, entered: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
+    sizes_of(&plan.symbols, entered, DEFAULT_SIZE)
 }
 
 /// `expr` with the sizes, or why not.
@@ -270,7 +317,7 @@ mod tests {
     #[test]
     fn launch_limits_catch_a_grid_too_large() {
         let src = crate::examples::source(&crate::examples::find("basics/add").unwrap());
-        let c = compile(src).unwrap();
+        let c = compile(src, &Default::default()).unwrap();
         let limits = c.plan.launch_limits();
         // add: a 1-D grid over M * N / 512 blocks; the block is constant (checked by the compiler).
         assert_eq!(limits.len(), 1, "{limits:?}");
@@ -285,9 +332,84 @@ mod tests {
         assert!(c.plan.concretize(&sizes(3_000_000_000)).is_err());
     }
 
+    /// The README's first program compiles, and the panes show what the README says they do.
+    #[test]
+    fn the_readme_first_program_shows_what_the_readme_says() {
+        let readme = include_str!("../../README.md");
+        let block = readme.split("<!-- first-program").nth(1).unwrap();
+        let program = block.split("```").nth(1).unwrap().trim_start();
+        let c = compile(program, &BTreeMap::new()).unwrap();
+        assert_eq!(c.plan.kernel_name, "scale_exp_kernel");
+        assert!(
+            c.cuda.contains("__launch_bounds__(128)") && c.cuda.contains("hf_vec<float, 4>"),
+            "{}",
+            c.cuda
+        );
+        let sizes = plan_sizes(&c.plan, &BTreeMap::new());
+        let grid = expr_row(&c.plan.grid[0], &sizes);
+        assert_eq!(grid, "ceilDiv(ceilDiv(M * N, 4), 128) = 32768");
+        assert_eq!(expr_row(&c.plan.block[0], &sizes), "128");
+        assert!(c.cuda.contains("typedef int index_t;"));
+        assert!(c.pipeline.pipelines.is_empty());
+        assert!(c.torch.contains("torch.exp(x) * 2.0"), "{}", c.torch);
+    }
+
+    #[test]
+    fn notes_become_sentences() {
+        assert_eq!(
+            sentence("fake worker: nothing ran on a GPU"),
+            "Fake worker: nothing ran on a GPU."
+        );
+        assert_eq!(sentence("Done."), "Done.");
+        assert_eq!(sentence("  "), "");
+    }
+
+    /// A size left from an earlier program (K of a matrix product) is not the plan's: the
+    /// Launch plan is evaluated with the plan's symbols only, as Run sends them.
+    #[test]
+    fn the_plan_takes_only_its_own_sizes() {
+        let src = crate::examples::source(&crate::examples::find("basics/add").unwrap());
+        let entered = BTreeMap::from([("K".to_string(), 64), ("M".to_string(), 1000)]);
+        let c = compile(src, &entered).unwrap();
+        assert!(matches!(
+            c.plan.concretize(&entered),
+            Err(LaunchError::UnknownSymbol(..))
+        ));
+        let sizes = plan_sizes(&c.plan, &entered);
+        assert_eq!(
+            sizes,
+            BTreeMap::from([("M".to_string(), 1000), ("N".to_string(), DEFAULT_SIZE)])
+        );
+        assert!(c.plan.concretize(&sizes).is_ok());
+    }
+
+    /// The page compiles the variant Run builds: a 32-bit index while every tensor has fewer
+    /// than 2^31 elements, else 64-bit, with the reason.
+    #[test]
+    fn the_index_type_is_the_one_run_picks() {
+        let src = crate::examples::source(&crate::examples::find("basics/add").unwrap());
+        let small = compile(src, &BTreeMap::new()).unwrap();
+        assert_eq!(small.plan.index_type, hopfuse::IndexType::I32);
+        assert!(small.cuda.contains("typedef int index_t;"));
+        assert_eq!(
+            small.index_reason,
+            "every tensor has fewer than 2^31 elements"
+        );
+        let big = BTreeMap::from([("M".to_string(), 65536), ("N".to_string(), 65536)]);
+        let large = compile(src, &big).unwrap();
+        assert_eq!(large.plan.index_type, hopfuse::IndexType::I64);
+        assert!(large.cuda.contains("typedef long long index_t;"));
+        assert!(
+            large.index_reason.contains(">= 2^31"),
+            "{}",
+            large.index_reason
+        );
+        assert_eq!(index_type_for(&small.plan, &big).0, hopfuse::IndexType::I64);
+    }
+
     #[test]
     fn errors_are_located_and_passes_marked() {
-        let e = compile("// é\nfusion f {\n  y = exp(x\n}").unwrap_err();
+        let e = compile("// é\nfusion f {\n  y = exp(x\n}", &Default::default()).unwrap_err();
         assert_eq!(e.len(), 1);
         // At the unclosed `(` (byte 26, UTF-16 offset 25: `é` is two bytes, one code unit).
         assert_eq!((e[0].from, e[0].to, e[0].line), (25, 26, 3), "{e:?}");
@@ -296,7 +418,7 @@ mod tests {
             "3:10: unclosed `(`: expected `)` before `}`"
         );
         let src = crate::examples::source(&crate::examples::find("basics/add").unwrap());
-        let c = compile(src).unwrap();
+        let c = compile(src, &Default::default()).unwrap();
         assert!(c.passes[0].changed);
         assert!(c.cuda.contains("__global__"));
         // The TMA passes run (and are dumped) only for fusions with TMA loads, `mma` only for
@@ -318,9 +440,10 @@ mod tests {
             c.passes.len(),
             1 + count(&[&tma_passes[..], &["mma"]].concat())
         );
-        let tma = compile(crate::examples::source(
-            &crate::examples::find("tma/exp_2d").unwrap(),
-        ))
+        let tma = compile(
+            crate::examples::source(&crate::examples::find("tma/exp_2d").unwrap()),
+            &Default::default(),
+        )
         .unwrap();
         assert_eq!(
             tma.passes.len(),
@@ -328,12 +451,12 @@ mod tests {
         );
         let mma =
             crate::examples::source(&crate::examples::find("matmul/step2_pipelined").unwrap());
-        let mma = compile(mma).unwrap();
+        let mma = compile(mma, &Default::default()).unwrap();
         assert_eq!(mma.passes.len(), count(&["persistent", "tile_values"]) + 1);
         let persistent = crate::examples::source(
             &crate::examples::find("matmul/step15_persistent_raster").unwrap(),
         );
-        let persistent = compile(persistent).unwrap();
+        let persistent = compile(persistent, &Default::default()).unwrap();
         assert_eq!(persistent.passes.len(), 1 + hopfuse::passes::PIPELINE.len());
     }
 }

@@ -417,8 +417,7 @@ pub fn svg(view: &PipelineView, index: usize) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" class="pl-svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" style="min-width: {}px" role="img" aria-label="{}">"#,
-        width * 4 / 5,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="pl-svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" aria-label="{}">"#,
         esc(&summary(p))
     );
     let _ = write!(

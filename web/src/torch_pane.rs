@@ -174,6 +174,21 @@ pub fn TorchPane(
     copy: Callback<String>,
 ) -> impl IntoView {
     let twin = move || compiled.with(|c| c.as_ref().map(|c| c.torch.clone()));
+    // A read-only CodeMirror with Python highlighting, made when the pane first has its node.
+    let source_ref = NodeRef::<leptos::html::Div>::new();
+    let viewer: StoredValue<Option<js::CodeViewer>, LocalStorage> = StoredValue::new_local(None);
+    Effect::new(move |_| {
+        let text = twin();
+        let Some(el) = source_ref.get() else { return };
+        if viewer.with_value(|v| v.is_none()) {
+            viewer.set_value(Some(js::CodeViewer::new(&el, "python")));
+        }
+        viewer.with_value(|v| {
+            if let (Some(v), Some(text)) = (v, text) {
+                v.set_text(&text);
+            }
+        });
+    });
     view! {
         <div class="pane-tools">
             <span class="stale" class:hidden=move || !stale.get()>
@@ -192,7 +207,7 @@ pub fn TorchPane(
                 }
             }>"Download .py"</button>
         </div>
-        <pre class="log" id="torch-source">{move || twin().unwrap_or_default()}</pre>
+        <div class="viewer" id="torch-source" node_ref=source_ref></div>
     }
 }
 

@@ -232,6 +232,20 @@ try {
     assert(/fake runner: no GPU/.test(status), `runner status: ${status}`);
   });
 
+  await check("a first visit's welcome says what the page is and opens a tensor-core example in Pipeline", async () => {
+    const w = await open(browser, A.base);
+    const text = await w.locator("#welcome").textContent();
+    assert(/pick a tensor-core example, open Pipeline, press Run/.test(text), `welcome: ${text}`);
+    await w.click("#welcome-try");
+    await w.waitForSelector("#pane-pipeline:not(.hidden) svg .pl-mma");
+    assert((await editorText(w)).includes("fusion matmul_tc4"), "the tensor-core example is loaded");
+    assert(!(await w.locator("#welcome").count()), "the welcome is gone");
+    await w.reload();
+    await w.waitForFunction(() => /lowered in/.test(document.querySelector("#lowered")?.textContent));
+    assert(!(await w.locator("#welcome").count()), "and stays gone in this browser");
+    await w.close();
+  });
+
   await check("choosing an example shows its CUDA", async () => {
     await page.selectOption("#examples", "basics/softmax");
     await page.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("softmax_kernel"));
@@ -287,6 +301,19 @@ try {
     assert(!/0:0/.test(status), "no 0:0");
     await replaceProgram(page, ADD);
     await page.waitForSelector("#problems", { state: "hidden" });
+  });
+
+  await check("Format lays the program out (comments kept) as one undoable edit", async () => {
+    const messy = ADD.replace("  c = a + b\n", "c   =  a+b\n").replace("  c.split(0, 4)\n", "        c.split( 0,4 )\n");
+    await replaceProgram(page, messy);
+    await page.click("#format");
+    // (The text ends with a newline: CodeMirror's last line is the empty one after it.)
+    await page.waitForFunction((want) => Array.from(document.querySelectorAll(".editor .cm-line"), (l) => l.textContent).join("\n") === want, ADD.replace("c = a + b", "c = a+b"));
+    assert((await editorText(page)).includes("// Flatten, then 4 floats per thread"), "comments kept");
+    await page.locator(".editor .cm-content").click();
+    await page.keyboard.press("Control+z");
+    await page.waitForFunction(() => Array.from(document.querySelectorAll(".editor .cm-line"), (l) => l.textContent).join("\n").includes("c.split( 0,4 )"));
+    await replaceProgram(page, ADD);
   });
 
   await check("keystroke to updated CUDA: every keystroke compiles; median <= 50 ms", async () => {
@@ -359,6 +386,28 @@ try {
     const grid = await page.locator("#plan-grid").textContent();
     assert(grid.includes("= 2000"), `grid: ${grid}`); // ceilDiv(1000*1024, 512)
     assert((await page.locator("#plan-block").textContent()).startsWith("128"), "block");
+  });
+
+  await check("a size left from a matrix product does not break the Launch plan; its index type is Run's", async () => {
+    await page.selectOption("#examples", "basics/matmul");
+    await page.waitForSelector('input[data-size="K"]');
+    await replaceProgram(page, ADD);
+    await page.waitForSelector('input[data-size="K"]', { state: "detached" });
+    await setSize(page, "M", 1000);
+    await setSize(page, "N", 1024);
+    assert(!(await page.locator("#plan-error").count()), `plan error: ${await page.locator("#plan-error").allTextContents()}`);
+    assert((await page.locator("#plan-grid").textContent()).includes("= 2000"), "the plan is evaluated");
+    // The 32-bit index while every tensor has fewer than 2^31 elements, as Run and SASS pick it.
+    let index = await page.locator("#plan-index").textContent();
+    assert(index.startsWith("int (every tensor has fewer than 2^31 elements"), `index type: ${index}`);
+    await setSize(page, "M", 65536);
+    await setSize(page, "N", 65536);
+    await page.waitForFunction(() => document.querySelector("#plan-index").textContent.startsWith("long long"));
+    index = await page.locator("#plan-index").textContent();
+    assert(index.includes(">= 2^31"), `index type: ${index}`);
+    await setSize(page, "M", 1000);
+    await setSize(page, "N", 1024);
+    await page.waitForFunction(() => document.querySelector("#plan-index").textContent.startsWith("int "));
   });
 
   await check("invalid sizes are marked in place with the reason; the plan lists launch limits", async () => {
@@ -547,9 +596,22 @@ try {
     assert((await svg.locator(".pl-mma").count()) === 8, "8 wgmma boxes");
     assert(text.split("4 × wgmma m64n256k16.bf16").length - 1 === 8, "4 wgmmas per slot and warp group");
     assert((await svg.locator(".pl-acc").count()) === 2, "2 accumulators");
-    const box = await svg.boundingBox();
-    assert(box && box.width > 600 && box.height > 400, `diagram size: ${JSON.stringify(box)}`);
+    // Fitted to the pane at first (nothing cut off on the right), zoomed with the tools.
+    const pane = await page.locator("#pane-pipeline .pl-body").boundingBox();
+    let box = await svg.boundingBox();
+    assert(box.x + box.width <= pane.x + pane.width + 1, `fitted: ${JSON.stringify(box)} in ${JSON.stringify(pane)}`);
     await page.screenshot({ path: path.join(artifacts, "playground-pipeline-wgmma.png") });
+    await page.click("#pl-actual");
+    box = await svg.boundingBox();
+    const natural = Number(await svg.getAttribute("width"));
+    assert(Math.abs(box.width - natural) <= 1 && box.width > 600 && box.height > 400, `100%: ${JSON.stringify(box)} of ${natural}`);
+    assert((await page.locator("#pl-zoom-level").textContent()) === "100%", "says 100%");
+    await page.click("#pl-zoom-in");
+    const zoomed = await svg.boundingBox();
+    assert(Math.abs(zoomed.width - 1.25 * natural) <= 2, `125%: ${zoomed.width} of ${natural}`);
+    await page.click("#pl-fit");
+    box = await svg.boundingBox();
+    assert(box.x + box.width <= pane.x + pane.width + 1, `fitted again: ${JSON.stringify(box)}`);
   });
 
   await check("SASS and PTX panes: exp_2d's listings from POST /api/inspect, mapped to CUDA, IR and pass", async () => {
@@ -674,6 +736,17 @@ try {
     assert(split.includes("t.split(axis, factor[, inner|outer])"), `split: ${split}`);
     assert((await c.locator("#reference-dialog").textContent()).includes("basics/add: c = a + b over f32 [M, N]"), "examples listed");
     await c.screenshot({ path: path.join(artifacts, "language-reference.png") });
+    // The search keeps the rows (and examples) holding every word, and says when none does.
+    const rows = () => c.locator("#reference-dialog .ref-table tr:not([hidden]), #reference-dialog .ref-examples li:not([hidden])").allTextContents();
+    const all = (await rows()).length;
+    await c.fill("#ref-search", "swizzle");
+    const hits = await rows();
+    assert(hits.length > 0 && hits.length < all && hits.every((r) => /swizzle/i.test(r)), `search: ${hits.length} of ${all}: ${hits}`);
+    assert(await c.locator("#reference-dialog h3[hidden]").count(), "sections without a match are hidden");
+    await c.fill("#ref-search", "no such words");
+    assert((await rows()).length === 0 && (await c.locator("#ref-none").textContent()).includes("Nothing in the reference matches"), "nothing found");
+    await c.fill("#ref-search", "");
+    assert((await rows()).length === all, "cleared");
     await c.keyboard.press("Escape");
     // An example brings the sizes of its `// bench:` line.
     const matmul = fs.readFileSync(path.join(repo, "examples/basics/matmul.hf"), "utf8");
@@ -683,6 +756,11 @@ try {
     await c.waitForFunction(() => Array.from(document.querySelectorAll(".editor .cm-line"), (l) => l.textContent).join("\n").includes("fusion matmul"));
     for (const [k, v] of Object.entries(bench)) assert((await c.inputValue(`input[data-size="${k}"]`)) === v, `${k}=${v} from the bench line`);
     assert((await c.getAttribute("#examples", "title")).startsWith("A matrix product"), "the menu's title is the description");
+    // The menu never cuts a description mid-way: a long one is summed up by its first clause.
+    const labels = await c.locator('#examples option:not([value=""])').allTextContents();
+    assert(!labels.some((l) => l.includes("…")), `cut labels: ${labels.filter((l) => l.includes("…"))}`);
+    const option = c.locator('#examples option[value="basics/matmul"]');
+    assert((await option.textContent()) === "matmul — A matrix product c[M, N] = a[M, K] x b[K, N] in f32, written as a sum over K of broadcast products.", `option: ${await option.textContent()}`);
     // Completion: schedule primitives after `t.`, tensors and ops by prefix.
     await c.selectOption("#examples", "basics/add");
     await cursorAtEndOf(c, "inline_most()");
@@ -709,6 +787,30 @@ try {
     await c.waitForSelector(".cm-tooltip-autocomplete");
     options = await c.locator(".cm-tooltip-autocomplete li").allTextContents();
     assert(options.some((o) => o.startsWith("TIDx")) && !options.some((o) => o.startsWith("exp")), `parallel types: ${options}`);
+    await c.keyboard.press("Escape");
+    // In the fusion body: ops and the tensors defined above, no schedule names, no tensor of
+    // the schedule or of a later line; in the schedule, its primitives.
+    await c.keyboard.press("Control+A");
+    await c.keyboard.insertText(ADD.replace("  c = a + b\n", "  c = a + b\n  d = \n  e = c\n"));
+    await cursorAtEndOf(c, "d = ");
+    await c.keyboard.type("s");
+    await c.waitForSelector(".cm-tooltip-autocomplete");
+    options = await c.locator(".cm-tooltip-autocomplete li").allTextContents();
+    assert(options.some((o) => o.startsWith("sum")) && !options.some((o) => /^(split|set_memory|shared)/.test(o)), `fusion body, s: ${options}`);
+    await c.keyboard.press("Escape");
+    await c.keyboard.press("Backspace");
+    await c.keyboard.press("Control+Space");
+    await c.waitForSelector(".cm-tooltip-autocomplete");
+    options = await c.locator(".cm-tooltip-autocomplete li").allTextContents();
+    const tensorsOffered = options.filter((o) => /^\w+tensor$/.test(o)).map((o) => o.replace(/tensor$/, "")).sort();
+    assert(tensorsOffered.join(",") === "a,b,c", `fusion body tensors: ${tensorsOffered}`);
+    await c.keyboard.press("Escape");
+    await cursorAtEndOf(c, "inline_most()");
+    await c.keyboard.press("Enter");
+    await c.keyboard.type("s");
+    await c.waitForSelector(".cm-tooltip-autocomplete");
+    options = await c.locator(".cm-tooltip-autocomplete li").allTextContents();
+    assert(options.some((o) => o.startsWith("split")) && !options.some((o) => o.startsWith("sum")), `schedule, s: ${options}`);
     await c.keyboard.press("Escape");
     await replaceProgram(c, ADD);
     // Hover docs on a primitive.
@@ -822,6 +924,9 @@ try {
     assert(await q.locator("#fake-result").isVisible(), "the fake result");
     const text = await runResult();
     assert(text.includes("Not measured"), "says it was not measured");
+    assert(/Not measured\. Fake worker: .*measured\. There is no time/.test(text), `sentences with full stops: ${text}`);
+    // The Launch plan names the index type this run used.
+    assert((await q.locator("#plan-index").textContent()).startsWith("int (every tensor has fewer than 2^31"), "plan and run agree");
     for (const s of ["add_kernel", "grid (8000, 1, 1)  block (128, 1, 1)", "i32 (every tensor has fewer than 2^31 elements)", "lowering"]) {
       assert(text.includes(s), `result shows ${s}: ${text}`);
     }
@@ -917,8 +1022,14 @@ try {
 
   await check("the PyTorch pane shows the twin; with vs torch on, Run asks for peers and shows the speed-up over torch.compile with its spread (the runner's peers done event)", async () => {
     await q.click("#tab-torch");
-    await q.waitForSelector("#pane-torch:not(.hidden) #torch-source");
-    const twin = await q.locator("#torch-source").textContent();
+    await q.waitForSelector("#pane-torch:not(.hidden) #torch-source .cm-line");
+    const twin = await q.evaluate(() => Array.from(document.querySelectorAll("#torch-source .cm-line"), (l) => l.textContent).join("\n"));
+    // Highlighted as Python: `def` in the keyword colour, not the text's.
+    const colours = await q.evaluate(() => {
+      const def = Array.from(document.querySelectorAll("#torch-source .cm-line span")).find((s) => s.textContent === "def");
+      return def && { def: getComputedStyle(def).color, text: getComputedStyle(def.closest(".cm-line")).color };
+    });
+    assert(colours && colours.def !== colours.text, `def highlighted: ${JSON.stringify(colours)}`);
     assert(twin.includes("def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:"), `the twin: ${twin}`);
     assert(twin.includes("    c = a @ b\n"), `a GEMM, not a broadcast product: ${twin}`);
     await q.click("#tab-run");

@@ -584,6 +584,9 @@ pub fn run_on(
     hooks: &mut dyn Hooks,
 ) -> Result<RunResult, RunError> {
     let program = for_run(req, prepared, hooks)?;
+    // The GPU before the float64 reference and NVRTC: on a machine without one, a program that
+    // compiles is told that, not asked for NVRTC or kept waiting for its reference.
+    device(slot)?;
     let p = &program.prepared;
     let reference = program.reference();
     execute_on(slot, req, &p.cuda, &p.plan, &p.setup, &reference, hooks)

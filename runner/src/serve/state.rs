@@ -84,16 +84,25 @@ impl App {
         } else {
             probe_in_child(&worker_exe).await
         };
+        // What Run does here, said once at start (scripts/run.sh leaves it to this line).
+        let why = |reason: &Option<String>| reason.clone().unwrap_or_else(|| "unknown".into());
         match &gpu.gpu {
-            Some(g) if gpu.nvrtc.is_none() => warn!(
-                "GPU {}, but no NVRTC for runs: {}",
-                g.name,
-                gpu.nvrtc_reason.as_deref().unwrap_or("unknown")
+            _ if args.nats.queue.is_some() => info!("runs: {}", why(&gpu.reason)),
+            _ if args.fake_worker => warn!(
+                "fake worker (--fake-worker): Run works but only compiles and checks programs; \
+                 nothing is executed or measured"
             ),
-            Some(g) => info!("GPU: {} ({} SMs)", g.name, g.sm_count),
+            Some(g) if gpu.nvrtc.is_none() => warn!(
+                "compile-only: GPU {}, but no NVRTC for runs ({}); Run answers 503 with the \
+                 reason, which the page shows",
+                g.name,
+                why(&gpu.nvrtc_reason)
+            ),
+            Some(g) => info!("runs on GPU {} ({} SMs)", g.name, g.sm_count),
             None => warn!(
-                "no GPU for runs: {}",
-                gpu.reason.as_deref().unwrap_or("unknown")
+                "compile-only: no usable GPU ({}); the page compiles, Run answers 503 with the \
+                 reason, which the page shows",
+                why(&gpu.reason)
             ),
         }
         let mut worker_args = Vec::new();

@@ -419,4 +419,40 @@ async fn without_a_gpu_runs_answer_503_and_compile_works() {
     let (status, _, _) = post(&c, s.url("/api/compile"), body).await;
     assert_eq!(status, 200);
     s.stop();
+    // Its log (stderr, a file here) says compile-only and why, in plain text: no colour codes,
+    // no "this command needs a GPU" (the service serves without one).
+    let log = std::fs::read_to_string(dir.join("serve.log")).unwrap();
+    assert!(log.contains("compile-only: no usable GPU ("), "{log}");
+    assert!(!log.contains("needs a GPU"), "{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour codes in a log file: {log:?}"
+    );
+}
+
+/// The fake worker's service says Run works and measures nothing, never that Run is off.
+#[tokio::test]
+async fn the_fake_worker_says_what_run_does() {
+    let dir = temp_dir("fake-says");
+    let s = Server::start(&dir, &["--fake-worker"]);
+    let (_, h) = get(&client(), s.url("/api/health")).await;
+    assert_eq!(h["run_available"], true, "{h}");
+    s.stop();
+    let log = std::fs::read_to_string(dir.join("serve.log")).unwrap();
+    assert!(
+        log.contains("fake worker (--fake-worker): Run works but only compiles and checks"),
+        "{log}"
+    );
+    for misleading in [
+        "compile-only",
+        "disabled",
+        "no usable GPU",
+        "no GPU for runs",
+    ] {
+        assert!(!log.contains(misleading), "{misleading}: {log}");
+    }
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour codes in a log file: {log:?}"
+    );
 }

@@ -28,6 +28,7 @@ pub(super) fn DialogView(ui: Ui, dialog: Dialog) -> impl IntoView {
                     <td><kbd>"Alt"</kbd>"+"<kbd>"1"</kbd>" … "<kbd>{PANES.len().to_string()}</kbd></td>
                     <td>{PANES.iter().map(|p| p.1).collect::<Vec<_>>().join(", ")}</td>
                 </tr>
+                <tr><td><kbd>"Shift"</kbd>"+"<kbd>"Alt"</kbd>"+"<kbd>"F"</kbd></td><td>"Format the program (indentation and spacing; comments kept)"</td></tr>
                 <tr><td><kbd>"F1"</kbd></td><td>"This help"</td></tr>
                 <tr><td><kbd>"Esc"</kbd></td><td>"Close a dialog"</td></tr>
             </table>

@@ -46,10 +46,14 @@ pub(super) fn EditorTabs(ui: Ui) -> impl IntoView {
                         <button id="open-b" class="link" title="Open B with a copy of A, to compare them (A/B run)" on:click=move |_| ui.open_b()>
                             "+ B"
                         </button>
+                        <span class="spacer"></span>
                     }
                     .into_any()
                 }
             }}
+            <button id="format" class="link" title="Format the program: indentation and spacing, comments kept (Shift+Alt+F)" on:click=move |_| ui.format()>
+                "Format"
+            </button>
         </nav>
     }
 }

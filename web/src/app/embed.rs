@@ -56,7 +56,7 @@ pub(super) fn Embed(ui: Ui, pane: Pane) -> impl IntoView {
                 <div class="viewer" id="embed-program" node_ref=program_ref></div>
             </section>
             <section class="output">
-                <div class="pane" class:scroll=!matches!(pane, Pane::Cuda | Pane::Passes) id=format!("pane-{}", pane_key(pane))>
+                <div class="pane" class:scroll=!matches!(pane, Pane::Cuda | Pane::Passes | Pane::Pipeline | Pane::Torch) id=format!("pane-{}", pane_key(pane))>
                     {pane_body(ui, pane, None)}
                 </div>
             </section>

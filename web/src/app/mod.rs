@@ -47,8 +47,7 @@ const MAX_COMPILE_DELAY_MS: u32 = 150;
 const LAST_STATE_KEY: &str = "hopfuse.last";
 /// localStorage: whether the CUDA and IR viewers wrap long lines.
 const WRAP_KEY: &str = "hopfuse.wrap";
-/// Size given to a symbol the first time it appears.
-const DEFAULT_SIZE: i64 = 4096;
+use crate::model::DEFAULT_SIZE;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunState {

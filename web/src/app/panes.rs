@@ -4,7 +4,7 @@
 //! checked) and Pipeline panes; PyTorch, PTX and SASS are drawn by their own modules.
 
 use super::run_pane::RunPane;
-use super::{pane_key, Ui, DEFAULT_SIZE, WRAP_KEY};
+use super::{pane_key, Ui, WRAP_KEY};
 use crate::diff;
 use crate::inspect_panes::{self, Asm, InspectPane};
 use crate::js;
@@ -285,8 +285,8 @@ fn PlanPane(ui: Ui) -> impl IntoView {
         let Some(c) = ui.compiled.get() else {
             return view! { <p class="note">"No compilation yet."</p> }.into_any();
         };
-        let sizes = ui.sizes.get();
         let p = &c.plan;
+        let sizes = model::plan_sizes(p, &ui.sizes.get());
         let dims = |d: &[hopfuse::plan::SizeExpr; 3]| {
             d.iter()
                 .map(|e| model::expr_row(e, &sizes))
@@ -296,7 +296,7 @@ fn PlanPane(ui: Ui) -> impl IntoView {
         let sizes_text = p
             .symbols
             .iter()
-            .map(|s| format!("{s}={}", sizes.get(s).copied().unwrap_or(DEFAULT_SIZE)))
+            .map(|s| format!("{s}={}", sizes[s]))
             .collect::<Vec<_>>()
             .join(", ");
         let params = p
@@ -378,7 +378,10 @@ fn PlanPane(ui: Ui) -> impl IntoView {
                 <p class="note">{format!("Values with {sizes_text}.")}</p>
                 <table class="kv">
                     <tr><th>"kernel"</th><td class="mono">{p.kernel_name.clone()}</td></tr>
-                    <tr><th>"index type"</th><td class="mono">{p.index_type.cuda()}</td></tr>
+                    <tr><th>"index type"</th><td id="plan-index">
+                        <span class="mono">{p.index_type.cuda()}</span>
+                        {format!(" ({}: the variant Run and the SASS pane build)", c.index_reason)}
+                    </td></tr>
                     <tr><th>"grid"</th><td class="mono" id="plan-grid">{dims(&p.grid)}</td></tr>
                     <tr><th>"block"</th><td class="mono" id="plan-block">{dims(&p.block)}</td></tr>
                     <tr><th>"cluster"</th><td class="mono" id="plan-cluster">{p.cluster.map_or_else(|| "none".to_string(), |c| format!("{} × {} × {} CTAs (__cluster_dims__)", c[0], c[1], c[2]))}</td></tr>
@@ -401,13 +404,37 @@ fn PlanPane(ui: Ui) -> impl IntoView {
     }
 }
 
-/// The diagram of every pipeline of the compiled kernel, with its loads, waits and release.
+/// The diagram of every pipeline of the compiled kernel, with its loads, waits and release:
+/// fitted to the pane's width at first, zoomed with the tools (then it scrolls).
 #[component]
 fn PipelinePane(ui: Ui) -> impl IntoView {
+    // The diagram's scale; 0: fit to the pane.
+    let zoom = RwSignal::new(0.0f64);
+    let step = move |factor: f64| {
+        zoom.update(|z| *z = ((if *z == 0.0 { 1.0 } else { *z }) * factor).clamp(0.25, 4.0))
+    };
     view! {
-        <p class="stale" class:hidden=move || ui.diags.with(|d| d.is_empty())>
-            "last successful compile (the program has errors)"
-        </p>
-        <div inner_html=move || ui.compiled.with(|c| c.as_ref().map(|c| pipeline::html(&c.pipeline)))></div>
+        <div class="pane-tools">
+            <span class="stale" class:hidden=move || ui.diags.with(|d| d.is_empty())>
+                "last successful compile (the program has errors)"
+            </span>
+            <span class="spacer"></span>
+            <span class="note" id="pl-zoom-level">
+                {move || {
+                    let z = zoom.get();
+                    if z == 0.0 { "fitted to the pane".to_string() } else { format!("{:.0}%", z * 100.0) }
+                }}
+            </span>
+            <button id="pl-fit" title="Fit the diagram to the pane's width" class:active=move || zoom.get() == 0.0 on:click=move |_| zoom.set(0.0)>"Fit"</button>
+            <button id="pl-zoom-out" title="Zoom out" on:click=move |_| step(0.8)>"−"</button>
+            <button id="pl-zoom-in" title="Zoom in" on:click=move |_| step(1.25)>"+"</button>
+            <button id="pl-actual" title="Actual size" on:click=move |_| zoom.set(1.0)>"100%"</button>
+        </div>
+        <div
+            class="viewer scroll pl-body"
+            class:fit=move || zoom.get() == 0.0
+            style=move || format!("--pl-zoom: {}", zoom.get())
+            inner_html=move || ui.compiled.with(|c| c.as_ref().map(|c| pipeline::html(&c.pipeline)))
+        ></div>
     }
 }

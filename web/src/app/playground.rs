@@ -1,7 +1,8 @@
 //! The whole playground: the header (examples, sizes, Run, Share, Settings, theme, Reference,
-//! help), the editor with its tabs and Problems, the output panes, the status bar (lowering
-//! time, the first problem, the runner) and the toast; the page's events (the address bar's
-//! `hashchange`, `beforeunload` with unshared edits, the keyboard shortcuts).
+//! help), a first visit's welcome (what the page is, what to try), the editor with its tabs and
+//! Problems, the output panes, the status bar (lowering time, the first problem, the runner)
+//! and the toast; the page's events (the address bar's `hashchange`, `beforeunload` with
+//! unshared edits, the keyboard shortcuts, a size change that changes Run's index type).
 
 use super::dialogs::DialogView;
 use super::editor::{EditorTabs, Problems, SizeBox, Splitter};
@@ -12,6 +13,7 @@ use super::{
 use crate::examples;
 use crate::inspect_panes;
 use crate::js;
+use crate::model;
 use crate::share::{Pane, Tab};
 use leptos::ev;
 use leptos::html;
@@ -70,6 +72,20 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
         }
     });
 
+    // Sizes that change the index type Run picks (a tensor of 2^31 elements or more) compile
+    // the program again, so the panes show the variant Run builds.
+    Effect::new(move |_| {
+        let stale = ui.sizes.with(|s| {
+            ui.compiled.with_untracked(|c| {
+                c.as_ref()
+                    .is_some_and(|c| model::index_type_for(&c.plan, s).0 != c.plan.index_type)
+            })
+        });
+        if stale {
+            ui.compile(ui.text_of(ui.tab.get_untracked()));
+        }
+    });
+
     let _ = window_event_listener(ev::hashchange, move |_| {
         let hash = window().location().hash().unwrap_or_default();
         if ui.written.with_untracked(|w| *w != hash) {
@@ -106,6 +122,9 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
         {
             e.prevent_default();
             ui.pane.set(PANES[i - 1].0);
+        } else if e.alt_key() && e.shift_key() && !cmd && e.code() == "KeyF" {
+            e.prevent_default();
+            ui.format();
         } else if e.key() == "F1" {
             e.prevent_default();
             ui.dialog.set(Some(Dialog::Help));
@@ -131,6 +150,7 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
         })
     });
     let run_blocked = move || ui.runner.with(|r| r.run_blocked());
+    let welcome = RwSignal::new(crate::storage_get(WELCOME_KEY).is_none());
 
     view! {
         <header class="bar">
@@ -218,6 +238,7 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
                 "?"
             </button>
         </header>
+        {move || welcome.get().then(|| view! { <Welcome ui=ui shown=welcome /> })}
         <main
             node_ref=main_ref
             class="main"
@@ -239,7 +260,10 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
                 {PANES
                     .iter()
                     .map(|&(pane, _, _)| {
-                        let scroll = !matches!(pane, Pane::Cuda | Pane::Passes | Pane::Ptx | Pane::Sass);
+                        let scroll = !matches!(
+                            pane,
+                            Pane::Cuda | Pane::Passes | Pane::Pipeline | Pane::Torch | Pane::Ptx | Pane::Sass
+                        );
                         view! {
                             <div
                                 class="pane"
@@ -288,5 +312,44 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
             {move || ui.toast.get().map(|t| t.1).unwrap_or_default()}
         </div>
         {move || ui.dialog.get().map(|d| view! { <DialogView ui=ui dialog=d /> })}
+    }
+}
+
+/// localStorage: the welcome was dismissed.
+const WELCOME_KEY: &str = "hopfuse.welcomed";
+/// The example the welcome opens: tensor cores with a pipeline worth looking at.
+const WELCOME_EXAMPLE: &str = "matmul/step4_two_consumers";
+
+/// A first visit's welcome: what the page is and what to try; dismissed for good in this
+/// browser by either button.
+#[component]
+fn Welcome(ui: Ui, shown: RwSignal<bool>) -> impl IntoView {
+    let dismiss = move || {
+        shown.set(false);
+        crate::storage_set(WELCOME_KEY, "yes");
+    };
+    view! {
+        <div id="welcome" class="welcome" role="note">
+            <span>
+                <strong>"The hopfuse playground. "</strong>
+                "Write a fusion (tensors and ops) and its schedule in the editor: every edit compiles in this \
+                 page to CUDA, the IR after each pass, the launch plan and a diagram of the pipeline. To try it: \
+                 pick a tensor-core example, open Pipeline, press Run."
+            </span>
+            <button
+                id="welcome-try"
+                class="primary"
+                on:click=move |_| {
+                    dismiss();
+                    if let Some(e) = examples::find(WELCOME_EXAMPLE) {
+                        ui.load_example(e);
+                    }
+                    ui.pane.set(Pane::Pipeline);
+                }
+            >
+                "Open a tensor-core example"
+            </button>
+            <button id="welcome-close" class="link" on:click=move |_| dismiss()>"Dismiss"</button>
+        </div>
     }
 }

@@ -95,7 +95,7 @@ impl Ui {
                 Tab::A => Tab::B,
                 Tab::B => Tab::A,
             };
-            match model::compile(&self.text_of(other)) {
+            match model::compile(&self.text_of(other), &self.sizes.get_untracked()) {
                 Ok(o) => symbols.extend(o.plan.symbols.iter().cloned()),
                 Err(d) => {
                     refuse(name(other), &d[0]);

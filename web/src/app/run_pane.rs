@@ -247,7 +247,7 @@ fn run_outcome(r: &RunView, primary: bool) -> AnyView {
                     {if fk.note.is_empty() {
                         "The fake worker compiled the program and checked its sizes; nothing ran on a GPU.".to_string()
                     } else {
-                        fk.note.clone()
+                        model::sentence(&fk.note)
                     }}
                     " There is no time, bandwidth or validation."
                 </p>

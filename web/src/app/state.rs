@@ -60,7 +60,7 @@ impl Ui {
     /// Compiles `text` in the page and updates every pane.
     pub(super) fn compile(self, text: String) {
         let t0 = now_ms();
-        let result = model::compile(&text);
+        let result = self.sizes.with_untracked(|s| model::compile(&text, s));
         let ms = t0.zip(now_ms()).map(|(a, b)| b - a);
         match result {
             Ok(c) => {
@@ -86,6 +86,18 @@ impl Ui {
             self.program.set(text);
         }
         self.push_diagnostics();
+    }
+
+    /// Lays the program of the tab shown out regularly (`format.rs`), as one undoable edit.
+    pub(super) fn format(self) {
+        self.sync();
+        let text = self.text_of(self.tab.get_untracked());
+        let formatted = crate::format::format_program(&text);
+        if formatted == text {
+            self.say("The program is already formatted");
+        } else {
+            self.set_program(&formatted);
+        }
     }
 
     /// The program of `tab` (A's when there is no B).

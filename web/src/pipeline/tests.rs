@@ -3,9 +3,10 @@
 use super::*;
 
 fn view(name: &str) -> PipelineView {
-    crate::model::compile(crate::examples::source(
-        &crate::examples::find(name).unwrap(),
-    ))
+    crate::model::compile(
+        crate::examples::source(&crate::examples::find(name).unwrap()),
+        &Default::default(),
+    )
     .unwrap()
     .pipeline
 }
@@ -349,7 +350,9 @@ fn a_persistent_kernel_shows_its_tile_order() {
     let src =
         crate::examples::source(&crate::examples::find("matmul/step15_persistent_raster").unwrap())
             .replace("persistent(BIDy, 16)", "persistent(BIDy, 16, stream_k)");
-    let sk = crate::model::compile(&src).unwrap().pipeline;
+    let sk = crate::model::compile(&src, &Default::default())
+        .unwrap()
+        .pipeline;
     let rows = details(&sk, &sk.pipelines[0]);
     assert!(
         rows[0]
