@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The playground's checks: clippy for wasm32, the crate's unit tests (native), the dist/ build,
-# the size budget (what a cold load transfers: the wasm, the JavaScript and the stylesheet as
-# the service sends them, brotli, at most 580 KiB), and the end-to-end test in headless Chromium
+# the size guard (what a cold load transfers: the wasm, the JavaScript and the stylesheet as
+# the service sends them, brotli, at most 900 KiB; the budget itself is what a user feels, first
+# CUDA on screen within 1.2 s over 20 Mbit/s with 40 ms round trips, measured by the browser
+# test), and the end-to-end test in headless Chromium
 # (web/tests/e2e.mjs, which starts and stops its own `target/release/hopfuse serve
 # --fake-worker` on a free port with a temporary database, measures the cold load's transfer and
 # the keystroke-to-CUDA latency in the browser, and writes screenshots and metrics.json to
 # target/web-artifacts/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUDGET=$((580 * 1024)) # bytes a cold load transfers: wasm + JS + CSS, brotli
+BUDGET=$((900 * 1024)) # bytes a cold load transfers: wasm + JS + CSS, brotli (a guard)
 
 bash scripts/setup-web.sh
 cargo clippy -p hopfuse-web --target wasm32-unknown-unknown -- -D warnings

@@ -19,7 +19,10 @@ fn main() {
     println!("cargo:rerun-if-changed={}", root.display());
     println!("cargo:rerun-if-changed=../compiler/src/examples.rs");
     let mut entries = Vec::new();
-    let all = examples::list(&root).expect("examples/");
+    let mut all = examples::list(&root).expect("examples/");
+    // The first example opens the page: the basics' first (`basics/add`), whatever folders sort
+    // before `basics` (`auto`).
+    all.sort_by_key(|e| e.group != "basics");
     let mut groups: Vec<&str> = all.iter().map(|e| e.group.as_str()).collect();
     groups.dedup();
     for group in groups {

@@ -58,8 +58,12 @@ fn permute_and_transpose_reorder_the_values() {
 fn a_transpose_reads_the_input_through_its_own_strides() {
     let src = fusion("  input x: f32[M, N]", "c = transpose(x, 0, 1)");
     let cuda = hopfuse::compile(&src, &Default::default()).unwrap().cuda;
-    // c is [N, M]: its loops are over n then m; x is read at m * N + n.
-    assert!(cuda.contains("c[n * M + m] = x[m * N + n];"), "{cuda}");
+    // c is [N, M], flattened by the automatic pointwise schedule: element `i` of c is
+    // (n, m) = (i / M, i % M), and x is read at m * N + n.
+    assert!(
+        cuda.contains("x_c[0] = x[((nm_oo * 2 + nm_oi) * 128 + nm_i) % M * N + ((nm_oo * 2 + nm_oi) * 128 + nm_i) / M];"),
+        "{cuda}"
+    );
     let twin = hopfuse::torch_twin(&src).unwrap().source;
     assert!(twin.contains("x.transpose(0, 1)"), "{twin}");
     let p = fusion("  input x: f32[A, B, C]", "c = permute(x, dims=[2, 0, 1])");

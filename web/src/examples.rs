@@ -139,6 +139,8 @@ mod tests {
                 .unwrap_or_else(|d| panic!("{}: {d}", key(e)));
         }
         assert_eq!(grouped()[0].0, "basics");
+        // The page opens with the first example (`auto/` sorts before `basics/`).
+        assert_eq!(key(&ALL[0]), "basics/add");
         assert_eq!(group_title("warp_specialization"), "Warp specialization");
         assert!(find("basics/add").is_some());
     }

@@ -164,6 +164,7 @@ pub fn emit_mapped(
 fn kernel_params(f: &Fusion, k: &Kernel) -> (Vec<Param>, Vec<String>) {
     let mut params = Vec::new();
     let mut decls = Vec::new();
+    let uses = f.use_index();
     let tensor_param =
         |b: BufferId, role: TensorRole, params: &mut Vec<Param>, decls: &mut Vec<String>| {
             let buf = &k.buffers[b];
@@ -183,13 +184,15 @@ fn kernel_params(f: &Fusion, k: &Kernel) -> (Vec<Param>, Vec<String>) {
             } else {
                 ""
             };
-            decls.push(format!(
-                "{c}{}* __restrict__ {}",
-                storage(buf.dtype),
-                buf.name
-            ));
+            // A tensor the kernel writes and then reads back (an output other ops consume, a
+            // global intermediate) is not `__restrict__`: with it, nvcc may hoist the read of
+            // another thread's write above the `__syncthreads()` between them (a per-row scale
+            // read before thread 0 stored it: examples/ops/quantize_fp8.hf's first launch).
+            let read_back =
+                role != TensorRole::Input && buf.tensor.is_some_and(|t| !uses[t].is_empty());
+            let restrict = if read_back { "" } else { " __restrict__" };
+            decls.push(format!("{c}{}*{restrict} {}", storage(buf.dtype), buf.name));
         };
-    let uses = f.use_index();
     for &t in &f.inputs {
         if f.rank(t) == 0 {
             if !uses[t].is_empty() {
