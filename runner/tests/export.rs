@@ -51,6 +51,15 @@ fn export(example: &str, sizes: &str) -> PathBuf {
     dir
 }
 
+/// The exported kernel's file stem (`NAME` of `NAME_main.cpp`).
+fn kernel_in(dir: &Path) -> String {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find_map(|n| n.strip_suffix("_main.cpp").map(str::to_string))
+        .expect("a main program")
+}
+
 fn read(dir: &Path, name: &str) -> String {
     std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
@@ -159,11 +168,7 @@ fn a_tma_kernel_encodes_its_tensor_maps_in_both_launchers() {
         return;
     }
     let dir = export("tma/add_2d.hf", "M=512,N=1024");
-    let kernel = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .find_map(|n| n.strip_suffix("_main.cpp").map(str::to_string))
-        .expect("a main program");
+    let kernel = kernel_in(&dir);
     let header = read(&dir, &format!("{kernel}.h"));
     assert_eq!(
         header.matches("cuTensorMapEncodeTiled(").count(),
@@ -240,11 +245,7 @@ fn a_tensor_core_kernel_opts_in_to_its_shared_memory() {
         return;
     }
     let dir = export("matmul/step12_cluster_multicast.hf", "M=1920,N=4096,K=1024");
-    let kernel = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .find_map(|n| n.strip_suffix("_main.cpp").map(str::to_string))
-        .expect("a main program");
+    let kernel = kernel_in(&dir);
     let header = read(&dir, &format!("{kernel}.h"));
     assert!(
         header.contains(
