@@ -431,10 +431,16 @@ def _with_schedule(program, schedule):
     if schedule is None:
         return program
     if not isinstance(schedule, str):
-        raise TypeError("schedule must be the text of a schedule block or None, not %s" % type(schedule).__name__)
+        raise TypeError('schedule must be "auto", the text of a schedule block or None, not %s' % type(schedule).__name__)
     import re
 
-    if re.search(r"^\s*schedule\s*\{", program, re.M):
+    has_block = re.search(r"^\s*schedule\s*\{", program, re.M)
+    if schedule == "auto":
+        # A program without a schedule block compiles with its automatic schedule.
+        if has_block:
+            raise ValueError('schedule="auto" is for a program without a schedule block; remove the block')
+        return program
+    if has_block:
         raise ValueError("the program already has a schedule block; pass schedule=None or remove the block")
     body = schedule.strip()
     if not re.match(r"schedule\s*\{", body):
@@ -445,9 +451,9 @@ def _with_schedule(program, schedule):
 def compile(program, schedule=None):  # noqa: A001 (the package's verb)
     """A `Kernel` for `program` (the text of a `.hf` file: a fusion, with or without its
     schedule block). `schedule` is the text of a schedule block (with or without the
-    `schedule { }` around it) for a program that has none; None keeps the program's own (a
-    program without one runs unscheduled). Raises `CompileError` with each problem's line and
-    column."""
+    `schedule { }` around it) for a program that has none, or "auto" for the automatic schedule
+    chosen for each call's sizes; None keeps the program's own (a program without one gets the
+    automatic schedule too). Raises `CompileError` with each problem's line and column."""
     if not isinstance(program, str):
         raise TypeError("program must be the program text (a str), not %s" % type(program).__name__)
     return Kernel(Program(_with_schedule(program, schedule)))

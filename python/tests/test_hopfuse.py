@@ -66,8 +66,12 @@ class CompileTest(unittest.TestCase):
             self.assertEqual(apart, whole)
         with self.assertRaisesRegex(ValueError, "already has a schedule block"):
             hopfuse.compile(example("basics/add.hf"), schedule=ADD_SCHEDULE)
-        # No schedule at all: the fusion runs unscheduled.
-        self.assertIn("add_kernel", hopfuse.compile(ADD_FUSION).cuda(M=3, N=5))
+        # No schedule: the automatic one for the call's sizes, the same as asking for it.
+        auto = hopfuse.compile(ADD_FUSION).cuda(M=64, N=64)
+        self.assertIn("blockIdx.x", auto)
+        self.assertEqual(hopfuse.compile(ADD_FUSION, schedule="auto").cuda(M=64, N=64), auto)
+        with self.assertRaisesRegex(ValueError, 'schedule="auto" is for a program without a schedule block'):
+            hopfuse.compile(example("basics/add.hf"), schedule="auto")
 
     def test_compile_errors_have_line_and_column(self):
         bad = ADD_FUSION.replace("c = a + b", "c = a + q")
