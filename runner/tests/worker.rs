@@ -80,8 +80,11 @@ fn the_real_worker_without_a_gpu_ends_with_a_clear_error() {
     // NVRTC missing, or no driver: either way a stage and a message.
     assert!(stage == "cuda" || stage == "nvrtc", "{o}");
     assert!(!o["error"]["message"].as_str().unwrap().is_empty());
+    // The device is opened right after the program's own checks: no float64 reference (nor
+    // NVRTC) is spent on a machine that cannot run the kernel.
     let steps: Vec<&str> = lines.iter().filter_map(|l| l["step"].as_str()).collect();
-    assert_eq!(&steps[..2], ["lowering", "reference"], "{lines:?}");
+    assert_eq!(steps.first(), Some(&"lowering"), "{lines:?}");
+    assert!(!steps.contains(&"reference"), "{lines:?}");
 }
 
 #[test]
