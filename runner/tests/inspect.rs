@@ -349,7 +349,8 @@ fn the_playgrounds_inspect_fixture_is_the_runners_type() {
 /// Issue 39 item 2: the inspection's lowering takes a compile slot and keeps the compile
 /// deadline (it took neither: a slow program held a core past every deadline, unseen by
 /// `compiles.running`), lowering once, counted in `compiles.lowered` (it lowered twice,
-/// uncounted). Without NVRTC the answer is a 503 before anything is compiled.
+/// uncounted); past the deadline it is cancelled and frees the slot (item 1). Without NVRTC
+/// the answer is a 503 before anything is compiled.
 #[tokio::test]
 async fn inspect_lowers_once_in_a_compile_slot_within_the_deadline() {
     if tools_missing() {
@@ -374,19 +375,15 @@ async fn inspect_lowers_once_in_a_compile_slot_within_the_deadline() {
     assert_eq!(status, 422, "{v}");
     assert_eq!(v["limit"], "compile_timeout_s", "{v}");
     assert!(start.elapsed().as_secs_f64() < 1.9, "{:?}", start.elapsed());
-    let h = health(&slow.base).await;
-    assert_eq!(
-        h["compiles"]["running"], 1,
-        "the lowering holds the slot: {h}"
-    );
-    // The abandoned lowering ends (after the test delay), counted once.
+    // The lowering is cancelled at the deadline (issue 39 item 1): the slot is free again
+    // well before the 2 s test delay would have ended, and the lowering is counted once.
     let h = loop {
         let h = health(&slow.base).await;
         if h["compiles"]["running"] == 0 {
             break h;
         }
-        assert!(start.elapsed().as_secs() < 20, "{h}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(start.elapsed().as_secs_f64() < 1.9, "{h}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
     assert_eq!(h["compiles"]["lowered"], 1, "{h}");
     drop(slow);
