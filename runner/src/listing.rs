@@ -63,7 +63,14 @@ pub fn parse_ptx(ptx: &str, name: &str, in_kernel: &dyn Fn(u32) -> bool) -> List
                     top = here;
                 }
                 Some(site) => {
-                    let call = ours(site).filter(|&l| in_kernel(l)).or(top);
+                    // A call site in the kernel is the last kernel-level position too: code
+                    // inlined further down (a combine inside `hf_block_reduce`) counts there,
+                    // even after a `.loc 1 0` (no line) reset `top`.
+                    let site = ours(site).filter(|&l| in_kernel(l));
+                    if site.is_some() {
+                        top = site;
+                    }
+                    let call = site.or(top);
                     current = call;
                     inlined = here.filter(|&h| Some(h) != call);
                 }
@@ -296,6 +303,35 @@ mod tests {
         assert_eq!(at("shl.b32"), (None, None));
         assert_eq!(at("ret;"), (Some(10), None));
         assert_eq!((l.mapped(), l.no_source_line), (5, 1));
+    }
+
+    #[test]
+    fn nested_inlined_code_after_a_line_zero_counts_at_the_kernels_call_site() {
+        // (argmax_rows at i64: a block reduction inlined at kernel line 8 right after a
+        // `.loc 1 0`, its combine inlined at prelude line 3.)
+        let ptx = "	.loc	1 6 0
+	ld.param.u64 	%rd1, [p0];
+	.loc	1 0 3
+                   	cvt.u32.u64 	%r1, %rd1;
+                   	.loc	1 3 3, function_name $L__info_string0, inlined_at 1 8 5
+                   	and.b32 	%r2, %r1, 31;
+                   	.loc	1 2 1, function_name $L__info_string1, inlined_at 1 3 3
+                   	setp.leu.f32 	%p1, %f1, %f2;
+                   	.loc	1 10 1
+	ret;
+}
+	.file	1 \"/tmp/k.cu\"
+";
+        let l = parse_ptx(ptx, "k.cu", &|line| line >= 5);
+        let lines: Vec<&str> = l.text.lines().collect();
+        let at = |needle: &str| {
+            let i = lines.iter().position(|x| x.contains(needle)).unwrap();
+            (l.cuda_lines[i], l.inlined[i])
+        };
+        assert_eq!(at("cvt.u32"), (None, None));
+        assert_eq!(at("and.b32"), (Some(8), Some(3)));
+        assert_eq!(at("setp.leu"), (Some(8), Some(2)));
+        assert_eq!((l.mapped(), l.no_source_line), (4, 1));
     }
 
     #[test]
