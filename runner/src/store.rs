@@ -317,14 +317,26 @@ impl Store {
             }
         }
         let sqlite = url.starts_with("sqlite:");
-        let pool = AnyPoolOptions::new()
+        let options = AnyPoolOptions::new()
             // SQLite has one writer; more connections only contend for its lock.
             .max_connections(if sqlite { 1 } else { 8 })
             // A request that reads the history while the database is away answers in seconds,
             // not after sqlx's default of 30.
-            .acquire_timeout(Duration::from_secs(5))
-            .connect(&url)
-            .await?;
+            .acquire_timeout(Duration::from_secs(5));
+        // The first connection may wait for a database that is starting or busy as long as
+        // sqlx's default would (30 s): the 5 s above is for requests, not for start-up.
+        let patient_until = std::time::Instant::now() + Duration::from_secs(30);
+        let pool = loop {
+            match options.clone().connect(&url).await {
+                Ok(pool) => break pool,
+                Err(sqlx::Error::PoolTimedOut | sqlx::Error::Io(_))
+                    if std::time::Instant::now() < patient_until =>
+                {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         migrator()
             .run(&pool)
             .await
