@@ -334,7 +334,7 @@ impl Store {
                 {
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e),
             }
         };
         migrator()
