@@ -176,11 +176,13 @@ pub fn compile_choosing_index(
     cancel::Cancel::check()?;
     let pipeline = pipeline_view::extract(&kernel, &pipeline_plan);
     let constraints = cx.constraints.clone();
+    let block_bound = block_bound(&kernel, options.aligned_for.as_ref());
     let (mut cuda, mut plan, mut written) = codegen::emit_mapped(
         &scheduled,
         &kernel,
         options.index_type,
         constraints.clone(),
+        block_bound,
         options.clock_probe,
     );
     let index_type = choose(&plan);
@@ -190,6 +192,7 @@ pub fn compile_choosing_index(
             &kernel,
             index_type,
             constraints,
+            block_bound,
             options.clock_probe,
         );
     }
@@ -210,6 +213,29 @@ pub fn compile_choosing_index(
         kernel,
         pipeline_plan,
     })
+}
+
+/// The threads of a block whose size only the launch knows, for the sizes a kernel is
+/// specialised for: its `__launch_bounds__`, which caps the registers a thread may use (a
+/// normalization schedule's block follows the row: 1024 would leave it 64 registers and spill
+/// the row it keeps in registers). `None` without sizes, when the size is a constant, or when
+/// they do not give a valid block (the plan's check then reports it).
+fn block_bound(
+    kernel: &kir::Kernel,
+    sizes: Option<&std::collections::BTreeMap<String, i64>>,
+) -> Option<i64> {
+    let sizes = sizes?;
+    if kernel.block.iter().all(|b| b.as_const().is_some()) {
+        return None;
+    }
+    let threads = kernel
+        .block
+        .iter()
+        .map(|b| b.eval(sizes).ok())
+        .product::<Option<i64>>()?;
+    (1..=target::MAX_THREADS_PER_BLOCK)
+        .contains(&threads)
+        .then_some(threads)
 }
 
 /// The passes of [`passes::PIPELINE`] over a scheduled fusion: the dump after each (the fusion

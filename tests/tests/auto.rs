@@ -298,3 +298,39 @@ fn choosing_a_schedule_is_cheap() {
         "{per_choice:?} per choice"
     );
 }
+
+/// A block whose size follows the row (the normalization scheduler's) gets launch bounds for
+/// the sizes it is compiled for, not 1024 (which would cap a thread at 64 registers and spill
+/// the row it keeps); the plan refuses a launch past them. Without sizes the bound stays 1024.
+#[test]
+fn a_block_sized_by_the_row_gets_launch_bounds_for_its_sizes() {
+    let source = example("auto/softmax.hf");
+    let at = |size: Option<&str>| {
+        let options = hopfuse::CompileOptions {
+            aligned_for: size.map(sizes),
+            ..Default::default()
+        };
+        hopfuse::compile(&source, &options).unwrap()
+    };
+    let wide = at(Some("M=8192,N=16384"));
+    assert!(
+        wide.cuda.contains("__launch_bounds__(512)"),
+        "{}",
+        wide.cuda
+    );
+    assert!(wide.plan.concretize(&sizes("M=8192,N=16384")).is_ok());
+    let err = wide
+        .plan
+        .concretize(&sizes("M=8192,N=32768"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("__launch_bounds__"), "{err}");
+    let narrow = at(Some("M=64,N=1024"));
+    assert!(
+        narrow.cuda.contains("__launch_bounds__(32)"),
+        "{}",
+        narrow.cuda
+    );
+    let without_sizes = at(None);
+    assert!(without_sizes.cuda.contains("__launch_bounds__(1024)"));
+}

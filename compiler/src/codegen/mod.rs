@@ -40,18 +40,21 @@ pub fn emit(
     index_type: IndexType,
     constraints: Vec<Constraint>,
 ) -> (String, LaunchPlan) {
-    let (src, plan, _) = emit_mapped(f, k, index_type, constraints, false);
+    let (src, plan, _) = emit_mapped(f, k, index_type, constraints, None, false);
     (src, plan)
 }
 
 /// [`emit`], and what wrote each line of the source (one entry per line; see [`lines`]).
 /// `clock_probe`: thread 0 of each CTA records the SM cycles and nanoseconds of its run in the
 /// module global [`clock_probe::SYMBOL`] (`CompileOptions::clock_probe`).
+/// `block_bound`: the most threads a block of a kernel whose block size is known only at run
+/// time will have (its `__launch_bounds__`, and a plan constraint), else 1024.
 pub fn emit_mapped(
     f: &Fusion,
     k: &Kernel,
     index_type: IndexType,
     constraints: Vec<Constraint>,
+    block_bound: Option<i64>,
     clock_probe: bool,
 ) -> (String, LaunchPlan, Vec<Written>) {
     // Constant without the feature: the probe's code and text are left out of the build.
@@ -95,17 +98,15 @@ pub fn emit_mapped(
     e.uses.write_prelude(!k.tensor_maps.is_empty(), &mut src);
     src.push('\n');
     let signature_line = lines::count(&src);
-    // A block size known only at run time is still at most 1024 threads (the plan checks it).
+    // A block size known only at run time is at most `block_bound`, else 1024 threads (the
+    // plan checks it): the bound caps the registers a thread may use, so a tight one matters.
     // setmaxnreg needs one block per SM: `__launch_bounds__(threads, 1)`.
+    let most_threads = threads
+        .or(block_bound)
+        .unwrap_or(crate::target::MAX_THREADS_PER_BLOCK);
     let bounds = match k.register_sharing {
-        Some(_) => format!(
-            "__launch_bounds__({}, 1) ",
-            threads.unwrap_or(crate::target::MAX_THREADS_PER_BLOCK)
-        ),
-        None => format!(
-            "__launch_bounds__({}) ",
-            threads.unwrap_or(crate::target::MAX_THREADS_PER_BLOCK)
-        ),
+        Some(_) => format!("__launch_bounds__({most_threads}, 1) "),
+        None => format!("__launch_bounds__({most_threads}) "),
     };
     // A kernel with compile-time cluster dimensions is launched in clusters by a plain launch.
     let cluster_dims = k
@@ -155,7 +156,15 @@ pub fn emit_mapped(
     debug_assert_eq!(written.len(), lines::count(&src));
 
     let min_global_bytes = min_global_bytes(&params);
-    let plan = launch_plan(f, k, index_type, params, constraints, min_global_bytes);
+    let plan = launch_plan(
+        f,
+        k,
+        index_type,
+        params,
+        constraints,
+        block_bound,
+        min_global_bytes,
+    );
     (src, plan, written)
 }
 
@@ -318,6 +327,7 @@ fn launch_plan(
     index_type: IndexType,
     params: Vec<Param>,
     constraints: Vec<Constraint>,
+    block_bound: Option<i64>,
     min_global_bytes: SizeExpr,
 ) -> LaunchPlan {
     let mut constraints = constraints;
@@ -329,10 +339,17 @@ fn launch_plan(
             .iter()
             .cloned()
             .fold(SizeExpr::Const(1), crate::passes::mul);
-        constraints.push(Constraint::AtMost {
-            value: total,
-            max: crate::target::MAX_THREADS_PER_BLOCK,
-            reason: "threads per block".into(),
+        constraints.push(match block_bound {
+            Some(max) => Constraint::AtMost {
+                value: total,
+                max,
+                reason: "threads per block (the kernel's __launch_bounds__, set for the sizes it was compiled for)".into(),
+            },
+            None => Constraint::AtMost {
+                value: total,
+                max: crate::target::MAX_THREADS_PER_BLOCK,
+                reason: "threads per block".into(),
+            },
         });
     }
     LaunchPlan {
