@@ -233,22 +233,43 @@ fn each_written_schedule_lowers_for_its_sizes() {
     }
 }
 
-/// A row too wide for registers and shared memory is declined with the sizes; the serial
-/// default it falls back to cannot hold the row either, and the error says both.
+/// A row too wide for registers and shared memory is streamed: each intermediate read twice is
+/// recomputed per reader, so the kernel keeps nothing of the row (no register array sized by
+/// N) and reads the input once per loop over the row.
 #[test]
-fn a_row_too_wide_is_declined_with_the_reason() {
+fn a_row_too_wide_to_keep_is_streamed() {
     let options = hopfuse::CompileOptions {
         aligned_for: Some(sizes("M=512,N=262144")),
         ..Default::default()
     };
-    let errors = hopfuse::compile(RMSNORM_BF16, &options)
-        .expect_err("the serial default cannot hold the row")
-        .render(RMSNORM_BF16, "t.hf");
+    let c = hopfuse::compile(RMSNORM_BF16, &options).unwrap();
+    let note = c.plan.auto_schedule.as_ref().unwrap();
     assert!(
-        errors.contains("register tensor `xf` needs N elements per thread")
-            && errors.contains("no automatic schedule (normalization of rows of 262144 bf16")
-            && errors.contains("serial default"),
-        "{errors}"
+        note.reason.contains("the row too wide to keep")
+            && note.reason.contains("streamed")
+            && note
+                .schedule
+                .as_deref()
+                .unwrap_or("")
+                .contains(".recompute()"),
+        "{note:?}"
+    );
+    assert!(!c.cuda.contains("[262144]") && !c.cuda.contains("[32768]"));
+    let loops_over_row = c.cuda.matches("for (index_t n_oo = 0;").count();
+    assert!(loops_over_row >= 2, "{}", c.cuda);
+    let softmax = example("auto/softmax.hf");
+    let c = hopfuse::compile(&softmax, &options).unwrap();
+    let note = c.plan.auto_schedule.as_ref().unwrap();
+    let schedule = note.schedule.as_deref().unwrap_or("");
+    assert!(
+        schedule.contains("xf.recompute()\ne.recompute()"),
+        "{note:?}"
+    );
+    assert_eq!(
+        c.cuda.matches("for (index_t n_oo = 0;").count(),
+        3,
+        "{}",
+        c.cuda
     );
 }
 

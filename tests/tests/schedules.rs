@@ -119,3 +119,66 @@ fn an_op_before_a_broadcast_runs_in_the_consumers_block_loop() {
     );
     assert!(mm.plan.matmul.is_some());
 }
+
+const SOFTMAX_F32: &str = "fusion sm {
+  input x: f32[M, N]
+  m = max(x, axis=1)
+  e = exp(x - broadcast(m, axis=1))
+  s = sum(e, axis=1)
+  y = e / broadcast(s, axis=1)
+  output y
+}
+";
+
+/// `recompute` gives the second reader of a row its own copy, so a streamed softmax keeps no
+/// register array sized by the row: three loops over it, the copy's chain inside the last.
+#[test]
+fn recompute_streams_a_row_through_each_loop() {
+    let c = compile(&format!(
+        "{SOFTMAX_F32}schedule {{
+  x_c = cache_after(x)
+  x_c.recompute()
+  e.recompute()
+  y.split(1, 4)
+  y.split(1, 128)
+  y.parallelize(0, BIDx)
+  y.parallelize(2, TIDx)
+  y.parallelize(3, Vectorize)
+  propagate(y)
+  inline_most()
+}}"
+    ));
+    assert_eq!(
+        c.cuda.matches("for (index_t n_oo = 0;").count(),
+        3,
+        "{}",
+        c.cuda
+    );
+    for copy in ["x_c_r2", "e_r2", "e_sub_r2", "x_c_r2_r2"] {
+        assert!(
+            c.cuda.contains(&format!("float {copy}[4]")),
+            "{copy}: {}",
+            c.cuda
+        );
+    }
+    // The copies are computed in the output's loop, after the sum is complete.
+    let sum_done = c.cuda.find("s[0] = s_acc[0];").unwrap();
+    assert!(c.cuda.find("e_r2[n_i] = expf").unwrap() > sum_done);
+}
+
+#[test]
+fn recompute_states_what_it_cannot_copy() {
+    let with =
+        |schedule: &str| hopfuse_tests::error(&format!("{SOFTMAX_F32}schedule {{\n{schedule}\n}}"));
+    let one = with("y.recompute()");
+    assert!(one.contains("`y` has one consumer"), "{one}");
+    let late = with("x_c = cache_after(x)\nx_c.split(1, 4)\ne.recompute()");
+    assert!(
+        late.contains(
+            "`x_c`, which `e` is computed from, is already scheduled: recompute `e` before"
+        ),
+        "{late}"
+    );
+    let shared = with("x_c = cache_after(x)\nx_c.set_memory(shared)\ne.recompute()");
+    assert!(shared.contains("placed in shared memory"), "{shared}");
+}

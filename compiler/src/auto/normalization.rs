@@ -7,7 +7,9 @@
 //! elements per thread, plus about 32 registers of the thread's own, times the threads, at most
 //! 64 K registers). Else in shared memory (examples/basics/softmax_shared.hf): the inputs
 //! cached there and every intermediate read more than once placed there, when the row's buffers
-//! fit in a block's shared memory. Wider rows are declined with the sizes that did not fit.
+//! fit in a block's shared memory. Wider rows are streamed: every intermediate read more than
+//! once is recomputed for each reader (`recompute`), so nothing of the row is kept and each
+//! loop over it reads the inputs again (from L2 after the first loop, for a row just read).
 
 use super::text::ScheduleText;
 use super::{dtype_names, AutoSchedule, Facts, Scheduler};
@@ -24,6 +26,11 @@ const OWN_REGISTERS: i64 = target::NON_ACCUMULATOR_REGISTERS;
 const MAX_REGISTERS: i64 = target::MAX_REGISTERS_PER_THREAD;
 /// Registers in one SM's register file (one block per SM at the least).
 const REGISTER_FILE: i64 = 65536;
+/// Threads along a streamed row (measured on the H200 for softmax at 8192 x 16384 and
+/// 32768 x 4096 bf16: 256 threads 433 / 496 us, 512 641 / 911, 1024 603 / 1389: a block walks
+/// its row three times, each a serial chain of loads and a block reduction, so smaller
+/// blocks, more of them per SM, keep more rows in flight).
+const STREAM_THREADS: i64 = 256;
 
 pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoSchedule, String> {
     let f = facts.fusion;
@@ -107,11 +114,53 @@ pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoS
             ),
         });
     }
-    Err(format!(
-        "normalization of {row_text} {}: the row's persistent buffers take {bytes_per_element} bytes per element, {shared} bytes per row, more than registers ({} elements per block) or shared memory ({limit} bytes) hold; a row split across a cluster or several passes is not written yet",
-        facts.sizes.describe(),
-        largest_register_row(v, bytes_per_element),
-    ))
+    // Too wide to keep: stream it. Each intermediate read more than once is recomputed for each
+    // reader, so every loop over the row reads the inputs again (from L2 after the first).
+    let threads = (vectors as u64)
+        .next_power_of_two()
+        .clamp(MIN_THREADS as u64, STREAM_THREADS as u64) as i64;
+    let mut s = ScheduleText::new(facts.name(reference));
+    s.caches(facts, &inputs, &outputs, "");
+    s.comment(&format!(
+        "One block per row, streamed: the row ({shared} bytes of persistent buffers) fits neither registers nor shared memory, so each loop over it reads the inputs again and recomputes what it needs; {threads} threads of {v}-element vectors."
+    ));
+    // An input read by more than one expression makes a cache with as many readers.
+    let uses = f.use_index();
+    for &i in inputs.iter().filter(|&&i| uses[i].len() > 1) {
+        s.line(format!("{}.recompute()", facts.fresh(facts.name(i), "c")));
+    }
+    for &b in &buffers {
+        s.line(format!("{}.recompute()", facts.name(b)));
+    }
+    let mut axes = vec![(0, "BIDx"), (2, "TIDx")];
+    if v > 1 {
+        s.split(1, v, false);
+        axes.push((3, "Vectorize"));
+    }
+    s.split(1, threads, false);
+    s.parallelize(&axes);
+    s.propagate_and_inline();
+    Ok(AutoSchedule {
+        scheduler: Scheduler::Normalization,
+        text: s.finish(),
+        reason: format!(
+            "normalization of {row_text} {}: the row too wide to keep ({shared} bytes of persistent buffers per row, more than registers ({} elements per block) or shared memory ({limit} bytes) hold), streamed: each loop over the row reads the inputs again{}, {threads} threads per row",
+            facts.sizes.describe(),
+            largest_register_row(v, bytes_per_element),
+            if buffers.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({} recomputed)",
+                    buffers
+                        .iter()
+                        .map(|&b| format!("`{}`", facts.name(b)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            },
+        ),
+    })
 }
 
 /// Vectors per thread, threads and registers per thread of a row of `vectors` vectors of `v`

@@ -324,6 +324,9 @@ pub struct Tensor {
     /// The call this tensor is the result of when the builder wrote it as several ops
     /// (`mean(x, axis=1)`): what the torch twin writes instead of those ops.
     pub composite: Option<Composite>,
+    /// The tensor this one is a copy of, made by `recompute` for one of that tensor's consumers
+    /// (see `schedule::recompute`): computed right before that consumer ([`Fusion::topo_exprs`]).
+    pub copy_of: Option<TensorId>,
 }
 
 /// A call of a [`CompositeOp`] (see `ops`): the builder's ops for it made the tensors from
@@ -659,7 +662,10 @@ impl Fusion {
             .collect()
     }
 
-    /// Exprs in an order where every producer comes before its consumers.
+    /// Exprs in an order where every producer comes before its consumers: in sweeps over the
+    /// exprs in their order, then each `recompute` copy moved to right before its first
+    /// consumer, so the loops of that consumer, not a nest of their own made before it, hold
+    /// the copies (a copy of a cache reads only fusion inputs: a sweep would place it first).
     pub fn topo_exprs(&self) -> Vec<ExprId> {
         let mut done = vec![false; self.tensors.len()];
         for &i in &self.inputs {
@@ -678,9 +684,29 @@ impl Fusion {
                 }
             }
             if !progress {
-                return order;
+                break;
             }
         }
+        if self.tensors.iter().any(|t| t.copy_of.is_some()) {
+            // Consumers before producers, so a chain of copies moves as one, in order.
+            let mut i = order.len();
+            while i > 0 {
+                i -= 1;
+                let e = order[i];
+                if self.tensors[self.exprs[e].output].copy_of.is_none() {
+                    continue;
+                }
+                let out = self.exprs[e].output;
+                let first_use = order[i + 1..]
+                    .iter()
+                    .position(|&u| self.exprs[u].input_tensors().any(|t| t == out));
+                if let Some(j) = first_use {
+                    let e = order.remove(i);
+                    order.insert(i + j, e);
+                }
+            }
+        }
+        order
     }
 
     /// Extent of a root axis class: the extent of any non-broadcast member, else 1.

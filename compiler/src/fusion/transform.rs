@@ -472,6 +472,7 @@ pub(crate) fn push_tensor(
         swizzle: 0,
         value: None,
         composite: None,
+        copy_of: None,
     });
     TensorId::new(f.tensors.len() - 1)
 }

@@ -6,7 +6,7 @@
 //! statement as written, the tensor, the axis and the rule.
 //!
 //! The apply functions, by what they do: [`memory`] (caches, `set_memory`), [`loops`] (split,
-//! merge, reorder, rfactor, propagate), [`parallel`], [`inlining`], [`pipeline`]
+//! merge, reorder, rfactor, propagate), [`parallel`], [`inlining`], [`recompute`], [`pipeline`]
 //! (circular buffering, warp specialization) and [`grid`] (cluster, persistent).
 //!
 //! A statement that fails after changing the fusion is undone from a copy taken before it; a
@@ -29,6 +29,7 @@ mod memory;
 mod parallel;
 mod params;
 mod pipeline;
+mod recompute;
 pub mod table;
 
 use args::{tensor, Args};

@@ -9,7 +9,7 @@
 use super::args::Args;
 pub use super::params::{either, ArgKind, IfAbsent, Nested, Param, Passing};
 use super::params::{named, opt, pos};
-use super::{grid, inlining, loops, memory, parallel, pipeline, SResult};
+use super::{grid, inlining, loops, memory, parallel, pipeline, recompute, SResult};
 use crate::diag::{Diagnostic, Span};
 use crate::fusion::{Fusion, TensorId};
 
@@ -220,6 +220,15 @@ pub const PRIMITIVES: &[Primitive] = &[
         params: &[pos("consumer", ArgKind::Tensor), pos("pos", ArgKind::Int)],
         doc: doc!("Computes p inside the first `pos` loops of `consumer`."),
         apply: Apply::Method(inlining::compute_at),
+        checks_first: true,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "recompute",
+        written: "t.recompute()",
+        params: &[],
+        doc: doc!("Gives each consumer of t after the first its own copy of t's computation (back to fusion inputs and reductions: t_r2, t_r3, ...), so each copy inlines into its consumer's loops and no row is kept between them: a row read by two reductions and an output is read again from memory (L2) instead of held in registers. Before any transform of the chain."),
+        apply: Apply::Method(recompute::recompute),
         checks_first: true,
         on_inputs: false,
     },
