@@ -270,3 +270,119 @@ fn the_reference_of_an_fp8_product_is_the_exact_product_of_its_values() {
         }
     }
 }
+
+/// Step 16's fusion written as a user dequantizes: each operand widened and multiplied by its
+/// scale (`scale_a`, `scale_b`: how the scales reach the summed axis) before the product.
+fn dequantized(inputs: &str, scale_a: &str, scale_b: &str) -> String {
+    let step16 = example("matmul/step16_fp8.hf");
+    let schedule = &step16[step16.find("schedule {").unwrap()..];
+    format!(
+        "fusion dequantized {{\n  input a: f8e4m3[M, K]\n  input b: f8e4m3[N, K]\n{inputs}  ab = cast(broadcast(a, axis=1), f32)\n  bb = cast(broadcast(b, axis=0), f32)\n  ad = ab * {scale_a}\n  bd = bb * {scale_b}\n  p = ad * bd\n  s = sum(p, axis=2)\n  c = cast(s, bf16)\n  output c\n}}\n{schedule}"
+    )
+}
+
+/// The CUDA of a `dequantized` program as the example with its scales written after the sum
+/// would name things (the kernel, and the epilogue's temporaries after the tensor they are of).
+fn as_example(c: &hopfuse::Compilation, example_fusion: &str) -> String {
+    c.cuda
+        .replace("dequantized", example_fusion)
+        .replace("s_scaled_", "c_")
+}
+
+#[test]
+fn dequantized_per_tensor_scales_leave_the_sum_for_the_epilogue() {
+    let src = dequantized("  input sa: f32\n  input sb: f32\n", "sa", "sb");
+    let c = compile(&src);
+    // The rewrite: the sum multiplies the two widened operands, `s_scaled` scales it, and the
+    // product's scaled factors are gone.
+    let fusion = hopfuse::fusion::print(&c.fusion);
+    assert!(fusion.contains("s_scaled"), "{fusion}");
+    assert!(!fusion.contains("ad ="), "{fusion}");
+    // The same kernel as step 16, which applies the scales in its epilogue as written.
+    assert_eq!(
+        as_example(&c, "matmul_fp8"),
+        compile(&example("matmul/step16_fp8.hf")).cuda
+    );
+}
+
+#[test]
+fn dequantized_row_and_column_scales_leave_the_sum_for_the_epilogue() {
+    let src = dequantized(
+        "  input sa: f32[M]\n  input sb: f32[N]\n",
+        "broadcast(broadcast(sa, axis=1), axis=2)",
+        "broadcast(broadcast(sb, axis=0), axis=2)",
+    );
+    let c = compile(&src);
+    assert_eq!(
+        as_example(&c, "matmul_fp8_rowwise"),
+        compile(&example("matmul/step17_fp8_rowwise.hf")).cuda
+    );
+}
+
+#[test]
+fn a_scale_that_varies_along_k_stays_in_the_product_and_the_tile_says_why() {
+    // One scale per K column (a scale with the summed axis): not constant along K.
+    let src = dequantized(
+        "  input sa: f32\n  input sk: f32[K]\n",
+        "sa",
+        "broadcast(broadcast(sk, axis=0), axis=0)",
+    );
+    let f = hopfuse::frontend::dequantize::hoist_scales(&hopfuse::frontend::parse(&src).unwrap());
+    assert_eq!(
+        hopfuse::frontend::print(&f),
+        hopfuse::frontend::print(&hopfuse::frontend::parse(&src).unwrap()),
+        "left as written"
+    );
+    let e = error(&src);
+    assert!(
+        e.contains("each factor must be `cast(x, f32)` of such a cache in shared memory (a scale constant along the summed axis, i.e. a number, a scalar input or `broadcast(x, axis=K)`, is applied after the sum; one that varies along it cannot leave the tile)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn hoisting_scales_keeps_the_value_of_the_dequantized_product() {
+    let src = dequantized(
+        "  input sa: f32[M]\n  input sb: f32\n",
+        "broadcast(broadcast(sa, axis=1), axis=2)",
+        "sb",
+    );
+    let written = hopfuse::reference_fusion(&src).unwrap();
+    let compiled = compile(&src).fusion;
+    let (m, n, k) = (4usize, 3usize, 33usize);
+    let sizes = BTreeMap::from([
+        ("M".to_string(), m as i64),
+        ("N".to_string(), n as i64),
+        ("K".to_string(), k as i64),
+    ]);
+    let inputs = BTreeMap::from([
+        ("a".to_string(), fp8_values(m * k, 3)),
+        ("b".to_string(), fp8_values(n * k, 4)),
+        ("sa".to_string(), vec![0.5, 0.25, 2.0, 1.5]),
+        ("sb".to_string(), vec![0.125]),
+    ]);
+    let want = hopfuse::reference::evaluate(&written, &sizes, &inputs).unwrap()["c"].clone();
+    let got = hopfuse::reference::evaluate(&compiled, &sizes, &inputs).unwrap()["c"].clone();
+    assert_eq!(got, want);
+    assert!(want.iter().any(|&v| v != 0.0));
+}
+
+#[test]
+fn scales_stay_where_moving_them_would_change_what_the_program_names() {
+    let unchanged = |src: &str| {
+        let p = hopfuse::frontend::parse(src).unwrap();
+        hopfuse::frontend::print(&hopfuse::frontend::dequantize::hoist_scales(&p))
+            == hopfuse::frontend::print(&p)
+    };
+    let body = "fusion g {\n  input a: f8e4m3[M, K]\n  input b: f8e4m3[N, K]\n  input sa: f32\n  ab = cast(broadcast(a, axis=1), f32)\n  bb = cast(broadcast(b, axis=0), f32)\n  p = ab * sa * bb\n  s = sum(p, axis=2)\n";
+    // The sum is an output: its name must stay the scaled value.
+    assert!(unchanged(&format!("{body}  output s\n}}\n")));
+    // The schedule names the product: it must keep its value.
+    assert!(unchanged(&format!(
+        "{body}  c = cast(s, bf16)\n  output c\n}}\nschedule {{\n  p.split(0, 64)\n}}\n"
+    )));
+    // Neither: the scale leaves the sum.
+    assert!(!unchanged(&format!(
+        "{body}  c = cast(s, bf16)\n  output c\n}}\n"
+    )));
+}

@@ -171,7 +171,7 @@ impl Lower<'_> {
             }
         };
         let (Some((xa, xt)), Some((ya, yt))) = (operand(x), operand(y)) else {
-            return bad("the tensor cores multiply f16, bf16, f8e4m3 or f8e5m2 operands widened to f32: each factor must be `cast(x, f32)` of such a cache in shared memory".into());
+            return bad("the tensor cores multiply f16, bf16, f8e4m3 or f8e5m2 operands widened to f32: each factor must be `cast(x, f32)` of such a cache in shared memory (a scale constant along the summed axis, i.e. a number, a scalar input or `broadcast(x, axis=K)`, is applied after the sum; one that varies along it cannot leave the tile)".into());
         };
         for (a, t) in [(&xa, xt), (&ya, yt)] {
             let buf = &k.buffers[a.buffer];
