@@ -386,3 +386,20 @@ fn scales_stay_where_moving_them_would_change_what_the_program_names() {
         "{body}  c = cast(s, bf16)\n  output c\n}}\n"
     )));
 }
+
+#[test]
+fn the_fp8_examples_have_torch_scaled_mm_as_their_peer() {
+    let peer = |path: &str| {
+        let src = example(path);
+        let f = hopfuse::reference_fusion(&src).unwrap();
+        hopfuse::torch::emit_scaled_mm(&f)
+            .unwrap_or_else(|| panic!("{path}: no _scaled_mm peer"))
+            .source
+    };
+    assert!(peer("matmul/step16_fp8.hf").contains(
+        "return torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)"
+    ));
+    assert!(peer("matmul/step17_fp8_rowwise.hf").contains(
+        "return torch._scaled_mm(a, b.t(), scale_a=sa.unsqueeze(1), scale_b=sb.unsqueeze(0), out_dtype=torch.bfloat16)"
+    ));
+}
