@@ -25,16 +25,19 @@ for ex in "${examples[@]}"; do
   run "$ex" M=256,N=256,K=128 --iters 5
   # Ragged sizes. A TMA row is a multiple of 16 bytes, so the contiguous dimension of each
   # operand is a multiple of 8: K for K-major operands, M and N for MN-major ones.
-  # A TMA-stored output's rows are a multiple of 16 bytes too: N a multiple of 8.
+  # A TMA-stored output's rows are a multiple of 16 bytes too: N a multiple of 8. FP8 operands
+  # (1 byte) need K a multiple of 16.
+  k_ragged=72 k_large=1000
+  if grep -q 'f8e' "examples/$ex.hf"; then k_ragged=80 k_large=1008; fi
   if grep -q 'store=tma' "examples/$ex.hf"; then
-    run "$ex" M=129,N=4088,K=72 --iters 5
+    run "$ex" M=129,N=4088,K=$k_ragged --iters 5
   else
     case $ex in
     *mn_major*) run "$ex" M=136,N=4088,K=77 --iters 5 ;;
     *) run "$ex" M=129,N=4095,K=72 --iters 5 ;;
     esac
   fi
-  run "$ex" M=4000,N=3000,K=1000 --iters 10
+  run "$ex" M=4000,N=3000,K=$k_large --iters 10
   for n in 4096 8192; do
     run "$ex" M=$n,N=$n,K=$n --iters 30
     perf+=("| $ex | $n^3 | $(grep -m1 -oE 'compute +[0-9.]+ TFLOP/s' "$OUT/one.log" | awk '{print $2}') | $(grep -m1 -oE 'cuBLAS +[0-9.]+ TFLOP/s' "$OUT/one.log" | awk '{print $2}') | $(grep -m1 -oE '[0-9.]+% of cuBLAS' "$OUT/one.log") | $(grep -m1 'reference ' "$OUT/one.log" | cut -c1-80) |")
@@ -44,8 +47,10 @@ printf '\n| example | size | TFLOP/s | cuBLAS TFLOP/s | ratio | reference |\n| -
 printf '%s\n' "${perf[@]}" | tee -a "$summary"
 printf '\n| tool | example | sizes | result | summary |\n| --- | --- | --- | --- | --- |\n' | tee -a "$summary"
 for ex in "${examples[@]}"; do
+  k_san=136
+  if grep -q 'f8e' "examples/$ex.hf"; then k_san=144; fi
   for tool in racecheck synccheck memcheck; do
-    san "$tool" "$ex" M=200,N=296,K=136
+    san "$tool" "$ex" M=200,N=296,K=$k_san
   done
 done
 rm -f "$OUT/one.log" "$OUT/san-one.log"

@@ -304,6 +304,8 @@ pub fn schedule_for(
     let locate_all =
         |ds: Vec<Diagnostic>| Diagnostics(ds.into_iter().map(|d| d.locate(source)).collect());
     let program = frontend::parse_all(source).map_err(locate_all)?;
+    // Scales of dequantized operands leave the sum (a tensor-core tile multiplies two operands).
+    let program = frontend::dequantize::hoist_scales(&program);
     let fusion = fusion::build(&program.fusion).map_err(locate)?;
     let mut scheduled = fusion.clone();
     if !program.schedule.is_empty() {

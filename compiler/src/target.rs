@@ -31,8 +31,33 @@ pub fn turn_barrier(g: i64) -> u32 {
 /// Rows of the M side of every `wgmma` shape (`m64nNk16`).
 pub const WGMMA_M: i64 = 64;
 
-/// The K of one `wgmma` on 16-bit inputs (`k16`), in elements.
-pub const WGMMA_K: i64 = 16;
+/// Bytes of each operand row one `wgmma` consumes along K: 16 elements of a 16-bit type
+/// (`k16`), 32 of an 8-bit one (`k32`). Every K of the instruction follows from it.
+pub const WGMMA_K_BYTES: i64 = 32;
+
+/// The K of one `wgmma` on operands of type `t`, in elements (`k16` for f16 / bf16, `k32` for
+/// e4m3 / e5m2); `None` for a type the tensor cores do not take from shared memory here.
+pub fn wgmma_k(t: crate::DType) -> Option<i64> {
+    wgmma_input(t).then(|| WGMMA_K_BYTES / t.size_bytes() as i64)
+}
+
+/// Whether `t` is a `wgmma` operand type here: f16, bf16, e4m3 or e5m2.
+pub fn wgmma_input(t: crate::DType) -> bool {
+    use crate::DType::{BF16, F16, F8E4M3, F8E5M2};
+    matches!(t, BF16 | F16 | F8E4M3 | F8E5M2)
+}
+
+/// Whether `wgmma` multiplies an `a` operand by a `b` operand: the same 16-bit type, or any
+/// two 8-bit types (e4m3 x e5m2 mixes).
+pub fn wgmma_types_pair(a: crate::DType, b: crate::DType) -> bool {
+    (wgmma_input(a) && a == b) || (a.is_fp8() && b.is_fp8())
+}
+
+/// Whether a `wgmma` operand of type `t` may be MN-major: the transpose immediates
+/// (`imm-trans-a`, `imm-trans-b`) exist for 16-bit types only, so 8-bit operands are K-major.
+pub fn wgmma_transposable(t: crate::DType) -> bool {
+    wgmma_input(t) && t.size_bytes() == 2
+}
 
 /// Dense 16-bit (bf16, f16) tensor-core FLOP per SM per cycle with an f32 accumulator: H100
 /// SXM's 989.4 TFLOP/s over its 132 SMs at the 1,830 MHz that figure assumes (A100's 312
@@ -40,11 +65,18 @@ pub const WGMMA_K: i64 = 16;
 /// a product's measured FLOP per SM-cycle by it (`hopfuse run --clock`).
 pub const TENSOR_FLOP_PER_SM_CYCLE_16BIT: f64 = 4096.0;
 
-/// The tensor cores' dense FLOP per SM per cycle for a product of these operand types; `None`
-/// for types whose peak this table does not hold (f32 products run on the CUDA cores here).
+/// The tensor cores' dense FLOP per SM per cycle for a product of these operand types (8-bit
+/// operands: twice the 16-bit rate, H100 SXM's 1,979 TFLOP/s); `None` for types whose peak
+/// this table does not hold (f32 products run on the CUDA cores here).
 pub fn tensor_flop_per_sm_cycle(a: crate::DType, b: crate::DType) -> Option<f64> {
     use crate::DType::{BF16, F16};
-    (matches!(a, BF16 | F16) && matches!(b, BF16 | F16)).then_some(TENSOR_FLOP_PER_SM_CYCLE_16BIT)
+    if matches!(a, BF16 | F16) && matches!(b, BF16 | F16) {
+        Some(TENSOR_FLOP_PER_SM_CYCLE_16BIT)
+    } else if a.is_fp8() && b.is_fp8() {
+        Some(2.0 * TENSOR_FLOP_PER_SM_CYCLE_16BIT)
+    } else {
+        None
+    }
 }
 
 /// Whether `n` is a valid N of `m64nNk16` with an f32 accumulator: a multiple of 8 in 8..=256.
@@ -223,12 +255,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_tensor_peak_is_known_for_16_bit_operands_only() {
-        use crate::DType::{BF16, F16, F32};
+    fn the_instruction_k_spans_32_bytes_of_each_operand() {
+        use crate::DType::{BF16, F16, F32, F8E4M3, F8E5M2};
+        assert_eq!(wgmma_k(BF16), Some(16));
+        assert_eq!(wgmma_k(F16), Some(16));
+        assert_eq!(wgmma_k(F8E4M3), Some(32));
+        assert_eq!(wgmma_k(F8E5M2), Some(32));
+        assert_eq!(wgmma_k(F32), None);
+        assert!(wgmma_types_pair(F8E4M3, F8E5M2) && wgmma_types_pair(BF16, BF16));
+        assert!(!wgmma_types_pair(BF16, F16) && !wgmma_types_pair(BF16, F8E4M3));
+        assert!(wgmma_transposable(BF16) && !wgmma_transposable(F8E4M3));
+    }
+
+    #[test]
+    fn the_tensor_peak_is_known_for_16_and_8_bit_operands_only() {
+        use crate::DType::{BF16, F16, F32, F8E4M3, F8E5M2};
         assert_eq!(tensor_flop_per_sm_cycle(BF16, BF16), Some(4096.0));
         assert_eq!(tensor_flop_per_sm_cycle(F16, F16), Some(4096.0));
         assert_eq!(tensor_flop_per_sm_cycle(F32, F32), None);
         assert_eq!(tensor_flop_per_sm_cycle(BF16, F32), None);
+        assert_eq!(tensor_flop_per_sm_cycle(F8E4M3, F8E5M2), Some(8192.0));
+        assert_eq!(tensor_flop_per_sm_cycle(F8E4M3, BF16), None);
     }
 
     #[test]

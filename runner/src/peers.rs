@@ -57,6 +57,18 @@ pub const PEERS: [&str; 2] = ["eager", "torch.compile"];
 /// `hopfuse::torch::emit_cublaslt`).
 pub const CUBLASLT: &str = "cuBLASLt epilogue";
 
+/// The peer of an FP8 matrix product with per-tensor or row-wise scales: `torch._scaled_mm`
+/// (`hopfuse::torch::emit_scaled_mm`), cuBLASLt's FP8 GEMM as a PyTorch user calls it.
+pub const SCALED_MM: &str = "torch._scaled_mm";
+
+/// The `_scaled_mm` twin of a program, its scales moved after the product as the compiler
+/// moves them (a dequantized product written with the scales inside the sum has one too).
+fn scaled_mm(program: &hopfuse::frontend::Program) -> Option<hopfuse::torch::Twin> {
+    let hoisted = hopfuse::frontend::dequantize::hoist_scales(program);
+    let fusion = hopfuse::fusion::build(&hoisted.fusion).ok()?;
+    hopfuse::torch::emit_scaled_mm(&fusion)
+}
+
 /// How long the subprocess may take to start (importing torch), to set up (the first call of
 /// every peer: torch.compile compiles and autotunes), and to time one round.
 const START_LIMIT: Duration = Duration::from_secs(120);
@@ -273,10 +285,16 @@ impl Peers {
             L2Policy::Rotate { sets } => json!({"kind": "rotate", "sets": sets}),
             L2Policy::Flush { bytes } => json!({"kind": "flush", "bytes": bytes}),
         };
-        // A matrix product with a bias epilogue: also cuBLASLt's fused epilogue.
+        // A matrix product with a bias epilogue: also cuBLASLt's fused epilogue; an FP8 one with
+        // its scales: also torch._scaled_mm.
         let extra: Vec<Value> = hopfuse::torch::emit_cublaslt(&fusion)
             .map(|(lt, _)| json!({"name": CUBLASLT, "twin": lt.source, "function": lt.function}))
             .into_iter()
+            .chain(
+                scaled_mm(&program).map(
+                    |mm| json!({"name": SCALED_MM, "twin": mm.source, "function": mm.function}),
+                ),
+            )
             .collect();
         let cmd = json!({
             "cmd": "setup",
@@ -707,6 +725,23 @@ mod tests {
         assert!(report.peers.iter().all(|p| !p.passed), "{report:?}");
         assert_eq!(report.best, None);
         assert_eq!(crate::report::speedup(&report), "no peer validated");
+    }
+
+    #[test]
+    fn a_dequantized_fp8_product_has_the_scaled_mm_peer() {
+        let source = "fusion q {\n  input a: f8e4m3[M, K]\n  input b: f8e4m3[N, K]\n  input sa: f32\n  input sb: f32\n  ad = cast(broadcast(a, axis=1), f32) * sa\n  bd = cast(broadcast(b, axis=0), f32) * sb\n  s = sum(ad * bd, axis=2)\n  c = cast(s, bf16)\n  output c\n}";
+        let program = hopfuse::frontend::parse(source).unwrap();
+        let twin = scaled_mm(&program).expect("a _scaled_mm peer");
+        assert!(
+            twin.source.contains(
+                "torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)"
+            ),
+            "{}",
+            twin.source
+        );
+        // A bf16 product has none.
+        let bf16 = source.replace("f8e4m3", "bf16");
+        assert!(scaled_mm(&hopfuse::frontend::parse(&bf16).unwrap()).is_none());
     }
 
     #[test]

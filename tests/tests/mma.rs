@@ -143,7 +143,7 @@ fn operands_are_swizzled_half_precision_caches_in_shared_memory() {
     let e = error(&f32_inputs);
     assert!(
         e.message.contains(
-            "operand `a_s` is f32 in shared memory; a wgmma operand is an f16 or bf16 cache"
+            "operand `a_s` is f32 in shared memory; a wgmma operand is an f16, bf16, f8e4m3 or f8e5m2 cache"
         ),
         "{}",
         e.message

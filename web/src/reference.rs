@@ -119,7 +119,7 @@ pub const ENTRIES: &[Entry] = &[
     e("Vectorize", Parallel, "Vectorize", "One vector load or store of the axis (constant power-of-two extent, at most 16 bytes)."),
     e("Unroll", Parallel, "Unroll", "A loop unrolled by the compiler."),
     e("Bulk", Parallel, "Bulk", "The axes one TMA or bulk copy covers (the box), on a cache made with load=tma|bulk or an output with store=tma, dimensions in order. On a load=tma cache the leading Bulk axes may be outer pieces of a dimension that comes again further in: they count boxes side by side, each its own copy (a K tile of two swizzle spans: examples/matmul/step8_wide_k_tile.hf)."),
-    e("Mma", Parallel, "Mma", "The instruction tile of a tensor-core product (wgmma m64nNk16): M = 64, N and K = 16 of a sum of products of two f16/bf16 shared caches with the 128-byte swizzle, and the M and N axes of the tensors that read its accumulator. The block's threadIdx.x is the 128 threads of a warp group."),
+    e("Mma", Parallel, "Mma", "The instruction tile of a tensor-core product (wgmma m64nNk16 on f16/bf16, m64nNk32 on f8e4m3/f8e5m2): M = 64, N and K = 16 (32 for 8-bit operands: 32 bytes of each row) of a sum of products of two swizzled shared caches (f16 or bf16 of one type, or two 8-bit floats in any mix; 8-bit operands K-major), and the M and N axes of the tensors that read its accumulator. The block's threadIdx.x is the 128 threads of a warp group."),
     e("global", Memory, "memory=global", "Device memory."),
     e("shared", Memory, "memory=shared", "The block's shared memory (up to 227 KB on an H100)."),
     e("local", Memory, "memory=local", "Registers of each thread."),

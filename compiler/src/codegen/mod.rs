@@ -722,13 +722,15 @@ impl Emitter<'_> {
 
     fn wgmma(&mut self, w: &crate::kir::Wgmma, depth: usize) {
         self.uses.wgmma = true;
-        let input = match w.input {
-            DType::F16 => "f16",
-            _ => "bf16",
+        let shape = prelude::WgmmaShape {
+            n: w.n,
+            a: w.a_type,
+            b: w.b_type,
+            trans_a: w.a.transposed,
+            trans_b: w.b.transposed,
         };
-        let shape = (w.n, input, w.a.transposed, w.b.transposed);
         self.uses.wgmma_shapes.insert(shape);
-        let name = prelude::wgmma_name(w.n, input, w.a.transposed, w.b.transposed);
+        let name = prelude::wgmma_name(&shape);
         let acc = self.access(&w.acc);
         let a = self.descriptor(&w.a.tile, w.a.desc_bits);
         let b = self.descriptor(&w.b.tile, w.b.desc_bits);

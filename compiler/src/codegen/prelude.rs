@@ -1,6 +1,8 @@
 //! Device helpers, each emitted only when the kernel uses it. No CUDA headers are needed, so
 //! the source compiles with NVRTC alone.
 
+use crate::dtype::DType;
+
 pub const CEIL_DIV: &str = "template <typename T>
 __device__ __forceinline__ T hf_ceil_div(T a, T b) { return (a + b - 1) / b; }
 ";
@@ -457,39 +459,94 @@ template <int N>
 __device__ __forceinline__ void hf_wgmma_wait() { asm volatile(\"wgmma.wait_group.sync.aligned %0;\" :: \"n\"(N) : \"memory\"); }
 ";
 
-/// The name of the device function issuing one `wgmma.mma_async.m64nNk16` with an f32
-/// accumulator on `input` (`bf16` or `f16`) operands, transposed (MN-major) or not.
-pub fn wgmma_name(n: i64, input: &str, trans_a: bool, trans_b: bool) -> String {
-    format!(
-        "hf_wgmma_m64n{n}k16_{input}_{}{}",
-        if trans_a { 't' } else { 'n' },
-        if trans_b { 't' } else { 'n' }
-    )
+/// One wgmma shape a kernel issues: N, A's and B's types, whether A and B are transposed
+/// (MN-major; 16-bit types only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WgmmaShape {
+    pub n: i64,
+    pub a: DType,
+    pub b: DType,
+    pub trans_a: bool,
+    pub trans_b: bool,
+}
+
+impl WgmmaShape {
+    /// The instruction's K (`target::wgmma_k` of the operand type).
+    fn k(&self) -> i64 {
+        crate::target::wgmma_k(self.a).expect("a wgmma operand type")
+    }
+
+    /// 8-bit operands: PTX names both types and has no transpose immediates.
+    fn eight_bit(&self) -> bool {
+        !crate::target::wgmma_transposable(self.a)
+    }
+}
+
+/// A wgmma operand type as PTX spells it.
+fn wgmma_ptx_type(t: DType) -> &'static str {
+    match t {
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        DType::F8E4M3 => "e4m3",
+        DType::F8E5M2 => "e5m2",
+        other => unreachable!("{other} is not a wgmma operand type (target::wgmma_input)"),
+    }
+}
+
+/// The name of the device function issuing one `wgmma.mma_async.m64nNkK` of `shape` with an
+/// f32 accumulator: `hf_wgmma_m64n256k16_bf16_nt` (16-bit: the operand type and A's and B's
+/// layouts) or `hf_wgmma_m64n256k32_e4m3_e5m2` (8-bit: A's and B's types, both K-major).
+pub fn wgmma_name(shape: &WgmmaShape) -> String {
+    let (n, k, a, b) = (
+        shape.n,
+        shape.k(),
+        wgmma_ptx_type(shape.a),
+        wgmma_ptx_type(shape.b),
+    );
+    if shape.eight_bit() {
+        format!("hf_wgmma_m64n{n}k{k}_{a}_{b}")
+    } else {
+        format!(
+            "hf_wgmma_m64n{n}k{k}_{a}_{}{}",
+            if shape.trans_a { 't' } else { 'n' },
+            if shape.trans_b { 't' } else { 'n' }
+        )
+    }
 }
 
 /// The device function [`wgmma_name`] names: N / 2 accumulator registers bound as `+f`
 /// operands (the array is indexed by constants only, so they stay registers), both operands
-/// through descriptors, `scale-d` from a run-time flag.
-pub fn wgmma_function(n: i64, input: &str, trans_a: bool, trans_b: bool) -> String {
+/// through descriptors, `scale-d` from a run-time flag. The transpose immediates are written
+/// for 16-bit types only (PTX has none for 8-bit ones).
+pub fn wgmma_function(shape: &WgmmaShape) -> String {
+    let (n, k, a, b) = (
+        shape.n,
+        shape.k(),
+        wgmma_ptx_type(shape.a),
+        wgmma_ptx_type(shape.b),
+    );
     let regs = n / 2;
     let d: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
     let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    let transposes = if shape.eight_bit() {
+        String::new()
+    } else {
+        format!(", {}, {}", u8::from(shape.trans_a), u8::from(shape.trans_b))
+    };
     format!(
         "__device__ __forceinline__ void {name}(float* d, unsigned long long a, unsigned long long b, int accumulate) {{
   asm volatile(
       \"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc}, 0;\\n\"
-      \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{input}.{input} {{{d}}}, %{da}, %{db}, p, 1, 1, {ta}, {tb};\\n}}\\n\"
+      \"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{a}.{b} {{{d}}}, %{da}, %{db}, p, 1, 1{transposes};\\n}}\\n\"
       : {outs}
       : \"l\"(a), \"l\"(b), \"r\"(accumulate));
 }}
 ",
-        name = wgmma_name(n, input, trans_a, trans_b),
+        name = wgmma_name(shape),
         acc = regs + 2,
         da = regs,
         db = regs + 1,
         d = d.join(", "),
-        ta = u8::from(trans_a),
-        tb = u8::from(trans_b),
         outs = outs.join(", "),
     )
 }
@@ -521,7 +578,7 @@ pub(super) struct Uses {
     pub(super) turn_barrier: bool,
     /// Tensor-core helpers, and each wgmma shape issued (N, input type, transposed A, B).
     pub(super) wgmma: bool,
-    pub(super) wgmma_shapes: std::collections::BTreeSet<(i64, &'static str, bool, bool)>,
+    pub(super) wgmma_shapes: std::collections::BTreeSet<WgmmaShape>,
     /// `stmatrix` (register fragments to shared memory).
     pub(super) stmatrix: bool,
     /// Cluster barriers and arrivals on peers' mbarriers; the ranks of multicast TMA loads.
@@ -615,8 +672,8 @@ impl Uses {
         if self.wgmma {
             src.push('\n');
             src.push_str(WGMMA);
-            for &(n, input, ta, tb) in &self.wgmma_shapes {
-                src.push_str(&wgmma_function(n, input, ta, tb));
+            for shape in &self.wgmma_shapes {
+                src.push_str(&wgmma_function(shape));
             }
         }
         #[cfg(feature = "clock-probe")]

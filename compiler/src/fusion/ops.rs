@@ -657,7 +657,7 @@ pub const OPS: &[OpDef] = &[
     op("fma", K::Ternary(TernaryOp::Fma), 3, T::Float, "fma(a, b, c)", "Elementwise a * b + c rounded once (fused multiply-add)."),
     OpDef {
         named: &["axis", "axes"],
-        ..op("sum", K::Reduce(ReduceOp::Sum), 1, T::Float, "sum(x, axis=1) | sum(x, axis=[0, 1])", "The sum over the listed axes (a reduction: the result has those axes removed; integers and bool sum in f32).")
+        ..op("sum", K::Reduce(ReduceOp::Sum), 1, T::Float, "sum(x, axis=1) | sum(x, axis=[0, 1])", "The sum over the listed axes (a reduction: the result has those axes removed; integers and bool sum in f32). A product of two widened operands and scales constant along the summed axis k, written as a user dequantizes (`sum(cast(a, f32) * sa_k * (cast(b, f32) * sb_k), axis=k)`, each scale a number, a scalar input or `broadcast(x, axis=k)`, directly or through names only the product reads), is summed unscaled and then multiplied by the scales (x for broadcast(x, axis=k)) in a new tensor `<sum>_scaled` that the sum's readers read: the epilogue of a tensor-core product (examples/matmul/step16_fp8.hf). A scale that varies along k stays in the product, computed as written (a tensor-core tile of it is an error).")
     },
     OpDef {
         named: &["axis", "axes"],

@@ -228,7 +228,8 @@ pub enum Stmt {
     /// `fence.proxy.async.shared::cta`: orders this thread's generic shared-memory writes before
     /// later async-proxy reads (TMA stores).
     FenceProxyAsync,
-    /// One tensor-core product `m64nNk16` of the warp group (`wgmma.mma_async`), asynchronous
+    /// One tensor-core product `m64nNk16` (16-bit operands) or `m64nNk32` (8-bit) of the warp
+    /// group (`wgmma.mma_async`), asynchronous
     /// until a [`Stmt::WgmmaWait`] covers its group.
     Wgmma(Wgmma),
     /// `stmatrix.sync.aligned.m8n8.x4.shared.b16`: the warp stores four 8 x 8 matrices of 16-bit
@@ -279,7 +280,8 @@ pub struct MmaOperand {
     pub swizzle: u32,
 }
 
-/// `D (+)= A x B` on one `m64nNk16` tile: A is 64 x 16, B is 16 x N, D the f32 accumulator
+/// `D (+)= A x B` on one `m64nNkK` tile (K = [`crate::target::wgmma_k`] of the operand type:
+/// 16 for f16 / bf16, 32 for e4m3 / e5m2): A is 64 x K, B is K x N, D the f32 accumulator
 /// fragment (N / 2 registers per thread of the warp group).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Wgmma {
@@ -290,8 +292,11 @@ pub struct Wgmma {
     pub n: i64,
     pub a: MmaOperand,
     pub b: MmaOperand,
-    /// f16 or bf16.
-    pub input: DType,
+    /// A's element type: f16, bf16, e4m3 or e5m2 ([`crate::target::wgmma_types_pair`] with
+    /// `b_type`).
+    pub a_type: DType,
+    /// B's element type.
+    pub b_type: DType,
     /// Whether to add to the accumulator (`scale-d`): a flag that is 0 until the first wgmma
     /// on it has run (which then needs no zero fill); None: always.
     pub accumulate: Option<Access>,

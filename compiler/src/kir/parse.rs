@@ -1163,8 +1163,20 @@ impl<'a> Parser<'a> {
 
     fn wgmma(&mut self, c: &mut Cursor) -> Result<Stmt> {
         let n = c.int()?;
-        c.expect("k16.f32.")?;
-        let input = c.dtype()?;
+        c.expect("k")?;
+        let k = c.int()?;
+        c.expect(".f32.")?;
+        let a_type = c.dtype()?;
+        let b_type = if c.eat(".") { c.dtype()? } else { a_type };
+        if !crate::target::wgmma_types_pair(a_type, b_type) {
+            return Err(c.error(format!("no wgmma multiplies {a_type} by {b_type}")));
+        }
+        if crate::target::wgmma_k(a_type) != Some(k) {
+            return Err(c.error(format!(
+                "a wgmma on {a_type} operands has K = {}, not {k}",
+                crate::target::wgmma_k(a_type).unwrap_or(0)
+            )));
+        }
         c.expect(" ")?;
         let buffer = self.buffer_named(c)?;
         c.expect("[+")?;
@@ -1187,7 +1199,8 @@ impl<'a> Parser<'a> {
             n,
             a,
             b,
-            input,
+            a_type,
+            b_type,
             accumulate,
         }))
     }

@@ -475,9 +475,15 @@ fn print_wgmma(k: &Kernel, w: &Wgmma, ind: &str, s: &mut String) {
     };
     let _ = write!(
         s,
-        "{ind}wgmma.m64n{}k16.f32.{} {}[+{}] (+)= {} x {}, accumulate if {}",
+        "{ind}wgmma.m64n{}k{}.f32.{} {}[+{}] (+)= {} x {}, accumulate if {}",
         w.n,
-        w.input.name(),
+        crate::target::wgmma_k(w.a_type).unwrap_or(0),
+        // One type when both operands have it (FP8 products may mix e4m3 and e5m2).
+        if w.a_type == w.b_type {
+            w.a_type.name().to_string()
+        } else {
+            format!("{}.{}", w.a_type.name(), w.b_type.name())
+        },
         k.buffers[w.acc.buffer].name,
         w.acc.index.as_ref().map_or("*".into(), |i| i.text()),
         operand(&w.a),

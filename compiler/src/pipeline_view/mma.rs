@@ -31,12 +31,12 @@ pub struct Mma {
     /// reads every stage (cooperative).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub turns: Option<i64>,
-    /// The instruction shape, `m64n256k16`.
+    /// The instruction shape, `m64n256k16` (`k32` for 8-bit operands).
     pub shape: String,
     pub m: i64,
     pub n: i64,
     pub k: i64,
-    /// The operands' type (`bf16`, `f16`).
+    /// The operands' type (`bf16`, `f16`, `f8e4m3`; `f8e4m3.f8e5m2` when A's and B's differ).
     pub input: String,
     pub a: MmaInput,
     pub b: MmaInput,
@@ -158,8 +158,17 @@ struct Group {
 /// What makes two wgmmas the same product: role, accumulator, operands and shape.
 fn same_product(a: &Wgmma, b: &Wgmma) -> bool {
     let operand = |o: &MmaOperand| (o.tile.buffer, o.transposed, o.swizzle);
-    (a.acc.buffer, a.n, a.input, operand(&a.a), operand(&a.b))
-        == (b.acc.buffer, b.n, b.input, operand(&b.a), operand(&b.b))
+    let key = |w: &Wgmma| {
+        (
+            w.acc.buffer,
+            w.n,
+            w.a_type,
+            w.b_type,
+            operand(&w.a),
+            operand(&w.b),
+        )
+    };
+    key(a) == key(b)
 }
 
 /// The role an event's guards select (every role of an event with a wgmma was collected).
@@ -465,6 +474,7 @@ pub(super) fn extract(
                 Some(PhaseKind::Main | PhaseKind::Consume | PhaseKind::Once)
             );
             let warp_group_axes = warp_group_axes(w, threads);
+            let k_extent = target::wgmma_k(w.a_type).unwrap_or(0);
             let mma = Mma {
                 role: g.role,
                 warp_groups: roles[g.role].warp_groups,
@@ -475,11 +485,15 @@ pub(super) fn extract(
                     .filter_map(|p| p.ws.as_ref())
                     .map(|w| w.turns)
                     .find(|&t| t > 1),
-                shape: format!("m{}n{}k{}", target::WGMMA_M, w.n, target::WGMMA_K),
+                shape: format!("m{}n{}k{k_extent}", target::WGMMA_M, w.n),
                 m: target::WGMMA_M,
                 n: w.n,
-                k: target::WGMMA_K,
-                input: w.input.name().to_string(),
+                k: k_extent,
+                input: if w.a_type == w.b_type {
+                    w.a_type.name().to_string()
+                } else {
+                    format!("{}.{}", w.a_type.name(), w.b_type.name())
+                },
                 a,
                 b,
                 accumulator: accumulator(k, w),
@@ -732,7 +746,10 @@ mod tests {
             let split: i64 = m.warp_group_axes.iter().filter_map(|a| a.extent).product();
             assert_eq!(split, groups, "{name}");
             assert_eq!(m.accumulator.registers * 2, m.n, "{name}");
-            assert_eq!(m.shape, format!("m64n{}k16", m.n), "{name}");
+            // k16 on bf16, k32 on FP8: 32 bytes of each operand row per wgmma.
+            let elem = if m.input.starts_with("f8") { 1 } else { 2 };
+            assert_eq!(m.k, target::WGMMA_K_BYTES / elem, "{name}");
+            assert_eq!(m.shape, format!("m64n{}k{}", m.n, m.k), "{name}");
             let stage = m
                 .stage
                 .as_ref()
@@ -741,11 +758,12 @@ mod tests {
             assert_eq!(m.b.pipeline, Some(stage.pipeline), "{name}");
             // wait_group 1 where an empty mbarrier frees the stage (one group in flight).
             let in_flight = if m.release.is_some() { 1 } else { 0 };
-            // One wgmma per k16 of the stage's K tile: the stage holds (M + N) x K bf16, M the
-            // rows of every warp group (cooperative) or of one, in 64-row wgmmas (ping-pong).
+            // One wgmma per instruction K of the stage's K tile: the stage holds (M + N) x K
+            // elements, M the rows of every warp group (cooperative) or of one, in 64-row
+            // wgmmas (ping-pong).
             let stage_bytes = v.pipelines[stage.pipeline].stage_bytes;
             let per_group = match m.turns {
-                None => stage_bytes / ((64 * groups + m.n) * 2) / 16,
+                None => stage_bytes / ((64 * groups + m.n) * elem) / m.k,
                 Some(turns) => {
                     assert_eq!(turns, groups, "{name}");
                     // step 14: 128 x 128 per warp group, a K tile of 64: two wgmmas per k16.

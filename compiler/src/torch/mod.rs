@@ -45,7 +45,9 @@ use crate::id::IdVec;
 use std::fmt::Write;
 
 mod cublaslt;
+mod scaled_mm;
 pub use cublaslt::{emit_cublaslt, Activation};
+pub use scaled_mm::emit_scaled_mm;
 
 /// The twin of one fusion.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

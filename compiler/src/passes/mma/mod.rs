@@ -7,14 +7,16 @@
 //!
 //! Takes every nest of `Mma` loops:
 //! - **Three loops (M, N, K) around the update of a sum of products** `acc += cast(x) *
-//!   cast(y)` of two f16/bf16 shared-memory caches (reached through the register temporaries
-//!   the other passes made): one `wgmma.mma_async.m64nNk16` whose operands are matrix
-//!   descriptors at the tile's first element (its logical index, with slot offsets; the
-//!   descriptor's swizzle mode applies the cache's swizzle in hardware). The operand whose
-//!   index moves with M is A, the one moving with N is B. An operand is K-major when K is
+//!   cast(y)` of two f16/bf16 shared-memory caches of one type, or two e4m3/e5m2 caches in any
+//!   mix (reached through the register temporaries the other passes made): one
+//!   `wgmma.mma_async.m64nNk16` (`k32` on 8-bit operands: 32 bytes of each row) whose
+//!   operands are matrix descriptors at the tile's first element (its logical index, with slot
+//!   offsets; the descriptor's swizzle mode applies the cache's swizzle in hardware). The
+//!   operand whose index moves with M is A, the one moving with N is B. An operand is K-major when K is
 //!   contiguous and a row of the tile is one swizzle span (`LBO` unused, `SBO` = 8 rows), or
 //!   MN-major (transposed) when M or N is contiguous within one swizzle span and K steps by
-//!   rows (`SBO` = 8 rows of K). The bounds predicates inside the tile are dropped: TMA fills
+//!   rows (`SBO` = 8 rows of K); only 16-bit operands may be MN-major (PTX has no transpose for
+//!   8-bit ones). The bounds predicates inside the tile are dropped: TMA fills
 //!   out-of-bounds operand elements with zeros, which add nothing.
 //! - **Two loops (M, N)** around anything else (the accumulator's initialisation, its copies
 //!   and the fused epilogue that reads it): one unrolled loop over the thread's N / 2
@@ -38,8 +40,9 @@
 //! mbarrier frees a stage, the k loop keeps one group in flight (`wait_group 1`) and releases
 //! the previous stage (`groups.rs`). A stream-K fixup after a k loop gets that loop's
 //! accumulator. Errors (located at the tensor): an instruction shape other than M = 64,
-//! K = 16, N a multiple of 8 up to 256; operands that are not swizzled f16/bf16 shared caches
-//! or have another layout; an accumulator read outside a tile.
+//! K = 16 (32 on 8-bit operands), N a multiple of 8 up to 256; operands that are not swizzled
+//! f16/bf16/e4m3/e5m2 shared caches, of types no wgmma pairs, MN-major 8-bit operands (saying
+//! how to make them K-major) or another layout; an accumulator read outside a tile.
 //! Emits: `Wgmma`, `WgmmaFence`, `WgmmaCommit`, `WgmmaWait`; accumulator flags.
 
 use super::predicate::eval;
@@ -446,7 +449,8 @@ impl Lower<'_> {
                 n: p.n_extent,
                 a: p.a,
                 b: p.b,
-                input: p.input,
+                a_type: p.a_type,
+                b_type: p.b_type,
                 accumulate: Some(flag.clone()),
             }),
             Stmt::Compute(Compute {

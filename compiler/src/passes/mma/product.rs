@@ -1,7 +1,9 @@
 //! What a tensor-core product's tile computes: the update `acc += cast(x) * cast(y)` found
 //! through the tile's register temporaries, its M, N and K loops, and each operand's layout in
 //! shared memory as a matrix descriptor (K-major or MN-major, from the cache's swizzle), checked
-//! against the instruction's shapes.
+//! against the instruction's shapes. The instruction's K and which layouts an operand may have
+//! follow from its element type (`target::wgmma_k`, `target::wgmma_transposable`): k16 for
+//! f16 / bf16, k32 and K-major only for e4m3 / e5m2.
 
 #[allow(unused_imports)]
 use super::*;
@@ -15,7 +17,8 @@ pub(super) struct Product {
     pub(super) acc: Access,
     pub(super) a: MmaOperand,
     pub(super) b: MmaOperand,
-    pub(super) input: DType,
+    pub(super) a_type: DType,
+    pub(super) b_type: DType,
 }
 
 /// `x` with every read of a register temporary defined earlier in the tile replaced by its
@@ -41,9 +44,10 @@ pub(super) fn resolve(d: &Data, defs: &HashMap<BufferId, Data>) -> Data {
     }
 }
 
-/// The tile's M, N and K extents against the instruction's (M = 64, K = 16, N a multiple of 8
-/// up to 256); returns N.
-fn tile_extents(ml: &TileLoop, nl: &TileLoop, kl: &TileLoop) -> Result<i64, String> {
+/// The tile's M, N and K extents against the instruction's (M = 64, K = `wgmma_k` of the
+/// operands' type `input`, N a multiple of 8 up to 256); returns N.
+fn tile_extents(ml: &TileLoop, nl: &TileLoop, kl: &TileLoop, input: DType) -> Result<i64, String> {
+    let k = target::wgmma_k(input).expect("a wgmma operand type");
     if ml.extent != Some(target::WGMMA_M) {
         return Err(format!(
             "its Mma M axis `{}` has {} rows; a wgmma tile has M = {}: split M by {} and make the inner part Mma",
@@ -53,13 +57,13 @@ fn tile_extents(ml: &TileLoop, nl: &TileLoop, kl: &TileLoop) -> Result<i64, Stri
             target::WGMMA_M
         ));
     }
-    if kl.extent != Some(target::WGMMA_K) {
+    if kl.extent != Some(k) {
         return Err(format!(
-            "its Mma K axis `{}` has {} elements; a wgmma on 16-bit inputs has K = {}: split K by {} and make the inner part Mma",
+            "its Mma K axis `{}` has {} elements; a wgmma on {}-bit inputs has K = {k} ({input}: {} bytes of each operand row): split K by {k} and make the inner part Mma",
             kl.var,
             kl.extent.map_or("a symbolic number of".into(), |e| e.to_string()),
-            target::WGMMA_K,
-            target::WGMMA_K
+            8 * input.size_bytes(),
+            target::WGMMA_K_BYTES,
         ));
     }
     match nl.extent {
@@ -72,6 +76,14 @@ fn tile_extents(ml: &TileLoop, nl: &TileLoop, kl: &TileLoop) -> Result<i64, Stri
     }
 }
 
+/// Why an MN-major operand of 8-bit type `t` (the cache `cache`, contiguous along `axis`)
+/// cannot be read: wgmma's transpose immediates exist for 16-bit operands only.
+fn mn_major_8_bit(cache: &str, axis: &str, t: DType) -> String {
+    format!(
+        "operand `{cache}` is {t} and MN-major (its {axis} axis is contiguous in shared memory); wgmma transposes only f16 and bf16 operands, so an 8-bit operand must be K-major: give the input with K as its last (contiguous) axis ({axis} x K, as torch._scaled_mm takes `b.t()` of a row-major [N, K] weight) and cache it as loaded"
+    )
+}
+
 /// A product's tile, for the checks of its operands.
 pub(super) struct TileOf<'a> {
     expr: ExprId,
@@ -81,8 +93,8 @@ pub(super) struct TileOf<'a> {
     n: &'a TileLoop,
     k: &'a TileLoop,
     n_extent: i64,
-    /// Bytes per operand element.
-    elem: i64,
+    /// The instruction's K, in elements.
+    k_extent: i64,
 }
 
 impl Lower<'_> {
@@ -159,22 +171,22 @@ impl Lower<'_> {
             }
         };
         let (Some((xa, xt)), Some((ya, yt))) = (operand(x), operand(y)) else {
-            return bad("the tensor cores multiply f16 or bf16 operands widened to f32: each factor must be `cast(x, f32)` of an f16 or bf16 cache in shared memory".into());
+            return bad("the tensor cores multiply f16, bf16, f8e4m3 or f8e5m2 operands widened to f32: each factor must be `cast(x, f32)` of such a cache in shared memory (a scale constant along the summed axis, i.e. a number, a scalar input or `broadcast(x, axis=K)`, is applied after the sum; one that varies along it cannot leave the tile)".into());
         };
         for (a, t) in [(&xa, xt), (&ya, yt)] {
             let buf = &k.buffers[a.buffer];
-            if buf.memory != MemoryType::Shared || !matches!(t, DType::BF16 | DType::F16) {
+            if buf.memory != MemoryType::Shared || !target::wgmma_input(t) {
                 return bad(format!(
-                    "operand `{}` is {} in {} memory; a wgmma operand is an f16 or bf16 cache in shared memory (cache_after(x, memory=shared, load=tma, swizzle=128))",
+                    "operand `{}` is {} in {} memory; a wgmma operand is an f16, bf16, f8e4m3 or f8e5m2 cache in shared memory (cache_after(x, memory=shared, load=tma, swizzle=128))",
                     buf.name,
                     t,
                     buf.memory.name()
                 ));
             }
         }
-        if xt != yt {
+        if !target::wgmma_types_pair(xt, yt) {
             return bad(format!(
-                "the operands are {xt} and {yt}; both factors of a wgmma have the same type"
+                "the operands are {xt} and {yt}; a wgmma multiplies two operands of the same 16-bit type, or two 8-bit floats (f8e4m3, f8e5m2, either mix)"
             ));
         }
         // Which loop is which: K is the one the accumulator does not move with; A moves with
@@ -204,7 +216,7 @@ impl Lower<'_> {
             (mn[0], mn[1])
         };
         let (a, b) = if moves(&xi, ml) { (xa, ya) } else { (ya, xa) };
-        let n_extent = tile_extents(ml, nl, kl).map_err(message)?;
+        let n_extent = tile_extents(ml, nl, kl, xt).map_err(message)?;
         // The accumulator: N consecutive, rows N apart (the fragment's tile inside the array).
         if stride(&acc_index, &nl.var) != Some(1) || stride(&acc_index, &ml.var) != Some(n_extent) {
             return bad("internal: the accumulator is not laid out as its M x N tile".into());
@@ -216,8 +228,9 @@ impl Lower<'_> {
             n: nl,
             k: kl,
             n_extent,
-            elem: xt.size_bytes() as i64,
+            k_extent: target::wgmma_k(xt).expect("a wgmma operand type"),
         };
+        let (a_type, b_type) = (k.buffers[a.buffer].dtype, k.buffers[b.buffer].dtype);
         let a_op = self.operand(cx, k, &tile, &a, ml)?;
         let b_op = self.operand(cx, k, &tile, &b, nl)?;
         Ok(Product {
@@ -228,7 +241,8 @@ impl Lower<'_> {
             acc,
             a: a_op,
             b: b_op,
-            input: xt,
+            a_type,
+            b_type,
         })
     }
 
@@ -257,7 +271,9 @@ impl Lower<'_> {
                 buf.name
             ));
         }
-        let span_elems = sw as i64 / t.elem;
+        let elem_type = buf.dtype;
+        let elem = elem_type.size_bytes() as i64;
+        let span_elems = sw as i64 / elem;
         let (sr, sk) = (stride(&idx, &row.var), stride(&idx, &t.k.var));
         let tile = Access {
             buffer: o.buffer,
@@ -294,8 +310,8 @@ impl Lower<'_> {
         };
         let all = |f: &dyn Fn(i64, i64) -> i64| {
             (0..rows).all(|r| offset(r, 0) == Some(f(r, 0)))
-                && (0..target::WGMMA_K).all(|kk| offset(0, kk) == Some(f(0, kk)))
-                && offset(rows - 1, target::WGMMA_K - 1) == Some(f(rows - 1, target::WGMMA_K - 1))
+                && (0..t.k_extent).all(|kk| offset(0, kk) == Some(f(0, kk)))
+                && offset(rows - 1, t.k_extent - 1) == Some(f(rows - 1, t.k_extent - 1))
         };
         // K-major: K contiguous, one swizzle span per row; SBO = 8 rows.
         if all(&|r, kk| r * span_elems + kk) {
@@ -316,7 +332,10 @@ impl Lower<'_> {
         };
         if let Some(lbo) = lbo {
             if all(&|r, kk| r / span_elems * lbo + kk * span_elems + r % span_elems) {
-                let repeat = target::swizzle_repeat(sw) / t.elem;
+                if !target::wgmma_transposable(elem_type) {
+                    return bad_op(mn_major_8_bit(&buf.name, axis, elem_type));
+                }
+                let repeat = target::swizzle_repeat(sw) / elem;
                 if rows > span_elems && (lbo <= 0 || lbo % repeat != 0) {
                     return bad_op(format!(
                         "operand `{}` is MN-major with {rows} elements along {axis} in atoms of one {sw}-byte swizzle span ({span_elems}), the next atom {lbo} elements on; wgmma steps from atom to atom by one stride, and each atom starts on the swizzle's {} bytes: lay the atoms one after the other as whole boxes (the cache's leading Bulk axis counting them)",
@@ -330,7 +349,7 @@ impl Lower<'_> {
                     // steps 8 rows of K.
                     desc_bits: target::descriptor_bits(
                         if rows > span_elems {
-                            lbo * t.elem
+                            lbo * elem
                         } else {
                             8 * sw as i64
                         },
@@ -342,6 +361,9 @@ impl Lower<'_> {
                     swizzle: sw,
                 });
             }
+        }
+        if sr == Some(1) && !target::wgmma_transposable(elem_type) {
+            return bad_op(mn_major_8_bit(&buf.name, axis, elem_type));
         }
         if sr == Some(1) && sk == Some(span_elems) && rows > span_elems {
             return bad_op(format!(
