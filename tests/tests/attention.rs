@@ -9,8 +9,9 @@ use hopfuse::fusion::Fusion;
 use hopfuse_tests::example;
 use std::collections::BTreeMap;
 
-const EXAMPLES: [&str; 3] = [
+const EXAMPLES: [&str; 4] = [
     "attention/attention.hf",
+    "attention/batched.hf",
     "attention/causal.hf",
     "attention/softcap.hf",
 ];
@@ -38,15 +39,16 @@ fn names(f: &Fusion, p: &OnlineSoftmax) -> [String; 6] {
 
 #[test]
 fn the_rule_finds_each_examples_softmax_and_product() {
-    for (path, scores) in EXAMPLES.iter().zip(["s", "sm", "sc"]) {
+    for (path, scores) in EXAMPLES.iter().zip(["s", "s", "sm", "sc"]) {
         let f = fusion(&example(path));
         let p = pattern(&f, "o").unwrap_or_else(|e| panic!("{path}: {e}"));
         assert_eq!(names(&f, &p), [scores, "m", "e", "l", "v", "o"], "{path}");
         assert_eq!(p.probs.map(|t| f.tensors[t].name.as_str()), Some("p"));
         assert_eq!(p.exponential, Exponential::Exp);
-        // T: the class of the keys' axis (axis 0 of k).
+        // T: the class of the keys' axis (k is [B, T, D] or [T, D]).
         let k = f.tensor_by_name("k").unwrap();
-        assert_eq!(p.axis, f.class_of(f.logical(k)[0]), "{path}");
+        let keys = f.logical(k);
+        assert_eq!(p.axis, f.class_of(keys[keys.len() - 2]), "{path}");
         assert_eq!(online_softmax::find_all(&f), vec![p], "{path}");
         // The first product (over D) consumes no softmax.
         let first = pattern(&f, "s_sum").expect_err("the first product consumes no softmax");
@@ -166,10 +168,17 @@ fn values(n: usize, seed: u64) -> Vec<f64> {
         .collect()
 }
 
-/// The plain reference's `o` and the online form's over tiles of `tile`, for `src` at S x T x D.
+/// The plain reference's `o` and the online form's over tiles of `tile`, for `src` at S x T x D
+/// (and B = 3 where there is a batch).
 fn plain_and_online(src: &str, (s, t, d): (i64, i64, i64), tile: usize) -> (Vec<f64>, Vec<f64>) {
     let f = fusion(src);
-    let sizes: BTreeMap<String, i64> = [("S".into(), s), ("T".into(), t), ("D".into(), d)].into();
+    let sizes: BTreeMap<String, i64> = [
+        ("B".into(), 3),
+        ("S".into(), s),
+        ("T".into(), t),
+        ("D".into(), d),
+    ]
+    .into();
     let mut inputs = BTreeMap::new();
     for (k, &x) in f.inputs.iter().enumerate() {
         let n: i64 = f
@@ -249,7 +258,7 @@ fn the_automatic_schedulers_name_attention() {
             Err(declined) => declined.reason,
         };
         assert!(
-            reason.starts_with("`o` is attention (the softmax `p` over axis 1 of `"),
+            reason.starts_with("`o` is attention (the softmax `p` over axis "),
             "{path}: {reason}"
         );
         assert!(

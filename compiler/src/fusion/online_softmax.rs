@@ -179,27 +179,27 @@ pub fn find(f: &Fusion, product: TensorId) -> Result<OnlineSoftmax, String> {
     };
     let (factor, w) = weights;
     // The normalised form divides e by l before the product; the other divides the product.
-    let (exp, sum_from_division, probs, result) = match binary(f, w) {
+    let (exp, sum, probs, result) = match binary(f, w) {
         Some((BinaryOp::Div, num, den)) => {
             let e = through_views(f, num);
-            (e, Some(through_views(f, den)), Some(w), product)
+            (e, through_views(f, den), Some(w), product)
         }
         _ => {
             let readers = &uses[product];
             let divided = match readers[..] {
-                [r] => Some(f.exprs[r].output).filter(
-                    |&d| matches!(binary(f, d), Some((BinaryOp::Div, n, _)) if n == product),
-                ),
+                [r] => match binary(f, f.exprs[r].output) {
+                    Some((BinaryOp::Div, n, den)) if n == product => Some((f.exprs[r].output, den)),
+                    _ => None,
+                },
                 _ => None,
             };
-            let Some(d) = divided else {
+            let Some((d, den)) = divided else {
                 return Err(format!(
                     "`{o}` sums unnormalised exponentials `{}`: its only reader must divide it by their row sum (`{o} / broadcast(l)`)",
                     name(f, w)
                 ));
             };
-            let (_, _, den) = binary(f, d).expect("checked above");
-            (w, Some(through_views(f, den)), None, d)
+            (w, through_views(f, den), None, d)
         }
     };
     let Some((exponential, diff)) = exponential(f, exp) else {
@@ -239,7 +239,6 @@ pub fn find(f: &Fusion, product: TensorId) -> Result<OnlineSoftmax, String> {
             ))
         }
     }
-    let sum = sum_from_division.expect("both forms divide by the row sum");
     match reduction(f, sum) {
         Some((ReduceOp::Sum, input, a)) if through_views(f, input) == exp && a == axis => {}
         _ => {
