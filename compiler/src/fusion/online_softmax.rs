@@ -35,6 +35,9 @@
 
 use super::{BinaryOp, Fusion, IterId, IterKind, Op, Operand, ReduceOp, TensorId, UnaryOp};
 
+/// Every tensor's readers ([`Fusion::use_index`]).
+type Uses = crate::id::IdVec<TensorId, Vec<crate::fusion::ExprId>>;
+
 /// The exponential the softmax uses (the rescale factor uses the same one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exponential {
@@ -95,11 +98,7 @@ fn views_to(f: &Fusion, from: TensorId, to: TensorId) -> Vec<TensorId> {
 
 /// The tensor a reader `t` feeds through copies, casts and broadcasts read once: the tensor a
 /// message names, as the user wrote it (`d = s - broadcast(m)` rather than `d_broadcast`).
-fn past_views(
-    f: &Fusion,
-    uses: &crate::id::IdVec<TensorId, Vec<crate::fusion::ExprId>>,
-    mut t: TensorId,
-) -> TensorId {
+fn past_views(f: &Fusion, uses: &Uses, mut t: TensorId) -> TensorId {
     while let (Some(e), [r]) = (f.tensors[t].definition, &uses[t][..]) {
         if !matches!(f.exprs[e].op, Op::Set | Op::Cast(_) | Op::Broadcast { .. }) {
             break;
@@ -146,6 +145,11 @@ fn iterates(f: &Fusion, t: TensorId, axis: IterId) -> bool {
 /// The softmax `product` (a sum over `T` of a product) consumes, checked against the legality
 /// rule of the module doc; the error names the tensor that breaks it.
 pub fn find(f: &Fusion, product: TensorId) -> Result<OnlineSoftmax, String> {
+    find_with(f, &f.use_index(), product)
+}
+
+/// [`find`] with the fusion's use lists made once ([`find_all`] asks for every sum).
+fn find_with(f: &Fusion, uses: &Uses, product: TensorId) -> Result<OnlineSoftmax, String> {
     let o = name(f, product);
     let Some((ReduceOp::Sum, mul, axis)) = reduction(f, product) else {
         return Err(format!(
@@ -158,7 +162,6 @@ pub fn find(f: &Fusion, product: TensorId) -> Result<OnlineSoftmax, String> {
             name(f, mul)
         ));
     };
-    let uses = f.use_index();
     // Which factor is the softmax: the one that is a division by a row sum, or an exponential.
     let (weights, values) = {
         let (wx, wy) = (through_views(f, x), through_views(f, y));
@@ -261,7 +264,7 @@ pub fn find(f: &Fusion, product: TensorId) -> Result<OnlineSoftmax, String> {
         result,
         axis,
     };
-    check_readers(f, &uses, &pattern, factor)?;
+    check_readers(f, uses, &pattern, factor)?;
     check_independent(f, &pattern)?;
     Ok(pattern)
 }
@@ -284,7 +287,7 @@ fn exponential(f: &Fusion, t: TensorId) -> Option<(Exponential, TensorId)> {
 /// not iterate over `T`), and none of them is an output.
 fn check_readers(
     f: &Fusion,
-    uses: &crate::id::IdVec<TensorId, Vec<crate::fusion::ExprId>>,
+    uses: &Uses,
     p: &OnlineSoftmax,
     factor: TensorId,
 ) -> Result<(), String> {
@@ -394,8 +397,9 @@ fn check_independent(f: &Fusion, p: &OnlineSoftmax) -> Result<(), String> {
 
 /// Every softmax-consuming product in `f` that the rule accepts, in tensor order.
 pub fn find_all(f: &Fusion) -> Vec<OnlineSoftmax> {
+    let uses = f.use_index();
     f.tensor_ids()
         .filter(|&t| matches!(reduction(f, t), Some((ReduceOp::Sum, ..))))
-        .filter_map(|t| find(f, t).ok())
+        .filter_map(|t| find_with(f, &uses, t).ok())
         .collect()
 }
