@@ -8,12 +8,15 @@
 //! runner runs them on threads ([`evaluate_with`]). A reduction folds the reduced indices of
 //! each output element in row-major order (a summed product over a contiguous innermost axis
 //! as a dot product with four partial sums), reading its input row by row when the innermost
-//! axis is kept. A tensor's values are dropped after their last use.
+//! axis is kept. A tensor's values are dropped after their last use. [`online`] evaluates a
+//! softmax and its product in the online form (running statistics over tiles).
 
 use crate::fusion::{BinaryOp, Fusion, IterKind, Op, Operand, TensorId};
 use crate::id::IdVec;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+
+pub mod online;
 
 /// One piece of a step: writes its own part of the step's output.
 pub type Piece<'a> = Box<dyn FnOnce() + Send + 'a>;

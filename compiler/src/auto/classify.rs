@@ -3,11 +3,13 @@
 //! the row), outer reduction (columns reduced along the outer axis), normalization (a row's
 //! reductions broadcast back over the same row, so the row is a persistent buffer: softmax,
 //! RMSNorm, LayerNorm, cross-entropy) and matrix product (a sum of broadcast products, as
-//! [`crate::fusion::matmul::detect`] recognises it).
+//! [`crate::fusion::matmul::detect`] recognises it). Attention (a product over a softmax's axis,
+//! as [`crate::fusion::online_softmax::find`] recognises it) is named as such in the reason.
 //!
 //! Takes the unscheduled fusion; answers a [`Class`] or, for a fusion no scheduler takes, the
 //! reason in one sentence.
 
+use crate::fusion::online_softmax::{self, OnlineSoftmax};
 use crate::fusion::{matmul, Fusion, IterId, Op, TensorId};
 use crate::plan::MatmulShape;
 
@@ -58,6 +60,16 @@ pub fn classify(f: &Fusion) -> Result<Class, String> {
     }
     if let Some(shape) = matmul::detect(f) {
         return Ok(Class::MatrixProduct(shape));
+    }
+    if let Some(attention) = online_softmax::find_all(f).first() {
+        return Err(format!(
+            "`{}` is attention (the softmax `{}` over axis {} of `{}`, times `{}` summed over that axis); no automatic scheduler takes attention yet: write its schedule (examples/attention/attention.hf, docs/attention.md)",
+            f.tensors[attention.result].name,
+            f.tensors[attention.probs.unwrap_or(attention.exp)].name,
+            attention_axis(f, attention),
+            f.tensors[attention.scores].name,
+            f.tensors[attention.values].name,
+        ));
     }
     let Some(reference) = f
         .outputs
@@ -179,4 +191,12 @@ fn reads_back(f: &Fusion, reduced: IterId) -> Option<TensorId> {
         }
     }
     None
+}
+
+/// The position of the softmax's axis among the scores' logical axes.
+fn attention_axis(f: &Fusion, a: &OnlineSoftmax) -> usize {
+    f.logical(a.scores)
+        .iter()
+        .position(|&x| f.class_of(x) == a.axis)
+        .unwrap_or(0)
 }

@@ -20,6 +20,7 @@
 
 pub mod build;
 pub mod matmul;
+pub mod online_softmax;
 pub mod ops;
 pub mod schedule;
 mod transform;
