@@ -19,6 +19,10 @@ pub struct RunRequest {
     pub file: String,
     pub source: String,
     pub sizes: BTreeMap<String, i64>,
+    /// Values of scalar inputs (`input eps: f32`) by name, replacing the program's `= value`
+    /// or the seeded draw (the CLI's `--scalar eps=1e-6`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scalars: BTreeMap<String, f64>,
     pub iters: u32,
     pub warmup: u32,
     pub seed: u64,

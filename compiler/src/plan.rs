@@ -82,7 +82,10 @@ impl fmt::Display for SizeExpr {
         match self {
             SizeExpr::Const(c) => write!(f, "{c}"),
             SizeExpr::Sym(s) => write!(f, "{s}"),
-            SizeExpr::Add(a, b) => write!(f, "({a} + {b})"),
+            SizeExpr::Add(a, b) => match **b {
+                SizeExpr::Const(c) if c < 0 => write!(f, "({a} - {})", -c),
+                _ => write!(f, "({a} + {b})"),
+            },
             SizeExpr::Mul(a, b) => write!(f, "{a} * {b}"),
             SizeExpr::CeilDiv(a, b) => write!(f, "ceilDiv({a}, {b})"),
             SizeExpr::Max(a, b) => write!(f, "max({a}, {b})"),
@@ -631,6 +634,9 @@ pub fn mul(a: SizeExpr, b: SizeExpr) -> SizeExpr {
     match (a, b) {
         (SizeExpr::Const(x), SizeExpr::Const(y)) => SizeExpr::Const(x.saturating_mul(y)),
         (SizeExpr::Const(1), e) | (e, SizeExpr::Const(1)) => e,
+        // Products lean left, as `Display` writes them without parentheses (`M * H * D`) and
+        // they read back: a reshape's extent `H * D` times `M`.
+        (a, SizeExpr::Mul(b, c)) => mul(mul(a, *b), *c),
         (a, b) => SizeExpr::Mul(Box::new(a), Box::new(b)),
     }
 }

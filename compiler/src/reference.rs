@@ -76,6 +76,10 @@ pub fn evaluate_with(
             })
             .collect()
     };
+    // A slice that would read outside its input is refused before anything is read.
+    for c in &fusion.constraints {
+        c.check(sizes).map_err(|e| e.to_string())?;
+    }
     let mut values: IdVec<TensorId, Option<Cow<[f64]>>> = vec![None; fusion.tensors.len()].into();
     for &t in &fusion.inputs {
         let name = &fusion.tensors[t].name;
@@ -176,6 +180,49 @@ pub fn evaluate_with(
                 view(executor, &out_shape, &v, &strides_in(&s, s.len()), &mut out);
                 out
             }
+            // Views that move indices: each output element from the input element it maps to.
+            Op::Slice {
+                axis, start, step, ..
+            } => {
+                let (v, s) = operand(&expr.inputs[0])?;
+                let start = start.eval(sizes).map_err(|e| e.to_string())? as usize;
+                let (axis, step, strides) = (*axis, *step as usize, row_major(&s));
+                remap(executor, &out_shape, |idx| {
+                    let along = start + step * idx[axis];
+                    v[offset(idx, &strides) + (along - idx[axis]) * strides[axis]]
+                })
+            }
+            Op::Pad {
+                axis,
+                before,
+                value,
+                ..
+            } => {
+                let (v, s) = operand(&expr.inputs[0])?;
+                let (axis, before, strides) = (*axis, *before as usize, row_major(&s));
+                let (extent, value) = (s[axis], out_dtype.round(*value));
+                remap(executor, &out_shape, |idx| {
+                    let i = idx[axis];
+                    if i < before || i >= before + extent {
+                        return value;
+                    }
+                    v[offset(idx, &strides) - before * strides[axis]]
+                })
+            }
+            Op::Cat { axis } => {
+                let ((va, sa), (vb, sb)) = (operand(&expr.inputs[0])?, operand(&expr.inputs[1])?);
+                let (axis, ta, tb) = (*axis, row_major(&sa), row_major(&sb));
+                let first = sa[axis];
+                remap(executor, &out_shape, |idx| {
+                    if idx[axis] < first {
+                        va[offset(idx, &ta)]
+                    } else {
+                        vb[offset(idx, &tb) - first * tb[axis]]
+                    }
+                })
+            }
+            // Row-major order is the same: the values are.
+            Op::Reshape => operand(&expr.inputs[0])?.0.into_owned(),
             Op::Cast(d) => {
                 let from = match expr.inputs[0] {
                     Operand::Tensor(t) => fusion.tensors[t].dtype,
@@ -341,6 +388,30 @@ fn map(executor: &dyn Executor, src: &[f64], f: impl Fn(f64) -> f64 + Sync) -> V
     in_pieces(executor, &mut out, PIECE_ELEMENTS, |start, out| {
         for (o, &x) in out.iter_mut().zip(&src[start..]) {
             *o = f(x);
+        }
+    });
+    out
+}
+
+/// Row-major strides of `shape` (every axis, extent 1 included).
+fn row_major(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for k in (0..shape.len().saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1] * shape[k + 1];
+    }
+    strides
+}
+
+/// A view that moves indices: each element of `shape` from `at(its multi-index)`.
+fn remap(
+    executor: &dyn Executor,
+    shape: &[usize],
+    at: impl Fn(&[usize]) -> f64 + Sync,
+) -> Vec<f64> {
+    let mut out = vec![0.0; shape.iter().product()];
+    in_pieces(executor, &mut out, PIECE_ELEMENTS, |start, out| {
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = at(&unravel(start + k, shape));
         }
     });
     out

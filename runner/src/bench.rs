@@ -145,6 +145,7 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
                     file: file.display().to_string(),
                     source: source.clone(),
                     sizes,
+                    scalars: Default::default(),
                     iters: options.iters,
                     warmup: options.warmup,
                     seed: options.seed,

@@ -137,6 +137,7 @@ pub fn run_on(
         file: format!("fault/{}", kernel(fault)),
         source: String::new(),
         sizes,
+        scalars: Default::default(),
         index: Some(IndexType::I32),
         copy_ceiling: false,
         peers: false,

@@ -95,6 +95,7 @@ pub fn lower_with_diagnostics(req: &InspectRequest) -> Result<(Compilation, Vari
         file: req.file.clone(),
         source: req.source.clone(),
         sizes: req.sizes.clone(),
+        scalars: Default::default(),
         iters: 1,
         warmup: 0,
         seed: 1,

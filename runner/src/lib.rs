@@ -32,6 +32,7 @@ pub mod queue;
 pub mod rate_limit;
 pub mod report;
 pub mod run_checks;
+pub mod scalars;
 pub mod selftest;
 pub mod serve;
 pub mod serve_args;

@@ -87,6 +87,10 @@ enum Command {
         /// Index type of the generated code [default: i64, or as a run picks with --size].
         #[arg(long, value_enum)]
         index: Option<Index>,
+        /// Values of scalar inputs, e.g. eps=1e-6 (may be repeated): the launch plan's (--plan)
+        /// values in place of the program's `= value`.
+        #[arg(long)]
+        scalar: Vec<String>,
         /// Print the PyTorch twin of the fusion instead (a Python function computing the same
         /// with the same dtypes and accumulation types; the schedule is not needed).
         #[arg(long, conflicts_with_all = ["passes", "plan", "cuda", "ptx", "sass"])]
@@ -216,6 +220,10 @@ struct RunArgs {
     /// constant).
     #[arg(long, short = 's')]
     size: Vec<String>,
+    /// Values of scalar inputs, e.g. eps=1e-6,scale=0.125 (may be repeated): in place of the
+    /// program's `= value`, or of the value drawn from the seed for a scalar without one.
+    #[arg(long)]
+    scalar: Vec<String>,
     /// Timed launches.
     #[arg(long, default_value_t = 100)]
     iters: u32,
@@ -302,8 +310,13 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             size,
             cuda,
             index,
+            scalar,
             ..
         } => {
+            let scalars = parse_scalar_args(&scalar)?;
+            if (ptx || sass) && !scalars.is_empty() {
+                anyhow::bail!("--scalar sets the launch plan's values (--plan); PTX and SASS do not depend on them");
+            }
             if ptx || sass {
                 inspect(&file, ptx, sass, &size, index.map(Into::into), cuda)
             } else {
@@ -317,6 +330,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                     cuda,
                     index.map(Into::into).unwrap_or_default(),
                     sizes,
+                    &scalars,
                 )
             }
         }
@@ -442,6 +456,7 @@ fn compile(
     cuda: bool,
     index_type: IndexType,
     sizes: Option<BTreeMap<String, i64>>,
+    scalars: &BTreeMap<String, f64>,
 ) -> Result<ExitCode> {
     let source = read(file)?;
     let name = file.display().to_string();
@@ -450,13 +465,15 @@ fn compile(
         aligned_for: sizes,
         ..CompileOptions::default()
     };
-    let compilation = match hopfuse::compile(&source, &options) {
+    let mut compilation = match hopfuse::compile(&source, &options) {
         Ok(c) => c,
         Err(d) => {
             eprintln!("{}", d.render(&source, &name));
             return Ok(ExitCode::FAILURE);
         }
     };
+    hopfuse_runner::scalars::apply(&mut compilation.plan, scalars)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     if let Some(note) = &compilation.plan.auto_schedule {
         // The program has no schedule: say which one it got (stdout stays the CUDA alone).
         eprintln!(
@@ -790,11 +807,21 @@ fn parse_size_args(args: &[String]) -> Result<BTreeMap<String, i64>> {
     Ok(map)
 }
 
+fn parse_scalar_args(args: &[String]) -> Result<BTreeMap<String, f64>> {
+    let mut map = BTreeMap::new();
+    for a in args {
+        hopfuse_runner::scalars::merge_scalars(&mut map, a)
+            .map_err(|e| anyhow::anyhow!("--scalar: {e}"))?;
+    }
+    Ok(map)
+}
+
 fn run(args: RunArgs) -> Result<ExitCode> {
     let req = RunRequest {
         file: args.file.display().to_string(),
         source: read(&args.file)?,
         sizes: parse_size_args(&args.size)?,
+        scalars: parse_scalar_args(&args.scalar)?,
         iters: args.iters,
         warmup: args.warmup,
         seed: args.seed,

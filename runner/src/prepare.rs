@@ -46,12 +46,16 @@ pub fn compile_for_run(req: &RunRequest) -> Result<(Compilation, Setup), Prepare
 }
 
 /// [`compile_for_run`] with its errors as a [`RunError`] (a compile error rendered with the
-/// file name and locations).
+/// file name and locations), and the request's scalar values checked against the plan (before
+/// any device is opened).
 pub fn prepare(req: &RunRequest) -> Result<(Compilation, Setup), RunError> {
-    compile_for_run(req).map_err(|e| match e {
+    let (compilation, setup) = compile_for_run(req).map_err(|e| match e {
         PrepareError::Compile(d) => RunError::new(Stage::Compile, d.render(&req.source, &req.file)),
         PrepareError::Sizes(e) => RunError::new(Stage::Sizes, e),
-    })
+    })?;
+    crate::scalars::resolve(&compilation.plan, &req.scalars)
+        .map_err(|e| RunError::new(Stage::Request, e))?;
+    Ok((compilation, setup))
 }
 
 impl Prepared {

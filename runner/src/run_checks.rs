@@ -82,6 +82,7 @@ pub(crate) fn job_spec(
         file,
         source: body.program,
         sizes: body.sizes,
+        scalars: Default::default(),
         iters: body.iters.unwrap_or(100),
         warmup: body.warmup.unwrap_or(10),
         seed: body.seed.unwrap_or(1),

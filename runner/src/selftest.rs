@@ -275,6 +275,7 @@ pub fn run_case(
         file: format!("selftest/{}", case.plan.kernel_name),
         source: String::new(),
         sizes: case.sizes.clone(),
+        scalars: Default::default(),
         iters,
         warmup,
         seed,

@@ -99,6 +99,43 @@ fn bad_sizes_are_a_clear_error() {
     assert!(text(&out).contains("iters must be"), "{}", text(&out));
 }
 
+#[test]
+fn scalar_values_are_checked_and_set() {
+    let file = tmp_file(
+        "scalar.hf",
+        "fusion f {\n  input x: f32[N]\n  input eps: f32 = 1e-6\n  input k: i32\n  y = x * eps + k\n  output y\n}\n",
+    );
+    // compile --plan prints the given values in place of the program's.
+    let out = hopfuse(&[
+        "compile", &file, "--plan", "--scalar", "eps=0.5", "--scalar", "k=3",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the plan as JSON");
+    let value = |name: &str| {
+        plan["params"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .map(|p| p["value"].clone())
+    };
+    assert_eq!(value("eps"), Some(serde_json::json!(0.5)));
+    assert_eq!(value("k"), Some(serde_json::json!(3.0)));
+    // A run checks them before it opens a device (this machine may have none).
+    for (scalar, needle) in [
+        (
+            "ep=1",
+            "not a scalar input of the program (its scalar inputs: eps, k)",
+        ),
+        ("k=0.5", "`k` is i32, which holds whole numbers"),
+        ("eps", "not NAME=VALUE"),
+    ] {
+        let out = hopfuse(&["run", &file, "--size", "N=8", "--scalar", scalar, "--json"]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(text(&out).contains(needle), "{scalar}: {}", text(&out));
+    }
+}
+
 /// A fusion whose extents are all constants needs no `--size` (and takes an empty one): it
 /// gets past the sizes to NVRTC / the GPU, which this machine may lack.
 #[test]

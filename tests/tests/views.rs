@@ -135,3 +135,196 @@ fn view_errors_are_located_and_say_what_to_write() {
         "{e}"
     );
 }
+
+#[test]
+fn slice_pad_cat_and_reshape_move_the_values() {
+    // x[2, 4] = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    let xy = "  input x: f32[M, N]";
+    let s = fusion(xy, "c = slice(x, axis=1, start=1, stop=-1)");
+    assert_eq!(
+        reference(&s, &[("M", 2), ("N", 4)], 8),
+        [1.0, 2.0, 5.0, 6.0]
+    );
+    let s = fusion(xy, "c = slice(x, axis=1, start=1, step=2)");
+    assert_eq!(
+        reference(&s, &[("M", 2), ("N", 4)], 8),
+        [1.0, 3.0, 5.0, 7.0]
+    );
+    let s = fusion(xy, "c = slice(x, axis=0, start=-1)");
+    assert_eq!(
+        reference(&s, &[("M", 2), ("N", 4)], 8),
+        [4.0, 5.0, 6.0, 7.0]
+    );
+    let p = fusion(xy, "c = pad(x, axis=1, before=1, after=2, value=-1)");
+    assert_eq!(
+        reference(&p, &[("M", 2), ("N", 2)], 4),
+        [-1.0, 0.0, 1.0, -1.0, -1.0, -1.0, 2.0, 3.0, -1.0, -1.0]
+    );
+    // Any other input has one value per M: y[2, 1] = [[0], [1]].
+    let c = fusion(
+        "  input x: f32[M, N]\n  input y: f32[M, K]",
+        "c = cat(x, y, axis=1)",
+    );
+    assert_eq!(
+        reference(&c, &[("M", 2), ("N", 2), ("K", 1)], 4),
+        [0.0, 1.0, 0.0, 2.0, 3.0, 1.0]
+    );
+    let r = fusion(xy, "c = reshape(x, [M * N])");
+    assert_eq!(
+        reference(&r, &[("M", 2), ("N", 2)], 4),
+        [0.0, 1.0, 2.0, 3.0]
+    );
+}
+
+#[test]
+fn views_that_move_indices_read_the_input_at_the_moved_index() {
+    let xy = "  input x: f32[M, N]";
+    let cuda = |body: &str| {
+        hopfuse::compile(&fusion(xy, body), &Default::default())
+            .unwrap()
+            .cuda
+    };
+    let twin = |src: &str| hopfuse::torch_twin(src).unwrap().source;
+    // The extent ceil((N - 2) / 2); element i of a row read at 1 + 2 * i.
+    let src = fusion(xy, "c = slice(x, axis=1, start=1, stop=-1, step=2)");
+    let c = cuda("c = slice(x, axis=1, start=1, stop=-1, step=2)");
+    assert!(c.contains("hf_ceil_div<index_t>(N - 2, 2)"), "{c}");
+    assert!(c.contains("(1 + 2 *"), "{c}");
+    assert!(twin(&src).contains("x[:, 1:-1:2]"), "{}", twin(&src));
+    let src = fusion(xy, "c = pad(x, axis=1, before=1, after=2, value=0.5)");
+    let c = cuda("c = pad(x, axis=1, before=1, after=2, value=0.5)");
+    // In range of x the read, else the value; the read itself clamped into x.
+    assert!(
+        c.contains(">= 1) && (static_cast<int>(") && c.contains("< (N + 1))) ? x["),
+        "{c}"
+    );
+    assert!(c.contains("N - 1)] : 0.5f;"), "{c}");
+    assert!(
+        twin(&src).contains("torch.nn.functional.pad(x, (1, 2), value=0.5)"),
+        "{}",
+        twin(&src)
+    );
+    let src = fusion(xy, "c = pad(x, axis=0, before=2)");
+    assert!(
+        twin(&src).contains("torch.nn.functional.pad(x, (0, 0, 2, 0))"),
+        "{}",
+        twin(&src)
+    );
+    let cat = fusion(
+        "  input x: f32[M, N]\n  input y: f32[M, K]",
+        "c = cat(x, y, axis=1)",
+    );
+    let c = hopfuse::compile(&cat, &Default::default()).unwrap().cuda;
+    assert!(c.contains("< N) ? x[") && c.contains(": y["), "{c}");
+    assert!(
+        c.contains("float* __restrict__ c,") && c.contains("M * (N + K)"),
+        "{c}"
+    );
+    assert!(
+        twin(&cat).contains("torch.cat((x, y), dim=1)"),
+        "{}",
+        twin(&cat)
+    );
+    let src = fusion("  input x: f32[M, H, D]", "c = reshape(x, [M, H * D])");
+    let c = hopfuse::compile(&src, &Default::default()).unwrap().cuda;
+    // Row-major order is kept: the flattened loop reads x at its own linear index.
+    assert!(
+        c.contains("c_c[md_i] = x[((md_ooo * 2 + md_ooi) * 128 + md_oi) * 4 + md_i];"),
+        "{c}"
+    );
+    assert!(
+        twin(&src).contains("x.reshape(x.shape[0], x.shape[1] * x.shape[2])"),
+        "{}",
+        twin(&src)
+    );
+}
+
+#[test]
+fn a_slice_of_a_size_symbol_is_checked_before_it_reads() {
+    let src = fusion(
+        "  input x: f32[M, N]",
+        "c = slice(x, axis=1, start=2, stop=6)",
+    );
+    let plan = hopfuse::compile(&src, &Default::default()).unwrap().plan;
+    let sizes = |n: i64| BTreeMap::from([("M".to_string(), 2), ("N".to_string(), n)]);
+    assert!(plan.concretize(&sizes(6)).is_ok());
+    let e = plan.concretize(&sizes(5)).unwrap_err().to_string();
+    assert!(
+        e.contains("`slice` of `x` along axis 1 reads up to index 5"),
+        "{e}"
+    );
+    let f = hopfuse::reference_fusion(&src).unwrap();
+    let inputs = BTreeMap::from([("x".to_string(), vec![0.0; 10])]);
+    let e = hopfuse::reference::evaluate(&f, &sizes(5), &inputs).unwrap_err();
+    assert!(e.contains("reads up to index 5"), "{e}");
+    // From the start to one before the end: the extent follows N, and must not be empty.
+    let src = fusion(
+        "  input x: f32[M, N]",
+        "c = slice(x, axis=1, start=1, stop=-1)",
+    );
+    let plan = hopfuse::compile(&src, &Default::default()).unwrap().plan;
+    assert!(plan.concretize(&sizes(3)).is_ok());
+    let e = plan.concretize(&sizes(2)).unwrap_err().to_string();
+    assert!(e.contains("must not be empty"), "{e}");
+}
+
+#[test]
+fn errors_of_views_that_move_indices_are_located() {
+    let xy = "  input x: f32[M, N]";
+    let e = err(&fusion(xy, "c = slice(exp(x), axis=1, start=1)"));
+    assert!(
+        e.starts_with("t.hf:3:13: error: `slice` reads a fusion input")
+            && e.contains("apply `slice` to the inputs it is computed from"),
+        "{e}"
+    );
+    let e = err(&fusion(
+        "  input x: f32[M, 4]",
+        "c = slice(x, axis=1, start=3, stop=1)",
+    ));
+    assert!(
+        e.contains("`slice` of `x` along axis 1 (extent 4) is empty"),
+        "{e}"
+    );
+    let e = err(&fusion(xy, "c = slice(x, axis=1, step=0)"));
+    assert!(
+        e.contains("t.hf:3:24") && e.contains("`step=` is a positive integer"),
+        "{e}"
+    );
+    let e = err(&fusion(xy, "c = slice(x, axis=1, start=-2, stop=3)"));
+    assert!(
+        e.contains("a negative start needs a negative or omitted stop"),
+        "{e}"
+    );
+    let e = err(&fusion(xy, "c = slice(x, axis=2)"));
+    assert!(e.contains("axis"), "{e}");
+    let e = err(&fusion(xy, "c = pad(x, axis=1, before=-1)"));
+    assert!(e.contains("`before=` is an integer >= 0"), "{e}");
+    let e = err(&fusion(
+        "  input x: f32[M, N]\n  input y: f32[K, N]",
+        "c = cat(x, y, axis=1)",
+    ));
+    assert!(
+        e.contains("`cat` along axis 1: axis 0 has extent M in `x` and K in `y`"),
+        "{e}"
+    );
+    let e = err(&fusion(
+        "  input x: f32[M, N]\n  input y: bf16[M, N]",
+        "c = cat(x, y, axis=0)",
+    ));
+    assert!(e.contains("`cat`: `x` is f32 and `y` is bf16"), "{e}");
+    let e = err(&fusion(xy, "c = reshape(x, [M, 8, N])"));
+    assert!(
+        e.starts_with("t.hf:3:18: error: `reshape` keeps the element count: `x` has M * N elements and the shape 8 * M * N"),
+        "{e}"
+    );
+    let e = err(&fusion(xy, "c = reshape(x, [M, N + 1])"));
+    assert!(e.contains("an extent of `reshape` is a size symbol"), "{e}");
+    // A schedule that caches the input of such a view: the view reads global memory.
+    let src = "fusion f {\n  input x: f32[4, 8]\n  c = slice(x, axis=1, start=1)\n  output c\n}\nschedule {\n  x_c = cache_after(x)\n}\n";
+    let e = err(src);
+    assert!(
+        e.contains("`c` is a view that moves indices and reads its input in global memory")
+            && e.contains("`x_c` in local memory"),
+        "{e}"
+    );
+}

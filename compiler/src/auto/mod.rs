@@ -227,13 +227,19 @@ impl Facts<'_> {
 
     /// The fusion inputs with `rank` logical axes (at least one), in the fusion's order:
     /// those a schedule caches with `cache_after` (the lower-rank ones, a broadcast bias or
-    /// weight, stay loads of their own).
+    /// weight, stay loads of their own, as do inputs a view that moves indices reads: it reads
+    /// them in global memory).
     pub fn full_inputs(&self, rank: usize) -> Vec<TensorId> {
-        self.fusion
-            .inputs
+        let f = self.fusion;
+        let viewed = |t: TensorId| {
+            f.exprs.iter().any(|e| {
+                e.op.moves_indices() && e.inputs.contains(&crate::fusion::Operand::Tensor(t))
+            })
+        };
+        f.inputs
             .iter()
             .copied()
-            .filter(|&t| rank > 0 && self.fusion.rank(t) == rank)
+            .filter(|&t| rank > 0 && f.rank(t) == rank && !viewed(t))
             .collect()
     }
 

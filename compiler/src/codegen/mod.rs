@@ -330,7 +330,9 @@ fn launch_plan(
     block_bound: Option<i64>,
     min_global_bytes: SizeExpr,
 ) -> LaunchPlan {
-    let mut constraints = constraints;
+    // The fusion's own first (a slice that would read outside its input), then the schedule's.
+    let mut constraints: Vec<Constraint> =
+        f.constraints.iter().cloned().chain(constraints).collect();
     let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
     let kernel_name = format!("{}_kernel", f.name);
     if threads.is_none() {

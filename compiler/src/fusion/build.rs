@@ -15,9 +15,10 @@
 //! (`examples/ops/transpose.hf`: a 32 x 32 tile through shared memory, each side with its own
 //! thread layout). The price of joining classes: two axes of one tensor must stay in
 //! different classes (each is indexed by its own loop), so an op that would join them
-//! (`x + transpose(x)`) is a located error. Views that move offsets (`slice`, `pad`, `cat`)
-//! or change the number of axes (`reshape`) are not classes of the same extent and need an
-//! index relation of their own (an offset or a split/merge between root axes): not built yet.
+//! (`x + transpose(x)`) is a located error. Views that move indices (`slice`, `pad`, `cat`,
+//! `reshape`: `build/views.rs`) are not classes of the same extent: their moved axes are new
+//! classes, and `passes::indexing` reads the operand (a fusion input, in global memory) at the
+//! index the op maps the output's to.
 
 use super::ops::{self, OpKind};
 use super::*;
@@ -26,6 +27,8 @@ use crate::frontend::ast::{self, Arg, Dim, Item};
 // Names are the user's: a seeded fast hash (foldhash), so chosen names cannot collide on
 // purpose.
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+
+mod views;
 
 type BResult<T> = Result<T, Diagnostic>;
 
@@ -48,6 +51,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             class_extent_member: Default::default(),
             cluster: None,
             persistent: None,
+            constraints: Vec::new(),
             propagate_work: 0,
         },
         names: HashMap::new(),
@@ -441,6 +445,9 @@ impl Builder {
         if def.kind == OpKind::Full {
             return Ok(Value::Tensor(self.full(args, dest, span)?));
         }
+        if def.kind == OpKind::Reshape {
+            return Ok(Value::Tensor(self.reshape(args, dest, span)?));
+        }
         // `cast(x, f8)`: a name that is no dtype is a misspelt dtype, not an unknown tensor.
         if def.kind == OpKind::Cast {
             if let Some(Arg::Pos(ast::Expr::Name(n, loc))) = args.get(1) {
@@ -697,6 +704,22 @@ impl Builder {
                     Some(span),
                 )?))
             }
+            OpKind::Slice => {
+                let t = tensor_arg(&pos, 0)?;
+                Ok(Value::Tensor(self.slice(args, t, pos[0].1, dest, span)?))
+            }
+            OpKind::Pad => {
+                let t = tensor_arg(&pos, 0)?;
+                Ok(Value::Tensor(self.pad(args, t, pos[0].1, dest, span)?))
+            }
+            OpKind::Cat => {
+                let operands = [
+                    (tensor_arg(&pos, 0)?, pos[0].1),
+                    (tensor_arg(&pos, 1)?, pos[1].1),
+                ];
+                Ok(Value::Tensor(self.cat(args, operands, dest, span)?))
+            }
+            OpKind::Reshape => unreachable!("built above"),
             OpKind::Expand => {
                 let t = tensor_arg(&pos, 0)?;
                 let rank = self.f.rank(t);
@@ -981,6 +1004,31 @@ impl Builder {
         dest: &str,
         span: Option<Span>,
     ) -> BResult<TensorId> {
+        self.op_with(op, inputs, None, dest, span)
+    }
+
+    /// Adds a view that moves indices: output axis `k` is a new axis of extent `extents[k]`
+    /// where that is given, else joins axis `k` of every input.
+    fn view_op(
+        &mut self,
+        op: Op,
+        inputs: Vec<Operand>,
+        extents: Vec<Option<SizeExpr>>,
+        dest: &str,
+        span: Span,
+    ) -> BResult<TensorId> {
+        self.op_with(op, inputs, Some(extents), dest, Some(span))
+    }
+
+    /// [`Builder::op`], with the extents of a view that moves indices.
+    fn op_with(
+        &mut self,
+        op: Op,
+        inputs: Vec<Operand>,
+        view: Option<Vec<Option<SizeExpr>>>,
+        dest: &str,
+        span: Option<Span>,
+    ) -> BResult<TensorId> {
         self.check_op_budget(span)?;
         let tensors: Vec<TensorId> = inputs
             .iter()
@@ -1002,6 +1050,10 @@ impl Builder {
             Op::Broadcast { .. } => "broadcast".into(),
             Op::Permute { .. } => "permute".into(),
             Op::Expand { .. } => "expand".into(),
+            Op::Slice { .. } => "slice".into(),
+            Op::Pad { .. } => "pad".into(),
+            Op::Cat { .. } => "cat".into(),
+            Op::Reshape => "reshape".into(),
             Op::Reduce { op, .. } => op.name().into(),
             Op::Mma => "mma".into(),
             Op::Iota { .. } => "iota".into(),
@@ -1015,7 +1067,14 @@ impl Builder {
             .collect();
         let (compute, dtype) = match &op {
             Op::Cast(d) => (d.compute(), *d),
-            Op::Set | Op::Broadcast { .. } | Op::Permute { .. } | Op::Expand { .. } => {
+            Op::Set
+            | Op::Broadcast { .. }
+            | Op::Permute { .. }
+            | Op::Expand { .. }
+            | Op::Slice { .. }
+            | Op::Pad { .. }
+            | Op::Cat { .. }
+            | Op::Reshape => {
                 let d = self.f.tensors[tensors[0]].dtype;
                 (d.compute(), d)
             }
@@ -1037,6 +1096,10 @@ impl Builder {
                     | Op::Broadcast { .. }
                     | Op::Permute { .. }
                     | Op::Expand { .. }
+                    | Op::Slice { .. }
+                    | Op::Pad { .. }
+                    | Op::Cat { .. }
+                    | Op::Reshape
                     | Op::Cast(_)
                     | Op::Mma
                     | Op::Iota { .. }
@@ -1163,6 +1226,31 @@ impl Builder {
                     };
                     self.f.union(new, id);
                     root.push(new);
+                }
+                root
+            }
+            Op::Slice { .. } | Op::Pad { .. } | Op::Cat { .. } | Op::Reshape => {
+                let extents =
+                    view.ok_or_else(|| err(format!("internal: {opname} without its extents")))?;
+                let logicals: Vec<Vec<IterId>> =
+                    tensors.iter().map(|&t| self.f.logical(t)).collect();
+                let mut root = Vec::with_capacity(extents.len());
+                for (k, e) in extents.into_iter().enumerate() {
+                    root.push(match e {
+                        Some(e) => self
+                            .f
+                            .new_id(IterKind::Iteration, IterOrigin::Root, Some(e)),
+                        None => {
+                            let id = logicals[0][k];
+                            let (kind, ext) =
+                                (self.f.ids[id].kind, self.f.ids[id].root_extent.clone());
+                            let new = self.f.new_id(kind, IterOrigin::Root, ext);
+                            for l in &logicals {
+                                self.f.union(new, l[k]);
+                            }
+                            new
+                        }
+                    });
                 }
                 root
             }

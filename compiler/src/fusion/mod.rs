@@ -233,6 +233,32 @@ pub enum Op {
     Expand {
         shape: Vec<SizeExpr>,
     },
+    /// A view that moves indices along `axis` (`slice`): output index `i` reads the input at
+    /// `start + step * i`. The other axes join the input's classes; `axis` is a class of its
+    /// own (see the module doc of `fusion::build`).
+    Slice {
+        axis: usize,
+        start: SizeExpr,
+        step: i64,
+        /// `start=`, `stop=`, `step=` as written (Python's rules; what the torch twin writes).
+        written: [Option<i64>; 3],
+    },
+    /// A view that widens `axis` (`pad`): output index `i` reads the input at `i - before`
+    /// where that is inside it, else is `value`.
+    Pad {
+        axis: usize,
+        before: i64,
+        after: i64,
+        value: f64,
+    },
+    /// Two inputs end to end along `axis` (`cat`): output index `i` reads the first input
+    /// below its extent, else the second at `i` less that extent.
+    Cat {
+        axis: usize,
+    },
+    /// A view with other extents and the same elements in row-major order (`reshape`): the
+    /// output's linear index is the input's.
+    Reshape,
     /// Reduces these logical axes of the input.
     Reduce {
         op: ReduceOp,
@@ -249,6 +275,17 @@ pub enum Op {
     Full {
         value: f64,
     },
+}
+
+impl Op {
+    /// A view that moves indices (`slice`, `pad`, `cat`, `reshape`): the kernel reads its
+    /// operands in global memory at indices the op maps the output's to (`passes::indexing`).
+    pub fn moves_indices(&self) -> bool {
+        matches!(
+            self,
+            Op::Slice { .. } | Op::Pad { .. } | Op::Cat { .. } | Op::Reshape
+        )
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -464,6 +501,9 @@ pub struct Fusion {
     pub cluster: Option<Cluster>,
     /// A persistent grid walking the tiles in a grouped raster (`persistent(BIDy, 8)`).
     pub persistent: Option<Persistent>,
+    /// Conditions on the sizes that the views need (a slice reads inside its input), checked
+    /// before a launch and by the reference.
+    pub constraints: Vec<crate::plan::Constraint>,
     /// Axis replays the schedule's `propagate`s have done so far (at most
     /// [`transform::MAX_PROPAGATE_WORK`]).
     pub(crate) propagate_work: usize,
@@ -881,6 +921,17 @@ pub fn print(f: &Fusion) -> String {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
+            Op::Slice {
+                axis, start, step, ..
+            } => write!(s, "slice@{axis}<{start}:{step}>"),
+            Op::Pad {
+                axis,
+                before,
+                after,
+                value,
+            } => write!(s, "pad@{axis}<{before}, {after}, {value}>"),
+            Op::Cat { axis } => write!(s, "cat@{axis}"),
+            Op::Reshape => write!(s, "reshape"),
             Op::Reduce { op, axes } => write!(s, "{}{axes:?}", op.name()),
             Op::Mma => write!(s, "mma"),
             Op::Iota { axis } => write!(s, "iota@{axis}"),

@@ -363,7 +363,17 @@ impl<'a> Cursor<'a> {
             Ok(make(Box::new(a), Box::new(b)))
         };
         if self.eat("(") {
-            return two(self, SizeExpr::Add, " + ");
+            let a = self.size()?;
+            // `(N - 2)`: an addition of a negative constant (a slice's extent).
+            if self.eat(" - ") {
+                let c = self.int()?;
+                self.expect(")")?;
+                return Ok(SizeExpr::Add(Box::new(a), Box::new(SizeExpr::Const(-c))));
+            }
+            self.expect(" + ")?;
+            let b = self.size()?;
+            self.expect(")")?;
+            return Ok(SizeExpr::Add(Box::new(a), Box::new(b)));
         }
         if self.eat("ceilDiv(") {
             return two(self, SizeExpr::CeilDiv, ", ");

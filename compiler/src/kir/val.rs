@@ -82,7 +82,11 @@ impl Val {
         match e {
             SizeExpr::Const(c) => Val::Int(*c),
             SizeExpr::Sym(s) => Val::Size(s.clone()),
-            SizeExpr::Add(a, b) => Val::add(Val::from_size(a), Val::from_size(b)),
+            // `N - 2` (a slice's extent) as written.
+            SizeExpr::Add(a, b) => match **b {
+                SizeExpr::Const(c) if c < 0 => Val::sub(Val::from_size(a), Val::Int(-c)),
+                _ => Val::add(Val::from_size(a), Val::from_size(b)),
+            },
             SizeExpr::Mul(a, b) => Val::mul(Val::from_size(a), Val::from_size(b)),
             SizeExpr::CeilDiv(a, b) => Val::ceil_div(Val::from_size(a), Val::from_size(b)),
             SizeExpr::Max(a, _) => Val::from_size(a),

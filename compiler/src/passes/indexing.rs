@@ -144,15 +144,8 @@ fn walk(
                 }
                 let env = ConsumerEnv { own: &own, hw, env };
                 let roots = consumer_roots(cx, consumer, &env);
-                let mut ix = Indexer {
-                    cx,
-                    env: &env,
-                    roots: &roots,
-                    buffers,
-                    consumer: Some(consumer),
-                };
-                ix.access(&mut c.out)?;
-                ix.data(&mut c.value)?;
+                let maps = view_roots(cx, c.expr, &roots)?;
+                index_compute(cx, &env, buffers, consumer, &roots, maps.as_deref(), c)?;
             }
             Stmt::BlockReduce { acc, .. } => {
                 let roots = HashMap::default();
@@ -169,6 +162,166 @@ fn walk(
         }
     }
     Ok(())
+}
+
+/// For a view that moves indices (`slice`, `pad`, `cat`, `reshape`), the root indices each
+/// operand is read at, by axis class: the consumer's with the moved axes replaced. A pad or
+/// cat reads its operand only where the index falls inside it (`loop_nest` makes the compute a
+/// `where`), but every read is clamped into the operand so that none leaves its buffer.
+/// `None` for any other expression.
+fn view_roots(
+    cx: &mut Ctx,
+    e: crate::fusion::ExprId,
+    roots: &HashMap<IterId, Val>,
+) -> Result<Option<Vec<HashMap<IterId, Val>>>, Diagnostic> {
+    use crate::fusion::{Op, Operand};
+    let f = cx.fusion;
+    let expr = &f.exprs[e];
+    if !expr.op.moves_indices() {
+        return Ok(None);
+    }
+    let out = expr.output;
+    let out_axes = f.logical(out);
+    let missing = || {
+        Diagnostic::new(
+            format!(
+                "cannot index `{}`: an index of the view is not available where it is computed (check the inlining positions)",
+                f.tensors[out].name
+            ),
+            f.tensors[out].span,
+        )
+    };
+    let out_index: Vec<Val> = out_axes
+        .iter()
+        .map(|&id| roots.get(&f.class_of(id)).cloned().ok_or_else(missing))
+        .collect::<Result<_, _>>()?;
+    let extent = |id: IterId| Val::from_size(&f.class_extent(f.class_of(id)));
+    // max(v, 0) with the one minimum the index language has.
+    let non_negative = |v: Val| Val::sub(v.clone(), Val::min(v, Val::Int(0)));
+    let mut maps = Vec::with_capacity(expr.inputs.len());
+    for (k, o) in expr.inputs.iter().enumerate() {
+        let Operand::Tensor(input) = *o else {
+            continue;
+        };
+        let in_axes = f.logical(input);
+        let mut map = roots.clone();
+        let mut set = |axis: usize, v: Val| {
+            map.insert(f.class_of(in_axes[axis]), v);
+        };
+        match &expr.op {
+            Op::Slice {
+                axis, start, step, ..
+            } => {
+                let along = Val::add(
+                    Val::from_size(start),
+                    Val::mul(Val::Int(*step), out_index[*axis].clone()),
+                );
+                set(*axis, along);
+            }
+            Op::Pad { axis, before, .. } => {
+                // (Without a `before`, the index is never below the input's first.)
+                let inside = match *before {
+                    0 => out_index[*axis].clone(),
+                    b => non_negative(Val::sub(out_index[*axis].clone(), Val::Int(b))),
+                };
+                let last = Val::sub(extent(in_axes[*axis]), Val::Int(1));
+                set(*axis, Val::min(inside, last));
+            }
+            Op::Cat { axis } if k == 0 => {
+                let last = Val::sub(extent(in_axes[*axis]), Val::Int(1));
+                set(*axis, Val::min(out_index[*axis].clone(), last));
+            }
+            Op::Cat { axis } => {
+                let Operand::Tensor(first) = expr.inputs[0] else {
+                    continue;
+                };
+                let first_extent = extent(f.logical(first)[*axis]);
+                set(
+                    *axis,
+                    non_negative(Val::sub(out_index[*axis].clone(), first_extent)),
+                );
+            }
+            // The linear index of the output is the input's.
+            Op::Reshape => {
+                let mut linear: Option<Val> = None;
+                for (&id, v) in out_axes.iter().zip(&out_index) {
+                    linear = Some(match linear {
+                        None => v.clone(),
+                        Some(l) => Val::add(Val::mul(l, extent(id)), v.clone()),
+                    });
+                }
+                let mut rest = linear.unwrap_or(Val::Int(0));
+                for axis in (0..in_axes.len()).rev() {
+                    if axis == 0 {
+                        set(axis, rest.clone());
+                    } else {
+                        let e = extent(in_axes[axis]);
+                        set(axis, Val::rem(rest.clone(), e.clone()));
+                        rest = Val::div(rest, e);
+                    }
+                }
+            }
+            _ => unreachable!("matched above"),
+        }
+        maps.push(map);
+    }
+    Ok(Some(maps))
+}
+
+/// Indexes a computation at the consumer's `roots`; a view that moves indices (`maps`, the
+/// operands' indices in operand order) reads its operands at those instead, and only its
+/// condition (a pad's or cat's) and output at `roots`.
+fn index_compute(
+    cx: &mut Ctx,
+    env: &dyn LoopVars,
+    buffers: &[crate::kir::Buffer],
+    consumer: TensorId,
+    roots: &HashMap<IterId, Val>,
+    maps: Option<&[HashMap<IterId, Val>]>,
+    c: &mut crate::kir::Compute,
+) -> Result<(), Diagnostic> {
+    let mut ix = Indexer {
+        cx,
+        env,
+        roots,
+        buffers,
+        consumer: Some(consumer),
+    };
+    ix.access(&mut c.out)?;
+    let Some(maps) = maps else {
+        return ix.data(&mut c.value);
+    };
+    let mut reads = Vec::new();
+    c.value.for_each_read(&mut |a| reads.push(a.buffer));
+    for b in reads {
+        if buffers[b].memory != MemoryType::Global {
+            let f = cx.fusion;
+            let view = &f.tensors[consumer].name;
+            return Err(Diagnostic::new(
+                format!("`{view}` is a view that moves indices and reads its input in global memory, but the schedule keeps `{}` in {} memory (a cache of the input): cache `{view}` instead", buffers[b].name, buffers[b].memory.name()),
+                f.tensors[consumer].span,
+            ));
+        }
+    }
+    let at = |cx: &mut Ctx, roots: &HashMap<IterId, Val>, d: &mut Data| {
+        Indexer {
+            cx,
+            env,
+            roots,
+            buffers,
+            consumer: Some(consumer),
+        }
+        .data(d)
+    };
+    match &mut c.value {
+        Data::Ternary(_, _, xs) => {
+            let [cond, a, b] = &mut **xs;
+            at(cx, roots, cond)?;
+            at(cx, &maps[0], a)?;
+            at(cx, maps.get(1).unwrap_or(roots), b)
+        }
+        other => at(cx, &maps[0], other),
+    }
 }
 
 /// Root indices of the consumer, by axis class, from the loop variables in scope. (`dyn`: one

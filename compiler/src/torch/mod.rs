@@ -541,6 +541,69 @@ impl<'a> Emitter<'a> {
                 };
                 Py::new(text, ATOM, out)
             }
+            // As a torch user writes them: basic slicing, F.pad, torch.cat, reshape.
+            Op::Slice { axis, written, .. } => {
+                let x = self.operand(&expr.inputs[0], out);
+                let part = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_default();
+                let step = match written[2] {
+                    Some(s) if s != 1 => format!(":{s}"),
+                    _ => String::new(),
+                };
+                let mut key = vec![":".to_string(); *axis];
+                key.push(format!("{}:{}{step}", part(written[0]), part(written[1])));
+                Py::new(format!("{}[{}]", x.at(ATOM), key.join(", ")), ATOM, out)
+            }
+            Op::Pad {
+                axis,
+                before,
+                after,
+                value,
+            } => {
+                let x = self.operand(&expr.inputs[0], out);
+                // F.pad's pairs run from the last axis back to the padded one.
+                let rank = f.rank(t);
+                let mut widths = vec!["0, 0"; rank - 1 - axis].join(", ");
+                if !widths.is_empty() {
+                    widths.push_str(", ");
+                }
+                let value = if *value == 0.0 {
+                    String::new()
+                } else {
+                    format!(", value={}", literal(*value, out.compute()).text)
+                };
+                Py::new(
+                    format!(
+                        "torch.nn.functional.pad({}, ({widths}{before}, {after}){value})",
+                        x.text
+                    ),
+                    ATOM,
+                    out,
+                )
+            }
+            Op::Cat { axis } => {
+                let (a, b) = (
+                    self.operand(&expr.inputs[0], out),
+                    self.operand(&expr.inputs[1], out),
+                );
+                Py::new(
+                    format!("torch.cat(({}, {}), dim={axis})", a.text, b.text),
+                    ATOM,
+                    out,
+                )
+            }
+            Op::Reshape => {
+                let x = self.operand(&expr.inputs[0], out);
+                let sizes: Vec<String> = f
+                    .logical(t)
+                    .iter()
+                    .map(|&id| self.product_text(&f.class_extent(f.class_of(id))))
+                    .collect();
+                Py::new(
+                    format!("{}.reshape({})", x.at(ATOM), sizes.join(", ")),
+                    ATOM,
+                    out,
+                )
+            }
             // -1 keeps an axis; a size symbol is the extent of an input that has it.
             Op::Expand { shape } => {
                 let x = self.operand(&expr.inputs[0], out);
@@ -670,6 +733,16 @@ impl<'a> Emitter<'a> {
                 let y = self.operand(&expr.inputs[1], compute);
                 Py::new(format!("torch.matmul({}, {})", x.text, y.text), ATOM, out)
             }
+        }
+    }
+
+    /// A product of sizes as Python (`x.shape[1] * 64`).
+    fn product_text(&self, e: &crate::plan::SizeExpr) -> String {
+        match e {
+            crate::plan::SizeExpr::Mul(a, b) => {
+                format!("{} * {}", self.product_text(a), self.product_text(b))
+            }
+            _ => self.size_text(e),
         }
     }
 

@@ -371,6 +371,19 @@ class Tensor:
         data = [self._at(tuple(i if s > 1 else 0 for i, s in zip(idx, self.shape))) for idx in _indices(shape)]
         return Tensor(data, shape, self.dtype)
 
+    def __getitem__(self, key):
+        """Basic slicing only: a tuple of slices (and a trailing `...`), as the twins write."""
+        key = key if isinstance(key, tuple) else (key,)
+        if key and key[-1] is Ellipsis:
+            key = key[:-1]
+        assert len(key) <= self.dim(), "fake torch: more indices than axes"
+        assert not [k for k in key if not isinstance(k, slice)], "fake torch: slices only"
+        key = key + (slice(None),) * (self.dim() - len(key))
+        ranges = [range(*k.indices(n)) for k, n in zip(key, self.shape)]
+        shape = tuple(len(r) for r in ranges)
+        data = [self._at(tuple(r[i] for r, i in zip(ranges, idx))) for idx in _indices(shape)]
+        return Tensor(data, shape, self.dtype)
+
     # -- arithmetic
     def _binary(self, other, f, reverse=False):
         a, b = (other, self) if reverse else (self, other)
@@ -561,6 +574,21 @@ def where(c, a, b):
 
 class _Functional:
     @staticmethod
+    def pad(x, pad, value=0.0):
+        """torch.nn.functional.pad, constant mode: (before, after) pairs from the last axis."""
+        assert len(pad) % 2 == 0 and len(pad) // 2 <= x.dim(), "pad: pairs, at most one per axis"
+        widths = [(0, 0)] * (x.dim() - len(pad) // 2) + [(pad[2 * k], pad[2 * k + 1]) for k in reversed(range(len(pad) // 2))]
+        assert not [w for w in widths if min(w) < 0], "fake torch: padding widths >= 0 only"
+        shape = tuple(n + b + a for n, (b, a) in zip(x.shape, widths))
+
+        def at(idx):
+            src = tuple(i - b for i, (b, _) in zip(idx, widths))
+            inside = not [i for i, n in zip(src, x.shape) if not 0 <= i < n]
+            return x._at(src) if inside else value
+
+        return Tensor([at(idx) for idx in _indices(shape)], shape, x.dtype)
+
+    @staticmethod
     def gelu(x, approximate="none"):
         if approximate == "tanh":
             return _float_unary(_gelu_tanh)(x)
@@ -580,6 +608,24 @@ class _Nn:
 
 
 nn = _Nn()
+
+
+def cat(tensors, dim=0):
+    a, b = tensors
+    assert a.dtype is b.dtype, "fake torch: cat of different dtypes"
+    if dim < 0:
+        dim += a.dim()
+    # (`all` is this module's.)
+    assert not [k for k, (n, m) in enumerate(zip(a.shape, b.shape)) if k != dim and n != m], "cat: shapes differ"
+    shape = tuple(n + m if k == dim else n for k, (n, m) in enumerate(zip(a.shape, b.shape)))
+    first = a.shape[dim]
+
+    def at(idx):
+        if idx[dim] < first:
+            return a._at(idx)
+        return b._at(tuple(i - first if k == dim else i for k, i in enumerate(idx)))
+
+    return Tensor([at(idx) for idx in _indices(shape)], shape, a.dtype)
 
 
 def relu(x):

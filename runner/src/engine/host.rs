@@ -78,6 +78,8 @@ pub(super) fn stage_host<'a>(
     let mut tensors = Vec::new();
     let mut inputs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut scalars: BTreeMap<String, f64> = BTreeMap::new();
+    let scalar_values = crate::scalars::resolve(plan, &req.scalars)
+        .map_err(|e| RunError::new(Stage::Request, e))?;
     for p in &plan.params {
         match p {
             Param::Tensor {
@@ -123,10 +125,11 @@ pub(super) fn stage_host<'a>(
                 })?;
                 crate::tensor_map::encode_args(spec, sizes, 0).map_err(sizes_err)?;
             }
-            Param::Scalar { name, dtype, value } => {
-                // The program's value (`input eps: f32 = 1e-6`), else a seeded one.
-                let v = match value {
-                    Some(v) => dtype.round(*v),
+            Param::Scalar { name, dtype, .. } => {
+                // The request's value (`--scalar eps=1e-6`), else the program's (`input eps:
+                // f32 = 1e-6`), else a seeded one.
+                let v = match scalar_values[name.as_str()] {
+                    Some(v) => dtype.round(v),
                     None => data::seeded_values(*dtype, 1, req.seed, name)[0],
                 };
                 inputs.insert(name.clone(), vec![v]);

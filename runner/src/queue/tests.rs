@@ -19,6 +19,7 @@ fn spec() -> JobSpec {
         file: "t.hf".into(),
         source: String::new(),
         sizes: Default::default(),
+        scalars: Default::default(),
         iters: 1,
         warmup: 0,
         seed: 1,

@@ -338,6 +338,14 @@ pub(super) fn move_after_siblings(
     true
 }
 
+/// The tensor operand `k` of a view (views take tensors only).
+fn operand_tensor(expr: &crate::fusion::Expr, k: usize) -> crate::fusion::TensorId {
+    match expr.inputs[k] {
+        Operand::Tensor(t) => t,
+        _ => unreachable!("a view's operands are tensors (fusion::build)"),
+    }
+}
+
 pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
     let f = cx.fusion;
     let expr = &f.exprs[e];
@@ -366,8 +374,52 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
     // The type the op's operands are converted to (a comparison's, not its bool result's).
     let compute_type = f.compute_type(e);
     let (value, role) = match &expr.op {
-        Op::Set | Op::Broadcast { .. } | Op::Permute { .. } | Op::Expand { .. } => {
-            (operand(&expr.inputs[0], out_dtype), ComputeRole::Normal)
+        Op::Set
+        | Op::Broadcast { .. }
+        | Op::Permute { .. }
+        | Op::Expand { .. }
+        | Op::Slice { .. }
+        | Op::Reshape => (operand(&expr.inputs[0], out_dtype), ComputeRole::Normal),
+        // The input where the index falls inside it (`indexing` keeps the read in bounds
+        // elsewhere), else the value.
+        Op::Pad {
+            axis,
+            before,
+            value,
+            ..
+        } => {
+            let input = f.logical(operand_tensor(expr, 0))[*axis];
+            let extent = f.class_extent(f.class_of(input));
+            let end = match *before {
+                0 => extent,
+                b => crate::plan::SizeExpr::Add(
+                    Box::new(extent),
+                    Box::new(crate::plan::SizeExpr::Const(b)),
+                ),
+            };
+            let value = Data::Ternary(
+                TernaryOp::Where,
+                compute_type,
+                Box::new([
+                    index_within(*axis, *before, &end),
+                    operand(&expr.inputs[0], compute_type),
+                    Data::Literal(*value, compute_type),
+                ]),
+            );
+            (value, ComputeRole::Normal)
+        }
+        Op::Cat { axis } => {
+            let first = f.logical(operand_tensor(expr, 0))[*axis];
+            let value = Data::Ternary(
+                TernaryOp::Where,
+                compute_type,
+                Box::new([
+                    index_within(*axis, 0, &f.class_extent(f.class_of(first))),
+                    operand(&expr.inputs[0], compute_type),
+                    operand(&expr.inputs[1], compute_type),
+                ]),
+            );
+            (value, ComputeRole::Normal)
         }
         Op::Cast(d) => (
             Data::Cast(*d, Box::new(operand(&expr.inputs[0], *d))),
@@ -451,28 +503,7 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
 /// A count of elements as a value of type `dtype`: its extents (a size symbol is the kernel's
 /// parameter of that name), multiplied, less its constant (not below 0), all in `dtype`.
 fn count_data(f: &crate::fusion::Fusion, c: crate::fusion::CountId, dtype: DType) -> Data {
-    use crate::plan::SizeExpr;
-    fn size(s: &SizeExpr, dtype: DType) -> Data {
-        let both = |op: BinaryOp, a: &SizeExpr, b: &SizeExpr| {
-            Data::Binary(
-                op,
-                dtype,
-                Box::new(size(a, dtype)),
-                Box::new(size(b, dtype)),
-            )
-        };
-        match s {
-            SizeExpr::Const(v) => Data::Literal(*v as f64, dtype),
-            SizeExpr::Sym(name) => Data::Param(name.clone(), DType::I32),
-            SizeExpr::Add(a, b) => both(BinaryOp::Add, a, b),
-            SizeExpr::Mul(a, b) => both(BinaryOp::Mul, a, b),
-            SizeExpr::Max(a, b) => both(BinaryOp::Max, a, b),
-            SizeExpr::CeilDiv(a, b) => {
-                Data::Unary(UnaryOp::Ceil, dtype, Box::new(both(BinaryOp::Div, a, b)))
-            }
-        }
-    }
-    let n = size(&f.count_size(c), dtype);
+    let n = size_data(&f.count_size(c), dtype);
     match f.counts[c].minus {
         0.0 => n,
         // max(n - m, 0): torch's degrees of freedom never go below 0.
@@ -488,6 +519,56 @@ fn count_data(f: &crate::fusion::Fusion, c: crate::fusion::CountId, dtype: DType
             Box::new(Data::Literal(0.0, dtype)),
         ),
     }
+}
+
+/// A size as a value of type `dtype` (a size symbol is the kernel's parameter of that name).
+fn size_data(s: &crate::plan::SizeExpr, dtype: DType) -> Data {
+    use crate::plan::SizeExpr;
+    let both = |op: BinaryOp, a: &SizeExpr, b: &SizeExpr| {
+        Data::Binary(
+            op,
+            dtype,
+            Box::new(size_data(a, dtype)),
+            Box::new(size_data(b, dtype)),
+        )
+    };
+    match s {
+        SizeExpr::Const(v) => Data::Literal(*v as f64, dtype),
+        SizeExpr::Sym(name) => Data::Param(name.clone(), DType::I32),
+        SizeExpr::Add(a, b) => both(BinaryOp::Add, a, b),
+        SizeExpr::Mul(a, b) => both(BinaryOp::Mul, a, b),
+        SizeExpr::Max(a, b) => both(BinaryOp::Max, a, b),
+        SizeExpr::CeilDiv(a, b) => {
+            Data::Unary(UnaryOp::Ceil, dtype, Box::new(both(BinaryOp::Div, a, b)))
+        }
+    }
+}
+
+/// Whether the index of the computed tensor along `axis` is at least `lo` and below `hi`
+/// (`lo` 0: only the upper bound), compared as i32 as `iota` is: where a pad or cat reads.
+fn index_within(axis: usize, lo: i64, hi: &crate::plan::SizeExpr) -> Data {
+    let index = || Box::new(Data::Index(axis, None));
+    let below = Data::Binary(
+        BinaryOp::Lt,
+        DType::I32,
+        index(),
+        Box::new(size_data(hi, DType::I32)),
+    );
+    if lo == 0 {
+        return below;
+    }
+    let above = Data::Binary(
+        BinaryOp::Ge,
+        DType::I32,
+        index(),
+        Box::new(Data::Literal(lo as f64, DType::I32)),
+    );
+    Data::Binary(
+        BinaryOp::LogicalAnd,
+        DType::Bool,
+        Box::new(above),
+        Box::new(below),
+    )
 }
 
 /// Tensors the search for loops opened by a producer not placed yet looks at, at most.
