@@ -22,6 +22,7 @@ torch is imported on first use, never at import: the package imports without it.
 
 import ctypes
 import importlib.util
+import operator
 import os
 
 
@@ -50,7 +51,7 @@ def _use_pip_cuda():
 
 _use_pip_cuda()
 
-from ._native import CompileError, Program, Specialization, available  # noqa: E402
+from ._native import CompileError, MisalignedError, Program, Specialization, available  # noqa: E402
 
 __all__ = [
     "CompileError",
@@ -160,26 +161,40 @@ class _Input:
         return "%s: %s%s" % (self.name, self.dtype, _dims_text(self.dims) if self.dims else "")
 
 
+# What a cached call reads from each tensor, as C-level getters (no Python frame per tensor):
+# the cache key (shape, dtype and device of every input), the address, the layout check.
+_SIGNATURE = operator.attrgetter("shape", "dtype", "device")
+_DATA_PTR = operator.methodcaller("data_ptr")
+_IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
+
+
 class _Call:
-    """A checked call's specialization, buffers and device."""
+    """Everything a call with one tuple of input shapes, dtypes and devices needs once its
+    checks passed, so that a repeated call does no per-call work but reading the addresses,
+    allocating the outputs and one native launch (issue 37's launch-overhead budget):
 
-    __slots__ = ("spec", "buffers", "device", "index")
+    - `launch(stream, addresses, scalars)`: the native launcher, its arguments built once;
+      the addresses are the inputs' in argument order, then `allocations`';
+    - `allocations`: `(torch.empty or torch.zeros, shape, dtype)`, the outputs first in
+      declaration order, then the kernel's scratch and zeroed workspace buffers;
+    - `outputs`: how many of `allocations` are returned (`single`: exactly one, returned bare);
+    - `scalar_names`, `defaults`: the launcher's scalar order, and the program's values in it
+      (None when a scalar has none: the call must give it)."""
 
-    def __init__(self, spec, buffers, device, index):
-        self.spec, self.buffers, self.device, self.index = spec, buffers, device, index
+    __slots__ = ("launch", "stream", "index", "device", "allocations", "outputs", "single", "scalar_names", "defaults")
 
 
 _RAW_STREAM = []
 
 
-def _current_stream(torch, index):
-    """torch's current stream on device `index` as a raw handle. `_cuda_getCurrentRawStream`
-    (what Triton's launcher calls) skips building a `torch.cuda.Stream` object, a few
-    microseconds a call; the public API where torch lacks it."""
+def _raw_stream(torch):
+    """A function of a device index giving torch's current stream on it as a raw handle.
+    `_cuda_getCurrentRawStream` (what Triton's launcher calls) skips building a
+    `torch.cuda.Stream` object, a few microseconds a call; the public API where torch lacks it."""
     if not _RAW_STREAM:
         raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
         _RAW_STREAM.append(raw or (lambda i: torch.cuda.current_stream(i).cuda_stream))
-    return _RAW_STREAM[0](index)
+    return _RAW_STREAM[0]
 
 
 class Kernel:
@@ -200,8 +215,8 @@ class Kernel:
         self._scalar_defaults = {n: v for n, _, v in program.scalars if v is not None}
         # sizes (in symbol order) -> (Specialization, [(role, torch dtype, shape, position)])
         self._specializations = {}
-        # (shape, dtype, device index) of every input -> _Call, once a call with them has been
-        # checked: a repeated call skips binding and specializing (the launch-overhead budget).
+        # (shape, dtype, device) of every input -> _Call, once a call with them has been
+        # checked: a repeated call skips binding, specializing and building arguments.
         self._calls = {}
 
     def __repr__(self):
@@ -351,47 +366,70 @@ class Kernel:
         return self.specialize(sizes).cuda
 
     # -- calls
-    def _prepare(self, tensors, key):
-        """Everything a call with these inputs' shapes, dtypes and devices needs, after the full
-        checks (which raise, naming the tensor and the rule); remembered under `key`."""
+    def _prepare(self, tensors):
+        """A `_Call` for these inputs' shapes, dtypes and devices, after the full checks (which
+        raise, naming the tensor and the rule)."""
         torch = _torch()
         sizes = self._bind(tensors)
         device = self._check_placement(tensors)
         spec, buffers = self._specialization(sizes)
         index = device.index if device.index is not None else torch.cuda.current_device()
-        call = _Call(spec, buffers, device, index)
-        if key is not None:
-            self._calls[key] = call
+        outputs = [b for b in buffers if b[0] == "output"]
+        others = [b for b in buffers if b[0] not in ("input", "output")]
+        allocated = outputs + others
+        # Where each tensor parameter's address is in a launch's: the inputs' in argument
+        # order, then the allocations'.
+        slot = {id(b): len(self.inputs) + i for i, b in enumerate(allocated)}
+        address_of = [b[3] if b[0] == "input" else slot[id(b)] for b in buffers]
+        launcher = spec.launcher(index, address_of, len(self.inputs) + len(allocated))
+        call = _Call()
+        call.launch = launcher.launch
+        call.stream = _raw_stream(torch)
+        call.index = index
+        call.device = device
+        call.allocations = tuple(
+            (torch.zeros if role == "workspace" else torch.empty, shape, dtype) for role, dtype, shape, _ in allocated
+        )
+        call.outputs = len(outputs)
+        call.single = len(outputs) == 1
+        call.scalar_names = tuple(launcher.scalars)
+        defaults = self._scalar_defaults
+        call.defaults = (
+            [float(defaults[n]) for n in call.scalar_names] if all(n in defaults for n in call.scalar_names) else None
+        )
         return call
 
     def __call__(self, *tensors, **scalars):
-        torch = _torch()
         try:
-            key = tuple((t.shape, t.dtype, t.get_device()) for t in tensors)
-        except AttributeError:  # not a tensor: the full checks say which argument
-            key = None
-        call = self._calls.get(key)
-        if call is None:
-            call = self._prepare(tensors, key)
+            call = self._calls[tuple(map(_SIGNATURE, tensors))]
+        except (KeyError, AttributeError):
+            return self._first_call(tensors, scalars)
+        if not all(map(_IS_CONTIGUOUS, tensors)):
+            self._check_placement(tensors)  # raises, naming the tensor
+        if scalars or call.defaults is None:
+            given = self._scalar_values(scalars)  # raises for a missing or unknown scalar
+            values = [given[n] for n in call.scalar_names]
         else:
-            for t in tensors:
-                if not t.is_contiguous() or t.data_ptr() % _ALIGNMENT:
-                    self._check_placement(tensors)  # raises, naming the tensor
-        values = self._scalar_values(scalars) if (scalars or self.scalars) else None
-        pointers, outputs = [], []
-        for role, dtype, shape, position in call.buffers:
-            if role == "input":
-                pointers.append(tensors[position].data_ptr())
-                continue
-            if role == "workspace":
-                t = torch.zeros(shape, dtype=dtype, device=call.device)
-            else:
-                t = torch.empty(shape, dtype=dtype, device=call.device)
-                if role == "output":
-                    outputs.append(t)
-            pointers.append(t.data_ptr())
-        call.spec.launch(call.index, _current_stream(torch, call.index), pointers, values)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+            values = call.defaults
+        device = call.device
+        allocated = [new(shape, dtype=dtype, device=device) for new, shape, dtype in call.allocations]
+        addresses = list(map(_DATA_PTR, tensors))
+        addresses += map(_DATA_PTR, allocated)
+        try:
+            call.launch(call.stream(call.index), addresses, values)
+        except MisalignedError:
+            # The launcher checks the addresses' alignment (nothing is launched): the full
+            # check names the tensor.
+            self._check_placement(tensors)
+            raise
+        return allocated[0] if call.single else tuple(allocated[: call.outputs])
+
+    def _first_call(self, tensors, scalars):
+        """A call whose inputs' shapes, dtypes and devices are new: checked in full, remembered,
+        then launched as a repeated call."""
+        call = self._prepare(tensors)  # raises for an argument that is not a tensor
+        self._calls[tuple(map(_SIGNATURE, tensors))] = call
+        return self(*tensors, **scalars)
 
     def fake(self, *tensors, **scalars):
         """What a call returns, without a GPU: empty outputs of the right dtypes and shapes on

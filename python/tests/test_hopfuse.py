@@ -160,6 +160,51 @@ class CallChecksTest(unittest.TestCase):
             self.add(cuda_tensor((4, 8)), cuda_tensor((4, 8)))
 
 
+@unittest.skipIf(DRIVER, "a GPU driver is loaded here: the stand-in's addresses must not be launched")
+class CachedCallTest(unittest.TestCase):
+    """A repeated call launches through what its first call prepared: the inputs' addresses then
+    the outputs', the scalars in the launcher's order (the program's values unless given). The
+    launch itself is replaced by a recorder (no GPU here)."""
+
+    PROGRAM = (
+        "fusion two {\n  input x: f32[N]\n  input s: f32 = 2.0\n"
+        "  y = x * s\n  z = x + s\n  output y\n  output z\n}\n"
+    )
+
+    def test_addresses_and_scalars_reach_the_launch(self):
+        k = hopfuse.compile(self.PROGRAM)
+        x = cuda_tensor((64,))
+        with self.assertRaises(RuntimeError):
+            k(x)  # prepared and remembered, then the launch fails without a GPU
+        (call,) = k._calls.values()
+        self.assertEqual(call.scalar_names, ("s",))
+        launches = []
+        call.launch = lambda stream, addresses, scalars: launches.append((addresses, scalars))
+        y, z = k(x)
+        self.assertEqual([tuple(t.shape) for t in (y, z)], [(64,), (64,)])
+        self.assertEqual(y.device, x.device)
+        self.assertEqual(launches[-1], ([x.data_ptr(), y.data_ptr(), z.data_ptr()], [2.0]))
+        y, z = k(x, s=3)
+        self.assertEqual(launches[-1], ([x.data_ptr(), y.data_ptr(), z.data_ptr()], [3.0]))
+        # Another shape is a new call, checked in full.
+        with self.assertRaisesRegex(hopfuse.DTypeError, "input `x` has dtype torch.float16"):
+            k(cuda_tensor((64,), torch.float16))
+        with self.assertRaisesRegex(TypeError, "scalar `s` \\(f32\\) must be a number, not str"):
+            k(x, s="3")
+        self.assertEqual(len(launches), 2)
+
+    def test_a_scalar_without_a_value_must_be_given_every_call(self):
+        k = hopfuse.compile(self.PROGRAM.replace("input s: f32 = 2.0", "input s: f32"))
+        x = cuda_tensor((64,))
+        with self.assertRaises(RuntimeError):
+            k(x, s=1.0)
+        (call,) = k._calls.values()
+        self.assertIsNone(call.defaults)
+        call.launch = lambda stream, addresses, scalars: None
+        with self.assertRaisesRegex(TypeError, "needs the scalar keyword argument `s` \\(f32\\)"):
+            k(x)
+
+
 class ScalarTest(unittest.TestCase):
     """A scalar input (rank 0) is a keyword argument."""
 
