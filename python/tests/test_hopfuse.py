@@ -254,6 +254,42 @@ class NvrtcTest(unittest.TestCase):
         self.assertEqual(len(list(cache.glob("*.cubin"))), 1)
 
 
+class TransformerBlockTest(unittest.TestCase):
+    """python/examples/transformer_block.py's programs compile to CUDA (and, with NVRTC, to a
+    CUBIN) for every kernel call of the block at the shape it runs on the device: batch 8 x seq
+    1024 tokens, hidden 2048, MLP 5632."""
+
+    def test_the_blocks_kernels_compile_for_its_shapes(self):
+        import importlib.util
+
+        path = ROOT / "python" / "examples" / "transformer_block_programs.py"
+        spec = importlib.util.spec_from_file_location("transformer_block_programs", path)
+        programs = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(programs)
+        kernels = {name: hopfuse.compile(text, schedule) for name, (text, schedule) in programs.programs(2048).items()}
+        self.assertEqual(
+            repr(kernels["rmsnorm"]),
+            "<hopfuse.Kernel rmsnorm_auto_kernel(x: bf16[M, 2048], w: bf16[2048], eps: f32) -> y: bf16[M, 2048]>",
+        )
+        self.assertEqual(repr(kernels["swiglu"]), "<hopfuse.Kernel swiglu_kernel(gate: bf16[M, N], up: bf16[M, N]) -> out: bf16[M, N]>")
+        calls = programs.kernel_sizes(8 * 1024, 2048, 5632)
+        self.assertEqual([name for name, _ in calls].count("matmul"), 5)
+        cubins = set()
+        for name, sizes in calls:
+            s = kernels[name].specialize(sizes)
+            self.assertIn('extern "C" __global__', s.cuda, name)
+            self.assertEqual(s.index_type[0], "i32", (name, sizes))
+            if NVRTC:
+                cubin = s.cubin()
+                self.assertEqual(cubin[:4], b"\x7fELF", (name, sizes))
+                cubins.add(cubin)
+        if NVRTC:
+            # rmsnorm, residual_add, swiglu, and the product (one CUDA source at every size).
+            self.assertEqual(len(cubins), 4)
+        script = ROOT / "python" / "examples" / "transformer_block.py"
+        compile(script.read_text(), str(script), "exec")  # the device script is valid Python
+
+
 class FakeAndOpTest(unittest.TestCase):
     def test_the_fake_implementation_gives_the_outputs_shapes(self):
         r = hopfuse.compile(example("basics/row_sum.hf"))
