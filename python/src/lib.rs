@@ -99,12 +99,7 @@ impl Program {
             .iter()
             .map(|&t| {
                 let tensor = &f.tensors[t];
-                let shape = tensor
-                    .root
-                    .iter()
-                    .map(|&id| f.ids[id].root_extent.clone().unwrap_or(SizeExpr::Const(1)))
-                    .collect();
-                (tensor.name.clone(), tensor.dtype, shape)
+                (tensor.name.clone(), tensor.dtype, f.root_shape(t))
             })
             .collect();
         Ok(Program {
