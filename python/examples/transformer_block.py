@@ -76,7 +76,6 @@ class Weights(torch.nn.Module):
         self.wd = linear(hidden, intermediate)
 
 
-
 def attention(qkv, batch, seq, heads):
     """Causal SDPA on the QKV projection's [tokens, 3 * hidden] output, back to [tokens, hidden]."""
     hidden = qkv.shape[1] // 3

@@ -12,7 +12,9 @@ and shape (`DTypeError`, `ShapeError`, naming the tensor and the rule), device, 
 `ValueError` naming the rule) once per distinct sizes, NVRTC once per distinct CUDA source with
 a disk cache (`$HOPFUSE_CACHE_DIR`, else `~/.cache/hopfuse/cubin`); allocates the outputs with
 torch; and launches on torch's current stream in the device's primary context (torch's). Scalar
-inputs (`input eps: f32[]`) are keyword arguments.
+inputs (`input eps: f32[]`) are keyword arguments. A call with the shapes, dtypes and devices of
+an earlier one reuses what that call prepared (the launcher with its arguments built once): it
+checks contiguity (and the launcher alignment), allocates the outputs and launches.
 
 `torch_op` registers a kernel as a `torch.library.custom_op` with a fake implementation (the
 output shapes from the input shapes, no GPU), so it can sit inside `torch.compile`d code.
