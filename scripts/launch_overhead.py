@@ -24,8 +24,8 @@ t("spec.launch (arguments built per launch)", lambda: spec.launch(dev, stream, p
 t("the call's launcher (arguments built once)", lambda: call.launch(stream, ptrs, []))
 t("torch.empty", lambda: torch.empty((1, 4), dtype=torch.float32, device=call.device))
 t("key", lambda: tuple(map(hopfuse._SIGNATURE, (a, b))))
-t("contiguity", lambda: all(map(hopfuse._IS_CONTIGUOUS, (a, b))))
-t("addresses", lambda: list(map(hopfuse._DATA_PTR, (a, b, c))))
+t("contiguity", lambda: a.is_contiguous() and b.is_contiguous())
+t("addresses", lambda: [a.data_ptr(), b.data_ptr(), c.data_ptr()])
 raw = torch._C._cuda_getCurrentRawStream
 t("raw stream", lambda: raw(dev))
 t("torch.add", lambda: torch.add(a, b))

@@ -163,27 +163,113 @@ class _Input:
         return "%s: %s%s" % (self.name, self.dtype, _dims_text(self.dims) if self.dims else "")
 
 
-# What a cached call reads from each tensor, as C-level getters (no Python frame per tensor):
-# the cache key (shape, dtype and device of every input), the address, the layout check.
+# The cache key of a call (shape, dtype and device of every input), read as the generated call
+# function (`_call_function`) reads it.
 _SIGNATURE = operator.attrgetter("shape", "dtype", "device")
-_DATA_PTR = operator.methodcaller("data_ptr")
-_IS_CONTIGUOUS = operator.methodcaller("is_contiguous")
+
+# A repeated call is the launch-overhead budget's (issue 37): its Python runs through functions
+# generated for the kernel's number of inputs and each call's buffers, as Triton generates its
+# launchers, so that the cache key, the contiguity check and the launch's addresses are single
+# expressions rather than loops over the tensors (about 1.5 us a call less than the loops).
+
+
+def _call_function(inputs):
+    """A factory of the function a kernel with `inputs` tensor arguments is called through:
+    `make(calls, first_call, check_placement, ordered_scalars, misaligned)` returns
+    `call(*tensors, **scalars)`, which looks the inputs' key up in `calls` (`_Call`s; a new key,
+    another argument count or a non-tensor goes to `first_call(tensors, scalars)`), checks
+    contiguity (`check_placement(tensors)` raises, naming the tensor), takes the program's scalar
+    values or `ordered_scalars(call, scalars)`, and runs the `_Call`; an address the launcher
+    refuses (`misaligned`) is named by `check_placement`."""
+    names = ["t%d" % i for i in range(inputs)]
+    args = "".join(n + ", " for n in names)
+    source = "\n".join(
+        [
+            "def make(calls, first_call, check_placement, ordered_scalars, misaligned):",
+            "    def call(*tensors, **scalars):",
+            "        try:",
+            "            (%s) = tensors" % args,
+            "            c = calls[(%s)]" % "".join("(%s.shape, %s.dtype, %s.device), " % (n, n, n) for n in names),
+            "        except (KeyError, ValueError, AttributeError):",
+            "            return first_call(tensors, scalars)",
+            "        if not (%s):" % (" and ".join("%s.is_contiguous()" % n for n in names) or "True"),
+            "            check_placement(tensors)",
+            "        values = c.defaults if not scalars and c.defaults is not None else ordered_scalars(c, scalars)",
+            "        try:",
+            "            return c.run(%svalues)" % args,
+            "        except misaligned:",
+            "            check_placement(tensors)",
+            "            raise",
+            "    return call",
+        ]
+    )
+    namespace = {}
+    exec(source, namespace)  # noqa: S102 (generated from counts alone, no user text)
+    return namespace["make"]
+
+
+_RUN_FUNCTIONS = {}
+
+
+def _run_function(inputs, allocations, outputs):
+    """A factory of a `_Call`'s run function for `inputs` tensor arguments, `allocations`
+    buffers allocated per call and the first `outputs` of them returned:
+    `make(launch, stream, index, device, allocations)` returns `run(t0, ..., values)`, which
+    allocates the buffers (`allocations`: `(torch.empty or torch.zeros, shape, dtype)`), launches
+    with the inputs' addresses then the buffers', and returns the outputs (one bare)."""
+    key = (inputs, allocations, outputs)
+    make = _RUN_FUNCTIONS.get(key)
+    if make is None:
+        buffers = ["a%d" % j for j in range(allocations)]
+        addresses = ["t%d.data_ptr()" % i for i in range(inputs)] + [b + ".data_ptr()" for b in buffers]
+        returned = buffers[0] if outputs == 1 else "(%s)" % "".join(b + ", " for b in buffers[:outputs])
+        lines = ["def make(launch, stream, index, device, allocations):"]
+        lines += ["    (new%d, shape%d, dtype%d) = allocations[%d]" % (j, j, j, j) for j in range(allocations)]
+        lines.append("    def run(%svalues):" % "".join("t%d, " % i for i in range(inputs)))
+        lines += ["        a%d = new%d(shape%d, dtype=dtype%d, device=device)" % (j, j, j, j) for j in range(allocations)]
+        lines.append("        launch(stream(index), [%s], values)" % ", ".join(addresses))
+        lines.append("        return " + returned)
+        lines.append("    return run")
+        namespace = {}
+        exec("\n".join(lines), namespace)  # noqa: S102 (generated from counts alone)
+        make = _RUN_FUNCTIONS[key] = namespace["make"]
+    return make
 
 
 class _Call:
     """Everything a call with one tuple of input shapes, dtypes and devices needs once its
     checks passed, so that a repeated call does no per-call work but reading the addresses,
-    allocating the outputs and one native launch (issue 37's launch-overhead budget):
+    allocating the outputs and one native launch:
 
-    - `launch(stream, addresses, scalars)`: the native launcher, its arguments built once;
-      the addresses are the inputs' in argument order, then `allocations`';
+    - `launch(stream, addresses, scalars)`: the native launcher, its arguments built once; it
+      takes the inputs' addresses in argument order, then the `allocations`', and checks their
+      alignment (`MisalignedError`);
+    - `stream(index)`: torch's current stream on device `index` (`device`'s) as a raw handle;
     - `allocations`: `(torch.empty or torch.zeros, shape, dtype)`, the outputs first in
       declaration order, then the kernel's scratch and zeroed workspace buffers;
-    - `outputs`: how many of `allocations` are returned (`single`: exactly one, returned bare);
+    - `inputs`, `outputs`: how many tensor arguments, and how many of `allocations` are
+      returned (one bare, else a tuple);
     - `scalar_names`, `defaults`: the launcher's scalar order, and the program's values in it
-      (None when a scalar has none: the call must give it)."""
+      (None when a scalar has none: the call must give it);
+    - `run(*inputs, values)`: all of it, made from the fields by `bind`."""
 
-    __slots__ = ("launch", "stream", "index", "device", "allocations", "outputs", "single", "scalar_names", "defaults")
+    __slots__ = (
+        "launch",
+        "stream",
+        "index",
+        "device",
+        "allocations",
+        "inputs",
+        "outputs",
+        "scalar_names",
+        "defaults",
+        "run",
+    )
+
+    def bind(self):
+        """Makes `run` from the fields (again when one has changed)."""
+        make = _run_function(self.inputs, len(self.allocations), self.outputs)
+        self.run = make(self.launch, self.stream, self.index, self.device, self.allocations)
 
 
 _RAW_STREAM = []
@@ -220,6 +306,9 @@ class Kernel:
         # (shape, dtype, device) of every input -> _Call, once a call with them has been
         # checked: a repeated call skips binding, specializing and building arguments.
         self._calls = {}
+        self._call = _call_function(len(self.inputs))(
+            self._calls, self._first_call, self._check_placement, self._ordered_scalars, MisalignedError
+        )
 
     def __repr__(self):
         args = ", ".join(i.declared() for i in self.inputs + self.scalars)
@@ -392,46 +481,31 @@ class Kernel:
         call.allocations = tuple(
             (torch.zeros if role == "workspace" else torch.empty, shape, dtype) for role, dtype, shape, _ in allocated
         )
+        call.inputs = len(self.inputs)
         call.outputs = len(outputs)
-        call.single = len(outputs) == 1
         call.scalar_names = tuple(launcher.scalars)
         defaults = self._scalar_defaults
         call.defaults = (
             [float(defaults[n]) for n in call.scalar_names] if all(n in defaults for n in call.scalar_names) else None
         )
+        call.bind()
         return call
 
     def __call__(self, *tensors, **scalars):
-        try:
-            call = self._calls[tuple(map(_SIGNATURE, tensors))]
-        except (KeyError, AttributeError):
-            return self._first_call(tensors, scalars)
-        if not all(map(_IS_CONTIGUOUS, tensors)):
-            self._check_placement(tensors)  # raises, naming the tensor
-        if scalars or call.defaults is None:
-            given = self._scalar_values(scalars)  # raises for a missing or unknown scalar
-            values = [given[n] for n in call.scalar_names]
-        else:
-            values = call.defaults
-        device = call.device
-        allocated = [new(shape, dtype=dtype, device=device) for new, shape, dtype in call.allocations]
-        addresses = list(map(_DATA_PTR, tensors))
-        addresses += map(_DATA_PTR, allocated)
-        try:
-            call.launch(call.stream(call.index), addresses, values)
-        except MisalignedError:
-            # The launcher checks the addresses' alignment (nothing is launched): the full
-            # check names the tensor.
-            self._check_placement(tensors)
-            raise
-        return allocated[0] if call.single else tuple(allocated[: call.outputs])
+        return self._call(*tensors, **scalars)
 
     def _first_call(self, tensors, scalars):
-        """A call whose inputs' shapes, dtypes and devices are new: checked in full, remembered,
-        then launched as a repeated call."""
-        call = self._prepare(tensors)  # raises for an argument that is not a tensor
+        """A call whose inputs' shapes, dtypes and devices are new (or that is wrong): checked in
+        full, remembered, then made again as a repeated call."""
+        call = self._prepare(tensors)  # raises for a wrong argument, naming it and the rule
         self._calls[tuple(map(_SIGNATURE, tensors))] = call
-        return self(*tensors, **scalars)
+        return self._call(*tensors, **scalars)
+
+    def _ordered_scalars(self, call, scalars):
+        """The scalars' values in `call`'s launcher order: those given, else the program's (a
+        missing, unknown or non-numeric scalar raises)."""
+        given = self._scalar_values(scalars)
+        return [given[n] for n in call.scalar_names]
 
     def fake(self, *tensors, **scalars):
         """What a call returns, without a GPU: empty outputs of the right dtypes and shapes on

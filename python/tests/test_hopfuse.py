@@ -180,6 +180,7 @@ class CachedCallTest(unittest.TestCase):
         self.assertEqual(call.scalar_names, ("s",))
         launches = []
         call.launch = lambda stream, addresses, scalars: launches.append((addresses, scalars))
+        call.bind()
         y, z = k(x)
         self.assertEqual([tuple(t.shape) for t in (y, z)], [(64,), (64,)])
         self.assertEqual(y.device, x.device)
@@ -201,6 +202,7 @@ class CachedCallTest(unittest.TestCase):
         (call,) = k._calls.values()
         self.assertIsNone(call.defaults)
         call.launch = lambda stream, addresses, scalars: None
+        call.bind()
         with self.assertRaisesRegex(TypeError, "needs the scalar keyword argument `s` \\(f32\\)"):
             k(x)
 
