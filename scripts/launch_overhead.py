@@ -22,6 +22,7 @@ def t(name, f, n=20000):
 t("full call", lambda: k(a, b))
 t("spec.launch (arguments built per launch)", lambda: spec.launch(dev, stream, ptrs, None))
 t("the call's launcher (arguments built once)", lambda: call.launch(stream, ptrs, []))
+t("the call's run (allocate, launch)", lambda: call.run(a, b, []))
 t("torch.empty", lambda: torch.empty((1, 4), dtype=torch.float32, device=call.device))
 t("key", lambda: tuple(map(hopfuse._SIGNATURE, (a, b))))
 t("contiguity", lambda: a.is_contiguous() and b.is_contiguous())
