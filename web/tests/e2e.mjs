@@ -1060,6 +1060,7 @@ try {
     assert(twin.includes("def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:"), `the twin: ${twin}`);
     assert(twin.includes("    c = a @ b\n"), `a GEMM, not a broadcast product: ${twin}`);
     // Above the twin, the three lines that call the program from PyTorch with the hopfuse package.
+    await q.waitForSelector("#python-snippet .cm-line");
     const snippet = await q.evaluate(() => Array.from(document.querySelectorAll("#python-snippet .cm-line"), (l) => l.textContent).join("\n"));
     assert(snippet.startsWith("import hopfuse\n"), `the Python snippet: ${snippet}`);
     assert(/\nkernel = hopfuse\.compile\(open\("\w+\.hf"\)\.read\(\)/.test(snippet), `compiles the program: ${snippet}`);
