@@ -237,6 +237,17 @@ def _run_function(inputs, allocations, outputs):
     return make
 
 
+def _launch_layout(buffers, inputs):
+    """How a launch gives a specialization's tensor parameters (`buffers`: `(role, dtype,
+    shape, input position)` in the kernel's order) their addresses: `(allocated, address_of)`,
+    the buffers a call allocates (the outputs in order, then scratch and workspace buffers) and,
+    per parameter, the position of its address among the `inputs` inputs' (in argument order,
+    an input the kernel does not read among them) followed by the allocated buffers'."""
+    allocated = [b for b in buffers if b[0] == "output"] + [b for b in buffers if b[0] not in ("input", "output")]
+    position = {id(b): inputs + i for i, b in enumerate(allocated)}
+    return allocated, [b[3] if b[0] == "input" else position[id(b)] for b in buffers]
+
+
 class _Call:
     """Everything a call with one tuple of input shapes, dtypes and devices needs once its
     checks passed, so that a repeated call does no per-call work but reading the addresses,
@@ -466,13 +477,8 @@ class Kernel:
         device = self._check_placement(tensors)
         spec, buffers = self._specialization(sizes)
         index = device.index if device.index is not None else torch.cuda.current_device()
-        outputs = [b for b in buffers if b[0] == "output"]
-        others = [b for b in buffers if b[0] not in ("input", "output")]
-        allocated = outputs + others
-        # Where each tensor parameter's address is in a launch's: the inputs' in argument
-        # order, then the allocations'.
-        slot = {id(b): len(self.inputs) + i for i, b in enumerate(allocated)}
-        address_of = [b[3] if b[0] == "input" else slot[id(b)] for b in buffers]
+        allocated, address_of = _launch_layout(buffers, len(self.inputs))
+        outputs = [b for b in allocated if b[0] == "output"]
         launcher = spec.launcher(index, address_of, len(self.inputs) + len(allocated))
         call = _Call()
         call.launch = launcher.launch

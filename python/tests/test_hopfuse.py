@@ -194,6 +194,20 @@ class CachedCallTest(unittest.TestCase):
             k(x, s="3")
         self.assertEqual(len(launches), 2)
 
+    def test_every_parameter_finds_its_address(self):
+        # The kernel's parameters: input b (input a is not read), a workspace, output y, a
+        # scratch buffer, output z. A launch gives a, b, then y, z, the workspace, the scratch.
+        buffers = [
+            ("input", "f32", (8,), 1),
+            ("workspace", "f32", (4,), None),
+            ("output", "f32", (8,), None),
+            ("scratch", "f32", (2,), None),
+            ("output", "f16", (8,), None),
+        ]
+        allocated, address_of = hopfuse._launch_layout(buffers, 2)
+        self.assertEqual(allocated, [buffers[2], buffers[4], buffers[1], buffers[3]])
+        self.assertEqual(address_of, [1, 4, 2, 5, 3])
+
     def test_a_scalar_without_a_value_must_be_given_every_call(self):
         k = hopfuse.compile(self.PROGRAM.replace("input s: f32 = 2.0", "input s: f32"))
         x = cuda_tensor((64,))
