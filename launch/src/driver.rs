@@ -1,10 +1,10 @@
 //! Launching a CUBIN's kernel on a caller's CUDA stream, in the device's *primary* context:
 //! the context PyTorch (the CUDA runtime) uses, so a stream and device addresses from torch
 //! are valid here. Takes a device ordinal, a CUBIN and a kernel name ([`Kernel::load`]), then
-//! a [`ConcreteLaunch`], a stream handle and the [`KernelArgs`] per launch. Errors are
+//! a [`ConcreteLaunch`], a stream handle and the kernel's parameters per launch, with the device
+//! made current once by the caller ([`use_device`]). Errors are
 //! messages naming the driver call; nothing here panics when there is no driver (it says so).
 
-use crate::args::KernelArgs;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 use hopfuse::plan::ConcreteLaunch;
@@ -81,17 +81,22 @@ pub fn use_device(ordinal: i32) -> Result<CurrentDevice, String> {
     };
     let previous = cu::ctx::get_current().map_err(driver_err("cuCtxGetCurrent"))?;
     if previous == Some(ctx.0) {
-        return Ok(CurrentDevice { previous: None });
+        return Ok(CurrentDevice {
+            ordinal,
+            previous: None,
+        });
     }
     // SAFETY: a live primary context.
     unsafe { cu::ctx::set_current(ctx.0) }.map_err(driver_err("cuCtxSetCurrent"))?;
     Ok(CurrentDevice {
+        ordinal,
         previous: Some(previous.unwrap_or(std::ptr::null_mut())),
     })
 }
 
 /// The context [`use_device`] replaced, put back on drop (`None`: nothing was replaced).
 pub struct CurrentDevice {
+    ordinal: i32,
     previous: Option<sys::CUcontext>,
 }
 
@@ -108,6 +113,8 @@ impl Drop for CurrentDevice {
 /// specializations are few, and torch may still run work that uses it).
 pub struct Kernel {
     function: sys::CUfunction,
+    /// The device whose primary context holds the module.
+    ordinal: i32,
     /// The dynamic shared memory the kernel has opted in to so far.
     smem_opt_in: AtomicU32,
     pub name: String,
@@ -131,22 +138,29 @@ impl Kernel {
             .map_err(driver_err("cuModuleGetFunction"))?;
         Ok(Kernel {
             function,
+            ordinal,
             smem_opt_in: AtomicU32::new(DEFAULT_DYNAMIC_SMEM),
             name: name.to_string(),
         })
     }
 
-    /// Launches on `stream` (a `CUstream` handle, 0 for the legacy default stream) of device
-    /// `ordinal`; `args` must match the kernel's parameters (built by
-    /// [`crate::args::for_plan`] from the plan the kernel was emitted with).
+    /// Launches on `stream` (a `CUstream` handle, 0 for the legacy default stream) of the
+    /// kernel's device, made current by the caller (`on`, so that a launch asks the driver for
+    /// the current context once); `params` must match the kernel's parameters (built by
+    /// [`crate::args::PlanArgs`] from the plan the kernel was emitted with).
     pub fn launch(
         &self,
-        ordinal: i32,
+        on: &CurrentDevice,
         launch: &ConcreteLaunch,
         stream: u64,
-        args: &mut KernelArgs,
+        params: &mut [*mut std::ffi::c_void],
     ) -> Result<(), String> {
-        let _current = use_device(ordinal)?;
+        if on.ordinal != self.ordinal {
+            return Err(format!(
+                "kernel `{}` is loaded on device {}, not on device {}",
+                self.name, self.ordinal, on.ordinal
+            ));
+        }
         let smem = launch.dynamic_smem_bytes;
         if smem > self.smem_opt_in.load(Ordering::Relaxed) {
             // SAFETY: a live function; the attribute takes a byte count.
@@ -164,7 +178,7 @@ impl Kernel {
         }
         let [gx, gy, gz] = launch.grid;
         let [bx, by, bz] = launch.block;
-        // SAFETY: the caller built `args` for this kernel's parameters from its plan, with
+        // SAFETY: the caller built `params` for this kernel's parameters from its plan, with
         // device addresses of live tensors of the plan's sizes.
         unsafe {
             cu::launch_kernel(
@@ -173,7 +187,7 @@ impl Kernel {
                 (bx, by, bz),
                 smem,
                 stream as sys::CUstream,
-                args.pointers(),
+                params,
             )
         }
         .map_err(driver_err("cuLaunchKernel"))

@@ -12,7 +12,9 @@ and shape (`DTypeError`, `ShapeError`, naming the tensor and the rule), device, 
 `ValueError` naming the rule) once per distinct sizes, NVRTC once per distinct CUDA source with
 a disk cache (`$HOPFUSE_CACHE_DIR`, else `~/.cache/hopfuse/cubin`); allocates the outputs with
 torch; and launches on torch's current stream in the device's primary context (torch's). Scalar
-inputs (`input eps: f32[]`) are keyword arguments.
+inputs (`input eps: f32[]`) are keyword arguments. A call with the shapes, dtypes and devices of
+an earlier one reuses what that call prepared (the launcher with its arguments built once): it
+checks contiguity (and the launcher alignment), allocates the outputs and launches.
 
 `torch_op` registers a kernel as a `torch.library.custom_op` with a fake implementation (the
 output shapes from the input shapes, no GPU), so it can sit inside `torch.compile`d code.
@@ -22,6 +24,7 @@ torch is imported on first use, never at import: the package imports without it.
 
 import ctypes
 import importlib.util
+import operator
 import os
 
 
@@ -50,7 +53,7 @@ def _use_pip_cuda():
 
 _use_pip_cuda()
 
-from ._native import CompileError, Program, Specialization, available  # noqa: E402
+from ._native import CompileError, MisalignedError, Program, Specialization, available  # noqa: E402
 
 __all__ = [
     "CompileError",
@@ -160,26 +163,138 @@ class _Input:
         return "%s: %s%s" % (self.name, self.dtype, _dims_text(self.dims) if self.dims else "")
 
 
+# The cache key of a call (shape, dtype and device of every input), read as the generated call
+# function (`_call_function`) reads it.
+_SIGNATURE = operator.attrgetter("shape", "dtype", "device")
+
+# A repeated call is the launch-overhead budget's (issue 37): its Python runs through functions
+# generated for the kernel's number of inputs and each call's buffers, as Triton generates its
+# launchers, so that the cache key, the contiguity check and the launch's addresses are single
+# expressions rather than loops over the tensors (1.3 us a call less than loops, measured with
+# python/bench/call_path.py).
+
+
+def _call_function(inputs):
+    """A factory of the function a kernel with `inputs` tensor arguments is called through:
+    `make(calls, first_call, check_placement, ordered_scalars, misaligned)` returns
+    `call(*tensors, **scalars)`, which looks the inputs' key up in `calls` (`_Call`s; a new key,
+    another argument count or a non-tensor goes to `first_call(tensors, scalars)`), checks
+    contiguity (`check_placement(tensors)` raises, naming the tensor), takes the program's scalar
+    values or `ordered_scalars(call, scalars)`, and runs the `_Call`; an address the launcher
+    refuses (`misaligned`) is named by `check_placement`."""
+    names = ["t%d" % i for i in range(inputs)]
+    args = "".join(n + ", " for n in names)
+    source = "\n".join(
+        [
+            "def make(calls, first_call, check_placement, ordered_scalars, misaligned):",
+            "    def call(*tensors, **scalars):",
+            "        try:",
+            "            (%s) = tensors" % args,
+            "            c = calls[(%s)]" % "".join("(%s.shape, %s.dtype, %s.device), " % (n, n, n) for n in names),
+            "        except (KeyError, ValueError, AttributeError):",
+            "            return first_call(tensors, scalars)",
+            "        if not (%s):" % (" and ".join("%s.is_contiguous()" % n for n in names) or "True"),
+            "            check_placement(tensors)",
+            "        values = c.defaults if not scalars and c.defaults is not None else ordered_scalars(c, scalars)",
+            "        try:",
+            "            return c.run(%svalues)" % args,
+            "        except misaligned:",
+            "            check_placement(tensors)",
+            "            raise",
+            "    return call",
+        ]
+    )
+    namespace = {}
+    exec(source, namespace)  # noqa: S102 (generated from counts alone, no user text)
+    return namespace["make"]
+
+
+_RUN_FUNCTIONS = {}
+
+
+def _run_function(inputs, allocations, outputs):
+    """A factory of a `_Call`'s run function for `inputs` tensor arguments, `allocations`
+    buffers allocated per call and the first `outputs` of them returned:
+    `make(launch, stream, index, device, allocations)` returns `run(t0, ..., values)`, which
+    allocates the buffers (`allocations`: `(torch.empty or torch.zeros, shape, dtype)`), launches
+    with the inputs' addresses then the buffers', and returns the outputs (one bare)."""
+    key = (inputs, allocations, outputs)
+    make = _RUN_FUNCTIONS.get(key)
+    if make is None:
+        buffers = ["a%d" % j for j in range(allocations)]
+        addresses = ["t%d.data_ptr()" % i for i in range(inputs)] + [b + ".data_ptr()" for b in buffers]
+        returned = buffers[0] if outputs == 1 else "(%s)" % "".join(b + ", " for b in buffers[:outputs])
+        lines = ["def make(launch, stream, index, device, allocations):"]
+        lines += ["    (new%d, shape%d, dtype%d) = allocations[%d]" % (j, j, j, j) for j in range(allocations)]
+        lines.append("    def run(%svalues):" % "".join("t%d, " % i for i in range(inputs)))
+        lines += ["        a%d = new%d(shape%d, dtype=dtype%d, device=device)" % (j, j, j, j) for j in range(allocations)]
+        lines.append("        launch(stream(index), [%s], values)" % ", ".join(addresses))
+        lines.append("        return " + returned)
+        lines.append("    return run")
+        namespace = {}
+        exec("\n".join(lines), namespace)  # noqa: S102 (generated from counts alone)
+        make = _RUN_FUNCTIONS[key] = namespace["make"]
+    return make
+
+
+def _launch_layout(buffers, inputs):
+    """How a launch gives a specialization's tensor parameters (`buffers`: `(role, dtype,
+    shape, input position)` in the kernel's order) their addresses: `(allocated, address_of)`,
+    the buffers a call allocates (the outputs in order, then scratch and workspace buffers) and,
+    per parameter, the position of its address among the `inputs` inputs' (in argument order,
+    an input the kernel does not read among them) followed by the allocated buffers'."""
+    allocated = [b for b in buffers if b[0] == "output"] + [b for b in buffers if b[0] not in ("input", "output")]
+    position = {id(b): inputs + i for i, b in enumerate(allocated)}
+    return allocated, [b[3] if b[0] == "input" else position[id(b)] for b in buffers]
+
+
 class _Call:
-    """A checked call's specialization, buffers and device."""
+    """Everything a call with one tuple of input shapes, dtypes and devices needs once its
+    checks passed, so that a repeated call does no per-call work but reading the addresses,
+    allocating the outputs and one native launch:
 
-    __slots__ = ("spec", "buffers", "device", "index")
+    - `launch(stream, addresses, scalars)`: the native launcher, its arguments built once; it
+      takes the inputs' addresses in argument order, then the `allocations`', and checks their
+      alignment (`MisalignedError`);
+    - `stream(index)`: torch's current stream on device `index` (`device`'s) as a raw handle;
+    - `allocations`: `(torch.empty or torch.zeros, shape, dtype)`, the outputs first in
+      declaration order, then the kernel's scratch and zeroed workspace buffers;
+    - `inputs`, `outputs`: how many tensor arguments, and how many of `allocations` are
+      returned (one bare, else a tuple);
+    - `scalar_names`, `defaults`: the launcher's scalar order, and the program's values in it
+      (None when a scalar has none: the call must give it);
+    - `run(*inputs, values)`: all of it, made from the fields by `bind`."""
 
-    def __init__(self, spec, buffers, device, index):
-        self.spec, self.buffers, self.device, self.index = spec, buffers, device, index
+    __slots__ = (
+        "launch",
+        "stream",
+        "index",
+        "device",
+        "allocations",
+        "inputs",
+        "outputs",
+        "scalar_names",
+        "defaults",
+        "run",
+    )
+
+    def bind(self):
+        """Makes `run` from the fields (again when one has changed)."""
+        make = _run_function(self.inputs, len(self.allocations), self.outputs)
+        self.run = make(self.launch, self.stream, self.index, self.device, self.allocations)
 
 
 _RAW_STREAM = []
 
 
-def _current_stream(torch, index):
-    """torch's current stream on device `index` as a raw handle. `_cuda_getCurrentRawStream`
-    (what Triton's launcher calls) skips building a `torch.cuda.Stream` object, a few
-    microseconds a call; the public API where torch lacks it."""
+def _raw_stream(torch):
+    """A function of a device index giving torch's current stream on it as a raw handle.
+    `_cuda_getCurrentRawStream` (what Triton's launcher calls) skips building a
+    `torch.cuda.Stream` object, a few microseconds a call; the public API where torch lacks it."""
     if not _RAW_STREAM:
         raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
         _RAW_STREAM.append(raw or (lambda i: torch.cuda.current_stream(i).cuda_stream))
-    return _RAW_STREAM[0](index)
+    return _RAW_STREAM[0]
 
 
 class Kernel:
@@ -200,9 +315,12 @@ class Kernel:
         self._scalar_defaults = {n: v for n, _, v in program.scalars if v is not None}
         # sizes (in symbol order) -> (Specialization, [(role, torch dtype, shape, position)])
         self._specializations = {}
-        # (shape, dtype, device index) of every input -> _Call, once a call with them has been
-        # checked: a repeated call skips binding and specializing (the launch-overhead budget).
+        # (shape, dtype, device) of every input -> _Call, once a call with them has been
+        # checked: a repeated call skips binding, specializing and building arguments.
         self._calls = {}
+        self._call = _call_function(len(self.inputs))(
+            self._calls, self._first_call, self._check_placement, self._ordered_scalars, MisalignedError
+        )
 
     def __repr__(self):
         args = ", ".join(i.declared() for i in self.inputs + self.scalars)
@@ -351,47 +469,50 @@ class Kernel:
         return self.specialize(sizes).cuda
 
     # -- calls
-    def _prepare(self, tensors, key):
-        """Everything a call with these inputs' shapes, dtypes and devices needs, after the full
-        checks (which raise, naming the tensor and the rule); remembered under `key`."""
+    def _prepare(self, tensors):
+        """A `_Call` for these inputs' shapes, dtypes and devices, after the full checks (which
+        raise, naming the tensor and the rule)."""
         torch = _torch()
         sizes = self._bind(tensors)
         device = self._check_placement(tensors)
         spec, buffers = self._specialization(sizes)
         index = device.index if device.index is not None else torch.cuda.current_device()
-        call = _Call(spec, buffers, device, index)
-        if key is not None:
-            self._calls[key] = call
+        allocated, address_of = _launch_layout(buffers, len(self.inputs))
+        outputs = [b for b in allocated if b[0] == "output"]
+        launcher = spec.launcher(index, address_of, len(self.inputs) + len(allocated))
+        call = _Call()
+        call.launch = launcher.launch
+        call.stream = _raw_stream(torch)
+        call.index = index
+        call.device = device
+        call.allocations = tuple(
+            (torch.zeros if role == "workspace" else torch.empty, shape, dtype) for role, dtype, shape, _ in allocated
+        )
+        call.inputs = len(self.inputs)
+        call.outputs = len(outputs)
+        call.scalar_names = tuple(launcher.scalars)
+        defaults = self._scalar_defaults
+        call.defaults = (
+            [float(defaults[n]) for n in call.scalar_names] if all(n in defaults for n in call.scalar_names) else None
+        )
+        call.bind()
         return call
 
     def __call__(self, *tensors, **scalars):
-        torch = _torch()
-        try:
-            key = tuple((t.shape, t.dtype, t.get_device()) for t in tensors)
-        except AttributeError:  # not a tensor: the full checks say which argument
-            key = None
-        call = self._calls.get(key)
-        if call is None:
-            call = self._prepare(tensors, key)
-        else:
-            for t in tensors:
-                if not t.is_contiguous() or t.data_ptr() % _ALIGNMENT:
-                    self._check_placement(tensors)  # raises, naming the tensor
-        values = self._scalar_values(scalars) if (scalars or self.scalars) else None
-        pointers, outputs = [], []
-        for role, dtype, shape, position in call.buffers:
-            if role == "input":
-                pointers.append(tensors[position].data_ptr())
-                continue
-            if role == "workspace":
-                t = torch.zeros(shape, dtype=dtype, device=call.device)
-            else:
-                t = torch.empty(shape, dtype=dtype, device=call.device)
-                if role == "output":
-                    outputs.append(t)
-            pointers.append(t.data_ptr())
-        call.spec.launch(call.index, _current_stream(torch, call.index), pointers, values)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        return self._call(*tensors, **scalars)
+
+    def _first_call(self, tensors, scalars):
+        """A call whose inputs' shapes, dtypes and devices are new (or that is wrong): checked in
+        full, remembered, then made again as a repeated call."""
+        call = self._prepare(tensors)  # raises for a wrong argument, naming it and the rule
+        self._calls[tuple(map(_SIGNATURE, tensors))] = call
+        return self._call(*tensors, **scalars)
+
+    def _ordered_scalars(self, call, scalars):
+        """The scalars' values in `call`'s launcher order: those given, else the program's (a
+        missing, unknown or non-numeric scalar raises)."""
+        given = self._scalar_values(scalars)
+        return [given[n] for n in call.scalar_names]
 
     def fake(self, *tensors, **scalars):
         """What a call returns, without a GPU: empty outputs of the right dtypes and shapes on

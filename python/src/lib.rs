@@ -7,16 +7,19 @@
 //! - [`Program::specialize`]: a [`Specialization`] for concrete sizes (index type, aligned
 //!   vector accesses, the plan's constraints and TMA boxes checked: a `ValueError` naming the
 //!   rule), with every tensor parameter's shape for the caller to allocate;
-//! - [`Specialization::launch`]: NVRTC once per CUDA source ([`hopfuse_launch::cache`], in
-//!   memory and on disk), the CUBIN loaded once per device into its primary context (torch's),
-//!   the TMA tensor maps encoded from the tensors' addresses, and one `cuLaunchKernel` on the
-//!   caller's stream.
+//! - [`Specialization::launcher`]: a [`Launcher`] for one device, what a cached call of the
+//!   Python package launches through: the kernel's arguments built once ([`PlanArgs`]), NVRTC
+//!   once per CUDA source ([`hopfuse_launch::cache`], in memory and on disk), the CUBIN loaded
+//!   once into the device's primary context (torch's); each launch writes the tensors'
+//!   addresses and the scalars, encodes a TMA tensor map whose address changed, and makes one
+//!   `cuLaunchKernel` on the caller's stream. [`Specialization::launch`] does the same once.
 //!
 //! Tensors stay torch's: this module sees only device addresses, so it imports no torch.
 
 use hopfuse::plan::{Param, SizeExpr, TensorRole};
 use hopfuse::{CompileOptions, DType, IndexType, LaunchPlan};
-use hopfuse_launch::driver::Kernel;
+use hopfuse_launch::args::PlanArgs;
+use hopfuse_launch::driver::{use_device, Kernel};
 use hopfuse_launch::specialize::{compile_for_sizes, PrepareError, Setup};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -24,6 +27,14 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
+
+create_exception!(
+    _native,
+    MisalignedError,
+    PyValueError,
+    "A device address given to a launch is not a multiple of 16 bytes (the kernels' vector \
+     accesses and TMA need it)."
+);
 
 create_exception!(
     _native,
@@ -88,12 +99,7 @@ impl Program {
             .iter()
             .map(|&t| {
                 let tensor = &f.tensors[t];
-                let shape = tensor
-                    .root
-                    .iter()
-                    .map(|&id| f.ids[id].root_extent.clone().unwrap_or(SizeExpr::Const(1)))
-                    .collect();
-                (tensor.name.clone(), tensor.dtype, shape)
+                (tensor.name.clone(), tensor.dtype, f.root_shape(t))
             })
             .collect();
         Ok(Program {
@@ -239,26 +245,46 @@ impl Specialization {
         Ok(self.cubin.get_or_init(|| cubin).clone())
     }
 
-    /// What a launch on `device` needs: the loaded kernel, the device's context made current
-    /// (the tensor maps are encoded with the driver), and the arguments in the plan's order.
-    fn arguments(
+    /// The arguments of a launch whose addresses are in [`Specialization::tensors`] order,
+    /// with the scalars in `scalars` (the program's values for the others).
+    fn plan_args(
+        &self,
+        pointers: usize,
+        scalars: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<(PlanArgs, Vec<f64>)> {
+        let identity: Vec<usize> = (0..self.plan.tensors().count()).collect();
+        let args = PlanArgs::new(&self.plan, &self.sizes, &identity, pointers)
+            .map_err(PyValueError::new_err)?;
+        let values = args
+            .scalar_values(&scalar_map(scalars)?)
+            .map_err(PyValueError::new_err)?;
+        Ok((args, values))
+    }
+
+    /// `count` launches with the arguments built once (see [`Specialization::launch`]); the
+    /// host seconds the launches took.
+    fn launches(
         &self,
         py: Python<'_>,
         device: i32,
+        stream: u64,
         pointers: &[u64],
         scalars: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<(
-        Arc<Kernel>,
-        hopfuse_launch::driver::CurrentDevice,
-        hopfuse_launch::args::KernelArgs,
-    )> {
+        count: u32,
+    ) -> PyResult<f64> {
+        let (mut args, values) = self.plan_args(pointers.len(), scalars)?;
         let kernel = self.kernel(py, device)?;
-        let values = scalar_values(scalars)?;
-        let current =
-            hopfuse_launch::driver::use_device(device).map_err(PyRuntimeError::new_err)?;
-        let args = hopfuse_launch::args::for_plan(&self.plan, &self.sizes, pointers, &values)
+        let current = use_device(device).map_err(PyRuntimeError::new_err)?;
+        let params = args
+            .fill(pointers, &values)
             .map_err(PyValueError::new_err)?;
-        Ok((kernel, current, args))
+        let start = std::time::Instant::now();
+        for _ in 0..count {
+            kernel
+                .launch(&current, &self.setup.launch, stream, params)
+                .map_err(PyRuntimeError::new_err)?;
+        }
+        Ok(start.elapsed().as_secs_f64())
     }
 
     fn kernel(&self, py: Python<'_>, device: i32) -> PyResult<Arc<Kernel>> {
@@ -338,9 +364,30 @@ impl Specialization {
         self.kernel(py, device).map(|_| ())
     }
 
-    /// Launches on `stream` (a CUDA stream handle of device `device`): `pointers` holds the
-    /// device address of every tensor parameter in [`Specialization::tensors`] order,
-    /// `scalars` the value of every scalar parameter.
+    /// A [`Launcher`] of this kernel on `device` whose launches give `addresses` device
+    /// addresses, tensor parameter `t` ([`Specialization::tensors`] order) reading the one at
+    /// `address_of[t]`. Nothing is compiled or loaded until its first launch.
+    fn launcher(
+        slf: Bound<'_, Self>,
+        device: i32,
+        address_of: Vec<usize>,
+        addresses: usize,
+    ) -> PyResult<Launcher> {
+        let this = slf.get();
+        let args = PlanArgs::new(&this.plan, &this.sizes, &address_of, addresses)
+            .map_err(PyValueError::new_err)?;
+        Ok(Launcher {
+            scalars: args.scalar_names().map(str::to_string).collect(),
+            args: Mutex::new(args),
+            spec: slf.unbind(),
+            device,
+            kernel: OnceLock::new(),
+        })
+    }
+
+    /// Launches once on `stream` (a CUDA stream handle of device `device`): `pointers` holds
+    /// the device address of every tensor parameter in [`Specialization::tensors`] order,
+    /// `scalars` the value of every scalar parameter the program gives none.
     #[pyo3(signature = (device, stream, pointers, scalars=None))]
     fn launch(
         &self,
@@ -350,10 +397,8 @@ impl Specialization {
         pointers: Vec<u64>,
         scalars: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
-        let (kernel, _current, mut args) = self.arguments(py, device, &pointers, scalars)?;
-        kernel
-            .launch(device, &self.setup.launch, stream, &mut args)
-            .map_err(PyRuntimeError::new_err)
+        self.launches(py, device, stream, &pointers, scalars, 1)
+            .map(|_| ())
     }
 
     /// The baseline of the launch-overhead benchmark: the arguments built once, then `count`
@@ -369,18 +414,69 @@ impl Specialization {
         count: u32,
         scalars: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<f64> {
-        let (kernel, _current, mut args) = self.arguments(py, device, &pointers, scalars)?;
-        let start = std::time::Instant::now();
-        for _ in 0..count {
-            kernel
-                .launch(device, &self.setup.launch, stream, &mut args)
-                .map_err(PyRuntimeError::new_err)?;
-        }
-        Ok(start.elapsed().as_secs_f64())
+        self.launches(py, device, stream, &pointers, scalars, count)
     }
 }
 
-fn scalar_values(scalars: Option<&Bound<'_, PyDict>>) -> PyResult<BTreeMap<String, f64>> {
+/// One specialization's kernel on one device, as a cached call of the Python package launches
+/// it: the arguments built once, the kernel compiled and loaded at the first launch.
+#[pyclass(frozen, module = "hopfuse._native")]
+struct Launcher {
+    spec: Py<Specialization>,
+    device: i32,
+    /// The scalar parameters' names, in the order a launch takes their values.
+    scalars: Vec<String>,
+    args: Mutex<PlanArgs>,
+    kernel: OnceLock<Arc<Kernel>>,
+}
+
+#[pymethods]
+impl Launcher {
+    /// The scalar parameters' names, in the order [`Launcher::launch`] takes their values.
+    #[getter]
+    fn scalars(&self) -> Vec<String> {
+        self.scalars.clone()
+    }
+
+    /// Launches on `stream` (a CUDA stream handle of the launcher's device): `addresses` as
+    /// many device addresses as the launcher was made for, `scalars` one value per scalar
+    /// parameter ([`Launcher::scalars`] order). A misaligned address raises `MisalignedError`
+    /// before anything is compiled or launched.
+    fn launch(
+        &self,
+        py: Python<'_>,
+        stream: u64,
+        addresses: Vec<u64>,
+        scalars: Vec<f64>,
+    ) -> PyResult<()> {
+        if let Some(i) = hopfuse_launch::args::first_misaligned(&addresses) {
+            return Err(MisalignedError::new_err(format!(
+                "device address {i} ({:#x}) is not a multiple of {} bytes",
+                addresses[i],
+                hopfuse_launch::args::ALIGNMENT
+            )));
+        }
+        let spec = self.spec.get();
+        let kernel = match self.kernel.get() {
+            Some(k) => k,
+            None => {
+                let k = spec.kernel(py, self.device)?;
+                self.kernel.get_or_init(|| k)
+            }
+        };
+        let current = use_device(self.device).map_err(PyRuntimeError::new_err)?;
+        let mut args = self.args.lock().unwrap_or_else(|e| e.into_inner());
+        let params = args
+            .fill(&addresses, &scalars)
+            .map_err(PyValueError::new_err)?;
+        // The driver copies the parameters at the call: the lock covers it.
+        kernel
+            .launch(&current, &spec.setup.launch, stream, params)
+            .map_err(PyRuntimeError::new_err)
+    }
+}
+
+fn scalar_map(scalars: Option<&Bound<'_, PyDict>>) -> PyResult<BTreeMap<String, f64>> {
     let mut values = BTreeMap::new();
     if let Some(scalars) = scalars {
         for (k, v) in scalars.iter() {
@@ -403,7 +499,9 @@ fn available() -> (bool, bool) {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Program>()?;
     m.add_class::<Specialization>()?;
+    m.add_class::<Launcher>()?;
     m.add_function(wrap_pyfunction!(available, m)?)?;
     m.add("CompileError", m.py().get_type::<CompileError>())?;
+    m.add("MisalignedError", m.py().get_type::<MisalignedError>())?;
     Ok(())
 }

@@ -160,6 +160,67 @@ class CallChecksTest(unittest.TestCase):
             self.add(cuda_tensor((4, 8)), cuda_tensor((4, 8)))
 
 
+@unittest.skipIf(DRIVER, "a GPU driver is loaded here: the stand-in's addresses must not be launched")
+class CachedCallTest(unittest.TestCase):
+    """A repeated call launches through what its first call prepared: the inputs' addresses then
+    the outputs', the scalars in the launcher's order (the program's values unless given). The
+    launch itself is replaced by a recorder (no GPU here)."""
+
+    PROGRAM = (
+        "fusion two {\n  input x: f32[N]\n  input s: f32 = 2.0\n"
+        "  y = x * s\n  z = x + s\n  output y\n  output z\n}\n"
+    )
+
+    def test_addresses_and_scalars_reach_the_launch(self):
+        k = hopfuse.compile(self.PROGRAM)
+        x = cuda_tensor((64,))
+        with self.assertRaises(RuntimeError):
+            k(x)  # prepared and remembered, then the launch fails without a GPU
+        (call,) = k._calls.values()
+        self.assertEqual(call.scalar_names, ("s",))
+        launches = []
+        call.launch = lambda stream, addresses, scalars: launches.append((addresses, scalars))
+        call.bind()
+        y, z = k(x)
+        self.assertEqual([tuple(t.shape) for t in (y, z)], [(64,), (64,)])
+        self.assertEqual(y.device, x.device)
+        self.assertEqual(launches[-1], ([x.data_ptr(), y.data_ptr(), z.data_ptr()], [2.0]))
+        y, z = k(x, s=3)
+        self.assertEqual(launches[-1], ([x.data_ptr(), y.data_ptr(), z.data_ptr()], [3.0]))
+        # Another shape is a new call, checked in full.
+        with self.assertRaisesRegex(hopfuse.DTypeError, "input `x` has dtype torch.float16"):
+            k(cuda_tensor((64,), torch.float16))
+        with self.assertRaisesRegex(TypeError, "scalar `s` \\(f32\\) must be a number, not str"):
+            k(x, s="3")
+        self.assertEqual(len(launches), 2)
+
+    def test_every_parameter_finds_its_address(self):
+        # The kernel's parameters: input b (input a is not read), a workspace, output y, a
+        # scratch buffer, output z. A launch gives a, b, then y, z, the workspace, the scratch.
+        buffers = [
+            ("input", "f32", (8,), 1),
+            ("workspace", "f32", (4,), None),
+            ("output", "f32", (8,), None),
+            ("scratch", "f32", (2,), None),
+            ("output", "f16", (8,), None),
+        ]
+        allocated, address_of = hopfuse._launch_layout(buffers, 2)
+        self.assertEqual(allocated, [buffers[2], buffers[4], buffers[1], buffers[3]])
+        self.assertEqual(address_of, [1, 4, 2, 5, 3])
+
+    def test_a_scalar_without_a_value_must_be_given_every_call(self):
+        k = hopfuse.compile(self.PROGRAM.replace("input s: f32 = 2.0", "input s: f32"))
+        x = cuda_tensor((64,))
+        with self.assertRaises(RuntimeError):
+            k(x, s=1.0)
+        (call,) = k._calls.values()
+        self.assertIsNone(call.defaults)
+        call.launch = lambda stream, addresses, scalars: None
+        call.bind()
+        with self.assertRaisesRegex(TypeError, "needs the scalar keyword argument `s` \\(f32\\)"):
+            k(x)
+
+
 class ScalarTest(unittest.TestCase):
     """A scalar input (rank 0) is a keyword argument."""
 
@@ -207,6 +268,42 @@ class NvrtcTest(unittest.TestCase):
         self.assertEqual(other.cuda, spec.cuda)
         self.assertEqual(other.cubin(), cubin)
         self.assertEqual(len(list(cache.glob("*.cubin"))), 1)
+
+
+class TransformerBlockTest(unittest.TestCase):
+    """python/examples/transformer_block.py's programs compile to CUDA (and, with NVRTC, to a
+    CUBIN) for every kernel call of the block at the shape it runs on the device: batch 8 x seq
+    1024 tokens, hidden 2048, MLP 5632."""
+
+    def test_the_blocks_kernels_compile_for_its_shapes(self):
+        import importlib.util
+
+        path = ROOT / "python" / "examples" / "transformer_block_programs.py"
+        spec = importlib.util.spec_from_file_location("transformer_block_programs", path)
+        programs = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(programs)
+        kernels = {name: hopfuse.compile(text, schedule) for name, (text, schedule) in programs.programs(2048).items()}
+        self.assertEqual(
+            repr(kernels["rmsnorm"]),
+            "<hopfuse.Kernel rmsnorm_auto_kernel(x: bf16[M, 2048], w: bf16[2048], eps: f32) -> y: bf16[M, 2048]>",
+        )
+        self.assertEqual(repr(kernels["swiglu"]), "<hopfuse.Kernel swiglu_kernel(gate: bf16[M, N], up: bf16[M, N]) -> out: bf16[M, N]>")
+        calls = programs.kernel_sizes(8 * 1024, 2048, 5632)
+        self.assertEqual([name for name, _ in calls].count("matmul"), 5)
+        cubins = set()
+        for name, sizes in calls:
+            s = kernels[name].specialize(sizes)
+            self.assertIn('extern "C" __global__', s.cuda, name)
+            self.assertEqual(s.index_type[0], "i32", (name, sizes))
+            if NVRTC:
+                cubin = s.cubin()
+                self.assertEqual(cubin[:4], b"\x7fELF", (name, sizes))
+                cubins.add(cubin)
+        if NVRTC:
+            # rmsnorm, residual_add, swiglu, and the product (one CUDA source at every size).
+            self.assertEqual(len(cubins), 4)
+        script = ROOT / "python" / "examples" / "transformer_block.py"
+        compile(script.read_text(), str(script), "exec")  # the device script is valid Python
 
 
 class FakeAndOpTest(unittest.TestCase):

@@ -21,6 +21,7 @@ pub mod js;
 pub mod model;
 pub mod pipeline;
 pub mod profile_view;
+pub mod python_snippet;
 pub mod reference;
 pub mod runner;
 pub mod share;

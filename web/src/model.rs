@@ -31,6 +31,8 @@ pub struct Compiled {
     pub lines: hopfuse::codegen::lines::LineMap,
     /// The fusion as a PyTorch function (the PyTorch pane; `hopfuse compile --torch`).
     pub torch: String,
+    /// What the PyTorch pane's Python snippet needs (`python_snippet`).
+    pub python: crate::python_snippet::PythonCall,
 }
 
 /// A diagnostic located in the editor.
@@ -130,6 +132,7 @@ pub fn compile(source: &str, entered: &BTreeMap<String, i64>) -> Result<Compiled
         });
     match chosen {
         Ok(c) => {
+            let python = crate::python_snippet::PythonCall::new(source, &c.fusion, &c.plan);
             let mut passes: Vec<PassView> = Vec::with_capacity(c.passes.len());
             for p in c.passes {
                 let changed = passes.last().is_none_or(|prev| prev.ir != p.ir);
@@ -151,6 +154,7 @@ pub fn compile(source: &str, entered: &BTreeMap<String, i64>) -> Result<Compiled
                 torch: hopfuse::torch_twin(source)
                     .map(|t| t.source)
                     .unwrap_or_default(),
+                python,
             })
         }
         Err(d) => Err(d

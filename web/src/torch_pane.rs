@@ -1,5 +1,7 @@
-//! PyTorch in the playground: the PyTorch pane (the program's torch twin, emitted in the page by
-//! `hopfuse::torch_twin` with every successful compile, see `model::Compiled::torch`), the
+//! PyTorch in the playground: the PyTorch pane (the Python snippet that calls the program with
+//! the `hopfuse` package at Run's sizes, see `python_snippet`, and the program's torch twin,
+//! emitted in the page by `hopfuse::torch_twin` with every successful compile, see
+//! `model::Compiled::torch`), the
 //! "vs torch" toggle that asks the runner for peers (`"peers": true`, docs/api.md), and the Run
 //! pane's line "x1.30 vs torch.compile" with its spread, read from `result.peers` of the `done`
 //! event.
@@ -8,6 +10,7 @@ use crate::js;
 use crate::model::Compiled;
 use hopfuse_api::service::RunBody;
 use leptos::prelude::*;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// localStorage key of the toggle.
@@ -164,22 +167,14 @@ pub fn peers_html(p: &PeersView, primary: bool) -> String {
     h
 }
 
-/// The PyTorch pane: the twin of the last successful compile, with Copy and Download.
-#[component]
-pub fn TorchPane(
-    compiled: RwSignal<Option<Arc<Compiled>>>,
-    /// The program has errors: the twin shown is the last successful compile's.
-    stale: Signal<bool>,
-    /// Copies text to the clipboard and says so (the page's toast).
-    copy: Callback<String>,
-) -> impl IntoView {
-    let twin = move || compiled.with(|c| c.as_ref().map(|c| c.torch.clone()));
-    // A read-only CodeMirror with Python highlighting, made when the pane first has its node.
-    let source_ref = NodeRef::<leptos::html::Div>::new();
+/// A read-only CodeMirror with Python highlighting showing `text`, made when its node is first
+/// there.
+fn python_viewer(text: impl Fn() -> Option<String> + 'static) -> NodeRef<leptos::html::Div> {
+    let node = NodeRef::<leptos::html::Div>::new();
     let viewer: StoredValue<Option<js::CodeViewer>, LocalStorage> = StoredValue::new_local(None);
     Effect::new(move |_| {
-        let text = twin();
-        let Some(el) = source_ref.get() else { return };
+        let text = text();
+        let Some(el) = node.get() else { return };
         if viewer.with_value(|v| v.is_none()) {
             viewer.set_value(Some(js::CodeViewer::new(&el, "python")));
         }
@@ -189,11 +184,55 @@ pub fn TorchPane(
             }
         });
     });
+    node
+}
+
+/// The PyTorch pane, for the last successful compile: the Python snippet that calls it with the
+/// `hopfuse` package (Copy, and Download of the program it reads), then its torch twin (Copy
+/// and Download).
+#[component]
+pub fn TorchPane(
+    compiled: RwSignal<Option<Arc<Compiled>>>,
+    /// The sizes entered for Run (the snippet's tensors have them).
+    sizes: Signal<BTreeMap<String, i64>>,
+    /// The program has errors: the twin shown is the last successful compile's.
+    stale: Signal<bool>,
+    /// Copies text to the clipboard and says so (the page's toast).
+    copy: Callback<String>,
+) -> impl IntoView {
+    let twin = move || compiled.with(|c| c.as_ref().map(|c| c.torch.clone()));
+    let python = move || {
+        compiled.with(|c| {
+            c.as_ref().map(|c| {
+                let sizes = sizes.with(|s| crate::model::plan_sizes(&c.plan, s));
+                crate::python_snippet::snippet(&c.python, &sizes)
+            })
+        })
+    };
+    let source_ref = python_viewer(twin);
+    let snippet_ref = python_viewer(python);
     view! {
         <div class="pane-tools">
             <span class="stale" class:hidden=move || !stale.get()>
                 "last successful compile (the program has errors)"
             </span>
+            <span class="note">"call it from PyTorch with the hopfuse package (pip install ./python), at Run's sizes"</span>
+            <span class="spacer"></span>
+            <button id="copy-python" on:click=move |_| {
+                if let Some(t) = python() {
+                    copy.run(t);
+                }
+            }>"Copy"</button>
+            <button id="download-program" title="The program the snippet reads" on:click=move |_| {
+                compiled.with_untracked(|c| {
+                    if let Some(c) = c {
+                        js::download(&c.python.file_name, &c.python.source, "text/plain");
+                    }
+                });
+            }>"Download .hf"</button>
+        </div>
+        <div class="viewer snippet" id="python-snippet" node_ref=snippet_ref></div>
+        <div class="pane-tools">
             <span class="note">"the same fusion as a PyTorch function: same dtypes, casts, reductions and accumulation"</span>
             <span class="spacer"></span>
             <button id="copy-torch" on:click=move |_| {

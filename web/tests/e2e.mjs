@@ -1047,7 +1047,7 @@ try {
     await setSize(q, "N", 4096);
   });
 
-  await check("the PyTorch pane shows the twin; with vs torch on, Run asks for peers and shows the speed-up over torch.compile with its spread (the runner's peers done event)", async () => {
+  await check("the PyTorch pane shows the Python snippet and the twin; with vs torch on, Run asks for peers and shows the speed-up over torch.compile with its spread (the runner's peers done event)", async () => {
     await q.click("#tab-torch");
     await q.waitForSelector("#pane-torch:not(.hidden) #torch-source .cm-line");
     const twin = await q.evaluate(() => Array.from(document.querySelectorAll("#torch-source .cm-line"), (l) => l.textContent).join("\n"));
@@ -1059,6 +1059,13 @@ try {
     assert(colours && colours.def !== colours.text, `def highlighted: ${JSON.stringify(colours)}`);
     assert(twin.includes("def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:"), `the twin: ${twin}`);
     assert(twin.includes("    c = a @ b\n"), `a GEMM, not a broadcast product: ${twin}`);
+    // Above the twin, the three lines that call the program from PyTorch with the hopfuse package.
+    await q.waitForSelector("#python-snippet .cm-line");
+    const snippet = await q.evaluate(() => Array.from(document.querySelectorAll("#python-snippet .cm-line"), (l) => l.textContent).join("\n"));
+    assert(snippet.startsWith("import hopfuse\n"), `the Python snippet: ${snippet}`);
+    assert(/\nkernel = hopfuse\.compile\(open\("\w+\.hf"\)\.read\(\)/.test(snippet), `compiles the program: ${snippet}`);
+    assert(/\na = torch\.randn\(\d+, \d+, dtype=torch\.\w+, device="cuda"\)\n/.test(snippet), `a's tensor: ${snippet}`);
+    assert(snippet.includes("\nc = kernel(a, b)"), `the call: ${snippet}`);
     await q.click("#tab-run");
     await q.check("#peers-toggle");
     // A GPU runner's answer with peers; the fake worker never measures.

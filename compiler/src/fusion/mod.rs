@@ -557,6 +557,21 @@ impl Fusion {
             .map(TensorId::new)
     }
 
+    /// The shape of `t` as declared: its root axes' extents (1 for a broadcast axis); empty
+    /// for a scalar. An input's is the shape a caller passes.
+    pub fn root_shape(&self, t: TensorId) -> Vec<SizeExpr> {
+        self.tensors[t]
+            .root
+            .iter()
+            .map(|&id| {
+                self.ids[id]
+                    .root_extent
+                    .clone()
+                    .unwrap_or(SizeExpr::Const(1))
+            })
+            .collect()
+    }
+
     /// Logical axes: the root without reduction axes.
     pub fn logical(&self, t: TensorId) -> Vec<IterId> {
         self.tensors[t]

@@ -38,6 +38,7 @@ pub(super) fn pane_body(
         Pane::Torch => view! {
             <crate::torch_pane::TorchPane
                 compiled=ui.compiled
+                sizes=Signal::derive(move || ui.sizes.get())
                 stale=Signal::derive(move || ui.diags.with(|d| !d.is_empty()))
                 copy=Callback::new(move |t| ui.copy(t, "PyTorch twin"))
             />
