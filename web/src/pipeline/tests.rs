@@ -292,7 +292,8 @@ fn every_matmul_example_draws_its_tensor_cores() {
             e.name
         );
         assert!(page.contains("<th>wgmma</th>") && page.contains("<th>accumulator</th>"));
-        assert!(page.contains(&format!(" × wgmma {}.bf16<", v.mmas[0].shape)));
+        let input = &v.mmas[0].input;
+        assert!(page.contains(&format!(" × wgmma {}.{input}<", v.mmas[0].shape)));
         // Ping-pong is said where the groups take turns, and only there.
         assert_eq!(
             page.contains("ping-pong: the 2 groups take turns"),
