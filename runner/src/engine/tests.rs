@@ -144,7 +144,8 @@ fn ceilings_from_before_the_worker_field_still_parse() {
 
 /// One lowering for the sizes gives what the two whole-program variants gave: the aligned
 /// kernel when the sizes keep the vectors aligned, the run-time check otherwise, with the
-/// index type the sizes need.
+/// index type the sizes need; and, its block following N, launch bounds for these sizes'
+/// threads (the variants, for no sizes, have 1024) with the plan's limit to match.
 #[test]
 fn compile_for_run_specialises_for_the_sizes_in_one_lowering() {
     let source = include_str!("../../../examples/basics/softmax.hf");
@@ -173,9 +174,30 @@ fn compile_for_run_specialises_for_the_sizes_in_one_lowering() {
         )
         .unwrap()
     };
+    // Softmax's block is ceilDiv(ceilDiv(N, 4), 8) threads: 32 at N = 1023 and 1024.
+    let bounded = |cuda: &str, threads: i64| {
+        cuda.replace(
+            &format!("__launch_bounds__({threads})"),
+            "__launch_bounds__(1024)",
+        )
+    };
+    let limit = |plan: &hopfuse::plan::LaunchPlan| {
+        plan.constraints.iter().find_map(|c| match c {
+            hopfuse::plan::Constraint::AtMost { max, reason, .. }
+                if reason.starts_with("threads per block") =>
+            {
+                Some(*max)
+            }
+            _ => None,
+        })
+    };
     let (aligned, setup) = compile_for_run(&req(64, 1024, None)).unwrap();
     assert_eq!(setup.index_type, IndexType::I32);
-    assert_eq!(aligned.cuda, variant(IndexType::I32, true).cuda);
+    assert_eq!(
+        bounded(&aligned.cuda, 32),
+        variant(IndexType::I32, true).cuda
+    );
+    assert_eq!(limit(&aligned.plan), Some(32));
     assert!(aligned
         .plan
         .constraints
@@ -184,15 +206,27 @@ fn compile_for_run_specialises_for_the_sizes_in_one_lowering() {
     assert!(!aligned.cuda.contains("% 4 == 0"), "{}", aligned.cuda);
     let (checked, _) = compile_for_run(&req(64, 1023, None)).unwrap();
     assert!(checked.cuda.contains("m2 * N % 4 == 0"), "{}", checked.cuda);
-    assert_eq!(checked.cuda, variant(IndexType::I32, false).cuda);
-    assert_eq!(checked.plan, variant(IndexType::I32, false).plan);
+    assert_eq!(
+        bounded(&checked.cuda, 32),
+        variant(IndexType::I32, false).cuda
+    );
+    let mut plan = checked.plan.clone();
+    for c in &mut plan.constraints {
+        if let hopfuse::plan::Constraint::AtMost { max, reason, .. } = c {
+            if reason.starts_with("threads per block") {
+                (*max, *reason) = (1024, "threads per block".into());
+            }
+        }
+    }
+    assert_eq!(plan, variant(IndexType::I32, false).plan);
     // 2^32 elements: a 64-bit index, chosen after the one lowering.
     let (big, setup) = compile_for_run(&req(1 << 17, 1 << 15, None)).unwrap();
     assert_eq!(
         (setup.index_type, big.plan.index_type),
         (IndexType::I64, IndexType::I64)
     );
-    assert_eq!(big.cuda, variant(IndexType::I64, true).cuda);
+    assert_eq!(bounded(&big.cuda, 1024), variant(IndexType::I64, true).cuda);
+    assert_eq!(limit(&big.plan), Some(1024));
     match compile_for_run(&req(1 << 17, 1 << 15, Some(IndexType::I32))) {
         Err(PrepareError::Sizes(e)) => assert!(e.contains("too small"), "{e}"),
         other => panic!("{other:?}"),
