@@ -14,6 +14,7 @@
 #   Z  compute-sanitizer memcheck, racecheck, synccheck of FILE:SIZES pairs ($ZPAIRS)
 #   Q  hopfuse run --peers of examples/FILE:SIZES pairs ($QPAIRS), one line each
 #   B  hopfuse bench --peers of $BENCHFILES at their bench sizes;  P  with 50 iterations ($PEERFILES)
+#   X  one more command line, $XCMD (a profile, say)
 B=target/release/hopfuse
 FINAL=$OUT
 OUT=/tmp/dc; rm -rf $OUT; mkdir -p $OUT/logs
@@ -51,6 +52,8 @@ for sec in "$@"; do
   T) python3 -m pip install --no-deps --target /tmp/hf target/wheels/hopfuse-*-abi3-*.whl > $OUT/logs/pip.log 2>&1
      PYTHONPATH=/tmp/hf timeout 120 python3 scripts/launch_overhead.py > $OUT/logs/O.log 2>&1; echo "overhead rc=$?" >> $S; tail -12 $OUT/logs/O.log >> $S
      PYTHONPATH=/tmp/hf timeout 300 python3 python/examples/transformer_block.py --batch 8 --seq 1024 --hidden 2048 --heads 16 --intermediate 5632 --iters 20 > $OUT/logs/T.log 2>&1; echo "block rc=$?" >> $S; tail -30 $OUT/logs/T.log >> $S ;;
+  X) # one more command line ($XCMD), logged as X.log
+     timeout 300 bash -c "$XCMD" > $OUT/logs/X.log 2>&1; echo "command rc=$?" >> $S; tail -40 $OUT/logs/X.log >> $S ;;
   Z) OUT=$OUT/san timeout 300 bash scripts/device-validate.sh --bin $B --sanitize --timeout 120 $ZPAIRS > $OUT/logs/Z.log 2>&1
      echo "sanitize rc=$?" >> $S; tail -15 $OUT/san/summary.txt >> $S 2>/dev/null ;;
   B) timeout 540 $B bench --peers --iters 20 --warmup 3 $BENCHFILES > $OUT/logs/B.md 2> $OUT/logs/B.err
