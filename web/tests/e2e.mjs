@@ -420,6 +420,8 @@ try {
     assert(!(await page.locator("#plan-auto .insert-schedule").count()), "nothing to insert");
     await page.click("#tab-cuda");
     assert(await page.locator("#cuda-auto.error").isVisible(), "the CUDA pane says it too");
+    await page.click("#tab-run");
+    assert(await page.locator("#run-auto.error").isVisible(), "and the Run pane");
     await page.click("#tab-plan");
     await replaceProgram(page, ADD);
     await page.waitForSelector("#plan-auto", { state: "detached" });

@@ -2,8 +2,8 @@
 //! playground and the embed view), their tabs, and the CUDA, Passes (the IR after every pass,
 //! or its diff with the previous one), Launch plan (evaluated with the sizes, its constraints
 //! checked) and Pipeline panes; PyTorch, PTX and SASS are drawn by their own modules. A
-//! program without a schedule gets a line in the CUDA pane and a section in the Launch plan
-//! pane on its automatic schedule ([`AutoScheduleLine`]), with "Insert schedule".
+//! program without a schedule gets a line in the CUDA and Run panes and a section in the Launch
+//! plan pane on its automatic schedule ([`AutoScheduleLine`]), with "Insert schedule".
 
 use super::run_pane::RunPane;
 use super::{pane_key, Ui, WRAP_KEY};
@@ -123,7 +123,7 @@ fn CudaPane(ui: Ui) -> impl IntoView {
 /// (marked as an error) that none did and the kernel is the serial default; "Insert schedule"
 /// appends the automatic schedule to the program as its own. Nothing for a scheduled program.
 #[component]
-fn AutoScheduleLine(ui: Ui, id: &'static str) -> impl IntoView {
+pub(super) fn AutoScheduleLine(ui: Ui, id: &'static str) -> impl IntoView {
     move || {
         let note = ui
             .compiled
