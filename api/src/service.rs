@@ -149,6 +149,10 @@ pub struct RunBody {
     pub program_b: Option<String>,
     #[serde(default)]
     pub sizes: BTreeMap<String, i64>,
+    /// Values of scalar inputs (`input eps: f32`) by name, replacing the program's `= value`
+    /// or the seeded draw; each checked against its dtype (400 naming the scalar).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scalars: BTreeMap<String, f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iters: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

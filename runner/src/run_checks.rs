@@ -8,7 +8,9 @@
 //!    service's defaults (docs/api.md), program B its own file name and A's options.
 //! 2. [`compile`], in a compile slot: each program compiled once for the run's sizes (400 with
 //!    diagnostics when it does not compile, or when the sizes do not fit its plan; B's messages
-//!    start `program_b: `), the tensors within `--max-tensor-bytes` (a fault kernel's too), and
+//!    start `program_b: `), the tensors within `--max-tensor-bytes` (a fault kernel's too), each
+//!    of `scalars` a scalar input of the program with a value its dtype holds (400 naming the
+//!    scalar and the rule), and
 //!    for A/B whether both programs have the same inputs. The compiled programs travel with the
 //!    job, so the worker does not lower them again.
 
@@ -82,7 +84,7 @@ pub(crate) fn job_spec(
         file,
         source: body.program,
         sizes: body.sizes,
-        scalars: Default::default(),
+        scalars: body.scalars,
         iters: body.iters.unwrap_or(100),
         warmup: body.warmup.unwrap_or(10),
         seed: body.seed.unwrap_or(1),
@@ -155,7 +157,7 @@ type Inputs = Vec<(String, hopfuse::DType, Vec<u64>)>;
 
 /// Everything that can be known before a worker, from one compile of the program for the
 /// run's sizes: it compiles (400 with diagnostics), the sizes fit its plan, the tensors fit the
-/// byte cap. Returns the run's inputs and the compiled program, which the worker then runs.
+/// byte cap, the given scalar values are scalar inputs its dtypes hold. Returns the run's inputs and the compiled program, which the worker then runs.
 fn check_run(
     req: &RunRequest,
     max_tensor_bytes: u64,
@@ -200,12 +202,17 @@ fn check_run(
         }
     }
     check_bytes(total, max_tensor_bytes)?;
+    crate::scalars::resolve(&compilation.plan, &req.scalars)
+        .map_err(|e| ApiError::bad_request(format!("{which}{}", api_wording(&e))))?;
     Ok((inputs, prepare::Prepared::new(&compilation, setup)))
 }
 
-/// The engine's messages speak of the CLI's `--size`; the API takes `sizes`.
+/// The engine's messages speak of the CLI's `--size` and `--scalar`; the API takes `sizes`
+/// and `scalars`.
 pub(crate) fn api_wording(message: &str) -> String {
-    message.replace("(pass it with --size ", "(give it in `sizes`, e.g. ")
+    message
+        .replace("(pass it with --size ", "(give it in `sizes`, e.g. ")
+        .replace("--scalar ", "scalars: ")
 }
 
 #[cfg(test)]
@@ -405,6 +412,53 @@ mod tests {
 
     /// add.hf at 64 x 64: three f32 tensors.
     const ADD_BYTES: u64 = 3 * 64 * 64 * 4;
+
+    const SCALED: &str = "fusion scaled {\n  input x: f32[N]\n  input eps: f32 = 1e-6\n  input k: i32\n  y = x * eps + k\n  output y\n}\n";
+
+    #[test]
+    fn scalar_values_travel_with_the_run() {
+        let fields =
+            json!({"program": SCALED, "sizes": {"N": 64}, "scalars": {"k": 3, "eps": 0.5}});
+        let s = compiled(fields, u64::MAX).unwrap();
+        assert_eq!(s.request.scalars.get("k"), Some(&3.0));
+        assert_eq!(s.request.scalars.get("eps"), Some(&0.5));
+        assert!(spec(json!({}), &[]).unwrap().request.scalars.is_empty());
+    }
+
+    #[test]
+    fn a_bad_scalar_name_or_value_is_a_400_naming_it() {
+        let refused_scalars = |scalars: Value| {
+            let fields = json!({"program": SCALED, "sizes": {"N": 64}, "scalars": scalars});
+            let e = compiled(fields, u64::MAX).expect_err("refused");
+            let (status, body) = e.parts();
+            (status.as_u16(), body.error.clone())
+        };
+        let (status, error) = refused_scalars(json!({"epsilon": 1}));
+        assert_eq!(status, 400);
+        assert_eq!(
+            error,
+            "scalars: `epsilon`: not a scalar input of the program (its scalar inputs: eps, k)"
+        );
+        let (status, error) = refused_scalars(json!({"k": 2.5}));
+        assert_eq!(status, 400);
+        assert!(
+            error.starts_with("scalars: k=2.5: `k` is i32, which holds whole numbers"),
+            "{error}"
+        );
+        let (status, error) = refused_scalars(json!({"eps": 1e300}));
+        assert_eq!(status, 400);
+        assert!(error.contains("beyond the largest finite f32"), "{error}");
+        // A program without scalar inputs says so.
+        let e = compiled(json!({"scalars": {"k": 1}}), u64::MAX).expect_err("refused");
+        assert_eq!(
+            e.parts().1.error,
+            "scalars: `k`: the program has no scalar input"
+        );
+        // A non-number is refused by the JSON body itself (a 4xx before any rule).
+        let bad: Result<RunBody, _> =
+            serde_json::from_value(json!({"program": SCALED, "scalars": {"k": "three"}}));
+        assert!(bad.is_err());
+    }
 
     #[test]
     fn each_program_is_compiled_once_for_its_sizes() {

@@ -12,6 +12,7 @@
 //! (`reference.json`) and the examples' texts are fetched when first needed, not built in.
 
 pub mod app;
+pub mod auto_note;
 pub mod diff;
 pub mod example_meta;
 pub mod examples;
@@ -24,6 +25,7 @@ pub mod profile_view;
 pub mod python_snippet;
 pub mod reference;
 pub mod runner;
+pub mod scalar_inputs;
 pub mod share;
 pub mod torch_pane;
 

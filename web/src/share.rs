@@ -64,6 +64,9 @@ pub struct State {
     pub program: String,
     #[serde(default)]
     pub sizes: BTreeMap<String, i64>,
+    /// Values typed for scalar inputs (`input eps: f32`), by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scalars: BTreeMap<String, f64>,
     #[serde(default)]
     pub pane: Pane,
     /// The pass selected in the Passes pane (by name).
@@ -106,6 +109,12 @@ impl State {
                 sizes.insert(name.clone(), n.as_i64().ok_or_else(|| wrong("sizes"))?);
             }
         }
+        let mut scalars = BTreeMap::new();
+        if let Some(m) = opt("scalars") {
+            for (name, v) in m.as_object().ok_or_else(|| wrong("scalars"))? {
+                scalars.insert(name.clone(), v.as_f64().ok_or_else(|| wrong("scalars"))?);
+            }
+        }
         let pane = match text("pane")?.as_deref() {
             None | Some("cuda") => Pane::Cuda,
             Some("passes") => Pane::Passes,
@@ -135,6 +144,7 @@ impl State {
         Ok(State {
             program,
             sizes,
+            scalars,
             pane,
             pass: text("pass")?,
             pass_mode,
@@ -275,6 +285,7 @@ mod tests {
         let state = State {
             program: "fusion f { // ü\n}".into(),
             sizes: [("M".to_string(), 1024), ("N".to_string(), 7)].into(),
+            scalars: [("eps".to_string(), 1e-6), ("k".to_string(), -3.0)].into(),
             pane: Pane::Passes,
             pass: Some("indexing".into()),
             pass_mode: PassMode::Diff,
@@ -355,7 +366,9 @@ mod read_tests {
             ..State::default()
         };
         s.sizes.insert("M".into(), 4096);
+        s.scalars.insert("eps".into(), 0.25);
         let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["scalars"]["eps"], 0.25);
         assert_eq!(State::read(&v).unwrap(), s);
         let minimal = State::read(&serde_json::json!({"program": "p"})).unwrap();
         assert_eq!(

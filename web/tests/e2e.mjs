@@ -395,6 +395,38 @@ try {
     assert((await page.locator("#plan-block").textContent()).startsWith("128"), "block");
   });
 
+  await check("a program without a schedule: the CUDA and Launch plan panes say which scheduler chose what and why; Insert schedule makes it the program's own; no scheduler is said loudly", async () => {
+    await replaceProgram(page, ADD.slice(0, ADD.indexOf("schedule {")));
+    await page.click("#tab-cuda");
+    await page.waitForSelector("#cuda-auto");
+    const line = await page.locator("#cuda-auto").textContent();
+    assert(line.includes("the automatic pointwise scheduler wrote one"), `CUDA pane: ${line}`);
+    assert(!(await page.locator("#cuda-auto.error").count()), "a scheduled fusion is no error");
+    await page.click("#tab-plan");
+    const plan = await page.locator("#plan-auto").textContent();
+    assert(plan.includes("pointwise"), `plan: ${plan}`);
+    const text = await page.locator("#plan-auto-text").textContent();
+    assert(text.includes("parallelize(") && text.includes("BIDx"), `the schedule shown: ${text}`);
+    await page.click("#plan-auto .insert-schedule");
+    await page.waitForSelector("#plan-auto", { state: "detached" });
+    const program = await editorText(page);
+    assert(program.includes("schedule {") && program.includes("BIDx"), `inserted: ${program}`);
+    assert(!(await page.locator("#cuda-auto").count()), "the CUDA pane's line is gone: the schedule is the program's");
+    // No scheduler takes a reduction over two axes (into [B]): the serial default, said as an error.
+    await replaceProgram(page, "fusion total {\n  input x: f32[B, M, N]\n  s = sum(x, axis=[1, 2])\n  output s\n}\n");
+    await page.waitForSelector("#plan-auto.error");
+    const serial = await page.locator("#plan-auto").textContent();
+    assert(serial.includes("serial default (one thread in one block)") && serial.includes("several axes"), `serial: ${serial}`);
+    assert(!(await page.locator("#plan-auto .insert-schedule").count()), "nothing to insert");
+    await page.click("#tab-cuda");
+    assert(await page.locator("#cuda-auto.error").isVisible(), "the CUDA pane says it too");
+    await page.click("#tab-run");
+    assert(await page.locator("#run-auto.error").isVisible(), "and the Run pane");
+    await page.click("#tab-plan");
+    await replaceProgram(page, ADD);
+    await page.waitForSelector("#plan-auto", { state: "detached" });
+  });
+
   await check("a size left from a matrix product does not break the Launch plan; its index type is Run's", async () => {
     await page.selectOption("#examples", "basics/matmul");
     await page.waitForSelector('input[data-size="K"]');
@@ -970,6 +1002,31 @@ try {
     assert(sent.source.includes("fusion add") && sent.sizes.M === 1000 && sent.sizes.N === 4096, `request: ${JSON.stringify(sent).slice(0, 200)}`);
     assert(sent.iters === 100 && sent.seed === 0, "iters and seed sent");
     await q.screenshot({ path: path.join(artifacts, "playground-run.png") });
+  });
+
+  await check("scalar inputs get a field next to the sizes (the program's value as placeholder); Run sends what is typed; a bad value is marked", async () => {
+    await replaceProgram(q, "fusion scaled {\n  input x: f32[N]\n  input eps: f32 = 0.5\n  input k: i32\n  y = x * eps + k\n  output y\n}\n");
+    await q.waitForSelector('input[data-scalar="k"]');
+    assert((await q.getAttribute('input[data-scalar="eps"]', "placeholder")) === "0.5", "eps shows the program's value");
+    await q.fill('input[data-scalar="k"]', "abc");
+    await q.press('input[data-scalar="k"]', "Enter");
+    const why = await q.locator(".scalar.invalid .size-error").textContent();
+    assert(why.includes("is not a number"), `bad value: ${why}`);
+    await q.fill('input[data-scalar="k"]', "3");
+    await q.press('input[data-scalar="k"]', "Enter");
+    await q.waitForSelector(".scalar.invalid", { state: "detached" });
+    await q.locator(".editor .cm-content").click();
+    await q.keyboard.press("Control+Enter");
+    await q.waitForSelector("#run-status");
+    let sent = null;
+    for (let i = 0; i < 50 && !sent?.source?.includes("fusion scaled"); i++) {
+      const { body } = await getJson(`${A.origin}/api/runs?limit=1`);
+      sent = body.runs[0]?.request?.request;
+      if (!sent?.source?.includes("fusion scaled")) await sleep(100);
+    }
+    assert(sent?.scalars?.k === 3 && sent.scalars.eps === undefined, `sent scalars: ${JSON.stringify(sent?.scalars)}`);
+    await replaceProgram(q, ADD);
+    await q.waitForSelector('input[data-scalar="k"]', { state: "detached" });
   });
 
   await check("with tab B, Run sends an A/B job and shows the fake worker's two results", async () => {

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-/// A JSON body: 413 over the body limit, 400 (with serde's message) when it is not the JSON
-/// the endpoint takes. No content type is required.
+/// A JSON body: 413 over the body limit, 400 (with serde's message and the path of the field it
+/// is about) when it is not the JSON the endpoint takes. No content type is required.
 pub struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned> FromRequest<Arc<App>> for ApiJson<T> {
@@ -55,9 +55,18 @@ impl<T: DeserializeOwned> FromRequest<Arc<App>> for ApiJson<T> {
                 ApiError::new(r.status(), r.body_text())
             }
         })?;
-        serde_json::from_slice(&bytes)
-            .map(ApiJson)
-            .map_err(|e| ApiError::bad_request(format!("malformed JSON request: {e}")))
+        // The field's path (`scalars.k`) in the message: which value of the body is wrong.
+        let malformed = |e: String| ApiError::bad_request(format!("malformed JSON request: {e}"));
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            match path.as_str() {
+                "." => malformed(e.into_inner().to_string()),
+                _ => malformed(format!("`{path}`: {}", e.into_inner())),
+            }
+        })?;
+        de.end().map_err(|e| malformed(e.to_string()))?;
+        Ok(ApiJson(value))
     }
 }
 

@@ -212,6 +212,36 @@ async fn run_errors_are_400_with_the_limit_named() {
     assert_eq!(status, 400, "{v}");
     let (status, v) = get(&c, s.url("/api/jobs/nope")).await;
     assert_eq!(status, 404, "{v}");
+
+    // Scalar values: a name that is no scalar input, a value its dtype does not hold, and a
+    // value that is no number are 4xx answers in JSON naming the scalar; good ones are taken.
+    let scaled = "fusion scaled {\n  input x: f32[N]\n  input k: i32\n  y = x + k\n  output y\n}\n";
+    let run = |scalars: Value| json!({"program": scaled, "sizes": {"N": 64}, "iters": 5, "scalars": scalars});
+    let (status, v, _) = post(&c, s.url("/api/run"), run(json!({"kk": 1})).to_string()).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(
+        v["error"], "scalars: `kk`: not a scalar input of the program (its scalar inputs: k)",
+        "{v}"
+    );
+    let (status, v, _) = post(&c, s.url("/api/run"), run(json!({"k": 0.5})).to_string()).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("`k` is i32, which holds whole numbers"),
+        "{v}"
+    );
+    let (status, v, _) = post(
+        &c,
+        s.url("/api/run"),
+        run(json!({"k": "three"})).to_string(),
+    )
+    .await;
+    assert!((400..500).contains(&status), "{status} {v}");
+    assert!(v["error"].as_str().unwrap().contains("`scalars.k`"), "{v}");
+    let (status, v, _) = post(&c, s.url("/api/run"), run(json!({"k": 3})).to_string()).await;
+    assert_eq!(status, 202, "{v}");
     s.stop();
 }
 

@@ -1,5 +1,6 @@
 //! What surrounds the editor: tabs A and B ("+ B" opens B with a copy of A), the size boxes of
-//! the program's symbols (whole numbers >= 1, or why not), the Problems list (click one to go
+//! the program's symbols (whole numbers >= 1, or why not), a field per scalar input (a finite
+//! number, empty for the program's value; sent with Run), the Problems list (click one to go
 //! there) and the splitter between the editor and the panes.
 
 use super::{Ui, DEFAULT_SIZE};
@@ -93,6 +94,58 @@ pub(super) fn SizeBox(ui: Ui, sym: String) -> impl IntoView {
                         Err(why) => ui.size_errors.update(|e| {
                             e.insert(sym.clone(), (text.trim().to_string(), why));
                         }),
+                    }
+                }
+            />
+            {move || error.get().map(|(_, why)| view! { <span class="size-error" role="alert">{why}</span> })}
+        </label>
+    }
+}
+
+/// One scalar-input field (`input eps: f32 = 1e-6`): empty shows the program's value (or that
+/// a run draws one); a number typed is sent with Run; anything else stays, marked, with why.
+#[component]
+pub(super) fn ScalarBox(ui: Ui, input: crate::scalar_inputs::ScalarInput) -> impl IntoView {
+    let default = input.default_text();
+    let crate::scalar_inputs::ScalarInput { name, dtype, .. } = input;
+    let error = RwSignal::new(None::<(String, String)>);
+    let (n1, n2) = (name.clone(), name.clone());
+    let placeholder = default.clone().unwrap_or_else(|| "seeded".to_string());
+    let what = match default {
+        Some(v) => format!("the scalar input {name}: {dtype} (the program's value: {v})"),
+        None => format!("the scalar input {name}: {dtype} (empty: a run draws it from the seed)"),
+    };
+    view! {
+        <label class="size scalar" class:invalid=move || error.with(Option::is_some)>
+            {name.clone()}
+            "="
+            <input
+                type="text"
+                inputmode="decimal"
+                size="8"
+                data-scalar=name.clone()
+                placeholder=placeholder
+                aria-invalid=move || error.with(Option::is_some).to_string()
+                title=move || error.get().map(|(_, why)| why).unwrap_or_else(|| what.clone())
+                prop:value=move || match error.get() {
+                    Some((text, _)) => text,
+                    None => ui.scalars.with(|s| s.get(&n1).map(|v| v.to_string()).unwrap_or_default()),
+                }
+                on:change=move |ev| {
+                    let text = event_target_value(&ev);
+                    match crate::scalar_inputs::parse(&text) {
+                        Ok(v) => {
+                            error.set(None);
+                            ui.scalars.update(|s| match v {
+                                Some(v) => {
+                                    s.insert(n2.clone(), v);
+                                }
+                                None => {
+                                    s.remove(&n2);
+                                }
+                            });
+                        }
+                        Err(why) => error.set(Some((text.trim().to_string(), why))),
                     }
                 }
             />

@@ -139,6 +139,8 @@ pub struct Ui {
     sizes: RwSignal<BTreeMap<String, i64>>,
     /// Size boxes holding something that is not a size: the text and why it is refused.
     size_errors: RwSignal<BTreeMap<String, (String, String)>>,
+    /// Values typed into the scalar-input fields, by name (Run sends those the program has).
+    scalars: RwSignal<BTreeMap<String, f64>>,
     pane: RwSignal<Pane>,
     pass: RwSignal<Option<String>>,
     pass_mode: RwSignal<PassMode>,

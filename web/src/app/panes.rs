@@ -1,7 +1,9 @@
 //! The output panes but Run: what each [`Pane`] shows ([`pane_body`], the same in the
 //! playground and the embed view), their tabs, and the CUDA, Passes (the IR after every pass,
 //! or its diff with the previous one), Launch plan (evaluated with the sizes, its constraints
-//! checked) and Pipeline panes; PyTorch, PTX and SASS are drawn by their own modules.
+//! checked) and Pipeline panes; PyTorch, PTX and SASS are drawn by their own modules. A
+//! program without a schedule gets a line in the CUDA and Run panes and a section in the Launch
+//! plan pane on its automatic schedule ([`AutoScheduleLine`]), with "Insert schedule".
 
 use super::run_pane::RunPane;
 use super::{pane_key, Ui, WRAP_KEY};
@@ -85,6 +87,7 @@ fn CudaPane(ui: Ui) -> impl IntoView {
         });
     });
     view! {
+        <AutoScheduleLine ui=ui id="cuda-auto" />
         <div class="pane-tools">
             <span class="stale" class:hidden=move || ui.diags.with(|d| d.is_empty())>
                 "last successful compile (the program has errors)"
@@ -113,6 +116,41 @@ fn CudaPane(ui: Ui) -> impl IntoView {
             </button>
         </div>
         <div class="viewer" id="cuda" node_ref=cuda_ref></div>
+    }
+}
+
+/// For a program without a schedule: which scheduler wrote the automatic one and why, or
+/// (marked as an error) that none did and the kernel is the serial default; "Insert schedule"
+/// appends the automatic schedule to the program as its own. Nothing for a scheduled program.
+#[component]
+pub(super) fn AutoScheduleLine(ui: Ui, id: &'static str) -> impl IntoView {
+    move || {
+        let note = ui
+            .compiled
+            .with(|c| c.as_ref().and_then(|c| c.plan.auto_schedule.clone()))?;
+        let headline = crate::auto_note::headline(&note);
+        let insert = crate::auto_note::schedule_block(&note).map(|block| {
+            view! {
+                <button
+                    class="insert-schedule"
+                    title="Append this schedule to the program as a schedule { } block, to edit it"
+                    on:click=move |_| ui.insert_schedule(&block)
+                >
+                    "Insert schedule"
+                </button>
+            }
+        });
+        let (serial, role) = (
+            headline.serial,
+            if headline.serial { "alert" } else { "status" },
+        );
+        Some(view! {
+            <div class="auto-schedule" class:error=serial class:note=!serial id=id role=role>
+                <span class="auto-text">{headline.text}</span>
+                " "
+                {insert}
+            </div>
+        })
     }
 }
 
@@ -374,8 +412,20 @@ fn PlanPane(ui: Ui) -> impl IntoView {
                 )
             })
             .unwrap_or_else(|| "none (registers per thread come from a run)".to_string());
+        let schedule_text = p
+            .auto_schedule
+            .as_ref()
+            .and_then(|n| n.schedule.clone())
+            .map(|text| {
+                view! {
+                    <h3>"Automatic schedule"</h3>
+                    <pre class="mono auto-schedule-text" id="plan-auto-text">{text}</pre>
+                }
+            });
         view! {
             <div class="plan">
+                <AutoScheduleLine ui=ui id="plan-auto" />
+                {schedule_text}
                 <p class="note">{format!("Values with {sizes_text}.")}</p>
                 <table class="kv">
                     <tr><th>"kernel"</th><td class="mono">{p.kernel_name.clone()}</td></tr>

@@ -5,7 +5,7 @@
 //! unshared edits, the keyboard shortcuts, a size change that changes Run's index type).
 
 use super::dialogs::DialogView;
-use super::editor::{EditorTabs, Problems, SizeBox, Splitter};
+use super::editor::{EditorTabs, Problems, ScalarBox, SizeBox, Splitter};
 use super::panes::{pane_body, PaneTab};
 use super::{
     pane_key, Dialog, RunState, RunnerStatus, Ui, DEFAULT_SIZE, MAX_COMPILE_DELAY_MS, PANES,
@@ -149,6 +149,13 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
                 .unwrap_or_default()
         })
     });
+    let scalar_inputs = Memo::new(move |_| {
+        ui.compiled.with(|c| {
+            c.as_ref()
+                .map(|c| crate::scalar_inputs::of(&c.plan))
+                .unwrap_or_default()
+        })
+    });
     let run_blocked = move || ui.runner.with(|r| r.run_blocked());
     let welcome = RwSignal::new(crate::storage_get(WELCOME_KEY).is_none());
 
@@ -200,6 +207,15 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
                         .get()
                         .into_iter()
                         .map(|sym| view! { <SizeBox ui=ui sym=sym /> })
+                        .collect_view()
+                }}
+            </span>
+            <span class="sizes scalars" title="scalar inputs (sent with Run; empty: the program's value)">
+                {move || {
+                    scalar_inputs
+                        .get()
+                        .into_iter()
+                        .map(|input| view! { <ScalarBox ui=ui input=input /> })
                         .collect_view()
                 }}
             </span>

@@ -107,10 +107,14 @@ impl Ui {
             .sizes
             .with_untracked(|s| crate::model::sizes_of(&symbols, s, DEFAULT_SIZE));
         let (iters, seed) = (self.iters.get_untracked(), self.seed.get_untracked());
+        let scalars = self
+            .scalars
+            .with_untracked(|typed| crate::scalar_inputs::for_run(&c.plan, typed));
         let mut body = runner::run_body(
             &self.program.get_untracked(),
             program_b.as_deref(),
             &sizes,
+            &scalars,
             iters,
             seed,
         );

@@ -30,6 +30,7 @@ impl Ui {
             tab: RwSignal::new(Tab::A),
             sizes: RwSignal::new(BTreeMap::new()),
             size_errors: RwSignal::new(BTreeMap::new()),
+            scalars: RwSignal::new(BTreeMap::new()),
             pane: RwSignal::new(Pane::Cuda),
             pass: RwSignal::new(None),
             pass_mode: RwSignal::new(PassMode::Ir),
@@ -192,6 +193,7 @@ impl Ui {
         State {
             program: self.program.get_untracked(),
             sizes: self.sizes.get_untracked(),
+            scalars: self.scalars.get_untracked(),
             pane: self.pane.get_untracked(),
             pass: self.pass.get_untracked(),
             pass_mode: self.pass_mode.get_untracked(),
@@ -204,6 +206,7 @@ impl Ui {
 
     pub(super) fn apply(self, s: State) {
         self.sizes.set(s.sizes);
+        self.scalars.set(s.scalars);
         self.pane.set(s.pane);
         self.pass.set(s.pass);
         self.pass_mode.set(s.pass_mode);
@@ -213,6 +216,15 @@ impl Ui {
         self.program.set(s.program);
         self.program_b.set(s.program_b);
         self.show(tab);
+    }
+
+    /// Appends the automatic schedule `block` to the program shown (one undoable edit) and
+    /// compiles it: from then on it is the program's own schedule.
+    pub(super) fn insert_schedule(self, block: &str) {
+        self.sync();
+        let text = self.text_of(self.tab.get_untracked());
+        self.set_program(&crate::auto_note::with_schedule(&text, block));
+        self.say("The automatic schedule is the program's own now: edit it in the editor");
     }
 
     /// A short message at the bottom of the page for a few seconds.

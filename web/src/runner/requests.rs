@@ -8,11 +8,13 @@ use hopfuse_api::service::{Link, LinkBody, LinkCreated, RunAccepted, RunBody};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// The body of `POST /api/run`; with `program_b`, an A/B comparison (docs/api.md).
+/// The body of `POST /api/run`; with `program_b`, an A/B comparison (docs/api.md); `scalars`:
+/// values for scalar inputs (none: the programs' own).
 pub fn run_body(
     program: &str,
     program_b: Option<&str>,
     sizes: &BTreeMap<String, i64>,
+    scalars: &BTreeMap<String, f64>,
     iters: u32,
     seed: u64,
 ) -> RunBody {
@@ -20,6 +22,7 @@ pub fn run_body(
         program: program.to_string(),
         program_b: program_b.map(str::to_string),
         sizes: sizes.clone(),
+        scalars: scalars.clone(),
         iters: Some(iters),
         seed: Some(seed),
         ..RunBody::default()

@@ -221,15 +221,32 @@ fn reads_an_ab_comparison() {
 #[test]
 fn an_ab_run_sends_program_b() {
     let sizes = [("N".to_string(), 1024)].into();
-    let ab =
-        serde_json::to_value(run_body("fusion a {}", Some("fusion b {}"), &sizes, 20, 3)).unwrap();
+    let scalars = [("eps".to_string(), 0.5)].into();
+    let ab = serde_json::to_value(run_body(
+        "fusion a {}",
+        Some("fusion b {}"),
+        &sizes,
+        &scalars,
+        20,
+        3,
+    ))
+    .unwrap();
     assert_eq!(ab["program"], "fusion a {}");
     assert_eq!(ab["program_b"], "fusion b {}");
     assert_eq!(
         (&ab["sizes"]["N"], &ab["iters"], &ab["seed"]),
         (&1024.into(), &20.into(), &3.into())
     );
-    let one = serde_json::to_value(run_body("fusion a {}", None, &sizes, 20, 3)).unwrap();
+    assert_eq!(ab["scalars"]["eps"], 0.5);
+    let one = serde_json::to_value(run_body(
+        "fusion a {}",
+        None,
+        &sizes,
+        &Default::default(),
+        20,
+        3,
+    ))
+    .unwrap();
     // Only what the page sets: the service's defaults apply to the rest.
     let keys: Vec<&str> = one
         .as_object()
