@@ -151,6 +151,20 @@ const FP8_ROWWISE: &str = "fusion fp8_rowwise {
 }
 ";
 
+/// Row-wise scales written as a user dequantizes, inside the sum: hoisted after it by the
+/// front end, then scheduled as [`FP8_ROWWISE`].
+const FP8_DEQUANTIZED: &str = "fusion fp8_dequantized {
+  input a: f8e4m3[M, K]
+  input w: f8e4m3[N, K]
+  input sa: f32[M]
+  input sw: f32[N]
+  p = cast(broadcast(a, axis=1), f32) * broadcast(broadcast(sa, axis=1), axis=2) * (cast(broadcast(w, axis=0), f32) * broadcast(broadcast(sw, axis=0), axis=2))
+  acc = sum(p, axis=2)
+  out = cast(acc, bf16)
+  output out
+}
+";
+
 /// The schedule text of each class at a few sizes, ragged and wide among them.
 #[test]
 fn schedule_text_per_class_and_size() {
@@ -269,6 +283,7 @@ fn each_written_schedule_lowers_for_its_sizes() {
         (FP8_PRODUCT, "M=1000,N=1008,K=1008"),
         (FP8_ROWWISE, "M=4096,N=4096,K=4096"),
         (FP8_ROWWISE, "M=64,N=14336,K=4096"),
+        (FP8_DEQUANTIZED, "M=4096,N=4096,K=4096"),
     ] {
         let note = compiled_note(source, Some(size));
         assert!(
@@ -289,6 +304,11 @@ fn the_fp8_schedules_lower_to_fp8_wgmma() {
         (FP8_PRODUCT, "M=64,N=14336,K=4096", "m64n128k32_e4m3_e4m3"),
         (FP8_ROWWISE, "M=8192,N=8192,K=8192", "m64n256k32_e4m3_e5m2"),
         (FP8_ROWWISE, "M=128,N=4096,K=4096", "m64n128k32_e4m3_e5m2"),
+        (
+            FP8_DEQUANTIZED,
+            "M=4096,N=4096,K=4096",
+            "m64n256k32_e4m3_e4m3",
+        ),
     ] {
         let options = hopfuse::CompileOptions {
             aligned_for: Some(sizes(size)),
@@ -298,6 +318,11 @@ fn the_fp8_schedules_lower_to_fp8_wgmma() {
         assert!(c.plan.auto_schedule.unwrap().scheduler.is_some(), "{size}");
         assert!(c.cuda.contains(wgmma), "{size}: no {wgmma}\n{}", c.cuda);
     }
+    let hoisted = auto_text(FP8_DEQUANTIZED, Some("M=4096,N=4096,K=4096"));
+    assert!(
+        hoisted.contains("the scales `sa` (per row), `sw` (per column) applied to the f32 sum"),
+        "{hoisted}"
+    );
 }
 
 /// An FP8 operand stored MN-major is declined with the rule, naming the operand as written; a
