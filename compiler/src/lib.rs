@@ -389,6 +389,8 @@ pub fn auto_schedule(
 ) -> Result<Result<auto::AutoSchedule, auto::Declined>, Diagnostics> {
     let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
     let program = frontend::parse(source).map_err(locate)?;
+    // As [`schedule_for`] decides: on the program with its dequantization scales hoisted.
+    let program = frontend::dequantize::hoist_scales(&program);
     let fusion = fusion::build(&program.fusion).map_err(locate)?;
     Ok(auto::choose(&fusion, &auto::Sizes::resolve(sizes, source)))
 }

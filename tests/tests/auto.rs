@@ -125,10 +125,50 @@ const PRODUCT: &str = "fusion product {
 }
 ";
 
+/// FP8 with per-tensor scales (examples/matmul/step16_fp8.hf without its schedule).
+const FP8_PRODUCT: &str = "fusion fp8_product {
+  input a: f8e4m3[M, K]
+  input w: f8e4m3[N, K]
+  input sa: f32
+  input sw: f32
+  p = cast(broadcast(a, axis=1), f32) * cast(broadcast(w, axis=0), f32)
+  acc = sum(p, axis=2)
+  out = cast(acc * sa * sw, bf16)
+  output out
+}
+";
+
+/// FP8 with row-wise scales, e5m2 weights (step 17's math).
+const FP8_ROWWISE: &str = "fusion fp8_rowwise {
+  input a: f8e4m3[M, K]
+  input w: f8e5m2[N, K]
+  input sa: f32[M]
+  input sw: f32[N]
+  p = cast(broadcast(a, axis=1), f32) * cast(broadcast(w, axis=0), f32)
+  acc = sum(p, axis=2)
+  out = cast(acc * broadcast(sa, axis=1) * broadcast(sw, axis=0), bf16)
+  output out
+}
+";
+
+/// Row-wise scales written as a user dequantizes, inside the sum: hoisted after it by the
+/// front end, then scheduled as [`FP8_ROWWISE`].
+const FP8_DEQUANTIZED: &str = "fusion fp8_dequantized {
+  input a: f8e4m3[M, K]
+  input w: f8e4m3[N, K]
+  input sa: f32[M]
+  input sw: f32[N]
+  p = cast(broadcast(a, axis=1), f32) * broadcast(broadcast(sa, axis=1), axis=2) * (cast(broadcast(w, axis=0), f32) * broadcast(broadcast(sw, axis=0), axis=2))
+  acc = sum(p, axis=2)
+  out = cast(acc, bf16)
+  output out
+}
+";
+
 /// The schedule text of each class at a few sizes, ragged and wide among them.
 #[test]
 fn schedule_text_per_class_and_size() {
-    let cases: [(&str, &str, &[&str]); 6] = [
+    let cases: [(&str, &str, &[&str]); 8] = [
         (
             "softmax",
             SOFTMAX,
@@ -180,6 +220,21 @@ fn schedule_text_per_class_and_size() {
                 "M=1000,N=1000,K=1000",
             ],
         ),
+        (
+            "fp8_product",
+            FP8_PRODUCT,
+            &[
+                "M=4096,N=4096,K=4096",
+                "M=8192,N=8192,K=8192",
+                "M=64,N=14336,K=4096",
+                "M=1000,N=1008,K=1008",
+            ],
+        ),
+        (
+            "fp8_rowwise",
+            FP8_ROWWISE,
+            &["M=4096,N=4096,K=4096", "M=64,N=14336,K=4096"],
+        ),
     ];
     for (name, source, size_list) in cases {
         let mut out = String::new();
@@ -222,6 +277,13 @@ fn each_written_schedule_lowers_for_its_sizes() {
         (PRODUCT, "M=4096,N=4096,K=4096"),
         (PRODUCT, "M=64,N=14336,K=4096"),
         (PRODUCT, "M=1000,N=1000,K=1000"),
+        (FP8_PRODUCT, "M=4096,N=4096,K=4096"),
+        (FP8_PRODUCT, "M=8192,N=8192,K=8192"),
+        (FP8_PRODUCT, "M=64,N=14336,K=4096"),
+        (FP8_PRODUCT, "M=1000,N=1008,K=1008"),
+        (FP8_ROWWISE, "M=4096,N=4096,K=4096"),
+        (FP8_ROWWISE, "M=64,N=14336,K=4096"),
+        (FP8_DEQUANTIZED, "M=4096,N=4096,K=4096"),
     ] {
         let note = compiled_note(source, Some(size));
         assert!(
@@ -231,6 +293,62 @@ fn each_written_schedule_lowers_for_its_sizes() {
             note.schedule.unwrap_or_default()
         );
     }
+}
+
+/// The written FP8 schedules multiply on FP8 tensor cores: k32 wgmma of the operands' types,
+/// 256 wide for the persistent tiles and 128 for the decode shape.
+#[test]
+fn the_fp8_schedules_lower_to_fp8_wgmma() {
+    for (source, size, wgmma) in [
+        (FP8_PRODUCT, "M=4096,N=4096,K=4096", "m64n256k32_e4m3_e4m3"),
+        (FP8_PRODUCT, "M=64,N=14336,K=4096", "m64n128k32_e4m3_e4m3"),
+        (FP8_ROWWISE, "M=8192,N=8192,K=8192", "m64n256k32_e4m3_e5m2"),
+        (FP8_ROWWISE, "M=128,N=4096,K=4096", "m64n128k32_e4m3_e5m2"),
+        (
+            FP8_DEQUANTIZED,
+            "M=4096,N=4096,K=4096",
+            "m64n256k32_e4m3_e4m3",
+        ),
+    ] {
+        let options = hopfuse::CompileOptions {
+            aligned_for: Some(sizes(size)),
+            ..Default::default()
+        };
+        let c = hopfuse::compile(source, &options).unwrap();
+        assert!(c.plan.auto_schedule.unwrap().scheduler.is_some(), "{size}");
+        assert!(c.cuda.contains(wgmma), "{size}: no {wgmma}\n{}", c.cuda);
+    }
+    let hoisted = auto_text(FP8_DEQUANTIZED, Some("M=4096,N=4096,K=4096"));
+    assert!(
+        hoisted.contains("the scales `sa` (per row), `sw` (per column) applied to the f32 sum"),
+        "{hoisted}"
+    );
+}
+
+/// An FP8 operand stored MN-major is declined with the rule, naming the operand as written; a
+/// scaled product of 16-bit operands is declined, not given the FP8 schedule.
+#[test]
+fn fp8_products_the_schedules_do_not_take_are_declined_with_the_rule() {
+    let mn_major_b = FP8_PRODUCT
+        .replace("input w: f8e4m3[N, K]", "input w: f8e4m3[K, N]")
+        .replace(
+            "p = cast(broadcast(a, axis=1)",
+            "p = cast(broadcast(a, axis=2)",
+        )
+        .replace("sum(p, axis=2)", "sum(p, axis=1)");
+    let declined = auto_text(&mn_major_b, Some("M=4096,N=4096,K=4096"));
+    assert_eq!(
+        declined,
+        "// declined: FP8 wgmma reads both operands K-major (it has no transpose): `w` is [K, N]; store it with K as its last axis (a[M, K], b[N, K], as torch._scaled_mm reads b.t() of a row-major [N, K] weight)\n",
+        "{mn_major_b}"
+    );
+    let scaled_bf16 = FP8_PRODUCT.replace("f8e4m3", "bf16");
+    let declined = auto_text(&scaled_bf16, Some("M=4096,N=4096,K=4096"));
+    assert!(
+        declined.starts_with("// declined: a matrix product of bf16 by bf16, the scales `sa` (per tensor), `sw` (per tensor)")
+            && declined.contains("takes e4m3 or e5m2 operands"),
+        "{declined}"
+    );
 }
 
 /// A row too wide for registers and shared memory is streamed: each intermediate read twice is
@@ -281,6 +399,7 @@ fn the_schedulers_are_named_in_the_plan() {
         (ROW_SUM, Scheduler::InnerReduction),
         (COL_SUM, Scheduler::OuterReduction),
         (PRODUCT, Scheduler::MatrixProduct),
+        (FP8_PRODUCT, Scheduler::MatrixProduct),
     ] {
         let note = compiled_note(source, None);
         assert_eq!(

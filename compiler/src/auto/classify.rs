@@ -2,24 +2,23 @@
 //! reduction (rows reduced along their contiguous axis, nothing reads the result back over
 //! the row), outer reduction (columns reduced along the outer axis), normalization (a row's
 //! reductions broadcast back over the same row, so the row is a persistent buffer: softmax,
-//! RMSNorm, LayerNorm, cross-entropy) and matrix product (a sum of broadcast products, as
-//! [`crate::fusion::matmul::detect`] recognises it). Attention (a product over a softmax's axis,
+//! RMSNorm, LayerNorm, cross-entropy) and matrix product (a sum of broadcast products, scaled
+//! or not, as [`crate::fusion::matmul::detect_scaled`] recognises it). Attention (a product over a softmax's axis,
 //! as [`crate::fusion::online_softmax::find`] recognises it) is named as such in the reason.
 //!
 //! Takes the unscheduled fusion; answers a [`Class`] or, for a fusion no scheduler takes, the
 //! reason in one sentence.
 
+use crate::fusion::matmul::{self, Scale};
 use crate::fusion::online_softmax::{self, OnlineSoftmax};
-use crate::fusion::{matmul, Fusion, IterId, Op, TensorId};
+use crate::fusion::{Fusion, IterId, Op, TensorId};
 use crate::plan::MatmulShape;
 
 /// A fusion's class, with what its scheduler needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Class {
     /// No reduction: `reference` is the output of highest rank.
-    Pointwise {
-        reference: TensorId,
-    },
+    Pointwise { reference: TensorId },
     /// `reduction` (a rank-1 result) reduces the last axis of its rank-2 `input`.
     InnerReduction {
         reduction: TensorId,
@@ -32,11 +31,10 @@ pub enum Class {
     },
     /// Rows reduced and read again: `reference` is a full-rank output (or, when every output
     /// is a row's value, the last reduction), `row` a root axis of the reduced class.
-    Normalization {
-        reference: TensorId,
-        row: IterId,
-    },
-    MatrixProduct(MatmulShape),
+    Normalization { reference: TensorId, row: IterId },
+    /// A matrix product, with the dequantization scales its f32 sum is multiplied by before
+    /// the cast (none for a plain product).
+    MatrixProduct(MatmulShape, Vec<Scale>),
 }
 
 impl Class {
@@ -46,7 +44,7 @@ impl Class {
             Class::InnerReduction { .. } => "inner reduction",
             Class::OuterReduction { .. } => "outer reduction",
             Class::Normalization { .. } => "normalization",
-            Class::MatrixProduct(_) => "matrix product",
+            Class::MatrixProduct(..) => "matrix product",
         }
     }
 }
@@ -58,8 +56,8 @@ pub fn classify(f: &Fusion) -> Result<Class, String> {
             "the fusion has an explicit tensor-core op; its schedule is written by hand".into(),
         );
     }
-    if let Some(shape) = matmul::detect(f) {
-        return Ok(Class::MatrixProduct(shape));
+    if let Some((shape, scales)) = matmul::detect_scaled(f) {
+        return Ok(Class::MatrixProduct(shape, scales));
     }
     if let Some(attention) = online_softmax::find_all(f).first() {
         return Err(format!(

@@ -191,7 +191,7 @@ pub fn choose(fusion: &Fusion, sizes: &Sizes) -> Result<AutoSchedule, Declined> 
         Class::Normalization { reference, row } => {
             normalization::schedule(&facts, *reference, *row)
         }
-        Class::MatrixProduct(shape) => product::schedule(&facts, shape),
+        Class::MatrixProduct(shape, scales) => product::schedule(&facts, shape, scales),
     };
     chosen.map_err(|reason| Declined {
         class: Some(class.name()),

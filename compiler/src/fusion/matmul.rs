@@ -9,18 +9,78 @@
 //! broadcast axis sits. Anything else (an epilogue, a second output, a narrowing cast before the
 //! product, a product used twice) is not a plain matrix product and gets `None`: a cuBLAS
 //! ceiling would then time different work.
+//!
+//! [`detect_scaled`] also takes the sum multiplied by dequantization scales before the cast
+//! (`cast(s * sa * sb, bf16)`, FP8's per-tensor and row-wise forms, as
+//! `frontend::dequantize` leaves them) and names each [`Scale`]: what the automatic product
+//! scheduler reads, where the epilogue is part of the kernel.
 
 use super::{BinaryOp, Fusion, Op, Operand, ReduceOp, TensorId};
 use crate::dtype::DType;
 use crate::plan::{MatmulShape, OperandLayout};
 
+/// A dequantization scale a product's f32 sum is multiplied by before the cast.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scale {
+    /// A scalar input: one scale for the whole operand.
+    PerTensor(TensorId),
+    /// A rank-1 input over M (`broadcast(sa, axis=1)`): a scale per row of `a`.
+    PerRow(TensorId),
+    /// A rank-1 input over N (`broadcast(sb, axis=0)`): a scale per row of `b`, a column of
+    /// the result.
+    PerColumn(TensorId),
+}
+
+impl Scale {
+    pub fn input(&self) -> TensorId {
+        match *self {
+            Scale::PerTensor(t) | Scale::PerRow(t) | Scale::PerColumn(t) => t,
+        }
+    }
+
+    /// What the scale varies with, as a reason names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Scale::PerTensor(_) => "per tensor",
+            Scale::PerRow(_) => "per row",
+            Scale::PerColumn(_) => "per column",
+        }
+    }
+}
+
 /// The matrix product `f` computes, if it is exactly one.
 pub fn detect(f: &Fusion) -> Option<MatmulShape> {
+    match detect_scaled(f)? {
+        (shape, scales) if scales.is_empty() => Some(shape),
+        _ => None,
+    }
+}
+
+/// The matrix product `f` computes, if it is exactly one, with the scales its f32 sum is
+/// multiplied by before the optional cast (none for a plain product).
+pub fn detect_scaled(f: &Fusion) -> Option<(MatmulShape, Vec<Scale>)> {
     let [c] = f.outputs[..] else { return None };
     // An optional cast of the sum (e.g. a bf16 result).
     let mut sum_out = c;
     if let Op::Cast(_) = definition(f, c)?.op {
         sum_out = only_tensor_input(f, c)?;
+    }
+    // Scale factors multiplied into the sum: (the scale input, its broadcast axis if rank 1).
+    let mut factors = Vec::new();
+    while let (Op::Binary(BinaryOp::Mul), [Operand::Tensor(x), Operand::Tensor(y)]) = {
+        let e = definition(f, sum_out)?;
+        (&e.op, &e.inputs[..])
+    } {
+        if f.uses(sum_out).len() != 1 && sum_out != c {
+            return None;
+        }
+        if let Some(factor) = scale_factor(f, *y) {
+            factors.push(factor);
+            sum_out = *x;
+        } else {
+            factors.push(scale_factor(f, *x)?);
+            sum_out = *y;
+        }
     }
     let Op::Reduce {
         op: ReduceOp::Sum,
@@ -60,9 +120,25 @@ pub fn detect(f: &Fusion) -> Option<MatmulShape> {
     } else {
         return None;
     };
+    let logical = f.logical(product);
+    let scales = factors
+        .into_iter()
+        .map(|(input, axis)| match axis {
+            None => Some(Scale::PerTensor(input)),
+            Some(axis) => {
+                let along = f.class_of(f.logical(input)[0]);
+                match axis {
+                    1 if along == f.class_of(logical[pm]) => Some(Scale::PerRow(input)),
+                    0 if along == f.class_of(logical[pn]) => Some(Scale::PerColumn(input)),
+                    _ => None,
+                }
+            }
+        })
+        .collect::<Option<Vec<_>>>()?;
     let mut inputs = f.inputs.clone();
     crate::id::sort_by_position(&mut inputs, |t| t.index());
     let mut used = vec![a, b];
+    used.extend(scales.iter().map(Scale::input));
     crate::id::sort_by_position(&mut used, |t| t.index());
     used.dedup();
     if inputs != used || f.rank(a) != 2 || f.rank(b) != 2 {
@@ -79,9 +155,8 @@ pub fn detect(f: &Fusion) -> Option<MatmulShape> {
     } else {
         OperandLayout::Transposed
     };
-    let logical = f.logical(product);
     let extent = |p: usize| f.class_extent(f.class_of(logical[p]));
-    Some(MatmulShape {
+    let shape = MatmulShape {
         a: f.tensors[a].name.clone(),
         b: f.tensors[b].name.clone(),
         c: f.tensors[c].name.clone(),
@@ -94,7 +169,27 @@ pub fn detect(f: &Fusion) -> Option<MatmulShape> {
         b_dtype: f.tensors[b].dtype,
         c_dtype: f.tensors[c].dtype,
         accumulate,
-    })
+    };
+    Some((shape, scales))
+}
+
+/// `t` as a scale factor of the sum: an f32 scalar input (no axis) or the broadcast of an
+/// f32 rank-1 input over a rank-2 result (the broadcast axis).
+fn scale_factor(f: &Fusion, t: TensorId) -> Option<(TensorId, Option<usize>)> {
+    let f32_input = |t: TensorId, rank: usize| {
+        f.tensors[t].is_input && f.tensors[t].dtype == DType::F32 && f.rank(t) == rank
+    };
+    if f32_input(t, 0) {
+        return Some((t, None));
+    }
+    let Op::Broadcast { axes } = &definition(f, t)?.op else {
+        return None;
+    };
+    let input = only_tensor_input(f, t)?;
+    match axes[..] {
+        [axis] if f32_input(input, 1) && f.rank(t) == 2 => Some((input, Some(axis))),
+        _ => None,
+    }
 }
 
 fn definition(f: &Fusion, t: TensorId) -> Option<&super::Expr> {
@@ -261,5 +356,60 @@ mod tests {
         }
         // The example programs that are not matrix products.
         assert!(detect_in(&fusion(ab, mm)).is_some());
+    }
+
+    /// The scales of `src`'s product by kind and name, if it is one.
+    fn scales_in(src: &str) -> Option<Vec<String>> {
+        let program = crate::frontend::parse(src).unwrap();
+        let f = crate::fusion::build(&program.fusion).unwrap();
+        let (_, scales) = detect_scaled(&f)?;
+        Some(
+            scales
+                .iter()
+                .map(|s| format!("{} {}", s.kind(), f.tensors[s.input()].name))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn scales_multiplied_into_the_sum() {
+        let fp8 = "  input a: f8e4m3[M, K]\n  input b: f8e4m3[N, K]";
+        let s =
+            "  s = sum(cast(broadcast(a, axis=1), f32) * cast(broadcast(b, axis=0), f32), axis=2)";
+        let with = |scales: &str, epilogue: &str| {
+            fusion(&format!("{fp8}\n{scales}"), &format!("{s}\n  {epilogue}"))
+        };
+        let scalars = "  input sa: f32\n  input sb: f32";
+        let rows = "  input sa: f32[M]\n  input sb: f32[N]";
+        for (scales, epilogue, found) in [
+            (
+                scalars,
+                "c = cast(s * sa * sb, bf16)",
+                Some(vec!["per tensor sb", "per tensor sa"]),
+            ),
+            (
+                scalars,
+                "c = sb * (sa * s)",
+                Some(vec!["per tensor sb", "per tensor sa"]),
+            ),
+            (
+                rows,
+                "c = cast(s * broadcast(sa, axis=1) * broadcast(sb, axis=0), bf16)",
+                Some(vec!["per column sb", "per row sa"]),
+            ),
+            // A scale per element of the result (an epilogue operand, not a scale).
+            ("  input sa: f32[M, N]", "c = cast(s * sa, bf16)", None),
+            // Not a scale: an addition.
+            (scalars, "c = cast(s + sa, bf16)", None),
+            // A scale that is not an input.
+            (scalars, "c = cast(s * (sa * sb), bf16)", None),
+        ] {
+            let src = with(scales, epilogue);
+            let found = found.map(|v| v.iter().map(|s| s.to_string()).collect());
+            assert_eq!(scales_in(&src), found, "{src}");
+        }
+        // A plain product keeps its cuBLAS comparison; a scaled one has none.
+        assert!(detect_in(&fusion(fp8, &format!("{s}\n  c = cast(s, bf16)"))).is_some());
+        assert!(detect_in(&with(scalars, "c = cast(s * sa, bf16)")).is_none());
     }
 }
