@@ -616,7 +616,8 @@ try {
       await page.waitForSelector("#pane-pipeline svg .pl-mma");
       const text = await page.locator("#pane-pipeline").textContent();
       // wait_group 0, or 1 where an empty barrier lets one group stay in flight.
-      assert(/\d+ × wgmma m64n\d+k16\.bf16/.test(text) && /commit · wait_group [01]/.test(text), `${name}: wgmma in the diagram`);
+      // k16 for bf16 operands, k32 for FP8 (step 16 on).
+      assert(/\d+ × wgmma m64n\d+(k16\.bf16|k32\.f8e4m3)/.test(text) && /commit · wait_group [01]/.test(text), `${name}: wgmma in the diagram`);
       assert((await page.locator("#pane-pipeline svg .pl-acc").count()) >= 1, `${name}: accumulator`);
       assert((await page.locator("#pane-pipeline th", { hasText: "wgmma" }).count()) === 1, `${name}: wgmma row`);
     }
