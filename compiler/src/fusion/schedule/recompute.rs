@@ -1,15 +1,16 @@
 //! `t.recompute()`: each consumer of `t` after the first gets its own copy of `t`'s computation,
-//! back to what it reads that is kept anyway (fusion inputs and reduction results). Each copy then inlines into its own consumer's loops, so
-//! nothing of the chain lives from one loop to the next: a row that two reductions and an
-//! output read is read from memory three times (from L2 after the first, for a row just read)
-//! instead of being held in registers or shared memory across the loops. What that costs is
-//! the chain's arithmetic once per consumer; what it frees is the whole row's storage, so any
-//! row width fits and a block holds only the elements of one step.
+//! back to what it reads that is kept anyway (fusion inputs and reduction results). Each copy
+//! then inlines into its own consumer's loops, so nothing of the chain lives from one loop to
+//! the next: a row that two reductions and an output read is read from memory three times (from
+//! L2 after the first, for a row just read) instead of being held in registers or shared memory
+//! across the loops. What that costs is the chain's arithmetic once per consumer; what it frees
+//! is the whole row's storage, so any row width fits and a block holds only one step's elements.
 //!
 //! Takes a computed tensor with two or more consumers, none of whose chain has been scheduled
 //! yet (recompute first, then split and propagate). Copies `t_r2`, `t_r3`, ... (fresh names
-//! when those are taken) with the originals' ops, dtypes and axis classes; the first consumer
-//! keeps `t`.
+//! when those are taken) with the originals' ops, dtypes and axis classes, each marked
+//! `copy_of` so that `Fusion::topo_exprs` computes it right before its consumer; the first
+//! consumer keeps `t`.
 
 use super::*;
 
