@@ -20,6 +20,7 @@
 //! - `dialogs`: Help, Settings, Share and the language reference;
 //! - `embed`: the read-only embed view.
 
+mod auto_line;
 mod dialogs;
 mod editor;
 mod embed;

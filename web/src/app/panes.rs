@@ -3,8 +3,9 @@
 //! or its diff with the previous one), Launch plan (evaluated with the sizes, its constraints
 //! checked) and Pipeline panes; PyTorch, PTX and SASS are drawn by their own modules. A
 //! program without a schedule gets a line in the CUDA and Run panes and a section in the Launch
-//! plan pane on its automatic schedule ([`AutoScheduleLine`]), with "Insert schedule".
+//! plan pane on its automatic schedule (`auto_line::AutoScheduleLine`), with "Insert schedule".
 
+use super::auto_line::AutoScheduleLine;
 use super::run_pane::RunPane;
 use super::{pane_key, Ui, WRAP_KEY};
 use crate::diff;
@@ -116,41 +117,6 @@ fn CudaPane(ui: Ui) -> impl IntoView {
             </button>
         </div>
         <div class="viewer" id="cuda" node_ref=cuda_ref></div>
-    }
-}
-
-/// For a program without a schedule: which scheduler wrote the automatic one and why, or
-/// (marked as an error) that none did and the kernel is the serial default; "Insert schedule"
-/// appends the automatic schedule to the program as its own. Nothing for a scheduled program.
-#[component]
-pub(super) fn AutoScheduleLine(ui: Ui, id: &'static str) -> impl IntoView {
-    move || {
-        let note = ui
-            .compiled
-            .with(|c| c.as_ref().and_then(|c| c.plan.auto_schedule.clone()))?;
-        let headline = crate::auto_note::headline(&note);
-        let insert = crate::auto_note::schedule_block(&note).map(|block| {
-            view! {
-                <button
-                    class="insert-schedule"
-                    title="Append this schedule to the program as a schedule { } block, to edit it"
-                    on:click=move |_| ui.insert_schedule(&block)
-                >
-                    "Insert schedule"
-                </button>
-            }
-        });
-        let (serial, role) = (
-            headline.serial,
-            if headline.serial { "alert" } else { "status" },
-        );
-        Some(view! {
-            <div class="auto-schedule" class:error=serial class:note=!serial id=id role=role>
-                <span class="auto-text">{headline.text}</span>
-                " "
-                {insert}
-            </div>
-        })
     }
 }
 

@@ -19,7 +19,7 @@ pub(super) fn RunPane(ui: Ui) -> impl IntoView {
     let stages = ["queued", "compiling", "running", "validating", "done"];
     view! {
         <div class="run">
-            <super::panes::AutoScheduleLine ui=ui id="run-auto" />
+            <super::auto_line::AutoScheduleLine ui=ui id="run-auto" />
             <div class="run-form">
                 <label>
                     "iterations "
