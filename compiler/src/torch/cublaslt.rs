@@ -109,11 +109,7 @@ pub fn emit_cublaslt(fusion: &Fusion) -> Option<(Twin, Activation)> {
         value = value.to(d);
     }
     let function = format!("{}_cublaslt", f.name);
-    let params: Vec<String> = f
-        .inputs
-        .iter()
-        .map(|&t| format!("{}: torch.Tensor", e.names[t]))
-        .collect();
+    let params = e.input_params();
     let source = format!(
         "# The hopfuse fusion `{}` as one cuBLASLt call: the matrix product with its bias and\n\
          # activation fused into the GEMM's epilogue (a peer of `hopfuse run --peers`).\n\

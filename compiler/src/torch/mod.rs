@@ -293,11 +293,7 @@ impl<'a> Emitter<'a> {
              import torch\n\n",
             f.name
         );
-        let params: Vec<String> = f
-            .inputs
-            .iter()
-            .map(|&t| format!("{}: torch.Tensor", self.names[t]))
-            .collect();
+        let params = self.input_params();
         let ret = if f.outputs.len() == 1 {
             "torch.Tensor".to_string()
         } else {
@@ -342,6 +338,15 @@ impl<'a> Emitter<'a> {
     }
 
     /// `float32[M, N]`, broadcast axes as 1, scalars as `float32[]`.
+    /// The fusion's inputs as the twin's (and the peers') parameters: `x: torch.Tensor`, ...
+    pub(super) fn input_params(&self) -> Vec<String> {
+        self.f
+            .inputs
+            .iter()
+            .map(|&t| format!("{}: torch.Tensor", self.names[t]))
+            .collect()
+    }
+
     fn shape(&self, t: TensorId) -> String {
         let f = self.f;
         let dims: Vec<String> = f

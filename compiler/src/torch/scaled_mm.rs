@@ -132,11 +132,7 @@ pub fn emit_scaled_mm(fusion: &Fusion) -> Option<Twin> {
         (rows, columns)
     };
     let function = format!("{}_scaled_mm", f.name);
-    let params: Vec<String> = f
-        .inputs
-        .iter()
-        .map(|&t| format!("{}: torch.Tensor", e.names[t]))
-        .collect();
+    let params = e.input_params();
     let source = format!(
         "# The hopfuse fusion `{}` as one torch._scaled_mm call: the FP8 matrix product with its\n\
          # scales, as a PyTorch user writes it (a peer of `hopfuse run --peers`).\n\
