@@ -60,7 +60,12 @@ pub fn parse_ptx(ptx: &str, name: &str, in_kernel: &dyn Fn(u32) -> bool) -> List
                 None => {
                     current = here;
                     inlined = None;
-                    top = here;
+                    // A `.loc 1 0` (no line) between two pieces of one inlined helper does not
+                    // end the kernel-level position: code nested further in that helper after
+                    // it (a `__syncthreads` inside `hf_block_reduce`) still counts there.
+                    if here.is_some() {
+                        top = here;
+                    }
                 }
                 Some(site) => {
                     // A call site in the kernel is the last kernel-level position too: code
@@ -332,6 +337,33 @@ mod tests {
         assert_eq!(at("and.b32"), (Some(8), Some(3)));
         assert_eq!(at("setp.leu"), (Some(8), Some(2)));
         assert_eq!((l.mapped(), l.no_source_line), (4, 1));
+    }
+
+    #[test]
+    fn a_line_zero_inside_an_inlined_helper_keeps_its_kernel_call_site() {
+        // (col_sum's 4 x 64 block at i32: `hf_block_reduce` inlined at kernel line 8, a
+        // `.loc 1 0` in the middle of it, then its barrier, inlined at prelude line 4.)
+        let ptx = "	.loc	1 3 9, function_name $L__info_string0, inlined_at 1 8 7
+	add.f32 	%f1, %f1, %f2;
+	.loc	1 0 68
+	ld.param.u64 	%rd1, [p1];
+	.loc	1 2 3, function_name $L__info_string1, inlined_at 1 4 3
+	bar.sync 	0;
+	.loc	1 9 3
+	ret;
+}
+	.file	1 \"/tmp/k.cu\"
+";
+        let l = parse_ptx(ptx, "k.cu", &|line| line >= 6);
+        let lines: Vec<&str> = l.text.lines().collect();
+        let at = |needle: &str| {
+            let i = lines.iter().position(|x| x.contains(needle)).unwrap();
+            (l.cuda_lines[i], l.inlined[i])
+        };
+        assert_eq!(at("add.f32"), (Some(8), Some(3)));
+        assert_eq!(at("ld.param"), (None, None));
+        assert_eq!(at("bar.sync"), (Some(8), Some(2)));
+        assert_eq!((l.mapped(), l.no_source_line), (3, 1));
     }
 
     #[test]

@@ -5,9 +5,11 @@
 //! threads that accumulate in registers, then combined by a block reduction; short rows share
 //! a block (rows on TIDy) so a block keeps at least 128 threads.
 //!
-//! Outer (columns): a block owns a strip of columns, 32 threads across it each with one vector
-//! of columns, and 8 rows of threads walk the rows; the block combines the 8 partial sums of
-//! each column at the end.
+//! Outer (columns): a block owns a strip of columns, up to 32 threads across it each with one
+//! vector of columns (fewer when the strips would not fill the GPU), and the block's other
+//! threads walk the rows, four rows each per unrolled step; the block combines the partial sums
+//! of each column at the end. Few columns over many rows leave SMs idle: reductions across
+//! blocks are not supported yet.
 
 use super::text::ScheduleText;
 use super::{dtype_names, AutoSchedule, Facts, Scheduler};
@@ -17,9 +19,12 @@ use crate::fusion::TensorId;
 const MAX_ROW_THREADS: i64 = 512;
 /// Fewest threads in a block of the inner reduction.
 const MIN_BLOCK_THREADS: i64 = 128;
-/// The outer reduction's threads across the columns and along the rows.
-const COLUMN_THREADS: i64 = 32;
-const ROW_THREADS: i64 = 8;
+/// The outer reduction's block: its threads, the fewest blocks it aims for (four per SM, so
+/// the SMs stay busy while the slowest blocks finish), and the rows a thread reads per step of
+/// its row loop (independent loads in flight).
+const OUTER_BLOCK_THREADS: i64 = 256;
+const MIN_OUTER_BLOCKS: i64 = 4 * crate::target::SM_COUNT;
+const ROW_UNROLL: i64 = 4;
 
 pub fn inner(facts: &Facts, reduction: TensorId, input: TensorId) -> Result<AutoSchedule, String> {
     let f = facts.fusion;
@@ -88,35 +93,48 @@ pub fn outer(facts: &Facts, reduction: TensorId, input: TensorId) -> Result<Auto
     // The fusion's inputs over the same rows (the reduction's own input may be computed).
     let inputs = facts.full_inputs(2);
     let v = facts.vector_width(&inputs, n);
+    // Narrow strips when the columns are few for the GPU: every block walks all the rows, so
+    // the blocks (one per strip) must fill the SMs; a row of a strip stays at least 64 bytes
+    // (two 32-byte sectors) so the rows' reads stay whole sectors.
+    let bytes = facts.widest(&inputs);
+    let column_threads = [32, 16, 8, 4]
+        .into_iter()
+        .find(|&c| {
+            let blocks = super::ceil_div(facts.extent_or_default(columns), c * v);
+            blocks >= MIN_OUTER_BLOCKS || c * v * bytes <= 64
+        })
+        .unwrap_or(4);
+    let row_threads = OUTER_BLOCK_THREADS / column_threads;
 
     let mut s = ScheduleText::new(facts.name(reduction));
     s.caches(facts, &inputs, &[], "");
     s.comment(&format!(
-        "A block owns {} columns: {COLUMN_THREADS} threads of {v}-element vectors across them, {ROW_THREADS} rows of threads down the rows, combined at the end.",
-        COLUMN_THREADS * v
+        "A block owns {} columns: {column_threads} threads of {v}-element vectors across them, {row_threads} rows of threads down the rows ({ROW_UNROLL} rows each per step, unrolled), combined at the end.",
+        column_threads * v
     ));
-    // [column strips, row steps, row threads, column threads, (v)]
-    let mut axes = vec![(0, "BIDx"), (2, "TIDy"), (3, "TIDx")];
+    // [column strips, row steps, unrolled rows, row threads, column threads, (v)]
+    let mut axes = vec![(0, "BIDx"), (2, "Unroll"), (3, "TIDy"), (4, "TIDx")];
     if v > 1 {
         s.split(1, v, false);
-        axes.push((4, "Vectorize"));
+        axes.push((5, "Vectorize"));
     }
-    s.split(1, COLUMN_THREADS, false);
-    s.split(0, ROW_THREADS, false);
+    s.split(1, column_threads, false);
+    s.split(0, row_threads, false);
+    s.split(0, ROW_UNROLL, false);
     s.reorder(if v > 1 {
-        &[2, 0, 1, 3, 4]
+        &[3, 0, 1, 2, 4, 5]
     } else {
-        &[2, 0, 1, 3]
+        &[3, 0, 1, 2, 4]
     });
     s.parallelize(&axes);
     s.propagate_and_inline();
     let reason = format!(
-        "outer reduction of {} rows of {} {} {}: {} columns per block in {v}-element vectors, {COLUMN_THREADS} x {ROW_THREADS} threads",
+        "outer reduction of {} rows of {} {} {}: {} columns per block in {v}-element vectors, {column_threads} x {row_threads} threads, {ROW_UNROLL} rows per thread per step",
         extent_text(facts.extent(rows)),
         extent_text(n),
         dtype_names(f, &inputs),
         facts.sizes.describe(),
-        COLUMN_THREADS * v,
+        column_threads * v,
     );
     Ok(AutoSchedule {
         scheduler: Scheduler::OuterReduction,
