@@ -166,9 +166,22 @@ const FP8_DEQUANTIZED: &str = "fusion fp8_dequantized {
 ";
 
 /// The schedule text of each class at a few sizes, ragged and wide among them.
+const TRANSPOSE: &str = "fusion transpose_add {
+  input x: bf16[M, N]
+  input b: bf16[N, M]
+  y = cast(cast(transpose(x, 0, 1), f32) + cast(b, f32), bf16)
+  output y
+}";
+
+const BATCHED_TRANSPOSE: &str = "fusion batched_transpose {
+  input x: f32[B, M, N]
+  y = permute(x, dims=[0, 2, 1])
+  output y
+}";
+
 #[test]
 fn schedule_text_per_class_and_size() {
-    let cases: [(&str, &str, &[&str]); 8] = [
+    let cases: [(&str, &str, &[&str]); 10] = [
         (
             "softmax",
             SOFTMAX,
@@ -235,6 +248,16 @@ fn schedule_text_per_class_and_size() {
             FP8_ROWWISE,
             &["M=4096,N=4096,K=4096", "M=64,N=14336,K=4096"],
         ),
+        (
+            "transpose",
+            TRANSPOSE,
+            &["M=16384,N=16384", "M=1000,N=1500", "M=4000000,N=8"],
+        ),
+        (
+            "batched_transpose",
+            BATCHED_TRANSPOSE,
+            &["B=8,M=4096,N=4096", "B=3,M=1000,N=333"],
+        ),
     ];
     for (name, source, size_list) in cases {
         let mut out = String::new();
@@ -284,6 +307,10 @@ fn each_written_schedule_lowers_for_its_sizes() {
         (FP8_ROWWISE, "M=4096,N=4096,K=4096"),
         (FP8_ROWWISE, "M=64,N=14336,K=4096"),
         (FP8_DEQUANTIZED, "M=4096,N=4096,K=4096"),
+        (TRANSPOSE, "M=16384,N=16384"),
+        (TRANSPOSE, "M=1000,N=1500"),
+        (TRANSPOSE, "M=1,N=1"),
+        (BATCHED_TRANSPOSE, "B=3,M=1000,N=333"),
     ] {
         let note = compiled_note(source, Some(size));
         assert!(
@@ -400,6 +427,8 @@ fn the_schedulers_are_named_in_the_plan() {
         (COL_SUM, Scheduler::OuterReduction),
         (PRODUCT, Scheduler::MatrixProduct),
         (FP8_PRODUCT, Scheduler::MatrixProduct),
+        (TRANSPOSE, Scheduler::Transpose),
+        (BATCHED_TRANSPOSE, Scheduler::Transpose),
     ] {
         let note = compiled_note(source, None);
         assert_eq!(

@@ -182,3 +182,46 @@ fn recompute_states_what_it_cannot_copy() {
     let shared = with("x_c = cache_after(x)\nx_c.set_memory(shared)\ne.recompute()");
     assert!(shared.contains("placed in shared memory"), "{shared}");
 }
+
+#[test]
+fn a_padded_shared_cache_spaces_its_rows() {
+    let src = hopfuse_tests::example("ops/transpose.hf");
+    let c = compile(&src);
+    // The tile's rows 33 elements apart where it is written and where it is read, and its
+    // size counts the padding (32 x 33 floats).
+    assert!(
+        c.cuda.contains("x_s[(m_io * 8 + m_ii) * 33 + n_i] = x["),
+        "{}",
+        c.cuda
+    );
+    assert!(c.cuda.contains("= x_s[m_i * 33 + "), "{}", c.cuda);
+    assert!(c.cuda.contains("// 1056 elements"), "{}", c.cuda);
+    let unpadded = compile(&src.replace(", row_pad=1)", ")"));
+    assert!(
+        unpadded.cuda.contains("= x_s[m_i * 32 + "),
+        "{}",
+        unpadded.cuda
+    );
+}
+
+#[test]
+fn padding_is_for_plain_shared_caches() {
+    let src = hopfuse_tests::example("ops/transpose.hf");
+    let e = hopfuse_tests::error(&src.replace("memory=shared, row_pad=1", "row_pad=1"));
+    assert!(
+        e.contains("row_pad= spaces the rows of a shared-memory cache that threads fill and read: use it with memory=shared"),
+        "{e}"
+    );
+    assert!(e.contains("t.hf:13:24:"), "{e}");
+    let e = hopfuse_tests::error(&src.replace("row_pad=1", "row_pad=-2"));
+    assert!(
+        e.contains("row_pad= is a number of elements from 0 to 128, not -2"),
+        "{e}"
+    );
+    let e =
+        hopfuse_tests::error(&src.replace("row_pad=1)\n", "row_pad=1)\n  x_s.set_memory(local)\n"));
+    assert!(
+        e.contains("`x_s` has row_pad=1 (the row spacing of a shared-memory cache); it stays in shared memory"),
+        "{e}"
+    );
+}

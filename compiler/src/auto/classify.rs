@@ -1,4 +1,5 @@
-//! The class of a fusion, as the schedulers divide the work: pointwise (no reduction), inner
+//! The class of a fusion, as the schedulers divide the work: pointwise (no reduction), transpose
+//! (pointwise, with inputs read with their two innermost axes swapped), inner
 //! reduction (rows reduced along their contiguous axis, nothing reads the result back over
 //! the row), outer reduction (columns reduced along the outer axis), normalization (a row's
 //! reductions broadcast back over the same row, so the row is a persistent buffer: softmax,
@@ -19,6 +20,13 @@ use crate::plan::MatmulShape;
 pub enum Class {
     /// No reduction: `reference` is the output of highest rank.
     Pointwise { reference: TensorId },
+    /// No reduction, and the `permuted` fusion inputs are read only with their last two axes
+    /// swapped (their contiguous axis is `reference`'s second to last), `reference` of rank 2
+    /// or 3.
+    Transpose {
+        reference: TensorId,
+        permuted: Vec<TensorId>,
+    },
     /// `reduction` (a rank-1 result) reduces the last axis of its rank-2 `input`.
     InnerReduction {
         reduction: TensorId,
@@ -41,6 +49,7 @@ impl Class {
     pub fn name(&self) -> &'static str {
         match self {
             Class::Pointwise { .. } => "pointwise",
+            Class::Transpose { .. } => "transpose",
             Class::InnerReduction { .. } => "inner reduction",
             Class::OuterReduction { .. } => "outer reduction",
             Class::Normalization { .. } => "normalization",
@@ -104,6 +113,13 @@ pub fn classify(f: &Fusion) -> Result<Class, String> {
         if f.rank(reference) == 0 {
             return Err("every output is a scalar; there is nothing to parallelize".into());
         }
+        let permuted = swapped_inputs(f, f.rank(reference));
+        if !permuted.is_empty() {
+            return Ok(Class::Transpose {
+                reference,
+                permuted,
+            });
+        }
         return Ok(Class::Pointwise { reference });
     }
     let (first_out, first_in, axis) = reductions[0];
@@ -153,6 +169,44 @@ pub fn classify(f: &Fusion) -> Result<Class, String> {
     } else {
         Class::OuterReduction { reduction, input }
     })
+}
+
+/// The fusion inputs of `rank` (2 or 3) read only through a permutation that swaps their last
+/// two axes (batch first): what the transpose scheduler moves through shared tiles. Empty when
+/// any permutation is of another kind or of a computed tensor, or a swapped input is also read
+/// directly (one layout per cache): those stay with the pointwise scheduler.
+fn swapped_inputs(f: &Fusion, rank: usize) -> Vec<TensorId> {
+    let swap: Vec<usize> = match rank {
+        2 => vec![1, 0],
+        3 => vec![0, 2, 1],
+        _ => return Vec::new(),
+    };
+    let mut inputs = Vec::new();
+    for e in &f.exprs {
+        let Op::Permute { dims } = &e.op else {
+            continue;
+        };
+        match e.input_tensors().next() {
+            Some(x) if *dims == swap && f.tensors[x].is_input && f.rank(x) == rank => {
+                if !inputs.contains(&x) {
+                    inputs.push(x);
+                }
+            }
+            _ => return Vec::new(),
+        }
+    }
+    let read_directly = |x: TensorId| {
+        f.exprs
+            .iter()
+            .any(|e| !matches!(e.op, Op::Permute { .. }) && e.input_tensors().any(|t| t == x))
+    };
+    if inputs
+        .iter()
+        .any(|&x| read_directly(x) || f.tensors[x].is_output)
+    {
+        return Vec::new();
+    }
+    inputs
 }
 
 /// Whether `t` is a product of tensors with broadcast axes (a matrix product written as the

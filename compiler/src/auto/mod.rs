@@ -5,7 +5,8 @@
 //! Takes the unscheduled fusion ([`crate::fusion::build`]'s) and the sizes to decide for
 //! ([`Sizes`]: the run's, else the program's first `// bench:` line, else symbolic-safe
 //! defaults). [`classify::classify`] names the fusion's class; one scheduler per class
-//! ([`pointwise`], [`reduction`] for inner and outer reductions, [`normalization`], [`product`])
+//! ([`pointwise`], [`transpose`], [`reduction`] for inner and outer reductions,
+//! [`normalization`], [`product`])
 //! decides the parameters (vector width, threads, rows per block, unrolling, where a persistent
 //! row lives) and writes the statements. Guarantees: [`choose`] never panics and is cheap (a
 //! few walks over the fusion, no lowering); a fusion no scheduler takes gets a [`Declined`]
@@ -19,6 +20,7 @@ pub mod pointwise;
 pub mod product;
 pub mod reduction;
 mod text;
+pub mod transpose;
 
 use crate::dtype::DType;
 use crate::fusion::{Fusion, IterId, TensorId};
@@ -38,6 +40,7 @@ pub const VECTOR_BYTES: i64 = 16;
 #[serde(rename_all = "snake_case")]
 pub enum Scheduler {
     Pointwise,
+    Transpose,
     InnerReduction,
     OuterReduction,
     Normalization,
@@ -48,6 +51,7 @@ impl Scheduler {
     pub fn name(self) -> &'static str {
         match self {
             Scheduler::Pointwise => "pointwise",
+            Scheduler::Transpose => "transpose",
             Scheduler::InnerReduction => "inner reduction",
             Scheduler::OuterReduction => "outer reduction",
             Scheduler::Normalization => "normalization",
@@ -186,6 +190,10 @@ pub fn choose(fusion: &Fusion, sizes: &Sizes) -> Result<AutoSchedule, Declined> 
     };
     let chosen = match &class {
         Class::Pointwise { reference } => Ok(pointwise::schedule(&facts, *reference)),
+        Class::Transpose {
+            reference,
+            permuted,
+        } => transpose::schedule(&facts, *reference, permuted),
         Class::InnerReduction { reduction, input } => reduction::inner(&facts, *reduction, *input),
         Class::OuterReduction { reduction, input } => reduction::outer(&facts, *reduction, *input),
         Class::Normalization { reference, row } => {

@@ -57,6 +57,48 @@ fn fusions_are_classified() {
 }
 
 #[test]
+fn swapped_inner_axes_of_inputs_are_transposes_other_permutations_pointwise() {
+    let x = "input x: f32[M, N]\n";
+    assert_eq!(
+        class_name(&format!("{x}y = transpose(x, 0, 1) * 2.0\noutput y")),
+        Ok("transpose")
+    );
+    assert_eq!(
+        class_name("input x: f32[B, M, N]\ny = permute(x, dims=[0, 2, 1])\noutput y"),
+        Ok("transpose")
+    );
+    // The contiguous axis stays innermost: rows are still read along.
+    assert_eq!(
+        class_name("input x: f32[B, M, N]\ny = permute(x, dims=[1, 0, 2])\noutput y"),
+        Ok("pointwise")
+    );
+    // A permuted computed tensor, or an input also read unpermuted: one layout per cache.
+    assert_eq!(
+        class_name(&format!("{x}y = transpose(exp(x), 0, 1)\noutput y")),
+        Ok("pointwise")
+    );
+    assert_eq!(
+        class_name(&format!(
+            "{x}y = transpose(x, 0, 1)\nz = x * 2.0\noutput y\noutput z"
+        )),
+        Ok("pointwise")
+    );
+}
+
+#[test]
+fn a_transpose_with_too_many_row_tiles_for_the_grid_is_declined() {
+    let f = fusion("input x: f32[M, N]\ny = transpose(x, 0, 1)\noutput y");
+    let d = choose(&f, &sized(&[("M", 8), ("N", 4_000_000)])).unwrap_err();
+    assert_eq!(d.class, Some("transpose"));
+    assert!(
+        d.reason.contains("more than blockIdx.y counts"),
+        "{}",
+        d.reason
+    );
+    assert!(choose(&f, &sized(&[("M", 4_000_000), ("N", 8)])).is_ok());
+}
+
+#[test]
 fn fusions_no_scheduler_takes_say_why() {
     let x = "input x: f32[M, N]\n";
     let both = class_name(&format!(

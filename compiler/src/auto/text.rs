@@ -85,6 +85,11 @@ impl ScheduleText {
         self.lines.push("inline_most()".to_string());
     }
 
+    /// The statements of another text (on another tensor), after these.
+    pub fn append(&mut self, other: ScheduleText) {
+        self.lines.extend(other.lines);
+    }
+
     pub fn finish(self) -> String {
         let mut s = self.lines.join("\n");
         s.push('\n');

@@ -356,6 +356,10 @@ pub struct Tensor {
     /// Shared-memory swizzle (0, 32, 64 or 128 bytes) of the TMA box this tensor is loaded into
     /// (a cache) or stored from (an output's `cache_before`).
     pub swizzle: u32,
+    /// Elements added after each row of a plain shared-memory cache (`cache_after(x,
+    /// memory=shared, row_pad=1)`): the rows of its innermost allocated axis lie `extent + pad`
+    /// apart, so threads reading down a column (a transpose's tile) hit different banks.
+    pub row_pad: u32,
     /// A scalar input's value at launch (`input eps: f32 = 1e-6`); None: the runner draws one
     /// like any input's.
     pub value: Option<f64>,
@@ -888,6 +892,9 @@ pub fn print(f: &Fusion) -> String {
         }
         if tensor.swizzle != 0 {
             let _ = write!(s, " swizzle={}", tensor.swizzle);
+        }
+        if tensor.row_pad != 0 {
+            let _ = write!(s, " row_pad={}", tensor.row_pad);
         }
         if tensor.store != LoadKind::Plain {
             let _ = write!(

@@ -470,6 +470,7 @@ pub(crate) fn push_tensor(
         store: LoadKind::Plain,
         fence: FenceMode::Analysis,
         swizzle: 0,
+        row_pad: 0,
         value: None,
         composite: None,
         copy_of: None,

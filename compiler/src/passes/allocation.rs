@@ -11,7 +11,8 @@
 //! plain circular buffer's padded to 16 bytes); an accumulator fragment holds one thread's
 //! share of the warp group's tile; the block reduction's scratch follows the buffers; a
 //! ping-pong cache takes no space for the specialised axis (the consumer groups take turns with
-//! whole stages). Completes the [`PipelinePlan`] with each pipelined
+//! whole stages); a padded shared cache (`row_pad=`) has rows of its innermost axis `extent + pad`
+//! apart ([`padding`], which `indexing` strides by). Completes the [`PipelinePlan`] with each pipelined
 //! buffer's stage size (`PipelinePlan::stage_elems`).
 //! Emits: `alloc` statements and the kernel's dynamic shared memory size.
 
@@ -53,9 +54,21 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
         let stage = match tma_stages.get(&b) {
             Some(&n) => SizeExpr::Const(n),
             None => {
+                let pad = padding(cx, &k.buffers[b]);
                 let mut base = ids
                     .iter()
-                    .fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id)));
+                    .enumerate()
+                    .fold(SizeExpr::Const(1), |acc, (i, &id)| {
+                        let extent = cx.id_extent(id);
+                        // The padded innermost axis: its rows lie `extent + pad` apart (the last
+                        // row's padding too, which keeps the size a plain product).
+                        let extent = if i + 1 == ids.len() && pad > 0 {
+                            add(extent, SizeExpr::Const(pad))
+                        } else {
+                            extent
+                        };
+                        mul(acc, extent)
+                    });
                 // An accumulator fragment: the warp group's threads share its M x N tile.
                 if k.buffers[b].memory == MemoryType::Local
                     && ids
@@ -215,6 +228,15 @@ fn check_registers(cx: &Ctx, buf: &Buffer, b: BufferId, size: &SizeExpr) -> Resu
         ));
     }
     Ok(())
+}
+
+/// The elements after each row of `buf`'s innermost allocated axis: its tensor's `row_pad=` when
+/// it lives in shared memory, else 0.
+pub(super) fn padding(cx: &Ctx, buf: &Buffer) -> i64 {
+    match buf.tensor {
+        Some(t) if buf.memory == MemoryType::Shared => i64::from(cx.fusion.tensors[t].row_pad),
+        _ => 0,
+    }
 }
 
 fn add(a: SizeExpr, b: SizeExpr) -> SizeExpr {

@@ -476,8 +476,10 @@ impl Indexer<'_, '_> {
                 .get(&a.buffer)
                 .cloned()
                 .unwrap_or_default();
+            let pad = super::allocation::padding(self.cx, buf);
+            let last = ids.len().saturating_sub(1);
             let mut idx: Option<Val> = None;
-            for id in ids {
+            for (i, id) in ids.into_iter().enumerate() {
                 let key = self.cx.key(id);
                 let v = self
                     .forward(id)
@@ -485,7 +487,11 @@ impl Indexer<'_, '_> {
                 idx = Some(match idx {
                     None => v,
                     Some(prev) => {
-                        Val::add(Val::mul(prev, Val::from_size(&self.cx.id_extent(id))), v)
+                        let mut stride = Val::from_size(&self.cx.id_extent(id));
+                        if i == last && pad > 0 {
+                            stride = Val::add(stride, Val::Int(pad));
+                        }
+                        Val::add(Val::mul(prev, stride), v)
                     }
                 });
             }

@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// The most elements `row_pad=` may add after a row (one 128-byte line of bytes).
+const MAX_PAD: i64 = 128;
+
 /// What both caches read of their arguments: the tensor cached (its id, name and span) and
 /// the options, checked against each other.
 struct CacheOptions<'a> {
@@ -15,6 +18,7 @@ struct CacheOptions<'a> {
     store: LoadKind,
     fence: Option<FenceMode>,
     swizzle: u32,
+    pad: u32,
 }
 
 /// Reads `name = {func}(x, ...)`: the tensor cached, the new name (checked free), the options
@@ -43,6 +47,25 @@ fn cache_options<'a>(
             );
         }
     }
+    let pad = match a.get("row_pad") {
+        None => 0,
+        Some(g) => {
+            let n = a.int("row_pad");
+            if !(0..=MAX_PAD).contains(&n) {
+                return a.err(
+                    format!("row_pad= is a number of elements from 0 to {MAX_PAD}, not {n}"),
+                    Some(g.at),
+                );
+            }
+            if memory != MemoryType::Shared || load != LoadKind::Plain || store != LoadKind::Plain {
+                return a.err(
+                    "row_pad= spaces the rows of a shared-memory cache that threads fill and read: use it with memory=shared and plain loads and stores (a TMA box has its layout: swizzle= instead)",
+                    Some(g.at),
+                );
+            }
+            n as u32
+        }
+    };
     if load != LoadKind::Plain && func != "cache_after" {
         return a.err(
             format!(
@@ -67,6 +90,7 @@ fn cache_options<'a>(
         store,
         fence,
         swizzle: swizzle.map(|s| s.0).unwrap_or(0),
+        pad,
     })
 }
 
@@ -79,6 +103,7 @@ pub(super) fn cache_after(f: &mut Fusion, name: &str, a: &Args) -> SResult<()> {
         memory,
         load,
         swizzle,
+        pad,
         ..
     } = cache_options(f, name, a, "cache_after")?;
     if load != LoadKind::Plain {
@@ -113,6 +138,7 @@ pub(super) fn cache_after(f: &mut Fusion, name: &str, a: &Args) -> SResult<()> {
     f.define(Op::Set, vec![Operand::Tensor(src)], t, Some(a.span));
     f.tensors[t].load = load;
     f.tensors[t].swizzle = swizzle;
+    f.tensors[t].row_pad = pad;
     for u in uses {
         for op in &mut f.exprs[u].inputs {
             if *op == Operand::Tensor(src) {
@@ -133,6 +159,7 @@ pub(super) fn cache_before(f: &mut Fusion, name: &str, a: &Args) -> SResult<()> 
         store,
         fence,
         swizzle,
+        pad,
         ..
     } = cache_options(f, name, a, "cache_before")?;
     let Some(def) = f.tensors[src].definition else {
@@ -180,6 +207,7 @@ pub(super) fn cache_before(f: &mut Fusion, name: &str, a: &Args) -> SResult<()> 
     f.tensors[src].root = new_root.clone();
     f.tensors[src].loop_domain = new_root;
     f.define(Op::Set, vec![Operand::Tensor(t)], src, Some(a.span));
+    f.tensors[t].row_pad = pad;
     f.tensors[src].store = store;
     f.tensors[src].fence = fence.unwrap_or_default();
     f.tensors[src].swizzle = swizzle;
@@ -203,6 +231,15 @@ pub(super) fn set_memory(f: &mut Fusion, t: TensorId, a: &Args) -> SResult<()> {
     if m == MemoryType::Global && has_rfactor_axes(f, t) {
         return a.err(
             format!("`{tname}` holds partial reductions (an rfactor tensor): it lives in registers or shared memory, not global memory"),
+            msp,
+        );
+    }
+    if m != MemoryType::Shared && f.tensors[t].row_pad != 0 {
+        return a.err(
+            format!(
+                "`{tname}` has row_pad={} (the row spacing of a shared-memory cache); it stays in shared memory",
+                f.tensors[t].row_pad
+            ),
             msp,
         );
     }
