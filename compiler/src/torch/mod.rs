@@ -314,6 +314,10 @@ impl<'a> Emitter<'a> {
             sig(&f.inputs).join(", "),
             sig(&f.outputs).join(", ")
         );
+        let permuted = f
+            .exprs
+            .iter()
+            .any(|e| matches!(e.op, Op::Permute { .. } | Op::Expand { .. }));
         for e in f.topo_exprs() {
             let t = f.exprs[e].output;
             if !self.statement[t] {
@@ -323,6 +327,15 @@ impl<'a> Emitter<'a> {
             if f.tensors[t].is_output && self.aliases_input(&value) {
                 value = Py::new(
                     format!("{}.clone()", value.at(ATOM)),
+                    ATOM,
+                    f.tensors[t].dtype,
+                );
+            } else if f.tensors[t].is_output && permuted {
+                // A permuted view, and elementwise ops on one, keep the permuted strides in
+                // torch; the kernel writes the output row-major, and so must the peer (else
+                // eager times a view, or an untransposed copy).
+                value = Py::new(
+                    format!("{}.contiguous()", value.at(ATOM)),
                     ATOM,
                     f.tensors[t].dtype,
                 );
