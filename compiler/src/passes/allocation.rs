@@ -11,8 +11,8 @@
 //! plain circular buffer's padded to 16 bytes); an accumulator fragment holds one thread's
 //! share of the warp group's tile; the block reduction's scratch follows the buffers; a
 //! ping-pong cache takes no space for the specialised axis (the consumer groups take turns with
-//! whole stages); a padded shared cache (`row_pad=`) has rows of its innermost axis `extent + pad`
-//! apart ([`padding`], which `indexing` strides by). Completes the [`PipelinePlan`] with each pipelined
+//! whole stages); a padded shared cache (`row_pad=`) has its rows (the axes of its contiguous
+//! axis) `row + pad` elements apart ([`row_padding`], which `indexing` strides by). Completes the [`PipelinePlan`] with each pipelined
 //! buffer's stage size (`PipelinePlan::stage_elems`).
 //! Emits: `alloc` statements and the kernel's dynamic shared memory size.
 
@@ -54,21 +54,18 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
         let stage = match tma_stages.get(&b) {
             Some(&n) => SizeExpr::Const(n),
             None => {
-                let pad = padding(cx, &k.buffers[b]);
-                let mut base = ids
+                // A padded buffer: its rows `stride` apart (the last row's padding too).
+                let (rows, stride) =
+                    match row_padding(cx, k.buffers[b].tensor, k.buffers[b].memory, &ids) {
+                        Some(p) => (ids.len() - p.row_axes, Some(p.stride)),
+                        None => (ids.len(), None),
+                    };
+                let mut base = ids[..rows]
                     .iter()
-                    .enumerate()
-                    .fold(SizeExpr::Const(1), |acc, (i, &id)| {
-                        let extent = cx.id_extent(id);
-                        // The padded innermost axis: its rows lie `extent + pad` apart (the last
-                        // row's padding too, which keeps the size a plain product).
-                        let extent = if i + 1 == ids.len() && pad > 0 {
-                            add(extent, SizeExpr::Const(pad))
-                        } else {
-                            extent
-                        };
-                        mul(acc, extent)
-                    });
+                    .fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id)));
+                if let Some(stride) = stride {
+                    base = mul(base, stride);
+                }
                 // An accumulator fragment: the warp group's threads share its M x N tile.
                 if k.buffers[b].memory == MemoryType::Local
                     && ids
@@ -230,13 +227,46 @@ fn check_registers(cx: &Ctx, buf: &Buffer, b: BufferId, size: &SizeExpr) -> Resu
     Ok(())
 }
 
-/// The elements after each row of `buf`'s innermost allocated axis: its tensor's `row_pad=` when
-/// it lives in shared memory, else 0.
-pub(super) fn padding(cx: &Ctx, buf: &Buffer) -> i64 {
-    match buf.tensor {
-        Some(t) if buf.memory == MemoryType::Shared => i64::from(cx.fusion.tensors[t].row_pad),
-        _ => 0,
+/// The rows of a padded shared buffer (`row_pad=`): its last `row_axes` allocated axes come
+/// from its tensor's contiguous (last) axis alone and make one row (the innermost axis when
+/// none does); rows lie `stride` = row elements + pad apart.
+pub(super) struct RowPad {
+    pub row_axes: usize,
+    pub stride: SizeExpr,
+}
+
+/// The row layout of the buffer of `tensor` in `memory` over the allocated axes `ids`, when
+/// it is a padded shared buffer.
+pub(super) fn row_padding(
+    cx: &mut Ctx,
+    tensor: Option<TensorId>,
+    memory: MemoryType,
+    ids: &[IterId],
+) -> Option<RowPad> {
+    let t = tensor.filter(|_| memory == MemoryType::Shared)?;
+    let f = cx.fusion;
+    let pad = i64::from(f.tensors[t].row_pad);
+    let &last = f.logical(t).last()?;
+    if pad == 0 || ids.is_empty() {
+        return None;
     }
+    let contiguous = f.class_of(last);
+    let row_axes = ids
+        .iter()
+        .rev()
+        .take_while(|&&id| {
+            let key = cx.key(id);
+            cx.key_classes(key).iter().all(|&c| c == contiguous)
+        })
+        .count()
+        .max(1);
+    let row = ids[ids.len() - row_axes..]
+        .iter()
+        .fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id)));
+    Some(RowPad {
+        row_axes,
+        stride: add(row, SizeExpr::Const(pad)),
+    })
 }
 
 fn add(a: SizeExpr, b: SizeExpr) -> SizeExpr {

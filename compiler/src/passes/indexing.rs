@@ -476,26 +476,33 @@ impl Indexer<'_, '_> {
                 .get(&a.buffer)
                 .cloned()
                 .unwrap_or_default();
-            let pad = super::allocation::padding(self.cx, buf);
-            let last = ids.len().saturating_sub(1);
-            let mut idx: Option<Val> = None;
-            for (i, id) in ids.into_iter().enumerate() {
-                let key = self.cx.key(id);
-                let v = self
-                    .forward(id)
-                    .ok_or_else(|| missing(&format!("loop `{}`", self.cx.keys.names[key])))?;
-                idx = Some(match idx {
-                    None => v,
-                    Some(prev) => {
-                        let mut stride = Val::from_size(&self.cx.id_extent(id));
-                        if i == last && pad > 0 {
-                            stride = Val::add(stride, Val::Int(pad));
+            let tensor = buf.tensor;
+            let memory = buf.memory;
+            // Row-major over the allocated axes; a padded shared buffer's rows (its trailing
+            // axes from the tensor's contiguous axis) lie `row + pad` elements apart.
+            let pad = super::allocation::row_padding(self.cx, tensor, memory, &ids);
+            let split = ids.len() - pad.as_ref().map_or(0, |p| p.row_axes);
+            let mut parts = [None, None];
+            for (part, ids) in [&ids[..split], &ids[split..]].into_iter().enumerate() {
+                for &id in ids {
+                    let key = self.cx.key(id);
+                    let v = self
+                        .forward(id)
+                        .ok_or_else(|| missing(&format!("loop `{}`", self.cx.keys.names[key])))?;
+                    parts[part] = Some(match parts[part].take() {
+                        None => v,
+                        Some(prev) => {
+                            Val::add(Val::mul(prev, Val::from_size(&self.cx.id_extent(id))), v)
                         }
-                        Val::add(Val::mul(prev, stride), v)
-                    }
-                });
+                    });
+                }
             }
-            idx.unwrap_or(Val::Int(0))
+            match (parts, pad) {
+                ([Some(rows), Some(within)], Some(pad)) => {
+                    Val::add(Val::mul(rows, Val::from_size(&pad.stride)), within)
+                }
+                ([rows, within], _) => rows.or(within).unwrap_or(Val::Int(0)),
+            }
         };
         // Fold constants now (no loop facts yet): later passes and dumps see smaller trees.
         a.index = Some(super::simplify::simplify(

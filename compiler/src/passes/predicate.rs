@@ -4,8 +4,8 @@
 //! that may not divide evenly gets `index < extent`. Thread predicates: a write to global or
 //! shared memory by a tensor that does not vary along a thread or block dimension the kernel
 //! uses happens only where that index is 0 (one writer, no racing identical stores).
-//! Vectorization: a copy between global memory and registers that is alone in its `Vectorize`
-//! loop, with lanes contiguous in memory, becomes one vector access; with a bounds predicate it
+//! Vectorization: a copy between global memory and registers or shared memory that is alone in
+//! its `Vectorize` loop, with lanes contiguous in memory, becomes one vector access; with a bounds predicate it
 //! is taken when the whole vector is in bounds, else the lanes run one by one (the tail).
 //! Predicates wrap single computations, never barriers or block reductions, so every thread
 //! reaches every barrier. Vectors whose alignment depends on the sizes also check it at run time
@@ -164,7 +164,8 @@ impl State<'_> {
         );
         matches!(
             (a, b),
-            (MemoryType::Global, MemoryType::Local) | (MemoryType::Local, MemoryType::Global)
+            (MemoryType::Global, MemoryType::Local | MemoryType::Shared)
+                | (MemoryType::Local | MemoryType::Shared, MemoryType::Global)
         )
     }
 
@@ -221,6 +222,24 @@ impl State<'_> {
         }
         // The first lane must be aligned to the vector: find which sizes must be multiples.
         let symbols = f.symbols.clone();
+        // A shared buffer's side has no run-time fallback: its first lanes are aligned always.
+        let other = if global.buffer == src.buffer {
+            &c.out
+        } else {
+            src
+        };
+        if self.k.buffers[other.buffer].memory == MemoryType::Shared
+            && !aligned(&lprobe, &l.var, width, &symbols, &[])
+        {
+            return Err(Diagnostic::new(
+                format!(
+                    "cannot vectorize the access to `{}`: its vectors in shared memory are not aligned to {} bytes (a row_pad= that is not a multiple of the vector?)",
+                    self.k.buffers[other.buffer].name,
+                    width * dtype_bytes
+                ),
+                f.tensors[f.exprs[c.expr].output].span,
+            ));
+        }
         // When alignment depends on the sizes (rows of a length that is not a multiple of the
         // vector), the vector path also checks it at run time and falls back to scalars.
         let zero = Val::Int(0);
