@@ -30,10 +30,18 @@ use super::*;
 use crate::fusion::{Op, Operand};
 use crate::passes::KeyNode;
 
+/// A loop around a product tile, as the analysis needs it.
+struct LoopFrame {
+    key: LoopKey,
+    var: String,
+    extent: Val,
+    parallel: ParallelType,
+}
+
 /// One block-scaled product tile and where its promotion goes.
 struct Site {
-    /// The block loop's variable: its iterations are the blocks.
-    block_loop: String,
+    /// The depth of the block loop (its iterations are the blocks) among the tile's loops.
+    depth: usize,
     /// The sum's accumulator, promoted into.
     acc: BufferId,
     /// Reset of the block accumulator's flags (at the block's start) and the promotion (at its end).
@@ -123,64 +131,63 @@ impl Lower<'_> {
         k: &mut Kernel,
         body: &mut [Stmt],
     ) -> Result<(), Diagnostic> {
-        let mut sites = Vec::new();
         let mut stack = Vec::new();
-        self.find_sites(cx, k, body, &mut stack, &mut sites)?;
-        if sites.is_empty() {
-            return Ok(());
-        }
-        crate::kir::for_each_stmt_mut(body, &mut |s| {
-            if let Stmt::Loop(l) = s {
-                let mut done: Vec<BufferId> = Vec::new();
-                for site in sites.iter().filter(|x| x.block_loop == l.var) {
-                    // (Two nests of one accumulator in a block, e.g. a prologue's copy, promote once.)
-                    if done.contains(&site.acc) {
-                        continue;
-                    }
-                    done.push(site.acc);
-                    l.body.splice(0..0, site.reset.iter().cloned());
-                    l.body.push(site.promotion.clone());
-                }
-            }
-            Flow::Descend
-        });
+        let left = self.visit(cx, k, body, &mut stack)?;
+        debug_assert!(left.is_empty(), "every site's block loop encloses it");
         Ok(())
     }
 
-    fn find_sites(
+    /// Finds the sites in `body` (inside the loops `stack`), inserts those whose block loop is
+    /// a loop of `body` into it, and returns the others (their block loops are further out).
+    fn visit(
         &mut self,
         cx: &mut Ctx,
         k: &mut Kernel,
-        body: &[Stmt],
-        stack: &mut Vec<Loop>,
-        sites: &mut Vec<Site>,
-    ) -> Result<(), Diagnostic> {
-        for s in body {
+        body: &mut [Stmt],
+        stack: &mut Vec<LoopFrame>,
+    ) -> Result<Vec<Site>, Diagnostic> {
+        let mut out = Vec::new();
+        for s in body.iter_mut() {
             match s {
                 Stmt::Loop(l) if l.parallel == ParallelType::Mma => {
                     let (loops, tile_body) = chain(l);
                     if loops.len() == 3 {
-                        if let Some(site) = self.site(cx, k, &loops, tile_body, stack)? {
-                            sites.push(site);
-                        }
+                        out.extend(self.site(cx, k, &loops, tile_body, stack)?);
                     }
                 }
                 Stmt::Loop(l) => {
-                    stack.push(Loop {
-                        body: Vec::new(),
-                        ..l.clone()
+                    stack.push(LoopFrame {
+                        key: l.key,
+                        var: l.var.clone(),
+                        extent: l.extent.clone(),
+                        parallel: l.parallel,
                     });
-                    self.find_sites(cx, k, &l.body, stack, sites)?;
+                    let inner = self.visit(cx, k, &mut l.body, stack);
                     stack.pop();
+                    let depth = stack.len();
+                    let mut promoted: Vec<BufferId> = Vec::new();
+                    for site in inner? {
+                        if site.depth != depth {
+                            out.push(site);
+                            continue;
+                        }
+                        // (Several nests of one accumulator in a block promote once.)
+                        if promoted.contains(&site.acc) {
+                            continue;
+                        }
+                        promoted.push(site.acc);
+                        l.body.splice(0..0, site.reset);
+                        l.body.push(site.promotion);
+                    }
                 }
                 other => {
-                    for child in other.children() {
-                        self.find_sites(cx, k, child, stack, sites)?;
+                    for child in other.children_mut() {
+                        out.extend(self.visit(cx, k, child, stack)?);
                     }
                 }
             }
         }
-        Ok(())
+        Ok(out)
     }
 
     /// The promotion of one product tile, when it has scales.
@@ -190,7 +197,7 @@ impl Lower<'_> {
         k: &mut Kernel,
         loops: &[TileLoop],
         body: &[Stmt],
-        stack: &[Loop],
+        stack: &[LoopFrame],
     ) -> Result<Option<Site>, Diagnostic> {
         let p = self.product(cx, k, loops, body)?;
         if p.scales.is_empty() {
@@ -315,13 +322,17 @@ impl Lower<'_> {
                 mma_loop(&p.m, vec![mma_loop(&p.n, vec![guarded])]),
                 |inner, l| {
                     Stmt::Loop(Loop {
+                        key: l.key,
+                        var: l.var.clone(),
+                        extent: l.extent.clone(),
+                        parallel: l.parallel,
+                        digits: Vec::new(),
                         body: vec![inner],
-                        ..l.clone()
                     })
                 },
             );
         Ok(Some(Site {
-            block_loop: block_loop.var.clone(),
+            depth,
             acc: p.acc.buffer,
             reset,
             promotion,
