@@ -259,3 +259,40 @@ fn step18_twin_dequantizes_then_multiplies() {
         "{twin}"
     );
 }
+
+#[test]
+fn a_one_warp_group_block_scaled_product_promotes_inside_its_k_loop() {
+    // Step 1 (no warp specialization: a block barrier frees the stage) on e4m3 with the
+    // block scales: the promotion follows the barrier at the end of each k step.
+    let step1 = example("matmul/step1_one_warp_group.hf");
+    let src = edit(
+        &edit(
+            &edit(
+                &edit(
+                    &step1,
+                    "  input a: bf16[M, K]\n  input b: bf16[N, K]\n  ab = cast(broadcast(a, axis=1), f32)\n  bb = cast(broadcast(b, axis=0), f32)",
+                    "  input a: f8e4m3[M, K]\n  input b: f8e4m3[N, K]\n  input sa: f32[M, KB]\n  input sb: f32[NB, KB]\n  ab = cast(broadcast(a, axis=1), f32) * broadcast(expand_blocks(sa, block=[1, 128], shape=[M, K]), axis=1)\n  bb = cast(broadcast(b, axis=0), f32) * broadcast(expand_blocks(sb, block=[128, 128], shape=[N, K]), axis=0)",
+                ),
+                "s.split(4, 64)",
+                "s.split(4, 128)",
+            ),
+            "s.split(5, 16)",
+            "s.split(5, 32)",
+        ),
+        "// bench: M=4096,N=4096,K=4096",
+        "// bench: M=4096,N=4096,K=4096,KB=32,NB=32",
+    );
+    let cuda = compile(&src).cuda;
+    let k_loop = cuda
+        .find("for (index_t k_o = 0; k_o < hf_ceil_div<index_t>(K, 128); ++k_o) {")
+        .expect("the k loop");
+    let barrier = cuda[k_loop..].find("__syncthreads();").unwrap() + k_loop;
+    let promote = cuda
+        .find("s_acc[r2] = s_acc[r2] + ((s_acc_block[r2] * sa[")
+        .expect("the promotion");
+    let epilogue = cuda.find("hf_float_to_bf16(s_acc[").expect("the epilogue");
+    assert!(
+        k_loop < barrier && barrier < promote && promote < epilogue,
+        "{cuda}"
+    );
+}
