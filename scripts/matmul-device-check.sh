@@ -19,10 +19,22 @@ if [ $# -gt 0 ]; then examples=("$@"); else
   examples=()
   for f in examples/matmul/*.hf; do examples+=("matmul/$(basename "$f" .hf)"); done
 fi
+# Block-scaled examples (expand_blocks) also take their scales' block counts:
+# KB = ceilDiv(K, 128), NB = ceilDiv(N, 128).
+with_blocks() {
+  if grep -q 'expand_blocks' "examples/$1.hf"; then
+    local n k
+    n=$(grep -oE 'N=[0-9]+' <<<"$2" | cut -d= -f2)
+    k=$(grep -oE 'K=[0-9]+' <<<"$2" | cut -d= -f2)
+    echo "$2,KB=$(((k + 127) / 128)),NB=$(((n + 127) / 128))"
+  else
+    echo "$2"
+  fi
+}
 printf '| example | sizes | validation | rel_l2 | median | GB/s | copy GB/s | ratio | wall s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n' | tee -a "$summary"
 perf=()
 for ex in "${examples[@]}"; do
-  run "$ex" M=256,N=256,K=128 --iters 5
+  run "$ex" "$(with_blocks "$ex" M=256,N=256,K=128)" --iters 5
   # Ragged sizes. A TMA row is a multiple of 16 bytes, so the contiguous dimension of each
   # operand is a multiple of 8: K for K-major operands, M and N for MN-major ones.
   # A TMA-stored output's rows are a multiple of 16 bytes too: N a multiple of 8. FP8 operands
@@ -30,16 +42,16 @@ for ex in "${examples[@]}"; do
   k_ragged=72 k_large=1000
   if grep -q 'f8e' "examples/$ex.hf"; then k_ragged=80 k_large=1008; fi
   if grep -q 'store=tma' "examples/$ex.hf"; then
-    run "$ex" M=129,N=4088,K=$k_ragged --iters 5
+    run "$ex" "$(with_blocks "$ex" M=129,N=4088,K=$k_ragged)" --iters 5
   else
     case $ex in
-    *mn_major*) run "$ex" M=136,N=4088,K=77 --iters 5 ;;
-    *) run "$ex" M=129,N=4095,K=72 --iters 5 ;;
+    *mn_major*) run "$ex" "$(with_blocks "$ex" M=136,N=4088,K=77)" --iters 5 ;;
+    *) run "$ex" "$(with_blocks "$ex" M=129,N=4095,K=72)" --iters 5 ;;
     esac
   fi
-  run "$ex" M=4000,N=3000,K=$k_large --iters 10
+  run "$ex" "$(with_blocks "$ex" M=4000,N=3000,K=$k_large)" --iters 10
   for n in 4096 8192; do
-    run "$ex" M=$n,N=$n,K=$n --iters 30
+    run "$ex" "$(with_blocks "$ex" M=$n,N=$n,K=$n)" --iters 30
     perf+=("| $ex | $n^3 | $(grep -m1 -oE 'compute +[0-9.]+ TFLOP/s' "$OUT/one.log" | awk '{print $2}') | $(grep -m1 -oE 'cuBLAS +[0-9.]+ TFLOP/s' "$OUT/one.log" | awk '{print $2}') | $(grep -m1 -oE '[0-9.]+% of cuBLAS' "$OUT/one.log") | $(grep -m1 'reference ' "$OUT/one.log" | cut -c1-80) |")
   done
 done
@@ -50,7 +62,7 @@ for ex in "${examples[@]}"; do
   k_san=136
   if grep -q 'f8e' "examples/$ex.hf"; then k_san=144; fi
   for tool in racecheck synccheck memcheck; do
-    san "$tool" "$ex" M=200,N=296,K=$k_san
+    san "$tool" "$ex" "$(with_blocks "$ex" M=200,N=296,K=$k_san)"
   done
 done
 rm -f "$OUT/one.log" "$OUT/san-one.log"

@@ -221,6 +221,19 @@ pub fn evaluate_with(
                     }
                 })
             }
+            Op::ExpandBlocks { block } => {
+                let (v, s) = operand(&expr.inputs[0])?;
+                let strides = row_major(&s);
+                remap(executor, &out_shape, |idx| {
+                    let at: usize = idx
+                        .iter()
+                        .zip(block)
+                        .zip(&strides)
+                        .map(|((&i, &b), &st)| i / b as usize * st)
+                        .sum();
+                    v[at]
+                })
+            }
             // Row-major order is the same: the values are.
             Op::Reshape => operand(&expr.inputs[0])?.0.into_owned(),
             Op::Cast(d) => {

@@ -30,6 +30,14 @@ pub fn error(src: &str) -> String {
     }
 }
 
+/// `n` values every 8-bit float holds exactly (multiples of 1/4 in [-2, 2]), varied by `seed`:
+/// FP8 inputs whose products and sums the float64 reference computes exactly.
+pub fn fp8_values(n: usize, seed: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| ((i * 7 + seed * 13) % 17) as f64 / 4.0 - 2.0)
+        .collect()
+}
+
 /// The text of every example program, in the order of [`examples`].
 pub fn example_sources() -> Vec<String> {
     examples()

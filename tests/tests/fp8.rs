@@ -4,7 +4,7 @@
 //! `step17_fp8_rowwise.hf`, and the float64 reference of an FP8 product (exact on FP8 inputs).
 
 use hopfuse::DType;
-use hopfuse_tests::{compile, error, example};
+use hopfuse_tests::{compile, error, example, fp8_values};
 use std::collections::BTreeMap;
 
 const STEP1: &str = include_str!("../../examples/matmul/step1_one_warp_group.hf");
@@ -213,13 +213,6 @@ fn step17_scales_rows_and_columns_in_the_epilogue() {
     );
 }
 
-/// Values every 8-bit float holds exactly: multiples of 1/4 in [-2, 2].
-fn fp8_values(n: usize, seed: usize) -> Vec<f64> {
-    (0..n)
-        .map(|i| ((i * 7 + seed * 13) % 17) as f64 / 4.0 - 2.0)
-        .collect()
-}
-
 #[test]
 fn the_reference_of_an_fp8_product_is_the_exact_product_of_its_values() {
     for (file, row_wise) in [
@@ -335,7 +328,7 @@ fn a_scale_that_varies_along_k_stays_in_the_product_and_the_tile_says_why() {
     );
     let e = error(&src);
     assert!(
-        e.contains("each factor must be `cast(x, f32)` of such a cache in shared memory (a scale constant along the summed axis, i.e. a number, a scalar input or `broadcast(x, axis=K)`, is applied after the sum; one that varies along it cannot leave the tile)"),
+        e.contains("`s`: the scale `sk` varies along K inside one wgmma (K = 32); a scale inside a tensor-core product must be constant along blocks of K at least as wide as the schedule's K tile (a block scale: `expand_blocks(s, block=[..., 128], shape=[..., K])` with K split by 128), and is then applied to each block's sum"),
         "{e}"
     );
 }

@@ -21,7 +21,8 @@
 //! `s` reads it instead; the tensors the product went through that nothing else reads are
 //! removed. A sum that is itself an output, a factor that varies along `k` (a scale with the
 //! summed axis, e.g. per-K-block scales), or another shape is left as written: the product is
-//! then computed as written, and a tensor-core tile of it is an error of the `mma` pass.
+//! then computed as written; in a tensor-core tile, the `mma` pass applies scales constant
+//! along blocks of K to each block's sum (`passes/mma/block_scale.rs`) and refuses others.
 //! Emits: the rewritten program; the reference evaluator reads the program as written.
 
 use super::ast::{Arg, BinOp, Expr, FusionDef, Item, Loc, Program, SchedStmt};

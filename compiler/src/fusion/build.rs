@@ -720,6 +720,12 @@ impl Builder {
                 Ok(Value::Tensor(self.cat(args, operands, dest, span)?))
             }
             OpKind::Reshape => unreachable!("built above"),
+            OpKind::ExpandBlocks => {
+                let t = tensor_arg(&pos, 0)?;
+                Ok(Value::Tensor(
+                    self.expand_blocks(args, t, pos[0].1, dest, span)?,
+                ))
+            }
             OpKind::Expand => {
                 let t = tensor_arg(&pos, 0)?;
                 let rank = self.f.rank(t);
@@ -1054,6 +1060,7 @@ impl Builder {
             Op::Pad { .. } => "pad".into(),
             Op::Cat { .. } => "cat".into(),
             Op::Reshape => "reshape".into(),
+            Op::ExpandBlocks { .. } => "expand_blocks".into(),
             Op::Reduce { op, .. } => op.name().into(),
             Op::Mma => "mma".into(),
             Op::Iota { .. } => "iota".into(),
@@ -1074,7 +1081,8 @@ impl Builder {
             | Op::Slice { .. }
             | Op::Pad { .. }
             | Op::Cat { .. }
-            | Op::Reshape => {
+            | Op::Reshape
+            | Op::ExpandBlocks { .. } => {
                 let d = self.f.tensors[tensors[0]].dtype;
                 (d.compute(), d)
             }
@@ -1100,6 +1108,7 @@ impl Builder {
                     | Op::Pad { .. }
                     | Op::Cat { .. }
                     | Op::Reshape
+                    | Op::ExpandBlocks { .. }
                     | Op::Cast(_)
                     | Op::Mma
                     | Op::Iota { .. }
@@ -1229,7 +1238,11 @@ impl Builder {
                 }
                 root
             }
-            Op::Slice { .. } | Op::Pad { .. } | Op::Cat { .. } | Op::Reshape => {
+            Op::Slice { .. }
+            | Op::Pad { .. }
+            | Op::Cat { .. }
+            | Op::Reshape
+            | Op::ExpandBlocks { .. } => {
                 let extents =
                     view.ok_or_else(|| err(format!("internal: {opname} without its extents")))?;
                 let logicals: Vec<Vec<IterId>> =

@@ -259,6 +259,11 @@ pub enum Op {
     /// A view with other extents and the same elements in row-major order (`reshape`): the
     /// output's linear index is the input's.
     Reshape,
+    /// A view where each input element covers a block (`expand_blocks`): output index `i`
+    /// along axis `k` reads the input at `i / block[k]` (block scales: `sa[m, k / 128]`).
+    ExpandBlocks {
+        block: Vec<i64>,
+    },
     /// Reduces these logical axes of the input.
     Reduce {
         op: ReduceOp,
@@ -283,7 +288,11 @@ impl Op {
     pub fn moves_indices(&self) -> bool {
         matches!(
             self,
-            Op::Slice { .. } | Op::Pad { .. } | Op::Cat { .. } | Op::Reshape
+            Op::Slice { .. }
+                | Op::Pad { .. }
+                | Op::Cat { .. }
+                | Op::Reshape
+                | Op::ExpandBlocks { .. }
         )
     }
 }
@@ -954,6 +963,7 @@ pub fn print(f: &Fusion) -> String {
             } => write!(s, "pad@{axis}<{before}, {after}, {value}>"),
             Op::Cat { axis } => write!(s, "cat@{axis}"),
             Op::Reshape => write!(s, "reshape"),
+            Op::ExpandBlocks { block } => write!(s, "expand_blocks{block:?}"),
             Op::Reduce { op, axes } => write!(s, "{}{axes:?}", op.name()),
             Op::Mma => write!(s, "mma"),
             Op::Iota { axis } => write!(s, "iota@{axis}"),

@@ -475,6 +475,7 @@ pub enum OpKind {
     Pad,
     Cat,
     Reshape,
+    ExpandBlocks,
 }
 
 /// How an op's result type (and the type it computes in) follows from its operands'. Operand
@@ -661,7 +662,7 @@ pub const OPS: &[OpDef] = &[
     op("fma", K::Ternary(TernaryOp::Fma), 3, T::Float, "fma(a, b, c)", "Elementwise a * b + c rounded once (fused multiply-add)."),
     OpDef {
         named: &["axis", "axes"],
-        ..op("sum", K::Reduce(ReduceOp::Sum), 1, T::Float, "sum(x, axis=1) | sum(x, axis=[0, 1])", "The sum over the listed axes (a reduction: the result has those axes removed; integers and bool sum in f32). A product of two widened operands and scales constant along the summed axis k, written as a user dequantizes (`sum(cast(a, f32) * sa_k * (cast(b, f32) * sb_k), axis=k)`, each scale a number, a scalar input or `broadcast(x, axis=k)`, directly or through names only the product reads), is summed unscaled and then multiplied by the scales (x for broadcast(x, axis=k)) in a new tensor `<sum>_scaled` that the sum's readers read: the epilogue of a tensor-core product (examples/matmul/step16_fp8.hf). A scale that varies along k stays in the product, computed as written (a tensor-core tile of it is an error).")
+        ..op("sum", K::Reduce(ReduceOp::Sum), 1, T::Float, "sum(x, axis=1) | sum(x, axis=[0, 1])", "The sum over the listed axes (a reduction: the result has those axes removed; integers and bool sum in f32). A product of two widened operands and scales constant along the summed axis k, written as a user dequantizes (`sum(cast(a, f32) * sa_k * (cast(b, f32) * sb_k), axis=k)`, each scale a number, a scalar input or `broadcast(x, axis=k)`, directly or through names only the product reads), is summed unscaled and then multiplied by the scales (x for broadcast(x, axis=k)) in a new tensor `<sum>_scaled` that the sum's readers read: the epilogue of a tensor-core product (examples/matmul/step16_fp8.hf). A scale that varies along k stays in the product, computed as written; in a tensor-core tile, one constant along blocks of k (`expand_blocks`, examples/matmul/step18_fp8_block.hf) scales each block's sum into the accumulator, another is an error.")
     },
     OpDef {
         named: &["axis", "axes"],
@@ -736,6 +737,10 @@ pub const OPS: &[OpDef] = &[
     OpDef {
         named: &["axis"],
         ..op("cat", K::Cat, 2, T::Same, "cat(a, b, axis=1)", "Two fusion inputs of one dtype end to end along one axis (torch.cat((a, b), dim)): the other axes must have equal extents; the result's extent along the axis is the sum (N + K).")
+    },
+    OpDef {
+        named: &["block", "shape"],
+        ..op("expand_blocks", K::ExpandBlocks, 1, T::Same, "expand_blocks(sa, block=[1, 128], shape=[M, K])", "A fusion input with each element repeated over a block: element [i, j] of the result is x[i / 128, j / 128] for block=[128, 128] (torch's x.repeat_interleave(128, 0).repeat_interleave(128, 1)[:N, :K]). Block scales of FP8 products are written with it (DeepSeek-V3: 1 x 128 activation blocks, 128 x 128 weight blocks). Each block entry is a positive integer; each shape entry a size symbol or a positive integer, equal to x's extent where the block is 1; the runner checks before a launch that x covers the shape (ceilDiv(K, 128) <= x's extent).")
     },
     op("reshape", K::Reshape, 2, T::Same, "reshape(x, [M, 8, 64])", "A fusion input with other extents and the same elements in row-major order (torch's x.reshape on a contiguous tensor: split and merge of axes). Each extent is a size symbol, a positive integer or a product of them (H * D); the element counts must be equal as products of the same symbols and integers."),
 ];

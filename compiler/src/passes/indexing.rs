@@ -241,6 +241,13 @@ fn view_roots(
                     non_negative(Val::sub(out_index[*axis].clone(), first_extent)),
                 );
             }
+            Op::ExpandBlocks { block } => {
+                for (axis, &b) in block.iter().enumerate() {
+                    if b != 1 {
+                        set(axis, Val::div(out_index[axis].clone(), Val::Int(b)));
+                    }
+                }
+            }
             // The linear index of the output is the input's.
             Op::Reshape => {
                 let mut linear: Option<Val> = None;

@@ -609,6 +609,24 @@ impl<'a> Emitter<'a> {
                     out,
                 )
             }
+            // Each element repeated over its block, then cut to the shape.
+            Op::ExpandBlocks { block } => {
+                let x = self.operand(&expr.inputs[0], out);
+                let mut text = x.at(ATOM).to_string();
+                let mut cut = Vec::new();
+                for (axis, (&b, &id)) in block.iter().zip(&f.logical(t)).enumerate() {
+                    if b == 1 {
+                        cut.push(":".to_string());
+                    } else {
+                        text = format!("{text}.repeat_interleave({b}, {axis})");
+                        cut.push(format!(
+                            ":{}",
+                            self.size_text(&f.class_extent(f.class_of(id)))
+                        ));
+                    }
+                }
+                Py::new(format!("{text}[{}]", cut.join(", ")), ATOM, out)
+            }
             Op::Reshape => {
                 let x = self.operand(&expr.inputs[0], out);
                 let sizes: Vec<String> = f

@@ -371,6 +371,13 @@ class Tensor:
         data = [self._at(tuple(i if s > 1 else 0 for i, s in zip(idx, self.shape))) for idx in _indices(shape)]
         return Tensor(data, shape, self.dtype)
 
+    def repeat_interleave(self, repeats, dim):
+        """An integer count of repeats along one axis (each element `repeats` times in a row)."""
+        assert isinstance(repeats, int) and repeats >= 1, "repeat_interleave: an integer count"
+        shape = tuple(n * repeats if d == dim else n for d, n in enumerate(self.shape))
+        data = [self._at(tuple(i // repeats if d == dim else i for d, i in enumerate(idx))) for idx in _indices(shape)]
+        return Tensor(data, shape, self.dtype)
+
     def __getitem__(self, key):
         """Basic slicing only: a tuple of slices (and a trailing `...`), as the twins write."""
         key = key if isinstance(key, tuple) else (key,)

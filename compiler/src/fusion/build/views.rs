@@ -1,10 +1,11 @@
-//! The views that move indices: `slice`, `pad`, `cat` and `reshape`.
+//! The views that move indices: `slice`, `pad`, `cat`, `reshape` and `expand_blocks`.
 //!
 //! Takes the call's arguments; checks them (each operand a fusion input, axes, integers, equal
 //! extents, equal element counts) with errors at the argument or the call; emits one
-//! [`Op::Slice`], [`Op::Pad`], [`Op::Cat`] or [`Op::Reshape`] whose output root axes are new
-//! classes where the indices move (the sliced, padded or concatenated axis; every axis of a
-//! reshape) and join the input's classes elsewhere. The kernel reads the input in global memory
+//! [`Op::Slice`], [`Op::Pad`], [`Op::Cat`], [`Op::Reshape`] or [`Op::ExpandBlocks`] whose
+//! output root axes are new classes where the indices move (the sliced, padded or concatenated
+//! axis; every axis of a reshape; an axis expanded by a block other than 1) and join the
+//! input's classes elsewhere. The kernel reads the input in global memory
 //! at the index the op maps the output's to (`passes::indexing`), which is why the operand is
 //! a fusion input: a computed tensor lives in registers or shared memory of the threads that
 //! computed it, indexed by its own loops.
@@ -13,7 +14,8 @@
 //! stop=-1)`), `ceilDiv(N - 1, 2)` with a step, `N + 3` (a pad), `N + K` (a cat), the listed
 //! products (a reshape). A slice of a size symbol that could be empty adds a
 //! [`Constraint::Positive`] the runner checks before a launch (and the reference before it
-//! evaluates), so no index reaches outside the input.
+//! evaluates), so no index reaches outside the input; so does an `expand_blocks` whose input
+//! must cover the shape (`ceilDiv(K, 128) <= KB`).
 
 use super::*;
 use crate::plan::Constraint;
@@ -264,6 +266,114 @@ impl Builder {
                 step,
                 written: [start.map(|p| p.0), stop.map(|p| p.0), Some(step)],
             },
+            vec![Operand::Tensor(t)],
+            extents,
+            dest,
+            span,
+        )
+    }
+
+    /// `expand_blocks(x, block=[...], shape=[...])`: each element of `x` over a block.
+    pub(super) fn expand_blocks(
+        &mut self,
+        args: &[Arg],
+        t: TensorId,
+        at: Span,
+        dest: &str,
+        span: Span,
+    ) -> BResult<TensorId> {
+        self.view_input("expand_blocks", t, at)?;
+        let rank = self.f.rank(t);
+        let name = self.f.tensors[t].name.clone();
+        let list = |arg: &str, what: &str| {
+            let (items, at) = named_list(args, arg).ok_or_else(|| {
+                Diagnostic::new(
+                    format!(
+                        "`expand_blocks` needs `{arg}=[...]`, {what} for every axis of `{name}`"
+                    ),
+                    Some(span),
+                )
+            })?;
+            if items.len() != rank {
+                return Err(Diagnostic::new(
+                    format!(
+                        "`{arg}=` has {} entries and `{name}` has rank {rank}",
+                        items.len()
+                    ),
+                    Some(at),
+                ));
+            }
+            Ok(items)
+        };
+        let mut block = Vec::with_capacity(rank);
+        for item in list("block", "a block size")? {
+            match item {
+                ast::Expr::Int(b, _) if *b >= 1 => block.push(*b),
+                other => {
+                    return Err(Diagnostic::new(
+                        "a block size is a positive integer",
+                        Some(other.loc()),
+                    ))
+                }
+            }
+        }
+        let mut shape = Vec::with_capacity(rank);
+        for item in list("shape", "an extent")? {
+            shape.push(match item {
+                ast::Expr::Int(c, _) if *c >= 1 => (SizeExpr::Const(*c), item.loc()),
+                ast::Expr::Name(s, _) if self.f.symbols.contains(s) => {
+                    (SizeExpr::Sym(s.clone()), item.loc())
+                }
+                other => {
+                    return Err(Diagnostic::new(
+                        "an extent is a size symbol of an input or a positive integer",
+                        Some(other.loc()),
+                    ))
+                }
+            });
+        }
+        let logical = self.f.logical(t);
+        let mut extents = Vec::with_capacity(rank);
+        for (k, ((&b, (e, e_at)), &id)) in block.iter().zip(shape).zip(&logical).enumerate() {
+            let have = self.class_extent_of(id);
+            if b == 1 {
+                // Not expanded: the axis joins the input's, so its extent is the input's.
+                if have != e {
+                    return Err(Diagnostic::new(
+                        format!("axis {k} of `{name}` has block 1 and extent {have}, so its shape entry is {have}, not {e}"),
+                        Some(e_at),
+                    ));
+                }
+                extents.push(None);
+                continue;
+            }
+            // x covers the shape when block * extent(x) >= extent, i.e.
+            // block * extent(x) - extent + 1 >= 1.
+            match (have.as_const(), e.as_const()) {
+                (Some(h), Some(n)) if b.saturating_mul(h) < n => {
+                    return Err(Diagnostic::new(
+                        format!("`{name}` has {h} blocks of {b} along axis {k}, fewer than the {n} elements of the shape"),
+                        Some(e_at),
+                    ))
+                }
+                (Some(_), Some(_)) => {}
+                _ => self.f.constraints.push(Constraint::Positive {
+                    value: sum(
+                        &SizeExpr::Mul(Box::new(have.clone()), Box::new(SizeExpr::Const(b))),
+                        &plus(
+                            &SizeExpr::Mul(Box::new(e.clone()), Box::new(SizeExpr::Const(-1))),
+                            1,
+                        ),
+                    ),
+                    reason: format!(
+                        "`expand_blocks` of `{name}`: its {have} blocks of {b} along axis {k} must cover {e} (ceilDiv({e}, {b}) <= {have})"
+                    ),
+                }),
+            }
+            extents.push(Some(e));
+        }
+        self.view_op(
+            Op::ExpandBlocks { block },
             vec![Operand::Tensor(t)],
             extents,
             dest,

@@ -379,7 +379,8 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
         | Op::Permute { .. }
         | Op::Expand { .. }
         | Op::Slice { .. }
-        | Op::Reshape => (operand(&expr.inputs[0], out_dtype), ComputeRole::Normal),
+        | Op::Reshape
+        | Op::ExpandBlocks { .. } => (operand(&expr.inputs[0], out_dtype), ComputeRole::Normal),
         // The input where the index falls inside it (`indexing` keeps the read in bounds
         // elsewhere), else the value.
         Op::Pad {

@@ -17,7 +17,9 @@
 //!   MN-major (transposed) when M or N is contiguous within one swizzle span and K steps by
 //!   rows (`SBO` = 8 rows of K); only 16-bit operands may be MN-major (PTX has no transpose for
 //!   8-bit ones). The bounds predicates inside the tile are dropped: TMA fills
-//!   out-of-bounds operand elements with zeros, which add nothing.
+//!   out-of-bounds operand elements with zeros, which add nothing. Other factors of the
+//!   product, read from global memory, are block scales (`block_scale.rs`): the wgmmas write
+//!   a block accumulator, promoted with the scales into the sum's after each block of K.
 //! - **Two loops (M, N)** around anything else (the accumulator's initialisation, its copies
 //!   and the fused epilogue that reads it): one unrolled loop over the thread's N / 2
 //!   accumulator registers, with M and N replaced by register `i`'s row and column
@@ -57,6 +59,7 @@ use crate::kir::{
 use crate::target;
 use std::collections::{HashMap, HashSet};
 
+mod block_scale;
 mod fragment;
 mod groups;
 mod product;
@@ -118,6 +121,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         accumulators: HashSet::new(),
         started: HashMap::new(),
         aliases: HashMap::new(),
+        promoted: HashMap::new(),
     };
     for nest in &products {
         let (tile, acc) = lower.analyse_tile(cx, k, nest)?;
@@ -126,15 +130,28 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         }
         lower.accumulators.insert(acc);
     }
-    check_accumulator_registers(cx, k, &lower.accumulators)?;
+    let mut body = body;
+    lower.promote_block_scales(cx, k, &mut body)?;
+    let held: HashSet<BufferId> = lower
+        .accumulators
+        .iter()
+        .chain(lower.promoted.keys())
+        .copied()
+        .collect();
+    check_accumulator_registers(cx, k, &held)?;
     let mut body = lower.block(cx, k, body)?;
     let flags = lower.started.clone();
+    let promoted = lower.promoted.clone();
     crate::kir::for_each_block_mut(&mut body, &mut |block| {
         // (A loop whose body was all accumulator copies, now aliases, is left empty.)
         block.retain(|s| !matches!(s, Stmt::Loop(l) if l.body.is_empty()));
         let mut i = 0;
         while i < block.len() {
             if let Stmt::Alloc(b) = block[i] {
+                // A block accumulator beside its sum's (its flags then beside it).
+                if let Some(&blk) = promoted.get(&b) {
+                    block.insert(i + 1, Stmt::Alloc(blk));
+                }
                 if let Some(&flag) = flags.get(&b) {
                     block.insert(i + 1, Stmt::Alloc(flag));
                     i += 1;
@@ -146,7 +163,14 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     if !lower.aliases.is_empty() {
         unalias(&mut body, &lower.aliases);
     }
-    let reuse = reusable_accumulators(&body, k, &lower.accumulators);
+    // (A block accumulator is read by its promotion after every block: never reused.)
+    let reusable: HashSet<BufferId> = lower
+        .accumulators
+        .iter()
+        .filter(|b| !lower.promoted.values().any(|blk| blk == *b))
+        .copied()
+        .collect();
+    let reuse = reusable_accumulators(&body, k, &reusable);
     if !reuse.is_empty() {
         unalias(&mut body, &reuse);
     }
@@ -340,6 +364,9 @@ pub(super) struct Lower<'p> {
     pub(super) started: HashMap<BufferId, BufferId>,
     /// Fragments that are copies of an accumulator, read as the accumulator itself.
     pub(super) aliases: HashMap<BufferId, BufferId>,
+    /// Sums of block-scaled products (`block_scale.rs`): each accumulator and the block
+    /// accumulator its wgmmas write, promoted into it after every block of K.
+    pub(super) promoted: HashMap<BufferId, BufferId>,
 }
 
 impl Lower<'_> {
@@ -423,7 +450,12 @@ impl Lower<'_> {
         body: &[Stmt],
     ) -> Result<Vec<Stmt>, Diagnostic> {
         let p = self.product(cx, k, loops, body)?;
-        let started = match self.started.get(&p.acc.buffer) {
+        let target = self
+            .promoted
+            .get(&p.acc.buffer)
+            .copied()
+            .unwrap_or(p.acc.buffer);
+        let started = match self.started.get(&target) {
             Some(&b) => b,
             None => return Err(self.err(
                 cx,
@@ -438,7 +470,7 @@ impl Lower<'_> {
             index: Some(tile_of_register(&base, p.n_extent)),
         };
         let acc = Access {
-            buffer: p.acc.buffer,
+            buffer: target,
             index: Some(base),
         };
         Ok(vec![
@@ -513,7 +545,7 @@ impl Lower<'_> {
             && cs.iter().all(|c| {
                 c.role == ComputeRole::ReductionWrite
                     && self.fragments.contains(&c.out.buffer)
-                    && matches!(&c.value, Data::Read(a) if self.accumulators.contains(&a.buffer))
+                    && matches!(&c.value, Data::Read(a) if self.accumulators.contains(&a.buffer) || self.promoted.contains_key(&a.buffer))
             });
         if copies {
             for c in cs {

@@ -19,6 +19,22 @@ pub(super) struct Product {
     pub(super) b: MmaOperand,
     pub(super) a_type: DType,
     pub(super) b_type: DType,
+    /// The instruction's K loop.
+    pub(super) k: TileLoop,
+    /// Factors of the product other than its two operands (block scales, `block_scale.rs`),
+    /// each read from global memory; empty for a plain product.
+    pub(super) scales: Vec<Data>,
+}
+
+/// The factors of a product of f32 values (`x * y * ...`).
+fn factors(d: &Data, out: &mut Vec<Data>) {
+    match d {
+        Data::Binary(BinaryOp::Mul, DType::F32, x, y) => {
+            factors(x, out);
+            factors(y, out);
+        }
+        other => out.push(other.clone()),
+    }
 }
 
 /// `x` with every read of a register temporary defined earlier in the tile replaced by its
@@ -156,7 +172,7 @@ impl Lower<'_> {
             (Data::Read(a), other) | (other, Data::Read(a)) if a == &acc => resolve(other, &defs),
             _ => return bad("internal: the reduction update does not read its accumulator".into()),
         };
-        let Data::Binary(BinaryOp::Mul, _, x, y) = &product else {
+        let Data::Binary(BinaryOp::Mul, _, _, _) = &product else {
             return bad(
                 "a tensor-core tile computes a sum of products of two operands, and this sum is of something else".into(),
             );
@@ -170,8 +186,36 @@ impl Lower<'_> {
                 _ => None,
             }
         };
+        // Two factors are the operands; with more, the two widened wgmma caches are and the
+        // rest are scales read from global memory (promoted per K block, `block_scale.rs`).
+        let mut all = Vec::new();
+        factors(&product, &mut all);
+        let mut scales = Vec::new();
+        if all.len() > 2 {
+            let wgmma_cache = |d: &Data| {
+                operand(d).is_some_and(|(a, t)| {
+                    k.buffers[a.buffer].memory == MemoryType::Shared && target::wgmma_input(t)
+                })
+            };
+            let (ops, rest): (Vec<Data>, Vec<Data>) = all.into_iter().partition(wgmma_cache);
+            for scale in &rest {
+                let mut from_memory = true;
+                scale.for_each_read(&mut |a| {
+                    from_memory &= k.buffers[a.buffer].memory == MemoryType::Global
+                });
+                if !from_memory {
+                    return bad("a factor of the product other than its two operands is a scale the tensor cores cannot apply inside the tile; it must be read from an input (a block scale: `expand_blocks(sa, block=[1, 128], shape=[M, K])`)".into());
+                }
+            }
+            all = ops;
+            scales = rest;
+        }
+        let (x, y) = match &all[..] {
+            [x, y] => (x, y),
+            _ => (&product, &product),
+        };
         let (Some((xa, xt)), Some((ya, yt))) = (operand(x), operand(y)) else {
-            return bad("the tensor cores multiply f16, bf16, f8e4m3 or f8e5m2 operands widened to f32: each factor must be `cast(x, f32)` of such a cache in shared memory (a scale constant along the summed axis, i.e. a number, a scalar input or `broadcast(x, axis=K)`, is applied after the sum; one that varies along it cannot leave the tile)".into());
+            return bad("the tensor cores multiply f16, bf16, f8e4m3 or f8e5m2 operands widened to f32: each factor must be `cast(x, f32)` of such a cache in shared memory (a scale constant along the summed axis, i.e. a number, a scalar input or `broadcast(x, axis=K)`, is applied after the sum; one constant along blocks of K, `expand_blocks(s, block=[..., 128], ...)`, after each block)".into());
         };
         for (a, t) in [(&xa, xt), (&ya, yt)] {
             let buf = &k.buffers[a.buffer];
@@ -243,6 +287,8 @@ impl Lower<'_> {
             b: b_op,
             a_type,
             b_type,
+            k: kl.clone(),
+            scales,
         })
     }
 

@@ -1,0 +1,407 @@
+//! Block-scaled products: two-level accumulation of a sum whose product has scales constant
+//! along blocks of K (DeepSeek-V3's FP8 recipe: `sa[m, k / 128]` for the activations,
+//! `sb[n / 128, k / 128]` for the weights, written with `expand_blocks`).
+//!
+//! Takes every product tile whose update multiplies, besides its two operands, factors read from
+//! global memory (the scales; `product.rs`). Legality: `sum_k x_k y_k c_k = sum_B c_B sum_{k in
+//! B} x_k y_k` when `c_k = c_B` is constant on each block `B` of K. The blocks are the
+//! iterations of a serial loop over K (the block loop, e.g. the pipeline's k loop): the scales
+//! must be constant along every K loop inside it (the instruction's K and the unrolled steps
+//! of the K tile). Then, per block, the tensor cores sum the tile into a fresh block
+//! accumulator (`<acc>_block`, `scale-d` off on its first wgmma of each block), and after the
+//! block's wgmmas have completed (`wait_group 0`) each thread adds its registers, scaled at
+//! their rows and columns, into the sum's accumulator: `acc[i] += block[i] * sa[row] * sb[col]`
+//! on the CUDA cores (the promotion). The tensor cores' FP8 sums (held with fewer bits than
+//! f32) then never run past one block of K, which keeps the accuracy at K = 16k.
+//!
+//! Guarantees: the block accumulator has the sum's accumulator's size and fragment layout;
+//! the sum's accumulator is zero-filled (it is no wgmma's output), promoted at the end of
+//! every iteration of the block loop, under the update's bounds guard with the K indices
+//! inside the block at 0 (the block's first column of the scales). Errors (at the sum, naming
+//! the scale as written): a scale that varies inside one instruction's K or inside the
+//! schedule's K tile (an unrolled K loop), with the block and the tile; scales constant along
+//! all of K (they belong after the sum); a product tile in no serial K loop.
+//! Emits: the block accumulators and their flags (in `Lower::promoted` and `Lower::started`),
+//! the flags' reset at the start of each block and the promotion nest (two `Mma` loops, which
+//! `fragment_nest` lowers like an epilogue) at its end.
+
+#[allow(unused_imports)]
+use super::*;
+use crate::fusion::{Op, Operand};
+use crate::passes::KeyNode;
+
+/// A loop around a product tile, as the analysis needs it.
+struct LoopFrame {
+    key: LoopKey,
+    var: String,
+    extent: Val,
+    parallel: ParallelType,
+}
+
+/// One block-scaled product tile and where its promotion goes.
+struct Site {
+    /// The depth of the block loop (its iterations are the blocks) among the tile's loops.
+    depth: usize,
+    /// The sum's accumulator, promoted into.
+    acc: BufferId,
+    /// Reset of the block accumulator's flags (at the block's start) and the promotion (at its end).
+    reset: Vec<Stmt>,
+    promotion: Stmt,
+}
+
+/// The root loop key of `key`, following splits (None through a merge or a tile loop).
+fn root(cx: &Ctx, mut key: LoopKey) -> Option<LoopKey> {
+    loop {
+        match &cx.keys.nodes[key] {
+            KeyNode::Root(_) => return Some(key),
+            KeyNode::Split { parent, .. } => key = *parent,
+            KeyNode::Merge { .. } | KeyNode::Tiles(_) => return None,
+        }
+    }
+}
+
+/// Whether every index that `scales` read is the same for every value of the loops `vars`
+/// (variable, extent) as at 0, on several probes of the other variables.
+fn constant_along(scales: &[Data], vars: &[(String, i64)]) -> bool {
+    let mut indices = Vec::new();
+    for s in scales {
+        s.for_each_read(&mut |a| indices.push(a.index.clone().unwrap_or(Val::Int(0))));
+    }
+    let at = |idx: &Val, values: &[i64], seed: u64| {
+        let v = vars
+            .iter()
+            .zip(values)
+            .fold(idx.clone(), |v, ((var, _), &x)| v.subst(var, &Val::Int(x)));
+        eval(&v, "", 0, seed, &[], 1)
+    };
+    // Each loop at its first, second and last value, the others at 0, and all at their last.
+    let mut probes = vec![vec![0; vars.len()]];
+    for (j, (_, extent)) in vars.iter().enumerate() {
+        for x in [1, extent - 1] {
+            let mut p = vec![0; vars.len()];
+            p[j] = x;
+            probes.push(p);
+        }
+    }
+    probes.push(vars.iter().map(|(_, e)| e - 1).collect());
+    indices.iter().all(|idx| {
+        (0..4u64).all(|seed| {
+            let first = at(idx, &probes[0], seed);
+            first.is_some() && probes.iter().all(|p| at(idx, p, seed) == first)
+        })
+    })
+}
+
+/// The fusion input a scale reads (the first), and the `expand_blocks` over it, for messages:
+/// "`sa` (expand_blocks(sa, block=[1, 128]))".
+fn scale_as_written(cx: &Ctx, k: &Kernel, scales: &[Data]) -> String {
+    let f = cx.fusion;
+    let mut read = None;
+    for s in scales {
+        s.for_each_read(&mut |a| {
+            read.get_or_insert(a.buffer);
+        });
+    }
+    let Some(t) = read.and_then(|b| k.buffers[b].tensor) else {
+        return "a scale".into();
+    };
+    let name = &f.tensors[t].name;
+    let view = f
+        .exprs
+        .iter()
+        .find_map(|e| match (&e.op, e.inputs.first()) {
+            (Op::ExpandBlocks { block }, Some(Operand::Tensor(x))) if *x == t => {
+                Some(block.clone())
+            }
+            _ => None,
+        });
+    match view {
+        Some(block) => format!("`{name}` (expand_blocks({name}, block={block:?}))"),
+        None => format!("`{name}`"),
+    }
+}
+
+impl Lower<'_> {
+    /// Finds the block-scaled products of `body`, makes their block accumulators and inserts
+    /// their flags' resets and promotions into their block loops (before the tiles are
+    /// lowered).
+    pub(super) fn promote_block_scales(
+        &mut self,
+        cx: &mut Ctx,
+        k: &mut Kernel,
+        body: &mut [Stmt],
+    ) -> Result<(), Diagnostic> {
+        let mut stack = Vec::new();
+        let left = self.visit(cx, k, body, &mut stack)?;
+        debug_assert!(left.is_empty(), "every site's block loop encloses it");
+        Ok(())
+    }
+
+    /// Finds the sites in `body` (inside the loops `stack`), inserts those whose block loop is
+    /// a loop of `body` into it, and returns the others (their block loops are further out).
+    fn visit(
+        &mut self,
+        cx: &mut Ctx,
+        k: &mut Kernel,
+        body: &mut [Stmt],
+        stack: &mut Vec<LoopFrame>,
+    ) -> Result<Vec<Site>, Diagnostic> {
+        let mut out = Vec::new();
+        for s in body.iter_mut() {
+            match s {
+                Stmt::Loop(l) if l.parallel == ParallelType::Mma => {
+                    let (loops, tile_body) = chain(l);
+                    if loops.len() == 3 {
+                        out.extend(self.site(cx, k, &loops, tile_body, stack)?);
+                    }
+                }
+                Stmt::Loop(l) => {
+                    stack.push(LoopFrame {
+                        key: l.key,
+                        var: l.var.clone(),
+                        extent: l.extent.clone(),
+                        parallel: l.parallel,
+                    });
+                    let inner = self.visit(cx, k, &mut l.body, stack);
+                    stack.pop();
+                    let depth = stack.len();
+                    let mut promoted: Vec<BufferId> = Vec::new();
+                    for site in inner? {
+                        if site.depth != depth {
+                            out.push(site);
+                            continue;
+                        }
+                        // (Several nests of one accumulator in a block promote once.)
+                        if promoted.contains(&site.acc) {
+                            continue;
+                        }
+                        promoted.push(site.acc);
+                        l.body.splice(0..0, site.reset);
+                        l.body.push(site.promotion);
+                    }
+                }
+                other => {
+                    for child in other.children_mut() {
+                        out.extend(self.visit(cx, k, child, stack)?);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The promotion of one product tile, when it has scales.
+    fn site(
+        &mut self,
+        cx: &mut Ctx,
+        k: &mut Kernel,
+        loops: &[TileLoop],
+        body: &[Stmt],
+        stack: &[LoopFrame],
+    ) -> Result<Option<Site>, Diagnostic> {
+        let p = self.product(cx, k, loops, body)?;
+        if p.scales.is_empty() {
+            return Ok(None);
+        }
+        let f = cx.fusion;
+        let sum = f.tensors[f.exprs[p.expr].output].name.clone();
+        let scale = scale_as_written(cx, k, &p.scales);
+        let instruction_k = p.k.extent.unwrap_or(0);
+        let mut inside = vec![(p.k.var.clone(), instruction_k)];
+        if !constant_along(&p.scales, &inside) {
+            return Err(self.err(cx, p.expr, format!(
+                "`{sum}`: the scale {scale} varies along K inside one wgmma (K = {instruction_k}); a scale inside a tensor-core product must be constant along blocks of K at least as wide as the schedule's K tile (a block scale: `expand_blocks(s, block=[..., 128], shape=[..., K])` with K split by 128), and is then applied to each block's sum"
+            )));
+        }
+        // The loops over K around the tile, innermost first: the K tile's unrolled steps are
+        // inside the block, the first loop the scales vary with is the block loop.
+        let k_root = root(cx, p.k.key);
+        let mut block_loop = None;
+        for (depth, l) in stack.iter().enumerate().rev() {
+            if root(cx, l.key).is_none() || root(cx, l.key) != k_root {
+                continue;
+            }
+            let Val::Int(extent) = l.extent else {
+                block_loop = Some(depth);
+                break;
+            };
+            inside.push((l.var.clone(), extent));
+            if !constant_along(&p.scales, &inside) {
+                inside.pop();
+                block_loop = Some(depth);
+                break;
+            }
+        }
+        let Some(depth) = block_loop else {
+            return Err(self.err(cx, p.expr, format!(
+                "`{sum}`: the scale {scale} is constant along K in this product's tile and is in no serial loop over K: a scale constant along all of K belongs after the sum (`s = sum(cast(a, f32) * cast(b, f32), axis=k)`, then `s * scale`)"
+            )));
+        };
+        let block_loop = &stack[depth];
+        if block_loop.parallel != ParallelType::Serial {
+            let tile: i64 = inside.iter().map(|(_, e)| e).product::<i64>()
+                * match block_loop.extent {
+                    Val::Int(e) => e,
+                    _ => 1,
+                };
+            return Err(self.err(cx, p.expr, format!(
+                "`{sum}`: the scale {scale} changes inside the schedule's K tile ({tile} elements of K, loop `{}` is {}): its blocks along K must be at least as wide as the K tile, each tile inside one block, so that the tensor cores sum a whole tile before it is scaled; split K by the block size (or a divisor of it) for the K tile",
+                block_loop.var,
+                block_loop.parallel.name()
+            )));
+        }
+        let blk = self.block_accumulator(cx, k, p.acc.buffer, p.expr, p.n_extent)?;
+        let flag = self.started[&blk];
+        let Some(Val::Int(flags)) = k.buffers[flag].size else {
+            unreachable!("block_accumulator sizes the flags")
+        };
+        let reset = (0..flags)
+            .map(|j| {
+                Stmt::Compute(Compute {
+                    expr: p.expr,
+                    out: Access {
+                        buffer: flag,
+                        index: Some(Val::Int(j)),
+                    },
+                    value: Data::Literal(0.0, DType::I32),
+                    role: ComputeRole::Normal,
+                    vector: None,
+                })
+            })
+            .collect();
+        let scaled = p.scales.iter().cloned().fold(
+            Data::Read(Access {
+                buffer: blk,
+                index: p.acc.index.clone(),
+            }),
+            |x, s| Data::Binary(BinaryOp::Mul, DType::F32, Box::new(x), Box::new(s)),
+        );
+        let update = Stmt::Compute(Compute {
+            expr: p.expr,
+            out: p.acc.clone(),
+            value: Data::Binary(
+                BinaryOp::Add,
+                DType::F32,
+                Box::new(Data::Read(p.acc.clone())),
+                Box::new(scaled),
+            ),
+            role: ComputeRole::Normal,
+            vector: None,
+        });
+        // The update's bounds guard: the scales' rows and columns inside the tensors.
+        let mut guarded = match update_guard(body, p.expr) {
+            Some(cond) => Stmt::If {
+                cond,
+                then: vec![update],
+                els: Vec::new(),
+            },
+            None => update,
+        };
+        guarded.map_vals(&mut |v| {
+            inside
+                .iter()
+                .fold(v.clone(), |v, (var, _)| v.subst(var, &Val::Int(0)))
+        });
+        let mma_loop = |l: &TileLoop, body: Vec<Stmt>| {
+            Stmt::Loop(Loop {
+                key: l.key,
+                var: l.var.clone(),
+                extent: Val::Int(l.extent.unwrap_or(0)),
+                parallel: ParallelType::Mma,
+                digits: Vec::new(),
+                body,
+            })
+        };
+        // The loops between the block loop and the tile that are not over K (e.g. a warp
+        // group's rows, TIDy) hold the promotion as they hold the tile.
+        let promotion = stack[depth + 1..]
+            .iter()
+            .rev()
+            .filter(|l| !inside.iter().any(|(var, _)| *var == l.var))
+            .fold(
+                mma_loop(&p.m, vec![mma_loop(&p.n, vec![guarded])]),
+                |inner, l| {
+                    Stmt::Loop(Loop {
+                        key: l.key,
+                        var: l.var.clone(),
+                        extent: l.extent.clone(),
+                        parallel: l.parallel,
+                        digits: Vec::new(),
+                        body: vec![inner],
+                    })
+                },
+            );
+        Ok(Some(Site {
+            depth,
+            acc: p.acc.buffer,
+            reset,
+            promotion,
+        }))
+    }
+
+    /// The block accumulator of `acc` (made on first use) with its flags.
+    fn block_accumulator(
+        &mut self,
+        cx: &mut Ctx,
+        k: &mut Kernel,
+        acc: BufferId,
+        expr: ExprId,
+        n_extent: i64,
+    ) -> Result<BufferId, Diagnostic> {
+        if let Some(&blk) = self.promoted.get(&acc) {
+            return Ok(blk);
+        }
+        let Some(Val::Int(regs)) = k.buffers[acc].size else {
+            return Err(self.err(
+                cx,
+                expr,
+                format!(
+                    "internal: the accumulator `{}` has no constant size",
+                    k.buffers[acc].name
+                ),
+            ));
+        };
+        let base = k.buffers[acc].name.clone();
+        let name = cx.fresh_name(&format!("{base}_block"));
+        let flag_name = cx.fresh_name(&format!("{base}_block_started"));
+        let mut buffer = |name: String, dtype: DType, size: i64| {
+            k.buffers.push(Buffer {
+                name,
+                dtype,
+                memory: MemoryType::Local,
+                tensor: None,
+                size: Some(Val::Int(size)),
+                smem_offset: None,
+                global_shape: Vec::new(),
+                is_input: false,
+            });
+            BufferId::new(k.buffers.len() - 1)
+        };
+        let blk = buffer(name, DType::F32, regs);
+        let per_tile = target::wgmma_accumulators(n_extent);
+        let flag = buffer(flag_name, DType::I32, (regs / per_tile).max(1));
+        self.promoted.insert(acc, blk);
+        self.started.insert(blk, flag);
+        self.fragments.insert(blk);
+        self.accumulators.remove(&acc);
+        self.accumulators.insert(blk);
+        Ok(blk)
+    }
+}
+
+/// The bounds guard of the tile's reduction update of `expr`.
+fn update_guard(body: &[Stmt], expr: ExprId) -> Option<Val> {
+    let mut found = None;
+    crate::kir::walk(body, &mut |s| match s {
+        Stmt::If { cond, then, .. } => {
+            if let [Stmt::Compute(c)] = then.as_slice() {
+                if c.expr == expr && c.role == ComputeRole::ReductionUpdate {
+                    found = Some(cond.clone());
+                }
+            }
+            Flow::Descend
+        }
+        _ => Flow::Descend,
+    });
+    found
+}

@@ -1,0 +1,298 @@
+//! Block-scaled FP8 products (DeepSeek-V3: 1 x 128 activation scales, 128 x 128 weight scales):
+//! the `expand_blocks` view the scales are written with (its reference, twin, launch check and
+//! errors), the two-level accumulation of `examples/matmul/step18_fp8_block.hf` (wgmmas into a
+//! block accumulator per 128-wide K block, promoted into the f32 accumulator with the block's
+//! scales), and the errors of scales whose blocks do not match the schedule's K tile.
+
+use hopfuse::DType;
+use hopfuse_tests::{compile, error, example, fp8_values};
+use std::collections::BTreeMap;
+
+const STEP18: &str = "matmul/step18_fp8_block.hf";
+
+fn edit(src: &str, from: &str, to: &str) -> String {
+    assert!(src.contains(from), "`{from}` is not in the program");
+    src.replacen(from, to, 1)
+}
+
+fn sizes(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+#[test]
+fn expand_blocks_repeats_each_element_over_its_block() {
+    let src = "fusion f {\n  input x: f32[R, C]\n  input y: f32[M, N]\n  c = expand_blocks(x, block=[2, 3], shape=[M, N]) + y\n  output c\n}\n";
+    let f = hopfuse::reference_fusion(src).unwrap();
+    // x[2, 2] = [[0, 1], [2, 3]] over a 3 x 5 result: rows 0-1 read x's row 0, row 2 its row
+    // 1; columns 0-2 x's column 0, 3-4 its column 1.
+    let inputs = BTreeMap::from([
+        ("x".to_string(), vec![0.0, 1.0, 2.0, 3.0]),
+        ("y".to_string(), vec![0.0; 15]),
+    ]);
+    let c = hopfuse::reference::evaluate(
+        &f,
+        &sizes(&[("R", 2), ("C", 2), ("M", 3), ("N", 5)]),
+        &inputs,
+    )
+    .unwrap()["c"]
+        .clone();
+    assert_eq!(
+        c,
+        [0., 0., 0., 1., 1., 0., 0., 0., 1., 1., 2., 2., 2., 3., 3.]
+    );
+    // The kernel reads x at the block of each index.
+    let cuda = hopfuse::compile(src, &Default::default()).unwrap().cuda;
+    assert!(cuda.contains("/ 2 * C + "), "{cuda}");
+    assert!(cuda.contains("/ 3]"), "{cuda}");
+    // The twin writes what a PyTorch user does.
+    let twin = hopfuse::torch_twin(src).unwrap().source;
+    assert!(
+        twin.contains(
+            "x.repeat_interleave(2, 0).repeat_interleave(3, 1)[:y.shape[0], :y.shape[1]]"
+        ),
+        "{twin}"
+    );
+}
+
+#[test]
+fn expand_blocks_checks_that_the_input_covers_the_shape() {
+    let src = "fusion f {\n  input sa: f32[M, KB]\n  input a: f32[M, K]\n  c = a * expand_blocks(sa, block=[1, 128], shape=[M, K])\n  output c\n}\n";
+    let plan = hopfuse::compile(src, &Default::default()).unwrap().plan;
+    let at = |kb: i64, k: i64| sizes(&[("M", 4), ("KB", kb), ("K", k)]);
+    // ceilDiv(K, 128) blocks: 2 cover K = 129 .. 256, not 257.
+    assert!(plan.concretize(&at(2, 256)).is_ok());
+    assert!(plan.concretize(&at(2, 129)).is_ok());
+    let e = plan.concretize(&at(2, 257)).unwrap_err().to_string();
+    assert!(
+        e.contains("`expand_blocks` of `sa`: its KB blocks of 128 along axis 1 must cover K (ceilDiv(K, 128) <= KB)"),
+        "{e}"
+    );
+    let f = hopfuse::reference_fusion(src).unwrap();
+    let inputs = BTreeMap::from([
+        ("sa".to_string(), vec![0.0; 8]),
+        ("a".to_string(), vec![0.0; 4 * 257]),
+    ]);
+    let e = hopfuse::reference::evaluate(&f, &at(2, 257), &inputs).unwrap_err();
+    assert!(e.contains("must cover K"), "{e}");
+}
+
+#[test]
+fn expand_blocks_errors_name_the_argument() {
+    let program = |call: &str| {
+        format!("fusion f {{\n  input sa: f32[M, KB]\n  input a: f32[M, K]\n  input n: f32[M, 2]\n  c = a * {call}\n  output c\n}}\n")
+    };
+    for (call, want) in [
+        (
+            "expand_blocks(sa, block=[1, 128])",
+            "5:11: error: `expand_blocks` needs `shape=[...]`, an extent for every axis of `sa`",
+        ),
+        (
+            "expand_blocks(sa, block=[128], shape=[M, K])",
+            "5:29: error: `block=` has 1 entries and `sa` has rank 2",
+        ),
+        (
+            "expand_blocks(sa, block=[1, 0], shape=[M, K])",
+            "5:39: error: a block size is a positive integer",
+        ),
+        (
+            "expand_blocks(sa, block=[1, 128], shape=[K, K])",
+            "5:52: error: axis 0 of `sa` has block 1 and extent M, so its shape entry is M, not K",
+        ),
+        (
+            "expand_blocks(n, block=[1, 4], shape=[M, 9])",
+            "5:52: error: `n` has 2 blocks of 4 along axis 1, fewer than the 9 elements of the shape",
+        ),
+        (
+            "expand_blocks(sa * 2.0, block=[1, 128], shape=[M, K])",
+            "`expand_blocks` reads a fusion input",
+        ),
+    ] {
+        let src = program(call);
+        let e = error(&src);
+        assert!(e.contains(want), "{call}:\n{e}");
+    }
+}
+
+#[test]
+fn step18_reference_is_the_product_of_the_dequantized_operands() {
+    let src = example(STEP18);
+    let f =
+        hopfuse::reference_fusion(&src).unwrap_or_else(|e| panic!("{}", e.render(&src, STEP18)));
+    // Ragged: K = 300 in 3 blocks (the last of 44), N = 130 in 2 blocks (the last of 2).
+    let (m, n, k, kb, nb) = (3usize, 130usize, 300usize, 3usize, 2usize);
+    let a = fp8_values(m * k, 1);
+    let b = fp8_values(n * k, 2);
+    let sa: Vec<f64> = (0..m * kb).map(|i| 0.5 + 0.25 * i as f64).collect();
+    let sb: Vec<f64> = (0..nb * kb).map(|i| 2.0 - 0.125 * i as f64).collect();
+    let inputs = BTreeMap::from([
+        ("a".to_string(), a.clone()),
+        ("b".to_string(), b.clone()),
+        ("sa".to_string(), sa.clone()),
+        ("sb".to_string(), sb.clone()),
+    ]);
+    let at = sizes(&[
+        ("M", m as i64),
+        ("N", n as i64),
+        ("K", k as i64),
+        ("KB", kb as i64),
+        ("NB", nb as i64),
+    ]);
+    let got = hopfuse::reference::evaluate(&f, &at, &inputs).unwrap()["c"].clone();
+    for i in 0..m {
+        for j in 0..n {
+            let dot: f64 = (0..k)
+                .map(|kk| {
+                    let (ad, bd) = (
+                        a[i * k + kk] * sa[i * kb + kk / 128],
+                        b[j * k + kk] * sb[j / 128 * kb + kk / 128],
+                    );
+                    // (The f32 products of the program: exact here.)
+                    DType::F32.round(ad) * DType::F32.round(bd)
+                })
+                .sum();
+            assert_eq!(got[i * n + j], DType::BF16.round(dot), "c[{i}, {j}]");
+        }
+    }
+}
+
+#[test]
+fn step18_promotes_each_k_block_into_the_f32_accumulator() {
+    let c = compile(&example(STEP18));
+    let cuda = &c.cuda;
+    // The wgmmas write the block accumulator, a second array of the main one's 64 registers.
+    assert!(cuda.contains("float s_acc[64];"), "{cuda}");
+    assert!(cuda.contains("float s_acc_block[64];"), "{cuda}");
+    assert!(
+        cuda.contains("hf_wgmma_m64n128k32_e4m3_e4m3(&s_acc_block[0], "),
+        "{cuda}"
+    );
+    assert!(
+        !cuda.contains("hf_wgmma_m64n128k32_e4m3_e4m3(&s_acc[0], "),
+        "{cuda}"
+    );
+    // Each block starts its sum afresh (scale-d off on its first wgmma) ...
+    let k_loop = cuda
+        .find("for (index_t k_o = 0; k_o < hf_ceil_div<index_t>(K, 128); ++k_o) {")
+        .expect("the consumers' k loop");
+    let reset = cuda[k_loop..]
+        .find("s_acc_block_started[0] = 0;")
+        .map(|i| i + k_loop)
+        .expect("the block's flag reset");
+    let first_wgmma = cuda[k_loop..]
+        .find("hf_wgmma_m64n128k32")
+        .map(|i| i + k_loop)
+        .unwrap();
+    assert!(reset < first_wgmma, "{cuda}");
+    // ... and after its wgmmas have completed (no group left in flight), each thread adds its
+    // registers times the scales of their rows (sa[m, k / 128]) and columns (sb[n / 128, k /
+    // 128]) into the f32 accumulator.
+    let wait = cuda[first_wgmma..]
+        .find("hf_wgmma_wait<0>();")
+        .map(|i| i + first_wgmma)
+        .unwrap();
+    let promote = cuda
+        .find("s_acc[r2] = s_acc[r2] + ((s_acc_block[r2] * sa[")
+        .expect("the promotion");
+    assert!(wait < promote, "{cuda}");
+    assert!(!cuda.contains("hf_wgmma_wait<1>"), "{cuda}");
+    assert!(
+        cuda[promote..].contains("* KB + k_o * 128 / 128]) * sb[("),
+        "{cuda}"
+    );
+    assert!(
+        cuda[promote..].contains(") / 128 * KB + k_o * 128 / 128]);"),
+        "{cuda}"
+    );
+    // The main accumulator is zero-filled (no wgmma starts it) and is what the epilogue stores.
+    assert!(cuda.contains("s_acc[r] = 0.0f;"), "{cuda}");
+    assert!(cuda.contains("= hf_float_to_bf16(s_acc["), "{cuda}");
+}
+
+/// Step 18 with the activation scales' block along K `block` wide (sa: f32[M, KB]).
+fn step18_with_a_block(block: i64) -> String {
+    edit(
+        &example(STEP18),
+        "expand_blocks(sa, block=[1, 128], shape=[M, K])",
+        &format!("expand_blocks(sa, block=[1, {block}], shape=[M, K])"),
+    )
+}
+
+#[test]
+fn a_block_narrower_than_the_k_tile_is_an_error_that_names_the_scale() {
+    // 64-wide blocks change inside the 128-wide K tile (its unrolled k32 steps).
+    let e = error(&step18_with_a_block(64));
+    assert!(
+        e.contains("error: `s`: the scale `sa` (expand_blocks(sa, block=[1, 64])) changes inside the schedule's K tile (128 elements of K, loop `k_io` is Unroll): its blocks along K must be at least as wide as the K tile, each tile inside one block, so that the tensor cores sum a whole tile before it is scaled; split K by the block size (or a divisor of it) for the K tile"),
+        "{e}"
+    );
+    // 16-wide blocks change inside one wgmma.
+    let e = error(&step18_with_a_block(16));
+    assert!(
+        e.contains("error: `s`: the scale `sa` (expand_blocks(sa, block=[1, 16])) varies along K inside one wgmma (K = 32)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn blocks_wider_than_the_k_tile_are_promoted_every_tile() {
+    // 256-wide blocks: constant along each 128-wide tile, so each tile is promoted (twice per
+    // block), which is exact: the sum of a block is the sum of its tiles.
+    let c = compile(&step18_with_a_block(256));
+    assert!(
+        c.cuda.contains("* KB + k_o * 128 / 256]) * sb[("),
+        "{}",
+        c.cuda
+    );
+}
+
+#[test]
+fn step18_twin_dequantizes_then_multiplies() {
+    let twin = hopfuse::torch_twin(&example(STEP18)).unwrap().source;
+    assert!(
+        twin.contains("ad = a.float() * sa.repeat_interleave(128, 1)[:, :a.shape[1]]"),
+        "{twin}"
+    );
+    assert!(
+        twin.contains(
+            "bd = b.float() * sb.repeat_interleave(128, 0).repeat_interleave(128, 1)[:b.shape[0], :a.shape[1]]"
+        ),
+        "{twin}"
+    );
+}
+
+#[test]
+fn a_one_warp_group_block_scaled_product_promotes_inside_its_k_loop() {
+    // Step 1 (no warp specialization: a block barrier frees the stage) on e4m3 with the
+    // block scales: the promotion follows the barrier at the end of each k step.
+    let step1 = example("matmul/step1_one_warp_group.hf");
+    let src = edit(
+        &edit(
+            &edit(
+                &edit(
+                    &step1,
+                    "  input a: bf16[M, K]\n  input b: bf16[N, K]\n  ab = cast(broadcast(a, axis=1), f32)\n  bb = cast(broadcast(b, axis=0), f32)",
+                    "  input a: f8e4m3[M, K]\n  input b: f8e4m3[N, K]\n  input sa: f32[M, KB]\n  input sb: f32[NB, KB]\n  ab = cast(broadcast(a, axis=1), f32) * broadcast(expand_blocks(sa, block=[1, 128], shape=[M, K]), axis=1)\n  bb = cast(broadcast(b, axis=0), f32) * broadcast(expand_blocks(sb, block=[128, 128], shape=[N, K]), axis=0)",
+                ),
+                "s.split(4, 64)",
+                "s.split(4, 128)",
+            ),
+            "s.split(5, 16)",
+            "s.split(5, 32)",
+        ),
+        "// bench: M=4096,N=4096,K=4096",
+        "// bench: M=4096,N=4096,K=4096,KB=32,NB=32",
+    );
+    let cuda = compile(&src).cuda;
+    let k_loop = cuda
+        .find("for (index_t k_o = 0; k_o < hf_ceil_div<index_t>(K, 128); ++k_o) {")
+        .expect("the k loop");
+    let barrier = cuda[k_loop..].find("__syncthreads();").unwrap() + k_loop;
+    let promote = cuda
+        .find("s_acc[r2] = s_acc[r2] + ((s_acc_block[r2] * sa[")
+        .expect("the promotion");
+    let epilogue = cuda.find("hf_float_to_bf16(s_acc[").expect("the epilogue");
+    assert!(
+        k_loop < barrier && barrier < promote && promote < epilogue,
+        "{cuda}"
+    );
+}
