@@ -1052,7 +1052,8 @@ mod tests {
         kept_within_the_bytes_and_the_age(&url).await;
     }
 
-    /// A PostgreSQL outage, on a cluster of this test's own (port 54339, made and started by
+    /// A PostgreSQL outage, on a cluster of this test's own (port 25439: below the ephemeral
+    /// ports, which an outgoing connection could take while it is down; made and started by
     /// scripts/setup-distributed.sh, stopped and started again here): runs finished while it
     /// is down each return within the write timeout and wait in memory, the oldest is dropped
     /// past the backlog's limit (and counted), and the others are stored once it is back.
@@ -1065,7 +1066,7 @@ mod tests {
             let script =
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/setup-distributed.sh");
             let mut cmd = std::process::Command::new("bash");
-            cmd.arg(script).env("HOPFUSE_TEST_PG_PORT", "54339");
+            cmd.arg(script).env("HOPFUSE_TEST_PG_PORT", "25439");
             if stop {
                 cmd.arg("stop");
             }

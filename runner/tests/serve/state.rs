@@ -314,7 +314,8 @@ async fn links_past_the_total_are_507_and_past_the_clients_hour_429() {
 /// into the run history.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_shows_the_runs_waiting_for_postgres_until_they_drain() {
-    let Some((pg, db)) = PgCluster::start(54340, "the run backlog in /api/health") else {
+    // Below the ephemeral ports: one of those could be taken while the cluster is down.
+    let Some((pg, db)) = PgCluster::start(25440, "the run backlog in /api/health") else {
         return;
     };
     let dir = temp_dir("pg-backlog");
