@@ -59,6 +59,10 @@ pub struct Health {
     /// in docs/recordings/h100_health.json, still reads.)
     #[serde(default)]
     pub compiles: CompileStats,
+    /// Finished runs waiting in memory for an unreachable database. (Default: zeros, as a
+    /// service from before the backlog answered.)
+    #[serde(default)]
+    pub run_backlog: RunBacklog,
     pub limits: Limits,
     pub uptime_s: f64,
 }
@@ -71,6 +75,21 @@ pub struct CompileStats {
     pub slots: usize,
     /// Programs this service has lowered.
     pub lowered: u64,
+}
+
+/// `Health::run_backlog`: runs finished while the database did not answer, written oldest
+/// first once it does.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunBacklog {
+    /// Runs waiting now.
+    pub waiting: usize,
+    /// Seconds the oldest waiting run has waited; none: nothing waits.
+    pub oldest_age_s: Option<f64>,
+    /// Runs dropped since the start: the oldest when `limit` runs waited already, or one the
+    /// database refused.
+    pub dropped: u64,
+    /// Runs that may wait at once (`hopfuse serve --run-backlog`).
+    pub limit: usize,
 }
 
 /// `Health::limits`: the service's limits (the options of `hopfuse serve`).

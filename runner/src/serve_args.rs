@@ -35,6 +35,12 @@ pub struct ServeArgs {
     /// limit).
     #[arg(long, default_value_t = 256 << 20)]
     pub keep_runs_bytes: u64,
+    /// Finished runs kept in memory while the database does not answer, written once it does;
+    /// past it the oldest waiting run is dropped from the history (GET /api/health:
+    /// run_backlog).
+    #[arg(long, default_value_t = crate::store::BACKLOG_RUNS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub run_backlog: usize,
     /// Wall-clock limit of one job in seconds; the worker is killed (SIGKILL) past it.
     #[arg(long, default_value_t = 10.0)]
     pub job_timeout: f64,

@@ -83,8 +83,8 @@ struct Pruning {
     passes: std::sync::atomic::AtomicU64,
 }
 
-/// Runs waiting in memory for the database by default ([`Store::with_backlog_limit`]): about
-/// 10 KB each, so at most about 100 MB.
+/// Runs waiting in memory for the database by default (`hopfuse serve --run-backlog`,
+/// [`Store::with_backlog_limit`]): about 10 KB each, so at most about 100 MB.
 pub const BACKLOG_RUNS: usize = 10_000;
 
 /// How long a finished run's write may wait for the database before the run joins the backlog
@@ -103,6 +103,8 @@ struct PendingRun {
     client: String,
     request: serde_json::Value,
     result: serde_json::Value,
+    /// When it joined the backlog (its age in `GET /api/health`).
+    waiting_since: std::time::Instant,
 }
 
 /// Finished runs waiting for the database, oldest first, shared by a store's clones.
@@ -111,16 +113,6 @@ struct Backlog {
     limit: std::sync::atomic::AtomicUsize,
     dropped: std::sync::atomic::AtomicU64,
     wake: tokio::sync::Notify,
-}
-
-/// The backlog's numbers (`GET /api/health`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BacklogStats {
-    /// Runs waiting for the database now.
-    pub waiting: usize,
-    /// Runs dropped since the start: over the limit, or refused by the database.
-    pub dropped: u64,
-    pub limit: usize,
 }
 
 impl Backlog {
@@ -138,7 +130,8 @@ impl Backlog {
     }
 
     /// Adds `run` last, dropping the oldest waiting run when the backlog is full.
-    fn push(&self, run: PendingRun) {
+    fn push(&self, mut run: PendingRun) {
+        run.waiting_since = std::time::Instant::now();
         use std::sync::atomic::Ordering;
         let limit = self.limit.load(Ordering::Relaxed).max(1);
         let mut runs = self.runs.lock().expect("backlog lock");
@@ -210,7 +203,7 @@ pub struct Pruned {
 }
 
 // Defined in `hopfuse-api` (the answers of `GET /api/links/{id}` and `GET /api/runs`).
-pub use hopfuse_api::service::{Link, RunRecord};
+pub use hopfuse_api::service::{Link, RunBacklog, RunRecord};
 
 pub type Error = sqlx::Error;
 
@@ -377,10 +370,14 @@ impl Store {
         self
     }
 
-    /// The runs waiting for the database, and those dropped.
-    pub fn backlog(&self) -> BacklogStats {
-        BacklogStats {
-            waiting: self.backlog.runs.lock().expect("backlog lock").len(),
+    /// The runs waiting for the database, the oldest one's age, and those dropped.
+    pub fn backlog(&self) -> RunBacklog {
+        let runs = self.backlog.runs.lock().expect("backlog lock");
+        RunBacklog {
+            waiting: runs.len(),
+            oldest_age_s: runs
+                .front()
+                .map(|run| run.waiting_since.elapsed().as_secs_f64()),
             dropped: (self.backlog.dropped).load(std::sync::atomic::Ordering::Relaxed),
             limit: (self.backlog.limit).load(std::sync::atomic::Ordering::Relaxed),
         }
@@ -576,6 +573,7 @@ impl Store {
             client: client.to_string(),
             request: request.clone(),
             result: result.clone(),
+            waiting_since: std::time::Instant::now(),
         };
         // After runs that wait: the history stays in order, and the database is away anyway.
         if self.backlog.is_empty() {
@@ -1054,7 +1052,8 @@ mod tests {
         kept_within_the_bytes_and_the_age(&url).await;
     }
 
-    /// A PostgreSQL outage, on a cluster of this test's own (port 54339, made and started by
+    /// A PostgreSQL outage, on a cluster of this test's own (port 25439: below the ephemeral
+    /// ports, which an outgoing connection could take while it is down; made and started by
     /// scripts/setup-distributed.sh, stopped and started again here): runs finished while it
     /// is down each return within the write timeout and wait in memory, the oldest is dropped
     /// past the backlog's limit (and counted), and the others are stored once it is back.
@@ -1067,7 +1066,7 @@ mod tests {
             let script =
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/setup-distributed.sh");
             let mut cmd = std::process::Command::new("bash");
-            cmd.arg(script).env("HOPFUSE_TEST_PG_PORT", "54339");
+            cmd.arg(script).env("HOPFUSE_TEST_PG_PORT", "25439");
             if stop {
                 cmd.arg("stop");
             }
@@ -1110,16 +1109,21 @@ mod tests {
                 "{id}: {took:?}"
             );
         }
+        let backlog = store.backlog();
         assert_eq!(
-            store.backlog(),
-            BacklogStats {
-                waiting: 3,
-                dropped: 1,
-                limit: 3
-            }
+            (backlog.waiting, backlog.dropped, backlog.limit),
+            (3, 1, 3),
+            "{backlog:?}"
         );
+        let before_the_wait = backlog.oldest_age_s.expect("runs wait");
         // Down for longer than sqlx's 30 s default acquire timeout would have waited per run.
         tokio::time::sleep(Duration::from_secs(3)).await;
+        // The oldest waiting run (during-1) has waited through the sleep.
+        let oldest = store.backlog().oldest_age_s.expect("runs wait");
+        assert!(
+            oldest >= before_the_wait + 3.0 && oldest < 30.0,
+            "{before_the_wait} then {oldest}"
+        );
         setup(false);
         let start = std::time::Instant::now();
         while store.backlog().waiting > 0 {
@@ -1138,7 +1142,8 @@ mod tests {
             store.get_run("during-0").await.unwrap().is_none(),
             "dropped"
         );
-        assert_eq!(store.backlog().dropped, 1);
+        let drained = store.backlog();
+        assert_eq!((drained.dropped, drained.oldest_age_s), (1, None));
         store.close().await;
     }
 

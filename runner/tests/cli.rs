@@ -2,23 +2,11 @@
 //! the library path (`eval "$(scripts/setup-nvrtc.sh)"`, as .ci/run does); without it they are
 //! reported as not run, and fail where `HOPFUSE_REQUIRE_NVRTC` is set (`not_run.rs`).
 
+mod common;
+
+use common::{hopfuse, text};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn hopfuse(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hopfuse"))
-        .args(args)
-        .output()
-        .expect("run hopfuse")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use std::process::Command;
 
 fn fixture(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -3,28 +3,11 @@
 //! imported on the project's torch stand-in and refusing what the kernel was not exported for.
 //! Running the exported kernels is the device check's (scripts/export-device-check.sh).
 
+mod common;
+
+use common::{hopfuse, root, text};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn hopfuse(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hopfuse"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("run hopfuse")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn nvrtc_missing() -> bool {
     hopfuse_runner::not_run::nvrtc_missing("hopfuse export")

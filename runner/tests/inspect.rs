@@ -2,6 +2,9 @@
 //! and `POST /api/inspect` of the service. Skipped without libnvrtc or nvdisasm, unless
 //! `HOPFUSE_REQUIRE_NVRTC` is set (scripts/test.sh), which fails them instead.
 
+mod common;
+
+use common::{hopfuse, text};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -31,13 +34,6 @@ fn example(path: &str) -> PathBuf {
         .join(path)
 }
 
-fn hopfuse(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_hopfuse"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn compile_sass_heads_each_run_of_instructions_with_its_cuda_line_and_ir() {
     if tools_missing() {
@@ -51,12 +47,8 @@ fn compile_sass_heads_each_run_of_instructions_with_its_cuda_line_and_ir() {
         "--size",
         "M=512,N=512",
     ]);
+    assert!(out.status.success(), "{}", text(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with("// exp_2d_kernel: ") && lines[0].contains(" registers"));
     assert!(lines[1].starts_with("// int index"), "{}", lines[1]);
@@ -122,12 +114,7 @@ fn compile_sass_without_nvdisasm_says_what_it_needs() {
     );
     // Without --ptx/--sass, --size picks the variant a run builds (here, aligned vectors).
     let out = hopfuse(&["compile", "--size", "M=4,N=8", file.to_str().unwrap()]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("__global__"));
 }
 

@@ -30,6 +30,10 @@ const PULL_EXPIRES: Duration = Duration::from_secs(5);
 /// How much longer than that the agent waits for the pull's end before making a new one.
 const PULL_GRACE: Duration = Duration::from_secs(2);
 
+/// How long an agent keeps trying to store a job's result while JetStream does not take it;
+/// past it the job is left unacknowledged, to be delivered again.
+pub const STORE_PATIENCE: Duration = Duration::from_secs(60);
+
 /// `hopfuse agent` options.
 #[derive(clap::Args, Clone, Debug)]
 pub struct AgentArgs {
@@ -333,7 +337,10 @@ impl Agent {
         } else {
             self.run(&wire, delivery, &message).await
         };
-        let result = self.store(result).await;
+        // One line per run that ended (scripts/distributed-outage.py counts a job that ended
+        // twice as run twice).
+        info!(job = %job_id, delivery, status = result.status.name(), "job ended");
+        let (result, stored) = self.store(result, &message).await;
         self.send(
             &wire.events,
             &AgentEvent::Done {
@@ -342,9 +349,13 @@ impl Agent {
             },
         )
         .await;
-        if let Err(e) = message.double_ack().await {
-            // The result is stored: a redelivery is answered with it.
-            warn!(job = %job_id, "cannot acknowledge the job: {e}");
+        // Unstored, it is delivered again: acknowledged, its front-end could miss the event
+        // above (NATS restarting) and find no result, and the job would never end.
+        if stored {
+            if let Err(e) = message.double_ack().await {
+                // The result is stored: a redelivery is answered with it.
+                warn!(job = %job_id, "cannot acknowledge the job: {e}");
+            }
         }
         self.running.fetch_sub(1, Ordering::SeqCst);
         self.completed.fetch_add(1, Ordering::SeqCst);
@@ -366,7 +377,7 @@ impl Agent {
             0.0,
         );
         result.agent = Some(self.id.clone());
-        let result = self.store(result).await;
+        let (result, stored) = self.store(result, &message).await;
         self.send(
             &address.events,
             &AgentEvent::Done {
@@ -375,8 +386,10 @@ impl Agent {
             },
         )
         .await;
-        if let Err(e) = message.double_ack().await {
-            warn!(job = %address.job_id, "cannot acknowledge the job: {e}");
+        if stored {
+            if let Err(e) = message.double_ack().await {
+                warn!(job = %address.job_id, "cannot acknowledge the job: {e}");
+            }
         }
         self.completed.fetch_add(1, Ordering::SeqCst);
     }
@@ -466,18 +479,40 @@ impl Agent {
         }
     }
 
-    /// Stores `result` as the job's result unless it has one: returns the one stored first.
-    async fn store(&self, result: JobResult) -> JobResult {
+    /// Stores `result` as the job's result unless it has one, trying again every second while
+    /// JetStream does not take it (a restarting nats-server has no buckets for a moment), the
+    /// message marked in progress meanwhile, for at most [`STORE_PATIENCE`]. The result stored
+    /// first (`true`), or `result` not stored (`false`: the message must not be acknowledged).
+    async fn store(&self, result: JobResult, message: &jetstream::Message) -> (JobResult, bool) {
         let bytes = serde_json::to_vec(&result).expect("results serialize");
-        match self.results.create(&result.job_id, bytes.into()).await {
-            Ok(_) => result,
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                info!(job = %result.job_id, "another agent stored this job's result first");
-                self.stored(&result.job_id).await.unwrap_or(result)
-            }
-            Err(e) => {
-                warn!(job = %result.job_id, "cannot store the result: {e}");
-                result
+        let until = std::time::Instant::now() + STORE_PATIENCE;
+        loop {
+            match self
+                .results
+                .create(&result.job_id, bytes.clone().into())
+                .await
+            {
+                Ok(_) => return (result, true),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                    info!(job = %result.job_id, "another agent stored this job's result first");
+                    return match self.stored(&result.job_id).await {
+                        Some(first) => (first, true),
+                        None => (result, true),
+                    };
+                }
+                Err(e) if std::time::Instant::now() >= until => {
+                    warn!(
+                        job = %result.job_id,
+                        "cannot store the result ({e}); the job is not acknowledged and will be \
+                         delivered again"
+                    );
+                    return (result, false);
+                }
+                Err(e) => {
+                    info!(job = %result.job_id, "cannot store the result yet ({e}); trying again");
+                    let _ = message.ack_with(AckKind::Progress).await;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
             }
         }
     }

@@ -7,9 +7,11 @@
 //! NATS does not answer, and the job is forgotten); every accepted job ends exactly once, with
 //! the result an agent stored (events on this front-end's subject; after a reconnect, or for a
 //! job quiet for long, the results bucket is read); the result goes into the run history before
-//! `done` is announced, as for a local job.
+//! `done` is announced, as for a local job. A job's client and request wait in the pending-runs
+//! bucket until then; a job whose result has waited there past [`ADOPT_AFTER`] lost its
+//! front-end, and any front-end's sweep stores its run (the history takes a run once).
 
-use super::wire::{AgentEvent, AgentStatus, WireJob, EVENTS_HEADER};
+use super::wire::{AgentEvent, AgentStatus, PendingRun, WireJob, EVENTS_HEADER};
 use super::NatsArgs;
 use crate::queue::{Job, JobResult, JobStage, JobStatus, Queue, QueueFull, Ticket};
 use async_nats::jetstream::{self, kv, message::PublishMessage};
@@ -29,6 +31,10 @@ const SWEEP_EVERY: Duration = Duration::from_secs(5);
 const QUIET_STARTED: Duration = Duration::from_secs(5);
 /// Any job without an event for this long is looked up too.
 const QUIET_ANY: Duration = Duration::from_secs(30);
+/// Another front-end's job whose result has been seen for this long while the job is still in
+/// the pending-runs bucket: its front-end died (its own sweep would have stored the run by
+/// now), so this one stores it.
+pub const ADOPT_AFTER: Duration = Duration::from_secs(35);
 /// How long `/api/health` waits for NATS.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -83,6 +89,10 @@ pub struct FrontEnd {
     client: async_nats::Client,
     js: jetstream::Context,
     results: kv::Store,
+    /// Job id -> [`PendingRun`], until the job's run is stored.
+    pending: kv::Store,
+    /// Jobs not this front-end's, in the pending bucket with a result: since when.
+    orphans: Mutex<HashMap<String, Instant>>,
     agents: kv::Store,
     /// `hopfuse.jobs.<arch>`.
     subject: String,
@@ -130,6 +140,7 @@ impl FrontEnd {
         let js = jetstream::new(client.clone());
         super::ensure_stream(&js, Some(cap)).await?;
         let results = super::results_bucket(&js).await?;
+        let pending = super::pending_bucket(&js).await?;
         let agents = super::agents_bucket(&js).await?;
         let events = format!("{}.{id}", super::EVENTS_PREFIX);
         let mut subscription = client
@@ -142,6 +153,8 @@ impl FrontEnd {
             client,
             js,
             results,
+            pending,
+            orphans: Mutex::new(HashMap::new()),
             agents,
             events,
             cap,
@@ -217,15 +230,24 @@ impl FrontEnd {
             .payload(payload.into())
             .message_id(job.id.clone())
             .header(EVENTS_HEADER, self.events.as_str());
+        let record = PendingRun {
+            client: client.to_string(),
+            request: job.spec.history(),
+        };
+        let record = serde_json::to_vec(&record).expect("pending runs serialize");
+        // Recorded before it is published: a job in the stream always has its record.
         let published = async {
-            self.js
-                .send_publish(self.subject.clone(), publish)
-                .await?
+            self.pending
+                .put(job.id.as_str(), record.into())
                 .await
+                .map_err(|e| format!("cannot record the job: {e}"))?;
+            let sent = self.js.send_publish(self.subject.clone(), publish);
+            let ack = sent.await.map_err(|e| e.to_string())?;
+            ack.await.map_err(|e| e.to_string())
         };
         let refused = match tokio::time::timeout(PUBLISH_TIMEOUT, published).await {
             Ok(Ok(_)) => return Ok(job),
-            Ok(Err(e)) => e.to_string(),
+            Ok(Err(e)) => e,
             Err(_) => format!(
                 "no answer from JetStream in {} s",
                 PUBLISH_TIMEOUT.as_secs()
@@ -250,7 +272,8 @@ impl FrontEnd {
         warn!(job = %job.id, "JetStream did not take the job: {refused}");
         // The publish may still reach the stream (an acknowledgement lost, a reconnect): a
         // result stored under the job's id first makes an agent answer with it, not run it.
-        let (results, id) = (self.results.clone(), job.id.clone());
+        // Its client was answered 503: no run of it goes into the history.
+        let (results, pending, id) = (self.results.clone(), self.pending.clone(), job.id.clone());
         let not_run = JobResult::empty(
             &id,
             JobStatus::Error,
@@ -260,6 +283,7 @@ impl FrontEnd {
         tokio::spawn(async move {
             let bytes = serde_json::to_vec(&not_run).expect("results serialize");
             let _ = tokio::time::timeout(PUBLISH_TIMEOUT, results.create(&id, bytes.into())).await;
+            let _ = tokio::time::timeout(PUBLISH_TIMEOUT, pending.delete(&id)).await;
         });
         Err(SubmitError::Unavailable(format!(
             "the job queue (NATS JetStream at {}) did not take the job: {refused}",
@@ -310,11 +334,83 @@ impl FrontEnd {
             result.queued_ms = queued;
         }
         self.queue.finish_remote(entry.ticket, result).await;
+        self.stored(&job.id).await;
+    }
+
+    /// The job's run is in the history (or waits for the database in this process): its
+    /// pending entry goes.
+    async fn stored(&self, id: &str) {
+        match tokio::time::timeout(PUBLISH_TIMEOUT, self.pending.delete(id)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(job = %id, "cannot remove the job's pending entry: {e}"),
+            Err(_) => warn!(job = %id, "cannot remove the job's pending entry: no answer"),
+        }
+    }
+
+    /// Stores the runs of jobs whose front-end died: pending entries of jobs not this
+    /// front-end's whose result has been in the results bucket for [`ADOPT_AFTER`].
+    async fn adopt_orphans(&self) {
+        let mut keys = match self.pending.keys().await {
+            Ok(keys) => keys,
+            Err(e) => return info!("cannot list the pending runs: {e}"),
+        };
+        let mut ids = Vec::new();
+        while let Some(key) = keys.next().await {
+            match key {
+                Ok(id) => ids.push(id),
+                Err(e) => return info!("cannot list the pending runs: {e}"),
+            }
+        }
+        let mut due = Vec::new();
+        {
+            let in_flight = self.in_flight.lock().expect("in-flight lock");
+            ids.retain(|id| !in_flight.contains_key(id));
+        }
+        for id in &ids {
+            // A job still queued or running has no result yet: not an orphan (yet).
+            if self.stored_result(id).await.is_none() {
+                continue;
+            }
+            let mut orphans = self.orphans.lock().expect("orphans lock");
+            let seen = *orphans.entry(id.clone()).or_insert_with(Instant::now);
+            if seen.elapsed() >= ADOPT_AFTER {
+                due.push(id.clone());
+            }
+        }
+        self.orphans
+            .lock()
+            .expect("orphans lock")
+            .retain(|id, _| ids.contains(id));
+        for id in due {
+            let record = match self.pending.get(&id).await {
+                Ok(Some(bytes)) => serde_json::from_slice::<PendingRun>(&bytes),
+                // Stored and removed meanwhile.
+                _ => continue,
+            };
+            let (Ok(record), Some(result)) = (record, self.stored_result(&id).await) else {
+                warn!(job = %id, "an unreadable pending run (removed)");
+                self.stored(&id).await;
+                continue;
+            };
+            match self
+                .queue
+                .store_run(&result, &record.client, &record.request)
+                .await
+            {
+                Ok(()) => {
+                    info!(job = %id, "stored the run of a job whose front-end is gone");
+                    self.stored(&id).await;
+                }
+                Err(e) => warn!(job = %id, "cannot store the run of an orphaned job: {e}"),
+            }
+            self.orphans.lock().expect("orphans lock").remove(&id);
+        }
     }
 
     /// Ends in-flight jobs whose result is in the bucket but whose `done` event never came:
     /// started jobs quiet for a while (every sweep), or every job (`all`: after a reconnect).
     async fn sweep(self: &Arc<Self>, all: bool) {
+        self.adopt_orphans().await;
         let due: Vec<String> = {
             let in_flight = self.in_flight.lock().expect("in-flight lock");
             in_flight

@@ -19,6 +19,9 @@
 //! - progress and results go back to the submitting front-end on its own subject (core NATS),
 //!   which feeds the job's SSE stream as a local job's; a front-end also reads results it may
 //!   have missed (a reconnect) from the bucket;
+//! - a job's client and request wait in [`PENDING_BUCKET`] from its publication until its run
+//!   is in the history: when its front-end dies first, another (or its restart) stores the run
+//!   once the result is in the results bucket;
 //! - agents announce themselves in [`AGENTS_BUCKET`] (entries expire when an agent stops
 //!   heart-beating), which `/api/health` lists with the stream's depth.
 //!
@@ -44,6 +47,10 @@ pub const JOBS_PREFIX: &str = "hopfuse.jobs";
 pub const EVENTS_PREFIX: &str = "hopfuse.events";
 /// Job id -> result JSON, written once.
 pub const RESULTS_BUCKET: &str = "hopfuse_results";
+/// Job id -> what its run in the history needs besides the result ([`wire::PendingRun`]), from
+/// its publication until its run is stored: any front-end stores the run of a job whose own
+/// front-end died.
+pub const PENDING_BUCKET: &str = "hopfuse_pending";
 /// Agent id -> its status, refreshed every [`HEARTBEAT`].
 pub const AGENTS_BUCKET: &str = "hopfuse_agents";
 /// How often an agent refreshes its status.
@@ -235,6 +242,18 @@ pub async fn results_bucket(js: &jetstream::Context) -> anyhow::Result<kv::Store
         js,
         RESULTS_BUCKET,
         "hopfuse: job id -> result, written once",
+        RESULTS_MAX_AGE,
+        stream::StorageType::File,
+    )
+    .await
+}
+
+/// The pending-runs bucket (created when missing): entries older than the results are gone.
+pub async fn pending_bucket(js: &jetstream::Context) -> anyhow::Result<kv::Store> {
+    bucket(
+        js,
+        PENDING_BUCKET,
+        "hopfuse: job id -> client and request, until its run is stored",
         RESULTS_MAX_AGE,
         stream::StorageType::File,
     )

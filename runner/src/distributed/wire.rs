@@ -1,6 +1,7 @@
 //! The messages of the distributed mode, as JSON: a job in the stream ([`WireJob`]), an agent's
 //! events for the submitting front-end ([`AgentEvent`]), an agent's status in the agents bucket
-//! ([`AgentStatus`], defined in `hopfuse-api`). Both sides are the same binary. A job message
+//! ([`AgentStatus`], defined in `hopfuse-api`), a job's entry in the pending-runs bucket
+//! ([`PendingRun`]). Both sides are the same binary. A job message
 //! that does not decode is answered as failed: its job id and events subject travel in its
 //! headers too ([`JobAddress`]), so it is answerable whatever its payload; only a message that
 //! names no job is terminated unanswered (no front-end waits for it).
@@ -31,6 +32,16 @@ impl WireJob {
             spec: job.spec.clone(),
         }
     }
+}
+
+/// A published job's entry in the pending-runs bucket: what its run in the history needs
+/// besides its result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingRun {
+    /// The client (IP address) that submitted it.
+    pub client: String,
+    /// [`JobSpec::history`].
+    pub request: serde_json::Value,
 }
 
 /// The header that carries a job message's events subject (its id is in `Nats-Msg-Id`).

@@ -265,6 +265,29 @@ impl Queue {
         drop(ticket);
     }
 
+    /// Stores the run of a job this queue does not hold (the distributed mode: a job whose
+    /// front-end died before its result came), as [`Queue::finish`] stores its own.
+    pub async fn store_run(
+        &self,
+        result: &JobResult,
+        client: &str,
+        request: &serde_json::Value,
+    ) -> Result<(), crate::store::Error> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let value = serde_json::to_value(result).unwrap_or_default();
+        store
+            .put_run(
+                &result.job_id,
+                result.status.name(),
+                client,
+                request,
+                &value,
+            )
+            .await
+    }
+
     /// The mean worker time of recent jobs in milliseconds.
     pub fn mean_job_ms(&self) -> u64 {
         self.mean_ms.load(Ordering::Relaxed)

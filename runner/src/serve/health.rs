@@ -1,5 +1,6 @@
 //! `GET /api/health`: version, worker kind, GPU and NVRTC (or why there is none), whether runs
-//! are available, the queue and compile slots, the distributed mode's agents, and every limit.
+//! are available, the queue and compile slots, the distributed mode's agents, the runs waiting
+//! for the database, and every limit.
 
 use super::App;
 use crate::engine;
@@ -37,6 +38,7 @@ pub(super) async fn health(State(app): State<Arc<App>>) -> Json<Health> {
             slots: app.compiles.total(),
             lowered: engine::lowerings(),
         },
+        run_backlog: app.store.backlog(),
         limits: Limits {
             max_body_bytes: a.max_body_bytes,
             max_program_bytes: a.max_program_bytes,

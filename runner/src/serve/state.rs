@@ -53,7 +53,8 @@ impl App {
         let store = Store::open(&db, args.retention())
             .await
             .map_err(|e| anyhow::anyhow!("cannot open the database {db}: {e}"))?
-            .with_link_quota(args.link_quota());
+            .with_link_quota(args.link_quota())
+            .with_backlog_limit(args.run_backlog);
         let worker_exe = match &args.worker_exe {
             Some(p) => p.clone(),
             None => std::env::current_exe()?,

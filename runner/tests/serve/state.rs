@@ -307,3 +307,91 @@ async fn links_past_the_total_are_507_and_past_the_clients_hour_429() {
     assert_eq!(status, 200);
     s.stop();
 }
+
+/// Issue 39 item 8's backlog in `GET /api/health`: with the PostgreSQL cluster (one of this
+/// test's own) stopped, finished runs wait in memory and health shows how many, the oldest's
+/// age and the run dropped past `--run-backlog`; once the cluster is back, the backlog drains
+/// into the run history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_shows_the_runs_waiting_for_postgres_until_they_drain() {
+    // Below the ephemeral ports: one of those could be taken while the cluster is down.
+    let Some((pg, db)) = PgCluster::start(25440, "the run backlog in /api/health") else {
+        return;
+    };
+    let dir = temp_dir("pg-backlog");
+    let s = Server::start(
+        &dir,
+        &[
+            "--fake-worker",
+            "--db",
+            &db,
+            "--run-backlog",
+            "3",
+            "--runs-per-minute",
+            "0",
+        ],
+    );
+    let c = client();
+    let backlog = |c: reqwest::Client, url: String| async move {
+        let (status, h) = get(&c, url).await;
+        assert_eq!(status, 200, "{h}");
+        h["run_backlog"].clone()
+    };
+    let health = s.url("/api/health");
+    let stored_before = submit(&s, &c, &add_run("// stored at once")).await;
+    events(&s, &c, &stored_before).await;
+    assert_eq!(
+        backlog(c.clone(), health.clone()).await,
+        json!({"waiting": 0, "oldest_age_s": null, "dropped": 0, "limit": 3})
+    );
+
+    pg.stop();
+    let mut during = Vec::new();
+    for i in 0..4 {
+        let job = submit(&s, &c, &add_run(&format!("// during the outage {i}"))).await;
+        let (_, result) = events(&s, &c, &job).await;
+        assert_eq!(result["status"], "fake", "{result}");
+        during.push(job);
+    }
+    let b = backlog(c.clone(), health.clone()).await;
+    assert_eq!(
+        (&b["waiting"], &b["dropped"]),
+        (&json!(3), &json!(1)),
+        "{b}"
+    );
+    let first_age = b["oldest_age_s"].as_f64().expect("an age while runs wait");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let b = backlog(c.clone(), health.clone()).await;
+    let later_age = b["oldest_age_s"].as_f64().expect("an age while runs wait");
+    assert!(later_age >= first_age + 2.0, "{first_age} then {b}");
+
+    pg.restart();
+    let t = Instant::now();
+    let b = loop {
+        let b = backlog(c.clone(), health.clone()).await;
+        if b["waiting"] == 0 {
+            break b;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "not drained: {b}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        b,
+        json!({"waiting": 0, "oldest_age_s": null, "dropped": 1, "limit": 3})
+    );
+    let (_, runs) = get(&c, s.url("/api/runs?limit=100")).await;
+    let stored: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["id"].as_str())
+        .collect();
+    for job in std::iter::once(&stored_before).chain(&during[1..]) {
+        assert!(stored.contains(&job.as_str()), "{job} not stored: {runs}");
+    }
+    assert!(
+        !stored.contains(&during[0].as_str()),
+        "the dropped run was stored: {runs}"
+    );
+    s.stop();
+}

@@ -176,3 +176,51 @@ pub(crate) async fn events(s: &Server, c: &reqwest::Client, id: &str) -> (Vec<St
 pub(crate) fn s_dir_has_db(dir: &Path) -> bool {
     dir.join("hopfuse.db").is_file()
 }
+
+/// A PostgreSQL cluster of one test's own on `port`, made, started and stopped by
+/// scripts/setup-distributed.sh (left running when the test ends, like the suite's).
+pub(crate) struct PgCluster {
+    port: u16,
+}
+
+impl PgCluster {
+    /// Starts it (made on first use); `HOPFUSE_TEST_POSTGRES_URL` must be set (the suite's
+    /// PostgreSQL is there), else `None` after reporting `check` as not run.
+    pub(crate) fn start(port: u16, check: &str) -> Option<(PgCluster, String)> {
+        hopfuse_runner::not_run::postgres_url(check)?;
+        let cluster = PgCluster { port };
+        let exports = cluster.setup(None);
+        let url = exports
+            .lines()
+            .find_map(|l| l.strip_prefix("export HOPFUSE_TEST_POSTGRES_URL="))
+            .expect("setup-distributed.sh names the database")
+            .to_string();
+        Some((cluster, url))
+    }
+
+    /// Stops it (`pg_ctl stop -m fast`): connections are refused until [`PgCluster::restart`].
+    pub(crate) fn stop(&self) {
+        self.setup(Some("stop"));
+    }
+
+    pub(crate) fn restart(&self) {
+        self.setup(None);
+    }
+
+    /// Runs scripts/setup-distributed.sh with `command` on this port; its stdout.
+    fn setup(&self, command: Option<&str>) -> String {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/setup-distributed.sh");
+        let out = Command::new("bash")
+            .arg(script)
+            .args(command)
+            .env("HOPFUSE_TEST_PG_PORT", self.port.to_string())
+            .output()
+            .expect("run setup-distributed.sh");
+        assert!(
+            out.status.success(),
+            "setup-distributed.sh {command:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+}

@@ -275,6 +275,7 @@ fn health_json(worker: &str, gpu: Option<&str>, gpu_reason: Option<&str>, run: b
         "queue": {"queued": 0, "running": 0, "cap": 64, "gpus": 1, "finished": 0,
                   "job_timeout_s": 10.0, "workers": [null]},
         "compiles": {"running": 0, "slots": 2, "lowered": 0},
+        "run_backlog": {"waiting": 0, "oldest_age_s": null, "dropped": 0, "limit": 10000},
         "limits": {"max_body_bytes": 262144, "max_program_bytes": 65536,
                    "max_iters": 10000, "max_warmup": 1000, "max_tensor_bytes": 4294967296u64,
                    "queue_cap": 64, "client_queue_cap": 16, "runs_per_minute": 60,
