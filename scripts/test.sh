@@ -40,6 +40,9 @@ cargo build --release -p hopfuse-runner
 for index in i32 i64; do
   ./target/release/hopfuse nvrtc-check --inspect --index "$index" examples/*/*.hf
 done
+# The distributed mode through outages (agent and front-end kills, nats-server and PostgreSQL
+# down): quick mode, 300-job bursts, fails on any lost or stuck job.
+python3 scripts/distributed-outage.py --quick --hopfuse target/release/hopfuse
 # The Python package: wheel (maturin from PyPI into .tools/), install, tests on the torch stand-in.
 bash scripts/test-python.sh
 bash scripts/test-web.sh
