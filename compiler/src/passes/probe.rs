@@ -80,6 +80,7 @@ impl Op {
         })
     }
 
+    #[inline(always)]
     fn apply(self, a: i64, b: i64) -> Option<i64> {
         Some(match self {
             Op::Add => a + b,
@@ -220,11 +221,27 @@ impl Probe {
                     let (Some(b), Some(a)) = (stack.pop(), stack.last_mut()) else {
                         return vec![None; n];
                     };
-                    for ((x, &y), failed) in a.iter_mut().zip(&b).zip(&mut failed) {
-                        match op.apply(*x, y) {
-                            Some(v) => *x = v,
-                            None => (*x, *failed) = (0, true),
+                    // One loop per operation (the operation a constant in each): the
+                    // compiler specialises `apply` instead of branching on it per point.
+                    let lanes = |a: &mut [i64], failed: &mut [bool], op: Op| {
+                        for ((x, &y), failed) in a.iter_mut().zip(&b).zip(failed) {
+                            match op.apply(*x, y) {
+                                Some(v) => *x = v,
+                                None => (*x, *failed) = (0, true),
+                            }
                         }
+                    };
+                    match op {
+                        Op::Add => lanes(a, &mut failed, Op::Add),
+                        Op::Sub => lanes(a, &mut failed, Op::Sub),
+                        Op::Mul => lanes(a, &mut failed, Op::Mul),
+                        Op::Div => lanes(a, &mut failed, Op::Div),
+                        Op::Mod => lanes(a, &mut failed, Op::Mod),
+                        Op::Xor => lanes(a, &mut failed, Op::Xor),
+                        Op::Min => lanes(a, &mut failed, Op::Min),
+                        Op::Lt => lanes(a, &mut failed, Op::Lt),
+                        Op::Eq => lanes(a, &mut failed, Op::Eq),
+                        Op::CeilDiv => lanes(a, &mut failed, Op::CeilDiv),
                     }
                 }
             }
