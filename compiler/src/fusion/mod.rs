@@ -649,13 +649,14 @@ impl Fusion {
     /// Every axis on the paths from `t`'s root to its loop domain, oldest first (parents
     /// before the axes split or merged from them).
     pub fn axes_between(&self, t: TensorId) -> Vec<IterId> {
-        // Every path is walked (the schedule bounds their number per axis, see
-        // `MAX_DERIVATION_SIZE`), then sorted and deduplicated: a membership test per axis
-        // made this quadratic in the derivation's size.
-        let mut seen = Vec::new();
+        // Each axis is walked once (both children of a split reach their parent, so walking
+        // every path made a deep split quadratic), then the axes are sorted.
+        let mut seen: rustc_hash::FxHashSet<IterId> = Default::default();
         let mut stack: Vec<IterId> = self.tensors[t].loop_domain.clone();
         while let Some(id) = stack.pop() {
-            seen.push(id);
+            if !seen.insert(id) {
+                continue;
+            }
             match self.ids[id].origin {
                 IterOrigin::Root => {}
                 IterOrigin::Split { parent, .. } => stack.push(parent),
@@ -665,9 +666,11 @@ impl Fusion {
                 }
             }
         }
-        crate::id::sort_by_position(&mut seen, |a| a.index());
-        seen.dedup();
-        seen
+        // Sorted as `(usize, usize)` pairs: the instance of the sort that
+        // `id::sort_by_position` already has (one copy in the wasm).
+        let mut order: Vec<(usize, usize)> = seen.iter().map(|a| (a.index(), 0)).collect();
+        order.sort_unstable();
+        order.into_iter().map(|(i, _)| IterId::new(i)).collect()
     }
 
     /// The inner axis made by the same split as `outer` (splits create the pair together).

@@ -362,11 +362,16 @@ pub fn consumer_roots(cx: &mut Ctx, c: TensorId, env: &dyn LoopVars) -> HashMap<
                 if !is_outer || vals.contains_key(&parent) {
                     continue;
                 }
-                let sibling = f.split_inner(id);
-                let (Some(o), Some(i)) = (
-                    vals.get(&id).cloned(),
-                    sibling.and_then(|s| vals.get(&s).cloned()),
-                ) else {
+                let Some(sibling) = f.split_inner(id) else {
+                    continue;
+                };
+                if !vals.contains_key(&id) || !vals.contains_key(&sibling) {
+                    continue;
+                }
+                // The pair's values move into their parent's: nothing reads a split's
+                // children after it (they are newer than every axis still to come, and
+                // neither is a root). Cloning them made a deep split quadratic.
+                let (Some(o), Some(i)) = (vals.remove(&id), vals.remove(&sibling)) else {
                     continue;
                 };
                 let inner_extent = if inner_split {

@@ -27,6 +27,7 @@ pub mod loop_nest;
 pub mod mma;
 pub mod persistent;
 pub mod predicate;
+pub mod probe;
 pub mod reduction;
 pub mod simplify;
 pub mod sync;

@@ -16,6 +16,7 @@
 //! Emits: `if` statements and vector computes.
 
 use super::indexing::consumer_roots;
+use super::probe::eval;
 use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterKind, MemoryType, Op, ParallelType};
@@ -322,64 +323,6 @@ fn guard(pred: Val, body: Vec<Stmt>) -> Stmt {
             els: Vec::new(),
         }
     }
-}
-
-/// Deterministic pseudo-random values for probing index expressions.
-pub(super) fn sample(seed: u64) -> i64 {
-    let mut x = seed
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        .wrapping_add(0x632B_E59B_D9B4_E019);
-    x ^= x >> 29;
-    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x ^= x >> 32;
-    (x % 997) as i64
-}
-
-/// Evaluates `idx` with `var = lane` and every other variable and size set from `seed`
-/// (sizes listed in `multiples` are made multiples of `mult`).
-pub(super) fn eval(
-    idx: &Val,
-    var: &str,
-    lane: i64,
-    seed: u64,
-    multiples: &[String],
-    mult: i64,
-) -> Option<i64> {
-    let h = |s: &str| {
-        s.bytes()
-            .fold(seed, |a, b| a.wrapping_mul(31).wrapping_add(b as u64))
-    };
-    let go = |v: &Val| eval(v, var, lane, seed, multiples, mult);
-    Some(match idx {
-        Val::Int(i) => *i,
-        Val::Var(v) if v == var => lane,
-        Val::Var(v) => sample(h(v)),
-        Val::Hw(p) => sample(h(p.name())),
-        Val::Size(s) => {
-            let base = 1000 + sample(h(s));
-            if multiples.contains(s) {
-                base / mult * mult
-            } else {
-                base
-            }
-        }
-        Val::Add(a, b) => go(a)? + go(b)?,
-        Val::Sub(a, b) => go(a)? - go(b)?,
-        Val::Mul(a, b) => go(a)?.checked_mul(go(b)?)?,
-        Val::Div(a, b) => go(a)?.checked_div(go(b)?)?,
-        Val::Mod(a, b) => go(a)?.checked_rem(go(b)?)?,
-        Val::Xor(a, b) => go(a)? ^ go(b)?,
-        Val::Min(a, b) => go(a)?.min(go(b)?),
-        // Comparisons count as 1 or 0 (a stream-K piece's selections).
-        Val::Lt(a, b) => (go(a)? < go(b)?) as i64,
-        Val::Eq(a, b) => (go(a)? == go(b)?) as i64,
-        Val::Ctas => sample(h("gridDim.x")),
-        Val::CeilDiv(a, b) => {
-            let (a, b) = (go(a)?, go(b)?);
-            (a + b - 1).checked_div(b)?
-        }
-        _ => return None,
-    })
 }
 
 /// Whether lanes `0..width` of `var` address consecutive elements, on several probes.

@@ -4,6 +4,7 @@
 
 #[allow(unused_imports)]
 use super::*;
+use crate::passes::probe::Probe;
 
 /// The store a fragment loop's body ends with, and its guard (`true` when unguarded).
 fn final_store(body: &[Stmt]) -> Option<(Val, Compute)> {
@@ -207,32 +208,34 @@ pub(super) fn stmatrix_store(
         .subst(reg, &holder_reg);
     // Check: what lane t's values land on, through the addresses stmatrix reads, is where the
     // loop's own index puts them (every warp, lane, block and register; other variables probed).
-    let at = |v: &Val, t: i64, r: Option<(&str, i64)>, seed: u64| {
-        let v = v.subst_hw(ParallelType::TIDx, &Val::Int(t));
-        let v = match r {
-            Some((name, x)) => v.subst(name, &Val::Int(x)),
-            None => v,
-        };
-        eval(&v, "", 0, seed, &[], 1)
-    };
+    // Probes: both indices evaluated at every thread and register of a group at once.
+    let reg_var = Val::Var(reg.to_string());
+    let group_var = Val::Var(group.clone());
+    let threads: Vec<i64> = (0..4 * crate::target::WARP_THREADS).collect();
     let ok = (0..2u64).all(|seed| {
+        let own = Probe::new(&idx, &[tid.clone(), reg_var.clone()], seed);
+        let read = Probe::new(&address, &[tid.clone(), group_var.clone()], seed);
         (0..regs / 8).all(|g| {
+            // Thread t's register 8 g + j is point 8 t + j; the row address of thread t is
+            // point t.
+            let (ts, rs): (Vec<i64>, Vec<i64>) = threads
+                .iter()
+                .flat_map(|&t| (0..8).map(move |j| (t, 8 * g + j)))
+                .unzip();
+            let own = own.at_each(&[&ts, &rs]);
+            let read = read.at_each(&[&threads, &vec![g; threads.len()]]);
             (0..4).all(|warp| {
-                (0..32).all(|l| {
-                    let t = warp * 32 + l;
-                    (0..4).all(|blk| {
-                        let row_addr = at(
-                            &address.subst(&group, &Val::Int(g)),
-                            warp * 32 + 8 * blk + l / 4,
-                            None,
-                            seed,
-                        );
-                        let aligned = row_addr.is_some_and(|a| a % 8 == 0);
-                        aligned
-                            && (0..2).all(|e| {
-                                let r = 8 * g + 2 * blk + e;
-                                at(&idx, t, Some((reg, r)), seed)
-                                    == row_addr.map(|a| a + 2 * (l % 4) + e)
+                (0..4).all(|blk| {
+                    // Lanes 4 j .. 4 j + 3 read row j of the block at one address.
+                    (0..8).all(|row| {
+                        let row_addr = read[(warp * 32 + 8 * blk + row) as usize];
+                        row_addr.is_some_and(|a| a % 8 == 0)
+                            && (4 * row..4 * row + 4).all(|l| {
+                                (0..2).all(|e| {
+                                    let t = warp * 32 + l;
+                                    own[(8 * t + 2 * blk + e) as usize]
+                                        == row_addr.map(|a| a + 2 * (l % 4) + e)
+                                })
                             })
                     })
                 })

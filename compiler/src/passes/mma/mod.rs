@@ -47,7 +47,7 @@
 //! how to make them K-major) or another layout; an accumulator read outside a tile.
 //! Emits: `Wgmma`, `WgmmaFence`, `WgmmaCommit`, `WgmmaWait`; accumulator flags.
 
-use super::predicate::eval;
+use super::probe::eval;
 use super::{Ctx, LoopKey, PipelinePlan};
 use crate::diag::Diagnostic;
 use crate::dtype::DType;

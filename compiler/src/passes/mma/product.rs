@@ -7,6 +7,7 @@
 
 #[allow(unused_imports)]
 use super::*;
+use crate::passes::probe::Probe;
 
 /// What [`Lower::product`] found.
 pub(super) struct Product {
@@ -342,11 +343,21 @@ impl Lower<'_> {
         };
         let at_tile = zero(&idx, &[other]);
         let origin = zero(&at_tile, &[&row.var, &t.k.var]);
+        // (A few hundred points: the index prepared once per seed, not rebuilt per point.)
+        let free = [Val::Var(row.var.clone()), Val::Var(t.k.var.clone())];
+        let probes: Vec<(Probe, Option<i64>)> = (0..3u64)
+            .map(|seed| {
+                (
+                    Probe::new(&at_tile, &free, seed),
+                    eval(&origin, "", 0, seed, &[], 1),
+                )
+            })
+            .collect();
         let offset = |r: i64, kk: i64| -> Option<i64> {
-            let v = at_tile.subst(&row.var, &Val::Int(r));
+            let mut stack = Vec::new();
             let mut found = None;
-            for seed in 0..3u64 {
-                let d = eval(&v, &t.k.var, kk, seed, &[], 1)? - eval(&origin, "", 0, seed, &[], 1)?;
+            for (probe, origin) in &probes {
+                let d = probe.at(&[r, kk], &mut stack)? - (*origin)?;
                 if found.is_some_and(|f| f != d) {
                     return None;
                 }

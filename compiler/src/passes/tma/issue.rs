@@ -284,8 +284,8 @@ pub(crate) fn check_box_layout(
         let v = point_index(point);
         let mut found = None;
         for seed in 0..4u64 {
-            let d = crate::passes::predicate::eval(&v, "", 0, seed, &[], 1)?
-                - crate::passes::predicate::eval(&origin, "", 0, seed, &[], 1)?;
+            let d = crate::passes::probe::eval(&v, "", 0, seed, &[], 1)?
+                - crate::passes::probe::eval(&origin, "", 0, seed, &[], 1)?;
             if found.is_some_and(|f| f != d) {
                 return None;
             }
@@ -297,8 +297,7 @@ pub(crate) fn check_box_layout(
     let elem = k.buffers[src.buffer].dtype.size_bytes() as i64;
     let repeat = crate::target::swizzle_repeat(store.swizzle) / elem;
     let aligned_start = (0..4u64).all(|seed| {
-        crate::passes::predicate::eval(&origin, "", 0, seed, &[], 1)
-            .is_some_and(|o| o % repeat == 0)
+        crate::passes::probe::eval(&origin, "", 0, seed, &[], 1).is_some_and(|o| o % repeat == 0)
     });
     let mut ok = box_elements == loop_elements && at(&zero) == Some(0) && aligned_start;
     let mut stride = 1i64;
