@@ -29,6 +29,7 @@ pub mod persistent;
 pub mod predicate;
 pub mod reduction;
 pub mod simplify;
+pub mod specialize;
 pub mod sync;
 pub mod tile_values;
 pub mod tma;
@@ -158,6 +159,12 @@ pub const PIPELINE: &[Pass] = &[
         summary: "tensor-core tiles: wgmma on descriptors, accumulator fragments",
         run: Run::Reads(mma::run),
         applies: mma::used,
+    },
+    Pass {
+        name: "specialize",
+        summary: "size symbols replaced by the values the kernel is specialised to",
+        run: Run::Kernel(specialize::run),
+        applies: specialize::used,
     },
     Pass {
         name: "simplify",
@@ -314,6 +321,11 @@ pub struct Ctx<'a> {
     pub assume_aligned_vectors: bool,
     /// See [`crate::CompileOptions::aligned_for`].
     pub aligned_for: Option<std::collections::BTreeMap<String, i64>>,
+    /// The sizes the kernel is specialised to ([`crate::CompileOptions::specialize`]): class
+    /// extents ([`Ctx::class_extent`]), and so loop extents, divisibility, grid and block, are
+    /// their values from the first pass; pass `specialize` replaces the size symbols left in
+    /// the kernel IR (strides, a view's bounds).
+    pub specialized: Option<std::collections::BTreeMap<String, i64>>,
     /// Set by a pass that left the kernel exactly as it found it (the pipeline then reuses the
     /// previous dump instead of printing the same text again); cleared before every pass.
     /// Passes that do not set it are dumped as usual.
@@ -352,6 +364,7 @@ impl<'a> Ctx<'a> {
             constraints: Vec::new(),
             assume_aligned_vectors: false,
             aligned_for: None,
+            specialized: None,
             kernel_unchanged: false,
         }
     }
@@ -420,7 +433,8 @@ impl<'a> Ctx<'a> {
 
     fn key_name(&mut self, node: &KeyNode) -> String {
         let base = match node {
-            KeyNode::Root(class) => match self.class_extent(*class) {
+            // Named after the size as written, also in a kernel specialised to its value.
+            KeyNode::Root(class) => match self.class_extent_as_written(*class) {
                 SizeExpr::Sym(s) => s.to_ascii_lowercase(),
                 _ => "d".to_string(),
             },
@@ -487,9 +501,19 @@ impl<'a> Ctx<'a> {
         Some(LoopKey::new(self.keys.names.iter().position(|n| n == var)?))
     }
 
-    /// Extent of an axis class (given by its root; 1 for any other axis). The fusion keeps
-    /// each class's extent at hand, so this is a lookup.
+    /// Extent of an axis class (given by its root; 1 for any other axis), a constant in a
+    /// kernel specialised to its sizes ([`Ctx::specialized`]).
     pub fn class_extent(&self, class: IterId) -> SizeExpr {
+        let extent = self.class_extent_as_written(class);
+        match &self.specialized {
+            Some(sizes) => extent.specialized(sizes),
+            None => extent,
+        }
+    }
+
+    /// [`Ctx::class_extent`] over the size symbols as the program writes them. The fusion
+    /// keeps each class's extent at hand, so this is a lookup.
+    fn class_extent_as_written(&self, class: IterId) -> SizeExpr {
         if self.fusion.class_of(class) == class {
             self.fusion.class_extent(class)
         } else {
