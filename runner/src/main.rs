@@ -712,21 +712,37 @@ fn nvrtc_check(
             units.push((name.clone(), source));
         } else {
             // Every variant the runner may build: both index types, with the run-time
-            // alignment check and specialised for aligned vectors.
-            for (&index_type, assume_aligned_vectors) in
-                indices.iter().flat_map(|i| [(i, false), (i, true)])
-            {
-                let aligned = if assume_aligned_vectors {
-                    ", aligned"
-                } else {
-                    ""
+            // alignment check and specialised for aligned vectors; and the kernel specialised
+            // to the program's first `// bench:` sizes (what `run` and `bench` build there).
+            let bench = match hopfuse_runner::bench::bench_sizes(&source) {
+                Ok(sizes) => sizes.into_iter().next(),
+                Err(e) => {
+                    println!("FAIL {name}: its `// bench:` line: {e}");
+                    failed += 1;
+                    None
+                }
+            };
+            let variants = indices.iter().flat_map(|&i| {
+                [(i, false, None), (i, true, None)]
+                    .into_iter()
+                    .chain(bench.clone().map(|sizes| (i, false, Some(sizes))))
+            });
+            for (index_type, assume_aligned_vectors, specialized) in variants {
+                let variant = match (&specialized, assume_aligned_vectors) {
+                    (Some(sizes), _) => {
+                        let sizes: Vec<String> =
+                            sizes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                        format!(", specialised to {}", sizes.join(","))
+                    }
+                    (None, true) => ", aligned".to_string(),
+                    (None, false) => String::new(),
                 };
-                let label = format!("{name} [{}{aligned}]", index_type.cuda());
+                let label = format!("{name} [{}{variant}]", index_type.cuda());
                 let options = CompileOptions {
                     index_type,
                     assume_aligned_vectors,
-                    aligned_for: None,
-                    specialize: false,
+                    specialize: specialized.is_some(),
+                    aligned_for: specialized,
                     clock_probe: false,
                 };
                 match hopfuse::compile(&source, &options) {
