@@ -51,6 +51,10 @@ pub struct Pass {
     /// Whether the pass runs for this fusion (passes for features a fusion does not use are
     /// skipped and not dumped).
     pub applies: fn(&Ctx) -> bool,
+    /// The pass rewrites values inside statements and nothing else, so its dump has the same
+    /// lines in the same order (`specialize`): the CUDA line map blames a line it changed on
+    /// the pass that wrote the statement.
+    pub in_place: bool,
 }
 
 fn always(_: &Ctx) -> bool {
@@ -99,84 +103,98 @@ pub const PIPELINE: &[Pass] = &[
         summary: "loop nests from inlining positions",
         run: Run::Kernel(loop_nest::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "persistent",
         summary: "a persistent grid's loop over its tiles, in a grouped raster",
         run: Run::Kernel(persistent::run),
         applies: persistent::used,
+        in_place: false,
     },
     Pass {
         name: "tma",
         summary: "TMA boxes, tensor maps and mbarriers (checks the TMA rules)",
         run: Run::Plans(tma::run_plan),
         applies: tma::used,
+        in_place: false,
     },
     Pass {
         name: "reduction",
         summary: "accumulators, block reductions, reduction writes",
         run: Run::Kernel(reduction::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "allocation",
         summary: "register and shared-memory allocations",
         run: Run::Completes(allocation::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "indexing",
         summary: "index expressions for every access",
         run: Run::Kernel(indexing::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "tma_issue",
         summary: "one TMA or bulk copy per box",
         run: Run::Reads(tma::run_issue),
         applies: tma::used,
+        in_place: false,
     },
     Pass {
         name: "predicate",
         summary: "bounds and thread predicates, vector tails",
         run: Run::Kernel(predicate::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "circular_buffer",
         summary: "mbarrier pipelines: prologue, main, epilogue; init and inval",
         run: Run::Reads(tma::run_circular),
         applies: tma::used,
+        in_place: false,
     },
     Pass {
         name: "sync",
         summary: "block barriers for shared memory (RAW and WAR)",
         run: Run::Reads(sync::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "mma",
         summary: "tensor-core tiles: wgmma on descriptors, accumulator fragments",
         run: Run::Reads(mma::run),
         applies: mma::used,
+        in_place: false,
     },
     Pass {
         name: "specialize",
         summary: "size symbols replaced by the values the kernel is specialised to",
         run: Run::Kernel(specialize::run),
         applies: specialize::used,
+        in_place: true,
     },
     Pass {
         name: "simplify",
         summary: "index arithmetic simplification",
         run: Run::Kernel(simplify::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "tile_values",
         summary: "a persistent kernel's tile indices computed once per tile",
         run: Run::Kernel(tile_values::run),
         applies: tile_values::used,
+        in_place: false,
     },
 ];
 
