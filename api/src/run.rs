@@ -39,6 +39,11 @@ pub struct RunRequest {
     /// compiles the probe in but reports no reading).
     #[serde(default)]
     pub clock: bool,
+    /// Compile the kernel generic over its sizes (read from its size parameters at run time)
+    /// rather than specialised to `sizes` (the default: `CompileOptions::specialize`, the size
+    /// symbols constants), to compare the two (the CLI's `--generic`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub generic: bool,
 }
 
 impl RunRequest {

@@ -189,6 +189,10 @@ pub struct RunBody {
     /// (`result.clock`; single programs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<bool>,
+    /// Compile the kernel generic over its sizes instead of specialised to them (the
+    /// default; `RunRequest::generic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generic: Option<bool>,
     /// After the run, profile the kernel with Nsight Compute (`result.profile`; single
     /// programs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]

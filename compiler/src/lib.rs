@@ -71,6 +71,13 @@ pub struct CompileOptions {
     /// (what the runner uses; `assume_aligned_vectors` specialises every access regardless).
     /// A program without a schedule gets its automatic schedule decided for these sizes.
     pub aligned_for: Option<std::collections::BTreeMap<String, i64>>,
+    /// Specialise the kernel to the sizes of `aligned_for` (which it then needs): every size
+    /// symbol is its value in the kernel IR, so loop trip counts, grid and block are constants,
+    /// splits those sizes divide need no bounds predicate and the index arithmetic folds. The
+    /// size parameters stay in the kernel's signature (unused), so every launcher passes the
+    /// same arguments; the plan gets one `Constraint::Equals` per symbol, which a launch at
+    /// other sizes violates ([`plan::LaunchPlan::specialized_sizes`] reads them back).
+    pub specialize: bool,
     /// Instrument the kernel for `hopfuse run --clock`: thread 0 of each of the first
     /// [`codegen::clock_probe::CTAS`] CTAs records the SM cycles and nanoseconds from
     /// the kernel's entry to its end in the module global [`codegen::clock_probe::SYMBOL`].
@@ -137,6 +144,20 @@ pub fn compile_choosing_index(
             None,
         )));
     }
+    if options.specialize {
+        let sizes = options.aligned_for.as_ref().ok_or_else(|| {
+            Diagnostic::new(
+                "specialising a kernel to its sizes needs the sizes (give every size symbol a value)",
+                None,
+            )
+        })?;
+        if let Some((symbol, value)) = sizes.iter().find(|(_, &v)| v < 1) {
+            return Err(Diagnostics::from(Diagnostic::new(
+                format!("cannot specialise the kernel to {symbol} = {value}: every size must be positive"),
+                None,
+            )));
+        }
+    }
     let Scheduled {
         fusion,
         mut scheduled,
@@ -175,7 +196,10 @@ pub fn compile_choosing_index(
     } = lowering;
     cancel::Cancel::check()?;
     let pipeline = pipeline_view::extract(&kernel, &pipeline_plan);
-    let constraints = cx.constraints.clone();
+    let mut constraints = cx.constraints.clone();
+    if let Some(sizes) = &cx.specialized {
+        constraints.extend(plan::specialized_constraints(&scheduled.symbols, sizes));
+    }
     let block_bound = block_bound(&kernel, options.aligned_for.as_ref());
     let (mut cuda, mut plan, mut written) = codegen::emit_mapped(
         &scheduled,
@@ -196,6 +220,10 @@ pub fn compile_choosing_index(
             options.clock_probe,
         );
     }
+    // A specialised kernel's sizes come first: a launch at other sizes is refused for that,
+    // not for whichever other constraint those sizes happen to break.
+    plan.constraints
+        .sort_by_key(|c| !matches!(c, plan::Constraint::Equals { .. }));
     plan.matmul = fusion::matmul::detect(&fusion);
     plan.auto_schedule = auto;
     // The statement lines of the final dump (the last pass's `ir`), blamed on the kernel-IR
@@ -412,6 +440,9 @@ impl<'f> Lowering<'f> {
         let mut cx = passes::Ctx::new(scheduled);
         cx.assume_aligned_vectors = options.assume_aligned_vectors;
         cx.aligned_for = options.aligned_for.clone();
+        if options.specialize {
+            cx.specialized = options.aligned_for.clone();
+        }
         let kernel = kir::Kernel::empty(format!("{}_kernel", scheduled.name));
         Lowering {
             cx,

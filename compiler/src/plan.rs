@@ -71,6 +71,13 @@ impl SizeExpr {
         })
     }
 
+    /// The constant of its value with `sizes` when they give every symbol one, else itself
+    /// (what a kernel specialised to `sizes` uses).
+    pub fn specialized(&self, sizes: &BTreeMap<String, i64>) -> SizeExpr {
+        self.eval(sizes)
+            .map_or_else(|_| self.clone(), SizeExpr::Const)
+    }
+
     /// The value when the expression has no symbols.
     pub fn as_const(&self) -> Option<i64> {
         self.eval(&BTreeMap::new()).ok()
@@ -170,6 +177,35 @@ pub enum Constraint {
     },
     /// `value >= 1`.
     Positive { value: SizeExpr, reason: String },
+    /// `value == expected`: a kernel specialised to its sizes ([`specialized_constraints`])
+    /// runs at those sizes only.
+    Equals {
+        value: SizeExpr,
+        expected: i64,
+        reason: String,
+    },
+}
+
+/// Why a launch of a specialised kernel is refused at other sizes.
+pub const SPECIALIZED_REASON: &str =
+    "the kernel is specialised to its sizes (compile it for these sizes, or generic)";
+
+/// The constraints of a kernel specialised to `sizes`: each of the fusion's `symbols` that has
+/// a value equals it, in the order of `symbols`.
+pub fn specialized_constraints(
+    symbols: &[String],
+    sizes: &BTreeMap<String, i64>,
+) -> Vec<Constraint> {
+    symbols
+        .iter()
+        .filter_map(|s| {
+            Some(Constraint::Equals {
+                value: SizeExpr::sym(s),
+                expected: *sizes.get(s)?,
+                reason: SPECIALIZED_REASON.to_string(),
+            })
+        })
+        .collect()
 }
 
 impl Constraint {
@@ -210,6 +246,21 @@ impl Constraint {
                     return Err(LaunchError::NotPositive {
                         value: value.to_string(),
                         actual,
+                        reason: reason.clone(),
+                    });
+                }
+            }
+            Constraint::Equals {
+                value,
+                expected,
+                reason,
+            } => {
+                let actual = value.eval(sizes)?;
+                if actual != *expected {
+                    return Err(LaunchError::NotEqual {
+                        value: value.to_string(),
+                        actual,
+                        expected: *expected,
                         reason: reason.clone(),
                     });
                 }
@@ -454,6 +505,13 @@ pub enum LaunchError {
         actual: i64,
         reason: String,
     },
+    #[error("{reason}: {value} = {actual}, but it was compiled for {value} = {expected}")]
+    NotEqual {
+        value: String,
+        actual: i64,
+        expected: i64,
+        reason: String,
+    },
     #[error("unknown size symbol `{0}` (the fusion's symbols are: {1})")]
     UnknownSymbol(String, String),
 }
@@ -592,6 +650,24 @@ impl LaunchPlan {
             "an H100 block's shared memory (227 KB)".into(),
         );
         out
+    }
+
+    /// The sizes the kernel is specialised to (`CompileOptions::specialize`), from its
+    /// [`Constraint::Equals`] on size symbols; `None` for a generic kernel.
+    pub fn specialized_sizes(&self) -> Option<BTreeMap<String, i64>> {
+        let sizes: BTreeMap<String, i64> = self
+            .constraints
+            .iter()
+            .filter_map(|c| match c {
+                Constraint::Equals {
+                    value: SizeExpr::Sym(s),
+                    expected,
+                    ..
+                } => Some((s.clone(), *expected)),
+                _ => None,
+            })
+            .collect();
+        (!sizes.is_empty()).then_some(sizes)
     }
 
     /// Input, output and scratch tensors in parameter order.

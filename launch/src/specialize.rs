@@ -29,19 +29,38 @@ pub enum PrepareError {
 }
 
 /// Compiles `source` for `sizes`, lowering it once: vector accesses these sizes keep aligned
-/// are specialised ([`CompileOptions::aligned_for`]), the index type is the one the sizes
-/// need unless `index` names one (a named type too small for the sizes is an error), and the
-/// sizes are checked against the plan and its TMA tensor maps.
+/// are specialised ([`CompileOptions::aligned_for`]), and with `specialize` the whole kernel
+/// is ([`CompileOptions::specialize`]: constants for the size symbols; its plan refuses other
+/// sizes), the index type is the one the sizes need unless `index` names one (a named type
+/// too small for the sizes is an error), and the sizes are checked against the plan and its
+/// TMA tensor maps.
 pub fn compile_for_sizes(
     source: &str,
     sizes: &BTreeMap<String, i64>,
     index: Option<IndexType>,
+    specialize: bool,
     clock_probe: bool,
 ) -> Result<(Compilation, Setup), PrepareError> {
+    let sizes_err = PrepareError::Sizes;
+    // A kernel is specialised only to sizes a launch may have: the others are refused as the
+    // plan refuses them.
+    if specialize {
+        if let Some((symbol, &actual)) = sizes.iter().find(|(_, &v)| v < 1) {
+            return Err(sizes_err(
+                hopfuse::plan::LaunchError::NotPositive {
+                    value: symbol.clone(),
+                    actual,
+                    reason: "every size must be positive".into(),
+                }
+                .to_string(),
+            ));
+        }
+    }
     let options = CompileOptions {
         index_type: index.unwrap_or(IndexType::I64),
         assume_aligned_vectors: false,
         aligned_for: Some(sizes.clone()),
+        specialize,
         clock_probe,
     };
     let mut needed = None;
@@ -57,7 +76,6 @@ pub fn compile_for_sizes(
         emit
     })
     .map_err(PrepareError::Compile)?;
-    let sizes_err = PrepareError::Sizes;
     let launch = compilation
         .plan
         .concretize(sizes)

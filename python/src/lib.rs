@@ -202,7 +202,9 @@ impl Program {
             }
         };
         let source = &self.source;
-        let compiled = py.detach(|| compile_for_sizes(source, &sizes, index, false));
+        // Generic over the sizes, as the package has always compiled (its cache is keyed by
+        // the sizes, so a specialised kernel would also be correct: not switched yet).
+        let compiled = py.detach(|| compile_for_sizes(source, &sizes, index, false, false));
         let (compilation, setup) = compiled.map_err(|e| match e {
             PrepareError::Compile(d) => CompileError::new_err(d.render(source, "<program>")),
             PrepareError::Sizes(e) => PyValueError::new_err(format!("sizes {sizes:?}: {e}")),

@@ -57,6 +57,8 @@ pub struct BenchOptions {
     pub peers: bool,
     /// Probe each kernel's SM clock (`--clock`): the table gets the clock's columns.
     pub clock: bool,
+    /// Compile each kernel generic over its sizes (`--generic`), not specialised to them.
+    pub generic: bool,
 }
 
 /// One row of the table.
@@ -153,6 +155,7 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
                     copy_ceiling: true,
                     peers: options.peers,
                     clock: options.clock,
+                    generic: options.generic,
                 }),
                 cubin_cache: options.cubin_cache.clone(),
                 profile_limits: ProfileLimits::default(),

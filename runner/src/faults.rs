@@ -142,6 +142,7 @@ pub fn run_on(
         copy_ceiling: false,
         peers: false,
         clock: false,
+        generic: false,
         ..req.clone()
     };
     let reference = |sizes: &BTreeMap<String, i64>, _: &BTreeMap<String, Vec<f64>>| {

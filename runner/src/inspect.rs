@@ -47,6 +47,9 @@ pub struct InspectRequest {
     pub sizes: BTreeMap<String, i64>,
     #[serde(default)]
     pub index: Option<IndexType>,
+    /// With sizes: the kernel generic over them (`RunRequest::generic`), not specialised.
+    #[serde(default)]
+    pub generic: bool,
 }
 
 // Reading NVRTC's PTX and nvdisasm's SASS is `crate::listing`.
@@ -79,6 +82,7 @@ pub fn lower_with_diagnostics(req: &InspectRequest) -> Result<(Compilation, Vari
             index_type,
             assume_aligned_vectors: false,
             aligned_for: None,
+            specialize: false,
             clock_probe: false,
         };
         let c = crate::prepare::lower(&req.source, &options).map_err(compile_error)?;
@@ -103,6 +107,7 @@ pub fn lower_with_diagnostics(req: &InspectRequest) -> Result<(Compilation, Vari
         copy_ceiling: false,
         peers: false,
         clock: false,
+        generic: req.generic,
     };
     let (compilation, setup) = crate::prepare::compile_for_run(&run).map_err(|e| match e {
         crate::prepare::PrepareError::Compile(d) => compile_error(d),
@@ -110,26 +115,37 @@ pub fn lower_with_diagnostics(req: &InspectRequest) -> Result<(Compilation, Vari
     })?;
     let sizes: Vec<String> = req.sizes.iter().map(|(k, v)| format!("{k}={v}")).collect();
     // prepare picks the aligned-vector specialisation when the sizes allow it; it matters only
-    // where the two variants differ.
-    let cuda_of = |assume_aligned_vectors| {
+    // where the two variants differ. Compared on the generic kernel (a specialised one is
+    // neither of the variants without sizes).
+    let cuda_of = |assume_aligned_vectors, aligned_for| {
         let options = CompileOptions {
             index_type: setup.index_type,
             assume_aligned_vectors,
-            aligned_for: None,
+            aligned_for,
+            specialize: false,
             clock_probe: false,
         };
         crate::prepare::lower(&req.source, &options)
             .map(|c| c.cuda)
             .ok()
     };
-    let aligned = cuda_of(true).as_deref() == Some(compilation.cuda.as_str())
-        && cuda_of(false).as_deref() != Some(compilation.cuda.as_str());
+    let generic = if req.generic {
+        Some(compilation.cuda.clone())
+    } else {
+        cuda_of(false, Some(req.sizes.clone()))
+    };
+    let aligned = cuda_of(true, None) == generic && cuda_of(false, None) != generic;
     let variant = Variant {
         index_type: setup.index_type,
         assume_aligned_vectors: aligned,
         reason: format!(
-            "what a run with {} builds ({})",
+            "what a run with {} builds ({}; {})",
             sizes.join(","),
+            if req.generic {
+                "generic over the sizes"
+            } else {
+                "specialised to them"
+            },
             setup.index_reason
         ),
     };

@@ -57,6 +57,10 @@ enum Command {
         /// Index type [default: the one the sizes need].
         #[arg(long, value_enum)]
         index: Option<Index>,
+        /// Compile the kernel generic over its sizes (read from its size parameters at run
+        /// time) instead of specialised to them (constants; the plan refuses other sizes).
+        #[arg(long)]
+        generic: bool,
     },
     /// Print the CUDA a program compiles to (no GPU needed).
     ///
@@ -77,10 +81,14 @@ enum Command {
         /// lines headed by its CUDA line, IR statement and the pass that made it.
         #[arg(long)]
         sass: bool,
-        /// The variant a run with these sizes builds (aligned vectors, the automatic schedule
-        /// of a program without one; with --ptx/--sass the index type too), e.g. M=4096,N=4096.
+        /// The variant a run with these sizes builds (specialised to them unless --generic,
+        /// aligned vectors, the automatic schedule of a program without one; with --ptx/--sass
+        /// the index type too), e.g. M=4096,N=4096.
         #[arg(long, short = 's')]
         size: Vec<String>,
+        /// With --size: the kernel generic over its sizes, as `run --generic` builds it.
+        #[arg(long, requires = "size")]
+        generic: bool,
         /// Print the CUDA too when --passes, --plan, --ptx or --sass is given.
         #[arg(long)]
         cuda: bool,
@@ -211,6 +219,10 @@ struct BenchArgs {
     /// run's last timed launch and a product's FLOP per SM-cycle.
     #[arg(long)]
     clock: bool,
+    /// Compile each kernel generic over its sizes instead of specialised to each row's sizes
+    /// (as `run --generic`), to compare the two.
+    #[arg(long)]
+    generic: bool,
 }
 
 #[derive(Args)]
@@ -269,6 +281,10 @@ struct RunArgs {
     /// a matrix product, also its FLOP per SM-cycle against the tensor cores' peak).
     #[arg(long)]
     clock: bool,
+    /// Compile the kernel generic over its sizes (read from its size parameters at run time)
+    /// instead of specialised to them (the size symbols constants), to compare the two.
+    #[arg(long)]
+    generic: bool,
 }
 
 fn main() -> ExitCode {
@@ -308,6 +324,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             ptx,
             sass,
             size,
+            generic,
             cuda,
             index,
             scalar,
@@ -318,20 +335,27 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 anyhow::bail!("--scalar sets the launch plan's values (--plan); PTX and SASS do not depend on them");
             }
             if ptx || sass {
-                inspect(&file, ptx, sass, &size, index.map(Into::into), cuda)
+                inspect(
+                    &file,
+                    ptx,
+                    sass,
+                    &size,
+                    generic,
+                    index.map(Into::into),
+                    cuda,
+                )
             } else {
                 let sizes = (!size.is_empty())
                     .then(|| parse_size_args(&size))
                     .transpose()?;
-                compile(
-                    &file,
-                    passes,
-                    plan,
-                    cuda,
-                    index.map(Into::into).unwrap_or_default(),
-                    sizes,
-                    &scalars,
-                )
+                let options = CompileOptions {
+                    index_type: index.map(Into::into).unwrap_or_default(),
+                    // What a run with these sizes builds: specialised to them unless --generic.
+                    specialize: !generic && sizes.is_some(),
+                    aligned_for: sizes,
+                    ..CompileOptions::default()
+                };
+                compile(&file, passes, plan, cuda, &options, &scalars)
             }
         }
         Command::Export {
@@ -339,7 +363,8 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             size,
             out,
             index,
-        } => export(&file, &size, &out, index.map(Into::into)),
+            generic,
+        } => export(&file, &size, &out, index.map(Into::into), !generic),
         Command::Schedule { file, size } => schedule(&file, &size),
         Command::NvrtcCheck {
             files,
@@ -427,6 +452,7 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
         cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
         peers: args.peers,
         clock: args.clock,
+        generic: args.generic,
     };
     let rows = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -454,18 +480,12 @@ fn compile(
     passes: bool,
     plan: bool,
     cuda: bool,
-    index_type: IndexType,
-    sizes: Option<BTreeMap<String, i64>>,
+    options: &CompileOptions,
     scalars: &BTreeMap<String, f64>,
 ) -> Result<ExitCode> {
     let source = read(file)?;
     let name = file.display().to_string();
-    let options = CompileOptions {
-        index_type,
-        aligned_for: sizes,
-        ..CompileOptions::default()
-    };
-    let mut compilation = match hopfuse::compile(&source, &options) {
+    let mut compilation = match hopfuse::compile(&source, options) {
         Ok(c) => c,
         Err(d) => {
             eprintln!("{}", d.render(&source, &name));
@@ -483,6 +503,13 @@ fn compile(
                 |s| format!("the automatic {s} schedule")
             ),
             note.reason
+        );
+    }
+    if let Some(sizes) = compilation.plan.specialized_sizes() {
+        let sizes: Vec<String> = sizes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        eprintln!(
+            "note: specialised to {} (--generic: the kernel generic over its sizes)",
+            sizes.join(",")
         );
     }
     let mut out = std::io::stdout().lock();
@@ -544,6 +571,7 @@ fn inspect(
     ptx: bool,
     sass: bool,
     size: &[String],
+    generic: bool,
     index: Option<IndexType>,
     cuda: bool,
 ) -> Result<ExitCode> {
@@ -553,6 +581,7 @@ fn inspect(
         source: read(file)?,
         sizes: parse_size_args(size)?,
         index,
+        generic,
     };
     let ins = match inspect::inspect(&req, None) {
         Ok(ins) => ins,
@@ -612,12 +641,18 @@ fn torch_twin(file: &Path) -> Result<ExitCode> {
     }
 }
 
-fn export(file: &Path, size: &[String], out: &Path, index: Option<IndexType>) -> Result<ExitCode> {
+fn export(
+    file: &Path,
+    size: &[String],
+    out: &Path,
+    index: Option<IndexType>,
+    specialize: bool,
+) -> Result<ExitCode> {
     use hopfuse_launch::specialize::{compile_for_sizes, PrepareError};
     let source = read(file)?;
     let sizes = parse_size_args(size)?;
     let name = file.display().to_string();
-    let (compilation, setup) = match compile_for_sizes(&source, &sizes, index, false) {
+    let (compilation, setup) = match compile_for_sizes(&source, &sizes, index, specialize, false) {
         Ok(c) => c,
         Err(PrepareError::Compile(d)) => {
             eprintln!("{}", d.render(&source, &name));
@@ -677,20 +712,37 @@ fn nvrtc_check(
             units.push((name.clone(), source));
         } else {
             // Every variant the runner may build: both index types, with the run-time
-            // alignment check and specialised for aligned vectors.
-            for (&index_type, assume_aligned_vectors) in
-                indices.iter().flat_map(|i| [(i, false), (i, true)])
-            {
-                let aligned = if assume_aligned_vectors {
-                    ", aligned"
-                } else {
-                    ""
+            // alignment check and specialised for aligned vectors; and the kernel specialised
+            // to the program's first `// bench:` sizes (what `run` and `bench` build there).
+            let bench = match hopfuse_runner::bench::bench_sizes(&source) {
+                Ok(sizes) => sizes.into_iter().next(),
+                Err(e) => {
+                    println!("FAIL {name}: its `// bench:` line: {e}");
+                    failed += 1;
+                    None
+                }
+            };
+            let variants = indices.iter().flat_map(|&i| {
+                [(i, false, None), (i, true, None)]
+                    .into_iter()
+                    .chain(bench.clone().map(|sizes| (i, false, Some(sizes))))
+            });
+            for (index_type, assume_aligned_vectors, specialized) in variants {
+                let variant = match (&specialized, assume_aligned_vectors) {
+                    (Some(sizes), _) => {
+                        let sizes: Vec<String> =
+                            sizes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                        format!(", specialised to {}", sizes.join(","))
+                    }
+                    (None, true) => ", aligned".to_string(),
+                    (None, false) => String::new(),
                 };
-                let label = format!("{name} [{}{aligned}]", index_type.cuda());
+                let label = format!("{name} [{}{variant}]", index_type.cuda());
                 let options = CompileOptions {
                     index_type,
                     assume_aligned_vectors,
-                    aligned_for: None,
+                    specialize: specialized.is_some(),
+                    aligned_for: specialized,
                     clock_probe: false,
                 };
                 match hopfuse::compile(&source, &options) {
@@ -829,6 +881,7 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         copy_ceiling: !args.no_ceiling,
         peers: args.peers,
         clock: args.clock,
+        generic: args.generic,
     };
     let mut outcome = engine::run(&req);
     if let (Ok(result), true) = (&mut outcome, args.profile) {

@@ -645,6 +645,7 @@ mod tests {
             copy_ceiling: false,
             peers: true,
             clock: false,
+            generic: false,
         };
         let v = data::random_values(DType::BF16, 21, &mut data::rng_for(seed, "x"));
         let x = data::decode(DType::BF16, &data::encode(DType::BF16, &v));
@@ -763,6 +764,7 @@ mod tests {
             copy_ceiling: false,
             peers: true,
             clock: false,
+            generic: false,
         };
         let values = |name: &str, n: usize| {
             let v = data::random_values(DType::F32, n, &mut data::rng_for(5, name));

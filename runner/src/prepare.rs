@@ -38,11 +38,18 @@ pub fn lower(source: &str, options: &CompileOptions) -> Result<Compilation, hopf
 
 /// Compiles the program for the request's sizes, lowering it once
 /// ([`hopfuse_launch::specialize::compile_for_sizes`]: the aligned-vector specialisation and
-/// index type these sizes need, unless the request names the index type; the sizes checked
-/// against the plan and its TMA tensor maps).
+/// index type these sizes need, unless the request names the index type; specialised to the
+/// sizes unless the request asks for the generic kernel; the sizes checked against the plan
+/// and its TMA tensor maps).
 pub fn compile_for_run(req: &RunRequest) -> Result<(Compilation, Setup), PrepareError> {
     LOWERINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    hopfuse_launch::specialize::compile_for_sizes(&req.source, &req.sizes, req.index, req.clock)
+    hopfuse_launch::specialize::compile_for_sizes(
+        &req.source,
+        &req.sizes,
+        req.index,
+        !req.generic,
+        req.clock,
+    )
 }
 
 /// [`compile_for_run`] with its errors as a [`RunError`] (a compile error rendered with the

@@ -92,6 +92,7 @@ pub(crate) fn job_spec(
         copy_ceiling: body.copy_ceiling.unwrap_or(true),
         peers: body.peers.unwrap_or(false),
         clock: body.clock.unwrap_or(false),
+        generic: body.generic.unwrap_or(false),
     };
     within("iters", request.iters, 1, args.max_iters)?;
     within("warmup", request.warmup, 0, args.max_warmup)?;

@@ -283,6 +283,7 @@ pub fn run_case(
         copy_ceiling,
         peers: false,
         clock: false,
+        generic: false,
     };
     engine::execute(&req, case.cuda, &case.plan, &setup, case.reference.as_ref())
 }

@@ -455,3 +455,46 @@ fn compile_torch_prints_the_twin_and_locates_errors() {
     let out = hopfuse(&["compile", "--torch", "--plan", &softmax]);
     assert!(!out.status.success(), "--torch and --plan conflict");
 }
+
+/// `compile --size` prints the kernel a run with those sizes builds: specialised to them
+/// (constants for the size symbols, the sizes in the plan), or generic with --generic.
+#[test]
+fn compile_with_sizes_prints_the_specialised_kernel_unless_generic() {
+    let file = examples_dir().join("auto/softmax.hf").display().to_string();
+    let at = ["--size", "M=8192,N=16384"];
+    let out = hopfuse(&[&["compile", &file][..], &at].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let cuda = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        cuda.contains("m2 * 16384") && !cuda.contains("m2 * N"),
+        "{cuda}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("note: specialised to M=8192,N=16384"),
+        "{}",
+        text(&out)
+    );
+    let out = hopfuse(&[&["compile", &file, "--generic"][..], &at].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let cuda = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(cuda.contains("m2 * N"), "{cuda}");
+    assert!(!text(&out).contains("note: specialised"), "{}", text(&out));
+    let out = hopfuse(&[&["compile", &file, "--plan"][..], &at].concat());
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let equals: Vec<_> = plan["constraints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["kind"] == "equals")
+        .map(|c| {
+            (
+                c["value"]["sym"].as_str().unwrap(),
+                c["expected"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(equals, [("M", 8192), ("N", 16384)], "{plan}");
+    // --generic needs sizes to be generic over.
+    let out = hopfuse(&["compile", &file, "--generic"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}

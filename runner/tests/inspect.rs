@@ -319,6 +319,7 @@ fn the_playgrounds_inspect_fixture_is_the_runners_type() {
             source: std::fs::read_to_string(example("tma/exp_2d.hf")).unwrap(),
             sizes: [("M".to_string(), 512), ("N".to_string(), 512)].into(),
             index: None,
+            generic: false,
         };
         let ins = hopfuse_runner::inspect::inspect(&req, None).unwrap();
         std::fs::write(&path, serde_json::to_string_pretty(&ins).unwrap() + "\n").unwrap();

@@ -20,6 +20,8 @@
 //! filetests` rewrites each `after` (or `error`) section with what the pass gives; review the
 //! diff. A new case needs only its program and an empty `;; before` section: blessing fills the
 //! `before` section from the earlier passes once, and from then on it is the case's own text.
+//! A program line `// specialize: M=64,N=100` lowers the case specialised to those sizes
+//! (`CompileOptions::specialize`; the cases of pass `specialize`).
 
 use hopfuse::passes::PIPELINE;
 use std::path::{Path, PathBuf};
@@ -107,7 +109,8 @@ fn cases() -> Vec<(String, PathBuf)> {
 fn run(pass_name: &str, case: &Case, shown: &str) -> Result<(Expected, String), String> {
     let (_, scheduled) = hopfuse::schedule(&case.program)
         .map_err(|e| format!("{shown}: the program: {}", e.render(&case.program, shown)))?;
-    let mut lowering = hopfuse::Lowering::new(&scheduled, &Default::default());
+    let options = options(&case.program).map_err(|e| format!("{shown}: {e}"))?;
+    let mut lowering = hopfuse::Lowering::new(&scheduled, &options);
     let at = PIPELINE
         .iter()
         .position(|p| p.name == pass_name)
@@ -146,6 +149,35 @@ fn run(pass_name: &str, case: &Case, shown: &str) -> Result<(Expected, String), 
         ),
     };
     Ok((outcome, before))
+}
+
+/// The compile options a case's program asks for: specialised to the sizes of its
+/// `// specialize: M=64,N=100` line, else the defaults.
+fn options(program: &str) -> Result<hopfuse::CompileOptions, String> {
+    let Some(line) = program
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("// specialize:"))
+    else {
+        return Ok(Default::default());
+    };
+    let sizes = line
+        .split(',')
+        .map(|kv| {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("`{kv}` in `// specialize:` is not NAME=VALUE"))?;
+            let v = v
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{kv}` in `// specialize:` has no integer value"))?;
+            Ok((k.trim().to_string(), v))
+        })
+        .collect::<Result<_, String>>()?;
+    Ok(hopfuse::CompileOptions {
+        aligned_for: Some(sizes),
+        specialize: true,
+        ..Default::default()
+    })
 }
 
 /// The first line where `want` and `got` differ, with the lines around it.

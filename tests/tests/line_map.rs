@@ -71,6 +71,7 @@ fn every_line_of_every_example_is_mapped_to_what_wrote_it() {
                 index_type,
                 assume_aligned_vectors: false,
                 aligned_for: None,
+                specialize: false,
                 clock_probe,
             };
             let c = hopfuse::compile(src, &options).unwrap_or_else(|d| panic!("{name}: {d}"));

@@ -58,14 +58,15 @@ fn permute_and_transpose_reorder_the_values() {
 fn a_transpose_reads_the_input_through_its_own_strides() {
     let src = fusion("  input x: f32[M, N]", "c = transpose(x, 0, 1)");
     let cuda = hopfuse::compile(&src, &Default::default()).unwrap().cuda;
-    // c is [N, M], flattened by the automatic pointwise schedule: element `i` of c is
-    // (n, m) = (i / M, i % M), and x is read at m * N + n.
+    // c is [N, M], in 32 x 32 tiles by the automatic transpose schedule: x's tile is read
+    // along x's rows (m * N + n, n across the threads) and read back down its columns.
     assert!(
-        cuda.contains("x_c[0] = x[((nm_oo * 2 + nm_oi) * 128 + nm_i) % M * N + ((nm_oo * 2 + nm_oi) * 128 + nm_i) / M];"),
+        cuda.contains("x_s[(m_io * 4 + m_ii) * 33 + n_i] = x[(m_o * 32 + (m_io * 4 + m_ii)) * N + (n_o * 32 + n_i)];"),
         "{cuda}"
     );
+    assert!(cuda.contains("c_c[0] = x_s[m_i * 33 + "), "{cuda}");
     let twin = hopfuse::torch_twin(&src).unwrap().source;
-    assert!(twin.contains("x.transpose(0, 1)"), "{twin}");
+    assert!(twin.contains("x.transpose(0, 1).contiguous()"), "{twin}");
     let p = fusion("  input x: f32[A, B, C]", "c = permute(x, dims=[2, 0, 1])");
     let twin = hopfuse::torch_twin(&p).unwrap().source;
     assert!(twin.contains("x.permute(2, 0, 1)"), "{twin}");

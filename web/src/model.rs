@@ -231,6 +231,11 @@ pub fn constraint_row(c: &Constraint, sizes: &BTreeMap<String, i64>) -> (String,
         } => format!("{value} % {divisor} == 0: {reason}"),
         Constraint::AtMost { value, max, reason } => format!("{value} <= {max}: {reason}"),
         Constraint::Positive { value, reason } => format!("{value} >= 1: {reason}"),
+        Constraint::Equals {
+            value,
+            expected,
+            reason,
+        } => format!("{value} == {expected}: {reason}"),
     };
     let ok = match c.check(sizes) {
         Ok(()) => Some(true),
@@ -426,13 +431,15 @@ mod tests {
         assert!(c.passes[0].changed);
         assert!(c.cuda.contains("__global__"));
         // The TMA passes run (and are dumped) only for fusions with TMA loads, `mma` only for
-        // tensor-core tiles, `persistent` and `tile_values` only for persistent grids.
+        // tensor-core tiles, `persistent` and `tile_values` only for persistent grids,
+        // `specialize` never here (the playground's kernel is generic over its sizes).
         let tma_passes = [
             "tma",
             "tma_issue",
             "circular_buffer",
             "persistent",
             "tile_values",
+            "specialize",
         ];
         let count = |skip: &[&str]| {
             hopfuse::passes::PIPELINE
@@ -451,16 +458,19 @@ mod tests {
         .unwrap();
         assert_eq!(
             tma.passes.len(),
-            1 + count(&["mma", "persistent", "tile_values"])
+            1 + count(&["mma", "persistent", "tile_values", "specialize"])
         );
         let mma =
             crate::examples::source(&crate::examples::find("matmul/step2_pipelined").unwrap());
         let mma = compile(mma, &Default::default()).unwrap();
-        assert_eq!(mma.passes.len(), count(&["persistent", "tile_values"]) + 1);
+        assert_eq!(
+            mma.passes.len(),
+            count(&["persistent", "tile_values", "specialize"]) + 1
+        );
         let persistent = crate::examples::source(
             &crate::examples::find("matmul/step15_persistent_raster").unwrap(),
         );
         let persistent = compile(persistent, &Default::default()).unwrap();
-        assert_eq!(persistent.passes.len(), 1 + hopfuse::passes::PIPELINE.len());
+        assert_eq!(persistent.passes.len(), count(&["specialize"]) + 1);
     }
 }

@@ -131,7 +131,17 @@ impl LineMap {
     /// is the dump `ir` was recorded from.
     pub fn new(written: &[Written], ir: &IrLines, dumps: &[(&str, &str)]) -> LineMap {
         let texts: Vec<&str> = dumps.iter().map(|d| d.1).collect();
-        let origin = blame(&texts);
+        // A pass that rewrites values in place keeps each line where it was (`specialize`: the
+        // statement is still the one an earlier pass wrote).
+        let in_place: Vec<bool> = dumps
+            .iter()
+            .map(|d| {
+                crate::passes::PIPELINE
+                    .iter()
+                    .any(|p| p.name == d.0 && p.in_place)
+            })
+            .collect();
+        let origin = blame_through(&texts, &in_place);
         let pass_of = |ir_line: usize| -> Option<String> {
             let dump = (*origin.get(ir_line.checked_sub(1)?)?)?;
             Some(dumps[dump].0.to_string())
@@ -180,6 +190,13 @@ const MAX_DIFF_CELLS: usize = 1 << 22;
 /// matched, diff by diff, back through every text after that one (a longest-common-subsequence
 /// diff of lines between neighbours). `None` where a diff was too large to compute.
 pub fn blame(texts: &[&str]) -> Vec<Option<usize>> {
+    blame_through(texts, &[])
+}
+
+/// [`blame`], where text `k` with `in_place[k]` keeps every line of the text before it at its
+/// place (a rewrite inside lines: line `i` is line `i` of the text before, when both have as
+/// many lines), so it introduces none.
+fn blame_through(texts: &[&str], in_place: &[bool]) -> Vec<Option<usize>> {
     let Some(last) = texts.last() else {
         return Vec::new();
     };
@@ -196,7 +213,13 @@ pub fn blame(texts: &[&str]) -> Vec<Option<usize>> {
             continue;
         }
         let old: Vec<&str> = texts[k - 1].lines().collect();
-        let Some(matched) = match_lines(&old, &new) else {
+        let kept = in_place.get(k).copied().unwrap_or(false) && old.len() == new.len();
+        let matched = if kept {
+            Some((0..new.len()).map(Some).collect())
+        } else {
+            match_lines(&old, &new)
+        };
+        let Some(matched) = matched else {
             // Unknown from here back: the lines still traced get no pass.
             for t in traced.iter_mut() {
                 *t = false;
@@ -297,6 +320,17 @@ mod tests {
         );
         assert_eq!(blame(&["a\nb\n"]), [Some(0), Some(0)]);
         assert!(blame(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_line_rewritten_in_place_is_blamed_on_the_text_before() {
+        let texts = ["a\nb\n", "a\nb\nc\n", "a\nB\nc\n", "a\nB\nc\nd\n"];
+        // Text 2 rewrote `b` in place: `B` is blamed on text 0, which wrote `b`.
+        assert_eq!(
+            blame_through(&texts, &[false, false, true, false]),
+            [Some(0), Some(0), Some(1), Some(3)]
+        );
+        assert_eq!(blame(&texts), [Some(0), Some(2), Some(1), Some(3)]);
     }
 
     #[test]

@@ -184,6 +184,15 @@ impl Val {
         }
     }
 
+    /// Replaces each size symbol that `sizes` gives a value by that value.
+    pub fn subst_sizes(&self, sizes: &std::collections::BTreeMap<String, i64>) -> Val {
+        match (self, self.operands()) {
+            (Val::Size(s), _) => sizes.get(s).map_or_else(|| self.clone(), |&v| Val::Int(v)),
+            (_, Some((a, b))) => self.with_operands(a.subst_sizes(sizes), b.subst_sizes(sizes)),
+            (v, None) => v.clone(),
+        }
+    }
+
     pub fn mentions(&self, name: &str) -> bool {
         self.any_leaf(&|v| matches!(v, Val::Var(n) if n == name))
     }

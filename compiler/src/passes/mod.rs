@@ -30,6 +30,7 @@ pub mod predicate;
 pub mod probe;
 pub mod reduction;
 pub mod simplify;
+pub mod specialize;
 pub mod sync;
 pub mod tile_values;
 pub mod tma;
@@ -51,6 +52,10 @@ pub struct Pass {
     /// Whether the pass runs for this fusion (passes for features a fusion does not use are
     /// skipped and not dumped).
     pub applies: fn(&Ctx) -> bool,
+    /// The pass rewrites values inside statements and nothing else, so its dump has the same
+    /// lines in the same order (`specialize`): the CUDA line map blames a line it changed on
+    /// the pass that wrote the statement.
+    pub in_place: bool,
 }
 
 fn always(_: &Ctx) -> bool {
@@ -99,78 +104,98 @@ pub const PIPELINE: &[Pass] = &[
         summary: "loop nests from inlining positions",
         run: Run::Kernel(loop_nest::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "persistent",
         summary: "a persistent grid's loop over its tiles, in a grouped raster",
         run: Run::Kernel(persistent::run),
         applies: persistent::used,
+        in_place: false,
     },
     Pass {
         name: "tma",
         summary: "TMA boxes, tensor maps and mbarriers (checks the TMA rules)",
         run: Run::Plans(tma::run_plan),
         applies: tma::used,
+        in_place: false,
     },
     Pass {
         name: "reduction",
         summary: "accumulators, block reductions, reduction writes",
         run: Run::Kernel(reduction::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "allocation",
         summary: "register and shared-memory allocations",
         run: Run::Completes(allocation::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "indexing",
         summary: "index expressions for every access",
         run: Run::Kernel(indexing::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "tma_issue",
         summary: "one TMA or bulk copy per box",
         run: Run::Reads(tma::run_issue),
         applies: tma::used,
+        in_place: false,
     },
     Pass {
         name: "predicate",
         summary: "bounds and thread predicates, vector tails",
         run: Run::Kernel(predicate::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "circular_buffer",
         summary: "mbarrier pipelines: prologue, main, epilogue; init and inval",
         run: Run::Reads(tma::run_circular),
         applies: tma::used,
+        in_place: false,
     },
     Pass {
         name: "sync",
         summary: "block barriers for shared memory (RAW and WAR)",
         run: Run::Reads(sync::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "mma",
         summary: "tensor-core tiles: wgmma on descriptors, accumulator fragments",
         run: Run::Reads(mma::run),
         applies: mma::used,
+        in_place: false,
+    },
+    Pass {
+        name: "specialize",
+        summary: "size symbols replaced by the values the kernel is specialised to",
+        run: Run::Kernel(specialize::run),
+        applies: specialize::used,
+        in_place: true,
     },
     Pass {
         name: "simplify",
         summary: "index arithmetic simplification",
         run: Run::Kernel(simplify::run),
         applies: always,
+        in_place: false,
     },
     Pass {
         name: "tile_values",
         summary: "a persistent kernel's tile indices computed once per tile",
         run: Run::Kernel(tile_values::run),
         applies: tile_values::used,
+        in_place: false,
     },
 ];
 
@@ -315,6 +340,11 @@ pub struct Ctx<'a> {
     pub assume_aligned_vectors: bool,
     /// See [`crate::CompileOptions::aligned_for`].
     pub aligned_for: Option<std::collections::BTreeMap<String, i64>>,
+    /// The sizes the kernel is specialised to ([`crate::CompileOptions::specialize`]): class
+    /// extents ([`Ctx::class_extent`]), and so loop extents, divisibility, grid and block, are
+    /// their values from the first pass; pass `specialize` replaces the size symbols left in
+    /// the kernel IR (strides, a view's bounds).
+    pub specialized: Option<std::collections::BTreeMap<String, i64>>,
     /// Set by a pass that left the kernel exactly as it found it (the pipeline then reuses the
     /// previous dump instead of printing the same text again); cleared before every pass.
     /// Passes that do not set it are dumped as usual.
@@ -353,6 +383,7 @@ impl<'a> Ctx<'a> {
             constraints: Vec::new(),
             assume_aligned_vectors: false,
             aligned_for: None,
+            specialized: None,
             kernel_unchanged: false,
         }
     }
@@ -421,7 +452,8 @@ impl<'a> Ctx<'a> {
 
     fn key_name(&mut self, node: &KeyNode) -> String {
         let base = match node {
-            KeyNode::Root(class) => match self.class_extent(*class) {
+            // Named after the size as written, also in a kernel specialised to its value.
+            KeyNode::Root(class) => match self.class_extent_as_written(*class) {
                 SizeExpr::Sym(s) => s.to_ascii_lowercase(),
                 _ => "d".to_string(),
             },
@@ -488,9 +520,19 @@ impl<'a> Ctx<'a> {
         Some(LoopKey::new(self.keys.names.iter().position(|n| n == var)?))
     }
 
-    /// Extent of an axis class (given by its root; 1 for any other axis). The fusion keeps
-    /// each class's extent at hand, so this is a lookup.
+    /// Extent of an axis class (given by its root; 1 for any other axis), a constant in a
+    /// kernel specialised to its sizes ([`Ctx::specialized`]).
     pub fn class_extent(&self, class: IterId) -> SizeExpr {
+        let extent = self.class_extent_as_written(class);
+        match &self.specialized {
+            Some(sizes) => extent.specialized(sizes),
+            None => extent,
+        }
+    }
+
+    /// [`Ctx::class_extent`] over the size symbols as the program writes them. The fusion
+    /// keeps each class's extent at hand, so this is a lookup.
+    fn class_extent_as_written(&self, class: IterId) -> SizeExpr {
         if self.fusion.class_of(class) == class {
             self.fusion.class_extent(class)
         } else {

@@ -66,10 +66,14 @@ struct ForRun {
 
 impl ForRun {
     /// Uses `prepared` when the caller has it (then only the front end runs, for the reference
-    /// fusion), else compiles the request.
+    /// fusion; its plan must take the request's sizes: a kernel specialised to other sizes is
+    /// refused), else compiles the request.
     fn of(req: &RunRequest, prepared: Option<&Prepared>) -> Result<ForRun, RunError> {
         match prepared {
             Some(p) => {
+                p.plan
+                    .concretize(&req.sizes)
+                    .map_err(|e| RunError::new(Stage::Sizes, e.to_string()))?;
                 let fusion = hopfuse::reference_fusion(&req.source)
                     .map_err(|d| RunError::new(Stage::Compile, d.render(&req.source, &req.file)))?;
                 Ok(ForRun {

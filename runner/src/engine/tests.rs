@@ -112,6 +112,7 @@ fn requests_round_trip_through_json() {
         copy_ceiling: true,
         peers: false,
         clock: false,
+        generic: false,
     };
     let json = serde_json::to_string(&req).unwrap();
     assert_eq!(serde_json::from_str::<RunRequest>(&json).unwrap(), req);
@@ -161,6 +162,8 @@ fn compile_for_run_specialises_for_the_sizes_in_one_lowering() {
         copy_ceiling: false,
         peers: false,
         clock: false,
+        // The generic kernel's aligned-vector variant (a specialised one: below).
+        generic: true,
     };
     let variant = |index_type, assume_aligned_vectors| {
         hopfuse::compile(
@@ -169,6 +172,7 @@ fn compile_for_run_specialises_for_the_sizes_in_one_lowering() {
                 index_type,
                 assume_aligned_vectors,
                 aligned_for: None,
+                specialize: false,
                 clock_probe: false,
             },
         )
@@ -237,6 +241,61 @@ fn compile_for_run_specialises_for_the_sizes_in_one_lowering() {
     }
 }
 
+/// A run compiles its kernel specialised to its sizes unless it asks for the generic one; a
+/// program prepared for some sizes (as the service hands it to the worker) is refused at
+/// others, with the sizes it was compiled for.
+#[test]
+fn runs_specialise_to_their_sizes_and_refuse_others() {
+    let source = include_str!("../../../examples/auto/softmax.hf");
+    let req = |m: i64, n: i64, generic| RunRequest {
+        file: "softmax.hf".into(),
+        source: source.into(),
+        sizes: sizes(m, n),
+        scalars: Default::default(),
+        iters: 1,
+        warmup: 0,
+        seed: 1,
+        index: None,
+        copy_ceiling: false,
+        peers: false,
+        clock: false,
+        generic,
+    };
+    let (special, setup) = compile_for_run(&req(8192, 16384, false)).unwrap();
+    assert_eq!(
+        special.plan.specialized_sizes(),
+        Some(sizes(8192, 16384)),
+        "{:?}",
+        special.plan.constraints
+    );
+    assert!(special.cuda.contains("m2 * 16384"), "{}", special.cuda);
+    let (generic, generic_setup) = compile_for_run(&req(8192, 16384, true)).unwrap();
+    assert_eq!(generic.plan.specialized_sizes(), None);
+    assert!(generic.cuda.contains("m2 * N"), "{}", generic.cuda);
+    // The same launch, parameters and index type either way.
+    assert_eq!(setup, generic_setup);
+    assert_eq!(special.plan.params, generic.plan.params);
+    // Prepared for 8192 x 16384, run at 8192 x 8192: refused before any device.
+    let prepared = Prepared::new(&special, setup);
+    let e = ForRun::of(&req(8192, 8192, false), Some(&prepared))
+        .err()
+        .expect("refused");
+    assert_eq!(e.stage, Stage::Sizes);
+    assert!(
+        e.message.contains("the kernel is specialised to its sizes")
+            && e.message
+                .contains("N = 8192, but it was compiled for N = 16384"),
+        "{}",
+        e.message
+    );
+    assert!(ForRun::of(&req(8192, 16384, false), Some(&prepared)).is_ok());
+    // A size that is not positive is the sizes' error, as for the generic kernel.
+    match compile_for_run(&req(64, 0, false)) {
+        Err(PrepareError::Sizes(e)) => assert!(e.contains("positive"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn bad_iteration_counts_are_rejected() {
     let mut req = RunRequest {
@@ -251,6 +310,7 @@ fn bad_iteration_counts_are_rejected() {
         copy_ceiling: false,
         peers: false,
         clock: false,
+        generic: false,
     };
     assert_eq!(run(&req).unwrap_err().stage, Stage::Request);
     req.iters = 1;

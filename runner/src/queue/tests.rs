@@ -27,6 +27,7 @@ fn spec() -> JobSpec {
         copy_ceiling: false,
         peers: false,
         clock: false,
+        generic: false,
     })
 }
 

@@ -90,6 +90,7 @@ pub(super) async fn inspect(
         source: body.program,
         sizes: body.sizes,
         index: body.index,
+        generic: false,
     };
     let (compilation, variant) = app
         .compile(move || crate::inspect::lower_for_service(&request))

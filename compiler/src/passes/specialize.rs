@@ -1,0 +1,104 @@
+//! Pass `specialize`: a kernel specialised to its sizes (`CompileOptions::specialize`) gets
+//! the values of its size symbols in place of the symbols.
+//!
+//! Runs only for such a kernel, just before `simplify`, which then folds what became constant.
+//! The extents of its axis classes were values from the first pass on (`Ctx::class_extent`), so
+//! its loop trip counts, grid and block are constants already and the splits these sizes
+//! divide got no bounds predicate; what is left are the symbols the passes read from tensors'
+//! shapes: strides, a view's bounds, TMA boxes' bounds, buffer sizes and offsets, and the
+//! sizes used as data (a count's `n`, an `argmax`'s or a `pad`'s bounds: `Data::Param`s named
+//! after a size symbol, which become literals).
+//!
+//! Requires: every pass that writes index arithmetic has run. Guarantees: no `Val::Size` of a
+//! symbol with a value remains in the statements, buffers, mbarriers, persistent walk, grid,
+//! block or shared memory. The tensors' global shapes (the plan's parameters and its tensor
+//! maps, which the launch evaluates) keep their symbols, as do the size parameters of the
+//! kernel's signature: every launcher passes the same arguments to a generic or a specialised
+//! kernel. Emits: nothing new.
+
+use super::Ctx;
+use crate::diag::Diagnostic;
+use crate::kir::{for_each_stmt_mut, Data, Flow, Kernel, Stmt};
+use crate::plan::SizeExpr;
+use std::collections::BTreeMap;
+
+/// Whether the kernel is specialised to its sizes.
+pub fn used(cx: &Ctx) -> bool {
+    cx.specialized.is_some()
+}
+
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let Some(sizes) = &cx.specialized else {
+        return Ok(());
+    };
+    let before = k.clone();
+    let val = |v: &crate::kir::Val| v.subst_sizes(sizes);
+    let size = |e: &mut SizeExpr, sizes: &BTreeMap<String, i64>| *e = e.specialized(sizes);
+    for s in &mut k.body {
+        s.map_vals(&mut |v| val(v));
+    }
+    let symbols = &cx.fusion.symbols;
+    for_each_stmt_mut(&mut k.body, &mut |s| {
+        if let Stmt::Compute(c) = s {
+            size_literals(&mut c.value, symbols, sizes);
+        }
+        Flow::Descend
+    });
+    for b in &mut k.buffers {
+        b.size = b.size.as_ref().map(val);
+        b.smem_offset = b.smem_offset.as_ref().map(val);
+    }
+    for m in &mut k.mbarriers {
+        m.smem_offset = m.smem_offset.as_ref().map(val);
+    }
+    for e in k.grid.iter_mut().chain(k.block.iter_mut()) {
+        size(e, sizes);
+    }
+    size(&mut k.dynamic_smem, sizes);
+    if let Some(e) = &mut k.reduce_scratch {
+        size(e, sizes);
+    }
+    if let Some(p) = &mut k.persistent {
+        size(&mut p.tiles, sizes);
+        for (_, _, v) in &mut p.bindings {
+            *v = val(v);
+        }
+        if let Some(sk) = &mut p.stream_k {
+            for (_, v) in &mut sk.consts {
+                *v = val(v);
+            }
+            for v in [
+                &mut sk.kt,
+                &mut sk.work,
+                &mut sk.lo,
+                &mut sk.hi,
+                &mut sk.before,
+                &mut sk.tile_start,
+            ] {
+                *v = val(v);
+            }
+            size(&mut sk.work_size, sizes);
+        }
+    }
+    cx.kernel_unchanged = *k == before;
+    Ok(())
+}
+
+/// Replaces each size symbol used as data (`Data::Param` of a symbol's name: symbols and
+/// scalar inputs never share a name) by its value.
+fn size_literals(d: &mut Data, symbols: &[String], sizes: &BTreeMap<String, i64>) {
+    match d {
+        Data::Param(name, dtype) if symbols.contains(name) => {
+            if let Some(&v) = sizes.get(name.as_str()) {
+                *d = Data::Literal(v as f64, *dtype);
+            }
+        }
+        Data::Unary(_, _, x) | Data::Cast(_, x) => size_literals(x, symbols, sizes),
+        Data::Binary(_, _, x, y) => {
+            size_literals(x, symbols, sizes);
+            size_literals(y, symbols, sizes);
+        }
+        Data::Ternary(_, _, xs) => xs.iter_mut().for_each(|x| size_literals(x, symbols, sizes)),
+        Data::Param(..) | Data::Read(_) | Data::Literal(..) | Data::Index(..) => {}
+    }
+}
