@@ -574,3 +574,15 @@ fn an_mma_axis_on_a_tma_store_names_the_output() {
         "{e}"
     );
 }
+
+/// A schedule that leaves a reduction's accumulator a register array of a size symbol's
+/// elements is refused at the reduction (the accumulator has no tensor of its own).
+#[test]
+fn an_accumulator_of_symbolic_size_is_located_at_its_reduction() {
+    let src = "fusion f {\n  input q: f32[M, 8]\n  s = sum(q, axis=1)\n  y = q * broadcast(s, axis=1)\n  output y\n}\nschedule {\n  s.reorder(1, 0)\n  s.set_memory(shared)\n}\n";
+    let e = err(src);
+    assert!(
+        e.starts_with("t.hf:3:3: error: register tensor `s_acc` needs M elements per thread"),
+        "{e}"
+    );
+}

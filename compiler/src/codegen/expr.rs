@@ -127,6 +127,7 @@ impl Emitter<'_> {
                     .expect("the indexing pass gives every index its value");
                 (format!("static_cast<int>({})", self.val(v)), DType::I32)
             }
+            Data::View(_, x) => self.data(x),
             Data::Cast(to, x) => {
                 let (e, from) = self.data(x);
                 (self.conv(e, from, *to), *to)

@@ -118,7 +118,7 @@ fn indexes_local(k: &Kernel, body: &[Stmt], var: &str) -> bool {
     fn data(k: &Kernel, d: &Data, var: &str) -> bool {
         match d {
             Data::Read(a) => access(k, a, var),
-            Data::Unary(_, _, x) | Data::Cast(_, x) => data(k, x, var),
+            Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => data(k, x, var),
             Data::Binary(_, _, x, y) => data(k, x, var) || data(k, y, var),
             Data::Ternary(_, _, xs) => xs.iter().any(|x| data(k, x, var)),
             Data::Index(_, v) => v.as_ref().is_some_and(|i| i.mentions(var)),

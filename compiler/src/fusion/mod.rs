@@ -295,6 +295,33 @@ impl Op {
                 | Op::ExpandBlocks { .. }
         )
     }
+
+    /// An op a view that moves indices recomputes where it reads the op's result (elementwise
+    /// ops, casts, the views): its value at any index is its operands' at the same or a moved
+    /// index, so the view reads the fusion inputs below it at its own indices. Any other op's
+    /// result (a reduction, an `iota`, a `full`) is read where it is computed.
+    pub fn is_recomputed_in_views(&self) -> bool {
+        match self {
+            Op::Set
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Ternary(_)
+            | Op::Cast(_)
+            | Op::Broadcast { .. }
+            | Op::Permute { .. }
+            | Op::Expand { .. }
+            | Op::Slice { .. }
+            | Op::Pad { .. }
+            | Op::Cat { .. }
+            | Op::Reshape => true,
+            // Block scales are read where the product needs them, from a fusion input.
+            Op::Reduce { .. }
+            | Op::Mma
+            | Op::Iota { .. }
+            | Op::Full { .. }
+            | Op::ExpandBlocks { .. } => false,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -725,6 +752,57 @@ impl Fusion {
             }
         }
         uses.into()
+    }
+
+    /// The tensors the kernel reads to compute expression `e`: its operands, except that a
+    /// view that moves indices recomputes an operand computed by an op it recomputes
+    /// ([`Op::is_recomputed_in_views`]) and reads that op's operands instead, down to fusion
+    /// inputs and tensors computed otherwise (`passes::loop_nest` inlines them).
+    pub fn kernel_reads(&self, e: ExprId) -> Vec<TensorId> {
+        let expr = &self.exprs[e];
+        if !expr.op.moves_indices() {
+            return expr.input_tensors().collect();
+        }
+        let mut reads = Vec::new();
+        let mut stack: Vec<TensorId> = expr.input_tensors().collect();
+        let mut seen = vec![false; self.tensors.len()];
+        for t in &stack {
+            seen[t.index()] = true;
+        }
+        while let Some(t) = stack.pop() {
+            match self.tensors[t].definition {
+                Some(d) if self.exprs[d].op.is_recomputed_in_views() => {
+                    for p in self.exprs[d].input_tensors() {
+                        if !seen[p.index()] {
+                            seen[p.index()] = true;
+                            stack.push(p);
+                        }
+                    }
+                }
+                _ => reads.push(t),
+            }
+        }
+        crate::id::sort_by_position(&mut reads, |t| t.index());
+        reads
+    }
+
+    /// The computed tensors that only views that move indices read, directly or through other
+    /// such tensors (not outputs): the views recompute them ([`Fusion::kernel_reads`]), so the
+    /// kernel never computes them on their own.
+    pub fn recomputed_only_in_views(&self) -> crate::id::IdVec<TensorId, bool> {
+        let mut only: crate::id::IdVec<TensorId, bool> = vec![false; self.tensors.len()].into();
+        let uses = self.use_index();
+        for e in self.topo_exprs().into_iter().rev() {
+            let t = self.exprs[e].output;
+            let tensor = &self.tensors[t];
+            only[t] = !tensor.is_output
+                && self.exprs[e].op.is_recomputed_in_views()
+                && !uses[t].is_empty()
+                && uses[t]
+                    .iter()
+                    .all(|&u| self.exprs[u].op.moves_indices() || only[self.exprs[u].output]);
+        }
+        only
     }
 
     /// Exprs reading tensor `t`.

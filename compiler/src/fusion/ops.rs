@@ -728,21 +728,21 @@ pub const OPS: &[OpDef] = &[
     },
     OpDef {
         named: &["axis", "start", "stop", "step"],
-        ..op("slice", K::Slice, 1, T::Same, "slice(x, axis=1, start=0, stop=64, step=1)", "A view of the indices start, start + step, ... below stop along one axis of a fusion input (torch's x[:, start:stop:step]). Integers; a negative start or stop counts from the end, an omitted start is 0 and stop the extent. The extent of the result is written as the input's less the constants (N - 2 for start=1, stop=-1); with a size symbol the runner checks before a launch that the slice is not empty.")
+        ..op("slice", K::Slice, 1, T::Same, "slice(x, axis=1, start=0, stop=64, step=1)", "A view of the indices start, start + step, ... below stop along one axis of x (torch's x[:, start:stop:step]). Integers; a negative start or stop counts from the end, an omitted start is 0 and stop the extent. The extent of the result is written as the input's less the constants (N - 2 for start=1, stop=-1); with a size symbol the runner checks before a launch that the slice is not empty. The operand may be computed or another view: the kernel recomputes its elementwise ops, casts and views from the fusion inputs at the moved indices (rotate_half: cat(-slice(x, axis=1, start=64), slice(x, axis=1, stop=64), axis=1)); a reduction's result, an iota or a full is read where it is computed, so the view may not move its axes (a per-row statistic broadcast along the moved axis is fine).")
     },
     OpDef {
         named: &["axis", "before", "after", "value"],
-        ..op("pad", K::Pad, 1, T::Same, "pad(x, axis=1, before=1, after=2, value=0)", "A fusion input widened along one axis by `before` and `after` elements (integers >= 0) holding `value` (0 when not given): torch's F.pad. The extent of the result is the input's plus both (N + 3).")
+        ..op("pad", K::Pad, 1, T::Same, "pad(x, axis=1, before=1, after=2, value=0)", "x widened along one axis by `before` and `after` elements (integers >= 0) holding `value` (0 when not given): torch's F.pad. The extent of the result is the input's plus both (N + 3). The operand may be computed or another view: the kernel recomputes its elementwise ops, casts and views from the fusion inputs at the moved indices (rotate_half: cat(-slice(x, axis=1, start=64), slice(x, axis=1, stop=64), axis=1)); a reduction's result, an iota or a full is read where it is computed, so the view may not move its axes (a per-row statistic broadcast along the moved axis is fine).")
     },
     OpDef {
         named: &["axis"],
-        ..op("cat", K::Cat, 2, T::Same, "cat(a, b, axis=1)", "Two fusion inputs of one dtype end to end along one axis (torch.cat((a, b), dim)): the other axes must have equal extents; the result's extent along the axis is the sum (N + K).")
+        ..op("cat", K::Cat, 2, T::Same, "cat(a, b, axis=1)", "Two tensors of one dtype end to end along one axis (torch.cat((a, b), dim)): the other axes must have equal extents; the result's extent along the axis is the sum (N + K). The operand may be computed or another view: the kernel recomputes its elementwise ops, casts and views from the fusion inputs at the moved indices (rotate_half: cat(-slice(x, axis=1, start=64), slice(x, axis=1, stop=64), axis=1)); a reduction's result, an iota or a full is read where it is computed, so the view may not move its axes (a per-row statistic broadcast along the moved axis is fine).")
     },
     OpDef {
         named: &["block", "shape"],
         ..op("expand_blocks", K::ExpandBlocks, 1, T::Same, "expand_blocks(sa, block=[1, 128], shape=[M, K])", "A fusion input with each element repeated over a block: element [i, j] of the result is x[i / 128, j / 128] for block=[128, 128] (torch's x.repeat_interleave(128, 0).repeat_interleave(128, 1)[:N, :K]). Block scales of FP8 products are written with it (DeepSeek-V3: 1 x 128 activation blocks, 128 x 128 weight blocks). Each block entry is a positive integer; each shape entry a size symbol or a positive integer, equal to x's extent where the block is 1; the runner checks before a launch that x covers the shape (ceilDiv(K, 128) <= x's extent).")
     },
-    op("reshape", K::Reshape, 2, T::Same, "reshape(x, [M, 8, 64])", "A fusion input with other extents and the same elements in row-major order (torch's x.reshape on a contiguous tensor: split and merge of axes). Each extent is a size symbol, a positive integer or a product of them (H * D); the element counts must be equal as products of the same symbols and integers."),
+    op("reshape", K::Reshape, 2, T::Same, "reshape(x, [M, 8, 64])", "x with other extents and the same elements in row-major order (torch's x.reshape on a contiguous tensor: split and merge of axes). Each extent is a size symbol, a positive integer or a product of them (H * D); the element counts must be equal as products of the same symbols and integers. A reshape moves every axis: x may be computed (recomputed from the fusion inputs), but not from a reduction's result."),
 ];
 
 /// The op called `name` (or one of its aliases).

@@ -67,6 +67,12 @@ pub enum Data {
     /// The index of the computed tensor along its logical axis `.0` (an `iota`), an i32;
     /// `.1` is filled by the `indexing` pass from the consumer's root indices.
     Index(usize, Option<Val>),
+    /// The value of the view expression `.0` (a `slice`, `pad`, `cat` or `reshape`) where the
+    /// enclosing value reads it, recomputed from `.1` instead of read from a buffer: a view
+    /// of a view or of a computed tensor (`loop_nest` inlines its operands). The `indexing`
+    /// pass indexes `.1`'s `Index` nodes at the reader's indices of the view's output and its
+    /// operands' reads at the indices the view maps those to; code is `.1`'s.
+    View(ExprId, Box<Data>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -510,7 +516,7 @@ impl Data {
     pub fn for_each_read(&self, f: &mut dyn FnMut(&Access)) {
         match self {
             Data::Read(a) => f(a),
-            Data::Unary(_, _, x) | Data::Cast(_, x) => x.for_each_read(f),
+            Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => x.for_each_read(f),
             Data::Binary(_, _, x, y) => {
                 x.for_each_read(f);
                 y.for_each_read(f);
@@ -524,7 +530,7 @@ impl Data {
     pub fn for_each_read_mut(&mut self, f: &mut dyn FnMut(&mut Access)) {
         match self {
             Data::Read(a) => f(a),
-            Data::Unary(_, _, x) | Data::Cast(_, x) => x.for_each_read_mut(f),
+            Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => x.for_each_read_mut(f),
             Data::Binary(_, _, x, y) => {
                 x.for_each_read_mut(f);
                 y.for_each_read_mut(f);
@@ -544,7 +550,7 @@ impl Data {
     pub fn for_each_index_mut(&mut self, f: &mut dyn FnMut(&mut Val)) {
         match self {
             Data::Index(_, Some(v)) => f(v),
-            Data::Unary(_, _, x) | Data::Cast(_, x) => x.for_each_index_mut(f),
+            Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => x.for_each_index_mut(f),
             Data::Binary(_, _, x, y) => {
                 x.for_each_index_mut(f);
                 y.for_each_index_mut(f);

@@ -1350,6 +1350,13 @@ impl<'a> Parser<'a> {
             c.expect("]")?;
             return Ok(Data::Index(axis, v));
         }
+        if c.eat("view@e") {
+            let e = ExprId::new(c.uint()?);
+            c.expect("(")?;
+            let x = self.data(c, expected)?;
+            c.expect(")")?;
+            return Ok(Data::View(e, Box::new(x)));
+        }
         if c.eat("cast<") {
             let d = c.dtype()?;
             c.expect(">(")?;

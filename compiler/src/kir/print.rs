@@ -19,6 +19,7 @@ impl Data {
         match self {
             Data::Read(_) => None,
             Data::Index(..) => Some(DType::I32),
+            Data::View(_, x) => x.dtype(),
             Data::Param(_, d)
             | Data::Literal(_, d)
             | Data::Unary(_, d, _)
@@ -83,6 +84,12 @@ impl Data {
                 x.write(k, *d, out);
                 out.push(')');
             }
+            // `view@e3(...)`: the view expression e3 recomputed from its operands.
+            Data::View(e, x) => {
+                let _ = write!(out, "view@e{}(", e.index());
+                x.write(k, expected, out);
+                out.push(')');
+            }
             // `index@1[*]` until the indexing pass, then `index@1[n_o * 256 + n_i]`.
             Data::Index(axis, v) => {
                 let _ = write!(out, "index@{axis}[");
@@ -124,6 +131,7 @@ pub(super) fn implied_dtype(node: &Data, expected: DType) -> DType {
         Data::Unary(..) | Data::Binary(..) | Data::Ternary(..) => expected.compute(),
         Data::Cast(d, _) => *d,
         Data::Index(..) => DType::I32,
+        Data::View(_, x) => implied_dtype(x, expected),
         Data::Read(_) | Data::Param(..) | Data::Literal(..) => expected,
     }
 }

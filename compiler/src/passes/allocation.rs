@@ -203,14 +203,18 @@ fn place_allocations(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Resul
 /// A register array has a constant size of at most 1024 elements per thread.
 fn check_registers(cx: &Ctx, buf: &Buffer, b: BufferId, size: &SizeExpr) -> Result<(), Diagnostic> {
     let f = cx.fusion;
+    // A reduction's accumulator has no tensor of its own: the reduction's locates it.
+    let span = buf
+        .tensor
+        .or_else(|| cx.accumulator_of.get(&b).copied())
+        .and_then(|t| f.tensors[t].span);
     let Some(n) = size.as_const() else {
-        let t = buf.tensor.map(|t| f.tensors[t].span).unwrap_or(None);
         return Err(Diagnostic::new(
             format!(
                 "register tensor `{}` needs {size} elements per thread: a register array needs a constant size (split by a constant, inline it further, or use shared memory)",
                 buf.name
             ),
-            t,
+            span,
         ));
     };
     if n > 1024 {
@@ -219,9 +223,7 @@ fn check_registers(cx: &Ctx, buf: &Buffer, b: BufferId, size: &SizeExpr) -> Resu
                 "register tensor `{}` needs {n} elements per thread (at most 1024)",
                 buf.name
             ),
-            buf.tensor
-                .or_else(|| cx.accumulator_of.get(&b).copied())
-                .and_then(|t| f.tensors[t].span),
+            span,
         ));
     }
     Ok(())

@@ -295,32 +295,38 @@ fn index_compute(
         consumer: Some(consumer),
     };
     ix.access(&mut c.out)?;
-    let Some(maps) = maps else {
-        return ix.data(&mut c.value);
-    };
-    let mut reads = Vec::new();
-    c.value.for_each_read(&mut |a| reads.push(a.buffer));
-    for b in reads {
-        if buffers[b].memory != MemoryType::Global {
-            let f = cx.fusion;
-            let view = &f.tensors[consumer].name;
-            return Err(Diagnostic::new(
-                format!("`{view}` is a view that moves indices and reads its input in global memory, but the schedule keeps `{}` in {} memory (a cache of the input): cache `{view}` instead", buffers[b].name, buffers[b].memory.name()),
-                f.tensors[consumer].span,
-            ));
-        }
+    match maps {
+        None => ix.data(&mut c.value),
+        Some(maps) => index_view(cx, env, buffers, consumer, roots, maps, &mut c.value),
     }
-    let at = |cx: &mut Ctx, roots: &HashMap<IterId, Val>, d: &mut Data| {
+}
+
+/// Indexes the value of a view that moves indices (of `view`, its output): its condition (a
+/// pad's or cat's) at the output's `roots`, operand `k` at `maps[k]`. A buffer an operand reads
+/// that is not a global one holds a tensor the view does not recompute (a reduction's result,
+/// see `Op::is_recomputed_in_views`): it is read at the consumer's own indices, so the view
+/// must not move any of its axes (`fusion::build` refuses such a view first).
+fn index_view(
+    cx: &mut Ctx,
+    env: &dyn LoopVars,
+    buffers: &[crate::kir::Buffer],
+    view: TensorId,
+    roots: &HashMap<IterId, Val>,
+    maps: &[HashMap<IterId, Val>],
+    value: &mut Data,
+) -> Result<(), Diagnostic> {
+    let at = |cx: &mut Ctx, map: &HashMap<IterId, Val>, d: &mut Data| {
+        check_unmoved_reads(cx, buffers, view, roots, map, d)?;
         Indexer {
             cx,
             env,
-            roots,
+            roots: map,
             buffers,
-            consumer: Some(consumer),
+            consumer: Some(view),
         }
         .data(d)
     };
-    match &mut c.value {
+    match value {
         Data::Ternary(_, _, xs) => {
             let [cond, a, b] = &mut **xs;
             at(cx, roots, cond)?;
@@ -328,6 +334,39 @@ fn index_compute(
             at(cx, maps.get(1).unwrap_or(roots), b)
         }
         other => at(cx, &maps[0], other),
+    }
+}
+
+/// The check of [`index_view`]: every read of `d` (indexed at `map`) that is not of a global
+/// buffer reads its tensor at the view's output indices `roots`.
+fn check_unmoved_reads(
+    cx: &Ctx,
+    buffers: &[crate::kir::Buffer],
+    view: TensorId,
+    roots: &HashMap<IterId, Val>,
+    map: &HashMap<IterId, Val>,
+    d: &Data,
+) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let mut moved: Option<(String, &'static str, usize)> = None;
+    d.for_each_read(&mut |a| {
+        let buf = &buffers[a.buffer];
+        let Some(t) = buf.tensor.filter(|_| buf.memory != MemoryType::Global) else {
+            return;
+        };
+        for (axis, &id) in f.logical(t).iter().enumerate() {
+            let class = f.class_of(id);
+            if map.get(&class) != roots.get(&class) && moved.is_none() {
+                moved = Some((buf.name.clone(), buf.memory.name(), axis));
+            }
+        }
+    });
+    match moved {
+        None => Ok(()),
+        Some((held, memory, axis)) => Err(Diagnostic::new(
+            format!("`{}` is a view that moves indices, and it would read `{held}` (held in {memory} memory where it is computed) at a moved index along its axis {axis}: a view recomputes elementwise ops from the fusion inputs, not a reduction's result; apply the view before the reduction", f.tensors[view].name),
+            f.tensors[view].span,
+        )),
     }
 }
 
@@ -424,6 +463,12 @@ impl Indexer<'_, '_> {
             }
             Data::Ternary(_, _, xs) => xs.iter_mut().try_for_each(|x| self.data(x)),
             Data::Param(..) | Data::Literal(..) => Ok(()),
+            Data::View(e, x) => {
+                let view = self.cx.fusion.exprs[*e].output;
+                let maps = view_roots(self.cx, *e, self.roots)?
+                    .expect("a `Data::View` is of a view that moves indices");
+                index_view(self.cx, self.env, self.buffers, view, self.roots, &maps, x)
+            }
             Data::Index(axis, v) => {
                 let f = self.cx.fusion;
                 let t = self

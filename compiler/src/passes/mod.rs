@@ -318,8 +318,12 @@ pub struct Ctx<'a> {
     /// The tensor each reduction accumulator buffer accumulates (set by `reduction`), so
     /// errors about the accumulator point at the reduction.
     pub accumulator_of: FxHashMap<BufferId, TensorId>,
-    /// The exprs reading each tensor ([`Fusion::use_index`], computed once).
+    /// The exprs the kernel computes that read each tensor ([`Fusion::kernel_reads`], computed
+    /// once): a view reads what it recomputes a tensor from, not the tensor.
     pub uses: IdVec<TensorId, Vec<crate::fusion::ExprId>>,
+    /// The tensors the kernel does not compute on their own: only views read them, and
+    /// recompute them ([`Fusion::recomputed_only_in_views`]).
+    pub recomputed: IdVec<TensorId, bool>,
     /// Buffer of each tensor (inputs and outputs included).
     pub tensor_buffer: FxHashMap<TensorId, BufferId>,
     /// Axes (of the tensor's loop domain) each local or shared buffer spans.
@@ -369,11 +373,23 @@ impl<'a> Ctx<'a> {
         let mut reserved: foldhash::HashSet<String> = fusion.symbols.iter().cloned().collect();
         reserved.extend(fusion.tensors.iter().map(|t| t.name.clone()));
         reserved.extend(crate::cuda::fixed_reserved().map(String::from));
+        let recomputed = fusion.recomputed_only_in_views();
+        let mut uses: IdVec<TensorId, Vec<crate::fusion::ExprId>> =
+            vec![Vec::new(); fusion.tensors.len()].into();
+        for e in fusion.expr_ids() {
+            if recomputed[fusion.exprs[e].output] {
+                continue;
+            }
+            for t in fusion.kernel_reads(e) {
+                uses[t].push(e);
+            }
+        }
         Ctx {
             fusion,
             keys: Keys::default(),
             id_keys: IdKeys::default(),
-            uses: fusion.use_index(),
+            uses,
+            recomputed,
             accumulator_of: FxHashMap::default(),
             tensor_buffer: FxHashMap::default(),
             alloc_ids: FxHashMap::default(),

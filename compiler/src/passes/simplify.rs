@@ -113,7 +113,7 @@ fn access(a: &mut Access, ext: &HashMap<String, Val>, changed: &mut bool) {
 fn data(d: &mut Data, ext: &HashMap<String, Val>, changed: &mut bool) {
     match d {
         Data::Read(a) => access(a, ext, changed),
-        Data::Unary(_, _, x) | Data::Cast(_, x) => data(x, ext, changed),
+        Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => data(x, ext, changed),
         Data::Binary(_, _, x, y) => {
             data(x, ext, changed);
             data(y, ext, changed);

@@ -93,7 +93,9 @@ fn size_literals(d: &mut Data, symbols: &[String], sizes: &BTreeMap<String, i64>
                 *d = Data::Literal(v as f64, *dtype);
             }
         }
-        Data::Unary(_, _, x) | Data::Cast(_, x) => size_literals(x, symbols, sizes),
+        Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => {
+            size_literals(x, symbols, sizes)
+        }
         Data::Binary(_, _, x, y) => {
             size_literals(x, symbols, sizes);
             size_literals(y, symbols, sizes);

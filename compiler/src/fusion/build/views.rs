@@ -1,14 +1,21 @@
 //! The views that move indices: `slice`, `pad`, `cat`, `reshape` and `expand_blocks`.
 //!
-//! Takes the call's arguments; checks them (each operand a fusion input, axes, integers, equal
-//! extents, equal element counts) with errors at the argument or the call; emits one
-//! [`Op::Slice`], [`Op::Pad`], [`Op::Cat`], [`Op::Reshape`] or [`Op::ExpandBlocks`] whose
-//! output root axes are new classes where the indices move (the sliced, padded or concatenated
-//! axis; every axis of a reshape; an axis expanded by a block other than 1) and join the
-//! input's classes elsewhere. The kernel reads the input in global memory
-//! at the index the op maps the output's to (`passes::indexing`), which is why the operand is
-//! a fusion input: a computed tensor lives in registers or shared memory of the threads that
-//! computed it, indexed by its own loops.
+//! Takes the call's arguments; checks them (axes, integers, equal extents, equal element
+//! counts, an operand the kernel can read at moved indices) with errors at the argument or the
+//! call; emits one [`Op::Slice`], [`Op::Pad`], [`Op::Cat`], [`Op::Reshape`] or [`Op::ExpandBlocks`]
+//! whose output root axes are new classes where the indices move (the sliced, padded or
+//! concatenated axis; every axis of a reshape; an axis expanded by a block other than 1) and
+//! join the input's classes elsewhere. `expand_blocks` takes a fusion input only (its scales are
+//! read where the product needs them).
+//!
+//! The rule for the operand: the kernel reads a fusion input in global memory at the index the
+//! op maps the output's to (`passes::indexing`). A computed tensor lives in registers or shared
+//! memory of the threads that computed it, indexed by its own loops, so a view does not read
+//! it: it recomputes it where it reads it, through elementwise ops, casts, broadcasts and other
+//! views down to the fusion inputs (`Op::is_recomputed_in_views`, `passes::loop_nest`), and a
+//! tensor only views read is not computed on its own. A reduction's result, an `iota` or a
+//! `full` on that path is read where it is computed, at the view's own indices: the view must
+//! not move its axes (`Builder::view_recomputable` says so at the call).
 //!
 //! Output extents are written from the input's: `N - 2` (`slice(x, axis=1, start=1,
 //! stop=-1)`), `ceilDiv(N - 1, 2)` with a step, `N + 3` (a pad), `N + K` (a cat), the listed
@@ -115,6 +122,20 @@ fn named_int(args: &[Arg], name: &str) -> BResult<Option<(i64, Span)>> {
     Ok(None)
 }
 
+/// The most ops a view recomputes its operand from (see `Builder::view_recomputable`): the
+/// recomputation is a tree, so a chain that reads each tensor twice doubles it at every step.
+const MAX_RECOMPUTED_OPS: u64 = 256;
+
+/// What a tensor that a view does not recompute is, in its error.
+fn held_kind(op: &Op) -> String {
+    match op {
+        Op::Reduce { op, .. } => format!("`{}` reduction", op.name()),
+        Op::Iota { .. } => "`iota`".into(),
+        Op::Full { .. } => "`full`".into(),
+        _ => "matrix product".into(),
+    }
+}
+
 impl Builder {
     /// The operand of a one-operand view and its axis: `(rank, axis)`.
     fn view_operand(
@@ -124,12 +145,29 @@ impl Builder {
         (t, at): (TensorId, Span),
         span: Span,
     ) -> BResult<(usize, usize)> {
-        self.view_input(func, t, at)?;
+        self.view_ranked(func, t, at)?;
         let rank = self.f.rank(t);
-        Ok((rank, self.view_axis(args, span, rank, func)?))
+        let axis = self.view_axis(args, span, rank, func)?;
+        self.view_recomputable(func, t, at, &[axis])?;
+        Ok((rank, axis))
     }
 
-    /// The operand of a view that moves indices: a fusion input with axes.
+    /// The operand of a view that moves indices has axes.
+    fn view_ranked(&self, func: &str, t: TensorId, at: Span) -> BResult<()> {
+        if self.f.rank(t) == 0 {
+            return Err(Diagnostic::new(
+                format!(
+                    "`{func}`: `{}` is a scalar and has no axis",
+                    self.f.tensors[t].name
+                ),
+                Some(at),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `expand_blocks` reads a fusion input (its scales are read where the product needs them,
+    /// in global memory), with axes.
     fn view_input(&self, func: &str, t: TensorId, at: Span) -> BResult<()> {
         let tensor = &self.f.tensors[t];
         if !self.f.inputs.contains(&t) {
@@ -141,6 +179,86 @@ impl Builder {
         if self.f.rank(t) == 0 {
             return Err(Diagnostic::new(
                 format!("`{func}`: `{}` is a scalar and has no axis", tensor.name),
+                Some(at),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The kernel reads the operand `t` of a view at indices moved along its axes `moved`: a
+    /// fusion input in global memory is read there, and a computed tensor is recomputed there
+    /// from the tensors it is computed from, through elementwise ops, casts, broadcasts and
+    /// other views (`Op::is_recomputed_in_views`), down to the fusion inputs. A tensor held
+    /// where it is computed (a reduction's result, an `iota`, a `full`) is read at the view's
+    /// own indices, so it must not lie along a moved axis: that is the error here.
+    fn view_recomputable(&self, func: &str, t: TensorId, at: Span, moved: &[usize]) -> BResult<()> {
+        let f = &self.f;
+        let mut classes: Vec<IterId> = moved.iter().map(|&k| f.class_of(f.logical(t)[k])).collect();
+        let mut stack = vec![t];
+        let mut seen = vec![false; f.tensors.len()];
+        seen[t.index()] = true;
+        // The recomputed tensors, to count the ops the view repeats.
+        let mut recomputed = Vec::new();
+        while let Some(u) = stack.pop() {
+            let Some(def) = f.tensors[u].definition else {
+                continue;
+            };
+            let expr = &f.exprs[def];
+            if expr.op.is_recomputed_in_views() {
+                recomputed.push(u);
+                // A view below moves its own operands' indices along the axes it moves (all of
+                // them for a reshape) from the ones read here.
+                let nested_axis = match &expr.op {
+                    Op::Slice { axis, .. } | Op::Pad { axis, .. } | Op::Cat { axis } => Some(*axis),
+                    _ => None,
+                };
+                for p in expr.input_tensors() {
+                    let axes = f.logical(p);
+                    match (&expr.op, nested_axis) {
+                        (Op::Reshape, _) => classes.extend(axes.iter().map(|&id| f.class_of(id))),
+                        (_, Some(a)) if a < axes.len() => classes.push(f.class_of(axes[a])),
+                        _ => {}
+                    }
+                    if !seen[p.index()] {
+                        seen[p.index()] = true;
+                        stack.push(p);
+                    }
+                }
+                continue;
+            }
+            let logical = f.logical(u);
+            if let Some(axis) = logical
+                .iter()
+                .position(|&id| classes.contains(&f.class_of(id)))
+            {
+                let (name, held) = (&f.tensors[t].name, &f.tensors[u].name);
+                let what = if name == held {
+                    format!("`{name}`")
+                } else {
+                    format!("`{name}`, computed from `{held}`,")
+                };
+                return Err(Diagnostic::new(
+                    format!("`{func}` reads {what} at moved indices along axis {axis} of `{held}`: a view recomputes elementwise ops, casts and views from the fusion inputs where it reads them, but `{held}` (a {}) is held where it is computed, at its own indices; apply `{func}` to what `{held}` is computed from, or to a tensor that does not vary along that axis", held_kind(&expr.op)),
+                    Some(at),
+                ));
+            }
+        }
+        // The recomputation is a tree: an op two others read is repeated in both. Operands are
+        // built before their readers, so tensor order counts each op's tree after its operands'.
+        recomputed.sort_unstable_by_key(|u| u.index());
+        let mut ops: rustc_hash::FxHashMap<TensorId, u64> = Default::default();
+        for &u in &recomputed {
+            let def = f.tensors[u].definition.expect("a computed tensor");
+            let below: u64 = f.exprs[def]
+                .input_tensors()
+                .map(|p| ops.get(&p).copied().unwrap_or(0))
+                .fold(1, u64::saturating_add);
+            ops.insert(u, below);
+        }
+        let count = ops.get(&t).copied().unwrap_or(0);
+        if count > MAX_RECOMPUTED_OPS {
+            return Err(Diagnostic::new(
+                format!("`{func}` would recompute `{}` as {count} ops (an op counted once for each path to it; at most {MAX_RECOMPUTED_OPS}): a view recomputes its computed operand where it reads it; apply `{func}` to the tensors `{}` is computed from, then compute", f.tensors[t].name, f.tensors[t].name),
                 Some(at),
             ));
         }
@@ -438,8 +556,8 @@ impl Builder {
         span: Span,
     ) -> BResult<TensorId> {
         let [(a, at_a), (b, at_b)] = operands;
-        self.view_input("cat", a, at_a)?;
-        self.view_input("cat", b, at_b)?;
+        self.view_ranked("cat", a, at_a)?;
+        self.view_ranked("cat", b, at_b)?;
         let (na, nb) = (&self.f.tensors[a].name, &self.f.tensors[b].name);
         let rank = self.f.rank(a);
         if self.f.rank(b) != rank {
@@ -459,6 +577,8 @@ impl Builder {
             ));
         }
         let axis = self.view_axis(args, span, rank, "cat")?;
+        self.view_recomputable("cat", a, at_a, &[axis])?;
+        self.view_recomputable("cat", b, at_b, &[axis])?;
         let (la, lb) = (self.f.logical(a), self.f.logical(b));
         for k in (0..rank).filter(|&k| k != axis) {
             let (ea, eb) = (self.class_extent_of(la[k]), self.class_extent_of(lb[k]));
@@ -499,7 +619,9 @@ impl Builder {
                 ))
             }
         };
-        self.view_input("reshape", t, x.loc())?;
+        self.view_ranked("reshape", t, x.loc())?;
+        let every_axis: Vec<usize> = (0..self.f.rank(t)).collect();
+        self.view_recomputable("reshape", t, x.loc(), &every_axis)?;
         let ast::Expr::List(items, _) = shape else {
             return Err(Diagnostic::new(
                 format!("{usage}: the shape is a list of extents"),

@@ -44,6 +44,11 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             ));
         }
     }
+    // A tensor only views read is recomputed in them (`tree::make_compute`), not computed.
+    let order: Vec<_> = order
+        .into_iter()
+        .filter(|&e| !cx.recomputed[f.exprs[e].output])
+        .collect();
     let computed: Vec<TensorId> = order.iter().map(|&e| f.exprs[e].output).collect();
     for &t in &computed {
         for &id in &f.tensors[t].loop_domain {
@@ -64,7 +69,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
 fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
     let f = cx.fusion;
     for (t, tensor) in f.tensor_ids().zip(&f.tensors) {
-        let used = tensor.definition.is_some() || !cx.uses[t].clone().is_empty();
+        let used = (tensor.definition.is_some() && !cx.recomputed[t]) || !cx.uses[t].is_empty();
         if !used || (tensor.is_input && f.rank(t) == 0) {
             continue;
         }
@@ -392,7 +397,7 @@ fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic
     // A loop variable is one index of the kernel: `n = blockIdx.x` cannot also be `blockIdx.y`.
     let mut key_bound: HashMap<LoopKey, (ParallelType, String)> = HashMap::new();
     for (t, tensor) in f.tensor_ids().zip(&f.tensors) {
-        if tensor.definition.is_none() {
+        if tensor.definition.is_none() || cx.recomputed[t] {
             continue;
         }
         for &id in &tensor.loop_domain {

@@ -58,8 +58,9 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
                 .find(|(k, _)| *k == key)
                 .map(|&(_, p)| p)
         };
-        let producers: Vec<TensorId> = expr
-            .input_tensors()
+        let producers: Vec<TensorId> = f
+            .kernel_reads(e)
+            .into_iter()
             .filter(|p| f.tensors[*p].definition.is_some())
             .collect();
         let mut d = 0;
@@ -349,28 +350,86 @@ fn operand_tensor(expr: &crate::fusion::Expr, k: usize) -> crate::fusion::Tensor
 pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
     let f = cx.fusion;
     let expr = &f.exprs[e];
-    let t = expr.output;
-    let out_dtype = f.tensors[t].dtype;
-    let operand = |o: &Operand, dtype: DType| -> Data {
-        match *o {
-            Operand::Scalar(v) => Data::Literal(v, dtype),
-            Operand::Count(c) => count_data(f, c, dtype),
-            Operand::Tensor(p) => {
-                if f.tensors[p].is_input && f.rank(p) == 0 {
-                    Data::Param(f.tensors[p].name.clone(), f.tensors[p].dtype)
-                } else {
-                    Data::Read(Access {
-                        buffer: cx.tensor_buffer[&p],
-                        index: None,
-                    })
-                }
-            }
-        }
-    };
     let out = Access {
-        buffer: cx.tensor_buffer[&t],
+        buffer: cx.tensor_buffer[&expr.output],
         index: None,
     };
+    // A view reads its operands at moved indices: one computed here is recomputed there.
+    let (value, role) = if expr.op.moves_indices() {
+        expr_value(cx, e, &|o, d| inlined_operand(cx, o, d))?
+    } else {
+        expr_value(cx, e, &|o, d| Ok(operand_read(cx, o, d)))?
+    };
+    Ok(Compute {
+        expr: e,
+        out,
+        value,
+        role,
+        vector: None,
+    })
+}
+
+/// An operand as read from where it is: a literal, a count, a scalar input's parameter or the
+/// tensor's buffer.
+fn operand_read(cx: &Ctx, o: &Operand, dtype: DType) -> Data {
+    let f = cx.fusion;
+    match *o {
+        Operand::Scalar(v) => Data::Literal(v, dtype),
+        Operand::Count(c) => count_data(f, c, dtype),
+        Operand::Tensor(p) => {
+            if f.tensors[p].is_input && f.rank(p) == 0 {
+                Data::Param(f.tensors[p].name.clone(), f.tensors[p].dtype)
+            } else {
+                Data::Read(Access {
+                    buffer: cx.tensor_buffer[&p],
+                    index: None,
+                })
+            }
+        }
+    }
+}
+
+/// An operand of a view as the view reads it: a tensor computed elementwise (or a view) is
+/// recomputed from its own operands, down to the fusion inputs, so that `indexing` can read
+/// those at the moved indices (a nested view in a [`Data::View`]); a tensor computed otherwise
+/// (a reduction, an `iota`, a `full`) is read from its buffer, which `fusion::build` allows
+/// only where the view does not move its axes. The value is rounded to the tensor's type as
+/// its buffer would hold it.
+fn inlined_operand(cx: &Ctx, o: &Operand, dtype: DType) -> Result<Data, Diagnostic> {
+    let f = cx.fusion;
+    let Operand::Tensor(p) = *o else {
+        return Ok(operand_read(cx, o, dtype));
+    };
+    let Some(def) = f.tensors[p].definition else {
+        return Ok(operand_read(cx, o, dtype));
+    };
+    if !f.exprs[def].op.is_recomputed_in_views() {
+        return Ok(operand_read(cx, o, dtype));
+    }
+    let (value, _) = expr_value(cx, def, &|o, d| inlined_operand(cx, o, d))?;
+    let value = if f.exprs[def].op.moves_indices() {
+        Data::View(def, Box::new(value))
+    } else {
+        value
+    };
+    let stored = f.tensors[p].dtype;
+    Ok(if stored != stored.compute() {
+        Data::Cast(stored, Box::new(value))
+    } else {
+        value
+    })
+}
+
+/// The value expression `e` computes and its role, its operands given by `operand`.
+fn expr_value(
+    cx: &Ctx,
+    e: ExprId,
+    operand: &dyn Fn(&Operand, DType) -> Result<Data, Diagnostic>,
+) -> Result<(Data, ComputeRole), Diagnostic> {
+    let f = cx.fusion;
+    let expr = &f.exprs[e];
+    let t = expr.output;
+    let out_dtype = f.tensors[t].dtype;
     // The type the op's operands are converted to (a comparison's, not its bool result's).
     let compute_type = f.compute_type(e);
     let (value, role) = match &expr.op {
@@ -380,7 +439,7 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
         | Op::Expand { .. }
         | Op::Slice { .. }
         | Op::Reshape
-        | Op::ExpandBlocks { .. } => (operand(&expr.inputs[0], out_dtype), ComputeRole::Normal),
+        | Op::ExpandBlocks { .. } => (operand(&expr.inputs[0], out_dtype)?, ComputeRole::Normal),
         // The input where the index falls inside it (`indexing` keeps the read in bounds
         // elsewhere), else the value.
         Op::Pad {
@@ -403,7 +462,7 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
                 compute_type,
                 Box::new([
                     index_within(*axis, *before, &end),
-                    operand(&expr.inputs[0], compute_type),
+                    operand(&expr.inputs[0], compute_type)?,
                     Data::Literal(*value, compute_type),
                 ]),
             );
@@ -416,21 +475,21 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
                 compute_type,
                 Box::new([
                     index_within(*axis, 0, &f.class_extent(f.class_of(first))),
-                    operand(&expr.inputs[0], compute_type),
-                    operand(&expr.inputs[1], compute_type),
+                    operand(&expr.inputs[0], compute_type)?,
+                    operand(&expr.inputs[1], compute_type)?,
                 ]),
             );
             (value, ComputeRole::Normal)
         }
         Op::Cast(d) => (
-            Data::Cast(*d, Box::new(operand(&expr.inputs[0], *d))),
+            Data::Cast(*d, Box::new(operand(&expr.inputs[0], *d)?)),
             ComputeRole::Normal,
         ),
         Op::Unary(u) => (
             Data::Unary(
                 *u,
                 compute_type,
-                Box::new(operand(&expr.inputs[0], compute_type)),
+                Box::new(operand(&expr.inputs[0], compute_type)?),
             ),
             ComputeRole::Normal,
         ),
@@ -438,8 +497,8 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
             Data::Binary(
                 *b,
                 compute_type,
-                Box::new(operand(&expr.inputs[0], compute_type)),
-                Box::new(operand(&expr.inputs[1], compute_type)),
+                Box::new(operand(&expr.inputs[0], compute_type)?),
+                Box::new(operand(&expr.inputs[1], compute_type)?),
             ),
             ComputeRole::Normal,
         ),
@@ -457,9 +516,9 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
                     *op,
                     compute_type,
                     Box::new([
-                        operand(&expr.inputs[0], cond_type),
-                        operand(&expr.inputs[1], compute_type),
-                        operand(&expr.inputs[2], compute_type),
+                        operand(&expr.inputs[0], cond_type)?,
+                        operand(&expr.inputs[1], compute_type)?,
+                        operand(&expr.inputs[2], compute_type)?,
                     ]),
                 ),
                 ComputeRole::Normal,
@@ -469,8 +528,11 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
             Data::Binary(
                 op.combine(),
                 compute_type,
-                Box::new(Data::Read(out.clone())),
-                Box::new(operand(&expr.inputs[0], compute_type)),
+                Box::new(Data::Read(Access {
+                    buffer: cx.tensor_buffer[&t],
+                    index: None,
+                })),
+                Box::new(operand(&expr.inputs[0], compute_type)?),
             ),
             ComputeRole::ReductionUpdate,
         ),
@@ -492,13 +554,7 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
             ))
         }
     };
-    Ok(Compute {
-        expr: e,
-        out,
-        value,
-        role,
-        vector: None,
-    })
+    Ok((value, role))
 }
 
 /// A count of elements as a value of type `dtype`: its extents (a size symbol is the kernel's
