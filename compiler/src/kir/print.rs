@@ -696,6 +696,7 @@ fn write_compute_tag(c: &Compute, s: &mut String) {
         ComputeRole::ReductionInit => " init",
         ComputeRole::ReductionUpdate => " reduce",
         ComputeRole::ReductionWrite => " write",
+        ComputeRole::OnlineRescale => " rescale",
     });
 }
 
