@@ -333,8 +333,8 @@ fn the_online_kernel_keeps_running_statistics_in_one_tile_loop() {
         // the exponentials, the sum and the product; the division after it.
         let order = [
             "for (index_t t_o = 0;",
-            "kc[t_i * 64 + d] = k[",
-            "vc[t_i * 64 + d2] = v[",
+            "kc[t_ido * 64 + t_idi] = k[",
+            "vc[t_id2o * 64 + t_id2i] = v[",
             "__syncthreads();",
             "m_prev[0] = m_acc[0];",
             "m_acc[0] = fmaxf(m_acc[0], ",
@@ -367,7 +367,7 @@ fn the_online_kernel_keeps_running_statistics_in_one_tile_loop() {
         // Each block fills its own shared tiles: no block-index predicate on the copies.
         let copy = cuda
             .lines()
-            .nth(line_of(cuda, "kc[t_i * 64 + d] = k[") - 1)
+            .nth(line_of(cuda, "kc[t_ido * 64 + t_idi] = k[") - 1)
             .unwrap();
         assert!(!copy.contains("blockIdx"), "{copy}");
     }
@@ -397,7 +397,14 @@ fn compile_error(src: &str) -> String {
 /// thread, so that schedules without the split still apply).
 fn online_with(from: &str, to: &str) -> String {
     let src = example("attention/online.hf")
-        .replace("  kc.parallelize(2, TIDx)\n  vc.parallelize(2, TIDx)\n", "");
+        .replace(
+            "  kc.merge(1)\n  kc.split(1, 64)\n  kc.parallelize(2, TIDx)\n",
+            "",
+        )
+        .replace(
+            "  vc.merge(1)\n  vc.split(1, 64)\n  vc.parallelize(2, TIDx)\n",
+            "",
+        );
     assert!(src.contains(from), "{from}");
     src.replacen(from, to, 1)
 }

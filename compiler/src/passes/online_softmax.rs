@@ -10,15 +10,16 @@
 //! Guarantees, per iteration of the tile loop (docs/attention.md, section 2):
 //! - before `m`'s update loop, `m_prev = m_acc` (the maximum of the earlier tiles);
 //! - after it, `m = m_acc`, or 0 while `m_acc` is `-inf` (every key so far masked: `-inf - -inf`
-//!   would be NaN), the value the exponentials subtract; then `alpha = exp(m_prev - m)` (exp2
-//!   for an exp2 softmax) and `l_acc *= alpha`, `o_acc *= alpha`;
+//!   would be NaN), the value the exponentials subtract; then `m_scale = exp(m_prev - m)` (exp2
+//!   for an exp2 softmax) and `l_acc *= m_scale`, `o_acc *= m_scale`;
 //! - the division `p = e / l` inside the loop becomes `p = e`, and `o`'s write after the loop
-//!   divides by the final `l`.
+//!   divides by the final `l_acc`; `l` and the views of it the division read keep no buffer.
 //!
 //! Out-of-range keys of a ragged last tile are the `predicate` pass's bounds: their updates of
 //! `m`, `l` and `o` are skipped, so they never raise `m` and add nothing.
-//! Emits: two local scalars per softmax (`m_prev`, `alpha`) and their computes, which carry
-//! `m`'s and `l`'s and `o`'s expressions (role `Normal`).
+//! Emits: two register scalars per softmax (`{m}_prev`, `{m}_scale`); the computes of `m_prev`,
+//! `m_scale` and the rescales carry `m`'s, `l`'s and `o`'s expressions with the role
+//! [`ComputeRole::OnlineRescale`], the guarded `m` is `m`'s `ReductionWrite`, now in the loop.
 
 use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
