@@ -307,7 +307,7 @@ pub const PRIMITIVES: &[Primitive] = &[
         name: "online_softmax",
         written: "online_softmax(o)",
         params: &[pos("product", ArgKind::Tensor)],
-        doc: doc!("Computes the softmax over T that o = sum(broadcast(p) * broadcast(v), axis=T) consumes online (FlashAttention's recurrence): the row maximum, the exponentials, the row sum and the product share the serial loop over o's tiles of T, the sum and o's accumulator rescaled by exp(m_old - m_new) when the maximum grows, o divided by the sum after the loop. The tile is the inner part of a split of T on o; ragged T is predicated (out-of-range keys add nothing). In the unnormalised form name the division, o = sum(broadcast(e) * broadcast(v), axis=T) / broadcast(l). examples/attention/online.hf, docs/attention.md."),
+        doc: doc!("Computes the softmax over T that o = sum(broadcast(p) * broadcast(v), axis=T) consumes online (FlashAttention's recurrence): the row maximum, the exponentials, the row sum and the product share the serial loop over o's tiles of T, the sum and o's accumulator rescaled by exp(m_old - m_new) when the maximum grows, o divided by the sum after the loop. The tile is the inner part of a split of T on o; ragged T is predicated (out-of-range keys add nothing). Not lowered yet, each refused with a message: the unnormalised form o = sum(broadcast(e) * broadcast(v), axis=T) / broadcast(l), readers of the final maximum or sum (the log-sum-exp). examples/attention/online.hf, docs/attention.md."),
         apply: Apply::Statement(online::online_softmax),
         checks_first: true,
         on_inputs: false,
