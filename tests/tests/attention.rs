@@ -179,20 +179,7 @@ fn plain_and_online(src: &str, (s, t, d): (i64, i64, i64), tile: usize) -> (Vec<
         ("D".into(), d),
     ]
     .into();
-    let mut inputs = BTreeMap::new();
-    for (k, &x) in f.inputs.iter().enumerate() {
-        let n: i64 = f
-            .logical(x)
-            .iter()
-            .map(|&a| f.class_extent(f.class_of(a)).eval(&sizes).unwrap())
-            .product();
-        let t = &f.tensors[x];
-        let v = match t.value {
-            Some(v) => vec![v],
-            None => values(n as usize, k as u64 + 1),
-        };
-        inputs.insert(t.name.clone(), v);
-    }
+    let inputs = inputs(&f, &sizes);
     let plain = hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap();
     let p = online_softmax::find_all(&f).remove(0);
     let online = hopfuse::reference::online::evaluate(&f, &p, tile, &sizes, &inputs).unwrap();
@@ -268,4 +255,235 @@ fn the_automatic_schedulers_name_attention() {
             "{reason}"
         );
     }
+}
+
+// ---- The primitive `online_softmax(o)` and its lowering on CUDA cores.
+
+const ONLINE_EXAMPLES: [(&str, &str); 2] = [
+    ("attention/online.hf", "attention/attention.hf"),
+    ("attention/online_causal.hf", "attention/causal.hf"),
+];
+
+/// Every input of `f` at `sizes`, deterministic.
+fn inputs(f: &Fusion, sizes: &BTreeMap<String, i64>) -> BTreeMap<String, Vec<f64>> {
+    let mut out = BTreeMap::new();
+    for (k, &x) in f.inputs.iter().enumerate() {
+        let n: i64 = f
+            .logical(x)
+            .iter()
+            .map(|&a| f.class_extent(f.class_of(a)).eval(sizes).unwrap())
+            .product();
+        let t = &f.tensors[x];
+        let v = match t.value {
+            Some(v) => vec![v],
+            None => values(n as usize, k as u64 + 1),
+        };
+        out.insert(t.name.clone(), v);
+    }
+    out
+}
+
+#[test]
+fn the_online_examples_compute_the_plain_examples_math() {
+    // The reference evaluates the math, not the schedule: the online examples' programs are
+    // the attention of the plain examples (at D = 64, their constant), at a bench-like and a
+    // ragged size, and their online form over the schedule's tile of 32 keys equals both.
+    for (online, plain) in ONLINE_EXAMPLES {
+        let (fo, fp) = (fusion(&example(online)), fusion(&example(plain)));
+        for (s, t) in [(64, 96), (70, 37), (5, 100)] {
+            let sizes: BTreeMap<String, i64> =
+                [("S".into(), s), ("T".into(), t), ("D".into(), 64)].into();
+            let ins = inputs(&fp, &sizes);
+            let got = hopfuse::reference::evaluate(&fo, &sizes, &ins).unwrap();
+            let want = hopfuse::reference::evaluate(&fp, &sizes, &ins).unwrap();
+            assert_close(&want["o"], &got["o"], &format!("{online} at S={s}, T={t}"));
+            assert!(want["o"].iter().all(|x| x.is_finite()), "{plain}");
+            let p = online_softmax::find_all(&fo).remove(0);
+            let tiled = hopfuse::reference::online::evaluate(&fo, &p, 32, &sizes, &ins).unwrap();
+            assert_close(
+                &want["o"],
+                &tiled,
+                &format!("{online} tiled at S={s}, T={t}"),
+            );
+        }
+    }
+}
+
+/// The line of `cuda` that starts (indentation aside) with `needle`, or a panic.
+fn line_of(cuda: &str, needle: &str) -> usize {
+    cuda.lines()
+        .position(|l| l.trim_start().starts_with(needle))
+        .unwrap_or_else(|| panic!("no line starting `{needle}` in\n{cuda}"))
+}
+
+#[test]
+fn the_online_kernel_keeps_running_statistics_in_one_tile_loop() {
+    for (online, _) in ONLINE_EXAMPLES {
+        let c = hopfuse_tests::compile(&example(online));
+        let cuda = &c.cuda;
+        // One serial loop over ceilDiv(T, 32) key tiles, and no loop over the whole of T.
+        assert_eq!(
+            cuda.matches("for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 32); ++t_o)")
+                .count(),
+            1,
+            "{online}"
+        );
+        assert!(!cuda.contains("t < T;"), "{online}");
+        // In it, in order: the tiles to shared memory, the maximum, the guarded m, the rescale,
+        // the exponentials, the sum and the product; the division after it.
+        let order = [
+            "for (index_t t_o = 0;",
+            "kc[t_ido * 64 + t_idi] = k[",
+            "vc[t_id2o * 64 + t_id2i] = v[",
+            "__syncthreads();",
+            "m_prev[0] = m_acc[0];",
+            "m_acc[0] = fmaxf(m_acc[0], ",
+            "m[0] = (m_acc[0] == __int_as_float(0xff800000)) ? 0.0f : m_acc[0];",
+            "m_scale[0] = expf((m_prev[0] - m[0]));",
+            "l_acc[0] = l_acc[0] * m_scale[0];",
+            "o_acc[d2] = o_acc[d2] * m_scale[0];",
+            "l_acc[0] = l_acc[0] + e[t_i];",
+            "o_acc[d2] = o_acc[d2] + o_mul[0];",
+            "o[(s2_o * 64 + s2_i) * 64 + d2] = o_acc[d2] / l_acc[0];",
+        ];
+        let lines: Vec<usize> = order.iter().map(|n| line_of(cuda, n)).collect();
+        assert!(
+            lines.windows(2).all(|w| w[0] < w[1]),
+            "{online}: {lines:?}\n{cuda}"
+        );
+        // Ragged T: the key's bound guards the maximum, the sum and the product.
+        for update in [
+            "m_acc[0] = fmaxf(",
+            "l_acc[0] = l_acc[0] + e",
+            "o_acc[d2] = o_acc[d2] + o_mul",
+        ] {
+            let at = line_of(cuda, update);
+            let guard = cuda.lines().nth(at - 1).unwrap();
+            assert!(
+                guard.contains("t_o * 32 + t_i < T"),
+                "{online}: `{update}` under `{guard}`"
+            );
+        }
+        // Each block fills its own shared tiles: no block-index predicate on the copies.
+        let copy = cuda
+            .lines()
+            .nth(line_of(cuda, "kc[t_ido * 64 + t_idi] = k[") - 1)
+            .unwrap();
+        assert!(!copy.contains("blockIdx"), "{copy}");
+    }
+}
+
+#[test]
+fn without_the_primitive_the_scores_of_all_of_t_are_kept() {
+    // The same schedule without online_softmax(o): the maximum over T must finish before the
+    // exponentials start, so the scores of the whole row are kept, which registers cannot.
+    let src = example("attention/online.hf").replace("  online_softmax(o)\n", "");
+    let e = compile_error(&src);
+    assert!(
+        e.contains("register tensor `s` needs ceilDiv(T, 32) * 32 elements per thread"),
+        "{e}"
+    );
+}
+
+/// The first error of compiling `src`, rendered (`t.hf:line:column: message`).
+fn compile_error(src: &str) -> String {
+    match hopfuse::compile(src, &Default::default()) {
+        Ok(_) => panic!("expected an error for:\n{src}"),
+        Err(e) => e.render(src, "t.hf"),
+    }
+}
+
+/// online.hf with its schedule's statement `from` replaced by `to` (and its copies made by one
+/// thread, so that schedules without the split still apply).
+fn online_with(from: &str, to: &str) -> String {
+    let src = example("attention/online.hf")
+        .replace(
+            "  kc.merge(1)\n  kc.split(1, 64)\n  kc.parallelize(2, TIDx)\n",
+            "",
+        )
+        .replace(
+            "  vc.merge(1)\n  vc.split(1, 64)\n  vc.parallelize(2, TIDx)\n",
+            "",
+        );
+    assert!(src.contains(from), "{from}");
+    src.replacen(from, to, 1)
+}
+
+/// Where `stmt` starts in `src`: `t.hf:line:column`.
+fn located(src: &str, stmt: &str) -> String {
+    let at = src.find(stmt).unwrap_or_else(|| panic!("no `{stmt}`"));
+    let line = src[..at].lines().count() + usize::from(src[..at].ends_with('\n'));
+    let column = at - src[..at].rfind('\n').map_or(0, |n| n + 1) + 1;
+    format!("t.hf:{line}:{column}")
+}
+
+#[test]
+fn online_softmax_errors_name_the_tensor_and_the_statement() {
+    // The rule's refusals, prefixed with the statement and located on it.
+    let src = online_with("online_softmax(o)", "online_softmax(s_sum)");
+    let e = compile_error(&src);
+    assert!(
+        e.contains("online_softmax(...): neither factor of `s_sum`"),
+        "{e}"
+    );
+    assert!(e.contains(&located(&src, "s_sum)")), "{e}");
+
+    let src = online_with("online_softmax(o)", "online_softmax(o2)");
+    let e = compile_error(&src);
+    assert!(e.contains("unknown tensor `o2`"), "{e}");
+
+    let src = online_with(
+        "online_softmax(o)",
+        "online_softmax(o)\n  online_softmax(o)",
+    );
+    let e = compile_error(&src);
+    assert!(
+        e.contains("online_softmax(...): the softmax `o` consumes is already online (an earlier online_softmax statement)"),
+        "{e}"
+    );
+
+    // The rule holds, but the lowering's conditions do not.
+    let src = online_with("  o.split(2, 32)\n", "");
+    let e = compile_error(&src);
+    assert!(
+        e.contains("online_softmax(o): `o` sums over `T` in one loop; split it into the serial loop over tiles and the tile (`o.split(2, 64)`)"),
+        "{e}"
+    );
+    assert!(e.contains(&located(&src, "online_softmax(o)")), "{e}");
+
+    let src = online_with(
+        "o.parallelize(1, TIDx)",
+        "o.parallelize(1, TIDx)\n  o.parallelize(2, TIDy)",
+    );
+    let e = compile_error(&src);
+    assert!(
+        e.contains("online_softmax(o): `m` reduces over `T` along TIDy; the online softmax's statistics are per thread"),
+        "{e}"
+    );
+}
+
+#[test]
+fn forms_the_rule_accepts_but_the_lowering_does_not_say_so() {
+    // The unnormalised form: the statement names the division.
+    let src = online_with("", "")
+        .replace(
+            "  p = e / broadcast(l, axis=1)\n  o = sum(broadcast(p, axis=2) * broadcast(v, axis=0), axis=1)",
+            "  u = sum(broadcast(e, axis=2) * broadcast(v, axis=0), axis=1)\n  o = u / broadcast(l, axis=1)",
+        )
+;
+    let e = compile_error(&src);
+    assert!(
+        e.contains("online_softmax(o): the unnormalised form (`o` divides the product by `l` after it) is not lowered yet"),
+        "{e}"
+    );
+    // The log-sum-exp reads the final statistics.
+    let src = online_with("", "").replace(
+        "  output o\n",
+        "  output o\n  lse = m + log(l)\n  output lse\n",
+    );
+    let e = compile_error(&src);
+    assert!(
+        e.contains("online_softmax(o): `lse` reads the final `m`; keeping the row statistics for readers after the loop (the log-sum-exp) is not lowered yet"),
+        "{e}"
+    );
 }

@@ -432,7 +432,8 @@ mod tests {
         assert!(c.cuda.contains("__global__"));
         // The TMA passes run (and are dumped) only for fusions with TMA loads, `mma` only for
         // tensor-core tiles, `persistent` and `tile_values` only for persistent grids,
-        // `specialize` never here (the playground's kernel is generic over its sizes).
+        // `specialize` never here (the playground's kernel is generic over its sizes),
+        // `online_softmax` only for an online softmax (no example here has one).
         let tma_passes = [
             "tma",
             "tma_issue",
@@ -449,7 +450,7 @@ mod tests {
         };
         assert_eq!(
             c.passes.len(),
-            1 + count(&[&tma_passes[..], &["mma"]].concat())
+            1 + count(&[&tma_passes[..], &["mma", "online_softmax"]].concat())
         );
         let tma = compile(
             crate::examples::source(&crate::examples::find("tma/exp_2d").unwrap()),
@@ -458,19 +459,28 @@ mod tests {
         .unwrap();
         assert_eq!(
             tma.passes.len(),
-            1 + count(&["mma", "persistent", "tile_values", "specialize"])
+            1 + count(&[
+                "mma",
+                "persistent",
+                "tile_values",
+                "specialize",
+                "online_softmax"
+            ])
         );
         let mma =
             crate::examples::source(&crate::examples::find("matmul/step2_pipelined").unwrap());
         let mma = compile(mma, &Default::default()).unwrap();
         assert_eq!(
             mma.passes.len(),
-            count(&["persistent", "tile_values", "specialize"]) + 1
+            count(&["persistent", "tile_values", "specialize", "online_softmax"]) + 1
         );
         let persistent = crate::examples::source(
             &crate::examples::find("matmul/step15_persistent_raster").unwrap(),
         );
         let persistent = compile(persistent, &Default::default()).unwrap();
-        assert_eq!(persistent.passes.len(), count(&["specialize"]) + 1);
+        assert_eq!(
+            persistent.passes.len(),
+            count(&["specialize", "online_softmax"]) + 1
+        );
     }
 }

@@ -296,7 +296,7 @@ mod tests {
         {
             let stmt = match s {
                 "cache_after" | "cache_before" => format!("x = {s}(a)"),
-                "propagate" | "inline_most" => format!("{s}(c)"),
+                "propagate" | "inline_most" | "online_softmax" => format!("{s}(c)"),
                 "cluster" | "persistent" => format!("{s}(BIDx, 2)"),
                 _ => format!("c.{s}()"),
             };

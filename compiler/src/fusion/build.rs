@@ -51,6 +51,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             class_extent_member: Default::default(),
             cluster: None,
             persistent: None,
+            online_softmax: Vec::new(),
             constraints: Vec::new(),
             propagate_work: 0,
         },

@@ -509,6 +509,14 @@ pub struct CircularBuffer {
     pub span: Span,
 }
 
+/// An `online_softmax(o)` statement's rewrite: the pattern [`online_softmax::find`] accepted,
+/// and the statement (for the passes' errors).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OnlineRewrite {
+    pub pattern: online_softmax::OnlineSoftmax,
+    pub span: Option<Span>,
+}
+
 /// `warp_specialized(on, registers=[producer, consumer], warp=N)` of a circular buffer: the block
 /// gets a 128-thread producer warp group along `on`; warp `warp` of it issues this tensor's loads
 /// (different warps = different producer roles, each with its own barriers).
@@ -541,6 +549,10 @@ pub struct Fusion {
     pub cluster: Option<Cluster>,
     /// A persistent grid walking the tiles in a grouped raster (`persistent(BIDy, 8)`).
     pub persistent: Option<Persistent>,
+    /// The online softmaxes the schedule asked for (`online_softmax(o)`), for the passes: each
+    /// softmax over `T` and its product computed as running statistics over the serial loop of
+    /// the product's `T` tiles.
+    pub online_softmax: Vec<OnlineRewrite>,
     /// Conditions on the sizes that the views need (a slice reads inside its input), checked
     /// before a launch and by the reference.
     pub constraints: Vec<crate::plan::Constraint>,

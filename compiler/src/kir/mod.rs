@@ -84,6 +84,10 @@ pub enum ComputeRole {
     ReductionUpdate,
     /// `out = acc` after them (and after the cross-thread reduction).
     ReductionWrite,
+    /// An online softmax's running statistics between its tile's reduction loops
+    /// (`passes::online_softmax`): the previous maximum, the rescale factor, the rescaled sum
+    /// and accumulator. Outside the reduction loops, as a write is.
+    OnlineRescale,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -1265,6 +1265,7 @@ impl<'a> Parser<'a> {
             (" init", ComputeRole::ReductionInit),
             (" reduce", ComputeRole::ReductionUpdate),
             (" write", ComputeRole::ReductionWrite),
+            (" rescale", ComputeRole::OnlineRescale),
         ]
         .into_iter()
         .find(|(t, _)| c.eat(t))

@@ -704,6 +704,7 @@ fn write_compute_tag(c: &Compute, s: &mut String) {
         ComputeRole::ReductionInit => " init",
         ComputeRole::ReductionUpdate => " reduce",
         ComputeRole::ReductionWrite => " write",
+        ComputeRole::OnlineRescale => " rescale",
     });
 }
 

@@ -25,6 +25,7 @@ pub mod allocation;
 pub mod indexing;
 pub mod loop_nest;
 pub mod mma;
+pub mod online_softmax;
 pub mod persistent;
 pub mod predicate;
 pub mod probe;
@@ -125,6 +126,13 @@ pub const PIPELINE: &[Pass] = &[
         summary: "accumulators, block reductions, reduction writes",
         run: Run::Kernel(reduction::run),
         applies: always,
+        in_place: false,
+    },
+    Pass {
+        name: "online_softmax",
+        summary: "running maximum and sum, rescale of the accumulator, division after the loop",
+        run: Run::Kernel(online_softmax::run),
+        applies: online_softmax::used,
         in_place: false,
     },
     Pass {
@@ -331,6 +339,9 @@ pub struct Ctx<'a> {
     /// Placement: loop keys enclosing each tensor's computation, and how many are shared with
     /// its consumers.
     pub placement: FxHashMap<TensorId, (Vec<LoopKey>, usize)>,
+    /// The loop over `T` tiles of each online softmax ([`Fusion::online_softmax`], same order),
+    /// set by `loop_nest` ([`online_softmax::tile_loops`]).
+    pub online_tiles: Vec<LoopKey>,
     /// Names loop variables must avoid (size symbols, tensors).
     /// Every identifier the kernel already uses or may not use (user names, C++ and CUDA names,
     /// loop variables and derived buffer names handed out so far): [`Ctx::fresh_name`] steps
@@ -394,6 +405,7 @@ impl<'a> Ctx<'a> {
             tensor_buffer: FxHashMap::default(),
             alloc_ids: FxHashMap::default(),
             placement: FxHashMap::default(),
+            online_tiles: Vec::new(),
             taken_names: reserved,
             name_suffix: Default::default(),
             constraints: Vec::new(),
@@ -414,6 +426,31 @@ impl<'a> Ctx<'a> {
             .filter(|&&k| !matches!(self.keys.nodes[k], KeyNode::Tiles(_)))
             .count();
         self.fusion.tensors[t].loop_domain.len().saturating_sub(own)
+    }
+
+    /// A new register buffer of `k` that no tensor has (an accumulator, a running statistic),
+    /// named `name` or a fresh variant of it, spanning the axes `ids` (its `alloc` is the
+    /// caller's to place).
+    pub fn new_register(
+        &mut self,
+        k: &mut Kernel,
+        name: &str,
+        dtype: crate::dtype::DType,
+        ids: Vec<IterId>,
+    ) -> BufferId {
+        let b = BufferId::new(k.buffers.len());
+        k.buffers.push(crate::kir::Buffer {
+            name: self.fresh_name(name),
+            dtype,
+            memory: crate::fusion::MemoryType::Local,
+            tensor: None,
+            size: None,
+            smem_offset: None,
+            global_shape: Vec::new(),
+            is_input: false,
+        });
+        self.alloc_ids.insert(b, ids);
+        b
     }
 
     /// The key of a loop no tensor axis has (a persistent kernel's tile loop).

@@ -3,10 +3,12 @@
 //! Requires: `indexing`. Bounds: every root axis of the computed tensor reached through a split
 //! that may not divide evenly gets `index < extent`. Thread predicates: a write to global or
 //! shared memory by a tensor that does not vary along a thread or block dimension the kernel
-//! uses happens only where that index is 0 (one writer, no racing identical stores).
+//! uses happens only where that index is 0 (one writer, no racing identical stores); for shared
+//! memory only thread indices count (each block writes its own copy).
 //! Vectorization: a copy between global memory and registers or shared memory that is alone in
-//! its `Vectorize` loop, with lanes contiguous in memory, becomes one vector access; with a bounds predicate it
-//! is taken when the whole vector is in bounds, else the lanes run one by one (the tail).
+//! its `Vectorize` loop, with lanes contiguous in memory, becomes one vector access; with a
+//! bounds predicate it is taken when the whole vector is in bounds, else the lanes run one by
+//! one (the tail).
 //! Predicates wrap single computations, never barriers or block reductions, so every thread
 //! reaches every barrier. Vectors whose alignment depends on the sizes also check it at run time
 //! and take the scalar path when misaligned, unless the compile is specialised for it
@@ -116,7 +118,11 @@ impl State<'_> {
                 if ax.kind == IterKind::Broadcast {
                     continue;
                 }
-                if c.role == ComputeRole::ReductionWrite && ax.kind == IterKind::Reduction {
+                let outside_reduction = matches!(
+                    c.role,
+                    ComputeRole::ReductionWrite | ComputeRole::OnlineRescale
+                );
+                if outside_reduction && ax.kind == IterKind::Reduction {
                     continue;
                 }
                 let class = f.class_of(r);
@@ -135,7 +141,10 @@ impl State<'_> {
         }
         let out_mem = self.k.buffers[c.out.buffer].memory;
         if out_mem != MemoryType::Local {
-            for &p in &self.used {
+            // Shared memory is the block's own: every block fills its copy, so only the thread
+            // indices pick one writer.
+            let per_block = out_mem == MemoryType::Shared;
+            for &p in self.used.iter().filter(|p| !(per_block && p.is_block())) {
                 // Mma axes spread the tile over the warp group's threads (threadIdx.x).
                 let varies = tensor.loop_domain.iter().any(|&id| {
                     let q = f.ids[id].parallel;

@@ -9,10 +9,8 @@
 
 use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
-use crate::fusion::{ExprId, IterId, IterKind, MemoryType, Op, ParallelType};
-use crate::kir::{
-    Access, Buffer, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Loop, Stmt, Val,
-};
+use crate::fusion::{ExprId, IterId, IterKind, Op, ParallelType};
+use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Loop, Stmt, Val};
 
 /// One reduction's rewrite: the loop it hooks onto and what surrounds that loop.
 struct Lowered {
@@ -106,40 +104,15 @@ fn lower(cx: &mut Ctx, k: &mut Kernel, e: ExprId) -> Option<Lowered> {
         }
     }
     let dtype = tensor.dtype.compute();
-    let acc = BufferId::new(k.buffers.len());
-    let acc_name = cx.fresh_name(&format!("{}_acc", tensor.name));
-    k.buffers.push(Buffer {
-        name: acc_name,
+    let acc = cx.new_register(
+        k,
+        &format!("{}_acc", tensor.name),
         dtype,
-        memory: MemoryType::Local,
-        tensor: None,
-        size: None,
-        smem_offset: None,
-        global_shape: Vec::new(),
-        is_input: false,
-    });
-    cx.alloc_ids.insert(acc, serial_iter.clone());
+        serial_iter.clone(),
+    );
     cx.accumulator_of.insert(acc, t);
     let out_buf = cx.tensor_buffer[&t];
-    let loops_over = |cx: &Ctx, inner: Vec<Stmt>| -> Vec<Stmt> {
-        let mut body = inner;
-        for &id in serial_iter.iter().rev() {
-            let key = cx.id_keys[&id];
-            body = vec![Stmt::Loop(Loop {
-                key,
-                var: cx.keys.names[key].clone(),
-                extent: Val::from_size(cx.key_extent(key)),
-                parallel: if f.ids[id].parallel == ParallelType::Vectorize {
-                    ParallelType::Unroll
-                } else {
-                    f.ids[id].parallel
-                },
-                body,
-                digits: Vec::new(),
-            })];
-        }
-        body
-    };
+    let loops_over = |cx: &Ctx, inner: Vec<Stmt>| accumulator_loops(cx, &serial_iter, inner);
     let acc_access = Access {
         buffer: acc,
         index: None,
@@ -188,6 +161,27 @@ fn lower(cx: &mut Ctx, k: &mut Kernel, e: ExprId) -> Option<Lowered> {
         before,
         after: tail,
     })
+}
+
+/// `inner` inside loops over an accumulator's axes (`ids`, outermost first: the serial axes
+/// of its tensor inside its reduction loops), vectorized ones unrolled.
+pub(super) fn accumulator_loops(cx: &Ctx, ids: &[IterId], inner: Vec<Stmt>) -> Vec<Stmt> {
+    let mut body = inner;
+    for &id in ids.iter().rev() {
+        let key = cx.id_keys[&id];
+        body = vec![Stmt::Loop(Loop {
+            key,
+            var: cx.keys.names[key].clone(),
+            extent: Val::from_size(cx.key_extent(key)),
+            parallel: match cx.fusion.ids[id].parallel {
+                ParallelType::Vectorize => ParallelType::Unroll,
+                p => p,
+            },
+            body,
+            digits: Vec::new(),
+        })];
+    }
+    body
 }
 
 /// Records, for each reduction of `lowered`, the preorder number of the outermost loop with its

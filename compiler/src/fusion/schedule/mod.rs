@@ -7,7 +7,8 @@
 //!
 //! The apply functions, by what they do: [`memory`] (caches, `set_memory`), [`loops`] (split,
 //! merge, reorder, rfactor, propagate), [`parallel`], [`inlining`], [`recompute`], [`pipeline`]
-//! (circular buffering, warp specialization) and [`grid`] (cluster, persistent).
+//! (circular buffering, warp specialization), [`grid`] (cluster, persistent) and [`online`] (the
+//! online softmax).
 //!
 //! A statement that fails after changing the fusion is undone from a copy taken before it; a
 //! statement whose checks all come before its first change (`checks_before_changing`, from the
@@ -26,6 +27,7 @@ mod grid;
 mod inlining;
 mod loops;
 mod memory;
+mod online;
 mod parallel;
 mod params;
 mod pipeline;

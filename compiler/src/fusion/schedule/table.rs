@@ -9,7 +9,7 @@
 use super::args::Args;
 pub use super::params::{either, ArgKind, IfAbsent, Nested, Param, Passing};
 use super::params::{named, opt, pos};
-use super::{grid, inlining, loops, memory, parallel, pipeline, recompute, SResult};
+use super::{grid, inlining, loops, memory, online, parallel, pipeline, recompute, SResult};
 use crate::diag::{Diagnostic, Span};
 use crate::fusion::{Fusion, TensorId};
 
@@ -309,6 +309,15 @@ pub const PRIMITIVES: &[Primitive] = &[
         params: &[pos("on", ArgKind::Parallel), pos("ctas", ArgKind::Int)],
         doc: doc!("Launches the kernel in clusters of 2..8 consecutive CTAs along a grid axis; a load=tma box that every CTA of a cluster loads alike is multicast, each CTA copying its slice of it into all of them (its pipeline needs empty mbarriers)."),
         apply: Apply::Statement(grid::cluster),
+        checks_first: true,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "online_softmax",
+        written: "online_softmax(o)",
+        params: &[pos("product", ArgKind::Tensor)],
+        doc: doc!("Computes the softmax over T that o = sum(broadcast(p) * broadcast(v), axis=T) consumes online (FlashAttention's recurrence): the row maximum, the exponentials, the row sum and the product share the serial loop over o's tiles of T, the sum and o's accumulator rescaled by exp(m_old - m_new) when the maximum grows, o divided by the sum after the loop. The tile is the inner part of a split of T on o; ragged T is predicated (out-of-range keys add nothing). Not lowered yet, each refused with a message: the unnormalised form o = sum(broadcast(e) * broadcast(v), axis=T) / broadcast(l), readers of the final maximum or sum (the log-sum-exp). examples/attention/online.hf, docs/attention.md."),
+        apply: Apply::Statement(online::online_softmax),
         checks_first: true,
         on_inputs: false,
     },

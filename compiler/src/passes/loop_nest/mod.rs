@@ -8,7 +8,8 @@
 //! type, and that every thread/block dimension has one extent. An inlining position may not
 //! pass a loop that is a reduction axis, a vectorized or `Bulk` axis, or a loop over which a
 //! reduction is broadcast back to a consumer that reads the tensor again (a persistent buffer);
-//! a circular-buffered cache's innermost shared loop must be serial. With `cluster(..)` the
+//! a circular-buffered cache's innermost shared loop must be serial. The tensors of an online
+//! softmax may pass its loop over `T` tiles (`passes::online_softmax`). With `cluster(..)` the
 //! clustered grid extent must be a multiple of the cluster: an error when it is a constant, a
 //! launch constraint when it depends on the sizes.
 //! Emits: loops (hardware-bound loops are bindings of threadIdx/blockIdx, not loops) and one
@@ -57,9 +58,11 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     }
     create_buffers(cx, k);
     let restricted = restricted_classes(f);
+    cx.online_tiles = super::online_softmax::tile_loops(cx)?;
+    let online = super::online_softmax::tile_of_tensors(cx);
     // Placements, consumers first.
     for &t in computed.iter().rev() {
-        let placement = place(cx, t, &restricted)?;
+        let placement = place(cx, t, &restricted, online.get(&t).copied())?;
         cx.placement.insert(t, placement);
     }
     check_parallel_extents(cx, k)?;
@@ -222,10 +225,14 @@ fn match_prefix(
     Ok(j)
 }
 
+/// `online_tile`: the loop over `T` tiles of the online softmax `t` belongs to, which `t` may be
+/// computed inside although it reduces over `T` or is read again after a reduction over it (the
+/// rewrite keeps running statistics instead: `passes::online_softmax`).
 fn place(
     cx: &mut Ctx,
     t: TensorId,
     restricted: &HashMap<TensorId, HashSet<IterId>>,
+    online_tile: Option<LoopKey>,
 ) -> Result<(Vec<LoopKey>, usize), Diagnostic> {
     let f = cx.fusion;
     let tensor = &f.tensors[t];
@@ -249,6 +256,10 @@ fn place(
     for (p, &id) in tensor.loop_domain.iter().enumerate() {
         let ax = &f.ids[id];
         let k = own[p];
+        if online_tile == Some(k) {
+            limit = p + 1;
+            continue;
+        }
         let blocked = ax.kind == IterKind::Reduction
             || ax.parallel == ParallelType::Vectorize
             || ax.parallel == ParallelType::Bulk

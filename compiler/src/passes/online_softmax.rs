@@ -1,0 +1,431 @@
+//! Pass `online_softmax`: the running statistics of each online softmax
+//! ([`crate::fusion::Fusion::online_softmax`], written `online_softmax(o)`).
+//!
+//! Requires: `loop_nest`, which placed the softmax's tensors inside the loop over `T` tiles
+//! ([`tile_loops`]: the product's first loop over `T`, serial, with the tile inside it), and
+//! `reduction`, which gave the row maximum `m`, the row sum `l` and the product `o` register
+//! accumulators initialised before that loop. In the loop, each reduction's update loop over
+//! the tile runs in program order: `m`'s, then the exponentials, `l`'s and `o`'s.
+//!
+//! Guarantees, per iteration of the tile loop (docs/attention.md, section 2):
+//! - before `m`'s update loop, `m_prev = m_acc` (the maximum of the earlier tiles);
+//! - after it, `m = m_acc`, or 0 while `m_acc` is `-inf` (every key so far masked: `-inf - -inf`
+//!   would be NaN), the value the exponentials subtract; then `m_scale = exp(m_prev - m)` (exp2
+//!   for an exp2 softmax) and `l_acc *= m_scale`, `o_acc *= m_scale`;
+//! - the division `p = e / l` inside the loop becomes `p = e`, and `o`'s write after the loop
+//!   divides by the final `l_acc`; `l` and the views of it the division read keep no buffer.
+//!
+//! Out-of-range keys of a ragged last tile are the `predicate` pass's bounds: their updates of
+//! `m`, `l` and `o` are skipped, so they never raise `m` and add nothing.
+//! Emits: two register scalars per softmax (`{m}_prev`, `{m}_scale`); the computes of `m_prev`,
+//! `m_scale` and the rescales carry `m`'s, `l`'s and `o`'s expressions with the role
+//! [`ComputeRole::OnlineRescale`], the guarded `m` is `m`'s `ReductionWrite`, now in the loop.
+
+use super::{Ctx, LoopKey};
+use crate::diag::Diagnostic;
+use crate::fusion::online_softmax::Exponential;
+use crate::fusion::{
+    BinaryOp, ExprId, IterKind, OnlineRewrite, Operand, ParallelType, TensorId, TernaryOp, UnaryOp,
+};
+use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Stmt};
+use rustc_hash::FxHashMap;
+
+/// The loop over `T` tiles of each online softmax, in [`crate::fusion::Fusion::online_softmax`]'s
+/// order: the product's first loop axis over `T`, which must be serial and have the tile (a later
+/// loop axis over `T`) inside it.
+pub fn tile_loops(cx: &mut Ctx) -> Result<Vec<LoopKey>, Diagnostic> {
+    let f = cx.fusion;
+    let mut out = Vec::new();
+    for r in &f.online_softmax {
+        let o = &f.tensors[r.pattern.product];
+        // The statement names the result (the product, or its division in the unnormalised
+        // form).
+        let err = |msg: String| {
+            Err(Diagnostic::new(
+                format!(
+                    "online_softmax({}): {msg}",
+                    f.tensors[r.pattern.result].name
+                ),
+                r.span,
+            ))
+        };
+        if let Err(msg) = check_lowerable(cx, r) {
+            return err(msg);
+        }
+        let mut over_t = Vec::new();
+        for (p, &id) in o.loop_domain.iter().enumerate() {
+            let key = cx.key(id);
+            if cx.key_classes(key).contains(&r.pattern.axis) {
+                over_t.push(p);
+            }
+        }
+        let t_name = axis_name(cx, r);
+        let [outer, .., _tile] = over_t[..] else {
+            return err(format!(
+                "`{}` sums over `{t_name}` in one loop; split it into the serial loop over tiles and the tile (`{}.split({}, 64)`)",
+                o.name,
+                o.name,
+                over_t.first().copied().unwrap_or(0)
+            ));
+        };
+        let id = o.loop_domain[outer];
+        if f.ids[id].parallel != ParallelType::Serial {
+            return err(format!(
+                "the loop over `{t_name}` tiles (axis {outer} of `{}`) is bound to {}; the online softmax runs it serially",
+                o.name, f.ids[id].parallel
+            ));
+        }
+        if f.ids[id].kind != IterKind::Reduction {
+            return err(format!(
+                "axis {outer} of `{}` is not its sum over `{t_name}`",
+                o.name
+            ));
+        }
+        out.push(cx.key(id));
+    }
+    Ok(out)
+}
+
+/// What the rule accepts but this lowering does not do yet, each said as such: the unnormalised
+/// form, readers of the final statistics (the log-sum-exp), and reductions over `T` spread
+/// over threads (a tile's statistics would need block reductions per tile).
+fn check_lowerable(cx: &Ctx, r: &OnlineRewrite) -> Result<(), String> {
+    let f = cx.fusion;
+    let p = &r.pattern;
+    let name = |t: TensorId| &f.tensors[t].name;
+    let Some(probs) = p.probs else {
+        return Err(format!(
+            "the unnormalised form (`{}` divides the product by `{}` after it) is not lowered yet; divide before the product: p = e / broadcast({}, axis=T), {} = sum(broadcast(p) * broadcast(v), axis=T)",
+            name(p.result),
+            name(p.sum),
+            name(p.sum),
+            name(p.result)
+        ));
+    };
+    let readers = |t: TensorId| cx.uses[t].iter().map(|&e| f.exprs[e].output);
+    let d = f.tensors[p.exp]
+        .definition
+        .and_then(|e| f.exprs[e].input_tensors().next());
+    for (stat, reader_in_pattern) in [(p.max, d), (p.sum, None)] {
+        // `m` is read by the subtraction (through views), `l` by the division (through views).
+        let outside = readers(stat).find(|&t| {
+            let mut x = t;
+            while x != probs && Some(x) != reader_in_pattern {
+                match cx.uses[x][..] {
+                    [e] if is_view(f, x) => x = f.exprs[e].output,
+                    _ => return true,
+                }
+            }
+            false
+        });
+        if let Some(t) = outside {
+            return Err(format!(
+                "`{}` reads the final `{}`; keeping the row statistics for readers after the loop (the log-sum-exp) is not lowered yet",
+                name(t),
+                name(stat)
+            ));
+        }
+    }
+    for t in [p.max, p.sum, p.product] {
+        let tensor = &f.tensors[t];
+        if let Some(&id) = tensor
+            .loop_domain
+            .iter()
+            .find(|&&id| f.ids[id].kind == IterKind::Reduction && f.ids[id].parallel.is_hw())
+        {
+            return Err(format!(
+                "`{}` reduces over `{}` along {}; the online softmax's statistics are per thread (the tile's keys serial in each thread)",
+                tensor.name,
+                cx.fusion.class_extent(p.axis),
+                f.ids[id].parallel
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `t` is a copy, cast or broadcast of one tensor.
+fn is_view(f: &crate::fusion::Fusion, t: TensorId) -> bool {
+    f.tensors[t].definition.is_some_and(|e| {
+        matches!(
+            f.exprs[e].op,
+            crate::fusion::Op::Set
+                | crate::fusion::Op::Cast(_)
+                | crate::fusion::Op::Broadcast { .. }
+        )
+    })
+}
+
+/// The summed axis `T` as the program writes its extent.
+fn axis_name(cx: &Ctx, r: &OnlineRewrite) -> String {
+    cx.fusion.class_extent(r.pattern.axis).to_string()
+}
+
+/// The tensors computed inside each softmax's tile loop ([`Ctx::online_tiles`]): the scores,
+/// the maximum, the exponentials, the sum, the probabilities and the product.
+pub fn tile_of_tensors(cx: &Ctx) -> FxHashMap<TensorId, LoopKey> {
+    let f = cx.fusion;
+    let mut out = FxHashMap::default();
+    for (r, &tile) in f.online_softmax.iter().zip(&cx.online_tiles) {
+        let p = &r.pattern;
+        for t in [p.scores, p.max, p.exp, p.sum, p.product]
+            .into_iter()
+            .chain(p.probs)
+        {
+            out.insert(t, tile);
+        }
+    }
+    out
+}
+
+/// Whether the schedule asked for an online softmax (the pass is skipped otherwise).
+pub fn used(cx: &Ctx) -> bool {
+    !cx.fusion.online_softmax.is_empty()
+}
+
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    for (r, &tile) in f.online_softmax.iter().zip(&cx.online_tiles.clone()) {
+        rewrite(cx, k, r, tile)?;
+    }
+    Ok(())
+}
+
+/// The register accumulator `reduction` gave tensor `t`.
+fn accumulator(cx: &Ctx, t: TensorId) -> Option<BufferId> {
+    cx.accumulator_of
+        .iter()
+        .find(|&(_, &of)| of == t)
+        .map(|(&b, _)| b)
+}
+
+fn read(buffer: BufferId) -> Data {
+    Data::Read(Access {
+        buffer,
+        index: None,
+    })
+}
+
+fn rescale(expr: ExprId, out: BufferId, value: Data) -> Stmt {
+    Stmt::Compute(Compute {
+        expr,
+        out: Access {
+            buffer: out,
+            index: None,
+        },
+        value,
+        role: ComputeRole::OnlineRescale,
+        vector: None,
+    })
+}
+
+/// One online softmax's rewrite (the module doc's guarantees).
+fn rewrite(
+    cx: &mut Ctx,
+    k: &mut Kernel,
+    r: &OnlineRewrite,
+    tile: LoopKey,
+) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let p = &r.pattern;
+    let internal = |what: &str| {
+        Diagnostic::new(
+            format!(
+                "internal: online_softmax({}): {what}",
+                f.tensors[p.product].name
+            ),
+            r.span,
+        )
+    };
+    let def = |t: TensorId| f.tensors[t].definition.expect("a computed tensor");
+    let (m_expr, l_expr, o_expr) = (def(p.max), def(p.sum), def(p.product));
+    let (Some(m_acc), Some(l_acc), Some(o_acc)) = (
+        accumulator(cx, p.max),
+        accumulator(cx, p.sum),
+        accumulator(cx, p.product),
+    ) else {
+        return Err(internal("a reduction has no accumulator"));
+    };
+    let probs = p
+        .probs
+        .ok_or_else(|| internal("the unnormalised form reached the rewrite"))?;
+    let m_buf = cx.tensor_buffer[&p.max];
+    let dtype = k.buffers[m_acc].dtype;
+    let o_dtype = k.buffers[o_acc].dtype;
+    // The statistics' final writes after the tile loop go: `m` is written in the loop (what
+    // the exponentials subtract), `l` is read from its accumulator by `o`'s write.
+    let mut o_written = false;
+    crate::kir::rewrite_post(&mut k.body, &mut |s| match s {
+        Stmt::Compute(c)
+            if c.role == ComputeRole::ReductionWrite && [m_expr, l_expr].contains(&c.expr) =>
+        {
+            Vec::new()
+        }
+        Stmt::Compute(mut c) if c.role == ComputeRole::ReductionWrite && c.expr == o_expr => {
+            c.value = Data::Binary(
+                BinaryOp::Div,
+                o_dtype,
+                Box::new(c.value),
+                Box::new(read(l_acc)),
+            );
+            o_written = true;
+            vec![Stmt::Compute(c)]
+        }
+        s => vec![s],
+    });
+    if !o_written {
+        return Err(internal("the product's write was not found"));
+    }
+    let m_name = &f.tensors[p.max].name;
+    let m_prev = cx.new_register(k, &format!("{m_name}_prev"), dtype, Vec::new());
+    let alpha = cx.new_register(k, &format!("{m_name}_scale"), dtype, Vec::new());
+    let exp_op = match p.exponential {
+        Exponential::Exp => UnaryOp::Exp,
+        Exponential::Exp2 => UnaryOp::Exp2,
+    };
+    // The guard: 0 while every key so far is masked.
+    let guarded = Data::Ternary(
+        TernaryOp::Where,
+        dtype,
+        Box::new([
+            Data::Binary(
+                BinaryOp::Eq,
+                dtype,
+                Box::new(read(m_acc)),
+                Box::new(Data::Literal(f64::NEG_INFINITY, dtype)),
+            ),
+            Data::Literal(0.0, dtype),
+            read(m_acc),
+        ]),
+    );
+    let mut before = vec![
+        Stmt::Alloc(m_prev),
+        Stmt::Alloc(alpha),
+        rescale(m_expr, m_prev, read(m_acc)),
+    ];
+    let mut after = vec![
+        Stmt::Compute(Compute {
+            expr: m_expr,
+            out: Access {
+                buffer: m_buf,
+                index: None,
+            },
+            value: guarded,
+            role: ComputeRole::ReductionWrite,
+            vector: None,
+        }),
+        rescale(
+            m_expr,
+            alpha,
+            Data::Unary(
+                exp_op,
+                dtype,
+                Box::new(Data::Binary(
+                    BinaryOp::Sub,
+                    dtype,
+                    Box::new(read(m_prev)),
+                    Box::new(read(m_buf)),
+                )),
+            ),
+        ),
+        rescale(
+            l_expr,
+            l_acc,
+            Data::Binary(
+                BinaryOp::Mul,
+                dtype,
+                Box::new(read(l_acc)),
+                Box::new(read(alpha)),
+            ),
+        ),
+    ];
+    let o_ids = cx.alloc_ids.get(&o_acc).cloned().unwrap_or_default();
+    after.extend(super::reduction::accumulator_loops(
+        cx,
+        &o_ids,
+        vec![rescale(
+            o_expr,
+            o_acc,
+            Data::Binary(
+                BinaryOp::Mul,
+                o_dtype,
+                Box::new(read(o_acc)),
+                Box::new(read(alpha)),
+            ),
+        )],
+    ));
+    // The division by `l` in the loop goes (o's write divides instead), and with it the views
+    // of `l` it read.
+    let p_expr = def(probs);
+    let denominator_views: Vec<ExprId> = {
+        let mut out = Vec::new();
+        let mut t = match f.exprs[p_expr].inputs[..] {
+            [_, Operand::Tensor(den)] => den,
+            _ => return Err(internal("the probabilities are not a division of tensors")),
+        };
+        while t != p.sum {
+            let e = def(t);
+            out.push(e);
+            match f.exprs[e].inputs[..] {
+                [Operand::Tensor(i)] => t = i,
+                _ => return Err(internal("the row sum is read through a non-view")),
+            }
+        }
+        out
+    };
+    let mut placed = false;
+    let mut divided = false;
+    crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| {
+        let Stmt::Loop(l) = s else {
+            return Flow::Descend;
+        };
+        if l.key != tile || placed {
+            return Flow::Descend;
+        }
+        let holds_update = |s: &Stmt| {
+            crate::kir::any_stmt(
+                std::slice::from_ref(s),
+                &mut |s| matches!(s, Stmt::Compute(c) if c.expr == m_expr && c.role == ComputeRole::ReductionUpdate),
+            )
+        };
+        let Some(at) = l.body.iter().position(holds_update) else {
+            return Flow::Descend;
+        };
+        let body = std::mem::take(&mut l.body);
+        let mut new_body = Vec::with_capacity(body.len() + before.len() + after.len());
+        for (i, s) in body.into_iter().enumerate() {
+            if i == at {
+                new_body.append(&mut before);
+            }
+            new_body.push(s);
+            if i == at {
+                new_body.append(&mut after);
+            }
+        }
+        crate::kir::rewrite_post(&mut new_body, &mut |s| match s {
+            Stmt::Compute(c) if denominator_views.contains(&c.expr) => Vec::new(),
+            Stmt::Compute(mut c) if c.expr == p_expr => {
+                if let Data::Binary(BinaryOp::Div, _, num, _) = c.value {
+                    c.value = *num;
+                    divided = true;
+                }
+                vec![Stmt::Compute(c)]
+            }
+            s => vec![s],
+        });
+        l.body = new_body;
+        placed = true;
+        Flow::Skip
+    });
+    if !placed || !divided {
+        return Err(internal(
+            "the maximum's update or the division by the sum is not in the tile loop",
+        ));
+    }
+    // `l` and its views exist only as the accumulator now: nothing writes their buffers, so
+    // `allocation` does not place them.
+    for e in denominator_views.iter().chain([&l_expr]) {
+        cx.tensor_buffer.remove(&f.exprs[*e].output);
+    }
+    Ok(())
+}
