@@ -280,3 +280,20 @@ fn a_short_loop_from_the_sizes_keeps_its_pipeline() {
         );
     }
 }
+
+/// A flattened vector access whose row length is not a multiple of the vector: specialised,
+/// the merged index's decomposition has the row length as a number while the tensor's stride
+/// is still its size symbol until pass `specialize`; the vector check probes them with the
+/// sizes' values (the H200's export check refused basics/add at M=1000 N=1003: "never aligned").
+#[test]
+fn a_flattened_vector_at_a_ragged_row_length_specialises() {
+    let source = hopfuse_tests::example("basics/add.hf");
+    let c = compile(&source, "M=1000,N=1003", true);
+    assert!(
+        c.cuda.contains(
+            "= *reinterpret_cast<const hf_vec<float, 4>*>(&a[(mn_oo * 128 + mn_oi) * 4]);"
+        ),
+        "{}",
+        c.cuda
+    );
+}

@@ -205,13 +205,19 @@ impl State<'_> {
             &c.out
         };
         let gname = self.k.buffers[global.buffer].name.clone();
-        let gidx = global.index.clone().unwrap_or(Val::Int(0));
+        // A specialised kernel's strides are still size symbols here (pass `specialize` comes
+        // later) while its loop extents are numbers already: probe them with the sizes' values.
+        let sized = |v: Val| match &cx.specialized {
+            Some(sizes) => v.subst_sizes(sizes),
+            None => v,
+        };
+        let gidx = sized(global.index.clone().unwrap_or(Val::Int(0)));
         let lidx = if global.buffer == src.buffer {
             c.out.index.clone()
         } else {
             src.index.clone()
         }
-        .unwrap_or(Val::Int(0));
+        .map_or(Val::Int(0), sized);
         let dtype_bytes = self.k.buffers[global.buffer].dtype.size_bytes() as i64;
         // Lanes must be consecutive in memory on both sides.
         // Probe the simplified forms: smaller trees, same values.
@@ -255,7 +261,9 @@ impl State<'_> {
         let zero = Val::Int(0);
         let mut align_check = Val::True;
         if !aligned(&gprobe, &l.var, width, &symbols, &[]) {
-            if !aligned(&gprobe, &l.var, width, &symbols, &symbols) {
+            // Specialised, the sizes are fixed: a vector they misalign takes the run-time check
+            // (the generic kernel of the same program says whether it is never aligned).
+            if cx.specialized.is_none() && !aligned(&gprobe, &l.var, width, &symbols, &symbols) {
                 return Err(Diagnostic::new(
                     format!(
                         "cannot vectorize the access to `{gname}`: its vectors are never aligned to {} bytes",
