@@ -45,9 +45,12 @@ pub fn waves(grid: u64, resident: u64) -> Option<u64> {
 
 /// Whether the plan's grid is the same for every problem size, or a persistent grid
 /// (`LaunchPlan::persistent`): a persistent kernel, whose CTAs loop over the work themselves and
-/// so should all be resident at once.
+/// so should all be resident at once. A kernel specialised to its sizes has a constant grid
+/// whatever its program wrote, so only its `persistent` says.
 pub fn is_persistent(plan: &LaunchPlan) -> bool {
-    plan.persistent.is_some() || plan.grid.iter().all(|extent| extent.as_const().is_some())
+    plan.persistent.is_some()
+        || (plan.specialized_sizes().is_none()
+            && plan.grid.iter().all(|extent| extent.as_const().is_some()))
 }
 
 /// A persistent grid (`LaunchPlan::persistent`) sized to this GPU: no more CTAs than are
@@ -452,6 +455,22 @@ mod tests {
             launch_of(&tiled, 4096).grid,
             "a size-dependent grid"
         );
+        // Specialised to its sizes, the tiled kernel's grid is a number, and still not
+        // persistent (the H200 bench warned of "persistent grids" of 524288 CTAs before).
+        let source = include_str!("../../examples/matmul/step2_pipelined.hf");
+        let sizes = BTreeMap::from([("M".into(), 4096), ("N".into(), 4096), ("K".into(), 4096)]);
+        let specialised = hopfuse::compile(
+            source,
+            &CompileOptions {
+                aligned_for: Some(sizes),
+                specialize: true,
+                ..CompileOptions::default()
+            },
+        )
+        .unwrap()
+        .plan;
+        assert!(specialised.grid.iter().all(|g| g.as_const().is_some()));
+        assert!(!is_persistent(&specialised), "{:?}", specialised.grid);
     }
 
     /// The case of docs/benchmarks.md step 12: 32 clusters of four where 30 fit.
