@@ -30,8 +30,8 @@ fn sizes(text: &str) -> BTreeMap<String, i64> {
 /// `export_goldens__{case}_h.snap` and `..._py.snap`.
 fn check(case: &str, source: &str, size_text: &str, index: Option<IndexType>) {
     let sizes = sizes(size_text);
-    let (compilation, setup) =
-        compile_for_sizes(source, &sizes, index, false).unwrap_or_else(|e| panic!("{case}: {e:?}"));
+    let (compilation, setup) = compile_for_sizes(source, &sizes, index, true, false)
+        .unwrap_or_else(|e| panic!("{case}: {e:?}"));
     let twin = hopfuse::torch_twin(source).unwrap_or_else(|e| panic!("{case}: {e:?}"));
     let files = export(&compilation, &setup, &sizes, b"CUBIN", &twin, case)
         .unwrap_or_else(|e| panic!("{case}: {e}"));
