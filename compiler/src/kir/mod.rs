@@ -477,6 +477,45 @@ pub fn stream_k(k: &Kernel) -> Option<&StreamK> {
 pub const CTA_RANK: &str = "hf_cta_rank";
 
 impl Kernel {
+    /// Rewrites every value of the kernel: the statements' ([`Stmt::map_vals`]), the buffers'
+    /// sizes and offsets, the mbarriers' offsets and the persistent grid's bindings and
+    /// stream-K values (the header's size expressions are not values).
+    pub fn map_vals(&mut self, f: &mut dyn FnMut(&Val) -> Val) {
+        for st in &mut self.body {
+            st.map_vals(f);
+        }
+        for b in &mut self.buffers {
+            for v in b.size.iter_mut().chain(b.smem_offset.iter_mut()) {
+                *v = f(v);
+            }
+        }
+        for m in &mut self.mbarriers {
+            if let Some(v) = &mut m.smem_offset {
+                *v = f(v);
+            }
+        }
+        if let Some(p) = &mut self.persistent {
+            for (_, _, v) in &mut p.bindings {
+                *v = f(v);
+            }
+            if let Some(sk) = &mut p.stream_k {
+                for (_, v) in &mut sk.consts {
+                    *v = f(v);
+                }
+                for v in [
+                    &mut sk.kt,
+                    &mut sk.work,
+                    &mut sk.lo,
+                    &mut sk.hi,
+                    &mut sk.before,
+                    &mut sk.tile_start,
+                ] {
+                    *v = f(v);
+                }
+            }
+        }
+    }
+
     /// A kernel with nothing in it yet: one thread, one block, no buffers, no shared memory
     /// (what the first pass starts from, and what the dump's parser fills in).
     pub fn empty(name: String) -> Kernel {

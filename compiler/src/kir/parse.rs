@@ -1525,40 +1525,7 @@ fn resolve_sizes(k: &mut Kernel) {
         }
         _ => {}
     });
-    let f = &mut |v: &Val| sizes_in(v, &bound);
-    for st in &mut k.body {
-        st.map_vals(f);
-    }
-    for b in &mut k.buffers {
-        for v in b.size.iter_mut().chain(b.smem_offset.iter_mut()) {
-            *v = f(v);
-        }
-    }
-    for m in &mut k.mbarriers {
-        if let Some(v) = &mut m.smem_offset {
-            *v = f(v);
-        }
-    }
-    if let Some(p) = &mut k.persistent {
-        for (_, _, v) in &mut p.bindings {
-            *v = f(v);
-        }
-        if let Some(sk) = &mut p.stream_k {
-            for (_, v) in &mut sk.consts {
-                *v = f(v);
-            }
-            for v in [
-                &mut sk.kt,
-                &mut sk.work,
-                &mut sk.lo,
-                &mut sk.hi,
-                &mut sk.before,
-                &mut sk.tile_start,
-            ] {
-                *v = f(v);
-            }
-        }
-    }
+    k.map_vals(&mut |v: &Val| sizes_in(v, &bound));
 }
 
 fn sizes_in(v: &Val, bound: &HashSet<String>) -> Val {

@@ -32,11 +32,8 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         return Ok(());
     };
     let before = k.clone();
-    let val = |v: &crate::kir::Val| v.subst_sizes(sizes);
     let size = |e: &mut SizeExpr, sizes: &BTreeMap<String, i64>| *e = e.specialized(sizes);
-    for s in &mut k.body {
-        s.map_vals(&mut |v| val(v));
-    }
+    k.map_vals(&mut |v| v.subst_sizes(sizes));
     let symbols = &cx.fusion.symbols;
     for_each_stmt_mut(&mut k.body, &mut |s| {
         if let Stmt::Compute(c) = s {
@@ -44,13 +41,6 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         }
         Flow::Descend
     });
-    for b in &mut k.buffers {
-        b.size = b.size.as_ref().map(val);
-        b.smem_offset = b.smem_offset.as_ref().map(val);
-    }
-    for m in &mut k.mbarriers {
-        m.smem_offset = m.smem_offset.as_ref().map(val);
-    }
     for e in k.grid.iter_mut().chain(k.block.iter_mut()) {
         size(e, sizes);
     }
@@ -60,23 +50,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     }
     if let Some(p) = &mut k.persistent {
         size(&mut p.tiles, sizes);
-        for (_, _, v) in &mut p.bindings {
-            *v = val(v);
-        }
         if let Some(sk) = &mut p.stream_k {
-            for (_, v) in &mut sk.consts {
-                *v = val(v);
-            }
-            for v in [
-                &mut sk.kt,
-                &mut sk.work,
-                &mut sk.lo,
-                &mut sk.hi,
-                &mut sk.before,
-                &mut sk.tile_start,
-            ] {
-                *v = val(v);
-            }
             size(&mut sk.work_size, sizes);
         }
     }
