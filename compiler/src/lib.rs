@@ -423,6 +423,23 @@ pub fn auto_schedule(
     Ok(auto::choose(&fusion, &auto::Sizes::resolve(sizes, source)))
 }
 
+/// The tuner's candidate schedules of a program for `sizes` (else its `// bench:` line, else
+/// defaults), its automatic scheduler's own choice first ([`auto::candidates`]): what
+/// `hopfuse tune` compiles, validates and times. A schedule of the program's own is ignored.
+pub fn auto_candidates(
+    source: &str,
+    sizes: Option<&std::collections::BTreeMap<String, i64>>,
+) -> Result<Result<Vec<auto::Candidate>, auto::Declined>, Diagnostics> {
+    let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
+    let program = frontend::parse(source).map_err(locate)?;
+    let program = frontend::dequantize::hoist_scales(&program);
+    let fusion = fusion::build(&program.fusion).map_err(locate)?;
+    Ok(auto::candidates(
+        &fusion,
+        &auto::Sizes::resolve(sizes, source),
+    ))
+}
+
 /// A lowering under way: the pass context, the pipeline plan (computed by the `tma` pass,
 /// completed by `allocation`, read by the passes after them and by the pipeline view; empty
 /// when `tma` does not run) and the kernel, advanced one pass of [`passes::PIPELINE`] at a time.

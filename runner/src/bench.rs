@@ -185,7 +185,8 @@ fn row(example: &str, sizes: &str, outcome: RowOutcome) -> Row {
     }
 }
 
-async fn run_one(
+/// Runs one job on the warm worker (started, or started again after a crash, as needed).
+pub(crate) async fn run_one(
     options: &BenchOptions,
     warm: &mut Option<WarmWorker>,
     job: &WorkerJob,

@@ -39,6 +39,7 @@ pub mod serve_args;
 pub mod sizes;
 pub mod static_files;
 pub mod store;
+pub mod tune;
 pub mod validate;
 pub mod warm;
 pub mod worker;

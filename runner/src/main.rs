@@ -150,6 +150,11 @@ enum Command {
     /// Sizes: --size for every program, else each program's `// bench: M=...,N=...` lines
     /// (one row each). Runs go through one warm worker process (docs/api.md, Isolation).
     Bench(BenchArgs),
+    /// Search the automatic scheduler's parameters for a program and sizes on the GPU: compile
+    /// each candidate schedule on every core, validate and time each (as bench does) within a
+    /// time budget, time the winner against the default again interleaved, and print the table
+    /// and the winner's schedule (its own schedule, if the program has one, is set aside).
+    Tune(TuneArgs),
     /// Serve the playground and the HTTP API (docs/api.md); runs go to `hopfuse worker`s.
     Serve(Box<hopfuse_runner::serve::ServeArgs>),
     /// A GPU host of the distributed mode: run jobs from NATS JetStream (`hopfuse serve
@@ -223,6 +228,36 @@ struct BenchArgs {
     /// (as `run --generic`), to compare the two.
     #[arg(long)]
     generic: bool,
+}
+
+#[derive(Args)]
+struct TuneArgs {
+    file: PathBuf,
+    /// Size symbols to tune for, e.g. M=8192,N=16384 (may be repeated) [default: the program's
+    /// first `// bench:` line].
+    #[arg(long, short = 's')]
+    size: Vec<String>,
+    /// Seconds for the whole search; candidates not reached by then are listed as such.
+    #[arg(long, default_value_t = 60.0)]
+    budget: f64,
+    /// Write the program with the winner's schedule to this file.
+    #[arg(long)]
+    write: Option<PathBuf>,
+    #[arg(long, default_value_t = 100)]
+    iters: u32,
+    #[arg(long, default_value_t = 10)]
+    warmup: u32,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Seconds one candidate's run may take before its worker is killed.
+    #[arg(long, default_value_t = 180.0)]
+    job_timeout: f64,
+    /// Directory of the CUBIN cache (`cubin/`) [default: as `hopfuse serve`].
+    #[arg(long, env = "HOPFUSE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Use the fake worker (compile and check only; tests without a GPU).
+    #[arg(long, hide = true)]
+    fake_worker: bool,
 }
 
 #[derive(Args)]
@@ -380,6 +415,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             no_ceiling,
         } => self_test(iters, warmup, seed, !no_ceiling),
         Command::Bench(args) => bench(args),
+        Command::Tune(args) => tune(args),
         Command::Serve(args) => hopfuse_runner::serve::main(*args).map(|()| ExitCode::SUCCESS),
         Command::Agent(args) => {
             hopfuse_runner::distributed::agent::main(*args).map(|()| ExitCode::SUCCESS)
@@ -402,6 +438,102 @@ fn worker(args: WorkerArgs) -> ExitCode {
         })
     };
     ExitCode::from(code as u8)
+}
+
+fn tune(args: TuneArgs) -> Result<ExitCode> {
+    use hopfuse_runner::{bench, tune};
+    if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
+        bail!("--job-timeout must be a positive number of seconds");
+    }
+    if !(args.budget.is_finite() && args.budget > 0.0) {
+        bail!("--budget must be a positive number of seconds");
+    }
+    let source = read(&args.file)?;
+    let sizes = if args.size.is_empty() {
+        match bench::bench_sizes(&source)
+            .map_err(|e| anyhow::anyhow!("{}: bad `// bench:` {e}", args.file.display()))?
+            .into_iter()
+            .next()
+        {
+            Some(sizes) => sizes,
+            None => bail!(
+                "{}: no sizes to tune for: give --size or a `// bench:` line",
+                args.file.display()
+            ),
+        }
+    } else {
+        parse_size_args(&args.size)?
+    };
+    let data_dir = args
+        .data_dir
+        .unwrap_or_else(hopfuse_runner::serve::default_data_dir);
+    let options = tune::TuneOptions {
+        file: args.file.display().to_string(),
+        source,
+        sizes,
+        budget: std::time::Duration::from_secs_f64(args.budget),
+        bench: bench::BenchOptions {
+            files: vec![],
+            sizes: None,
+            iters: args.iters,
+            warmup: args.warmup,
+            seed: args.seed,
+            timeout: std::time::Duration::from_secs_f64(args.job_timeout),
+            worker: hopfuse_runner::warm::WorkerCommand {
+                exe: std::env::current_exe()?,
+                args: if args.fake_worker {
+                    vec!["--fake".into()]
+                } else {
+                    vec![]
+                },
+                env: vec![],
+                startup_timeout: std::time::Duration::from_secs(60),
+            },
+            cubin_cache: Some(data_dir.join("cubin")),
+            peers: false,
+            clock: false,
+            generic: false,
+        },
+    };
+    let report = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(tune::run(&options, &mut |line| eprintln!("{line}")));
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    print!("{}", tune::render(&report));
+    match report.winner {
+        Some(w) => {
+            let t = &report.trials[w];
+            print!(
+                "\n// scheduler: {}\n// {}\n{}",
+                t.schedule.scheduler.name(),
+                t.schedule.reason,
+                t.schedule.block()
+            );
+            if let Some(path) = &args.write {
+                let program = report.winning_program().expect("a winner");
+                std::fs::write(path, program)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                eprintln!("tune: wrote {}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        // The fake worker times nothing: every candidate compiled and checked is a success.
+        None if report
+            .trials
+            .iter()
+            .any(|t| matches!(t.outcome, tune::TrialOutcome::Ran(bench::RowOutcome::Fake))) =>
+        {
+            Ok(ExitCode::SUCCESS)
+        }
+        None => Ok(ExitCode::FAILURE),
+    }
 }
 
 fn bench(args: BenchArgs) -> Result<ExitCode> {

@@ -498,3 +498,90 @@ fn compile_with_sizes_prints_the_specialised_kernel_unless_generic() {
     let out = hopfuse(&["compile", &file, "--generic"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
+
+const SOFTMAX_BF16: &str = "fusion softmax {
+  input x: bf16[M, N]
+  xf = cast(x, f32)
+  m = max(xf, axis=1)
+  e = exp(xf - broadcast(m, axis=1))
+  s = sum(e, axis=1)
+  y = cast(e / broadcast(s, axis=1), bf16)
+  output y
+}
+// bench: M=8192,N=16384
+";
+
+/// `hopfuse tune` through the fake worker (which compiles and checks but times nothing): a row
+/// per candidate, the default first, each compiled on the host and checked by the worker; a
+/// budget spent before a candidate's turn lists it as not reached; sizes from the bench line
+/// or --size; a fusion no scheduler takes is an error with the scheduler's reason.
+#[test]
+fn tune_lists_every_candidate_and_keeps_to_its_budget() {
+    let file = tmp_file("tune_softmax.hf", SOFTMAX_BF16);
+    let data = std::env::temp_dir().join(format!("hopfuse-tune-{}", std::process::id()));
+    let data = data.display().to_string();
+    let candidates = hopfuse::auto_candidates(SOFTMAX_BF16, None)
+        .unwrap()
+        .unwrap();
+    let out = hopfuse(&["tune", "--fake-worker", "--data-dir", &data, &file]);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    let rows: Vec<&str> = t
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| #") && !l.starts_with("| ---"))
+        .collect();
+    assert_eq!(rows.len(), candidates.len(), "{t}");
+    assert!(rows[0].starts_with("| 1 | default |"), "{t}");
+    for (row, c) in rows.iter().zip(&candidates) {
+        assert!(row.contains(&format!(" {} |", c.knobs.describe())), "{row}");
+        assert!(row.contains("compiled and checked (fake worker"), "{row}");
+    }
+    assert!(t.contains("no winner"), "{t}");
+
+    // A budget spent at once: nothing reached the worker.
+    let out = hopfuse(&[
+        "tune",
+        "--fake-worker",
+        "--data-dir",
+        &data,
+        "--budget",
+        "0.000001",
+        "--size",
+        "M=100,N=1001",
+        &file,
+    ]);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        t.lines()
+            .filter(|l| l.contains("not reached (the budget was spent)"))
+            .count()
+            >= 2,
+        "{t}"
+    );
+
+    let bad = hopfuse(&["tune", "--fake-worker", "--budget=-1", &file]);
+    assert!(
+        text(&bad).contains("--budget must be a positive number"),
+        "{}",
+        text(&bad)
+    );
+    let total = tmp_file("tune_total.hf", "fusion total {\n  input x: f32[B, M, N]\n  s = sum(x, axis=[1, 2])\n  output s\n}\n// bench: B=2,M=3,N=4\n");
+    let out = hopfuse(&["tune", "--fake-worker", &total]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("no automatic scheduler takes the fusion"),
+        "{}",
+        text(&out)
+    );
+    let no_sizes = tmp_file(
+        "tune_unsized.hf",
+        "fusion f {\n  input x: f32[N]\n  y = x * 2.0\n  output y\n}\n",
+    );
+    let out = hopfuse(&["tune", "--fake-worker", &no_sizes]);
+    assert!(
+        text(&out).contains("no sizes to tune for: give --size"),
+        "{}",
+        text(&out)
+    );
+}

@@ -93,6 +93,13 @@ const RMSNORM_BF16: &str = "fusion rmsnorm {
 }
 ";
 
+const ADD: &str = "fusion add {
+  input a: bf16[M, N]
+  input b: bf16[M, N]
+  c = a + b
+  output c
+}
+";
 const GELU_BIAS: &str = "fusion gelu_bias {
   input x: bf16[M, N]
   input bias: bf16[N]
@@ -502,4 +509,99 @@ fn a_block_sized_by_the_row_gets_launch_bounds_for_its_sizes() {
     );
     let without_sizes = at(None);
     assert!(without_sizes.cuda.contains("__launch_bounds__(1024)"));
+}
+
+/// The tuner's candidates (`hopfuse::auto_candidates`): the scheduler's own choice first, then
+/// distinct schedules of other parameter values, every one of which applies and lowers for the
+/// sizes it was written for (the runner's `hopfuse tune` then validates and times them).
+#[test]
+fn every_tuning_candidate_is_distinct_and_lowers() {
+    for (source, size, least) in [
+        (SOFTMAX, "M=8192,N=16384", 6),
+        (SOFTMAX, "M=100,N=1001", 4),
+        (RMSNORM_BF16, "M=32768,N=4096", 6),
+        // A row-broadcast bias: rows in blocks, the threads tuned.
+        (GELU_BIAS, "M=16384,N=16384", 4),
+        (GELU_BIAS, "M=3,N=7", 4),
+        // One flat axis: threads and unrolled vectors.
+        (ADD, "M=16384,N=16384", 10),
+        (ROW_SUM, "M=16384,N=16384", 4),
+        (COL_SUM, "M=16384,N=16384", 8),
+        (PRODUCT, "M=4096,N=4096,K=4096", 1),
+    ] {
+        let given = sizes(size);
+        let candidates = hopfuse::auto_candidates(source, Some(&given))
+            .unwrap()
+            .unwrap_or_else(|d| panic!("{size}: declined: {}", d.reason));
+        let own = hopfuse::auto_schedule(source, Some(&given))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            candidates[0].schedule, own,
+            "{size}: the default comes first"
+        );
+        assert_eq!(candidates[0].knobs.describe(), "default");
+        assert!(
+            candidates.len() >= least && candidates.len() <= hopfuse::auto::tune::MAX_CANDIDATES,
+            "{size}: {} candidates",
+            candidates.len()
+        );
+        for (i, c) in candidates.iter().enumerate() {
+            assert!(
+                candidates[..i]
+                    .iter()
+                    .all(|o| o.schedule.text != c.schedule.text),
+                "{size}: candidate {} repeats an earlier one",
+                c.knobs.describe()
+            );
+            let program = format!("{}{}", without_schedule(source), c.schedule.block());
+            let options = hopfuse::CompileOptions {
+                aligned_for: Some(given.clone()),
+                specialize: true,
+                ..Default::default()
+            };
+            if let Err(e) = hopfuse::compile(&program, &options) {
+                panic!(
+                    "{size}: candidate {} does not lower: {}\n{program}",
+                    c.knobs.describe(),
+                    e.render(&program, "candidate")
+                );
+            }
+        }
+    }
+}
+
+/// A normalization's candidates keep the row in registers, in shared memory and streamed, and
+/// say so in their reasons; a row too wide for registers gets no register candidate.
+#[test]
+fn normalization_candidates_cover_where_the_row_lives() {
+    let list = |size: &str| {
+        hopfuse::auto_candidates(SOFTMAX, Some(&sizes(size)))
+            .unwrap()
+            .unwrap()
+            .into_iter()
+            .map(|c| format!("{}: {}", c.knobs.describe(), c.schedule.reason))
+            .collect::<Vec<_>>()
+    };
+    let wide = list("M=8192,N=16384");
+    for (knob, reason) in [
+        ("row=registers per_thread=", "persistent in registers"),
+        ("row=shared threads=", "persistent in shared memory"),
+        ("row=streamed threads=", "streamed"),
+    ] {
+        assert!(
+            wide.iter()
+                .any(|l| l.starts_with(knob) && l.contains(reason)),
+            "{knob}:\n{}",
+            wide.join("\n")
+        );
+    }
+    let widest = list("M=512,N=262144");
+    assert!(
+        widest
+            .iter()
+            .all(|l| !l.contains("persistent in registers")),
+        "{}",
+        widest.join("\n")
+    );
 }

@@ -21,6 +21,7 @@ pub mod product;
 pub mod reduction;
 mod text;
 pub mod transpose;
+pub mod tune;
 
 use crate::dtype::DType;
 use crate::fusion::{Fusion, IterId, TensorId};
@@ -28,6 +29,7 @@ use crate::plan::SizeExpr;
 use std::collections::BTreeMap;
 
 pub use classify::{classify, Class};
+pub use tune::{candidates, Candidate, Knobs, RowPlacement};
 
 /// The marker of a program's benchmark sizes (as the runner's `hopfuse bench` reads them).
 pub const BENCH_PREFIX: &str = "// bench:";
@@ -179,6 +181,15 @@ pub struct Declined {
 
 /// Classifies `fusion` (unscheduled) and writes its schedule for `sizes`.
 pub fn choose(fusion: &Fusion, sizes: &Sizes) -> Result<AutoSchedule, Declined> {
+    choose_with(fusion, sizes, &Knobs::default())
+}
+
+/// [`choose`] with some of the scheduler's parameters set ([`Knobs`], the tuner's).
+pub fn choose_with(
+    fusion: &Fusion,
+    sizes: &Sizes,
+    knobs: &Knobs,
+) -> Result<AutoSchedule, Declined> {
     let class = classify(fusion).map_err(|reason| Declined {
         class: None,
         reason,
@@ -187,6 +198,7 @@ pub fn choose(fusion: &Fusion, sizes: &Sizes) -> Result<AutoSchedule, Declined> 
         fusion,
         sizes,
         class: &class,
+        knobs,
     };
     let chosen = match &class {
         Class::Pointwise { reference } => Ok(pointwise::schedule(&facts, *reference)),
@@ -212,6 +224,8 @@ pub struct Facts<'a> {
     pub fusion: &'a Fusion,
     pub sizes: &'a Sizes,
     pub class: &'a Class,
+    /// The parameters set in place of the scheduler's own choice (none but the tuner's).
+    pub knobs: &'a Knobs,
 }
 
 impl Facts<'_> {

@@ -12,7 +12,7 @@
 //! loop over it reads the inputs again (from L2 after the first loop, for a row just read).
 
 use super::text::ScheduleText;
-use super::{dtype_names, AutoSchedule, Facts, Scheduler};
+use super::{dtype_names, AutoSchedule, Facts, RowPlacement, Scheduler};
 use crate::fusion::{IterId, TensorId};
 use crate::target;
 
@@ -57,7 +57,23 @@ pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoS
         dtype_names(f, &accessed)
     );
 
-    if let Some((k, threads, registers)) = registers_plan(vectors, v, bytes_per_element) {
+    let placement = facts.knobs.row;
+    let in_registers = match placement {
+        None | Some(RowPlacement::Registers) => {
+            registers_plan(vectors, v, bytes_per_element, facts.knobs.per_thread)
+        }
+        Some(_) => None,
+    };
+    if placement == Some(RowPlacement::Registers) && in_registers.is_none() {
+        return Err(format!(
+            "the row ({row_text}) does not fit in registers with {} vectors per thread",
+            facts
+                .knobs
+                .per_thread
+                .map_or("any number of".to_string(), |k| k.to_string())
+        ));
+    }
+    if let Some((k, threads, registers)) = in_registers {
         let mut s = ScheduleText::new(facts.name(reference));
         s.caches(facts, &inputs, &outputs, "");
         s.comment(&format!(
@@ -90,8 +106,18 @@ pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoS
 
     let shared = n_or.saturating_mul(bytes_per_element);
     let limit = target::SMEM_PER_BLOCK;
-    if shared <= limit {
-        let per_thread = super::ceil_div(n_or, MAX_THREADS).max(1);
+    if placement == Some(RowPlacement::Shared) && shared > limit {
+        return Err(format!(
+            "the row ({shared} bytes of persistent buffers) does not fit in shared memory ({limit} bytes)"
+        ));
+    }
+    if shared <= limit && placement != Some(RowPlacement::Streamed) {
+        let most = facts
+            .knobs
+            .threads
+            .unwrap_or(MAX_THREADS)
+            .clamp(MIN_THREADS, MAX_THREADS);
+        let per_thread = super::ceil_div(n_or, most).max(1);
         let threads = super::ceil_div(n_or, per_thread);
         let mut s = ScheduleText::new(facts.name(reference));
         s.caches(facts, &inputs, &[], "memory=shared");
@@ -116,9 +142,12 @@ pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoS
     }
     // Too wide to keep: stream it. Each intermediate read more than once is recomputed for each
     // reader, so every loop over the row reads the inputs again (from L2 after the first).
-    let threads = (vectors as u64)
-        .next_power_of_two()
-        .clamp(MIN_THREADS as u64, STREAM_THREADS as u64) as i64;
+    let threads = match facts.knobs.threads {
+        Some(t) => t.clamp(MIN_THREADS, MAX_THREADS),
+        None => (vectors as u64)
+            .next_power_of_two()
+            .clamp(MIN_THREADS as u64, STREAM_THREADS as u64) as i64,
+    };
     let mut s = ScheduleText::new(facts.name(reference));
     s.caches(facts, &inputs, &outputs, "");
     s.comment(&format!(
@@ -165,7 +194,23 @@ pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoS
 
 /// Vectors per thread, threads and registers per thread of a row of `vectors` vectors of `v`
 /// elements in registers, if it fits.
-fn registers_plan(vectors: i64, v: i64, bytes_per_element: i64) -> Option<(i64, i64, i64)> {
+/// `per_thread` (the tuner's) fixes the vectors per thread: None when the row then needs more
+/// than a block's threads or the registers.
+fn registers_plan(
+    vectors: i64,
+    v: i64,
+    bytes_per_element: i64,
+    per_thread: Option<i64>,
+) -> Option<(i64, i64, i64)> {
+    if let Some(k) = per_thread {
+        let k = k.max(1);
+        let threads = super::ceil_div(vectors, k);
+        let registers = super::ceil_div(v * k * bytes_per_element, 4) + OWN_REGISTERS;
+        let fits = registers <= MAX_REGISTERS
+            && threads <= MAX_THREADS
+            && threads * registers <= REGISTER_FILE;
+        return fits.then_some((k, threads, registers));
+    }
     let mut k = (ELEMENTS_PER_THREAD / v).max(1);
     // Short rows: fewer vectors per thread, so a row keeps a warp busy.
     while k > 1 && super::ceil_div(vectors, k) < MIN_THREADS {
@@ -189,7 +234,7 @@ fn largest_register_row(v: i64, bytes_per_element: i64) -> i64 {
     let mut best = 0;
     let mut vectors = 1i64;
     while vectors <= 1 << 20 {
-        if registers_plan(vectors, v, bytes_per_element).is_some() {
+        if registers_plan(vectors, v, bytes_per_element, None).is_some() {
             best = vectors * v;
         }
         vectors *= 2;

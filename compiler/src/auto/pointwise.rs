@@ -34,8 +34,14 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
     let v = if permuted {
         1
     } else {
-        facts.vector_width(&accessed, inner)
+        let aligned = facts.vector_width(&accessed, inner);
+        facts.knobs.vector.map_or(aligned, |k| k.clamp(1, aligned))
     };
+    let threads = facts
+        .knobs
+        .threads
+        .unwrap_or(THREADS)
+        .clamp(32, crate::target::MAX_THREADS_PER_BLOCK);
     let total: i64 = logical
         .iter()
         .map(|&a| facts.extent_or_default(a))
@@ -44,11 +50,15 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
     // when the rows are split rather than flattened (examples/ops/gelu_exact.hf), unless a
     // row is shorter than a block's vectors.
     let broadcast_inputs = f.inputs.iter().any(|&t| (1..rank).contains(&f.rank(t)));
-    let by_rows = rank > 1 && broadcast_inputs && inner.is_none_or(|n| n >= v * THREADS);
-    let unroll = if total >= UNROLL_FROM && !by_rows {
-        2
-    } else {
+    let by_rows = rank > 1 && broadcast_inputs && inner.is_none_or(|n| n >= v * threads);
+    let unroll = if by_rows {
         1
+    } else {
+        facts
+            .knobs
+            .per_thread
+            .unwrap_or(if total >= UNROLL_FROM { 2 } else { 1 })
+            .clamp(1, 16)
     };
 
     let mut s = ScheduleText::new(facts.name(reference));
@@ -56,12 +66,12 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
     if by_rows {
         // [rows..., blocks of a row, threads, (v)], then the rows and blocks merged.
         s.comment(&format!(
-            "Each row in blocks of {THREADS} threads; the rows and their blocks on one grid axis."
+            "Each row in blocks of {threads} threads; the rows and their blocks on one grid axis."
         ));
         if v > 1 {
             s.split(rank - 1, v, false);
         }
-        s.split(rank - 1, THREADS, false);
+        s.split(rank - 1, threads, false);
         for _ in 1..rank {
             s.merge(0);
         }
@@ -75,7 +85,7 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
             scheduler: Scheduler::Pointwise,
             text: s.finish(),
             reason: format!(
-                "pointwise over {total} elements of {} {} with a row-broadcast input: each row in blocks of {THREADS} threads, {v}-element vectors",
+                "pointwise over {total} elements of {} {} with a row-broadcast input: each row in blocks of {threads} threads, {v}-element vectors",
                 dtype_names(f, &accessed),
                 facts.sizes.describe(),
             ),
@@ -95,7 +105,7 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
     }
     axes.push((axes.len(), "TIDx"));
     s.comment(&format!(
-        "{}{THREADS} threads per block{}.",
+        "{}{threads} threads per block{}.",
         if v > 1 {
             format!("{v}-element vectors ({vector_bytes} bytes), ")
         } else {
@@ -109,7 +119,7 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
             )
         },
         if unroll > 1 {
-            format!(", {unroll} vectors per thread {THREADS} vectors apart")
+            format!(", {unroll} vectors per thread {threads} vectors apart")
         } else {
             String::new()
         }
@@ -118,14 +128,14 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
         s.split(0, v, false);
         axes.push((axes.len(), "Vectorize"));
     }
-    s.split(0, THREADS, false);
+    s.split(0, threads, false);
     if unroll > 1 {
         s.split(0, unroll, false);
     }
     s.parallelize(&axes);
     s.propagate_and_inline();
     let reason = format!(
-        "pointwise over {} elements of {} {}: {v}-element vectors, {THREADS} threads per block, {unroll} vector{} per thread",
+        "pointwise over {} elements of {} {}: {v}-element vectors, {threads} threads per block, {unroll} vector{} per thread",
         total,
         dtype_names(f, &accessed),
         facts.sizes.describe(),

@@ -37,9 +37,12 @@ pub fn inner(facts: &Facts, reduction: TensorId, input: TensorId) -> Result<Auto
     let inputs = facts.full_inputs(2);
     let v = facts.vector_width(&inputs, n);
     let vectors = super::ceil_div(n_or, v);
-    let threads = (vectors as u64)
-        .next_power_of_two()
-        .clamp(32, MAX_ROW_THREADS as u64) as i64;
+    let threads = match facts.knobs.threads {
+        Some(t) => t.clamp(32, crate::target::MAX_THREADS_PER_BLOCK),
+        None => (vectors as u64)
+            .next_power_of_two()
+            .clamp(32, MAX_ROW_THREADS as u64) as i64,
+    };
     let rows_per_block = (MIN_BLOCK_THREADS / threads).max(1);
 
     let mut s = ScheduleText::new(facts.name(reduction));
@@ -97,19 +100,24 @@ pub fn outer(facts: &Facts, reduction: TensorId, input: TensorId) -> Result<Auto
     // the blocks (one per strip) must fill the SMs; a row of a strip stays at least 64 bytes
     // (two 32-byte sectors) so the rows' reads stay whole sectors.
     let bytes = facts.widest(&inputs);
-    let column_threads = [32, 16, 8, 4]
-        .into_iter()
-        .find(|&c| {
-            let blocks = super::ceil_div(facts.extent_or_default(columns), c * v);
-            blocks >= MIN_OUTER_BLOCKS || c * v * bytes <= 64
-        })
-        .unwrap_or(4);
+    let column_threads = match facts.knobs.threads {
+        // A power of two that divides the block.
+        Some(t) => (t.clamp(1, 32) as u64).next_power_of_two() as i64,
+        None => [32, 16, 8, 4]
+            .into_iter()
+            .find(|&c| {
+                let blocks = super::ceil_div(facts.extent_or_default(columns), c * v);
+                blocks >= MIN_OUTER_BLOCKS || c * v * bytes <= 64
+            })
+            .unwrap_or(4),
+    };
     let row_threads = OUTER_BLOCK_THREADS / column_threads;
+    let row_unroll = facts.knobs.per_thread.unwrap_or(ROW_UNROLL).clamp(1, 16);
 
     let mut s = ScheduleText::new(facts.name(reduction));
     s.caches(facts, &inputs, &[], "");
     s.comment(&format!(
-        "A block owns {} columns: {column_threads} threads of {v}-element vectors across them, {row_threads} rows of threads down the rows ({ROW_UNROLL} rows each per step, unrolled), combined at the end.",
+        "A block owns {} columns: {column_threads} threads of {v}-element vectors across them, {row_threads} rows of threads down the rows ({row_unroll} rows each per step, unrolled), combined at the end.",
         column_threads * v
     ));
     // [column strips, row steps, unrolled rows, row threads, column threads, (v)]
@@ -120,7 +128,7 @@ pub fn outer(facts: &Facts, reduction: TensorId, input: TensorId) -> Result<Auto
     }
     s.split(1, column_threads, false);
     s.split(0, row_threads, false);
-    s.split(0, ROW_UNROLL, false);
+    s.split(0, row_unroll, false);
     s.reorder(if v > 1 {
         &[3, 0, 1, 2, 4, 5]
     } else {
@@ -129,7 +137,7 @@ pub fn outer(facts: &Facts, reduction: TensorId, input: TensorId) -> Result<Auto
     s.parallelize(&axes);
     s.propagate_and_inline();
     let reason = format!(
-        "outer reduction of {} rows of {} {} {}: {} columns per block in {v}-element vectors, {column_threads} x {row_threads} threads, {ROW_UNROLL} rows per thread per step",
+        "outer reduction of {} rows of {} {} {}: {} columns per block in {v}-element vectors, {column_threads} x {row_threads} threads, {row_unroll} rows per thread per step",
         extent_text(facts.extent(rows)),
         extent_text(n),
         dtype_names(f, &inputs),

@@ -151,6 +151,7 @@ fn vectors_are_sixteen_bytes_of_the_widest_element_and_keep_rows_aligned() {
         fusion: &f,
         sizes: &sizes,
         class: &class,
+        knobs: &Knobs::default(),
     };
     let x = f.tensor_by_name("x").unwrap();
     let y = f.tensor_by_name("y").unwrap();

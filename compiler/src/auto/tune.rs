@@ -1,0 +1,180 @@
+//! The tuner's search space: the parameters a scheduler decides ([`Knobs`]) and the candidate
+//! schedules of a fusion ([`candidates`]), each written by the fusion's scheduler with some of
+//! its choices overridden.
+//!
+//! Takes the unscheduled fusion and the sizes, as [`super::choose`] does. Guarantees: the first
+//! candidate is the scheduler's own choice (what a program without a schedule compiles with);
+//! the rest are distinct schedule texts the scheduler wrote for other values of its parameters,
+//! at most [`MAX_CANDIDATES`] in all, each within the limits the scheduler checks itself (a
+//! row kept in registers within the register file, a block within 1024 threads). Whether a
+//! candidate compiles, fits the SM and is faster is for the runner's `hopfuse tune` to find out
+//! (it compiles, validates and times each on the GPU). Cheap: no lowering here.
+
+use super::{choose_with, AutoSchedule, Class, Declined, Sizes};
+use crate::fusion::Fusion;
+
+/// Most candidates one fusion gets (the default included): a tune run validates and times
+/// each on the GPU, so the search stays within a minute for the bench sizes.
+pub const MAX_CANDIDATES: usize = 16;
+
+/// Where a normalization keeps its row (the persistent buffer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowPlacement {
+    Registers,
+    Shared,
+    Streamed,
+}
+
+impl RowPlacement {
+    pub fn name(self) -> &'static str {
+        match self {
+            RowPlacement::Registers => "registers",
+            RowPlacement::Shared => "shared",
+            RowPlacement::Streamed => "streamed",
+        }
+    }
+}
+
+/// Parameters set in place of a scheduler's own choice; `None` keeps the choice. A value a
+/// scheduler cannot use (a vector wider than the rows' alignment allows, a row too wide for
+/// the registers asked for) is bounded or declined by the scheduler, never taken blindly.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Knobs {
+    /// Threads across the axis the scheduler spreads over threads: per block (pointwise), per
+    /// row (inner reduction, a normalization row kept in shared memory or streamed), across a
+    /// strip's columns (outer reduction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<i64>,
+    /// Vectors each thread takes: unrolled vectors (pointwise), vectors of a row kept in
+    /// registers (normalization), rows per unrolled step (outer reduction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_thread: Option<i64>,
+    /// Elements per vector access, at most what the alignment allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector: Option<i64>,
+    /// Where a normalization's row lives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row: Option<RowPlacement>,
+}
+
+impl Knobs {
+    /// `threads=256 per_thread=2`, or `default` when nothing is overridden.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(r) = self.row {
+            parts.push(format!("row={}", r.name()));
+        }
+        if let Some(t) = self.threads {
+            parts.push(format!("threads={t}"));
+        }
+        if let Some(k) = self.per_thread {
+            parts.push(format!("per_thread={k}"));
+        }
+        if let Some(v) = self.vector {
+            parts.push(format!("vector={v}"));
+        }
+        if parts.is_empty() {
+            "default".to_string()
+        } else {
+            parts.join(" ")
+        }
+    }
+}
+
+/// One schedule the tuner tries: the parameters set and what the scheduler wrote with them.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Candidate {
+    pub knobs: Knobs,
+    pub schedule: AutoSchedule,
+}
+
+/// The candidate schedules of `fusion` for `sizes`: the scheduler's own choice first, then the
+/// distinct schedules of the other parameter values of its class. Declined as [`super::choose`]
+/// declines (no scheduler takes the fusion).
+pub fn candidates(fusion: &Fusion, sizes: &Sizes) -> Result<Vec<Candidate>, Declined> {
+    let own = choose_with(fusion, sizes, &Knobs::default())?;
+    let class = super::classify(fusion).map_err(|reason| Declined {
+        class: None,
+        reason,
+    })?;
+    let mut out = vec![Candidate {
+        knobs: Knobs::default(),
+        schedule: own,
+    }];
+    for knobs in space(&class) {
+        if out.len() == MAX_CANDIDATES {
+            break;
+        }
+        let Ok(schedule) = choose_with(fusion, sizes, &knobs) else {
+            continue;
+        };
+        if out.iter().all(|c| c.schedule.text != schedule.text) {
+            out.push(Candidate { knobs, schedule });
+        }
+    }
+    Ok(out)
+}
+
+/// The parameter values tried for `class`, most promising first (the list is cut at
+/// [`MAX_CANDIDATES`]).
+fn space(class: &Class) -> Vec<Knobs> {
+    let mut out = Vec::new();
+    match class {
+        Class::Pointwise { .. } => {
+            for per_thread in [1, 2, 4] {
+                for threads in [128, 256, 512, 64] {
+                    out.push(Knobs {
+                        threads: Some(threads),
+                        per_thread: Some(per_thread),
+                        ..Knobs::default()
+                    });
+                }
+            }
+        }
+        Class::Transpose { .. } | Class::MatrixProduct(..) => {}
+        Class::InnerReduction { .. } => {
+            for threads in [128, 256, 512, 64, 1024, 32] {
+                out.push(Knobs {
+                    threads: Some(threads),
+                    ..Knobs::default()
+                });
+            }
+        }
+        Class::OuterReduction { .. } => {
+            for threads in [32, 16, 8, 4] {
+                for per_thread in [4, 2, 8] {
+                    out.push(Knobs {
+                        threads: Some(threads),
+                        per_thread: Some(per_thread),
+                        ..Knobs::default()
+                    });
+                }
+            }
+        }
+        Class::Normalization { .. } => {
+            for per_thread in [1, 2, 4, 8, 16] {
+                out.push(Knobs {
+                    row: Some(RowPlacement::Registers),
+                    per_thread: Some(per_thread),
+                    ..Knobs::default()
+                });
+            }
+            for threads in [256, 512, 1024] {
+                out.push(Knobs {
+                    row: Some(RowPlacement::Shared),
+                    threads: Some(threads),
+                    ..Knobs::default()
+                });
+            }
+            for threads in [256, 128, 512] {
+                out.push(Knobs {
+                    row: Some(RowPlacement::Streamed),
+                    threads: Some(threads),
+                    ..Knobs::default()
+                });
+            }
+        }
+    }
+    out
+}
