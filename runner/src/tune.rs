@@ -116,6 +116,17 @@ pub async fn run(
         candidates.len()
     ));
     let compiled = compile_all(&requests);
+    // Every candidate refused: the sizes (or the program) are wrong for all of them; say it once.
+    if let Some(Err(first)) = compiled
+        .first()
+        .filter(|_| compiled.iter().all(Result::is_err))
+    {
+        return Err(format!(
+            "{}: no candidate compiles for {}: {first}",
+            options.file,
+            crate::sizes::label(&options.sizes)
+        ));
+    }
     let mut trials: Vec<Trial> = candidates
         .into_iter()
         .zip(&requests)

@@ -578,6 +578,13 @@ fn tune_lists_every_candidate_and_keeps_to_its_budget() {
         "tune_unsized.hf",
         "fusion f {\n  input x: f32[N]\n  y = x * 2.0\n  output y\n}\n",
     );
+    let out = hopfuse(&["tune", "--fake-worker", "--size", "M=64,K=3", &file]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("no candidate compiles for K=3,M=64: "),
+        "{}",
+        text(&out)
+    );
     let out = hopfuse(&["tune", "--fake-worker", &no_sizes]);
     assert!(
         text(&out).contains("no sizes to tune for: give --size"),
