@@ -112,7 +112,10 @@ const plainBase = `http://127.0.0.1:${plain.address().port}/`;
 
 let passed = 0;
 let failed = 0;
+/** `E2E_ONLY=text` runs only the checks whose names hold it (while working on one). */
+const only = process.env.E2E_ONLY;
 async function check(name, fn) {
+  if (only && !name.includes(only)) return;
   try {
     await fn();
     passed++;
@@ -200,6 +203,82 @@ async function replayDone(page, name) {
       body: `event: queued\ndata: {"stage":"queued","position":0,"elapsed_ms":0}\n\nevent: done\ndata: ${JSON.stringify(JSON.parse(done))}\n\n`,
     }),
   );
+}
+
+/**
+ * Types a digit and a Backspace 15 times after `1.5` on the line holding `anchor` (`left` keys
+ * back from its end) in `program`, and measures each keydown to the CUDA pane's next change. The
+ * CUDA pane is scrolled to the `* 1.5f` line first: CodeMirror keeps only the lines in view in
+ * the DOM, and the change must be one of them for the observer to see it.
+ */
+async function keystrokeLatency(page, program, anchor, left, { assertGoal = true } = {}) {
+  await page.click("#tab-cuda");
+  await replaceProgram(page, program);
+  // The pane holds the new kernel when its `* 1.5f` line can be scrolled into view (only the
+  // lines in view are in the DOM): scroll down from the top, again until it appears.
+  const inView = await page.evaluate(async () => {
+    const scroller = document.querySelector("#cuda .cm-scroller");
+    const has = () => Array.from(document.querySelectorAll("#cuda .cm-line")).some((l) => l.textContent.includes("* 1.5f"));
+    const frame = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+    const start = performance.now();
+    while (!has() && performance.now() - start < 20000) {
+      scroller.scrollTop = 0;
+      await frame();
+      for (let i = 0; i < 400 && !has() && scroller.scrollTop + scroller.clientHeight < scroller.scrollHeight; i++) {
+        scroller.scrollTop += scroller.clientHeight / 2;
+        await frame();
+      }
+      if (!has()) await new Promise((r) => setTimeout(r, 100));
+    }
+    return has();
+  });
+  assert(inView, "the `* 1.5f` line of the CUDA pane is in view");
+  await sleep(300);
+  await page.evaluate(() => {
+    const latency = (window.__latency = []);
+    let t0 = null;
+    const onKey = () => (t0 = performance.now());
+    document.addEventListener("keydown", onKey, true);
+    const target = document.querySelector("#cuda .cm-content");
+    const observer = new MutationObserver(() => {
+      if (t0 !== null) {
+        latency.push(performance.now() - t0);
+        t0 = null;
+      }
+    });
+    observer.observe(target, { childList: true, subtree: true, characterData: true });
+    window.__stopLatency = () => {
+      observer.disconnect();
+      document.removeEventListener("keydown", onKey, true);
+    };
+  });
+  await cursorAtEndOf(page, anchor);
+  for (let i = 0; i < left; i++) await page.keyboard.press("ArrowLeft");
+  let sent = 0;
+  for (let i = 0; i < 15; i++) {
+    for (const key of [String((i % 9) + 1), "Backspace"]) {
+      await page.keyboard.press(key);
+      sent++;
+      await sleep(80);
+    }
+  }
+  const lat = await page.evaluate(() => {
+    window.__stopLatency();
+    return window.__latency;
+  });
+  const med = median(lat);
+  const lower = await page.locator("#lowered").textContent();
+  console.log(`     (keystroke to CUDA: median ${med.toFixed(1)} ms, max ${Math.max(...lat).toFixed(1)} ms over ${lat.length} of ${sent} keystrokes; ${lower})`);
+  if (assertGoal) {
+    assert(lat.length >= sent - 2, `every keystroke updated the CUDA: ${lat.length} of ${sent}`);
+    assert(med <= 50, `median ${med} ms`);
+  } else {
+    // A compile slower than the editor's fast path waits for a pause in typing (web/js/editor.js):
+    // not every keystroke updates the pane, but the last state always does.
+    await page.waitForFunction(() => Array.from(document.querySelectorAll("#cuda .cm-line")).some((l) => /\* 1\.5f;/.test(l.textContent)), null, { timeout: 20000 });
+    assert(lat.length >= 1, "the CUDA pane followed the typing");
+  }
+  return { median: +med.toFixed(1), max: +Math.max(...lat).toFixed(1), samples: lat.length, lowered: lower };
 }
 
 async function getJson(url) {
@@ -324,39 +403,25 @@ try {
   });
 
   await check("keystroke to updated CUDA: every keystroke compiles; median <= 50 ms", async () => {
-    await page.click("#tab-cuda");
-    await replaceProgram(page, ADD.replace("  c = a + b\n", "  c = a + b * 1.5\n"));
-    await page.waitForFunction(() => document.querySelector("#cuda .cm-content").textContent.includes("* 1.5f"));
-    await sleep(300);
-    await page.evaluate(() => {
-      window.__latency = [];
-      let t0 = null;
-      document.addEventListener("keydown", () => (t0 = performance.now()), true);
-      const target = document.querySelector("#cuda .cm-content");
-      new MutationObserver(() => {
-        if (t0 !== null) {
-          window.__latency.push(performance.now() - t0);
-          t0 = null;
-        }
-      }).observe(target, { childList: true, subtree: true, characterData: true });
-    });
-    await cursorAtEndOf(page, "c = a + b * 1.5");
-    let sent = 0;
-    for (let i = 0; i < 15; i++) {
-      for (const key of [String((i % 9) + 1), "Backspace"]) {
-        await page.keyboard.press(key);
-        sent++;
-        await sleep(80);
-      }
+    try {
+      metrics.keystroke_to_cuda_ms = await keystrokeLatency(page, ADD.replace("  c = a + b\n", "  c = a + b * 1.5\n"), "c = a + b * 1.5", 0);
+    } finally {
+      await replaceProgram(page, ADD);
     }
-    const lat = await page.evaluate(() => window.__latency);
-    const med = median(lat);
-    const lower = await page.locator("#lowered").textContent();
-    metrics.keystroke_to_cuda_ms = { median: +med.toFixed(1), max: +Math.max(...lat).toFixed(1), samples: lat.length, lowered: lower };
-    console.log(`     (keystroke to CUDA: median ${med.toFixed(1)} ms, max ${Math.max(...lat).toFixed(1)} ms over ${lat.length} of ${sent} keystrokes; ${lower})`);
-    assert(lat.length >= sent - 2, `every keystroke updated the CUDA: ${lat.length} of ${sent}`);
-    assert(med <= 50, `median ${med} ms`);
-    await replaceProgram(page, ADD);
+  });
+
+  // Measured (metrics.json, docs/benchmarks.md), not asserted: the goal (<= 50 ms) is not met
+  // for the tensor-core examples yet (issue 38).
+  await check("keystroke to updated CUDA on the seed kernel (tensor cores, matmul step 9): measured", async () => {
+    const seed = fs.readFileSync(path.join(repo, "examples/matmul/step9_tma_store_epilogue.hf"), "utf8");
+    const scaled = seed.replace("  c = cast(s, bf16)\n", "  c = cast(s * 1.5, bf16)\n");
+    assert(scaled !== seed, "the seed kernel's epilogue line is where the test edits it");
+    // The cursor goes after `1.5`, before `, bf16)`.
+    try {
+      metrics.keystroke_to_cuda_tensor_cores_ms = await keystrokeLatency(page, scaled, "c = cast(s * 1.5, bf16)", 7, { assertGoal: false });
+    } finally {
+      await replaceProgram(page, ADD);
+    }
   });
 
   await check("passes pane: list, IR after a pass, diff, unchanged passes greyed", async () => {
