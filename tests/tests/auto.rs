@@ -527,7 +527,8 @@ fn every_tuning_candidate_is_distinct_and_lowers() {
         (ADD, "M=16384,N=16384", 10),
         (ROW_SUM, "M=16384,N=16384", 4),
         (COL_SUM, "M=16384,N=16384", 8),
-        (PRODUCT, "M=4096,N=4096,K=4096", 1),
+        (PRODUCT, "M=4096,N=4096,K=4096", 6),
+        (PRODUCT, "M=64,N=14336,K=4096", 5),
     ] {
         let given = sizes(size);
         let candidates = hopfuse::auto_candidates(source, Some(&given))
@@ -560,7 +561,16 @@ fn every_tuning_candidate_is_distinct_and_lowers() {
                 specialize: true,
                 ..Default::default()
             };
-            if let Err(e) = hopfuse::compile(&program, &options) {
+            let lowered = hopfuse::compile(&program, &options);
+            // A product's pipeline stages are bounded by shared memory, which only the
+            // lowering knows: the tuner lists such a candidate as refused.
+            if let Err(e) = &lowered {
+                let text = e.render(&program, "candidate");
+                if c.knobs.stages.is_some() && text.contains("shared memory") {
+                    continue;
+                }
+            }
+            if let Err(e) = lowered {
                 panic!(
                     "{size}: candidate {} does not lower: {}\n{program}",
                     c.knobs.describe(),

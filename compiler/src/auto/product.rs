@@ -164,18 +164,54 @@ pub fn schedule(
         .iter()
         .map(|&(from, t)| (from, f.tensors[t].name.as_str()))
         .collect();
+    let knobs = facts.knobs;
     let text = schedule_block(&template)
         .ok_or("the reused example has no schedule block")?
         .lines()
-        .map(|l| rename(l.trim(), &renames, facts))
+        .map(|l| tuned(&rename(l.trim(), &renames, facts), knobs))
         .collect::<Vec<_>>()
         .join("\n")
         + "\n";
+    let why = if knobs.stages.is_some() || knobs.raster.is_some() {
+        format!("{why}; tuned: {}", knobs.describe())
+    } else {
+        why
+    };
     Ok(AutoSchedule {
         scheduler: Scheduler::MatrixProduct,
         text,
         reason: why,
     })
+}
+
+/// A reused schedule line with the tuner's pipeline stages (the count of every
+/// `circular_buffer(N, ...)`) and raster group (`persistent(AXIS, G)`) in place of the
+/// example's.
+fn tuned(line: &str, knobs: &super::Knobs) -> String {
+    let replace_first_arg = |line: &str, call: &str, value: i64| -> Option<String> {
+        let at = line.find(call)? + call.len();
+        let end = at + line[at..].find(',')?;
+        Some(format!("{}{value}{}", &line[..at], &line[end..]))
+    };
+    let replace_last_arg = |line: &str, call: &str, value: i64| -> Option<String> {
+        let at = line.find(call)?;
+        let comma = at + line[at..].rfind(',')?;
+        let close = comma + line[comma..].find(')')?;
+        Some(format!("{} {value}{}", &line[..=comma], &line[close..]))
+    };
+    if let Some(stages) = knobs.stages {
+        if let Some(l) = replace_first_arg(line, ".circular_buffer(", stages) {
+            return l;
+        }
+    }
+    if let Some(group) = knobs.raster {
+        if line.starts_with("persistent(") {
+            if let Some(l) = replace_last_arg(line, "persistent(", group) {
+                return l;
+            }
+        }
+    }
+    line.to_string()
 }
 
 impl super::Sizes {

@@ -6,7 +6,9 @@
 //! candidate is the scheduler's own choice (what a program without a schedule compiles with);
 //! the rest are distinct schedule texts the scheduler wrote for other values of its parameters,
 //! at most [`MAX_CANDIDATES`] in all, each within the limits the scheduler checks itself (a
-//! row kept in registers within the register file, a block within 1024 threads). Whether a
+//! row kept in registers within the register file, a block within 1024 threads; a product's
+//! stages are bounded by shared memory, which the lowering checks: such a candidate is refused
+//! when compiled, with the shared memory it needs). Whether a
 //! candidate compiles, fits the SM and is faster is for the runner's `hopfuse tune` to find out
 //! (it compiles, validates and times each on the GPU). Cheap: no lowering here.
 
@@ -56,6 +58,12 @@ pub struct Knobs {
     /// Where a normalization's row lives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row: Option<RowPlacement>,
+    /// A product's pipeline stages (the operands' circular buffers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<i64>,
+    /// A persistent product's raster group (M tiles walked together, for L2 reuse).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raster: Option<i64>,
 }
 
 impl Knobs {
@@ -73,6 +81,12 @@ impl Knobs {
         }
         if let Some(v) = self.vector {
             parts.push(format!("vector={v}"));
+        }
+        if let Some(n) = self.stages {
+            parts.push(format!("stages={n}"));
+        }
+        if let Some(g) = self.raster {
+            parts.push(format!("raster={g}"));
         }
         if parts.is_empty() {
             "default".to_string()
@@ -132,7 +146,24 @@ fn space(class: &Class) -> Vec<Knobs> {
                 }
             }
         }
-        Class::Transpose { .. } | Class::MatrixProduct(..) => {}
+        Class::Transpose { .. } => {}
+        // Stages within shared memory (a 128 x 256 tile's stage is 48 KiB; a decode tile's
+        // 24 KiB), raster groups around the default 16. A value that does not fit is refused
+        // when the candidate compiles.
+        Class::MatrixProduct(..) => {
+            for stages in [4, 2, 3, 6, 8] {
+                out.push(Knobs {
+                    stages: Some(stages),
+                    ..Knobs::default()
+                });
+            }
+            for raster in [8, 32, 4] {
+                out.push(Knobs {
+                    raster: Some(raster),
+                    ..Knobs::default()
+                });
+            }
+        }
         Class::InnerReduction { .. } => {
             for threads in [128, 256, 512, 64, 1024, 32] {
                 out.push(Knobs {
