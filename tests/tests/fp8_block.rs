@@ -296,3 +296,205 @@ fn a_one_warp_group_block_scaled_product_promotes_inside_its_k_loop() {
         "{cuda}"
     );
 }
+
+const OVERLAP: &str = "matmul/step18_fp8_block_overlap.hf";
+
+#[test]
+fn step18_overlap_promotes_each_block_while_the_next_one_runs() {
+    let cuda = compile(&example(OVERLAP)).cuda;
+    // Two halves of 32 registers (64 x 64 per warp group) beside the f32 accumulator.
+    for decl in [
+        "float s_acc[32];",
+        "float s_acc_block[64];",
+        "int s_acc_block_started[2];",
+    ] {
+        assert!(cuda.contains(decl), "{decl}\n{cuda}");
+    }
+    // Four blocks per iteration, block j's wgmmas into half j % 2 ...
+    let outer = cuda
+        .find("for (index_t k_oo = 0; k_oo < hf_ceil_div<index_t>(hf_ceil_div<index_t>(K, 128), 4); ++k_oo) {")
+        .expect("the loop over four blocks");
+    let order = [
+        "for (index_t k_oi = 0; k_oi < 4; ++k_oi) {",
+        "const index_t k_o = k_oo * 4 + k_oi;",
+        "if (k_o < hf_ceil_div<index_t>(K, 128)) {",
+        "s_acc_block_started[k_oi % 2] = 0;",
+        "hf_wgmma_m64n64k32_e4m3_e4m3(&s_acc_block[k_oi % 2 * 32], ",
+        "hf_wgmma_commit();",
+        // ... then the previous block's group is waited for while this one runs, its stage
+        // released and its half promoted with its own scales ...
+        "if (0 < k_oi) {",
+        "hf_wgmma_wait<1>();",
+        "if (k_o - 1 < hf_ceil_div<index_t>(K, 128)) {",
+        "hf_mbarrier_arrive_per_warp(&a_s_b_s_empty[(tile * hf_ceil_div<index_t>(K, 128) + (k_o - 1)) % 4]);",
+        "s_acc[r2] = s_acc[r2] + ((s_acc_block[r2 + (k_oi - 1) % 2 * 32] * sa[",
+        "* KB + (k_o - 1) * 128 / 128]) * sb[(",
+        // ... and the fourth block of an iteration after its group has completed.
+        "hf_wgmma_wait<0>();",
+        "if (k_oo * 4 + 3 < hf_ceil_div<index_t>(K, 128)) {",
+        "hf_mbarrier_arrive_per_warp(&a_s_b_s_empty[(tile * hf_ceil_div<index_t>(K, 128) + (k_oo * 4 + 3)) % 4]);",
+        "s_acc[r2] = s_acc[r2] + ((s_acc_block[r2 + 32] * sa[",
+        "* KB + (k_oo * 4 + 3) * 128 / 128]) * sb[(",
+        "= hf_float_to_bf16(s_acc[",
+    ];
+    let mut at = outer;
+    for want in order {
+        at += cuda[at..]
+            .find(want)
+            .unwrap_or_else(|| panic!("`{want}` after byte {at}:\n{cuda}"));
+    }
+    assert_eq!(cuda.matches("hf_wgmma_wait<0>();").count(), 1, "{cuda}");
+}
+
+/// The overlapped k loop of step 18, run on the host for `blocks` blocks of K: wgmma groups
+/// (each the halves of the block accumulator its wgmmas write, tagged with their block),
+/// `wait_group n` retiring all but the newest `n`, and each promotion checked to read a half
+/// whose group has completed and that holds the block whose scales it applies.
+fn run_overlapped_k_loop(kernel: &hopfuse::kir::Kernel, blocks: i64) -> Vec<i64> {
+    use hopfuse::kir::{Stmt, Val};
+    let find = |name: &str| {
+        kernel
+            .buffers
+            .iter()
+            .position(|b| b.name == name)
+            .unwrap_or_else(|| panic!("no buffer `{name}`"))
+    };
+    let (blk, sa) = (find("s_acc_block"), find("sa"));
+    struct Run {
+        env: BTreeMap<String, i64>,
+        uncommitted: Vec<(i64, i64)>,
+        groups: Vec<Vec<(i64, i64)>>,
+        /// The block each half holds, once its group has completed.
+        done: [Option<i64>; 2],
+        promoted: Vec<i64>,
+    }
+    fn eval(run: &Run, v: &Val) -> i64 {
+        v.eval_with(&|leaf| match leaf {
+            Val::Var(n) | Val::Size(n) => run.env.get(n).copied().or(Some(0)),
+            _ => Some(0),
+        })
+        .unwrap_or_else(|| panic!("{}", v.text()))
+    }
+    fn exec(run: &mut Run, body: &[Stmt], blk: usize, sa: usize) {
+        for s in body {
+            match s {
+                // (A thread binding: thread 0's iteration; a loop: every iteration.)
+                Stmt::Loop(l) if l.parallel.is_hw() => {
+                    run.env.insert(l.var.clone(), 0);
+                    exec(run, &l.body, blk, sa);
+                }
+                Stmt::Loop(l) => {
+                    for i in 0..eval(run, &l.extent) {
+                        run.env.insert(l.var.clone(), i);
+                        exec(run, &l.body, blk, sa);
+                    }
+                }
+                Stmt::If { cond, then, els } => {
+                    let body = if eval(run, cond) != 0 { then } else { els };
+                    exec(run, body, blk, sa);
+                }
+                Stmt::Let { var, value, .. } => {
+                    let v = eval(run, value);
+                    run.env.insert(var.clone(), v);
+                }
+                Stmt::Wgmma(w) if w.acc.buffer.index() == blk => {
+                    let half = eval(run, w.acc.index.as_ref().unwrap()) / 32;
+                    let block = run.env["k_o"];
+                    run.uncommitted.push((half, block));
+                }
+                Stmt::WgmmaCommit => {
+                    let g = std::mem::take(&mut run.uncommitted);
+                    run.groups.push(g);
+                }
+                Stmt::WgmmaWait(n) => {
+                    while run.groups.len() > *n as usize {
+                        for (half, block) in run.groups.remove(0) {
+                            run.done[half as usize] = Some(block);
+                        }
+                    }
+                }
+                Stmt::Compute(c) => {
+                    let mut half = None;
+                    let mut block = None;
+                    c.value.for_each_read(&mut |a| {
+                        if a.buffer.index() == blk {
+                            half = Some(eval(run, a.index.as_ref().unwrap()) / 32);
+                        }
+                        if a.buffer.index() == sa {
+                            // Row 0: the index is the block of K.
+                            block = Some(eval(run, a.index.as_ref().unwrap()));
+                        }
+                    });
+                    if let (Some(h), Some(b)) = (half, block) {
+                        // Once per register: count the promotion at register 0.
+                        if run.env.get("r2") == Some(&0) {
+                            let in_flight = run.groups.iter().flatten().chain(&run.uncommitted);
+                            assert!(
+                                !in_flight.into_iter().any(|&(x, _)| x == h),
+                                "block {b}'s promotion reads half {h} while a group writes it"
+                            );
+                            assert_eq!(run.done[h as usize], Some(b), "half {h}");
+                            run.promoted.push(b);
+                        }
+                    }
+                }
+                other => {
+                    for child in other.children() {
+                        exec(run, child, blk, sa);
+                    }
+                }
+            }
+        }
+    }
+    let mut run = Run {
+        env: BTreeMap::from([
+            ("K".to_string(), blocks * 128),
+            ("KB".to_string(), blocks),
+            ("M".to_string(), 1 << 20),
+            ("N".to_string(), 1 << 20),
+        ]),
+        uncommitted: Vec::new(),
+        groups: Vec::new(),
+        done: [None, None],
+        promoted: Vec::new(),
+    };
+    // The consumers' k loop and what follows it in the tile loop, up to the epilogue.
+    let mut k_loop = None;
+    hopfuse::kir::walk(&kernel.body, &mut |s| {
+        if let Stmt::Loop(l) = s {
+            if l.var == "k_oo" {
+                k_loop = Some(s);
+                return hopfuse::kir::Flow::Skip;
+            }
+        }
+        hopfuse::kir::Flow::Descend
+    });
+    exec(
+        &mut run,
+        std::slice::from_ref(k_loop.expect("the k loop")),
+        blk,
+        sa,
+    );
+    assert!(run.groups.is_empty() && run.uncommitted.is_empty());
+    run.promoted
+}
+
+#[test]
+fn the_overlapped_k_loop_promotes_every_block_once_in_order_from_its_own_half() {
+    let kernel = compile(&example(OVERLAP)).kernel;
+    // Whole iterations of four blocks, partial ones (the ragged bench size's 9) and none.
+    for blocks in [0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 128] {
+        let promoted = run_overlapped_k_loop(&kernel, blocks);
+        assert_eq!(promoted, (0..blocks).collect::<Vec<_>>(), "{blocks} blocks");
+    }
+}
+
+#[test]
+fn a_block_accumulator_that_does_not_fit_twice_is_promoted_after_its_group() {
+    // Step 18's 64 x 128 per warp group: 3 x 64 registers and the rest exceed the 168 ptxas
+    // gives each of the 384 threads, so the promotion waits for its block (wait_group 0).
+    let cuda = compile(&example(STEP18)).cuda;
+    assert!(cuda.contains("float s_acc_block[64];"), "{cuda}");
+    assert!(!cuda.contains("hf_wgmma_wait<1>"), "{cuda}");
+    assert!(!cuda.contains("k_oo"), "{cuda}");
+}
