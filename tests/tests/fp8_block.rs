@@ -2,13 +2,17 @@
 //! the `expand_blocks` view the scales are written with (its reference, twin, launch check and
 //! errors), the two-level accumulation of `examples/matmul/step18_fp8_block.hf` (wgmmas into a
 //! block accumulator per 128-wide K block, promoted into the f32 accumulator with the block's
-//! scales), and the errors of scales whose blocks do not match the schedule's K tile.
+//! scales), its overlapped form (`step18_fp8_block_overlap.hf`: the promotion of block k - 1
+//! while block k's wgmmas run, checked by running the kernel IR's k loop on the host), the
+//! errors of scales whose blocks do not match the schedule's K tile, and a quantized e4m3
+//! output (its amax, a scalar output, is refused).
 
 use hopfuse::DType;
 use hopfuse_tests::{compile, error, example, fp8_values};
 use std::collections::BTreeMap;
 
 const STEP18: &str = "matmul/step18_fp8_block.hf";
+const OVERLAP: &str = "matmul/step18_fp8_block_overlap.hf";
 
 fn edit(src: &str, from: &str, to: &str) -> String {
     assert!(src.contains(from), "`{from}` is not in the program");
@@ -115,9 +119,14 @@ fn expand_blocks_errors_name_the_argument() {
 
 #[test]
 fn step18_reference_is_the_product_of_the_dequantized_operands() {
-    let src = example(STEP18);
-    let f =
-        hopfuse::reference_fusion(&src).unwrap_or_else(|e| panic!("{}", e.render(&src, STEP18)));
+    for path in [STEP18, OVERLAP] {
+        step18_reference_at_a_ragged_size(path);
+    }
+}
+
+fn step18_reference_at_a_ragged_size(path: &str) {
+    let src = example(path);
+    let f = hopfuse::reference_fusion(&src).unwrap_or_else(|e| panic!("{}", e.render(&src, path)));
     // Ragged: K = 300 in 3 blocks (the last of 44), N = 130 in 2 blocks (the last of 2).
     let (m, n, k, kb, nb) = (3usize, 130usize, 300usize, 3usize, 2usize);
     let a = fp8_values(m * k, 1);
@@ -150,7 +159,11 @@ fn step18_reference_is_the_product_of_the_dequantized_operands() {
                     DType::F32.round(ad) * DType::F32.round(bd)
                 })
                 .sum();
-            assert_eq!(got[i * n + j], DType::BF16.round(dot), "c[{i}, {j}]");
+            assert_eq!(
+                got[i * n + j],
+                DType::BF16.round(dot),
+                "{path}: c[{i}, {j}]"
+            );
         }
     }
 }
@@ -296,8 +309,6 @@ fn a_one_warp_group_block_scaled_product_promotes_inside_its_k_loop() {
         "{cuda}"
     );
 }
-
-const OVERLAP: &str = "matmul/step18_fp8_block_overlap.hf";
 
 #[test]
 fn step18_overlap_promotes_each_block_while_the_next_one_runs() {
@@ -497,4 +508,75 @@ fn a_block_accumulator_that_does_not_fit_twice_is_promoted_after_its_group() {
     assert!(cuda.contains("float s_acc_block[64];"), "{cuda}");
     assert!(!cuda.contains("hf_wgmma_wait<1>"), "{cuda}");
     assert!(!cuda.contains("k_oo"), "{cuda}");
+}
+
+/// The overlapped step 18 with its output quantized to e4m3 by a per-tensor scale (a scalar
+/// input) and stored from the registers (no TMA-stored bf16 cache), plus `extra` fusion lines.
+fn quantized_output(extra: &str) -> String {
+    let src = edit(
+        &edit(
+            &example(OVERLAP),
+            "  input sb: f32[NB, KB]\n",
+            "  input sb: f32[NB, KB]\n  input scale: f32\n",
+        ),
+        "  c = cast(s, bf16)\n  output c\n",
+        &format!("  c = cast(s * scale, f8e4m3)\n  output c\n{extra}"),
+    );
+    src.lines()
+        .filter(|l| !l.trim_start().starts_with("c_s") && !l.trim_start().starts_with("c."))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn a_quantized_output_is_scaled_and_cast_to_e4m3_in_the_epilogue() {
+    let src = quantized_output("");
+    let cuda = compile(&src).cuda;
+    // The promoted f32 sum times the scale, cast to e4m3 in the registers, two adjacent
+    // columns stored as one 2-byte vector where both are in bounds.
+    assert!(
+        cuda.contains("c_mul[0] = s_acc[2 * r3_pair + r3_lane] * scale;"),
+        "{cuda}"
+    );
+    assert!(
+        cuda.contains("*reinterpret_cast<hf_vec<__nv_fp8_e4m3, 2>*>(&c["),
+        "{cuda}"
+    );
+    // The reference: the f32 sum times the scale, rounded to e4m3.
+    let f = hopfuse::reference_fusion(&src).unwrap();
+    let (m, n, k) = (2usize, 3usize, 256usize);
+    let a = fp8_values(m * k, 3);
+    let b = fp8_values(n * k, 4);
+    let inputs = BTreeMap::from([
+        ("a".to_string(), a.clone()),
+        ("b".to_string(), b.clone()),
+        ("sa".to_string(), vec![1.0; m * 2]),
+        ("sb".to_string(), vec![1.0; 2]),
+        ("scale".to_string(), vec![0.25]),
+    ]);
+    let at = sizes(&[("M", 2), ("N", 3), ("K", 256), ("KB", 2), ("NB", 1)]);
+    let got = hopfuse::reference::evaluate(&f, &at, &inputs).unwrap()["c"].clone();
+    for i in 0..m {
+        for j in 0..n {
+            let dot: f64 = (0..k).map(|kk| a[i * k + kk] * b[j * k + kk]).sum();
+            assert_eq!(
+                got[i * n + j],
+                DType::F8E4M3.round(dot * 0.25),
+                "c[{i}, {j}]"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_amax_of_a_quantized_output_is_refused_as_a_scalar_output() {
+    // The amax over all axes is a grid-wide reduction into a scalar output: not built (no
+    // scalar outputs, no atomics), so it is an error at the output.
+    let e = error(&quantized_output(
+        "  amax = max(abs(s), axis=[0, 1])\n  output amax\n",
+    ));
+    assert!(
+        e.contains("error: `amax` is a scalar: an output needs at least one axis"),
+        "{e}"
+    );
 }
