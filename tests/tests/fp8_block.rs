@@ -580,3 +580,20 @@ fn the_amax_of_a_quantized_output_is_refused_as_a_scalar_output() {
         "{e}"
     );
 }
+
+#[test]
+fn a_block_whose_wgmmas_are_not_one_group_keeps_one_half_and_waits() {
+    // The K tile's k32 steps in a serial loop: each wgmma is its own group, waited for before
+    // the next, so there is no group to keep in flight across the promotion: one half, the
+    // promotion after wait_group 0.
+    let src = edit(&example(OVERLAP), "  s.parallelize(3, Unroll)\n", "");
+    let cuda = compile(&src).cuda;
+    assert!(cuda.contains("float s_acc_block[32];"), "{cuda}");
+    assert!(cuda.contains("int s_acc_block_started[1];"), "{cuda}");
+    assert!(
+        cuda.contains("hf_wgmma_m64n64k32_e4m3_e4m3(&s_acc_block[0], "),
+        "{cuda}"
+    );
+    assert!(!cuda.contains("hf_wgmma_wait<1>"), "{cuda}");
+    assert!(!cuda.contains("k_oo"), "{cuda}");
+}

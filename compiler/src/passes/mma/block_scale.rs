@@ -475,7 +475,7 @@ fn update_guard(body: &[Stmt], expr: ExprId) -> Option<Val> {
 /// previous iteration (C7514: it does not follow groups across a back edge), so the groups
 /// in flight stay inside one iteration: its last block's promotion waits (`wait_group 0`), the
 /// others overlap the next block's wgmmas. Four: three promotions in four overlap.
-pub(super) const OVERLAP_UNROLL: i64 = 4;
+const OVERLAP_UNROLL: i64 = 4;
 
 /// Rewrites each overlapped block loop (after `batch`: its body ends `commit, wait_group 0,
 /// release the stage, promote`) into iterations of [`OVERLAP_UNROLL`] blocks, block `j`'s
@@ -501,10 +501,10 @@ pub(super) const OVERLAP_UNROLL: i64 = 4;
 /// promotion that read it.
 pub(super) fn overlap_promotions(
     cx: &mut Ctx,
-    k: &Kernel,
+    k: &mut Kernel,
     body: &mut Vec<Stmt>,
     overlaps: &[Overlap],
-) -> Result<(), Diagnostic> {
+) {
     let mut done = vec![false; overlaps.len()];
     crate::kir::for_each_block_mut(body, &mut |block| {
         for s in std::mem::take(block) {
@@ -516,22 +516,19 @@ pub(super) fn overlap_promotions(
             };
             match (s, j) {
                 (Stmt::Loop(l), Some(j)) => {
-                    block.extend(in_pairs(cx, l, &overlaps[j]));
+                    block.extend(in_groups_of_blocks(cx, l, &overlaps[j]));
                     done[j] = true;
                 }
                 (s, _) => block.push(s),
             }
         }
     });
-    match overlaps.iter().zip(&done).find(|(_, d)| !**d) {
-        None => Ok(()),
-        Some((o, _)) => Err(Diagnostic::new(
-            format!(
-                "internal: the block loop of `{}` does not end with its group's wait, the stage's release and the promotion",
-                k.buffers[o.block].name
-            ),
-            None,
-        )),
+    // A block loop whose wgmmas did not become one group before the release (e.g. a K loop
+    // inside the block that is not unrolled) keeps its promotion after `wait_group 0`, and
+    // its block accumulator one half.
+    for (o, _) in overlaps.iter().zip(&done).filter(|(_, d)| !**d) {
+        k.buffers[o.block].size = Some(Val::Int(o.registers));
+        k.buffers[o.flags].size = Some(Val::Int(o.flag_count));
     }
 }
 
@@ -592,7 +589,7 @@ fn at(mut s: Stmt, var: &str, with: &Val) -> Stmt {
 }
 
 /// The overlapped form of block loop `l` (see [`overlap_promotions`]).
-fn in_pairs(cx: &mut Ctx, l: Loop, o: &Overlap) -> Vec<Stmt> {
+fn in_groups_of_blocks(cx: &mut Ctx, l: Loop, o: &Overlap) -> Vec<Stmt> {
     let Loop {
         key,
         var,

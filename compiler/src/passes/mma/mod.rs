@@ -178,7 +178,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         unalias(&mut body, &reuse);
     }
     let mut body = batch(body);
-    block_scale::overlap_promotions(cx, k, &mut body, &lower.overlapped)?;
+    block_scale::overlap_promotions(cx, k, &mut body, &lower.overlapped);
     k.body = keep_one_group_in_flight(body);
     name_stream_k_accumulators(&mut k.body);
     Ok(())
