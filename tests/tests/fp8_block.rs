@@ -2,13 +2,17 @@
 //! the `expand_blocks` view the scales are written with (its reference, twin, launch check and
 //! errors), the two-level accumulation of `examples/matmul/step18_fp8_block.hf` (wgmmas into a
 //! block accumulator per 128-wide K block, promoted into the f32 accumulator with the block's
-//! scales), and the errors of scales whose blocks do not match the schedule's K tile.
+//! scales), its overlapped form (`step18_fp8_block_overlap.hf`: the promotion of block k - 1
+//! while block k's wgmmas run, checked by running the kernel IR's k loop on the host), the
+//! errors of scales whose blocks do not match the schedule's K tile, and a quantized e4m3
+//! output (its amax, a scalar output, is refused).
 
 use hopfuse::DType;
 use hopfuse_tests::{compile, error, example, fp8_values};
 use std::collections::BTreeMap;
 
 const STEP18: &str = "matmul/step18_fp8_block.hf";
+const OVERLAP: &str = "matmul/step18_fp8_block_overlap.hf";
 
 fn edit(src: &str, from: &str, to: &str) -> String {
     assert!(src.contains(from), "`{from}` is not in the program");
@@ -115,9 +119,14 @@ fn expand_blocks_errors_name_the_argument() {
 
 #[test]
 fn step18_reference_is_the_product_of_the_dequantized_operands() {
-    let src = example(STEP18);
-    let f =
-        hopfuse::reference_fusion(&src).unwrap_or_else(|e| panic!("{}", e.render(&src, STEP18)));
+    for path in [STEP18, OVERLAP] {
+        step18_reference_at_a_ragged_size(path);
+    }
+}
+
+fn step18_reference_at_a_ragged_size(path: &str) {
+    let src = example(path);
+    let f = hopfuse::reference_fusion(&src).unwrap_or_else(|e| panic!("{}", e.render(&src, path)));
     // Ragged: K = 300 in 3 blocks (the last of 44), N = 130 in 2 blocks (the last of 2).
     let (m, n, k, kb, nb) = (3usize, 130usize, 300usize, 3usize, 2usize);
     let a = fp8_values(m * k, 1);
@@ -150,7 +159,11 @@ fn step18_reference_is_the_product_of_the_dequantized_operands() {
                     DType::F32.round(ad) * DType::F32.round(bd)
                 })
                 .sum();
-            assert_eq!(got[i * n + j], DType::BF16.round(dot), "c[{i}, {j}]");
+            assert_eq!(
+                got[i * n + j],
+                DType::BF16.round(dot),
+                "{path}: c[{i}, {j}]"
+            );
         }
     }
 }
@@ -295,4 +308,292 @@ fn a_one_warp_group_block_scaled_product_promotes_inside_its_k_loop() {
         k_loop < barrier && barrier < promote && promote < epilogue,
         "{cuda}"
     );
+}
+
+#[test]
+fn step18_overlap_promotes_each_block_while_the_next_one_runs() {
+    let cuda = compile(&example(OVERLAP)).cuda;
+    // Two halves of 32 registers (64 x 64 per warp group) beside the f32 accumulator.
+    for decl in [
+        "float s_acc[32];",
+        "float s_acc_block[64];",
+        "int s_acc_block_started[2];",
+    ] {
+        assert!(cuda.contains(decl), "{decl}\n{cuda}");
+    }
+    // Four blocks per iteration, block j's wgmmas into half j % 2 ...
+    let outer = cuda
+        .find("for (index_t k_oo = 0; k_oo < hf_ceil_div<index_t>(hf_ceil_div<index_t>(K, 128), 4); ++k_oo) {")
+        .expect("the loop over four blocks");
+    let order = [
+        "for (index_t k_oi = 0; k_oi < 4; ++k_oi) {",
+        "const index_t k_o = k_oo * 4 + k_oi;",
+        "if (k_o < hf_ceil_div<index_t>(K, 128)) {",
+        "s_acc_block_started[k_oi % 2] = 0;",
+        "hf_wgmma_m64n64k32_e4m3_e4m3(&s_acc_block[k_oi % 2 * 32], ",
+        "hf_wgmma_commit();",
+        // ... then the previous block's group is waited for while this one runs, its stage
+        // released and its half promoted with its own scales ...
+        "if (0 < k_oi) {",
+        "hf_wgmma_wait<1>();",
+        "if (k_o - 1 < hf_ceil_div<index_t>(K, 128)) {",
+        "hf_mbarrier_arrive_per_warp(&a_s_b_s_empty[(tile * hf_ceil_div<index_t>(K, 128) + (k_o - 1)) % 4]);",
+        "s_acc[r2] = s_acc[r2] + ((s_acc_block[r2 + (k_oi - 1) % 2 * 32] * sa[",
+        "* KB + (k_o - 1) * 128 / 128]) * sb[(",
+        // ... and the fourth block of an iteration after its group has completed.
+        "hf_wgmma_wait<0>();",
+        "if (k_oo * 4 + 3 < hf_ceil_div<index_t>(K, 128)) {",
+        "hf_mbarrier_arrive_per_warp(&a_s_b_s_empty[(tile * hf_ceil_div<index_t>(K, 128) + (k_oo * 4 + 3)) % 4]);",
+        "s_acc[r2] = s_acc[r2] + ((s_acc_block[r2 + 32] * sa[",
+        "* KB + (k_oo * 4 + 3) * 128 / 128]) * sb[(",
+        "= hf_float_to_bf16(s_acc[",
+    ];
+    let mut at = outer;
+    for want in order {
+        at += cuda[at..]
+            .find(want)
+            .unwrap_or_else(|| panic!("`{want}` after byte {at}:\n{cuda}"));
+    }
+    assert_eq!(cuda.matches("hf_wgmma_wait<0>();").count(), 1, "{cuda}");
+}
+
+/// The overlapped k loop of step 18, run on the host for `blocks` blocks of K: wgmma groups
+/// (each the halves of the block accumulator its wgmmas write, tagged with their block),
+/// `wait_group n` retiring all but the newest `n`, and each promotion checked to read a half
+/// whose group has completed and that holds the block whose scales it applies.
+fn run_overlapped_k_loop(kernel: &hopfuse::kir::Kernel, blocks: i64) -> Vec<i64> {
+    use hopfuse::kir::{Stmt, Val};
+    let find = |name: &str| {
+        kernel
+            .buffers
+            .iter()
+            .position(|b| b.name == name)
+            .unwrap_or_else(|| panic!("no buffer `{name}`"))
+    };
+    let (blk, sa) = (find("s_acc_block"), find("sa"));
+    struct Run {
+        env: BTreeMap<String, i64>,
+        uncommitted: Vec<(i64, i64)>,
+        groups: Vec<Vec<(i64, i64)>>,
+        /// The block each half holds, once its group has completed.
+        done: [Option<i64>; 2],
+        promoted: Vec<i64>,
+    }
+    fn eval(run: &Run, v: &Val) -> i64 {
+        v.eval_with(&|leaf| match leaf {
+            Val::Var(n) | Val::Size(n) => run.env.get(n).copied().or(Some(0)),
+            _ => Some(0),
+        })
+        .unwrap_or_else(|| panic!("{}", v.text()))
+    }
+    fn exec(run: &mut Run, body: &[Stmt], blk: usize, sa: usize) {
+        for s in body {
+            match s {
+                // (A thread binding: thread 0's iteration; a loop: every iteration.)
+                Stmt::Loop(l) if l.parallel.is_hw() => {
+                    run.env.insert(l.var.clone(), 0);
+                    exec(run, &l.body, blk, sa);
+                }
+                Stmt::Loop(l) => {
+                    for i in 0..eval(run, &l.extent) {
+                        run.env.insert(l.var.clone(), i);
+                        exec(run, &l.body, blk, sa);
+                    }
+                }
+                Stmt::If { cond, then, els } => {
+                    let body = if eval(run, cond) != 0 { then } else { els };
+                    exec(run, body, blk, sa);
+                }
+                Stmt::Let { var, value, .. } => {
+                    let v = eval(run, value);
+                    run.env.insert(var.clone(), v);
+                }
+                Stmt::Wgmma(w) if w.acc.buffer.index() == blk => {
+                    let half = eval(run, w.acc.index.as_ref().unwrap()) / 32;
+                    let block = run.env["k_o"];
+                    run.uncommitted.push((half, block));
+                }
+                Stmt::WgmmaCommit => {
+                    let g = std::mem::take(&mut run.uncommitted);
+                    run.groups.push(g);
+                }
+                Stmt::WgmmaWait(n) => {
+                    while run.groups.len() > *n as usize {
+                        for (half, block) in run.groups.remove(0) {
+                            run.done[half as usize] = Some(block);
+                        }
+                    }
+                }
+                Stmt::Compute(c) => {
+                    let mut half = None;
+                    let mut block = None;
+                    c.value.for_each_read(&mut |a| {
+                        if a.buffer.index() == blk {
+                            half = Some(eval(run, a.index.as_ref().unwrap()) / 32);
+                        }
+                        if a.buffer.index() == sa {
+                            // Row 0: the index is the block of K.
+                            block = Some(eval(run, a.index.as_ref().unwrap()));
+                        }
+                    });
+                    if let (Some(h), Some(b)) = (half, block) {
+                        // Once per register: count the promotion at register 0.
+                        if run.env.get("r2") == Some(&0) {
+                            let in_flight = run.groups.iter().flatten().chain(&run.uncommitted);
+                            assert!(
+                                !in_flight.into_iter().any(|&(x, _)| x == h),
+                                "block {b}'s promotion reads half {h} while a group writes it"
+                            );
+                            assert_eq!(run.done[h as usize], Some(b), "half {h}");
+                            run.promoted.push(b);
+                        }
+                    }
+                }
+                other => {
+                    for child in other.children() {
+                        exec(run, child, blk, sa);
+                    }
+                }
+            }
+        }
+    }
+    let mut run = Run {
+        env: BTreeMap::from([
+            ("K".to_string(), blocks * 128),
+            ("KB".to_string(), blocks),
+            ("M".to_string(), 1 << 20),
+            ("N".to_string(), 1 << 20),
+        ]),
+        uncommitted: Vec::new(),
+        groups: Vec::new(),
+        done: [None, None],
+        promoted: Vec::new(),
+    };
+    // The consumers' k loop and what follows it in the tile loop, up to the epilogue.
+    let mut k_loop = None;
+    hopfuse::kir::walk(&kernel.body, &mut |s| {
+        if let Stmt::Loop(l) = s {
+            if l.var == "k_oo" {
+                k_loop = Some(s);
+                return hopfuse::kir::Flow::Skip;
+            }
+        }
+        hopfuse::kir::Flow::Descend
+    });
+    exec(
+        &mut run,
+        std::slice::from_ref(k_loop.expect("the k loop")),
+        blk,
+        sa,
+    );
+    assert!(run.groups.is_empty() && run.uncommitted.is_empty());
+    run.promoted
+}
+
+#[test]
+fn the_overlapped_k_loop_promotes_every_block_once_in_order_from_its_own_half() {
+    let kernel = compile(&example(OVERLAP)).kernel;
+    // Whole iterations of four blocks, partial ones (the ragged bench size's 9) and none.
+    for blocks in [0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 128] {
+        let promoted = run_overlapped_k_loop(&kernel, blocks);
+        assert_eq!(promoted, (0..blocks).collect::<Vec<_>>(), "{blocks} blocks");
+    }
+}
+
+#[test]
+fn a_block_accumulator_that_does_not_fit_twice_is_promoted_after_its_group() {
+    // Step 18's 64 x 128 per warp group: 3 x 64 registers and the rest exceed the 168 ptxas
+    // gives each of the 384 threads, so the promotion waits for its block (wait_group 0).
+    let cuda = compile(&example(STEP18)).cuda;
+    assert!(cuda.contains("float s_acc_block[64];"), "{cuda}");
+    assert!(!cuda.contains("hf_wgmma_wait<1>"), "{cuda}");
+    assert!(!cuda.contains("k_oo"), "{cuda}");
+}
+
+/// The overlapped step 18 with its output quantized to e4m3 by a per-tensor scale (a scalar
+/// input) and stored from the registers (no TMA-stored bf16 cache), plus `extra` fusion lines.
+fn quantized_output(extra: &str) -> String {
+    let src = edit(
+        &edit(
+            &example(OVERLAP),
+            "  input sb: f32[NB, KB]\n",
+            "  input sb: f32[NB, KB]\n  input scale: f32\n",
+        ),
+        "  c = cast(s, bf16)\n  output c\n",
+        &format!("  c = cast(s * scale, f8e4m3)\n  output c\n{extra}"),
+    );
+    src.lines()
+        .filter(|l| !l.trim_start().starts_with("c_s") && !l.trim_start().starts_with("c."))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn a_quantized_output_is_scaled_and_cast_to_e4m3_in_the_epilogue() {
+    let src = quantized_output("");
+    let cuda = compile(&src).cuda;
+    // The promoted f32 sum times the scale, cast to e4m3 in the registers, two adjacent
+    // columns stored as one 2-byte vector where both are in bounds.
+    assert!(
+        cuda.contains("c_mul[0] = s_acc[2 * r3_pair + r3_lane] * scale;"),
+        "{cuda}"
+    );
+    assert!(
+        cuda.contains("*reinterpret_cast<hf_vec<__nv_fp8_e4m3, 2>*>(&c["),
+        "{cuda}"
+    );
+    // The reference: the f32 sum times the scale, rounded to e4m3.
+    let f = hopfuse::reference_fusion(&src).unwrap();
+    let (m, n, k) = (2usize, 3usize, 256usize);
+    let a = fp8_values(m * k, 3);
+    let b = fp8_values(n * k, 4);
+    let inputs = BTreeMap::from([
+        ("a".to_string(), a.clone()),
+        ("b".to_string(), b.clone()),
+        ("sa".to_string(), vec![1.0; m * 2]),
+        ("sb".to_string(), vec![1.0; 2]),
+        ("scale".to_string(), vec![0.25]),
+    ]);
+    let at = sizes(&[("M", 2), ("N", 3), ("K", 256), ("KB", 2), ("NB", 1)]);
+    let got = hopfuse::reference::evaluate(&f, &at, &inputs).unwrap()["c"].clone();
+    for i in 0..m {
+        for j in 0..n {
+            let dot: f64 = (0..k).map(|kk| a[i * k + kk] * b[j * k + kk]).sum();
+            assert_eq!(
+                got[i * n + j],
+                DType::F8E4M3.round(dot * 0.25),
+                "c[{i}, {j}]"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_amax_of_a_quantized_output_is_refused_as_a_scalar_output() {
+    // The amax over all axes is a grid-wide reduction into a scalar output: not built (no
+    // scalar outputs, no atomics), so it is an error at the output.
+    let e = error(&quantized_output(
+        "  amax = max(abs(s), axis=[0, 1])\n  output amax\n",
+    ));
+    assert!(
+        e.contains("error: `amax` is a scalar: an output needs at least one axis"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_block_whose_wgmmas_are_not_one_group_keeps_one_half_and_waits() {
+    // The K tile's k32 steps in a serial loop: each wgmma is its own group, waited for before
+    // the next, so there is no group to keep in flight across the promotion: one half, the
+    // promotion after wait_group 0.
+    let src = edit(&example(OVERLAP), "  s.parallelize(3, Unroll)\n", "");
+    let cuda = compile(&src).cuda;
+    assert!(cuda.contains("float s_acc_block[32];"), "{cuda}");
+    assert!(cuda.contains("int s_acc_block_started[1];"), "{cuda}");
+    assert!(
+        cuda.contains("hf_wgmma_m64n64k32_e4m3_e4m3(&s_acc_block[0], "),
+        "{cuda}"
+    );
+    assert!(!cuda.contains("hf_wgmma_wait<1>"), "{cuda}");
+    assert!(!cuda.contains("k_oo"), "{cuda}");
 }

@@ -757,10 +757,11 @@ mod tests {
             assert_eq!(m.a.pipeline, Some(stage.pipeline), "{name}");
             assert_eq!(m.b.pipeline, Some(stage.pipeline), "{name}");
             // wait_group 1 where an empty mbarrier frees the stage (one group in flight),
-            // except in a block-scaled product: its promotion reads the block's accumulator
-            // right after the block's group (wait_group 0).
+            // except in a block-scaled product whose block accumulator does not fit twice:
+            // its promotion reads it right after the block's group (wait_group 0).
             let block_scaled = src.contains("expand_blocks");
-            let in_flight = if m.release.is_some() && !block_scaled {
+            let overlapped = name.to_string().ends_with("_overlap.hf");
+            let in_flight = if m.release.is_some() && (!block_scaled || overlapped) {
                 1
             } else {
                 0

@@ -21,14 +21,32 @@
 //! the scale as written): a scale that varies inside one instruction's K or inside the
 //! schedule's K tile (an unrolled K loop), with the block and the tile; scales constant along
 //! all of K (they belong after the sum); a product tile in no serial K loop.
+//! Where an empty mbarrier frees the stage and the block accumulator fits twice beside the
+//! sum's (in the registers ptxas gives a thread), the promotion overlaps the next block's
+//! wgmmas ([`overlap_promotions`]): two halves, block k's wgmmas into half k % 2, `wait_group
+//! 1` before block k - 1's promotion, four blocks per iteration of the block loop (the fourth
+//! promoted after `wait_group 0`); else the promotion waits for its block (`wait_group 0`).
 //! Emits: the block accumulators and their flags (in `Lower::promoted` and `Lower::started`),
 //! the flags' reset at the start of each block and the promotion nest (two `Mma` loops, which
-//! `fragment_nest` lowers like an epilogue) at its end.
+//! `fragment_nest` lowers like an epilogue) at its end; after `batch`, the overlapped block
+//! loops (`Let` of the block index, an empty commit group past the last block).
 
 #[allow(unused_imports)]
 use super::*;
 use crate::fusion::{Op, Operand};
 use crate::passes::KeyNode;
+
+/// A block loop whose promotions overlap the next block's wgmmas: its block accumulator holds
+/// two halves, the even blocks' and the odd blocks'.
+pub(super) struct Overlap {
+    /// The block loop.
+    key: LoopKey,
+    block: BufferId,
+    flags: BufferId,
+    /// Registers and `scale-d` flags of one half.
+    registers: i64,
+    flag_count: i64,
+}
 
 /// A loop around a product tile, as the analysis needs it.
 struct LoopFrame {
@@ -44,6 +62,8 @@ struct Site {
     depth: usize,
     /// The sum's accumulator, promoted into.
     acc: BufferId,
+    /// Its block accumulator, which the wgmmas write.
+    block: BufferId,
     /// Reset of the block accumulator's flags (at the block's start) and the promotion (at its end).
     reset: Vec<Stmt>,
     promotion: Stmt,
@@ -176,6 +196,12 @@ impl Lower<'_> {
                             continue;
                         }
                         promoted.push(site.acc);
+                        // The stage freed by an empty mbarrier (warp specialization): the
+                        // next block's wgmmas may run while this one's are promoted. (A
+                        // block barrier would not wait for a group in flight.)
+                        if matches!(l.body.last(), Some(Stmt::MbarArrive { .. })) {
+                            self.overlap(k, l.key, site.block);
+                        }
                         l.body.splice(0..0, site.reset);
                         l.body.push(site.promotion);
                     }
@@ -334,9 +360,47 @@ impl Lower<'_> {
         Ok(Some(Site {
             depth,
             acc: p.acc.buffer,
+            block: blk,
             reset,
             promotion,
         }))
+    }
+
+    /// Gives block accumulator `blk` of block loop `key` a second half, so that each block's
+    /// wgmmas write the half the previous block's promotion does not read, when the three
+    /// arrays (the sum's accumulator and two halves) fit the consumers' registers; else the
+    /// promotion waits for its block's wgmmas (`wait_group 0`).
+    fn overlap(&mut self, k: &mut Kernel, key: LoopKey, blk: BufferId) {
+        let size = |b: BufferId| match k.buffers[b].size {
+            Some(Val::Int(n)) => n,
+            _ => 0,
+        };
+        let flags = self.started[&blk];
+        let (registers, flag_count) = (size(blk), size(flags));
+        let held: HashSet<BufferId> = self
+            .accumulators
+            .iter()
+            .chain(self.promoted.keys())
+            .copied()
+            .collect();
+        let total: i64 = held.iter().map(|&b| size(b)).sum::<i64>() + registers;
+        // ptxas allocates every thread the launch's share (`__launch_bounds__`), also after
+        // `setmaxnreg.inc`: with more, the halves spill (ptxas -v on step 18's 64 x 128 per
+        // warp group: 168 registers, 296 bytes of spill stores).
+        let launch = launch_registers(k).map_or(target::MAX_REGISTERS_PER_THREAD, |(_, r)| r);
+        let budget = register_budget(k).0.min(launch);
+        if total + target::NON_ACCUMULATOR_REGISTERS > budget {
+            return;
+        }
+        k.buffers[blk].size = Some(Val::Int(2 * registers));
+        k.buffers[flags].size = Some(Val::Int(2 * flag_count));
+        self.overlapped.push(Overlap {
+            key,
+            block: blk,
+            flags,
+            registers,
+            flag_count,
+        });
     }
 
     /// The block accumulator of `acc` (made on first use) with its flags.
@@ -404,4 +468,229 @@ fn update_guard(body: &[Stmt], expr: ExprId) -> Option<Val> {
         _ => Flow::Descend,
     });
     found
+}
+
+/// Blocks per iteration of an overlapped block loop. ptxas (13.0) serializes every wgmma of a
+/// kernel that reads, after `wait_group 1`, the accumulator of a group committed in the loop's
+/// previous iteration (C7514: it does not follow groups across a back edge), so the groups
+/// in flight stay inside one iteration: its last block's promotion waits (`wait_group 0`), the
+/// others overlap the next block's wgmmas. Four: three promotions in four overlap.
+const OVERLAP_UNROLL: i64 = 4;
+
+/// Rewrites each overlapped block loop (after `batch`: its body ends `commit, wait_group 0,
+/// release the stage, promote`) into iterations of [`OVERLAP_UNROLL`] blocks, block `j`'s
+/// wgmmas into half `j % 2` of the block accumulator (`j` an unrolled loop, so every register
+/// index is a constant):
+///
+/// ```text
+/// for g in 0..ceilDiv(blocks, U):
+///   for j in 0..U (unrolled):
+///     k = U g + j
+///     if k < blocks: reset half j % 2's flags; wait for the stage; wgmmas into it
+///     commit                            (an empty group past the last block)
+///     if 0 < j:
+///       wait_group 1                    // block k - 1's group has completed
+///       if k - 1 < blocks: release stage k - 1; promote half (j - 1) % 2, scales of k - 1
+///   wait_group 0
+///   if U g + U - 1 < blocks: release its stage; promote half (U - 1) % 2
+/// ```
+///
+/// so the tensor cores run block k's wgmmas while block k - 1's partial sums are promoted.
+/// Exact: each block's partial sums are promoted once, with its own scales, in block order;
+/// a half is written again only by the block after next, whose wgmmas are issued after the
+/// promotion that read it.
+pub(super) fn overlap_promotions(
+    cx: &mut Ctx,
+    k: &mut Kernel,
+    body: &mut Vec<Stmt>,
+    overlaps: &[Overlap],
+) {
+    let mut done = vec![false; overlaps.len()];
+    crate::kir::for_each_block_mut(body, &mut |block| {
+        for s in std::mem::take(block) {
+            let j = match &s {
+                Stmt::Loop(l) => overlaps
+                    .iter()
+                    .position(|o| o.key == l.key && promotes_after_its_group(l, o.block)),
+                _ => None,
+            };
+            match (s, j) {
+                (Stmt::Loop(l), Some(j)) => {
+                    block.extend(in_groups_of_blocks(cx, l, &overlaps[j]));
+                    done[j] = true;
+                }
+                (s, _) => block.push(s),
+            }
+        }
+    });
+    // A block loop whose wgmmas did not become one group before the release (e.g. a K loop
+    // inside the block that is not unrolled) keeps its promotion after `wait_group 0`, and
+    // its block accumulator one half.
+    for (o, _) in overlaps.iter().zip(&done).filter(|(_, d)| !**d) {
+        k.buffers[o.block].size = Some(Val::Int(o.registers));
+        k.buffers[o.flags].size = Some(Val::Int(o.flag_count));
+    }
+}
+
+/// Whether a loop's body ends `commit, wait_group 0, release the stage, promote` with the
+/// promotion reading block accumulator `blk`.
+fn promotes_after_its_group(l: &Loop, blk: BufferId) -> bool {
+    let n = l.body.len();
+    n >= 4
+        && l.body[n - 4] == Stmt::WgmmaCommit
+        && l.body[n - 3] == Stmt::WgmmaWait(0)
+        && matches!(l.body[n - 2], Stmt::MbarArrive { .. })
+        && reads(&l.body[n - 1], blk)
+}
+
+/// Whether a computation in `s` reads buffer `b`.
+fn reads(s: &Stmt, b: BufferId) -> bool {
+    crate::kir::any_stmt(std::slice::from_ref(s), &mut |s| {
+        let mut found = false;
+        if let Stmt::Compute(c) = s {
+            c.value.for_each_read(&mut |a| found |= a.buffer == b);
+        }
+        found
+    })
+}
+
+/// Adds `offset` to the index of every access to buffer `b` in `s` (computations and wgmmas).
+fn offset_accesses(s: &mut Stmt, b: BufferId, offset: &Val) {
+    let mut shift = |a: &mut Access| {
+        if a.buffer == b {
+            a.index = Some(Val::add(
+                a.index.clone().unwrap_or(Val::Int(0)),
+                offset.clone(),
+            ));
+        }
+    };
+    crate::kir::for_each_stmt_mut(std::slice::from_mut(s), &mut |s| {
+        match s {
+            Stmt::Compute(c) => {
+                shift(&mut c.out);
+                c.value.for_each_read_mut(&mut shift);
+            }
+            Stmt::Wgmma(w) => {
+                shift(&mut w.acc);
+                if let Some(flag) = &mut w.accumulate {
+                    shift(flag);
+                }
+            }
+            _ => {}
+        }
+        Flow::Descend
+    });
+}
+
+/// `s` with loop variable `var` replaced by `with`.
+fn at(mut s: Stmt, var: &str, with: &Val) -> Stmt {
+    s.map_vals(&mut |v| v.subst(var, with));
+    s
+}
+
+/// The overlapped form of block loop `l` (see [`overlap_promotions`]).
+fn in_groups_of_blocks(cx: &mut Ctx, l: Loop, o: &Overlap) -> Vec<Stmt> {
+    let Loop {
+        key,
+        var,
+        extent: blocks,
+        mut body,
+        ..
+    } = l;
+    let (Some(promotion), Some(release)) = (body.pop(), body.pop()) else {
+        unreachable!("promotes_after_its_group checked the tail")
+    };
+    body.pop(); // wait_group 0: the next block's `wait_group 1` waits for this group
+    let Some(Stmt::WgmmaCommit) = body.pop() else {
+        unreachable!("promotes_after_its_group checked the tail")
+    };
+    let u = OVERLAP_UNROLL;
+    let split = |is_outer| KeyNode::Split {
+        parent: key,
+        factor: u,
+        inner_split: true,
+        is_outer,
+    };
+    let outer_key = cx.loop_only_key(split(true));
+    let inner_key = cx.loop_only_key(split(false));
+    let outer = cx.keys.names[outer_key].clone();
+    let inner = cx.keys.names[inner_key].clone();
+    let j = Val::Var(inner.clone());
+    let first = Val::mul(Val::Var(outer.clone()), Val::Int(u));
+    let k_val = Val::Var(var.clone());
+    let in_k = |b: Val| Val::lt(b, blocks.clone());
+    // Block `b`'s promotion from half `h` (a value of the unrolled loop).
+    let promote = |b: Val, h: Val| {
+        let mut p = at(promotion.clone(), &var, &b);
+        offset_accesses(&mut p, o.block, &Val::mul(h, Val::Int(o.registers)));
+        vec![at(release.clone(), &var, &b), p]
+    };
+    let half = Val::rem(j.clone(), Val::Int(2));
+    let mut issue = Vec::new();
+    for mut s in body {
+        offset_accesses(
+            &mut s,
+            o.block,
+            &Val::mul(half.clone(), Val::Int(o.registers)),
+        );
+        offset_accesses(
+            &mut s,
+            o.flags,
+            &Val::mul(half.clone(), Val::Int(o.flag_count)),
+        );
+        issue.push(s);
+    }
+    let previous = Val::sub(k_val.clone(), Val::Int(1));
+    let step = vec![
+        Stmt::Let {
+            var: var.clone(),
+            value: Val::add(first.clone(), j.clone()),
+            broadcast: false,
+        },
+        Stmt::If {
+            cond: in_k(k_val.clone()),
+            then: issue,
+            els: Vec::new(),
+        },
+        Stmt::WgmmaCommit,
+        Stmt::If {
+            cond: Val::lt(Val::Int(0), j.clone()),
+            then: vec![
+                Stmt::WgmmaWait(1),
+                Stmt::If {
+                    cond: in_k(previous.clone()),
+                    then: promote(
+                        previous,
+                        Val::rem(Val::sub(j.clone(), Val::Int(1)), Val::Int(2)),
+                    ),
+                    els: Vec::new(),
+                },
+            ],
+            els: Vec::new(),
+        },
+    ];
+    let last = Val::add(first, Val::Int(u - 1));
+    vec![Stmt::Loop(Loop {
+        key: outer_key,
+        var: outer,
+        extent: Val::ceil_div(blocks.clone(), Val::Int(u)),
+        parallel: ParallelType::Serial,
+        digits: Vec::new(),
+        body: vec![
+            Stmt::Loop(Loop {
+                key: inner_key,
+                var: inner,
+                extent: Val::Int(u),
+                parallel: ParallelType::Unroll,
+                digits: Vec::new(),
+                body: step,
+            }),
+            Stmt::WgmmaWait(0),
+            Stmt::If {
+                cond: in_k(last.clone()),
+                then: promote(last, Val::Int((u - 1) % 2)),
+                els: Vec::new(),
+            },
+        ],
+    })]
 }

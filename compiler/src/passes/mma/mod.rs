@@ -36,7 +36,9 @@
 //!
 //! Guarantees: no `Mma` loop is left; accumulator arrays are indexed by unrolled loop
 //! variables and constants only; each wgmma is preceded by `wgmma.fence` and followed by a
-//! commit and `wait_group 0` before anything reads its accumulator or refills its operands;
+//! commit and `wait_group 0` before anything reads its accumulator or refills its operands
+//! (an overlapped block-scaled product reads the half of its block accumulator that the group
+//! before the last wrote, after `wait_group 1`: `block_scale.rs`);
 //! the wgmmas of one unrolled loop form one group. The first wgmma on an accumulator runs
 //! with `scale-d` off (a per-accumulator flag), so it needs no zero fill. Where an empty
 //! mbarrier frees a stage, the k loop keeps one group in flight (`wait_group 1`) and releases
@@ -122,6 +124,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         started: HashMap::new(),
         aliases: HashMap::new(),
         promoted: HashMap::new(),
+        overlapped: Vec::new(),
     };
     for nest in &products {
         let (tile, acc) = lower.analyse_tile(cx, k, nest)?;
@@ -174,7 +177,9 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     if !reuse.is_empty() {
         unalias(&mut body, &reuse);
     }
-    k.body = keep_one_group_in_flight(batch(body));
+    let mut body = batch(body);
+    block_scale::overlap_promotions(cx, k, &mut body, &lower.overlapped);
+    k.body = keep_one_group_in_flight(body);
     name_stream_k_accumulators(&mut k.body);
     Ok(())
 }
@@ -228,21 +233,7 @@ pub(super) fn check_accumulator_registers(
     // (Each buffer once: its index orders them as the pair did.)
     crate::id::sort_by_position(&mut held, |&(b, _)| b.index());
     let total: i64 = held.iter().map(|&(_, n)| n).sum();
-    let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
-    let (budget, whose) = match (k.register_sharing, threads) {
-        (Some((_, consumer)), _) => (
-            consumer as i64,
-            "the consumers' setmaxnreg count".to_string(),
-        ),
-        (None, Some(t)) => {
-            let entry = (65536 / t).min(target::MAX_REGISTERS_PER_THREAD) / 8 * 8;
-            (entry, format!("what a launch of {t} threads gives each"))
-        }
-        (None, None) => (
-            target::MAX_REGISTERS_PER_THREAD,
-            "the per-thread limit".to_string(),
-        ),
-    };
+    let (budget, whose) = register_budget(k);
     if total + target::NON_ACCUMULATOR_REGISTERS <= budget {
         return Ok(());
     }
@@ -264,6 +255,34 @@ pub(super) fn check_accumulator_registers(
         ),
         span,
     ))
+}
+
+/// The registers a consumer thread has, and whose count that is: the consumers' `setmaxnreg`
+/// count, else what the launch gives every thread.
+pub(super) fn register_budget(k: &Kernel) -> (i64, String) {
+    match (k.register_sharing, launch_registers(k)) {
+        (Some((_, consumer)), _) => (
+            consumer as i64,
+            "the consumers' setmaxnreg count".to_string(),
+        ),
+        (None, Some((t, entry))) => (entry, format!("what a launch of {t} threads gives each")),
+        (None, None) => (
+            target::MAX_REGISTERS_PER_THREAD,
+            "the per-thread limit".to_string(),
+        ),
+    }
+}
+
+/// The block's threads and the registers a launch of them gives each (the register file's
+/// share, in whole allocation units of 8), when the block size is a constant.
+pub(super) fn launch_registers(k: &Kernel) -> Option<(i64, i64)> {
+    let threads: i64 = k
+        .block
+        .iter()
+        .map(|b| b.as_const())
+        .product::<Option<i64>>()?;
+    let entry = (65536 / threads).min(target::MAX_REGISTERS_PER_THREAD) / 8 * 8;
+    Some((threads, entry))
 }
 
 /// Every three-deep Mma nest (the products), as their loops.
@@ -367,6 +386,8 @@ pub(super) struct Lower<'p> {
     /// Sums of block-scaled products (`block_scale.rs`): each accumulator and the block
     /// accumulator its wgmmas write, promoted into it after every block of K.
     pub(super) promoted: HashMap<BufferId, BufferId>,
+    /// Block loops whose promotions overlap the next block's wgmmas (`block_scale.rs`).
+    overlapped: Vec<block_scale::Overlap>,
 }
 
 impl Lower<'_> {
