@@ -837,6 +837,8 @@ impl<'a> Parser<'a> {
             }
         } else if c.eat("block_") {
             self.block_reduce(&mut c)?
+        } else if c.eat("quad_") {
+            self.quad_reduce(&mut c)?
         } else if c.eat("group_barrier(") {
             // `group_barrier(TIDy, TIDz, 256 threads)`: the dims, then the count.
             let mut dims = Vec::new();
@@ -1061,6 +1063,24 @@ impl<'a> Parser<'a> {
         Ok(Stmt::Alloc(b))
     }
 
+    /// `quad_max(m_acc[0])`, optionally ` in f32`.
+    fn quad_reduce(&mut self, c: &mut Cursor) -> Result<Stmt> {
+        let op_name = c.ident()?;
+        let op = ReduceOp::ALL
+            .into_iter()
+            .find(|o| o.name() == op_name)
+            .ok_or_else(|| c.error(format!("`{op_name}` is not a reduction")))?;
+        c.expect("(")?;
+        let acc = self.access(c)?;
+        c.expect(")")?;
+        let dtype = if c.eat(" in ") {
+            c.dtype()?
+        } else {
+            self.kernel.buffers[acc.buffer].dtype
+        };
+        Ok(Stmt::QuadReduce { acc, op, dtype })
+    }
+
     fn block_reduce(&mut self, c: &mut Cursor) -> Result<Stmt> {
         // `block_sum_over_xy(...)`: the name runs to the `(`.
         let Some((op_name, dims_text)) = c.ident()?.split_once("_over_") else {
@@ -1217,6 +1237,15 @@ impl<'a> Parser<'a> {
 
     fn mma_operand(&self, c: &mut Cursor) -> Result<MmaOperand> {
         let tile = self.access(c)?;
+        if c.eat(" (registers)") {
+            return Ok(MmaOperand {
+                tile,
+                desc_bits: 0,
+                transposed: false,
+                swizzle: 0,
+                registers: true,
+            });
+        }
         c.expect(" (")?;
         let transposed = if c.eat("MN-major") {
             true
@@ -1238,6 +1267,7 @@ impl<'a> Parser<'a> {
             desc_bits,
             transposed,
             swizzle,
+            registers: false,
         })
     }
 

@@ -63,6 +63,7 @@ mod block_scale;
 mod fragment;
 mod groups;
 mod product;
+mod rows;
 
 use fragment::{
     fragment_accesses, fragment_base, pair_global_store, reusable_accumulators, stmatrix_store,
@@ -122,6 +123,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         started: HashMap::new(),
         aliases: HashMap::new(),
         promoted: HashMap::new(),
+        rows: HashSet::new(),
     };
     for nest in &products {
         let (tile, acc) = lower.analyse_tile(cx, k, nest)?;
@@ -130,6 +132,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         }
         lower.accumulators.insert(acc);
     }
+    lower.find_rows(cx, k);
     let mut body = body;
     lower.promote_block_scales(cx, k, &mut body)?;
     let held: HashSet<BufferId> = lower
@@ -367,6 +370,8 @@ pub(super) struct Lower<'p> {
     /// Sums of block-scaled products (`block_scale.rs`): each accumulator and the block
     /// accumulator its wgmmas write, promoted into it after every block of K.
     pub(super) promoted: HashMap<BufferId, BufferId>,
+    /// Row fragments (`rows.rs`): register arrays over a tile's M axis alone, two per thread.
+    pub(super) rows: HashSet<BufferId>,
 }
 
 impl Lower<'_> {
@@ -410,9 +415,9 @@ impl Lower<'_> {
                     Step::Keep(self.nest(cx, k, l)?)
                 }
                 Stmt::Compute(c) => {
-                    let mut touches = self.fragments.contains(&c.out.buffer);
-                    c.value
-                        .for_each_read(&mut |a| touches |= self.fragments.contains(&a.buffer));
+                    let held = |b: &BufferId| self.fragments.contains(b) || self.rows.contains(b);
+                    let mut touches = held(&c.out.buffer);
+                    c.value.for_each_read(&mut |a| touches |= held(&a.buffer));
                     if touches {
                         let f = cx.fusion;
                         let t = f.exprs[c.expr].output;
@@ -437,6 +442,9 @@ impl Lower<'_> {
         match loops.len() {
             3 => self.product_nest(cx, k, &loops, body),
             2 => self.fragment_nest(cx, k, &loops, body),
+            1 if self.tiles.iter().any(|t| t.m == loops[0].key) => {
+                self.row_nest(cx, k, &loops[0], body)
+            }
             n => Err(mma_axes_in_a_row(cx, n, &loops, body)),
         }
     }
@@ -564,8 +572,10 @@ impl Lower<'_> {
         let mut body = body;
         let fragments = self.fragments.clone();
         let mut bad = None;
+        let reduced = self.row_reductions(cx, &body);
         for s in &mut body {
             fragment_accesses(s, &fragments, &mv, &nv, &i, tile.n_extent, &mut bad);
+            self.row_accesses(s, &mv, Some(&nv), &rows::half_of_register(&i), &mut bad);
             s.map_vals(&mut |v| v.subst(&mv, &row).subst(&nv, &col));
         }
         if let Some(b) = bad {
@@ -577,7 +587,22 @@ impl Lower<'_> {
                 span,
             ));
         }
-        unguard_register_arithmetic(k, &mut body);
+        // (A row statistic's update keeps its guard: keys out of range add nothing to it.)
+        unguard_register_arithmetic(k, &mut body, &|c: &Compute| {
+            c.role == ComputeRole::ReductionUpdate && self.rows.contains(&c.out.buffer)
+        });
+        if !reduced.is_empty() {
+            let mut out = vec![Stmt::Loop(Loop {
+                key: loops[ni].key,
+                var: reg,
+                extent: Val::Int(target::wgmma_accumulators(width)),
+                parallel: ParallelType::Unroll,
+                digits: Vec::new(),
+                body,
+            })];
+            out.extend(rows::quad_reductions(&reduced));
+            return Ok(out);
+        }
         if let Some(x4) = stmatrix_store(cx, self.plan, k, &body, &reg, loops[ni].key, width) {
             return Ok(vec![x4]);
         }
