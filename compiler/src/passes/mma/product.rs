@@ -101,6 +101,13 @@ fn mn_major_8_bit(cache: &str, axis: &str, t: DType) -> String {
     )
 }
 
+/// Why a register fragment `name` of type `t` cannot be a wgmma operand.
+fn register_f32(name: &str, t: DType) -> String {
+    format!(
+        "operand `{name}` is a {t} register fragment (computed from a tensor-core accumulator); wgmma takes A from registers as f16 or bf16 only: round it first (`{name}b = cast({name}, bf16)`) and multiply `cast(broadcast({name}b, ...), f32)`"
+    )
+}
+
 /// A product's tile, for the checks of its operands.
 pub(super) struct TileOf<'a> {
     expr: ExprId,
@@ -215,6 +222,17 @@ impl Lower<'_> {
             [x, y] => (x, y),
             _ => (&product, &product),
         };
+        // An f32 fragment read as a factor (no cast: it is f32 already).
+        for d in [x, y] {
+            if let Data::Read(a) = d {
+                if self.fragments.contains(&a.buffer) {
+                    return bad(register_f32(
+                        &k.buffers[a.buffer].name,
+                        k.buffers[a.buffer].dtype,
+                    ));
+                }
+            }
+        }
         let (Some((xa, xt)), Some((ya, yt))) = (operand(x), operand(y)) else {
             return bad("the tensor cores multiply f16, bf16, f8e4m3 or f8e5m2 operands widened to f32: each factor must be `cast(x, f32)` of such a cache in shared memory (a scale constant along the summed axis, i.e. a number, a scalar input or `broadcast(x, axis=K)`, is applied after the sum; one constant along blocks of K, `expand_blocks(s, block=[..., 128], ...)`, after each block)".into());
         };
@@ -226,6 +244,9 @@ impl Lower<'_> {
             let buf = &k.buffers[a.buffer];
             if in_registers(a, t) {
                 continue;
+            }
+            if self.fragments.contains(&a.buffer) {
+                return bad(register_f32(&buf.name, t));
             }
             if buf.memory != MemoryType::Shared || !target::wgmma_input(t) {
                 return bad(format!(
