@@ -1065,11 +1065,15 @@ impl<'a> Parser<'a> {
 
     /// `quad_max(m_acc[0])`, optionally ` in f32`.
     fn quad_reduce(&mut self, c: &mut Cursor) -> Result<Stmt> {
-        let op_name = c.ident()?;
-        let op = ReduceOp::ALL
-            .into_iter()
-            .find(|o| o.name() == op_name)
-            .ok_or_else(|| c.error(format!("`{op_name}` is not a reduction")))?;
+        let name = c.ident()?;
+        let op = reduce_op(c, name)?;
+        let (acc, dtype) = self.reduced_value(c)?;
+        Ok(Stmt::QuadReduce { acc, op, dtype })
+    }
+
+    /// `(acc)`, optionally ` in <type>` (the type the reduction combines in, when it is not
+    /// the buffer's).
+    fn reduced_value(&self, c: &mut Cursor) -> Result<(Access, DType)> {
         c.expect("(")?;
         let acc = self.access(c)?;
         c.expect(")")?;
@@ -1078,7 +1082,7 @@ impl<'a> Parser<'a> {
         } else {
             self.kernel.buffers[acc.buffer].dtype
         };
-        Ok(Stmt::QuadReduce { acc, op, dtype })
+        Ok((acc, dtype))
     }
 
     fn block_reduce(&mut self, c: &mut Cursor) -> Result<Stmt> {
@@ -1086,10 +1090,7 @@ impl<'a> Parser<'a> {
         let Some((op_name, dims_text)) = c.ident()?.split_once("_over_") else {
             return Err(c.error("expected `block_<op>_over_<dims>(`"));
         };
-        let op = ReduceOp::ALL
-            .into_iter()
-            .find(|o| o.name() == op_name)
-            .ok_or_else(|| c.error(format!("`{op_name}` is not a reduction")))?;
+        let op = reduce_op(c, op_name)?;
         let mut dims = [false; 3];
         for ch in dims_text.chars() {
             let i = match ch {
@@ -1100,14 +1101,7 @@ impl<'a> Parser<'a> {
             };
             dims[i] = true;
         }
-        c.expect("(")?;
-        let acc = self.access(c)?;
-        c.expect(")")?;
-        let dtype = if c.eat(" in ") {
-            c.dtype()?
-        } else {
-            self.kernel.buffers[acc.buffer].dtype
-        };
+        let (acc, dtype) = self.reduced_value(c)?;
         Ok(Stmt::BlockReduce {
             acc,
             op,
@@ -1564,4 +1558,12 @@ fn sizes_in(v: &Val, bound: &HashSet<String>) -> Val {
         (_, Some((a, b))) => v.with_operands(sizes_in(a, bound), sizes_in(b, bound)),
         (v, None) => v.clone(),
     }
+}
+
+/// The reduction named `name` (`sum`, `max`, ...).
+fn reduce_op(c: &Cursor, name: &str) -> Result<ReduceOp> {
+    ReduceOp::ALL
+        .into_iter()
+        .find(|o| o.name() == name)
+        .ok_or_else(|| c.error(format!("`{name}` is not a reduction")))
 }

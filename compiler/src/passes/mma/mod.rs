@@ -20,6 +20,13 @@
 //!   out-of-bounds operand elements with zeros, which add nothing. Other factors of the
 //!   product, read from global memory, are block scales (`block_scale.rs`): the wgmmas write
 //!   a block accumulator, promoted with the scales into the sum's after each block of K.
+//!   A may instead be a 16-bit register fragment of another tile with the same M whose
+//!   columns are this product's K (P in attention): the RS form, A from the fragment's
+//!   registers as they are (`product.rs`, `register_operand`).
+//! - **One loop (M)**: a nest over the rows of a tile, whose register arrays over M alone are
+//!   row fragments (`rows.rs`): a loop over the thread's two rows. In fragment loops a row
+//!   fragment is read at the register's row half, and a reduction over N into one keeps its
+//!   bounds guard and is finished by a quad reduction (`Stmt::QuadReduce`).
 //! - **Two loops (M, N)** around anything else (the accumulator's initialisation, its copies
 //!   and the fused epilogue that reads it): one unrolled loop over the thread's N / 2
 //!   accumulator registers, with M and N replaced by register `i`'s row and column
@@ -45,7 +52,7 @@
 //! K = 16 (32 on 8-bit operands), N a multiple of 8 up to 256; operands that are not swizzled
 //! f16/bf16/e4m3/e5m2 shared caches, of types no wgmma pairs, MN-major 8-bit operands (saying
 //! how to make them K-major) or another layout; an accumulator read outside a tile.
-//! Emits: `Wgmma`, `WgmmaFence`, `WgmmaCommit`, `WgmmaWait`; accumulator flags.
+//! Emits: `Wgmma`, `WgmmaFence`, `WgmmaCommit`, `WgmmaWait`, `QuadReduce`; accumulator flags.
 
 use super::probe::eval;
 use super::{Ctx, LoopKey, PipelinePlan};
@@ -515,12 +522,7 @@ impl Lower<'_> {
         loops: &[TileLoop],
         body: &[Stmt],
     ) -> Result<Vec<Stmt>, Diagnostic> {
-        let f = cx.fusion;
-        let expr = first_expr(body);
-        let name = expr
-            .map(|e| f.tensors[f.exprs[e].output].name.clone())
-            .unwrap_or_default();
-        let span = expr.and_then(|e| f.tensors[f.exprs[e].output].span);
+        let (name, span) = nest_tensor(cx, body);
         // The tile's M and N loops, or M and an inner part of N (a column slice of the
         // accumulator, e.g. one box of a TMA-stored epilogue).
         let found = self.tiles.iter().find_map(|t| {
@@ -591,32 +593,24 @@ impl Lower<'_> {
         unguard_register_arithmetic(k, &mut body, &|c: &Compute| {
             c.role == ComputeRole::ReductionUpdate && self.rows.contains(&c.out.buffer)
         });
-        if !reduced.is_empty() {
-            let mut out = vec![Stmt::Loop(Loop {
-                key: loops[ni].key,
-                var: reg,
-                extent: Val::Int(target::wgmma_accumulators(width)),
-                parallel: ParallelType::Unroll,
-                digits: Vec::new(),
-                body,
-            })];
-            out.extend(rows::quad_reductions(&reduced));
-            return Ok(out);
+        if reduced.is_empty() {
+            if let Some(x4) = stmatrix_store(cx, self.plan, k, &body, &reg, loops[ni].key, width) {
+                return Ok(vec![x4]);
+            }
+            if let Some(paired) = pair_global_store(cx, k, &body, &reg, loops[ni].key, width) {
+                return Ok(vec![paired]);
+            }
         }
-        if let Some(x4) = stmatrix_store(cx, self.plan, k, &body, &reg, loops[ni].key, width) {
-            return Ok(vec![x4]);
-        }
-        if let Some(paired) = pair_global_store(cx, k, &body, &reg, loops[ni].key, width) {
-            return Ok(vec![paired]);
-        }
-        Ok(vec![Stmt::Loop(Loop {
+        let mut out = vec![Stmt::Loop(Loop {
             key: loops[ni].key,
             var: reg,
             extent: Val::Int(target::wgmma_accumulators(width)),
             parallel: ParallelType::Unroll,
             digits: Vec::new(),
             body,
-        })])
+        })];
+        out.extend(rows::quad_reductions(&reduced));
+        Ok(out)
     }
 
     /// The started flags of the accumulators a zero fill `cs` wrote (made on first use), set to 0.
@@ -737,19 +731,9 @@ fn n_part(cx: &Ctx, key: LoopKey, t: &Tile) -> Option<i64> {
 /// The row and column in the warp group's 64 x N tile of accumulator register `i` of the thread.
 fn fragment_position(i: &Val) -> (Val, Val) {
     let tid = Val::Hw(ParallelType::TIDx);
-    let warp = Val::div(tid.clone(), Val::Int(crate::target::WARP_THREADS));
     let lane = Val::rem(tid, Val::Int(crate::target::WARP_THREADS));
     // row = 16 warp + lane / 4 + 8 ((i / 2) % 2), col = 8 (i / 4) + 2 (lane % 4) + i % 2
-    let row = Val::add(
-        Val::add(
-            Val::mul(Val::Int(16), warp),
-            Val::div(lane.clone(), Val::Int(4)),
-        ),
-        Val::mul(
-            Val::Int(8),
-            Val::rem(Val::div(i.clone(), Val::Int(2)), Val::Int(2)),
-        ),
-    );
+    let row = rows::row_of_half(&rows::half_of_register(i));
     let col = Val::add(
         Val::add(
             Val::mul(Val::Int(8), Val::div(i.clone(), Val::Int(4))),
@@ -758,6 +742,16 @@ fn fragment_position(i: &Val) -> (Val, Val) {
         Val::rem(i.clone(), Val::Int(2)),
     );
     (row, col)
+}
+
+/// The name and place of the tensor a nest computes first (for its messages).
+pub(super) fn nest_tensor(cx: &Ctx, body: &[Stmt]) -> (String, Option<crate::diag::Span>) {
+    let f = cx.fusion;
+    let expr = first_expr(body);
+    let name = expr
+        .map(|e| f.tensors[f.exprs[e].output].name.clone())
+        .unwrap_or_default();
+    (name, expr.and_then(|e| f.tensors[f.exprs[e].output].span))
 }
 
 pub(super) fn first_expr(body: &[Stmt]) -> Option<ExprId> {

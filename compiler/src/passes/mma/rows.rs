@@ -25,7 +25,7 @@ pub(super) fn half_of_register(i: &Val) -> Val {
 
 /// The row in the warp group's 64-row tile of the thread's row half `h`:
 /// `16 warp + lane / 4 + 8 h`.
-fn row_of_half(h: &Val) -> Val {
+pub(super) fn row_of_half(h: &Val) -> Val {
     let tid = Val::Hw(ParallelType::TIDx);
     let warp = Val::div(tid.clone(), Val::Int(target::WARP_THREADS));
     let lane = Val::rem(tid, Val::Int(target::WARP_THREADS));
@@ -144,12 +144,7 @@ impl Lower<'_> {
         m: &TileLoop,
         body: &[Stmt],
     ) -> Result<Vec<Stmt>, Diagnostic> {
-        let f = cx.fusion;
-        let expr = first_expr(body);
-        let name = expr
-            .map(|e| f.tensors[f.exprs[e].output].name.clone())
-            .unwrap_or_default();
-        let span = expr.and_then(|e| f.tensors[f.exprs[e].output].span);
+        let (name, span) = nest_tensor(cx, body);
         let h = cx.fresh_name("h");
         let half = Val::Var(h.clone());
         let row = row_of_half(&half);
