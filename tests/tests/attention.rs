@@ -547,25 +547,33 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
         assert!(cuda.contains("float m_acc[2];"), "{path}");
         assert!(cuda.contains("float l_acc[2];"), "{path}");
         assert!(cuda.contains("float m_scale[2];"), "{path}");
-        // The maximum over the thread's columns, a key past T left out, then the quad.
-        let max = line_of(cuda, "m_acc[r");
+        // The maximum over the thread's columns into a partial (a key past T left out), the
+        // partial combined across the quad, then into the running maximum; the sum likewise
+        // (a partial per tile: the running sum is counted once per column).
+        let max = line_of(cuda, "m_acc_part[r");
         assert!(
             cuda.lines().nth(max - 1).unwrap().contains("< T) {"),
             "{path}: the maximum's update is not guarded by the key bound"
         );
         let max_quad = line_of(
             cuda,
-            "m_acc[0] = fmaxf(m_acc[0], __shfl_xor_sync(0xffffffffu, m_acc[0], 1));",
+            "m_acc_part[0] = fmaxf(m_acc_part[0], __shfl_xor_sync(0xffffffffu, m_acc_part[0], 1));",
         );
         for h in 0..2 {
             for lanes in [1, 2] {
                 assert!(cuda.contains(&format!(
-                    "m_acc[{h}] = fmaxf(m_acc[{h}], __shfl_xor_sync(0xffffffffu, m_acc[{h}], {lanes}));"
+                    "m_acc_part[{h}] = fmaxf(m_acc_part[{h}], __shfl_xor_sync(0xffffffffu, m_acc_part[{h}], {lanes}));"
                 )));
                 assert!(cuda.contains(&format!(
-                    "l_acc[{h}] = l_acc[{h}] + __shfl_xor_sync(0xffffffffu, l_acc[{h}], {lanes});"
+                    "l_acc_part[{h}] = l_acc_part[{h}] + __shfl_xor_sync(0xffffffffu, l_acc_part[{h}], {lanes});"
                 )));
             }
+        }
+        for h in 0..2 {
+            assert!(cuda.contains(&format!("m_acc_part[{h}] = __int_as_float(0xff800000);")));
+            assert!(cuda.contains(&format!("m_acc[{h}] = fmaxf(m_acc[{h}], m_acc_part[{h}]);")));
+            assert!(cuda.contains(&format!("l_acc_part[{h}] = 0.0f;")));
+            assert!(cuda.contains(&format!("l_acc[{h}] = l_acc[{h}] + l_acc_part[{h}];")));
         }
         // The guard and the rescale per row, then the accumulator's rescale by its row's factor.
         let guard = line_of(
@@ -580,7 +588,7 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
         );
         let sum_quad = line_of(
             cuda,
-            "l_acc[0] = l_acc[0] + __shfl_xor_sync(0xffffffffu, l_acc[0], 1);",
+            "l_acc_part[0] = l_acc_part[0] + __shfl_xor_sync(0xffffffffu, l_acc_part[0], 1);",
         );
         // P rounded to bf16 in registers and O += P V with A from them: registers 8 t_io.. of
         // the fragment for keys 16 t_io.., V (MN-major) by descriptor.

@@ -26,7 +26,7 @@
 //! - **One loop (M)**: a nest over the rows of a tile, whose register arrays over M alone are
 //!   row fragments (`rows.rs`): a loop over the thread's two rows. In fragment loops a row
 //!   fragment is read at the register's row half, and a reduction over N into one keeps its
-//!   bounds guard and is finished by a quad reduction (`Stmt::QuadReduce`).
+//!   bounds guard and goes through a partial combined across the quad (`Stmt::QuadReduce`).
 //! - **Two loops (M, N)** around anything else (the accumulator's initialisation, its copies
 //!   and the fused epilogue that reads it): one unrolled loop over the thread's N / 2
 //!   accumulator registers, with M and N replaced by register `i`'s row and column
@@ -601,15 +601,19 @@ impl Lower<'_> {
                 return Ok(vec![paired]);
             }
         }
-        let mut out = vec![Stmt::Loop(Loop {
+        // A row reduction goes into a partial of this loop's columns, combined across the
+        // quad and then into the row's value.
+        let (before, after) = rows::partials(cx, k, &reduced, &mut body);
+        let mut out = before;
+        out.push(Stmt::Loop(Loop {
             key: loops[ni].key,
             var: reg,
             extent: Val::Int(target::wgmma_accumulators(width)),
             parallel: ParallelType::Unroll,
             digits: Vec::new(),
             body,
-        })];
-        out.extend(rows::quad_reductions(&reduced));
+        }));
+        out.extend(after);
         Ok(out)
     }
 

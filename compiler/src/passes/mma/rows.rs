@@ -8,12 +8,18 @@
 //! - In a nest over M and N (a fragment loop), a row fragment is read and written at the row
 //!   half of the register. A reduction over N into a row fragment (`m[M] = max(m[M], s[M,
 //!   N])`) keeps its bounds guard (a key out of range adds nothing and never raises the
-//!   maximum); after the loop each thread holds its columns' part, and the quad of four lanes
-//!   that holds the row combines them (`Stmt::QuadReduce`, two shuffles).
+//!   maximum) and goes into a partial of the loop's columns, which the quad of four lanes that
+//!   holds the row combines (`Stmt::QuadReduce`, two shuffles) before it is combined into the
+//!   row's value: each column counts once however many loops (tiles) reduce into the row.
 
 #[allow(unused_imports)]
 use super::*;
 use crate::fusion::{Op, ReduceOp};
+
+/// The type reduction `e` combines in (its tensor's compute type).
+fn k_dtype(f: &crate::fusion::Fusion, e: ExprId) -> DType {
+    f.tensors[f.exprs[e].output].dtype.compute()
+}
 
 /// Rows of a tile each thread holds.
 const ROWS_PER_THREAD: i64 = 2;
@@ -35,23 +41,92 @@ pub(super) fn row_of_half(h: &Val) -> Val {
     )
 }
 
-/// The quad reductions that finish the row reductions `reduced` of a fragment loop, one per
-/// row half.
-pub(super) fn quad_reductions(reduced: &[(BufferId, ReduceOp, DType)]) -> Vec<Stmt> {
-    let mut out = Vec::new();
-    for &(buffer, op, dtype) in reduced {
+/// One row reduction of a fragment loop: the row fragment, the reduction, the type it
+/// combines in and its update's expression.
+pub(super) struct RowReduction {
+    buffer: BufferId,
+    op: ReduceOp,
+    dtype: DType,
+    expr: ExprId,
+}
+
+/// The partials of a fragment loop's row reductions `reduced`: each update in `body` goes
+/// into a fresh two-register partial (its columns of the thread's rows) instead of the row
+/// fragment; returns what comes before the loop (the partials at the identity) and after it
+/// (each partial combined across the quad, then into the row fragment). Exact for any
+/// reduction and any number of loops over the columns (slices, or one per tile of a serial
+/// loop): each column of a row is counted once.
+pub(super) fn partials(
+    cx: &mut Ctx,
+    k: &mut Kernel,
+    reduced: &[RowReduction],
+    body: &mut [Stmt],
+) -> (Vec<Stmt>, Vec<Stmt>) {
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for r in reduced {
+        let part = BufferId::new(k.buffers.len());
+        k.buffers.push(Buffer {
+            name: cx.fresh_name(&format!("{}_part", k.buffers[r.buffer].name)),
+            dtype: r.dtype,
+            memory: MemoryType::Local,
+            tensor: None,
+            size: Some(Val::Int(ROWS_PER_THREAD)),
+            smem_offset: None,
+            global_shape: Vec::new(),
+            is_input: false,
+        });
+        crate::kir::for_each_stmt_mut(body, &mut |s| {
+            if let Stmt::Compute(c) = s {
+                let mut rename = |a: &mut Access| {
+                    if a.buffer == r.buffer {
+                        a.buffer = part;
+                    }
+                };
+                rename(&mut c.out);
+                c.value.for_each_read_mut(&mut rename);
+            }
+            Flow::Descend
+        });
+        let at = |buffer: BufferId, h: i64| Access {
+            buffer,
+            index: Some(Val::Int(h)),
+        };
+        let compute = |h: i64, value: Data| {
+            Stmt::Compute(Compute {
+                expr: r.expr,
+                out: at(part, h),
+                value,
+                role: ComputeRole::ReductionInit,
+                vector: None,
+            })
+        };
+        before.push(Stmt::Alloc(part));
         for h in 0..ROWS_PER_THREAD {
-            out.push(Stmt::QuadReduce {
-                acc: Access {
-                    buffer,
-                    index: Some(Val::Int(h)),
-                },
-                op,
-                dtype,
+            before.push(compute(h, Data::Literal(r.op.identity(), r.dtype)));
+        }
+        for h in 0..ROWS_PER_THREAD {
+            after.push(Stmt::QuadReduce {
+                acc: at(part, h),
+                op: r.op,
+                dtype: r.dtype,
             });
         }
+        for h in 0..ROWS_PER_THREAD {
+            after.push(Stmt::Compute(Compute {
+                expr: r.expr,
+                out: at(r.buffer, h),
+                value: Data::Binary(
+                    r.op.combine(),
+                    r.dtype,
+                    Box::new(Data::Read(at(r.buffer, h))),
+                    Box::new(Data::Read(at(part, h))),
+                ),
+                role: ComputeRole::ReductionUpdate,
+                vector: None,
+            }));
+        }
     }
-    out
+    (before, after)
 }
 
 impl Lower<'_> {
@@ -81,24 +156,23 @@ impl Lower<'_> {
         }
     }
 
-    /// The row fragments a fragment loop's body reduces into (over the tile's N), with the
-    /// reduction and the type it combines in.
-    pub(super) fn row_reductions(
-        &self,
-        cx: &Ctx,
-        body: &[Stmt],
-    ) -> Vec<(BufferId, ReduceOp, DType)> {
+    /// The row fragments a fragment loop's body reduces into (over the tile's N).
+    pub(super) fn row_reductions(&self, cx: &Ctx, body: &[Stmt]) -> Vec<RowReduction> {
         let f = cx.fusion;
-        let mut out: Vec<(BufferId, ReduceOp, DType)> = Vec::new();
+        let mut out: Vec<RowReduction> = Vec::new();
         crate::kir::for_each_stmt(body, &mut |s| {
             if let Stmt::Compute(c) = s {
                 if c.role != ComputeRole::ReductionUpdate || !self.rows.contains(&c.out.buffer) {
                     return;
                 }
                 if let Op::Reduce { op, .. } = f.exprs[c.expr].op {
-                    if !out.iter().any(|&(b, _, _)| b == c.out.buffer) {
-                        let t = f.tensors[f.exprs[c.expr].output].dtype.compute();
-                        out.push((c.out.buffer, op, t));
+                    if !out.iter().any(|r| r.buffer == c.out.buffer) {
+                        out.push(RowReduction {
+                            buffer: c.out.buffer,
+                            op,
+                            dtype: k_dtype(f, c.expr),
+                            expr: c.expr,
+                        });
                     }
                 }
             }
