@@ -133,6 +133,16 @@ pub fn fragment_row_col(i: i64, warp: i64, lane: i64) -> (i64, i64) {
     )
 }
 
+/// The row (M) and column (K) of value `i` (0..8) of the A operand of an `m64nNk16` wgmma
+/// taken from registers (16-bit types: four `.b32` registers of two values, the lower column
+/// in the low half) for thread `lane` of warp `warp`: the accumulator's layout at N = 16
+/// (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts"; CUTLASS's
+/// `ALayout_64x16` is `CLayout_64x16`). So columns `16 j .. 16 j + 16` of an f32 accumulator
+/// fragment, its registers `8 j .. 8 j + 8`, are an A operand as they are, once rounded.
+pub fn fragment_a_row_col(i: i64, warp: i64, lane: i64) -> (i64, i64) {
+    fragment_row_col(i, warp, lane)
+}
+
 /// Shared memory one block may use (the opt-in maximum of an H100:
 /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`).
 pub const SMEM_PER_BLOCK: i64 = 227 * 1024;
@@ -312,6 +322,34 @@ mod tests {
         );
         assert_eq!(descriptor_bits(16, 1024, 48), None);
         assert_eq!(descriptor_encode(0x4_0010), 1, "addresses wrap at 18 bits");
+    }
+
+    #[test]
+    fn accumulator_registers_of_16_columns_are_an_a_operand() {
+        // Registers 8 j + i of an N-wide accumulator hold A's value i of the k16 slice that
+        // starts at column 16 j, for every thread: P goes from one product to the next in
+        // registers.
+        for n in [16, 64, 128, 256] {
+            for t in 0..WARPGROUP_THREADS {
+                let (w, l) = (t / 32, t % 32);
+                for j in 0..n / 16 {
+                    for i in 0..8 {
+                        let (r, c) = fragment_row_col(8 * j + i, w, l);
+                        let (ra, ka) = fragment_a_row_col(i, w, l);
+                        assert_eq!((r, c), (ra, 16 * j + ka), "n {n} thread {t} j {j} i {i}");
+                    }
+                }
+            }
+        }
+        // The A fragment covers the 64 x 16 slice once.
+        let mut seen = [[false; 16]; 64];
+        for t in 0..WARPGROUP_THREADS {
+            for i in 0..8 {
+                let (r, k) = fragment_a_row_col(i, t / 32, t % 32);
+                assert!(!seen[r as usize][k as usize]);
+                seen[r as usize][k as usize] = true;
+            }
+        }
     }
 
     #[test]

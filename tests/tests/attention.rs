@@ -487,3 +487,178 @@ fn forms_the_rule_accepts_but_the_lowering_does_not_say_so() {
         "{e}"
     );
 }
+
+// ---- On tensor cores: S = Q K^T and O += P V by wgmma, the softmax on the fragment.
+
+const WGMMA_EXAMPLES: [&str; 2] = [
+    "attention/online_wgmma.hf",
+    "attention/online_wgmma_causal.hf",
+];
+
+#[test]
+fn the_tensor_core_examples_are_the_online_recurrence_of_their_math() {
+    // The reference evaluates the math (with p rounded to bf16 before the product, as the
+    // program says); its online form over the schedule's tile of 64 keys equals it, at a
+    // multiple of the tile, ragged, and shorter than one tile.
+    for path in WGMMA_EXAMPLES {
+        // (The product before its rounding to the bf16 output.)
+        let src = example(path)
+            .replace("  ob = cast(o, bf16)\n  output ob\n", "  output o\n")
+            .replace("  ob.parallelize(2, Mma)\n", "");
+        let f = fusion(&src);
+        for (s, t) in [(64, 128), (70, 37), (130, 100)] {
+            let sizes: BTreeMap<String, i64> = [("S".into(), s), ("T".into(), t)].into();
+            let ins = inputs(&f, &sizes);
+            let want = hopfuse::reference::evaluate(&f, &sizes, &ins).unwrap();
+            assert!(want["o"].iter().all(|x| x.is_finite()), "{path}");
+            let p = online_softmax::find_all(&f).remove(0);
+            let tiled = hopfuse::reference::online::evaluate(&f, &p, 64, &sizes, &ins).unwrap();
+            // The online form rounds the exponentials relative to the running maximum to
+            // bf16 (as FlashAttention does), the plain form the normalised p: equal to bf16's
+            // precision, not exactly.
+            let scale = want["o"].iter().fold(0f64, |a, x| a.max(x.abs()));
+            let worst = want["o"]
+                .iter()
+                .zip(&tiled)
+                .fold(0f64, |a, (x, y)| a.max((x - y).abs()));
+            assert!(
+                worst <= 8e-3 * scale,
+                "{path} at S={s}, T={t}: {worst} against {scale}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
+    for path in WGMMA_EXAMPLES {
+        let c = hopfuse_tests::compile(&example(path));
+        let cuda = &c.cuda;
+        // One serial loop over ceilDiv(T, 64) key tiles; k's and v's tiles by TMA in it.
+        let tiles = line_of(
+            cuda,
+            "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 64); ++t_o)",
+        );
+        let k_tile = line_of(cuda, "hf_tma_load_2d(&ks[0], &ks_map");
+        let v_tile = line_of(cuda, "hf_tma_load_2d(&vs[0], &vs_map");
+        // S = Q K^T: both operands by descriptor (K-major).
+        let scores = line_of(cuda, "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], ");
+        // The row statistics: two registers per thread (its two rows of the fragment).
+        assert!(cuda.contains("float m_acc[2];"), "{path}");
+        assert!(cuda.contains("float l_acc[2];"), "{path}");
+        assert!(cuda.contains("float m_scale[2];"), "{path}");
+        // The maximum over the thread's columns into a partial (a key past T left out), the
+        // partial combined across the quad, then into the running maximum; the sum likewise
+        // (a partial per tile: the running sum is counted once per column).
+        let max = line_of(cuda, "m_acc_part[r");
+        assert!(
+            cuda.lines().nth(max - 1).unwrap().contains("< T) {"),
+            "{path}: the maximum's update is not guarded by the key bound"
+        );
+        let max_quad = line_of(
+            cuda,
+            "m_acc_part[0] = fmaxf(m_acc_part[0], __shfl_xor_sync(0xffffffffu, m_acc_part[0], 1));",
+        );
+        for h in 0..2 {
+            for lanes in [1, 2] {
+                assert!(cuda.contains(&format!(
+                    "m_acc_part[{h}] = fmaxf(m_acc_part[{h}], __shfl_xor_sync(0xffffffffu, m_acc_part[{h}], {lanes}));"
+                )));
+                assert!(cuda.contains(&format!(
+                    "l_acc_part[{h}] = l_acc_part[{h}] + __shfl_xor_sync(0xffffffffu, l_acc_part[{h}], {lanes});"
+                )));
+            }
+        }
+        for h in 0..2 {
+            assert!(cuda.contains(&format!("m_acc_part[{h}] = __int_as_float(0xff800000);")));
+            assert!(cuda.contains(&format!("m_acc[{h}] = fmaxf(m_acc[{h}], m_acc_part[{h}]);")));
+            assert!(cuda.contains(&format!("l_acc_part[{h}] = 0.0f;")));
+            assert!(cuda.contains(&format!("l_acc[{h}] = l_acc[{h}] + l_acc_part[{h}];")));
+        }
+        // The guard and the rescale per row, then the accumulator's rescale by its row's factor.
+        let guard = line_of(
+            cuda,
+            "m[h4] = (m_acc[h4] == __int_as_float(0xff800000)) ? 0.0f : m_acc[h4];",
+        );
+        let rescale = line_of(cuda, "o_acc[r");
+        assert!(
+            cuda.contains("o_acc[r3] = o_acc[r3] * m_scale[r3 / 2 % 2];")
+                || cuda.contains("o_acc[r4] = o_acc[r4] * m_scale[r4 / 2 % 2];"),
+            "{path}"
+        );
+        let sum_quad = line_of(
+            cuda,
+            "l_acc_part[0] = l_acc_part[0] + __shfl_xor_sync(0xffffffffu, l_acc_part[0], 1);",
+        );
+        // P rounded to bf16 in registers and O += P V with A from them: registers 8 t_io.. of
+        // the fragment for keys 16 t_io.., V (MN-major) by descriptor.
+        let round = line_of(cuda, "pb[r");
+        let product = line_of(
+            cuda,
+            "hf_wgmma_m64n64k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], hf_wgmma_desc(&vs[t_io * 16 % 64 * 64], ",
+        );
+        let divide = cuda
+            .lines()
+            .position(|l| l.contains("] = o_acc[r") && l.contains("] / l_acc[r"))
+            .expect("o divided by its row's sum after the loop");
+        let store = line_of(cuda, "*reinterpret_cast<hf_vec<hf_bf16, 2>*>(&ob[");
+        let order = [
+            tiles, k_tile, v_tile, scores, max, max_quad, guard, rescale, sum_quad, round, product,
+            divide, store,
+        ];
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{path}: {order:?}");
+        // The RS helper packs the eight bf16 values into the four .b32 registers of A.
+        assert!(
+            cuda.contains("const unsigned a3 = (unsigned)a[6].bits | ((unsigned)a[7].bits << 16);")
+        );
+        assert!(cuda.contains(
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;"
+        ));
+    }
+    // The mask is math on each register's query and key.
+    let causal = hopfuse_tests::compile(&example("attention/online_wgmma_causal.hf")).cuda;
+    assert!(causal.contains("sm[r2] = keep[0] ? s_sum_acc[r2] : __int_as_float(0xff800000);"));
+}
+
+/// online_wgmma.hf with every `from` replaced by `to`.
+fn wgmma_with(from: &str, to: &str) -> String {
+    let src = example("attention/online_wgmma.hf");
+    assert!(src.contains(from), "{from}");
+    src.replace(from, to)
+}
+
+#[test]
+fn tensor_core_attention_errors_name_the_operand() {
+    // P as f32 registers: wgmma takes A from registers only as a 16-bit fragment.
+    let src = wgmma_with("  pb = cast(p, bf16)\n", "")
+        .replace(
+            "pf = cast(broadcast(pb, axis=2), f32)",
+            "pf = broadcast(p, axis=2)",
+        )
+        .replace("  pb.inline_at(2)\n", "")
+        .lines()
+        .filter(|l| !l.starts_with("  pf_broadcast."))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>();
+    let e = compile_error(&src);
+    assert!(
+        e.contains("`o`: operand `p` is a f32 register fragment (computed from a tensor-core accumulator); wgmma takes A from registers as f16 or bf16 only: round it first (`pb = cast(p, bf16)`)"),
+        "{e}"
+    );
+    assert!(e.contains(&located(&src, "o = sum(pv, axis=1)")), "{e}");
+    // The product's K is not a run of 16 columns of the fragment (the tile's keys split 16 x 4,
+    // K the outer part: key 4 k + u).
+    let mut src = example("attention/online_wgmma.hf");
+    for t in ["o", "pv", "pf", "vf", "pf_broadcast", "vf_broadcast"] {
+        let from = format!("  {t}.split(3, 16)\n  {t}.reorder(0, 1, 3, 2, 5, 4)\n");
+        let to = format!("  {t}.split(3, 16, outer)\n  {t}.reorder(0, 1, 4, 2, 5, 3)\n");
+        assert!(src.contains(&from), "{from}");
+        src = src.replace(&from, &to);
+    }
+    let e = compile_error(&src);
+    assert!(
+        e.contains("`o`: operand `pb` is a register fragment, but not one wgmma can take as A: its index must be a 64-row tile whose columns are this product's K (16 of them from a multiple of 16)"),
+        "{e}"
+    );
+    assert!(e.contains(&located(&src, "o = sum(pv, axis=1)")), "{e}");
+}

@@ -1,7 +1,7 @@
 //! The typed pipeline plan (`Compilation::pipeline_plan`, what the `tma` pass decides and the
 //! `allocation` pass completes) of every example that has one (TMA and bulk copies, TMA stores,
-//! circular buffers, warp specialization: the tma/, ws/ and matmul/ examples and the automatic
-//! matrix products), snapshotted as JSON next to the launch plan's goldens:
+//! circular buffers, warp specialization: the tma/, ws/ and matmul/ examples, the automatic
+//! matrix products and attention on tensor cores), snapshotted as JSON next to the launch plan's goldens:
 //! a change to a planned pipeline shows here as a change of the plan itself, not only of the
 //! CUDA it becomes. Object keys are sorted (the stage sizes are a hash map).
 //! Update with `INSTA_UPDATE=always cargo test -p hopfuse-tests --test pipeline_plan`.
@@ -23,11 +23,16 @@ fn every_pipelined_example_matches_its_plan_snapshot() {
             .as_ref()
             .and_then(|n| n.scheduler.as_deref())
             == Some(hopfuse::auto::Scheduler::MatrixProduct.name());
-        let pipelined = ["tma", "ws", "matmul"].contains(&example.group.as_str()) || auto_product;
+        // Attention on tensor cores loads its tiles by TMA.
+        let tensor_core_attention =
+            example.group == "attention" && example.name.starts_with("online_wgmma");
+        let pipelined = ["tma", "ws", "matmul"].contains(&example.group.as_str())
+            || auto_product
+            || tensor_core_attention;
         let has_plan = !plan.loads.is_empty() || !plan.stores.is_empty();
         assert_eq!(
             has_plan, pipelined,
-            "{}/{}: a pipeline plan only for (and for every) TMA, warp-specialized, matmul and automatic matrix product example",
+            "{}/{}: a pipeline plan only for (and for every) TMA, warp-specialized, matmul, automatic matrix product and tensor-core attention example",
             example.group, example.name
         );
         if !has_plan {

@@ -606,6 +606,27 @@ impl Emitter<'_> {
         }
     }
 
+    /// The four lanes of a quad combine their values: `acc = op(acc, shfl_xor(acc, 1))`, then
+    /// by 2 (every lane ends with the quad's result).
+    fn quad_reduce(&mut self, acc: &Access, op: ReduceOp, dtype: DType, depth: usize) {
+        let a = self.access(acc);
+        let float = dtype == DType::F32;
+        for lanes in [1, 2] {
+            let o = format!("__shfl_xor_sync(0xffffffffu, {a}, {lanes})");
+            let combined = match op {
+                ReduceOp::Sum => format!("{a} + {o}"),
+                ReduceOp::Max if float => format!("fmaxf({a}, {o})"),
+                ReduceOp::Min if float => format!("fminf({a}, {o})"),
+                ReduceOp::Max => format!("max({a}, {o})"),
+                ReduceOp::Min => format!("min({a}, {o})"),
+                ReduceOp::Prod => format!("{a} * {o}"),
+                ReduceOp::Any => format!("{a} || {o}"),
+                ReduceOp::All => format!("{a} && {o}"),
+            };
+            self.line(depth, &format!("{a} = {combined};"));
+        }
+    }
+
     fn block_reduce(
         &mut self,
         acc: &Access,
@@ -730,11 +751,16 @@ impl Emitter<'_> {
             b: w.b_type,
             trans_a: w.a.transposed,
             trans_b: w.b.transposed,
+            a_registers: w.a.registers,
         };
         self.uses.wgmma_shapes.insert(shape);
         let name = prelude::wgmma_name(&shape);
         let acc = self.access(&w.acc);
-        let a = self.descriptor(&w.a.tile, w.a.desc_bits);
+        let a = if w.a.registers {
+            format!("&{}", self.access(&w.a.tile))
+        } else {
+            self.descriptor(&w.a.tile, w.a.desc_bits)
+        };
         let b = self.descriptor(&w.b.tile, w.b.desc_bits);
         let accumulate = match &w.accumulate {
             Some(a) => self.access(a),
@@ -794,6 +820,7 @@ impl Emitter<'_> {
                     dtype,
                     dims,
                 } => self.block_reduce(acc, *op, *dtype, dims, depth),
+                Stmt::QuadReduce { acc, op, dtype } => self.quad_reduce(acc, *op, *dtype, depth),
                 Stmt::Sync => match self.consumer_threads {
                     // Barrier 1 over the consumer threads (0 is __syncthreads).
                     Some(n) => {

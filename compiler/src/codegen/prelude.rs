@@ -468,6 +468,8 @@ pub struct WgmmaShape {
     pub b: DType,
     pub trans_a: bool,
     pub trans_b: bool,
+    /// A from registers (the RS form, 16-bit types only; `trans_a` is then false).
+    pub a_registers: bool,
 }
 
 impl WgmmaShape {
@@ -508,7 +510,13 @@ pub fn wgmma_name(shape: &WgmmaShape) -> String {
     } else {
         format!(
             "hf_wgmma_m64n{n}k{k}_{a}_{}{}",
-            if shape.trans_a { 't' } else { 'n' },
+            if shape.a_registers {
+                'r'
+            } else if shape.trans_a {
+                't'
+            } else {
+                'n'
+            },
             if shape.trans_b { 't' } else { 'n' }
         )
     }
@@ -519,6 +527,9 @@ pub fn wgmma_name(shape: &WgmmaShape) -> String {
 /// through descriptors, `scale-d` from a run-time flag. The transpose immediates are written
 /// for 16-bit types only (PTX has none for 8-bit ones).
 pub fn wgmma_function(shape: &WgmmaShape) -> String {
+    if shape.a_registers {
+        return wgmma_rs_function(shape);
+    }
     let (n, k, a, b) = (
         shape.n,
         shape.k(),
@@ -548,6 +559,50 @@ pub fn wgmma_function(shape: &WgmmaShape) -> String {
         db = regs + 1,
         d = d.join(", "),
         outs = outs.join(", "),
+    )
+}
+
+/// The RS form of [`wgmma_function`]: A is the thread's eight 16-bit values `a[0..8]` (a
+/// register fragment, `target::fragment_a_row_col`), packed in pairs into the four `.b32`
+/// registers the instruction takes (the lower column in the low half); B through its
+/// descriptor. PTX's RS form has no transpose for A.
+fn wgmma_rs_function(shape: &WgmmaShape) -> String {
+    let (n, k, t) = (shape.n, shape.k(), wgmma_ptx_type(shape.a));
+    let storage = if shape.a == DType::BF16 {
+        "hf_bf16"
+    } else {
+        "hf_f16"
+    };
+    let regs = n / 2;
+    let d: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+    let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    let a: Vec<String> = (0..4).map(|i| format!("%{}", regs + i)).collect();
+    let packs: Vec<String> = (0..4)
+        .map(|i| {
+            format!(
+                "  const unsigned a{i} = (unsigned)a[{}].bits | ((unsigned)a[{}].bits << 16);\n",
+                2 * i,
+                2 * i + 1
+            )
+        })
+        .collect();
+    format!(
+        "__device__ __forceinline__ void {name}(float* d, const {storage}* a, unsigned long long b, int accumulate) {{
+{packs}  asm volatile(
+      \"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc}, 0;\\n\"
+      \"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t} {{{d}}}, {{{a}}}, %{db}, p, 1, 1, {trans_b};\\n}}\\n\"
+      : {outs}
+      : \"r\"(a0), \"r\"(a1), \"r\"(a2), \"r\"(a3), \"l\"(b), \"r\"(accumulate));
+}}
+",
+        name = wgmma_name(shape),
+        packs = packs.concat(),
+        acc = regs + 5,
+        db = regs + 4,
+        d = d.join(", "),
+        a = a.join(", "),
+        outs = outs.join(", "),
+        trans_b = u8::from(shape.trans_b),
     )
 }
 

@@ -151,6 +151,14 @@ pub enum Stmt {
         dtype: DType,
         dims: [bool; 3],
     },
+    /// Every thread of a quad (four consecutive lanes: the threads that hold one row of a
+    /// tensor-core accumulator fragment) gets the reduction of its four `acc` values: two
+    /// butterfly shuffles (`__shfl_xor_sync` by 1, then 2). Warp-collective: every lane reaches it.
+    QuadReduce {
+        acc: Access,
+        op: ReduceOp,
+        dtype: DType,
+    },
     /// `__syncthreads()`
     Sync,
     /// A barrier among the threads of one thread group: named barrier
@@ -288,6 +296,11 @@ pub struct MmaOperand {
     pub transposed: bool,
     /// Swizzle of the operand's layout in bytes (for the dump).
     pub swizzle: u32,
+    /// A from registers (the RS form): `tile` is the thread's 16-bit register fragment at the
+    /// instruction's first register, eight values (four `.b32` pairs) laid out as the rows and
+    /// columns of an f32 accumulator fragment of N = 16 (`target::fragment_row_col`); no
+    /// descriptor (`desc_bits` 0, not transposed, swizzle 0).
+    pub registers: bool,
 }
 
 /// `D (+)= A x B` on one `m64nNkK` tile (K = [`crate::target::wgmma_k`] of the operand type:
@@ -655,7 +668,7 @@ impl Stmt {
                 c.value.map_vals(f);
             }
             Stmt::WarpRoles(w) => w.is_producer = f(&w.is_producer),
-            Stmt::BlockReduce { acc, .. } => map_access(acc, f),
+            Stmt::BlockReduce { acc, .. } | Stmt::QuadReduce { acc, .. } => map_access(acc, f),
             Stmt::Let { value, .. } => *value = f(value),
             Stmt::MbarArriveExpectTx { slot, .. }
             | Stmt::MbarExpectTx { slot, .. }

@@ -837,6 +837,8 @@ impl<'a> Parser<'a> {
             }
         } else if c.eat("block_") {
             self.block_reduce(&mut c)?
+        } else if c.eat("quad_") {
+            self.quad_reduce(&mut c)?
         } else if c.eat("group_barrier(") {
             // `group_barrier(TIDy, TIDz, 256 threads)`: the dims, then the count.
             let mut dims = Vec::new();
@@ -1061,15 +1063,34 @@ impl<'a> Parser<'a> {
         Ok(Stmt::Alloc(b))
     }
 
+    /// `quad_max(m_acc[0])`, optionally ` in f32`.
+    fn quad_reduce(&mut self, c: &mut Cursor) -> Result<Stmt> {
+        let name = c.ident()?;
+        let op = reduce_op(c, name)?;
+        let (acc, dtype) = self.reduced_value(c)?;
+        Ok(Stmt::QuadReduce { acc, op, dtype })
+    }
+
+    /// `(acc)`, optionally ` in <type>` (the type the reduction combines in, when it is not
+    /// the buffer's).
+    fn reduced_value(&self, c: &mut Cursor) -> Result<(Access, DType)> {
+        c.expect("(")?;
+        let acc = self.access(c)?;
+        c.expect(")")?;
+        let dtype = if c.eat(" in ") {
+            c.dtype()?
+        } else {
+            self.kernel.buffers[acc.buffer].dtype
+        };
+        Ok((acc, dtype))
+    }
+
     fn block_reduce(&mut self, c: &mut Cursor) -> Result<Stmt> {
         // `block_sum_over_xy(...)`: the name runs to the `(`.
         let Some((op_name, dims_text)) = c.ident()?.split_once("_over_") else {
             return Err(c.error("expected `block_<op>_over_<dims>(`"));
         };
-        let op = ReduceOp::ALL
-            .into_iter()
-            .find(|o| o.name() == op_name)
-            .ok_or_else(|| c.error(format!("`{op_name}` is not a reduction")))?;
+        let op = reduce_op(c, op_name)?;
         let mut dims = [false; 3];
         for ch in dims_text.chars() {
             let i = match ch {
@@ -1080,14 +1101,7 @@ impl<'a> Parser<'a> {
             };
             dims[i] = true;
         }
-        c.expect("(")?;
-        let acc = self.access(c)?;
-        c.expect(")")?;
-        let dtype = if c.eat(" in ") {
-            c.dtype()?
-        } else {
-            self.kernel.buffers[acc.buffer].dtype
-        };
+        let (acc, dtype) = self.reduced_value(c)?;
         Ok(Stmt::BlockReduce {
             acc,
             op,
@@ -1217,6 +1231,15 @@ impl<'a> Parser<'a> {
 
     fn mma_operand(&self, c: &mut Cursor) -> Result<MmaOperand> {
         let tile = self.access(c)?;
+        if c.eat(" (registers)") {
+            return Ok(MmaOperand {
+                tile,
+                desc_bits: 0,
+                transposed: false,
+                swizzle: 0,
+                registers: true,
+            });
+        }
         c.expect(" (")?;
         let transposed = if c.eat("MN-major") {
             true
@@ -1238,6 +1261,7 @@ impl<'a> Parser<'a> {
             desc_bits,
             transposed,
             swizzle,
+            registers: false,
         })
     }
 
@@ -1534,4 +1558,12 @@ fn sizes_in(v: &Val, bound: &HashSet<String>) -> Val {
         (_, Some((a, b))) => v.with_operands(sizes_in(a, bound), sizes_in(b, bound)),
         (v, None) => v.clone(),
     }
+}
+
+/// The reduction named `name` (`sum`, `max`, ...).
+fn reduce_op(c: &Cursor, name: &str) -> Result<ReduceOp> {
+    ReduceOp::ALL
+        .into_iter()
+        .find(|o| o.name() == name)
+        .ok_or_else(|| c.error(format!("`{name}` is not a reduction")))
 }

@@ -473,6 +473,9 @@ fn print_tma_store(k: &Kernel, t: &TmaStore, ind: &str, s: &mut String) {
 
 fn print_wgmma(k: &Kernel, w: &Wgmma, ind: &str, s: &mut String) {
     let operand = |o: &MmaOperand| {
+        if o.registers {
+            return format!("{} (registers)", access_text(k, &o.tile));
+        }
         let (lbo, sbo) = descriptor_offsets(o.desc_bits);
         format!(
             "{} ({}, swizzle {}, lbo {lbo}, sbo {sbo})",
@@ -563,6 +566,13 @@ fn print_head(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
                 op.name(),
                 access_text(k, acc)
             );
+            if *dtype != k.buffers[acc.buffer].dtype {
+                let _ = write!(s, " in {dtype}");
+            }
+            s.push('\n');
+        }
+        Stmt::QuadReduce { acc, op, dtype } => {
+            let _ = write!(s, "{ind}quad_{}({})", op.name(), access_text(k, acc));
             if *dtype != k.buffers[acc.buffer].dtype {
                 let _ = write!(s, " in {dtype}");
             }

@@ -277,8 +277,12 @@ fn rewrite(
         return Err(internal("the product's write was not found"));
     }
     let m_name = &f.tensors[p.max].name;
-    let m_prev = cx.new_register(k, &format!("{m_name}_prev"), dtype, Vec::new());
-    let alpha = cx.new_register(k, &format!("{m_name}_scale"), dtype, Vec::new());
+    // The statistics are per row: a scalar of the thread's row on CUDA cores, one per row of
+    // the accumulator's axes when it has any (the M rows of a tensor-core tile: `mma` gives
+    // each thread its rows of the fragment).
+    let row_ids = cx.alloc_ids.get(&m_acc).cloned().unwrap_or_default();
+    let m_prev = cx.new_register(k, &format!("{m_name}_prev"), dtype, row_ids.clone());
+    let alpha = cx.new_register(k, &format!("{m_name}_scale"), dtype, row_ids.clone());
     let exp_op = match p.exponential {
         Exponential::Exp => UnaryOp::Exp,
         Exponential::Exp2 => UnaryOp::Exp2,
@@ -298,12 +302,13 @@ fn rewrite(
             read(m_acc),
         ]),
     );
-    let mut before = vec![
-        Stmt::Alloc(m_prev),
-        Stmt::Alloc(alpha),
-        rescale(m_expr, m_prev, read(m_acc)),
-    ];
-    let mut after = vec![
+    let mut before = vec![Stmt::Alloc(m_prev), Stmt::Alloc(alpha)];
+    before.extend(super::reduction::accumulator_loops(
+        cx,
+        &row_ids,
+        vec![rescale(m_expr, m_prev, read(m_acc))],
+    ));
+    let per_row = vec![
         Stmt::Compute(Compute {
             expr: m_expr,
             out: Access {
@@ -339,6 +344,7 @@ fn rewrite(
             ),
         ),
     ];
+    let mut after = super::reduction::accumulator_loops(cx, &row_ids, per_row);
     let o_ids = cx.alloc_ids.get(&o_acc).cloned().unwrap_or_default();
     after.extend(super::reduction::accumulator_loops(
         cx,

@@ -454,6 +454,16 @@ impl<'k> Walk<'k> {
                 }
                 self.block_barrier(ctx, "a block reduction");
             }
+            Stmt::QuadReduce { acc, .. } => {
+                self.access(acc, ctx);
+                self.memory_is(
+                    acc.buffer,
+                    MemoryType::Local,
+                    "the value of a quad reduction",
+                );
+                // Shuffles of the full warp: no lane may skip them.
+                self.warp_collective(ctx, "a quad reduction (warp shuffles)");
+            }
             Stmt::Sync => self.block_barrier(ctx, "a block barrier"),
             Stmt::GroupSync { dims, threads } => self.group_barrier(ctx, dims, *threads),
             Stmt::Turn {
@@ -532,7 +542,15 @@ impl<'k> Walk<'k> {
                 );
                 for o in [&w.a, &w.b] {
                     self.access(&o.tile, ctx);
-                    self.memory_is(o.tile.buffer, MemoryType::Shared, "a wgmma operand");
+                    if o.registers {
+                        self.memory_is(
+                            o.tile.buffer,
+                            MemoryType::Local,
+                            "a wgmma register operand",
+                        );
+                    } else {
+                        self.memory_is(o.tile.buffer, MemoryType::Shared, "a wgmma operand");
+                    }
                 }
                 if let Some(flag) = &w.accumulate {
                     self.access(flag, ctx);
@@ -851,7 +869,7 @@ fn ids_valid(k: &Kernel, st: &Stmt) -> bool {
             c.value.for_each_read(&mut |a| ok &= buffer(a));
             ok
         }
-        Stmt::BlockReduce { acc, .. } => buffer(acc),
+        Stmt::BlockReduce { acc, .. } | Stmt::QuadReduce { acc, .. } => buffer(acc),
         Stmt::MbarInit { bars: b }
         | Stmt::MbarInval { bars: b }
         | Stmt::MbarArriveExpectTx { bars: b, .. }

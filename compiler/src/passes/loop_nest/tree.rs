@@ -628,8 +628,10 @@ fn index_within(axis: usize, lo: i64, hi: &crate::plan::SizeExpr) -> Data {
     )
 }
 
-/// Tensors the search for loops opened by a producer not placed yet looks at, at most.
-pub(super) const UPSTREAM_WALK_LIMIT: usize = 16;
+/// Tensors the search for loops opened by a producer not placed yet looks at, at most. (An
+/// attention on tensor cores reaches the key tile's loop, opened by `k`'s cache, from `v`'s
+/// product through the whole softmax on the scores: about 30 tensors.)
+pub(super) const UPSTREAM_WALK_LIMIT: usize = 64;
 
 /// The search of [`OpenLoopSearch::open_loops`], with its working memory kept between calls
 /// (it runs for every consumer of every expression: allocating its maps each time cost more

@@ -469,7 +469,11 @@ fn same_block_after(body: &[Stmt], a: BufferId, f: BufferId) -> bool {
 /// statements that keep their guards (memory reads and writes) or lands in a staged tile's
 /// out-of-bounds part, which no TMA store writes; floating-point and integer arithmetic cannot
 /// fault on the GPU. Saves a comparison chain per statement per register of the unrolled loop.
-pub(super) fn unguard_register_arithmetic(k: &Kernel, body: &mut [Stmt]) {
+pub(super) fn unguard_register_arithmetic(
+    k: &Kernel,
+    body: &mut [Stmt],
+    keep: &dyn Fn(&Compute) -> bool,
+) {
     let registers_only = |c: &Compute| {
         let mut local = k.buffers[c.out.buffer].memory == MemoryType::Local;
         c.value.for_each_read(&mut |a| {
@@ -480,7 +484,7 @@ pub(super) fn unguard_register_arithmetic(k: &Kernel, body: &mut [Stmt]) {
     for s in body.iter_mut() {
         if let Stmt::If { then, els, .. } = s {
             if let ([Stmt::Compute(c)], true) = (then.as_slice(), els.is_empty()) {
-                if registers_only(c) {
+                if registers_only(c) && !keep(c) {
                     *s = Stmt::Compute(c.clone());
                 }
             }

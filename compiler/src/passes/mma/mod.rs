@@ -20,6 +20,13 @@
 //!   out-of-bounds operand elements with zeros, which add nothing. Other factors of the
 //!   product, read from global memory, are block scales (`block_scale.rs`): the wgmmas write
 //!   a block accumulator, promoted with the scales into the sum's after each block of K.
+//!   A may instead be a 16-bit register fragment of another tile with the same M whose
+//!   columns are this product's K (P in attention): the RS form, A from the fragment's
+//!   registers as they are (`product.rs`, `register_operand`).
+//! - **One loop (M)**: a nest over the rows of a tile, whose register arrays over M alone are
+//!   row fragments (`rows.rs`): a loop over the thread's two rows. In fragment loops a row
+//!   fragment is read at the register's row half, and a reduction over N into one keeps its
+//!   bounds guard and goes through a partial combined across the quad (`Stmt::QuadReduce`).
 //! - **Two loops (M, N)** around anything else (the accumulator's initialisation, its copies
 //!   and the fused epilogue that reads it): one unrolled loop over the thread's N / 2
 //!   accumulator registers, with M and N replaced by register `i`'s row and column
@@ -47,7 +54,7 @@
 //! K = 16 (32 on 8-bit operands), N a multiple of 8 up to 256; operands that are not swizzled
 //! f16/bf16/e4m3/e5m2 shared caches, of types no wgmma pairs, MN-major 8-bit operands (saying
 //! how to make them K-major) or another layout; an accumulator read outside a tile.
-//! Emits: `Wgmma`, `WgmmaFence`, `WgmmaCommit`, `WgmmaWait`; accumulator flags.
+//! Emits: `Wgmma`, `WgmmaFence`, `WgmmaCommit`, `WgmmaWait`, `QuadReduce`; accumulator flags.
 
 use super::probe::eval;
 use super::{Ctx, LoopKey, PipelinePlan};
@@ -65,6 +72,7 @@ mod block_scale;
 mod fragment;
 mod groups;
 mod product;
+mod rows;
 
 use fragment::{
     fragment_accesses, fragment_base, pair_global_store, reusable_accumulators, stmatrix_store,
@@ -125,6 +133,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         aliases: HashMap::new(),
         promoted: HashMap::new(),
         overlapped: Vec::new(),
+        rows: HashSet::new(),
     };
     for nest in &products {
         let (tile, acc) = lower.analyse_tile(cx, k, nest)?;
@@ -133,6 +142,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         }
         lower.accumulators.insert(acc);
     }
+    lower.find_rows(cx, k);
     let mut body = body;
     lower.promote_block_scales(cx, k, &mut body)?;
     let held: HashSet<BufferId> = lower
@@ -388,6 +398,8 @@ pub(super) struct Lower<'p> {
     pub(super) promoted: HashMap<BufferId, BufferId>,
     /// Block loops whose promotions overlap the next block's wgmmas (`block_scale.rs`).
     overlapped: Vec<block_scale::Overlap>,
+    /// Row fragments (`rows.rs`): register arrays over a tile's M axis alone, two per thread.
+    pub(super) rows: HashSet<BufferId>,
 }
 
 impl Lower<'_> {
@@ -431,9 +443,9 @@ impl Lower<'_> {
                     Step::Keep(self.nest(cx, k, l)?)
                 }
                 Stmt::Compute(c) => {
-                    let mut touches = self.fragments.contains(&c.out.buffer);
-                    c.value
-                        .for_each_read(&mut |a| touches |= self.fragments.contains(&a.buffer));
+                    let held = |b: &BufferId| self.fragments.contains(b) || self.rows.contains(b);
+                    let mut touches = held(&c.out.buffer);
+                    c.value.for_each_read(&mut |a| touches |= held(&a.buffer));
                     if touches {
                         let f = cx.fusion;
                         let t = f.exprs[c.expr].output;
@@ -458,6 +470,9 @@ impl Lower<'_> {
         match loops.len() {
             3 => self.product_nest(cx, k, &loops, body),
             2 => self.fragment_nest(cx, k, &loops, body),
+            1 if self.tiles.iter().any(|t| t.m == loops[0].key) => {
+                self.row_nest(cx, k, &loops[0], body)
+            }
             n => Err(mma_axes_in_a_row(cx, n, &loops, body)),
         }
     }
@@ -528,12 +543,7 @@ impl Lower<'_> {
         loops: &[TileLoop],
         body: &[Stmt],
     ) -> Result<Vec<Stmt>, Diagnostic> {
-        let f = cx.fusion;
-        let expr = first_expr(body);
-        let name = expr
-            .map(|e| f.tensors[f.exprs[e].output].name.clone())
-            .unwrap_or_default();
-        let span = expr.and_then(|e| f.tensors[f.exprs[e].output].span);
+        let (name, span) = nest_tensor(cx, body);
         // The tile's M and N loops, or M and an inner part of N (a column slice of the
         // accumulator, e.g. one box of a TMA-stored epilogue).
         let found = self.tiles.iter().find_map(|t| {
@@ -585,8 +595,10 @@ impl Lower<'_> {
         let mut body = body;
         let fragments = self.fragments.clone();
         let mut bad = None;
+        let reduced = self.row_reductions(cx, &body);
         for s in &mut body {
             fragment_accesses(s, &fragments, &mv, &nv, &i, tile.n_extent, &mut bad);
+            self.row_accesses(s, &mv, Some(&nv), &rows::half_of_register(&i), &mut bad);
             s.map_vals(&mut |v| v.subst(&mv, &row).subst(&nv, &col));
         }
         if let Some(b) = bad {
@@ -598,21 +610,32 @@ impl Lower<'_> {
                 span,
             ));
         }
-        unguard_register_arithmetic(k, &mut body);
-        if let Some(x4) = stmatrix_store(cx, self.plan, k, &body, &reg, loops[ni].key, width) {
-            return Ok(vec![x4]);
+        // (A row statistic's update keeps its guard: keys out of range add nothing to it.)
+        unguard_register_arithmetic(k, &mut body, &|c: &Compute| {
+            c.role == ComputeRole::ReductionUpdate && self.rows.contains(&c.out.buffer)
+        });
+        if reduced.is_empty() {
+            if let Some(x4) = stmatrix_store(cx, self.plan, k, &body, &reg, loops[ni].key, width) {
+                return Ok(vec![x4]);
+            }
+            if let Some(paired) = pair_global_store(cx, k, &body, &reg, loops[ni].key, width) {
+                return Ok(vec![paired]);
+            }
         }
-        if let Some(paired) = pair_global_store(cx, k, &body, &reg, loops[ni].key, width) {
-            return Ok(vec![paired]);
-        }
-        Ok(vec![Stmt::Loop(Loop {
+        // A row reduction goes into a partial of this loop's columns, combined across the
+        // quad and then into the row's value.
+        let (before, after) = rows::partials(cx, k, &reduced, &mut body);
+        let mut out = before;
+        out.push(Stmt::Loop(Loop {
             key: loops[ni].key,
             var: reg,
             extent: Val::Int(target::wgmma_accumulators(width)),
             parallel: ParallelType::Unroll,
             digits: Vec::new(),
             body,
-        })])
+        }));
+        out.extend(after);
+        Ok(out)
     }
 
     /// The started flags of the accumulators a zero fill `cs` wrote (made on first use), set to 0.
@@ -733,19 +756,9 @@ fn n_part(cx: &Ctx, key: LoopKey, t: &Tile) -> Option<i64> {
 /// The row and column in the warp group's 64 x N tile of accumulator register `i` of the thread.
 fn fragment_position(i: &Val) -> (Val, Val) {
     let tid = Val::Hw(ParallelType::TIDx);
-    let warp = Val::div(tid.clone(), Val::Int(crate::target::WARP_THREADS));
     let lane = Val::rem(tid, Val::Int(crate::target::WARP_THREADS));
     // row = 16 warp + lane / 4 + 8 ((i / 2) % 2), col = 8 (i / 4) + 2 (lane % 4) + i % 2
-    let row = Val::add(
-        Val::add(
-            Val::mul(Val::Int(16), warp),
-            Val::div(lane.clone(), Val::Int(4)),
-        ),
-        Val::mul(
-            Val::Int(8),
-            Val::rem(Val::div(i.clone(), Val::Int(2)), Val::Int(2)),
-        ),
-    );
+    let row = rows::row_of_half(&rows::half_of_register(i));
     let col = Val::add(
         Val::add(
             Val::mul(Val::Int(8), Val::div(i.clone(), Val::Int(4))),
@@ -754,6 +767,16 @@ fn fragment_position(i: &Val) -> (Val, Val) {
         Val::rem(i.clone(), Val::Int(2)),
     );
     (row, col)
+}
+
+/// The name and place of the tensor a nest computes first (for its messages).
+pub(super) fn nest_tensor(cx: &Ctx, body: &[Stmt]) -> (String, Option<crate::diag::Span>) {
+    let f = cx.fusion;
+    let expr = first_expr(body);
+    let name = expr
+        .map(|e| f.tensors[f.exprs[e].output].name.clone())
+        .unwrap_or_default();
+    (name, expr.and_then(|e| f.tensors[f.exprs[e].output].span))
 }
 
 pub(super) fn first_expr(body: &[Stmt]) -> Option<ExprId> {

@@ -101,6 +101,13 @@ fn mn_major_8_bit(cache: &str, axis: &str, t: DType) -> String {
     )
 }
 
+/// Why a register fragment `name` of type `t` cannot be a wgmma operand.
+fn register_f32(name: &str, t: DType) -> String {
+    format!(
+        "operand `{name}` is a {t} register fragment (computed from a tensor-core accumulator); wgmma takes A from registers as f16 or bf16 only: round it first (`{name}b = cast({name}, bf16)`) and multiply `cast(broadcast({name}b, ...), f32)`"
+    )
+}
+
 /// A product's tile, for the checks of its operands.
 pub(super) struct TileOf<'a> {
     expr: ExprId,
@@ -215,11 +222,32 @@ impl Lower<'_> {
             [x, y] => (x, y),
             _ => (&product, &product),
         };
+        // An f32 fragment read as a factor (no cast: it is f32 already).
+        for d in [x, y] {
+            if let Data::Read(a) = d {
+                if self.fragments.contains(&a.buffer) {
+                    return bad(register_f32(
+                        &k.buffers[a.buffer].name,
+                        k.buffers[a.buffer].dtype,
+                    ));
+                }
+            }
+        }
         let (Some((xa, xt)), Some((ya, yt))) = (operand(x), operand(y)) else {
             return bad("the tensor cores multiply f16, bf16, f8e4m3 or f8e5m2 operands widened to f32: each factor must be `cast(x, f32)` of such a cache in shared memory (a scale constant along the summed axis, i.e. a number, a scalar input or `broadcast(x, axis=K)`, is applied after the sum; one constant along blocks of K, `expand_blocks(s, block=[..., 128], ...)`, after each block)".into());
         };
+        // A 16-bit register fragment (another product's accumulator, converted) may be A.
+        let in_registers = |a: &Access, t: DType| {
+            self.fragments.contains(&a.buffer) && target::wgmma_transposable(t)
+        };
         for (a, t) in [(&xa, xt), (&ya, yt)] {
             let buf = &k.buffers[a.buffer];
+            if in_registers(a, t) {
+                continue;
+            }
+            if self.fragments.contains(&a.buffer) {
+                return bad(register_f32(&buf.name, t));
+            }
             if buf.memory != MemoryType::Shared || !target::wgmma_input(t) {
                 return bad(format!(
                     "operand `{}` is {} in {} memory; a wgmma operand is an f16, bf16, f8e4m3 or f8e5m2 cache in shared memory (cache_after(x, memory=shared, load=tma, swizzle=128))",
@@ -276,7 +304,17 @@ impl Lower<'_> {
             k_extent: target::wgmma_k(xt).expect("a wgmma operand type"),
         };
         let (a_type, b_type) = (k.buffers[a.buffer].dtype, k.buffers[b.buffer].dtype);
-        let a_op = self.operand(cx, k, &tile, &a, ml)?;
+        if in_registers(&b, k.buffers[b.buffer].dtype) {
+            return bad(format!(
+                "operand `{}` is a register fragment but moves with N; wgmma takes only A (the operand that moves with M) from registers: B must be a swizzled shared-memory cache",
+                k.buffers[b.buffer].name
+            ));
+        }
+        let a_op = if in_registers(&a, a_type) {
+            self.register_operand(k, &tile, &a).map_err(message)?
+        } else {
+            self.operand(cx, k, &tile, &a, ml)?
+        };
         let b_op = self.operand(cx, k, &tile, &b, nl)?;
         Ok(Product {
             expr,
@@ -290,6 +328,52 @@ impl Lower<'_> {
             b_type,
             k: kl.clone(),
             scales,
+        })
+    }
+
+    /// A from registers (the RS form): `o` reads a 16-bit fragment of a `64 x W` tile whose
+    /// rows are the M rows of this product's tile (the same M loop) and whose columns `c ..
+    /// c + 16` are the instruction's K, `c` a multiple of 16. Those columns are registers `W / 2
+    /// * tile + c / 2 .. + 8` of the fragment, which are the A operand's eight values in its
+    /// layout (`target::fragment_a_row_col`): no shuffle. Checked at every row and k.
+    fn register_operand(&self, k: &Kernel, t: &TileOf, o: &Access) -> Result<MmaOperand, String> {
+        let name = &k.buffers[o.buffer].name;
+        let idx = o.index.clone().unwrap_or(Val::Int(0));
+        let not_a_fragment = || {
+            format!(
+                "operand `{name}` is a register fragment, but not one wgmma can take as A: its index must be a 64-row tile whose columns are this product's K (16 of them from a multiple of 16), as when it is computed from another product's accumulator with the same M axis and this product's K split from that product's N"
+            )
+        };
+        let width = stride(&idx, &t.m.var).ok_or_else(not_a_fragment)?;
+        if width <= 0 || width % t.k_extent != 0 || !target::wgmma_n_valid(width) {
+            return Err(not_a_fragment());
+        }
+        let free = [Val::Var(t.m.var.clone()), Val::Var(t.k.var.clone())];
+        for seed in 0..3u64 {
+            let probe = Probe::new(&idx, &free, seed);
+            let mut stack = Vec::new();
+            let origin = probe.at(&[0, 0], &mut stack).ok_or_else(not_a_fragment)?;
+            if origin % t.k_extent != 0 {
+                return Err(not_a_fragment());
+            }
+            for r in 0..target::WGMMA_M {
+                for kk in 0..t.k_extent {
+                    if probe.at(&[r, kk], &mut stack) != Some(origin + r * width + kk) {
+                        return Err(not_a_fragment());
+                    }
+                }
+            }
+        }
+        let base = fragment_base(Some(&idx), &t.m.var, &t.k.var, width);
+        Ok(MmaOperand {
+            tile: Access {
+                buffer: o.buffer,
+                index: Some(base),
+            },
+            desc_bits: 0,
+            transposed: false,
+            swizzle: 0,
+            registers: true,
         })
     }
 
@@ -377,6 +461,7 @@ impl Lower<'_> {
                 desc_bits: target::descriptor_bits(16, 8 * sw as i64, sw).expect("a valid swizzle"),
                 transposed: false,
                 swizzle: sw,
+                registers: false,
             });
         }
         // MN-major: the row axis contiguous within one swizzle span (an atom), K by rows of
@@ -416,6 +501,7 @@ impl Lower<'_> {
                     .expect("a valid swizzle"),
                     transposed: true,
                     swizzle: sw,
+                    registers: false,
                 });
             }
         }
