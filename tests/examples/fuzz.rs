@@ -168,6 +168,11 @@ const VOCAB: &[&str] = &[
     " == ",
     " != ",
     " = 1e-6",
+    // The random numbers (issue 33).
+    "rand",
+    "randn",
+    "rand(x, 7, 0)",
+    "input seed: i64",
 ];
 
 fn mutate(src: &str, rng: &mut ChaCha8Rng) -> String {

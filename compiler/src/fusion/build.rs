@@ -164,6 +164,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
     Ok(b.f)
 }
 
+#[derive(Clone, Copy)]
 enum Value {
     Tensor(TensorId),
     Scalar(f64),
@@ -524,6 +525,11 @@ impl Builder {
                 )?))
             }
             OpKind::Full => unreachable!("built above"),
+            OpKind::Random(generator) => {
+                let x = tensor_arg(&pos, 0)?;
+                let key = [pos[1], pos[2]];
+                Ok(Value::Tensor(self.random(generator, x, key, dest, span)?))
+            }
             OpKind::Iota => {
                 let t = tensor_arg(&pos, 0)?;
                 let axis = self.one_axis(args, span, self.f.rank(t), func)?;
@@ -1424,6 +1430,90 @@ impl Builder {
             "iota",
             Some(span),
         ))
+    }
+
+    /// `rand(x, seed, offset)` / `randn(...)`: `generator(seed, offset, i)` at each element of
+    /// `x`'s shape, `i` its row-major linear index as an i64 (the sum over `x`'s axes of
+    /// `iota` times the product of the later axes' extents), so that an element's value is
+    /// its index's whatever the schedule. `x`'s values are not read.
+    fn random(
+        &mut self,
+        generator: TernaryOp,
+        x: TensorId,
+        key: [(Value, Span); 2],
+        dest: &str,
+        span: Span,
+    ) -> BResult<TensorId> {
+        let func = generator.def().name;
+        let mut operands = Vec::with_capacity(3);
+        for ((value, at), what) in key.into_iter().zip(["seed", "offset"]) {
+            operands.push(match value {
+                // Exact in the float64 reference below 2^53.
+                Value::Scalar(v) if v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 => {
+                    Operand::Scalar(v)
+                }
+                Value::Scalar(v) => {
+                    return Err(Diagnostic::new(
+                        format!("`{func}`: the {what} is an integer below 2^53 in magnitude, not {v}"),
+                        Some(at),
+                    ))
+                }
+                Value::Tensor(t) => {
+                    let (name, dtype) = (&self.f.tensors[t].name, self.f.tensors[t].dtype);
+                    if self.f.rank(t) > 0 || !dtype.is_integer() {
+                        return Err(Diagnostic::new(
+                            format!("`{func}`: the {what} is an integer or an integer scalar input (input {what}: i64), and `{name}` is a {dtype} tensor of rank {}", self.f.rank(t)),
+                            Some(at),
+                        ));
+                    }
+                    Operand::Tensor(t)
+                }
+            });
+        }
+        let logical = self.f.logical(x);
+        let axes: Vec<usize> = (0..logical.len())
+            .filter(|&k| self.f.ids[logical[k]].kind != IterKind::Broadcast)
+            .collect();
+        if axes.is_empty() {
+            return Err(Diagnostic::new(
+                format!(
+                    "`{func}` gives a tensor of x's shape, and `{}` has no axis of extent above 1",
+                    self.f.tensors[x].name
+                ),
+                Some(span),
+            ));
+        }
+        let at = Some(span);
+        let mut index: Option<TensorId> = None;
+        for (n, &k) in axes.iter().enumerate() {
+            let iota = self.iota(x, k, dest, span)?;
+            let mut term = self.op(Op::Cast(DType::I64), vec![Operand::Tensor(iota)], dest, at)?;
+            let later: Vec<IterId> = axes[n + 1..].iter().map(|&j| logical[j]).collect();
+            if !later.is_empty() {
+                let stride = Operand::Count(self.f.counts.push(Count {
+                    axes: later,
+                    minus: 0.0,
+                }));
+                term = self.op(
+                    Op::Binary(BinaryOp::Mul),
+                    vec![Operand::Tensor(term), stride],
+                    dest,
+                    at,
+                )?;
+            }
+            index = Some(match index {
+                None => term,
+                Some(sum) => self.op(
+                    Op::Binary(BinaryOp::Add),
+                    vec![Operand::Tensor(sum), Operand::Tensor(term)],
+                    dest,
+                    at,
+                )?,
+            });
+        }
+        let index = index.expect("x has an axis (checked above)");
+        operands.push(Operand::Tensor(index));
+        self.op(Op::Ternary(generator), operands, dest, at)
     }
 
     /// `full([M, 4096], value, dtype=...)`: a tensor of new axes with those extents (size

@@ -45,6 +45,7 @@ use crate::id::IdVec;
 use std::fmt::Write;
 
 mod cublaslt;
+mod random;
 mod scaled_mm;
 pub use cublaslt::{emit_cublaslt, Activation};
 pub use scaled_mm::emit_scaled_mm;
@@ -293,6 +294,14 @@ impl<'a> Emitter<'a> {
              import torch\n\n",
             f.name
         );
+        if f.exprs.iter().any(|e| {
+            matches!(
+                e.op,
+                Op::Ternary(TernaryOp::Rand) | Op::Ternary(TernaryOp::RandN)
+            )
+        }) {
+            s.push_str(&random::helpers());
+        }
         let params = self.input_params();
         let ret = if f.outputs.len() == 1 {
             "torch.Tensor".to_string()
@@ -672,14 +681,9 @@ impl<'a> Emitter<'a> {
                 binary(*b, x, y, out)
             }
             Op::Ternary(t) => {
-                let first = if *t == TernaryOp::Where {
-                    DType::Bool
-                } else {
-                    compute
-                };
-                let x = self.operand(&expr.inputs[0], first);
-                let y = self.operand(&expr.inputs[1], compute);
-                let z = self.operand(&expr.inputs[2], compute);
+                let x = self.operand(&expr.inputs[0], t.operand_type(0, compute));
+                let y = self.operand(&expr.inputs[1], t.operand_type(1, compute));
+                let z = self.operand(&expr.inputs[2], t.operand_type(2, compute));
                 let call = |name: &str| {
                     Py::new(
                         format!("torch.{name}({}, {}, {})", tensor(&x), y.text, z.text),
@@ -698,6 +702,12 @@ impl<'a> Emitter<'a> {
                     TernaryOp::Fma => Py::new(
                         format!("{} * {} + {}", x.at(MUL), y.at(MUL + 1), z.at(ADD + 1)),
                         ADD,
+                        out,
+                    ),
+                    // The generator in torch ops (`random`): the kernel's stream.
+                    TernaryOp::Rand | TernaryOp::RandN => Py::new(
+                        format!("_hf_{}({}, {}, {})", t.def().name, x.text, y.text, z.text),
+                        ATOM,
                         out,
                     ),
                 }
