@@ -173,6 +173,10 @@ const VOCAB: &[&str] = &[
     "randn",
     "rand(x, 7, 0)",
     "input seed: i64",
+    // Tuple assignment.
+    "var_mean",
+    "v, m = var_mean(x, axis=1)",
+    ", ",
 ];
 
 fn mutate(src: &str, rng: &mut ChaCha8Rng) -> String {

@@ -123,6 +123,10 @@ const TOKENS: &[&str] = &[
     "randn",
     "rand(x, 7, 0)",
     "input seed: i64",
+    // Tuple assignment.
+    "var_mean",
+    "v, m = var_mean(x, axis=1)",
+    ", ",
     // The reductions and index ops (issue 33).
     "mean",
     "var",

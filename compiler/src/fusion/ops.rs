@@ -484,6 +484,9 @@ pub enum OpKind {
     Reduce(ReduceOp),
     /// A reduction written as several ops (`mean`, `var`, `logsumexp`, `argmax`).
     Composite(CompositeOp),
+    /// `v, m = var_mean(x, axis=1)`: the variance (this composite) and the mean, assigned to
+    /// two names (the builder's tuple assignment).
+    VarMean(CompositeOp),
     /// `iota(x, axis=k)`: the index along axis `k` of `x`'s shape.
     Iota,
     /// `full([M, N], value)`: a tensor of that shape holding the value.
@@ -717,6 +720,10 @@ pub const OPS: &[OpDef] = &[
     OpDef {
         named: &["axis", "axes", "correction"],
         ..op("var", K::Composite(CompositeOp::Var), 1, T::Float, "var(x, axis=1) | var(x, axis=1, correction=0)", "The variance over the listed axes, sum((x - mean)^2) / (n - correction), in two passes (the mean, then the squared deviations: stable, and each a plain reduction the schedule parallelises). correction=1 (Bessel's, the default) or any number >= 0, as torch.var; n <= correction gives inf or NaN, as torch. Half inputs give f32.")
+    },
+    OpDef {
+        named: &["axis", "axes", "correction"],
+        ..op("var_mean", K::VarMean(CompositeOp::Var), 1, T::Float, "var_mean(x, axis=1) | var_mean(x, axis=1, correction=0)", "The variance and the mean over the listed axes, assigned to two names, v, m = var_mean(x, axis=1) (torch.var_mean): the mean as `mean` computes it, and the variance as `var` does from that mean (one sum for both; correction as var's). Half inputs give f32.")
     },
     OpDef {
         named: &["axis", "axes"],

@@ -90,9 +90,12 @@ pub fn emit(fusion: &Fusion, def: Option<&ast::FusionDef>) -> Twin {
         .map(|d| {
             d.items
                 .iter()
-                .filter_map(|i| match i {
-                    ast::Item::Let { name, .. } => Some(name.as_str()),
-                    _ => None,
+                .flat_map(|i| match i {
+                    ast::Item::Let { name, .. } => vec![name.as_str()],
+                    ast::Item::LetTuple { names, .. } => {
+                        names.iter().map(|(n, _)| n.as_str()).collect()
+                    }
+                    _ => Vec::new(),
                 })
                 .collect()
         })
