@@ -70,7 +70,17 @@ fn the_tuple_prints_back_and_the_kernel_sums_once() {
     assert_eq!(sums.count(), 2);
     let twin = hopfuse::torch_twin(&src).unwrap().source;
     assert!(
-        twin.contains("torch.var(x, dim=1, correction=0)") && twin.contains("torch.mean(x, dim=1)"),
+        twin.contains("    v, m = torch.var_mean(x, dim=1, correction=0)\n")
+            && !twin.contains("torch.mean"),
+        "{twin}"
+    );
+    // `var` and `mean` written apart stay torch.var and torch.mean (var sums x itself).
+    let apart = program("v = var(x, axis=1)\n  m = mean(x, axis=1)");
+    let twin = hopfuse::torch_twin(&apart).unwrap().source;
+    assert!(
+        twin.contains("v = torch.var(x, dim=1, correction=1)")
+            && twin.contains("m = torch.mean(x, dim=1)")
+            && !twin.contains("var_mean"),
         "{twin}"
     );
 }

@@ -330,9 +330,16 @@ impl<'a> Emitter<'a> {
             .exprs
             .iter()
             .any(|e| matches!(e.op, Op::Permute { .. } | Op::Expand { .. }));
+        let var_means = self.var_means();
         for e in f.topo_exprs() {
             let t = f.exprs[e].output;
-            if !self.statement[t] {
+            if !self.statement[t] || var_means.iter().any(|&(_, m)| m == t) {
+                continue;
+            }
+            if let Some(&(_, m)) = var_means.iter().find(|&&(v, _)| v == t) {
+                let call = self.call(t).text;
+                let call = call.replacen("torch.var(", "torch.var_mean(", 1);
+                let _ = writeln!(s, "    {}, {} = {call}", self.names[t], self.names[m]);
                 continue;
             }
             let mut value = self.define(t);
@@ -450,6 +457,39 @@ impl<'a> Emitter<'a> {
                 .unwrap_or(sym),
             e => e.to_string(),
         }
+    }
+
+    /// The `(variance, mean)` pairs of `v, m = var_mean(...)`: a `var` whose ops read a `mean`
+    /// of the same operand and axes (`var` alone sums its operand itself). The twin writes
+    /// them as one `torch.var_mean` where the variance is defined.
+    fn var_means(&self) -> Vec<(TensorId, TensorId)> {
+        use crate::fusion::CompositeOp;
+        let f = self.f;
+        let mut pairs = Vec::new();
+        for (i, tensor) in f.tensors.iter().enumerate() {
+            let v = TensorId::new(i);
+            let Some(c) = tensor
+                .composite
+                .as_ref()
+                .filter(|c| c.op == CompositeOp::Var)
+            else {
+                continue;
+            };
+            let mean = (c.first.index()..=v.index())
+                .filter_map(|i| f.tensors[TensorId::new(i)].definition)
+                .flat_map(|e| f.exprs[e].input_tensors())
+                .find(|&m| {
+                    f.tensors[m].composite.as_ref().is_some_and(|cm| {
+                        cm.op == CompositeOp::Mean && cm.input == c.input && cm.axes == c.axes
+                    })
+                });
+            if let Some(m) = mean {
+                if self.statement[v] && self.statement[m] {
+                    pairs.push((v, m));
+                }
+            }
+        }
+        pairs
     }
 
     /// `, device=x.device` of the first input with axes (what a created tensor is made on).

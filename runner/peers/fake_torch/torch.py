@@ -741,6 +741,10 @@ def var(x, dim, correction=1):
     return Tensor([one(r) for r in rows], shape, x.dtype)
 
 
+def var_mean(x, dim, correction=1):
+    return var(x, dim, correction=correction), mean(x, dim)
+
+
 def logsumexp(x, dim):
     _float_reduction(x, "logsumexp")
     rows, shape = _groups(x, dim)
