@@ -271,9 +271,11 @@ pub fn evaluate_with(
             }
             Op::Ternary(t) => {
                 let compute = fusion.compute_type(e);
-                let (va, sa) = computed(&expr.inputs[0], compute)?;
-                let (vb, sb) = computed(&expr.inputs[1], compute)?;
-                let (vc, sc) = computed(&expr.inputs[2], compute)?;
+                // (A tensor operand is read as it is: the generator's integer operands are
+                // exact in float64, and `where` tests non-zero in any type.)
+                let (va, sa) = computed(&expr.inputs[0], t.operand_type(0, compute))?;
+                let (vb, sb) = computed(&expr.inputs[1], t.operand_type(1, compute))?;
+                let (vc, sc) = computed(&expr.inputs[2], t.operand_type(2, compute))?;
                 let rank = out_shape.len();
                 let mut out = vec![0.0; n];
                 let t = *t;

@@ -168,6 +168,15 @@ const VOCAB: &[&str] = &[
     " == ",
     " != ",
     " = 1e-6",
+    // The random numbers (issue 33).
+    "rand",
+    "randn",
+    "rand(x, 7, 0)",
+    "input seed: i64",
+    // Tuple assignment.
+    "var_mean",
+    "v, m = var_mean(x, axis=1)",
+    ", ",
 ];
 
 fn mutate(src: &str, rng: &mut ChaCha8Rng) -> String {

@@ -118,6 +118,15 @@ const TOKENS: &[&str] = &[
     " == ",
     " != ",
     " = 1e-6",
+    // The random numbers (issue 33).
+    "rand",
+    "randn",
+    "rand(x, 7, 0)",
+    "input seed: i64",
+    // Tuple assignment.
+    "var_mean",
+    "v, m = var_mean(x, axis=1)",
+    ", ",
     // The reductions and index ops (issue 33).
     "mean",
     "var",

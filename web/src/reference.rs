@@ -94,7 +94,7 @@ use Kind::*;
 /// Every entry but the ops and the schedule primitives, which come from the compiler's tables
 /// ([`of_kind`]).
 pub const ENTRIES: &[Entry] = &[
-    e("fusion", Keyword, "fusion NAME { ... }", "The computation: inputs, assignments and outputs, one statement a line (or separated by `;`). The kernel is named NAME_kernel."),
+    e("fusion", Keyword, "fusion NAME { ... }", "The computation: inputs, assignments and outputs, one statement a line (or separated by `;`). An assignment names one tensor (`y = exp(x)`), or each tensor of a call that gives several (`v, m = var_mean(x, axis=1)`). The kernel is named NAME_kernel."),
     e("schedule", Keyword, "schedule { ... }", "How the fusion is lowered: statements applied in order after the fusion. Optional; without it every tensor gets one serial loop nest."),
     e("input", Keyword, "input x: f32[M, N] | input eps: f32 = 1e-6", "A tensor the kernel reads: its dtype and extents, each a size symbol (M, N: set in the sizes boxes) or a positive integer; at most 8 dimensions. Without extents, a scalar passed to the kernel by value, usable in any expression; `= value` gives the value a run passes (without it, a run draws one in [-1, 1) like any input's values)."),
     e("output", Keyword, "output y", "Marks a computed tensor as a result, written to global memory."),

@@ -148,16 +148,11 @@ impl Emitter<'_> {
                 let (ea, fa) = self.data(a);
                 let (eb, fb) = self.data(b);
                 let (ec, fc) = self.data(c);
-                // `where` tests its condition in its own type.
-                let first = if *op == TernaryOp::Where {
-                    DType::Bool
-                } else {
-                    *dt
-                };
+                // `where` tests its condition in its own type, the generator reads i64.
                 let (x, y, z) = (
-                    self.conv(ea, fa, first),
-                    self.conv(eb, fb, *dt),
-                    self.conv(ec, fc, *dt),
+                    self.conv(ea, fa, op.operand_type(0, *dt)),
+                    self.conv(eb, fb, op.operand_type(1, *dt)),
+                    self.conv(ec, fc, op.operand_type(2, *dt)),
                 );
                 let f64t = *dt == DType::F64;
                 let s = match op {
@@ -175,6 +170,15 @@ impl Emitter<'_> {
                     TernaryOp::Lerp => {
                         self.uses.math.insert("lerp");
                         format!("hf_lerp({x}, {y}, {z})")
+                    }
+                    TernaryOp::Rand | TernaryOp::RandN => {
+                        self.uses.math.insert("philox");
+                        let f = if *op == TernaryOp::Rand {
+                            "hf_rand"
+                        } else {
+                            "hf_randn"
+                        };
+                        return (format!("{f}({x}, {y}, {z})"), DType::F32);
                     }
                 };
                 (s, *dt)

@@ -97,6 +97,7 @@ __device__ __forceinline__ int hf_clamp(int x, int lo, int hi) { return min(max(
         "__device__ __forceinline__ long long hf_clamp(long long x, long long lo, long long hi) { return min(max(x, lo), hi); }
 ",
     ),
+    ("philox", crate::fusion::philox::CUDA),
     (
         "lerp",
         "__device__ __forceinline__ float hf_lerp(float a, float b, float w) {

@@ -47,6 +47,13 @@ pub enum Item {
     },
     /// `y = expr`
     Let { name: String, value: Expr, loc: Loc },
+    /// `v, m = var_mean(x, axis=1)`: a call that gives several tensors, one name each (two or
+    /// more names, each with its location).
+    LetTuple {
+        names: Vec<(String, Loc)>,
+        value: Expr,
+        loc: Loc,
+    },
     /// `output y`
     Output { name: String, loc: Loc },
 }

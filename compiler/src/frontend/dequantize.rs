@@ -77,7 +77,9 @@ fn reads(f: &FusionDef) -> HashMap<String, usize> {
     for item in &f.items {
         let mut names = Vec::new();
         match item {
-            Item::Let { value, .. } => collect_reads(value, &mut names),
+            Item::Let { value, .. } | Item::LetTuple { value, .. } => {
+                collect_reads(value, &mut names)
+            }
             Item::Output { name, .. } => names.push(name.clone()),
             Item::Input { .. } => {}
         }
@@ -173,7 +175,8 @@ impl<'a> Scope<'a> {
                 Item::Output { name, .. } => {
                     outputs.insert(name.as_str());
                 }
-                Item::Input { .. } => {}
+                // (A tuple's call is no product the rewrite looks through.)
+                Item::Input { .. } | Item::LetTuple { .. } => {}
             }
         }
         Scope {
@@ -272,10 +275,11 @@ fn hoist_one(f: &FusionDef, i: usize, scheduled: &HashSet<String>) -> Option<Fus
     let taken: HashSet<&str> = f
         .items
         .iter()
-        .map(|item| match item {
+        .flat_map(|item| match item {
             Item::Input { name, .. } | Item::Let { name, .. } | Item::Output { name, .. } => {
-                name.as_str()
+                vec![name.as_str()]
             }
+            Item::LetTuple { names, .. } => names.iter().map(|(n, _)| n.as_str()).collect(),
         })
         .chain(scheduled.iter().map(String::as_str))
         .collect();

@@ -396,12 +396,20 @@ impl Parser<'_> {
             }
             _ => {
                 self.bump();
+                // `v, m = var_mean(x, axis=1)`: several names, one call.
+                let mut names = vec![(word, Loc(word_span))];
+                while self.eat_punct(',') {
+                    let (name, at) = self.ident("a name to assign")?;
+                    names.push((name, Loc(at)));
+                }
                 self.expect_punct('=')?;
                 let value = self.expr()?;
-                Item::Let {
-                    name: word,
-                    value,
-                    loc: Loc(word_span.join(Span::new(start, self.prev_end()))),
+                let loc = Loc(word_span.join(Span::new(start, self.prev_end())));
+                if names.len() == 1 {
+                    let (name, _) = names.pop().expect("one name");
+                    Item::Let { name, value, loc }
+                } else {
+                    Item::LetTuple { names, value, loc }
                 }
             }
         };

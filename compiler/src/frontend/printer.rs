@@ -34,6 +34,10 @@ pub fn print(p: &Program) -> String {
             Item::Let { name, value, .. } => {
                 let _ = writeln!(s, "  {name} = {}", expr(value));
             }
+            Item::LetTuple { names, value, .. } => {
+                let names: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).collect();
+                let _ = writeln!(s, "  {} = {}", names.join(", "), expr(value));
+            }
             Item::Output { name, .. } => {
                 let _ = writeln!(s, "  output {name}");
             }

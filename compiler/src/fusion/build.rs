@@ -59,6 +59,8 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
         taken: HashSet::new(),
         name_suffix: HashMap::new(),
         permuted: false,
+        tuple_mean: None,
+        tuple_built: None,
     };
     for item in &def.items {
         match item {
@@ -118,6 +120,26 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                 b.f.tensors[t].span = Some(loc.0);
                 b.names.insert(name.clone(), t);
             }
+            Item::LetTuple { names, value, loc } => {
+                for (i, (name, at)) in names.iter().enumerate() {
+                    b.check_new_name(name, at.0)?;
+                    if names[..i].iter().any(|(n, _)| n == name) {
+                        return Err(Diagnostic::new(
+                            format!("`{name}` is assigned twice in one statement"),
+                            Some(at.0),
+                        ));
+                    }
+                }
+                let tensors = b.tuple(names, value)?;
+                for ((name, at), t) in names.iter().zip(tensors) {
+                    let old = std::mem::take(&mut b.f.tensors[t].name);
+                    b.names.remove(&old);
+                    b.f.tensors[t].name = name.clone();
+                    b.taken.insert(name.clone());
+                    b.f.tensors[t].span = Some(at.0.join(loc.0));
+                    b.names.insert(name.clone(), t);
+                }
+            }
             Item::Output { name, loc } => {
                 let t = *b.names.get(name).ok_or_else(|| {
                     Diagnostic::new(format!("unknown tensor `{name}`"), Some(loc.0))
@@ -164,6 +186,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
     Ok(b.f)
 }
 
+#[derive(Clone, Copy)]
 enum Value {
     Tensor(TensorId),
     Scalar(f64),
@@ -179,6 +202,9 @@ struct Builder {
     /// A permute has been built (from then on, an op that joins two axes of one tensor is an
     /// error).
     permuted: bool,
+    /// `v, m = var_mean(...)`: the second name, for the call to take, and the mean it built.
+    tuple_mean: Option<String>,
+    tuple_built: Option<TensorId>,
 }
 
 /// The dtypes a program may name, for messages.
@@ -411,6 +437,11 @@ impl Builder {
                 Some(span),
             ));
         };
+        // Taken before the operands are built: a `var_mean` among them gives no tuple.
+        let tuple_mean = match def.kind {
+            OpKind::VarMean(_) => self.tuple_mean.take(),
+            _ => None,
+        };
         let has_axis = args
             .iter()
             .any(|a| matches!(a, Arg::Named { name, .. } if name == "axis" || name == "axes"));
@@ -524,6 +555,11 @@ impl Builder {
                 )?))
             }
             OpKind::Full => unreachable!("built above"),
+            OpKind::Random(generator) => {
+                let x = tensor_arg(&pos, 0)?;
+                let key = [pos[1], pos[2]];
+                Ok(Value::Tensor(self.random(generator, x, key, dest, span)?))
+            }
             OpKind::Iota => {
                 let t = tensor_arg(&pos, 0)?;
                 let axis = self.one_axis(args, span, self.f.rank(t), func)?;
@@ -546,11 +582,13 @@ impl Builder {
                     t,
                     vec![axis],
                     0.0,
+                    None,
                     dest,
                     span,
                 )?))
             }
-            OpKind::Composite(op) => {
+            OpKind::Composite(op) | OpKind::VarMean(op) => {
+                let op = (def.kind == OpKind::Composite(op)).then_some(op);
                 let t = tensor_arg(&pos, 0)?;
                 let rank = self.f.rank(t);
                 let correction = correction_arg(args)?;
@@ -560,8 +598,38 @@ impl Builder {
                     .cloned()
                     .collect();
                 let axes = self.axes_arg(&axis_args, span, rank, 0, func)?;
+                let Some(kind) = op else {
+                    // `var_mean`: the mean (named by the tuple's second name), then the
+                    // variance from it.
+                    let Some(mean_name) = tuple_mean else {
+                        return Err(Diagnostic::new(
+                            format!("`{func}` gives two tensors, the variance and the mean: assign both, `v, m = {func}(...)`"),
+                            Some(span),
+                        ));
+                    };
+                    let m = self.composite(
+                        ops::CompositeOp::Mean,
+                        t,
+                        axes.clone(),
+                        0.0,
+                        None,
+                        &mean_name,
+                        span,
+                    )?;
+                    let v = self.composite(
+                        ops::CompositeOp::Var,
+                        t,
+                        axes,
+                        correction,
+                        Some(m),
+                        dest,
+                        span,
+                    )?;
+                    self.tuple_built = Some(m);
+                    return Ok(Value::Tensor(v));
+                };
                 Ok(Value::Tensor(
-                    self.composite(op, t, axes, correction, dest, span)?,
+                    self.composite(kind, t, axes, correction, None, dest, span)?,
                 ))
             }
             OpKind::Binary(_) => unreachable!("a binary op has no `axis=` (checked above)"),
@@ -791,12 +859,16 @@ impl Builder {
 
     /// The ops of a [`ops::CompositeOp`] call on `x` over `axes` (see its variants), recorded on
     /// the result for the torch twin.
+    /// `mean`: for `var`, the mean of `x` over `axes` already built (`var_mean`'s), which the
+    /// variance reads instead of summing `x` again.
+    #[allow(clippy::too_many_arguments)]
     fn composite(
         &mut self,
         op: ops::CompositeOp,
         x: TensorId,
         axes: Vec<usize>,
         correction: f64,
+        mean: Option<TensorId>,
         dest: &str,
         span: Span,
     ) -> BResult<TensorId> {
@@ -854,9 +926,14 @@ impl Builder {
                 binary(self, BinaryOp::Div, Operand::Tensor(s), n)?
             }
             C::Var => {
-                let s = reduce(self, ReduceOp::Sum, x)?;
-                let n = count(self, 0.0);
-                let m = binary(self, BinaryOp::Div, Operand::Tensor(s), n)?;
+                let m = match mean {
+                    Some(m) => m,
+                    None => {
+                        let s = reduce(self, ReduceOp::Sum, x)?;
+                        let n = count(self, 0.0);
+                        binary(self, BinaryOp::Div, Operand::Tensor(s), n)?
+                    }
+                };
                 let m = back(self, m)?;
                 let d = binary(self, BinaryOp::Sub, Operand::Tensor(x), Operand::Tensor(m))?;
                 let sq = binary(self, BinaryOp::Mul, Operand::Tensor(d), Operand::Tensor(d))?;
@@ -1426,6 +1503,127 @@ impl Builder {
         ))
     }
 
+    /// The tensors of `a, b = call(...)`, in the order of the names: only `var_mean` gives
+    /// several (the variance, then the mean).
+    fn tuple(&mut self, names: &[(String, ast::Loc)], value: &ast::Expr) -> BResult<Vec<TensorId>> {
+        let names_at = names[0].1 .0.join(names[names.len() - 1].1 .0);
+        let gives = match value {
+            ast::Expr::Call { func, .. } => ops::lookup(func).map(|d| (func, d.kind)),
+            _ => None,
+        };
+        match gives {
+            Some((_, OpKind::VarMean(_))) if names.len() == 2 => {}
+            Some((func, OpKind::VarMean(_))) => {
+                return Err(Diagnostic::new(
+                    format!("`{func}` gives 2 tensors (the variance, then the mean), and {} names are assigned", names.len()),
+                    Some(names_at),
+                ))
+            }
+            _ => {
+                return Err(Diagnostic::new(
+                    format!("{} names are assigned one tensor: only `var_mean` gives several (`v, m = var_mean(x, axis=1)`)", names.len()),
+                    Some(value.loc()),
+                ))
+            }
+        }
+        let ast::Expr::Call { func, args, loc } = value else {
+            unreachable!("a call (matched above)")
+        };
+        self.tuple_mean = Some(names[1].0.clone());
+        self.tuple_built = None;
+        let first = self.call(func, args, &names[0].0, loc.0);
+        self.tuple_mean = None;
+        let mean = self.tuple_built.take();
+        match (first?, mean) {
+            (Value::Tensor(v), Some(m)) => Ok(vec![v, m]),
+            _ => unreachable!("var_mean with a tuple builds both tensors or fails"),
+        }
+    }
+
+    /// `rand(x, seed, offset)` / `randn(...)`: `generator(seed, offset, i)` at each element of
+    /// `x`'s shape, `i` its row-major linear index as an i64 (the sum over `x`'s axes of
+    /// `iota` times the product of the later axes' extents), so that an element's value is
+    /// its index's whatever the schedule. `x`'s values are not read.
+    fn random(
+        &mut self,
+        generator: TernaryOp,
+        x: TensorId,
+        key: [(Value, Span); 2],
+        dest: &str,
+        span: Span,
+    ) -> BResult<TensorId> {
+        let func = generator.def().name;
+        let mut operands = Vec::with_capacity(3);
+        for ((value, at), what) in key.into_iter().zip(["seed", "offset"]) {
+            operands.push(match value {
+                // Exact in the float64 reference below 2^53.
+                Value::Scalar(v) if v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 => {
+                    Operand::Scalar(v)
+                }
+                Value::Scalar(v) => {
+                    return Err(Diagnostic::new(
+                        format!("`{func}`: the {what} is an integer below 2^53 in magnitude, not {v}"),
+                        Some(at),
+                    ))
+                }
+                Value::Tensor(t) => {
+                    let (name, dtype) = (&self.f.tensors[t].name, self.f.tensors[t].dtype);
+                    if self.f.rank(t) > 0 || !dtype.is_integer() {
+                        return Err(Diagnostic::new(
+                            format!("`{func}`: the {what} is an integer or an integer scalar input (input {what}: i64), and `{name}` is a {dtype} tensor of rank {}", self.f.rank(t)),
+                            Some(at),
+                        ));
+                    }
+                    Operand::Tensor(t)
+                }
+            });
+        }
+        let logical = self.f.logical(x);
+        let axes: Vec<usize> = (0..logical.len())
+            .filter(|&k| self.f.ids[logical[k]].kind != IterKind::Broadcast)
+            .collect();
+        if axes.is_empty() {
+            return Err(Diagnostic::new(
+                format!(
+                    "`{func}` gives a tensor of x's shape, and `{}` has no axis of extent above 1",
+                    self.f.tensors[x].name
+                ),
+                Some(span),
+            ));
+        }
+        let at = Some(span);
+        let mut index: Option<TensorId> = None;
+        for (n, &k) in axes.iter().enumerate() {
+            let iota = self.iota(x, k, dest, span)?;
+            let mut term = self.op(Op::Cast(DType::I64), vec![Operand::Tensor(iota)], dest, at)?;
+            let later: Vec<IterId> = axes[n + 1..].iter().map(|&j| logical[j]).collect();
+            if !later.is_empty() {
+                let stride = Operand::Count(self.f.counts.push(Count {
+                    axes: later,
+                    minus: 0.0,
+                }));
+                term = self.op(
+                    Op::Binary(BinaryOp::Mul),
+                    vec![Operand::Tensor(term), stride],
+                    dest,
+                    at,
+                )?;
+            }
+            index = Some(match index {
+                None => term,
+                Some(sum) => self.op(
+                    Op::Binary(BinaryOp::Add),
+                    vec![Operand::Tensor(sum), Operand::Tensor(term)],
+                    dest,
+                    at,
+                )?,
+            });
+        }
+        let index = index.expect("x has an axis (checked above)");
+        operands.push(Operand::Tensor(index));
+        self.op(Op::Ternary(generator), operands, dest, at)
+    }
+
     /// `full([M, 4096], value, dtype=...)`: a tensor of new axes with those extents (size
     /// symbols of the fusion or positive integers) holding `value`.
     fn full(&mut self, args: &[Arg], dest: &str, span: Span) -> BResult<TensorId> {
@@ -1690,6 +1888,9 @@ pub(crate) fn check_identifier(name: &str, span: Span) -> BResult<()> {
 /// Where an item of the fusion block is written.
 fn item_span(item: &Item) -> Span {
     match item {
-        Item::Input { loc, .. } | Item::Let { loc, .. } | Item::Output { loc, .. } => loc.0,
+        Item::Input { loc, .. }
+        | Item::Let { loc, .. }
+        | Item::LetTuple { loc, .. }
+        | Item::Output { loc, .. } => loc.0,
     }
 }

@@ -22,6 +22,7 @@ pub mod build;
 pub mod matmul;
 pub mod online_softmax;
 pub mod ops;
+pub mod philox;
 pub mod schedule;
 mod transform;
 

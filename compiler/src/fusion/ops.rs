@@ -288,18 +288,38 @@ pub enum TernaryOp {
     Lerp,
     /// `fma(a, b, c)`: `a * b + c` with one rounding.
     Fma,
+    /// `rand`'s value at one element, of (seed, offset, linear index) read as i64: a uniform
+    /// f32 in [0, 1) from Philox-4x32-10 (`fusion::philox`).
+    Rand,
+    /// `randn`'s: a standard normal by Box-Muller from the same generator.
+    RandN,
 }
 
 impl TernaryOp {
-    pub const ALL: [TernaryOp; 4] = [
+    pub const ALL: [TernaryOp; 6] = [
         TernaryOp::Where,
         TernaryOp::Clamp,
         TernaryOp::Lerp,
         TernaryOp::Fma,
+        TernaryOp::Rand,
+        TernaryOp::RandN,
     ];
 
     pub fn def(self) -> &'static OpDef {
-        lookup_kind(OpKind::Ternary(self))
+        lookup_kind(match self {
+            TernaryOp::Rand | TernaryOp::RandN => OpKind::Random(self),
+            t => OpKind::Ternary(t),
+        })
+    }
+
+    /// The type operand `i` is read in when the op computes in `compute`: `where`'s
+    /// condition is a truth value (bool), the generator's seed, offset and index are i64.
+    pub fn operand_type(self, i: usize, compute: DType) -> DType {
+        match self {
+            TernaryOp::Where if i == 0 => DType::Bool,
+            TernaryOp::Rand | TernaryOp::RandN => DType::I64,
+            _ => compute,
+        }
     }
 
     pub fn name(self) -> &'static str {
@@ -331,6 +351,10 @@ impl TernaryOp {
                 }
             }
             TernaryOp::Fma => a.mul_add(b, c),
+            // Integers exact in f64 (the builder keeps literal seeds below 2^53; the runner's
+            // values are whole numbers).
+            TernaryOp::Rand => super::philox::uniform(a as i64, b as i64, c as i64),
+            TernaryOp::RandN => super::philox::normal(a as i64, b as i64, c as i64),
         }
     }
 }
@@ -460,10 +484,16 @@ pub enum OpKind {
     Reduce(ReduceOp),
     /// A reduction written as several ops (`mean`, `var`, `logsumexp`, `argmax`).
     Composite(CompositeOp),
+    /// `v, m = var_mean(x, axis=1)`: the variance (this composite) and the mean, assigned to
+    /// two names (the builder's tuple assignment).
+    VarMean(CompositeOp),
     /// `iota(x, axis=k)`: the index along axis `k` of `x`'s shape.
     Iota,
     /// `full([M, N], value)`: a tensor of that shape holding the value.
     Full,
+    /// `rand(x, seed, offset)` / `randn(...)`: the generator at each element of `x`'s shape
+    /// (the builder makes the element's linear index and applies the ternary op).
+    Random(TernaryOp),
     Broadcast,
     Cast,
     Set,
@@ -507,6 +537,8 @@ pub enum Typing {
     Cast,
     /// An index: i32 whatever the operand (whose values are not read, or only compared).
     Index,
+    /// A random number: f32; seed, offset and index are integers.
+    Random,
 }
 
 impl Typing {
@@ -525,6 +557,7 @@ impl Typing {
             Typing::Same => "the operand's type",
             Typing::Cast => "the dtype given",
             Typing::Index => "i32 (an index)",
+            Typing::Random => "f32 (seed and offset integers)",
         }
     }
 }
@@ -660,6 +693,10 @@ pub const OPS: &[OpDef] = &[
     op("clamp", K::Ternary(TernaryOp::Clamp), 3, T::Numeric, "clamp(x, lo, hi)", "Elementwise min(max(x, lo), hi); NaN in x stays NaN (as torch.clamp)."),
     op("lerp", K::Ternary(TernaryOp::Lerp), 3, T::Float, "lerp(a, b, w)", "Elementwise a + w * (b - a), exact at w = 0 and w = 1 (torch.lerp)."),
     op("fma", K::Ternary(TernaryOp::Fma), 3, T::Float, "fma(a, b, c)", "Elementwise a * b + c rounded once (fused multiply-add)."),
+    // Random numbers (issue 33): a counter-based generator, the same in the kernel, the float64
+    // reference and the torch twin.
+    op("rand", K::Random(TernaryOp::Rand), 3, T::Random, "rand(x, seed, offset)", "An f32 tensor of x's shape (x's values are not read) of uniform numbers in [0, 1) from the counter-based generator Philox-4x32-10 (Random123): element i (the row-major linear index) is (w0 >> 8) * 2^-24, w0 the first word of Philox under the key seed and the counter (i lo, i hi, offset lo, offset hi). seed and offset are integers or integer scalar inputs (input seed: i64), read as i64. Each element's value depends on seed, offset and its index only, never on the schedule, and the float64 reference computes it exactly, so a dropout validates: y = where(rand(x, seed, offset) < p, 0.0, x / (1 - p)). Not torch.rand's stream (its curand Philox shares one call among four elements of a launch's threads); the torch twin computes this generator in torch int64 ops."),
+    op("randn", K::Random(TernaryOp::RandN), 3, T::Random, "randn(x, seed, offset)", "An f32 tensor of x's shape of standard normal numbers from the same generator as rand, by Box-Muller: u1 = ((w0 >> 8) + 1) * 2^-24 in (0, 1], u2 = (w1 >> 8) * 2^-24, sqrt(-2 ln u1) * cos(2 pi u2). The kernel computes it in f32 (logf, sqrtf, cospif), the reference in float64: equal to f32 rounding."),
     OpDef {
         named: &["axis", "axes"],
         ..op("sum", K::Reduce(ReduceOp::Sum), 1, T::Float, "sum(x, axis=1) | sum(x, axis=[0, 1])", "The sum over the listed axes (a reduction: the result has those axes removed; integers and bool sum in f32). A product of two widened operands and scales constant along the summed axis k, written as a user dequantizes (`sum(cast(a, f32) * sa_k * (cast(b, f32) * sb_k), axis=k)`, each scale a number, a scalar input or `broadcast(x, axis=k)`, directly or through names only the product reads), is summed unscaled and then multiplied by the scales (x for broadcast(x, axis=k)) in a new tensor `<sum>_scaled` that the sum's readers read: the epilogue of a tensor-core product (examples/matmul/step16_fp8.hf). A scale that varies along k stays in the product, computed as written; in a tensor-core tile, one constant along blocks of k (`expand_blocks`, examples/matmul/step18_fp8_block.hf) scales each block's sum into the accumulator, another is an error.")
@@ -683,6 +720,10 @@ pub const OPS: &[OpDef] = &[
     OpDef {
         named: &["axis", "axes", "correction"],
         ..op("var", K::Composite(CompositeOp::Var), 1, T::Float, "var(x, axis=1) | var(x, axis=1, correction=0)", "The variance over the listed axes, sum((x - mean)^2) / (n - correction), in two passes (the mean, then the squared deviations: stable, and each a plain reduction the schedule parallelises). correction=1 (Bessel's, the default) or any number >= 0, as torch.var; n <= correction gives inf or NaN, as torch. Half inputs give f32.")
+    },
+    OpDef {
+        named: &["axis", "axes", "correction"],
+        ..op("var_mean", K::VarMean(CompositeOp::Var), 1, T::Float, "var_mean(x, axis=1) | var_mean(x, axis=1, correction=0)", "The variance and the mean over the listed axes, assigned to two names, v, m = var_mean(x, axis=1) (torch.var_mean): the mean as `mean` computes it, and the variance as `var` does from that mean (one sum for both; correction as var's). Half inputs give f32.")
     },
     OpDef {
         named: &["axis", "axes"],
@@ -823,6 +864,15 @@ pub fn result_type(
         }
         Typing::Cast => unreachable!("cast's type is its argument"),
         Typing::Index => Ok((DType::I32, DType::I32)),
+        Typing::Random => match tensors.iter().find(|t| !t.is_integer()) {
+            Some(t) => Err(format!(
+                "takes an integer seed and offset (i32 or i64 scalar inputs, or integers), not {t}"
+            )),
+            None if literals.iter().any(|v| v.fract() != 0.0) => {
+                Err("takes an integer seed and offset, not a number with a fraction".into())
+            }
+            None => Ok((DType::F32, DType::F32)),
+        },
     }
 }
 

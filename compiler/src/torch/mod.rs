@@ -45,6 +45,7 @@ use crate::id::IdVec;
 use std::fmt::Write;
 
 mod cublaslt;
+mod random;
 mod scaled_mm;
 pub use cublaslt::{emit_cublaslt, Activation};
 pub use scaled_mm::emit_scaled_mm;
@@ -89,9 +90,12 @@ pub fn emit(fusion: &Fusion, def: Option<&ast::FusionDef>) -> Twin {
         .map(|d| {
             d.items
                 .iter()
-                .filter_map(|i| match i {
-                    ast::Item::Let { name, .. } => Some(name.as_str()),
-                    _ => None,
+                .flat_map(|i| match i {
+                    ast::Item::Let { name, .. } => vec![name.as_str()],
+                    ast::Item::LetTuple { names, .. } => {
+                        names.iter().map(|(n, _)| n.as_str()).collect()
+                    }
+                    _ => Vec::new(),
                 })
                 .collect()
         })
@@ -293,6 +297,14 @@ impl<'a> Emitter<'a> {
              import torch\n\n",
             f.name
         );
+        if f.exprs.iter().any(|e| {
+            matches!(
+                e.op,
+                Op::Ternary(TernaryOp::Rand) | Op::Ternary(TernaryOp::RandN)
+            )
+        }) {
+            s.push_str(&random::helpers());
+        }
         let params = self.input_params();
         let ret = if f.outputs.len() == 1 {
             "torch.Tensor".to_string()
@@ -318,9 +330,16 @@ impl<'a> Emitter<'a> {
             .exprs
             .iter()
             .any(|e| matches!(e.op, Op::Permute { .. } | Op::Expand { .. }));
+        let var_means = self.var_means();
         for e in f.topo_exprs() {
             let t = f.exprs[e].output;
-            if !self.statement[t] {
+            if !self.statement[t] || var_means.iter().any(|&(_, m)| m == t) {
+                continue;
+            }
+            if let Some(&(_, m)) = var_means.iter().find(|&&(v, _)| v == t) {
+                let call = self.call(t).text;
+                let call = call.replacen("torch.var(", "torch.var_mean(", 1);
+                let _ = writeln!(s, "    {}, {} = {call}", self.names[t], self.names[m]);
                 continue;
             }
             let mut value = self.define(t);
@@ -438,6 +457,39 @@ impl<'a> Emitter<'a> {
                 .unwrap_or(sym),
             e => e.to_string(),
         }
+    }
+
+    /// The `(variance, mean)` pairs of `v, m = var_mean(...)`: a `var` whose ops read a `mean`
+    /// of the same operand and axes (`var` alone sums its operand itself). The twin writes
+    /// them as one `torch.var_mean` where the variance is defined.
+    fn var_means(&self) -> Vec<(TensorId, TensorId)> {
+        use crate::fusion::CompositeOp;
+        let f = self.f;
+        let mut pairs = Vec::new();
+        for (i, tensor) in f.tensors.iter().enumerate() {
+            let v = TensorId::new(i);
+            let Some(c) = tensor
+                .composite
+                .as_ref()
+                .filter(|c| c.op == CompositeOp::Var)
+            else {
+                continue;
+            };
+            let mean = (c.first.index()..=v.index())
+                .filter_map(|i| f.tensors[TensorId::new(i)].definition)
+                .flat_map(|e| f.exprs[e].input_tensors())
+                .find(|&m| {
+                    f.tensors[m].composite.as_ref().is_some_and(|cm| {
+                        cm.op == CompositeOp::Mean && cm.input == c.input && cm.axes == c.axes
+                    })
+                });
+            if let Some(m) = mean {
+                if self.statement[v] && self.statement[m] {
+                    pairs.push((v, m));
+                }
+            }
+        }
+        pairs
     }
 
     /// `, device=x.device` of the first input with axes (what a created tensor is made on).
@@ -672,14 +724,9 @@ impl<'a> Emitter<'a> {
                 binary(*b, x, y, out)
             }
             Op::Ternary(t) => {
-                let first = if *t == TernaryOp::Where {
-                    DType::Bool
-                } else {
-                    compute
-                };
-                let x = self.operand(&expr.inputs[0], first);
-                let y = self.operand(&expr.inputs[1], compute);
-                let z = self.operand(&expr.inputs[2], compute);
+                let x = self.operand(&expr.inputs[0], t.operand_type(0, compute));
+                let y = self.operand(&expr.inputs[1], t.operand_type(1, compute));
+                let z = self.operand(&expr.inputs[2], t.operand_type(2, compute));
                 let call = |name: &str| {
                     Py::new(
                         format!("torch.{name}({}, {}, {})", tensor(&x), y.text, z.text),
@@ -698,6 +745,12 @@ impl<'a> Emitter<'a> {
                     TernaryOp::Fma => Py::new(
                         format!("{} * {} + {}", x.at(MUL), y.at(MUL + 1), z.at(ADD + 1)),
                         ADD,
+                        out,
+                    ),
+                    // The generator in torch ops (`random`): the kernel's stream.
+                    TernaryOp::Rand | TernaryOp::RandN => Py::new(
+                        format!("_hf_{}({}, {}, {})", t.def().name, x.text, y.text, z.text),
+                        ATOM,
                         out,
                     ),
                 }

@@ -429,6 +429,29 @@ class Tensor:
     def __rmod__(self, o):
         return self._binary(o, _remainder, True)
 
+    # Bitwise ops on integer tensors (Python ints, wrapped to the dtype after): the twins'
+    # random-number generator (`_hf_philox`).
+    def _bitwise(self, o, f, reverse=False):
+        for t in (self, o):
+            if isinstance(t, Tensor) and t.dtype.is_floating_point:
+                raise TypeError("fake torch: a bitwise op on %r" % t.dtype)
+        return self._binary(o, f, reverse)
+
+    def __and__(self, o):
+        return self._bitwise(o, lambda x, y: x & y)
+
+    def __rand__(self, o):
+        return self._bitwise(o, lambda x, y: x & y, True)
+
+    def __or__(self, o):
+        return self._bitwise(o, lambda x, y: x | y)
+
+    def __xor__(self, o):
+        return self._bitwise(o, lambda x, y: x ^ y)
+
+    def __rshift__(self, o):
+        return self._bitwise(o, lambda x, y: x >> y)
+
     # Comparisons give bool tensors, as torch's do.
     def __lt__(self, o):
         return _compare(lambda x, y: x < y, self, o)
@@ -559,6 +582,8 @@ sigmoid = _float_unary(lambda v: 1 / (1 + _safe_exp(-v)))
 log = _float_unary(lambda v: math.log(v) if v > 0 else (-math.inf if v == 0 else math.nan))
 log1p = _float_unary(lambda v: math.log1p(v) if v > -1 else (-math.inf if v == -1 else math.nan))
 erf = _float_unary(math.erf)
+cos = _float_unary(math.cos)
+sin = _float_unary(math.sin)
 
 
 def clamp(x, lo, hi):
@@ -714,6 +739,10 @@ def var(x, dim, correction=1):
         return ss / dof if dof > 0 else (math.inf if ss > 0 else math.nan)
 
     return Tensor([one(r) for r in rows], shape, x.dtype)
+
+
+def var_mean(x, dim, correction=1):
+    return var(x, dim, correction=correction), mean(x, dim)
 
 
 def logsumexp(x, dim):
@@ -873,6 +902,13 @@ def tensor(values, dtype=float32, device=None):
     else:
         t = Tensor([values], (), dtype)
     return t if device is None else t._on(device)
+
+
+def as_tensor(value, dtype=None, device=None):
+    if isinstance(value, Tensor):
+        t = value if dtype is None else value.to(dtype)
+        return t if device is None else t._on(device)
+    return tensor(value, dtype=dtype or float32, device=device)
 
 
 def frombuffer(buf, dtype):

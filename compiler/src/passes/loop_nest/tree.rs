@@ -503,13 +503,14 @@ fn expr_value(
             ComputeRole::Normal,
         ),
         Op::Ternary(op) => {
-            // `where`'s condition is a truth value: read in its own type, the op tests it.
+            // `where`'s condition is a truth value: read in its own type, the op tests it. The
+            // generator reads i64 (`TernaryOp::operand_type`).
             let cond_type = match op {
                 TernaryOp::Where => match &expr.inputs[0] {
                     Operand::Tensor(c) => f.tensors[*c].dtype,
                     Operand::Scalar(_) | Operand::Count(_) => DType::Bool,
                 },
-                _ => compute_type,
+                _ => op.operand_type(0, compute_type),
             };
             (
                 Data::Ternary(
@@ -517,8 +518,8 @@ fn expr_value(
                     compute_type,
                     Box::new([
                         operand(&expr.inputs[0], cond_type)?,
-                        operand(&expr.inputs[1], compute_type)?,
-                        operand(&expr.inputs[2], compute_type)?,
+                        operand(&expr.inputs[1], op.operand_type(1, compute_type))?,
+                        operand(&expr.inputs[2], op.operand_type(2, compute_type))?,
                     ]),
                 ),
                 ComputeRole::Normal,

@@ -1,0 +1,153 @@
+//! `rand` and `randn` end to end: the float64 reference is the generator of
+//! `hopfuse::fusion::philox` at each element's row-major index (so its values do not depend on
+//! the schedule), the CUDA calls the prelude's helpers with that index, the twin defines the
+//! same generator in torch ops, and bad seeds, offsets and shapes are located errors.
+
+use hopfuse::fusion::philox;
+use hopfuse_tests::{compile, error};
+use std::collections::BTreeMap;
+
+const FUSION: &str = "fusion f {
+  input x: f32[M, N]
+  input seed: i64
+  input offset: i64
+  u = rand(x, seed, offset)
+  z = randn(x, seed, offset)
+  output u
+  output z
+}
+";
+
+fn reference(src: &str, sizes: [i64; 2], scalars: &[(&str, f64)]) -> BTreeMap<String, Vec<f64>> {
+    let f = hopfuse::reference_fusion(src).unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")));
+    let sizes = BTreeMap::from([("M".to_string(), sizes[0]), ("N".to_string(), sizes[1])]);
+    let mut inputs: BTreeMap<String, Vec<f64>> = scalars
+        .iter()
+        .map(|(k, v)| (k.to_string(), vec![*v]))
+        .collect();
+    inputs.insert("x".into(), vec![0.5; (sizes["M"] * sizes["N"]) as usize]);
+    hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap()
+}
+
+#[test]
+fn the_reference_is_the_generator_at_each_linear_index() {
+    let (m, n) = (5, 7);
+    // A seed above 2^32 and a negative offset: both halves of the key and counter matter.
+    let (seed, offset) = (0x1_2345_6789_i64, -3_i64);
+    let out = reference(
+        FUSION,
+        [m, n],
+        &[("seed", seed as f64), ("offset", offset as f64)],
+    );
+    for i in 0..m * n {
+        let want_u = philox::uniform(seed, offset, i);
+        assert_eq!(out["u"][i as usize], want_u, "u at {i}");
+        // (The float64 reference keeps randn's f64 value; validation allows f32 rounding.)
+        let want_z = philox::normal(seed, offset, i);
+        assert_eq!(out["z"][i as usize], want_z, "z at {i}");
+    }
+    // Random123's first known answer: counter 0 and key 0 give w0 = 0x6627e8d5.
+    let zero = reference(FUSION, [1, 1], &[("seed", 0.0), ("offset", 0.0)]);
+    assert_eq!(zero["u"][0], f64::from(0x6627e8u32) / 16_777_216.0);
+    // Literal seeds and offsets, and a 1-D shape: the index is the element's.
+    let src = "fusion f {\n  input x: f32[N]\n  u = rand(x, 42, 7)\n  output u\n}\n";
+    let f = hopfuse::reference_fusion(src).unwrap();
+    let out = hopfuse::reference::evaluate(
+        &f,
+        &BTreeMap::from([("N".to_string(), 9)]),
+        &BTreeMap::from([("x".to_string(), vec![0.0; 9])]),
+    )
+    .unwrap();
+    let want: Vec<f64> = (0..9).map(|i| philox::uniform(42, 7, i)).collect();
+    assert_eq!(out["u"], want);
+}
+
+/// The example's schedule and another (2-D tiles, no vectors): the fusion each compiles is
+/// the program's, whose reference values are the same, and both kernels call the generator
+/// at the row-major index `m * N + n` computed in 64 bits.
+#[test]
+fn the_values_do_not_depend_on_the_schedule() {
+    let vectorized = format!(
+        "{FUSION}schedule {{\n  u.split(1, 4)\n  u.split(1, 32)\n  u.merge(0)\n  u.parallelize(0, BIDx)\n  u.parallelize(1, TIDx)\n  u.parallelize(2, Vectorize)\n  propagate(u)\n  inline_most()\n}}\n"
+    );
+    let tiled = format!(
+        "{FUSION}schedule {{\n  u.split(0, 8)\n  u.split(2, 16)\n  u.reorder(0, 2, 1, 3)\n  u.parallelize(0, BIDy)\n  u.parallelize(1, BIDx)\n  u.parallelize(2, TIDy)\n  u.parallelize(3, TIDx)\n  propagate(u)\n  inline_most()\n}}\n"
+    );
+    let scalars = [("seed", 99.0), ("offset", 1.0)];
+    let mut values = Vec::new();
+    for src in [&vectorized, &tiled] {
+        let c = compile(src);
+        assert!(
+            c.cuda.contains("hf_rand(") && c.cuda.contains("hf_randn("),
+            "{}",
+            c.cuda
+        );
+        assert!(
+            c.cuda
+                .contains("__device__ __forceinline__ float hf_rand(long long seed")
+                && c.cuda.contains("0xD2511F53u"),
+            "the prelude defines the generator"
+        );
+        let sizes = [13, 37];
+        let f = &c.fusion;
+        let sizes_map = BTreeMap::from([("M".to_string(), sizes[0]), ("N".to_string(), sizes[1])]);
+        let mut inputs: BTreeMap<String, Vec<f64>> = scalars
+            .iter()
+            .map(|(k, v)| (k.to_string(), vec![*v]))
+            .collect();
+        inputs.insert("x".into(), vec![0.0; (sizes[0] * sizes[1]) as usize]);
+        values.push(hopfuse::reference::evaluate(f, &sizes_map, &inputs).unwrap());
+    }
+    assert_eq!(values[0], values[1]);
+    assert_eq!(values[0]["u"][37 + 2], philox::uniform(99, 1, 39));
+}
+
+#[test]
+fn the_twin_draws_the_same_generator_in_torch_ops() {
+    let twin = hopfuse::torch_twin(FUSION).unwrap().source;
+    assert!(
+        twin.contains("def _hf_philox(seed, offset, index):")
+            && twin.contains("u = _hf_rand(seed, offset, ")
+            && twin.contains("z = _hf_randn(seed, offset, ")
+            && twin.contains("torch.arange(x.shape[1], dtype=torch.int32, device=x.device)"),
+        "{twin}"
+    );
+    let plain =
+        hopfuse::torch_twin("fusion f {\n  input x: f32[N]\n  y = x * 2.0\n  output y\n}\n")
+            .unwrap()
+            .source;
+    assert!(
+        !plain.contains("_hf_philox"),
+        "only a fusion that draws defines it"
+    );
+}
+
+#[test]
+fn bad_seeds_offsets_and_shapes_are_located_errors() {
+    let prog = |body: &str| {
+        format!("fusion f {{\n  input x: f32[M, N]\n  input s: f32\n  input k: i32\n  {body}\n  output c\n}}\n")
+    };
+    let e = error(&prog("c = rand(x, s, 0)"));
+    assert!(
+        e.contains("t.hf:5:15")
+            && e.contains("the seed is an integer or an integer scalar input")
+            && e.contains("`s` is a f32"),
+        "{e}"
+    );
+    let e = error(&prog("c = randn(x, k, 0.5)"));
+    assert!(
+        e.contains("t.hf:5:19") && e.contains("the offset is an integer below 2^53"),
+        "{e}"
+    );
+    let e = error(&prog("c = rand(x, x, 0)"));
+    assert!(e.contains("t.hf:5:15") && e.contains("rank 2"), "{e}");
+    let e = error(&prog("c = rand(x, k)"));
+    assert!(
+        e.contains("`rand` takes 3 operands, got 2 (written rand(x, seed, offset))"),
+        "{e}"
+    );
+    let e = error(&prog("c = rand(k, k, k)"));
+    assert!(e.contains("has no axis of extent above 1"), "{e}");
+    // An i32 scalar input is a seed (read as i64).
+    compile(&prog("c = x * randn(x, k, k)"));
+}
