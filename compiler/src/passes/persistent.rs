@@ -49,7 +49,7 @@
 //! before the next); for stream-K also a cluster, an output not written by TMA stores, operands
 //! not loaded by a warp-specialized circular buffer, and no k loop of a tensor-core product.
 
-use super::{Ctx, KeyNode};
+use super::context::{Change, Ctx, KeyNode};
 use crate::diag::Diagnostic;
 use crate::fusion::ParallelType;
 use crate::kir::{Flow, Kernel, Loop, Persistent, Step, Stmt, StreamK, Val};
@@ -59,10 +59,10 @@ pub fn used(cx: &Ctx) -> bool {
     cx.fusion.persistent.is_some()
 }
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
     let f = cx.fusion;
     let Some(p) = f.persistent else {
-        return Ok(());
+        return Ok(Change::Unchanged);
     };
     let what = format!("persistent({}, {})", p.along, p.group);
     let err = |m: String| Err(Diagnostic::new(m, p.span));
@@ -185,9 +185,9 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     });
     // The tile loop encloses every computation inside the grid-bound loops: it joins their
     // placements after the last grid-bound loop (allocation places buffers by them).
-    let grid_keys: Vec<super::LoopKey> =
-        bound.iter().filter_map(|(v, _)| cx.key_named(v)).collect();
-    for (keys, q) in cx.placement.values_mut() {
+    let grid_keys: Vec<super::context::LoopKey> =
+        bound.iter().filter_map(|(v, _)| cx.keys.named(v)).collect();
+    for (keys, q) in cx.layout.placement.values_mut() {
         if let Some(i) = keys.iter().rposition(|key| grid_keys.contains(key)) {
             keys.insert(i + 1, key);
             if *q > i {
@@ -213,7 +213,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         bindings,
         stream_k,
     });
-    Ok(())
+    Ok(Change::Changed)
 }
 
 /// What a stream-K split needs of the fusion: no clusters, warp-specialized operand
@@ -436,7 +436,7 @@ impl Split {
 
     /// Makes the k loop in the tile loop (`tile_key`) walk one piece of its tile, offset by
     /// `lo` (the index walks add it: [`Ctx::hw_env`]), and puts the fixup after it.
-    fn apply(self, k: &mut Kernel, tile_key: super::LoopKey) -> StreamK {
+    fn apply(self, k: &mut Kernel, tile_key: super::context::LoopKey) -> StreamK {
         let mut k_var = String::new();
         let piece = Val::sub(self.hi.clone(), self.lo.clone());
         in_tile_loop(&mut k.body, tile_key, &mut |block| {
@@ -473,7 +473,11 @@ impl Split {
 }
 
 /// Calls `f` on the body of every loop keyed `key`.
-fn in_tile_loop(body: &mut [Stmt], key: super::LoopKey, f: &mut dyn FnMut(&mut Vec<Stmt>)) {
+fn in_tile_loop(
+    body: &mut [Stmt],
+    key: super::context::LoopKey,
+    f: &mut dyn FnMut(&mut Vec<Stmt>),
+) {
     crate::kir::for_each_stmt_mut(body, &mut |s| match s {
         Stmt::Loop(l) if l.key == key => {
             f(&mut l.body);

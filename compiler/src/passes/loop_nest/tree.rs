@@ -43,14 +43,14 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
     for &e in order {
         let expr = &f.exprs[e];
         let t = expr.output;
-        let keys = &cx.placement[&t].0;
+        let keys = &cx.layout.placement[&t].0;
         // Parallel type of each placement entry: from the tensor's own axis when it has it
         // (a loop domain has a few axes: a list, first match, as a map would keep the last).
         let key_parallel: Vec<(LoopKey, ParallelType)> = f.tensors[t]
             .loop_domain
             .iter()
             .rev()
-            .map(|&id| (cx.id_keys[&id], f.ids[id].parallel))
+            .map(|&id| (cx.keys.of_axis[&id], f.ids[id].parallel))
             .collect();
         let key_parallel = |key: LoopKey| {
             key_parallel
@@ -66,7 +66,7 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
         let mut d = 0;
         let mut best: Option<TensorId> = None;
         for &p in &producers {
-            let q = cx.placement[&p].1;
+            let q = cx.layout.placement[&p].1;
             if q > d {
                 d = q;
                 best = Some(p);
@@ -75,8 +75,11 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
         let placed = |p: TensorId| instances[p].as_deref().expect("producers are placed first");
         let mut inst: Vec<usize> = best.map(|b| placed(b)[..d].to_vec()).unwrap_or_default();
         // Loops already opened for a consumer of `t` by a sibling producer are shared too.
-        let q_t = cx.placement[&t].1;
-        let consumers: Vec<TensorId> = cx.uses[t].iter().map(|&u| f.exprs[u].output).collect();
+        let q_t = cx.layout.placement[&t].1;
+        let consumers: Vec<TensorId> = cx.reads.uses[t]
+            .iter()
+            .map(|&u| f.exprs[u].output)
+            .collect();
         for c in &consumers {
             let open = if any_pending {
                 search.open_loops(cx, &pending, &instances, *c, q_t)
@@ -99,7 +102,7 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
         }
         let d = inst.len();
         for &p in &producers {
-            let q = cx.placement[&p].1;
+            let q = cx.layout.placement[&p].1;
             if placed(p)[..q] != inst[..q] {
                 return Err(Diagnostic::new(
                     format!(
@@ -221,7 +224,7 @@ fn owned_parallel(cx: &Ctx, order: &[ExprId]) -> HashMap<LoopKey, ParallelType> 
         for &id in &f.tensors[f.exprs[e].output].loop_domain {
             let p = f.ids[id].parallel;
             let slot = owned_parallel
-                .entry(cx.id_keys[&id])
+                .entry(cx.keys.of_axis[&id])
                 .or_insert(ParallelType::Serial);
             if *slot == ParallelType::Serial {
                 *slot = p;
@@ -351,7 +354,7 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
     let f = cx.fusion;
     let expr = &f.exprs[e];
     let out = Access {
-        buffer: cx.tensor_buffer[&expr.output],
+        buffer: cx.layout.tensor_buffer[&expr.output],
         index: None,
     };
     // A view reads its operands at moved indices: one computed here is recomputed there.
@@ -381,7 +384,7 @@ fn operand_read(cx: &Ctx, o: &Operand, dtype: DType) -> Data {
                 Data::Param(f.tensors[p].name.clone(), f.tensors[p].dtype)
             } else {
                 Data::Read(Access {
-                    buffer: cx.tensor_buffer[&p],
+                    buffer: cx.layout.tensor_buffer[&p],
                     index: None,
                 })
             }
@@ -529,7 +532,7 @@ fn expr_value(
                 op.combine(),
                 compute_type,
                 Box::new(Data::Read(Access {
-                    buffer: cx.tensor_buffer[&t],
+                    buffer: cx.layout.tensor_buffer[&t],
                     index: None,
                 })),
                 Box::new(operand(&expr.inputs[0], compute_type)?),
@@ -695,10 +698,10 @@ impl OpenLoopSearch {
                 }
                 self.partial.insert((t, d), found);
             }
-            let child_depth = d.min(cx.placement[&t].1);
+            let child_depth = d.min(cx.layout.placement[&t].1);
             // The consumer tried last, once its answer is known.
             if next > 0 {
-                let prev = f.exprs[cx.uses[t][next - 1]].output;
+                let prev = f.exprs[cx.reads.uses[t][next - 1]].output;
                 if let Some(Some(open)) = self.memo.get(&(prev, child_depth)) {
                     let open = longer(self.partial.remove(&(t, d)).flatten(), Some(open.clone()));
                     self.memo.insert((t, d), open);
@@ -706,7 +709,7 @@ impl OpenLoopSearch {
                     continue;
                 }
             }
-            match cx.uses[t].get(next) {
+            match cx.reads.uses[t].get(next) {
                 Some(&u) => {
                     if let Some(frame) = self.frames.last_mut() {
                         frame.2 += 1;
@@ -757,7 +760,7 @@ impl OpenLoopSearch {
                 continue;
             };
             for p in f.exprs[def].input_tensors() {
-                let Some(&(_, q_p)) = cx.placement.get(&p) else {
+                let Some(&(_, q_p)) = cx.layout.placement.get(&p) else {
                     continue;
                 };
                 let n = d.min(q_p);

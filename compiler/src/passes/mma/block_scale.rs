@@ -28,7 +28,7 @@
 #[allow(unused_imports)]
 use super::*;
 use crate::fusion::{Op, Operand};
-use crate::passes::KeyNode;
+use crate::passes::context::KeyNode;
 
 /// A loop around a product tile, as the analysis needs it.
 struct LoopFrame {

@@ -31,7 +31,7 @@ use super::stage::{contains_copy, fills, issue, linear, shift_reads, shift_write
 #[allow(unused_imports)]
 use super::*;
 
-pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<Change, Diagnostic> {
     let issuer = plan.issuer.clone();
     let mut body = std::mem::take(&mut k.body);
     for p in 0..plan.pipes.len() {
@@ -59,7 +59,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     if k.mbarriers.is_empty() {
         body.extend(drain);
         k.body = body;
-        return Ok(());
+        return Ok(Change::Changed);
     }
     // Init once at entry, invalidate once at exit (by the consumers when the producers have
     // left: their last barrier is a named one, and they waited on every copy).
@@ -101,7 +101,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         }
     }
     k.body = out;
-    Ok(())
+    Ok(Change::Changed)
 }
 
 /// Finds the loads of pipe `p` under `body`; `outer` is the linear iteration of the serial
@@ -119,7 +119,7 @@ pub(crate) fn pipeline(
     let members: Vec<&TmaInfo> = pipe.members.iter().map(|&m| &plan.loads[m]).collect();
     let buffers: Vec<BufferId> = members
         .iter()
-        .map(|i| cx.tensor_buffer[&i.tensor])
+        .map(|i| cx.layout.tensor_buffer[&i.tensor])
         .collect();
     let name = &f.tensors[members[0].tensor].name;
     let span = f.tensors[members[0].tensor].span;
@@ -406,7 +406,7 @@ pub(crate) fn issue_stores(
     issuer: &Val,
     stream_k: Option<&crate::kir::StreamK>,
 ) {
-    let cache = cx.tensor_buffer[&s.cache];
+    let cache = cx.layout.tensor_buffer[&s.cache];
     crate::kir::rewrite_pre(body, &mut |st| match st {
         Stmt::TmaStore(t) if t.map == s.map => {
             let mut store = Stmt::TmaStore(t);

@@ -19,8 +19,8 @@ pub use issue::run as run_issue;
 pub use pipeline_plan::PipelinePlan;
 pub use plan::run as run_plan;
 
+use super::context::{mul, Change, Ctx, LoopKey};
 use super::indexing::consumer_roots;
-use super::{mul, Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{
     FenceMode, IterId, IterOrigin, LoadKind, MemoryType, ParallelType, TensorId, WarMode,

@@ -1,6 +1,6 @@
 //! The pipeline plan: what the `tma` pass decides about a kernel's asynchronous copies, in one
 //! typed value handed explicitly to the passes that act on it (an analysis result, as a
-//! dominator tree is in Cranelift, not state on [`Ctx`](super::Ctx)).
+//! dominator tree is in Cranelift, not state on [`Ctx`](crate::passes::context::Ctx)).
 //!
 //! It holds, for a fusion with TMA or bulk copies, TMA stores or circular buffers:
 //! - [`PipelinePlan::loads`]: every cache a pipeline fills (its source tensor, copy kind, box,
@@ -20,7 +20,7 @@
 //! `allocation` pass completes it with `stage_elems` once it has sized the buffers. A fusion
 //! without any of these features gets [`PipelinePlan::default`] (no loads, pipes or stores;
 //! every thread issues). Who reads it: `allocation`, `tma_issue`, `circular_buffer`, `sync`,
-//! `mma` (their [`Run`](crate::passes::Run) says how), and after the last pass the pipeline view
+//! `mma` ([`crate::passes::PIPELINE`] hands it to them, through [`crate::passes::Handoff`]), and after the last pass the pipeline view
 //! ([`crate::pipeline_view`], from [`crate::Compilation::pipeline_plan`]).
 
 use super::{Pipe, StoreInfo, TmaInfo};
@@ -122,7 +122,7 @@ impl PipelinePlan {
 
     /// The shared-memory swizzle (bytes) of buffer `b` when it holds a swizzled TMA box: a
     /// swizzled load's cache or a swizzled store's source (`tensor_buffer`: the buffer of each
-    /// tensor, `Ctx::tensor_buffer`).
+    /// tensor, `Layout::tensor_buffer`).
     pub fn box_swizzle(
         &self,
         tensor_buffer: &FxHashMap<TensorId, BufferId>,

@@ -74,7 +74,7 @@ pub(crate) fn issue(
         let info = plan
             .loads
             .iter()
-            .find(|i| cx.tensor_buffer[&i.tensor] == t.dst.buffer)
+            .find(|i| cx.layout.tensor_buffer[&i.tensor] == t.dst.buffer)
             .expect("a load of the pipe");
         let mut t = t.clone();
         // The stage's start, plus the box's place in the stage (several boxes side by side).

@@ -94,7 +94,7 @@ pub(crate) fn plan_ws(
         ));
     }
     // Ping-pong: the buffered loop inside the consumers' loop over the specialised dim.
-    let buffer = cx.tensor_buffer[&plan.loads[pipe.members[0]].tensor];
+    let buffer = cx.layout.tensor_buffer[&plan.loads[pipe.members[0]].tensor];
     let around = super::loops_around_write(&k.body, buffer).unwrap_or_default();
     let outside = around
         .iter()
@@ -203,7 +203,7 @@ pub(crate) fn warp_specialize(
         let buffers: Vec<BufferId> = role
             .members
             .iter()
-            .map(|&m| cx.tensor_buffer[&plan.loads[m].tensor])
+            .map(|&m| cx.layout.tensor_buffer[&plan.loads[m].tensor])
             .collect();
         let nest = flatten_serial_nests(project(
             cx,
@@ -237,7 +237,7 @@ pub(crate) fn warp_specialize(
     let all: Vec<BufferId> = pipe
         .members
         .iter()
-        .map(|&m| cx.tensor_buffer[&plan.loads[m].tensor])
+        .map(|&m| cx.layout.tensor_buffer[&plan.loads[m].tensor])
         .collect();
     let mut consumer = body;
     let mut found = false;
@@ -278,7 +278,7 @@ pub(crate) fn warp_specialize(
     }
     for role in &ws.roles {
         let reads = role.members.iter().any(|&m| {
-            let b = cx.tensor_buffer[&plan.loads[m].tensor];
+            let b = cx.layout.tensor_buffer[&plan.loads[m].tensor];
             reads_buffer(&consumer, b)
         });
         if !reads {
@@ -496,7 +496,7 @@ pub(crate) fn consume(
                 keep
             });
             for &m in &pipe.members {
-                let b = cx.tensor_buffer[&plan.loads[m].tensor];
+                let b = cx.layout.tensor_buffer[&plan.loads[m].tensor];
                 let stage = Val::Int(plan.loads[m].stage_elems.expect("copies have a stage size"));
                 shift_reads(&mut l.body, b, &Val::mul(slot.clone(), stage));
             }
