@@ -63,10 +63,12 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<Change, 
     }
     // Init once at entry, invalidate once at exit (by the consumers when the producers have
     // left: their last barrier is a named one, and they waited on every copy).
-    let init = (0..k.mbarriers.len())
+    let init = k
+        .mbarrier_ids()
         .map(|bars| Stmt::MbarInit { bars })
         .collect();
-    let inval: Vec<Stmt> = (0..k.mbarriers.len())
+    let inval: Vec<Stmt> = k
+        .mbarrier_ids()
         .map(|bars| Stmt::MbarInval { bars })
         .collect();
     // In a cluster whose CTAs signal each other's barriers (multicast copies, cluster-wide

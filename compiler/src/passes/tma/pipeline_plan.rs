@@ -23,9 +23,9 @@
 //! `mma` ([`crate::passes::PIPELINE`] hands it to them, through [`crate::passes::Handoff`]), and after the last pass the pipeline view
 //! ([`crate::pipeline_view`], from [`crate::Compilation::pipeline_plan`]).
 
-use super::{Pipe, StoreInfo, TmaInfo};
+use super::{Pipe, PipeId, StoreInfo, TmaInfo};
 use crate::fusion::TensorId;
-use crate::kir::{BufferId, Val};
+use crate::kir::{BufferId, MbarId, Val};
 use rustc_hash::FxHashMap;
 
 /// See the module documentation. (Serialize: its JSON is snapshotted for the TMA and
@@ -66,12 +66,10 @@ impl Default for PipelinePlan {
 /// warp-specialized pipe one producer role's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stream {
-    /// Index into [`PipelinePlan::pipes`].
-    pub pipe: usize,
-    /// The "full" and (when slots are released by mbarrier) "empty" arrays, indices into
-    /// `Kernel::mbarriers`.
-    pub full: usize,
-    pub empty: Option<usize>,
+    pub pipe: PipeId,
+    /// The "full" and (when slots are released by mbarrier) "empty" arrays.
+    pub full: MbarId,
+    pub empty: Option<MbarId>,
     /// Its loads, indices into [`PipelinePlan::loads`].
     pub loads: Vec<usize>,
 }
@@ -97,6 +95,7 @@ impl PipelinePlan {
     pub fn streams(&self) -> Vec<Stream> {
         let mut out = Vec::new();
         for (p, pipe) in self.pipes.iter().enumerate() {
+            let p = PipeId::new(p);
             match &pipe.ws {
                 Some(ws) => out.extend(ws.roles.iter().map(|r| Stream {
                     pipe: p,
@@ -137,7 +136,7 @@ impl PipelinePlan {
     }
 
     /// The full barriers a load of cache `t` completes on (its role's, when warp-specialized).
-    pub fn full_of(&self, t: TensorId) -> usize {
+    pub fn full_of(&self, t: TensorId) -> MbarId {
         let m = self
             .loads
             .iter()

@@ -320,14 +320,14 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(PipelinePlan, Vec<Constraint
             _ => first.name.clone(),
         };
         if copies {
-            k.mbarriers.push(MbarArray {
+            let full = k.push_mbarriers(MbarArray {
                 name: cx.fresh_name(&format!("{base}_full")),
                 count: pipe.stages,
                 arrivals: 1,
                 smem_offset: None,
                 cluster_wide: false,
             });
-            plan.pipes[p].full = Some(k.mbarriers.len() - 1);
+            plan.pipes[p].full = Some(full);
         }
         if pipe.war == WarMode::Mbarrier {
             let Some(threads) = threads else {
@@ -336,7 +336,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(PipelinePlan, Vec<Constraint
                     first.circular.map(|c| c.span),
                 ));
             };
-            k.mbarriers.push(MbarArray {
+            let empty = k.push_mbarriers(MbarArray {
                 name: cx.fresh_name(&format!("{base}_empty")),
                 count: pipe.stages,
                 arrivals: if threads % crate::target::WARP_THREADS == 0 {
@@ -347,7 +347,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(PipelinePlan, Vec<Constraint
                 smem_offset: None,
                 cluster_wide: false,
             });
-            plan.pipes[p].empty = Some(k.mbarriers.len() - 1);
+            plan.pipes[p].empty = Some(empty);
         }
     }
     super::cluster::plan_multicast(cx, k, plan)?;
@@ -487,7 +487,7 @@ fn plan_box(
     let align = crate::target::swizzle_repeat(tensor.swizzle);
     info.stage_elems = Some((info.bytes + align - 1) / align * align / elem);
     if tensor.load == LoadKind::Tma {
-        k.tensor_maps.push(TensorMapSpec {
+        let map = k.push_tensor_map(TensorMapSpec {
             param: cx.fresh_name(&format!("{name}_map")),
             tensor: src_name,
             dtype: tensor.dtype,
@@ -497,7 +497,7 @@ fn plan_box(
             element_strides: vec![1; box_dims.len()],
             swizzle_bytes: tensor.swizzle,
         });
-        info.map = Some(k.tensor_maps.len() - 1);
+        info.map = Some(map);
     }
     info.box_dims = box_dims;
     info.global_dims = global_dims;
@@ -548,7 +548,7 @@ pub(crate) fn plan_load(
             dim: 0,
         },
         global_dims: Vec::new(),
-        pipe: 0,
+        pipe: PipeId::new(0),
         circular: tensor.circular,
         swizzle: tensor.swizzle,
         multicast: None,
@@ -633,11 +633,11 @@ pub(crate) fn plan_load(
                     describe(pipe.stages, pipe.prefetch, pipe.war)
                 ));
             }
-            info.pipe = p;
+            info.pipe = PipeId::new(p);
             plan.pipes[p].members.push(plan.loads.len());
         }
         None => {
-            info.pipe = plan.pipes.len();
+            info.pipe = PipeId::new(plan.pipes.len());
             plan.pipes.push(Pipe {
                 loop_key,
                 stages,
@@ -711,7 +711,7 @@ pub(crate) fn plan_store(
     let owner = format!("TMA store of `{}` into `{name}`", f.tensors[cache].name);
     let (global_dims, global_strides) =
         global_layout(cx, constraints, y, elem, &what, &owner, tensor.span)?;
-    k.tensor_maps.push(TensorMapSpec {
+    let map = k.push_tensor_map(TensorMapSpec {
         param: cx.fresh_name(&format!("{name}_map")),
         tensor: name.clone(),
         dtype: tensor.dtype,
@@ -724,7 +724,7 @@ pub(crate) fn plan_store(
     plan.stores.push(StoreInfo {
         tensor: y,
         cache,
-        map: k.tensor_maps.len() - 1,
+        map,
         bytes: box_dims.iter().product::<i64>() * elem,
         box_dims,
         fence: tensor.fence,
