@@ -140,29 +140,7 @@ pub(crate) fn pipeline(
                 span,
             ));
         }
-        // No serial loop around the loads: one load of each, waited on once.
-        let is_load = |s: &Stmt| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer));
-        let loads: Vec<Stmt> = body.iter().filter(|s| is_load(s)).cloned().collect();
-        body.retain(|s| !is_load(s));
-        let stmts = vec![
-            issue(
-                cx,
-                plan,
-                pipe.stages,
-                pipe.full.expect("copies have full barriers"),
-                pipe.empty,
-                &loads,
-                &Val::Int(0),
-                &Val::Int(0),
-                &plan.issuer,
-            ),
-            Stmt::MbarWait {
-                bars: pipe.full.expect("copies have full barriers"),
-                slot: Val::Int(0),
-                parity: Val::Int(0),
-            },
-        ];
-        body.splice(i..i, stmts);
+        loads_without_loop(cx, plan, pipe, &buffers, body, i);
         return Ok(true);
     }
     let Stmt::Loop(l) = &mut body[i] else {
@@ -179,6 +157,62 @@ pub(crate) fn pipeline(
     let Stmt::Loop(l) = body.remove(i) else {
         unreachable!()
     };
+    let out = buffered_loop(cx, plan, pipe, &buffers, l, outer, in_loop, (name, span))?;
+    body.splice(i..i, out);
+    Ok(true)
+}
+
+/// No serial loop around the loads of `pipe` (the first at `body[i]`): one load of each,
+/// issued there and waited on once.
+fn loads_without_loop(
+    cx: &Ctx,
+    plan: &PipelinePlan,
+    pipe: &Pipe,
+    buffers: &[BufferId],
+    body: &mut Vec<Stmt>,
+    i: usize,
+) {
+    let is_load = |s: &Stmt| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer));
+    let loads: Vec<Stmt> = body.iter().filter(|s| is_load(s)).cloned().collect();
+    body.retain(|s| !is_load(s));
+    let stmts = vec![
+        issue(
+            cx,
+            plan,
+            pipe.stages,
+            pipe.full.expect("copies have full barriers"),
+            pipe.empty,
+            &loads,
+            &Val::Int(0),
+            &Val::Int(0),
+            &plan.issuer,
+        ),
+        Stmt::MbarWait {
+            bars: pipe.full.expect("copies have full barriers"),
+            slot: Val::Int(0),
+            parity: Val::Int(0),
+        },
+    ];
+    body.splice(i..i, stmts);
+}
+
+/// The pipeline of `pipe` over its buffered loop `l` (whose direct children that fill one of
+/// `buffers` are the loads), in place of `l`: each iteration waits for its slot, reads it and
+/// releases it, the loads are issued `prefetch` iterations ahead (with a prologue and an
+/// epilogue when that is more than 0). `outer` and `in_loop` as for [`pipeline`]; `cache`
+/// names and locates the first member for errors.
+#[allow(clippy::too_many_arguments)]
+fn buffered_loop(
+    cx: &mut Ctx,
+    plan: &PipelinePlan,
+    pipe: &Pipe,
+    buffers: &[BufferId],
+    l: Loop,
+    outer: &Val,
+    in_loop: bool,
+    cache: (&str, Option<crate::diag::Span>),
+) -> Result<Vec<Stmt>, Diagnostic> {
+    let (name, span) = cache;
     let (s, pf) = (pipe.stages, pipe.prefetch);
     let var = l.var.clone();
     let at = |v: &Val| plan.buffered_linear(outer, &l, v, in_loop);
@@ -201,7 +235,7 @@ pub(crate) fn pipeline(
         plain,
         allocs,
         mut rest,
-    } = parts(&l, &buffers, name, span)?;
+    } = parts(&l, buffers, name, span)?;
     let stage_of = |b: BufferId| plan.stage_elems[&b].clone();
     // Moves the loads to iteration `v`, each into its slot.
     let issue_at = |v: &Val| -> Vec<Stmt> {
@@ -231,7 +265,7 @@ pub(crate) fn pipeline(
         for st in &plain {
             let mut st = st.clone();
             st.map_vals(&mut |x| x.subst(&var, v));
-            for &b in &buffers {
+            for &b in buffers {
                 shift_writes(&mut st, b, &Val::mul(sl.clone(), stage_of(b)));
             }
             out.push(st);
@@ -239,7 +273,7 @@ pub(crate) fn pipeline(
         out
     };
     let v = Val::Var(var.clone());
-    for &b in &buffers {
+    for &b in buffers {
         shift_reads(&mut rest, b, &Val::mul(slot(&at(&v)), stage_of(b)));
     }
     let mut iteration = Vec::new();
@@ -268,8 +302,7 @@ pub(crate) fn pipeline(
         let next = issue_at(&Val::add(v.clone(), Val::Int(pf)));
         out.extend(prefetched(cx, &l, pf, first, next, iteration));
     }
-    body.splice(i..i, out);
-    Ok(true)
+    Ok(out)
 }
 
 /// The statements of a buffered loop's body, by what the pipeline does with them.
