@@ -12,11 +12,11 @@
 //! share of the warp group's tile; the block reduction's scratch follows the buffers; a
 //! ping-pong cache takes no space for the specialised axis (the consumer groups take turns with
 //! whole stages); a padded shared cache (`row_pad=`) has its rows (the axes of its contiguous
-//! axis) `row + pad` elements apart ([`row_padding`], which `indexing` strides by). Completes the [`PipelinePlan`] with each pipelined
+//! axis) `row + pad` elements apart ([`Ctx::row_padding`], which `indexing` strides by). Completes the [`PipelinePlan`] with each pipelined
 //! buffer's stage size (`PipelinePlan::stage_elems`).
 //! Emits: `alloc` statements and the kernel's dynamic shared memory size.
 
-use super::context::{mul, Change, Ctx};
+use super::context::{add, mul, Change, Ctx};
 use super::reduction::Accumulators;
 use super::tma::PipelinePlan;
 use crate::diag::Diagnostic;
@@ -69,7 +69,7 @@ pub fn run(
             None => {
                 // A padded buffer: its rows `stride` apart (the last row's padding too).
                 let (rows, stride) =
-                    match row_padding(cx, k.buffers[b].tensor, k.buffers[b].memory, &ids) {
+                    match cx.row_padding(k.buffers[b].tensor, k.buffers[b].memory, &ids) {
                         Some(p) => (ids.len() - p.row_axes, Some(p.stride)),
                         None => (ids.len(), None),
                     };
@@ -259,56 +259,6 @@ fn check_registers(
         ));
     }
     Ok(())
-}
-
-/// The rows of a padded shared buffer (`row_pad=`): its last `row_axes` allocated axes come
-/// from its tensor's contiguous (last) axis alone and make one row (the innermost axis when
-/// none does); rows lie `stride` = row elements + pad apart.
-pub(super) struct RowPad {
-    pub row_axes: usize,
-    pub stride: SizeExpr,
-}
-
-/// The row layout of the buffer of `tensor` in `memory` over the allocated axes `ids`, when
-/// it is a padded shared buffer.
-pub(super) fn row_padding(
-    cx: &mut Ctx,
-    tensor: Option<TensorId>,
-    memory: MemoryType,
-    ids: &[IterId],
-) -> Option<RowPad> {
-    let t = tensor.filter(|_| memory == MemoryType::Shared)?;
-    let f = cx.fusion;
-    let pad = i64::from(f.tensors[t].row_pad);
-    let &last = f.logical(t).last()?;
-    if pad == 0 || ids.is_empty() {
-        return None;
-    }
-    let contiguous = f.class_of(last);
-    let row_axes = ids
-        .iter()
-        .rev()
-        .take_while(|&&id| {
-            let key = cx.key(id);
-            cx.key_classes(key).iter().all(|&c| c == contiguous)
-        })
-        .count()
-        .max(1);
-    let row = ids[ids.len() - row_axes..]
-        .iter()
-        .fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id)));
-    Some(RowPad {
-        row_axes,
-        stride: add(row, SizeExpr::Const(pad)),
-    })
-}
-
-fn add(a: SizeExpr, b: SizeExpr) -> SizeExpr {
-    match (a, b) {
-        (SizeExpr::Const(x), SizeExpr::Const(y)) => SizeExpr::Const(x + y),
-        (SizeExpr::Const(0), e) | (e, SizeExpr::Const(0)) => e,
-        (a, b) => SizeExpr::Add(Box::new(a), Box::new(b)),
-    }
 }
 
 fn contains_block_reduce(body: &[Stmt]) -> bool {

@@ -10,21 +10,22 @@
 //! - [`Reads`]: which exprs read each tensor, computed once from the fusion;
 //! - [`Layout`]: where each tensor is computed and stored (its placement, buffer and the axes a
 //!   buffer spans), set by `loop_nest` and kept in step with the kernel by the passes that
-//!   move or add buffers;
+//!   move or add buffers; [`Ctx::row_padding`] gives a padded shared buffer's rows (sized by
+//!   `allocation`, strided by `indexing`: here so that neither imports the other);
 //! - [`Names`]: every identifier the kernel takes, and fresh names that step around them.
 //!
 //! What one pass hands to a later one is not here: it is the pass's typed result, wired in
 //! [`super::PIPELINE`] (see [`super::Handoff`]). Guarantees: a key never changes once made,
 //! and a name [`Names::fresh`] hands out is never handed out again.
 
-use crate::fusion::{ExprId, Fusion, IterId, IterKind, IterOrigin, TensorId};
+use crate::fusion::{ExprId, Fusion, IterId, IterKind, IterOrigin, MemoryType, TensorId};
 use crate::id::IdVec;
 use crate::kir::{BufferId, Kernel, Loop, Stmt, Val};
 use crate::plan::SizeExpr;
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 
-pub use crate::plan::{ceil_div, mul, split_extent};
+pub use crate::plan::{add, ceil_div, mul, split_extent};
 
 /// A loop key: its place in [`Keys::nodes`] (and its other tables).
 pub use crate::kir::LoopKey;
@@ -237,6 +238,15 @@ pub struct Layout {
     pub alloc_ids: FxHashMap<BufferId, Vec<IterId>>,
 }
 
+/// The rows of a padded shared buffer (`row_pad=`): its last `row_axes` allocated axes come
+/// from its tensor's contiguous (last) axis alone and make one row (the innermost axis when
+/// none does); rows lie `stride` = row elements + pad apart. `allocation` sizes the buffer by
+/// it and `indexing` strides by it.
+pub struct RowPad {
+    pub row_axes: usize,
+    pub stride: SizeExpr,
+}
+
 /// Every identifier the kernel already uses or may not use (user names, C++ and CUDA names,
 /// loop variables and derived buffer names handed out so far); [`Names::fresh`] steps around
 /// them. Names include the user's: a seeded fast hash (foldhash), not FxHash.
@@ -331,7 +341,7 @@ impl<'a> Ctx<'a> {
         k.buffers.push(crate::kir::Buffer {
             name: self.fresh_name(name),
             dtype,
-            memory: crate::fusion::MemoryType::Local,
+            memory: MemoryType::Local,
             tensor: None,
             size: None,
             smem_offset: None,
@@ -512,6 +522,40 @@ impl<'a> Ctx<'a> {
     /// Whether a split of this axis may leave a ragged last tile.
     pub fn divisible(&self, k: LoopKey) -> bool {
         self.keys.divisible(k)
+    }
+
+    /// The row layout of the buffer of `tensor` in `memory` over the allocated axes `ids`,
+    /// when it is a padded shared buffer ([`RowPad`]).
+    pub fn row_padding(
+        &mut self,
+        tensor: Option<TensorId>,
+        memory: MemoryType,
+        ids: &[IterId],
+    ) -> Option<RowPad> {
+        let t = tensor.filter(|_| memory == MemoryType::Shared)?;
+        let f = self.fusion;
+        let pad = i64::from(f.tensors[t].row_pad);
+        let &last = f.logical(t).last()?;
+        if pad == 0 || ids.is_empty() {
+            return None;
+        }
+        let contiguous = f.class_of(last);
+        let row_axes = ids
+            .iter()
+            .rev()
+            .take_while(|&&id| {
+                let key = self.key(id);
+                self.key_classes(key).iter().all(|&c| c == contiguous)
+            })
+            .count()
+            .max(1);
+        let row = ids[ids.len() - row_axes..]
+            .iter()
+            .fold(SizeExpr::Const(1), |acc, &id| mul(acc, self.id_extent(id)));
+        Some(RowPad {
+            row_axes,
+            stride: add(row, SizeExpr::Const(pad)),
+        })
     }
 }
 

@@ -538,7 +538,7 @@ impl Indexer<'_, '_> {
             let memory = buf.memory;
             // Row-major over the allocated axes; a padded shared buffer's rows (its trailing
             // axes from the tensor's contiguous axis) lie `row + pad` elements apart.
-            let pad = super::allocation::row_padding(self.cx, tensor, memory, &ids);
+            let pad = self.cx.row_padding(tensor, memory, &ids);
             let split = ids.len() - pad.as_ref().map_or(0, |p| p.row_axes);
             let mut parts = [None, None];
             for (part, ids) in [&ids[..split], &ids[split..]].into_iter().enumerate() {
