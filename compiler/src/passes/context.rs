@@ -285,7 +285,7 @@ impl Names {
     }
 }
 
-/// What the passes share besides the kernel and what they hand each other (see the module
+/// What the passes share besides the kernel (not what they hand each other: see the module
 /// documentation). Its maps keyed by ids (small integers the compiler hands out) hash with
 /// `FxHash`: they are read for every statement of every pass, and SipHash's flooding
 /// resistance buys nothing for keys no user chooses.
