@@ -1,6 +1,6 @@
 //! Typed ids: the small integers the compiler hands out for tensors, axes and exprs (fusion IR),
-//! buffers (kernel IR) and loop keys (passes), each a type of its own, so that one cannot be
-//! passed where another is meant.
+//! buffers, mbarrier arrays and tensor maps (kernel IR), loop keys and pipes (passes), each a
+//! type of its own, so that one cannot be passed where another is meant.
 //!
 //! `define_id!` makes an id type: a `Copy + Eq + Ord + Hash + Debug` newtype over `usize` with
 //! `new` and `index` (also as the [`Id`] trait), printed by `Debug` and `Display` as the bare

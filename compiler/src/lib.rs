@@ -191,13 +191,14 @@ pub fn compile_choosing_index(
     })?;
     let Lowering {
         cx,
-        plan: pipeline_plan,
+        handoff,
         kernel,
     } = lowering;
+    let pipeline_plan = handoff.plan;
     cancel::Cancel::check()?;
     let pipeline = pipeline_view::extract(&kernel, &pipeline_plan);
-    let mut constraints = cx.constraints.clone();
-    if let Some(sizes) = &cx.specialized {
+    let mut constraints = handoff.constraints;
+    if let Some(sizes) = &cx.options.specialized {
         constraints.extend(plan::specialized_constraints(&scheduled.symbols, sizes));
     }
     let block_bound = block_bound(&kernel, options.aligned_for.as_ref());
@@ -283,12 +284,12 @@ fn lower_all<'f>(
     let mut ir_lines = kir::IrLines::default();
     for pass in passes::PIPELINE {
         cancel::Cancel::check()?;
-        if !lowering.run(pass)? {
+        let Some(change) = lowering.run(pass)? else {
             continue;
-        }
+        };
         // A pass that changed nothing has the previous kernel pass's dump (and lines).
         let ir = match dumps.last() {
-            Some(previous) if lowering.cx.kernel_unchanged && dumps.len() > 1 => {
+            Some(previous) if change == passes::Change::Unchanged && dumps.len() > 1 => {
                 previous.ir.clone()
             }
             _ => {
@@ -440,44 +441,39 @@ pub fn auto_candidates(
     ))
 }
 
-/// A lowering under way: the pass context, the pipeline plan (computed by the `tma` pass,
-/// completed by `allocation`, read by the passes after them and by the pipeline view; empty
-/// when `tma` does not run) and the kernel, advanced one pass of [`passes::PIPELINE`] at a time.
+/// A lowering under way: the pass context, what the passes so far hand to later ones (the
+/// pipeline plan, read after the last pass by the pipeline view, and the launch constraints,
+/// by codegen) and the kernel, advanced one pass of [`passes::PIPELINE`] at a time.
 /// [`compile`] runs every pass; the per-pass filetests run the passes before the one they test
 /// for the context, then replace the kernel with their own text.
 pub struct Lowering<'f> {
     pub cx: passes::Ctx<'f>,
-    pub plan: passes::PipelinePlan,
+    pub handoff: passes::Handoff,
     pub kernel: kir::Kernel,
 }
 
 impl<'f> Lowering<'f> {
     /// The empty kernel of a scheduled fusion, before the first pass.
     pub fn new(scheduled: &'f fusion::Fusion, options: &CompileOptions) -> Lowering<'f> {
-        let mut cx = passes::Ctx::new(scheduled);
-        cx.assume_aligned_vectors = options.assume_aligned_vectors;
-        cx.aligned_for = options.aligned_for.clone();
-        if options.specialize {
-            cx.specialized = options.aligned_for.clone();
-        }
+        let cx = passes::Ctx::new(scheduled, passes::PassOptions::of(options));
         let kernel = kir::Kernel::empty(format!("{}_kernel", scheduled.name));
         Lowering {
             cx,
-            plan: passes::PipelinePlan::default(),
+            handoff: passes::Handoff::default(),
             kernel,
         }
     }
 
-    /// Runs `pass` on the kernel when it applies to the fusion (`Ok(false)` when it does not),
-    /// then the verifier's checks after it. Errors are not located in the program text yet.
-    pub fn run(&mut self, pass: &passes::Pass) -> Result<bool, Diagnostics> {
+    /// Runs `pass` on the kernel when it applies to the fusion (`Ok(None)` when it does not),
+    /// then the verifier's checks after it; whether it changed the kernel. Errors are not
+    /// located in the program text yet.
+    pub fn run(&mut self, pass: &passes::Pass) -> Result<Option<passes::Change>, Diagnostics> {
         if !(pass.applies)(&self.cx) {
-            return Ok(false);
+            return Ok(None);
         }
-        self.cx.kernel_unchanged = false;
-        pass.run(&mut self.cx, &mut self.plan, &mut self.kernel)?;
+        let change = (pass.run)(&mut self.cx, &mut self.handoff, &mut self.kernel)?;
         verify::after_pass(pass.name, &self.kernel)?;
-        Ok(true)
+        Ok(Some(change))
     }
 }
 

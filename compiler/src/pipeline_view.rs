@@ -28,7 +28,7 @@ mod mma;
 mod walk;
 
 use crate::fusion::ParallelType;
-use crate::kir::{BufferId, Compute, CopyKind, Kernel, TmaLoad, TmaStore, Val, Wgmma};
+use crate::kir::{BufferId, Compute, CopyKind, Kernel, MbarId, TmaLoad, TmaStore, Val, Wgmma};
 use crate::passes::tma::pipeline_plan::Stream;
 use crate::passes::PipelinePlan;
 use crate::target;
@@ -269,12 +269,12 @@ type Guards<'k> = Vec<std::rc::Rc<Guard<'k>>>;
 
 enum What<'k> {
     Arrive {
-        bars: usize,
+        bars: MbarId,
         bytes: i64,
     },
     Load(&'k TmaLoad),
     Wait {
-        bars: usize,
+        bars: MbarId,
         slot: &'k Val,
         parity: &'k Val,
     },
@@ -289,7 +289,7 @@ enum What<'k> {
     MmaWait(u32),
     /// An arrival that gives a slot back (`mbarrier.arrive` on an empty barrier).
     Release {
-        bars: usize,
+        bars: MbarId,
         slot: &'k Val,
         per_warp: bool,
     },
@@ -429,7 +429,7 @@ pub fn extract(k: &Kernel, plan: &PipelinePlan) -> PipelineView {
 
     // The pipelines: the plan's streams of copies (each completes on one full barrier), in the
     // order the kernel first issues them.
-    let first_load = |bars: usize| {
+    let first_load = |bars: MbarId| {
         events
             .iter()
             .position(|e| matches!(e.what, What::Load(t) if t.bars == bars))
@@ -441,7 +441,7 @@ pub fn extract(k: &Kernel, plan: &PipelinePlan) -> PipelineView {
         .collect();
     // (Every stream kept has a first load.)
     crate::id::sort_by_position(&mut streams, |s| first_load(s.full).unwrap_or(usize::MAX));
-    let full: Vec<usize> = streams.iter().map(|s| s.full).collect();
+    let full: Vec<MbarId> = streams.iter().map(|s| s.full).collect();
     // Roles: those that issue loads first, then those that wait on a full barrier, then those
     // that issue wgmma (they usually wait too, and are then that role).
     #[derive(Clone, Copy, PartialEq)]
@@ -631,7 +631,7 @@ fn load_source(
 
 /// The arrival that announces copy `events[i]` on `bars` (its event and bytes): the last one
 /// before it on the same barrier, under the same guards, in the same loop.
-fn arrival_before(events: &[Event], i: usize, bars: usize) -> Option<(usize, i64)> {
+fn arrival_before(events: &[Event], i: usize, bars: MbarId) -> Option<(usize, i64)> {
     events[..i]
         .iter()
         .enumerate()

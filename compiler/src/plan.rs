@@ -705,6 +705,15 @@ pub fn ceil_div(a: SizeExpr, b: i64) -> SizeExpr {
     }
 }
 
+/// `a + b` (folded when constant or zero).
+pub fn add(a: SizeExpr, b: SizeExpr) -> SizeExpr {
+    match (a, b) {
+        (SizeExpr::Const(x), SizeExpr::Const(y)) => SizeExpr::Const(x + y),
+        (SizeExpr::Const(0), e) | (e, SizeExpr::Const(0)) => e,
+        (a, b) => SizeExpr::Add(Box::new(a), Box::new(b)),
+    }
+}
+
 /// `a * b` (saturating when constant).
 pub fn mul(a: SizeExpr, b: SizeExpr) -> SizeExpr {
     match (a, b) {

@@ -25,8 +25,8 @@ fn main() {
         for pass in hopfuse::passes::PIPELINE {
             let t = Instant::now();
             match lowering.run(pass) {
-                Ok(true) => println!("  {}: {:.1?}", pass.name, t.elapsed()),
-                Ok(false) => {}
+                Ok(Some(_)) => println!("  {}: {:.1?}", pass.name, t.elapsed()),
+                Ok(None) => {}
                 Err(d) => {
                     println!("  {} rejected: {}", pass.name, d.0[0].message);
                     break;

@@ -159,7 +159,7 @@ fn unknown_id_a_copy_on_a_missing_mbarrier_array() {
         |_, s| matches!(s, Stmt::TmaLoad(_)),
         |list, i| {
             if let Stmt::TmaLoad(t) = &mut list[i] {
-                t.bars = 7;
+                t.bars = hopfuse::kir::MbarId::new(7);
             }
         },
     );

@@ -27,7 +27,7 @@ mod stream_k;
 
 use crate::dtype::DType;
 use crate::fusion::{Fusion, MemoryType, ParallelType, ReduceOp};
-use crate::kir::{Access, BufferId, Compute, Data, Kernel, Stmt, Val, WarpRoles};
+use crate::kir::{Access, BufferId, Compute, Data, Kernel, MbarId, Stmt, Val, WarpRoles};
 use crate::plan::{Constraint, IndexType, LaunchPlan, Param, SizeExpr, TensorRole};
 use crate::verify::Uniformity;
 use lines::Written;
@@ -488,7 +488,7 @@ impl Emitter<'_> {
     }
 
     /// `&bars[slot]` (and the TMA prelude is needed).
-    fn barrier(&mut self, bars: usize, slot: &Val) -> String {
+    fn barrier(&mut self, bars: MbarId, slot: &Val) -> String {
         self.uses.tma = true;
         let name = self.k.mbarriers[bars].name.clone();
         let slot = strip_parens(self.val(slot));
@@ -707,7 +707,7 @@ impl Emitter<'_> {
         self.line(depth, &line);
     }
 
-    fn mbar_init(&mut self, bars: usize, depth: usize) {
+    fn mbar_init(&mut self, bars: MbarId, depth: usize) {
         self.uses.tma = true;
         let m = &self.k.mbarriers[bars];
         let (name, n, arrivals) = (m.name.clone(), m.count, m.arrivals);
@@ -718,7 +718,7 @@ impl Emitter<'_> {
             ),
         );
         // One fence after the last array's init (the block barrier follows).
-        if bars + 1 == self.k.mbarriers.len() {
+        if bars.index() + 1 == self.k.mbarriers.len() {
             self.line(depth, "hf_fence_mbarrier_init();");
             // The same thread starts fetching every tensor map while the block
             // barrier completes: the first TMA copy then finds its descriptor.
@@ -728,7 +728,7 @@ impl Emitter<'_> {
         }
     }
 
-    fn mbar_arrive(&mut self, bars: usize, slot: &Val, per_warp: bool, depth: usize) {
+    fn mbar_arrive(&mut self, bars: MbarId, slot: &Val, per_warp: bool, depth: usize) {
         let bar = self.barrier(bars, slot);
         let ctas = self.k.cluster_ctas();
         let line = match (per_warp, self.k.mbarriers[bars].cluster_wide) {

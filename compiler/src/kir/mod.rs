@@ -41,6 +41,14 @@ crate::id::define_id!(
     pub BufferId => Buffer
 );
 crate::id::define_id!(
+    /// An mbarrier array: its place in [`Kernel::mbarriers`].
+    pub MbarId => MbarArray
+);
+crate::id::define_id!(
+    /// A tensor map: its place in [`Kernel::tensor_maps`].
+    pub TensorMapId => crate::plan::TensorMapSpec
+);
+crate::id::define_id!(
     /// A loop key (see `passes::Keys`): loops with equal keys iterate the same index space.
     pub LoopKey =>
 );
@@ -195,35 +203,35 @@ pub enum Stmt {
     /// Initialises every mbarrier of array `bars` to its arrival count and fences the init
     /// (issued by one thread; a block barrier follows).
     MbarInit {
-        bars: usize,
+        bars: MbarId,
     },
     /// Invalidates every mbarrier of array `bars` (one thread, after a block barrier).
     MbarInval {
-        bars: usize,
+        bars: MbarId,
     },
     /// Arrives on `bars[slot]` and announces `bytes` of asynchronous copies to it.
     MbarArriveExpectTx {
-        bars: usize,
+        bars: MbarId,
         slot: Val,
         bytes: i64,
     },
     /// Announces `bytes` more of asynchronous copies to `bars[slot]` without arriving (a copy
     /// that is issued only under a condition).
     MbarExpectTx {
-        bars: usize,
+        bars: MbarId,
         slot: Val,
         bytes: i64,
     },
     /// Every thread waits until phase `parity` of `bars[slot]` has completed.
     MbarWait {
-        bars: usize,
+        bars: MbarId,
         slot: Val,
         parity: Val,
     },
     /// Releases `bars[slot]`: every thread arrives, or (`per_warp`) each warp converges with
     /// `__syncwarp` and its lane 0 arrives once for it.
     MbarArrive {
-        bars: usize,
+        bars: MbarId,
         slot: Val,
         per_warp: bool,
     },
@@ -329,7 +337,7 @@ pub struct Wgmma {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CopyKind {
     /// `cp.async.bulk.tensor.Nd` through tensor map `map` (an index into `Kernel::tensor_maps`).
-    Tile { map: usize },
+    Tile { map: TensorMapId },
     /// `cp.async.bulk` of one contiguous run.
     Bulk,
 }
@@ -345,7 +353,7 @@ pub struct TmaLoad {
     pub coords: Vec<Val>,
     /// Bytes this copy writes into each CTA it writes to.
     pub bytes: i64,
-    pub bars: usize,
+    pub bars: MbarId,
     pub slot: Val,
     /// `.multicast::cluster` to the first `ctas` CTAs of the cluster (mask `(1 << ctas) - 1`):
     /// the copy lands at the same offset in each, completing on the same barrier in each.
@@ -355,7 +363,7 @@ pub struct TmaLoad {
 /// A TMA store of one box: shared memory at `src` to the tensor of map `map` at `coords`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TmaStore {
-    pub map: usize,
+    pub map: TensorMapId,
     pub src: Access,
     /// Box origin in elements, innermost dimension first.
     pub coords: Vec<Val>,
@@ -490,6 +498,23 @@ pub fn stream_k(k: &Kernel) -> Option<&StreamK> {
 pub const CTA_RANK: &str = "hf_cta_rank";
 
 impl Kernel {
+    /// Adds an mbarrier array; its id.
+    pub fn push_mbarriers(&mut self, bars: MbarArray) -> MbarId {
+        self.mbarriers.push(bars);
+        MbarId::new(self.mbarriers.len() - 1)
+    }
+
+    /// Every mbarrier array's id, in order.
+    pub fn mbarrier_ids(&self) -> impl Iterator<Item = MbarId> {
+        (0..self.mbarriers.len()).map(MbarId::new)
+    }
+
+    /// Adds a tensor map; its id.
+    pub fn push_tensor_map(&mut self, map: crate::plan::TensorMapSpec) -> TensorMapId {
+        self.tensor_maps.push(map);
+        TensorMapId::new(self.tensor_maps.len() - 1)
+    }
+
     /// Rewrites every value of the kernel: the statements' ([`Stmt::map_vals`]), the buffers'
     /// sizes and offsets, the mbarriers' offsets and the persistent grid's bindings and
     /// stream-K values (the header's size expressions are not values).

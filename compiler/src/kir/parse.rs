@@ -104,8 +104,8 @@ struct Parser<'a> {
     at: usize,
     kernel: Kernel,
     buffers: HashMap<String, BufferId>,
-    mbarriers: HashMap<String, usize>,
-    maps: HashMap<String, usize>,
+    mbarriers: HashMap<String, MbarId>,
+    maps: HashMap<String, TensorMapId>,
 }
 
 /// One line's text being read, with its place for errors and the nesting depth so far.
@@ -647,7 +647,10 @@ impl<'a> Parser<'a> {
         let swizzle_bytes = if c.eat(", swizzle ") { c.uint()? } else { 0 };
         if self
             .maps
-            .insert(param.clone(), self.kernel.tensor_maps.len())
+            .insert(
+                param.clone(),
+                TensorMapId::new(self.kernel.tensor_maps.len()),
+            )
             .is_some()
         {
             return Err(c.error(format!("tensor map `{param}` is declared twice")));
@@ -668,7 +671,7 @@ impl<'a> Parser<'a> {
     fn add_mbarrier(&mut self, c: &Cursor, name: String, m: MbarArray) -> Result<()> {
         if self
             .mbarriers
-            .insert(name, self.kernel.mbarriers.len())
+            .insert(name, MbarId::new(self.kernel.mbarriers.len()))
             .is_some()
         {
             return Err(c.error(format!("mbarrier array `{}` is declared twice", m.name)));
@@ -990,11 +993,11 @@ impl<'a> Parser<'a> {
         declared(c, &self.buffers, "buffer")
     }
 
-    fn mbarrier_named(&self, c: &mut Cursor) -> Result<usize> {
+    fn mbarrier_named(&self, c: &mut Cursor) -> Result<MbarId> {
         declared(c, &self.mbarriers, "mbarrier array")
     }
 
-    fn map_named(&self, c: &mut Cursor) -> Result<usize> {
+    fn map_named(&self, c: &mut Cursor) -> Result<TensorMapId> {
         declared(c, &self.maps, "tensor map")
     }
 
@@ -1111,7 +1114,7 @@ impl<'a> Parser<'a> {
     }
 
     fn mbarrier_statement(&mut self, c: &mut Cursor) -> Result<Stmt> {
-        let slot_of = |p: &Self, c: &mut Cursor| -> Result<(usize, Val)> {
+        let slot_of = |p: &Self, c: &mut Cursor| -> Result<(MbarId, Val)> {
             let bars = p.mbarrier_named(c)?;
             c.expect("[")?;
             let slot = c.val()?;

@@ -414,7 +414,7 @@ fn print_compute(k: &Kernel, c: &Compute, ind: &str, s: &mut String) {
     s.push('\n');
 }
 
-fn print_mbar_init(k: &Kernel, bars: usize, ind: &str, s: &mut String) {
+fn print_mbar_init(k: &Kernel, bars: MbarId, ind: &str, s: &mut String) {
     let m = &k.mbarriers[bars];
     let off = m
         .smem_offset
@@ -437,7 +437,7 @@ fn print_mbar_init(k: &Kernel, bars: usize, ind: &str, s: &mut String) {
 
 fn print_mbar_arrive(
     k: &Kernel,
-    bars: usize,
+    bars: MbarId,
     slot: &Val,
     per_warp: bool,
     ind: &str,

@@ -12,18 +12,26 @@
 //! share of the warp group's tile; the block reduction's scratch follows the buffers; a
 //! ping-pong cache takes no space for the specialised axis (the consumer groups take turns with
 //! whole stages); a padded shared cache (`row_pad=`) has its rows (the axes of its contiguous
-//! axis) `row + pad` elements apart ([`row_padding`], which `indexing` strides by). Completes the [`PipelinePlan`] with each pipelined
+//! axis) `row + pad` elements apart ([`Ctx::row_padding`], which `indexing` strides by). Completes the [`PipelinePlan`] with each pipelined
 //! buffer's stage size (`PipelinePlan::stage_elems`).
 //! Emits: `alloc` statements and the kernel's dynamic shared memory size.
 
-use super::{mul, Ctx, PipelinePlan};
+use super::context::{add, mul, Change, Ctx};
+use super::reduction::Accumulators;
+use super::tma::PipelinePlan;
 use crate::diag::Diagnostic;
 use crate::fusion::{IterId, IterKind, MemoryType, ParallelType, TensorId};
 use crate::kir::{Buffer, BufferId, Kernel, Stmt, Val};
 use crate::plan::SizeExpr;
 use rustc_hash::FxHashMap as HashMap;
 
-pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
+/// Runs the pass; `accumulators` (from `reduction`) locate the errors about an accumulator.
+pub fn run(
+    cx: &mut Ctx,
+    accumulators: &Accumulators,
+    plan: &mut PipelinePlan,
+    k: &mut Kernel,
+) -> Result<Change, Diagnostic> {
     let f = cx.fusion;
     place_allocations(cx, plan, k)?;
     // Sizes.
@@ -33,12 +41,17 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
     let tma_stages: HashMap<BufferId, i64> = plan
         .loads
         .iter()
-        .filter_map(|i| Some((cx.tensor_buffer[&i.tensor], i.stage_elems?)))
+        .filter_map(|i| Some((cx.layout.tensor_buffer[&i.tensor], i.stage_elems?)))
         .collect();
     let stages_of: HashMap<BufferId, i64> = plan
         .loads
         .iter()
-        .map(|i| (cx.tensor_buffer[&i.tensor], plan.pipes[i.pipe].stages))
+        .map(|i| {
+            (
+                cx.layout.tensor_buffer[&i.tensor],
+                plan.pipes[i.pipe].stages,
+            )
+        })
         .collect();
     let order: Vec<BufferId> = k
         .buffer_ids()
@@ -48,7 +61,7 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
     // The largest shared buffer and the statement that made it (the cache_after), for the error.
     let mut largest_shared: Option<(i64, Option<crate::diag::Span>)> = None;
     for b in order {
-        let Some(ids) = cx.alloc_ids.get(&b).cloned() else {
+        let Some(ids) = cx.layout.alloc_ids.get(&b).cloned() else {
             continue;
         };
         let stage = match tma_stages.get(&b) {
@@ -56,7 +69,7 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
             None => {
                 // A padded buffer: its rows `stride` apart (the last row's padding too).
                 let (rows, stride) =
-                    match row_padding(cx, k.buffers[b].tensor, k.buffers[b].memory, &ids) {
+                    match cx.row_padding(k.buffers[b].tensor, k.buffers[b].memory, &ids) {
                         Some(p) => (ids.len() - p.row_axes, Some(p.stride)),
                         None => (ids.len(), None),
                     };
@@ -72,12 +85,15 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
                         .iter()
                         .any(|&id| f.ids[id].parallel == ParallelType::Mma)
                 {
-                    base = super::ceil_div(base, crate::target::WARPGROUP_THREADS);
+                    base = super::context::ceil_div(base, crate::target::WARPGROUP_THREADS);
                 }
                 match stages_of.get(&b) {
                     Some(_) if k.buffers[b].memory == MemoryType::Shared => {
                         let per16 = (16 / k.buffers[b].dtype.size_bytes() as i64).max(1);
-                        mul(super::ceil_div(base, per16), SizeExpr::Const(per16))
+                        mul(
+                            super::context::ceil_div(base, per16),
+                            SizeExpr::Const(per16),
+                        )
                     }
                     _ => base,
                 }
@@ -99,18 +115,24 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
             }
         }
         match buf.memory {
-            MemoryType::Local => check_registers(cx, buf, b, &size)?,
+            MemoryType::Local => check_registers(cx, accumulators, buf, b, &size)?,
             MemoryType::Shared => {
                 let bytes = mul(size.clone(), SizeExpr::Const(buf.dtype.size_bytes() as i64));
-                let align = match plan.box_swizzle(&cx.tensor_buffer, b) {
+                let align = match plan.box_swizzle(&cx.layout.tensor_buffer, b) {
                     Some(sw) => crate::target::swizzle_repeat(sw),
                     None if tma_stages.contains_key(&b) => crate::target::TMA_BOX_ALIGN,
                     None => 16,
                 };
-                let aligned = mul(super::ceil_div(bytes, align), SizeExpr::Const(align));
+                let aligned = mul(
+                    super::context::ceil_div(bytes, align),
+                    SizeExpr::Const(align),
+                );
                 // The start too (a 128-byte aligned box may precede a 1024-byte aligned one).
                 if align > 16 {
-                    offset = mul(super::ceil_div(offset, align), SizeExpr::Const(align));
+                    offset = mul(
+                        super::context::ceil_div(offset, align),
+                        SizeExpr::Const(align),
+                    );
                 }
                 k.buffers[b].smem_offset = Some(Val::from_size(&offset));
                 offset = add(offset, aligned);
@@ -140,15 +162,19 @@ pub fn run(cx: &mut Ctx, plan: &mut PipelinePlan, k: &mut Kernel) -> Result<(), 
         }
     }
     k.dynamic_smem = offset;
-    Ok(())
+    Ok(Change::Changed)
 }
 
-/// Gives every non-global tensor's buffer its allocation axes (`Ctx::alloc_ids`) and puts its
+/// Gives every non-global tensor's buffer its allocation axes (`Layout::alloc_ids`) and puts its
 /// `alloc` before the statement that holds its first write, at its placement's depth.
 fn place_allocations(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
     let f = cx.fusion;
-    let mut placements: Vec<(TensorId, BufferId)> =
-        cx.tensor_buffer.iter().map(|(&t, &b)| (t, b)).collect();
+    let mut placements: Vec<(TensorId, BufferId)> = cx
+        .layout
+        .tensor_buffer
+        .iter()
+        .map(|(&t, &b)| (t, b))
+        .collect();
     // (Each tensor once: its index orders them as the pair did.)
     crate::id::sort_by_position(&mut placements, |&(t, _)| t.index());
     // Ping-pong caches: the consumer groups take turns with whole stages, so the loop over the
@@ -167,7 +193,7 @@ fn place_allocations(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Resul
         if tensor.memory == MemoryType::Global {
             continue;
         }
-        let q = cx.placement[&t].1;
+        let q = cx.layout.placement[&t].1;
         let pos = cx.own_axes_from(t);
         let ids: Vec<IterId> = tensor
             .loop_domain
@@ -188,7 +214,7 @@ fn place_allocations(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Resul
             })
             .map(|(_, &id)| id)
             .collect();
-        cx.alloc_ids.insert(b, ids);
+        cx.layout.alloc_ids.insert(b, ids);
         allocs.push((b, q, t));
     }
     insert_allocs(&mut k.body, &allocs).map_err(|t| {
@@ -201,12 +227,18 @@ fn place_allocations(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Resul
 }
 
 /// A register array has a constant size of at most 1024 elements per thread.
-fn check_registers(cx: &Ctx, buf: &Buffer, b: BufferId, size: &SizeExpr) -> Result<(), Diagnostic> {
+fn check_registers(
+    cx: &Ctx,
+    accumulators: &Accumulators,
+    buf: &Buffer,
+    b: BufferId,
+    size: &SizeExpr,
+) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     // A reduction's accumulator has no tensor of its own: the reduction's locates it.
     let span = buf
         .tensor
-        .or_else(|| cx.accumulator_of.get(&b).copied())
+        .or_else(|| accumulators.tensor_of(b))
         .and_then(|t| f.tensors[t].span);
     let Some(n) = size.as_const() else {
         return Err(Diagnostic::new(
@@ -227,56 +259,6 @@ fn check_registers(cx: &Ctx, buf: &Buffer, b: BufferId, size: &SizeExpr) -> Resu
         ));
     }
     Ok(())
-}
-
-/// The rows of a padded shared buffer (`row_pad=`): its last `row_axes` allocated axes come
-/// from its tensor's contiguous (last) axis alone and make one row (the innermost axis when
-/// none does); rows lie `stride` = row elements + pad apart.
-pub(super) struct RowPad {
-    pub row_axes: usize,
-    pub stride: SizeExpr,
-}
-
-/// The row layout of the buffer of `tensor` in `memory` over the allocated axes `ids`, when
-/// it is a padded shared buffer.
-pub(super) fn row_padding(
-    cx: &mut Ctx,
-    tensor: Option<TensorId>,
-    memory: MemoryType,
-    ids: &[IterId],
-) -> Option<RowPad> {
-    let t = tensor.filter(|_| memory == MemoryType::Shared)?;
-    let f = cx.fusion;
-    let pad = i64::from(f.tensors[t].row_pad);
-    let &last = f.logical(t).last()?;
-    if pad == 0 || ids.is_empty() {
-        return None;
-    }
-    let contiguous = f.class_of(last);
-    let row_axes = ids
-        .iter()
-        .rev()
-        .take_while(|&&id| {
-            let key = cx.key(id);
-            cx.key_classes(key).iter().all(|&c| c == contiguous)
-        })
-        .count()
-        .max(1);
-    let row = ids[ids.len() - row_axes..]
-        .iter()
-        .fold(SizeExpr::Const(1), |acc, &id| mul(acc, cx.id_extent(id)));
-    Some(RowPad {
-        row_axes,
-        stride: add(row, SizeExpr::Const(pad)),
-    })
-}
-
-fn add(a: SizeExpr, b: SizeExpr) -> SizeExpr {
-    match (a, b) {
-        (SizeExpr::Const(x), SizeExpr::Const(y)) => SizeExpr::Const(x + y),
-        (SizeExpr::Const(0), e) | (e, SizeExpr::Const(0)) => e,
-        (a, b) => SizeExpr::Add(Box::new(a), Box::new(b)),
-    }
 }
 
 fn contains_block_reduce(body: &[Stmt]) -> bool {

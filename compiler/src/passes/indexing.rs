@@ -15,20 +15,20 @@
 //! and reading another thread's registers or what another block writes is an error that names
 //! both tensors, the axis and the rule.
 
-use super::{Ctx, LoopKey};
+use super::context::{Change, Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterId, IterKind, IterOrigin, MemoryType, ParallelType, TensorId};
 use crate::kir::{Access, Data, Kernel, Stmt, Val};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
     let mut env: HashMap<LoopKey, Val> = cx.hw_env(k);
     let hw: HashSet<LoopKey> = env.keys().copied().collect();
     let buffers = k.buffers.clone();
     let mut body = std::mem::take(&mut k.body);
     walk(cx, &buffers, &hw, &mut body, &mut env)?;
     k.body = body;
-    Ok(())
+    Ok(Change::Changed)
 }
 
 /// The index variables of the loops around a statement, by loop key.
@@ -130,7 +130,7 @@ fn walk(
     env: &mut HashMap<LoopKey, Val>,
 ) -> Result<(), Diagnostic> {
     for s in body.iter_mut() {
-        super::in_bodies(s, env, |body, env| walk(cx, buffers, hw, body, env))?;
+        super::context::in_bodies(s, env, |body, env| walk(cx, buffers, hw, body, env))?;
         match s {
             Stmt::Compute(c) => {
                 let consumer = cx.fusion.exprs[c.expr].output;
@@ -529,6 +529,7 @@ impl Indexer<'_, '_> {
         } else {
             let ids = self
                 .cx
+                .layout
                 .alloc_ids
                 .get(&a.buffer)
                 .cloned()
@@ -537,7 +538,7 @@ impl Indexer<'_, '_> {
             let memory = buf.memory;
             // Row-major over the allocated axes; a padded shared buffer's rows (its trailing
             // axes from the tensor's contiguous axis) lie `row + pad` elements apart.
-            let pad = super::allocation::row_padding(self.cx, tensor, memory, &ids);
+            let pad = self.cx.row_padding(tensor, memory, &ids);
             let split = ids.len() - pad.as_ref().map_or(0, |p| p.row_axes);
             let mut parts = [None, None];
             for (part, ids) in [&ids[..split], &ids[split..]].into_iter().enumerate() {

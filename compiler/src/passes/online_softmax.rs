@@ -21,7 +21,8 @@
 //! `m_scale` and the rescales carry `m`'s, `l`'s and `o`'s expressions with the role
 //! [`ComputeRole::OnlineRescale`], the guarded `m` is `m`'s `ReductionWrite`, now in the loop.
 
-use super::{Ctx, LoopKey};
+use super::context::{Change, Ctx, LoopKey};
+use super::reduction::Accumulators;
 use crate::diag::Diagnostic;
 use crate::fusion::online_softmax::Exponential;
 use crate::fusion::{
@@ -31,9 +32,14 @@ use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Stm
 use rustc_hash::FxHashMap;
 
 /// The loop over `T` tiles of each online softmax, in [`crate::fusion::Fusion::online_softmax`]'s
+/// order ([`tile_loops`]): made by `loop_nest`, read by this pass.
+#[derive(Clone, Debug, Default)]
+pub struct TileLoops(pub Vec<LoopKey>);
+
+/// The loop over `T` tiles of each online softmax, in [`crate::fusion::Fusion::online_softmax`]'s
 /// order: the product's first loop axis over `T`, which must be serial and have the tile (a later
 /// loop axis over `T`) inside it.
-pub fn tile_loops(cx: &mut Ctx) -> Result<Vec<LoopKey>, Diagnostic> {
+pub fn tile_loops(cx: &mut Ctx) -> Result<TileLoops, Diagnostic> {
     let f = cx.fusion;
     let mut out = Vec::new();
     for r in &f.online_softmax {
@@ -83,7 +89,7 @@ pub fn tile_loops(cx: &mut Ctx) -> Result<Vec<LoopKey>, Diagnostic> {
         }
         out.push(cx.key(id));
     }
-    Ok(out)
+    Ok(TileLoops(out))
 }
 
 /// What the rule accepts but this lowering does not do yet, each said as such: the unnormalised
@@ -102,7 +108,7 @@ fn check_lowerable(cx: &Ctx, r: &OnlineRewrite) -> Result<(), String> {
             name(p.result)
         ));
     };
-    let readers = |t: TensorId| cx.uses[t].iter().map(|&e| f.exprs[e].output);
+    let readers = |t: TensorId| cx.reads.uses[t].iter().map(|&e| f.exprs[e].output);
     let d = f.tensors[p.exp]
         .definition
         .and_then(|e| f.exprs[e].input_tensors().next());
@@ -111,7 +117,7 @@ fn check_lowerable(cx: &Ctx, r: &OnlineRewrite) -> Result<(), String> {
         let outside = readers(stat).find(|&t| {
             let mut x = t;
             while x != probs && Some(x) != reader_in_pattern {
-                match cx.uses[x][..] {
+                match cx.reads.uses[x][..] {
                     [e] if is_view(f, x) => x = f.exprs[e].output,
                     _ => return true,
                 }
@@ -161,12 +167,12 @@ fn axis_name(cx: &Ctx, r: &OnlineRewrite) -> String {
     cx.fusion.class_extent(r.pattern.axis).to_string()
 }
 
-/// The tensors computed inside each softmax's tile loop ([`Ctx::online_tiles`]): the scores,
-/// the maximum, the exponentials, the sum, the probabilities and the product.
-pub fn tile_of_tensors(cx: &Ctx) -> FxHashMap<TensorId, LoopKey> {
+/// The tensors computed inside each softmax's tile loop (`tiles`): the scores, the maximum, the
+/// exponentials, the sum, the probabilities and the product.
+pub fn tile_of_tensors(cx: &Ctx, tiles: &TileLoops) -> FxHashMap<TensorId, LoopKey> {
     let f = cx.fusion;
     let mut out = FxHashMap::default();
-    for (r, &tile) in f.online_softmax.iter().zip(&cx.online_tiles) {
+    for (r, &tile) in f.online_softmax.iter().zip(&tiles.0) {
         let p = &r.pattern;
         for t in [p.scores, p.max, p.exp, p.sum, p.product]
             .into_iter()
@@ -183,20 +189,18 @@ pub fn used(cx: &Ctx) -> bool {
     !cx.fusion.online_softmax.is_empty()
 }
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+/// Runs the pass over the tile loops `loop_nest` made and the accumulators `reduction` made.
+pub fn run(
+    cx: &mut Ctx,
+    tiles: &TileLoops,
+    accumulators: &Accumulators,
+    k: &mut Kernel,
+) -> Result<Change, Diagnostic> {
     let f = cx.fusion;
-    for (r, &tile) in f.online_softmax.iter().zip(&cx.online_tiles.clone()) {
-        rewrite(cx, k, r, tile)?;
+    for (r, &tile) in f.online_softmax.iter().zip(&tiles.0) {
+        rewrite(cx, accumulators, k, r, tile)?;
     }
-    Ok(())
-}
-
-/// The register accumulator `reduction` gave tensor `t`.
-fn accumulator(cx: &Ctx, t: TensorId) -> Option<BufferId> {
-    cx.accumulator_of
-        .iter()
-        .find(|&(_, &of)| of == t)
-        .map(|(&b, _)| b)
+    Ok(Change::Changed)
 }
 
 fn read(buffer: BufferId) -> Data {
@@ -222,6 +226,7 @@ fn rescale(expr: ExprId, out: BufferId, value: Data) -> Stmt {
 /// One online softmax's rewrite (the module doc's guarantees).
 fn rewrite(
     cx: &mut Ctx,
+    accumulators: &Accumulators,
     k: &mut Kernel,
     r: &OnlineRewrite,
     tile: LoopKey,
@@ -240,16 +245,16 @@ fn rewrite(
     let def = |t: TensorId| f.tensors[t].definition.expect("a computed tensor");
     let (m_expr, l_expr, o_expr) = (def(p.max), def(p.sum), def(p.product));
     let (Some(m_acc), Some(l_acc), Some(o_acc)) = (
-        accumulator(cx, p.max),
-        accumulator(cx, p.sum),
-        accumulator(cx, p.product),
+        accumulators.of_tensor(p.max),
+        accumulators.of_tensor(p.sum),
+        accumulators.of_tensor(p.product),
     ) else {
         return Err(internal("a reduction has no accumulator"));
     };
     let probs = p
         .probs
         .ok_or_else(|| internal("the unnormalised form reached the rewrite"))?;
-    let m_buf = cx.tensor_buffer[&p.max];
+    let m_buf = cx.layout.tensor_buffer[&p.max];
     let dtype = k.buffers[m_acc].dtype;
     let o_dtype = k.buffers[o_acc].dtype;
     // The statistics' final writes after the tile loop go: `m` is written in the loop (what
@@ -280,7 +285,7 @@ fn rewrite(
     // The statistics are per row: a scalar of the thread's row on CUDA cores, one per row of
     // the accumulator's axes when it has any (the M rows of a tensor-core tile: `mma` gives
     // each thread its rows of the fragment).
-    let row_ids = cx.alloc_ids.get(&m_acc).cloned().unwrap_or_default();
+    let row_ids = cx.layout.alloc_ids.get(&m_acc).cloned().unwrap_or_default();
     let m_prev = cx.new_register(k, &format!("{m_name}_prev"), dtype, row_ids.clone());
     let alpha = cx.new_register(k, &format!("{m_name}_scale"), dtype, row_ids.clone());
     let exp_op = match p.exponential {
@@ -345,7 +350,7 @@ fn rewrite(
         ),
     ];
     let mut after = super::reduction::accumulator_loops(cx, &row_ids, per_row);
-    let o_ids = cx.alloc_ids.get(&o_acc).cloned().unwrap_or_default();
+    let o_ids = cx.layout.alloc_ids.get(&o_acc).cloned().unwrap_or_default();
     after.extend(super::reduction::accumulator_loops(
         cx,
         &o_ids,
@@ -431,7 +436,7 @@ fn rewrite(
     // `l` and its views exist only as the accumulator now: nothing writes their buffers, so
     // `allocation` does not place them.
     for e in denominator_views.iter().chain([&l_expr]) {
-        cx.tensor_buffer.remove(&f.exprs[*e].output);
+        cx.layout.tensor_buffer.remove(&f.exprs[*e].output);
     }
     Ok(())
 }

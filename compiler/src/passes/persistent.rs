@@ -49,7 +49,7 @@
 //! before the next); for stream-K also a cluster, an output not written by TMA stores, operands
 //! not loaded by a warp-specialized circular buffer, and no k loop of a tensor-core product.
 
-use super::{Ctx, KeyNode};
+use super::context::{Change, Ctx, KeyNode, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::ParallelType;
 use crate::kir::{Flow, Kernel, Loop, Persistent, Step, Stmt, StreamK, Val};
@@ -59,60 +59,18 @@ pub fn used(cx: &Ctx) -> bool {
     cx.fusion.persistent.is_some()
 }
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
     let f = cx.fusion;
     let Some(p) = f.persistent else {
-        return Ok(());
+        return Ok(Change::Unchanged);
     };
     let what = format!("persistent({}, {})", p.along, p.group);
     let err = |m: String| Err(Diagnostic::new(m, p.span));
-    let bound: Vec<(String, ParallelType)> = k
-        .hw_vars
-        .iter()
-        .filter(|(_, q)| q.is_block())
-        .cloned()
-        .collect();
-    if let Some((v, _)) = bound.iter().find(|(_, q)| *q == ParallelType::BIDz) {
-        return err(format!(
-            "{what}: `{v}` is bound to BIDz; a persistent grid's tiles span BIDx and BIDy only"
-        ));
-    }
-    let across = match p.along {
-        ParallelType::BIDy => ParallelType::BIDx,
-        _ => ParallelType::BIDy,
-    };
-    let var_of = |q: ParallelType| bound.iter().find(|(_, b)| *b == q).map(|(v, _)| v.clone());
-    let Some(along_var) = var_of(p.along) else {
-        return err(format!(
-            "{what}: no axis is parallelized on {}, so there are no tiles along it to group",
-            p.along
-        ));
-    };
-    let across_var = var_of(across);
-    let extent = |q: ParallelType| k.grid[q.dim().expect("a grid axis")].clone();
     // Tiles per axis, in clusters along the clustered one.
     let ctas = f.cluster.map_or(1, |c| c.ctas);
     let clustered = f.cluster.map(|c| c.on);
-    let units = |q: ParallelType| {
-        let e = extent(q);
-        if clustered == Some(q) {
-            SizeExpr::CeilDiv(Box::new(e), Box::new(SizeExpr::Const(ctas)))
-        } else {
-            e
-        }
-    };
-    let (along_units, across_units) = (
-        units(p.along),
-        if across_var.is_some() {
-            units(across)
-        } else {
-            SizeExpr::Const(1)
-        },
-    );
-    let tiles = SizeExpr::Mul(
-        Box::new(along_units.clone()),
-        Box::new(across_units.clone()),
-    );
+    let grid = TileGrid::of(k, &p, &what, ctas, clustered)?;
+    let tiles = grid.tiles.clone();
 
     // One tile loop must hold every computation of a tile: nests that walk the grid one after
     // the other would each walk all of the CTA's tiles before the next starts, and a buffer
@@ -151,23 +109,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             cluster.clone(),
         ),
     };
-    // The grouped raster of `linear`.
-    let (ua, uo) = (Val::from_size(&along_units), Val::from_size(&across_units));
-    let group = Val::Int(p.group);
-    let per_group = Val::mul(group.clone(), uo);
-    let first = Val::mul(Val::div(linear.clone(), per_group.clone()), group.clone());
-    let length = Val::min(Val::sub(ua, first.clone()), group);
-    let within = Val::rem(linear, per_group);
-    let along_unit = Val::add(first, Val::rem(within.clone(), length.clone()));
-    let across_unit = Val::div(within, length);
-    let index = |q: ParallelType, unit: Val| match (&rank, clustered == Some(q)) {
-        (Some(r), true) => Val::add(Val::mul(unit, Val::Int(ctas)), r.clone()),
-        _ => unit,
-    };
-    let mut bindings = vec![(along_var, p.along, index(p.along, along_unit))];
-    if let Some(v) = across_var {
-        bindings.push((v, across, index(across, across_unit)));
-    }
+    let bindings = grid.raster(&p, linear, rank.as_ref(), ctas, clustered);
     let extent = match &split {
         Some(sp) => sp.extent.clone(),
         None => Val::ceil_div(Val::sub(tiles_val.clone(), cluster), stride),
@@ -183,18 +125,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             body: inner,
         })
     });
-    // The tile loop encloses every computation inside the grid-bound loops: it joins their
-    // placements after the last grid-bound loop (allocation places buffers by them).
-    let grid_keys: Vec<super::LoopKey> =
-        bound.iter().filter_map(|(v, _)| cx.key_named(v)).collect();
-    for (keys, q) in cx.placement.values_mut() {
-        if let Some(i) = keys.iter().rposition(|key| grid_keys.contains(key)) {
-            keys.insert(i + 1, key);
-            if *q > i {
-                *q += 1;
-            }
-        }
-    }
+    join_placements(cx, &grid.bound, key);
     k.hw_vars.retain(|(_, q)| !q.is_block());
     k.grid = [
         SizeExpr::Mul(Box::new(tiles.clone()), Box::new(SizeExpr::Const(ctas))),
@@ -213,7 +144,135 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         bindings,
         stream_k,
     });
-    Ok(())
+    Ok(Change::Changed)
+}
+
+/// The grid a persistent kernel walks, before its tile loop: the block-bound variables, the
+/// variable along the grouped axis and the one across it (if any), and the tiles along,
+/// across (in clusters along the clustered axis) and in all.
+struct TileGrid {
+    bound: Vec<(String, ParallelType)>,
+    along_var: String,
+    across: ParallelType,
+    across_var: Option<String>,
+    along_units: SizeExpr,
+    across_units: SizeExpr,
+    tiles: SizeExpr,
+}
+
+impl TileGrid {
+    /// The grid of `k` as `loop_nest` bound it; an error when it has no axis along `p.along`
+    /// or binds BIDz.
+    fn of(
+        k: &Kernel,
+        p: &crate::fusion::Persistent,
+        what: &str,
+        ctas: i64,
+        clustered: Option<ParallelType>,
+    ) -> Result<TileGrid, Diagnostic> {
+        let err = |m: String| Err(Diagnostic::new(m, p.span));
+        let bound: Vec<(String, ParallelType)> = k
+            .hw_vars
+            .iter()
+            .filter(|(_, q)| q.is_block())
+            .cloned()
+            .collect();
+        if let Some((v, _)) = bound.iter().find(|(_, q)| *q == ParallelType::BIDz) {
+            return err(format!(
+                "{what}: `{v}` is bound to BIDz; a persistent grid's tiles span BIDx and BIDy only"
+            ));
+        }
+        let across = match p.along {
+            ParallelType::BIDy => ParallelType::BIDx,
+            _ => ParallelType::BIDy,
+        };
+        let var_of = |q: ParallelType| bound.iter().find(|(_, b)| *b == q).map(|(v, _)| v.clone());
+        let Some(along_var) = var_of(p.along) else {
+            return err(format!(
+                "{what}: no axis is parallelized on {}, so there are no tiles along it to group",
+                p.along
+            ));
+        };
+        let across_var = var_of(across);
+        let extent = |q: ParallelType| k.grid[q.dim().expect("a grid axis")].clone();
+        let units = |q: ParallelType| {
+            let e = extent(q);
+            if clustered == Some(q) {
+                SizeExpr::CeilDiv(Box::new(e), Box::new(SizeExpr::Const(ctas)))
+            } else {
+                e
+            }
+        };
+        let (along_units, across_units) = (
+            units(p.along),
+            if across_var.is_some() {
+                units(across)
+            } else {
+                SizeExpr::Const(1)
+            },
+        );
+        let tiles = SizeExpr::Mul(
+            Box::new(along_units.clone()),
+            Box::new(across_units.clone()),
+        );
+        Ok(TileGrid {
+            bound,
+            along_var,
+            across,
+            across_var,
+            along_units,
+            across_units,
+            tiles,
+        })
+    }
+
+    /// The grid variables' values for the tile at `linear` in the grouped raster: groups of
+    /// `p.group` tiles along `p.along`, walked across first; in a cluster, the CTA's `rank`
+    /// picks its CTA of the clustered unit.
+    fn raster(
+        &self,
+        p: &crate::fusion::Persistent,
+        linear: Val,
+        rank: Option<&Val>,
+        ctas: i64,
+        clustered: Option<ParallelType>,
+    ) -> Vec<(String, ParallelType, Val)> {
+        let (ua, uo) = (
+            Val::from_size(&self.along_units),
+            Val::from_size(&self.across_units),
+        );
+        let group = Val::Int(p.group);
+        let per_group = Val::mul(group.clone(), uo);
+        let first = Val::mul(Val::div(linear.clone(), per_group.clone()), group.clone());
+        let length = Val::min(Val::sub(ua, first.clone()), group);
+        let within = Val::rem(linear, per_group);
+        let along_unit = Val::add(first, Val::rem(within.clone(), length.clone()));
+        let across_unit = Val::div(within, length);
+        let index = |q: ParallelType, unit: Val| match (rank, clustered == Some(q)) {
+            (Some(r), true) => Val::add(Val::mul(unit, Val::Int(ctas)), r.clone()),
+            _ => unit,
+        };
+        let mut bindings = vec![(self.along_var.clone(), p.along, index(p.along, along_unit))];
+        if let Some(v) = &self.across_var {
+            bindings.push((v.clone(), self.across, index(self.across, across_unit)));
+        }
+        bindings
+    }
+}
+
+/// The tile loop `key` encloses every computation inside the grid-bound loops (`bound`'s
+/// variables): it joins their placements after the last grid-bound loop (allocation places
+/// buffers by them).
+fn join_placements(cx: &mut Ctx, bound: &[(String, ParallelType)], key: LoopKey) {
+    let grid_keys: Vec<LoopKey> = bound.iter().filter_map(|(v, _)| cx.keys.named(v)).collect();
+    for (keys, q) in cx.layout.placement.values_mut() {
+        if let Some(i) = keys.iter().rposition(|k| grid_keys.contains(k)) {
+            keys.insert(i + 1, key);
+            if *q > i {
+                *q += 1;
+            }
+        }
+    }
 }
 
 /// What a stream-K split needs of the fusion: no clusters, warp-specialized operand
@@ -436,7 +495,7 @@ impl Split {
 
     /// Makes the k loop in the tile loop (`tile_key`) walk one piece of its tile, offset by
     /// `lo` (the index walks add it: [`Ctx::hw_env`]), and puts the fixup after it.
-    fn apply(self, k: &mut Kernel, tile_key: super::LoopKey) -> StreamK {
+    fn apply(self, k: &mut Kernel, tile_key: LoopKey) -> StreamK {
         let mut k_var = String::new();
         let piece = Val::sub(self.hi.clone(), self.lo.clone());
         in_tile_loop(&mut k.body, tile_key, &mut |block| {
@@ -473,7 +532,7 @@ impl Split {
 }
 
 /// Calls `f` on the body of every loop keyed `key`.
-fn in_tile_loop(body: &mut [Stmt], key: super::LoopKey, f: &mut dyn FnMut(&mut Vec<Stmt>)) {
+fn in_tile_loop(body: &mut [Stmt], key: LoopKey, f: &mut dyn FnMut(&mut Vec<Stmt>)) {
     crate::kir::for_each_stmt_mut(body, &mut |s| match s {
         Stmt::Loop(l) if l.key == key => {
             f(&mut l.body);

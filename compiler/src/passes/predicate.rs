@@ -12,21 +12,22 @@
 //! Predicates wrap single computations, never barriers or block reductions, so every thread
 //! reaches every barrier. Vectors whose alignment depends on the sizes also check it at run time
 //! and take the scalar path when misaligned, unless the compile is specialised for it
-//! (`Ctx::vectors_aligned`: `CompileOptions::assume_aligned_vectors` for every vector, or
+//! (`PassOptions::vectors_aligned`: `CompileOptions::assume_aligned_vectors` for every vector, or
 //! `CompileOptions::aligned_for` for those the run's sizes keep aligned, as the runner asks):
 //! then the check becomes a divisibility constraint of the launch plan.
 //! Emits: `if` statements and vector computes.
 
+use super::context::{Ctx, LoopKey};
 use super::indexing::consumer_roots;
 use super::probe::eval;
-use super::{Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterKind, MemoryType, Op, ParallelType};
 use crate::kir::{Compute, ComputeRole, Data, Kernel, Loop, Stmt, Val};
 use crate::plan::{Constraint, SizeExpr};
 use rustc_hash::FxHashMap as HashMap;
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+/// Runs the pass; returns the launch constraints of the vectors compiled as aligned.
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Vec<Constraint>, Diagnostic> {
     let mut env: HashMap<LoopKey, Val> = cx.hw_env(k);
     let used: Vec<ParallelType> = ParallelType::ALL
         .into_iter()
@@ -42,15 +43,22 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         })
         .collect();
     let mut body = std::mem::take(&mut k.body);
-    let mut st = State { k, used };
+    let mut st = State {
+        k,
+        used,
+        constraints: Vec::new(),
+    };
     st.block(cx, &mut body, &mut env)?;
+    let constraints = st.constraints;
     k.body = body;
-    Ok(())
+    Ok(constraints)
 }
 
 struct State<'a> {
     k: &'a Kernel,
     used: Vec<ParallelType>,
+    /// The launch constraints of the vectors compiled as aligned, each once.
+    constraints: Vec<Constraint>,
 }
 
 impl State<'_> {
@@ -66,7 +74,7 @@ impl State<'_> {
             *slot = match std::mem::replace(slot, Stmt::Sync) {
                 Stmt::Loop(mut l) => {
                     let key = l.key;
-                    let prev = env.insert(key, super::loop_value(env, &l));
+                    let prev = env.insert(key, super::context::loop_value(env, &l));
                     let single_vector = l.parallel == ParallelType::Vectorize
                         && l.body.len() == 1
                         && matches!(&l.body[0], Stmt::Compute(c) if self.vectorizable(cx, c));
@@ -129,7 +137,7 @@ impl State<'_> {
                 let ragged = tensor
                     .loop_domain
                     .iter()
-                    .map(|&id| cx.id_keys[&id])
+                    .map(|&id| cx.keys.of_axis[&id])
                     .any(|key| cx.key_classes(key).contains(&class) && !cx.divisible(key));
                 if !ragged {
                     continue;
@@ -207,7 +215,7 @@ impl State<'_> {
         let gname = self.k.buffers[global.buffer].name.clone();
         // A specialised kernel's strides are still size symbols here (pass `specialize` comes
         // later) while its loop extents are numbers already: probe them with the sizes' values.
-        let sized = |v: Val| match &cx.specialized {
+        let sized = |v: Val| match &cx.options.specialized {
             Some(sizes) => v.subst_sizes(sizes),
             None => v,
         };
@@ -263,7 +271,9 @@ impl State<'_> {
         if !aligned(&gprobe, &l.var, width, &symbols, &[]) {
             // Specialised, the sizes are fixed: a vector they misalign takes the run-time check
             // (the generic kernel of the same program says whether it is never aligned).
-            if cx.specialized.is_none() && !aligned(&gprobe, &l.var, width, &symbols, &symbols) {
+            if cx.options.specialized.is_none()
+                && !aligned(&gprobe, &l.var, width, &symbols, &symbols)
+            {
                 return Err(Diagnostic::new(
                     format!(
                         "cannot vectorize the access to `{gname}`: its vectors are never aligned to {} bytes",
@@ -279,7 +289,7 @@ impl State<'_> {
                 .filter(|(e, _)| matches!(e, SizeExpr::Sym(_)))
                 .map(|(e, _)| (e.clone(), width))
                 .collect();
-            if cx.vectors_aligned(&divisible) {
+            if cx.options.vectors_aligned(&divisible) {
                 for (value, _) in divisible {
                     let c = Constraint::Divisible {
                         value,
@@ -289,8 +299,8 @@ impl State<'_> {
                             width * dtype_bytes
                         ),
                     };
-                    if !cx.constraints.contains(&c) {
-                        cx.constraints.push(c);
+                    if !self.constraints.contains(&c) {
+                        self.constraints.push(c);
                     }
                 }
             } else {

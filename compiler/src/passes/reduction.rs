@@ -6,11 +6,40 @@
 //! bound to thread dims, a `BlockReduce` after the loops (outside every predicate, so every
 //! thread of the block reaches it) leaves the result in every thread; a `ReductionWrite` then
 //! stores it to the tensor. Reduction axes bound to block dims were rejected by the schedule.
+//! Returns the tensor of each accumulator ([`Accumulators`], for `online_softmax`,
+//! `allocation` and `mma`).
 
-use super::{Ctx, LoopKey};
+use super::context::{Change, Ctx, LoopKey};
 use crate::diag::Diagnostic;
-use crate::fusion::{ExprId, IterId, IterKind, Op, ParallelType};
+use crate::fusion::{ExprId, IterId, IterKind, Op, ParallelType, TensorId};
 use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Loop, Stmt, Val};
+use rustc_hash::FxHashMap;
+
+/// The tensor each reduction accumulator buffer accumulates (the pass's result), so that
+/// later passes find a statistic's accumulator and point errors about an accumulator at its
+/// reduction. One accumulator per reduction.
+#[derive(Clone, Debug, Default)]
+pub struct Accumulators {
+    tensor_of: FxHashMap<BufferId, TensorId>,
+    of_tensor: FxHashMap<TensorId, BufferId>,
+}
+
+impl Accumulators {
+    /// The reduction whose accumulator `b` is.
+    pub fn tensor_of(&self, b: BufferId) -> Option<TensorId> {
+        self.tensor_of.get(&b).copied()
+    }
+
+    /// The accumulator of reduction `t`.
+    pub fn of_tensor(&self, t: TensorId) -> Option<BufferId> {
+        self.of_tensor.get(&t).copied()
+    }
+
+    fn insert(&mut self, b: BufferId, t: TensorId) {
+        self.tensor_of.insert(b, t);
+        self.of_tensor.insert(t, b);
+    }
+}
 
 /// One reduction's rewrite: the loop it hooks onto and what surrounds that loop.
 struct Lowered {
@@ -24,15 +53,18 @@ struct Lowered {
     after: Vec<Stmt>,
 }
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(Accumulators, Change), Diagnostic> {
     let f = cx.fusion;
     let mut lowered: Vec<Lowered> = Vec::new();
     for e in f.expr_ids() {
         lowered.extend(lower(cx, k, e));
     }
     if lowered.is_empty() {
-        cx.kernel_unchanged = true;
-        return Ok(());
+        return Ok((Accumulators::default(), Change::Unchanged));
+    }
+    let mut accumulators = Accumulators::default();
+    for l in &lowered {
+        accumulators.insert(l.acc, f.exprs[l.expr].output);
     }
     // Each reduction hooks onto the outermost loop with its first reduction key that holds
     // its update (only loops hold statements at this stage). One walk finds every such loop (numbered in
@@ -70,7 +102,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     let mut lowered: Vec<Option<Lowered>> = lowered.into_iter().map(Some).collect();
     let body = std::mem::take(&mut k.body);
     k.body = hook(body, &mut lowered, &at_loop, &mut 0);
-    Ok(())
+    Ok((accumulators, Change::Changed))
 }
 
 /// The statements around reduction `e` (None when `e` is no reduction over a loop axis): its
@@ -88,7 +120,7 @@ fn lower(cx: &mut Ctx, k: &mut Kernel, e: ExprId) -> Option<Lowered> {
         .loop_domain
         .iter()
         .position(|&id| f.ids[id].kind == IterKind::Reduction)?;
-    let first_key = cx.id_keys[&tensor.loop_domain[first]];
+    let first_key = cx.keys.of_axis[&tensor.loop_domain[first]];
     let after = &tensor.loop_domain[first..];
     let serial_iter: Vec<IterId> = after
         .iter()
@@ -110,8 +142,7 @@ fn lower(cx: &mut Ctx, k: &mut Kernel, e: ExprId) -> Option<Lowered> {
         dtype,
         serial_iter.clone(),
     );
-    cx.accumulator_of.insert(acc, t);
-    let out_buf = cx.tensor_buffer[&t];
+    let out_buf = cx.layout.tensor_buffer[&t];
     let loops_over = |cx: &Ctx, inner: Vec<Stmt>| accumulator_loops(cx, &serial_iter, inner);
     let acc_access = Access {
         buffer: acc,
@@ -168,7 +199,7 @@ fn lower(cx: &mut Ctx, k: &mut Kernel, e: ExprId) -> Option<Lowered> {
 pub(super) fn accumulator_loops(cx: &Ctx, ids: &[IterId], inner: Vec<Stmt>) -> Vec<Stmt> {
     let mut body = inner;
     for &id in ids.iter().rev() {
-        let key = cx.id_keys[&id];
+        let key = cx.keys.of_axis[&id];
         body = vec![Stmt::Loop(Loop {
             key,
             var: cx.keys.names[key].clone(),

@@ -6,14 +6,13 @@
 //! `b` is a loop variable of extent `f`, `(a * k f + b) % f = b % f`, `(x / e) * e + x % e = x`,
 //! `x / d < e` as `x < e * d` (indices are non-negative, `d` positive); `if true` disappears.
 //! Hardware-bound variables range over their launch dimension. A kernel where nothing became
-//! simpler is left as it was and says so (`Ctx::kernel_unchanged`).
+//! simpler is left as it was and says so ([`Change::Unchanged`]).
 
-use super::Ctx;
-use crate::diag::Diagnostic;
+use super::context::Change;
 use crate::kir::{Access, Data, Kernel, Stmt, Val};
 use std::collections::HashMap;
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(k: &mut Kernel) -> Change {
     let mut extents: HashMap<String, Val> = HashMap::new();
     // Whether anything became simpler (else the kernel is as it was, and says so).
     let mut changed = false;
@@ -36,8 +35,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
         extents.insert(var.clone(), Val::from_size(e));
     }
     block(&mut k.body, &mut extents, &mut changed);
-    cx.kernel_unchanged = !changed;
-    Ok(())
+    Change::from_changed(changed)
 }
 
 /// [`simplify`], noting in `changed` when the result differs.

@@ -16,7 +16,7 @@
 //! kernel's signature: every launcher passes the same arguments to a generic or a specialised
 //! kernel. Emits: nothing new.
 
-use super::Ctx;
+use super::context::{Change, Ctx};
 use crate::diag::Diagnostic;
 use crate::kir::{for_each_stmt_mut, Data, Flow, Kernel, Stmt};
 use crate::plan::SizeExpr;
@@ -24,12 +24,12 @@ use std::collections::BTreeMap;
 
 /// Whether the kernel is specialised to its sizes.
 pub fn used(cx: &Ctx) -> bool {
-    cx.specialized.is_some()
+    cx.options.specialized.is_some()
 }
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
-    let Some(sizes) = &cx.specialized else {
-        return Ok(());
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
+    let Some(sizes) = &cx.options.specialized else {
+        return Ok(Change::Unchanged);
     };
     let before = k.clone();
     let size = |e: &mut SizeExpr, sizes: &BTreeMap<String, i64>| *e = e.specialized(sizes);
@@ -54,8 +54,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
             size(&mut sk.work_size, sizes);
         }
     }
-    cx.kernel_unchanged = *k == before;
-    Ok(())
+    Ok(Change::from_changed(*k != before))
 }
 
 /// Replaces each size symbol used as data (`Data::Param` of a symbol's name: symbols and

@@ -32,14 +32,15 @@
 //! the group's own barrier (`Stmt::GroupSync`, ids from `target::GROUP_BARRIER_BASE`) when
 //! nothing else is pending. (The wait before exit is `circular_buffer`'s.)
 
-use super::{Ctx, PipelinePlan};
+use super::context::{Change, Ctx};
+use super::tma::PipelinePlan;
 use crate::diag::Diagnostic;
 use crate::fusion::{FenceMode, MemoryType};
 use crate::kir::{BufferId, Kernel, Stmt, Val};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::HashSet;
 
-pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<Change, Diagnostic> {
     let mut all = Touched::default();
     collect(&k.body, &mut all);
     // Slots ordered by full and empty mbarriers on both sides.
@@ -47,7 +48,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         .loads
         .iter()
         .filter(|i| plan.pipes[i.pipe].empty.is_some() || plan.pipes[i.pipe].ws.is_some())
-        .map(|i| cx.tensor_buffer[&i.tensor])
+        .map(|i| cx.layout.tensor_buffer[&i.tensor])
         .collect();
     let shared: FxHashSet<BufferId> = k
         .buffer_ids()
@@ -58,14 +59,13 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         })
         .collect();
     if shared.is_empty() {
-        cx.kernel_unchanged = true;
-        return Ok(());
+        return Ok(Change::Unchanged);
     }
     let fenced: FxHashSet<BufferId> = plan
         .stores
         .iter()
         .filter(|s| s.fence == FenceMode::Analysis)
-        .map(|s| cx.tensor_buffer[&s.cache])
+        .map(|s| cx.layout.tensor_buffer[&s.cache])
         .collect();
     let body = std::mem::take(&mut k.body);
     let thread_vars = k
@@ -83,7 +83,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
             store_issuers: plan
                 .stores
                 .iter()
-                .map(|s| (cx.tensor_buffer[&s.cache], &s.issuer))
+                .map(|s| (cx.layout.tensor_buffer[&s.cache], &s.issuer))
                 .collect(),
             group_local: plan
                 .stores
@@ -91,7 +91,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
                 .filter_map(|s| {
                     let g = s.group.as_ref().filter(|g| g.local)?;
                     Some((
-                        cx.tensor_buffer[&s.cache],
+                        cx.layout.tensor_buffer[&s.cache],
                         Stmt::GroupSync {
                             dims: g.dims.clone(),
                             threads: g.threads,
@@ -101,7 +101,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
                 .collect(),
         },
     );
-    Ok(())
+    Ok(Change::Changed)
 }
 
 struct Sets<'p> {

@@ -18,7 +18,7 @@
 //!
 //! Emits: `Stmt::Let { broadcast: true, .. }` named after the tile variable (`tile_v0`, ...).
 
-use super::Ctx;
+use super::context::{Change, Ctx};
 use crate::diag::Diagnostic;
 use crate::kir::{for_each_stmt, CopyKind, Flow, Kernel, Stmt, Val};
 
@@ -26,14 +26,13 @@ pub fn used(cx: &Ctx) -> bool {
     cx.fusion.persistent.is_some()
 }
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
     let Some(tile) = k.persistent.as_ref().map(|p| p.var.clone()) else {
-        return Ok(());
+        return Ok(Change::Unchanged);
     };
     let mut changed = false;
     hoist_in(cx, &mut k.body, &tile, &mut changed);
-    cx.kernel_unchanged = !changed;
-    Ok(())
+    Ok(Change::from_changed(changed))
 }
 
 /// The variables a statement binds (what varies inside a tile loop's body).

@@ -246,7 +246,7 @@ fn groups(walk: &Walk, roles: &[Role]) -> Vec<Group> {
     closed
 }
 
-fn operand(k: &Kernel, walk: &Walk, full: &[usize], o: &MmaOperand) -> MmaInput {
+fn operand(k: &Kernel, walk: &Walk, full: &[crate::kir::MbarId], o: &MmaOperand) -> MmaInput {
     // The load that fills the buffer: its tensor and pipeline.
     let load = walk.events.iter().find_map(|e| match e.what {
         What::Load(t) if t.dst.buffer == o.tile.buffer => Some(t),
@@ -402,7 +402,7 @@ pub(super) fn extract(
     plan: &PipelinePlan,
     walk: &Walk,
     roles: &[Role],
-    full: &[usize],
+    full: &[crate::kir::MbarId],
     places: &[Vec<Place>],
 ) -> Vec<Mma> {
     let events = &walk.events;

@@ -5,10 +5,10 @@
 //! released across the cluster needs the cluster's barrier in both places: peers signal it.
 
 use super::{error_at, Event, EventKind, Rule, VerifyError};
-use crate::kir::Kernel;
+use crate::kir::{Kernel, MbarId};
 
 pub(super) fn check(k: &Kernel, events: &[Event], errors: &mut Vec<VerifyError>) {
-    for (bars, m) in k.mbarriers.iter().enumerate() {
+    for (bars, m) in k.mbarrier_ids().zip(&k.mbarriers) {
         let barrier_between = |from: usize, to: usize| {
             events.iter().any(|e| {
                 let meets = match e.kind {
@@ -24,7 +24,7 @@ pub(super) fn check(k: &Kernel, events: &[Event], errors: &mut Vec<VerifyError>)
         } else {
             "block barrier"
         };
-        let of = |want: fn(usize) -> EventKind| -> Vec<&Event> {
+        let of = |want: fn(MbarId) -> EventKind| -> Vec<&Event> {
             events.iter().filter(|e| e.kind == want(bars)).collect()
         };
         let (inits, invals, uses) = (

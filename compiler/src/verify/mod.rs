@@ -28,7 +28,9 @@ mod uniform;
 use crate::diag::Diagnostics;
 use crate::fusion::MemoryType;
 use crate::id::IdVec;
-use crate::kir::{Access, BufferId, CopyKind, Kernel, Loop, Stmt, TmaLoad, Val};
+use crate::kir::{
+    Access, BufferId, CopyKind, Kernel, Loop, MbarId, Stmt, TensorMapId, TmaLoad, Val,
+};
 pub use uniform::{barrier_uses, check_barrier_uses, of_hw, BarrierUse, Uniformity};
 
 /// One invariant of the kernel IR.
@@ -289,9 +291,9 @@ enum Group {
 /// What a statement does to an mbarrier array, or that it is a block barrier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum EventKind {
-    Init(usize),
-    Inval(usize),
-    Use(usize),
+    Init(MbarId),
+    Inval(MbarId),
+    Use(MbarId),
     Barrier,
     /// Every thread of every CTA of the cluster meets (a block barrier too).
     ClusterBarrier,
@@ -768,8 +770,8 @@ impl<'k> Walk<'k> {
         known
     }
 
-    fn mbarrier_known(&mut self, bars: usize) -> bool {
-        let known = bars < self.k.mbarriers.len();
+    fn mbarrier_known(&mut self, bars: MbarId) -> bool {
+        let known = bars.index() < self.k.mbarriers.len();
         if !known {
             self.error(
                 Rule::UnknownId,
@@ -782,14 +784,14 @@ impl<'k> Walk<'k> {
         known
     }
 
-    fn mbarrier_use(&mut self, bars: usize) {
+    fn mbarrier_use(&mut self, bars: MbarId) {
         if self.mbarrier_known(bars) {
             self.event(EventKind::Use(bars));
         }
     }
 
-    fn tensor_map(&mut self, map: usize, rank: usize) {
-        match self.k.tensor_maps.get(map) {
+    fn tensor_map(&mut self, map: TensorMapId, rank: usize) {
+        match self.k.tensor_maps.get(map.index()) {
             None => self.error(
                 Rule::UnknownId,
                 format!(
@@ -861,7 +863,7 @@ impl<'k> Walk<'k> {
 /// Whether every id a statement itself names is the kernel's (so its dump line can be printed).
 fn ids_valid(k: &Kernel, st: &Stmt) -> bool {
     let buffer = |a: &Access| a.buffer.index() < k.buffers.len();
-    let bars = |b: usize| b < k.mbarriers.len();
+    let bars = |b: MbarId| b.index() < k.mbarriers.len();
     match st {
         Stmt::Alloc(b) => b.index() < k.buffers.len(),
         Stmt::Compute(c) => {
@@ -881,11 +883,11 @@ fn ids_valid(k: &Kernel, st: &Stmt) -> bool {
                 && buffer(&t.src)
                 && bars(t.bars)
                 && match t.kind {
-                    CopyKind::Tile { map } => map < k.tensor_maps.len(),
+                    CopyKind::Tile { map } => map.index() < k.tensor_maps.len(),
                     CopyKind::Bulk => true,
                 }
         }
-        Stmt::TmaStore(t) => buffer(&t.src) && t.map < k.tensor_maps.len(),
+        Stmt::TmaStore(t) => buffer(&t.src) && t.map.index() < k.tensor_maps.len(),
         Stmt::StMatrix { dst, src } => buffer(dst) && buffer(src),
         _ => true,
     }

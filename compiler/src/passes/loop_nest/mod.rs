@@ -16,7 +16,8 @@
 //! unindexed `Compute` per fusion expression; creates a buffer per tensor; sets grid, block
 //! and the cluster dims (`Kernel::cluster`).
 
-use super::{Ctx, LoopKey};
+use super::context::{Ctx, LoopKey};
+use super::online_softmax::TileLoops;
 use crate::diag::Diagnostic;
 use crate::dtype::DType;
 use crate::fusion::{
@@ -24,14 +25,16 @@ use crate::fusion::{
 };
 use crate::id::IdVec;
 use crate::kir::{Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, Stmt};
-use crate::plan::SizeExpr;
+use crate::plan::{Constraint, SizeExpr};
 use std::collections::{HashMap, HashSet};
 
 mod tree;
 
 use tree::build_tree;
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+/// Runs the pass; returns the loop over tiles of each online softmax (for pass
+/// `online_softmax`) and the launch constraints a cluster needs.
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(TileLoops, Vec<Constraint>), Diagnostic> {
     let f = cx.fusion;
     let order = f.topo_exprs();
     if order.len() != f.exprs.len() {
@@ -48,7 +51,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     // A tensor only views read is recomputed in them (`tree::make_compute`), not computed.
     let order: Vec<_> = order
         .into_iter()
-        .filter(|&e| !cx.recomputed[f.exprs[e].output])
+        .filter(|&e| !cx.reads.recomputed[f.exprs[e].output])
         .collect();
     let computed: Vec<TensorId> = order.iter().map(|&e| f.exprs[e].output).collect();
     for &t in &computed {
@@ -58,21 +61,23 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
     }
     create_buffers(cx, k);
     let restricted = restricted_classes(f);
-    cx.online_tiles = super::online_softmax::tile_loops(cx)?;
-    let online = super::online_softmax::tile_of_tensors(cx);
+    let tile_loops = super::online_softmax::tile_loops(cx)?;
+    let online = super::online_softmax::tile_of_tensors(cx, &tile_loops);
     // Placements, consumers first.
     for &t in computed.iter().rev() {
         let placement = place(cx, t, &restricted, online.get(&t).copied())?;
-        cx.placement.insert(t, placement);
+        cx.layout.placement.insert(t, placement);
     }
-    check_parallel_extents(cx, k)?;
-    build_tree(cx, k, &order)
+    let constraints = check_parallel_extents(cx, k)?;
+    build_tree(cx, k, &order)?;
+    Ok((tile_loops, constraints))
 }
 
 fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
     let f = cx.fusion;
     for (t, tensor) in f.tensor_ids().zip(&f.tensors) {
-        let used = (tensor.definition.is_some() && !cx.recomputed[t]) || !cx.uses[t].is_empty();
+        let used = (tensor.definition.is_some() && !cx.reads.recomputed[t])
+            || !cx.reads.uses[t].is_empty();
         if !used || (tensor.is_input && f.rank(t) == 0) {
             continue;
         }
@@ -89,7 +94,9 @@ fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
         } else {
             Vec::new()
         };
-        cx.tensor_buffer.insert(t, BufferId::new(k.buffers.len()));
+        cx.layout
+            .tensor_buffer
+            .insert(t, BufferId::new(k.buffers.len()));
         k.buffers.push(Buffer {
             name: tensor.name.clone(),
             dtype: tensor.dtype,
@@ -240,7 +247,10 @@ fn place(
     // A tensor has a few root axes: a list.
     let t_classes: Vec<IterId> = tensor.root.iter().map(|&id| f.class_of(id)).collect();
     let consumers: Vec<TensorId> = {
-        let mut v: Vec<TensorId> = cx.uses[t].iter().map(|&e| f.exprs[e].output).collect();
+        let mut v: Vec<TensorId> = cx.reads.uses[t]
+            .iter()
+            .map(|&e| f.exprs[e].output)
+            .collect();
         v.dedup();
         v
     };
@@ -249,7 +259,7 @@ fn place(
     }
     let cplacements: Vec<Vec<LoopKey>> = consumers
         .iter()
-        .map(|c| cx.placement[c].0.clone())
+        .map(|c| cx.layout.placement[c].0.clone())
         .collect();
     // The deepest position allowed by the axes themselves.
     let mut limit = 0;
@@ -369,10 +379,14 @@ fn place(
 }
 
 /// The kernel's cluster dims (`Kernel::cluster`): the grid along the clustered axis must be a
-/// whole number of clusters (checked now when constant, else a launch constraint).
-fn set_cluster(cx: &mut Ctx, k: &mut Kernel, c: crate::fusion::Cluster) -> Result<(), Diagnostic> {
+/// whole number of clusters (checked now when constant, else the launch constraint returned).
+fn set_cluster(
+    k: &mut Kernel,
+    c: crate::fusion::Cluster,
+) -> Result<Option<Constraint>, Diagnostic> {
     let d = c.on.dim().expect("a cluster is along a grid axis");
     let what = format!("cluster({}, {})", c.on, c.ctas);
+    let mut constraint = None;
     match k.grid[d].as_const() {
         Some(1) => {
             return Err(Diagnostic::new(
@@ -388,27 +402,28 @@ fn set_cluster(cx: &mut Ctx, k: &mut Kernel, c: crate::fusion::Cluster) -> Resul
         }
         Some(_) => {}
         None => {
-            let rule = crate::plan::Constraint::Divisible {
+            constraint = Some(Constraint::Divisible {
                 value: k.grid[d].clone(),
                 divisor: c.ctas,
                 reason: format!("{what}: the CTAs along {} must be a multiple of the cluster size (the driver launches whole clusters only)", c.on),
-            };
-            cx.constraints.push(rule);
+            });
         }
     }
     let mut dims = [1; 3];
     dims[d] = c.ctas;
     k.cluster = Some(dims);
-    Ok(())
+    Ok(constraint)
 }
 
-fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic> {
+/// Checks that every hardware dimension has one extent and sets grid, block and cluster; the
+/// launch constraints the cluster needs.
+fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<Vec<Constraint>, Diagnostic> {
     let f = cx.fusion;
     let mut bound: HashMap<ParallelType, (SizeExpr, String)> = HashMap::new();
     // A loop variable is one index of the kernel: `n = blockIdx.x` cannot also be `blockIdx.y`.
     let mut key_bound: HashMap<LoopKey, (ParallelType, String)> = HashMap::new();
     for (t, tensor) in f.tensor_ids().zip(&f.tensors) {
-        if tensor.definition.is_none() || cx.recomputed[t] {
+        if tensor.definition.is_none() || cx.reads.recomputed[t] {
             continue;
         }
         for &id in &tensor.loop_domain {
@@ -432,7 +447,7 @@ fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic
                 }
                 continue;
             }
-            let key = cx.id_keys[&id];
+            let key = cx.keys.of_axis[&id];
             match key_bound.get(&key) {
                 Some((q, who)) if *q != p => {
                     return Err(Diagnostic::new(
@@ -475,8 +490,9 @@ fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic
         get(ParallelType::BIDy),
         get(ParallelType::BIDz),
     ];
+    let mut constraints = Vec::new();
     if let Some(c) = f.cluster {
-        set_cluster(cx, k, c)?;
+        constraints.extend(set_cluster(k, c)?);
     }
     k.block = [
         get(ParallelType::TIDx),
@@ -538,5 +554,5 @@ fn check_parallel_extents(cx: &mut Ctx, k: &mut Kernel) -> Result<(), Diagnostic
             ));
         }
     }
-    Ok(())
+    Ok(constraints)
 }

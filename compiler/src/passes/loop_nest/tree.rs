@@ -21,36 +21,21 @@ pub(super) enum Child {
 
 pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Result<(), Diagnostic> {
     let f = cx.fusion;
-    let mut nodes: Vec<LoopNode> = Vec::new();
-    let mut top: Vec<Child> = Vec::new();
-    let n_tensors = f.tensors.len();
-    // Per tensor (indexed by id, not hashed: these are read for every expression): the loop
-    // instances of its placement once placed, its statement's sequence number, and the loops
-    // opened for it by a producer placed earlier.
-    let mut instances: IdVec<TensorId, Option<Vec<usize>>> = vec![None; n_tensors].into();
-    // Sequence number of the outermost own element of each tensor at each depth.
-    let mut seq_of_node: Vec<usize> = Vec::new();
-    let mut stmt_seq: IdVec<TensorId, Option<usize>> = vec![None; n_tensors].into();
-    let mut pending: IdVec<TensorId, Option<Vec<usize>>> = vec![None; n_tensors].into();
-    let mut search = OpenLoopSearch::default();
-    // Whether any loops are open for a tensor yet: until then every search finds none (the
-    // first expression of a long chain would otherwise walk the whole chain to learn that).
-    let mut any_pending = false;
-    let mut seq = 0usize;
+    let mut tree = Growing::new(f.tensors.len());
     // The parallel type of each loop, from the tensors that own an axis with its key: a producer
     // placed in a consumer loop over an axis it lacks (broadcast to it) may open that loop first.
     let owned_parallel = owned_parallel(cx, order);
     for &e in order {
         let expr = &f.exprs[e];
         let t = expr.output;
-        let keys = &cx.placement[&t].0;
+        let keys = &cx.layout.placement[&t].0;
         // Parallel type of each placement entry: from the tensor's own axis when it has it
         // (a loop domain has a few axes: a list, first match, as a map would keep the last).
         let key_parallel: Vec<(LoopKey, ParallelType)> = f.tensors[t]
             .loop_domain
             .iter()
             .rev()
-            .map(|&id| (cx.id_keys[&id], f.ids[id].parallel))
+            .map(|&id| (cx.keys.of_axis[&id], f.ids[id].parallel))
             .collect();
         let key_parallel = |key: LoopKey| {
             key_parallel
@@ -63,23 +48,126 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
             .into_iter()
             .filter(|p| f.tensors[*p].definition.is_some())
             .collect();
+        let q_t = cx.layout.placement[&t].1;
+        let consumers: Vec<TensorId> = cx.reads.uses[t]
+            .iter()
+            .map(|&u| f.exprs[u].output)
+            .collect();
+        let mut inst = tree.shared_loops(cx, t, &producers, &consumers)?;
+        let d = inst.len();
+        tree.order_producers(cx, t, &producers, &inst)?;
+        check_shared_parallel(cx, t, keys, &inst, &tree.nodes, &key_parallel)?;
+        for &key in &keys[d..] {
+            let parallel = key_parallel(key)
+                .or_else(|| owned_parallel.get(&key).copied())
+                .unwrap_or(ParallelType::Serial);
+            let id = tree.nodes.len();
+            tree.nodes.push(LoopNode {
+                key,
+                parallel,
+                children: Vec::new(),
+            });
+            tree.seq_of_node.push(tree.seq);
+            tree.seq += 1;
+            match inst.last() {
+                Some(&parent) => tree.nodes[parent].children.push(Child::Loop(id)),
+                None => tree.top.push(Child::Loop(id)),
+            }
+            inst.push(id);
+        }
+        let compute = make_compute(cx, e)?;
+        tree.stmt_seq[t] = Some(tree.seq);
+        tree.seq += 1;
+        match inst.last() {
+            Some(&parent) => tree.nodes[parent]
+                .children
+                .push(Child::Compute(Box::new(compute))),
+            None => tree.top.push(Child::Compute(Box::new(compute))),
+        }
+        for c in consumers {
+            tree.any_pending = true;
+            let open = tree.pending[c].get_or_insert_with(Vec::new);
+            if q_t > open.len() {
+                *open = inst[..q_t].to_vec();
+            }
+        }
+        tree.instances[t] = Some(inst);
+    }
+    let mut hw: Vec<(String, ParallelType)> = Vec::new();
+    k.body = convert(cx, &mut tree.nodes, tree.top, &mut hw);
+    k.hw_vars = hw;
+    Ok(())
+}
+
+/// The loop tree as [`build_tree`] grows it, one expression at a time.
+struct Growing {
+    nodes: Vec<LoopNode>,
+    top: Vec<Child>,
+    /// Per tensor (indexed by id, not hashed: these are read for every expression): the loop
+    /// instances of its placement once placed, its statement's sequence number, and the loops
+    /// opened for it by a producer placed earlier.
+    instances: IdVec<TensorId, Option<Vec<usize>>>,
+    stmt_seq: IdVec<TensorId, Option<usize>>,
+    pending: IdVec<TensorId, Option<Vec<usize>>>,
+    /// Sequence number of the outermost own element of each tensor at each depth.
+    seq_of_node: Vec<usize>,
+    search: OpenLoopSearch,
+    /// Whether any loops are open for a tensor yet: until then every search finds none (the
+    /// first expression of a long chain would otherwise walk the whole chain to learn that).
+    any_pending: bool,
+    seq: usize,
+}
+
+impl Growing {
+    fn new(n_tensors: usize) -> Growing {
+        Growing {
+            nodes: Vec::new(),
+            top: Vec::new(),
+            instances: vec![None; n_tensors].into(),
+            stmt_seq: vec![None; n_tensors].into(),
+            pending: vec![None; n_tensors].into(),
+            seq_of_node: Vec::new(),
+            search: OpenLoopSearch::default(),
+            any_pending: false,
+            seq: 0,
+        }
+    }
+
+    fn placed(&self, p: TensorId) -> &[usize] {
+        self.instances[p]
+            .as_deref()
+            .expect("producers are placed first")
+    }
+
+    /// The loop instances `t` shares: those of its producer shared deepest, or the deeper
+    /// ones a sibling producer already opened for one of its `consumers`; an error when the
+    /// two disagree.
+    fn shared_loops(
+        &mut self,
+        cx: &Ctx,
+        t: TensorId,
+        producers: &[TensorId],
+        consumers: &[TensorId],
+    ) -> Result<Vec<usize>, Diagnostic> {
+        let f = cx.fusion;
         let mut d = 0;
         let mut best: Option<TensorId> = None;
-        for &p in &producers {
-            let q = cx.placement[&p].1;
+        for &p in producers {
+            let q = cx.layout.placement[&p].1;
             if q > d {
                 d = q;
                 best = Some(p);
             }
         }
-        let placed = |p: TensorId| instances[p].as_deref().expect("producers are placed first");
-        let mut inst: Vec<usize> = best.map(|b| placed(b)[..d].to_vec()).unwrap_or_default();
+        let mut inst: Vec<usize> = best
+            .map(|b| self.placed(b)[..d].to_vec())
+            .unwrap_or_default();
         // Loops already opened for a consumer of `t` by a sibling producer are shared too.
-        let q_t = cx.placement[&t].1;
-        let consumers: Vec<TensorId> = cx.uses[t].iter().map(|&u| f.exprs[u].output).collect();
-        for c in &consumers {
-            let open = if any_pending {
-                search.open_loops(cx, &pending, &instances, *c, q_t)
+        let q_t = cx.layout.placement[&t].1;
+        for c in consumers {
+            let open = if self.any_pending {
+                self.search
+                    .open_loops(cx, &self.pending, &self.instances, *c, q_t)
             } else {
                 None
             };
@@ -97,10 +185,25 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
                 }
             }
         }
+        Ok(inst)
+    }
+
+    /// Checks that each producer of `t` runs in the loops it shares with `t` (`inst`), and
+    /// puts each one computed outside them before them: a shared loop opened (by a sibling
+    /// inlined deeper) before the producer was computed moves after it when nothing computed
+    /// since needs what it holds, else an error.
+    fn order_producers(
+        &mut self,
+        cx: &Ctx,
+        t: TensorId,
+        producers: &[TensorId],
+        inst: &[usize],
+    ) -> Result<(), Diagnostic> {
+        let f = cx.fusion;
         let d = inst.len();
-        for &p in &producers {
-            let q = cx.placement[&p].1;
-            if placed(p)[..q] != inst[..q] {
+        for &p in producers {
+            let q = cx.layout.placement[&p].1;
+            if self.placed(p)[..q] != inst[..q] {
                 return Err(Diagnostic::new(
                     format!(
                         "`{}` is inlined into `{}` but the loops it shares are not the loops `{}` runs in; lower its inlining position",
@@ -109,79 +212,37 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
                     f.tensors[p].span,
                 ));
             }
-            // A producer computed outside the shared loops must come before them.
-            if q < d {
-                let outer_of_p = match placed(p).get(q) {
-                    Some(&node) => seq_of_node[node],
-                    None => stmt_seq[p].expect("placed"),
-                };
-                // The shared loop `inst[q]` was opened (by a sibling inlined deeper) before
-                // `p` was computed: move that loop after `p` when nothing computed since
-                // needs what it holds.
-                if outer_of_p > seq_of_node[inst[q]]
-                    && !move_after_siblings(
-                        cx,
-                        &mut nodes,
-                        &mut top,
-                        &inst,
-                        q,
-                        &instances,
-                        &mut seq_of_node,
-                        &mut stmt_seq,
-                        &mut seq,
-                    )
-                {
-                    return Err(Diagnostic::new(
-                        format!(
-                            "inlining breaks a dependency: `{}` would be computed inside loops that run before its producer `{}` is computed",
-                            f.tensors[t].name, f.tensors[p].name
-                        ),
-                        f.tensors[t].span,
-                    ));
-                }
+            if q >= d {
+                continue;
+            }
+            let outer_of_p = match self.placed(p).get(q) {
+                Some(&node) => self.seq_of_node[node],
+                None => self.stmt_seq[p].expect("placed"),
+            };
+            if outer_of_p > self.seq_of_node[inst[q]]
+                && !move_after_siblings(
+                    cx,
+                    &mut self.nodes,
+                    &mut self.top,
+                    inst,
+                    q,
+                    &self.instances,
+                    &mut self.seq_of_node,
+                    &mut self.stmt_seq,
+                    &mut self.seq,
+                )
+            {
+                return Err(Diagnostic::new(
+                    format!(
+                        "inlining breaks a dependency: `{}` would be computed inside loops that run before its producer `{}` is computed",
+                        f.tensors[t].name, f.tensors[p].name
+                    ),
+                    f.tensors[t].span,
+                ));
             }
         }
-        check_shared_parallel(cx, t, keys, &inst, &nodes, &key_parallel)?;
-        for &key in &keys[d..] {
-            let parallel = key_parallel(key)
-                .or_else(|| owned_parallel.get(&key).copied())
-                .unwrap_or(ParallelType::Serial);
-            let id = nodes.len();
-            nodes.push(LoopNode {
-                key,
-                parallel,
-                children: Vec::new(),
-            });
-            seq_of_node.push(seq);
-            seq += 1;
-            match inst.last() {
-                Some(&parent) => nodes[parent].children.push(Child::Loop(id)),
-                None => top.push(Child::Loop(id)),
-            }
-            inst.push(id);
-        }
-        let compute = make_compute(cx, e)?;
-        stmt_seq[t] = Some(seq);
-        seq += 1;
-        match inst.last() {
-            Some(&parent) => nodes[parent]
-                .children
-                .push(Child::Compute(Box::new(compute))),
-            None => top.push(Child::Compute(Box::new(compute))),
-        }
-        for c in consumers {
-            any_pending = true;
-            let open = pending[c].get_or_insert_with(Vec::new);
-            if q_t > open.len() {
-                *open = inst[..q_t].to_vec();
-            }
-        }
-        instances[t] = Some(inst);
+        Ok(())
     }
-    let mut hw: Vec<(String, ParallelType)> = Vec::new();
-    k.body = convert(cx, &mut nodes, top, &mut hw);
-    k.hw_vars = hw;
-    Ok(())
 }
 
 /// The loops `t` shares (`inst`, at its placement's `keys`) are parallelized as its own axes
@@ -221,7 +282,7 @@ fn owned_parallel(cx: &Ctx, order: &[ExprId]) -> HashMap<LoopKey, ParallelType> 
         for &id in &f.tensors[f.exprs[e].output].loop_domain {
             let p = f.ids[id].parallel;
             let slot = owned_parallel
-                .entry(cx.id_keys[&id])
+                .entry(cx.keys.of_axis[&id])
                 .or_insert(ParallelType::Serial);
             if *slot == ParallelType::Serial {
                 *slot = p;
@@ -351,7 +412,7 @@ pub(super) fn make_compute(cx: &Ctx, e: ExprId) -> Result<Compute, Diagnostic> {
     let f = cx.fusion;
     let expr = &f.exprs[e];
     let out = Access {
-        buffer: cx.tensor_buffer[&expr.output],
+        buffer: cx.layout.tensor_buffer[&expr.output],
         index: None,
     };
     // A view reads its operands at moved indices: one computed here is recomputed there.
@@ -381,7 +442,7 @@ fn operand_read(cx: &Ctx, o: &Operand, dtype: DType) -> Data {
                 Data::Param(f.tensors[p].name.clone(), f.tensors[p].dtype)
             } else {
                 Data::Read(Access {
-                    buffer: cx.tensor_buffer[&p],
+                    buffer: cx.layout.tensor_buffer[&p],
                     index: None,
                 })
             }
@@ -530,7 +591,7 @@ fn expr_value(
                 op.combine(),
                 compute_type,
                 Box::new(Data::Read(Access {
-                    buffer: cx.tensor_buffer[&t],
+                    buffer: cx.layout.tensor_buffer[&t],
                     index: None,
                 })),
                 Box::new(operand(&expr.inputs[0], compute_type)?),
@@ -698,10 +759,10 @@ impl OpenLoopSearch {
                 }
                 self.partial.insert((t, d), found);
             }
-            let child_depth = d.min(cx.placement[&t].1);
+            let child_depth = d.min(cx.layout.placement[&t].1);
             // The consumer tried last, once its answer is known.
             if next > 0 {
-                let prev = f.exprs[cx.uses[t][next - 1]].output;
+                let prev = f.exprs[cx.reads.uses[t][next - 1]].output;
                 if let Some(Some(open)) = self.memo.get(&(prev, child_depth)) {
                     let open = longer(self.partial.remove(&(t, d)).flatten(), Some(open.clone()));
                     self.memo.insert((t, d), open);
@@ -709,7 +770,7 @@ impl OpenLoopSearch {
                     continue;
                 }
             }
-            match cx.uses[t].get(next) {
+            match cx.reads.uses[t].get(next) {
                 Some(&u) => {
                     if let Some(frame) = self.frames.last_mut() {
                         frame.2 += 1;
@@ -760,7 +821,7 @@ impl OpenLoopSearch {
                 continue;
             };
             for p in f.exprs[def].input_tensors() {
-                let Some(&(_, q_p)) = cx.placement.get(&p) else {
+                let Some(&(_, q_p)) = cx.layout.placement.get(&p) else {
                     continue;
                 };
                 let n = d.min(q_p);

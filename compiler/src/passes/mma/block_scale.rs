@@ -34,7 +34,7 @@
 #[allow(unused_imports)]
 use super::*;
 use crate::fusion::{Op, Operand};
-use crate::passes::KeyNode;
+use crate::passes::context::KeyNode;
 
 /// A block loop whose promotions overlap the next block's wgmmas: its block accumulator holds
 /// two halves, the even blocks' and the odd blocks'.

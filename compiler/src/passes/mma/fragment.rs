@@ -170,7 +170,7 @@ pub(super) fn stmatrix_store(
     let only_tma_stored = plan
         .stores
         .iter()
-        .any(|s| cx.tensor_buffer.get(&s.cache) == Some(&store.out.buffer));
+        .any(|s| cx.layout.tensor_buffer.get(&s.cache) == Some(&store.out.buffer));
     if out.memory != MemoryType::Shared
         || !matches!(out.dtype, DType::BF16 | DType::F16)
         || store.vector.is_some()

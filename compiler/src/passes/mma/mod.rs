@@ -56,8 +56,10 @@
 //! how to make them K-major) or another layout; an accumulator read outside a tile.
 //! Emits: `Wgmma`, `WgmmaFence`, `WgmmaCommit`, `WgmmaWait`, `QuadReduce`; accumulator flags.
 
+use super::context::{Change, Ctx, LoopKey};
 use super::probe::eval;
-use super::{Ctx, LoopKey, PipelinePlan};
+use super::reduction::Accumulators;
+use super::tma::PipelinePlan;
 use crate::diag::Diagnostic;
 use crate::dtype::DType;
 use crate::fusion::{BinaryOp, ExprId, MemoryType, ParallelType};
@@ -107,10 +109,18 @@ pub(super) struct Tile {
     pub(super) n_extent: i64,
 }
 
-pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
+/// Runs the pass; `reductions` (the accumulators `reduction` made) locate the errors about an
+/// accumulator.
+pub fn run(
+    cx: &mut Ctx,
+    plan: &PipelinePlan,
+    reductions: &Accumulators,
+    k: &mut Kernel,
+) -> Result<Change, Diagnostic> {
     // Register arrays over Mma axes: the accumulator fragments (allocation divided them by the
     // warp group's threads).
     let fragments: HashSet<BufferId> = cx
+        .layout
         .alloc_ids
         .iter()
         .filter(|(&b, ids)| {
@@ -151,7 +161,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         .chain(lower.promoted.keys())
         .copied()
         .collect();
-    check_accumulator_registers(cx, k, &held)?;
+    check_accumulator_registers(cx, reductions, k, &held)?;
     let mut body = lower.block(cx, k, body)?;
     let flags = lower.started.clone();
     let promoted = lower.promoted.clone();
@@ -191,7 +201,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     block_scale::overlap_promotions(cx, k, &mut body, &lower.overlapped);
     k.body = keep_one_group_in_flight(body);
     name_stream_k_accumulators(&mut k.body);
-    Ok(())
+    Ok(Change::Changed)
 }
 
 /// A stream-K fixup hands on the accumulator of the wgmmas in the k loop before it.
@@ -230,6 +240,7 @@ fn tile_of_register(base: &Val, n: i64) -> Val {
 /// accumulator are dropped, and epilogue values are one register each.)
 pub(super) fn check_accumulator_registers(
     cx: &Ctx,
+    reductions: &Accumulators,
     k: &Kernel,
     accumulators: &HashSet<BufferId>,
 ) -> Result<(), Diagnostic> {
@@ -251,7 +262,7 @@ pub(super) fn check_accumulator_registers(
     let (first, _) = held[0];
     let span = k.buffers[first]
         .tensor
-        .or_else(|| cx.accumulator_of.get(&first).copied())
+        .or_else(|| reductions.tensor_of(first))
         .and_then(|t| f.tensors[t].span);
     let list: Vec<String> = held
         .iter()
@@ -704,7 +715,7 @@ fn mma_axes_in_a_row(cx: &Ctx, n: usize, loops: &[TileLoop], body: &[Stmt]) -> D
         f.tensor_ids().find(|&t| {
             f.tensors[t].loop_domain.iter().any(|&id| {
                 f.ids[id].parallel == ParallelType::Mma
-                    && cx.id_keys.get(&id) == Some(&loops[0].key)
+                    && cx.keys.of_axis.get(&id) == Some(&loops[0].key)
             })
         })
     });
@@ -725,7 +736,7 @@ fn n_part(cx: &Ctx, key: LoopKey, t: &Tile) -> Option<i64> {
     }
     // An inner part of an inner part of N is a column slice as well (N split
     // into halves, each in slices of one box).
-    let super::KeyNode::Split {
+    let super::context::KeyNode::Split {
         parent,
         factor,
         is_outer: false,
@@ -743,7 +754,7 @@ fn n_part(cx: &Ctx, key: LoopKey, t: &Tile) -> Option<i64> {
             return Some(factor);
         }
         match cx.keys.nodes[up] {
-            super::KeyNode::Split {
+            super::context::KeyNode::Split {
                 parent,
                 is_outer: false,
                 ..

@@ -394,7 +394,7 @@ impl Lower<'_> {
         let idx = o.index.clone().unwrap_or(Val::Int(0));
         let sw = self
             .plan
-            .box_swizzle(&cx.tensor_buffer, o.buffer)
+            .box_swizzle(&cx.layout.tensor_buffer, o.buffer)
             .unwrap_or(0);
         if sw == 0 {
             return bad_op(format!(

@@ -135,14 +135,15 @@ impl Lower<'_> {
     pub(super) fn find_rows(&mut self, cx: &Ctx, k: &mut Kernel) {
         let f = cx.fusion;
         let mut rows: Vec<BufferId> = Vec::new();
-        for (&b, ids) in &cx.alloc_ids {
+        for (&b, ids) in &cx.layout.alloc_ids {
             if k.buffers[b].memory != MemoryType::Local {
                 continue;
             }
             let [id] = ids[..] else { continue };
             let on_m = f.ids[id].parallel == ParallelType::Mma
                 && cx
-                    .id_keys
+                    .keys
+                    .of_axis
                     .get(&id)
                     .is_some_and(|key| self.tiles.iter().any(|t| t.m == *key));
             if on_m {

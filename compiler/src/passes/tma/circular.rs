@@ -31,7 +31,7 @@ use super::stage::{contains_copy, fills, issue, linear, shift_reads, shift_write
 #[allow(unused_imports)]
 use super::*;
 
-pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<Change, Diagnostic> {
     let issuer = plan.issuer.clone();
     let mut body = std::mem::take(&mut k.body);
     for p in 0..plan.pipes.len() {
@@ -59,14 +59,16 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     if k.mbarriers.is_empty() {
         body.extend(drain);
         k.body = body;
-        return Ok(());
+        return Ok(Change::Changed);
     }
     // Init once at entry, invalidate once at exit (by the consumers when the producers have
     // left: their last barrier is a named one, and they waited on every copy).
-    let init = (0..k.mbarriers.len())
+    let init = k
+        .mbarrier_ids()
         .map(|bars| Stmt::MbarInit { bars })
         .collect();
-    let inval: Vec<Stmt> = (0..k.mbarriers.len())
+    let inval: Vec<Stmt> = k
+        .mbarrier_ids()
         .map(|bars| Stmt::MbarInval { bars })
         .collect();
     // In a cluster whose CTAs signal each other's barriers (multicast copies, cluster-wide
@@ -101,7 +103,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         }
     }
     k.body = out;
-    Ok(())
+    Ok(Change::Changed)
 }
 
 /// Finds the loads of pipe `p` under `body`; `outer` is the linear iteration of the serial
@@ -119,7 +121,7 @@ pub(crate) fn pipeline(
     let members: Vec<&TmaInfo> = pipe.members.iter().map(|&m| &plan.loads[m]).collect();
     let buffers: Vec<BufferId> = members
         .iter()
-        .map(|i| cx.tensor_buffer[&i.tensor])
+        .map(|i| cx.layout.tensor_buffer[&i.tensor])
         .collect();
     let name = &f.tensors[members[0].tensor].name;
     let span = f.tensors[members[0].tensor].span;
@@ -138,29 +140,7 @@ pub(crate) fn pipeline(
                 span,
             ));
         }
-        // No serial loop around the loads: one load of each, waited on once.
-        let is_load = |s: &Stmt| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer));
-        let loads: Vec<Stmt> = body.iter().filter(|s| is_load(s)).cloned().collect();
-        body.retain(|s| !is_load(s));
-        let stmts = vec![
-            issue(
-                cx,
-                plan,
-                pipe.stages,
-                pipe.full.expect("copies have full barriers"),
-                pipe.empty,
-                &loads,
-                &Val::Int(0),
-                &Val::Int(0),
-                &plan.issuer,
-            ),
-            Stmt::MbarWait {
-                bars: pipe.full.expect("copies have full barriers"),
-                slot: Val::Int(0),
-                parity: Val::Int(0),
-            },
-        ];
-        body.splice(i..i, stmts);
+        loads_without_loop(cx, plan, pipe, &buffers, body, i);
         return Ok(true);
     }
     let Stmt::Loop(l) = &mut body[i] else {
@@ -177,6 +157,62 @@ pub(crate) fn pipeline(
     let Stmt::Loop(l) = body.remove(i) else {
         unreachable!()
     };
+    let out = buffered_loop(cx, plan, pipe, &buffers, l, outer, in_loop, (name, span))?;
+    body.splice(i..i, out);
+    Ok(true)
+}
+
+/// No serial loop around the loads of `pipe` (the first at `body[i]`): one load of each,
+/// issued there and waited on once.
+fn loads_without_loop(
+    cx: &Ctx,
+    plan: &PipelinePlan,
+    pipe: &Pipe,
+    buffers: &[BufferId],
+    body: &mut Vec<Stmt>,
+    i: usize,
+) {
+    let is_load = |s: &Stmt| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer));
+    let loads: Vec<Stmt> = body.iter().filter(|s| is_load(s)).cloned().collect();
+    body.retain(|s| !is_load(s));
+    let stmts = vec![
+        issue(
+            cx,
+            plan,
+            pipe.stages,
+            pipe.full.expect("copies have full barriers"),
+            pipe.empty,
+            &loads,
+            &Val::Int(0),
+            &Val::Int(0),
+            &plan.issuer,
+        ),
+        Stmt::MbarWait {
+            bars: pipe.full.expect("copies have full barriers"),
+            slot: Val::Int(0),
+            parity: Val::Int(0),
+        },
+    ];
+    body.splice(i..i, stmts);
+}
+
+/// The pipeline of `pipe` over its buffered loop `l` (whose direct children that fill one of
+/// `buffers` are the loads), in place of `l`: each iteration waits for its slot, reads it and
+/// releases it, the loads are issued `prefetch` iterations ahead (with a prologue and an
+/// epilogue when that is more than 0). `outer` and `in_loop` as for [`pipeline`]; `cache`
+/// names and locates the first member for errors.
+#[allow(clippy::too_many_arguments)]
+fn buffered_loop(
+    cx: &mut Ctx,
+    plan: &PipelinePlan,
+    pipe: &Pipe,
+    buffers: &[BufferId],
+    l: Loop,
+    outer: &Val,
+    in_loop: bool,
+    cache: (&str, Option<crate::diag::Span>),
+) -> Result<Vec<Stmt>, Diagnostic> {
+    let (name, span) = cache;
     let (s, pf) = (pipe.stages, pipe.prefetch);
     let var = l.var.clone();
     let at = |v: &Val| plan.buffered_linear(outer, &l, v, in_loop);
@@ -199,7 +235,7 @@ pub(crate) fn pipeline(
         plain,
         allocs,
         mut rest,
-    } = parts(&l, &buffers, name, span)?;
+    } = parts(&l, buffers, name, span)?;
     let stage_of = |b: BufferId| plan.stage_elems[&b].clone();
     // Moves the loads to iteration `v`, each into its slot.
     let issue_at = |v: &Val| -> Vec<Stmt> {
@@ -229,7 +265,7 @@ pub(crate) fn pipeline(
         for st in &plain {
             let mut st = st.clone();
             st.map_vals(&mut |x| x.subst(&var, v));
-            for &b in &buffers {
+            for &b in buffers {
                 shift_writes(&mut st, b, &Val::mul(sl.clone(), stage_of(b)));
             }
             out.push(st);
@@ -237,7 +273,7 @@ pub(crate) fn pipeline(
         out
     };
     let v = Val::Var(var.clone());
-    for &b in &buffers {
+    for &b in buffers {
         shift_reads(&mut rest, b, &Val::mul(slot(&at(&v)), stage_of(b)));
     }
     let mut iteration = Vec::new();
@@ -266,8 +302,7 @@ pub(crate) fn pipeline(
         let next = issue_at(&Val::add(v.clone(), Val::Int(pf)));
         out.extend(prefetched(cx, &l, pf, first, next, iteration));
     }
-    body.splice(i..i, out);
-    Ok(true)
+    Ok(out)
 }
 
 /// The statements of a buffered loop's body, by what the pipeline does with them.
@@ -406,7 +441,7 @@ pub(crate) fn issue_stores(
     issuer: &Val,
     stream_k: Option<&crate::kir::StreamK>,
 ) {
-    let cache = cx.tensor_buffer[&s.cache];
+    let cache = cx.layout.tensor_buffer[&s.cache];
     crate::kir::rewrite_pre(body, &mut |st| match st {
         Stmt::TmaStore(t) if t.map == s.map => {
             let mut store = Stmt::TmaStore(t);

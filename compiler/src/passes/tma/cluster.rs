@@ -51,7 +51,7 @@ pub(crate) fn plan_multicast(
         let tensor = &f.tensors[info.tensor];
         let per_cta = tensor.loop_domain.iter().any(|id| {
             f.ids[*id].parallel == cluster.on
-                || (clustered.is_some() && cx.id_keys.get(id) == clustered.as_ref())
+                || (clustered.is_some() && cx.keys.of_axis.get(id) == clustered.as_ref())
         });
         if per_cta {
             continue;

@@ -14,7 +14,7 @@
 #[allow(unused_imports)]
 use super::*;
 
-pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diagnostic> {
+pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<Change, Diagnostic> {
     let mut env = cx.hw_env(k);
     let mut body = std::mem::take(&mut k.body);
     issue_block(cx, plan, k, &mut body, &mut env)?;
@@ -23,7 +23,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
     let swizzled: HashMap<BufferId, (i64, u32)> = k
         .buffer_ids()
         .filter_map(|b| {
-            let sw = plan.box_swizzle(&cx.tensor_buffer, b)?;
+            let sw = plan.box_swizzle(&cx.layout.tensor_buffer, b)?;
             Some((b, (k.buffers[b].dtype.size_bytes() as i64, sw)))
         })
         .collect();
@@ -48,7 +48,7 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<(), Diag
         });
     }
     k.body = body;
-    Ok(())
+    Ok(Change::Changed)
 }
 
 pub(crate) fn issue_block(
@@ -71,7 +71,7 @@ pub(crate) fn issue_block(
                 continue;
             }
         }
-        crate::passes::in_bodies(s, env, |body, env| issue_block(cx, plan, k, body, env))?;
+        crate::passes::context::in_bodies(s, env, |body, env| issue_block(cx, plan, k, body, env))?;
     }
     Ok(())
 }

@@ -19,15 +19,15 @@ pub use issue::run as run_issue;
 pub use pipeline_plan::PipelinePlan;
 pub use plan::run as run_plan;
 
+use super::context::{mul, Change, Ctx, LoopKey};
 use super::indexing::consumer_roots;
-use super::{mul, Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{
     FenceMode, IterId, IterOrigin, LoadKind, MemoryType, ParallelType, TensorId, WarMode,
 };
 use crate::kir::{
-    Access, BufferId, CopyKind, Data, Flow, Kernel, Loop, MbarArray, Step, Stmt, TmaLoad, TmaStore,
-    Val,
+    Access, BufferId, CopyKind, Data, Flow, Kernel, Loop, MbarArray, MbarId, Step, Stmt,
+    TensorMapId, TmaLoad, TmaStore, Val,
 };
 use crate::plan::{Constraint, SizeExpr, TensorMapSpec};
 use std::collections::HashMap;
@@ -66,14 +66,13 @@ pub struct TmaInfo {
     /// [`TmaInfo::boxes`]); 0 for plain loads.
     pub bytes: i64,
     /// Index into `Kernel::tensor_maps` (tile copies).
-    pub map: Option<usize>,
+    pub map: Option<TensorMapId>,
     /// Rank of the source and the box, innermost first (bulk copies: only `box_dims[0]` > 1).
     pub box_dims: Vec<i64>,
     /// The box and how many of them one stage holds side by side.
     pub(crate) boxes: plan::BoxShape,
     pub global_dims: Vec<SizeExpr>,
-    /// Index into [`PipelinePlan::pipes`].
-    pub pipe: usize,
+    pub pipe: PipeId,
     pub circular: Option<crate::fusion::CircularBuffer>,
     /// Shared-memory swizzle of the box in bytes (0: none).
     pub swizzle: u32,
@@ -89,6 +88,11 @@ impl TmaInfo {
     }
 }
 
+crate::id::define_id!(
+    /// A pipe: its place in [`PipelinePlan::pipes`].
+    pub PipeId => Pipe
+);
+
 /// The loads of one serial loop, pipelined together: they share slots, barriers and phases.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Pipe {
@@ -97,10 +101,10 @@ pub struct Pipe {
     pub stages: i64,
     pub prefetch: i64,
     pub war: WarMode,
-    /// "Full" mbarriers (index into `Kernel::mbarriers`) when a copy fills the slots.
-    pub full: Option<usize>,
+    /// "Full" mbarriers when a copy fills the slots.
+    pub full: Option<MbarId>,
     /// "Empty" mbarriers with `war=mbarrier`.
-    pub empty: Option<usize>,
+    pub empty: Option<MbarId>,
     /// Indices into [`PipelinePlan::loads`].
     pub members: Vec<usize>,
     /// Warp specialization (`warp_specialized(...)`), planned by `tma`.
@@ -129,8 +133,8 @@ pub struct WsRole {
     pub warp: u32,
     /// Its warp index in the block.
     pub block_warp: i64,
-    pub full: usize,
-    pub empty: usize,
+    pub full: MbarId,
+    pub empty: MbarId,
     /// Indices into [`PipelinePlan::loads`].
     pub members: Vec<usize>,
 }
@@ -142,7 +146,7 @@ pub struct StoreInfo {
     pub tensor: TensorId,
     /// Its shared-memory cache (`cache_before`).
     pub cache: TensorId,
-    pub map: usize,
+    pub map: TensorMapId,
     pub bytes: i64,
     pub box_dims: Vec<i64>,
     pub fence: FenceMode,

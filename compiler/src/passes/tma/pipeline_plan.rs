@@ -1,6 +1,6 @@
 //! The pipeline plan: what the `tma` pass decides about a kernel's asynchronous copies, in one
 //! typed value handed explicitly to the passes that act on it (an analysis result, as a
-//! dominator tree is in Cranelift, not state on [`Ctx`](super::Ctx)).
+//! dominator tree is in Cranelift, not state on [`Ctx`](crate::passes::context::Ctx)).
 //!
 //! It holds, for a fusion with TMA or bulk copies, TMA stores or circular buffers:
 //! - [`PipelinePlan::loads`]: every cache a pipeline fills (its source tensor, copy kind, box,
@@ -20,12 +20,12 @@
 //! `allocation` pass completes it with `stage_elems` once it has sized the buffers. A fusion
 //! without any of these features gets [`PipelinePlan::default`] (no loads, pipes or stores;
 //! every thread issues). Who reads it: `allocation`, `tma_issue`, `circular_buffer`, `sync`,
-//! `mma` (their [`Run`](crate::passes::Run) says how), and after the last pass the pipeline view
+//! `mma` ([`crate::passes::PIPELINE`] hands it to them, through [`crate::passes::Handoff`]), and after the last pass the pipeline view
 //! ([`crate::pipeline_view`], from [`crate::Compilation::pipeline_plan`]).
 
-use super::{Pipe, StoreInfo, TmaInfo};
+use super::{Pipe, PipeId, StoreInfo, TmaInfo};
 use crate::fusion::TensorId;
-use crate::kir::{BufferId, Val};
+use crate::kir::{BufferId, MbarId, Val};
 use rustc_hash::FxHashMap;
 
 /// See the module documentation. (Serialize: its JSON is snapshotted for the TMA and
@@ -66,12 +66,10 @@ impl Default for PipelinePlan {
 /// warp-specialized pipe one producer role's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stream {
-    /// Index into [`PipelinePlan::pipes`].
-    pub pipe: usize,
-    /// The "full" and (when slots are released by mbarrier) "empty" arrays, indices into
-    /// `Kernel::mbarriers`.
-    pub full: usize,
-    pub empty: Option<usize>,
+    pub pipe: PipeId,
+    /// The "full" and (when slots are released by mbarrier) "empty" arrays.
+    pub full: MbarId,
+    pub empty: Option<MbarId>,
     /// Its loads, indices into [`PipelinePlan::loads`].
     pub loads: Vec<usize>,
 }
@@ -97,6 +95,7 @@ impl PipelinePlan {
     pub fn streams(&self) -> Vec<Stream> {
         let mut out = Vec::new();
         for (p, pipe) in self.pipes.iter().enumerate() {
+            let p = PipeId::new(p);
             match &pipe.ws {
                 Some(ws) => out.extend(ws.roles.iter().map(|r| Stream {
                     pipe: p,
@@ -122,7 +121,7 @@ impl PipelinePlan {
 
     /// The shared-memory swizzle (bytes) of buffer `b` when it holds a swizzled TMA box: a
     /// swizzled load's cache or a swizzled store's source (`tensor_buffer`: the buffer of each
-    /// tensor, `Ctx::tensor_buffer`).
+    /// tensor, `Layout::tensor_buffer`).
     pub fn box_swizzle(
         &self,
         tensor_buffer: &FxHashMap<TensorId, BufferId>,
@@ -137,7 +136,7 @@ impl PipelinePlan {
     }
 
     /// The full barriers a load of cache `t` completes on (its role's, when warp-specialized).
-    pub fn full_of(&self, t: TensorId) -> usize {
+    pub fn full_of(&self, t: TensorId) -> MbarId {
         let m = self
             .loads
             .iter()

@@ -186,6 +186,7 @@ pub(crate) fn box_of(cx: &Ctx, t: TensorId, pos: usize) -> Result<BoxShape, Diag
 /// rows that must be multiples of 16 bytes at run time become plan constraints.
 pub(crate) fn global_layout(
     cx: &mut Ctx,
+    constraints: &mut Vec<Constraint>,
     global: TensorId,
     elem: i64,
     what: &str,
@@ -226,7 +227,7 @@ pub(crate) fn global_layout(
     }
     if rank > 1 {
         need_divisible(
-            cx,
+            constraints,
             &global_dims[0],
             16 / elem,
             what,
@@ -239,7 +240,7 @@ pub(crate) fn global_layout(
 }
 
 pub(crate) fn need_divisible(
-    cx: &mut Ctx,
+    constraints: &mut Vec<Constraint>,
     value: &SizeExpr,
     divisor: i64,
     what: &str,
@@ -259,15 +260,17 @@ pub(crate) fn need_divisible(
                 divisor,
                 reason: format!("{rule_owner}: {rule}"),
             };
-            if !cx.constraints.contains(&c) {
-                cx.constraints.push(c);
+            if !constraints.contains(&c) {
+                constraints.push(c);
             }
             Ok(())
         }
     }
 }
 
-pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<PipelinePlan, Diagnostic> {
+/// Runs the pass: the pipeline plan, and the launch constraints of the tensor maps' rows.
+pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(PipelinePlan, Vec<Constraint>), Diagnostic> {
+    let mut constraints = Vec::new();
     let mut plan = PipelinePlan {
         issuer: issuer(k),
         stream_k: crate::kir::stream_k(k).cloned(),
@@ -276,14 +279,14 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<PipelinePlan, Diagnostic> {
     let plan = &mut plan;
     let f = cx.fusion;
     for t in f.tensor_ids() {
-        if !cx.placement.contains_key(&t) {
+        if !cx.layout.placement.contains_key(&t) {
             continue;
         }
         if f.tensors[t].load != LoadKind::Plain || f.tensors[t].circular.is_some() {
-            plan_load(cx, plan, k, t)?;
+            plan_load(cx, &mut constraints, plan, k, t)?;
         }
         if f.tensors[t].store != LoadKind::Plain {
-            plan_store(cx, plan, k, t)?;
+            plan_store(cx, &mut constraints, plan, k, t)?;
         }
     }
     // Barriers of each pipeline: full when a copy fills its slots, empty with war=mbarrier.
@@ -317,14 +320,14 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<PipelinePlan, Diagnostic> {
             _ => first.name.clone(),
         };
         if copies {
-            k.mbarriers.push(MbarArray {
+            let full = k.push_mbarriers(MbarArray {
                 name: cx.fresh_name(&format!("{base}_full")),
                 count: pipe.stages,
                 arrivals: 1,
                 smem_offset: None,
                 cluster_wide: false,
             });
-            plan.pipes[p].full = Some(k.mbarriers.len() - 1);
+            plan.pipes[p].full = Some(full);
         }
         if pipe.war == WarMode::Mbarrier {
             let Some(threads) = threads else {
@@ -333,7 +336,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<PipelinePlan, Diagnostic> {
                     first.circular.map(|c| c.span),
                 ));
             };
-            k.mbarriers.push(MbarArray {
+            let empty = k.push_mbarriers(MbarArray {
                 name: cx.fresh_name(&format!("{base}_empty")),
                 count: pipe.stages,
                 arrivals: if threads % crate::target::WARP_THREADS == 0 {
@@ -344,11 +347,11 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<PipelinePlan, Diagnostic> {
                 smem_offset: None,
                 cluster_wide: false,
             });
-            plan.pipes[p].empty = Some(k.mbarriers.len() - 1);
+            plan.pipes[p].empty = Some(empty);
         }
     }
     super::cluster::plan_multicast(cx, k, plan)?;
-    Ok(std::mem::take(plan))
+    Ok((std::mem::take(plan), constraints))
 }
 
 /// The thread that issues copies and initialises barriers: one elected lane of warp 0 when the
@@ -373,6 +376,7 @@ pub(crate) fn issuer(k: &Kernel) -> Val {
 /// the loops around it, its bytes and stage, and for a TMA load the tensor map (into `info`).
 fn plan_box(
     cx: &mut Ctx,
+    constraints: &mut Vec<Constraint>,
     k: &mut Kernel,
     t: TensorId,
     info: &mut TmaInfo,
@@ -382,7 +386,7 @@ fn plan_box(
     let name = &tensor.name;
     let err = |m: String| Err(Diagnostic::new(m, tensor.span));
     let src = info.src;
-    let (keys, q) = cx.placement[&t].clone();
+    let (keys, q) = cx.layout.placement[&t].clone();
     let pos = cx.own_axes_from(t);
     let elem = tensor.dtype.size_bytes() as i64;
     if tensor.memory != MemoryType::Shared {
@@ -443,10 +447,11 @@ fn plan_box(
     }
     let src_name = f.tensors[src].name.clone();
     let owner = format!("{} load of `{src_name}` into `{name}`", tensor.load.name());
-    let (global_dims, global_strides) = global_layout(cx, src, elem, &what, &owner, tensor.span)?;
+    let (global_dims, global_strides) =
+        global_layout(cx, constraints, src, elem, &what, &owner, tensor.span)?;
     if tensor.load == LoadKind::Bulk {
         need_divisible(
-            cx,
+            constraints,
             &global_dims[0],
             box_dims[0],
             &what,
@@ -458,7 +463,8 @@ fn plan_box(
     // Enclosing loops: none bound to threads (one thread issues the copy for the block).
     // (The loops around this load's own write: a key may also name a loop of another
     // parallel type elsewhere in the kernel.)
-    let around = super::loops_around_write(&k.body, cx.tensor_buffer[&t]).unwrap_or_default();
+    let around =
+        super::loops_around_write(&k.body, cx.layout.tensor_buffer[&t]).unwrap_or_default();
     let ws_on = tensor
         .circular
         .as_ref()
@@ -481,7 +487,7 @@ fn plan_box(
     let align = crate::target::swizzle_repeat(tensor.swizzle);
     info.stage_elems = Some((info.bytes + align - 1) / align * align / elem);
     if tensor.load == LoadKind::Tma {
-        k.tensor_maps.push(TensorMapSpec {
+        let map = k.push_tensor_map(TensorMapSpec {
             param: cx.fresh_name(&format!("{name}_map")),
             tensor: src_name,
             dtype: tensor.dtype,
@@ -491,7 +497,7 @@ fn plan_box(
             element_strides: vec![1; box_dims.len()],
             swizzle_bytes: tensor.swizzle,
         });
-        info.map = Some(k.tensor_maps.len() - 1);
+        info.map = Some(map);
     }
     info.box_dims = box_dims;
     info.global_dims = global_dims;
@@ -500,6 +506,7 @@ fn plan_box(
 
 pub(crate) fn plan_load(
     cx: &mut Ctx,
+    constraints: &mut Vec<Constraint>,
     plan: &mut PipelinePlan,
     k: &mut Kernel,
     t: TensorId,
@@ -514,7 +521,7 @@ pub(crate) fn plan_load(
         .expect("a cache reads its source");
     // A cache nothing reads would be filled for nobody; with warp specialization its producer
     // role would fill slots that no consumer ever releases.
-    if tensor.load != LoadKind::Plain && cx.uses[t].is_empty() {
+    if tensor.load != LoadKind::Plain && cx.reads.uses[t].is_empty() {
         let role = match tensor.circular.as_ref().and_then(|c| c.ws.as_ref()) {
             Some(_) => " (its producer role would fill slots that no consumer reads or releases)",
             None => "",
@@ -525,7 +532,7 @@ pub(crate) fn plan_load(
             f.tensors[src].name
         ));
     }
-    let (keys, q) = cx.placement[&t].clone();
+    let (keys, q) = cx.layout.placement[&t].clone();
     let mut info = TmaInfo {
         tensor: t,
         src,
@@ -541,17 +548,17 @@ pub(crate) fn plan_load(
             dim: 0,
         },
         global_dims: Vec::new(),
-        pipe: 0,
+        pipe: PipeId::new(0),
         circular: tensor.circular,
         swizzle: tensor.swizzle,
         multicast: None,
     };
     if tensor.load != LoadKind::Plain {
-        plan_box(cx, k, t, &mut info)?;
+        plan_box(cx, constraints, k, t, &mut info)?;
     }
     // The pipeline: the innermost serial loop of the placement around the load's own write (a
     // key may also name a thread or block binding in another tensor's nest).
-    let loop_key = super::loops_around_write(&k.body, cx.tensor_buffer[&t])
+    let loop_key = super::loops_around_write(&k.body, cx.layout.tensor_buffer[&t])
         .unwrap_or_default()
         .into_iter()
         .rev()
@@ -571,7 +578,7 @@ pub(crate) fn plan_load(
         // A loop the program gives a constant trip count; a kernel specialised to its sizes
         // has constant trip counts the program did not write, and its pipeline handles fewer
         // iterations than stages as the generic kernel does at run time.
-        let written = cx.specialized.is_none();
+        let written = cx.options.specialized.is_none();
         if let Some(e) = cx.key_extent(bk).as_const().filter(|_| written) {
             if cb.stages > e {
                 return Err(Diagnostic::new(
@@ -626,11 +633,11 @@ pub(crate) fn plan_load(
                     describe(pipe.stages, pipe.prefetch, pipe.war)
                 ));
             }
-            info.pipe = p;
+            info.pipe = PipeId::new(p);
             plan.pipes[p].members.push(plan.loads.len());
         }
         None => {
-            info.pipe = plan.pipes.len();
+            info.pipe = PipeId::new(plan.pipes.len());
             plan.pipes.push(Pipe {
                 loop_key,
                 stages,
@@ -650,6 +657,7 @@ pub(crate) fn plan_load(
 /// An output written by TMA from its shared cache: the box of its `Bulk` axes.
 pub(crate) fn plan_store(
     cx: &mut Ctx,
+    constraints: &mut Vec<Constraint>,
     plan: &mut PipelinePlan,
     k: &mut Kernel,
     y: TensorId,
@@ -681,8 +689,9 @@ pub(crate) fn plan_store(
     }
     // The loops the store sits in (the write of the output's buffer, outside its Bulk axes):
     // thread-parallel ones make it a store per thread group.
-    let around = super::loops_around_write(&k.body, cx.tensor_buffer[&y]).unwrap_or_default();
-    let group = store_group(cx, k, &around, cx.tensor_buffer[&cache], name)
+    let around =
+        super::loops_around_write(&k.body, cx.layout.tensor_buffer[&y]).unwrap_or_default();
+    let group = store_group(cx, k, &around, cx.layout.tensor_buffer[&cache], name)
         .map_err(|m| Diagnostic::new(m, tensor.span))?;
     let store_issuer = match &group {
         Some(g) => group_leader(k, &g.dims),
@@ -700,8 +709,9 @@ pub(crate) fn plan_store(
     }
     crate::target::check_tma_box(&what, elem, &box_dims, tensor.swizzle).or_else(err)?;
     let owner = format!("TMA store of `{}` into `{name}`", f.tensors[cache].name);
-    let (global_dims, global_strides) = global_layout(cx, y, elem, &what, &owner, tensor.span)?;
-    k.tensor_maps.push(TensorMapSpec {
+    let (global_dims, global_strides) =
+        global_layout(cx, constraints, y, elem, &what, &owner, tensor.span)?;
+    let map = k.push_tensor_map(TensorMapSpec {
         param: cx.fresh_name(&format!("{name}_map")),
         tensor: name.clone(),
         dtype: tensor.dtype,
@@ -714,7 +724,7 @@ pub(crate) fn plan_store(
     plan.stores.push(StoreInfo {
         tensor: y,
         cache,
-        map: k.tensor_maps.len() - 1,
+        map,
         bytes: box_dims.iter().product::<i64>() * elem,
         box_dims,
         fence: tensor.fence,

@@ -46,8 +46,8 @@ pub(crate) fn issue(
     cx: &Ctx,
     plan: &PipelinePlan,
     stages: i64,
-    full: usize,
-    empty: Option<usize>,
+    full: MbarId,
+    empty: Option<MbarId>,
     loads: &[Stmt],
     slot: &Val,
     lin: &Val,
@@ -74,7 +74,7 @@ pub(crate) fn issue(
         let info = plan
             .loads
             .iter()
-            .find(|i| cx.tensor_buffer[&i.tensor] == t.dst.buffer)
+            .find(|i| cx.layout.tensor_buffer[&i.tensor] == t.dst.buffer)
             .expect("a load of the pipe");
         let mut t = t.clone();
         // The stage's start, plus the box's place in the stage (several boxes side by side).

@@ -94,7 +94,7 @@ pub(crate) fn plan_ws(
         ));
     }
     // Ping-pong: the buffered loop inside the consumers' loop over the specialised dim.
-    let buffer = cx.tensor_buffer[&plan.loads[pipe.members[0]].tensor];
+    let buffer = cx.layout.tensor_buffer[&plan.loads[pipe.members[0]].tensor];
     let around = super::loops_around_write(&k.body, buffer).unwrap_or_default();
     let outside = around
         .iter()
@@ -121,38 +121,31 @@ pub(crate) fn plan_ws(
     }
     k.block[d] = SizeExpr::Const(dims[d] + pad);
     k.register_sharing = spec.registers;
-    // Roles: one per producer warp named by the loads.
-    let mut roles: Vec<WsRole> = Vec::new();
+    // Roles: one per producer warp named by the loads (warp, its loads).
+    let mut warps: Vec<(u32, Vec<usize>)> = Vec::new();
     for &m in &pipe.members {
         let w = plan.loads[m].ws().map(|w| w.warp).unwrap_or(0);
-        match roles.iter_mut().find(|r| r.warp == w) {
-            Some(r) => r.members.push(m),
-            None => roles.push(WsRole {
-                warp: w,
-                block_warp: (w as i64 / chunk) * period + base + w as i64 % chunk,
-                full: 0,
-                empty: 0,
-                members: vec![m],
-            }),
+        match warps.iter_mut().find(|(warp, _)| *warp == w) {
+            Some((_, members)) => members.push(m),
+            None => warps.push((w, vec![m])),
         }
     }
-    roles.sort_by_key(|r| r.warp);
-    for r in &mut roles {
-        let names: Vec<&str> = r
-            .members
+    warps.sort_by_key(|&(w, _)| w);
+    let mut roles: Vec<WsRole> = Vec::new();
+    for (w, members) in warps {
+        let names: Vec<&str> = members
             .iter()
             .map(|&m| f.tensors[plan.loads[m].tensor].name.as_str())
             .collect();
         let base_name = names.join("_");
-        k.mbarriers.push(MbarArray {
+        let full = k.push_mbarriers(MbarArray {
             name: cx.fresh_name(&format!("{base_name}_full")),
             count: pipe.stages,
             arrivals: 1,
             smem_offset: None,
             cluster_wide: false,
         });
-        r.full = k.mbarriers.len() - 1;
-        k.mbarriers.push(MbarArray {
+        let empty = k.push_mbarriers(MbarArray {
             name: cx.fresh_name(&format!("{base_name}_empty")),
             count: pipe.stages,
             // Every consumer warp releases each stage; with turns, one group's warps.
@@ -160,7 +153,13 @@ pub(crate) fn plan_ws(
             smem_offset: None,
             cluster_wide: false,
         });
-        r.empty = k.mbarriers.len() - 1;
+        roles.push(WsRole {
+            warp: w,
+            block_warp: (w as i64 / chunk) * period + base + w as i64 % chunk,
+            full,
+            empty,
+            members,
+        });
     }
     Ok(WsPlan {
         spec,
@@ -203,7 +202,7 @@ pub(crate) fn warp_specialize(
         let buffers: Vec<BufferId> = role
             .members
             .iter()
-            .map(|&m| cx.tensor_buffer[&plan.loads[m].tensor])
+            .map(|&m| cx.layout.tensor_buffer[&plan.loads[m].tensor])
             .collect();
         let nest = flatten_serial_nests(project(
             cx,
@@ -237,7 +236,7 @@ pub(crate) fn warp_specialize(
     let all: Vec<BufferId> = pipe
         .members
         .iter()
-        .map(|&m| cx.tensor_buffer[&plan.loads[m].tensor])
+        .map(|&m| cx.layout.tensor_buffer[&plan.loads[m].tensor])
         .collect();
     let mut consumer = body;
     let mut found = false;
@@ -278,7 +277,7 @@ pub(crate) fn warp_specialize(
     }
     for role in &ws.roles {
         let reads = role.members.iter().any(|&m| {
-            let b = cx.tensor_buffer[&plan.loads[m].tensor];
+            let b = cx.layout.tensor_buffer[&plan.loads[m].tensor];
             reads_buffer(&consumer, b)
         });
         if !reads {
@@ -496,7 +495,7 @@ pub(crate) fn consume(
                 keep
             });
             for &m in &pipe.members {
-                let b = cx.tensor_buffer[&plan.loads[m].tensor];
+                let b = cx.layout.tensor_buffer[&plan.loads[m].tensor];
                 let stage = Val::Int(plan.loads[m].stage_elems.expect("copies have a stage size"));
                 shift_reads(&mut l.body, b, &Val::mul(slot.clone(), stage));
             }
