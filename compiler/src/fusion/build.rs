@@ -28,6 +28,8 @@ use crate::frontend::ast::{self, Arg, Dim, Item};
 // purpose.
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
+mod products;
+mod sizes;
 mod views;
 
 type BResult<T> = Result<T, Diagnostic>;
@@ -104,6 +106,15 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                             Some(loc.0),
                         ))
                     }
+                    Value::Count(c) => {
+                        return Err(Diagnostic::new(
+                            format!(
+                                "`{name}` is the size {}; a tensor must depend on an input (full([...], ...) makes a tensor of one value)",
+                                b.f.count_size(c)
+                            ),
+                            Some(loc.0),
+                        ))
+                    }
                 };
                 // The statement's last op is the named tensor; `y = x` makes a copy.
                 let t = if t >= first_new {
@@ -167,6 +178,9 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
 enum Value {
     Tensor(TensorId),
     Scalar(f64),
+    /// A size symbol written in an expression (`x / N`), or a product of them less a constant
+    /// (`N * H`, `N - 1`): a count the kernel reads from the sizes at run time.
+    Count(CountId),
 }
 
 struct Builder {
@@ -256,15 +270,16 @@ impl Builder {
         match e {
             E::Name(n, loc) => match self.names.get(n) {
                 Some(&t) => Ok(Value::Tensor(t)),
-                None => Err(Diagnostic::new(
-                    format!("unknown tensor `{n}`"),
-                    Some(loc.0),
-                )),
+                None => self.size_symbol(n, loc.0),
             },
             E::Int(i, _) => Ok(Value::Scalar(*i as f64)),
             E::Float(v, _, _) => Ok(Value::Scalar(*v)),
             E::Neg(inner, loc) => match self.expr(inner, dest)? {
                 Value::Scalar(v) => Ok(Value::Scalar(-v)),
+                Value::Count(_) => Err(Diagnostic::new(
+                    "a negated size is not a tensor: write it with a tensor operand (x * -N is -(x * N))",
+                    Some(loc.0),
+                )),
                 Value::Tensor(t) => Ok(Value::Tensor(self.op(
                     Op::Unary(UnaryOp::Neg),
                     vec![Operand::Tensor(t)],
@@ -463,6 +478,8 @@ impl Builder {
         let pos = self.positional(args, dest)?;
         let arity = match def.kind {
             OpKind::ElementwiseOrReduce(..) if has_axis => 1,
+            // The bias is optional.
+            OpKind::Linear if pos.len() == 2 => 2,
             _ => def.arity,
         };
         if pos.len() != arity {
@@ -727,6 +744,19 @@ impl Builder {
                     self.expand_blocks(args, t, pos[0].1, dest, span)?,
                 ))
             }
+            OpKind::MatMul | OpKind::Linear => {
+                let operands = pos
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| Ok((tensor_arg(&pos, i)?, p.1)))
+                    .collect::<BResult<Vec<_>>>()?;
+                Ok(Value::Tensor(self.product(
+                    def.kind == OpKind::Linear,
+                    &operands,
+                    dest,
+                    span,
+                )?))
+            }
             OpKind::Expand => {
                 let t = tensor_arg(&pos, 0)?;
                 let rank = self.f.rank(t);
@@ -982,7 +1012,7 @@ impl Builder {
             .iter()
             .map(|v| match v {
                 Value::Scalar(x) => Some(*x),
-                Value::Tensor(_) => None,
+                Value::Tensor(_) | Value::Count(_) => None,
             })
             .collect();
         if let Some(n) = numbers {
@@ -993,11 +1023,15 @@ impl Builder {
                 _ => unreachable!("elementwise ops take as many values as their arity"),
             }));
         }
+        if !values.iter().any(|v| matches!(v, Value::Tensor(_))) {
+            return self.size_arithmetic(&op, &values, span);
+        }
         let inputs = values
             .into_iter()
             .map(|v| match v {
                 Value::Scalar(x) => Operand::Scalar(x),
                 Value::Tensor(t) => Operand::Tensor(t),
+                Value::Count(c) => Operand::Count(c),
             })
             .collect();
         Ok(Value::Tensor(self.op(op, inputs, dest, Some(span))?))
@@ -1470,7 +1504,7 @@ impl Builder {
         let value_at = value.loc();
         let v = match self.expr(value, dest)? {
             Value::Scalar(v) => v,
-            Value::Tensor(_) => {
+            Value::Tensor(_) | Value::Count(_) => {
                 return Err(Diagnostic::new(
                     "`full`'s value is a number (a tensor already has its shape)",
                     Some(value_at),

@@ -476,6 +476,12 @@ pub enum OpKind {
     Cat,
     Reshape,
     ExpandBlocks,
+    // Matrix products, written out by the builder as the sum of broadcast products the
+    // tensor-core schedules lower (`fusion::build::products`).
+    /// `matmul(a, b)`: `[..., M, K] x [..., K, N]`.
+    MatMul,
+    /// `linear(x, w)`, `linear(x, w, bias)`: `x [..., K]` times `w [N, K]` transposed.
+    Linear,
 }
 
 /// How an op's result type (and the type it computes in) follows from its operands'. Operand
@@ -742,6 +748,9 @@ pub const OPS: &[OpDef] = &[
         named: &["block", "shape"],
         ..op("expand_blocks", K::ExpandBlocks, 1, T::Same, "expand_blocks(sa, block=[1, 128], shape=[M, K])", "A fusion input with each element repeated over a block: element [i, j] of the result is x[i / 128, j / 128] for block=[128, 128] (torch's x.repeat_interleave(128, 0).repeat_interleave(128, 1)[:N, :K]). Block scales of FP8 products are written with it (DeepSeek-V3: 1 x 128 activation blocks, 128 x 128 weight blocks). Each block entry is a positive integer; each shape entry a size symbol or a positive integer, equal to x's extent where the block is 1; the runner checks before a launch that x covers the shape (ceilDiv(K, 128) <= x's extent).")
     },
+    // Matrix products (issue 33): each expands to the sum of broadcast products.
+    op("matmul", K::MatMul, 2, T::Float, "matmul(a, b)", "The matrix product of a [M, K] and b [K, N] (torch.matmul, a @ b; batched when both have the same leading axes): written out as sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1), the form the tensor-core schedules lower (the names the schedule uses are those of the result: the sum is the result itself, its operands `<name>_broadcast`, `<name>_broadcast2` and their product `<name>_mul`). Half and 8-bit float operands are widened to f32 first and the result is the f32 sum, as sum's is: cast it back (cast(matmul(a, b), bf16) is torch's a @ b in bf16). Floating-point operands only."),
+    op("linear", K::Linear, 3, T::Float, "linear(x, w) | linear(x, w, bias)", "x [M, K] times the weight w [N, K] transposed, plus bias [N] when given (torch.nn.functional.linear; x may have more leading axes): written out as sum(broadcast(x, axis=1) * broadcast(w, axis=0), axis=2) + broadcast(bias, axis=0), w read K-major as the tensor-core schedules want it (examples/matmul/step1_one_warp_group.hf). Half and 8-bit float operands are widened to f32 and the result is f32, as matmul's: cast it back."),
     op("reshape", K::Reshape, 2, T::Same, "reshape(x, [M, 8, 64])", "x with other extents and the same elements in row-major order (torch's x.reshape on a contiguous tensor: split and merge of axes). Each extent is a size symbol, a positive integer or a product of them (H * D); the element counts must be equal as products of the same symbols and integers. A reshape moves every axis: x may be computed (recomputed from the fusion inputs), but not from a reduction's result."),
 ];
 

@@ -612,7 +612,7 @@ impl Builder {
         };
         let t = match self.expr(x, dest)? {
             Value::Tensor(t) => t,
-            Value::Scalar(_) => {
+            Value::Scalar(_) | Value::Count(_) => {
                 return Err(Diagnostic::new(
                     "`reshape` expects a tensor here",
                     Some(x.loc()),
