@@ -3,36 +3,17 @@
 //! broadcast form's) and the PyTorch twin. And a fusion whose register cache feeds both an
 //! elementwise chain and a reduction, which once failed the verifier (`use-before-alloc`).
 
-use std::collections::BTreeMap;
+use hopfuse_tests::{compile, error as err};
 
-fn err(src: &str) -> String {
-    match hopfuse::compile(src, &Default::default()) {
-        Ok(_) => panic!("expected an error for:\n{src}"),
-        Err(e) => e.render(src, "t.hf"),
-    }
-}
-
-fn compile(src: &str) -> hopfuse::Compilation {
-    hopfuse::compile(src, &Default::default())
-        .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")))
+/// Output `c` of `src` by the float64 reference.
+fn reference(src: &str, sizes: &[(&str, i64)], inputs: &[(&str, Vec<f64>)]) -> Vec<f64> {
+    hopfuse_tests::reference(src, sizes, inputs, "c")
 }
 
 fn twin(src: &str) -> String {
     hopfuse::torch_twin(src)
         .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")))
         .source
-}
-
-/// The float64 reference of `src`'s output `c` at `sizes` on `inputs`.
-fn reference(src: &str, sizes: &[(&str, i64)], inputs: &[(&str, Vec<f64>)]) -> Vec<f64> {
-    let program = hopfuse::frontend::parse(src).unwrap();
-    let f = hopfuse::fusion::build(&program.fusion).unwrap_or_else(|d| panic!("{}", d.message));
-    let sizes: BTreeMap<String, i64> = sizes.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-    let inputs: BTreeMap<String, Vec<f64>> = inputs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap()["c"].clone()
 }
 
 fn rows(body: &str) -> String {
@@ -165,11 +146,7 @@ fn matmul_and_linear_follow_torch() {
 #[test]
 fn matmul_lowers_to_the_cuda_of_its_broadcast_form() {
     // examples/basics/matmul.hf with the product written as an op.
-    let path = format!(
-        "{}/../examples/basics/matmul.hf",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let written = std::fs::read_to_string(path).unwrap();
+    let written = hopfuse_tests::example("basics/matmul.hf");
     assert!(written.contains(MATMUL_BROADCAST), "the example changed");
     let op = written.replace(MATMUL_BROADCAST, "  c = matmul(a, b)");
     // The same program, its tensors named as the op names them.
@@ -179,11 +156,7 @@ fn matmul_lowers_to_the_cuda_of_its_broadcast_form() {
     );
     assert_eq!(compile(&op).cuda, compile(&named).cuda);
     // The tensor-core example with K-major b: linear(a, b) is its sum.
-    let path = format!(
-        "{}/../examples/matmul/step1_one_warp_group.hf",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let written = std::fs::read_to_string(path).unwrap();
+    let written = hopfuse_tests::example("matmul/step1_one_warp_group.hf");
     let products = "  ab = cast(broadcast(a, axis=1), f32)\n  bb = cast(broadcast(b, axis=0), f32)\n  p = ab * bb\n  s = sum(p, axis=2)";
     assert!(written.contains(products), "the example changed");
     let op = written.replace(products, "  s = linear(a, b)");

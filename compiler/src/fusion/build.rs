@@ -28,7 +28,10 @@ use crate::frontend::ast::{self, Arg, Dim, Item};
 // purpose.
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
+mod gather;
 mod products;
+
+pub use gather::index_source;
 mod sizes;
 mod views;
 
@@ -757,6 +760,31 @@ impl Builder {
                     span,
                 )?))
             }
+            OpKind::Gather | OpKind::IndexSelect => {
+                let select = def.kind == OpKind::IndexSelect;
+                let (x, index) = if select { (0, 2) } else { (0, 1) };
+                let operands = [
+                    (tensor_arg(&pos, x)?, pos[x].1),
+                    (tensor_arg(&pos, index)?, pos[index].1),
+                ];
+                let axis = if select {
+                    match pos[1] {
+                        (Value::Scalar(v), at) => (v, at),
+                        (_, at) => {
+                            return Err(Diagnostic::new(
+                                "`index_select` takes the axis, a number, between the tensor and the index (written index_select(x, 0, index))",
+                                Some(at),
+                            ))
+                        }
+                    }
+                } else {
+                    let axis = self.one_axis(args, span, self.f.rank(operands[0].0), func)?;
+                    (axis as f64, span)
+                };
+                Ok(Value::Tensor(
+                    self.gather(select, operands, axis, dest, span)?,
+                ))
+            }
             OpKind::Expand => {
                 let t = tensor_arg(&pos, 0)?;
                 let rank = self.f.rank(t);
@@ -1096,6 +1124,8 @@ impl Builder {
             Op::Cat { .. } => "cat".into(),
             Op::Reshape => "reshape".into(),
             Op::ExpandBlocks { .. } => "expand_blocks".into(),
+            Op::Gather { select: false, .. } => "gather".into(),
+            Op::Gather { select: true, .. } => "index_select".into(),
             Op::Reduce { op, .. } => op.name().into(),
             Op::Mma => "mma".into(),
             Op::Iota { .. } => "iota".into(),
@@ -1117,7 +1147,8 @@ impl Builder {
             | Op::Pad { .. }
             | Op::Cat { .. }
             | Op::Reshape
-            | Op::ExpandBlocks { .. } => {
+            | Op::ExpandBlocks { .. }
+            | Op::Gather { .. } => {
                 let d = self.f.tensors[tensors[0]].dtype;
                 (d.compute(), d)
             }
@@ -1144,6 +1175,7 @@ impl Builder {
                     | Op::Cat { .. }
                     | Op::Reshape
                     | Op::ExpandBlocks { .. }
+                    | Op::Gather { .. }
                     | Op::Cast(_)
                     | Op::Mma
                     | Op::Iota { .. }
@@ -1273,6 +1305,7 @@ impl Builder {
                 }
                 root
             }
+            Op::Gather { axis, select } => self.gather_root(&tensors, *axis, *select),
             Op::Slice { .. }
             | Op::Pad { .. }
             | Op::Cat { .. }

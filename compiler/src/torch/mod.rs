@@ -640,6 +640,30 @@ impl<'a> Emitter<'a> {
                 }
                 Py::new(format!("{text}[{}]", cut.join(", ")), ATOM, out)
             }
+            // torch.gather takes int64 indices; index_select int32 or int64.
+            Op::Gather { axis, select } => {
+                let x = self.operand(&expr.inputs[0], out);
+                let Operand::Tensor(index) = expr.inputs[1] else {
+                    unreachable!("an index is a tensor (fusion::build)")
+                };
+                let dtype = f.tensors[index].dtype;
+                let i = self.value(index);
+                let text = match (select, dtype) {
+                    (false, DType::I64) => format!("torch.gather({}, {axis}, {})", x.text, i.text),
+                    (false, _) => {
+                        format!("torch.gather({}, {axis}, {}.long())", x.text, i.at(ATOM))
+                    }
+                    (true, DType::I32 | DType::I64) => {
+                        format!("torch.index_select({}, {axis}, {})", x.text, i.text)
+                    }
+                    (true, _) => format!(
+                        "torch.index_select({}, {axis}, {}.int())",
+                        x.text,
+                        i.at(ATOM)
+                    ),
+                };
+                Py::new(text, ATOM, out)
+            }
             Op::Reshape => {
                 let x = self.operand(&expr.inputs[0], out);
                 let sizes: Vec<String> = f

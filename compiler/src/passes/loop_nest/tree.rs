@@ -439,7 +439,9 @@ fn expr_value(
         | Op::Expand { .. }
         | Op::Slice { .. }
         | Op::Reshape
-        | Op::ExpandBlocks { .. } => (operand(&expr.inputs[0], out_dtype)?, ComputeRole::Normal),
+        | Op::ExpandBlocks { .. }
+        // The index is no operand of the value: `indexing` reads it into the address of `x`.
+        | Op::Gather { .. } => (operand(&expr.inputs[0], out_dtype)?, ComputeRole::Normal),
         // The input where the index falls inside it (`indexing` keeps the read in bounds
         // elsewhere), else the value.
         Op::Pad {
