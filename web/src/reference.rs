@@ -96,7 +96,7 @@ use Kind::*;
 pub const ENTRIES: &[Entry] = &[
     e("fusion", Keyword, "fusion NAME { ... }", "The computation: inputs, assignments and outputs, one statement a line (or separated by `;`). The kernel is named NAME_kernel."),
     e("schedule", Keyword, "schedule { ... }", "How the fusion is lowered: statements applied in order after the fusion. Optional; without it every tensor gets one serial loop nest."),
-    e("input", Keyword, "input x: f32[M, N] | input eps: f32 = 1e-6", "A tensor the kernel reads: its dtype and extents, each a size symbol (M, N: set in the sizes boxes) or a positive integer; at most 8 dimensions. Without extents, a scalar passed to the kernel by value, usable in any expression; `= value` gives the value a run passes (without it, a run draws one in [-1, 1) like any input's values)."),
+    e("input", Keyword, "input x: f32[M, N] | input eps: f32 = 1e-6", "A tensor the kernel reads: its dtype and extents, each a size symbol (M, N: set in the sizes boxes) or a positive integer; at most 8 dimensions. A size symbol is also a number in any later expression (x / N, iota(x, axis=1) == N - 1, x * (M * N)): the run's value, an integer as torch's x.shape[1] is (so x * N of an i32 tensor stays i32); sizes combine among themselves only as a product of symbols or a symbol plus or minus an integer. Without extents, a scalar passed to the kernel by value, usable in any expression; `= value` gives the value a run passes (without it, a run draws one in [-1, 1) like any input's values)."),
     e("output", Keyword, "output y", "Marks a computed tensor as a result, written to global memory."),
     e("f32", Dtype, "f32", "32-bit float."),
     e("f16", Dtype, "f16", "16-bit IEEE half float (math in f32)."),
