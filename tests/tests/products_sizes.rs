@@ -67,6 +67,10 @@ fn a_size_symbol_reaches_cuda_as_its_parameter_and_the_twin_as_a_shape() {
             && py.contains("max(x.shape[1] - 1, 0)"),
         "{py}"
     );
+    // Compared as i32: the size parameter (index_t, `long long` with 64-bit indices) is
+    // converted before the clamp, so that `max` has one overload.
+    let cuda = compile(&rows("c = where(iota(x, axis=1) == N - 1, x, 0.0)")).cuda;
+    assert!(cuda.contains("max((static_cast<int>(N) - 1), 0)"), "{cuda}");
     let py = twin(&rows("c = x + (N + 2)"));
     assert!(py.contains("x + (x.shape[1] + 2)"), "{py}");
 }
