@@ -234,6 +234,25 @@ pub fn evaluate_with(
                     v[at]
                 })
             }
+            // The index read at the output's element (a broadcast axis of it at 0), clamped
+            // into x's extent as the kernel clamps it (torch raises instead).
+            Op::Gather { axis, select } => {
+                let ((vx, sx), (vi, si)) = (operand(&expr.inputs[0])?, operand(&expr.inputs[1])?);
+                let (axis, select, tx, ti) = (*axis, *select, row_major(&sx), row_major(&si));
+                let extent = sx[axis];
+                remap(executor, &out_shape, |idx| {
+                    let at = if select {
+                        vi[idx[axis]]
+                    } else {
+                        let along = idx.iter().zip(&si).zip(&ti);
+                        vi[along
+                            .map(|((&i, &s), &t)| if s == 1 { 0 } else { i * t })
+                            .sum::<usize>()]
+                    };
+                    vx[offset(idx, &tx) - idx[axis] * tx[axis]
+                        + index_within(at, extent) * tx[axis]]
+                })
+            }
             // Row-major order is the same: the values are.
             Op::Reshape => operand(&expr.inputs[0])?.0.into_owned(),
             Op::Cast(d) => {
@@ -825,6 +844,15 @@ fn dot_product(x: &[f64], y: &[f64]) -> f64 {
     }
     let tail: f64 = xr.iter().zip(yr).map(|(p, q)| p * q).sum();
     (partial[0] + partial[1]) + (partial[2] + partial[3]) + tail
+}
+
+/// An index read from data as the kernel uses it (`hf_index_in`): clamped into `[0, extent)`.
+pub fn index_within(v: f64, extent: usize) -> usize {
+    if v.is_nan() || v <= 0.0 {
+        0
+    } else {
+        (v as usize).min(extent.saturating_sub(1))
+    }
 }
 
 #[cfg(test)]

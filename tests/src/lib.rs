@@ -30,6 +30,25 @@ pub fn error(src: &str) -> String {
     }
 }
 
+/// Output `output` of `src`'s fusion by the float64 reference, at `sizes` on `inputs`.
+pub fn reference(
+    src: &str,
+    sizes: &[(&str, i64)],
+    inputs: &[(&str, Vec<f64>)],
+    output: &str,
+) -> Vec<f64> {
+    let program = hopfuse::frontend::parse(src).unwrap();
+    let f = hopfuse::fusion::build(&program.fusion).unwrap_or_else(|d| panic!("{}", d.message));
+    let sizes = sizes.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let inputs = inputs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let mut out = hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap();
+    out.remove(output)
+        .unwrap_or_else(|| panic!("no output `{output}`"))
+}
+
 /// `n` values every 8-bit float holds exactly (multiples of 1/4 in [-2, 2]), varied by `seed`:
 /// FP8 inputs whose products and sums the float64 reference computes exactly.
 pub fn fp8_values(n: usize, seed: usize) -> Vec<f64> {

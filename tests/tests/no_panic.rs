@@ -147,6 +147,15 @@ const TOKENS: &[&str] = &[
     "reshape",
     "start",
     "stop",
+    // Indexing from data, matrix products as ops, sizes in expressions (issue 33).
+    "gather",
+    "take_along_axis",
+    "index_select",
+    "matmul",
+    "linear",
+    "i32",
+    "K",
+    " / N",
 ];
 
 /// 400 cases from a fixed seed, so that the suite is the same on every run (a gate must not
@@ -237,16 +246,42 @@ proptest! {
                 4 => format!("propagate({t})"),
                 5 => "inline_most()".to_string(),
                 6 => format!("{t}.set_memory(shared)"),
-                // (Not cache_after(q): with `s` read by its broadcast in the loop over the
-                // reduced axis, the unscheduled kernel reads `s` before its reduction ends,
-                // views or not, which the verifier reports unlocated.)
-                7 => format!("{t}.reorder(1, 0)"),
+                // `q` read by the sum and by `x`, which joins the sum's result: the cache is
+                // held over the row (this once read `s` before its reduction ended).
+                7 => "q_c = cache_after(q)".to_string(),
                 8 => format!("{t}_c = cache_before({t})"),
                 _ => format!("{t}.reorder(1, 0)"),
             };
             sched.push_str(&format!("  {line}\n"));
         }
         let src = format!("fusion rotary {{\n  input q: f32[M, 8]\n  x = q * 2.0\n  s = sum(q, axis=1)\n  h1 = slice(x, axis=1, start=4)\n  h2 = slice(x * broadcast(s, axis=1), axis=1, stop=4)\n  n = -h1\n  r = cat(n, h2, axis=1)\n  y = x + r\n  output y\n}}\nschedule {{\n{sched}}}\n");
+        check(&src);
+    }
+
+    /// Indices loaded from data (a label's logit by `gather`, rows by `index_select`) and a size
+    /// in an expression, under random schedules naming every tensor.
+    #[test]
+    fn random_schedules_on_gathers_never_panic(stmts in proptest::collection::vec((0usize..8, 0usize..10, -2i64..4, 0i64..300, 0usize..10), 0..8)) {
+        let tensors = ["loss", "x", "lse_sum", "picked", "rows", "lse", "picked_gather", "loss"];
+        let pts = ["BIDx", "TIDx", "TIDy", "Vectorize", "Unroll", "Serial", "BIDy", "TIDz", "BIDz", "Serial"];
+        let mut sched = String::new();
+        for (t, op, ax, f, p) in stmts {
+            let t = tensors[t];
+            let line = match op {
+                0 => format!("{t}.split({ax}, {f})"),
+                1 => format!("{t}.merge({ax})"),
+                2 => format!("{t}.parallelize({ax}, {})", pts[p]),
+                3 => format!("{t}.inline_at({ax})"),
+                4 => format!("propagate({t})"),
+                5 => "inline_most()".to_string(),
+                6 => format!("{t}.set_memory(shared)"),
+                7 => "labels_c = cache_after(labels)".to_string(),
+                8 => format!("{t}_c = cache_before({t})"),
+                _ => "x.recompute()".to_string(),
+            };
+            sched.push_str(&format!("  {line}\n"));
+        }
+        let src = format!("fusion ce {{\n  input w: f32[K, 64]\n  input logits: bf16[M, 64]\n  input labels: i32[M]\n  x = cast(logits, f32) / K\n  lse = logsumexp(x, axis=1)\n  picked = sum(gather(x, broadcast(labels, axis=1), axis=1), axis=1)\n  loss = lse - picked\n  rows = index_select(w, 0, labels)\n  output loss\n  output rows\n}}\nschedule {{\n{sched}}}\n");
         check(&src);
     }
 }

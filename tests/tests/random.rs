@@ -148,6 +148,12 @@ fn bad_seeds_offsets_and_shapes_are_located_errors() {
     );
     let e = error(&prog("c = rand(k, k, k)"));
     assert!(e.contains("has no axis of extent above 1"), "{e}");
+    // A size symbol is a count read at run time, not a seed.
+    let e = error(&prog("c = rand(x, 1, N)"));
+    assert!(
+        e.contains("t.hf:5:18") && e.contains("the offset is an integer or an integer scalar input (input offset: i64), not a size"),
+        "{e}"
+    );
     // An i32 scalar input is a seed (read as i64).
     compile(&prog("c = x * randn(x, k, k)"));
 }

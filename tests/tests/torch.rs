@@ -5,7 +5,7 @@
 //! `HOPFUSE_TEST_TORCH_PYTHON=/path/to/python` against the real torch (on the CPU) instead.
 //! Update the snapshots with `INSTA_UPDATE=always cargo test -p hopfuse-tests --test torch`.
 
-use hopfuse::fusion::{Fusion, IterKind};
+use hopfuse::fusion::{Fusion, IterKind, Op, Operand};
 use hopfuse::DType;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -159,9 +159,24 @@ fn check_against_reference(src: &str, what: &str) -> bool {
     let sizes: BTreeMap<String, i64> = f.symbols.iter().cloned().zip(SIZES).collect();
     let mut named = BTreeMap::new();
     let mut inputs = Vec::new();
+    // An index of a gather draws values inside the gathered axis (torch raises outside it;
+    // the kernel and the reference clamp, which tests/gather.rs checks).
+    let index_extent = |t| {
+        f.exprs.iter().find_map(|e| match (&e.op, &e.inputs[..]) {
+            (Op::Gather { axis, .. }, [Operand::Tensor(x), Operand::Tensor(index)])
+                if hopfuse::fusion::build::index_source(&f, *index) == Some(t) =>
+            {
+                Some(shape(&f, *x, &sizes)[*axis] as f64)
+            }
+            _ => None,
+        })
+    };
     for (k, &t) in f.inputs.iter().enumerate() {
         let s = shape(&f, t, &sizes);
-        let v = values(f.tensors[t].dtype, s.iter().product(), k as u64 + 1);
+        let mut v = values(f.tensors[t].dtype, s.iter().product(), k as u64 + 1);
+        if let Some(n) = index_extent(t) {
+            v.iter_mut().for_each(|x| *x = x.rem_euclid(n));
+        }
         named.insert(f.tensors[t].name.clone(), v.clone());
         inputs.push((f.tensors[t].dtype, s, v));
     }

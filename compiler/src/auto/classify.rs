@@ -101,6 +101,11 @@ pub fn classify(f: &Fusion) -> Result<Class, String> {
                 f.tensors[e.output].name
             ));
         };
+        // A sum over one element is a squeeze (a gather's one picked column per row, summed
+        // to drop it): computed where its row is, not a reduction to schedule.
+        if f.class_extent(f.class_of(f.logical(input)[axis])) == crate::plan::SizeExpr::Const(1) {
+            continue;
+        }
         if f.rank(input) == 3 && is_broadcast_product(f, input) {
             return Err(format!(
                 "`{}` sums a rank-3 product, a matrix product with more than a cast around it (an epilogue, other operands, a layout or dtype the tensor-core schedules do not take); write its schedule by hand (examples/matmul/step10_bias_gelu_tma_store.hf)",

@@ -474,6 +474,7 @@ impl Emitter<'_> {
     fn write_val(&mut self, v: &Val, out: &mut String) {
         self.uses.ceil_div |= v.has_ceil_div();
         self.uses.min |= v.has_min();
+        self.uses.index_in |= v.has_index_in();
         self.uses.warp |= v.mentions_warp();
         v.write(out, true);
     }

@@ -11,6 +11,12 @@ pub const MIN: &str = "template <typename T>
 __device__ __forceinline__ T hf_min(T a, T b) { return a < b ? a : b; }
 ";
 
+/// An index read from data (`gather`, `index_select`), clamped into `[0, n)` in 64 bits (an
+/// i64 index beyond the index type clamps rather than wraps).
+pub const INDEX_IN: &str = "template <typename T, typename I>
+__device__ __forceinline__ T hf_index_in(I v, T n) { long long i = (long long)v; return (T)(i < 0 ? 0 : (i < (long long)n ? i : (long long)n - 1)); }
+";
+
 /// Elementwise ops with PyTorch's semantics that are more than one CUDA expression, by the
 /// name `Uses::math` records (emitted in this order, each only when used).
 pub const MATH: &[(&str, &str)] = &[
@@ -612,6 +618,8 @@ fn wgmma_rs_function(shape: &WgmmaShape) -> String {
 pub(super) struct Uses {
     pub(super) ceil_div: bool,
     pub(super) min: bool,
+    /// An index read from data (`hf_index_in`).
+    pub(super) index_in: bool,
     pub(super) bf16: bool,
     pub(super) f16: bool,
     /// 8-bit floats (`cuda_fp8.h` and the conversions of [`FP8`]).
@@ -657,6 +665,10 @@ impl Uses {
         if self.min {
             src.push('\n');
             src.push_str(MIN);
+        }
+        if self.index_in {
+            src.push('\n');
+            src.push_str(INDEX_IN);
         }
         if !self.math.is_empty() {
             src.push_str("\n// Elementwise ops as PyTorch defines them.\n");

@@ -28,6 +28,11 @@ use crate::frontend::ast::{self, Arg, Dim, Item};
 // purpose.
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
+mod gather;
+mod products;
+
+pub use gather::index_source;
+mod sizes;
 mod views;
 
 type BResult<T> = Result<T, Diagnostic>;
@@ -102,6 +107,15 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                         return Err(Diagnostic::new(
                             format!(
                                 "`{name}` is the constant {v}; a tensor must depend on an input"
+                            ),
+                            Some(loc.0),
+                        ))
+                    }
+                    Value::Count(c) => {
+                        return Err(Diagnostic::new(
+                            format!(
+                                "`{name}` is the size {}; a tensor must depend on an input (full([...], ...) makes a tensor of one value)",
+                                b.f.count_size(c)
                             ),
                             Some(loc.0),
                         ))
@@ -190,6 +204,9 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
 enum Value {
     Tensor(TensorId),
     Scalar(f64),
+    /// A size symbol written in an expression (`x / N`), or a product of them less a constant
+    /// (`N * H`, `N - 1`): a count the kernel reads from the sizes at run time.
+    Count(CountId),
 }
 
 struct Builder {
@@ -282,15 +299,16 @@ impl Builder {
         match e {
             E::Name(n, loc) => match self.names.get(n) {
                 Some(&t) => Ok(Value::Tensor(t)),
-                None => Err(Diagnostic::new(
-                    format!("unknown tensor `{n}`"),
-                    Some(loc.0),
-                )),
+                None => self.size_symbol(n, loc.0),
             },
             E::Int(i, _) => Ok(Value::Scalar(*i as f64)),
             E::Float(v, _, _) => Ok(Value::Scalar(*v)),
             E::Neg(inner, loc) => match self.expr(inner, dest)? {
                 Value::Scalar(v) => Ok(Value::Scalar(-v)),
+                Value::Count(_) => Err(Diagnostic::new(
+                    "a negated size is not a tensor: write it with a tensor operand (x * -N is -(x * N))",
+                    Some(loc.0),
+                )),
                 Value::Tensor(t) => Ok(Value::Tensor(self.op(
                     Op::Unary(UnaryOp::Neg),
                     vec![Operand::Tensor(t)],
@@ -494,6 +512,8 @@ impl Builder {
         let pos = self.positional(args, dest)?;
         let arity = match def.kind {
             OpKind::ElementwiseOrReduce(..) if has_axis => 1,
+            // The bias is optional.
+            OpKind::Linear if pos.len() == 2 => 2,
             _ => def.arity,
         };
         if pos.len() != arity {
@@ -795,6 +815,44 @@ impl Builder {
                     self.expand_blocks(args, t, pos[0].1, dest, span)?,
                 ))
             }
+            OpKind::MatMul | OpKind::Linear => {
+                let operands = pos
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| Ok((tensor_arg(&pos, i)?, p.1)))
+                    .collect::<BResult<Vec<_>>>()?;
+                Ok(Value::Tensor(self.product(
+                    def.kind == OpKind::Linear,
+                    &operands,
+                    dest,
+                    span,
+                )?))
+            }
+            OpKind::Gather | OpKind::IndexSelect => {
+                let select = def.kind == OpKind::IndexSelect;
+                let (x, index) = if select { (0, 2) } else { (0, 1) };
+                let operands = [
+                    (tensor_arg(&pos, x)?, pos[x].1),
+                    (tensor_arg(&pos, index)?, pos[index].1),
+                ];
+                let axis = if select {
+                    match pos[1] {
+                        (Value::Scalar(v), at) => (v, at),
+                        (_, at) => {
+                            return Err(Diagnostic::new(
+                                "`index_select` takes the axis, a number, between the tensor and the index (written index_select(x, 0, index))",
+                                Some(at),
+                            ))
+                        }
+                    }
+                } else {
+                    let axis = self.one_axis(args, span, self.f.rank(operands[0].0), func)?;
+                    (axis as f64, span)
+                };
+                Ok(Value::Tensor(
+                    self.gather(select, operands, axis, dest, span)?,
+                ))
+            }
             OpKind::Expand => {
                 let t = tensor_arg(&pos, 0)?;
                 let rank = self.f.rank(t);
@@ -1059,7 +1117,7 @@ impl Builder {
             .iter()
             .map(|v| match v {
                 Value::Scalar(x) => Some(*x),
-                Value::Tensor(_) => None,
+                Value::Tensor(_) | Value::Count(_) => None,
             })
             .collect();
         if let Some(n) = numbers {
@@ -1070,11 +1128,15 @@ impl Builder {
                 _ => unreachable!("elementwise ops take as many values as their arity"),
             }));
         }
+        if !values.iter().any(|v| matches!(v, Value::Tensor(_))) {
+            return self.size_arithmetic(&op, &values, span);
+        }
         let inputs = values
             .into_iter()
             .map(|v| match v {
                 Value::Scalar(x) => Operand::Scalar(x),
                 Value::Tensor(t) => Operand::Tensor(t),
+                Value::Count(c) => Operand::Count(c),
             })
             .collect();
         Ok(Value::Tensor(self.op(op, inputs, dest, Some(span))?))
@@ -1139,6 +1201,8 @@ impl Builder {
             Op::Cat { .. } => "cat".into(),
             Op::Reshape => "reshape".into(),
             Op::ExpandBlocks { .. } => "expand_blocks".into(),
+            Op::Gather { select: false, .. } => "gather".into(),
+            Op::Gather { select: true, .. } => "index_select".into(),
             Op::Reduce { op, .. } => op.name().into(),
             Op::Mma => "mma".into(),
             Op::Iota { .. } => "iota".into(),
@@ -1160,7 +1224,8 @@ impl Builder {
             | Op::Pad { .. }
             | Op::Cat { .. }
             | Op::Reshape
-            | Op::ExpandBlocks { .. } => {
+            | Op::ExpandBlocks { .. }
+            | Op::Gather { .. } => {
                 let d = self.f.tensors[tensors[0]].dtype;
                 (d.compute(), d)
             }
@@ -1187,6 +1252,7 @@ impl Builder {
                     | Op::Cat { .. }
                     | Op::Reshape
                     | Op::ExpandBlocks { .. }
+                    | Op::Gather { .. }
                     | Op::Cast(_)
                     | Op::Mma
                     | Op::Iota { .. }
@@ -1316,6 +1382,7 @@ impl Builder {
                 }
                 root
             }
+            Op::Gather { axis, select } => self.gather_root(&tensors, *axis, *select),
             Op::Slice { .. }
             | Op::Pad { .. }
             | Op::Cat { .. }
@@ -1576,6 +1643,12 @@ impl Builder {
                     }
                     Operand::Tensor(t)
                 }
+                Value::Count(_) => {
+                    return Err(Diagnostic::new(
+                        format!("`{func}`: the {what} is an integer or an integer scalar input (input {what}: i64), not a size"),
+                        Some(at),
+                    ))
+                }
             });
         }
         let logical = self.f.logical(x);
@@ -1668,7 +1741,7 @@ impl Builder {
         let value_at = value.loc();
         let v = match self.expr(value, dest)? {
             Value::Scalar(v) => v,
-            Value::Tensor(_) => {
+            Value::Tensor(_) | Value::Count(_) => {
                 return Err(Diagnostic::new(
                     "`full`'s value is a number (a tensor already has its shape)",
                     Some(value_at),

@@ -265,6 +265,15 @@ pub enum Op {
     ExpandBlocks {
         block: Vec<i64>,
     },
+    /// Indexing with indices loaded from data: output index `i` along `axis` reads the first
+    /// input at the value of the second (an integer fusion input, read through copies and
+    /// broadcasts) clamped into the first's extent. `gather`: the index has the output's shape
+    /// (every output axis joins its class); `index_select` (`select`): the index is 1-D, its axis
+    /// the output's `axis`. The other axes join the first input's classes.
+    Gather {
+        axis: usize,
+        select: bool,
+    },
     /// Reduces these logical axes of the input.
     Reduce {
         op: ReduceOp,
@@ -294,6 +303,7 @@ impl Op {
                 | Op::Cat { .. }
                 | Op::Reshape
                 | Op::ExpandBlocks { .. }
+                | Op::Gather { .. }
         )
     }
 
@@ -320,7 +330,9 @@ impl Op {
             | Op::Mma
             | Op::Iota { .. }
             | Op::Full { .. }
-            | Op::ExpandBlocks { .. } => false,
+            | Op::ExpandBlocks { .. }
+            // Its index is read from a fusion input at its own indices.
+            | Op::Gather { .. } => false,
         }
     }
 }
@@ -1058,6 +1070,11 @@ pub fn print(f: &Fusion) -> String {
             Op::Cat { axis } => write!(s, "cat@{axis}"),
             Op::Reshape => write!(s, "reshape"),
             Op::ExpandBlocks { block } => write!(s, "expand_blocks{block:?}"),
+            Op::Gather {
+                axis,
+                select: false,
+            } => write!(s, "gather@{axis}"),
+            Op::Gather { axis, select: true } => write!(s, "index_select@{axis}"),
             Op::Reduce { op, axes } => write!(s, "{}{axes:?}", op.name()),
             Op::Mma => write!(s, "mma"),
             Op::Iota { axis } => write!(s, "iota@{axis}"),

@@ -506,6 +506,17 @@ pub enum OpKind {
     Cat,
     Reshape,
     ExpandBlocks,
+    // Matrix products, written out by the builder as the sum of broadcast products the
+    // tensor-core schedules lower (`fusion::build::products`).
+    /// `matmul(a, b)`: `[..., M, K] x [..., K, N]`.
+    MatMul,
+    /// `linear(x, w)`, `linear(x, w, bias)`: `x [..., K]` times `w [N, K]` transposed.
+    Linear,
+    // Indexing with indices loaded from data (`fusion::build::gather`).
+    /// `gather(x, index, axis=k)`: `index` has the result's shape.
+    Gather,
+    /// `index_select(x, k, index)`: `index` is 1-D.
+    IndexSelect,
 }
 
 /// How an op's result type (and the type it computes in) follows from its operands'. Operand
@@ -783,6 +794,16 @@ pub const OPS: &[OpDef] = &[
         named: &["block", "shape"],
         ..op("expand_blocks", K::ExpandBlocks, 1, T::Same, "expand_blocks(sa, block=[1, 128], shape=[M, K])", "A fusion input with each element repeated over a block: element [i, j] of the result is x[i / 128, j / 128] for block=[128, 128] (torch's x.repeat_interleave(128, 0).repeat_interleave(128, 1)[:N, :K]). Block scales of FP8 products are written with it (DeepSeek-V3: 1 x 128 activation blocks, 128 x 128 weight blocks). Each block entry is a positive integer; each shape entry a size symbol or a positive integer, equal to x's extent where the block is 1; the runner checks before a launch that x covers the shape (ceilDiv(K, 128) <= x's extent).")
     },
+    // Matrix products (issue 33): each expands to the sum of broadcast products.
+    op("matmul", K::MatMul, 2, T::Float, "matmul(a, b)", "The matrix product of a [M, K] and b [K, N] (torch.matmul, a @ b; batched when both have the same leading axes): written out as sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1), the form the tensor-core schedules lower; its tensors are named as a nested expression's (`c = matmul(a, b)`: c is the sum, c_broadcast, c_broadcast2 and c_mul its operands and product, for a schedule to name). Half and 8-bit float operands are widened to f32 first and the result is the f32 sum, as sum's is: cast it back (cast(matmul(a, b), bf16) is torch's a @ b in bf16). Floating-point operands only."),
+    op("linear", K::Linear, 3, T::Float, "linear(x, w) | linear(x, w, bias)", "x [M, K] times the weight w [N, K] transposed, plus bias [N] when given (torch.nn.functional.linear; x may have more leading axes): written out as sum(broadcast(x, axis=1) * broadcast(w, axis=0), axis=2) + broadcast(bias, axis=0), w read K-major as the tensor-core schedules want it (examples/matmul/step1_one_warp_group.hf). Half and 8-bit float operands are widened to f32 and the result is f32, as matmul's: cast it back."),
+    // Indexing (issue 33): indices loaded from data.
+    OpDef {
+        aliases: &["take_along_axis"],
+        named: &["axis"],
+        ..op("gather", K::Gather, 2, T::Same, "gather(x, index, axis=1) | take_along_axis(x, index, axis=1)", "Elements of x picked along one axis by an integer tensor of the result's shape: out[i, j] = x[i, index[i, j]] for axis=1 (torch.gather(x, 1, index), numpy's take_along_axis); index's other extents equal x's (broadcast(labels, axis=1) picks one element per row: a cross-entropy's label logit). index is read from a fusion input (through copies and broadcasts), i32, i64 or an 8-bit integer; x may be computed (recomputed at the picked index). An index outside [0, n) reads the nearest end, x[0] or x[n - 1] (clamped, so no load leaves x; torch raises an error instead).")
+    },
+    op("index_select", K::IndexSelect, 3, T::Same, "index_select(x, 0, index)", "Slices of x along one axis picked by a 1-D integer tensor: out[i, :] = x[index[i], :] for axis 0 (torch.index_select(x, 0, index): an embedding lookup). The axis is the second operand, a number; index is read from a fusion input (through copies), i32, i64 or an 8-bit integer; x may be computed. An index outside [0, n) reads the nearest end (clamped: no load leaves x; torch raises an error instead)."),
     op("reshape", K::Reshape, 2, T::Same, "reshape(x, [M, 8, 64])", "x with other extents and the same elements in row-major order (torch's x.reshape on a contiguous tensor: split and merge of axes). Each extent is a size symbol, a positive integer or a product of them (H * D); the element counts must be equal as products of the same symbols and integers. A reshape moves every axis: x may be computed (recomputed from the fusion inputs), but not from a reduction's result."),
 ];
 

@@ -303,6 +303,18 @@ impl<'a> Cursor<'a> {
         if self.eat("min(") {
             return two(self, Val::Min);
         }
+        if self.eat("index_in(") {
+            let array = self.ident()?.to_string();
+            self.expect("[")?;
+            let (i, id) = self.val_depth()?;
+            self.expect("], ")?;
+            let (n, nd) = self.val_depth()?;
+            self.expect(")")?;
+            return Ok((
+                Val::IndexIn(array, Box::new(i), Box::new(n)),
+                id.max(nd) + 1,
+            ));
+        }
         if self.eat("elect_one()") {
             return Ok((Val::Elect, 1));
         }

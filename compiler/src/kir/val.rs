@@ -37,6 +37,10 @@ pub enum Val {
     Warp,
     /// `elect.sync`: true on exactly one lane of the (whole, converged) warp.
     Elect,
+    /// An index read from data (`gather`, `index_select`): element `.1` of the integer fusion
+    /// input `.0` (the kernel parameter, in global memory), clamped into `[0, .2)` so that the
+    /// access it moves never leaves its tensor. A binary node over `.1` and `.2`.
+    IndexIn(String, Box<Val>, Box<Val>),
 }
 
 #[allow(clippy::should_implement_trait)]
@@ -106,7 +110,8 @@ impl Val {
             | Val::Eq(a, b)
             | Val::And(a, b)
             | Val::Xor(a, b)
-            | Val::Min(a, b) => Some((a, b)),
+            | Val::Min(a, b)
+            | Val::IndexIn(_, a, b) => Some((a, b)),
             _ => None,
         }
     }
@@ -126,6 +131,7 @@ impl Val {
             Val::And(..) => Val::And(a, b),
             Val::Xor(..) => Val::Xor(a, b),
             Val::Min(..) => Val::Min(a, b),
+            Val::IndexIn(array, ..) => Val::IndexIn(array.clone(), a, b),
             v => v.clone(),
         }
     }
@@ -152,6 +158,8 @@ impl Val {
             Val::And(..) => bin(|a, b| Some((a != 0 && b != 0) as i64)),
             Val::Xor(..) => bin(|a, b| Some(a ^ b)),
             Val::Min(..) => bin(|a, b| Some(a.min(b))),
+            // Data: known only at run time.
+            Val::IndexIn(..) => None,
             Val::Size(_) | Val::Var(_) | Val::Hw(_) | Val::Warp | Val::Elect | Val::Ctas => {
                 leaf(self)
             }
@@ -310,6 +318,19 @@ impl Val {
             } else {
                 "elect_one()"
             }),
+            Val::IndexIn(array, i, n) => {
+                out.push_str(if cuda {
+                    "hf_index_in<index_t>("
+                } else {
+                    "index_in("
+                });
+                out.push_str(array);
+                out.push('[');
+                i.write(out, cuda);
+                out.push_str("], ");
+                n.write(out, cuda);
+                out.push(')');
+            }
         }
     }
 
@@ -323,6 +344,16 @@ impl Val {
         match self.operands() {
             Some((a, b)) => {
                 matches!(self, Val::CeilDiv(..)) || a.has_ceil_div() || b.has_ceil_div()
+            }
+            None => false,
+        }
+    }
+
+    /// Whether an index read from data appears (the CUDA prelude then needs its helper).
+    pub fn has_index_in(&self) -> bool {
+        match self.operands() {
+            Some((a, b)) => {
+                matches!(self, Val::IndexIn(..)) || a.has_index_in() || b.has_index_in()
             }
             None => false,
         }

@@ -248,6 +248,29 @@ fn view_roots(
                     }
                 }
             }
+            // The index operand is read at the output's own indices (by the value below).
+            Op::Gather { .. } if k == 1 => {}
+            // `x` is read along `axis` at the index's value, clamped into `x`.
+            Op::Gather { axis, select } => {
+                let Operand::Tensor(index) = expr.inputs[1] else {
+                    continue;
+                };
+                let source = crate::fusion::build::index_source(f, index)
+                    .expect("fusion::build reads an index from a fusion input");
+                // `index_select`'s 1-D index is read at the output's index along `axis`.
+                let at: HashMap<IterId, Val> = if *select {
+                    let only = f.class_of(f.logical(index)[0]);
+                    HashMap::from_iter([(only, out_index[*axis].clone())])
+                } else {
+                    roots.clone()
+                };
+                let i = global_index(f, source, &at).map_err(|_| missing())?;
+                let n = extent(in_axes[*axis]);
+                set(
+                    *axis,
+                    Val::IndexIn(f.tensors[source].name.clone(), Box::new(i), Box::new(n)),
+                );
+            }
             // The linear index of the output is the input's.
             Op::Reshape => {
                 let mut linear: Option<Val> = None;
@@ -443,6 +466,36 @@ pub fn consumer_roots(cx: &mut Ctx, c: TensorId, env: &dyn LoopVars) -> HashMap<
     by_class
 }
 
+/// The element of global tensor `t` (dense, row-major over its logical axes; 0 along a
+/// broadcast axis) at the root indices `roots` (by axis class); `Err` names an axis whose index
+/// `roots` lacks.
+fn global_index(
+    f: &crate::fusion::Fusion,
+    t: TensorId,
+    roots: &HashMap<IterId, Val>,
+) -> Result<Val, usize> {
+    let mut idx: Option<Val> = None;
+    for (p, &r) in f.logical(t).iter().enumerate() {
+        let broadcast = f.ids[r].kind == IterKind::Broadcast;
+        let v = if broadcast {
+            Val::Int(0)
+        } else {
+            roots.get(&f.class_of(r)).cloned().ok_or(p)?
+        };
+        idx = Some(match idx {
+            None => v,
+            Some(prev) => {
+                let e = match (&f.ids[r].root_extent, broadcast) {
+                    (Some(ext), false) => Val::from_size(ext),
+                    _ => Val::Int(1),
+                };
+                Val::add(Val::mul(prev, e), v)
+            }
+        });
+    }
+    Ok(idx.unwrap_or(Val::Int(0)))
+}
+
 struct Indexer<'a, 'b> {
     cx: &'a mut Ctx<'b>,
     env: &'a dyn LoopVars,
@@ -501,31 +554,7 @@ impl Indexer<'_, '_> {
         };
         let index = if buf.memory == MemoryType::Global {
             let t = buf.tensor.ok_or_else(|| missing("the tensor"))?;
-            let mut idx: Option<Val> = None;
-            let logical = f.logical(t);
-            for (p, &r) in logical.iter().enumerate() {
-                let v = if f.ids[r].kind == IterKind::Broadcast {
-                    Val::Int(0)
-                } else {
-                    self.roots
-                        .get(&f.class_of(r))
-                        .cloned()
-                        .ok_or_else(|| missing(&format!("axis {p}")))?
-                };
-                idx = Some(match idx {
-                    None => v,
-                    Some(prev) => {
-                        let (ext, bc) = &buf.global_shape[p];
-                        let e = if *bc {
-                            Val::Int(1)
-                        } else {
-                            Val::from_size(ext)
-                        };
-                        Val::add(Val::mul(prev, e), v)
-                    }
-                });
-            }
-            idx.unwrap_or(Val::Int(0))
+            global_index(f, t, self.roots).map_err(|p| missing(&format!("axis {p}")))?
         } else {
             let ids = self
                 .cx

@@ -167,10 +167,12 @@ impl State<'_> {
         Val::all(conds)
     }
 
-    /// A copy between global memory and registers (either way) of one vector.
+    /// A copy between global memory and registers (either way) of one vector (a gather's
+    /// read of a fusion input is one: its rows are contiguous past the index read from data).
     fn vectorizable(&self, cx: &Ctx, c: &Compute) -> bool {
         let f = cx.fusion;
-        if c.role != ComputeRole::Normal || !matches!(f.exprs[c.expr].op, Op::Set) {
+        let copy = matches!(f.exprs[c.expr].op, Op::Set | Op::Gather { .. });
+        if c.role != ComputeRole::Normal || !copy {
             return false;
         }
         let Data::Read(src) = &c.value else {

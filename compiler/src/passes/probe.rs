@@ -109,6 +109,12 @@ pub(super) fn eval(
 ) -> Option<i64> {
     match (idx, idx.operands()) {
         (Val::Var(v), _) if v == var => Some(lane),
+        // An index read from data: some value, the same for every lane when the lane variable
+        // is not in its index (sampled as a variable named by its text); else unknown.
+        (Val::IndexIn(..), _) => {
+            let data = Val::Var(idx.text());
+            (!idx.mentions(var)).then(|| leaf(&data, seed, multiples, mult))?
+        }
         (_, Some((a, b))) => {
             let op = Op::of(idx)?;
             let a = eval(a, var, lane, seed, multiples, mult)?;

@@ -132,7 +132,9 @@ impl Hoister<'_, '_> {
             _ => matches!(v, Val::Min(..)),
         };
         let p = Props {
-            movable: pa.movable && pb.movable,
+            // An index read from data stays under the predicates of the access it moves (at the
+            // top of a ragged tile its element may lie outside the index tensor).
+            movable: pa.movable && pb.movable && !matches!(v, Val::IndexIn(..)),
             tile,
             costly: pa.costly || pb.costly || (tile && divides),
         };

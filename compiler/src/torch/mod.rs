@@ -425,10 +425,23 @@ impl<'a> Emitter<'a> {
         let factors: Vec<String> = f.counts[c].axes.iter().map(|&id| self.extent(id)).collect();
         let mut text = factors.join(" * ");
         let minus = f.counts[c].minus;
-        if minus != 0.0 {
-            text = format!("max({text} - {}, 0)", crate::text::float_literal(minus));
+        // An integral constant as a Python int, so that `x * (N - 1)` of an integer tensor
+        // stays an integer tensor as the kernel's does; one added (`N + 1`) needs no clamp.
+        let constant = |m: f64| {
+            if m.fract() == 0.0 && m.abs() < 2f64.powi(53) {
+                format!("{}", m as i64)
+            } else {
+                crate::text::float_literal(m)
+            }
+        };
+        if minus > 0.0 {
+            text = format!("max({text} - {}, 0)", constant(minus));
+        } else if minus < 0.0 {
+            text = format!("{text} + {}", constant(-minus));
         }
-        let prec = if factors.len() > 1 && minus == 0.0 {
+        let prec = if minus < 0.0 {
+            ADD
+        } else if factors.len() > 1 && minus == 0.0 {
             MUL
         } else {
             ATOM
@@ -678,6 +691,30 @@ impl<'a> Emitter<'a> {
                     }
                 }
                 Py::new(format!("{text}[{}]", cut.join(", ")), ATOM, out)
+            }
+            // torch.gather takes int64 indices; index_select int32 or int64.
+            Op::Gather { axis, select } => {
+                let x = self.operand(&expr.inputs[0], out);
+                let Operand::Tensor(index) = expr.inputs[1] else {
+                    unreachable!("an index is a tensor (fusion::build)")
+                };
+                let dtype = f.tensors[index].dtype;
+                let i = self.value(index);
+                let text = match (select, dtype) {
+                    (false, DType::I64) => format!("torch.gather({}, {axis}, {})", x.text, i.text),
+                    (false, _) => {
+                        format!("torch.gather({}, {axis}, {}.long())", x.text, i.at(ATOM))
+                    }
+                    (true, DType::I32 | DType::I64) => {
+                        format!("torch.index_select({}, {axis}, {})", x.text, i.text)
+                    }
+                    (true, _) => format!(
+                        "torch.index_select({}, {axis}, {}.int())",
+                        x.text,
+                        i.at(ATOM)
+                    ),
+                };
+                Py::new(text, ATOM, out)
             }
             Op::Reshape => {
                 let x = self.operand(&expr.inputs[0], out);

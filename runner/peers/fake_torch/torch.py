@@ -660,6 +660,42 @@ def cat(tensors, dim=0):
     return Tensor([at(idx) for idx in _indices(shape)], shape, a.dtype)
 
 
+def _picked(j, n):
+    j = int(j)
+    if not 0 <= j < n:
+        raise RuntimeError(f"index {j} is out of bounds for dimension with size {n}")
+    return j
+
+
+def gather(x, dim, index):
+    if dim < 0:
+        dim += x.dim()
+    assert index.dtype is int64, "gather(): Expected dtype int64 for index"
+    assert index.dim() == x.dim(), "gather(): index and input have different ranks"
+    n = x.shape[dim]
+
+    def at(idx):
+        j = _picked(index._at(idx), n)
+        return x._at(tuple(j if k == dim else i for k, i in enumerate(idx)))
+
+    return Tensor([at(idx) for idx in _indices(index.shape)], index.shape, x.dtype)
+
+
+def index_select(x, dim, index):
+    if dim < 0:
+        dim += x.dim()
+    assert index.dtype in (int32, int64), "index_select(): Expected dtype int32/int64 for index"
+    assert index.dim() == 1, "index_select(): Index is supposed to be a vector"
+    n = x.shape[dim]
+    shape = tuple(index.shape[0] if k == dim else s for k, s in enumerate(x.shape))
+
+    def at(idx):
+        j = _picked(index._data[idx[dim]], n)
+        return x._at(tuple(j if k == dim else i for k, i in enumerate(idx)))
+
+    return Tensor([at(idx) for idx in _indices(shape)], shape, x.dtype)
+
+
 def relu(x):
     return _unary(lambda v: v if v > 0 else 0, x)
 

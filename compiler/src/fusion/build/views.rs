@@ -132,6 +132,8 @@ fn held_kind(op: &Op) -> String {
         Op::Reduce { op, .. } => format!("`{}` reduction", op.name()),
         Op::Iota { .. } => "`iota`".into(),
         Op::Full { .. } => "`full`".into(),
+        Op::Gather { select: false, .. } => "`gather`".into(),
+        Op::Gather { select: true, .. } => "`index_select`".into(),
         _ => "matrix product".into(),
     }
 }
@@ -191,7 +193,13 @@ impl Builder {
     /// other views (`Op::is_recomputed_in_views`), down to the fusion inputs. A tensor held
     /// where it is computed (a reduction's result, an `iota`, a `full`) is read at the view's
     /// own indices, so it must not lie along a moved axis: that is the error here.
-    fn view_recomputable(&self, func: &str, t: TensorId, at: Span, moved: &[usize]) -> BResult<()> {
+    pub(super) fn view_recomputable(
+        &self,
+        func: &str,
+        t: TensorId,
+        at: Span,
+        moved: &[usize],
+    ) -> BResult<()> {
         let f = &self.f;
         let mut classes: Vec<IterId> = moved.iter().map(|&k| f.class_of(f.logical(t)[k])).collect();
         let mut stack = vec![t];
@@ -612,7 +620,7 @@ impl Builder {
         };
         let t = match self.expr(x, dest)? {
             Value::Tensor(t) => t,
-            Value::Scalar(_) => {
+            Value::Scalar(_) | Value::Count(_) => {
                 return Err(Diagnostic::new(
                     "`reshape` expects a tensor here",
                     Some(x.loc()),

@@ -177,15 +177,41 @@ fn restricted_classes(f: &Fusion) -> HashMap<TensorId, HashSet<IterId>> {
             }
         }
     }
+    // The reductions some tensor downstream of each tensor comes after (itself included): a
+    // consumer `c` of `p` that is neither before nor after reduction `r` but joins `r`'s result
+    // further down (`x = q * 2` and `y = x * broadcast(sum(q))`) is computed inside the loops of
+    // that join when it is inlined there, after `r`: `p` feeding both `r` and `c` is then
+    // restricted as if `c` itself came after `r` (else `p`, `r` and the join share one loop over
+    // `r`'s axis and the join reads `r` before it is complete).
+    let mut joined = above.clone();
+    for &e in order.iter().rev() {
+        let c = f.exprs[e].output;
+        let bits = joined[c.index() * words..(c.index() + 1) * words].to_vec();
+        for p in f.exprs[e].input_tensors() {
+            for (w, &b) in joined[p.index() * words..(p.index() + 1) * words]
+                .iter_mut()
+                .zip(&bits)
+            {
+                *w |= b;
+            }
+        }
+    }
     for &e in &order {
         let c = f.exprs[e].output;
         for p in f.exprs[e].input_tensors() {
-            let (pb, cb) = (
+            let (pb, cb, cj) = (
                 &below[p.index() * words..(p.index() + 1) * words],
                 &above[c.index() * words..(c.index() + 1) * words],
+                &joined[c.index() * words..(c.index() + 1) * words],
             );
+            let c_below = &below[c.index() * words..(c.index() + 1) * words];
             for (w, (&x, &y)) in pb.iter().zip(cb).enumerate() {
-                let mut both = x & y;
+                // `c` after `r`, or joining it downstream without being before it (nor `r`).
+                let mut joins = cj[w] & !c_below[w];
+                if let Some(i) = reduction_of[c].filter(|i| i / 64 == w) {
+                    joins &= !(1 << (i % 64));
+                }
+                let mut both = x & (y | joins);
                 while both != 0 {
                     let r = w * 64 + both.trailing_zeros() as usize;
                     both &= both - 1;

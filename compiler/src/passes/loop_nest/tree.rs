@@ -500,7 +500,9 @@ fn expr_value(
         | Op::Expand { .. }
         | Op::Slice { .. }
         | Op::Reshape
-        | Op::ExpandBlocks { .. } => (operand(&expr.inputs[0], out_dtype)?, ComputeRole::Normal),
+        | Op::ExpandBlocks { .. }
+        // The index is no operand of the value: `indexing` reads it into the address of `x`.
+        | Op::Gather { .. } => (operand(&expr.inputs[0], out_dtype)?, ComputeRole::Normal),
         // The input where the index falls inside it (`indexing` keeps the read in bounds
         // elsewhere), else the value.
         Op::Pad {
@@ -625,18 +627,29 @@ fn count_data(f: &crate::fusion::Fusion, c: crate::fusion::CountId, dtype: DType
     let n = size_data(&f.count_size(c), dtype);
     match f.counts[c].minus {
         0.0 => n,
-        // max(n - m, 0): torch's degrees of freedom never go below 0.
+        // max(n - m, 0): torch's degrees of freedom never go below 0. The sizes are index_t
+        // parameters (`long long` with 64-bit indices): multiplied as such and converted to
+        // `dtype` first, else an integer `max` has no single overload for (long long, int).
         m => Data::Binary(
             BinaryOp::Max,
             dtype,
             Box::new(Data::Binary(
                 BinaryOp::Sub,
                 dtype,
-                Box::new(n),
+                Box::new(Data::Cast(dtype, Box::new(index_size(&f.count_size(c))))),
                 Box::new(Data::Literal(m, dtype)),
             )),
             Box::new(Data::Literal(0.0, dtype)),
         ),
+    }
+}
+
+/// A size in the kernel's index type, typed i64 (the widest it is): its parameters and their
+/// products, for a conversion to another type.
+fn index_size(s: &crate::plan::SizeExpr) -> Data {
+    match s {
+        crate::plan::SizeExpr::Sym(name) => Data::Param(name.clone(), DType::I64),
+        other => size_data(other, DType::I64),
     }
 }
 
