@@ -50,6 +50,45 @@ fn clock_lines(r: &RunResult) -> Vec<String> {
     lines
 }
 
+/// A segmented run: why, each kernel timed alone, and the intermediates.
+fn segment_lines(r: &RunResult) -> Vec<String> {
+    let Some(seg) = &r.segments else {
+        return Vec::new();
+    };
+    let mut lines = vec![format!(
+        "  segments    {} kernels run in order (time above: all of them): {}",
+        seg.kernels.len(),
+        seg.reason
+    )];
+    for (k, g) in seg.kernels.iter().enumerate() {
+        let (gr, b) = (g.launch.grid, g.launch.block);
+        lines.push(format!(
+            "    {}. {:<28} {:<16} median {:.2} us  {:.1} GB/s  grid ({},{},{}) block ({},{},{})",
+            k + 1,
+            g.kernel,
+            g.scheduler,
+            g.timing.median_us,
+            g.gbps,
+            gr[0],
+            gr[1],
+            gr[2],
+            b[0],
+            b[1],
+            b[2]
+        ));
+        lines.push(format!("       {}", g.reason));
+    }
+    for m in &seg.intermediates {
+        lines.push(format!(
+            "    intermediate {} {} ({})",
+            m.name,
+            m.dtype.name(),
+            bytes(m.bytes)
+        ));
+    }
+    lines
+}
+
 fn check_line(c: &Check) -> String {
     let mut line = format!(
         "    {:<12} {:<5} {:>11} elements  rel_l2 {:.3e}  max_abs {:.3e}  tol {:.0e}  {}",
@@ -181,6 +220,9 @@ pub fn render(r: &RunResult) -> String {
         "  time        min {:.2} us  median {:.2} us  max {:.2} us  ({} timed launches after {} warm-up)",
         t.min_us, t.median_us, t.max_us, t.samples, r.warmup
     );
+    for line in segment_lines(r) {
+        let _ = writeln!(s, "{line}");
+    }
     for line in clock_lines(r) {
         let _ = writeln!(s, "{line}");
     }

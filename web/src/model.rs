@@ -33,6 +33,11 @@ pub struct Compiled {
     pub torch: String,
     /// What the PyTorch pane's Python snippet needs (`python_snippet`).
     pub python: crate::python_snippet::PythonCall,
+    /// Set when no scheduler takes the fusion whole and it is split into several kernels
+    /// (`hopfuse::segment`): the sentence the panes show (each kernel, its scheduler and why
+    /// the split). `cuda` then holds every kernel's CUDA in turn under a header line; the
+    /// passes, launch plan, pipeline and line map are the first kernel's.
+    pub segments: Option<String>,
 }
 
 /// A diagnostic located in the editor.
@@ -123,14 +128,36 @@ pub fn index_type_for(
 /// picks for the `entered` sizes ([`index_type_for`]), so the CUDA, the Launch plan, the SASS
 /// pane and Run show the same variant.
 pub fn compile(source: &str, entered: &BTreeMap<String, i64>) -> Result<Compiled, Vec<Diag>> {
-    let mut index_reason = String::new();
-    let chosen =
-        hopfuse::compile_choosing_index(source, &hopfuse::CompileOptions::default(), |plan| {
+    let index_reason = std::cell::RefCell::new(String::new());
+    let chosen = hopfuse::compile_program_choosing_index(
+        source,
+        &hopfuse::CompileOptions::default(),
+        |plan| {
             let (index_type, why) = index_type_for(plan, entered);
-            index_reason = why;
+            // Every kernel of a split fusion is chosen by the same rule; the first one's reason
+            // is the one shown.
+            let mut reason = index_reason.borrow_mut();
+            if reason.is_empty() {
+                *reason = why;
+            }
             index_type
-        });
-    match chosen {
+        },
+    );
+    let index_reason = index_reason.into_inner();
+    let (c, segments) = match chosen {
+        Ok(hopfuse::Compiled::One { compilation, .. }) => (Ok(*compilation), None),
+        Ok(hopfuse::Compiled::Segmented(s)) => {
+            let text = segments_headline(&s.plan);
+            let cuda = segments_cuda(&s);
+            let mut first = s.kernels.into_iter().next().expect("a split has kernels");
+            first.cuda = cuda;
+            // The whole fusion, for the Python snippet (the torch twin is of the source).
+            first.fusion = s.fusion;
+            (Ok(first), Some(text))
+        }
+        Err(d) => (Err(d), None),
+    };
+    match c {
         Ok(c) => {
             let python = crate::python_snippet::PythonCall::new(source, &c.fusion, &c.plan);
             let mut passes: Vec<PassView> = Vec::with_capacity(c.passes.len());
@@ -149,12 +176,18 @@ pub fn compile(source: &str, entered: &BTreeMap<String, i64>) -> Result<Compiled
                 index_reason,
                 passes,
                 pipeline: c.pipeline,
-                lines: c.lines,
+                // A split fusion's CUDA has header lines and several kernels: no line map.
+                lines: if segments.is_some() {
+                    Default::default()
+                } else {
+                    c.lines
+                },
                 // Cannot fail once the program compiled (it parses and builds the same fusion).
                 torch: hopfuse::torch_twin(source)
                     .map(|t| t.source)
                     .unwrap_or_default(),
                 python,
+                segments,
             })
         }
         Err(d) => Err(d
@@ -183,6 +216,61 @@ pub fn compile(source: &str, entered: &BTreeMap<String, i64>) -> Result<Compiled
             })
             .collect()),
     }
+}
+
+/// What the panes say about a fusion split into kernels: how many, each one's scheduler and
+/// why the split.
+pub fn segments_headline(plan: &hopfuse::plan::SegmentedPlan) -> String {
+    let mut text = format!(
+        "No scheduler takes this fusion whole ({}), so it runs as {} kernels in order:",
+        plan.reason.trim_end_matches('.'),
+        plan.kernels.len()
+    );
+    for (k, kernel) in plan.kernels.iter().enumerate() {
+        text.push_str(&format!(
+            " {}. {} ({}, writes {}): {}.",
+            k + 1,
+            kernel.plan.kernel_name,
+            kernel.scheduler,
+            kernel.writes.join(", "),
+            kernel.reason.trim_end_matches('.')
+        ));
+    }
+    for m in &plan.intermediates {
+        text.push_str(&format!(
+            " Intermediate `{}`: {} [{}], {} bytes.",
+            m.name,
+            m.dtype.name(),
+            m.shape
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            m.bytes
+        ));
+    }
+    text.push_str(" The passes, launch plan and pipeline shown are the first kernel's.");
+    text
+}
+
+/// Every kernel's CUDA in turn, each under a header line naming it and why it ends there.
+pub fn segments_cuda(s: &hopfuse::Segmented) -> String {
+    let n = s.kernels.len();
+    let mut cuda = String::new();
+    for (k, (c, seg)) in s.kernels.iter().zip(&s.segmentation.segments).enumerate() {
+        cuda.push_str(&format!(
+            "// ==== kernel {} of {n}: {} ({}): {}\n",
+            k + 1,
+            c.plan.kernel_name,
+            seg.scheduler,
+            seg.reason
+        ));
+        cuda.push_str(&c.cuda);
+        if !cuda.ends_with('\n') {
+            cuda.push('\n');
+        }
+    }
+    cuda
 }
 
 /// The sizes of `symbols`: each one's entered value, or `default`. (Inserted one by one:

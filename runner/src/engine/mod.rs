@@ -47,6 +47,7 @@ pub type Reference<'a> = dyn Fn(
 // runs (`ab.rs`) are parts of the engine.
 mod ab;
 mod host;
+mod segmented;
 mod timing;
 pub use ab::{run_ab_on, AbRun, PairRatios};
 use host::{check_reference_outputs, host_reference_note, stage_host, Expected, HostStaged};
@@ -587,6 +588,11 @@ pub fn run_on(
     prepared: Option<&Prepared>,
     hooks: &mut dyn Hooks,
 ) -> Result<RunResult, RunError> {
+    // A fusion no scheduler takes whole runs as several kernels (the service's `prepared`
+    // is the one-kernel compile, so it is not used).
+    if let Some(split) = segmented::split_of(req)? {
+        return segmented::run_split(slot, req, &split, hooks);
+    }
     let program = for_run(req, prepared, hooks)?;
     // The GPU before the float64 reference and NVRTC: on a machine without one, a program that
     // compiles is told that, not asked for NVRTC or kept waiting for its reference.
