@@ -887,29 +887,39 @@ fn nvrtc_check(
                     aligned_for: specialized,
                     clock_probe: false,
                 };
-                match hopfuse::compile(&source, &options) {
-                    Ok(c) => {
-                        if inspect {
-                            match inspect_check(&c, index_type, assume_aligned_vectors) {
-                                Ok(summary) => {
-                                    println!("OK   {label}: {summary}");
-                                    passed += 1;
-                                }
-                                Err(e) => {
-                                    println!("FAIL {label}: {e}");
-                                    failed += 1;
-                                }
-                            }
-                        }
-                        units.push((label, c.cuda))
+                // A fusion split into kernels: each kernel, labelled with its segment.
+                let kernels = match hopfuse::compile_program(&source, &options) {
+                    Ok(hopfuse::Compiled::One { compilation, .. }) => {
+                        vec![(label, *compilation)]
                     }
+                    Ok(hopfuse::Compiled::Segmented(s)) => s
+                        .kernels
+                        .into_iter()
+                        .map(|c| (format!("{label} {}", c.plan.kernel_name), c))
+                        .collect(),
                     Err(d) => {
                         println!(
                             "FAIL {label}: hopfuse compile error\n{}",
                             d.render(&source, &name)
                         );
                         failed += 1;
+                        Vec::new()
                     }
+                };
+                for (label, c) in kernels {
+                    if inspect {
+                        match inspect_check(&c, index_type, assume_aligned_vectors) {
+                            Ok(summary) => {
+                                println!("OK   {label}: {summary}");
+                                passed += 1;
+                            }
+                            Err(e) => {
+                                println!("FAIL {label}: {e}");
+                                failed += 1;
+                            }
+                        }
+                    }
+                    units.push((label, c.cuda))
                 }
             }
         }
