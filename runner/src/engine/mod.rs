@@ -51,6 +51,7 @@ mod segmented;
 mod timing;
 pub use ab::{run_ab_on, AbRun, PairRatios};
 use host::{check_reference_outputs, host_reference_note, stage_host, Expected, HostStaged};
+pub use segmented::{compile_split, SplitCompiled};
 
 // Preparing a run (no GPU) is `crate::prepare`; re-exported for the engine's callers.
 pub use crate::prepare::{

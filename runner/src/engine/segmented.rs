@@ -35,6 +35,70 @@ struct Kernel {
     setup: Setup,
 }
 
+/// A split program compiled for a request, no GPU (what the fake worker reports): the split
+/// and each segment's kernel, in order.
+pub struct SplitCompiled {
+    pub split: Segmentation,
+    pub kernels: Vec<Prepared>,
+}
+
+impl SplitCompiled {
+    /// Bytes of every tensor of the run once: inputs, intermediates and outputs by name, each
+    /// kernel's scratch its own.
+    pub fn working_set_bytes(&self, sizes: &BTreeMap<String, i64>) -> u64 {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut bytes = 0u64;
+        for (k, p) in self.kernels.iter().enumerate() {
+            for (name, dtype, role, shape) in p.plan.tensors() {
+                let own = matches!(role, TensorRole::Scratch | TensorRole::Workspace);
+                if !seen.insert(if own {
+                    format!("{k}/{name}")
+                } else {
+                    name.to_string()
+                }) {
+                    continue;
+                }
+                let n = tensor_elements(shape, sizes).unwrap_or(0);
+                bytes = bytes.saturating_add(n.saturating_mul(dtype.size_bytes() as u64));
+            }
+        }
+        bytes
+    }
+
+    /// One sentence: how many kernels, each one's name and scheduler, and why the split.
+    pub fn describe(&self) -> String {
+        let kernels: Vec<String> = self
+            .split
+            .segments
+            .iter()
+            .zip(&self.kernels)
+            .map(|(s, p)| format!("{} ({})", p.plan.kernel_name, s.scheduler))
+            .collect();
+        format!(
+            "runs as {} kernels in order, {} ({})",
+            kernels.len(),
+            kernels.join(", then "),
+            self.split.reason
+        )
+    }
+}
+
+/// The request's program compiled as the kernels of its split, when it is split.
+pub fn compile_split(req: &RunRequest) -> Result<Option<SplitCompiled>, RunError> {
+    let Some(split) = split_of(req)? else {
+        return Ok(None);
+    };
+    let kernels = compile(req, &split)?
+        .into_iter()
+        .map(|k| Prepared {
+            cuda: k.cuda,
+            plan: k.plan,
+            setup: k.setup,
+        })
+        .collect();
+    Ok(Some(SplitCompiled { split, kernels }))
+}
+
 /// Where a tensor of the run lives: its device buffer is shared by name between the kernels
 /// (inputs, intermediates, outputs); scratch and workspace are per kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
