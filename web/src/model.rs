@@ -384,6 +384,46 @@ pub fn bytes(n: f64) -> String {
 mod tests {
     use super::*;
 
+    /// A fusion no scheduler takes whole: the CUDA pane holds each kernel under its header
+    /// line, and the panes get the split's sentence (the kernels, their schedulers, why, the
+    /// intermediate) instead of a schedule to insert.
+    #[test]
+    fn a_split_fusion_shows_each_kernel_and_why() {
+        let source = include_str!("../../examples/auto/col_norm.hf");
+        let c = compile(source, &BTreeMap::new()).unwrap();
+        let headers: Vec<&str> = c
+            .cuda
+            .lines()
+            .filter(|l| l.starts_with("// ==== kernel"))
+            .collect();
+        assert_eq!(headers.len(), 2, "{headers:?}");
+        assert!(headers[0].starts_with(
+            "// ==== kernel 1 of 2: col_norm_s1_kernel (outer reduction): ends before `y`"
+        ));
+        assert_eq!(
+            headers[1],
+            "// ==== kernel 2 of 2: col_norm_s2_kernel (pointwise): the last segment"
+        );
+        assert!(c
+            .cuda
+            .contains("void __launch_bounds__(128) col_norm_s2_kernel("));
+        let text = c.segments.expect("the split's sentence");
+        assert!(text.starts_with("No scheduler takes this fusion whole (`y` reads the column reductions back over the columns"), "{text}");
+        assert!(text.contains("so it runs as 2 kernels in order: 1. col_norm_s1_kernel (outer reduction, writes y_sum)"), "{text}");
+        assert!(
+            text.contains(" Intermediate `y_sum`: f32 [N], 4 * N bytes."),
+            "{text}"
+        );
+        assert_eq!(c.plan.kernel_name, "col_norm_s1_kernel");
+        // A one-kernel program has none of it.
+        let one = compile(
+            include_str!("../../examples/auto/softmax.hf"),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        assert!(one.segments.is_none() && !one.cuda.contains("// ===="));
+    }
+
     #[test]
     fn spans_become_utf16_offsets() {
         assert_eq!(utf16_offset("aé𝄞b", 1), 1);
