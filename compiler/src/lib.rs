@@ -186,9 +186,11 @@ pub fn compile_choosing_index(
         other => other,
     };
     let (dumps, ir_lines, lowering) = lowered.map_err(|mut errors| {
-        // The serial default of a fusion no scheduler took: say why there was no other.
+        // The serial default of a fusion no scheduler took: say why there was no other, at the
+        // error it explains (every diagnostic of a compile has a location when one does).
         if let Some(note) = auto.as_ref().filter(|a| a.scheduler.is_none()) {
-            errors.0.push(Diagnostic::new(note.reason.clone(), None));
+            let at = errors.0.iter().find_map(|d| d.span);
+            errors.0.push(Diagnostic::new(note.reason.clone(), at));
         }
         locate_all(errors)
     })?;
