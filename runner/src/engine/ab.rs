@@ -51,7 +51,7 @@ pub struct AbRun {
 /// launch. When only one program can run, it is timed alone and there are no ratios.
 /// A/B runs interleave one kernel against one kernel: a program split into several is refused.
 fn one_kernel(req: &RunRequest) -> Result<(), RunError> {
-    match super::segmented::split_of(req)? {
+    match super::segmented::split_of(req) {
         Some(split) => Err(RunError::new(
             Stage::Request,
             format!(

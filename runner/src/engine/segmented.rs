@@ -16,14 +16,12 @@ use hopfuse::segment::Segmentation;
 use hopfuse_api::run::{IntermediateRun, SegmentRun, SegmentsRun};
 
 /// The program's split for the request's sizes, when it is one ([`run_on`] runs it here).
-pub(super) fn split_of(req: &RunRequest) -> Result<Option<Segmentation>, RunError> {
+/// None also when the program does not compile: the one-kernel path reports its errors as it
+/// always has.
+pub(super) fn split_of(req: &RunRequest) -> Option<Segmentation> {
     match hopfuse::segment::decide(&req.source, Some(&req.sizes)) {
-        Ok(hopfuse::segment::Decision::Split(s)) => Ok(Some(s)),
-        Ok(_) => Ok(None),
-        Err(d) => Err(RunError::new(
-            Stage::Compile,
-            d.render(&req.source, &req.file),
-        )),
+        Ok(hopfuse::segment::Decision::Split(s)) => Some(s),
+        _ => None,
     }
 }
 
@@ -85,7 +83,7 @@ impl SplitCompiled {
 
 /// The request's program compiled as the kernels of its split, when it is split.
 pub fn compile_split(req: &RunRequest) -> Result<Option<SplitCompiled>, RunError> {
-    let Some(split) = split_of(req)? else {
+    let Some(split) = split_of(req) else {
         return Ok(None);
     };
     let kernels = compile(req, &split)?
@@ -123,9 +121,19 @@ struct Buffer {
 fn compile(req: &RunRequest, split: &Segmentation) -> Result<Vec<Kernel>, RunError> {
     let mut kernels = Vec::new();
     for seg in &split.segments {
+        // The sizes of the symbols this segment has (a product's K is not the softmax's).
+        let symbols = hopfuse::reference_fusion(&seg.source)
+            .map(|f| f.symbols)
+            .unwrap_or_default();
+        let sizes: BTreeMap<String, i64> = req
+            .sizes
+            .iter()
+            .filter(|(k, _)| symbols.contains(k))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
         let (c, setup) = hopfuse_launch::specialize::compile_for_sizes(
             &seg.source,
-            &req.sizes,
+            &sizes,
             req.index,
             !req.generic,
             false,
@@ -261,7 +269,7 @@ fn host_data(
 }
 
 /// A kernel loaded and its arguments bound to the run's buffers.
-struct Loaded {
+struct Ready {
     func: cudarc::driver::CudaFunction,
     launch: hopfuse::plan::ConcreteLaunch,
     attributes: KernelAttributes,
@@ -287,7 +295,7 @@ fn load(
     kernel: &Kernel,
     cubin: nvrtc::Cubin,
     bound: &Bound,
-) -> Result<Loaded, RunError> {
+) -> Result<Ready, RunError> {
     let gpu = &dev.gpu;
     let sizes = &req.sizes;
     let plan = &kernel.plan;
@@ -298,29 +306,13 @@ fn load(
         )
     };
     let (cubin_bytes, nvrtc_ms) = (cubin.image.len(), cubin.compile_ms);
-    let (_module, func) = gpu.load_module(cubin.image, &plan.kernel_name)?;
-    let attributes = gpu::attributes(&func)?;
     let mut launch = kernel.setup.launch.clone();
-    let smem = launch.dynamic_smem_bytes;
-    let static_smem = attributes.static_smem_bytes.max(0) as u32;
-    if smem + static_smem > gpu.info.max_dynamic_smem_optin {
-        return Err(sizes_err(format!(
-            "the kernel needs {smem} bytes of dynamic + {static_smem} bytes of static shared memory; the device allows {} per block",
-            gpu.info.max_dynamic_smem_optin
-        )));
-    }
-    if smem > 48 * 1024 {
-        gpu::allow_dynamic_smem(&func, smem)?;
-    }
-    let threads: u32 = launch.block.iter().product();
-    if threads as i32 > attributes.max_threads_per_block {
-        return Err(sizes_err(format!(
-            "the block has {threads} threads but the compiled kernel allows at most {}",
-            attributes.max_threads_per_block
-        )));
-    }
-    let mut residency = crate::occupancy::residency(gpu, &func, &launch, plan);
-    crate::occupancy::fit_persistent(plan, sizes, &mut launch, &mut residency);
+    let super::Loaded {
+        func,
+        attributes,
+        residency,
+        ..
+    } = super::load_kernel(gpu, cubin.image, plan, sizes, &mut launch, sizes_err)?;
     // One pointer per tensor parameter, in order, from the run's buffers.
     let mut pointers = Vec::new();
     for p in &plan.params {
@@ -354,7 +346,7 @@ fn load(
             }
         });
     }
-    Ok(Loaded {
+    Ok(Ready {
         func,
         launch,
         attributes,
@@ -464,7 +456,7 @@ pub(super) fn run_split(
     for (k, (kernel, cubin)) in kernels.iter().zip(cubins).enumerate() {
         loaded.push(load(dev, req, k, kernel, cubin, &bound)?);
     }
-    let launch_all = |loaded: &mut [Loaded]| -> Result<(), RunError> {
+    let launch_all = |loaded: &mut [Ready]| -> Result<(), RunError> {
         for l in loaded.iter_mut() {
             gpu.launch(&l.func, &l.launch, &mut l.args)?;
         }
