@@ -271,6 +271,34 @@ pub struct Segmented {
     pub plan: plan::SegmentedPlan,
 }
 
+impl Segmented {
+    /// Every kernel's CUDA in turn, each under a header line naming it, its scheduler and why
+    /// its segment ends there (what a single CUDA pane or answer shows of a split fusion).
+    pub fn cuda_listing(&self) -> String {
+        let n = self.kernels.len();
+        let mut cuda = String::new();
+        for (k, (c, seg)) in self
+            .kernels
+            .iter()
+            .zip(&self.segmentation.segments)
+            .enumerate()
+        {
+            cuda.push_str(&format!(
+                "// ==== kernel {} of {n}: {} ({}): {}\n",
+                k + 1,
+                c.plan.kernel_name,
+                seg.scheduler,
+                seg.reason
+            ));
+            cuda.push_str(&c.cuda);
+            if !cuda.ends_with('\n') {
+                cuda.push('\n');
+            }
+        }
+        cuda
+    }
+}
+
 /// [`compile`], splitting a program without a schedule that no scheduler takes whole into
 /// kernels that each one takes ([`segment::decide`]).
 pub fn compile_program(source: &str, options: &CompileOptions) -> Result<Compiled, Diagnostics> {

@@ -148,7 +148,7 @@ pub fn compile(source: &str, entered: &BTreeMap<String, i64>) -> Result<Compiled
         Ok(hopfuse::Compiled::One { compilation, .. }) => (Ok(*compilation), None),
         Ok(hopfuse::Compiled::Segmented(s)) => {
             let text = segments_headline(&s.plan);
-            let cuda = segments_cuda(&s);
+            let cuda = s.cuda_listing();
             let mut first = s.kernels.into_iter().next().expect("a split has kernels");
             first.cuda = cuda;
             // The whole fusion, for the Python snippet (the torch twin is of the source).
@@ -251,26 +251,6 @@ pub fn segments_headline(plan: &hopfuse::plan::SegmentedPlan) -> String {
     }
     text.push_str(" The passes, launch plan and pipeline shown are the first kernel's.");
     text
-}
-
-/// Every kernel's CUDA in turn, each under a header line naming it and why it ends there.
-pub fn segments_cuda(s: &hopfuse::Segmented) -> String {
-    let n = s.kernels.len();
-    let mut cuda = String::new();
-    for (k, (c, seg)) in s.kernels.iter().zip(&s.segmentation.segments).enumerate() {
-        cuda.push_str(&format!(
-            "// ==== kernel {} of {n}: {} ({}): {}\n",
-            k + 1,
-            c.plan.kernel_name,
-            seg.scheduler,
-            seg.reason
-        ));
-        cuda.push_str(&c.cuda);
-        if !cuda.ends_with('\n') {
-            cuda.push('\n');
-        }
-    }
-    cuda
 }
 
 /// The sizes of `symbols`: each one's entered value, or `default`. (Inserted one by one:
