@@ -305,6 +305,47 @@ pub struct RunResult {
     /// unless asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<ClockReading>,
+    /// Set when the fusion ran as several kernels in order (no scheduler takes it whole: the
+    /// compiler's `segment` module): why, and each kernel timed alone. `kernel`, `launch` and
+    /// `attributes` are then the first kernel's, `timing` the kernels launched in order, and
+    /// `min_global_bytes` the whole fusion's (its inputs read and outputs written once, the
+    /// intermediates not counted). Absent for one kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segments: Option<SegmentsRun>,
+}
+
+/// The kernels of a segmented run ([`RunResult::segments`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SegmentsRun {
+    /// Why the fusion is not one kernel.
+    pub reason: String,
+    pub kernels: Vec<SegmentRun>,
+    /// The tensors passed between kernels through global memory, with their bytes at the
+    /// run's sizes.
+    pub intermediates: Vec<IntermediateRun>,
+}
+
+/// One kernel of a segmented run, timed alone (with the run's L2 policy).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SegmentRun {
+    pub segment: String,
+    pub kernel: String,
+    pub scheduler: String,
+    /// Why the segment ends where it does.
+    pub reason: String,
+    pub launch: ConcreteLaunch,
+    pub timing: Timing,
+    /// Its own inputs read and outputs written once, intermediates included.
+    pub min_global_bytes: u64,
+    pub gbps: f64,
+}
+
+/// A tensor between two kernels of a segmented run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntermediateRun {
+    pub name: String,
+    pub dtype: DType,
+    pub bytes: u64,
 }
 
 /// What a kernel's clock probe recorded in its last timed launch: thread 0 of each of the first

@@ -11,7 +11,9 @@
 //! A program without a `schedule { }` block gets the schedule [`auto`] writes for it (for the
 //! sizes of [`CompileOptions::aligned_for`], else its `// bench:` line), and its launch plan
 //! says which scheduler chose what and why ([`plan::AutoScheduleNote`]); a schedule of the
-//! program's own always wins.
+//! program's own always wins. [`compile_program`] also splits a fusion no scheduler takes whole
+//! into several kernels ([`segment`]): a [`Compiled::Segmented`] with each kernel's
+//! [`Compilation`] and a [`plan::SegmentedPlan`]; [`compile`] always emits one kernel.
 //!
 //! [`compile`] runs the pipeline, calls [`verify::after_pass`] after every pass (on in debug
 //! builds, so in every `cargo test`; in release only with `HOPFUSE_VERIFY_IR=1`), and returns a
@@ -45,6 +47,7 @@ pub mod passes;
 pub mod pipeline_view;
 pub mod plan;
 pub mod reference;
+pub mod segment;
 pub mod target;
 pub(crate) mod text;
 pub mod torch;
@@ -183,9 +186,11 @@ pub fn compile_choosing_index(
         other => other,
     };
     let (dumps, ir_lines, lowering) = lowered.map_err(|mut errors| {
-        // The serial default of a fusion no scheduler took: say why there was no other.
+        // The serial default of a fusion no scheduler took: say why there was no other, at the
+        // error it explains (every diagnostic of a compile has a location when one does).
         if let Some(note) = auto.as_ref().filter(|a| a.scheduler.is_none()) {
-            errors.0.push(Diagnostic::new(note.reason.clone(), None));
+            let at = errors.0.iter().find_map(|d| d.span);
+            errors.0.push(Diagnostic::new(note.reason.clone(), at));
         }
         locate_all(errors)
     })?;
@@ -242,6 +247,139 @@ pub fn compile_choosing_index(
         kernel,
         pipeline_plan,
     })
+}
+
+/// A program compiled by [`compile_program`]: one kernel, or several run in order.
+#[derive(Clone, Debug)]
+pub enum Compiled {
+    One {
+        compilation: Box<Compilation>,
+        /// Set when the fusion has no scheduler and could not be segmented either: why (the
+        /// kernel is then the serial default, as its plan's automatic-schedule note says).
+        not_segmented: Option<String>,
+    },
+    Segmented(Box<Segmented>),
+}
+
+/// A fusion compiled to several kernels ([`segment`]).
+#[derive(Clone, Debug)]
+pub struct Segmented {
+    pub segmentation: segment::Segmentation,
+    /// Each segment's compilation, in the order they run (kernel `i` is segment `i`).
+    pub kernels: Vec<Compilation>,
+    /// The whole fusion as written: what [`reference::evaluate`] runs for the final outputs.
+    pub fusion: fusion::Fusion,
+    pub plan: plan::SegmentedPlan,
+}
+
+impl Segmented {
+    /// Every kernel's CUDA in turn, each under a header line naming it, its scheduler and why
+    /// its segment ends there (what a single CUDA pane or answer shows of a split fusion).
+    pub fn cuda_listing(&self) -> String {
+        let n = self.kernels.len();
+        let mut cuda = String::new();
+        for (k, (c, seg)) in self
+            .kernels
+            .iter()
+            .zip(&self.segmentation.segments)
+            .enumerate()
+        {
+            cuda.push_str(&format!(
+                "// ==== kernel {} of {n}: {} ({}): {}\n",
+                k + 1,
+                c.plan.kernel_name,
+                seg.scheduler,
+                seg.reason
+            ));
+            cuda.push_str(&c.cuda);
+            if !cuda.ends_with('\n') {
+                cuda.push('\n');
+            }
+        }
+        cuda
+    }
+}
+
+/// [`compile`], splitting a program without a schedule that no scheduler takes whole into
+/// kernels that each one takes ([`segment::decide`]).
+pub fn compile_program(source: &str, options: &CompileOptions) -> Result<Compiled, Diagnostics> {
+    compile_program_choosing_index(source, options, |_| options.index_type)
+}
+
+/// [`compile_program`] with each kernel's index type chosen from its plan, as
+/// [`compile_choosing_index`] does.
+pub fn compile_program_choosing_index(
+    source: &str,
+    options: &CompileOptions,
+    choose: impl Fn(&LaunchPlan) -> IndexType,
+) -> Result<Compiled, Diagnostics> {
+    let segmentation = match segment::decide(source, options.aligned_for.as_ref())? {
+        segment::Decision::Split(s) => s,
+        decision => {
+            let not_segmented = match decision {
+                segment::Decision::Declined(d) => Some(d.0),
+                _ => None,
+            };
+            return Ok(Compiled::One {
+                compilation: Box::new(compile_choosing_index(source, options, choose)?),
+                not_segmented,
+            });
+        }
+    };
+    let mut kernels = Vec::new();
+    for (k, seg) in segmentation.segments.iter().enumerate() {
+        let compiled = compile_choosing_index(&seg.source, options, &choose).map_err(|ds| {
+            // The segment's program is the compiler's: its errors name the segment and show
+            // its text's line, not the user's.
+            Diagnostics::from(Diagnostic::new(
+                format!(
+                    "segment {} of {} (`{}`) does not compile: {}",
+                    k + 1,
+                    segmentation.segments.len(),
+                    seg.name,
+                    ds.render(&seg.source, &seg.name)
+                ),
+                None,
+            ))
+        })?;
+        kernels.push(compiled);
+    }
+    let fusion = reference_fusion(source)?;
+    let plan = plan::SegmentedPlan {
+        fusion: fusion.name.clone(),
+        reason: segmentation.reason.clone(),
+        kernels: segmentation
+            .segments
+            .iter()
+            .zip(&kernels)
+            .map(|(s, c)| plan::SegmentKernel {
+                segment: s.name.clone(),
+                scheduler: s.scheduler.clone(),
+                reason: s.reason.clone(),
+                reads: s.reads.clone(),
+                writes: s.writes.clone(),
+                plan: c.plan.clone(),
+            })
+            .collect(),
+        intermediates: segmentation
+            .intermediates
+            .iter()
+            .map(|m| plan::IntermediateTensor {
+                name: m.name.clone(),
+                dtype: m.dtype,
+                shape: m.shape.clone(),
+                bytes: m.bytes(),
+                producer: m.producer,
+                consumers: m.consumers.clone(),
+            })
+            .collect(),
+    };
+    Ok(Compiled::Segmented(Box::new(Segmented {
+        segmentation,
+        kernels,
+        fusion,
+        plan,
+    })))
 }
 
 /// The threads of a block whose size only the launch knows, for the sizes a kernel is

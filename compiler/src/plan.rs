@@ -428,6 +428,52 @@ pub struct AutoScheduleNote {
     pub schedule: Option<String>,
 }
 
+/// The launch plan of a fusion split into several kernels ([`crate::segment`]): the kernels in
+/// the order they run, each with its own [`LaunchPlan`], and the tensors passed between them
+/// through global memory. A fusion compiled to one kernel has a plain [`LaunchPlan`] instead
+/// (serialised as before segmentation existed).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SegmentedPlan {
+    /// The fusion's name as written.
+    pub fusion: String,
+    /// Why the fusion is not one kernel (the automatic scheduler's decline of the whole).
+    pub reason: String,
+    pub kernels: Vec<SegmentKernel>,
+    /// Tensors one kernel writes and a later one reads, in the order they are written.
+    pub intermediates: Vec<IntermediateTensor>,
+}
+
+/// One kernel of a [`SegmentedPlan`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SegmentKernel {
+    /// The sub-fusion's name (`<fusion>_s1`, ...).
+    pub segment: String,
+    /// The automatic scheduler that wrote its schedule.
+    pub scheduler: String,
+    /// Why the segment ends where it does.
+    pub reason: String,
+    /// Tensors it reads (fusion inputs and intermediates), as written.
+    pub reads: Vec<String>,
+    /// Tensors it writes (intermediates and the fusion's outputs).
+    pub writes: Vec<String>,
+    pub plan: LaunchPlan,
+}
+
+/// A tensor in global memory between two kernels of a [`SegmentedPlan`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntermediateTensor {
+    pub name: String,
+    pub dtype: DType,
+    /// Extents, outermost first.
+    pub shape: Vec<SizeExpr>,
+    /// Its size: the product of the extents and the element's bytes.
+    pub bytes: SizeExpr,
+    /// The index of the kernel that writes it.
+    pub producer: usize,
+    /// The indices of the kernels that read it.
+    pub consumers: Vec<usize>,
+}
+
 /// The CTAs of a persistent grid over `tiles` CTAs' worth of tiles in clusters of `cluster`,
 /// when `resident` clusters fit at once: the fewest that take the tiles in as few rounds as
 /// the resident ones would (`ceil(units / ceil(units / resident))` clusters), so no CTA waits

@@ -617,15 +617,73 @@ fn compile(
 ) -> Result<ExitCode> {
     let source = read(file)?;
     let name = file.display().to_string();
-    let mut compilation = match hopfuse::compile(&source, options) {
+    let compiled = match hopfuse::compile_program(&source, options) {
         Ok(c) => c,
         Err(d) => {
             eprintln!("{}", d.render(&source, &name));
             return Ok(ExitCode::FAILURE);
         }
     };
-    hopfuse_runner::scalars::apply(&mut compilation.plan, scalars)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut out = std::io::stdout().lock();
+    match compiled {
+        hopfuse::Compiled::One {
+            mut compilation,
+            not_segmented,
+        } => {
+            hopfuse_runner::scalars::apply(&mut compilation.plan, scalars)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            note_compiled(&name, &compilation);
+            if let Some(why) = not_segmented {
+                eprintln!("note: {name} was not split into several kernels either: {why}");
+            }
+            print_compilation(&mut out, &compilation, passes, plan, cuda)?;
+        }
+        hopfuse::Compiled::Segmented(mut segmented) => {
+            let count = segmented.kernels.len();
+            eprintln!(
+                "note: no scheduler takes {name} whole ({}); split into {count} kernels",
+                segmented.segmentation.reason
+            );
+            for (kernel, segment) in segmented
+                .kernels
+                .iter_mut()
+                .zip(&mut segmented.plan.kernels)
+            {
+                hopfuse_runner::scalars::apply(&mut kernel.plan, scalars)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                segment.plan = kernel.plan.clone();
+            }
+            if plan {
+                writeln!(out, "{}", serde_json::to_string_pretty(&segmented.plan)?)?;
+            }
+            if passes || cuda || !plan {
+                for (k, (kernel, segment)) in segmented
+                    .kernels
+                    .iter()
+                    .zip(&segmented.segmentation.segments)
+                    .enumerate()
+                {
+                    writeln!(
+                        out,
+                        "// ==== segment {} of {count}: {} ({}; reads {}; writes {}): {}",
+                        k + 1,
+                        kernel.plan.kernel_name,
+                        segment.scheduler,
+                        segment.reads.join(", "),
+                        segment.writes.join(", "),
+                        segment.reason
+                    )?;
+                    note_compiled(&segment.name, kernel);
+                    print_compilation(&mut out, kernel, passes, false, cuda)?;
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The notes on stderr of one compiled kernel: its automatic schedule and its sizes.
+fn note_compiled(name: &str, compilation: &hopfuse::Compilation) {
     if let Some(note) = &compilation.plan.auto_schedule {
         // The program has no schedule: say which one it got (stdout stays the CUDA alone).
         eprintln!(
@@ -644,7 +702,16 @@ fn compile(
             sizes.join(",")
         );
     }
-    let mut out = std::io::stdout().lock();
+}
+
+/// One kernel's pass dumps, plan and CUDA as `hopfuse compile` prints them.
+fn print_compilation(
+    out: &mut impl Write,
+    compilation: &hopfuse::Compilation,
+    passes: bool,
+    plan: bool,
+    cuda: bool,
+) -> Result<()> {
     if passes {
         for p in &compilation.passes {
             writeln!(out, "// ---- pass {}: {}", p.name, p.summary)?;
@@ -660,17 +727,18 @@ fn compile(
             writeln!(out)?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// `hopfuse schedule`: the automatic schedule of a program, or why there is none (exit 1).
 fn schedule(file: &Path, size: &[String]) -> Result<ExitCode> {
     let source = read(file)?;
     let sizes = parse_size_args(size)?;
+    let render = |d: hopfuse::Diagnostics| d.render(&source, &file.display().to_string());
     let chosen = match hopfuse::auto_schedule(&source, Some(&sizes)) {
         Ok(chosen) => chosen,
         Err(d) => {
-            eprintln!("{}", d.render(&source, &file.display().to_string()));
+            eprintln!("{}", render(d));
             return Ok(ExitCode::FAILURE);
         }
     };
@@ -691,8 +759,63 @@ fn schedule(file: &Path, size: &[String]) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(declined) => {
-            eprintln!("no automatic schedule: {}", declined.reason);
-            Ok(ExitCode::FAILURE)
+            let given = (!sizes.is_empty()).then_some(&sizes);
+            match hopfuse::segment::decide(&source, given) {
+                Ok(hopfuse::segment::Decision::Split(split)) => {
+                    print_segment_schedules(&split, given);
+                    Ok(ExitCode::SUCCESS)
+                }
+                Ok(hopfuse::segment::Decision::Declined(why)) => {
+                    eprintln!(
+                        "no automatic schedule: {}\nnot split into kernels either: {}",
+                        declined.reason, why.0
+                    );
+                    Ok(ExitCode::FAILURE)
+                }
+                Ok(hopfuse::segment::Decision::Whole) => {
+                    eprintln!("no automatic schedule: {}", declined.reason);
+                    Ok(ExitCode::FAILURE)
+                }
+                Err(d) => {
+                    eprintln!("{}", render(d));
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+    }
+}
+
+/// Each segment's program and automatic schedule, as `hopfuse schedule` prints a split fusion:
+/// a header per segment, its fusion, then its schedule as a block (each segment a program).
+fn print_segment_schedules(
+    split: &hopfuse::segment::Segmentation,
+    sizes: Option<&BTreeMap<String, i64>>,
+) {
+    println!(
+        "// no scheduler takes the fusion whole ({}); it is split into {} kernels",
+        split.reason,
+        split.segments.len()
+    );
+    for (k, segment) in split.segments.iter().enumerate() {
+        println!(
+            "\n// ==== segment {} of {}: {} ({}): {}",
+            k + 1,
+            split.segments.len(),
+            segment.name,
+            segment.scheduler,
+            segment.reason
+        );
+        let fusion_text = segment
+            .source
+            .lines()
+            .filter(|l| !l.starts_with(hopfuse::auto::BENCH_PREFIX))
+            .collect::<Vec<_>>()
+            .join("\n");
+        println!("{fusion_text}");
+        match hopfuse::auto_schedule(&segment.source, sizes) {
+            Ok(Ok(auto)) => print!("// {}\n{}", auto.reason, auto.block()),
+            Ok(Err(declined)) => println!("// no automatic schedule: {}", declined.reason),
+            Err(d) => println!("// {}", d.render(&segment.source, &segment.name)),
         }
     }
 }
@@ -784,6 +907,25 @@ fn export(
     let source = read(file)?;
     let sizes = parse_size_args(size)?;
     let name = file.display().to_string();
+    // An export is one kernel and its launcher; a fusion split into several is refused rather
+    // than exported as its serial default.
+    if let Ok(hopfuse::segment::Decision::Split(split)) =
+        hopfuse::segment::decide(&source, Some(&sizes))
+    {
+        bail!(
+            "{name}: no scheduler takes this fusion whole ({}), so it runs as {} kernels ({}); \
+             export writes one kernel: give the program a schedule, or export each segment's \
+             program (`hopfuse schedule {name}` prints them)",
+            split.reason,
+            split.segments.len(),
+            split
+                .segments
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let (compilation, setup) = match compile_for_sizes(&source, &sizes, index, specialize, false) {
         Ok(c) => c,
         Err(PrepareError::Compile(d)) => {
@@ -877,29 +1019,39 @@ fn nvrtc_check(
                     aligned_for: specialized,
                     clock_probe: false,
                 };
-                match hopfuse::compile(&source, &options) {
-                    Ok(c) => {
-                        if inspect {
-                            match inspect_check(&c, index_type, assume_aligned_vectors) {
-                                Ok(summary) => {
-                                    println!("OK   {label}: {summary}");
-                                    passed += 1;
-                                }
-                                Err(e) => {
-                                    println!("FAIL {label}: {e}");
-                                    failed += 1;
-                                }
-                            }
-                        }
-                        units.push((label, c.cuda))
+                // A fusion split into kernels: each kernel, labelled with its segment.
+                let kernels = match hopfuse::compile_program(&source, &options) {
+                    Ok(hopfuse::Compiled::One { compilation, .. }) => {
+                        vec![(label, *compilation)]
                     }
+                    Ok(hopfuse::Compiled::Segmented(s)) => s
+                        .kernels
+                        .into_iter()
+                        .map(|c| (format!("{label} {}", c.plan.kernel_name), c))
+                        .collect(),
                     Err(d) => {
                         println!(
                             "FAIL {label}: hopfuse compile error\n{}",
                             d.render(&source, &name)
                         );
                         failed += 1;
+                        Vec::new()
                     }
+                };
+                for (label, c) in kernels {
+                    if inspect {
+                        match inspect_check(&c, index_type, assume_aligned_vectors) {
+                            Ok(summary) => {
+                                println!("OK   {label}: {summary}");
+                                passed += 1;
+                            }
+                            Err(e) => {
+                                println!("FAIL {label}: {e}");
+                                failed += 1;
+                            }
+                        }
+                    }
+                    units.push((label, c.cuda))
                 }
             }
         }

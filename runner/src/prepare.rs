@@ -36,6 +36,16 @@ pub fn lower(source: &str, options: &CompileOptions) -> Result<Compilation, hopf
     hopfuse::compile(source, options)
 }
 
+/// `hopfuse::compile_program` (a fusion no scheduler takes whole as several kernels), counted
+/// in [`lowerings`].
+pub fn lower_program(
+    source: &str,
+    options: &CompileOptions,
+) -> Result<hopfuse::Compiled, hopfuse::Diagnostics> {
+    LOWERINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    hopfuse::compile_program(source, options)
+}
+
 /// Compiles the program for the request's sizes, lowering it once
 /// ([`hopfuse_launch::specialize::compile_for_sizes`]: the aligned-vector specialisation and
 /// index type these sizes need, unless the request names the index type; specialised to the

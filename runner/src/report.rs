@@ -50,6 +50,45 @@ fn clock_lines(r: &RunResult) -> Vec<String> {
     lines
 }
 
+/// A segmented run: why, each kernel timed alone, and the intermediates.
+fn segment_lines(r: &RunResult) -> Vec<String> {
+    let Some(seg) = &r.segments else {
+        return Vec::new();
+    };
+    let mut lines = vec![format!(
+        "  segments    {} kernels run in order (time above: all of them): {}",
+        seg.kernels.len(),
+        seg.reason
+    )];
+    for (k, g) in seg.kernels.iter().enumerate() {
+        let (gr, b) = (g.launch.grid, g.launch.block);
+        lines.push(format!(
+            "    {}. {:<28} {:<16} median {:.2} us  {:.1} GB/s  grid ({},{},{}) block ({},{},{})",
+            k + 1,
+            g.kernel,
+            g.scheduler,
+            g.timing.median_us,
+            g.gbps,
+            gr[0],
+            gr[1],
+            gr[2],
+            b[0],
+            b[1],
+            b[2]
+        ));
+        lines.push(format!("       {}", g.reason));
+    }
+    for m in &seg.intermediates {
+        lines.push(format!(
+            "    intermediate {} {} ({})",
+            m.name,
+            m.dtype.name(),
+            bytes(m.bytes)
+        ));
+    }
+    lines
+}
+
 fn check_line(c: &Check) -> String {
     let mut line = format!(
         "    {:<12} {:<5} {:>11} elements  rel_l2 {:.3e}  max_abs {:.3e}  tol {:.0e}  {}",
@@ -181,6 +220,9 @@ pub fn render(r: &RunResult) -> String {
         "  time        min {:.2} us  median {:.2} us  max {:.2} us  ({} timed launches after {} warm-up)",
         t.min_us, t.median_us, t.max_us, t.samples, r.warmup
     );
+    for line in segment_lines(r) {
+        let _ = writeln!(s, "{line}");
+    }
     for line in clock_lines(r) {
         let _ = writeln!(s, "{line}");
     }
@@ -359,6 +401,66 @@ mod tests {
             .1;
         let event: hopfuse_api::job::JobEvent = serde_json::from_str(data).unwrap();
         (*event.result.unwrap().result.clone().unwrap()).clone()
+    }
+
+    /// A split fusion's report lists its kernels, each timed alone, and the intermediates,
+    /// right after the time of the whole; a one-kernel result has no such lines.
+    #[test]
+    fn a_segmented_run_lists_each_kernel_and_the_intermediates() {
+        use hopfuse_api::run::{IntermediateRun, SegmentRun, SegmentsRun};
+        let mut r = recorded();
+        assert!(!render(&r).contains("segments"));
+        let kernel = |name: &str, scheduler: &str, median_us: f64, gbps: f64| SegmentRun {
+            segment: name.trim_end_matches("_kernel").into(),
+            kernel: name.into(),
+            scheduler: scheduler.into(),
+            reason: format!("why {name} ends"),
+            launch: r.launch.clone(),
+            timing: crate::gpu::Timing {
+                median_us,
+                ..r.timing.clone()
+            },
+            min_global_bytes: 1,
+            gbps,
+        };
+        r.segments = Some(SegmentsRun {
+            reason: "`y` reads the column reductions back over the columns".into(),
+            kernels: vec![
+                kernel("col_norm_s1_kernel", "outer reduction", 12.5, 2900.0),
+                kernel("col_norm_s2_kernel", "pointwise", 30.25, 3100.0),
+            ],
+            intermediates: vec![IntermediateRun {
+                name: "y_sum".into(),
+                dtype: hopfuse::DType::F32,
+                bytes: 32768,
+            }],
+        });
+        let text = render(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with("  segments"))
+            .expect("a segments line");
+        assert!(lines[at - 1].starts_with("  time "), "{text}");
+        assert_eq!(
+            lines[at],
+            "  segments    2 kernels run in order (time above: all of them): `y` reads the column reductions back over the columns"
+        );
+        assert!(
+            lines[at + 1].starts_with("    1. col_norm_s1_kernel"),
+            "{text}"
+        );
+        assert!(lines[at + 1].contains("outer reduction"), "{text}");
+        assert!(
+            lines[at + 1].contains("median 12.50 us  2900.0 GB/s"),
+            "{text}"
+        );
+        assert_eq!(lines[at + 2], "       why col_norm_s1_kernel ends");
+        assert!(
+            lines[at + 3].contains("median 30.25 us  3100.0 GB/s"),
+            "{text}"
+        );
+        assert_eq!(lines[at + 5], "    intermediate y_sum f32 (32.0 KiB)");
     }
 
     /// A result without a residency (an older runner's) has no waves line and no warning.

@@ -21,6 +21,7 @@ use crate::serve_args::ServeArgs;
 use axum::http::StatusCode;
 use hopfuse_api::run::{RunError, RunRequest, Stage};
 use hopfuse_api::service::RunBody;
+use std::collections::BTreeMap;
 
 /// The file name of a run whose body names none (or one that is empty or over
 /// [`MAX_FILE_NAME_BYTES`]).
@@ -133,11 +134,11 @@ pub(crate) fn compile(mut spec: JobSpec, max_tensor_bytes: u64) -> Result<JobSpe
         return Ok(spec);
     }
     let (inputs_a, prepared) = check_run(&spec.request, max_tensor_bytes, "")?;
-    spec.prepared = Some(prepared);
+    spec.prepared = prepared;
     if let Some(b) = &spec.request_b {
         let (inputs_b, prepared_b) = check_run(b, max_tensor_bytes, "program_b: ")?;
         spec.same_inputs = Some(inputs_a == inputs_b);
-        spec.prepared_b = Some(prepared_b);
+        spec.prepared_b = prepared_b;
     }
     Ok(spec)
 }
@@ -159,11 +160,19 @@ type Inputs = Vec<(String, hopfuse::DType, Vec<u64>)>;
 /// Everything that can be known before a worker, from one compile of the program for the
 /// run's sizes: it compiles (400 with diagnostics), the sizes fit its plan, the tensors fit the
 /// byte cap, the given scalar values are scalar inputs its dtypes hold. Returns the run's inputs and the compiled program, which the worker then runs.
+/// A program split into several kernels is checked kernel by kernel and has no `Prepared` (one
+/// kernel's): the worker compiles its kernels.
 fn check_run(
     req: &RunRequest,
     max_tensor_bytes: u64,
     which: &str,
-) -> Result<(Inputs, prepare::Prepared), ApiError> {
+) -> Result<(Inputs, Option<prepare::Prepared>), ApiError> {
+    let split = crate::engine::compile_split(req)
+        .map_err(|e| ApiError::bad_request(format!("{which}{}", api_wording(&e.to_string()))))?;
+    if let Some(split) = split {
+        check_bytes(split.working_set_bytes(&req.sizes), max_tensor_bytes)?;
+        return Ok((split_inputs(&split, &req.sizes), None));
+    }
     let (compilation, setup) = prepare::compile_for_run(req).map_err(|e| match e {
         prepare::PrepareError::Compile(d) => {
             ApiError::bad_request(format!("{which}the program does not compile: {d}").trim_end())
@@ -205,7 +214,39 @@ fn check_run(
     check_bytes(total, max_tensor_bytes)?;
     crate::scalars::resolve(&compilation.plan, &req.scalars)
         .map_err(|e| ApiError::bad_request(format!("{which}{}", api_wording(&e))))?;
-    Ok((inputs, prepare::Prepared::new(&compilation, setup)))
+    Ok((inputs, Some(prepare::Prepared::new(&compilation, setup))))
+}
+
+/// The fusion inputs and scalars a split program's kernels read (not the intermediates one
+/// writes for another), each once, in order of first use.
+fn split_inputs(split: &crate::engine::SplitCompiled, sizes: &BTreeMap<String, i64>) -> Inputs {
+    let mut inputs: Inputs = Vec::new();
+    for kernel in &split.kernels {
+        for p in &kernel.plan.params {
+            let (name, dtype, dims) = match p {
+                hopfuse::plan::Param::Tensor {
+                    name,
+                    dtype,
+                    role: hopfuse::plan::TensorRole::Input,
+                    shape,
+                } => (
+                    name,
+                    dtype,
+                    shape
+                        .iter()
+                        .map(|d| d.eval(sizes).unwrap_or(-1) as u64)
+                        .collect(),
+                ),
+                hopfuse::plan::Param::Scalar { name, dtype, .. } => (name, dtype, vec![]),
+                _ => continue,
+            };
+            let intermediate = split.split.intermediates.iter().any(|m| &m.name == name);
+            if !intermediate && inputs.iter().all(|(n, ..)| n != name) {
+                inputs.push((name.clone(), *dtype, dims));
+            }
+        }
+    }
+    inputs
 }
 
 /// The engine's messages speak of the CLI's `--size` and `--scalar`; the API takes `sizes`
@@ -413,6 +454,22 @@ mod tests {
 
     /// add.hf at 64 x 64: three f32 tensors.
     const ADD_BYTES: u64 = 3 * 64 * 64 * 4;
+
+    /// A program split into kernels is checked kernel by kernel: every tensor counted once
+    /// (the intermediate too), no one-kernel `Prepared` (the worker compiles the kernels).
+    #[test]
+    fn a_split_program_is_checked_kernel_by_kernel() {
+        let program = include_str!("../../examples/auto/col_norm.hf");
+        let fields = json!({"program": program, "sizes": {"M": 64, "N": 32}});
+        let s = compiled(fields.clone(), u64::MAX).unwrap();
+        assert!(s.prepared.is_none());
+        // x and y (64 x 32 f32) and the column sums (32 f32).
+        let bytes = 2 * 64 * 32 * 4 + 32 * 4;
+        assert!(compiled(fields.clone(), bytes).is_ok());
+        let refused = compiled(fields, bytes - 1).expect_err("over the cap");
+        let (_, body) = refused.parts();
+        assert!(body.error.contains("max_tensor_bytes"), "{}", body.error);
+    }
 
     const SCALED: &str = "fusion scaled {\n  input x: f32[N]\n  input eps: f32 = 1e-6\n  input k: i32\n  y = x * eps + k\n  output y\n}\n";
 

@@ -169,6 +169,7 @@ fn measured(passed: bool) -> RunResult {
         residency: None,
         warnings: vec![],
         clock: None,
+        segments: None,
     }
 }
 

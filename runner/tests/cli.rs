@@ -279,15 +279,35 @@ fn schedule_prints_the_automatic_schedule_and_it_compiles() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let plan = String::from_utf8_lossy(&out.stdout);
     assert!(plan.contains("rows of 100 bf16 for M=64,N=100"), "{plan}");
-    // A fusion no scheduler takes: the reason, exit 1.
+    // A fusion no scheduler takes whole is split: each segment's fusion and schedule, exit 0.
     let both = tmp_file(
         "both.hf",
         "fusion f {\n  input x: f32[M, N]\n  a = sum(x, axis=1)\n  b = sum(x, axis=0)\n  output a\n  output b\n}\n",
     );
     let out = hopfuse(&["schedule", &both]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.starts_with(
+            "// no scheduler takes the fusion whole (`a` and `b` reduce different axes"
+        ) && printed.contains("// ==== segment 1 of 2: f_s1 (inner reduction): ends before `b`")
+            && printed.contains("// ==== segment 2 of 2: f_s2 (outer reduction): the last segment")
+            && printed.contains(
+                "fusion f_s2 {\n  input x: f32[M, N]\n  b = sum(x, axis=0)\n  output b\n}"
+            ),
+        "{printed}"
+    );
+    // One that cannot be split either: both reasons, exit 1.
+    let total = tmp_file(
+        "total.hf",
+        "fusion f {\n  input x: f32[M, N]\n  t = sum(x, axis=[0, 1])\n  y = x / broadcast(t, axis=[0, 1])\n  output y\n}\n",
+    );
+    let out = hopfuse(&["schedule", &total]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        text(&out).contains("reduce different axes"),
+        text(&out).contains("reduces several axes at once")
+            && text(&out)
+                .contains("not split into kernels either: no scheduler takes `t` on its own"),
         "{}",
         text(&out)
     );

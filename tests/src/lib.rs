@@ -57,6 +57,27 @@ pub fn fp8_values(n: usize, seed: usize) -> Vec<f64> {
         .collect()
 }
 
+/// Every example as the programs its kernels compile from, `(id, source)`, in the order of
+/// [`examples`]: an example that compiles to one kernel is itself (`group/name`); one that no
+/// scheduler takes whole is each of its segments' programs ([`hopfuse::segment`]:
+/// `group/name#col_norm_s1`, ...), since its own serial default may not lower at all. For the
+/// tests that check every kernel (the IR dumps, line maps, plans, the verifier).
+pub fn example_programs() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for e in examples() {
+        let source = std::fs::read_to_string(&e.path).expect("read");
+        match hopfuse::segment::decide(&source, None) {
+            Ok(hopfuse::segment::Decision::Split(split)) => {
+                for s in split.segments {
+                    out.push((format!("{}#{}", e.id(), s.name), s.source));
+                }
+            }
+            _ => out.push((e.id(), source)),
+        }
+    }
+    out
+}
+
 /// The text of every example program, in the order of [`examples`].
 pub fn example_sources() -> Vec<String> {
     examples()

@@ -23,15 +23,8 @@ fn first_difference(a: &Kernel, b: &Kernel) -> String {
 /// Every example and every variant of `docs/variants/` (stream-K, ping-pong, clusters), as
 /// (name, source).
 fn programs() -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = hopfuse_tests::examples()
-        .iter()
-        .map(|ex| {
-            (
-                ex.id(),
-                std::fs::read_to_string(&ex.path).expect("the example"),
-            )
-        })
-        .collect();
+    // A split example's kernels are its segments' programs.
+    let mut out: Vec<(String, String)> = hopfuse_tests::example_programs();
     let variants = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/variants");
     let mut files: Vec<_> = std::fs::read_dir(&variants)
         .expect("docs/variants/")

@@ -7,14 +7,10 @@ use hopfuse::{CompileOptions, IndexType};
 use std::path::Path;
 /// `(group/name.hf, source)` of every example.
 fn examples() -> Vec<(String, String)> {
-    hopfuse_tests::examples()
+    // A split example's kernels are its segments' programs.
+    hopfuse_tests::example_programs()
         .into_iter()
-        .map(|e| {
-            (
-                format!("{}.hf", e.id()),
-                std::fs::read_to_string(&e.path).unwrap(),
-            )
-        })
+        .map(|(id, source)| (format!("{id}.hf"), source))
         .collect()
 }
 

@@ -6,15 +6,15 @@
 //! CUDA it becomes. Object keys are sorted (the stage sizes are a hash map).
 //! Update with `INSTA_UPDATE=always cargo test -p hopfuse-tests --test pipeline_plan`.
 
-use hopfuse_tests::examples;
-
 #[test]
 fn every_pipelined_example_matches_its_plan_snapshot() {
     let mut planned = 0;
-    for example in examples() {
-        let src = std::fs::read_to_string(&example.path).unwrap();
+    // A split example's kernels are its segments' programs (`group/name#segment`).
+    for (id, src) in hopfuse_tests::example_programs() {
+        let (group, name) = id.split_once('/').expect("group/name");
+        let name = name.replace('#', "__");
         let c = hopfuse::compile(&src, &Default::default())
-            .unwrap_or_else(|e| panic!("{}", e.render(&src, &example.path.display().to_string())));
+            .unwrap_or_else(|e| panic!("{}", e.render(&src, &id)));
         let plan = &c.pipeline_plan;
         // An automatic matrix product reuses a matmul example's schedule, pipeline and all.
         let auto_product = c
@@ -24,16 +24,13 @@ fn every_pipelined_example_matches_its_plan_snapshot() {
             .and_then(|n| n.scheduler.as_deref())
             == Some(hopfuse::auto::Scheduler::MatrixProduct.name());
         // Attention on tensor cores loads its tiles by TMA.
-        let tensor_core_attention =
-            example.group == "attention" && example.name.starts_with("online_wgmma");
-        let pipelined = ["tma", "ws", "matmul"].contains(&example.group.as_str())
-            || auto_product
-            || tensor_core_attention;
+        let tensor_core_attention = group == "attention" && name.starts_with("online_wgmma");
+        let pipelined =
+            ["tma", "ws", "matmul"].contains(&group) || auto_product || tensor_core_attention;
         let has_plan = !plan.loads.is_empty() || !plan.stores.is_empty();
         assert_eq!(
             has_plan, pipelined,
-            "{}/{}: a pipeline plan only for (and for every) TMA, warp-specialized, matmul, automatic matrix product and tensor-core attention example",
-            example.group, example.name
+            "{id}: a pipeline plan only for (and for every) TMA, warp-specialized, matmul, automatic matrix product and tensor-core attention example"
         );
         if !has_plan {
             continue;
@@ -41,7 +38,7 @@ fn every_pipelined_example_matches_its_plan_snapshot() {
         let mut json = serde_json::to_value(plan).expect("a pipeline plan serializes");
         json.sort_all_objects();
         insta::assert_snapshot!(
-            format!("{}__{}__pipeline_plan", example.group, example.name),
+            format!("{group}__{name}__pipeline_plan"),
             serde_json::to_string_pretty(&json).unwrap()
         );
         planned += 1;

@@ -6,7 +6,6 @@
 
 use hopfuse::plan::{Constraint, LaunchError, SizeExpr};
 use hopfuse::CompileOptions;
-use hopfuse_tests::examples;
 use std::collections::BTreeMap;
 
 /// `M=8192,N=16384` as sizes.
@@ -213,8 +212,8 @@ fn specialising_needs_every_size_positive_and_the_sizes_given() {
 #[test]
 fn every_example_specialises_to_its_bench_sizes() {
     let mut count = 0;
-    for e in examples() {
-        let source = std::fs::read_to_string(&e.path).unwrap();
+    // A split example's kernels are its segments' programs (with its bench lines).
+    for (id, source) in hopfuse_tests::example_programs() {
         let benches: Vec<String> = source
             .lines()
             .filter_map(|l| l.trim().strip_prefix(hopfuse::auto::BENCH_PREFIX))
@@ -225,15 +224,10 @@ fn every_example_specialises_to_its_bench_sizes() {
             let given = sizes(&at);
             let recorded = c.plan.specialized_sizes().unwrap_or_default();
             for s in &c.plan.symbols {
-                assert_eq!(
-                    recorded.get(s),
-                    given.get(s),
-                    "{}: {s} at {at}",
-                    e.path.display()
-                );
-                assert!(!reads(&c.cuda, s), "{}: {s} at {at}", e.path.display());
+                assert_eq!(recorded.get(s), given.get(s), "{}: {s} at {at}", id);
+                assert!(!reads(&c.cuda, s), "{}: {s} at {at}", id);
             }
-            reads_back(&c, &format!("{} at {at}", e.path.display()));
+            reads_back(&c, &format!("{} at {at}", id));
             count += 1;
         }
     }

@@ -16,9 +16,9 @@ fn every_example_passes_the_verifier_after_every_pass() {
         verify::enabled(),
         "the verifier is off: run the tests in a debug build or with HOPFUSE_VERIFY_IR=1"
     );
-    let sources = hopfuse_tests::example_sources();
+    let sources = hopfuse_tests::example_programs();
     assert!(sources.len() >= 20, "found {} examples", sources.len());
-    for src in sources {
+    for (_, src) in sources {
         // `compile` verifies after every pass while `verify::enabled()`.
         let before = verify::verified_on_this_thread();
         let c = hopfuse::compile(&src, &Default::default())

@@ -135,7 +135,8 @@ mod tests {
     fn every_example_compiles_and_basics_come_first() {
         assert!(ALL.len() >= 5);
         for e in ALL {
-            hopfuse::compile(source(e), &Default::default())
+            // As the page compiles it: a split fusion compiles kernel by kernel.
+            hopfuse::compile_program(source(e), &Default::default())
                 .unwrap_or_else(|d| panic!("{}: {d}", key(e)));
         }
         assert_eq!(grouped()[0].0, "basics");
@@ -204,9 +205,14 @@ mod tests {
                 key(e)
             );
             // Every example has bench sizes, and they name exactly its size symbols.
-            let c = hopfuse::compile(source(e), &Default::default()).unwrap();
+            let symbols = match hopfuse::compile_program(source(e), &Default::default()).unwrap() {
+                hopfuse::Compiled::One { compilation, .. } => compilation.plan.symbols,
+                hopfuse::Compiled::Segmented(s) => {
+                    s.kernels.into_iter().flat_map(|c| c.plan.symbols).collect()
+                }
+            };
             let sizes = bench_sizes(e);
-            for sym in &c.plan.symbols {
+            for sym in &symbols {
                 assert!(
                     sizes.contains_key(sym),
                     "{}: no bench size for {sym}",

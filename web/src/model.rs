@@ -33,6 +33,11 @@ pub struct Compiled {
     pub torch: String,
     /// What the PyTorch pane's Python snippet needs (`python_snippet`).
     pub python: crate::python_snippet::PythonCall,
+    /// Set when no scheduler takes the fusion whole and it is split into several kernels
+    /// (`hopfuse::segment`): the sentence the panes show (each kernel, its scheduler and why
+    /// the split). `cuda` then holds every kernel's CUDA in turn under a header line; the
+    /// passes, launch plan, pipeline and line map are the first kernel's.
+    pub segments: Option<String>,
 }
 
 /// A diagnostic located in the editor.
@@ -123,14 +128,36 @@ pub fn index_type_for(
 /// picks for the `entered` sizes ([`index_type_for`]), so the CUDA, the Launch plan, the SASS
 /// pane and Run show the same variant.
 pub fn compile(source: &str, entered: &BTreeMap<String, i64>) -> Result<Compiled, Vec<Diag>> {
-    let mut index_reason = String::new();
-    let chosen =
-        hopfuse::compile_choosing_index(source, &hopfuse::CompileOptions::default(), |plan| {
+    let index_reason = std::cell::RefCell::new(String::new());
+    let chosen = hopfuse::compile_program_choosing_index(
+        source,
+        &hopfuse::CompileOptions::default(),
+        |plan| {
             let (index_type, why) = index_type_for(plan, entered);
-            index_reason = why;
+            // Every kernel of a split fusion is chosen by the same rule; the first one's reason
+            // is the one shown.
+            let mut reason = index_reason.borrow_mut();
+            if reason.is_empty() {
+                *reason = why;
+            }
             index_type
-        });
-    match chosen {
+        },
+    );
+    let index_reason = index_reason.into_inner();
+    let (c, segments) = match chosen {
+        Ok(hopfuse::Compiled::One { compilation, .. }) => (Ok(*compilation), None),
+        Ok(hopfuse::Compiled::Segmented(s)) => {
+            let text = segments_headline(&s.plan);
+            let cuda = s.cuda_listing();
+            let mut first = s.kernels.into_iter().next().expect("a split has kernels");
+            first.cuda = cuda;
+            // The whole fusion, for the Python snippet (the torch twin is of the source).
+            first.fusion = s.fusion;
+            (Ok(first), Some(text))
+        }
+        Err(d) => (Err(d), None),
+    };
+    match c {
         Ok(c) => {
             let python = crate::python_snippet::PythonCall::new(source, &c.fusion, &c.plan);
             let mut passes: Vec<PassView> = Vec::with_capacity(c.passes.len());
@@ -149,12 +176,18 @@ pub fn compile(source: &str, entered: &BTreeMap<String, i64>) -> Result<Compiled
                 index_reason,
                 passes,
                 pipeline: c.pipeline,
-                lines: c.lines,
+                // A split fusion's CUDA has header lines and several kernels: no line map.
+                lines: if segments.is_some() {
+                    Default::default()
+                } else {
+                    c.lines
+                },
                 // Cannot fail once the program compiled (it parses and builds the same fusion).
                 torch: hopfuse::torch_twin(source)
                     .map(|t| t.source)
                     .unwrap_or_default(),
                 python,
+                segments,
             })
         }
         Err(d) => Err(d
@@ -183,6 +216,41 @@ pub fn compile(source: &str, entered: &BTreeMap<String, i64>) -> Result<Compiled
             })
             .collect()),
     }
+}
+
+/// What the panes say about a fusion split into kernels: how many, each one's scheduler and
+/// why the split.
+pub fn segments_headline(plan: &hopfuse::plan::SegmentedPlan) -> String {
+    let mut text = format!(
+        "No scheduler takes this fusion whole ({}), so it runs as {} kernels in order:",
+        plan.reason.trim_end_matches('.'),
+        plan.kernels.len()
+    );
+    for (k, kernel) in plan.kernels.iter().enumerate() {
+        text.push_str(&format!(
+            " {}. {} ({}, writes {}): {}.",
+            k + 1,
+            kernel.plan.kernel_name,
+            kernel.scheduler,
+            kernel.writes.join(", "),
+            kernel.reason.trim_end_matches('.')
+        ));
+    }
+    for m in &plan.intermediates {
+        text.push_str(&format!(
+            " Intermediate `{}`: {} [{}], {} bytes.",
+            m.name,
+            m.dtype.name(),
+            m.shape
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            m.bytes
+        ));
+    }
+    text.push_str(" The passes, launch plan and pipeline shown are the first kernel's.");
+    text
 }
 
 /// The sizes of `symbols`: each one's entered value, or `default`. (Inserted one by one:
@@ -295,6 +363,46 @@ pub fn bytes(n: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fusion no scheduler takes whole: the CUDA pane holds each kernel under its header
+    /// line, and the panes get the split's sentence (the kernels, their schedulers, why, the
+    /// intermediate) instead of a schedule to insert.
+    #[test]
+    fn a_split_fusion_shows_each_kernel_and_why() {
+        let source = include_str!("../../examples/auto/col_norm.hf");
+        let c = compile(source, &BTreeMap::new()).unwrap();
+        let headers: Vec<&str> = c
+            .cuda
+            .lines()
+            .filter(|l| l.starts_with("// ==== kernel"))
+            .collect();
+        assert_eq!(headers.len(), 2, "{headers:?}");
+        assert!(headers[0].starts_with(
+            "// ==== kernel 1 of 2: col_norm_s1_kernel (outer reduction): ends before `y`"
+        ));
+        assert_eq!(
+            headers[1],
+            "// ==== kernel 2 of 2: col_norm_s2_kernel (pointwise): the last segment"
+        );
+        assert!(c
+            .cuda
+            .contains("void __launch_bounds__(128) col_norm_s2_kernel("));
+        let text = c.segments.expect("the split's sentence");
+        assert!(text.starts_with("No scheduler takes this fusion whole (`y` reads the column reductions back over the columns"), "{text}");
+        assert!(text.contains("so it runs as 2 kernels in order: 1. col_norm_s1_kernel (outer reduction, writes y_sum)"), "{text}");
+        assert!(
+            text.contains(" Intermediate `y_sum`: f32 [N], 4 * N bytes."),
+            "{text}"
+        );
+        assert_eq!(c.plan.kernel_name, "col_norm_s1_kernel");
+        // A one-kernel program has none of it.
+        let one = compile(
+            include_str!("../../examples/auto/softmax.hf"),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        assert!(one.segments.is_none() && !one.cuda.contains("// ===="));
+    }
 
     #[test]
     fn spans_become_utf16_offsets() {

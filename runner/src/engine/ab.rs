@@ -49,14 +49,30 @@ pub struct AbRun {
 /// times them interleaved: pair k launches A then B for even k and B then A for odd k, each
 /// between its own pair of events, with each program's L2 flush or tensor rotation before its
 /// launch. When only one program can run, it is timed alone and there are no ratios.
+/// A/B runs interleave one kernel against one kernel: a program split into several is refused.
+fn one_kernel(req: &RunRequest) -> Result<(), RunError> {
+    match super::segmented::split_of(req) {
+        Some(split) => Err(RunError::new(
+            Stage::Request,
+            format!(
+                "`{}` runs as {} kernels ({}); A/B runs compare one kernel with another: run it alone",
+                req.file,
+                split.segments.len(),
+                split.reason
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 pub fn run_ab_on(
     slot: &mut Option<Device>,
     (req_a, prepared_a): (&RunRequest, Option<&Prepared>),
     (req_b, prepared_b): (&RunRequest, Option<&Prepared>),
     hooks: &mut dyn Hooks,
 ) -> AbRun {
-    let pa = for_run(req_a, prepared_a, hooks);
-    let pb = for_run(req_b, prepared_b, hooks);
+    let pa = one_kernel(req_a).and_then(|()| for_run(req_a, prepared_a, hooks));
+    let pb = one_kernel(req_b).and_then(|()| for_run(req_b, prepared_b, hooks));
     let (ca, cb) = match (pa, pb) {
         (Ok(a), Ok(b)) => (a, b),
         // One cannot even compile: run the other alone.

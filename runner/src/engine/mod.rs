@@ -47,9 +47,11 @@ pub type Reference<'a> = dyn Fn(
 // runs (`ab.rs`) are parts of the engine.
 mod ab;
 mod host;
+mod segmented;
 mod timing;
 pub use ab::{run_ab_on, AbRun, PairRatios};
 use host::{check_reference_outputs, host_reference_note, stage_host, Expected, HostStaged};
+pub use segmented::{compile_split, SplitCompiled};
 
 // Preparing a run (no GPU) is `crate::prepare`; re-exported for the engine's callers.
 pub use crate::prepare::{
@@ -269,30 +271,12 @@ fn stage_device<'a>(
         "device: {} (sm_{}{})",
         gpu.info.name, gpu.info.compute_capability.0, gpu.info.compute_capability.1
     );
-    let (module, func) = gpu.load_module(cubin.image, &plan.kernel_name)?;
-    let attributes = gpu::attributes(&func)?;
-    let smem = launch.dynamic_smem_bytes;
-    let static_smem = attributes.static_smem_bytes.max(0) as u32;
-    if smem + static_smem > gpu.info.max_dynamic_smem_optin {
-        return Err(sizes_err(format!(
-            "the kernel needs {smem} bytes of dynamic + {static_smem} bytes of static shared memory; \
-             the device allows {} per block",
-            gpu.info.max_dynamic_smem_optin
-        )));
-    }
-    if smem > 48 * 1024 {
-        gpu::allow_dynamic_smem(&func, smem)?;
-    }
-    let threads: u32 = launch.block.iter().product();
-    if threads as i32 > attributes.max_threads_per_block {
-        return Err(sizes_err(format!(
-            "the block has {threads} threads but the compiled kernel allows at most {}",
-            attributes.max_threads_per_block
-        )));
-    }
-    // After the shared memory limit is raised: the occupancy calculator reads it.
-    let mut residency = crate::occupancy::residency(gpu, &func, &launch, plan);
-    crate::occupancy::fit_persistent(plan, sizes, &mut launch, &mut residency);
+    let Loaded {
+        module,
+        func,
+        attributes,
+        residency,
+    } = load_kernel(gpu, cubin.image, plan, sizes, &mut launch, sizes_err)?;
     let (free, _) = gpu.memory()?;
     if working_set > free {
         return Err(RunError::new(
@@ -437,6 +421,59 @@ fn stage_device<'a>(
         min_global_bytes,
         validation,
         reference_note,
+    })
+}
+
+/// A kernel loaded for a launch.
+struct Loaded {
+    module: std::sync::Arc<cudarc::driver::CudaModule>,
+    func: cudarc::driver::CudaFunction,
+    attributes: KernelAttributes,
+    /// CTAs (or clusters) resident at once and the grid's waves (`crate::occupancy`).
+    residency: hopfuse_api::run::Residency,
+}
+
+/// Loads `plan`'s kernel from its CUBIN and readies `launch` for it: its shared memory checked
+/// against the device (and the 48 KiB default raised when it needs more), its block against
+/// the compiled kernel's limit, and a persistent grid fitted to the CTAs resident at once.
+/// Used by a run of one kernel and by each kernel of a split fusion (`segmented.rs`).
+fn load_kernel(
+    gpu: &Gpu,
+    cubin: Vec<u8>,
+    plan: &LaunchPlan,
+    sizes: &BTreeMap<String, i64>,
+    launch: &mut hopfuse::plan::ConcreteLaunch,
+    sizes_err: impl Fn(String) -> RunError,
+) -> Result<Loaded, RunError> {
+    let (module, func) = gpu.load_module(cubin, &plan.kernel_name)?;
+    let attributes = gpu::attributes(&func)?;
+    let smem = launch.dynamic_smem_bytes;
+    let static_smem = attributes.static_smem_bytes.max(0) as u32;
+    if smem + static_smem > gpu.info.max_dynamic_smem_optin {
+        return Err(sizes_err(format!(
+            "the kernel needs {smem} bytes of dynamic + {static_smem} bytes of static shared memory; \
+             the device allows {} per block",
+            gpu.info.max_dynamic_smem_optin
+        )));
+    }
+    if smem > 48 * 1024 {
+        gpu::allow_dynamic_smem(&func, smem)?;
+    }
+    let threads: u32 = launch.block.iter().product();
+    if threads as i32 > attributes.max_threads_per_block {
+        return Err(sizes_err(format!(
+            "the block has {threads} threads but the compiled kernel allows at most {}",
+            attributes.max_threads_per_block
+        )));
+    }
+    // After the shared memory limit is raised: the occupancy calculator reads it.
+    let mut residency = crate::occupancy::residency(gpu, &func, launch, plan);
+    crate::occupancy::fit_persistent(plan, sizes, launch, &mut residency);
+    Ok(Loaded {
+        module,
+        func,
+        attributes,
+        residency,
     })
 }
 
@@ -587,6 +624,12 @@ pub fn run_on(
     prepared: Option<&Prepared>,
     hooks: &mut dyn Hooks,
 ) -> Result<RunResult, RunError> {
+    // A fusion no scheduler takes whole runs as several kernels (the service's `prepared`
+    // is the one-kernel compile, so it is not used).
+    req.check()?;
+    if let Some(split) = segmented::split_of(req) {
+        return segmented::run_split(slot, req, &split, hooks);
+    }
     let program = for_run(req, prepared, hooks)?;
     // The GPU before the float64 reference and NVRTC: on a machine without one, a program that
     // compiles is told that, not asked for NVRTC or kept waiting for its reference.

@@ -326,6 +326,7 @@ impl<'a> Staged<'a> {
             profile: None,
             warnings: crate::occupancy::warnings(&residency),
             clock: None,
+            segments: None,
             residency: Some(residency),
         })
     }

@@ -4,7 +4,6 @@
 
 use super::middleware::{limit, ApiJson, Client};
 use super::{ApiError, App};
-use crate::engine;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
@@ -30,9 +29,9 @@ pub(super) async fn compile(
                 index_type,
                 ..CompileOptions::default()
             };
-            let result = engine::lower(&program, &options);
+            let result = crate::prepare::lower_program(&program, &options);
             let lower_ms = start.elapsed().as_secs_f64() * 1e3;
-            match result {
+            match result.map(one_answer) {
                 Ok(c) => CompileAnswer {
                     passes: c.passes.iter().map(PassIr::from).collect(),
                     cuda: Some(c.cuda),
@@ -51,6 +50,21 @@ pub(super) async fn compile(
         })
         .await?;
     Ok(Json(out))
+}
+
+/// The answer's one compilation: a fusion split into kernels answers every kernel's CUDA in
+/// turn, each under a header line naming it, its scheduler and why it ends there, with the
+/// first kernel's passes and plan.
+fn one_answer(compiled: hopfuse::Compiled) -> hopfuse::Compilation {
+    match compiled {
+        hopfuse::Compiled::One { compilation, .. } => *compilation,
+        hopfuse::Compiled::Segmented(s) => {
+            let cuda = s.cuda_listing();
+            let mut first = s.kernels.into_iter().next().expect("a split has kernels");
+            first.cuda = cuda;
+            first
+        }
+    }
 }
 
 /// PTX and SASS of a program (`crate::inspect`): 503 at once without NVRTC; else lowered in a

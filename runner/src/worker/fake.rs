@@ -5,6 +5,7 @@
 
 use super::{emit, FakeCompile, Outcome, WorkerEvent, FAKE_NOTE};
 use crate::engine::{self, Prepared, Progress, RunError, RunRequest, Stage};
+use hopfuse::LaunchPlan;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 
@@ -91,9 +92,35 @@ pub(super) fn fake(
     profile: bool,
     out: &mut impl Write,
 ) -> Outcome {
-    let compiled = match prepared {
-        Some(p) => p.clone(),
-        None => {
+    // A program split into several kernels: each compiled and checked, reported as one run.
+    let split = match engine::compile_split(req) {
+        Ok(split) => split,
+        Err(error) => return Outcome::Error { error },
+    };
+    let compiled = match (prepared, &split) {
+        (_, Some(split)) => {
+            let first = &split.kernels[0];
+            Prepared {
+                cuda: split
+                    .kernels
+                    .iter()
+                    .map(|k| k.cuda.as_str())
+                    .collect::<Vec<_>>()
+                    .concat(),
+                plan: LaunchPlan {
+                    kernel_name: split
+                        .kernels
+                        .iter()
+                        .map(|k| k.plan.kernel_name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" + "),
+                    ..first.plan.clone()
+                },
+                setup: first.setup.clone(),
+            }
+        }
+        (Some(p), None) => p.clone(),
+        (None, None) => {
             emit(
                 out,
                 &WorkerEvent::Progress {
@@ -107,14 +134,17 @@ pub(super) fn fake(
         }
     };
     let Prepared { cuda, plan, setup } = compiled;
-    let working_set_bytes = plan
-        .tensors()
-        .map(|(_, dtype, _, shape)| {
-            engine::tensor_elements(shape, &req.sizes)
-                .unwrap_or(0)
-                .saturating_mul(dtype.size_bytes() as u64)
-        })
-        .fold(0u64, u64::saturating_add);
+    let working_set_bytes = match &split {
+        Some(split) => split.working_set_bytes(&req.sizes),
+        None => plan
+            .tensors()
+            .map(|(_, dtype, _, shape)| {
+                engine::tensor_elements(shape, &req.sizes)
+                    .unwrap_or(0)
+                    .saturating_mul(dtype.size_bytes() as u64)
+            })
+            .fold(0u64, u64::saturating_add),
+    };
     if behaviour != FakeBehaviour::Ok {
         emit(
             out,
@@ -142,10 +172,13 @@ pub(super) fn fake(
         FakeBehaviour::Ok | FakeBehaviour::FromProgram => {}
     }
     let not_done = not_done(req, profile);
-    let note = match not_done.len() {
+    let mut note = match not_done.len() {
         0 => FAKE_NOTE.to_string(),
         _ => format!("{FAKE_NOTE}; not done either: {}", not_done.join("; ")),
     };
+    if let Some(split) = &split {
+        note = format!("{note}; the program {}", split.describe());
+    }
     Outcome::Fake {
         fake: true,
         compile: Box::new(FakeCompile {

@@ -170,3 +170,30 @@ fn the_fake_worker_says_what_it_did_not_do() {
     let json = serde_json::to_value(&*plain).unwrap();
     assert!(json.get("not_done").is_none(), "{json}");
 }
+
+/// A program no scheduler takes whole: the fake worker compiles each of its kernels, names
+/// them all and counts every tensor once (the intermediate included).
+#[test]
+fn the_fake_worker_compiles_each_kernel_of_a_split_program() {
+    let req: crate::engine::RunRequest = serde_json::from_value(serde_json::json!({
+        "file": "col_norm.hf", "source": include_str!("../../../examples/auto/col_norm.hf"),
+        "sizes": {"M": 64, "N": 32}, "iters": 1, "warmup": 0, "seed": 1, "index": null,
+        "copy_ceiling": false, "peers": false, "clock": false,
+    }))
+    .unwrap();
+    let compile = match fake::fake(&req, None, FakeBehaviour::Ok, false, &mut Vec::new()) {
+        Outcome::Fake { compile, .. } => compile,
+        other => panic!("not a fake outcome: {other:?}"),
+    };
+    assert_eq!(compile.kernel, "col_norm_s1_kernel + col_norm_s2_kernel");
+    // x and y (64 x 32 f32) and the column sums y_sum (32 f32).
+    assert_eq!(compile.working_set_bytes, 2 * 64 * 32 * 4 + 32 * 4);
+    assert!(
+        compile.note.contains(
+            "the program runs as 2 kernels in order, col_norm_s1_kernel (outer reduction), then \
+             col_norm_s2_kernel (pointwise) (`y` reads the column reductions back over the columns"
+        ),
+        "{}",
+        compile.note
+    );
+}

@@ -20,6 +20,22 @@ async fn compile_reports_cuda_passes_and_located_diagnostics() {
     assert_eq!(v["diagnostics"], json!([]));
     assert!(v["lower_ms"].as_f64().unwrap() >= 0.0);
 
+    // A fusion no scheduler takes whole: every kernel's CUDA under its header line, the first
+    // kernel's plan.
+    let split = json!({"program": include_str!("../../../examples/auto/col_norm.hf")});
+    let (status, v, _) = post(&c, s.url("/api/compile"), split.to_string()).await;
+    assert_eq!(status, 200, "{v}");
+    let cuda = v["cuda"].as_str().unwrap();
+    assert!(
+        cuda.starts_with(
+            "// ==== kernel 1 of 2: col_norm_s1_kernel (outer reduction): ends before `y`"
+        ) && cuda.contains(
+            "\n// ==== kernel 2 of 2: col_norm_s2_kernel (pointwise): the last segment\n"
+        ),
+        "{cuda}"
+    );
+    assert_eq!(v["plan"]["kernel_name"], "col_norm_s1_kernel");
+
     // A program error is a 200 with located diagnostics (the playground shows them).
     let bad = json!({"program": "fusion f {\n  input x: f32[N]\n  y = exp(x\n  output y\n}"});
     let (status, v, _) = post(&c, s.url("/api/compile"), bad.to_string()).await;

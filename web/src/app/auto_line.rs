@@ -10,6 +10,21 @@ use leptos::prelude::*;
 #[component]
 pub(super) fn AutoScheduleLine(ui: Ui, id: &'static str) -> impl IntoView {
     move || {
+        // A fusion split into kernels: the split, not the first kernel's schedule (whose
+        // "Insert schedule" would not fit the whole program).
+        if let Some(text) = ui
+            .compiled
+            .with(|c| c.as_ref().and_then(|c| c.segments.clone()))
+        {
+            return Some(
+                view! {
+                    <div class="auto-schedule note" id=id role="status">
+                        <span class="auto-text">{text}</span>
+                    </div>
+                }
+                .into_any(),
+            );
+        }
         let note = ui
             .compiled
             .with(|c| c.as_ref().and_then(|c| c.plan.auto_schedule.clone()))?;
@@ -29,12 +44,15 @@ pub(super) fn AutoScheduleLine(ui: Ui, id: &'static str) -> impl IntoView {
             headline.serial,
             if headline.serial { "alert" } else { "status" },
         );
-        Some(view! {
-            <div class="auto-schedule" class:error=serial class:note=!serial id=id role=role>
-                <span class="auto-text">{headline.text}</span>
-                " "
-                {insert}
-            </div>
-        })
+        Some(
+            view! {
+                <div class="auto-schedule" class:error=serial class:note=!serial id=id role=role>
+                    <span class="auto-text">{headline.text}</span>
+                    " "
+                    {insert}
+                </div>
+            }
+            .into_any(),
+        )
     }
 }

@@ -1,0 +1,613 @@
+//! A run of a fusion split into several kernels ([`hopfuse::segment`]): each segment's program
+//! compiled for the run's sizes as any program is (`hopfuse_launch::specialize`), NVRTC for
+//! each, one device buffer per tensor by name (the fusion's inputs filled from the seed, the
+//! intermediates and outputs poisoned, each kernel's scratch its own), the kernels launched in
+//! order, the fusion's final outputs validated against the float64 reference of the whole
+//! fusion, then timed: all the kernels in order (the run's `timing`, interleaved with the torch
+//! peers when asked for) and each kernel alone. The L2 is flushed before every timed launch
+//! sequence when the tensors would fit in it (no rotated copies: the kernels share buffers).
+//!
+//! Takes a request whose program [`hopfuse::segment::decide`] splits; emits a [`RunResult`]
+//! with [`hopfuse_api::run::SegmentsRun`]. A clock probe (`--clock`) is refused: it measures
+//! one kernel.
+
+use super::*;
+use hopfuse::segment::Segmentation;
+use hopfuse_api::run::{IntermediateRun, SegmentRun, SegmentsRun};
+
+/// The program's split for the request's sizes, when it is one ([`run_on`] runs it here).
+/// None also when the program does not compile: the one-kernel path reports its errors as it
+/// always has.
+pub(super) fn split_of(req: &RunRequest) -> Option<Segmentation> {
+    match hopfuse::segment::decide(&req.source, Some(&req.sizes)) {
+        Ok(hopfuse::segment::Decision::Split(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// One segment compiled for the run.
+struct Kernel {
+    segment: hopfuse::segment::Segment,
+    plan: LaunchPlan,
+    cuda: String,
+    setup: Setup,
+}
+
+/// A split program compiled for a request, no GPU (what the fake worker reports): the split
+/// and each segment's kernel, in order.
+pub struct SplitCompiled {
+    pub split: Segmentation,
+    pub kernels: Vec<Prepared>,
+}
+
+impl SplitCompiled {
+    /// Bytes of every tensor of the run once: inputs, intermediates and outputs by name, each
+    /// kernel's scratch its own.
+    pub fn working_set_bytes(&self, sizes: &BTreeMap<String, i64>) -> u64 {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut bytes = 0u64;
+        for (k, p) in self.kernels.iter().enumerate() {
+            for (name, dtype, role, shape) in p.plan.tensors() {
+                let own = matches!(role, TensorRole::Scratch | TensorRole::Workspace);
+                if !seen.insert(if own {
+                    format!("{k}/{name}")
+                } else {
+                    name.to_string()
+                }) {
+                    continue;
+                }
+                let n = tensor_elements(shape, sizes).unwrap_or(0);
+                bytes = bytes.saturating_add(n.saturating_mul(dtype.size_bytes() as u64));
+            }
+        }
+        bytes
+    }
+
+    /// One sentence: how many kernels, each one's name and scheduler, and why the split.
+    pub fn describe(&self) -> String {
+        let kernels: Vec<String> = self
+            .split
+            .segments
+            .iter()
+            .zip(&self.kernels)
+            .map(|(s, p)| format!("{} ({})", p.plan.kernel_name, s.scheduler))
+            .collect();
+        format!(
+            "runs as {} kernels in order, {} ({})",
+            kernels.len(),
+            kernels.join(", then "),
+            self.split.reason
+        )
+    }
+}
+
+/// The request's program compiled as the kernels of its split, when it is split.
+pub fn compile_split(req: &RunRequest) -> Result<Option<SplitCompiled>, RunError> {
+    let Some(split) = split_of(req) else {
+        return Ok(None);
+    };
+    let kernels = compile(req, &split)?
+        .into_iter()
+        .map(|k| Prepared {
+            cuda: k.cuda,
+            plan: k.plan,
+            setup: k.setup,
+        })
+        .collect();
+    Ok(Some(SplitCompiled { split, kernels }))
+}
+
+/// Where a tensor of the run lives: its device buffer is shared by name between the kernels
+/// (inputs, intermediates, outputs); scratch and workspace are per kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Input,
+    Intermediate,
+    Output,
+    /// A kernel's own scratch (poisoned) or workspace (zeroed).
+    Own,
+}
+
+struct Buffer {
+    key: String,
+    name: String,
+    dtype: DType,
+    kind: Kind,
+    bytes: u64,
+    init: Vec<u8>,
+}
+
+/// Compiles each segment for the request ([`hopfuse_launch::specialize::compile_for_sizes`]).
+fn compile(req: &RunRequest, split: &Segmentation) -> Result<Vec<Kernel>, RunError> {
+    let mut kernels = Vec::new();
+    for seg in &split.segments {
+        // The sizes of the symbols this segment has (a product's K is not the softmax's).
+        let symbols = hopfuse::reference_fusion(&seg.source)
+            .map(|f| f.symbols)
+            .unwrap_or_default();
+        let sizes: BTreeMap<String, i64> = req
+            .sizes
+            .iter()
+            .filter(|(k, _)| symbols.contains(k))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        let (c, setup) = hopfuse_launch::specialize::compile_for_sizes(
+            &seg.source,
+            &sizes,
+            req.index,
+            !req.generic,
+            false,
+        )
+        .map_err(|e| match e {
+            PrepareError::Compile(d) => RunError::new(
+                Stage::Compile,
+                format!(
+                    "segment `{}` does not compile:\n{}",
+                    seg.name,
+                    d.render(&seg.source, &seg.name)
+                ),
+            ),
+            PrepareError::Sizes(e) => {
+                RunError::new(Stage::Sizes, format!("segment `{}`: {e}", seg.name))
+            }
+        })?;
+        crate::scalars::resolve(&c.plan, &req.scalars)
+            .map_err(|e| RunError::new(Stage::Request, e))?;
+        kernels.push(Kernel {
+            segment: seg.clone(),
+            plan: c.plan,
+            cuda: c.cuda,
+            setup,
+        });
+    }
+    Ok(kernels)
+}
+
+/// Where tensor parameter `name` (of `role`) of kernel `k` lives, and its buffer's key: the
+/// fusion's inputs and outputs and the intermediates by name, a kernel's scratch its own.
+fn place(
+    split: &Segmentation,
+    outputs: &[String],
+    k: usize,
+    name: &str,
+    role: TensorRole,
+) -> (Kind, String) {
+    let kind = if outputs.iter().any(|o| o == name) {
+        Kind::Output
+    } else if split.intermediates.iter().any(|m| m.name == name) {
+        Kind::Intermediate
+    } else {
+        match role {
+            TensorRole::Input => Kind::Input,
+            TensorRole::Output => Kind::Output,
+            TensorRole::Scratch | TensorRole::Workspace => Kind::Own,
+        }
+    };
+    let key = match kind {
+        Kind::Own => format!("{k}/{name}"),
+        _ => name.to_string(),
+    };
+    (kind, key)
+}
+
+/// The run's buffers (each once, in order of first use), the fusion's input values by name
+/// (tensors and scalars, for the reference) and the scalar values.
+#[allow(clippy::type_complexity)]
+fn host_data(
+    req: &RunRequest,
+    split: &Segmentation,
+    outputs: &[String],
+    kernels: &[Kernel],
+) -> Result<
+    (
+        Vec<Buffer>,
+        BTreeMap<String, Vec<f64>>,
+        BTreeMap<String, f64>,
+    ),
+    RunError,
+> {
+    let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
+    let mut buffers: Vec<Buffer> = Vec::new();
+    let mut inputs = BTreeMap::new();
+    let mut scalars = BTreeMap::new();
+    for (k, kernel) in kernels.iter().enumerate() {
+        let values = crate::scalars::resolve(&kernel.plan, &req.scalars)
+            .map_err(|e| RunError::new(Stage::Request, e))?;
+        for p in &kernel.plan.params {
+            match p {
+                Param::Tensor {
+                    name,
+                    dtype,
+                    role,
+                    shape,
+                } => {
+                    let (kind, key) = place(split, outputs, k, name, *role);
+                    if buffers.iter().any(|b| b.key == key) {
+                        continue;
+                    }
+                    let elements = tensor_elements(shape, &req.sizes)
+                        .map_err(|e| sizes_err(format!("tensor `{name}`: {e}")))?;
+                    let n = usize::try_from(elements)
+                        .map_err(|_| sizes_err(format!("tensor `{name}` is too large")))?;
+                    let init = match (kind, role) {
+                        (Kind::Input, _) => {
+                            let values = data::seeded_values(*dtype, n, req.seed, name);
+                            let init = data::encode(*dtype, &values);
+                            inputs.insert(name.clone(), data::decode(*dtype, &init));
+                            init
+                        }
+                        (Kind::Own, TensorRole::Workspace) => {
+                            vec![0; n * dtype.size_bytes() as usize]
+                        }
+                        _ => data::poison(*dtype, n),
+                    };
+                    buffers.push(Buffer {
+                        key,
+                        name: name.clone(),
+                        dtype: *dtype,
+                        kind,
+                        bytes: init.len() as u64,
+                        init,
+                    });
+                }
+                Param::Scalar { name, dtype, .. } => {
+                    if scalars.contains_key(name) {
+                        continue;
+                    }
+                    let v = match values[name.as_str()] {
+                        Some(v) => dtype.round(v),
+                        None => data::seeded_values(*dtype, 1, req.seed, name)[0],
+                    };
+                    inputs.insert(name.clone(), vec![v]);
+                    scalars.insert(name.clone(), v);
+                }
+                Param::Size { .. } | Param::TensorMap { .. } => {}
+            }
+        }
+    }
+    Ok((buffers, inputs, scalars))
+}
+
+/// A kernel loaded and its arguments bound to the run's buffers.
+struct Ready {
+    func: cudarc::driver::CudaFunction,
+    launch: hopfuse::plan::ConcreteLaunch,
+    attributes: KernelAttributes,
+    residency: hopfuse_api::run::Residency,
+    args: KernelArgs,
+    cubin_bytes: usize,
+    nvrtc_ms: f64,
+}
+
+/// What [`load`] binds a kernel's arguments to.
+struct Bound<'a> {
+    split: &'a Segmentation,
+    outputs: &'a [String],
+    buffers: &'a [Buffer],
+    slices: &'a [cudarc::driver::CudaSlice<u8>],
+    scalars: &'a BTreeMap<String, f64>,
+}
+
+fn load(
+    dev: &Device,
+    req: &RunRequest,
+    k: usize,
+    kernel: &Kernel,
+    cubin: nvrtc::Cubin,
+    bound: &Bound,
+) -> Result<Ready, RunError> {
+    let gpu = &dev.gpu;
+    let sizes = &req.sizes;
+    let plan = &kernel.plan;
+    let sizes_err = |e: String| {
+        RunError::new(
+            Stage::Sizes,
+            format!("segment `{}`: {e}", kernel.segment.name),
+        )
+    };
+    let (cubin_bytes, nvrtc_ms) = (cubin.image.len(), cubin.compile_ms);
+    let mut launch = kernel.setup.launch.clone();
+    let super::Loaded {
+        func,
+        attributes,
+        residency,
+        ..
+    } = super::load_kernel(gpu, cubin.image, plan, sizes, &mut launch, sizes_err)?;
+    // One pointer per tensor parameter, in order, from the run's buffers.
+    let mut pointers = Vec::new();
+    for p in &plan.params {
+        if let Param::Tensor { name, role, .. } = p {
+            let (_, wanted) = place(bound.split, bound.outputs, k, name, *role);
+            let i = bound
+                .buffers
+                .iter()
+                .position(|b| b.key == wanted)
+                .ok_or_else(|| RunError::new(Stage::Cuda, format!("no buffer for `{name}`")))?;
+            pointers.push(gpu::pointer_slot(&bound.slices[i], &gpu.stream));
+        }
+    }
+    let mut tensor_ptrs = pointers.iter();
+    let mut args = Vec::new();
+    for p in &plan.params {
+        args.push(match p {
+            Param::Tensor { .. } => gpu::Arg::Word(*tensor_ptrs.next().expect("one per tensor")),
+            Param::Size { symbol } => {
+                let v = sizes[symbol];
+                gpu::Arg::Word(match kernel.setup.index_type {
+                    IndexType::I32 => v as i32 as u32 as u64,
+                    IndexType::I64 => v as u64,
+                })
+            }
+            Param::Scalar { name, dtype, .. } => {
+                gpu::Arg::Word(data::scalar_slot(*dtype, bound.scalars[name]))
+            }
+            Param::TensorMap { name, map } => {
+                gpu::Arg::Map(Box::new(encode_map(plan, *map, name, sizes, &pointers)?))
+            }
+        });
+    }
+    Ok(Ready {
+        func,
+        launch,
+        attributes,
+        residency,
+        args: KernelArgs::from_args(args),
+        cubin_bytes,
+        nvrtc_ms,
+    })
+}
+
+/// The final outputs against the reference.
+fn check_final(
+    gpu: &Gpu,
+    buffers: &[Buffer],
+    slices: &[cudarc::driver::CudaSlice<u8>],
+    expected: &BTreeMap<String, Vec<f64>>,
+) -> Result<Vec<Check>, RunError> {
+    let mut checks = Vec::new();
+    for (b, slice) in buffers.iter().zip(slices) {
+        if b.kind != Kind::Output {
+            continue;
+        }
+        let reference = expected.get(&b.name).ok_or_else(|| {
+            RunError::new(
+                Stage::Reference,
+                format!("the reference computed no output `{}`", b.name),
+            )
+        })?;
+        let out = data::decode(b.dtype, &gpu.download(slice, b.bytes as usize)?);
+        checks.push(
+            validate::check(&b.name, b.dtype, &out, reference)
+                .map_err(|e| RunError::new(Stage::Reference, e))?,
+        );
+    }
+    Ok(checks)
+}
+
+/// Runs the segments of `split` for `req` on the device in `slot`.
+pub(super) fn run_split(
+    slot: &mut Option<Device>,
+    req: &RunRequest,
+    split: &Segmentation,
+    hooks: &mut dyn Hooks,
+) -> Result<RunResult, RunError> {
+    req.check()?;
+    if req.clock {
+        return Err(RunError::new(
+            Stage::Request,
+            format!(
+                "the clock probe measures one kernel, and this fusion runs as {} ({})",
+                split.segments.len(),
+                split.reason
+            ),
+        ));
+    }
+    hooks.progress(Progress::Lowering);
+    let kernels = compile(req, split)?;
+    device(slot)?;
+    let fusion = hopfuse::reference_fusion(&req.source)
+        .map_err(|d| RunError::new(Stage::Compile, d.render(&req.source, &req.file)))?;
+    let outputs: Vec<String> = fusion
+        .outputs
+        .iter()
+        .map(|&t| fusion.tensors[t].name.clone())
+        .collect();
+    let (buffers, inputs, scalars) = host_data(req, split, &outputs, &kernels)?;
+    info!("evaluating the float64 reference of the whole fusion");
+    hooks.progress(Progress::Reference);
+    let expected = hopfuse::reference::evaluate_with(
+        &fusion,
+        &req.sizes,
+        &inputs,
+        &crate::host_parallel::Threads::all(),
+    )
+    .map_err(|e| RunError::new(Stage::Reference, e))?;
+    hooks.progress(Progress::Nvrtc);
+    let mut cubins = Vec::new();
+    for k in &kernels {
+        cubins.push(
+            hooks
+                .cubin(&k.cuda, &format!("{}.{}.cu", req.file, k.segment.name))
+                .map_err(|e| RunError::new(Stage::Nvrtc, e.to_string()))?,
+        );
+    }
+    let dev = device(slot)?;
+    let gpu = &dev.gpu;
+    let working_set: u64 = buffers.iter().map(|b| b.bytes).sum();
+    let (free, _) = gpu.memory()?;
+    if working_set > free {
+        return Err(RunError::new(
+            Stage::Cuda,
+            format!("the tensors need {working_set} bytes but the device has {free} bytes free"),
+        ));
+    }
+    let slices: Vec<_> = buffers
+        .iter()
+        .map(|b| gpu.upload(&b.init))
+        .collect::<Result<_, _>>()?;
+    let bound = Bound {
+        split,
+        outputs: &outputs,
+        buffers: &buffers,
+        slices: &slices,
+        scalars: &scalars,
+    };
+    let mut loaded = Vec::new();
+    for (k, (kernel, cubin)) in kernels.iter().zip(cubins).enumerate() {
+        loaded.push(load(dev, req, k, kernel, cubin, &bound)?);
+    }
+    let launch_all = |loaded: &mut [Ready]| -> Result<(), RunError> {
+        for l in loaded.iter_mut() {
+            gpu.launch(&l.func, &l.launch, &mut l.args)?;
+        }
+        Ok(())
+    };
+    hooks.progress(Progress::Launch);
+    launch_all(&mut loaded)?;
+    gpu.sync("the first launch of the kernels")?;
+    hooks.progress(Progress::Validate);
+    let validation = check_final(gpu, &buffers, &slices, &expected)?;
+
+    // The kernels share buffers, so the L2 is flushed (not rotated) when the tensors fit in it.
+    let l2 = gpu.info.l2_bytes;
+    let (l2_policy, flush) = if working_set > 2 * l2 {
+        (L2Policy::None, None)
+    } else {
+        (L2Policy::Flush { bytes: 2 * l2 }, Some(gpu.alloc(2 * l2)?))
+    };
+    let before = || match &flush {
+        Some(buf) => gpu.memset(buf, 0),
+        None => Ok(()),
+    };
+    hooks.progress(Progress::Time);
+    let (timing, peers) = {
+        let mut round = |warmup: u32, iters: u32| -> Result<Vec<f64>, RunError> {
+            gpu.time_samples(Some(&dev.spin), warmup, iters, before, |_| {
+                launch_all(&mut loaded)
+            })
+        };
+        if req.peers {
+            let mut own = None;
+            let peers = match hooks.peers() {
+                Some(p) => p,
+                None => own.insert(crate::peers::Peers::new()),
+            };
+            let run = crate::peers::PeerRun {
+                req,
+                expected: &expected,
+                l2: &l2_policy,
+            };
+            let (timing, report) = peers.interleave(&run, &mut round)?;
+            (timing, Some(report))
+        } else {
+            let us = round(req.warmup, req.iters)?;
+            let timing = Timing::from_samples(us)
+                .ok_or_else(|| RunError::new(Stage::Cuda, "no valid timing samples"))?;
+            (timing, None)
+        }
+    };
+    let mut segment_runs = Vec::new();
+    for (kernel, l) in kernels.iter().zip(loaded.iter_mut()) {
+        let timing = gpu.time(Some(&dev.spin), req.warmup, req.iters, before, |_| {
+            gpu.launch(&l.func, &l.launch, &mut l.args)
+        })?;
+        let bytes = kernel
+            .plan
+            .min_global_bytes
+            .eval(&req.sizes)
+            .map_err(|e| RunError::new(Stage::Sizes, e.to_string()))?
+            .max(0) as u64;
+        segment_runs.push(SegmentRun {
+            segment: kernel.segment.name.clone(),
+            kernel: kernel.plan.kernel_name.clone(),
+            scheduler: kernel.segment.scheduler.clone(),
+            reason: kernel.segment.reason.clone(),
+            launch: l.launch.clone(),
+            gbps: timing.gbps(bytes),
+            timing,
+            min_global_bytes: bytes,
+        });
+    }
+    hooks.progress(Progress::Validate);
+    // Each kernel alone after the sequence leaves the final outputs as the sequence wrote them.
+    let validation_after_timing = check_final(gpu, &buffers, &slices, &expected)?;
+    drop(flush);
+    drop(slices);
+    gpu.sync("freeing the tensors")?;
+    // The whole fusion's minimum: its inputs read and outputs written once.
+    let min_global_bytes: u64 = buffers
+        .iter()
+        .filter(|b| matches!(b.kind, Kind::Input | Kind::Output))
+        .map(|b| b.bytes)
+        .sum();
+    let passed = validation
+        .iter()
+        .chain(&validation_after_timing)
+        .all(|c| c.passed);
+    let first = &loaded[0];
+    let warnings = loaded
+        .iter()
+        .flat_map(|l| crate::occupancy::warnings(&l.residency))
+        .collect();
+    let intermediates = split
+        .intermediates
+        .iter()
+        .map(|m| {
+            Ok(IntermediateRun {
+                name: m.name.clone(),
+                dtype: m.dtype,
+                bytes: m
+                    .bytes()
+                    .eval(&req.sizes)
+                    .map_err(|e| RunError::new(Stage::Sizes, e.to_string()))?
+                    .max(0) as u64,
+            })
+        })
+        .collect::<Result<_, RunError>>()?;
+    let result = RunResult {
+        file: req.file.clone(),
+        kernel: kernels
+            .iter()
+            .map(|k| k.plan.kernel_name.as_str())
+            .collect::<Vec<_>>()
+            .join(" + "),
+        sizes: req.sizes.clone(),
+        seed: req.seed,
+        index_type: kernels[0].setup.index_type,
+        index_reason: kernels[0].setup.index_reason.clone(),
+        launch: first.launch.clone(),
+        attributes: first.attributes.clone(),
+        cubin_bytes: loaded.iter().map(|l| l.cubin_bytes).sum(),
+        nvrtc_ms: loaded.iter().map(|l| l.nvrtc_ms).sum(),
+        device: gpu.info.clone(),
+        working_set_bytes: working_set,
+        l2_policy,
+        warmup: req.warmup,
+        gbps: timing.gbps(min_global_bytes),
+        timing,
+        min_global_bytes,
+        copy: None,
+        fraction_of_copy: None,
+        flops: None,
+        tflops: None,
+        cublas: None,
+        fraction_of_cublas: None,
+        cublas_skipped: None,
+        reference: Some(host::host_reference_note()),
+        validation,
+        validation_after_timing,
+        passed,
+        peers,
+        profile: None,
+        residency: Some(first.residency.clone()),
+        warnings,
+        clock: None,
+        segments: Some(SegmentsRun {
+            reason: split.reason.clone(),
+            kernels: segment_runs,
+            intermediates,
+        }),
+    };
+    let copy = ceiling_for(dev, req, min_global_bytes, hooks)?;
+    Ok(with_ceiling(result, copy))
+}
