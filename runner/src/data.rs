@@ -13,6 +13,7 @@ use half::{bf16, f16};
 use hopfuse::DType;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
 
 pub const I32_POISON: i32 = i32::MAX;
 pub const BOOL_POISON: u8 = 0xFF;
@@ -72,6 +73,63 @@ pub fn seeded_block(dtype: DType, seed: u64, name: &str, b: usize, len: usize) -
     let mut rng = rng_for(seed, name);
     rng.set_word_pos((b as u128) << 40);
     random_values(dtype, len, &mut rng)
+}
+
+/// The inputs of `source` that a `gather` or `index_select` reads as indices, by name, each
+/// with the extent of the axis it indexes for `sizes` ([`hopfuse::fusion::build::index_bounds`]):
+/// a run draws their values inside `[0, extent)` ([`seeded_input`]), as labels and token ids are,
+/// so the torch peers (which raise outside it) take the same inputs. Empty when the program does
+/// not build or has no gather.
+pub fn index_bounds(source: &str, sizes: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
+    let Ok(f) = hopfuse::reference_fusion(source) else {
+        return BTreeMap::new();
+    };
+    hopfuse::fusion::build::index_bounds(&f)
+        .into_iter()
+        .filter_map(|(t, extent)| {
+            let n = extent.eval(sizes).ok().filter(|&n| n > 0)?;
+            Some((f.tensors[t].name.clone(), n))
+        })
+        .collect()
+}
+
+/// The values of input `name`: [`seeded_values`], or with `bound` (an index input,
+/// [`index_bounds`]) integers uniform in `[0, bound)` from the same stream and blocks.
+pub fn seeded_input(dtype: DType, n: usize, seed: u64, name: &str, bound: Option<i64>) -> Vec<f64> {
+    let Some(bound) = bound else {
+        return seeded_values(dtype, n, seed, name);
+    };
+    let mut out = vec![0.0; n];
+    crate::host_parallel::Threads::all().for_chunks(&mut out, SEED_BLOCK, |b, block| {
+        block.copy_from_slice(&seeded_input_block(
+            dtype,
+            seed,
+            name,
+            Some(bound),
+            b,
+            block.len(),
+        ));
+    });
+    out
+}
+
+/// Block `b` of [`seeded_input`] (for writers that stream an input, as [`seeded_block`]).
+pub fn seeded_input_block(
+    dtype: DType,
+    seed: u64,
+    name: &str,
+    bound: Option<i64>,
+    b: usize,
+    len: usize,
+) -> Vec<f64> {
+    let Some(bound) = bound else {
+        return seeded_block(dtype, seed, name, b, len);
+    };
+    let mut rng = rng_for(seed, name);
+    rng.set_word_pos((b as u128) << 40);
+    (0..len)
+        .map(|_| rng.random_range(0..bound) as f64)
+        .collect()
 }
 
 /// Values per block of [`seeded_values`] (the unit of [`seeded_block`]).
@@ -171,6 +229,44 @@ pub fn scalar_slot(dtype: DType, v: f64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_gathers_index_input_is_drawn_inside_the_axis_it_indexes() {
+        let embedding = "fusion e {\n  input table: bf16[V, D]\n  input tokens: i32[T]\n  rows = index_select(table, 0, tokens)\n  output rows\n}\n";
+        let sizes: BTreeMap<String, i64> =
+            [("T".into(), 3000), ("V".into(), 50257), ("D".into(), 64)].into();
+        let bounds = index_bounds(embedding, &sizes);
+        assert_eq!(bounds, [("tokens".to_string(), 50257)].into());
+        let n = SEED_BLOCK + 77;
+        let ids = seeded_input(DType::I32, n, 3, "tokens", Some(50257));
+        assert!(ids
+            .iter()
+            .all(|&v| (0.0..50257.0).contains(&v) && v.fract() == 0.0));
+        // Spread over the axis, not the plain inputs' {-8..8}.
+        assert!(ids.iter().any(|&v| v > 1000.0) && ids.iter().any(|&v| v < 1000.0));
+        // Deterministic, and the blocks a streaming writer produces are the same values.
+        assert_eq!(ids, seeded_input(DType::I32, n, 3, "tokens", Some(50257)));
+        let streamed: Vec<f64> = (0..2)
+            .flat_map(|b| {
+                let len = SEED_BLOCK.min(n - b * SEED_BLOCK);
+                seeded_input_block(DType::I32, 3, "tokens", Some(50257), b, len)
+            })
+            .collect();
+        assert_eq!(ids, streamed);
+        // Without a bound: the plain values.
+        assert_eq!(
+            seeded_input(DType::I32, 100, 3, "x", None),
+            seeded_values(DType::I32, 100, 3, "x")
+        );
+        // No gather, or a program that does not build: no bounds.
+        assert!(index_bounds(
+            "fusion f {\n  input x: f32[N]\n  y = x\n  output y\n}\n",
+            &sizes
+        )
+        .is_empty());
+        assert!(index_bounds("@@", &sizes).is_empty());
+    }
+
     use super::*;
 
     /// Blocks come from their own positions of the tensor's stream, whoever draws them.

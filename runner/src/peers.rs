@@ -261,13 +261,15 @@ impl Peers {
         let torch = self.start()?;
         let dir = TempDir::new().map_err(|e| format!("cannot make a temporary directory: {e}"))?;
         let mut inputs = Vec::new();
+        let bounds = data::index_bounds(&req.source, &req.sizes);
         for &t in &fusion.inputs {
             let (name, dtype, shape) = describe(&fusion, t, &req.sizes)?;
+            let bound = bounds.get(&name).copied();
             let file = dir.path.join(format!("input_{}.bin", inputs.len()));
             // A scalar input's value given in the program, as the engine passes it.
             let written = match fusion.tensors[t].value {
                 Some(v) => std::fs::write(&file, data::encode(dtype, &[dtype.round(v)])),
-                None => write_input(&file, req.seed, &name, dtype, shape.iter().product()),
+                None => write_input(&file, req.seed, &name, dtype, bound, shape.iter().product()),
             };
             written.map_err(|e| format!("writing input `{name}`: {e}"))?;
             inputs.push(
@@ -444,14 +446,21 @@ fn torch_name(d: DType) -> &'static str {
 /// Writes input `name`'s values exactly as the engine generates them (the same generator,
 /// seeded by the run's seed and the name), in chunks so a 2^28-element input needs no 2 GiB of
 /// doubles.
-fn write_input(path: &Path, seed: u64, name: &str, dtype: DType, n: usize) -> std::io::Result<()> {
+fn write_input(
+    path: &Path,
+    seed: u64,
+    name: &str,
+    dtype: DType,
+    bound: Option<i64>,
+    n: usize,
+) -> std::io::Result<()> {
     let block = data::seed_block_len();
     let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
     for (b, start) in (0..n).step_by(block).enumerate() {
         let k = block.min(n - start);
         file.write_all(&data::encode(
             dtype,
-            &data::seeded_block(dtype, seed, name, b, k),
+            &data::seeded_input_block(dtype, seed, name, bound, b, k),
         ))?;
     }
     file.flush()
@@ -620,7 +629,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("hopfuse-peers-input-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("x.bin");
-        write_input(&path, 7, "x", DType::BF16, n).unwrap();
+        write_input(&path, 7, "x", DType::BF16, None, n).unwrap();
         let written = std::fs::read(&path).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         let expected = data::encode(DType::BF16, &data::seeded_values(DType::BF16, n, 7, "x"));

@@ -282,7 +282,9 @@ pub fn render(report: &TuneReport) -> String {
         .first()
         .and_then(|t| t.passed())
         .map(|r| r.timing.median_us);
-    s.push_str("| # | parameters | time (us) | GB/s | of copy | vs default | validation |\n");
+    s.push_str(
+        "| # | parameters | time (us) | throughput | of ceiling | vs default | validation |\n",
+    );
     s.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
     for (i, t) in report.trials.iter().enumerate() {
         let mark = if Some(i) == report.winner {
@@ -299,12 +301,19 @@ pub fn render(report: &TuneReport) -> String {
                 "| | | | | compiled and checked (fake worker: nothing timed) |".to_string()
             }
             TrialOutcome::Ran(RowOutcome::NotRun(why)) => format!("| | | | | {} |", cell(why)),
+            // A product's rate and cuBLAS; otherwise bandwidth and the copy.
             TrialOutcome::Ran(RowOutcome::Measured(r)) => format!(
-                "| {:.1} | {:.0} | {} | {} | {} |",
+                "| {:.1} | {} | {} | {} | {} |",
                 r.timing.median_us,
-                r.gbps,
-                r.fraction_of_copy
-                    .map_or(String::new(), |f| format!("{:.1}%", f * 100.0)),
+                r.tflops.map_or_else(
+                    || format!("{:.0} GB/s", r.gbps),
+                    |t| format!("{t:.0} TFLOP/s")
+                ),
+                match (r.fraction_of_cublas, r.fraction_of_copy) {
+                    (Some(f), _) => format!("{:.1}% of cuBLAS", f * 100.0),
+                    (None, Some(f)) => format!("{:.1}% of copy", f * 100.0),
+                    (None, None) => String::new(),
+                },
                 default_us.map_or(String::new(), |d| format!("x{:.2}", d / r.timing.median_us)),
                 if r.passed { "PASS" } else { "FAIL" },
             ),

@@ -31,7 +31,7 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 mod gather;
 mod products;
 
-pub use gather::index_source;
+pub use gather::{index_bounds, index_source};
 mod sizes;
 mod views;
 

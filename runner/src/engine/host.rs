@@ -80,6 +80,8 @@ pub(super) fn stage_host<'a>(
     let mut scalars: BTreeMap<String, f64> = BTreeMap::new();
     let scalar_values = crate::scalars::resolve(plan, &req.scalars)
         .map_err(|e| RunError::new(Stage::Request, e))?;
+    // Inputs read as a gather's indices are drawn inside the axis they index.
+    let index_bounds = data::index_bounds(&req.source, sizes);
     for p in &plan.params {
         match p {
             Param::Tensor {
@@ -97,7 +99,8 @@ pub(super) fn stage_host<'a>(
                     .map_err(|_| sizes_err(format!("tensor `{name}` is too large")))?;
                 let init = match role {
                     TensorRole::Input => {
-                        let values = data::seeded_values(*dtype, n, req.seed, name);
+                        let bound = index_bounds.get(name).copied();
+                        let values = data::seeded_input(*dtype, n, req.seed, name, bound);
                         let init = data::encode(*dtype, &values);
                         // The reference gets exactly what the device reads.
                         inputs.insert(name.clone(), data::decode(*dtype, &init));

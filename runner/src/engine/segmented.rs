@@ -210,6 +210,9 @@ fn host_data(
     let mut buffers: Vec<Buffer> = Vec::new();
     let mut inputs = BTreeMap::new();
     let mut scalars = BTreeMap::new();
+    // Inputs read as a gather's indices are drawn inside the axis they index (the whole
+    // fusion's inputs keep their names in every segment).
+    let index_bounds = data::index_bounds(&req.source, &req.sizes);
     for (k, kernel) in kernels.iter().enumerate() {
         let values = crate::scalars::resolve(&kernel.plan, &req.scalars)
             .map_err(|e| RunError::new(Stage::Request, e))?;
@@ -231,7 +234,8 @@ fn host_data(
                         .map_err(|_| sizes_err(format!("tensor `{name}` is too large")))?;
                     let init = match (kind, role) {
                         (Kind::Input, _) => {
-                            let values = data::seeded_values(*dtype, n, req.seed, name);
+                            let bound = index_bounds.get(name).copied();
+                            let values = data::seeded_input(*dtype, n, req.seed, name, bound);
                             let init = data::encode(*dtype, &values);
                             inputs.insert(name.clone(), data::decode(*dtype, &init));
                             init

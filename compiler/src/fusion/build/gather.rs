@@ -161,3 +161,28 @@ pub fn index_source(f: &Fusion, t: TensorId) -> Option<TensorId> {
         }
     }
 }
+
+/// The fusion inputs read as indices of a `gather` or `index_select`, each with the extent of
+/// the axis it indexes (the first such axis when it indexes several): a run draws such an input's
+/// values inside `[0, extent)`, as a user's labels or token ids are (the kernel and the
+/// reference clamp the others, torch raises on them).
+pub fn index_bounds(f: &Fusion) -> Vec<(TensorId, SizeExpr)> {
+    let mut out: Vec<(TensorId, SizeExpr)> = Vec::new();
+    for e in &f.exprs {
+        let (Op::Gather { axis, .. }, [Operand::Tensor(x), Operand::Tensor(index)]) =
+            (&e.op, &e.inputs[..])
+        else {
+            continue;
+        };
+        let Some(source) = index_source(f, *index) else {
+            continue;
+        };
+        let Some(&id) = f.logical(*x).get(*axis) else {
+            continue;
+        };
+        if out.iter().all(|(t, _)| *t != source) {
+            out.push((source, f.class_extent(f.class_of(id))));
+        }
+    }
+    out
+}
