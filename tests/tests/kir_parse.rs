@@ -162,7 +162,7 @@ fn deep_blocks_are_an_error_not_a_stack_overflow() {
     for d in 1..=1000 {
         loops.push_str(&format!("{}for i in 2 @Serial key 0:\n", "  ".repeat(d)));
     }
-    let e = parse(&loops).expect_err("too deep");
+    let e = on_a_small_stack(move || parse(&loops).expect_err("too deep"));
     assert!(e.message.contains("nested"), "{e}");
 }
 
@@ -174,7 +174,7 @@ fn deep_values_are_an_error_not_a_stack_overflow() {
         "exp(".repeat(100_000),
         ")".repeat(100_000)
     );
-    let e = parse(&data).expect_err("too deep");
+    let e = on_a_small_stack(move || parse(&data).expect_err("too deep"));
     assert!(e.message.contains("nested"), "{e}");
 }
 
