@@ -440,6 +440,16 @@ fn worker(args: WorkerArgs) -> ExitCode {
     ExitCode::from(code as u8)
 }
 
+/// This binary as the warm worker of `bench` and `tune` (the fake one: compile and check only).
+fn warm_worker(fake: bool) -> Result<hopfuse_runner::warm::WorkerCommand> {
+    Ok(hopfuse_runner::warm::WorkerCommand {
+        exe: std::env::current_exe()?,
+        args: if fake { vec!["--fake".into()] } else { vec![] },
+        env: vec![],
+        startup_timeout: std::time::Duration::from_secs(60),
+    })
+}
+
 fn tune(args: TuneArgs) -> Result<ExitCode> {
     use hopfuse_runner::{bench, tune};
     if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
@@ -479,16 +489,7 @@ fn tune(args: TuneArgs) -> Result<ExitCode> {
             warmup: args.warmup,
             seed: args.seed,
             timeout: std::time::Duration::from_secs_f64(args.job_timeout),
-            worker: hopfuse_runner::warm::WorkerCommand {
-                exe: std::env::current_exe()?,
-                args: if args.fake_worker {
-                    vec!["--fake".into()]
-                } else {
-                    vec![]
-                },
-                env: vec![],
-                startup_timeout: std::time::Duration::from_secs(60),
-            },
+            worker: warm_worker(args.fake_worker)?,
             cubin_cache: Some(data_dir.join("cubin")),
             peers: false,
             clock: false,
@@ -571,16 +572,7 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
         } else {
             args.job_timeout
         }),
-        worker: hopfuse_runner::warm::WorkerCommand {
-            exe: std::env::current_exe()?,
-            args: if args.fake_worker {
-                vec!["--fake".into()]
-            } else {
-                vec![]
-            },
-            env: vec![],
-            startup_timeout: std::time::Duration::from_secs(60),
-        },
+        worker: warm_worker(args.fake_worker)?,
         cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
         peers: args.peers,
         clock: args.clock,
