@@ -185,12 +185,12 @@ fn row(example: &str, sizes: &str, outcome: RowOutcome) -> Row {
     }
 }
 
-/// Runs one job on the warm worker (started, or started again after a crash, as needed).
-pub(crate) async fn run_one(
+/// The warm worker, started (or started again after it died) as needed; why not when it
+/// does not start.
+pub(crate) async fn ensure_worker<'w>(
     options: &BenchOptions,
-    warm: &mut Option<WarmWorker>,
-    job: &WorkerJob,
-) -> RowOutcome {
+    warm: &'w mut Option<WarmWorker>,
+) -> Result<&'w mut WarmWorker, String> {
     if warm.as_mut().is_some_and(|w| !w.is_alive()) {
         *warm = None;
     }
@@ -199,7 +199,7 @@ pub(crate) async fn run_one(
             Ok(w) => *warm = Some(w),
             Err(e) => {
                 let stderr = e.stderr.trim();
-                return RowOutcome::NotRun(if stderr.is_empty() {
+                return Err(if stderr.is_empty() {
                     format!("the worker did not start: {}", e.message)
                 } else {
                     format!("the worker did not start: {} ({stderr})", e.message)
@@ -207,7 +207,19 @@ pub(crate) async fn run_one(
             }
         }
     }
-    let w = warm.as_mut().expect("a worker");
+    Ok(warm.as_mut().expect("a worker"))
+}
+
+/// Runs one job on the warm worker (started, or started again after a crash, as needed).
+pub(crate) async fn run_one(
+    options: &BenchOptions,
+    warm: &mut Option<WarmWorker>,
+    job: &WorkerJob,
+) -> RowOutcome {
+    let w = match ensure_worker(options, warm).await {
+        Ok(w) => w,
+        Err(why) => return RowOutcome::NotRun(why),
+    };
     let mut outcome = None;
     let end = w
         .run(job, options.timeout, &mut |e| {

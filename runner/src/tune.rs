@@ -252,13 +252,7 @@ async fn confirm(
     warm: &mut Option<WarmWorker>,
     job: &WorkerJob,
 ) -> Option<Confirmation> {
-    if warm.as_mut().is_some_and(|w| !w.is_alive()) {
-        *warm = None;
-    }
-    if warm.is_none() {
-        *warm = WarmWorker::spawn(&options.worker).await.ok();
-    }
-    let w = warm.as_mut()?;
+    let w = bench::ensure_worker(options, warm).await.ok()?;
     let mut ratios = None;
     let end = w
         .run(job, options.timeout, &mut |e| {
