@@ -360,16 +360,15 @@ try {
   await check("every independent error is in Problems; a schedule error points at its statement, never 0:0", async () => {
     const bad = "fusion f {\n  input a: f32[M]\n  b = a *\n  c = exp(a))\n  output c\n}\nschedule {\n  c.split(0 4)\n  c.parallelize(0, BIDx)\n}\n";
     await replaceProgram(page, bad);
-    // KNOWN REGRESSION (2026-11-28, fifth session's merges): only the first syntax error is
-    // reported now; 4:13 and 8:13 were listed too before. Issue 38's note says so.
-    await page.waitForFunction(() => document.querySelectorAll("#problems .problem").length >= 1);
+    await page.waitForFunction(() => document.querySelectorAll("#problems .problem").length === 3);
     const at = await page.locator("#problems .problem-at").allTextContents();
-    assert(at[0] === "3:10", `places: ${at}`);
+    assert(at.join(" ") === "3:10 4:13 8:13", `places: ${at}`);
+    assert((await page.locator("#diagnostics").textContent()).startsWith("3 problems; the first: 3:10: "), "status counts them");
     await page.screenshot({ path: path.join(artifacts, "problems.png") });
     // Clicking a problem puts the cursor there.
-    await page.locator("#problems .problem").nth(0).click();
+    await page.locator("#problems .problem").nth(2).click();
     const active = await page.locator(".editor .cm-activeLine").textContent();
-    assert(active.includes("b = a *"), `cursor line: ${active}`);
+    assert(active.includes("c.split(0 4)"), `cursor line: ${active}`);
     // A block of 4096 threads: the error is at the split that made it.
     const big = ADD.replace("c.split(0, 128)", "c.split(0, 4096)");
     await replaceProgram(page, big);

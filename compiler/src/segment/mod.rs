@@ -119,8 +119,9 @@ pub fn decide(
     source: &str,
     sizes: Option<&BTreeMap<String, i64>>,
 ) -> Result<Decision, crate::Diagnostics> {
-    let program =
-        crate::frontend::parse(source).map_err(|d| crate::Diagnostics::from(d.locate(source)))?;
+    // Every syntax error, as `compile` reports them: the first alone would hide the others.
+    let program = crate::frontend::parse_all(source)
+        .map_err(|ds| crate::Diagnostics(ds.into_iter().map(|d| d.locate(source)).collect()))?;
     if !program.schedule.is_empty() {
         return Ok(Decision::Whole);
     }

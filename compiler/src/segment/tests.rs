@@ -143,3 +143,15 @@ fn nested_reductions_are_hoisted_innermost_first_with_fresh_names() {
         "max(x - broadcast(y_sum, axis=1), axis=1)"
     );
 }
+
+#[test]
+fn every_independent_syntax_error_is_reported_not_only_the_first() {
+    // `compile_program` decides on segmentation before compiling: its parse must recover as
+    // `compile`'s does (a regression once reported 3:10 alone).
+    let source = "fusion f {\n  input a: f32[M]\n  b = a *\n  c = exp(a))\n  output c\n}\nschedule {\n  c.split(0 4)\n  c.parallelize(0, BIDx)\n}\n";
+    let errors = crate::compile_program(source, &crate::CompileOptions::default())
+        .err()
+        .expect("three syntax errors");
+    let at: Vec<_> = errors.0.iter().map(|d| (d.line, d.column)).collect();
+    assert_eq!(at, [(3, 10), (4, 13), (8, 13)]);
+}
