@@ -75,111 +75,10 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                 dims,
                 value,
                 loc,
-            } => {
-                b.check_new_name(name, loc.0)?;
-                let mut root = Vec::new();
-                for d in dims.iter().flatten() {
-                    let extent = match d {
-                        Dim::Sym(s) => {
-                            check_identifier(s, loc.0)?;
-                            if !b.f.symbols.contains(s) {
-                                b.f.symbols.push(s.clone());
-                            }
-                            SizeExpr::Sym(s.clone())
-                        }
-                        Dim::Const(c) => SizeExpr::Const(*c),
-                    };
-                    root.push(b.f.new_id(IterKind::Iteration, IterOrigin::Root, Some(extent)));
-                }
-                let t = b.add_tensor(name.clone(), *dtype, root, None, Some(loc.0));
-                if let Some(v) = value {
-                    b.f.tensors[t].value = Some(scalar_value(v, *dtype)?);
-                }
-                b.f.tensors[t].is_input = true;
-                b.f.inputs.push(t);
-            }
-            Item::Let { name, value, loc } => {
-                b.check_new_name(name, loc.0)?;
-                let first_new = TensorId::new(b.f.tensors.len());
-                let t = match b.expr(value, name)? {
-                    Value::Tensor(t) => t,
-                    Value::Scalar(v) => {
-                        return Err(Diagnostic::new(
-                            format!(
-                                "`{name}` is the constant {v}; a tensor must depend on an input"
-                            ),
-                            Some(loc.0),
-                        ))
-                    }
-                    Value::Count(c) => {
-                        return Err(Diagnostic::new(
-                            format!(
-                                "`{name}` is the size {}; a tensor must depend on an input (full([...], ...) makes a tensor of one value)",
-                                b.f.count_size(c)
-                            ),
-                            Some(loc.0),
-                        ))
-                    }
-                };
-                // The statement's last op is the named tensor; `y = x` makes a copy.
-                let t = if t >= first_new {
-                    let old = std::mem::take(&mut b.f.tensors[t].name);
-                    b.names.remove(&old);
-                    t
-                } else {
-                    b.op(Op::Set, vec![Operand::Tensor(t)], name, Some(loc.0))?
-                };
-                b.f.tensors[t].name = name.clone();
-                b.taken.insert(name.clone());
-                b.f.tensors[t].span = Some(loc.0);
-                b.names.insert(name.clone(), t);
-            }
-            Item::LetTuple { names, value, loc } => {
-                for (i, (name, at)) in names.iter().enumerate() {
-                    b.check_new_name(name, at.0)?;
-                    if names[..i].iter().any(|(n, _)| n == name) {
-                        return Err(Diagnostic::new(
-                            format!("`{name}` is assigned twice in one statement"),
-                            Some(at.0),
-                        ));
-                    }
-                }
-                let tensors = b.tuple(names, value)?;
-                for ((name, at), t) in names.iter().zip(tensors) {
-                    let old = std::mem::take(&mut b.f.tensors[t].name);
-                    b.names.remove(&old);
-                    b.f.tensors[t].name = name.clone();
-                    b.taken.insert(name.clone());
-                    b.f.tensors[t].span = Some(at.0.join(loc.0));
-                    b.names.insert(name.clone(), t);
-                }
-            }
-            Item::Output { name, loc } => {
-                let t = *b.names.get(name).ok_or_else(|| {
-                    Diagnostic::new(format!("unknown tensor `{name}`"), Some(loc.0))
-                })?;
-                if b.f.tensors[t].is_input {
-                    return Err(Diagnostic::new(
-                        format!("`{name}` is an input; an output must be computed (write `y = {name}` first)"),
-                        Some(loc.0),
-                    ));
-                }
-                if b.f.tensors[t].is_output {
-                    return Err(Diagnostic::new(
-                        format!("`{name}` is already an output"),
-                        Some(loc.0),
-                    ));
-                }
-                if b.f.rank(t) == 0 {
-                    return Err(Diagnostic::new(
-                        format!("`{name}` is a scalar: an output needs at least one axis"),
-                        Some(loc.0),
-                    ));
-                }
-                b.f.tensors[t].is_output = true;
-                b.f.tensors[t].memory = MemoryType::Global;
-                b.f.outputs.push(t);
-            }
+            } => b.input(name, *dtype, dims.as_deref(), value.as_ref(), loc.0)?,
+            Item::Let { name, value, loc } => b.let_statement(name, value, loc.0)?,
+            Item::LetTuple { names, value, loc } => b.let_tuple(names, value, loc.0)?,
+            Item::Output { name, loc } => b.output(name, loc.0)?,
         }
     }
     if b.f.outputs.is_empty() {
@@ -234,6 +133,141 @@ fn dtype_names() -> String {
 }
 
 impl Builder {
+    /// `input name: dtype[dims] (= value)`.
+    fn input(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        dims: Option<&[Dim]>,
+        value: Option<&ast::Expr>,
+        loc: Span,
+    ) -> BResult<()> {
+        self.check_new_name(name, loc)?;
+        let mut root = Vec::new();
+        for d in dims.unwrap_or_default() {
+            let extent = match d {
+                Dim::Sym(s) => {
+                    check_identifier(s, loc)?;
+                    if !self.f.symbols.contains(s) {
+                        self.f.symbols.push(s.clone());
+                    }
+                    SizeExpr::Sym(s.clone())
+                }
+                Dim::Const(c) => SizeExpr::Const(*c),
+            };
+            root.push(
+                self.f
+                    .new_id(IterKind::Iteration, IterOrigin::Root, Some(extent)),
+            );
+        }
+        let t = self.add_tensor(name.to_string(), dtype, root, None, Some(loc));
+        if let Some(v) = value {
+            self.f.tensors[t].value = Some(scalar_value(v, dtype)?);
+        }
+        self.f.tensors[t].is_input = true;
+        self.f.inputs.push(t);
+        Ok(())
+    }
+
+    /// `name = expression`: the statement's last op is the named tensor.
+    fn let_statement(&mut self, name: &str, value: &ast::Expr, loc: Span) -> BResult<()> {
+        self.check_new_name(name, loc)?;
+        let first_new = TensorId::new(self.f.tensors.len());
+        let t = match self.expr(value, name)? {
+            Value::Tensor(t) => t,
+            Value::Scalar(v) => {
+                return Err(Diagnostic::new(
+                    format!(
+                        "`{name}` is the constant {v}; a tensor must depend on an input"
+                    ),
+                    Some(loc),
+                ))
+            }
+            Value::Count(c) => {
+                return Err(Diagnostic::new(
+                    format!(
+                        "`{name}` is the size {}; a tensor must depend on an input (full([...], ...) makes a tensor of one value)",
+                        self.f.count_size(c)
+                    ),
+                    Some(loc),
+                ))
+            }
+        };
+        // The statement's last op is the named tensor; `y = x` makes a copy.
+        let t = if t >= first_new {
+            let old = std::mem::take(&mut self.f.tensors[t].name);
+            self.names.remove(&old);
+            t
+        } else {
+            self.op(Op::Set, vec![Operand::Tensor(t)], name, Some(loc))?
+        };
+        self.f.tensors[t].name = name.to_string();
+        self.taken.insert(name.to_string());
+        self.f.tensors[t].span = Some(loc);
+        self.names.insert(name.to_string(), t);
+        Ok(())
+    }
+
+    /// `a, b = call(...)`: one name per tensor the call gives.
+    fn let_tuple(
+        &mut self,
+        names: &[(String, ast::Loc)],
+        value: &ast::Expr,
+        loc: Span,
+    ) -> BResult<()> {
+        for (i, (name, at)) in names.iter().enumerate() {
+            self.check_new_name(name, at.0)?;
+            if names[..i].iter().any(|(n, _)| n == name) {
+                return Err(Diagnostic::new(
+                    format!("`{name}` is assigned twice in one statement"),
+                    Some(at.0),
+                ));
+            }
+        }
+        let tensors = self.tuple(names, value)?;
+        for ((name, at), t) in names.iter().zip(tensors) {
+            let old = std::mem::take(&mut self.f.tensors[t].name);
+            self.names.remove(&old);
+            self.f.tensors[t].name = name.clone();
+            self.taken.insert(name.clone());
+            self.f.tensors[t].span = Some(at.0.join(loc));
+            self.names.insert(name.clone(), t);
+        }
+        Ok(())
+    }
+
+    /// `output name`.
+    fn output(&mut self, name: &str, loc: Span) -> BResult<()> {
+        let t = *self
+            .names
+            .get(name)
+            .ok_or_else(|| Diagnostic::new(format!("unknown tensor `{name}`"), Some(loc)))?;
+        if self.f.tensors[t].is_input {
+            return Err(Diagnostic::new(
+                format!(
+                    "`{name}` is an input; an output must be computed (write `y = {name}` first)"
+                ),
+                Some(loc),
+            ));
+        }
+        if self.f.tensors[t].is_output {
+            return Err(Diagnostic::new(
+                format!("`{name}` is already an output"),
+                Some(loc),
+            ));
+        }
+        if self.f.rank(t) == 0 {
+            return Err(Diagnostic::new(
+                format!("`{name}` is a scalar: an output needs at least one axis"),
+                Some(loc),
+            ));
+        }
+        self.f.tensors[t].is_output = true;
+        self.f.tensors[t].memory = MemoryType::Global;
+        self.f.outputs.push(t);
+        Ok(())
+    }
+
     fn check_new_name(&self, name: &str, span: Span) -> BResult<()> {
         check_identifier(name, span)?;
         if self.names.contains_key(name) {
@@ -463,80 +497,17 @@ impl Builder {
         let has_axis = args
             .iter()
             .any(|a| matches!(a, Arg::Named { name, .. } if name == "axis" || name == "axes"));
-        for a in args {
-            if let Arg::Named { name, loc, .. } = a {
-                let allowed = def.named.contains(&name.as_str())
-                    || (has_axis && matches!(def.kind, OpKind::ElementwiseOrReduce(..)));
-                if !allowed {
-                    let takes = match def.named {
-                        [] if !matches!(def.kind, OpKind::ElementwiseOrReduce(..)) => {
-                            "takes no named arguments".to_string()
-                        }
-                        [] => "takes only `axis=`".to_string(),
-                        named => format!(
-                            "takes {}",
-                            named
-                                .iter()
-                                .map(|n| format!("`{n}=`"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    };
-                    return Err(Diagnostic::new(
-                        format!(
-                            "`{func}` {takes}, not `{name}=` (written {})",
-                            def.signature
-                        ),
-                        Some(loc.0),
-                    ));
-                }
-            }
-        }
+        check_named_args(func, def, args, has_axis)?;
         if def.kind == OpKind::Full {
             return Ok(Value::Tensor(self.full(args, dest, span)?));
         }
         if def.kind == OpKind::Reshape {
             return Ok(Value::Tensor(self.reshape(args, dest, span)?));
         }
-        // `cast(x, f8)`: a name that is no dtype is a misspelt dtype, not an unknown tensor.
-        if def.kind == OpKind::Cast {
-            if let Some(Arg::Pos(ast::Expr::Name(n, loc))) = args.get(1) {
-                if DType::parse(n).is_none() {
-                    return Err(Diagnostic::new(
-                        format!("unknown dtype `{n}` (expected one of: {})", dtype_names()),
-                        Some(loc.0),
-                    ));
-                }
-            }
-        }
-        let pos = self.positional(args, dest)?;
-        let arity = match def.kind {
-            OpKind::ElementwiseOrReduce(..) if has_axis => 1,
-            // The bias is optional.
-            OpKind::Linear if pos.len() == 2 => 2,
-            _ => def.arity,
-        };
-        if pos.len() != arity {
-            return Err(Diagnostic::new(
-                format!(
-                    "`{func}` takes {arity} operand{}, got {} (written {})",
-                    if arity == 1 { "" } else { "s" },
-                    pos.len(),
-                    def.signature
-                ),
-                Some(span),
-            ));
-        }
-        let tensor_arg = |pos: &[(Value, Span)], i: usize| -> BResult<TensorId> {
-            match &pos[i] {
-                (Value::Tensor(t), _) => Ok(*t),
-                (_, sp) => Err(Diagnostic::new(
-                    format!("`{func}` expects a tensor here"),
-                    Some(*sp),
-                )),
-            }
-        };
+        let pos = self.call_operands(func, def, args, has_axis, dest, span)?;
+        let tensor_arg = |pos: &[(Value, Span)], i: usize| tensor_operand(func, pos, i);
         let values = |pos: Vec<(Value, Span)>| pos.into_iter().map(|p| p.0).collect::<Vec<_>>();
+        let tensor = |t: BResult<TensorId>| t.map(Value::Tensor);
         match def.kind {
             OpKind::Unary(mut u) => {
                 if u == UnaryOp::Gelu {
@@ -567,253 +538,61 @@ impl Builder {
                 let t = tensor_arg(&pos, 0)?;
                 let rank = self.f.rank(t);
                 let axes = self.axes_arg(args, span, rank, 0, func)?;
-                Ok(Value::Tensor(self.op(
-                    Op::Reduce { op, axes },
-                    vec![Operand::Tensor(t)],
-                    dest,
-                    Some(span),
-                )?))
+                let reduce = Op::Reduce { op, axes };
+                tensor(self.op(reduce, vec![Operand::Tensor(t)], dest, Some(span)))
             }
             OpKind::Full => unreachable!("built above"),
             OpKind::Random(generator) => {
                 let x = tensor_arg(&pos, 0)?;
                 let key = [pos[1], pos[2]];
-                Ok(Value::Tensor(self.random(generator, x, key, dest, span)?))
+                tensor(self.random(generator, x, key, dest, span))
             }
             OpKind::Iota => {
                 let t = tensor_arg(&pos, 0)?;
                 let axis = self.one_axis(args, span, self.f.rank(t), func)?;
-                Ok(Value::Tensor(self.iota(t, axis, dest, span)?))
+                tensor(self.iota(t, axis, dest, span))
             }
-            OpKind::Composite(op @ (ops::CompositeOp::ArgMax | ops::CompositeOp::ArgMin)) => {
+            OpKind::Composite(_) | OpKind::VarMean(_) => {
                 let t = tensor_arg(&pos, 0)?;
-                let axis = self.one_axis(args, span, self.f.rank(t), func)?;
-                if self.f.tensors[t].dtype == DType::Bool {
-                    return Err(Diagnostic::new(
-                        format!(
-                            "`{func}` needs numbers, and `{}` is bool (cast(x, i32) first)",
-                            self.f.tensors[t].name
-                        ),
-                        Some(span),
-                    ));
-                }
-                Ok(Value::Tensor(self.composite(
-                    op,
-                    t,
-                    vec![axis],
-                    0.0,
-                    None,
-                    dest,
-                    span,
-                )?))
-            }
-            OpKind::Composite(op) | OpKind::VarMean(op) => {
-                let op = (def.kind == OpKind::Composite(op)).then_some(op);
-                let t = tensor_arg(&pos, 0)?;
-                let rank = self.f.rank(t);
-                let correction = correction_arg(args)?;
-                let axis_args: Vec<Arg> = args
-                    .iter()
-                    .filter(|a| !matches!(a, Arg::Named { name, .. } if name == "correction"))
-                    .cloned()
-                    .collect();
-                let axes = self.axes_arg(&axis_args, span, rank, 0, func)?;
-                let Some(kind) = op else {
-                    // `var_mean`: the mean (named by the tuple's second name), then the
-                    // variance from it.
-                    let Some(mean_name) = tuple_mean else {
-                        return Err(Diagnostic::new(
-                            format!("`{func}` gives two tensors, the variance and the mean: assign both, `v, m = {func}(...)`"),
-                            Some(span),
-                        ));
-                    };
-                    let m = self.composite(
-                        ops::CompositeOp::Mean,
-                        t,
-                        axes.clone(),
-                        0.0,
-                        None,
-                        &mean_name,
-                        span,
-                    )?;
-                    let v = self.composite(
-                        ops::CompositeOp::Var,
-                        t,
-                        axes,
-                        correction,
-                        Some(m),
-                        dest,
-                        span,
-                    )?;
-                    self.tuple_built = Some(m);
-                    return Ok(Value::Tensor(v));
-                };
-                Ok(Value::Tensor(
-                    self.composite(kind, t, axes, correction, None, dest, span)?,
-                ))
+                tensor(self.composite_call(func, def.kind, args, t, tuple_mean, dest, span))
             }
             OpKind::Binary(_) => unreachable!("a binary op has no `axis=` (checked above)"),
             OpKind::Broadcast => {
                 let t = tensor_arg(&pos, 0)?;
-                let rank = self.f.rank(t);
-                let n_new = match args.iter().find_map(|a| match a {
-                    Arg::Named {
-                        value: ast::Expr::List(items, _),
-                        ..
-                    } => Some(items.len()),
-                    Arg::Named { .. } => Some(1),
-                    _ => None,
-                }) {
-                    Some(n) => n,
-                    None => return Err(Diagnostic::new("broadcast needs `axis=`", Some(span))),
-                };
-                let axes = self.axes_arg(args, span, rank, n_new, "broadcast")?;
-                Ok(Value::Tensor(self.op(
-                    Op::Broadcast { axes },
-                    vec![Operand::Tensor(t)],
-                    dest,
-                    Some(span),
-                )?))
+                tensor(self.broadcast_call(args, t, dest, span))
             }
             OpKind::Cast => {
                 let t = tensor_arg(&pos, 0)?;
-                let dtype = match &args[1] {
-                    Arg::Pos(ast::Expr::Name(n, loc)) => DType::parse(n).ok_or_else(|| {
-                        Diagnostic::new(format!("unknown dtype `{n}`"), Some(loc.0))
-                    })?,
-                    Arg::Pos(e) => {
-                        return Err(Diagnostic::new(
-                            format!("expected a dtype ({})", dtype_names()),
-                            Some(e.loc()),
-                        ))
-                    }
-                    Arg::Named { loc, .. } => {
-                        return Err(Diagnostic::new("expected a dtype", Some(loc.0)))
-                    }
-                };
-                let mut input = t;
-                let from = self.f.tensors[t].dtype;
-                // An integer source already fits a float type's range: nothing to clamp.
-                let fits = dtype.is_float()
-                    && (from == DType::Bool
-                        || from
-                            .int_range()
-                            .is_some_and(|(_, hi)| hi <= dtype.max_finite().unwrap_or(0.0)));
-                if self.saturate_arg(args)? && !fits {
-                    // A saturating cast clamps to the largest finite value first (NaN stays
-                    // NaN), as a torch user writes it: x.clamp(-448, 448).to(float8_e4m3fn).
-                    let Some(max) = dtype.max_finite() else {
-                        return Err(Diagnostic::new(
-                            format!("`saturate=` is for casts to a float type, and this one is to {dtype}"),
-                            Some(span),
-                        ));
-                    };
-                    input = self.op(
-                        Op::Ternary(TernaryOp::Clamp),
-                        vec![
-                            Operand::Tensor(t),
-                            Operand::Scalar(-max),
-                            Operand::Scalar(max),
-                        ],
-                        dest,
-                        Some(span),
-                    )?;
-                }
-                Ok(Value::Tensor(self.op(
-                    Op::Cast(dtype),
-                    vec![Operand::Tensor(input)],
-                    dest,
-                    Some(span),
-                )?))
+                tensor(self.cast_call(args, t, dest, span))
             }
             OpKind::Set => {
                 let t = tensor_arg(&pos, 0)?;
-                Ok(Value::Tensor(self.op(
-                    Op::Set,
-                    vec![Operand::Tensor(t)],
-                    dest,
-                    Some(span),
-                )?))
+                tensor(self.op(Op::Set, vec![Operand::Tensor(t)], dest, Some(span)))
             }
             OpKind::Permute | OpKind::Transpose => {
                 let t = tensor_arg(&pos, 0)?;
-                let rank = self.f.rank(t);
-                let name = &self.f.tensors[t].name;
-                let axis = |v: f64, at: Span| -> BResult<usize> {
-                    let r = rank as f64;
-                    if v.fract() != 0.0 || v < -r || v >= r {
-                        return Err(Diagnostic::new(
-                            format!("`{func}`: {v} is not an axis of `{name}` (rank {rank})"),
-                            Some(at),
-                        ));
-                    }
-                    Ok(if v < 0.0 {
-                        (v + r) as usize
-                    } else {
-                        v as usize
-                    })
-                };
-                let dims = if def.kind == OpKind::Transpose {
-                    let number = |i: usize| match pos[i] {
-                        (Value::Scalar(v), at) => axis(v, at),
-                        (_, at) => Err(Diagnostic::new(
-                            format!("`{func}` takes two axis numbers after the tensor"),
-                            Some(at),
-                        )),
-                    };
-                    let (a, b) = (number(1)?, number(2)?);
-                    let mut dims: Vec<usize> = (0..rank).collect();
-                    dims.swap(a, b);
-                    dims
-                } else {
-                    let Some((items, at)) = named_list(args, "dims") else {
-                        return Err(Diagnostic::new(
-                            "permute needs `dims=[...]`, the new order of the axes",
-                            Some(span),
-                        ));
-                    };
-                    let mut dims = Vec::new();
-                    for item in items {
-                        dims.push(axis(literal_number(item)?, item.loc())?);
-                    }
-                    let mut sorted = dims.clone();
-                    sorted.sort_unstable();
-                    if sorted != (0..rank).collect::<Vec<_>>() {
-                        return Err(Diagnostic::new(
-                            format!("`dims=` must list each of the {rank} axes of `{name}` once, in the new order"),
-                            Some(at),
-                        ));
-                    }
-                    dims
-                };
-                Ok(Value::Tensor(self.op(
-                    Op::Permute { dims },
-                    vec![Operand::Tensor(t)],
-                    dest,
-                    Some(span),
-                )?))
+                let transpose = def.kind == OpKind::Transpose;
+                tensor(self.permute_call(func, transpose, args, &pos, t, dest, span))
             }
             OpKind::Slice => {
                 let t = tensor_arg(&pos, 0)?;
-                Ok(Value::Tensor(self.slice(args, t, pos[0].1, dest, span)?))
+                tensor(self.slice(args, t, pos[0].1, dest, span))
             }
             OpKind::Pad => {
                 let t = tensor_arg(&pos, 0)?;
-                Ok(Value::Tensor(self.pad(args, t, pos[0].1, dest, span)?))
+                tensor(self.pad(args, t, pos[0].1, dest, span))
             }
             OpKind::Cat => {
                 let operands = [
                     (tensor_arg(&pos, 0)?, pos[0].1),
                     (tensor_arg(&pos, 1)?, pos[1].1),
                 ];
-                Ok(Value::Tensor(self.cat(args, operands, dest, span)?))
+                tensor(self.cat(args, operands, dest, span))
             }
             OpKind::Reshape => unreachable!("built above"),
             OpKind::ExpandBlocks => {
                 let t = tensor_arg(&pos, 0)?;
-                Ok(Value::Tensor(
-                    self.expand_blocks(args, t, pos[0].1, dest, span)?,
-                ))
+                tensor(self.expand_blocks(args, t, pos[0].1, dest, span))
             }
             OpKind::MatMul | OpKind::Linear => {
                 let operands = pos
@@ -821,80 +600,350 @@ impl Builder {
                     .enumerate()
                     .map(|(i, p)| Ok((tensor_arg(&pos, i)?, p.1)))
                     .collect::<BResult<Vec<_>>>()?;
-                Ok(Value::Tensor(self.product(
-                    def.kind == OpKind::Linear,
-                    &operands,
-                    dest,
-                    span,
-                )?))
+                let linear = def.kind == OpKind::Linear;
+                tensor(self.product(linear, &operands, dest, span))
             }
             OpKind::Gather | OpKind::IndexSelect => {
                 let select = def.kind == OpKind::IndexSelect;
-                let (x, index) = if select { (0, 2) } else { (0, 1) };
-                let operands = [
-                    (tensor_arg(&pos, x)?, pos[x].1),
-                    (tensor_arg(&pos, index)?, pos[index].1),
-                ];
-                let axis = if select {
-                    match pos[1] {
-                        (Value::Scalar(v), at) => (v, at),
-                        (_, at) => {
-                            return Err(Diagnostic::new(
-                                "`index_select` takes the axis, a number, between the tensor and the index (written index_select(x, 0, index))",
-                                Some(at),
-                            ))
-                        }
-                    }
-                } else {
-                    let axis = self.one_axis(args, span, self.f.rank(operands[0].0), func)?;
-                    (axis as f64, span)
-                };
-                Ok(Value::Tensor(
-                    self.gather(select, operands, axis, dest, span)?,
-                ))
+                tensor(self.gather_call(func, select, args, &pos, dest, span))
             }
             OpKind::Expand => {
                 let t = tensor_arg(&pos, 0)?;
-                let rank = self.f.rank(t);
-                let Some((items, at)) = named_list(args, "shape") else {
+                tensor(self.expand_call(args, t, dest, span))
+            }
+        }
+    }
+
+    /// A call's positional operands, built, and checked against the op's arity.
+    fn call_operands(
+        &mut self,
+        func: &str,
+        def: &ops::OpDef,
+        args: &[Arg],
+        has_axis: bool,
+        dest: &str,
+        span: Span,
+    ) -> BResult<Vec<(Value, Span)>> {
+        // `cast(x, f8)`: a name that is no dtype is a misspelt dtype, not an unknown tensor.
+        if def.kind == OpKind::Cast {
+            if let Some(Arg::Pos(ast::Expr::Name(n, loc))) = args.get(1) {
+                if DType::parse(n).is_none() {
                     return Err(Diagnostic::new(
-                        "expand needs `shape=[...]`, an extent for every axis",
+                        format!("unknown dtype `{n}` (expected one of: {})", dtype_names()),
+                        Some(loc.0),
+                    ));
+                }
+            }
+        }
+        let pos = self.positional(args, dest)?;
+        let arity = match def.kind {
+            OpKind::ElementwiseOrReduce(..) if has_axis => 1,
+            // The bias is optional.
+            OpKind::Linear if pos.len() == 2 => 2,
+            _ => def.arity,
+        };
+        if pos.len() != arity {
+            return Err(Diagnostic::new(
+                format!(
+                    "`{func}` takes {arity} operand{}, got {} (written {})",
+                    if arity == 1 { "" } else { "s" },
+                    pos.len(),
+                    def.signature
+                ),
+                Some(span),
+            ));
+        }
+        Ok(pos)
+    }
+
+    /// `argmax` / `argmin`, the composites (`mean`, `var`, `logsumexp`, ...) and `var_mean`
+    /// (whose mean is named by the tuple's second name, `tuple_mean`).
+    #[allow(clippy::too_many_arguments)]
+    fn composite_call(
+        &mut self,
+        func: &str,
+        kind: OpKind,
+        args: &[Arg],
+        t: TensorId,
+        tuple_mean: Option<String>,
+        dest: &str,
+        span: Span,
+    ) -> BResult<TensorId> {
+        let rank = self.f.rank(t);
+        if let OpKind::Composite(op @ (ops::CompositeOp::ArgMax | ops::CompositeOp::ArgMin)) = kind
+        {
+            let axis = self.one_axis(args, span, rank, func)?;
+            if self.f.tensors[t].dtype == DType::Bool {
+                return Err(Diagnostic::new(
+                    format!(
+                        "`{func}` needs numbers, and `{}` is bool (cast(x, i32) first)",
+                        self.f.tensors[t].name
+                    ),
+                    Some(span),
+                ));
+            }
+            return self.composite(op, t, vec![axis], 0.0, None, dest, span);
+        }
+        let correction = correction_arg(args)?;
+        let axis_args: Vec<Arg> = args
+            .iter()
+            .filter(|a| !matches!(a, Arg::Named { name, .. } if name == "correction"))
+            .cloned()
+            .collect();
+        let axes = self.axes_arg(&axis_args, span, rank, 0, func)?;
+        let op = match kind {
+            OpKind::Composite(op) => op,
+            _ => {
+                // `var_mean`: the mean (named by the tuple's second name), then the variance
+                // from it.
+                let Some(mean_name) = tuple_mean else {
+                    return Err(Diagnostic::new(
+                        format!("`{func}` gives two tensors, the variance and the mean: assign both, `v, m = {func}(...)`"),
                         Some(span),
                     ));
                 };
-                if items.len() != rank {
-                    return Err(Diagnostic::new(
-                        format!(
-                            "`shape=` has {} extents and `{}` has rank {rank}",
-                            items.len(),
-                            self.f.tensors[t].name
-                        ),
-                        Some(at),
-                    ));
-                }
-                let mut shape = Vec::new();
-                for item in items {
-                    shape.push(match item {
-                        ast::Expr::Int(c, _) if *c >= 1 => SizeExpr::Const(*c),
-                        ast::Expr::Name(s, _) if self.f.symbols.contains(s) => {
-                            SizeExpr::Sym(s.clone())
-                        }
-                        other => {
-                            return Err(Diagnostic::new(
-                                "an extent is a size symbol of an input or a positive integer",
-                                Some(other.loc()),
-                            ))
-                        }
-                    });
-                }
-                Ok(Value::Tensor(self.op(
-                    Op::Expand { shape },
-                    vec![Operand::Tensor(t)],
-                    dest,
-                    Some(span),
-                )?))
+                let mean = ops::CompositeOp::Mean;
+                let m = self.composite(mean, t, axes.clone(), 0.0, None, &mean_name, span)?;
+                let var = ops::CompositeOp::Var;
+                let v = self.composite(var, t, axes, correction, Some(m), dest, span)?;
+                self.tuple_built = Some(m);
+                return Ok(v);
             }
+        };
+        self.composite(op, t, axes, correction, None, dest, span)
+    }
+
+    /// `broadcast(x, axis=...)`: new axes of extent one at the listed places.
+    fn broadcast_call(
+        &mut self,
+        args: &[Arg],
+        t: TensorId,
+        dest: &str,
+        span: Span,
+    ) -> BResult<TensorId> {
+        let rank = self.f.rank(t);
+        let n_new = match args.iter().find_map(|a| match a {
+            Arg::Named {
+                value: ast::Expr::List(items, _),
+                ..
+            } => Some(items.len()),
+            Arg::Named { .. } => Some(1),
+            _ => None,
+        }) {
+            Some(n) => n,
+            None => return Err(Diagnostic::new("broadcast needs `axis=`", Some(span))),
+        };
+        let axes = self.axes_arg(args, span, rank, n_new, "broadcast")?;
+        self.op(
+            Op::Broadcast { axes },
+            vec![Operand::Tensor(t)],
+            dest,
+            Some(span),
+        )
+    }
+
+    /// `cast(x, dtype)`, with `saturate=true` clamping to the type's largest finite value first.
+    fn cast_call(
+        &mut self,
+        args: &[Arg],
+        t: TensorId,
+        dest: &str,
+        span: Span,
+    ) -> BResult<TensorId> {
+        let dtype = match &args[1] {
+            Arg::Pos(ast::Expr::Name(n, loc)) => DType::parse(n)
+                .ok_or_else(|| Diagnostic::new(format!("unknown dtype `{n}`"), Some(loc.0)))?,
+            Arg::Pos(e) => {
+                return Err(Diagnostic::new(
+                    format!("expected a dtype ({})", dtype_names()),
+                    Some(e.loc()),
+                ))
+            }
+            Arg::Named { loc, .. } => return Err(Diagnostic::new("expected a dtype", Some(loc.0))),
+        };
+        let mut input = t;
+        let from = self.f.tensors[t].dtype;
+        // An integer source already fits a float type's range: nothing to clamp.
+        let fits = dtype.is_float()
+            && (from == DType::Bool
+                || from
+                    .int_range()
+                    .is_some_and(|(_, hi)| hi <= dtype.max_finite().unwrap_or(0.0)));
+        if self.saturate_arg(args)? && !fits {
+            // A saturating cast clamps to the largest finite value first (NaN stays
+            // NaN), as a torch user writes it: x.clamp(-448, 448).to(float8_e4m3fn).
+            let Some(max) = dtype.max_finite() else {
+                return Err(Diagnostic::new(
+                    format!("`saturate=` is for casts to a float type, and this one is to {dtype}"),
+                    Some(span),
+                ));
+            };
+            input = self.op(
+                Op::Ternary(TernaryOp::Clamp),
+                vec![
+                    Operand::Tensor(t),
+                    Operand::Scalar(-max),
+                    Operand::Scalar(max),
+                ],
+                dest,
+                Some(span),
+            )?;
         }
+        self.op(
+            Op::Cast(dtype),
+            vec![Operand::Tensor(input)],
+            dest,
+            Some(span),
+        )
+    }
+
+    /// `transpose(x, a, b)` (two axes swapped) and `permute(x, dims=[...])`.
+    #[allow(clippy::too_many_arguments)]
+    fn permute_call(
+        &mut self,
+        func: &str,
+        transpose: bool,
+        args: &[Arg],
+        pos: &[(Value, Span)],
+        t: TensorId,
+        dest: &str,
+        span: Span,
+    ) -> BResult<TensorId> {
+        let rank = self.f.rank(t);
+        let name = &self.f.tensors[t].name;
+        let axis = |v: f64, at: Span| -> BResult<usize> {
+            let r = rank as f64;
+            if v.fract() != 0.0 || v < -r || v >= r {
+                return Err(Diagnostic::new(
+                    format!("`{func}`: {v} is not an axis of `{name}` (rank {rank})"),
+                    Some(at),
+                ));
+            }
+            Ok(if v < 0.0 {
+                (v + r) as usize
+            } else {
+                v as usize
+            })
+        };
+        let dims = if transpose {
+            let number = |i: usize| match pos[i] {
+                (Value::Scalar(v), at) => axis(v, at),
+                (_, at) => Err(Diagnostic::new(
+                    format!("`{func}` takes two axis numbers after the tensor"),
+                    Some(at),
+                )),
+            };
+            let (a, b) = (number(1)?, number(2)?);
+            let mut dims: Vec<usize> = (0..rank).collect();
+            dims.swap(a, b);
+            dims
+        } else {
+            let Some((items, at)) = named_list(args, "dims") else {
+                return Err(Diagnostic::new(
+                    "permute needs `dims=[...]`, the new order of the axes",
+                    Some(span),
+                ));
+            };
+            let mut dims = Vec::new();
+            for item in items {
+                dims.push(axis(literal_number(item)?, item.loc())?);
+            }
+            let mut sorted = dims.clone();
+            sorted.sort_unstable();
+            if sorted != (0..rank).collect::<Vec<_>>() {
+                return Err(Diagnostic::new(
+                    format!(
+                        "`dims=` must list each of the {rank} axes of `{name}` once, in the new order"
+                    ),
+                    Some(at),
+                ));
+            }
+            dims
+        };
+        self.op(
+            Op::Permute { dims },
+            vec![Operand::Tensor(t)],
+            dest,
+            Some(span),
+        )
+    }
+
+    /// `gather(x, index, axis=a)` / `take_along_axis`, and `index_select(x, a, index)`.
+    fn gather_call(
+        &mut self,
+        func: &str,
+        select: bool,
+        args: &[Arg],
+        pos: &[(Value, Span)],
+        dest: &str,
+        span: Span,
+    ) -> BResult<TensorId> {
+        let (x, index) = if select { (0, 2) } else { (0, 1) };
+        let operands = [
+            (tensor_operand(func, pos, x)?, pos[x].1),
+            (tensor_operand(func, pos, index)?, pos[index].1),
+        ];
+        let axis = if select {
+            match pos[1] {
+                (Value::Scalar(v), at) => (v, at),
+                (_, at) => {
+                    return Err(Diagnostic::new(
+                        "`index_select` takes the axis, a number, between the tensor and the index (written index_select(x, 0, index))",
+                        Some(at),
+                    ))
+                }
+            }
+        } else {
+            let axis = self.one_axis(args, span, self.f.rank(operands[0].0), func)?;
+            (axis as f64, span)
+        };
+        self.gather(select, operands, axis, dest, span)
+    }
+
+    /// `expand(x, shape=[...])`: axes of extent one stretched to the listed extents.
+    fn expand_call(
+        &mut self,
+        args: &[Arg],
+        t: TensorId,
+        dest: &str,
+        span: Span,
+    ) -> BResult<TensorId> {
+        let rank = self.f.rank(t);
+        let Some((items, at)) = named_list(args, "shape") else {
+            return Err(Diagnostic::new(
+                "expand needs `shape=[...]`, an extent for every axis",
+                Some(span),
+            ));
+        };
+        if items.len() != rank {
+            return Err(Diagnostic::new(
+                format!(
+                    "`shape=` has {} extents and `{}` has rank {rank}",
+                    items.len(),
+                    self.f.tensors[t].name
+                ),
+                Some(at),
+            ));
+        }
+        let mut shape = Vec::new();
+        for item in items {
+            shape.push(match item {
+                ast::Expr::Int(c, _) if *c >= 1 => SizeExpr::Const(*c),
+                ast::Expr::Name(s, _) if self.f.symbols.contains(s) => SizeExpr::Sym(s.clone()),
+                other => {
+                    return Err(Diagnostic::new(
+                        "an extent is a size symbol of an input or a positive integer",
+                        Some(other.loc()),
+                    ))
+                }
+            });
+        }
+        self.op(
+            Op::Expand { shape },
+            vec![Operand::Tensor(t)],
+            dest,
+            Some(span),
+        )
     }
 
     /// `cast(x, dtype, saturate=true|false)`: whether out-of-range values clamp to the
@@ -949,134 +998,36 @@ impl Builder {
                 at,
             ));
         }
-        let count = |b: &mut Self, minus: f64| {
-            Operand::Count(b.f.counts.push(Count {
-                axes: reduced.clone(),
-                minus,
-            }))
-        };
-        let reduce = |b: &mut Self, op: ReduceOp, t: TensorId| {
-            b.op(
-                Op::Reduce {
-                    op,
-                    axes: axes.clone(),
-                },
-                vec![Operand::Tensor(t)],
-                dest,
-                at,
-            )
-        };
-        let binary = |b: &mut Self, op: BinaryOp, l: Operand, r: Operand| {
-            b.op(Op::Binary(op), vec![l, r], dest, at)
-        };
-        let back = |b: &mut Self, t: TensorId| {
-            b.op(
-                Op::Broadcast { axes: axes.clone() },
-                vec![Operand::Tensor(t)],
-                dest,
-                at,
-            )
+        let r = CompositeParts {
+            axes: &axes,
+            reduced: &reduced,
+            dest,
+            at,
         };
         let out = match op {
             C::Mean => {
-                let s = reduce(self, ReduceOp::Sum, x)?;
-                let n = count(self, 0.0);
-                binary(self, BinaryOp::Div, Operand::Tensor(s), n)?
+                let s = r.reduce(self, ReduceOp::Sum, x)?;
+                let n = r.count(self, 0.0);
+                r.binary(self, BinaryOp::Div, Operand::Tensor(s), n)?
             }
             C::Var => {
                 let m = match mean {
                     Some(m) => m,
                     None => {
-                        let s = reduce(self, ReduceOp::Sum, x)?;
-                        let n = count(self, 0.0);
-                        binary(self, BinaryOp::Div, Operand::Tensor(s), n)?
+                        let s = r.reduce(self, ReduceOp::Sum, x)?;
+                        let n = r.count(self, 0.0);
+                        r.binary(self, BinaryOp::Div, Operand::Tensor(s), n)?
                     }
                 };
-                let m = back(self, m)?;
-                let d = binary(self, BinaryOp::Sub, Operand::Tensor(x), Operand::Tensor(m))?;
-                let sq = binary(self, BinaryOp::Mul, Operand::Tensor(d), Operand::Tensor(d))?;
-                let ss = reduce(self, ReduceOp::Sum, sq)?;
-                let dof = count(self, correction);
-                binary(self, BinaryOp::Div, Operand::Tensor(ss), dof)?
+                let m = r.back(self, m)?;
+                let d = r.binary(self, BinaryOp::Sub, Operand::Tensor(x), Operand::Tensor(m))?;
+                let sq = r.binary(self, BinaryOp::Mul, Operand::Tensor(d), Operand::Tensor(d))?;
+                let ss = r.reduce(self, ReduceOp::Sum, sq)?;
+                let dof = r.count(self, correction);
+                r.binary(self, BinaryOp::Div, Operand::Tensor(ss), dof)?
             }
-            C::LogSumExp => {
-                let m = reduce(self, ReduceOp::Max, x)?;
-                // torch: an infinite maximum is shifted by 0 instead (x - inf would be NaN).
-                let inf = self.op(
-                    Op::Unary(UnaryOp::IsInf),
-                    vec![Operand::Tensor(m)],
-                    dest,
-                    at,
-                )?;
-                let shift = self.op(
-                    Op::Ternary(TernaryOp::Where),
-                    vec![
-                        Operand::Tensor(inf),
-                        Operand::Scalar(0.0),
-                        Operand::Tensor(m),
-                    ],
-                    dest,
-                    at,
-                )?;
-                let wide = back(self, shift)?;
-                let d = binary(
-                    self,
-                    BinaryOp::Sub,
-                    Operand::Tensor(x),
-                    Operand::Tensor(wide),
-                )?;
-                let e = self.op(Op::Unary(UnaryOp::Exp), vec![Operand::Tensor(d)], dest, at)?;
-                let s = reduce(self, ReduceOp::Sum, e)?;
-                let l = self.op(Op::Unary(UnaryOp::Log), vec![Operand::Tensor(s)], dest, at)?;
-                binary(
-                    self,
-                    BinaryOp::Add,
-                    Operand::Tensor(l),
-                    Operand::Tensor(shift),
-                )?
-            }
-            C::ArgMax | C::ArgMin => {
-                let pick = if op == C::ArgMax {
-                    ReduceOp::Max
-                } else {
-                    ReduceOp::Min
-                };
-                let best = reduce(self, pick, x)?;
-                let best = back(self, best)?;
-                let hit = binary(
-                    self,
-                    BinaryOp::Eq,
-                    Operand::Tensor(x),
-                    Operand::Tensor(best),
-                )?;
-                let index = self.iota(x, axes[0], dest, span)?;
-                let n = count(self, 0.0);
-                let shifted = binary(self, BinaryOp::Add, Operand::Tensor(index), n)?;
-                let never = Operand::Scalar(f64::from(i32::MAX));
-                let select = |b: &mut Self, c: TensorId, yes: Operand, no: Operand| {
-                    b.op(
-                        Op::Ternary(TernaryOp::Where),
-                        vec![Operand::Tensor(c), yes, no],
-                        dest,
-                        at,
-                    )
-                };
-                let mut key = select(self, hit, Operand::Tensor(shifted), never)?;
-                if self.f.tensors[x].dtype.is_float() {
-                    // A NaN is torch's maximum and minimum: its index, unshifted, wins.
-                    let nan = self.op(
-                        Op::Unary(UnaryOp::IsNan),
-                        vec![Operand::Tensor(x)],
-                        dest,
-                        at,
-                    )?;
-                    key = select(self, nan, Operand::Tensor(index), Operand::Tensor(key))?;
-                }
-                let r = reduce(self, ReduceOp::Min, key)?;
-                let over = binary(self, BinaryOp::Ge, Operand::Tensor(r), n)?;
-                let less = binary(self, BinaryOp::Sub, Operand::Tensor(r), n)?;
-                select(self, over, Operand::Tensor(less), Operand::Tensor(r))?
-            }
+            C::LogSumExp => self.log_sum_exp(&r, x)?,
+            C::ArgMax | C::ArgMin => self.arg_extreme(&r, op == C::ArgMax, x, span)?,
         };
         self.f.tensors[out].composite = Some(Composite {
             op,
@@ -1086,6 +1037,102 @@ impl Builder {
             first,
         });
         Ok(out)
+    }
+
+    /// `logsumexp`: the maximum, shifted by 0 where it is infinite (torch's rule), plus the log
+    /// of the sum of the shifted exponentials.
+    fn log_sum_exp(&mut self, r: &CompositeParts, x: TensorId) -> BResult<TensorId> {
+        let m = r.reduce(self, ReduceOp::Max, x)?;
+        // torch: an infinite maximum is shifted by 0 instead (x - inf would be NaN).
+        let inf = self.op(
+            Op::Unary(UnaryOp::IsInf),
+            vec![Operand::Tensor(m)],
+            r.dest,
+            r.at,
+        )?;
+        let shift = self.op(
+            Op::Ternary(TernaryOp::Where),
+            vec![
+                Operand::Tensor(inf),
+                Operand::Scalar(0.0),
+                Operand::Tensor(m),
+            ],
+            r.dest,
+            r.at,
+        )?;
+        let wide = r.back(self, shift)?;
+        let d = r.binary(
+            self,
+            BinaryOp::Sub,
+            Operand::Tensor(x),
+            Operand::Tensor(wide),
+        )?;
+        let e = self.op(
+            Op::Unary(UnaryOp::Exp),
+            vec![Operand::Tensor(d)],
+            r.dest,
+            r.at,
+        )?;
+        let s = r.reduce(self, ReduceOp::Sum, e)?;
+        let l = self.op(
+            Op::Unary(UnaryOp::Log),
+            vec![Operand::Tensor(s)],
+            r.dest,
+            r.at,
+        )?;
+        r.binary(
+            self,
+            BinaryOp::Add,
+            Operand::Tensor(l),
+            Operand::Tensor(shift),
+        )
+    }
+
+    /// `argmax` / `argmin`: the first index of the extreme along the axis (a NaN's index wins,
+    /// as in torch), as the minimum of the hit indices shifted past the axis' extent.
+    fn arg_extreme(
+        &mut self,
+        r: &CompositeParts,
+        max: bool,
+        x: TensorId,
+        span: Span,
+    ) -> BResult<TensorId> {
+        let pick = if max { ReduceOp::Max } else { ReduceOp::Min };
+        let best = r.reduce(self, pick, x)?;
+        let best = r.back(self, best)?;
+        let hit = r.binary(
+            self,
+            BinaryOp::Eq,
+            Operand::Tensor(x),
+            Operand::Tensor(best),
+        )?;
+        let index = self.iota(x, r.axes[0], r.dest, span)?;
+        let n = r.count(self, 0.0);
+        let shifted = r.binary(self, BinaryOp::Add, Operand::Tensor(index), n)?;
+        let never = Operand::Scalar(f64::from(i32::MAX));
+        let select = |b: &mut Self, c: TensorId, yes: Operand, no: Operand| {
+            b.op(
+                Op::Ternary(TernaryOp::Where),
+                vec![Operand::Tensor(c), yes, no],
+                r.dest,
+                r.at,
+            )
+        };
+        let mut key = select(self, hit, Operand::Tensor(shifted), never)?;
+        if self.f.tensors[x].dtype.is_float() {
+            // A NaN is torch's maximum and minimum: its index, unshifted, wins.
+            let nan = self.op(
+                Op::Unary(UnaryOp::IsNan),
+                vec![Operand::Tensor(x)],
+                r.dest,
+                r.at,
+            )?;
+            key = select(self, nan, Operand::Tensor(index), Operand::Tensor(key))?;
+        }
+        let least = r.reduce(self, ReduceOp::Min, key)?;
+        let over = r.binary(self, BinaryOp::Ge, Operand::Tensor(least), n)?;
+        let less = r.binary(self, BinaryOp::Sub, Operand::Tensor(least), n)?;
+        select(self, over, Operand::Tensor(less), Operand::Tensor(least))
     }
 
     /// `gelu(x, approximate=none|tanh)`: which GELU.
@@ -1187,34 +1234,50 @@ impl Builder {
             })
             .collect();
         let err = |msg: String| Diagnostic::new(msg, span);
-        let opname = match &op {
-            Op::Set => "set".to_string(),
-            Op::Unary(u) => u.name().to_string(),
-            Op::Binary(b) => b.name().to_string(),
-            Op::Ternary(t) => t.name().to_string(),
-            Op::Cast(d) => format!("cast_{d}"),
-            Op::Broadcast { .. } => "broadcast".into(),
-            Op::Permute { .. } => "permute".into(),
-            Op::Expand { .. } => "expand".into(),
-            Op::Slice { .. } => "slice".into(),
-            Op::Pad { .. } => "pad".into(),
-            Op::Cat { .. } => "cat".into(),
-            Op::Reshape => "reshape".into(),
-            Op::ExpandBlocks { .. } => "expand_blocks".into(),
-            Op::Gather { select: false, .. } => "gather".into(),
-            Op::Gather { select: true, .. } => "index_select".into(),
-            Op::Reduce { op, .. } => op.name().into(),
-            Op::Mma => "mma".into(),
-            Op::Iota { .. } => "iota".into(),
-            Op::Full { .. } => "full".into(),
-        };
+        let opname = op_name(&op);
         // Operands with axes must have equal ranks; rank-0 tensors (scalars) broadcast implicitly.
         let ranked: Vec<TensorId> = tensors
             .iter()
             .copied()
             .filter(|&t| self.f.rank(t) > 0)
             .collect();
-        let (compute, dtype) = match &op {
+        let (compute, dtype) = self.op_types(&op, &inputs, &tensors, &opname, span)?;
+        check_literals(&inputs, compute, &opname, span)?;
+        let out_root: Vec<IterId> = match &op {
+            Op::Reduce { axes, .. } => self.reduce_root(tensors[0], axes, &opname, span)?,
+            Op::Broadcast { axes } => self.broadcast_root(tensors[0], axes, span)?,
+            Op::Permute { dims } => self.permute_root(tensors[0], dims),
+            Op::Expand { shape } => self.expand_root(tensors[0], shape, span)?,
+            Op::Gather { axis, select } => self.gather_root(&tensors, *axis, *select),
+            Op::Slice { .. }
+            | Op::Pad { .. }
+            | Op::Cat { .. }
+            | Op::Reshape
+            | Op::ExpandBlocks { .. } => {
+                let extents =
+                    view.ok_or_else(|| err(format!("internal: {opname} without its extents")))?;
+                self.view_root(&tensors, extents)
+            }
+            _ => self.elementwise_root(&ranked, &opname, span)?,
+        };
+        self.permuted |= matches!(op, Op::Permute { .. });
+        if self.permuted {
+            self.check_self_permutation(&tensors, &opname, span)?;
+        }
+        Ok(self.push_expr(op, inputs, out_root, dtype, dest, &opname, span))
+    }
+
+    /// The type an op computes in and the type of its result.
+    fn op_types(
+        &self,
+        op: &Op,
+        inputs: &[Operand],
+        tensors: &[TensorId],
+        opname: &str,
+        span: Option<Span>,
+    ) -> BResult<(DType, DType)> {
+        let err = |msg: String| Diagnostic::new(msg, span);
+        Ok(match op {
             Op::Cast(d) => (d.compute(), *d),
             Op::Set
             | Op::Broadcast { .. }
@@ -1236,7 +1299,7 @@ impl Builder {
                 )));
             }
             _ => {
-                let typing = match &op {
+                let typing = match op {
                     Op::Unary(u) => u.def().typing,
                     Op::Binary(b) => b.def().typing,
                     Op::Ternary(t) => t.def().typing,
@@ -1264,218 +1327,230 @@ impl Builder {
                 let values = if typing == ops::Typing::Select {
                     &inputs[1..]
                 } else {
-                    &inputs[..]
+                    inputs
                 };
                 let (types, literals) = operand_types(&self.f, values);
                 ops::result_type(typing, &types, &literals)
                     .map_err(|why| err(format!("`{opname}` {why}")))?
             }
-        };
-        // A literal takes the type of the arithmetic it is part of; one that type cannot hold
-        // would be emitted wrapped (i32) or as an infinity the user never wrote.
-        for o in &inputs {
-            if let Operand::Scalar(v) = o {
-                if let Some(why) = literal_out_of_range(*v, compute) {
-                    let text = if v.abs() >= 1e16 {
-                        format!("{v:e}")
-                    } else {
-                        format!("{v}")
-                    };
+        })
+    }
+
+    /// A reduction's root: the input's axes, the reduced ones made reduction axes.
+    fn reduce_root(
+        &mut self,
+        t: TensorId,
+        axes: &[usize],
+        opname: &str,
+        span: Option<Span>,
+    ) -> BResult<Vec<IterId>> {
+        let err = |msg: String| Diagnostic::new(msg, span);
+        let logical = self.f.logical(t);
+        let mut root = Vec::new();
+        for (k, &id) in logical.iter().enumerate() {
+            let in_kind = self.f.ids[id].kind;
+            let kind = if axes.contains(&k) {
+                if in_kind == IterKind::Broadcast {
                     return Err(err(format!(
-                        "{opname}: the literal {text} {why} (the operation computes in {})",
-                        compute.name()
+                        "{opname}: axis {k} of `{}` is a broadcast axis and cannot be reduced",
+                        self.f.tensors[t].name
+                    )));
+                }
+                IterKind::Reduction
+            } else {
+                in_kind
+            };
+            let ext = self.f.ids[id].root_extent.clone();
+            let new = self.f.new_id(kind, IterOrigin::Root, ext);
+            self.f.union(new, id);
+            root.push(new);
+        }
+        Ok(root)
+    }
+
+    /// A broadcast's root: the input's axes with new axes of extent one at `axes`.
+    fn broadcast_root(
+        &mut self,
+        t: TensorId,
+        axes: &[usize],
+        span: Option<Span>,
+    ) -> BResult<Vec<IterId>> {
+        let err = |msg: String| Diagnostic::new(msg, span);
+        let logical = self.f.logical(t);
+        let n = logical.len() + axes.len();
+        let mut src = logical.iter();
+        let mut root = Vec::new();
+        for k in 0..n {
+            if axes.contains(&k) {
+                root.push(self.f.new_id(
+                    IterKind::Broadcast,
+                    IterOrigin::Root,
+                    Some(SizeExpr::Const(1)),
+                ));
+            } else {
+                let &id = src
+                    .next()
+                    .ok_or_else(|| err("broadcast: internal rank mismatch".into()))?;
+                let ext = self.f.ids[id].root_extent.clone();
+                let kind = self.f.ids[id].kind;
+                let new = self.f.new_id(kind, IterOrigin::Root, ext);
+                self.f.union(new, id);
+                root.push(new);
+            }
+        }
+        Ok(root)
+    }
+
+    /// A view's axes join the input's: a permute's in the new order (an expand's broadcast axes
+    /// join a new axis of the given extent, as a binary op joins a broadcast axis with its
+    /// other operand's: [`Builder::expand_root`]).
+    fn permute_root(&mut self, t: TensorId, dims: &[usize]) -> Vec<IterId> {
+        let logical = self.f.logical(t);
+        let mut root = Vec::new();
+        for &d in dims {
+            let id = logical[d];
+            let (kind, ext) = (self.f.ids[id].kind, self.f.ids[id].root_extent.clone());
+            let new = self.f.new_id(kind, IterOrigin::Root, ext);
+            self.f.union(new, id);
+            root.push(new);
+        }
+        root
+    }
+
+    /// An expand's root: its broadcast axes stretched to `shape`'s extents.
+    fn expand_root(
+        &mut self,
+        t: TensorId,
+        shape: &[SizeExpr],
+        span: Option<Span>,
+    ) -> BResult<Vec<IterId>> {
+        let err = |msg: String| Diagnostic::new(msg, span);
+        let logical = self.f.logical(t);
+        let mut root = Vec::new();
+        for (k, (&id, e)) in logical.iter().zip(shape).enumerate() {
+            let class = self.class_extent_of(id);
+            let broadcast = self.f.ids[id].kind == IterKind::Broadcast;
+            // A broadcast axis already joined with a concrete one has that extent.
+            let joined = broadcast && class != SizeExpr::Const(1);
+            if (!broadcast || joined) && class != *e {
+                return Err(err(format!(
+                    "expand: axis {k} of `{}` has extent {class}, not {e} (only broadcast axes expand)",
+                    self.f.tensors[t].name
+                )));
+            }
+            let new = if broadcast && *e != SizeExpr::Const(1) {
+                self.f
+                    .new_id(IterKind::Iteration, IterOrigin::Root, Some(e.clone()))
+            } else {
+                let kind = self.f.ids[id].kind;
+                self.f
+                    .new_id(kind, IterOrigin::Root, self.f.ids[id].root_extent.clone())
+            };
+            self.f.union(new, id);
+            root.push(new);
+        }
+        Ok(root)
+    }
+
+    /// A view that moves indices (slice, pad, cat, reshape, expand_blocks): an axis with a new
+    /// extent is new; one without joins the operands' axis.
+    fn view_root(&mut self, tensors: &[TensorId], extents: Vec<Option<SizeExpr>>) -> Vec<IterId> {
+        let logicals: Vec<Vec<IterId>> = tensors.iter().map(|&t| self.f.logical(t)).collect();
+        let mut root = Vec::with_capacity(extents.len());
+        for (k, e) in extents.into_iter().enumerate() {
+            root.push(match e {
+                Some(e) => self
+                    .f
+                    .new_id(IterKind::Iteration, IterOrigin::Root, Some(e)),
+                None => {
+                    let id = logicals[0][k];
+                    let (kind, ext) = (self.f.ids[id].kind, self.f.ids[id].root_extent.clone());
+                    let new = self.f.new_id(kind, IterOrigin::Root, ext);
+                    for l in &logicals {
+                        self.f.union(new, l[k]);
+                    }
+                    new
+                }
+            });
+        }
+        root
+    }
+
+    /// An elementwise op's root: the operands' axes joined, their extents checked (rank-0 operands broadcast).
+    fn elementwise_root(
+        &mut self,
+        ranked: &[TensorId],
+        opname: &str,
+        span: Option<Span>,
+    ) -> BResult<Vec<IterId>> {
+        let err = |msg: String| Diagnostic::new(msg, span);
+        let rank = ranked.first().map(|&t| self.f.rank(t)).unwrap_or(0);
+        for &t in ranked {
+            if self.f.rank(t) != rank {
+                let names: Vec<String> = ranked
+                    .iter()
+                    .map(|&t| format!("`{}` (rank {})", self.f.tensors[t].name, self.f.rank(t)))
+                    .collect();
+                return Err(err(format!(
+                    "{opname}: operands have different ranks: {}; use broadcast(x, axis=...) to add axes",
+                    names.join(" and ")
+                )));
+            }
+        }
+        let logicals: Vec<Vec<IterId>> = ranked.iter().map(|&t| self.f.logical(t)).collect();
+        let mut root = Vec::new();
+        for k in 0..rank {
+            let members: Vec<IterId> = logicals.iter().map(|l| l[k]).collect();
+            let concrete: Vec<IterId> = members
+                .iter()
+                .copied()
+                .filter(|&i| self.f.ids[i].kind != IterKind::Broadcast)
+                .collect();
+            for w in concrete.windows(2) {
+                let (ea, eb) = (self.class_extent_of(w[0]), self.class_extent_of(w[1]));
+                if ea != eb {
+                    return Err(err(format!(
+                        "{opname}: axis {k} has extent {ea} in one operand and {eb} in another"
                     )));
                 }
             }
+            let (kind, ext) = match concrete.first() {
+                Some(&c) => (IterKind::Iteration, self.f.ids[c].root_extent.clone()),
+                None => (IterKind::Broadcast, Some(SizeExpr::Const(1))),
+            };
+            let new = self.f.new_id(kind, IterOrigin::Root, ext);
+            for &m in &members {
+                // A broadcast axis joined with an axis of another class must agree with
+                // every other use of its class.
+                let (ea, eb) = (self.class_extent_of(m), self.class_extent_of(new));
+                if self.f.ids[new].kind != IterKind::Broadcast
+                    && ea != eb
+                    && ea != SizeExpr::Const(1)
+                {
+                    return Err(err(format!(
+                        "{opname}: axis {k} joins extents {ea} and {eb}"
+                    )));
+                }
+                self.f.union(new, m);
+            }
+            root.push(new);
         }
-        let out_root: Vec<IterId> = match &op {
-            Op::Reduce { axes, .. } => {
-                let t = tensors[0];
-                let logical = self.f.logical(t);
-                let mut root = Vec::new();
-                for (k, &id) in logical.iter().enumerate() {
-                    let in_kind = self.f.ids[id].kind;
-                    let kind = if axes.contains(&k) {
-                        if in_kind == IterKind::Broadcast {
-                            return Err(err(format!(
-                                "{opname}: axis {k} of `{}` is a broadcast axis and cannot be reduced",
-                                self.f.tensors[t].name
-                            )));
-                        }
-                        IterKind::Reduction
-                    } else {
-                        in_kind
-                    };
-                    let ext = self.f.ids[id].root_extent.clone();
-                    let new = self.f.new_id(kind, IterOrigin::Root, ext);
-                    self.f.union(new, id);
-                    root.push(new);
-                }
-                root
-            }
-            Op::Broadcast { axes } => {
-                let t = tensors[0];
-                let logical = self.f.logical(t);
-                let n = logical.len() + axes.len();
-                let mut src = logical.iter();
-                let mut root = Vec::new();
-                for k in 0..n {
-                    if axes.contains(&k) {
-                        root.push(self.f.new_id(
-                            IterKind::Broadcast,
-                            IterOrigin::Root,
-                            Some(SizeExpr::Const(1)),
-                        ));
-                    } else {
-                        let &id = src
-                            .next()
-                            .ok_or_else(|| err("broadcast: internal rank mismatch".into()))?;
-                        let ext = self.f.ids[id].root_extent.clone();
-                        let kind = self.f.ids[id].kind;
-                        let new = self.f.new_id(kind, IterOrigin::Root, ext);
-                        self.f.union(new, id);
-                        root.push(new);
-                    }
-                }
-                root
-            }
-            // A view's axes join the input's: a permute in the new order; an expand's
-            // broadcast axes join a new axis of the given extent, as a binary op joins a
-            // broadcast axis with its other operand's.
-            Op::Permute { dims } => {
-                let logical = self.f.logical(tensors[0]);
-                let mut root = Vec::new();
-                for &d in dims {
-                    let id = logical[d];
-                    let (kind, ext) = (self.f.ids[id].kind, self.f.ids[id].root_extent.clone());
-                    let new = self.f.new_id(kind, IterOrigin::Root, ext);
-                    self.f.union(new, id);
-                    root.push(new);
-                }
-                root
-            }
-            Op::Expand { shape } => {
-                let t = tensors[0];
-                let logical = self.f.logical(t);
-                let mut root = Vec::new();
-                for (k, (&id, e)) in logical.iter().zip(shape).enumerate() {
-                    let class = self.class_extent_of(id);
-                    let broadcast = self.f.ids[id].kind == IterKind::Broadcast;
-                    // A broadcast axis already joined with a concrete one has that extent.
-                    let joined = broadcast && class != SizeExpr::Const(1);
-                    if (!broadcast || joined) && class != *e {
-                        return Err(err(format!(
-                            "expand: axis {k} of `{}` has extent {class}, not {e} (only broadcast axes expand)",
-                            self.f.tensors[t].name
-                        )));
-                    }
-                    let new = if broadcast && *e != SizeExpr::Const(1) {
-                        self.f
-                            .new_id(IterKind::Iteration, IterOrigin::Root, Some(e.clone()))
-                    } else {
-                        let kind = self.f.ids[id].kind;
-                        self.f
-                            .new_id(kind, IterOrigin::Root, self.f.ids[id].root_extent.clone())
-                    };
-                    self.f.union(new, id);
-                    root.push(new);
-                }
-                root
-            }
-            Op::Gather { axis, select } => self.gather_root(&tensors, *axis, *select),
-            Op::Slice { .. }
-            | Op::Pad { .. }
-            | Op::Cat { .. }
-            | Op::Reshape
-            | Op::ExpandBlocks { .. } => {
-                let extents =
-                    view.ok_or_else(|| err(format!("internal: {opname} without its extents")))?;
-                let logicals: Vec<Vec<IterId>> =
-                    tensors.iter().map(|&t| self.f.logical(t)).collect();
-                let mut root = Vec::with_capacity(extents.len());
-                for (k, e) in extents.into_iter().enumerate() {
-                    root.push(match e {
-                        Some(e) => self
-                            .f
-                            .new_id(IterKind::Iteration, IterOrigin::Root, Some(e)),
-                        None => {
-                            let id = logicals[0][k];
-                            let (kind, ext) =
-                                (self.f.ids[id].kind, self.f.ids[id].root_extent.clone());
-                            let new = self.f.new_id(kind, IterOrigin::Root, ext);
-                            for l in &logicals {
-                                self.f.union(new, l[k]);
-                            }
-                            new
-                        }
-                    });
-                }
-                root
-            }
-            _ => {
-                let rank = ranked.first().map(|&t| self.f.rank(t)).unwrap_or(0);
-                for &t in &ranked {
-                    if self.f.rank(t) != rank {
-                        let names: Vec<String> = ranked
-                            .iter()
-                            .map(|&t| {
-                                format!("`{}` (rank {})", self.f.tensors[t].name, self.f.rank(t))
-                            })
-                            .collect();
-                        return Err(err(format!(
-                            "{opname}: operands have different ranks: {}; use broadcast(x, axis=...) to add axes",
-                            names.join(" and ")
-                        )));
-                    }
-                }
-                let logicals: Vec<Vec<IterId>> =
-                    ranked.iter().map(|&t| self.f.logical(t)).collect();
-                let mut root = Vec::new();
-                for k in 0..rank {
-                    let members: Vec<IterId> = logicals.iter().map(|l| l[k]).collect();
-                    let concrete: Vec<IterId> = members
-                        .iter()
-                        .copied()
-                        .filter(|&i| self.f.ids[i].kind != IterKind::Broadcast)
-                        .collect();
-                    for w in concrete.windows(2) {
-                        let (ea, eb) = (self.class_extent_of(w[0]), self.class_extent_of(w[1]));
-                        if ea != eb {
-                            return Err(err(format!(
-                                "{opname}: axis {k} has extent {ea} in one operand and {eb} in another"
-                            )));
-                        }
-                    }
-                    let (kind, ext) = match concrete.first() {
-                        Some(&c) => (IterKind::Iteration, self.f.ids[c].root_extent.clone()),
-                        None => (IterKind::Broadcast, Some(SizeExpr::Const(1))),
-                    };
-                    let new = self.f.new_id(kind, IterOrigin::Root, ext);
-                    for &m in &members {
-                        // A broadcast axis joined with an axis of another class must agree with
-                        // every other use of its class.
-                        let (ea, eb) = (self.class_extent_of(m), self.class_extent_of(new));
-                        if self.f.ids[new].kind != IterKind::Broadcast
-                            && ea != eb
-                            && ea != SizeExpr::Const(1)
-                        {
-                            return Err(err(format!(
-                                "{opname}: axis {k} joins extents {ea} and {eb}"
-                            )));
-                        }
-                        self.f.union(new, m);
-                    }
-                    root.push(new);
-                }
-                root
-            }
-        };
+        Ok(root)
+    }
+
+    /// Refuses an op that makes two axes of one operand the same loop (once any permute is built).
+    fn check_self_permutation(
+        &self,
+        tensors: &[TensorId],
+        opname: &str,
+        span: Option<Span>,
+    ) -> BResult<()> {
+        let err = |msg: String| Diagnostic::new(msg, span);
         // Every axis of a tensor is indexed by a loop of its own class: an op that joins two
         // axes of one tensor through a permute (a tensor combined with its own transpose)
         // cannot be lowered. (Without a permute, two axes of one class come only from two
         // broadcasts of one tensor, `broadcast(x, axis=2) * broadcast(x, axis=1)`, which the
         // reference evaluates and which is left as it was.)
-        self.permuted |= matches!(op, Op::Permute { .. });
         for t in tensors.iter().copied().filter(|_| self.permuted) {
             let classes: Vec<IterId> = self.f.tensors[t]
                 .root
@@ -1485,14 +1560,14 @@ impl Builder {
             for (a, c) in classes.iter().enumerate() {
                 if let Some(b) = classes[a + 1..].iter().position(|d| d == c) {
                     return Err(err(format!(
-                        "{opname}: this makes axes {a} and {} of `{}` the same loop (a tensor meets its own permutation); every axis of a tensor needs a loop of its own: copy it first in another fusion",
-                        a + 1 + b,
-                        self.f.tensors[t].name
-                    )));
+                    "{opname}: this makes axes {a} and {} of `{}` the same loop (a tensor meets its own permutation); every axis of a tensor needs a loop of its own: copy it first in another fusion",
+                    a + 1 + b,
+                    self.f.tensors[t].name
+                )));
                 }
             }
         }
-        Ok(self.push_expr(op, inputs, out_root, dtype, dest, &opname, span))
+        Ok(())
     }
 
     /// At most [`MAX_FUSION_OPS`] operations.
@@ -1808,6 +1883,147 @@ impl Builder {
 
     fn class_extent_of(&self, id: IterId) -> SizeExpr {
         self.f.class_extent(self.f.class_of(id))
+    }
+}
+
+/// What a composite's parts share: the reduced axes, and the name and location its ops take.
+struct CompositeParts<'a> {
+    axes: &'a [usize],
+    reduced: &'a [IterId],
+    dest: &'a str,
+    at: Option<Span>,
+}
+
+impl CompositeParts<'_> {
+    /// The reduced axes' element count less `minus` (a variance's correction), as an operand.
+    fn count(&self, b: &mut Builder, minus: f64) -> Operand {
+        Operand::Count(b.f.counts.push(Count {
+            axes: self.reduced.to_vec(),
+            minus,
+        }))
+    }
+
+    fn reduce(&self, b: &mut Builder, op: ReduceOp, t: TensorId) -> BResult<TensorId> {
+        let axes = self.axes.to_vec();
+        b.op(
+            Op::Reduce { op, axes },
+            vec![Operand::Tensor(t)],
+            self.dest,
+            self.at,
+        )
+    }
+
+    fn binary(&self, b: &mut Builder, op: BinaryOp, l: Operand, r: Operand) -> BResult<TensorId> {
+        b.op(Op::Binary(op), vec![l, r], self.dest, self.at)
+    }
+
+    /// A reduced tensor broadcast back over the reduced axes.
+    fn back(&self, b: &mut Builder, t: TensorId) -> BResult<TensorId> {
+        let axes = self.axes.to_vec();
+        b.op(
+            Op::Broadcast { axes },
+            vec![Operand::Tensor(t)],
+            self.dest,
+            self.at,
+        )
+    }
+}
+
+/// The name an op gives the tensors it builds and its errors.
+fn op_name(op: &Op) -> String {
+    match op {
+        Op::Set => "set".to_string(),
+        Op::Unary(u) => u.name().to_string(),
+        Op::Binary(b) => b.name().to_string(),
+        Op::Ternary(t) => t.name().to_string(),
+        Op::Cast(d) => format!("cast_{d}"),
+        Op::Broadcast { .. } => "broadcast".into(),
+        Op::Permute { .. } => "permute".into(),
+        Op::Expand { .. } => "expand".into(),
+        Op::Slice { .. } => "slice".into(),
+        Op::Pad { .. } => "pad".into(),
+        Op::Cat { .. } => "cat".into(),
+        Op::Reshape => "reshape".into(),
+        Op::ExpandBlocks { .. } => "expand_blocks".into(),
+        Op::Gather { select: false, .. } => "gather".into(),
+        Op::Gather { select: true, .. } => "index_select".into(),
+        Op::Reduce { op, .. } => op.name().into(),
+        Op::Mma => "mma".into(),
+        Op::Iota { .. } => "iota".into(),
+        Op::Full { .. } => "full".into(),
+    }
+}
+
+/// A literal takes the type of the arithmetic it is part of; one that type cannot hold would be
+/// emitted wrapped (i32) or as an infinity the user never wrote.
+fn check_literals(
+    inputs: &[Operand],
+    compute: DType,
+    opname: &str,
+    span: Option<Span>,
+) -> BResult<()> {
+    let err = |msg: String| Diagnostic::new(msg, span);
+    for o in inputs {
+        if let Operand::Scalar(v) = o {
+            if let Some(why) = literal_out_of_range(*v, compute) {
+                let text = if v.abs() >= 1e16 {
+                    format!("{v:e}")
+                } else {
+                    format!("{v}")
+                };
+                return Err(err(format!(
+                    "{opname}: the literal {text} {why} (the operation computes in {})",
+                    compute.name()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A call's named arguments against the op's: a reduction-capable elementwise op (`max`) takes
+/// `axis=` too.
+fn check_named_args(func: &str, def: &ops::OpDef, args: &[Arg], has_axis: bool) -> BResult<()> {
+    for a in args {
+        if let Arg::Named { name, loc, .. } = a {
+            let allowed = def.named.contains(&name.as_str())
+                || (has_axis && matches!(def.kind, OpKind::ElementwiseOrReduce(..)));
+            if !allowed {
+                let takes = match def.named {
+                    [] if !matches!(def.kind, OpKind::ElementwiseOrReduce(..)) => {
+                        "takes no named arguments".to_string()
+                    }
+                    [] => "takes only `axis=`".to_string(),
+                    named => format!(
+                        "takes {}",
+                        named
+                            .iter()
+                            .map(|n| format!("`{n}=`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
+                return Err(Diagnostic::new(
+                    format!(
+                        "`{func}` {takes}, not `{name}=` (written {})",
+                        def.signature
+                    ),
+                    Some(loc.0),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Operand `i` of a call, which must be a tensor.
+fn tensor_operand(func: &str, pos: &[(Value, Span)], i: usize) -> BResult<TensorId> {
+    match &pos[i] {
+        (Value::Tensor(t), _) => Ok(*t),
+        (_, sp) => Err(Diagnostic::new(
+            format!("`{func}` expects a tensor here"),
+            Some(*sp),
+        )),
     }
 }
 

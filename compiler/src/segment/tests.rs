@@ -149,9 +149,9 @@ fn every_independent_syntax_error_is_reported_not_only_the_first() {
     // `compile_program` decides on segmentation before compiling: its parse must recover as
     // `compile`'s does (a regression once reported 3:10 alone).
     let source = "fusion f {\n  input a: f32[M]\n  b = a *\n  c = exp(a))\n  output c\n}\nschedule {\n  c.split(0 4)\n  c.parallelize(0, BIDx)\n}\n";
-    let errors = crate::compile_program(source, &crate::CompileOptions::default())
-        .err()
-        .expect("three syntax errors");
+    let Err(errors) = crate::compile_program(source, &crate::CompileOptions::default()) else {
+        panic!("three syntax errors compiled");
+    };
     let at: Vec<_> = errors.0.iter().map(|d| (d.line, d.column)).collect();
     assert_eq!(at, [(3, 10), (4, 13), (8, 13)]);
 }
