@@ -831,55 +831,9 @@ fn pipeline(
     let refill = main.or(produce);
     let drain = main.or(lp_of(PhaseKind::Consume).flatten());
     let loop_var = refill.or(prologue).map(|l| walk.loops[l].var.to_string());
-    // The instance shown for a load or a wait: the one in the steady-state loop, else the first.
-    let steady = |lp: Option<usize>, at: Option<usize>| at.is_some() && lp == at;
-
-    let mut out_loads: Vec<Load> = Vec::new();
-    let mut shown: Vec<bool> = Vec::new();
-    for &(i, e, t) in &loads {
-        let info = planned(t);
-        let map = info.and_then(|i| i.map).map(|m| &k.tensor_maps[m]);
-        let (kind, tensor, tensor_map) = load_source(k, t, map);
-        let arrival = arrival_before(events, i, bars);
-        let expect_tx = arrival.map(|(_, bytes)| bytes);
-        // The arrival's event index for now; numbered below.
-        let arrival = arrival.map(|(j, _)| j);
-        let load = Load {
-            kind,
-            buffer: k.buffers[t.dst.buffer].name.clone(),
-            tensor,
-            tensor_map,
-            rank: t.coords.len().max(1),
-            bytes: t.bytes,
-            // A stage of several boxes side by side has a copy per box.
-            boxes: info.map_or(1, |i| i.boxes.count),
-            multicast: t.multicast,
-            expect_tx,
-            arrival,
-            role: role_of(roles, &e.guards),
-            slot: t.slot.text(),
-            guard: other_guards(&e.guards),
-            phases: vec![kind_of(e.lp)],
-        };
-        merge_load(&mut out_loads, &mut shown, load, steady(e.lp, refill));
-    }
-
-    number_arrivals(&mut out_loads);
-
-    let mut out_waits: Vec<Wait> = Vec::new();
-    for &(_, e) in &waits {
-        let What::Wait { slot, parity, .. } = e.what else {
-            continue;
-        };
-        let wait = Wait {
-            role: role_of(roles, &e.guards),
-            barrier: k.mbarriers[bars].name.clone(),
-            slot: slot.text(),
-            parity: parity.text(),
-            phases: vec![kind_of(e.lp)],
-        };
-        merge_wait(&mut out_waits, wait, steady(e.lp, drain));
-    }
+    let kind_of: &dyn Fn(Option<usize>) -> PhaseKind = &kind_of;
+    let out_loads = shown_loads(k, events, bars, &loads, roles, &planned, kind_of, refill);
+    let out_waits = shown_waits(k, bars, &waits, roles, kind_of, drain);
 
     // Release: the planned empty barrier where slots are refilled, else a block barrier after
     // the main loop's wait.
@@ -908,6 +862,84 @@ fn pipeline(
     };
     let places = places.iter().map(|&lp| (lp, kind_of(lp))).collect();
     (pipeline, places)
+}
+
+/// The instance shown for a load or a wait: the one in the steady-state loop `at`, else the first.
+fn steady(lp: Option<usize>, at: Option<usize>) -> bool {
+    at.is_some() && lp == at
+}
+
+/// The pipeline's loads as shown: one per buffer and phase, the steady state's instance first,
+/// each with its arrival numbered.
+#[allow(clippy::too_many_arguments)]
+fn shown_loads<'k>(
+    k: &Kernel,
+    events: &[Event],
+    bars: MbarId,
+    loads: &[(usize, &Event, &TmaLoad)],
+    roles: &[RoleAcc],
+    planned: &dyn Fn(&TmaLoad) -> Option<&'k crate::passes::tma::TmaInfo>,
+    kind_of: &dyn Fn(Option<usize>) -> PhaseKind,
+    refill: Option<usize>,
+) -> Vec<Load> {
+    let mut out_loads: Vec<Load> = Vec::new();
+    let mut shown: Vec<bool> = Vec::new();
+    for &(i, e, t) in loads {
+        let info = planned(t);
+        let map = info.and_then(|i| i.map).map(|m| &k.tensor_maps[m]);
+        let (kind, tensor, tensor_map) = load_source(k, t, map);
+        let arrival = arrival_before(events, i, bars);
+        let expect_tx = arrival.map(|(_, bytes)| bytes);
+        // The arrival's event index for now; numbered below.
+        let arrival = arrival.map(|(j, _)| j);
+        let load = Load {
+            kind,
+            buffer: k.buffers[t.dst.buffer].name.clone(),
+            tensor,
+            tensor_map,
+            rank: t.coords.len().max(1),
+            bytes: t.bytes,
+            // A stage of several boxes side by side has a copy per box.
+            boxes: info.map_or(1, |i| i.boxes.count),
+            multicast: t.multicast,
+            expect_tx,
+            arrival,
+            role: role_of(roles, &e.guards),
+            slot: t.slot.text(),
+            guard: other_guards(&e.guards),
+            phases: vec![kind_of(e.lp)],
+        };
+        merge_load(&mut out_loads, &mut shown, load, steady(e.lp, refill));
+    }
+
+    number_arrivals(&mut out_loads);
+    out_loads
+}
+
+/// The pipeline's waits on its full barrier as shown, the steady state's instance first.
+fn shown_waits(
+    k: &Kernel,
+    bars: MbarId,
+    waits: &[(usize, &Event)],
+    roles: &[RoleAcc],
+    kind_of: &dyn Fn(Option<usize>) -> PhaseKind,
+    drain: Option<usize>,
+) -> Vec<Wait> {
+    let mut out_waits: Vec<Wait> = Vec::new();
+    for &(_, e) in waits {
+        let What::Wait { slot, parity, .. } = e.what else {
+            continue;
+        };
+        let wait = Wait {
+            role: role_of(roles, &e.guards),
+            barrier: k.mbarriers[bars].name.clone(),
+            slot: slot.text(),
+            parity: parity.text(),
+            phases: vec![kind_of(e.lp)],
+        };
+        merge_wait(&mut out_waits, wait, steady(e.lp, drain));
+    }
+    out_waits
 }
 
 #[cfg(test)]

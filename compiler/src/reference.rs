@@ -59,58 +59,31 @@ pub fn evaluate_with(
     inputs: &BTreeMap<String, Vec<f64>>,
     executor: &dyn Executor,
 ) -> Result<BTreeMap<String, Vec<f64>>, String> {
-    let shape = |t: TensorId| -> Result<Vec<usize>, String> {
-        fusion
-            .logical(t)
-            .iter()
-            .map(|&id| {
-                if fusion.ids[id].kind == IterKind::Broadcast {
-                    return Ok(1);
-                }
-                let e = fusion.ids[id]
-                    .root_extent
-                    .clone()
-                    .ok_or("axis without extent")?;
-                let v = e.eval(sizes).map_err(|e| e.to_string())?;
-                usize::try_from(v).map_err(|_| format!("size {e} = {v} is negative"))
-            })
-            .collect()
-    };
     // A slice that would read outside its input is refused before anything is read.
     for c in &fusion.constraints {
         c.check(sizes).map_err(|e| e.to_string())?;
     }
-    let mut values: IdVec<TensorId, Option<Cow<[f64]>>> = vec![None; fusion.tensors.len()].into();
+    let mut ev = Evaluation {
+        fusion,
+        sizes,
+        executor,
+        values: vec![None; fusion.tensors.len()].into(),
+        fused: fused_products(fusion),
+    };
     for &t in &fusion.inputs {
         let name = &fusion.tensors[t].name;
         let v = inputs
             .get(name)
             .ok_or_else(|| format!("no values for input `{name}`"))?;
-        let n: usize = shape(t)?.iter().product();
+        let n: usize = ev.shape(t)?.iter().product();
         if v.len() != n {
             return Err(format!(
                 "input `{name}` has {} values, expected {n}",
                 v.len()
             ));
         }
-        values[t] = Some(Cow::Borrowed(&v[..]));
+        ev.values[t] = Some(Cow::Borrowed(&v[..]));
     }
-    // A reduction of a binary op whose result feeds nothing else is evaluated in one pass,
-    // without the intermediate: a matrix product's [M, N, K] products would not fit in memory.
-    let use_index = fusion.use_index();
-    let fused: std::collections::HashSet<TensorId> = fusion
-        .tensor_ids()
-        .filter(|&t| {
-            let binary = fusion.tensors[t]
-                .definition
-                .is_some_and(|d| matches!(fusion.exprs[d].op, Op::Binary(_)));
-            let uses = &use_index[t];
-            binary
-                && !fusion.tensors[t].is_output
-                && uses.len() == 1
-                && matches!(fusion.exprs[uses[0]].op, Op::Reduce { .. })
-        })
-        .collect();
     let order = fusion.topo_exprs();
     // Reads left of each tensor (an operand read twice by one expression counts twice).
     let mut reads: IdVec<TensorId, usize> = vec![0; fusion.tensors.len()].into();
@@ -123,71 +96,199 @@ pub fn evaluate_with(
     }
     for e in order {
         let expr = &fusion.exprs[e];
-        if fused.contains(&expr.output) {
+        if ev.fused.contains(&expr.output) {
             continue;
         }
-        let out_shape = shape(expr.output)?;
-        let n: usize = out_shape.iter().product();
-        let out_dtype = fusion.tensors[expr.output].dtype;
-        // The values of an operand with its shape (a literal is one value of shape []).
-        let operand = |o: &Operand| -> Result<(Cow<[f64]>, Vec<usize>), String> {
-            match o {
-                Operand::Scalar(v) => Ok((Cow::Owned(vec![*v]), vec![])),
-                Operand::Count(c) => {
-                    let n = fusion
-                        .count_size(*c)
-                        .eval(sizes)
-                        .map_err(|e| e.to_string())?;
-                    let minus = fusion.counts[*c].minus;
-                    Ok((Cow::Owned(vec![(n as f64 - minus).max(0.0)]), vec![]))
-                }
-                Operand::Tensor(t) => Ok((
-                    Cow::Borrowed(values[*t].as_deref().ok_or_else(|| {
-                        format!("`{}` used before it is computed", fusion.tensors[*t].name)
-                    })?),
-                    shape(*t)?,
-                )),
-            }
-        };
-        // An operand where the op computes in `compute`: a literal is first rounded to that type,
-        // as the kernel writes it (`0.9f`) and torch converts a Python number to the tensor's
-        // type. (In float64 `x < 0.9` and `x < 0.9f` differ for x = 0.9f.)
-        let computed = |o: &Operand, compute: crate::DType| {
-            operand(o).map(|(v, sh)| match o {
-                Operand::Scalar(x) => (Cow::Owned(vec![compute.round(*x)]), sh),
-                // (The kernel converts the count to `compute` too.)
-                Operand::Count(_) => (Cow::Owned(vec![compute.round(v[0])]), sh),
-                Operand::Tensor(_) => (v, sh),
-            })
-        };
         // The tensors this step reads (for the fused product: the product's operands).
         let mut read: Vec<&Operand> = expr.inputs.iter().collect();
-        let result: Vec<f64> = match &expr.op {
-            Op::Set | Op::Broadcast { .. } => map(executor, &operand(&expr.inputs[0])?.0, |x| x),
+        let result = ev.step(e, &mut read)?;
+        // Drop what no later step reads (large references hold many tensors of 2^28 values).
+        for o in read {
+            if let Operand::Tensor(t) = o {
+                reads[*t] -= 1;
+                if reads[*t] == 0 && !fusion.tensors[*t].is_output {
+                    ev.values[*t] = None;
+                }
+            }
+        }
+        ev.values[expr.output] = Some(Cow::Owned(result));
+    }
+    let mut out = BTreeMap::new();
+    for &t in &fusion.outputs {
+        out.insert(
+            fusion.tensors[t].name.clone(),
+            ev.values[t]
+                .take()
+                .ok_or("output not computed")?
+                .into_owned(),
+        );
+    }
+    Ok(out)
+}
+
+/// The products evaluated inside their reduction: a binary op's result that feeds only one
+/// reduction, without the intermediate (a matrix product's [M, N, K] products would not fit in
+/// memory).
+fn fused_products(fusion: &Fusion) -> std::collections::HashSet<TensorId> {
+    let use_index = fusion.use_index();
+    fusion
+        .tensor_ids()
+        .filter(|&t| {
+            let binary = fusion.tensors[t]
+                .definition
+                .is_some_and(|d| matches!(fusion.exprs[d].op, Op::Binary(_)));
+            let uses = &use_index[t];
+            binary
+                && !fusion.tensors[t].is_output
+                && uses.len() == 1
+                && matches!(fusion.exprs[uses[0]].op, Op::Reduce { .. })
+        })
+        .collect()
+}
+
+/// One evaluation: the tensors' values so far, and how each step is computed.
+struct Evaluation<'a> {
+    fusion: &'a Fusion,
+    sizes: &'a BTreeMap<String, i64>,
+    executor: &'a dyn Executor,
+    values: IdVec<TensorId, Option<Cow<'a, [f64]>>>,
+    /// Products evaluated inside their reduction (see [`fused_products`]).
+    fused: std::collections::HashSet<TensorId>,
+}
+
+type Shaped<'v> = (Cow<'v, [f64]>, Vec<usize>);
+
+impl<'a> Evaluation<'a> {
+    /// A tensor's shape at the sizes (a broadcast axis has extent 1).
+    fn shape(&self, t: TensorId) -> Result<Vec<usize>, String> {
+        let fusion = self.fusion;
+        fusion
+            .logical(t)
+            .iter()
+            .map(|&id| {
+                if fusion.ids[id].kind == IterKind::Broadcast {
+                    return Ok(1);
+                }
+                let e = fusion.ids[id]
+                    .root_extent
+                    .clone()
+                    .ok_or("axis without extent")?;
+                let v = e.eval(self.sizes).map_err(|e| e.to_string())?;
+                usize::try_from(v).map_err(|_| format!("size {e} = {v} is negative"))
+            })
+            .collect()
+    }
+
+    /// The values of an operand with its shape (a literal is one value of shape []).
+    fn operand(&self, o: &Operand) -> Result<Shaped<'_>, String> {
+        match o {
+            Operand::Scalar(v) => Ok((Cow::Owned(vec![*v]), vec![])),
+            Operand::Count(c) => {
+                let n = self
+                    .fusion
+                    .count_size(*c)
+                    .eval(self.sizes)
+                    .map_err(|e| e.to_string())?;
+                let minus = self.fusion.counts[*c].minus;
+                Ok((Cow::Owned(vec![(n as f64 - minus).max(0.0)]), vec![]))
+            }
+            Operand::Tensor(t) => Ok((
+                Cow::Borrowed(self.values[*t].as_deref().ok_or_else(|| {
+                    format!(
+                        "`{}` used before it is computed",
+                        self.fusion.tensors[*t].name
+                    )
+                })?),
+                self.shape(*t)?,
+            )),
+        }
+    }
+
+    /// An operand where the op computes in `compute`: a literal is first rounded to that type,
+    /// as the kernel writes it (`0.9f`) and torch converts a Python number to the tensor's
+    /// type. (In float64 `x < 0.9` and `x < 0.9f` differ for x = 0.9f.)
+    fn computed(&self, o: &Operand, compute: crate::DType) -> Result<Shaped<'_>, String> {
+        self.operand(o).map(|(v, sh)| match o {
+            Operand::Scalar(x) => (Cow::Owned(vec![compute.round(*x)]), sh),
+            // (The kernel converts the count to `compute` too.)
+            Operand::Count(_) => (Cow::Owned(vec![compute.round(v[0])]), sh),
+            Operand::Tensor(_) => (v, sh),
+        })
+    }
+
+    /// The values of expression `e`'s output; `read` gains what a fused product read.
+    fn step(
+        &self,
+        e: crate::fusion::ExprId,
+        read: &mut Vec<&'a Operand>,
+    ) -> Result<Vec<f64>, String> {
+        let expr = &self.fusion.exprs[e];
+        let out_shape = self.shape(expr.output)?;
+        let n: usize = out_shape.iter().product();
+        Ok(match &expr.op {
+            Op::Set | Op::Broadcast { .. } => {
+                map(self.executor, &self.operand(&expr.inputs[0])?.0, |x| x)
+            }
+            Op::Permute { .. }
+            | Op::Expand { .. }
+            | Op::Slice { .. }
+            | Op::Pad { .. }
+            | Op::Cat { .. }
+            | Op::ExpandBlocks { .. }
+            | Op::Gather { .. }
+            | Op::Reshape => self.view_step(e, &out_shape)?,
+            Op::Cast(_) | Op::Unary(_) | Op::Binary(_) | Op::Ternary(_) => {
+                self.arithmetic_step(e, &out_shape)?
+            }
+            Op::Reduce { op, axes } => self.reduce_step(e, *op, axes, n, read)?,
+            Op::Mma => return Err("matrix products are not evaluated yet".into()),
+            Op::Full { value } => vec![*value; n],
+            Op::Iota { axis } => {
+                let stride: usize = out_shape[axis + 1..].iter().product();
+                let extent = out_shape[*axis].max(1);
+                (0..n)
+                    .map(|i| ((i / stride.max(1)) % extent) as f64)
+                    .collect()
+            }
+        })
+    }
+
+    /// A view's values: each output element from the input element it reads.
+    fn view_step(&self, e: crate::fusion::ExprId, out_shape: &[usize]) -> Result<Vec<f64>, String> {
+        let expr = &self.fusion.exprs[e];
+        let n: usize = out_shape.iter().product();
+        let out_dtype = self.fusion.tensors[expr.output].dtype;
+        Ok(match &expr.op {
             // Views: each output element reads the input through strides (0 along an expanded
             // broadcast axis, the input's own permuted for a permute).
             Op::Permute { dims } => {
-                let (v, s) = operand(&expr.inputs[0])?;
+                let (v, s) = self.operand(&expr.inputs[0])?;
                 let input = strides_in(&s, s.len());
                 let strides: Vec<usize> = dims.iter().map(|&d| input[d]).collect();
                 let mut out = vec![0.0; n];
-                view(executor, &out_shape, &v, &strides, &mut out);
+                view(self.executor, out_shape, &v, &strides, &mut out);
                 out
             }
             Op::Expand { .. } => {
-                let (v, s) = operand(&expr.inputs[0])?;
+                let (v, s) = self.operand(&expr.inputs[0])?;
                 let mut out = vec![0.0; n];
-                view(executor, &out_shape, &v, &strides_in(&s, s.len()), &mut out);
+                view(
+                    self.executor,
+                    out_shape,
+                    &v,
+                    &strides_in(&s, s.len()),
+                    &mut out,
+                );
                 out
             }
             // Views that move indices: each output element from the input element it maps to.
             Op::Slice {
                 axis, start, step, ..
             } => {
-                let (v, s) = operand(&expr.inputs[0])?;
-                let start = start.eval(sizes).map_err(|e| e.to_string())? as usize;
+                let (v, s) = self.operand(&expr.inputs[0])?;
+                let start = start.eval(self.sizes).map_err(|e| e.to_string())? as usize;
                 let (axis, step, strides) = (*axis, *step as usize, row_major(&s));
-                remap(executor, &out_shape, |idx| {
+                remap(self.executor, out_shape, |idx| {
                     let along = start + step * idx[axis];
                     v[offset(idx, &strides) + (along - idx[axis]) * strides[axis]]
                 })
@@ -198,10 +299,10 @@ pub fn evaluate_with(
                 value,
                 ..
             } => {
-                let (v, s) = operand(&expr.inputs[0])?;
+                let (v, s) = self.operand(&expr.inputs[0])?;
                 let (axis, before, strides) = (*axis, *before as usize, row_major(&s));
                 let (extent, value) = (s[axis], out_dtype.round(*value));
-                remap(executor, &out_shape, |idx| {
+                remap(self.executor, out_shape, |idx| {
                     let i = idx[axis];
                     if i < before || i >= before + extent {
                         return value;
@@ -210,10 +311,13 @@ pub fn evaluate_with(
                 })
             }
             Op::Cat { axis } => {
-                let ((va, sa), (vb, sb)) = (operand(&expr.inputs[0])?, operand(&expr.inputs[1])?);
+                let ((va, sa), (vb, sb)) = (
+                    self.operand(&expr.inputs[0])?,
+                    self.operand(&expr.inputs[1])?,
+                );
                 let (axis, ta, tb) = (*axis, row_major(&sa), row_major(&sb));
                 let first = sa[axis];
-                remap(executor, &out_shape, |idx| {
+                remap(self.executor, out_shape, |idx| {
                     if idx[axis] < first {
                         va[offset(idx, &ta)]
                     } else {
@@ -222,9 +326,9 @@ pub fn evaluate_with(
                 })
             }
             Op::ExpandBlocks { block } => {
-                let (v, s) = operand(&expr.inputs[0])?;
+                let (v, s) = self.operand(&expr.inputs[0])?;
                 let strides = row_major(&s);
-                remap(executor, &out_shape, |idx| {
+                remap(self.executor, out_shape, |idx| {
                     let at: usize = idx
                         .iter()
                         .zip(block)
@@ -237,10 +341,13 @@ pub fn evaluate_with(
             // The index read at the output's element (a broadcast axis of it at 0), clamped
             // into x's extent as the kernel clamps it (torch raises instead).
             Op::Gather { axis, select } => {
-                let ((vx, sx), (vi, si)) = (operand(&expr.inputs[0])?, operand(&expr.inputs[1])?);
+                let ((vx, sx), (vi, si)) = (
+                    self.operand(&expr.inputs[0])?,
+                    self.operand(&expr.inputs[1])?,
+                );
                 let (axis, select, tx, ti) = (*axis, *select, row_major(&sx), row_major(&si));
                 let extent = sx[axis];
-                remap(executor, &out_shape, |idx| {
+                remap(self.executor, out_shape, |idx| {
                     let at = if select {
                         vi[idx[axis]]
                     } else {
@@ -254,32 +361,46 @@ pub fn evaluate_with(
                 })
             }
             // Row-major order is the same: the values are.
-            Op::Reshape => operand(&expr.inputs[0])?.0.into_owned(),
+            Op::Reshape => self.operand(&expr.inputs[0])?.0.into_owned(),
+            _ => unreachable!("view_step takes views"),
+        })
+    }
+
+    /// A cast's, a unary's, a binary's or a ternary's values, in the op's compute type.
+    fn arithmetic_step(
+        &self,
+        e: crate::fusion::ExprId,
+        out_shape: &[usize],
+    ) -> Result<Vec<f64>, String> {
+        let expr = &self.fusion.exprs[e];
+        let n: usize = out_shape.iter().product();
+        let out_dtype = self.fusion.tensors[expr.output].dtype;
+        Ok(match &expr.op {
             Op::Cast(d) => {
                 let from = match expr.inputs[0] {
-                    Operand::Tensor(t) => fusion.tensors[t].dtype,
+                    Operand::Tensor(t) => self.fusion.tensors[t].dtype,
                     Operand::Scalar(_) | Operand::Count(_) => crate::DType::F64,
                 };
                 let d = *d;
-                map(executor, &operand(&expr.inputs[0])?.0, move |x| {
+                map(self.executor, &self.operand(&expr.inputs[0])?.0, move |x| {
                     d.convert_from(from, x)
                 })
             }
             Op::Unary(u) => {
                 let u = *u;
-                map(executor, &operand(&expr.inputs[0])?.0, move |x| {
+                map(self.executor, &self.operand(&expr.inputs[0])?.0, move |x| {
                     out_dtype.arithmetic_result(u.eval(x))
                 })
             }
             Op::Binary(b) => {
-                let compute = fusion.compute_type(e);
-                let (va, sa) = computed(&expr.inputs[0], compute)?;
-                let (vb, sb) = computed(&expr.inputs[1], compute)?;
+                let compute = self.fusion.compute_type(e);
+                let (va, sa) = self.computed(&expr.inputs[0], compute)?;
+                let (vb, sb) = self.computed(&expr.inputs[1], compute)?;
                 let rank = out_shape.len();
                 let mut out = vec![0.0; n];
                 binary(
-                    executor,
-                    &out_shape,
+                    self.executor,
+                    out_shape,
                     (&va, &strides_in(&sa, rank)),
                     (&vb, &strides_in(&sb, rank)),
                     *b,
@@ -289,18 +410,18 @@ pub fn evaluate_with(
                 out
             }
             Op::Ternary(t) => {
-                let compute = fusion.compute_type(e);
+                let compute = self.fusion.compute_type(e);
                 // (A tensor operand is read as it is: the generator's integer operands are
                 // exact in float64, and `where` tests non-zero in any type.)
-                let (va, sa) = computed(&expr.inputs[0], t.operand_type(0, compute))?;
-                let (vb, sb) = computed(&expr.inputs[1], t.operand_type(1, compute))?;
-                let (vc, sc) = computed(&expr.inputs[2], t.operand_type(2, compute))?;
+                let (va, sa) = self.computed(&expr.inputs[0], t.operand_type(0, compute))?;
+                let (vb, sb) = self.computed(&expr.inputs[1], t.operand_type(1, compute))?;
+                let (vc, sc) = self.computed(&expr.inputs[2], t.operand_type(2, compute))?;
                 let rank = out_shape.len();
                 let mut out = vec![0.0; n];
                 let t = *t;
                 ternary(
-                    executor,
-                    &out_shape,
+                    self.executor,
+                    out_shape,
                     [
                         (&va, &strides_in(&sa, rank)),
                         (&vb, &strides_in(&sb, rank)),
@@ -311,76 +432,67 @@ pub fn evaluate_with(
                 );
                 out
             }
-            Op::Reduce { op, axes } => {
-                let product = match expr.inputs[0] {
-                    Operand::Tensor(t) if fused.contains(&t) => Some(t),
-                    _ => None,
-                };
-                let mut out = vec![op.identity(); n];
-                match product {
-                    Some(product) => {
-                        let def =
-                            &fusion.exprs[fusion.tensors[product].definition.expect("binary")];
-                        let Op::Binary(b) = def.op else {
-                            unreachable!("`fused` holds products of binary ops only")
-                        };
-                        read.extend(def.inputs.iter());
-                        let (va, sa) = operand(&def.inputs[0])?;
-                        let (vb, sb) = operand(&def.inputs[1])?;
-                        let ps = shape(product)?;
-                        let reduced: Vec<bool> = (0..ps.len()).map(|k| axes.contains(&k)).collect();
-                        let source = Source {
-                            a: (&va, strides_in(&sa, ps.len())),
-                            b: Some((
-                                &vb,
-                                strides_in(&sb, ps.len()),
-                                b,
-                                fusion.tensors[product].dtype,
-                            )),
-                        };
-                        reduce(executor, &ps, &reduced, &source, op.combine(), &mut out);
-                    }
-                    None => {
-                        let (v, s) = operand(&expr.inputs[0])?;
-                        let reduced: Vec<bool> = (0..s.len()).map(|k| axes.contains(&k)).collect();
-                        let source = Source {
-                            a: (&v, strides_in(&s, s.len())),
-                            b: None,
-                        };
-                        reduce(executor, &s, &reduced, &source, op.combine(), &mut out);
-                    }
-                }
-                out
-            }
-            Op::Mma => return Err("matrix products are not evaluated yet".into()),
-            Op::Full { value } => vec![*value; n],
-            Op::Iota { axis } => {
-                let stride: usize = out_shape[axis + 1..].iter().product();
-                let extent = out_shape[*axis].max(1);
-                (0..n)
-                    .map(|i| ((i / stride.max(1)) % extent) as f64)
-                    .collect()
-            }
+            _ => unreachable!("arithmetic_step takes casts and elementwise ops"),
+        })
+    }
+
+    /// A reduction's values; a reduction of a fused product reads the product's operands.
+    fn reduce_step(
+        &self,
+        e: crate::fusion::ExprId,
+        op: crate::fusion::ReduceOp,
+        axes: &[usize],
+        n: usize,
+        read: &mut Vec<&'a Operand>,
+    ) -> Result<Vec<f64>, String> {
+        let expr = &self.fusion.exprs[e];
+        let product = match expr.inputs[0] {
+            Operand::Tensor(t) if self.fused.contains(&t) => Some(t),
+            _ => None,
         };
-        // Drop what no later step reads (large references hold many tensors of 2^28 values).
-        for o in read {
-            if let Operand::Tensor(t) = o {
-                reads[*t] -= 1;
-                if reads[*t] == 0 && !fusion.tensors[*t].is_output {
-                    values[*t] = None;
-                }
+        let mut out = vec![op.identity(); n];
+        match product {
+            Some(product) => {
+                let def =
+                    &self.fusion.exprs[self.fusion.tensors[product].definition.expect("binary")];
+                let Op::Binary(b) = def.op else {
+                    unreachable!("`fused` holds products of binary ops only")
+                };
+                read.extend(def.inputs.iter());
+                let (va, sa) = self.operand(&def.inputs[0])?;
+                let (vb, sb) = self.operand(&def.inputs[1])?;
+                let ps = self.shape(product)?;
+                let reduced: Vec<bool> = (0..ps.len()).map(|k| axes.contains(&k)).collect();
+                let source = Source {
+                    a: (&va, strides_in(&sa, ps.len())),
+                    b: Some((
+                        &vb,
+                        strides_in(&sb, ps.len()),
+                        b,
+                        self.fusion.tensors[product].dtype,
+                    )),
+                };
+                reduce(
+                    self.executor,
+                    &ps,
+                    &reduced,
+                    &source,
+                    op.combine(),
+                    &mut out,
+                );
+            }
+            None => {
+                let (v, s) = self.operand(&expr.inputs[0])?;
+                let reduced: Vec<bool> = (0..s.len()).map(|k| axes.contains(&k)).collect();
+                let source = Source {
+                    a: (&v, strides_in(&s, s.len())),
+                    b: None,
+                };
+                reduce(self.executor, &s, &reduced, &source, op.combine(), &mut out);
             }
         }
-        values[expr.output] = Some(Cow::Owned(result));
+        Ok(out)
     }
-    let mut out = BTreeMap::new();
-    for &t in &fusion.outputs {
-        out.insert(
-            fusion.tensors[t].name.clone(),
-            values[t].take().ok_or("output not computed")?.into_owned(),
-        );
-    }
-    Ok(out)
 }
 
 /// Element strides of an operand of shape `s` seen through an iteration of rank `rank`: 0

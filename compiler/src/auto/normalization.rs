@@ -50,23 +50,35 @@ pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoS
         .map(|&t| i64::from(f.tensors[t].dtype.size_bytes()))
         .sum::<i64>()
         .max(4);
-    let vectors = super::ceil_div(n_or, v);
     let row_text = format!(
         "rows of {} {}",
         super::reduction::extent_text(n),
         dtype_names(f, &accessed)
     );
+    let r = Row {
+        facts,
+        reference,
+        inputs,
+        outputs,
+        buffers,
+        n_or,
+        v,
+        bytes_per_element,
+        vectors: super::ceil_div(n_or, v),
+        row_text,
+    };
 
     let placement = facts.knobs.row;
     let in_registers = match placement {
         None | Some(RowPlacement::Registers) => {
-            registers_plan(vectors, v, bytes_per_element, facts.knobs.per_thread)
+            registers_plan(r.vectors, v, bytes_per_element, facts.knobs.per_thread)
         }
         Some(_) => None,
     };
     if placement == Some(RowPlacement::Registers) && in_registers.is_none() {
         return Err(format!(
-            "the row ({row_text}) does not fit in registers with {} vectors per thread",
+            "the row ({}) does not fit in registers with {} vectors per thread",
+            r.row_text,
             facts
                 .knobs
                 .per_thread
@@ -74,12 +86,49 @@ pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoS
         ));
     }
     if let Some((k, threads, registers)) = in_registers {
-        let mut s = ScheduleText::new(facts.name(reference));
-        s.caches(facts, &inputs, &outputs, "");
-        s.comment(&format!(
-            "One block per row, kept in registers: {v}-element vectors, {k} per thread, ceilDiv(N, {}) threads.",
-            v * k
+        return Ok(r.in_registers(k, threads, registers));
+    }
+    let shared = n_or.saturating_mul(bytes_per_element);
+    let limit = target::SMEM_PER_BLOCK;
+    if placement == Some(RowPlacement::Shared) && shared > limit {
+        return Err(format!(
+            "the row ({shared} bytes of persistent buffers) does not fit in shared memory ({limit} bytes)"
         ));
+    }
+    if shared <= limit && placement != Some(RowPlacement::Streamed) {
+        return Ok(r.in_shared(shared));
+    }
+    Ok(r.streamed(shared))
+}
+
+/// A normalization's row: what each placement's schedule is written from.
+struct Row<'a, 'f> {
+    facts: &'a Facts<'f>,
+    reference: TensorId,
+    inputs: Vec<TensorId>,
+    outputs: Vec<TensorId>,
+    /// Intermediates read more than once along the row.
+    buffers: Vec<TensorId>,
+    /// The row's extent (a default where the sizes do not say).
+    n_or: i64,
+    /// Elements per vector access.
+    v: i64,
+    bytes_per_element: i64,
+    vectors: i64,
+    row_text: String,
+}
+
+impl Row<'_, '_> {
+    /// One block per row, kept in registers: `k` vectors per thread.
+    fn in_registers(&self, k: i64, threads: i64, registers: i64) -> AutoSchedule {
+        let (facts, reference, v) = (self.facts, self.reference, self.v);
+        let (inputs, outputs, row_text) = (&self.inputs, &self.outputs, &self.row_text);
+        let mut s = ScheduleText::new(facts.name(reference));
+        s.caches(facts, inputs, outputs, "");
+        s.comment(&format!(
+        "One block per row, kept in registers: {v}-element vectors, {k} per thread, ceilDiv(N, {}) threads.",
+        v * k
+    ));
         // [rows, (k,) threads, (v)]
         let mut axes = vec![(0, "BIDx")];
         let threads_axis = if k > 1 { 2 } else { 1 };
@@ -93,25 +142,21 @@ pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoS
         }
         s.parallelize(&axes);
         s.propagate_and_inline();
-        return Ok(AutoSchedule {
-            scheduler: Scheduler::Normalization,
-            text: s.finish(),
-            reason: format!(
-                "normalization of {row_text} {}: the row persistent in registers, {v}-element vectors, {} elements per thread, {threads} threads per row (about {registers} registers a thread)",
-                facts.sizes.describe(),
-                v * k,
-            ),
-        });
+        AutoSchedule {
+        scheduler: Scheduler::Normalization,
+        text: s.finish(),
+        reason: format!(
+            "normalization of {row_text} {}: the row persistent in registers, {v}-element vectors, {} elements per thread, {threads} threads per row (about {registers} registers a thread)",
+            facts.sizes.describe(),
+            v * k,
+        ),
+    }
     }
 
-    let shared = n_or.saturating_mul(bytes_per_element);
-    let limit = target::SMEM_PER_BLOCK;
-    if placement == Some(RowPlacement::Shared) && shared > limit {
-        return Err(format!(
-            "the row ({shared} bytes of persistent buffers) does not fit in shared memory ({limit} bytes)"
-        ));
-    }
-    if shared <= limit && placement != Some(RowPlacement::Streamed) {
+    /// One block per row, kept in shared memory (`shared` bytes).
+    fn in_shared(&self, shared: i64) -> AutoSchedule {
+        let (facts, reference, n_or) = (self.facts, self.reference, self.n_or);
+        let (inputs, buffers, row_text) = (&self.inputs, &self.buffers, &self.row_text);
         let most = facts
             .knobs
             .threads
@@ -120,76 +165,85 @@ pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoS
         let per_thread = super::ceil_div(n_or, most).max(1);
         let threads = super::ceil_div(n_or, per_thread);
         let mut s = ScheduleText::new(facts.name(reference));
-        s.caches(facts, &inputs, &[], "memory=shared");
+        s.caches(facts, inputs, &[], "memory=shared");
         s.comment(&format!(
-            "One block per row, kept in shared memory ({shared} bytes): {per_thread} elements per thread, ceilDiv(N, {per_thread}) threads."
-        ));
+        "One block per row, kept in shared memory ({shared} bytes): {per_thread} elements per thread, ceilDiv(N, {per_thread}) threads."
+    ));
         s.split(1, per_thread, true);
         s.parallelize(&[(0, "BIDx"), (2, "TIDx")]);
         s.line(format!("propagate({})", facts.name(reference)));
-        for &b in &buffers {
+        for &b in buffers {
             s.line(format!("{}.set_memory(shared)", facts.name(b)));
         }
         s.line("inline_most()".to_string());
-        return Ok(AutoSchedule {
-            scheduler: Scheduler::Normalization,
-            text: s.finish(),
-            reason: format!(
-                "normalization of {row_text} {}: the row too wide for registers, persistent in shared memory ({shared} bytes per block), {threads} threads per row",
-                facts.sizes.describe(),
-            ),
-        });
-    }
-    // Too wide to keep: stream it. Each intermediate read more than once is recomputed for each
-    // reader, so every loop over the row reads the inputs again (from L2 after the first).
-    let threads = match facts.knobs.threads {
-        Some(t) => t.clamp(MIN_THREADS, MAX_THREADS),
-        None => (vectors as u64)
-            .next_power_of_two()
-            .clamp(MIN_THREADS as u64, STREAM_THREADS as u64) as i64,
-    };
-    let mut s = ScheduleText::new(facts.name(reference));
-    s.caches(facts, &inputs, &outputs, "");
-    s.comment(&format!(
-        "One block per row, streamed: the row ({shared} bytes of persistent buffers) fits neither registers nor shared memory, so each loop over it reads the inputs again and recomputes what it needs; {threads} threads of {v}-element vectors."
-    ));
-    // An input read by more than one expression makes a cache with as many readers.
-    let uses = f.use_index();
-    for &i in inputs.iter().filter(|&&i| uses[i].len() > 1) {
-        s.line(format!("{}.recompute()", facts.fresh(facts.name(i), "c")));
-    }
-    for &b in &buffers {
-        s.line(format!("{}.recompute()", facts.name(b)));
-    }
-    let mut axes = vec![(0, "BIDx"), (2, "TIDx")];
-    if v > 1 {
-        s.split(1, v, false);
-        axes.push((3, "Vectorize"));
-    }
-    s.split(1, threads, false);
-    s.parallelize(&axes);
-    s.propagate_and_inline();
-    Ok(AutoSchedule {
+        AutoSchedule {
         scheduler: Scheduler::Normalization,
         text: s.finish(),
         reason: format!(
-            "normalization of {row_text} {}: the row too wide to keep ({shared} bytes of persistent buffers per row, more than registers ({} elements per block) or shared memory ({limit} bytes) hold), streamed: each loop over the row reads the inputs again{}, {threads} threads per row",
+            "normalization of {row_text} {}: the row too wide for registers, persistent in shared memory ({shared} bytes per block), {threads} threads per row",
             facts.sizes.describe(),
-            largest_register_row(v, bytes_per_element),
-            if buffers.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " ({} recomputed)",
-                    buffers
-                        .iter()
-                        .map(|&b| format!("`{}`", facts.name(b)))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            },
         ),
-    })
+    }
+    }
+
+    /// One block per row, streamed: the row (`shared` bytes of persistent buffers) is too wide
+    /// to keep.
+    fn streamed(&self, shared: i64) -> AutoSchedule {
+        let (facts, reference, v) = (self.facts, self.reference, self.v);
+        let (inputs, outputs, buffers) = (&self.inputs, &self.outputs, &self.buffers);
+        let (f, vectors, limit) = (facts.fusion, self.vectors, target::SMEM_PER_BLOCK);
+        let (row_text, bytes_per_element) = (&self.row_text, self.bytes_per_element);
+        // Too wide to keep: stream it. Each intermediate read more than once is recomputed for each
+        // reader, so every loop over the row reads the inputs again (from L2 after the first).
+        let threads = match facts.knobs.threads {
+            Some(t) => t.clamp(MIN_THREADS, MAX_THREADS),
+            None => (vectors as u64)
+                .next_power_of_two()
+                .clamp(MIN_THREADS as u64, STREAM_THREADS as u64) as i64,
+        };
+        let mut s = ScheduleText::new(facts.name(reference));
+        s.caches(facts, inputs, outputs, "");
+        s.comment(&format!(
+            "One block per row, streamed: the row ({shared} bytes of persistent buffers) fits neither registers nor shared memory, so each loop over it reads the inputs again and recomputes what it needs; {threads} threads of {v}-element vectors."
+        ));
+        // An input read by more than one expression makes a cache with as many readers.
+        let uses = f.use_index();
+        for &i in inputs.iter().filter(|&&i| uses[i].len() > 1) {
+            s.line(format!("{}.recompute()", facts.fresh(facts.name(i), "c")));
+        }
+        for &b in buffers {
+            s.line(format!("{}.recompute()", facts.name(b)));
+        }
+        let mut axes = vec![(0, "BIDx"), (2, "TIDx")];
+        if v > 1 {
+            s.split(1, v, false);
+            axes.push((3, "Vectorize"));
+        }
+        s.split(1, threads, false);
+        s.parallelize(&axes);
+        s.propagate_and_inline();
+        AutoSchedule {
+            scheduler: Scheduler::Normalization,
+            text: s.finish(),
+            reason: format!(
+                "normalization of {row_text} {}: the row too wide to keep ({shared} bytes of persistent buffers per row, more than registers ({} elements per block) or shared memory ({limit} bytes) hold), streamed: each loop over the row reads the inputs again{}, {threads} threads per row",
+                facts.sizes.describe(),
+                largest_register_row(v, bytes_per_element),
+                if buffers.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({} recomputed)",
+                        buffers
+                            .iter()
+                            .map(|&b| format!("`{}`", facts.name(b)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+            ),
+        }
+    }
 }
 
 /// Vectors per thread, threads and registers per thread of a row of `vectors` vectors of `v`

@@ -927,174 +927,12 @@ impl Fusion {
 pub fn print(f: &Fusion) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    // One axis, written straight into the text (this runs for every axis of every tensor).
-    let axis = |id: IterId, s: &mut String| {
-        let d = &f.ids[id];
-        let kind = match d.kind {
-            IterKind::Iteration => "",
-            IterKind::Reduction => "r",
-            IterKind::Broadcast => "b",
-        };
-        let int = |i: usize, s: &mut String| crate::text::write_int(i as i64, s);
-        int(id.index(), s);
-        s.push(':');
-        s.push_str(kind);
-        match &d.origin {
-            IterOrigin::Root => match f.class_extent(f.class_of(id)) {
-                SizeExpr::Sym(name) => s.push_str(&name),
-                SizeExpr::Const(c) => crate::text::write_int(c, s),
-                extent => {
-                    let _ = write!(s, "{extent}");
-                }
-            },
-            IterOrigin::Split {
-                parent,
-                factor,
-                inner_split,
-                is_outer,
-            } => {
-                s.push_str(if *is_outer { "o" } else { "i" });
-                s.push_str(if *inner_split { "/" } else { "|" });
-                crate::text::write_int(*factor, s);
-                s.push('@');
-                int(parent.index(), s);
-            }
-            IterOrigin::Merge { outer, inner } => {
-                int(outer.index(), s);
-                s.push('*');
-                int(inner.index(), s);
-            }
-        }
-        if d.parallel != ParallelType::Serial {
-            s.push(' ');
-            s.push_str(d.parallel.name());
-        }
-    };
-    let axes = |ids: &[IterId], s: &mut String| {
-        for (i, &id) in ids.iter().enumerate() {
-            if i > 0 {
-                s.push_str(", ");
-            }
-            axis(id, s);
-        }
-    };
     let _ = writeln!(s, "fusion {}", f.name);
     for tensor in &f.tensors {
-        let role = if tensor.is_input {
-            "input"
-        } else if tensor.is_output {
-            "output"
-        } else {
-            ""
-        };
-        let _ = write!(
-            s,
-            "  {}: {} {} {role}\n    root [",
-            tensor.name,
-            tensor.dtype,
-            tensor.memory.name()
-        );
-        axes(&tensor.root, &mut s);
-        s.push_str("]\n    loop [");
-        axes(&tensor.loop_domain, &mut s);
-        s.push_str("]  ");
-        let _ = match tensor.inline {
-            Inline::At(p) => write!(s, "inline_at {p}"),
-            Inline::Most => write!(s, "inline_most"),
-        };
-        if tensor.load != LoadKind::Plain {
-            let _ = write!(s, " load={}", tensor.load.name());
-        }
-        if tensor.swizzle != 0 {
-            let _ = write!(s, " swizzle={}", tensor.swizzle);
-        }
-        if tensor.row_pad != 0 {
-            let _ = write!(s, " row_pad={}", tensor.row_pad);
-        }
-        if tensor.store != LoadKind::Plain {
-            let _ = write!(
-                s,
-                " store={} fence={}",
-                tensor.store.name(),
-                tensor.fence.name()
-            );
-        }
-        if let Some(cb) = &tensor.circular {
-            let war = match (cb.war, cb.ws) {
-                (_, Some(ws)) => {
-                    let regs = ws
-                        .registers
-                        .map(|(p, c)| format!(", registers=[{p}, {c}]"))
-                        .unwrap_or_default();
-                    format!(", warp_specialized({}{regs}, warp={})", ws.on, ws.warp)
-                }
-                (WarMode::Sync, None) => String::new(),
-                (WarMode::Mbarrier, None) => ", war=mbarrier".into(),
-            };
-            let _ = write!(
-                s,
-                " circular_buffer(stages={}, prefetch={}{war})",
-                cb.stages, cb.prefetch
-            );
-        }
-        s.push('\n');
+        print_tensor(f, tensor, &mut s);
     }
     for e in &f.exprs {
-        let _ = write!(s, "  {} = ", f.tensors[e.output].name);
-        let _ = match &e.op {
-            Op::Set => write!(s, "set"),
-            Op::Unary(u) => write!(s, "{}", u.name()),
-            Op::Binary(b) => write!(s, "{}", b.name()),
-            Op::Ternary(t) => write!(s, "{}", t.name()),
-            Op::Cast(d) => write!(s, "cast<{d}>"),
-            Op::Broadcast { axes } => write!(s, "broadcast{axes:?}"),
-            Op::Permute { dims } => write!(s, "permute{dims:?}"),
-            Op::Expand { shape } => write!(
-                s,
-                "expand[{}]",
-                shape
-                    .iter()
-                    .map(|e| e.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            Op::Slice {
-                axis, start, step, ..
-            } => write!(s, "slice@{axis}<{start}:{step}>"),
-            Op::Pad {
-                axis,
-                before,
-                after,
-                value,
-            } => write!(s, "pad@{axis}<{before}, {after}, {value}>"),
-            Op::Cat { axis } => write!(s, "cat@{axis}"),
-            Op::Reshape => write!(s, "reshape"),
-            Op::ExpandBlocks { block } => write!(s, "expand_blocks{block:?}"),
-            Op::Gather {
-                axis,
-                select: false,
-            } => write!(s, "gather@{axis}"),
-            Op::Gather { axis, select: true } => write!(s, "index_select@{axis}"),
-            Op::Reduce { op, axes } => write!(s, "{}{axes:?}", op.name()),
-            Op::Mma => write!(s, "mma"),
-            Op::Iota { axis } => write!(s, "iota@{axis}"),
-            Op::Full { value } => write!(s, "full<{value}>"),
-        };
-        s.push('(');
-        for (i, o) in e.inputs.iter().enumerate() {
-            if i > 0 {
-                s.push_str(", ");
-            }
-            let _ = match o {
-                Operand::Tensor(t) => write!(s, "{}", f.tensors[*t].name),
-                Operand::Scalar(v) => write!(s, "{v}"),
-                Operand::Count(c) => match f.counts[*c].minus {
-                    0.0 => write!(s, "count({})", f.count_size(*c)),
-                    m => write!(s, "count({} - {m})", f.count_size(*c)),
-                },
-            };
-        }
-        s.push_str(")\n");
+        print_expr(f, e, &mut s);
     }
     if let Some(c) = f.cluster {
         let _ = writeln!(s, "  cluster({}, {})", c.on, c.ctas);
@@ -1104,4 +942,181 @@ pub fn print(f: &Fusion) -> String {
         let _ = writeln!(s, "  persistent({}, {}{split})", p.along, p.group);
     }
     s
+}
+
+/// One axis, written straight into the text (this runs for every axis of every tensor).
+fn print_axis(f: &Fusion, id: IterId, s: &mut String) {
+    use std::fmt::Write;
+    let d = &f.ids[id];
+    let kind = match d.kind {
+        IterKind::Iteration => "",
+        IterKind::Reduction => "r",
+        IterKind::Broadcast => "b",
+    };
+    let int = |i: usize, s: &mut String| crate::text::write_int(i as i64, s);
+    int(id.index(), s);
+    s.push(':');
+    s.push_str(kind);
+    match &d.origin {
+        IterOrigin::Root => match f.class_extent(f.class_of(id)) {
+            SizeExpr::Sym(name) => s.push_str(&name),
+            SizeExpr::Const(c) => crate::text::write_int(c, s),
+            extent => {
+                let _ = write!(s, "{extent}");
+            }
+        },
+        IterOrigin::Split {
+            parent,
+            factor,
+            inner_split,
+            is_outer,
+        } => {
+            s.push_str(if *is_outer { "o" } else { "i" });
+            s.push_str(if *inner_split { "/" } else { "|" });
+            crate::text::write_int(*factor, s);
+            s.push('@');
+            int(parent.index(), s);
+        }
+        IterOrigin::Merge { outer, inner } => {
+            int(outer.index(), s);
+            s.push('*');
+            int(inner.index(), s);
+        }
+    }
+    if d.parallel != ParallelType::Serial {
+        s.push(' ');
+        s.push_str(d.parallel.name());
+    }
+}
+
+fn print_axes(f: &Fusion, ids: &[IterId], s: &mut String) {
+    for (i, &id) in ids.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        print_axis(f, id, s);
+    }
+}
+
+/// A tensor's line: name, dtype, memory, role; its root and loop domains; its schedule's marks.
+fn print_tensor(f: &Fusion, tensor: &Tensor, s: &mut String) {
+    use std::fmt::Write;
+    let role = if tensor.is_input {
+        "input"
+    } else if tensor.is_output {
+        "output"
+    } else {
+        ""
+    };
+    let _ = write!(
+        s,
+        "  {}: {} {} {role}\n    root [",
+        tensor.name,
+        tensor.dtype,
+        tensor.memory.name()
+    );
+    print_axes(f, &tensor.root, s);
+    s.push_str("]\n    loop [");
+    print_axes(f, &tensor.loop_domain, s);
+    s.push_str("]  ");
+    let _ = match tensor.inline {
+        Inline::At(p) => write!(s, "inline_at {p}"),
+        Inline::Most => write!(s, "inline_most"),
+    };
+    if tensor.load != LoadKind::Plain {
+        let _ = write!(s, " load={}", tensor.load.name());
+    }
+    if tensor.swizzle != 0 {
+        let _ = write!(s, " swizzle={}", tensor.swizzle);
+    }
+    if tensor.row_pad != 0 {
+        let _ = write!(s, " row_pad={}", tensor.row_pad);
+    }
+    if tensor.store != LoadKind::Plain {
+        let _ = write!(
+            s,
+            " store={} fence={}",
+            tensor.store.name(),
+            tensor.fence.name()
+        );
+    }
+    if let Some(cb) = &tensor.circular {
+        let war = match (cb.war, cb.ws) {
+            (_, Some(ws)) => {
+                let regs = ws
+                    .registers
+                    .map(|(p, c)| format!(", registers=[{p}, {c}]"))
+                    .unwrap_or_default();
+                format!(", warp_specialized({}{regs}, warp={})", ws.on, ws.warp)
+            }
+            (WarMode::Sync, None) => String::new(),
+            (WarMode::Mbarrier, None) => ", war=mbarrier".into(),
+        };
+        let _ = write!(
+            s,
+            " circular_buffer(stages={}, prefetch={}{war})",
+            cb.stages, cb.prefetch
+        );
+    }
+    s.push('\n');
+}
+
+/// An expression's line: `out = op(operands)`.
+fn print_expr(f: &Fusion, e: &Expr, s: &mut String) {
+    use std::fmt::Write;
+    let _ = write!(s, "  {} = ", f.tensors[e.output].name);
+    let _ = match &e.op {
+        Op::Set => write!(s, "set"),
+        Op::Unary(u) => write!(s, "{}", u.name()),
+        Op::Binary(b) => write!(s, "{}", b.name()),
+        Op::Ternary(t) => write!(s, "{}", t.name()),
+        Op::Cast(d) => write!(s, "cast<{d}>"),
+        Op::Broadcast { axes } => write!(s, "broadcast{axes:?}"),
+        Op::Permute { dims } => write!(s, "permute{dims:?}"),
+        Op::Expand { shape } => write!(
+            s,
+            "expand[{}]",
+            shape
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Op::Slice {
+            axis, start, step, ..
+        } => write!(s, "slice@{axis}<{start}:{step}>"),
+        Op::Pad {
+            axis,
+            before,
+            after,
+            value,
+        } => write!(s, "pad@{axis}<{before}, {after}, {value}>"),
+        Op::Cat { axis } => write!(s, "cat@{axis}"),
+        Op::Reshape => write!(s, "reshape"),
+        Op::ExpandBlocks { block } => write!(s, "expand_blocks{block:?}"),
+        Op::Gather {
+            axis,
+            select: false,
+        } => write!(s, "gather@{axis}"),
+        Op::Gather { axis, select: true } => write!(s, "index_select@{axis}"),
+        Op::Reduce { op, axes } => write!(s, "{}{axes:?}", op.name()),
+        Op::Mma => write!(s, "mma"),
+        Op::Iota { axis } => write!(s, "iota@{axis}"),
+        Op::Full { value } => write!(s, "full<{value}>"),
+    };
+    s.push('(');
+    for (i, o) in e.inputs.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        let _ = match o {
+            Operand::Tensor(t) => write!(s, "{}", f.tensors[*t].name),
+            Operand::Scalar(v) => write!(s, "{v}"),
+            Operand::Count(c) => match f.counts[*c].minus {
+                0.0 => write!(s, "count({})", f.count_size(*c)),
+                m => write!(s, "count({} - {m})", f.count_size(*c)),
+            },
+        };
+    }
+    s.push_str(")\n");
 }

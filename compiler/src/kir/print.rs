@@ -548,57 +548,9 @@ fn print_head(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
         }
         Stmt::Alloc(b) => print_alloc(k, *b, ind, s),
         Stmt::Compute(c) => print_compute(k, c, ind, s),
-        Stmt::BlockReduce {
-            acc,
-            op,
-            dims,
-            dtype,
-        } => {
-            let d: String = ["x", "y", "z"]
-                .iter()
-                .zip(dims)
-                .filter(|(_, &b)| b)
-                .map(|(n, _)| *n)
-                .collect();
-            let _ = write!(
-                s,
-                "{ind}block_{}_over_{d}({})",
-                op.name(),
-                access_text(k, acc)
-            );
-            if *dtype != k.buffers[acc.buffer].dtype {
-                let _ = write!(s, " in {dtype}");
-            }
-            s.push('\n');
-        }
-        Stmt::QuadReduce { acc, op, dtype } => {
-            let _ = write!(s, "{ind}quad_{}({})", op.name(), access_text(k, acc));
-            if *dtype != k.buffers[acc.buffer].dtype {
-                let _ = write!(s, " in {dtype}");
-            }
-            s.push('\n');
-        }
-        Stmt::Sync => {
-            let _ = writeln!(s, "{ind}__syncthreads()");
-        }
-        Stmt::GroupSync { dims, threads } => {
-            let d: Vec<String> = dims.iter().map(|p| p.to_string()).collect();
-            let _ = writeln!(s, "{ind}group_barrier({}, {threads} threads)", d.join(", "));
-        }
-        Stmt::Turn {
-            step,
-            on,
-            groups,
-            threads,
-        } => {
-            let what = match step {
-                crate::kir::TurnStep::Wait => "turn_wait",
-                crate::kir::TurnStep::Pass => "turn_pass",
-            };
-            let _ = writeln!(s, "{ind}{what}({on}, {groups} groups of {threads} threads)");
-        }
-        Stmt::ClusterSync => {
-            let _ = writeln!(s, "{ind}cluster_sync");
+        Stmt::BlockReduce { .. } | Stmt::QuadReduce { .. } => print_reduction(k, st, ind, s),
+        Stmt::Sync | Stmt::GroupSync { .. } | Stmt::Turn { .. } | Stmt::ClusterSync => {
+            print_barrier(st, ind, s)
         }
         Stmt::Let {
             var,
@@ -613,35 +565,10 @@ fn print_head(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
             let _ = writeln!(s, "{ind}let {var} = {}{from}", value.text());
         }
         Stmt::MbarInit { bars } => print_mbar_init(k, *bars, ind, s),
-        Stmt::MbarInval { bars } => {
-            let m = &k.mbarriers[*bars];
-            let _ = writeln!(s, "{ind}mbarrier_inval {}[{}]", m.name, m.count);
-        }
-        Stmt::MbarArriveExpectTx { bars, slot, bytes } => {
-            let _ = writeln!(
-                s,
-                "{ind}mbarrier_arrive_expect_tx {}[{}], {bytes} bytes",
-                k.mbarriers[*bars].name,
-                slot.text()
-            );
-        }
-        Stmt::MbarWait { bars, slot, parity } => {
-            let _ = writeln!(
-                s,
-                "{ind}mbarrier_wait {}[{}], parity {}",
-                k.mbarriers[*bars].name,
-                slot.text(),
-                parity.text()
-            );
-        }
-        Stmt::MbarExpectTx { bars, slot, bytes } => {
-            let _ = writeln!(
-                s,
-                "{ind}mbarrier_expect_tx {}[{}], {bytes} bytes",
-                k.mbarriers[*bars].name,
-                slot.text()
-            );
-        }
+        Stmt::MbarInval { .. }
+        | Stmt::MbarArriveExpectTx { .. }
+        | Stmt::MbarWait { .. }
+        | Stmt::MbarExpectTx { .. } => print_mbar_op(k, st, ind, s),
         Stmt::MbarArrive {
             bars,
             slot,
@@ -688,6 +615,108 @@ fn print_head(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
             );
         }
         Stmt::TmaLoad(t) => print_tma_load(k, t, ind, s),
+    }
+}
+
+/// A block or quad reduction: `block_sum_over_x(acc[...]) in f32`.
+fn print_reduction(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
+    match st {
+        Stmt::BlockReduce {
+            acc,
+            op,
+            dims,
+            dtype,
+        } => {
+            let d: String = ["x", "y", "z"]
+                .iter()
+                .zip(dims)
+                .filter(|(_, &b)| b)
+                .map(|(n, _)| *n)
+                .collect();
+            let _ = write!(
+                s,
+                "{ind}block_{}_over_{d}({})",
+                op.name(),
+                access_text(k, acc)
+            );
+            if *dtype != k.buffers[acc.buffer].dtype {
+                let _ = write!(s, " in {dtype}");
+            }
+            s.push('\n');
+        }
+        Stmt::QuadReduce { acc, op, dtype } => {
+            let _ = write!(s, "{ind}quad_{}({})", op.name(), access_text(k, acc));
+            if *dtype != k.buffers[acc.buffer].dtype {
+                let _ = write!(s, " in {dtype}");
+            }
+            s.push('\n');
+        }
+        _ => unreachable!("print_reduction prints its own statements"),
+    }
+}
+
+/// A block, group, turn or cluster barrier.
+fn print_barrier(st: &Stmt, ind: &str, s: &mut String) {
+    match st {
+        Stmt::Sync => {
+            let _ = writeln!(s, "{ind}__syncthreads()");
+        }
+        Stmt::GroupSync { dims, threads } => {
+            let d: Vec<String> = dims.iter().map(|p| p.to_string()).collect();
+            let _ = writeln!(s, "{ind}group_barrier({}, {threads} threads)", d.join(", "));
+        }
+        Stmt::Turn {
+            step,
+            on,
+            groups,
+            threads,
+        } => {
+            let what = match step {
+                crate::kir::TurnStep::Wait => "turn_wait",
+                crate::kir::TurnStep::Pass => "turn_pass",
+            };
+            let _ = writeln!(s, "{ind}{what}({on}, {groups} groups of {threads} threads)");
+        }
+        Stmt::ClusterSync => {
+            let _ = writeln!(s, "{ind}cluster_sync");
+        }
+        _ => unreachable!("print_barrier prints its own statements"),
+    }
+}
+
+/// An mbarrier's invalidation, arrival with a transaction count, expectation or wait.
+fn print_mbar_op(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
+    match st {
+        Stmt::MbarInval { bars } => {
+            let m = &k.mbarriers[*bars];
+            let _ = writeln!(s, "{ind}mbarrier_inval {}[{}]", m.name, m.count);
+        }
+        Stmt::MbarArriveExpectTx { bars, slot, bytes } => {
+            let _ = writeln!(
+                s,
+                "{ind}mbarrier_arrive_expect_tx {}[{}], {bytes} bytes",
+                k.mbarriers[*bars].name,
+                slot.text()
+            );
+        }
+        Stmt::MbarWait { bars, slot, parity } => {
+            let _ = writeln!(
+                s,
+                "{ind}mbarrier_wait {}[{}], parity {}",
+                k.mbarriers[*bars].name,
+                slot.text(),
+                parity.text()
+            );
+        }
+        Stmt::MbarExpectTx { bars, slot, bytes } => {
+            let _ = writeln!(
+                s,
+                "{ind}mbarrier_expect_tx {}[{}], {bytes} bytes",
+                k.mbarriers[*bars].name,
+                slot.text()
+            );
+        }
+        _ => unreachable!("print_mbar_op prints its own statements"),
     }
 }
 

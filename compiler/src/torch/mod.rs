@@ -601,6 +601,42 @@ impl<'a> Emitter<'a> {
         match &expr.op {
             Op::Set => self.operand(&expr.inputs[0], out),
             Op::Cast(to) => self.operand(&expr.inputs[0], *to),
+            Op::Broadcast { .. }
+            | Op::Permute { .. }
+            | Op::Slice { .. }
+            | Op::Pad { .. }
+            | Op::Cat { .. }
+            | Op::ExpandBlocks { .. }
+            | Op::Gather { .. }
+            | Op::Reshape
+            | Op::Expand { .. } => self.define_view(t, expr, out),
+            Op::Unary(u) => {
+                let x = self.operand(&expr.inputs[0], f.compute_type(d));
+                unary(*u, x, out)
+            }
+            Op::Binary(b) => {
+                let compute = f.compute_type(d);
+                let x = self.operand(&expr.inputs[0], compute);
+                let y = self.operand(&expr.inputs[1], compute);
+                binary(*b, x, y, out)
+            }
+            Op::Ternary(op) => self.define_ternary(*op, expr, compute, out),
+            Op::Reduce { op, axes } => self.define_reduce(*op, axes, expr, compute, out),
+            Op::Iota { axis } => self.iota(t, *axis),
+            Op::Full { value } => self.define_full(t, *value, out),
+            Op::Mma => {
+                let x = self.operand(&expr.inputs[0], compute);
+                let y = self.operand(&expr.inputs[1], compute);
+                Py::new(format!("torch.matmul({}, {})", x.text, y.text), ATOM, out)
+            }
+        }
+    }
+
+    /// A view as a torch user writes it: unsqueeze, transpose / permute, basic slicing, F.pad,
+    /// torch.cat, repeat_interleave, gather / index_select, reshape, expand.
+    fn define_view(&self, t: TensorId, expr: &crate::fusion::Expr, out: DType) -> Py {
+        let f = self.f;
+        match &expr.op {
             Op::Broadcast { axes } => {
                 let mut x = self.operand(&expr.inputs[0], out);
                 for a in axes {
@@ -692,30 +728,7 @@ impl<'a> Emitter<'a> {
                 }
                 Py::new(format!("{text}[{}]", cut.join(", ")), ATOM, out)
             }
-            // torch.gather takes int64 indices; index_select int32 or int64.
-            Op::Gather { axis, select } => {
-                let x = self.operand(&expr.inputs[0], out);
-                let Operand::Tensor(index) = expr.inputs[1] else {
-                    unreachable!("an index is a tensor (fusion::build)")
-                };
-                let dtype = f.tensors[index].dtype;
-                let i = self.value(index);
-                let text = match (select, dtype) {
-                    (false, DType::I64) => format!("torch.gather({}, {axis}, {})", x.text, i.text),
-                    (false, _) => {
-                        format!("torch.gather({}, {axis}, {}.long())", x.text, i.at(ATOM))
-                    }
-                    (true, DType::I32 | DType::I64) => {
-                        format!("torch.index_select({}, {axis}, {})", x.text, i.text)
-                    }
-                    (true, _) => format!(
-                        "torch.index_select({}, {axis}, {}.int())",
-                        x.text,
-                        i.at(ATOM)
-                    ),
-                };
-                Py::new(text, ATOM, out)
-            }
+            Op::Gather { axis, select } => self.define_gather(*axis, *select, expr, out),
             Op::Reshape => {
                 let x = self.operand(&expr.inputs[0], out);
                 let sizes: Vec<String> = f
@@ -750,116 +763,155 @@ impl<'a> Emitter<'a> {
                     out,
                 )
             }
-            Op::Unary(u) => {
-                let x = self.operand(&expr.inputs[0], f.compute_type(d));
-                unary(*u, x, out)
+            _ => unreachable!("define_view takes views"),
+        }
+    }
+
+    /// `torch.gather` (int64 indices) or `torch.index_select` (int32 or int64).
+    fn define_gather(
+        &self,
+        axis: usize,
+        select: bool,
+        expr: &crate::fusion::Expr,
+        out: DType,
+    ) -> Py {
+        let f = self.f;
+        let x = self.operand(&expr.inputs[0], out);
+        let Operand::Tensor(index) = expr.inputs[1] else {
+            unreachable!("an index is a tensor (fusion::build)")
+        };
+        let dtype = f.tensors[index].dtype;
+        let i = self.value(index);
+        let text = match (select, dtype) {
+            (false, DType::I64) => format!("torch.gather({}, {axis}, {})", x.text, i.text),
+            (false, _) => {
+                format!("torch.gather({}, {axis}, {}.long())", x.text, i.at(ATOM))
             }
-            Op::Binary(b) => {
-                let compute = f.compute_type(d);
-                let x = self.operand(&expr.inputs[0], compute);
-                let y = self.operand(&expr.inputs[1], compute);
-                binary(*b, x, y, out)
+            (true, DType::I32 | DType::I64) => {
+                format!("torch.index_select({}, {axis}, {})", x.text, i.text)
             }
-            Op::Ternary(t) => {
-                let x = self.operand(&expr.inputs[0], t.operand_type(0, compute));
-                let y = self.operand(&expr.inputs[1], t.operand_type(1, compute));
-                let z = self.operand(&expr.inputs[2], t.operand_type(2, compute));
-                let call = |name: &str| {
-                    Py::new(
-                        format!("torch.{name}({}, {}, {})", tensor(&x), y.text, z.text),
-                        ATOM,
-                        out,
-                    )
-                };
-                match t {
-                    TernaryOp::Where => call("where"),
-                    TernaryOp::Clamp => call("clamp"),
-                    TernaryOp::Lerp => Py::new(
-                        format!("torch.lerp({}, {}, {})", tensor(&x), tensor(&y), z.text),
-                        ATOM,
-                        out,
-                    ),
-                    TernaryOp::Fma => Py::new(
-                        format!("{} * {} + {}", x.at(MUL), y.at(MUL + 1), z.at(ADD + 1)),
-                        ADD,
-                        out,
-                    ),
-                    // The generator in torch ops (`random`): the kernel's stream.
-                    TernaryOp::Rand | TernaryOp::RandN => Py::new(
-                        format!("_hf_{}({}, {}, {})", t.def().name, x.text, y.text, z.text),
-                        ATOM,
-                        out,
-                    ),
+            (true, _) => format!(
+                "torch.index_select({}, {axis}, {}.int())",
+                x.text,
+                i.at(ATOM)
+            ),
+        };
+        Py::new(text, ATOM, out)
+    }
+
+    /// `where`, `clamp`, `lerp`, `fma` and the random generator.
+    fn define_ternary(
+        &self,
+        t: TernaryOp,
+        expr: &crate::fusion::Expr,
+        compute: DType,
+        out: DType,
+    ) -> Py {
+        let x = self.operand(&expr.inputs[0], t.operand_type(0, compute));
+        let y = self.operand(&expr.inputs[1], t.operand_type(1, compute));
+        let z = self.operand(&expr.inputs[2], t.operand_type(2, compute));
+        let call = |name: &str| {
+            Py::new(
+                format!("torch.{name}({}, {}, {})", tensor(&x), y.text, z.text),
+                ATOM,
+                out,
+            )
+        };
+        match t {
+            TernaryOp::Where => call("where"),
+            TernaryOp::Clamp => call("clamp"),
+            TernaryOp::Lerp => Py::new(
+                format!("torch.lerp({}, {}, {})", tensor(&x), tensor(&y), z.text),
+                ATOM,
+                out,
+            ),
+            TernaryOp::Fma => Py::new(
+                format!("{} * {} + {}", x.at(MUL), y.at(MUL + 1), z.at(ADD + 1)),
+                ADD,
+                out,
+            ),
+            // The generator in torch ops (`random`): the kernel's stream.
+            TernaryOp::Rand | TernaryOp::RandN => Py::new(
+                format!("_hf_{}({}, {}, {})", t.def().name, x.text, y.text, z.text),
+                ATOM,
+                out,
+            ),
+        }
+    }
+
+    /// A reduction: `torch.sum` (with `dtype=` where the kernel accumulates wider), `prod` axis
+    /// by axis, `any` / `all`, `amax` / `amin`.
+    fn define_reduce(
+        &self,
+        op: ReduceOp,
+        axes: &[usize],
+        expr: &crate::fusion::Expr,
+        compute: DType,
+        out: DType,
+    ) -> Py {
+        let f = self.f;
+        // torch reduces no 8-bit float tensor: those are widened to f32 first.
+        let input = f.tensors[input_tensor(expr)].dtype;
+        let x = self.operand(
+            &expr.inputs[0],
+            if input.is_fp8() { DType::F32 } else { input },
+        );
+        let dim = dims(axes);
+        match op {
+            ReduceOp::Sum if x.dtype == Some(compute) => {
+                Py::new(format!("torch.sum({}, dim={dim})", x.text), ATOM, out)
+            }
+            // The kernel converts every element and accumulates in the compute type;
+            // `dtype=` makes torch do the same (without a converted copy on CUDA).
+            ReduceOp::Sum => Py::new(
+                format!(
+                    "torch.sum({}, dim={dim}, dtype={})",
+                    x.text,
+                    torch_dtype(compute)
+                ),
+                ATOM,
+                out,
+            ),
+            // `torch.prod` takes one dim: the axes one after the other, last first.
+            ReduceOp::Prod => {
+                let mut p = x.to(compute);
+                for a in axes.iter().rev() {
+                    p = Py::new(format!("torch.prod({}, dim={a})", p.text), ATOM, compute);
                 }
+                p.to(out)
             }
-            Op::Reduce { op, axes } => {
-                // torch reduces no 8-bit float tensor: those are widened to f32 first.
-                let input = f.tensors[input_tensor(expr)].dtype;
-                let x = self.operand(
-                    &expr.inputs[0],
-                    if input.is_fp8() { DType::F32 } else { input },
-                );
-                let dim = dims(axes);
-                match op {
-                    ReduceOp::Sum if x.dtype == Some(compute) => {
-                        Py::new(format!("torch.sum({}, dim={dim})", x.text), ATOM, out)
-                    }
-                    // The kernel converts every element and accumulates in the compute type;
-                    // `dtype=` makes torch do the same (without a converted copy on CUDA).
-                    ReduceOp::Sum => Py::new(
-                        format!(
-                            "torch.sum({}, dim={dim}, dtype={})",
-                            x.text,
-                            torch_dtype(compute)
-                        ),
-                        ATOM,
-                        out,
-                    ),
-                    // `torch.prod` takes one dim: the axes one after the other, last first.
-                    ReduceOp::Prod => {
-                        let mut p = x.to(compute);
-                        for a in axes.iter().rev() {
-                            p = Py::new(format!("torch.prod({}, dim={a})", p.text), ATOM, compute);
-                        }
-                        p.to(out)
-                    }
-                    ReduceOp::Any | ReduceOp::All => {
-                        let name = if *op == ReduceOp::Any { "any" } else { "all" };
-                        Py::new(format!("torch.{name}({}, dim={dim})", x.text), ATOM, out)
-                    }
-                    // The largest of the values converted is the converted largest: exact.
-                    ReduceOp::Max | ReduceOp::Min => {
-                        let name = if *op == ReduceOp::Max { "amax" } else { "amin" };
-                        let dtype = x.dtype.unwrap_or(compute);
-                        Py::new(format!("torch.{name}({}, dim={dim})", x.text), ATOM, dtype).to(out)
-                    }
-                }
+            ReduceOp::Any | ReduceOp::All => {
+                let name = if op == ReduceOp::Any { "any" } else { "all" };
+                Py::new(format!("torch.{name}({}, dim={dim})", x.text), ATOM, out)
             }
-            Op::Iota { axis } => self.iota(t, *axis),
-            Op::Full { value } => {
-                let dims: Vec<String> = f.logical(t).iter().map(|&id| self.extent(id)).collect();
-                let device = self.device();
-                // A one-element tuple keeps its comma.
-                let shape = match &dims[..] {
-                    [one] => format!("({one},)"),
-                    _ => format!("({})", dims.join(", ")),
-                };
-                Py::new(
-                    format!(
-                        "torch.full({shape}, {}, dtype={}{device})",
-                        literal(*value, out).text,
-                        torch_dtype(out)
-                    ),
-                    ATOM,
-                    out,
-                )
-            }
-            Op::Mma => {
-                let x = self.operand(&expr.inputs[0], compute);
-                let y = self.operand(&expr.inputs[1], compute);
-                Py::new(format!("torch.matmul({}, {})", x.text, y.text), ATOM, out)
+            // The largest of the values converted is the converted largest: exact.
+            ReduceOp::Max | ReduceOp::Min => {
+                let name = if op == ReduceOp::Max { "amax" } else { "amin" };
+                let dtype = x.dtype.unwrap_or(compute);
+                Py::new(format!("torch.{name}({}, dim={dim})", x.text), ATOM, dtype).to(out)
             }
         }
+    }
+
+    /// `torch.full(shape, value)`.
+    fn define_full(&self, t: TensorId, value: f64, out: DType) -> Py {
+        let f = self.f;
+        let dims: Vec<String> = f.logical(t).iter().map(|&id| self.extent(id)).collect();
+        let device = self.device();
+        // A one-element tuple keeps its comma.
+        let shape = match &dims[..] {
+            [one] => format!("({one},)"),
+            _ => format!("({})", dims.join(", ")),
+        };
+        Py::new(
+            format!(
+                "torch.full({shape}, {}, dtype={}{device})",
+                literal(value, out).text,
+                torch_dtype(out)
+            ),
+            ATOM,
+            out,
+        )
     }
 
     /// A product of sizes as Python (`x.shape[1] * 64`).

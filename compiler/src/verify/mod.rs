@@ -430,32 +430,8 @@ impl<'k> Walk<'k> {
             Stmt::Loop(l) => return self.enter_loop(l, ctx),
             Stmt::If { cond, .. } => return ctx.min(self.value(cond, ctx)),
             Stmt::Alloc(b) => self.alloc(me, st, *b),
-            Stmt::Compute(c) => {
-                // The lanes of a vector compute are its own variable.
-                if let Some((lane, _)) = &c.vector {
-                    self.vars.push((lane.clone(), Uniformity::Block));
-                }
-                self.access(&c.out, ctx);
-                c.value.for_each_read(&mut |a| self.access(a, ctx));
-                if c.vector.is_some() {
-                    self.vars.pop();
-                }
-            }
-            Stmt::BlockReduce { acc, .. } => {
-                self.access(acc, ctx);
-                if self.buffer_known(acc.buffer)
-                    && self.k.buffers[acc.buffer].memory != MemoryType::Local
-                {
-                    self.error(
-                        Rule::MemorySpace,
-                        format!(
-                            "the accumulator `{}` of a block reduction is not a register buffer",
-                            self.k.buffers[acc.buffer].name
-                        ),
-                    );
-                }
-                self.block_barrier(ctx, "a block reduction");
-            }
+            Stmt::Compute(c) => self.compute(c, ctx),
+            Stmt::BlockReduce { acc, .. } => self.block_reduce(acc, ctx),
             Stmt::QuadReduce { acc, .. } => {
                 self.access(acc, ctx);
                 self.memory_is(
@@ -511,18 +487,7 @@ impl<'k> Walk<'k> {
                 }
             }
             Stmt::TmaLoad(t) => self.tma_load(t, ctx),
-            Stmt::TmaStore(t) => {
-                self.access(&t.src, ctx);
-                self.memory_is(
-                    t.src.buffer,
-                    MemoryType::Shared,
-                    "the source of a TMA store",
-                );
-                for c in &t.coords {
-                    self.value(c, ctx);
-                }
-                self.tensor_map(t.map, t.coords.len());
-            }
+            Stmt::TmaStore(t) => self.tma_store(t, ctx),
             Stmt::BulkCommit | Stmt::BulkWaitRead(_) | Stmt::FenceProxyAsync => {}
             Stmt::StreamKFixup { acc } => {
                 if crate::kir::stream_k(self.k).is_none() {
@@ -535,51 +500,101 @@ impl<'k> Walk<'k> {
                     self.memory_is(*b, MemoryType::Local, "a stream-K accumulator");
                 }
             }
-            Stmt::Wgmma(w) => {
-                self.access(&w.acc, ctx);
-                self.memory_is(
-                    w.acc.buffer,
-                    MemoryType::Local,
-                    "the accumulator of a wgmma",
-                );
-                for o in [&w.a, &w.b] {
-                    self.access(&o.tile, ctx);
-                    if o.registers {
-                        self.memory_is(
-                            o.tile.buffer,
-                            MemoryType::Local,
-                            "a wgmma register operand",
-                        );
-                    } else {
-                        self.memory_is(o.tile.buffer, MemoryType::Shared, "a wgmma operand");
-                    }
-                }
-                if let Some(flag) = &w.accumulate {
-                    self.access(flag, ctx);
-                }
-                // The warp group issues it together (`.sync.aligned`): no lane may skip it.
-                self.warp_collective(ctx, "a wgmma (all 128 threads of the warp group)");
-            }
+            Stmt::Wgmma(w) => self.wgmma(w, ctx),
             Stmt::WgmmaFence | Stmt::WgmmaCommit | Stmt::WgmmaWait(_) => {
                 self.warp_collective(ctx, "a wgmma fence, commit or wait (warp-group collective)");
             }
-            Stmt::StMatrix { dst, src } => {
-                self.access(dst, ctx);
-                self.access(src, ctx);
-                self.memory_is(
-                    dst.buffer,
-                    MemoryType::Shared,
-                    "the destination of a stmatrix",
-                );
-                self.memory_is(src.buffer, MemoryType::Local, "the registers of a stmatrix");
-                // The warp stores together (`.sync.aligned`): no lane may skip it.
-                self.warp_collective(ctx, "a stmatrix (warp-collective)");
-            }
+            Stmt::StMatrix { dst, src } => self.stmatrix(dst, src, ctx),
             Stmt::WarpRoles(w) => {
                 self.warp_roles(ctx, &w.is_producer, w.registers, w.consumer_threads)
             }
         }
         ctx
+    }
+
+    /// A compute's accesses (a vector compute's lanes are its own variable).
+    fn compute(&mut self, c: &'k crate::kir::Compute, ctx: Uniformity) {
+        // The lanes of a vector compute are its own variable.
+        if let Some((lane, _)) = &c.vector {
+            self.vars.push((lane.clone(), Uniformity::Block));
+        }
+        self.access(&c.out, ctx);
+        c.value.for_each_read(&mut |a| self.access(a, ctx));
+        if c.vector.is_some() {
+            self.vars.pop();
+        }
+    }
+
+    /// A block reduction: its accumulator in registers, reached by every thread of the block.
+    fn block_reduce(&mut self, acc: &'k crate::kir::Access, ctx: Uniformity) {
+        self.access(acc, ctx);
+        if self.buffer_known(acc.buffer) && self.k.buffers[acc.buffer].memory != MemoryType::Local {
+            self.error(
+                Rule::MemorySpace,
+                format!(
+                    "the accumulator `{}` of a block reduction is not a register buffer",
+                    self.k.buffers[acc.buffer].name
+                ),
+            );
+        }
+        self.block_barrier(ctx, "a block reduction");
+    }
+
+    /// A TMA store: from shared memory, through a tensor map of as many coordinates.
+    fn tma_store(&mut self, t: &'k crate::kir::TmaStore, ctx: Uniformity) {
+        self.access(&t.src, ctx);
+        self.memory_is(
+            t.src.buffer,
+            MemoryType::Shared,
+            "the source of a TMA store",
+        );
+        for c in &t.coords {
+            self.value(c, ctx);
+        }
+        self.tensor_map(t.map, t.coords.len());
+    }
+
+    /// A wgmma: its accumulator in registers, its operands in shared memory or registers,
+    /// issued by the whole warp group.
+    fn wgmma(&mut self, w: &'k crate::kir::Wgmma, ctx: Uniformity) {
+        self.access(&w.acc, ctx);
+        self.memory_is(
+            w.acc.buffer,
+            MemoryType::Local,
+            "the accumulator of a wgmma",
+        );
+        for o in [&w.a, &w.b] {
+            self.access(&o.tile, ctx);
+            if o.registers {
+                self.memory_is(o.tile.buffer, MemoryType::Local, "a wgmma register operand");
+            } else {
+                self.memory_is(o.tile.buffer, MemoryType::Shared, "a wgmma operand");
+            }
+        }
+        if let Some(flag) = &w.accumulate {
+            self.access(flag, ctx);
+        }
+        // The warp group issues it together (`.sync.aligned`): no lane may skip it.
+        self.warp_collective(ctx, "a wgmma (all 128 threads of the warp group)");
+    }
+
+    /// A stmatrix: registers to shared memory, by the whole warp.
+    fn stmatrix(
+        &mut self,
+        dst: &'k crate::kir::Access,
+        src: &'k crate::kir::Access,
+        ctx: Uniformity,
+    ) {
+        self.access(dst, ctx);
+        self.access(src, ctx);
+        self.memory_is(
+            dst.buffer,
+            MemoryType::Shared,
+            "the destination of a stmatrix",
+        );
+        self.memory_is(src.buffer, MemoryType::Local, "the registers of a stmatrix");
+        // The warp stores together (`.sync.aligned`): no lane may skip it.
+        self.warp_collective(ctx, "a stmatrix (warp-collective)");
     }
 
     /// A loop's extent and variables (in scope until the caller pops them); returns how
