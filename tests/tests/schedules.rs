@@ -230,20 +230,20 @@ fn padding_is_for_plain_shared_caches() {
 fn a_copy_into_a_padded_shared_tile_is_vectorized_when_its_rows_keep_the_vectors_aligned() {
     let src = hopfuse_tests::example("ops/transpose_bf16.hf");
     let c = compile(&src);
-    // The fill of x's tile: one 4-byte vector from x into the tile, rows 34 elements apart.
+    // The fill of x's tile: one 8-byte vector from x into the tile, rows 68 elements apart.
     assert!(
         c.cuda.contains(
-            "*reinterpret_cast<hf_vec<hf_bf16, 2>*>(&x_s[(m_io * 4 + m_ii) * 34 + n_io * 2]) = *reinterpret_cast<const hf_vec<hf_bf16, 2>*>(&x["
+            "*reinterpret_cast<hf_vec<hf_bf16, 4>*>(&x_s[(m_io * 16 + m_ii) * 68 + n_io * 4]) = *reinterpret_cast<const hf_vec<hf_bf16, 4>*>(&x["
         ),
         "{}",
         c.cuda
     );
-    // 32 rows of 32 + 2 elements.
-    assert!(c.cuda.contains("// 1088 elements"), "{}", c.cuda);
-    // A pad of one element leaves every other row's vectors misaligned.
-    let e = hopfuse_tests::error(&src.replace("row_pad=2", "row_pad=1"));
+    // 64 rows of 64 + 4 elements.
+    assert!(c.cuda.contains("// 4352 elements"), "{}", c.cuda);
+    // A pad of two elements leaves every other row's vectors misaligned.
+    let e = hopfuse_tests::error(&src.replace("row_pad=4", "row_pad=2"));
     assert!(
-        e.contains("cannot vectorize the access to `x_s`: its vectors in shared memory are not aligned to 4 bytes"),
+        e.contains("cannot vectorize the access to `x_s`: its vectors in shared memory are not aligned to 8 bytes"),
         "{e}"
     );
 }
