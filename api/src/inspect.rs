@@ -5,7 +5,7 @@
 //! Moved here from the runner's `inspect.rs` (which builds them and re-exports them); the
 //! playground's PTX and SASS panes (`web/src/inspect_panes.rs`) read them.
 
-use hopfuse::codegen::lines::LineMap;
+use hopfuse::backend::codegen::lines::LineMap;
 use hopfuse::IndexType;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -32,8 +32,8 @@
 //! `tests/src/lib.rs` generates the 64 KiB shapes, `tests/examples/fuzz.rs` is the long fuzz.
 
 pub mod auto;
+pub mod backend;
 pub mod cancel;
-pub mod codegen;
 pub mod cuda;
 pub mod diag;
 pub mod dtype;
@@ -44,13 +44,10 @@ pub mod id;
 pub mod index_type;
 pub mod kir;
 pub mod passes;
-pub mod pipeline_view;
 pub mod plan;
-pub mod reference;
 pub mod segment;
 pub mod target;
 pub(crate) mod text;
-pub mod torch;
 pub mod verify;
 
 pub use cancel::Cancel;
@@ -82,8 +79,8 @@ pub struct CompileOptions {
     /// other sizes violates ([`plan::LaunchPlan::specialized_sizes`] reads them back).
     pub specialize: bool,
     /// Instrument the kernel for `hopfuse run --clock`: thread 0 of each of the first
-    /// [`codegen::clock_probe::CTAS`] CTAs records the SM cycles and nanoseconds from
-    /// the kernel's entry to its end in the module global [`codegen::clock_probe::SYMBOL`].
+    /// [`backend::codegen::clock_probe::CTAS`] CTAs records the SM cycles and nanoseconds from
+    /// the kernel's entry to its end in the module global [`backend::codegen::clock_probe::SYMBOL`].
     /// Off by default: the CUDA a schedule lowers to carries no probe. Needs the crate's
     /// `clock-probe` feature (the runner's); without it, asking is an error.
     pub clock_probe: bool,
@@ -103,14 +100,14 @@ pub struct Compilation {
     pub cuda: String,
     pub plan: LaunchPlan,
     pub passes: Vec<PassDump>,
-    /// The fusion as written (before scheduling): what [`reference::evaluate`] runs.
+    /// The fusion as written (before scheduling): what [`backend::reference::evaluate`] runs.
     pub fusion: fusion::Fusion,
     /// The kernel's roles and circular-buffer pipelines, from the kernel IR after the last pass
     /// (empty without TMA or bulk loads).
-    pub pipeline: pipeline_view::PipelineView,
+    pub pipeline: backend::pipeline_view::PipelineView,
     /// For every line of `cuda`, what wrote it: for kernel-IR statements, their line in the
     /// last pass dump and the pass that produced that line.
-    pub lines: codegen::lines::LineMap,
+    pub lines: backend::codegen::lines::LineMap,
     /// The kernel IR after the last pass (what the CUDA was emitted from).
     pub kernel: kir::Kernel,
     /// What the `tma` pass planned for the kernel's copies, pipelines and stores (and
@@ -118,7 +115,7 @@ pub struct Compilation {
     pub pipeline_plan: passes::PipelinePlan,
 }
 
-/// The fusion as written (what [`reference::evaluate`] runs), from the front end alone: no
+/// The fusion as written (what [`backend::reference::evaluate`] runs), from the front end alone: no
 /// scheduling, no lowering. For a caller that has the rest of a [`Compilation`] already.
 pub fn reference_fusion(source: &str) -> Result<fusion::Fusion, Diagnostics> {
     let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
@@ -201,13 +198,13 @@ pub fn compile_choosing_index(
     } = lowering;
     let pipeline_plan = handoff.plan;
     cancel::Cancel::check()?;
-    let pipeline = pipeline_view::extract(&kernel, &pipeline_plan);
+    let pipeline = backend::pipeline_view::extract(&kernel, &pipeline_plan);
     let mut constraints = handoff.constraints;
     if let Some(sizes) = &cx.options.specialized {
         constraints.extend(plan::specialized_constraints(&scheduled.symbols, sizes));
     }
     let block_bound = block_bound(&kernel, options.aligned_for.as_ref());
-    let (mut cuda, mut plan, mut written) = codegen::emit_mapped(
+    let (mut cuda, mut plan, mut written) = backend::codegen::emit_mapped(
         &scheduled,
         &kernel,
         options.index_type,
@@ -217,7 +214,7 @@ pub fn compile_choosing_index(
     );
     let index_type = choose(&plan);
     if index_type != options.index_type {
-        (cuda, plan, written) = codegen::emit_mapped(
+        (cuda, plan, written) = backend::codegen::emit_mapped(
             &scheduled,
             &kernel,
             index_type,
@@ -236,7 +233,7 @@ pub fn compile_choosing_index(
     // dumps (the first dump is the fusion IR).
     let kernel_dumps: Vec<(&str, &str)> =
         dumps[1..].iter().map(|d| (d.name, d.ir.as_str())).collect();
-    let lines = codegen::lines::LineMap::new(&written, &ir_lines, &kernel_dumps);
+    let lines = backend::codegen::lines::LineMap::new(&written, &ir_lines, &kernel_dumps);
     Ok(Compilation {
         cuda,
         plan,
@@ -267,7 +264,7 @@ pub struct Segmented {
     pub segmentation: segment::Segmentation,
     /// Each segment's compilation, in the order they run (kernel `i` is segment `i`).
     pub kernels: Vec<Compilation>,
-    /// The whole fusion as written: what [`reference::evaluate`] runs for the final outputs.
+    /// The whole fusion as written: what [`backend::reference::evaluate`] runs for the final outputs.
     pub fusion: fusion::Fusion,
     pub plan: plan::SegmentedPlan,
 }
@@ -615,11 +612,11 @@ impl<'f> Lowering<'f> {
     }
 }
 
-/// Parses a program and emits the PyTorch twin of its fusion ([`torch::emit`]; the schedule is
+/// Parses a program and emits the PyTorch twin of its fusion ([`backend::torch::emit`]; the schedule is
 /// checked by [`compile`], not here: a twin does not depend on it).
-pub fn torch_twin(source: &str) -> Result<torch::Twin, Diagnostics> {
+pub fn torch_twin(source: &str) -> Result<backend::torch::Twin, Diagnostics> {
     let locate = |d: Diagnostic| Diagnostics::from(d.locate(source));
     let program = frontend::parse(source).map_err(locate)?;
     let fusion = fusion::build(&program.fusion).map_err(locate)?;
-    Ok(torch::emit(&fusion, Some(&program.fusion)))
+    Ok(backend::torch::emit(&fusion, Some(&program.fusion)))
 }

@@ -146,7 +146,7 @@ pub fn export(
     setup: &Setup,
     sizes: &BTreeMap<String, i64>,
     cubin: &[u8],
-    torch_twin: &hopfuse::torch::Twin,
+    torch_twin: &hopfuse::backend::torch::Twin,
     source_name: &str,
 ) -> Result<Vec<ExportFile>, String> {
     let plan = &compilation.plan;
@@ -594,7 +594,7 @@ fn cpp_main(plan: &LaunchPlan, name: &str, header: &str, tensors: &[TensorArg]) 
 
 /// The torch dtype of a fusion dtype (`torch.float32`).
 fn torch_dtype(d: DType) -> String {
-    hopfuse::torch::torch_dtype(d)
+    hopfuse::backend::torch::torch_dtype(d)
 }
 
 fn python_launcher(kernel: &Kernel) -> String {

@@ -11,7 +11,9 @@
 
 use crate::gpu::Gpu;
 use cudarc::driver::CudaModule;
-use hopfuse::codegen::clock_probe::{CTAS as CLOCK_PROBE_CTAS, SYMBOL as CLOCK_PROBE_SYMBOL};
+use hopfuse::backend::codegen::clock_probe::{
+    CTAS as CLOCK_PROBE_CTAS, SYMBOL as CLOCK_PROBE_SYMBOL,
+};
 use hopfuse_api::run::{ClockReading, RunError, Stage};
 use std::sync::Arc;
 

@@ -8,7 +8,7 @@
 //! row-major. The argument mapping is [`crate::cublas::gemm_args`] (the same call as the
 //! cuBLAS ceiling, in f64). [`compute`] takes the GEMM as a function, so the host test below
 //! runs the whole path through the column-major definition of GEMM and compares it with
-//! `hopfuse::reference::evaluate`; [`cross_check`] (`hopfuse selftest`) compares cuBLAS with
+//! `hopfuse::backend::reference::evaluate`; [`cross_check`] (`hopfuse selftest`) compares cuBLAS with
 //! the host reference at small sizes on the GPU.
 
 use crate::cublas::{self, Blas, GemmArgs};
@@ -134,7 +134,7 @@ pub fn cross_check(g: &Gpu, blas: &Blas) -> Result<Vec<String>, RunError> {
             [("M".into(), 67), ("N".into(), 45), ("K".into(), 129)].into();
         let (fusion, shape) = product_of(name, &source)?;
         let inputs = seeded_inputs(&shape, &sizes, 1)?;
-        let host = hopfuse::reference::evaluate(&fusion, &sizes, &inputs)
+        let host = hopfuse::backend::reference::evaluate(&fusion, &sizes, &inputs)
             .map_err(|e| RunError::new(Stage::Reference, e))?;
         let device = on_device(g, blas, &shape, &sizes, &inputs)?;
         let check = crate::validate::check(&shape.c, DType::F64, &device, &host[&shape.c])
@@ -212,7 +212,7 @@ mod tests {
         for (name, source) in test_programs() {
             let (fusion, shape) = product_of(name, &source).unwrap();
             let inputs = seeded_inputs(&shape, &sizes, 3).unwrap();
-            let host = hopfuse::reference::evaluate(&fusion, &sizes, &inputs).unwrap();
+            let host = hopfuse::backend::reference::evaluate(&fusion, &sizes, &inputs).unwrap();
             let gemm = compute(&shape, &sizes, &inputs, |g, a, b| {
                 Ok(cublas::column_major_gemm(g, a, b))
             })

@@ -1,9 +1,9 @@
 //! The host's share of a run on every core: an [`Executor`] for the float64 reference's pieces
-//! (`hopfuse::reference::evaluate_with`), and chunked maps for the runner's own per-element
+//! (`hopfuse::backend::reference::evaluate_with`), and chunked maps for the runner's own per-element
 //! work (decoding outputs). The compiler cuts the reference into pieces by shape alone, so the
 //! threads change how fast it is, never what it computes.
 
-use hopfuse::reference::{Executor, Piece};
+use hopfuse::backend::reference::{Executor, Piece};
 use std::sync::Mutex;
 
 /// Runs pieces on up to `threads` scoped threads, each taking the next piece from a shared

@@ -22,7 +22,7 @@
 
 use crate::engine::{RunError, RunRequest, Stage};
 use crate::nvrtc;
-use hopfuse::codegen::lines::CudaLine;
+use hopfuse::backend::codegen::lines::CudaLine;
 use hopfuse::{Compilation, CompileOptions, IndexType};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -54,19 +54,19 @@ pub const PEERS: [&str; 2] = ["eager", "torch.compile"];
 
 /// The peer of a matrix product with a bias (and ReLU or GELU) epilogue: one cuBLASLt call
 /// with the epilogue fused (`torch.addmm` / `torch._addmm_activation`, see
-/// `hopfuse::torch::emit_cublaslt`).
+/// `hopfuse::backend::torch::emit_cublaslt`).
 pub const CUBLASLT: &str = "cuBLASLt epilogue";
 
 /// The peer of an FP8 matrix product with per-tensor or row-wise scales: `torch._scaled_mm`
-/// (`hopfuse::torch::emit_scaled_mm`), cuBLASLt's FP8 GEMM as a PyTorch user calls it.
+/// (`hopfuse::backend::torch::emit_scaled_mm`), cuBLASLt's FP8 GEMM as a PyTorch user calls it.
 pub const SCALED_MM: &str = "torch._scaled_mm";
 
 /// The `_scaled_mm` twin of a program, its scales moved after the product as the compiler
 /// moves them (a dequantized product written with the scales inside the sum has one too).
-fn scaled_mm(program: &hopfuse::frontend::Program) -> Option<hopfuse::torch::Twin> {
+fn scaled_mm(program: &hopfuse::frontend::Program) -> Option<hopfuse::backend::torch::Twin> {
     let hoisted = hopfuse::frontend::dequantize::hoist_scales(program);
     let fusion = hopfuse::fusion::build(&hoisted.fusion).ok()?;
-    hopfuse::torch::emit_scaled_mm(&fusion)
+    hopfuse::backend::torch::emit_scaled_mm(&fusion)
 }
 
 /// How long the subprocess may take to start (importing torch), to set up (the first call of
@@ -289,7 +289,7 @@ impl Peers {
         };
         // A matrix product with a bias epilogue: also cuBLASLt's fused epilogue; an FP8 one with
         // its scales: also torch._scaled_mm.
-        let extra: Vec<Value> = hopfuse::torch::emit_cublaslt(&fusion)
+        let extra: Vec<Value> = hopfuse::backend::torch::emit_cublaslt(&fusion)
             .map(|(lt, _)| json!({"name": CUBLASLT, "twin": lt.source, "function": lt.function}))
             .into_iter()
             .chain(
@@ -661,7 +661,8 @@ mod tests {
         let program = hopfuse::frontend::parse(source).unwrap();
         let f = hopfuse::fusion::build(&program.fusion).unwrap();
         let expected =
-            hopfuse::reference::evaluate(&f, &req.sizes, &[("x".to_string(), x)].into()).unwrap();
+            hopfuse::backend::reference::evaluate(&f, &req.sizes, &[("x".to_string(), x)].into())
+                .unwrap();
         (req, expected)
     }
 
@@ -782,7 +783,7 @@ mod tests {
         let inputs = [values("a", 12), values("b", 15), values("bias", 5)].into();
         let program = hopfuse::frontend::parse(source).unwrap();
         let f = hopfuse::fusion::build(&program.fusion).unwrap();
-        let expected = hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap();
+        let expected = hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap();
         let run = PeerRun {
             req: &req,
             expected: &expected,

@@ -44,7 +44,7 @@ pub fn reference(
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
-    let mut out = hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap();
+    let mut out = hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap();
     out.remove(output)
         .unwrap_or_else(|| panic!("no output `{output}`"))
 }

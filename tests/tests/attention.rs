@@ -180,9 +180,10 @@ fn plain_and_online(src: &str, (s, t, d): (i64, i64, i64), tile: usize) -> (Vec<
     ]
     .into();
     let inputs = inputs(&f, &sizes);
-    let plain = hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap();
+    let plain = hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap();
     let p = online_softmax::find_all(&f).remove(0);
-    let online = hopfuse::reference::online::evaluate(&f, &p, tile, &sizes, &inputs).unwrap();
+    let online =
+        hopfuse::backend::reference::online::evaluate(&f, &p, tile, &sizes, &inputs).unwrap();
     (plain[&f.tensors[p.result].name].clone(), online)
 }
 
@@ -294,12 +295,13 @@ fn the_online_examples_compute_the_plain_examples_math() {
             let sizes: BTreeMap<String, i64> =
                 [("S".into(), s), ("T".into(), t), ("D".into(), 64)].into();
             let ins = inputs(&fp, &sizes);
-            let got = hopfuse::reference::evaluate(&fo, &sizes, &ins).unwrap();
-            let want = hopfuse::reference::evaluate(&fp, &sizes, &ins).unwrap();
+            let got = hopfuse::backend::reference::evaluate(&fo, &sizes, &ins).unwrap();
+            let want = hopfuse::backend::reference::evaluate(&fp, &sizes, &ins).unwrap();
             assert_close(&want["o"], &got["o"], &format!("{online} at S={s}, T={t}"));
             assert!(want["o"].iter().all(|x| x.is_finite()), "{plain}");
             let p = online_softmax::find_all(&fo).remove(0);
-            let tiled = hopfuse::reference::online::evaluate(&fo, &p, 32, &sizes, &ins).unwrap();
+            let tiled =
+                hopfuse::backend::reference::online::evaluate(&fo, &p, 32, &sizes, &ins).unwrap();
             assert_close(
                 &want["o"],
                 &tiled,
@@ -509,10 +511,11 @@ fn the_tensor_core_examples_are_the_online_recurrence_of_their_math() {
         for (s, t) in [(64, 128), (70, 37), (130, 100)] {
             let sizes: BTreeMap<String, i64> = [("S".into(), s), ("T".into(), t)].into();
             let ins = inputs(&f, &sizes);
-            let want = hopfuse::reference::evaluate(&f, &sizes, &ins).unwrap();
+            let want = hopfuse::backend::reference::evaluate(&f, &sizes, &ins).unwrap();
             assert!(want["o"].iter().all(|x| x.is_finite()), "{path}");
             let p = online_softmax::find_all(&f).remove(0);
-            let tiled = hopfuse::reference::online::evaluate(&f, &p, 64, &sizes, &ins).unwrap();
+            let tiled =
+                hopfuse::backend::reference::online::evaluate(&f, &p, 64, &sizes, &ins).unwrap();
             // The online form rounds the exponentials relative to the running maximum to
             // bf16 (as FlashAttention does), the plain form the normalised p: equal to bf16's
             // precision, not exactly.

@@ -19,7 +19,7 @@ fn reference(dtype: &str, body: &str, x: &[f64]) -> Vec<f64> {
         hopfuse::reference_fusion(&src).unwrap_or_else(|e| panic!("{}", e.render(&src, "t.hf")));
     let sizes = BTreeMap::from([("N".to_string(), x.len() as i64)]);
     let inputs = BTreeMap::from([("x".to_string(), x.to_vec())]);
-    hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap()["c"].clone()
+    hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap()["c"].clone()
 }
 
 #[test]

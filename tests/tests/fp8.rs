@@ -248,7 +248,7 @@ fn the_reference_of_an_fp8_product_is_the_exact_product_of_its_values() {
             ("sa".to_string(), sa.clone()),
             ("sb".to_string(), sb.clone()),
         ]);
-        let got = hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap()["c"].clone();
+        let got = hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap()["c"].clone();
         for i in 0..m {
             for j in 0..n {
                 let dot: f64 = (0..k).map(|kk| a[i * k + kk] * b[j * k + kk]).sum();
@@ -354,8 +354,10 @@ fn hoisting_scales_keeps_the_value_of_the_dequantized_product() {
         ("sa".to_string(), vec![0.5, 0.25, 2.0, 1.5]),
         ("sb".to_string(), vec![0.125]),
     ]);
-    let want = hopfuse::reference::evaluate(&written, &sizes, &inputs).unwrap()["c"].clone();
-    let got = hopfuse::reference::evaluate(&compiled, &sizes, &inputs).unwrap()["c"].clone();
+    let want =
+        hopfuse::backend::reference::evaluate(&written, &sizes, &inputs).unwrap()["c"].clone();
+    let got =
+        hopfuse::backend::reference::evaluate(&compiled, &sizes, &inputs).unwrap()["c"].clone();
     assert_eq!(got, want);
     assert!(want.iter().any(|&v| v != 0.0));
 }
@@ -385,7 +387,7 @@ fn the_fp8_examples_have_torch_scaled_mm_as_their_peer() {
     let peer = |path: &str| {
         let src = example(path);
         let f = hopfuse::reference_fusion(&src).unwrap();
-        hopfuse::torch::emit_scaled_mm(&f)
+        hopfuse::backend::torch::emit_scaled_mm(&f)
             .unwrap_or_else(|| panic!("{path}: no _scaled_mm peer"))
             .source
     };

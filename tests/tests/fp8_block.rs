@@ -33,7 +33,7 @@ fn expand_blocks_repeats_each_element_over_its_block() {
         ("x".to_string(), vec![0.0, 1.0, 2.0, 3.0]),
         ("y".to_string(), vec![0.0; 15]),
     ]);
-    let c = hopfuse::reference::evaluate(
+    let c = hopfuse::backend::reference::evaluate(
         &f,
         &sizes(&[("R", 2), ("C", 2), ("M", 3), ("N", 5)]),
         &inputs,
@@ -76,7 +76,7 @@ fn expand_blocks_checks_that_the_input_covers_the_shape() {
         ("sa".to_string(), vec![0.0; 8]),
         ("a".to_string(), vec![0.0; 4 * 257]),
     ]);
-    let e = hopfuse::reference::evaluate(&f, &at(2, 257), &inputs).unwrap_err();
+    let e = hopfuse::backend::reference::evaluate(&f, &at(2, 257), &inputs).unwrap_err();
     assert!(e.contains("must cover K"), "{e}");
 }
 
@@ -146,7 +146,7 @@ fn step18_reference_at_a_ragged_size(path: &str) {
         ("KB", kb as i64),
         ("NB", nb as i64),
     ]);
-    let got = hopfuse::reference::evaluate(&f, &at, &inputs).unwrap()["c"].clone();
+    let got = hopfuse::backend::reference::evaluate(&f, &at, &inputs).unwrap()["c"].clone();
     for i in 0..m {
         for j in 0..n {
             let dot: f64 = (0..k)
@@ -555,7 +555,7 @@ fn a_quantized_output_is_scaled_and_cast_to_e4m3_in_the_epilogue() {
         ("scale".to_string(), vec![0.25]),
     ]);
     let at = sizes(&[("M", 2), ("N", 3), ("K", 256), ("KB", 2), ("NB", 1)]);
-    let got = hopfuse::reference::evaluate(&f, &at, &inputs).unwrap()["c"].clone();
+    let got = hopfuse::backend::reference::evaluate(&f, &at, &inputs).unwrap()["c"].clone();
     for i in 0..m {
         for j in 0..n {
             let dot: f64 = (0..k).map(|kk| a[i * k + kk] * b[j * k + kk]).sum();

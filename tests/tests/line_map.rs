@@ -2,7 +2,7 @@
 //! line of the kernel body tied to a kernel-IR statement whose dump line is the same kind of
 //! statement, and every IR line blamed on a pass that ran.
 
-use hopfuse::codegen::lines::CudaLine;
+use hopfuse::backend::codegen::lines::CudaLine;
 use hopfuse::{CompileOptions, IndexType};
 use std::path::Path;
 /// `(group/name.hf, source)` of every example.

@@ -82,7 +82,7 @@ fn reference(inputs: &str, body: &str, values: &[(&str, Vec<f64>)]) -> Vec<f64> 
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
-    hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap()["c"].clone()
+    hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap()["c"].clone()
 }
 
 #[test]
@@ -213,7 +213,7 @@ fn rows_reference(dtype: &str, body: &str, rows: &[Vec<f64>]) -> Vec<f64> {
         ("N".to_string(), rows.first().map_or(0, |r| r.len()) as i64),
     ]);
     let inputs = BTreeMap::from([("x".to_string(), rows.concat())]);
-    hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap()["c"].clone()
+    hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap()["c"].clone()
 }
 
 #[test]

@@ -26,7 +26,7 @@ fn reference(src: &str, sizes: [i64; 2], scalars: &[(&str, f64)]) -> BTreeMap<St
         .map(|(k, v)| (k.to_string(), vec![*v]))
         .collect();
     inputs.insert("x".into(), vec![0.5; (sizes["M"] * sizes["N"]) as usize]);
-    hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap()
+    hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap()
 }
 
 #[test]
@@ -52,7 +52,7 @@ fn the_reference_is_the_generator_at_each_linear_index() {
     // Literal seeds and offsets, and a 1-D shape: the index is the element's.
     let src = "fusion f {\n  input x: f32[N]\n  u = rand(x, 42, 7)\n  output u\n}\n";
     let f = hopfuse::reference_fusion(src).unwrap();
-    let out = hopfuse::reference::evaluate(
+    let out = hopfuse::backend::reference::evaluate(
         &f,
         &BTreeMap::from([("N".to_string(), 9)]),
         &BTreeMap::from([("x".to_string(), vec![0.0; 9])]),
@@ -96,7 +96,7 @@ fn the_values_do_not_depend_on_the_schedule() {
             .map(|(k, v)| (k.to_string(), vec![*v]))
             .collect();
         inputs.insert("x".into(), vec![0.0; (sizes[0] * sizes[1]) as usize]);
-        values.push(hopfuse::reference::evaluate(f, &sizes_map, &inputs).unwrap());
+        values.push(hopfuse::backend::reference::evaluate(f, &sizes_map, &inputs).unwrap());
     }
     assert_eq!(values[0], values[1]);
     assert_eq!(values[0]["u"][37 + 2], philox::uniform(99, 1, 39));

@@ -54,7 +54,7 @@ fn reduction_over_two_axes_with_a_2d_block() {
     .collect();
     let x: Vec<f64> = (0..24).map(|i| i as f64).collect();
     let inputs = [("x".to_string(), x)].into_iter().collect();
-    let out = hopfuse::reference::evaluate(&c.fusion, &sizes, &inputs).unwrap();
+    let out = hopfuse::backend::reference::evaluate(&c.fusion, &sizes, &inputs).unwrap();
     assert_eq!(
         out["s"],
         vec![(0..12).sum::<i32>() as f64, (12..24).sum::<i32>() as f64]

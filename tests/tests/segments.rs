@@ -74,7 +74,7 @@ fn segments_match_the_whole(name: &str, at: BTreeMap<String, i64>) {
             .product();
         inputs.insert(whole.tensors[t].name.clone(), values(n as usize, k));
     }
-    let expected = hopfuse::reference::evaluate(whole, &at, &inputs).unwrap();
+    let expected = hopfuse::backend::reference::evaluate(whole, &at, &inputs).unwrap();
     // The segments in order, each reading the fusion's inputs and the intermediates so far.
     let mut tensors = inputs.clone();
     for seg in &s.segmentation.segments {
@@ -84,7 +84,7 @@ fn segments_match_the_whole(name: &str, at: BTreeMap<String, i64>) {
             .iter()
             .map(|r| (r.clone(), tensors[r].clone()))
             .collect();
-        let out = hopfuse::reference::evaluate(&fusion, &at, &own).unwrap();
+        let out = hopfuse::backend::reference::evaluate(&fusion, &at, &own).unwrap();
         assert_eq!(
             out.keys().collect::<Vec<_>>(),
             seg.writes.iter().collect::<Vec<_>>()

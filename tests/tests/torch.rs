@@ -24,7 +24,7 @@ fn examples() -> Vec<(String, PathBuf)> {
         .collect()
 }
 
-fn twin(path: &Path) -> (hopfuse::torch::Twin, Fusion) {
+fn twin(path: &Path) -> (hopfuse::backend::torch::Twin, Fusion) {
     let src = std::fs::read_to_string(path).unwrap();
     let twin = hopfuse::torch_twin(&src)
         .unwrap_or_else(|e| panic!("{}", e.render(&src, &path.display().to_string())));
@@ -80,7 +80,7 @@ fn py_list<T: ToString>(v: &[T]) -> String {
 
 /// Runs a twin on `inputs` under the fake torch; each output as (dtype name, shape, values).
 fn run_twin(
-    twin: &hopfuse::torch::Twin,
+    twin: &hopfuse::backend::torch::Twin,
     inputs: &[(DType, Vec<usize>, Vec<f64>)],
 ) -> Vec<(String, Vec<usize>, Vec<f64>)> {
     let mut script = String::from("import sys, torch\n");
@@ -94,7 +94,7 @@ fn run_twin(
             "args.append(torch.tensor({}, dtype=torch.float64).reshape(tuple({})).to({}))\n",
             py_list(&vals),
             py_list(shape),
-            hopfuse::torch::torch_dtype(*dtype)
+            hopfuse::backend::torch::torch_dtype(*dtype)
         );
     }
     script += &format!(
@@ -155,7 +155,7 @@ fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
 fn check_against_reference(src: &str, what: &str) -> bool {
     let program = hopfuse::frontend::parse(src).unwrap();
     let f = hopfuse::fusion::build(&program.fusion).unwrap();
-    let twin = hopfuse::torch::emit(&f, Some(&program.fusion));
+    let twin = hopfuse::backend::torch::emit(&f, Some(&program.fusion));
     let sizes: BTreeMap<String, i64> = f.symbols.iter().cloned().zip(SIZES).collect();
     let mut named = BTreeMap::new();
     let mut inputs = Vec::new();
@@ -180,10 +180,10 @@ fn check_against_reference(src: &str, what: &str) -> bool {
         named.insert(f.tensors[t].name.clone(), v.clone());
         inputs.push((f.tensors[t].dtype, s, v));
     }
-    let want = hopfuse::reference::evaluate(&f, &sizes, &named).unwrap();
+    let want = hopfuse::backend::reference::evaluate(&f, &sizes, &named).unwrap();
     let mut twins = vec![twin];
     // A matrix product with a bias epilogue also has its cuBLASLt twin: it must agree too.
-    twins.extend(hopfuse::torch::emit_cublaslt(&f).map(|(t, _)| t));
+    twins.extend(hopfuse::backend::torch::emit_cublaslt(&f).map(|(t, _)| t));
     for twin in &twins {
         check_twin(&f, twin, &inputs, &want, &sizes, what);
     }
@@ -192,7 +192,7 @@ fn check_against_reference(src: &str, what: &str) -> bool {
 
 fn check_twin(
     f: &Fusion,
-    twin: &hopfuse::torch::Twin,
+    twin: &hopfuse::backend::torch::Twin,
     inputs: &[(DType, Vec<usize>, Vec<f64>)],
     want: &BTreeMap<String, Vec<f64>>,
     sizes: &BTreeMap<String, i64>,
@@ -283,7 +283,7 @@ fn reductions_and_norms_are_reductions_and_matrix_products_are_gemms() {
         let what = src.lines().next().unwrap();
         let program = hopfuse::frontend::parse(src).unwrap();
         let f = hopfuse::fusion::build(&program.fusion).unwrap();
-        let twin = hopfuse::torch::emit(&f, Some(&program.fusion)).source;
+        let twin = hopfuse::backend::torch::emit(&f, Some(&program.fusion)).source;
         for gemm in ["einsum", "@", "matmul", "torch.mm(", "bmm"] {
             assert!(!twin.contains(gemm), "{what}: `{gemm}` in\n{twin}");
         }

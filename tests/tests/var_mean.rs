@@ -16,7 +16,7 @@ fn evaluate(src: &str, rows: &[Vec<f64>]) -> BTreeMap<String, Vec<f64>> {
         ("M".to_string(), rows.len() as i64),
         ("N".to_string(), rows[0].len() as i64),
     ]);
-    hopfuse::reference::evaluate(
+    hopfuse::backend::reference::evaluate(
         &f,
         &sizes,
         &BTreeMap::from([("x".to_string(), rows.concat())]),

@@ -25,7 +25,7 @@ fn reference(src: &str, sizes: &[(&str, i64)], x_len: usize) -> Vec<f64> {
         };
         inputs.insert(name, (0..len).map(|i| i as f64).collect::<Vec<_>>());
     }
-    hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap()["c"].clone()
+    hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap()["c"].clone()
 }
 
 #[test]
@@ -256,7 +256,7 @@ fn a_slice_of_a_size_symbol_is_checked_before_it_reads() {
     );
     let f = hopfuse::reference_fusion(&src).unwrap();
     let inputs = BTreeMap::from([("x".to_string(), vec![0.0; 10])]);
-    let e = hopfuse::reference::evaluate(&f, &sizes(5), &inputs).unwrap_err();
+    let e = hopfuse::backend::reference::evaluate(&f, &sizes(5), &inputs).unwrap_err();
     assert!(e.contains("reads up to index 5"), "{e}");
     // From the start to one before the end: the extent follows N, and must not be empty.
     let src = fusion(
@@ -448,7 +448,7 @@ fn rotary_example_matches_the_formula() {
         ("scale".to_string(), vec![0.125]),
     ]);
     let sizes = BTreeMap::from([("S".to_string(), s as i64)]);
-    let y = hopfuse::reference::evaluate(&f, &sizes, &inputs).unwrap()["y"].clone();
+    let y = hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap()["y"].clone();
     let half = d / 2;
     for r in 0..s {
         for j in 0..d {

@@ -15,7 +15,7 @@
 use crate::model::Compiled;
 use crate::pipeline::esc;
 use crate::runner::{self, ApiError, Settings};
-use hopfuse::codegen::lines::{CudaLine, LineMap};
+use hopfuse::backend::codegen::lines::{CudaLine, LineMap};
 use hopfuse_api::inspect::InspectBody;
 use leptos::prelude::*;
 use leptos::task::spawn_local;

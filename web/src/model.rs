@@ -26,9 +26,9 @@ pub struct Compiled {
     pub index_reason: String,
     pub passes: Vec<PassView>,
     /// Roles and circular buffers of the final kernel (the Pipeline pane).
-    pub pipeline: hopfuse::pipeline_view::PipelineView,
+    pub pipeline: hopfuse::backend::pipeline_view::PipelineView,
     /// What wrote each CUDA line (the PTX and SASS panes).
-    pub lines: hopfuse::codegen::lines::LineMap,
+    pub lines: hopfuse::backend::codegen::lines::LineMap,
     /// The fusion as a PyTorch function (the PyTorch pane; `hopfuse compile --torch`).
     pub torch: String,
     /// What the PyTorch pane's Python snippet needs (`python_snippet`).

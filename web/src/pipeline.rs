@@ -12,7 +12,7 @@
 //! is tested natively; colours are the page's CSS variables (`.pl-*` in style.css), so it
 //! follows the light and dark themes.
 
-use hopfuse::pipeline_view::{
+use hopfuse::backend::pipeline_view::{
     Level, LoadKind, Major, Mma, PhaseKind, Pipeline, PipelineView, Release, StagedEpilogue,
     StoreWaitAt,
 };

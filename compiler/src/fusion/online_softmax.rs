@@ -31,7 +31,7 @@
 //! `acc' = a acc + sum_j exp(s - m') v`, and `o = acc / l` after the last tile. A row whose
 //! running maximum is still `-inf` subtracts 0 instead (`-inf - -inf` would be NaN and poison
 //! later tiles); a row that is `-inf` throughout ends as `0 / 0`, NaN, as the plain form does.
-//! [`crate::reference::online`] evaluates exactly that in float64.
+//! [`crate::backend::reference::online`] evaluates exactly that in float64.
 
 use super::{BinaryOp, Fusion, IterId, IterKind, Op, Operand, ReduceOp, TensorId, UnaryOp};
 

@@ -96,7 +96,7 @@ impl ForRun {
     /// The float64 reference of the fusion, on every core.
     fn reference(&self) -> Box<Reference<'_>> {
         Box::new(move |sizes, inputs| {
-            hopfuse::reference::evaluate_with(
+            hopfuse::backend::reference::evaluate_with(
                 &self.fusion,
                 sizes,
                 inputs,

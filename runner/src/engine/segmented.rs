@@ -419,7 +419,7 @@ pub(super) fn run_split(
     let (buffers, inputs, scalars) = host_data(req, split, &outputs, &kernels)?;
     info!("evaluating the float64 reference of the whole fusion");
     hooks.progress(Progress::Reference);
-    let expected = hopfuse::reference::evaluate_with(
+    let expected = hopfuse::backend::reference::evaluate_with(
         &fusion,
         &req.sizes,
         &inputs,

@@ -152,7 +152,7 @@ pub(super) fn wg_condition(m: &Mma, wg: i64) -> Option<String> {
 /// The rows of the table about one product.
 pub(super) fn mma_details(v: &PipelineView, m: &Mma) -> Vec<(&'static str, String)> {
     let role = &v.roles[m.role];
-    let operand = |name: &str, o: &hopfuse::pipeline_view::MmaInput| {
+    let operand = |name: &str, o: &hopfuse::backend::pipeline_view::MmaInput| {
         let from = o
             .tensor
             .as_ref()

@@ -21,7 +21,7 @@
 //! without any of these features gets [`PipelinePlan::default`] (no loads, pipes or stores;
 //! every thread issues). Who reads it: `allocation`, `tma_issue`, `circular_buffer`, `sync`,
 //! `mma` ([`crate::passes::PIPELINE`] hands it to them, through [`crate::passes::Handoff`]), and after the last pass the pipeline view
-//! ([`crate::pipeline_view`], from [`crate::Compilation::pipeline_plan`]).
+//! ([`crate::backend::pipeline_view`], from [`crate::Compilation::pipeline_plan`]).
 
 use super::{Pipe, PipeId, StoreInfo, TmaInfo};
 use crate::fusion::TensorId;

@@ -45,7 +45,7 @@ fn all_threads(n: i64, threads: &str) -> Role {
 
 #[test]
 fn copy_1d_stages3_is_one_thread_loading_two_ahead_into_three_slots() {
-    let v = view(include_str!("../../../examples/tma/copy_1d_stages3.hf"));
+    let v = view(include_str!("../../../../examples/tma/copy_1d_stages3.hf"));
     assert_eq!(
         v.roles,
         [
@@ -99,7 +99,7 @@ fn copy_1d_stages3_is_one_thread_loading_two_ahead_into_three_slots() {
 
 #[test]
 fn exp_2d_is_a_2d_box_through_four_slots() {
-    let v = view(include_str!("../../../examples/tma/exp_2d.hf"));
+    let v = view(include_str!("../../../../examples/tma/exp_2d.hf"));
     assert_eq!(
         v.roles,
         [
@@ -144,7 +144,7 @@ fn exp_2d_is_a_2d_box_through_four_slots() {
 
 #[test]
 fn a_bulk_copy_keeps_its_bounds_guard_and_its_full_expect_tx() {
-    let v = view(include_str!("../../../examples/tma/copy_1d_bulk.hf"));
+    let v = view(include_str!("../../../../examples/tma/copy_1d_bulk.hf"));
     let l = &v.pipelines[0].loads[0];
     assert_eq!((l.kind, &l.tensor_map), (LoadKind::Bulk, &None));
     assert_eq!(l.tensor, "x");
@@ -163,7 +163,7 @@ fn a_bulk_copy_keeps_its_bounds_guard_and_its_full_expect_tx() {
 #[test]
 fn one_stage_loads_and_waits_in_the_same_loop() {
     let src =
-        include_str!("../../../examples/tma/exp_2d.hf").replace("x_s.circular_buffer(4)\n", "");
+        include_str!("../../../../examples/tma/exp_2d.hf").replace("x_s.circular_buffer(4)\n", "");
     let p = &view(&src).pipelines[0];
     assert_eq!((p.stages, p.prefetch), (1, Some(0)));
     assert_eq!(p.phases, [phase(PhaseKind::Main, "n_o", "ceilDiv(N, 64)")]);
@@ -173,8 +173,8 @@ fn one_stage_loads_and_waits_in_the_same_loop() {
 #[test]
 fn kernels_without_tma_have_no_pipeline() {
     for src in [
-        include_str!("../../../examples/basics/add.hf"),
-        include_str!("../../../examples/basics/softmax_shared.hf"),
+        include_str!("../../../../examples/basics/add.hf"),
+        include_str!("../../../../examples/basics/softmax_shared.hf"),
     ] {
         assert_eq!(view(src), PipelineView::default());
     }
