@@ -195,26 +195,11 @@ struct BenchArgs {
     /// program's `// bench:` lines].
     #[arg(long, short = 's')]
     size: Vec<String>,
-    #[arg(long, default_value_t = 100)]
-    iters: u32,
-    #[arg(long, default_value_t = 10)]
-    warmup: u32,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Seconds one run may take before its worker is killed. (Longer than the service's: a
-    /// run includes its float64 reference, which for a fused epilogue at 8192^3 runs on the
-    /// host and takes about a minute.)
-    #[arg(long, default_value_t = 180.0)]
-    job_timeout: f64,
-    /// Directory of the CUBIN cache (`cubin/`) [default: as `hopfuse serve`].
-    #[arg(long, env = "HOPFUSE_DATA_DIR")]
-    data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    runs: WarmRunArgs,
     /// Always run NVRTC.
     #[arg(long)]
     no_cubin_cache: bool,
-    /// Use the fake worker (compile and check only; tests without a GPU).
-    #[arg(long, hide = true)]
-    fake_worker: bool,
     /// Also time each program's torch twin eagerly and under torch.compile, interleaved with
     /// the kernel: the table gets their columns. Raises --job-timeout to at least 900 s
     /// (torch.compile compiles and autotunes inside the run).
@@ -243,13 +228,23 @@ struct TuneArgs {
     /// Write the program with the winner's schedule to this file.
     #[arg(long)]
     write: Option<PathBuf>,
+    #[command(flatten)]
+    runs: WarmRunArgs,
+}
+
+/// The run options `bench` and `tune` share: each run's (each candidate's) launches and seed,
+/// its time limit, the CUBIN cache's directory and the fake worker.
+#[derive(Args)]
+struct WarmRunArgs {
     #[arg(long, default_value_t = 100)]
     iters: u32,
     #[arg(long, default_value_t = 10)]
     warmup: u32,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Seconds one candidate's run may take before its worker is killed.
+    /// Seconds one run may take before its worker is killed. (Longer than the service's: a
+    /// run includes its float64 reference, which for a fused epilogue at 8192^3 runs on the
+    /// host and takes about a minute.)
     #[arg(long, default_value_t = 180.0)]
     job_timeout: f64,
     /// Directory of the CUBIN cache (`cubin/`) [default: as `hopfuse serve`].
@@ -258,6 +253,22 @@ struct TuneArgs {
     /// Use the fake worker (compile and check only; tests without a GPU).
     #[arg(long, hide = true)]
     fake_worker: bool,
+}
+
+impl WarmRunArgs {
+    /// The time limit of one run, checked.
+    fn timeout(&self) -> Result<std::time::Duration> {
+        if !(self.job_timeout.is_finite() && self.job_timeout > 0.0) {
+            bail!("--job-timeout must be a positive number of seconds");
+        }
+        Ok(std::time::Duration::from_secs_f64(self.job_timeout))
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.data_dir
+            .clone()
+            .unwrap_or_else(hopfuse_runner::serve::default_data_dir)
+    }
 }
 
 #[derive(Args)]
@@ -452,9 +463,7 @@ fn warm_worker(fake: bool) -> Result<hopfuse_runner::warm::WorkerCommand> {
 
 fn tune(args: TuneArgs) -> Result<ExitCode> {
     use hopfuse_runner::{bench, tune};
-    if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
-        bail!("--job-timeout must be a positive number of seconds");
-    }
+    let timeout = args.runs.timeout()?;
     if !(args.budget.is_finite() && args.budget > 0.0) {
         bail!("--budget must be a positive number of seconds");
     }
@@ -474,32 +483,38 @@ fn tune(args: TuneArgs) -> Result<ExitCode> {
     } else {
         parse_size_args(&args.size)?
     };
-    let data_dir = args
-        .data_dir
-        .unwrap_or_else(hopfuse_runner::serve::default_data_dir);
     let options = tune::TuneOptions {
         file: args.file.display().to_string(),
         source,
         sizes,
         budget: std::time::Duration::from_secs_f64(args.budget),
-        bench: bench::BenchOptions {
-            files: vec![],
-            sizes: None,
-            iters: args.iters,
-            warmup: args.warmup,
-            seed: args.seed,
-            timeout: std::time::Duration::from_secs_f64(args.job_timeout),
-            worker: warm_worker(args.fake_worker)?,
-            cubin_cache: Some(data_dir.join("cubin")),
-            peers: false,
-            clock: false,
-            generic: false,
-        },
+        iters: args.runs.iters,
+        warmup: args.runs.warmup,
+        seed: args.runs.seed,
+        cubin_cache: Some(args.runs.data_dir().join("cubin")),
     };
+    let command = warm_worker(args.runs.fake_worker)?;
     let report = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(tune::run(&options, &mut |line| eprintln!("{line}")));
+        .block_on(async {
+            let mut warm = None;
+            let mut runs = bench::WarmRuns {
+                command: &command,
+                timeout,
+                warm: &mut warm,
+            };
+            eprintln!("tune: compiling the candidates on the host");
+            let never = std::sync::atomic::AtomicBool::new(false);
+            let report = tune::run(&options, &mut runs, &never, &mut |p| {
+                eprintln!("{}", tune::describe(&p))
+            })
+            .await;
+            if let Some(mut w) = warm {
+                w.kill().await;
+            }
+            report
+        });
     let report = match report {
         Ok(r) => r,
         Err(e) => {
@@ -526,22 +541,14 @@ fn tune(args: TuneArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         // The fake worker times nothing: every candidate compiled and checked is a success.
-        None if report
-            .trials
-            .iter()
-            .any(|t| matches!(t.outcome, tune::TrialOutcome::Ran(bench::RowOutcome::Fake))) =>
-        {
-            Ok(ExitCode::SUCCESS)
-        }
+        None if report.checked_by_fake_worker() => Ok(ExitCode::SUCCESS),
         None => Ok(ExitCode::FAILURE),
     }
 }
 
 fn bench(args: BenchArgs) -> Result<ExitCode> {
     use hopfuse_runner::bench;
-    if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
-        bail!("--job-timeout must be a positive number of seconds");
-    }
+    let timeout = args.runs.timeout()?;
     let files = if args.files.is_empty() {
         let root = Path::new("examples");
         let files = bench::example_files(root)
@@ -558,21 +565,19 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
     } else {
         Some(parse_size_args(&args.size)?)
     };
-    let data_dir = args
-        .data_dir
-        .unwrap_or_else(hopfuse_runner::serve::default_data_dir);
+    let data_dir = args.runs.data_dir();
     let options = bench::BenchOptions {
         files,
         sizes,
-        iters: args.iters,
-        warmup: args.warmup,
-        seed: args.seed,
-        timeout: std::time::Duration::from_secs_f64(if args.peers {
-            args.job_timeout.max(900.0)
+        iters: args.runs.iters,
+        warmup: args.runs.warmup,
+        seed: args.runs.seed,
+        timeout: if args.peers {
+            timeout.max(std::time::Duration::from_secs(900))
         } else {
-            args.job_timeout
-        }),
-        worker: warm_worker(args.fake_worker)?,
+            timeout
+        },
+        worker: warm_worker(args.runs.fake_worker)?,
         cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
         peers: args.peers,
         clock: args.clock,
