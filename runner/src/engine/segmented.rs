@@ -311,32 +311,19 @@ fn load(
             pointers.push(gpu::pointer_slot(&bound.slices[i], &gpu.stream));
         }
     }
-    let mut tensor_ptrs = pointers.iter();
-    let mut args = Vec::new();
-    for p in &plan.params {
-        args.push(match p {
-            Param::Tensor { .. } => gpu::Arg::Word(*tensor_ptrs.next().expect("one per tensor")),
-            Param::Size { symbol } => {
-                let v = sizes[symbol];
-                gpu::Arg::Word(match kernel.setup.index_type {
-                    IndexType::I32 => v as i32 as u32 as u64,
-                    IndexType::I64 => v as u64,
-                })
-            }
-            Param::Scalar { name, dtype, .. } => {
-                gpu::Arg::Word(data::scalar_slot(*dtype, bound.scalars[name]))
-            }
-            Param::TensorMap { name, map } => {
-                gpu::Arg::Map(Box::new(encode_map(plan, *map, name, sizes, &pointers)?))
-            }
-        });
-    }
+    let args = super::bind_args(
+        plan,
+        sizes,
+        kernel.setup.index_type,
+        bound.scalars,
+        &pointers,
+    )?;
     Ok(Ready {
         func,
         launch,
         attributes,
         residency,
-        args: KernelArgs::from_args(args),
+        args,
         cubin_bytes,
         nvrtc_ms,
     })
