@@ -1166,7 +1166,11 @@ fn run(args: RunArgs) -> Result<ExitCode> {
     };
     let mut outcome = engine::run(&req);
     if let (Ok(result), true) = (&mut outcome, args.profile) {
-        result.profile = Some(profile_run(&args, result));
+        if result.segments.is_some() {
+            profile_segments_run(&args, result);
+        } else {
+            result.profile = Some(profile_run(&args, result));
+        }
     }
     let json = match &outcome {
         Ok(result) => serde_json::to_string_pretty(result)?,
@@ -1183,6 +1187,28 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         Ok(result) => {
             if !args.json {
                 println!("{}", report::render(&result));
+            }
+            // Each kernel of a fusion run as several: its profile in words; one missing fails.
+            let segment_profiles: Vec<(&str, &ProfileReport)> = result
+                .segments
+                .iter()
+                .flat_map(|s| &s.kernels)
+                .filter_map(|k| Some((k.kernel.as_str(), k.profile.as_ref()?)))
+                .collect();
+            for (kernel, profiled) in &segment_profiles {
+                if !args.json {
+                    println!(
+                        "profile of {kernel}:\n{}",
+                        hopfuse_runner::profile::render(profiled)
+                    );
+                }
+            }
+            if let Some((kernel, ProfileReport::Unavailable { message, .. })) = segment_profiles
+                .iter()
+                .find(|(_, p)| matches!(p, ProfileReport::Unavailable { .. }))
+            {
+                eprintln!("no profile of {kernel}: {message}");
+                return Ok(ExitCode::FAILURE);
             }
             if let Some(profiled) = &result.profile {
                 if !args.json {
@@ -1241,6 +1267,43 @@ fn profile_run(args: &RunArgs, result: &engine::RunResult) -> ProfileReport {
         _ => None,
     };
     profile::report(profiled, result, result.copy.as_ref(), tensor.as_ref())
+}
+
+/// `run --profile` of a fusion run as several kernels: each kernel under ncu in turn, within
+/// --profile-timeout together, into its segment's `profile`.
+fn profile_segments_run(args: &RunArgs, result: &mut engine::RunResult) {
+    use hopfuse_runner::profile::{self, ProfileError};
+    let limit = std::time::Duration::try_from_secs_f64(args.profile_timeout)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            ProfileError::Request("--profile-timeout must be a positive number of seconds".into())
+        });
+    let exe = std::env::current_exe()
+        .map_err(|e| ProfileError::Failed(format!("cannot find this binary: {e}")));
+    let (limit, exe) = match (limit, exe) {
+        (Ok(limit), Ok(exe)) => (limit, exe),
+        (Err(e), _) | (_, Err(e)) => {
+            for k in result.segments.iter_mut().flat_map(|s| &mut s.kernels) {
+                k.profile = Some(profile::unavailable(&e));
+            }
+            return;
+        }
+    };
+    let req = profile::request_for(args.file.clone(), result, limit, args.profile_csv.clone());
+    let copy = result.copy.clone();
+    let no_ceiling = args.no_ceiling;
+    profile::profile_segments(result, &req, &exe, copy.as_ref(), &mut || {
+        // The tensor-core roof on a device of its own (the run's is closed), unless ceilings
+        // are off.
+        if no_ceiling {
+            return None;
+        }
+        engine::Device::open()
+            .and_then(|dev| profile::tensor_roof::measure(&dev))
+            .map_err(|e| eprintln!("no tensor-core roof: {e}"))
+            .ok()
+    });
 }
 
 fn self_test(iters: u32, warmup: u32, seed: u64, ceiling: bool) -> Result<ExitCode> {

@@ -437,6 +437,7 @@ mod tests {
             },
             min_global_bytes: 1,
             gbps,
+            profile: None,
         };
         r.segments = Some(SegmentsRun {
             reason: "`y` reads the column reductions back over the columns".into(),

@@ -501,6 +501,7 @@ fn time_split(
             gbps: timing.gbps(bytes),
             timing,
             min_global_bytes: bytes,
+            profile: None,
         });
     }
     drop(flush);
