@@ -165,8 +165,10 @@ pub(super) fn TuneSection(ui: Ui) -> impl IntoView {
             <section id="tune-section" class="tune" aria-busy="true">
                 <h3>"Tune"</h3>
                 <p id="tune-progress" class="note" role="status">
-                    {job.map_or_else(|| "sending…".to_string(), |j| format!("job {j}: "))}
-                    {runner::progress_line(&steps)}
+                    {match job {
+                        None => "sending…".to_string(),
+                        Some(j) => format!("job {j}: {}", runner::progress_line(&steps)),
+                    }}
                 </p>
                 <button id="tune-cancel" on:click=move |_| ui.cancel_tune()>
                     "Cancel tune"
