@@ -6,6 +6,7 @@
 //! Moved here from the runner's `queue.rs` and `worker.rs` (which re-export them), unchanged.
 
 use crate::run::{Progress, RunError, RunResult};
+use crate::tune::{TuneProgress, TuneResult};
 use hopfuse::plan::ConcreteLaunch;
 use hopfuse::IndexType;
 use serde::{Deserialize, Serialize};
@@ -60,6 +61,9 @@ pub struct JobEvent {
     /// The final result (done only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Arc<JobResult>>,
+    /// A tune job's candidate step (`POST /api/tune`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tune: Option<TuneProgress>,
 }
 
 /// How a job ended.
@@ -78,6 +82,8 @@ pub enum JobStatus {
     Crashed,
     /// Fake worker: compiled and checked, nothing ran, nothing measured.
     Fake,
+    /// Cancelled (`POST /api/jobs/{id}/cancel`) before it ended.
+    Cancelled,
 }
 
 impl JobStatus {
@@ -89,6 +95,7 @@ impl JobStatus {
             JobStatus::TimedOut => "timed_out",
             JobStatus::Crashed => "crashed",
             JobStatus::Fake => "fake",
+            JobStatus::Cancelled => "cancelled",
         }
     }
 }
@@ -129,6 +136,9 @@ pub struct JobResult {
     /// The agent (GPU host) that ran the job, in the distributed mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// A tune job's table, winner and winner's schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tune: Option<Box<TuneResult>>,
     pub queued_ms: f64,
     /// From sending the job to the worker to its end (not counting a worker start).
     pub worker_ms: f64,
@@ -157,6 +167,7 @@ impl JobResult {
             comparison: None,
             worker: None,
             agent: None,
+            tune: None,
             queued_ms,
             worker_ms: 0.0,
         }
@@ -258,7 +269,7 @@ mod tests {
             assert_eq!(serde_json::to_value(s).unwrap(), s.name());
         }
         use JobStatus::*;
-        for s in [Passed, Failed, Error, TimedOut, Crashed, Fake] {
+        for s in [Passed, Failed, Error, TimedOut, Crashed, Fake, Cancelled] {
             assert_eq!(serde_json::to_value(s).unwrap(), s.name());
         }
     }

@@ -10,6 +10,7 @@
 //!   [`job::JobResult`], and the queue's counters for `/api/health`.
 //! - [`service`]: the bodies and answers of the endpoints (health, compile, run, links, run
 //!   history).
+//! - [`tune`]: a tune job (`POST /api/tune`): its body, its candidates' progress and its result.
 //! - [`distributed`]: the distributed mode's stream and agents in `/api/health`.
 //! - [`inspect`]: `POST /api/inspect`: PTX and SASS listings tied to CUDA lines.
 //! - [`profile`]: a run's Nsight Compute profile (`result.profile`) and its roofline SVG.
@@ -23,3 +24,4 @@ pub mod job;
 pub mod profile;
 pub mod run;
 pub mod service;
+pub mod tune;

@@ -338,6 +338,10 @@ pub struct SegmentRun {
     /// Its own inputs read and outputs written once, intermediates included.
     pub min_global_bytes: u64,
     pub gbps: f64,
+    /// This kernel's Nsight Compute profile, when the run asked for one (each kernel of the
+    /// run is profiled; `RunResult::profile` is then none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::profile::ProfileReport>,
 }
 
 /// A tensor between two kernels of a segmented run.

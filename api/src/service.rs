@@ -1,7 +1,8 @@
 //! The bodies and answers of the service's endpoints (docs/api.md), other than a run's result
 //! ([`crate::job`]) and inspection ([`crate::inspect`]): `GET /api/health`, `POST
-//! /api/compile`, `POST /api/run`, `GET /api/jobs/{id}` while a job runs, short links, the run
-//! history, and the JSON error every 4xx/5xx carries.
+//! /api/compile`, `POST /api/run`, `GET /api/jobs/{id}` while a job runs, a job's cancel,
+//! short links, the run history, and the JSON error every 4xx/5xx carries (a tune job's body
+//! and result are in [`crate::tune`]).
 //!
 //! Request bodies deny unknown fields (a typo is a 400, not a silently ignored option); optional
 //! fields are left out when unset, so the playground's bodies are as small as docs/api.md shows.
@@ -109,6 +110,9 @@ pub struct Limits {
     // zero when a service from before them does not name them.
     #[serde(default)]
     pub compile_timeout_s: f64,
+    /// The longest search of a tune job (`POST /api/tune`); its default.
+    #[serde(default)]
+    pub tune_budget_s: f64,
     #[serde(default)]
     pub keep_runs: u64,
     #[serde(default)]
@@ -223,6 +227,16 @@ pub struct JobPending {
     /// Always false.
     pub done: bool,
     pub stage: JobStage,
+}
+
+/// The answer of `POST /api/jobs/{id}/cancel`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CancelAnswer {
+    pub job_id: String,
+    /// `cancelled`: it was waiting and ended at once; `stopping`: a tune job on a worker, which
+    /// stops after the candidate in progress and ends with the candidates so far; `finished`:
+    /// it had ended already.
+    pub state: String,
 }
 
 /// `POST /api/links`.

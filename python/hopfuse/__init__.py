@@ -321,6 +321,11 @@ class Kernel:
         self._call = _call_function(len(self.inputs))(
             self._calls, self._first_call, self._check_placement, self._ordered_scalars, MisalignedError
         )
+        # A fusion no scheduler takes whole runs as several kernels in order (`segments`): each
+        # segment a Kernel of its own, the intermediates passed between them by name.
+        split = program.segments
+        self.segmented_because = None if split is None else split[0]
+        self.segments = None if split is None else [Kernel(Program(source)) for source, _, _ in split[1]]
 
     def __repr__(self):
         args = ", ".join(i.declared() for i in self.inputs + self.scalars)
@@ -445,7 +450,13 @@ class Kernel:
     # -- specializations
     def specialize(self, sizes, index=None):
         """The program compiled for `sizes` (a dict of every size symbol): its `.cuda`,
-        `.plan_json`, `.index_type`, `.launch_dims`, `.tensors` and `.cubin()`."""
+        `.plan_json`, `.index_type`, `.launch_dims`, `.tensors` and `.cubin()`. A fusion run as
+        several kernels has one per segment: specialize those (`kernel.segments`)."""
+        if self.segments is not None:
+            raise ValueError(
+                "kernel `%s` runs as %d kernels (%s): specialize each of its `segments`"
+                % (self.name, len(self.segments), self.segmented_because)
+            )
         return self._specialization(sizes, index)[0]
 
     def _specialization(self, sizes, index=None):
@@ -465,8 +476,15 @@ class Kernel:
         return found
 
     def cuda(self, **sizes):
-        """The CUDA source for these sizes (`kernel.cuda(M=4096, N=4096)`)."""
-        return self.specialize(sizes).cuda
+        """The CUDA source for these sizes (`kernel.cuda(M=4096, N=4096)`); of a fusion run as
+        several kernels, each kernel's in the order they run, under a line naming it."""
+        if self.segments is None:
+            return self.specialize(sizes).cuda
+        n = len(self.segments)
+        return "".join(
+            "// ==== kernel %d of %d: %s\n%s" % (i + 1, n, k.name, k.cuda(**{s: sizes[s] for s in k.symbols}))
+            for i, k in enumerate(self.segments)
+        )
 
     # -- calls
     def _prepare(self, tensors):
@@ -499,7 +517,27 @@ class Kernel:
         return call
 
     def __call__(self, *tensors, **scalars):
+        if self.segments is not None:
+            return self._call_segments(tensors, scalars)
         return self._call(*tensors, **scalars)
+
+    def _call_segments(self, tensors, scalars):
+        """A fusion run as several kernels: the inputs and scalars checked as the whole fusion's
+        (naming the user's tensors), then each segment's kernel called in order on the fusion's
+        inputs and the intermediates the earlier ones wrote (allocated by the kernel that writes
+        them, as any output is), on torch's current stream; the final outputs returned."""
+        self._bind(tensors)
+        self._check_placement(tensors)
+        given = self._scalar_values(scalars)
+        values = {i.name: t for i, t in zip(self.inputs, tensors)}
+        for kernel in self.segments:
+            outs = kernel(
+                *[values[i.name] for i in kernel.inputs],
+                **{s.name: given[s.name] for s in kernel.scalars if s.name in given},
+            )
+            values.update(zip((o.name for o in kernel.outputs), outs if len(kernel.outputs) > 1 else (outs,)))
+        outs = [values[o.name] for o in self.outputs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _first_call(self, tensors, scalars):
         """A call whose inputs' shapes, dtypes and devices are new (or that is wrong): checked in

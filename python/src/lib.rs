@@ -3,7 +3,8 @@
 //!
 //! - [`Program`]: a program lowered once without sizes, for its signature (the fusion's
 //!   inputs, outputs and scalars with their dtypes and shapes as size expressions), or a
-//!   `CompileError` with every problem at its line and column;
+//!   `CompileError` with every problem at its line and column; for a fusion no scheduler takes
+//!   whole, its segments (each a program of its own, run in order by `hopfuse/__init__.py`);
 //! - [`Program::specialize`]: a [`Specialization`] for concrete sizes (index type, aligned
 //!   vector accesses, the plan's constraints and TMA boxes checked: a `ValueError` naming the
 //!   rule), with every tensor parameter's shape for the caller to allocate;
@@ -79,10 +80,19 @@ fn role_name(role: TensorRole) -> &'static str {
 #[pyclass(frozen, module = "hopfuse._native")]
 struct Program {
     source: String,
-    plan: LaunchPlan,
+    /// The kernel's name, or a fusion run as several kernels: the fusion's.
+    name: String,
+    /// The kernel's plan, or each segment kernel's in the order they run.
+    plans: Vec<LaunchPlan>,
+    /// The fusion's outputs by name, in declaration order.
+    fusion_outputs: Vec<String>,
     /// The fusion's inputs in declaration order: name, dtype, declared shape (empty for a
     /// scalar).
     inputs: Vec<(String, DType, Vec<SizeExpr>)>,
+    /// A fusion no scheduler takes whole, split into kernels run in order
+    /// ([`hopfuse::segment`], decided once for the program: for its `// bench:` sizes when it
+    /// has them): why, and each segment's program.
+    segmentation: Option<hopfuse::segment::Segmentation>,
 }
 
 #[pymethods]
@@ -90,10 +100,22 @@ impl Program {
     /// Lowers `source` (a fusion and its schedule) once to learn its signature.
     #[new]
     fn new(py: Python<'_>, source: String) -> PyResult<Program> {
-        let lowered = py.detach(|| hopfuse::compile(&source, &CompileOptions::default()));
-        let compilation =
+        // Split when no scheduler takes the fusion whole (decided for its `// bench:` sizes,
+        // when it has them), as the runner runs it.
+        let lowered = py.detach(|| hopfuse::compile_program(&source, &CompileOptions::default()));
+        let compiled =
             lowered.map_err(|d| CompileError::new_err(d.render(&source, "<program>")))?;
-        let f = &compilation.fusion;
+        let (name, plans, f, segmentation) = match compiled {
+            hopfuse::Compiled::One { compilation, .. } => {
+                let c = *compilation;
+                (c.plan.kernel_name.clone(), vec![c.plan], c.fusion, None)
+            }
+            hopfuse::Compiled::Segmented(s) => {
+                let s = *s;
+                let plans = s.kernels.into_iter().map(|c| c.plan).collect();
+                (s.plan.fusion.clone(), plans, s.fusion, Some(s.segmentation))
+            }
+        };
         let inputs = f
             .inputs
             .iter()
@@ -102,23 +124,54 @@ impl Program {
                 (tensor.name.clone(), tensor.dtype, f.root_shape(t))
             })
             .collect();
+        let fusion_outputs = f
+            .outputs
+            .iter()
+            .map(|&t| f.tensors[t].name.clone())
+            .collect();
         Ok(Program {
             source,
-            plan: compilation.plan,
+            name,
+            plans,
+            fusion_outputs,
             inputs,
+            segmentation,
         })
     }
 
-    /// The kernel's name.
+    /// For a fusion run as several kernels: `(reason, [(program, reads, writes), ...])`, why it
+    /// is split and each segment's program (without a schedule: its automatic one) with the
+    /// tensors it reads and writes by the names the program gives them, in the order they run.
+    /// None for a program of one kernel.
     #[getter]
-    fn name(&self) -> &str {
-        &self.plan.kernel_name
+    fn segments(&self) -> Option<SegmentList> {
+        self.segmentation.as_ref().map(|s| {
+            (
+                s.reason.clone(),
+                s.segments
+                    .iter()
+                    .map(|g| (g.source.clone(), g.reads.clone(), g.writes.clone()))
+                    .collect(),
+            )
+        })
     }
 
-    /// The size symbols, in order of first appearance.
+    /// The kernel's name (of a fusion run as several kernels: the fusion's).
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The size symbols, in order of first appearance (in the kernels in the order they run).
     #[getter]
     fn symbols(&self) -> Vec<String> {
-        self.plan.symbols.clone()
+        let mut symbols: Vec<String> = Vec::new();
+        for s in self.plans.iter().flat_map(|p| &p.symbols) {
+            if !symbols.contains(s) {
+                symbols.push(s.clone());
+            }
+        }
+        symbols
     }
 
     /// The fusion's inputs in declaration order: `(name, dtype, shape)`, the shape a list of
@@ -137,35 +190,45 @@ impl Program {
             .collect()
     }
 
-    /// The outputs in declaration order: `(name, dtype, shape)` as the kernel writes them
-    /// (reduction axes removed, broadcast axes 1).
+    /// The fusion's outputs in declaration order: `(name, dtype, shape)` as the kernel that
+    /// writes it writes it (reduction axes removed, broadcast axes 1).
     #[getter]
     fn outputs<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-        self.plan
-            .tensors()
-            .filter(|(_, _, role, _)| *role == TensorRole::Output)
-            .map(|(name, dtype, _, shape)| {
+        let written: Vec<(&str, DType, &[SizeExpr])> = self
+            .plans
+            .iter()
+            .flat_map(|p| p.tensors())
+            .filter(|(name, _, role, _)| {
+                *role == TensorRole::Output && self.fusion_outputs.iter().any(|o| o == name)
+            })
+            .map(|(name, dtype, _, shape)| (name, dtype, shape))
+            .collect();
+        self.fusion_outputs
+            .iter()
+            .filter_map(|o| written.iter().find(|(name, ..)| name == o))
+            .map(|(name, dtype, shape)| {
                 let dims = shape
                     .iter()
                     .map(|e| size_expr(py, e))
                     .collect::<PyResult<Vec<_>>>()?;
-                (name, dtype.name(), dims).into_pyobject(py)
+                (*name, dtype.name(), dims).into_pyobject(py)
             })
             .collect()
     }
 
-    /// The scalar parameters the kernel takes: `(name, dtype, value)`, the value the program
-    /// gives it (`input eps: f32 = 1e-6`) or None.
+    /// The scalar parameters the kernels take: `(name, dtype, value)`, the value the program
+    /// gives it (`input eps: f32 = 1e-6`) or None; each once.
     #[getter]
     fn scalars(&self) -> Vec<(String, &'static str, Option<f64>)> {
-        self.plan
-            .params
-            .iter()
-            .filter_map(|p| match p {
-                Param::Scalar { name, dtype, value } => Some((name.clone(), dtype.name(), *value)),
-                _ => None,
-            })
-            .collect()
+        let mut scalars: Vec<(String, &'static str, Option<f64>)> = Vec::new();
+        for p in self.plans.iter().flat_map(|p| &p.params) {
+            if let Param::Scalar { name, dtype, value } = p {
+                if scalars.iter().all(|(n, ..)| n != name) {
+                    scalars.push((name.clone(), dtype.name(), *value));
+                }
+            }
+        }
+        scalars
     }
 
     /// The program text.
@@ -219,6 +282,9 @@ impl Program {
         })
     }
 }
+
+/// [`Program::segments`]: why, and each segment's program, reads and writes.
+type SegmentList = (String, Vec<(String, Vec<String>, Vec<String>)>);
 
 /// A tensor parameter as Python sees it: name, role, dtype, shape.
 type TensorParam = (String, &'static str, &'static str, Vec<i64>);

@@ -161,6 +161,44 @@ class CallChecksTest(unittest.TestCase):
 
 
 @unittest.skipIf(DRIVER, "a GPU driver is loaded here: the stand-in's addresses must not be launched")
+class SegmentedCallTest(unittest.TestCase):
+    """A fusion no scheduler takes whole (auto/col_norm: the column sums, then the division)
+    runs as its segments' kernels in order, the intermediate written by the first read by the
+    second. Each segment's call is replaced by a recorder giving its fake outputs (no GPU here)."""
+
+    def test_the_segments_run_in_order_on_the_intermediates(self):
+        k = hopfuse.compile(example("auto/col_norm.hf"))
+        self.assertEqual([s.name for s in k.segments], ["col_norm_s1_kernel", "col_norm_s2_kernel"])
+        self.assertIn("column", k.segmented_because)
+        calls = []
+        for seg in k.segments:
+
+            def record(*tensors, seg=seg, **scalars):
+                out = seg.fake(*tensors, **scalars)
+                calls.append((seg.name, [t.data_ptr() for t in tensors], out))
+                return out
+
+            seg._call = record
+        x = cuda_tensor((64, 32))
+        y = k(x)
+        (s1, s1_in, sums), (s2, s2_in, y2) = calls
+        self.assertEqual((s1, s2), ("col_norm_s1_kernel", "col_norm_s2_kernel"))
+        self.assertEqual(s1_in, [x.data_ptr()])
+        # The division reads x and the column sums the first kernel wrote.
+        self.assertEqual(sorted(s2_in), sorted([x.data_ptr(), sums.data_ptr()]))
+        self.assertIs(y, y2)
+        self.assertEqual(tuple(y.shape), (64, 32))
+        self.assertEqual(tuple(sums.shape), (32,))
+        # The whole fusion's checks name the user's tensor.
+        with self.assertRaisesRegex(hopfuse.DTypeError, "input `x` has dtype torch.float16"):
+            k(cuda_tensor((64, 32), torch.float16))
+        with self.assertRaisesRegex(ValueError, "runs as 2 kernels"):
+            k.specialize({"M": 64, "N": 32})
+        cuda = k.cuda(M=64, N=32)
+        self.assertIn("// ==== kernel 2 of 2: col_norm_s2_kernel", cuda)
+
+
+@unittest.skipIf(DRIVER, "a GPU driver is loaded here: the stand-in's addresses must not be launched")
 class CachedCallTest(unittest.TestCase):
     """A repeated call launches through what its first call prepared: the inputs' addresses then
     the outputs', the scalars in the launcher's order (the program's values unless given). The

@@ -56,6 +56,12 @@ impl ApiError {
         self
     }
 
+    /// The same error with its sentence after `prefix` (its limit and diagnostics kept).
+    pub(crate) fn prefixed(mut self, prefix: &str) -> ApiError {
+        self.body.error = format!("{prefix}{}", self.body.error);
+        self
+    }
+
     pub(crate) fn internal(what: impl std::fmt::Display) -> ApiError {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -8,12 +8,12 @@
 //! from the program's `// bench: M=16384,N=16384` lines (one row per line); a fusion whose
 //! extents are all constants needs none (no line, or an empty `// bench:` line).
 
-use crate::engine::{RunRequest, RunResult};
+use crate::engine::{PairRatios, RunRequest, RunResult};
 use crate::job_spec::JobSpec;
 use crate::profile::ProfileLimits;
 use crate::sizes;
 use crate::warm::{JobEnd, WarmWorker, WorkerCommand};
-use crate::worker::{Outcome, WorkerEvent, WorkerJob};
+use crate::worker::{Outcome, Part, WorkerEvent, WorkerJob};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -160,7 +160,13 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
                 cubin_cache: options.cubin_cache.clone(),
                 profile_limits: ProfileLimits::default(),
             };
-            let outcome = run_one(options, &mut warm, &job).await;
+            let outcome = WarmRuns {
+                command: &options.worker,
+                timeout: options.timeout,
+                warm: &mut warm,
+            }
+            .run_one(&job)
+            .await;
             push(row(&example, &label, outcome), &mut rows);
         }
     }
@@ -185,72 +191,98 @@ fn row(example: &str, sizes: &str, outcome: RowOutcome) -> Row {
     }
 }
 
-/// The warm worker, started (or started again after it died) as needed; why not when it
-/// does not start.
-pub(crate) async fn ensure_worker<'w>(
-    options: &BenchOptions,
-    warm: &'w mut Option<WarmWorker>,
-) -> Result<&'w mut WarmWorker, String> {
-    if warm.as_mut().is_some_and(|w| !w.is_alive()) {
-        *warm = None;
-    }
-    if warm.is_none() {
-        match WarmWorker::spawn(&options.worker).await {
-            Ok(w) => *warm = Some(w),
-            Err(e) => {
-                let stderr = e.stderr.trim();
-                return Err(if stderr.is_empty() {
-                    format!("the worker did not start: {}", e.message)
-                } else {
-                    format!("the worker did not start: {} ({stderr})", e.message)
-                });
-            }
-        }
-    }
-    Ok(warm.as_mut().expect("a worker"))
+/// Jobs run one after another on a warm worker (`hopfuse worker --serve`), started, or started
+/// again after it died, as needed, each within a time limit: `hopfuse bench`'s rows, `hopfuse
+/// tune`'s candidates and a tune job's in the service (on its GPU's worker).
+pub struct WarmRuns<'w> {
+    pub command: &'w WorkerCommand,
+    /// Per job, from sending it to the worker to its result.
+    pub timeout: Duration,
+    pub warm: &'w mut Option<WarmWorker>,
 }
 
-/// Runs one job on the warm worker (started, or started again after a crash, as needed).
-pub(crate) async fn run_one(
-    options: &BenchOptions,
-    warm: &mut Option<WarmWorker>,
-    job: &WorkerJob,
-) -> RowOutcome {
-    let w = match ensure_worker(options, warm).await {
-        Ok(w) => w,
-        Err(why) => return RowOutcome::NotRun(why),
-    };
-    let mut outcome = None;
-    let end = w
-        .run(job, options.timeout, &mut |e| {
-            if let WorkerEvent::Outcome { outcome: o, .. } = e {
-                outcome = Some(*o);
+impl WarmRuns<'_> {
+    /// The warm worker; why not when it does not start.
+    async fn worker(&mut self) -> Result<&mut WarmWorker, String> {
+        if self.warm.as_mut().is_some_and(|w| !w.is_alive()) {
+            *self.warm = None;
+        }
+        if self.warm.is_none() {
+            match WarmWorker::spawn(self.command).await {
+                Ok(w) => *self.warm = Some(w),
+                Err(e) => {
+                    let stderr = e.stderr.trim();
+                    return Err(if stderr.is_empty() {
+                        format!("the worker did not start: {}", e.message)
+                    } else {
+                        format!("the worker did not start: {} ({stderr})", e.message)
+                    });
+                }
             }
-        })
-        .await;
-    let ended = match end {
-        JobEnd::Done { exit: None } => None,
-        JobEnd::Done { exit: Some(_) } => {
-            w.wait_exit().await;
-            Some(String::new())
         }
-        JobEnd::TimedOut => {
-            w.kill().await;
-            Some(format!(
-                "timed out after {:.0} s: the worker was killed",
-                options.timeout.as_secs_f64()
-            ))
-        }
-        JobEnd::Died => Some(format!("crashed: the worker {}", w.wait_exit().await)),
-    };
-    if ended.is_some() {
-        *warm = None;
+        Ok(self.warm.as_mut().expect("a worker"))
     }
-    match outcome {
-        Some(Outcome::Measured { result, .. }) => RowOutcome::Measured(result),
-        Some(Outcome::Fake { .. }) => RowOutcome::Fake,
-        Some(Outcome::Error { error }) => RowOutcome::NotRun(format!("error: {error}")),
-        None => RowOutcome::NotRun(ended.unwrap_or_else(|| "no result".into())),
+
+    /// Runs one job; its outcome (A's, for an A/B job) and the A/B per-pair ratios when the
+    /// worker sent them. A worker that timed out, crashed or exited is dropped.
+    async fn run_job(&mut self, job: &WorkerJob) -> (RowOutcome, Option<PairRatios>) {
+        let timeout = self.timeout;
+        let w = match self.worker().await {
+            Ok(w) => w,
+            Err(why) => return (RowOutcome::NotRun(why), None),
+        };
+        let mut outcome = None;
+        let mut ratios = None;
+        let end = w
+            .run(job, timeout, &mut |e| match e {
+                WorkerEvent::Outcome {
+                    outcome: o,
+                    part: Part::A,
+                } => outcome = Some(*o),
+                WorkerEvent::Comparison { ratios: r } => ratios = Some(r),
+                _ => {}
+            })
+            .await;
+        let ended = match end {
+            JobEnd::Done { exit: None } => None,
+            JobEnd::Done { exit: Some(_) } => {
+                w.wait_exit().await;
+                Some(String::new())
+            }
+            JobEnd::TimedOut => {
+                w.kill().await;
+                Some(format!(
+                    "timed out after {:.0} s: the worker was killed",
+                    timeout.as_secs_f64()
+                ))
+            }
+            JobEnd::Died => Some(format!("crashed: the worker {}", w.wait_exit().await)),
+        };
+        if ended.is_some() {
+            *self.warm = None;
+        }
+        let outcome = match outcome {
+            Some(Outcome::Measured { result, .. }) => RowOutcome::Measured(result),
+            Some(Outcome::Fake { .. }) => RowOutcome::Fake,
+            Some(Outcome::Error { error }) => RowOutcome::NotRun(format!("error: {error}")),
+            None => RowOutcome::NotRun(ended.unwrap_or_else(|| "no result".into())),
+        };
+        (outcome, ratios)
+    }
+
+    /// Runs one job of one program.
+    pub async fn run_one(&mut self, job: &WorkerJob) -> RowOutcome {
+        self.run_job(job).await.0
+    }
+
+    /// Runs an A/B job (twice the time limit, as the service gives one) and returns its
+    /// per-pair ratios (none when either side did not run).
+    pub async fn compare(&mut self, job: &WorkerJob) -> Option<PairRatios> {
+        let single = self.timeout;
+        self.timeout = single * 2;
+        let (_, ratios) = self.run_job(job).await;
+        self.timeout = single;
+        ratios
     }
 }
 

@@ -43,6 +43,18 @@ pub struct JobSpec {
     pub prepared: Option<Prepared>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepared_b: Option<Prepared>,
+    /// A tune job (`POST /api/tune`): `request` is the program and the run options of each
+    /// candidate; the queue runs the search ([`crate::tune`]) on the GPU's warm worker, one
+    /// candidate job at a time, instead of sending this spec to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tune: Option<TuneSpec>,
+}
+
+/// What a tune job searches within.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TuneSpec {
+    /// Seconds of search: no candidate starts after it.
+    pub budget_s: f64,
 }
 
 impl JobSpec {
@@ -56,6 +68,15 @@ impl JobSpec {
             profile: false,
             prepared: None,
             prepared_b: None,
+            tune: None,
+        }
+    }
+
+    /// A tune job: the search's settings.
+    pub fn tune_request(program: RunRequest, budget_s: f64) -> JobSpec {
+        JobSpec {
+            tune: Some(TuneSpec { budget_s }),
+            ..JobSpec::single(program)
         }
     }
 

@@ -195,26 +195,11 @@ struct BenchArgs {
     /// program's `// bench:` lines].
     #[arg(long, short = 's')]
     size: Vec<String>,
-    #[arg(long, default_value_t = 100)]
-    iters: u32,
-    #[arg(long, default_value_t = 10)]
-    warmup: u32,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Seconds one run may take before its worker is killed. (Longer than the service's: a
-    /// run includes its float64 reference, which for a fused epilogue at 8192^3 runs on the
-    /// host and takes about a minute.)
-    #[arg(long, default_value_t = 180.0)]
-    job_timeout: f64,
-    /// Directory of the CUBIN cache (`cubin/`) [default: as `hopfuse serve`].
-    #[arg(long, env = "HOPFUSE_DATA_DIR")]
-    data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    runs: WarmRunArgs,
     /// Always run NVRTC.
     #[arg(long)]
     no_cubin_cache: bool,
-    /// Use the fake worker (compile and check only; tests without a GPU).
-    #[arg(long, hide = true)]
-    fake_worker: bool,
     /// Also time each program's torch twin eagerly and under torch.compile, interleaved with
     /// the kernel: the table gets their columns. Raises --job-timeout to at least 900 s
     /// (torch.compile compiles and autotunes inside the run).
@@ -243,13 +228,23 @@ struct TuneArgs {
     /// Write the program with the winner's schedule to this file.
     #[arg(long)]
     write: Option<PathBuf>,
+    #[command(flatten)]
+    runs: WarmRunArgs,
+}
+
+/// The run options `bench` and `tune` share: each run's (each candidate's) launches and seed,
+/// its time limit, the CUBIN cache's directory and the fake worker.
+#[derive(Args)]
+struct WarmRunArgs {
     #[arg(long, default_value_t = 100)]
     iters: u32,
     #[arg(long, default_value_t = 10)]
     warmup: u32,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Seconds one candidate's run may take before its worker is killed.
+    /// Seconds one run may take before its worker is killed. (Longer than the service's: a
+    /// run includes its float64 reference, which for a fused epilogue at 8192^3 runs on the
+    /// host and takes about a minute.)
     #[arg(long, default_value_t = 180.0)]
     job_timeout: f64,
     /// Directory of the CUBIN cache (`cubin/`) [default: as `hopfuse serve`].
@@ -258,6 +253,22 @@ struct TuneArgs {
     /// Use the fake worker (compile and check only; tests without a GPU).
     #[arg(long, hide = true)]
     fake_worker: bool,
+}
+
+impl WarmRunArgs {
+    /// The time limit of one run, checked.
+    fn timeout(&self) -> Result<std::time::Duration> {
+        if !(self.job_timeout.is_finite() && self.job_timeout > 0.0) {
+            bail!("--job-timeout must be a positive number of seconds");
+        }
+        Ok(std::time::Duration::from_secs_f64(self.job_timeout))
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.data_dir
+            .clone()
+            .unwrap_or_else(hopfuse_runner::serve::default_data_dir)
+    }
 }
 
 #[derive(Args)]
@@ -452,9 +463,7 @@ fn warm_worker(fake: bool) -> Result<hopfuse_runner::warm::WorkerCommand> {
 
 fn tune(args: TuneArgs) -> Result<ExitCode> {
     use hopfuse_runner::{bench, tune};
-    if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
-        bail!("--job-timeout must be a positive number of seconds");
-    }
+    let timeout = args.runs.timeout()?;
     if !(args.budget.is_finite() && args.budget > 0.0) {
         bail!("--budget must be a positive number of seconds");
     }
@@ -474,32 +483,38 @@ fn tune(args: TuneArgs) -> Result<ExitCode> {
     } else {
         parse_size_args(&args.size)?
     };
-    let data_dir = args
-        .data_dir
-        .unwrap_or_else(hopfuse_runner::serve::default_data_dir);
     let options = tune::TuneOptions {
         file: args.file.display().to_string(),
         source,
         sizes,
         budget: std::time::Duration::from_secs_f64(args.budget),
-        bench: bench::BenchOptions {
-            files: vec![],
-            sizes: None,
-            iters: args.iters,
-            warmup: args.warmup,
-            seed: args.seed,
-            timeout: std::time::Duration::from_secs_f64(args.job_timeout),
-            worker: warm_worker(args.fake_worker)?,
-            cubin_cache: Some(data_dir.join("cubin")),
-            peers: false,
-            clock: false,
-            generic: false,
-        },
+        iters: args.runs.iters,
+        warmup: args.runs.warmup,
+        seed: args.runs.seed,
+        cubin_cache: Some(args.runs.data_dir().join("cubin")),
     };
+    let command = warm_worker(args.runs.fake_worker)?;
     let report = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(tune::run(&options, &mut |line| eprintln!("{line}")));
+        .block_on(async {
+            let mut warm = None;
+            let mut runs = bench::WarmRuns {
+                command: &command,
+                timeout,
+                warm: &mut warm,
+            };
+            eprintln!("tune: compiling the candidates on the host");
+            let never = std::sync::atomic::AtomicBool::new(false);
+            let report = tune::run(&options, &mut runs, &never, &mut |p| {
+                eprintln!("{}", tune::describe(&p))
+            })
+            .await;
+            if let Some(mut w) = warm {
+                w.kill().await;
+            }
+            report
+        });
     let report = match report {
         Ok(r) => r,
         Err(e) => {
@@ -526,22 +541,14 @@ fn tune(args: TuneArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         // The fake worker times nothing: every candidate compiled and checked is a success.
-        None if report
-            .trials
-            .iter()
-            .any(|t| matches!(t.outcome, tune::TrialOutcome::Ran(bench::RowOutcome::Fake))) =>
-        {
-            Ok(ExitCode::SUCCESS)
-        }
+        None if report.checked_by_fake_worker() => Ok(ExitCode::SUCCESS),
         None => Ok(ExitCode::FAILURE),
     }
 }
 
 fn bench(args: BenchArgs) -> Result<ExitCode> {
     use hopfuse_runner::bench;
-    if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
-        bail!("--job-timeout must be a positive number of seconds");
-    }
+    let timeout = args.runs.timeout()?;
     let files = if args.files.is_empty() {
         let root = Path::new("examples");
         let files = bench::example_files(root)
@@ -558,21 +565,19 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
     } else {
         Some(parse_size_args(&args.size)?)
     };
-    let data_dir = args
-        .data_dir
-        .unwrap_or_else(hopfuse_runner::serve::default_data_dir);
+    let data_dir = args.runs.data_dir();
     let options = bench::BenchOptions {
         files,
         sizes,
-        iters: args.iters,
-        warmup: args.warmup,
-        seed: args.seed,
-        timeout: std::time::Duration::from_secs_f64(if args.peers {
-            args.job_timeout.max(900.0)
+        iters: args.runs.iters,
+        warmup: args.runs.warmup,
+        seed: args.runs.seed,
+        timeout: if args.peers {
+            timeout.max(std::time::Duration::from_secs(900))
         } else {
-            args.job_timeout
-        }),
-        worker: warm_worker(args.fake_worker)?,
+            timeout
+        },
+        worker: warm_worker(args.runs.fake_worker)?,
         cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
         peers: args.peers,
         clock: args.clock,
@@ -1161,7 +1166,11 @@ fn run(args: RunArgs) -> Result<ExitCode> {
     };
     let mut outcome = engine::run(&req);
     if let (Ok(result), true) = (&mut outcome, args.profile) {
-        result.profile = Some(profile_run(&args, result));
+        if result.segments.is_some() {
+            profile_segments_run(&args, result);
+        } else {
+            result.profile = Some(profile_run(&args, result));
+        }
     }
     let json = match &outcome {
         Ok(result) => serde_json::to_string_pretty(result)?,
@@ -1178,6 +1187,28 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         Ok(result) => {
             if !args.json {
                 println!("{}", report::render(&result));
+            }
+            // Each kernel of a fusion run as several: its profile in words; one missing fails.
+            let segment_profiles: Vec<(&str, &ProfileReport)> = result
+                .segments
+                .iter()
+                .flat_map(|s| &s.kernels)
+                .filter_map(|k| Some((k.kernel.as_str(), k.profile.as_ref()?)))
+                .collect();
+            for (kernel, profiled) in &segment_profiles {
+                if !args.json {
+                    println!(
+                        "profile of {kernel}:\n{}",
+                        hopfuse_runner::profile::render(profiled)
+                    );
+                }
+            }
+            if let Some((kernel, ProfileReport::Unavailable { message, .. })) = segment_profiles
+                .iter()
+                .find(|(_, p)| matches!(p, ProfileReport::Unavailable { .. }))
+            {
+                eprintln!("no profile of {kernel}: {message}");
+                return Ok(ExitCode::FAILURE);
             }
             if let Some(profiled) = &result.profile {
                 if !args.json {
@@ -1236,6 +1267,43 @@ fn profile_run(args: &RunArgs, result: &engine::RunResult) -> ProfileReport {
         _ => None,
     };
     profile::report(profiled, result, result.copy.as_ref(), tensor.as_ref())
+}
+
+/// `run --profile` of a fusion run as several kernels: each kernel under ncu in turn, within
+/// --profile-timeout together, into its segment's `profile`.
+fn profile_segments_run(args: &RunArgs, result: &mut engine::RunResult) {
+    use hopfuse_runner::profile::{self, ProfileError};
+    let limit = std::time::Duration::try_from_secs_f64(args.profile_timeout)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            ProfileError::Request("--profile-timeout must be a positive number of seconds".into())
+        });
+    let exe = std::env::current_exe()
+        .map_err(|e| ProfileError::Failed(format!("cannot find this binary: {e}")));
+    let (limit, exe) = match (limit, exe) {
+        (Ok(limit), Ok(exe)) => (limit, exe),
+        (Err(e), _) | (_, Err(e)) => {
+            for k in result.segments.iter_mut().flat_map(|s| &mut s.kernels) {
+                k.profile = Some(profile::unavailable(&e));
+            }
+            return;
+        }
+    };
+    let req = profile::request_for(args.file.clone(), result, limit, args.profile_csv.clone());
+    let copy = result.copy.clone();
+    let no_ceiling = args.no_ceiling;
+    profile::profile_segments(result, &req, &exe, copy.as_ref(), &mut || {
+        // The tensor-core roof on a device of its own (the run's is closed), unless ceilings
+        // are off.
+        if no_ceiling {
+            return None;
+        }
+        engine::Device::open()
+            .and_then(|dev| profile::tensor_roof::measure(&dev))
+            .map_err(|e| eprintln!("no tensor-core roof: {e}"))
+            .ok()
+    });
 }
 
 fn self_test(iters: u32, warmup: u32, seed: u64, ceiling: bool) -> Result<ExitCode> {

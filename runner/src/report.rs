@@ -158,12 +158,54 @@ pub fn throughput(r: &RunResult) -> (String, String, String) {
 
 pub fn render(r: &RunResult) -> String {
     let mut s = String::new();
-    let d = &r.device;
     let sizes = match crate::sizes::format_sizes(&r.sizes) {
         none if none.is_empty() => String::new(),
         some => format!("  --size {some}"),
     };
     let _ = writeln!(s, "hopfuse run {}{sizes}  --seed {}", r.file, r.seed);
+    write_kernel(&mut s, r);
+    let t = &r.timing;
+    let _ = writeln!(
+        s,
+        "  time        min {:.2} us  median {:.2} us  max {:.2} us  ({} timed launches after {} warm-up)",
+        t.min_us, t.median_us, t.max_us, t.samples, r.warmup
+    );
+    for line in segment_lines(r) {
+        let _ = writeln!(s, "{line}");
+    }
+    for line in clock_lines(r) {
+        let _ = writeln!(s, "{line}");
+    }
+    let _ = writeln!(
+        s,
+        "  L2          working set {}; {}",
+        bytes(r.working_set_bytes),
+        r.l2_policy
+    );
+    let _ = writeln!(
+        s,
+        "  bandwidth   {:.1} GB/s ({} bytes at least, / median time)",
+        r.gbps, r.min_global_bytes
+    );
+    write_ceilings(&mut s, r);
+    write_validation(&mut s, r);
+    if let Some(p) = &r.peers {
+        s.push_str(&peers(p));
+    }
+    for w in &r.warnings {
+        let _ = writeln!(s, "  warning     {w}");
+    }
+    let _ = write!(
+        s,
+        "  result      {}",
+        if r.passed { "PASS" } else { "FAIL" }
+    );
+    s
+}
+
+/// The device, the kernel with its index type, its launch, waves and resources.
+fn write_kernel(s: &mut String, r: &RunResult) {
+    let d = &r.device;
     let _ = writeln!(
         s,
         "  device      {} (sm_{}{}, {} SMs, L2 {}, driver {}.{})",
@@ -214,29 +256,10 @@ pub fn render(r: &RunResult) -> String {
         bytes(r.cubin_bytes as u64),
         r.nvrtc_ms
     );
-    let t = &r.timing;
-    let _ = writeln!(
-        s,
-        "  time        min {:.2} us  median {:.2} us  max {:.2} us  ({} timed launches after {} warm-up)",
-        t.min_us, t.median_us, t.max_us, t.samples, r.warmup
-    );
-    for line in segment_lines(r) {
-        let _ = writeln!(s, "{line}");
-    }
-    for line in clock_lines(r) {
-        let _ = writeln!(s, "{line}");
-    }
-    let _ = writeln!(
-        s,
-        "  L2          working set {}; {}",
-        bytes(r.working_set_bytes),
-        r.l2_policy
-    );
-    let _ = writeln!(
-        s,
-        "  bandwidth   {:.1} GB/s ({} bytes at least, / median time)",
-        r.gbps, r.min_global_bytes
-    );
+}
+
+/// The copy ceiling and the ratio to it, or a matrix product's rate against cuBLAS.
+fn write_ceilings(s: &mut String, r: &RunResult) {
     match &r.copy {
         Some(c) => {
             let _ = writeln!(
@@ -283,6 +306,10 @@ pub fn render(r: &RunResult) -> String {
             let _ = writeln!(s, "  ratio       {:.1}% of cuBLAS", f * 100.0);
         }
     }
+}
+
+/// The first launch's validation, the reference, and the outputs re-checked after timing.
+fn write_validation(s: &mut String, r: &RunResult) {
     let first_ok = r.validation.iter().all(|c| c.passed);
     let _ = writeln!(
         s,
@@ -306,18 +333,6 @@ pub fn render(r: &RunResult) -> String {
             let _ = writeln!(s, "{}", check_line(c));
         }
     }
-    if let Some(p) = &r.peers {
-        s.push_str(&peers(p));
-    }
-    for w in &r.warnings {
-        let _ = writeln!(s, "  warning     {w}");
-    }
-    let _ = write!(
-        s,
-        "  result      {}",
-        if r.passed { "PASS" } else { "FAIL" }
-    );
-    s
 }
 
 /// The peers' lines of the report: each peer's time, speed-up and validation, then hopfuse
@@ -422,6 +437,7 @@ mod tests {
             },
             min_global_bytes: 1,
             gbps,
+            profile: None,
         };
         r.segments = Some(SegmentsRun {
             reason: "`y` reads the column reductions back over the columns".into(),

@@ -13,6 +13,9 @@
 //!    scalar and the rule), and
 //!    for A/B whether both programs have the same inputs. The compiled programs travel with the
 //!    job, so the worker does not lower them again.
+//!
+//! `POST /api/tune`'s body passes the same rules where they apply ([`tune_job_spec`], then
+//! [`check_tune`] in a compile slot), plus its budget within `--tune-budget`.
 
 use crate::api_error::ApiError;
 use crate::job_spec::JobSpec;
@@ -21,6 +24,7 @@ use crate::serve_args::ServeArgs;
 use axum::http::StatusCode;
 use hopfuse_api::run::{RunError, RunRequest, Stage};
 use hopfuse_api::service::RunBody;
+use hopfuse_api::tune::TuneBody;
 use std::collections::BTreeMap;
 
 /// The file name of a run whose body names none (or one that is empty or over
@@ -43,6 +47,12 @@ pub(crate) fn check_program(program: &str, max: usize) -> Result<(), ApiError> {
         .max(max));
     }
     Ok(())
+}
+
+/// A body's file name, or [`DEFAULT_FILE`] for none, an empty one or one too long.
+fn file_name(file: Option<String>) -> String {
+    file.filter(|f| !f.is_empty() && f.len() <= MAX_FILE_NAME_BYTES)
+        .unwrap_or_else(|| DEFAULT_FILE.into())
 }
 
 /// The job a run body asks for, not yet compiled (see the module doc for the rules), or the
@@ -77,12 +87,8 @@ pub(crate) fn job_spec(
     if fault.is_some() && args.fake_worker {
         return Err(ApiError::bad_request("fault kernels need the GPU worker"));
     }
-    let file = body
-        .file
-        .filter(|f| !f.is_empty() && f.len() <= MAX_FILE_NAME_BYTES)
-        .unwrap_or_else(|| DEFAULT_FILE.into());
     let request = RunRequest {
-        file,
+        file: file_name(body.file),
         source: body.program,
         sizes: body.sizes,
         scalars: body.scalars,
@@ -110,7 +116,84 @@ pub(crate) fn job_spec(
         profile,
         prepared: None,
         prepared_b: None,
+        tune: None,
     })
+}
+
+/// `POST /api/tune`'s body made into its job, not yet checked against the program: the
+/// program within `--max-program-bytes` (413), runs available (503), `budget_s` positive and
+/// within `--tune-budget` (its default; 400 naming `tune_budget_s`), `iters` and `warmup`
+/// within their limits as a run's. Each candidate runs as a run with these options would.
+pub(crate) fn tune_job_spec(
+    body: TuneBody,
+    args: &ServeArgs,
+    unavailable: Option<String>,
+) -> Result<JobSpec, ApiError> {
+    check_program(&body.program, args.max_program_bytes)?;
+    if let Some(reason) = unavailable {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
+    }
+    let budget_s = body.budget_s.unwrap_or(args.tune_budget);
+    if !(budget_s.is_finite() && budget_s > 0.0 && budget_s <= args.tune_budget) {
+        return Err(ApiError::bad_request(format!(
+            "budget_s = {budget_s} is outside the limit (0, {}] seconds (tune_budget_s)",
+            args.tune_budget
+        ))
+        .limit("tune_budget_s")
+        .max_seconds(args.tune_budget));
+    }
+    let request = RunRequest {
+        file: file_name(body.file),
+        source: body.program,
+        sizes: body.sizes,
+        scalars: BTreeMap::new(),
+        iters: body.iters.unwrap_or(100),
+        warmup: body.warmup.unwrap_or(10),
+        seed: body.seed.unwrap_or(1),
+        index: None,
+        copy_ceiling: true,
+        peers: false,
+        clock: false,
+        generic: false,
+    };
+    within("iters", request.iters, 1, args.max_iters)?;
+    within("warmup", request.warmup, 0, args.max_warmup)?;
+    Ok(JobSpec::tune_request(request, budget_s))
+}
+
+/// A tune job checked against its program (blocking: run it in a compile slot): it parses and
+/// an automatic scheduler takes it (400 with the diagnostics, or the scheduler's reason), and
+/// a candidate compiles for the sizes with its tensors within `--max-tensor-bytes` (400 with
+/// the first candidate's error when none does; the candidates share the fusion, so its
+/// tensors are every candidate's). The candidates are compiled again by the job, each reported.
+pub(crate) fn check_tune(spec: &JobSpec, max_tensor_bytes: u64) -> Result<(), ApiError> {
+    let req = &spec.request;
+    let trials = crate::tune::candidates(&req.source, &req.sizes).map_err(|e| match e {
+        crate::tune::NoCandidates::Program(d) => {
+            ApiError::bad_request(format!("the program does not compile: {d}").trim_end())
+                .diagnostics(d.0)
+        }
+        declined => ApiError::bad_request(declined.render(&req.source, &req.file)),
+    })?;
+    let mut first_error = None;
+    for trial in trials {
+        let candidate = RunRequest {
+            source: trial.program,
+            ..req.clone()
+        };
+        match check_run(&candidate, max_tensor_bytes, "") {
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    let Some(e) = first_error else {
+        return Err(ApiError::bad_request(
+            "the automatic scheduler gave no candidate for the fusion",
+        ));
+    };
+    Err(e.prefixed("no candidate of the automatic scheduler compiles for these sizes; the first: "))
 }
 
 /// 400 naming `max_{name}` for a count outside `min..=max`.

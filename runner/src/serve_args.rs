@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// Wall-clock limit of one job in seconds; the worker is killed (SIGKILL) past it.
     #[arg(long, default_value_t = 10.0)]
     pub job_timeout: f64,
+    /// Seconds of search of one tune job (`POST /api/tune`): its default and its maximum. No
+    /// candidate starts after it; each runs within --job-timeout.
+    #[arg(long, default_value_t = 60.0)]
+    pub tune_budget: f64,
     /// Jobs waiting or running at most; more get 429.
     #[arg(long, default_value_t = 64)]
     pub queue_cap: usize,

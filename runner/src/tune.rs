@@ -1,5 +1,6 @@
-//! `hopfuse tune`: the automatic scheduler's parameters searched on the GPU for one program and
-//! one set of sizes.
+//! The tuner: the automatic scheduler's parameters searched on the GPU for one program and one
+//! set of sizes, for `hopfuse tune` and the service's tune jobs (`POST /api/tune`, run on a
+//! GPU's warm worker by the queue).
 //!
 //! Takes a program (its own schedule, if any, is set aside: the tuner searches the automatic
 //! scheduler's parameters) and sizes. The candidates are [`hopfuse::auto_candidates`]'s, the
@@ -8,33 +9,45 @@
 //! compiler's message), then run one after the other through one warm worker as `hopfuse
 //! bench` runs programs: validated against the float64 reference, timed with the bench's method
 //! (warm-up, medians, the L2 flushed between memory-bound launches). The search stops at the
-//! time budget; the candidates not reached are listed as such. The fastest candidate that
+//! time budget, or after the candidate in progress when cancelled; the candidates not reached
+//! are listed as such. Each candidate's steps are reported as they happen ([`TuneProgress`]:
+//! compiled, refused, validated, timed, checked, not run). The fastest candidate that
 //! passed validation wins; when it is not the default, the two are timed again interleaved,
 //! launch pair by launch pair ([`Confirmation`]), so the gain is measured under one GPU state.
-//! Emits a [`TuneReport`]: one [`Trial`] per candidate, the winner and the confirmation.
+//! Emits a [`TuneReport`]: one [`Trial`] per candidate, the winner and the confirmation; its
+//! wire form ([`TuneReport::to_wire`]) is a tune job's result.
 
-use crate::bench::{self, BenchOptions, RowOutcome};
+use crate::bench::{RowOutcome, WarmRuns};
 use crate::engine::{PairRatios, RunRequest, RunResult};
 use crate::job_spec::JobSpec;
 use crate::prepare::Prepared;
 use crate::profile::ProfileLimits;
-use crate::warm::{JobEnd, WarmWorker};
-use crate::worker::{WorkerEvent, WorkerJob};
+use crate::worker::WorkerJob;
 use hopfuse::auto::{AutoSchedule, Knobs};
+use hopfuse_api::tune::{
+    TuneCandidate, TuneConfirmation, TuneOutcome, TuneProgress, TuneResult, TuneStep,
+};
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// What `hopfuse tune` searches and how it runs each candidate.
+/// What the tuner searches and how it runs each candidate.
+#[derive(Clone, Debug)]
 pub struct TuneOptions {
     /// The program's file name, for messages.
     pub file: String,
     pub source: String,
     pub sizes: BTreeMap<String, i64>,
-    /// Wall time for the whole search, from the first candidate's compile.
+    /// Wall time for the whole search, from the first candidate's compile: no candidate starts
+    /// after it.
     pub budget: Duration,
-    /// Iterations, warm-up, seed, per-run timeout, worker and CUBIN cache, as the bench's.
-    pub bench: BenchOptions,
+    /// Each candidate's timed launches, warm-up and input seed, as the bench's.
+    pub iters: u32,
+    pub warmup: u32,
+    pub seed: u64,
+    pub cubin_cache: Option<PathBuf>,
 }
 
 /// One candidate and what became of it.
@@ -51,7 +64,7 @@ pub struct Trial {
 pub enum TrialOutcome {
     /// It did not lower for the sizes (the compiler's message).
     Refused(String),
-    /// The budget was spent before its turn.
+    /// The budget was spent (or the search cancelled) before its turn.
     NotReached,
     /// Run on the worker: measured, compiled and checked by the fake worker, or not run (why).
     Ran(RowOutcome),
@@ -82,6 +95,9 @@ pub struct TuneReport {
     pub confirmation: Option<Confirmation>,
     /// Seconds the search took.
     pub elapsed_s: f64,
+    pub budget_s: f64,
+    /// The search was cancelled: the candidates after the one in progress were not run.
+    pub cancelled: bool,
 }
 
 impl TuneReport {
@@ -89,33 +105,127 @@ impl TuneReport {
     pub fn winning_program(&self) -> Option<&str> {
         self.winner.map(|w| self.trials[w].program.as_str())
     }
+
+    /// Whether the fake worker compiled and checked some candidate (then nothing is timed and
+    /// there is no winner, but the search did what it could).
+    pub fn checked_by_fake_worker(&self) -> bool {
+        self.trials
+            .iter()
+            .any(|t| matches!(t.outcome, TrialOutcome::Ran(RowOutcome::Fake)))
+    }
+
+    /// The wire form of the report (`JobResult::tune`), with the table [`render`] prints.
+    pub fn to_wire(&self) -> TuneResult {
+        let not_reached = if self.cancelled {
+            "the job was cancelled"
+        } else {
+            "the budget was spent"
+        };
+        TuneResult {
+            candidates: self
+                .trials
+                .iter()
+                .map(|t| TuneCandidate {
+                    parameters: t.knobs.describe(),
+                    schedule: t.schedule.block(),
+                    reason: t.schedule.reason.clone(),
+                    outcome: match &t.outcome {
+                        TrialOutcome::Refused(why) => TuneOutcome::Refused { why: why.clone() },
+                        TrialOutcome::NotReached => TuneOutcome::NotReached {
+                            why: not_reached.into(),
+                        },
+                        TrialOutcome::Ran(RowOutcome::Fake) => TuneOutcome::Checked,
+                        TrialOutcome::Ran(RowOutcome::NotRun(why)) => {
+                            TuneOutcome::NotRun { why: why.clone() }
+                        }
+                        TrialOutcome::Ran(RowOutcome::Measured(r)) => TuneOutcome::Measured {
+                            median_us: r.timing.median_us,
+                            gbps: r.gbps,
+                            tflops: r.tflops,
+                            fraction_of_copy: r.fraction_of_copy,
+                            fraction_of_cublas: r.fraction_of_cublas,
+                            passed: r.passed,
+                        },
+                    },
+                })
+                .collect(),
+            winner: self.winner,
+            winner_schedule: self.winner.map(|w| self.trials[w].schedule.block()),
+            confirmation: self.confirmation.as_ref().map(|c| TuneConfirmation {
+                winner_over_default_median: c.ratios.median,
+                winner_over_default_range: [c.ratios.min, c.ratios.max],
+                pairs: c.ratios.pairs,
+            }),
+            table: render(self),
+            elapsed_s: self.elapsed_s,
+            budget_s: self.budget_s,
+            cancelled: self.cancelled,
+        }
+    }
 }
 
-/// Runs the search. Errors are the program's own (it does not parse or build, or no scheduler
-/// takes it), rendered for the terminal.
+/// Why a program has no candidates.
+#[derive(Clone, Debug)]
+pub enum NoCandidates {
+    /// It does not parse or build.
+    Program(hopfuse::Diagnostics),
+    /// No automatic scheduler takes the fusion: why.
+    Declined(String),
+}
+
+impl NoCandidates {
+    /// The message for a terminal, with the program's `file` name.
+    pub fn render(&self, source: &str, file: &str) -> String {
+        match self {
+            NoCandidates::Program(d) => d.render(source, file),
+            NoCandidates::Declined(why) => {
+                format!("no automatic scheduler takes the fusion: {why}")
+            }
+        }
+    }
+}
+
+/// The candidates of a program for its sizes: the program with each candidate's schedule, the
+/// scheduler's own choice first.
+pub fn candidates(source: &str, sizes: &BTreeMap<String, i64>) -> Result<Vec<Trial>, NoCandidates> {
+    let candidates = hopfuse::auto_candidates(source, Some(sizes))
+        .map_err(NoCandidates::Program)?
+        .map_err(|declined| NoCandidates::Declined(declined.reason))?;
+    let base = hopfuse::examples::without_schedule(source);
+    Ok(candidates
+        .into_iter()
+        .map(|c| Trial {
+            program: format!("{base}{}", c.schedule.block()),
+            knobs: c.knobs,
+            schedule: c.schedule,
+            outcome: TrialOutcome::NotReached,
+        })
+        .collect())
+}
+
+/// Runs the search on `runs`' warm worker; `progress` gets each candidate's steps. Setting
+/// `cancel` stops it after the candidate in progress (the rest are not reached, and the default
+/// is not timed again). Errors are the program's own, rendered for the terminal.
 pub async fn run(
     options: &TuneOptions,
-    progress: &mut dyn FnMut(&str),
+    runs: &mut WarmRuns<'_>,
+    cancel: &AtomicBool,
+    progress: &mut (dyn FnMut(TuneProgress) + Send),
 ) -> Result<TuneReport, String> {
     let started = Instant::now();
-    let candidates = hopfuse::auto_candidates(&options.source, Some(&options.sizes))
-        .map_err(|d| d.render(&options.source, &options.file))?
-        .map_err(|declined| {
-            format!(
-                "no automatic scheduler takes the fusion: {}",
-                declined.reason
-            )
-        })?;
-    let base = hopfuse::examples::without_schedule(&options.source);
-    let requests: Vec<RunRequest> = candidates
+    let mut trials = candidates(&options.source, &options.sizes)
+        .map_err(|e| e.render(&options.source, &options.file))?;
+    let of = trials.len();
+    let requests: Vec<RunRequest> = trials
         .iter()
-        .map(|c| request(options, format!("{base}{}", c.schedule.block())))
+        .map(|t| request(options, t.program.clone()))
         .collect();
-    progress(&format!(
-        "tune: {} candidates, compiling on the host",
-        candidates.len()
-    ));
-    let compiled = compile_all(&requests);
+    let compiled = {
+        let requests = requests.clone();
+        tokio::task::spawn_blocking(move || compile_all(&requests))
+            .await
+            .map_err(|e| format!("compiling the candidates failed: {e}"))?
+    };
     // Every candidate refused: the sizes (or the program) are wrong for all of them; say it once.
     if let Some(Err(first)) = compiled
         .first()
@@ -127,42 +237,45 @@ pub async fn run(
             crate::sizes::label(&options.sizes)
         ));
     }
-    let mut trials: Vec<Trial> = candidates
-        .into_iter()
-        .zip(&requests)
-        .zip(&compiled)
-        .map(|((c, req), compiled)| Trial {
-            knobs: c.knobs,
-            schedule: c.schedule,
-            program: req.source.clone(),
-            outcome: match compiled {
-                Ok(_) => TrialOutcome::NotReached,
-                Err(e) => TrialOutcome::Refused(e.clone()),
-            },
+    let mut say = |i: usize, trials: &[Trial], step: TuneStep| {
+        progress(TuneProgress {
+            candidate: i + 1,
+            of,
+            parameters: trials[i].knobs.describe(),
+            step,
         })
-        .collect();
+    };
+    for (i, c) in compiled.iter().enumerate() {
+        let step = match c {
+            Ok(_) => TuneStep::Compiled,
+            Err(why) => {
+                trials[i].outcome = TrialOutcome::Refused(why.clone());
+                TuneStep::Refused { why: why.clone() }
+            }
+        };
+        say(i, &trials, step);
+    }
 
-    let mut warm: Option<WarmWorker> = None;
+    let mut cancelled = false;
     for (i, (req, compiled)) in requests.iter().zip(compiled).enumerate() {
         let Ok(prepared) = compiled else { continue };
+        if cancel.load(Ordering::SeqCst) {
+            cancelled = true;
+            break;
+        }
         if started.elapsed() >= options.budget {
             break;
         }
         let mut spec = JobSpec::single(req.clone());
         spec.prepared = Some(prepared);
-        let job = WorkerJob {
-            spec,
-            cubin_cache: options.bench.cubin_cache.clone(),
-            profile_limits: ProfileLimits::default(),
-        };
-        let outcome = bench::run_one(&options.bench, &mut warm, &job).await;
-        progress(&format!(
-            "tune: {} ({}) done",
-            i + 1,
-            trials[i].knobs.describe()
-        ));
+        let outcome = runs.run_one(&worker_job(options, spec)).await;
+        for step in steps(&outcome) {
+            say(i, &trials, step);
+        }
         trials[i].outcome = TrialOutcome::Ran(outcome);
     }
+    // A cancel that came during the last candidate also skips the confirmation.
+    cancelled |= cancel.load(Ordering::SeqCst);
 
     let winner = trials
         .iter()
@@ -171,27 +284,60 @@ pub async fn run(
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(i, _)| i);
     let mut confirmation = None;
-    if let Some(w) = winner.filter(|&w| w != 0 && trials[0].passed().is_some()) {
-        progress("tune: the winner and the default timed again, interleaved");
+    if let Some(w) = winner.filter(|&w| w != 0 && trials[0].passed().is_some() && !cancelled) {
         let mut spec = JobSpec::single(requests[0].clone());
         spec.request_b = Some(requests[w].clone());
         spec.same_inputs = Some(true);
-        let job = WorkerJob {
-            spec,
-            cubin_cache: options.bench.cubin_cache.clone(),
-            profile_limits: ProfileLimits::default(),
-        };
-        confirmation = confirm(&options.bench, &mut warm, &job).await;
-    }
-    if let Some(mut w) = warm {
-        w.kill().await;
+        confirmation = runs
+            .compare(&worker_job(options, spec))
+            .await
+            .map(|ratios| Confirmation { ratios });
     }
     Ok(TuneReport {
         trials,
         winner,
         confirmation,
         elapsed_s: started.elapsed().as_secs_f64(),
+        budget_s: options.budget.as_secs_f64(),
+        cancelled,
     })
+}
+
+/// The steps a candidate's run reports: validated then timed, checked, or not run.
+fn steps(outcome: &RowOutcome) -> Vec<TuneStep> {
+    match outcome {
+        RowOutcome::Measured(r) if r.passed => vec![
+            TuneStep::Validated { passed: true },
+            TuneStep::Timed {
+                median_us: r.timing.median_us,
+            },
+        ],
+        RowOutcome::Measured(_) => vec![TuneStep::Validated { passed: false }],
+        RowOutcome::Fake => vec![TuneStep::Checked],
+        RowOutcome::NotRun(why) => vec![TuneStep::NotRun { why: why.clone() }],
+    }
+}
+
+/// One line for a terminal: `tune: 3/12 (threads=256): timed, 41.2 us`.
+pub fn describe(p: &TuneProgress) -> String {
+    let what = match &p.step {
+        TuneStep::Compiled => "compiled".to_string(),
+        TuneStep::Refused { why } => format!("refused: {why}"),
+        TuneStep::Validated { passed: true } => "validated".to_string(),
+        TuneStep::Validated { passed: false } => "FAILED validation".to_string(),
+        TuneStep::Timed { median_us } => format!("timed, {median_us:.1} us"),
+        TuneStep::Checked => "compiled and checked (fake worker: nothing timed)".to_string(),
+        TuneStep::NotRun { why } => format!("not run: {why}"),
+    };
+    format!("tune: {}/{} ({}): {what}", p.candidate, p.of, p.parameters)
+}
+
+fn worker_job(options: &TuneOptions, spec: JobSpec) -> WorkerJob {
+    WorkerJob {
+        spec,
+        cubin_cache: options.cubin_cache.clone(),
+        profile_limits: ProfileLimits::default(),
+    }
 }
 
 /// The run request of one candidate program, as the bench makes them.
@@ -201,9 +347,9 @@ fn request(options: &TuneOptions, source: String) -> RunRequest {
         source,
         sizes: options.sizes.clone(),
         scalars: Default::default(),
-        iters: options.bench.iters,
-        warmup: options.bench.warmup,
-        seed: options.bench.seed,
+        iters: options.iters,
+        warmup: options.warmup,
+        seed: options.seed,
         index: None,
         copy_ceiling: true,
         peers: false,
@@ -244,28 +390,6 @@ pub fn compile_all(requests: &[RunRequest]) -> Vec<Result<Prepared, String>> {
                 .expect("every request compiled")
         })
         .collect()
-}
-
-/// Runs an A/B job and returns its per-pair ratios (None when either side did not run).
-async fn confirm(
-    options: &BenchOptions,
-    warm: &mut Option<WarmWorker>,
-    job: &WorkerJob,
-) -> Option<Confirmation> {
-    let w = bench::ensure_worker(options, warm).await.ok()?;
-    let mut ratios = None;
-    let end = w
-        .run(job, options.timeout, &mut |e| {
-            if let WorkerEvent::Comparison { ratios: r } = e {
-                ratios = Some(r.clone());
-            }
-        })
-        .await;
-    if !matches!(end, JobEnd::Done { exit: None }) {
-        w.kill().await;
-        *warm = None;
-    }
-    ratios.map(|ratios| Confirmation { ratios })
 }
 
 /// The Markdown table of the trials, then the winner.
@@ -333,6 +457,9 @@ pub fn render(report: &TuneReport) -> String {
             }
         }
         None => s.push_str("\nno winner: no candidate was timed and passed validation\n"),
+    }
+    if report.cancelled {
+        s.push_str("cancelled: the candidates after the one in progress were not run\n");
     }
     let _ = writeln!(s, "searched in {:.1} s", report.elapsed_s);
     s

@@ -51,6 +51,7 @@ fn done(result: JobResult) -> JobEvent {
         position: None,
         elapsed_ms: 1650.25,
         result: Some(Arc::new(result)),
+        tune: None,
     }
 }
 
@@ -76,6 +77,7 @@ fn job(status: JobStatus) -> JobResult {
             ended: None,
         }),
         agent: None,
+        tune: None,
         queued_ms: 0.5,
         worker_ms: 21.25,
     }

@@ -17,7 +17,8 @@
 // (exp_2d's diagram with 4 slots, in both themes; none for a kernel without TMA); every
 // examples/matmul program compiles in the page and its Pipeline pane draws the wgmma issue and
 // the accumulators (step 4: a row per consumer warp group); Run shows the
-// fake worker's result (marked as not measured, no numbers) with its stages; with tab B, an A/B
+// fake worker's result (marked as not measured, no numbers) with its stages; Tune's table of
+// checked candidates and "Use" on one (undone with Ctrl+Z); with tab B, an A/B
 // job with both results (and B/A with its spread from the runner's A/B `done` event); a matrix
 // product's TFLOP/s against cuBLAS (events recorded from a run on the H100); the PyTorch pane
 // and a run with peers ("x1.30 vs torch.compile" and its spread, from the runner's peers event);
@@ -1092,6 +1093,36 @@ try {
     assert(sent?.scalars?.k === 3 && sent.scalars.eps === undefined, `sent scalars: ${JSON.stringify(sent?.scalars)}`);
     await replaceProgram(q, ADD);
     await q.waitForSelector('input[data-scalar="k"]', { state: "detached" });
+  });
+
+  await check("Tune streams the candidates, shows their table without numbers, and Use replaces the schedule block (Ctrl+Z undoes it)", async () => {
+    await replaceProgram(q, ADD);
+    const before = await editorText(q);
+    await q.click("#tune");
+    await q.waitForSelector("#tune-table");
+    const status = await q.locator("#tune-status").textContent();
+    assert(/^fake: \d+ candidates in /.test(status), `status: ${status}`);
+    const rows = await q.locator("#tune-table tbody tr").count();
+    assert(rows >= 2, `rows: ${rows}`);
+    const table = await q.locator("#tune-table").textContent();
+    assert(!/µs|GB\/s/.test(table), `the fake runner times nothing: ${table}`);
+    assert(!(await q.locator("#tune-use-winner").count()), "no winner without times");
+    // What the page sent, from the service's run history.
+    const { body } = await getJson(`${A.origin}/api/runs?limit=1`);
+    const asked = body.runs[0].request;
+    assert(body.runs[0].status === "fake" && asked.tune?.budget_s > 0, `history: ${JSON.stringify(asked).slice(0, 200)}`);
+    assert(asked.request.sizes.M === 1000 && asked.request.sizes.N === 4096, "the sizes sent");
+    await q.locator("#tune-table tr.checked .tune-use").first().click();
+    let after = before;
+    for (let i = 0; i < 50 && after === before; i++) {
+      await sleep(50);
+      after = await editorText(q);
+    }
+    assert(after !== before && after.split("schedule {").length === 2, `one schedule block: ${after}`);
+    assert(after.startsWith(before.slice(0, before.indexOf("schedule {"))), "the fusion is kept");
+    await q.locator(".editor .cm-content").click();
+    await q.keyboard.press("Control+z");
+    assert((await editorText(q)) === before, "Ctrl+Z undoes it");
   });
 
   await check("with tab B, Run sends an A/B job and shows the fake worker's two results", async () => {

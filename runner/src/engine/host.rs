@@ -1,7 +1,7 @@
 //! The host half of staging a run, before the device: the request checked, the inputs
-//! generated from the seed, the float64 reference (or, for a large matrix product, what
-//! computes it on the device) and the CUBIN ([`stage_host`] -> [`HostStaged`]). Split from
-//! the engine's former single file without change.
+//! generated from the seed ([`SeededInputs`], which a segmented run's staging shares), the
+//! float64 reference (or, for a large matrix product, what computes it on the device) and the
+//! CUBIN ([`stage_host`] -> [`HostStaged`]).
 
 use super::*;
 
@@ -29,6 +29,67 @@ pub(super) enum Expected<'a> {
         inputs: BTreeMap<String, Vec<f64>>,
         reference: &'a Reference<'a>,
     },
+}
+
+/// A run's inputs drawn from its seed, as the device reads them and as the reference gets them:
+/// each input tensor encoded in its dtype and decoded again (the reference gets exactly what the
+/// device reads), a tensor read as a gather's indices drawn inside the axis it indexes; each
+/// scalar the request's value, else the program's, else a seeded one. Shared by one kernel's
+/// run ([`stage_host`]) and a segmented run's (`segmented.rs`).
+pub(super) struct SeededInputs {
+    seed: u64,
+    index_bounds: BTreeMap<String, i64>,
+    /// Every input tensor and scalar by name, for the reference.
+    pub(super) values: BTreeMap<String, Vec<f64>>,
+    /// The scalar inputs' values, for the kernels' arguments.
+    pub(super) scalars: BTreeMap<String, f64>,
+}
+
+impl SeededInputs {
+    pub(super) fn new(req: &RunRequest) -> SeededInputs {
+        SeededInputs {
+            seed: req.seed,
+            index_bounds: data::index_bounds(&req.source, &req.sizes),
+            values: BTreeMap::new(),
+            scalars: BTreeMap::new(),
+        }
+    }
+
+    /// Input tensor `name` of `n` elements: its bytes for the device.
+    pub(super) fn tensor(&mut self, name: &str, dtype: DType, n: usize) -> Vec<u8> {
+        let bound = self.index_bounds.get(name).copied();
+        let values = data::seeded_input(dtype, n, self.seed, name, bound);
+        let init = data::encode(dtype, &values);
+        self.values
+            .insert(name.to_string(), data::decode(dtype, &init));
+        init
+    }
+
+    /// Scalar input `name`: `given` (the request's or the program's value, from
+    /// [`crate::scalars::resolve`]) rounded to its dtype, else a seeded value.
+    pub(super) fn scalar(&mut self, name: &str, dtype: DType, given: Option<f64>) -> f64 {
+        let v = match given {
+            Some(v) => dtype.round(v),
+            None => data::seeded_values(dtype, 1, self.seed, name)[0],
+        };
+        self.values.insert(name.to_string(), vec![v]);
+        self.scalars.insert(name.to_string(), v);
+        v
+    }
+}
+
+/// A tensor's element count for the sizes, and as a `usize` (an error names the tensor).
+pub(super) fn tensor_len(
+    name: &str,
+    shape: &[SizeExpr],
+    sizes: &BTreeMap<String, i64>,
+) -> Result<(u64, usize), RunError> {
+    let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
+    let elements =
+        tensor_elements(shape, sizes).map_err(|e| sizes_err(format!("tensor `{name}`: {e}")))?;
+    let n = usize::try_from(elements)
+        .map_err(|_| sizes_err(format!("tensor `{name}` is too large")))?;
+    Ok((elements, n))
 }
 
 /// Every output of the run has reference values.
@@ -76,12 +137,9 @@ pub(super) fn stage_host<'a>(
 
     // Host data, in parameter order.
     let mut tensors = Vec::new();
-    let mut inputs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut scalars: BTreeMap<String, f64> = BTreeMap::new();
+    let mut seeded = SeededInputs::new(req);
     let scalar_values = crate::scalars::resolve(plan, &req.scalars)
         .map_err(|e| RunError::new(Stage::Request, e))?;
-    // Inputs read as a gather's indices are drawn inside the axis they index.
-    let index_bounds = data::index_bounds(&req.source, sizes);
     for p in &plan.params {
         match p {
             Param::Tensor {
@@ -90,22 +148,12 @@ pub(super) fn stage_host<'a>(
                 role,
                 shape,
             } => {
-                let elements = tensor_elements(shape, sizes)
-                    .map_err(|e| sizes_err(format!("tensor `{name}`: {e}")))?;
+                let (elements, n) = tensor_len(name, shape, sizes)?;
                 let bytes = elements
                     .checked_mul(dtype.size_bytes() as u64)
                     .ok_or_else(|| sizes_err(format!("tensor `{name}` is too large")))?;
-                let n = usize::try_from(elements)
-                    .map_err(|_| sizes_err(format!("tensor `{name}` is too large")))?;
                 let init = match role {
-                    TensorRole::Input => {
-                        let bound = index_bounds.get(name).copied();
-                        let values = data::seeded_input(*dtype, n, req.seed, name, bound);
-                        let init = data::encode(*dtype, &values);
-                        // The reference gets exactly what the device reads.
-                        inputs.insert(name.clone(), data::decode(*dtype, &init));
-                        init
-                    }
+                    TensorRole::Input => seeded.tensor(name, *dtype, n),
                     TensorRole::Output | TensorRole::Scratch => data::poison(*dtype, n),
                     TensorRole::Workspace => vec![0; bytes as usize],
                 };
@@ -131,12 +179,7 @@ pub(super) fn stage_host<'a>(
             Param::Scalar { name, dtype, .. } => {
                 // The request's value (`--scalar eps=1e-6`), else the program's (`input eps:
                 // f32 = 1e-6`), else a seeded one.
-                let v = match scalar_values[name.as_str()] {
-                    Some(v) => dtype.round(v),
-                    None => data::seeded_values(*dtype, 1, req.seed, name)[0],
-                };
-                inputs.insert(name.clone(), vec![v]);
-                scalars.insert(name.clone(), v);
+                seeded.scalar(name, *dtype, scalar_values[name.as_str()]);
             }
             Param::Size { symbol } => {
                 let v = SizeExpr::sym(symbol)
@@ -158,6 +201,11 @@ pub(super) fn stage_host<'a>(
     let min_global_bytes = u64::try_from(min_global_bytes)
         .map_err(|_| sizes_err("min_global_bytes is negative".into()))?;
 
+    let SeededInputs {
+        values: inputs,
+        scalars,
+        ..
+    } = seeded;
     // The reference, before the GPU work (it needs only the inputs); a large matrix product's
     // on the GPU, as soon as it is open.
     let expected = match plan

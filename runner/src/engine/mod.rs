@@ -266,7 +266,6 @@ fn stage_device<'a>(
     let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
     let (cubin_bytes, nvrtc_ms) = (cubin.image.len(), cubin.compile_ms);
     let mut launch = setup.launch.clone();
-    let index_type = setup.index_type;
     info!(
         "device: {} (sm_{}{})",
         gpu.info.name, gpu.info.compute_capability.0, gpu.info.compute_capability.1
@@ -284,36 +283,7 @@ fn stage_device<'a>(
             format!("the tensors need {working_set} bytes but the device has {free} bytes free"),
         ));
     }
-    let (expected, reference_note) = match expected {
-        Expected::Host(e) => (e, host_reference_note()),
-        Expected::Gemm {
-            shape,
-            inputs,
-            reference,
-        } => {
-            // Before the kernel's first launch: a faulting kernel may poison the context.
-            info!("evaluating the float64 reference with cuBLAS DGEMM");
-            hooks.progress(Progress::Reference);
-            let on_gpu = dev.blas().and_then(|blas| {
-                crate::gemm_reference::on_device(&dev.gpu, blas, &shape, sizes, &inputs)
-            });
-            let (expected, note) = match on_gpu {
-                Ok(c) => (
-                    BTreeMap::from([(shape.c.clone(), c)]),
-                    crate::gemm_reference::describe(&shape, sizes),
-                ),
-                Err(e) => {
-                    warn!("the GPU reference failed ({e}); computing it on the host");
-                    let expected = reference(sizes, &inputs)
-                        .map_err(|e| RunError::new(Stage::Reference, e))?;
-                    let note = format!("{} (the GPU reference failed: {e})", host_reference_note());
-                    (expected, note)
-                }
-            };
-            check_reference_outputs(&tensors, &expected)?;
-            (expected, note)
-        }
-    };
+    let (expected, reference_note) = reference_on_device(expected, dev, &tensors, sizes, hooks)?;
 
     // Tensor set 0, from the host.
     let mut sets: Vec<Vec<cudarc::driver::CudaSlice<u8>>> = vec![tensors
@@ -328,29 +298,7 @@ fn stage_device<'a>(
             .iter()
             .map(|b| gpu::pointer_slot(b, &gpu.stream))
             .collect();
-        let mut tensor_ptrs = pointers.iter();
-        let mut args = Vec::new();
-        for p in &plan.params {
-            args.push(match p {
-                Param::Tensor { .. } => {
-                    gpu::Arg::Word(*tensor_ptrs.next().expect("one buffer per tensor"))
-                }
-                Param::Size { symbol } => {
-                    let v = sizes[symbol];
-                    gpu::Arg::Word(match index_type {
-                        IndexType::I32 => v as i32 as u32 as u64,
-                        IndexType::I64 => v as u64,
-                    })
-                }
-                Param::Scalar { name, dtype, .. } => {
-                    gpu::Arg::Word(data::scalar_slot(*dtype, scalars[name]))
-                }
-                Param::TensorMap { name, map } => {
-                    gpu::Arg::Map(Box::new(encode_map(plan, *map, name, sizes, &pointers)?))
-                }
-            });
-        }
-        Ok(KernelArgs::from_args(args))
+        bind_args(plan, sizes, setup.index_type, &scalars, &pointers)
     };
 
     // First launch: correctness.
@@ -365,7 +313,116 @@ fn stage_device<'a>(
         "first launch validated"
     );
 
-    // L2: rotate copies of the tensors when a few suffice, else flush.
+    let (l2_policy, flush) = prepare_l2(gpu, working_set, &mut sets)?;
+    let args: Vec<KernelArgs> = sets.iter().map(|s| args_for(s)).collect::<Result<_, _>>()?;
+    Ok(Staged {
+        dev,
+        req,
+        plan,
+        setup,
+        launch,
+        func,
+        module,
+        attributes,
+        residency,
+        cubin_bytes,
+        nvrtc_ms,
+        tensors,
+        expected,
+        sets,
+        args,
+        flush,
+        l2_policy,
+        working_set,
+        min_global_bytes,
+        validation,
+        reference_note,
+    })
+}
+
+/// The reference outputs and how they were computed: the host's, or a large matrix product's
+/// by cuBLAS DGEMM now that the device is open (before the kernel's first launch: a faulting
+/// kernel may poison the context), the host's when that fails.
+fn reference_on_device(
+    expected: Expected<'_>,
+    dev: &Device,
+    tensors: &[Tensor],
+    sizes: &BTreeMap<String, i64>,
+    hooks: &mut dyn Hooks,
+) -> Result<(BTreeMap<String, Vec<f64>>, String), RunError> {
+    let (shape, inputs, reference) = match expected {
+        Expected::Host(e) => return Ok((e, host_reference_note())),
+        Expected::Gemm {
+            shape,
+            inputs,
+            reference,
+        } => (shape, inputs, reference),
+    };
+    info!("evaluating the float64 reference with cuBLAS DGEMM");
+    hooks.progress(Progress::Reference);
+    let on_gpu = dev
+        .blas()
+        .and_then(|blas| crate::gemm_reference::on_device(&dev.gpu, blas, &shape, sizes, &inputs));
+    let (expected, note) = match on_gpu {
+        Ok(c) => (
+            BTreeMap::from([(shape.c.clone(), c)]),
+            crate::gemm_reference::describe(&shape, sizes),
+        ),
+        Err(e) => {
+            warn!("the GPU reference failed ({e}); computing it on the host");
+            let expected =
+                reference(sizes, &inputs).map_err(|e| RunError::new(Stage::Reference, e))?;
+            let note = format!("{} (the GPU reference failed: {e})", host_reference_note());
+            (expected, note)
+        }
+    };
+    check_reference_outputs(tensors, &expected)?;
+    Ok((expected, note))
+}
+
+/// A kernel's arguments in its plan's order: each tensor parameter's device address from
+/// `pointers` (in order), the sizes in the kernel's index type, the scalars' values and the
+/// TMA tensor maps encoded from the addresses. Used by a run of one kernel and by each kernel
+/// of a split fusion (`segmented.rs`).
+pub(super) fn bind_args(
+    plan: &LaunchPlan,
+    sizes: &BTreeMap<String, i64>,
+    index_type: IndexType,
+    scalars: &BTreeMap<String, f64>,
+    pointers: &[u64],
+) -> Result<KernelArgs, RunError> {
+    let mut tensor_ptrs = pointers.iter();
+    let mut args = Vec::new();
+    for p in &plan.params {
+        args.push(match p {
+            Param::Tensor { .. } => {
+                gpu::Arg::Word(*tensor_ptrs.next().expect("one buffer per tensor"))
+            }
+            Param::Size { symbol } => {
+                let v = sizes[symbol];
+                gpu::Arg::Word(match index_type {
+                    IndexType::I32 => v as i32 as u32 as u64,
+                    IndexType::I64 => v as u64,
+                })
+            }
+            Param::Scalar { name, dtype, .. } => {
+                gpu::Arg::Word(data::scalar_slot(*dtype, scalars[name]))
+            }
+            Param::TensorMap { name, map } => {
+                gpu::Arg::Map(Box::new(encode_map(plan, *map, name, sizes, pointers)?))
+            }
+        });
+    }
+    Ok(KernelArgs::from_args(args))
+}
+
+/// The L2 between timed launches: copies of the tensors rotated when a few suffice (added to
+/// `sets`), else a buffer to flush it with; nothing when the tensors are over twice its size.
+fn prepare_l2(
+    gpu: &Gpu,
+    working_set: u64,
+    sets: &mut Vec<Vec<cudarc::driver::CudaSlice<u8>>>,
+) -> Result<(L2Policy, Option<cudarc::driver::CudaSlice<u8>>), RunError> {
     let l2 = gpu.info.l2_bytes;
     let l2_policy = if working_set > 2 * l2 {
         L2Policy::None
@@ -398,30 +455,7 @@ fn stage_device<'a>(
         }
         L2Policy::Flush { bytes } => flush = Some(gpu.alloc(*bytes)?),
     }
-    let args: Vec<KernelArgs> = sets.iter().map(|s| args_for(s)).collect::<Result<_, _>>()?;
-    Ok(Staged {
-        dev,
-        req,
-        plan,
-        setup,
-        launch,
-        func,
-        module,
-        attributes,
-        residency,
-        cubin_bytes,
-        nvrtc_ms,
-        tensors,
-        expected,
-        sets,
-        args,
-        flush,
-        l2_policy,
-        working_set,
-        min_global_bytes,
-        validation,
-        reference_note,
-    })
+    Ok((l2_policy, flush))
 }
 
 /// A kernel loaded for a launch.

@@ -206,13 +206,9 @@ fn host_data(
     ),
     RunError,
 > {
-    let sizes_err = |e: String| RunError::new(Stage::Sizes, e);
     let mut buffers: Vec<Buffer> = Vec::new();
-    let mut inputs = BTreeMap::new();
-    let mut scalars = BTreeMap::new();
-    // Inputs read as a gather's indices are drawn inside the axis they index (the whole
-    // fusion's inputs keep their names in every segment).
-    let index_bounds = data::index_bounds(&req.source, &req.sizes);
+    // The whole fusion's inputs keep their names in every segment.
+    let mut seeded = host::SeededInputs::new(req);
     for (k, kernel) in kernels.iter().enumerate() {
         let values = crate::scalars::resolve(&kernel.plan, &req.scalars)
             .map_err(|e| RunError::new(Stage::Request, e))?;
@@ -228,18 +224,9 @@ fn host_data(
                     if buffers.iter().any(|b| b.key == key) {
                         continue;
                     }
-                    let elements = tensor_elements(shape, &req.sizes)
-                        .map_err(|e| sizes_err(format!("tensor `{name}`: {e}")))?;
-                    let n = usize::try_from(elements)
-                        .map_err(|_| sizes_err(format!("tensor `{name}` is too large")))?;
+                    let (_, n) = host::tensor_len(name, shape, &req.sizes)?;
                     let init = match (kind, role) {
-                        (Kind::Input, _) => {
-                            let bound = index_bounds.get(name).copied();
-                            let values = data::seeded_input(*dtype, n, req.seed, name, bound);
-                            let init = data::encode(*dtype, &values);
-                            inputs.insert(name.clone(), data::decode(*dtype, &init));
-                            init
-                        }
+                        (Kind::Input, _) => seeded.tensor(name, *dtype, n),
                         (Kind::Own, TensorRole::Workspace) => {
                             vec![0; n * dtype.size_bytes() as usize]
                         }
@@ -255,21 +242,15 @@ fn host_data(
                     });
                 }
                 Param::Scalar { name, dtype, .. } => {
-                    if scalars.contains_key(name) {
-                        continue;
+                    if !seeded.scalars.contains_key(name) {
+                        seeded.scalar(name, *dtype, values[name.as_str()]);
                     }
-                    let v = match values[name.as_str()] {
-                        Some(v) => dtype.round(v),
-                        None => data::seeded_values(*dtype, 1, req.seed, name)[0],
-                    };
-                    inputs.insert(name.clone(), vec![v]);
-                    scalars.insert(name.clone(), v);
                 }
                 Param::Size { .. } | Param::TensorMap { .. } => {}
             }
         }
     }
-    Ok((buffers, inputs, scalars))
+    Ok((buffers, seeded.values, seeded.scalars))
 }
 
 /// A kernel loaded and its arguments bound to the run's buffers.
@@ -330,32 +311,19 @@ fn load(
             pointers.push(gpu::pointer_slot(&bound.slices[i], &gpu.stream));
         }
     }
-    let mut tensor_ptrs = pointers.iter();
-    let mut args = Vec::new();
-    for p in &plan.params {
-        args.push(match p {
-            Param::Tensor { .. } => gpu::Arg::Word(*tensor_ptrs.next().expect("one per tensor")),
-            Param::Size { symbol } => {
-                let v = sizes[symbol];
-                gpu::Arg::Word(match kernel.setup.index_type {
-                    IndexType::I32 => v as i32 as u32 as u64,
-                    IndexType::I64 => v as u64,
-                })
-            }
-            Param::Scalar { name, dtype, .. } => {
-                gpu::Arg::Word(data::scalar_slot(*dtype, bound.scalars[name]))
-            }
-            Param::TensorMap { name, map } => {
-                gpu::Arg::Map(Box::new(encode_map(plan, *map, name, sizes, &pointers)?))
-            }
-        });
-    }
+    let args = super::bind_args(
+        plan,
+        sizes,
+        kernel.setup.index_type,
+        bound.scalars,
+        &pointers,
+    )?;
     Ok(Ready {
         func,
         launch,
         attributes,
         residency,
-        args: KernelArgs::from_args(args),
+        args,
         cubin_bytes,
         nvrtc_ms,
     })
@@ -388,24 +356,24 @@ fn check_final(
     Ok(checks)
 }
 
-/// Runs the segments of `split` for `req` on the device in `slot`.
-pub(super) fn run_split(
+/// The host half of a segmented run: each segment's kernel compiled, the run's buffers (the
+/// inputs drawn from the seed), the float64 reference of the whole fusion and the CUBINs.
+struct SplitHost {
+    kernels: Vec<Kernel>,
+    /// The fusion's outputs by name.
+    outputs: Vec<String>,
+    buffers: Vec<Buffer>,
+    scalars: BTreeMap<String, f64>,
+    expected: BTreeMap<String, Vec<f64>>,
+    cubins: Vec<nvrtc::Cubin>,
+}
+
+fn stage_split_host(
     slot: &mut Option<Device>,
     req: &RunRequest,
     split: &Segmentation,
     hooks: &mut dyn Hooks,
-) -> Result<RunResult, RunError> {
-    req.check()?;
-    if req.clock {
-        return Err(RunError::new(
-            Stage::Request,
-            format!(
-                "the clock probe measures one kernel, and this fusion runs as {} ({})",
-                split.segments.len(),
-                split.reason
-            ),
-        ));
-    }
+) -> Result<SplitHost, RunError> {
     hooks.progress(Progress::Lowering);
     let kernels = compile(req, split)?;
     device(slot)?;
@@ -435,44 +403,47 @@ pub(super) fn run_split(
                 .map_err(|e| RunError::new(Stage::Nvrtc, e.to_string()))?,
         );
     }
-    let dev = device(slot)?;
-    let gpu = &dev.gpu;
-    let working_set: u64 = buffers.iter().map(|b| b.bytes).sum();
-    let (free, _) = gpu.memory()?;
-    if working_set > free {
-        return Err(RunError::new(
-            Stage::Cuda,
-            format!("the tensors need {working_set} bytes but the device has {free} bytes free"),
-        ));
-    }
-    let slices: Vec<_> = buffers
-        .iter()
-        .map(|b| gpu.upload(&b.init))
-        .collect::<Result<_, _>>()?;
-    let bound = Bound {
-        split,
-        outputs: &outputs,
-        buffers: &buffers,
-        slices: &slices,
-        scalars: &scalars,
-    };
-    let mut loaded = Vec::new();
-    for (k, (kernel, cubin)) in kernels.iter().zip(cubins).enumerate() {
-        loaded.push(load(dev, req, k, kernel, cubin, &bound)?);
-    }
-    let launch_all = |loaded: &mut [Ready]| -> Result<(), RunError> {
-        for l in loaded.iter_mut() {
-            gpu.launch(&l.func, &l.launch, &mut l.args)?;
-        }
-        Ok(())
-    };
-    hooks.progress(Progress::Launch);
-    launch_all(&mut loaded)?;
-    gpu.sync("the first launch of the kernels")?;
-    hooks.progress(Progress::Validate);
-    let validation = check_final(gpu, &buffers, &slices, &expected)?;
+    Ok(SplitHost {
+        kernels,
+        outputs,
+        buffers,
+        scalars,
+        expected,
+        cubins,
+    })
+}
 
-    // The kernels share buffers, so the L2 is flushed (not rotated) when the tensors fit in it.
+/// Launches every kernel once, in order.
+fn launch_all(gpu: &Gpu, loaded: &mut [Ready]) -> Result<(), RunError> {
+    for l in loaded.iter_mut() {
+        gpu.launch(&l.func, &l.launch, &mut l.args)?;
+    }
+    Ok(())
+}
+
+/// What [`time_split`] measured.
+struct SplitTiming {
+    /// All the kernels in order.
+    timing: Timing,
+    peers: Option<hopfuse_api::run::PeersReport>,
+    /// Each kernel alone.
+    segment_runs: Vec<SegmentRun>,
+    l2_policy: L2Policy,
+}
+
+/// Times all the kernels in order (interleaved with the torch peers when asked for), then each
+/// alone. The kernels share buffers, so the L2 is flushed (not rotated) before each timed
+/// launch when the tensors fit in it.
+fn time_split(
+    dev: &Device,
+    req: &RunRequest,
+    kernels: &[Kernel],
+    loaded: &mut [Ready],
+    working_set: u64,
+    expected: &BTreeMap<String, Vec<f64>>,
+    hooks: &mut dyn Hooks,
+) -> Result<SplitTiming, RunError> {
+    let gpu = &dev.gpu;
     let l2 = gpu.info.l2_bytes;
     let (l2_policy, flush) = if working_set > 2 * l2 {
         (L2Policy::None, None)
@@ -487,7 +458,7 @@ pub(super) fn run_split(
     let (timing, peers) = {
         let mut round = |warmup: u32, iters: u32| -> Result<Vec<f64>, RunError> {
             gpu.time_samples(Some(&dev.spin), warmup, iters, before, |_| {
-                launch_all(&mut loaded)
+                launch_all(gpu, loaded)
             })
         };
         if req.peers {
@@ -498,7 +469,7 @@ pub(super) fn run_split(
             };
             let run = crate::peers::PeerRun {
                 req,
-                expected: &expected,
+                expected,
                 l2: &l2_policy,
             };
             let (timing, report) = peers.interleave(&run, &mut round)?;
@@ -530,12 +501,113 @@ pub(super) fn run_split(
             gbps: timing.gbps(bytes),
             timing,
             min_global_bytes: bytes,
+            profile: None,
         });
     }
+    drop(flush);
+    Ok(SplitTiming {
+        timing,
+        peers,
+        segment_runs,
+        l2_policy,
+    })
+}
+
+/// The intermediate tensors with their bytes at the run's sizes.
+fn intermediates(
+    split: &Segmentation,
+    sizes: &BTreeMap<String, i64>,
+) -> Result<Vec<IntermediateRun>, RunError> {
+    split
+        .intermediates
+        .iter()
+        .map(|m| {
+            Ok(IntermediateRun {
+                name: m.name.clone(),
+                dtype: m.dtype,
+                bytes: m
+                    .bytes()
+                    .eval(sizes)
+                    .map_err(|e| RunError::new(Stage::Sizes, e.to_string()))?
+                    .max(0) as u64,
+            })
+        })
+        .collect()
+}
+
+/// Runs the segments of `split` for `req` on the device in `slot`.
+pub(super) fn run_split(
+    slot: &mut Option<Device>,
+    req: &RunRequest,
+    split: &Segmentation,
+    hooks: &mut dyn Hooks,
+) -> Result<RunResult, RunError> {
+    req.check()?;
+    if req.clock {
+        return Err(RunError::new(
+            Stage::Request,
+            format!(
+                "the clock probe measures one kernel, and this fusion runs as {} ({})",
+                split.segments.len(),
+                split.reason
+            ),
+        ));
+    }
+    let SplitHost {
+        kernels,
+        outputs,
+        buffers,
+        scalars,
+        expected,
+        cubins,
+    } = stage_split_host(slot, req, split, hooks)?;
+    let dev = device(slot)?;
+    let gpu = &dev.gpu;
+    let working_set: u64 = buffers.iter().map(|b| b.bytes).sum();
+    let (free, _) = gpu.memory()?;
+    if working_set > free {
+        return Err(RunError::new(
+            Stage::Cuda,
+            format!("the tensors need {working_set} bytes but the device has {free} bytes free"),
+        ));
+    }
+    let slices: Vec<_> = buffers
+        .iter()
+        .map(|b| gpu.upload(&b.init))
+        .collect::<Result<_, _>>()?;
+    let bound = Bound {
+        split,
+        outputs: &outputs,
+        buffers: &buffers,
+        slices: &slices,
+        scalars: &scalars,
+    };
+    let mut loaded = Vec::new();
+    for (k, (kernel, cubin)) in kernels.iter().zip(cubins).enumerate() {
+        loaded.push(load(dev, req, k, kernel, cubin, &bound)?);
+    }
+    hooks.progress(Progress::Launch);
+    launch_all(gpu, &mut loaded)?;
+    gpu.sync("the first launch of the kernels")?;
+    hooks.progress(Progress::Validate);
+    let validation = check_final(gpu, &buffers, &slices, &expected)?;
+    let SplitTiming {
+        timing,
+        peers,
+        segment_runs,
+        l2_policy,
+    } = time_split(
+        dev,
+        req,
+        &kernels,
+        &mut loaded,
+        working_set,
+        &expected,
+        hooks,
+    )?;
     hooks.progress(Progress::Validate);
     // Each kernel alone after the sequence leaves the final outputs as the sequence wrote them.
     let validation_after_timing = check_final(gpu, &buffers, &slices, &expected)?;
-    drop(flush);
     drop(slices);
     gpu.sync("freeing the tensors")?;
     // The whole fusion's minimum: its inputs read and outputs written once.
@@ -553,21 +625,7 @@ pub(super) fn run_split(
         .iter()
         .flat_map(|l| crate::occupancy::warnings(&l.residency))
         .collect();
-    let intermediates = split
-        .intermediates
-        .iter()
-        .map(|m| {
-            Ok(IntermediateRun {
-                name: m.name.clone(),
-                dtype: m.dtype,
-                bytes: m
-                    .bytes()
-                    .eval(&req.sizes)
-                    .map_err(|e| RunError::new(Stage::Sizes, e.to_string()))?
-                    .max(0) as u64,
-            })
-        })
-        .collect::<Result<_, RunError>>()?;
+    let intermediates = intermediates(split, &req.sizes)?;
     let result = RunResult {
         file: req.file.clone(),
         kernel: kernels

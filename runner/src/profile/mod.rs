@@ -384,19 +384,37 @@ pub fn report(
     copy: Option<&CopyCeiling>,
     tensor: Option<&TensorRoof>,
 ) -> ProfileReport {
+    let cublas = result.cublas.as_ref().map(|c| {
+        (
+            c.tflops * 1e12,
+            format!("{} (this product's shape)", c.call),
+        )
+    });
+    let tensor = cublas.or_else(|| tensor.map(|t| (t.flops_per_s, t.call.clone())));
+    kernel_report(
+        profiled,
+        result.flops,
+        result.timing.median_us * 1e-6,
+        copy,
+        tensor,
+    )
+}
+
+/// One kernel's profile as its report: the roofline point is `flops` (none: ncu's count) over
+/// `seconds` against `copy` and `tensor` (the roof and what measured it).
+fn kernel_report(
+    profiled: Result<Profile, ProfileError>,
+    flops: Option<f64>,
+    seconds: f64,
+    copy: Option<&CopyCeiling>,
+    tensor: Option<(f64, String)>,
+) -> ProfileReport {
     match profiled {
         Ok(p) => {
-            let tensor = match &result.cublas {
-                Some(c) => Some((
-                    c.tflops * 1e12,
-                    format!("{} (this product's shape)", c.call),
-                )),
-                None => tensor.map(|t| (t.flops_per_s, t.call.clone())),
-            };
             let roofline = Roofline::new(
                 &p,
-                result.flops,
-                result.timing.median_us * 1e-6,
+                flops,
+                seconds,
                 copy.map(|c| c.gbps * 1e9),
                 tensor.as_ref().map(|t| t.0),
             );
@@ -416,10 +434,71 @@ pub fn report(
                 roofline_missing,
             }
         }
-        Err(e) => ProfileReport::Unavailable {
-            reason: e.unavailable(),
-            message: e.to_string(),
-        },
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// Profiles each kernel of a fusion run as several kernels (`result.segments`), one after the
+/// other, each `hopfuse run FILE` under ncu restricted to that kernel, all within
+/// `request.time_limit`, into its segment's `profile` (each roofline point is that kernel's own
+/// time against `copy` and, when some kernel was profiled, the tensor-core roof `tensor()`
+/// gives). Does nothing for a run of one kernel. `request` is [`request_for`]'s; a kept raw
+/// page is written per kernel, at its path with `.KERNEL` added.
+pub fn profile_segments(
+    result: &mut RunResult,
+    request: &ProfileRequest,
+    exe: &Path,
+    copy: Option<&CopyCeiling>,
+    tensor: &mut dyn FnMut() -> Option<TensorRoof>,
+) {
+    profile_segments_with(result, request, copy, tensor, &mut |req| profile(req, exe));
+}
+
+/// [`profile_segments`] with `profile_one` profiling each kernel's request.
+fn profile_segments_with(
+    result: &mut RunResult,
+    request: &ProfileRequest,
+    copy: Option<&CopyCeiling>,
+    tensor: &mut dyn FnMut() -> Option<TensorRoof>,
+    profile_one: &mut dyn FnMut(&ProfileRequest) -> Result<Profile, ProfileError>,
+) {
+    let Some(segments) = result.segments.as_mut() else {
+        return;
+    };
+    let deadline = Instant::now() + request.time_limit;
+    let profiled: Vec<Result<Profile, ProfileError>> = segments
+        .kernels
+        .iter()
+        .map(|k| {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ProfileError::NoTimeLeft);
+            }
+            profile_one(&ProfileRequest {
+                kernel: k.kernel.clone(),
+                time_limit: left,
+                keep_csv: request
+                    .keep_csv
+                    .as_ref()
+                    .map(|p| PathBuf::from(format!("{}.{}", p.display(), k.kernel))),
+                ..request.clone()
+            })
+        })
+        .collect();
+    let roof = if profiled.iter().any(Result::is_ok) {
+        tensor()
+    } else {
+        None
+    };
+    for (k, p) in segments.kernels.iter_mut().zip(profiled) {
+        let tensor = roof.as_ref().map(|t| (t.flops_per_s, t.call.clone()));
+        k.profile = Some(kernel_report(
+            p,
+            None,
+            k.timing.median_us * 1e-6,
+            copy,
+            tensor,
+        ));
     }
 }
 
@@ -460,10 +539,78 @@ pub fn tensor_roof_once(dev: &crate::engine::Device) -> Option<&'static TensorRo
     .as_ref()
 }
 
-/// The worker's half of a run with `"profile": true`: the program (as text) is written to a
-/// private file and profiled as `hopfuse run` would (by this binary), within `limit`
-/// ([`ProfileLimits::limit_after`]); `dev` (the worker's device) measures the tensor-core roof of
-/// a program that is not a matrix product.
+/// A program written to a private file to be profiled by this binary: the request that
+/// profiles `result`'s kernel from it within `limit`, and the directory to remove after.
+struct Written {
+    exe: PathBuf,
+    dir: PathBuf,
+    request: ProfileRequest,
+}
+
+fn written_program(
+    source: &str,
+    result: &RunResult,
+    limit: Duration,
+) -> Result<Written, ProfileError> {
+    if limit.is_zero() {
+        return Err(ProfileError::NoTimeLeft);
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| ProfileError::Failed(format!("cannot find this binary: {e}")))?;
+    let dir = tempdir("program")?;
+    let file = dir.join("program.hf");
+    std::fs::write(&file, source)
+        .map_err(|e| ProfileError::Failed(format!("cannot write {}: {e}", file.display())))?;
+    Ok(Written {
+        exe,
+        dir,
+        request: request_for(file, result, limit, None),
+    })
+}
+
+/// Why there is no profile, as a report.
+pub fn unavailable(e: &ProfileError) -> ProfileReport {
+    ProfileReport::Unavailable {
+        reason: e.unavailable(),
+        message: e.to_string(),
+    }
+}
+
+/// The worker's half of a run with `"profile": true`, into the result: [`profile_program`]'s
+/// report in `result.profile` for a run of one kernel, each segment's `profile` for a fusion
+/// run as several ([`profile_segments`], the program written to a private file as
+/// [`profile_program`] writes it).
+pub fn profile_program_into(
+    source: &str,
+    result: &mut RunResult,
+    copy: Option<&CopyCeiling>,
+    limit: Duration,
+    dev: Option<&crate::engine::Device>,
+) {
+    if result.segments.is_some() {
+        let written = written_program(source, result, limit);
+        match written {
+            Ok(w) => {
+                profile_segments(result, &w.request, &w.exe, copy, &mut || {
+                    dev.and_then(tensor_roof_once).cloned()
+                });
+                let _ = std::fs::remove_dir_all(&w.dir);
+            }
+            Err(e) => {
+                for k in result.segments.iter_mut().flat_map(|s| &mut s.kernels) {
+                    k.profile = Some(unavailable(&e));
+                }
+            }
+        }
+        return;
+    }
+    result.profile = Some(profile_program(source, result, copy, limit, dev));
+}
+
+/// The worker's half of a run of one kernel with `"profile": true`: the program (as text) is
+/// written to a private file and profiled as `hopfuse run` would (by this binary), within
+/// `limit` ([`ProfileLimits::limit_after`]); `dev` (the worker's device) measures the
+/// tensor-core roof of a program that is not a matrix product.
 pub fn profile_program(
     source: &str,
     result: &RunResult,
@@ -471,18 +618,9 @@ pub fn profile_program(
     limit: Duration,
     dev: Option<&crate::engine::Device>,
 ) -> ProfileReport {
-    let limit = Some(limit)
-        .filter(|d| !d.is_zero())
-        .ok_or(ProfileError::NoTimeLeft);
-    let profiled = limit.and_then(|limit| {
-        let exe = std::env::current_exe()
-            .map_err(|e| ProfileError::Failed(format!("cannot find this binary: {e}")))?;
-        let dir = tempdir("program")?;
-        let file = dir.join("program.hf");
-        std::fs::write(&file, source)
-            .map_err(|e| ProfileError::Failed(format!("cannot write {}: {e}", file.display())))?;
-        let p = profile(&request_for(file, result, limit, None), &exe);
-        let _ = std::fs::remove_dir_all(&dir);
+    let profiled = written_program(source, result, limit).and_then(|w| {
+        let p = profile(&w.request, &w.exe);
+        let _ = std::fs::remove_dir_all(&w.dir);
         p
     });
     let tensor = match (&profiled, &result.cublas, dev) {

@@ -506,3 +506,113 @@ fn the_profile_fits_in_what_the_job_has_left() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A fusion run as two kernels: ncu once per kernel (`--kernel-name` each), each profile in its
+/// segment with its roofline point over that kernel's own time; the run's own profile stays
+/// empty. With no time left, each kernel says so.
+#[test]
+fn each_kernel_of_a_fusion_run_as_several_is_profiled() {
+    let csv = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/ncu/exp_2d_8192_handwritten.csv");
+    // The profiling call leaves its kernel's name next to its report; the import reads the
+    // page with that name in place of exp_2d's.
+    let (ncu, log) = fake_ncu(
+        "segments",
+        &format!(
+            "case \"$*\" in\n\
+             *--version*) echo 'Version 2025.3.0.0 (fake)';;\n\
+             *--import*) k=$(cat \"$(dirname \"$2\")/kernel\"); sed \"s/exp_2d_kernel/$k/\" '{}';;\n\
+             *) while [ $# -gt 0 ]; do case \"$1\" in --export) r=\"$2\";; --kernel-name) k=\"$2\";; esac; shift; done\n\
+                echo \"$k\" > \"$(dirname \"$r\")/kernel\"; echo '==PROF== Report: r.ncu-rep';;\n\
+             esac",
+            csv.display()
+        ),
+    );
+    let mut r = run_result();
+    let segment = |kernel: &str, median_us: f64| {
+        let mut timing = r.timing.clone();
+        timing.median_us = median_us;
+        hopfuse_api::run::SegmentRun {
+            segment: kernel.trim_end_matches("_kernel").into(),
+            kernel: kernel.into(),
+            scheduler: "pointwise".into(),
+            reason: "r".into(),
+            launch: r.launch.clone(),
+            timing,
+            min_global_bytes: 1 << 20,
+            gbps: 1.0,
+            profile: None,
+        }
+    };
+    r.segments = Some(hopfuse_api::run::SegmentsRun {
+        reason: "no scheduler takes it whole".into(),
+        kernels: vec![segment("f_s1_kernel", 100.0), segment("f_s2_kernel", 50.0)],
+        intermediates: vec![],
+    });
+    let req = request_for("f.hf".into(), &r, Duration::from_secs(30), None);
+    let copy = CopyCeiling {
+        gbps: 3000.0,
+        ..r.copy.clone().expect("the recorded run measured its copy")
+    };
+    let mut roof_asked = 0;
+    profile_segments_with(
+        &mut r,
+        &req,
+        Some(&copy),
+        &mut || {
+            roof_asked += 1;
+            None
+        },
+        &mut |req| profile_with(&ncu, req, Path::new("/bin/hopfuse")),
+    );
+    assert_eq!(
+        roof_asked, 1,
+        "the roof is measured once for all the kernels"
+    );
+    assert!(r.profile.is_none());
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let profiled: Vec<&str> = calls
+        .lines()
+        .filter(|l| l.starts_with("--export"))
+        .collect();
+    assert_eq!(profiled.len(), 2, "{calls}");
+    assert!(profiled[0].contains("--kernel-name f_s1_kernel --launch-count 1"));
+    assert!(profiled[1].contains("--kernel-name f_s2_kernel --launch-count 1"));
+    let kernels = &r.segments.as_ref().unwrap().kernels;
+    let points: Vec<Roofline> = kernels
+        .iter()
+        .map(|k| match k.profile.as_ref().unwrap() {
+            ProfileReport::Measured {
+                profile, roofline, ..
+            } => {
+                assert_eq!(profile.kernel, k.kernel);
+                roofline.clone().expect("a roofline point")
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // The same page, each over its own kernel's time: the faster kernel moved its bytes in half
+    // the time.
+    let ratio = points[1].bytes_per_s / points[0].bytes_per_s;
+    assert!((ratio - 2.0).abs() < 1e-9, "{ratio}");
+    let _ = std::fs::remove_dir_all(log.parent().unwrap());
+
+    // No time left: each kernel says so, and no roof is measured.
+    let req = ProfileRequest {
+        time_limit: Duration::ZERO,
+        ..req
+    };
+    profile_segments_with(
+        &mut r,
+        &req,
+        None,
+        &mut || panic!("no roof without a profile"),
+        &mut |_| panic!("no ncu without time"),
+    );
+    for k in &r.segments.as_ref().unwrap().kernels {
+        match k.profile.as_ref().unwrap() {
+            ProfileReport::Unavailable { reason, .. } => assert_eq!(*reason, Unavailable::TimedOut),
+            other => panic!("{other:?}"),
+        }
+    }
+}

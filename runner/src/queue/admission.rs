@@ -94,7 +94,8 @@ pub const NOT_RUN_MESSAGE: &str =
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if self.job.result().is_none() {
+        // Unless someone else ends it (the dispatcher, a cancel, the service's stop).
+        if self.job.claim_finish() {
             let r = JobResult::empty(
                 &self.job.id,
                 JobStatus::Error,
@@ -107,6 +108,7 @@ impl Drop for Ticket {
                 position: None,
                 elapsed_ms: self.job.elapsed_ms(),
                 result: Some(Arc::new(r)),
+                tune: None,
             });
         }
     }

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 /// The message of a job killed at the wall-clock limit.
@@ -65,6 +65,23 @@ pub use hopfuse_api::job::{
 
 pub use crate::job_spec::JobSpec;
 
+/// The message of a job cancelled while it waited.
+pub const CANCELLED_MESSAGE: &str = "cancelled before it ran";
+
+/// What a cancel did ([`Queue::cancel`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cancelled {
+    /// It was waiting: it ended at once, not run.
+    Ended,
+    /// A tune job on a worker: it stops after the candidate in progress.
+    Stopping,
+    /// It had ended already.
+    Finished,
+    /// A run on a worker, or a job of the distributed mode: not interrupted (it ends within
+    /// its time limit).
+    NotCancellable,
+}
+
 /// The job was refused: too many waiting.
 #[derive(Clone, Debug)]
 pub struct QueueFull {
@@ -78,11 +95,11 @@ mod job;
 mod run;
 #[cfg(test)]
 mod tests;
+mod tune;
 
 use admission::{Admission, Running};
 pub use admission::{QueueSlot, Ticket, NOT_RUN_MESSAGE};
 pub use job::Job;
-use job::JobState;
 use run::warm_status;
 
 pub struct Queue {
@@ -142,8 +159,16 @@ impl Queue {
                     q.note_worker(gpu, warm.as_ref());
                     let ticket = { rx.lock().await.recv().await };
                     let Some(ticket) = ticket else { break };
+                    if !ticket.job.take() {
+                        // Cancelled while it waited: ended by the cancel.
+                        continue;
+                    }
                     let running = Running::start(&q.running);
-                    let result = q.run_job(&ticket.job, gpu, &mut warm).await;
+                    let result = if ticket.job.spec.tune.is_some() {
+                        q.run_tune(&ticket.job, gpu, &mut warm).await
+                    } else {
+                        q.run_job(&ticket.job, gpu, &mut warm).await
+                    };
                     q.note_worker(gpu, warm.as_ref());
                     q.finish(&ticket.job, result).await;
                     drop(running);
@@ -221,25 +246,14 @@ impl Queue {
                     per_client,
                     retry_after_s: self.retry_after(n),
                 })?;
-        let (tx, _) = broadcast::channel(256);
-        let job = Arc::new(Job {
-            id: self.new_id(),
-            client: client.to_string(),
-            spec,
-            submitted: Instant::now(),
-            state: Mutex::new(JobState {
-                events: Vec::new(),
-                tx,
-                result: None,
-                finishing: false,
-            }),
-        });
+        let job = Arc::new(Job::new(self.new_id(), client, spec));
         job.push(JobEvent {
             stage: JobStage::Queued,
             step: None,
             position: Some(ahead),
             elapsed_ms: 0.0,
             result: None,
+            tune: None,
         });
         self.jobs
             .lock()
@@ -309,6 +323,32 @@ impl Queue {
         self.jobs.lock().expect("jobs lock").get(id).cloned()
     }
 
+    /// Cancels a job (`POST /api/jobs/{id}/cancel`); None when this queue does not hold it.
+    pub async fn cancel(&self, id: &str) -> Option<Cancelled> {
+        let job = self.get(id)?;
+        if job.result().is_some() {
+            return Some(Cancelled::Finished);
+        }
+        if self.config.remote {
+            return Some(Cancelled::NotCancellable);
+        }
+        if job.cancel() {
+            let r = JobResult::empty(
+                &job.id,
+                JobStatus::Cancelled,
+                Some(CANCELLED_MESSAGE.to_string()),
+                job.elapsed_ms(),
+            );
+            self.finish(&job, r).await;
+            return Some(Cancelled::Ended);
+        }
+        Some(if job.spec.tune.is_some() {
+            Cancelled::Stopping
+        } else {
+            Cancelled::NotCancellable
+        })
+    }
+
     /// Whether [`Queue::stop`] was called (`POST /api/run` then answers 503).
     pub fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
@@ -335,6 +375,8 @@ impl Queue {
             .collect();
         let mut ended = 0;
         for job in unfinished {
+            // A tune on a worker stops after its candidate in progress.
+            job.cancel.store(true, Ordering::SeqCst);
             let stopped = JobResult::empty(
                 &job.id,
                 JobStatus::Error,
@@ -374,6 +416,7 @@ impl Queue {
             position: None,
             elapsed_ms: job.elapsed_ms(),
             result: Some(result.clone()),
+            tune: None,
         });
         self.finished.fetch_add(1, Ordering::SeqCst);
         let mut order = self.finished_order.lock().expect("order lock");

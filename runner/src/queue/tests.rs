@@ -83,19 +83,7 @@ fn slots_count_per_client_and_in_all_until_dropped() {
 fn a_ticket_dropped_without_a_result_ends_its_job() {
     let admission: Arc<Admission> = Arc::default();
     let (slot, _) = admission.admit("a", 1, 0).unwrap();
-    let (tx, _) = broadcast::channel(4);
-    let job = Arc::new(Job {
-        id: "j1".into(),
-        client: "a".into(),
-        spec: spec(),
-        submitted: Instant::now(),
-        state: Mutex::new(JobState {
-            events: Vec::new(),
-            tx,
-            result: None,
-            finishing: false,
-        }),
-    });
+    let job = Arc::new(Job::new("j1".into(), "a", spec()));
     let (_, mut rx) = job.subscribe();
     let ticket = Ticket {
         job: job.clone(),

@@ -51,6 +51,7 @@ pub(super) async fn health(State(app): State<Arc<App>>) -> Json<Health> {
             requests_per_minute: a.requests_per_minute,
             job_timeout_s: a.job_timeout,
             compile_timeout_s: a.compile_timeout,
+            tune_budget_s: a.tune_budget,
             keep_runs: a.keep_runs,
             keep_runs_days: a.keep_runs_days,
             keep_runs_bytes: a.keep_runs_bytes,

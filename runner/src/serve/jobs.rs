@@ -1,15 +1,17 @@
 //! A job after `POST /api/run`: its result or its stage (`GET /api/jobs/{id}`), its server-sent
 //! events (`GET /api/jobs/{id}/events`: the history, then live events up to `done`), from the
 //! queue while it is known there, else from the run history or the distributed mode's results
-//! bucket; and the run history itself (`GET /api/runs`).
+//! bucket; its cancel (`POST /api/jobs/{id}/cancel`); and the run history itself (`GET
+//! /api/runs`).
 
-use super::middleware::not_found;
+use super::middleware::{limit, not_found, Client};
 use super::{ApiError, App};
-use crate::queue::{JobEvent, JobStage};
+use crate::queue::{Cancelled, JobEvent, JobStage};
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::Json;
-use hopfuse_api::service::{JobPending, Runs};
+use hopfuse_api::service::{CancelAnswer, JobPending, Runs};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::convert::Infallible;
@@ -50,6 +52,41 @@ pub(super) async fn job(
     }
 }
 
+/// Cancels a job of this service: a waiting one ends at once (`cancelled`), a tune job on a
+/// worker stops after the candidate in progress (`stopping`), an ended one is left as it is
+/// (`finished`); a run already on a worker, or sent to an agent, is not interrupted (409: it
+/// ends within its time limit).
+pub(super) async fn cancel(
+    State(app): State<Arc<App>>,
+    client: Client,
+    Path(id): Path<String>,
+) -> Result<Json<CancelAnswer>, ApiError> {
+    limit(&app.post_limiter, &client, "requests")?;
+    let state = match app.queue.cancel(&id).await {
+        Some(Cancelled::Ended) => "cancelled",
+        Some(Cancelled::Stopping) => "stopping",
+        Some(Cancelled::Finished) => "finished",
+        Some(Cancelled::NotCancellable) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "job {id} is a run already on a worker (or an agent): it is not interrupted, \
+                     and ends within its time limit"
+                ),
+            ))
+        }
+        // Not in memory: an ended job of the history, or no such job.
+        None => match app.store.get_run(&id).await.map_err(ApiError::internal)? {
+            Some(_) => "finished",
+            None => return Err(not_found("job", &id)),
+        },
+    };
+    Ok(Json(CancelAnswer {
+        job_id: id,
+        state: state.to_string(),
+    }))
+}
+
 /// A job another front-end of the distributed mode ran (or this one before a restart), from
 /// the results bucket.
 async fn remote_result(app: &App, id: &str) -> Option<crate::queue::JobResult> {
@@ -81,6 +118,7 @@ pub(super) async fn job_events(
                     position: None,
                     elapsed_ms: 0.0,
                     result: serde_json::from_value(rec.result).ok().map(Arc::new),
+                    tune: None,
                 }],
                 None,
             ),
@@ -92,6 +130,7 @@ pub(super) async fn job_events(
                         position: None,
                         elapsed_ms: 0.0,
                         result: Some(Arc::new(r)),
+                        tune: None,
                     }],
                     None,
                 ),

@@ -13,8 +13,9 @@
 //!   extractor with its size limit (413), the client's address and its rate limits (429);
 //! - `health`: `GET /api/health`;
 //! - `compile`: `POST /api/compile` and `POST /api/inspect`;
-//! - `run`: `POST /api/run`, its checks and its job;
-//! - `jobs`: a job's result and its server-sent events, and the run history (`GET /api/runs`);
+//! - `run`: `POST /api/run` and `POST /api/tune`, their checks and their job;
+//! - `jobs`: a job's result, its server-sent events and its cancel, and the run history (`GET
+//!   /api/runs`);
 //! - `links`: short links (`POST /api/links`, `GET /api/links/{id}`);
 //! - `connections`: accepting and serving connections, with their read timeouts and cap.
 

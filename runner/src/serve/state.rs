@@ -124,6 +124,9 @@ impl App {
         if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
             anyhow::bail!("--job-timeout must be a positive number of seconds");
         }
+        if !(args.tune_budget.is_finite() && args.tune_budget > 0.0) {
+            anyhow::bail!("--tune-budget must be a positive number of seconds");
+        }
         let inspect_cache = (!args.no_cubin_cache).then(|| data_dir.join("inspect"));
         let queue = Queue::start(
             QueueConfig {

@@ -392,14 +392,13 @@ fn run_job(
                         .copy
                         .clone()
                         .or_else(|| device.as_ref().and_then(Device::kept_ceiling));
-                    let report = crate::profile::profile_program(
+                    crate::profile::profile_program_into(
                         &spec.request.source,
                         result,
                         copy.as_ref(),
                         limit,
                         device.as_ref(),
                     );
-                    result.profile = Some(report);
                 }
                 outcomes.push((Part::A, measured(r, hooks.cached)));
             }

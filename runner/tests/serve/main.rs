@@ -5,10 +5,12 @@
 //! they cover: `http` (the API's surface: compile, static files, limits, token, CORS, rate
 //! limits, no GPU), `runs` (jobs and workers: results, faults, warm workers, A/B, profile, load)
 //! and `state` (what outlives a request: links and history across restarts, retention, compile
-//! slots and shutdown) and `connections` (clients that do not send, the connection cap).
+//! slots and shutdown), `connections` (clients that do not send, the connection cap) and `tune`
+//! (tune jobs: their events and result, their checks, cancelling).
 
 mod connections;
 mod http;
 mod runs;
 mod state;
 mod support;
+mod tune;

@@ -142,6 +142,17 @@ pub(crate) async fn submit(s: &Server, c: &reqwest::Client, body: &Value) -> Str
 
 /// Reads a job's SSE stream to its `done` event: the event names in order and the result.
 pub(crate) async fn events(s: &Server, c: &reqwest::Client, id: &str) -> (Vec<String>, Value) {
+    let (all, result) = events_with_data(s, c, id).await;
+    (all.into_iter().map(|(name, _)| name).collect(), result)
+}
+
+/// Reads a job's SSE stream to its `done` event: each event's name and data in order, and the
+/// result.
+pub(crate) async fn events_with_data(
+    s: &Server,
+    c: &reqwest::Client,
+    id: &str,
+) -> (Vec<(String, Value)>, Value) {
     let mut r = c
         .get(s.url(&format!("/api/jobs/{id}/events")))
         .send()
@@ -159,18 +170,20 @@ pub(crate) async fn events(s: &Server, c: &reqwest::Client, id: &str) -> (Vec<St
             break;
         }
     }
-    let names = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("event: "))
-        .map(str::to_string)
-        .collect();
-    let done = text
+    let all: Vec<(String, Value)> = text
         .split("\n\n")
-        .find(|block| block.starts_with("event: done"))
-        .and_then(|block| block.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter_map(|block| {
+            let name = block.lines().find_map(|l| l.strip_prefix("event: "))?;
+            let data = block.lines().find_map(|l| l.strip_prefix("data: "))?;
+            Some((name.to_string(), serde_json::from_str(data).unwrap()))
+        })
+        .collect();
+    let result = all
+        .iter()
+        .find(|(name, _)| name == "done")
+        .map(|(_, event)| event["result"].clone())
         .unwrap_or_else(|| panic!("no done event in {text}"));
-    let event: Value = serde_json::from_str(done).unwrap();
-    (names, event["result"].clone())
+    (all, result)
 }
 
 pub(crate) fn s_dir_has_db(dir: &Path) -> bool {

@@ -1,4 +1,4 @@
-//! The page: header (examples, sizes, Run, Share, settings, theme, reference, help), the editor
+//! The page: header (examples, sizes, Run, Tune, Share, settings, theme, reference, help), the editor
 //! with its A/B tabs and the Problems list, the output panes ([`PANES`]: CUDA, Passes, Launch
 //! plan, Pipeline, PyTorch, Run, PTX, SASS) and the status bar. A pane is a `Pane` variant, a
 //! row of [`PANES`] and an arm of `panes::pane_body`. The panes follow the tab shown; with a
@@ -17,6 +17,8 @@
 //! - `editor`: what surrounds the editor (tabs A and B, size boxes, Problems, the splitter);
 //! - `panes`: the output panes but Run (CUDA, Passes, Launch plan, Pipeline, PyTorch, PTX/SASS);
 //! - `run_pane`: the Run pane and a job's result (measured, fake, failed, A/B);
+//! - `tune`: Tune (the runner's tuner), its job followed and cancelled, and the Tune section
+//!   of the Run pane with "use this schedule";
 //! - `dialogs`: Help, Settings, Share and the language reference;
 //! - `embed`: the read-only embed view.
 
@@ -30,6 +32,7 @@ mod playground;
 mod run;
 mod run_pane;
 mod state;
+mod tune;
 
 use crate::js;
 use crate::model::{Compiled, Diag};
@@ -60,6 +63,21 @@ pub enum RunState {
         seen: Vec<String>,
     },
     Done(Arc<RunView>),
+    Failed(String),
+}
+
+/// A tune job (`POST /api/tune`) as the Tune section shows it; each state but `Idle` and
+/// `Failed` remembers the tab whose program was tuned ("use this schedule" edits that one).
+#[derive(Clone, Debug, PartialEq)]
+pub enum TuneState {
+    Idle,
+    /// Sent, or streaming: the candidates' steps so far.
+    Active {
+        job: Option<String>,
+        steps: Vec<hopfuse_api::tune::TuneProgress>,
+        tab: Tab,
+    },
+    Done(Arc<crate::runner::TuneView>, Tab),
     Failed(String),
 }
 
@@ -153,6 +171,7 @@ pub struct Ui {
     settings: RwSignal<Settings>,
     runner: RwSignal<RunnerStatus>,
     run: RwSignal<RunState>,
+    tune: RwSignal<TuneState>,
     dialog: RwSignal<Option<Dialog>>,
     toast: RwSignal<Option<(u32, String)>>,
     dark: RwSignal<bool>,
@@ -167,6 +186,8 @@ pub struct Ui {
     editor: StoredValue<Option<js::FusionEditor>, LocalStorage>,
     /// The events of the job being followed.
     stream: StoredValue<Option<js::EventStream>, LocalStorage>,
+    /// The events of the tune job being followed.
+    tune_stream: StoredValue<Option<js::EventStream>, LocalStorage>,
     /// The fragment this page wrote last (a hashchange to anything else is a new link).
     written: RwSignal<String>,
     /// Programs A and B as last loaded or shared: other text is an unshared edit.

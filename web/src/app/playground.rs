@@ -1,4 +1,4 @@
-//! The whole playground: the header (examples, sizes, Run, Share, Settings, theme, Reference,
+//! The whole playground: the header (examples, sizes, Run, Tune, Share, Settings, theme, Reference,
 //! help), a first visit's welcome (what the page is, what to try), the editor with its tabs and
 //! Problems, the output panes, the status bar (lowering time, the first problem, the runner)
 //! and the toast; the page's events (the address bar's `hashchange`, `beforeunload` with
@@ -228,6 +228,21 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
                     on:click=move |_| ui.run()
                 >
                     "▶ Run"
+                </button>
+            </span>
+            <span
+                id="tune-wrap"
+                title=move || {
+                    super::tune::tune_blocked(ui)
+                        .unwrap_or("Tune: the automatic scheduler's candidates run and timed on the runner's GPU, the fastest offered as the schedule")
+                }
+            >
+                <button
+                    id="tune"
+                    disabled=move || super::tune::tune_blocked(ui).is_some()
+                    on:click=move |_| ui.tune()
+                >
+                    "Tune"
                 </button>
             </span>
             <button id="share" title="Full link, short link and embed snippet (Ctrl+S)" on:click=move |_| ui.share()>

@@ -1,4 +1,5 @@
 //! The Run pane: iterations, seed, the torch and profile toggles, Run and the runner's line;
+//! the Tune section (`tune.rs`) while a tune runs or after one;
 //! a job's stages while it is followed; and a finished job's result ([`RunView`]) by status: a
 //! measurement (time, rate against the copy ceiling or cuBLAS, validation, resources, peers,
 //! profile), what the fake worker checked (never a number), or what went wrong; an A/B job shows
@@ -69,6 +70,7 @@ pub(super) fn RunPane(ui: Ui) -> impl IntoView {
                     }}
                 </span>
             </div>
+            <super::tune::TuneSection ui=ui />
             <div id="run-result">
                 {move || match ui.run.get() {
                     RunState::Idle => view! {

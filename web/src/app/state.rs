@@ -2,7 +2,7 @@
 //! both, keeping each tab's own state and undo history), the in-page compilation of the tab
 //! shown (every pane follows it), the [`State`] a link holds, toasts and the clipboard.
 
-use super::{now_ms, RunState, RunnerStatus, ShortLink, Ui, DEFAULT_SIZE, WRAP_KEY};
+use super::{now_ms, RunState, RunnerStatus, ShortLink, TuneState, Ui, DEFAULT_SIZE, WRAP_KEY};
 use crate::js;
 use crate::model;
 use crate::runner::Settings;
@@ -42,6 +42,7 @@ impl Ui {
             settings: RwSignal::new(Settings::load()),
             runner: RwSignal::new(RunnerStatus::Checking),
             run: RwSignal::new(RunState::Idle),
+            tune: RwSignal::new(TuneState::Idle),
             dialog: RwSignal::new(None),
             toast: RwSignal::new(None),
             dark: RwSignal::new(dark),
@@ -52,6 +53,7 @@ impl Ui {
             ready: RwSignal::new(false),
             editor: StoredValue::new_local(None),
             stream: StoredValue::new_local(None),
+            tune_stream: StoredValue::new_local(None),
             written: RwSignal::new(String::new()),
             baseline: StoredValue::new((String::new(), None)),
             embedded,

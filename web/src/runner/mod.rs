@@ -10,7 +10,9 @@
 //! - `read`: the one JSON reader every answer goes through (and why it is not `from_value`);
 //! - `health`: `GET /api/health` (`api::service::Health`) as the status bar's line and a
 //!   [`RunMode`];
-//! - `requests`: the bodies of a run and a short link, the job id and link answers;
+//! - `requests`: the bodies of a run, a tune and a short link, the job id, cancel and link
+//!   answers;
+//! - `tune_view`: what the Tune section shows of a tune job's events and result ([`TuneView`]);
 //! - `view`: what the Run pane shows of a job result ([`RunView`], [`Measured`], ...);
 //! - `result`: a job result (`api::job::JobResult`) made into a [`RunView`];
 //! - `peers_profile`: `result.peers` (`api::run::PeersReport`) made into its view.
@@ -28,14 +30,17 @@ mod requests;
 mod result;
 #[cfg(test)]
 mod tests;
+mod tune_view;
 mod view;
 
 pub use health::{health, RunMode};
 pub use read::from_str as read_json;
 pub use requests::{
-    create_link, events_url, get_link, link_body, run_body, start_run, state_of_link,
+    cancel_job, create_link, events_url, get_link, link_body, run_body, start_run, start_tune,
+    state_of_link, tune_body,
 };
 pub use result::parse_result;
+pub use tune_view::{parse_tune_done, progress_line, TuneRow, TuneView};
 pub use view::{index_name, Check, Comparison, FakeView, Measured, RunView};
 
 use crate::js;

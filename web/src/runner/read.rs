@@ -532,8 +532,9 @@ mod tests {
             .contains("missing field"));
         let e = super::from_str::<JobResult>(&job.replace("\"passed\"", "7")).unwrap_err();
         assert!(e.to_string().contains("invalid type"), "{e}");
-        // (its 16 fields in order; the 14th is the distributed mode's `agent`)
-        let as_array = r#"["j", "passed", false, null, null, null, null, null, [], null, null, null, null, null, 1, 2]"#;
+        // (its 17 fields in order; the 14th is the distributed mode's `agent`, the 15th a tune
+        // job's `tune`)
+        let as_array = r#"["j", "passed", false, null, null, null, null, null, [], null, null, null, null, null, null, 1, 2]"#;
         assert!(serde_json::from_str::<JobResult>(as_array).is_ok());
         assert!(super::from_str::<JobResult>(as_array).is_err());
         // A `Value` field (a link's state) takes any JSON, numbers as they were.

@@ -1,10 +1,11 @@
 //! The requests the page makes besides health and inspect: the body of `POST /api/run` (with
-//! `program_b`, an A/B comparison) and the job id it answers, the URL of a job's events, and
-//! short links (`POST /api/links` with the program and a versioned state, `GET
+//! `program_b`, an A/B comparison) and of `POST /api/tune`, the job id they answer, the URL of
+//! a job's events, a job's cancel (`POST /api/jobs/{id}/cancel`), and short links (`POST /api/links` with the program and a versioned state, `GET
 //! /api/links/{id}` back to a [`crate::share::State`]).
 
 use super::{request, ApiError, Settings, NO_BODY};
-use hopfuse_api::service::{Link, LinkBody, LinkCreated, RunAccepted, RunBody};
+use hopfuse_api::service::{CancelAnswer, Link, LinkBody, LinkCreated, RunAccepted, RunBody};
+use hopfuse_api::tune::TuneBody;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -33,6 +34,31 @@ pub fn run_body(
 pub async fn start_run(settings: &Settings, body: &RunBody) -> Result<String, ApiError> {
     let accepted: RunAccepted = request(settings, "POST", "/api/run", Some(body), 15000).await?;
     Ok(accepted.job_id)
+}
+
+/// The body of `POST /api/tune`: the program (the tuner sets its schedule aside), the sizes of
+/// its symbols, each candidate's iterations and seed; the service's budget.
+pub fn tune_body(program: &str, sizes: &BTreeMap<String, i64>, iters: u32, seed: u64) -> TuneBody {
+    TuneBody {
+        program: program.to_string(),
+        sizes: sizes.clone(),
+        iters: Some(iters),
+        seed: Some(seed),
+        ..TuneBody::default()
+    }
+}
+
+/// `POST /api/tune` -> the job id.
+pub async fn start_tune(settings: &Settings, body: &TuneBody) -> Result<String, ApiError> {
+    let accepted: RunAccepted = request(settings, "POST", "/api/tune", Some(body), 15000).await?;
+    Ok(accepted.job_id)
+}
+
+/// `POST /api/jobs/{id}/cancel` -> what the cancel did (`cancelled`, `stopping`, `finished`).
+pub async fn cancel_job(settings: &Settings, job: &str) -> Result<String, ApiError> {
+    let path = format!("/api/jobs/{}/cancel", js_sys::encode_uri_component(job));
+    let answer: CancelAnswer = request(settings, "POST", &path, NO_BODY, 8000).await?;
+    Ok(answer.state)
 }
 
 /// The URL of a job's events.

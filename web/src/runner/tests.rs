@@ -280,8 +280,8 @@ fn health_json(worker: &str, gpu: Option<&str>, gpu_reason: Option<&str>, run: b
                    "max_iters": 10000, "max_warmup": 1000, "max_tensor_bytes": 4294967296u64,
                    "queue_cap": 64, "client_queue_cap": 16, "runs_per_minute": 60,
                    "requests_per_minute": 600, "job_timeout_s": 10.0,
-                   "compile_timeout_s": 10.0, "keep_runs": 10000, "keep_runs_days": 30,
-                   "keep_runs_bytes": 268435456, "token_required": false},
+                   "compile_timeout_s": 10.0, "tune_budget_s": 60.0, "keep_runs": 10000,
+                   "keep_runs_days": 30, "keep_runs_bytes": 268435456, "token_required": false},
         "uptime_s": 1.5,
     });
     // Every field of the service's type is there: the test's answer is one the service sends.
