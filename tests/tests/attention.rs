@@ -620,6 +620,78 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
     assert!(causal.contains("sm[r2] = keep[0] ? s_sum_acc[r2] : __int_as_float(0xff800000);"));
 }
 
+#[test]
+fn the_batched_tensor_core_example_is_the_one_head_example_per_problem() {
+    // The math: each of the B problems is online_wgmma.hf's attention of its own q, k and v
+    // (the f64 reference of the batched program, sliced, against the one-head program's).
+    let batched = fusion(&example("attention/online_wgmma_batched.hf"));
+    let single = fusion(&example("attention/online_wgmma.hf"));
+    let (b, s, t) = (3usize, 70usize, 37usize);
+    let sizes: BTreeMap<String, i64> = [
+        ("B".into(), b as i64),
+        ("S".into(), s as i64),
+        ("T".into(), t as i64),
+    ]
+    .into();
+    let ins = inputs(&batched, &sizes);
+    let got = hopfuse::reference::evaluate(&batched, &sizes, &ins).unwrap();
+    let one: BTreeMap<String, i64> = [("S".into(), s as i64), ("T".into(), t as i64)].into();
+    for problem in 0..b {
+        let slice = |name: &str, rows: usize| {
+            let x = &ins[name];
+            x[problem * rows * 64..(problem + 1) * rows * 64].to_vec()
+        };
+        let mut single_ins = ins.clone();
+        single_ins.insert("q".into(), slice("q", s));
+        single_ins.insert("k".into(), slice("k", t));
+        single_ins.insert("v".into(), slice("v", t));
+        let want = hopfuse::reference::evaluate(&single, &one, &single_ins).unwrap();
+        assert_eq!(
+            &got["ob"][problem * s * 64..(problem + 1) * s * 64],
+            &want["ob"][..],
+            "problem {problem}"
+        );
+    }
+    // The kernel: the problems on blockIdx.y, the query tiles on blockIdx.x inside them, the
+    // TMA boxes 3-D at the block's problem, the store at its rows.
+    let c = hopfuse_tests::compile(&example("attention/online_wgmma_batched.hf"));
+    let cuda = &c.cuda;
+    let problem = line_of(cuda, "const index_t b = blockIdx.y;");
+    let q_tile = line_of(
+        cuda,
+        "hf_tma_load_3d(&qs[0], &qs_map, (int)(0), (int)(s2_o * 64), (int)(b), &qs_full[0]);",
+    );
+    let tiles = line_of(
+        cuda,
+        "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 64); ++t_o)",
+    );
+    let k_tile = line_of(
+        cuda,
+        "hf_tma_load_3d(&ks[0], &ks_map, (int)(0), (int)(t_o * 64), (int)(b), &t_o_full[0]);",
+    );
+    let v_tile = line_of(
+        cuda,
+        "hf_tma_load_3d(&vs[0], &vs_map, (int)(0), (int)(t_o * 64), (int)(b), &t_o_full[0]);",
+    );
+    let scores = line_of(cuda, "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], ");
+    let product = line_of(cuda, "hf_wgmma_m64n64k16_bf16_rt(&o_acc[0], ");
+    let store = line_of(
+        cuda,
+        "*reinterpret_cast<hf_vec<hf_bf16, 2>*>(&ob[(b * S + (s2_o * 64 + ",
+    );
+    let order = [
+        problem, q_tile, tiles, k_tile, v_tile, scores, product, store,
+    ];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+    // The launch: one block of one warp group per 64 queries of each problem.
+    let grid = &c.plan.grid;
+    assert_eq!(
+        serde_json::to_value(grid).unwrap(),
+        serde_json::json!([{"ceil_div": [{"sym": "S"}, {"const": 64}]}, {"sym": "B"}, {"const": 1}]),
+        "{grid:?}"
+    );
+}
+
 /// online_wgmma.hf with every `from` replaced by `to`.
 fn wgmma_with(from: &str, to: &str) -> String {
     let src = example("attention/online_wgmma.hf");
