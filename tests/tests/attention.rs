@@ -692,6 +692,52 @@ fn the_batched_tensor_core_example_is_the_one_head_example_per_problem() {
     );
 }
 
+#[test]
+fn the_head_dim_128_kernel_takes_two_swizzle_spans_per_row() {
+    // The math: its online recurrence over tiles of 64 keys is the reference to bf16's
+    // precision (as the one-head examples'), at a ragged size with two problems.
+    let path = "attention/online_wgmma_d128.hf";
+    let src = example(path)
+        .replace("  ob = cast(o, bf16)\n  output ob\n", "  output o\n")
+        .replace("  ob.parallelize(3, Mma)\n", "");
+    let f = fusion(&src);
+    let sizes: BTreeMap<String, i64> =
+        [("B".into(), 2), ("S".into(), 70), ("T".into(), 100)].into();
+    let ins = inputs(&f, &sizes);
+    let want = hopfuse::reference::evaluate(&f, &sizes, &ins).unwrap();
+    let p = online_softmax::find_all(&f).remove(0);
+    let tiled = hopfuse::reference::online::evaluate(&f, &p, 64, &sizes, &ins).unwrap();
+    let scale = want["o"].iter().fold(0f64, |a, x| a.max(x.abs()));
+    let worst = want["o"]
+        .iter()
+        .zip(&tiled)
+        .fold(0f64, |a, (x, y)| a.max((x - y).abs()));
+    assert_eq!(want["o"].len(), 2 * 70 * 128);
+    assert!(worst <= 8e-3 * scale, "{worst} against {scale}");
+    // The kernel: q's and k's rows in two slabs of 64 columns (a TMA box each, 4096 elements
+    // apart), S = Q K^T in eight k16 steps that jump to the next slab every four, and
+    // O += P V as m64n128k16 with V's two 64-column atoms 8 KiB apart (LBO 0x200 x 16 bytes).
+    let cuda = hopfuse_tests::compile(&example(path)).cuda;
+    for (cache, row) in [("qs", "s2_o * 64"), ("ks", "t_o * 64"), ("vs", "t_o * 64")] {
+        for (slab, column) in [(0, 0), (4096, 64)] {
+            let copy = format!(
+                "hf_tma_load_3d(&{cache}[{slab}], &{cache}_map, (int)({column}), (int)({row}), (int)(b), "
+            );
+            assert!(cuda.contains(&copy), "{copy}");
+        }
+    }
+    assert!(cuda.contains("alignas(16) float o_acc[64];"));
+    assert!(cuda.contains("alignas(16) float s_sum_acc[32];"));
+    assert!(cuda.contains("for (index_t d_o = 0; d_o < 8; ++d_o) {"));
+    assert!(cuda.contains(
+        "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], hf_wgmma_desc(&qs[(d_o / 4 * 64 * 4 + d_o % 4) * 16], 0x4000004000010000ull), hf_wgmma_desc(&ks[(d_o / 4 * 64 * 4 + d_o % 4) * 16], 0x4000004000010000ull), s_sum_acc_started[0]);"
+    ));
+    assert!(cuda.contains(
+        "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], hf_wgmma_desc(&vs[t_io * 16 % 64 * 64], 0x4000004002000000ull), o_acc_started[0]);"
+    ));
+    assert!(cuda.contains("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, "));
+}
+
 /// online_wgmma.hf with every `from` replaced by `to`.
 fn wgmma_with(from: &str, to: &str) -> String {
     let src = example("attention/online_wgmma.hf");
