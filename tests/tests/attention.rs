@@ -738,6 +738,97 @@ fn the_head_dim_128_kernel_takes_two_swizzle_spans_per_row() {
     assert!(cuda.contains("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, "));
 }
 
+#[test]
+fn the_warp_specialized_kernel_pipelines_k_and_v() {
+    let path = "attention/online_wgmma_ws.hf";
+    let src = example(path);
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    // A producer warp group and a consumer warp group; the empty barriers take one arrive per
+    // consumer warp.
+    assert!(cuda.contains("__launch_bounds__(256)"));
+    assert!(cuda.contains("hf_mbarrier_init(&ks_vs_empty[hf_s], 4);"));
+    assert!(cuda.contains("hf_mbarrier_init(&ks_vs_full[hf_s], 1);"));
+    // The producer: per tile, wait for the stage to be empty, then k's and v's two boxes each
+    // on its full barrier (32 KiB).
+    let producer = line_of(&cuda, "if (3 < hf_warp % 8) {  // producer warp group");
+    let empty = line_of(
+        &cuda,
+        "hf_mbarrier_wait(&ks_vs_empty[t_o % 2], (unsigned)((t_o / 2 + 1) % 2));",
+    );
+    let expect = line_of(
+        &cuda,
+        "hf_mbarrier_arrive_expect_tx(&ks_vs_full[t_o % 2], 32768u);",
+    );
+    let k_copy = line_of(
+        &cuda,
+        "hf_tma_load_3d(&ks[t_o % 2 * 8192 + 4096], &ks_map, ",
+    );
+    let v_copy = line_of(
+        &cuda,
+        "hf_tma_load_3d(&vs[t_o % 2 * 8192 + 4096], &vs_map, ",
+    );
+    // The consumer: wait for the stage, S = Q K^T on it, the softmax, O += P V kept in flight
+    // while the stage before is released; the last stage after the loop.
+    let consumer = line_of(&cuda, "} else {  // consumer warps");
+    let full = line_of(
+        &cuda,
+        "hf_mbarrier_wait(&ks_vs_full[t_o % 2], (unsigned)(t_o / 2 % 2));",
+    );
+    let scores = line_of(
+        &cuda,
+        "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], hf_wgmma_desc(&qs[(d_o / 4 * 64 * 4 + d_o % 4) * 16], 0x4000004000010000ull), hf_wgmma_desc(&ks[t_o % 2 * 8192 + (d_o / 4 * 64 * 4 + d_o % 4) * 16], ",
+    );
+    let max_quad = line_of(
+        &cuda,
+        "m_acc_part[0] = fmaxf(m_acc_part[0], __shfl_xor_sync(0xffffffffu, m_acc_part[0], 1));",
+    );
+    let product = line_of(
+        &cuda,
+        "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], hf_wgmma_desc(&vs[t_o % 2 * 8192 + t_io * 16 % 64 * 64], ",
+    );
+    let in_flight = line_of(&cuda, "hf_wgmma_wait<1>();");
+    let release = line_of(
+        &cuda,
+        "hf_mbarrier_arrive_per_warp(&ks_vs_empty[(t_o - 1) % 2]);",
+    );
+    let last = line_of(
+        &cuda,
+        "hf_mbarrier_arrive_per_warp(&ks_vs_empty[(hf_ceil_div<index_t>(T, 64) - 1) % 2]);",
+    );
+    let order = [
+        producer, empty, expect, k_copy, v_copy, consumer, full, scores, max_quad, product,
+        in_flight, release, last,
+    ];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+    // Without the producer, the same two stages are filled by the block itself: tile j + 1's
+    // copies at the top of iteration j, before the wait for tile j, and a barrier at its end
+    // (the stage it frees is refilled in the next iteration).
+    let plain = src.replace(", warp_specialized(TIDy))", ")");
+    let cuda = hopfuse_tests::compile(&plain).cuda;
+    assert!(cuda.contains("__launch_bounds__(128)"));
+    let main = line_of(
+        &cuda,
+        "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 64) - 1; ++t_o) {",
+    );
+    let next = line_of(
+        &cuda,
+        "hf_tma_load_3d(&ks[(t_o + 1) % 2 * 8192], &ks_map, (int)(0), (int)((t_o + 1) * 64), (int)(b), &t_o_full[(t_o + 1) % 2]);",
+    );
+    let wait = line_of(
+        &cuda,
+        "hf_mbarrier_wait(&t_o_full[t_o % 2], (unsigned)(t_o / 2 % 2));",
+    );
+    let war = main
+        + cuda
+            .lines()
+            .skip(main)
+            .position(|l| l.trim() == "__syncthreads();")
+            .unwrap();
+    let last = line_of(&cuda, "for (index_t t_o_epi = 0; t_o_epi < 1; ++t_o_epi) {");
+    let order = [main, next, wait, war, last];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+}
+
 /// online_wgmma.hf with every `from` replaced by `to`.
 fn wgmma_with(from: &str, to: &str) -> String {
     let src = example("attention/online_wgmma.hf");
