@@ -329,6 +329,7 @@ fn the_online_kernel_keeps_running_statistics_in_one_tile_loop() {
             "{online}"
         );
         assert!(!cuda.contains("t < T;"), "{online}");
+        assert!(!cuda.contains("expf("), "{online}");
         // In it, in order: the tiles to shared memory, the maximum, the guarded m, the rescale,
         // the exponentials, the sum and the product; the division after it.
         let order = [
@@ -339,9 +340,15 @@ fn the_online_kernel_keeps_running_statistics_in_one_tile_loop() {
             "m_prev[0] = m_acc[0];",
             "m_acc[0] = fmaxf(m_acc[0], ",
             "m[0] = (m_acc[0] == __int_as_float(0xff800000)) ? 0.0f : m_acc[0];",
-            "m_scale[0] = expf((m_prev[0] - m[0]));",
+            // The softmax in base 2: -m log2(e) once per row, each exponential one FMA and
+            // exp2.
+            "m_neg_log2[0] = m[0] * -1.442695f;",
+            "m_scale[0] = exp2f(fmaf(m_prev[0], 1.442695f, m_neg_log2[0]));",
             "l_acc[0] = l_acc[0] * m_scale[0];",
             "o_acc[d2] = o_acc[d2] * m_scale[0];",
+            "e_broadcast[0] = m_neg_log2[0];",
+            "e_sub[0] = fmaf(",
+            "e[t_i] = exp2f(e_sub[0]);",
             "l_acc[0] = l_acc[0] + e[t_i];",
             "o_acc[d2] = o_acc[d2] + o_mul[0];",
             "o[(s2_o * 64 + s2_i) * 64 + d2] = o_acc[d2] / l_acc[0];",
@@ -580,6 +587,25 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
             cuda,
             "m[h4] = (m_acc[h4] == __int_as_float(0xff800000)) ? 0.0f : m_acc[h4];",
         );
+        // The softmax in base 2 (passes/online_softmax.rs): -m log2(e) per row, the rescale
+        // factor and each exponential one FMA and exp2.
+        let neg_log2 = line_of(cuda, "m_neg_log2[h4] = m[h4] * -1.442695f;");
+        assert!(cuda.contains("m_scale[h4] = exp2f(fmaf(m_prev[h4], 1.442695f, m_neg_log2[h4]));"));
+        let exponential = line_of(cuda, "e_broadcast[0] = m_neg_log2[r");
+        let folded = cuda
+            .lines()
+            .skip(exponential)
+            .take(4)
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            folded.contains("e_sub[0] = fmaf(")
+                && folded.contains(", 1.442695f, e_broadcast[0]);")
+                && folded.contains("] = exp2f(e_sub[0]);"),
+            "{path}: {folded}"
+        );
+        assert!(!cuda.contains("expf("), "{path}");
+        assert!(guard < neg_log2, "{path}");
         let rescale = line_of(cuda, "o_acc[r");
         assert!(
             cuda.contains("o_acc[r3] = o_acc[r3] * m_scale[r3 / 2 % 2];")
