@@ -483,16 +483,78 @@ fn forms_the_rule_accepts_but_the_lowering_does_not_say_so() {
         e.contains("online_softmax(o): the unnormalised form (`o` divides the product by `l` after it) is not lowered yet"),
         "{e}"
     );
-    // The log-sum-exp reads the final statistics.
+}
+
+#[test]
+fn the_log_sum_exp_reads_the_final_statistics_after_the_tile_loop() {
+    // On CUDA cores: online.hf with lse = m + log(l), m and l still in the tile loop.
     let src = online_with("", "").replace(
         "  output o\n",
         "  output o\n  lse = m + log(l)\n  output lse\n",
     );
-    let e = compile_error(&src);
-    assert!(
-        e.contains("online_softmax(o): `lse` reads the final `m`; keeping the row statistics for readers after the loop (the log-sum-exp) is not lowered yet"),
-        "{e}"
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    let tiles = line_of(
+        &cuda,
+        "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 32); ++t_o)",
     );
+    let guard = line_of(
+        &cuda,
+        "m[0] = (m_acc[0] == __int_as_float(0xff800000)) ? 0.0f : m_acc[0];",
+    );
+    let divide = line_of(
+        &cuda,
+        "o[(s2_o * 64 + s2_i) * 64 + d2] = o_acc[d2] / l_acc[0];",
+    );
+    let log = line_of(&cuda, "lse_log[0] = logf(l_acc[0]);");
+    let store = line_of(&cuda, "lse[s2_o * 64 + s2_i] = m_acc[0] + lse_log[0];");
+    let order = [tiles, guard, divide, log, store];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}\n{cuda}");
+    // On tensor cores (online_wgmma_lse.hf): per row of the fragment, after the loop and the
+    // output's store, from the running maximum and sum.
+    let src = example("attention/online_wgmma_lse.hf");
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    let release = line_of(
+        &cuda,
+        "hf_mbarrier_arrive_per_warp(&ks_vs_empty[(hf_ceil_div<index_t>(T, 64) - 1) % 2]);",
+    );
+    let rows = line_of(&cuda, "for (index_t h7 = 0; h7 < 2; ++h7) {");
+    let log = line_of(&cuda, "lse_log[0] = logf(l_acc[h7]);");
+    let store = line_of(
+        &cuda,
+        "lse[b * S + (s2_o * 64 + (16 * (((index_t)threadIdx.x) / 32) + ((index_t)threadIdx.x) % 32 / 4 + 8 * h7))] = m_acc[h7] + lse_log[0];",
+    );
+    let order = [release, rows, log, store];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+    // The math: the reference's lse is each row's maximum score plus the log of its sum of
+    // exponentials, and the program's ob is online_wgmma_ws.hf's.
+    let f = fusion(&src);
+    let sizes: BTreeMap<String, i64> = [("B".into(), 2), ("S".into(), 5), ("T".into(), 70)].into();
+    let ins = inputs(&f, &sizes);
+    let got = hopfuse::reference::evaluate(&f, &sizes, &ins).unwrap();
+    let (q, k) = (&ins["q"], &ins["k"]);
+    for b in 0..2 {
+        for i in 0..5 {
+            let scores: Vec<f64> = (0..70)
+                .map(|j| {
+                    let dot: f64 = (0..128)
+                        .map(|d| q[(b * 5 + i) * 128 + d] * k[(b * 70 + j) * 128 + d])
+                        .sum();
+                    dot * 0.125
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let want = m + scores.iter().map(|s| (s - m).exp()).sum::<f64>().ln();
+            let lse = got["lse"][b * 5 + i];
+            // (The reference rounds each f32 tensor of the program to f32.)
+            assert!(
+                (lse - want).abs() <= 1e-6 * want.abs().max(1.0),
+                "{lse} {want}"
+            );
+        }
+    }
+    let ws = fusion(&example("attention/online_wgmma_ws.hf"));
+    let want = hopfuse::reference::evaluate(&ws, &sizes, &ins).unwrap();
+    assert_eq!(got["ob"], want["ob"]);
 }
 
 // ---- On tensor cores: S = Q K^T and O += P V by wgmma, the softmax on the fragment.

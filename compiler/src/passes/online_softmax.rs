@@ -25,7 +25,10 @@
 //!   `|m|` is about 2^15. `-inf` scores still give 0 and `m_prev = -inf` a factor of 0. A
 //!   softmax written with `exp2` keeps `exp2(s - m)` and `exp2(m_prev - m)`;
 //! - the division `p = e / l` inside the loop becomes `p = e`, and `o`'s write after the loop
-//!   divides by the final `l_acc`; `l` and the views of it the division read keep no buffer.
+//!   divides by the final `l_acc`; `l` and the views of it the division read keep no buffer;
+//! - tensors without `T` that read the final `m` and `l` after the loop (the log-sum-exp
+//!   `m + log(l)`, FlashAttention's second output) read `m_acc` (unguarded: `-inf` for a row
+//!   masked throughout, as the plain form's maximum) and `l_acc`.
 //!
 //! Out-of-range keys of a ragged last tile are the `predicate` pass's bounds: their updates of
 //! `m`, `l` and `o` are skipped, so they never raise `m` and add nothing.
@@ -113,7 +116,7 @@ fn check_lowerable(cx: &Ctx, r: &OnlineRewrite) -> Result<(), String> {
     let f = cx.fusion;
     let p = &r.pattern;
     let name = |t: TensorId| &f.tensors[t].name;
-    let Some(probs) = p.probs else {
+    if p.probs.is_none() {
         return Err(format!(
             "the unnormalised form (`{}` divides the product by `{}` after it) is not lowered yet; divide before the product: p = e / broadcast({}, axis=T), {} = sum(broadcast(p) * broadcast(v), axis=T)",
             name(p.result),
@@ -121,30 +124,6 @@ fn check_lowerable(cx: &Ctx, r: &OnlineRewrite) -> Result<(), String> {
             name(p.sum),
             name(p.result)
         ));
-    };
-    let readers = |t: TensorId| cx.reads.uses[t].iter().map(|&e| f.exprs[e].output);
-    let d = f.tensors[p.exp]
-        .definition
-        .and_then(|e| f.exprs[e].input_tensors().next());
-    for (stat, reader_in_pattern) in [(p.max, d), (p.sum, None)] {
-        // `m` is read by the subtraction (through views), `l` by the division (through views).
-        let outside = readers(stat).find(|&t| {
-            let mut x = t;
-            while x != probs && Some(x) != reader_in_pattern {
-                match cx.reads.uses[x][..] {
-                    [e] if is_view(f, x) => x = f.exprs[e].output,
-                    _ => return true,
-                }
-            }
-            false
-        });
-        if let Some(t) = outside {
-            return Err(format!(
-                "`{}` reads the final `{}`; keeping the row statistics for readers after the loop (the log-sum-exp) is not lowered yet",
-                name(t),
-                name(stat)
-            ));
-        }
     }
     for t in [p.max, p.sum, p.product] {
         let tensor = &f.tensors[t];
@@ -162,18 +141,6 @@ fn check_lowerable(cx: &Ctx, r: &OnlineRewrite) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Whether `t` is a copy, cast or broadcast of one tensor.
-fn is_view(f: &crate::fusion::Fusion, t: TensorId) -> bool {
-    f.tensors[t].definition.is_some_and(|e| {
-        matches!(
-            f.exprs[e].op,
-            crate::fusion::Op::Set
-                | crate::fusion::Op::Cast(_)
-                | crate::fusion::Op::Broadcast { .. }
-        )
-    })
 }
 
 /// The summed axis `T` as the program writes its extent.
@@ -272,7 +239,8 @@ fn rewrite(
     let dtype = k.buffers[m_acc].dtype;
     let o_dtype = k.buffers[o_acc].dtype;
     // The statistics' final writes after the tile loop go: `m` is written in the loop (what
-    // the exponentials subtract), `l` is read from its accumulator by `o`'s write.
+    // the exponentials subtract), `l` is read from its accumulator by `o`'s write, and so are
+    // both by the readers of their final values after the loop (below).
     let mut o_written = false;
     crate::kir::rewrite_post(&mut k.body, &mut |s| match s {
         Stmt::Compute(c)
@@ -504,6 +472,24 @@ fn rewrite(
             "the exponential of the scores minus their maximum is not in the tile loop",
         ));
     }
+    // Readers of the final `m` and `l` after the tile loop (the log-sum-exp) read the
+    // accumulators: `m_acc` is the unguarded maximum (`-inf` for a row masked throughout, as
+    // in the plain form), `l_acc` the whole sum.
+    let l_buf = cx.layout.tensor_buffer.get(&p.sum).copied();
+    crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| match s {
+        Stmt::Loop(l) if l.key == tile => Flow::Skip,
+        Stmt::Compute(c) => {
+            c.value.for_each_read_mut(&mut |a| {
+                if a.buffer == m_buf {
+                    a.buffer = m_acc;
+                } else if Some(a.buffer) == l_buf {
+                    a.buffer = l_acc;
+                }
+            });
+            Flow::Descend
+        }
+        _ => Flow::Descend,
+    });
     // `l` and its views exist only as the accumulator now: nothing writes their buffers, so
     // `allocation` does not place them.
     for e in denominator_views.iter().chain([&l_expr]) {
