@@ -331,6 +331,7 @@ fn the_online_kernel_keeps_running_statistics_in_one_tile_loop() {
             "{online}"
         );
         assert!(!cuda.contains("t < T;"), "{online}");
+        assert!(!cuda.contains("expf("), "{online}");
         // In it, in order: the tiles to shared memory, the maximum, the guarded m, the rescale,
         // the exponentials, the sum and the product; the division after it.
         let order = [
@@ -341,9 +342,15 @@ fn the_online_kernel_keeps_running_statistics_in_one_tile_loop() {
             "m_prev[0] = m_acc[0];",
             "m_acc[0] = fmaxf(m_acc[0], ",
             "m[0] = (m_acc[0] == __int_as_float(0xff800000)) ? 0.0f : m_acc[0];",
-            "m_scale[0] = expf((m_prev[0] - m[0]));",
+            // The softmax in base 2: -m log2(e) once per row, each exponential one FMA and
+            // exp2.
+            "m_neg_log2[0] = m[0] * -1.442695f;",
+            "m_scale[0] = exp2f(fmaf(m_prev[0], 1.442695f, m_neg_log2[0]));",
             "l_acc[0] = l_acc[0] * m_scale[0];",
             "o_acc[d2] = o_acc[d2] * m_scale[0];",
+            "e_broadcast[0] = m_neg_log2[0];",
+            "e_sub[0] = fmaf(",
+            "e[t_i] = exp2f(e_sub[0]);",
             "l_acc[0] = l_acc[0] + e[t_i];",
             "o_acc[d2] = o_acc[d2] + o_mul[0];",
             "o[(s2_o * 64 + s2_i) * 64 + d2] = o_acc[d2] / l_acc[0];",
@@ -478,16 +485,78 @@ fn forms_the_rule_accepts_but_the_lowering_does_not_say_so() {
         e.contains("online_softmax(o): the unnormalised form (`o` divides the product by `l` after it) is not lowered yet"),
         "{e}"
     );
-    // The log-sum-exp reads the final statistics.
+}
+
+#[test]
+fn the_log_sum_exp_reads_the_final_statistics_after_the_tile_loop() {
+    // On CUDA cores: online.hf with lse = m + log(l), m and l still in the tile loop.
     let src = online_with("", "").replace(
         "  output o\n",
         "  output o\n  lse = m + log(l)\n  output lse\n",
     );
-    let e = compile_error(&src);
-    assert!(
-        e.contains("online_softmax(o): `lse` reads the final `m`; keeping the row statistics for readers after the loop (the log-sum-exp) is not lowered yet"),
-        "{e}"
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    let tiles = line_of(
+        &cuda,
+        "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 32); ++t_o)",
     );
+    let guard = line_of(
+        &cuda,
+        "m[0] = (m_acc[0] == __int_as_float(0xff800000)) ? 0.0f : m_acc[0];",
+    );
+    let divide = line_of(
+        &cuda,
+        "o[(s2_o * 64 + s2_i) * 64 + d2] = o_acc[d2] / l_acc[0];",
+    );
+    let log = line_of(&cuda, "lse_log[0] = logf(l_acc[0]);");
+    let store = line_of(&cuda, "lse[s2_o * 64 + s2_i] = m_acc[0] + lse_log[0];");
+    let order = [tiles, guard, divide, log, store];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}\n{cuda}");
+    // On tensor cores (online_wgmma_lse.hf): per row of the fragment, after the loop and the
+    // output's store, from the running maximum and sum.
+    let src = example("attention/online_wgmma_lse.hf");
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    let release = line_of(
+        &cuda,
+        "hf_mbarrier_arrive_per_warp(&ks_vs_empty[(hf_ceil_div<index_t>(T, 64) - 1) % 2]);",
+    );
+    let rows = line_of(&cuda, "for (index_t h7 = 0; h7 < 2; ++h7) {");
+    let log = line_of(&cuda, "lse_log[0] = logf(l_acc[h7]);");
+    let store = line_of(
+        &cuda,
+        "lse[b * S + (s2_o * 64 + (16 * (((index_t)threadIdx.x) / 32) + ((index_t)threadIdx.x) % 32 / 4 + 8 * h7))] = m_acc[h7] + lse_log[0];",
+    );
+    let order = [release, rows, log, store];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+    // The math: the reference's lse is each row's maximum score plus the log of its sum of
+    // exponentials, and the program's ob is online_wgmma_ws.hf's.
+    let f = fusion(&src);
+    let sizes: BTreeMap<String, i64> = [("B".into(), 2), ("S".into(), 5), ("T".into(), 70)].into();
+    let ins = inputs(&f, &sizes);
+    let got = hopfuse::reference::evaluate(&f, &sizes, &ins).unwrap();
+    let (q, k) = (&ins["q"], &ins["k"]);
+    for b in 0..2 {
+        for i in 0..5 {
+            let scores: Vec<f64> = (0..70)
+                .map(|j| {
+                    let dot: f64 = (0..128)
+                        .map(|d| q[(b * 5 + i) * 128 + d] * k[(b * 70 + j) * 128 + d])
+                        .sum();
+                    dot * 0.125
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let want = m + scores.iter().map(|s| (s - m).exp()).sum::<f64>().ln();
+            let lse = got["lse"][b * 5 + i];
+            // (The reference rounds each f32 tensor of the program to f32.)
+            assert!(
+                (lse - want).abs() <= 1e-6 * want.abs().max(1.0),
+                "{lse} {want}"
+            );
+        }
+    }
+    let ws = fusion(&example("attention/online_wgmma_ws.hf"));
+    let want = hopfuse::reference::evaluate(&ws, &sizes, &ins).unwrap();
+    assert_eq!(got["ob"], want["ob"]);
 }
 
 // ---- On tensor cores: S = Q K^T and O += P V by wgmma, the softmax on the fragment.
@@ -583,6 +652,25 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
             cuda,
             "m[h4] = (m_acc[h4] == __int_as_float(0xff800000)) ? 0.0f : m_acc[h4];",
         );
+        // The softmax in base 2 (passes/online_softmax.rs): -m log2(e) per row, the rescale
+        // factor and each exponential one FMA and exp2.
+        let neg_log2 = line_of(cuda, "m_neg_log2[h4] = m[h4] * -1.442695f;");
+        assert!(cuda.contains("m_scale[h4] = exp2f(fmaf(m_prev[h4], 1.442695f, m_neg_log2[h4]));"));
+        let exponential = line_of(cuda, "e_broadcast[0] = m_neg_log2[r");
+        let folded = cuda
+            .lines()
+            .skip(exponential)
+            .take(4)
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            folded.contains("e_sub[0] = fmaf(")
+                && folded.contains(", 1.442695f, e_broadcast[0]);")
+                && folded.contains("] = exp2f(e_sub[0]);"),
+            "{path}: {folded}"
+        );
+        assert!(!cuda.contains("expf("), "{path}");
+        assert!(guard < neg_log2, "{path}");
         let rescale = line_of(cuda, "o_acc[r");
         assert!(
             cuda.contains("o_acc[r3] = o_acc[r3] * m_scale[r3 / 2 % 2];")
@@ -621,6 +709,215 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
     // The mask is math on each register's query and key.
     let causal = hopfuse_tests::compile(&example("attention/online_wgmma_causal.hf")).cuda;
     assert!(causal.contains("sm[r2] = keep[0] ? s_sum_acc[r2] : __int_as_float(0xff800000);"));
+}
+
+#[test]
+fn the_batched_tensor_core_example_is_the_one_head_example_per_problem() {
+    // The math: each of the B problems is online_wgmma.hf's attention of its own q, k and v
+    // (the f64 reference of the batched program, sliced, against the one-head program's).
+    let batched = fusion(&example("attention/online_wgmma_batched.hf"));
+    let single = fusion(&example("attention/online_wgmma.hf"));
+    let (b, s, t) = (3usize, 70usize, 37usize);
+    let sizes: BTreeMap<String, i64> = [
+        ("B".into(), b as i64),
+        ("S".into(), s as i64),
+        ("T".into(), t as i64),
+    ]
+    .into();
+    let ins = inputs(&batched, &sizes);
+    let got = hopfuse::reference::evaluate(&batched, &sizes, &ins).unwrap();
+    let one: BTreeMap<String, i64> = [("S".into(), s as i64), ("T".into(), t as i64)].into();
+    for problem in 0..b {
+        let slice = |name: &str, rows: usize| {
+            let x = &ins[name];
+            x[problem * rows * 64..(problem + 1) * rows * 64].to_vec()
+        };
+        let mut single_ins = ins.clone();
+        single_ins.insert("q".into(), slice("q", s));
+        single_ins.insert("k".into(), slice("k", t));
+        single_ins.insert("v".into(), slice("v", t));
+        let want = hopfuse::reference::evaluate(&single, &one, &single_ins).unwrap();
+        assert_eq!(
+            &got["ob"][problem * s * 64..(problem + 1) * s * 64],
+            &want["ob"][..],
+            "problem {problem}"
+        );
+    }
+    // The kernel: the problems on blockIdx.y, the query tiles on blockIdx.x inside them, the
+    // TMA boxes 3-D at the block's problem, the store at its rows.
+    let c = hopfuse_tests::compile(&example("attention/online_wgmma_batched.hf"));
+    let cuda = &c.cuda;
+    let problem = line_of(cuda, "const index_t b = blockIdx.y;");
+    let q_tile = line_of(
+        cuda,
+        "hf_tma_load_3d(&qs[0], &qs_map, (int)(0), (int)(s2_o * 64), (int)(b), &qs_full[0]);",
+    );
+    let tiles = line_of(
+        cuda,
+        "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 64); ++t_o)",
+    );
+    let k_tile = line_of(
+        cuda,
+        "hf_tma_load_3d(&ks[0], &ks_map, (int)(0), (int)(t_o * 64), (int)(b), &t_o_full[0]);",
+    );
+    let v_tile = line_of(
+        cuda,
+        "hf_tma_load_3d(&vs[0], &vs_map, (int)(0), (int)(t_o * 64), (int)(b), &t_o_full[0]);",
+    );
+    let scores = line_of(cuda, "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], ");
+    let product = line_of(cuda, "hf_wgmma_m64n64k16_bf16_rt(&o_acc[0], ");
+    let store = line_of(
+        cuda,
+        "*reinterpret_cast<hf_vec<hf_bf16, 2>*>(&ob[(b * S + (s2_o * 64 + ",
+    );
+    let order = [
+        problem, q_tile, tiles, k_tile, v_tile, scores, product, store,
+    ];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+    // The launch: one block of one warp group per 64 queries of each problem.
+    let grid = &c.plan.grid;
+    assert_eq!(
+        serde_json::to_value(grid).unwrap(),
+        serde_json::json!([{"ceil_div": [{"sym": "S"}, {"const": 64}]}, {"sym": "B"}, {"const": 1}]),
+        "{grid:?}"
+    );
+}
+
+#[test]
+fn the_head_dim_128_kernel_takes_two_swizzle_spans_per_row() {
+    // The math: its online recurrence over tiles of 64 keys is the reference to bf16's
+    // precision (as the one-head examples'), at a ragged size with two problems.
+    let path = "attention/online_wgmma_d128.hf";
+    let src = example(path)
+        .replace("  ob = cast(o, bf16)\n  output ob\n", "  output o\n")
+        .replace("  ob.parallelize(3, Mma)\n", "");
+    let f = fusion(&src);
+    let sizes: BTreeMap<String, i64> =
+        [("B".into(), 2), ("S".into(), 70), ("T".into(), 100)].into();
+    let ins = inputs(&f, &sizes);
+    let want = hopfuse::reference::evaluate(&f, &sizes, &ins).unwrap();
+    let p = online_softmax::find_all(&f).remove(0);
+    let tiled = hopfuse::reference::online::evaluate(&f, &p, 64, &sizes, &ins).unwrap();
+    let scale = want["o"].iter().fold(0f64, |a, x| a.max(x.abs()));
+    let worst = want["o"]
+        .iter()
+        .zip(&tiled)
+        .fold(0f64, |a, (x, y)| a.max((x - y).abs()));
+    assert_eq!(want["o"].len(), 2 * 70 * 128);
+    assert!(worst <= 8e-3 * scale, "{worst} against {scale}");
+    // The kernel: q's and k's rows in two slabs of 64 columns (a TMA box each, 4096 elements
+    // apart), S = Q K^T in eight k16 steps that jump to the next slab every four, and
+    // O += P V as m64n128k16 with V's two 64-column atoms 8 KiB apart (LBO 0x200 x 16 bytes).
+    let cuda = hopfuse_tests::compile(&example(path)).cuda;
+    for (cache, row) in [("qs", "s2_o * 64"), ("ks", "t_o * 64"), ("vs", "t_o * 64")] {
+        for (slab, column) in [(0, 0), (4096, 64)] {
+            let copy = format!(
+                "hf_tma_load_3d(&{cache}[{slab}], &{cache}_map, (int)({column}), (int)({row}), (int)(b), "
+            );
+            assert!(cuda.contains(&copy), "{copy}");
+        }
+    }
+    assert!(cuda.contains("alignas(16) float o_acc[64];"));
+    assert!(cuda.contains("alignas(16) float s_sum_acc[32];"));
+    assert!(cuda.contains("for (index_t d_o = 0; d_o < 8; ++d_o) {"));
+    assert!(cuda.contains(
+        "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], hf_wgmma_desc(&qs[(d_o / 4 * 64 * 4 + d_o % 4) * 16], 0x4000004000010000ull), hf_wgmma_desc(&ks[(d_o / 4 * 64 * 4 + d_o % 4) * 16], 0x4000004000010000ull), s_sum_acc_started[0]);"
+    ));
+    assert!(cuda.contains(
+        "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], hf_wgmma_desc(&vs[t_io * 16 % 64 * 64], 0x4000004002000000ull), o_acc_started[0]);"
+    ));
+    assert!(cuda.contains("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, "));
+}
+
+#[test]
+fn the_warp_specialized_kernel_pipelines_k_and_v() {
+    let path = "attention/online_wgmma_ws.hf";
+    let src = example(path);
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    // A producer warp group and a consumer warp group; the empty barriers take one arrive per
+    // consumer warp.
+    assert!(cuda.contains("__launch_bounds__(256)"));
+    assert!(cuda.contains("hf_mbarrier_init(&ks_vs_empty[hf_s], 4);"));
+    assert!(cuda.contains("hf_mbarrier_init(&ks_vs_full[hf_s], 1);"));
+    // The producer: per tile, wait for the stage to be empty, then k's and v's two boxes each
+    // on its full barrier (32 KiB).
+    let producer = line_of(&cuda, "if (3 < hf_warp % 8) {  // producer warp group");
+    let empty = line_of(
+        &cuda,
+        "hf_mbarrier_wait(&ks_vs_empty[t_o % 2], (unsigned)((t_o / 2 + 1) % 2));",
+    );
+    let expect = line_of(
+        &cuda,
+        "hf_mbarrier_arrive_expect_tx(&ks_vs_full[t_o % 2], 32768u);",
+    );
+    let k_copy = line_of(
+        &cuda,
+        "hf_tma_load_3d(&ks[t_o % 2 * 8192 + 4096], &ks_map, ",
+    );
+    let v_copy = line_of(
+        &cuda,
+        "hf_tma_load_3d(&vs[t_o % 2 * 8192 + 4096], &vs_map, ",
+    );
+    // The consumer: wait for the stage, S = Q K^T on it, the softmax, O += P V kept in flight
+    // while the stage before is released; the last stage after the loop.
+    let consumer = line_of(&cuda, "} else {  // consumer warps");
+    let full = line_of(
+        &cuda,
+        "hf_mbarrier_wait(&ks_vs_full[t_o % 2], (unsigned)(t_o / 2 % 2));",
+    );
+    let scores = line_of(
+        &cuda,
+        "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], hf_wgmma_desc(&qs[(d_o / 4 * 64 * 4 + d_o % 4) * 16], 0x4000004000010000ull), hf_wgmma_desc(&ks[t_o % 2 * 8192 + (d_o / 4 * 64 * 4 + d_o % 4) * 16], ",
+    );
+    let max_quad = line_of(
+        &cuda,
+        "m_acc_part[0] = fmaxf(m_acc_part[0], __shfl_xor_sync(0xffffffffu, m_acc_part[0], 1));",
+    );
+    let product = line_of(
+        &cuda,
+        "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], hf_wgmma_desc(&vs[t_o % 2 * 8192 + t_io * 16 % 64 * 64], ",
+    );
+    let in_flight = line_of(&cuda, "hf_wgmma_wait<1>();");
+    let release = line_of(
+        &cuda,
+        "hf_mbarrier_arrive_per_warp(&ks_vs_empty[(t_o - 1) % 2]);",
+    );
+    let last = line_of(
+        &cuda,
+        "hf_mbarrier_arrive_per_warp(&ks_vs_empty[(hf_ceil_div<index_t>(T, 64) - 1) % 2]);",
+    );
+    let order = [
+        producer, empty, expect, k_copy, v_copy, consumer, full, scores, max_quad, product,
+        in_flight, release, last,
+    ];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+    // Without the producer, the same two stages are filled by the block itself: tile j + 1's
+    // copies at the top of iteration j, before the wait for tile j, and a barrier at its end
+    // (the stage it frees is refilled in the next iteration).
+    let plain = src.replace(", warp_specialized(TIDy))", ")");
+    let cuda = hopfuse_tests::compile(&plain).cuda;
+    assert!(cuda.contains("__launch_bounds__(128)"));
+    let main = line_of(
+        &cuda,
+        "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 64) - 1; ++t_o) {",
+    );
+    let next = line_of(
+        &cuda,
+        "hf_tma_load_3d(&ks[(t_o + 1) % 2 * 8192], &ks_map, (int)(0), (int)((t_o + 1) * 64), (int)(b), &t_o_full[(t_o + 1) % 2]);",
+    );
+    let wait = line_of(
+        &cuda,
+        "hf_mbarrier_wait(&t_o_full[t_o % 2], (unsigned)(t_o / 2 % 2));",
+    );
+    let war = main
+        + cuda
+            .lines()
+            .skip(main)
+            .position(|l| l.trim() == "__syncthreads();")
+            .unwrap();
+    let last = line_of(&cuda, "for (index_t t_o_epi = 0; t_o_epi < 1; ++t_o_epi) {");
+    let order = [main, next, wait, war, last];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
 }
 
 /// online_wgmma.hf with every `from` replaced by `to`.

@@ -10,16 +10,33 @@
 //! Guarantees, per iteration of the tile loop (docs/attention.md, section 2):
 //! - before `m`'s update loop, `m_prev = m_acc` (the maximum of the earlier tiles);
 //! - after it, `m = m_acc`, or 0 while `m_acc` is `-inf` (every key so far masked: `-inf - -inf`
-//!   would be NaN), the value the exponentials subtract; then `m_scale = exp(m_prev - m)` (exp2
-//!   for an exp2 softmax) and `l_acc *= m_scale`, `o_acc *= m_scale`;
+//!   would be NaN), the value the exponentials subtract; then `m_scale = exp(m_prev - m)` and
+//!   `l_acc *= m_scale`, `o_acc *= m_scale`;
+//! - an `exp` softmax is computed in base 2, as FlashAttention does: per row `m_neg_log2 =
+//!   -m log2(e)` once, then per element `e = exp2(fma(x, log2(e), m_neg_log2))` (in PTX one
+//!   `fma.rn.f32` and one `ex2.approx.f32`, CUDA's `exp2f`; in SASS an FFMA, the MUFU.EX2 and
+//!   a compare and two multiplies for subnormal results: 5 instructions where the subtraction
+//!   and `expf` took 8 on the online_wgmma kernels) and `m_scale = exp2(fma(m_prev, log2(e), m_neg_log2))`; the
+//!   views of `m` that the subtraction read read `m_neg_log2` instead. Within tolerance: the
+//!   argument `x log2(e) - m log2(e)` is off by the rounding of `m log2(e)` (2^-24 of `|m|
+//!   log2(e)`) and of the FFMA, a relative error of about 2^-24 |m| in the exponential, and
+//!   `ex2.approx` is within 2 ulp; the exponentials are rounded to bf16 (2^-9) or summed in
+//!   f32 next to `l >= 1` (the row's maximum gives `exp2(0) = 1`), so neither shows until
+//!   `|m|` is about 2^15. `-inf` scores still give 0 and `m_prev = -inf` a factor of 0. A
+//!   softmax written with `exp2` keeps `exp2(s - m)` and `exp2(m_prev - m)`;
 //! - the division `p = e / l` inside the loop becomes `p = e`, and `o`'s write after the loop
-//!   divides by the final `l_acc`; `l` and the views of it the division read keep no buffer.
+//!   divides by the final `l_acc`; `l` and the views of it the division read keep no buffer;
+//! - tensors without `T` that read the final `m` and `l` after the loop (the log-sum-exp
+//!   `m + log(l)`, FlashAttention's second output) read `m_acc` (unguarded: `-inf` for a row
+//!   masked throughout, as the plain form's maximum) and `l_acc`.
 //!
 //! Out-of-range keys of a ragged last tile are the `predicate` pass's bounds: their updates of
 //! `m`, `l` and `o` are skipped, so they never raise `m` and add nothing.
-//! Emits: two register scalars per softmax (`{m}_prev`, `{m}_scale`); the computes of `m_prev`,
-//! `m_scale` and the rescales carry `m`'s, `l`'s and `o`'s expressions with the role
-//! [`ComputeRole::OnlineRescale`], the guarded `m` is `m`'s `ReductionWrite`, now in the loop.
+//! Emits: two register scalars per softmax (`{m}_prev`, `{m}_scale`), a third for an `exp`
+//! softmax (`{m}_neg_log2`), each an array over the accumulator's rows when it has any; the
+//! computes of `m_prev`, `m_neg_log2`, `m_scale` and the rescales carry `m`'s, `l`'s and `o`'s
+//! expressions with the role [`ComputeRole::OnlineRescale`], the guarded `m` is `m`'s
+//! `ReductionWrite`, now in the loop.
 
 use super::context::{Change, Ctx, LoopKey};
 use super::reduction::Accumulators;
@@ -99,7 +116,7 @@ fn check_lowerable(cx: &Ctx, r: &OnlineRewrite) -> Result<(), String> {
     let f = cx.fusion;
     let p = &r.pattern;
     let name = |t: TensorId| &f.tensors[t].name;
-    let Some(probs) = p.probs else {
+    if p.probs.is_none() {
         return Err(format!(
             "the unnormalised form (`{}` divides the product by `{}` after it) is not lowered yet; divide before the product: p = e / broadcast({}, axis=T), {} = sum(broadcast(p) * broadcast(v), axis=T)",
             name(p.result),
@@ -107,30 +124,6 @@ fn check_lowerable(cx: &Ctx, r: &OnlineRewrite) -> Result<(), String> {
             name(p.sum),
             name(p.result)
         ));
-    };
-    let readers = |t: TensorId| cx.reads.uses[t].iter().map(|&e| f.exprs[e].output);
-    let d = f.tensors[p.exp]
-        .definition
-        .and_then(|e| f.exprs[e].input_tensors().next());
-    for (stat, reader_in_pattern) in [(p.max, d), (p.sum, None)] {
-        // `m` is read by the subtraction (through views), `l` by the division (through views).
-        let outside = readers(stat).find(|&t| {
-            let mut x = t;
-            while x != probs && Some(x) != reader_in_pattern {
-                match cx.reads.uses[x][..] {
-                    [e] if is_view(f, x) => x = f.exprs[e].output,
-                    _ => return true,
-                }
-            }
-            false
-        });
-        if let Some(t) = outside {
-            return Err(format!(
-                "`{}` reads the final `{}`; keeping the row statistics for readers after the loop (the log-sum-exp) is not lowered yet",
-                name(t),
-                name(stat)
-            ));
-        }
     }
     for t in [p.max, p.sum, p.product] {
         let tensor = &f.tensors[t];
@@ -148,18 +141,6 @@ fn check_lowerable(cx: &Ctx, r: &OnlineRewrite) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Whether `t` is a copy, cast or broadcast of one tensor.
-fn is_view(f: &crate::fusion::Fusion, t: TensorId) -> bool {
-    f.tensors[t].definition.is_some_and(|e| {
-        matches!(
-            f.exprs[e].op,
-            crate::fusion::Op::Set
-                | crate::fusion::Op::Cast(_)
-                | crate::fusion::Op::Broadcast { .. }
-        )
-    })
 }
 
 /// The summed axis `T` as the program writes its extent.
@@ -258,7 +239,8 @@ fn rewrite(
     let dtype = k.buffers[m_acc].dtype;
     let o_dtype = k.buffers[o_acc].dtype;
     // The statistics' final writes after the tile loop go: `m` is written in the loop (what
-    // the exponentials subtract), `l` is read from its accumulator by `o`'s write.
+    // the exponentials subtract), `l` is read from its accumulator by `o`'s write, and so are
+    // both by the readers of their final values after the loop (below).
     let mut o_written = false;
     crate::kir::rewrite_post(&mut k.body, &mut |s| match s {
         Stmt::Compute(c)
@@ -288,10 +270,9 @@ fn rewrite(
     let row_ids = cx.layout.alloc_ids.get(&m_acc).cloned().unwrap_or_default();
     let m_prev = cx.new_register(k, &format!("{m_name}_prev"), dtype, row_ids.clone());
     let alpha = cx.new_register(k, &format!("{m_name}_scale"), dtype, row_ids.clone());
-    let exp_op = match p.exponential {
-        Exponential::Exp => UnaryOp::Exp,
-        Exponential::Exp2 => UnaryOp::Exp2,
-    };
+    // An `exp` softmax is computed in base 2 (the module doc): `-m log2(e)` once per row.
+    let m_neg_log2 = (p.exponential == Exponential::Exp)
+        .then(|| cx.new_register(k, &format!("{m_name}_neg_log2"), dtype, row_ids.clone()));
     // The guard: 0 while every key so far is masked.
     let guarded = Data::Ternary(
         TernaryOp::Where,
@@ -308,36 +289,55 @@ fn rewrite(
         ]),
     );
     let mut before = vec![Stmt::Alloc(m_prev), Stmt::Alloc(alpha)];
+    before.extend(m_neg_log2.map(Stmt::Alloc));
     before.extend(super::reduction::accumulator_loops(
         cx,
         &row_ids,
         vec![rescale(m_expr, m_prev, read(m_acc))],
     ));
-    let per_row = vec![
-        Stmt::Compute(Compute {
-            expr: m_expr,
-            out: Access {
-                buffer: m_buf,
-                index: None,
-            },
-            value: guarded,
-            role: ComputeRole::ReductionWrite,
-            vector: None,
-        }),
-        rescale(
-            m_expr,
-            alpha,
-            Data::Unary(
-                exp_op,
-                dtype,
-                Box::new(Data::Binary(
-                    BinaryOp::Sub,
-                    dtype,
-                    Box::new(read(m_prev)),
-                    Box::new(read(m_buf)),
-                )),
-            ),
+    // The rescale factor exp(m_prev - m): exp2(m_prev log2(e) - m log2(e)) in base 2, or
+    // exp2(m_prev - m) for a softmax written with exp2.
+    let factor = match m_neg_log2 {
+        Some(neg) => Data::Unary(
+            UnaryOp::Exp2,
+            dtype,
+            Box::new(log2_fma(read(m_prev), read(neg), dtype)),
         ),
+        None => Data::Unary(
+            UnaryOp::Exp2,
+            dtype,
+            Box::new(Data::Binary(
+                BinaryOp::Sub,
+                dtype,
+                Box::new(read(m_prev)),
+                Box::new(read(m_buf)),
+            )),
+        ),
+    };
+    let mut per_row = vec![Stmt::Compute(Compute {
+        expr: m_expr,
+        out: Access {
+            buffer: m_buf,
+            index: None,
+        },
+        value: guarded,
+        role: ComputeRole::ReductionWrite,
+        vector: None,
+    })];
+    if let Some(neg) = m_neg_log2 {
+        per_row.push(rescale(
+            m_expr,
+            neg,
+            Data::Binary(
+                BinaryOp::Mul,
+                dtype,
+                Box::new(read(m_buf)),
+                Box::new(Data::Literal(-std::f64::consts::LOG2_E, dtype)),
+            ),
+        ));
+    }
+    per_row.extend([
+        rescale(m_expr, alpha, factor),
         rescale(
             l_expr,
             l_acc,
@@ -348,7 +348,7 @@ fn rewrite(
                 Box::new(read(alpha)),
             ),
         ),
-    ];
+    ]);
     let mut after = super::reduction::accumulator_loops(cx, &row_ids, per_row);
     let o_ids = cx.layout.alloc_ids.get(&o_acc).cloned().unwrap_or_default();
     after.extend(super::reduction::accumulator_loops(
@@ -368,22 +368,25 @@ fn rewrite(
     // The division by `l` in the loop goes (o's write divides instead), and with it the views
     // of `l` it read.
     let p_expr = def(probs);
-    let denominator_views: Vec<ExprId> = {
-        let mut out = Vec::new();
-        let mut t = match f.exprs[p_expr].inputs[..] {
-            [_, Operand::Tensor(den)] => den,
-            _ => return Err(internal("the probabilities are not a division of tensors")),
-        };
-        while t != p.sum {
-            let e = def(t);
-            out.push(e);
-            match f.exprs[e].inputs[..] {
-                [Operand::Tensor(i)] => t = i,
-                _ => return Err(internal("the row sum is read through a non-view")),
-            }
-        }
-        out
+    let denominator_views = match f.exprs[p_expr].inputs[..] {
+        [_, Operand::Tensor(den)] => view_exprs(f, den, p.sum)
+            .ok_or_else(|| internal("the row sum is read through a non-view"))?,
+        _ => return Err(internal("the probabilities are not a division of tensors")),
     };
+    // The base-2 form's statements in the tile: the exponential, the subtraction it reads and
+    // the views of `m` the subtraction reads (`e_broadcast = m`), which read `-m log2(e)`.
+    let exp_expr = def(p.exp);
+    let diff = match f.exprs[exp_expr].inputs[..] {
+        [Operand::Tensor(d)] => d,
+        _ => return Err(internal("the exponential does not read one tensor")),
+    };
+    let diff_expr = def(diff);
+    let m_views = match f.exprs[diff_expr].inputs[..] {
+        [_, Operand::Tensor(m_view)] => view_exprs(f, m_view, p.max)
+            .ok_or_else(|| internal("the row maximum is read through a non-view"))?,
+        _ => return Err(internal("the exponential's argument is not a subtraction")),
+    };
+    let (mut exp_folded, mut sub_folded) = (m_neg_log2.is_none(), m_neg_log2.is_none());
     let mut placed = false;
     let mut divided = false;
     crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| {
@@ -415,6 +418,37 @@ fn rewrite(
         }
         crate::kir::rewrite_post(&mut new_body, &mut |s| match s {
             Stmt::Compute(c) if denominator_views.contains(&c.expr) => Vec::new(),
+            Stmt::Compute(mut c)
+                if m_neg_log2.is_some()
+                    && (c.expr == exp_expr || c.expr == diff_expr || m_views.contains(&c.expr)) =>
+            {
+                let neg = m_neg_log2.expect("checked");
+                c.value.for_each_read_mut(&mut |a| {
+                    if a.buffer == m_buf {
+                        a.buffer = neg;
+                    }
+                });
+                // e = exp(s - m) -> exp2(fma(s, log2(e), -m log2(e))), the subtraction in
+                // its own statement or inlined into the exponential's.
+                let fold_sub = |d: &mut Data| {
+                    if let Data::Binary(BinaryOp::Sub, dt, a, b) = d {
+                        *d = log2_fma((**a).clone(), (**b).clone(), *dt);
+                        true
+                    } else {
+                        false
+                    }
+                };
+                if c.expr == diff_expr {
+                    sub_folded |= fold_sub(&mut c.value);
+                } else if c.expr == exp_expr {
+                    if let Data::Unary(op @ UnaryOp::Exp, _, x) = &mut c.value {
+                        *op = UnaryOp::Exp2;
+                        sub_folded |= fold_sub(x);
+                        exp_folded = true;
+                    }
+                }
+                vec![Stmt::Compute(c)]
+            }
             Stmt::Compute(mut c) if c.expr == p_expr => {
                 if let Data::Binary(BinaryOp::Div, _, num, _) = c.value {
                     c.value = *num;
@@ -433,10 +467,58 @@ fn rewrite(
             "the maximum's update or the division by the sum is not in the tile loop",
         ));
     }
+    if !exp_folded || !sub_folded {
+        return Err(internal(
+            "the exponential of the scores minus their maximum is not in the tile loop",
+        ));
+    }
+    // Readers of the final `m` and `l` after the tile loop (the log-sum-exp) read the
+    // accumulators: `m_acc` is the unguarded maximum (`-inf` for a row masked throughout, as
+    // in the plain form), `l_acc` the whole sum.
+    let l_buf = cx.layout.tensor_buffer.get(&p.sum).copied();
+    crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| match s {
+        Stmt::Loop(l) if l.key == tile => Flow::Skip,
+        Stmt::Compute(c) => {
+            c.value.for_each_read_mut(&mut |a| {
+                if a.buffer == m_buf {
+                    a.buffer = m_acc;
+                } else if Some(a.buffer) == l_buf {
+                    a.buffer = l_acc;
+                }
+            });
+            Flow::Descend
+        }
+        _ => Flow::Descend,
+    });
     // `l` and its views exist only as the accumulator now: nothing writes their buffers, so
     // `allocation` does not place them.
     for e in denominator_views.iter().chain([&l_expr]) {
         cx.layout.tensor_buffer.remove(&f.exprs[*e].output);
     }
     Ok(())
+}
+
+/// `x log2(e) + y` with one rounding: the argument of a base-2 exponential (`y` is `-m log2(e)`).
+fn log2_fma(x: Data, y: Data, dtype: crate::dtype::DType) -> Data {
+    Data::Ternary(
+        TernaryOp::Fma,
+        dtype,
+        Box::new([x, Data::Literal(std::f64::consts::LOG2_E, dtype), y]),
+    )
+}
+
+/// The expressions of the views (one operand each) through which `from` reads `to`, `from`'s
+/// first; `None` when something else is between them.
+fn view_exprs(f: &crate::fusion::Fusion, from: TensorId, to: TensorId) -> Option<Vec<ExprId>> {
+    let mut out = Vec::new();
+    let mut t = from;
+    while t != to {
+        let e = f.tensors[t].definition?;
+        out.push(e);
+        match f.exprs[e].inputs[..] {
+            [Operand::Tensor(i)] => t = i,
+            _ => return None,
+        }
+    }
+    Some(out)
 }

@@ -272,10 +272,19 @@ fn place(
     let own: Vec<LoopKey> = tensor.loop_domain.iter().map(|&id| cx.key(id)).collect();
     // A tensor has a few root axes: a list.
     let t_classes: Vec<IterId> = tensor.root.iter().map(|&id| f.class_of(id)).collect();
+    // An online softmax's row statistic (`m`, `l`) placed in the tile loop is read there by
+    // the softmax and, after the loop, by readers of its final value (the log-sum-exp): those
+    // share none of the tile's loops, so they do not constrain its placement.
+    let statistic = online_tile.filter(|_| {
+        f.online_softmax
+            .iter()
+            .any(|r| r.pattern.max == t || r.pattern.sum == t)
+    });
     let consumers: Vec<TensorId> = {
         let mut v: Vec<TensorId> = cx.reads.uses[t]
             .iter()
             .map(|&e| f.exprs[e].output)
+            .filter(|c| statistic.is_none_or(|tile| cx.layout.placement[c].0.contains(&tile)))
             .collect();
         v.dedup();
         v

@@ -85,6 +85,11 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
             None => tree.top.push(Child::Compute(Box::new(compute))),
         }
         for c in consumers {
+            // A reader of an online softmax's final statistic after the tile loop shares
+            // none of the loops the statistic is placed in (`place`).
+            if !cx.layout.placement[&c].0.starts_with(&keys[..q_t]) {
+                continue;
+            }
             tree.any_pending = true;
             let open = tree.pending[c].get_or_insert_with(Vec::new);
             if q_t > open.len() {
@@ -97,6 +102,19 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
     k.body = convert(cx, &mut tree.nodes, tree.top, &mut hw);
     k.hw_vars = hw;
     Ok(())
+}
+
+/// How many of its loops producer `p` shares with its consumer `t`: the loops its placement
+/// shares with its consumers, except that a reader of an online softmax's final statistic
+/// (`m`, `l`) after the tile loop shares only the loops outside the tile loop with it
+/// (`place`).
+fn loops_shared(cx: &Ctx, p: TensorId, t: TensorId) -> usize {
+    let (p_keys, q) = &cx.layout.placement[&p];
+    p_keys[..*q]
+        .iter()
+        .zip(&cx.layout.placement[&t].0)
+        .take_while(|(a, b)| a == b)
+        .count()
 }
 
 /// The loop tree as [`build_tree`] grows it, one expression at a time.
@@ -152,8 +170,9 @@ impl Growing {
         let f = cx.fusion;
         let mut d = 0;
         let mut best: Option<TensorId> = None;
+        let keys = &cx.layout.placement[&t].0;
         for &p in producers {
-            let q = cx.layout.placement[&p].1;
+            let q = loops_shared(cx, p, t);
             if q > d {
                 d = q;
                 best = Some(p);
@@ -172,7 +191,15 @@ impl Growing {
                 None
             };
             if let Some(open) = open {
-                let n = q_t.min(open.len());
+                // Only the opened loops of `t`'s own keys: a sibling that is an online
+                // softmax's statistic opened the tile loop, which a reader of its final value
+                // after that loop does not share.
+                let n = q_t.min(
+                    open.iter()
+                        .zip(keys)
+                        .take_while(|(&i, &key)| self.nodes[i].key == key)
+                        .count(),
+                );
                 let common = n.min(inst.len());
                 if open[..common] != inst[..common] {
                     return Err(Diagnostic::new(
@@ -202,7 +229,7 @@ impl Growing {
         let f = cx.fusion;
         let d = inst.len();
         for &p in producers {
-            let q = cx.layout.placement[&p].1;
+            let q = loops_shared(cx, p, t);
             if self.placed(p)[..q] != inst[..q] {
                 return Err(Diagnostic::new(
                     format!(
