@@ -424,12 +424,12 @@ fn a_view_cannot_move_the_axes_of_a_reduction_it_reads() {
     );
 }
 
-/// examples/ops/rotary.hf: x * cos + rotate_half(x) * sin on values bf16 holds exactly.
+/// examples/fusions/rotary.hf: x * cos + rotate_half(x) * sin on values bf16 holds exactly.
 #[test]
 fn rotary_example_matches_the_formula() {
     let src = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../examples/ops/rotary.hf"
+        "/../examples/fusions/rotary.hf"
     ))
     .unwrap();
     let f = hopfuse::reference_fusion(&src).unwrap();

@@ -57,6 +57,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             cluster: None,
             persistent: None,
             online_softmax: Vec::new(),
+            welford: Vec::new(),
             constraints: Vec::new(),
             propagate_work: 0,
         },

@@ -25,6 +25,7 @@ pub mod ops;
 pub mod philox;
 pub mod schedule;
 mod transform;
+pub mod welford;
 
 pub use build::build;
 pub use ops::{BinaryOp, CompositeOp, ReduceOp, TernaryOp, UnaryOp};
@@ -530,6 +531,14 @@ pub struct OnlineRewrite {
     pub span: Option<Span>,
 }
 
+/// A `welford(v)` statement: the variance `v` computed in one pass, Welford's running
+/// statistics (see [`welford::find`], which the passes call again on the scheduled fusion).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WelfordRewrite {
+    pub var: TensorId,
+    pub span: Option<Span>,
+}
+
 /// `warp_specialized(on, registers=[producer, consumer], warp=N)` of a circular buffer: the block
 /// gets a 128-thread producer warp group along `on`; warp `warp` of it issues this tensor's loads
 /// (different warps = different producer roles, each with its own barriers).
@@ -566,6 +575,9 @@ pub struct Fusion {
     /// softmax over `T` and its product computed as running statistics over the serial loop of
     /// the product's `T` tiles.
     pub online_softmax: Vec<OnlineRewrite>,
+    /// The variances the schedule asked to compute in one pass (`welford(v)`), for
+    /// `passes::welford`.
+    pub welford: Vec<WelfordRewrite>,
     /// Conditions on the sizes that the views need (a slice reads inside its input), checked
     /// before a launch and by the reference.
     pub constraints: Vec<crate::plan::Constraint>,

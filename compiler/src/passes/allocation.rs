@@ -146,10 +146,10 @@ pub fn run(
         m.smem_offset = Some(Val::from_size(&offset));
         offset = add(offset, SizeExpr::Const((m.count * 8 + 15) / 16 * 16));
     }
-    // Scratch for block reductions: one 8-byte slot per thread, after the buffers.
-    if contains_block_reduce(&k.body) {
+    // Scratch for block reductions: one slot per thread, after the buffers.
+    if let Some(slot) = crate::kir::reduce_scratch_per_thread(&k.body) {
         let threads = k.block.iter().cloned().fold(SizeExpr::Const(1), mul);
-        let scratch = mul(threads, SizeExpr::Const(8));
+        let scratch = mul(threads, SizeExpr::Const(slot));
         k.reduce_scratch = Some(offset.clone());
         offset = add(offset, scratch);
     }
@@ -259,10 +259,6 @@ fn check_registers(
         ));
     }
     Ok(())
-}
-
-fn contains_block_reduce(body: &[Stmt]) -> bool {
-    crate::kir::any_stmt(body, &mut |s| matches!(s, Stmt::BlockReduce { .. }))
 }
 
 /// Inserts `alloc b` for every `(b, q, tensor)`: at loop depth `q` (or shallower, where a

@@ -122,6 +122,27 @@ fn check_layout_change(
     Ok(())
 }
 
+/// Indexes a block collective's register accesses (the thread's own: no consumer's roots).
+fn index_registers<'a>(
+    cx: &mut Ctx,
+    env: &HashMap<LoopKey, Val>,
+    buffers: &[crate::kir::Buffer],
+    accesses: impl IntoIterator<Item = &'a mut Access>,
+) -> Result<(), Diagnostic> {
+    let roots = HashMap::default();
+    let mut ix = Indexer {
+        cx,
+        env,
+        roots: &roots,
+        buffers,
+        consumer: None,
+    };
+    for a in accesses {
+        ix.access(a)?;
+    }
+    Ok(())
+}
+
 fn walk(
     cx: &mut Ctx,
     buffers: &[crate::kir::Buffer],
@@ -147,17 +168,10 @@ fn walk(
                 let maps = view_roots(cx, c.expr, &roots)?;
                 index_compute(cx, &env, buffers, consumer, &roots, maps.as_deref(), c)?;
             }
-            Stmt::BlockReduce { acc, .. } => {
-                let roots = HashMap::default();
-                let mut ix = Indexer {
-                    cx,
-                    env: &*env,
-                    roots: &roots,
-                    buffers,
-                    consumer: None,
-                };
-                ix.access(acc)?;
-            }
+            Stmt::BlockReduce { acc, .. } => index_registers(cx, env, buffers, [acc])?,
+            Stmt::BlockWelford {
+                mean, m2, count, ..
+            } => index_registers(cx, env, buffers, [mean, m2, count])?,
             _ => {}
         }
     }
