@@ -131,6 +131,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                     b.op(Op::Set, vec![Operand::Tensor(t)], name, Some(loc.0))?
                 };
                 b.f.tensors[t].name = name.clone();
+                b.f.tensors[t].written = None;
                 b.taken.insert(name.clone());
                 b.f.tensors[t].span = Some(loc.0);
                 b.names.insert(name.clone(), t);
@@ -150,6 +151,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                     let old = std::mem::take(&mut b.f.tensors[t].name);
                     b.names.remove(&old);
                     b.f.tensors[t].name = name.clone();
+                    b.f.tensors[t].written = None;
                     b.taken.insert(name.clone());
                     b.f.tensors[t].span = Some(at.0.join(loc.0));
                     b.names.insert(name.clone(), t);
@@ -295,7 +297,24 @@ impl Builder {
         }
     }
 
+    /// The value of `e`; a tensor made for it gets `e`'s text ([`super::Tensor::written`])
+    /// when the text is short (longer ones are named by their location alone, and printing
+    /// only short ones keeps the builder linear in the program's size).
     fn expr(&mut self, e: &ast::Expr, dest: &str) -> BResult<Value> {
+        /// The longest expression text a message quotes.
+        const MAX_WRITTEN: usize = 80;
+        let first_new = TensorId::new(self.f.tensors.len());
+        let value = self.expr_value(e, dest)?;
+        let span = e.loc();
+        if let Value::Tensor(t) = value {
+            if t >= first_new && span.end - span.start <= MAX_WRITTEN {
+                self.f.tensors[t].written = Some(crate::frontend::printer::expr(e));
+            }
+        }
+        Ok(value)
+    }
+
+    fn expr_value(&mut self, e: &ast::Expr, dest: &str) -> BResult<Value> {
         use ast::Expr as E;
         match e {
             E::Name(n, loc) => match self.names.get(n) {

@@ -419,6 +419,11 @@ pub struct Tensor {
     /// The tensor this one is a copy of, made by `recompute` for one of that tensor's consumers
     /// (see `schedule::recompute`): computed right before that consumer ([`Fusion::topo_exprs`]).
     pub copy_of: Option<TensorId>,
+    /// The program text of the expression this tensor is the value of, when the builder named
+    /// it (`y_cast_f32` for `cast(broadcast(w, axis=0), f32)` inside `y = ...`): messages name
+    /// that text, which the user wrote, instead ([`Fusion::describe`]). None for the tensors
+    /// the program names and those a schedule makes.
+    pub written: Option<String>,
 }
 
 /// A call of a [`CompositeOp`] (see `ops`): the builder's ops for it made the tensors from
@@ -840,6 +845,16 @@ impl Fusion {
                     .all(|&u| self.exprs[u].op.moves_indices() || only[self.exprs[u].output]);
         }
         only
+    }
+
+    /// Tensor `t` as a message names it: `` `y` `` for a tensor the program names, or for one
+    /// the builder named inside an expression, the expression's text (`` the expression
+    /// `cast(broadcast(w, axis=0), f32)` ``; [`Tensor::written`]).
+    pub fn describe(&self, t: TensorId) -> String {
+        match &self.tensors[t].written {
+            Some(text) => format!("the expression `{text}`"),
+            None => format!("`{}`", self.tensors[t].name),
+        }
     }
 
     /// Exprs reading tensor `t`.
