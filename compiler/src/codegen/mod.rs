@@ -196,7 +196,7 @@ fn kernel_params(f: &Fusion, k: &Kernel) -> (Vec<Param>, Vec<String>) {
             // A tensor the kernel writes and then reads back (an output other ops consume, a
             // global intermediate) is not `__restrict__`: with it, nvcc may hoist the read of
             // another thread's write above the `__syncthreads()` between them (a per-row scale
-            // read before thread 0 stored it: examples/ops/quantize_fp8.hf's first launch).
+            // read before thread 0 stored it: examples/fusions/quantize_fp8.hf's first launch).
             let read_back =
                 role != TensorRole::Input && buf.tensor.is_some_and(|t| !uses[t].is_empty());
             let restrict = if read_back { "" } else { " __restrict__" };
