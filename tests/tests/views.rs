@@ -463,7 +463,9 @@ fn rotary_example_matches_the_formula() {
     let cuda = hopfuse::compile(&src, &Default::default()).unwrap().cuda;
     assert_eq!(cuda.matches("alignas(16) float").count(), 5, "{cuda}");
     assert!(
-        cuda.contains("rotated[0] = (static_cast<int>(d_o * 4 + d_i) < 64) ? -("),
+        cuda.contains(
+            "rotated[sd_i] = (static_cast<int>((((sd_ooo * 2 + sd_ooi) * 128 + sd_oi) * 8 + sd_i) % 128) < 64) ? -("
+        ),
         "{cuda}"
     );
 }
