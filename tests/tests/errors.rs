@@ -610,3 +610,15 @@ fn an_expression_without_a_name_is_named_by_its_text() {
         "{e}"
     );
 }
+
+/// An unnamed expression left a register array of a size symbol's elements is named by its
+/// text in the allocation's refusal too.
+#[test]
+fn a_register_array_of_an_unnamed_expression_is_named_by_its_text() {
+    let src = "fusion f {\n  input q: f32[M, N]\n  y = exp(q) * 2.0\n  output y\n}\nschedule {\n  y.reorder(1, 0)\n}\n";
+    let e = err(src);
+    assert!(
+        e.starts_with("t.hf:3:7: error: the expression `exp(q)` needs M * N elements per thread: a register array needs a constant size"),
+        "{e}"
+    );
+}

@@ -240,21 +240,22 @@ fn check_registers(
         .tensor
         .or_else(|| accumulators.tensor_of(b))
         .and_then(|t| f.tensors[t].span);
+    // Named as the user wrote it: a tensor the builder named by its expression's text.
+    let what = match buf.tensor.and_then(|t| f.tensors[t].written.as_ref()) {
+        Some(text) => format!("the expression `{text}`"),
+        None => format!("register tensor `{}`", buf.name),
+    };
     let Some(n) = size.as_const() else {
         return Err(Diagnostic::new(
             format!(
-                "register tensor `{}` needs {size} elements per thread: a register array needs a constant size (split by a constant, inline it further, or use shared memory)",
-                buf.name
+                "{what} needs {size} elements per thread: a register array needs a constant size (split by a constant, inline it further, or use shared memory)"
             ),
             span,
         ));
     };
     if n > 1024 {
         return Err(Diagnostic::new(
-            format!(
-                "register tensor `{}` needs {n} elements per thread (at most 1024)",
-                buf.name
-            ),
+            format!("{what} needs {n} elements per thread (at most 1024)"),
             span,
         ));
     }

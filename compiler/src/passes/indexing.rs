@@ -106,16 +106,17 @@ fn check_layout_change(
         {
             continue;
         }
-        let (pn, cn) = (&f.tensors[producer].name, &f.tensors[consumer].name);
+        // Named as the user wrote them (an unnamed expression by its text).
+        let (pn, cn) = (f.describe(producer), f.describe(consumer));
         let rule = if par.is_block() {
-            format!("blocks cannot read what other blocks write within one kernel; parallelize `{pn}` and `{cn}` over {par} the same way (propagate)")
+            format!("blocks cannot read what other blocks write within one kernel; parallelize {pn} and {cn} over {par} the same way (propagate)")
         } else if memory == MemoryType::Local {
-            format!("a thread cannot read another thread's registers; keep `{pn}` in shared memory (set_memory(shared)) or give both the same {par} axis")
+            format!("a thread cannot read another thread's registers; keep {pn} in shared memory (set_memory(shared)) or give both the same {par} axis")
         } else {
             continue;
         };
         return Err(Diagnostic::new(
-            format!("`{cn}` reads `{pn}` with another thread layout: axis {pos} of `{pn}` is bound to {par}, and `{cn}` does not bind that loop to {par}, so it reads elements other threads wrote; {rule}"),
+            format!("{cn} reads {pn} with another thread layout: axis {pos} of {pn} is bound to {par}, and {cn} does not bind that loop to {par}, so it reads elements other threads wrote; {rule}"),
             f.tensors[consumer].span.or(f.tensors[producer].span),
         ));
     }
