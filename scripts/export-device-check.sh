@@ -22,7 +22,7 @@ cases=(
   "basics/add.hf:M=4096,N=4096" "basics/add.hf:M=1000,N=1003"
   "basics/softmax.hf:M=1024,N=4096" "basics/softmax.hf:M=77,N=1000"
   "tma/add_2d.hf:M=2048,N=2048" "tma/add_2d.hf:M=1000,N=1028"
-  "ops/rmsnorm.hf:M=1000"
+  "fusions/rmsnorm.hf:M=1000"
   "matmul/step9_tma_store_epilogue.hf:M=2048,N=2048,K=2048"
   "matmul/step12_cluster_multicast.hf:M=1920,N=4096,K=1024"
   "matmul/step15_persistent_raster.hf:M=4096,N=4096,K=4096"

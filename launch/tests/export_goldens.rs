@@ -77,7 +77,7 @@ fn pointwise_with_size_parameters() {
 
 #[test]
 fn scalars_with_defaults() {
-    check("rmsnorm", &example("ops/rmsnorm.hf"), "M=100", None);
+    check("rmsnorm", &example("fusions/rmsnorm.hf"), "M=100", None);
 }
 
 #[test]

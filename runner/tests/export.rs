@@ -182,7 +182,7 @@ fn scalars_keep_the_programs_values_as_defaults() {
     if nvrtc_missing() {
         return;
     }
-    let dir = export("ops/rmsnorm.hf", "M=100");
+    let dir = export("fusions/rmsnorm.hf", "M=100");
     let header = read(&dir, "rmsnorm_kernel.h");
     assert!(header.contains("float eps = 1e-6f)"), "{header}");
     compiles_with_gxx(&dir, "rmsnorm_kernel");

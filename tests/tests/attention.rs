@@ -532,7 +532,7 @@ fn the_log_sum_exp_reads_the_final_statistics_after_the_tile_loop() {
     let f = fusion(&src);
     let sizes: BTreeMap<String, i64> = [("B".into(), 2), ("S".into(), 5), ("T".into(), 70)].into();
     let ins = inputs(&f, &sizes);
-    let got = hopfuse::reference::evaluate(&f, &sizes, &ins).unwrap();
+    let got = hopfuse::backend::reference::evaluate(&f, &sizes, &ins).unwrap();
     let (q, k) = (&ins["q"], &ins["k"]);
     for b in 0..2 {
         for i in 0..5 {
@@ -555,7 +555,7 @@ fn the_log_sum_exp_reads_the_final_statistics_after_the_tile_loop() {
         }
     }
     let ws = fusion(&example("attention/online_wgmma_ws.hf"));
-    let want = hopfuse::reference::evaluate(&ws, &sizes, &ins).unwrap();
+    let want = hopfuse::backend::reference::evaluate(&ws, &sizes, &ins).unwrap();
     assert_eq!(got["ob"], want["ob"]);
 }
 
@@ -725,7 +725,7 @@ fn the_batched_tensor_core_example_is_the_one_head_example_per_problem() {
     ]
     .into();
     let ins = inputs(&batched, &sizes);
-    let got = hopfuse::reference::evaluate(&batched, &sizes, &ins).unwrap();
+    let got = hopfuse::backend::reference::evaluate(&batched, &sizes, &ins).unwrap();
     let one: BTreeMap<String, i64> = [("S".into(), s as i64), ("T".into(), t as i64)].into();
     for problem in 0..b {
         let slice = |name: &str, rows: usize| {
@@ -736,7 +736,7 @@ fn the_batched_tensor_core_example_is_the_one_head_example_per_problem() {
         single_ins.insert("q".into(), slice("q", s));
         single_ins.insert("k".into(), slice("k", t));
         single_ins.insert("v".into(), slice("v", t));
-        let want = hopfuse::reference::evaluate(&single, &one, &single_ins).unwrap();
+        let want = hopfuse::backend::reference::evaluate(&single, &one, &single_ins).unwrap();
         assert_eq!(
             &got["ob"][problem * s * 64..(problem + 1) * s * 64],
             &want["ob"][..],
@@ -795,9 +795,9 @@ fn the_head_dim_128_kernel_takes_two_swizzle_spans_per_row() {
     let sizes: BTreeMap<String, i64> =
         [("B".into(), 2), ("S".into(), 70), ("T".into(), 100)].into();
     let ins = inputs(&f, &sizes);
-    let want = hopfuse::reference::evaluate(&f, &sizes, &ins).unwrap();
+    let want = hopfuse::backend::reference::evaluate(&f, &sizes, &ins).unwrap();
     let p = online_softmax::find_all(&f).remove(0);
-    let tiled = hopfuse::reference::online::evaluate(&f, &p, 64, &sizes, &ins).unwrap();
+    let tiled = hopfuse::backend::reference::online::evaluate(&f, &p, 64, &sizes, &ins).unwrap();
     let scale = want["o"].iter().fold(0f64, |a, x| a.max(x.abs()));
     let worst = want["o"]
         .iter()

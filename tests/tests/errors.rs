@@ -586,3 +586,39 @@ fn an_accumulator_of_symbolic_size_is_located_at_its_reduction() {
         "{e}"
     );
 }
+
+/// A tensor the builder named inside an expression (`y_broadcast2` for `broadcast(v,
+/// axis=1)`) is named in a message by the expression's text, at its location, with what to
+/// write instead; a tensor the program names keeps its name (issue 33).
+#[test]
+fn an_expression_without_a_name_is_named_by_its_text() {
+    let src = "fusion f {\n  input x: f32[M, 4096]\n  v, m = var_mean(x, axis=1)\n  y = (x - broadcast(m, axis=1)) * broadcast(v, axis=1)\n  output y\n}\nschedule {\n  y.split(0, 2)\n  y.split(2, 4)\n  y.reorder(0, 2, 1, 3)\n  y.parallelize(0, BIDx)\n  y.parallelize(1, TIDx)\n  y.parallelize(3, Vectorize)\n  propagate(y)\n  inline_most()\n}\n";
+    let e = err(src);
+    assert!(
+        e.starts_with("t.hf:4:36: error: the expression `broadcast(v, axis=1)` cannot share loops both with its producers and with its consumer `y`; name it (`t = broadcast(v, axis=1)`) and lower the inlining position of `t`"),
+        "{e}"
+    );
+    assert!(!e.contains("y_broadcast2"), "{e}");
+    // Named, the tensors are refused under their names.
+    let named = src.replace(
+        "  y = (x - broadcast(m, axis=1)) * broadcast(v, axis=1)",
+        "  vb = broadcast(v, axis=1)\n  d = x - broadcast(m, axis=1)\n  y = d * vb",
+    );
+    let e = err(&named);
+    assert!(
+        e.starts_with("t.hf:5:3: error: `d` cannot share loops both with its producers and with its consumer `y`; lower its inlining position"),
+        "{e}"
+    );
+}
+
+/// An unnamed expression left a register array of a size symbol's elements is named by its
+/// text in the allocation's refusal too.
+#[test]
+fn a_register_array_of_an_unnamed_expression_is_named_by_its_text() {
+    let src = "fusion f {\n  input q: f32[M, N]\n  y = exp(q) * 2.0\n  output y\n}\nschedule {\n  y.reorder(1, 0)\n}\n";
+    let e = err(src);
+    assert!(
+        e.starts_with("t.hf:3:7: error: the expression `exp(q)` needs M * N elements per thread: a register array needs a constant size"),
+        "{e}"
+    );
+}

@@ -10,8 +10,9 @@ fn reference(src: &str, sizes: &[(&str, i64)], inputs: &[(&str, Vec<f64>)]) -> V
     hopfuse_tests::reference(src, sizes, inputs, "c")
 }
 
-fn example(name: &str) -> String {
-    hopfuse_tests::example(&format!("ops/{name}.hf"))
+/// An example by its path under `examples/` without `.hf` (`ops/embedding`).
+fn example(path: &str) -> String {
+    hopfuse_tests::example(&format!("{path}.hf"))
 }
 
 fn fusion(inputs: &str, body: &str) -> String {
@@ -92,7 +93,7 @@ fn index_select_picks_rows_and_clamps_what_is_out_of_range() {
 
 #[test]
 fn the_index_is_loaded_into_the_address_and_clamped_in_the_kernel() {
-    let c = compile(&example("cross_entropy_labels"));
+    let c = compile(&example("fusions/cross_entropy_labels"));
     assert!(
         c.cuda
             .contains("logits[m * V + hf_index_in<index_t>(labels[m], V)]"),
@@ -106,7 +107,7 @@ fn the_index_is_loaded_into_the_address_and_clamped_in_the_kernel() {
     let ir = &c.passes.last().unwrap().ir;
     assert!(ir.contains("index_in(labels[m], V)"), "{ir}");
     // An embedding row: 16-byte vector loads at the token's row when it is aligned.
-    let c = compile(&example("embedding"));
+    let c = compile(&example("ops/embedding"));
     assert!(
         c.cuda.contains("*reinterpret_cast<const hf_vec<hf_bf16, 8>*>(&table[hf_index_in<index_t>(tokens[t], V) * D + (d_oo * 128 + d_oi) * 8])"),
         "{}",
@@ -123,13 +124,13 @@ fn the_index_is_loaded_into_the_address_and_clamped_in_the_kernel() {
 #[test]
 fn the_twin_calls_torch_gather_and_index_select() {
     let twin = |src: &str| hopfuse::torch_twin(src).unwrap().source;
-    let ce = twin(&example("cross_entropy_labels"));
+    let ce = twin(&example("fusions/cross_entropy_labels"));
     assert!(
         ce.contains("torch.gather(x, 1, labels.unsqueeze(1).long())")
             && ce.contains("torch.logsumexp(x, dim=1)"),
         "{ce}"
     );
-    let emb = twin(&example("embedding"));
+    let emb = twin(&example("ops/embedding"));
     assert!(
         emb.contains("torch.index_select(table, 0, tokens)"),
         "{emb}"

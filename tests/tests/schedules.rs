@@ -228,7 +228,7 @@ fn padding_is_for_plain_shared_caches() {
 
 #[test]
 fn a_copy_into_a_padded_shared_tile_is_vectorized_when_its_rows_keep_the_vectors_aligned() {
-    let src = hopfuse_tests::example("ops/transpose_bf16.hf");
+    let src = hopfuse_tests::example("fusions/transpose_bf16.hf");
     let c = compile(&src);
     // The fill of x's tile: one 8-byte vector from x into the tile, rows 68 elements apart.
     assert!(

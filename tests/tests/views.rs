@@ -424,12 +424,12 @@ fn a_view_cannot_move_the_axes_of_a_reduction_it_reads() {
     );
 }
 
-/// examples/ops/rotary.hf: x * cos + rotate_half(x) * sin on values bf16 holds exactly.
+/// examples/fusions/rotary.hf: x * cos + rotate_half(x) * sin on values bf16 holds exactly.
 #[test]
 fn rotary_example_matches_the_formula() {
     let src = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../examples/ops/rotary.hf"
+        "/../examples/fusions/rotary.hf"
     ))
     .unwrap();
     let f = hopfuse::reference_fusion(&src).unwrap();
@@ -463,7 +463,9 @@ fn rotary_example_matches_the_formula() {
     let cuda = hopfuse::compile(&src, &Default::default()).unwrap().cuda;
     assert_eq!(cuda.matches("alignas(16) float").count(), 5, "{cuda}");
     assert!(
-        cuda.contains("rotated[0] = (static_cast<int>(d_o * 4 + d_i) < 64) ? -("),
+        cuda.contains(
+            "rotated[sd_i] = (static_cast<int>((((sd_ooo * 2 + sd_ooi) * 128 + sd_oi) * 8 + sd_i) % 128) < 64) ? -("
+        ),
         "{cuda}"
     );
 }

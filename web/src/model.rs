@@ -541,7 +541,8 @@ mod tests {
         // The TMA passes run (and are dumped) only for fusions with TMA loads, `mma` only for
         // tensor-core tiles, `persistent` and `tile_values` only for persistent grids,
         // `specialize` never here (the playground's kernel is generic over its sizes),
-        // `online_softmax` only for an online softmax (no example here has one).
+        // `online_softmax` only for an online softmax and `welford` only for a one-pass variance
+        // (no example here has either).
         let tma_passes = [
             "tma",
             "tma_issue",
@@ -558,7 +559,7 @@ mod tests {
         };
         assert_eq!(
             c.passes.len(),
-            1 + count(&[&tma_passes[..], &["mma", "online_softmax"]].concat())
+            1 + count(&[&tma_passes[..], &["mma", "online_softmax", "welford"]].concat())
         );
         let tma = compile(
             crate::examples::source(&crate::examples::find("tma/exp_2d").unwrap()),
@@ -572,7 +573,8 @@ mod tests {
                 "persistent",
                 "tile_values",
                 "specialize",
-                "online_softmax"
+                "online_softmax",
+                "welford"
             ])
         );
         let mma =
@@ -580,7 +582,13 @@ mod tests {
         let mma = compile(mma, &Default::default()).unwrap();
         assert_eq!(
             mma.passes.len(),
-            count(&["persistent", "tile_values", "specialize", "online_softmax"]) + 1
+            count(&[
+                "persistent",
+                "tile_values",
+                "specialize",
+                "online_softmax",
+                "welford"
+            ]) + 1
         );
         let persistent = crate::examples::source(
             &crate::examples::find("matmul/step15_persistent_raster").unwrap(),
@@ -588,7 +596,7 @@ mod tests {
         let persistent = compile(persistent, &Default::default()).unwrap();
         assert_eq!(
             persistent.passes.len(),
-            count(&["specialize", "online_softmax"]) + 1
+            count(&["specialize", "online_softmax", "welford"]) + 1
         );
     }
 }

@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn an_example_with_its_schedule_and_a_scalar() {
-        let call = call_of(&example("ops/rmsnorm.hf"));
+        let call = call_of(&example("fusions/rmsnorm.hf"));
         let sizes = BTreeMap::from([("M".to_string(), 1000)]);
         assert_eq!(
             snippet(&call, &sizes),

@@ -47,7 +47,7 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
         .map(|&a| facts.extent_or_default(a))
         .fold(1i64, |acc, e| acc.saturating_mul(e));
     // A lower-rank input broadcast over the rows (a bias) is indexed by the row's own axis
-    // when the rows are split rather than flattened (examples/ops/gelu_exact.hf), unless a
+    // when the rows are split rather than flattened (examples/fusions/gelu_exact.hf), unless a
     // row is shorter than a block's vectors.
     let broadcast_inputs = f.inputs.iter().any(|&t| (1..rank).contains(&f.rank(t)));
     let by_rows = rank > 1 && broadcast_inputs && inner.is_none_or(|n| n >= v * threads);

@@ -57,6 +57,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             cluster: None,
             persistent: None,
             online_softmax: Vec::new(),
+            welford: Vec::new(),
             constraints: Vec::new(),
             propagate_work: 0,
         },
@@ -202,6 +203,7 @@ impl Builder {
             self.op(Op::Set, vec![Operand::Tensor(t)], name, Some(loc))?
         };
         self.f.tensors[t].name = name.to_string();
+        self.f.tensors[t].written = None;
         self.taken.insert(name.to_string());
         self.f.tensors[t].span = Some(loc);
         self.names.insert(name.to_string(), t);
@@ -229,6 +231,7 @@ impl Builder {
             let old = std::mem::take(&mut self.f.tensors[t].name);
             self.names.remove(&old);
             self.f.tensors[t].name = name.clone();
+            self.f.tensors[t].written = None;
             self.taken.insert(name.clone());
             self.f.tensors[t].span = Some(at.0.join(loc));
             self.names.insert(name.clone(), t);
@@ -328,7 +331,24 @@ impl Builder {
         }
     }
 
+    /// The value of `e`; a tensor made for it gets `e`'s text ([`super::Tensor::written`])
+    /// when the text is short (longer ones are named by their location alone, and printing
+    /// only short ones keeps the builder linear in the program's size).
     fn expr(&mut self, e: &ast::Expr, dest: &str) -> BResult<Value> {
+        /// The longest expression text a message quotes.
+        const MAX_WRITTEN: usize = 80;
+        let first_new = TensorId::new(self.f.tensors.len());
+        let value = self.expr_value(e, dest)?;
+        let span = e.loc();
+        if let Value::Tensor(t) = value {
+            if t >= first_new && span.end - span.start <= MAX_WRITTEN {
+                self.f.tensors[t].written = Some(crate::frontend::printer::expr(e));
+            }
+        }
+        Ok(value)
+    }
+
+    fn expr_value(&mut self, e: &ast::Expr, dest: &str) -> BResult<Value> {
         use ast::Expr as E;
         match e {
             E::Name(n, loc) => match self.names.get(n) {

@@ -25,6 +25,7 @@ pub mod ops;
 pub mod philox;
 pub mod schedule;
 mod transform;
+pub mod welford;
 
 pub use build::build;
 pub use ops::{BinaryOp, CompositeOp, ReduceOp, TernaryOp, UnaryOp};
@@ -418,6 +419,11 @@ pub struct Tensor {
     /// The tensor this one is a copy of, made by `recompute` for one of that tensor's consumers
     /// (see `schedule::recompute`): computed right before that consumer ([`Fusion::topo_exprs`]).
     pub copy_of: Option<TensorId>,
+    /// The program text of the expression this tensor is the value of, when the builder named
+    /// it (`y_cast_f32` for `cast(broadcast(w, axis=0), f32)` inside `y = ...`): messages name
+    /// that text, which the user wrote, instead ([`Fusion::describe`]). None for the tensors
+    /// the program names and those a schedule makes.
+    pub written: Option<String>,
 }
 
 /// A call of a [`CompositeOp`] (see `ops`): the builder's ops for it made the tensors from
@@ -530,6 +536,14 @@ pub struct OnlineRewrite {
     pub span: Option<Span>,
 }
 
+/// A `welford(v)` statement: the variance `v` computed in one pass, Welford's running
+/// statistics (see [`welford::find`], which the passes call again on the scheduled fusion).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WelfordRewrite {
+    pub var: TensorId,
+    pub span: Option<Span>,
+}
+
 /// `warp_specialized(on, registers=[producer, consumer], warp=N)` of a circular buffer: the block
 /// gets a 128-thread producer warp group along `on`; warp `warp` of it issues this tensor's loads
 /// (different warps = different producer roles, each with its own barriers).
@@ -566,6 +580,9 @@ pub struct Fusion {
     /// softmax over `T` and its product computed as running statistics over the serial loop of
     /// the product's `T` tiles.
     pub online_softmax: Vec<OnlineRewrite>,
+    /// The variances the schedule asked to compute in one pass (`welford(v)`), for
+    /// `passes::welford`.
+    pub welford: Vec<WelfordRewrite>,
     /// Conditions on the sizes that the views need (a slice reads inside its input), checked
     /// before a launch and by the reference.
     pub constraints: Vec<crate::plan::Constraint>,
@@ -828,6 +845,16 @@ impl Fusion {
                     .all(|&u| self.exprs[u].op.moves_indices() || only[self.exprs[u].output]);
         }
         only
+    }
+
+    /// Tensor `t` as a message names it: `` `y` `` for a tensor the program names, or for one
+    /// the builder named inside an expression, the expression's text (`` the expression
+    /// `cast(broadcast(w, axis=0), f32)` ``; [`Tensor::written`]).
+    pub fn describe(&self, t: TensorId) -> String {
+        match &self.tensors[t].written {
+            Some(text) => format!("the expression `{text}`"),
+            None => format!("`{}`", self.tensors[t].name),
+        }
     }
 
     /// Exprs reading tensor `t`.

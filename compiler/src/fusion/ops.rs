@@ -436,13 +436,12 @@ pub enum CompositeOp {
     /// `sum(x) / n`, `n` the number of elements reduced, read at run time (a size symbol's
     /// value or a product of them).
     Mean,
-    /// Two passes: `m = mean(x)`, then `sum((x - m)^2) / (n - correction)`. Two passes rather
-    /// than Welford's update because each is a plain sum the reduction lowering already
-    /// parallelises (thread, block and rfactor reductions, with the warp shuffles), where
-    /// Welford's would need a three-value combine in every stage; the second pass reads `x`
-    /// again, from registers or shared memory when the schedule caches the row (as the
-    /// layernorm example does), and it is the numerically stable form (no `E[x^2] - E[x]^2`
-    /// cancellation). `correction` is torch's (1: Bessel's, the default; 0: the population
+    /// Built as two passes: `m = mean(x)`, then `sum((x - m)^2) / (n - correction)`, each a
+    /// plain sum the reduction lowering parallelises (thread, block and rfactor reductions);
+    /// the second pass reads `x` again, from registers or shared memory when the schedule
+    /// caches the row, and it is the numerically stable form (no `E[x^2] - E[x]^2`
+    /// cancellation). The schedule's `welford(v)` computes both sums in one pass instead
+    /// (`passes::welford`: Welford's update per thread, Chan's combine across threads). `correction` is torch's (1: Bessel's, the default; 0: the population
     /// variance; the call's `correction=`, kept in [`super::Composite`]); `n - correction <= 0`
     /// gives inf or NaN, as torch's does.
     Var,
@@ -730,7 +729,7 @@ pub const OPS: &[OpDef] = &[
     },
     OpDef {
         named: &["axis", "axes", "correction"],
-        ..op("var", K::Composite(CompositeOp::Var), 1, T::Float, "var(x, axis=1) | var(x, axis=1, correction=0)", "The variance over the listed axes, sum((x - mean)^2) / (n - correction), in two passes (the mean, then the squared deviations: stable, and each a plain reduction the schedule parallelises). correction=1 (Bessel's, the default) or any number >= 0, as torch.var; n <= correction gives inf or NaN, as torch. Half inputs give f32.")
+        ..op("var", K::Composite(CompositeOp::Var), 1, T::Float, "var(x, axis=1) | var(x, axis=1, correction=0)", "The variance over the listed axes, sum((x - mean)^2) / (n - correction), in two passes (the mean, then the squared deviations: stable, and each a plain reduction the schedule parallelises), or in one with the schedule's welford(v) (Welford's running statistics per thread, Chan's combine across threads). correction=1 (Bessel's, the default) or any number >= 0, as torch.var; n <= correction gives inf or NaN, as torch. Half inputs give f32.")
     },
     OpDef {
         named: &["axis", "axes", "correction"],

@@ -474,6 +474,7 @@ pub(crate) fn push_tensor(
         value: None,
         composite: None,
         copy_of: None,
+        written: None,
     });
     TensorId::new(f.tensors.len() - 1)
 }

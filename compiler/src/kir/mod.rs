@@ -2,7 +2,7 @@
 //! buffers, with index arithmetic as [`Val`] trees. Every pass takes and returns a [`Kernel`];
 //! [`Kernel::print`] is the dump the playground shows after each pass.
 //!
-//! Statements ([`Stmt`]): `Loop`, `If`, `Alloc`, `Compute`, `BlockReduce`, `Let`, and the
+//! Statements ([`Stmt`]): `Loop`, `If`, `Alloc`, `Compute`, `BlockReduce`, `BlockWelford`, `Let`, and the
 //! barriers `Sync`, `GroupSync`, `Turn`, `ClusterSync`; the Hopper ones: mbarriers (`MbarInit`,
 //! `MbarInval`, `MbarArriveExpectTx`, `MbarExpectTx`, `MbarWait`, `MbarArrive` per warp or per
 //! thread), TMA (`TmaLoad`, `TmaStore`, `BulkCommit`, `BulkWaitRead`, `FenceProxyAsync`), tensor
@@ -33,7 +33,8 @@ pub use print::{access_text, IrLines};
 pub use val::Val;
 pub use visit::{
     any_stmt, for_each_block_mut, for_each_in_loops, for_each_stmt, for_each_stmt_mut,
-    rewrite_post, rewrite_pre, try_rewrite_post, try_rewrite_pre, walk, Flow, Step,
+    reduce_scratch_per_thread, rewrite_post, rewrite_pre, try_rewrite_post, try_rewrite_pre, walk,
+    Flow, Step,
 };
 
 crate::id::define_id!(
@@ -166,6 +167,17 @@ pub enum Stmt {
         acc: Access,
         op: ReduceOp,
         dtype: DType,
+    },
+    /// Every thread gets the Welford statistics of the values of the threads that differ only
+    /// in the reduced thread dims (`dims` as [`Stmt::BlockReduce`]'s): each thread's `mean`,
+    /// `m2` (the sum of squared deviations from `mean`) and `count` (f32 registers) combined by
+    /// Chan's parallel formula, across the warp by shuffles and across warps through the
+    /// reduction scratch (`passes::welford`).
+    BlockWelford {
+        mean: Access,
+        m2: Access,
+        count: Access,
+        dims: [bool; 3],
     },
     /// `__syncthreads()`
     Sync,
@@ -694,6 +706,13 @@ impl Stmt {
             }
             Stmt::WarpRoles(w) => w.is_producer = f(&w.is_producer),
             Stmt::BlockReduce { acc, .. } | Stmt::QuadReduce { acc, .. } => map_access(acc, f),
+            Stmt::BlockWelford {
+                mean, m2, count, ..
+            } => {
+                for a in [mean, m2, count] {
+                    map_access(a, f);
+                }
+            }
             Stmt::Let { value, .. } => *value = f(value),
             Stmt::MbarArriveExpectTx { slot, .. }
             | Stmt::MbarExpectTx { slot, .. }

@@ -1108,7 +1108,6 @@ impl<'a> Parser<'a> {
         let Some((op_name, dims_text)) = c.ident()?.split_once("_over_") else {
             return Err(c.error("expected `block_<op>_over_<dims>(`"));
         };
-        let op = reduce_op(c, op_name)?;
         let mut dims = [false; 3];
         for ch in dims_text.chars() {
             let i = match ch {
@@ -1119,6 +1118,23 @@ impl<'a> Parser<'a> {
             };
             dims[i] = true;
         }
+        if op_name == "welford" {
+            // `block_welford_over_x(mean[*], m2[*], count[*])`.
+            c.expect("(")?;
+            let mean = self.access(c)?;
+            c.expect(", ")?;
+            let m2 = self.access(c)?;
+            c.expect(", ")?;
+            let count = self.access(c)?;
+            c.expect(")")?;
+            return Ok(Stmt::BlockWelford {
+                mean,
+                m2,
+                count,
+                dims,
+            });
+        }
+        let op = reduce_op(c, op_name)?;
         let (acc, dtype) = self.reduced_value(c)?;
         Ok(Stmt::BlockReduce {
             acc,

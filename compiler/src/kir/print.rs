@@ -548,7 +548,9 @@ fn print_head(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
         }
         Stmt::Alloc(b) => print_alloc(k, *b, ind, s),
         Stmt::Compute(c) => print_compute(k, c, ind, s),
-        Stmt::BlockReduce { .. } | Stmt::QuadReduce { .. } => print_reduction(k, st, ind, s),
+        Stmt::BlockReduce { .. } | Stmt::BlockWelford { .. } | Stmt::QuadReduce { .. } => {
+            print_reduction(k, st, ind, s)
+        }
         Stmt::Sync | Stmt::GroupSync { .. } | Stmt::Turn { .. } | Stmt::ClusterSync => {
             print_barrier(st, ind, s)
         }
@@ -618,7 +620,7 @@ fn print_head(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
     }
 }
 
-/// A block or quad reduction: `block_sum_over_x(acc[...]) in f32`.
+/// A block or quad reduction (`block_sum_over_x(acc[...]) in f32`) or a block Welford combine.
 fn print_reduction(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
     match st {
         Stmt::BlockReduce {
@@ -627,22 +629,32 @@ fn print_reduction(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
             dims,
             dtype,
         } => {
-            let d: String = ["x", "y", "z"]
-                .iter()
-                .zip(dims)
-                .filter(|(_, &b)| b)
-                .map(|(n, _)| *n)
-                .collect();
             let _ = write!(
                 s,
-                "{ind}block_{}_over_{d}({})",
+                "{ind}block_{}_over_{}({})",
                 op.name(),
+                dims_text(dims),
                 access_text(k, acc)
             );
             if *dtype != k.buffers[acc.buffer].dtype {
                 let _ = write!(s, " in {dtype}");
             }
             s.push('\n');
+        }
+        Stmt::BlockWelford {
+            mean,
+            m2,
+            count,
+            dims,
+        } => {
+            let _ = writeln!(
+                s,
+                "{ind}block_welford_over_{}({}, {}, {})",
+                dims_text(dims),
+                access_text(k, mean),
+                access_text(k, m2),
+                access_text(k, count)
+            );
         }
         Stmt::QuadReduce { acc, op, dtype } => {
             let _ = write!(s, "{ind}quad_{}({})", op.name(), access_text(k, acc));
@@ -872,6 +884,16 @@ fn bulk_load_text(k: &Kernel, t: &TmaLoad) -> String {
         let _ = write!(s, " {{{}}}", c.join(", "));
     }
     s
+}
+
+/// The reduced thread dims of a block reduction as its name writes them (`xy`).
+fn dims_text(dims: &[bool; 3]) -> String {
+    ["x", "y", "z"]
+        .iter()
+        .zip(dims)
+        .filter(|(_, &b)| b)
+        .map(|(n, _)| *n)
+        .collect()
 }
 
 #[cfg(test)]

@@ -154,6 +154,19 @@ pub fn try_rewrite_pre<E>(
     Ok(())
 }
 
+/// Bytes of reduction scratch (shared memory) per thread of the block that `body`'s block
+/// reductions need: one 8-byte slot per thread for [`Stmt::BlockReduce`], one 12-byte slot
+/// (mean, m2, count) for [`Stmt::BlockWelford`]; None without either.
+pub fn reduce_scratch_per_thread(body: &[Stmt]) -> Option<i64> {
+    let mut bytes = None;
+    for_each_stmt(body, &mut |s| match s {
+        Stmt::BlockReduce { .. } => bytes = bytes.max(Some(8)),
+        Stmt::BlockWelford { .. } => bytes = bytes.max(Some(12)),
+        _ => {}
+    });
+    bytes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

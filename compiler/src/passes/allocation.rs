@@ -146,10 +146,10 @@ pub fn run(
         m.smem_offset = Some(Val::from_size(&offset));
         offset = add(offset, SizeExpr::Const((m.count * 8 + 15) / 16 * 16));
     }
-    // Scratch for block reductions: one 8-byte slot per thread, after the buffers.
-    if contains_block_reduce(&k.body) {
+    // Scratch for block reductions: one slot per thread, after the buffers.
+    if let Some(slot) = crate::kir::reduce_scratch_per_thread(&k.body) {
         let threads = k.block.iter().cloned().fold(SizeExpr::Const(1), mul);
-        let scratch = mul(threads, SizeExpr::Const(8));
+        let scratch = mul(threads, SizeExpr::Const(slot));
         k.reduce_scratch = Some(offset.clone());
         offset = add(offset, scratch);
     }
@@ -240,29 +240,26 @@ fn check_registers(
         .tensor
         .or_else(|| accumulators.tensor_of(b))
         .and_then(|t| f.tensors[t].span);
+    // Named as the user wrote it: a tensor the builder named by its expression's text.
+    let what = match buf.tensor.and_then(|t| f.tensors[t].written.as_ref()) {
+        Some(text) => format!("the expression `{text}`"),
+        None => format!("register tensor `{}`", buf.name),
+    };
     let Some(n) = size.as_const() else {
         return Err(Diagnostic::new(
             format!(
-                "register tensor `{}` needs {size} elements per thread: a register array needs a constant size (split by a constant, inline it further, or use shared memory)",
-                buf.name
+                "{what} needs {size} elements per thread: a register array needs a constant size (split by a constant, inline it further, or use shared memory)"
             ),
             span,
         ));
     };
     if n > 1024 {
         return Err(Diagnostic::new(
-            format!(
-                "register tensor `{}` needs {n} elements per thread (at most 1024)",
-                buf.name
-            ),
+            format!("{what} needs {n} elements per thread (at most 1024)"),
             span,
         ));
     }
     Ok(())
-}
-
-fn contains_block_reduce(body: &[Stmt]) -> bool {
-    crate::kir::any_stmt(body, &mut |s| matches!(s, Stmt::BlockReduce { .. }))
 }
 
 /// Inserts `alloc b` for every `(b, q, tensor)`: at loop depth `q` (or shallower, where a

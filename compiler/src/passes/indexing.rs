@@ -106,18 +106,40 @@ fn check_layout_change(
         {
             continue;
         }
-        let (pn, cn) = (&f.tensors[producer].name, &f.tensors[consumer].name);
+        // Named as the user wrote them (an unnamed expression by its text).
+        let (pn, cn) = (f.describe(producer), f.describe(consumer));
         let rule = if par.is_block() {
-            format!("blocks cannot read what other blocks write within one kernel; parallelize `{pn}` and `{cn}` over {par} the same way (propagate)")
+            format!("blocks cannot read what other blocks write within one kernel; parallelize {pn} and {cn} over {par} the same way (propagate)")
         } else if memory == MemoryType::Local {
-            format!("a thread cannot read another thread's registers; keep `{pn}` in shared memory (set_memory(shared)) or give both the same {par} axis")
+            format!("a thread cannot read another thread's registers; keep {pn} in shared memory (set_memory(shared)) or give both the same {par} axis")
         } else {
             continue;
         };
         return Err(Diagnostic::new(
-            format!("`{cn}` reads `{pn}` with another thread layout: axis {pos} of `{pn}` is bound to {par}, and `{cn}` does not bind that loop to {par}, so it reads elements other threads wrote; {rule}"),
+            format!("{cn} reads {pn} with another thread layout: axis {pos} of {pn} is bound to {par}, and {cn} does not bind that loop to {par}, so it reads elements other threads wrote; {rule}"),
             f.tensors[consumer].span.or(f.tensors[producer].span),
         ));
+    }
+    Ok(())
+}
+
+/// Indexes a block collective's register accesses (the thread's own: no consumer's roots).
+fn index_registers<'a>(
+    cx: &mut Ctx,
+    env: &HashMap<LoopKey, Val>,
+    buffers: &[crate::kir::Buffer],
+    accesses: impl IntoIterator<Item = &'a mut Access>,
+) -> Result<(), Diagnostic> {
+    let roots = HashMap::default();
+    let mut ix = Indexer {
+        cx,
+        env,
+        roots: &roots,
+        buffers,
+        consumer: None,
+    };
+    for a in accesses {
+        ix.access(a)?;
     }
     Ok(())
 }
@@ -147,17 +169,10 @@ fn walk(
                 let maps = view_roots(cx, c.expr, &roots)?;
                 index_compute(cx, &env, buffers, consumer, &roots, maps.as_deref(), c)?;
             }
-            Stmt::BlockReduce { acc, .. } => {
-                let roots = HashMap::default();
-                let mut ix = Indexer {
-                    cx,
-                    env: &*env,
-                    roots: &roots,
-                    buffers,
-                    consumer: None,
-                };
-                ix.access(acc)?;
-            }
+            Stmt::BlockReduce { acc, .. } => index_registers(cx, env, buffers, [acc])?,
+            Stmt::BlockWelford {
+                mean, m2, count, ..
+            } => index_registers(cx, env, buffers, [mean, m2, count])?,
             _ => {}
         }
     }

@@ -3,7 +3,7 @@
 //! [`PIPELINE`] lists every pass in order; each pass is a module whose doc comment says what it
 //! requires, what it guarantees and what it emits. The kernel IR is printed after each pass.
 //! A pass whose `applies` is false for the fusion (the TMA passes without copies, stores or
-//! circular buffers; `persistent`, `mma`, `tile_values` without their schedule statements) is
+//! circular buffers; `persistent`, `mma`, `tile_values`, `welford` without their schedule statements) is
 //! skipped and not dumped; a pass returns whether it changed the kernel ([`Change`]), and the
 //! dump of one that did not is the previous one's text.
 //!
@@ -36,6 +36,7 @@ pub mod specialize;
 pub mod sync;
 pub mod tile_values;
 pub mod tma;
+pub mod welford;
 
 use crate::diag::Diagnostic;
 use crate::kir::Kernel;
@@ -128,6 +129,13 @@ pub const PIPELINE: &[Pass] = &[
             Ok(change)
         },
         applies: always,
+        in_place: false,
+    },
+    Pass {
+        name: "welford",
+        summary: "variances in one pass: Welford's statistics per thread, Chan's combine",
+        run: |cx, h, k| welford::run(cx, &h.accumulators, k),
+        applies: welford::used,
         in_place: false,
     },
     Pass {

@@ -63,6 +63,13 @@ fn block(body: &mut Vec<Stmt>, ext: &mut HashMap<String, Val>, changed: &mut boo
             Stmt::BlockReduce { acc, .. } | Stmt::QuadReduce { acc, .. } => {
                 access(acc, ext, changed)
             }
+            Stmt::BlockWelford {
+                mean, m2, count, ..
+            } => {
+                for a in [mean, m2, count] {
+                    access(a, ext, changed);
+                }
+            }
             Stmt::Let { value, .. } => *value = simplified(value, ext, changed),
             // Statements without a body: every index they hold.
             _ => s.map_vals(&mut |v| simplified(v, ext, changed)),

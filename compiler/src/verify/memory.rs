@@ -86,13 +86,13 @@ pub(super) fn check(
             kernel_error(Rule::SharedMemoryLayout, problem);
         }
     }
-    if has_block_reduce(&k.body) {
+    if let Some(slot) = crate::kir::reduce_scratch_per_thread(&k.body) {
         let problem = match &k.reduce_scratch {
             None => Some("a block reduction without reduction scratch".to_string()),
             Some(offset) => place(
                 "the block-reduction scratch".into(),
                 offset.as_const(),
-                block_threads(k).map(|n| n * 8),
+                block_threads(k).map(|n| n * slot),
                 8,
             ),
         };
@@ -106,9 +106,4 @@ pub(super) fn check(
             format!("the kernel uses {total} bytes of dynamic shared memory; a Hopper block has at most {SMEM_LIMIT} (227 KiB)"),
         );
     }
-}
-
-/// Whether a statement list holds a block reduction (it then needs the reduction scratch).
-fn has_block_reduce(body: &[Stmt]) -> bool {
-    crate::kir::any_stmt(body, &mut |s| matches!(s, Stmt::BlockReduce { .. }))
 }

@@ -432,6 +432,19 @@ impl<'k> Walk<'k> {
             Stmt::Alloc(b) => self.alloc(me, st, *b),
             Stmt::Compute(c) => self.compute(c, ctx),
             Stmt::BlockReduce { acc, .. } => self.block_reduce(acc, ctx),
+            Stmt::BlockWelford {
+                mean, m2, count, ..
+            } => {
+                for a in [mean, m2, count] {
+                    self.access(a, ctx);
+                    self.memory_is(
+                        a.buffer,
+                        MemoryType::Local,
+                        "a statistic of a block Welford reduction",
+                    );
+                }
+                self.block_barrier(ctx, "a block Welford reduction");
+            }
             Stmt::QuadReduce { acc, .. } => {
                 self.access(acc, ctx);
                 self.memory_is(
@@ -887,6 +900,9 @@ fn ids_valid(k: &Kernel, st: &Stmt) -> bool {
             ok
         }
         Stmt::BlockReduce { acc, .. } | Stmt::QuadReduce { acc, .. } => buffer(acc),
+        Stmt::BlockWelford {
+            mean, m2, count, ..
+        } => buffer(mean) && buffer(m2) && buffer(count),
         Stmt::MbarInit { bars: b }
         | Stmt::MbarInval { bars: b }
         | Stmt::MbarArriveExpectTx { bars: b, .. }

@@ -196,7 +196,7 @@ fn kernel_params(f: &Fusion, k: &Kernel) -> (Vec<Param>, Vec<String>) {
             // A tensor the kernel writes and then reads back (an output other ops consume, a
             // global intermediate) is not `__restrict__`: with it, nvcc may hoist the read of
             // another thread's write above the `__syncthreads()` between them (a per-row scale
-            // read before thread 0 stored it: examples/ops/quantize_fp8.hf's first launch).
+            // read before thread 0 stored it: examples/fusions/quantize_fp8.hf's first launch).
             let read_back =
                 role != TensorRole::Input && buf.tensor.is_some_and(|t| !uses[t].is_empty());
             let restrict = if read_back { "" } else { " __restrict__" };
@@ -649,17 +649,35 @@ impl Emitter<'_> {
         if prelude::COMBINES.iter().any(|(n, _)| *n == f) {
             self.uses.combines.insert(f);
         }
-        let off = self
-            .k
-            .reduce_scratch
-            .as_ref()
-            .map(|o| self.val(&Val::from_size(o)))
-            .unwrap_or_else(|| "0".into());
+        let off = self.reduce_scratch_offset();
         let ty = dtype.cuda();
         self.line(
             depth,
             &format!(
                 "{a} = hf_block_reduce<{}, {}, {}{}>({a}, {f}(), reinterpret_cast<{ty}*>(hf_smem + {off}));",
+                dims[0], dims[1], dims[2],
+                self.consumer_threads.map(|n| format!(", {n}u")).unwrap_or_default()
+            ),
+        );
+    }
+
+    /// The byte offset of the block reductions' scratch in `hf_smem`.
+    fn reduce_scratch_offset(&mut self) -> String {
+        self.k
+            .reduce_scratch
+            .as_ref()
+            .map(|o| self.val(&Val::from_size(o)))
+            .unwrap_or_else(|| "0".into())
+    }
+
+    fn block_welford(&mut self, stats: [&Access; 3], dims: &[bool; 3], depth: usize) {
+        self.uses.block_welford = true;
+        let [mean, m2, count] = stats.map(|a| self.access(a));
+        let off = self.reduce_scratch_offset();
+        self.line(
+            depth,
+            &format!(
+                "hf_block_welford<{}, {}, {}{}>({mean}, {m2}, {count}, reinterpret_cast<hf_welford*>(hf_smem + {off}));",
                 dims[0], dims[1], dims[2],
                 self.consumer_threads.map(|n| format!(", {n}u")).unwrap_or_default()
             ),
@@ -822,6 +840,12 @@ impl Emitter<'_> {
                     dims,
                 } => self.block_reduce(acc, *op, *dtype, dims, depth),
                 Stmt::QuadReduce { acc, op, dtype } => self.quad_reduce(acc, *op, *dtype, depth),
+                Stmt::BlockWelford {
+                    mean,
+                    m2,
+                    count,
+                    dims,
+                } => self.block_welford([mean, m2, count], dims, depth),
                 Stmt::Sync => match self.consumer_threads {
                     // Barrier 1 over the consumer threads (0 is __syncthreads).
                     Some(n) => {

@@ -231,6 +231,62 @@ __device__ __forceinline__ T hf_block_reduce(T val, Op op, T* scratch) {
 }
 ";
 
+/// Welford statistics across the block ([`crate::kir::Stmt::BlockWelford`]): the same shape
+/// as `hf_block_reduce` (warp shuffles, then a partial per warp through the scratch; else one
+/// slot per thread), each step Chan's parallel combine of two (mean, m2, count) triples.
+pub const BLOCK_WELFORD: &str = "// Welford statistics of a set of values: their mean, the sum of their squared deviations from
+// it (m2) and their count.
+struct hf_welford { float mean, m2, n; };
+// Chan, Golub and LeVeque's combine of the statistics of two disjoint sets (either may be empty).
+__device__ __forceinline__ hf_welford hf_welford_combine(hf_welford a, hf_welford b) {
+  const float n = a.n + b.n;
+  if (n == 0.0f) return a;
+  const float delta = b.mean - a.mean, wb = b.n / n;
+  return {a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb, n};
+}
+// Every thread gets the combined statistics of the threads that differ only in the reduced
+// dims (RX, RY, RZ). Every thread of the block must call it (it has barriers). `scratch` holds
+// one hf_welford per thread.
+template <bool RX, bool RY, bool RZ, unsigned BAR = 0u>
+__device__ __forceinline__ void hf_block_welford(float& mean, float& m2, float& count, hf_welford* scratch) {
+  const unsigned bx = blockDim.x, by = blockDim.y, bz = blockDim.z;
+  hf_welford val{mean, m2, count};
+  hf_welford r;
+  if (RX && !RY && !RZ && (bx % 32u == 0u || by * bz == 1u)) {
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
+    const unsigned warps = (bx + 31u) / 32u;
+    const unsigned active = bx - warp * 32u < 32u ? bx - warp * 32u : 32u;
+    const unsigned mask = active == 32u ? 0xffffffffu : ((1u << active) - 1u);
+#pragma unroll
+    for (unsigned offset = 16; offset > 0; offset >>= 1) {
+      const hf_welford other{__shfl_down_sync(mask, val.mean, offset),
+                             __shfl_down_sync(mask, val.m2, offset),
+                             __shfl_down_sync(mask, val.n, offset)};
+      if (lane + offset < active) val = hf_welford_combine(val, other);
+    }
+    const unsigned row = threadIdx.y + by * threadIdx.z;
+    if (lane == 0u) scratch[row * warps + warp] = val;
+    hf_bar_sync<BAR>();
+    r = scratch[row * warps];
+    for (unsigned w = 1; w < warps; ++w) r = hf_welford_combine(r, scratch[row * warps + w]);
+  } else {
+    scratch[threadIdx.x + bx * (threadIdx.y + by * threadIdx.z)] = val;
+    hf_bar_sync<BAR>();
+    const unsigned nx = RX ? bx : 1u, ny = RY ? by : 1u, nz = RZ ? bz : 1u;
+    const unsigned x0 = RX ? 0u : threadIdx.x, y0 = RY ? 0u : threadIdx.y, z0 = RZ ? 0u : threadIdx.z;
+    r = scratch[x0 + bx * (y0 + by * z0)];
+    for (unsigned z = 0; z < nz; ++z)
+      for (unsigned y = 0; y < ny; ++y)
+        for (unsigned x = 0; x < nx; ++x)
+          if (x + y + z != 0u) r = hf_welford_combine(r, scratch[(x0 + x) + bx * ((y0 + y) + by * (z0 + z))]);
+  }
+  hf_bar_sync<BAR>();
+  mean = r.mean;
+  m2 = r.m2;
+  count = r.n;
+}
+";
+
 pub const BAR_SYNC: &str =
     "// BAR = 0: the block's barrier; BAR = n: named barrier 1 over the n consumer threads of a
 // warp-specialized kernel (the producer warps do not take part).
@@ -628,6 +684,8 @@ pub(super) struct Uses {
     pub(super) math: std::collections::BTreeSet<&'static str>,
     pub(super) vector: bool,
     pub(super) block_reduce: bool,
+    /// Welford statistics combined across the block ([`BLOCK_WELFORD`]).
+    pub(super) block_welford: bool,
     /// The combines of [`COMBINES`] the block reductions use, by name.
     pub(super) combines: std::collections::BTreeSet<&'static str>,
     pub(super) tma: bool,
@@ -694,7 +752,7 @@ impl Uses {
             src.push('\n');
             src.push_str(VECTOR);
         }
-        if self.block_reduce || self.named_barrier {
+        if self.block_reduce || self.block_welford || self.named_barrier {
             src.push('\n');
             src.push_str(BAR_SYNC);
         }
@@ -713,6 +771,10 @@ impl Uses {
                     src.push_str(text);
                 }
             }
+        }
+        if self.block_welford {
+            src.push('\n');
+            src.push_str(BLOCK_WELFORD);
         }
         if self.tma || tensor_maps {
             src.push('\n');

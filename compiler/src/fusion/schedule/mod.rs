@@ -7,8 +7,8 @@
 //!
 //! The apply functions, by what they do: [`memory`] (caches, `set_memory`), [`loops`] (split,
 //! merge, reorder, rfactor, propagate), [`parallel`], [`inlining`], [`recompute`], [`pipeline`]
-//! (circular buffering, warp specialization), [`grid`] (cluster, persistent) and [`online`] (the
-//! online softmax).
+//! (circular buffering, warp specialization), [`grid`] (cluster, persistent), [`online`] (the
+//! online softmax) and [`welford`] (a variance in one pass).
 //!
 //! A statement that fails after changing the fusion is undone from a copy taken before it; a
 //! statement whose checks all come before its first change (`checks_before_changing`, from the
@@ -33,6 +33,7 @@ mod params;
 mod pipeline;
 mod recompute;
 pub mod table;
+mod welford;
 
 use args::{tensor, Args};
 use table::{Apply, Form};

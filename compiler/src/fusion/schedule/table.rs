@@ -9,7 +9,9 @@
 use super::args::Args;
 pub use super::params::{either, ArgKind, IfAbsent, Nested, Param, Passing};
 use super::params::{named, opt, pos};
-use super::{grid, inlining, loops, memory, online, parallel, pipeline, recompute, SResult};
+use super::{
+    grid, inlining, loops, memory, online, parallel, pipeline, recompute, welford, SResult,
+};
 use crate::diag::{Diagnostic, Span};
 use crate::fusion::{Fusion, TensorId};
 
@@ -318,6 +320,15 @@ pub const PRIMITIVES: &[Primitive] = &[
         params: &[pos("product", ArgKind::Tensor)],
         doc: doc!("Computes the softmax over T that o = sum(broadcast(p) * broadcast(v), axis=T) consumes online (FlashAttention's recurrence): the row maximum, the exponentials, the row sum and the product share the serial loop over o's tiles of T, the sum and o's accumulator rescaled by exp(m_old - m_new) when the maximum grows, o divided by the sum after the loop. The tile is the inner part of a split of T on o; ragged T is predicated (out-of-range keys add nothing). Not lowered yet, each refused with a message: the unnormalised form o = sum(broadcast(e) * broadcast(v), axis=T) / broadcast(l), readers of the final maximum or sum (the log-sum-exp). examples/attention/online.hf, docs/attention.md."),
         apply: Apply::Statement(online::online_softmax),
+        checks_first: true,
+        on_inputs: false,
+    },
+    Primitive {
+        name: "welford",
+        written: "welford(v)",
+        params: &[pos("variance", ArgKind::Tensor)],
+        doc: doc!("Computes the variance v (a var, or the first name of v, m = var_mean(...)) in one pass over its operand instead of two (the sum for the mean, then the squared deviations from it): each thread keeps Welford's running mean, m2 (the sum of squared deviations) and count of its elements, and the threads' statistics are combined by Chan's parallel formula, across the warp by shuffles and across warps through shared memory; the mean's sum is then mean * count and v is m2 / (count - correction). Reads the operand once and is numerically stable; with the row kept in registers the second pass of the two-pass form reads registers, not memory. The sums are f32; each thread holds one row's statistics (no serial axis outside the reduction). examples/fusions/layernorm.hf."),
+        apply: Apply::Statement(welford::welford),
         checks_first: true,
         on_inputs: false,
     },

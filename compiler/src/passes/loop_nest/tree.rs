@@ -203,7 +203,11 @@ impl Growing {
                 let common = n.min(inst.len());
                 if open[..common] != inst[..common] {
                     return Err(Diagnostic::new(
-                        format!("`{}` cannot share loops both with its producers and with its consumer `{}`; lower its inlining position", f.tensors[t].name, f.tensors[*c].name),
+                        match &f.tensors[t].written {
+                            // The user never wrote this tensor's name: say what to write.
+                            Some(text) => format!("the expression `{text}` cannot share loops both with its producers and with its consumer {}; name it (`t = {text}`) and lower the inlining position of `t`", f.describe(*c)),
+                            None => format!("`{}` cannot share loops both with its producers and with its consumer {}; lower its inlining position", f.tensors[t].name, f.describe(*c)),
+                        },
                         f.tensors[t].span,
                     ));
                 }

@@ -304,7 +304,7 @@ pub(crate) fn contains_reduce_over(body: &[Stmt], on: ParallelType) -> bool {
     let d = on.dim().expect("a thread dim");
     let mut found = false;
     crate::kir::for_each_stmt(body, &mut |s| {
-        found |= matches!(s, Stmt::BlockReduce { dims, .. } if dims[d]);
+        found |= matches!(s, Stmt::BlockReduce { dims, .. } | Stmt::BlockWelford { dims, .. } if dims[d]);
     });
     found
 }

@@ -1,0 +1,259 @@
+//! Pass `welford`: each variance a `welford(v)` statement names computed in one pass over its
+//! operand, Welford's running statistics instead of the builder's two sums.
+//!
+//! Requires: `reduction` (the variance's two sums lowered to accumulators with their init,
+//! update, block reduction and write; [`Accumulators`] finds them). Takes the fusion's
+//! [`crate::fusion::Fusion::welford`] requests and finds each variance's shape again on the
+//! scheduled fusion ([`crate::fusion::welford::find`]). Guarantees: the operand's sum `s` (the
+//! mean's numerator) accumulates three f32 registers per thread instead, `{v}_mean`, `{v}_m2`
+//! and `{v}_count`, updated per element (`count += 1; m2 += (x - mean) * (x - mean'); mean' =
+//! mean + (x - mean) * (1 / count)`), combined across the reduced thread dims by one
+//! [`Stmt::BlockWelford`] (Chan's formula) where the sum had its `BlockReduce`; `s` is written
+//! as `mean * count` and the squared deviations' sum as `m2`. The squared deviations' sum has
+//! no accumulator, loop or block reduction left, and the mean's broadcast, the deviations and
+//! their squares are not computed (loops left empty are removed). Emits a located error, naming
+//! the variance as the user wrote it, when a thread would hold several rows' statistics or the
+//! two sums are not reduced over the same thread dims.
+
+use super::context::{Change, Ctx};
+use super::reduction::Accumulators;
+use crate::diag::Diagnostic;
+use crate::dtype::DType;
+use crate::fusion::ops::{BinaryOp, UnaryOp};
+use crate::fusion::welford::{find, WelfordVar};
+use crate::fusion::{ExprId, WelfordRewrite};
+use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Kernel, Stmt};
+
+pub fn used(cx: &Ctx) -> bool {
+    !cx.fusion.welford.is_empty()
+}
+
+/// The per-thread statistics that replace the sum's accumulator.
+struct Stats {
+    mean: BufferId,
+    m2: BufferId,
+    count: BufferId,
+}
+
+/// The sums of one variance, as the `reduction` pass lowered them.
+struct Sums {
+    sum_expr: ExprId,
+    squares_expr: ExprId,
+    sum_acc: BufferId,
+    squares_acc: BufferId,
+    /// The exprs of the tensors between the sums (not computed any more).
+    between: [ExprId; 3],
+}
+
+pub fn run(
+    cx: &mut Ctx,
+    accumulators: &Accumulators,
+    k: &mut Kernel,
+) -> Result<Change, Diagnostic> {
+    for request in cx.fusion.welford.clone() {
+        rewrite(cx, accumulators, k, &request)?;
+    }
+    Ok(Change::Changed)
+}
+
+fn rewrite(
+    cx: &mut Ctx,
+    accumulators: &Accumulators,
+    k: &mut Kernel,
+    request: &WelfordRewrite,
+) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let name = f.tensors[request.var].name.clone();
+    let err = |why: String| Diagnostic::new(format!("welford({name}): {why}"), request.span);
+    let w: WelfordVar = find(f, request.var).map_err(err)?;
+    let def = |t: crate::fusion::TensorId| {
+        f.tensors[t]
+            .definition
+            .expect("find checked the definitions")
+    };
+    let (Some(sum_acc), Some(squares_acc)) = (
+        accumulators.of_tensor(w.sum),
+        accumulators.of_tensor(w.squares),
+    ) else {
+        return Err(err(
+            "its sums are not over loop axes of the kernel (nothing to compute in one pass)".into(),
+        ));
+    };
+    for acc in [sum_acc, squares_acc] {
+        if cx
+            .layout
+            .alloc_ids
+            .get(&acc)
+            .is_some_and(|ids| !ids.is_empty())
+        {
+            return Err(err(format!(
+                "a thread of the kernel holds several rows' sums of `{name}` (a serial axis outside the reduction): Welford's statistics are one row's per thread, so bind those axes to threads or blocks"
+            )));
+        }
+    }
+    let sums = Sums {
+        sum_expr: def(w.sum),
+        squares_expr: def(w.squares),
+        sum_acc,
+        squares_acc,
+        between: w.between.map(def),
+    };
+    let dims_of = |acc: BufferId| {
+        let mut dims = None;
+        crate::kir::for_each_stmt(&k.body, &mut |s| {
+            if let Stmt::BlockReduce {
+                acc: a, dims: d, ..
+            } = s
+            {
+                if a.buffer == acc {
+                    dims = Some(*d);
+                }
+            }
+        });
+        dims
+    };
+    if dims_of(sum_acc) != dims_of(squares_acc) {
+        return Err(err(format!(
+            "the sum of `{name}`'s operand and its squared deviations are reduced over different thread dims; schedule both alike (propagate from one tensor)"
+        )));
+    }
+    let stats = Stats {
+        mean: cx.new_register(k, &format!("{name}_mean"), DType::F32, Vec::new()),
+        m2: cx.new_register(k, &format!("{name}_m2"), DType::F32, Vec::new()),
+        count: cx.new_register(k, &format!("{name}_count"), DType::F32, Vec::new()),
+    };
+    // The sums' accumulators and the tensors between them get no allocation.
+    cx.layout.alloc_ids.remove(&sum_acc);
+    cx.layout.alloc_ids.remove(&squares_acc);
+    for t in w.between {
+        cx.layout.tensor_buffer.remove(&t);
+    }
+    let mut missing_update = true;
+    crate::kir::rewrite_post(&mut k.body, &mut |s| {
+        replace(s, &sums, &stats, &mut missing_update)
+    });
+    if missing_update {
+        return Err(err(format!(
+            "internal: the update of `{}`'s accumulator was not found",
+            f.tensors[w.sum].name
+        )));
+    }
+    Ok(())
+}
+
+fn reg(b: BufferId) -> Access {
+    Access {
+        buffer: b,
+        index: None,
+    }
+}
+
+fn read(b: BufferId) -> Data {
+    Data::Read(reg(b))
+}
+
+fn binary(op: BinaryOp, a: Data, b: Data) -> Data {
+    Data::Binary(op, DType::F32, Box::new(a), Box::new(b))
+}
+
+fn compute(expr: ExprId, out: BufferId, value: Data, role: ComputeRole) -> Stmt {
+    Stmt::Compute(Compute {
+        expr,
+        out: reg(out),
+        value,
+        role,
+        vector: None,
+    })
+}
+
+/// The statements that replace `s` (see the module doc); a loop emptied by the removals goes.
+fn replace(s: Stmt, sums: &Sums, stats: &Stats, missing_update: &mut bool) -> Vec<Stmt> {
+    let Stats { mean, m2, count } = *stats;
+    match s {
+        Stmt::Alloc(b) if b == sums.sum_acc => {
+            vec![Stmt::Alloc(mean), Stmt::Alloc(m2), Stmt::Alloc(count)]
+        }
+        Stmt::Alloc(b) if b == sums.squares_acc => Vec::new(),
+        Stmt::BlockReduce { acc, dims, .. } if acc.buffer == sums.sum_acc => {
+            vec![Stmt::BlockWelford {
+                mean: reg(mean),
+                m2: reg(m2),
+                count: reg(count),
+                dims,
+            }]
+        }
+        Stmt::BlockReduce { acc, .. } if acc.buffer == sums.squares_acc => Vec::new(),
+        Stmt::Compute(c)
+            if c.expr == sums.squares_expr && c.role != ComputeRole::ReductionWrite =>
+        {
+            Vec::new()
+        }
+        Stmt::Compute(c) if sums.between.contains(&c.expr) => Vec::new(),
+        Stmt::Compute(mut c) if c.expr == sums.squares_expr => {
+            c.value = read(m2);
+            vec![Stmt::Compute(c)]
+        }
+        Stmt::Compute(c) if c.expr == sums.sum_expr => match c.role {
+            ComputeRole::ReductionInit => [mean, m2, count]
+                .into_iter()
+                .map(|b| compute(c.expr, b, Data::Literal(0.0, DType::F32), c.role))
+                .collect(),
+            ComputeRole::ReductionUpdate => {
+                // `acc = add(acc, x)`: the element is the right operand.
+                let Data::Binary(BinaryOp::Add, _, _, x) = c.value else {
+                    return vec![Stmt::Compute(c)];
+                };
+                *missing_update = false;
+                let x = *x;
+                let delta = || binary(BinaryOp::Sub, x.clone(), read(mean));
+                // `delta * (1 / count)`: in a fully unrolled loop of unpredicated updates the
+                // count is a constant at each step and its reciprocal folds, so no element
+                // pays for a division.
+                let new_mean = || {
+                    binary(
+                        BinaryOp::Add,
+                        read(mean),
+                        binary(
+                            BinaryOp::Mul,
+                            delta(),
+                            Data::Unary(UnaryOp::Reciprocal, DType::F32, Box::new(read(count))),
+                        ),
+                    )
+                };
+                let e = c.expr;
+                let role = c.role;
+                vec![
+                    compute(
+                        e,
+                        count,
+                        binary(BinaryOp::Add, read(count), Data::Literal(1.0, DType::F32)),
+                        role,
+                    ),
+                    compute(
+                        e,
+                        m2,
+                        binary(
+                            BinaryOp::Add,
+                            read(m2),
+                            binary(
+                                BinaryOp::Mul,
+                                delta(),
+                                binary(BinaryOp::Sub, x.clone(), new_mean()),
+                            ),
+                        ),
+                        role,
+                    ),
+                    compute(e, mean, new_mean(), role),
+                ]
+            }
+            ComputeRole::ReductionWrite => {
+                let mut c = c;
+                c.value = binary(BinaryOp::Mul, read(mean), read(count));
+                vec![Stmt::Compute(c)]
+            }
+            _ => vec![Stmt::Compute(c)],
+        },
+        Stmt::Loop(l) if l.body.is_empty() => Vec::new(),
+        s => vec![s],
+    }
+}

@@ -1,0 +1,152 @@
+//! `welford(v)`: a variance computed in one pass (Welford's running mean, m2 and count per
+//! thread, Chan's combine across the warp and the block) as a schedule choice: the LayerNorm
+//! example's kernel (the row's statistics from one update per element and one block combine of
+//! three values, no second sum), the same program without the statement keeps its two passes,
+//! a plain `var` too, the shared scratch sized for three floats a thread, the reference and the
+//! twin unchanged, and located refusals naming the tensor as the user wrote it. (The kernel IR's
+//! `block_welford` reading back is `kir_parse.rs`'s, over every example.)
+
+use hopfuse_tests::{compile, error, example};
+
+fn layernorm() -> String {
+    example("fusions/layernorm.hf")
+}
+
+/// The schedule of the LayerNorm example for a program with x: f32[M, 4096] and a variance
+/// `v`, then `extra` statements.
+fn row_program(body: &str, extra: &str) -> String {
+    format!(
+        "fusion f {{\n  input x: f32[M, 4096]\n{body}\n}}\nschedule {{\n  y.split(1, 4)\n  y.split(1, 8, outer)\n  y.parallelize(0, BIDx)\n  y.parallelize(2, TIDx)\n  y.parallelize(3, Vectorize)\n  propagate(y)\n  inline_most()\n{extra}}}\n"
+    )
+}
+
+const VAR_MEAN: &str = "  v, m = var_mean(x, axis=1, correction=1)\n  y = (x - broadcast(m, axis=1)) * broadcast(v, axis=1)\n  output y";
+
+#[test]
+fn the_layernorm_example_reads_its_row_once_for_both_statistics() {
+    let c = compile(&layernorm());
+    let cuda = &c.cuda;
+    assert_eq!(
+        cuda.matches("hf_block_welford<true, false, false>(v_mean[0], v_m2[0], v_count[0], reinterpret_cast<hf_welford*>(hf_smem + 0));").count(),
+        1,
+        "{cuda}"
+    );
+    // No second sum: the squared deviations' accumulator, its loop and block reduction are gone.
+    assert!(!cuda.contains("hf_block_reduce<"), "{cuda}");
+    assert!(
+        !cuda.contains("v_sum_acc") && !cuda.contains("v_mul"),
+        "{cuda}"
+    );
+    // One update per element: the count, m2 from the old and the new mean, the mean.
+    let update = [
+        "v_count[0] = v_count[0] + 1.0f;",
+        "v_m2[0] = v_m2[0] + ((xf[d_oo * 8 + d_i] - v_mean[0]) * (xf[d_oo * 8 + d_i] - (v_mean[0] + ((xf[d_oo * 8 + d_i] - v_mean[0]) * (1.0f / (v_count[0]))))));",
+        "v_mean[0] = v_mean[0] + ((xf[d_oo * 8 + d_i] - v_mean[0]) * (1.0f / (v_count[0])));",
+    ];
+    let at: Vec<usize> = update
+        .iter()
+        .map(|l| cuda.find(l).unwrap_or_else(|| panic!("{l}\n{cuda}")))
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{cuda}");
+    // The sums as the rest of the fusion reads them: the mean's sum is mean * count, the
+    // squared deviations' sum is m2.
+    assert!(
+        cuda.contains("m_sum[0] = v_mean[0] * v_count[0];"),
+        "{cuda}"
+    );
+    assert!(cuda.contains("v_sum[0] = v_m2[0];"), "{cuda}");
+    // Chan's combine in the prelude, once.
+    assert_eq!(cuda.matches("struct hf_welford {").count(), 1);
+    assert!(
+        cuda.contains("a.m2 + b.m2 + delta * delta * a.n * wb"),
+        "{cuda}"
+    );
+    // Scratch for a hf_welford (12 bytes) per thread of the 128.
+    let allocation = c.passes.iter().find(|p| p.name == "allocation").unwrap();
+    assert!(
+        allocation.ir.contains("smem(1536)  reduce_scratch(0)"),
+        "{}",
+        allocation.ir
+    );
+    let welford = c.passes.iter().find(|p| p.name == "welford").unwrap();
+    assert!(
+        welford
+            .ir
+            .contains("block_welford_over_x(v_mean[*], v_m2[*], v_count[*])"),
+        "{}",
+        welford.ir
+    );
+}
+
+#[test]
+fn without_the_statement_the_variance_takes_two_passes() {
+    let src = layernorm().replace("  welford(v)\n", "");
+    let c = compile(&src);
+    assert_eq!(c.cuda.matches("hf_block_reduce<").count(), 2, "{}", c.cuda);
+    assert!(!c.cuda.contains("hf_welford"), "{}", c.cuda);
+    assert!(c.passes.iter().all(|p| p.name != "welford"));
+}
+
+#[test]
+fn a_plain_var_and_var_mean_with_a_correction_take_one_pass() {
+    for body in [
+        VAR_MEAN,
+        "  v = var(x, axis=1)\n  y = x * broadcast(v, axis=1)\n  output y",
+    ] {
+        let c = compile(&row_program(body, "  welford(v)\n"));
+        assert_eq!(c.cuda.matches("hf_block_welford<").count(), 1, "{}", c.cuda);
+        assert!(!c.cuda.contains("hf_block_reduce<"), "{}", c.cuda);
+        // The degrees of freedom stay the builder's: 4096 - 1.
+        assert!(
+            c.cuda
+                .contains("[0] / fmaxf((static_cast<float>(4096LL) - 1.0f), 0.0f);"),
+            "{}",
+            c.cuda
+        );
+    }
+}
+
+#[test]
+fn the_reference_and_the_twin_do_not_see_the_schedule_choice() {
+    let one = layernorm();
+    let two = one.replace("  welford(v)\n", "");
+    assert_eq!(
+        hopfuse::torch_twin(&one).unwrap().source,
+        hopfuse::torch_twin(&two).unwrap().source
+    );
+    assert!(hopfuse::torch_twin(&one)
+        .unwrap()
+        .source
+        .contains("torch.var_mean(xf, dim=1, correction=0)"));
+}
+
+#[test]
+fn refusals_name_the_tensor_and_the_statement() {
+    // Not a variance: the mean of var_mean.
+    let e = error(&row_program(VAR_MEAN, "  welford(m)\n"));
+    assert!(
+        e.starts_with("t.hf:15:11: error: welford(...): `m` is not a variance: name the tensor a `var(...)` gives"),
+        "{e}"
+    );
+    // Twice.
+    let e = error(&row_program(VAR_MEAN, "  welford(v)\n  welford(v)\n"));
+    assert!(
+        e.starts_with(
+            "t.hf:16:11: error: welford(...): `v` is already computed by Welford's one pass"
+        ),
+        "{e}"
+    );
+    // Not f32.
+    let e = error(
+        &row_program(VAR_MEAN, "  welford(v)\n").replace("x: f32[M, 4096]", "x: f64[M, 4096]"),
+    );
+    assert!(
+        e.starts_with(
+            "t.hf:15:11: error: welford(...): `v` sums in f64: Welford's statistics are f32"
+        ),
+        "{e}"
+    );
+    // A name that is no tensor.
+    let e = error(&row_program(VAR_MEAN, "  welford(q)\n"));
+    assert!(e.contains("unknown tensor `q`"), "{e}");
+}
