@@ -236,16 +236,75 @@ fn rewrite(
         .probs
         .ok_or_else(|| internal("the unnormalised form reached the rewrite"))?;
     let m_buf = cx.layout.tensor_buffer[&p.max];
-    let dtype = k.buffers[m_acc].dtype;
     let o_dtype = k.buffers[o_acc].dtype;
-    // The statistics' final writes after the tile loop go: `m` is written in the loop (what
-    // the exponentials subtract), `l` is read from its accumulator by `o`'s write, and so are
-    // both by the readers of their final values after the loop (below).
+    if !divide_final_write(k, [m_expr, l_expr], o_expr, l_acc, o_dtype) {
+        return Err(internal("the product's write was not found"));
+    }
+    let rows = row_statements(cx, k, p, [m_expr, l_expr, o_expr], [m_acc, l_acc, o_acc]);
+    // The division by `l` in the loop goes (o's write divides instead), and with it the views
+    // of `l` it read.
+    let p_expr = def(probs);
+    let denominator_views = match f.exprs[p_expr].inputs[..] {
+        [_, Operand::Tensor(den)] => view_exprs(f, den, p.sum)
+            .ok_or_else(|| internal("the row sum is read through a non-view"))?,
+        _ => return Err(internal("the probabilities are not a division of tensors")),
+    };
+    // The base-2 form's statements in the tile: the exponential, the subtraction it reads and
+    // the views of `m` the subtraction reads (`e_broadcast = m`), which read `-m log2(e)`.
+    let exp_expr = def(p.exp);
+    let diff = match f.exprs[exp_expr].inputs[..] {
+        [Operand::Tensor(d)] => d,
+        _ => return Err(internal("the exponential does not read one tensor")),
+    };
+    let diff_expr = def(diff);
+    let m_views = match f.exprs[diff_expr].inputs[..] {
+        [_, Operand::Tensor(m_view)] => view_exprs(f, m_view, p.max)
+            .ok_or_else(|| internal("the row maximum is read through a non-view"))?,
+        _ => return Err(internal("the exponential's argument is not a subtraction")),
+    };
+    let edits = TileEdits {
+        m_expr,
+        m_buf,
+        m_neg_log2: rows.m_neg_log2,
+        denominator_views: &denominator_views,
+        exp_expr,
+        diff_expr,
+        m_views: &m_views,
+        p_expr,
+    };
+    let done = edits.apply(k, tile, rows.before, rows.after);
+    if !done.placed || !done.divided {
+        return Err(internal(
+            "the maximum's update or the division by the sum is not in the tile loop",
+        ));
+    }
+    if !done.exp_folded || !done.sub_folded {
+        return Err(internal(
+            "the exponential of the scores minus their maximum is not in the tile loop",
+        ));
+    }
+    read_final_statistics(cx, k, p, tile, m_buf, [m_acc, l_acc]);
+    // `l` and its views exist only as the accumulator now: nothing writes their buffers, so
+    // `allocation` does not place them.
+    for e in denominator_views.iter().chain([&l_expr]) {
+        cx.layout.tensor_buffer.remove(&f.exprs[*e].output);
+    }
+    Ok(())
+}
+
+/// The product's write after the tile loop divides by the sum's accumulator; the statistics'
+/// own writes there go (`m` is written in the loop, what the exponentials subtract; `l` is read
+/// from its accumulator by `o`'s write). False when the product's write is not found.
+fn divide_final_write(
+    k: &mut Kernel,
+    stats: [ExprId; 2],
+    o_expr: ExprId,
+    l_acc: BufferId,
+    o_dtype: crate::dtype::DType,
+) -> bool {
     let mut o_written = false;
     crate::kir::rewrite_post(&mut k.body, &mut |s| match s {
-        Stmt::Compute(c)
-            if c.role == ComputeRole::ReductionWrite && [m_expr, l_expr].contains(&c.expr) =>
-        {
+        Stmt::Compute(c) if c.role == ComputeRole::ReductionWrite && stats.contains(&c.expr) => {
             Vec::new()
         }
         Stmt::Compute(mut c) if c.role == ComputeRole::ReductionWrite && c.expr == o_expr => {
@@ -260,9 +319,34 @@ fn rewrite(
         }
         s => vec![s],
     });
-    if !o_written {
-        return Err(internal("the product's write was not found"));
-    }
+    o_written
+}
+
+/// The per-row statements around the maximum's update in the tile loop.
+struct RowStatements {
+    /// Before the update: `m_prev = m`.
+    before: Vec<Stmt>,
+    /// After it: the guarded `m`, `-m log2(e)`, the rescale factor, `l *= factor`, `o *= factor`.
+    after: Vec<Stmt>,
+    /// The register holding `-m log2(e)` for an `exp` softmax (computed in base 2).
+    m_neg_log2: Option<BufferId>,
+}
+
+/// The running statistics' statements of one online softmax (`exprs` and `accs`: the maximum's,
+/// the sum's and the product's).
+fn row_statements(
+    cx: &mut Ctx,
+    k: &mut Kernel,
+    p: &crate::fusion::online_softmax::OnlineSoftmax,
+    exprs: [ExprId; 3],
+    accs: [BufferId; 3],
+) -> RowStatements {
+    let f = cx.fusion;
+    let [m_expr, l_expr, o_expr] = exprs;
+    let [m_acc, l_acc, o_acc] = accs;
+    let m_buf = cx.layout.tensor_buffer[&p.max];
+    let dtype = k.buffers[m_acc].dtype;
+    let o_dtype = k.buffers[o_acc].dtype;
     let m_name = &f.tensors[p.max].name;
     // The statistics are per row: a scalar of the thread's row on CUDA cores, one per row of
     // the accumulator's axes when it has any (the M rows of a tensor-core tile: `mma` gives
@@ -365,116 +449,152 @@ fn rewrite(
             ),
         )],
     ));
-    // The division by `l` in the loop goes (o's write divides instead), and with it the views
-    // of `l` it read.
-    let p_expr = def(probs);
-    let denominator_views = match f.exprs[p_expr].inputs[..] {
-        [_, Operand::Tensor(den)] => view_exprs(f, den, p.sum)
-            .ok_or_else(|| internal("the row sum is read through a non-view"))?,
-        _ => return Err(internal("the probabilities are not a division of tensors")),
-    };
-    // The base-2 form's statements in the tile: the exponential, the subtraction it reads and
-    // the views of `m` the subtraction reads (`e_broadcast = m`), which read `-m log2(e)`.
-    let exp_expr = def(p.exp);
-    let diff = match f.exprs[exp_expr].inputs[..] {
-        [Operand::Tensor(d)] => d,
-        _ => return Err(internal("the exponential does not read one tensor")),
-    };
-    let diff_expr = def(diff);
-    let m_views = match f.exprs[diff_expr].inputs[..] {
-        [_, Operand::Tensor(m_view)] => view_exprs(f, m_view, p.max)
-            .ok_or_else(|| internal("the row maximum is read through a non-view"))?,
-        _ => return Err(internal("the exponential's argument is not a subtraction")),
-    };
-    let (mut exp_folded, mut sub_folded) = (m_neg_log2.is_none(), m_neg_log2.is_none());
-    let mut placed = false;
-    let mut divided = false;
-    crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| {
-        let Stmt::Loop(l) = s else {
-            return Flow::Descend;
-        };
-        if l.key != tile || placed {
-            return Flow::Descend;
-        }
-        let holds_update = |s: &Stmt| {
-            crate::kir::any_stmt(
-                std::slice::from_ref(s),
-                &mut |s| matches!(s, Stmt::Compute(c) if c.expr == m_expr && c.role == ComputeRole::ReductionUpdate),
-            )
-        };
-        let Some(at) = l.body.iter().position(holds_update) else {
-            return Flow::Descend;
-        };
-        let body = std::mem::take(&mut l.body);
-        let mut new_body = Vec::with_capacity(body.len() + before.len() + after.len());
-        for (i, s) in body.into_iter().enumerate() {
-            if i == at {
-                new_body.append(&mut before);
+    RowStatements {
+        before,
+        after,
+        m_neg_log2,
+    }
+}
+
+/// What the tile loop's statements become: the row statements around the maximum's update, the
+/// division by `l` gone with the views of `l` it read, and for an `exp` softmax the exponential
+/// in base 2 reading `-m log2(e)`.
+struct TileEdits<'a> {
+    m_expr: ExprId,
+    m_buf: BufferId,
+    m_neg_log2: Option<BufferId>,
+    denominator_views: &'a [ExprId],
+    exp_expr: ExprId,
+    diff_expr: ExprId,
+    m_views: &'a [ExprId],
+    p_expr: ExprId,
+}
+
+/// Which of [`TileEdits`]' edits were made.
+struct TileOutcome {
+    placed: bool,
+    divided: bool,
+    exp_folded: bool,
+    sub_folded: bool,
+}
+
+impl TileEdits<'_> {
+    fn apply(
+        &self,
+        k: &mut Kernel,
+        tile: LoopKey,
+        mut before: Vec<Stmt>,
+        mut after: Vec<Stmt>,
+    ) -> TileOutcome {
+        let TileEdits {
+            m_expr,
+            m_buf,
+            m_neg_log2,
+            denominator_views,
+            exp_expr,
+            diff_expr,
+            m_views,
+            p_expr,
+        } = *self;
+        let (mut exp_folded, mut sub_folded) = (m_neg_log2.is_none(), m_neg_log2.is_none());
+        let mut placed = false;
+        let mut divided = false;
+        crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| {
+            let Stmt::Loop(l) = s else {
+                return Flow::Descend;
+            };
+            if l.key != tile || placed {
+                return Flow::Descend;
             }
-            new_body.push(s);
-            if i == at {
-                new_body.append(&mut after);
-            }
-        }
-        crate::kir::rewrite_post(&mut new_body, &mut |s| match s {
-            Stmt::Compute(c) if denominator_views.contains(&c.expr) => Vec::new(),
-            Stmt::Compute(mut c)
-                if m_neg_log2.is_some()
-                    && (c.expr == exp_expr || c.expr == diff_expr || m_views.contains(&c.expr)) =>
-            {
-                let neg = m_neg_log2.expect("checked");
-                c.value.for_each_read_mut(&mut |a| {
-                    if a.buffer == m_buf {
-                        a.buffer = neg;
-                    }
-                });
-                // e = exp(s - m) -> exp2(fma(s, log2(e), -m log2(e))), the subtraction in
-                // its own statement or inlined into the exponential's.
-                let fold_sub = |d: &mut Data| {
-                    if let Data::Binary(BinaryOp::Sub, dt, a, b) = d {
-                        *d = log2_fma((**a).clone(), (**b).clone(), *dt);
-                        true
-                    } else {
-                        false
-                    }
-                };
-                if c.expr == diff_expr {
-                    sub_folded |= fold_sub(&mut c.value);
-                } else if c.expr == exp_expr {
-                    if let Data::Unary(op @ UnaryOp::Exp, _, x) = &mut c.value {
-                        *op = UnaryOp::Exp2;
-                        sub_folded |= fold_sub(x);
-                        exp_folded = true;
-                    }
+            let holds_update = |s: &Stmt| {
+                crate::kir::any_stmt(
+                    std::slice::from_ref(s),
+                    &mut |s| matches!(s, Stmt::Compute(c) if c.expr == m_expr && c.role == ComputeRole::ReductionUpdate),
+                )
+            };
+            let Some(at) = l.body.iter().position(holds_update) else {
+                return Flow::Descend;
+            };
+            let body = std::mem::take(&mut l.body);
+            let mut new_body = Vec::with_capacity(body.len() + before.len() + after.len());
+            for (i, s) in body.into_iter().enumerate() {
+                if i == at {
+                    new_body.append(&mut before);
                 }
-                vec![Stmt::Compute(c)]
-            }
-            Stmt::Compute(mut c) if c.expr == p_expr => {
-                if let Data::Binary(BinaryOp::Div, _, num, _) = c.value {
-                    c.value = *num;
-                    divided = true;
+                new_body.push(s);
+                if i == at {
+                    new_body.append(&mut after);
                 }
-                vec![Stmt::Compute(c)]
             }
-            s => vec![s],
+            crate::kir::rewrite_post(&mut new_body, &mut |s| match s {
+                Stmt::Compute(c) if denominator_views.contains(&c.expr) => Vec::new(),
+                Stmt::Compute(mut c)
+                    if m_neg_log2.is_some()
+                        && (c.expr == exp_expr
+                            || c.expr == diff_expr
+                            || m_views.contains(&c.expr)) =>
+                {
+                    let neg = m_neg_log2.expect("checked");
+                    c.value.for_each_read_mut(&mut |a| {
+                        if a.buffer == m_buf {
+                            a.buffer = neg;
+                        }
+                    });
+                    // e = exp(s - m) -> exp2(fma(s, log2(e), -m log2(e))), the subtraction in
+                    // its own statement or inlined into the exponential's.
+                    let fold_sub = |d: &mut Data| {
+                        if let Data::Binary(BinaryOp::Sub, dt, a, b) = d {
+                            *d = log2_fma((**a).clone(), (**b).clone(), *dt);
+                            true
+                        } else {
+                            false
+                        }
+                    };
+                    if c.expr == diff_expr {
+                        sub_folded |= fold_sub(&mut c.value);
+                    } else if c.expr == exp_expr {
+                        if let Data::Unary(op @ UnaryOp::Exp, _, x) = &mut c.value {
+                            *op = UnaryOp::Exp2;
+                            sub_folded |= fold_sub(x);
+                            exp_folded = true;
+                        }
+                    }
+                    vec![Stmt::Compute(c)]
+                }
+                Stmt::Compute(mut c) if c.expr == p_expr => {
+                    if let Data::Binary(BinaryOp::Div, _, num, _) = c.value {
+                        c.value = *num;
+                        divided = true;
+                    }
+                    vec![Stmt::Compute(c)]
+                }
+                s => vec![s],
+            });
+            l.body = new_body;
+            placed = true;
+            Flow::Skip
         });
-        l.body = new_body;
-        placed = true;
-        Flow::Skip
-    });
-    if !placed || !divided {
-        return Err(internal(
-            "the maximum's update or the division by the sum is not in the tile loop",
-        ));
+        TileOutcome {
+            placed,
+            divided,
+            exp_folded,
+            sub_folded,
+        }
     }
-    if !exp_folded || !sub_folded {
-        return Err(internal(
-            "the exponential of the scores minus their maximum is not in the tile loop",
-        ));
-    }
-    // Readers of the final `m` and `l` after the tile loop (the log-sum-exp) read the
-    // accumulators: `m_acc` is the unguarded maximum (`-inf` for a row masked throughout, as
-    // in the plain form), `l_acc` the whole sum.
+}
+
+/// Readers of the final `m` and `l` after the tile loop (the log-sum-exp) read the
+/// accumulators (`accs`: the maximum's and the sum's): `m_acc` is the unguarded maximum (`-inf`
+/// for a row masked throughout, as in the plain form), `l_acc` the whole sum.
+fn read_final_statistics(
+    cx: &Ctx,
+    k: &mut Kernel,
+    p: &crate::fusion::online_softmax::OnlineSoftmax,
+    tile: LoopKey,
+    m_buf: BufferId,
+    accs: [BufferId; 2],
+) {
+    let [m_acc, l_acc] = accs;
     let l_buf = cx.layout.tensor_buffer.get(&p.sum).copied();
     crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| match s {
         Stmt::Loop(l) if l.key == tile => Flow::Skip,
@@ -490,12 +610,6 @@ fn rewrite(
         }
         _ => Flow::Descend,
     });
-    // `l` and its views exist only as the accumulator now: nothing writes their buffers, so
-    // `allocation` does not place them.
-    for e in denominator_views.iter().chain([&l_expr]) {
-        cx.layout.tensor_buffer.remove(&f.exprs[*e].output);
-    }
-    Ok(())
 }
 
 /// `x log2(e) + y` with one rounding: the argument of a base-2 exponential (`y` is `-m log2(e)`).

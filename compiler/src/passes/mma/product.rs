@@ -121,6 +121,13 @@ pub(super) struct TileOf<'a> {
     k_extent: i64,
 }
 
+/// A product's operands as written (x, y) with their types, and its scales.
+struct Operands {
+    x: (Access, DType),
+    y: (Access, DType),
+    scales: Vec<Data>,
+}
+
 impl Lower<'_> {
     /// The sum of products a three-deep tile computes, checked against the instruction.
     pub(super) fn product(
@@ -185,83 +192,14 @@ impl Lower<'_> {
                 "a tensor-core tile computes a sum of products of two operands, and this sum is of something else".into(),
             );
         };
-        let operand = |d: &Data| -> Option<(Access, DType)> {
-            match d {
-                Data::Cast(DType::F32, inner) => match &**inner {
-                    Data::Read(a) => Some((a.clone(), k.buffers[a.buffer].dtype)),
-                    _ => None,
-                },
-                _ => None,
-            }
-        };
-        // Two factors are the operands; with more, the two widened wgmma caches are and the
-        // rest are scales read from global memory (promoted per K block, `block_scale.rs`).
-        let mut all = Vec::new();
-        factors(&product, &mut all);
-        let mut scales = Vec::new();
-        if all.len() > 2 {
-            let wgmma_cache = |d: &Data| {
-                operand(d).is_some_and(|(a, t)| {
-                    k.buffers[a.buffer].memory == MemoryType::Shared && target::wgmma_input(t)
-                })
-            };
-            let (ops, rest): (Vec<Data>, Vec<Data>) = all.into_iter().partition(wgmma_cache);
-            for scale in &rest {
-                let mut from_memory = true;
-                scale.for_each_read(&mut |a| {
-                    from_memory &= k.buffers[a.buffer].memory == MemoryType::Global
-                });
-                if !from_memory {
-                    return bad("a factor of the product other than its two operands is a scale the tensor cores cannot apply inside the tile; it must be read from an input (a block scale: `expand_blocks(sa, block=[1, 128], shape=[M, K])`)".into());
-                }
-            }
-            all = ops;
-            scales = rest;
-        }
-        let (x, y) = match &all[..] {
-            [x, y] => (x, y),
-            _ => (&product, &product),
-        };
-        // An f32 fragment read as a factor (no cast: it is f32 already).
-        for d in [x, y] {
-            if let Data::Read(a) = d {
-                if self.fragments.contains(&a.buffer) {
-                    return bad(register_f32(
-                        &k.buffers[a.buffer].name,
-                        k.buffers[a.buffer].dtype,
-                    ));
-                }
-            }
-        }
-        let (Some((xa, xt)), Some((ya, yt))) = (operand(x), operand(y)) else {
-            return bad("the tensor cores multiply f16, bf16, f8e4m3 or f8e5m2 operands widened to f32: each factor must be `cast(x, f32)` of such a cache in shared memory (a scale constant along the summed axis, i.e. a number, a scalar input or `broadcast(x, axis=K)`, is applied after the sum; one constant along blocks of K, `expand_blocks(s, block=[..., 128], ...)`, after each block)".into());
-        };
-        // A 16-bit register fragment (another product's accumulator, converted) may be A.
+        let Operands {
+            x: (xa, xt),
+            y: (ya, _),
+            scales,
+        } = self.operands(k, &product, &message)?;
         let in_registers = |a: &Access, t: DType| {
             self.fragments.contains(&a.buffer) && target::wgmma_transposable(t)
         };
-        for (a, t) in [(&xa, xt), (&ya, yt)] {
-            let buf = &k.buffers[a.buffer];
-            if in_registers(a, t) {
-                continue;
-            }
-            if self.fragments.contains(&a.buffer) {
-                return bad(register_f32(&buf.name, t));
-            }
-            if buf.memory != MemoryType::Shared || !target::wgmma_input(t) {
-                return bad(format!(
-                    "operand `{}` is {} in {} memory; a wgmma operand is an f16, bf16, f8e4m3 or f8e5m2 cache in shared memory (cache_after(x, memory=shared, load=tma, swizzle=128))",
-                    buf.name,
-                    t,
-                    buf.memory.name()
-                ));
-            }
-        }
-        if !target::wgmma_types_pair(xt, yt) {
-            return bad(format!(
-                "the operands are {xt} and {yt}; a wgmma multiplies two operands of the same 16-bit type, or two 8-bit floats (f8e4m3, f8e5m2, either mix)"
-            ));
-        }
         // Which loop is which: K is the one the accumulator does not move with; A moves with
         // M, B with N.
         let acc_index = acc.index.clone().unwrap_or(Val::Int(0));
@@ -327,6 +265,98 @@ impl Lower<'_> {
             a_type,
             b_type,
             k: kl.clone(),
+            scales,
+        })
+    }
+
+    /// The product's two operands (each `cast(x, f32)` of a 16- or 8-bit cache in shared memory,
+    /// or A a register fragment) and the scales among its other factors, checked.
+    fn operands(
+        &self,
+        k: &Kernel,
+        product: &Data,
+        message: &dyn Fn(String) -> Diagnostic,
+    ) -> Result<Operands, Diagnostic> {
+        let operand = |d: &Data| -> Option<(Access, DType)> {
+            match d {
+                Data::Cast(DType::F32, inner) => match &**inner {
+                    Data::Read(a) => Some((a.clone(), k.buffers[a.buffer].dtype)),
+                    _ => None,
+                },
+                _ => None,
+            }
+        };
+        // Two factors are the operands; with more, the two widened wgmma caches are and the
+        // rest are scales read from global memory (promoted per K block, `block_scale.rs`).
+        let mut all = Vec::new();
+        factors(product, &mut all);
+        let mut scales = Vec::new();
+        if all.len() > 2 {
+            let wgmma_cache = |d: &Data| {
+                operand(d).is_some_and(|(a, t)| {
+                    k.buffers[a.buffer].memory == MemoryType::Shared && target::wgmma_input(t)
+                })
+            };
+            let (ops, rest): (Vec<Data>, Vec<Data>) = all.into_iter().partition(wgmma_cache);
+            for scale in &rest {
+                let mut from_memory = true;
+                scale.for_each_read(&mut |a| {
+                    from_memory &= k.buffers[a.buffer].memory == MemoryType::Global
+                });
+                if !from_memory {
+                    return Err(message("a factor of the product other than its two operands is a scale the tensor cores cannot apply inside the tile; it must be read from an input (a block scale: `expand_blocks(sa, block=[1, 128], shape=[M, K])`)".into()));
+                }
+            }
+            all = ops;
+            scales = rest;
+        }
+        let (x, y) = match &all[..] {
+            [x, y] => (x, y),
+            _ => (product, product),
+        };
+        // An f32 fragment read as a factor (no cast: it is f32 already).
+        for d in [x, y] {
+            if let Data::Read(a) = d {
+                if self.fragments.contains(&a.buffer) {
+                    return Err(message(register_f32(
+                        &k.buffers[a.buffer].name,
+                        k.buffers[a.buffer].dtype,
+                    )));
+                }
+            }
+        }
+        let (Some((xa, xt)), Some((ya, yt))) = (operand(x), operand(y)) else {
+            return Err(message("the tensor cores multiply f16, bf16, f8e4m3 or f8e5m2 operands widened to f32: each factor must be `cast(x, f32)` of such a cache in shared memory (a scale constant along the summed axis, i.e. a number, a scalar input or `broadcast(x, axis=K)`, is applied after the sum; one constant along blocks of K, `expand_blocks(s, block=[..., 128], ...)`, after each block)".into()));
+        };
+        // A 16-bit register fragment (another product's accumulator, converted) may be A.
+        let in_registers = |a: &Access, t: DType| {
+            self.fragments.contains(&a.buffer) && target::wgmma_transposable(t)
+        };
+        for (a, t) in [(&xa, xt), (&ya, yt)] {
+            let buf = &k.buffers[a.buffer];
+            if in_registers(a, t) {
+                continue;
+            }
+            if self.fragments.contains(&a.buffer) {
+                return Err(message(register_f32(&buf.name, t)));
+            }
+            if buf.memory != MemoryType::Shared || !target::wgmma_input(t) {
+                return Err(message(format!(
+                    "operand `{}` is {} in {} memory; a wgmma operand is an f16, bf16, f8e4m3 or f8e5m2 cache in shared memory (cache_after(x, memory=shared, load=tma, swizzle=128))",
+                    buf.name,
+                    t,
+                    buf.memory.name()
+                )));
+            }
+        }
+        if !target::wgmma_types_pair(xt, yt) {
+            return Err(message(format!(
+                "the operands are {xt} and {yt}; a wgmma multiplies two operands of the same 16-bit type, or two 8-bit floats (f8e4m3, f8e5m2, either mix)"
+            )));
+        }
+        Ok(Operands {
+            x: (xa, xt),
+            y: (ya, yt),
             scales,
         })
     }
