@@ -132,6 +132,7 @@ fn indexes_local(k: &Kernel, body: &[Stmt], var: &str) -> bool {
     crate::kir::any_stmt(body, &mut |s| match s {
         Stmt::Compute(c) => access(k, &c.out, var) || data(k, &c.value, var),
         Stmt::BlockReduce { acc, .. } | Stmt::QuadReduce { acc, .. } => access(k, acc, var),
+        Stmt::GridReduce(g) => access(k, &g.acc, var),
         _ => false,
     })
 }

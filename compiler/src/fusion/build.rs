@@ -96,6 +96,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                     b.f.tensors[t].value = Some(scalar_value(v, *dtype)?);
                 }
                 b.f.tensors[t].is_input = true;
+                b.f.tensors[t].in_memory = dims.as_ref().is_some_and(|d| d.is_empty());
                 b.f.inputs.push(t);
             }
             Item::Let { name, value, loc } => {
@@ -167,12 +168,6 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
                 if b.f.tensors[t].is_output {
                     return Err(Diagnostic::new(
                         format!("`{name}` is already an output"),
-                        Some(loc.0),
-                    ));
-                }
-                if b.f.rank(t) == 0 {
-                    return Err(Diagnostic::new(
-                        format!("`{name}` is a scalar: an output needs at least one axis"),
                         Some(loc.0),
                     ));
                 }

@@ -578,6 +578,13 @@ fn print_head(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
             }
             s.push('\n');
         }
+        Stmt::GridReduce(g) => {
+            let _ = write!(s, "{ind}grid_{}({})", g.op.name(), access_text(k, &g.acc));
+            if g.dtype != k.buffers[g.acc.buffer].dtype {
+                let _ = write!(s, " in {}", g.dtype);
+            }
+            let _ = writeln!(s, " -> {}, slot {}", g.last, g.slot);
+        }
         Stmt::Sync => {
             let _ = writeln!(s, "{ind}__syncthreads()");
         }

@@ -262,7 +262,9 @@ fn check_registers(
 }
 
 fn contains_block_reduce(body: &[Stmt]) -> bool {
-    crate::kir::any_stmt(body, &mut |s| matches!(s, Stmt::BlockReduce { .. }))
+    crate::kir::any_stmt(body, &mut |s| {
+        matches!(s, Stmt::BlockReduce { .. } | Stmt::GridReduce(_))
+    })
 }
 
 /// Inserts `alloc b` for every `(b, q, tensor)`: at loop depth `q` (or shallower, where a

@@ -18,7 +18,7 @@
 use super::context::{Change, Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterId, IterKind, IterOrigin, MemoryType, ParallelType, TensorId};
-use crate::kir::{Access, Data, Kernel, Stmt, Val};
+use crate::kir::{Access, Data, GridReduce, Kernel, Stmt, Val};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
@@ -147,7 +147,7 @@ fn walk(
                 let maps = view_roots(cx, c.expr, &roots)?;
                 index_compute(cx, &env, buffers, consumer, &roots, maps.as_deref(), c)?;
             }
-            Stmt::BlockReduce { acc, .. } => {
+            Stmt::BlockReduce { acc, .. } | Stmt::GridReduce(GridReduce { acc, .. }) => {
                 let roots = HashMap::default();
                 let mut ix = Indexer {
                     cx,

@@ -108,7 +108,10 @@ pub(super) fn check(
     }
 }
 
-/// Whether a statement list holds a block reduction (it then needs the reduction scratch).
+/// Whether a statement list holds a block or grid reduction (it then needs the reduction
+/// scratch).
 fn has_block_reduce(body: &[Stmt]) -> bool {
-    crate::kir::any_stmt(body, &mut |s| matches!(s, Stmt::BlockReduce { .. }))
+    crate::kir::any_stmt(body, &mut |s| {
+        matches!(s, Stmt::BlockReduce { .. } | Stmt::GridReduce(_))
+    })
 }

@@ -136,7 +136,10 @@ impl Walk<'_, '_> {
                 let pending = std::mem::take(&mut s.pending);
                 s.waited.extend(pending);
             }
-            Stmt::Sync | Stmt::GroupSync { .. } | Stmt::BlockReduce { .. } => s.waited.clear(),
+            Stmt::Sync
+            | Stmt::GroupSync { .. }
+            | Stmt::BlockReduce { .. }
+            | Stmt::GridReduce(_) => s.waited.clear(),
             Stmt::Compute(c) => write(self.out, c.out.buffer),
             Stmt::StMatrix { dst, .. } => write(self.out, dst.buffer),
             Stmt::TmaLoad(t) => write(self.out, t.dst.buffer),
