@@ -33,10 +33,10 @@ pub fn schedule(
         .iter()
         .map(|&a| facts.extent_or_default(a))
         .fold(1i64, |acc, e| acc.saturating_mul(e));
-    let known_inner = logical.last().and_then(|&a| facts.extent(a));
-    // Vectors along the merged axis need the whole tensor a multiple of the width (rows
-    // then stay aligned too).
-    let v = facts.vector_width(&inputs, known_inner.map(|_| total));
+    // The merged axis is the tensor's contiguous elements: every vector but the last is whole
+    // and aligned at any size (the last one's lanes are predicated), so the width is 16 bytes
+    // whether or not the size is a multiple of it.
+    let v = facts.vector_width(&inputs, None);
     let threads = facts
         .knobs
         .threads
@@ -47,6 +47,7 @@ pub fn schedule(
     let steps = ceil_div(total, per_step);
     let serial = ceil_div(steps, WAVE_BLOCKS).max(1);
     let blocks = ceil_div(steps, serial);
+    let steps_text = format!("{serial} step{}", if serial == 1 { "" } else { "s" });
 
     let mut s = ScheduleText::new(facts.name(reduction));
     s.caches(facts, &inputs, &[], "");
@@ -57,7 +58,7 @@ pub fn schedule(
         s.merge(0);
     }
     s.comment(&format!(
-        "{v}-element vectors, {threads} threads, {unroll} vectors per thread per step (unrolled), {serial} steps per block: about {blocks} blocks, whose values the last block to finish combines (a grid reduction)."
+        "{v}-element vectors, {threads} threads, {unroll} vectors per thread per step (unrolled), {steps_text} per block: about {blocks} blocks, whose values the last block to finish combines (a grid reduction)."
     ));
     // [blocks, steps, unrolled, threads, (v)]
     let mut axes = vec![(0, "BIDx"), (2, "Unroll"), (3, "TIDx")];
@@ -71,7 +72,7 @@ pub fn schedule(
     s.parallelize(&axes);
     s.propagate_and_inline();
     let reason = format!(
-        "full reduction of {total} elements of {} {}: a grid reduction over {blocks} blocks of {threads} threads, {v}-element vectors, {unroll} per thread per step, {serial} steps per block",
+        "full reduction of {total} elements of {} {}: a grid reduction over {blocks} blocks of {threads} threads, {v}-element vectors, {unroll} per thread per step, {steps_text} per block",
         dtype_names(f, &inputs),
         facts.sizes.describe(),
     );

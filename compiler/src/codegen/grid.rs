@@ -20,8 +20,8 @@ const SLOT_WORDS: i64 = 2;
 pub const PRELUDE: &str =
     "// Grid reduction (two stages, deterministic): thread 0 of each block stores the block's
 // value `val` (the same in every thread) in the block's slot of `partials` and, after a fence,
-// takes a ticket from `counter`. The block that takes the last ticket reads every slot
-// (through L2) in block order, combines them with a block reduction and sets the counter
+// takes a ticket from `counter`. The block that takes the last ticket reads every slot (volatile
+// loads, not from L1) in block order, combines them with a block reduction and sets the counter
 // back to zero for the next launch. Returns whether this block finished last (the same in
 // every thread of the block); there `val` becomes the grid's value in every thread. Every
 // thread of the block must call it (it has barriers).
@@ -45,7 +45,9 @@ __device__ __forceinline__ bool hf_grid_reduce(T& val, Op op, T identity, T* par
   if (!last) return false;
   __threadfence();
   T r = identity;
-  for (unsigned i = tid; i < blocks; i += threads) r = op(r, __ldcg(&partials[i]));
+  // Volatile loads: another SM's stores never reach this SM's L1 (bool has no __ldcg).
+  const volatile T* slots = partials;
+  for (unsigned i = tid; i < blocks; i += threads) r = op(r, static_cast<T>(slots[i]));
   val = blockDim.y * blockDim.z == 1u ? hf_block_reduce<true, false, false>(r, op, scratch)
                                       : hf_block_reduce<true, true, true>(r, op, scratch);
   if (tid == 0u) *counter = 0u;

@@ -235,6 +235,22 @@ mod tests {
     }
 
     #[test]
+    fn a_bool_grid_reduction_combines_bools() {
+        let schedule = FLAT.replace("t.", "a.").replace("(t)", "(a)");
+        let c = compile(&program(
+            "  a = any(x > 0.0, axis=[0, 1])\n  output a",
+            &schedule,
+        ))
+        .unwrap();
+        assert!(
+            c.cuda
+                .contains("hf_grid_reduce<bool>(a_acc[0], hf_any(), false,"),
+            "{}",
+            c.cuda
+        );
+    }
+
+    #[test]
     fn two_grid_reductions_take_a_slot_each() {
         // The automatic schedule (the full-reduction scheduler's).
         let c = compile("fusion total {\n  input x: f32[M, N]\n  t = sum(x, axis=[0, 1])\n  m = max(abs(x), axis=[0, 1])\n  output t\n  output m\n}\n").unwrap();
@@ -253,5 +269,47 @@ mod tests {
             "{}",
             c.cuda
         );
+    }
+}
+
+#[cfg(test)]
+mod reference_tests {
+    use std::collections::BTreeMap;
+
+    /// The float64 reference of `body` over `x: f32[M, N]` (2 x 3) with `x`'s values.
+    fn evaluate(body: &str, x: &[f64]) -> BTreeMap<String, Vec<f64>> {
+        let src = format!("fusion f {{\n  input x: f32[M, N]\n{body}\n}}\n");
+        let program = crate::frontend::parse(&src).unwrap();
+        let f = crate::fusion::build(&program.fusion).unwrap();
+        let sizes = [("M".to_string(), 2), ("N".to_string(), 3)].into();
+        let inputs = [("x".to_string(), x.to_vec())].into();
+        crate::reference::evaluate(&f, &sizes, &inputs).unwrap()
+    }
+
+    #[test]
+    fn a_scalar_output_is_one_value_of_every_element() {
+        let x = [1.0, -7.5, 2.0, 0.25, 3.0, -1.0];
+        let r = evaluate(
+            "  t = sum(x, axis=[0, 1])\n  m = max(x, axis=[0, 1])\n  a = max(abs(x), axis=[0, 1])\n  n = min(x, axis=[0, 1])\n  output t\n  output m\n  output a\n  output n",
+            &x,
+        );
+        assert_eq!(r["t"], [-2.25]);
+        assert_eq!(r["m"], [3.0]);
+        assert_eq!(r["a"], [7.5]);
+        assert_eq!(r["n"], [-7.5]);
+    }
+
+    #[test]
+    fn a_nan_in_a_full_max_is_dropped_as_fmax_drops_it() {
+        // The reference's max is f64::max and the kernel's per-thread update fmaxf: both
+        // drop a NaN operand (IEEE maxNum), unlike torch.amax, which propagates it. A grid
+        // reduction combines the blocks' values with the block reduction's combine, so its
+        // result agrees with a block reduction's; the NaN semantics of max as a whole are the
+        // issue of every max reduction, not of this one.
+        let x = [1.0, f64::NAN, 2.0, 0.25, 3.0, -1.0];
+        let r = evaluate("  m = max(x, axis=[0, 1])\n  output m", &x);
+        assert_eq!(r["m"], [3.0]);
+        let r = evaluate("  t = sum(x, axis=[0, 1])\n  output t", &x);
+        assert!(r["t"][0].is_nan());
     }
 }
