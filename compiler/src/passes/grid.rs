@@ -75,6 +75,18 @@ pub fn check(cx: &Ctx) -> Result<(), Diagnostic> {
         let tensor = &f.tensors[t];
         let err = |msg: String| Err(Diagnostic::new(msg, tensor.span));
         let name = &tensor.name;
+        if super::tma::used(cx) {
+            // Warp roles and named barriers would leave producer warps out of its barriers.
+            return err(format!(
+                "`{name}` is reduced across blocks in a kernel with TMA or bulk copies or circular buffers; a grid reduction's kernel reads with plain (vector) loads, whose barriers are the whole block's"
+            ));
+        }
+        if f.persistent.is_some() {
+            // A persistent CTA walks several tiles: its blocks are not the reduction's parts.
+            return err(format!(
+                "`{name}` is reduced across blocks in a persistent kernel, whose CTAs each walk several tiles; a grid reduction takes one part per block (leave out persistent(...))"
+            ));
+        }
         let rank = f.rank(t);
         if rank != 0 {
             return err(format!(
@@ -226,6 +238,15 @@ mod tests {
         );
         let read = compile(&program("  t = sum(x, axis=[0, 1])\n  y = x / broadcast(broadcast(t, axis=0), axis=0)\n  output y\n  output t", FLAT)).unwrap_err();
         assert!(read.contains("reads it in the same kernel"), "{read}");
+        let persistent = compile(&program(
+            "  t = sum(x, axis=[0, 1])\n  output t",
+            &format!("{FLAT}\n  persistent(BIDx, 4)"),
+        ))
+        .unwrap_err();
+        assert!(
+            persistent.contains("in a persistent kernel"),
+            "{persistent}"
+        );
         let not_output = compile(&program(
             "  t = sum(x, axis=[0, 1])\n  u = t * 2.0\n  output u",
             FLAT,
