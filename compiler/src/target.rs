@@ -166,6 +166,11 @@ pub const MAX_RASTER_GROUP: i64 = SM_COUNT;
 /// flag per CTA, sized for this many (two per SM of an H100).
 pub const STREAM_K_MAX_CTAS: i64 = 2 * SM_COUNT;
 
+/// The most blocks a grid reduction's grid has (`passes::grid`): its workspace holds one
+/// partial value per block for each grid reduction (8 bytes each, 512 KiB per reduction,
+/// zeroed once). The automatic schedule sizes its grid to a few waves of the SMs, far below.
+pub const GRID_REDUCTION_MAX_BLOCKS: i64 = 65536;
+
 /// Alignment of a box in shared memory: the swizzle pattern repeats every 8 rows of 128 bytes
 /// (address bits 4..7 are XORed with bits 7..10), so a swizzled box starts at a multiple of 1024
 /// bytes and the pattern is the same relative to its start.

@@ -297,17 +297,31 @@ fn schedule_prints_the_automatic_schedule_and_it_compiles() {
             ),
         "{printed}"
     );
-    // One that cannot be split either: both reasons, exit 1.
+    // A statistic of every element read back: a grid reduction, then the pointwise kernel.
     let total = tmp_file(
         "total.hf",
         "fusion f {\n  input x: f32[M, N]\n  t = sum(x, axis=[0, 1])\n  y = x / broadcast(t, axis=[0, 1])\n  output y\n}\n",
     );
     let out = hopfuse(&["schedule", &total]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("// ==== segment 1 of 2: f_s1 (full reduction): ends before `y`")
+            && printed.contains("t.parallelize(0, BIDx)")
+            && printed.contains("input t: f32[]"),
+        "{printed}"
+    );
+    // One that cannot be split either: both reasons, exit 1.
+    let rank3 = tmp_file(
+        "rank3.hf",
+        "fusion f {\n  input x: f32[B, M, N]\n  s = sum(x, axis=1)\n  y = x / broadcast(s, axis=1)\n  output y\n}\n",
+    );
+    let out = hopfuse(&["schedule", &rank3]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        text(&out).contains("reduces several axes at once")
+        text(&out).contains("reduces a rank-3 tensor")
             && text(&out)
-                .contains("not split into kernels either: no scheduler takes `t` on its own"),
+                .contains("not split into kernels either: no scheduler takes `s` on its own"),
         "{}",
         text(&out)
     );

@@ -146,6 +146,28 @@ fn a_pointwise_kernel_exports_every_file() {
 }
 
 #[test]
+fn a_grid_reduction_exports_its_scalar_output_and_its_workspace() {
+    if nvrtc_missing() {
+        return;
+    }
+    let dir = export("auto/total_sum.hf", "N=1000037");
+    // The scalar output is a 0-d tensor of one element; the workspace is zeroed once (the
+    // kernel leaves it zeroed: its last block resets the counter).
+    let torch = read(&dir, "total_sum_kernel.py");
+    assert!(
+        torch.contains("(\"t\", torch.float32, (), \"output\"),"),
+        "{torch}"
+    );
+    assert!(
+        torch.contains("(\"hf_grid_workspace\", torch.float32, (131074,), \"workspace\"),"),
+        "{torch}"
+    );
+    let header = read(&dir, "total_sum_kernel.h");
+    assert!(header.contains("constexpr size_t t_BYTES = 4;"), "{header}");
+    compiles_with_gxx(&dir, "total_sum_kernel");
+}
+
+#[test]
 fn a_tma_kernel_encodes_its_tensor_maps_in_both_launchers() {
     if nvrtc_missing() {
         return;

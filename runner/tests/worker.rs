@@ -98,6 +98,51 @@ fn the_fake_worker_compiles_and_measures_nothing() {
     assert!(!o.to_string().contains("timing"));
 }
 
+/// The fake worker's outcome for `examples/<example>` at size `N = n`.
+fn fake_outcome(example: &str, n: i64) -> Value {
+    let path = format!("{}/../examples/{example}", env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::read_to_string(path).unwrap();
+    let job = json!({"request": {
+        "file": "t.hf", "source": source, "sizes": {"N": n},
+        "iters": 2, "warmup": 0, "seed": 1, "index": null, "copy_ceiling": false,
+    }})
+    .to_string();
+    let (lines, status) = worker(&["--fake"], &job);
+    assert!(status.success(), "{lines:?}");
+    lines.last().unwrap()["outcome"].clone()
+}
+
+#[test]
+fn a_scalar_output_of_a_grid_reduction_runs_through_the_fake_worker() {
+    // The full-reduction scheduler's grid at the ragged bench size: one wave of blocks, a
+    // one-element output and the zeroed workspace counted in the working set.
+    let outcome = fake_outcome("auto/total_sum.hf", 1000037);
+    let o = &outcome;
+    assert_eq!(o["status"], "fake", "{o}");
+    assert_eq!(o["compile"]["kernel"], "total_sum_kernel");
+    // ceil(1000037 / (4 * 256 * 4)) = 245 steps of one block each.
+    assert_eq!(o["compile"]["launch"]["grid"], json!([245, 1, 1]), "{o}");
+    // x, t (4 bytes) and the workspace (a counter and 65536 partials of 8 bytes).
+    let working_set = o["compile"]["working_set_bytes"].as_u64().unwrap();
+    assert_eq!(working_set, 4 * 1000037 + 4 + 8 * (1 + 65536), "{o}");
+}
+
+#[test]
+fn per_tensor_quantization_runs_as_two_kernels_through_the_fake_worker() {
+    // The amax kernel (a grid reduction into the scalar `amax`, an output the second kernel
+    // reads) and the quantizing kernel.
+    let outcome = fake_outcome("ops/quantize_fp8_tensor.hf", 1000037);
+    let o = &outcome;
+    assert_eq!(o["status"], "fake", "{o}");
+    // x (bf16), amax once for both kernels, q (e4m3) and the first kernel's workspace.
+    let working_set = o["compile"]["working_set_bytes"].as_u64().unwrap();
+    assert_eq!(
+        working_set,
+        2 * 1000037 + 4 + 1000037 + 8 * (1 + 65536),
+        "{o}"
+    );
+}
+
 #[test]
 fn the_fake_behaviours_hook_only_in_fake_mode() {
     let out = Command::new(env!("CARGO_BIN_EXE_hopfuse"))

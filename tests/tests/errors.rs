@@ -111,9 +111,16 @@ fn inlining_past_a_reduction_axis() {
 }
 
 #[test]
-fn grid_reduction_is_rejected() {
+fn a_grid_reduction_that_keeps_an_axis_is_rejected() {
+    // A reduction over blocks reduces every axis (a scalar); rows split across blocks are not
+    // taken.
     let src = "fusion f {\n  input x: f32[M, N]\n  s = sum(x, axis=1)\n  output s\n}\nschedule {\n  s.parallelize(1, BIDy)\n}\n";
-    assert!(err(src).contains("grid reductions"));
+    let e = err(src);
+    assert!(
+        e.contains("`s` is reduced across blocks")
+            && e.contains("a grid reduction reduces every axis"),
+        "{e}"
+    );
 }
 
 #[test]

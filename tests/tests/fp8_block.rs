@@ -569,14 +569,17 @@ fn a_quantized_output_is_scaled_and_cast_to_e4m3_in_the_epilogue() {
 }
 
 #[test]
-fn the_amax_of_a_quantized_output_is_refused_as_a_scalar_output() {
-    // The amax over all axes is a grid-wide reduction into a scalar output: not built (no
-    // scalar outputs, no atomics), so it is an error at the output.
+fn the_amax_of_a_quantized_product_in_its_kernel_is_refused_at_the_amax() {
+    // The amax over all axes is a scalar output, but in the product's kernel its reduction
+    // axes are the tile loops the product binds to blocks: `propagate` does not bind a
+    // consumer's blocks onto a reduction's axes (that would be an unasked-for grid reduction
+    // inside a tensor-core kernel, not built), so it is an error located at the amax. The
+    // elementwise per-tensor amax is examples/ops/quantize_fp8_tensor.hf (segmented).
     let e = error(&quantized_output(
         "  amax = max(abs(s), axis=[0, 1])\n  output amax\n",
     ));
     assert!(
-        e.contains("error: `amax` is a scalar: an output needs at least one axis"),
+        e.contains("error: `amax` shares loop `m_o` with a tensor that parallelizes it as BIDy"),
         "{e}"
     );
 }

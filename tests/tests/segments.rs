@@ -49,7 +49,13 @@ fn exactly_the_segmentation_examples_are_split_and_each_kernel_is_scheduled() {
     }
     assert_eq!(
         split_ids,
-        ["auto/col_norm", "auto/product_softmax", "auto/row_col_sums"]
+        [
+            "auto/col_norm",
+            "auto/normalize_by_total",
+            "auto/product_softmax",
+            "auto/row_col_sums",
+            "ops/quantize_fp8_tensor"
+        ]
     );
 }
 

@@ -4,7 +4,8 @@
 //! the row), outer reduction (columns reduced along the outer axis), normalization (a row's
 //! reductions broadcast back over the same row, so the row is a persistent buffer: softmax,
 //! RMSNorm, LayerNorm, cross-entropy) and matrix product (a sum of broadcast products, scaled
-//! or not, as [`crate::fusion::matmul::detect_scaled`] recognises it). Attention (a product over a softmax's axis,
+//! or not, as [`crate::fusion::matmul::detect_scaled`] recognises it), and full reduction
+//! (every output a reduction of all of its input's elements: a grid reduction). Attention (a product over a softmax's axis,
 //! as [`crate::fusion::online_softmax::find`] recognises it) is named as such in the reason.
 //!
 //! Takes the unscheduled fusion; answers a [`Class`] or, for a fusion no scheduler takes, the
@@ -43,6 +44,13 @@ pub enum Class {
     /// A matrix product, with the dequantization scales its f32 sum is multiplied by before
     /// the cast (none for a plain product).
     MatrixProduct(MatmulShape, Vec<Scale>),
+    /// Every output a scalar, each the reduction of every element of a tensor shaped as
+    /// `input` (sum, max, amax = max(abs(x)), ...), nothing reading them back: `reduction` is
+    /// the last of them.
+    FullReduction {
+        reduction: TensorId,
+        input: TensorId,
+    },
 }
 
 impl Class {
@@ -54,6 +62,7 @@ impl Class {
             Class::OuterReduction { .. } => "outer reduction",
             Class::Normalization { .. } => "normalization",
             Class::MatrixProduct(..) => "matrix product",
+            Class::FullReduction { .. } => "full reduction",
         }
     }
 }
@@ -86,8 +95,10 @@ pub fn classify(f: &Fusion) -> Result<Class, String> {
     else {
         return Err("the fusion has no output".into());
     };
-    // Every reduction: (its output, its input, the reduced position of the input).
+    // Every reduction: (its output, its input, the reduced position of the input); those of
+    // every element apart.
     let mut reductions = Vec::new();
+    let mut full = Vec::new();
     for e in &f.exprs {
         let Op::Reduce { axes, .. } = &e.op else {
             continue;
@@ -95,6 +106,10 @@ pub fn classify(f: &Fusion) -> Result<Class, String> {
         let Some(input) = e.input_tensors().next() else {
             continue;
         };
+        if f.rank(e.output) == 0 && f.rank(input) > 0 {
+            full.push((e.output, input));
+            continue;
+        }
         let [axis] = axes[..] else {
             return Err(format!(
                 "`{}` reduces several axes at once; the automatic schedulers take one reduced axis",
@@ -114,6 +129,9 @@ pub fn classify(f: &Fusion) -> Result<Class, String> {
         }
         reductions.push((e.output, input, axis));
     }
+    if let Some(&(first, input)) = full.first() {
+        return full_reduction(f, &full, &reductions, first, input);
+    }
     if reductions.is_empty() {
         if f.rank(reference) == 0 {
             return Err("every output is a scalar; there is nothing to parallelize".into());
@@ -131,7 +149,7 @@ pub fn classify(f: &Fusion) -> Result<Class, String> {
     let rank = f.rank(first_in);
     if rank != 2 {
         return Err(format!(
-            "`{}` reduces a rank-{rank} tensor; the automatic reduction schedulers take rank-2 rows and columns (a full reduction needs a grid reduction, which hopfuse has not yet)",
+            "`{}` reduces a rank-{rank} tensor; the automatic reduction schedulers take rank-2 rows and columns, or every axis at once",
             f.tensors[first_out].name
         ));
     }
@@ -173,6 +191,55 @@ pub fn classify(f: &Fusion) -> Result<Class, String> {
         Class::InnerReduction { reduction, input }
     } else {
         Class::OuterReduction { reduction, input }
+    })
+}
+
+/// The class of a fusion with reductions of every element (`full`, (output, input) each):
+/// a full reduction when they are all there is to schedule.
+fn full_reduction(
+    f: &Fusion,
+    full: &[(TensorId, TensorId)],
+    others: &[(TensorId, TensorId, usize)],
+    first: TensorId,
+    input: TensorId,
+) -> Result<Class, String> {
+    let name = |t: TensorId| &f.tensors[t].name;
+    if let Some(&(other, ..)) = others.first() {
+        return Err(format!(
+            "`{}` reduces every element (a grid reduction) and `{}` reduces rows or columns; one kernel with one schedule does one of them",
+            name(first),
+            name(other)
+        ));
+    }
+    let classes =
+        |t: TensorId| -> Vec<IterId> { f.logical(t).iter().map(|&a| f.class_of(a)).collect() };
+    for &(t, i) in &full[1..] {
+        if classes(i) != classes(input) {
+            return Err(format!(
+                "`{}` and `{}` reduce tensors of different shapes; one grid covers one shape",
+                name(first),
+                name(t)
+            ));
+        }
+    }
+    // A grid reduction's value is complete only when the last block finishes.
+    for &(t, _) in full {
+        if f.exprs.iter().any(|e| e.input_tensors().any(|i| i == t)) {
+            return Err(format!(
+                "`{}`, a reduction of every element, is read again in the fusion, but it is complete only when every block of its grid has finished (a grid reduction): it needs a kernel of its own",
+                name(t)
+            ));
+        }
+    }
+    if let Some(&out) = f.outputs.iter().find(|&&o| f.rank(o) > 0) {
+        return Err(format!(
+            "`{}` is an output with axes next to the reductions of every element; a grid reduction's kernel writes scalars only",
+            name(out)
+        ));
+    }
+    Ok(Class::FullReduction {
+        reduction: full[full.len() - 1].0,
+        input,
     })
 }
 

@@ -6,7 +6,7 @@
 //! ([`Sizes`]: the run's, else the program's first `// bench:` line, else symbolic-safe
 //! defaults). [`classify::classify`] names the fusion's class; one scheduler per class
 //! ([`pointwise`], [`transpose`], [`reduction`] for inner and outer reductions,
-//! [`normalization`], [`product`])
+//! [`normalization`], [`product`], [`full_reduction`] for reductions of every element)
 //! decides the parameters (vector width, threads, rows per block, unrolling, where a persistent
 //! row lives) and writes the statements. Guarantees: [`choose`] never panics and is cheap (a
 //! few walks over the fusion, no lowering); a fusion no scheduler takes gets a [`Declined`]
@@ -15,6 +15,7 @@
 //! one-sentence reason with the decided parameters (what the launch plan records).
 
 pub mod classify;
+pub mod full_reduction;
 pub mod normalization;
 pub mod pointwise;
 pub mod product;
@@ -47,6 +48,7 @@ pub enum Scheduler {
     OuterReduction,
     Normalization,
     MatrixProduct,
+    FullReduction,
 }
 
 impl Scheduler {
@@ -58,6 +60,7 @@ impl Scheduler {
             Scheduler::OuterReduction => "outer reduction",
             Scheduler::Normalization => "normalization",
             Scheduler::MatrixProduct => "matrix product",
+            Scheduler::FullReduction => "full reduction",
         }
     }
 }
@@ -212,6 +215,9 @@ pub fn choose_with(
             normalization::schedule(&facts, *reference, *row)
         }
         Class::MatrixProduct(shape, scales) => product::schedule(&facts, shape, scales),
+        Class::FullReduction { reduction, input } => {
+            full_reduction::schedule(&facts, *reduction, *input)
+        }
     };
     chosen.map_err(|reason| Declined {
         class: Some(class.name()),

@@ -232,3 +232,48 @@ fn products_reuse_the_hand_schedules_with_the_fusions_names() {
     let decode = choose(&f, &sized(&[("M", 64), ("N", 4096), ("K", 4096)])).unwrap();
     assert!(decode.text.contains("circular_buffer(8"), "{}", decode.text);
 }
+
+#[test]
+fn reductions_of_every_element_are_full_reductions_sized_to_a_wave() {
+    let x = "input x: bf16[M, N]\n";
+    assert_eq!(
+        class_name(&format!(
+            "{x}t = sum(cast(x, f32), axis=[0, 1])\nm = max(abs(x), axis=[0, 1])\noutput t\noutput m"
+        )),
+        Ok("full reduction")
+    );
+    // Read again in the same fusion: a kernel of its own first (segmentation splits it).
+    let read = class_name(&format!(
+        "{x}t = sum(cast(x, f32), axis=[0, 1])\ny = cast(x, f32) / broadcast(t, axis=[0, 1])\noutput y"
+    ))
+    .unwrap_err();
+    assert!(
+        read.contains("`t`, a reduction of every element, is read again"),
+        "{read}"
+    );
+    // Next to a row reduction: two kernels.
+    let mixed = class_name(&format!(
+        "{x}t = sum(cast(x, f32), axis=[0, 1])\nr = sum(cast(x, f32), axis=1)\noutput t\noutput r"
+    ))
+    .unwrap_err();
+    assert!(mixed.contains("reduces rows or columns"), "{mixed}");
+
+    let f = fusion("input x: f32[N]\nt = sum(x, axis=0)\noutput t");
+    // 2^24 floats: 4-element vectors, 256 threads, 4 per step: 4096 steps over about one wave
+    // (132 SMs x 8 blocks of 256 threads) of blocks.
+    let big = choose(&f, &sized(&[("N", 1 << 24)])).unwrap();
+    assert_eq!(big.scheduler, Scheduler::FullReduction);
+    assert!(big.text.contains("t.parallelize(0, BIDx)"), "{}", big.text);
+    assert!(
+        big.reason.contains("over 1024 blocks") && big.reason.contains("4 steps per block"),
+        "{}",
+        big.reason
+    );
+    // A small vector: one step per block, as many blocks as steps.
+    let small = choose(&f, &sized(&[("N", 100_000)])).unwrap();
+    assert!(
+        small.reason.contains("over 25 blocks") && small.reason.contains("1 step per block"),
+        "{}",
+        small.reason
+    );
+}

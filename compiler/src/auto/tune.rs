@@ -172,6 +172,17 @@ fn space(class: &Class) -> Vec<Knobs> {
                 });
             }
         }
+        Class::FullReduction { .. } => {
+            for threads in [256, 512, 128] {
+                for per_thread in [4, 2, 8] {
+                    out.push(Knobs {
+                        threads: Some(threads),
+                        per_thread: Some(per_thread),
+                        ..Knobs::default()
+                    });
+                }
+            }
+        }
         Class::OuterReduction { .. } => {
             for threads in [32, 16, 8, 4] {
                 for per_thread in [4, 2, 8] {

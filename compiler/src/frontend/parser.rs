@@ -310,45 +310,50 @@ impl Parser<'_> {
                         Some(ty_span),
                     )
                 })?;
-                let dims = if self.is_punct('[') {
-                    let open = self.bump().span;
-                    let mut dims = Vec::new();
-                    loop {
-                        match self.peek().clone() {
-                            Tok::Ident(s) => {
-                                self.bump();
-                                dims.push(Dim::Sym(s));
-                            }
-                            Tok::Int(i) => {
-                                let sp = self.bump().span;
-                                if i < 1 {
-                                    return Err(Diagnostic::new(
-                                        "a constant extent must be at least 1",
-                                        Some(sp),
-                                    ));
+                let dims =
+                    if self.is_punct('[') {
+                        let open = self.bump().span;
+                        let mut dims = Vec::new();
+                        // `f32[]`: a 0-d tensor in global memory (a kernel's scalar result read
+                        // by the next kernel), not a value passed at launch.
+                        if self.is_punct(']') {
+                            self.bump();
+                        } else {
+                            loop {
+                                match self.peek().clone() {
+                                    Tok::Ident(s) => {
+                                        self.bump();
+                                        dims.push(Dim::Sym(s));
+                                    }
+                                    Tok::Int(i) => {
+                                        let sp = self.bump().span;
+                                        if i < 1 {
+                                            return Err(Diagnostic::new(
+                                                "a constant extent must be at least 1",
+                                                Some(sp),
+                                            ));
+                                        }
+                                        dims.push(Dim::Const(i));
+                                    }
+                                    _ => return self.err(
+                                        "an extent (a size symbol like `N` or a positive integer)",
+                                    ),
                                 }
-                                dims.push(Dim::Const(i));
-                            }
-                            _ => {
-                                return self.err(
-                                    "an extent (a size symbol like `N` or a positive integer)",
-                                )
+                                if self.close_or_comma(open, ']')? {
+                                    break;
+                                }
                             }
                         }
-                        if self.close_or_comma(open, ']')? {
-                            break;
+                        if dims.len() > 8 {
+                            return Err(Diagnostic::new(
+                                "a tensor has at most 8 dimensions",
+                                Some(ty_span),
+                            ));
                         }
-                    }
-                    if dims.len() > 8 {
-                        return Err(Diagnostic::new(
-                            "a tensor has at most 8 dimensions",
-                            Some(ty_span),
-                        ));
-                    }
-                    Some(dims)
-                } else {
-                    None
-                };
+                        Some(dims)
+                    } else {
+                        None
+                    };
                 let value = if self.is_punct('=') {
                     let eq = self.bump().span;
                     if dims.is_some() {

@@ -166,6 +166,7 @@ impl Builder {
             self.f.tensors[t].value = Some(scalar_value(v, dtype)?);
         }
         self.f.tensors[t].is_input = true;
+        self.f.tensors[t].in_memory = dims.is_some_and(|d| d.is_empty());
         self.f.inputs.push(t);
         Ok(())
     }
@@ -256,12 +257,6 @@ impl Builder {
         if self.f.tensors[t].is_output {
             return Err(Diagnostic::new(
                 format!("`{name}` is already an output"),
-                Some(loc),
-            ));
-        }
-        if self.f.rank(t) == 0 {
-            return Err(Diagnostic::new(
-                format!("`{name}` is a scalar: an output needs at least one axis"),
                 Some(loc),
             ));
         }

@@ -413,6 +413,10 @@ pub struct Tensor {
     /// A scalar input's value at launch (`input eps: f32 = 1e-6`); None: the runner draws one
     /// like any input's.
     pub value: Option<f64>,
+    /// A 0-d input written with empty extents (`input t: f32[]`): one element in global
+    /// memory, passed as a pointer (a scalar a previous kernel wrote: a segment's
+    /// intermediate), where a scalar input without extents is a value passed at launch.
+    pub in_memory: bool,
     /// The call this tensor is the result of when the builder wrote it as several ops
     /// (`mean(x, axis=1)`): what the torch twin writes instead of those ops.
     pub composite: Option<Composite>,
@@ -662,6 +666,13 @@ impl Fusion {
             .copied()
             .filter(|&i| self.ids[i].kind != IterKind::Reduction)
             .collect()
+    }
+
+    /// Whether `t` is a scalar input passed by value at launch (a rank-0 input not written
+    /// `f32[]`, which is one element in global memory).
+    pub fn is_scalar_param(&self, t: TensorId) -> bool {
+        let tensor = &self.tensors[t];
+        tensor.is_input && !tensor.in_memory && self.rank(t) == 0
     }
 
     /// The number of logical axes (counted, not collected: asked for every operand).

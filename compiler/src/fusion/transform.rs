@@ -176,7 +176,12 @@ pub(crate) fn replay_along(
                         ParallelType::Serial | ParallelType::Mma | ParallelType::Unroll
                     )
             });
-            let grid_reduction = p.is_block() && f.ids[u].kind == IterKind::Reduction;
+            // A block binding reaches a reduction axis only from a reduction axis (a sibling
+            // of a grid reduction): from a consumer's iteration axis it would make an
+            // unintended grid reduction.
+            let grid_reduction = p.is_block()
+                && f.ids[u].kind == IterKind::Reduction
+                && f.ids[r].kind != IterKind::Reduction;
             if !clash && !grid_reduction {
                 f.ids[u].parallel = p;
             }
@@ -472,6 +477,7 @@ pub(crate) fn push_tensor(
         swizzle: 0,
         row_pad: 0,
         value: None,
+        in_memory: false,
         composite: None,
         copy_of: None,
         written: None,

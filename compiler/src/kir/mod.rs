@@ -2,7 +2,7 @@
 //! buffers, with index arithmetic as [`Val`] trees. Every pass takes and returns a [`Kernel`];
 //! [`Kernel::print`] is the dump the playground shows after each pass.
 //!
-//! Statements ([`Stmt`]): `Loop`, `If`, `Alloc`, `Compute`, `BlockReduce`, `BlockWelford`, `Let`, and the
+//! Statements ([`Stmt`]): `Loop`, `If`, `Alloc`, `Compute`, `BlockReduce`, `BlockWelford`, `GridReduce`, `Let`, and the
 //! barriers `Sync`, `GroupSync`, `Turn`, `ClusterSync`; the Hopper ones: mbarriers (`MbarInit`,
 //! `MbarInval`, `MbarArriveExpectTx`, `MbarExpectTx`, `MbarWait`, `MbarArrive` per warp or per
 //! thread), TMA (`TmaLoad`, `TmaStore`, `BulkCommit`, `BulkWaitRead`, `FenceProxyAsync`), tensor
@@ -160,6 +160,11 @@ pub enum Stmt {
         dtype: DType,
         dims: [bool; 3],
     },
+    /// A reduction across the blocks of the grid (a reduction axis bound to `blockIdx`):
+    /// every thread of every block reaches it with the block's value in `acc` (after a
+    /// [`Stmt::BlockReduce`]); afterwards `last` is true in the one block that finished last,
+    /// and there every thread's `acc` holds the grid's value. See [`GridReduce`].
+    GridReduce(GridReduce),
     /// Every thread of a quad (four consecutive lanes: the threads that hold one row of a
     /// tensor-core accumulator fragment) gets the reduction of its four `acc` values: two
     /// butterfly shuffles (`__shfl_xor_sync` by 1, then 2). Warp-collective: every lane reaches it.
@@ -289,6 +294,23 @@ pub enum Stmt {
     /// warps run `consumer`. Register counts move with `setmaxnreg` at the start of each branch;
     /// block barriers inside `consumer` are named barriers over its `consumer_threads`.
     WarpRoles(WarpRoles),
+}
+
+/// A grid reduction ([`Stmt::GridReduce`]), the deterministic two-stage scheme of nvFuser's
+/// grid reductions: thread 0 of each block stores the block's value in the block's slot of
+/// partial array `slot` of the kernel's grid workspace and takes a ticket from that array's
+/// counter (after a fence); the block that takes the last ticket combines every slot in block
+/// order (so the value does not depend on which block finished when), and resets the counter,
+/// so the workspace is zero again for the next launch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GridReduce {
+    pub acc: Access,
+    pub op: ReduceOp,
+    pub dtype: DType,
+    /// The partial array and counter of the workspace (one per grid reduction of the kernel).
+    pub slot: usize,
+    /// The block-uniform flag the statement declares: this block finished last.
+    pub last: String,
 }
 
 /// Warp specialization ([`Stmt::WarpRoles`]): producer warps (a warp-uniform condition) run
@@ -713,6 +735,7 @@ impl Stmt {
                     map_access(a, f);
                 }
             }
+            Stmt::GridReduce(g) => map_access(&mut g.acc, f),
             Stmt::Let { value, .. } => *value = f(value),
             Stmt::MbarArriveExpectTx { slot, .. }
             | Stmt::MbarExpectTx { slot, .. }

@@ -10,6 +10,7 @@
 //!
 //! One field is derived rather than read: a name in an index expression is a loop variable
 //! ([`Val::Var`]) when the kernel binds it somewhere (a loop or a flat loop's digit, a `let`, a
+//! grid reduction's `last` flag, a
 //! hardware or persistent binding, a stream-K variable) and a size symbol ([`Val::Size`])
 //! otherwise; the pass context never hands out a variable named like a size symbol.
 
@@ -857,6 +858,8 @@ impl<'a> Parser<'a> {
             self.block_reduce(&mut c)?
         } else if c.eat("quad_") {
             self.quad_reduce(&mut c)?
+        } else if c.eat("grid_") {
+            self.grid_reduce(&mut c)?
         } else if c.eat("group_barrier(") {
             // `group_barrier(TIDy, TIDz, 256 threads)`: the dims, then the count.
             let mut dims = Vec::new();
@@ -1087,6 +1090,24 @@ impl<'a> Parser<'a> {
         let op = reduce_op(c, name)?;
         let (acc, dtype) = self.reduced_value(c)?;
         Ok(Stmt::QuadReduce { acc, op, dtype })
+    }
+
+    /// `grid_sum(t_acc) -> t_last, slot 0`, optionally ` in f32` after the accumulator.
+    fn grid_reduce(&mut self, c: &mut Cursor) -> Result<Stmt> {
+        let name = c.ident()?;
+        let op = reduce_op(c, name)?;
+        let (acc, dtype) = self.reduced_value(c)?;
+        c.expect(" -> ")?;
+        let last = c.ident()?.to_string();
+        c.expect(", slot ")?;
+        let slot = usize::try_from(c.int()?).map_err(|_| c.error("a slot is not negative"))?;
+        Ok(Stmt::GridReduce(crate::kir::GridReduce {
+            acc,
+            op,
+            dtype,
+            slot,
+            last,
+        }))
     }
 
     /// `(acc)`, optionally ` in <type>` (the type the reduction combines in, when it is not
@@ -1572,7 +1593,7 @@ fn resolve_sizes(k: &mut Kernel) {
             bound.insert(l.var.clone());
             bound.extend(l.digits.iter().map(|d| d.var.clone()));
         }
-        Stmt::Let { var, .. } => {
+        Stmt::Let { var, .. } | Stmt::GridReduce(crate::kir::GridReduce { last: var, .. }) => {
             bound.insert(var.clone());
         }
         Stmt::Compute(Compute {

@@ -548,9 +548,10 @@ fn print_head(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
         }
         Stmt::Alloc(b) => print_alloc(k, *b, ind, s),
         Stmt::Compute(c) => print_compute(k, c, ind, s),
-        Stmt::BlockReduce { .. } | Stmt::BlockWelford { .. } | Stmt::QuadReduce { .. } => {
-            print_reduction(k, st, ind, s)
-        }
+        Stmt::BlockReduce { .. }
+        | Stmt::BlockWelford { .. }
+        | Stmt::QuadReduce { .. }
+        | Stmt::GridReduce(_) => print_reduction(k, st, ind, s),
         Stmt::Sync | Stmt::GroupSync { .. } | Stmt::Turn { .. } | Stmt::ClusterSync => {
             print_barrier(st, ind, s)
         }
@@ -620,7 +621,7 @@ fn print_head(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
     }
 }
 
-/// A block or quad reduction (`block_sum_over_x(acc[...]) in f32`) or a block Welford combine.
+/// A block, quad or grid reduction (`block_sum_over_x(acc[...]) in f32`) or a block Welford combine.
 fn print_reduction(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
     match st {
         Stmt::BlockReduce {
@@ -662,6 +663,13 @@ fn print_reduction(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
                 let _ = write!(s, " in {dtype}");
             }
             s.push('\n');
+        }
+        Stmt::GridReduce(g) => {
+            let _ = write!(s, "{ind}grid_{}({})", g.op.name(), access_text(k, &g.acc));
+            if g.dtype != k.buffers[g.acc.buffer].dtype {
+                let _ = write!(s, " in {}", g.dtype);
+            }
+            let _ = writeln!(s, " -> {}, slot {}", g.last, g.slot);
         }
         _ => unreachable!("print_reduction prints its own statements"),
     }

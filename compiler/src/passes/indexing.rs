@@ -18,7 +18,7 @@
 use super::context::{Change, Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterId, IterKind, IterOrigin, MemoryType, ParallelType, TensorId};
-use crate::kir::{Access, Data, Kernel, Stmt, Val};
+use crate::kir::{Access, Data, GridReduce, Kernel, Stmt, Val};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
@@ -169,7 +169,9 @@ fn walk(
                 let maps = view_roots(cx, c.expr, &roots)?;
                 index_compute(cx, &env, buffers, consumer, &roots, maps.as_deref(), c)?;
             }
-            Stmt::BlockReduce { acc, .. } => index_registers(cx, env, buffers, [acc])?,
+            Stmt::BlockReduce { acc, .. } | Stmt::GridReduce(GridReduce { acc, .. }) => {
+                index_registers(cx, env, buffers, [acc])?
+            }
             Stmt::BlockWelford {
                 mean, m2, count, ..
             } => index_registers(cx, env, buffers, [mean, m2, count])?,

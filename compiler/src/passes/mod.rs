@@ -23,6 +23,7 @@
 
 pub mod allocation;
 pub mod context;
+pub mod grid;
 pub mod indexing;
 pub mod loop_nest;
 pub mod mma;

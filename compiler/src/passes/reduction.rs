@@ -5,7 +5,9 @@
 //! initialised to the identity right before the first reduction loop; when reduction axes are
 //! bound to thread dims, a `BlockReduce` after the loops (outside every predicate, so every
 //! thread of the block reaches it) leaves the result in every thread; a `ReductionWrite` then
-//! stores it to the tensor. Reduction axes bound to block dims were rejected by the schedule.
+//! stores it to the tensor. A reduction with axes bound to block dims (a grid reduction, checked
+//! and built by [`super::grid`]) combines the blocks' values with a `GridReduce` before the
+//! write, which only the last block to finish runs.
 //! Returns the tensor of each accumulator ([`Accumulators`], for `online_softmax`,
 //! `allocation` and `mma`).
 
@@ -55,9 +57,12 @@ struct Lowered {
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(Accumulators, Change), Diagnostic> {
     let f = cx.fusion;
+    super::grid::check(cx)?;
+    let grid = super::grid::reductions(f);
     let mut lowered: Vec<Lowered> = Vec::new();
     for e in f.expr_ids() {
-        lowered.extend(lower(cx, k, e));
+        let grid_slot = grid.iter().position(|&g| g == e);
+        lowered.extend(lower(cx, k, e, grid_slot));
     }
     if lowered.is_empty() {
         return Ok((Accumulators::default(), Change::Unchanged));
@@ -107,8 +112,9 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(Accumulators, Change), Diagn
 
 /// The statements around reduction `e` (None when `e` is no reduction over a loop axis): its
 /// accumulator (a new buffer of `k`) and its init before the reduction loops, the cross-thread
-/// reduction and the write after them.
-fn lower(cx: &mut Ctx, k: &mut Kernel, e: ExprId) -> Option<Lowered> {
+/// reduction and the write after them (`grid_slot`: its workspace slot when it is a grid
+/// reduction).
+fn lower(cx: &mut Ctx, k: &mut Kernel, e: ExprId, grid_slot: Option<usize>) -> Option<Lowered> {
     let f = cx.fusion;
     let expr = &f.exprs[e];
     let Op::Reduce { op, .. } = expr.op else {
@@ -171,19 +177,23 @@ fn lower(cx: &mut Ctx, k: &mut Kernel, e: ExprId) -> Option<Lowered> {
             }],
         ));
     }
-    tail.extend(loops_over(
-        cx,
-        vec![Stmt::Compute(Compute {
-            expr: e,
-            out: Access {
-                buffer: out_buf,
-                index: None,
-            },
-            value: Data::Read(acc_access.clone()),
-            role: ComputeRole::ReductionWrite,
-            vector: None,
-        })],
-    ));
+    let write = Stmt::Compute(Compute {
+        expr: e,
+        out: Access {
+            buffer: out_buf,
+            index: None,
+        },
+        value: Data::Read(acc_access.clone()),
+        role: ComputeRole::ReductionWrite,
+        vector: None,
+    });
+    // A grid reduction's tensor is a scalar (`grid::check`): no accumulator loops.
+    tail.extend(match grid_slot {
+        Some(slot) => {
+            super::grid::tail(f, &tensor.name, acc_access.clone(), op, dtype, slot, write)
+        }
+        None => loops_over(cx, vec![write]),
+    });
     Some(Lowered {
         expr: e,
         first_key,

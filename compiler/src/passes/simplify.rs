@@ -60,9 +60,9 @@ fn block(body: &mut Vec<Stmt>, ext: &mut HashMap<String, Val>, changed: &mut boo
                 access(&mut c.out, ext, changed);
                 data(&mut c.value, ext, changed);
             }
-            Stmt::BlockReduce { acc, .. } | Stmt::QuadReduce { acc, .. } => {
-                access(acc, ext, changed)
-            }
+            Stmt::BlockReduce { acc, .. }
+            | Stmt::QuadReduce { acc, .. }
+            | Stmt::GridReduce(crate::kir::GridReduce { acc, .. }) => access(acc, ext, changed),
             Stmt::BlockWelford {
                 mean, m2, count, ..
             } => {

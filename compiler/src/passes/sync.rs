@@ -319,7 +319,7 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
                 closed = ends(&then) && ends(&els);
                 Stmt::If { cond, then, els }
             }
-            Stmt::BlockReduce { .. } | Stmt::BlockWelford { .. } => {
+            Stmt::BlockReduce { .. } | Stmt::BlockWelford { .. } | Stmt::GridReduce(_) => {
                 pending_w.clear();
                 pending_r.clear();
                 s

@@ -103,17 +103,44 @@ fn a_fusion_a_scheduler_takes_whole_or_with_a_schedule_is_not_split() {
 }
 
 #[test]
-fn a_statement_no_scheduler_takes_alone_declines_with_its_reason() {
-    let source = "fusion f {\n  input x: f32[M, N]\n  t = sum(x, axis=[0, 1])\n  y = x / broadcast(t, axis=[0, 1])\n  output y\n}\n";
-    match decide(source, None).unwrap() {
-        Decision::Declined(Declined(why)) => assert!(
-            // A rank-0 statistic cannot even be a kernel's output (nor need a grid reduction
-            // written for it): the split stops there.
-            why == "no scheduler takes `t` on its own (`t` is a scalar: an output needs at least one axis)",
-            "{why}"
+fn a_statistic_of_every_element_is_a_grid_reduction_then_a_pointwise_kernel() {
+    let s = split_of(&example("normalize_by_total"));
+    let schedulers: Vec<_> = s.segments.iter().map(|g| g.scheduler.as_str()).collect();
+    assert_eq!(schedulers, ["full reduction", "pointwise"]);
+    assert_eq!(s.segments[0].writes, ["y_sum"]);
+    assert_eq!(s.segments[1].reads, ["x", "y_sum"]);
+    assert!(
+        s.segments[0].reason.starts_with(
+            "ends before `y`: with it, `y_sum`, a reduction of every element, is read again"
         ),
-        other => panic!("expected a decline, got {other:?}"),
-    }
+        "{}",
+        s.segments[0].reason
+    );
+    // A scalar intermediate: one element in global memory, declared `f32[]` (a pointer, not a
+    // value passed at launch).
+    let t = &s.intermediates[0];
+    assert_eq!((t.name.as_str(), t.dtype), ("y_sum", DType::F32));
+    assert!(t.shape.is_empty());
+    assert_eq!(t.bytes().to_string(), "4");
+    assert!(
+        s.segments[1].source.contains("input y_sum: f32[]"),
+        "{}",
+        s.segments[1].source
+    );
+    // The rank-1 form, and per-tensor quantization with its amax as a second output.
+    let source = "fusion f {\n  input x: f32[N]\n  y = x / broadcast(sum(x, axis=0), axis=0)\n  output y\n}\n";
+    let s = split_of(source);
+    let schedulers: Vec<_> = s.segments.iter().map(|g| g.scheduler.as_str()).collect();
+    assert_eq!(schedulers, ["full reduction", "pointwise"]);
+    let path = format!(
+        "{}/../examples/ops/quantize_fp8_tensor.hf",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let s = split_of(&std::fs::read_to_string(path).unwrap());
+    let schedulers: Vec<_> = s.segments.iter().map(|g| g.scheduler.as_str()).collect();
+    assert_eq!(schedulers, ["full reduction", "pointwise"]);
+    assert_eq!(s.segments[0].writes, ["amax"]);
+    assert_eq!(s.segments[1].writes, ["q"]);
 }
 
 #[test]
@@ -154,4 +181,30 @@ fn every_independent_syntax_error_is_reported_not_only_the_first() {
     };
     let at: Vec<_> = errors.0.iter().map(|d| (d.line, d.column)).collect();
     assert_eq!(at, [(3, 10), (4, 13), (8, 13)]);
+}
+
+#[test]
+fn a_zero_d_input_with_empty_extents_is_one_element_read_through_a_pointer() {
+    // What a later segment declares for a scalar intermediate: a tensor parameter of shape
+    // [] (one element in global memory), where `input s: f32` is a value passed at launch.
+    let source = "fusion f {\n  input x: f32[N]\n  input s: f32[]\n  y = x / broadcast(s, axis=0)\n  output y\n}\n";
+    let c = crate::compile(source, &crate::CompileOptions::default()).unwrap();
+    assert!(
+        c.plan.params.iter().any(|p| matches!(
+            p,
+            crate::plan::Param::Tensor { name, role: crate::plan::TensorRole::Input, shape, .. }
+                if name == "s" && shape.is_empty()
+        )),
+        "{:?}",
+        c.plan.params
+    );
+    assert!(
+        c.cuda.contains("const float* __restrict__ s,"),
+        "{}",
+        c.cuda
+    );
+    assert!(c.cuda.contains("s[0]"), "{}", c.cuda);
+    // The printer writes it back as it was written.
+    let program = crate::frontend::parse(source).unwrap();
+    assert!(crate::frontend::print(&program).contains("input s: f32[]"));
 }

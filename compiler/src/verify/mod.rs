@@ -445,6 +445,12 @@ impl<'k> Walk<'k> {
                 }
                 self.block_barrier(ctx, "a block Welford reduction");
             }
+            Stmt::GridReduce(g) => {
+                self.access(&g.acc, ctx);
+                self.block_barrier(ctx, "a grid reduction");
+                // The flag is the same in every thread of a block.
+                self.vars.push((g.last.clone(), Uniformity::Block));
+            }
             Stmt::QuadReduce { acc, .. } => {
                 self.access(acc, ctx);
                 self.memory_is(
@@ -903,6 +909,7 @@ fn ids_valid(k: &Kernel, st: &Stmt) -> bool {
         Stmt::BlockWelford {
             mean, m2, count, ..
         } => buffer(mean) && buffer(m2) && buffer(count),
+        Stmt::GridReduce(g) => buffer(&g.acc),
         Stmt::MbarInit { bars: b }
         | Stmt::MbarInval { bars: b }
         | Stmt::MbarArriveExpectTx { bars: b, .. }

@@ -139,7 +139,8 @@ impl Walk<'_, '_> {
             Stmt::Sync
             | Stmt::GroupSync { .. }
             | Stmt::BlockReduce { .. }
-            | Stmt::BlockWelford { .. } => s.waited.clear(),
+            | Stmt::BlockWelford { .. }
+            | Stmt::GridReduce(_) => s.waited.clear(),
             Stmt::Compute(c) => write(self.out, c.out.buffer),
             Stmt::StMatrix { dst, .. } => write(self.out, dst.buffer),
             Stmt::TmaLoad(t) => write(self.out, t.dst.buffer),

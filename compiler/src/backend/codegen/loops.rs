@@ -135,6 +135,7 @@ fn indexes_local(k: &Kernel, body: &[Stmt], var: &str) -> bool {
         Stmt::BlockWelford {
             mean, m2, count, ..
         } => [mean, m2, count].iter().any(|a| access(k, a, var)),
+        Stmt::GridReduce(g) => access(k, &g.acc, var),
         _ => false,
     })
 }

@@ -20,6 +20,7 @@
 
 pub mod clock_probe;
 mod expr;
+mod grid;
 pub mod lines;
 mod loops;
 pub mod prelude;
@@ -203,7 +204,7 @@ fn kernel_params(f: &Fusion, k: &Kernel) -> (Vec<Param>, Vec<String>) {
             decls.push(format!("{c}{}*{restrict} {}", storage(buf.dtype), buf.name));
         };
     for &t in &f.inputs {
-        if f.rank(t) == 0 {
+        if f.is_scalar_param(t) {
             if !uses[t].is_empty() {
                 let tensor = &f.tensors[t];
                 params.push(Param::Scalar {
@@ -235,6 +236,10 @@ fn kernel_params(f: &Fusion, k: &Kernel) -> (Vec<Param>, Vec<String>) {
         }
     }
     if let Some((param, decl)) = stream_k::workspace_param(k) {
+        params.push(param);
+        decls.push(decl);
+    }
+    if let Some((param, decl)) = grid::workspace_param(k) {
         params.push(param);
         decls.push(decl);
     }
@@ -331,8 +336,13 @@ fn launch_plan(
     min_global_bytes: SizeExpr,
 ) -> LaunchPlan {
     // The fusion's own first (a slice that would read outside its input), then the schedule's.
-    let mut constraints: Vec<Constraint> =
-        f.constraints.iter().cloned().chain(constraints).collect();
+    let mut constraints: Vec<Constraint> = f
+        .constraints
+        .iter()
+        .cloned()
+        .chain(constraints)
+        .chain(grid::constraint(k))
+        .collect();
     let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
     let kernel_name = format!("{}_kernel", f.name);
     if threads.is_none() {
@@ -628,6 +638,19 @@ impl Emitter<'_> {
         }
     }
 
+    /// A block or grid reduction's accumulator, its combine (recorded as used, with the block
+    /// reduction's helpers) and the offset of the reduction scratch in shared memory.
+    fn reduction_operands(&mut self, acc: &Access, op: ReduceOp) -> (String, &'static str, String) {
+        self.uses.block_reduce = true;
+        let a = self.access(acc);
+        let f = combine_name(op);
+        if prelude::COMBINES.iter().any(|(n, _)| *n == f) {
+            self.uses.combines.insert(f);
+        }
+        let off = self.reduce_scratch_offset();
+        (a, f, off)
+    }
+
     fn block_reduce(
         &mut self,
         acc: &Access,
@@ -636,20 +659,7 @@ impl Emitter<'_> {
         dims: &[bool; 3],
         depth: usize,
     ) {
-        self.uses.block_reduce = true;
-        let a = self.access(acc);
-        let f = match op {
-            ReduceOp::Sum => "hf_sum",
-            ReduceOp::Max => "hf_max",
-            ReduceOp::Min => "hf_min",
-            ReduceOp::Prod => "hf_prod",
-            ReduceOp::Any => "hf_any",
-            ReduceOp::All => "hf_all",
-        };
-        if prelude::COMBINES.iter().any(|(n, _)| *n == f) {
-            self.uses.combines.insert(f);
-        }
-        let off = self.reduce_scratch_offset();
+        let (a, f, off) = self.reduction_operands(acc, op);
         let ty = dtype.cuda();
         self.line(
             depth,
@@ -846,6 +856,7 @@ impl Emitter<'_> {
                     count,
                     dims,
                 } => self.block_welford([mean, m2, count], dims, depth),
+                Stmt::GridReduce(g) => self.grid_reduce(g, depth),
                 Stmt::Sync => match self.consumer_threads {
                     // Barrier 1 over the consumer threads (0 is __syncthreads).
                     Some(n) => {
@@ -998,4 +1009,16 @@ fn strip_parens_str(s: &str) -> &str {
         }
     }
     s
+}
+
+/// The block reduction's combine functor of `op` (`hf_sum`, ...).
+fn combine_name(op: ReduceOp) -> &'static str {
+    match op {
+        ReduceOp::Sum => "hf_sum",
+        ReduceOp::Max => "hf_max",
+        ReduceOp::Min => "hf_min",
+        ReduceOp::Prod => "hf_prod",
+        ReduceOp::Any => "hf_any",
+        ReduceOp::All => "hf_all",
+    }
 }

@@ -708,6 +708,8 @@ pub(super) struct Uses {
     pub(super) multicast_ranks: std::collections::BTreeSet<usize>,
     /// Stream-K's hand-over of partial sums.
     pub(super) stream_k: bool,
+    /// Grid reductions (`hf_grid_reduce`, after the block reduction it calls).
+    pub(super) grid_reduce: bool,
     /// The clock probe (`CompileOptions::clock_probe`; written only with its feature).
     #[cfg_attr(not(feature = "clock-probe"), allow(dead_code))]
     pub(super) clock_probe: bool,
@@ -775,6 +777,10 @@ impl Uses {
         if self.block_welford {
             src.push('\n');
             src.push_str(BLOCK_WELFORD);
+        }
+        if self.grid_reduce {
+            src.push('\n');
+            src.push_str(super::grid::PRELUDE);
         }
         if self.tma || tensor_maps {
             src.push('\n');

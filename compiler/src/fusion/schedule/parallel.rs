@@ -39,9 +39,8 @@ pub(super) fn parallelize(f: &mut Fusion, t: TensorId, a: &Args) -> SResult<()> 
             psp,
         );
     }
-    if p.is_block() && f.ids[id].kind == IterKind::Reduction {
-        return a.err(format!("axis {ax} of `{tname}` is a reduction axis: reductions across blocks (grid reductions) are not supported"), psp);
-    }
+    // A reduction axis bound to blockIdx makes a grid reduction: `passes::grid` checks what it
+    // needs (a scalar output nothing else in the kernel reads).
     f.ids[id].parallel = p;
     Ok(())
 }

@@ -78,7 +78,7 @@ fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
     for (t, tensor) in f.tensor_ids().zip(&f.tensors) {
         let used = (tensor.definition.is_some() && !cx.reads.recomputed[t])
             || !cx.reads.uses[t].is_empty();
-        if !used || (tensor.is_input && f.rank(t) == 0) {
+        if !used || f.is_scalar_param(t) {
             continue;
         }
         let global_shape = if tensor.memory == MemoryType::Global {

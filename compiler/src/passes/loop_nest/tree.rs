@@ -469,7 +469,7 @@ fn operand_read(cx: &Ctx, o: &Operand, dtype: DType) -> Data {
         Operand::Scalar(v) => Data::Literal(v, dtype),
         Operand::Count(c) => count_data(f, c, dtype),
         Operand::Tensor(p) => {
-            if f.tensors[p].is_input && f.rank(p) == 0 {
+            if f.is_scalar_param(p) {
                 Data::Param(f.tensors[p].name.clone(), f.tensors[p].dtype)
             } else {
                 Data::Read(Access {

@@ -1,0 +1,336 @@
+//! Grid reductions: a reduction whose reduced axes are bound to `blockIdx` (every block
+//! reduces its part, then the parts are combined across the grid), for the `reduction` pass.
+//!
+//! The design is nvFuser's deterministic two-stage grid reduction rather than atomics into a
+//! pre-initialised output: each block's value goes to its own slot of a partial array in a
+//! global workspace, thread 0 takes a ticket from the array's counter after a fence, and the
+//! block that takes the last ticket combines every slot in block order and writes the result
+//! ([`crate::kir::GridReduce`]). So the result is the same bits at every launch (an `atomicAdd`
+//! of floats is not), `max`/`min` combine exactly as a block reduction does, the output may
+//! have any dtype (the write is an ordinary store, cast as any reduction's), and the output
+//! needs no identity fill before each launch: the last block resets the counter, so the
+//! workspace, zeroed once when allocated ([`crate::plan::TensorRole::Workspace`]), is zero
+//! again for the next launch (a re-launched bench needs nothing between launches). The cost is
+//! one extra pass of the last block over the partials (a few microseconds at most) and a bound
+//! on the grid ([`crate::target::GRID_REDUCTION_MAX_BLOCKS`], a launch constraint).
+//!
+//! Takes the scheduled fusion ([`check`] runs before `reduction` lowers anything); guarantees
+//! that a grid reduction reduces every axis of its tensor (a scalar), that every block of the
+//! grid takes part (each block dim of the kernel is bound to one of its reduction axes), and
+//! that nothing in the kernel reads the result (it is complete only in the last block): a
+//! fusion that reads it (`x / sum(x)`) is split into kernels by `segment`. Emits, after the
+//! block reduction, a [`Stmt::GridReduce`] and the write under its `last` flag ([`tail`]).
+
+use super::context::Ctx;
+use crate::diag::Diagnostic;
+use crate::fusion::{ExprId, Fusion, IterKind, Op, ParallelType, ReduceOp, TensorId};
+use crate::kir::{Access, GridReduce, Stmt, Val};
+
+/// The block dims bound to reduction axes of `t`'s loop domain (x, y, z).
+pub fn block_dims(f: &Fusion, t: TensorId) -> [bool; 3] {
+    let mut dims = [false; 3];
+    for &id in &f.tensors[t].loop_domain {
+        let ax = &f.ids[id];
+        if ax.kind == IterKind::Reduction && ax.parallel.is_block() {
+            if let Some(d) = ax.parallel.dim() {
+                dims[d] = true;
+            }
+        }
+    }
+    dims
+}
+
+/// The grid reductions of `f` in expression order: each one's slot of the workspace is its
+/// position here.
+pub fn reductions(f: &Fusion) -> Vec<ExprId> {
+    f.expr_ids()
+        .filter(|&e| {
+            matches!(f.exprs[e].op, Op::Reduce { .. })
+                && block_dims(f, f.exprs[e].output).iter().any(|&d| d)
+        })
+        .collect()
+}
+
+/// Checks every grid reduction of the kernel (see the module doc).
+pub fn check(cx: &Ctx) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let grid = reductions(f);
+    if grid.is_empty() {
+        return Ok(());
+    }
+    // Every block dim any tensor of the kernel is bound to.
+    let mut used = [false; 3];
+    for tensor in &f.tensors {
+        for &id in &tensor.loop_domain {
+            let p = f.ids[id].parallel;
+            if p.is_block() {
+                if let Some(d) = p.dim() {
+                    used[d] = true;
+                }
+            }
+        }
+    }
+    for e in grid {
+        let t = f.exprs[e].output;
+        let tensor = &f.tensors[t];
+        let err = |msg: String| Err(Diagnostic::new(msg, tensor.span));
+        let name = &tensor.name;
+        if super::tma::used(cx) {
+            // Warp roles and named barriers would leave producer warps out of its barriers.
+            return err(format!(
+                "`{name}` is reduced across blocks in a kernel with TMA or bulk copies or circular buffers; a grid reduction's kernel reads with plain (vector) loads, whose barriers are the whole block's"
+            ));
+        }
+        if f.persistent.is_some() {
+            // A persistent CTA walks several tiles: its blocks are not the reduction's parts.
+            return err(format!(
+                "`{name}` is reduced across blocks in a persistent kernel, whose CTAs each walk several tiles; a grid reduction takes one part per block (leave out persistent(...))"
+            ));
+        }
+        let rank = f.rank(t);
+        if rank != 0 {
+            return err(format!(
+                "`{name}` is reduced across blocks (a reduction axis bound to blockIdx), but it keeps {rank} axis{}: a grid reduction reduces every axis to one value (reduce the others within blocks, or in a separate fusion)",
+                if rank == 1 { "" } else { "es" }
+            ));
+        }
+        if !tensor.is_output {
+            return err(format!(
+                "`{name}` is reduced across blocks: a grid reduction's value is complete only in the last block to finish, so it must be an output (`output {name}`)"
+            ));
+        }
+        if let Some(&reader) = cx.reads.uses[t].first() {
+            return err(format!(
+                "`{name}` is reduced across blocks, so its value is complete only in the last block to finish, and `{}` reads it in the same kernel: leave out the schedule (the automatic one splits the fusion into a grid reduction and a second kernel that reads it)",
+                f.tensors[f.exprs[reader].output].name
+            ));
+        }
+        let dims = block_dims(f, t);
+        if let Some(d) = (0..3).find(|&d| used[d] && !dims[d]) {
+            let p = [ParallelType::BIDx, ParallelType::BIDy, ParallelType::BIDz][d];
+            return err(format!(
+                "`{name}` is reduced across the blocks along its reduction axes, but the kernel's grid also spans {p}, which none of them is bound to: every block of the grid must take part in a grid reduction"
+            ));
+        }
+        if f.tensors[t].dtype.compute().size_bytes() > 8 {
+            return err(format!(
+                "`{name}`: a grid reduction's partial values are at most 8 bytes each"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The thread dims any tensor of `f` is bound to (x, y, z).
+fn thread_dims(f: &Fusion) -> [bool; 3] {
+    let mut dims = [false; 3];
+    for tensor in &f.tensors {
+        for &id in &tensor.loop_domain {
+            if let Some(d) = f.ids[id]
+                .parallel
+                .dim()
+                .filter(|_| f.ids[id].parallel.is_thread())
+            {
+                dims[d] = true;
+            }
+        }
+    }
+    dims
+}
+
+/// The statements after a grid reduction's block reduction: the [`Stmt::GridReduce`] of `acc`
+/// (slot `slot`), then `write` (the reduction's store) by the first thread of the block that
+/// finished last (the value is a scalar: one writer; `predicate` does not look inside the
+/// condition).
+pub fn tail(
+    f: &Fusion,
+    name: &str,
+    acc: Access,
+    op: ReduceOp,
+    dtype: crate::dtype::DType,
+    slot: usize,
+    write: Stmt,
+) -> Vec<Stmt> {
+    let last = format!("{name}_last");
+    let tids = [ParallelType::TIDx, ParallelType::TIDy, ParallelType::TIDz];
+    let used = thread_dims(f);
+    let first_thread = used
+        .iter()
+        .zip(tids)
+        .filter(|(&used, _)| used)
+        .map(|(_, p)| Val::eq(Val::Hw(p), Val::Int(0)));
+    let cond = Val::all(std::iter::once(Val::Var(last.clone())).chain(first_thread));
+    vec![
+        Stmt::GridReduce(GridReduce {
+            acc,
+            op,
+            dtype,
+            slot,
+            last: last.clone(),
+        }),
+        Stmt::If {
+            cond,
+            then: vec![write],
+            els: Vec::new(),
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    fn compile(src: &str) -> Result<crate::Compilation, String> {
+        crate::compile(src, &crate::CompileOptions::default()).map_err(|d| d.to_string())
+    }
+
+    /// `t = sum(x)` (`x` of rank `rank`) with the schedule lines `schedule`.
+    fn program(body: &str, schedule: &str) -> String {
+        format!("fusion total {{\n  input x: f32[M, N]\n{body}\n}}\nschedule {{\n{schedule}\n}}\n")
+    }
+
+    const FLAT: &str = "  t.merge(0)\n  t.split(0, 256)\n  t.split(0, 4)\n  t.parallelize(0, BIDx)\n  t.parallelize(2, TIDx)\n  propagate(t)";
+
+    #[test]
+    fn a_reduction_over_blocks_is_a_grid_reduction_with_a_workspace() {
+        let c = compile(&program("  t = max(x, axis=[0, 1])\n  output t", FLAT)).unwrap();
+        let ir = &c.passes.last().unwrap().ir;
+        assert!(ir.contains("block_max_over_x(t_acc[0])\n  grid_max(t_acc[0]) -> t_last, slot 0\n  if t_last && threadIdx.x == 0:"), "{ir}");
+        assert!(
+            c.cuda
+                .contains("hf_grid_reduce<float>(t_acc[0], hf_max(), __int_as_float(0xff800000)"),
+            "{}",
+            c.cuda
+        );
+        let workspace = c.plan.params.iter().find_map(|p| match p {
+            crate::plan::Param::Tensor {
+                name,
+                role: crate::plan::TensorRole::Workspace,
+                shape,
+                ..
+            } => Some((name.clone(), shape.clone())),
+            _ => None,
+        });
+        assert_eq!(
+            workspace,
+            Some((
+                "hf_grid_workspace".to_string(),
+                vec![crate::plan::SizeExpr::Const(
+                    2 * (1 + crate::target::GRID_REDUCTION_MAX_BLOCKS)
+                )]
+            ))
+        );
+        // The scalar output is one element.
+        assert!(c.plan.params.iter().any(|p| matches!(p, crate::plan::Param::Tensor { name, shape, .. } if name == "t" && shape.is_empty())));
+        let sizes = [("M".to_string(), 65536), ("N".to_string(), 1024 + 1)].into();
+        let concrete = c.plan.concretize(&sizes);
+        assert!(concrete.is_err_and(|e| e.to_string().contains("at most 65536 blocks")));
+    }
+
+    #[test]
+    fn a_grid_reduction_keeps_no_axis_and_nothing_reads_it() {
+        let kept = compile(&program(
+            "  t = sum(x, axis=1)\n  output t",
+            "  t.parallelize(1, BIDy)",
+        ))
+        .unwrap_err();
+        assert!(
+            kept.contains("`t` is reduced across blocks") && kept.contains("keeps 1 axis"),
+            "{kept}"
+        );
+        let read = compile(&program("  t = sum(x, axis=[0, 1])\n  y = x / broadcast(broadcast(t, axis=0), axis=0)\n  output y\n  output t", FLAT)).unwrap_err();
+        assert!(read.contains("reads it in the same kernel"), "{read}");
+        let persistent = compile(&program(
+            "  t = sum(x, axis=[0, 1])\n  output t",
+            &format!("{FLAT}\n  persistent(BIDx, 4)"),
+        ))
+        .unwrap_err();
+        assert!(
+            persistent.contains("in a persistent kernel"),
+            "{persistent}"
+        );
+        let not_output = compile(&program(
+            "  t = sum(x, axis=[0, 1])\n  u = t * 2.0\n  output u",
+            FLAT,
+        ))
+        .unwrap_err();
+        assert!(not_output.contains("must be an output"), "{not_output}");
+    }
+
+    #[test]
+    fn a_bool_grid_reduction_combines_bools() {
+        let schedule = FLAT.replace("t.", "a.").replace("(t)", "(a)");
+        let c = compile(&program(
+            "  a = any(x > 0.0, axis=[0, 1])\n  output a",
+            &schedule,
+        ))
+        .unwrap();
+        assert!(
+            c.cuda
+                .contains("hf_grid_reduce<bool>(a_acc[0], hf_any(), false,"),
+            "{}",
+            c.cuda
+        );
+    }
+
+    #[test]
+    fn two_grid_reductions_take_a_slot_each() {
+        // The automatic schedule (the full-reduction scheduler's).
+        let c = compile("fusion total {\n  input x: f32[M, N]\n  t = sum(x, axis=[0, 1])\n  m = max(abs(x), axis=[0, 1])\n  output t\n  output m\n}\n").unwrap();
+        assert!(
+            c.cuda.contains("hf_grid_workspace + 0)") && c.cuda.contains("hf_grid_workspace + 2)"),
+            "{:?}",
+            c.plan.auto_schedule
+        );
+        // Counters first, then each reduction's partials.
+        assert!(
+            c.cuda.contains("hf_grid_workspace + 4)")
+                && c.cuda.contains(&format!(
+                    "hf_grid_workspace + {})",
+                    4 + 2 * crate::target::GRID_REDUCTION_MAX_BLOCKS
+                )),
+            "{}",
+            c.cuda
+        );
+    }
+}
+
+#[cfg(test)]
+mod reference_tests {
+    use std::collections::BTreeMap;
+
+    /// The float64 reference of `body` over `x: f32[M, N]` (2 x 3) with `x`'s values.
+    fn evaluate(body: &str, x: &[f64]) -> BTreeMap<String, Vec<f64>> {
+        let src = format!("fusion f {{\n  input x: f32[M, N]\n{body}\n}}\n");
+        let program = crate::frontend::parse(&src).unwrap();
+        let f = crate::fusion::build(&program.fusion).unwrap();
+        let sizes = [("M".to_string(), 2), ("N".to_string(), 3)].into();
+        let inputs = [("x".to_string(), x.to_vec())].into();
+        crate::backend::reference::evaluate(&f, &sizes, &inputs).unwrap()
+    }
+
+    #[test]
+    fn a_scalar_output_is_one_value_of_every_element() {
+        let x = [1.0, -7.5, 2.0, 0.25, 3.0, -1.0];
+        let r = evaluate(
+            "  t = sum(x, axis=[0, 1])\n  m = max(x, axis=[0, 1])\n  a = max(abs(x), axis=[0, 1])\n  n = min(x, axis=[0, 1])\n  output t\n  output m\n  output a\n  output n",
+            &x,
+        );
+        assert_eq!(r["t"], [-2.25]);
+        assert_eq!(r["m"], [3.0]);
+        assert_eq!(r["a"], [7.5]);
+        assert_eq!(r["n"], [-7.5]);
+    }
+
+    #[test]
+    fn a_nan_in_a_full_max_is_dropped_as_fmax_drops_it() {
+        // The reference's max is f64::max and the kernel's per-thread update fmaxf: both
+        // drop a NaN operand (IEEE maxNum), unlike torch.amax, which propagates it. A grid
+        // reduction combines the blocks' values with the block reduction's combine, so its
+        // result agrees with a block reduction's; the NaN semantics of max as a whole are the
+        // issue of every max reduction, not of this one.
+        let x = [1.0, f64::NAN, 2.0, 0.25, 3.0, -1.0];
+        let r = evaluate("  m = max(x, axis=[0, 1])\n  output m", &x);
+        assert_eq!(r["m"], [3.0]);
+        let r = evaluate("  t = sum(x, axis=[0, 1])\n  output t", &x);
+        assert!(r["t"][0].is_nan());
+    }
+}
