@@ -228,11 +228,11 @@ pub(super) fn stmatrix_store(
                 (0..4).all(|blk| {
                     // Lanes 4 j .. 4 j + 3 read row j of the block at one address.
                     (0..8).all(|row| {
-                        let row_addr = read[(warp * 32 + 8 * blk + row) as usize];
+                        let row_addr = read[(warp * target::WARP_THREADS + 8 * blk + row) as usize];
                         row_addr.is_some_and(|a| a % 8 == 0)
                             && (4 * row..4 * row + 4).all(|l| {
                                 (0..2).all(|e| {
-                                    let t = warp * 32 + l;
+                                    let t = warp * target::WARP_THREADS + l;
                                     own[(8 * t + 2 * blk + e) as usize]
                                         == row_addr.map(|a| a + 2 * (l % 4) + e)
                                 })
