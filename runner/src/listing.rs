@@ -83,7 +83,9 @@ pub fn parse_ptx(ptx: &str, name: &str, in_kernel: &dyn Fn(u32) -> bool) -> List
             continue;
         }
         let code = is_instruction(line);
-        if code && line_zero {
+        // Line 0 inside an inlined helper still has the call site's line (`current`): only an
+        // instruction with no line at all is one of NVRTC's made-up ones.
+        if code && line_zero && current.is_none() {
             out.no_source_line += 1;
         }
         out.text.push_str(line);
