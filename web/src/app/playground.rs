@@ -26,8 +26,74 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
     let editor_ref = NodeRef::<html::Div>::new();
     let main_ref = NodeRef::<html::Main>::new();
     ui.check_runner();
+    create_editor(ui, editor_ref);
+    keep_state(ui);
+    listen_to_window(ui);
+    // The PTX and SASS panes ask the service while one of them is shown.
+    let inspector = inspect_panes::Inspector::new(
+        Signal::derive(move || ui.shown_text()),
+        ui.sizes.into(),
+        DEFAULT_SIZE,
+        ui.compiled.into(),
+        Signal::derive(move || ui.diags.with(|d| d.is_empty())),
+        ui.settings.into(),
+        Signal::derive(move || matches!(ui.pane.get(), Pane::Ptx | Pane::Sass)),
+    );
 
-    // The editor, once its element exists.
+    let welcome = RwSignal::new(crate::storage_get(WELCOME_KEY).is_none());
+
+    view! {
+        <TopBar ui=ui />
+        {move || welcome.get().then(|| view! { <Welcome ui=ui shown=welcome /> })}
+        <main
+            node_ref=main_ref
+            class="main"
+            style=move || format!("--split: {:.1}%", ui.split.get())
+        >
+            <section class="editor-pane">
+                <EditorTabs ui=ui />
+                <div class="editor" node_ref=editor_ref></div>
+                <Problems ui=ui />
+            </section>
+            <Splitter ui=ui main_ref=main_ref />
+            <section class="output">
+                <nav class="tabs" role="tablist">
+                    {PANES
+                        .iter()
+                        .map(|&(pane, label, _)| view! { <PaneTab ui=ui pane=pane label=label /> })
+                        .collect_view()}
+                </nav>
+                {PANES
+                    .iter()
+                    .map(|&(pane, _, _)| {
+                        let scroll = !matches!(
+                            pane,
+                            Pane::Cuda | Pane::Passes | Pane::Pipeline | Pane::Torch | Pane::Ptx | Pane::Sass
+                        );
+                        view! {
+                            <div
+                                class="pane"
+                                class:scroll=scroll
+                                id=format!("pane-{}", pane_key(pane))
+                                class:hidden=move || ui.pane.get() != pane
+                            >
+                                {pane_body(ui, pane, Some(inspector))}
+                            </div>
+                        }
+                    })
+                    .collect_view()}
+            </section>
+        </main>
+        <StatusBar ui=ui />
+        <div id="toast" class="toast" class:hidden=move || ui.toast.with(|t| t.is_none())>
+            {move || ui.toast.get().map(|t| t.1).unwrap_or_default()}
+        </div>
+        {move || ui.dialog.get().map(|d| view! { <DialogView ui=ui dialog=d /> })}
+    }
+}
+
+/// The editor, once its element exists: each change compiles, its shortcuts run and share.
+fn create_editor(ui: Ui, editor_ref: NodeRef<html::Div>) {
     Effect::new(move |_| {
         let Some(el) = editor_ref.get() else { return };
         if ui.editor.with_value(|e| e.is_some()) {
@@ -56,6 +122,11 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
         ui.editor.set_value(Some(ed));
         ui.push_diagnostics();
     });
+}
+
+/// The address bar and localStorage always hold the whole state; sizes that change the index
+/// type compile again.
+fn keep_state(ui: Ui) {
     // The address bar and localStorage always hold the whole state.
     Effect::new(move |_| {
         ui.program.track();
@@ -85,7 +156,10 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
             ui.compile(ui.text_of(ui.tab.get_untracked()));
         }
     });
+}
 
+/// The window's events: the address bar's fragment, closing with unshared edits, shortcuts.
+fn listen_to_window(ui: Ui) {
     let _ = window_event_listener(ev::hashchange, move |_| {
         let hash = window().location().hash().unwrap_or_default();
         if ui.written.with_untracked(|w| *w != hash) {
@@ -130,18 +204,12 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
             ui.dialog.set(Some(Dialog::Help));
         }
     });
+}
 
-    // The PTX and SASS panes ask the service while one of them is shown.
-    let inspector = inspect_panes::Inspector::new(
-        Signal::derive(move || ui.shown_text()),
-        ui.sizes.into(),
-        DEFAULT_SIZE,
-        ui.compiled.into(),
-        Signal::derive(move || ui.diags.with(|d| d.is_empty())),
-        ui.settings.into(),
-        Signal::derive(move || matches!(ui.pane.get(), Pane::Ptx | Pane::Sass)),
-    );
-
+/// The top bar: examples, sizes and scalar inputs, Run and Tune, Share, Settings, theme,
+/// Reference and help.
+#[component]
+fn TopBar(ui: Ui) -> impl IntoView {
     let symbols = Memo::new(move |_| {
         ui.compiled.with(|c| {
             c.as_ref()
@@ -157,7 +225,6 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
         })
     });
     let run_blocked = move || ui.runner.with(|r| r.run_blocked());
-    let welcome = RwSignal::new(crate::storage_get(WELCOME_KEY).is_none());
 
     view! {
         <header class="bar">
@@ -269,46 +336,13 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
                 "?"
             </button>
         </header>
-        {move || welcome.get().then(|| view! { <Welcome ui=ui shown=welcome /> })}
-        <main
-            node_ref=main_ref
-            class="main"
-            style=move || format!("--split: {:.1}%", ui.split.get())
-        >
-            <section class="editor-pane">
-                <EditorTabs ui=ui />
-                <div class="editor" node_ref=editor_ref></div>
-                <Problems ui=ui />
-            </section>
-            <Splitter ui=ui main_ref=main_ref />
-            <section class="output">
-                <nav class="tabs" role="tablist">
-                    {PANES
-                        .iter()
-                        .map(|&(pane, label, _)| view! { <PaneTab ui=ui pane=pane label=label /> })
-                        .collect_view()}
-                </nav>
-                {PANES
-                    .iter()
-                    .map(|&(pane, _, _)| {
-                        let scroll = !matches!(
-                            pane,
-                            Pane::Cuda | Pane::Passes | Pane::Pipeline | Pane::Torch | Pane::Ptx | Pane::Sass
-                        );
-                        view! {
-                            <div
-                                class="pane"
-                                class:scroll=scroll
-                                id=format!("pane-{}", pane_key(pane))
-                                class:hidden=move || ui.pane.get() != pane
-                            >
-                                {pane_body(ui, pane, Some(inspector))}
-                            </div>
-                        }
-                    })
-                    .collect_view()}
-            </section>
-        </main>
+    }
+}
+
+/// The status bar: lowering time, problems, the runner's state.
+#[component]
+fn StatusBar(ui: Ui) -> impl IntoView {
+    view! {
         <footer class="status">
             <span id="lowered">
                 {move || ui.lower_ms.get().map(|ms| format!("lowered in {ms:.1} ms")).unwrap_or_default()}
@@ -339,10 +373,6 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
                 }}
             </button>
         </footer>
-        <div id="toast" class="toast" class:hidden=move || ui.toast.with(|t| t.is_none())>
-            {move || ui.toast.get().map(|t| t.1).unwrap_or_default()}
-        </div>
-        {move || ui.dialog.get().map(|d| view! { <DialogView ui=ui dialog=d /> })}
     }
 }
 

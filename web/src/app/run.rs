@@ -172,24 +172,37 @@ impl Ui {
                     }
                 })
                 .into_js_value();
-            let stream = js::EventStream::new(
-                &runner::events_url(&settings, &job),
-                settings.token.trim(),
-                &on_event,
-            );
-            let done = stream.done();
-            self.stream.set_value(Some(stream));
-            let ended = wasm_bindgen_futures::JsFuture::from(done).await;
-            self.stream.set_value(None);
+            let ended = follow_events(&settings, &job, &on_event, self.stream).await;
             if matches!(run.get_untracked(), RunState::Active { .. }) {
-                run.set(RunState::Failed(match ended {
-                    Err(e) => format!(
-                        "Job {job}: the event stream failed: {}",
-                        e.as_string().unwrap_or_else(|| format!("{e:?}"))
-                    ),
-                    Ok(_) => format!("Job {job}: the event stream ended without a result."),
-                }));
+                run.set(RunState::Failed(ended));
             }
         });
+    }
+}
+
+/// Follows job `job`'s event stream (`on_event` gets each event) until it closes, keeping it in
+/// `slot` meanwhile so a cancel can close it; returns what to say if the job's state is still
+/// active then: the stream failed, or ended without a result.
+pub(super) async fn follow_events(
+    settings: &Settings,
+    job: &str,
+    on_event: &JsValue,
+    slot: StoredValue<Option<js::EventStream>, LocalStorage>,
+) -> String {
+    let stream = js::EventStream::new(
+        &runner::events_url(settings, job),
+        settings.token.trim(),
+        on_event,
+    );
+    let done = stream.done();
+    slot.set_value(Some(stream));
+    let ended = wasm_bindgen_futures::JsFuture::from(done).await;
+    slot.set_value(None);
+    match ended {
+        Err(e) => format!(
+            "Job {job}: the event stream failed: {}",
+            e.as_string().unwrap_or_else(|| format!("{e:?}"))
+        ),
+        Ok(_) => format!("Job {job}: the event stream ended without a result."),
     }
 }

@@ -4,8 +4,8 @@
 //! then the table of candidates with "Use" on each usable one and "Use the winner's schedule",
 //! which replaces the program's schedule block in the editor (one undoable edit).
 
+use super::run::follow_events;
 use super::{TuneState, Ui, DEFAULT_SIZE};
-use crate::js;
 use crate::runner::{self, TuneRow};
 use crate::share::{Pane, Tab};
 use leptos::prelude::*;
@@ -104,23 +104,9 @@ impl Ui {
                     }
                 })
                 .into_js_value();
-            let stream = js::EventStream::new(
-                &runner::events_url(&settings, &job),
-                settings.token.trim(),
-                &on_event,
-            );
-            let done = stream.done();
-            self.tune_stream.set_value(Some(stream));
-            let ended = wasm_bindgen_futures::JsFuture::from(done).await;
-            self.tune_stream.set_value(None);
+            let ended = follow_events(&settings, &job, &on_event, self.tune_stream).await;
             if matches!(tune.get_untracked(), TuneState::Active { .. }) {
-                tune.set(TuneState::Failed(match ended {
-                    Err(e) => format!(
-                        "Job {job}: the event stream failed: {}",
-                        e.as_string().unwrap_or_else(|| format!("{e:?}"))
-                    ),
-                    Ok(_) => format!("Job {job}: the event stream ended without a result."),
-                }));
+                tune.set(TuneState::Failed(ended));
             }
         });
     }
