@@ -582,7 +582,7 @@ impl Builder {
             }
             OpKind::Set => {
                 let t = tensor_arg(&pos, 0)?;
-                tensor(self.op(Op::Set, vec![Operand::Tensor(t)], dest, Some(span)))
+                tensor(self.op_on(Op::Set, t, dest, span))
             }
             OpKind::Permute | OpKind::Transpose => {
                 let t = tensor_arg(&pos, 0)?;
@@ -749,12 +749,7 @@ impl Builder {
             None => return Err(Diagnostic::new("broadcast needs `axis=`", Some(span))),
         };
         let axes = self.axes_arg(args, span, rank, n_new, "broadcast")?;
-        self.op(
-            Op::Broadcast { axes },
-            vec![Operand::Tensor(t)],
-            dest,
-            Some(span),
-        )
+        self.op_on(Op::Broadcast { axes }, t, dest, span)
     }
 
     /// `cast(x, dtype)`, with `saturate=true` clamping to the type's largest finite value first.
@@ -804,12 +799,7 @@ impl Builder {
                 Some(span),
             )?;
         }
-        self.op(
-            Op::Cast(dtype),
-            vec![Operand::Tensor(input)],
-            dest,
-            Some(span),
-        )
+        self.op_on(Op::Cast(dtype), input, dest, span)
     }
 
     /// `transpose(x, a, b)` (two axes swapped) and `permute(x, dims=[...])`.
@@ -875,12 +865,7 @@ impl Builder {
             }
             dims
         };
-        self.op(
-            Op::Permute { dims },
-            vec![Operand::Tensor(t)],
-            dest,
-            Some(span),
-        )
+        self.op_on(Op::Permute { dims }, t, dest, span)
     }
 
     /// `gather(x, index, axis=a)` / `take_along_axis`, and `index_select(x, a, index)`.
@@ -953,12 +938,7 @@ impl Builder {
                 }
             });
         }
-        self.op(
-            Op::Expand { shape },
-            vec![Operand::Tensor(t)],
-            dest,
-            Some(span),
-        )
+        self.op_on(Op::Expand { shape }, t, dest, span)
     }
 
     /// `cast(x, dtype, saturate=true|false)`: whether out-of-range values clamp to the
@@ -1226,6 +1206,11 @@ impl Builder {
         span: Span,
     ) -> BResult<TensorId> {
         self.op_with(op, inputs, Some(extents), dest, Some(span))
+    }
+
+    /// [`Builder::op`] of one tensor operand at the call's location.
+    fn op_on(&mut self, op: Op, t: TensorId, dest: &str, span: Span) -> BResult<TensorId> {
+        self.op(op, vec![Operand::Tensor(t)], dest, Some(span))
     }
 
     /// [`Builder::op`], with the extents of a view that moves indices.
