@@ -4,7 +4,7 @@
 # the service sends them, brotli, at most 900 KiB; the budget itself is what a user feels, first
 # CUDA on screen within 1.2 s over 20 Mbit/s with 40 ms round trips, measured by the browser
 # test), and the end-to-end test in headless Chromium
-# (web/tests/e2e.mjs, which starts and stops its own `target/release/hopfuse serve
+# (web/tests/e2e.mjs, which starts and stops its own `hopfuse serve
 # --fake-worker` on a free port with a temporary database, measures the cold load's transfer and
 # the keystroke-to-CUDA latency in the browser, and writes screenshots and metrics.json to
 # target/web-artifacts/).
@@ -22,6 +22,10 @@ if [ "$br" -gt "$BUDGET" ]; then
   echo "test-web: FAIL: the cold load is over the budget" >&2
   exit 1
 fi
-cargo build --release -p hopfuse-runner # the service the browser test runs against
+# The service the browser test runs against: $HOPFUSE_BIN (scripts/test.sh passes the debug
+# binary its tests built), else the release binary.
+if [ -z "${HOPFUSE_BIN:-}" ]; then
+  cargo build --release -p hopfuse-runner
+fi
 eval "$(bash scripts/setup-nvrtc.sh)"     # its PTX and SASS panes need NVRTC and nvdisasm
 node web/tests/e2e.mjs dist target/web-artifacts
