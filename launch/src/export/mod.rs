@@ -19,6 +19,9 @@
 //! vector accesses, the plan's checks); the launchers refuse other shapes. The tensor maps'
 //! arguments come from [`crate::tensor_map::encode_args`], the runner's own, so the exported
 //! encodings are the ones the runner validated.
+//!
+//! A fusion split into several kernels is exported by [`export_split`] (`split.rs`), from the
+//! same pieces: each kernel's launch functions, the C++ main and the Python launcher's checks.
 
 use crate::specialize::Setup;
 use crate::tensor_map::{encode_args, EncodeArgs};
