@@ -100,6 +100,13 @@ pub(super) fn fake(
     };
     let compiled = match (prepared, &split) {
         (_, Some(split)) => {
+            // Its kernels were lowered here (the service prepares one kernel, not a split).
+            emit(
+                out,
+                &WorkerEvent::Progress {
+                    step: Progress::Lowering,
+                },
+            );
             let first = &split.kernels[0];
             Prepared {
                 cuda: split

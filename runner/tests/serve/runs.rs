@@ -130,8 +130,9 @@ async fn a_split_fusion_runs_as_its_kernels_through_the_service() {
     });
     let id = submit(&s, &c, &body).await;
     let (names, r) = events(&s, &c, &id).await;
-    assert_eq!(names.last().unwrap(), "done", "{names:?}");
+    assert_eq!(names, ["queued", "compiling", "done"]);
     assert_eq!(r["status"], "fake", "{r}");
+    assert_eq!(r["progress"], json!(["lowering"]), "{r}");
     let compile = &r["compile"];
     assert_eq!(
         compile["kernel"], "col_norm_s1_kernel + col_norm_s2_kernel",
