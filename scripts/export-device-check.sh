@@ -17,7 +17,7 @@ exec > >(tee "$out/log.txt") 2>&1
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-# example:sizes, regular and ragged; TMA, tensor-core (clusters, TMA store), scalars.
+# example:sizes, regular and ragged; TMA, tensor-core (clusters, TMA store), scalars, split fusions.
 cases=(
   "basics/add.hf:M=4096,N=4096" "basics/add.hf:M=1000,N=1003"
   "basics/softmax.hf:M=1024,N=4096" "basics/softmax.hf:M=77,N=1000"
@@ -26,6 +26,12 @@ cases=(
   "matmul/step9_tma_store_epilogue.hf:M=2048,N=2048,K=2048"
   "matmul/step12_cluster_multicast.hf:M=1920,N=4096,K=1024"
   "matmul/step15_persistent_raster.hf:M=4096,N=4096,K=4096"
+  # Fusions split into kernels run in order (an intermediate, a grid reduction's workspace and a
+  # scalar intermediate, two outputs, a product then a softmax).
+  "auto/col_norm.hf:M=16384,N=8192" "auto/col_norm.hf:M=1000,N=1000"
+  "auto/normalize_by_total.hf:M=4096,N=4096" "auto/normalize_by_total.hf:M=1000,N=1037"
+  "auto/row_col_sums.hf:M=1000,N=3000"
+  "auto/product_softmax.hf:M=1024,N=2048,K=512"
 )
 failed=0
 n=0

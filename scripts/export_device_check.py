@@ -1,4 +1,4 @@
-"""One exported kernel on the device (scripts/export-device-check.sh): random inputs written as
+"""One exported kernel (or a fusion exported as several) on the device (scripts/export-device-check.sh): random inputs written as
 raw files, the export's C++ program run on them, the Python launcher run on the same tensors,
 both compared with the export's PyTorch twin on the same inputs. Prints one markdown row;
 exits 1 when either launcher's outputs differ.
@@ -17,7 +17,10 @@ directory, kernel, example, sizes = sys.argv[1:5]
 sys.path.insert(0, directory)
 launcher = importlib.import_module(kernel)
 with open("%s/plan.json" % directory) as f:
-    twin_spec = json.load(f)["torch_twin"]
+    plan = json.load(f)
+twin_spec = plan["torch_twin"]
+# A fusion exported as several kernels: its program loads every kernel's CUBIN from a directory.
+cubins = directory if "kernels" in plan else "%s/%s.cubin" % (directory, kernel)
 twin = getattr(importlib.import_module(twin_spec["module"]), twin_spec["function"])
 
 torch.manual_seed(0)
@@ -51,7 +54,7 @@ def close(got, want):
 want = reference()
 outputs = [(n, d, s) for n, d, s, role in launcher.TENSORS if role == "output"]
 cells = []
-run = subprocess.run([directory + "/main", "%s/%s.cubin" % (directory, kernel), directory], capture_output=True, text=True)
+run = subprocess.run([directory + "/main", cubins, directory], capture_output=True, text=True)
 if run.returncode != 0:
     cells.append("FAIL: %s" % (run.stderr.strip().splitlines() or ["exit %d" % run.returncode])[-1])
 else:

@@ -1,6 +1,7 @@
 //! A run as the service's queue sees it: the stages and events of a job's server-sent event
 //! stream ([`JobEvent`]), how it ended ([`JobResult`], the `done` event and `GET
-//! /api/jobs/{id}`), the A/B [`Comparison`], what the fake worker checked ([`FakeCompile`]) and
+//! /api/jobs/{id}`), the A/B [`Comparison`], what the fake worker checked ([`FakeCompile`], a
+//! split fusion's kernels in [`FakeSegments`]) and
 //! the queue's counters for `GET /api/health` ([`QueueStats`]).
 //!
 //! Moved here from the runner's `queue.rs` and `worker.rs` (which re-export them), unchanged.
@@ -255,6 +256,33 @@ pub struct FakeCompile {
     /// `peers`), each with why; also said in `note`. Empty when it asked for none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_done: Vec<String>,
+    /// Set when the fusion would run as several kernels in order (no scheduler takes it whole):
+    /// why, each kernel as compiled and checked, and the tensors between them. `kernel` then
+    /// names every kernel and `launch` is the first one's. Absent for one kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segments: Option<FakeSegments>,
+}
+
+/// The kernels of a fusion the fake worker compiled as several ([`FakeCompile::segments`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FakeSegments {
+    /// Why the fusion is not one kernel.
+    pub reason: String,
+    pub kernels: Vec<FakeKernel>,
+    /// The tensors one kernel writes and a later one reads, with their bytes at the sizes.
+    pub intermediates: Vec<crate::run::IntermediateRun>,
+}
+
+/// One kernel of a split fusion as the fake worker compiled it: no numbers were measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FakeKernel {
+    pub segment: String,
+    pub kernel: String,
+    pub scheduler: String,
+    /// Why the segment ends where it does.
+    pub reason: String,
+    pub index_type: IndexType,
+    pub launch: ConcreteLaunch,
 }
 
 #[cfg(test)]

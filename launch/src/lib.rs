@@ -10,7 +10,8 @@
 //! - [`driver`]: loading a CUBIN into a device's primary context (PyTorch's) and launching on a
 //!   caller's stream;
 //! - [`index`]: the index type the sizes need;
-//! - [`export`]: the files that launch a kernel without hopfuse (`hopfuse export`).
+//! - [`export`]: the files that launch a kernel, or a split fusion's kernels in order, without
+//!   hopfuse (`hopfuse export`).
 //!
 //! cudarc loads libcuda and libnvrtc at run time: everything up to the launch works on a
 //! machine without a GPU, and the calls that need one say so.

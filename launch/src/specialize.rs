@@ -2,7 +2,9 @@
 //! type those sizes need ([`crate::index::choose_index_type`]), the sizes checked against the
 //! plan (its constraints and CUDA's launch limits) and against its TMA tensor maps (with a
 //! placeholder address: the real one is checked when the map is encoded). What the runner's
-//! `prepare` and the Python package call before NVRTC.
+//! `prepare` and the Python package call before NVRTC; [`compile_segments_for_sizes`] does it
+//! for each kernel of a fusion split into several (the runner's segmented run, `hopfuse
+//! export`).
 
 use crate::index::choose_index_type;
 use hopfuse::plan::ConcreteLaunch;
@@ -102,4 +104,72 @@ pub fn compile_for_sizes(
             launch,
         },
     ))
+}
+
+/// One segment of a split fusion compiled for the sizes ([`compile_segments_for_sizes`]).
+#[derive(Clone, Debug)]
+pub struct SegmentCompiled {
+    pub segment: hopfuse::segment::Segment,
+    /// The sizes of the segment's own symbols (a product's `K` is not its softmax's).
+    pub sizes: BTreeMap<String, i64>,
+    pub compilation: Compilation,
+    pub setup: Setup,
+}
+
+/// Why a segment of a split fusion cannot be compiled for the sizes: which one (its index in
+/// the split) and why.
+#[derive(Clone, Debug)]
+pub struct SegmentError {
+    pub segment: usize,
+    pub error: PrepareError,
+}
+
+impl SegmentError {
+    /// The error in words, naming the segment (a compile error rendered against the segment's
+    /// program, which is the compiler's, not the user's).
+    pub fn describe(&self, split: &hopfuse::segment::Segmentation) -> String {
+        let seg = &split.segments[self.segment];
+        match &self.error {
+            PrepareError::Compile(d) => format!(
+                "segment `{}` does not compile:\n{}",
+                seg.name,
+                d.render(&seg.source, &seg.name)
+            ),
+            PrepareError::Sizes(e) => format!("segment `{}`: {e}", seg.name),
+        }
+    }
+}
+
+/// Each segment of `split` compiled for `sizes` as [`compile_for_sizes`] compiles a program,
+/// in the order they run, each with the sizes of the symbols its own program has.
+pub fn compile_segments_for_sizes(
+    split: &hopfuse::segment::Segmentation,
+    sizes: &BTreeMap<String, i64>,
+    index: Option<IndexType>,
+    specialize: bool,
+) -> Result<Vec<SegmentCompiled>, SegmentError> {
+    split
+        .segments
+        .iter()
+        .enumerate()
+        .map(|(k, seg)| {
+            let symbols = hopfuse::reference_fusion(&seg.source)
+                .map(|f| f.symbols)
+                .unwrap_or_default();
+            let own: BTreeMap<String, i64> = sizes
+                .iter()
+                .filter(|(s, _)| symbols.contains(s))
+                .map(|(s, v)| (s.clone(), *v))
+                .collect();
+            let (compilation, setup) =
+                compile_for_sizes(&seg.source, &own, index, specialize, false)
+                    .map_err(|error| SegmentError { segment: k, error })?;
+            Ok(SegmentCompiled {
+                segment: seg.clone(),
+                sizes: own,
+                compilation,
+                setup,
+            })
+        })
+        .collect()
 }

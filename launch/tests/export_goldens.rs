@@ -1,12 +1,13 @@
 //! The launchers `hopfuse export` writes (`NAME.h` and `NAME.py`), byte for byte, for kernels
 //! that exercise every kind of launch argument: size parameters at both index types, scalars
 //! with their defaults, TMA tensor maps (swizzled, clustered), more than 48 KiB of dynamic
-//! shared memory and a stream-K grid that must be resident. The CUBIN is a stand-in: the
-//! launchers only name its file.
+//! shared memory and a stream-K grid that must be resident; and a fusion split into kernels
+//! (its intermediates and a kernel's own workspace allocated by the launch, kernels with sizes
+//! of their own). The CUBIN is a stand-in: the launchers only name its file.
 
 use hopfuse::IndexType;
-use hopfuse_launch::export::export;
-use hopfuse_launch::specialize::compile_for_sizes;
+use hopfuse_launch::export::{export, export_split, ExportFile};
+use hopfuse_launch::specialize::{compile_for_sizes, compile_segments_for_sizes};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -35,6 +36,12 @@ fn check(case: &str, source: &str, size_text: &str, index: Option<IndexType>) {
     let twin = hopfuse::torch_twin(source).unwrap_or_else(|e| panic!("{case}: {e:?}"));
     let files = export(&compilation, &setup, &sizes, b"CUBIN", &twin, case)
         .unwrap_or_else(|e| panic!("{case}: {e}"));
+    snapshot_launchers(case, &files);
+}
+
+/// `NAME.h` and `NAME.py` of an export's `files` against the snapshots
+/// `export_goldens__{case}_h.snap` and `..._py.snap`.
+fn snapshot_launchers(case: &str, files: &[ExportFile]) {
     let text = |suffix: &str| {
         let f = files
             .iter()
@@ -104,4 +111,39 @@ fn a_stream_k_grid_checks_it_is_resident() {
     );
     assert!(source.contains("stream_k"), "the example changed");
     check("stream_k", &source, "M=1024,N=1024,K=4096", None);
+}
+
+/// [`check`] for a program no scheduler takes whole: its split at `sizes`, exported.
+fn check_split(case: &str, source: &str, size_text: &str) {
+    let sizes = sizes(size_text);
+    let split = match hopfuse::segment::decide(source, Some(&sizes)) {
+        Ok(hopfuse::segment::Decision::Split(split)) => split,
+        other => panic!("{case}: not split: {other:?}"),
+    };
+    let kernels = compile_segments_for_sizes(&split, &sizes, None, true)
+        .unwrap_or_else(|e| panic!("{case}: {}", e.describe(&split)));
+    let cubins = vec![b"CUBIN".to_vec(); kernels.len()];
+    let fusion = hopfuse::reference_fusion(source).unwrap_or_else(|e| panic!("{case}: {e:?}"));
+    let twin = hopfuse::torch_twin(source).unwrap_or_else(|e| panic!("{case}: {e:?}"));
+    let files = export_split(&split, &kernels, &cubins, &fusion, &sizes, &twin, case)
+        .unwrap_or_else(|e| panic!("{case}: {e}"));
+    snapshot_launchers(case, &files);
+}
+
+#[test]
+fn split_fusions() {
+    // A grid reduction into a scalar intermediate, with its own workspace, then a pointwise
+    // kernel.
+    check_split(
+        "split_normalize_by_total",
+        &example("auto/normalize_by_total.hf"),
+        "M=1000,N=1037",
+    );
+    // A tensor-core product (tensor maps, more than 48 KiB of shared memory, the size K of its
+    // own) writing a bf16 intermediate, then a row softmax.
+    check_split(
+        "split_product_softmax",
+        &example("auto/product_softmax.hf"),
+        "M=512,N=4096,K=256",
+    );
 }

@@ -641,13 +641,16 @@ fn compile(
                 "note: no scheduler takes {name} whole ({}); split into {count} kernels",
                 segmented.segmentation.reason
             );
+            // A scalar may be read by a later kernel only: checked against all of them.
+            let plans: Vec<_> = segmented.kernels.iter().map(|k| k.plan.clone()).collect();
+            let values = hopfuse_runner::scalars::resolve_all(&plans, scalars)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             for (kernel, segment) in segmented
                 .kernels
                 .iter_mut()
                 .zip(&mut segmented.plan.kernels)
             {
-                hopfuse_runner::scalars::apply(&mut kernel.plan, scalars)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                hopfuse_runner::scalars::set_values(&mut kernel.plan, &values);
                 segment.plan = kernel.plan.clone();
             }
             if plan {
@@ -900,28 +903,32 @@ fn export(
     index: Option<IndexType>,
     specialize: bool,
 ) -> Result<ExitCode> {
-    use hopfuse_launch::specialize::{compile_for_sizes, PrepareError};
+    use hopfuse_launch::specialize::{compile_for_sizes, compile_segments_for_sizes, PrepareError};
     let source = read(file)?;
     let sizes = parse_size_args(size)?;
     let name = file.display().to_string();
-    // An export is one kernel and its launcher; a fusion split into several is refused rather
-    // than exported as its serial default.
+    let twin =
+        hopfuse::torch_twin(&source).map_err(|d| anyhow::anyhow!("{}", d.render(&source, &name)));
+    // A fusion no scheduler takes whole: every kernel and a launcher that runs them in order.
     if let Ok(hopfuse::segment::Decision::Split(split)) =
         hopfuse::segment::decide(&source, Some(&sizes))
     {
-        bail!(
-            "{name}: no scheduler takes this fusion whole ({}), so it runs as {} kernels ({}); \
-             export writes one kernel: give the program a schedule, or export each segment's \
-             program (`hopfuse schedule {name}` prints them)",
-            split.reason,
-            split.segments.len(),
-            split
-                .segments
-                .iter()
-                .map(|s| s.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        let kernels = compile_segments_for_sizes(&split, &sizes, index, specialize)
+            .map_err(|e| anyhow::anyhow!("{name}: {}", e.describe(&split)))?;
+        let cubins = kernels
+            .iter()
+            .map(|k| {
+                nvrtc::compile(&k.compilation.cuda, &k.compilation.plan.kernel_name)
+                    .map(|c| c.image)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let fusion = hopfuse::reference_fusion(&source)
+            .map_err(|d| anyhow::anyhow!("{}", d.render(&source, &name)))?;
+        let files = hopfuse_launch::export::export_split(
+            &split, &kernels, &cubins, &fusion, &sizes, &twin?, &name,
+        )
+        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        return write_export(out, &files);
     }
     let (compilation, setup) = match compile_for_sizes(&source, &sizes, index, specialize, false) {
         Ok(c) => c,
@@ -931,14 +938,17 @@ fn export(
         }
         Err(PrepareError::Sizes(e)) => bail!("{name}: {e}"),
     };
-    let twin = hopfuse::torch_twin(&source)
-        .map_err(|d| anyhow::anyhow!("{}", d.render(&source, &name)))?;
     let cubin = nvrtc::compile(&compilation.cuda, &compilation.plan.kernel_name)?;
     let files =
-        hopfuse_launch::export::export(&compilation, &setup, &sizes, &cubin.image, &twin, &name)
+        hopfuse_launch::export::export(&compilation, &setup, &sizes, &cubin.image, &twin?, &name)
             .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    write_export(out, &files)
+}
+
+/// Writes an export's files into `out` (created), printing each path.
+fn write_export(out: &Path, files: &[hopfuse_launch::export::ExportFile]) -> Result<ExitCode> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    for f in &files {
+    for f in files {
         let path = out.join(&f.name);
         std::fs::write(&path, &f.bytes).with_context(|| format!("writing {}", path.display()))?;
         println!("{}", path.display());

@@ -39,8 +39,18 @@ pub fn resolve(
     plan: &LaunchPlan,
     given: &BTreeMap<String, f64>,
 ) -> Result<BTreeMap<String, Option<f64>>, String> {
+    resolve_all(std::slice::from_ref(plan), given)
+}
+
+/// [`resolve`] for the kernels of a fusion split into several: the scalar inputs of every plan
+/// (a later kernel may read one the first does not), a given name that is none of them an
+/// error.
+pub fn resolve_all(
+    plans: &[LaunchPlan],
+    given: &BTreeMap<String, f64>,
+) -> Result<BTreeMap<String, Option<f64>>, String> {
     let mut out = BTreeMap::new();
-    for p in &plan.params {
+    for p in plans.iter().flat_map(|plan| &plan.params) {
         if let Param::Scalar { name, dtype, value } = p {
             let v = match given.get(name) {
                 Some(&v) => Some(fit(name, *dtype, v)?),
@@ -66,12 +76,19 @@ pub fn resolve(
 /// `plan` with the given values as its scalar inputs' values.
 pub fn apply(plan: &mut LaunchPlan, given: &BTreeMap<String, f64>) -> Result<(), String> {
     let values = resolve(plan, given)?;
+    set_values(plan, &values);
+    Ok(())
+}
+
+/// `plan`'s scalar inputs with their `values` (by name, from [`resolve`] or [`resolve_all`]).
+pub fn set_values(plan: &mut LaunchPlan, values: &BTreeMap<String, Option<f64>>) {
     for p in &mut plan.params {
         if let Param::Scalar { name, value, .. } = p {
-            *value = values[name.as_str()];
+            if let Some(v) = values.get(name.as_str()) {
+                *value = *v;
+            }
         }
     }
-    Ok(())
 }
 
 /// `v` as a value of `dtype`, or why it is none.
@@ -105,6 +122,27 @@ mod tests {
         let mut m = BTreeMap::new();
         merge_scalars(&mut m, text).unwrap();
         m
+    }
+
+    /// A fusion split into kernels whose second kernel alone reads `eps`: a value for it is
+    /// the run's, not an unknown name of the first kernel.
+    #[test]
+    fn a_split_fusions_scalars_are_every_kernels() {
+        let src = "fusion f {\n  input x: f32[M, N]\n  input eps: f32 = 1e-6\n  y = x / (broadcast(sum(x * x, axis=0), axis=0) + eps)\n  output y\n}\n";
+        let plans: Vec<LaunchPlan> = match hopfuse::compile_program(src, &Default::default()) {
+            Ok(hopfuse::Compiled::Segmented(s)) => s.kernels.into_iter().map(|k| k.plan).collect(),
+            _ => panic!("not split"),
+        };
+        assert!(resolve(&plans[0], &given("eps=0.5")).is_err());
+        let values = resolve_all(&plans, &given("eps=0.5")).unwrap();
+        assert_eq!(values["eps"], Some(0.5));
+        let mut second = plans[1].clone();
+        set_values(&mut second, &values);
+        assert!(second.params.iter().any(
+            |p| matches!(p, Param::Scalar { name, value: Some(v), .. } if name == "eps" && *v == 0.5)
+        ));
+        let e = resolve_all(&plans, &given("alpha=1")).unwrap_err();
+        assert!(e.contains("its scalar inputs: eps"), "{e}");
     }
 
     #[test]

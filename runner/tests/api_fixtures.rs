@@ -378,9 +378,131 @@ fn a_fake_run() {
         working_set_bytes: 12_288_000,
         cuda_bytes: 2077,
         not_done: vec![],
+        segments: None,
     }));
     j.progress = vec![Progress::Lowering];
     check("done-fake.json", &done(j));
+}
+
+fn launch(grid: u32, block: u32) -> ConcreteLaunch {
+    ConcreteLaunch {
+        grid: [grid, 1, 1],
+        block: [block, 1, 1],
+        dynamic_smem_bytes: 0,
+        cluster: None,
+    }
+}
+
+const COL_NORM_REASON: &str = "`y` reads the column reductions back over the columns (a \
+                               normalization over the outer axis); the normalization scheduler \
+                               takes rows";
+
+/// `examples/auto/col_norm.hf` at M=16384,N=8192 run as its two kernels (the numbers as the
+/// H100 gives them; docs/api.md's example).
+#[test]
+fn a_split_fusion_run_as_two_kernels() {
+    use hopfuse_api::run::{IntermediateRun, SegmentRun, SegmentsRun};
+    let mut r = measured(true);
+    r.file = "col_norm.hf".into();
+    r.kernel = "col_norm_s1_kernel + col_norm_s2_kernel".into();
+    r.sizes = BTreeMap::from([("M".into(), 16384), ("N".into(), 8192)]);
+    r.validation = vec![check_of("y", true)];
+    r.validation_after_timing = vec![check_of("y", true)];
+    r.segments = Some(SegmentsRun {
+        reason: COL_NORM_REASON.into(),
+        kernels: vec![
+            SegmentRun {
+                segment: "col_norm_s1".into(),
+                kernel: "col_norm_s1_kernel".into(),
+                scheduler: "outer reduction".into(),
+                reason: format!("ends before `y`: with it, {COL_NORM_REASON}"),
+                launch: launch(512, 256),
+                timing: Timing {
+                    samples: 100,
+                    min_us: 180.5,
+                    median_us: 184.25,
+                    max_us: 190.0,
+                },
+                min_global_bytes: 536_903_680,
+                gbps: 2914.0,
+                profile: None,
+            },
+            SegmentRun {
+                segment: "col_norm_s2".into(),
+                kernel: "col_norm_s2_kernel".into(),
+                scheduler: "pointwise".into(),
+                reason: "the last segment".into(),
+                launch: launch(262_144, 128),
+                timing: Timing {
+                    samples: 100,
+                    min_us: 350.0,
+                    median_us: 355.5,
+                    max_us: 362.0,
+                },
+                min_global_bytes: 1_073_774_592,
+                gbps: 3020.5,
+                profile: None,
+            },
+        ],
+        intermediates: vec![IntermediateRun {
+            name: "y_sum".into(),
+            dtype: DType::F32,
+            bytes: 32768,
+        }],
+    });
+    check("done-split.json", &done(passed(r)));
+}
+
+#[test]
+fn a_split_fusion_on_the_fake_worker() {
+    use hopfuse_api::job::{FakeKernel, FakeSegments};
+    use hopfuse_api::run::IntermediateRun;
+    use hopfuse_runner::worker::{FakeCompile, FAKE_NOTE};
+    let mut j = job(JobStatus::Fake);
+    j.fake = true;
+    j.message = Some(FAKE_NOTE.into());
+    let kernel = |segment: &str, scheduler: &str, reason: String, launch| FakeKernel {
+        segment: segment.into(),
+        kernel: format!("{segment}_kernel"),
+        scheduler: scheduler.into(),
+        reason,
+        index_type: IndexType::I32,
+        launch,
+    };
+    j.compile = Some(Box::new(FakeCompile {
+        note: FAKE_NOTE.into(),
+        kernel: "col_norm_s1_kernel + col_norm_s2_kernel".into(),
+        index_type: IndexType::I32,
+        index_reason: "every tensor has fewer than 2^31 elements".into(),
+        launch: launch(4, 256),
+        working_set_bytes: 2 * 64 * 32 * 4 + 32 * 4,
+        cuda_bytes: 6144,
+        not_done: vec![],
+        segments: Some(FakeSegments {
+            reason: COL_NORM_REASON.into(),
+            kernels: vec![
+                kernel(
+                    "col_norm_s1",
+                    "outer reduction",
+                    format!("ends before `y`: with it, {COL_NORM_REASON}"),
+                    launch(4, 256),
+                ),
+                kernel(
+                    "col_norm_s2",
+                    "pointwise",
+                    "the last segment".into(),
+                    launch(4, 128),
+                ),
+            ],
+            intermediates: vec![IntermediateRun {
+                name: "y_sum".into(),
+                dtype: DType::F32,
+                bytes: 128,
+            }],
+        }),
+    }));
+    j.progress = vec![Progress::Lowering];
+    check("done-split-fake.json", &done(j));
 }
 
 #[test]

@@ -43,6 +43,16 @@ fn kernel_in(dir: &Path) -> String {
         .expect("a main program")
 }
 
+/// The names of the files in `dir`, sorted.
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 fn read(dir: &Path, name: &str) -> String {
     std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
@@ -88,13 +98,8 @@ fn a_pointwise_kernel_exports_every_file() {
         return;
     }
     let dir = export("basics/add.hf", "M=1000,N=1000");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
     assert_eq!(
-        names,
+        files_in(&dir),
         [
             "README.md",
             "add_kernel.cu",
@@ -265,4 +270,142 @@ fn a_tensor_core_kernel_opts_in_to_its_shared_memory() {
         py.contains("cuFuncSetAttribute(function, _ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES"),
         "{py}"
     );
+}
+
+#[test]
+fn a_split_fusion_exports_every_kernel_and_a_launcher_that_runs_them_in_order() {
+    if nvrtc_missing() {
+        return;
+    }
+    let dir = export("auto/col_norm.hf", "M=1000,N=1000");
+    assert_eq!(
+        files_in(&dir),
+        [
+            "README.md",
+            "col_norm.h",
+            "col_norm.py",
+            "col_norm_main.cpp",
+            "col_norm_s1_kernel.cu",
+            "col_norm_s1_kernel.cubin",
+            "col_norm_s2_kernel.cu",
+            "col_norm_s2_kernel.cubin",
+            "col_norm_torch.py",
+            "plan.json"
+        ]
+    );
+    for kernel in ["col_norm_s1_kernel", "col_norm_s2_kernel"] {
+        let cubin = std::fs::read(dir.join(format!("{kernel}.cubin"))).unwrap();
+        assert_eq!(&cubin[..4], b"\x7fELF", "{kernel}: a CUBIN is an ELF image");
+    }
+    let header = read(&dir, "col_norm.h");
+    // The column sums between the kernels: f32[N], allocated by the launch on its stream.
+    assert!(
+        header.contains(
+            "//   y_sum: f32[1000], 4000 bytes, intermediate: written by kernel 1, read by kernel 2\nconstexpr size_t y_sum_BYTES = 4000;"
+        ),
+        "{header}"
+    );
+    assert!(
+        header.contains("inline CUresult launch(const Kernels& hf_kernels, CUstream hf_stream, CUdeviceptr x, CUdeviceptr y)"),
+        "{header}"
+    );
+    assert!(
+        header.contains(
+            "  if ((hf_r = hf_buffers.alloc(&y_sum, y_sum_BYTES)) != CUDA_SUCCESS) return hf_r;"
+        ),
+        "{header}"
+    );
+    // Each kernel in its namespace, launched in order on the buffers of the run.
+    let first = header
+        .find("  if ((hf_r = hf_col_norm_s1::launch(hf_kernels.k1, hf_stream, x, y_sum)) != CUDA_SUCCESS) return hf_r;")
+        .unwrap_or_else(|| panic!("{header}"));
+    let second = header
+        .find("  if ((hf_r = hf_col_norm_s2::launch(hf_kernels.k2, hf_stream, ")
+        .unwrap_or_else(|| panic!("{header}"));
+    assert!(first < second, "{header}");
+    assert!(
+        header.contains("(std::string(directory) + \"/col_norm_s2_kernel.cubin\").c_str()"),
+        "{header}"
+    );
+    compiles_with_gxx(&dir, "col_norm");
+    let main = read(&dir, "col_norm_main.cpp");
+    assert!(main.contains("usage: %s CUBIN_DIR DIR"), "{main}");
+    assert!(
+        !main.contains("y_sum"),
+        "the launch allocates the intermediate: {main}"
+    );
+
+    let plan: serde_json::Value = serde_json::from_str(&read(&dir, "plan.json")).unwrap();
+    assert_eq!(plan["kernels"][0]["kernel"], "col_norm_s1_kernel");
+    assert_eq!(plan["kernels"][0]["scheduler"], "outer reduction");
+    assert_eq!(plan["kernels"][1]["scheduler"], "pointwise");
+    assert_eq!(plan["kernels"][1]["index_type"], "i32");
+    assert_eq!(plan["torch_twin"]["arguments"], serde_json::json!(["x"]));
+
+    // The Python launcher: every tensor of the run, the kernels in order with their tensors
+    // bound to the run's; it refuses what the fusion was not exported for.
+    let py = read(&dir, "col_norm.py");
+    assert!(
+        py.contains("    (\"y_sum\", torch.float32, (1000,), \"intermediate\"),"),
+        "{py}"
+    );
+    let out = python(
+        &dir,
+        "import torch, col_norm\n\
+         print([t[0] + ':' + t[3] for t in col_norm.TENSORS])\n\
+         print([(k[0], k[1], k[6]) for k in col_norm.KERNELS])\n\
+         print(len(col_norm._ARGUMENTS))\n\
+         try:\n\
+         \x20   col_norm.launch(torch.empty((1000, 999), dtype=torch.float32, device='cuda'))\n\
+         except ValueError as e:\n\
+         \x20   print(e)\n",
+    );
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    assert!(
+        printed.contains("['x:input', 'y:output', 'y_sum:intermediate']"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(
+            "('col_norm_s1_kernel', 'col_norm_s1_kernel.cubin', {'x': 'x', 'y_sum': 'y_sum'})"
+        ),
+        "{printed}"
+    );
+    assert!(printed.contains("\n2\n"), "{printed}");
+    assert!(
+        printed.contains("input `x` is torch.float32 [1000, 999]; the kernel was exported for torch.float32 [1000, 1000]"),
+        "{printed}"
+    );
+}
+
+#[test]
+fn a_split_fusions_grid_reduction_gets_its_own_zeroed_workspace() {
+    if nvrtc_missing() {
+        return;
+    }
+    let dir = export("auto/normalize_by_total.hf", "M=1000,N=1037");
+    let header = read(&dir, "normalize_by_total.h");
+    // Kernel 1's workspace is its own buffer, zeroed on the stream before the kernel runs; the
+    // scalar between the kernels is a one-element intermediate.
+    assert!(
+        header.contains("  if ((hf_r = cuMemsetD8Async(hf_k1_hf_grid_workspace, 0, hf_k1_hf_grid_workspace_BYTES, hf_stream)) != CUDA_SUCCESS) return hf_r;"),
+        "{header}"
+    );
+    assert!(
+        header.contains("constexpr size_t y_sum_BYTES = 4;"),
+        "{header}"
+    );
+    assert!(
+        header.contains("hf_normalize_by_total_s1::launch(hf_kernels.k1, hf_stream, x, y_sum, hf_k1_hf_grid_workspace)"),
+        "{header}"
+    );
+    compiles_with_gxx(&dir, "normalize_by_total");
+    let py = read(&dir, "normalize_by_total.py");
+    assert!(
+        py.contains("{\"x\": \"x\", \"y_sum\": \"y_sum\", \"hf_grid_workspace\": \"hf_k1_hf_grid_workspace\"}"),
+        "{py}"
+    );
+    let out = python(&dir, "import normalize_by_total");
+    assert!(out.status.success(), "{}", text(&out));
 }

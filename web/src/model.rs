@@ -38,6 +38,11 @@ pub struct Compiled {
     /// the split). `cuda` then holds every kernel's CUDA in turn under a header line; the
     /// passes, launch plan, pipeline and line map are the first kernel's.
     pub segments: Option<String>,
+    /// The size symbols of every kernel, in order of first appearance (a split fusion's later
+    /// kernels may have symbols the first does not): the size boxes and what Run sends.
+    pub symbols: Vec<String>,
+    /// The scalar inputs of every kernel, each once, in order of first appearance.
+    pub scalars: Vec<crate::scalar_inputs::ScalarInput>,
 }
 
 /// A diagnostic located in the editor.
@@ -144,10 +149,15 @@ pub fn compile(source: &str, entered: &BTreeMap<String, i64>) -> Result<Compiled
         },
     );
     let index_reason = index_reason.into_inner();
+    let mut plans = Vec::new();
     let (c, segments) = match chosen {
-        Ok(hopfuse::Compiled::One { compilation, .. }) => (Ok(*compilation), None),
+        Ok(hopfuse::Compiled::One { compilation, .. }) => {
+            plans.push(compilation.plan.clone());
+            (Ok(*compilation), None)
+        }
         Ok(hopfuse::Compiled::Segmented(s)) => {
             let text = segments_headline(&s.plan);
+            plans.extend(s.plan.kernels.iter().map(|k| k.plan.clone()));
             let cuda = s.cuda_listing();
             let mut first = s.kernels.into_iter().next().expect("a split has kernels");
             first.cuda = cuda;
@@ -188,6 +198,8 @@ pub fn compile(source: &str, entered: &BTreeMap<String, i64>) -> Result<Compiled
                     .unwrap_or_default(),
                 python,
                 segments,
+                symbols: every_symbol(&plans),
+                scalars: crate::scalar_inputs::of_plans(&plans),
             })
         }
         Err(d) => Err(d
@@ -216,6 +228,17 @@ pub fn compile(source: &str, entered: &BTreeMap<String, i64>) -> Result<Compiled
             })
             .collect()),
     }
+}
+
+/// The size symbols of `plans`, each once, in order of first appearance.
+fn every_symbol(plans: &[LaunchPlan]) -> Vec<String> {
+    let mut symbols: Vec<String> = Vec::new();
+    for s in plans.iter().flat_map(|p| &p.symbols) {
+        if !symbols.contains(s) {
+            symbols.push(s.clone());
+        }
+    }
+    symbols
 }
 
 /// What the panes say about a fusion split into kernels: how many, each one's scheduler and
@@ -363,6 +386,32 @@ pub fn bytes(n: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Run sends the sizes and scalars of every kernel of a split fusion, not only the first
+    /// one's (whose plan the Launch plan pane shows).
+    #[test]
+    fn a_split_fusions_later_kernels_bring_their_scalars() {
+        let source = "fusion col_norm_eps {\n  input x: f32[M, N]\n  input eps: f32 = 1e-6\n  y = x / (broadcast(sum(x * x, axis=0), axis=0) + eps)\n  output y\n}\n";
+        let c = compile(source, &BTreeMap::new()).unwrap();
+        assert!(c.segments.is_some(), "split");
+        assert!(
+            crate::scalar_inputs::of(&c.plan).is_empty(),
+            "the column sums take no eps"
+        );
+        assert_eq!(
+            c.scalars
+                .iter()
+                .map(|s| (s.name.as_str(), s.default))
+                .collect::<Vec<_>>(),
+            [("eps", Some(1e-6f32 as f64))]
+        );
+        assert_eq!(c.symbols, ["M", "N"]);
+        let typed = [("eps".to_string(), 0.5)].into();
+        assert_eq!(
+            crate::scalar_inputs::for_run(&c.scalars, &typed),
+            [("eps".to_string(), 0.5)].into()
+        );
+    }
 
     /// A fusion no scheduler takes whole: the CUDA pane holds each kernel under its header
     /// line, and the panes get the split's sentence (the kernels, their schedulers, why, the

@@ -61,12 +61,24 @@ pub fn parse(text: &str) -> Result<Option<f64>, String> {
     }
 }
 
-/// The values Run sends: the typed ones whose name is a scalar input of `plan` (a value kept
-/// from an earlier program is not sent).
-pub fn for_run(plan: &LaunchPlan, typed: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    of(plan)
-        .into_iter()
-        .filter_map(|s| typed.get(&s.name).map(|&v| (s.name, v)))
+/// The scalar inputs of every plan (each kernel of a split fusion), each once, in order of
+/// first appearance.
+pub fn of_plans(plans: &[LaunchPlan]) -> Vec<ScalarInput> {
+    let mut all: Vec<ScalarInput> = Vec::new();
+    for s in plans.iter().flat_map(of) {
+        if all.iter().all(|a| a.name != s.name) {
+            all.push(s);
+        }
+    }
+    all
+}
+
+/// The values Run sends: the typed ones whose name is one of the program's scalar `inputs` (a
+/// value kept from an earlier program is not sent).
+pub fn for_run(inputs: &[ScalarInput], typed: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    inputs
+        .iter()
+        .filter_map(|s| typed.get(&s.name).map(|&v| (s.name.clone(), v)))
         .collect()
 }
 
@@ -134,7 +146,7 @@ mod tests {
     #[test]
     fn run_sends_only_the_programs_typed_scalars() {
         let typed = [("k".to_string(), 3.0), ("alpha".to_string(), 2.0)].into();
-        let sent = for_run(&plan(), &typed);
+        let sent = for_run(&of(&plan()), &typed);
         assert_eq!(sent, [("k".to_string(), 3.0)].into());
     }
 }

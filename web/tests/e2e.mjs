@@ -1105,6 +1105,40 @@ try {
     await q.waitForSelector('input[data-scalar="k"]', { state: "detached" });
   });
 
+  await check("a fusion no scheduler takes whole runs as its kernels: the fake worker's result lists each in order; a GPU runner's shows each timed alone (the runner's split done event)", async () => {
+    await q.selectOption("#examples", "auto/col_norm");
+    await setSize(q, "M", 1000);
+    await setSize(q, "N", 1000);
+    // Compiled in the page: the Run pane's line says it runs as two kernels.
+    await q.waitForFunction(() => document.querySelector("#run-auto")?.textContent.includes("so it runs as 2 kernels in order"));
+    await q.locator(".editor .cm-content").click();
+    await q.keyboard.press("Control+Enter");
+    await q.waitForSelector("#run-kernels");
+    let rows = await q.locator("#run-kernels .kernel-row").allTextContents();
+    assert(rows.length === 2, `two kernels: ${rows}`);
+    assert(rows[0].includes("col_norm_s1_kernel") && rows[0].includes("outer reduction") && rows[0].includes("ends before `y`"), `kernel 1: ${rows[0]}`);
+    assert(rows[1].includes("col_norm_s2_kernel") && rows[1].includes("pointwise") && rows[1].includes("the last segment"), `kernel 2: ${rows[1]}`);
+    let kernels = await q.locator("#run-kernels").textContent();
+    assert(kernels.includes("y_sum: f32, 3.9 KiB"), `the intermediate: ${kernels}`);
+    assert(!/µs|GB\/s/.test(kernels), `no numbers from the fake worker: ${kernels}`);
+    // A GPU runner's answer: the whole timed, then each kernel alone.
+    await replayDone(q, "done-split.json");
+    await q.click("#run");
+    await q.waitForSelector("#median");
+    await q.unroute("**/api/jobs/*/events");
+    assert((await q.locator("#median").textContent()) === "2.50 µs", "the kernels in order");
+    rows = await q.locator("#run-kernels .kernel-row").allTextContents();
+    assert(rows.length === 2 && rows[0].includes("184.25 µs") && rows[0].includes("2914 GB/s"), `kernel 1 alone: ${rows[0]}`);
+    assert(rows[1].includes("355.50 µs") && rows[1].includes("GB/s"), `kernel 2 alone: ${rows[1]}`);
+    kernels = await q.locator("#run-kernels").textContent();
+    assert(kernels.includes("each row is its kernel timed alone") && kernels.includes("y_sum: f32, 32.0 KiB"), `the split: ${kernels}`);
+    await q.screenshot({ path: path.join(artifacts, "playground-split.png") });
+    // Back to the program and sizes the later checks expect.
+    await replaceProgram(q, ADD);
+    await setSize(q, "M", 1000);
+    await setSize(q, "N", 4096);
+  });
+
   await check("Tune streams the candidates, shows their table without numbers, and Use replaces the schedule block (Ctrl+Z undoes it)", async () => {
     await replaceProgram(q, ADD);
     const before = await editorText(q);

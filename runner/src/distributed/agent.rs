@@ -15,6 +15,7 @@ use super::NatsArgs;
 use crate::job_spec::decode_message;
 use crate::queue::{JobResult, JobStage, JobStatus, Queue, QueueConfig};
 use crate::worker::FakeBehaviour;
+use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{self, kv, AckKind};
 use clap::ValueEnum;
 use futures_util::StreamExt;
@@ -101,16 +102,10 @@ struct Agent {
     redelivered: AtomicU64,
 }
 
+/// The agent: connected to NATS, its queue of warm workers started, its status kept fresh in
+/// the agents bucket, one loop pulling jobs per GPU until Ctrl-C or SIGTERM.
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
-        anyhow::bail!("--job-timeout must be a positive number of seconds");
-    }
-    if args.gpus == Some(0) {
-        anyhow::bail!("--gpus must be at least 1");
-    }
-    if args.max_attempts == 0 {
-        anyhow::bail!("--max-attempts must be at least 1");
-    }
+    check_args(&args)?;
     let host = hostname();
     let id = args
         .name
@@ -130,24 +125,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let consumer = super::ensure_consumer(&stream, &args.nats.arch, args.ack_wait()).await?;
     let results = super::results_bucket(&js).await?;
     let agents = super::agents_bucket(&js).await?;
-    {
-        let (stream, consumer) = (stream.clone(), consumer.clone());
-        let arch = args.nats.arch.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(super::SWEEP_EVERY).await;
-                match super::sweep_acknowledged(&stream, &consumer, &arch).await {
-                    Ok(0) => {}
-                    Ok(n) => warn!(
-                        "removed {n} acknowledged job messages the stream still held (NATS lost \
-                         their removal, as a killed nats-server does)"
-                    ),
-                    // NATS is away: the next sweep tries again.
-                    Err(e) => info!("cannot sweep the job stream: {e}"),
-                }
-            }
-        });
-    }
+    spawn_sweeper(stream, consumer.clone(), args.nats.arch.clone());
 
     let worker_exe = match &args.worker_exe {
         Some(p) => p.clone(),
@@ -160,38 +138,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             .await
             .gpus_to_use(None),
     };
-    let mut worker_args = Vec::new();
-    if args.fake_worker {
-        worker_args.push("--fake".to_string());
-        if let Some(b) = args.fake_behaviour.and_then(|b| b.to_possible_value()) {
-            worker_args.extend(["--fake-behaviour".to_string(), b.get_name().to_string()]);
-        }
-    }
-    let data_dir = args
-        .data_dir
-        .clone()
-        .unwrap_or_else(crate::serve_args::default_data_dir);
-    let queue = Queue::start(
-        QueueConfig {
-            worker_exe,
-            worker_args,
-            timeout: Duration::from_secs_f64(args.job_timeout),
-            // One job per GPU is pulled at a time; the slack covers a ticket released just
-            // after its result.
-            cap: 2 * gpus,
-            client_cap: 0,
-            gpus,
-            cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
-            prespawn: true,
-            remote: false,
-        },
-        None,
-    );
     let agent = Arc::new(Agent {
         id: id.clone(),
         client,
         results,
-        queue,
+        queue: start_queue(&args, worker_exe, gpus),
         max_attempts: args.max_attempts,
         progress_every: (consumer.cached_info().config.ack_wait / 3)
             .max(Duration::from_millis(500)),
@@ -226,18 +177,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             workers: agent.queue.stats().workers,
         }
     };
-    let heartbeat = {
-        let (agents, status, id) = (agents.clone(), status.clone(), id.clone());
-        tokio::spawn(async move {
-            loop {
-                let bytes = serde_json::to_vec(&status()).expect("statuses serialize");
-                if let Err(e) = agents.put(&id, bytes.into()).await {
-                    warn!("cannot refresh this agent's status: {e}");
-                }
-                tokio::time::sleep(super::HEARTBEAT).await;
-            }
-        })
-    };
+    let heartbeat = spawn_heartbeat(agents.clone(), id.clone(), status);
     println!(
         "hopfuse agent: {id} pulling {} with {} GPU(s)",
         super::jobs_subject(&args.nats.arch),
@@ -246,46 +186,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
-    let mut loops = Vec::new();
-    for _ in 0..gpus {
-        let (agent, consumer, mut stop) = (agent.clone(), consumer.clone(), stop_rx.clone());
-        loops.push(tokio::spawn(async move {
-            while !*stop.borrow() {
-                let pulled = tokio::select! {
-                    b = consumer.fetch().max_messages(1).expires(PULL_EXPIRES).messages() => b,
-                    _ = stop.changed() => break,
-                };
-                let mut batch = match pulled {
-                    Ok(b) => b,
-                    Err(e) => {
-                        warn!("cannot pull jobs: {e}");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        continue;
-                    }
-                };
-                loop {
-                    // A pull's end comes from the server: one that restarted meanwhile never
-                    // sends it, so the pull is given up and made again.
-                    let next = tokio::select! {
-                        n = tokio::time::timeout(PULL_EXPIRES + PULL_GRACE, batch.next()) => n,
-                        _ = stop.changed() => break,
-                    };
-                    match next {
-                        Ok(Some(Ok(m))) => agent.handle(m).await,
-                        Ok(Some(Err(e))) => {
-                            warn!("pulling a job failed: {e}");
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                        }
-                        Ok(None) => break,
-                        Err(_) => {
-                            warn!("a pull got no answer from NATS; pulling again");
-                            break;
-                        }
-                    }
-                }
-            }
-        }));
-    }
+    let loops: Vec<_> = (0..gpus)
+        .map(|_| tokio::spawn(pull_jobs(agent.clone(), consumer.clone(), stop_rx.clone())))
+        .collect();
     for l in loops {
         let _ = l.await;
     }
@@ -293,6 +196,126 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let _ = agents.delete(&id).await;
     info!("agent {id} stopped");
     Ok(())
+}
+
+/// The options an agent cannot run with, as an error.
+fn check_args(args: &AgentArgs) -> anyhow::Result<()> {
+    if !(args.job_timeout.is_finite() && args.job_timeout > 0.0) {
+        anyhow::bail!("--job-timeout must be a positive number of seconds");
+    }
+    if args.gpus == Some(0) {
+        anyhow::bail!("--gpus must be at least 1");
+    }
+    if args.max_attempts == 0 {
+        anyhow::bail!("--max-attempts must be at least 1");
+    }
+    Ok(())
+}
+
+/// Removes, every [`super::SWEEP_EVERY`], the acknowledged job messages the stream still holds
+/// (NATS loses their removal when it is killed).
+fn spawn_sweeper(stream: jetstream::stream::Stream, consumer: PullConsumer, arch: String) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(super::SWEEP_EVERY).await;
+            match super::sweep_acknowledged(&stream, &consumer, &arch).await {
+                Ok(0) => {}
+                Ok(n) => warn!(
+                    "removed {n} acknowledged job messages the stream still held (NATS lost \
+                     their removal, as a killed nats-server does)"
+                ),
+                // NATS is away: the next sweep tries again.
+                Err(e) => info!("cannot sweep the job stream: {e}"),
+            }
+        }
+    });
+}
+
+/// The agent's local queue: one warm worker per GPU (`worker_exe`, fake when asked for), the
+/// job time limit and the CUBIN cache of the options.
+fn start_queue(args: &AgentArgs, worker_exe: PathBuf, gpus: usize) -> Arc<Queue> {
+    let mut worker_args = Vec::new();
+    if args.fake_worker {
+        worker_args.push("--fake".to_string());
+        if let Some(b) = args.fake_behaviour.and_then(|b| b.to_possible_value()) {
+            worker_args.extend(["--fake-behaviour".to_string(), b.get_name().to_string()]);
+        }
+    }
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(crate::serve_args::default_data_dir);
+    Queue::start(
+        QueueConfig {
+            worker_exe,
+            worker_args,
+            timeout: Duration::from_secs_f64(args.job_timeout),
+            // One job per GPU is pulled at a time; the slack covers a ticket released just
+            // after its result.
+            cap: 2 * gpus,
+            client_cap: 0,
+            gpus,
+            cubin_cache: (!args.no_cubin_cache).then(|| data_dir.join("cubin")),
+            prespawn: true,
+            remote: false,
+        },
+        None,
+    )
+}
+
+/// Puts this agent's `status()` into the agents bucket every [`super::HEARTBEAT`].
+fn spawn_heartbeat(
+    agents: kv::Store,
+    id: String,
+    status: impl Fn() -> AgentStatus + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let bytes = serde_json::to_vec(&status()).expect("statuses serialize");
+            if let Err(e) = agents.put(&id, bytes.into()).await {
+                warn!("cannot refresh this agent's status: {e}");
+            }
+            tokio::time::sleep(super::HEARTBEAT).await;
+        }
+    })
+}
+
+/// One GPU's loop: pulls one job at a time and runs it to its acknowledgement, until `stop`.
+async fn pull_jobs(agent: Arc<Agent>, consumer: PullConsumer, mut stop: watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        let pulled = tokio::select! {
+            b = consumer.fetch().max_messages(1).expires(PULL_EXPIRES).messages() => b,
+            _ = stop.changed() => break,
+        };
+        let mut batch = match pulled {
+            Ok(b) => b,
+            Err(e) => {
+                warn!("cannot pull jobs: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        loop {
+            // A pull's end comes from the server: one that restarted meanwhile never sends it,
+            // so the pull is given up and made again.
+            let next = tokio::select! {
+                n = tokio::time::timeout(PULL_EXPIRES + PULL_GRACE, batch.next()) => n,
+                _ = stop.changed() => break,
+            };
+            match next {
+                Ok(Some(Ok(m))) => agent.handle(m).await,
+                Ok(Some(Err(e))) => {
+                    warn!("pulling a job failed: {e}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    warn!("a pull got no answer from NATS; pulling again");
+                    break;
+                }
+            }
+        }
+    }
 }
 
 impl Agent {

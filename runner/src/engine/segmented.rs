@@ -63,6 +63,14 @@ impl SplitCompiled {
         bytes
     }
 
+    /// The intermediate tensors with their bytes at `sizes`.
+    pub fn intermediates(
+        &self,
+        sizes: &BTreeMap<String, i64>,
+    ) -> Result<Vec<IntermediateRun>, RunError> {
+        intermediates(&self.split, sizes)
+    }
+
     /// One sentence: how many kernels, each one's name and scheduler, and why the split.
     pub fn describe(&self) -> String {
         let kernels: Vec<String> = self
@@ -117,50 +125,37 @@ struct Buffer {
     init: Vec<u8>,
 }
 
-/// Compiles each segment for the request ([`hopfuse_launch::specialize::compile_for_sizes`]).
+/// Compiles each segment for the request
+/// ([`hopfuse_launch::specialize::compile_segments_for_sizes`]) and checks its scalars.
 fn compile(req: &RunRequest, split: &Segmentation) -> Result<Vec<Kernel>, RunError> {
-    let mut kernels = Vec::new();
-    for seg in &split.segments {
-        // The sizes of the symbols this segment has (a product's K is not the softmax's).
-        let symbols = hopfuse::reference_fusion(&seg.source)
-            .map(|f| f.symbols)
-            .unwrap_or_default();
-        let sizes: BTreeMap<String, i64> = req
-            .sizes
-            .iter()
-            .filter(|(k, _)| symbols.contains(k))
-            .map(|(k, v)| (k.clone(), *v))
-            .collect();
-        let (c, setup) = hopfuse_launch::specialize::compile_for_sizes(
-            &seg.source,
-            &sizes,
-            req.index,
-            !req.generic,
-            false,
-        )
-        .map_err(|e| match e {
-            PrepareError::Compile(d) => RunError::new(
-                Stage::Compile,
-                format!(
-                    "segment `{}` does not compile:\n{}",
-                    seg.name,
-                    d.render(&seg.source, &seg.name)
-                ),
-            ),
-            PrepareError::Sizes(e) => {
-                RunError::new(Stage::Sizes, format!("segment `{}`: {e}", seg.name))
-            }
-        })?;
-        crate::scalars::resolve(&c.plan, &req.scalars)
-            .map_err(|e| RunError::new(Stage::Request, e))?;
-        kernels.push(Kernel {
-            segment: seg.clone(),
-            plan: c.plan,
-            cuda: c.cuda,
-            setup,
-        });
-    }
-    Ok(kernels)
+    let compiled = hopfuse_launch::specialize::compile_segments_for_sizes(
+        split,
+        &req.sizes,
+        req.index,
+        !req.generic,
+    )
+    .map_err(|e| {
+        let stage = match e.error {
+            PrepareError::Compile(_) => Stage::Compile,
+            PrepareError::Sizes(_) => Stage::Sizes,
+        };
+        RunError::new(stage, e.describe(split))
+    })?;
+    let plans: Vec<LaunchPlan> = compiled
+        .iter()
+        .map(|c| c.compilation.plan.clone())
+        .collect();
+    crate::scalars::resolve_all(&plans, &req.scalars)
+        .map_err(|e| RunError::new(Stage::Request, e))?;
+    Ok(compiled
+        .into_iter()
+        .map(|c| Kernel {
+            segment: c.segment,
+            plan: c.compilation.plan,
+            cuda: c.compilation.cuda,
+            setup: c.setup,
+        })
+        .collect())
 }
 
 /// Where tensor parameter `name` (of `role`) of kernel `k` lives, and its buffer's key: the
@@ -209,9 +204,10 @@ fn host_data(
     let mut buffers: Vec<Buffer> = Vec::new();
     // The whole fusion's inputs keep their names in every segment.
     let mut seeded = host::SeededInputs::new(req);
+    let plans: Vec<LaunchPlan> = kernels.iter().map(|k| k.plan.clone()).collect();
+    let values = crate::scalars::resolve_all(&plans, &req.scalars)
+        .map_err(|e| RunError::new(Stage::Request, e))?;
     for (k, kernel) in kernels.iter().enumerate() {
-        let values = crate::scalars::resolve(&kernel.plan, &req.scalars)
-            .map_err(|e| RunError::new(Stage::Request, e))?;
         for p in &kernel.plan.params {
             match p {
                 Param::Tensor {

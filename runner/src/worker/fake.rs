@@ -6,6 +6,7 @@
 use super::{emit, FakeCompile, Outcome, WorkerEvent, FAKE_NOTE};
 use crate::engine::{self, Prepared, Progress, RunError, RunRequest, Stage};
 use hopfuse::LaunchPlan;
+use hopfuse_api::job::{FakeKernel, FakeSegments};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 
@@ -99,6 +100,13 @@ pub(super) fn fake(
     };
     let compiled = match (prepared, &split) {
         (_, Some(split)) => {
+            // Its kernels were lowered here (the service prepares one kernel, not a split).
+            emit(
+                out,
+                &WorkerEvent::Progress {
+                    step: Progress::Lowering,
+                },
+            );
             let first = &split.kernels[0];
             Prepared {
                 cuda: split
@@ -176,9 +184,16 @@ pub(super) fn fake(
         0 => FAKE_NOTE.to_string(),
         _ => format!("{FAKE_NOTE}; not done either: {}", not_done.join("; ")),
     };
-    if let Some(split) = &split {
-        note = format!("{note}; the program {}", split.describe());
-    }
+    let segments = match &split {
+        Some(split) => {
+            note = format!("{note}; the program {}", split.describe());
+            match fake_segments(split, &req.sizes) {
+                Ok(s) => Some(s),
+                Err(error) => return Outcome::Error { error },
+            }
+        }
+        None => None,
+    };
     Outcome::Fake {
         fake: true,
         compile: Box::new(FakeCompile {
@@ -190,6 +205,32 @@ pub(super) fn fake(
             working_set_bytes,
             cuda_bytes: cuda.len(),
             not_done,
+            segments,
         }),
     }
+}
+
+/// A split program's kernels as the fake worker compiled and checked them, in order.
+fn fake_segments(
+    split: &engine::SplitCompiled,
+    sizes: &std::collections::BTreeMap<String, i64>,
+) -> Result<FakeSegments, RunError> {
+    Ok(FakeSegments {
+        reason: split.split.reason.clone(),
+        kernels: split
+            .split
+            .segments
+            .iter()
+            .zip(&split.kernels)
+            .map(|(s, k)| FakeKernel {
+                segment: s.name.clone(),
+                kernel: k.plan.kernel_name.clone(),
+                scheduler: s.scheduler.clone(),
+                reason: s.reason.clone(),
+                index_type: k.setup.index_type,
+                launch: k.setup.launch.clone(),
+            })
+            .collect(),
+        intermediates: split.intermediates(sizes)?,
+    })
 }

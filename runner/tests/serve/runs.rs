@@ -115,6 +115,87 @@ async fn fake_results_are_marked_and_carry_no_measurements() {
     s.stop();
 }
 
+/// A fusion no scheduler takes whole goes through the service's run job as its kernels: the
+/// fake worker compiles each and the result lists them in order with the tensor between them
+/// (a GPU worker runs, validates and times the whole and each: `result.segments`).
+#[tokio::test]
+async fn a_split_fusion_runs_as_its_kernels_through_the_service() {
+    let dir = temp_dir("split");
+    let s = Server::start(&dir, &["--fake-worker"]);
+    let c = client();
+    let body = json!({
+        "program": include_str!("../../../examples/auto/col_norm.hf"),
+        "sizes": {"M": 64, "N": 32},
+        "iters": 5,
+    });
+    let id = submit(&s, &c, &body).await;
+    let (names, r) = events(&s, &c, &id).await;
+    assert_eq!(names, ["queued", "compiling", "done"]);
+    assert_eq!(r["status"], "fake", "{r}");
+    assert_eq!(r["progress"], json!(["lowering"]), "{r}");
+    let compile = &r["compile"];
+    assert_eq!(
+        compile["kernel"], "col_norm_s1_kernel + col_norm_s2_kernel",
+        "{r}"
+    );
+    let segments = &compile["segments"];
+    assert!(
+        segments["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("`y` reads the column reductions back over the columns"),
+        "{r}"
+    );
+    let kernels = segments["kernels"].as_array().unwrap();
+    assert_eq!(kernels.len(), 2, "{r}");
+    assert_eq!(
+        (
+            &kernels[0]["kernel"],
+            &kernels[0]["scheduler"],
+            &kernels[1]["kernel"],
+            &kernels[1]["scheduler"]
+        ),
+        (
+            &json!("col_norm_s1_kernel"),
+            &json!("outer reduction"),
+            &json!("col_norm_s2_kernel"),
+            &json!("pointwise")
+        ),
+        "{r}"
+    );
+    assert_eq!(kernels[1]["reason"], "the last segment");
+    assert_eq!(kernels[0]["index_type"], "i32");
+    assert!(
+        kernels[1]["launch"]["grid"][0].as_u64().unwrap() >= 1,
+        "{r}"
+    );
+    // The column sums: 32 f32 between the kernels, counted once in the working set.
+    assert_eq!(
+        segments["intermediates"],
+        json!([{"name": "y_sum", "dtype": "f32", "bytes": 128}])
+    );
+    assert_eq!(compile["working_set_bytes"], 2 * 64 * 32 * 4 + 32 * 4);
+    // A scalar the first kernel does not read is a scalar of the run all the same.
+    let with_eps = json!({
+        "program": "fusion col_norm_eps {\n  input x: f32[M, N]\n  input eps: f32 = 1e-6\n  y = x / (broadcast(sum(x * x, axis=0), axis=0) + eps)\n  output y\n}\n",
+        "sizes": {"M": 64, "N": 32},
+        "scalars": {"eps": 0.5},
+        "iters": 5,
+    });
+    let id = submit(&s, &c, &with_eps).await;
+    let (_, r) = events(&s, &c, &id).await;
+    assert_eq!(r["status"], "fake", "{r}");
+    assert_eq!(
+        r["compile"]["segments"]["kernels"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "{r}"
+    );
+    s.stop();
+}
+
 #[tokio::test]
 async fn two_hundred_concurrent_runs_all_get_a_result() {
     let dir = temp_dir("concurrent");

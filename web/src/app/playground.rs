@@ -211,18 +211,12 @@ fn listen_to_window(ui: Ui) {
 #[component]
 fn TopBar(ui: Ui) -> impl IntoView {
     let symbols = Memo::new(move |_| {
-        ui.compiled.with(|c| {
-            c.as_ref()
-                .map(|c| c.plan.symbols.clone())
-                .unwrap_or_default()
-        })
+        ui.compiled
+            .with(|c| c.as_ref().map(|c| c.symbols.clone()).unwrap_or_default())
     });
     let scalar_inputs = Memo::new(move |_| {
-        ui.compiled.with(|c| {
-            c.as_ref()
-                .map(|c| crate::scalar_inputs::of(&c.plan))
-                .unwrap_or_default()
-        })
+        ui.compiled
+            .with(|c| c.as_ref().map(|c| c.scalars.clone()).unwrap_or_default())
     });
     let run_blocked = move || ui.runner.with(|r| r.run_blocked());
 

@@ -89,14 +89,14 @@ impl Ui {
             return;
         };
         // The sizes of every symbol of both programs: the tab not shown is compiled here.
-        let mut symbols = c.plan.symbols.clone();
+        let mut symbols = c.symbols.clone();
         if program_b.is_some() {
             let other = match shown {
                 Tab::A => Tab::B,
                 Tab::B => Tab::A,
             };
             match model::compile(&self.text_of(other), &self.sizes.get_untracked()) {
-                Ok(o) => symbols.extend(o.plan.symbols.iter().cloned()),
+                Ok(o) => symbols.extend(o.symbols.iter().cloned()),
                 Err(d) => {
                     refuse(name(other), &d[0]);
                     return;
@@ -109,7 +109,7 @@ impl Ui {
         let (iters, seed) = (self.iters.get_untracked(), self.seed.get_untracked());
         let scalars = self
             .scalars
-            .with_untracked(|typed| crate::scalar_inputs::for_run(&c.plan, typed));
+            .with_untracked(|typed| crate::scalar_inputs::for_run(&c.scalars, typed));
         let mut body = runner::run_body(
             &self.program.get_untracked(),
             program_b.as_deref(),

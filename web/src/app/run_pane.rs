@@ -2,7 +2,8 @@
 //! the Tune section (`tune.rs`) while a tune runs or after one;
 //! a job's stages while it is followed; and a finished job's result ([`RunView`]) by status: a
 //! measurement (time, rate against the copy ceiling or cuBLAS, validation, resources, peers,
-//! profile), what the fake worker checked (never a number), or what went wrong; an A/B job shows
+//! profile; a fusion run as several kernels, a row per kernel), what the fake worker checked
+//! (never a number, a split fusion's kernels as compiled), or what went wrong; an A/B job shows
 //! B/A with its spread and both results.
 
 use super::{RunState, RunnerStatus, Ui};
@@ -146,6 +147,60 @@ fn checks_table(checks: &[runner::Check]) -> impl IntoView + use<> {
     }
 }
 
+/// A fusion run as several kernels: why, a row per kernel in order (its time alone when it
+/// was measured) and the tensors between them.
+fn kernels_table(k: &runner::KernelsView, primary: bool) -> impl IntoView + use<> {
+    let measured = k.rows.iter().any(|r| r.median_us.is_some());
+    let rows = k
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let time = measured.then(|| {
+                view! {
+                    <td class="mono">{fmt_opt(r.median_us, |x| format!("{x:.2} µs"))}</td>
+                    <td class="mono">{fmt_opt(r.gbps, |g| format!("{g:.0} GB/s"))}</td>
+                }
+            });
+            view! {
+                <tr class="kernel-row">
+                    <td class="mono">{(i + 1).to_string()}</td>
+                    <td class="mono">{r.kernel.clone()}</td>
+                    <td>{r.scheduler.clone()}</td>
+                    <td class="mono">{r.launch.clone()}</td>
+                    {time}
+                    <td>{r.reason.clone()}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    let head = measured.then(|| view! { <th>"median alone"</th><th>"bandwidth"</th> });
+    let between = (!k.intermediates.is_empty()).then(|| {
+        view! { <p class="note">"Between the kernels, in global memory: "{k.intermediates.join("; ")}"."</p> }
+    });
+    view! {
+        <section class="run-kernels" id=primary.then_some("run-kernels")>
+            <h3>{format!("{} kernels, in order", k.rows.len())}</h3>
+            <p class="note">
+                {format!(
+                    "No scheduler takes this fusion whole ({}){}",
+                    k.reason.trim_end_matches('.'),
+                    if measured {
+                        ": the times above are of every kernel launched in order; each row is its kernel timed alone."
+                    } else {
+                        "."
+                    }
+                )}
+            </p>
+            <table class="params">
+                <tr><th>"#"</th><th>"kernel"</th><th>"scheduler"</th><th>"launch"</th>{head}<th>"why it ends there"</th></tr>
+                {rows}
+            </table>
+            {between}
+        </section>
+    }
+}
+
 /// A finished job: the stages it went through, then its result; an A/B job shows B/A with its
 /// spread (when both were measured) and both results.
 #[component]
@@ -263,6 +318,7 @@ fn run_outcome(r: &RunView, primary: bool) -> AnyView {
                     {steps}
                     {job}
                 </table>
+                {fk.kernels.as_ref().map(|k| kernels_table(k, primary))}
             </div>
         }
         .into_any()
@@ -429,6 +485,7 @@ fn measured_view(
             </tr>
             {rows}
         </table>
+        {m.kernels.as_ref().map(|k| kernels_table(k, primary))}
         <h3>"Validation against the float64 reference"</h3>
         {checks_table(&m.checks)}
         {after}

@@ -69,10 +69,10 @@ impl Ui {
             Ok(c) => {
                 let missing = self
                     .sizes
-                    .with_untracked(|s| c.plan.symbols.iter().any(|sym| !s.contains_key(sym)));
+                    .with_untracked(|s| c.symbols.iter().any(|sym| !s.contains_key(sym)));
                 if missing {
                     self.sizes.update(|s| {
-                        for sym in &c.plan.symbols {
+                        for sym in &c.symbols {
                             s.entry(sym.clone()).or_insert(DEFAULT_SIZE);
                         }
                     });

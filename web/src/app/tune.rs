@@ -46,7 +46,7 @@ impl Ui {
         };
         let sizes = self
             .sizes
-            .with_untracked(|s| crate::model::sizes_of(&c.plan.symbols, s, DEFAULT_SIZE));
+            .with_untracked(|s| crate::model::sizes_of(&c.symbols, s, DEFAULT_SIZE));
         let tab = self.tab.get_untracked();
         let body = runner::tune_body(
             &self.text_of(tab),

@@ -41,7 +41,9 @@ pub use requests::{
 };
 pub use result::parse_result;
 pub use tune_view::{parse_tune_done, progress_line, TuneRow, TuneView};
-pub use view::{index_name, Check, Comparison, FakeView, Measured, RunView};
+pub use view::{
+    index_name, Check, Comparison, FakeView, KernelRow, KernelsView, Measured, RunView,
+};
 
 use crate::js;
 use hopfuse_api::service::ErrorBody;

@@ -1,11 +1,13 @@
 //! A job's result (`api::job::JobResult` with its `api::run::RunResult`: the `done` event's data
 //! or the answer of `GET /api/jobs/{id}`), read by serde into the api types and made into a
-//! [`RunView`]; a result this playground cannot read becomes an `error` view with serde's
-//! reason (a missing field is named), never a quietly empty pane. A `fake` result never yields
-//! numbers.
+//! [`RunView`] (a split fusion's kernels into a [`KernelsView`]); a result this playground
+//! cannot read becomes an `error` view with serde's reason (a missing field is named), never a
+//! quietly empty pane. A `fake` result never yields numbers.
 
 use super::read;
-use super::view::{index_name, Check, Comparison, FakeView, Measured, RunView};
+use super::view::{
+    index_name, Check, Comparison, FakeView, KernelRow, KernelsView, Measured, RunView,
+};
 use crate::torch_pane::PeersView;
 use hopfuse::plan::ConcreteLaunch;
 use hopfuse::IndexType;
@@ -141,6 +143,67 @@ impl Measured {
             profile: r.profile.clone(),
             waves: r.residency.as_ref().map(|w| w.text()),
             warnings: r.warnings.clone(),
+            kernels: r.segments.as_ref().map(KernelsView::from),
+        }
+    }
+}
+
+fn intermediate_text(m: &run::IntermediateRun) -> String {
+    format!(
+        "{}: {}, {}",
+        m.name,
+        m.dtype.name(),
+        crate::model::bytes(m.bytes as f64)
+    )
+}
+
+/// One kernel of a split fusion as a row; `timed`: its median time alone and bandwidth.
+fn kernel_row(
+    kernel: &str,
+    scheduler: &str,
+    reason: &str,
+    launch: &ConcreteLaunch,
+    timed: Option<(f64, f64)>,
+) -> KernelRow {
+    KernelRow {
+        kernel: kernel.to_string(),
+        scheduler: scheduler.to_string(),
+        reason: reason.to_string(),
+        launch: launch_text(launch),
+        median_us: timed.map(|t| t.0),
+        gbps: timed.map(|t| t.1),
+    }
+}
+
+/// The kernels of a measured split run, each timed alone.
+impl From<&run::SegmentsRun> for KernelsView {
+    fn from(s: &run::SegmentsRun) -> KernelsView {
+        KernelsView {
+            reason: s.reason.clone(),
+            rows: s
+                .kernels
+                .iter()
+                .map(|k| {
+                    let timed = Some((k.timing.median_us, k.gbps));
+                    kernel_row(&k.kernel, &k.scheduler, &k.reason, &k.launch, timed)
+                })
+                .collect(),
+            intermediates: s.intermediates.iter().map(intermediate_text).collect(),
+        }
+    }
+}
+
+/// The kernels of a split fusion as the fake worker compiled them: no times.
+impl From<&job::FakeSegments> for KernelsView {
+    fn from(s: &job::FakeSegments) -> KernelsView {
+        KernelsView {
+            reason: s.reason.clone(),
+            rows: s
+                .kernels
+                .iter()
+                .map(|k| kernel_row(&k.kernel, &k.scheduler, &k.reason, &k.launch, None))
+                .collect(),
+            intermediates: s.intermediates.iter().map(intermediate_text).collect(),
         }
     }
 }
@@ -170,6 +233,7 @@ impl From<&JobResult> for RunView {
                     launch: Some(launch_text(&c.launch)),
                     working_set_bytes: Some(c.working_set_bytes as f64),
                     cuda_bytes: Some(c.cuda_bytes as f64),
+                    kernels: c.segments.as_ref().map(KernelsView::from),
                 }),
                 _ => fake.then(FakeView::default),
             },

@@ -33,6 +33,79 @@ const FAKE: &str = include_str!("../../tests/fixtures/done-fake.json");
 const AB: &str = include_str!("../../tests/fixtures/done-ab.json");
 const MATMUL: &str = include_str!("../../tests/fixtures/done-matmul.json");
 const CLOCK: &str = include_str!("../../tests/fixtures/done-clock.json");
+const SPLIT: &str = include_str!("../../tests/fixtures/done-split.json");
+const SPLIT_FAKE: &str = include_str!("../../tests/fixtures/done-split-fake.json");
+
+#[test]
+fn reads_a_fusion_run_as_several_kernels_with_a_row_per_kernel() {
+    let m = parse_result(SPLIT).measured.expect("a measurement");
+    // The whole: every kernel launched in order.
+    assert_eq!(m.median_us, Some(2.5));
+    let k = m.kernels.expect("the kernels of the split");
+    assert!(
+        k.reason.starts_with("`y` reads the column reductions back"),
+        "{}",
+        k.reason
+    );
+    assert_eq!(
+        k.rows
+            .iter()
+            .map(|r| (r.kernel.as_str(), r.scheduler.as_str(), r.median_us, r.gbps))
+            .collect::<Vec<_>>(),
+        [
+            (
+                "col_norm_s1_kernel",
+                "outer reduction",
+                Some(184.25),
+                Some(2914.0)
+            ),
+            ("col_norm_s2_kernel", "pointwise", Some(355.5), Some(3020.5)),
+        ]
+    );
+    assert_eq!(k.rows[0].launch, "grid (512, 1, 1)  block (256, 1, 1)");
+    assert!(
+        k.rows[0].reason.starts_with("ends before `y`"),
+        "{}",
+        k.rows[0].reason
+    );
+    assert_eq!(k.rows[1].reason, "the last segment");
+    assert_eq!(k.intermediates, ["y_sum: f32, 32.0 KiB"]);
+    // One kernel has no rows.
+    assert!(parse_result(PASSED).measured.unwrap().kernels.is_none());
+}
+
+#[test]
+fn a_fake_split_run_lists_each_kernel_without_numbers() {
+    let v = parse_result(SPLIT_FAKE);
+    assert!(v.measured.is_none());
+    let k = v
+        .fake
+        .expect("what the fake worker checked")
+        .kernels
+        .expect("the kernels of the split");
+    assert_eq!(
+        k.rows
+            .iter()
+            .map(|r| (r.kernel.as_str(), r.launch.as_str(), r.median_us, r.gbps))
+            .collect::<Vec<_>>(),
+        [
+            (
+                "col_norm_s1_kernel",
+                "grid (4, 1, 1)  block (256, 1, 1)",
+                None,
+                None
+            ),
+            (
+                "col_norm_s2_kernel",
+                "grid (4, 1, 1)  block (128, 1, 1)",
+                None,
+                None
+            ),
+        ]
+    );
+    assert_eq!(k.intermediates, ["y_sum: f32, 128 B"]);
+    assert!(parse_result(FAKE).fake.unwrap().kernels.is_none());
+}
 
 #[test]
 fn reads_a_run_with_a_clock_reading() {

@@ -1,7 +1,8 @@
 //! What the Run pane shows of a job result: a [`RunView`] per program (status, message, error,
 //! the worker's steps), with a [`Measured`] run (time, rates, ceilings, [`Check`]s, resources,
-//! peers and profile) or what the fake worker checked ([`FakeView`], never a number), and an A/B
-//! job's [`Comparison`]. Plain data, filled by `result.rs`.
+//! peers and profile) or what the fake worker checked ([`FakeView`], never a number), a fusion
+//! run as several kernels ([`KernelsView`], a row per kernel), and an A/B job's [`Comparison`].
+//! Plain data, filled by `result.rs`.
 
 use hopfuse::IndexType;
 use hopfuse_api as api;
@@ -27,6 +28,30 @@ pub struct FakeView {
     pub launch: Option<String>,
     pub working_set_bytes: Option<f64>,
     pub cuda_bytes: Option<f64>,
+    /// A fusion that would run as several kernels: each as compiled (no times).
+    pub kernels: Option<KernelsView>,
+}
+
+/// A fusion run as several kernels in order (no scheduler takes it whole): why, one row per
+/// kernel, and the tensors between them.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct KernelsView {
+    pub reason: String,
+    pub rows: Vec<KernelRow>,
+    /// Each intermediate in words: `y_sum: f32, 32.0 KiB`.
+    pub intermediates: Vec<String>,
+}
+
+/// One kernel of a split fusion: what it is and, when measured, its time alone.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct KernelRow {
+    pub kernel: String,
+    pub scheduler: String,
+    /// Why its segment ends where it does.
+    pub reason: String,
+    pub launch: String,
+    pub median_us: Option<f64>,
+    pub gbps: Option<f64>,
 }
 
 /// The measurement of a `passed` or `failed` run (`result`, the runner's `RunResult`).
@@ -71,6 +96,9 @@ pub struct Measured {
     pub waves: Option<String>,
     /// What the runner warns about (a persistent grid past one wave).
     pub warnings: Vec<String>,
+    /// A fusion run as several kernels: each timed alone (`result.segments`); the times above
+    /// are of all of them launched in order.
+    pub kernels: Option<KernelsView>,
 }
 
 /// The `comparison` of an A/B job: B's time over A's, per launch pair, when both were measured.

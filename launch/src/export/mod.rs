@@ -19,6 +19,9 @@
 //! vector accesses, the plan's checks); the launchers refuse other shapes. The tensor maps'
 //! arguments come from [`crate::tensor_map::encode_args`], the runner's own, so the exported
 //! encodings are the ones the runner validated.
+//!
+//! A fusion split into several kernels is exported by [`export_split`] (`split.rs`), from the
+//! same pieces: each kernel's launch functions, the C++ main and the Python launcher's checks.
 
 use crate::specialize::Setup;
 use crate::tensor_map::{encode_args, EncodeArgs};
@@ -27,6 +30,9 @@ use hopfuse::plan::{LaunchPlan, Param, TensorRole};
 use hopfuse::{Compilation, DType, IndexType};
 use std::collections::BTreeMap;
 use std::fmt::Write;
+
+mod split;
+pub use split::export_split;
 
 /// One file of an export: its name in the output directory and its bytes.
 pub struct ExportFile {
@@ -151,32 +157,7 @@ pub fn export(
 ) -> Result<Vec<ExportFile>, String> {
     let plan = &compilation.plan;
     let name = c_identifier(&plan.kernel_name);
-    let tensors = plan
-        .tensors()
-        .map(|(tensor, dtype, role, shape)| {
-            let shape = shape
-                .iter()
-                .map(|e| e.eval(sizes))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("tensor `{tensor}`: {e}"))?;
-            Ok(TensorArg {
-                name: tensor,
-                dtype,
-                role,
-                shape,
-            })
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    let args = launch_args(plan, sizes)?;
-    let launch = Launch {
-        grid: setup.launch.grid,
-        block: setup.launch.block,
-        smem: setup.launch.dynamic_smem_bytes,
-        needs_resident: plan
-            .persistent
-            .as_ref()
-            .is_some_and(|p| p.stream_k.is_some()),
-    };
+    let (tensors, args, launch) = kernel_parts(plan, setup, sizes)?;
     let sizes_text = sizes
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -227,7 +208,17 @@ pub fn export(
         file(format!("{name}.h"), cpp_launcher(&kernel)),
         file(
             format!("{name}_main.cpp"),
-            cpp_main(plan, &name, &header, &tensors),
+            cpp_main(&MainProgram {
+                name: &name,
+                what: "kernel",
+                header: &header,
+                cubin_arg: "CUBIN",
+                cubin_example: &format!("{name}.cubin"),
+                loaded: "Kernel",
+                tensors: &tensors,
+                scalars: scalars(&args).map(|(_, d, v)| (d, v)).collect(),
+                ran: &plan.kernel_name,
+            }),
         ),
         file(format!("{name}.py"), python_launcher(&kernel)),
         file(format!("{name}_torch.py"), torch_twin.source.clone()),
@@ -237,6 +228,42 @@ pub fn export(
             readme(&name, &header, &tensors, &args, &torch_twin.function),
         ),
     ])
+}
+
+/// A kernel's tensors with their shapes at `sizes`, its launch arguments and its launch's
+/// numbers: what [`Kernel`] borrows.
+fn kernel_parts<'a>(
+    plan: &'a LaunchPlan,
+    setup: &Setup,
+    sizes: &BTreeMap<String, i64>,
+) -> Result<(Vec<TensorArg<'a>>, Vec<LaunchArg<'a>>, Launch), String> {
+    let tensors = plan
+        .tensors()
+        .map(|(tensor, dtype, role, shape)| {
+            let shape = shape
+                .iter()
+                .map(|e| e.eval(sizes))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("tensor `{tensor}`: {e}"))?;
+            Ok(TensorArg {
+                name: tensor,
+                dtype,
+                role,
+                shape,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let args = launch_args(plan, sizes)?;
+    let launch = Launch {
+        grid: setup.launch.grid,
+        block: setup.launch.block,
+        smem: setup.launch.dynamic_smem_bytes,
+        needs_resident: plan
+            .persistent
+            .as_ref()
+            .is_some_and(|p| p.stream_k.is_some()),
+    };
+    Ok((tensors, args, launch))
 }
 
 /// One argument of the kernel's launch, in the plan's order: what both launchers pass.
@@ -316,48 +343,82 @@ fn comma_list<T: std::fmt::Display>(v: &[T]) -> String {
 /// `NAME.h`: the sizes, the tensors, the launch's numbers, `load` (with the shared-memory
 /// opt-in and the residency check where the kernel needs them) and `launch`.
 fn cpp_launcher(kernel: &Kernel) -> String {
-    let Kernel {
-        plan,
-        name,
-        header,
-        sizes,
-        index,
-        tensors,
-        launch,
-        args,
-    } = *kernel;
+    let mut w = cpp_preamble(
+        "kernel",
+        kernel.header,
+        kernel.name,
+        kernel.sizes,
+        "kernel was",
+    );
+    w.push_str("\n// Tensor parameters: dense row-major, 16-byte aligned device buffers.\n");
+    for t in kernel.tensors {
+        cpp_tensor_bytes(&mut w, t.name, t, role_name(t.role));
+    }
+    cpp_kernel_functions(&mut w, kernel);
+    let _ = writeln!(w, "\n}}  // namespace hopfuse_export_{}", kernel.name);
+    w
+}
+
+/// A C++ header's first lines up to its sizes, inside `namespace hopfuse_export_NAME`: `what`
+/// (`kernel`, `fusion`) `header` was generated, for the sizes the `compiled` (`kernel was`,
+/// `kernels were`) compiled and checked for.
+fn cpp_preamble(
+    what: &str,
+    header: &str,
+    name: &str,
+    sizes: &BTreeMap<String, i64>,
+    compiled: &str,
+) -> String {
     let mut w = String::new();
     let _ = write!(
         w,
-        r#"// Generated by `hopfuse export`: kernel {header}.
+        r#"// Generated by `hopfuse export`: {what} {header}.
 // Needs only the CUDA driver API: #include this header, link with -lcuda.
 #pragma once
 #include <cuda.h>
 #include <cmath>
 #include <cstdio>
-#include <vector>
+{string}#include <vector>
 
 namespace hopfuse_export_{name} {{
 
-// The sizes the kernel was compiled and checked for.
-"#
+// The sizes the {compiled} compiled and checked for.
+"#,
+        // A fusion's `load` builds each CUBIN's path.
+        string = if what == "fusion" {
+            "#include <string>\n"
+        } else {
+            ""
+        },
     );
     for (k, v) in sizes {
         let _ = writeln!(w, "constexpr long long {k} = {v};");
     }
-    w.push_str("\n// Tensor parameters: dense row-major, 16-byte aligned device buffers.\n");
-    for t in tensors {
-        let _ = writeln!(
-            w,
-            "//   {}: {}, {} bytes, {}\nconstexpr size_t {}_BYTES = {};",
-            t.name,
-            t.declared(),
-            t.bytes(),
-            role_name(t.role),
-            c_identifier(t.name),
-            t.bytes()
-        );
-    }
+    w
+}
+
+/// A tensor's comment line (its key, dtype and shape, bytes and `role`) and its `KEY_BYTES`.
+fn cpp_tensor_bytes(w: &mut String, key: &str, t: &TensorArg, role: &str) {
+    let _ = writeln!(
+        w,
+        "//   {key}: {}, {} bytes, {role}\nconstexpr size_t {}_BYTES = {};",
+        t.declared(),
+        t.bytes(),
+        c_identifier(key),
+        t.bytes()
+    );
+}
+
+/// One kernel's launch numbers, `Kernel`, `load` and `launch` (the namespace's sizes in scope).
+fn cpp_kernel_functions(w: &mut String, kernel: &Kernel) {
+    let Kernel {
+        plan,
+        index,
+        tensors,
+        launch,
+        args,
+        ..
+    } = *kernel;
     let [gx, gy, gz] = launch.grid;
     let [bx, by, bz] = launch.block;
     let _ = write!(
@@ -419,13 +480,7 @@ inline CUresult load(Kernel& k, const char* cubin_path) {{
             .iter()
             .map(|t| format!("CUdeviceptr {}", c_identifier(t.name))),
     )
-    .chain(scalars(args).map(|(n, dtype, default)| {
-        let declared = format!("{} {}", scalar_cpp(dtype), c_identifier(n));
-        match default {
-            Some(v) => format!("{declared} = {}", scalar_literal(dtype, v)),
-            None => declared,
-        }
-    }))
+    .chain(cpp_scalar_params(&scalars(args).collect::<Vec<_>>()))
     .collect();
     let _ = writeln!(
         w,
@@ -434,14 +489,35 @@ inline CUresult load(Kernel& k, const char* cubin_path) {{
     );
     let pointers: Vec<String> = args
         .iter()
-        .map(|arg| cpp_launch_arg(&mut w, arg, index))
+        .map(|arg| cpp_launch_arg(w, arg, index))
         .collect();
     let _ = write!(
         w,
-        "  void* hf_args[] = {{{}}};\n  return cuLaunchKernel(hf_kernel.function, GRID[0], GRID[1], GRID[2], BLOCK[0], BLOCK[1], BLOCK[2], DYNAMIC_SMEM_BYTES, hf_stream, hf_args, nullptr);\n}}\n\n}}  // namespace hopfuse_export_{name}\n",
+        "  void* hf_args[] = {{{}}};\n  return cuLaunchKernel(hf_kernel.function, GRID[0], GRID[1], GRID[2], BLOCK[0], BLOCK[1], BLOCK[2], DYNAMIC_SMEM_BYTES, hf_stream, hf_args, nullptr);\n}}\n",
         pointers.join(", ")
     );
-    w
+}
+
+/// The scalars as C++ parameters (name, type, the program's value as the default): a default
+/// only where every later scalar has one too, as C++ requires.
+fn cpp_scalar_params(scalars: &[(&str, DType, Option<f64>)]) -> Vec<String> {
+    let first_default = scalars
+        .iter()
+        .rposition(|(_, _, default)| default.is_none())
+        .map_or(0, |i| i + 1);
+    scalars
+        .iter()
+        .enumerate()
+        .map(|(i, &(n, dtype, default))| {
+            let declared = format!("{} {}", scalar_cpp(dtype), c_identifier(n));
+            match default {
+                Some(v) if i >= first_default => {
+                    format!("{declared} = {}", scalar_literal(dtype, v))
+                }
+                _ => declared,
+            }
+        })
+        .collect()
 }
 
 /// One launch argument in C++: writes the local it needs (a size at the index type, an
@@ -495,19 +571,52 @@ fn cpp_launch_arg(w: &mut String, arg: &LaunchArg, index: IndexType) -> String {
     }
 }
 
-fn cpp_main(plan: &LaunchPlan, name: &str, header: &str, tensors: &[TensorArg]) -> String {
+/// What `NAME_main.cpp` runs: one kernel, or a fusion's kernels in order.
+struct MainProgram<'a> {
+    /// The files' stem and the namespace's suffix.
+    name: &'a str,
+    /// `kernel` or `fusion`, as the header names what was exported.
+    what: &'a str,
+    header: &'a str,
+    /// The program's first argument: the CUBIN, or the directory of the kernels' CUBINs.
+    cubin_arg: &'a str,
+    /// How the usage example names it (`NAME.cubin`, `.`).
+    cubin_example: &'a str,
+    /// The loaded type (`Kernel`, `Kernels`).
+    loaded: &'a str,
+    /// The tensors `launch` takes, in its order: the program allocates each, fills the inputs
+    /// from files and writes the outputs to files.
+    tensors: &'a [TensorArg<'a>],
+    /// Each scalar `launch` takes, in its order: its type and the program's value.
+    scalars: Vec<(DType, Option<f64>)>,
+    /// What it ran, for its last line.
+    ran: &'a str,
+}
+
+fn cpp_main(m: &MainProgram) -> String {
+    let MainProgram {
+        name,
+        what,
+        header,
+        cubin_arg,
+        cubin_example,
+        loaded,
+        tensors,
+        ran,
+        ..
+    } = *m;
     let mut s = String::new();
     let w = &mut s;
     let ns = format!("hopfuse_export_{name}");
     let _ = writeln!(
         w,
-        "// Generated by `hopfuse export`: runs kernel {header} once."
+        "// Generated by `hopfuse export`: runs {what} {header} once."
     );
     let _ = writeln!(
         w,
         "//   g++ -std=c++17 -I$CUDA_HOME/include {name}_main.cpp -lcuda -o {name}_main"
     );
-    let _ = writeln!(w, "//   ./{name}_main {name}.cubin DIR");
+    let _ = writeln!(w, "//   ./{name}_main {cubin_example} DIR");
     let _ = writeln!(
         w,
         "// reads each input from DIR/<tensor>.bin (raw bytes, row-major), writes each output to\n// DIR/<tensor>.out.bin. Scalars take the program's values (or 1 where it gives none)."
@@ -530,11 +639,11 @@ fn cpp_main(plan: &LaunchPlan, name: &str, header: &str, tensors: &[TensorArg]) 
     );
     let _ = writeln!(w, "  bytes.resize(n);\n  size_t got = std::fread(bytes.data(), 1, n, f);\n  std::fclose(f);\n  return got == n;\n}}\n");
     let _ = writeln!(w, "int main(int argc, char** argv) {{");
-    let _ = writeln!(w, "  if (argc != 3) {{ std::fprintf(stderr, \"usage: %s CUBIN DIR\\n\", argv[0]); return 2; }}");
+    let _ = writeln!(w, "  if (argc != 3) {{ std::fprintf(stderr, \"usage: %s {cubin_arg} DIR\\n\", argv[0]); return 2; }}");
     let _ = writeln!(w, "  const std::string dir = argv[2];");
     let _ = writeln!(w, "  CUdevice dev;\n  CUcontext ctx;");
     let _ = writeln!(w, "  CHECK(cuInit(0));\n  CHECK(cuDeviceGet(&dev, 0));\n  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));\n  CHECK(cuCtxSetCurrent(ctx));");
-    let _ = writeln!(w, "  {ns}::Kernel k;\n  CHECK({ns}::load(k, argv[1]));");
+    let _ = writeln!(w, "  {ns}::{loaded} k;\n  CHECK({ns}::load(k, argv[1]));");
     let mut call = vec!["k".to_string(), "nullptr".to_string()];
     for t in tensors {
         // `t_`: a tensor may be named like a local (`dir`, `k`).
@@ -564,11 +673,12 @@ fn cpp_main(plan: &LaunchPlan, name: &str, header: &str, tensors: &[TensorArg]) 
         }
         call.push(v);
     }
-    for p in &plan.params {
-        if let Param::Scalar { value: None, .. } = p {
-            call.push("1".into());
-        }
-    }
+    // Every scalar explicitly: a default in `launch` may be followed by a scalar without one.
+    call.extend(
+        m.scalars
+            .iter()
+            .map(|&(dtype, value)| scalar_literal(dtype, value.unwrap_or(1.0))),
+    );
     let _ = writeln!(w, "  CHECK({ns}::launch({}));", call.join(", "));
     let _ = writeln!(w, "  CHECK(cuCtxSynchronize());");
     for t in tensors.iter().filter(|t| t.role == TensorRole::Output) {
@@ -584,11 +694,7 @@ fn cpp_main(plan: &LaunchPlan, name: &str, header: &str, tensors: &[TensorArg]) 
         let _ = writeln!(w, "    if (!f || std::fwrite(host.data(), 1, host.size(), f) != host.size()) {{ std::fprintf(stderr, \"cannot write %s/{}.out.bin\\n\", dir.c_str()); return 1; }}", t.name);
         let _ = writeln!(w, "    std::fclose(f);\n  }}");
     }
-    let _ = writeln!(
-        w,
-        "  std::printf(\"ran {} once\\n\");\n  return 0;\n}}",
-        plan.kernel_name
-    );
+    let _ = writeln!(w, "  std::printf(\"ran {ran} once\\n\");\n  return 0;\n}}");
     s
 }
 
@@ -615,11 +721,7 @@ fn python_launcher(kernel: &Kernel) -> String {
         .map(|t| t.name)
         .collect();
     let keywords: String = scalars(args).map(|(n, ..)| format!(", {n}=...")).collect();
-    let sizes_dict = sizes
-        .iter()
-        .map(|(k, v)| format!("{k:?}: {v}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let sizes_dict = python_sizes_dict(sizes);
     let _ = write!(
         w,
         r#""""Kernel {header}: generated by `hopfuse export`.
@@ -652,23 +754,9 @@ TENSORS = [
             TensorRole::Scratch => "scratch",
             TensorRole::Workspace => "workspace",
         };
-        let shape: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
-        let _ = writeln!(
-            w,
-            "    ({:?}, {}, ({}{}), {role:?}),",
-            t.name,
-            torch_dtype(t.dtype),
-            shape.join(", "),
-            if t.shape.len() == 1 { "," } else { "" }
-        );
+        python_tensor_line(&mut w, t.name, t, role);
     }
-    let scalars_dict = scalars(args)
-        .map(|(n, d, v)| {
-            let value = v.map_or("None".to_string(), |v| python_literal(d, v));
-            format!("{n:?}: {value}")
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
+    let scalars_dict = python_scalars_dict(&scalars(args).collect::<Vec<_>>());
     let [gx, gy, gz] = launch.grid;
     let [bx, by, bz] = launch.block;
     let _ = write!(
@@ -687,7 +775,7 @@ _driver = []
 _functions = {{}}  # device index -> (context, CUfunction)
 
 {PY_DRIVER}
-{PY_LOAD}"#,
+{PY_LOAD_CONTEXT}{PY_LOAD}"#,
         smem = launch.smem,
         kernel = plan.kernel_name,
         cubin = format!("{name}.cubin"),
@@ -710,6 +798,8 @@ _functions = {{}}  # device index -> (context, CUfunction)
     }
     w.push_str("    found = _functions[index] = (ctx, function)\n    return found\n\n\n");
     w.push_str(PY_LAUNCH);
+    w.push_str(PY_CHECK_AND_ALLOCATE);
+    w.push_str(PY_LAUNCH_ONE);
     let index_ctype = match index {
         IndexType::I32 => "ctypes.c_int32",
         IndexType::I64 => "ctypes.c_int64",
@@ -728,6 +818,39 @@ _functions = {{}}  # device index -> (context, CUfunction)
 "#,
     );
     w
+}
+
+/// `SIZES`' entries.
+fn python_sizes_dict(sizes: &BTreeMap<String, i64>) -> String {
+    sizes
+        .iter()
+        .map(|(k, v)| format!("{k:?}: {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One entry of `TENSORS`: `(key, dtype, shape, role)`.
+fn python_tensor_line(w: &mut String, key: &str, t: &TensorArg, role: &str) {
+    let shape: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
+    let _ = writeln!(
+        w,
+        "    ({key:?}, {}, ({}{}), {role:?}),",
+        torch_dtype(t.dtype),
+        shape.join(", "),
+        if t.shape.len() == 1 { "," } else { "" }
+    );
+}
+
+/// `SCALARS`' entries: name -> the program's value (None where it gives none).
+fn python_scalars_dict(scalars: &[(&str, DType, Option<f64>)]) -> String {
+    scalars
+        .iter()
+        .map(|&(n, d, v)| {
+            let value = v.map_or("None".to_string(), |v| python_literal(d, v));
+            format!("{n:?}: {value}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One launch argument in Python: the ctypes value `arg(...)` keeps and points to.
@@ -826,9 +949,9 @@ def _tensor_map(cuda, dtype, rank, address, dims, strides, box, element_strides,
 
 "#;
 
-/// `_load(index)` up to the kernel's function: the device's primary context (torch's), the
-/// CUBIN loaded into it. What follows depends on the kernel (`python_launcher`).
-const PY_LOAD: &str = r#"def _load(index):
+/// `_load(index)` up to the device's primary context (torch's), `ctx`, retained: a loaded
+/// device's entry of `_functions`, else `cuda`, `dev` and `ctx`.
+const PY_LOAD_CONTEXT: &str = r#"def _load(index):
     found = _functions.get(index)
     if found is not None:
         return found
@@ -838,7 +961,11 @@ const PY_LOAD: &str = r#"def _load(index):
     _check(cuda.cuDeviceGet(ctypes.byref(dev), index), "cuDeviceGet")
     # torch's context on that device: the device's primary context.
     _check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-    with _Current(cuda, ctx):
+"#;
+
+/// The rest of `_load(index)` up to the kernel's function: the CUBIN loaded into the context.
+/// What follows depends on the kernel (`python_launcher`).
+const PY_LOAD: &str = r#"    with _Current(cuda, ctx):
         with open(CUBIN, "rb") as f:
             image = f.read()
         module = ctypes.c_void_p()
@@ -848,10 +975,16 @@ const PY_LOAD: &str = r#"def _load(index):
 "#;
 
 /// `launch(*inputs, **scalars)` up to its arguments: the inputs and scalars checked, the
-/// outputs, scratch and workspace allocated, `arg` to keep each argument alive.
+/// outputs, scratch and workspace allocated ([`PY_CHECK_AND_ALLOCATE`]), `arg` to keep each
+/// argument alive.
 const PY_LAUNCH: &str = r#"def launch(*inputs, **scalars):
     """Runs the kernel on torch's current stream; returns the outputs."""
-    names = [t[0] for t in TENSORS if t[3] == "input"]
+"#;
+
+/// The body of `launch` that checks the inputs and scalars against `TENSORS` and `SCALARS`
+/// (into `values`) and allocates every other tensor (`buffers` by name, `outputs` in order):
+/// workspaces zeroed, the rest uninitialised.
+const PY_CHECK_AND_ALLOCATE: &str = r#"    names = [t[0] for t in TENSORS if t[3] == "input"]
     if len(inputs) != len(names):
         raise TypeError("launch takes %d tensors (%s), got %d" % (len(names), ", ".join(names), len(inputs)))
     unknown = sorted(set(scalars) - set(SCALARS))
@@ -892,7 +1025,10 @@ const PY_LAUNCH: &str = r#"def launch(*inputs, **scalars):
             buffers[name] = torch.empty(shape, dtype=dtype, device=device)
             if role == "output":
                 outputs.append(buffers[name])
-    cuda = _cuda()
+"#;
+
+/// The one kernel's launch, up to its arguments.
+const PY_LAUNCH_ONE: &str = r#"    cuda = _cuda()
     ctx, function = _load(index)
     keep = []  # the argument storage, alive until the launch returns
     args = []
