@@ -770,26 +770,48 @@ mod tests {
         assert!(scaled_mm(&hopfuse::frontend::parse(&bf16).unwrap()).is_none());
     }
 
+    /// A run of `source` at `sizes` with peers, a few launches.
+    fn peers_request(source: &str, sizes: &BTreeMap<String, i64>, seed: u64) -> RunRequest {
+        RunRequest {
+            file: "t.hf".into(),
+            source: source.into(),
+            sizes: sizes.clone(),
+            scalars: Default::default(),
+            iters: 3,
+            warmup: 1,
+            seed,
+            index: None,
+            copy_ceiling: false,
+            peers: true,
+            clock: false,
+            generic: false,
+        }
+    }
+
+    /// `req`'s peers (on the fake torch) validated against `expected`, the kernel timed as 1 us.
+    fn peers_report(
+        peers: &mut Peers,
+        req: &RunRequest,
+        expected: &BTreeMap<String, Vec<f64>>,
+    ) -> PeersReport {
+        let run = PeerRun {
+            req,
+            expected,
+            l2: &L2Policy::None,
+        };
+        let (_, report) = peers
+            .interleave(&run, &mut |_, n| Ok(vec![1.0; n as usize]))
+            .unwrap();
+        report
+    }
+
     #[test]
     fn a_gemm_with_a_bias_epilogue_also_has_the_cublaslt_peer() {
         let source = "fusion g {\n  input a: f32[M, K]\n  input b: f32[K, N]\n  input bias: f32[N]\n  y = relu(sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1) + broadcast(bias, axis=0))\n  output y\n}";
         let sizes: BTreeMap<String, i64> = [("M", 4), ("K", 3), ("N", 5)]
             .map(|(k, v)| (k.to_string(), v))
             .into();
-        let req = RunRequest {
-            file: "g.hf".into(),
-            source: source.into(),
-            sizes: sizes.clone(),
-            scalars: Default::default(),
-            iters: 3,
-            warmup: 1,
-            seed: 5,
-            index: None,
-            copy_ceiling: false,
-            peers: true,
-            clock: false,
-            generic: false,
-        };
+        let req = peers_request(source, &sizes, 5);
         let values = |name: &str, n: usize| {
             let v = data::random_values(DType::F32, n, &mut data::rng_for(5, name));
             (name.to_string(), v)
@@ -798,15 +820,7 @@ mod tests {
         let program = hopfuse::frontend::parse(source).unwrap();
         let f = hopfuse::fusion::build(&program.fusion).unwrap();
         let expected = hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap();
-        let run = PeerRun {
-            req: &req,
-            expected: &expected,
-            l2: &L2Policy::None,
-        };
-        let mut peers = Peers::with_python(fake_python());
-        let (_, report) = peers
-            .interleave(&run, &mut |_, n| Ok(vec![1.0; n as usize]))
-            .unwrap();
+        let report = peers_report(&mut Peers::with_python(fake_python()), &req, &expected);
         let names: Vec<&str> = report.peers.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["eager", "torch.compile", CUBLASLT]);
         let lt = &report.peers[2];
@@ -823,20 +837,7 @@ mod tests {
         let sizes: BTreeMap<String, i64> = [("B", 2), ("S", 3), ("T", 5), ("D", 4)]
             .map(|(k, v)| (k.to_string(), v))
             .into();
-        let req = RunRequest {
-            file: "att.hf".into(),
-            source: source.into(),
-            sizes: sizes.clone(),
-            scalars: Default::default(),
-            iters: 2,
-            warmup: 1,
-            seed: 3,
-            index: None,
-            copy_ceiling: false,
-            peers: true,
-            clock: false,
-            generic: false,
-        };
+        let req = peers_request(source, &sizes, 3);
         let values = |name: &str, n: usize| {
             let v = data::random_values(DType::BF16, n, &mut data::rng_for(3, name));
             let v = data::decode(DType::BF16, &data::encode(DType::BF16, &v));
@@ -848,15 +849,8 @@ mod tests {
         let program = hopfuse::frontend::parse(source).unwrap();
         let f = hopfuse::fusion::build(&program.fusion).unwrap();
         let expected = hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap();
-        let run = PeerRun {
-            req: &req,
-            expected: &expected,
-            l2: &L2Policy::None,
-        };
         let mut peers = Peers::with_python(fake_python());
-        let (_, report) = peers
-            .interleave(&run, &mut |_, n| Ok(vec![1.0; n as usize]))
-            .unwrap();
+        let report = peers_report(&mut peers, &req, &expected);
         let names: Vec<&str> = report.peers.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["eager", "torch.compile", SDPA, CUDNN_SDPA]);
         for p in &report.peers {
@@ -868,18 +862,7 @@ mod tests {
             .replace("  keep = iota(s, axis=2) <= iota(s, axis=1)\n", "")
             .replace("  sm = where(keep, s, -1.0 / 0.0)\n", "")
             .replace("(sm", "(s");
-        let req = RunRequest {
-            source: plain,
-            ..req
-        };
-        let run = PeerRun {
-            req: &req,
-            expected: &expected,
-            l2: &L2Policy::None,
-        };
-        let (_, report) = peers
-            .interleave(&run, &mut |_, n| Ok(vec![1.0; n as usize]))
-            .unwrap();
+        let report = peers_report(&mut peers, &peers_request(&plain, &sizes, 3), &expected);
         let sdpa: Vec<_> = report
             .peers
             .iter()
