@@ -24,10 +24,12 @@
 //!   recurrence over one masked tile and ends as `0 / 0`, as before; rows whose first tiles are
 //!   all masked are untouched, since only tiles after the diagonal are dropped);
 //! - wholly kept when `Bk t + Bk - 1 <= Bq q + offset`, i.e. `t < (Bq q + offset + 1) / Bk`
-//!   (floor): those tiles run the scores without the mask (pass `mask_tiles`): the statement that
-//!   computes the masked scores inside the tile loop is split by the tile-uniform condition
-//!   `t < that count` into a copy that takes the scores as they are (the mask's computations
-//!   left out) and the original, which masks only the remaining diagonal tiles.
+//!   (floor): those tiles run the scores without the mask (pass `mask_tiles`): the statements
+//!   that compute only the mask's condition and the masked scores (the loop over the score
+//!   fragment on tensor cores; on CUDA cores, the condition's and the select's statements in the
+//!   loop that also computes the scores) become one `If` on the tile-uniform condition
+//!   `t < that count`: a copy of the select taking the scores as they are, else all of them as
+//!   they were, which only the remaining diagonal tiles run.
 //!
 //! Ragged sizes keep their bounds checks (`j < T`, `i < S` are the predicate pass's, not the
 //! mask's): a wholly kept tile past `T` is still bounded, and queries past `S` are never stored.
@@ -35,9 +37,9 @@
 //! prologues and producer loops follow the same shorter loop; the split after `simplify`, on the
 //! final statements, so no later pass sees two computations of one tensor.
 //!
-//! Emits: `mask_bounds`: the tile loop's extent as a `Min`; `mask_tiles`: one `If` around the
-//! statement computing the masked scores, per copy of the tile loop's body (the circular
-//! buffer's main loop and epilogue).
+//! Emits: `mask_bounds`: the tile loop's extent as a `Min`; `mask_tiles`: one `If` in place of
+//! the mask's statements, per copy of the tile loop's body (the circular buffer's main loop and
+//! epilogue).
 
 use super::context::{Ctx, KeyNode, LoopKey};
 use super::online_softmax::TileLoops;
@@ -308,54 +310,87 @@ pub fn split(tiles: &CausalTiles, k: &mut Kernel) -> super::Change {
     super::Change::from_changed(changed)
 }
 
-/// Splits, in `body` (inside the tile loop when `in_tile`), each outermost serial or unrolled
-/// loop or computation that computes the masked scores.
+/// Splits, in `body` (inside the tile loop when `in_tile`), the mask's statements: those that
+/// compute nothing but the condition and the masked scores ([`mask_only`]: the loop over the
+/// score fragment on tensor cores, or the condition's and the select's statements among the
+/// scores' other work on CUDA cores). Where the select is among them, they become one `If` at
+/// the select's place: the kept tiles run the select's statement unmasked, the others all of
+/// them in order (the condition's statements move after the work between them and the select,
+/// which none of it reads: the mask's tensors are read by the select only).
 fn split_in(
     body: &mut Vec<Stmt>,
     c: &ClassifiedLoop,
     condition_buffers: &[BufferId],
     mut in_tile: bool,
 ) -> bool {
-    let mut changed = false;
-    let mut k = 0;
-    while k < body.len() {
-        let s = &mut body[k];
+    let mut mask_stmts = Vec::new();
+    for (k, s) in body.iter().enumerate() {
         if let Stmt::Let { var, .. } = s {
             // The circular buffer's epilogue names the tile index with a `Let`.
             in_tile |= *var == c.tile_var;
         }
-        let wraps = in_tile
-            && computes(s, c.mask.select)
-            && match s {
-                Stmt::Loop(l) => {
-                    matches!(l.parallel, ParallelType::Serial | ParallelType::Unroll)
-                        && l.var != c.tile_var
-                }
-                Stmt::Compute(_) => true,
-                _ => false,
-            };
-        if wraps {
-            let masked = body.remove(k);
-            let mut unmasked = masked.clone();
-            unmask(&mut unmasked, &c.mask, condition_buffers);
-            body.insert(
-                k,
-                Stmt::If {
-                    cond: Val::lt(Val::Var(c.tile_var.clone()), c.kept_tiles.clone()),
-                    then: vec![unmasked],
-                    els: vec![masked],
-                },
-            );
-            changed = true;
-        } else {
+        if in_tile && mask_only(s, c, condition_buffers) {
+            mask_stmts.push(k);
+        }
+    }
+    let select_at = mask_stmts
+        .iter()
+        .copied()
+        .find(|&k| computes(&body[k], c.mask.select));
+    let Some(select_at) = select_at else {
+        // Not here: inside the statements that hold the select among other work.
+        let mut changed = false;
+        let mut in_tile = in_tile;
+        for s in body.iter_mut() {
+            if let Stmt::Let { var, .. } = s {
+                in_tile |= *var == c.tile_var;
+            }
             let inner = in_tile || matches!(s, Stmt::Loop(l) if l.var == c.tile_var);
             for child in s.children_mut() {
                 changed |= split_in(child, c, condition_buffers, inner);
             }
         }
+        return changed;
+    };
+    let mut unmasked = body[select_at].clone();
+    unmask(&mut unmasked, &c.mask, condition_buffers);
+    let masked: Vec<Stmt> = mask_stmts.iter().map(|&k| body[k].clone()).collect();
+    let split = Stmt::If {
+        cond: Val::lt(Val::Var(c.tile_var.clone()), c.kept_tiles.clone()),
+        then: vec![unmasked],
+        els: masked,
+    };
+    let mut k = 0;
+    body.retain(|_| {
         k += 1;
-    }
-    changed
+        k - 1 == select_at || !mask_stmts.contains(&(k - 1))
+    });
+    let at = select_at - mask_stmts.iter().filter(|&&m| m < select_at).count();
+    body[at] = split;
+    true
+}
+
+/// Whether `s` computes only the mask's condition and the masked scores (and holds at least one
+/// such computation), outside any hardware-bound loop and the tile loop itself.
+fn mask_only(s: &Stmt, c: &ClassifiedLoop, condition_buffers: &[BufferId]) -> bool {
+    let mut any = false;
+    let other = crate::kir::any_stmt(std::slice::from_ref(s), &mut |t| match t {
+        Stmt::Compute(x) => {
+            any = true;
+            x.expr != c.mask.select && !c.mask.condition.contains(&x.expr)
+        }
+        Stmt::Alloc(b) => {
+            any = true;
+            !condition_buffers.contains(b)
+        }
+        Stmt::Loop(l) => {
+            !matches!(l.parallel, ParallelType::Serial | ParallelType::Unroll)
+                || l.var == c.tile_var
+        }
+        Stmt::If { .. } => false,
+        _ => true,
+    });
+    !other && any
 }
 
 /// Whether `s` computes the expression `e`.
