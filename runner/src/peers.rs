@@ -2,7 +2,9 @@
 //!
 //! Takes a run (its request, the float64 reference outputs, its L2 policy) and a closure that
 //! times a round of kernel launches. The peers are the fusion's torch twin
-//! (`compiler/src/torch/`) run eagerly and under `torch.compile`, in a Python subprocess
+//! (`compiler/src/backend/torch/`) run eagerly and under `torch.compile`, and where the fusion
+//! has a library form, that call: cuBLASLt's fused epilogue, `torch._scaled_mm`, or SDPA (as
+//! PyTorch dispatches it and on cuDNN) for attention; all in a Python subprocess
 //! (`runner/peers/peers.py`, embedded in the binary, driven over stdin/stdout JSON lines; the
 //! interpreter is `$HOPFUSE_PYTHON`, default `python3`). The subprocess gets the run's exact
 //! input data (regenerated from the seed the way the engine generates it, written as raw
@@ -60,6 +62,12 @@ pub const CUBLASLT: &str = "cuBLASLt epilogue";
 /// The peer of an FP8 matrix product with per-tensor or row-wise scales: `torch._scaled_mm`
 /// (`hopfuse::backend::torch::emit_scaled_mm`), cuBLASLt's FP8 GEMM as a PyTorch user calls it.
 pub const SCALED_MM: &str = "torch._scaled_mm";
+
+/// The peers of attention (softmax over the keys of `q k^T * scale`, optionally causal, times
+/// `v`): `torch.nn.functional.scaled_dot_product_attention` as PyTorch dispatches it (flash
+/// attention on the H100) and on cuDNN's kernel (`hopfuse::backend::torch::emit_sdpa`).
+pub const SDPA: &str = "SDPA";
+pub const CUDNN_SDPA: &str = "cuDNN SDPA";
 
 /// The `_scaled_mm` twin of a program, its scales moved after the product as the compiler
 /// moves them (a dequantized product written with the scales inside the sum has one too).
@@ -288,16 +296,22 @@ impl Peers {
             L2Policy::Flush { bytes } => json!({"kind": "flush", "bytes": bytes}),
         };
         // A matrix product with a bias epilogue: also cuBLASLt's fused epilogue; an FP8 one with
-        // its scales: also torch._scaled_mm.
-        let extra: Vec<Value> = hopfuse::backend::torch::emit_cublaslt(&fusion)
-            .map(|(lt, _)| json!({"name": CUBLASLT, "twin": lt.source, "function": lt.function}))
-            .into_iter()
-            .chain(
-                scaled_mm(&program).map(
-                    |mm| json!({"name": SCALED_MM, "twin": mm.source, "function": mm.function}),
-                ),
-            )
-            .collect();
+        // its scales: also torch._scaled_mm; attention: also SDPA, PyTorch's choice and cuDNN's.
+        use hopfuse::backend::torch::{emit_sdpa, SdpaBackend};
+        let extra: Vec<Value> = [
+            (
+                CUBLASLT,
+                hopfuse::backend::torch::emit_cublaslt(&fusion).map(|(lt, _)| lt),
+            ),
+            (SCALED_MM, scaled_mm(&program)),
+            (SDPA, emit_sdpa(&fusion, SdpaBackend::Default)),
+            (CUDNN_SDPA, emit_sdpa(&fusion, SdpaBackend::Cudnn)),
+        ]
+        .into_iter()
+        .filter_map(|(name, twin)| {
+            twin.map(|t| json!({"name": name, "twin": t.source, "function": t.function}))
+        })
+        .collect();
         let cmd = json!({
             "cmd": "setup",
             "extra": extra,
@@ -756,26 +770,48 @@ mod tests {
         assert!(scaled_mm(&hopfuse::frontend::parse(&bf16).unwrap()).is_none());
     }
 
+    /// A run of `source` at `sizes` with peers, a few launches.
+    fn peers_request(source: &str, sizes: &BTreeMap<String, i64>, seed: u64) -> RunRequest {
+        RunRequest {
+            file: "t.hf".into(),
+            source: source.into(),
+            sizes: sizes.clone(),
+            scalars: Default::default(),
+            iters: 3,
+            warmup: 1,
+            seed,
+            index: None,
+            copy_ceiling: false,
+            peers: true,
+            clock: false,
+            generic: false,
+        }
+    }
+
+    /// `req`'s peers (on the fake torch) validated against `expected`, the kernel timed as 1 us.
+    fn peers_report(
+        peers: &mut Peers,
+        req: &RunRequest,
+        expected: &BTreeMap<String, Vec<f64>>,
+    ) -> PeersReport {
+        let run = PeerRun {
+            req,
+            expected,
+            l2: &L2Policy::None,
+        };
+        let (_, report) = peers
+            .interleave(&run, &mut |_, n| Ok(vec![1.0; n as usize]))
+            .unwrap();
+        report
+    }
+
     #[test]
     fn a_gemm_with_a_bias_epilogue_also_has_the_cublaslt_peer() {
         let source = "fusion g {\n  input a: f32[M, K]\n  input b: f32[K, N]\n  input bias: f32[N]\n  y = relu(sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1) + broadcast(bias, axis=0))\n  output y\n}";
         let sizes: BTreeMap<String, i64> = [("M", 4), ("K", 3), ("N", 5)]
             .map(|(k, v)| (k.to_string(), v))
             .into();
-        let req = RunRequest {
-            file: "g.hf".into(),
-            source: source.into(),
-            sizes: sizes.clone(),
-            scalars: Default::default(),
-            iters: 3,
-            warmup: 1,
-            seed: 5,
-            index: None,
-            copy_ceiling: false,
-            peers: true,
-            clock: false,
-            generic: false,
-        };
+        let req = peers_request(source, &sizes, 5);
         let values = |name: &str, n: usize| {
             let v = data::random_values(DType::F32, n, &mut data::rng_for(5, name));
             (name.to_string(), v)
@@ -784,15 +820,7 @@ mod tests {
         let program = hopfuse::frontend::parse(source).unwrap();
         let f = hopfuse::fusion::build(&program.fusion).unwrap();
         let expected = hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap();
-        let run = PeerRun {
-            req: &req,
-            expected: &expected,
-            l2: &L2Policy::None,
-        };
-        let mut peers = Peers::with_python(fake_python());
-        let (_, report) = peers
-            .interleave(&run, &mut |_, n| Ok(vec![1.0; n as usize]))
-            .unwrap();
+        let report = peers_report(&mut Peers::with_python(fake_python()), &req, &expected);
         let names: Vec<&str> = report.peers.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["eager", "torch.compile", CUBLASLT]);
         let lt = &report.peers[2];
@@ -801,6 +829,47 @@ mod tests {
             "{lt:?}"
         );
         assert_eq!(report.rounds, 3);
+    }
+
+    #[test]
+    fn causal_attention_also_has_the_sdpa_and_cudnn_sdpa_peers() {
+        let source = "fusion att {\n  input q: bf16[B, S, D]\n  input k: bf16[B, T, D]\n  input v: bf16[B, T, D]\n  input scale: f32 = 0.5\n  s = sum(cast(broadcast(q, axis=2), f32) * cast(broadcast(k, axis=1), f32), axis=3) * scale\n  keep = iota(s, axis=2) <= iota(s, axis=1)\n  sm = where(keep, s, -1.0 / 0.0)\n  m = max(sm, axis=2)\n  e = exp(sm - broadcast(m, axis=2))\n  p = e / broadcast(sum(e, axis=2), axis=2)\n  o = sum(cast(broadcast(cast(p, bf16), axis=3), f32) * cast(broadcast(v, axis=1), f32), axis=2)\n  ob = cast(o, bf16)\n  output ob\n}";
+        let sizes: BTreeMap<String, i64> = [("B", 2), ("S", 3), ("T", 5), ("D", 4)]
+            .map(|(k, v)| (k.to_string(), v))
+            .into();
+        let req = peers_request(source, &sizes, 3);
+        let values = |name: &str, n: usize| {
+            let v = data::random_values(DType::BF16, n, &mut data::rng_for(3, name));
+            let v = data::decode(DType::BF16, &data::encode(DType::BF16, &v));
+            (name.to_string(), v)
+        };
+        let mut inputs: BTreeMap<String, Vec<f64>> =
+            [values("q", 24), values("k", 40), values("v", 40)].into();
+        inputs.insert("scale".into(), vec![0.5]);
+        let program = hopfuse::frontend::parse(source).unwrap();
+        let f = hopfuse::fusion::build(&program.fusion).unwrap();
+        let expected = hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap();
+        let mut peers = Peers::with_python(fake_python());
+        let report = peers_report(&mut peers, &req, &expected);
+        let names: Vec<&str> = report.peers.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["eager", "torch.compile", SDPA, CUDNN_SDPA]);
+        for p in &report.peers {
+            // Validated against the causal reference: an SDPA call without `is_causal` fails.
+            assert!(p.passed && p.timing.is_some(), "{p:?}");
+        }
+        // Without the mask the same reference no longer matches the peers' outputs.
+        let plain = source
+            .replace("  keep = iota(s, axis=2) <= iota(s, axis=1)\n", "")
+            .replace("  sm = where(keep, s, -1.0 / 0.0)\n", "")
+            .replace("(sm", "(s");
+        let report = peers_report(&mut peers, &peers_request(&plain, &sizes, 3), &expected);
+        let sdpa: Vec<_> = report
+            .peers
+            .iter()
+            .filter(|p| p.name.contains(SDPA))
+            .collect();
+        assert_eq!(sdpa.len(), 2, "{report:?}");
+        assert!(sdpa.iter().all(|p| !p.passed), "{report:?}");
     }
 
     #[test]

@@ -323,13 +323,15 @@ fn the_online_kernel_keeps_running_statistics_in_one_tile_loop() {
     for (online, _) in ONLINE_EXAMPLES {
         let c = hopfuse_tests::compile(&example(online));
         let cuda = &c.cuda;
-        // One serial loop over ceilDiv(T, 32) key tiles, and no loop over the whole of T.
-        assert_eq!(
-            cuda.matches("for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 32); ++t_o)")
-                .count(),
-            1,
-            "{online}"
-        );
+        // One serial loop over ceilDiv(T, 32) key tiles (under the causal mask, those up to the
+        // query tile's diagonal: `causal_tiles_stop_at_the_diagonal_and_mask_only_it`), and no
+        // loop over the whole of T.
+        let tiles = if online.contains("causal") {
+            "for (index_t t_o = 0; t_o < hf_min<index_t>(hf_ceil_div<index_t>(T, 32), 2 * (s2_o + 1)); ++t_o)"
+        } else {
+            "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 32); ++t_o)"
+        };
+        assert_eq!(cuda.matches(tiles).count(), 1, "{online}");
         assert!(!cuda.contains("t < T;"), "{online}");
         assert!(!cuda.contains("expf("), "{online}");
         // In it, in order: the tiles to shared memory, the maximum, the guarded m, the rescale,
@@ -606,10 +608,15 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
     for path in WGMMA_EXAMPLES {
         let c = hopfuse_tests::compile(&example(path));
         let cuda = &c.cuda;
-        // One serial loop over ceilDiv(T, 64) key tiles; k's and v's tiles by TMA in it.
+        // One serial loop over ceilDiv(T, 64) key tiles (causal: up to the diagonal); k's and
+        // v's tiles by TMA in it.
         let tiles = line_of(
             cuda,
-            "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 64); ++t_o)",
+            if path.contains("causal") {
+                "for (index_t t_o = 0; t_o < hf_min<index_t>(hf_ceil_div<index_t>(T, 64), s2_o + 1); ++t_o)"
+            } else {
+                "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 64); ++t_o)"
+            },
         );
         let k_tile = line_of(cuda, "hf_tma_load_2d(&ks[0], &ks_map");
         let v_tile = line_of(cuda, "hf_tma_load_2d(&vs[0], &vs_map");
@@ -961,4 +968,96 @@ fn tensor_core_attention_errors_name_the_operand() {
         "{e}"
     );
     assert!(e.contains(&located(&src, "o = sum(pv, axis=1)")), "{e}");
+}
+
+/// The pass names a compilation ran.
+fn ran(c: &hopfuse::Compilation) -> Vec<&str> {
+    c.passes.iter().map(|p| p.name).collect()
+}
+
+#[test]
+fn causal_tiles_stop_at_the_diagonal_and_mask_only_it() {
+    let src = example("attention/online_wgmma_causal.hf");
+    let c = hopfuse_tests::compile(&src);
+    assert!(ran(&c).contains(&"mask_bounds") && ran(&c).contains(&"mask_tiles"));
+    let cuda = &c.cuda;
+    // Query tile s2_o (64 queries) sees keys up to 64 s2_o + 63: key tiles 0..=s2_o.
+    let tiles = line_of(
+        cuda,
+        "for (index_t t_o = 0; t_o < hf_min<index_t>(hf_ceil_div<index_t>(T, 64), s2_o + 1); ++t_o)",
+    );
+    // Tiles before the diagonal take the scores as they are; only the diagonal tile is masked.
+    let kept = line_of(cuda, "if (t_o < s2_o) {");
+    let unmasked = line_of(cuda, "sm[r2] = s_sum_acc[r2];");
+    let diagonal = line_of(cuda, "} else {");
+    let mask = line_of(cuda, "keep[0] = keep_iota[0] <= keep_iota2[0];");
+    let masked = line_of(
+        cuda,
+        "sm[r2] = keep[0] ? s_sum_acc[r2] : __int_as_float(0xff800000);",
+    );
+    let order = [tiles, kept, unmasked, diagonal, mask, masked];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+    assert_eq!(cuda.matches("keep_iota2[0] = ").count(), 1);
+    // The kernel IR after `mask_bounds`: the bound is on the loop before TMA plans it.
+    let bounds = c.passes.iter().find(|p| p.name == "mask_bounds").unwrap();
+    assert!(
+        bounds
+            .ir
+            .contains("for t_o in min(ceilDiv(T, 64), s2_o + 1) @Serial key 3:"),
+        "{}",
+        bounds.ir
+    );
+    // The mask written the other way round, and the strict mask (query i sees keys before i):
+    // the same tiles (the strict diagonal still needs its tile), the same unmasked ones.
+    for (from, to) in [
+        (
+            "iota(s, axis=1) <= iota(s, axis=0)",
+            "iota(s, axis=0) >= iota(s, axis=1)",
+        ),
+        (
+            "iota(s, axis=1) <= iota(s, axis=0)",
+            "iota(s, axis=1) < iota(s, axis=0)",
+        ),
+    ] {
+        let cuda = hopfuse_tests::compile(&src.replace(from, to)).cuda;
+        assert!(
+            cuda.contains("t_o < hf_min<index_t>(hf_ceil_div<index_t>(T, 64), s2_o + 1);"),
+            "{to}"
+        );
+        assert!(cuda.contains("if (t_o < s2_o) {"), "{to}");
+    }
+    // Masks it does not recognise keep today's full computation: anti-causal, finite masked
+    // scores, the mask on the query axis twice.
+    for (from, to) in [
+        (
+            "iota(s, axis=1) <= iota(s, axis=0)",
+            "iota(s, axis=1) >= iota(s, axis=0)",
+        ),
+        ("where(keep, s, -1.0 / 0.0)", "where(keep, s, -30000.0)"),
+        (
+            "iota(s, axis=1) <= iota(s, axis=0)",
+            "iota(s, axis=0) <= iota(s, axis=0)",
+        ),
+    ] {
+        let c = hopfuse_tests::compile(&src.replace(from, to));
+        assert!(!ran(&c).contains(&"mask_bounds"), "{to}");
+        assert!(
+            c.cuda
+                .contains("for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 64); ++t_o)"),
+            "{to}"
+        );
+        assert!(!c.cuda.contains("if (t_o < s2_o)"), "{to}");
+    }
+    // On CUDA cores, 64 queries a block and key tiles of 32: tiles 0..2 s2_o + 2, the first
+    // 2 s2_o unmasked.
+    let cuda = hopfuse_tests::compile(&example("attention/online_causal.hf")).cuda;
+    assert!(cuda.contains(
+        "for (index_t t_o = 0; t_o < hf_min<index_t>(hf_ceil_div<index_t>(T, 32), 2 * (s2_o + 1)); ++t_o)"
+    ));
+    assert!(cuda.contains("if (t_o < 2 * s2_o) {"));
+    assert_eq!(
+        cuda.matches("keep[0] = keep_iota[0] <= keep_iota2[0];")
+            .count(),
+        1
+    );
 }

@@ -590,8 +590,9 @@ mod tests {
         // The TMA passes run (and are dumped) only for fusions with TMA loads, `mma` only for
         // tensor-core tiles, `persistent` and `tile_values` only for persistent grids,
         // `specialize` never here (the playground's kernel is generic over its sizes),
-        // `online_softmax` only for an online softmax and `welford` only for a one-pass variance
-        // (no example here has either).
+        // `online_softmax` only for an online softmax (`mask_bounds` and `mask_tiles` only for
+        // a causally masked one) and `welford` only for a one-pass variance (no example here
+        // has either).
         let tma_passes = [
             "tma",
             "tma_issue",
@@ -608,7 +609,19 @@ mod tests {
         };
         assert_eq!(
             c.passes.len(),
-            1 + count(&[&tma_passes[..], &["mma", "online_softmax", "welford"]].concat())
+            1 + count(
+                &[
+                    &tma_passes[..],
+                    &[
+                        "mma",
+                        "online_softmax",
+                        "welford",
+                        "mask_bounds",
+                        "mask_tiles"
+                    ],
+                ]
+                .concat()
+            )
         );
         let tma = compile(
             crate::examples::source(&crate::examples::find("tma/exp_2d").unwrap()),
@@ -623,7 +636,9 @@ mod tests {
                 "tile_values",
                 "specialize",
                 "online_softmax",
-                "welford"
+                "welford",
+                "mask_bounds",
+                "mask_tiles"
             ])
         );
         let mma =
@@ -636,7 +651,9 @@ mod tests {
                 "tile_values",
                 "specialize",
                 "online_softmax",
-                "welford"
+                "welford",
+                "mask_bounds",
+                "mask_tiles"
             ]) + 1
         );
         let persistent = crate::examples::source(
@@ -645,7 +662,13 @@ mod tests {
         let persistent = compile(persistent, &Default::default()).unwrap();
         assert_eq!(
             persistent.passes.len(),
-            count(&["specialize", "online_softmax", "welford"]) + 1
+            count(&[
+                "specialize",
+                "online_softmax",
+                "welford",
+                "mask_bounds",
+                "mask_tiles"
+            ]) + 1
         );
     }
 }

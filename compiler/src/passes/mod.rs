@@ -22,6 +22,7 @@
 //! seeded foldhash.
 
 pub mod allocation;
+pub mod causal_tiles;
 pub mod context;
 pub mod grid;
 pub mod indexing;
@@ -79,6 +80,9 @@ pub struct Handoff {
     /// The loop over tiles of each online softmax: made by `loop_nest`, read by
     /// `online_softmax`.
     pub tile_loops: online_softmax::TileLoops,
+    /// The key-tile loops bounded under a causal mask: made by `mask_bounds`, read by
+    /// `mask_tiles`.
+    pub causal_tiles: causal_tiles::CausalTiles,
     /// The tensor of each reduction accumulator: made by `reduction`, read by
     /// `online_softmax`, `allocation` and `mma` (errors about an accumulator point at its
     /// reduction).
@@ -100,6 +104,17 @@ pub const PIPELINE: &[Pass] = &[
             Ok(Change::Changed)
         },
         applies: always,
+        in_place: false,
+    },
+    Pass {
+        name: "mask_bounds",
+        summary: "a causally masked key-tile loop stopped after the query tile's diagonal",
+        run: |cx, h, k| {
+            let (change, tiles) = causal_tiles::bound(cx, &h.tile_loops, k)?;
+            h.causal_tiles = tiles;
+            Ok(change)
+        },
+        applies: causal_tiles::used,
         in_place: false,
     },
     Pass {
@@ -210,6 +225,13 @@ pub const PIPELINE: &[Pass] = &[
         summary: "index arithmetic simplification",
         run: |_, _, k| Ok(simplify::run(k)),
         applies: always,
+        in_place: false,
+    },
+    Pass {
+        name: "mask_tiles",
+        summary: "the causal mask only on the key tiles that cross the diagonal",
+        run: |_, h, k| Ok(causal_tiles::split(&h.causal_tiles, k)),
+        applies: causal_tiles::used,
         in_place: false,
     },
     Pass {

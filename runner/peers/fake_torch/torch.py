@@ -19,6 +19,7 @@ function (there is no fake-tensor mode).
 
 import math
 import struct
+import sys as _sys
 import time
 
 __version__ = "0.0-fake"
@@ -601,6 +602,9 @@ def where(c, a, b):
     bv = _elementwise(lambda x, y: y, a, b)
     if tuple(_broadcast(c.shape, av.shape)) != tuple(av.shape):
         raise ValueError("fake torch: where's condition broadcasts the values")
+    if tuple(c.shape) != tuple(av.shape):
+        # The condition broadcast to the values' shape (leading axes of 1 added first).
+        c = c.reshape((1,) * (av.dim() - c.dim()) + tuple(c.shape)).expand(*av.shape)
     return Tensor([x if k else y for k, x, y in zip(c._data, av._data, bv._data)], av.shape, av.dtype)
 
 
@@ -635,11 +639,82 @@ class _Functional:
         return _float_unary(lambda v: v / (1 + _safe_exp(-v)))(x)
 
 
+    @staticmethod
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        """softmax(q k^T * scale) v over `[..., L, E]`, `[..., S, E]`, `[..., S, Ev]` in float64,
+        rounded once to q's dtype; `is_causal` keeps key j for query i when j <= i (torch's
+        top-left alignment when L != S). Masks, dropout and grouped heads are not modelled."""
+        assert attn_mask is None and dropout_p == 0.0 and not enable_gqa, "fake torch: plain or causal SDPA only"
+        if not (query.dtype is key.dtype is value.dtype) or not query.dtype.is_floating_point:
+            raise TypeError("fake torch: SDPA of %r, %r, %r" % (query.dtype, key.dtype, value.dtype))
+        batch = tuple(query.shape[:-2])
+        if query.dim() < 2 or tuple(key.shape[:-2]) != batch or tuple(value.shape[:-2]) != batch:
+            raise ValueError("fake torch: SDPA of shapes %r, %r, %r" % (tuple(query.shape), tuple(key.shape), tuple(value.shape)))
+        (nl, ne), (ns, ne2), (ns2, nv) = query.shape[-2:], key.shape[-2:], value.shape[-2:]
+        assert ne == ne2 and ns == ns2, "fake torch: SDPA's q, k, v sizes differ"
+        scale = 1.0 / math.sqrt(ne) if scale is None else scale
+        out = []
+        for b in range(_numel(batch)):
+            q = query._data[b * nl * ne : (b + 1) * nl * ne]
+            k = key._data[b * ns * ne : (b + 1) * ns * ne]
+            v = value._data[b * ns * nv : (b + 1) * ns * nv]
+            for i in range(nl):
+                s = [
+                    -math.inf if is_causal and j > i else sum_(q[i * ne + e] * k[j * ne + e] for e in range(ne)) * scale
+                    for j in range(ns)
+                ]
+                m = max_(s) if s else -math.inf
+                w = [_safe_exp(x - m) if m != -math.inf else math.nan for x in s]
+                total = sum_(w)
+                for d in range(nv):
+                    out.append(sum_(w[j] * v[j * nv + d] for j in range(ns)) / total if total else math.nan)
+        return Tensor(out, batch + (nl, nv), query.dtype)
+
+
+class _SDPBackend:
+    """torch.nn.attention.SDPBackend's members."""
+
+    ERROR = -1
+    MATH = 0
+    FLASH_ATTENTION = 1
+    EFFICIENT_ATTENTION = 2
+    CUDNN_ATTENTION = 3
+    OVERRIDEABLE = 4
+
+
+class _SdpaKernel:
+    """torch.nn.attention.sdpa_kernel: the backends allowed inside; here the math is one, so it
+    only records them (`_Attention.active`) for tests that look."""
+
+    def __init__(self, backends, set_priority=False):
+        self.backends = list(backends) if isinstance(backends, (list, tuple)) else [backends]
+
+    def __enter__(self):
+        _Attention.active.append(self.backends)
+        return self
+
+    def __exit__(self, *exc):
+        _Attention.active.pop()
+        return False
+
+
+class _Attention:
+    SDPBackend = _SDPBackend
+    sdpa_kernel = _SdpaKernel
+    active = []
+
+
 class _Nn:
     functional = _Functional()
+    attention = _Attention()
 
 
 nn = _Nn()
+# `from torch.nn.functional import ...` and `from torch.nn.attention import ...`: this module is
+# no package, so its submodules are registered as loaded.
+_sys.modules[__name__ + ".nn"] = nn
+_sys.modules[__name__ + ".nn.functional"] = nn.functional
+_sys.modules[__name__ + ".nn.attention"] = nn.attention
 
 
 def cat(tensors, dim=0):
