@@ -920,6 +920,89 @@ fn the_warp_specialized_kernel_pipelines_k_and_v() {
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
 }
 
+#[test]
+fn two_consumer_warp_groups_share_every_stage() {
+    let src = example("attention/online_wgmma_ws2.hf");
+    // The math is online_wgmma_ws.hf's: only the schedule differs.
+    let ws = example("attention/online_wgmma_ws.hf");
+    let math = |s: &str| s[s.find("  input q").unwrap()..s.find("schedule {").unwrap()].to_string();
+    assert_eq!(math(&src), math(&ws));
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    // Two consumer warp groups and a producer (384 threads), setmaxnreg 24 / 240; every stage
+    // is released by the eight consumer warps of both groups.
+    assert!(cuda.contains("__launch_bounds__(384, 1)"), "{cuda}");
+    assert!(cuda.contains("hf_mbarrier_init(&ks_vs_empty[hf_s], 8);"));
+    assert!(cuda.contains("hf_mbarrier_init(&ks_vs_full[hf_s], 1);"));
+    assert!(cuda.contains("setmaxnreg.dec.sync.aligned.u32 24;"));
+    assert!(cuda.contains("setmaxnreg.inc.sync.aligned.u32 240;"));
+    // q's tile: 128 rows per box, one box pair for both groups.
+    for (slab, column) in [(0, 0), (8192, 64)] {
+        let copy = format!(
+            "hf_tma_load_3d(&qs[{slab}], &qs_map, (int)({column}), (int)(s2_o * 128), (int)(b), &qs_full[0]);"
+        );
+        assert!(cuda.contains(&copy), "{copy}");
+    }
+    // The consumers: each iteration waits for the stage, then, in the group's binding, S = Q K^T
+    // on the group's 64 rows of q, the row maximum, the rescale factors (before the
+    // exponentials that read -m log2(e)), the exponentials, O += P V; the group is committed
+    // after the binding and kept in flight while the stage before is released.
+    let full = line_of(
+        &cuda,
+        "hf_mbarrier_wait(&ks_vs_full[t_o % 2], (unsigned)(t_o / 2 % 2));",
+    );
+    let binding = full + 1;
+    assert_eq!(
+        cuda.lines().nth(binding).unwrap().trim(),
+        "{  // s2_io = threadIdx.y"
+    );
+    let scores = line_of(
+        &cuda,
+        "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], hf_wgmma_desc(&qs[((d_o / 4 * 2 + s2_io) * 64 * 4 + d_o % 4) * 16], 0x4000004000010000ull), hf_wgmma_desc(&ks[t_o % 2 * 8192 + (d_o / 4 * 64 * 4 + d_o % 4) * 16], ",
+    );
+    let max = line_of(&cuda, "m_acc[1] = fmaxf(m_acc[1], m_acc_part[1]);");
+    let neg_log2 = line_of(&cuda, "m_neg_log2[h4] = m[h4] * -1.442695f;");
+    let rescale = line_of(&cuda, "o_acc[r3] = o_acc[r3] * m_scale[r3 / 2 % 2];");
+    let exp = line_of(&cuda, "e[r4] = exp2f(e_sub[0]);");
+    let product = line_of(
+        &cuda,
+        "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], hf_wgmma_desc(&vs[t_o % 2 * 8192 + t_io * 16 % 64 * 64], ",
+    );
+    // (The unrolled loop's brace, then the binding's.)
+    let commit = product + 4;
+    assert_eq!(cuda.lines().nth(product + 3).unwrap().trim(), "}");
+    assert_eq!(
+        cuda.lines().nth(commit).unwrap().trim(),
+        "hf_wgmma_commit();"
+    );
+    let in_flight = line_of(&cuda, "hf_wgmma_wait<1>();");
+    let release = line_of(
+        &cuda,
+        "hf_mbarrier_arrive_per_warp(&ks_vs_empty[(t_o - 1) % 2]);",
+    );
+    let last = line_of(
+        &cuda,
+        "hf_mbarrier_arrive_per_warp(&ks_vs_empty[(hf_ceil_div<index_t>(T, 64) - 1) % 2]);",
+    );
+    let order = [
+        full, binding, scores, max, neg_log2, rescale, exp, product, commit, in_flight, release,
+        last,
+    ];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}\n{cuda}");
+    // The stores: each group its 64 rows.
+    assert!(cuda.contains("ob[(b * S + (s2_o * 128 + (s2_io * 64 + "));
+    // q's tile cannot be loaded per group: one thread issues a TMA copy for the block.
+    let per_group = src.replace(
+        "  qs.reorder(0, 1, 3, 2, 5, 4, 6)\n  qs.parallelize(2, Bulk)\n",
+        "  qs.reorder(0, 1, 2, 3, 5, 4, 6)\n",
+    );
+    assert_ne!(per_group, src);
+    let e = compile_error(&per_group);
+    assert!(
+        e.contains("`qs` is loaded by tma, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `s2_io` (TIDy)"),
+        "{e}"
+    );
+}
+
 /// online_wgmma.hf with every `from` replaced by `to`.
 fn wgmma_with(from: &str, to: &str) -> String {
     let src = example("attention/online_wgmma.hf");

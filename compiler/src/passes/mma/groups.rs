@@ -16,6 +16,13 @@ pub(super) fn keep_one_group_in_flight(mut body: Vec<Stmt>) -> Vec<Stmt> {
         let mut out = Vec::with_capacity(block.len());
         let mut rest = block.drain(..).peekable();
         while let Some(s) = rest.next() {
+            let s = match s {
+                Stmt::Loop(mut l) => {
+                    end_group_after_binding(&mut l);
+                    Stmt::Loop(l)
+                }
+                other => other,
+            };
             match s {
                 Stmt::Loop(l) if releases_after_its_group(&l) => {
                     let mut drained = defer_release(l);
@@ -41,6 +48,30 @@ pub(super) fn keep_one_group_in_flight(mut body: Vec<Stmt>) -> Vec<Stmt> {
         *block = out;
     });
     body
+}
+
+/// In a loop (not a binding) whose body ends with `binding { ..., commit, wait_group 0 },
+/// arrive` (the products of consumer warp group `threadIdx.y` inside its binding), the commit
+/// and the wait move out of the binding, before the arrive: a thread or block binding runs
+/// once per thread, so this is the same program, and the loop then ends as
+/// [`releases_after_its_group`] asks.
+fn end_group_after_binding(l: &mut Loop) {
+    let n = l.body.len();
+    if n < 2 || l.parallel.is_hw() || !matches!(l.body[n - 1], Stmt::MbarArrive { .. }) {
+        return;
+    }
+    let Stmt::Loop(binding) = &mut l.body[n - 2] else {
+        return;
+    };
+    let m = binding.body.len();
+    if binding.parallel.is_hw()
+        && m >= 2
+        && binding.body[m - 2] == Stmt::WgmmaCommit
+        && binding.body[m - 1] == Stmt::WgmmaWait(0)
+    {
+        let end: Vec<Stmt> = binding.body.drain(m - 2..).collect();
+        l.body.splice(n - 1..n - 1, end);
+    }
 }
 
 /// A loop (not a thread or block binding) whose body ends with `commit, wait_group 0, arrive`.
