@@ -1003,6 +1003,93 @@ fn two_consumer_warp_groups_share_every_stage() {
     );
 }
 
+#[test]
+fn two_consumer_warp_groups_take_turns_with_their_products() {
+    let src = example("attention/online_wgmma_pingpong.hf");
+    // online_wgmma_ws2.hf with turns=products, and nothing else.
+    let ws2 = example("attention/online_wgmma_ws2.hf");
+    let from = |s: &str| s[s.find("  input q").unwrap()..].to_string();
+    assert_eq!(
+        from(&src).replace(", turns=products))", "))"),
+        from(&ws2).replace(
+            "  // while both consumer warp groups (TIDy = 0, 1) compute on each stage.\n",
+            "  // while both consumer warp groups (TIDy = 0, 1) compute on each stage; the two groups take\n  // turns issuing their products (turns=products).\n"
+        )
+    );
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    let wait = "hf_bar_sync_group<256>(15u - threadIdx.y);";
+    let pass = "hf_bar_arrive_group<256>(15u - (threadIdx.y + 1u) % 2u);";
+    let lines: Vec<&str> = cuda.lines().map(str::trim).collect();
+    let at = |needle: &str, from: usize| {
+        from + lines[from..]
+            .iter()
+            .position(|l| l.starts_with(needle))
+            .unwrap_or_else(|| panic!("no `{needle}` after line {from}\n{cuda}"))
+    };
+    // Group 1 passes the first turn at entry; in each tile iteration, each of the group's two
+    // products (S = Q K^T, then O += P V) is issued in its turn: wait, fence, wgmmas, commit,
+    // pass, and only then the wait for its results; group 0 takes the last turn at exit.
+    let consumer = at("} else {  // consumer warps", 0);
+    let first = at("if (((index_t)threadIdx.y) == 1) {", consumer);
+    assert_eq!(lines[first + 1], pass);
+    let tiles = at(
+        "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 64); ++t_o) {",
+        first,
+    );
+    let s_turn = at(wait, tiles);
+    assert_eq!(lines[s_turn + 1], "hf_wgmma_fence();");
+    let s_commit = at("hf_wgmma_commit();", s_turn);
+    assert_eq!(lines[s_commit + 1], pass);
+    assert_eq!(lines[s_commit + 2], "hf_wgmma_wait<0>();");
+    let softmax = at("e[r4] = exp2f(e_sub[0]);", s_commit);
+    let pv_turn = at(wait, softmax);
+    assert_eq!(lines[pv_turn + 1], "hf_wgmma_fence();");
+    let pv = at("hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], ", pv_turn);
+    let pv_commit = at("hf_wgmma_commit();", pv);
+    assert_eq!(lines[pv_commit + 1], pass);
+    assert_eq!(lines[pv_commit + 2], "hf_wgmma_wait<1>();");
+    let last = at("if (((index_t)threadIdx.y) == 0) {", pv_commit);
+    assert_eq!(lines[last + 1], wait);
+    // Two turns and two passes per group and tile, one of each at entry and exit: no other.
+    assert_eq!(lines.iter().filter(|l| **l == wait).count(), 3);
+    assert_eq!(lines.iter().filter(|l| **l == pass).count(), 3);
+    // The refusals, at the circular buffer's statement.
+    // Groups that take turns with whole stages (matmul/step14_ping_pong.hf: the loads inside
+    // the consumers' loop over TIDy) cannot also take turns with products.
+    let tiles = example("matmul/step14_ping_pong.hf").replace(
+        "warp_specialized(TIDy, registers=[40, 232]))",
+        "warp_specialized(TIDy, registers=[40, 232], turns=products))",
+    );
+    let e = compile_error(&tiles);
+    assert!(
+        e.contains("`a_s`: turns=products: the loads are inside the consumers' loop over TIDy, so its groups already take turns with whole stages (ping-pong over tiles); bind TIDy inside the buffered loop for groups that share every stage"),
+        "{e}"
+    );
+    // One consumer group: nothing to take turns with.
+    let one = example("attention/online_wgmma_ws.hf").replace(
+        "warp_specialized(TIDy))",
+        "warp_specialized(TIDy, turns=products))",
+    );
+    let e = compile_error(&one);
+    assert!(
+        e.contains("`ks`: turns=products: the consumers have 1 thread group(s) along TIDy; two to 4 can take turns (each has a turn barrier)"),
+        "{e}"
+    );
+    assert!(
+        e.contains(&located(
+            &one,
+            "ks.circular_buffer(2, warp_specialized(TIDy, turns=products))"
+        )),
+        "{e}"
+    );
+    // A word turns does not take.
+    let e = compile_error(&src.replace("turns=products", "turns=stages"));
+    assert!(
+        e.contains("warp_specialized's turns is `products` (the consumer groups take turns issuing their tensor-core products), got `stages`"),
+        "{e}"
+    );
+}
+
 /// online_wgmma.hf with every `from` replaced by `to`.
 fn wgmma_with(from: &str, to: &str) -> String {
     let src = example("attention/online_wgmma.hf");
