@@ -927,6 +927,176 @@ fn the_warp_specialized_kernel_pipelines_k_and_v() {
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
 }
 
+#[test]
+fn two_consumer_warp_groups_share_every_stage() {
+    let src = example("attention/online_wgmma_ws2.hf");
+    // The math is online_wgmma_ws.hf's: only the schedule differs.
+    let ws = example("attention/online_wgmma_ws.hf");
+    let math = |s: &str| s[s.find("  input q").unwrap()..s.find("schedule {").unwrap()].to_string();
+    assert_eq!(math(&src), math(&ws));
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    // Two consumer warp groups and a producer (384 threads), setmaxnreg 24 / 240; every stage
+    // is released by the eight consumer warps of both groups.
+    assert!(cuda.contains("__launch_bounds__(384, 1)"), "{cuda}");
+    assert!(cuda.contains("hf_mbarrier_init(&ks_vs_empty[hf_s], 8);"));
+    assert!(cuda.contains("hf_mbarrier_init(&ks_vs_full[hf_s], 1);"));
+    assert!(cuda.contains("setmaxnreg.dec.sync.aligned.u32 24;"));
+    assert!(cuda.contains("setmaxnreg.inc.sync.aligned.u32 240;"));
+    // q's tile: 128 rows per box, one box pair for both groups.
+    for (slab, column) in [(0, 0), (8192, 64)] {
+        let copy = format!(
+            "hf_tma_load_3d(&qs[{slab}], &qs_map, (int)({column}), (int)(s2_o * 128), (int)(b), &qs_full[0]);"
+        );
+        assert!(cuda.contains(&copy), "{copy}");
+    }
+    // The consumers: each iteration waits for the stage, then, in the group's binding, S = Q K^T
+    // on the group's 64 rows of q, the row maximum, the rescale factors (before the
+    // exponentials that read -m log2(e)), the exponentials, O += P V; the group is committed
+    // after the binding and kept in flight while the stage before is released.
+    let full = line_of(
+        &cuda,
+        "hf_mbarrier_wait(&ks_vs_full[t_o % 2], (unsigned)(t_o / 2 % 2));",
+    );
+    let binding = full + 1;
+    assert_eq!(
+        cuda.lines().nth(binding).unwrap().trim(),
+        "{  // s2_io = threadIdx.y"
+    );
+    let scores = line_of(
+        &cuda,
+        "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], hf_wgmma_desc(&qs[((d_o / 4 * 2 + s2_io) * 64 * 4 + d_o % 4) * 16], 0x4000004000010000ull), hf_wgmma_desc(&ks[t_o % 2 * 8192 + (d_o / 4 * 64 * 4 + d_o % 4) * 16], ",
+    );
+    let max = line_of(&cuda, "m_acc[1] = fmaxf(m_acc[1], m_acc_part[1]);");
+    let neg_log2 = line_of(&cuda, "m_neg_log2[h4] = m[h4] * -1.442695f;");
+    let rescale = line_of(&cuda, "o_acc[r3] = o_acc[r3] * m_scale[r3 / 2 % 2];");
+    let exp = line_of(&cuda, "e[r4] = exp2f(e_sub[0]);");
+    let product = line_of(
+        &cuda,
+        "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], hf_wgmma_desc(&vs[t_o % 2 * 8192 + t_io * 16 % 64 * 64], ",
+    );
+    // (The unrolled loop's brace, then the binding's.)
+    let commit = product + 4;
+    assert_eq!(cuda.lines().nth(product + 3).unwrap().trim(), "}");
+    assert_eq!(
+        cuda.lines().nth(commit).unwrap().trim(),
+        "hf_wgmma_commit();"
+    );
+    let in_flight = line_of(&cuda, "hf_wgmma_wait<1>();");
+    let release = line_of(
+        &cuda,
+        "hf_mbarrier_arrive_per_warp(&ks_vs_empty[(t_o - 1) % 2]);",
+    );
+    let last = line_of(
+        &cuda,
+        "hf_mbarrier_arrive_per_warp(&ks_vs_empty[(hf_ceil_div<index_t>(T, 64) - 1) % 2]);",
+    );
+    let order = [
+        full, binding, scores, max, neg_log2, rescale, exp, product, commit, in_flight, release,
+        last,
+    ];
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}\n{cuda}");
+    // The stores: each group its 64 rows.
+    assert!(cuda.contains("ob[(b * S + (s2_o * 128 + (s2_io * 64 + "));
+    // q's tile cannot be loaded per group: one thread issues a TMA copy for the block.
+    let per_group = src.replace(
+        "  qs.reorder(0, 1, 3, 2, 5, 4, 6)\n  qs.parallelize(2, Bulk)\n",
+        "  qs.reorder(0, 1, 2, 3, 5, 4, 6)\n",
+    );
+    assert_ne!(per_group, src);
+    let e = compile_error(&per_group);
+    assert!(
+        e.contains("`qs` is loaded by tma, which one thread issues for the whole block: it cannot be inside the thread-parallel loop `s2_io` (TIDy)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn two_consumer_warp_groups_take_turns_with_their_products() {
+    let src = example("attention/online_wgmma_pingpong.hf");
+    // online_wgmma_ws2.hf with turns=products, and nothing else.
+    let ws2 = example("attention/online_wgmma_ws2.hf");
+    let from = |s: &str| s[s.find("  input q").unwrap()..].to_string();
+    assert_eq!(
+        from(&src).replace(", turns=products))", "))"),
+        from(&ws2).replace(
+            "  // while both consumer warp groups (TIDy = 0, 1) compute on each stage.\n",
+            "  // while both consumer warp groups (TIDy = 0, 1) compute on each stage; the two groups take\n  // turns issuing their products (turns=products).\n"
+        )
+    );
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    let wait = "hf_bar_sync_group<256>(15u - threadIdx.y);";
+    let pass = "hf_bar_arrive_group<256>(15u - (threadIdx.y + 1u) % 2u);";
+    let lines: Vec<&str> = cuda.lines().map(str::trim).collect();
+    let at = |needle: &str, from: usize| {
+        from + lines[from..]
+            .iter()
+            .position(|l| l.starts_with(needle))
+            .unwrap_or_else(|| panic!("no `{needle}` after line {from}\n{cuda}"))
+    };
+    // Group 1 passes the first turn at entry; in each tile iteration, each of the group's two
+    // products (S = Q K^T, then O += P V) is issued in its turn: wait, fence, wgmmas, commit,
+    // pass, and only then the wait for its results; group 0 takes the last turn at exit.
+    let consumer = at("} else {  // consumer warps", 0);
+    let first = at("if (((index_t)threadIdx.y) == 1) {", consumer);
+    assert_eq!(lines[first + 1], pass);
+    let tiles = at(
+        "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 64); ++t_o) {",
+        first,
+    );
+    let s_turn = at(wait, tiles);
+    assert_eq!(lines[s_turn + 1], "hf_wgmma_fence();");
+    let s_commit = at("hf_wgmma_commit();", s_turn);
+    assert_eq!(lines[s_commit + 1], pass);
+    assert_eq!(lines[s_commit + 2], "hf_wgmma_wait<0>();");
+    let softmax = at("e[r4] = exp2f(e_sub[0]);", s_commit);
+    let pv_turn = at(wait, softmax);
+    assert_eq!(lines[pv_turn + 1], "hf_wgmma_fence();");
+    let pv = at("hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], ", pv_turn);
+    let pv_commit = at("hf_wgmma_commit();", pv);
+    assert_eq!(lines[pv_commit + 1], pass);
+    assert_eq!(lines[pv_commit + 2], "hf_wgmma_wait<1>();");
+    let last = at("if (((index_t)threadIdx.y) == 0) {", pv_commit);
+    assert_eq!(lines[last + 1], wait);
+    // Two turns and two passes per group and tile, one of each at entry and exit: no other.
+    assert_eq!(lines.iter().filter(|l| **l == wait).count(), 3);
+    assert_eq!(lines.iter().filter(|l| **l == pass).count(), 3);
+    // The refusals, at the circular buffer's statement.
+    // Groups that take turns with whole stages (matmul/step14_ping_pong.hf: the loads inside
+    // the consumers' loop over TIDy) cannot also take turns with products.
+    let tiles = example("matmul/step14_ping_pong.hf").replace(
+        "warp_specialized(TIDy, registers=[40, 232]))",
+        "warp_specialized(TIDy, registers=[40, 232], turns=products))",
+    );
+    let e = compile_error(&tiles);
+    assert!(
+        e.contains("`a_s`: turns=products: the loads are inside the consumers' loop over TIDy, so its groups already take turns with whole stages (ping-pong over tiles); bind TIDy inside the buffered loop for groups that share every stage"),
+        "{e}"
+    );
+    // One consumer group: nothing to take turns with.
+    let one = example("attention/online_wgmma_ws.hf").replace(
+        "warp_specialized(TIDy))",
+        "warp_specialized(TIDy, turns=products))",
+    );
+    let e = compile_error(&one);
+    assert!(
+        e.contains("`ks`: turns=products: the consumers have 1 thread group(s) along TIDy; two to 4 can take turns (each has a turn barrier)"),
+        "{e}"
+    );
+    assert!(
+        e.contains(&located(
+            &one,
+            "ks.circular_buffer(2, warp_specialized(TIDy, turns=products))"
+        )),
+        "{e}"
+    );
+    // A word turns does not take.
+    let e = compile_error(&src.replace("turns=products", "turns=stages"));
+    assert!(
+        e.contains("warp_specialized's turns is `products` (the consumer groups take turns issuing their tensor-core products), got `stages`"),
+        "{e}"
+    );
+}
+
 /// online_wgmma.hf with every `from` replaced by `to`.
 fn wgmma_with(from: &str, to: &str) -> String {
     let src = example("attention/online_wgmma.hf");

@@ -173,7 +173,7 @@ fn named_arguments_are_the_tables() {
     );
     assert_eq!(
         msg,
-        "warp_specialized(...): unknown argument `warps` (registers, warp)"
+        "warp_specialized(...): unknown argument `warps` (registers, warp, turns)"
     );
 }
 

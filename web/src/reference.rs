@@ -137,6 +137,8 @@ pub const ENTRIES: &[Entry] = &[
     e("war", Argument, "war=sync|mbarrier", "How a slot is known free for refilling: a block barrier each iteration (sync) or empty mbarriers (mbarrier, TMA and bulk copies)."),
     e("registers", Argument, "registers=[producer, consumer]", "Registers per thread of the producer and consumer warp groups (setmaxnreg)."),
     e("warp", Argument, "warp=0..3", "The producer warp that issues this cache's loads."),
+    e("turns", Argument, "turns=products", "Of warp_specialized: the consumer thread groups along its dim, which share every stage, take turns issuing their tensor-core products (named barriers), so one group's softmax overlaps the other's products (examples/attention/online_wgmma_pingpong.hf)."),
+    e("products", Argument, "warp_specialized(TIDy, turns=products)", "The turns of warp_specialized's consumer groups are taken around each wgmma group: wait for the turn before its fence, pass it right after its commit."),
     e("inner", Argument, "t.split(axis, factor, inner)", "The inner part of the split has extent `factor` (the default)."),
     e("outer", Argument, "t.split(axis, factor, outer)", "The outer part of the split has extent `factor`."),
     e("stream_k", Argument, "persistent(BIDy, 16, stream_k)", "After the whole rounds of tiles, the k steps of the tiles left are split evenly over every CTA (stream-K), partial sums combined through a workspace."),

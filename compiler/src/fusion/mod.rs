@@ -556,6 +556,11 @@ pub struct WarpSpecialized {
     pub on: ParallelType,
     pub registers: Option<(u32, u32)>,
     pub warp: u32,
+    /// `turns=products`: the consumer groups along `on`, which share every stage, take turns
+    /// issuing their tensor-core products (ping-pong through named barriers), so that one
+    /// group's work between products overlaps the other's products.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub product_turns: bool,
 }
 
 #[derive(Clone, Debug)]

@@ -7,7 +7,9 @@
 //! accumulators initialised before that loop. In the loop, each reduction's update loop over
 //! the tile runs in program order: `m`'s, then the exponentials, `l`'s and `o`'s.
 //!
-//! Guarantees, per iteration of the tile loop (docs/attention.md, section 2):
+//! Guarantees, per iteration of the tile loop (docs/attention.md, section 2; when the update
+//! is inside a thread binding of the tile loop, a consumer warp group's `threadIdx.y`, the row
+//! statements are inside it too, around the update):
 //! - before `m`'s update loop, `m_prev = m_acc` (the maximum of the earlier tiles);
 //! - after it, `m = m_acc`, or 0 while `m_acc` is `-inf` (every key so far masked: `-inf - -inf`
 //!   would be NaN), the value the exponentials subtract; then `m_scale = exp(m_prev - m)` and
@@ -512,10 +514,14 @@ impl TileEdits<'_> {
                     &mut |s| matches!(s, Stmt::Compute(c) if c.expr == m_expr && c.role == ComputeRole::ReductionUpdate),
                 )
             };
-            let Some(at) = l.body.iter().position(holds_update) else {
+            let Some(block) = block_of_update(&mut l.body, &holds_update) else {
                 return Flow::Descend;
             };
-            let body = std::mem::take(&mut l.body);
+            let at = block
+                .iter()
+                .position(holds_update)
+                .expect("block_of_update found it");
+            let body = std::mem::take(block);
             let mut new_body = Vec::with_capacity(body.len() + before.len() + after.len());
             for (i, s) in body.into_iter().enumerate() {
                 if i == at {
@@ -526,7 +532,8 @@ impl TileEdits<'_> {
                     new_body.append(&mut after);
                 }
             }
-            crate::kir::rewrite_post(&mut new_body, &mut |s| match s {
+            *block = new_body;
+            crate::kir::rewrite_post(&mut l.body, &mut |s| match s {
                 Stmt::Compute(c) if denominator_views.contains(&c.expr) => Vec::new(),
                 Stmt::Compute(mut c)
                     if m_neg_log2.is_some()
@@ -570,7 +577,6 @@ impl TileEdits<'_> {
                 }
                 s => vec![s],
             });
-            l.body = new_body;
             placed = true;
             Flow::Skip
         });
@@ -581,6 +587,25 @@ impl TileEdits<'_> {
             sub_folded,
         }
     }
+}
+
+/// The block of the tile loop's `body` whose statement holds the maximum's update: the body
+/// itself, or, where that statement is a thread or block binding (the query rows of consumer
+/// warp group `threadIdx.y`), the binding's body, and so on inward. A binding is not a loop
+/// (each thread runs its one index), so the row statements belong right around the update
+/// inside it, before the exponentials that read `-m log2(e)`.
+fn block_of_update<'b>(
+    body: &'b mut Vec<Stmt>,
+    holds_update: &dyn Fn(&Stmt) -> bool,
+) -> Option<&'b mut Vec<Stmt>> {
+    let at = body.iter().position(holds_update)?;
+    if matches!(&body[at], Stmt::Loop(b) if b.parallel.is_hw()) {
+        let Stmt::Loop(binding) = &mut body[at] else {
+            unreachable!("matched above")
+        };
+        return block_of_update(&mut binding.body, holds_update);
+    }
+    Some(body)
 }
 
 /// Readers of the final `m` and `l` after the tile loop (the log-sum-exp) read the

@@ -72,7 +72,7 @@ pub(super) fn circular_buffer(f: &mut Fusion, t: TensorId, a: &Args) -> SResult<
     Ok(())
 }
 
-/// `warp_specialized(TIDx|TIDy|TIDz, registers=[producer, consumer], warp=N)`, an argument of
+/// `warp_specialized(TIDx|TIDy|TIDz, registers=[producer, consumer], warp=N, turns=products)`, an argument of
 /// circular_buffer (`a`), its own arguments checked as `inner`.
 fn warp_specialized(a: &Args, inner: &Args) -> SResult<WarpSpecialized> {
     let on_at = inner.get("on").map(|g| g.at);
@@ -99,9 +99,20 @@ fn warp_specialized(a: &Args, inner: &Args) -> SResult<WarpSpecialized> {
             inner.get("warp").map(|g| g.at),
         );
     }
+    let product_turns = match inner.ident("turns") {
+        None => false,
+        Some(("products", _)) => true,
+        Some((other, at)) => {
+            return a.err(
+                format!("warp_specialized's turns is `products` (the consumer groups take turns issuing their tensor-core products), got `{other}`"),
+                Some(at),
+            )
+        }
+    };
     Ok(WarpSpecialized {
         on,
         registers,
         warp: warp as u32,
+        product_turns,
     })
 }

@@ -98,7 +98,7 @@ impl Primitive {
 
 pub const WARP_SPECIALIZED: Nested = Nested {
     name: "warp_specialized",
-    written: "warp_specialized(TIDx|TIDy|TIDz, registers=[producer, consumer], warp=N)",
+    written: "warp_specialized(TIDx|TIDy|TIDz, registers=[producer, consumer], warp=N, turns=products)",
     params: &[
         pos("on", ArgKind::Parallel),
         named(
@@ -107,8 +107,9 @@ pub const WARP_SPECIALIZED: Nested = Nested {
             IfAbsent::Off,
         ),
         named("warp", ArgKind::Int, IfAbsent::Is("0")),
+        named("turns", ArgKind::Keyword(&["products"]), IfAbsent::Off),
     ],
-    doc: doc!("An argument of circular_buffer: the producer warp group is added along that thread dim; `registers` rebalances registers with setmaxnreg; caches with different `warp` are separate producer roles. Loads inside the consumers' loop over that dim make its thread groups take turns with whole stages (ping-pong: examples/matmul/step14_ping_pong.hf)."),
+    doc: doc!("An argument of circular_buffer: the producer warp group is added along that thread dim; `registers` rebalances registers with setmaxnreg; caches with different `warp` are separate producer roles. Loads inside the consumers' loop over that dim make its thread groups take turns with whole stages (ping-pong: examples/matmul/step14_ping_pong.hf). With turns=products, thread groups along that dim that share every stage take turns issuing their tensor-core products instead (named barriers), so one group's softmax runs while the other's products do (examples/attention/online_wgmma_pingpong.hf)."),
 };
 
 /// The named options of `cache_after` and `cache_before` (each rejects those of the other

@@ -1,8 +1,11 @@
-//! wgmma groups: one commit group per unrolled loop of wgmmas, and one group kept in flight
-//! across k steps where an empty mbarrier frees the stage.
+//! wgmma groups: one commit group per unrolled loop of wgmmas, one group kept in flight
+//! across k steps where an empty mbarrier frees the stage, and the turns of consumer groups
+//! that take turns issuing their groups (`turns=products`).
 
 #[allow(unused_imports)]
 use super::*;
+use crate::diag::Span;
+use crate::kir::TurnStep;
 
 /// In a loop whose body ends with `commit, wait_group 0, release the stage` (a stage tracked
 /// by an empty mbarrier), the wait becomes `wait_group 1` and the release moves one iteration
@@ -16,6 +19,13 @@ pub(super) fn keep_one_group_in_flight(mut body: Vec<Stmt>) -> Vec<Stmt> {
         let mut out = Vec::with_capacity(block.len());
         let mut rest = block.drain(..).peekable();
         while let Some(s) = rest.next() {
+            let s = match s {
+                Stmt::Loop(mut l) => {
+                    end_group_after_binding(&mut l);
+                    Stmt::Loop(l)
+                }
+                other => other,
+            };
             match s {
                 Stmt::Loop(l) if releases_after_its_group(&l) => {
                     let mut drained = defer_release(l);
@@ -41,6 +51,30 @@ pub(super) fn keep_one_group_in_flight(mut body: Vec<Stmt>) -> Vec<Stmt> {
         *block = out;
     });
     body
+}
+
+/// In a loop (not a binding) whose body ends with `binding { ..., commit, wait_group 0 },
+/// arrive` (the products of consumer warp group `threadIdx.y` inside its binding), the commit
+/// and the wait move out of the binding, before the arrive: a thread or block binding runs
+/// once per thread, so this is the same program, and the loop then ends as
+/// [`releases_after_its_group`] asks.
+fn end_group_after_binding(l: &mut Loop) {
+    let n = l.body.len();
+    if n < 2 || l.parallel.is_hw() || !matches!(l.body[n - 1], Stmt::MbarArrive { .. }) {
+        return;
+    }
+    let Stmt::Loop(binding) = &mut l.body[n - 2] else {
+        return;
+    };
+    let m = binding.body.len();
+    if binding.parallel.is_hw()
+        && m >= 2
+        && binding.body[m - 2] == Stmt::WgmmaCommit
+        && binding.body[m - 1] == Stmt::WgmmaWait(0)
+    {
+        let end: Vec<Stmt> = binding.body.drain(m - 2..).collect();
+        l.body.splice(n - 1..n - 1, end);
+    }
 }
 
 /// A loop (not a thread or block binding) whose body ends with `commit, wait_group 0, arrive`.
@@ -85,6 +119,101 @@ fn defer_release(mut l: Loop) -> Vec<Stmt> {
         Stmt::WgmmaWait(0),
         release(Val::lt(Val::Int(0), extent), last),
     ]
+}
+
+/// `turns=products` (ping-pong between consumer groups that share every stage): in the
+/// consumers' branch, each wgmma group is issued in the thread group's turn: `Turn::Wait` before
+/// its fence, `Turn::Pass` to the next group right after its commit (the group's products are
+/// issued, not retired: the next group's products queue behind them on the tensor cores while
+/// this group waits for its results and runs what follows, the softmax). The last group passes
+/// the first turn at entry and group 0 takes the last group's final pass at exit, so every
+/// barrier phase completes; each group issues the same products, so the turns alternate.
+pub(super) fn take_product_turns(
+    ws: &crate::passes::tma::WsPlan,
+    span: Option<Span>,
+    body: &mut [Stmt],
+) -> Result<(), Diagnostic> {
+    let mut done = None;
+    crate::kir::for_each_stmt_mut(body, &mut |s| match s {
+        Stmt::WarpRoles(w) if done.is_none() => {
+            done = Some(turns_in_consumer(ws, &mut w.consumer));
+            Flow::Skip
+        }
+        _ => Flow::Descend,
+    });
+    done.unwrap_or(Err("the consumers' branch was not found"))
+        .map_err(|what| {
+            Diagnostic::new(
+                format!(
+                    "internal: warp_specialized({}, turns=products): {what}",
+                    ws.spec.on
+                ),
+                span,
+            )
+        })
+}
+
+/// [`take_product_turns`] in the consumers' branch.
+fn turns_in_consumer(
+    ws: &crate::passes::tma::WsPlan,
+    consumer: &mut Vec<Stmt>,
+) -> Result<(), &'static str> {
+    let groups = ws.product_turns.expect("a plan with product turns");
+    let on = ws.spec.on;
+    let turn = |step| Stmt::Turn {
+        step,
+        on,
+        groups,
+        threads: ws.consumer_threads / groups,
+    };
+    crate::kir::for_each_block_mut(consumer, &mut |block| {
+        let mut out = Vec::with_capacity(block.len() + 2);
+        for s in block.drain(..) {
+            match s {
+                Stmt::WgmmaFence => {
+                    out.push(turn(TurnStep::Wait));
+                    out.push(Stmt::WgmmaFence);
+                }
+                Stmt::WgmmaCommit => {
+                    out.push(Stmt::WgmmaCommit);
+                    out.push(turn(TurnStep::Pass));
+                }
+                other => out.push(other),
+            }
+        }
+        *block = out;
+    });
+    // In program order the turns alternate, each wait closed by a pass: a fence without its
+    // commit (or the reverse) would leave a group waiting on a turn never passed.
+    let mut steps = Vec::new();
+    crate::kir::for_each_stmt(consumer, &mut |s| {
+        if let Stmt::Turn { step, .. } = s {
+            steps.push(*step);
+        }
+    });
+    let alternate = !steps.is_empty()
+        && steps.len() % 2 == 0
+        && steps
+            .chunks(2)
+            .all(|p| p == [TurnStep::Wait, TurnStep::Pass]);
+    if !alternate {
+        return Err("the consumers' wgmma fences and commits do not pair up in program order");
+    }
+    let group = Val::Hw(on);
+    consumer.insert(
+        0,
+        Stmt::If {
+            cond: Val::eq(group.clone(), Val::Int(groups - 1)),
+            then: vec![turn(TurnStep::Pass)],
+            els: Vec::new(),
+        },
+    );
+    consumer.push(Stmt::If {
+        cond: Val::eq(group, Val::Int(0)),
+        then: vec![turn(TurnStep::Wait)],
+        els: Vec::new(),
+    });
+    Ok(())
 }
 
 /// One group per unrolled loop of wgmmas: an unrolled loop (or a thread or block index

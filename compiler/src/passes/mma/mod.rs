@@ -200,6 +200,17 @@ pub fn run(
     let mut body = batch(body);
     block_scale::overlap_promotions(cx, k, &mut body, &lower.overlapped);
     k.body = keep_one_group_in_flight(body);
+    if let Some((pipe, ws)) = plan
+        .pipes
+        .iter()
+        .filter_map(|p| Some((p, p.ws.as_ref()?)))
+        .find(|(_, ws)| ws.product_turns.is_some())
+    {
+        let span = cx.fusion.tensors[plan.loads[pipe.members[0]].tensor]
+            .circular
+            .map(|c| c.span);
+        groups::take_product_turns(ws, span, &mut k.body)?;
+    }
     name_stream_k_accumulators(&mut k.body);
     Ok(Change::Changed)
 }

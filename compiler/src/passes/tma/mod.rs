@@ -123,6 +123,10 @@ pub struct WsPlan {
     /// stages of its own tile in turn (the producer walks that loop serially, and each stage is
     /// released by one group's warps); 1 when every consumer reads every stage (cooperative).
     pub turns: i64,
+    /// `turns=products`: the consumer groups along the specialised dim that take turns issuing
+    /// their tensor-core products (the `mma` pass places the turns), while sharing every stage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub product_turns: Option<i64>,
     /// One per producer warp that issues loads, each with its own full and empty barriers.
     pub roles: Vec<WsRole>,
 }

@@ -18,6 +18,10 @@
 //! entry and group 0 takes the last at exit, so every barrier phase completes and no group
 //! waits on a stage more than one ring phase ahead of the producer. At most
 //! `target::MAX_TURNS` groups, each of whole warps.
+//!
+//! `turns=products` (`WsPlan::product_turns`): groups along the specialised dim that share
+//! every stage (`turns` is 1) take turns issuing their tensor-core products instead; planned
+//! and checked here, placed by the `mma` pass around each wgmma group.
 
 use super::stage::{contains_copy, fills, issue, linear, shift_reads};
 #[allow(unused_imports)]
@@ -119,6 +123,9 @@ pub(crate) fn plan_ws(
             spec.on
         ));
     }
+    if spec.product_turns {
+        check_product_turns(f, spec, turns, dims[d], consumer_threads).map_err(diag)?;
+    }
     k.block[d] = SizeExpr::Const(dims[d] + pad);
     k.register_sharing = spec.registers;
     // Roles: one per producer warp named by the loads (warp, its loads).
@@ -166,8 +173,50 @@ pub(crate) fn plan_ws(
         is_producer,
         consumer_threads,
         turns,
+        product_turns: spec.product_turns.then_some(dims[d]),
         roles,
     })
+}
+
+/// `turns=products`: the `groups` consumer groups along the specialised dim share every stage
+/// (`stage_turns` is 1), there are two to four of them, each of whole warps (a named barrier
+/// counts warps), and the kernel has tensor-core products to take turns with.
+fn check_product_turns(
+    f: &crate::fusion::Fusion,
+    spec: crate::fusion::WarpSpecialized,
+    stage_turns: i64,
+    groups: i64,
+    consumer_threads: i64,
+) -> Result<(), String> {
+    let on = spec.on;
+    if stage_turns > 1 {
+        return Err(format!(
+            "turns=products: the loads are inside the consumers' loop over {on}, so its groups already take turns with whole stages (ping-pong over tiles); bind {on} inside the buffered loop for groups that share every stage"
+        ));
+    }
+    if !(2..=crate::target::MAX_TURNS).contains(&groups) {
+        return Err(format!(
+            "turns=products: the consumers have {groups} thread group(s) along {on}; two to {} can take turns (each has a turn barrier)",
+            crate::target::MAX_TURNS
+        ));
+    }
+    let threads = consumer_threads / groups;
+    if threads % crate::target::WARP_THREADS != 0 {
+        return Err(format!(
+            "turns=products: a consumer group along {on} has {threads} threads, not whole warps (a named barrier counts warps)"
+        ));
+    }
+    let products = f.tensors.iter().any(|t| {
+        t.loop_domain
+            .iter()
+            .any(|&id| f.ids[id].parallel == ParallelType::Mma)
+    });
+    if !products {
+        return Err(
+            "turns=products orders the consumer groups' tensor-core products, and the kernel has none (no Mma axis)".into(),
+        );
+    }
+    Ok(())
 }
 
 /// Splits the kernel into the producer warp group and the consumers around pipe `p`.
