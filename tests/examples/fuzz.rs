@@ -177,6 +177,12 @@ const VOCAB: &[&str] = &[
     "var_mean",
     "v, m = var_mean(x, axis=1)",
     ", ",
+    // A variance in one pass, the schedule's choice, and the sums it replaces (issue 33).
+    "welford",
+    "welford(v)",
+    "v_sum",
+    "m_sum",
+    "recompute",
 ];
 
 fn mutate(src: &str, rng: &mut ChaCha8Rng) -> String {

@@ -12,8 +12,8 @@
 //! as `mean * count` and the squared deviations' sum as `m2`. The squared deviations' sum has
 //! no accumulator, loop or block reduction left, and the mean's broadcast, the deviations and
 //! their squares are not computed (loops left empty are removed). Emits a located error, naming
-//! the variance as the user wrote it, when a thread would hold several rows' statistics or the
-//! two sums are not reduced over the same thread dims.
+//! the variance as the user wrote it, when a thread would hold several rows' statistics, the
+//! two sums are not reduced over the same thread dims or are computed in different loop nests.
 
 use super::context::{Change, Ctx};
 use super::reduction::Accumulators;
@@ -117,6 +117,15 @@ fn rewrite(
             "the sum of `{name}`'s operand and its squared deviations are reduced over different thread dims; schedule both alike (propagate from one tensor)"
         )));
     }
+    // The statistics live where the operand's sum did: its squared deviations' sum, written
+    // from m2, must be written within that scope (not in a loop nest of its own).
+    let squares_write = |s: &Stmt| matches!(s, Stmt::Compute(c) if c.expr == sums.squares_expr && c.role == ComputeRole::ReductionWrite);
+    if !in_scope_of(&k.body, sum_acc, &mut |s| squares_write(s)) {
+        return Err(err(format!(
+            "`{}` and `{}` (the sum of `{name}`'s operand and of its squared deviations) are computed in different loop nests; Welford's statistics are one per thread in one loop nest, so schedule both alike (propagate from one tensor)",
+            f.tensors[w.sum].name, f.tensors[w.squares].name
+        )));
+    }
     let stats = Stats {
         mean: cx.new_register(k, &format!("{name}_mean"), DType::F32, Vec::new()),
         m2: cx.new_register(k, &format!("{name}_m2"), DType::F32, Vec::new()),
@@ -139,6 +148,19 @@ fn rewrite(
         )));
     }
     Ok(())
+}
+
+/// Whether a statement for which `pred` holds lies in the scope of `alloc b`: after it in the
+/// block that holds it, or inside a statement after it.
+fn in_scope_of(body: &[Stmt], b: BufferId, pred: &mut dyn FnMut(&Stmt) -> bool) -> bool {
+    if let Some(i) = body
+        .iter()
+        .position(|s| matches!(s, Stmt::Alloc(a) if *a == b))
+    {
+        return crate::kir::any_stmt(&body[i + 1..], pred);
+    }
+    body.iter()
+        .any(|s| s.children().any(|child| in_scope_of(child, b, pred)))
 }
 
 fn reg(b: BufferId) -> Access {
