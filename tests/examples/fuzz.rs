@@ -183,6 +183,8 @@ const VOCAB: &[&str] = &[
     "v_sum",
     "m_sum",
     "recompute",
+    "online_logsumexp",
+    "online_logsumexp(lse)",
 ];
 
 fn mutate(src: &str, rng: &mut ChaCha8Rng) -> String {

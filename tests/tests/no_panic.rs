@@ -160,6 +160,8 @@ const TOKENS: &[&str] = &[
     "welford",
     "welford(v)",
     "recompute",
+    "online_logsumexp",
+    "online_logsumexp(lse)",
 ];
 
 /// 400 cases from a fixed seed, so that the suite is the same on every run (a gate must not
@@ -263,7 +265,8 @@ proptest! {
     }
 
     /// Indices loaded from data (a label's logit by `gather`, rows by `index_select`) and a size
-    /// in an expression, under random schedules naming every tensor.
+    /// in an expression, under random schedules naming every tensor (and the one-pass
+    /// log-sum-exp of the cross-entropy, `online_logsumexp(lse)`).
     #[test]
     fn random_schedules_on_gathers_never_panic(stmts in proptest::collection::vec((0usize..8, 0usize..10, -2i64..4, 0i64..300, 0usize..10), 0..8)) {
         let tensors = ["loss", "x", "lse_sum", "picked", "rows", "lse", "picked_gather", "loss"];
@@ -281,6 +284,7 @@ proptest! {
                 6 => format!("{t}.set_memory(shared)"),
                 7 => "labels_c = cache_after(labels)".to_string(),
                 8 => format!("{t}_c = cache_before({t})"),
+                9 if f % 2 == 0 => "online_logsumexp(lse)".to_string(),
                 _ => "x.recompute()".to_string(),
             };
             sched.push_str(&format!("  {line}\n"));

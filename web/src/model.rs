@@ -541,8 +541,8 @@ mod tests {
         // The TMA passes run (and are dumped) only for fusions with TMA loads, `mma` only for
         // tensor-core tiles, `persistent` and `tile_values` only for persistent grids,
         // `specialize` never here (the playground's kernel is generic over its sizes),
-        // `online_softmax` only for an online softmax and `welford` only for a one-pass variance
-        // (no example here has either).
+        // `online_softmax` only for an online softmax, `welford` only for a one-pass variance and
+        // `online_logsumexp` only for a one-pass log-sum-exp (no example here has any).
         let tma_passes = [
             "tma",
             "tma_issue",
@@ -559,7 +559,13 @@ mod tests {
         };
         assert_eq!(
             c.passes.len(),
-            1 + count(&[&tma_passes[..], &["mma", "online_softmax", "welford"]].concat())
+            1 + count(
+                &[
+                    &tma_passes[..],
+                    &["mma", "online_softmax", "welford", "online_logsumexp"]
+                ]
+                .concat()
+            )
         );
         let tma = compile(
             crate::examples::source(&crate::examples::find("tma/exp_2d").unwrap()),
@@ -574,7 +580,8 @@ mod tests {
                 "tile_values",
                 "specialize",
                 "online_softmax",
-                "welford"
+                "welford",
+                "online_logsumexp"
             ])
         );
         let mma =
@@ -587,7 +594,8 @@ mod tests {
                 "tile_values",
                 "specialize",
                 "online_softmax",
-                "welford"
+                "welford",
+                "online_logsumexp"
             ]) + 1
         );
         let persistent = crate::examples::source(
@@ -596,7 +604,12 @@ mod tests {
         let persistent = compile(persistent, &Default::default()).unwrap();
         assert_eq!(
             persistent.passes.len(),
-            count(&["specialize", "online_softmax", "welford"]) + 1
+            count(&[
+                "specialize",
+                "online_softmax",
+                "welford",
+                "online_logsumexp"
+            ]) + 1
         );
     }
 }

@@ -21,7 +21,7 @@ use crate::diag::Diagnostic;
 use crate::dtype::DType;
 use crate::fusion::ops::{BinaryOp, UnaryOp};
 use crate::fusion::welford::{find, WelfordVar};
-use crate::fusion::{ExprId, WelfordRewrite};
+use crate::fusion::{ExprId, TensorId, WelfordRewrite};
 use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Kernel, Stmt};
 
 pub fn used(cx: &Ctx) -> bool {
@@ -71,26 +71,8 @@ fn rewrite(
             .definition
             .expect("find checked the definitions")
     };
-    let (Some(sum_acc), Some(squares_acc)) = (
-        accumulators.of_tensor(w.sum),
-        accumulators.of_tensor(w.squares),
-    ) else {
-        return Err(err(
-            "its sums are not over loop axes of the kernel (nothing to compute in one pass)".into(),
-        ));
-    };
-    for acc in [sum_acc, squares_acc] {
-        if cx
-            .layout
-            .alloc_ids
-            .get(&acc)
-            .is_some_and(|ids| !ids.is_empty())
-        {
-            return Err(err(format!(
-                "a thread of the kernel holds several rows' sums of `{name}` (a serial axis outside the reduction): Welford's statistics are one row's per thread, so bind those axes to threads or blocks"
-            )));
-        }
-    }
+    let [sum_acc, squares_acc] =
+        one_row_accumulators(cx, accumulators, [w.sum, w.squares], &name, "sums").map_err(err)?;
     let sums = Sums {
         sum_expr: def(w.sum),
         squares_expr: def(w.squares),
@@ -163,14 +145,44 @@ fn in_scope_of(body: &[Stmt], b: BufferId, pred: &mut dyn FnMut(&Stmt) -> bool) 
         .any(|s| s.children().any(|child| in_scope_of(child, b, pred)))
 }
 
-fn reg(b: BufferId) -> Access {
+/// The accumulators of two reductions a one-pass form computes together (`passes::welford`,
+/// `passes::online_logsumexp`), each one row's per thread; else why not, naming the user's
+/// tensor `name` and the reductions as `what`.
+pub(super) fn one_row_accumulators(
+    cx: &Ctx,
+    accumulators: &Accumulators,
+    tensors: [TensorId; 2],
+    name: &str,
+    what: &str,
+) -> Result<[BufferId; 2], String> {
+    let [Some(a), Some(b)] = tensors.map(|t| accumulators.of_tensor(t)) else {
+        return Err(format!(
+            "its {what} are not over loop axes of the kernel (nothing to compute in one pass)"
+        ));
+    };
+    for acc in [a, b] {
+        if cx
+            .layout
+            .alloc_ids
+            .get(&acc)
+            .is_some_and(|ids| !ids.is_empty())
+        {
+            return Err(format!(
+                "a thread of the kernel holds several rows' {what} of `{name}` (a serial axis outside the reduction): the one pass keeps one row's per thread, so bind those axes to threads or blocks"
+            ));
+        }
+    }
+    Ok([a, b])
+}
+
+pub(super) fn reg(b: BufferId) -> Access {
     Access {
         buffer: b,
         index: None,
     }
 }
 
-fn read(b: BufferId) -> Data {
+pub(super) fn read(b: BufferId) -> Data {
     Data::Read(reg(b))
 }
 
