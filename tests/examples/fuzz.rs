@@ -177,6 +177,14 @@ const VOCAB: &[&str] = &[
     "var_mean",
     "v, m = var_mean(x, axis=1)",
     ", ",
+    // A variance in one pass, the schedule's choice, and the sums it replaces (issue 33).
+    "welford",
+    "welford(v)",
+    "v_sum",
+    "m_sum",
+    "recompute",
+    "online_logsumexp",
+    "online_logsumexp(lse)",
 ];
 
 fn mutate(src: &str, rng: &mut ChaCha8Rng) -> String {

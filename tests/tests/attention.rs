@@ -342,7 +342,7 @@ fn the_online_kernel_keeps_running_statistics_in_one_tile_loop() {
             "vc[t_id2o * 64 + t_id2i] = v[",
             "__syncthreads();",
             "m_prev[0] = m_acc[0];",
-            "m_acc[0] = fmaxf(m_acc[0], ",
+            "m_acc[0] = hf_maximum(m_acc[0], ",
             "m[0] = (m_acc[0] == __int_as_float(0xff800000)) ? 0.0f : m_acc[0];",
             // The softmax in base 2: -m log2(e) once per row, each exponential one FMA and
             // exp2.
@@ -364,7 +364,7 @@ fn the_online_kernel_keeps_running_statistics_in_one_tile_loop() {
         );
         // Ragged T: the key's bound guards the maximum, the sum and the product.
         for update in [
-            "m_acc[0] = fmaxf(",
+            "m_acc[0] = hf_maximum(",
             "l_acc[0] = l_acc[0] + e",
             "o_acc[d2] = o_acc[d2] + o_mul",
         ] {
@@ -636,12 +636,12 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
         );
         let max_quad = line_of(
             cuda,
-            "m_acc_part[0] = fmaxf(m_acc_part[0], __shfl_xor_sync(0xffffffffu, m_acc_part[0], 1));",
+            "m_acc_part[0] = hf_maximum(m_acc_part[0], __shfl_xor_sync(0xffffffffu, m_acc_part[0], 1));",
         );
         for h in 0..2 {
             for lanes in [1, 2] {
                 assert!(cuda.contains(&format!(
-                    "m_acc_part[{h}] = fmaxf(m_acc_part[{h}], __shfl_xor_sync(0xffffffffu, m_acc_part[{h}], {lanes}));"
+                    "m_acc_part[{h}] = hf_maximum(m_acc_part[{h}], __shfl_xor_sync(0xffffffffu, m_acc_part[{h}], {lanes}));"
                 )));
                 assert!(cuda.contains(&format!(
                     "l_acc_part[{h}] = l_acc_part[{h}] + __shfl_xor_sync(0xffffffffu, l_acc_part[{h}], {lanes});"
@@ -650,7 +650,9 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
         }
         for h in 0..2 {
             assert!(cuda.contains(&format!("m_acc_part[{h}] = __int_as_float(0xff800000);")));
-            assert!(cuda.contains(&format!("m_acc[{h}] = fmaxf(m_acc[{h}], m_acc_part[{h}]);")));
+            assert!(cuda.contains(&format!(
+                "m_acc[{h}] = hf_maximum(m_acc[{h}], m_acc_part[{h}]);"
+            )));
             assert!(cuda.contains(&format!("l_acc_part[{h}] = 0.0f;")));
             assert!(cuda.contains(&format!("l_acc[{h}] = l_acc[{h}] + l_acc_part[{h}];")));
         }
@@ -878,7 +880,7 @@ fn the_warp_specialized_kernel_pipelines_k_and_v() {
     );
     let max_quad = line_of(
         &cuda,
-        "m_acc_part[0] = fmaxf(m_acc_part[0], __shfl_xor_sync(0xffffffffu, m_acc_part[0], 1));",
+        "m_acc_part[0] = hf_maximum(m_acc_part[0], __shfl_xor_sync(0xffffffffu, m_acc_part[0], 1));",
     );
     let product = line_of(
         &cuda,

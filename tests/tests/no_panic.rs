@@ -156,6 +156,12 @@ const TOKENS: &[&str] = &[
     "i32",
     "K",
     " / N",
+    // A variance in one pass, the schedule's choice (issue 33).
+    "welford",
+    "welford(v)",
+    "recompute",
+    "online_logsumexp",
+    "online_logsumexp(lse)",
 ];
 
 /// 400 cases from a fixed seed, so that the suite is the same on every run (a gate must not
@@ -259,7 +265,8 @@ proptest! {
     }
 
     /// Indices loaded from data (a label's logit by `gather`, rows by `index_select`) and a size
-    /// in an expression, under random schedules naming every tensor.
+    /// in an expression, under random schedules naming every tensor (and the one-pass
+    /// log-sum-exp of the cross-entropy, `online_logsumexp(lse)`).
     #[test]
     fn random_schedules_on_gathers_never_panic(stmts in proptest::collection::vec((0usize..8, 0usize..10, -2i64..4, 0i64..300, 0usize..10), 0..8)) {
         let tensors = ["loss", "x", "lse_sum", "picked", "rows", "lse", "picked_gather", "loss"];
@@ -277,11 +284,82 @@ proptest! {
                 6 => format!("{t}.set_memory(shared)"),
                 7 => "labels_c = cache_after(labels)".to_string(),
                 8 => format!("{t}_c = cache_before({t})"),
+                9 if f % 2 == 0 => "online_logsumexp(lse)".to_string(),
                 _ => "x.recompute()".to_string(),
             };
             sched.push_str(&format!("  {line}\n"));
         }
         let src = format!("fusion ce {{\n  input w: f32[K, 64]\n  input logits: bf16[M, 64]\n  input labels: i32[M]\n  x = cast(logits, f32) / K\n  lse = logsumexp(x, axis=1)\n  picked = sum(gather(x, broadcast(labels, axis=1), axis=1), axis=1)\n  loss = lse - picked\n  rows = index_select(w, 0, labels)\n  output loss\n  output rows\n}}\nschedule {{\n{sched}}}\n");
+        check(&src);
+    }
+}
+
+/// A LayerNorm's statistics by `welford(v)` (the schedule's one pass): the example's schedule,
+/// each statement kept with odds 7 in 8, with random statements inserted anywhere (`welford`
+/// on the variance, the mean, a sum or twice, the builder's names of the sums scheduled on
+/// their own), over rows of a constant, a ragged or a symbolic extent and `var_mean` or `var`
+/// with `mean`. (20,000 programs of this generator found a mean's sum scheduled apart lowered to
+/// statistics used outside their scope: `welford.rs` tests the refusal.)
+const WELFORD_SCHEDULE: &[&str] = &[
+    "x_c = cache_after(x)",
+    "y_c = cache_before(y)",
+    "y.split(1, 8)",
+    "y.split(1, 4, outer)",
+    "y.parallelize(0, BIDx)",
+    "y.parallelize(2, TIDx)",
+    "y.parallelize(3, Vectorize)",
+    "propagate(y)",
+    "inline_most()",
+    "welford(v)",
+];
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn random_schedules_around_welford_never_panic(
+        keep in proptest::collection::vec(0u8..8, WELFORD_SCHEDULE.len()),
+        rows in 0usize..3,
+        stats in 0usize..3,
+        stmts in proptest::collection::vec((0usize..20, 0usize..13, 0usize..9, -1i64..4, 0usize..8, 0usize..10), 0..4),
+    ) {
+        let tensors = ["y", "xf", "v", "m", "xn", "x_c", "y_c", "v_sum", "m_sum"];
+        let factors = [1, 2, 3, 4, 8, 32, 128, 300];
+        let pts = ["BIDx", "TIDx", "TIDy", "Vectorize", "Unroll", "Serial", "BIDy", "TIDz", "BIDz", "Serial"];
+        let mut lines: Vec<String> = WELFORD_SCHEDULE
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k != 0)
+            .map(|(l, _)| l.to_string())
+            .collect();
+        for (at, op, t, ax, f, p) in stmts {
+            let (t, f) = (tensors[t], factors[f]);
+            let line = match op {
+                0 => format!("{t}.split({ax}, {f})"),
+                1 => format!("{t}.merge({ax})"),
+                2 => format!("{t}.parallelize({ax}, {})", pts[p]),
+                3 => format!("{t}.inline_at({ax})"),
+                4 => format!("propagate({t})"),
+                5 => "inline_most()".to_string(),
+                6 => format!("welford({t})"),
+                7 => format!("{t}.set_memory(shared)"),
+                8 => format!("{t}.recompute()"),
+                9 => format!("{t}.split({ax}, {f}, outer)"),
+                10 => format!("{t}.rfactor({ax})"),
+                11 => format!("{t}.compute_at(y, {ax})"),
+                _ => format!("{t}.reorder(1, 0)"),
+            };
+            let at = at % (lines.len() + 1);
+            lines.insert(at, line);
+        }
+        let sched: String = lines.iter().map(|l| format!("  {l}\n")).collect();
+        let (dtype, n) = [("bf16", "1024"), ("f16", "1000"), ("f32", "N")][rows];
+        let stats = [
+            "v, m = var_mean(xf, axis=1, correction=0)",
+            "v, m = var_mean(xf, axis=1)",
+            "v = var(xf, axis=1)\n  m = mean(xf, axis=1)",
+        ][stats];
+        let src = format!("fusion layernorm {{\n  input x: {dtype}[M, {n}]\n  input w: bf16[{n}]\n  xf = cast(x, f32)\n  {stats}\n  xn = (xf - broadcast(m, axis=1)) * broadcast(rsqrt(v + 0.00001), axis=1)\n  y = cast(xn * cast(broadcast(w, axis=0), f32), bf16)\n  output y\n}}\nschedule {{\n{sched}}}\n");
         check(&src);
     }
 }

@@ -359,6 +359,68 @@ fn reductions_reach_cuda_and_the_twin_as_torch_calls() {
     );
 }
 
+/// max, min (elementwise and as reductions), relu and clamp propagate NaN as torch.maximum,
+/// torch.amax, torch.relu and torch.clamp do, in the float64 reference and in the kernel (PTX
+/// `max.NaN` / `min.NaN` in every per-thread, quad and block combine; fmaxf would drop it).
+#[test]
+fn max_min_relu_and_clamp_propagate_nan_as_torch() {
+    let x = vec![1.0, f64::NAN, -2.0, 0.5];
+    let y = vec![f64::NAN, 3.0, -1.0, 0.25];
+    let xy = |body| reference(XY, body, &[("x", x.clone()), ("y", y.clone())]);
+    for body in ["c = max(x, y)", "c = min(x, y)"] {
+        let c = xy(body);
+        assert!(c[0].is_nan() && c[1].is_nan(), "{body}: {c:?}");
+    }
+    assert_eq!(xy("c = max(x, y)")[2..], [-1.0, 0.5]);
+    assert_eq!(xy("c = min(x, y)")[2..], [-2.0, 0.25]);
+    let relu = xy("c = relu(x)");
+    assert!(relu[1].is_nan(), "{relu:?}");
+    assert_eq!([relu[0], relu[2], relu[3]], [1.0, 0.0, 0.5]);
+    // A NaN bound gives NaN too (torch.clamp with tensor bounds).
+    let clamp = xy("c = clamp(y, -0.5, x)");
+    assert!(clamp[0].is_nan() && clamp[1].is_nan(), "{clamp:?}");
+    // hi below lo gives hi, as torch.clamp.
+    assert_eq!(clamp[2..], [-2.0, 0.25]);
+    // Reductions: a row with a NaN gives NaN, the others their extreme (the identity, -inf or
+    // inf, never shows).
+    let rows = [vec![1.0, f64::NAN, 3.0], vec![-4.0, -5.0, -6.0]];
+    for (op, other) in [("max", -4.0), ("min", -6.0)] {
+        let r = rows_reference("f32", &format!("c = {op}(x, axis=1)"), &rows);
+        assert!(r[0].is_nan(), "{op}: {r:?}");
+        assert_eq!(r[1], other, "{op}");
+    }
+    // The kernel: elementwise, relu, clamp, a per-thread and a block reduction all through the
+    // NaN-propagating helpers.
+    let src = "fusion f {\n  input x: f32[M, N]\n  input y: f32[M, N]\n  a = max(x, y) + min(x, y) + relu(x) + clamp(x, 0.0, y)\n  m = max(a, axis=1)\n  n = min(x, axis=1)\n  c = m + n\n  output c\n}\nschedule {\n  m.split(1, 128)\n  m.parallelize(0, BIDx)\n  m.parallelize(2, TIDx)\n  propagate(m)\n  inline_most()\n}\n";
+    let cuda = hopfuse::compile(src, &Default::default())
+        .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")))
+        .cuda;
+    for needle in [
+        "asm(\"max.NaN.f32 %0, %1, %2;\"",
+        "asm(\"min.NaN.f32 %0, %1, %2;\"",
+        "hf_maximum(x[",
+        "hf_minimum(x[",
+        "0.0f)",
+        "struct hf_max { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return hf_maximum(a, b); } };",
+        "struct hf_min {",
+        "hf_max(), reinterpret_cast<float*>",
+        "hf_min(), reinterpret_cast<float*>",
+        "return hf_minimum(hf_maximum(x, lo), hi);",
+    ] {
+        assert!(cuda.contains(needle), "{needle}\n{cuda}");
+    }
+    for dropped in ["fmaxf(", "fminf(", "a > b ? a : b; } };"] {
+        assert!(!cuda.contains(dropped), "{dropped}\n{cuda}");
+    }
+    // A sum's block reduction alone emits neither max nor min.
+    let src = "fusion f {\n  input x: f32[M, N]\n  c = sum(x, axis=1)\n  output c\n}\nschedule {\n  c.split(1, 128)\n  c.parallelize(0, BIDx)\n  c.parallelize(2, TIDx)\n}\n";
+    let cuda = hopfuse::compile(src, &Default::default()).unwrap().cuda;
+    assert!(
+        !cuda.contains("hf_max") && !cuda.contains("hf_maximum"),
+        "{cuda}"
+    );
+}
+
 #[test]
 fn block_reductions_emit_only_the_combines_they_use() {
     let src = "fusion f {\n  input x: f32[M, N]\n  c = any(x, axis=1)\n  output c\n}\nschedule {\n  c.split(1, 128)\n  c.parallelize(0, BIDx)\n  c.parallelize(2, TIDx)\n}\n";

@@ -99,7 +99,7 @@ fn a_plain_var_and_var_mean_with_a_correction_take_one_pass() {
         // The degrees of freedom stay the builder's: 4096 - 1.
         assert!(
             c.cuda
-                .contains("[0] / fmaxf((static_cast<float>(4096LL) - 1.0f), 0.0f);"),
+                .contains("[0] / hf_maximum((static_cast<float>(4096LL) - 1.0f), 0.0f);"),
             "{}",
             c.cuda
         );
@@ -144,6 +144,17 @@ fn refusals_name_the_tensor_and_the_statement() {
         e.starts_with(
             "t.hf:15:11: error: welford(...): `v` sums in f64: Welford's statistics are f32"
         ),
+        "{e}"
+    );
+    // The mean's sum scheduled apart (split over the rows, in shared memory): its loop nest is
+    // not the squared deviations' (this once lowered to statistics used outside their scope,
+    // an internal error; found by no_panic.rs's random schedules around welford).
+    let src = format!(
+        "fusion f {{\n  input x: f32[M, 4096]\n{VAR_MEAN}\n}}\nschedule {{\n  y.split(1, 4)\n  y.split(1, 8, outer)\n  y.parallelize(0, BIDx)\n  y.parallelize(2, TIDx)\n  y.parallelize(3, Vectorize)\n  m_sum.split(0, 2, outer)\n  m_sum.set_memory(shared)\n  propagate(y)\n  inline_most()\n  welford(v)\n}}\n"
+    );
+    let e = error(&src);
+    assert!(
+        e.starts_with("t.hf:17:3: error: welford(v): `m_sum` and `v_sum` (the sum of `v`'s operand and of its squared deviations) are computed in different loop nests"),
         "{e}"
     );
     // A name that is no tensor.

@@ -591,8 +591,8 @@ mod tests {
         // tensor-core tiles, `persistent` and `tile_values` only for persistent grids,
         // `specialize` never here (the playground's kernel is generic over its sizes),
         // `online_softmax` only for an online softmax (`mask_bounds` and `mask_tiles` only for
-        // a causally masked one) and `welford` only for a one-pass variance (no example here
-        // has either).
+        // a causally masked one), `welford` only for a one-pass variance and `online_logsumexp`
+        // only for a one-pass log-sum-exp (no example here has any).
         let tma_passes = [
             "tma",
             "tma_issue",
@@ -616,8 +616,9 @@ mod tests {
                         "mma",
                         "online_softmax",
                         "welford",
+                        "online_logsumexp",
                         "mask_bounds",
-                        "mask_tiles"
+                        "mask_tiles",
                     ],
                 ]
                 .concat()
@@ -637,8 +638,12 @@ mod tests {
                 "specialize",
                 "online_softmax",
                 "welford",
+<<<<<<< HEAD
                 "mask_bounds",
                 "mask_tiles"
+=======
+                "online_logsumexp"
+>>>>>>> nan
             ])
         );
         let mma =
@@ -652,8 +657,12 @@ mod tests {
                 "specialize",
                 "online_softmax",
                 "welford",
+<<<<<<< HEAD
                 "mask_bounds",
                 "mask_tiles"
+=======
+                "online_logsumexp"
+>>>>>>> nan
             ]) + 1
         );
         let persistent = crate::examples::source(
@@ -666,8 +675,12 @@ mod tests {
                 "specialize",
                 "online_softmax",
                 "welford",
+<<<<<<< HEAD
                 "mask_bounds",
                 "mask_tiles"
+=======
+                "online_logsumexp"
+>>>>>>> nan
             ]) + 1
         );
     }

@@ -624,11 +624,11 @@ macro_rules! with_op {
                 $body
             }
             BinaryOp::Max => {
-                let $f = |a: f64, b: f64| a.max(b);
+                let $f = crate::fusion::ops::maximum;
                 $body
             }
             BinaryOp::Min => {
-                let $f = |a: f64, b: f64| a.min(b);
+                let $f = crate::fusion::ops::minimum;
                 $body
             }
             other => {
@@ -819,7 +819,7 @@ fn with_reduce(
             shape,
             reduced,
             source,
-            f64::max,
+            crate::fusion::ops::maximum,
             false,
             value,
             out,
@@ -829,7 +829,7 @@ fn with_reduce(
             shape,
             reduced,
             source,
-            f64::min,
+            crate::fusion::ops::minimum,
             false,
             value,
             out,

@@ -58,6 +58,7 @@ pub fn build(def: &ast::FusionDef) -> BResult<Fusion> {
             persistent: None,
             online_softmax: Vec::new(),
             welford: Vec::new(),
+            online_logsumexp: Vec::new(),
             constraints: Vec::new(),
             propagate_work: 0,
         },

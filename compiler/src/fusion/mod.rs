@@ -19,6 +19,7 @@
 //! ([`Fusion::use_index`]) and class extents are computed in linear time.
 
 pub mod build;
+pub mod logsumexp;
 pub mod matmul;
 pub mod online_softmax;
 pub mod ops;
@@ -548,6 +549,14 @@ pub struct WelfordRewrite {
     pub span: Option<Span>,
 }
 
+/// An `online_logsumexp(lse)` statement: the log-sum-exp `lse` computed in one pass (see
+/// [`logsumexp::find`], which the passes call again on the scheduled fusion).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogSumExpRewrite {
+    pub lse: TensorId,
+    pub span: Option<Span>,
+}
+
 /// `warp_specialized(on, registers=[producer, consumer], warp=N)` of a circular buffer: the block
 /// gets a 128-thread producer warp group along `on`; warp `warp` of it issues this tensor's loads
 /// (different warps = different producer roles, each with its own barriers).
@@ -592,6 +601,9 @@ pub struct Fusion {
     /// The variances the schedule asked to compute in one pass (`welford(v)`), for
     /// `passes::welford`.
     pub welford: Vec<WelfordRewrite>,
+    /// The log-sum-exps the schedule asked to compute in one pass (`online_logsumexp(lse)`),
+    /// for `passes::online_logsumexp`.
+    pub online_logsumexp: Vec<LogSumExpRewrite>,
     /// Conditions on the sizes that the views need (a slice reads inside its input), checked
     /// before a launch and by the reference.
     pub constraints: Vec<crate::plan::Constraint>,

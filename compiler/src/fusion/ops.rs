@@ -109,7 +109,7 @@ impl UnaryOp {
         match self {
             UnaryOp::Neg => -x,
             UnaryOp::Exp => x.exp(),
-            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Relu => maximum(x, 0.0),
             UnaryOp::Abs => x.abs(),
             UnaryOp::Sqrt => x.sqrt(),
             UnaryOp::Rsqrt => 1.0 / x.sqrt(),
@@ -149,6 +149,25 @@ impl UnaryOp {
             // `not`); an 8-bit result wraps into its type after (`DType::arithmetic_result`).
             UnaryOp::BitwiseNot => !(x as i64) as f64,
         }
+    }
+}
+
+/// `torch.maximum(a, b)`: NaN when either is NaN (`f64::max` would return the other operand,
+/// IEEE's maxNum). `max`, `max(x, axis=)`, `relu` and `clamp` are this.
+pub fn maximum(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+/// `torch.minimum(a, b)`: NaN when either is NaN, as [`maximum`].
+pub fn minimum(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
     }
 }
 
@@ -235,8 +254,8 @@ impl BinaryOp {
             BinaryOp::Sub => a - b,
             BinaryOp::Mul => a * b,
             BinaryOp::Div => a / b,
-            BinaryOp::Max => a.max(b),
-            BinaryOp::Min => a.min(b),
+            BinaryOp::Max => maximum(a, b),
+            BinaryOp::Min => minimum(a, b),
             BinaryOp::Pow => a.powf(b),
             BinaryOp::Fmod => a % b,
             BinaryOp::Remainder => {
@@ -282,7 +301,8 @@ impl BinaryOp {
 pub enum TernaryOp {
     /// `where(cond, a, b)`: `a` where `cond` is true (non-zero), else `b`.
     Where,
-    /// `clamp(x, lo, hi)`: `min(max(x, lo), hi)`, NaN in `x` kept.
+    /// `clamp(x, lo, hi)`: `min(max(x, lo), hi)`, a NaN in any operand giving NaN (torch's
+    /// clamp on CUDA with tensor bounds).
     Clamp,
     /// `lerp(a, b, w)`: `a + w * (b - a)`, in torch's two-sided form.
     Lerp,
@@ -335,13 +355,7 @@ impl TernaryOp {
                     c
                 }
             }
-            TernaryOp::Clamp => {
-                if a.is_nan() {
-                    a
-                } else {
-                    a.max(b).min(c)
-                }
-            }
+            TernaryOp::Clamp => minimum(maximum(a, b), c),
             // torch's lerp: exact at both ends.
             TernaryOp::Lerp => {
                 if c.abs() < 0.5 {
@@ -645,7 +659,7 @@ use Typing as T;
 pub const OPS: &[OpDef] = &[
     unary("neg", UnaryOp::Neg, T::Numeric, "neg(x)", "Elementwise negation (also `-x`)."),
     unary("abs", UnaryOp::Abs, T::Numeric, "abs(x)", "Elementwise absolute value."),
-    unary("relu", UnaryOp::Relu, T::Numeric, "relu(x)", "Elementwise max(x, 0)."),
+    unary("relu", UnaryOp::Relu, T::Numeric, "relu(x)", "Elementwise max(x, 0); NaN stays NaN (as torch.relu)."),
     unary("sign", UnaryOp::Sign, T::Numeric, "sign(x)", "Elementwise -1, 0 or 1 by the sign of x (0 for NaN, as torch)."),
     unary("floor", UnaryOp::Floor, T::Numeric, "floor(x)", "Elementwise largest integer <= x (integers unchanged)."),
     unary("ceil", UnaryOp::Ceil, T::Numeric, "ceil(x)", "Elementwise smallest integer >= x (integers unchanged)."),
@@ -680,8 +694,8 @@ pub const OPS: &[OpDef] = &[
     binary("sub", BinaryOp::Sub, T::Numeric, "sub(a, b) | a - b", "Elementwise a - b."),
     binary("mul", BinaryOp::Mul, T::Numeric, "mul(a, b) | a * b", "Elementwise a * b."),
     binary("div", BinaryOp::Div, T::Float, "div(a, b) | a / b", "Elementwise true division a / b (integers divide in f32, as torch)."),
-    op("max", K::ElementwiseOrReduce(BinaryOp::Max, ReduceOp::Max), 2, T::Numeric, "max(a, b) | max(x, axis=1)", "With two operands, the elementwise maximum; with `axis=`, the maximum over those axes (a reduction)."),
-    op("min", K::ElementwiseOrReduce(BinaryOp::Min, ReduceOp::Min), 2, T::Numeric, "min(a, b) | min(x, axis=1)", "With two operands, the elementwise minimum; with `axis=`, the minimum over those axes (a reduction)."),
+    op("max", K::ElementwiseOrReduce(BinaryOp::Max, ReduceOp::Max), 2, T::Numeric, "max(a, b) | max(x, axis=1)", "With two operands, the elementwise maximum; with `axis=`, the maximum over those axes (a reduction). A NaN operand or element gives NaN, as torch.maximum and torch.amax (not fmax's IEEE maxNum)."),
+    op("min", K::ElementwiseOrReduce(BinaryOp::Min, ReduceOp::Min), 2, T::Numeric, "min(a, b) | min(x, axis=1)", "With two operands, the elementwise minimum; with `axis=`, the minimum over those axes (a reduction). A NaN operand or element gives NaN, as torch.minimum and torch.amin."),
     binary("pow", BinaryOp::Pow, T::Float, "pow(x, y)", "Elementwise x^y (floating point: an integer base computes in f32)."),
     binary("fmod", BinaryOp::Fmod, T::Numeric, "fmod(a, b)", "Elementwise remainder of a / b with the sign of a (C's fmod, torch.fmod)."),
     binary("remainder", BinaryOp::Remainder, T::Numeric, "remainder(a, b)", "Elementwise remainder of a / b with the sign of b (Python's %, torch.remainder)."),
@@ -700,7 +714,7 @@ pub const OPS: &[OpDef] = &[
     binary("bitwise_left_shift", BinaryOp::ShiftLeft, T::Integer, "bitwise_left_shift(a, b)", "Elementwise a << b on i32; 0 when b is negative or 32 or more (as torch)."),
     binary("bitwise_right_shift", BinaryOp::ShiftRight, T::Integer, "bitwise_right_shift(a, b)", "Elementwise arithmetic a >> b on i32; the sign (0 or -1) when b is negative or 32 or more (as torch)."),
     op("where", K::Ternary(TernaryOp::Where), 3, T::Select, "where(cond, a, b)", "Elementwise a where cond is true (non-zero), else b. A value may be a number: where(x > 0, x, 0.0)."),
-    op("clamp", K::Ternary(TernaryOp::Clamp), 3, T::Numeric, "clamp(x, lo, hi)", "Elementwise min(max(x, lo), hi); NaN in x stays NaN (as torch.clamp)."),
+    op("clamp", K::Ternary(TernaryOp::Clamp), 3, T::Numeric, "clamp(x, lo, hi)", "Elementwise min(max(x, lo), hi) (hi where lo > hi); a NaN in x, lo or hi gives NaN (as torch.clamp)."),
     op("lerp", K::Ternary(TernaryOp::Lerp), 3, T::Float, "lerp(a, b, w)", "Elementwise a + w * (b - a), exact at w = 0 and w = 1 (torch.lerp)."),
     op("fma", K::Ternary(TernaryOp::Fma), 3, T::Float, "fma(a, b, c)", "Elementwise a * b + c rounded once (fused multiply-add)."),
     // Random numbers (issue 33): a counter-based generator, the same in the kernel, the float64
@@ -944,6 +958,21 @@ mod tests {
         assert_eq!(BinaryOp::Eq.eval(f64::NAN, f64::NAN), 0.0);
         assert!(TernaryOp::Clamp.eval(f64::NAN, 0.0, 1.0).is_nan());
         assert_eq!(TernaryOp::Clamp.eval(5.0, 2.0, 1.0), 1.0);
+        // max, min, relu and clamp propagate NaN from any operand, as torch's do.
+        for (a, b) in [
+            (f64::NAN, 1.0),
+            (1.0, f64::NAN),
+            (f64::NAN, f64::NEG_INFINITY),
+        ] {
+            assert!(BinaryOp::Max.eval(a, b).is_nan(), "max({a}, {b})");
+            assert!(BinaryOp::Min.eval(a, b).is_nan(), "min({a}, {b})");
+        }
+        assert_eq!(BinaryOp::Max.eval(-1.0, 2.0), 2.0);
+        assert_eq!(BinaryOp::Min.eval(-1.0, 2.0), -1.0);
+        assert!(UnaryOp::Relu.eval(f64::NAN).is_nan());
+        assert_eq!(UnaryOp::Relu.eval(-2.0), 0.0);
+        assert!(TernaryOp::Clamp.eval(0.5, f64::NAN, 1.0).is_nan());
+        assert!(TernaryOp::Clamp.eval(0.5, 0.0, f64::NAN).is_nan());
         assert_eq!(TernaryOp::Lerp.eval(3.0, 7.0, 1.0), 7.0);
         assert_eq!(UnaryOp::Softplus.eval(30.0), 30.0);
         assert!((UnaryOp::Gelu.eval(1.0) - 0.841_344_746_068_542_9).abs() < 1e-15);

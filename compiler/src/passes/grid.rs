@@ -321,16 +321,21 @@ mod reference_tests {
     }
 
     #[test]
-    fn a_nan_in_a_full_max_is_dropped_as_fmax_drops_it() {
-        // The reference's max is f64::max and the kernel's per-thread update fmaxf: both
-        // drop a NaN operand (IEEE maxNum), unlike torch.amax, which propagates it. A grid
-        // reduction combines the blocks' values with the block reduction's combine, so its
-        // result agrees with a block reduction's; the NaN semantics of max as a whole are the
-        // issue of every max reduction, not of this one.
+    fn a_nan_in_a_full_max_propagates_as_in_torch_amax() {
+        // torch.amax propagates NaN; so do the reference's max and the kernel's (max.NaN in the
+        // per-thread update and in the block and grid reductions' combine, which a grid
+        // reduction shares with a block one).
         let x = [1.0, f64::NAN, 2.0, 0.25, 3.0, -1.0];
-        let r = evaluate("  m = max(x, axis=[0, 1])\n  output m", &x);
-        assert_eq!(r["m"], [3.0]);
+        let r = evaluate(
+            "  m = max(x, axis=[0, 1])\n  n = min(x, axis=[0, 1])\n  output m\n  output n",
+            &x,
+        );
+        assert!(r["m"][0].is_nan(), "{:?}", r["m"]);
+        assert!(r["n"][0].is_nan(), "{:?}", r["n"]);
         let r = evaluate("  t = sum(x, axis=[0, 1])\n  output t", &x);
         assert!(r["t"][0].is_nan());
+        // Without a NaN, the identity (-inf) does not show.
+        let r = evaluate("  m = max(x, axis=[0, 1])\n  output m", &[-5.0; 6]);
+        assert_eq!(r["m"], [-5.0]);
     }
 }

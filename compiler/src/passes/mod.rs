@@ -3,7 +3,7 @@
 //! [`PIPELINE`] lists every pass in order; each pass is a module whose doc comment says what it
 //! requires, what it guarantees and what it emits. The kernel IR is printed after each pass.
 //! A pass whose `applies` is false for the fusion (the TMA passes without copies, stores or
-//! circular buffers; `persistent`, `mma`, `tile_values`, `welford` without their schedule statements) is
+//! circular buffers; `persistent`, `mma`, `tile_values`, `welford`, `online_logsumexp` without their schedule statements) is
 //! skipped and not dumped; a pass returns whether it changed the kernel ([`Change`]), and the
 //! dump of one that did not is the previous one's text.
 //!
@@ -28,6 +28,7 @@ pub mod grid;
 pub mod indexing;
 pub mod loop_nest;
 pub mod mma;
+pub mod online_logsumexp;
 pub mod online_softmax;
 pub mod persistent;
 pub mod predicate;
@@ -152,6 +153,13 @@ pub const PIPELINE: &[Pass] = &[
         summary: "variances in one pass: Welford's statistics per thread, Chan's combine",
         run: |cx, h, k| welford::run(cx, &h.accumulators, k),
         applies: welford::used,
+        in_place: false,
+    },
+    Pass {
+        name: "online_logsumexp",
+        summary: "log-sum-exps in one pass: a running maximum and rescaled sum per thread",
+        run: |cx, h, k| online_logsumexp::run(cx, &h.accumulators, k),
+        applies: online_logsumexp::used,
         in_place: false,
     },
     Pass {

@@ -12,8 +12,8 @@
 //! as `mean * count` and the squared deviations' sum as `m2`. The squared deviations' sum has
 //! no accumulator, loop or block reduction left, and the mean's broadcast, the deviations and
 //! their squares are not computed (loops left empty are removed). Emits a located error, naming
-//! the variance as the user wrote it, when a thread would hold several rows' statistics or the
-//! two sums are not reduced over the same thread dims.
+//! the variance as the user wrote it, when a thread would hold several rows' statistics, the
+//! two sums are not reduced over the same thread dims or are computed in different loop nests.
 
 use super::context::{Change, Ctx};
 use super::reduction::Accumulators;
@@ -21,7 +21,7 @@ use crate::diag::Diagnostic;
 use crate::dtype::DType;
 use crate::fusion::ops::{BinaryOp, UnaryOp};
 use crate::fusion::welford::{find, WelfordVar};
-use crate::fusion::{ExprId, WelfordRewrite};
+use crate::fusion::{ExprId, TensorId, WelfordRewrite};
 use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Kernel, Stmt};
 
 pub fn used(cx: &Ctx) -> bool {
@@ -71,26 +71,8 @@ fn rewrite(
             .definition
             .expect("find checked the definitions")
     };
-    let (Some(sum_acc), Some(squares_acc)) = (
-        accumulators.of_tensor(w.sum),
-        accumulators.of_tensor(w.squares),
-    ) else {
-        return Err(err(
-            "its sums are not over loop axes of the kernel (nothing to compute in one pass)".into(),
-        ));
-    };
-    for acc in [sum_acc, squares_acc] {
-        if cx
-            .layout
-            .alloc_ids
-            .get(&acc)
-            .is_some_and(|ids| !ids.is_empty())
-        {
-            return Err(err(format!(
-                "a thread of the kernel holds several rows' sums of `{name}` (a serial axis outside the reduction): Welford's statistics are one row's per thread, so bind those axes to threads or blocks"
-            )));
-        }
-    }
+    let [sum_acc, squares_acc] =
+        one_row_accumulators(cx, accumulators, [w.sum, w.squares], &name, "sums").map_err(err)?;
     let sums = Sums {
         sum_expr: def(w.sum),
         squares_expr: def(w.squares),
@@ -117,6 +99,15 @@ fn rewrite(
             "the sum of `{name}`'s operand and its squared deviations are reduced over different thread dims; schedule both alike (propagate from one tensor)"
         )));
     }
+    // The statistics live where the operand's sum did: its squared deviations' sum, written
+    // from m2, must be written within that scope (not in a loop nest of its own).
+    let squares_write = |s: &Stmt| matches!(s, Stmt::Compute(c) if c.expr == sums.squares_expr && c.role == ComputeRole::ReductionWrite);
+    if !in_scope_of(&k.body, sum_acc, &mut |s| squares_write(s)) {
+        return Err(err(format!(
+            "`{}` and `{}` (the sum of `{name}`'s operand and of its squared deviations) are computed in different loop nests; Welford's statistics are one per thread in one loop nest, so schedule both alike (propagate from one tensor)",
+            f.tensors[w.sum].name, f.tensors[w.squares].name
+        )));
+    }
     let stats = Stats {
         mean: cx.new_register(k, &format!("{name}_mean"), DType::F32, Vec::new()),
         m2: cx.new_register(k, &format!("{name}_m2"), DType::F32, Vec::new()),
@@ -141,14 +132,57 @@ fn rewrite(
     Ok(())
 }
 
-fn reg(b: BufferId) -> Access {
+/// Whether a statement for which `pred` holds lies in the scope of `alloc b`: after it in the
+/// block that holds it, or inside a statement after it.
+fn in_scope_of(body: &[Stmt], b: BufferId, pred: &mut dyn FnMut(&Stmt) -> bool) -> bool {
+    if let Some(i) = body
+        .iter()
+        .position(|s| matches!(s, Stmt::Alloc(a) if *a == b))
+    {
+        return crate::kir::any_stmt(&body[i + 1..], pred);
+    }
+    body.iter()
+        .any(|s| s.children().any(|child| in_scope_of(child, b, pred)))
+}
+
+/// The accumulators of two reductions a one-pass form computes together (`passes::welford`,
+/// `passes::online_logsumexp`), each one row's per thread; else why not, naming the user's
+/// tensor `name` and the reductions as `what`.
+pub(super) fn one_row_accumulators(
+    cx: &Ctx,
+    accumulators: &Accumulators,
+    tensors: [TensorId; 2],
+    name: &str,
+    what: &str,
+) -> Result<[BufferId; 2], String> {
+    let [Some(a), Some(b)] = tensors.map(|t| accumulators.of_tensor(t)) else {
+        return Err(format!(
+            "its {what} are not over loop axes of the kernel (nothing to compute in one pass)"
+        ));
+    };
+    for acc in [a, b] {
+        if cx
+            .layout
+            .alloc_ids
+            .get(&acc)
+            .is_some_and(|ids| !ids.is_empty())
+        {
+            return Err(format!(
+                "a thread of the kernel holds several rows' {what} of `{name}` (a serial axis outside the reduction): the one pass keeps one row's per thread, so bind those axes to threads or blocks"
+            ));
+        }
+    }
+    Ok([a, b])
+}
+
+pub(super) fn reg(b: BufferId) -> Access {
     Access {
         buffer: b,
         index: None,
     }
 }
 
-fn read(b: BufferId) -> Data {
+pub(super) fn read(b: BufferId) -> Data {
     Data::Read(reg(b))
 }
 

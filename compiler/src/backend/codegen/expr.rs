@@ -161,6 +161,7 @@ impl Emitter<'_> {
                         format!("{}({x}, {y}, {z})", if f64t { "fma" } else { "fmaf" })
                     }
                     TernaryOp::Clamp => {
+                        self.uses.math.insert("maximum");
                         self.uses.math.insert("clamp");
                         if *dt == DType::I64 {
                             self.uses.math.insert("clamp_i64");
@@ -225,11 +226,10 @@ impl Emitter<'_> {
             // rint rounds to nearest even in the default rounding mode, as torch.round.
             UnaryOp::Round => math("rint"),
             UnaryOp::Trunc => math("trunc"),
-            UnaryOp::Relu => format!(
-                "{}({x}, {})",
-                if f64t { "fmax" } else { "fmaxf" },
-                Self::literal(0.0, dt)
-            ),
+            UnaryOp::Relu => {
+                self.uses.math.insert("maximum");
+                format!("hf_maximum({x}, {})", Self::literal(0.0, dt))
+            }
             UnaryOp::Sigmoid => {
                 let one = Self::literal(1.0, dt);
                 format!(
@@ -283,8 +283,15 @@ impl Emitter<'_> {
             BinaryOp::Div => format!("({x} / {y})"),
             BinaryOp::Max if !is_float => format!("max({x}, {y})"),
             BinaryOp::Min if !is_float => format!("min({x}, {y})"),
-            BinaryOp::Max => math("fmax"),
-            BinaryOp::Min => math("fmin"),
+            BinaryOp::Max | BinaryOp::Min => {
+                self.uses.math.insert("maximum");
+                let f = if op == BinaryOp::Max {
+                    "hf_maximum"
+                } else {
+                    "hf_minimum"
+                };
+                format!("{f}({x}, {y})")
+            }
             BinaryOp::Pow => math("pow"),
             BinaryOp::Fmod if !is_float => format!("({x} % {y})"),
             BinaryOp::Fmod => math("fmod"),

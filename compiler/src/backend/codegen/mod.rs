@@ -621,13 +621,19 @@ impl Emitter<'_> {
     /// by 2 (every lane ends with the quad's result).
     fn quad_reduce(&mut self, acc: &Access, op: ReduceOp, dtype: DType, depth: usize) {
         let a = self.access(acc);
-        let float = dtype == DType::F32;
+        let float = matches!(dtype, DType::F32 | DType::F64);
         for lanes in [1, 2] {
             let o = format!("__shfl_xor_sync(0xffffffffu, {a}, {lanes})");
             let combined = match op {
                 ReduceOp::Sum => format!("{a} + {o}"),
-                ReduceOp::Max if float => format!("fmaxf({a}, {o})"),
-                ReduceOp::Min if float => format!("fminf({a}, {o})"),
+                ReduceOp::Max if float => {
+                    self.uses.math.insert("maximum");
+                    format!("hf_maximum({a}, {o})")
+                }
+                ReduceOp::Min if float => {
+                    self.uses.math.insert("maximum");
+                    format!("hf_minimum({a}, {o})")
+                }
                 ReduceOp::Max => format!("max({a}, {o})"),
                 ReduceOp::Min => format!("min({a}, {o})"),
                 ReduceOp::Prod => format!("{a} * {o}"),
@@ -646,6 +652,9 @@ impl Emitter<'_> {
         let f = combine_name(op);
         if prelude::COMBINES.iter().any(|(n, _)| *n == f) {
             self.uses.combines.insert(f);
+        }
+        if matches!(op, ReduceOp::Max | ReduceOp::Min) {
+            self.uses.math.insert("maximum");
         }
         let off = self.reduce_scratch_offset();
         (a, f, off)

@@ -21,6 +21,19 @@ __device__ __forceinline__ T hf_index_in(I v, T n) { long long i = (long long)v;
 /// name `Uses::math` records (emitted in this order, each only when used).
 pub const MATH: &[(&str, &str)] = &[
     (
+        "maximum",
+        "// torch.maximum and torch.minimum: a NaN operand gives NaN where fmaxf would return the
+// other one. In f32 one PTX max.NaN / min.NaN (sm_80+: FMNMX.NAN); PTX has no f64 form.
+// Integers (the block reductions' combines) compare.
+__device__ __forceinline__ float hf_maximum(float a, float b) { float r; asm(\"max.NaN.f32 %0, %1, %2;\" : \"=f\"(r) : \"f\"(a), \"f\"(b)); return r; }
+__device__ __forceinline__ float hf_minimum(float a, float b) { float r; asm(\"min.NaN.f32 %0, %1, %2;\" : \"=f\"(r) : \"f\"(a), \"f\"(b)); return r; }
+__device__ __forceinline__ double hf_maximum(double a, double b) { return isnan(a) || isnan(b) ? a + b : fmax(a, b); }
+__device__ __forceinline__ double hf_minimum(double a, double b) { return isnan(a) || isnan(b) ? a + b : fmin(a, b); }
+template <typename T> __device__ __forceinline__ T hf_maximum(T a, T b) { return a > b ? a : b; }
+template <typename T> __device__ __forceinline__ T hf_minimum(T a, T b) { return a < b ? a : b; }
+",
+    ),
+    (
         "sign",
         "__device__ __forceinline__ float hf_sign(float x) { return (float)((0.0f < x) - (x < 0.0f)); }
 __device__ __forceinline__ double hf_sign(double x) { return (double)((0.0 < x) - (x < 0.0)); }
@@ -93,8 +106,9 @@ __device__ __forceinline__ int hf_shr(int a, int b) { return (unsigned)b >= 32u 
     ),
     (
         "clamp",
-        "__device__ __forceinline__ float hf_clamp(float x, float lo, float hi) { return isnan(x) ? x : fminf(fmaxf(x, lo), hi); }
-__device__ __forceinline__ double hf_clamp(double x, double lo, double hi) { return isnan(x) ? x : fmin(fmax(x, lo), hi); }
+        "// A NaN in x, lo or hi gives NaN (torch.clamp's CUDA kernel with tensor bounds).
+__device__ __forceinline__ float hf_clamp(float x, float lo, float hi) { return hf_minimum(hf_maximum(x, lo), hi); }
+__device__ __forceinline__ double hf_clamp(double x, double lo, double hi) { return hf_minimum(hf_maximum(x, lo), hi); }
 __device__ __forceinline__ int hf_clamp(int x, int lo, int hi) { return min(max(x, lo), hi); }
 ",
     ),
@@ -167,9 +181,20 @@ template <typename T, int N>
 struct alignas(sizeof(T) * N) hf_vec { T v[N]; };
 ";
 
-/// The block reduction's combines beyond `hf_sum`/`hf_max`/`hf_min` (which [`BLOCK_REDUCE`]
-/// defines), by the name `Uses::combines` records (emitted after it, each only when used).
+/// The block reduction's combines beyond `hf_sum` (which [`BLOCK_REDUCE`] defines), by the name
+/// `Uses::combines` records (emitted after it, each only when used). `hf_max` and `hf_min` call
+/// [`MATH`]'s `maximum` helpers, which `Uses::math` then holds.
 pub const COMBINES: &[(&str, &str)] = &[
+    (
+        "hf_max",
+        "struct hf_max { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return hf_maximum(a, b); } };
+",
+    ),
+    (
+        "hf_min",
+        "struct hf_min { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return hf_minimum(a, b); } };
+",
+    ),
     (
         "hf_prod",
         "struct hf_prod { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a * b; } };
@@ -188,8 +213,6 @@ pub const COMBINES: &[(&str, &str)] = &[
 ];
 
 pub const BLOCK_REDUCE: &str = "struct hf_sum { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
-struct hf_max { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a > b ? a : b; } };
-struct hf_min { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a < b ? a : b; } };
 
 // Reduces `val` over the threads that differ only in the reduced dims (RX, RY, RZ) and returns
 // the result to every one of them. Every thread of the block must call it (it has barriers).

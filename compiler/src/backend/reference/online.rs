@@ -107,7 +107,10 @@ pub fn evaluate(
         for start in (0..t_extent).step_by(tile) {
             let tile_ts = start..(start + tile).min(t_extent);
             let s_at = |t: usize| scores[offset(&s_layout, &index, t)];
-            let m_new = tile_ts.clone().map(s_at).fold(m, f64::max);
+            let m_new = tile_ts
+                .clone()
+                .map(s_at)
+                .fold(m, crate::fusion::ops::maximum);
             // The guard: subtract 0 while every score so far is -inf.
             let m_used = if m_new == f64::NEG_INFINITY {
                 0.0

@@ -32,9 +32,6 @@
 //!
 //! Tensors that do not reach an output are left out; an output that would alias an input is
 //! cloned.
-//!
-//! Known difference: `torch.maximum`/`amax`/`relu` propagate NaN where the kernel's `fmaxf`
-//! drops it; the runner's inputs are finite, so only a fusion that makes NaN itself can differ.
 
 use crate::dtype::DType;
 use crate::frontend::ast;

@@ -8,7 +8,7 @@
 //! The apply functions, by what they do: [`memory`] (caches, `set_memory`), [`loops`] (split,
 //! merge, reorder, rfactor, propagate), [`parallel`], [`inlining`], [`recompute`], [`pipeline`]
 //! (circular buffering, warp specialization), [`grid`] (cluster, persistent), [`online`] (the
-//! online softmax) and [`welford`] (a variance in one pass).
+//! online softmax) and [`welford`] (a variance or a log-sum-exp in one pass).
 //!
 //! A statement that fails after changing the fusion is undone from a copy taken before it; a
 //! statement whose checks all come before its first change (`checks_before_changing`, from the

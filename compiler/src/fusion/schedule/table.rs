@@ -333,6 +333,15 @@ pub const PRIMITIVES: &[Primitive] = &[
         checks_first: true,
         on_inputs: false,
     },
+    Primitive {
+        name: "online_logsumexp",
+        written: "online_logsumexp(lse)",
+        params: &[pos("logsumexp", ArgKind::Tensor)],
+        doc: doc!("Computes the log-sum-exp lse (a logsumexp(...)) in one pass over its operand instead of two (the maximum, then the sum of exponentials shifted by it): each thread keeps its running maximum m and its sum s of exp(x - m), and per step of its loop (the innermost loop around the subtraction: a vector of 8 in examples/fusions/cross_entropy_labels.hf) first raises m over the step's elements and rescales s by exp(m_old - m_new), one exponential per step; after the loop the block's maximum M is reduced, each thread rescales s by exp(m - M) and the sums are reduced. Reads a row once however wide (no row kept in registers or shared memory); an infinite maximum is shifted by 0 as in the two-pass form. Both statistics f32, one row's per thread, their loop nests those of `recompute` (the sum's chain reading its own copy of the operand)."),
+        apply: Apply::Statement(welford::online_logsumexp),
+        checks_first: true,
+        on_inputs: false,
+    },
 ];
 
 /// The primitive named `name`, if any.
