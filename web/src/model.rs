@@ -638,12 +638,9 @@ mod tests {
                 "specialize",
                 "online_softmax",
                 "welford",
-<<<<<<< HEAD
+                "online_logsumexp",
                 "mask_bounds",
-                "mask_tiles"
-=======
-                "online_logsumexp"
->>>>>>> nan
+                "mask_tiles",
             ])
         );
         let mma =
@@ -657,12 +654,9 @@ mod tests {
                 "specialize",
                 "online_softmax",
                 "welford",
-<<<<<<< HEAD
+                "online_logsumexp",
                 "mask_bounds",
-                "mask_tiles"
-=======
-                "online_logsumexp"
->>>>>>> nan
+                "mask_tiles",
             ]) + 1
         );
         let persistent = crate::examples::source(
@@ -675,12 +669,9 @@ mod tests {
                 "specialize",
                 "online_softmax",
                 "welford",
-<<<<<<< HEAD
+                "online_logsumexp",
                 "mask_bounds",
-                "mask_tiles"
-=======
-                "online_logsumexp"
->>>>>>> nan
+                "mask_tiles",
             ]) + 1
         );
     }
