@@ -968,7 +968,7 @@ fn two_consumer_warp_groups_share_every_stage() {
         &cuda,
         "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], hf_wgmma_desc(&qs[((d_o / 4 * 2 + s2_io) * 64 * 4 + d_o % 4) * 16], 0x4000004000010000ull), hf_wgmma_desc(&ks[t_o % 2 * 8192 + (d_o / 4 * 64 * 4 + d_o % 4) * 16], ",
     );
-    let max = line_of(&cuda, "m_acc[1] = fmaxf(m_acc[1], m_acc_part[1]);");
+    let max = line_of(&cuda, "m_acc[1] = hf_maximum(m_acc[1], m_acc_part[1]);");
     let neg_log2 = line_of(&cuda, "m_neg_log2[h4] = m[h4] * -1.442695f;");
     let rescale = line_of(&cuda, "o_acc[r3] = o_acc[r3] * m_scale[r3 / 2 % 2];");
     let exp = line_of(&cuda, "e[r4] = exp2f(e_sub[0]);");
