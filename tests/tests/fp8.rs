@@ -214,12 +214,8 @@ fn step17_scales_rows_and_columns_in_the_epilogue() {
     // Each tile's scales are staged in shared memory by one 1-D TMA copy each, issued by a
     // consumer before the tile's k loop and waited for (one mbarrier phase per tile) after it,
     // just before the epilogue reads them from shared memory, so the copies overlap the k loop.
-    let consumer = &c.cuda[c.cuda.find("// consumer warps").expect("warp roles")..];
-    let at = |s: &str| {
-        consumer
-            .find(s)
-            .unwrap_or_else(|| panic!("`{s}` is not in the consumers' code:\n{consumer}"))
-    };
+    let consumer = hopfuse_tests::consumer_code(&c.cuda);
+    let at = |s: &str| hopfuse_tests::position(consumer, s);
     let copy_a = at("hf_tma_load_1d(&sa_s[0], &sa_s_map, (int)(tile_v0), &tile2_full[0]);");
     let copy_b = at("hf_tma_load_1d(&sb_s[0], &sb_s_map, (int)(tile_v1), &tile2_full[0]);");
     let k_loop = at("for (index_t k_o = 0;");
