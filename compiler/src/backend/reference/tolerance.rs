@@ -19,12 +19,12 @@
 //!   9.5e-4 (1000 x 1032 x 1040), 2.2e-4 (4096^3) and 4.6e-3 (8192^3) against its 1e-5; the
 //!   error grows with K, so 2e-2, e4m3's own step (which the same product's e4m3 output already
 //!   passes at), leaves room for K = 16k and still fails a product missing one 128-wide K block
-//!   of 8192 (about 1e-1).
+//!   of 8192 (about 1e-1). A bf16 output of an FP8 product gets it too (over bf16's 1e-2).
 //! - **16-bit float operands (bf16, f16): 1e-3.** wgmma accumulates them in f32, with truncation
 //!   when a k16 step's products are aligned and added, so the error of an f32 result grows with
-//!   K past f32's 1e-5 (about 2^-23 per step: 6e-5 at K = 8192); torch may reduce in bf16 with
-//!   split K. 1e-3 covers that and still fails a result that went through bf16 (a rounding to
-//!   bf16 is about 1.6e-3 relative, and bf16 outputs keep their 1e-2).
+//!   K past f32's 1e-5 (up to about 2^-23 per k16 step: 6e-5 at K = 8192). 1e-3 covers that
+//!   with room and still fails an f32 result that went through bf16 (a rounding to bf16 is
+//!   about 1.6e-3 relative L2); bf16 outputs keep their 1e-2.
 //!
 //! The product's tolerance is carried to everything computed from it (an epilogue, an `amax`,
 //! a softmax of the product): those ops are taken not to amplify its error (a cancellation
