@@ -609,7 +609,8 @@ pub struct Check {
     pub rel_l2: f64,
     /// `max |out - ref|` over the elements where the reference is finite.
     pub max_abs: f64,
-    /// The relative-L2 tolerance of the output's dtype ([`DType::tolerance`]).
+    /// The relative-L2 tolerance the output earns: its dtype's ([`DType::tolerance`]), or larger
+    /// when it is computed from a low-precision product (`hopfuse::backend::reference::tolerance`).
     pub tolerance: f64,
     /// Elements where the reference is finite but the output is NaN or infinite (unwritten
     /// elements keep the NaN poison and land here).

@@ -145,8 +145,13 @@ pub fn run_on(
         generic: false,
         ..req.clone()
     };
-    let reference = |sizes: &BTreeMap<String, i64>, _: &BTreeMap<String, Vec<f64>>| {
-        Ok([("y".to_string(), vec![0.0; sizes["N"] as usize])].into())
+    let reference = engine::Reference {
+        evaluate: Box::new(
+            |sizes: &BTreeMap<String, i64>, _: &BTreeMap<String, Vec<f64>>| {
+                Ok([("y".to_string(), vec![0.0; sizes["N"] as usize])].into())
+            },
+        ),
+        tolerances: crate::validate::Tolerances::of_dtypes([("y", DType::F32)]),
     };
     engine::execute_on(slot, &req, cuda(fault), &plan, &setup, &reference, hooks)
 }

@@ -137,7 +137,10 @@ pub fn cross_check(g: &Gpu, blas: &Blas) -> Result<Vec<String>, RunError> {
         let host = hopfuse::backend::reference::evaluate(&fusion, &sizes, &inputs)
             .map_err(|e| RunError::new(Stage::Reference, e))?;
         let device = on_device(g, blas, &shape, &sizes, &inputs)?;
-        let check = crate::validate::check(&shape.c, DType::F64, &device, &host[&shape.c])
+        // Both in float64 on the same float64 inputs: f64's tolerance, whatever the operands'
+        // dtype (no low-precision arithmetic here).
+        let (f64_tolerance, c) = (DType::F64.tolerance(), &shape.c);
+        let check = crate::validate::check(c, DType::F64, f64_tolerance, &device, &host[c])
             .map_err(|e| RunError::new(Stage::Reference, e))?;
         let line = format!(
             "{name}: cublasDgemm vs host float64 reference, rel_l2 {:.2e}, max_abs {:.2e}",

@@ -19,7 +19,7 @@
 
 use crate::data;
 use crate::gpu::Timing;
-use crate::validate::{self, Check};
+use crate::validate::{self, Check, Tolerances};
 use hopfuse::fusion::{Fusion, IterKind, TensorId};
 use hopfuse::DType;
 use hopfuse_api::run::{L2Policy, RunError, RunRequest, Stage};
@@ -91,6 +91,8 @@ pub struct PeerRun<'a> {
     pub req: &'a RunRequest,
     /// The float64 reference's outputs, by name.
     pub expected: &'a BTreeMap<String, Vec<f64>>,
+    /// Each output's tolerance: the kernel's (a peer computes the same thing).
+    pub tolerances: &'a Tolerances,
     pub l2: &'a L2Policy,
 }
 
@@ -338,7 +340,7 @@ impl Peers {
                 error: p["error"].as_str().map(String::from),
             };
             if result.error.is_none() {
-                match validate_peer(&name, p, &outputs, run.expected) {
+                match validate_peer(&name, p, &outputs, run.expected, run.tolerances) {
                     Ok(checks) => {
                         result.passed = checks.iter().all(|c| c.passed);
                         result.validation = checks;
@@ -407,6 +409,7 @@ fn validate_peer(
     reply: &Value,
     outputs: &[(String, DType)],
     expected: &BTreeMap<String, Vec<f64>>,
+    tolerances: &Tolerances,
 ) -> Result<Vec<Check>, String> {
     let files = reply["outputs"].as_array().cloned().unwrap_or_default();
     let mut checks = Vec::new();
@@ -424,6 +427,7 @@ fn validate_peer(
         checks.push(validate::check(
             &format!("{name} {output}"),
             *dtype,
+            tolerances.of(output)?,
             &out,
             want,
         )?);
@@ -636,6 +640,32 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_is_validated_at_the_tolerance_its_output_earns() {
+        // An f32 output of a bf16 product, off by 5e-4 relative L2: a FAIL at f32's 1e-5, a
+        // PASS at the 1e-3 the product earns (a peer computes what the kernel does).
+        let dir = TempDir::new().unwrap();
+        let file = dir.path.join("s.bin");
+        std::fs::write(&file, data::encode(DType::F32, &[1.0, 1.0, 1.0, 1.001])).unwrap();
+        let reply = json!({"outputs": [{"name": "s", "file": file}]});
+        let outputs = [("s".to_string(), DType::F32)];
+        let expected = BTreeMap::from([("s".to_string(), vec![1.0; 4])]);
+        let product = hopfuse::reference_fusion(
+            "fusion f {\n  input a: bf16[M, K]\n  input b: bf16[N, K]\n  s = sum(cast(broadcast(a, axis=1), f32) * cast(broadcast(b, axis=0), f32), axis=2)\n  output s\n}",
+        )
+        .unwrap();
+        let earned = Tolerances::of_fusion(&product);
+        let checks = validate_peer("torch", &reply, &outputs, &expected, &earned).unwrap();
+        assert!(checks[0].passed, "{checks:?}");
+        assert_eq!(checks[0].tolerance, 1e-3);
+        let by_dtype = Tolerances::of_dtypes([("s", DType::F32)]);
+        let checks = validate_peer("torch", &reply, &outputs, &expected, &by_dtype).unwrap();
+        assert!(!checks[0].passed, "{checks:?}");
+        // An output the tolerances do not know is an error, not a default.
+        let other = Tolerances::of_dtypes([("t", DType::F32)]);
+        assert!(validate_peer("torch", &reply, &outputs, &expected, &other).is_err());
+    }
+
+    #[test]
     fn input_files_hold_the_engines_values_across_blocks() {
         // More than one block of the seeded stream: a sequential stream would differ after the
         // first 2^20 values (the peers once validated against other inputs than the kernel's).
@@ -651,6 +681,11 @@ mod tests {
             written == expected,
             "the input file differs from the engine's inputs"
         );
+    }
+
+    /// The tolerances of `req`'s outputs, as the engine gives them.
+    fn tolerances(req: &RunRequest) -> Tolerances {
+        Tolerances::of_fusion(&hopfuse::reference_fusion(&req.source).unwrap())
     }
 
     /// A request and its reference outputs, from inputs made as the engine makes them.
@@ -701,6 +736,7 @@ mod tests {
         let run = PeerRun {
             req: &req,
             expected: &expected,
+            tolerances: &tolerances(&req),
             l2: &L2Policy::Rotate { sets: 2 },
         };
         let (timing, report) = peers.interleave(&run, &mut kernel).unwrap();
@@ -732,6 +768,7 @@ mod tests {
         let run = PeerRun {
             req: &req,
             expected: &expected,
+            tolerances: &tolerances(&req),
             l2: &L2Policy::Flush { bytes: 64 },
         };
         let (_, report) = peers
@@ -743,6 +780,7 @@ mod tests {
         let run = PeerRun {
             req: &req,
             expected: &other,
+            tolerances: &tolerances(&req),
             l2: &L2Policy::None,
         };
         let (_, report) = peers
@@ -797,6 +835,7 @@ mod tests {
         let run = PeerRun {
             req,
             expected,
+            tolerances: &tolerances(req),
             l2: &L2Policy::None,
         };
         let (_, report) = peers
@@ -884,6 +923,7 @@ mod tests {
         let run = PeerRun {
             req: &req,
             expected: &expected,
+            tolerances: &tolerances(&req),
             l2: &L2Policy::None,
         };
         let mut calls = Vec::new();

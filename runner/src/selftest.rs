@@ -3,6 +3,7 @@
 //! validation (an unwritten element, wrong math), which shows that failures are caught.
 
 use crate::engine::{self, Reference, RunError, RunRequest, RunResult, Setup, Stage};
+use crate::validate::Tolerances;
 use hopfuse::plan::{Param, SizeExpr as E, TensorRole};
 use hopfuse::{DType, IndexType, LaunchPlan};
 use std::collections::BTreeMap;
@@ -14,7 +15,7 @@ pub struct Case {
     pub sizes: BTreeMap<String, i64>,
     /// Whether validation should pass.
     pub expect_pass: bool,
-    pub reference: Box<Reference<'static>>,
+    pub reference: Reference<'static>,
 }
 
 fn c(v: i64) -> E {
@@ -75,23 +76,30 @@ fn sizes(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
 
-/// An elementwise reference `out = f(inputs...)` over same-shaped tensors.
+/// An elementwise reference `out = f(inputs...)` over same-shaped tensors, validated at
+/// `dtype`'s tolerance.
 fn elementwise(
     out: &'static str,
     ins: &'static [&'static str],
     dtype: DType,
     f: fn(&[f64], &BTreeMap<String, Vec<f64>>) -> f64,
-) -> Box<Reference<'static>> {
-    Box::new(move |_sizes, inputs| {
-        let n = inputs[ins[0]].len();
-        let y = (0..n)
-            .map(|i| {
-                let args: Vec<f64> = ins.iter().map(|name| inputs[*name][i]).collect();
-                dtype.round(f(&args, inputs))
-            })
-            .collect();
-        Ok([(out.to_string(), y)].into())
-    })
+) -> Reference<'static> {
+    let evaluate = Box::new(
+        move |_sizes: &BTreeMap<String, i64>, inputs: &BTreeMap<String, Vec<f64>>| {
+            let n = inputs[ins[0]].len();
+            let y = (0..n)
+                .map(|i| {
+                    let args: Vec<f64> = ins.iter().map(|name| inputs[*name][i]).collect();
+                    dtype.round(f(&args, inputs))
+                })
+                .collect();
+            Ok([(out.to_string(), y)].into())
+        },
+    );
+    Reference {
+        evaluate,
+        tolerances: Tolerances::of_dtypes([(out, dtype)]),
+    }
 }
 
 const SCALE_F32: &str = r#"
@@ -285,7 +293,7 @@ pub fn run_case(
         clock: false,
         generic: false,
     };
-    engine::execute(&req, case.cuda, &case.plan, &setup, case.reference.as_ref())
+    engine::execute(&req, case.cuda, &case.plan, &setup, &case.reference)
 }
 
 #[cfg(test)]
@@ -319,7 +327,7 @@ mod tests {
     fn references_compute_the_documented_math() {
         let case = &cases()[2];
         let inputs = [("x".to_string(), vec![2.0, -1.0])].into();
-        let out = (case.reference)(&case.sizes, &inputs).unwrap();
+        let out = (case.reference.evaluate)(&case.sizes, &inputs).unwrap();
         assert_eq!(out["y"], vec![5.0, -4.0]);
     }
 }

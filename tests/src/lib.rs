@@ -30,6 +30,18 @@ pub fn error(src: &str) -> String {
     }
 }
 
+/// The consumer branch of a warp-specialized kernel's CUDA (from `// consumer warps` on).
+pub fn consumer_code(cuda: &str) -> &str {
+    &cuda[cuda.find("// consumer warps").expect("warp roles")..]
+}
+
+/// Where `s` first occurs in `code` (for asserting the order of statements); panics with the
+/// code when it does not.
+pub fn position(code: &str, s: &str) -> usize {
+    code.find(s)
+        .unwrap_or_else(|| panic!("`{s}` is not in the code:\n{code}"))
+}
+
 /// Output `output` of `src`'s fusion by the float64 reference, at `sizes` on `inputs`.
 pub fn reference(
     src: &str,

@@ -211,6 +211,30 @@ fn step17_scales_rows_and_columns_in_the_epilogue() {
         "{}",
         c.cuda
     );
+    // Each tile's scales are staged in shared memory by one 1-D TMA copy each, issued by a
+    // consumer before the tile's k loop and waited for (one mbarrier phase per tile) after it,
+    // just before the epilogue reads them from shared memory, so the copies overlap the k loop.
+    let consumer = hopfuse_tests::consumer_code(&c.cuda);
+    let at = |s: &str| hopfuse_tests::position(consumer, s);
+    let copy_a = at("hf_tma_load_1d(&sa_s[0], &sa_s_map, (int)(tile_v0), &tile2_full[0]);");
+    let copy_b = at("hf_tma_load_1d(&sb_s[0], &sb_s_map, (int)(tile_v1), &tile2_full[0]);");
+    let k_loop = at("for (index_t k_o = 0;");
+    let last_wgmma = at("hf_wgmma_wait<0>();");
+    let wait = at("hf_mbarrier_wait(&tile2_full[0], (unsigned)(tile % 2));");
+    let read_a = at("c_broadcast[0] = sa_s[");
+    let read_b = at("c_broadcast2[0] = sb_s[");
+    assert!(
+        copy_a.max(copy_b) < k_loop && k_loop < last_wgmma,
+        "{consumer}"
+    );
+    assert!(last_wgmma < wait && wait < read_a.min(read_b), "{consumer}");
+    assert!(c
+        .cuda
+        .contains("hf_mbarrier_arrive_expect_tx(&tile2_full[0], 1536u);"));
+    assert!(
+        !consumer.contains("= sa[") && !consumer.contains("= sb["),
+        "{consumer}"
+    );
 }
 
 #[test]
@@ -267,8 +291,13 @@ fn the_reference_of_an_fp8_product_is_the_exact_product_of_its_values() {
 /// Step 16's fusion written as a user dequantizes: each operand widened and multiplied by its
 /// scale (`scale_a`, `scale_b`: how the scales reach the summed axis) before the product.
 fn dequantized(inputs: &str, scale_a: &str, scale_b: &str) -> String {
-    let step16 = example("matmul/step16_fp8.hf");
-    let schedule = &step16[step16.find("schedule {").unwrap()..];
+    dequantized_with("matmul/step16_fp8.hf", inputs, scale_a, scale_b)
+}
+
+/// [`dequantized`] with the schedule of `example`.
+fn dequantized_with(example_file: &str, inputs: &str, scale_a: &str, scale_b: &str) -> String {
+    let source = example(example_file);
+    let schedule = &source[source.find("schedule {").unwrap()..];
     format!(
         "fusion dequantized {{\n  input a: f8e4m3[M, K]\n  input b: f8e4m3[N, K]\n{inputs}  ab = cast(broadcast(a, axis=1), f32)\n  bb = cast(broadcast(b, axis=0), f32)\n  ad = ab * {scale_a}\n  bd = bb * {scale_b}\n  p = ad * bd\n  s = sum(p, axis=2)\n  c = cast(s, bf16)\n  output c\n}}\n{schedule}"
     )
@@ -300,7 +329,9 @@ fn dequantized_per_tensor_scales_leave_the_sum_for_the_epilogue() {
 
 #[test]
 fn dequantized_row_and_column_scales_leave_the_sum_for_the_epilogue() {
-    let src = dequantized(
+    // With step 17's schedule, which stages the scales (`sa_s`, `sb_s` cache the inputs).
+    let src = dequantized_with(
+        "matmul/step17_fp8_rowwise.hf",
         "  input sa: f32[M]\n  input sb: f32[N]\n",
         "broadcast(broadcast(sa, axis=1), axis=2)",
         "broadcast(broadcast(sb, axis=0), axis=2)",

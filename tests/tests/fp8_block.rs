@@ -4,8 +4,9 @@
 //! block accumulator per 128-wide K block, promoted into the f32 accumulator with the block's
 //! scales), its overlapped form (`step18_fp8_block_overlap.hf`: the promotion of block k - 1
 //! while block k's wgmmas run, checked by running the kernel IR's k loop on the host), the
-//! errors of scales whose blocks do not match the schedule's K tile, and a quantized e4m3
-//! output (its amax, a scalar output, is refused).
+//! errors of scales whose blocks do not match the schedule's K tile, a quantized e4m3 output,
+//! and its amax in the product's kernel (`step19_fp8_out_amax.hf`: a grid reduction over the
+//! consumer threads; refused where its axes are not bound to the blocks as the product's).
 
 use hopfuse::DType;
 use hopfuse_tests::{compile, error, example, fp8_values};
@@ -572,15 +573,102 @@ fn a_quantized_output_is_scaled_and_cast_to_e4m3_in_the_epilogue() {
 fn the_amax_of_a_quantized_product_in_its_kernel_is_refused_at_the_amax() {
     // The amax over all axes is a scalar output, but in the product's kernel its reduction
     // axes are the tile loops the product binds to blocks: `propagate` does not bind a
-    // consumer's blocks onto a reduction's axes (that would be an unasked-for grid reduction
-    // inside a tensor-core kernel, not built), so it is an error located at the amax. The
-    // elementwise per-tensor amax is examples/ops/quantize_fp8_tensor.hf (segmented).
+    // consumer's blocks onto a reduction's axes, so without `amax.parallelize(0, BIDy)` and
+    // `amax.parallelize(1, BIDx)` (step 19) it is an error located at the amax.
     let e = error(&quantized_output(
         "  amax = max(abs(s), axis=[0, 1])\n  output amax\n",
     ));
     assert!(
         e.contains("error: `amax` shares loop `m_o` with a tensor that parallelizes it as BIDy"),
         "{e}"
+    );
+}
+
+const STEP19: &str = "matmul/step19_fp8_out_amax.hf";
+
+#[test]
+fn step19_reduces_the_amax_of_the_output_in_the_products_kernel() {
+    let c = compile(&example(STEP19));
+    let cuda = &c.cuda;
+    let consumer = hopfuse_tests::consumer_code(cuda);
+    let at = |s: &str| hopfuse_tests::position(consumer, s);
+    // Each consumer thread: the max of |y| over its fragment registers of every tile it takes
+    // (initialised before the tile loop, updated under the bounds guard, before the saturating
+    // cast's clamp is what is stored), then the consumers' reduction and the CTAs' combine
+    // after the last tile, with named barriers over the 256 consumer threads only.
+    let init = at("amax_acc[0] = __int_as_float(0xff800000);");
+    let tile_loop = at("for (index_t tile = 0;");
+    let abs = at("amax_abs[0] = fabsf(y[0]);");
+    let update = at("amax_acc[0] = fmaxf(amax_acc[0], amax_abs[0]);");
+    let block = at("amax_acc[0] = hf_consumers_reduce<256u>(amax_acc[0], hf_max(), ");
+    let grid =
+        at("const bool amax_last = hf_grid_reduce_consumers<float, 256u>(amax_acc[0], hf_max(), ");
+    let write = at("amax[0] = amax_acc[0];");
+    assert!(
+        init < tile_loop && tile_loop < abs && abs < update,
+        "{consumer}"
+    );
+    assert!(update < block && block < grid && grid < write, "{consumer}");
+    let guard = consumer[..update]
+        .rfind("if (")
+        .expect("the update's guard");
+    assert!(
+        consumer[guard..update].contains("< M && ") && consumer[guard..update].contains("< N)"),
+        "{consumer}"
+    );
+    assert!(
+        cuda.contains("hf_clamp(c_mul[0], -448.0f, 448.0f)"),
+        "{cuda}"
+    );
+    // The consumers' helpers take no block-wide barrier (the producer warps have left).
+    let helpers = &cuda[cuda.find("hf_consumers_reduce(T val").expect("the helper")..];
+    let helpers = &helpers[..helpers.find("extern \"C\"").expect("the kernel")];
+    assert!(!helpers.contains("__syncthreads"), "{helpers}");
+    assert!(!cuda.contains("hf_grid_reduce<"), "{cuda}");
+    // The workspace (zeroed once; the last CTA resets its counter) is a parameter.
+    assert!(
+        c.plan.params.iter().any(|p| matches!(p,
+            hopfuse::plan::Param::Tensor { name, role: hopfuse::plan::TensorRole::Workspace, .. }
+                if name == "hf_grid_workspace")),
+        "{:?}",
+        c.plan.params
+    );
+    // The float64 reference and the twin: amax = max |y| over the whole output, c the
+    // clamped cast of y * out_scale.
+    let f = hopfuse::reference_fusion(&example(STEP19)).unwrap();
+    let (m, n, k) = (3usize, 5usize, 64usize);
+    let a = fp8_values(m * k, 1);
+    let b = fp8_values(n * k, 2);
+    let inputs = BTreeMap::from([
+        ("a".to_string(), a.clone()),
+        ("b".to_string(), b.clone()),
+        ("scale".to_string(), vec![1.5]),
+        ("out_scale".to_string(), vec![8.0]),
+    ]);
+    let out = hopfuse::backend::reference::evaluate(
+        &f,
+        &sizes(&[("M", m as i64), ("N", n as i64), ("K", k as i64)]),
+        &inputs,
+    )
+    .unwrap();
+    let mut amax = 0f64;
+    for i in 0..m {
+        for j in 0..n {
+            let y = 1.5 * (0..k).map(|kk| a[i * k + kk] * b[j * k + kk]).sum::<f64>();
+            amax = amax.max(y.abs());
+            let want = DType::F8E4M3.round((y * 8.0).clamp(-448.0, 448.0));
+            assert_eq!(out["c"][i * n + j], want, "c[{i}, {j}]");
+        }
+    }
+    assert!(
+        amax > 448.0 / 8.0,
+        "the sizes exercise the saturation: amax {amax}"
+    );
+    assert_eq!(out["amax"], [amax]);
+    let twin = hopfuse::torch_twin(&example(STEP19)).unwrap().source;
+    assert!(
+        twin.contains("amax = torch.amax(torch.abs(y), dim=(0, 1))"),
+        "{twin}"
     );
 }
 

@@ -8,9 +8,10 @@
 //! for small M (at most 128 rows: 64 x 128 tiles, 8 stages, so B streams at full width).
 //! e4m3 or e5m2 operands `a[M, K]` and `b[N, K]`, plain or with per-tensor or row-wise
 //! dequantization scales multiplied into the f32 sum before the cast: step 16's kernel (step
-//! 15's with a 128-wide K tile of m64n256k32 wgmma; the scales are applied in the epilogue, as
-//! in steps 16 and 17), or for small M step 11's with FP8's K tile (128 in k32 steps: a stage
-//! is the same 24 KiB as step 11's bf16 one). An FP8 operand stored MN-major is declined with
+//! 15's with a 128-wide K tile of m64n256k32 wgmma; the scales are applied in the epilogue),
+//! step 17's with one row and one column vector (each tile's pieces of them staged in shared
+//! memory by a 1-D TMA copy issued before its k loop), or for small M step 11's with FP8's K
+//! tile (128 in k32 steps: a stage is the same 24 KiB as step 11's bf16 one). An FP8 operand stored MN-major is declined with
 //! the rule (FP8 wgmma has no transpose), naming it; scales with 16-bit operands are declined.
 //! f32 operands `a[M, K]` and `b[K, N]`: examples/basics/matmul.hf's register tiling. Any
 //! other product is declined with what it has that the schedules do not take.
@@ -26,6 +27,7 @@ use std::collections::BTreeMap;
 /// The hand schedules reused, as their example files hold them.
 const PERSISTENT: &str = include_str!("../../../examples/matmul/step15_persistent_raster.hf");
 const PERSISTENT_FP8: &str = include_str!("../../../examples/matmul/step16_fp8.hf");
+const PERSISTENT_FP8_ROWWISE: &str = include_str!("../../../examples/matmul/step17_fp8_rowwise.hf");
 const SMALL_M: &str = include_str!("../../../examples/matmul/step11_small_m_decode.hf");
 const REGISTER_TILES: &str = include_str!("../../../examples/basics/matmul.hf");
 
@@ -95,6 +97,12 @@ pub fn schedule(
                 small_m_fp8()?.into(),
                 vec![("a", a), ("b", b), ("s", sum), ("c", c)],
                 format!("FP8 matrix product {describe}{scaled}; small M: step 11's warp-specialized kernel with FP8's K tile, 64 x 128 tiles, a K tile of 128 (m64n128k32 wgmma), 8 stages"),
+            )
+        } else if let Some((row, column)) = row_and_column(scales) {
+            (
+                PERSISTENT_FP8_ROWWISE.into(),
+                vec![("a", a), ("b", b), ("s", sum), ("c", c), ("sa", row), ("sb", column)],
+                format!("FP8 matrix product {describe}{scaled}; step 17's persistent warp-specialized kernel, 128 x 256 tiles, a K tile of 128 (m64n256k32 wgmma), 3 stages, a grouped raster of 16 M tiles, each tile's row and column scales staged in shared memory by a 1-D TMA copy during its k loop"),
             )
         } else {
             (
@@ -225,6 +233,17 @@ fn axes_text(l: OperandLayout, normal: &'static str, transposed: &'static str) -
     match l {
         OperandLayout::Normal => normal,
         OperandLayout::Transposed => transposed,
+    }
+}
+
+/// The inputs of a row-wise scaled product's two vectors (one per row, one per column, and no
+/// other scale): step 17's schedule stages both per tile.
+fn row_and_column(scales: &[Scale]) -> Option<(TensorId, TensorId)> {
+    match scales {
+        [Scale::PerRow(r), Scale::PerColumn(c)] | [Scale::PerColumn(c), Scale::PerRow(r)] => {
+            Some((*r, *c))
+        }
+        _ => None,
     }
 }
 

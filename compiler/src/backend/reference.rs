@@ -17,6 +17,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 pub mod online;
+pub mod tolerance;
 
 /// One piece of a step: writes its own part of the step's output.
 pub type Piece<'a> = Box<dyn FnOnce() + Send + 'a>;

@@ -14,6 +14,17 @@
 //! one extra pass of the last block over the partials (a few microseconds at most) and a bound
 //! on the grid ([`crate::target::GRID_REDUCTION_MAX_BLOCKS`], a launch constraint).
 //!
+//! A persistent kernel's CTA walks several tiles: since every block dim is bound to a reduction
+//! axis, the tile loop (inside the grid-bound bindings) is inside the reduction's loops, so the
+//! CTA's value spans all of its tiles and each CTA still takes one slot. In a warp-specialized
+//! kernel only the consumer threads take part (the producer warps leave after their copies):
+//! the block's value is reduced over every consumer thread and the grid's combined with
+//! barriers over them alone (`hf_consumers_reduce`, `hf_grid_reduce_consumers` in
+//! `backend/codegen/grid.rs`), so every thread dim the kernel uses must be reduced (an Mma axis
+//! counts as x, the warp group's threads that hold the fragment). This is how the amax of a
+//! tensor-core product's output is reduced in the product's kernel
+//! (examples/matmul/step19_fp8_out_amax.hf).
+//!
 //! Takes the scheduled fusion ([`check`] runs before `reduction` lowers anything); guarantees
 //! that a grid reduction reduces every axis of its tensor (a scalar), that every block of the
 //! grid takes part (each block dim of the kernel is bound to one of its reduction axes), and
@@ -75,17 +86,28 @@ pub fn check(cx: &Ctx) -> Result<(), Diagnostic> {
         let tensor = &f.tensors[t];
         let err = |msg: String| Err(Diagnostic::new(msg, tensor.span));
         let name = &tensor.name;
-        if super::tma::used(cx) {
-            // Warp roles and named barriers would leave producer warps out of its barriers.
+        let warp_specialized = f
+            .tensors
+            .iter()
+            .any(|t| t.circular.is_some_and(|c| c.ws.is_some()));
+        if super::tma::used(cx) && !warp_specialized {
+            // A plain pipeline's copies are issued by one thread under the block's barriers,
+            // which the reduction's barriers would interleave with; not built.
             return err(format!(
-                "`{name}` is reduced across blocks in a kernel with TMA or bulk copies or circular buffers; a grid reduction's kernel reads with plain (vector) loads, whose barriers are the whole block's"
+                "`{name}` is reduced across blocks in a kernel with TMA or bulk copies or circular buffers that is not warp-specialized; a grid reduction there is built for warp-specialized kernels only (the consumers reduce, the producer warps take no part)"
             ));
         }
-        if f.persistent.is_some() {
-            // A persistent CTA walks several tiles: its blocks are not the reduction's parts.
-            return err(format!(
-                "`{name}` is reduced across blocks in a persistent kernel, whose CTAs each walk several tiles; a grid reduction takes one part per block (leave out persistent(...))"
-            ));
+        if warp_specialized {
+            // The consumers reduce over all of their threads (`hf_consumers_reduce`): every
+            // thread dim of the kernel must be reduced, or replicated values would be combined
+            // again (a sum counted twice).
+            let reduced = reduced_thread_dims(f, t);
+            if let Some(d) = (0..3).find(|&d| thread_dims(f)[d] && !reduced[d]) {
+                let p = [ParallelType::TIDx, ParallelType::TIDy, ParallelType::TIDz][d];
+                return err(format!(
+                    "`{name}` is reduced across blocks in a warp-specialized kernel, where the consumer threads reduce it all together, but none of its reduction axes is bound to {p}, which the kernel uses: bind one to it (propagate does)"
+                ));
+            }
         }
         let rank = f.rank(t);
         if rank != 0 {
@@ -119,6 +141,24 @@ pub fn check(cx: &Ctx) -> Result<(), Diagnostic> {
         }
     }
     Ok(())
+}
+
+/// The thread dims reduction `t`'s reduction axes are bound to (x, y, z); an axis of a
+/// tensor-core fragment (`Mma`) counts as x, the warp group's threads that hold it.
+fn reduced_thread_dims(f: &Fusion, t: TensorId) -> [bool; 3] {
+    let mut dims = [false; 3];
+    for &id in &f.tensors[t].loop_domain {
+        let ax = &f.ids[id];
+        if ax.kind != IterKind::Reduction {
+            continue;
+        }
+        if ax.parallel == ParallelType::Mma {
+            dims[0] = true;
+        } else if let Some(d) = ax.parallel.dim().filter(|_| ax.parallel.is_thread()) {
+            dims[d] = true;
+        }
+    }
+    dims
 }
 
 /// The thread dims any tensor of `f` is bound to (x, y, z).
@@ -238,15 +278,21 @@ mod tests {
         );
         let read = compile(&program("  t = sum(x, axis=[0, 1])\n  y = x / broadcast(broadcast(t, axis=0), axis=0)\n  output y\n  output t", FLAT)).unwrap_err();
         assert!(read.contains("reads it in the same kernel"), "{read}");
+        // A persistent CTA's value spans every tile it takes: the accumulator is set before
+        // the tile loop (inside the grid-bound binding) and reduced after it.
         let persistent = compile(&program(
             "  t = sum(x, axis=[0, 1])\n  output t",
             &format!("{FLAT}\n  persistent(BIDx, 4)"),
         ))
-        .unwrap_err();
-        assert!(
-            persistent.contains("in a persistent kernel"),
-            "{persistent}"
+        .unwrap();
+        let cuda = &persistent.cuda;
+        let (init, tile_loop, grid) = (
+            cuda.find("t_acc[0] = 0.0f;").expect("the init"),
+            cuda.find("for (index_t tile = 0;").expect("the tile loop"),
+            cuda.find("hf_grid_reduce<float>(t_acc[0]")
+                .expect("the grid reduction"),
         );
+        assert!(init < tile_loop && tile_loop < grid, "{cuda}");
         let not_output = compile(&program(
             "  t = sum(x, axis=[0, 1])\n  u = t * 2.0\n  output u",
             FLAT,

@@ -556,7 +556,7 @@ fn grid_nests(body: &[Stmt]) -> usize {
 }
 
 /// Puts the tile loop (`tile_loop` of a body) around the body of the innermost grid-bound
-/// loop of every outermost chain of them.
+/// loop of every outermost chain of them ([`innermost`]).
 fn wrap(mut body: Vec<Stmt>, tile_loop: &dyn Fn(Vec<Stmt>) -> Stmt) -> Vec<Stmt> {
     crate::kir::rewrite_pre(&mut body, &mut |s| match s {
         Stmt::Loop(mut l) if l.parallel.is_block() => {
@@ -568,13 +568,29 @@ fn wrap(mut body: Vec<Stmt>, tile_loop: &dyn Fn(Vec<Stmt>) -> Stmt) -> Vec<Stmt>
     body
 }
 
+/// The tile loop around `body`, or, when `body` holds one grid-bound loop, inside it. The
+/// statements beside that loop (a cache loaded per M tile, outside the loop over N tiles) move
+/// into it, before or after its body as they were: a grid-bound loop is a binding that runs
+/// once per block, so that is the same computation, and the tile loop then holds every
+/// grid-bound binding (a copy per tile is issued in the tile loop itself).
 fn innermost(body: Vec<Stmt>, tile_loop: &dyn Fn(Vec<Stmt>) -> Stmt) -> Vec<Stmt> {
-    match <[Stmt; 1]>::try_from(body) {
-        Ok([Stmt::Loop(mut l)]) if l.parallel.is_block() => {
-            l.body = innermost(l.body, tile_loop);
-            vec![Stmt::Loop(l)]
-        }
-        Ok([s]) => vec![tile_loop(vec![s])],
-        Err(body) => vec![tile_loop(body)],
+    let grid_bound = |s: &Stmt| matches!(s, Stmt::Loop(l) if l.parallel.is_block());
+    if body.iter().filter(|s| grid_bound(s)).count() != 1 {
+        return vec![tile_loop(body)];
     }
+    let mut before = Vec::new();
+    let mut inner = None;
+    let mut after = Vec::new();
+    for s in body {
+        match s {
+            Stmt::Loop(l) if l.parallel.is_block() => inner = Some(l),
+            s if inner.is_none() => before.push(s),
+            s => after.push(s),
+        }
+    }
+    let mut l = inner.expect("one grid-bound loop");
+    before.append(&mut l.body);
+    before.append(&mut after);
+    l.body = innermost(before, tile_loop);
+    vec![Stmt::Loop(l)]
 }

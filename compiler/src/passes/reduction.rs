@@ -140,6 +140,15 @@ fn lower(cx: &mut Ctx, k: &mut Kernel, e: ExprId, grid_slot: Option<usize>) -> O
                 dims[d] = true;
             }
         }
+        // A grid reduction over a tensor-core fragment (the amax of a product's output in its
+        // epilogue): the fragment's rows and columns are spread over the warp group's threads
+        // along x, so the block's value combines them too.
+        if grid_slot.is_some()
+            && f.ids[id].kind == IterKind::Reduction
+            && f.ids[id].parallel == ParallelType::Mma
+        {
+            dims[0] = true;
+        }
     }
     let dtype = tensor.dtype.compute();
     let acc = cx.new_register(

@@ -13,6 +13,8 @@ pub(super) struct HostStaged<'a> {
     pub(super) tensors: Vec<Tensor>,
     pub(super) scalars: BTreeMap<String, f64>,
     pub(super) expected: Expected<'a>,
+    /// Each output's tolerance (`reference`'s).
+    pub(super) tolerances: &'a Tolerances,
     pub(super) cubin: nvrtc::Cubin,
     pub(super) working_set: u64,
     pub(super) min_global_bytes: u64,
@@ -221,8 +223,8 @@ pub(super) fn stage_host<'a>(
         None => {
             info!("evaluating the float64 reference");
             hooks.progress(Progress::Reference);
-            let expected =
-                reference(sizes, &inputs).map_err(|e| RunError::new(Stage::Reference, e))?;
+            let expected = (reference.evaluate)(sizes, &inputs)
+                .map_err(|e| RunError::new(Stage::Reference, e))?;
             check_reference_outputs(&tensors, &expected)?;
             Expected::Host(expected)
         }
@@ -244,6 +246,7 @@ pub(super) fn stage_host<'a>(
         tensors,
         scalars,
         expected,
+        tolerances: &reference.tolerances,
         cubin,
         working_set,
         min_global_bytes,

@@ -23,7 +23,7 @@
 use crate::data;
 use crate::gpu::{self, Gpu, KernelArgs, KernelAttributes, Spin, Timing};
 use crate::nvrtc;
-use crate::validate::{self, Check};
+use crate::validate::{self, Check, Tolerances};
 use hopfuse::plan::{Param, SizeExpr, TensorRole};
 use hopfuse::{DType, IndexType, LaunchPlan};
 use serde::{Deserialize, Serialize};
@@ -36,8 +36,18 @@ pub use hopfuse_api::run::{
     Stage,
 };
 
-/// The float64 reference: sizes and input values (tensors and scalars by name) to outputs.
-pub type Reference<'a> = dyn Fn(
+/// The float64 reference of a run: what computes the expected outputs, and how close each
+/// output must come to them.
+pub struct Reference<'a> {
+    pub evaluate: Box<Evaluate<'a>>,
+    /// Each output's relative-L2 tolerance: what a fusion's computation earns
+    /// ([`Tolerances::of_fusion`]), a hand-written kernel's dtypes' otherwise.
+    pub tolerances: Tolerances,
+}
+
+/// The float64 reference's values: sizes and input values (tensors and scalars by name) to
+/// outputs.
+pub type Evaluate<'a> = dyn Fn(
         &BTreeMap<String, i64>,
         &BTreeMap<String, Vec<f64>>,
     ) -> Result<BTreeMap<String, Vec<f64>>, String>
@@ -93,16 +103,19 @@ impl ForRun {
         }
     }
 
-    /// The float64 reference of the fusion, on every core.
-    fn reference(&self) -> Box<Reference<'_>> {
-        Box::new(move |sizes, inputs| {
-            hopfuse::backend::reference::evaluate_with(
-                &self.fusion,
-                sizes,
-                inputs,
-                &crate::host_parallel::Threads::all(),
-            )
-        })
+    /// The float64 reference of the fusion, on every core, and the tolerances its outputs earn.
+    fn reference(&self) -> Reference<'_> {
+        Reference {
+            evaluate: Box::new(move |sizes, inputs| {
+                hopfuse::backend::reference::evaluate_with(
+                    &self.fusion,
+                    sizes,
+                    inputs,
+                    &crate::host_parallel::Threads::all(),
+                )
+            }),
+            tolerances: Tolerances::of_fusion(&self.fusion),
+        }
     }
 }
 
@@ -235,6 +248,8 @@ struct Staged<'a> {
     nvrtc_ms: f64,
     tensors: Vec<Tensor>,
     expected: BTreeMap<String, Vec<f64>>,
+    /// Each output's tolerance (the reference's).
+    tolerances: &'a Tolerances,
     sets: Vec<Vec<cudarc::driver::CudaSlice<u8>>>,
     args: Vec<KernelArgs>,
     flush: Option<cudarc::driver::CudaSlice<u8>>,
@@ -258,6 +273,7 @@ fn stage_device<'a>(
         mut tensors,
         scalars,
         expected,
+        tolerances,
         cubin,
         working_set,
         min_global_bytes,
@@ -307,7 +323,7 @@ fn stage_device<'a>(
     gpu.launch(&func, &launch, &mut args0)?;
     gpu.sync("the first launch of the kernel")?;
     hooks.progress(Progress::Validate);
-    let validation = check_outputs(gpu, &tensors, &expected, &sets[0])?;
+    let validation = check_outputs(gpu, &tensors, &expected, tolerances, &sets[0])?;
     debug!(
         elements = tensors.iter().map(|t| t.elements).sum::<u64>(),
         "first launch validated"
@@ -329,6 +345,7 @@ fn stage_device<'a>(
         nvrtc_ms,
         tensors,
         expected,
+        tolerances,
         sets,
         args,
         flush,
@@ -370,8 +387,8 @@ fn reference_on_device(
         ),
         Err(e) => {
             warn!("the GPU reference failed ({e}); computing it on the host");
-            let expected =
-                reference(sizes, &inputs).map_err(|e| RunError::new(Stage::Reference, e))?;
+            let expected = (reference.evaluate)(sizes, &inputs)
+                .map_err(|e| RunError::new(Stage::Reference, e))?;
             let note = format!("{} (the GPU reference failed: {e})", host_reference_note());
             (expected, note)
         }
@@ -515,6 +532,7 @@ fn check_outputs(
     gpu: &Gpu,
     tensors: &[Tensor],
     expected: &BTreeMap<String, Vec<f64>>,
+    tolerances: &Tolerances,
     set: &[cudarc::driver::CudaSlice<u8>],
 ) -> Result<Vec<Check>, RunError> {
     let mut checks = Vec::new();
@@ -523,7 +541,11 @@ fn check_outputs(
             continue;
         }
         let out = data::decode(t.dtype, &gpu.download(buf, t.bytes as usize)?);
-        let check = validate::check(&t.name, t.dtype, &out, &expected[&t.name])
+        let check = tolerances
+            .of(&t.name)
+            .and_then(|tolerance| {
+                validate::check(&t.name, t.dtype, tolerance, &out, &expected[&t.name])
+            })
             .map_err(|e| RunError::new(Stage::Reference, e))?;
         debug!(?check, "validated");
         checks.push(check);

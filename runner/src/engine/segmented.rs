@@ -330,14 +330,14 @@ fn check_final(
     gpu: &Gpu,
     buffers: &[Buffer],
     slices: &[cudarc::driver::CudaSlice<u8>],
-    expected: &BTreeMap<String, Vec<f64>>,
+    whole: &WholeReference,
 ) -> Result<Vec<Check>, RunError> {
     let mut checks = Vec::new();
     for (b, slice) in buffers.iter().zip(slices) {
         if b.kind != Kind::Output {
             continue;
         }
-        let reference = expected.get(&b.name).ok_or_else(|| {
+        let reference = whole.expected.get(&b.name).ok_or_else(|| {
             RunError::new(
                 Stage::Reference,
                 format!("the reference computed no output `{}`", b.name),
@@ -345,11 +345,21 @@ fn check_final(
         })?;
         let out = data::decode(b.dtype, &gpu.download(slice, b.bytes as usize)?);
         checks.push(
-            validate::check(&b.name, b.dtype, &out, reference)
+            whole
+                .tolerances
+                .of(&b.name)
+                .and_then(|tolerance| validate::check(&b.name, b.dtype, tolerance, &out, reference))
                 .map_err(|e| RunError::new(Stage::Reference, e))?,
         );
     }
     Ok(checks)
+}
+
+/// The float64 reference of the whole fusion: its final outputs' values and tolerances.
+struct WholeReference {
+    expected: BTreeMap<String, Vec<f64>>,
+    /// What each final output's computation earns ([`Tolerances::of_fusion`]).
+    tolerances: Tolerances,
 }
 
 /// The host half of a segmented run: each segment's kernel compiled, the run's buffers (the
@@ -360,7 +370,7 @@ struct SplitHost {
     outputs: Vec<String>,
     buffers: Vec<Buffer>,
     scalars: BTreeMap<String, f64>,
-    expected: BTreeMap<String, Vec<f64>>,
+    reference: WholeReference,
     cubins: Vec<nvrtc::Cubin>,
 }
 
@@ -404,7 +414,10 @@ fn stage_split_host(
         outputs,
         buffers,
         scalars,
-        expected,
+        reference: WholeReference {
+            expected,
+            tolerances: Tolerances::of_fusion(&fusion),
+        },
         cubins,
     })
 }
@@ -436,7 +449,7 @@ fn time_split(
     kernels: &[Kernel],
     loaded: &mut [Ready],
     working_set: u64,
-    expected: &BTreeMap<String, Vec<f64>>,
+    whole: &WholeReference,
     hooks: &mut dyn Hooks,
 ) -> Result<SplitTiming, RunError> {
     let gpu = &dev.gpu;
@@ -465,7 +478,8 @@ fn time_split(
             };
             let run = crate::peers::PeerRun {
                 req,
-                expected,
+                expected: &whole.expected,
+                tolerances: &whole.tolerances,
                 l2: &l2_policy,
             };
             let (timing, report) = peers.interleave(&run, &mut round)?;
@@ -554,7 +568,7 @@ pub(super) fn run_split(
         outputs,
         buffers,
         scalars,
-        expected,
+        reference,
         cubins,
     } = stage_split_host(slot, req, split, hooks)?;
     let dev = device(slot)?;
@@ -586,7 +600,7 @@ pub(super) fn run_split(
     launch_all(gpu, &mut loaded)?;
     gpu.sync("the first launch of the kernels")?;
     hooks.progress(Progress::Validate);
-    let validation = check_final(gpu, &buffers, &slices, &expected)?;
+    let validation = check_final(gpu, &buffers, &slices, &reference)?;
     let SplitTiming {
         timing,
         peers,
@@ -598,12 +612,12 @@ pub(super) fn run_split(
         &kernels,
         &mut loaded,
         working_set,
-        &expected,
+        &reference,
         hooks,
     )?;
     hooks.progress(Progress::Validate);
     // Each kernel alone after the sequence leaves the final outputs as the sequence wrote them.
-    let validation_after_timing = check_final(gpu, &buffers, &slices, &expected)?;
+    let validation_after_timing = check_final(gpu, &buffers, &slices, &reference)?;
     drop(slices);
     gpu.sync("freeing the tensors")?;
     // The whole fusion's minimum: its inputs read and outputs written once.

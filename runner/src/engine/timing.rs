@@ -112,6 +112,7 @@ impl<'a> Staged<'a> {
             let run = crate::peers::PeerRun {
                 req: self.req,
                 expected: &self.expected,
+                tolerances: self.tolerances,
                 l2: &self.l2_policy,
             };
             let (timing, report) = peers.interleave(&run, &mut round)?;
@@ -196,13 +197,20 @@ impl<'a> Staged<'a> {
         unsafe { blas.gemm(&args, types, pointers[0]) }?;
         gpu.sync("the cuBLAS call")?;
         let out = data::decode(c.dtype, &gpu.download(&outputs[0], c.bytes as usize)?);
-        let validation = validate::check(
-            &format!("cuBLAS {}", c.name),
-            c.dtype,
-            &out,
-            &self.expected[&c.name],
-        )
-        .map_err(|e| RunError::new(Stage::Reference, e))?;
+        // cuBLAS computes the product the kernel does: the same output's tolerance.
+        let validation = self
+            .tolerances
+            .of(&c.name)
+            .and_then(|tolerance| {
+                validate::check(
+                    &format!("cuBLAS {}", c.name),
+                    c.dtype,
+                    tolerance,
+                    &out,
+                    &self.expected[&c.name],
+                )
+            })
+            .map_err(|e| RunError::new(Stage::Reference, e))?;
         Ok(CublasBench {
             blas,
             args,
@@ -245,8 +253,13 @@ impl<'a> Staged<'a> {
     ) -> Result<RunResult, RunError> {
         let gpu = &self.dev.gpu;
         hooks.progress(Progress::Validate);
-        let validation_after_timing =
-            check_outputs(gpu, &self.tensors, &self.expected, &self.sets[0])?;
+        let validation_after_timing = check_outputs(
+            gpu,
+            &self.tensors,
+            &self.expected,
+            self.tolerances,
+            &self.sets[0],
+        )?;
         let (cublas, cublas_skipped) = match (&self.plan.matmul, self.req.copy_ceiling, cublas) {
             (Some(_), false, _) => (None, Some("ceilings not requested".to_string())),
             (_, _, Some(Ok(c))) => (Some(c), None),

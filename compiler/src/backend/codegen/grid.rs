@@ -55,6 +55,65 @@ __device__ __forceinline__ bool hf_grid_reduce(T& val, Op op, T identity, T* par
 }
 ";
 
+/// The helpers of a warp-specialized kernel's grid reductions, where only the `N` consumer
+/// threads (the block's first `N`) take part: their barriers are named barrier 1 over them
+/// (`hf_bar_sync<N>`, [`super::prelude::BAR_SYNC`]), not the block's.
+pub const CONSUMERS_PRELUDE: &str =
+    "// Warp-specialized kernels: `val` reduced over the N consumer threads (the block's first N,
+// whole warps; named barrier 1) and returned to every one of them. `scratch` holds one T per warp.
+template <unsigned N, typename T, typename Op>
+__device__ __forceinline__ T hf_consumers_reduce(T val, Op op, T* scratch) {
+  const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+#pragma unroll
+  for (unsigned offset = 16; offset > 0; offset >>= 1) val = op(val, __shfl_xor_sync(0xffffffffu, val, offset));
+  if ((tid & 31u) == 0u) scratch[tid / 32u] = val;
+  hf_bar_sync<N>();
+  T r = scratch[0];
+  for (unsigned w = 1; w < N / 32u; ++w) r = op(r, scratch[w]);
+  hf_bar_sync<N>();
+  return r;
+}
+
+// hf_grid_reduce for the N consumer threads of a warp-specialized kernel (the producer warps
+// take no part): the same two stages, its barriers named barrier 1 over the consumers, and the
+// last block's combine hf_consumers_reduce. `val` is the block's value in every consumer thread.
+template <typename T, unsigned N, typename Op>
+__device__ __forceinline__ bool hf_grid_reduce_consumers(T& val, Op op, T identity, T* partials,
+                                                         unsigned* counter, T* scratch) {
+  __shared__ bool hf_last;
+  const unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
+  const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  if (tid == 0u) {
+    partials[block] = val;
+    __threadfence();
+    hf_last = atomicAdd(counter, 1u) == blocks - 1u;
+  }
+  hf_bar_sync<N>();
+  const bool last = hf_last;
+  // Every consumer has read the flag before a later grid reduction's thread 0 writes it again.
+  hf_bar_sync<N>();
+  if (!last) return false;
+  __threadfence();
+  T r = identity;
+  // Volatile loads: another SM's stores never reach this SM's L1.
+  const volatile T* slots = partials;
+  for (unsigned i = tid; i < blocks; i += N) r = op(r, static_cast<T>(slots[i]));
+  val = hf_consumers_reduce<N>(r, op, scratch);
+  if (tid == 0u) *counter = 0u;
+  return true;
+}
+";
+
+/// Whether `acc` is the accumulator of one of the kernel's grid reductions.
+pub(super) fn is_grid_accumulator(k: &Kernel, acc: &crate::kir::Access) -> bool {
+    let mut found = false;
+    crate::kir::for_each_stmt(&k.body, &mut |s| {
+        found |= matches!(s, Stmt::GridReduce(g) if g.acc == *acc);
+    });
+    found
+}
+
 /// The grid reductions' slots (how many `GridReduce`s the kernel has: one per reduction).
 fn slots(k: &Kernel) -> i64 {
     let mut n = 0;
@@ -113,10 +172,17 @@ impl Emitter<'_> {
         let partials = SLOT_WORDS * (slots + g.slot as i64 * GRID_REDUCTION_MAX_BLOCKS);
         let ty = g.dtype.cuda();
         let identity = Self::literal(g.op.identity(), g.dtype);
+        let helper = match self.consumer_threads {
+            Some(n) => {
+                self.uses.grid_reduce_consumers = true;
+                format!("hf_grid_reduce_consumers<{ty}, {n}u>")
+            }
+            None => format!("hf_grid_reduce<{ty}>"),
+        };
         self.line(
             depth,
             &format!(
-                "const bool {} = hf_grid_reduce<{ty}>({a}, {f}(), {identity}, reinterpret_cast<{ty}*>({GRID_WORKSPACE} + {partials}), reinterpret_cast<unsigned*>({GRID_WORKSPACE} + {counter}), reinterpret_cast<{ty}*>(hf_smem + {scratch}));",
+                "const bool {} = {helper}({a}, {f}(), {identity}, reinterpret_cast<{ty}*>({GRID_WORKSPACE} + {partials}), reinterpret_cast<unsigned*>({GRID_WORKSPACE} + {counter}), reinterpret_cast<{ty}*>(hf_smem + {scratch}));",
                 g.last
             ),
         );

@@ -670,6 +670,21 @@ impl Emitter<'_> {
     ) {
         let (a, f, off) = self.reduction_operands(acc, op);
         let ty = dtype.cuda();
+        // A grid reduction in a warp-specialized kernel: over every consumer thread (its
+        // tensor is a scalar, so every thread dim is reduced, `passes/grid.rs` checks).
+        if let Some(n) = self
+            .consumer_threads
+            .filter(|_| grid::is_grid_accumulator(self.k, acc))
+        {
+            self.uses.grid_reduce_consumers = true;
+            self.line(
+                depth,
+                &format!(
+                    "{a} = hf_consumers_reduce<{n}u>({a}, {f}(), reinterpret_cast<{ty}*>(hf_smem + {off}));"
+                ),
+            );
+            return;
+        }
         self.line(
             depth,
             &format!(

@@ -733,6 +733,9 @@ pub(super) struct Uses {
     pub(super) stream_k: bool,
     /// Grid reductions (`hf_grid_reduce`, after the block reduction it calls).
     pub(super) grid_reduce: bool,
+    /// A warp-specialized kernel's grid reductions over its consumers
+    /// (`grid::CONSUMERS_PRELUDE`).
+    pub(super) grid_reduce_consumers: bool,
     /// The clock probe (`CompileOptions::clock_probe`; written only with its feature).
     #[cfg_attr(not(feature = "clock-probe"), allow(dead_code))]
     pub(super) clock_probe: bool,
@@ -801,9 +804,13 @@ impl Uses {
             src.push('\n');
             src.push_str(BLOCK_WELFORD);
         }
-        if self.grid_reduce {
+        if self.grid_reduce && !self.grid_reduce_consumers {
             src.push('\n');
             src.push_str(super::grid::PRELUDE);
+        }
+        if self.grid_reduce_consumers {
+            src.push('\n');
+            src.push_str(super::grid::CONSUMERS_PRELUDE);
         }
         if self.tma || tensor_maps {
             src.push('\n');

@@ -632,9 +632,14 @@ impl Lower<'_> {
                 span,
             ));
         }
-        // (A row statistic's update keeps its guard: keys out of range add nothing to it.)
+        // (A row statistic's update keeps its guard: keys out of range add nothing to it; so
+        // does the update of a scalar, a grid reduction's such as the amax of the output,
+        // which accumulates every position of every tile.)
+        let fusion = cx.fusion;
         unguard_register_arithmetic(k, &mut body, &|c: &Compute| {
-            c.role == ComputeRole::ReductionUpdate && self.rows.contains(&c.out.buffer)
+            c.role == ComputeRole::ReductionUpdate
+                && (self.rows.contains(&c.out.buffer)
+                    || fusion.rank(fusion.exprs[c.expr].output) == 0)
         });
         if reduced.is_empty() {
             if let Some(x4) = stmatrix_store(cx, self.plan, k, &body, &reg, loops[ni].key, width) {

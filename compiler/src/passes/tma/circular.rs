@@ -13,6 +13,19 @@
 //! (`wait_group.read 0`) before the shared buffer can be written again. Warp-specialized
 //! pipelines are split into roles by [`super::warp_specialize`].
 //!
+//! A single-stage pipeline (a cache copied once per iteration of its loop, no circular buffer)
+//! issues its copies at the top of the iteration and waits where the iteration first reads
+//! them, when a serial loop comes before that read: a persistent tile's row and column scales
+//! (examples/matmul/step17_fp8_rowwise.hf) are copied by one 1-D TMA each before the tile's k
+//! loop and waited for by its epilogue, so the copies run during the k loop. That is the form
+//! the hardware does best here: the TMA engine moves the vectors with no thread instructions,
+//! zero-fills a ragged edge and signals one mbarrier; loaded into registers before the k loop
+//! they would not fit beside the accumulators (128 of the 168 registers ptxas gives each of
+//! 384 threads, and a thread needs 66 scales); issued by the producer warp with the tile's
+//! first stage they would arrive up to a tile early, while the previous tile's epilogue still
+//! reads the buffer (a second buffer and an empty barrier per tile), where the consumer's own
+//! program order already keeps one buffer safe (the `sync` pass's barrier below).
+//!
 //! Write-after-read of slots refilled by copies is left to the `sync` pass (a block barrier at
 //! the end of an iteration that read a slot) unless the pipeline has empty mbarriers: then each
 //! warp arrives on `empty[i % stages]` after its reads. Read-after-write of copied slots needs
@@ -278,11 +291,25 @@ fn buffered_loop(
     }
     let mut iteration = Vec::new();
     if !copies.is_empty() {
-        iteration.push(Stmt::MbarWait {
+        let wait = Stmt::MbarWait {
             bars: pipe.full.expect("copies have full barriers"),
             slot: slot(&at(&v)),
             parity: parity(&at(&v)),
-        });
+        };
+        // A single-stage copy issued at the top of its iteration is waited for where it is
+        // first read, so the loops before that (a tile's k loop, before the epilogue reads the
+        // tile's scales) run while it is in flight.
+        let at_first_read = if (s, pf) == (1, 0) {
+            first_read_after_a_loop(&rest, buffers)
+        } else {
+            None
+        };
+        match at_first_read {
+            Some(i) => {
+                rest.insert(i, wait);
+            }
+            None => iteration.push(wait),
+        }
     }
     iteration.extend(rest);
     if let Some(empty) = pipe.empty {
@@ -303,6 +330,30 @@ fn buffered_loop(
         out.extend(prefetched(cx, &l, pf, first, next, iteration));
     }
     Ok(out)
+}
+
+/// The position in `rest` of the first statement that reads one of `buffers`, when a serial
+/// loop that does not read them comes before it (work to overlap with the copy, e.g. a tile's
+/// k loop); None otherwise, and when nothing reads them.
+fn first_read_after_a_loop(rest: &[Stmt], buffers: &[BufferId]) -> Option<usize> {
+    let reads = |s: &Stmt| {
+        crate::kir::any_stmt(std::slice::from_ref(s), &mut |s| {
+            let mut found = false;
+            match s {
+                Stmt::Compute(c) => c
+                    .value
+                    .for_each_read(&mut |a| found |= buffers.contains(&a.buffer)),
+                Stmt::TmaStore(t) => found = buffers.contains(&t.src.buffer),
+                _ => {}
+            }
+            found
+        })
+    };
+    let first = rest.iter().position(reads)?;
+    rest[..first]
+        .iter()
+        .any(|s| matches!(s, Stmt::Loop(l) if l.parallel == ParallelType::Serial))
+        .then_some(first)
 }
 
 /// The statements of a buffered loop's body, by what the pipeline does with them.

@@ -351,9 +351,18 @@ pub(crate) fn warp_specialize(
 
 pub(crate) fn contains_reduce_over(body: &[Stmt], on: ParallelType) -> bool {
     let d = on.dim().expect("a thread dim");
+    // A grid reduction's block reduction runs over the consumer threads only
+    // (`hf_consumers_reduce`, `passes/grid.rs`).
+    let mut grid = Vec::new();
+    crate::kir::for_each_stmt(body, &mut |s| {
+        if let Stmt::GridReduce(g) = s {
+            grid.push(g.acc.clone());
+        }
+    });
     let mut found = false;
     crate::kir::for_each_stmt(body, &mut |s| {
-        found |= matches!(s, Stmt::BlockReduce { dims, .. } | Stmt::BlockWelford { dims, .. } if dims[d]);
+        found |= matches!(s, Stmt::BlockReduce { acc, dims, .. } if dims[d] && !grid.contains(acc))
+            || matches!(s, Stmt::BlockWelford { dims, .. } if dims[d]);
     });
     found
 }
