@@ -599,7 +599,7 @@ fn step19_reduces_the_amax_of_the_output_in_the_products_kernel() {
     let init = at("amax_acc[0] = __int_as_float(0xff800000);");
     let tile_loop = at("for (index_t tile = 0;");
     let abs = at("amax_abs[0] = fabsf(y[0]);");
-    let update = at("amax_acc[0] = fmaxf(amax_acc[0], amax_abs[0]);");
+    let update = at("amax_acc[0] = hf_maximum(amax_acc[0], amax_abs[0]);");
     let block = at("amax_acc[0] = hf_consumers_reduce<256u>(amax_acc[0], hf_max(), ");
     let grid =
         at("const bool amax_last = hf_grid_reduce_consumers<float, 256u>(amax_acc[0], hf_max(), ");
