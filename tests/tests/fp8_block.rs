@@ -204,17 +204,25 @@ fn step18_promotes_each_k_block_into_the_f32_accumulator() {
         .find("hf_wgmma_wait<0>();")
         .map(|i| i + first_wgmma)
         .unwrap();
+    // The scales' product first (one FFMA a register), each scale read clamped into its
+    // tensor (no bounds guard: ptxas loads each once, unpredicated), the weight block's scale
+    // at the tile's first column (one per 128 x 128 block: the same for the whole tile).
     let promote = cuda
-        .find("s_acc[r2] = s_acc[r2] + ((s_acc_block[r2] * sa[")
+        .find("s_acc[r2] = s_acc[r2] + (s_acc_block[r2] * (sa[hf_min<index_t>(")
         .expect("the promotion");
     assert!(wait < promote, "{cuda}");
     assert!(!cuda.contains("hf_wgmma_wait<1>"), "{cuda}");
     assert!(
-        cuda[promote..].contains("* KB + k_o * 128 / 128]) * sb[("),
+        cuda[promote..].contains(
+            "* KB + k_o * 128 / 128, M * KB - 1)] * sb[hf_min<index_t>(tile_v1 + k_o * 128 / 128, NB * KB - 1)]));"
+        ),
         "{cuda}"
     );
+    // No guard between the register loop and the update.
     assert!(
-        cuda[promote..].contains(") / 128 * KB + k_o * 128 / 128]);"),
+        cuda[..promote]
+            .trim_end()
+            .ends_with("for (index_t r2 = 0; r2 < 64; ++r2) {"),
         "{cuda}"
     );
     // The main accumulator is zero-filled (no wgmma starts it) and is what the epilogue stores.
@@ -253,7 +261,8 @@ fn blocks_wider_than_the_k_tile_are_promoted_every_tile() {
     // block), which is exact: the sum of a block is the sum of its tiles.
     let c = compile(&step18_with_a_block(256));
     assert!(
-        c.cuda.contains("* KB + k_o * 128 / 256]) * sb[("),
+        c.cuda
+            .contains("* KB + k_o * 128 / 256, M * KB - 1)] * sb[hf_min<index_t>("),
         "{}",
         c.cuda
     );
@@ -302,7 +311,7 @@ fn a_one_warp_group_block_scaled_product_promotes_inside_its_k_loop() {
         .expect("the k loop");
     let barrier = cuda[k_loop..].find("__syncthreads();").unwrap() + k_loop;
     let promote = cuda
-        .find("s_acc[r2] = s_acc[r2] + ((s_acc_block[r2] * sa[")
+        .find("s_acc[r2] = s_acc[r2] + (s_acc_block[r2] * (sa[")
         .expect("the promotion");
     let epilogue = cuda.find("hf_float_to_bf16(s_acc[").expect("the epilogue");
     assert!(
@@ -339,14 +348,14 @@ fn step18_overlap_promotes_each_block_while_the_next_one_runs() {
         "hf_wgmma_wait<1>();",
         "if (k_o - 1 < hf_ceil_div<index_t>(K, 128)) {",
         "hf_mbarrier_arrive_per_warp(&a_s_b_s_empty[(tile * hf_ceil_div<index_t>(K, 128) + (k_o - 1)) % 4]);",
-        "s_acc[r2] = s_acc[r2] + ((s_acc_block[r2 + (k_oi - 1) % 2 * 32] * sa[",
-        "* KB + (k_o - 1) * 128 / 128]) * sb[(",
+        "s_acc[r2] = s_acc[r2] + (s_acc_block[r2 + (k_oi - 1) % 2 * 32] * (sa[",
+        "* KB + (k_o - 1) * 128 / 128, M * KB - 1)] * sb[hf_min<index_t>(tile_v1 + (k_o - 1) * 128 / 128, NB * KB - 1)]));",
         // ... and the fourth block of an iteration after its group has completed.
         "hf_wgmma_wait<0>();",
         "if (k_oo * 4 + 3 < hf_ceil_div<index_t>(K, 128)) {",
         "hf_mbarrier_arrive_per_warp(&a_s_b_s_empty[(tile * hf_ceil_div<index_t>(K, 128) + (k_oo * 4 + 3)) % 4]);",
-        "s_acc[r2] = s_acc[r2] + ((s_acc_block[r2 + 32] * sa[",
-        "* KB + (k_oo * 4 + 3) * 128 / 128]) * sb[(",
+        "s_acc[r2] = s_acc[r2] + (s_acc_block[r2 + 32] * (sa[",
+        "* KB + (k_oo * 4 + 3) * 128 / 128, M * KB - 1)] * sb[hf_min<index_t>(tile_v1 + (k_oo * 4 + 3) * 128 / 128, NB * KB - 1)]));",
         "= hf_float_to_bf16(s_acc[",
     ];
     let mut at = outer;

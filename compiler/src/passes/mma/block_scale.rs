@@ -10,14 +10,19 @@
 //! of the K tile). Then, per block, the tensor cores sum the tile into a fresh block
 //! accumulator (`<acc>_block`, `scale-d` off on its first wgmma of each block), and after the
 //! block's wgmmas have completed (`wait_group 0`) each thread adds its registers, scaled at
-//! their rows and columns, into the sum's accumulator: `acc[i] += block[i] * sa[row] * sb[col]`
-//! on the CUDA cores (the promotion). The tensor cores' FP8 sums (held with fewer bits than
+//! their rows and columns, into the sum's accumulator: `acc[i] += block[i] * (sa[row] *
+//! sb[col])` on the CUDA cores (the promotion: one FFMA a register). The tensor cores' FP8 sums (held with fewer bits than
 //! f32) then never run past one block of K, which keeps the accuracy at K = 16k.
 //!
 //! Guarantees: the block accumulator has the sum's accumulator's size and fragment layout;
 //! the sum's accumulator is zero-filled (it is no wgmma's output), promoted at the end of
-//! every iteration of the block loop, under the update's bounds guard with the K indices
-//! inside the block at 0 (the block's first column of the scales). Errors (at the sum, naming
+//! every iteration of the block loop with the K indices inside the block at 0 (the block's
+//! first column of the scales). A scale the same along the tile's M or N loop is read at the
+//! tile's first row or column (a 128 x 128 weight block's scale: one load a block, not one a
+//! register). Scale reads of global tensors are clamped into them and the promotion has no
+//! bounds guard (ptxas then loads each scale once, during the block's wgmmas); it writes
+//! registers of a ragged tile's rows and columns past M and N too, values of no element that
+//! every reader skips under its own guard. Other scales keep the update's guard. Errors (at the sum, naming
 //! the scale as written): a scale that varies inside one instruction's K or inside the
 //! schedule's K tile (an unrolled K loop), with the block and the tile; scales constant along
 //! all of K (they belong after the sum); a product tile in no serial K loop.
@@ -110,6 +115,27 @@ fn constant_along(scales: &[Data], vars: &[(String, i64)]) -> bool {
             first.is_some() && probes.iter().all(|p| at(idx, p, seed) == first)
         })
     })
+}
+
+/// `v` with every part that does not mention `var`, below its sums and products by constants,
+/// made one opaque variable (named by its text), which probes sample as a non-negative value:
+/// a tile's first column `X` in `(X * 128 + j) / 128` is an index, so non-negative, though an
+/// expression of it (a persistent raster's `min(32 - ..., 16)`) may be negative at the values
+/// probes give its own leaves.
+fn opaque_except(v: &Val, var: &str) -> Val {
+    let by_constant = |a: &Val, b: &Val| matches!(a, Val::Int(_)) || matches!(b, Val::Int(_));
+    match (v, v.operands()) {
+        (Val::Int(_), _) => v.clone(),
+        (Val::Add(..), Some((a, b))) => {
+            v.with_operands(opaque_except(a, var), opaque_except(b, var))
+        }
+        (Val::Mul(..), Some((a, b))) if by_constant(a, b) => {
+            v.with_operands(opaque_except(a, var), opaque_except(b, var))
+        }
+        _ if !v.mentions(var) => Val::Var(v.text()),
+        (_, Some((a, b))) => v.with_operands(opaque_except(a, var), opaque_except(b, var)),
+        (_, None) => v.clone(),
+    }
 }
 
 /// The fusion input a scale reads (the first), and the `expand_blocks` over it, for messages:
@@ -295,12 +321,51 @@ impl Lower<'_> {
                 })
             })
             .collect();
-        let scaled = p.scales.iter().cloned().fold(
-            Data::Read(Access {
+        // Each scale read at the tile's first row (column) when it is the same along the
+        // tile's M (N) loop: a weight block's scale is then one load per block, not one per
+        // register (ptxas cannot see that `(n0 * 128 + j) / 128` is `n0` for j < 128).
+        let tile_loops: Vec<(String, i64)> = [&p.m, &p.n]
+            .into_iter()
+            .filter_map(|l| Some((l.var.clone(), l.extent?)))
+            .collect();
+        let hoisted: Vec<Data> = p
+            .scales
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                for (var, extent) in &tile_loops {
+                    let mut opaque = s.clone();
+                    opaque.map_vals(&mut |v| opaque_except(v, var));
+                    if constant_along(&[opaque], &[(var.clone(), *extent)]) {
+                        s.map_vals(&mut |v| v.subst(var, &Val::Int(0)));
+                    }
+                }
+                s
+            })
+            .collect();
+        // Scale reads clamped into their tensors need no bounds guard, so ptxas loads each
+        // scale once, unpredicated, and issues the loads before the block's wgmmas complete
+        // (under the guard it loads one copy per register's predicate). The promotion then
+        // also writes the registers of a ragged tile's rows and columns past M and N: they
+        // hold values of no element (their operands are TMA's zero fill), which every reader
+        // of the accumulator skips under its own guard.
+        let clamped: Option<Vec<Data>> =
+            hoisted.iter().map(|s| clamped_into_tensors(k, s)).collect();
+        let unguarded = clamped.is_some();
+        let scales = clamped.unwrap_or(hoisted).into_iter();
+        // The scales' product first, then one multiply-add per register (DeepGEMM's
+        // `acc += block * (sa * sb)`): one FFMA a register, the scales' product once per row.
+        let scale = scales
+            .reduce(|x, s| Data::Binary(BinaryOp::Mul, DType::F32, Box::new(x), Box::new(s)))
+            .expect("a block-scaled product has a scale");
+        let scaled = Data::Binary(
+            BinaryOp::Mul,
+            DType::F32,
+            Box::new(Data::Read(Access {
                 buffer: blk,
                 index: p.acc.index.clone(),
-            }),
-            |x, s| Data::Binary(BinaryOp::Mul, DType::F32, Box::new(x), Box::new(s)),
+            })),
+            Box::new(scale),
         );
         let update = Stmt::Compute(Compute {
             expr: p.expr,
@@ -314,8 +379,9 @@ impl Lower<'_> {
             role: ComputeRole::Normal,
             vector: None,
         });
-        // The update's bounds guard: the scales' rows and columns inside the tensors.
-        let mut guarded = match update_guard(body, p.expr) {
+        // The update's bounds guard (the scales' rows and columns inside the tensors), where
+        // the reads are not clamped.
+        let mut guarded = match update_guard(body, p.expr).filter(|_| !unguarded) {
             Some(cond) => Stmt::If {
                 cond,
                 then: vec![update],
@@ -451,6 +517,28 @@ impl Lower<'_> {
         self.accumulators.insert(blk);
         Ok(blk)
     }
+}
+
+/// `scale` with the index of every read clamped to its tensor's last element, when each read
+/// is of a global tensor with no broadcast axis (None otherwise).
+fn clamped_into_tensors(k: &Kernel, scale: &Data) -> Option<Data> {
+    let mut scale = scale.clone();
+    let mut all = true;
+    scale.for_each_read_mut(&mut |a| {
+        let shape = &k.buffers[a.buffer].global_shape;
+        if shape.is_empty() || shape.iter().any(|(_, broadcast)| *broadcast) {
+            all = false;
+            return;
+        }
+        let elements = shape
+            .iter()
+            .map(|(e, _)| Val::from_size(e))
+            .reduce(Val::mul)
+            .expect("a non-empty shape");
+        let index = a.index.take().unwrap_or(Val::Int(0));
+        a.index = Some(Val::min(index, Val::sub(elements, Val::Int(1))));
+    });
+    all.then_some(scale)
 }
 
 /// The bounds guard of the tile's reduction update of `expr`.
