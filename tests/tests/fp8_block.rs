@@ -629,6 +629,22 @@ fn step19_reduces_the_amax_of_the_output_in_the_products_kernel() {
         cuda.contains("hf_clamp(c_mul[0], -448.0f, 448.0f)"),
         "{cuda}"
     );
+    // The e4m3 output's two adjacent columns go out as one 2-byte store (the amax's update,
+    // which does not touch `c`, moves before the store so that it can pair), the amax still
+    // updated per register under its own guard.
+    let lane_loop = at("for (index_t r_lane = 0; r_lane < 2; ++r_lane) {");
+    let pair_store = at("*reinterpret_cast<hf_vec<__nv_fp8_e4m3, 2>*>(&c[");
+    assert!(
+        lane_loop < abs && update < at("c_pair[r_lane] = hf_float_to_e4m3(c_clamp[0]);"),
+        "{consumer}"
+    );
+    assert!(update < pair_store, "{consumer}");
+    // (No element is converted in the store itself: each goes through the pair's registers.)
+    assert_eq!(
+        consumer.matches("hf_float_to_e4m3(").count(),
+        1,
+        "{consumer}"
+    );
     // The consumers' helpers take no block-wide barrier (the producer warps have left).
     let helpers = &cuda[cuda.find("hf_consumers_reduce(T val").expect("the helper")..];
     let helpers = &helpers[..helpers.find("extern \"C\"").expect("the kernel")];

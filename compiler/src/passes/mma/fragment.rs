@@ -8,7 +8,12 @@ use crate::passes::probe::Probe;
 
 /// The store a fragment loop's body ends with, and its guard (`true` when unguarded).
 fn final_store(body: &[Stmt]) -> Option<(Val, Compute)> {
-    match body.last()? {
+    store_of(body.last()?)
+}
+
+/// The store `s` is, and its guard (`true` when unguarded).
+fn store_of(s: &Stmt) -> Option<(Val, Compute)> {
+    match s {
         Stmt::If { cond, then, els } if els.is_empty() => match then.as_slice() {
             [Stmt::Compute(c)] => Some((cond.clone(), c.clone())),
             _ => None,
@@ -16,6 +21,34 @@ fn final_store(body: &[Stmt]) -> Option<(Val, Compute)> {
         Stmt::Compute(c) => Some((Val::True, c.clone())),
         _ => None,
     }
+}
+
+/// `body` with its last store to global memory moved to the end, past statements that neither
+/// read nor write the stored buffer (e.g. a scalar reduction's update of the same registers,
+/// the amax of a quantized output), so that the store can pair with its neighbour's; None when
+/// there is no such store or a later statement touches its buffer.
+fn global_store_last(k: &Kernel, body: &[Stmt]) -> Option<Vec<Stmt>> {
+    let at = body.iter().rposition(|s| {
+        store_of(s).is_some_and(|(_, c)| k.buffers[c.out.buffer].memory == MemoryType::Global)
+    })?;
+    let (_, store) = store_of(&body[at])?;
+    let buffer = store.out.buffer;
+    let touches = crate::kir::any_stmt(&body[at + 1..], &mut |s| match s {
+        Stmt::Compute(c) => {
+            let mut found = c.out.buffer == buffer;
+            c.value.for_each_read(&mut |a| found |= a.buffer == buffer);
+            found
+        }
+        Stmt::Alloc(..) | Stmt::If { .. } | Stmt::Loop(..) => false,
+        _ => true,
+    });
+    if touches {
+        return None;
+    }
+    let mut out = body.to_vec();
+    let store = out.remove(at);
+    out.push(store);
+    Some(out)
 }
 
 /// Registers `n g .. n g + n` of a fragment loop's body computed into an `n`-element register
@@ -74,6 +107,7 @@ pub(super) fn pair_global_store(
     key: LoopKey,
     width: i64,
 ) -> Option<Stmt> {
+    let body = &global_store_last(k, body)?;
     let (cond, store) = final_store(body)?;
     let out = &k.buffers[store.out.buffer];
     if out.memory != MemoryType::Global || store.vector.is_some() || width % 4 != 0 {
