@@ -163,7 +163,9 @@ pub fn try_rewrite_pre<E>(
 
 /// A read-only walk with scope: [`visit`] calls [`Visitor::stmt`] on each statement, outer
 /// ones first, then for each of its bodies [`Visitor::enter`], the body's statements and
-/// [`Visitor::leave`]. Every hook has a default that descends everywhere and keeps nothing.
+/// [`Visitor::leave`], then [`Visitor::after`] on the statement. A scope a statement opens for
+/// all its bodies is pushed in `stmt` and popped in `after`; one per body in `enter` and
+/// `leave`. Every hook has a default that descends everywhere and keeps nothing.
 pub trait Visitor<'a> {
     /// Statement `st`, at index `at` of its block; [`Flow::Skip`]: none of its bodies.
     fn stmt(&mut self, st: &'a Stmt, at: usize) -> Flow {
@@ -182,20 +184,25 @@ pub trait Visitor<'a> {
     fn leave(&mut self, st: &'a Stmt, body: usize) {
         let _ = (st, body);
     }
+
+    /// After `st` (at index `at` of its block) and its bodies, whatever [`Visitor::stmt`] said.
+    fn after(&mut self, st: &'a Stmt, at: usize) {
+        let _ = (st, at);
+    }
 }
 
 /// Walks `body` with `v` (see [`Visitor`]).
 pub fn visit<'a, V: Visitor<'a> + ?Sized>(body: &'a [Stmt], v: &mut V) {
     for (at, st) in body.iter().enumerate() {
-        if v.stmt(st, at) == Flow::Skip {
-            continue;
-        }
-        for (i, child) in st.children().enumerate() {
-            if v.enter(st, i) == Flow::Descend {
-                visit(child, v);
-                v.leave(st, i);
+        if v.stmt(st, at) == Flow::Descend {
+            for (i, child) in st.children().enumerate() {
+                if v.enter(st, i) == Flow::Descend {
+                    visit(child, v);
+                    v.leave(st, i);
+                }
             }
         }
+        v.after(st, at);
     }
 }
 
@@ -203,9 +210,10 @@ pub fn visit<'a, V: Visitor<'a> + ?Sized>(body: &'a [Stmt], v: &mut V) {
 /// [`VisitorMut::splice`] (which may replace it by any number of statements, not walked), else
 /// calls [`VisitorMut::stmt`] on it (which may change it or replace it by one statement), then
 /// for each body of what it left [`VisitorMut::enter`], the body's statements,
-/// [`VisitorMut::block`] on the body and [`VisitorMut::leave`]; last [`VisitorMut::block`] on the
-/// walked block itself. Blocks are edited in place, not rebuilt. The first error stops the walk
-/// (the tree is then left partly visited).
+/// [`VisitorMut::block`] on the body and [`VisitorMut::leave`], then offers the statement to
+/// [`VisitorMut::splice_after`]; last [`VisitorMut::block`] on the walked block itself. Blocks
+/// are edited in place, not rebuilt. The first error stops the walk (the tree is then left
+/// partly visited).
 pub trait VisitorMut {
     /// What a hook may fail with (`Infallible` for walks that cannot).
     type Error;
@@ -236,6 +244,13 @@ pub trait VisitorMut {
         Ok(())
     }
 
+    /// Statement `st`, at index `at` of its block, after its bodies were walked (whatever
+    /// [`VisitorMut::stmt`] said): `Some` replaces it by those statements.
+    fn splice_after(&mut self, st: &mut Stmt, at: usize) -> Result<Option<Vec<Stmt>>, Self::Error> {
+        let _ = (st, at);
+        Ok(None)
+    }
+
     /// A block whose statements were all walked, in the scope of the statement holding it.
     fn block(&mut self, body: &mut Vec<Stmt>) -> Result<(), Self::Error> {
         let _ = body;
@@ -254,13 +269,21 @@ pub fn visit_mut<V: VisitorMut + ?Sized>(body: &mut Vec<Stmt>, v: &mut V) -> Res
             continue;
         }
         visit_stmt_mut(&mut body[at], at, v)?;
-        at += 1;
+        match v.splice_after(&mut body[at], at)? {
+            Some(new) => {
+                let n = new.len();
+                body.splice(at..at + 1, new);
+                at += n;
+            }
+            None => at += 1,
+        }
     }
     v.block(body)
 }
 
 /// Walks one statement (at index `at` of its block) and its bodies with `v`: [`visit_mut`]
-/// without a block of its own (so not offered to [`VisitorMut::splice`]).
+/// without a block of its own (so not offered to [`VisitorMut::splice`] and
+/// [`VisitorMut::splice_after`]).
 pub fn visit_stmt_mut<V: VisitorMut + ?Sized>(
     st: &mut Stmt,
     at: usize,
@@ -587,6 +610,8 @@ mod tests {
     struct Scopes<'a> {
         around: Vec<String>,
         seen: Vec<(String, Vec<String>)>,
+        /// Each statement once its bodies were walked.
+        after: Vec<String>,
         skip_consumers: bool,
         k: &'a Kernel,
     }
@@ -615,6 +640,10 @@ mod tests {
                 self.around.pop();
             }
         }
+
+        fn after(&mut self, st: &'s Stmt, at: usize) {
+            self.after.push(format!("{at}: {}", self.k.stmt_head(st)));
+        }
     }
 
     #[test]
@@ -624,6 +653,7 @@ mod tests {
         let mut v = Scopes {
             around: Vec::new(),
             seen: Vec::new(),
+            after: Vec::new(),
             skip_consumers: false,
             k: &k,
         };
@@ -651,9 +681,24 @@ mod tests {
             ]
         );
         assert!(v.around.is_empty(), "every scope pushed was popped");
+        // Inner statements first: a statement is done after its bodies.
+        assert_eq!(
+            v.after[..6],
+            [
+                "0: __syncthreads()",
+                "0: __syncthreads()",
+                "1: bulk_commit_group",
+                "0: let e = 0",
+                "0: if i < 2:",
+                "1: bulk_commit_group",
+            ]
+        );
+        assert_eq!(v.after.len(), 12);
+        assert_eq!(v.after[11], "2: producer warps (if warp):");
         let mut v = Scopes {
             around: Vec::new(),
             seen: Vec::new(),
+            after: Vec::new(),
             skip_consumers: true,
             k: &k,
         };
@@ -694,6 +739,11 @@ mod tests {
             }
         }
 
+        fn splice_after(&mut self, st: &mut Stmt, _at: usize) -> Result<Option<Vec<Stmt>>, String> {
+            // An `if` (its branches done) is followed by a fence.
+            Ok(matches!(st, Stmt::If { .. }).then(|| vec![st.clone(), Stmt::FenceProxyAsync]))
+        }
+
         fn enter(&mut self, st: &Stmt, _body: usize) -> Result<Flow, String> {
             if matches!(st, Stmt::Loop(_)) {
                 self.depth += 1;
@@ -732,6 +782,7 @@ mod tests {
       __syncthreads()
     else:
       let e = 1
+    fence.proxy.async.shared::cta
     __syncthreads()
   producer warps (if warp):
     cluster_sync

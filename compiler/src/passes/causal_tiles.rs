@@ -47,7 +47,8 @@ use crate::diag::Diagnostic;
 use crate::fusion::{
     BinaryOp, ExprId, Fusion, IterId, Op, Operand, ParallelType, TensorId, TernaryOp,
 };
-use crate::kir::{BufferId, Data, Kernel, Stmt, Val};
+use crate::kir::{visit_mut, visit_stmt_mut, BufferId, Data, Flow, Kernel, Stmt, Val, VisitorMut};
+use std::convert::Infallible;
 
 /// A causal mask on the scores of an online softmax ([`find`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -188,18 +189,16 @@ pub fn bound(
             continue;
         }
         // The tile loops with the query loop around them, each bounded by its query tile.
-        let mut found: Option<(String, i64)> = None;
-        let mut enclosing: Vec<(LoopKey, String)> = Vec::new();
-        bound_in(
+        let mut walk = BoundTiles {
             cx,
-            &mut k.body,
             tile_key,
-            &mask,
+            mask: &mask,
             bk,
-            &mut enclosing,
-            &mut found,
-        );
-        let Some((query_var, bq)) = found else {
+            enclosing: Vec::new(),
+            found: None,
+        };
+        let Ok(()) = visit_mut(&mut k.body, &mut walk);
+        let Some((query_var, bq)) = walk.found else {
             continue;
         };
         let kept_tiles = kept_tiles(Val::Var(query_var), bq, bk, mask.offset);
@@ -249,46 +248,63 @@ fn scaled(c: i64, v: Val) -> Val {
     }
 }
 
-/// Bounds every loop of key `tile_key` in `body` under a loop over the mask's query class;
-/// `found` is the query loop's variable and tile (the first one met; a second, different one
-/// leaves its tile loops unbounded).
-fn bound_in(
-    cx: &Ctx,
-    body: &mut [Stmt],
+/// Bounds every loop of key `tile_key` under a loop over the mask's query class (a walk of the
+/// kernel); `found` is the query loop's variable and tile (the first one met; a second,
+/// different one leaves its tile loops unbounded).
+struct BoundTiles<'s, 'c> {
+    cx: &'s Ctx<'c>,
     tile_key: LoopKey,
-    mask: &CausalMask,
+    mask: &'s CausalMask,
     bk: i64,
-    enclosing: &mut Vec<(LoopKey, String)>,
-    found: &mut Option<(String, i64)>,
-) {
-    for s in body {
-        if let Stmt::Loop(l) = s {
-            if l.key == tile_key {
-                let query =
-                    enclosing
-                        .iter()
-                        .rev()
-                        .find_map(|(key, var)| match tiled_class(cx, *key) {
-                            Some((c, bq)) if c == mask.query => Some((var.clone(), bq)),
-                            _ => None,
-                        });
-                if let Some((var, bq)) = query {
-                    if found.as_ref().is_none_or(|(v, b)| *v == var && *b == bq) {
-                        let last = visible_tiles(Val::Var(var.clone()), bq, bk);
-                        l.extent = Val::min(l.extent.clone(), last);
-                        *found = Some((var, bq));
-                    }
-                }
-                continue;
+    /// The loops around the statement walked, outermost first.
+    enclosing: Vec<(LoopKey, String)>,
+    found: Option<(String, i64)>,
+}
+
+impl VisitorMut for BoundTiles<'_, '_> {
+    type Error = Infallible;
+
+    fn stmt(&mut self, s: &mut Stmt, _at: usize) -> Result<Flow, Infallible> {
+        let Stmt::Loop(l) = s else {
+            return Ok(Flow::Descend);
+        };
+        if l.key != self.tile_key {
+            return Ok(Flow::Descend);
+        }
+        let query =
+            self.enclosing
+                .iter()
+                .rev()
+                .find_map(|(key, var)| match tiled_class(self.cx, *key) {
+                    Some((c, bq)) if c == self.mask.query => Some((var.clone(), bq)),
+                    _ => None,
+                });
+        if let Some((var, bq)) = query {
+            if self
+                .found
+                .as_ref()
+                .is_none_or(|(v, b)| *v == var && *b == bq)
+            {
+                let last = visible_tiles(Val::Var(var.clone()), bq, self.bk);
+                l.extent = Val::min(l.extent.clone(), last);
+                self.found = Some((var, bq));
             }
-            enclosing.push((l.key, l.var.clone()));
-            bound_in(cx, &mut l.body, tile_key, mask, bk, enclosing, found);
-            enclosing.pop();
-            continue;
         }
-        for child in s.children_mut() {
-            bound_in(cx, child, tile_key, mask, bk, enclosing, found);
+        Ok(Flow::Skip)
+    }
+
+    fn enter(&mut self, s: &Stmt, _body: usize) -> Result<Flow, Infallible> {
+        if let Stmt::Loop(l) = s {
+            self.enclosing.push((l.key, l.var.clone()));
         }
+        Ok(Flow::Descend)
+    }
+
+    fn leave(&mut self, s: &mut Stmt, _body: usize) -> Result<(), Infallible> {
+        if let Stmt::Loop(_) = s {
+            self.enclosing.pop();
+        }
+        Ok(())
     }
 }
 
@@ -404,26 +420,46 @@ fn computes(s: &Stmt, e: ExprId) -> bool {
 /// `s` without the mask: the `where` takes its kept value, the condition's computations and
 /// buffers go.
 fn unmask(s: &mut Stmt, mask: &CausalMask, condition_buffers: &[BufferId]) {
-    if let Stmt::Compute(c) = s {
-        if c.expr == mask.select {
-            if let Data::Ternary(TernaryOp::Where, _, operands) = &c.value {
-                let [_, kept, _] = &**operands;
-                c.value = kept.clone();
+    let Ok(()) = visit_stmt_mut(
+        s,
+        0,
+        &mut Unmask {
+            mask,
+            condition_buffers,
+        },
+    );
+}
+
+/// The walk of [`unmask`].
+struct Unmask<'s> {
+    mask: &'s CausalMask,
+    condition_buffers: &'s [BufferId],
+}
+
+impl VisitorMut for Unmask<'_> {
+    type Error = Infallible;
+
+    fn stmt(&mut self, s: &mut Stmt, _at: usize) -> Result<Flow, Infallible> {
+        if let Stmt::Compute(c) = s {
+            if c.expr == self.mask.select {
+                if let Data::Ternary(TernaryOp::Where, _, operands) = &c.value {
+                    let [_, kept, _] = &**operands;
+                    c.value = kept.clone();
+                }
             }
         }
-        return;
+        Ok(Flow::Descend)
     }
-    for body in s.children_mut() {
-        for t in body.iter_mut() {
-            unmask(t, mask, condition_buffers);
-        }
+
+    fn block(&mut self, body: &mut Vec<Stmt>) -> Result<(), Infallible> {
         // The predicate's conditions around the condition's computations go with them.
         body.retain(|t| match t {
-            Stmt::Compute(c) => !mask.condition.contains(&c.expr),
-            Stmt::Alloc(b) => !condition_buffers.contains(b),
+            Stmt::Compute(c) => !self.mask.condition.contains(&c.expr),
+            Stmt::Alloc(b) => !self.condition_buffers.contains(b),
             Stmt::If { then, els, .. } => !(then.is_empty() && els.is_empty()),
             _ => true,
         });
+        Ok(())
     }
 }
 
