@@ -162,11 +162,18 @@ pub fn try_rewrite_pre<E>(
 }
 
 /// A read-only walk with scope: [`visit`] calls [`Visitor::stmt`] on each statement, outer
-/// ones first, then for each of its bodies [`Visitor::enter`], the body's statements and
-/// [`Visitor::leave`], then [`Visitor::after`] on the statement. A scope a statement opens for
+/// ones first, then for each of its bodies [`Visitor::enter`], [`Visitor::block_start`], the
+/// body's statements and [`Visitor::leave`], then [`Visitor::after`] on the statement. A scope a statement opens for
 /// all its bodies is pushed in `stmt` and popped in `after`; one per body in `enter` and
 /// `leave`. Every hook has a default that descends everywhere and keeps nothing.
 pub trait Visitor<'a> {
+    /// A block (a body entered, or the walked block itself) before its statements;
+    /// [`Flow::Skip`]: none of them.
+    fn block_start(&mut self, body: &'a [Stmt]) -> Flow {
+        let _ = body;
+        Flow::Descend
+    }
+
     /// Statement `st`, at index `at` of its block; [`Flow::Skip`]: none of its bodies.
     fn stmt(&mut self, st: &'a Stmt, at: usize) -> Flow {
         let _ = (st, at);
@@ -193,6 +200,9 @@ pub trait Visitor<'a> {
 
 /// Walks `body` with `v` (see [`Visitor`]).
 pub fn visit<'a, V: Visitor<'a> + ?Sized>(body: &'a [Stmt], v: &mut V) {
+    if v.block_start(body) == Flow::Skip {
+        return;
+    }
     for (at, st) in body.iter().enumerate() {
         if v.stmt(st, at) == Flow::Descend {
             for (i, child) in st.children().enumerate() {
@@ -206,11 +216,12 @@ pub fn visit<'a, V: Visitor<'a> + ?Sized>(body: &'a [Stmt], v: &mut V) {
     }
 }
 
-/// An in-place walk with scope: [`visit_mut`] offers each statement, outer ones first, to
+/// An in-place walk with scope: [`visit_mut`] calls [`VisitorMut::block_start`] on the block,
+/// then offers each statement, outer ones first, to
 /// [`VisitorMut::splice`] (which may replace it by any number of statements, not walked), else
 /// calls [`VisitorMut::stmt`] on it (which may change it or replace it by one statement), then
-/// for each body of what it left [`VisitorMut::enter`], the body's statements,
-/// [`VisitorMut::block`] on the body and [`VisitorMut::leave`], then offers the statement to
+/// for each body of what it left [`VisitorMut::enter`], the body's walk (as the block's) and
+/// [`VisitorMut::leave`], then offers the statement to
 /// [`VisitorMut::splice_after`]; last [`VisitorMut::block`] on the walked block itself. Blocks
 /// are edited in place, not rebuilt. The first error stops the walk (the tree is then left
 /// partly visited).
@@ -251,6 +262,14 @@ pub trait VisitorMut {
         Ok(None)
     }
 
+    /// A block (a body entered, or the walked block itself) before its statements, in the
+    /// scope of the statement holding it; [`Flow::Skip`]: none of them (the block may have been
+    /// rewritten here). [`VisitorMut::block`] follows either way.
+    fn block_start(&mut self, body: &mut Vec<Stmt>) -> Result<Flow, Self::Error> {
+        let _ = body;
+        Ok(Flow::Descend)
+    }
+
     /// A block whose statements were all walked, in the scope of the statement holding it.
     fn block(&mut self, body: &mut Vec<Stmt>) -> Result<(), Self::Error> {
         let _ = body;
@@ -260,7 +279,11 @@ pub trait VisitorMut {
 
 /// Walks `body` with `v`, then calls [`VisitorMut::block`] on it (see [`VisitorMut`]).
 pub fn visit_mut<V: VisitorMut + ?Sized>(body: &mut Vec<Stmt>, v: &mut V) -> Result<(), V::Error> {
-    let mut at = 0;
+    let mut at = if v.block_start(body)? == Flow::Skip {
+        body.len()
+    } else {
+        0
+    };
     while at < body.len() {
         if let Some(new) = v.splice(&mut body[at], at)? {
             let n = new.len();
@@ -837,5 +860,80 @@ mod tests {
 "
         );
         assert!(find_mut(&mut body, &mut |s| *s == Stmt::ClusterSync).is_none());
+    }
+
+    /// Replaces each block that holds a `bulk_commit_group` by one `cluster_sync` before its
+    /// statements are walked, counting the statements walked and the blocks finished.
+    #[derive(Default)]
+    struct Blocks {
+        walked: usize,
+        finished: usize,
+    }
+
+    impl VisitorMut for Blocks {
+        type Error = Infallible;
+
+        fn block_start(&mut self, body: &mut Vec<Stmt>) -> Result<Flow, Infallible> {
+            if !body.contains(&Stmt::BulkCommit) {
+                return Ok(Flow::Descend);
+            }
+            *body = vec![Stmt::ClusterSync];
+            Ok(Flow::Skip)
+        }
+
+        fn stmt(&mut self, _st: &mut Stmt, _at: usize) -> Result<Flow, Infallible> {
+            self.walked += 1;
+            Ok(Flow::Descend)
+        }
+
+        fn block(&mut self, _body: &mut Vec<Stmt>) -> Result<(), Infallible> {
+            self.finished += 1;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_block_may_be_rewritten_or_skipped_before_its_statements() {
+        let mut body = sample();
+        let mut v = Blocks::default();
+        let Ok(()) = visit_mut(&mut body, &mut v);
+        // Loop i's body holds a commit: replaced whole, nothing in it walked.
+        assert_eq!(
+            text(&body),
+            "  __syncthreads()
+  for i in 4 @Serial key 0:
+    cluster_sync
+  producer warps (if warp):
+    for p in 4 @Serial key 0:
+      __syncthreads()
+  consumer warps (128 threads, barriers are named):
+    let c = 0
+    __syncthreads()
+"
+        );
+        // sync, loop i, roles, loop p, its sync, let c, sync.
+        assert_eq!(v.walked, 7);
+        // Loop i's (skipped, still finished), loop p's, producer, consumer, the kernel's.
+        assert_eq!(v.finished, 5);
+        // Read-only: a block skipped before its statements.
+        struct Count(usize);
+        impl<'a> Visitor<'a> for Count {
+            fn block_start(&mut self, body: &'a [Stmt]) -> Flow {
+                if body.iter().any(|s| matches!(s, Stmt::Let { .. })) {
+                    Flow::Skip
+                } else {
+                    Flow::Descend
+                }
+            }
+            fn stmt(&mut self, _st: &'a Stmt, _at: usize) -> Flow {
+                self.0 += 1;
+                Flow::Descend
+            }
+        }
+        let mut count = Count(0);
+        visit(&sample(), &mut count);
+        // The `if`'s else and the consumers' branch hold lets: sync, loop i, if, its two
+        // statements, commit, roles, loop p, its sync.
+        assert_eq!(count.0, 9);
     }
 }
