@@ -335,9 +335,23 @@ struct Walk<'k> {
     /// The thread-bound loops around the statement being walked.
     threads: Vec<ThreadLoop<'k>>,
     events: Vec<Event<'k>>,
+    /// The guards around the statement being walked.
+    guards: Guards<'k>,
+    /// The (non-hardware) loop around it: its place in `loops`.
+    lp: Option<usize>,
+    /// What entering each body around it changed, innermost last.
+    scopes: Vec<Scope>,
     /// Whether computes are events: only the epilogues of wgmma products read them, and a
     /// large kernel without any has thousands.
     computes: bool,
+}
+
+/// What entering a body changed in the [`Walk`]: the guards before it, the loop around it, and
+/// whether it is a thread-bound loop's (a binding pushed on `threads`).
+struct Scope {
+    guards: usize,
+    lp: Option<usize>,
+    thread: bool,
 }
 
 /// The role part (thread conditions) of a guard list: None for every thread.
@@ -422,9 +436,12 @@ pub fn extract(k: &Kernel, plan: &PipelinePlan) -> PipelineView {
         loops: Vec::new(),
         threads: Vec::new(),
         events: Vec::new(),
+        guards: Vec::new(),
+        lp: None,
+        scopes: Vec::new(),
         computes: has_wgmma(&k.body),
     };
-    walk.block(&k.body, &mut Vec::new(), None);
+    crate::kir::visit(&k.body, &mut walk);
     let events = &walk.events;
 
     // The pipelines: the plan's streams of copies (each completes on one full barrier), in the

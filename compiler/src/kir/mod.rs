@@ -32,9 +32,9 @@ pub use parse::{parse, ParseError, MAX_BLOCK_DEPTH, MAX_DEPTH};
 pub use print::{access_text, IrLines};
 pub use val::Val;
 pub use visit::{
-    any_stmt, for_each_block_mut, for_each_in_loops, for_each_stmt, for_each_stmt_mut,
-    reduce_scratch_per_thread, rewrite_post, rewrite_pre, try_rewrite_post, try_rewrite_pre, walk,
-    Flow, Step,
+    any_stmt, find_mut, for_each_block_mut, for_each_in_loops, for_each_stmt, for_each_stmt_mut,
+    reduce_scratch_per_thread, rewrite_post, rewrite_pre, try_rewrite_post, try_rewrite_pre, visit,
+    visit_mut, visit_stmt_mut, walk, Flow, Step, Visitor, VisitorMut,
 };
 
 crate::id::define_id!(

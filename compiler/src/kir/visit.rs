@@ -7,6 +7,13 @@
 //! (zero or more statements): [`rewrite_post`] after the statement's bodies were rewritten,
 //! [`rewrite_pre`] before, then into the replacements' bodies unless told to stop. Their `try_`
 //! forms stop at the first error (the block is then left partly rewritten).
+//!
+//! Walks that keep a scope (the loops entered so far and what each binds, the guards of the
+//! branch, a per-block state) implement [`Visitor`] (read-only, [`visit`]) or [`VisitorMut`]
+//! (in place, [`visit_mut`]): hooks on each statement, on entering and leaving each of its
+//! bodies (where a scope is pushed and popped, or a body is skipped) and, in place, on each
+//! block once its statements are done. [`find_mut`] reaches the block of the first statement
+//! a search names, to edit it there.
 
 use super::{Loop, Stmt};
 use std::convert::Infallible;
@@ -152,6 +159,213 @@ pub fn try_rewrite_pre<E>(
         }
     }
     Ok(())
+}
+
+/// A read-only walk with scope: [`visit`] calls [`Visitor::stmt`] on each statement, outer
+/// ones first, then for each of its bodies [`Visitor::enter`], [`Visitor::block_start`], the
+/// body's statements and [`Visitor::leave`], then [`Visitor::after`] on the statement. A scope a statement opens for
+/// all its bodies is pushed in `stmt` and popped in `after`; one per body in `enter` and
+/// `leave`. Every hook has a default that descends everywhere and keeps nothing.
+pub trait Visitor<'a> {
+    /// A block (a body entered, or the walked block itself) before its statements;
+    /// [`Flow::Skip`]: none of them.
+    fn block_start(&mut self, body: &'a [Stmt]) -> Flow {
+        let _ = body;
+        Flow::Descend
+    }
+
+    /// Statement `st`, at index `at` of its block; [`Flow::Skip`]: none of its bodies.
+    fn stmt(&mut self, st: &'a Stmt, at: usize) -> Flow {
+        let _ = (st, at);
+        Flow::Descend
+    }
+
+    /// Before body `body` of `st` (its place in [`Stmt::children`]); [`Flow::Skip`]: not
+    /// this body (and no [`Visitor::leave`] for it).
+    fn enter(&mut self, st: &'a Stmt, body: usize) -> Flow {
+        let _ = (st, body);
+        Flow::Descend
+    }
+
+    /// After body `body` of `st` was walked.
+    fn leave(&mut self, st: &'a Stmt, body: usize) {
+        let _ = (st, body);
+    }
+
+    /// After `st` (at index `at` of its block) and its bodies, whatever [`Visitor::stmt`] said.
+    fn after(&mut self, st: &'a Stmt, at: usize) {
+        let _ = (st, at);
+    }
+}
+
+/// Walks `body` with `v` (see [`Visitor`]).
+pub fn visit<'a, V: Visitor<'a> + ?Sized>(body: &'a [Stmt], v: &mut V) {
+    if v.block_start(body) == Flow::Skip {
+        return;
+    }
+    for (at, st) in body.iter().enumerate() {
+        if v.stmt(st, at) == Flow::Descend {
+            for (i, child) in st.children().enumerate() {
+                if v.enter(st, i) == Flow::Descend {
+                    visit(child, v);
+                    v.leave(st, i);
+                }
+            }
+        }
+        v.after(st, at);
+    }
+}
+
+/// An in-place walk with scope: [`visit_mut`] calls [`VisitorMut::block_start`] on the block,
+/// then offers each statement, outer ones first, to
+/// [`VisitorMut::splice`] (which may replace it by any number of statements, not walked), else
+/// calls [`VisitorMut::stmt`] on it (which may change it or replace it by one statement), then
+/// for each body of what it left [`VisitorMut::enter`], the body's walk (as the block's) and
+/// [`VisitorMut::leave`], then offers the statement to
+/// [`VisitorMut::splice_after`]; last [`VisitorMut::block`] on the walked block itself. Blocks
+/// are edited in place, not rebuilt. The first error stops the walk (the tree is then left
+/// partly visited).
+pub trait VisitorMut {
+    /// What a hook may fail with (`Infallible` for walks that cannot).
+    type Error;
+
+    /// Statement `st`, at index `at` of its block, before anything else: `Some` replaces it by
+    /// those statements, which the walk then passes over.
+    fn splice(&mut self, st: &mut Stmt, at: usize) -> Result<Option<Vec<Stmt>>, Self::Error> {
+        let _ = (st, at);
+        Ok(None)
+    }
+
+    /// Statement `st`, at index `at` of its block; [`Flow::Skip`]: none of its bodies.
+    fn stmt(&mut self, st: &mut Stmt, at: usize) -> Result<Flow, Self::Error> {
+        let _ = (st, at);
+        Ok(Flow::Descend)
+    }
+
+    /// Before body `body` of `st` (its place in [`Stmt::children_mut`]); [`Flow::Skip`]: not
+    /// this body (and no [`VisitorMut::leave`] for it).
+    fn enter(&mut self, st: &Stmt, body: usize) -> Result<Flow, Self::Error> {
+        let _ = (st, body);
+        Ok(Flow::Descend)
+    }
+
+    /// After body `body` of `st` was walked (and its [`VisitorMut::block`] called).
+    fn leave(&mut self, st: &mut Stmt, body: usize) -> Result<(), Self::Error> {
+        let _ = (st, body);
+        Ok(())
+    }
+
+    /// Statement `st`, at index `at` of its block, after its bodies were walked (whatever
+    /// [`VisitorMut::stmt`] said): `Some` replaces it by those statements.
+    fn splice_after(&mut self, st: &mut Stmt, at: usize) -> Result<Option<Vec<Stmt>>, Self::Error> {
+        let _ = (st, at);
+        Ok(None)
+    }
+
+    /// A block (a body entered, or the walked block itself) before its statements, in the
+    /// scope of the statement holding it; [`Flow::Skip`]: none of them (the block may have been
+    /// rewritten here). [`VisitorMut::block`] follows either way.
+    fn block_start(&mut self, body: &mut Vec<Stmt>) -> Result<Flow, Self::Error> {
+        let _ = body;
+        Ok(Flow::Descend)
+    }
+
+    /// A block whose statements were all walked, in the scope of the statement holding it.
+    fn block(&mut self, body: &mut Vec<Stmt>) -> Result<(), Self::Error> {
+        let _ = body;
+        Ok(())
+    }
+}
+
+/// Walks `body` with `v`, then calls [`VisitorMut::block`] on it (see [`VisitorMut`]).
+pub fn visit_mut<V: VisitorMut + ?Sized>(body: &mut Vec<Stmt>, v: &mut V) -> Result<(), V::Error> {
+    let mut at = if v.block_start(body)? == Flow::Skip {
+        body.len()
+    } else {
+        0
+    };
+    while at < body.len() {
+        if let Some(new) = v.splice(&mut body[at], at)? {
+            let n = new.len();
+            body.splice(at..at + 1, new);
+            at += n;
+            continue;
+        }
+        visit_stmt_mut(&mut body[at], at, v)?;
+        match v.splice_after(&mut body[at], at)? {
+            Some(new) => {
+                let n = new.len();
+                body.splice(at..at + 1, new);
+                at += n;
+            }
+            None => at += 1,
+        }
+    }
+    v.block(body)
+}
+
+/// Walks one statement (at index `at` of its block) and its bodies with `v`: [`visit_mut`]
+/// without a block of its own (so not offered to [`VisitorMut::splice`] and
+/// [`VisitorMut::splice_after`]).
+pub fn visit_stmt_mut<V: VisitorMut + ?Sized>(
+    st: &mut Stmt,
+    at: usize,
+    v: &mut V,
+) -> Result<(), V::Error> {
+    if v.stmt(st, at)? == Flow::Skip {
+        return Ok(());
+    }
+    let bodies = st.children().count();
+    for i in 0..bodies {
+        if v.enter(st, i)? == Flow::Skip {
+            continue;
+        }
+        // `leave` may have replaced the statement by one with fewer bodies.
+        let Some(child) = st.children_mut().nth(i) else {
+            break;
+        };
+        visit_mut(child, v)?;
+        v.leave(st, i)?;
+    }
+    Ok(())
+}
+
+/// The block holding the first statement (outer ones first, in block order) for which `pred`
+/// holds, and the statement's index in it.
+pub fn find_mut<'a>(
+    body: &'a mut Vec<Stmt>,
+    pred: &mut dyn FnMut(&Stmt) -> bool,
+) -> Option<(&'a mut Vec<Stmt>, usize)> {
+    /// The path to the statement: (statement, body) per block entered, then its index.
+    fn path(
+        body: &[Stmt],
+        pred: &mut dyn FnMut(&Stmt) -> bool,
+        to: &mut Vec<(usize, usize)>,
+    ) -> Option<usize> {
+        for (at, st) in body.iter().enumerate() {
+            if pred(st) {
+                return Some(at);
+            }
+            for (i, child) in st.children().enumerate() {
+                to.push((at, i));
+                if let Some(found) = path(child, pred, to) {
+                    return Some(found);
+                }
+                to.pop();
+            }
+        }
+        None
+    }
+    let mut to = Vec::new();
+    let at = path(body, pred, &mut to)?;
+    let mut block = body;
+    for (st, i) in to {
+        block = block[st]
+            .children_mut()
+            .nth(i)
+            .expect("the path found above");
+    }
+    Some((block, at))
 }
 
 /// Bytes of reduction scratch (shared memory) per thread of the block that `body`'s block
@@ -412,5 +626,314 @@ mod tests {
         for_each_block_mut(&mut body, &mut |b| sizes.push(b.len()));
         // Inner blocks first: loop i, loop p, producer, consumer, the kernel's.
         assert_eq!(sizes, [0, 1, 1, 2, 3]);
+    }
+
+    /// Records the scope of every statement: the loops around it and, inside warp roles,
+    /// which branch; the consumers' branch skipped on request.
+    struct Scopes<'a> {
+        around: Vec<String>,
+        seen: Vec<(String, Vec<String>)>,
+        /// Each statement once its bodies were walked.
+        after: Vec<String>,
+        skip_consumers: bool,
+        k: &'a Kernel,
+    }
+
+    impl<'a, 's> Visitor<'s> for Scopes<'a> {
+        fn stmt(&mut self, st: &'s Stmt, at: usize) -> Flow {
+            self.seen.push((
+                format!("{at}: {}", self.k.stmt_head(st)),
+                self.around.clone(),
+            ));
+            Flow::Descend
+        }
+
+        fn enter(&mut self, st: &'s Stmt, body: usize) -> Flow {
+            match st {
+                Stmt::Loop(l) => self.around.push(l.var.clone()),
+                Stmt::WarpRoles(_) if body == 1 && self.skip_consumers => return Flow::Skip,
+                Stmt::WarpRoles(_) => self.around.push(["producer", "consumer"][body].into()),
+                _ => {}
+            }
+            Flow::Descend
+        }
+
+        fn leave(&mut self, st: &'s Stmt, _body: usize) {
+            if matches!(st, Stmt::Loop(_) | Stmt::WarpRoles(_)) {
+                self.around.pop();
+            }
+        }
+
+        fn after(&mut self, st: &'s Stmt, at: usize) {
+            self.after.push(format!("{at}: {}", self.k.stmt_head(st)));
+        }
+    }
+
+    #[test]
+    fn a_visitor_sees_each_statement_in_the_scope_its_hooks_pushed() {
+        let body = sample();
+        let k = kernel(Vec::new());
+        let mut v = Scopes {
+            around: Vec::new(),
+            seen: Vec::new(),
+            after: Vec::new(),
+            skip_consumers: false,
+            k: &k,
+        };
+        visit(&body, &mut v);
+        let seen: Vec<String> = v
+            .seen
+            .iter()
+            .map(|(s, around)| format!("{s} [{}]", around.join(" ")))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                "0: __syncthreads() []",
+                "1: for i in 4 @Serial key 0: []",
+                "0: if i < 2: [i]",
+                "0: __syncthreads() [i]",
+                "1: bulk_commit_group [i]",
+                "0: let e = 0 [i]",
+                "1: bulk_commit_group [i]",
+                "2: producer warps (if warp): []",
+                "0: for p in 4 @Serial key 0: [producer]",
+                "0: __syncthreads() [producer p]",
+                "0: let c = 0 [consumer]",
+                "1: __syncthreads() [consumer]",
+            ]
+        );
+        assert!(v.around.is_empty(), "every scope pushed was popped");
+        // Inner statements first: a statement is done after its bodies.
+        assert_eq!(
+            v.after[..6],
+            [
+                "0: __syncthreads()",
+                "0: __syncthreads()",
+                "1: bulk_commit_group",
+                "0: let e = 0",
+                "0: if i < 2:",
+                "1: bulk_commit_group",
+            ]
+        );
+        assert_eq!(v.after.len(), 12);
+        assert_eq!(v.after[11], "2: producer warps (if warp):");
+        let mut v = Scopes {
+            around: Vec::new(),
+            seen: Vec::new(),
+            after: Vec::new(),
+            skip_consumers: true,
+            k: &k,
+        };
+        visit(&body, &mut v);
+        assert_eq!(v.seen.len(), 10, "the consumers' two statements skipped");
+        assert!(v.around.is_empty(), "no leave for a body not entered");
+    }
+
+    /// Numbers each `let` by the loops around it, closes each loop's body with a barrier on
+    /// leaving it, and drops a block's trailing `bulk_commit_group`; fails on a `let` named `x`.
+    #[derive(Default)]
+    struct Depths {
+        depth: i64,
+        blocks: usize,
+    }
+
+    impl VisitorMut for Depths {
+        type Error = String;
+
+        fn splice(&mut self, st: &mut Stmt, at: usize) -> Result<Option<Vec<Stmt>>, String> {
+            // A barrier after the first statement of a block becomes two (not walked again).
+            Ok((*st == Stmt::Sync && at > 0).then(|| vec![Stmt::WgmmaFence, Stmt::Sync]))
+        }
+
+        fn stmt(&mut self, st: &mut Stmt, _at: usize) -> Result<Flow, String> {
+            match st {
+                Stmt::Let { var, .. } if var == "x" => Err(format!("let {var}")),
+                Stmt::Let { value, .. } => {
+                    *value = Val::Int(self.depth);
+                    Ok(Flow::Descend)
+                }
+                // Replaced in place: its body is the new statement's (none).
+                Stmt::Loop(l) if l.var == "p" => {
+                    *st = Stmt::ClusterSync;
+                    Ok(Flow::Descend)
+                }
+                _ => Ok(Flow::Descend),
+            }
+        }
+
+        fn splice_after(&mut self, st: &mut Stmt, _at: usize) -> Result<Option<Vec<Stmt>>, String> {
+            // An `if` (its branches done) is followed by a fence.
+            Ok(matches!(st, Stmt::If { .. }).then(|| vec![st.clone(), Stmt::FenceProxyAsync]))
+        }
+
+        fn enter(&mut self, st: &Stmt, _body: usize) -> Result<Flow, String> {
+            if matches!(st, Stmt::Loop(_)) {
+                self.depth += 1;
+            }
+            Ok(Flow::Descend)
+        }
+
+        fn leave(&mut self, st: &mut Stmt, _body: usize) -> Result<(), String> {
+            if let Stmt::Loop(l) = st {
+                self.depth -= 1;
+                l.body.push(Stmt::Sync);
+            }
+            Ok(())
+        }
+
+        fn block(&mut self, body: &mut Vec<Stmt>) -> Result<(), String> {
+            self.blocks += 1;
+            if body.last() == Some(&Stmt::BulkCommit) {
+                body.pop();
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_in_place_visitor_rewrites_in_scope_and_edits_blocks_after_their_statements() {
+        let mut body = sample();
+        let mut v = Depths::default();
+        let r = visit_mut(&mut body, &mut v);
+        assert_eq!(r, Ok(()));
+        assert_eq!(
+            text(&body),
+            "  __syncthreads()
+  for i in 4 @Serial key 0:
+    if i < 2:
+      __syncthreads()
+    else:
+      let e = 1
+    fence.proxy.async.shared::cta
+    __syncthreads()
+  producer warps (if warp):
+    cluster_sync
+  consumer warps (128 threads, barriers are named):
+    let c = 0
+    wgmma.fence
+    __syncthreads()
+"
+        );
+        // The kernel's block, loop i's, then, els, producer, consumer.
+        assert_eq!(v.blocks, 6);
+        assert_eq!(v.depth, 0);
+        let mut body = vec![serial("i", vec![let_("x"), let_("y")]), let_("z")];
+        let r = visit_mut(&mut body, &mut Depths::default());
+        assert_eq!(r, Err("let x".to_string()));
+        assert_eq!(
+            text(&body),
+            "  for i in 4 @Serial key 0:\n    let x = 0\n    let y = 0\n  let z = 0\n",
+            "nothing after the error is visited"
+        );
+    }
+
+    #[test]
+    fn find_mut_reaches_the_block_of_the_first_statement_outer_ones_first() {
+        let mut body = sample();
+        let (block, at) = find_mut(&mut body, &mut |s| *s == Stmt::BulkCommit).expect("found");
+        // The `if`'s `then` holds the first, before the loop body's own.
+        assert_eq!((block.len(), at), (2, 1));
+        block.insert(at, Stmt::WgmmaFence);
+        let (block, at) = find_mut(
+            &mut body,
+            &mut |s| matches!(s, Stmt::Let { var, .. } if var == "c"),
+        )
+        .expect("found");
+        block.remove(at);
+        assert_eq!(
+            text(&body),
+            "  __syncthreads()
+  for i in 4 @Serial key 0:
+    if i < 2:
+      __syncthreads()
+      wgmma.fence
+      bulk_commit_group
+    else:
+      let e = 0
+    bulk_commit_group
+  producer warps (if warp):
+    for p in 4 @Serial key 0:
+      __syncthreads()
+  consumer warps (128 threads, barriers are named):
+    __syncthreads()
+"
+        );
+        assert!(find_mut(&mut body, &mut |s| *s == Stmt::ClusterSync).is_none());
+    }
+
+    /// Replaces each block that holds a `bulk_commit_group` by one `cluster_sync` before its
+    /// statements are walked, counting the statements walked and the blocks finished.
+    #[derive(Default)]
+    struct Blocks {
+        walked: usize,
+        finished: usize,
+    }
+
+    impl VisitorMut for Blocks {
+        type Error = Infallible;
+
+        fn block_start(&mut self, body: &mut Vec<Stmt>) -> Result<Flow, Infallible> {
+            if !body.contains(&Stmt::BulkCommit) {
+                return Ok(Flow::Descend);
+            }
+            *body = vec![Stmt::ClusterSync];
+            Ok(Flow::Skip)
+        }
+
+        fn stmt(&mut self, _st: &mut Stmt, _at: usize) -> Result<Flow, Infallible> {
+            self.walked += 1;
+            Ok(Flow::Descend)
+        }
+
+        fn block(&mut self, _body: &mut Vec<Stmt>) -> Result<(), Infallible> {
+            self.finished += 1;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_block_may_be_rewritten_or_skipped_before_its_statements() {
+        let mut body = sample();
+        let mut v = Blocks::default();
+        let Ok(()) = visit_mut(&mut body, &mut v);
+        // Loop i's body holds a commit: replaced whole, nothing in it walked.
+        assert_eq!(
+            text(&body),
+            "  __syncthreads()
+  for i in 4 @Serial key 0:
+    cluster_sync
+  producer warps (if warp):
+    for p in 4 @Serial key 0:
+      __syncthreads()
+  consumer warps (128 threads, barriers are named):
+    let c = 0
+    __syncthreads()
+"
+        );
+        // sync, loop i, roles, loop p, its sync, let c, sync.
+        assert_eq!(v.walked, 7);
+        // Loop i's (skipped, still finished), loop p's, producer, consumer, the kernel's.
+        assert_eq!(v.finished, 5);
+        // Read-only: a block skipped before its statements.
+        struct Count(usize);
+        impl<'a> Visitor<'a> for Count {
+            fn block_start(&mut self, body: &'a [Stmt]) -> Flow {
+                if body.iter().any(|s| matches!(s, Stmt::Let { .. })) {
+                    Flow::Skip
+                } else {
+                    Flow::Descend
+                }
+            }
+            fn stmt(&mut self, _st: &'a Stmt, _at: usize) -> Flow {
+                self.0 += 1;
+                Flow::Descend
+            }
+        }
+        let mut count = Count(0);
+        visit(&sample(), &mut count);
+        // The `if`'s else and the consumers' branch hold lets: sync, loop i, if, its two
+        // statements, commit, roles, loop p, its sync.
+        assert_eq!(count.0, 9);
     }
 }

@@ -21,9 +21,12 @@ use super::reduction::Accumulators;
 use super::tma::PipelinePlan;
 use crate::diag::Diagnostic;
 use crate::fusion::{IterId, IterKind, MemoryType, ParallelType, TensorId};
-use crate::kir::{Buffer, BufferId, Kernel, Stmt, Val};
+use crate::kir::{
+    visit, visit_mut, Buffer, BufferId, Flow, Kernel, Stmt, Val, Visitor, VisitorMut,
+};
 use crate::plan::SizeExpr;
 use rustc_hash::FxHashMap as HashMap;
+use std::convert::Infallible;
 
 /// Runs the pass; `accumulators` (from `reduction`) locate the errors about an accumulator.
 pub fn run(
@@ -274,9 +277,13 @@ fn insert_allocs(
     // Path to the first write of each buffer: (index, whether that statement is a loop).
     let wanted: HashMap<BufferId, usize> =
         allocs.iter().enumerate().map(|(i, a)| (a.0, i)).collect();
-    let mut first: HashMap<BufferId, Vec<(usize, bool)>> = HashMap::default();
-    let mut path = Vec::new();
-    first_writes(body, &wanted, &mut path, &mut first);
+    let mut walk = FirstWrites {
+        wanted: &wanted,
+        path: Vec::new(),
+        first: HashMap::default(),
+    };
+    visit(body, &mut walk);
+    let first = walk.first;
     // Insertions per block (keyed by the loop indices leading to it): (index, order, buffer).
     let mut at: HashMap<Vec<usize>, Vec<(usize, usize, BufferId)>> = HashMap::default();
     for (order, &(b, q, t)) in allocs.iter().enumerate() {
@@ -290,54 +297,88 @@ fn insert_allocs(
             .or_default()
             .push((path[depth].0, order, b));
     }
-    let mut prefix = Vec::new();
-    place(body, &mut prefix, &mut at);
+    let Ok(()) = visit_mut(
+        body,
+        &mut Place {
+            at: &mut at,
+            prefix: Vec::new(),
+        },
+    );
     Ok(())
 }
 
-fn first_writes(
-    body: &[Stmt],
-    wanted: &HashMap<BufferId, usize>,
-    path: &mut Vec<(usize, bool)>,
-    first: &mut HashMap<BufferId, Vec<(usize, bool)>>,
-) {
-    for (i, s) in body.iter().enumerate() {
+/// The path to the first write of each `wanted` buffer (a walk of the kernel): per statement
+/// around it and then its own, (index, whether that statement is a loop).
+struct FirstWrites<'s> {
+    wanted: &'s HashMap<BufferId, usize>,
+    /// The statements around the one walked.
+    path: Vec<(usize, bool)>,
+    first: HashMap<BufferId, Vec<(usize, bool)>>,
+}
+
+impl<'a> Visitor<'a> for FirstWrites<'_> {
+    fn stmt(&mut self, s: &'a Stmt, at: usize) -> Flow {
         match s {
             Stmt::Compute(c)
-                if wanted.contains_key(&c.out.buffer) && !first.contains_key(&c.out.buffer) =>
+                if self.wanted.contains_key(&c.out.buffer)
+                    && !self.first.contains_key(&c.out.buffer) =>
             {
-                let mut p = path.clone();
-                p.push((i, false));
-                first.insert(c.out.buffer, p);
+                let mut p = self.path.clone();
+                p.push((at, false));
+                self.first.insert(c.out.buffer, p);
             }
             _ => {}
         }
         // A write inside a condition (any statement but a loop) is allocated before it.
-        path.push((i, matches!(s, Stmt::Loop(_))));
-        for child in s.children() {
-            first_writes(child, wanted, path, first);
-        }
-        path.pop();
+        self.path.push((at, matches!(s, Stmt::Loop(_))));
+        Flow::Descend
+    }
+
+    fn after(&mut self, _s: &'a Stmt, _at: usize) {
+        self.path.pop();
     }
 }
 
-fn place(
-    body: &mut Vec<Stmt>,
-    prefix: &mut Vec<usize>,
-    at: &mut HashMap<Vec<usize>, Vec<(usize, usize, BufferId)>>,
-) {
-    for (i, s) in body.iter_mut().enumerate() {
+/// Writes the allocations `at` holds for each block (keyed by the indices of the loops
+/// leading to it) in front of their statements (a walk of the kernel's loops).
+struct Place<'s> {
+    at: &'s mut HashMap<Vec<usize>, Vec<(usize, usize, BufferId)>>,
+    /// The indices of the loops around the block walked.
+    prefix: Vec<usize>,
+}
+
+impl VisitorMut for Place<'_> {
+    type Error = Infallible;
+
+    fn stmt(&mut self, s: &mut Stmt, at: usize) -> Result<Flow, Infallible> {
         // Allocations go into loop bodies (see `insert_allocs`), not into other statements'.
         if !matches!(s, Stmt::Loop(_)) {
-            continue;
+            return Ok(Flow::Skip);
         }
-        prefix.push(i);
-        for child in s.children_mut() {
-            place(child, prefix, at);
-        }
-        prefix.pop();
+        self.prefix.push(at);
+        Ok(Flow::Descend)
     }
-    let Some(mut here) = at.remove(prefix.as_slice()) else {
+
+    fn splice_after(&mut self, s: &mut Stmt, _at: usize) -> Result<Option<Vec<Stmt>>, Infallible> {
+        if matches!(s, Stmt::Loop(_)) {
+            self.prefix.pop();
+        }
+        Ok(None)
+    }
+
+    fn block(&mut self, body: &mut Vec<Stmt>) -> Result<(), Infallible> {
+        place(body, &self.prefix, self.at);
+        Ok(())
+    }
+}
+
+/// Writes `at`'s allocations for the block `body` at `prefix` in front of their statements.
+fn place(
+    body: &mut Vec<Stmt>,
+    prefix: &[usize],
+    at: &mut HashMap<Vec<usize>, Vec<(usize, usize, BufferId)>>,
+) {
+    let Some(mut here) = at.remove(prefix) else {
         return;
     };
     // By index; at one index in the order given (the entries were pushed in that order, so the

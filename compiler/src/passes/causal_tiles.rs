@@ -47,7 +47,8 @@ use crate::diag::Diagnostic;
 use crate::fusion::{
     BinaryOp, ExprId, Fusion, IterId, Op, Operand, ParallelType, TensorId, TernaryOp,
 };
-use crate::kir::{BufferId, Data, Kernel, Stmt, Val};
+use crate::kir::{visit_mut, visit_stmt_mut, BufferId, Data, Flow, Kernel, Stmt, Val, VisitorMut};
+use std::convert::Infallible;
 
 /// A causal mask on the scores of an online softmax ([`find`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -188,20 +189,21 @@ pub fn bound(
             continue;
         }
         // The tile loops with the query loop around them, each bounded by its query tile.
-        let mut found: Option<(String, i64)> = None;
-        let mut enclosing: Vec<(LoopKey, String)> = Vec::new();
-        bound_in(
+        let mut walk = BoundTiles {
             cx,
-            &mut k.body,
             tile_key,
-            &mask,
+            mask: &mask,
             bk,
-            &mut enclosing,
-            &mut found,
-        );
-        let Some((query_var, bq)) = found else {
+            enclosing: Vec::new(),
+            found: None,
+        };
+        let Ok(()) = visit_mut(&mut k.body, &mut walk);
+        let Some((query_key, _, bq)) = walk.found else {
             continue;
         };
+        // The query loop's variable by its key (as the tile loop's), so that what `mask_tiles`
+        // is given does not depend on the text of the kernel this pass was given.
+        let query_var = cx.keys.names[query_key].clone();
         let kept_tiles = kept_tiles(Val::Var(query_var), bq, bk, mask.offset);
         out.push(ClassifiedLoop {
             mask,
@@ -249,46 +251,63 @@ fn scaled(c: i64, v: Val) -> Val {
     }
 }
 
-/// Bounds every loop of key `tile_key` in `body` under a loop over the mask's query class;
-/// `found` is the query loop's variable and tile (the first one met; a second, different one
-/// leaves its tile loops unbounded).
-fn bound_in(
-    cx: &Ctx,
-    body: &mut [Stmt],
+/// Bounds every loop of key `tile_key` under a loop over the mask's query class (a walk of the
+/// kernel); `found` is the query loop's key, variable and tile (the first one met; a second,
+/// different one leaves its tile loops unbounded).
+struct BoundTiles<'s, 'c> {
+    cx: &'s Ctx<'c>,
     tile_key: LoopKey,
-    mask: &CausalMask,
+    mask: &'s CausalMask,
     bk: i64,
-    enclosing: &mut Vec<(LoopKey, String)>,
-    found: &mut Option<(String, i64)>,
-) {
-    for s in body {
-        if let Stmt::Loop(l) = s {
-            if l.key == tile_key {
-                let query =
-                    enclosing
-                        .iter()
-                        .rev()
-                        .find_map(|(key, var)| match tiled_class(cx, *key) {
-                            Some((c, bq)) if c == mask.query => Some((var.clone(), bq)),
-                            _ => None,
-                        });
-                if let Some((var, bq)) = query {
-                    if found.as_ref().is_none_or(|(v, b)| *v == var && *b == bq) {
-                        let last = visible_tiles(Val::Var(var.clone()), bq, bk);
-                        l.extent = Val::min(l.extent.clone(), last);
-                        *found = Some((var, bq));
-                    }
-                }
-                continue;
+    /// The loops around the statement walked, outermost first.
+    enclosing: Vec<(LoopKey, String)>,
+    found: Option<(LoopKey, String, i64)>,
+}
+
+impl VisitorMut for BoundTiles<'_, '_> {
+    type Error = Infallible;
+
+    fn stmt(&mut self, s: &mut Stmt, _at: usize) -> Result<Flow, Infallible> {
+        let Stmt::Loop(l) = s else {
+            return Ok(Flow::Descend);
+        };
+        if l.key != self.tile_key {
+            return Ok(Flow::Descend);
+        }
+        let query =
+            self.enclosing
+                .iter()
+                .rev()
+                .find_map(|(key, var)| match tiled_class(self.cx, *key) {
+                    Some((c, bq)) if c == self.mask.query => Some((*key, var.clone(), bq)),
+                    _ => None,
+                });
+        if let Some((key, var, bq)) = query {
+            if self
+                .found
+                .as_ref()
+                .is_none_or(|(_, v, b)| *v == var && *b == bq)
+            {
+                let last = visible_tiles(Val::Var(var.clone()), bq, self.bk);
+                l.extent = Val::min(l.extent.clone(), last);
+                self.found = Some((key, var, bq));
             }
-            enclosing.push((l.key, l.var.clone()));
-            bound_in(cx, &mut l.body, tile_key, mask, bk, enclosing, found);
-            enclosing.pop();
-            continue;
         }
-        for child in s.children_mut() {
-            bound_in(cx, child, tile_key, mask, bk, enclosing, found);
+        Ok(Flow::Skip)
+    }
+
+    fn enter(&mut self, s: &Stmt, _body: usize) -> Result<Flow, Infallible> {
+        if let Stmt::Loop(l) = s {
+            self.enclosing.push((l.key, l.var.clone()));
         }
+        Ok(Flow::Descend)
+    }
+
+    fn leave(&mut self, s: &mut Stmt, _body: usize) -> Result<(), Infallible> {
+        if let Stmt::Loop(_) = s {
+            self.enclosing.pop();
+        }
+        Ok(())
     }
 }
 
@@ -305,9 +324,61 @@ pub fn split(tiles: &CausalTiles, k: &mut Kernel) -> super::Change {
                     .is_some_and(|t| c.mask.condition_tensors.contains(&t))
             })
             .collect();
-        changed |= split_in(&mut k.body, c, &buffers, false);
+        let mut walk = SplitTiles {
+            c,
+            condition_buffers: &buffers,
+            in_tile: vec![false],
+            changed: false,
+        };
+        let Ok(()) = visit_mut(&mut k.body, &mut walk);
+        changed |= walk.changed;
     }
     super::Change::from_changed(changed)
+}
+
+/// The walk of [`split`] for one classified loop: the first block (outer ones first) that holds
+/// the statement computing the masked scores is split ([`split_in`]); `in_tile` says, per
+/// block entered, whether it is inside the tile loop (or after the `let` that names its index).
+struct SplitTiles<'s> {
+    c: &'s ClassifiedLoop,
+    condition_buffers: &'s [BufferId],
+    in_tile: Vec<bool>,
+    changed: bool,
+}
+
+impl VisitorMut for SplitTiles<'_> {
+    type Error = Infallible;
+
+    fn block_start(&mut self, body: &mut Vec<Stmt>) -> Result<Flow, Infallible> {
+        let in_tile = *self.in_tile.last().expect("the kernel's entry");
+        if split_in(body, self.c, self.condition_buffers, in_tile) {
+            self.changed = true;
+            return Ok(Flow::Skip);
+        }
+        Ok(Flow::Descend)
+    }
+
+    fn stmt(&mut self, s: &mut Stmt, _at: usize) -> Result<Flow, Infallible> {
+        if let Stmt::Let { var, .. } = s {
+            // The circular buffer's epilogue names the tile index with a `Let`.
+            if *var == self.c.tile_var {
+                *self.in_tile.last_mut().expect("the kernel's entry") = true;
+            }
+        }
+        Ok(Flow::Descend)
+    }
+
+    fn enter(&mut self, s: &Stmt, _body: usize) -> Result<Flow, Infallible> {
+        let outer = *self.in_tile.last().expect("the kernel's entry");
+        let inner = outer || matches!(s, Stmt::Loop(l) if l.var == self.c.tile_var);
+        self.in_tile.push(inner);
+        Ok(Flow::Descend)
+    }
+
+    fn leave(&mut self, _s: &mut Stmt, _body: usize) -> Result<(), Infallible> {
+        self.in_tile.pop();
+        Ok(())
+    }
 }
 
 /// Splits, in `body` (inside the tile loop when `in_tile`), the mask's statements: those that
@@ -316,7 +387,8 @@ pub fn split(tiles: &CausalTiles, k: &mut Kernel) -> super::Change {
 /// scores' other work on CUDA cores). Where the select is among them, they become one `If` at
 /// the select's place: the kept tiles run the select's statement unmasked, the others all of
 /// them in order (the condition's statements move after the work between them and the select,
-/// which none of it reads: the mask's tensors are read by the select only).
+/// which none of it reads: the mask's tensors are read by the select only). Whether it split
+/// (else the select is inside one of the block's statements, or not under this block).
 fn split_in(
     body: &mut Vec<Stmt>,
     c: &ClassifiedLoop,
@@ -338,19 +410,9 @@ fn split_in(
         .copied()
         .find(|&k| computes(&body[k], c.mask.select));
     let Some(select_at) = select_at else {
-        // Not here: inside the statements that hold the select among other work.
-        let mut changed = false;
-        let mut in_tile = in_tile;
-        for s in body.iter_mut() {
-            if let Stmt::Let { var, .. } = s {
-                in_tile |= *var == c.tile_var;
-            }
-            let inner = in_tile || matches!(s, Stmt::Loop(l) if l.var == c.tile_var);
-            for child in s.children_mut() {
-                changed |= split_in(child, c, condition_buffers, inner);
-            }
-        }
-        return changed;
+        // Not here: inside the statements that hold the select among other work (the walk
+        // goes on into them).
+        return false;
     };
     let mut unmasked = body[select_at].clone();
     unmask(&mut unmasked, &c.mask, condition_buffers);
@@ -404,26 +466,46 @@ fn computes(s: &Stmt, e: ExprId) -> bool {
 /// `s` without the mask: the `where` takes its kept value, the condition's computations and
 /// buffers go.
 fn unmask(s: &mut Stmt, mask: &CausalMask, condition_buffers: &[BufferId]) {
-    if let Stmt::Compute(c) = s {
-        if c.expr == mask.select {
-            if let Data::Ternary(TernaryOp::Where, _, operands) = &c.value {
-                let [_, kept, _] = &**operands;
-                c.value = kept.clone();
+    let Ok(()) = visit_stmt_mut(
+        s,
+        0,
+        &mut Unmask {
+            mask,
+            condition_buffers,
+        },
+    );
+}
+
+/// The walk of [`unmask`].
+struct Unmask<'s> {
+    mask: &'s CausalMask,
+    condition_buffers: &'s [BufferId],
+}
+
+impl VisitorMut for Unmask<'_> {
+    type Error = Infallible;
+
+    fn stmt(&mut self, s: &mut Stmt, _at: usize) -> Result<Flow, Infallible> {
+        if let Stmt::Compute(c) = s {
+            if c.expr == self.mask.select {
+                if let Data::Ternary(TernaryOp::Where, _, operands) = &c.value {
+                    let [_, kept, _] = &**operands;
+                    c.value = kept.clone();
+                }
             }
         }
-        return;
+        Ok(Flow::Descend)
     }
-    for body in s.children_mut() {
-        for t in body.iter_mut() {
-            unmask(t, mask, condition_buffers);
-        }
+
+    fn block(&mut self, body: &mut Vec<Stmt>) -> Result<(), Infallible> {
         // The predicate's conditions around the condition's computations go with them.
         body.retain(|t| match t {
-            Stmt::Compute(c) => !mask.condition.contains(&c.expr),
-            Stmt::Alloc(b) => !condition_buffers.contains(b),
+            Stmt::Compute(c) => !self.mask.condition.contains(&c.expr),
+            Stmt::Alloc(b) => !self.condition_buffers.contains(b),
             Stmt::If { then, els, .. } => !(then.is_empty() && els.is_empty()),
             _ => true,
         });
+        Ok(())
     }
 }
 

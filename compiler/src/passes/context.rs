@@ -63,30 +63,43 @@ pub fn loop_value<S: std::hash::BuildHasher>(env: &HashMap<LoopKey, Val, S>, l: 
 /// The values of the loop indices in scope of an index walk, by key.
 pub type LoopEnv<S> = HashMap<LoopKey, Val, S>;
 
-/// Walks each body of `s` with `walk`, a loop's key bound in `env` to its variable's value
-/// ([`loop_value`]) inside its body and restored after.
-pub fn in_bodies<S, E, W>(s: &mut Stmt, env: &mut LoopEnv<S>, mut walk: W) -> Result<(), E>
-where
-    S: std::hash::BuildHasher,
-    W: FnMut(&mut Vec<Stmt>, &mut LoopEnv<S>) -> Result<(), E>,
-{
-    let scope = match s {
-        Stmt::Loop(l) => Some((l.key, env.insert(l.key, loop_value(env, l)))),
-        _ => None,
-    };
-    let mut done = Ok(());
-    for child in s.children_mut() {
-        done = walk(child, env);
-        if done.is_err() {
-            break;
+/// The loop keys an index walk (a [`crate::kir::VisitorMut`]) has bound: entering a loop's
+/// body binds its key in the walk's env to its variable's value ([`loop_value`]); leaving it
+/// restores the binding that hid.
+#[derive(Default)]
+pub struct LoopScope {
+    /// Each bound key and what it hid, innermost last.
+    hidden: Vec<(LoopKey, Option<Val>)>,
+}
+
+impl LoopScope {
+    /// Binds `l`'s key in `env` until [`LoopScope::unbind`].
+    pub fn bind<S: std::hash::BuildHasher>(&mut self, env: &mut LoopEnv<S>, l: &Loop) {
+        let value = loop_value(env, l);
+        self.hidden.push((l.key, env.insert(l.key, value)));
+    }
+
+    /// Undoes the last [`LoopScope::bind`].
+    pub fn unbind<S: std::hash::BuildHasher>(&mut self, env: &mut LoopEnv<S>) {
+        match self.hidden.pop().expect("a key bound") {
+            (key, Some(p)) => env.insert(key, p),
+            (key, None) => env.remove(&key),
+        };
+    }
+
+    /// On entering a body of `st` (its `VisitorMut::enter`): binds a loop's key.
+    pub fn enter<S: std::hash::BuildHasher>(&mut self, env: &mut LoopEnv<S>, st: &Stmt) {
+        if let Stmt::Loop(l) = st {
+            self.bind(env, l);
         }
     }
-    match scope {
-        Some((key, Some(p))) => env.insert(key, p),
-        Some((key, None)) => env.remove(&key),
-        None => None,
-    };
-    done
+
+    /// On leaving a body of `st` (its `VisitorMut::leave`): unbinds a loop's key.
+    pub fn leave<S: std::hash::BuildHasher>(&mut self, env: &mut LoopEnv<S>, st: &Stmt) {
+        if let Stmt::Loop(_) = st {
+            self.unbind(env);
+        }
+    }
 }
 
 /// The loop-key analysis: a key per distinct loop, made the first time an axis (or a loop no

@@ -15,18 +15,25 @@
 //! and reading another thread's registers or what another block writes is an error that names
 //! both tensors, the axis and the rule.
 
-use super::context::{Change, Ctx, LoopKey};
+use super::context::{Change, Ctx, LoopKey, LoopScope};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterId, IterKind, IterOrigin, MemoryType, ParallelType, TensorId};
-use crate::kir::{Access, Data, GridReduce, Kernel, Stmt, Val};
+use crate::kir::{visit_mut, Access, Data, Flow, GridReduce, Kernel, Stmt, Val, VisitorMut};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
-    let mut env: HashMap<LoopKey, Val> = cx.hw_env(k);
+    let env: HashMap<LoopKey, Val> = cx.hw_env(k);
     let hw: HashSet<LoopKey> = env.keys().copied().collect();
     let buffers = k.buffers.clone();
     let mut body = std::mem::take(&mut k.body);
-    walk(cx, &buffers, &hw, &mut body, &mut env)?;
+    let mut walk = Index {
+        cx,
+        buffers: &buffers,
+        hw: &hw,
+        env,
+        scope: LoopScope::default(),
+    };
+    visit_mut(&mut body, &mut walk)?;
     k.body = body;
     Ok(Change::Changed)
 }
@@ -144,15 +151,21 @@ fn index_registers<'a>(
     Ok(())
 }
 
-fn walk(
-    cx: &mut Ctx,
-    buffers: &[crate::kir::Buffer],
-    hw: &HashSet<LoopKey>,
-    body: &mut [Stmt],
-    env: &mut HashMap<LoopKey, Val>,
-) -> Result<(), Diagnostic> {
-    for s in body.iter_mut() {
-        super::context::in_bodies(s, env, |body, env| walk(cx, buffers, hw, body, env))?;
+/// The walk of [`run`]: indexes every access of a statement without a body; `env` binds the
+/// keys of the loops around it.
+struct Index<'s, 'c> {
+    cx: &'s mut Ctx<'c>,
+    buffers: &'s [crate::kir::Buffer],
+    hw: &'s HashSet<LoopKey>,
+    env: HashMap<LoopKey, Val>,
+    scope: LoopScope,
+}
+
+impl VisitorMut for Index<'_, '_> {
+    type Error = Diagnostic;
+
+    fn stmt(&mut self, s: &mut Stmt, _at: usize) -> Result<Flow, Diagnostic> {
+        let (cx, buffers, hw, env) = (&mut *self.cx, self.buffers, self.hw, &self.env);
         match s {
             Stmt::Compute(c) => {
                 let consumer = cx.fusion.exprs[c.expr].output;
@@ -177,8 +190,18 @@ fn walk(
             } => index_registers(cx, env, buffers, [mean, m2, count])?,
             _ => {}
         }
+        Ok(Flow::Descend)
     }
-    Ok(())
+
+    fn enter(&mut self, s: &Stmt, _body: usize) -> Result<Flow, Diagnostic> {
+        self.scope.enter(&mut self.env, s);
+        Ok(Flow::Descend)
+    }
+
+    fn leave(&mut self, s: &mut Stmt, _body: usize) -> Result<(), Diagnostic> {
+        self.scope.leave(&mut self.env, s);
+        Ok(())
+    }
 }
 
 /// For a view that moves indices (`slice`, `pad`, `cat`, `reshape`), the root indices each

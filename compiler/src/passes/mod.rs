@@ -45,8 +45,8 @@ use crate::diag::Diagnostic;
 use crate::kir::Kernel;
 
 pub use context::{
-    ceil_div, in_bodies, loop_value, mul, split_extent, Change, Ctx, KeyNode, Keys, LoopEnv,
-    LoopKey, PassOptions,
+    ceil_div, loop_value, mul, split_extent, Change, Ctx, KeyNode, Keys, LoopEnv, LoopKey,
+    PassOptions,
 };
 pub use tma::PipelinePlan;
 

@@ -310,55 +310,47 @@ fn restructure(block: &mut Vec<Stmt>, p: &Plan) -> Result<Vec<ExprId>, String> {
 /// shift. Whether it found the subtraction.
 fn edit_step(body: &mut Vec<Stmt>, p: &Plan) -> Result<bool, String> {
     let is_sub = |s: &Stmt| matches!(s, Stmt::Compute(c) if c.expr == p.sub_expr);
-    for i in 0..body.len() {
-        let step = matches!(&body[i], Stmt::Loop(l) if l.body.iter().any(is_sub));
-        if !step {
-            for child in body[i].children_mut() {
-                if edit_step(child, p)? {
-                    return Ok(true);
-                }
-            }
-            continue;
-        }
-        let Stmt::Loop(l) = &mut body[i] else {
-            continue;
-        };
-        let [Stmt::Compute(c)] = l.body.as_mut_slice() else {
-            return Err("the subtraction of the shifted maximum shares its loop with other statements; leave it a loop of its own (inline_most() leaves the builder's)".into());
-        };
-        let Data::Binary(BinaryOp::Sub, dt, x, _) = &c.value else {
-            return Err("internal: the subtraction is not one".into());
-        };
-        let (dt, x) = (*dt, (**x).clone());
-        c.value = Data::Binary(
-            BinaryOp::Sub,
-            dt,
-            Box::new(x.clone()),
-            Box::new(shift(p.max_acc)),
-        );
-        let mut update = l.clone();
-        update.body = vec![Stmt::Compute(Compute {
-            expr: p.max_expr,
-            out: reg(p.max_acc),
-            value: f32_binary(BinaryOp::Max, read(p.max_acc), x),
-            role: ComputeRole::ReductionUpdate,
-            vector: None,
-        })];
-        let before = vec![
-            rescale(p.max_expr, p.prev, read(p.max_acc)),
-            Stmt::Loop(update),
-            rescale(
-                p.sum_expr,
-                p.sum_acc,
-                f32_binary(
-                    BinaryOp::Mul,
-                    read(p.sum_acc),
-                    exp(f32_binary(BinaryOp::Sub, read(p.prev), shift(p.max_acc))),
-                ),
+    let is_step = &mut |s: &Stmt| matches!(s, Stmt::Loop(l) if l.body.iter().any(is_sub));
+    let Some((body, i)) = crate::kir::find_mut(body, is_step) else {
+        return Ok(false);
+    };
+    let Stmt::Loop(l) = &mut body[i] else {
+        unreachable!("found as a loop")
+    };
+    let [Stmt::Compute(c)] = l.body.as_mut_slice() else {
+        return Err("the subtraction of the shifted maximum shares its loop with other statements; leave it a loop of its own (inline_most() leaves the builder's)".into());
+    };
+    let Data::Binary(BinaryOp::Sub, dt, x, _) = &c.value else {
+        return Err("internal: the subtraction is not one".into());
+    };
+    let (dt, x) = (*dt, (**x).clone());
+    c.value = Data::Binary(
+        BinaryOp::Sub,
+        dt,
+        Box::new(x.clone()),
+        Box::new(shift(p.max_acc)),
+    );
+    let mut update = l.clone();
+    update.body = vec![Stmt::Compute(Compute {
+        expr: p.max_expr,
+        out: reg(p.max_acc),
+        value: f32_binary(BinaryOp::Max, read(p.max_acc), x),
+        role: ComputeRole::ReductionUpdate,
+        vector: None,
+    })];
+    let before = vec![
+        rescale(p.max_expr, p.prev, read(p.max_acc)),
+        Stmt::Loop(update),
+        rescale(
+            p.sum_expr,
+            p.sum_acc,
+            f32_binary(
+                BinaryOp::Mul,
+                read(p.sum_acc),
+                exp(f32_binary(BinaryOp::Sub, read(p.prev), shift(p.max_acc))),
             ),
-        ];
-        body.splice(i..i, before);
-        return Ok(true);
-    }
-    Ok(false)
+        ),
+    ];
+    body.splice(i..i, before);
+    Ok(true)
 }

@@ -514,13 +514,9 @@ impl TileEdits<'_> {
                     &mut |s| matches!(s, Stmt::Compute(c) if c.expr == m_expr && c.role == ComputeRole::ReductionUpdate),
                 )
             };
-            let Some(block) = block_of_update(&mut l.body, &holds_update) else {
+            let Some((block, at)) = block_of_update(&mut l.body, &holds_update) else {
                 return Flow::Descend;
             };
-            let at = block
-                .iter()
-                .position(holds_update)
-                .expect("block_of_update found it");
             let body = std::mem::take(block);
             let mut new_body = Vec::with_capacity(body.len() + before.len() + after.len());
             for (i, s) in body.into_iter().enumerate() {
@@ -589,23 +585,20 @@ impl TileEdits<'_> {
     }
 }
 
-/// The block of the tile loop's `body` whose statement holds the maximum's update: the body
-/// itself, or, where that statement is a thread or block binding (the query rows of consumer
-/// warp group `threadIdx.y`), the binding's body, and so on inward. A binding is not a loop
-/// (each thread runs its one index), so the row statements belong right around the update
-/// inside it, before the exponentials that read `-m log2(e)`.
+/// The block of the tile loop's `body` whose statement holds the maximum's update, and that
+/// statement's index: the body itself, or, where that statement is a thread or block binding
+/// (the query rows of consumer warp group `threadIdx.y`), the binding's body, and so on inward.
+/// A binding is not a loop (each thread runs its one index), so the row statements belong
+/// right around the update inside it, before the exponentials that read `-m log2(e)`.
+/// (`holds_update` holds for a statement whenever it holds for one inside it, so the first
+/// statement outer ones first that holds it and is not a binding is that one.)
 fn block_of_update<'b>(
     body: &'b mut Vec<Stmt>,
     holds_update: &dyn Fn(&Stmt) -> bool,
-) -> Option<&'b mut Vec<Stmt>> {
-    let at = body.iter().position(holds_update)?;
-    if matches!(&body[at], Stmt::Loop(b) if b.parallel.is_hw()) {
-        let Stmt::Loop(binding) = &mut body[at] else {
-            unreachable!("matched above")
-        };
-        return block_of_update(&mut binding.body, holds_update);
-    }
-    Some(body)
+) -> Option<(&'b mut Vec<Stmt>, usize)> {
+    crate::kir::find_mut(body, &mut |s| {
+        holds_update(s) && !matches!(s, Stmt::Loop(b) if b.parallel.is_hw())
+    })
 }
 
 /// Readers of the final `m` and `l` after the tile loop (the log-sum-exp) read the

@@ -575,22 +575,30 @@ fn wrap(mut body: Vec<Stmt>, tile_loop: &dyn Fn(Vec<Stmt>) -> Stmt) -> Vec<Stmt>
 /// grid-bound binding (a copy per tile is issued in the tile loop itself).
 fn innermost(body: Vec<Stmt>, tile_loop: &dyn Fn(Vec<Stmt>) -> Stmt) -> Vec<Stmt> {
     let grid_bound = |s: &Stmt| matches!(s, Stmt::Loop(l) if l.parallel.is_block());
-    if body.iter().filter(|s| grid_bound(s)).count() != 1 {
-        return vec![tile_loop(body)];
-    }
-    let mut before = Vec::new();
-    let mut inner = None;
-    let mut after = Vec::new();
-    for s in body {
-        match s {
-            Stmt::Loop(l) if l.parallel.is_block() => inner = Some(l),
-            s if inner.is_none() => before.push(s),
-            s => after.push(s),
+    // The chain of single grid-bound loops from `body` inward, each emptied of its body.
+    let mut chain: Vec<Loop> = Vec::new();
+    let mut body = body;
+    while body.iter().filter(|s| grid_bound(s)).count() == 1 {
+        let mut before = Vec::new();
+        let mut inner = None;
+        let mut after = Vec::new();
+        for s in body {
+            match s {
+                Stmt::Loop(l) if l.parallel.is_block() => inner = Some(l),
+                s if inner.is_none() => before.push(s),
+                s => after.push(s),
+            }
         }
+        let mut l = inner.expect("one grid-bound loop");
+        before.append(&mut l.body);
+        before.append(&mut after);
+        body = before;
+        chain.push(l);
     }
-    let mut l = inner.expect("one grid-bound loop");
-    before.append(&mut l.body);
-    before.append(&mut after);
-    l.body = innermost(before, tile_loop);
-    vec![Stmt::Loop(l)]
+    let mut nest = vec![tile_loop(body)];
+    for mut l in chain.into_iter().rev() {
+        l.body = nest;
+        nest = vec![Stmt::Loop(l)];
+    }
+    nest
 }

@@ -17,18 +17,20 @@
 //! then the check becomes a divisibility constraint of the launch plan.
 //! Emits: `if` statements and vector computes.
 
-use super::context::{Ctx, LoopKey};
+use super::context::{Ctx, LoopKey, LoopScope};
 use super::indexing::consumer_roots;
 use super::probe::eval;
 use crate::diag::Diagnostic;
 use crate::fusion::{IterKind, MemoryType, Op, ParallelType};
-use crate::kir::{Compute, ComputeRole, Data, Kernel, Loop, Stmt, Val};
+use crate::kir::{
+    visit_mut, Compute, ComputeRole, Data, Flow, Kernel, Loop, Stmt, Val, VisitorMut,
+};
 use crate::plan::{Constraint, SizeExpr};
 use rustc_hash::FxHashMap as HashMap;
 
 /// Runs the pass; returns the launch constraints of the vectors compiled as aligned.
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Vec<Constraint>, Diagnostic> {
-    let mut env: HashMap<LoopKey, Val> = cx.hw_env(k);
+    let env: HashMap<LoopKey, Val> = cx.hw_env(k);
     let used: Vec<ParallelType> = ParallelType::ALL
         .into_iter()
         .filter(|p| p.is_hw())
@@ -43,13 +45,19 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Vec<Constraint>, Diagnostic> 
         })
         .collect();
     let mut body = std::mem::take(&mut k.body);
-    let mut st = State {
+    let mut state = State {
         k,
         used,
         constraints: Vec::new(),
     };
-    st.block(cx, &mut body, &mut env)?;
-    let constraints = st.constraints;
+    let mut walk = Guard {
+        state: &mut state,
+        cx,
+        env,
+        scope: LoopScope::default(),
+    };
+    visit_mut(&mut body, &mut walk)?;
+    let constraints = state.constraints;
     k.body = body;
     Ok(constraints)
 }
@@ -61,58 +69,70 @@ struct State<'a> {
     constraints: Vec<Constraint>,
 }
 
-impl State<'_> {
-    /// Guards the statements of `body` in place: each becomes exactly one statement (a
-    /// guarded computation, a vector access, a loop), so the block is not rebuilt.
-    fn block(
-        &mut self,
-        cx: &mut Ctx,
-        body: &mut [Stmt],
-        env: &mut HashMap<LoopKey, Val>,
-    ) -> Result<(), Diagnostic> {
-        for slot in body.iter_mut() {
-            *slot = match std::mem::replace(slot, Stmt::Sync) {
-                Stmt::Loop(mut l) => {
-                    let key = l.key;
-                    let prev = env.insert(key, super::context::loop_value(env, &l));
-                    let single_vector = l.parallel == ParallelType::Vectorize
-                        && l.body.len() == 1
-                        && matches!(&l.body[0], Stmt::Compute(c) if self.vectorizable(cx, c));
-                    let st = if single_vector {
-                        let Some(Stmt::Compute(c)) = l.body.pop() else {
-                            unreachable!()
-                        };
-                        self.vector(cx, l, c, env)?
-                    } else {
-                        if l.parallel == ParallelType::Vectorize {
-                            l.parallel = ParallelType::Unroll;
-                        }
-                        let mut st = Stmt::Loop(l);
-                        for child in st.children_mut() {
-                            self.block(cx, child, env)?;
-                        }
-                        st
-                    };
-                    match prev {
-                        Some(p) => {
-                            env.insert(key, p);
-                        }
-                        None => {
-                            env.remove(&key);
-                        }
-                    }
-                    st
+/// The walk of [`run`]: guards the statements in place, each becoming exactly one statement
+/// (a guarded computation, a vector access, a loop), so no block is rebuilt; `env` binds the
+/// keys of the loops around the statement.
+struct Guard<'s, 'k, 'c> {
+    state: &'s mut State<'k>,
+    cx: &'s mut Ctx<'c>,
+    env: HashMap<LoopKey, Val>,
+    scope: LoopScope,
+}
+
+impl VisitorMut for Guard<'_, '_, '_> {
+    type Error = Diagnostic;
+
+    fn stmt(&mut self, slot: &mut Stmt, _at: usize) -> Result<Flow, Diagnostic> {
+        match slot {
+            Stmt::Loop(l)
+                if l.parallel == ParallelType::Vectorize
+                    && l.body.len() == 1
+                    && matches!(&l.body[0], Stmt::Compute(c) if self.state.vectorizable(self.cx, c)) =>
+            {
+                let Stmt::Loop(mut l) = std::mem::replace(slot, Stmt::Sync) else {
+                    unreachable!("matched above")
+                };
+                let Some(Stmt::Compute(c)) = l.body.pop() else {
+                    unreachable!("matched above")
+                };
+                // The vector's lanes are the loop's: its key is bound while it is built.
+                self.scope.bind(&mut self.env, &l);
+                let vector = self.state.vector(self.cx, l, c, &self.env);
+                self.scope.unbind(&mut self.env);
+                *slot = vector?;
+                Ok(Flow::Skip)
+            }
+            Stmt::Loop(l) => {
+                if l.parallel == ParallelType::Vectorize {
+                    l.parallel = ParallelType::Unroll;
                 }
-                Stmt::Compute(c) => {
-                    let pred = self.predicate(cx, &c, env);
-                    guard(pred, vec![Stmt::Compute(c)])
-                }
-                other => other,
-            };
+                Ok(Flow::Descend)
+            }
+            Stmt::Compute(_) => {
+                let Stmt::Compute(c) = std::mem::replace(slot, Stmt::Sync) else {
+                    unreachable!("matched above")
+                };
+                let pred = self.state.predicate(self.cx, &c, &self.env);
+                *slot = guard(pred, vec![Stmt::Compute(c)]);
+                Ok(Flow::Skip)
+            }
+            // Only loops' bodies are guarded; conditionals and warp roles stay as they are.
+            _ => Ok(Flow::Skip),
         }
-        Ok(())
     }
 
+    fn enter(&mut self, st: &Stmt, _body: usize) -> Result<Flow, Diagnostic> {
+        self.scope.enter(&mut self.env, st);
+        Ok(Flow::Descend)
+    }
+
+    fn leave(&mut self, st: &mut Stmt, _body: usize) -> Result<(), Diagnostic> {
+        self.scope.leave(&mut self.env, st);
+        Ok(())
+    }
+}
+
+impl State<'_> {
     /// Bounds and thread predicate of one computation.
     fn predicate(&self, cx: &mut Ctx, c: &Compute, env: &HashMap<LoopKey, Val>) -> Val {
         let f = cx.fusion;

@@ -14,8 +14,12 @@
 use super::context::{Change, Ctx, LoopKey};
 use crate::diag::Diagnostic;
 use crate::fusion::{ExprId, IterId, IterKind, Op, ParallelType, TensorId};
-use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Loop, Stmt, Val};
+use crate::kir::{
+    Access, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Loop, Stmt, Val, Visitor,
+    VisitorMut,
+};
 use rustc_hash::FxHashMap;
+use std::convert::Infallible;
 
 /// The tensor each reduction accumulator buffer accumulates (the pass's result), so that
 /// later passes find a statistic's accumulator and point errors about an accumulator at its
@@ -79,15 +83,15 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(Accumulators, Change), Diagn
         .enumerate()
         .map(|(i, l)| (l.expr, i))
         .collect();
-    let mut hooks: Vec<Option<usize>> = vec![None; lowered.len()];
-    find_hooks(
-        &k.body,
-        &lowered,
-        &of_expr,
-        &mut Vec::new(),
-        &mut 0,
-        &mut hooks,
-    );
+    let mut find = FindHooks {
+        lowered: &lowered,
+        of_expr: &of_expr,
+        path: Vec::new(),
+        next_loop: 0,
+        hooks: vec![None; lowered.len()],
+    };
+    crate::kir::visit(&k.body, &mut find);
+    let hooks = find.hooks;
     if let Some(missing) = hooks.iter().position(|h| h.is_none()) {
         let tensor = &f.tensors[f.exprs[lowered[missing].expr].output];
         return Err(Diagnostic::new(
@@ -105,8 +109,13 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(Accumulators, Change), Diagn
         at_loop.entry(h.expect("checked")).or_default().push(i);
     }
     let mut lowered: Vec<Option<Lowered>> = lowered.into_iter().map(Some).collect();
-    let body = std::mem::take(&mut k.body);
-    k.body = hook(body, &mut lowered, &at_loop, &mut 0);
+    let mut hook = Hook {
+        lowered: &mut lowered,
+        at_loop: &at_loop,
+        next_loop: 0,
+        open: Vec::new(),
+    };
+    let Ok(()) = crate::kir::visit_mut(&mut k.body, &mut hook);
     Ok((accumulators, Change::Changed))
 }
 
@@ -235,82 +244,93 @@ pub(super) fn accumulator_loops(cx: &Ctx, ids: &[IterId], inner: Vec<Stmt>) -> V
 }
 
 /// Records, for each reduction of `lowered`, the preorder number of the outermost loop with its
-/// first key that holds its update (`path` is the loops around `body`).
-fn find_hooks(
-    body: &[Stmt],
-    lowered: &[Lowered],
-    of_expr: &rustc_hash::FxHashMap<ExprId, usize>,
-    path: &mut Vec<(LoopKey, usize)>,
-    next_loop: &mut usize,
-    hooks: &mut [Option<usize>],
-) {
-    for s in body {
+/// first key that holds its update (a walk of the kernel).
+struct FindHooks<'s> {
+    lowered: &'s [Lowered],
+    of_expr: &'s rustc_hash::FxHashMap<ExprId, usize>,
+    /// The loops around the statement walked (key, number), outermost first.
+    path: Vec<(LoopKey, usize)>,
+    /// The next loop's number.
+    next_loop: usize,
+    hooks: Vec<Option<usize>>,
+}
+
+impl<'a> Visitor<'a> for FindHooks<'_> {
+    fn stmt(&mut self, s: &'a Stmt, _at: usize) -> Flow {
         if let Stmt::Compute(c) = s {
-            let i = of_expr.get(&c.expr).copied();
+            let i = self.of_expr.get(&c.expr).copied();
             if let Some(i) =
-                i.filter(|&i| c.role == ComputeRole::ReductionUpdate && hooks[i].is_none())
+                i.filter(|&i| c.role == ComputeRole::ReductionUpdate && self.hooks[i].is_none())
             {
-                hooks[i] = path
+                self.hooks[i] = self
+                    .path
                     .iter()
-                    .find(|(key, _)| *key == lowered[i].first_key)
+                    .find(|(key, _)| *key == self.lowered[i].first_key)
                     .map(|&(_, n)| n);
             }
         }
-        let looped = if let Stmt::Loop(l) = s {
-            path.push((l.key, *next_loop));
-            *next_loop += 1;
-            true
-        } else {
-            false
-        };
-        for child in s.children() {
-            find_hooks(child, lowered, of_expr, path, next_loop, hooks);
+        Flow::Descend
+    }
+
+    fn enter(&mut self, s: &'a Stmt, _body: usize) -> Flow {
+        // A loop's number, before those inside it (a loop has one body).
+        if let Stmt::Loop(l) = s {
+            self.path.push((l.key, self.next_loop));
+            self.next_loop += 1;
         }
-        if looped {
-            path.pop();
+        Flow::Descend
+    }
+
+    fn leave(&mut self, s: &'a Stmt, _body: usize) {
+        if let Stmt::Loop(_) = s {
+            self.path.pop();
         }
     }
 }
 
-/// `body` with every hooked loop's reductions redirected to their accumulators and their
-/// statements around it; `next_loop` numbers loops in the preorder of [`find_hooks`].
-fn hook(
-    body: Vec<Stmt>,
-    lowered: &mut [Option<Lowered>],
-    at_loop: &rustc_hash::FxHashMap<usize, Vec<usize>>,
-    next_loop: &mut usize,
-) -> Vec<Stmt> {
-    let mut out = Vec::with_capacity(body.len());
-    for mut s in body {
-        // A loop's number, before those inside it.
-        let n = *next_loop;
-        if matches!(s, Stmt::Loop(_)) {
-            *next_loop += 1;
+/// Redirects every hooked loop's reductions to their accumulators and puts their statements
+/// around it (a walk of the kernel); loops are numbered in the preorder of [`FindHooks`].
+struct Hook<'s> {
+    lowered: &'s mut [Option<Lowered>],
+    at_loop: &'s rustc_hash::FxHashMap<usize, Vec<usize>>,
+    next_loop: usize,
+    /// The numbers of the loops entered and not yet replaced, innermost last.
+    open: Vec<usize>,
+}
+
+impl VisitorMut for Hook<'_> {
+    type Error = Infallible;
+
+    fn enter(&mut self, s: &Stmt, _body: usize) -> Result<Flow, Infallible> {
+        if let Stmt::Loop(_) = s {
+            self.open.push(self.next_loop);
+            self.next_loop += 1;
         }
-        for child in s.children_mut() {
-            *child = hook(std::mem::take(child), lowered, at_loop, next_loop);
-        }
-        let Stmt::Loop(mut l) = s else {
-            out.push(s);
-            continue;
+        Ok(Flow::Descend)
+    }
+
+    fn splice_after(&mut self, s: &mut Stmt, _at: usize) -> Result<Option<Vec<Stmt>>, Infallible> {
+        let Stmt::Loop(l) = s else {
+            return Ok(None);
         };
-        let Some(here) = at_loop.get(&n) else {
-            out.push(Stmt::Loop(l));
-            continue;
+        let n = self.open.pop().expect("numbered on entering");
+        let Some(here) = self.at_loop.get(&n) else {
+            return Ok(None);
         };
+        let mut out = Vec::new();
         let mut afters = Vec::new();
         for &i in here {
-            let r = lowered[i].take().expect("one loop per reduction");
+            let r = self.lowered[i].take().expect("one loop per reduction");
             redirect(&mut l.body, r.expr, r.acc, r.out_buf);
             out.extend(r.before);
             afters.push(r.after);
         }
-        out.push(Stmt::Loop(l));
+        out.push(std::mem::replace(s, Stmt::Sync));
         for after in afters.into_iter().rev() {
             out.extend(after);
         }
+        Ok(Some(out))
     }
-    out
 }
 
 fn redirect(body: &mut [Stmt], e: ExprId, acc: BufferId, out_buf: BufferId) {

@@ -9,8 +9,9 @@
 //! simpler is left as it was and says so ([`Change::Unchanged`]).
 
 use super::context::Change;
-use crate::kir::{Access, Data, Kernel, Stmt, Val};
+use crate::kir::{visit_mut, Access, Data, Flow, Kernel, Stmt, Val, VisitorMut};
 use std::collections::HashMap;
+use std::convert::Infallible;
 
 pub fn run(k: &mut Kernel) -> Change {
     let mut extents: HashMap<String, Val> = HashMap::new();
@@ -34,8 +35,13 @@ pub fn run(k: &mut Kernel) -> Change {
         };
         extents.insert(var.clone(), Val::from_size(e));
     }
-    block(&mut k.body, &mut extents, &mut changed);
-    Change::from_changed(changed)
+    let mut walk = Simplify {
+        extents: &mut extents,
+        changed,
+        hidden: Vec::new(),
+    };
+    let Ok(()) = visit_mut(&mut k.body, &mut walk);
+    Change::from_changed(walk.changed)
 }
 
 /// [`simplify`], noting in `changed` when the result differs.
@@ -47,11 +53,22 @@ fn simplified(v: &Val, ext: &HashMap<String, Val>, changed: &mut bool) -> Val {
     s
 }
 
-/// Simplifies `body` in place (a rebuilt list is fresh memory for the whole block); only a
-/// block where an `if` became `if true` is rebuilt, with that `if`'s statements in its place.
-fn block(body: &mut Vec<Stmt>, ext: &mut HashMap<String, Val>, changed: &mut bool) {
-    let mut always_true = false;
-    for s in body.iter_mut() {
+/// Simplifies a kernel's statements in place (a rebuilt list is fresh memory for the whole
+/// block); only a block where an `if` became `if true` is rebuilt, with that `if`'s statements
+/// in its place. `extents` holds the range of each variable in scope: a loop's variable ranges
+/// over its extent in its body.
+struct Simplify<'e> {
+    extents: &'e mut HashMap<String, Val>,
+    changed: bool,
+    /// The binding each loop entered hid (restored on leaving it), innermost last.
+    hidden: Vec<Option<Val>>,
+}
+
+impl VisitorMut for Simplify<'_> {
+    type Error = Infallible;
+
+    fn stmt(&mut self, s: &mut Stmt, _at: usize) -> Result<Flow, Infallible> {
+        let (ext, changed) = (&*self.extents, &mut self.changed);
         match s {
             Stmt::Loop(l) => l.extent = simplified(&l.extent, ext, changed),
             Stmt::If { cond, .. } => *cond = simplified(cond, ext, changed),
@@ -74,29 +91,41 @@ fn block(body: &mut Vec<Stmt>, ext: &mut HashMap<String, Val>, changed: &mut boo
             // Statements without a body: every index they hold.
             _ => s.map_vals(&mut |v| simplified(v, ext, changed)),
         }
-        // A loop's variable ranges over its extent in its body.
-        let scope = match s {
-            Stmt::Loop(l) => Some((l.var.clone(), ext.insert(l.var.clone(), l.extent.clone()))),
-            _ => None,
-        };
-        for child in s.children_mut() {
-            block(child, ext, changed);
-        }
-        match scope {
-            Some((var, Some(p))) => ext.insert(var, p),
-            Some((var, None)) => ext.remove(&var),
-            None => None,
-        };
-        always_true |= matches!(
-            s,
-            Stmt::If {
-                cond: Val::True,
-                ..
-            }
-        );
+        Ok(Flow::Descend)
     }
-    if always_true {
-        *changed = true;
+
+    fn enter(&mut self, s: &Stmt, _body: usize) -> Result<Flow, Infallible> {
+        if let Stmt::Loop(l) = s {
+            self.hidden
+                .push(self.extents.insert(l.var.clone(), l.extent.clone()));
+        }
+        Ok(Flow::Descend)
+    }
+
+    fn leave(&mut self, s: &mut Stmt, _body: usize) -> Result<(), Infallible> {
+        if let Stmt::Loop(l) = s {
+            match self.hidden.pop().expect("pushed on entering") {
+                Some(p) => self.extents.insert(l.var.clone(), p),
+                None => self.extents.remove(&l.var),
+            };
+        }
+        Ok(())
+    }
+
+    fn block(&mut self, body: &mut Vec<Stmt>) -> Result<(), Infallible> {
+        let always_true = |s: &Stmt| {
+            matches!(
+                s,
+                Stmt::If {
+                    cond: Val::True,
+                    ..
+                }
+            )
+        };
+        if !body.iter().any(always_true) {
+            return Ok(());
+        }
+        self.changed = true;
         let old = std::mem::take(body);
         for s in old {
             match s {
@@ -108,6 +137,7 @@ fn block(body: &mut Vec<Stmt>, ext: &mut HashMap<String, Val>, changed: &mut boo
                 s => body.push(s),
             }
         }
+        Ok(())
     }
 }
 

@@ -36,9 +36,10 @@ use super::context::{Change, Ctx};
 use super::tma::PipelinePlan;
 use crate::diag::Diagnostic;
 use crate::fusion::{FenceMode, MemoryType};
-use crate::kir::{BufferId, Kernel, Stmt, Val};
+use crate::kir::{visit_mut, BufferId, Flow, Kernel, Stmt, Val, VisitorMut};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::HashSet;
+use std::convert::Infallible;
 
 pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<Change, Diagnostic> {
     let mut all = Touched::default();
@@ -74,33 +75,33 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<Change, 
         .filter(|(_, p)| p.is_thread())
         .map(|(v, _)| v.clone())
         .collect();
-    k.body = block(
-        body,
-        &Sets {
-            shared,
-            thread_vars,
-            fenced,
-            store_issuers: plan
-                .stores
-                .iter()
-                .map(|s| (cx.layout.tensor_buffer[&s.cache], &s.issuer))
-                .collect(),
-            group_local: plan
-                .stores
-                .iter()
-                .filter_map(|s| {
-                    let g = s.group.as_ref().filter(|g| g.local)?;
-                    Some((
-                        cx.layout.tensor_buffer[&s.cache],
-                        Stmt::GroupSync {
-                            dims: g.dims.clone(),
-                            threads: g.threads,
-                        },
-                    ))
-                })
-                .collect(),
-        },
-    );
+    let mut body = body;
+    let sets = Sets {
+        shared,
+        thread_vars,
+        fenced,
+        store_issuers: plan
+            .stores
+            .iter()
+            .map(|s| (cx.layout.tensor_buffer[&s.cache], &s.issuer))
+            .collect(),
+        group_local: plan
+            .stores
+            .iter()
+            .filter_map(|s| {
+                let g = s.group.as_ref().filter(|g| g.local)?;
+                Some((
+                    cx.layout.tensor_buffer[&s.cache],
+                    Stmt::GroupSync {
+                        dims: g.dims.clone(),
+                        threads: g.threads,
+                    },
+                ))
+            })
+            .collect(),
+    };
+    let Ok(()) = visit_mut(&mut body, &mut Barriers { sets: &sets });
+    k.body = body;
     Ok(Change::Changed)
 }
 
@@ -219,7 +220,34 @@ fn collect(body: &[Stmt], t: &mut Touched) {
     });
 }
 
-fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
+/// The walk of [`run`]: places the barriers of each block it enters ([`barriers`]), inner
+/// blocks first. Barriers go into loop bodies, into the consumers' branch of warp roles (the
+/// producer branch only issues copies and waits on mbarriers) and into conditionals every
+/// thread of the block evaluates alike, nowhere else.
+struct Barriers<'s> {
+    sets: &'s Sets<'s>,
+}
+
+impl VisitorMut for Barriers<'_> {
+    type Error = Infallible;
+
+    fn enter(&mut self, s: &Stmt, body: usize) -> Result<Flow, Infallible> {
+        let enters = match s {
+            Stmt::WarpRoles(_) => body == 1,
+            Stmt::If { cond, .. } => uniform(cond, &self.sets.thread_vars),
+            _ => true,
+        };
+        Ok(if enters { Flow::Descend } else { Flow::Skip })
+    }
+
+    fn block(&mut self, body: &mut Vec<Stmt>) -> Result<(), Infallible> {
+        *body = barriers(std::mem::take(body), self.sets);
+        Ok(())
+    }
+}
+
+/// `body` with its barriers, the blocks inside it already given theirs (by [`Barriers`]).
+fn barriers(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
     let shared = &sets.shared;
     let mut out = Vec::with_capacity(body.len());
     let mut pending_w: FxHashSet<BufferId> = FxHashSet::default();
@@ -262,7 +290,6 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
         let mut closed = false;
         let s = match s {
             Stmt::Loop(mut l) => {
-                l.body = block(l.body, sets);
                 let mut inner = Touched::default();
                 collect(&l.body, &mut inner);
                 let generic_reads = inner
@@ -304,17 +331,13 @@ fn block(body: Vec<Stmt>, sets: &Sets) -> Vec<Stmt> {
                 closed = matches!(l.body.last(), Some(Stmt::Sync));
                 Stmt::Loop(l)
             }
-            // Consumer warps synchronise among themselves (named barriers); the producer branch
-            // only issues copies and waits on mbarriers.
-            Stmt::WarpRoles(mut w) => {
+            // Consumer warps synchronise among themselves (named barriers).
+            Stmt::WarpRoles(_) => {
                 closed = true;
-                w.consumer = block(std::mem::take(&mut w.consumer), sets);
-                Stmt::WarpRoles(w)
+                s
             }
-            // A condition every thread of the block evaluates alike: barriers may go inside.
+            // A condition every thread of the block evaluates alike: barriers went inside.
             Stmt::If { cond, then, els } if uniform(&cond, &sets.thread_vars) => {
-                let then = block(then, sets);
-                let els = block(els, sets);
                 let ends = |b: &[Stmt]| b.is_empty() || matches!(b.last(), Some(Stmt::Sync));
                 closed = ends(&then) && ends(&els);
                 Stmt::If { cond, then, els }

@@ -22,7 +22,7 @@ use crate::dtype::DType;
 use crate::fusion::ops::{BinaryOp, UnaryOp};
 use crate::fusion::welford::{find, WelfordVar};
 use crate::fusion::{ExprId, TensorId, WelfordRewrite};
-use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Kernel, Stmt};
+use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Stmt};
 
 pub fn used(cx: &Ctx) -> bool {
     !cx.fusion.welford.is_empty()
@@ -135,14 +135,48 @@ fn rewrite(
 /// Whether a statement for which `pred` holds lies in the scope of `alloc b`: after it in the
 /// block that holds it, or inside a statement after it.
 fn in_scope_of(body: &[Stmt], b: BufferId, pred: &mut dyn FnMut(&Stmt) -> bool) -> bool {
-    if let Some(i) = body
-        .iter()
-        .position(|s| matches!(s, Stmt::Alloc(a) if *a == b))
-    {
-        return crate::kir::any_stmt(&body[i + 1..], pred);
+    let mut walk = InScope {
+        b,
+        pred,
+        found: false,
+    };
+    crate::kir::visit(body, &mut walk);
+    walk.found
+}
+
+/// The walk of [`in_scope_of`]: the blocks down to the one holding `alloc b`.
+struct InScope<'p> {
+    b: BufferId,
+    pred: &'p mut dyn FnMut(&Stmt) -> bool,
+    found: bool,
+}
+
+impl<'a> crate::kir::Visitor<'a> for InScope<'_> {
+    fn block_start(&mut self, body: &'a [Stmt]) -> Flow {
+        if self.found {
+            return Flow::Skip;
+        }
+        match body
+            .iter()
+            .position(|s| matches!(s, Stmt::Alloc(a) if *a == self.b))
+        {
+            // The scope of the allocation: its block, after it (nothing inside the
+            // statements before it).
+            Some(i) => {
+                self.found = crate::kir::any_stmt(&body[i + 1..], self.pred);
+                Flow::Skip
+            }
+            None => Flow::Descend,
+        }
     }
-    body.iter()
-        .any(|s| s.children().any(|child| in_scope_of(child, b, pred)))
+
+    fn stmt(&mut self, _s: &'a Stmt, _at: usize) -> Flow {
+        if self.found {
+            Flow::Skip
+        } else {
+            Flow::Descend
+        }
+    }
 }
 
 /// The accumulators of two reductions a one-pass form computes together (`passes::welford`,

@@ -29,7 +29,8 @@ use crate::diag::Diagnostics;
 use crate::fusion::MemoryType;
 use crate::id::IdVec;
 use crate::kir::{
-    Access, BufferId, CopyKind, Kernel, Loop, MbarId, Stmt, TensorMapId, TmaLoad, Val,
+    Access, BufferId, CopyKind, Flow, Kernel, Loop, MbarId, Stmt, TensorMapId, TmaLoad, Val,
+    Visitor,
 };
 pub use uniform::{barrier_uses, check_barrier_uses, of_hw, BarrierUse, Uniformity};
 
@@ -250,7 +251,7 @@ pub fn after_pass(pass: &str, k: &Kernel) -> Result<(), Diagnostics> {
 /// of named barriers, mbarriers and memory.
 pub fn verify(k: &Kernel, stage: Stage) -> Result<(), Vec<VerifyError>> {
     let mut w = Walk::new(k, stage);
-    w.block(&k.body, Uniformity::Block);
+    w.kernel_body(&k.body);
     let Walk {
         mut errors,
         events,
@@ -345,6 +346,52 @@ struct Walk<'k> {
     barriers: Vec<BarrierUse>,
     /// The first `alloc` of each buffer (sizes and places are reported there).
     first_alloc: IdVec<BufferId, Option<(usize, &'k Stmt)>>,
+    /// Per statement around the one walked, how uniformly the threads reach its bodies, and
+    /// the barrier group outside it; the first entry is the kernel's.
+    scopes: Vec<(Uniformity, Group)>,
+    /// Per body entered, the variables and allocations in scope before it.
+    blocks: Vec<(usize, usize)>,
+}
+
+/// The walk's scopes: a statement's bodies are reached as uniformly as its check says
+/// ([`Walk::check`]), in the barrier group its warp role gives, each body a block of its own;
+/// a loop's variable and digits leave scope after it.
+impl<'k> Visitor<'k> for Walk<'k> {
+    fn stmt(&mut self, st: &'k Stmt, _at: usize) -> Flow {
+        let me = self.next;
+        self.next += 1;
+        self.current = Some((me, st));
+        let (ctx, _) = *self.scopes.last().expect("the kernel's scope");
+        let body_ctx = self.check(me, st, ctx);
+        self.scopes.push((body_ctx, self.group));
+        Flow::Descend
+    }
+
+    fn enter(&mut self, st: &'k Stmt, body: usize) -> Flow {
+        if let Stmt::WarpRoles(w) = st {
+            self.group = match body {
+                0 => Group::Producers,
+                _ => Group::Consumers(w.consumer_threads),
+            };
+        }
+        self.open_block();
+        Flow::Descend
+    }
+
+    fn leave(&mut self, _st: &'k Stmt, _body: usize) {
+        self.close_block();
+    }
+
+    fn after(&mut self, st: &'k Stmt, _at: usize) {
+        let (_, outer) = self.scopes.pop().expect("pushed by `stmt`");
+        self.group = outer;
+        if let Stmt::Loop(l) = st {
+            // The loop's variable and digits leave scope.
+            for _ in 0..=l.digits.len() {
+                self.vars.pop();
+            }
+        }
+    }
 }
 
 impl<'k> Walk<'k> {
@@ -371,6 +418,8 @@ impl<'k> Walk<'k> {
             events: Vec::new(),
             barriers: Vec::new(),
             first_alloc: vec![None; k.buffers.len()].into(),
+            scopes: vec![(Uniformity::Block, Group::Block)],
+            blocks: Vec::new(),
         }
     }
 
@@ -386,43 +435,25 @@ impl<'k> Walk<'k> {
         }
     }
 
-    /// A statement block: its `let`s and `alloc`s are in scope until its end.
-    fn block(&mut self, body: &'k [Stmt], ctx: Uniformity) {
-        let (vars, allocs) = (self.vars.len(), self.allocs.len());
-        for st in body {
-            self.statement(st, ctx);
-        }
+    /// Walks the kernel's body (its `let`s and `alloc`s are in scope until its end, as a
+    /// body's are until the end of the body).
+    fn kernel_body(&mut self, body: &'k [Stmt]) {
+        self.open_block();
+        crate::kir::visit(body, self);
+        self.close_block();
+    }
+
+    fn open_block(&mut self) {
+        self.blocks.push((self.vars.len(), self.allocs.len()));
+    }
+
+    fn close_block(&mut self) {
+        let (vars, allocs) = self.blocks.pop().expect("a block opened");
         self.vars.truncate(vars);
         for b in self.allocs.drain(allocs..) {
             self.in_scope[b] -= 1;
         }
     }
-
-    /// `ctx`: how uniformly the threads taking part reach the statement.
-    fn statement(&mut self, st: &'k Stmt, ctx: Uniformity) {
-        let me = self.next;
-        self.next += 1;
-        self.current = Some((me, st));
-        let body_ctx = self.check(me, st, ctx);
-        let outer = self.group;
-        for (i, body) in st.children().enumerate() {
-            if let Stmt::WarpRoles(w) = st {
-                self.group = match i {
-                    0 => Group::Producers,
-                    _ => Group::Consumers(w.consumer_threads),
-                };
-            }
-            self.block(body, body_ctx);
-        }
-        self.group = outer;
-        if let Stmt::Loop(l) = st {
-            // The loop's variable and digits leave scope.
-            for _ in 0..=l.digits.len() {
-                self.vars.pop();
-            }
-        }
-    }
-
     /// The checks of one statement, not of its bodies; returns how uniformly the threads
     /// reach its bodies.
     fn check(&mut self, me: usize, st: &'k Stmt, ctx: Uniformity) -> Uniformity {

@@ -12,7 +12,7 @@
 //! one after the other. Kernels without TMA stores are not walked.
 
 use super::{error_at, Rule, VerifyError};
-use crate::kir::{BufferId, Kernel, Loop, Stmt};
+use crate::kir::{BufferId, Flow, Kernel, Loop, Stmt, Visitor};
 use std::collections::HashSet;
 
 #[derive(Clone, Default, PartialEq)]
@@ -29,15 +29,16 @@ pub(super) fn check(k: &Kernel, errors: &mut Vec<VerifyError>) {
     if !stores {
         return;
     }
-    let mut state = State::default();
     let mut found: Vec<VerifyError> = Vec::new();
     let mut w = Walk {
         k,
         next: 0,
         out: &mut found,
         seen: Vec::new(),
+        state: State::default(),
     };
-    w.block(&k.body, &mut state);
+    crate::kir::visit(&k.body, &mut w);
+    let state = w.state;
     if let Some(&b) = state.pending.iter().min() {
         found.push(error_at(
             k,
@@ -64,13 +65,28 @@ struct Walk<'k, 'o> {
     next: usize,
     out: &'o mut Vec<VerifyError>,
     seen: Vec<(*const Loop, State, State)>,
+    /// The state where the walk stands.
+    state: State,
+}
+
+/// Statements in program order, the state carried through: conditionals' and warp roles'
+/// bodies one after the other, a thread-bound loop's once; [`Walk::statement`] walks a serial
+/// loop's body twice itself.
+impl<'a> Visitor<'a> for Walk<'_, '_> {
+    fn stmt(&mut self, st: &'a Stmt, _at: usize) -> Flow {
+        let mut s = std::mem::take(&mut self.state);
+        let flow = self.statement(st, &mut s);
+        self.state = s;
+        flow
+    }
 }
 
 impl Walk<'_, '_> {
+    /// Walks `body` from state `s`, leaving the state it ends in there.
     fn block(&mut self, body: &[Stmt], s: &mut State) {
-        for st in body {
-            self.statement(st, s);
-        }
+        let outer = std::mem::replace(&mut self.state, std::mem::take(s));
+        crate::kir::visit(body, self);
+        *s = std::mem::replace(&mut self.state, outer);
     }
 
     /// The number of statements `body` holds (what a skipped walk leaves out of the numbering).
@@ -80,7 +96,9 @@ impl Walk<'_, '_> {
         n
     }
 
-    fn statement(&mut self, st: &Stmt, s: &mut State) {
+    /// One statement from state `s`: whether the walk enters its bodies (a serial loop's it
+    /// walks here).
+    fn statement(&mut self, st: &Stmt, s: &mut State) -> Flow {
         let me = self.next;
         self.next += 1;
         let k = self.k;
@@ -116,7 +134,7 @@ impl Walk<'_, '_> {
                 {
                     *s = end.clone();
                     self.next += Self::count(&l.body);
-                    return;
+                    return Flow::Skip;
                 }
                 let start = s.clone();
                 // Twice: the second walk starts where an iteration ends. Statement numbers are
@@ -128,6 +146,7 @@ impl Walk<'_, '_> {
                 self.block(&l.body, s);
                 self.next = end;
                 self.seen.push((key, start, s.clone()));
+                return Flow::Skip;
             }
             Stmt::TmaStore(t) => {
                 s.pending.insert(t.src.buffer);
@@ -144,11 +163,8 @@ impl Walk<'_, '_> {
             Stmt::Compute(c) => write(self.out, c.out.buffer),
             Stmt::StMatrix { dst, .. } => write(self.out, dst.buffer),
             Stmt::TmaLoad(t) => write(self.out, t.dst.buffer),
-            _ => {
-                for body in st.children() {
-                    self.block(body, s);
-                }
-            }
+            _ => {}
         }
+        Flow::Descend
     }
 }

@@ -387,6 +387,6 @@ fn count(threads: Option<i64>) -> String {
 /// The block barriers of a kernel as named barriers (id, count), in statement order.
 pub fn barrier_uses(k: &Kernel) -> Vec<BarrierUse> {
     let mut w = Walk::new(k, super::Stage::LOWERED);
-    w.block(&k.body, Uniformity::Block);
+    w.kernel_body(&k.body);
     w.barriers
 }

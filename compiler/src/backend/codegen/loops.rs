@@ -3,12 +3,13 @@
 //! loop is unrolled where it indexes register arrays (which stay in registers only when
 //! indexed by compile-time constants) or where the schedule says so.
 
-use super::{strip_parens_str, Emitter};
+use super::{strip_parens_str, Close, Emitter};
 use crate::fusion::MemoryType;
 use crate::kir::{Access, Data, Kernel, Loop, Stmt, Val};
 
 impl Emitter<'_> {
-    pub(super) fn loop_stmt(&mut self, l: &Loop, depth: usize) {
+    /// A loop's lines before its body; what it writes after it.
+    pub(super) fn loop_stmt(&mut self, l: &Loop, depth: usize) -> Close {
         if l.parallel.is_hw() {
             // A persistent kernel's grid-bound index is its tile loop's raster.
             let tile = self.k.persistent.as_ref().filter(|p| {
@@ -21,13 +22,11 @@ impl Emitter<'_> {
                 None => l.parallel.cuda_index().unwrap_or("").to_string(),
             };
             self.line_parts(depth, &["{  // ", &l.var, " = ", &value]);
-            self.block(&l.body, depth + 1);
-            self.line(depth, "}");
-            return;
+            return Close::Brace;
         }
         if !l.digits.is_empty() {
             self.flat_loop(l, depth);
-            return;
+            return Close::Flat;
         }
         // Register arrays stay in registers only when indexed by compile-time
         // constants, so loops that index them are unrolled.
@@ -61,11 +60,7 @@ impl Emitter<'_> {
                 ") {",
             ],
         );
-        self.block(&l.body, depth + 1);
-        if constant {
-            self.unrolled.pop();
-        }
-        self.line(depth, "}");
+        Close::For { unrolled: constant }
     }
 
     /// A flat loop (`kir::Loop::digits`): its count and its digits declared in its `for`, and at
@@ -86,8 +81,11 @@ impl Emitter<'_> {
             s.push_str(part);
         }
         self.line(depth, &s);
-        self.block(&l.body, depth + 1);
-        s.clear();
+    }
+
+    /// The end of a flat loop's iteration: its digits' step, then `}`.
+    pub(super) fn flat_loop_steps(&mut self, l: &Loop, depth: usize) {
+        let mut s = String::new();
         for d in l.digits[1..].iter().rev() {
             let ext = self.val(&d.extent);
             for part in [

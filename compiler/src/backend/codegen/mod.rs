@@ -28,7 +28,9 @@ mod stream_k;
 
 use crate::dtype::DType;
 use crate::fusion::{Fusion, MemoryType, ParallelType, ReduceOp};
-use crate::kir::{Access, BufferId, Compute, Data, Kernel, MbarId, Stmt, Val, WarpRoles};
+use crate::kir::{
+    Access, BufferId, Compute, Data, Flow, Kernel, MbarId, Stmt, Val, Visitor, WarpRoles,
+};
 use crate::plan::{Constraint, IndexType, LaunchPlan, Param, SizeExpr, TensorRole};
 use crate::verify::Uniformity;
 use lines::Written;
@@ -73,10 +75,14 @@ pub fn emit_mapped(
         clock_roles: clock_probe
             .then(|| clock_probe::record_in_roles(k))
             .flatten(),
+        depth: 1,
+        open: Vec::new(),
     };
     let mut body = String::new();
     std::mem::swap(&mut e.out, &mut body);
-    e.block(&k.body, 1);
+    let holder = e.current;
+    crate::kir::visit(&k.body, &mut e);
+    e.current = holder;
     std::mem::swap(&mut e.out, &mut body);
 
     let (params, decls) = kernel_params(f, k);
@@ -411,6 +417,31 @@ struct Emitter<'a> {
     /// The warp roles whose consumers' branch ends with the clock probe's record
     /// ([`clock_probe::record_in_roles`]).
     clock_roles: Option<&'a Stmt>,
+    /// The indentation of the statements being written.
+    depth: usize,
+    /// The statements around the one being written, innermost last.
+    open: Vec<Open>,
+}
+
+/// A statement whose bodies are being written: its lines' owner and how it closes.
+struct Open {
+    written: Written,
+    close: Close,
+}
+
+/// What a statement writes after its bodies.
+enum Close {
+    /// Nothing (no bodies).
+    Nothing,
+    /// `}` (a binding's scope, a conditional).
+    Brace,
+    /// A loop's `}`, popping its variable from [`Emitter::unrolled`] if it pushed it.
+    For { unrolled: bool },
+    /// A flat loop's digit steps and `}`.
+    Flat,
+    /// Warp roles' `}` (after the clock probe's record if `clock`); `outer` is the block
+    /// barriers' thread count outside the consumers' branch.
+    Roles { clock: bool, outer: Option<i64> },
 }
 
 fn storage(d: DType) -> &'static str {
@@ -540,8 +571,9 @@ impl Emitter<'_> {
         self.line_parts(depth, &[&dst, " = ", strip_parens_str(&v), ";"]);
     }
 
-    /// `if (producer) { .. } else { .. }`, each branch setting its register count first.
-    fn warp_roles(&mut self, s: &Stmt, w: &WarpRoles, depth: usize) {
+    /// `if (producer) {`, the producers' register count first (the consumers' branch opens in
+    /// [`Emitter::enter`], and [`Emitter::close`] ends it).
+    fn warp_roles(&mut self, s: &Stmt, w: &WarpRoles, depth: usize) -> Close {
         let c = self.val(&w.is_producer);
         self.line(
             depth,
@@ -556,7 +588,12 @@ impl Emitter<'_> {
         // Constant without the feature, so the playground's wasm leaves this out.
         let clock =
             cfg!(feature = "clock-probe") && self.clock_roles.is_some_and(|r| std::ptr::eq(r, s));
-        self.block(&w.producer, depth + 1);
+        Close::Roles { clock, outer: None }
+    }
+
+    /// `} else {` between the warp roles' branches, the consumers' register count first; the
+    /// consumers' block barriers count their threads. Returns the count outside.
+    fn consumer_branch(&mut self, w: &WarpRoles, depth: usize) -> Option<i64> {
         self.line(depth, "} else {  // consumer warps");
         if let Some((_, c)) = w.registers {
             self.line(
@@ -564,29 +601,38 @@ impl Emitter<'_> {
                 &format!("asm volatile(\"setmaxnreg.inc.sync.aligned.u32 {c};\");"),
             );
         }
-        let outer = self.consumer_threads.replace(w.consumer_threads);
-        self.block(&w.consumer, depth + 1);
-        self.consumer_threads = outer;
-        if clock {
-            self.line(depth + 1, clock_probe::RECORD);
-        }
-        self.line(depth, "}");
+        self.consumer_threads.replace(w.consumer_threads)
     }
 
-    /// `if (cond) { .. } else { .. }`.
-    fn if_stmt(&mut self, cond: &Val, then: &[Stmt], els: &[Stmt], depth: usize) {
+    /// `if (cond) {` (the `else` opens in [`Emitter::enter`]).
+    fn if_stmt(&mut self, cond: &Val, depth: usize) -> Close {
         let mut c = std::mem::take(&mut self.scratch);
         c.clear();
         self.write_val(cond, &mut c);
         self.line_parts(depth, &["if (", strip_parens_str(&c), ") {"]);
         self.scratch = c;
-        self.block(then, depth + 1);
-        if els.is_empty() {
-            self.line(depth, "}");
-        } else {
-            self.line(depth, "} else {");
-            self.block(els, depth + 1);
-            self.line(depth, "}");
+        Close::Brace
+    }
+
+    /// What `close` writes after a statement's bodies, at the statement's `depth`.
+    fn close(&mut self, st: &Stmt, close: Close, depth: usize) {
+        match (close, st) {
+            (Close::Nothing, _) => {}
+            (Close::Brace, _) => self.line(depth, "}"),
+            (Close::For { unrolled }, _) => {
+                if unrolled {
+                    self.unrolled.pop();
+                }
+                self.line(depth, "}");
+            }
+            (Close::Flat, Stmt::Loop(l)) => self.flat_loop_steps(l, depth),
+            (Close::Flat, _) => unreachable!("a flat loop closes a loop"),
+            (Close::Roles { clock, .. }, _) => {
+                if clock {
+                    self.line(depth + 1, clock_probe::RECORD);
+                }
+                self.line(depth, "}");
+            }
         }
     }
 
@@ -855,145 +901,194 @@ impl Emitter<'_> {
         }
     }
 
-    fn block(&mut self, body: &[Stmt], depth: usize) {
-        // Lines after a nested block (a closing brace) belong to the statement holding it.
-        let holder = self.current;
-        for s in body {
-            self.current = Written::Stmt(self.next_stmt);
-            self.next_stmt += 1;
-            match s {
-                Stmt::Loop(l) => self.loop_stmt(l, depth),
-                Stmt::WarpRoles(w) => self.warp_roles(s, w, depth),
-                Stmt::If { cond, then, els } => self.if_stmt(cond, then, els, depth),
-                Stmt::Alloc(b) => self.alloc(*b, depth),
-                Stmt::Compute(c) => self.compute(c, depth),
-                Stmt::BlockReduce {
-                    acc,
-                    op,
-                    dtype,
-                    dims,
-                } => self.block_reduce(acc, *op, *dtype, dims, depth),
-                Stmt::QuadReduce { acc, op, dtype } => self.quad_reduce(acc, *op, *dtype, depth),
-                Stmt::BlockWelford {
-                    mean,
-                    m2,
-                    count,
-                    dims,
-                } => self.block_welford([mean, m2, count], dims, depth),
-                Stmt::GridReduce(g) => self.grid_reduce(g, depth),
-                Stmt::Sync => match self.consumer_threads {
-                    // Barrier 1 over the consumer threads (0 is __syncthreads).
-                    Some(n) => {
-                        self.uses.named_barrier = true;
-                        self.line(depth, &format!("hf_bar_sync<{n}>();"))
-                    }
-                    None => self.line(depth, "__syncthreads();"),
-                },
-                Stmt::GroupSync { dims, threads } => self.group_sync(dims, *threads, depth),
-                Stmt::Turn {
-                    step,
-                    on,
-                    groups,
-                    threads,
-                } => self.turn(*step, *on, *groups, *threads, depth),
-                Stmt::ClusterSync => {
-                    self.uses.cluster = true;
-                    self.line(depth, "hf_cluster_sync();");
+    /// The lines of statement `s` before its bodies (all of them for a statement without);
+    /// what it writes after them.
+    fn stmt_lines(&mut self, s: &Stmt, depth: usize) -> Close {
+        match s {
+            Stmt::Loop(l) => return self.loop_stmt(l, depth),
+            Stmt::WarpRoles(w) => return self.warp_roles(s, w, depth),
+            Stmt::If { cond, .. } => return self.if_stmt(cond, depth),
+            Stmt::Alloc(b) => self.alloc(*b, depth),
+            Stmt::Compute(c) => self.compute(c, depth),
+            Stmt::BlockReduce {
+                acc,
+                op,
+                dtype,
+                dims,
+            } => self.block_reduce(acc, *op, *dtype, dims, depth),
+            Stmt::QuadReduce { acc, op, dtype } => self.quad_reduce(acc, *op, *dtype, depth),
+            Stmt::BlockWelford {
+                mean,
+                m2,
+                count,
+                dims,
+            } => self.block_welford([mean, m2, count], dims, depth),
+            Stmt::GridReduce(g) => self.grid_reduce(g, depth),
+            Stmt::Sync => match self.consumer_threads {
+                // Barrier 1 over the consumer threads (0 is __syncthreads).
+                Some(n) => {
+                    self.uses.named_barrier = true;
+                    self.line(depth, &format!("hf_bar_sync<{n}>();"))
                 }
-                Stmt::Let {
-                    var,
-                    value,
-                    broadcast,
-                } => {
-                    let v = strip_parens(self.val(value));
-                    let v = if *broadcast {
-                        from_lane0(&format!("({v})"))
-                    } else {
-                        v
-                    };
-                    self.line(depth, &format!("const index_t {var} = {v};"));
-                }
-                Stmt::MbarInit { bars } => self.mbar_init(*bars, depth),
-                Stmt::MbarInval { bars } => {
-                    self.uses.tma = true;
-                    let m = &self.k.mbarriers[*bars];
-                    let (name, n) = (m.name.clone(), m.count);
-                    self.line(
-                        depth,
-                        &format!("for (int hf_s = 0; hf_s < {n}; ++hf_s) hf_mbarrier_inval(&{name}[hf_s]);"),
-                    );
-                }
-                Stmt::MbarArriveExpectTx { bars, slot, bytes } => {
-                    let bar = self.barrier(*bars, slot);
-                    self.line(
-                        depth,
-                        &format!("hf_mbarrier_arrive_expect_tx({bar}, {bytes}u);"),
-                    );
-                }
-                Stmt::MbarWait { bars, slot, parity } => {
-                    let bar = self.barrier(*bars, slot);
-                    let parity = strip_parens(self.val(parity));
-                    self.line(
-                        depth,
-                        &format!("hf_mbarrier_wait({bar}, (unsigned)({parity}));"),
-                    );
-                }
-                Stmt::MbarExpectTx { bars, slot, bytes } => {
-                    let bar = self.barrier(*bars, slot);
-                    self.line(depth, &format!("hf_mbarrier_expect_tx({bar}, {bytes}u);"));
-                }
-                Stmt::MbarArrive {
-                    bars,
-                    slot,
-                    per_warp,
-                } => self.mbar_arrive(*bars, slot, *per_warp, depth),
-                Stmt::TmaStore(t) => {
-                    self.uses.tma = true;
-                    self.uses.tma_store = true;
-                    let param = self.k.tensor_maps[t.map].param.clone();
-                    let src = self.access(&t.src);
-                    let (rank, coords) = self.box_coords(&t.coords);
-                    self.line(
-                        depth,
-                        &format!("hf_tma_store_{rank}d(&{param}, {coords}, &{src});"),
-                    );
-                }
-                Stmt::BulkCommit => {
-                    self.uses.tma_store = true;
-                    self.line(depth, "hf_bulk_commit_group();");
-                }
-                Stmt::StreamKFixup { acc } => self.stream_k_fixup(*acc, depth),
-                Stmt::BulkWaitRead(n) => {
-                    self.uses.tma_store = true;
-                    self.line(depth, &format!("hf_bulk_wait_group_read<{n}>();"));
-                }
-                Stmt::FenceProxyAsync => {
-                    self.uses.tma_store = true;
-                    self.line(depth, "hf_fence_proxy_async();");
-                }
-                Stmt::Wgmma(w) => self.wgmma(w, depth),
-                Stmt::StMatrix { dst, src } => {
-                    self.uses.stmatrix = true;
-                    let dst = self.access(dst);
-                    let src = self.access(src);
-                    self.line(depth, &format!("hf_stmatrix_x4(&{dst}, &{src});"));
-                }
-                Stmt::WgmmaFence => {
-                    self.uses.wgmma = true;
-                    self.line(depth, "hf_wgmma_fence();");
-                }
-                Stmt::WgmmaCommit => {
-                    self.uses.wgmma = true;
-                    self.line(depth, "hf_wgmma_commit();");
-                }
-                Stmt::WgmmaWait(n) => {
-                    self.uses.wgmma = true;
-                    self.line(depth, &format!("hf_wgmma_wait<{n}>();"));
-                }
-                Stmt::TmaLoad(t) => self.tma_load(t, depth),
+                None => self.line(depth, "__syncthreads();"),
+            },
+            Stmt::GroupSync { dims, threads } => self.group_sync(dims, *threads, depth),
+            Stmt::Turn {
+                step,
+                on,
+                groups,
+                threads,
+            } => self.turn(*step, *on, *groups, *threads, depth),
+            Stmt::ClusterSync => {
+                self.uses.cluster = true;
+                self.line(depth, "hf_cluster_sync();");
             }
+            Stmt::Let {
+                var,
+                value,
+                broadcast,
+            } => {
+                let v = strip_parens(self.val(value));
+                let v = if *broadcast {
+                    from_lane0(&format!("({v})"))
+                } else {
+                    v
+                };
+                self.line(depth, &format!("const index_t {var} = {v};"));
+            }
+            Stmt::MbarInit { bars } => self.mbar_init(*bars, depth),
+            Stmt::MbarInval { bars } => {
+                self.uses.tma = true;
+                let m = &self.k.mbarriers[*bars];
+                let (name, n) = (m.name.clone(), m.count);
+                self.line(
+                    depth,
+                    &format!(
+                        "for (int hf_s = 0; hf_s < {n}; ++hf_s) hf_mbarrier_inval(&{name}[hf_s]);"
+                    ),
+                );
+            }
+            Stmt::MbarArriveExpectTx { bars, slot, bytes } => {
+                let bar = self.barrier(*bars, slot);
+                self.line(
+                    depth,
+                    &format!("hf_mbarrier_arrive_expect_tx({bar}, {bytes}u);"),
+                );
+            }
+            Stmt::MbarWait { bars, slot, parity } => {
+                let bar = self.barrier(*bars, slot);
+                let parity = strip_parens(self.val(parity));
+                self.line(
+                    depth,
+                    &format!("hf_mbarrier_wait({bar}, (unsigned)({parity}));"),
+                );
+            }
+            Stmt::MbarExpectTx { bars, slot, bytes } => {
+                let bar = self.barrier(*bars, slot);
+                self.line(depth, &format!("hf_mbarrier_expect_tx({bar}, {bytes}u);"));
+            }
+            Stmt::MbarArrive {
+                bars,
+                slot,
+                per_warp,
+            } => self.mbar_arrive(*bars, slot, *per_warp, depth),
+            Stmt::TmaStore(t) => {
+                self.uses.tma = true;
+                self.uses.tma_store = true;
+                let param = self.k.tensor_maps[t.map].param.clone();
+                let src = self.access(&t.src);
+                let (rank, coords) = self.box_coords(&t.coords);
+                self.line(
+                    depth,
+                    &format!("hf_tma_store_{rank}d(&{param}, {coords}, &{src});"),
+                );
+            }
+            Stmt::BulkCommit => {
+                self.uses.tma_store = true;
+                self.line(depth, "hf_bulk_commit_group();");
+            }
+            Stmt::StreamKFixup { acc } => self.stream_k_fixup(*acc, depth),
+            Stmt::BulkWaitRead(n) => {
+                self.uses.tma_store = true;
+                self.line(depth, &format!("hf_bulk_wait_group_read<{n}>();"));
+            }
+            Stmt::FenceProxyAsync => {
+                self.uses.tma_store = true;
+                self.line(depth, "hf_fence_proxy_async();");
+            }
+            Stmt::Wgmma(w) => self.wgmma(w, depth),
+            Stmt::StMatrix { dst, src } => {
+                self.uses.stmatrix = true;
+                let dst = self.access(dst);
+                let src = self.access(src);
+                self.line(depth, &format!("hf_stmatrix_x4(&{dst}, &{src});"));
+            }
+            Stmt::WgmmaFence => {
+                self.uses.wgmma = true;
+                self.line(depth, "hf_wgmma_fence();");
+            }
+            Stmt::WgmmaCommit => {
+                self.uses.wgmma = true;
+                self.line(depth, "hf_wgmma_commit();");
+            }
+            Stmt::WgmmaWait(n) => {
+                self.uses.wgmma = true;
+                self.line(depth, &format!("hf_wgmma_wait<{n}>();"));
+            }
+            Stmt::TmaLoad(t) => self.tma_load(t, depth),
         }
-        self.current = holder;
+        Close::Nothing
+    }
+}
+
+/// The walk that writes the body: each statement's lines belong to it, the lines after a
+/// nested body (a closing brace, an `else`) to the statement holding it.
+impl<'a> Visitor<'a> for Emitter<'a> {
+    fn stmt(&mut self, st: &'a Stmt, _at: usize) -> Flow {
+        let written = Written::Stmt(self.next_stmt);
+        self.current = written;
+        self.next_stmt += 1;
+        let close = self.stmt_lines(st, self.depth);
+        self.open.push(Open { written, close });
+        Flow::Descend
+    }
+
+    fn enter(&mut self, st: &'a Stmt, body: usize) -> Flow {
+        match st {
+            Stmt::If { els, .. } if body == 1 => {
+                if els.is_empty() {
+                    return Flow::Skip;
+                }
+                self.line(self.depth, "} else {");
+            }
+            Stmt::WarpRoles(w) if body == 1 => {
+                let outer = self.consumer_branch(w, self.depth);
+                if let Some(Open {
+                    close: Close::Roles { outer: o, .. },
+                    ..
+                }) = self.open.last_mut()
+                {
+                    *o = outer;
+                }
+            }
+            _ => {}
+        }
+        self.depth += 1;
+        Flow::Descend
+    }
+
+    fn leave(&mut self, st: &'a Stmt, body: usize) {
+        self.depth -= 1;
+        let open = self.open.last().expect("pushed by `stmt`");
+        self.current = open.written;
+        if let (Stmt::WarpRoles(_), 1, Close::Roles { outer, .. }) = (st, body, &open.close) {
+            self.consumer_threads = *outer;
+        }
+    }
+
+    fn after(&mut self, st: &'a Stmt, _at: usize) {
+        let open = self.open.pop().expect("pushed by `stmt`");
+        self.close(st, open.close, self.depth);
     }
 }
 

@@ -1,9 +1,9 @@
 //! The walk of the final kernel IR that the view is derived from: statements in program order
 //! as [`Event`]s under their guards and loops, thread-bound loops as bindings.
 
-use super::{Event, Guard, Guards, LoopInfo, ThreadLoop, Walk, What};
+use super::{Event, Guard, Guards, LoopInfo, Scope, ThreadLoop, Walk, What};
 use crate::fusion::ParallelType;
-use crate::kir::{Stmt, Val};
+use crate::kir::{Flow, Stmt, Val, Visitor};
 
 /// Whether a wgmma appears anywhere in `body`.
 pub(super) fn has_wgmma(body: &[Stmt]) -> bool {
@@ -20,6 +20,68 @@ pub(super) fn conjuncts<'v>(v: &'v Val, out: &mut Vec<&'v Val>) {
         }
         Val::True => {}
         v => out.push(v),
+    }
+}
+
+/// The walk: each statement that says something about the pipelines is an event under the
+/// guards and inside the loop around it; a statement with bodies walks each under its guards
+/// ([`Walk::body_guards`]), a loop's inside it (a thread-bound loop is a binding).
+impl<'k> Visitor<'k> for Walk<'k> {
+    fn stmt(&mut self, st: &'k Stmt, _at: usize) -> Flow {
+        match self.what(st) {
+            Some(what) => {
+                self.events.push(Event {
+                    what,
+                    guards: self.guards.clone(),
+                    lp: self.lp,
+                });
+                Flow::Skip
+            }
+            None => Flow::Descend,
+        }
+    }
+
+    fn enter(&mut self, st: &'k Stmt, body: usize) -> Flow {
+        let mut thread = false;
+        let mut inner = self.lp;
+        if let Stmt::Loop(l) = st {
+            if l.parallel.is_hw() {
+                thread = l.parallel.is_thread();
+                if thread {
+                    self.threads.push(ThreadLoop {
+                        var: &l.var,
+                        parallel: l.parallel,
+                        extent: &l.extent,
+                    });
+                }
+            } else {
+                self.loops.push(LoopInfo {
+                    var: &l.var,
+                    extent: &l.extent,
+                    parent: self.lp,
+                });
+                inner = Some(self.loops.len() - 1);
+            }
+        }
+        self.scopes.push(Scope {
+            guards: self.guards.len(),
+            lp: self.lp,
+            thread,
+        });
+        self.lp = inner;
+        let mut guards = std::mem::take(&mut self.guards);
+        self.body_guards(st, body, &mut guards);
+        self.guards = guards;
+        Flow::Descend
+    }
+
+    fn leave(&mut self, _st: &'k Stmt, _body: usize) {
+        let scope = self.scopes.pop().expect("pushed on entering");
+        self.guards.truncate(scope.guards);
+        self.lp = scope.lp;
+        if scope.thread {
+            self.threads.pop();
+        }
     }
 }
 
@@ -50,50 +112,6 @@ impl<'k> Walk<'k> {
             on_thread,
             text: std::cell::OnceCell::new(),
         })
-    }
-
-    pub(super) fn block(&mut self, body: &'k [Stmt], guards: &mut Guards<'k>, lp: Option<usize>) {
-        for st in body {
-            if let Some(what) = self.what(st) {
-                self.events.push(Event {
-                    what,
-                    guards: guards.clone(),
-                    lp,
-                });
-                continue;
-            }
-            // A statement with bodies: each walked under its guards, inside its loop.
-            let mut inner = lp;
-            let mut thread = false;
-            if let Stmt::Loop(l) = st {
-                if l.parallel.is_hw() {
-                    thread = l.parallel.is_thread();
-                    if thread {
-                        self.threads.push(ThreadLoop {
-                            var: &l.var,
-                            parallel: l.parallel,
-                            extent: &l.extent,
-                        });
-                    }
-                } else {
-                    self.loops.push(LoopInfo {
-                        var: &l.var,
-                        extent: &l.extent,
-                        parent: lp,
-                    });
-                    inner = Some(self.loops.len() - 1);
-                }
-            }
-            let n = guards.len();
-            for (i, child) in st.children().enumerate() {
-                self.body_guards(st, i, guards);
-                self.block(child, guards, inner);
-                guards.truncate(n);
-            }
-            if thread {
-                self.threads.pop();
-            }
-        }
     }
 
     /// The guards a statement adds for its body `i`: a conditional's conjuncts for `then`, its

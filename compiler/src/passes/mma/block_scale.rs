@@ -39,6 +39,7 @@
 #[allow(unused_imports)]
 use super::*;
 use crate::fusion::{Op, Operand};
+use crate::kir::{visit_stmt_mut, VisitorMut};
 use crate::passes::context::KeyNode;
 
 /// A block loop whose promotions overlap the next block's wgmmas: its block accumulator holds
@@ -167,6 +168,81 @@ fn scale_as_written(cx: &Ctx, k: &Kernel, scales: &[Data]) -> String {
     }
 }
 
+/// The walk of [`Lower::promote_block_scales`]: finds the sites inside the loops `stack`, and
+/// on leaving a loop inserts the sites whose block loop it is into it.
+struct BlockScales<'w, 'p, 'c> {
+    lower: &'w mut Lower<'p>,
+    cx: &'w mut Ctx<'c>,
+    k: &'w mut Kernel,
+    /// The loops around the statement walked, outermost first.
+    stack: Vec<LoopFrame>,
+    /// The sites found whose block loop has not been left yet, in program order.
+    sites: Vec<Site>,
+}
+
+impl VisitorMut for BlockScales<'_, '_, '_> {
+    type Error = Diagnostic;
+
+    fn stmt(&mut self, s: &mut Stmt, _at: usize) -> Result<Flow, Diagnostic> {
+        match s {
+            Stmt::Loop(l) if l.parallel == ParallelType::Mma => {
+                let (loops, tile_body) = chain(l);
+                if loops.len() == 3 {
+                    let site = self
+                        .lower
+                        .site(self.cx, self.k, &loops, tile_body, &self.stack)?;
+                    self.sites.extend(site);
+                }
+                Ok(Flow::Skip)
+            }
+            _ => Ok(Flow::Descend),
+        }
+    }
+
+    fn enter(&mut self, s: &Stmt, _body: usize) -> Result<Flow, Diagnostic> {
+        if let Stmt::Loop(l) = s {
+            self.stack.push(LoopFrame {
+                key: l.key,
+                var: l.var.clone(),
+                extent: l.extent.clone(),
+                parallel: l.parallel,
+            });
+        }
+        Ok(Flow::Descend)
+    }
+
+    fn leave(&mut self, s: &mut Stmt, _body: usize) -> Result<(), Diagnostic> {
+        let Stmt::Loop(l) = s else {
+            return Ok(());
+        };
+        self.stack.pop();
+        let depth = self.stack.len();
+        // Only sites inside this loop can have it as their block loop (those found beside it
+        // have theirs further out).
+        let (here, others): (Vec<Site>, Vec<Site>) = std::mem::take(&mut self.sites)
+            .into_iter()
+            .partition(|site| site.depth == depth);
+        self.sites = others;
+        let mut promoted: Vec<BufferId> = Vec::new();
+        for site in here {
+            // (Several nests of one accumulator in a block promote once.)
+            if promoted.contains(&site.acc) {
+                continue;
+            }
+            promoted.push(site.acc);
+            // The stage freed by an empty mbarrier (warp specialization): the next block's
+            // wgmmas may run while this one's are promoted. (A block barrier would not wait
+            // for a group in flight.)
+            if matches!(l.body.last(), Some(Stmt::MbarArrive { .. })) {
+                self.lower.overlap(self.k, l.key, site.block);
+            }
+            l.body.splice(0..0, site.reset);
+            l.body.push(site.promotion);
+        }
+        Ok(())
+    }
+}
+
 impl Lower<'_> {
     /// Finds the block-scaled products of `body`, makes their block accumulators and inserts
     /// their flags' resets and promotions into their block loops (before the tiles are
@@ -177,69 +253,18 @@ impl Lower<'_> {
         k: &mut Kernel,
         body: &mut [Stmt],
     ) -> Result<(), Diagnostic> {
-        let mut stack = Vec::new();
-        let left = self.visit(cx, k, body, &mut stack)?;
-        debug_assert!(left.is_empty(), "every site's block loop encloses it");
-        Ok(())
-    }
-
-    /// Finds the sites in `body` (inside the loops `stack`), inserts those whose block loop is
-    /// a loop of `body` into it, and returns the others (their block loops are further out).
-    fn visit(
-        &mut self,
-        cx: &mut Ctx,
-        k: &mut Kernel,
-        body: &mut [Stmt],
-        stack: &mut Vec<LoopFrame>,
-    ) -> Result<Vec<Site>, Diagnostic> {
-        let mut out = Vec::new();
-        for s in body.iter_mut() {
-            match s {
-                Stmt::Loop(l) if l.parallel == ParallelType::Mma => {
-                    let (loops, tile_body) = chain(l);
-                    if loops.len() == 3 {
-                        out.extend(self.site(cx, k, &loops, tile_body, stack)?);
-                    }
-                }
-                Stmt::Loop(l) => {
-                    stack.push(LoopFrame {
-                        key: l.key,
-                        var: l.var.clone(),
-                        extent: l.extent.clone(),
-                        parallel: l.parallel,
-                    });
-                    let inner = self.visit(cx, k, &mut l.body, stack);
-                    stack.pop();
-                    let depth = stack.len();
-                    let mut promoted: Vec<BufferId> = Vec::new();
-                    for site in inner? {
-                        if site.depth != depth {
-                            out.push(site);
-                            continue;
-                        }
-                        // (Several nests of one accumulator in a block promote once.)
-                        if promoted.contains(&site.acc) {
-                            continue;
-                        }
-                        promoted.push(site.acc);
-                        // The stage freed by an empty mbarrier (warp specialization): the
-                        // next block's wgmmas may run while this one's are promoted. (A
-                        // block barrier would not wait for a group in flight.)
-                        if matches!(l.body.last(), Some(Stmt::MbarArrive { .. })) {
-                            self.overlap(k, l.key, site.block);
-                        }
-                        l.body.splice(0..0, site.reset);
-                        l.body.push(site.promotion);
-                    }
-                }
-                other => {
-                    for child in other.children_mut() {
-                        out.extend(self.visit(cx, k, child, stack)?);
-                    }
-                }
-            }
+        let mut walk = BlockScales {
+            lower: self,
+            cx,
+            k,
+            stack: Vec::new(),
+            sites: Vec::new(),
+        };
+        for (at, s) in body.iter_mut().enumerate() {
+            visit_stmt_mut(s, at, &mut walk)?;
         }
-        Ok(out)
+        debug_assert!(walk.sites.is_empty(), "every site's block loop encloses it");
+        Ok(())
     }
 
     /// The promotion of one product tile, when it has scales.

@@ -360,19 +360,23 @@ pub(super) fn chain(l: &Loop) -> (Vec<TileLoop>, &[Stmt]) {
 /// The computations of a tile body, predicates dropped, in order; None if it holds anything
 /// but allocations, computations and conditionals.
 pub(super) fn computes(body: &[Stmt], out: &mut Vec<Compute>) -> bool {
-    for s in body {
-        match s {
-            Stmt::Alloc(_) => {}
-            Stmt::Compute(c) => out.push(c.clone()),
-            Stmt::If { then, els, .. } => {
-                if !computes(then, out) || !computes(els, out) {
-                    return false;
-                }
-            }
-            _ => return false,
+    // Whether every statement so far is one of those (the walk stops at the first that is not).
+    let mut only = true;
+    crate::kir::walk(body, &mut |s| {
+        if !only {
+            return Flow::Skip;
         }
-    }
-    true
+        match s {
+            Stmt::Alloc(_) | Stmt::If { .. } => {}
+            Stmt::Compute(c) => out.push(c.clone()),
+            _ => {
+                only = false;
+                return Flow::Skip;
+            }
+        }
+        Flow::Descend
+    });
+    only
 }
 
 /// `idx(var = j) - idx(var = 0)` if it is `j * stride` for every probe (the index is affine in

@@ -119,8 +119,10 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<Change, 
     Ok(Change::Changed)
 }
 
-/// Finds the loads of pipe `p` under `body`; `outer` is the linear iteration of the serial
-/// loops entered so far. Rewrites the innermost serial loop around them into the pipeline.
+/// Finds the loads of pipe `p` under `body`, following at each level the first loop that fills
+/// a member buffer (the chain of loops that leads to them); `outer` is the linear iteration of
+/// the serial loops entered so far. Rewrites the innermost serial loop around them into the
+/// pipeline.
 pub(crate) fn pipeline(
     cx: &mut Ctx,
     plan: &PipelinePlan,
@@ -138,11 +140,28 @@ pub(crate) fn pipeline(
         .collect();
     let name = &f.tensors[members[0].tensor].name;
     let span = f.tensors[members[0].tensor].span;
-    let Some(i) = body.iter().position(|s| match s {
-        Stmt::Loop(_) | Stmt::TmaLoad(_) => fills(s, &buffers),
-        _ => false,
-    }) else {
-        return Ok(false);
+    let mut body = body;
+    let mut outer = outer.clone();
+    let mut in_loop = in_loop;
+    // Down the chain of loops to the one that holds the loads (or to the loads themselves).
+    let i = loop {
+        let Some(i) = body.iter().position(|s| match s {
+            Stmt::Loop(_) | Stmt::TmaLoad(_) => fills(s, &buffers),
+            _ => false,
+        }) else {
+            return Ok(false);
+        };
+        if !matches!(&body[i], Stmt::Loop(l) if Some(l.key) != pipe.loop_key) {
+            break i;
+        }
+        let Stmt::Loop(l) = &mut body[i] else {
+            unreachable!("matched above")
+        };
+        if !l.parallel.is_hw() {
+            outer = linear(&outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
+            in_loop = true;
+        }
+        body = &mut l.body;
     };
     if let Stmt::TmaLoad(_) = &body[i] {
         if pipe.loop_key.is_some() {
@@ -156,21 +175,12 @@ pub(crate) fn pipeline(
         loads_without_loop(cx, plan, pipe, &buffers, body, i);
         return Ok(true);
     }
-    let Stmt::Loop(l) = &mut body[i] else {
-        unreachable!()
-    };
-    if Some(l.key) != pipe.loop_key {
-        if l.parallel.is_hw() {
-            return pipeline(cx, plan, &mut l.body, p, outer, in_loop);
-        }
-        let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
-        return pipeline(cx, plan, &mut l.body, p, &lin, true);
-    }
-    // `l` is the buffered loop: its direct children that fill a member buffer are the loads.
+    // `body[i]` is the buffered loop: its direct children that fill a member buffer are the
+    // loads.
     let Stmt::Loop(l) = body.remove(i) else {
-        unreachable!()
+        unreachable!("a loop or a load, and a load returned above")
     };
-    let out = buffered_loop(cx, plan, pipe, &buffers, l, outer, in_loop, (name, span))?;
+    let out = buffered_loop(cx, plan, pipe, &buffers, l, &outer, in_loop, (name, span))?;
     body.splice(i..i, out);
     Ok(true)
 }

@@ -13,11 +13,20 @@
 
 #[allow(unused_imports)]
 use super::*;
+use crate::kir::VisitorMut;
+use crate::passes::context::LoopScope;
 
 pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<Change, Diagnostic> {
-    let mut env = cx.hw_env(k);
+    let env = cx.hw_env(k);
     let mut body = std::mem::take(&mut k.body);
-    issue_block(cx, plan, k, &mut body, &mut env)?;
+    let mut walk = Issue {
+        cx,
+        plan,
+        k,
+        env,
+        scope: LoopScope::default(),
+    };
+    crate::kir::visit_mut(&mut body, &mut walk)?;
     // Swizzled boxes: every element access of the buffer goes through the swizzle (the copies
     // address the box's start, which the swizzle keeps in place).
     let swizzled: HashMap<BufferId, (i64, u32)> = k
@@ -51,29 +60,37 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<Change, 
     Ok(Change::Changed)
 }
 
-pub(crate) fn issue_block(
-    cx: &mut Ctx,
-    plan: &PipelinePlan,
-    k: &Kernel,
-    body: &mut Vec<Stmt>,
-    env: &mut HashMap<LoopKey, Val>,
-) -> Result<(), Diagnostic> {
-    let mut i = 0;
-    while i < body.len() {
-        let s = &mut body[i];
-        i += 1;
-        if let Stmt::Loop(l) = s {
-            if l.parallel == ParallelType::Bulk {
-                let copies = box_copy(cx, plan, k, l, env)?;
-                let n = copies.len();
-                body.splice(i - 1..i, copies);
-                i += n - 1;
-                continue;
+/// The walk of [`run`]: each nest of `Bulk` loops becomes its copies ([`box_copy`]); `env`
+/// binds the keys of the loops around it.
+struct Issue<'s, 'c> {
+    cx: &'s mut Ctx<'c>,
+    plan: &'s PipelinePlan,
+    k: &'s Kernel,
+    env: HashMap<LoopKey, Val>,
+    scope: LoopScope,
+}
+
+impl VisitorMut for Issue<'_, '_> {
+    type Error = Diagnostic;
+
+    fn splice(&mut self, s: &mut Stmt, _at: usize) -> Result<Option<Vec<Stmt>>, Diagnostic> {
+        match s {
+            Stmt::Loop(l) if l.parallel == ParallelType::Bulk => {
+                box_copy(self.cx, self.plan, self.k, l, &self.env).map(Some)
             }
+            _ => Ok(None),
         }
-        crate::passes::context::in_bodies(s, env, |body, env| issue_block(cx, plan, k, body, env))?;
     }
-    Ok(())
+
+    fn enter(&mut self, s: &Stmt, _body: usize) -> Result<Flow, Diagnostic> {
+        self.scope.enter(&mut self.env, s);
+        Ok(Flow::Descend)
+    }
+
+    fn leave(&mut self, s: &mut Stmt, _body: usize) -> Result<(), Diagnostic> {
+        self.scope.leave(&mut self.env, s);
+        Ok(())
+    }
 }
 
 /// The copy of the whole box that a nest of `Bulk` loops around one copy stands for: a load

@@ -26,7 +26,8 @@
 use super::stage::{contains_copy, fills, issue, linear, shift_reads};
 #[allow(unused_imports)]
 use super::*;
-use crate::kir::{TurnStep, WarpRoles};
+use crate::kir::{TurnStep, VisitorMut, WarpRoles};
+use std::convert::Infallible;
 
 /// Pads the specialised thread dim with a 128-thread producer warp group and gives every
 /// producer role (warp) its own full and empty barriers.
@@ -253,16 +254,7 @@ pub(crate) fn warp_specialize(
             .iter()
             .map(|&m| cx.layout.tensor_buffer[&plan.loads[m].tensor])
             .collect();
-        let nest = flatten_serial_nests(project(
-            cx,
-            plan,
-            pipe,
-            role,
-            &buffers,
-            &body,
-            &Val::Int(0),
-            false,
-        ));
+        let nest = flatten_serial_nests(project(cx, plan, pipe, role, &buffers, &body));
         if !nest.iter().any(contains_copy) {
             return Err(Diagnostic::new(
                 format!(
@@ -288,19 +280,18 @@ pub(crate) fn warp_specialize(
         .map(|&m| cx.layout.tensor_buffer[&plan.loads[m].tensor])
         .collect();
     let mut consumer = body;
-    let mut found = false;
-    consume(
+    let mut walk = Consume {
         cx,
         plan,
         pipe,
         ws,
-        &all,
-        &mut consumer,
-        &Val::Int(0),
-        false,
-        &mut found,
-    );
-    if !found {
+        buffers: &all,
+        lin: vec![(Val::Int(0), false)],
+        turns: vec![Vec::new()],
+        found: false,
+    };
+    let Ok(()) = crate::kir::visit_mut(&mut consumer, &mut walk);
+    if !walk.found {
         return Err(Diagnostic::new(
             format!("the loads of `{name}` are not inside the serial loop it is buffered over"),
             span,
@@ -425,82 +416,120 @@ pub(crate) fn flatten_serial_nests(mut nest: Vec<Stmt>) -> Vec<Stmt> {
     nest
 }
 
-/// The loops of `body` that lead to the loads of `role`, with only those loads (issued in the
-/// buffered loop) and the declarations they need.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn project(
+/// The producer's code for `role`'s loads of pipe `pipe` (a walk of a copy of the consumers'
+/// code): the loops and conditionals that fill `buffers`, with the allocations of the buffers
+/// and the `let`s; in the buffered loop, the copies' issue into their stage. A thread-bound
+/// loop stays a binding; a serial loop, or the consumers' loop over the specialised dim
+/// (ping-pong), is walked serially, filling each group's stages in turn.
+struct Project<'s, 'c> {
+    cx: &'s Ctx<'c>,
+    plan: &'s PipelinePlan,
+    pipe: &'s Pipe,
+    role: &'s WsRole,
+    buffers: &'s [BufferId],
+    /// Per loop around the statement walked, the linear iteration of the serial loops
+    /// entered so far and whether there is one; the first entry is the kernel's.
+    lin: Vec<(Val, bool)>,
+}
+
+impl VisitorMut for Project<'_, '_> {
+    type Error = Infallible;
+
+    fn splice(&mut self, s: &mut Stmt, _at: usize) -> Result<Option<Vec<Stmt>>, Infallible> {
+        let kept = match s {
+            Stmt::Alloc(b) => self.buffers.contains(b),
+            Stmt::Let { .. } => true,
+            Stmt::Loop(_) | Stmt::If { .. } => fills(s, self.buffers),
+            _ => false,
+        };
+        Ok((!kept).then(Vec::new))
+    }
+
+    fn stmt(&mut self, s: &mut Stmt, _at: usize) -> Result<Flow, Infallible> {
+        let (cx, plan, pipe, buffers) = (self.cx, self.plan, self.pipe, self.buffers);
+        let Stmt::Loop(l) = s else {
+            return Ok(match s {
+                Stmt::If { .. } => Flow::Descend,
+                _ => Flow::Skip,
+            });
+        };
+        if Some(l.key) == pipe.loop_key {
+            let (outer, in_loop) = self.lin.last().expect("the kernel's entry");
+            let v = Val::Var(l.var.clone());
+            let lin = plan.buffered_linear(outer, l, &v, *in_loop);
+            let slot = Val::rem(lin.clone(), Val::Int(pipe.stages));
+            let loads: Vec<Stmt> = l
+                .body
+                .iter()
+                .filter(|s| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer)))
+                .cloned()
+                .collect();
+            l.body
+                .retain(|s| matches!(s, Stmt::Alloc(b) if buffers.contains(b)));
+            l.body.push(issue(
+                cx,
+                plan,
+                pipe.stages,
+                self.role.full,
+                Some(self.role.empty),
+                &loads,
+                &slot,
+                &lin,
+                &Val::True,
+            ));
+            l.digits.clear();
+            return Ok(Flow::Skip);
+        }
+        l.digits.clear();
+        if !(l.parallel.is_hw() && Some(l.parallel) != turn_dim(pipe)) {
+            l.parallel = ParallelType::Serial;
+        }
+        Ok(Flow::Descend)
+    }
+
+    fn enter(&mut self, s: &Stmt, _body: usize) -> Result<Flow, Infallible> {
+        if let Stmt::Loop(l) = s {
+            let (outer, in_loop) = self.lin.last().expect("the kernel's entry");
+            // A binding keeps the linear iteration; a loop walked serially extends it.
+            let inner = if l.parallel.is_hw() {
+                (outer.clone(), *in_loop)
+            } else {
+                let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), *in_loop);
+                (lin, true)
+            };
+            self.lin.push(inner);
+        }
+        Ok(Flow::Descend)
+    }
+
+    fn leave(&mut self, s: &mut Stmt, _body: usize) -> Result<(), Infallible> {
+        if let Stmt::Loop(_) = s {
+            self.lin.pop();
+        }
+        Ok(())
+    }
+}
+
+/// [`Project`] of `body` for `role`.
+fn project(
     cx: &Ctx,
     plan: &PipelinePlan,
     pipe: &Pipe,
     role: &WsRole,
     buffers: &[BufferId],
     body: &[Stmt],
-    outer: &Val,
-    in_loop: bool,
 ) -> Vec<Stmt> {
-    let mut out = Vec::new();
-    for s in body {
-        match s {
-            Stmt::Alloc(b) if buffers.contains(b) => out.push(s.clone()),
-            Stmt::Let { .. } => out.push(s.clone()),
-            Stmt::Loop(l) if fills(s, buffers) => {
-                let mut l2 = Loop {
-                    key: l.key,
-                    var: l.var.clone(),
-                    extent: l.extent.clone(),
-                    parallel: l.parallel,
-                    digits: Vec::new(),
-                    body: Vec::new(),
-                };
-                if Some(l.key) == pipe.loop_key {
-                    let v = Val::Var(l.var.clone());
-                    let lin = plan.buffered_linear(outer, l, &v, in_loop);
-                    let slot = Val::rem(lin.clone(), Val::Int(pipe.stages));
-                    let loads: Vec<Stmt> = l
-                        .body
-                        .iter()
-                        .filter(
-                            |s| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer)),
-                        )
-                        .cloned()
-                        .collect();
-                    l2.body = l
-                        .body
-                        .iter()
-                        .filter(|s| matches!(s, Stmt::Alloc(b) if buffers.contains(b)))
-                        .cloned()
-                        .collect();
-                    l2.body.push(issue(
-                        cx,
-                        plan,
-                        pipe.stages,
-                        role.full,
-                        Some(role.empty),
-                        &loads,
-                        &slot,
-                        &lin,
-                        &Val::True,
-                    ));
-                } else if l.parallel.is_hw() && Some(l.parallel) != turn_dim(pipe) {
-                    l2.body = project(cx, plan, pipe, role, buffers, &l.body, outer, in_loop);
-                } else {
-                    // A serial loop, or the consumers' loop over the specialised dim (ping-pong):
-                    // the producer walks it serially, filling each group's stages in turn.
-                    l2.parallel = ParallelType::Serial;
-                    let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
-                    l2.body = project(cx, plan, pipe, role, buffers, &l.body, &lin, true);
-                }
-                out.push(Stmt::Loop(l2));
-            }
-            Stmt::If { cond, then, els } if fills(s, buffers) => out.push(Stmt::If {
-                cond: cond.clone(),
-                then: project(cx, plan, pipe, role, buffers, then, outer, in_loop),
-                els: project(cx, plan, pipe, role, buffers, els, outer, in_loop),
-            }),
-            _ => {}
-        }
-    }
-    out
+    let mut nest = body.to_vec();
+    let mut walk = Project {
+        cx,
+        plan,
+        pipe,
+        role,
+        buffers,
+        lin: vec![(Val::Int(0), false)],
+    };
+    let Ok(()) = crate::kir::visit_mut(&mut nest, &mut walk);
+    nest
 }
 
 /// The thread dim whose groups take turns in pipe `pipe` (ping-pong), if they do.
@@ -509,92 +538,120 @@ fn turn_dim(pipe: &Pipe) -> Option<ParallelType> {
 }
 
 /// Removes the loads of the pipe from the consumers' code and makes each iteration of the
-/// buffered loop wait on every role's full barrier and release every role's empty barrier.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn consume(
-    cx: &Ctx,
-    plan: &PipelinePlan,
-    pipe: &Pipe,
-    ws: &WsPlan,
-    buffers: &[BufferId],
-    body: &mut Vec<Stmt>,
-    outer: &Val,
-    in_loop: bool,
-    found: &mut bool,
-) {
-    let mut turns = Vec::new();
-    for (at, s) in body.iter_mut().enumerate() {
-        let Stmt::Loop(l) = s else {
-            if let Stmt::If { then, els, .. } = s {
-                consume(cx, plan, pipe, ws, buffers, then, outer, in_loop, found);
-                consume(cx, plan, pipe, ws, buffers, els, outer, in_loop, found);
-            }
-            continue;
-        };
-        if Some(l.key) == pipe.loop_key
+/// buffered loop wait on every role's full barrier and release every role's empty barrier (a
+/// walk of the consumers' code through its loops and conditionals).
+struct Consume<'s, 'c> {
+    cx: &'s Ctx<'c>,
+    plan: &'s PipelinePlan,
+    pipe: &'s Pipe,
+    ws: &'s WsPlan,
+    buffers: &'s [BufferId],
+    /// Per loop around the statement walked, the linear iteration of the serial loops
+    /// entered so far and whether there is one; the first entry is the kernel's.
+    lin: Vec<(Val, bool)>,
+    /// Per block entered, the indices of its buffered loops (where the turns go).
+    turns: Vec<Vec<usize>>,
+    found: bool,
+}
+
+impl Consume<'_, '_> {
+    /// Whether `l` is the buffered loop with the pipe's loads.
+    fn buffered(&self, l: &Loop) -> bool {
+        Some(l.key) == self.pipe.loop_key
             && l.body
                 .iter()
-                .any(|s| matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer)))
-        {
-            *found = true;
-            turns.push(at);
-            let v = Val::Var(l.var.clone());
-            let lin = plan.buffered_linear(outer, l, &v, in_loop);
-            let slot = Val::rem(lin.clone(), Val::Int(pipe.stages));
-            let parity = Val::rem(Val::div(lin, Val::Int(pipe.stages)), Val::Int(2));
-            l.body
-                .retain(|s| !matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer)));
-            let mut allocs = Vec::new();
-            l.body.retain(|s| {
-                let keep = !matches!(s, Stmt::Alloc(b) if buffers.contains(b));
-                if !keep {
-                    allocs.push(s.clone());
-                }
-                keep
-            });
-            for &m in &pipe.members {
-                let b = cx.layout.tensor_buffer[&plan.loads[m].tensor];
-                let stage = Val::Int(plan.loads[m].stage_elems.expect("copies have a stage size"));
-                shift_reads(&mut l.body, b, &Val::mul(slot.clone(), stage));
+                .any(|s| matches!(s, Stmt::TmaLoad(t) if self.buffers.contains(&t.dst.buffer)))
+    }
+
+    /// The buffered loop `l`: its loads go, each iteration waits for its stage and releases it.
+    fn consume(&mut self, l: &mut Loop) {
+        let (cx, plan, pipe, buffers) = (self.cx, self.plan, self.pipe, self.buffers);
+        let (outer, in_loop) = self.lin.last().expect("the kernel's entry");
+        let v = Val::Var(l.var.clone());
+        let lin = plan.buffered_linear(outer, l, &v, *in_loop);
+        let slot = Val::rem(lin.clone(), Val::Int(pipe.stages));
+        let parity = Val::rem(Val::div(lin, Val::Int(pipe.stages)), Val::Int(2));
+        l.body
+            .retain(|s| !matches!(s, Stmt::TmaLoad(t) if buffers.contains(&t.dst.buffer)));
+        let mut allocs = Vec::new();
+        l.body.retain(|s| {
+            let keep = !matches!(s, Stmt::Alloc(b) if buffers.contains(b));
+            if !keep {
+                allocs.push(s.clone());
             }
-            let mut it: Vec<Stmt> = allocs;
-            it.extend(ws.roles.iter().map(|r| Stmt::MbarWait {
-                bars: r.full,
-                slot: slot.clone(),
-                parity: parity.clone(),
-            }));
-            it.append(&mut l.body);
-            it.extend(ws.roles.iter().map(|r| Stmt::MbarArrive {
-                bars: r.empty,
-                slot: slot.clone(),
-                per_warp: true,
-            }));
-            l.body = it;
-        } else if l.parallel.is_hw() && Some(l.parallel) != turn_dim(pipe) {
-            consume(
-                cx,
-                plan,
-                pipe,
-                ws,
-                buffers,
-                &mut l.body,
-                outer,
-                in_loop,
-                found,
-            );
-        } else {
-            let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), in_loop);
-            consume(cx, plan, pipe, ws, buffers, &mut l.body, &lin, true, found);
+            keep
+        });
+        for &m in &pipe.members {
+            let b = cx.layout.tensor_buffer[&plan.loads[m].tensor];
+            let stage = Val::Int(plan.loads[m].stage_elems.expect("copies have a stage size"));
+            shift_reads(&mut l.body, b, &Val::mul(slot.clone(), stage));
+        }
+        let mut it: Vec<Stmt> = allocs;
+        it.extend(self.ws.roles.iter().map(|r| Stmt::MbarWait {
+            bars: r.full,
+            slot: slot.clone(),
+            parity: parity.clone(),
+        }));
+        it.append(&mut l.body);
+        it.extend(self.ws.roles.iter().map(|r| Stmt::MbarArrive {
+            bars: r.empty,
+            slot: slot.clone(),
+            per_warp: true,
+        }));
+        l.body = it;
+    }
+}
+
+impl VisitorMut for Consume<'_, '_> {
+    type Error = Infallible;
+
+    fn stmt(&mut self, s: &mut Stmt, at: usize) -> Result<Flow, Infallible> {
+        match s {
+            Stmt::Loop(l) if self.buffered(l) => {
+                self.found = true;
+                self.turns.last_mut().expect("a block entered").push(at);
+                self.consume(l);
+                Ok(Flow::Skip)
+            }
+            Stmt::Loop(_) | Stmt::If { .. } => Ok(Flow::Descend),
+            _ => Ok(Flow::Skip),
         }
     }
-    // Ping-pong: each group runs the buffered loop in its turn, so that no group waits on a
-    // stage more than one ring ahead of the producer (a parity wait cannot tell phases two
-    // apart): the turn passes once the group has waited on all its stages.
-    if ws.turns > 1 {
-        for &at in turns.iter().rev() {
-            body.insert(at + 1, turn(ws, TurnStep::Pass));
-            body.insert(at, turn(ws, TurnStep::Wait));
+
+    fn enter(&mut self, s: &Stmt, _body: usize) -> Result<Flow, Infallible> {
+        if let Stmt::Loop(l) = s {
+            let (outer, in_loop) = self.lin.last().expect("the kernel's entry");
+            let inner = if l.parallel.is_hw() && Some(l.parallel) != turn_dim(self.pipe) {
+                (outer.clone(), *in_loop)
+            } else {
+                let lin = linear(outer, &l.extent, &Val::Var(l.var.clone()), *in_loop);
+                (lin, true)
+            };
+            self.lin.push(inner);
         }
+        self.turns.push(Vec::new());
+        Ok(Flow::Descend)
+    }
+
+    fn leave(&mut self, s: &mut Stmt, _body: usize) -> Result<(), Infallible> {
+        if let Stmt::Loop(_) = s {
+            self.lin.pop();
+        }
+        Ok(())
+    }
+
+    /// Ping-pong: each group runs the buffered loop in its turn, so that no group waits on a
+    /// stage more than one ring ahead of the producer (a parity wait cannot tell phases two
+    /// apart): the turn passes once the group has waited on all its stages.
+    fn block(&mut self, body: &mut Vec<Stmt>) -> Result<(), Infallible> {
+        let turns = self.turns.pop().expect("a block entered");
+        if self.ws.turns > 1 {
+            for &at in turns.iter().rev() {
+                body.insert(at + 1, turn(self.ws, TurnStep::Pass));
+                body.insert(at, turn(self.ws, TurnStep::Wait));
+            }
+        }
+        Ok(())
     }
 }
 
