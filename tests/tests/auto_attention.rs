@@ -8,10 +8,12 @@ use hopfuse::examples::without_schedule;
 use hopfuse_tests::{compile, example};
 
 /// The hand examples whose schedule the attention scheduler writes.
-const HAND: [&str; 4] = [
+const HAND: [&str; 6] = [
     "attention/online_wgmma.hf",
     "attention/online_wgmma_batched.hf",
     "attention/online_wgmma_causal.hf",
+    "attention/online_wgmma_causal_bottom_right.hf",
+    "attention/online_wgmma_sliding_window.hf",
     "attention/online_wgmma_d128.hf",
 ];
 
