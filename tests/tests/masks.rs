@@ -46,10 +46,21 @@ fn the_sliding_window_masks_only_the_tiles_on_its_two_edges() {
     let src = example("attention/online_wgmma_sliding_window.hf");
     let c = compile(&src);
     assert!(ran(&c).contains(&"mask_bounds") && ran(&c).contains(&"mask_tiles"));
-    // The loop stops at the diagonal (the causal side).
+    // The loop starts at the tile holding key 64 s2_o - 1023 (the window's lower edge for the
+    // tile's first query) and stops at the diagonal (the causal side); at least one tile. It
+    // counts its iterations in t_o_n (the mbarrier's phase) and names the tile t_o.
+    let first = "(0 - hf_min<index_t>(0, 0 - (64 * s2_o - 1023) / 64))";
+    assert!(
+        c.cuda.contains(&format!("for (index_t t_o_n = 0; t_o_n < 0 - hf_min<index_t>(-1, 0 - (hf_min<index_t>(hf_ceil_div<index_t>(T, 64), s2_o + 1) - {first})); ++t_o_n) {{\n      const index_t t_o = t_o_n + {first};\n")),
+        "{}",
+        c.cuda
+    );
     assert!(c
         .cuda
-        .contains("t_o < hf_min<index_t>(hf_ceil_div<index_t>(T, 64), s2_o + 1)"));
+        .contains("hf_mbarrier_wait(&t_o_full[0], (unsigned)(t_o_n % 2));"));
+    assert!(c
+        .cuda
+        .contains("hf_tma_load_2d(&ks[0], &ks_map, (int)(0), (int)(t_o * 64), &t_o_full[0]);"));
     // Unmasked: the tiles below the diagonal whose keys are all within 1023 of every query
     // of the tile (from tile s2_o - 15 on).
     assert!(
@@ -102,4 +113,20 @@ fn masks_outside_the_band_mask_every_tile() {
     assert!(shifted
         .cuda
         .contains("0 - hf_min<index_t>(-1, 0 - hf_ceil_div<index_t>(64 * (s2_o + 1) + 64, 64))"));
+}
+
+#[test]
+fn a_circular_buffer_keeps_the_window_loop_from_its_first_tile() {
+    // The prologue of a circular buffer loads the first tiles outside the loop body: the loop
+    // keeps its start at 0 (the tiles below the window run masked) and its upper bound.
+    let src = example("attention/online_wgmma_sliding_window.hf").replace(
+        "  inline_most()\n",
+        "  ks.circular_buffer(2)\n  vs.circular_buffer(2)\n  inline_most()\n",
+    );
+    let c = compile(&src);
+    assert!(ran(&c).contains(&"mask_tiles"));
+    assert!(!c.cuda.contains("t_o_n"), "{}", c.cuda);
+    assert!(c
+        .cuda
+        .contains("hf_min<index_t>(hf_ceil_div<index_t>(T, 64), s2_o + 1)"));
 }

@@ -25,9 +25,9 @@
 //! - wholly masked for every query of tile `q` when `Bk t > Bq q + Bq - 1 + offset`: such tiles
 //!   contribute `-inf` to the running maximum and 0 to the sum and the product, so the loop
 //!   stops before them (pass `mask_bounds`): its extent becomes
-//!   `min(extent, ceilDiv(Bq (q + 1), Bk))` for the offsets 0 and -1, `max(1, ceilDiv(Bq (q + 1)
-//!   + offset, Bk))` for the others (the offset's -1 is not subtracted, so every query
-//!   tile keeps at least its first key tile: a row with no key left still runs the guarded
+//!   `min(extent, ceilDiv(Bq (q + 1), Bk))` for the offsets 0 and -1, and
+//!   `max(1, ceilDiv(Bq (q + 1) + offset, Bk))` for the others (the offset's -1 is not
+//!   subtracted, so every query tile keeps at least its first key tile: a row with no key left still runs the guarded
 //!   recurrence over one masked tile and ends as `0 / 0`, as before; rows whose first tiles are
 //!   all masked are untouched, since only tiles after the diagonal are dropped);
 //! - wholly kept when `Bk t + Bk - 1 <= Bq q + offset`, i.e. `t < (Bq q + offset + 1) / Bk`
@@ -38,7 +38,12 @@
 //!   `t < that count`: a copy of the select taking the scores as they are, else all of them as
 //!   they were, which only the remaining diagonal tiles run. With a lower side the condition
 //!   is also `t >= ceilDiv(Bq q + Bq - 1 + lower, Bk)`, the first tile every query keeps whole;
-//!   the tiles wholly below the window still run, masked (the loop has no lower bound yet).
+//! - with a lower side, wholly masked when `Bk t + Bk - 1 < Bq q + lower`: the loop starts at
+//!   `max(0, (Bq q + lower) / Bk)` (in `mask_tiles`, after the TMA pass: the loop counts its
+//!   iterations from 0 in a variable of its own, which the mbarrier waits' phases read, and its
+//!   body names the tile index with a `Let`; at least one tile runs). Not under a circular
+//!   buffer, whose prologue and producer load the first tiles outside the loop body: there the
+//!   tiles below the window run, masked.
 //!
 //! Ragged sizes keep their bounds checks (`j < T`, `i < S` are the predicate pass's, not the
 //! mask's): a wholly kept tile past `T` is still bounded, and queries past `S` are never stored.
@@ -46,7 +51,8 @@
 //! prologues and producer loops follow the same shorter loop; the split after `simplify`, on the
 //! final statements, so no later pass sees two computations of one tensor.
 //!
-//! Emits: `mask_bounds`: the tile loop's extent as a `Min`; `mask_tiles`: one `If` in place of
+//! Emits: `mask_bounds`: the tile loop's extent as a `Min`; `mask_tiles`: the loop's start (a
+//! lower side), and one `If` in place of
 //! the mask's statements, per copy of the tile loop's body (the circular buffer's main loop and
 //! epilogue).
 
@@ -90,6 +96,10 @@ pub struct ClassifiedLoop {
     /// With a lower bound (a sliding window): the first key tile wholly kept (the tiles before
     /// it are masked).
     pub kept_from: Option<Val>,
+    /// With a lower bound and no circular buffer (whose prologue and producer issue the first
+    /// tiles' loads outside the loop): the first tile some query of the tile sees, where the
+    /// loop starts, and the name of the variable that counts its iterations.
+    pub first_tile: Option<(Val, String)>,
 }
 
 /// What `mask_bounds` found, for `mask_tiles`.
@@ -419,11 +429,24 @@ pub fn bound(
             .lower
             .as_ref()
             .map(|lower| specialized(first_kept_tile(q(), bq, bk, lower)));
+        let tile_var = cx.keys.names[tile_key].clone();
+        let first_tile = mask
+            .lower
+            .as_ref()
+            .filter(|_| lower_bound_fits(cx))
+            .map(|lower| {
+                let mut counter = format!("{tile_var}_n");
+                while cx.keys.names.contains(&counter) {
+                    counter.push('n');
+                }
+                (specialized(first_seen_tile(q(), bq, bk, lower)), counter)
+            });
         out.push(ClassifiedLoop {
             mask,
-            tile_var: cx.keys.names[tile_key].clone(),
+            tile_var,
             kept_tiles,
             kept_from,
+            first_tile,
         });
     }
     Ok((
@@ -497,6 +520,71 @@ fn scaled(c: i64, v: Val) -> Val {
     }
 }
 
+/// Whether the key loop may start past its first tiles: not when a circular buffer fills it
+/// (its prologue and producer issue the first tiles' loads outside the loop body, where the
+/// tile index is not yet offset).
+fn lower_bound_fits(cx: &Ctx) -> bool {
+    cx.fusion
+        .tensor_ids()
+        .all(|t| cx.fusion.tensors[t].circular.is_none())
+}
+
+/// The first key tile some query of tile `q` sees above the band's lower side `j - i >=
+/// lower`: the one holding key `bq q + lower`, `max(0, (bq q + lower) / bk)`.
+pub fn first_seen_tile(q: Val, bq: i64, bk: i64, lower: &Offset) -> Val {
+    let first = Val::div(lower.added_to(scaled(bq, q)), Val::Int(bk));
+    // max(0, first) as -min(0, -first).
+    Val::sub(
+        Val::Int(0),
+        Val::min(Val::Int(0), Val::sub(Val::Int(0), first)),
+    )
+}
+
+/// Starts the tile loop `l` at tile `first`, counting its iterations from 0 in `counter`: its
+/// body names the tile index as before with a `Let` (index arithmetic, the mask and the tile
+/// classification read it unchanged), and its mbarrier waits take their phase from the count,
+/// as the TMA pass wrote them for a loop from 0.
+fn start_at(l: &mut crate::kir::Loop, first: &Val, counter: &str) {
+    let count = Val::Var(counter.to_string());
+    let tile = l.var.clone();
+    crate::kir::for_each_stmt_mut(&mut l.body, &mut |s| {
+        if let Stmt::MbarWait { parity, .. } = s {
+            *parity = parity.subst(&tile, &count);
+        }
+        crate::kir::Flow::Descend
+    });
+    // At least one tile, as the upper bound keeps (a row with no key runs one masked tile and
+    // ends as 0 / 0, never reading an accumulator no product started): max(1, extent - first).
+    let remaining = Val::sub(l.extent.clone(), first.clone());
+    l.extent = Val::sub(
+        Val::Int(0),
+        Val::min(Val::Int(-1), Val::sub(Val::Int(0), remaining)),
+    );
+    let tile = std::mem::replace(&mut l.var, counter.to_string());
+    l.body.insert(
+        0,
+        Stmt::Let {
+            var: tile,
+            value: Val::add(count, first.clone()),
+            broadcast: false,
+        },
+    );
+}
+
+/// Starts every loop over `c`'s key tiles in `body` at its first seen tile ([`start_at`]).
+fn start_in(body: &mut [Stmt], c: &ClassifiedLoop, first: &Val, counter: &str) {
+    for s in body {
+        match s {
+            Stmt::Loop(l) if l.var == c.tile_var => start_at(l, first, counter),
+            _ => {
+                for child in s.children_mut() {
+                    start_in(child, c, first, counter);
+                }
+            }
+        }
+    }
+}
+
 /// Bounds every loop of key `tile_key` in `body` under a loop over the mask's query class;
 /// `found` is the query loop's variable and tile (the first one met; a second, different one
 /// leaves its tile loops unbounded).
@@ -554,6 +642,10 @@ pub fn split(tiles: &CausalTiles, k: &mut Kernel) -> super::Change {
             })
             .collect();
         changed |= split_in(&mut k.body, c, &buffers, false);
+        if let Some((first, counter)) = &c.first_tile {
+            start_in(&mut k.body, c, first, counter);
+            changed = true;
+        }
     }
     super::Change::from_changed(changed)
 }
@@ -798,6 +890,7 @@ mod tests {
                     let visible = visible_tiles_under(q(), bq, bk, &upper);
                     let kept = kept_tiles_under(q(), bq, bk, &upper);
                     let from = lower.as_ref().map(|l| first_kept_tile(q(), bq, bk, l));
+                    let start = lower.as_ref().map(|l| first_seen_tile(q(), bq, bk, l));
                     let seen = |i: i64, j: i64| {
                         j - i <= c(&upper) && lower.as_ref().is_none_or(|l| j - i >= c(l))
                     };
@@ -805,6 +898,8 @@ mod tests {
                         let n_hi = eval(&visible, tq);
                         let n_lo = eval(&kept, tq);
                         let first = from.as_ref().map_or(0, |f| eval(f, tq));
+                        let start = start.as_ref().map_or(0, |f| eval(f, tq));
+                        assert!(start >= 0, "{bq} {bk} {s} {t} {tq}");
                         assert!(n_hi >= 1, "{bq} {bk} {s} {t} {tq}");
                         let queries = bq * tq..bq * (tq + 1);
                         for tile in 0..n_hi + 3 {
@@ -812,7 +907,7 @@ mod tests {
                             let any = queries.clone().any(|i| keys.clone().any(|j| seen(i, j)));
                             let all = queries.clone().all(|i| keys.clone().all(|j| seen(i, j)));
                             let at = format!("tile {tile} of query tile {tq} ({bq} x {bk}, S {s} T {t}, {upper:?} {lower:?})");
-                            if tile >= n_hi {
+                            if tile >= n_hi || tile < start {
                                 assert!(!any, "{at} is skipped but seen");
                             }
                             if tile < n_lo && tile >= first {
