@@ -37,6 +37,17 @@ fn the_hand_examples_without_their_schedule_lower_to_the_same_kernel() {
             "{path}: the automatic schedule's CUDA differs from the hand schedule's:\n{}",
             chosen.block()
         );
+        // The statements themselves are the hand schedule's, in its order (comments aside).
+        let statements = |text: &str| -> Vec<String> {
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("//"))
+                .map(String::from)
+                .collect()
+        };
+        let hand_block = &hand[hand.find("\nschedule {\n").unwrap() + 12..];
+        let hand_block = &hand_block[..hand_block.find("\n}").unwrap()];
+        assert_eq!(statements(&chosen.text), statements(hand_block), "{path}");
     }
 }
 

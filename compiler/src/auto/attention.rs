@@ -13,6 +13,7 @@
 //! key loop and masks only the boundary tiles. Anything else is declined with what it has
 //! that the kernel does not take.
 
+use super::text::ScheduleText;
 use super::{AutoSchedule, Facts, Scheduler};
 use crate::backend::torch::sdpa::Attention;
 use crate::dtype::DType;
@@ -130,13 +131,8 @@ fn text(facts: &Facts, at: &Attention, d: i64, chain: &[TensorId]) -> String {
     let b = at.batch;
     // A position of the unbatched schedule; a permutation of it with the batch axis first.
     let at_ = |i: usize| i + b;
-    let order = |perm: &[usize]| -> String {
-        (0..b)
-            .chain(perm.iter().map(|&i| i + b))
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let order =
+        |perm: &[usize]| -> Vec<usize> { (0..b).chain(perm.iter().map(|&i| i + b)).collect() };
     let cache = |t: TensorId| {
         let plain = format!("{}s", name(t));
         if f.tensor_by_name(&plain).is_some() {
@@ -148,89 +144,90 @@ fn text(facts: &Facts, at: &Attention, d: i64, chain: &[TensorId]) -> String {
     let (qs, ks, vs) = (cache(at.q), cache(at.k), cache(at.v));
     let sum = name(at.product);
     let o = name(at.softmax.product);
-    let mut lines: Vec<String> = Vec::new();
-    let mut line = |s: String| lines.push(s);
-    line(format!("online_softmax({o})"));
+    let mut s = ScheduleText::new(&sum);
+    s.line(format!("online_softmax({o})"));
     for (c, t) in [(&qs, at.q), (&ks, at.k), (&vs, at.v)] {
-        line(format!(
+        s.line(format!(
             "{c} = cache_after({}, memory=shared, load=tma, swizzle=128)",
             name(t)
         ));
     }
     let batch = if b == 1 { "B (BIDy), " } else { "" };
-    line(format!(
-        "// {sum}[{}S, T, D] -> [{batch}S / 64 (BIDx), T / 64 (the serial tile loop), D / 16 (unrolled), 64 (Mma M), 64 (Mma N: the tile's keys), 16 (Mma K)]",
+    s.comment(&format!(
+        "{sum}[{}S, T, D] -> [{batch}S / 64 (BIDx), T / 64 (the serial tile loop), D / 16 (unrolled), 64 (Mma M), 64 (Mma N: the tile's keys), 16 (Mma K)]",
         if b == 1 { "B, " } else { "" }
     ));
-    line(format!("{sum}.split({}, {TILE})", at_(0)));
-    line(format!("{sum}.split({}, {TILE})", at_(2)));
-    line(format!("{sum}.split({}, 16)", at_(4)));
-    line(format!("{sum}.reorder({})", order(&[0, 2, 4, 1, 3, 5])));
+    s.split(at_(0), TILE, false);
+    s.split(at_(2), TILE, false);
+    s.split(at_(4), 16, false);
+    s.reorder(&order(&[0, 2, 4, 1, 3, 5]));
     if b == 1 {
-        line(format!("{sum}.parallelize(0, BIDy)"));
+        s.parallelize(&[(0, "BIDy")]);
     }
-    line(format!("{sum}.parallelize({}, BIDx)", at_(0)));
-    line(format!("{sum}.parallelize({}, Unroll)", at_(2)));
-    for i in 3..6 {
-        line(format!("{sum}.parallelize({}, Mma)", at_(i)));
-    }
-    line(format!("propagate({sum})"));
-    line(format!(
-        "// {o} and the tensors of its tile: the tile's 64 keys are its K (4 unrolled x 16), M the 64 queries, N = D"
+    s.parallelize(&[
+        (at_(0), "BIDx"),
+        (at_(2), "Unroll"),
+        (at_(3), "Mma"),
+        (at_(4), "Mma"),
+        (at_(5), "Mma"),
+    ]);
+    s.line(format!("propagate({sum})"));
+    s.comment(&format!(
+        "{o} and the tensors of its tile: the tile's 64 keys are its K (4 unrolled x 16), M the 64 queries, N = D"
     ));
-    let product_tiling = |t: &str, lines: &mut Vec<String>| {
-        lines.push(format!("{t}.parallelize({}, Serial)", at_(3)));
-        lines.push(format!("{t}.split({}, 16)", at_(3)));
-        lines.push(format!("{t}.reorder({})", order(&[0, 1, 3, 2, 5, 4])));
-        lines.push(format!("{t}.parallelize({}, Unroll)", at_(2)));
-        for i in 3..6 {
-            lines.push(format!("{t}.parallelize({}, Mma)", at_(i)));
-        }
+    // The second product's tiling, the same on each tensor of its tile.
+    let product_tiling = |t: &str| {
+        let mut p = ScheduleText::new(t);
+        p.parallelize(&[(at_(3), "Serial")]);
+        p.split(at_(3), 16, false);
+        p.reorder(&order(&[0, 1, 3, 2, 5, 4]));
+        p.parallelize(&[
+            (at_(2), "Unroll"),
+            (at_(3), "Mma"),
+            (at_(4), "Mma"),
+            (at_(5), "Mma"),
+        ]);
+        p
     };
-    product_tiling(&o, &mut lines);
-    lines.push(format!("{}.parallelize({}, Mma)", name(at.out), at_(2)));
+    s.append(product_tiling(&o));
+    let mut out = ScheduleText::new(&name(at.out));
+    out.parallelize(&[(at_(2), "Mma")]);
+    s.append(out);
     for &t in chain {
-        product_tiling(&name(t), &mut lines);
+        s.append(product_tiling(&name(t)));
     }
-    lines.push("// The TMA boxes: q's tile once per block, k's and v's per key tile.".into());
+    s.comment("The TMA boxes: q's tile once per block, k's and v's per key tile.");
     for c in [&qs, &ks] {
+        let mut box_ = ScheduleText::new(c);
         if d == 128 {
             // Two 64-column slabs of 128 bytes, one box each.
-            lines.push(format!("{c}.parallelize({}, Serial)", at_(1)));
-            lines.push(format!("{c}.split({}, 4)", at_(1)));
-            lines.push(format!("{c}.reorder({})", order(&[0, 1, 3, 2, 4])));
-            for i in 1..5 {
-                lines.push(format!("{c}.parallelize({}, Bulk)", at_(i)));
-            }
+            box_.parallelize(&[(at_(1), "Serial")]);
+            box_.split(at_(1), 4, false);
+            box_.reorder(&order(&[0, 1, 3, 2, 4]));
+            box_.parallelize(&(1..5).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
         } else {
-            lines.push(format!("{c}.reorder({})", order(&[0, 2, 1, 3])));
-            for i in 1..4 {
-                lines.push(format!("{c}.parallelize({}, Bulk)", at_(i)));
-            }
+            box_.reorder(&order(&[0, 2, 1, 3]));
+            box_.parallelize(&(1..4).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
         }
+        s.append(box_);
     }
+    let mut v_box = ScheduleText::new(&vs);
     if d == 128 {
-        lines.push(format!("{vs}.split({}, 64)", at_(2)));
-        lines.push(format!("{vs}.reorder({})", order(&[0, 2, 1, 3])));
-        for i in 1..4 {
-            lines.push(format!("{vs}.parallelize({}, Bulk)", at_(i)));
-        }
+        v_box.split(at_(2), 64, false);
+        v_box.reorder(&order(&[0, 2, 1, 3]));
+        v_box.parallelize(&(1..4).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
     } else {
-        for i in 1..3 {
-            lines.push(format!("{vs}.parallelize({}, Bulk)", at_(i)));
-        }
+        v_box.parallelize(&(1..3).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
     }
-    lines.push("inline_most()".into());
-    lines.push(
-        "// The softmax's tensors at the tile loop, each in its own loops over the fragment (M, N)."
-            .into(),
+    s.append(v_box);
+    s.line("inline_most()".into());
+    s.comment(
+        "The softmax's tensors at the tile loop, each in its own loops over the fragment (M, N).",
     );
     for t in softmax_tile(f, at, chain) {
-        lines.push(format!("{}.inline_at({})", name(t), at_(2)));
+        s.line(format!("{}.inline_at({})", name(t), at_(2)));
     }
-    let mut s = lines.join("\n");
-    s.push('\n');
-    s
+    s.finish()
 }
 
 /// The tensors the second product reads in its tile (rank of its input, not fusion inputs):
