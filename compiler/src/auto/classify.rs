@@ -3,21 +3,24 @@
 //! reduction (rows reduced along their contiguous axis, nothing reads the result back over
 //! the row), outer reduction (columns reduced along the outer axis), normalization (a row's
 //! reductions broadcast back over the same row, so the row is a persistent buffer: softmax,
-//! RMSNorm, LayerNorm, cross-entropy) and matrix product (a sum of broadcast products, scaled
-//! or not, as [`crate::fusion::matmul::detect_scaled`] recognises it), and full reduction
-//! (every output a reduction of all of its input's elements: a grid reduction). Attention (a product over a softmax's axis,
-//! as [`crate::fusion::online_softmax::find`] recognises it) is named as such in the reason.
+//! RMSNorm, LayerNorm, cross-entropy) matrix product (a sum of broadcast products, scaled
+//! or not, as [`crate::fusion::matmul::detect_scaled`] recognises it), attention (as the SDPA
+//! peers' [`crate::backend::torch::sdpa::find`] recognises it; another product over a
+//! softmax's axis, as [`crate::fusion::online_softmax::find`] finds it, is named as such in the
+//! reason) and full reduction (every output a reduction of all of its input's elements: a grid
+//! reduction).
 //!
 //! Takes the unscheduled fusion; answers a [`Class`] or, for a fusion no scheduler takes, the
 //! reason in one sentence.
 
+use crate::backend::torch::sdpa::{self, Attention};
 use crate::fusion::matmul::{self, Scale};
 use crate::fusion::online_softmax::{self, OnlineSoftmax};
 use crate::fusion::{Fusion, IterId, Op, TensorId};
 use crate::plan::MatmulShape;
 
 /// A fusion's class, with what its scheduler needs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Class {
     /// No reduction: `reference` is the output of highest rank.
     Pointwise { reference: TensorId },
@@ -44,6 +47,9 @@ pub enum Class {
     /// A matrix product, with the dequantization scales its f32 sum is multiplied by before
     /// the cast (none for a plain product).
     MatrixProduct(MatmulShape, Vec<Scale>),
+    /// Attention, `softmax(q k^T * scale) v` with an optional mask on indices and log-sum-exp
+    /// output, as [`crate::backend::torch::sdpa::find`] recognises it.
+    Attention(Box<Attention>),
     /// Every output a scalar, each the reduction of every element of a tensor shaped as
     /// `input` (sum, max, amax = max(abs(x)), ...), nothing reading them back: `reduction` is
     /// the last of them.
@@ -63,6 +69,7 @@ impl Class {
             Class::Normalization { .. } => "normalization",
             Class::MatrixProduct(..) => "matrix product",
             Class::FullReduction { .. } => "full reduction",
+            Class::Attention(_) => "attention",
         }
     }
 }
@@ -77,9 +84,12 @@ pub fn classify(f: &Fusion) -> Result<Class, String> {
     if let Some((shape, scales)) = matmul::detect_scaled(f) {
         return Ok(Class::MatrixProduct(shape, scales));
     }
+    if let Some(attention) = sdpa::find(f) {
+        return Ok(Class::Attention(Box::new(attention)));
+    }
     if let Some(attention) = online_softmax::find_all(f).first() {
         return Err(format!(
-            "`{}` is attention (the softmax `{}` over axis {} of `{}`, times `{}` summed over that axis); no automatic scheduler takes attention yet: write its schedule (examples/attention/attention.hf, docs/attention.md)",
+            "`{}` is attention (the softmax `{}` over axis {} of `{}`, times `{}` summed over that axis) of a form the attention scheduler does not take (it takes softmax(q k^T * scale) v with exp, q, k, v inputs of one dtype, at most a mask on iota and the log-sum-exp m + log(l) as a second output): write its schedule (examples/attention/attention.hf, docs/attention.md)",
             f.tensors[attention.result].name,
             f.tensors[attention.probs.unwrap_or(attention.exp)].name,
             attention_axis(f, attention),

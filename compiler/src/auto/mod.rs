@@ -6,7 +6,8 @@
 //! ([`Sizes`]: the run's, else the program's first `// bench:` line, else symbolic-safe
 //! defaults). [`classify::classify`] names the fusion's class; one scheduler per class
 //! ([`pointwise`], [`transpose`], [`reduction`] for inner and outer reductions,
-//! [`normalization`], [`product`], [`full_reduction`] for reductions of every element)
+//! [`normalization`], [`product`], [`full_reduction`] for reductions of every element,
+//! [`attention`])
 //! decides the parameters (vector width, threads, rows per block, unrolling, where a persistent
 //! row lives) and writes the statements. Guarantees: [`choose`] never panics and is cheap (a
 //! few walks over the fusion, no lowering); a fusion no scheduler takes gets a [`Declined`]
@@ -14,6 +15,7 @@
 //! schedule's text (statements only, one per line, without `schedule {`), the scheduler and a
 //! one-sentence reason with the decided parameters (what the launch plan records).
 
+pub mod attention;
 pub mod classify;
 pub mod full_reduction;
 pub mod normalization;
@@ -49,6 +51,7 @@ pub enum Scheduler {
     Normalization,
     MatrixProduct,
     FullReduction,
+    Attention,
 }
 
 impl Scheduler {
@@ -61,6 +64,7 @@ impl Scheduler {
             Scheduler::Normalization => "normalization",
             Scheduler::MatrixProduct => "matrix product",
             Scheduler::FullReduction => "full reduction",
+            Scheduler::Attention => "attention",
         }
     }
 }
@@ -218,6 +222,7 @@ pub fn choose_with(
         Class::FullReduction { reduction, input } => {
             full_reduction::schedule(&facts, *reduction, *input)
         }
+        Class::Attention(attention) => attention::schedule(&facts, attention),
     };
     chosen.map_err(|reason| Declined {
         class: Some(class.name()),

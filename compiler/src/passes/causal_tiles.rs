@@ -1,12 +1,17 @@
-//! Causal tile classification: an online softmax whose scores are causally masked computes only
-//! the key tiles a query tile can see, and masks only those that cross its diagonal.
+//! Causal tile classification: an online softmax whose scores are masked by a band on `j - i`
+//! (causal, shifted, sliding-window) computes only the key tiles a query tile can see, and
+//! masks only those that cross the band's edges.
 //!
 //! Takes the fusion's online softmaxes (`online_softmax(o)`) and the loop over key tiles of each
 //! (`loop_nest`'s [`TileLoops`]). The analysis ([`find`]) recognises scores written as
-//! `sm = where(keep, x, -inf)` with `keep` a comparison of two `iota`s of the scores, one along
-//! the summed key axis `T` (index `j`) and one along a query axis `S` (index `i`):
-//! `j <= i` (`iota(s, axis=T) <= iota(s, axis=S)`, or `>=` with the operands swapped) or
-//! `j < i` (`<`, `>`); key `j` is kept for query `i` when `j <= i + offset`, the offset 0 or -1.
+//! `sm = where(keep, x, -inf)` with `keep` one comparison, or `logical_and` of two, of sums of
+//! `iota`s of the scores, integers and size symbols, one `iota` along the summed key axis `T`
+//! (index `j`) and one along a query axis `S` (index `i`), each comparison a side of the band
+//! `lower <= j - i <= upper`: `j <= i` (`iota(s, axis=T) <= iota(s, axis=S)`, or `>=` with the
+//! operands swapped; upper 0), `j < i` (upper -1), FlashAttention's bottom-right aligned
+//! `j <= i + T - S` (upper `T - S`, sizes read at run time), and with a sliding window of `W`
+//! keys `i - j < W` (lower `1 - W`). The upper side is required (it bounds the loop); the lower
+//! is optional.
 //! The mask's tensors must be read by nothing else, and the masked scores must be the very
 //! scores of the softmax (an op after the mask could turn `-inf` into a value that counts).
 //! The key-tile loop must be the outer loop of `T` split by a constant `Bk` (its tile), and a
@@ -15,12 +20,14 @@
 //! mask, a persistent grid, no enclosing query loop) is not classified: the kernel computes and
 //! masks every tile as before.
 //!
-//! Guarantees: the result is exactly the unclassified kernel's. A key tile `t` is
+//! Guarantees: the result is exactly the unclassified kernel's. With `offset` the upper side, a
+//! key tile `t` is
 //! - wholly masked for every query of tile `q` when `Bk t > Bq q + Bq - 1 + offset`: such tiles
 //!   contribute `-inf` to the running maximum and 0 to the sum and the product, so the loop
 //!   stops before them (pass `mask_bounds`): its extent becomes
-//!   `min(extent, ceilDiv(Bq (q + 1), Bk))` (the offset's -1 is not subtracted, so every query
-//!   tile keeps at least its first key tile: a row with no key left still runs the guarded
+//!   `min(extent, ceilDiv(Bq (q + 1), Bk))` for the offsets 0 and -1, and
+//!   `max(1, ceilDiv(Bq (q + 1) + offset, Bk))` for the others (the offset's -1 is not
+//!   subtracted, so every query tile keeps at least its first key tile: a row with no key left still runs the guarded
 //!   recurrence over one masked tile and ends as `0 / 0`, as before; rows whose first tiles are
 //!   all masked are untouched, since only tiles after the diagonal are dropped);
 //! - wholly kept when `Bk t + Bk - 1 <= Bq q + offset`, i.e. `t < (Bq q + offset + 1) / Bk`
@@ -29,7 +36,14 @@
 //!   fragment on tensor cores; on CUDA cores, the condition's and the select's statements in the
 //!   loop that also computes the scores) become one `If` on the tile-uniform condition
 //!   `t < that count`: a copy of the select taking the scores as they are, else all of them as
-//!   they were, which only the remaining diagonal tiles run.
+//!   they were, which only the remaining diagonal tiles run. With a lower side the condition
+//!   is also `t >= ceilDiv(Bq q + Bq - 1 + lower, Bk)`, the first tile every query keeps whole;
+//! - with a lower side, wholly masked when `Bk t + Bk - 1 < Bq q + lower`: the loop starts at
+//!   `max(0, (Bq q + lower) / Bk)` (in `mask_tiles`, after the TMA pass: the loop counts its
+//!   iterations from 0 in a variable of its own, which the mbarrier waits' phases read, and its
+//!   body names the tile index with a `Let`; at least one tile runs). Not under a circular
+//!   buffer, whose prologue and producer load the first tiles outside the loop body: there the
+//!   tiles below the window run, masked.
 //!
 //! Ragged sizes keep their bounds checks (`j < T`, `i < S` are the predicate pass's, not the
 //! mask's): a wholly kept tile past `T` is still bounded, and queries past `S` are never stored.
@@ -37,7 +51,8 @@
 //! prologues and producer loops follow the same shorter loop; the split after `simplify`, on the
 //! final statements, so no later pass sees two computations of one tensor.
 //!
-//! Emits: `mask_bounds`: the tile loop's extent as a `Min`; `mask_tiles`: one `If` in place of
+//! Emits: `mask_bounds`: the tile loop's extent as a `Min`; `mask_tiles`: the loop's start (a
+//! lower side), and one `If` in place of
 //! the mask's statements, per copy of the tile loop's body (the circular buffer's main loop and
 //! epilogue).
 
@@ -49,6 +64,7 @@ use crate::fusion::{
 };
 use crate::kir::{visit_mut, visit_stmt_mut, BufferId, Data, Flow, Kernel, Stmt, Val, VisitorMut};
 use std::convert::Infallible;
+use crate::plan::SizeExpr;
 
 /// A causal mask on the scores of an online softmax ([`find`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -62,8 +78,11 @@ pub struct CausalMask {
     /// The class of the key axis `T` and of the query axis `S`.
     pub key: IterId,
     pub query: IterId,
-    /// Key `j` is kept for query `i` when `j <= i + offset` (0 for `<=`, -1 for `<`).
-    pub offset: i64,
+    /// Key `j` is kept for query `i` when `j - i <= upper` (0 for `j <= i`, -1 for `j < i`,
+    /// `T - S` for the bottom-right aligned mask) ...
+    pub upper: Offset,
+    /// ... and `j - i >= lower` (a sliding window of `W` keys: `1 - W`), if given.
+    pub lower: Option<Offset>,
 }
 
 /// The classified tile loop of one masked online softmax, handed from `mask_bounds` to
@@ -75,6 +94,13 @@ pub struct ClassifiedLoop {
     pub tile_var: String,
     /// How many of the first key tiles are wholly kept, in terms of the query tile's variable.
     pub kept_tiles: Val,
+    /// With a lower bound (a sliding window): the first key tile wholly kept (the tiles before
+    /// it are masked).
+    pub kept_from: Option<Val>,
+    /// With a lower bound and no circular buffer (whose prologue and producer issue the first
+    /// tiles' loads outside the loop): the first tile some query of the tile sees, where the
+    /// loop starts, and the name of the variable that counts its iterations.
+    pub first_tile: Option<(Val, String)>,
 }
 
 /// What `mask_bounds` found, for `mask_tiles`.
@@ -91,7 +117,178 @@ pub fn used(cx: &Ctx) -> bool {
             .any(|r| find(f, r.pattern.scores, r.pattern.axis).is_some())
 }
 
-/// The causal mask on `scores`, the scores of an online softmax over the class `key_axis`, when
+/// An offset of the mask's band: an integer plus signed size extents (`T - S`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Offset {
+    pub constant: i64,
+    pub sizes: Vec<(i64, SizeExpr)>,
+}
+
+impl Offset {
+    /// The offset when it is an integer alone.
+    pub fn constant(&self) -> Option<i64> {
+        self.sizes.is_empty().then_some(self.constant)
+    }
+
+    fn add(&mut self, other: &Offset, sign: i64) {
+        self.constant += sign * other.constant;
+        self.sizes
+            .extend(other.sizes.iter().map(|(s, e)| (sign * s, e.clone())));
+    }
+
+    fn plus(mut self, c: i64) -> Offset {
+        self.constant += c;
+        self
+    }
+
+    /// `v` plus the offset in the kernel (sizes are its parameters), the sizes first and a
+    /// negative integer subtracted.
+    pub fn added_to(&self, mut v: Val) -> Val {
+        for (sign, e) in &self.sizes {
+            let e = Val::from_size(e);
+            v = if *sign > 0 {
+                Val::add(v, e)
+            } else {
+                Val::sub(v, e)
+            };
+        }
+        match self.constant {
+            0 => v,
+            c if c > 0 => Val::add(v, Val::Int(c)),
+            c => Val::sub(v, Val::Int(-c)),
+        }
+    }
+}
+
+/// A sum of `iota`s of the scores (coefficient per axis class) and an [`Offset`].
+#[derive(Default)]
+struct Affine {
+    iotas: Vec<(IterId, i64)>,
+    rest: Offset,
+}
+
+impl Affine {
+    fn add(&mut self, other: &Affine, sign: i64) {
+        for &(c, k) in &other.iotas {
+            match self.iotas.iter_mut().find(|(x, _)| *x == c) {
+                Some((_, n)) => *n += sign * k,
+                None => self.iotas.push((c, sign * k)),
+            }
+        }
+        self.rest.add(&other.rest, sign);
+    }
+}
+
+/// One side of the band: `j - i <= c` (upper) or `j - i >= c` (lower).
+enum Bound {
+    Upper(IterId, Offset),
+    Lower(IterId, Offset),
+}
+
+/// The expressions and tensors of a mask's condition, as they are collected.
+struct Condition<'f> {
+    f: &'f Fusion,
+    rank: usize,
+    key: IterId,
+    exprs: Vec<ExprId>,
+    tensors: Vec<TensorId>,
+}
+
+impl Condition<'_> {
+    /// `o` as a sum of `iota`s of the scores, integers and sizes (`iota(s, axis=0) + T - S`).
+    fn affine(&mut self, o: &Operand) -> Option<Affine> {
+        let f = self.f;
+        let t = match *o {
+            Operand::Scalar(v) if v.fract() == 0.0 && v.abs() < 1e15 => {
+                return Some(Affine {
+                    rest: Offset {
+                        constant: v as i64,
+                        ..Offset::default()
+                    },
+                    ..Affine::default()
+                })
+            }
+            Operand::Count(c) if f.counts[c].minus == 0.0 => {
+                return Some(Affine {
+                    rest: Offset {
+                        constant: 0,
+                        sizes: vec![(1, f.count_size(c))],
+                    },
+                    ..Affine::default()
+                })
+            }
+            Operand::Tensor(t) => t,
+            _ => return None,
+        };
+        let e = f.tensors[t].definition?;
+        let x = &f.exprs[e];
+        let affine = match (&x.op, &x.inputs[..]) {
+            (Op::Iota { axis }, _) => {
+                let logical = f.logical(t);
+                if logical.len() != self.rank {
+                    return None;
+                }
+                Affine {
+                    iotas: vec![(f.class_of(logical[*axis]), 1)],
+                    ..Affine::default()
+                }
+            }
+            (Op::Binary(op @ (BinaryOp::Add | BinaryOp::Sub)), [a, b]) => {
+                let mut sum = self.affine(a)?;
+                let b = self.affine(b)?;
+                sum.add(&b, if *op == BinaryOp::Add { 1 } else { -1 });
+                sum
+            }
+            _ => return None,
+        };
+        self.exprs.push(e);
+        self.tensors.push(t);
+        Some(affine)
+    }
+
+    /// `t` as one side of the band on `j - i`, `j` the key index and `i` another axis's.
+    fn bound(&mut self, t: TensorId) -> Option<Bound> {
+        let f = self.f;
+        let e = f.tensors[t].definition?;
+        let x = &f.exprs[e];
+        let (Op::Binary(op), [a, b]) = (&x.op, &x.inputs[..]) else {
+            return None;
+        };
+        let mut diff = self.affine(a)?;
+        diff.add(&self.affine(b)?, -1);
+        self.exprs.push(e);
+        self.tensors.push(t);
+        diff.iotas.retain(|&(_, k)| k != 0);
+        let kj = diff.iotas.iter().find(|(c, _)| *c == self.key)?.1;
+        let [(c1, k1), (c2, k2)] = diff.iotas[..] else {
+            return None;
+        };
+        let query = if c1 == self.key { c2 } else { c1 };
+        if !matches!(kj, 1 | -1) || k1 + k2 != 0 {
+            return None;
+        }
+        // kj (j - i) + rest `op` 0, so j - i `op'` c with c = -kj rest, op' flipped when kj < 0.
+        let mut c = Offset::default();
+        c.add(&diff.rest, -kj);
+        let op = match (op, kj) {
+            (op, 1) => *op,
+            (BinaryOp::Le, _) => BinaryOp::Ge,
+            (BinaryOp::Lt, _) => BinaryOp::Gt,
+            (BinaryOp::Ge, _) => BinaryOp::Le,
+            (BinaryOp::Gt, _) => BinaryOp::Lt,
+            _ => return None,
+        };
+        Some(match op {
+            BinaryOp::Le => Bound::Upper(query, c),
+            BinaryOp::Lt => Bound::Upper(query, c.plus(-1)),
+            BinaryOp::Ge => Bound::Lower(query, c),
+            BinaryOp::Gt => Bound::Lower(query, c.plus(1)),
+            _ => return None,
+        })
+    }
+}
+
+/// The band mask on `scores`, the scores of an online softmax over the class `key_axis`, when
 /// they are written as the module doc says.
 pub fn find(f: &Fusion, scores: TensorId, key_axis: IterId) -> Option<CausalMask> {
     let def = |t: TensorId| f.tensors[t].definition;
@@ -107,46 +304,64 @@ pub fn find(f: &Fusion, scores: TensorId, key_axis: IterId) -> Option<CausalMask
     if *v != f64::NEG_INFINITY || f.tensors[scores].is_output {
         return None;
     }
-    let compare = def(*keep)?;
-    let c = &f.exprs[compare];
-    let (Op::Binary(op), [Operand::Tensor(a), Operand::Tensor(b)]) = (&c.op, &c.inputs[..]) else {
-        return None;
-    };
-    // Each operand an `iota` of the scores' shape: the class of its axis.
-    let iota = |t: TensorId| -> Option<(ExprId, IterId)> {
-        let e = def(t)?;
-        let Op::Iota { axis } = f.exprs[e].op else {
-            return None;
-        };
-        let logical = f.logical(t);
-        (logical.len() == f.rank(scores)).then(|| (e, f.class_of(logical[axis])))
-    };
-    let ((ea, ca), (eb, cb)) = (iota(*a)?, iota(*b)?);
-    let (j, i, offset) = match op {
-        BinaryOp::Le => (ca, cb, 0),
-        BinaryOp::Lt => (ca, cb, -1),
-        BinaryOp::Ge => (cb, ca, 0),
-        BinaryOp::Gt => (cb, ca, -1),
-        _ => return None,
-    };
     let key = f.class_of(key_axis);
-    if j != key || i == key {
-        return None;
-    }
-    // The mask's tensors feed the `where` only: the unmasked tiles leave them out.
-    let only_read_by = |t: TensorId, reader: ExprId| {
-        !f.tensors[t].is_output && f.uses(t).iter().all(|&u| u == reader)
+    let mut cond = Condition {
+        f,
+        rank: f.rank(scores),
+        key,
+        exprs: Vec::new(),
+        tensors: Vec::new(),
     };
-    if !only_read_by(*keep, select) || !only_read_by(*a, compare) || !only_read_by(*b, compare) {
+    let keep_expr = &f.exprs[def(*keep)?];
+    let bounds = match (&keep_expr.op, &keep_expr.inputs[..]) {
+        (Op::Binary(BinaryOp::LogicalAnd), [Operand::Tensor(a), Operand::Tensor(b)]) => {
+            let bounds = [cond.bound(*a)?, cond.bound(*b)?];
+            cond.exprs.push(def(*keep)?);
+            cond.tensors.push(*keep);
+            bounds.into_iter().collect()
+        }
+        _ => vec![cond.bound(*keep)?],
+    };
+    let (mut upper, mut lower, mut query) = (None, None, None);
+    for b in bounds {
+        let (q, slot, o) = match b {
+            Bound::Upper(q, o) => (q, &mut upper, o),
+            Bound::Lower(q, o) => (q, &mut lower, o),
+        };
+        if slot.is_some() || query.is_some_and(|x| x != q) {
+            return None;
+        }
+        *slot = Some(o);
+        query = Some(q);
+    }
+    let (Some(upper), Some(query)) = (upper, query) else {
+        return None;
+    };
+    if query == key {
         return None;
     }
+    // The mask's tensors feed the `where` (or each other) only: the unmasked tiles leave them
+    // out.
+    let in_condition = |u: ExprId| u == select || cond.exprs.contains(&u);
+    if cond
+        .tensors
+        .iter()
+        .any(|&t| f.tensors[t].is_output || !f.uses(t).iter().all(|&u| in_condition(u)))
+    {
+        return None;
+    }
+    let mut condition = cond.exprs;
+    condition.dedup();
+    let mut condition_tensors = cond.tensors;
+    condition_tensors.dedup();
     Some(CausalMask {
         select,
-        condition: vec![compare, ea, eb],
-        condition_tensors: vec![*keep, *a, *b],
+        condition,
+        condition_tensors,
         key,
-        query: i,
-        offset,
+        query,
+        upper,
+        lower,
     })
 }
 
@@ -204,11 +419,36 @@ pub fn bound(
         // The query loop's variable by its key (as the tile loop's), so that what `mask_tiles`
         // is given does not depend on the text of the kernel this pass was given.
         let query_var = cx.keys.names[query_key].clone();
-        let kept_tiles = kept_tiles(Val::Var(query_var), bq, bk, mask.offset);
+        let q = || Val::Var(query_var.clone());
+        // `mask_tiles` runs after `specialize`: a specialised kernel's sizes in the offsets are
+        // values there.
+        let specialized = |v: Val| match &cx.options.specialized {
+            Some(sizes) => v.subst_sizes(sizes),
+            None => v,
+        };
+        let kept_tiles = specialized(kept_tiles_under(q(), bq, bk, &mask.upper));
+        let kept_from = mask
+            .lower
+            .as_ref()
+            .map(|lower| specialized(first_kept_tile(q(), bq, bk, lower)));
+        let tile_var = cx.keys.names[tile_key].clone();
+        let first_tile = mask
+            .lower
+            .as_ref()
+            .filter(|_| lower_bound_fits(cx))
+            .map(|lower| {
+                let mut counter = format!("{tile_var}_n");
+                while cx.keys.names.contains(&counter) {
+                    counter.push('n');
+                }
+                (specialized(first_seen_tile(q(), bq, bk, lower)), counter)
+            });
         out.push(ClassifiedLoop {
             mask,
-            tile_var: cx.keys.names[tile_key].clone(),
+            tile_var,
             kept_tiles,
+            kept_from,
+            first_tile,
         });
     }
     Ok((
@@ -217,15 +457,46 @@ pub fn bound(
     ))
 }
 
-/// How many key tiles of `bk` keys query tile `q` (of `bq` queries) computes: through the last
-/// one holding a key its last query may see, `ceilDiv(bq (q + 1), bk)` (the offset's -1 left
-/// out: at least one tile, module doc). Folded when `bk` divides `bq`.
+/// The first key tile whose every key every query of tile `q` sees past the band's lower side
+/// `j - i >= lower`: `ceilDiv(bq q + bq - 1 + lower, bk)` (0 or less: every tile).
+pub fn first_kept_tile(q: Val, bq: i64, bk: i64, lower: &Offset) -> Val {
+    let last_query = lower.clone().plus(bq - 1).added_to(scaled(bq, q));
+    Val::ceil_div(last_query, Val::Int(bk))
+}
+
+/// How many key tiles of `bk` keys query tile `q` (of `bq` queries) computes under the band's
+/// upper side `j - i <= upper`: through the last one holding a key its last query may see, at
+/// least one (module doc). For `upper` 0 or -1 `ceilDiv(bq (q + 1), bk)` (the -1 left out),
+/// folded when `bk` divides `bq`; else `max(1, ceilDiv(bq (q + 1) + upper, bk))`.
+pub fn visible_tiles_under(q: Val, bq: i64, bk: i64, upper: &Offset) -> Val {
+    if matches!(upper.constant(), Some(0 | -1)) {
+        return visible_tiles(q, bq, bk);
+    }
+    let next = Val::mul(Val::Int(bq), Val::add(q, Val::Int(1)));
+    let tiles = Val::ceil_div(upper.added_to(next), Val::Int(bk));
+    // max(1, tiles) as -min(-1, -tiles).
+    Val::sub(
+        Val::Int(0),
+        Val::min(Val::Int(-1), Val::sub(Val::Int(0), tiles)),
+    )
+}
+
+/// [`visible_tiles_under`] for the causal mask (`upper` 0 or -1).
 pub fn visible_tiles(q: Val, bq: i64, bk: i64) -> Val {
     let next = Val::add(q, Val::Int(1));
     if bq % bk == 0 {
         scaled(bq / bk, next)
     } else {
         Val::ceil_div(Val::mul(Val::Int(bq), next), Val::Int(bk))
+    }
+}
+
+/// [`kept_tiles`] for the band's upper side `j - i <= upper`: `(bq q + upper + 1) / bk`
+/// (truncated: a negative count keeps no tile, as 0 does).
+pub fn kept_tiles_under(q: Val, bq: i64, bk: i64, upper: &Offset) -> Val {
+    match upper.constant() {
+        Some(offset) => kept_tiles(q, bq, bk, offset),
+        None => Val::div(upper.clone().plus(1).added_to(scaled(bq, q)), Val::Int(bk)),
     }
 }
 
@@ -249,6 +520,68 @@ fn scaled(c: i64, v: Val) -> Val {
     } else {
         Val::mul(Val::Int(c), v)
     }
+}
+
+/// Whether the key loop may start past its first tiles: not when a circular buffer fills it
+/// (its prologue and producer issue the first tiles' loads outside the loop body, where the
+/// tile index is not yet offset).
+fn lower_bound_fits(cx: &Ctx) -> bool {
+    cx.fusion
+        .tensor_ids()
+        .all(|t| cx.fusion.tensors[t].circular.is_none())
+}
+
+/// The first key tile some query of tile `q` sees above the band's lower side `j - i >=
+/// lower`: the one holding key `bq q + lower`, `max(0, (bq q + lower) / bk)`.
+pub fn first_seen_tile(q: Val, bq: i64, bk: i64, lower: &Offset) -> Val {
+    let first = Val::div(lower.added_to(scaled(bq, q)), Val::Int(bk));
+    // max(0, first) as -min(0, -first).
+    Val::sub(
+        Val::Int(0),
+        Val::min(Val::Int(0), Val::sub(Val::Int(0), first)),
+    )
+}
+
+/// Starts the tile loop `l` at tile `first`, counting its iterations from 0 in `counter`: its
+/// body names the tile index as before with a `Let` (index arithmetic, the mask and the tile
+/// classification read it unchanged), and its mbarrier waits take their phase from the count,
+/// as the TMA pass wrote them for a loop from 0.
+fn start_at(l: &mut crate::kir::Loop, first: &Val, counter: &str) {
+    let count = Val::Var(counter.to_string());
+    let tile = l.var.clone();
+    crate::kir::for_each_stmt_mut(&mut l.body, &mut |s| {
+        if let Stmt::MbarWait { parity, .. } = s {
+            *parity = parity.subst(&tile, &count);
+        }
+        crate::kir::Flow::Descend
+    });
+    // At least one tile, as the upper bound keeps (a row with no key runs one masked tile and
+    // ends as 0 / 0, never reading an accumulator no product started): max(1, extent - first).
+    let remaining = Val::sub(l.extent.clone(), first.clone());
+    l.extent = Val::sub(
+        Val::Int(0),
+        Val::min(Val::Int(-1), Val::sub(Val::Int(0), remaining)),
+    );
+    let tile = std::mem::replace(&mut l.var, counter.to_string());
+    l.body.insert(
+        0,
+        Stmt::Let {
+            var: tile,
+            value: Val::add(count, first.clone()),
+            broadcast: false,
+        },
+    );
+}
+
+/// Starts every loop over `c`'s key tiles in `body` at its first seen tile ([`start_at`]).
+fn start_in(body: &mut [Stmt], c: &ClassifiedLoop, first: &Val, counter: &str) {
+    crate::kir::for_each_stmt_mut(body, &mut |s| match s {
+        Stmt::Loop(l) if l.var == c.tile_var => {
+            start_at(l, first, counter);
+            Flow::Skip
+        }
+        _ => Flow::Descend,
+    });
 }
 
 /// Bounds every loop of key `tile_key` under a loop over the mask's query class (a walk of the
@@ -288,7 +621,7 @@ impl VisitorMut for BoundTiles<'_, '_> {
                 .as_ref()
                 .is_none_or(|(_, v, b)| *v == var && *b == bq)
             {
-                let last = visible_tiles(Val::Var(var.clone()), bq, self.bk);
+                let last = visible_tiles_under(Val::Var(var.clone()), bq, self.bk, &self.mask.upper);
                 l.extent = Val::min(l.extent.clone(), last);
                 self.found = Some((key, var, bq));
             }
@@ -332,6 +665,10 @@ pub fn split(tiles: &CausalTiles, k: &mut Kernel) -> super::Change {
         };
         let Ok(()) = visit_mut(&mut k.body, &mut walk);
         changed |= walk.changed;
+        if let Some((first, counter)) = &c.first_tile {
+            start_in(&mut k.body, c, first, counter);
+            changed = true;
+        }
     }
     super::Change::from_changed(changed)
 }
@@ -417,8 +754,14 @@ fn split_in(
     let mut unmasked = body[select_at].clone();
     unmask(&mut unmasked, &c.mask, condition_buffers);
     let masked: Vec<Stmt> = mask_stmts.iter().map(|&k| body[k].clone()).collect();
+    let tile = || Val::Var(c.tile_var.clone());
+    let mut cond = Val::lt(tile(), c.kept_tiles.clone());
+    if let Some(from) = &c.kept_from {
+        // from <= t as from - 1 < t.
+        cond = Val::and(cond, Val::lt(Val::sub(from.clone(), Val::Int(1)), tile()));
+    }
     let split = Stmt::If {
-        cond: Val::lt(Val::Var(c.tile_var.clone()), c.kept_tiles.clone()),
+        cond,
         then: vec![unmasked],
         els: masked,
     };
@@ -565,6 +908,90 @@ mod tests {
                                 !all || t >= n_hi,
                                 "tile {t} of query tile {tq} is masked but whole"
                             );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The band's classification against every (query, key) pair: the upper side given as
+    /// sizes (`T - S`, bottom-right aligned, at S <= T and S > T) or as other integers, the
+    /// lower side of a sliding window. Computed tiles hold every key some query sees (none
+    /// past them), and the unmasked ones only keys every query sees.
+    #[test]
+    fn band_tile_counts_match_the_mask_pair_by_pair() {
+        let sizes_offset = || Offset {
+            constant: 0,
+            sizes: vec![
+                (1, SizeExpr::Sym("T".into())),
+                (-1, SizeExpr::Sym("S".into())),
+            ],
+        };
+        for (bq, bk) in [(64, 64), (64, 32), (128, 64), (48, 64)] {
+            for (s, t) in [(100, 300), (300, 300), (300, 100), (64, 1037)] {
+                for (upper, lower) in [
+                    (sizes_offset(), None),
+                    (
+                        Offset {
+                            constant: 5,
+                            sizes: vec![],
+                        },
+                        None,
+                    ),
+                    (
+                        Offset::default(),
+                        Some(Offset {
+                            constant: 1 - 100,
+                            sizes: vec![],
+                        }),
+                    ),
+                    (
+                        Offset::default(),
+                        Some(Offset {
+                            constant: -1,
+                            sizes: vec![],
+                        }),
+                    ),
+                    (sizes_offset(), Some(sizes_offset().plus(-63))),
+                ] {
+                    let eval = |v: &Val, q: i64| {
+                        v.eval_with(&|leaf| match leaf {
+                            Val::Var(n) if n == "q" => Some(q),
+                            Val::Size(n) if n == "T" => Some(t),
+                            Val::Size(n) if n == "S" => Some(s),
+                            _ => None,
+                        })
+                        .unwrap()
+                    };
+                    let c = |o: &Offset| eval(&o.added_to(Val::Int(0)), 0);
+                    let q = || Val::Var("q".into());
+                    let visible = visible_tiles_under(q(), bq, bk, &upper);
+                    let kept = kept_tiles_under(q(), bq, bk, &upper);
+                    let from = lower.as_ref().map(|l| first_kept_tile(q(), bq, bk, l));
+                    let start = lower.as_ref().map(|l| first_seen_tile(q(), bq, bk, l));
+                    let seen = |i: i64, j: i64| {
+                        j - i <= c(&upper) && lower.as_ref().is_none_or(|l| j - i >= c(l))
+                    };
+                    for tq in 0..(s + bq - 1) / bq {
+                        let n_hi = eval(&visible, tq);
+                        let n_lo = eval(&kept, tq);
+                        let first = from.as_ref().map_or(0, |f| eval(f, tq));
+                        let start = start.as_ref().map_or(0, |f| eval(f, tq));
+                        assert!(start >= 0, "{bq} {bk} {s} {t} {tq}");
+                        assert!(n_hi >= 1, "{bq} {bk} {s} {t} {tq}");
+                        let queries = bq * tq..bq * (tq + 1);
+                        for tile in 0..n_hi + 3 {
+                            let keys = bk * tile..bk * (tile + 1);
+                            let any = queries.clone().any(|i| keys.clone().any(|j| seen(i, j)));
+                            let all = queries.clone().all(|i| keys.clone().all(|j| seen(i, j)));
+                            let at = format!("tile {tile} of query tile {tq} ({bq} x {bk}, S {s} T {t}, {upper:?} {lower:?})");
+                            if tile >= n_hi || tile < start {
+                                assert!(!any, "{at} is skipped but seen");
+                            }
+                            if tile < n_lo && tile >= first {
+                                assert!(all, "{at} runs unmasked");
+                            }
                         }
                     }
                 }

@@ -787,6 +787,10 @@ def minimum(a, b):
     return _elementwise(lambda x, y: x if x <= y else y, a, b)
 
 
+def logical_and(a, b):
+    return _compare(lambda x, y: x != 0 and y != 0, a, b)
+
+
 def _reduce(x, dim, combine, dt):
     dims = (dim,) if isinstance(dim, type(0)) else tuple(dim)
     dims = tuple(d + x.dim() if d < 0 else d for d in dims)

@@ -44,7 +44,7 @@ use std::fmt::Write;
 mod cublaslt;
 mod random;
 mod scaled_mm;
-mod sdpa;
+pub mod sdpa;
 pub use cublaslt::{emit_cublaslt, Activation};
 pub use scaled_mm::emit_scaled_mm;
 pub use sdpa::{emit_sdpa, SdpaBackend};

@@ -26,7 +26,7 @@
 
 use super::{Emitter, Twin, ATOM};
 use crate::fusion::online_softmax::{self, Exponential};
-use crate::fusion::{BinaryOp, Fusion, Op, Operand, ReduceOp, TensorId, TernaryOp};
+use crate::fusion::{BinaryOp, Fusion, Op, Operand, ReduceOp, TensorId, TernaryOp, UnaryOp};
 
 /// Which SDPA kernel the peer asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +37,8 @@ pub enum SdpaBackend {
     Cudnn,
 }
 
-/// What the recognised attention is, enough to write the call.
+/// What the recognised attention is: enough to write the SDPA call, and what the attention
+/// scheduler (`crate::auto::attention`) reads.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Attention {
     pub q: TensorId,
@@ -45,18 +46,50 @@ pub struct Attention {
     pub v: TensorId,
     /// The leading batch axes of `q`, `k` and `v` (0 or 1).
     pub batch: usize,
-    /// The causal mask (key `j` kept for query `i` when `j <= i`) was applied to the scores.
-    pub causal: bool,
-    /// The factor of the scores.
-    pub scale: f64,
+    /// The mask `where(keep, s, -inf)` on the scores, if any.
+    pub mask: Option<Mask>,
+    /// The factor of the scores; None for a scalar input without a value in the program.
+    pub scale: Option<f64>,
+    /// The scores' product `q k^T` (the `sum` over `D`).
+    pub product: TensorId,
+    /// The online softmax and its product with `v`.
+    pub softmax: online_softmax::OnlineSoftmax,
     pub out: TensorId,
+    /// A second output `m + log(l)`: each row's log-sum-exp, for a backward pass.
+    pub lse: Option<TensorId>,
 }
 
-/// The attention `f` computes, as SDPA computes it; `None` for anything else (module doc).
+/// A mask `where(keep, s, -inf)` on the scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mask {
+    /// The `where`'s result.
+    pub masked: TensorId,
+    /// Its condition, computed from `iota`s and scalars only.
+    pub keep: TensorId,
+    /// `keep` is `iota(s, axis=T) <= iota(s, axis=S)` (or `>=` swapped): key `j` kept for
+    /// query `i` when `j <= i`, SDPA's `is_causal=True` (top-left aligned).
+    pub causal: bool,
+}
+
+impl Attention {
+    /// Whether the mask is SDPA's `is_causal`.
+    pub fn causal(&self) -> bool {
+        self.mask.is_some_and(|m| m.causal)
+    }
+}
+
+/// The attention `f` computes, as SDPA computes it (no mask or the top-left causal one, a
+/// scale with a value, one output); `None` for anything else (module doc).
 pub fn recognise(f: &Fusion) -> Option<Attention> {
-    let [out] = f.outputs[..] else {
-        return None;
-    };
+    let at = find(f)?;
+    let sdpa_mask = at.mask.is_none_or(|m| m.causal);
+    (at.lse.is_none() && at.scale.is_some() && sdpa_mask).then_some(at)
+}
+
+/// The attention `f` computes, wider than SDPA's: any mask written on `iota`s, a scale with
+/// or without a value, and the log-sum-exp `m + log(l)` as an optional second output (what
+/// the attention scheduler takes; [`recognise`] narrows it to what SDPA computes).
+pub fn find(f: &Fusion) -> Option<Attention> {
     let def = |t: TensorId| f.tensors[t].definition.map(|d| &f.exprs[d]);
     let [os] = &online_softmax::find_all(f)[..] else {
         return None;
@@ -64,7 +97,13 @@ pub fn recognise(f: &Fusion) -> Option<Attention> {
     if os.exponential != Exponential::Exp {
         return None;
     }
-    // The output is the softmax's result or a cast of it.
+    // The outputs: the softmax's result (or a cast of it), and optionally its log-sum-exp.
+    let (out, lse) = match f.outputs[..] {
+        [out] => (out, None),
+        [a, b] if is_log_sum_exp(f, b, os) => (a, Some(b)),
+        [a, b] if is_log_sum_exp(f, a, os) => (b, Some(a)),
+        _ => return None,
+    };
     let result_of_out = match def(out) {
         Some(x) if out != os.result && matches!(x.op, Op::Cast(_)) => match x.inputs[..] {
             [Operand::Tensor(t)] => t,
@@ -81,24 +120,29 @@ pub fn recognise(f: &Fusion) -> Option<Attention> {
 
     // The scores: the mask, then the scale, then the product q k^T.
     let mut scores = os.scores;
-    let mut causal = false;
+    let mut mask = None;
     if let Some(x) = def(scores) {
         if let (
             Op::Ternary(TernaryOp::Where),
             [Operand::Tensor(keep), Operand::Tensor(kept), Operand::Scalar(masked)],
         ) = (&x.op, &x.inputs[..])
         {
-            if *masked != f64::NEG_INFINITY || !is_causal_mask(f, *keep, f.rank(scores)) {
+            if *masked != f64::NEG_INFINITY || !on_indices_only(f, *keep) {
                 return None;
             }
-            causal = true;
+            mask = Some(Mask {
+                masked: scores,
+                keep: *keep,
+                causal: is_causal_mask(f, *keep, f.rank(scores)),
+            });
             scores = *kept;
         }
     }
+    // A literal (Some(value)) or a scalar input (its value when the program gives one).
     let scalar_value = |o: &Operand| match *o {
-        Operand::Scalar(v) => Some(v),
+        Operand::Scalar(v) => Some(Some(v)),
         Operand::Tensor(t) if f.tensors[t].is_input && f.rank(t) == 0 => {
-            f.tensors[t].value.map(|v| f.tensors[t].dtype.round(v))
+            Some(f.tensors[t].value.map(|v| f.tensors[t].dtype.round(v)))
         }
         _ => None,
     };
@@ -111,7 +155,7 @@ pub fn recognise(f: &Fusion) -> Option<Attention> {
                 _ => return None,
             }
         }
-        _ => (scores, 1.0),
+        _ => (scores, Some(1.0)),
     };
     let qk = e.contractions[sum].as_ref()?;
     let [fq, fk] = &qk.factors;
@@ -166,10 +210,51 @@ pub fn recognise(f: &Fusion) -> Option<Attention> {
         k,
         v,
         batch: mm.batch,
-        causal,
+        mask,
         scale,
+        product: sum,
+        softmax: os.clone(),
         out,
+        lse,
     })
+}
+
+/// Whether `t` is `m + log(l)` (either order) of the softmax `os`: its log-sum-exp.
+fn is_log_sum_exp(f: &Fusion, t: TensorId, os: &online_softmax::OnlineSoftmax) -> bool {
+    let def = |t: TensorId| f.tensors[t].definition.map(|d| &f.exprs[d]);
+    let is_log_l = |o: &Operand| match *o {
+        Operand::Tensor(x) => def(x).is_some_and(|x| {
+            x.op == Op::Unary(UnaryOp::Log) && x.inputs[..] == [Operand::Tensor(os.sum)]
+        }),
+        _ => false,
+    };
+    let m = Operand::Tensor(os.max);
+    def(t).is_some_and(|x| {
+        x.op == Op::Binary(BinaryOp::Add)
+            && match &x.inputs[..] {
+                [a, b] => (*a == m && is_log_l(b)) || (*b == m && is_log_l(a)),
+                _ => false,
+            }
+    })
+}
+
+/// Whether `keep` is computed from `iota`s and scalars only: a mask written on indices, which
+/// the reference evaluates and `passes::causal_tiles` classifies tiles by.
+fn on_indices_only(f: &Fusion, keep: TensorId) -> bool {
+    let mut stack = vec![keep];
+    while let Some(t) = stack.pop() {
+        if f.tensors[t].is_input {
+            if f.rank(t) > 0 {
+                return false;
+            }
+            continue;
+        }
+        let Some(x) = f.tensors[t].definition.map(|d| &f.exprs[d]) else {
+            return false;
+        };
+        stack.extend(x.input_tensors());
+    }
+    true
 }
 
 /// Whether `keep` is `iota(axis=T) <= iota(axis=S)` (or `iota(axis=S) >= iota(axis=T)`) on
@@ -202,6 +287,7 @@ fn is_causal_mask(f: &Fusion, keep: TensorId, rank: usize) -> bool {
 pub fn emit_sdpa(fusion: &Fusion, backend: SdpaBackend) -> Option<Twin> {
     let f = fusion;
     let at = recognise(f)?;
+    let scale = at.scale?;
     let e = Emitter::new(f, &[]);
     let (heads, squeeze) = if at.batch == 1 {
         (".unsqueeze(1)", ".squeeze(1)")
@@ -211,8 +297,8 @@ pub fn emit_sdpa(fusion: &Fusion, backend: SdpaBackend) -> Option<Twin> {
     let [q, k, v] = [at.q, at.k, at.v].map(|t| format!("{}{heads}", e.names[t]));
     let mut call = format!(
         "scaled_dot_product_attention({q}, {k}, {v}, is_causal={}, scale={:?}){squeeze}",
-        if at.causal { "True" } else { "False" },
-        at.scale
+        if at.causal() { "True" } else { "False" },
+        scale
     );
     let out_dtype = f.tensors[at.out].dtype;
     if out_dtype != f.tensors[at.q].dtype {

@@ -1,0 +1,132 @@
+//! The masks users write on attention scores (`passes/causal_tiles.rs`): the bottom-right
+//! aligned causal mask (`iota(k) <= iota(q) + T - S`) and the causal sliding window
+//! (`logical_and(j <= i, i - j < W)`) bound the key loop and mask only the boundary tiles, at
+//! ragged sizes too; SDPA is their peer only for the top-left causal mask (the others are
+//! compared with the PyTorch twin, which evaluates the mask as written); a mask the band does
+//! not describe is left to mask every tile.
+
+use hopfuse::backend::torch::{emit_sdpa, SdpaBackend};
+use hopfuse_tests::{compile, example};
+
+fn fusion(src: &str) -> hopfuse::fusion::Fusion {
+    let program = hopfuse::frontend::parse(src).unwrap();
+    hopfuse::fusion::build(&program.fusion).unwrap()
+}
+
+fn ran(c: &hopfuse::Compilation) -> Vec<&str> {
+    c.passes.iter().map(|p| p.name).collect()
+}
+
+fn sdpa_call(src: &str) -> Option<String> {
+    emit_sdpa(&fusion(src), SdpaBackend::Default).map(|t| t.source)
+}
+
+#[test]
+fn the_bottom_right_mask_bounds_the_key_loop_by_its_offset() {
+    let src = example("attention/online_wgmma_causal_bottom_right.hf");
+    let c = compile(&src);
+    assert!(ran(&c).contains(&"mask_bounds") && ran(&c).contains(&"mask_tiles"));
+    // Query tile s2_o sees keys through 64 s2_o + 63 + T - S: at least one tile (a row with
+    // no key, S > T, ends as 0 / 0 as the reference's).
+    assert!(
+        c.cuda.contains("t_o < hf_min<index_t>(hf_ceil_div<index_t>(T, 64), 0 - hf_min<index_t>(-1, 0 - hf_ceil_div<index_t>(64 * (s2_o + 1) + T - S, 64)))"),
+        "{}",
+        c.cuda
+    );
+    // The tiles before the shifted diagonal run the scores unmasked.
+    assert!(c.cuda.contains("if (t_o < (64 * s2_o + T - S + 1) / 64) {"));
+    // SDPA's is_causal is top-left aligned: no SDPA peer for this mask.
+    assert_eq!(sdpa_call(&src), None);
+    let top_left = sdpa_call(&example("attention/online_wgmma_causal.hf")).unwrap();
+    assert!(top_left.contains("is_causal=True"));
+}
+
+#[test]
+fn the_sliding_window_masks_only_the_tiles_on_its_two_edges() {
+    let src = example("attention/online_wgmma_sliding_window.hf");
+    let c = compile(&src);
+    assert!(ran(&c).contains(&"mask_bounds") && ran(&c).contains(&"mask_tiles"));
+    // The loop starts at the tile holding key 64 s2_o - 1023 (the window's lower edge for the
+    // tile's first query) and stops at the diagonal (the causal side); at least one tile. It
+    // counts its iterations in t_o_n (the mbarrier's phase) and names the tile t_o.
+    let first = "(0 - hf_min<index_t>(0, 0 - (64 * s2_o - 1023) / 64))";
+    assert!(
+        c.cuda.contains(&format!("for (index_t t_o_n = 0; t_o_n < 0 - hf_min<index_t>(-1, 0 - (hf_min<index_t>(hf_ceil_div<index_t>(T, 64), s2_o + 1) - {first})); ++t_o_n) {{\n      const index_t t_o = t_o_n + {first};\n")),
+        "{}",
+        c.cuda
+    );
+    assert!(c
+        .cuda
+        .contains("hf_mbarrier_wait(&t_o_full[0], (unsigned)(t_o_n % 2));"));
+    assert!(c
+        .cuda
+        .contains("hf_tma_load_2d(&ks[0], &ks_map, (int)(0), (int)(t_o * 64), &t_o_full[0]);"));
+    // Unmasked: the tiles below the diagonal whose keys are all within 1023 of every query
+    // of the tile (from tile s2_o - 15 on).
+    assert!(
+        c.cuda
+            .contains("if (t_o < s2_o && hf_ceil_div<index_t>(64 * s2_o - 960, 64) - 1 < t_o) {"),
+        "{}",
+        c.cuda
+    );
+    assert_eq!(sdpa_call(&src), None);
+}
+
+#[test]
+fn the_masked_examples_compile_at_ragged_sizes() {
+    for path in [
+        "attention/online_wgmma_causal_bottom_right.hf",
+        "attention/online_wgmma_sliding_window.hf",
+    ] {
+        let src = example(path);
+        for sizes in [[("S", 1000), ("T", 1037)], [("S", 1037), ("T", 1000)]] {
+            let options = hopfuse::CompileOptions {
+                aligned_for: Some(sizes.iter().map(|(k, v)| (k.to_string(), *v)).collect()),
+                ..Default::default()
+            };
+            let c = hopfuse::compile(&src, &options)
+                .unwrap_or_else(|e| panic!("{}", e.render(&src, path)));
+            assert!(ran(&c).contains(&"mask_tiles"), "{path}");
+        }
+    }
+}
+
+#[test]
+fn masks_outside_the_band_mask_every_tile() {
+    let base = example("attention/online_wgmma_causal.hf");
+    let causal = "keep = iota(s, axis=1) <= iota(s, axis=0)";
+    assert!(base.contains(causal));
+    for other in [
+        // Not a band on j - i.
+        "keep = iota(s, axis=1) <= iota(s, axis=0) + iota(s, axis=0)",
+        // A lower side alone: no bound on the loop.
+        "keep = iota(s, axis=0) - iota(s, axis=1) < 1024",
+        // Two upper sides.
+        "keep = logical_and(iota(s, axis=1) <= iota(s, axis=0), iota(s, axis=1) < iota(s, axis=0) + 5)",
+    ] {
+        let c = compile(&base.replace(causal, other));
+        assert!(!ran(&c).contains(&"mask_bounds"), "{other}");
+        assert_eq!(sdpa_call(&base.replace(causal, other)), None, "{other}");
+    }
+    // A constant shift is a band too.
+    let shifted = compile(&base.replace(causal, "keep = iota(s, axis=1) <= iota(s, axis=0) + 64"));
+    assert!(shifted
+        .cuda
+        .contains("0 - hf_min<index_t>(-1, 0 - hf_ceil_div<index_t>(64 * (s2_o + 1) + 64, 64))"));
+}
+
+#[test]
+fn a_circular_buffer_keeps_the_window_loop_from_its_first_tile() {
+    // The prologue of a circular buffer loads the first tiles outside the loop body: the loop
+    // keeps its start at 0 (the tiles below the window run masked) and its upper bound.
+    let src = example("attention/online_wgmma_sliding_window.hf").replace(
+        "  inline_most()\n",
+        "  ks.circular_buffer(2)\n  vs.circular_buffer(2)\n  inline_most()\n",
+    );
+    let c = compile(&src);
+    assert!(ran(&c).contains(&"mask_tiles"));
+    assert!(!c.cuda.contains("t_o_n"), "{}", c.cuda);
+    assert!(c
+        .cuda
+        .contains("hf_min<index_t>(hf_ceil_div<index_t>(T, 64), s2_o + 1)"));
+}
