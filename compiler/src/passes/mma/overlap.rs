@@ -389,8 +389,13 @@ fn split_iteration(
             _ => head.push(s.clone()),
         }
     }
+    let no_empty_barriers = "the value tiles' stages are not released by empty mbarriers: circular-buffer k's and v's caches with warp_specialized(...), so the P V product of tile j - 1 can read V's stage while tile j's S = Q K^T runs";
+    let tail = &block[c2 + 2..];
+    if !tail.iter().any(|s| matches!(s, Stmt::MbarArrive { .. })) {
+        return Err(no_empty_barriers.into());
+    }
     let (mut early_arrives, mut late_arrives) = (Vec::new(), Vec::new());
-    for s in &block[c2 + 2..] {
+    for s in tail {
         match s {
             Stmt::MbarArrive { bars, .. } if only_scores(*bars) => early_arrives.push(s.clone()),
             Stmt::MbarArrive { .. } => late_arrives.push(s.clone()),
@@ -402,7 +407,7 @@ fn split_iteration(
         }
     }
     if late_arrives.is_empty() {
-        return Err("the value tiles' stages are not released by empty mbarriers: circular-buffer them with warp_specialized(...), so the P V product of tile j - 1 can read V's stage while tile j's S = Q K^T runs".into());
+        return Err(no_empty_barriers.into());
     }
     let (mut stats, mut rescale, mut convert, mut p_alloc) =
         (Vec::new(), Vec::new(), Vec::new(), None);
