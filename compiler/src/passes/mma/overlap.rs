@@ -13,25 +13,27 @@
 //!
 //! Guarantees, with `n` the loop's extent and `j` the tile (a `Let` of the loop's variable, so
 //! the passes after this one, `mask_tiles` among them, see the tile index they know):
-//! - prologue (when `0 < n`, tile 0): S_0 issued and waited for, tile 0's softmax and its P
-//!   converted (no rescale of O: nothing is in it yet, and the first P V runs with `scale-d`
-//!   off);
-//! - loop (`j` from 1 to `n - 1`): S_j issued (commit), then O += P_{j-1} V_{j-1} (the full
-//!   waits of barriers only the P V product reads, for tile `j - 1`, right before it; commit),
-//!   `wait_group 1` (S_j is done, the P V product still runs), the empty arrives of barriers
-//!   only S reads for tile `j` (K's stage is free), tile j's softmax statistics (maximum,
-//!   exponentials, sum), `wait_group 0`, the other empty arrives for tile `j - 1` (V's stage,
-//!   or the joint K/V stage), then O rescaled and P_j converted into P's registers (the
-//!   A fragment of the product that just finished);
-//! - epilogue (when `0 < n`, tile `n - 1`): its P V product, `wait_group 0`, its late arrives.
+//! - prologue (when `0 < n`, tile 0): S_0 issued and waited for, tile 0's softmax (no
+//!   rescale of O: nothing is in it yet, and the first P V runs with `scale-d` off);
+//! - loop (`j` from 1 to `n - 1`): S_j issued (commit), then the full waits of barriers only
+//!   the P V product reads (for tile `j - 1`), P_{j-1} converted into P's registers and
+//!   O += P_{j-1} V_{j-1} issued (commit), `wait_group 1` (S_j is done, the P V product still
+//!   runs), the empty arrives of barriers only S reads for tile `j` (K's stage is free), tile
+//!   j's softmax statistics (maximum, exponentials, sum), `wait_group 0`, the other empty
+//!   arrives for tile `j - 1` (V's stage, or the joint K/V stage), then O rescaled;
+//! - epilogue (when `0 < n`, tile `n - 1`): its conversion, P V product, `wait_group 0` and
+//!   late arrives.
 //!
-//! P's register fragment is allocated before the prologue: it carries P_{j-1} from one
-//! iteration into the next. With one producer role for K and V (one joint stage), a stage is
-//! released one iteration later than without the overlap, so the consumer holds two stages at a
-//! time: three stages keep a load in flight (K and V on separate producer warps, `warp=1` on
-//! V's circular buffer, release K's stage at `wait_group 1` and need two).
+//! The f32 probabilities (and P's bf16 fragment) are allocated before the prologue: they carry
+//! tile `j - 1`'s P into iteration `j`. P is converted right before its product, not at the end
+//! of the iteration before: ptxas then gives the fragment the product's registers directly (a
+//! fragment carried across the back edge was moved into them between the wgmmas, which split
+//! the product into one group per wgmma). With one producer role for K and V (one joint stage),
+//! a stage is released one iteration later than without the overlap, so the consumer holds two
+//! stages at a time: three stages keep a load in flight (K and V on separate producer warps,
+//! `warp=1` on V's circular buffer, release K's stage at `wait_group 1` and need two).
 //!
-//! Emits, in place of the loop, P's `Alloc`, the prologue (a loop over `{var}_first` of
+//! Emits, in place of the loop, the carried `Alloc`s, the prologue (a loop over `{var}_first` of
 //! `min(n, 1)` iterations: a scope for its `Let` that `simplify` keeps), the loop over
 //! `{var}_pv` (the tile whose P V product it issues) and the epilogue (over `{var}_last`, as
 //! the prologue).
