@@ -25,10 +25,10 @@
 //!   late arrives.
 //!
 //! The f32 probabilities (and P's bf16 fragment) are allocated before the prologue: they carry
-//! tile `j - 1`'s P into iteration `j`. P is converted right before its product, not at the end
-//! of the iteration before: ptxas then gives the fragment the product's registers directly (a
-//! fragment carried across the back edge was moved into them between the wgmmas, which split
-//! the product into one group per wgmma). With one producer role for K and V (one joint stage),
+//! tile `j - 1`'s P into iteration `j`. P is converted right before its product, while S_j runs
+//! on the tensor cores, so the fragment is written just before the group's fence (as in the
+//! kernels without the overlap) and the rescale and conversion do not both wait for the
+//! drain at the end of the iteration. With one producer role for K and V (one joint stage),
 //! a stage is released one iteration later than without the overlap, so the consumer holds two
 //! stages at a time: three stages keep a load in flight (K and V on separate producer warps,
 //! `warp=1` on V's circular buffer, release K's stage at `wait_group 1` and need two).
