@@ -718,10 +718,9 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
             divide, store,
         ];
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{path}: {order:?}");
-        // The RS helper packs the eight bf16 values into the four .b32 registers of A.
-        assert!(
-            cuda.contains("const unsigned a3 = (unsigned)a[6].bits | ((unsigned)a[7].bits << 16);")
-        );
+        // The RS helper reads the eight bf16 values as the four .b32 registers of A (pairs of
+        // the array, the lower column in the low half).
+        assert!(cuda.contains("const unsigned a3 = reinterpret_cast<const unsigned*>(a)[3];"));
         assert!(cuda.contains(
             "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;"
         ));
@@ -1108,6 +1107,239 @@ fn two_consumer_warp_groups_take_turns_with_their_products() {
         e.contains("warp_specialized's turns is `products` (the consumer groups take turns issuing their tensor-core products), got `stages`"),
         "{e}"
     );
+}
+
+#[test]
+fn the_overlap_issues_the_next_scores_before_the_softmax_of_the_product_in_flight() {
+    let src = example("attention/online_wgmma_overlap.hf");
+    // online_wgmma_ws2.hf with overlap=products and V on its own producer warp, nothing else.
+    let ws2 = example("attention/online_wgmma_ws2.hf");
+    let from = |s: &str| s[s.find("  input q").unwrap()..].to_string();
+    let stmts = |s: &str| -> Vec<String> {
+        from(s)
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        stmts(&src),
+        stmts(
+            &ws2.replace("online_softmax(o)", "online_softmax(o, overlap=products)")
+                .replace(
+                    "vs.circular_buffer(2, warp_specialized(TIDy, registers=[24, 240]))",
+                    "vs.circular_buffer(2, warp_specialized(TIDy, registers=[24, 240], warp=1))"
+                )
+        )
+    );
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    let lines: Vec<&str> = cuda.lines().map(str::trim).collect();
+    let at = |needle: &str, from: usize| {
+        from + lines[from..]
+            .iter()
+            .position(|l| l.starts_with(needle))
+            .unwrap_or_else(|| panic!("no `{needle}` after line {from}\n{cuda}"))
+    };
+    let count = |needle: &str| lines.iter().filter(|l| l.starts_with(needle)).count();
+    // The line after line `i` is `want`.
+    let next_is = |i: usize, want: &str| assert_eq!(lines[i + 1], want, "after line {i}");
+    let scores = "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], ";
+    let exp = "e[r4] = exp2f(e_sub[0]);";
+    let rescale = "o_acc[r3] = o_acc[r3] * m_scale[r3 / 2 % 2];";
+    let convert = "pb[r7] = hf_float_to_bf16(p[r7]);";
+    // P (bf16) and the probabilities it converts live across iterations.
+    let consumer = at("} else {  // consumer warps", 0);
+    let p_alloc = at("alignas(16) hf_bf16 pb[32];", consumer);
+    at("alignas(16) float p[32];", consumer);
+    // The prologue: tile 0's S, waited for, K's stage released, its softmax; no P V, no
+    // rescale of O, no conversion.
+    let first = at(
+        "for (index_t t_o_first = 0; t_o_first < hf_min<index_t>(hf_ceil_div<index_t>(T, 64), 1); ++t_o_first) {",
+        p_alloc,
+    );
+    next_is(first, "const index_t t_o = 0;");
+    let s0 = at(scores, first);
+    let s0_wait = at("hf_wgmma_wait<0>();", s0);
+    next_is(s0_wait, "hf_mbarrier_arrive_per_warp(&ks_empty[t_o % 2]);");
+    let exp0 = at(exp, s0_wait);
+    // The loop over the tile whose P V it issues: S of tile t_o = t_o_pv + 1, then P_{t_o_pv}
+    // converted and O += P V on V's stage t_o_pv (its full barrier waited for there), both in
+    // flight; wait_group 1 (S done), K's stage released, the softmax while P V runs; then
+    // wait_group 0, V's stage released, O rescaled.
+    let main = at(
+        "for (index_t t_o_pv = 0; t_o_pv < hf_ceil_div<index_t>(T, 64) - 1; ++t_o_pv) {",
+        exp0,
+    );
+    next_is(main, "const index_t t_o = t_o_pv + 1;");
+    let k_full = at(
+        "hf_mbarrier_wait(&ks_full[t_o % 2], (unsigned)(t_o / 2 % 2));",
+        main,
+    );
+    let s = at(scores, k_full);
+    let s_commit = at("hf_wgmma_commit();", s);
+    let v_full = at(
+        "hf_mbarrier_wait(&vs_full[t_o_pv % 2], (unsigned)(t_o_pv / 2 % 2));",
+        s_commit,
+    );
+    assert_eq!(v_full, s_commit + 1);
+    let conv = at(convert, v_full);
+    let pv = at("hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[", conv);
+    assert!(lines[pv].contains("hf_wgmma_desc(&vs[t_o_pv % 2 * 8192 + "));
+    let pv_commit = at("hf_wgmma_commit();", pv);
+    next_is(pv_commit, "hf_wgmma_wait<1>();");
+    assert_eq!(
+        lines[pv_commit + 2],
+        "hf_mbarrier_arrive_per_warp(&ks_empty[t_o % 2]);"
+    );
+    let softmax = at(exp, pv_commit);
+    let drained = at("hf_wgmma_wait<0>();", softmax);
+    next_is(
+        drained,
+        "hf_mbarrier_arrive_per_warp(&vs_empty[t_o_pv % 2]);",
+    );
+    let rescaled = at(rescale, drained);
+    // The epilogue: the last tile's P V, drained, V's stage released.
+    let last = at(
+        "for (index_t t_o_last = 0; t_o_last < hf_min<index_t>(hf_ceil_div<index_t>(T, 64), 1); ++t_o_last) {",
+        rescaled,
+    );
+    next_is(last, "const index_t t_o = hf_ceil_div<index_t>(T, 64) - 1;");
+    let last_conv = at(convert, last);
+    let last_pv = at("hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[", last_conv);
+    let last_commit = at("hf_wgmma_commit();", last_pv);
+    next_is(last_commit, "hf_wgmma_wait<0>();");
+    assert_eq!(
+        lines[last_commit + 2],
+        "hf_mbarrier_arrive_per_warp(&vs_empty[t_o % 2]);"
+    );
+    let divide = at("o[r8] = o_acc[r8] / l_acc[r8 / 2 % 2];", last_commit);
+    assert!(divide > last_commit);
+    // Each part once: S twice (peeled and in the loop), P V twice (loop and epilogue), the
+    // exponentials twice, the rescale once, one wait_group 1.
+    assert_eq!(count(scores), 2);
+    assert_eq!(count("hf_wgmma_m64n128k16_bf16_rt("), 2);
+    assert_eq!(count(exp), 2);
+    assert_eq!(count(rescale), 1);
+    assert_eq!(count(convert), 2);
+    assert_eq!(count("hf_wgmma_wait<1>();"), 1);
+    // The RS wgmma reads P's pairs as 32-bit words (no packing after the group's fence).
+    assert!(cuda.contains("  const unsigned a0 = reinterpret_cast<const unsigned*>(a)[0];"));
+
+    // K and V released by one producer warp's joint barrier: the joint stage is released at
+    // wait_group 0, one iteration behind (for the tile of the P V product).
+    let joint = src.replace("registers=[24, 240], warp=1))", "registers=[24, 240]))");
+    let cuda = hopfuse_tests::compile(&joint).cuda;
+    let lines: Vec<&str> = cuda.lines().map(str::trim).collect();
+    let drained = lines
+        .iter()
+        .position(|l| *l == "hf_wgmma_wait<0>();")
+        .unwrap();
+    assert!(
+        !lines[drained + 1].starts_with("hf_mbarrier_arrive"),
+        "the prologue releases nothing"
+    );
+    let in_loop = lines
+        .iter()
+        .position(|l| *l == "hf_wgmma_wait<1>();")
+        .unwrap();
+    let release = in_loop
+        + lines[in_loop..]
+            .iter()
+            .position(|l| *l == "hf_wgmma_wait<0>();")
+            .unwrap();
+    assert_eq!(
+        lines[release + 1],
+        "hf_mbarrier_arrive_per_warp(&ks_vs_empty[t_o_pv % 2]);"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("hf_mbarrier_arrive_per_warp("))
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn the_overlap_composes_with_the_causal_tile_classification() {
+    let src = example("attention/online_wgmma_overlap_causal.hf");
+    let overlap = example("attention/online_wgmma_overlap.hf");
+    // The overlap example with the mask, nothing else in the schedule.
+    let schedule = |s: &str| -> Vec<String> {
+        s[s.find("schedule {").unwrap()..]
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//") && !l.contains("sm.inline_at"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(schedule(&src), schedule(&overlap));
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    // The loop and the peeled tiles follow the causal bound; the peeled first tile splits the
+    // mask (a kept tile runs the scores as they are), the loop does not: there the P V product
+    // is in flight over the mask, and a branch would drain it.
+    let bound = "hf_min<index_t>(hf_ceil_div<index_t>(T, 64), 2 * (s2_o + 1))";
+    assert!(cuda.contains(&format!(
+        "for (index_t t_o_pv = 0; t_o_pv < {bound} - 1; ++t_o_pv) {{"
+    )));
+    assert!(cuda.contains(&format!("const index_t t_o = {bound} - 1;")));
+    assert_eq!(cuda.matches("if (t_o < 2 * s2_o) {").count(), 1, "{cuda}");
+    let split = line_of(&cuda, "if (t_o < 2 * s2_o) {");
+    let main = line_of(&cuda, "for (index_t t_o_pv = 0; ");
+    assert!(split < main);
+    let masked = "sm[r2] = keep[0] ? s_sum_acc[r2] : ";
+    assert_eq!(cuda.matches(masked).count(), 2, "{cuda}");
+}
+
+#[test]
+fn the_overlap_says_where_it_cannot_apply() {
+    let with = |path: &str| {
+        let src = example(path);
+        assert!(src.contains("  online_softmax(o)\n"), "{path}");
+        src.replace(
+            "  online_softmax(o)\n",
+            "  online_softmax(o, overlap=products)\n",
+        )
+    };
+    let stmt = "online_softmax(o, overlap=products)";
+    // No circular buffer with empty mbarriers: V's tile is refilled at the end of each
+    // iteration, while the P V product of the tile before would still read it.
+    for path in [
+        "attention/online_wgmma_d128.hf",
+        "attention/online_wgmma_causal.hf",
+    ] {
+        let src = with(path);
+        let e = compile_error(&src);
+        assert!(
+            e.contains("online_softmax(o, overlap=products): the value tiles' stages are not released by empty mbarriers: circular-buffer k's and v's caches with warp_specialized(...)"),
+            "{path}: {e}"
+        );
+        assert!(e.contains(&located(&src, stmt)), "{e}");
+    }
+    // On CUDA cores there is no asynchronous product to overlap.
+    let src = with("attention/online.hf");
+    let e = compile_error(&src);
+    assert!(
+        e.contains("online_softmax(o): overlap=products overlaps the softmax with the P V product on tensor cores, and `o` has no tensor-core tile"),
+        "{e}"
+    );
+    // Not combined with the groups' turns yet.
+    let e = compile_error(&with("attention/online_wgmma_pingpong.hf"));
+    assert!(
+        e.contains("the consumer groups take turns with their products (turns=products); the overlap inside a group is not combined with the turns yet"),
+        "{e}"
+    );
+    // A word overlap does not take.
+    let src =
+        example("attention/online_wgmma_overlap.hf").replace("overlap=products", "overlap=scores");
+    let e = compile_error(&src);
+    assert!(
+        e.contains("online_softmax's overlap is `products` (the previous tile's P V product runs during this tile's softmax), got `scores`"),
+        "{e}"
+    );
+    // One consumer warp group without a binding (online_wgmma_ws.hf) takes it too.
+    let cuda = hopfuse_tests::compile(&with("attention/online_wgmma_ws.hf")).cuda;
+    assert!(cuda.contains("hf_wgmma_wait<1>();"));
+    assert!(cuda.contains("for (index_t t_o_pv = 0; "));
 }
 
 /// online_wgmma.hf with every `from` replaced by `to`.

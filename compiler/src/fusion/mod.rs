@@ -538,6 +538,9 @@ pub struct CircularBuffer {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OnlineRewrite {
     pub pattern: online_softmax::OnlineSoftmax,
+    /// `overlap=products`: the previous tile's P V product runs during this tile's softmax
+    /// (the `mma` pass's `overlap` module).
+    pub overlap: bool,
     pub span: Option<Span>,
 }
 

@@ -54,7 +54,9 @@
 //! Emits: `mask_bounds`: the tile loop's extent as a `Min`; `mask_tiles`: the loop's start (a
 //! lower side), and one `If` in place of
 //! the mask's statements, per copy of the tile loop's body (the circular buffer's main loop and
-//! epilogue).
+//! epilogue), except where a tensor-core product is in flight over them (after `wait_group 1`:
+//! the overlapped loop of `online_softmax(o, overlap=products)`), whose tiles all run the mask:
+//! a branch there would drain the product.
 
 use super::context::{Ctx, KeyNode, LoopKey};
 use super::online_softmax::TileLoops;
@@ -746,6 +748,19 @@ fn split_in(
         .iter()
         .copied()
         .find(|&k| computes(&body[k], c.mask.select));
+    // Where a tensor-core product is in flight (after `wait_group 1` and before the wait that
+    // drains it: `online_softmax(o, overlap=products)`), a branch would make ptxas drain the
+    // product at its join (`WARPGROUP.DEPBAR` before the exponentials), so the mask stays as
+    // it is, without a branch, and its selects run in the product's shadow.
+    if let Some(&first) = mask_stmts.first() {
+        let in_flight = body[..first].iter().rev().find_map(|s| match s {
+            Stmt::WgmmaWait(n) => Some(*n > 0),
+            _ => None,
+        });
+        if select_at.is_some() && in_flight == Some(true) {
+            return false;
+        }
+    }
     let Some(select_at) = select_at else {
         // Not here: inside the statements that hold the select among other work (the walk
         // goes on into them).

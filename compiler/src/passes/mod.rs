@@ -79,7 +79,7 @@ pub struct Handoff {
     /// and the pipeline view; empty when `tma` does not run.
     pub plan: PipelinePlan,
     /// The loop over tiles of each online softmax: made by `loop_nest`, read by
-    /// `online_softmax`.
+    /// `online_softmax` and `mma` (`overlap=products`).
     pub tile_loops: online_softmax::TileLoops,
     /// The key-tile loops bounded under a causal mask: made by `mask_bounds`, read by
     /// `mask_tiles`.
@@ -217,7 +217,7 @@ pub const PIPELINE: &[Pass] = &[
     Pass {
         name: "mma",
         summary: "tensor-core tiles: wgmma on descriptors, accumulator fragments",
-        run: |cx, h, k| mma::run(cx, &h.plan, &h.accumulators, k),
+        run: |cx, h, k| mma::run(cx, &h.plan, &h.accumulators, &h.tile_loops, k),
         applies: mma::used,
         in_place: false,
     },

@@ -77,6 +77,12 @@ pub fn tile_loops(cx: &mut Ctx) -> Result<TileLoops, Diagnostic> {
         if let Err(msg) = check_lowerable(cx, r) {
             return err(msg);
         }
+        if r.overlap && !super::mma::used(cx) {
+            return err(format!(
+                "overlap=products overlaps the softmax with the P V product on tensor cores, and `{}` has no tensor-core tile (parallelize its M, N and K axes Mma)",
+                o.name
+            ));
+        }
         let mut over_t = Vec::new();
         for (p, &id) in o.loop_domain.iter().enumerate() {
             let key = cx.key(id);

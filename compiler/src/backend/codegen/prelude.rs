@@ -649,9 +649,15 @@ pub fn wgmma_function(shape: &WgmmaShape) -> String {
 }
 
 /// The RS form of [`wgmma_function`]: A is the thread's eight 16-bit values `a[0..8]` (a
-/// register fragment, `target::fragment_a_row_col`), packed in pairs into the four `.b32`
-/// registers the instruction takes (the lower column in the low half); B through its
-/// descriptor. PTX's RS form has no transpose for A.
+/// register fragment, `target::fragment_a_row_col`), read in pairs as the four `.b32`
+/// registers the instruction takes (the lower column in the low half: the array's order on a
+/// little-endian GPU); B through its descriptor. PTX's RS form has no transpose for A.
+/// The pairs are read as 32-bit words, not packed with shifts and ors: packing code in the
+/// helper sits after the group's `wgmma.fence` in PTX, and ptxas then injects a
+/// `warpgroup.arrive` before each wgmma (its info C7519), which splits the unrolled loop's
+/// wgmmas into one group each; read as words, the conversion that writes the fragment comes
+/// before the fence and the wgmmas stay one group, so `wait_group 1` after them leaves the
+/// whole product in flight (online_softmax's `overlap=products`).
 fn wgmma_rs_function(shape: &WgmmaShape) -> String {
     let (n, k, t) = (shape.n, shape.k(), wgmma_ptx_type(shape.a));
     let storage = if shape.a == DType::BF16 {
@@ -664,13 +670,7 @@ fn wgmma_rs_function(shape: &WgmmaShape) -> String {
     let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
     let a: Vec<String> = (0..4).map(|i| format!("%{}", regs + i)).collect();
     let packs: Vec<String> = (0..4)
-        .map(|i| {
-            format!(
-                "  const unsigned a{i} = (unsigned)a[{}].bits | ((unsigned)a[{}].bits << 16);\n",
-                2 * i,
-                2 * i + 1
-            )
-        })
+        .map(|i| format!("  const unsigned a{i} = reinterpret_cast<const unsigned*>(a)[{i}];\n"))
         .collect();
     format!(
         "__device__ __forceinline__ void {name}(float* d, const {storage}* a, unsigned long long b, int accumulate) {{

@@ -1,4 +1,5 @@
-//! `online_softmax(o)`: computes the softmax that the product `o` consumes *online*, as running
+//! `online_softmax(o)` (and `online_softmax(o, overlap=products)`, FlashAttention-3's order of
+//! the products around the softmax: `passes::mma`'s `overlap`): computes the softmax that the product `o` consumes *online*, as running
 //! statistics over the serial loop of `o`'s tiles of the summed axis `T` (docs/attention.md).
 //!
 //! Takes the tensor the statement names: the sum over `T` of products (`o = sum(broadcast(p) *
@@ -38,8 +39,19 @@ pub(super) fn online_softmax(f: &mut Fusion, a: &Args) -> SResult<()> {
             Some(at),
         );
     }
+    let overlap = match a.ident("overlap") {
+        None => false,
+        Some(("products", _)) => true,
+        Some((other, at)) => {
+            return a.err(
+                format!("online_softmax's overlap is `products` (the previous tile's P V product runs during this tile's softmax), got `{other}`"),
+                Some(at),
+            )
+        }
+    };
     f.online_softmax.push(OnlineRewrite {
         pattern,
+        overlap,
         span: Some(a.span),
     });
     Ok(())

@@ -317,9 +317,12 @@ pub const PRIMITIVES: &[Primitive] = &[
     },
     Primitive {
         name: "online_softmax",
-        written: "online_softmax(o)",
-        params: &[pos("product", ArgKind::Tensor)],
-        doc: doc!("Computes the softmax over T that o = sum(broadcast(p) * broadcast(v), axis=T) consumes online (FlashAttention's recurrence): the row maximum, the exponentials, the row sum and the product share the serial loop over o's tiles of T, the sum and o's accumulator rescaled by exp(m_old - m_new) when the maximum grows, o divided by the sum after the loop. The tile is the inner part of a split of T on o; ragged T is predicated (out-of-range keys add nothing). Not lowered yet, each refused with a message: the unnormalised form o = sum(broadcast(e) * broadcast(v), axis=T) / broadcast(l), readers of the final maximum or sum (the log-sum-exp). examples/attention/online.hf, docs/attention.md."),
+        written: "online_softmax(o, overlap=products)",
+        params: &[
+            pos("product", ArgKind::Tensor),
+            named("overlap", ArgKind::Keyword(&["products"]), IfAbsent::Off),
+        ],
+        doc: doc!("Computes the softmax over T that o = sum(broadcast(p) * broadcast(v), axis=T) consumes online (FlashAttention's recurrence): the row maximum, the exponentials, the row sum and the product share the serial loop over o's tiles of T, the sum and o's accumulator rescaled by exp(m_old - m_new) when the maximum grows, o divided by the sum after the loop. The tile is the inner part of a split of T on o; ragged T is predicated (out-of-range keys add nothing). Not lowered yet, each refused with a message: the unnormalised form o = sum(broadcast(e) * broadcast(v), axis=T) / broadcast(l), readers of the final maximum or sum (the log-sum-exp). With overlap=products (tensor cores, K and V warp-specialized with empty mbarriers), FlashAttention-3's order inside a warp group: iteration j issues S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, waits for S_j alone (wait_group 1) and runs tile j's softmax while the P V product runs, then waits for it, releases its stage, rescales O and converts P_j; the first S is peeled before the loop and the last P V after it (examples/attention/online_wgmma_overlap.hf). examples/attention/online.hf, docs/attention.md."),
         apply: Apply::Statement(online::online_softmax),
         checks_first: true,
         on_inputs: false,

@@ -77,14 +77,17 @@ fn end_group_after_binding(l: &mut Loop) {
     }
 }
 
-/// A loop (not a thread or block binding) whose body ends with `commit, wait_group 0, arrive`.
+/// A loop (not a thread or block binding) whose body ends with `commit, wait_group 0, arrive`
+/// on a slot that moves with the loop (the peeled last tile of `overlap.rs`, a loop of one
+/// iteration that names its tile with a `Let`, releases a slot of that tile, not of its own
+/// variable, and has no later iteration to defer to).
 fn releases_after_its_group(l: &Loop) -> bool {
     let n = l.body.len();
     n >= 3
         && !l.parallel.is_hw()
         && l.body[n - 3] == Stmt::WgmmaCommit
         && l.body[n - 2] == Stmt::WgmmaWait(0)
-        && matches!(l.body[n - 1], Stmt::MbarArrive { .. })
+        && matches!(&l.body[n - 1], Stmt::MbarArrive { slot, .. } if slot.mentions(&l.var))
 }
 
 /// The loop with `wait_group 1` and the previous iteration's release, then the drain after it.

@@ -49,7 +49,9 @@
 //! the wgmmas of one unrolled loop form one group. The first wgmma on an accumulator runs
 //! with `scale-d` off (a per-accumulator flag), so it needs no zero fill. Where an empty
 //! mbarrier frees a stage, the k loop keeps one group in flight (`wait_group 1`) and releases
-//! the previous stage (`groups.rs`). A stream-K fixup after a k loop gets that loop's
+//! the previous stage (`groups.rs`). An online softmax with `overlap=products` gets
+//! FlashAttention-3's order of its two products around the softmax (`overlap.rs`: S_j, then
+//! P_{j-1} V_{j-1} in flight during tile j's softmax, the first S and the last P V peeled). A stream-K fixup after a k loop gets that loop's
 //! accumulator. Errors (located at the tensor): an instruction shape other than M = 64,
 //! K = 16 (32 on 8-bit operands), N a multiple of 8 up to 256; operands that are not swizzled
 //! f16/bf16/e4m3/e5m2 shared caches, of types no wgmma pairs, MN-major 8-bit operands (saying
@@ -73,6 +75,7 @@ use std::collections::{HashMap, HashSet};
 mod block_scale;
 mod fragment;
 mod groups;
+mod overlap;
 mod product;
 mod rows;
 
@@ -115,6 +118,7 @@ pub fn run(
     cx: &mut Ctx,
     plan: &PipelinePlan,
     reductions: &Accumulators,
+    tiles: &crate::passes::online_softmax::TileLoops,
     k: &mut Kernel,
 ) -> Result<Change, Diagnostic> {
     // Register arrays over Mma axes: the accumulator fragments (allocation divided them by the
@@ -198,6 +202,7 @@ pub fn run(
         unalias(&mut body, &reuse);
     }
     let mut body = batch(body);
+    overlap::overlap_products(cx, plan, tiles, &mut body)?;
     block_scale::overlap_promotions(cx, k, &mut body, &lower.overlapped);
     k.body = keep_one_group_in_flight(body);
     if let Some((pipe, ws)) = plan
