@@ -626,25 +626,42 @@ fn step19_reduces_the_amax_of_the_output_in_the_products_kernel() {
         "{consumer}"
     );
     assert!(
-        cuda.contains("hf_clamp(c_mul[0], -448.0f, 448.0f)"),
+        cuda.contains("s_acc[r] = hf_clamp(c_mul[0], -448.0f, 448.0f);"),
         "{cuda}"
     );
-    // The e4m3 output's two adjacent columns go out as one 2-byte store (the amax's update,
-    // which does not touch `c`, moves before the store so that it can pair), the amax still
-    // updated per register under its own guard.
-    let lane_loop = at("for (index_t r_lane = 0; r_lane < 2; ++r_lane) {");
-    let pair_store = at("*reinterpret_cast<hf_vec<__nv_fp8_e4m3, 2>*>(&c[");
+    // The e4m3 output is staged in shared memory (128-byte swizzle) and TMA-stored, one box per
+    // 128 columns: each thread's two adjacent columns go into the cache as one 2-byte store,
+    // unguarded (the TMA store clips the box), after the amax's update.
     assert!(
-        lane_loop < abs && update < at("c_pair[r_lane] = hf_float_to_e4m3(c_clamp[0]);"),
+        consumer.contains("__nv_fp8_e4m3* c_s = reinterpret_cast<__nv_fp8_e4m3*>(hf_smem + "),
         "{consumer}"
     );
-    assert!(update < pair_store, "{consumer}");
-    // (No element is converted in the store itself: each goes through the pair's registers.)
+    let lane_loop = at("for (index_t r2_lane = 0; r2_lane < 2; ++r2_lane) {");
+    let pair_store = at("*reinterpret_cast<hf_vec<__nv_fp8_e4m3, 2>*>(&c_s[");
+    let tma_store = at("hf_tma_store_2d(&c_map, (int)(tile_v1 + n_io * 128), (int)(tile_v0), ");
+    assert!(update < lane_loop && lane_loop < pair_store, "{consumer}");
+    assert!(
+        !consumer[lane_loop..pair_store].contains("if ("),
+        "the staged pair store is unguarded: {consumer}"
+    );
+    assert!(
+        pair_store < at("hf_fence_proxy_async();") && pair_store < tma_store,
+        "{consumer}"
+    );
+    // One conversion per register into the pair's registers; nothing is stored to `c` but
+    // by the TMA store.
+    assert!(
+        consumer.contains(
+            "c_s_pair[r2_lane] = hf_float_to_e4m3(s_acc[n_io * 128 % 256 / 16384 * 128 + n_io * 128 % 256 % 16384 / 8 * 4 + (2 * r2_pair + r2_lane)]);"
+        ),
+        "{consumer}"
+    );
     assert_eq!(
         consumer.matches("hf_float_to_e4m3(").count(),
         1,
         "{consumer}"
     );
+    assert!(!consumer.contains("&c["), "{consumer}");
     // The consumers' helpers take no block-wide barrier (the producer warps have left).
     let helpers = &cuda[cuda.find("hf_consumers_reduce(T val").expect("the helper")..];
     let helpers = &helpers[..helpers.find("extern \"C\"").expect("the kernel")];
@@ -694,6 +711,60 @@ fn step19_reduces_the_amax_of_the_output_in_the_products_kernel() {
     assert!(
         twin.contains("amax = torch.amax(torch.abs(y), dim=(0, 1))"),
         "{twin}"
+    );
+}
+
+/// Step 19 with its output stored from the registers (no `c_s`).
+fn step19_register_stored() -> String {
+    example(STEP19)
+        .lines()
+        .filter(|l| !(l.starts_with("//") || l.starts_with("  c_s") || l.starts_with("  c.")))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn a_register_stored_fp8_output_pairs_its_stores_past_the_amax() {
+    // The e4m3 output's two adjacent columns go out as one 2-byte global store (the amax's
+    // update, which does not touch `c`, moves before the store so that it can pair), the amax
+    // still updated per register under its own guard.
+    let src = step19_register_stored();
+    assert!(!src.contains("c_s"), "{src}");
+    let cuda = compile(&src).cuda;
+    let consumer = hopfuse_tests::consumer_code(&cuda);
+    let at = |s: &str| hopfuse_tests::position(consumer, s);
+    let abs = at("amax_abs[0] = fabsf(y[0]);");
+    let update = at("amax_acc[0] = hf_maximum(amax_acc[0], amax_abs[0]);");
+    let lane_loop = at("for (index_t r_lane = 0; r_lane < 2; ++r_lane) {");
+    let pair_store = at("*reinterpret_cast<hf_vec<__nv_fp8_e4m3, 2>*>(&c[");
+    assert!(
+        lane_loop < abs && update < at("c_pair[r_lane] = hf_float_to_e4m3(c_clamp[0]);"),
+        "{consumer}"
+    );
+    assert!(update < pair_store, "{consumer}");
+    // (No element is converted in the store itself: each goes through the pair's registers.)
+    assert_eq!(
+        consumer.matches("hf_float_to_e4m3(").count(),
+        1,
+        "{consumer}"
+    );
+}
+
+#[test]
+fn an_fp8_staged_output_needs_a_box_row_of_the_swizzles_span() {
+    // 64 e4m3 columns are a 64-byte row: a 128-byte swizzle needs 128 of them (or swizzle=64).
+    let src = example(STEP19).replace("c_s.split(4, 128)", "c_s.split(4, 64)");
+    let src = src.replace("  c.split(4, 128)", "  c.split(4, 64)");
+    let e = error(&src);
+    assert!(
+        e.contains("`c` (TMA store from `c_s`): with 128-byte swizzle the inner box row must be exactly 128 bytes, it is 64"),
+        "{e}"
+    );
+    let src = src.replace("store=tma, swizzle=128", "store=tma, swizzle=64");
+    let cuda = compile(&src).cuda;
+    assert!(
+        cuda.contains("*reinterpret_cast<hf_vec<__nv_fp8_e4m3, 2>*>(&c_s["),
+        "{cuda}"
     );
 }
 

@@ -332,8 +332,12 @@ fn epilogue(
             What::Compute(c) if k.buffers[c.out.buffer].memory == MemoryType::Global => {
                 Some(k.buffers[c.out.buffer].name.clone())
             }
-            // Staged in shared memory: the tensor its TMA store writes.
+            // Staged in shared memory (by stmatrix, or by vector stores of 8-bit pairs): the
+            // tensor its TMA store writes.
             What::Staged { cache, .. } => tma_stored(k, plan, cache),
+            What::Compute(c) if k.buffers[c.out.buffer].memory == MemoryType::Shared => {
+                tma_stored(k, plan, c.out.buffer)
+            }
             _ => None,
         };
         if let Some(name) = name.filter(|n| !outputs.contains(n)) {

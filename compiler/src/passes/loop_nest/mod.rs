@@ -21,7 +21,7 @@ use super::online_softmax::TileLoops;
 use crate::diag::Diagnostic;
 use crate::dtype::DType;
 use crate::fusion::{
-    Fusion, Inline, IterId, IterKind, MemoryType, Op, Operand, ParallelType, TensorId,
+    ExprId, Fusion, Inline, IterId, IterKind, MemoryType, Op, Operand, ParallelType, TensorId,
 };
 use crate::id::IdVec;
 use crate::kir::{Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, Stmt};
@@ -31,6 +31,29 @@ use std::collections::{HashMap, HashSet};
 mod tree;
 
 use tree::build_tree;
+
+/// `order` with the copies of fusion inputs (`cache_after` of an input), which depend on
+/// nothing computed, in the slots they held but sorted by the number of loops each shares with
+/// its consumers (most first; stable). The tree places a copy in the loops it shares with the
+/// copies placed before it, so one that shares fewer (step 17's row scales, in the M tile's loop
+/// only) placed first would open loops that a later one (the column scales, in the M and N tile
+/// loops) cannot share: the schedule's order of `cache_after`s no longer matters.
+fn input_copies_by_shared_loops(cx: &Ctx, mut order: Vec<ExprId>) -> Vec<ExprId> {
+    let f = cx.fusion;
+    let is_input_copy = |e: ExprId| {
+        matches!(f.exprs[e].op, Op::Set)
+            && f.exprs[e].input_tensors().all(|p| f.tensors[p].is_input)
+    };
+    let slots: Vec<usize> = (0..order.len())
+        .filter(|&i| is_input_copy(order[i]))
+        .collect();
+    let mut copies: Vec<ExprId> = slots.iter().map(|&i| order[i]).collect();
+    copies.sort_by_key(|&e| std::cmp::Reverse(cx.layout.placement[&f.exprs[e].output].1));
+    for (&i, e) in slots.iter().zip(copies) {
+        order[i] = e;
+    }
+    order
+}
 
 /// Runs the pass; returns the loop over tiles of each online softmax (for pass
 /// `online_softmax`) and the launch constraints a cluster needs.
@@ -69,6 +92,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(TileLoops, Vec<Constraint>),
         cx.layout.placement.insert(t, placement);
     }
     let constraints = check_parallel_extents(cx, k)?;
+    let order = input_copies_by_shared_loops(cx, order);
     build_tree(cx, k, &order)?;
     Ok((tile_loops, constraints))
 }

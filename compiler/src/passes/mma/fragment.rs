@@ -94,31 +94,62 @@ fn lanes(
     (array, lane, lanes_body)
 }
 
-/// A fragment loop (over register `reg`) that ends with a store to global memory: registers
-/// `2j` and `2j + 1` hold adjacent columns, so their two results go out as one vector store
-/// (half the store instructions and memory transactions of the epilogue) when both are in
-/// bounds and the pair is aligned, else one by one. The rest of the body runs per register as
-/// before, into a two-element register array. None when the loop has another shape.
-pub(super) fn pair_global_store(
+/// Whether `buffer` is a shared-memory cache that only a TMA store reads (its box is clipped
+/// to the tensor, so what a thread writes outside the tensor is never read).
+fn only_tma_stored(cx: &Ctx, plan: &PipelinePlan, buffer: BufferId) -> bool {
+    plan.stores
+        .iter()
+        .any(|s| cx.layout.tensor_buffer.get(&s.cache) == Some(&buffer))
+}
+
+/// A fragment loop (over register `reg`) that ends with a store to global memory, or of 8-bit
+/// values into a shared-memory cache that only a TMA store reads (`stmatrix` stores 16-bit
+/// elements only): registers `2j` and `2j + 1` hold adjacent columns, so their two results go
+/// out as one vector store (half the store instructions and memory transactions of the
+/// epilogue). A global pair is stored so when both are in bounds and the pair is aligned, else
+/// one by one. A shared pair is always stored whole and unguarded, as `stmatrix` is: the TMA
+/// store clips the box, and the pair's alignment is checked here at every register (the
+/// 128-byte swizzle moves 16-byte chunks, so a pair never straddles one). The rest of the body
+/// runs per register as before, into a two-element register array. None when the loop has
+/// another shape.
+pub(super) fn pair_store(
     cx: &mut Ctx,
+    plan: &PipelinePlan,
     k: &mut Kernel,
     body: &[Stmt],
     reg: &str,
     key: LoopKey,
     width: i64,
 ) -> Option<Stmt> {
-    let body = &global_store_last(k, body)?;
+    let staged = |k: &Kernel, body: &[Stmt]| {
+        let (_, store) = final_store(body)?;
+        let out = &k.buffers[store.out.buffer];
+        (out.memory == MemoryType::Shared
+            && out.dtype.size_bytes() == 1
+            && only_tma_stored(cx, plan, store.out.buffer))
+        .then(|| body.to_vec())
+    };
+    let body = &match staged(k, body) {
+        Some(body) => body,
+        None => global_store_last(k, body)?,
+    };
     let (cond, store) = final_store(body)?;
     let out = &k.buffers[store.out.buffer];
-    if out.memory != MemoryType::Global || store.vector.is_some() || width % 4 != 0 {
+    let shared = out.memory == MemoryType::Shared;
+    if !(shared || out.memory == MemoryType::Global) || store.vector.is_some() || width % 4 != 0 {
         return None;
     }
     let idx = store.out.index.clone()?;
-    // Register 2j + 1 is the element after register 2j.
+    // Register 2j + 1 is the element after register 2j (and, staged, 2j's is even).
     let adjacent = (0..4u64).all(|seed| {
-        [0, 2, 6].iter().all(|&r| {
+        let regs: Vec<i64> = if shared {
+            (0..target::wgmma_accumulators(width)).step_by(2).collect()
+        } else {
+            vec![0, 2, 6]
+        };
+        regs.iter().all(|&r| {
             let at = |x| eval(&idx, reg, x, seed, &[], 1);
-            matches!((at(r), at(r + 1)), (Some(a), Some(b)) if b == a + 1)
+            matches!((at(r), at(r + 1)), (Some(a), Some(b)) if b == a + 1 && (!shared || a % 2 == 0))
         })
     });
     if !adjacent {
@@ -142,18 +173,30 @@ pub(super) fn pair_global_store(
         vector: Some((lane.clone(), 2)),
         ..store.clone()
     });
-    let scalar: Vec<Stmt> = (0..2)
-        .map(|l| Stmt::If {
-            cond: on(&cond, Val::Int(l)),
-            then: vec![Stmt::Compute(Compute {
-                out: store_at(l),
-                value: Data::Read(lane_of(l)),
-                ..store.clone()
-            })],
-            els: Vec::new(),
-        })
-        .collect();
-    let aligned = Val::eq(Val::rem(on(&idx, Val::Int(0)), Val::Int(2)), Val::Int(0));
+    let store_pair = if shared {
+        vector
+    } else {
+        let scalar: Vec<Stmt> = (0..2)
+            .map(|l| Stmt::If {
+                cond: on(&cond, Val::Int(l)),
+                then: vec![Stmt::Compute(Compute {
+                    out: store_at(l),
+                    value: Data::Read(lane_of(l)),
+                    ..store.clone()
+                })],
+                els: Vec::new(),
+            })
+            .collect();
+        let aligned = Val::eq(Val::rem(on(&idx, Val::Int(0)), Val::Int(2)), Val::Int(0));
+        Stmt::If {
+            cond: Val::and(
+                Val::and(on(&cond, Val::Int(0)), on(&cond, Val::Int(1))),
+                aligned,
+            ),
+            then: vec![vector],
+            els: scalar,
+        }
+    };
     Some(Stmt::Loop(Loop {
         key,
         var: pair_var.clone(),
@@ -170,14 +213,7 @@ pub(super) fn pair_global_store(
                 digits: Vec::new(),
                 body: lanes_body,
             }),
-            Stmt::If {
-                cond: Val::and(
-                    Val::and(on(&cond, Val::Int(0)), on(&cond, Val::Int(1))),
-                    aligned,
-                ),
-                then: vec![vector],
-                els: scalar,
-            },
+            store_pair,
         ],
     }))
 }
@@ -201,14 +237,10 @@ pub(super) fn stmatrix_store(
 ) -> Option<Stmt> {
     let (_, store) = final_store(body)?;
     let out = &k.buffers[store.out.buffer];
-    let only_tma_stored = plan
-        .stores
-        .iter()
-        .any(|s| cx.layout.tensor_buffer.get(&s.cache) == Some(&store.out.buffer));
     if out.memory != MemoryType::Shared
         || !matches!(out.dtype, DType::BF16 | DType::F16)
         || store.vector.is_some()
-        || !only_tma_stored
+        || !only_tma_stored(cx, plan, store.out.buffer)
     {
         return None;
     }

@@ -80,8 +80,8 @@ mod product;
 mod rows;
 
 use fragment::{
-    fragment_accesses, fragment_base, pair_global_store, reusable_accumulators, stmatrix_store,
-    unalias, unguard_register_arithmetic,
+    fragment_accesses, fragment_base, pair_store, reusable_accumulators, stmatrix_store, unalias,
+    unguard_register_arithmetic,
 };
 use groups::{batch, keep_one_group_in_flight};
 
@@ -654,7 +654,7 @@ impl Lower<'_> {
             if let Some(x4) = stmatrix_store(cx, self.plan, k, &body, &reg, loops[ni].key, width) {
                 return Ok(vec![x4]);
             }
-            if let Some(paired) = pair_global_store(cx, k, &body, &reg, loops[ni].key, width) {
+            if let Some(paired) = pair_store(cx, self.plan, k, &body, &reg, loops[ni].key, width) {
                 return Ok(vec![paired]);
             }
         }
