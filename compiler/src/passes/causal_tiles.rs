@@ -690,11 +690,14 @@ impl VisitorMut for SplitTiles<'_> {
 
     fn block_start(&mut self, body: &mut Vec<Stmt>) -> Result<Flow, Infallible> {
         let in_tile = *self.in_tile.last().expect("the kernel's entry");
-        if split_in(body, self.c, self.condition_buffers, in_tile) {
-            self.changed = true;
-            return Ok(Flow::Skip);
-        }
-        Ok(Flow::Descend)
+        Ok(match split_in(body, self.c, self.condition_buffers, in_tile) {
+            Split::Done => {
+                self.changed = true;
+                Flow::Skip
+            }
+            Split::InFlight => Flow::Skip,
+            Split::NotHere => Flow::Descend,
+        })
     }
 
     fn stmt(&mut self, s: &mut Stmt, _at: usize) -> Result<Flow, Infallible> {
@@ -720,20 +723,30 @@ impl VisitorMut for SplitTiles<'_> {
     }
 }
 
+/// What [`split_in`] did with a block.
+enum Split {
+    /// The mask's statements became one `If`.
+    Done,
+    /// The select is here, but a tensor-core product is in flight over it: left unsplit, and
+    /// the walk does not go into it either.
+    InFlight,
+    /// The select is not among the block's statements (the walk goes on into them).
+    NotHere,
+}
+
 /// Splits, in `body` (inside the tile loop when `in_tile`), the mask's statements: those that
 /// compute nothing but the condition and the masked scores ([`mask_only`]: the loop over the
 /// score fragment on tensor cores, or the condition's and the select's statements among the
 /// scores' other work on CUDA cores). Where the select is among them, they become one `If` at
 /// the select's place: the kept tiles run the select's statement unmasked, the others all of
 /// them in order (the condition's statements move after the work between them and the select,
-/// which none of it reads: the mask's tensors are read by the select only). Whether it split
-/// (else the select is inside one of the block's statements, or not under this block).
+/// which none of it reads: the mask's tensors are read by the select only).
 fn split_in(
     body: &mut Vec<Stmt>,
     c: &ClassifiedLoop,
     condition_buffers: &[BufferId],
     mut in_tile: bool,
-) -> bool {
+) -> Split {
     let mut mask_stmts = Vec::new();
     for (k, s) in body.iter().enumerate() {
         if let Stmt::Let { var, .. } = s {
@@ -758,13 +771,13 @@ fn split_in(
             _ => None,
         });
         if select_at.is_some() && in_flight == Some(true) {
-            return false;
+            return Split::InFlight;
         }
     }
     let Some(select_at) = select_at else {
         // Not here: inside the statements that hold the select among other work (the walk
         // goes on into them).
-        return false;
+        return Split::NotHere;
     };
     let mut unmasked = body[select_at].clone();
     unmask(&mut unmasked, &c.mask, condition_buffers);
@@ -787,7 +800,7 @@ fn split_in(
     });
     let at = select_at - mask_stmts.iter().filter(|&&m| m < select_at).count();
     body[at] = split;
-    true
+    Split::Done
 }
 
 /// Whether `s` computes only the mask's condition and the masked scores (and holds at least one
