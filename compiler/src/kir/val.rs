@@ -192,6 +192,20 @@ impl Val {
         }
     }
 
+    /// Replaces every variable that `with` names by its value, in one rebuild of the tree (the
+    /// values themselves are not searched: what substituting the variables one after the other
+    /// gives when no value mentions one of them).
+    pub fn subst_vars(&self, with: &[(&str, &Val)]) -> Val {
+        match (self, self.operands()) {
+            (Val::Var(n), _) => match with.iter().find(|(name, _)| name == n) {
+                Some((_, v)) => (*v).clone(),
+                None => self.clone(),
+            },
+            (_, Some((a, b))) => self.with_operands(a.subst_vars(with), b.subst_vars(with)),
+            (v, None) => v.clone(),
+        }
+    }
+
     /// Replaces each size symbol that `sizes` gives a value by that value.
     pub fn subst_sizes(&self, sizes: &std::collections::BTreeMap<String, i64>) -> Val {
         match (self, self.operands()) {

@@ -2,12 +2,14 @@
 //! consecutive in memory, a stride, a fragment's addresses) by evaluating an index at a few
 //! points with every other variable and size set from a seed.
 //!
-//! Takes a [`Val`] and the leaves that vary; [`eval`] evaluates once, [`Probe`] prepares an
-//! expression for evaluation at many points (the leaves that do not vary folded once per
-//! seed, the rest a flat program: no tree rebuilt or allocation per point). Both give the same
-//! value as substituting the point's integers into the tree and evaluating it with [`eval`]:
-//! `None` when any operation of the tree fails (a division by zero, an overflowing product)
-//! or the tree holds a leaf that has no integer value (`true`, `&&`, the warp index).
+//! Takes a [`Val`] and the leaves that vary; [`eval`] evaluates once, [`eval_at`] once with
+//! several variables set, [`Probe`] prepares an expression for evaluation at many points (the
+//! leaves that do not vary folded once per seed, the rest a flat program with one instruction
+//! per distinct subtree: no tree rebuilt or allocation per point, no repeated subtree
+//! evaluated twice). All give the same value as substituting the point's integers into the
+//! tree and evaluating it with [`eval`]: `None` when any operation of the tree fails (a
+//! division by zero, an overflowing product) or the tree holds a leaf that has no integer
+//! value (`true`, `&&`, the warp index; for a [`Probe`], also an index read from data).
 
 use crate::kir::Val;
 
@@ -49,7 +51,7 @@ fn leaf(v: &Val, seed: u64, multiples: &[String], mult: i64) -> Option<i64> {
 
 /// The operations a probe evaluates (comparisons count as 1 or 0: a stream-K piece's
 /// selections).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Op {
     Add,
     Sub,
@@ -61,6 +63,11 @@ enum Op {
     Lt,
     Eq,
     CeilDiv,
+    /// Division by `2^k` (a constant divisor, the usual `/ 32` of an index), rounding toward
+    /// zero as [`Op::Div`] does: shifts instead of a hardware division per point.
+    DivPow2(u32),
+    /// Remainder by `2^k`, with the dividend's sign as [`Op::Mod`].
+    ModPow2(u32),
 }
 
 impl Op {
@@ -93,6 +100,9 @@ impl Op {
             Op::Lt => (a < b) as i64,
             Op::Eq => (a == b) as i64,
             Op::CeilDiv => (a + b - 1).checked_div(b)?,
+            // A negative dividend is biased by 2^k - 1 first, so the shift rounds toward zero.
+            Op::DivPow2(k) => (a + ((a >> 63) & ((1 << k) - 1))) >> k,
+            Op::ModPow2(k) => a - (((a + ((a >> 63) & ((1 << k) - 1))) >> k) << k),
         })
     }
 }
@@ -125,141 +135,266 @@ pub(super) fn eval(
     }
 }
 
-/// One step of a probe's postfix program.
-#[derive(Clone, Copy)]
-enum Step {
+/// The value of `idx` with each variable of `at` set to its integer and every other leaf
+/// sampled from `seed`: what [`eval`] gives for `idx` with those integers substituted (with no
+/// lane variable), without building the substituted tree (an index read from data whose index
+/// mentions a variable of `at` is the one exception: it is sampled by its substituted text).
+pub(crate) fn eval_at(idx: &Val, at: &[(&str, i64)], seed: u64) -> Option<i64> {
+    match (idx, idx.operands()) {
+        (Val::Var(v), _) => match at.iter().find(|(name, _)| name == v) {
+            Some(&(_, x)) => Some(x),
+            None => leaf(idx, seed, &[], 1),
+        },
+        (Val::IndexIn(..), _) => {
+            let substituted = at.iter().filter(|(name, _)| idx.mentions(name)).fold(
+                None,
+                |v: Option<Val>, &(name, x)| {
+                    Some(v.as_ref().unwrap_or(idx).subst(name, &Val::Int(x)))
+                },
+            );
+            leaf(
+                &Val::Var(substituted.as_ref().unwrap_or(idx).text()),
+                seed,
+                &[],
+                1,
+            )
+        }
+        (_, Some((a, b))) => {
+            let op = Op::of(idx)?;
+            op.apply(eval_at(a, at, seed)?, eval_at(b, at, seed)?)
+        }
+        (v, None) => leaf(v, seed, &[], 1),
+    }
+}
+
+/// Where an instruction of a probe takes an operand from.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Src {
     Const(i64),
     /// The point's value of free leaf `i`.
     Free(usize),
-    Apply(Op),
+    /// The value of instruction `i` (an earlier one).
+    Inst(usize),
+}
+
+/// One operation of a probe's program.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Inst {
+    op: Op,
+    a: Src,
+    b: Src,
 }
 
 /// An index expression prepared for evaluation at many points of its free leaves (variables
-/// or hardware indices), every other leaf sampled from one seed as [`eval`] samples it.
+/// or hardware indices), every other leaf sampled from one seed as [`eval`] samples it: the
+/// leaves that do not vary folded, each distinct subtree that varies one instruction (index
+/// expressions repeat their subtrees: a swizzled store's index holds its row three times).
 pub(super) struct Probe {
-    /// Postfix; empty when some operation fails whatever the point (the value is `None`).
-    steps: Vec<Step>,
+    insts: Vec<Inst>,
+    /// The value; `None` when some operation fails whatever the point.
+    result: Option<Src>,
+    /// For [`Probe::at_each`]: the column each instruction's values go in (columns are reused
+    /// once their values are read for the last time), and how many there are.
+    column: Vec<usize>,
+    columns: usize,
 }
 
 impl Probe {
     pub(super) fn new(idx: &Val, free: &[Val], seed: u64) -> Probe {
-        let mut steps = Vec::new();
-        match Self::compile(idx, free, seed, &mut steps) {
-            Some(Some(c)) => Probe {
-                steps: vec![Step::Const(c)],
-            },
-            Some(None) => Probe { steps },
-            None => Probe { steps: Vec::new() },
+        let mut insts = Vec::new();
+        let mut seen = rustc_hash::FxHashMap::default();
+        let result = Self::compile(idx, free, seed, &mut insts, &mut seen);
+        let (column, columns) = Self::assign_columns(&insts, result);
+        Probe {
+            insts,
+            result,
+            column,
+            columns,
         }
     }
 
-    /// Appends the steps of `v` to `steps`, or returns its constant value (`Some(Some(c))`,
-    /// nothing appended) when no free leaf appears in it; `None` when it fails whatever the
+    /// Where the value of `v` comes from, appending the instructions it needs (one per
+    /// distinct operation on distinct operands: `seen`); `None` when it fails whatever the
     /// point.
-    fn compile(v: &Val, free: &[Val], seed: u64, steps: &mut Vec<Step>) -> Option<Option<i64>> {
+    fn compile(
+        v: &Val,
+        free: &[Val],
+        seed: u64,
+        insts: &mut Vec<Inst>,
+        seen: &mut rustc_hash::FxHashMap<Inst, usize>,
+    ) -> Option<Src> {
         if let Some(i) = free.iter().position(|f| f == v) {
-            steps.push(Step::Free(i));
-            return Some(None);
+            return Some(Src::Free(i));
         }
         let Some((a, b)) = v.operands() else {
-            return leaf(v, seed, &[], 1).map(Some);
+            return leaf(v, seed, &[], 1).map(Src::Const);
         };
         let op = Op::of(v)?;
-        let mark = steps.len();
-        let ca = Self::compile(a, free, seed, steps)?;
-        let cb = Self::compile(b, free, seed, steps)?;
-        match (ca, cb) {
-            (Some(x), Some(y)) => Some(Some(op.apply(x, y)?)),
-            (ca, cb) => {
-                // A constant operand goes in as a step, where its subtree would have been.
-                if let Some(x) = ca {
-                    steps.insert(mark, Step::Const(x));
+        let a = Self::compile(a, free, seed, insts, seen)?;
+        let b = Self::compile(b, free, seed, insts, seen)?;
+        let inst = match (op, a, b) {
+            (_, Src::Const(x), Src::Const(y)) => return op.apply(x, y).map(Src::Const),
+            (Op::Div | Op::Mod, a, Src::Const(d)) if d > 0 && d.count_ones() == 1 => {
+                let k = d.trailing_zeros();
+                let op = if op == Op::Div {
+                    Op::DivPow2(k)
+                } else {
+                    Op::ModPow2(k)
+                };
+                Inst {
+                    op,
+                    a,
+                    b: Src::Const(d),
                 }
-                if let Some(y) = cb {
-                    steps.push(Step::Const(y));
+            }
+            _ => Inst { op, a, b },
+        };
+        let next = insts.len();
+        let i = *seen.entry(inst).or_insert(next);
+        if i == next {
+            insts.push(inst);
+        }
+        Some(Src::Inst(i))
+    }
+
+    /// The column of each instruction's values: a fresh one unless a column whose values
+    /// were read for the last time by an earlier instruction is free (never one of the
+    /// instruction's own operands: an instruction writes a column it does not read).
+    fn assign_columns(insts: &[Inst], result: Option<Src>) -> (Vec<usize>, usize) {
+        let mut last_use: Vec<usize> = (0..insts.len()).collect();
+        for (i, inst) in insts.iter().enumerate() {
+            for src in [inst.a, inst.b] {
+                if let Src::Inst(j) = src {
+                    last_use[j] = i;
                 }
-                steps.push(Step::Apply(op));
-                Some(None)
             }
         }
-    }
-
-    /// The value at `point` (the free leaves' values, in the order given to [`Probe::new`]);
-    /// `stack` is scratch space, reused across calls.
-    pub(super) fn at(&self, point: &[i64], stack: &mut Vec<i64>) -> Option<i64> {
-        stack.clear();
-        for step in &self.steps {
-            let v = match *step {
-                Step::Const(c) => c,
-                Step::Free(i) => point[i],
-                Step::Apply(op) => {
-                    let b = stack.pop()?;
-                    let a = stack.pop()?;
-                    op.apply(a, b)?
-                }
-            };
-            stack.push(v);
+        if let Some(Src::Inst(j)) = result {
+            last_use[j] = usize::MAX;
         }
-        match stack.as_slice() {
-            [v] => Some(*v),
-            _ => None,
-        }
-    }
-}
-
-impl Probe {
-    /// The values at many points at once: point `j` gives free leaf `i` the value
-    /// `columns[i][j]` (every column as long as the first). One pass over the program, each
-    /// step over every point: the step's dispatch is paid once, not once per point.
-    pub(super) fn at_each(&self, columns: &[&[i64]]) -> Vec<Option<i64>> {
-        let n = columns.first().map_or(1, |c| c.len());
-        if self.steps.is_empty() {
-            return vec![None; n];
-        }
-        // A point whose evaluation failed (its lanes of `stack` then hold 0).
-        let mut failed = vec![false; n];
-        let mut stack: Vec<Vec<i64>> = Vec::new();
-        for step in &self.steps {
-            match *step {
-                Step::Const(c) => stack.push(vec![c; n]),
-                Step::Free(i) => stack.push(columns[i].to_vec()),
-                Step::Apply(op) => {
-                    let (Some(b), Some(a)) = (stack.pop(), stack.last_mut()) else {
-                        return vec![None; n];
-                    };
-                    // One loop per operation (the operation a constant in each): the
-                    // compiler specialises `apply` instead of branching on it per point.
-                    let lanes = |a: &mut [i64], failed: &mut [bool], op: Op| {
-                        for ((x, &y), failed) in a.iter_mut().zip(&b).zip(failed) {
-                            match op.apply(*x, y) {
-                                Some(v) => *x = v,
-                                None => (*x, *failed) = (0, true),
-                            }
-                        }
-                    };
-                    match op {
-                        Op::Add => lanes(a, &mut failed, Op::Add),
-                        Op::Sub => lanes(a, &mut failed, Op::Sub),
-                        Op::Mul => lanes(a, &mut failed, Op::Mul),
-                        Op::Div => lanes(a, &mut failed, Op::Div),
-                        Op::Mod => lanes(a, &mut failed, Op::Mod),
-                        Op::Xor => lanes(a, &mut failed, Op::Xor),
-                        Op::Min => lanes(a, &mut failed, Op::Min),
-                        Op::Lt => lanes(a, &mut failed, Op::Lt),
-                        Op::Eq => lanes(a, &mut failed, Op::Eq),
-                        Op::CeilDiv => lanes(a, &mut failed, Op::CeilDiv),
+        let (mut column, mut free, mut columns) = (Vec::with_capacity(insts.len()), Vec::new(), 0);
+        for (i, inst) in insts.iter().enumerate() {
+            let c = free.pop().unwrap_or_else(|| {
+                columns += 1;
+                columns - 1
+            });
+            column.push(c);
+            for src in [inst.a, inst.b] {
+                if let Src::Inst(j) = src {
+                    if last_use[j] == i && !free.contains(&column[j]) {
+                        free.push(column[j]);
                     }
                 }
             }
         }
-        match stack.as_slice() {
-            [v] => v
+        (column, columns)
+    }
+
+    /// The value at `point` (the free leaves' values, in the order given to [`Probe::new`]);
+    /// `values` is scratch space, reused across calls.
+    pub(super) fn at(&self, point: &[i64], values: &mut Vec<i64>) -> Option<i64> {
+        values.clear();
+        let get = |src: Src, values: &[i64]| match src {
+            Src::Const(c) => c,
+            Src::Free(i) => point[i],
+            Src::Inst(i) => values[i],
+        };
+        for inst in &self.insts {
+            let v = inst.op.apply(get(inst.a, values), get(inst.b, values))?;
+            values.push(v);
+        }
+        Some(get(self.result?, values))
+    }
+
+    /// The values at many points at once: point `j` gives free leaf `i` the value
+    /// `columns[i][j]` (every column as long as the first). One pass over the program, each
+    /// instruction over every point: the instruction's dispatch is paid once, not once per
+    /// point.
+    pub(super) fn at_each(&self, columns: &[&[i64]]) -> Vec<Option<i64>> {
+        let n = columns.first().map_or(1, |c| c.len());
+        let Some(result) = self.result else {
+            return vec![None; n];
+        };
+        // A point whose evaluation failed (its values are then 0 from there on).
+        let mut failed = vec![false; n];
+        let mut values: Vec<Vec<i64>> = vec![Vec::new(); self.columns];
+        for (inst, &c) in self.insts.iter().zip(&self.column) {
+            let mut out = std::mem::take(&mut values[c]);
+            out.resize(n, 0);
+            let slice = |src: Src| match src {
+                Src::Const(_) => None,
+                Src::Free(i) => Some(columns[i]),
+                Src::Inst(i) => Some(values[self.column[i]].as_slice()),
+            };
+            let constant = |src: Src| match src {
+                Src::Const(c) => c,
+                _ => 0,
+            };
+            match (slice(inst.a), slice(inst.b)) {
+                (Some(a), Some(b)) => lanes(inst.op, &mut out, &mut failed, |j| a[j], |j| b[j]),
+                (Some(a), None) => {
+                    let y = constant(inst.b);
+                    lanes(inst.op, &mut out, &mut failed, |j| a[j], |_| y)
+                }
+                (None, Some(b)) => {
+                    let x = constant(inst.a);
+                    lanes(inst.op, &mut out, &mut failed, |_| x, |j| b[j])
+                }
+                // (The probe folds an operation on two constants when it is made.)
+                (None, None) => match inst.op.apply(constant(inst.a), constant(inst.b)) {
+                    Some(v) => out.fill(v),
+                    None => {
+                        out.fill(0);
+                        failed.fill(true);
+                    }
+                },
+            }
+            values[c] = out;
+        }
+        match result {
+            Src::Const(v) => vec![Some(v); n],
+            Src::Free(i) => columns[i].iter().map(|&v| Some(v)).collect(),
+            Src::Inst(i) => values[self.column[i]]
                 .iter()
                 .zip(&failed)
                 .map(|(&v, &f)| (!f).then_some(v))
                 .collect(),
-            _ => vec![None; n],
         }
+    }
+}
+
+/// `out[j] = op(a(j), b(j))` for every point `j`, failed points marked in `failed` (and 0). One
+/// loop per operation, the operation a constant in each: the compiler specialises `apply`
+/// (and the operands' kinds) instead of branching on them per point.
+#[inline(always)]
+fn lanes(
+    op: Op,
+    out: &mut [i64],
+    failed: &mut [bool],
+    a: impl Fn(usize) -> i64,
+    b: impl Fn(usize) -> i64,
+) {
+    let each = |out: &mut [i64], failed: &mut [bool], op: Op| {
+        for (j, (x, failed)) in out.iter_mut().zip(failed).enumerate() {
+            match op.apply(a(j), b(j)) {
+                Some(v) => *x = v,
+                None => (*x, *failed) = (0, true),
+            }
+        }
+    };
+    match op {
+        Op::Add => each(out, failed, Op::Add),
+        Op::Sub => each(out, failed, Op::Sub),
+        Op::Mul => each(out, failed, Op::Mul),
+        Op::Div => each(out, failed, Op::Div),
+        Op::Mod => each(out, failed, Op::Mod),
+        Op::Xor => each(out, failed, Op::Xor),
+        Op::Min => each(out, failed, Op::Min),
+        Op::Lt => each(out, failed, Op::Lt),
+        Op::Eq => each(out, failed, Op::Eq),
+        Op::CeilDiv => each(out, failed, Op::CeilDiv),
+        Op::DivPow2(k) => each(out, failed, Op::DivPow2(k)),
+        Op::ModPow2(k) => each(out, failed, Op::ModPow2(k)),
     }
 }
 
@@ -337,6 +472,80 @@ mod tests {
         assert_eq!(each, one_by_one);
         // t = 3 divides by zero.
         assert_eq!(each.iter().filter(|v| v.is_none()).count(), 4);
+    }
+
+    /// Division and remainder by a power of two (shifts in a probe) round toward zero, as the
+    /// tree's division does, negative dividends included.
+    #[test]
+    fn power_of_two_divisors_round_like_division() {
+        let r = var("r");
+        let shifted = Val::sub(r.clone(), Val::Int(7));
+        let idx = Val::add(
+            Val::add(
+                Val::div(shifted.clone(), Val::Int(4)),
+                Val::mul(Val::rem(shifted.clone(), Val::Int(8)), Val::Int(100)),
+            ),
+            Val::add(
+                Val::div(shifted.clone(), Val::Int(1)),
+                Val::rem(shifted, Val::Int(1)),
+            ),
+        );
+        let probe = Probe::new(&idx, std::slice::from_ref(&r), 0);
+        let points: Vec<i64> = (-40..40).collect();
+        let each = probe.at_each(&[&points]);
+        for (&x, got) in points.iter().zip(each) {
+            let direct = eval(&idx.subst("r", &Val::Int(x)), "", 0, 0, &[], 1);
+            assert_eq!(got, direct, "r = {x}");
+            assert_eq!(probe.at(&[x], &mut Vec::new()), direct, "r = {x}");
+        }
+    }
+
+    /// A subtree that appears several times is one instruction of the probe.
+    #[test]
+    fn a_repeated_subtree_is_computed_once() {
+        let row = Val::add(Val::mul(var("t"), Val::Int(3)), Val::Int(1));
+        let idx = Val::add(row.clone(), Val::mul(row, Val::Size("N".into())));
+        let probe = Probe::new(&idx, &[var("t")], 0);
+        // t * 3, + 1, * N, and the sum.
+        assert_eq!(probe.insts.len(), 4);
+        let n = 1000
+            + sample(
+                "N".bytes()
+                    .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(b as u64)),
+            );
+        assert_eq!(probe.at(&[2], &mut Vec::new()), Some(7 + 7 * n));
+    }
+
+    /// Setting several variables at once is substituting them and evaluating the tree, an
+    /// index read from data included (sampled by its substituted text).
+    #[test]
+    fn eval_at_agrees_with_substitution() {
+        let gathered =
+            |i: Val| Val::IndexIn("ids".into(), Box::new(i), Box::new(Val::Size("V".into())));
+        let idx = Val::add(
+            Val::add(
+                Val::mul(var("a"), Val::Size("N".into())),
+                Val::rem(var("b"), Val::Int(3)),
+            ),
+            Val::add(
+                gathered(Val::add(var("a"), Val::Int(1))),
+                gathered(var("c")),
+            ),
+        );
+        for seed in 0..4 {
+            for (a, b) in [(0, 0), (3, 5), (7, 2)] {
+                let direct = idx.subst("a", &Val::Int(a)).subst("b", &Val::Int(b));
+                assert_eq!(
+                    eval_at(&idx, &[("a", a), ("b", b)], seed),
+                    eval(&direct, "", 0, seed, &[], 1),
+                    "seed {seed}, a {a}, b {b}"
+                );
+            }
+        }
+        // A division by zero fails as in the tree.
+        let by_b = Val::div(Val::Int(6), var("b"));
+        assert_eq!(eval_at(&by_b, &[("b", 0)], 0), None);
+        assert_eq!(eval_at(&by_b, &[("b", 2)], 0), Some(3));
     }
 
     /// A failing operation fails the whole probe, whether it is folded or at the point.

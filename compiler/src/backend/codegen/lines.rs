@@ -275,21 +275,36 @@ fn match_lines(old: &[&str], new: &[&str]) -> Option<Vec<Option<usize>>> {
     if rows.saturating_mul(cols) > MAX_DIFF_CELLS {
         return None;
     }
+    // An old line that appears nowhere in `b` matches nothing, and its row of the table below
+    // equals the row under it, so the walk passes over it without a choice: the table leaves
+    // such lines out (a pass that rewrites many lines leaves many), `kept` numbering the rest
+    // in `a`. The matching is the same.
+    let kept: Vec<usize> = if rows * cols > 4096 {
+        let present: rustc_hash::FxHashSet<&str> = b.iter().copied().collect();
+        (0..a.len()).filter(|&i| present.contains(a[i])).collect()
+    } else {
+        (0..a.len()).collect()
+    };
+    let a: Vec<&str> = kept.iter().map(|&i| a[i]).collect();
+    let rows = a.len() + 1;
     // lcs[i * cols + j]: the LCS length of a[i..] and b[j..].
     let mut lcs = vec![0u32; rows * cols];
-    for i in (0..a.len()).rev() {
+    for (i, line) in a.iter().enumerate().rev() {
+        // Row i and row i + 1 as slices of exactly `cols` cells: no bounds check per cell (the
+        // fill was most of the line map's time).
+        let (row, below) = lcs[i * cols..(i + 2) * cols].split_at_mut(cols);
         for j in (0..b.len()).rev() {
-            lcs[i * cols + j] = if a[i] == b[j] {
-                lcs[(i + 1) * cols + j + 1] + 1
+            row[j] = if *line == b[j] {
+                below[j + 1] + 1
             } else {
-                lcs[(i + 1) * cols + j].max(lcs[i * cols + j + 1])
+                below[j].max(row[j + 1])
             };
         }
     }
     let (mut i, mut j) = (0, 0);
     while i < a.len() && j < b.len() {
         if a[i] == b[j] {
-            matched[prefix + j] = Some(prefix + i);
+            matched[prefix + j] = Some(prefix + kept[i]);
             i += 1;
             j += 1;
         } else if lcs[(i + 1) * cols + j] >= lcs[i * cols + j + 1] {
@@ -375,6 +390,51 @@ mod tests {
         );
         assert!(serde_json::from_str::<CudaLine>(r#"{"kind": "stmt", "ir_line": 3}"#).is_err());
         assert!(serde_json::from_str::<CudaLine>(r#"{"kind": "binding"}"#).is_err());
+    }
+
+    /// A large diff leaves the old lines that the new text lacks out of its table: the
+    /// matching is the one of the whole table.
+    #[test]
+    fn a_large_diff_matches_as_the_whole_table_does() {
+        let old: Vec<String> = (0..90).map(|i| format!("line {}", i * 7 % 37)).collect();
+        let new: Vec<String> = (0..80)
+            .map(|i| format!("line {}", (i * 5 + 3) % 31))
+            .collect();
+        let (old, new): (Vec<&str>, Vec<&str>) = (
+            old.iter().map(|s| s.as_str()).collect(),
+            new.iter().map(|s| s.as_str()).collect(),
+        );
+        // The whole table, every old line a row (no common prefix or suffix here).
+        assert!(old[0] != new[0] && old.last() != new.last());
+        let cols = new.len() + 1;
+        let mut lcs = vec![0u32; (old.len() + 1) * cols];
+        for i in (0..old.len()).rev() {
+            for j in (0..new.len()).rev() {
+                lcs[i * cols + j] = if old[i] == new[j] {
+                    lcs[(i + 1) * cols + j + 1] + 1
+                } else {
+                    lcs[(i + 1) * cols + j].max(lcs[i * cols + j + 1])
+                };
+            }
+        }
+        let mut whole = vec![None; new.len()];
+        let (mut i, mut j) = (0, 0);
+        while i < old.len() && j < new.len() {
+            if old[i] == new[j] {
+                whole[j] = Some(i);
+                (i, j) = (i + 1, j + 1);
+            } else if lcs[(i + 1) * cols + j] >= lcs[i * cols + j + 1] {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        assert!(
+            old.iter().any(|l| !new.contains(l)),
+            "some old lines are left out"
+        );
+        assert!(whole.iter().flatten().count() > 10);
+        assert_eq!(match_lines(&old, &new), Some(whole));
     }
 
     #[test]

@@ -41,6 +41,7 @@ use super::*;
 use crate::fusion::{Op, Operand};
 use crate::kir::{visit_stmt_mut, VisitorMut};
 use crate::passes::context::KeyNode;
+use crate::passes::probe::eval_at;
 
 /// A block loop whose promotions overlap the next block's wgmmas: its block accumulator holds
 /// two halves, the even blocks' and the odd blocks'.
@@ -94,11 +95,12 @@ fn constant_along(scales: &[Data], vars: &[(String, i64)]) -> bool {
         s.for_each_read(&mut |a| indices.push(a.index.clone().unwrap_or(Val::Int(0))));
     }
     let at = |idx: &Val, values: &[i64], seed: u64| {
-        let v = vars
+        let point: Vec<(&str, i64)> = vars
             .iter()
             .zip(values)
-            .fold(idx.clone(), |v, ((var, _), &x)| v.subst(var, &Val::Int(x)));
-        eval(&v, "", 0, seed, &[], 1)
+            .map(|((var, _), &x)| (var.as_str(), x))
+            .collect();
+        eval_at(idx, &point, seed)
     };
     // Each loop at its first, second and last value, the others at 0, and all at their last.
     let mut probes = vec![vec![0; vars.len()]];

@@ -405,10 +405,9 @@ pub(super) fn stride(idx: &Val, var: &str) -> Option<i64> {
 }
 
 pub(super) fn zero(idx: &Val, vars: &[&str]) -> Val {
-    let v = vars
-        .iter()
-        .fold(idx.clone(), |acc, var| acc.subst(var, &Val::Int(0)));
-    super::simplify::simplify(&v, &HashMap::new())
+    let zero = Val::Int(0);
+    let with: Vec<(&str, &Val)> = vars.iter().map(|&var| (var, &zero)).collect();
+    super::simplify::simplify(&idx.subst_vars(&with), &HashMap::new())
 }
 
 pub(super) struct Lower<'p> {

@@ -379,19 +379,25 @@ impl Lower<'_> {
             return Err(not_a_fragment());
         }
         let free = [Val::Var(t.m.var.clone()), Val::Var(t.k.var.clone())];
+        // Every row and k of the tile, row-major: each probe at all of them at once.
+        let (rs, ks): (Vec<i64>, Vec<i64>) = (0..target::WGMMA_M)
+            .flat_map(|r| (0..t.k_extent).map(move |kk| (r, kk)))
+            .unzip();
         for seed in 0..3u64 {
             let probe = Probe::new(&idx, &free, seed);
-            let mut stack = Vec::new();
-            let origin = probe.at(&[0, 0], &mut stack).ok_or_else(not_a_fragment)?;
+            let origin = probe
+                .at(&[0, 0], &mut Vec::new())
+                .ok_or_else(not_a_fragment)?;
             if origin % t.k_extent != 0 {
                 return Err(not_a_fragment());
             }
-            for r in 0..target::WGMMA_M {
-                for kk in 0..t.k_extent {
-                    if probe.at(&[r, kk], &mut stack) != Some(origin + r * width + kk) {
-                        return Err(not_a_fragment());
-                    }
-                }
+            let values = probe.at_each(&[&rs, &ks]);
+            let tile = rs.iter().zip(&ks).zip(values);
+            if !tile
+                .into_iter()
+                .all(|((r, kk), v)| v == Some(origin + r * width + kk))
+            {
+                return Err(not_a_fragment());
             }
         }
         let base = fragment_base(Some(&idx), &t.m.var, &t.k.var, width);
@@ -467,17 +473,50 @@ impl Lower<'_> {
                 )
             })
             .collect();
-        let offset = |r: i64, kk: i64| -> Option<i64> {
-            let mut stack = Vec::new();
+        let at_point = |r: i64, kk: i64| -> Option<i64> {
+            let mut values = Vec::new();
             let mut found = None;
             for (probe, origin) in &probes {
-                let d = probe.at(&[r, kk], &mut stack)? - (*origin)?;
+                let d = probe.at(&[r, kk], &mut values)? - (*origin)?;
                 if found.is_some_and(|f| f != d) {
                     return None;
                 }
                 found = Some(d);
             }
             found
+        };
+        // What `at_point` gives at many points, each probe evaluated at all of them at once.
+        let at_points = |rs: &[i64], ks: &[i64]| -> Vec<Option<i64>> {
+            let mut found: Vec<Option<i64>> = Vec::new();
+            for (i, (probe, origin)) in probes.iter().enumerate() {
+                let ds = probe
+                    .at_each(&[rs, ks])
+                    .into_iter()
+                    .map(|v| Some(v? - (*origin)?));
+                if i == 0 {
+                    found = ds.collect();
+                } else {
+                    for (f, d) in found.iter_mut().zip(ds) {
+                        if *f != d {
+                            *f = None;
+                        }
+                    }
+                }
+            }
+            found
+        };
+        // The layouts below read the offsets along the row axis (k = 0) and along k (row 0),
+        // and a corner: the two lines computed once.
+        let (row_line, k_line): (Vec<i64>, Vec<i64>) =
+            ((0..rows).collect(), (0..t.k_extent).collect());
+        let along_rows = at_points(&row_line, &vec![0; row_line.len()]);
+        let along_k = at_points(&vec![0; k_line.len()], &k_line);
+        let offset = |r: i64, kk: i64| -> Option<i64> {
+            match (r, kk) {
+                (r, 0) if (0..rows).contains(&r) => along_rows[r as usize],
+                (0, kk) if (0..t.k_extent).contains(&kk) => along_k[kk as usize],
+                _ => at_point(r, kk),
+            }
         };
         let all = |f: &dyn Fn(i64, i64) -> i64| {
             (0..rows).all(|r| offset(r, 0) == Some(f(r, 0)))
