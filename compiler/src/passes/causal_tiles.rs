@@ -65,8 +65,8 @@ use crate::fusion::{
     BinaryOp, ExprId, Fusion, IterId, Op, Operand, ParallelType, TensorId, TernaryOp,
 };
 use crate::kir::{visit_mut, visit_stmt_mut, BufferId, Data, Flow, Kernel, Stmt, Val, VisitorMut};
-use std::convert::Infallible;
 use crate::plan::SizeExpr;
+use std::convert::Infallible;
 
 /// A causal mask on the scores of an online softmax ([`find`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -623,7 +623,8 @@ impl VisitorMut for BoundTiles<'_, '_> {
                 .as_ref()
                 .is_none_or(|(_, v, b)| *v == var && *b == bq)
             {
-                let last = visible_tiles_under(Val::Var(var.clone()), bq, self.bk, &self.mask.upper);
+                let last =
+                    visible_tiles_under(Val::Var(var.clone()), bq, self.bk, &self.mask.upper);
                 l.extent = Val::min(l.extent.clone(), last);
                 self.found = Some((key, var, bq));
             }
@@ -690,14 +691,16 @@ impl VisitorMut for SplitTiles<'_> {
 
     fn block_start(&mut self, body: &mut Vec<Stmt>) -> Result<Flow, Infallible> {
         let in_tile = *self.in_tile.last().expect("the kernel's entry");
-        Ok(match split_in(body, self.c, self.condition_buffers, in_tile) {
-            Split::Done => {
-                self.changed = true;
-                Flow::Skip
-            }
-            Split::InFlight => Flow::Skip,
-            Split::NotHere => Flow::Descend,
-        })
+        Ok(
+            match split_in(body, self.c, self.condition_buffers, in_tile) {
+                Split::Done => {
+                    self.changed = true;
+                    Flow::Skip
+                }
+                Split::InFlight => Flow::Skip,
+                Split::NotHere => Flow::Descend,
+            },
+        )
     }
 
     fn stmt(&mut self, s: &mut Stmt, _at: usize) -> Result<Flow, Infallible> {
