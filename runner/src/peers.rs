@@ -59,8 +59,10 @@ pub const PEERS: [&str; 2] = ["eager", "torch.compile"];
 /// `hopfuse::backend::torch::emit_cublaslt`).
 pub const CUBLASLT: &str = "cuBLASLt epilogue";
 
-/// The peer of an FP8 matrix product with per-tensor or row-wise scales: `torch._scaled_mm`
-/// (`hopfuse::backend::torch::emit_scaled_mm`), cuBLASLt's FP8 GEMM as a PyTorch user calls it.
+/// The peer of an FP8 matrix product with per-tensor, row-wise or DeepSeek-V3 block scales (1 x
+/// 128 on A, 128 x 128 on B): `torch._scaled_mm` (`hopfuse::backend::torch::emit_scaled_mm`),
+/// cuBLASLt's FP8 GEMM as a PyTorch user calls it. Where cuBLAS refuses the shape (block
+/// scales need K a multiple of 128), the peer is not timed and says torch's message.
 pub const SCALED_MM: &str = "torch._scaled_mm";
 
 /// The peers of attention (softmax over the keys of `q k^T * scale`, optionally causal, times
@@ -298,7 +300,7 @@ impl Peers {
             L2Policy::Flush { bytes } => json!({"kind": "flush", "bytes": bytes}),
         };
         // A matrix product with a bias epilogue: also cuBLASLt's fused epilogue; an FP8 one with
-        // its scales: also torch._scaled_mm; attention: also SDPA, PyTorch's choice and cuDNN's.
+        // its scales (per tensor, per row / column, or in blocks): also torch._scaled_mm; attention: also SDPA, PyTorch's choice and cuDNN's.
         use hopfuse::backend::torch::{emit_sdpa, SdpaBackend};
         let extra: Vec<Value> = [
             (
@@ -868,6 +870,55 @@ mod tests {
             "{lt:?}"
         );
         assert_eq!(report.rounds, 3);
+    }
+
+    #[test]
+    fn a_block_scaled_fp8_product_also_has_the_scaled_mm_peer() {
+        // Step 18 as the examples write it, at a size cuBLAS's block-scaled path takes (K a
+        // multiple of 128), then at one it refuses.
+        let source = include_str!("../../examples/matmul/step18_fp8_block.hf");
+        let run = |m: i64, n: i64, k: i64| {
+            let (kb, nb) = ((k + 127) / 128, (n + 127) / 128);
+            let sizes: BTreeMap<String, i64> =
+                [("M", m), ("N", n), ("K", k), ("KB", kb), ("NB", nb)]
+                    .map(|(s, v)| (s.to_string(), v))
+                    .into();
+            let req = peers_request(source, &sizes, 11);
+            let values = |name: &str, dtype: DType, len: i64| {
+                let v = data::seeded_values(dtype, len as usize, 11, name);
+                (
+                    name.to_string(),
+                    data::decode(dtype, &data::encode(dtype, &v)),
+                )
+            };
+            let inputs = [
+                values("a", DType::F8E4M3, m * k),
+                values("b", DType::F8E4M3, n * k),
+                values("sa", DType::F32, m * kb),
+                values("sb", DType::F32, nb * kb),
+            ]
+            .into();
+            let program = hopfuse::frontend::parse(source).unwrap();
+            let f = hopfuse::fusion::build(&program.fusion).unwrap();
+            let expected = hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap();
+            peers_report(&mut Peers::with_python(fake_python()), &req, &expected)
+        };
+        let report = run(2, 136, 256);
+        let names: Vec<&str> = report.peers.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["eager", "torch.compile", SCALED_MM]);
+        for p in &report.peers {
+            // Validated: a scale read from the wrong block (or the wrong layout) fails.
+            assert!(p.passed && p.timing.is_some(), "{p:?}");
+        }
+        // K = 200: `_scaled_mm` raises as torch does; the peer says so and the run goes on.
+        let report = run(2, 136, 200);
+        let mm = report.peers.iter().find(|p| p.name == SCALED_MM).unwrap();
+        assert_eq!(
+            mm.error.as_deref(),
+            Some("RuntimeError: Invalid scaling configuration.")
+        );
+        assert!(!mm.passed && mm.timing.is_none(), "{mm:?}");
+        assert!(report.peers[..2].iter().all(|p| p.passed), "{report:?}");
     }
 
     #[test]

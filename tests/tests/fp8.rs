@@ -453,4 +453,13 @@ fn the_fp8_examples_have_torch_scaled_mm_as_their_peer() {
     assert!(peer("matmul/step17_fp8_rowwise.hf").contains(
         "return torch._scaled_mm(a, b.t(), scale_a=sa.unsqueeze(1), scale_b=sb.unsqueeze(0), out_dtype=torch.bfloat16)"
     ));
+    // Block scales: cuBLAS's block-scaled path, the activation scales column-major.
+    for path in [
+        "matmul/step18_fp8_block.hf",
+        "matmul/step18_fp8_block_overlap.hf",
+    ] {
+        assert!(peer(path).contains(
+            "return torch._scaled_mm(a, b.t(), scale_a=sa.t().contiguous().t(), scale_b=sb.t(), out_dtype=torch.bfloat16)"
+        ));
+    }
 }

@@ -41,6 +41,19 @@ fn every_example_twin_matches_its_golden_output() {
     }
 }
 
+/// The block-scaled FP8 examples' `torch._scaled_mm` peers (the runner's `--peers`) are golden
+/// outputs too: the scale layouts cuBLAS's block-scaled path takes.
+#[test]
+fn block_scaled_examples_scaled_mm_peers_match_their_golden_output() {
+    for stem in ["step18_fp8_block", "step18_fp8_block_overlap"] {
+        let path = repo().join(format!("examples/matmul/{stem}.hf"));
+        let f = twin(&path).1;
+        let peer = hopfuse::backend::torch::emit_scaled_mm(&f)
+            .unwrap_or_else(|| panic!("{stem}: no _scaled_mm peer"));
+        insta::assert_snapshot!(format!("scaled_mm__matmul__{stem}"), peer.source);
+    }
+}
+
 /// Small distinct sizes, so a reduction over the wrong axis or a transposed operand shows.
 const SIZES: [i64; 6] = [3, 5, 4, 2, 6, 7];
 

@@ -12,8 +12,10 @@ an operand shape that does not broadcast.
 Not a GPU: `cuda.Event` times with `time.perf_counter`, `compile` returns the function. A
 tensor has a `device` (cpu unless made with `device=` or `.cuda()`; results of ops are on cpu:
 devices are not tracked through ops), a made-up 256-byte aligned `data_ptr()` that nothing
-reads through (no kernel runs here: hopfuse's launch fails without a driver), and contiguous
-strides. `library.custom_op` registers a function and its fake implementation and calls the
+reads through (no kernel runs here: hopfuse's launch fails without a driver), and strides:
+contiguous, except after `t()`, `transpose` and `permute`, whose results (copies here, their
+values in logical order) report the view's strides as torch does, until `contiguous()`
+(`_scaled_mm` checks its scales' layouts by them). `library.custom_op` registers a function and its fake implementation and calls the
 function (there is no fake-tensor mode).
 """
 
@@ -218,6 +220,8 @@ class Tensor:
         self.dtype = dt
         self.device = _CPU
         self._address = _address(len(data) * dt.itemsize)
+        # The strides of the view this copy stands for (None: contiguous).
+        self._view_strides = None
 
     def _on(self, where):
         t = Tensor(self._data, self.shape, self.dtype)
@@ -235,10 +239,14 @@ class Tensor:
         return self.device.index if self.device.type == "cuda" else -1
 
     def stride(self, dim=None):
-        st = tuple(_strides(self.shape))
+        st = self._view_strides or tuple(_strides(self.shape))
         return st if dim is None else st[dim]
 
     def is_contiguous(self):
+        # As torch: axes of extent 1 have any stride (this module's `all` is torch's).
+        for n, a, b in zip(self.shape, self.stride(), _strides(self.shape)):
+            if n != 1 and a != b:
+                return False
         return True
 
     def element_size(self):
@@ -306,7 +314,8 @@ class Tensor:
     def detach(self):
         return self
 
-    contiguous = detach
+    def contiguous(self):
+        return self if self.is_contiguous() else Tensor(self._data, self.shape, self.dtype)
 
     def zero_(self):
         self._data = [_round(0, self.dtype)] * len(self._data)
@@ -361,7 +370,10 @@ class Tensor:
         assert sorted(perm) == list(range(self.dim())), "permute: not a permutation"
         shape = tuple(self.shape[k] for k in perm)
         data = [self._at(tuple(idx[perm.index(k)] for k in range(self.dim()))) for idx in _indices(shape)]
-        return Tensor(data, shape, self.dtype)
+        view = Tensor(data, shape, self.dtype)
+        strides = self.stride()
+        view._view_strides = tuple(strides[k] for k in perm)
+        return view
 
     def expand(self, *sizes):
         """Only axes of extent 1 grow (-1 keeps an axis), as torch's."""
@@ -971,6 +983,55 @@ def matmul(a, b, out_dtype=None):
 def bmm(a, b, out_dtype=None):
     assert a.dim() == 3 and b.dim() == 3, "bmm of tensors that are not 3-D"
     return matmul(a, b, out_dtype)
+
+
+def _scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
+    """cuBLASLt's FP8 GEMM `a @ b` with f32 scales, as torch's checks it: `a` [M, K] row-major
+    and `b` [K, N] column-major FP8; scales per tensor (one element each), row-wise
+    (`scale_a` [M, 1], `scale_b` [1, N]) or block-wise (K % 128 == 0; `scale_a` [M, K/128]
+    column-major: 1 x 128 blocks of `a`; `scale_b` [K/128, ceil(N/128)] with strides (1,
+    K/128): 128 x 128 blocks of `b`); any other scaling raises "Invalid scaling
+    configuration." as torch does. Computed in float64, rounded to `out_dtype`."""
+    if bias is not None or scale_result is not None:
+        raise RuntimeError("fake torch: _scaled_mm with a bias or a result scale")
+    for x in (a, b):
+        if x.dim() != 2 or x.dtype not in (float8_e4m3fn, float8_e5m2):
+            raise RuntimeError("fake torch: _scaled_mm of %r %r" % (x.dtype, tuple(x.shape)))
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (%dx%d and %dx%d)" % (m, k, k2, n))
+    if a.stride() != (k, 1):
+        raise RuntimeError("mat1 must be row_major")
+    if b.stride() != (1, k):
+        raise RuntimeError("mat2 must be col_major")
+    if scale_a.dtype is not float32 or scale_b.dtype is not float32:
+        raise RuntimeError("Invalid scaling configuration.")
+    kb, nb = k // 128, -(-n // 128)
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        sa = lambda i, l: scale_a._data[0]  # noqa: E731
+        sb = lambda l, j: scale_b._data[0]  # noqa: E731
+    elif tuple(scale_a.shape) == (m, 1) and tuple(scale_b.shape) == (1, n):
+        sa = lambda i, l: scale_a._data[i]  # noqa: E731
+        sb = lambda l, j: scale_b._data[j]  # noqa: E731
+    elif (
+        k % 128 == 0
+        and tuple(scale_a.shape) == (m, kb)
+        and (m == 1 or scale_a.stride(0) == 1)
+        and (kb == 1 or scale_a.stride(1) == m)
+        and tuple(scale_b.shape) == (kb, nb)
+        and (kb == 1 or scale_b.stride(0) == 1)
+        and (nb == 1 or scale_b.stride(1) == kb)
+    ):
+        sa = lambda i, l: scale_a._data[i * kb + l // 128]  # noqa: E731
+        sb = lambda l, j: scale_b._data[(l // 128) * nb + j // 128]  # noqa: E731
+    else:
+        raise RuntimeError("Invalid scaling configuration.")
+    out = [
+        sum_(a._data[i * k + l] * b._data[l * n + j] * sa(i, l) * sb(l, j) for l in range(k))
+        for i in range(m)
+        for j in range(n)
+    ]
+    return Tensor(out, (m, n), out_dtype or a.dtype)
 
 
 def addmm(bias, a, b):
