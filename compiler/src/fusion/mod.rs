@@ -646,6 +646,17 @@ pub struct Cluster {
 }
 
 impl Fusion {
+    /// Whether some computed tensor has an axis on the tensor cores (`Mma`): the `mma` pass's
+    /// work, which earlier passes check for too.
+    pub fn uses_tensor_cores(&self) -> bool {
+        self.tensors.iter().any(|t| {
+            t.definition.is_some()
+                && t.loop_domain
+                    .iter()
+                    .any(|&id| self.ids[id].parallel == ParallelType::Mma)
+        })
+    }
+
     /// The id of every tensor, in order.
     pub fn tensor_ids(&self) -> impl Iterator<Item = TensorId> + use<> {
         (0..self.tensors.len()).map(TensorId::new)

@@ -77,7 +77,7 @@ pub fn tile_loops(cx: &mut Ctx) -> Result<TileLoops, Diagnostic> {
         if let Err(msg) = check_lowerable(cx, r) {
             return err(msg);
         }
-        if r.overlap && !super::mma::used(cx) {
+        if r.overlap && !f.uses_tensor_cores() {
             return err(format!(
                 "overlap=products overlaps the softmax with the P V product on tensor cores, and `{}` has no tensor-core tile (parallelize its M, N and K axes Mma)",
                 o.name

@@ -87,13 +87,7 @@ use groups::{batch, keep_one_group_in_flight};
 
 /// Whether the fusion has a tensor-core tile (the pass runs only then).
 pub fn used(cx: &Ctx) -> bool {
-    let f = cx.fusion;
-    f.tensors.iter().any(|t| {
-        t.definition.is_some()
-            && t.loop_domain
-                .iter()
-                .any(|&id| f.ids[id].parallel == ParallelType::Mma)
-    })
+    cx.fusion.uses_tensor_cores()
 }
 
 /// One loop of an `Mma` nest.
