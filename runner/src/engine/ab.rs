@@ -83,7 +83,7 @@ enum Ready<'a> {
 }
 
 impl<'a> Ready<'a> {
-    /// Runs it alone, as a run of it would (when the other side cannot be staged).
+    /// Runs it alone, as a run of it would (when the other side does not compile).
     fn run_alone(
         &self,
         slot: &mut Option<Device>,
