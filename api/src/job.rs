@@ -210,6 +210,21 @@ pub struct Comparison {
     pub same_inputs: Option<bool>,
     /// True: A's and B's launches alternate in one worker process on one GPU.
     pub interleaved: bool,
+    /// Kernels per launch of A and of B: more than one for a fusion split into several, each
+    /// of whose launches is all its kernels in order (each kernel's own median is in that
+    /// side's `segments`). Absent when one.
+    #[serde(default = "one_kernel", skip_serializing_if = "is_one_kernel")]
+    pub a_kernels: usize,
+    #[serde(default = "one_kernel", skip_serializing_if = "is_one_kernel")]
+    pub b_kernels: usize,
+}
+
+fn one_kernel() -> usize {
+    1
+}
+
+fn is_one_kernel(n: &usize) -> bool {
+    *n == 1
 }
 
 /// Counters for `/api/health`.

@@ -314,6 +314,13 @@ pub struct RunResult {
     pub segments: Option<SegmentsRun>,
 }
 
+impl RunResult {
+    /// Kernels the run launched each time: those of its `segments`, else one.
+    pub fn kernel_count(&self) -> usize {
+        self.segments.as_ref().map_or(1, |s| s.kernels.len())
+    }
+}
+
 /// The kernels of a segmented run ([`RunResult::segments`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SegmentsRun {

@@ -529,6 +529,8 @@ fn an_ab_comparison() {
         b_median_us: 2.25,
         same_inputs: Some(true),
         interleaved: true,
+        a_kernels: 1,
+        b_kernels: 1,
     });
     check("done-ab.json", &done(j));
 }

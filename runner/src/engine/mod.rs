@@ -229,6 +229,13 @@ impl Device {
     }
 }
 
+/// One timed launch of a side for [`Gpu::time_pairs`] (`ab.rs`): its untimed work before the launch (an
+/// L2 flush) and the launch itself (one kernel, or every kernel of a split fusion in order).
+type TimedOps<'s> = (
+    Box<dyn FnMut() -> Result<(), RunError> + 's>,
+    Box<dyn FnMut(u64) -> Result<(), RunError> + 's>,
+);
+
 /// A run ready to be timed: the kernel loaded, its tensor sets on the device, the first launch
 /// validated, the L2 policy chosen.
 struct Staged<'a> {

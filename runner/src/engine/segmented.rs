@@ -9,7 +9,9 @@
 //!
 //! Takes a request whose program [`hopfuse::segment::decide`] splits; emits a [`RunResult`]
 //! with [`hopfuse_api::run::SegmentsRun`]. A clock probe (`--clock`) is refused: it measures
-//! one kernel.
+//! one kernel. Staged in halves as a run of one kernel is ([`stage_split_host`], then
+//! [`stage_split_device`] into a [`SplitStaged`], timed, finished), so an A/B run (`ab.rs`)
+//! times a split side as one launch of all its kernels in order against the other side.
 
 use super::*;
 use hopfuse::segment::Segmentation;
@@ -364,7 +366,9 @@ struct WholeReference {
 
 /// The host half of a segmented run: each segment's kernel compiled, the run's buffers (the
 /// inputs drawn from the seed), the float64 reference of the whole fusion and the CUBINs.
-struct SplitHost {
+pub(super) struct SplitHost<'a> {
+    req: &'a RunRequest,
+    split: &'a Segmentation,
     kernels: Vec<Kernel>,
     /// The fusion's outputs by name.
     outputs: Vec<String>,
@@ -374,12 +378,25 @@ struct SplitHost {
     cubins: Vec<nvrtc::Cubin>,
 }
 
-fn stage_split_host(
+/// Checks the request (a clock probe is refused: it measures one kernel) and stages the host
+/// half of its split run. Opens the device after compiling, as a run of one kernel does.
+pub(super) fn stage_split_host<'a>(
     slot: &mut Option<Device>,
-    req: &RunRequest,
-    split: &Segmentation,
+    req: &'a RunRequest,
+    split: &'a Segmentation,
     hooks: &mut dyn Hooks,
-) -> Result<SplitHost, RunError> {
+) -> Result<SplitHost<'a>, RunError> {
+    req.check()?;
+    if req.clock {
+        return Err(RunError::new(
+            Stage::Request,
+            format!(
+                "the clock probe measures one kernel, and this fusion runs as {} ({})",
+                split.segments.len(),
+                split.reason
+            ),
+        ));
+    }
     hooks.progress(Progress::Lowering);
     let kernels = compile(req, split)?;
     device(slot)?;
@@ -410,6 +427,8 @@ fn stage_split_host(
         );
     }
     Ok(SplitHost {
+        req,
+        split,
         kernels,
         outputs,
         buffers,
@@ -430,148 +449,42 @@ fn launch_all(gpu: &Gpu, loaded: &mut [Ready]) -> Result<(), RunError> {
     Ok(())
 }
 
-/// What [`time_split`] measured.
-struct SplitTiming {
-    /// All the kernels in order.
-    timing: Timing,
-    peers: Option<hopfuse_api::run::PeersReport>,
-    /// Each kernel alone.
-    segment_runs: Vec<SegmentRun>,
-    l2_policy: L2Policy,
-}
-
-/// Times all the kernels in order (interleaved with the torch peers when asked for), then each
-/// alone. The kernels share buffers, so the L2 is flushed (not rotated) before each timed
-/// launch when the tensors fit in it.
-fn time_split(
-    dev: &Device,
-    req: &RunRequest,
-    kernels: &[Kernel],
-    loaded: &mut [Ready],
+/// A split run ready to be timed: its buffers on the device (allocated once, shared by the
+/// kernels), every kernel loaded with its arguments bound, the first launch of the kernels in
+/// order validated on the final outputs, the L2 policy chosen. The kernels share buffers, so
+/// the L2 is flushed (not rotated) before each timed launch sequence when the tensors fit in it.
+pub(super) struct SplitStaged<'a> {
+    dev: &'a Device,
+    req: &'a RunRequest,
+    split: &'a Segmentation,
+    kernels: Vec<Kernel>,
+    buffers: Vec<Buffer>,
+    slices: Vec<cudarc::driver::CudaSlice<u8>>,
+    loaded: Vec<Ready>,
+    reference: WholeReference,
     working_set: u64,
-    whole: &WholeReference,
-    hooks: &mut dyn Hooks,
-) -> Result<SplitTiming, RunError> {
-    let gpu = &dev.gpu;
-    let l2 = gpu.info.l2_bytes;
-    let (l2_policy, flush) = if working_set > 2 * l2 {
-        (L2Policy::None, None)
-    } else {
-        (L2Policy::Flush { bytes: 2 * l2 }, Some(gpu.alloc(2 * l2)?))
-    };
-    let before = || match &flush {
-        Some(buf) => gpu.memset(buf, 0),
-        None => Ok(()),
-    };
-    hooks.progress(Progress::Time);
-    let (timing, peers) = {
-        let mut round = |warmup: u32, iters: u32| -> Result<Vec<f64>, RunError> {
-            gpu.time_samples(Some(&dev.spin), warmup, iters, before, |_| {
-                launch_all(gpu, loaded)
-            })
-        };
-        if req.peers {
-            let mut own = None;
-            let peers = match hooks.peers() {
-                Some(p) => p,
-                None => own.insert(crate::peers::Peers::new()),
-            };
-            let run = crate::peers::PeerRun {
-                req,
-                expected: &whole.expected,
-                tolerances: &whole.tolerances,
-                l2: &l2_policy,
-            };
-            let (timing, report) = peers.interleave(&run, &mut round)?;
-            (timing, Some(report))
-        } else {
-            let us = round(req.warmup, req.iters)?;
-            let timing = Timing::from_samples(us)
-                .ok_or_else(|| RunError::new(Stage::Cuda, "no valid timing samples"))?;
-            (timing, None)
-        }
-    };
-    let mut segment_runs = Vec::new();
-    for (kernel, l) in kernels.iter().zip(loaded.iter_mut()) {
-        let timing = gpu.time(Some(&dev.spin), req.warmup, req.iters, before, |_| {
-            gpu.launch(&l.func, &l.launch, &mut l.args)
-        })?;
-        let bytes = kernel
-            .plan
-            .min_global_bytes
-            .eval(&req.sizes)
-            .map_err(|e| RunError::new(Stage::Sizes, e.to_string()))?
-            .max(0) as u64;
-        segment_runs.push(SegmentRun {
-            segment: kernel.segment.name.clone(),
-            kernel: kernel.plan.kernel_name.clone(),
-            scheduler: kernel.segment.scheduler.clone(),
-            reason: kernel.segment.reason.clone(),
-            launch: l.launch.clone(),
-            gbps: timing.gbps(bytes),
-            timing,
-            min_global_bytes: bytes,
-            profile: None,
-        });
-    }
-    drop(flush);
-    Ok(SplitTiming {
-        timing,
-        peers,
-        segment_runs,
-        l2_policy,
-    })
+    validation: Vec<Check>,
+    l2_policy: L2Policy,
+    flush: Option<cudarc::driver::CudaSlice<u8>>,
 }
 
-/// The intermediate tensors with their bytes at the run's sizes.
-fn intermediates(
-    split: &Segmentation,
-    sizes: &BTreeMap<String, i64>,
-) -> Result<Vec<IntermediateRun>, RunError> {
-    split
-        .intermediates
-        .iter()
-        .map(|m| {
-            Ok(IntermediateRun {
-                name: m.name.clone(),
-                dtype: m.dtype,
-                bytes: m
-                    .bytes()
-                    .eval(sizes)
-                    .map_err(|e| RunError::new(Stage::Sizes, e.to_string()))?
-                    .max(0) as u64,
-            })
-        })
-        .collect()
-}
-
-/// Runs the segments of `split` for `req` on the device in `slot`.
-pub(super) fn run_split(
-    slot: &mut Option<Device>,
-    req: &RunRequest,
-    split: &Segmentation,
+/// Uploads the buffers of `host`, loads its kernels, launches them once in order and validates
+/// the final outputs.
+pub(super) fn stage_split_device<'a>(
+    host: SplitHost<'a>,
+    dev: &'a Device,
     hooks: &mut dyn Hooks,
-) -> Result<RunResult, RunError> {
-    req.check()?;
-    if req.clock {
-        return Err(RunError::new(
-            Stage::Request,
-            format!(
-                "the clock probe measures one kernel, and this fusion runs as {} ({})",
-                split.segments.len(),
-                split.reason
-            ),
-        ));
-    }
+) -> Result<SplitStaged<'a>, RunError> {
     let SplitHost {
+        req,
+        split,
         kernels,
         outputs,
         buffers,
         scalars,
         reference,
         cubins,
-    } = stage_split_host(slot, req, split, hooks)?;
-    let dev = device(slot)?;
+    } = host;
     let gpu = &dev.gpu;
     let working_set: u64 = buffers.iter().map(|b| b.bytes).sum();
     let (free, _) = gpu.memory()?;
@@ -601,85 +514,258 @@ pub(super) fn run_split(
     gpu.sync("the first launch of the kernels")?;
     hooks.progress(Progress::Validate);
     let validation = check_final(gpu, &buffers, &slices, &reference)?;
-    let SplitTiming {
-        timing,
-        peers,
-        segment_runs,
-        l2_policy,
-    } = time_split(
+    let l2 = gpu.info.l2_bytes;
+    let (l2_policy, flush) = if working_set > 2 * l2 {
+        (L2Policy::None, None)
+    } else {
+        (L2Policy::Flush { bytes: 2 * l2 }, Some(gpu.alloc(2 * l2)?))
+    };
+    Ok(SplitStaged {
         dev,
         req,
-        &kernels,
-        &mut loaded,
+        split,
+        kernels,
+        buffers,
+        slices,
+        loaded,
+        reference,
         working_set,
-        &reference,
-        hooks,
-    )?;
-    hooks.progress(Progress::Validate);
-    // Each kernel alone after the sequence leaves the final outputs as the sequence wrote them.
-    let validation_after_timing = check_final(gpu, &buffers, &slices, &reference)?;
-    drop(slices);
-    gpu.sync("freeing the tensors")?;
-    // The whole fusion's minimum: its inputs read and outputs written once.
-    let min_global_bytes: u64 = buffers
-        .iter()
-        .filter(|b| matches!(b.kind, Kind::Input | Kind::Output))
-        .map(|b| b.bytes)
-        .sum();
-    let passed = validation
-        .iter()
-        .chain(&validation_after_timing)
-        .all(|c| c.passed);
-    let first = &loaded[0];
-    let warnings = loaded
-        .iter()
-        .flat_map(|l| crate::occupancy::warnings(&l.residency))
-        .collect();
-    let intermediates = intermediates(split, &req.sizes)?;
-    let result = RunResult {
-        file: req.file.clone(),
-        kernel: kernels
-            .iter()
-            .map(|k| k.plan.kernel_name.as_str())
-            .collect::<Vec<_>>()
-            .join(" + "),
-        sizes: req.sizes.clone(),
-        seed: req.seed,
-        index_type: kernels[0].setup.index_type,
-        index_reason: kernels[0].setup.index_reason.clone(),
-        launch: first.launch.clone(),
-        attributes: first.attributes.clone(),
-        cubin_bytes: loaded.iter().map(|l| l.cubin_bytes).sum(),
-        nvrtc_ms: loaded.iter().map(|l| l.nvrtc_ms).sum(),
-        device: gpu.info.clone(),
-        working_set_bytes: working_set,
-        l2_policy,
-        warmup: req.warmup,
-        gbps: timing.gbps(min_global_bytes),
-        timing,
-        min_global_bytes,
-        copy: None,
-        fraction_of_copy: None,
-        flops: None,
-        tflops: None,
-        cublas: None,
-        fraction_of_cublas: None,
-        cublas_skipped: None,
-        reference: Some(host::host_reference_note()),
         validation,
-        validation_after_timing,
-        passed,
-        peers,
-        profile: None,
-        residency: Some(first.residency.clone()),
-        warnings,
-        clock: None,
-        segments: Some(SegmentsRun {
-            reason: split.reason.clone(),
-            kernels: segment_runs,
-            intermediates,
-        }),
-    };
-    let copy = ceiling_for(dev, req, min_global_bytes, hooks)?;
-    Ok(with_ceiling(result, copy))
+        l2_policy,
+        flush,
+    })
+}
+
+impl<'a> SplitStaged<'a> {
+    /// How many kernels one launch of the run is.
+    pub(super) fn kernel_count(&self) -> usize {
+        self.loaded.len()
+    }
+
+    /// One timed launch for an interleaved timer: the L2 flush (untimed), then all the kernels
+    /// in order.
+    pub(super) fn timed_op(&mut self) -> TimedOps<'_> {
+        let gpu = &self.dev.gpu;
+        let (flush, loaded) = (&self.flush, &mut self.loaded);
+        (
+            Box::new(move || Staged::before(flush, gpu)),
+            Box::new(move |_| launch_all(gpu, loaded)),
+        )
+    }
+
+    /// Times all the kernels in order, interleaved with the torch peers when asked for.
+    pub(super) fn time_sequence(
+        &mut self,
+        hooks: &mut dyn Hooks,
+    ) -> Result<(Timing, Option<hopfuse_api::run::PeersReport>), RunError> {
+        let (dev, req) = (self.dev, self.req);
+        let gpu = &dev.gpu;
+        let (flush, loaded) = (&self.flush, &mut self.loaded);
+        hooks.progress(Progress::Time);
+        let mut round = |warmup: u32, iters: u32| -> Result<Vec<f64>, RunError> {
+            gpu.time_samples(
+                Some(&dev.spin),
+                warmup,
+                iters,
+                || Staged::before(flush, gpu),
+                |_| launch_all(gpu, loaded),
+            )
+        };
+        if req.peers {
+            let mut own = None;
+            let peers = match hooks.peers() {
+                Some(p) => p,
+                None => own.insert(crate::peers::Peers::new()),
+            };
+            let run = crate::peers::PeerRun {
+                req,
+                expected: &self.reference.expected,
+                tolerances: &self.reference.tolerances,
+                l2: &self.l2_policy,
+            };
+            let (timing, report) = peers.interleave(&run, &mut round)?;
+            Ok((timing, Some(report)))
+        } else {
+            let us = round(req.warmup, req.iters)?;
+            let timing = Timing::from_samples(us)
+                .ok_or_else(|| RunError::new(Stage::Cuda, "no valid timing samples"))?;
+            Ok((timing, None))
+        }
+    }
+
+    /// Each kernel timed alone (after the L2 flush, if any).
+    fn time_each(&mut self) -> Result<Vec<SegmentRun>, RunError> {
+        let (dev, req) = (self.dev, self.req);
+        let gpu = &dev.gpu;
+        let mut segment_runs = Vec::new();
+        for (kernel, l) in self.kernels.iter().zip(self.loaded.iter_mut()) {
+            let timing = gpu.time(
+                Some(&dev.spin),
+                req.warmup,
+                req.iters,
+                || Staged::before(&self.flush, gpu),
+                |_| gpu.launch(&l.func, &l.launch, &mut l.args),
+            )?;
+            let bytes = kernel
+                .plan
+                .min_global_bytes
+                .eval(&req.sizes)
+                .map_err(|e| RunError::new(Stage::Sizes, e.to_string()))?
+                .max(0) as u64;
+            segment_runs.push(SegmentRun {
+                segment: kernel.segment.name.clone(),
+                kernel: kernel.plan.kernel_name.clone(),
+                scheduler: kernel.segment.scheduler.clone(),
+                reason: kernel.segment.reason.clone(),
+                launch: l.launch.clone(),
+                gbps: timing.gbps(bytes),
+                timing,
+                min_global_bytes: bytes,
+                profile: None,
+            });
+        }
+        Ok(segment_runs)
+    }
+
+    /// The run's result for `timing` (all the kernels in order): each kernel timed alone, the
+    /// final outputs validated again, the copy ceiling.
+    pub(super) fn finish(
+        mut self,
+        timing: Timing,
+        peers: Option<hopfuse_api::run::PeersReport>,
+        hooks: &mut dyn Hooks,
+    ) -> Result<RunResult, RunError> {
+        let segment_runs = self.time_each()?;
+        let SplitStaged {
+            dev,
+            req,
+            split,
+            kernels,
+            buffers,
+            slices,
+            loaded,
+            reference,
+            working_set,
+            validation,
+            l2_policy,
+            flush,
+        } = self;
+        let gpu = &dev.gpu;
+        hooks.progress(Progress::Validate);
+        // Each kernel alone after the sequence leaves the final outputs as the sequence wrote them.
+        let validation_after_timing = check_final(gpu, &buffers, &slices, &reference)?;
+        drop(slices);
+        drop(flush);
+        gpu.sync("freeing the tensors")?;
+        // The whole fusion's minimum: its inputs read and outputs written once.
+        let min_global_bytes: u64 = buffers
+            .iter()
+            .filter(|b| matches!(b.kind, Kind::Input | Kind::Output))
+            .map(|b| b.bytes)
+            .sum();
+        let passed = validation
+            .iter()
+            .chain(&validation_after_timing)
+            .all(|c| c.passed);
+        let first = &loaded[0];
+        let warnings = loaded
+            .iter()
+            .flat_map(|l| crate::occupancy::warnings(&l.residency))
+            .collect();
+        let intermediates = intermediates(split, &req.sizes)?;
+        let result = RunResult {
+            file: req.file.clone(),
+            kernel: kernels
+                .iter()
+                .map(|k| k.plan.kernel_name.as_str())
+                .collect::<Vec<_>>()
+                .join(" + "),
+            sizes: req.sizes.clone(),
+            seed: req.seed,
+            index_type: kernels[0].setup.index_type,
+            index_reason: kernels[0].setup.index_reason.clone(),
+            launch: first.launch.clone(),
+            attributes: first.attributes.clone(),
+            cubin_bytes: loaded.iter().map(|l| l.cubin_bytes).sum(),
+            nvrtc_ms: loaded.iter().map(|l| l.nvrtc_ms).sum(),
+            device: gpu.info.clone(),
+            working_set_bytes: working_set,
+            l2_policy,
+            warmup: req.warmup,
+            gbps: timing.gbps(min_global_bytes),
+            timing,
+            min_global_bytes,
+            copy: None,
+            fraction_of_copy: None,
+            flops: None,
+            tflops: None,
+            cublas: None,
+            fraction_of_cublas: None,
+            cublas_skipped: None,
+            reference: Some(host::host_reference_note()),
+            validation,
+            validation_after_timing,
+            passed,
+            peers,
+            profile: None,
+            residency: Some(first.residency.clone()),
+            warnings,
+            clock: None,
+            segments: Some(SegmentsRun {
+                reason: split.reason.clone(),
+                kernels: segment_runs,
+                intermediates,
+            }),
+        };
+        let copy = ceiling_for(dev, req, min_global_bytes, hooks)?;
+        Ok(with_ceiling(result, copy))
+    }
+
+    /// Timed alone (all the kernels in order, then each), as [`run_split`] times it.
+    pub(super) fn time_alone(mut self, hooks: &mut dyn Hooks) -> Result<RunResult, RunError> {
+        let (timing, peers) = self.time_sequence(hooks)?;
+        self.finish(timing, peers, hooks)
+    }
+}
+
+/// The intermediate tensors with their bytes at the run's sizes.
+fn intermediates(
+    split: &Segmentation,
+    sizes: &BTreeMap<String, i64>,
+) -> Result<Vec<IntermediateRun>, RunError> {
+    split
+        .intermediates
+        .iter()
+        .map(|m| {
+            Ok(IntermediateRun {
+                name: m.name.clone(),
+                dtype: m.dtype,
+                bytes: m
+                    .bytes()
+                    .eval(sizes)
+                    .map_err(|e| RunError::new(Stage::Sizes, e.to_string()))?
+                    .max(0) as u64,
+            })
+        })
+        .collect()
+}
+
+/// Runs the staged host half of a split run on `dev`: staged on the device, timed, finished.
+pub(super) fn run_split_host(
+    host: SplitHost,
+    dev: &Device,
+    hooks: &mut dyn Hooks,
+) -> Result<RunResult, RunError> {
+    stage_split_device(host, dev, hooks)?.time_alone(hooks)
+}
+
+/// Runs the segments of `split` for `req` on the device in `slot`.
+pub(super) fn run_split(
+    slot: &mut Option<Device>,
+    req: &RunRequest,
+    split: &Segmentation,
+    hooks: &mut dyn Hooks,
+) -> Result<RunResult, RunError> {
+    let host = stage_split_host(slot, req, split, hooks)?;
+    run_split_host(host, device(slot)?, hooks)
 }

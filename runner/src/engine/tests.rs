@@ -317,3 +317,85 @@ fn bad_iteration_counts_are_rejected() {
     // Not a program: fails at compile time.
     assert_eq!(run(&req).unwrap_err().stage, Stage::Compile);
 }
+
+/// A/B runs take a fusion split into several kernels on either side or both: nothing refuses
+/// it before the device. Without a GPU both sides stop at opening it (or at NVRTC); with one, both run,
+/// validated on their final outputs, timed in pairs (B/A per pair) and each split side's
+/// kernels timed alone.
+#[test]
+fn ab_runs_take_split_programs_on_either_side() {
+    let split = include_str!("../../../examples/auto/col_norm.hf");
+    let single = "fusion col_scale {\n  input x: f32[M, N]\n  y = x * x\n  output y\n}\n";
+    let req = |source: &str, clock| RunRequest {
+        file: "ab.hf".into(),
+        source: source.into(),
+        sizes: sizes(64, 32),
+        scalars: Default::default(),
+        iters: 5,
+        warmup: 1,
+        seed: 1,
+        index: None,
+        copy_ceiling: false,
+        peers: false,
+        clock,
+        generic: false,
+    };
+    let kernels = |source: &str| if source == split { 2 } else { 1 };
+    match ab::Program::of(&req(split, false), None, &mut NoHooks) {
+        Ok(ab::Program::Split(s)) => assert_eq!(s.segments.len(), 2),
+        Ok(ab::Program::One(_)) => panic!("col_norm at 64 x 32 is split"),
+        Err(e) => panic!("{e}"),
+    }
+    assert!(matches!(
+        ab::Program::of(&req(single, false), None, &mut NoHooks),
+        Ok(ab::Program::One(_))
+    ));
+    for (a, b) in [(split, single), (single, split), (split, split)] {
+        let ab = run_ab_on(
+            &mut None,
+            (&req(a, false), None),
+            (&req(b, false), None),
+            &mut NoHooks,
+        );
+        match (ab.a, ab.b) {
+            (Ok(ra), Ok(rb)) => {
+                for (r, source) in [(&ra, a), (&rb, b)] {
+                    assert!(r.passed, "{:?}", r.validation);
+                    assert_eq!(r.kernel_count(), kernels(source), "{}", r.kernel);
+                    if let Some(s) = &r.segments {
+                        assert!(s.kernels.iter().all(|k| k.timing.median_us > 0.0));
+                    }
+                }
+                let ratios = ab.ratios.expect("both measured: B/A per pair");
+                assert_eq!(ratios.pairs, 5);
+            }
+            (ra, rb) => {
+                assert!(ab.ratios.is_none());
+                // Stopped by the machine (no GPU; no NVRTC either where it is not set up), never
+                // refused as a request.
+                for e in [ra.err(), rb.err()] {
+                    let e = e.expect("without a GPU neither side runs");
+                    assert!(matches!(e.stage, Stage::Cuda | Stage::Nvrtc), "{e}");
+                }
+            }
+        }
+    }
+    // The clock probe measures one kernel: refused for the split side alone, before the
+    // device, while the other side still runs alone (or stops at the device).
+    let ab = run_ab_on(
+        &mut None,
+        (&req(split, true), None),
+        (&req(single, false), None),
+        &mut NoHooks,
+    );
+    let e = ab.a.expect_err("a split program's clock probe is refused");
+    assert_eq!(e.stage, Stage::Request, "{e}");
+    assert!(
+        e.message.contains("the clock probe measures one kernel"),
+        "{e}"
+    );
+    assert!(ab.ratios.is_none());
+    if let Err(e) = ab.b {
+        assert!(matches!(e.stage, Stage::Cuda | Stage::Nvrtc), "{e}");
+    }
+}

@@ -111,6 +111,8 @@ impl Queue {
                     b_median_us: b.timing.median_us,
                     same_inputs: job.spec.same_inputs,
                     interleaved: true,
+                    a_kernels: a.kernel_count(),
+                    b_kernels: b.kernel_count(),
                 });
             }
             r.b = Some(Box::new(b));

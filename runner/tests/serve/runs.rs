@@ -265,6 +265,49 @@ async fn ab_runs_report_both_programs() {
     s.stop();
 }
 
+/// A/B runs take a fusion split into several kernels on either side or both: the service
+/// checks each program (a split one kernel by kernel) and the fake worker compiles each side,
+/// a split side reported with its kernels in order (a GPU worker times each side's kernels as
+/// one launch, interleaved: `engine::run_ab_on`).
+#[tokio::test]
+async fn ab_runs_take_split_fusions_on_either_side() {
+    let dir = temp_dir("ab-split");
+    let s = Server::start(&dir, &["--fake-worker"]);
+    let c = client();
+    let split = include_str!("../../../examples/auto/col_norm.hf");
+    let single = "fusion col_scale {\n  input x: f32[M, N]\n  y = x * x\n  output y\n}\n";
+    let kernels = |r: &serde_json::Value| -> Vec<String> {
+        match r["compile"]["segments"]["kernels"].as_array() {
+            Some(ks) => ks
+                .iter()
+                .map(|k| k["kernel"].as_str().unwrap().to_string())
+                .collect(),
+            None => vec![r["compile"]["kernel"].as_str().unwrap().to_string()],
+        }
+    };
+    let two = ["col_norm_s1_kernel", "col_norm_s2_kernel"];
+    for (a, b, a_kernels, b_kernels) in [
+        (split, single, &two[..], &["col_scale_kernel"][..]),
+        (single, split, &["col_scale_kernel"][..], &two[..]),
+        (split, split, &two[..], &two[..]),
+    ] {
+        let body = json!({
+            "program": a,
+            "program_b": format!("// B\n{b}"),
+            "sizes": {"M": 64, "N": 32},
+            "iters": 5,
+        });
+        let id = submit(&s, &c, &body).await;
+        let (_, r) = events(&s, &c, &id).await;
+        assert_eq!(r["status"], "fake", "{r}");
+        assert_eq!(r["b"]["status"], "fake", "{r}");
+        assert_eq!(kernels(&r), a_kernels, "{r}");
+        assert_eq!(kernels(&r["b"]), b_kernels, "{r}");
+        assert!(r.get("comparison").is_none(), "{r}");
+    }
+    s.stop();
+}
+
 /// `"profile": true` is taken for one program and kept with the run; with `program_b` or a
 /// fault kernel it is a 400 that says why. (What the worker does with it needs a GPU:
 /// scripts/profile-device-check.sh.)

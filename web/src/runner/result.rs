@@ -99,6 +99,7 @@ impl From<&job::Comparison> for Comparison {
             a_median_us: Some(c.a_median_us),
             b_median_us: Some(c.b_median_us),
             same_inputs: c.same_inputs,
+            kernels: (c.a_kernels > 1 || c.b_kernels > 1).then_some((c.a_kernels, c.b_kernels)),
         }
     }
 }

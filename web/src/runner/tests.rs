@@ -289,6 +289,28 @@ fn reads_an_ab_comparison() {
     // A single run has neither.
     let one = parse_result(PASSED);
     assert!(one.b.is_none() && one.comparison.is_none());
+    // Two one-kernel programs: no kernel counts.
+    assert_eq!(c.kernels, None);
+}
+
+/// An A/B run whose A is a fusion split into kernels: the comparison says how many kernels
+/// each side launches per pair.
+#[test]
+fn an_ab_comparison_of_a_split_fusion_counts_its_kernels() {
+    let mut job: serde_json::Value = serde_json::from_str(AB).unwrap();
+    let comparison = job
+        .pointer_mut("/result/comparison")
+        .expect("the fixture's comparison");
+    comparison["a_kernels"] = serde_json::json!(3);
+    let c = parse_result(&job.to_string())
+        .comparison
+        .expect("the comparison");
+    assert_eq!(c.kernels, Some((3, 1)));
+    assert_eq!(
+        c.text(),
+        "B/A = 0.900 (0.875–0.938 over 100 pairs): B is 10.0% faster than A \
+         (3 kernels per launch of A, 1 kernel of B)"
+    );
 }
 
 #[test]

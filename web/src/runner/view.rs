@@ -113,10 +113,13 @@ pub struct Comparison {
     pub a_median_us: Option<f64>,
     pub b_median_us: Option<f64>,
     pub same_inputs: Option<bool>,
+    /// Kernels per launch of A and of B when either is a fusion split into several.
+    pub kernels: Option<(usize, usize)>,
 }
 
 impl Comparison {
-    /// The ratio in words: `B/A = 0.930 (0.900–0.970 over 100 pairs): B is 7.0% faster`.
+    /// The ratio in words: `B/A = 0.930 (0.900–0.970 over 100 pairs): B is 7.0% faster`, with
+    /// ` (3 kernels per launch of A, 1 kernel of B)` when either side is a split fusion.
     pub fn text(&self) -> String {
         let spread = match (self.range, self.pairs) {
             (Some((lo, hi)), Some(n)) => format!(" ({lo:.3}–{hi:.3} over {n} pairs)"),
@@ -132,7 +135,19 @@ impl Comparison {
         } else {
             format!("{change:.1}% slower than A")
         };
-        format!("B/A = {:.3}{spread}: B is {verdict}", self.median)
+        let kernels = match self.kernels {
+            Some((a, b)) => format!(" ({} per launch of A, {} of B)", count(a), count(b)),
+            None => String::new(),
+        };
+        format!("B/A = {:.3}{spread}: B is {verdict}{kernels}", self.median)
+    }
+}
+
+/// `1 kernel`, `3 kernels`.
+fn count(kernels: usize) -> String {
+    match kernels {
+        1 => "1 kernel".to_string(),
+        n => format!("{n} kernels"),
     }
 }
 
