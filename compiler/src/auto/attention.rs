@@ -1,9 +1,9 @@
 //! The attention scheduler: FlashAttention's kernel for `softmax(q k^T * scale) v`, as the hand
 //! schedules of `examples/attention/` write it, with the fusion's own tensor names.
 //!
-//! Takes an attention [`crate::backend::torch::sdpa::find`] recognises (the recognition the
-//! SDPA peers use, widened to any mask on `iota`s, a scale without a value and the log-sum-exp
-//! as a second output): bf16 or f16 `q [B?, S, D]`, `k [B?, T, D]`, `v [B?, T, D]` of one
+//! Takes an attention [`crate::fusion::attention::find`] recognises (the recognition the
+//! SDPA peers narrow: any mask on `iota`s, a scale without a value, the log-sum-exp as a
+//! second output): bf16 or f16 `q [B?, S, D]`, `k [B?, T, D]`, `v [B?, T, D]` of one
 //! dtype, `D` a constant 64 or 128, the probabilities cast to that dtype before `p v`, and the
 //! output a cast of the normalised result. Emits online_wgmma_batched.hf's schedule (D = 64)
 //! or online_wgmma_d128.hf's (D = 128: q's and k's tiles as two 64-column slabs, two TMA boxes
@@ -15,8 +15,8 @@
 
 use super::text::ScheduleText;
 use super::{AutoSchedule, Facts, Scheduler};
-use crate::backend::torch::sdpa::Attention;
 use crate::dtype::DType;
+use crate::fusion::attention::Attention;
 use crate::fusion::{Fusion, Op, Operand, TensorId};
 use crate::plan::SizeExpr;
 use std::collections::BTreeSet;

@@ -5,7 +5,7 @@
 //! reductions broadcast back over the same row, so the row is a persistent buffer: softmax,
 //! RMSNorm, LayerNorm, cross-entropy) matrix product (a sum of broadcast products, scaled
 //! or not, as [`crate::fusion::matmul::detect_scaled`] recognises it), attention (as the SDPA
-//! peers' [`crate::backend::torch::sdpa::find`] recognises it; another product over a
+//! peers' [`crate::fusion::attention::find`] recognises it; another product over a
 //! softmax's axis, as [`crate::fusion::online_softmax::find`] finds it, is named as such in the
 //! reason) and full reduction (every output a reduction of all of its input's elements: a grid
 //! reduction).
@@ -13,7 +13,7 @@
 //! Takes the unscheduled fusion; answers a [`Class`] or, for a fusion no scheduler takes, the
 //! reason in one sentence.
 
-use crate::backend::torch::sdpa::{self, Attention};
+use crate::fusion::attention::{self, Attention};
 use crate::fusion::matmul::{self, Scale};
 use crate::fusion::online_softmax::{self, OnlineSoftmax};
 use crate::fusion::{Fusion, IterId, Op, TensorId};
@@ -48,7 +48,7 @@ pub enum Class {
     /// the cast (none for a plain product).
     MatrixProduct(MatmulShape, Vec<Scale>),
     /// Attention, `softmax(q k^T * scale) v` with an optional mask on indices and log-sum-exp
-    /// output, as [`crate::backend::torch::sdpa::find`] recognises it.
+    /// output, as [`crate::fusion::attention::find`] recognises it.
     Attention(Box<Attention>),
     /// Every output a scalar, each the reduction of every element of a tensor shaped as
     /// `input` (sum, max, amax = max(abs(x)), ...), nothing reading them back: `reduction` is
@@ -84,7 +84,7 @@ pub fn classify(f: &Fusion) -> Result<Class, String> {
     if let Some((shape, scales)) = matmul::detect_scaled(f) {
         return Ok(Class::MatrixProduct(shape, scales));
     }
-    if let Some(attention) = sdpa::find(f) {
+    if let Some(attention) = attention::find(f) {
         return Ok(Class::Attention(Box::new(attention)));
     }
     if let Some(attention) = online_softmax::find_all(f).first() {

@@ -18,7 +18,9 @@
 //! both get the same loop keys without a special case in the passes. Use lists
 //! ([`Fusion::use_index`]) and class extents are computed in linear time.
 
+pub mod attention;
 pub mod build;
+pub mod contraction;
 pub mod logsumexp;
 pub mod matmul;
 pub mod online_softmax;
@@ -897,6 +899,21 @@ impl Fusion {
             Some(text) => format!("the expression `{text}`"),
             None => format!("`{}`", self.tensors[t].name),
         }
+    }
+
+    /// Which tensors an output depends on (the outputs included).
+    pub fn live(&self) -> crate::id::IdVec<TensorId, bool> {
+        let mut live: crate::id::IdVec<TensorId, bool> = vec![false; self.tensors.len()].into();
+        let mut stack: Vec<TensorId> = self.outputs.clone();
+        while let Some(t) = stack.pop() {
+            if std::mem::replace(&mut live[t], true) {
+                continue;
+            }
+            if let Some(d) = self.tensors[t].definition {
+                stack.extend(self.exprs[d].input_tensors());
+            }
+        }
+        live
     }
 
     /// Exprs reading tensor `t`.

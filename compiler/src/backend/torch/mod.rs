@@ -35,8 +35,9 @@
 
 use crate::dtype::DType;
 use crate::frontend::ast;
+use crate::fusion::contraction::{self, Contraction, Factor};
 use crate::fusion::{
-    BinaryOp, ExprId, Fusion, IterKind, Op, Operand, ReduceOp, TensorId, TernaryOp, UnaryOp,
+    BinaryOp, Fusion, IterKind, Op, Operand, ReduceOp, TensorId, TernaryOp, UnaryOp,
 };
 use crate::id::IdVec;
 use std::fmt::Write;
@@ -147,35 +148,6 @@ impl Py {
     }
 }
 
-/// One operand of a contraction: the tensor under its broadcast, the casts applied to it (in
-/// order), and the axes of the product it has.
-#[derive(Clone, Debug)]
-struct Factor {
-    base: TensorId,
-    casts: Vec<DType>,
-    /// Broadcast positions still to squeeze (when no broadcast op could be peeled off).
-    squeeze: Vec<usize>,
-    /// Product axes this operand has, in order.
-    present: Vec<usize>,
-}
-
-/// A matrix product `sum(x * y, axis=...)` (see the module doc), computed without the product
-/// tensor.
-#[derive(Clone, Debug)]
-struct Contraction {
-    /// Rank of the product.
-    rank: usize,
-    /// Reduced product axes.
-    reduced: Vec<usize>,
-    factors: [Factor; 2],
-    /// The compute type of the product (and of the sum).
-    compute: DType,
-    /// Both factors are this half type widened to f32: a half GEMM with f32 accumulation.
-    half: Option<DType>,
-    /// The dtype of the tensor the contraction defines (the sum, or the half cast of it).
-    out: DType,
-}
-
 struct Emitter<'a> {
     f: &'a Fusion,
     names: IdVec<TensorId, String>,
@@ -208,36 +180,14 @@ impl<'a> Emitter<'a> {
             taken.push(name.clone());
             names.push(name);
         }
-        // Live tensors: those an output depends on.
-        let mut live: IdVec<TensorId, bool> = vec![false; n].into();
-        let mut stack: Vec<TensorId> = f.outputs.clone();
-        while let Some(t) = stack.pop() {
-            if std::mem::replace(&mut live[t], true) {
-                continue;
-            }
-            if let Some(d) = f.tensors[t].definition {
-                stack.extend(f.exprs[d].input_tensors());
-            }
-        }
+        let live = f.live();
         let live_uses = |t: TensorId| {
             f.uses(t)
                 .into_iter()
                 .filter(|&e| live[f.exprs[e].output])
                 .count()
         };
-        let mut contractions: IdVec<TensorId, _> = vec![None; n].into();
-        let mut absorbed: IdVec<TensorId, bool> = vec![false; n].into();
-        for (e, expr) in f.expr_ids().zip(&f.exprs) {
-            if !live[expr.output] {
-                continue;
-            }
-            if let Some((root, c, inner)) = contraction(f, e) {
-                for t in inner {
-                    absorbed[t] = true;
-                }
-                contractions[root] = Some(c);
-            }
-        }
+        let (contractions, mut absorbed) = contraction::find_all(f, &live);
         // A composite call is written as torch's call when nothing else reads the tensors the
         // builder made for it (an anonymous name such as `m_sum` can be read afterwards).
         let mut composite: IdVec<TensorId, bool> = vec![false; n].into();
@@ -969,48 +919,31 @@ impl<'a> Emitter<'a> {
         (operand(&c.factors[0]), operand(&c.factors[1]))
     }
 
-    /// The contraction as `a @ b` when its layout is one `@` takes (each operand's last two
-    /// axes, transposed with `.t()` / `.transpose(-2, -1)` where needed): one reduced axis,
-    /// the batch axes (kept, in both factors) first in the result and in both factors, then
-    /// one free axis of each factor. `x`, `y`: the factors as the call takes them.
+    /// The contraction as `a @ b` when its layout is one `@` takes
+    /// ([`Contraction::matmul_layout`]), a transposed operand written with `.t()` /
+    /// `.transpose(-2, -1)`. `x`, `y`: the factors as the call takes them.
     fn matmul(&self, c: &Contraction, (x, y): (Py, Py)) -> Option<MatMul> {
-        let [fx, fy] = &c.factors;
-        let [r] = c.reduced[..] else {
-            return None;
-        };
-        let kept: Vec<usize> = (0..c.rank).filter(|&a| a != r).collect();
-        let both = |a: &usize| fx.present.contains(a) && fy.present.contains(a);
-        let batch = kept.iter().take_while(|a| both(a)).count();
-        let [pm, pn] = kept[batch..] else {
-            return None;
-        };
-        let (a, fa, b, fb) = if fx.present.contains(&pm) {
-            (x, fx, y, fy)
-        } else {
-            (y, fy, x, fx)
-        };
-        // Each operand: the batch axes (before the reduced one), its free axis and the
-        // reduced one, nothing else.
-        let fits = |fa: &Factor, free: usize| {
-            fa.present.len() == batch + 2
-                && fa.present.contains(&free)
-                && fa.present.contains(&r)
-                && fa.present[..batch] == kept[..batch]
-        };
-        if !fits(fa, pm) || !fits(fb, pn) {
-            return None;
-        }
+        let layout = c.matmul_layout()?;
+        let (a, b) = if layout.a == 0 { (x, y) } else { (y, x) };
         let transposed = |p: &Py| {
-            if batch == 0 {
+            if layout.batch == 0 {
                 format!("{}.t()", p.at(ATOM))
             } else {
                 format!("{}.transpose(-2, -1)", p.at(ATOM))
             }
         };
         Some(MatMul {
-            a: if pm < r { a.at(MUL) } else { transposed(&a) },
-            b: if r < pn { b.at(UNARY) } else { transposed(&b) },
-            batch,
+            a: if layout.a_transposed {
+                transposed(&a)
+            } else {
+                a.at(MUL)
+            },
+            b: if layout.b_transposed {
+                transposed(&b)
+            } else {
+                b.at(UNARY)
+            },
+            batch: layout.batch,
         })
     }
 
@@ -1225,143 +1158,6 @@ fn binary(b: BinaryOp, x: Py, y: Py, out: DType) -> Py {
             }
         }
     }
-}
-
-/// The matrix product reduction expr `e` computes, if it is one: the tensor it defines, the
-/// contraction, and the tensors it absorbs (not emitted).
-fn contraction(f: &Fusion, e: ExprId) -> Option<(TensorId, Contraction, Vec<TensorId>)> {
-    let expr = &f.exprs[e];
-    let Op::Reduce {
-        op: ReduceOp::Sum,
-        axes,
-    } = &expr.op
-    else {
-        return None;
-    };
-    let sum = expr.output;
-    let [Operand::Tensor(product)] = expr.inputs[..] else {
-        return None;
-    };
-    let tensor = &f.tensors[product];
-    let def = &f.exprs[tensor.definition?];
-    if tensor.is_output || f.uses(product).len() != 1 || def.op != Op::Binary(BinaryOp::Mul) {
-        return None;
-    }
-    let [Operand::Tensor(x), Operand::Tensor(y)] = def.inputs[..] else {
-        return None;
-    };
-    let compute = tensor.dtype;
-    let rank = f.rank(product);
-    if !compute.is_float() || rank > 26 {
-        return None;
-    }
-    let mut absorbed = vec![product];
-    let fx = peel(f, x, &mut absorbed)?;
-    let fy = peel(f, y, &mut absorbed)?;
-    // Every kept axis must come from a factor: einsum cannot make a broadcast axis.
-    if (0..rank).any(|a| !axes.contains(&a) && !fx.present.contains(&a) && !fy.present.contains(&a))
-    {
-        return None;
-    }
-    // Only a matrix product is written as one: an axis both factors have is summed, and each
-    // factor has a kept axis the other lacks (x @ w, batched or not). Anything else (a sum of
-    // squares, a dot along an axis of same-shaped tensors, a matrix-vector product) is what a
-    // user writes as a product then a sum, which torch.compile fuses into one reduction; as a
-    // GEMM it would be a batched matmul of 1-wide matrices.
-    let has = |fa: &Factor, a: usize| fa.present.contains(&a);
-    let shared = axes.iter().any(|&a| has(&fx, a) && has(&fy, a));
-    let free = |fa: &Factor, other: &Factor| {
-        (0..rank).any(|a| !axes.contains(&a) && has(fa, a) && !has(other, a))
-    };
-    if !shared || !free(&fx, &fy) || !free(&fy, &fx) {
-        return None;
-    }
-    let half_of = |fa: &Factor| -> Option<DType> {
-        let base = f.tensors[fa.base].dtype;
-        (matches!(base, DType::BF16 | DType::F16)
-            && fa.squeeze.is_empty()
-            && fa.casts.iter().all(|&c| c == DType::F32))
-        .then_some(base)
-    };
-    let half = match (half_of(&fx), half_of(&fy)) {
-        (Some(a), Some(b)) if a == b && compute == DType::F32 => Some(a),
-        _ => None,
-    };
-    // A half GEMM whose f32 sum is only rounded to the same half type: one rounding, in cuBLAS.
-    let mut root = sum;
-    let mut out = compute;
-    if let Some(h) = half {
-        let uses = f.uses(sum);
-        if let [u] = uses[..] {
-            if f.exprs[u].op == Op::Cast(h) && !f.tensors[sum].is_output {
-                absorbed.push(sum);
-                root = f.exprs[u].output;
-                out = h;
-            }
-        }
-    }
-    let c = Contraction {
-        rank,
-        reduced: axes.clone(),
-        factors: [fx, fy],
-        compute,
-        half,
-        out,
-    };
-    Some((root, c, absorbed))
-}
-
-/// A factor of a product: below copies, casts and its one broadcast to the tensor it
-/// broadcasts, through tensors used only on this path (those are absorbed).
-fn peel(f: &Fusion, t: TensorId, absorbed: &mut Vec<TensorId>) -> Option<Factor> {
-    let logical = f.logical(t);
-    let broadcast: Vec<usize> = (0..logical.len())
-        .filter(|&k| f.ids[logical[k]].kind == IterKind::Broadcast)
-        .collect();
-    let present: Vec<usize> = (0..logical.len())
-        .filter(|k| !broadcast.contains(k))
-        .collect();
-    if present.is_empty() {
-        return None;
-    }
-    let mut cur = t;
-    let mut casts = Vec::new();
-    let mut path = Vec::new();
-    loop {
-        let tensor = &f.tensors[cur];
-        if tensor.is_input || tensor.is_output || f.uses(cur).len() != 1 {
-            break;
-        }
-        let def = &f.exprs[tensor.definition?];
-        let [Operand::Tensor(from)] = def.inputs[..] else {
-            break;
-        };
-        match &def.op {
-            Op::Set => {}
-            Op::Cast(d) => casts.push(*d),
-            Op::Broadcast { axes } if *axes == broadcast => {
-                path.push(cur);
-                absorbed.extend(path);
-                casts.reverse();
-                return Some(Factor {
-                    base: from,
-                    casts,
-                    squeeze: Vec::new(),
-                    present,
-                });
-            }
-            _ => break,
-        }
-        path.push(cur);
-        cur = from;
-    }
-    // No broadcast to peel off: squeeze the factor as it is.
-    Some(Factor {
-        base: t,
-        casts: Vec::new(),
-        squeeze: broadcast,
-        present,
-    })
 }
 
 #[cfg(test)]
