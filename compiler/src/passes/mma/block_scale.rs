@@ -36,6 +36,7 @@
 //! `fragment_nest` lowers like an epilogue) at its end; after `batch`, the overlapped block
 //! loops (`Let` of the block index, an empty commit group past the last block).
 
+use super::product::Product;
 #[allow(unused_imports)]
 use super::*;
 use crate::fusion::{Op, Operand};
@@ -292,43 +293,7 @@ impl Lower<'_> {
                 "`{sum}`: the scale {scale} varies along K inside one wgmma (K = {instruction_k}); a scale inside a tensor-core product must be constant along blocks of K at least as wide as the schedule's K tile (a block scale: `expand_blocks(s, block=[..., 128], shape=[..., K])` with K split by 128), and is then applied to each block's sum"
             )));
         }
-        // The loops over K around the tile, innermost first: the K tile's unrolled steps are
-        // inside the block, the first loop the scales vary with is the block loop.
-        let k_root = root(cx, p.k.key);
-        let mut block_loop = None;
-        for (depth, l) in stack.iter().enumerate().rev() {
-            if root(cx, l.key).is_none() || root(cx, l.key) != k_root {
-                continue;
-            }
-            let Val::Int(extent) = l.extent else {
-                block_loop = Some(depth);
-                break;
-            };
-            inside.push((l.var.clone(), extent));
-            if !constant_along(&p.scales, &inside) {
-                inside.pop();
-                block_loop = Some(depth);
-                break;
-            }
-        }
-        let Some(depth) = block_loop else {
-            return Err(self.err(cx, p.expr, format!(
-                "`{sum}`: the scale {scale} is constant along K in this product's tile and is in no serial loop over K: a scale constant along all of K belongs after the sum (`s = sum(cast(a, f32) * cast(b, f32), axis=k)`, then `s * scale`)"
-            )));
-        };
-        let block_loop = &stack[depth];
-        if block_loop.parallel != ParallelType::Serial {
-            let tile: i64 = inside.iter().map(|(_, e)| e).product::<i64>()
-                * match block_loop.extent {
-                    Val::Int(e) => e,
-                    _ => 1,
-                };
-            return Err(self.err(cx, p.expr, format!(
-                "`{sum}`: the scale {scale} changes inside the schedule's K tile ({tile} elements of K, loop `{}` is {}): its blocks along K must be at least as wide as the K tile, each tile inside one block, so that the tensor cores sum a whole tile before it is scaled; split K by the block size (or a divisor of it) for the K tile",
-                block_loop.var,
-                block_loop.parallel.name()
-            )));
-        }
+        let depth = self.block_loop(cx, &p, stack, &mut inside, &sum, &scale)?;
         let blk = self.block_accumulator(cx, k, p.acc.buffer, p.expr, p.n_extent)?;
         let flag = self.started[&blk];
         let Some(Val::Int(flags)) = k.buffers[flag].size else {
@@ -348,79 +313,7 @@ impl Lower<'_> {
                 })
             })
             .collect();
-        // Each scale read at the tile's first row (column) when it is the same along the
-        // tile's M (N) loop: a weight block's scale is then one load per block, not one per
-        // register (ptxas cannot see that `(n0 * 128 + j) / 128` is `n0` for j < 128).
-        let tile_loops: Vec<(String, i64)> = [&p.m, &p.n]
-            .into_iter()
-            .filter_map(|l| Some((l.var.clone(), l.extent?)))
-            .collect();
-        let hoisted: Vec<Data> = p
-            .scales
-            .iter()
-            .map(|s| {
-                let mut s = s.clone();
-                for (var, extent) in &tile_loops {
-                    let mut opaque = s.clone();
-                    opaque.map_vals(&mut |v| opaque_except(v, var));
-                    if constant_along(&[opaque], &[(var.clone(), *extent)]) {
-                        s.map_vals(&mut |v| v.subst(var, &Val::Int(0)));
-                    }
-                }
-                s
-            })
-            .collect();
-        // Scale reads clamped into their tensors need no bounds guard, so ptxas loads each
-        // scale once, unpredicated, and issues the loads before the block's wgmmas complete
-        // (under the guard it loads one copy per register's predicate). The promotion then
-        // also writes the registers of a ragged tile's rows and columns past M and N: they
-        // hold values of no element (their operands are TMA's zero fill), which every reader
-        // of the accumulator skips under its own guard.
-        let clamped: Option<Vec<Data>> =
-            hoisted.iter().map(|s| clamped_into_tensors(k, s)).collect();
-        let unguarded = clamped.is_some();
-        let scales = clamped.unwrap_or(hoisted).into_iter();
-        // The scales' product first, then one multiply-add per register (DeepGEMM's
-        // `acc += block * (sa * sb)`): one FFMA a register, the scales' product once per row.
-        let scale = scales
-            .reduce(|x, s| Data::Binary(BinaryOp::Mul, DType::F32, Box::new(x), Box::new(s)))
-            .expect("a block-scaled product has a scale");
-        let scaled = Data::Binary(
-            BinaryOp::Mul,
-            DType::F32,
-            Box::new(Data::Read(Access {
-                buffer: blk,
-                index: p.acc.index.clone(),
-            })),
-            Box::new(scale),
-        );
-        let update = Stmt::Compute(Compute {
-            expr: p.expr,
-            out: p.acc.clone(),
-            value: Data::Binary(
-                BinaryOp::Add,
-                DType::F32,
-                Box::new(Data::Read(p.acc.clone())),
-                Box::new(scaled),
-            ),
-            role: ComputeRole::Normal,
-            vector: None,
-        });
-        // The update's bounds guard (the scales' rows and columns inside the tensors), where
-        // the reads are not clamped.
-        let mut guarded = match update_guard(body, p.expr).filter(|_| !unguarded) {
-            Some(cond) => Stmt::If {
-                cond,
-                then: vec![update],
-                els: Vec::new(),
-            },
-            None => update,
-        };
-        guarded.map_vals(&mut |v| {
-            inside
-                .iter()
-                .fold(v.clone(), |v, (var, _)| v.subst(var, &Val::Int(0)))
-        });
+        let guarded = promotion_update(k, &p, blk, body, &inside);
         let mma_loop = |l: &TileLoop, body: Vec<Stmt>| {
             Stmt::Loop(Loop {
                 key: l.key,
@@ -457,6 +350,58 @@ impl Lower<'_> {
             reset,
             promotion,
         }))
+    }
+
+    /// The block loop of product `p`'s scales (its depth in `stack`): the innermost serial
+    /// loop over K the scales vary with. `inside` gains the loops over K inside it (the K
+    /// tile's unrolled steps), along which the scales are constant.
+    fn block_loop(
+        &self,
+        cx: &Ctx,
+        p: &Product,
+        stack: &[LoopFrame],
+        inside: &mut Vec<(String, i64)>,
+        sum: &str,
+        scale: &str,
+    ) -> Result<usize, Diagnostic> {
+        // The loops over K around the tile, innermost first: the K tile's unrolled steps are
+        // inside the block, the first loop the scales vary with is the block loop.
+        let k_root = root(cx, p.k.key);
+        let mut block_loop = None;
+        for (depth, l) in stack.iter().enumerate().rev() {
+            if root(cx, l.key).is_none() || root(cx, l.key) != k_root {
+                continue;
+            }
+            let Val::Int(extent) = l.extent else {
+                block_loop = Some(depth);
+                break;
+            };
+            inside.push((l.var.clone(), extent));
+            if !constant_along(&p.scales, inside) {
+                inside.pop();
+                block_loop = Some(depth);
+                break;
+            }
+        }
+        let Some(depth) = block_loop else {
+            return Err(self.err(cx, p.expr, format!(
+                "`{sum}`: the scale {scale} is constant along K in this product's tile and is in no serial loop over K: a scale constant along all of K belongs after the sum (`s = sum(cast(a, f32) * cast(b, f32), axis=k)`, then `s * scale`)"
+            )));
+        };
+        let block_loop = &stack[depth];
+        if block_loop.parallel != ParallelType::Serial {
+            let tile: i64 = inside.iter().map(|(_, e)| e).product::<i64>()
+                * match block_loop.extent {
+                    Val::Int(e) => e,
+                    _ => 1,
+                };
+            return Err(self.err(cx, p.expr, format!(
+                "`{sum}`: the scale {scale} changes inside the schedule's K tile ({tile} elements of K, loop `{}` is {}): its blocks along K must be at least as wide as the K tile, each tile inside one block, so that the tensor cores sum a whole tile before it is scaled; split K by the block size (or a divisor of it) for the K tile",
+                block_loop.var,
+                block_loop.parallel.name()
+            )));
+        }
+        Ok(depth)
     }
 
     /// Gives block accumulator `blk` of block loop `key` a second half, so that each block's
@@ -808,4 +753,90 @@ fn in_groups_of_blocks(cx: &mut Ctx, l: Loop, o: &Overlap) -> Vec<Stmt> {
             },
         ],
     })]
+}
+
+/// The promotion's statement for one accumulator register of product `p`: `acc += blk *
+/// (the scales' product)`, each scale read at the tile's first row (column) where it is the
+/// same along the tile's M (N) loop, clamped into its tensor where it can be (else under the
+/// update's bounds guard), with the K loops `inside` the block at 0.
+fn promotion_update(
+    k: &Kernel,
+    p: &Product,
+    blk: BufferId,
+    body: &[Stmt],
+    inside: &[(String, i64)],
+) -> Stmt {
+    // Each scale read at the tile's first row (column) when it is the same along the
+    // tile's M (N) loop: a weight block's scale is then one load per block, not one per
+    // register (ptxas cannot see that `(n0 * 128 + j) / 128` is `n0` for j < 128).
+    let tile_loops: Vec<(String, i64)> = [&p.m, &p.n]
+        .into_iter()
+        .filter_map(|l| Some((l.var.clone(), l.extent?)))
+        .collect();
+    let hoisted: Vec<Data> = p
+        .scales
+        .iter()
+        .map(|s| {
+            let mut s = s.clone();
+            for (var, extent) in &tile_loops {
+                let mut opaque = s.clone();
+                opaque.map_vals(&mut |v| opaque_except(v, var));
+                if constant_along(&[opaque], &[(var.clone(), *extent)]) {
+                    s.map_vals(&mut |v| v.subst(var, &Val::Int(0)));
+                }
+            }
+            s
+        })
+        .collect();
+    // Scale reads clamped into their tensors need no bounds guard, so ptxas loads each
+    // scale once, unpredicated, and issues the loads before the block's wgmmas complete
+    // (under the guard it loads one copy per register's predicate). The promotion then
+    // also writes the registers of a ragged tile's rows and columns past M and N: they
+    // hold values of no element (their operands are TMA's zero fill), which every reader
+    // of the accumulator skips under its own guard.
+    let clamped: Option<Vec<Data>> = hoisted.iter().map(|s| clamped_into_tensors(k, s)).collect();
+    let unguarded = clamped.is_some();
+    let scales = clamped.unwrap_or(hoisted).into_iter();
+    // The scales' product first, then one multiply-add per register (DeepGEMM's
+    // `acc += block * (sa * sb)`): one FFMA a register, the scales' product once per row.
+    let scale = scales
+        .reduce(|x, s| Data::Binary(BinaryOp::Mul, DType::F32, Box::new(x), Box::new(s)))
+        .expect("a block-scaled product has a scale");
+    let scaled = Data::Binary(
+        BinaryOp::Mul,
+        DType::F32,
+        Box::new(Data::Read(Access {
+            buffer: blk,
+            index: p.acc.index.clone(),
+        })),
+        Box::new(scale),
+    );
+    let update = Stmt::Compute(Compute {
+        expr: p.expr,
+        out: p.acc.clone(),
+        value: Data::Binary(
+            BinaryOp::Add,
+            DType::F32,
+            Box::new(Data::Read(p.acc.clone())),
+            Box::new(scaled),
+        ),
+        role: ComputeRole::Normal,
+        vector: None,
+    });
+    // The update's bounds guard (the scales' rows and columns inside the tensors), where
+    // the reads are not clamped.
+    let mut guarded = match update_guard(body, p.expr).filter(|_| !unguarded) {
+        Some(cond) => Stmt::If {
+            cond,
+            then: vec![update],
+            els: Vec::new(),
+        },
+        None => update,
+    };
+    guarded.map_vals(&mut |v| {
+        inside
+            .iter()
+            .fold(v.clone(), |v, (var, _)| v.subst(var, &Val::Int(0)))
+    });
+    guarded
 }

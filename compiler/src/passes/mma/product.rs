@@ -461,63 +461,8 @@ impl Lower<'_> {
         } else {
             &t.m.var
         };
-        let at_tile = zero(&idx, &[other]);
-        let origin = zero(&at_tile, &[&row.var, &t.k.var]);
-        // (A few hundred points: the index prepared once per seed, not rebuilt per point.)
-        let free = [Val::Var(row.var.clone()), Val::Var(t.k.var.clone())];
-        let probes: Vec<(Probe, Option<i64>)> = (0..3u64)
-            .map(|seed| {
-                (
-                    Probe::new(&at_tile, &free, seed),
-                    eval(&origin, "", 0, seed, &[], 1),
-                )
-            })
-            .collect();
-        let at_point = |r: i64, kk: i64| -> Option<i64> {
-            let mut values = Vec::new();
-            let mut found = None;
-            for (probe, origin) in &probes {
-                let d = probe.at(&[r, kk], &mut values)? - (*origin)?;
-                if found.is_some_and(|f| f != d) {
-                    return None;
-                }
-                found = Some(d);
-            }
-            found
-        };
-        // What `at_point` gives at many points, each probe evaluated at all of them at once.
-        let at_points = |rs: &[i64], ks: &[i64]| -> Vec<Option<i64>> {
-            let mut found: Vec<Option<i64>> = Vec::new();
-            for (i, (probe, origin)) in probes.iter().enumerate() {
-                let ds = probe
-                    .at_each(&[rs, ks])
-                    .into_iter()
-                    .map(|v| Some(v? - (*origin)?));
-                if i == 0 {
-                    found = ds.collect();
-                } else {
-                    for (f, d) in found.iter_mut().zip(ds) {
-                        if *f != d {
-                            *f = None;
-                        }
-                    }
-                }
-            }
-            found
-        };
-        // The layouts below read the offsets along the row axis (k = 0) and along k (row 0),
-        // and a corner: the two lines computed once.
-        let (row_line, k_line): (Vec<i64>, Vec<i64>) =
-            ((0..rows).collect(), (0..t.k_extent).collect());
-        let along_rows = at_points(&row_line, &vec![0; row_line.len()]);
-        let along_k = at_points(&vec![0; k_line.len()], &k_line);
-        let offset = |r: i64, kk: i64| -> Option<i64> {
-            match (r, kk) {
-                (r, 0) if (0..rows).contains(&r) => along_rows[r as usize],
-                (0, kk) if (0..t.k_extent).contains(&kk) => along_k[kk as usize],
-                _ => at_point(r, kk),
-            }
-        };
+        let offsets = TileOffsets::new(&zero(&idx, &[other]), &row.var, &t.k.var, rows, t.k_extent);
+        let offset = |r: i64, kk: i64| offsets.at(r, kk);
         let all = |f: &dyn Fn(i64, i64) -> i64| {
             (0..rows).all(|r| offset(r, 0) == Some(f(r, 0)))
                 && (0..t.k_extent).all(|kk| offset(0, kk) == Some(f(0, kk)))
@@ -589,5 +534,91 @@ impl Lower<'_> {
             sr.map_or("varying".into(), |s| s.to_string()),
             sk.map_or("varying".into(), |s| s.to_string()),
         ))
+    }
+}
+
+/// The element offsets of an operand's instruction tile from its first element (what
+/// [`Lower::operand`] matches against the wgmma layouts), probed with three seeds for the
+/// loops around the tile: an offset that depends on them is `None`. The lines along the row
+/// axis (k = 0) and along k (row 0), which every layout reads, are computed once.
+struct TileOffsets {
+    probes: Vec<(Probe, Option<i64>)>,
+    along_rows: Vec<Option<i64>>,
+    along_k: Vec<Option<i64>>,
+    rows: i64,
+    k_extent: i64,
+}
+
+impl TileOffsets {
+    /// The offsets of `at_tile` (the operand's index with the other tile axis at 0) over
+    /// its `row` and `k` variables.
+    fn new(at_tile: &Val, row: &str, k: &str, rows: i64, k_extent: i64) -> TileOffsets {
+        let origin = zero(at_tile, &[row, k]);
+        // (A few hundred points: the index prepared once per seed, not rebuilt per point.)
+        let free = [Val::Var(row.to_string()), Val::Var(k.to_string())];
+        let probes: Vec<(Probe, Option<i64>)> = (0..3u64)
+            .map(|seed| {
+                (
+                    Probe::new(at_tile, &free, seed),
+                    eval(&origin, "", 0, seed, &[], 1),
+                )
+            })
+            .collect();
+        let mut offsets = TileOffsets {
+            probes,
+            along_rows: Vec::new(),
+            along_k: Vec::new(),
+            rows,
+            k_extent,
+        };
+        let (row_line, k_line): (Vec<i64>, Vec<i64>) =
+            ((0..rows).collect(), (0..k_extent).collect());
+        offsets.along_rows = offsets.at_points(&row_line, &vec![0; row_line.len()]);
+        offsets.along_k = offsets.at_points(&vec![0; k_line.len()], &k_line);
+        offsets
+    }
+
+    /// The offset at one point, the same under every probe.
+    fn at_point(&self, r: i64, kk: i64) -> Option<i64> {
+        let mut values = Vec::new();
+        let mut found = None;
+        for (probe, origin) in &self.probes {
+            let d = probe.at(&[r, kk], &mut values)? - (*origin)?;
+            if found.is_some_and(|f| f != d) {
+                return None;
+            }
+            found = Some(d);
+        }
+        found
+    }
+
+    /// What `at_point` gives at many points, each probe evaluated at all of them at once.
+    fn at_points(&self, rs: &[i64], ks: &[i64]) -> Vec<Option<i64>> {
+        let mut found: Vec<Option<i64>> = Vec::new();
+        for (i, (probe, origin)) in self.probes.iter().enumerate() {
+            let ds = probe
+                .at_each(&[rs, ks])
+                .into_iter()
+                .map(|v| Some(v? - (*origin)?));
+            if i == 0 {
+                found = ds.collect();
+            } else {
+                for (f, d) in found.iter_mut().zip(ds) {
+                    if *f != d {
+                        *f = None;
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    /// The offset of element (`r`, `kk`) of the tile.
+    fn at(&self, r: i64, kk: i64) -> Option<i64> {
+        match (r, kk) {
+            (r, 0) if (0..self.rows).contains(&r) => self.along_rows[r as usize],
+            (0, kk) if (0..self.k_extent).contains(&kk) => self.along_k[kk as usize],
+            _ => self.at_point(r, kk),
+        }
     }
 }
