@@ -314,28 +314,7 @@ fn split_iteration(
     if !l.digits.is_empty() || l.parallel.is_hw() {
         return Err("the loop over key tiles is not a plain serial loop".into());
     }
-    // One block holds both groups: the loop's body, or the consumer group's binding in it
-    // (its statements before and after the binding move into it: a binding runs once per
-    // thread, so that is the same program).
-    let mut block = l.body.clone();
-    let mut binding = None;
-    let bound: Vec<usize> = block
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| matches!(s, Stmt::Loop(b) if b.parallel.is_hw() && has_wgmma(&b.body)))
-        .map(|(i, _)| i)
-        .collect();
-    if let [at] = bound[..] {
-        let Stmt::Loop(mut b) = block[at].clone() else {
-            unreachable!("matched above")
-        };
-        let inner = std::mem::take(&mut b.body);
-        let after = block.split_off(at + 1);
-        block.pop();
-        block.extend(inner);
-        block.extend(after);
-        binding = Some(b);
-    }
+    let (block, binding) = one_block(l);
     let find = |s: &Stmt, from: usize, block: &[Stmt]| {
         block[from..].iter().position(|x| x == s).map(|i| i + from)
     };
@@ -411,10 +390,78 @@ fn split_iteration(
     if late_arrives.is_empty() {
         return Err(no_empty_barriers.into());
     }
+    let Between {
+        stats,
+        rescale,
+        convert,
+        carried,
+    } = between(&block[c1 + 2..f2], o_expr, p_buf)?;
+    Ok(Iteration {
+        binding,
+        head,
+        late_waits,
+        scores,
+        stats,
+        rescale,
+        convert,
+        carried,
+        product,
+        early_arrives,
+        late_arrives,
+        product_only: pv_reads
+            .iter()
+            .filter(|b| !s_reads.contains(b))
+            .copied()
+            .collect(),
+    })
+}
+
+/// The block holding both products of a key tile's iteration: the loop's body, or the
+/// consumer group's binding in it (its statements before and after the binding move into it:
+/// a binding runs once per thread, so that is the same program), with that binding.
+fn one_block(l: &Loop) -> (Vec<Stmt>, Option<Loop>) {
+    let mut block = l.body.clone();
+    let mut binding = None;
+    let bound: Vec<usize> = block
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| matches!(s, Stmt::Loop(b) if b.parallel.is_hw() && has_wgmma(&b.body)))
+        .map(|(i, _)| i)
+        .collect();
+    if let [at] = bound[..] {
+        let Stmt::Loop(mut b) = block[at].clone() else {
+            unreachable!("matched above")
+        };
+        let inner = std::mem::take(&mut b.body);
+        let after = block.split_off(at + 1);
+        block.pop();
+        block.extend(inner);
+        block.extend(after);
+        binding = Some(b);
+    }
+    (block, binding)
+}
+
+/// The statements between the two products, sorted by what they do.
+struct Between {
+    /// The softmax's statistics (overlapped with the P V product in flight).
+    stats: Vec<Stmt>,
+    /// O's rescale.
+    rescale: Vec<Stmt>,
+    /// P's conversion to the product's operand type.
+    convert: Vec<Stmt>,
+    /// P's allocation and the f32 probabilities the conversion reads: they live from one
+    /// iteration into the next.
+    carried: Vec<Stmt>,
+}
+
+/// Sorts `between` (the statements between the scores' product and the P V product) into
+/// [`Between`]'s parts; `p_buf` is P's register buffer.
+fn between(between: &[Stmt], o_expr: ExprId, p_buf: BufferId) -> Result<Between, String> {
     let (mut stats, mut rescale, mut convert, mut p_alloc) =
         (Vec::new(), Vec::new(), Vec::new(), None);
     let mut convert_reads = Vec::new();
-    for s in &block[c1 + 2..f2] {
+    for s in between {
         let rescales_o = crate::kir::any_stmt(
             std::slice::from_ref(s),
             &mut |x| matches!(x, Stmt::Compute(c) if c.expr == o_expr && c.role == ComputeRole::OnlineRescale),
@@ -450,22 +497,10 @@ fn split_iteration(
     if rescale.is_empty() || convert.is_empty() {
         return Err("O's rescale or P's conversion to the product's operand type is not between the two products".into());
     }
-    Ok(Iteration {
-        binding,
-        head,
-        late_waits,
-        scores,
+    Ok(Between {
         stats,
         rescale,
         convert,
         carried,
-        product,
-        early_arrives,
-        late_arrives,
-        product_only: pv_reads
-            .iter()
-            .filter(|b| !s_reads.contains(b))
-            .copied()
-            .collect(),
     })
 }
