@@ -102,6 +102,34 @@ impl VisitorMut for Guard<'_, '_, '_> {
                 *slot = vector?;
                 Ok(Flow::Skip)
             }
+            // A broadcast operand read from global memory inside a vectorized loop (a norm's
+            // weight row): one vector load where its lanes are consecutive and aligned, else
+            // the lanes one by one, as before; never an error, the user vectorized the consumer.
+            Stmt::Loop(l)
+                if l.parallel == ParallelType::Vectorize
+                    && l.body.len() == 1
+                    && matches!(&l.body[0], Stmt::Compute(c) if self.state.broadcast_read(self.cx, c, &l.var)) =>
+            {
+                let Some(Stmt::Compute(c)) = l.body.first() else {
+                    unreachable!("matched above")
+                };
+                let (l, c) = (l.clone(), c.clone());
+                self.scope.bind(&mut self.env, &l);
+                let vector = self.state.vector(self.cx, l, c, &self.env);
+                self.scope.unbind(&mut self.env);
+                match vector {
+                    Ok(v) => {
+                        *slot = v;
+                        Ok(Flow::Skip)
+                    }
+                    Err(_) => {
+                        if let Stmt::Loop(l) = slot {
+                            l.parallel = ParallelType::Unroll;
+                        }
+                        Ok(Flow::Descend)
+                    }
+                }
+            }
             Stmt::Loop(l) => {
                 if l.parallel == ParallelType::Vectorize {
                     l.parallel = ParallelType::Unroll;
@@ -207,6 +235,27 @@ impl State<'_> {
             (MemoryType::Global, MemoryType::Local | MemoryType::Shared)
                 | (MemoryType::Local | MemoryType::Shared, MemoryType::Global)
         )
+    }
+
+    /// A broadcast of a fusion input read straight from global memory into registers, at
+    /// `base + lane` (written so: the probes of [`lanes_consecutive`] cannot rule out a wrap
+    /// such as `(base + lane) % N` inside a vector, so nothing else is taken here).
+    fn broadcast_read(&self, cx: &Ctx, c: &Compute, lane: &str) -> bool {
+        let Data::Read(src) = &c.value else {
+            return false;
+        };
+        let base_plus_lane = match &src.index {
+            Some(Val::Add(a, b)) => match (&**a, &**b) {
+                (Val::Var(v), e) | (e, Val::Var(v)) => v == lane && !e.mentions(lane),
+                _ => false,
+            },
+            _ => false,
+        };
+        base_plus_lane
+            && c.role == ComputeRole::Normal
+            && matches!(cx.fusion.exprs[c.expr].op, Op::Broadcast { .. })
+            && self.k.buffers[src.buffer].memory == MemoryType::Global
+            && self.k.buffers[c.out.buffer].memory == MemoryType::Local
     }
 
     fn vector(
