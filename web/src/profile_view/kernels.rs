@@ -312,6 +312,11 @@ mod tests {
         report
     }
 
+    /// The first kernel's profile: the fixture's own numbers.
+    fn first_kernel() -> Value {
+        measured_report("col_norm_s1_kernel", 212384.0, 537170176.0, 75.48)
+    }
+
     fn unavailable(reason: &str, message: &str) -> Value {
         json!({"unavailable": {"reason": reason, "message": message}})
     }
@@ -338,12 +343,7 @@ mod tests {
 
     fn both_profiled() -> KernelsView {
         split_with([
-            Some(measured_report(
-                "col_norm_s1_kernel",
-                212384.0,
-                537170176.0,
-                75.48,
-            )),
+            Some(first_kernel()),
             Some(measured_report(
                 "col_norm_s2_kernel",
                 424768.0,
@@ -455,12 +455,7 @@ mod tests {
     #[test]
     fn a_kernel_without_a_profile_says_why_and_the_whole_has_no_figures() {
         let k = split_with([
-            Some(measured_report(
-                "col_norm_s1_kernel",
-                212384.0,
-                537170176.0,
-                75.48,
-            )),
+            Some(first_kernel()),
             Some(unavailable(
                 "timed_out",
                 "ncu ran past the profile's time limit (<60 s>) and was killed",
@@ -532,15 +527,7 @@ mod tests {
         assert_eq!(kernels.rows.len(), 2);
         assert!(kernels_profile_html(&kernels, true).is_none());
         // One kernel profiled, the other's entry absent: its row says so.
-        let k = split_with([
-            Some(measured_report(
-                "col_norm_s1_kernel",
-                212384.0,
-                537170176.0,
-                75.48,
-            )),
-            None,
-        ]);
+        let k = split_with([Some(first_kernel()), None]);
         let html = kernels_profile_html(&k, true).unwrap();
         assert!(
             html.contains("not profiled: the runner's result carries no profile"),
