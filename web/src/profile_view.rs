@@ -3,7 +3,9 @@
 //! the profile of a measured run read from `result.profile`: the metrics table, the top warp
 //! stalls with what each means, and the roofline (achieved FLOP/s against the copy and cuBLAS
 //! ceilings the runner measured) as SVG. A runner without ncu, or without permission for the
-//! GPU's counters, answers why, and that sentence is shown instead.
+//! GPU's counters, answers why, and that sentence is shown instead. A fusion run as several
+//! kernels has a profile per kernel (`segments.kernels[].profile`), drawn by `kernels.rs`: the
+//! kernels side by side, the whole fusion first, then one collapsible section per kernel.
 //!
 //! The result types and the roofline drawing are the runner's own (`hopfuse_api::profile`,
 //! shared by both), so what the page draws is what `hopfuse run --roofline` writes.
@@ -15,6 +17,9 @@ use hopfuse_api::profile::{self as report, Profile, ProfileReport, Roofline};
 use hopfuse_api::service::RunBody;
 use leptos::prelude::*;
 use std::fmt::Write;
+
+mod kernels;
+pub use kernels::kernels_profile_html;
 
 const PROFILE_KEY: &str = "hopfuse.profile";
 
@@ -91,6 +96,38 @@ fn bytes(v: f64) -> String {
 
 /// The profile of a measured run as HTML. Element ids only on the `primary` result.
 pub fn profile_html(r: &ProfileReport, primary: bool) -> String {
+    let mut h = format!(
+        "<section class=\"profile\"{}>",
+        if primary { " id=\"profile\"" } else { "" }
+    );
+    match r {
+        ProfileReport::Unavailable { .. } => h.push_str("<h3>Profile</h3>"),
+        ProfileReport::Measured { profile, .. } => {
+            let _ = write!(
+                h,
+                "<h3>Profile <span class=\"note\">Nsight Compute{}, one launch with clocks at \
+                 base and caches flushed</span></h3>",
+                ncu_version(profile)
+            );
+        }
+    }
+    report_body(&mut h, r, "the run's median time", primary);
+    h.push_str("</section>");
+    h
+}
+
+/// ` 2025.3`: ncu's version after "Nsight Compute", or nothing when ncu gave none.
+fn ncu_version(p: &Profile) -> String {
+    if p.ncu.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", esc(&p.ncu))
+    }
+}
+
+/// What a report says under its heading: why there is no profile, or the metrics, the stalls
+/// and the roofline (its point over `time`, said in the caption).
+fn report_body(h: &mut String, r: &ProfileReport, time: &str, primary: bool) {
     let id = |name: &str| {
         if primary {
             format!(" id=\"{name}\"")
@@ -98,12 +135,11 @@ pub fn profile_html(r: &ProfileReport, primary: bool) -> String {
             String::new()
         }
     };
-    let mut h = format!("<section class=\"profile\"{}>", id("profile"));
     match r {
         ProfileReport::Unavailable { message, .. } => {
             let _ = write!(
                 h,
-                "<h3>Profile</h3><p class=\"note\"{}>No profile: {}</p>",
+                "<p class=\"note\"{}>No profile: {}</p>",
                 id("profile-unavailable"),
                 esc(message)
             );
@@ -113,20 +149,10 @@ pub fn profile_html(r: &ProfileReport, primary: bool) -> String {
             roofline,
             roofline_missing,
         } => {
-            let _ = write!(
-                h,
-                "<h3>Profile <span class=\"note\">Nsight Compute{}, one launch with clocks at \
-                 base and caches flushed</span></h3>",
-                if profile.ncu.is_empty() {
-                    String::new()
-                } else {
-                    format!(" {}", esc(&profile.ncu))
-                }
-            );
-            metrics_table(&mut h, profile, primary);
-            stalls_table(&mut h, profile, primary);
+            metrics_table(h, profile, primary);
+            stalls_table(h, profile, primary);
             match (roofline, roofline_missing) {
-                (Some(rl), _) => roofline_box(&mut h, rl, primary),
+                (Some(rl), _) => roofline_box(h, rl, time, primary),
                 (None, why) => {
                     let _ = write!(
                         h,
@@ -138,8 +164,6 @@ pub fn profile_html(r: &ProfileReport, primary: bool) -> String {
             }
         }
     }
-    h.push_str("</section>");
-    h
 }
 
 fn metrics_table(h: &mut String, p: &Profile, primary: bool) {
@@ -206,11 +230,16 @@ fn metrics_table(h: &mut String, p: &Profile, primary: bool) {
     h.push_str("</table>");
 }
 
-fn stalls_table(h: &mut String, p: &Profile, primary: bool) {
-    let total = p
-        .warp_cycles_per_issued
+/// What the stalls' bars are shares of: the cycles between issues, all reasons together (ncu's
+/// own total when it gave one, else the listed stalls' sum).
+fn stall_total(p: &Profile) -> f64 {
+    p.warp_cycles_per_issued
         .filter(|t| *t > 0.0)
-        .unwrap_or_else(|| p.stalls.iter().map(|s| s.value).sum::<f64>());
+        .unwrap_or_else(|| p.stalls.iter().map(|s| s.value).sum::<f64>())
+}
+
+fn stalls_table(h: &mut String, p: &Profile, primary: bool) {
+    let total = stall_total(p);
     let _ = write!(
         h,
         "<h4>Top warp stalls <span class=\"note\">{}{}</span></h4>",
@@ -259,11 +288,12 @@ fn stalls_table(h: &mut String, p: &Profile, primary: bool) {
     h.push_str("</table>");
 }
 
-fn roofline_box(h: &mut String, r: &Roofline, primary: bool) {
+/// The roofline picture and its caption: the point is the FLOP/s and DRAM bytes/s over `time`.
+fn roofline_box(h: &mut String, r: &Roofline, time: &str, primary: bool) {
     let _ = write!(
         h,
         "<h4>Roofline</h4><div class=\"roofline-box\"{}>{}</div><p class=\"note\">{}FLOP/s \
-         ({}) and {}B/s from DRAM over the run's median time; roofs measured by the same worker: \
+         ({}) and {}B/s from DRAM over {time}; roofs measured by the same worker: \
          copy {}B/s{}.</p>",
         if primary { " id=\"roofline\"" } else { "" },
         r.svg(),

@@ -2,9 +2,9 @@
 //! the Tune section (`tune.rs`) while a tune runs or after one;
 //! a job's stages while it is followed; and a finished job's result ([`RunView`]) by status: a
 //! measurement (time, rate against the copy ceiling or cuBLAS, validation, resources, peers,
-//! profile; a fusion run as several kernels, a row per kernel), what the fake worker checked
-//! (never a number, a split fusion's kernels as compiled), or what went wrong; an A/B job shows
-//! B/A with its spread and both results.
+//! profile; a fusion run as several kernels, a row per kernel and each kernel's profile), what
+//! the fake worker checked (never a number, a split fusion's kernels as compiled), or what went
+//! wrong; an A/B job shows B/A with its spread and both results.
 
 use super::{RunState, RunnerStatus, Ui};
 use crate::model;
@@ -490,5 +490,9 @@ fn measured_view(
         {checks_table(&m.checks)}
         {after}
         {m.profile.as_ref().map(|p| view! { <div inner_html=crate::profile_view::profile_html(p, primary)></div> })}
+        {m.kernels
+            .as_ref()
+            .and_then(|k| crate::profile_view::kernels_profile_html(k, primary))
+            .map(|h| view! { <div inner_html=h></div> })}
     }
 }

@@ -1,8 +1,8 @@
 //! A job's result (`api::job::JobResult` with its `api::run::RunResult`: the `done` event's data
 //! or the answer of `GET /api/jobs/{id}`), read by serde into the api types and made into a
-//! [`RunView`] (a split fusion's kernels into a [`KernelsView`]); a result this playground
-//! cannot read becomes an `error` view with serde's reason (a missing field is named), never a
-//! quietly empty pane. A `fake` result never yields numbers.
+//! [`RunView`] (a split fusion's kernels, with their profiles, into a [`KernelsView`]); a result
+//! this playground cannot read becomes an `error` view with serde's reason (a missing field is
+//! named), never a quietly empty pane. A `fake` result never yields numbers.
 
 use super::read;
 use super::view::{
@@ -173,10 +173,11 @@ fn kernel_row(
         launch: launch_text(launch),
         median_us: timed.map(|t| t.0),
         gbps: timed.map(|t| t.1),
+        profile: None,
     }
 }
 
-/// The kernels of a measured split run, each timed alone.
+/// The kernels of a measured split run, each timed alone (and profiled, when the run asked).
 impl From<&run::SegmentsRun> for KernelsView {
     fn from(s: &run::SegmentsRun) -> KernelsView {
         KernelsView {
@@ -184,9 +185,15 @@ impl From<&run::SegmentsRun> for KernelsView {
             rows: s
                 .kernels
                 .iter()
-                .map(|k| {
-                    let timed = Some((k.timing.median_us, k.gbps));
-                    kernel_row(&k.kernel, &k.scheduler, &k.reason, &k.launch, timed)
+                .map(|k| KernelRow {
+                    profile: k.profile.clone(),
+                    ..kernel_row(
+                        &k.kernel,
+                        &k.scheduler,
+                        &k.reason,
+                        &k.launch,
+                        Some((k.timing.median_us, k.gbps)),
+                    )
                 })
                 .collect(),
             intermediates: s.intermediates.iter().map(intermediate_text).collect(),

@@ -313,6 +313,44 @@ fn an_ab_comparison_of_a_split_fusion_counts_its_kernels() {
     );
 }
 
+/// Issue 34: an A/B job whose B is a split fusion keeps B's kernels, each timed alone, in B's
+/// result; a profile of each kernel, were a side to carry them, is read into its rows too (the
+/// service profiles single programs only, so A/B results carry none and draw none).
+#[test]
+fn an_ab_job_keeps_a_split_side_s_kernels_and_their_profiles() {
+    let split: serde_json::Value = serde_json::from_str(SPLIT).unwrap();
+    let segments = &split["result"]["result"]["segments"];
+    let mut job: serde_json::Value = serde_json::from_str(AB).unwrap();
+    job["result"]["b"]["result"]["segments"] = segments.clone();
+    let b = parse_result(&job.to_string()).b.expect("B's result");
+    let k = b
+        .measured
+        .expect("B measured")
+        .kernels
+        .expect("B's kernels");
+    assert_eq!(
+        k.rows
+            .iter()
+            .map(|r| (r.kernel.as_str(), r.median_us))
+            .collect::<Vec<_>>(),
+        [
+            ("col_norm_s1_kernel", Some(184.25)),
+            ("col_norm_s2_kernel", Some(355.5))
+        ]
+    );
+    assert!(crate::profile_view::kernels_profile_html(&k, false).is_none());
+    let no_ncu = serde_json::json!({"unavailable": {"reason": "no_ncu", "message": "no ncu here"}});
+    job["result"]["b"]["result"]["segments"]["kernels"][1]["profile"] = no_ncu;
+    let b = parse_result(&job.to_string()).b.unwrap();
+    let k = b.measured.unwrap().kernels.unwrap();
+    assert!(k.rows[0].profile.is_none() && k.rows[1].profile.is_some());
+    let html = crate::profile_view::kernels_profile_html(&k, false).expect("B's profiles");
+    assert!(
+        html.contains("No profile: no ncu here") && !html.contains(" id="),
+        "{html}"
+    );
+}
+
 #[test]
 fn an_ab_run_sends_program_b() {
     let sizes = [("N".to_string(), 1024)].into();

@@ -42,7 +42,8 @@ pub struct KernelsView {
     pub intermediates: Vec<String>,
 }
 
-/// One kernel of a split fusion: what it is and, when measured, its time alone.
+/// One kernel of a split fusion: what it is and, when measured, its time alone and, when the
+/// run asked for one, its Nsight Compute profile or why it has none.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct KernelRow {
     pub kernel: String,
@@ -52,6 +53,8 @@ pub struct KernelRow {
     pub launch: String,
     pub median_us: Option<f64>,
     pub gbps: Option<f64>,
+    /// `segments.kernels[].profile` (`profile_view.rs` draws it); none from the fake worker.
+    pub profile: Option<api::profile::ProfileReport>,
 }
 
 /// The measurement of a `passed` or `failed` run (`result`, the runner's `RunResult`).
@@ -90,7 +93,7 @@ pub struct Measured {
     /// The torch twin timed in the same run (`result.peers`; `torch_pane.rs`).
     pub peers: Option<crate::torch_pane::PeersView>,
     /// Nsight Compute's profile of the kernel, or why there is none (`result.profile`;
-    /// `profile_view.rs`).
+    /// `profile_view.rs`). A split fusion's profiles are its kernels' ([`KernelRow::profile`]).
     pub profile: Option<api::profile::ProfileReport>,
     /// How many waves the grid takes on this GPU, in words (`RunResult::residency`).
     pub waves: Option<String>,
