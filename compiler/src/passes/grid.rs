@@ -70,12 +70,16 @@ pub fn block_dims(f: &Fusion, t: TensorId) -> [bool; 3] {
     dims
 }
 
-/// Whether `t` has a tensor-core axis (`Mma`) in its loop domain: a product's sum.
+/// Whether `t` is a tensor-core product's sum: it keeps a tensor-core axis (`Mma`: M or N)
+/// and reduces one (K). (A reduction of a product's output, an amax, reduces all of them.)
 fn is_product(f: &Fusion, t: TensorId) -> bool {
-    f.tensors[t]
-        .loop_domain
-        .iter()
-        .any(|&id| f.ids[id].parallel == ParallelType::Mma)
+    let mma = |kind: bool| {
+        f.tensors[t].loop_domain.iter().any(|&id| {
+            f.ids[id].parallel == ParallelType::Mma
+                && (f.ids[id].kind == IterKind::Reduction) == kind
+        })
+    };
+    mma(true) && mma(false)
 }
 
 /// The grid reductions of `f` in expression order: each one's slot of the workspace is its
@@ -555,6 +559,91 @@ mod tests {
             "{}",
             c.cuda
         );
+    }
+}
+
+#[cfg(test)]
+mod split_k_tests {
+    const STEP20: &str = include_str!("../../../examples/matmul/step20_split_k_decode.hf");
+
+    fn compile(src: &str) -> Result<crate::Compilation, String> {
+        crate::compile(src, &crate::CompileOptions::default()).map_err(|d| d.to_string())
+    }
+
+    fn workspace(c: &crate::Compilation) -> crate::plan::SizeExpr {
+        c.plan
+            .params
+            .iter()
+            .find_map(|p| match p {
+                crate::plan::Param::Tensor {
+                    role: crate::plan::TensorRole::Workspace,
+                    shape,
+                    ..
+                } => Some(shape[0].clone()),
+                _ => None,
+            })
+            .expect("a workspace")
+    }
+
+    #[test]
+    fn a_split_product_is_combined_per_tile_before_its_epilogue() {
+        let c = compile(STEP20).unwrap();
+        let ir = &c.passes.last().unwrap().ir;
+        // After the k loop's last wait and stage release, before the epilogue, which runs in
+        // the tile's last block whatever its blockIdx.z.
+        assert!(
+            ir.contains("          mbarrier_arrive a_s_b_s_empty[3] (lane 0 of each warp)\n        grid_sum(s_acc[0]) -> s_last, slot 0, split_k over blockIdx.z\n        if s_last:\n          for r_pair in 32 @Unroll"),
+            "{ir}"
+        );
+        assert!(!ir.contains("blockIdx.z == 0"), "{ir}");
+        assert!(
+            c.cuda.contains(
+                "const bool s_last = hf_split_k<128u, 64, 128, 2>(&s_acc[0], hf_grid_workspace);"
+            ),
+            "{}",
+            c.cuda
+        );
+        // A counter per tile (rounded up to 4), then per tile its chunks' fragments: 64
+        // registers in each of the 128 consumer threads.
+        let ws = workspace(&c);
+        let eval = |m: i64, n: i64, k: i64| {
+            let sizes = [("M".to_string(), m), ("N".to_string(), n), ("K".to_string(), k)];
+            ws.eval(&sizes.into()).unwrap()
+        };
+        assert_eq!(eval(64, 4096, 4096), 32 + 32 * 4 * 64 * 128);
+        assert_eq!(eval(61, 1000, 1040), 8 + 8 * 2 * 64 * 128);
+        // The grid is not bounded as a grid reduction's is.
+        assert!(c.plan.constraints.iter().all(|k| !format!("{k:?}").contains("partial-value slot")));
+    }
+
+    #[test]
+    fn split_k_takes_the_outer_part_of_k_and_no_other_grid_reduction() {
+        let inner = STEP20.replace("s.parallelize(2, BIDz)", "s.parallelize(3, BIDz)");
+        let e = compile(&inner).unwrap_err();
+        assert!(
+            e.contains("`s`'s K is split across blocks (split-K")
+                && e.contains("is not its first: bind the outer part of K"),
+            "{e}"
+        );
+        let amax = STEP20
+            .replace(
+                "  output c\n",
+                "  output c\n  amax = max(abs(s), axis=[0, 1])\n  output amax\n",
+            )
+            .replace(
+                "  inline_most()\n",
+                "  inline_most()\n  amax.parallelize(0, BIDy)\n  amax.parallelize(1, BIDx)\n",
+            );
+        let e = compile(&amax).unwrap_err();
+        assert!(
+            e.contains("`s`'s K is split across blocks")
+                && e.contains("`amax` is reduced across the grid in the same kernel"),
+            "{e}"
+        );
+        // A persistent grid does not span the chunks' blockIdx.z (`persistent`'s error).
+        let persistent = STEP20.replace("  inline_most()\n", "  inline_most()\n  persistent(BIDy, 4)\n");
+        let e = compile(&persistent).unwrap_err();
+        assert!(e.contains("persistent(BIDy, 4): `k_o` is bound to BIDz"), "{e}");
     }
 }
 
