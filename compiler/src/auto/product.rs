@@ -82,12 +82,14 @@ fn small_m(
         "64 x 128 tiles"
     };
     let plan = match (m, n, k) {
-        (Some(m), Some(n), Some(k)) => {
-            let tiles = m.div_ceil(64) * n.div_ceil(128);
-            let splits = (target::SM_COUNT * SPLIT_K_BLOCKS_PER_SM / tiles.max(1))
-                .min(k.div_ceil(k_tile));
-            let chunk = k.div_ceil(splits.max(1)).div_ceil(k_tile) * k_tile;
-            (tiles < target::SM_COUNT && chunk < k).then(|| (tiles, k.div_ceil(chunk), chunk))
+        (Some(m), Some(n), Some(k)) if m > 0 && n > 0 && k > 0 => {
+            // (Sizes are positive: i64::div_ceil is not stable.)
+            let ceil = |a: i64, b: i64| (a + b - 1) / b;
+            let tiles = ceil(m, 64) * ceil(n, 128);
+            let splits =
+                (target::SM_COUNT * SPLIT_K_BLOCKS_PER_SM / tiles).clamp(1, ceil(k, k_tile));
+            let chunk = ceil(ceil(k, splits), k_tile) * k_tile;
+            (tiles < target::SM_COUNT && chunk < k).then(|| (tiles, ceil(k, chunk), chunk))
         }
         _ => None,
     };
