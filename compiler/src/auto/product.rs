@@ -94,8 +94,15 @@ fn small_m(
         _ => None,
     };
     let Some((tiles, splits, chunk)) = plan else {
-        let template = if fp8 { small_m_fp8()? } else { SMALL_M.to_string() };
-        return Ok((template, format!("step 11's warp-specialized kernel {what}, 8 stages")));
+        let template = if fp8 {
+            small_m_fp8()?
+        } else {
+            SMALL_M.to_string()
+        };
+        return Ok((
+            template,
+            format!("step 11's warp-specialized kernel {what}, 8 stages"),
+        ));
     };
     let (bf16, fp8_tile) = SPLIT_K_K_TILE;
     if !SPLIT_K.contains(SPLIT_K_CHUNK_LINE) || !SPLIT_K.contains(bf16) {

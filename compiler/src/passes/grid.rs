@@ -341,7 +341,11 @@ pub fn split_k(cx: &Ctx, accumulators: &Accumulators, k: &mut Kernel) -> Result<
     let last = format!("{}_last", tensor.name);
     let mut placed = false;
     crate::kir::for_each_block_mut(&mut k.body, &mut |block| {
-        if placed || !block.iter().any(|s| matches!(s, Stmt::Alloc(b) if *b == acc)) {
+        if placed
+            || !block
+                .iter()
+                .any(|s| matches!(s, Stmt::Alloc(b) if *b == acc))
+        {
             return;
         }
         // The sum is finished after the last statement with a wgmma or a block accumulator's
@@ -349,9 +353,7 @@ pub fn split_k(cx: &Ctx, accumulators: &Accumulators, k: &mut Kernel) -> Result<
         // statement after it that touches the fragment.
         let wgmma_accs = wgmma_accumulators(block);
         let Some(summed) = block.iter().rposition(|s| {
-            wgmma_accs
-                .iter()
-                .any(|&b| b != acc && touches(s, b))
+            wgmma_accs.iter().any(|&b| b != acc && touches(s, b))
                 || crate::kir::any_stmt(std::slice::from_ref(s), &mut |x| {
                     matches!(x, Stmt::Wgmma(_))
                 })
@@ -392,7 +394,9 @@ pub fn split_k(cx: &Ctx, accumulators: &Accumulators, k: &mut Kernel) -> Result<
     if placed {
         Ok(())
     } else {
-        Err(internal("the epilogue of its accumulator fragment was not found"))
+        Err(internal(
+            "the epilogue of its accumulator fragment was not found",
+        ))
     }
 }
 
@@ -607,13 +611,21 @@ mod split_k_tests {
         // registers in each of the 128 consumer threads.
         let ws = workspace(&c);
         let eval = |m: i64, n: i64, k: i64| {
-            let sizes = [("M".to_string(), m), ("N".to_string(), n), ("K".to_string(), k)];
+            let sizes = [
+                ("M".to_string(), m),
+                ("N".to_string(), n),
+                ("K".to_string(), k),
+            ];
             ws.eval(&sizes.into()).unwrap()
         };
         assert_eq!(eval(64, 4096, 4096), 32 + 32 * 4 * 64 * 128);
         assert_eq!(eval(61, 1000, 1040), 8 + 8 * 2 * 64 * 128);
         // The grid is not bounded as a grid reduction's is.
-        assert!(c.plan.constraints.iter().all(|k| !format!("{k:?}").contains("partial-value slot")));
+        assert!(c
+            .plan
+            .constraints
+            .iter()
+            .all(|k| !format!("{k:?}").contains("partial-value slot")));
     }
 
     #[test]
@@ -641,9 +653,15 @@ mod split_k_tests {
             "{e}"
         );
         // A persistent grid does not span the chunks' blockIdx.z (`persistent`'s error).
-        let persistent = STEP20.replace("  inline_most()\n", "  inline_most()\n  persistent(BIDy, 4)\n");
+        let persistent = STEP20.replace(
+            "  inline_most()\n",
+            "  inline_most()\n  persistent(BIDy, 4)\n",
+        );
         let e = compile(&persistent).unwrap_err();
-        assert!(e.contains("persistent(BIDy, 4): `k_o` is bound to BIDz"), "{e}");
+        assert!(
+            e.contains("persistent(BIDy, 4): `k_o` is bound to BIDz"),
+            "{e}"
+        );
     }
 }
 
