@@ -457,6 +457,7 @@ fn the_fp8_examples_have_torch_scaled_mm_as_their_peer() {
     for path in [
         "matmul/step18_fp8_block.hf",
         "matmul/step18_fp8_block_overlap.hf",
+        "matmul/step21_fp8_block_split_k.hf",
     ] {
         assert!(peer(path).contains(
             "return torch._scaled_mm(a, b.t(), scale_a=sa.t().contiguous().t(), scale_b=sb.t(), out_dtype=torch.bfloat16)"

@@ -45,7 +45,11 @@ fn every_example_twin_matches_its_golden_output() {
 /// outputs too: the scale layouts cuBLAS's block-scaled path takes.
 #[test]
 fn block_scaled_examples_scaled_mm_peers_match_their_golden_output() {
-    for stem in ["step18_fp8_block", "step18_fp8_block_overlap"] {
+    for stem in [
+        "step18_fp8_block",
+        "step18_fp8_block_overlap",
+        "step21_fp8_block_split_k",
+    ] {
         let path = repo().join(format!("examples/matmul/{stem}.hf"));
         let f = twin(&path).1;
         let peer = hopfuse::backend::torch::emit_scaled_mm(&f)

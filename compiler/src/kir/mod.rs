@@ -311,6 +311,12 @@ pub struct GridReduce {
     pub slot: usize,
     /// The block-uniform flag the statement declares: this block finished last.
     pub last: String,
+    /// Split-K ([`crate::passes::grid`]'s `split_k`): `acc` is a tensor-core product's
+    /// accumulator fragment, each block holding the sum over one chunk of K, and this is the
+    /// block dim the chunks are bound to. The blocks that differ only along it form a tile:
+    /// each publishes its fragment, and the last of the tile to finish sums the tile's partials
+    /// in chunk order into its fragment. `None`: a reduction to one value over the whole grid.
+    pub split_k: Option<usize>,
 }
 
 /// Warp specialization ([`Stmt::WarpRoles`]): producer warps (a warp-uniform condition) run

@@ -1092,7 +1092,8 @@ impl<'a> Parser<'a> {
         Ok(Stmt::QuadReduce { acc, op, dtype })
     }
 
-    /// `grid_sum(t_acc) -> t_last, slot 0`, optionally ` in f32` after the accumulator.
+    /// `grid_sum(t_acc) -> t_last, slot 0`, optionally ` in f32` after the accumulator and
+    /// `, split_k over blockIdx.z` at the end.
     fn grid_reduce(&mut self, c: &mut Cursor) -> Result<Stmt> {
         let name = c.ident()?;
         let op = reduce_op(c, name)?;
@@ -1101,12 +1102,24 @@ impl<'a> Parser<'a> {
         let last = c.ident()?.to_string();
         c.expect(", slot ")?;
         let slot = usize::try_from(c.int()?).map_err(|_| c.error("a slot is not negative"))?;
+        let split_k = if c.eat(", split_k over blockIdx.") {
+            let dim = c.ident()?;
+            Some(
+                ["x", "y", "z"]
+                    .iter()
+                    .position(|&d| d == dim)
+                    .ok_or_else(|| c.error("a block dim is x, y or z"))?,
+            )
+        } else {
+            None
+        };
         Ok(Stmt::GridReduce(crate::kir::GridReduce {
             acc,
             op,
             dtype,
             slot,
             last,
+            split_k,
         }))
     }
 

@@ -669,7 +669,11 @@ fn print_reduction(k: &Kernel, st: &Stmt, ind: &str, s: &mut String) {
             if g.dtype != k.buffers[g.acc.buffer].dtype {
                 let _ = write!(s, " in {}", g.dtype);
             }
-            let _ = writeln!(s, " -> {}, slot {}", g.last, g.slot);
+            let _ = write!(s, " -> {}, slot {}", g.last, g.slot);
+            if let Some(d) = g.split_k {
+                let _ = write!(s, ", split_k over blockIdx.{}", ["x", "y", "z"][d]);
+            }
+            s.push('\n');
         }
         _ => unreachable!("print_reduction prints its own statements"),
     }

@@ -376,7 +376,8 @@ pub fn reduce_scratch_per_thread(body: &[Stmt]) -> Option<i64> {
     for_each_stmt(body, &mut |s| match s {
         Stmt::BlockReduce { .. } => bytes = bytes.max(Some(8)),
         Stmt::BlockWelford { .. } => bytes = bytes.max(Some(12)),
-        Stmt::GridReduce(_) => bytes = bytes.max(Some(8)),
+        // (Split-K sums fragments through the workspace: no scratch.)
+        Stmt::GridReduce(g) if g.split_k.is_none() => bytes = bytes.max(Some(8)),
         _ => {}
     });
     bytes

@@ -31,11 +31,30 @@
 //! that nothing in the kernel reads the result (it is complete only in the last block): a
 //! fusion that reads it (`x / sum(x)`) is split into kernels by `segment`. Emits, after the
 //! block reduction, a [`Stmt::GridReduce`] and the write under its `last` flag ([`tail`]).
+//!
+//! **Split-K** (a tensor-core product's sum whose K has a part bound to a block dim, e.g.
+//! `s.split(4, 1024)` then `s.parallelize(2, BIDz)`, [`split_k_products`]) is the same scheme
+//! per output tile instead of per grid: the blocks that differ only along that dim (a tile's
+//! chunks of K) each accumulate their chunk in the tensor cores' f32 fragment (for block-scaled
+//! FP8, the promoted accumulator), store it in their chunk's slot of the tile's partials and
+//! take a ticket from the tile's counter; the last block of the tile sums the slots in chunk
+//! order into its fragment (so the bits do not depend on which block finished last), resets
+//! the counter and alone runs the epilogue (casts, bias, scales, the stores). [`check`] takes
+//! one such product per kernel, its K's outer part (the first reduction axis) on one block dim,
+//! no `persistent(...)` (stream-K's or not: a CTA would walk several tiles) and no other grid
+//! reduction (the other blocks of a tile skip the epilogue it would reduce). [`split_k`] runs
+//! at the end of the `mma` pass, when the fragment and its epilogue are final: it puts a
+//! [`Stmt::GridReduce`] with `split_k` set after the statements that finish the sum (the k
+//! loop, the wgmma waits) and the epilogue (from the first statement after them that touches
+//! the fragment to the end of its block) under the flag. The workspace (a counter per tile,
+//! then splits x the fragment's registers x its threads floats per tile) and the memory
+//! ordering (fence, ticket, fence, loads from L2) are `backend/codegen/grid.rs`'s.
 
 use super::context::Ctx;
+use super::reduction::Accumulators;
 use crate::diag::Diagnostic;
 use crate::fusion::{ExprId, Fusion, IterKind, Op, ParallelType, ReduceOp, TensorId};
-use crate::kir::{Access, GridReduce, Stmt, Val};
+use crate::kir::{Access, BufferId, GridReduce, Kernel, Stmt, Val};
 
 /// The block dims bound to reduction axes of `t`'s loop domain (x, y, z).
 pub fn block_dims(f: &Fusion, t: TensorId) -> [bool; 3] {
@@ -51,20 +70,100 @@ pub fn block_dims(f: &Fusion, t: TensorId) -> [bool; 3] {
     dims
 }
 
+/// Whether `t` is a tensor-core product's sum: it keeps a tensor-core axis (`Mma`: M or N)
+/// and reduces one (K). (A reduction of a product's output, an amax, reduces all of them.)
+fn is_product(f: &Fusion, t: TensorId) -> bool {
+    let mma = |kind: bool| {
+        f.tensors[t].loop_domain.iter().any(|&id| {
+            f.ids[id].parallel == ParallelType::Mma
+                && (f.ids[id].kind == IterKind::Reduction) == kind
+        })
+    };
+    mma(true) && mma(false)
+}
+
 /// The grid reductions of `f` in expression order: each one's slot of the workspace is its
-/// position here.
+/// position here. (A product's sum with a block-bound K is split-K, [`split_k_products`].)
 pub fn reductions(f: &Fusion) -> Vec<ExprId> {
     f.expr_ids()
         .filter(|&e| {
             matches!(f.exprs[e].op, Op::Reduce { .. })
                 && block_dims(f, f.exprs[e].output).iter().any(|&d| d)
+                && !is_product(f, f.exprs[e].output)
         })
         .collect()
+}
+
+/// The tensor-core products of `f` whose K is split across blocks (split-K): sums with an
+/// `Mma` axis and a reduction axis bound to a block dim.
+pub fn split_k_products(f: &Fusion) -> Vec<TensorId> {
+    f.expr_ids()
+        .filter(|&e| matches!(f.exprs[e].op, Op::Reduce { .. }))
+        .map(|e| f.exprs[e].output)
+        .filter(|&t| is_product(f, t) && block_dims(f, t).iter().any(|&d| d))
+        .collect()
+}
+
+/// Checks the split-K product of the kernel, if any (see the module doc).
+fn check_split_k(f: &Fusion) -> Result<(), Diagnostic> {
+    let Some(&t) = split_k_products(f).first() else {
+        return Ok(());
+    };
+    let tensor = &f.tensors[t];
+    let name = &tensor.name;
+    let err = |msg: String| Err(Diagnostic::new(msg, tensor.span));
+    let intro = format!("`{name}`'s K is split across blocks (split-K: the last block of each output tile sums the tile's partials and runs the epilogue)");
+    let products: Vec<&str> = f
+        .expr_ids()
+        .filter(|&e| matches!(f.exprs[e].op, Op::Reduce { .. }))
+        .map(|e| f.exprs[e].output)
+        .filter(|&u| is_product(f, u) && u != t)
+        .map(|u| f.tensors[u].name.as_str())
+        .collect();
+    if let Some(other) = products.first() {
+        return err(format!(
+            "{intro}, and `{other}` is a second tensor-core product in the kernel: split-K takes a kernel with one product"
+        ));
+    }
+    let dims = block_dims(f, t);
+    let bound = dims.iter().filter(|&&d| d).count();
+    if bound > 1 {
+        return err(format!(
+            "{intro}, but {bound} of its reduction axes are bound to block dims: bind one part of K (its outer split) to one block dim"
+        ));
+    }
+    let first = tensor
+        .loop_domain
+        .iter()
+        .find(|&&id| f.ids[id].kind == IterKind::Reduction);
+    if first.is_some_and(|&id| !f.ids[id].parallel.is_block()) {
+        return err(format!(
+            "{intro}, but the reduction axis bound to a block dim is not its first: bind the outer part of K (the first of its splits, outside the k loop) to the block dim"
+        ));
+    }
+    if let Some(p) = &f.persistent {
+        let what = if p.stream_k {
+            "`persistent(..., stream_k)` splits the tiles' k steps between CTAs another way"
+        } else {
+            "`persistent(...)` makes each CTA walk several tiles"
+        };
+        return err(format!(
+            "{intro}, and {what}: use split-K or the persistent grid, not both"
+        ));
+    }
+    if let Some(&g) = reductions(f).first() {
+        let other = &f.tensors[f.exprs[g].output].name;
+        return err(format!(
+            "{intro}, and `{other}` is reduced across the grid in the same kernel, which every block must take part in while only a tile's last block runs the epilogue: compute `{other}` in a separate fusion, or leave K unsplit"
+        ));
+    }
+    Ok(())
 }
 
 /// Checks every grid reduction of the kernel (see the module doc).
 pub fn check(cx: &Ctx) -> Result<(), Diagnostic> {
     let f = cx.fusion;
+    check_split_k(f)?;
     let grid = reductions(f);
     if grid.is_empty() {
         return Ok(());
@@ -207,6 +306,7 @@ pub fn tail(
             dtype,
             slot,
             last: last.clone(),
+            split_k: None,
         }),
         Stmt::If {
             cond,
@@ -214,6 +314,133 @@ pub fn tail(
             els: Vec::new(),
         },
     ]
+}
+
+/// Split-K after the `mma` pass (see the module doc): the [`Stmt::GridReduce`] of the split
+/// product's accumulator fragment after the statements that finish its sum, and the epilogue
+/// after them under its flag. Nothing to do without a split-K product.
+pub fn split_k(cx: &Ctx, accumulators: &Accumulators, k: &mut Kernel) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let Some(&t) = split_k_products(f).first() else {
+        return Ok(());
+    };
+    let tensor = &f.tensors[t];
+    let internal = |what: &str| {
+        Diagnostic::new(
+            format!("internal: split-K of `{}`: {what}", tensor.name),
+            tensor.span,
+        )
+    };
+    let dims = block_dims(f, t);
+    let dim = (0..3)
+        .find(|&d| dims[d])
+        .ok_or_else(|| internal("no block dim"))?;
+    let acc = accumulators
+        .of_tensor(t)
+        .ok_or_else(|| internal("no accumulator"))?;
+    let last = format!("{}_last", tensor.name);
+    let mut placed = false;
+    crate::kir::for_each_block_mut(&mut k.body, &mut |block| {
+        if placed
+            || !block
+                .iter()
+                .any(|s| matches!(s, Stmt::Alloc(b) if *b == acc))
+        {
+            return;
+        }
+        // The sum is finished after the last statement with a wgmma or a block accumulator's
+        // promotion (a read of another wgmma accumulator); the epilogue starts at the first
+        // statement after it that touches the fragment.
+        let wgmma_accs = wgmma_accumulators(block);
+        let Some(summed) = block.iter().rposition(|s| {
+            wgmma_accs.iter().any(|&b| b != acc && touches(s, b))
+                || crate::kir::any_stmt(std::slice::from_ref(s), &mut |x| {
+                    matches!(x, Stmt::Wgmma(_))
+                })
+        }) else {
+            return;
+        };
+        let Some(epilogue) = (summed + 1..block.len()).find(|&i| touches(&block[i], acc)) else {
+            return;
+        };
+        let mut rest = block.split_off(epilogue);
+        // The output does not span the split dim, so `predicate` left its writes to the
+        // blocks at 0 along it; here they are the tile's last block's, whichever that is.
+        let split = [ParallelType::BIDx, ParallelType::BIDy, ParallelType::BIDz][dim];
+        crate::kir::for_each_stmt_mut(&mut rest, &mut |s| {
+            if let Stmt::If { cond, .. } = s {
+                *cond = without_first_block_guard(cond, split);
+            }
+            crate::kir::Flow::Descend
+        });
+        block.push(Stmt::GridReduce(GridReduce {
+            acc: Access {
+                buffer: acc,
+                index: Some(Val::Int(0)),
+            },
+            op: ReduceOp::Sum,
+            dtype: crate::dtype::DType::F32,
+            slot: 0,
+            last: last.clone(),
+            split_k: Some(dim),
+        }));
+        block.push(Stmt::If {
+            cond: Val::Var(last.clone()),
+            then: rest,
+            els: Vec::new(),
+        });
+        placed = true;
+    });
+    if placed {
+        Ok(())
+    } else {
+        Err(internal(
+            "the epilogue of its accumulator fragment was not found",
+        ))
+    }
+}
+
+/// `cond` without its conjuncts `p == 0` (the guard that leaves a replicated write to the first
+/// block along `p`).
+fn without_first_block_guard(cond: &Val, p: ParallelType) -> Val {
+    match cond {
+        Val::And(a, b) => Val::and(
+            without_first_block_guard(a, p),
+            without_first_block_guard(b, p),
+        ),
+        Val::Eq(a, b) if **a == Val::Hw(p) && **b == Val::Int(0) => Val::True,
+        _ => cond.clone(),
+    }
+}
+
+/// The accumulators the wgmmas in `body` write.
+fn wgmma_accumulators(body: &[Stmt]) -> Vec<BufferId> {
+    let mut accs = Vec::new();
+    crate::kir::for_each_stmt(body, &mut |s| {
+        if let Stmt::Wgmma(w) = s {
+            if !accs.contains(&w.acc.buffer) {
+                accs.push(w.acc.buffer);
+            }
+        }
+    });
+    accs
+}
+
+/// Whether `s` (or a statement inside it) reads or writes buffer `b` in registers: a compute,
+/// a wgmma's accumulator or register operand, an `stmatrix`'s source, a reduction's value.
+fn touches(s: &Stmt, b: BufferId) -> bool {
+    crate::kir::any_stmt(std::slice::from_ref(s), &mut |x| match x {
+        Stmt::Compute(c) => {
+            let mut read = c.out.buffer == b;
+            c.value.for_each_read(&mut |a| read |= a.buffer == b);
+            read
+        }
+        Stmt::Wgmma(w) => w.acc.buffer == b || w.a.tile.buffer == b,
+        Stmt::StMatrix { src, .. } => src.buffer == b,
+        Stmt::BlockReduce { acc, .. } | Stmt::QuadReduce { acc, .. } => acc.buffer == b,
+        Stmt::GridReduce(g) => g.acc.buffer == b,
+        _ => false,
+    })
 }
 
 #[cfg(test)]
@@ -335,6 +562,105 @@ mod tests {
                 )),
             "{}",
             c.cuda
+        );
+    }
+}
+
+#[cfg(test)]
+mod split_k_tests {
+    const STEP20: &str = include_str!("../../../examples/matmul/step20_split_k_decode.hf");
+
+    fn compile(src: &str) -> Result<crate::Compilation, String> {
+        crate::compile(src, &crate::CompileOptions::default()).map_err(|d| d.to_string())
+    }
+
+    fn workspace(c: &crate::Compilation) -> crate::plan::SizeExpr {
+        c.plan
+            .params
+            .iter()
+            .find_map(|p| match p {
+                crate::plan::Param::Tensor {
+                    role: crate::plan::TensorRole::Workspace,
+                    shape,
+                    ..
+                } => Some(shape[0].clone()),
+                _ => None,
+            })
+            .expect("a workspace")
+    }
+
+    #[test]
+    fn a_split_product_is_combined_per_tile_before_its_epilogue() {
+        let c = compile(STEP20).unwrap();
+        let ir = &c.passes.last().unwrap().ir;
+        // After the k loop's last wait and stage release, before the epilogue, which runs in
+        // the tile's last block whatever its blockIdx.z.
+        assert!(
+            ir.contains("          mbarrier_arrive a_s_b_s_empty[3] (lane 0 of each warp)\n        grid_sum(s_acc[0]) -> s_last, slot 0, split_k over blockIdx.z\n        if s_last:\n          for r_pair in 32 @Unroll"),
+            "{ir}"
+        );
+        assert!(!ir.contains("blockIdx.z == 0"), "{ir}");
+        assert!(
+            c.cuda.contains(
+                "const bool s_last = hf_split_k<128u, 64, 128, 2>(&s_acc[0], hf_grid_workspace);"
+            ),
+            "{}",
+            c.cuda
+        );
+        // A counter per tile (rounded up to 4), then per tile its chunks' fragments: 64
+        // registers in each of the 128 consumer threads.
+        let ws = workspace(&c);
+        let eval = |m: i64, n: i64, k: i64| {
+            let sizes = [
+                ("M".to_string(), m),
+                ("N".to_string(), n),
+                ("K".to_string(), k),
+            ];
+            ws.eval(&sizes.into()).unwrap()
+        };
+        assert_eq!(eval(64, 4096, 4096), 32 + 32 * 4 * 64 * 128);
+        assert_eq!(eval(61, 1000, 1040), 8 + 8 * 2 * 64 * 128);
+        // The grid is not bounded as a grid reduction's is.
+        assert!(c
+            .plan
+            .constraints
+            .iter()
+            .all(|k| !format!("{k:?}").contains("partial-value slot")));
+    }
+
+    #[test]
+    fn split_k_takes_the_outer_part_of_k_and_no_other_grid_reduction() {
+        let inner = STEP20.replace("s.parallelize(2, BIDz)", "s.parallelize(3, BIDz)");
+        let e = compile(&inner).unwrap_err();
+        assert!(
+            e.contains("`s`'s K is split across blocks (split-K")
+                && e.contains("is not its first: bind the outer part of K"),
+            "{e}"
+        );
+        let amax = STEP20
+            .replace(
+                "  output c\n",
+                "  output c\n  amax = max(abs(s), axis=[0, 1])\n  output amax\n",
+            )
+            .replace(
+                "  inline_most()\n",
+                "  inline_most()\n  amax.parallelize(0, BIDy)\n  amax.parallelize(1, BIDx)\n",
+            );
+        let e = compile(&amax).unwrap_err();
+        assert!(
+            e.contains("`s`'s K is split across blocks")
+                && e.contains("`amax` is reduced across the grid in the same kernel"),
+            "{e}"
+        );
+        // A persistent grid does not span the chunks' blockIdx.z (`persistent`'s error).
+        let persistent = STEP20.replace(
+            "  inline_most()\n",
+            "  inline_most()\n  persistent(BIDy, 4)\n",
+        );
+        let e = compile(&persistent).unwrap_err();
+        assert!(
+            e.contains("persistent(BIDy, 4): `k_o` is bound to BIDz"),
+            "{e}"
         );
     }
 }

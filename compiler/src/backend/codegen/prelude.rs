@@ -736,6 +736,8 @@ pub(super) struct Uses {
     /// A warp-specialized kernel's grid reductions over its consumers
     /// (`grid::CONSUMERS_PRELUDE`).
     pub(super) grid_reduce_consumers: bool,
+    /// Split-K's combine of a product's fragment (`grid::SPLIT_K_PRELUDE`).
+    pub(super) split_k: bool,
     /// The clock probe (`CompileOptions::clock_probe`; written only with its feature).
     #[cfg_attr(not(feature = "clock-probe"), allow(dead_code))]
     pub(super) clock_probe: bool,
@@ -811,6 +813,10 @@ impl Uses {
         if self.grid_reduce_consumers {
             src.push('\n');
             src.push_str(super::grid::CONSUMERS_PRELUDE);
+        }
+        if self.split_k {
+            src.push('\n');
+            src.push_str(super::grid::SPLIT_K_PRELUDE);
         }
         if self.tma || tensor_maps {
             src.push('\n');

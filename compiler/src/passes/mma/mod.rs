@@ -52,7 +52,8 @@
 //! the previous stage (`groups.rs`). An online softmax with `overlap=products` gets
 //! FlashAttention-3's order of its two products around the softmax (`overlap.rs`: S_j, then
 //! P_{j-1} V_{j-1} in flight during tile j's softmax, the first S and the last P V peeled). A stream-K fixup after a k loop gets that loop's
-//! accumulator. Errors (located at the tensor): an instruction shape other than M = 64,
+//! accumulator; a split-K product's fragment is combined across its tile's blocks before its
+//! epilogue, which only the tile's last block runs (`passes::grid::split_k`). Errors (located at the tensor): an instruction shape other than M = 64,
 //! K = 16 (32 on 8-bit operands), N a multiple of 8 up to 256; operands that are not swizzled
 //! f16/bf16/e4m3/e5m2 shared caches, of types no wgmma pairs, MN-major 8-bit operands (saying
 //! how to make them K-major) or another layout; an accumulator read outside a tile.
@@ -211,6 +212,8 @@ pub fn run(
         groups::take_product_turns(ws, span, &mut k.body)?;
     }
     name_stream_k_accumulators(&mut k.body);
+    // Split-K's combine goes after the final fragment's sum, before its epilogue.
+    super::grid::split_k(cx, reductions, k)?;
     Ok(Change::Changed)
 }
 
