@@ -63,15 +63,6 @@ pub(super) fn overlap_products(
         let o_expr = f.tensors[r.pattern.product]
             .definition
             .expect("a computed tensor");
-        if plan
-            .pipes
-            .iter()
-            .any(|p| p.ws.as_ref().is_some_and(|w| w.product_turns.is_some()))
-        {
-            return Err(err(
-                "the consumer groups take turns with their products (turns=products); the overlap inside a group is not combined with the turns yet".into(),
-            ));
-        }
         let mut found = 0;
         let mut failure = None;
         crate::kir::rewrite_post(body, &mut |s| match s {
