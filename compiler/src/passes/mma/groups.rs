@@ -1,6 +1,7 @@
 //! wgmma groups: one commit group per unrolled loop of wgmmas, one group kept in flight
 //! across k steps where an empty mbarrier frees the stage, and the turns of consumer groups
-//! that take turns issuing their groups (`turns=products`).
+//! that take turns issuing their groups (`turns=products`: a turn covers the groups a consumer
+//! group issues back to back, both products of an overlapped attention iteration, `overlap.rs`).
 
 #[allow(unused_imports)]
 use super::*;
