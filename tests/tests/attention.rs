@@ -1085,7 +1085,19 @@ fn two_consumer_warp_groups_take_turns_with_their_products() {
         "{e}"
     );
     // One consumer group: nothing to take turns with.
-    let one = example("attention/online_wgmma_ws.hf").replace(
+    one_group_takes_no_turns(&example("attention/online_wgmma_ws.hf"));
+    // A word turns does not take.
+    let e = compile_error(&src.replace("turns=products", "turns=stages"));
+    assert!(
+        e.contains("warp_specialized's turns is `products` (the consumer groups take turns issuing their tensor-core products), got `stages`"),
+        "{e}"
+    );
+}
+
+/// `src` (online_wgmma_ws.hf's one consumer group, with or without the overlap) with
+/// `turns=products` is refused at its circular buffer: one group has nothing to take turns with.
+fn one_group_takes_no_turns(src: &str) {
+    let one = src.replace(
         "warp_specialized(TIDy))",
         "warp_specialized(TIDy, turns=products))",
     );
@@ -1099,12 +1111,6 @@ fn two_consumer_warp_groups_take_turns_with_their_products() {
             &one,
             "ks.circular_buffer(2, warp_specialized(TIDy, turns=products))"
         )),
-        "{e}"
-    );
-    // A word turns does not take.
-    let e = compile_error(&src.replace("turns=products", "turns=stages"));
-    assert!(
-        e.contains("warp_specialized's turns is `products` (the consumer groups take turns issuing their tensor-core products), got `stages`"),
         "{e}"
     );
 }
@@ -1314,23 +1320,60 @@ fn with_product_turns(src: &str) -> String {
     )
 }
 
-#[test]
-fn the_overlap_and_the_turns_issue_both_products_of_an_iteration_in_one_turn() {
-    let src = example("attention/online_wgmma_overlap_pingpong.hf");
-    // online_wgmma_overlap.hf with turns=products on both circular buffers, nothing else.
-    let overlap = example("attention/online_wgmma_overlap.hf");
-    assert_eq!(statements(&src), statements(&with_product_turns(&overlap)));
-    let cuda = hopfuse_tests::compile(&src).cuda;
-    let lines: Vec<&str> = cuda.lines().map(str::trim).collect();
-    let at = |needle: &str, from: usize| {
-        from + lines[from..]
+/// A group's wait for its turn and its pass to the other of two groups, as the CUDA writes them.
+const TURN_WAIT: &str = "hf_bar_sync_group<256>(15u - threadIdx.y);";
+const TURN_PASS: &str = "hf_bar_arrive_group<256>(15u - (threadIdx.y + 1u) % 2u);";
+
+/// A kernel's CUDA lines, indentation trimmed, and the orders they are checked in.
+struct CudaLines<'a>(Vec<&'a str>);
+
+impl<'a> CudaLines<'a> {
+    fn of(cuda: &'a str) -> Self {
+        CudaLines(cuda.lines().map(str::trim).collect())
+    }
+
+    /// The first line at or after `from` that starts with `needle`, or a panic.
+    fn at(&self, needle: &str, from: usize) -> usize {
+        from + self.0[from..]
             .iter()
             .position(|l| l.starts_with(needle))
-            .unwrap_or_else(|| panic!("no `{needle}` after line {from}\n{cuda}"))
-    };
-    let next_is = |i: usize, want: &str| assert_eq!(lines[i + 1], want, "after line {i}");
-    let wait = "hf_bar_sync_group<256>(15u - threadIdx.y);";
-    let pass = "hf_bar_arrive_group<256>(15u - (threadIdx.y + 1u) % 2u);";
+            .unwrap_or_else(|| panic!("no `{needle}` after line {from}\n{}", self.0.join("\n")))
+    }
+
+    /// The line after line `i` is `want`.
+    fn next_is(&self, i: usize, want: &str) {
+        assert_eq!(self.0[i + 1], want, "after line {i}");
+    }
+}
+
+/// Example `path`, which is example `from` with `turns=products` on both circular buffers and
+/// nothing else, and its CUDA.
+fn turns_example(path: &str, from: &str) -> (String, String) {
+    let src = example(path);
+    assert_eq!(
+        statements(&src),
+        statements(&with_product_turns(&example(from))),
+        "{path}"
+    );
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    (src, cuda)
+}
+
+/// How many lines of `cuda` are `line`, indentation aside.
+fn count_lines(cuda: &str, line: &str) -> usize {
+    cuda.lines().filter(|l| l.trim() == line).count()
+}
+
+#[test]
+fn the_overlap_and_the_turns_issue_both_products_of_an_iteration_in_one_turn() {
+    let (src, cuda) = turns_example(
+        "attention/online_wgmma_overlap_pingpong.hf",
+        "attention/online_wgmma_overlap.hf",
+    );
+    let lines = CudaLines::of(&cuda);
+    let at = |needle: &str, from: usize| lines.at(needle, from);
+    let next_is = |i: usize, want: &str| lines.next_is(i, want);
+    let (wait, pass) = (TURN_WAIT, TURN_PASS);
     let scores = "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], ";
     let pv = "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[";
     let convert = "pb[r7] = hf_float_to_bf16(p[r7]);";
@@ -1363,7 +1406,7 @@ fn the_overlap_and_the_turns_issue_both_products_of_an_iteration_in_one_turn() {
     let conv = at(convert, s_commit);
     let pv_fence = at("hf_wgmma_fence();", conv);
     let pv_commit = at("hf_wgmma_commit();", at(pv, pv_fence));
-    assert!(!lines[turn + 1..pv_commit].contains(&pass), "one turn");
+    assert!(!lines.0[turn + 1..pv_commit].contains(&pass), "one turn");
     next_is(pv_commit, pass);
     next_is(pv_commit + 1, "hf_wgmma_wait<1>();");
     next_is(
@@ -1386,8 +1429,8 @@ fn the_overlap_and_the_turns_issue_both_products_of_an_iteration_in_one_turn() {
     next_is(exit, wait);
     // Three turns per group (the peeled S, the loop's, the last P V), one pass at entry and
     // one wait at exit: no other.
-    assert_eq!(lines.iter().filter(|l| **l == wait).count(), 4);
-    assert_eq!(lines.iter().filter(|l| **l == pass).count(), 4);
+    assert_eq!(count_lines(&cuda, wait), 4);
+    assert_eq!(count_lines(&cuda, pass), 4);
     // Three groups (192 queries a block, FlashAttention-3's count at D = 64) take the turns
     // round: group 2 passes the first, each group to the next.
     let three = src
@@ -1397,16 +1440,16 @@ fn the_overlap_and_the_turns_issue_both_products_of_an_iteration_in_one_turn() {
     let pass3 = "hf_bar_arrive_group<256>(15u - (threadIdx.y + 1u) % 3u);";
     let entry = line_of(&cuda, "if (((index_t)threadIdx.y) == 2) {");
     assert_eq!(cuda.lines().nth(entry + 1).map(str::trim), Some(pass3));
-    assert_eq!(cuda.lines().filter(|l| l.trim() == pass3).count(), 4);
-    assert_eq!(cuda.lines().filter(|l| l.trim() == wait).count(), 4);
+    assert_eq!(count_lines(&cuda, pass3), 4);
+    assert_eq!(count_lines(&cuda, wait), 4);
 }
 
 #[test]
 fn the_overlap_and_the_turns_compose_with_the_causal_tile_classification() {
-    let src = example("attention/online_wgmma_overlap_pingpong_causal.hf");
-    let causal = example("attention/online_wgmma_overlap_causal.hf");
-    assert_eq!(statements(&src), statements(&with_product_turns(&causal)));
-    let cuda = hopfuse_tests::compile(&src).cuda;
+    let (_, cuda) = turns_example(
+        "attention/online_wgmma_overlap_pingpong_causal.hf",
+        "attention/online_wgmma_overlap_causal.hf",
+    );
     // Both groups of a block run the query tile's key tiles (the bound names the block's
     // s2_o, not the group), so they issue the same turns.
     let bound = "hf_min<index_t>(hf_ceil_div<index_t>(T, 64), 2 * (s2_o + 1))";
@@ -1416,16 +1459,15 @@ fn the_overlap_and_the_turns_compose_with_the_causal_tile_classification() {
     assert!(!cuda.contains("s2_io + 1)"), "{cuda}");
     // The peeled first tile's mask split comes after its turn is passed (one branch taken by
     // both groups, no turn inside it); the loop's mask is not split.
-    let wait = "hf_bar_sync_group<256>(15u - threadIdx.y);";
-    let pass = "hf_bar_arrive_group<256>(15u - (threadIdx.y + 1u) % 2u);";
+    let (wait, pass) = (TURN_WAIT, TURN_PASS);
     let split = line_of(&cuda, "if (t_o < 2 * s2_o) {");
     let main = line_of(&cuda, "for (index_t t_o_pv = 0; ");
     let first_pass = line_of(&cuda, "hf_wgmma_wait<0>();") - 1;
     assert_eq!(cuda.lines().nth(first_pass).map(str::trim), Some(pass));
     assert!(first_pass < split && split < main);
     assert_eq!(cuda.matches("if (t_o < 2 * s2_o) {").count(), 1, "{cuda}");
-    assert_eq!(cuda.lines().filter(|l| l.trim() == wait).count(), 4);
-    assert_eq!(cuda.lines().filter(|l| l.trim() == pass).count(), 4);
+    assert_eq!(count_lines(&cuda, wait), 4);
+    assert_eq!(count_lines(&cuda, pass), 4);
 }
 
 #[test]
@@ -1462,22 +1504,7 @@ fn the_overlap_says_where_it_cannot_apply() {
     );
     // With the groups' turns the overlap needs two groups or more, as the turns do (one
     // group has nothing to take turns with), located at the circular buffer.
-    let one = with("attention/online_wgmma_ws.hf").replace(
-        "warp_specialized(TIDy))",
-        "warp_specialized(TIDy, turns=products))",
-    );
-    let e = compile_error(&one);
-    assert!(
-        e.contains("`ks`: turns=products: the consumers have 1 thread group(s) along TIDy; two to 4 can take turns (each has a turn barrier)"),
-        "{e}"
-    );
-    assert!(
-        e.contains(&located(
-            &one,
-            "ks.circular_buffer(2, warp_specialized(TIDy, turns=products))"
-        )),
-        "{e}"
-    );
+    one_group_takes_no_turns(&with("attention/online_wgmma_ws.hf"));
     // The ping-pong example with the overlap is the combined example's kernel.
     let combined = with("attention/online_wgmma_pingpong.hf");
     assert!(hopfuse_tests::compile(&combined)
