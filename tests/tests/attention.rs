@@ -1085,7 +1085,19 @@ fn two_consumer_warp_groups_take_turns_with_their_products() {
         "{e}"
     );
     // One consumer group: nothing to take turns with.
-    let one = example("attention/online_wgmma_ws.hf").replace(
+    one_group_takes_no_turns(&example("attention/online_wgmma_ws.hf"));
+    // A word turns does not take.
+    let e = compile_error(&src.replace("turns=products", "turns=stages"));
+    assert!(
+        e.contains("warp_specialized's turns is `products` (the consumer groups take turns issuing their tensor-core products), got `stages`"),
+        "{e}"
+    );
+}
+
+/// `src` (online_wgmma_ws.hf's one consumer group, with or without the overlap) with
+/// `turns=products` is refused at its circular buffer: one group has nothing to take turns with.
+fn one_group_takes_no_turns(src: &str) {
+    let one = src.replace(
         "warp_specialized(TIDy))",
         "warp_specialized(TIDy, turns=products))",
     );
@@ -1099,12 +1111,6 @@ fn two_consumer_warp_groups_take_turns_with_their_products() {
             &one,
             "ks.circular_buffer(2, warp_specialized(TIDy, turns=products))"
         )),
-        "{e}"
-    );
-    // A word turns does not take.
-    let e = compile_error(&src.replace("turns=products", "turns=stages"));
-    assert!(
-        e.contains("warp_specialized's turns is `products` (the consumer groups take turns issuing their tensor-core products), got `stages`"),
         "{e}"
     );
 }
@@ -1290,6 +1296,180 @@ fn the_overlap_composes_with_the_causal_tile_classification() {
     assert_eq!(cuda.matches(masked).count(), 2, "{cuda}");
 }
 
+/// The statements of `src` from its fusion on, comments left out.
+fn statements(src: &str) -> Vec<String> {
+    src[src.find("  input q").expect("a fusion")..]
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `src` with `turns=products` added to both circular buffers of the overlap examples.
+fn with_product_turns(src: &str) -> String {
+    let k = "ks.circular_buffer(2, warp_specialized(TIDy, registers=[24, 240]))";
+    let v = "vs.circular_buffer(2, warp_specialized(TIDy, registers=[24, 240], warp=1))";
+    assert!(src.contains(k) && src.contains(v));
+    src.replace(
+        k,
+        "ks.circular_buffer(2, warp_specialized(TIDy, registers=[24, 240], turns=products))",
+    )
+    .replace(
+        v,
+        "vs.circular_buffer(2, warp_specialized(TIDy, registers=[24, 240], warp=1, turns=products))",
+    )
+}
+
+/// A group's wait for its turn and its pass to the other of two groups, as the CUDA writes them.
+const TURN_WAIT: &str = "hf_bar_sync_group<256>(15u - threadIdx.y);";
+const TURN_PASS: &str = "hf_bar_arrive_group<256>(15u - (threadIdx.y + 1u) % 2u);";
+
+/// A kernel's CUDA lines, indentation trimmed, and the orders they are checked in.
+struct CudaLines<'a>(Vec<&'a str>);
+
+impl<'a> CudaLines<'a> {
+    fn of(cuda: &'a str) -> Self {
+        CudaLines(cuda.lines().map(str::trim).collect())
+    }
+
+    /// The first line at or after `from` that starts with `needle`, or a panic.
+    fn at(&self, needle: &str, from: usize) -> usize {
+        from + self.0[from..]
+            .iter()
+            .position(|l| l.starts_with(needle))
+            .unwrap_or_else(|| panic!("no `{needle}` after line {from}\n{}", self.0.join("\n")))
+    }
+
+    /// The line after line `i` is `want`.
+    fn next_is(&self, i: usize, want: &str) {
+        assert_eq!(self.0[i + 1], want, "after line {i}");
+    }
+}
+
+/// Example `path`, which is example `from` with `turns=products` on both circular buffers and
+/// nothing else, and its CUDA.
+fn turns_example(path: &str, from: &str) -> (String, String) {
+    let src = example(path);
+    assert_eq!(
+        statements(&src),
+        statements(&with_product_turns(&example(from))),
+        "{path}"
+    );
+    let cuda = hopfuse_tests::compile(&src).cuda;
+    (src, cuda)
+}
+
+/// How many lines of `cuda` are `line`, indentation aside.
+fn count_lines(cuda: &str, line: &str) -> usize {
+    cuda.lines().filter(|l| l.trim() == line).count()
+}
+
+#[test]
+fn the_overlap_and_the_turns_issue_both_products_of_an_iteration_in_one_turn() {
+    let (src, cuda) = turns_example(
+        "attention/online_wgmma_overlap_pingpong.hf",
+        "attention/online_wgmma_overlap.hf",
+    );
+    let lines = CudaLines::of(&cuda);
+    let at = |needle: &str, from: usize| lines.at(needle, from);
+    let next_is = |i: usize, want: &str| lines.next_is(i, want);
+    let (wait, pass) = (TURN_WAIT, TURN_PASS);
+    let scores = "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], ";
+    let pv = "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[";
+    let convert = "pb[r7] = hf_float_to_bf16(p[r7]);";
+    let exp = "e[r4] = exp2f(e_sub[0]);";
+    // Group 1 passes the first turn at entry.
+    let consumer = at("} else {  // consumer warps", 0);
+    let first = at("if (((index_t)threadIdx.y) == 1) {", consumer);
+    next_is(first, pass);
+    // The peeled tile 0: K's stage waited for outside the turn, S_0 issued in a turn of its
+    // own, the turn passed before its wait_group 0.
+    let prologue = at("for (index_t t_o_first = 0; ", first);
+    let k0 = at("hf_mbarrier_wait(&ks_full[t_o % 2], ", prologue);
+    let turn0 = at(wait, k0);
+    next_is(turn0, "hf_wgmma_fence();");
+    let s0 = at("hf_wgmma_commit();", at(scores, turn0));
+    next_is(s0, pass);
+    next_is(s0 + 1, "hf_wgmma_wait<0>();");
+    // The loop: K_j's stage, then the turn; S_j issued, V_{j-1}'s stage waited for and P_{j-1}
+    // converted inside the turn, O += P_{j-1} V_{j-1} issued, the turn passed; only then
+    // wait_group 1, K_j's stage released, tile j's softmax, wait_group 0, V's stage released.
+    let main = at("for (index_t t_o_pv = 0; ", s0);
+    let k = at("hf_mbarrier_wait(&ks_full[t_o % 2], ", main);
+    let turn = at(wait, k);
+    next_is(turn, "hf_wgmma_fence();");
+    let s_commit = at("hf_wgmma_commit();", at(scores, turn));
+    next_is(
+        s_commit,
+        "hf_mbarrier_wait(&vs_full[t_o_pv % 2], (unsigned)(t_o_pv / 2 % 2));",
+    );
+    let conv = at(convert, s_commit);
+    let pv_fence = at("hf_wgmma_fence();", conv);
+    let pv_commit = at("hf_wgmma_commit();", at(pv, pv_fence));
+    assert!(!lines.0[turn + 1..pv_commit].contains(&pass), "one turn");
+    next_is(pv_commit, pass);
+    next_is(pv_commit + 1, "hf_wgmma_wait<1>();");
+    next_is(
+        pv_commit + 2,
+        "hf_mbarrier_arrive_per_warp(&ks_empty[t_o % 2]);",
+    );
+    let drained = at("hf_wgmma_wait<0>();", at(exp, pv_commit));
+    next_is(
+        drained,
+        "hf_mbarrier_arrive_per_warp(&vs_empty[t_o_pv % 2]);",
+    );
+    // The last P V in a turn of its own; group 0 takes the last turn at exit.
+    let epilogue = at("for (index_t t_o_last = 0; ", drained);
+    let last_turn = at(wait, at(convert, epilogue));
+    next_is(last_turn, "hf_wgmma_fence();");
+    let last_commit = at("hf_wgmma_commit();", at(pv, last_turn));
+    next_is(last_commit, pass);
+    next_is(last_commit + 1, "hf_wgmma_wait<0>();");
+    let exit = at("if (((index_t)threadIdx.y) == 0) {", last_commit);
+    next_is(exit, wait);
+    // Three turns per group (the peeled S, the loop's, the last P V), one pass at entry and
+    // one wait at exit: no other.
+    assert_eq!(count_lines(&cuda, wait), 4);
+    assert_eq!(count_lines(&cuda, pass), 4);
+    // Three groups (192 queries a block, FlashAttention-3's count at D = 64) take the turns
+    // round: group 2 passes the first, each group to the next.
+    let three = src
+        .replace("s_sum.split(1, 128)", "s_sum.split(1, 192)")
+        .replace("registers=[24, 240]", "registers=[32, 160]");
+    let cuda = hopfuse_tests::compile(&three).cuda;
+    let pass3 = "hf_bar_arrive_group<256>(15u - (threadIdx.y + 1u) % 3u);";
+    let entry = line_of(&cuda, "if (((index_t)threadIdx.y) == 2) {");
+    assert_eq!(cuda.lines().nth(entry + 1).map(str::trim), Some(pass3));
+    assert_eq!(count_lines(&cuda, pass3), 4);
+    assert_eq!(count_lines(&cuda, wait), 4);
+}
+
+#[test]
+fn the_overlap_and_the_turns_compose_with_the_causal_tile_classification() {
+    let (_, cuda) = turns_example(
+        "attention/online_wgmma_overlap_pingpong_causal.hf",
+        "attention/online_wgmma_overlap_causal.hf",
+    );
+    // Both groups of a block run the query tile's key tiles (the bound names the block's
+    // s2_o, not the group), so they issue the same turns.
+    let bound = "hf_min<index_t>(hf_ceil_div<index_t>(T, 64), 2 * (s2_o + 1))";
+    assert!(cuda.contains(&format!(
+        "for (index_t t_o_pv = 0; t_o_pv < {bound} - 1; ++t_o_pv) {{"
+    )));
+    assert!(!cuda.contains("s2_io + 1)"), "{cuda}");
+    // The peeled first tile's mask split comes after its turn is passed (one branch taken by
+    // both groups, no turn inside it); the loop's mask is not split.
+    let (wait, pass) = (TURN_WAIT, TURN_PASS);
+    let split = line_of(&cuda, "if (t_o < 2 * s2_o) {");
+    let main = line_of(&cuda, "for (index_t t_o_pv = 0; ");
+    let first_pass = line_of(&cuda, "hf_wgmma_wait<0>();") - 1;
+    assert_eq!(cuda.lines().nth(first_pass).map(str::trim), Some(pass));
+    assert!(first_pass < split && split < main);
+    assert_eq!(cuda.matches("if (t_o < 2 * s2_o) {").count(), 1, "{cuda}");
+    assert_eq!(count_lines(&cuda, wait), 4);
+    assert_eq!(count_lines(&cuda, pass), 4);
+}
+
 #[test]
 fn the_overlap_says_where_it_cannot_apply() {
     let with = |path: &str| {
@@ -1322,12 +1502,14 @@ fn the_overlap_says_where_it_cannot_apply() {
         e.contains("online_softmax(o): overlap=products overlaps the softmax with the P V product on tensor cores, and `o` has no tensor-core tile"),
         "{e}"
     );
-    // Not combined with the groups' turns yet.
-    let e = compile_error(&with("attention/online_wgmma_pingpong.hf"));
-    assert!(
-        e.contains("the consumer groups take turns with their products (turns=products); the overlap inside a group is not combined with the turns yet"),
-        "{e}"
-    );
+    // With the groups' turns the overlap needs two groups or more, as the turns do (one
+    // group has nothing to take turns with), located at the circular buffer.
+    one_group_takes_no_turns(&with("attention/online_wgmma_ws.hf"));
+    // The ping-pong example with the overlap is the combined example's kernel.
+    let combined = with("attention/online_wgmma_pingpong.hf");
+    assert!(hopfuse_tests::compile(&combined)
+        .cuda
+        .contains("hf_bar_arrive_group<256>(15u - (threadIdx.y + 1u) % 2u);"));
     // A word overlap does not take.
     let src =
         example("attention/online_wgmma_overlap.hf").replace("overlap=products", "overlap=scores");

@@ -1,6 +1,7 @@
 //! wgmma groups: one commit group per unrolled loop of wgmmas, one group kept in flight
 //! across k steps where an empty mbarrier frees the stage, and the turns of consumer groups
-//! that take turns issuing their groups (`turns=products`).
+//! that take turns issuing their groups (`turns=products`: a turn covers the groups a consumer
+//! group issues back to back, both products of an overlapped attention iteration, `overlap.rs`).
 
 #[allow(unused_imports)]
 use super::*;
@@ -125,10 +126,15 @@ fn defer_release(mut l: Loop) -> Vec<Stmt> {
 }
 
 /// `turns=products` (ping-pong between consumer groups that share every stage): in the
-/// consumers' branch, each wgmma group is issued in the thread group's turn: `Turn::Wait` before
-/// its fence, `Turn::Pass` to the next group right after its commit (the group's products are
-/// issued, not retired: the next group's products queue behind them on the tensor cores while
-/// this group waits for its results and runs what follows, the softmax). The last group passes
+/// consumers' branch, the wgmma groups a thread group issues back to back are issued in its
+/// turn: `Turn::Wait` before the first one's fence, `Turn::Pass` to the next group right after
+/// the last one's commit (the products are issued, not retired: the next group's products queue
+/// behind them on the tensor cores while this group waits for its results and runs what
+/// follows, the softmax). Back to back means that no `wgmma.wait_group` (nor anything else
+/// holding a wgmma) comes between one group's commit and the next group's fence in the same
+/// block: with `online_softmax(o, overlap=products)` that is S_j and P_{j-1} V_{j-1}, issued in
+/// one turn as FlashAttention-3 does (the V stage's full wait and P's conversion between them
+/// stay in the turn); without it each wgmma group is a turn of its own. The last group passes
 /// the first turn at entry and group 0 takes the last group's final pass at exit, so every
 /// barrier phase completes; each group issues the same products, so the turns alternate.
 pub(super) fn take_product_turns(
@@ -170,18 +176,24 @@ fn turns_in_consumer(
         threads: ws.consumer_threads / groups,
     };
     crate::kir::for_each_block_mut(consumer, &mut |block| {
-        let mut out = Vec::with_capacity(block.len() + 2);
-        for s in block.drain(..) {
+        let stmts = std::mem::take(block);
+        let mut out = Vec::with_capacity(stmts.len() + 2);
+        let mut in_turn = false;
+        for (i, s) in stmts.iter().enumerate() {
             match s {
-                Stmt::WgmmaFence => {
+                Stmt::WgmmaFence if !in_turn => {
                     out.push(turn(TurnStep::Wait));
                     out.push(Stmt::WgmmaFence);
+                    in_turn = true;
                 }
                 Stmt::WgmmaCommit => {
                     out.push(Stmt::WgmmaCommit);
-                    out.push(turn(TurnStep::Pass));
+                    in_turn = issues_next_group(&stmts[i + 1..]);
+                    if !in_turn {
+                        out.push(turn(TurnStep::Pass));
+                    }
                 }
-                other => out.push(other),
+                other => out.push(other.clone()),
             }
         }
         *block = out;
@@ -217,6 +229,21 @@ fn turns_in_consumer(
         els: Vec::new(),
     });
     Ok(())
+}
+
+/// Whether the statements after a wgmma group's commit issue the next group before waiting for
+/// any: the first of them that holds a wgmma statement is the next group's fence, in the same
+/// block (one in a nested block, or a `wait_group`, ends the turn).
+fn issues_next_group(rest: &[Stmt]) -> bool {
+    let holds_wgmma = |s: &Stmt| {
+        crate::kir::any_stmt(std::slice::from_ref(s), &mut |x| {
+            matches!(
+                x,
+                Stmt::Wgmma(_) | Stmt::WgmmaFence | Stmt::WgmmaCommit | Stmt::WgmmaWait(_)
+            )
+        })
+    };
+    rest.iter().find(|s| holds_wgmma(s)) == Some(&Stmt::WgmmaFence)
 }
 
 /// One group per unrolled loop of wgmmas: an unrolled loop (or a thread or block index

@@ -51,9 +51,12 @@
 //! mbarrier frees a stage, the k loop keeps one group in flight (`wait_group 1`) and releases
 //! the previous stage (`groups.rs`). An online softmax with `overlap=products` gets
 //! FlashAttention-3's order of its two products around the softmax (`overlap.rs`: S_j, then
-//! P_{j-1} V_{j-1} in flight during tile j's softmax, the first S and the last P V peeled). A stream-K fixup after a k loop gets that loop's
-//! accumulator; a split-K product's fragment is combined across its tile's blocks before its
-//! epilogue, which only the tile's last block runs (`passes::grid::split_k`). Errors (located at the tensor): an instruction shape other than M = 64,
+//! P_{j-1} V_{j-1} in flight during tile j's softmax, the first S and the last P V peeled);
+//! with `turns=products` the groups issued back to back are one turn (`groups.rs`: S_j and
+//! P_{j-1} V_{j-1} in one turn, FlashAttention-3's ping-pong). A stream-K fixup after a k loop
+//! gets that loop's accumulator; a split-K product's fragment is combined across its tile's
+//! blocks before its epilogue, which only the tile's last block runs (`passes::grid::split_k`).
+//! Errors (located at the tensor): an instruction shape other than M = 64,
 //! K = 16 (32 on 8-bit operands), N a multiple of 8 up to 256; operands that are not swizzled
 //! f16/bf16/e4m3/e5m2 shared caches, of types no wgmma pairs, MN-major 8-bit operands (saying
 //! how to make them K-major) or another layout; an accumulator read outside a tile.

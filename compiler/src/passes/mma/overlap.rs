@@ -33,6 +33,16 @@
 //! stages at a time: three stages keep a load in flight (K and V on separate producer warps,
 //! `warp=1` on V's circular buffer, release K's stage at `wait_group 1` and need two).
 //!
+//! With `warp_specialized(..., turns=products)` (consumer groups that share every stage take
+//! turns issuing their products: FlashAttention-3's ping-pong) this form is what the turns
+//! see ([`super::groups::take_product_turns`] runs after this): a turn covers the wgmma groups
+//! issued back to back, so the loop's S_j and P_{j-1} V_{j-1} are one turn (the wait before
+//! S's fence after K's full wait; V's full wait and P's conversion inside it; the pass right
+//! after the P V product's commit, before `wait_group 1`), and the prologue's S_0 and the
+//! epilogue's last P V a turn each. Every group runs the same loop (the key tiles are the
+//! block's: the groups' binding is inside the loop), so each issues the same turns, and the
+//! stage releases are those above: the turns move no arrive.
+//!
 //! Emits, in place of the loop, the carried `Alloc`s, the prologue (a loop over `{var}_first` of
 //! `min(n, 1)` iterations: a scope for its `Let` that `simplify` keeps), the loop over
 //! `{var}_pv` (the tile whose P V product it issues) and the epilogue (over `{var}_last`, as
@@ -63,15 +73,6 @@ pub(super) fn overlap_products(
         let o_expr = f.tensors[r.pattern.product]
             .definition
             .expect("a computed tensor");
-        if plan
-            .pipes
-            .iter()
-            .any(|p| p.ws.as_ref().is_some_and(|w| w.product_turns.is_some()))
-        {
-            return Err(err(
-                "the consumer groups take turns with their products (turns=products); the overlap inside a group is not combined with the turns yet".into(),
-            ));
-        }
         let mut found = 0;
         let mut failure = None;
         crate::kir::rewrite_post(body, &mut |s| match s {
