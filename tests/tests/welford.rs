@@ -114,10 +114,14 @@ fn the_layernorm_examples_updates_are_four_independent_chains() {
     }
     // Three loops over d_oo around the statistics (init, the two combine passes) besides the
     // reduction's own: four in the statistics' scope.
-    let scope = &welford[welford.find("alloc v_mean").unwrap()..welford.find("block_welford").unwrap()];
+    let scope =
+        &welford[welford.find("alloc v_mean").unwrap()..welford.find("block_welford").unwrap()];
     assert_eq!(scope.matches("for d_oo in 4 @Serial").count(), 4, "{scope}");
     let allocation = &c.passes.iter().find(|p| p.name == "allocation").unwrap().ir;
-    assert!(allocation.contains("alloc v_part_mean: f32[4] local"), "{allocation}");
+    assert!(
+        allocation.contains("alloc v_part_mean: f32[4] local"),
+        "{allocation}"
+    );
 }
 
 /// No serial reduction loop of 2 to 8 iterations around the update (each thread's elements
@@ -125,7 +129,10 @@ fn the_layernorm_examples_updates_are_four_independent_chains() {
 #[test]
 fn without_a_short_serial_loop_a_thread_keeps_one_state() {
     for (split, vectors) in [
-        ("  y.split(1, 4)\n  y.parallelize(2, Vectorize)\n", "one vector"),
+        (
+            "  y.split(1, 4)\n  y.parallelize(2, Vectorize)\n",
+            "one vector",
+        ),
         ("  y.split(1, 16)\n", "a serial loop of 16"),
     ] {
         let src = format!(

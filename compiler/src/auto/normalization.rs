@@ -159,7 +159,9 @@ impl Row<'_, '_> {
             return s;
         }
         if !self.one_pass.is_empty() {
-            s.comment("Each variance in one pass: Welford's statistics per thread, one block combine.");
+            s.comment(
+                "Each variance in one pass: Welford's statistics per thread, one block combine.",
+            );
         }
         for &v in &self.one_pass {
             s.line(format!("welford({})", facts.name(v)));

@@ -174,9 +174,8 @@ fn rewrite(
 
 /// Three new f32 registers `{prefix}_mean`, `{prefix}_m2`, `{prefix}_count` over `ids`.
 fn new_stats(cx: &mut Ctx, k: &mut Kernel, prefix: &str, ids: Vec<IterId>) -> Stats {
-    let mut register = |what: &str| {
-        cx.new_register(k, &format!("{prefix}_{what}"), DType::F32, ids.clone())
-    };
+    let mut register =
+        |what: &str| cx.new_register(k, &format!("{prefix}_{what}"), DType::F32, ids.clone());
     Stats {
         mean: register("mean"),
         m2: register("m2"),
@@ -190,7 +189,10 @@ fn partial_axis(cx: &Ctx, sum: TensorId) -> Option<IterId> {
     let f = cx.fusion;
     f.tensors[sum].loop_domain.iter().copied().find(|&id| {
         f.ids[id].kind == IterKind::Reduction
-            && matches!(f.ids[id].parallel, ParallelType::Serial | ParallelType::Unroll)
+            && matches!(
+                f.ids[id].parallel,
+                ParallelType::Serial | ParallelType::Unroll
+            )
             && cx
                 .key_extent(cx.keys.of_axis[&id])
                 .as_const()
@@ -200,7 +202,14 @@ fn partial_axis(cx: &Ctx, sum: TensorId) -> Option<IterId> {
 
 /// The statements of the statistics of the sum `e` (see [`Plan`]).
 fn plan(cx: &Ctx, e: ExprId, stats: Stats, partials: Option<Partials>) -> Plan {
-    let zero = |b: BufferId| compute(e, b, Data::Literal(0.0, DType::F32), ComputeRole::ReductionInit);
+    let zero = |b: BufferId| {
+        compute(
+            e,
+            b,
+            Data::Literal(0.0, DType::F32),
+            ComputeRole::ReductionInit,
+        )
+    };
     let each = |s: Stats| [s.mean, s.m2, s.count];
     let mut init: Vec<Stmt> = each(stats).into_iter().map(Stmt::Alloc).collect();
     let Some(Partials { axis, states }) = partials else {
@@ -214,7 +223,11 @@ fn plan(cx: &Ctx, e: ExprId, stats: Stats, partials: Option<Partials>) -> Plan {
     };
     init.extend(each(states).map(Stmt::Alloc));
     init.extend(each(stats).map(zero));
-    init.extend(accumulator_loops(cx, &[axis], each(states).map(zero).to_vec()));
+    init.extend(accumulator_loops(
+        cx,
+        &[axis],
+        each(states).map(zero).to_vec(),
+    ));
     let Stats { mean, m2, count } = stats;
     let role = ComputeRole::ReductionWrite;
     let update = |b: BufferId, add: Data| compute(e, b, binary(BinaryOp::Add, read(b), add), role);
@@ -225,7 +238,10 @@ fn plan(cx: &Ctx, e: ExprId, stats: Stats, partials: Option<Partials>) -> Plan {
         &[axis],
         vec![
             update(count, read(states.count)),
-            update(mean, binary(BinaryOp::Mul, read(states.count), read(states.mean))),
+            update(
+                mean,
+                binary(BinaryOp::Mul, read(states.count), read(states.mean)),
+            ),
         ],
     );
     // `count > 0 ? sum / count : 0` (a thread past a ragged row's end has no element); no
@@ -236,7 +252,11 @@ fn plan(cx: &Ctx, e: ExprId, stats: Stats, partials: Option<Partials>) -> Plan {
     combine.push(compute(
         e,
         mean,
-        Data::Ternary(TernaryOp::Where, DType::F32, Box::new([any, quotient, zero])),
+        Data::Ternary(
+            TernaryOp::Where,
+            DType::F32,
+            Box::new([any, quotient, zero]),
+        ),
         role,
     ));
     let deviation = || binary(BinaryOp::Sub, read(states.mean), read(mean));
