@@ -165,6 +165,21 @@ fn a_plain_var_and_var_mean_with_a_correction_take_one_pass() {
         "  v = var(x, axis=1)\n  y = x * broadcast(v, axis=1)\n  output y",
     ] {
         let c = compile(&row_program(body, "  welford(v)\n"));
+        // A plain var's own mean (`v_div`) and its sum (`v_sum`) are read by nothing the one
+        // pass computes: neither is (NVRTC would warn of a value set and never used).
+        if body.contains("var(") {
+            assert!(
+                !c.cuda.contains("v_div") && !c.cuda.contains("v_sum[0] ="),
+                "{}",
+                c.cuda
+            );
+        } else {
+            assert!(
+                c.cuda.contains("m_sum[0] = v_mean[0] * v_count[0];"),
+                "{}",
+                c.cuda
+            );
+        }
         assert_eq!(c.cuda.matches("hf_block_welford<").count(), 1, "{}", c.cuda);
         assert!(!c.cuda.contains("hf_block_reduce<"), "{}", c.cuda);
         // The degrees of freedom stay the builder's: 4096 - 1.

@@ -21,7 +21,8 @@
 //! mean)^2)`: exact, no division per state). Without such a loop the thread's one state is
 //! `{v}_mean`, `{v}_m2`, `{v}_count` itself. Those are combined across the reduced thread dims
 //! by one [`Stmt::BlockWelford`] (Chan's formula) where the sum had its `BlockReduce`; `s` is
-//! written as `mean * count` and the squared deviations' sum as `m2`. Emits a located error,
+//! written as `mean * count` and the squared deviations' sum as `m2`. When nothing but the
+//! two-pass chain reads the mean `s / n` (a plain `var`), neither the mean nor `s` is computed. Emits a located error,
 //! naming the variance as the user wrote it, when a thread would hold several rows'
 //! statistics, the two sums are not reduced over the same thread dims or are computed in
 //! different loop nests.
@@ -79,6 +80,10 @@ struct Sums {
     squares_acc: BufferId,
     /// The exprs of the tensors between the sums (not computed any more).
     between: [ExprId; 3],
+    /// The mean's expr and the sum's, when nothing but the two-pass chain reads the mean (a
+    /// plain `var`): neither is computed any more (the sum's write and the mean would be
+    /// values set and never used).
+    unread_mean: Option<[ExprId; 2]>,
 }
 
 pub fn run(
@@ -115,6 +120,7 @@ fn rewrite(
         sum_acc,
         squares_acc,
         between: w.between.map(def),
+        unread_mean: mean_unread(f, &w).then(|| [def(w.mean), def(w.sum)]),
     };
     let dims_of = |acc: BufferId| {
         let mut dims = None;
@@ -157,6 +163,10 @@ fn rewrite(
     for t in w.between {
         cx.layout.tensor_buffer.remove(&t);
     }
+    if sums.unread_mean.is_some() {
+        cx.layout.tensor_buffer.remove(&w.mean);
+        cx.layout.tensor_buffer.remove(&w.sum);
+    }
     // Without a block reduction the partial states are combined before the sum's write.
     let block_combined = sum_dims.is_some();
     let mut missing_update = true;
@@ -170,6 +180,13 @@ fn rewrite(
         )));
     }
     Ok(())
+}
+
+/// Whether nothing but the two-pass chain's broadcast reads `w`'s mean (a plain `var`'s; not
+/// var_mean's, whose mean is the user's).
+fn mean_unread(f: &crate::fusion::Fusion, w: &WelfordVar) -> bool {
+    let broadcast = f.tensors[w.between[0]].definition;
+    !f.tensors[w.mean].is_output && f.uses(w.mean).into_iter().all(|e| Some(e) == broadcast)
 }
 
 /// Three new f32 registers `{prefix}_mean`, `{prefix}_m2`, `{prefix}_count` over `ids`.
@@ -409,6 +426,7 @@ fn replace(
             Vec::new()
         }
         Stmt::Compute(c) if sums.between.contains(&c.expr) => Vec::new(),
+        Stmt::Compute(c) if sums.unread_mean.is_some_and(|[mean, _]| mean == c.expr) => Vec::new(),
         Stmt::Compute(mut c) if c.expr == sums.squares_expr => {
             c.value = read(m2);
             vec![Stmt::Compute(c)]
@@ -429,9 +447,11 @@ fn replace(
                 } else {
                     plan.combine.clone()
                 };
-                let mut c = c;
-                c.value = binary(BinaryOp::Mul, read(mean), read(count));
-                out.push(Stmt::Compute(c));
+                if sums.unread_mean.is_none() {
+                    let mut c = c;
+                    c.value = binary(BinaryOp::Mul, read(mean), read(count));
+                    out.push(Stmt::Compute(c));
+                }
                 out
             }
             _ => vec![Stmt::Compute(c)],
