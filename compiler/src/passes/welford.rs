@@ -80,10 +80,10 @@ struct Sums {
     squares_acc: BufferId,
     /// The exprs of the tensors between the sums (not computed any more).
     between: [ExprId; 3],
-    /// The mean's expr and the sum's, when nothing but the two-pass chain reads the mean (a
-    /// plain `var`): neither is computed any more (the sum's write and the mean would be
-    /// values set and never used).
-    unread_mean: Option<[ExprId; 2]>,
+    /// The mean's expr when nothing but the two-pass chain reads the mean (a plain `var`):
+    /// neither the mean nor the sum's write is computed any more (each would be a value set
+    /// and never used).
+    unread_mean: Option<ExprId>,
 }
 
 pub fn run(
@@ -120,7 +120,7 @@ fn rewrite(
         sum_acc,
         squares_acc,
         between: w.between.map(def),
-        unread_mean: mean_unread(f, &w).then(|| [def(w.mean), def(w.sum)]),
+        unread_mean: mean_unread(f, &w).then(|| def(w.mean)),
     };
     let dims_of = |acc: BufferId| {
         let mut dims = None;
@@ -426,7 +426,7 @@ fn replace(
             Vec::new()
         }
         Stmt::Compute(c) if sums.between.contains(&c.expr) => Vec::new(),
-        Stmt::Compute(c) if sums.unread_mean.is_some_and(|[mean, _]| mean == c.expr) => Vec::new(),
+        Stmt::Compute(c) if sums.unread_mean == Some(c.expr) => Vec::new(),
         Stmt::Compute(mut c) if c.expr == sums.squares_expr => {
             c.value = read(m2);
             vec![Stmt::Compute(c)]
