@@ -98,6 +98,20 @@ const RMSNORM_BF16: &str = "fusion rmsnorm {
 }
 ";
 
+/// LayerNorm with its statistics from `var_mean` (examples/fusions/layernorm.hf without its
+/// schedule): the normalization scheduler computes the variance in one pass (`welford(v)`).
+const LAYERNORM_VAR_MEAN: &str = "fusion layernorm {
+  input x: bf16[M, N]
+  input w: bf16[N]
+  input b: bf16[N]
+  xf = cast(x, f32)
+  v, m = var_mean(xf, axis=1, correction=0)
+  xn = (xf - broadcast(m, axis=1)) * broadcast(rsqrt(v + 0.00001), axis=1)
+  y = cast(xn * cast(broadcast(w, axis=0), f32) + cast(broadcast(b, axis=0), f32), bf16)
+  output y
+}
+";
+
 const ADD: &str = "fusion add {
   input a: bf16[M, N]
   input b: bf16[M, N]
@@ -193,7 +207,7 @@ const BATCHED_TRANSPOSE: &str = "fusion batched_transpose {
 
 #[test]
 fn schedule_text_per_class_and_size() {
-    let cases: [(&str, &str, &[&str]); 10] = [
+    let cases: [(&str, &str, &[&str]); 11] = [
         (
             "softmax",
             SOFTMAX,
@@ -209,6 +223,16 @@ fn schedule_text_per_class_and_size() {
         (
             "rmsnorm_bf16",
             RMSNORM_BF16,
+            &[
+                "M=32768,N=4096",
+                "M=8192,N=16384",
+                "M=1000,N=1000",
+                "M=512,N=262144",
+            ],
+        ),
+        (
+            "layernorm_var_mean",
+            LAYERNORM_VAR_MEAN,
             &[
                 "M=32768,N=4096",
                 "M=8192,N=16384",
@@ -297,6 +321,10 @@ fn each_written_schedule_lowers_for_its_sizes() {
         (RMSNORM_BF16, "M=32768,N=4096"),
         (RMSNORM_BF16, "M=8192,N=16384"),
         (RMSNORM_BF16, "M=1000,N=1000"),
+        (LAYERNORM_VAR_MEAN, "M=32768,N=4096"),
+        (LAYERNORM_VAR_MEAN, "M=8192,N=16384"),
+        (LAYERNORM_VAR_MEAN, "M=1000,N=1000"),
+        (LAYERNORM_VAR_MEAN, "M=512,N=262144"),
         (GELU_BIAS, "M=16384,N=16384"),
         (GELU_BIAS, "M=1000,N=1000"),
         (GELU_BIAS, "M=3,N=7"),

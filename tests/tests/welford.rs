@@ -1,10 +1,12 @@
 //! `welford(v)`: a variance computed in one pass (Welford's running mean, m2 and count per
 //! thread, Chan's combine across the warp and the block) as a schedule choice: the LayerNorm
-//! example's kernel (the row's statistics from one update per element and one block combine of
-//! three values, no second sum), the same program without the statement keeps its two passes,
-//! a plain `var` too, the shared scratch sized for three floats a thread, the reference and the
-//! twin unchanged, and located refusals naming the tensor as the user wrote it. (The kernel IR's
-//! `block_welford` reading back is `kir_parse.rs`'s, over every example.)
+//! example's kernel (the row's statistics from one update per element into four independent
+//! partial states, combined in the thread, and one block combine of three values, no second
+//! sum), one state where no serial reduction loop of 2 to 8 iterations holds the updates, the
+//! same program without the statement keeps its two passes, a plain `var` too, the shared
+//! scratch sized for three floats a thread, the reference and the twin unchanged, and located
+//! refusals naming the tensor as the user wrote it. (The kernel IR's `block_welford` reading
+//! back is `kir_parse.rs`'s, over every example.)
 
 use hopfuse_tests::{compile, error, example};
 
@@ -37,11 +39,21 @@ fn the_layernorm_example_reads_its_row_once_for_both_statistics() {
         !cuda.contains("v_sum_acc") && !cuda.contains("v_mul"),
         "{cuda}"
     );
-    // One update per element: the count, m2 from the old and the new mean, the mean.
+    // One update per element, into the partial state of its iteration of the serial loop
+    // `d_oo` (four chains of eight, not one of 32): the count, m2 from the old and the new
+    // mean, the mean.
     let update = [
-        "v_count[0] = v_count[0] + 1.0f;",
-        "v_m2[0] = v_m2[0] + ((xf[d_oo * 8 + d_i] - v_mean[0]) * (xf[d_oo * 8 + d_i] - (v_mean[0] + ((xf[d_oo * 8 + d_i] - v_mean[0]) * (1.0f / (v_count[0]))))));",
-        "v_mean[0] = v_mean[0] + ((xf[d_oo * 8 + d_i] - v_mean[0]) * (1.0f / (v_count[0])));",
+        "alignas(16) float v_part_mean[4];",
+        "v_part_count[d_oo] = v_part_count[d_oo] + 1.0f;",
+        "v_part_m2[d_oo] = v_part_m2[d_oo] + ((xf[d_oo * 8 + d_i] - v_part_mean[d_oo]) * (xf[d_oo * 8 + d_i] - (v_part_mean[d_oo] + ((xf[d_oo * 8 + d_i] - v_part_mean[d_oo]) * (1.0f / (v_part_count[d_oo]))))));",
+        "v_part_mean[d_oo] = v_part_mean[d_oo] + ((xf[d_oo * 8 + d_i] - v_part_mean[d_oo]) * (1.0f / (v_part_count[d_oo])));",
+        // The states combined in the thread, before the block combine: the count and the
+        // mean from their sums, then m2 around that mean.
+        "v_count[0] = v_count[0] + v_part_count[d_oo];",
+        "v_mean[0] = v_mean[0] + (v_part_count[d_oo] * v_part_mean[d_oo]);",
+        "v_mean[0] = (v_count[0] > 0.0f) ? (v_mean[0] / v_count[0]) : 0.0f;",
+        "v_m2[0] = v_m2[0] + (v_part_m2[d_oo] + (v_part_count[d_oo] * ((v_part_mean[d_oo] - v_mean[0]) * (v_part_mean[d_oo] - v_mean[0]))));",
+        "hf_block_welford<true, false, false>(v_mean[0], v_m2[0], v_count[0],",
     ];
     let at: Vec<usize> = update
         .iter()
@@ -61,6 +73,11 @@ fn the_layernorm_example_reads_its_row_once_for_both_statistics() {
         cuda.contains("a.m2 + b.m2 + delta * delta * a.n * wb"),
         "{cuda}"
     );
+    // The warps' partials combined in two passes: no division per warp on a chain.
+    assert!(
+        cuda.contains("r = hf_welford_combine_all(warps, [&](unsigned w) { return scratch[row * warps + w]; });"),
+        "{cuda}"
+    );
     // Scratch for a hf_welford (12 bytes) per thread of the 128.
     let allocation = c.passes.iter().find(|p| p.name == "allocation").unwrap();
     assert!(
@@ -76,6 +93,60 @@ fn the_layernorm_example_reads_its_row_once_for_both_statistics() {
         "{}",
         welford.ir
     );
+}
+
+/// The kernel IR after the `welford` pass: the partial states are arrays over the serial
+/// loop `d_oo` (four), initialised in a loop of their own, updated in the reduction loop, and
+/// combined in two loops over `d_oo` before the one block combine.
+#[test]
+fn the_layernorm_examples_updates_are_four_independent_chains() {
+    let c = compile(&layernorm());
+    let welford = &c.passes.iter().find(|p| p.name == "welford").unwrap().ir;
+    for line in [
+        "local v_part_mean: f32",
+        "v_part_mean[*] = 0.0  // e1 init",
+        "v_part_count[*] = add(v_part_count[*], 1.0)  // e1 reduce",
+        "v_count[*] = add(v_count[*], v_part_count[*])  // e1 write",
+        "v_mean[*] = where(gt<f32>(v_count[*], 0.0), div(v_mean[*], v_count[*]), 0.0)  // e1 write",
+        "block_welford_over_x(v_mean[*], v_m2[*], v_count[*])",
+    ] {
+        assert!(welford.contains(line), "{line}\n{welford}");
+    }
+    // Three loops over d_oo around the statistics (init, the two combine passes) besides the
+    // reduction's own: four in the statistics' scope.
+    let scope =
+        &welford[welford.find("alloc v_mean").unwrap()..welford.find("block_welford").unwrap()];
+    assert_eq!(scope.matches("for d_oo in 4 @Serial").count(), 4, "{scope}");
+    let allocation = &c.passes.iter().find(|p| p.name == "allocation").unwrap().ir;
+    assert!(
+        allocation.contains("alloc v_part_mean: f32[4] local"),
+        "{allocation}"
+    );
+}
+
+/// No serial reduction loop of 2 to 8 iterations around the update (each thread's elements
+/// one vector, or a serial loop of 16): the thread keeps one state, updated in place.
+#[test]
+fn without_a_short_serial_loop_a_thread_keeps_one_state() {
+    for (split, vectors) in [
+        (
+            "  y.split(1, 4)\n  y.parallelize(2, Vectorize)\n",
+            "one vector",
+        ),
+        ("  y.split(1, 16)\n", "a serial loop of 16"),
+    ] {
+        let src = format!(
+            "fusion f {{\n  input x: f32[M, 4096]\n{VAR_MEAN}\n}}\nschedule {{\n{split}  y.parallelize(0, BIDx)\n  y.parallelize(1, TIDx)\n  propagate(y)\n  inline_most()\n  welford(v)\n}}\n"
+        );
+        let c = compile(&src);
+        assert!(!c.cuda.contains("v_part_"), "{vectors}: {}", c.cuda);
+        assert!(
+            c.cuda.contains("v_count[0] = v_count[0] + 1.0f;"),
+            "{vectors}: {}",
+            c.cuda
+        );
+        assert_eq!(c.cuda.matches("hf_block_welford<").count(), 1, "{}", c.cuda);
+    }
 }
 
 #[test]
@@ -94,6 +165,21 @@ fn a_plain_var_and_var_mean_with_a_correction_take_one_pass() {
         "  v = var(x, axis=1)\n  y = x * broadcast(v, axis=1)\n  output y",
     ] {
         let c = compile(&row_program(body, "  welford(v)\n"));
+        // A plain var's own mean (`v_div`) and its sum (`v_sum`) are read by nothing the one
+        // pass computes: neither is (NVRTC would warn of a value set and never used).
+        if body.contains("var(") {
+            assert!(
+                !c.cuda.contains("v_div") && !c.cuda.contains("v_sum[0] ="),
+                "{}",
+                c.cuda
+            );
+        } else {
+            assert!(
+                c.cuda.contains("m_sum[0] = v_mean[0] * v_count[0];"),
+                "{}",
+                c.cuda
+            );
+        }
         assert_eq!(c.cuda.matches("hf_block_welford<").count(), 1, "{}", c.cuda);
         assert!(!c.cuda.contains("hf_block_reduce<"), "{}", c.cuda);
         // The degrees of freedom stay the builder's: 4096 - 1.

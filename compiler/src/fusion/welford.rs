@@ -21,6 +21,8 @@ pub struct WelfordVar {
     pub sum: TensorId,
     /// The sum of the squared deviations from the mean.
     pub squares: TensorId,
+    /// The mean, `s / n` (read by the chain's broadcast; by the user too when it is var_mean's).
+    pub mean: TensorId,
     /// The mean broadcast back, the deviations and their squares: computed by the two-pass form
     /// alone.
     pub between: [TensorId; 3],
@@ -86,6 +88,7 @@ pub fn find(f: &Fusion, v: TensorId) -> Result<WelfordVar, String> {
             var: v,
             sum,
             squares,
+            mean,
             between: [broadcast, d, sq],
         })
     };

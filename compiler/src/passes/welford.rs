@@ -5,34 +5,71 @@
 //! update, block reduction and write; [`Accumulators`] finds them). Takes the fusion's
 //! [`crate::fusion::Fusion::welford`] requests and finds each variance's shape again on the
 //! scheduled fusion ([`crate::fusion::welford::find`]). Guarantees: the operand's sum `s` (the
-//! mean's numerator) accumulates three f32 registers per thread instead, `{v}_mean`, `{v}_m2`
-//! and `{v}_count`, updated per element (`count += 1; m2 += (x - mean) * (x - mean'); mean' =
-//! mean + (x - mean) * (1 / count)`), combined across the reduced thread dims by one
-//! [`Stmt::BlockWelford`] (Chan's formula) where the sum had its `BlockReduce`; `s` is written
-//! as `mean * count` and the squared deviations' sum as `m2`. The squared deviations' sum has
-//! no accumulator, loop or block reduction left, and the mean's broadcast, the deviations and
-//! their squares are not computed (loops left empty are removed). Emits a located error, naming
-//! the variance as the user wrote it, when a thread would hold several rows' statistics, the
-//! two sums are not reduced over the same thread dims or are computed in different loop nests.
+//! mean's numerator) accumulates Welford's statistics per thread instead (`count += 1; m2 +=
+//! (x - mean) * (x - mean'); mean' = mean + (x - mean) * (1 / count)` per element); the squared
+//! deviations' sum has no accumulator, loop or block reduction left, and the mean's broadcast,
+//! the deviations and their squares are not computed (loops left empty are removed).
+//!
+//! Independent partial states: one update per element is one dependent chain (each mean needs
+//! the previous one), so a thread's elements are spread over several states, one per
+//! iteration of the outermost serial reduction loop of 2 to [`MAX_PARTIAL_STATES`] iterations
+//! (the statistics `{v}_part_mean`, `{v}_part_m2` and `{v}_part_count`, arrays over that loop;
+//! the loop is unrolled, so the chains interleave and each state's count is a constant at each
+//! step, its reciprocal folded). After the reduction loops the states are combined in the
+//! thread into `{v}_mean`, `{v}_m2` and `{v}_count` by the two-pass form of Chan's formula
+//! (the count and the mean from the states' sums, then `m2 = sum(m2_j + count_j * (mean_j -
+//! mean)^2)`: exact, no division per state). Without such a loop the thread's one state is
+//! `{v}_mean`, `{v}_m2`, `{v}_count` itself. Those are combined across the reduced thread dims
+//! by one [`Stmt::BlockWelford`] (Chan's formula) where the sum had its `BlockReduce`; `s` is
+//! written as `mean * count` and the squared deviations' sum as `m2`. When nothing but the
+//! two-pass chain reads the mean `s / n` (a plain `var`), neither the mean nor `s` is computed. Emits a located error,
+//! naming the variance as the user wrote it, when a thread would hold several rows'
+//! statistics, the two sums are not reduced over the same thread dims or are computed in
+//! different loop nests.
 
 use super::context::{Change, Ctx};
-use super::reduction::Accumulators;
+use super::reduction::{accumulator_loops, Accumulators};
 use crate::diag::Diagnostic;
 use crate::dtype::DType;
-use crate::fusion::ops::{BinaryOp, UnaryOp};
+use crate::fusion::ops::{BinaryOp, TernaryOp, UnaryOp};
 use crate::fusion::welford::{find, WelfordVar};
-use crate::fusion::{ExprId, TensorId, WelfordRewrite};
+use crate::fusion::{ExprId, IterId, IterKind, ParallelType, TensorId, WelfordRewrite};
 use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Stmt};
 
 pub fn used(cx: &Ctx) -> bool {
     !cx.fusion.welford.is_empty()
 }
 
-/// The per-thread statistics that replace the sum's accumulator.
+/// The most partial states a thread keeps (three f32 registers each, the count's folded to a
+/// constant when the loop is unpredicated): enough independent chains to cover the latency of
+/// the add and the fused multiply-add each element's update waits on.
+pub const MAX_PARTIAL_STATES: i64 = 8;
+
+/// The per-thread statistics that replace the sum's accumulator: combined across the block.
+#[derive(Clone, Copy)]
 struct Stats {
     mean: BufferId,
     m2: BufferId,
     count: BufferId,
+}
+
+/// A thread's independent partial states (see the module doc): statistics over `axis`, one
+/// per iteration of its loop, combined into [`Stats`] after the reduction loops.
+struct Partials {
+    axis: IterId,
+    states: Stats,
+}
+
+/// Where each element's update goes and what replaces the sum's init and block reduction.
+struct Plan {
+    /// The statistics the updates accumulate (the partial states, or the thread's one).
+    updated: Stats,
+    /// The thread's statistics (the block combine's, the writes').
+    stats: Stats,
+    /// The allocations, then the inits (where the sum's init was).
+    init: Vec<Stmt>,
+    /// The partial states combined into the thread's (empty without partial states).
+    combine: Vec<Stmt>,
 }
 
 /// The sums of one variance, as the `reduction` pass lowered them.
@@ -43,6 +80,10 @@ struct Sums {
     squares_acc: BufferId,
     /// The exprs of the tensors between the sums (not computed any more).
     between: [ExprId; 3],
+    /// The mean's expr when nothing but the two-pass chain reads the mean (a plain `var`):
+    /// neither the mean nor the sum's write is computed any more (each would be a value set
+    /// and never used).
+    unread_mean: Option<ExprId>,
 }
 
 pub fn run(
@@ -79,6 +120,7 @@ fn rewrite(
         sum_acc,
         squares_acc,
         between: w.between.map(def),
+        unread_mean: mean_unread(f, &w).then(|| def(w.mean)),
     };
     let dims_of = |acc: BufferId| {
         let mut dims = None;
@@ -94,7 +136,8 @@ fn rewrite(
         });
         dims
     };
-    if dims_of(sum_acc) != dims_of(squares_acc) {
+    let sum_dims = dims_of(sum_acc);
+    if sum_dims != dims_of(squares_acc) {
         return Err(err(format!(
             "the sum of `{name}`'s operand and its squared deviations are reduced over different thread dims; schedule both alike (propagate from one tensor)"
         )));
@@ -108,20 +151,27 @@ fn rewrite(
             f.tensors[w.sum].name, f.tensors[w.squares].name
         )));
     }
-    let stats = Stats {
-        mean: cx.new_register(k, &format!("{name}_mean"), DType::F32, Vec::new()),
-        m2: cx.new_register(k, &format!("{name}_m2"), DType::F32, Vec::new()),
-        count: cx.new_register(k, &format!("{name}_count"), DType::F32, Vec::new()),
-    };
+    let stats = new_stats(cx, k, &name, Vec::new());
+    let partials = partial_axis(cx, w.sum).map(|axis| Partials {
+        axis,
+        states: new_stats(cx, k, &format!("{name}_part"), vec![axis]),
+    });
+    let plan = plan(cx, sums.sum_expr, stats, partials);
     // The sums' accumulators and the tensors between them get no allocation.
     cx.layout.alloc_ids.remove(&sum_acc);
     cx.layout.alloc_ids.remove(&squares_acc);
     for t in w.between {
         cx.layout.tensor_buffer.remove(&t);
     }
+    if sums.unread_mean.is_some() {
+        cx.layout.tensor_buffer.remove(&w.mean);
+        cx.layout.tensor_buffer.remove(&w.sum);
+    }
+    // Without a block reduction the partial states are combined before the sum's write.
+    let block_combined = sum_dims.is_some();
     let mut missing_update = true;
     crate::kir::rewrite_post(&mut k.body, &mut |s| {
-        replace(s, &sums, &stats, &mut missing_update)
+        replace(s, &sums, &plan, block_combined, &mut missing_update)
     });
     if missing_update {
         return Err(err(format!(
@@ -130,6 +180,119 @@ fn rewrite(
         )));
     }
     Ok(())
+}
+
+/// Whether nothing but the two-pass chain's broadcast reads `w`'s mean (a plain `var`'s; not
+/// var_mean's, whose mean is the user's).
+fn mean_unread(f: &crate::fusion::Fusion, w: &WelfordVar) -> bool {
+    let broadcast = f.tensors[w.between[0]].definition;
+    !f.tensors[w.mean].is_output && f.uses(w.mean).into_iter().all(|e| Some(e) == broadcast)
+}
+
+/// Three new f32 registers `{prefix}_mean`, `{prefix}_m2`, `{prefix}_count` over `ids`.
+fn new_stats(cx: &mut Ctx, k: &mut Kernel, prefix: &str, ids: Vec<IterId>) -> Stats {
+    let mut register =
+        |what: &str| cx.new_register(k, &format!("{prefix}_{what}"), DType::F32, ids.clone());
+    Stats {
+        mean: register("mean"),
+        m2: register("m2"),
+        count: register("count"),
+    }
+}
+
+/// The axis of the partial states of `sum` (the operand's sum): its outermost serial reduction
+/// axis whose loop has a constant 2 to [`MAX_PARTIAL_STATES`] iterations, if any.
+fn partial_axis(cx: &Ctx, sum: TensorId) -> Option<IterId> {
+    let f = cx.fusion;
+    f.tensors[sum].loop_domain.iter().copied().find(|&id| {
+        f.ids[id].kind == IterKind::Reduction
+            && matches!(
+                f.ids[id].parallel,
+                ParallelType::Serial | ParallelType::Unroll
+            )
+            && cx
+                .key_extent(cx.keys.of_axis[&id])
+                .as_const()
+                .is_some_and(|n| (2..=MAX_PARTIAL_STATES).contains(&n))
+    })
+}
+
+/// The statements of the statistics of the sum `e` (see [`Plan`]).
+fn plan(cx: &Ctx, e: ExprId, stats: Stats, partials: Option<Partials>) -> Plan {
+    let zero = |b: BufferId| {
+        compute(
+            e,
+            b,
+            Data::Literal(0.0, DType::F32),
+            ComputeRole::ReductionInit,
+        )
+    };
+    let each = |s: Stats| [s.mean, s.m2, s.count];
+    let mut init: Vec<Stmt> = each(stats).into_iter().map(Stmt::Alloc).collect();
+    let Some(Partials { axis, states }) = partials else {
+        init.extend(each(stats).map(zero));
+        return Plan {
+            updated: stats,
+            stats,
+            init,
+            combine: Vec::new(),
+        };
+    };
+    init.extend(each(states).map(Stmt::Alloc));
+    init.extend(each(stats).map(zero));
+    init.extend(accumulator_loops(
+        cx,
+        &[axis],
+        each(states).map(zero).to_vec(),
+    ));
+    let Stats { mean, m2, count } = stats;
+    let role = ComputeRole::ReductionWrite;
+    let update = |b: BufferId, add: Data| compute(e, b, binary(BinaryOp::Add, read(b), add), role);
+    // The count and the sum of the states' means weighted by their counts, then the mean (0
+    // when no state has an element), then m2 around it.
+    let mut combine = accumulator_loops(
+        cx,
+        &[axis],
+        vec![
+            update(count, read(states.count)),
+            update(
+                mean,
+                binary(BinaryOp::Mul, read(states.count), read(states.mean)),
+            ),
+        ],
+    );
+    // `count > 0 ? sum / count : 0` (a thread past a ragged row's end has no element); no
+    // helper call, so a constant count folds the test and the division.
+    let any = binary(BinaryOp::Gt, read(count), Data::Literal(0.0, DType::F32));
+    let quotient = binary(BinaryOp::Div, read(mean), read(count));
+    let zero = Data::Literal(0.0, DType::F32);
+    combine.push(compute(
+        e,
+        mean,
+        Data::Ternary(
+            TernaryOp::Where,
+            DType::F32,
+            Box::new([any, quotient, zero]),
+        ),
+        role,
+    ));
+    let deviation = || binary(BinaryOp::Sub, read(states.mean), read(mean));
+    let spread = binary(
+        BinaryOp::Mul,
+        read(states.count),
+        binary(BinaryOp::Mul, deviation(), deviation()),
+    );
+    combine.extend(accumulator_loops(
+        cx,
+        &[axis],
+        vec![update(m2, binary(BinaryOp::Add, read(states.m2), spread))],
+    ));
+    Plan {
+        updated: states,
+        stats,
+        init,
+        combine,
+    }
 }
 
 /// Whether a statement for which `pred` holds lies in the scope of `alloc b`: after it in the
@@ -235,20 +398,26 @@ fn compute(expr: ExprId, out: BufferId, value: Data, role: ComputeRole) -> Stmt 
 }
 
 /// The statements that replace `s` (see the module doc); a loop emptied by the removals goes.
-fn replace(s: Stmt, sums: &Sums, stats: &Stats, missing_update: &mut bool) -> Vec<Stmt> {
-    let Stats { mean, m2, count } = *stats;
+fn replace(
+    s: Stmt,
+    sums: &Sums,
+    plan: &Plan,
+    block_combined: bool,
+    missing_update: &mut bool,
+) -> Vec<Stmt> {
+    let Stats { mean, m2, count } = plan.stats;
     match s {
-        Stmt::Alloc(b) if b == sums.sum_acc => {
-            vec![Stmt::Alloc(mean), Stmt::Alloc(m2), Stmt::Alloc(count)]
-        }
+        Stmt::Alloc(b) if b == sums.sum_acc => Vec::new(),
         Stmt::Alloc(b) if b == sums.squares_acc => Vec::new(),
         Stmt::BlockReduce { acc, dims, .. } if acc.buffer == sums.sum_acc => {
-            vec![Stmt::BlockWelford {
+            let mut out = plan.combine.clone();
+            out.push(Stmt::BlockWelford {
                 mean: reg(mean),
                 m2: reg(m2),
                 count: reg(count),
                 dims,
-            }]
+            });
+            out
         }
         Stmt::BlockReduce { acc, .. } if acc.buffer == sums.squares_acc => Vec::new(),
         Stmt::Compute(c)
@@ -257,71 +426,79 @@ fn replace(s: Stmt, sums: &Sums, stats: &Stats, missing_update: &mut bool) -> Ve
             Vec::new()
         }
         Stmt::Compute(c) if sums.between.contains(&c.expr) => Vec::new(),
+        Stmt::Compute(c) if sums.unread_mean == Some(c.expr) => Vec::new(),
         Stmt::Compute(mut c) if c.expr == sums.squares_expr => {
             c.value = read(m2);
             vec![Stmt::Compute(c)]
         }
         Stmt::Compute(c) if c.expr == sums.sum_expr => match c.role {
-            ComputeRole::ReductionInit => [mean, m2, count]
-                .into_iter()
-                .map(|b| compute(c.expr, b, Data::Literal(0.0, DType::F32), c.role))
-                .collect(),
+            ComputeRole::ReductionInit => plan.init.clone(),
             ComputeRole::ReductionUpdate => {
                 // `acc = add(acc, x)`: the element is the right operand.
                 let Data::Binary(BinaryOp::Add, _, _, x) = c.value else {
                     return vec![Stmt::Compute(c)];
                 };
                 *missing_update = false;
-                let x = *x;
-                let delta = || binary(BinaryOp::Sub, x.clone(), read(mean));
-                // `delta * (1 / count)`: in a fully unrolled loop of unpredicated updates the
-                // count is a constant at each step and its reciprocal folds, so no element
-                // pays for a division.
-                let new_mean = || {
-                    binary(
-                        BinaryOp::Add,
-                        read(mean),
-                        binary(
-                            BinaryOp::Mul,
-                            delta(),
-                            Data::Unary(UnaryOp::Reciprocal, DType::F32, Box::new(read(count))),
-                        ),
-                    )
-                };
-                let e = c.expr;
-                let role = c.role;
-                vec![
-                    compute(
-                        e,
-                        count,
-                        binary(BinaryOp::Add, read(count), Data::Literal(1.0, DType::F32)),
-                        role,
-                    ),
-                    compute(
-                        e,
-                        m2,
-                        binary(
-                            BinaryOp::Add,
-                            read(m2),
-                            binary(
-                                BinaryOp::Mul,
-                                delta(),
-                                binary(BinaryOp::Sub, x.clone(), new_mean()),
-                            ),
-                        ),
-                        role,
-                    ),
-                    compute(e, mean, new_mean(), role),
-                ]
+                welford_update(c.expr, c.role, *x, plan.updated)
             }
             ComputeRole::ReductionWrite => {
-                let mut c = c;
-                c.value = binary(BinaryOp::Mul, read(mean), read(count));
-                vec![Stmt::Compute(c)]
+                let mut out = if block_combined {
+                    Vec::new()
+                } else {
+                    plan.combine.clone()
+                };
+                if sums.unread_mean.is_none() {
+                    let mut c = c;
+                    c.value = binary(BinaryOp::Mul, read(mean), read(count));
+                    out.push(Stmt::Compute(c));
+                }
+                out
             }
             _ => vec![Stmt::Compute(c)],
         },
         Stmt::Loop(l) if l.body.is_empty() => Vec::new(),
         s => vec![s],
     }
+}
+
+/// Welford's update of `stats` by the element `x` (the computes of expr `e` in `role`).
+fn welford_update(e: ExprId, role: ComputeRole, x: Data, stats: Stats) -> Vec<Stmt> {
+    let Stats { mean, m2, count } = stats;
+    let delta = || binary(BinaryOp::Sub, x.clone(), read(mean));
+    // `delta * (1 / count)`: in a fully unrolled loop of unpredicated updates the count is a
+    // constant at each step and its reciprocal folds, so no element pays for a division.
+    let new_mean = || {
+        binary(
+            BinaryOp::Add,
+            read(mean),
+            binary(
+                BinaryOp::Mul,
+                delta(),
+                Data::Unary(UnaryOp::Reciprocal, DType::F32, Box::new(read(count))),
+            ),
+        )
+    };
+    vec![
+        compute(
+            e,
+            count,
+            binary(BinaryOp::Add, read(count), Data::Literal(1.0, DType::F32)),
+            role,
+        ),
+        compute(
+            e,
+            m2,
+            binary(
+                BinaryOp::Add,
+                read(m2),
+                binary(
+                    BinaryOp::Mul,
+                    delta(),
+                    binary(BinaryOp::Sub, x.clone(), new_mean()),
+                ),
+            ),
+            role,
+        ),
+        compute(e, mean, new_mean(), role),
+    ]
 }

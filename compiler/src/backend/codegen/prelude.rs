@@ -256,16 +256,44 @@ __device__ __forceinline__ T hf_block_reduce(T val, Op op, T* scratch) {
 
 /// Welford statistics across the block ([`crate::kir::Stmt::BlockWelford`]): the same shape
 /// as `hf_block_reduce` (warp shuffles, then a partial per warp through the scratch; else one
-/// slot per thread), each step Chan's parallel combine of two (mean, m2, count) triples.
+/// slot per thread). Across the warp each step is Chan's parallel combine of two (mean, m2,
+/// count) triples, its weight `b.n / n` by the fast division (`__fdividef`, 2 ulp: a weight in
+/// [0, 1], not a statistic, so the mean and m2 keep f32's accuracy) rather than IEEE's, whose
+/// refinement and slow-path check would lie on the shuffle tree's dependent chain. Across the
+/// warps every thread reads the warps' partials (independent loads) and combines them in two
+/// passes: the count and the mean from their sums, then `m2 = sum(m2_w + n_w * (mean_w -
+/// mean)^2)`, one division instead of one per warp on a chain. (The slot-per-thread form, for
+/// reductions over y or z, combines its slots in order.)
 pub const BLOCK_WELFORD: &str = "// Welford statistics of a set of values: their mean, the sum of their squared deviations from
 // it (m2) and their count.
 struct hf_welford { float mean, m2, n; };
-// Chan, Golub and LeVeque's combine of the statistics of two disjoint sets (either may be empty).
+// Chan, Golub and LeVeque's combine of the statistics of two disjoint sets (either may be empty);
+// the weight b.n / n in [0, 1] by the fast division (2 ulp).
 __device__ __forceinline__ hf_welford hf_welford_combine(hf_welford a, hf_welford b) {
   const float n = a.n + b.n;
   if (n == 0.0f) return a;
-  const float delta = b.mean - a.mean, wb = b.n / n;
+  const float delta = b.mean - a.mean, wb = __fdividef(b.n, n);
   return {a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb, n};
+}
+// The statistics of `count` disjoint sets at once, in two passes over them: the count and the
+// mean from their sums, then m2 = sum(m2_i + n_i * (mean_i - mean)^2) (exact; no set's weight on a
+// dependent chain). `at(i)` gives the i-th set's statistics.
+template <typename At>
+__device__ __forceinline__ hf_welford hf_welford_combine_all(unsigned count, At at) {
+  float n = 0.0f, sum = 0.0f;
+  for (unsigned i = 0; i < count; ++i) {
+    const hf_welford s = at(i);
+    n += s.n;
+    sum += s.n * s.mean;
+  }
+  const float mean = n == 0.0f ? 0.0f : sum / n;
+  float m2 = 0.0f;
+  for (unsigned i = 0; i < count; ++i) {
+    const hf_welford s = at(i);
+    const float d = s.mean - mean;
+    m2 += s.m2 + s.n * d * d;
+  }
+  return {mean, m2, n};
 }
 // Every thread gets the combined statistics of the threads that differ only in the reduced
 // dims (RX, RY, RZ). Every thread of the block must call it (it has barriers). `scratch` holds
@@ -290,8 +318,7 @@ __device__ __forceinline__ void hf_block_welford(float& mean, float& m2, float& 
     const unsigned row = threadIdx.y + by * threadIdx.z;
     if (lane == 0u) scratch[row * warps + warp] = val;
     hf_bar_sync<BAR>();
-    r = scratch[row * warps];
-    for (unsigned w = 1; w < warps; ++w) r = hf_welford_combine(r, scratch[row * warps + w]);
+    r = hf_welford_combine_all(warps, [&](unsigned w) { return scratch[row * warps + w]; });
   } else {
     scratch[threadIdx.x + bx * (threadIdx.y + by * threadIdx.z)] = val;
     hf_bar_sync<BAR>();
