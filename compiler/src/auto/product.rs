@@ -5,15 +5,13 @@
 //! bf16 or f16 operands `a[M, K]` and `b[N, K]` (K-major, as the tensor-core ladder takes
 //! them) with a narrowing cast of the f32 sum: step 15's persistent warp-specialized kernel
 //! (128 x 256 tiles, 3 stages, a grouped raster over a grid sized to the GPU), or step 11's
-//! for small M (at most 128 rows: 64 x 128 tiles, 8 stages, so B streams at full width); when
-//! those tiles are fewer than the SMs (decode: 64 x 4096 has 32), step 20's split-K instead,
-//! K in as many chunks on blockIdx.z as fill two blocks per SM (`small_m`).
+//! for small M (at most 128 rows: 64 x 128 tiles, 8 stages, so B streams at full width).
 //! e4m3 or e5m2 operands `a[M, K]` and `b[N, K]`, plain or with per-tensor or row-wise
 //! dequantization scales multiplied into the f32 sum before the cast: step 16's kernel (step
 //! 15's with a 128-wide K tile of m64n256k32 wgmma; the scales are applied in the epilogue),
 //! step 17's with one row and one column vector (each tile's pieces of them staged in shared
 //! memory by a 1-D TMA copy issued before its k loop), or for small M step 11's with FP8's K
-//! tile (128 in k32 steps: a stage is the same 24 KiB as step 11's bf16 one; split-K likewise). An FP8 operand stored MN-major is declined with
+//! tile (128 in k32 steps: a stage is the same 24 KiB as step 11's bf16 one). An FP8 operand stored MN-major is declined with
 //! the rule (FP8 wgmma has no transpose), naming it; scales with 16-bit operands are declined.
 //! f32 operands `a[M, K]` and `b[K, N]`: examples/basics/matmul.hf's register tiling. Any
 //! other product is declined with what it has that the schedules do not take.
@@ -23,7 +21,6 @@ use crate::dtype::DType;
 use crate::fusion::matmul::Scale;
 use crate::fusion::{Fusion, Op, TensorId};
 use crate::plan::{MatmulShape, OperandLayout};
-use crate::target;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -32,7 +29,6 @@ const PERSISTENT: &str = include_str!("../../../examples/matmul/step15_persisten
 const PERSISTENT_FP8: &str = include_str!("../../../examples/matmul/step16_fp8.hf");
 const PERSISTENT_FP8_ROWWISE: &str = include_str!("../../../examples/matmul/step17_fp8_rowwise.hf");
 const SMALL_M: &str = include_str!("../../../examples/matmul/step11_small_m_decode.hf");
-const SPLIT_K: &str = include_str!("../../../examples/matmul/step20_split_k_decode.hf");
 const REGISTER_TILES: &str = include_str!("../../../examples/basics/matmul.hf");
 
 /// Step 11's K split (64 in k16 steps: one 128-byte swizzled row of bf16) and FP8's (128 in
@@ -56,72 +52,6 @@ fn small_m_fp8() -> Result<String, String> {
 /// Rows from which the persistent 128 x 256 tiles are used instead of step 11's.
 const SMALL_M_ROWS: i64 = 128;
 
-/// Step 20's K chunk and K tile (its split-K schedule as the example writes them).
-const SPLIT_K_CHUNK_LINE: &str = "s.split(4, 1024)\n";
-const SPLIT_K_K_TILE: (&str, &str) = (
-    "s.split(5, 64)\n  s.split(6, 16)\n",
-    "s.split(5, 128)\n  s.split(6, 32)\n",
-);
-
-/// Blocks of step 20 an SM holds (two 98 KiB pipelines, 256 threads of 94 registers each).
-const SPLIT_K_BLOCKS_PER_SM: i64 = 2;
-
-/// The small-M schedule for `m` x `n` x `k` (`None`: a size not known) and why: step 11's
-/// 64 x 128 tiles, or, when they are fewer than the SMs, step 20's split-K with K in as many
-/// chunks (whole K tiles: 64 of bf16, 128 of FP8) as fill the SMs' blocks. `fp8`: FP8's K tile.
-fn small_m(
-    m: Option<i64>,
-    n: Option<i64>,
-    k: Option<i64>,
-    fp8: bool,
-) -> Result<(String, String), String> {
-    let k_tile = if fp8 { 128 } else { 64 };
-    let what = if fp8 {
-        "with FP8's K tile, 64 x 128 tiles, a K tile of 128 (m64n128k32 wgmma)"
-    } else {
-        "64 x 128 tiles"
-    };
-    let plan = match (m, n, k) {
-        (Some(m), Some(n), Some(k)) if m > 0 && n > 0 && k > 0 => {
-            // (Sizes are positive: i64::div_ceil is not stable.)
-            let ceil = |a: i64, b: i64| (a + b - 1) / b;
-            let tiles = ceil(m, 64) * ceil(n, 128);
-            let splits =
-                (target::SM_COUNT * SPLIT_K_BLOCKS_PER_SM / tiles).clamp(1, ceil(k, k_tile));
-            let chunk = ceil(ceil(k, splits), k_tile) * k_tile;
-            (tiles < target::SM_COUNT && chunk < k).then(|| (tiles, ceil(k, chunk), chunk))
-        }
-        _ => None,
-    };
-    let Some((tiles, splits, chunk)) = plan else {
-        let template = if fp8 {
-            small_m_fp8()?
-        } else {
-            SMALL_M.to_string()
-        };
-        return Ok((
-            template,
-            format!("step 11's warp-specialized kernel {what}, 8 stages"),
-        ));
-    };
-    let (bf16, fp8_tile) = SPLIT_K_K_TILE;
-    if !SPLIT_K.contains(SPLIT_K_CHUNK_LINE) || !SPLIT_K.contains(bf16) {
-        return Err("step 20's example no longer splits K as the split-K schedule expects".into());
-    }
-    let mut template = SPLIT_K.replace(SPLIT_K_CHUNK_LINE, &format!("s.split(4, {chunk})\n"));
-    if fp8 {
-        template = template.replace(bf16, fp8_tile);
-    }
-    Ok((
-        template,
-        format!(
-            "{tiles} output tiles for {} SMs, so split-K: step 20's warp-specialized kernel {what}, K in {splits} chunks of {chunk} on blockIdx.z ({} blocks, {SPLIT_K_BLOCKS_PER_SM} per SM), the last block of each tile summing its chunks in order, 4 stages",
-            target::SM_COUNT,
-            tiles * splits
-        ),
-    ))
-}
-
 pub fn schedule(
     facts: &Facts,
     shape: &MatmulShape,
@@ -139,14 +69,17 @@ pub fn schedule(
     let layouts = (shape.a_layout, shape.b_layout);
     let sixteen_bit = |d: DType| matches!(d, DType::BF16 | DType::F16);
     let m = facts.sizes.values_of(&shape.m);
-    let n = facts.sizes.values_of(&shape.n);
-    let k = facts.sizes.values_of(&shape.k);
-    let known = |v: Option<i64>, name: &str| v.map_or(name.to_string(), |v| v.to_string());
     let describe = format!(
         "{} x {} x {} {}",
-        known(m, "M"),
-        known(n, "N"),
-        known(k, "K"),
+        m.map_or("M".to_string(), |m| m.to_string()),
+        facts
+            .sizes
+            .values_of(&shape.n)
+            .map_or("N".to_string(), |n| n.to_string()),
+        facts
+            .sizes
+            .values_of(&shape.k)
+            .map_or("K".to_string(), |k| k.to_string()),
         facts.sizes.describe()
     );
     let fp8 = shape.a_dtype.is_fp8() || shape.b_dtype.is_fp8();
@@ -160,11 +93,10 @@ pub fn schedule(
     {
         let scaled = scales_text(f, scales);
         if m.is_some_and(|m| m <= SMALL_M_ROWS) {
-            let (template, how) = small_m(m, n, k, true)?;
             (
-                template.into(),
+                small_m_fp8()?.into(),
                 vec![("a", a), ("b", b), ("s", sum), ("c", c)],
-                format!("FP8 matrix product {describe}{scaled}; small M: {how}"),
+                format!("FP8 matrix product {describe}{scaled}; small M: step 11's warp-specialized kernel with FP8's K tile, 64 x 128 tiles, a K tile of 128 (m64n128k32 wgmma), 8 stages"),
             )
         } else if let Some((row, column)) = row_and_column(scales) {
             (
@@ -203,11 +135,10 @@ pub fn schedule(
         && sum_position(f, sum) == Some(2)
     {
         if m.is_some_and(|m| m <= SMALL_M_ROWS) {
-            let (template, how) = small_m(m, n, k, false)?;
             (
-                template.into(),
+                SMALL_M.into(),
                 vec![("a", a), ("b", b), ("s", sum), ("c", c)],
-                format!("matrix product {describe} with small M: {how}"),
+                format!("matrix product {describe} with small M: step 11's warp-specialized kernel, 64 x 128 tiles, 8 stages"),
             )
         } else {
             (
