@@ -51,7 +51,6 @@
 //! ordering (fence, ticket, fence, loads from L2) are `backend/codegen/grid.rs`'s.
 
 use super::context::Ctx;
-use super::reduction::Accumulators;
 use crate::diag::Diagnostic;
 use crate::fusion::{ExprId, Fusion, IterKind, Op, ParallelType, ReduceOp, TensorId};
 use crate::kir::{Access, BufferId, GridReduce, Kernel, Stmt, Val};
@@ -318,8 +317,14 @@ pub fn tail(
 
 /// Split-K after the `mma` pass (see the module doc): the [`Stmt::GridReduce`] of the split
 /// product's accumulator fragment after the statements that finish its sum, and the epilogue
-/// after them under its flag. Nothing to do without a split-K product.
-pub fn split_k(cx: &Ctx, accumulators: &Accumulators, k: &mut Kernel) -> Result<(), Diagnostic> {
+/// after them under its flag. Nothing to do without a split-K product. `accumulator` gives a
+/// reduction's accumulator buffer (`reduction::Accumulators::of_tensor`; a function, so that
+/// this module, which `reduction` uses, does not use it back).
+pub fn split_k(
+    cx: &Ctx,
+    accumulator: impl Fn(TensorId) -> Option<BufferId>,
+    k: &mut Kernel,
+) -> Result<(), Diagnostic> {
     let f = cx.fusion;
     let Some(&t) = split_k_products(f).first() else {
         return Ok(());
@@ -335,9 +340,7 @@ pub fn split_k(cx: &Ctx, accumulators: &Accumulators, k: &mut Kernel) -> Result<
     let dim = (0..3)
         .find(|&d| dims[d])
         .ok_or_else(|| internal("no block dim"))?;
-    let acc = accumulators
-        .of_tensor(t)
-        .ok_or_else(|| internal("no accumulator"))?;
+    let acc = accumulator(t).ok_or_else(|| internal("no accumulator"))?;
     let last = format!("{}_last", tensor.name);
     let mut placed = false;
     crate::kir::for_each_block_mut(&mut k.body, &mut |block| {

@@ -216,7 +216,7 @@ pub fn run(
     }
     name_stream_k_accumulators(&mut k.body);
     // Split-K's combine goes after the final fragment's sum, before its epilogue.
-    super::grid::split_k(cx, reductions, k)?;
+    super::grid::split_k(cx, |t| reductions.of_tensor(t), k)?;
     Ok(Change::Changed)
 }
 
