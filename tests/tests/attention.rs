@@ -1149,10 +1149,10 @@ fn the_overlap_issues_the_next_scores_before_the_softmax_of_the_product_in_fligh
     let count = |needle: &str| lines.iter().filter(|l| l.starts_with(needle)).count();
     // The line after line `i` is `want`.
     let next_is = |i: usize, want: &str| assert_eq!(lines[i + 1], want, "after line {i}");
-    let scores = "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], ";
-    let exp = "e[r4] = exp2f(e_sub[0]);";
+    let scores = OVERLAP_SCORES;
+    let exp = OVERLAP_EXP;
     let rescale = "o_acc[r3] = o_acc[r3] * m_scale[r3 / 2 % 2];";
-    let convert = "pb[r7] = hf_float_to_bf16(p[r7]);";
+    let convert = OVERLAP_CONVERT;
     // P (bf16) and the probabilities it converts live across iterations.
     let consumer = at("} else {  // consumer warps", 0);
     let p_alloc = at("alignas(16) hf_bf16 pb[32];", consumer);
@@ -1320,6 +1320,12 @@ fn with_product_turns(src: &str) -> String {
     )
 }
 
+/// Lines of the overlapped attention kernels' CUDA the overlap tests find: S's wgmma, the
+/// softmax's exponential, P's conversion to bf16.
+const OVERLAP_SCORES: &str = "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], ";
+const OVERLAP_EXP: &str = "e[r4] = exp2f(e_sub[0]);";
+const OVERLAP_CONVERT: &str = "pb[r7] = hf_float_to_bf16(p[r7]);";
+
 /// A group's wait for its turn and its pass to the other of two groups, as the CUDA writes them.
 const TURN_WAIT: &str = "hf_bar_sync_group<256>(15u - threadIdx.y);";
 const TURN_PASS: &str = "hf_bar_arrive_group<256>(15u - (threadIdx.y + 1u) % 2u);";
@@ -1374,10 +1380,10 @@ fn the_overlap_and_the_turns_issue_both_products_of_an_iteration_in_one_turn() {
     let at = |needle: &str, from: usize| lines.at(needle, from);
     let next_is = |i: usize, want: &str| lines.next_is(i, want);
     let (wait, pass) = (TURN_WAIT, TURN_PASS);
-    let scores = "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], ";
+    let scores = OVERLAP_SCORES;
     let pv = "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[";
-    let convert = "pb[r7] = hf_float_to_bf16(p[r7]);";
-    let exp = "e[r4] = exp2f(e_sub[0]);";
+    let convert = OVERLAP_CONVERT;
+    let exp = OVERLAP_EXP;
     // Group 1 passes the first turn at entry.
     let consumer = at("} else {  // consumer warps", 0);
     let first = at("if (((index_t)threadIdx.y) == 1) {", consumer);

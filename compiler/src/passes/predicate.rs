@@ -84,48 +84,33 @@ impl VisitorMut for Guard<'_, '_, '_> {
 
     fn stmt(&mut self, slot: &mut Stmt, _at: usize) -> Result<Flow, Diagnostic> {
         match slot {
-            Stmt::Loop(l)
-                if l.parallel == ParallelType::Vectorize
-                    && l.body.len() == 1
-                    && matches!(&l.body[0], Stmt::Compute(c) if self.state.vectorizable(self.cx, c)) =>
-            {
-                let Stmt::Loop(mut l) = std::mem::replace(slot, Stmt::Sync) else {
-                    unreachable!("matched above")
+            // A copy alone in its vectorized loop must become one vector access (else an
+            // error). A broadcast operand read from global memory there (a norm's weight row)
+            // becomes one where its lanes are consecutive and aligned, else the lanes run one
+            // by one as before: the user vectorized the consumer, not the read.
+            Stmt::Loop(l) if l.parallel == ParallelType::Vectorize && l.body.len() == 1 => {
+                let Stmt::Compute(c) = &l.body[0] else {
+                    l.parallel = ParallelType::Unroll;
+                    return Ok(Flow::Descend);
                 };
-                let Some(Stmt::Compute(c)) = l.body.pop() else {
-                    unreachable!("matched above")
-                };
+                let required = self.state.vectorizable(self.cx, c);
+                if !required && !self.state.broadcast_read(self.cx, c, &l.var) {
+                    l.parallel = ParallelType::Unroll;
+                    return Ok(Flow::Descend);
+                }
+                let (lc, cc) = (l.clone(), c.clone());
                 // The vector's lanes are the loop's: its key is bound while it is built.
-                self.scope.bind(&mut self.env, &l);
-                let vector = self.state.vector(self.cx, l, c, &self.env);
-                self.scope.unbind(&mut self.env);
-                *slot = vector?;
-                Ok(Flow::Skip)
-            }
-            // A broadcast operand read from global memory inside a vectorized loop (a norm's
-            // weight row): one vector load where its lanes are consecutive and aligned, else
-            // the lanes one by one, as before; never an error, the user vectorized the consumer.
-            Stmt::Loop(l)
-                if l.parallel == ParallelType::Vectorize
-                    && l.body.len() == 1
-                    && matches!(&l.body[0], Stmt::Compute(c) if self.state.broadcast_read(self.cx, c, &l.var)) =>
-            {
-                let Some(Stmt::Compute(c)) = l.body.first() else {
-                    unreachable!("matched above")
-                };
-                let (l, c) = (l.clone(), c.clone());
-                self.scope.bind(&mut self.env, &l);
-                let vector = self.state.vector(self.cx, l, c, &self.env);
+                self.scope.bind(&mut self.env, &lc);
+                let vector = self.state.vector(self.cx, lc, cc, &self.env);
                 self.scope.unbind(&mut self.env);
                 match vector {
                     Ok(v) => {
                         *slot = v;
                         Ok(Flow::Skip)
                     }
+                    Err(e) if required => Err(e),
                     Err(_) => {
-                        if let Stmt::Loop(l) = slot {
-                            l.parallel = ParallelType::Unroll;
-                        }
+                        l.parallel = ParallelType::Unroll;
                         Ok(Flow::Descend)
                     }
                 }
