@@ -1323,6 +1323,8 @@ fn with_product_turns(src: &str) -> String {
 /// Lines of the overlapped attention kernels' CUDA the overlap tests find: S's wgmma, the
 /// softmax's exponential, P's conversion to bf16.
 const OVERLAP_SCORES: &str = "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], ";
+/// The same on key tiles of 128 (the ping-pong examples').
+const OVERLAP_SCORES_128: &str = "hf_wgmma_m64n128k16_bf16_nn(&s_sum_acc[0], ";
 const OVERLAP_EXP: &str = "e[r4] = exp2f(e_sub[0]);";
 const OVERLAP_CONVERT: &str = "pb[r7] = hf_float_to_bf16(p[r7]);";
 
@@ -1353,12 +1355,14 @@ impl<'a> CudaLines<'a> {
 }
 
 /// Example `path`, which is example `from` with `turns=products` on both circular buffers and
-/// nothing else, and its CUDA.
+/// key tiles of 128 (FlashAttention-3's at D = 128; `from` keeps 64), nothing else, and its
+/// CUDA.
 fn turns_example(path: &str, from: &str) -> (String, String) {
     let src = example(path);
+    let from = example(from).replace("s_sum.split(4, 64)", "s_sum.split(4, 128)");
     assert_eq!(
         statements(&src),
-        statements(&with_product_turns(&example(from))),
+        statements(&with_product_turns(&from)),
         "{path}"
     );
     let cuda = hopfuse_tests::compile(&src).cuda;
@@ -1380,7 +1384,7 @@ fn the_overlap_and_the_turns_issue_both_products_of_an_iteration_in_one_turn() {
     let at = |needle: &str, from: usize| lines.at(needle, from);
     let next_is = |i: usize, want: &str| lines.next_is(i, want);
     let (wait, pass) = (TURN_WAIT, TURN_PASS);
-    let scores = OVERLAP_SCORES;
+    let scores = OVERLAP_SCORES_128;
     let pv = "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[";
     let convert = OVERLAP_CONVERT;
     let exp = OVERLAP_EXP;
@@ -1458,7 +1462,7 @@ fn the_overlap_and_the_turns_compose_with_the_causal_tile_classification() {
     );
     // Both groups of a block run the query tile's key tiles (the bound names the block's
     // s2_o, not the group), so they issue the same turns.
-    let bound = "hf_min<index_t>(hf_ceil_div<index_t>(T, 64), 2 * (s2_o + 1))";
+    let bound = "hf_min<index_t>(hf_ceil_div<index_t>(T, 128), s2_o + 1)";
     assert!(cuda.contains(&format!(
         "for (index_t t_o_pv = 0; t_o_pv < {bound} - 1; ++t_o_pv) {{"
     )));
@@ -1466,12 +1470,12 @@ fn the_overlap_and_the_turns_compose_with_the_causal_tile_classification() {
     // The peeled first tile's mask split comes after its turn is passed (one branch taken by
     // both groups, no turn inside it); the loop's mask is not split.
     let (wait, pass) = (TURN_WAIT, TURN_PASS);
-    let split = line_of(&cuda, "if (t_o < 2 * s2_o) {");
+    let split = line_of(&cuda, "if (t_o < s2_o) {");
     let main = line_of(&cuda, "for (index_t t_o_pv = 0; ");
     let first_pass = line_of(&cuda, "hf_wgmma_wait<0>();") - 1;
     assert_eq!(cuda.lines().nth(first_pass).map(str::trim), Some(pass));
     assert!(first_pass < split && split < main);
-    assert_eq!(cuda.matches("if (t_o < 2 * s2_o) {").count(), 1, "{cuda}");
+    assert_eq!(cuda.matches("if (t_o < s2_o) {").count(), 1, "{cuda}");
     assert_eq!(count_lines(&cuda, wait), 4);
     assert_eq!(count_lines(&cuda, pass), 4);
 }
