@@ -2,7 +2,8 @@
 //! blocks (examples/basics/add.hf's schedule), with each full-rank input read through a
 //! register cache and each full-rank output written from one, so loads and stores are vector
 //! accesses. Large problems unroll two vectors per thread (more loads in flight per thread,
-//! half the blocks).
+//! half the blocks), also along a row when a lower-rank input is broadcast over the rows
+//! (fusions/gelu_exact at 16384 x 16384 on the H200: 365.9 -> 334.6 us).
 
 use super::text::ScheduleText;
 use super::{dtype_names, AutoSchedule, Facts, Scheduler};
@@ -51,14 +52,17 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
     // row is shorter than a block's vectors.
     let broadcast_inputs = f.inputs.iter().any(|&t| (1..rank).contains(&f.rank(t)));
     let by_rows = rank > 1 && broadcast_inputs && inner.is_none_or(|n| n >= v * threads);
+    let unroll = facts
+        .knobs
+        .per_thread
+        .unwrap_or(if total >= UNROLL_FROM { 2 } else { 1 })
+        .clamp(1, 16);
+    // By rows, a thread's vectors are along its row: no more of them than a row holds.
     let unroll = if by_rows {
-        1
+        let row_vectors = inner.map_or(unroll, |n| n / (v * threads));
+        unroll.min(row_vectors.max(1))
     } else {
-        facts
-            .knobs
-            .per_thread
-            .unwrap_or(if total >= UNROLL_FROM { 2 } else { 1 })
-            .clamp(1, 16)
+        unroll
     };
 
     let mut s = ScheduleText::new(facts.name(reference));
@@ -66,18 +70,30 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
     if by_rows {
         // [rows..., blocks of a row, threads, (v)], then the rows and blocks merged.
         s.comment(&format!(
-            "Each row in blocks of {threads} threads; the rows and their blocks on one grid axis."
+            "Each row in blocks of {threads} threads{}; the rows and their blocks on one grid axis.",
+            if unroll > 1 {
+                format!(", {unroll} vectors per thread {threads} vectors apart")
+            } else {
+                String::new()
+            }
         ));
         if v > 1 {
             s.split(rank - 1, v, false);
         }
         s.split(rank - 1, threads, false);
+        if unroll > 1 {
+            s.split(rank - 1, unroll, false);
+        }
         for _ in 1..rank {
             s.merge(0);
         }
-        let mut axes = vec![(0, "BIDx"), (1, "TIDx")];
+        let mut axes = vec![(0, "BIDx")];
+        if unroll > 1 {
+            axes.push((1, "Unroll"));
+        }
+        axes.push((axes.len(), "TIDx"));
         if v > 1 {
-            axes.push((2, "Vectorize"));
+            axes.push((axes.len(), "Vectorize"));
         }
         s.parallelize(&axes);
         s.propagate_and_inline();
@@ -85,9 +101,10 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
             scheduler: Scheduler::Pointwise,
             text: s.finish(),
             reason: format!(
-                "pointwise over {total} elements of {} {} with a row-broadcast input: each row in blocks of {threads} threads, {v}-element vectors",
+                "pointwise over {total} elements of {} {} with a row-broadcast input: each row in blocks of {threads} threads, {v}-element vectors, {unroll} vector{} per thread",
                 dtype_names(f, &accessed),
                 facts.sizes.describe(),
+                if unroll > 1 { "s" } else { "" },
             ),
         };
     }
