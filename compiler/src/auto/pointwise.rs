@@ -3,7 +3,8 @@
 //! register cache and each full-rank output written from one, so loads and stores are vector
 //! accesses. Large problems unroll two vectors per thread (more loads in flight per thread,
 //! half the blocks), also along a row when a lower-rank input is broadcast over the rows
-//! (fusions/gelu_exact at 16384 x 16384 on the H200: 365.9 -> 334.6 us).
+//! (fusions/gelu_exact at 16384 x 16384 on the H200: 365.9 -> 334.6 us), four there from 2^26
+//! elements (318.3 us).
 
 use super::text::ScheduleText;
 use super::{dtype_names, AutoSchedule, Facts, Scheduler};
@@ -15,6 +16,9 @@ pub const THREADS: i64 = 128;
 /// Elements from which a thread takes two vectors instead of one (about 16 waves of 128-thread
 /// blocks on 132 SMs at one vector per thread).
 const UNROLL_FROM: i64 = 1 << 22;
+
+/// Elements from which a thread takes four vectors along a row (the by-rows form).
+const UNROLL_FOUR_FROM: i64 = 1 << 26;
 
 pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
     let f = facts.fusion;
@@ -57,10 +61,17 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
         .per_thread
         .unwrap_or(if total >= UNROLL_FROM { 2 } else { 1 })
         .clamp(1, 16);
-    // By rows, a thread's vectors are along its row: no more of them than a row holds.
+    // By rows, a thread's vectors are along its row: no more of them than a row holds. A very
+    // large problem takes four there (bias + exact GELU at 16384 x 16384 bf16 on the H200: one
+    // vector 365.9 us, two 334.6, four 318.3).
     let unroll = if by_rows {
-        let row_vectors = inner.map_or(unroll, |n| n / (v * threads));
-        unroll.min(row_vectors.max(1))
+        let wanted = match facts.knobs.per_thread {
+            Some(_) => unroll,
+            None if total >= UNROLL_FOUR_FROM => 4,
+            None => unroll,
+        };
+        let row_vectors = inner.map_or(wanted, |n| n / (v * threads));
+        wanted.min(row_vectors.max(1))
     } else {
         unroll
     };
