@@ -107,7 +107,10 @@ fn the_values_do_not_depend_on_the_schedule() {
         if in_loop {
             assert_eq!(
                 memo_lines,
-                ["hf_philox_memo hf_philox0 = {};", "hf_philox_memo hf_philox1 = {};"]
+                [
+                    "hf_philox_memo hf_philox0 = {};",
+                    "hf_philox_memo hf_philox1 = {};"
+                ]
             );
             let at = c.cuda.find("hf_philox_memo hf_philox1 = {};").unwrap();
             assert!(
