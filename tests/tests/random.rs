@@ -1,7 +1,9 @@
 //! `rand` and `randn` end to end: the float64 reference is the generator of
 //! `hopfuse::fusion::philox` at each element's row-major index (so its values do not depend on
-//! the schedule), the CUDA calls the prelude's helpers with that index, the twin defines the
-//! same generator in torch ops, and bad seeds, offsets and shapes are located errors.
+//! the schedule; four uniforms or two normals share a call), the CUDA calls the prelude's
+//! helpers with that index (through a memo of the last call in a thread's loop), the twin
+//! defines the same generator in torch ops, and bad seeds, offsets and shapes are located
+//! errors.
 
 use hopfuse::fusion::philox;
 use hopfuse_tests::{compile, error};
@@ -46,9 +48,12 @@ fn the_reference_is_the_generator_at_each_linear_index() {
         let want_z = philox::normal(seed, offset, i);
         assert_eq!(out["z"][i as usize], want_z, "z at {i}");
     }
-    // Random123's first known answer: counter 0 and key 0 give w0 = 0x6627e8d5.
-    let zero = reference(FUSION, [1, 1], &[("seed", 0.0), ("offset", 0.0)]);
-    assert_eq!(zero["u"][0], f64::from(0x6627e8u32) / 16_777_216.0);
+    // Random123's first known answer: counter 0 and key 0 give the words 0x6627e8d5,
+    // 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8: elements 0..3 of rand.
+    let zero = reference(FUSION, [1, 4], &[("seed", 0.0), ("offset", 0.0)]);
+    let top24 = [0x6627e8u32, 0xe169c5, 0xbc57ac, 0x9b00db];
+    let want: Vec<f64> = top24.map(|w| f64::from(w) / 16_777_216.0).to_vec();
+    assert_eq!(zero["u"], want);
     // Literal seeds and offsets, and a 1-D shape: the index is the element's.
     let src = "fusion f {\n  input x: f32[N]\n  u = rand(x, 42, 7)\n  output u\n}\n";
     let f = hopfuse::reference_fusion(src).unwrap();
@@ -75,13 +80,47 @@ fn the_values_do_not_depend_on_the_schedule() {
     );
     let scalars = [("seed", 99.0), ("offset", 1.0)];
     let mut values = Vec::new();
-    for src in [&vectorized, &tiled] {
+    for (src, in_loop) in [(&vectorized, true), (&tiled, false)] {
         let c = compile(src);
+        // In the vectors' loop each draw keeps its last call in a memo of its own, declared
+        // empty before the loop's `#pragma unroll`; a lone lane (the tiles: one element per
+        // thread) calls the generator each time.
+        let draws = if in_loop {
+            [
+                "= hf_rand_memo(hf_philox0, seed, offset, ",
+                "= hf_randn_memo(hf_philox1, seed, offset, ",
+            ]
+        } else {
+            ["= hf_rand(seed, offset, ", "= hf_randn(seed, offset, "]
+        };
         assert!(
-            c.cuda.contains("hf_rand(") && c.cuda.contains("hf_randn("),
-            "{}",
+            draws.iter().all(|d| c.cuda.contains(d)),
+            "{draws:?} in\n{}",
             c.cuda
         );
+        let memo_lines: Vec<&str> = c
+            .cuda
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("hf_philox_memo "))
+            .collect();
+        if in_loop {
+            assert_eq!(
+                memo_lines,
+                [
+                    "hf_philox_memo hf_philox0 = {};",
+                    "hf_philox_memo hf_philox1 = {};"
+                ]
+            );
+            let at = c.cuda.find("hf_philox_memo hf_philox1 = {};").unwrap();
+            assert!(
+                c.cuda[at..].lines().nth(1).unwrap().trim() == "#pragma unroll",
+                "the memos come before the loop's pragma:\n{}",
+                c.cuda
+            );
+        } else {
+            assert!(memo_lines.is_empty(), "{memo_lines:?}");
+        }
         assert!(
             c.cuda
                 .contains("__device__ __forceinline__ float hf_rand(long long seed")
@@ -106,7 +145,7 @@ fn the_values_do_not_depend_on_the_schedule() {
 fn the_twin_draws_the_same_generator_in_torch_ops() {
     let twin = hopfuse::torch_twin(FUSION).unwrap().source;
     assert!(
-        twin.contains("def _hf_philox(seed, offset, index):")
+        twin.contains("def _hf_philox(seed, offset, call):")
             && twin.contains("u = _hf_rand(seed, offset, ")
             && twin.contains("z = _hf_randn(seed, offset, ")
             && twin.contains("torch.arange(x.shape[1], dtype=torch.int32, device=x.device)"),

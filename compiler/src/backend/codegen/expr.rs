@@ -179,7 +179,12 @@ impl Emitter<'_> {
                         } else {
                             "hf_randn"
                         };
-                        return (format!("{f}({x}, {y}, {z})"), DType::F32);
+                        // In a loop, through the loop's memo of the last call (`random.rs`).
+                        let s = match self.philox_memo(d) {
+                            Some(memo) => format!("{f}_memo({memo}, {x}, {y}, {z})"),
+                            None => format!("{f}({x}, {y}, {z})"),
+                        };
+                        return (s, DType::F32);
                     }
                 };
                 (s, *dt)

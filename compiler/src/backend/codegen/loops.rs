@@ -28,6 +28,7 @@ impl Emitter<'_> {
             self.flat_loop(l, depth);
             return Close::Flat;
         }
+        self.philox_memos(l, depth);
         // Register arrays stay in registers only when indexed by compile-time
         // constants, so loops that index them are unrolled.
         let indexes_registers =

@@ -24,6 +24,7 @@ mod grid;
 pub mod lines;
 mod loops;
 pub mod prelude;
+mod random;
 mod stream_k;
 
 use crate::dtype::DType;
@@ -77,6 +78,7 @@ pub fn emit_mapped(
             .flatten(),
         depth: 1,
         open: Vec::new(),
+        philox_memos: Vec::new(),
     };
     let mut body = String::new();
     std::mem::swap(&mut e.out, &mut body);
@@ -421,6 +423,9 @@ struct Emitter<'a> {
     depth: usize,
     /// The statements around the one being written, innermost last.
     open: Vec<Open>,
+    /// Each `rand` / `randn` node in an ordinary loop and the `hf_philox_memo` it draws through
+    /// (`random.rs`).
+    philox_memos: Vec<(*const Data, String)>,
 }
 
 /// A statement whose bodies are being written: its lines' owner and how it closes.
