@@ -136,9 +136,10 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
             )
         };
         format!(
-            "{which}: {} consumer warp groups of {ROWS} queries ({} per block{batch}) and a producer warp group with K and V on their own warps (setmaxnreg {producer} / {consumer}), key tiles of {} by TMA (128-byte swizzle) in two stages{slabs}, the groups taking turns issuing S_j and P_(j-1) V_(j-1), each group's softmax of tile j while its P V product runs",
+            "{which}: {} consumer warp groups of {ROWS} queries ({} per block{}) and a producer warp group with K and V on their own warps (setmaxnreg {producer} / {consumer}), key tiles of {} by TMA (128-byte swizzle) in two stages{slabs}, the groups taking turns issuing S_j and P_(j-1) V_(j-1), each group's softmax of tile j while its P V product runs",
             kernel.groups,
             ROWS * kernel.groups,
+            if b == 1 { ", the batch on blockIdx.y" } else { "" },
             kernel.keys
         )
     } else {
