@@ -1,17 +1,33 @@
-//! The attention scheduler: FlashAttention's kernel for `softmax(q k^T * scale) v`, as the hand
-//! schedules of `examples/attention/` write it, with the fusion's own tensor names.
+//! The attention scheduler: FlashAttention-3's kernel for `softmax(q k^T * scale) v`, as the
+//! hand schedules of `examples/attention/` write it, with the fusion's own tensor names.
 //!
 //! Takes an attention [`crate::fusion::attention::find`] recognises (the recognition the
 //! SDPA peers narrow: any mask on `iota`s, a scale without a value, the log-sum-exp as a
 //! second output): bf16 or f16 `q [B?, S, D]`, `k [B?, T, D]`, `v [B?, T, D]` of one
 //! dtype, `D` a constant 64 or 128, the probabilities cast to that dtype before `p v`, and the
-//! output a cast of the normalised result. Emits online_wgmma_batched.hf's schedule (D = 64)
-//! or online_wgmma_d128.hf's (D = 128: q's and k's tiles as two 64-column slabs, two TMA boxes
-//! each), without the batch axis when there is none: the online softmax over key tiles of 64,
-//! 64 queries per block, S = Q K^T and O += P V on wgmma with P from registers, the softmax's
-//! tensors at the tile loop. A mask needs nothing more here: `passes::causal_tiles` bounds the
-//! key loop and masks only the boundary tiles. Anything else is declined with what it has
-//! that the kernel does not take.
+//! output a cast of the normalised result. Anything else is declined with what it has that
+//! the kernel does not take.
+//!
+//! Emits, without the batch axis when there is none (`Kernel` says which):
+//! - D = 128: online_wgmma_overlap_pingpong.hf's schedule, statement for statement (its
+//!   causal twin's with a mask): two consumer warp groups of 64 queries (128 a block, the
+//!   groups on TIDy), a producer warp group with K and V on their own warps, `setmaxnreg`
+//!   24 / 240, key tiles of 128 in two stages, `online_softmax(o, overlap=products)` and
+//!   `turns=products`; q's and k's tiles as two 64-column slabs (two TMA boxes each).
+//! - D = 64: the same form with three consumer groups (192 queries, `registers=[32, 160]`,
+//!   FlashAttention-3's D = 64 choice) on key tiles of 64: with 128-key tiles the consumer
+//!   spills at 160 registers (`nvrtc-check --inspect`, both index types).
+//! - A mask with a lower side (a sliding window, [`crate::passes::causal_tiles::find`]): the
+//!   one-group kernel of online_wgmma_batched.hf (D = 64) or online_wgmma_d128.hf (D = 128),
+//!   64 queries a block, key tiles of 64, no producer: its key loop starts at the window,
+//!   which a circular-buffered loop does not (it starts at 0), so it runs the window's tiles
+//!   only.
+//!
+//! In every form S = Q K^T and O += P V run on wgmma with P from registers and the softmax's
+//! tensors sit at the tile loop. A mask needs nothing more here: `passes::causal_tiles` bounds
+//! the key loop and masks only the boundary tiles. Guarantees: the D = 128 schedule lowers to
+//! the hand examples' CUDA (`tests/tests/auto_attention.rs`), every form compiles without
+//! spills at both index types.
 
 use super::text::ScheduleText;
 use super::{AutoSchedule, Facts, Scheduler};
