@@ -131,43 +131,7 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
             )
         })
         .unwrap_or_default();
-    let slabs = if d == 128 {
-        ", q's and k's tiles as two 64-column slabs (two TMA boxes each)"
-    } else {
-        ""
-    };
-    let batch = if b == 1 {
-        " (the batch on blockIdx.y)"
-    } else {
-        ""
-    };
-    let kernel_why = if kernel.ping_pong() {
-        let [producer, consumer] = kernel.registers;
-        let which = if d == 128 {
-            "online_wgmma_overlap_pingpong's kernel (FlashAttention-3's at D = 128, the fastest, docs/benchmarks.md)".to_string()
-        } else {
-            format!(
-                "online_wgmma_overlap_pingpong's kernel with FlashAttention-3's D = 64 choice of {} consumer warp groups ({} keys a tile: 128 spills at {consumer} registers)",
-                kernel.groups, kernel.keys
-            )
-        };
-        format!(
-            "{which}: {} consumer warp groups of {ROWS} queries ({} per block{}) and a producer warp group with K and V on their own warps (setmaxnreg {producer} / {consumer}), key tiles of {} by TMA (128-byte swizzle) in two stages{slabs}, the groups taking turns issuing S_j and P_(j-1) V_(j-1), each group's softmax of tile j while its P V product runs",
-            kernel.groups,
-            ROWS * kernel.groups,
-            if b == 1 { ", the batch on blockIdx.y" } else { "" },
-            kernel.keys
-        )
-    } else {
-        let which = if d == 128 {
-            "online_wgmma_d128's kernel"
-        } else {
-            "online_wgmma_batched's kernel"
-        };
-        format!(
-            "{which}, one warp group without a producer, since the mask's window starts past the first key tiles and its loop skips them only without circular buffers: {ROWS} queries per block{batch}, key tiles of {TILE} by TMA (128-byte swizzle){slabs}"
-        )
-    };
+    let kernel_why = kernel.describe(d, b);
     Ok(AutoSchedule {
         scheduler: Scheduler::Attention,
         text,
@@ -222,6 +186,48 @@ impl Kernel {
 
     fn ping_pong(self) -> bool {
         self.groups > 1
+    }
+
+    /// The "why" line's account of the kernel: which hand example's, its groups, tiles and
+    /// register split, and why it was chosen; `b` the batch axes.
+    fn describe(self, d: i64, b: usize) -> String {
+        let slabs = if d == 128 {
+            ", q's and k's tiles as two 64-column slabs (two TMA boxes each)"
+        } else {
+            ""
+        };
+        let batch = if b == 1 {
+            " (the batch on blockIdx.y)"
+        } else {
+            ""
+        };
+        if self.ping_pong() {
+            let [producer, consumer] = self.registers;
+            let which = if d == 128 {
+                "online_wgmma_overlap_pingpong's kernel (FlashAttention-3's at D = 128, the fastest, docs/benchmarks.md)".to_string()
+            } else {
+                format!(
+                    "online_wgmma_overlap_pingpong's kernel with FlashAttention-3's D = 64 choice of {} consumer warp groups ({} keys a tile: 128 spills at {consumer} registers)",
+                    self.groups, self.keys
+                )
+            };
+            format!(
+                "{which}: {} consumer warp groups of {ROWS} queries ({} per block{}) and a producer warp group with K and V on their own warps (setmaxnreg {producer} / {consumer}), key tiles of {} by TMA (128-byte swizzle) in two stages{slabs}, the groups taking turns issuing S_j and P_(j-1) V_(j-1), each group's softmax of tile j while its P V product runs",
+                self.groups,
+                ROWS * self.groups,
+                if b == 1 { ", the batch on blockIdx.y" } else { "" },
+                self.keys
+            )
+        } else {
+            let which = if d == 128 {
+                "online_wgmma_d128's kernel"
+            } else {
+                "online_wgmma_batched's kernel"
+            };
+            format!(
+                "{which}, one warp group without a producer, since the mask's window starts past the first key tiles and its loop skips them only without circular buffers: {ROWS} queries per block{batch}, key tiles of {TILE} by TMA (128-byte swizzle){slabs}"
+            )
+        }
     }
 }
 
