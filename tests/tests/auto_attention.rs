@@ -1,21 +1,37 @@
 //! The attention scheduler (`hopfuse::auto::attention`): the hand examples of
 //! `examples/attention/` with their schedule deleted get the hand schedule back (the same CUDA
-//! and launch plan), the `examples/auto/` attention programs compile with it, and attention it
+//! and launch plan), the `examples/auto/` attention programs' schedules are the ping-pong hand
+//! examples' with the programs' own names, every fusion shape at D = 128 (batched or not, f16,
+//! the log-sum-exp) gets the ping-pong kernel and D = 64 its three-group form, and attention it
 //! does not take is declined with the reason.
 
 use hopfuse::auto::Scheduler;
 use hopfuse::examples::without_schedule;
 use hopfuse_tests::{compile, example};
 
-/// The hand examples whose schedule the attention scheduler writes.
-const HAND: [&str; 6] = [
-    "attention/online_wgmma.hf",
-    "attention/online_wgmma_batched.hf",
-    "attention/online_wgmma_causal.hf",
-    "attention/online_wgmma_causal_bottom_right.hf",
+/// The hand examples whose schedule the attention scheduler writes: FlashAttention-3's
+/// kernel at D = 128, and the one-group kernel a sliding window keeps (its loop starts at the
+/// window only without circular buffers).
+const HAND: [&str; 3] = [
+    "attention/online_wgmma_overlap_pingpong.hf",
+    "attention/online_wgmma_overlap_pingpong_causal.hf",
     "attention/online_wgmma_sliding_window.hf",
-    "attention/online_wgmma_d128.hf",
 ];
+
+/// The statements of a schedule's text, in order, without comments and blank lines.
+fn statements(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("//"))
+        .map(String::from)
+        .collect()
+}
+
+/// The statements inside a program's `schedule { }` block.
+fn schedule_block(program: &str) -> &str {
+    let block = &program[program.find("\nschedule {\n").expect("a schedule block") + 12..];
+    &block[..block.find("\n}").unwrap()]
+}
 
 #[test]
 fn the_hand_examples_without_their_schedule_lower_to_the_same_kernel() {
@@ -38,16 +54,63 @@ fn the_hand_examples_without_their_schedule_lower_to_the_same_kernel() {
             chosen.block()
         );
         // The statements themselves are the hand schedule's, in its order (comments aside).
-        let statements = |text: &str| -> Vec<String> {
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with("//"))
-                .map(String::from)
-                .collect()
-        };
-        let hand_block = &hand[hand.find("\nschedule {\n").unwrap() + 12..];
-        let hand_block = &hand_block[..hand_block.find("\n}").unwrap()];
-        assert_eq!(statements(&chosen.text), statements(hand_block), "{path}");
+        assert_eq!(
+            statements(&chosen.text),
+            statements(schedule_block(&hand)),
+            "{path}"
+        );
+    }
+}
+
+/// `examples/auto/attention*.hf` write the product inline, so the builder names its tensors;
+/// the ping-pong hand examples name them. Each pair: the auto example's name, the hand's.
+const HAND_NAMES: [(&str, &str); 6] = [
+    ("out", "ob"),
+    ("o_mul", "pv"),
+    ("o_cast_f32", "pf"),
+    ("o_cast_f322", "vf"),
+    ("o_broadcast", "pf_broadcast"),
+    ("o_broadcast2", "vf_broadcast"),
+];
+
+#[test]
+fn the_auto_examples_schedule_is_the_ping_pong_hand_schedule_with_their_names() {
+    for (auto, hand) in [
+        (
+            "auto/attention.hf",
+            "attention/online_wgmma_overlap_pingpong.hf",
+        ),
+        (
+            "auto/attention_causal.hf",
+            "attention/online_wgmma_overlap_pingpong_causal.hf",
+        ),
+    ] {
+        let chosen = attention_schedule(&example(auto));
+        // The auto example's statements with its tensors renamed to the hand example's: the
+        // tensor a statement acts on is the name before its first `.`.
+        let renamed: Vec<String> = statements(&chosen.text)
+            .into_iter()
+            .map(|line| match line.split_once('.') {
+                Some((tensor, rest)) => match HAND_NAMES.iter().find(|(a, _)| *a == tensor) {
+                    Some((_, h)) => format!("{h}.{rest}"),
+                    None => line,
+                },
+                None => line,
+            })
+            .collect();
+        let hand_source = example(hand);
+        assert_eq!(
+            renamed,
+            statements(schedule_block(&hand_source)),
+            "{auto} against {hand}"
+        );
+        // Applied to the hand example's fusion, that schedule lowers to the hand's CUDA.
+        let fusion = &hand_source[..hand_source.find("\nschedule {\n").unwrap()];
+        let applied = format!("{fusion}\nschedule {{\n{}\n}}\n", renamed.join("\n"));
+        assert!(
+            compile(&applied).cuda == compile(&hand_source).cuda,
+            "{auto}'s schedule on {hand}'s fusion lowers to other CUDA"
+        );
     }
 }
 
@@ -69,28 +132,89 @@ fn declined(source: &str) -> String {
 }
 
 #[test]
-fn the_log_sum_exp_output_is_the_hand_kernel_without_its_producer_warp_group() {
-    // online_wgmma_lse.hf is online_wgmma_d128.hf's schedule plus K and V in a warp-specialized
-    // circular buffer; the scheduler writes d128's (the faster one, docs/benchmarks.md), so its
-    // CUDA is the hand example's with those two lines deleted.
-    let hand = example("attention/online_wgmma_lse.hf");
-    let buffers = [
-        "  ks.circular_buffer(2, warp_specialized(TIDy))\n",
-        "  vs.circular_buffer(2, warp_specialized(TIDy))\n",
-    ];
-    let mut one_group = hand.clone();
-    for line in buffers {
-        assert!(one_group.contains(line), "{line}");
-        one_group = one_group.replace(line, "");
-    }
-    let auto = without_schedule(&hand);
+fn the_log_sum_exp_output_gets_the_ping_pong_kernel() {
+    // online_wgmma_lse.hf's fusion (the same tensor names as online_wgmma_overlap_pingpong.hf)
+    // with the ping-pong hand schedule: the automatic schedule lowers to the same CUDA.
+    let lse = example("attention/online_wgmma_lse.hf");
+    let fusion = &lse[..lse.find("\nschedule {\n").unwrap()];
+    let pingpong = example("attention/online_wgmma_overlap_pingpong.hf");
+    let hand = format!("{fusion}\nschedule {{\n{}\n}}\n", schedule_block(&pingpong));
+    let auto = without_schedule(&lse);
     let chosen = attention_schedule(&auto);
     assert!(
-        chosen.reason.contains("the log-sum-exp `lse`"),
+        chosen.reason.contains("the log-sum-exp `lse`")
+            && chosen
+                .reason
+                .contains("online_wgmma_overlap_pingpong's kernel"),
         "{}",
         chosen.reason
     );
-    assert!(compile(&auto).cuda == compile(&one_group).cuda);
+    let c = compile(&auto);
+    assert!(c.cuda == compile(&hand).cuda);
+    // The log-sum-exp is written from the running statistics after the tile loop.
+    assert!(c.cuda.contains("logf("), "no log in the kernel");
+}
+
+#[test]
+fn unbatched_and_f16_fusions_at_d128_get_the_ping_pong_kernel() {
+    let batched = without_schedule(&example("attention/online_wgmma_overlap_pingpong.hf"));
+    // online_wgmma.hf's fusion ([S, 64], no batch axis) at D = 128.
+    let unbatched = without_schedule(&example("attention/online_wgmma.hf")).replace("64]", "128]");
+    for (source, shape, dtype) in [
+        (batched.replace("bf16", "f16"), "[B, S, D] f16", "f16"),
+        (unbatched.clone(), "[S, D] bf16", "bf16"),
+        (unbatched.replace("bf16", "f16"), "[S, D] f16", "f16"),
+    ] {
+        let chosen = attention_schedule(&source);
+        assert!(
+            chosen.reason.contains(&format!("{shape} with D = 128"))
+                && chosen
+                    .reason
+                    .contains("2 consumer warp groups of 64 queries"),
+            "{}",
+            chosen.reason
+        );
+        let c = compile(&source);
+        assert!(c.cuda.contains("__launch_bounds__(384, 1)"), "{shape}");
+        assert!(
+            c.cuda.contains("setmaxnreg.inc.sync.aligned.u32 240;"),
+            "{shape}"
+        );
+        assert!(
+            c.cuda.contains(&format!(
+                "wgmma.mma_async.sync.aligned.m64n128k16.f32.{dtype}.{dtype}"
+            )),
+            "{shape}"
+        );
+    }
+    // Without the batch axis the query tile is on blockIdx.x alone: the positions shift by one.
+    let chosen = attention_schedule(&unbatched);
+    assert!(
+        chosen.text.contains("s_sum.parallelize(2, TIDy)\n"),
+        "{}",
+        chosen.text
+    );
+    assert!(!chosen.text.contains("BIDy"), "{}", chosen.text);
+}
+
+#[test]
+fn a_sliding_window_at_d128_keeps_the_one_group_kernel() {
+    // With circular buffers the key loop starts at 0, so the window's skipped tiles would run.
+    let window = without_schedule(&example("attention/online_wgmma_sliding_window.hf"))
+        .replace("64]", "128]");
+    let chosen = attention_schedule(&window);
+    assert!(
+        chosen
+            .reason
+            .contains("online_wgmma_d128's kernel, one warp group without a producer"),
+        "{}",
+        chosen.reason
+    );
+    assert!(!chosen.text.contains("circular_buffer"), "{}", chosen.text);
+    // The causal mask has no lower side: the ping-pong kernel.
+    let causal =
+        without_schedule(&example("attention/online_wgmma_causal.hf")).replace("64]", "128]");
+    assert!(attention_schedule(&causal).text.contains("turns=products"));
 }
 
 #[test]
@@ -103,14 +227,14 @@ fn the_auto_examples_compile_with_the_attention_scheduler() {
         let chosen = attention_schedule(&source);
         assert!(chosen.reason.contains("with D = 128"), "{}", chosen.reason);
         // The product written inline: its tile's tensors are the builder's names.
-        assert!(chosen.text.contains("o_broadcast2.parallelize(6, Mma)\n"));
+        assert!(chosen.text.contains("o_broadcast2.parallelize(7, Mma)\n"));
         let c = compile(&source);
         let ran = |name: &str| c.passes.iter().any(|p| p.name == name);
         // The causal mask bounds the key loop at the diagonal; no mask, no bound.
         assert_eq!(ran("mask_bounds"), causal, "{path}");
         assert_eq!(
             c.cuda
-                .contains("hf_min<index_t>(hf_ceil_div<index_t>(T, 64), s2_o + 1)"),
+                .contains("hf_min<index_t>(hf_ceil_div<index_t>(T, 128), s2_o + 1)"),
             causal,
             "{path}"
         );
@@ -120,19 +244,40 @@ fn the_auto_examples_compile_with_the_attention_scheduler() {
 }
 
 #[test]
-fn f16_and_unbatched_inputs_get_the_kernel_too() {
+fn d64_gets_three_consumer_groups_on_64_key_tiles() {
     let source =
         without_schedule(&example("attention/online_wgmma_causal.hf")).replace("bf16", "f16");
     let chosen = attention_schedule(&source);
     assert!(
-        chosen.reason.contains("[S, D] f16 with D = 64"),
+        chosen.reason.contains("[S, D] f16 with D = 64")
+            && chosen
+                .reason
+                .contains("3 consumer warp groups of 64 queries (192 per block)"),
         "{}",
         chosen.reason
     );
+    assert!(
+        chosen.text.contains("s_sum.split(0, 192)\n"),
+        "{}",
+        chosen.text
+    );
+    assert!(
+        chosen
+            .text
+            .contains("vs.circular_buffer(2, warp_specialized(TIDy, registers=[32, 160], warp=1, turns=products))\n"),
+        "{}",
+        chosen.text
+    );
     let c = compile(&source);
+    assert!(c.cuda.contains("__launch_bounds__(512, 1)"));
+    assert!(c.cuda.contains("setmaxnreg.inc.sync.aligned.u32 160;"));
     assert!(c
         .cuda
         .contains("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"));
+    // The causal bound is the block's 192 queries: three 64-key tiles per query tile.
+    assert!(c
+        .cuda
+        .contains("hf_min<index_t>(hf_ceil_div<index_t>(T, 64), 3 * (s2_o + 1))"));
 }
 
 #[test]

@@ -1,17 +1,33 @@
-//! The attention scheduler: FlashAttention's kernel for `softmax(q k^T * scale) v`, as the hand
-//! schedules of `examples/attention/` write it, with the fusion's own tensor names.
+//! The attention scheduler: FlashAttention-3's kernel for `softmax(q k^T * scale) v`, as the
+//! hand schedules of `examples/attention/` write it, with the fusion's own tensor names.
 //!
 //! Takes an attention [`crate::fusion::attention::find`] recognises (the recognition the
 //! SDPA peers narrow: any mask on `iota`s, a scale without a value, the log-sum-exp as a
 //! second output): bf16 or f16 `q [B?, S, D]`, `k [B?, T, D]`, `v [B?, T, D]` of one
 //! dtype, `D` a constant 64 or 128, the probabilities cast to that dtype before `p v`, and the
-//! output a cast of the normalised result. Emits online_wgmma_batched.hf's schedule (D = 64)
-//! or online_wgmma_d128.hf's (D = 128: q's and k's tiles as two 64-column slabs, two TMA boxes
-//! each), without the batch axis when there is none: the online softmax over key tiles of 64,
-//! 64 queries per block, S = Q K^T and O += P V on wgmma with P from registers, the softmax's
-//! tensors at the tile loop. A mask needs nothing more here: `passes::causal_tiles` bounds the
-//! key loop and masks only the boundary tiles. Anything else is declined with what it has
-//! that the kernel does not take.
+//! output a cast of the normalised result. Anything else is declined with what it has that
+//! the kernel does not take.
+//!
+//! Emits, without the batch axis when there is none (`Kernel` says which):
+//! - D = 128: online_wgmma_overlap_pingpong.hf's schedule, statement for statement (its
+//!   causal twin's with a mask): two consumer warp groups of 64 queries (128 a block, the
+//!   groups on TIDy), a producer warp group with K and V on their own warps, `setmaxnreg`
+//!   24 / 240, key tiles of 128 in two stages, `online_softmax(o, overlap=products)` and
+//!   `turns=products`; q's and k's tiles as two 64-column slabs (two TMA boxes each).
+//! - D = 64: the same form with three consumer groups (192 queries, `registers=[32, 160]`,
+//!   FlashAttention-3's D = 64 choice) on key tiles of 64: with 128-key tiles the consumer
+//!   spills at 160 registers (`nvrtc-check --inspect`, both index types).
+//! - A mask with a lower side (a sliding window, [`crate::passes::causal_tiles::find`]): the
+//!   one-group kernel of online_wgmma_batched.hf (D = 64) or online_wgmma_d128.hf (D = 128),
+//!   64 queries a block, key tiles of 64, no producer: its key loop starts at the window,
+//!   which a circular-buffered loop does not (it starts at 0), so it runs the window's tiles
+//!   only.
+//!
+//! In every form S = Q K^T and O += P V run on wgmma with P from registers and the softmax's
+//! tensors sit at the tile loop. A mask needs nothing more here: `passes::causal_tiles` bounds
+//! the key loop and masks only the boundary tiles. Guarantees: the D = 128 schedule lowers to
+//! the hand examples' CUDA (`tests/tests/auto_attention.rs`), every form compiles without
+//! spills at both index types.
 
 use super::text::ScheduleText;
 use super::{AutoSchedule, Facts, Scheduler};
@@ -21,7 +37,9 @@ use crate::fusion::{Fusion, Op, Operand, TensorId};
 use crate::plan::SizeExpr;
 use std::collections::BTreeSet;
 
-/// Queries per block and keys per tile (one wgmma M of 64 rows; a 64-key N).
+/// Queries per consumer warp group (one wgmma M of 64 rows).
+const ROWS: i64 = 64;
+/// Keys per tile of the one-group kernel (a 64-key N).
 const TILE: i64 = 64;
 
 pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
@@ -89,7 +107,16 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
         ));
     }
     let b = at.batch;
-    let text = text(facts, at, d, &chain);
+    let window = crate::passes::causal_tiles::find(f, os.scores, os.axis)
+        .is_some_and(|band| band.lower.is_some());
+    let kernel = if window {
+        Kernel::ONE_GROUP
+    } else if d == 128 {
+        Kernel::PING_PONG
+    } else {
+        Kernel::THREE_GROUPS
+    };
+    let text = text(facts, at, d, kernel, &chain);
     let mask = match at.mask {
         None => String::new(),
         Some(m) if m.causal => format!(", the causal mask `{}` (key tiles past the diagonal skipped, only diagonal tiles masked)", name(m.keep)),
@@ -104,31 +131,116 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
             )
         })
         .unwrap_or_default();
-    let layout = if d == 128 {
-        "online_wgmma_d128's kernel: q's and k's tiles as two 64-column slabs (two TMA boxes each)"
-    } else {
-        "online_wgmma_batched's kernel"
-    };
+    let kernel_why = kernel.describe(d, b);
     Ok(AutoSchedule {
         scheduler: Scheduler::Attention,
         text,
         reason: format!(
-            "attention `{}` over {}{} {} with D = {d} {}{mask}{lse}; {layout}: one warp group, {TILE} queries per block{}, key tiles of {TILE} by TMA (128-byte swizzle), the online softmax, S = Q K^T and O += P V on wgmma with P from registers",
+            "attention `{}` over {}{} {} with D = {d} {}{mask}{lse}; {kernel_why}; the online softmax, S = Q K^T and O += P V on wgmma with P from registers",
             name(at.out),
             if b == 1 { "a batch of " } else { "" },
             if b == 1 { "[B, S, D]" } else { "[S, D]" },
             dtype.name(),
             facts.sizes.describe(),
-            if b == 1 { " (the batch on blockIdx.y)" } else { "" },
         ),
     })
 }
 
-/// The schedule's statements (module doc), `b` the batch axes before every position.
-fn text(facts: &Facts, at: &Attention, d: i64, chain: &[TensorId]) -> String {
+/// The kernel the scheduler writes: how many consumer warp groups share a block's queries,
+/// the key tile, and (with more than one group) the producer's register split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Kernel {
+    /// Consumer warp groups of [`ROWS`] queries each; 1 is the one-group kernel without a
+    /// producer, more is the ping-pong + overlap kernel with a producer warp group.
+    groups: i64,
+    /// Keys per tile of the serial tile loop (the S product's N, the P V product's K).
+    keys: i64,
+    /// `setmaxnreg` for the producer and the consumer warp groups (ping-pong only).
+    registers: [u32; 2],
+}
+
+impl Kernel {
+    /// online_wgmma_batched.hf's and online_wgmma_d128.hf's kernel: one warp group.
+    const ONE_GROUP: Kernel = Kernel {
+        groups: 1,
+        keys: TILE,
+        registers: [0, 0],
+    };
+    /// online_wgmma_overlap_pingpong.hf's kernel (FlashAttention-3's at D = 128): two
+    /// consumer warp groups, key tiles of 128, setmaxnreg 24 / 240.
+    const PING_PONG: Kernel = Kernel {
+        groups: 2,
+        keys: 128,
+        registers: [24, 240],
+    };
+
+    /// The same at D = 64 with three consumer warp groups (192 queries a block, setmaxnreg
+    /// 32 / 160: FlashAttention-3's D = 64 choice) and key tiles of 64: with tiles of 128 the
+    /// consumer spills at 160 registers (172 bytes, `nvrtc-check --inspect`), two groups on
+    /// 64- or 128-key tiles are clean too.
+    const THREE_GROUPS: Kernel = Kernel {
+        groups: 3,
+        keys: TILE,
+        registers: [32, 160],
+    };
+
+    fn ping_pong(self) -> bool {
+        self.groups > 1
+    }
+
+    /// The "why" line's account of the kernel: which hand example's, its groups, tiles and
+    /// register split, and why it was chosen; `b` the batch axes.
+    fn describe(self, d: i64, b: usize) -> String {
+        let slabs = if d == 128 {
+            ", q's and k's tiles as two 64-column slabs (two TMA boxes each)"
+        } else {
+            ""
+        };
+        let batch = if b == 1 {
+            " (the batch on blockIdx.y)"
+        } else {
+            ""
+        };
+        if self.ping_pong() {
+            let [producer, consumer] = self.registers;
+            let which = if d == 128 {
+                "online_wgmma_overlap_pingpong's kernel (FlashAttention-3's at D = 128, the fastest, docs/benchmarks.md)".to_string()
+            } else {
+                format!(
+                    "online_wgmma_overlap_pingpong's kernel with FlashAttention-3's D = 64 choice of {} consumer warp groups ({} keys a tile: 128 spills at {consumer} registers)",
+                    self.groups, self.keys
+                )
+            };
+            format!(
+                "{which}: {} consumer warp groups of {ROWS} queries ({} per block{}) and a producer warp group with K and V on their own warps (setmaxnreg {producer} / {consumer}), key tiles of {} by TMA (128-byte swizzle) in two stages{slabs}, the groups taking turns issuing S_j and P_(j-1) V_(j-1), each group's softmax of tile j while its P V product runs",
+                self.groups,
+                ROWS * self.groups,
+                if b == 1 { ", the batch on blockIdx.y" } else { "" },
+                self.keys
+            )
+        } else {
+            let which = if d == 128 {
+                "online_wgmma_d128's kernel"
+            } else {
+                "online_wgmma_batched's kernel"
+            };
+            format!(
+                "{which}, one warp group without a producer, since the mask's window starts past the first key tiles and its loop skips them only without circular buffers: {ROWS} queries per block{batch}, key tiles of {TILE} by TMA (128-byte swizzle){slabs}"
+            )
+        }
+    }
+}
+
+/// The schedule's statements (module doc), `b` the batch axes before every position. With
+/// more than one group the query tile is split once more into the groups (`g` = 1 extra axis,
+/// on TIDy) and the loop positions after it shift by one.
+fn text(facts: &Facts, at: &Attention, d: i64, kernel: Kernel, chain: &[TensorId]) -> String {
     let f = facts.fusion;
     let name = |t: TensorId| f.tensors[t].name.clone();
     let b = at.batch;
+    let g = usize::from(kernel.ping_pong());
+    let queries = ROWS * kernel.groups;
+    let keys = kernel.keys;
     // A position of the unbatched schedule; a permutation of it with the batch axis first.
     let at_ = |i: usize| i + b;
     let order =
@@ -145,7 +257,12 @@ fn text(facts: &Facts, at: &Attention, d: i64, chain: &[TensorId]) -> String {
     let sum = name(at.product);
     let o = name(at.softmax.product);
     let mut s = ScheduleText::new(&sum);
-    s.line(format!("online_softmax({o})"));
+    if kernel.ping_pong() {
+        s.comment("FlashAttention-3's order inside each consumer warp group: S of tile j, then P V of tile j - 1 in flight during tile j's softmax (and the other groups' products).");
+        s.line(format!("online_softmax({o}, overlap=products)"));
+    } else {
+        s.line(format!("online_softmax({o})"));
+    }
     for (c, t) in [(&qs, at.q), (&ks, at.k), (&vs, at.v)] {
         s.line(format!(
             "{c} = cache_after({}, memory=shared, load=tma, swizzle=128)",
@@ -153,64 +270,85 @@ fn text(facts: &Facts, at: &Attention, d: i64, chain: &[TensorId]) -> String {
         ));
     }
     let batch = if b == 1 { "B (BIDy), " } else { "" };
+    let groups = if kernel.ping_pong() {
+        format!("{} (TIDy: the consumer warp group), ", kernel.groups)
+    } else {
+        String::new()
+    };
     s.comment(&format!(
-        "{sum}[{}S, T, D] -> [{batch}S / 64 (BIDx), T / 64 (the serial tile loop), D / 16 (unrolled), 64 (Mma M), 64 (Mma N: the tile's keys), 16 (Mma K)]",
+        "{sum}[{}S, T, D] -> [{batch}S / {queries} (BIDx), T / {keys} (the serial tile loop), {groups}D / 16 (unrolled), {ROWS} (Mma M), {keys} (Mma N: the tile's keys), 16 (Mma K)]",
         if b == 1 { "B, " } else { "" }
     ));
-    s.split(at_(0), TILE, false);
-    s.split(at_(2), TILE, false);
-    s.split(at_(4), 16, false);
-    s.reorder(&order(&[0, 2, 4, 1, 3, 5]));
+    s.split(at_(0), queries, false);
+    if kernel.ping_pong() {
+        s.split(at_(1), ROWS, false);
+    }
+    s.split(at_(2 + g), keys, false);
+    s.split(at_(4 + g), 16, false);
+    if kernel.ping_pong() {
+        s.reorder(&order(&[0, 3, 1, 5, 2, 4, 6]));
+    } else {
+        s.reorder(&order(&[0, 2, 4, 1, 3, 5]));
+    }
     if b == 1 {
         s.parallelize(&[(0, "BIDy")]);
     }
+    s.parallelize(&[(at_(0), "BIDx")]);
+    if kernel.ping_pong() {
+        s.parallelize(&[(at_(2), "TIDy")]);
+    }
     s.parallelize(&[
-        (at_(0), "BIDx"),
-        (at_(2), "Unroll"),
-        (at_(3), "Mma"),
-        (at_(4), "Mma"),
-        (at_(5), "Mma"),
+        (at_(2 + g), "Unroll"),
+        (at_(3 + g), "Mma"),
+        (at_(4 + g), "Mma"),
+        (at_(5 + g), "Mma"),
     ]);
     s.line(format!("propagate({sum})"));
     s.comment(&format!(
-        "{o} and the tensors of its tile: the tile's 64 keys are its K (4 unrolled x 16), M the 64 queries, N = D"
+        "{o} and the tensors of its tile: the tile's {keys} keys are its K ({} unrolled x 16), M the {ROWS} queries, N = D",
+        keys / 16
     ));
     // The second product's tiling, the same on each tensor of its tile.
     let product_tiling = |t: &str| {
         let mut p = ScheduleText::new(t);
-        p.parallelize(&[(at_(3), "Serial")]);
-        p.split(at_(3), 16, false);
-        p.reorder(&order(&[0, 1, 3, 2, 5, 4]));
+        p.parallelize(&[(at_(3 + g), "Serial")]);
+        p.split(at_(3 + g), 16, false);
+        let mut perm: Vec<usize> = (0..2 + g).collect();
+        perm.extend([3 + g, 2 + g, 5 + g, 4 + g]);
+        p.reorder(&order(&perm));
         p.parallelize(&[
-            (at_(2), "Unroll"),
-            (at_(3), "Mma"),
-            (at_(4), "Mma"),
-            (at_(5), "Mma"),
+            (at_(2 + g), "Unroll"),
+            (at_(3 + g), "Mma"),
+            (at_(4 + g), "Mma"),
+            (at_(5 + g), "Mma"),
         ]);
         p
     };
     s.append(product_tiling(&o));
     let mut out = ScheduleText::new(&name(at.out));
-    out.parallelize(&[(at_(2), "Mma")]);
+    out.parallelize(&[(at_(2 + g), "Mma")]);
     s.append(out);
     for &t in chain {
         s.append(product_tiling(&name(t)));
     }
-    s.comment("The TMA boxes: q's tile once per block, k's and v's per key tile.");
-    for c in [&qs, &ks] {
-        let mut box_ = ScheduleText::new(c);
-        if d == 128 {
-            // Two 64-column slabs of 128 bytes, one box each.
-            box_.parallelize(&[(at_(1), "Serial")]);
-            box_.split(at_(1), 4, false);
-            box_.reorder(&order(&[0, 1, 3, 2, 4]));
-            box_.parallelize(&(1..5).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
-        } else {
-            box_.reorder(&order(&[0, 2, 1, 3]));
-            box_.parallelize(&(1..4).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
-        }
-        s.append(box_);
+    s.comment(if kernel.ping_pong() {
+        "The TMA boxes: q's tile once per block (one copy for every group, each group's wgmma reads its rows), k's and v's per key tile."
+    } else {
+        "The TMA boxes: q's tile once per block, k's and v's per key tile."
+    });
+    s.append(q_box(&qs, d, g, &at_, &order));
+    let mut k_box = ScheduleText::new(&ks);
+    if d == 128 {
+        // Two 64-column slabs of 128 bytes, one box each.
+        k_box.parallelize(&[(at_(1), "Serial")]);
+        k_box.split(at_(1), 4, false);
+        k_box.reorder(&order(&[0, 1, 3, 2, 4]));
+        k_box.parallelize(&(1..5).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
+    } else {
+        k_box.reorder(&order(&[0, 2, 1, 3]));
+        k_box.parallelize(&(1..4).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
     }
+    s.append(k_box);
     let mut v_box = ScheduleText::new(&vs);
     if d == 128 {
         v_box.split(at_(2), 64, false);
@@ -220,14 +358,63 @@ fn text(facts: &Facts, at: &Attention, d: i64, chain: &[TensorId]) -> String {
         v_box.parallelize(&(1..3).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
     }
     s.append(v_box);
+    if kernel.ping_pong() {
+        let [producer, consumer] = kernel.registers;
+        s.comment(&format!("K and V in circular buffers of two stages, each filled by its own warp of the producer warp group (TIDy = {}) while the consumer warp groups compute on each stage; the groups take turns issuing their products (turns=products): S_j and P_(j-1) V_(j-1) in one turn.", kernel.groups));
+        let ws = format!("warp_specialized(TIDy, registers=[{producer}, {consumer}]");
+        s.line(format!("{ks}.circular_buffer(2, {ws}, turns=products))"));
+        s.line(format!(
+            "{vs}.circular_buffer(2, {ws}, warp=1, turns=products))"
+        ));
+    }
     s.line("inline_most()".into());
     s.comment(
         "The softmax's tensors at the tile loop, each in its own loops over the fragment (M, N).",
     );
     for t in softmax_tile(f, at, chain) {
-        s.line(format!("{}.inline_at({})", name(t), at_(2)));
+        s.line(format!("{}.inline_at({})", name(t), at_(2 + g)));
     }
     s.finish()
+}
+
+/// q's TMA box: the block's query tile once (with several groups, the groups' axis inside the
+/// box: one copy for all). At D = 128 two 64-column slabs of 128 bytes, one box each.
+fn q_box(
+    qs: &str,
+    d: i64,
+    g: usize,
+    at_: &dyn Fn(usize) -> usize,
+    order: &dyn Fn(&[usize]) -> Vec<usize>,
+) -> ScheduleText {
+    let mut q = ScheduleText::new(qs);
+    let bulk = |last: usize| (1..last).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>();
+    match (d == 128, g == 1) {
+        // [So, Do, Si, Di] -> [So, Do / 4, Si, 4, Di]
+        (true, false) => {
+            q.parallelize(&[(at_(1), "Serial")]);
+            q.split(at_(1), 4, false);
+            q.reorder(&order(&[0, 1, 3, 2, 4]));
+            q.parallelize(&bulk(5));
+        }
+        // [So, Sg, Do, Si, Di] -> [So, Do / 4, Sg, Si, 4, Di]
+        (true, true) => {
+            q.parallelize(&[(at_(2), "Serial")]);
+            q.split(at_(2), 4, false);
+            q.reorder(&order(&[0, 2, 1, 4, 3, 5]));
+            q.parallelize(&bulk(6));
+        }
+        // [So, Do, Si, Di] -> [So, Si, Do, Di]
+        (false, false) => {
+            q.reorder(&order(&[0, 2, 1, 3]));
+            q.parallelize(&bulk(4));
+        }
+        // [So, Sg, Do, Si, Di] -> [So, Sg, Si, Do, Di]
+        (false, true) => {
+            q.reorder(&order(&[0, 1, 3, 2, 4]));
+            q.parallelize(&bulk(5));
+        }
+    }
+    q
 }
 
 /// The tensors the second product reads in its tile (rank of its input, not fusion inputs):
