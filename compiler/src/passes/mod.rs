@@ -34,6 +34,7 @@ pub mod persistent;
 pub mod predicate;
 pub mod probe;
 pub mod reduction;
+pub mod row_math;
 pub mod simplify;
 pub mod specialize;
 pub mod sync;
@@ -174,6 +175,13 @@ pub const PIPELINE: &[Pass] = &[
         summary: "register and shared-memory allocations",
         run: |cx, h, k| allocation::run(cx, &h.accumulators, &mut h.plan, k),
         applies: always,
+        in_place: false,
+    },
+    Pass {
+        name: "row_math",
+        summary: "exp(a - broadcast(m)) in base 2, a / broadcast(s) as a * (1 / s): once per row",
+        run: |cx, _, k| row_math::run(cx, k),
+        applies: row_math::used,
         in_place: false,
     },
     Pass {
