@@ -101,9 +101,19 @@ struct Site {
     exp_expr: Option<ExprId>,
 }
 
-/// Whether the fusion has a form to rewrite (the pass is skipped otherwise).
+/// Whether the fusion has a form whose row value and broadcasts `allocation` placed in
+/// registers or shared memory (the pass is skipped otherwise: a row value read from global
+/// memory, as a segment's input or an output read back, is not one).
 pub fn used(cx: &Ctx) -> bool {
-    !sites(cx).is_empty()
+    let placed = |t: TensorId| {
+        cx.layout
+            .tensor_buffer
+            .get(&t)
+            .is_some_and(|b| cx.layout.alloc_ids.contains_key(b))
+    };
+    sites(cx)
+        .iter()
+        .any(|s| placed(s.row) && s.views.iter().all(|&e| placed(cx.fusion.exprs[e].output)))
 }
 
 /// Runs the pass: each form whose statements are as the module doc says is rewritten.
@@ -247,10 +257,12 @@ impl SiteBuffers {
         let held = |b: BufferId| {
             k.buffers[b].memory == MemoryType::Local && cx.layout.alloc_ids.contains_key(&b)
         };
-        let fragment = cx.layout.alloc_ids[&row]
-            .iter()
-            .any(|&id| f.ids[id].parallel == ParallelType::Mma);
-        if !held(row) || fragment || k.buffers[row].dtype != DType::F32 {
+        let fragment = |b: BufferId| {
+            cx.layout.alloc_ids[&b]
+                .iter()
+                .any(|&id| f.ids[id].parallel == ParallelType::Mma)
+        };
+        if !held(row) || fragment(row) || k.buffers[row].dtype != DType::F32 {
             return None;
         }
         let views = site
