@@ -416,3 +416,91 @@ fn place_twin(k: &mut Kernel, row: BufferId, twin: BufferId, form: RowForm) {
         s => vec![s],
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::f64::consts::LOG2_E;
+
+    /// An element as the plain form computes it in f32: `expf(x - m)`.
+    fn plain(x: f32, m: f32) -> f32 {
+        (x - m).exp()
+    }
+
+    /// An element as the base-2 form computes it in f32: `exp2f(fma(x, log2(e), -m log2(e)))`
+    /// (`mul_add` is the FFMA; `exp2` stands for `ex2.approx`, which gives the same special
+    /// values: NaN for NaN, 0 for -inf, inf for inf).
+    fn base2(x: f32, m: f32) -> f32 {
+        let neg = m * -(LOG2_E as f32);
+        x.mul_add(LOG2_E as f32, neg).exp2()
+    }
+
+    #[test]
+    fn a_row_masked_throughout_is_nan_in_both_forms_and_in_the_reference() {
+        let inf = f32::INFINITY;
+        assert!(plain(-inf, -inf).is_nan() && base2(-inf, -inf).is_nan());
+        // A +inf maximum: NaN at its element, 0 at the finite ones, in both forms.
+        assert!(plain(inf, inf).is_nan() && base2(inf, inf).is_nan());
+        assert_eq!((plain(1.0, inf), base2(1.0, inf)), (0.0, 0.0));
+        // A masked element of a row that keeps some: 0 in both.
+        assert_eq!((plain(-inf, 0.5), base2(-inf, 0.5)), (0.0, 0.0));
+        assert!(base2(f32::NAN, 0.5).is_nan() && base2(0.5, f32::NAN).is_nan());
+        // The reference: row 0 keeps no column, so its probabilities are NaN; row 1 is finite.
+        let src = "fusion f {\n  input x: f32[M, N]\n  keep = iota(x, axis=1) < iota(x, axis=0)\n  xm = where(keep, x, -1.0 / 0.0)\n  m = max(xm, axis=1)\n  e = exp(xm - broadcast(m, axis=1))\n  s = sum(e, axis=1)\n  y = e / broadcast(s, axis=1)\n  output y\n}";
+        let program = crate::frontend::parse(src).unwrap();
+        let f = crate::fusion::build(&program.fusion).unwrap();
+        let sizes = BTreeMap::from([("M".to_string(), 2), ("N".to_string(), 3)]);
+        let inputs = BTreeMap::from([("x".to_string(), vec![0.25, -0.5, 1.0, 0.75, 0.5, -1.0])]);
+        let y = &crate::backend::reference::evaluate(&f, &sizes, &inputs).unwrap()["y"];
+        assert!(y[..3].iter().all(|v| v.is_nan()), "{y:?}");
+        assert!(y[3..].iter().all(|v| v.is_finite()), "{y:?}");
+    }
+
+    #[test]
+    fn the_base_2_form_is_within_the_module_docs_bound_of_the_exponential() {
+        // Row values up to 16 and shifts down to -20 (exp(-20) = 2e-9): the relative error
+        // against the float64 exponential is 2^-24 (|m| + |x - m|) plus the rounding of the
+        // result (exp2 here is correctly rounded; ex2.approx adds its 2 ulp on the GPU).
+        let mut worst: f64 = 0.0;
+        for i in 0..=64 {
+            let m = -16.0 + 0.5 * i as f32 + 0.123;
+            for j in 0..=200 {
+                let x = m - 0.1 * j as f32;
+                let exact = ((x as f64) - (m as f64)).exp();
+                let rel = (base2(x, m) as f64 - exact).abs() / exact;
+                let bound = 2f64.powi(-24) * ((m as f64).abs() + (x as f64 - m as f64).abs())
+                    + 2f64.powi(-23);
+                assert!(rel <= bound, "x {x} m {m}: {rel:e} > {bound:e}");
+                worst = worst.max(rel);
+            }
+        }
+        assert!(worst < 1e-5, "{worst:e}");
+    }
+
+    #[test]
+    fn a_product_by_the_reciprocal_is_within_one_and_a_half_ulp_of_the_division() {
+        let mut s = 1.0f32;
+        while s < 1e6 {
+            for a in [1e-30f32, 3e-5, 0.37, 1.0, 7.5, 1e20] {
+                let q = a / s;
+                let r = a * (1.0 / s);
+                let ulp = f32::from_bits(q.to_bits() + 1) - q;
+                assert!((r - q).abs() <= 1.5 * ulp, "{a} / {s}: {r} against {q}");
+            }
+            s = s * 1.37 + 0.01;
+        }
+        // The special divisors give the division's values.
+        for (a, s) in [
+            (1.0f32, 0.0f32),
+            (0.0, 0.0),
+            (1.0, f32::INFINITY),
+            (f32::INFINITY, f32::INFINITY),
+        ] {
+            let (q, r) = (a / s, a * (1.0 / s));
+            assert!(
+                q == r || (q.is_nan() && r.is_nan()),
+                "{a} / {s}: {r} against {q}"
+            );
+        }
+    }
+}
