@@ -163,7 +163,7 @@ fn recompute_streams_a_row_through_each_loop() {
     }
     // The copies are computed in the output's loop, after the sum is complete.
     let sum_done = c.cuda.find("s[0] = s_acc[0];").unwrap();
-    assert!(c.cuda.find("e_r2[n_i] = expf").unwrap() > sum_done);
+    assert!(c.cuda.find("e_r2[n_i] = exp2f").unwrap() > sum_done);
 }
 
 #[test]

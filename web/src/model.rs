@@ -591,8 +591,9 @@ mod tests {
         // tensor-core tiles, `persistent` and `tile_values` only for persistent grids,
         // `specialize` never here (the playground's kernel is generic over its sizes),
         // `online_softmax` only for an online softmax (`mask_bounds` and `mask_tiles` only for
-        // a causally masked one), `welford` only for a one-pass variance and `online_logsumexp`
-        // only for a one-pass log-sum-exp (no example here has any).
+        // a causally masked one), `welford` only for a one-pass variance, `online_logsumexp`
+        // only for a one-pass log-sum-exp and `row_math` only for a row value broadcast into an
+        // exponential or a division (no example here has any).
         let tma_passes = [
             "tma",
             "tma_issue",
@@ -607,6 +608,7 @@ mod tests {
             "online_logsumexp",
             "mask_bounds",
             "mask_tiles",
+            "row_math",
         ];
         let count = |skip: &[&str]| {
             hopfuse::passes::PIPELINE

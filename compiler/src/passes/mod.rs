@@ -3,7 +3,8 @@
 //! [`PIPELINE`] lists every pass in order; each pass is a module whose doc comment says what it
 //! requires, what it guarantees and what it emits. The kernel IR is printed after each pass.
 //! A pass whose `applies` is false for the fusion (the TMA passes without copies, stores or
-//! circular buffers; `persistent`, `mma`, `tile_values`, `welford`, `online_logsumexp` without their schedule statements) is
+//! circular buffers; `persistent`, `mma`, `tile_values`, `welford`, `online_logsumexp` without their schedule statements;
+//! `row_math` without a row value broadcast into an exponential or a division) is
 //! skipped and not dumped; a pass returns whether it changed the kernel ([`Change`]), and the
 //! dump of one that did not is the previous one's text.
 //!
@@ -34,6 +35,7 @@ pub mod persistent;
 pub mod predicate;
 pub mod probe;
 pub mod reduction;
+pub mod row_math;
 pub mod simplify;
 pub mod specialize;
 pub mod sync;
@@ -174,6 +176,13 @@ pub const PIPELINE: &[Pass] = &[
         summary: "register and shared-memory allocations",
         run: |cx, h, k| allocation::run(cx, &h.accumulators, &mut h.plan, k),
         applies: always,
+        in_place: false,
+    },
+    Pass {
+        name: "row_math",
+        summary: "exp(a - broadcast(m)) in base 2, a / broadcast(s) as a * (1 / s): once per row",
+        run: |cx, _, k| row_math::run(cx, k),
+        applies: row_math::used,
         in_place: false,
     },
     Pass {

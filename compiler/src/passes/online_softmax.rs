@@ -42,6 +42,7 @@
 
 use super::context::{Change, Ctx, LoopKey};
 use super::reduction::Accumulators;
+use super::row_math::{log2_fma, neg_log2};
 use crate::diag::Diagnostic;
 use crate::fusion::online_softmax::Exponential;
 use crate::fusion::{
@@ -417,16 +418,7 @@ fn row_statements(
         vector: None,
     })];
     if let Some(neg) = m_neg_log2 {
-        per_row.push(rescale(
-            m_expr,
-            neg,
-            Data::Binary(
-                BinaryOp::Mul,
-                dtype,
-                Box::new(read(m_buf)),
-                Box::new(Data::Literal(-std::f64::consts::LOG2_E, dtype)),
-            ),
-        ));
+        per_row.push(rescale(m_expr, neg, neg_log2(read(m_buf), dtype)));
     }
     per_row.extend([
         rescale(m_expr, alpha, factor),
@@ -634,15 +626,6 @@ fn read_final_statistics(
         }
         _ => Flow::Descend,
     });
-}
-
-/// `x log2(e) + y` with one rounding: the argument of a base-2 exponential (`y` is `-m log2(e)`).
-fn log2_fma(x: Data, y: Data, dtype: crate::dtype::DType) -> Data {
-    Data::Ternary(
-        TernaryOp::Fma,
-        dtype,
-        Box::new([x, Data::Literal(std::f64::consts::LOG2_E, dtype), y]),
-    )
 }
 
 /// The expressions of the views (one operand each) through which `from` reads `to`, `from`'s
