@@ -298,6 +298,12 @@ pub struct FakeKernel {
     pub reason: String,
     pub index_type: IndexType,
     pub launch: ConcreteLaunch,
+    /// When the run asked for a profile: why this kernel has none (it never ran, so Nsight
+    /// Compute had no launch to profile), where a GPU runner's result has
+    /// `segments.kernels[].profile` (`crate::run::SegmentRun::profile`), so the playground
+    /// draws both with the same code. Never measured figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::profile::ProfileReport>,
 }
 
 #[cfg(test)]

@@ -74,6 +74,9 @@ pub enum Unavailable {
     NoKernel,
     /// Anything else ncu or its report said.
     Failed,
+    /// The kernel never ran (the fake worker compiles and checks, and runs nothing), so there
+    /// was no launch to profile.
+    NotRun,
 }
 
 /// `result.profile`: the profile (`{"measured": {...}}`), or why there is none

@@ -401,6 +401,68 @@ const COL_NORM_REASON: &str = "`y` reads the column reductions back over the col
 /// H100 gives them; docs/api.md's example).
 #[test]
 fn a_split_fusion_run_as_two_kernels() {
+    check("done-split.json", &done(passed(split_run())));
+}
+
+/// That split run with a profile asked for (issue 34): each kernel profiled alone into its
+/// `segments.kernels[].profile` by the runner's own per-kernel report
+/// (`profile::segment_report`, the roofline over the kernel's own median against the run's
+/// copy ceiling). The metrics are the hand-written exp_2d raw page's
+/// (runner/tests/fixtures/ncu/) read by the runner's reader, with each kernel's name,
+/// duration and DRAM traffic written in (hand-written figures, as the page says: not measured).
+/// Then the same run with the second kernel's ncu past its time limit: that kernel says why.
+#[test]
+fn a_split_fusion_profiled_kernel_by_kernel() {
+    use hopfuse_runner::profile::{self, ProfileError};
+    let csv = include_str!("fixtures/ncu/exp_2d_8192_handwritten.csv");
+    let exp_2d = recorded_exp_2d().result.unwrap().kernel;
+    let page = |kernel: &str, duration_ns: f64, dram_bytes: f64, dram_pct: f64| {
+        let mut p = profile::parse_raw_csv(csv, &exp_2d).unwrap();
+        p.ncu = "2025.3 (hand-written page)".into();
+        p.kernel = kernel.into();
+        p.duration_ns = Some(duration_ns);
+        p.dram_bytes = Some(dram_bytes);
+        p.dram_throughput_pct = Some(dram_pct);
+        p
+    };
+    let mut r = split_run();
+    let copy = r.copy.clone();
+    let kernels = &mut r.segments.as_mut().unwrap().kernels;
+    let pages = [
+        page("col_norm_s1_kernel", 212_384.0, 537_170_176.0, 75.48),
+        page("col_norm_s2_kernel", 424_768.0, 1_073_741_824.0, 80.0),
+    ];
+    for (k, p) in kernels.iter_mut().zip(pages) {
+        let report = profile::segment_report(Ok(p), k, copy.as_ref(), None);
+        assert!(
+            matches!(
+                &report,
+                profile::ProfileReport::Measured {
+                    roofline: Some(_),
+                    ..
+                }
+            ),
+            "{report:?}"
+        );
+        k.profile = Some(report);
+    }
+    let mut j = passed(r.clone());
+    j.progress = vec![Progress::Launch, Progress::Profile];
+    check("done-split-profile.json", &done(j));
+    let second = &mut r.segments.as_mut().unwrap().kernels[1];
+    second.profile = Some(profile::segment_report(
+        Err(ProfileError::TimedOut(60.0)),
+        second,
+        copy.as_ref(),
+        None,
+    ));
+    let mut j = passed(r);
+    j.progress = vec![Progress::Launch, Progress::Profile];
+    check("done-split-profile-partial.json", &done(j));
+}
+
+/// The split run of col_norm as a GPU runner reports it (no profile).
+fn split_run() -> RunResult {
     use hopfuse_api::run::{IntermediateRun, SegmentRun, SegmentsRun};
     let mut r = measured(true);
     r.file = "col_norm.hf".into();
@@ -450,7 +512,7 @@ fn a_split_fusion_run_as_two_kernels() {
             bytes: 32768,
         }],
     });
-    check("done-split.json", &done(passed(r)));
+    r
 }
 
 #[test]
@@ -468,6 +530,7 @@ fn a_split_fusion_on_the_fake_worker() {
         reason,
         index_type: IndexType::I32,
         launch,
+        profile: None,
     };
     j.compile = Some(Box::new(FakeCompile {
         note: FAKE_NOTE.into(),

@@ -23,7 +23,10 @@
 // product's TFLOP/s against cuBLAS (events recorded from a run on the H100); the PyTorch pane
 // and a run with peers ("x1.30 vs torch.compile" and its spread, from the runner's peers event);
 // with profile (ncu) on, a profiled run's metrics, warp stalls and roofline, and a runner
-// without ncu saying so (from the runner's profile events);
+// without ncu saying so (from the runner's profile events); a fusion run as several kernels
+// with profile on: the fake worker's kernels saying why none has a profile, and (from the
+// runner's split profile events) the kernels' table, the whole fusion first, each kernel's
+// section opening on its metrics, stalls and roofline, a kernel without a profile saying why;
 // a hung job is shown as timed out, a crashed one as crashed, and Stop waiting lets go of a job;
 // the short link (through /api/links) restores the state in a new page, and again after the
 // service restarts on the same database. The SASS and PTX panes: exp_2d's listings from the
@@ -1336,6 +1339,82 @@ try {
     assert((await q.locator("#verdict").textContent()).includes("passed"), "the run still passed");
     assert(!(await q.locator("#roofline").count()), "no roofline without a profile");
     await q.uncheck("#profile-toggle");
+  });
+
+  await check("with profile (ncu) on, a fusion run as several kernels: the fake worker's kernels say why none has a profile; a GPU runner's table lists the whole then each kernel, each kernel's section opens on its metrics, and a kernel without a profile says why (the runner's split profile done events)", async () => {
+    await q.check("#profile-toggle");
+    await q.selectOption("#examples", "auto/col_norm");
+    await setSize(q, "M", 1000);
+    await setSize(q, "N", 1000);
+    await q.waitForFunction(() => document.querySelector("#run-auto")?.textContent.includes("so it runs as 2 kernels in order"));
+    // The fake worker, for real: each kernel's profile says it never ran, said once.
+    await q.click("#run");
+    await q.waitForFunction(() => /^No profile of any of the 2 kernels/.test(document.querySelector("#fake-result #profile-unavailable")?.textContent ?? ""), null, { timeout: 20000 });
+    const why = await q.locator("#profile-unavailable").textContent();
+    assert(why === "No profile of any of the 2 kernels: fake worker: the kernels were compiled and checked but never ran, so Nsight Compute had no launch to profile", `the fake worker's reason: ${why}`);
+    assert(!/µs|GB\/s|% of peak/.test(await q.locator("#fake-result").textContent()), "no figures from the fake worker");
+    let sent = null;
+    for (let i = 0; i < 50 && !sent; i++) {
+      const { body } = await getJson(`${A.origin}/api/runs?limit=10`);
+      sent = body.runs.find((r) => r.request?.profile === true && r.request.request?.source?.includes("fusion col_norm"));
+      if (!sent) await sleep(100);
+    }
+    assert(sent?.status === "fake", `the split run asked for a profile: ${JSON.stringify(sent).slice(0, 200)}`);
+    // Cells of the kernels' table, row by row.
+    const tableRows = () => q.evaluate(() => Array.from(document.querySelectorAll("#profile-kernels tr"), (tr) => Array.from(tr.cells, (c) => c.textContent.trim()).join(" | ")));
+    // A GPU runner's answer: each kernel profiled alone.
+    await replayDone(q, "done-split-profile.json");
+    await q.click("#run");
+    await q.waitForSelector("#profile-kernels");
+    await q.unroute("**/api/jobs/*/events");
+    const heading = await q.locator("#profile h3").first().textContent();
+    assert(heading.startsWith("Profile of each kernel Nsight Compute 2025.3 (hand-written page), each of the 2 kernels alone"), `heading: ${heading}`);
+    let rows = await tableRows();
+    assert(rows.length === 4 && rows[0].startsWith("# | kernel | under ncu | share | DRAM | moved"), `header and three rows: ${rows.join("\n")}`);
+    assert(rows[1].startsWith(" | the 2 kernels in order | 637.15 µs | 100% | 78.5% | 1.61 GB |"), `the whole fusion first: ${rows[1]}`);
+    assert(rows[2].startsWith("1 | col_norm_s1_kernel | 212.38 µs | 33% | 75.5% | 537 MB |") && rows[2].endsWith("| long scoreboard 58%"), `kernel 1: ${rows[2]}`);
+    assert(rows[3].startsWith("2 | col_norm_s2_kernel | 424.77 µs | 67% | 80.0% | 1.07 GB |") && rows[3].endsWith("| long scoreboard 58%"), `kernel 2: ${rows[3]}`);
+    // One section per kernel: the longest (the second) open, the first opens on a click.
+    const sections = [
+      ["#profile-kernel-1", "kernel 1 of 2: col_norm_s1_kernel outer reduction; ends before `y`", "75.5% of peak · 537 MB moved", false],
+      ["#profile-kernel-2", "kernel 2 of 2: col_norm_s2_kernel pointwise; the last segment", "80.0% of peak · 1.07 GB moved", true],
+    ];
+    for (const [sel, summary, dram, open] of sections) {
+      const section = q.locator(sel);
+      const label = await section.locator("summary").textContent();
+      assert(label.startsWith(summary), `${sel}: ${label}`);
+      assert((await section.evaluate((d) => d.open)) === open, `${sel} open: ${!open}`);
+      assert((await section.locator("table.kv").isVisible()) === open, `${sel}: metrics shown only when open`);
+      if (!open) {
+        await section.locator("summary").click();
+        await q.waitForFunction((s) => document.querySelector(s).open, sel);
+      }
+      const metrics = section.locator("table.kv");
+      assert(await metrics.isVisible(), `${sel}: its metrics once open`);
+      const text = await metrics.textContent();
+      assert(text.includes(dram) && text.includes("L2 hit rate") && text.includes("achieved occupancy"), `${sel} metrics: ${text}`);
+      const top = await section.locator("table.stalls tr").first().textContent();
+      assert(top.includes("long scoreboard") && top.includes("waiting for data from global or local memory"), `${sel} top stall: ${top}`);
+      assert(await section.locator("svg.roofline").isVisible(), `${sel}: its roofline`);
+      assert((await section.textContent()).includes("over this kernel's median time alone"), `${sel}: its own time`);
+    }
+    await q.locator("#profile").scrollIntoViewIfNeeded();
+    await q.screenshot({ path: path.join(artifacts, "playground-split-profile.png") });
+    // The second kernel's ncu past its limit: its row says why, and the whole has no figures.
+    await replayDone(q, "done-split-profile-partial.json");
+    await q.click("#run");
+    await q.waitForFunction(() => document.querySelector("#profile-kernels")?.textContent.includes("no figures for the whole"));
+    await q.unroute("**/api/jobs/*/events");
+    rows = await tableRows();
+    assert(rows.length === 4 && rows[1] === " | the 2 kernels in order | no figures for the whole: not every kernel has a profile with its duration", `the whole: ${rows[1]}`);
+    assert(rows[2].startsWith("1 | col_norm_s1_kernel | 212.38 µs | — | 75.5% |"), `kernel 1: ${rows[2]}`);
+    assert(rows[3] === "2 | col_norm_s2_kernel | No profile: ncu did not finish in 60 s (killed)", `kernel 2 says why: ${rows[3]}`);
+    assert(!(await q.locator("#profile-kernel-2").count()) && (await q.locator("#profile-kernel-1").evaluate((d) => d.open)), "only the profiled kernel has a section, open");
+    await q.uncheck("#profile-toggle");
+    // Back to the program and sizes the later checks expect.
+    await replaceProgram(q, ADD);
+    await setSize(q, "M", 1000);
+    await setSize(q, "N", 4096);
   });
 
   await check("a job that hangs is killed at the limit and shown as timed out", async () => {

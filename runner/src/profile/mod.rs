@@ -491,15 +491,26 @@ fn profile_segments_with(
         None
     };
     for (k, p) in segments.kernels.iter_mut().zip(profiled) {
-        let tensor = roof.as_ref().map(|t| (t.flops_per_s, t.call.clone()));
-        k.profile = Some(kernel_report(
-            p,
-            None,
-            k.timing.median_us * 1e-6,
-            copy,
-            tensor,
-        ));
+        k.profile = Some(segment_report(p, k, copy, roof.as_ref()));
     }
+}
+
+/// One kernel of a split run's profile as its report (what [`profile_segments`] puts in its
+/// `profile`): the roofline point is ncu's FLOP count over that kernel's own median time alone,
+/// against `copy` and `tensor`.
+pub fn segment_report(
+    profiled: Result<Profile, ProfileError>,
+    segment: &hopfuse_api::run::SegmentRun,
+    copy: Option<&CopyCeiling>,
+    tensor: Option<&TensorRoof>,
+) -> ProfileReport {
+    kernel_report(
+        profiled,
+        None,
+        segment.timing.median_us * 1e-6,
+        copy,
+        tensor.map(|t| (t.flops_per_s, t.call.clone())),
+    )
 }
 
 /// The request that profiles `result`'s kernel again from `file` (same sizes, seed, index).

@@ -1,12 +1,14 @@
 //! The fake worker (`hopfuse worker --fake`, for machines without a GPU): the program is
 //! compiled and its sizes checked for real, nothing runs, and the outcome says so with no
-//! numbers; its test hooks (`--fake-behaviour`) hang, crash or fail like a kernel would, so the
+//! numbers (a split program's kernels, when a profile is asked for, each say why they have
+//! none, where a GPU runner's carry their profiles); its test hooks (`--fake-behaviour`) hang, crash or fail like a kernel would, so the
 //! service's kill, crash and fresh-process paths can be tested.
 
 use super::{emit, FakeCompile, Outcome, WorkerEvent, FAKE_NOTE};
 use crate::engine::{self, Prepared, Progress, RunError, RunRequest, Stage};
 use hopfuse::LaunchPlan;
 use hopfuse_api::job::{FakeKernel, FakeSegments};
+use hopfuse_api::profile::{ProfileReport, Unavailable};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 
@@ -187,7 +189,7 @@ pub(super) fn fake(
     let segments = match &split {
         Some(split) => {
             note = format!("{note}; the program {}", split.describe());
-            match fake_segments(split, &req.sizes) {
+            match fake_segments(split, &req.sizes, profile) {
                 Ok(s) => Some(s),
                 Err(error) => return Outcome::Error { error },
             }
@@ -210,10 +212,27 @@ pub(super) fn fake(
     }
 }
 
-/// A split program's kernels as the fake worker compiled and checked them, in order.
+/// Why a kernel of the fake worker's has no profile (each kernel's `profile` of a split run
+/// that asked for one, the shape a GPU runner's kernels carry theirs in): it never ran. Never a
+/// measured figure, so the playground shows the reason where a GPU runner's kernel shows its
+/// metrics.
+fn not_run_profile() -> ProfileReport {
+    ProfileReport::Unavailable {
+        reason: Unavailable::NotRun,
+        message: NOT_RUN.to_string(),
+    }
+}
+
+/// Each kernel's reason in [`not_run_profile`] (the same for all, so the playground says it once).
+pub(super) const NOT_RUN: &str = "fake worker: the kernels were compiled and checked but never \
+                                  ran, so Nsight Compute had no launch to profile";
+
+/// A split program's kernels as the fake worker compiled and checked them, in order; with
+/// `profile` (the run asked for one), each says why it has none.
 fn fake_segments(
     split: &engine::SplitCompiled,
     sizes: &std::collections::BTreeMap<String, i64>,
+    profile: bool,
 ) -> Result<FakeSegments, RunError> {
     Ok(FakeSegments {
         reason: split.split.reason.clone(),
@@ -229,6 +248,7 @@ fn fake_segments(
                 reason: s.reason.clone(),
                 index_type: k.setup.index_type,
                 launch: k.setup.launch.clone(),
+                profile: profile.then(not_run_profile),
             })
             .collect(),
         intermediates: split.intermediates(sizes)?,

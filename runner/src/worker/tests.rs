@@ -171,20 +171,62 @@ fn the_fake_worker_says_what_it_did_not_do() {
     assert!(json.get("not_done").is_none(), "{json}");
 }
 
-/// A program no scheduler takes whole: the fake worker compiles each of its kernels, names
-/// them all and counts every tensor once (the intermediate included).
-#[test]
-fn the_fake_worker_compiles_each_kernel_of_a_split_program() {
-    let req: crate::engine::RunRequest = serde_json::from_value(serde_json::json!({
+/// `examples/auto/col_norm.hf` (no scheduler takes it whole) at 64 x 32.
+fn col_norm_request() -> crate::engine::RunRequest {
+    serde_json::from_value(serde_json::json!({
         "file": "col_norm.hf", "source": include_str!("../../../examples/auto/col_norm.hf"),
         "sizes": {"M": 64, "N": 32}, "iters": 1, "warmup": 0, "seed": 1, "index": null,
         "copy_ceiling": false, "peers": false, "clock": false,
     }))
-    .unwrap();
-    let compile = match fake::fake(&req, None, FakeBehaviour::Ok, false, &mut Vec::new()) {
+    .unwrap()
+}
+
+fn split_on_the_fake_worker(req: &crate::engine::RunRequest, profile: bool) -> Box<FakeCompile> {
+    match fake::fake(req, None, FakeBehaviour::Ok, profile, &mut Vec::new()) {
         Outcome::Fake { compile, .. } => compile,
         other => panic!("not a fake outcome: {other:?}"),
-    };
+    }
+}
+
+/// Issue 34: a split program run with a profile asked for on the fake worker: each kernel's
+/// `profile` (where a GPU runner's carries its metrics) says it never ran and holds no figure;
+/// without a profile asked for, the kernels carry none.
+#[test]
+fn the_fake_worker_says_why_each_kernel_of_a_split_program_has_no_profile() {
+    use hopfuse_api::profile::{ProfileReport, Unavailable};
+    let compile = split_on_the_fake_worker(&col_norm_request(), true);
+    let kernels = &compile.segments.as_ref().expect("two kernels").kernels;
+    assert_eq!(kernels.len(), 2);
+    for k in kernels {
+        match &k.profile {
+            Some(ProfileReport::Unavailable { reason, message }) => {
+                assert_eq!(*reason, Unavailable::NotRun);
+                assert_eq!(message, fake::NOT_RUN);
+            }
+            other => panic!("{}: {other:?}", k.kernel),
+        }
+    }
+    let json = serde_json::to_value(&*compile).unwrap();
+    assert_eq!(
+        json["segments"]["kernels"][1]["profile"],
+        serde_json::json!({"unavailable": {"reason": "not_run", "message":
+            "fake worker: the kernels were compiled and checked but never ran, so Nsight \
+             Compute had no launch to profile"}})
+    );
+    let unprofiled = split_on_the_fake_worker(&col_norm_request(), false);
+    let json = serde_json::to_value(&*unprofiled).unwrap();
+    let kernels = json["segments"]["kernels"].as_array().unwrap();
+    assert!(
+        kernels.len() == 2 && kernels.iter().all(|k| k.get("profile").is_none()),
+        "{json}"
+    );
+}
+
+/// A program no scheduler takes whole: the fake worker compiles each of its kernels, names
+/// them all and counts every tensor once (the intermediate included).
+#[test]
+fn the_fake_worker_compiles_each_kernel_of_a_split_program() {
+    let compile = split_on_the_fake_worker(&col_norm_request(), false);
     assert_eq!(compile.kernel, "col_norm_s1_kernel + col_norm_s2_kernel");
     // x and y (64 x 32 f32) and the column sums y_sum (32 f32).
     assert_eq!(compile.working_set_bytes, 2 * 64 * 32 * 4 + 32 * 4);

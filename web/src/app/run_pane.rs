@@ -319,6 +319,11 @@ fn run_outcome(r: &RunView, primary: bool) -> AnyView {
                     {job}
                 </table>
                 {fk.kernels.as_ref().map(|k| kernels_table(k, primary))}
+                // A profile asked for: each kernel's reason for having none (never a figure).
+                {fk.kernels
+                    .as_ref()
+                    .and_then(|k| crate::profile_view::kernels_profile_html(k, primary))
+                    .map(|h| view! { <div inner_html=h></div> })}
             </div>
         }
         .into_any()

@@ -535,6 +535,72 @@ mod tests {
         );
     }
 
+    /// The runner's own split run profiled kernel by kernel (runner/tests/api_fixtures.rs:
+    /// `profile::segment_report` over the hand-written page's metrics) draws as the runs built
+    /// above; with the second kernel's ncu past its limit, that kernel's row says so.
+    #[test]
+    fn the_runner_s_profiled_split_fixtures_draw() {
+        let kernels = |fixture: &str| {
+            let run = crate::runner::parse_result(fixture);
+            run.measured
+                .expect("measured")
+                .kernels
+                .expect("two kernels")
+        };
+        let both = kernels(include_str!("../../tests/fixtures/done-split-profile.json"));
+        let html = kernels_profile_html(&both, true).expect("profiles");
+        for want in [
+            "<td>the 2 kernels in order</td><td class=\"mono\">637.15 µs</td>",
+            "kernel 1 of 2: col_norm_s1_kernel</span> <span class=\"note\">outer reduction",
+            "id=\"profile-kernel-2\" open>",
+            "kernel 2 of 2: col_norm_s2_kernel</span> <span class=\"note\">pointwise",
+            "80.0% of peak · 1.07 GB moved",
+        ] {
+            assert!(html.contains(want), "{want} not in {html}");
+        }
+        let partial = kernels(include_str!(
+            "../../tests/fixtures/done-split-profile-partial.json"
+        ));
+        let html = kernels_profile_html(&partial, true).expect("one profile");
+        assert!(
+            html.contains(
+                "col_norm_s2_kernel</td><td colspan=\"8\" class=\"note\">No profile: ncu did \
+                 not finish in 60 s (killed)</td>"
+            ),
+            "{html}"
+        );
+        assert!(html.contains("id=\"profile-kernel-1\" open>"));
+        assert!(!html.contains("id=\"profile-kernel-2\""));
+    }
+
+    /// The fake worker's kernels of a run that asked for a profile (each `not_run`, the
+    /// runner's worker tests pin the JSON): the reason once, no figure.
+    #[test]
+    fn the_fake_worker_s_kernels_say_once_why_none_has_a_profile() {
+        let why = "fake worker: the kernels were compiled and checked but never ran, so Nsight \
+                   Compute had no launch to profile";
+        let mut done: Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/done-split-fake.json"))
+                .unwrap();
+        let kernels = done["result"]["compile"]["segments"]["kernels"]
+            .as_array_mut()
+            .unwrap();
+        for k in kernels.iter_mut() {
+            k["profile"] = unavailable("not_run", why);
+        }
+        let run = crate::runner::parse_result(&done.to_string());
+        assert!(run.measured.is_none());
+        let k = run.fake.unwrap().kernels.unwrap();
+        assert_eq!(
+            kernels_profile_html(&k, true).unwrap(),
+            format!(
+                "<section class=\"profile profile-kernels\" id=\"profile\"><h3>Profile</h3><p \
+                 class=\"note\" id=\"profile-unavailable\">No profile of any of the 2 kernels: \
+                 {why}</p></section>"
+            )
+        );
+    }
+
     /// Names and reasons from the runner are escaped.
     #[test]
     fn the_runner_s_text_is_escaped() {

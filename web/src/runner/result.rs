@@ -201,7 +201,8 @@ impl From<&run::SegmentsRun> for KernelsView {
     }
 }
 
-/// The kernels of a split fusion as the fake worker compiled them: no times.
+/// The kernels of a split fusion as the fake worker compiled them: no times; when the run asked
+/// for a profile, each kernel's says why there is none (it never ran).
 impl From<&job::FakeSegments> for KernelsView {
     fn from(s: &job::FakeSegments) -> KernelsView {
         KernelsView {
@@ -209,7 +210,10 @@ impl From<&job::FakeSegments> for KernelsView {
             rows: s
                 .kernels
                 .iter()
-                .map(|k| kernel_row(&k.kernel, &k.scheduler, &k.reason, &k.launch, None))
+                .map(|k| KernelRow {
+                    profile: k.profile.clone(),
+                    ..kernel_row(&k.kernel, &k.scheduler, &k.reason, &k.launch, None)
+                })
                 .collect(),
             intermediates: s.intermediates.iter().map(intermediate_text).collect(),
         }

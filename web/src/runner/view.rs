@@ -53,7 +53,8 @@ pub struct KernelRow {
     pub launch: String,
     pub median_us: Option<f64>,
     pub gbps: Option<f64>,
-    /// `segments.kernels[].profile` (`profile_view.rs` draws it); none from the fake worker.
+    /// `segments.kernels[].profile` (`profile_view.rs` draws it); the fake worker's only ever
+    /// says why there is none (the kernel never ran).
     pub profile: Option<api::profile::ProfileReport>,
 }
 
