@@ -14,12 +14,13 @@
 //!   groups on TIDy), a producer warp group with K and V on their own warps, `setmaxnreg`
 //!   24 / 240, key tiles of 128 in two stages, `online_softmax(o, overlap=products)` and
 //!   `turns=products`; q's and k's tiles as two 64-column slabs (two TMA boxes each).
-//! - D = 64: the same form with three consumer groups (192 queries, `registers=[32, 160]`,
-//!   FlashAttention-3's D = 64 choice) on key tiles of 64: with 128-key tiles the consumer
-//!   spills at 160 registers (`nvrtc-check --inspect`, both index types).
-//! - A mask with a lower side (a sliding window, [`crate::passes::causal_tiles::find`]): the
-//!   one-group kernel of online_wgmma_batched.hf (D = 64) or online_wgmma_d128.hf (D = 128),
-//!   64 queries a block, key tiles of 64, no producer: its key loop starts at the window,
+//! - D = 64, and a mask with a lower side (a sliding window,
+//!   [`crate::passes::causal_tiles::find`]) at either D: the one-group kernel of
+//!   online_wgmma_batched.hf (D = 64) or online_wgmma_d128.hf (D = 128), 64 queries a block,
+//!   key tiles of 64, no producer. At D = 64 it is the fastest measured: the ping-pong form
+//!   with three consumer groups of 64 queries on 64-key tiles (FlashAttention-3's D = 64
+//!   choice, `registers=[32, 160]`; 128-key tiles spill there) took 656.5 us against its 369.6
+//!   us on the H200 at B = 32, S = T = 4096. Under a window its key loop starts at the window,
 //!   which a circular-buffered loop does not (it starts at 0), so it runs the window's tiles
 //!   only.
 //!
@@ -109,12 +110,10 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
     let b = at.batch;
     let window = crate::passes::causal_tiles::find(f, os.scores, os.axis)
         .is_some_and(|band| band.lower.is_some());
-    let kernel = if window {
+    let kernel = if window || d != 128 {
         Kernel::ONE_GROUP
-    } else if d == 128 {
-        Kernel::PING_PONG
     } else {
-        Kernel::THREE_GROUPS
+        Kernel::PING_PONG
     };
     let text = text(facts, at, d, kernel, &chain);
     let mask = match at.mask {
@@ -131,7 +130,7 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
             )
         })
         .unwrap_or_default();
-    let kernel_why = kernel.describe(d, b);
+    let kernel_why = kernel.describe(d, b, window);
     Ok(AutoSchedule {
         scheduler: Scheduler::Attention,
         text,
@@ -174,23 +173,14 @@ impl Kernel {
         registers: [24, 240],
     };
 
-    /// The same at D = 64 with three consumer warp groups (192 queries a block, setmaxnreg
-    /// 32 / 160: FlashAttention-3's D = 64 choice) and key tiles of 64: with tiles of 128 the
-    /// consumer spills at 160 registers (172 bytes, `nvrtc-check --inspect`), two groups on
-    /// 64- or 128-key tiles are clean too.
-    const THREE_GROUPS: Kernel = Kernel {
-        groups: 3,
-        keys: TILE,
-        registers: [32, 160],
-    };
-
     fn ping_pong(self) -> bool {
         self.groups > 1
     }
 
     /// The "why" line's account of the kernel: which hand example's, its groups, tiles and
-    /// register split, and why it was chosen; `b` the batch axes.
-    fn describe(self, d: i64, b: usize) -> String {
+    /// register split, and why it was chosen; `b` the batch axes, `window` whether the mask
+    /// has a lower side.
+    fn describe(self, d: i64, b: usize, window: bool) -> String {
         let slabs = if d == 128 {
             ", q's and k's tiles as two 64-column slabs (two TMA boxes each)"
         } else {
@@ -203,14 +193,7 @@ impl Kernel {
         };
         if self.ping_pong() {
             let [producer, consumer] = self.registers;
-            let which = if d == 128 {
-                "online_wgmma_overlap_pingpong's kernel (FlashAttention-3's at D = 128, the fastest, docs/benchmarks.md)".to_string()
-            } else {
-                format!(
-                    "online_wgmma_overlap_pingpong's kernel with FlashAttention-3's D = 64 choice of {} consumer warp groups ({} keys a tile: 128 spills at {consumer} registers)",
-                    self.groups, self.keys
-                )
-            };
+            let which = "online_wgmma_overlap_pingpong's kernel (FlashAttention-3's at D = 128, the fastest, docs/benchmarks.md)";
             format!(
                 "{which}: {} consumer warp groups of {ROWS} queries ({} per block{}) and a producer warp group with K and V on their own warps (setmaxnreg {producer} / {consumer}), key tiles of {} by TMA (128-byte swizzle) in two stages{slabs}, the groups taking turns issuing S_j and P_(j-1) V_(j-1), each group's softmax of tile j while its P V product runs",
                 self.groups,
@@ -224,8 +207,13 @@ impl Kernel {
             } else {
                 "online_wgmma_batched's kernel"
             };
+            let why = if window {
+                "since the mask's window starts past the first key tiles and its loop skips them only without circular buffers"
+            } else {
+                "the fastest measured at D = 64 (H200, B = 32, S = T = 4096: 369.6 us, against 656.5 us for the ping-pong form with three groups on 64-key tiles)"
+            };
             format!(
-                "{which}, one warp group without a producer, since the mask's window starts past the first key tiles and its loop skips them only without circular buffers: {ROWS} queries per block{batch}, key tiles of {TILE} by TMA (128-byte swizzle){slabs}"
+                "{which}, one warp group without a producer, {why}: {ROWS} queries per block{batch}, key tiles of {TILE} by TMA (128-byte swizzle){slabs}"
             )
         }
     }
