@@ -56,57 +56,24 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
     // row is shorter than a block's vectors.
     let broadcast_inputs = f.inputs.iter().any(|&t| (1..rank).contains(&f.rank(t)));
     let by_rows = rank > 1 && broadcast_inputs && inner.is_none_or(|n| n >= v * threads);
-    let unroll = facts
-        .knobs
-        .per_thread
-        .unwrap_or(if total >= UNROLL_FROM { 2 } else { 1 })
-        .clamp(1, 16);
-    // By rows, a thread's vectors are along its row: no more of them than a row holds. A very
-    // large problem takes four there (bias + exact GELU at 16384 x 16384 bf16 on the H200: one
-    // vector 365.9 us, two 334.6, four 318.3).
-    let unroll = if by_rows {
-        let wanted = match facts.knobs.per_thread {
-            Some(_) => unroll,
-            None if total >= UNROLL_FOUR_FROM => 4,
-            None => unroll,
-        };
-        let row_vectors = inner.map_or(wanted, |n| n / (v * threads));
-        wanted.min(row_vectors.max(1))
-    } else {
-        unroll
+    // By rows, a very large problem takes four vectors per thread (bias + exact GELU at 16384
+    // x 16384 bf16 on the H200: one vector 365.9 us, two 334.6, four 318.3), and a thread's
+    // vectors are along its row: no more of them than a row holds.
+    let default = match total {
+        t if by_rows && t >= UNROLL_FOUR_FROM => 4,
+        t if t >= UNROLL_FROM => 2,
+        _ => 1,
+    };
+    let unroll = facts.knobs.per_thread.unwrap_or(default).clamp(1, 16);
+    let unroll = match inner {
+        Some(n) if by_rows => unroll.min((n / (v * threads)).max(1)),
+        _ => unroll,
     };
 
     let mut s = ScheduleText::new(facts.name(reference));
     s.caches(facts, &inputs, &outputs, "");
     if by_rows {
-        // [rows..., blocks of a row, threads, (v)], then the rows and blocks merged.
-        s.comment(&format!(
-            "Each row in blocks of {threads} threads{}; the rows and their blocks on one grid axis.",
-            if unroll > 1 {
-                format!(", {unroll} vectors per thread {threads} vectors apart")
-            } else {
-                String::new()
-            }
-        ));
-        if v > 1 {
-            s.split(rank - 1, v, false);
-        }
-        s.split(rank - 1, threads, false);
-        if unroll > 1 {
-            s.split(rank - 1, unroll, false);
-        }
-        for _ in 1..rank {
-            s.merge(0);
-        }
-        let mut axes = vec![(0, "BIDx")];
-        if unroll > 1 {
-            axes.push((1, "Unroll"));
-        }
-        axes.push((axes.len(), "TIDx"));
-        if v > 1 {
-            axes.push((axes.len(), "Vectorize"));
-        }
-        s.parallelize(&axes);
+        rows(&mut s, rank, v, threads, unroll);
         s.propagate_and_inline();
         return AutoSchedule {
             scheduler: Scheduler::Pointwise,
@@ -146,11 +113,7 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
                 }
             )
         },
-        if unroll > 1 {
-            format!(", {unroll} vectors per thread {threads} vectors apart")
-        } else {
-            String::new()
-        }
+        apart(unroll, threads)
     ));
     if v > 1 {
         s.split(0, v, false);
@@ -174,4 +137,41 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
         text: s.finish(),
         reason,
     }
+}
+
+/// ", N vectors per thread T vectors apart", or nothing for one vector.
+fn apart(unroll: i64, threads: i64) -> String {
+    if unroll > 1 {
+        format!(", {unroll} vectors per thread {threads} vectors apart")
+    } else {
+        String::new()
+    }
+}
+
+/// The by-rows form's statements: [rows..., blocks of a row, (unrolled), threads, (v)], then
+/// the rows and blocks merged onto one grid axis.
+fn rows(s: &mut ScheduleText, rank: usize, v: i64, threads: i64, unroll: i64) {
+    s.comment(&format!(
+        "Each row in blocks of {threads} threads{}; the rows and their blocks on one grid axis.",
+        apart(unroll, threads)
+    ));
+    if v > 1 {
+        s.split(rank - 1, v, false);
+    }
+    s.split(rank - 1, threads, false);
+    if unroll > 1 {
+        s.split(rank - 1, unroll, false);
+    }
+    for _ in 1..rank {
+        s.merge(0);
+    }
+    let mut axes = vec![(0, "BIDx")];
+    if unroll > 1 {
+        axes.push((1, "Unroll"));
+    }
+    axes.push((axes.len(), "TIDx"));
+    if v > 1 {
+        axes.push((axes.len(), "Vectorize"));
+    }
+    s.parallelize(&axes);
 }
