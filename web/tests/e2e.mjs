@@ -827,6 +827,9 @@ try {
     console.log(`     (cold load: wasm + JS + CSS ${(total / 1024).toFixed(1)} KiB transferred, ${(size / 1024).toFixed(1)} KiB uncompressed; index.html ${nav} B)`);
     assert(total <= 900 * 1024, `cold load transfers ${total} bytes`);
     assert(firstCuda <= 1200, `first CUDA on screen after ${Math.round(firstCuda)} ms (goal 1200 ms)`);
+    // Only the pane shown is made: the others wait for their tab.
+    const made = await c.evaluate(() => [...document.querySelectorAll(".pane")].filter((p) => p.childElementCount).map((p) => p.id));
+    assert(made.length === 1 && made[0] === "pane-cuda", `panes made by the cold load: ${made}`);
     // The language reference is fetched when first needed, not by the cold load.
     const all = await c.evaluate(() => performance.getEntriesByType("resource").map((e) => new URL(e.name).pathname));
     assert(!all.some((p) => p.endsWith("reference.json")), `the cold load fetched the reference: ${all}`);
@@ -1063,8 +1066,10 @@ try {
     const text = await runResult();
     assert(text.includes("Not measured"), "says it was not measured");
     assert(/Not measured\. Fake worker: .*measured\. There is no time/.test(text), `sentences with full stops: ${text}`);
-    // The Launch plan names the index type this run used.
+    // The Launch plan names the index type this run used (its pane is made when first shown).
+    await q.click("#tab-plan");
     assert((await q.locator("#plan-index").textContent()).startsWith("int (every tensor has fewer than 2^31"), "plan and run agree");
+    await q.click("#tab-run");
     for (const s of ["add_kernel", "grid (8000, 1, 1)  block (128, 1, 1)", "i32 (every tensor has fewer than 2^31 elements)", "lowering"]) {
       assert(text.includes(s), `result shows ${s}: ${text}`);
     }

@@ -70,6 +70,13 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
                             pane,
                             Pane::Cuda | Pane::Passes | Pane::Pipeline | Pane::Torch | Pane::Ptx | Pane::Sass
                         );
+                        // A pane's body is made when its tab is first shown, then kept (its
+                        // viewers, scroll and folds stay): the hidden panes' CodeMirror views,
+                        // IR text and diagrams cost a cold load about 150 ms before the first
+                        // CUDA appears, for panes a user may never open.
+                        let opened = Memo::new(move |was: Option<&bool>| {
+                            was.copied().unwrap_or(false) || ui.pane.get() == pane
+                        });
                         view! {
                             <div
                                 class="pane"
@@ -77,7 +84,7 @@ pub(super) fn Playground(ui: Ui) -> impl IntoView {
                                 id=format!("pane-{}", pane_key(pane))
                                 class:hidden=move || ui.pane.get() != pane
                             >
-                                {pane_body(ui, pane, Some(inspector))}
+                                {move || opened.get().then(|| pane_body(ui, pane, Some(inspector)))}
                             </div>
                         }
                     })
