@@ -98,14 +98,16 @@ fn repeated_propagate_is_rejected_quickly() {
 /// the fix exceeded: the split's root indices were rebuilt by cloning each level's tree and every
 /// path of the derivation was walked, quadratic in the splits. Measured on the 2-core build
 /// machine in thread CPU time (docs/benchmarks.md): debug build 3.1 s before, 1.5 s after;
-/// release 0.88 s before, 0.34 s after. Since then it has drifted to 2.7-3.0 s in debug (0.65 s
-/// release, 2026-11-29; perf: allocation, `Val::has_ceil_div`, `Val::write`, no pass of its
-/// own above 4%), so the debug bound is 4 s: it catches a blow-up, not that drift.
+/// release 0.88 s before, 0.34 s after. The later 2.7-3.0 s debug / 0.65 s release is the
+/// machine, not the code: the fix's own commit (1cf8f51), built and run beside main on
+/// 2026-11-29, lowers it in 641 ms against main's 677 ms (`--example stress_stages`, release).
+/// So the bounds are 4 s debug and 1.2 s release, under what the quadratic form takes on the
+/// slower machine (about twice the figures above).
 #[test]
 fn the_deep_split_chain_lowers_within_the_bound() {
     let src = hopfuse_tests::stress::split_chain();
     assert!(src.len() <= hopfuse_tests::stress::PROGRAM_LIMIT);
-    let bound = Duration::from_millis(if cfg!(debug_assertions) { 4000 } else { 700 });
+    let bound = Duration::from_millis(if cfg!(debug_assertions) { 4000 } else { 1200 });
     // The best of up to three lowerings: on a 2-core machine shared with other builds one
     // lowering's CPU time varies by a second (cache misses), the quadratic cost does not.
     let mut took = Vec::new();
