@@ -148,7 +148,8 @@ fn the_twin_draws_the_same_generator_in_torch_ops() {
         twin.contains("def _hf_philox(seed, offset, call):")
             && twin.contains("u = _hf_rand(seed, offset, ")
             && twin.contains("z = _hf_randn(seed, offset, ")
-            && twin.contains("torch.arange(x.shape[1], dtype=torch.int32, device=x.device)"),
+            // The element index, row-major over x's shape, as torch writes it.
+            && twin.contains("torch.arange(x.shape[0] * x.shape[1], dtype=torch.int64, device=x.device).view(x.shape[0], x.shape[1])"),
         "{twin}"
     );
     let plain =

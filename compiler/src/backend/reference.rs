@@ -244,6 +244,8 @@ impl<'a> Evaluation<'a> {
             Op::Reduce { op, axes } => self.reduce_step(e, *op, axes, n, read)?,
             Op::Mma => return Err("matrix products are not evaluated yet".into()),
             Op::Full { value } => vec![*value; n],
+            // The other axes have extent 1: the flat index is the row-major one over `axes`.
+            Op::ElementIndex { .. } => (0..n).map(|i| i as f64).collect(),
             Op::Iota { axis } => {
                 let stride: usize = out_shape[axis + 1..].iter().product();
                 let extent = out_shape[*axis].max(1);

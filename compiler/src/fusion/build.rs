@@ -1294,7 +1294,7 @@ impl Builder {
                 (d.compute(), d)
             }
             Op::Mma => (DType::F32, DType::F32),
-            Op::Iota { .. } | Op::Full { .. } => {
+            Op::Iota { .. } | Op::ElementIndex { .. } | Op::Full { .. } => {
                 return Err(err(format!(
                     "internal: {opname} is built by its own builder"
                 )));
@@ -1320,6 +1320,7 @@ impl Builder {
                     | Op::Cast(_)
                     | Op::Mma
                     | Op::Iota { .. }
+                    | Op::ElementIndex { .. }
                     | Op::Full { .. } => {
                         unreachable!("typed above")
                     }
@@ -1620,9 +1621,25 @@ impl Builder {
                 Some(span),
             ));
         }
+        let root = self.index_root(x, &[axis]);
+        Ok(self.push_expr(
+            Op::Iota { axis },
+            Vec::new(),
+            root,
+            DType::I32,
+            dest,
+            "iota",
+            Some(span),
+        ))
+    }
+
+    /// The root axes of an index over `axes` of `x`: those axes (`x`'s, same class), broadcast
+    /// axes elsewhere.
+    fn index_root(&mut self, x: TensorId, axes: &[usize]) -> Vec<IterId> {
+        let logical = self.f.logical(x);
         let mut root = Vec::with_capacity(logical.len());
         for (k, &id) in logical.iter().enumerate() {
-            if k == axis {
+            if axes.contains(&k) {
                 let ext = self.f.ids[id].root_extent.clone();
                 let new = self.f.new_id(IterKind::Iteration, IterOrigin::Root, ext);
                 self.f.union(new, id);
@@ -1635,15 +1652,7 @@ impl Builder {
                 ));
             }
         }
-        Ok(self.push_expr(
-            Op::Iota { axis },
-            Vec::new(),
-            root,
-            DType::I32,
-            dest,
-            "iota",
-            Some(span),
-        ))
+        root
     }
 
     /// The tensors of `a, b = call(...)`, in the order of the names: only `var_mean` gives
@@ -1741,34 +1750,17 @@ impl Builder {
             ));
         }
         let at = Some(span);
-        let mut index: Option<TensorId> = None;
-        for (n, &k) in axes.iter().enumerate() {
-            let iota = self.iota(x, k, dest, span)?;
-            let mut term = self.op(Op::Cast(DType::I64), vec![Operand::Tensor(iota)], dest, at)?;
-            let later: Vec<IterId> = axes[n + 1..].iter().map(|&j| logical[j]).collect();
-            if !later.is_empty() {
-                let stride = Operand::Count(self.f.counts.push(Count {
-                    axes: later,
-                    minus: 0.0,
-                }));
-                term = self.op(
-                    Op::Binary(BinaryOp::Mul),
-                    vec![Operand::Tensor(term), stride],
-                    dest,
-                    at,
-                )?;
-            }
-            index = Some(match index {
-                None => term,
-                Some(sum) => self.op(
-                    Op::Binary(BinaryOp::Add),
-                    vec![Operand::Tensor(sum), Operand::Tensor(term)],
-                    dest,
-                    at,
-                )?,
-            });
-        }
-        let index = index.expect("x has an axis (checked above)");
+        self.check_op_budget(at)?;
+        let root = self.index_root(x, &axes);
+        let index = self.push_expr(
+            Op::ElementIndex { axes },
+            Vec::new(),
+            root,
+            DType::I64,
+            dest,
+            "index",
+            at,
+        );
         operands.push(Operand::Tensor(index));
         self.op(Op::Ternary(generator), operands, dest, at)
     }
@@ -1951,6 +1943,7 @@ fn op_name(op: &Op) -> String {
         Op::Reduce { op, .. } => op.name().into(),
         Op::Mma => "mma".into(),
         Op::Iota { .. } => "iota".into(),
+        Op::ElementIndex { .. } => "index".into(),
         Op::Full { .. } => "full".into(),
     }
 }

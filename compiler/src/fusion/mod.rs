@@ -290,6 +290,14 @@ pub enum Op {
     Iota {
         axis: usize,
     },
+    /// The row-major index of each element over these logical axes of the result (the later
+    /// axes' extents as strides), an i64; no operands: its other axes are broadcast axes. The
+    /// element index `rand` and `randn` draw at, one op rather than iotas, casts, products and
+    /// sums, so the kernel's index of it simplifies to the loop's flat index where the loops
+    /// merge those axes.
+    ElementIndex {
+        axes: Vec<usize>,
+    },
     /// A tensor holding one number (no operands; `full([M, N], value)`).
     Full {
         value: f64,
@@ -333,6 +341,7 @@ impl Op {
             Op::Reduce { .. }
             | Op::Mma
             | Op::Iota { .. }
+            | Op::ElementIndex { .. }
             | Op::Full { .. }
             | Op::ExpandBlocks { .. }
             // Its index is read from a fusion input at its own indices.
@@ -1188,6 +1197,7 @@ fn print_expr(f: &Fusion, e: &Expr, s: &mut String) {
         Op::Reduce { op, axes } => write!(s, "{}{axes:?}", op.name()),
         Op::Mma => write!(s, "mma"),
         Op::Iota { axis } => write!(s, "iota@{axis}"),
+        Op::ElementIndex { axes } => write!(s, "element_index{axes:?}"),
         Op::Full { value } => write!(s, "full<{value}>"),
     };
     s.push('(');

@@ -61,6 +61,26 @@ pub struct Access {
     pub index: Option<Val>,
 }
 
+/// What a [`Data::Index`] is the index of.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IndexOf {
+    /// Along one logical axis (an `iota`), an i32.
+    Axis(usize),
+    /// The row-major index over these logical axes, the later axes' extents as strides, an
+    /// i64 (`rand`'s element index, `fusion::Op::ElementIndex`): one value, so where the loops
+    /// merge the axes it simplifies to the merged loop's index.
+    Element(Vec<usize>),
+}
+
+impl IndexOf {
+    pub fn dtype(&self) -> DType {
+        match self {
+            IndexOf::Axis(_) => DType::I32,
+            IndexOf::Element(_) => DType::I64,
+        }
+    }
+}
+
 /// A data value (in the compute type of its op).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Data {
@@ -73,9 +93,9 @@ pub enum Data {
     /// Operands in order (`where`'s condition first); the DType is the values' compute type.
     Ternary(TernaryOp, DType, Box<[Data; 3]>),
     Cast(DType, Box<Data>),
-    /// The index of the computed tensor along its logical axis `.0` (an `iota`), an i32;
-    /// `.1` is filled by the `indexing` pass from the consumer's root indices.
-    Index(usize, Option<Val>),
+    /// The computed tensor's index `.0` (see [`IndexOf`]); `.1` is filled by the `indexing`
+    /// pass from the consumer's root indices.
+    Index(IndexOf, Option<Val>),
     /// The value of the view expression `.0` (a `slice`, `pad`, `cat` or `reshape`) where the
     /// enclosing value reads it, recomputed from `.1` instead of read from a buffer: a view
     /// of a view or of a computed tensor (`loop_nest` inlines its operands). The `indexing`

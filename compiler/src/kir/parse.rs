@@ -1437,11 +1437,22 @@ impl<'a> Parser<'a> {
             }
         };
         if c.eat("index@") {
-            let axis = usize::try_from(c.int()?).map_err(|_| c.error("a negative axis"))?;
+            let axis =
+                |c: &mut Cursor| usize::try_from(c.int()?).map_err(|_| c.error("a negative axis"));
+            let of = if c.eat("(") {
+                let mut axes = vec![axis(c)?];
+                while c.eat(", ") {
+                    axes.push(axis(c)?);
+                }
+                c.expect(")")?;
+                IndexOf::Element(axes)
+            } else {
+                IndexOf::Axis(axis(c)?)
+            };
             c.expect("[")?;
             let v = if c.eat("*") { None } else { Some(c.val()?) };
             c.expect("]")?;
-            return Ok(Data::Index(axis, v));
+            return Ok(Data::Index(of, v));
         }
         if c.eat("view@e") {
             let e = ExprId::new(c.uint()?);

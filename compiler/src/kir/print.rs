@@ -18,7 +18,7 @@ impl Data {
     pub fn dtype(&self) -> Option<DType> {
         match self {
             Data::Read(_) => None,
-            Data::Index(..) => Some(DType::I32),
+            Data::Index(of, _) => Some(of.dtype()),
             Data::View(_, x) => x.dtype(),
             Data::Param(_, d)
             | Data::Literal(_, d)
@@ -90,9 +90,18 @@ impl Data {
                 x.write(k, expected, out);
                 out.push(')');
             }
-            // `index@1[*]` until the indexing pass, then `index@1[n_o * 256 + n_i]`.
-            Data::Index(axis, v) => {
-                let _ = write!(out, "index@{axis}[");
+            // `index@1[*]` until the indexing pass, then `index@1[n_o * 256 + n_i]`; an
+            // element index over axes 0 and 1 is `index@(0, 1)[...]`.
+            Data::Index(of, v) => {
+                match of {
+                    IndexOf::Axis(axis) => {
+                        let _ = write!(out, "index@{axis}[");
+                    }
+                    IndexOf::Element(axes) => {
+                        let list: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
+                        let _ = write!(out, "index@({})[", list.join(", "));
+                    }
+                }
                 match v {
                     None => out.push('*'),
                     Some(v) => v.write(out, false),
@@ -130,7 +139,7 @@ pub(super) fn implied_dtype(node: &Data, expected: DType) -> DType {
     match node {
         Data::Unary(..) | Data::Binary(..) | Data::Ternary(..) => expected.compute(),
         Data::Cast(d, _) => *d,
-        Data::Index(..) => DType::I32,
+        Data::Index(of, _) => of.dtype(),
         Data::View(_, x) => implied_dtype(x, expected),
         Data::Read(_) | Data::Param(..) | Data::Literal(..) => expected,
     }

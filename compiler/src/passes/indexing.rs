@@ -18,7 +18,9 @@
 use super::context::{Change, Ctx, LoopKey, LoopScope};
 use crate::diag::Diagnostic;
 use crate::fusion::{IterId, IterKind, IterOrigin, MemoryType, ParallelType, TensorId};
-use crate::kir::{visit_mut, Access, Data, Flow, GridReduce, Kernel, Stmt, Val, VisitorMut};
+use crate::kir::{
+    visit_mut, Access, Data, Flow, GridReduce, IndexOf, Kernel, Stmt, Val, VisitorMut,
+};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
@@ -562,25 +564,43 @@ impl Indexer<'_, '_> {
                     .expect("a `Data::View` is of a view that moves indices");
                 index_view(self.cx, self.env, self.buffers, view, self.roots, &maps, x)
             }
-            Data::Index(axis, v) => {
-                let f = self.cx.fusion;
+            Data::Index(of, v) => {
                 let t = self
                     .consumer
                     .expect("an index is computed by a computation");
-                let root = f.logical(t)[*axis];
-                let found = self.roots.get(&f.class_of(root)).cloned();
-                *v = Some(found.ok_or_else(|| {
-                    Diagnostic::new(
-                        format!(
-                            "cannot compute `{}`: its index along axis {axis} is not available where it is computed (check the inlining positions)",
-                            f.tensors[t].name
-                        ),
-                        f.tensors[t].span,
-                    )
-                })?);
+                *v = Some(match of {
+                    IndexOf::Axis(axis) => self.root_index(t, *axis)?,
+                    // Horner's form over the axes: ((i0 * e1 + i1) * e2 + i2) ...; where a
+                    // merge made i0 = m / e1 and i1 = m % e1, `simplify` turns it back into m.
+                    IndexOf::Element(axes) => {
+                        let mut sum = self.root_index(t, axes[0])?;
+                        for &axis in &axes[1..] {
+                            let root = self.cx.fusion.logical(t)[axis];
+                            let key = self.cx.key(root);
+                            let extent = Val::from_size(self.cx.key_extent(key));
+                            sum = Val::add(Val::mul(sum, extent), self.root_index(t, axis)?);
+                        }
+                        sum
+                    }
+                });
                 Ok(())
             }
         }
+    }
+
+    /// The index of `t` (the computed tensor) along its logical axis `axis`.
+    fn root_index(&self, t: TensorId, axis: usize) -> Result<Val, Diagnostic> {
+        let f = self.cx.fusion;
+        let root = f.logical(t)[axis];
+        self.roots.get(&f.class_of(root)).cloned().ok_or_else(|| {
+            Diagnostic::new(
+                format!(
+                    "cannot compute `{}`: its index along axis {axis} is not available where it is computed (check the inlining positions)",
+                    f.tensors[t].name
+                ),
+                f.tensors[t].span,
+            )
+        })
     }
 
     fn access(&mut self, a: &mut Access) -> Result<(), Diagnostic> {

@@ -121,11 +121,17 @@ impl Emitter<'_> {
             Data::Read(a) => (self.access(a), self.k.buffers[a.buffer].dtype),
             Data::Param(n, dt) => (n.clone(), dt.compute()),
             Data::Literal(v, dt) => (Self::literal(*v, *dt), *dt),
-            Data::Index(_, v) => {
+            Data::Index(of, v) => {
                 let v = v
                     .as_ref()
                     .expect("the indexing pass gives every index its value");
-                (format!("static_cast<int>({})", self.val(v)), DType::I32)
+                let dtype = of.dtype();
+                let ty = if dtype == DType::I64 {
+                    "long long"
+                } else {
+                    "int"
+                };
+                (format!("static_cast<{ty}>({})", self.val(v)), dtype)
             }
             Data::View(_, x) => self.data(x),
             Data::Cast(to, x) => {

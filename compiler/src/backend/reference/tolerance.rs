@@ -159,6 +159,7 @@ fn is_value_view(op: &Op) -> bool {
         | Op::Reduce { .. }
         | Op::Mma
         | Op::Iota { .. }
+        | Op::ElementIndex { .. }
         | Op::Full { .. } => false,
     }
 }

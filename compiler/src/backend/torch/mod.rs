@@ -483,6 +483,27 @@ impl<'a> Emitter<'a> {
         Py::new(text, ATOM, DType::I32)
     }
 
+    /// The row-major index over `axes` of `t`'s shape (1 along its other axes), as int64.
+    fn element_index(&self, t: TensorId, axes: &[usize]) -> Py {
+        let logical = self.f.logical(t);
+        let extents: Vec<String> = axes.iter().map(|&k| self.extent(logical[k])).collect();
+        let mut text = format!(
+            "torch.arange({}, dtype=torch.int64{})",
+            extents.join(" * "),
+            self.device()
+        );
+        if logical.len() > 1 {
+            let view: Vec<String> = (0..logical.len())
+                .map(|k| match axes.iter().position(|&a| a == k) {
+                    Some(i) => extents[i].clone(),
+                    None => "1".into(),
+                })
+                .collect();
+            let _ = write!(text, ".view({})", view.join(", "));
+        }
+        Py::new(text, ATOM, DType::I64)
+    }
+
     /// `t`'s composite call as torch writes it: `torch.mean`, `torch.var`, `torch.logsumexp`
     /// over the operand converted to the result's compute type (torch's own accumulation).
     fn call(&self, t: TensorId) -> Py {
@@ -572,6 +593,7 @@ impl<'a> Emitter<'a> {
             Op::Ternary(op) => self.define_ternary(*op, expr, compute, out),
             Op::Reduce { op, axes } => self.define_reduce(*op, axes, expr, compute, out),
             Op::Iota { axis } => self.iota(t, *axis),
+            Op::ElementIndex { axes } => self.element_index(t, axes),
             Op::Full { value } => self.define_full(t, *value, out),
             Op::Mma => {
                 let x = self.operand(&expr.inputs[0], compute);

@@ -131,6 +131,7 @@ fn held_kind(op: &Op) -> String {
     match op {
         Op::Reduce { op, .. } => format!("`{}` reduction", op.name()),
         Op::Iota { .. } => "`iota`".into(),
+        Op::ElementIndex { .. } => "`rand`'s element index".into(),
         Op::Full { .. } => "`full`".into(),
         Op::Gather { select: false, .. } => "`gather`".into(),
         Op::Gather { select: true, .. } => "`index_select`".into(),

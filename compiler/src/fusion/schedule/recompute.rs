@@ -103,6 +103,7 @@ fn chain_of(f: &Fusion, t: TensorId, a: &Args) -> SResult<Vec<TensorId>> {
             | Op::Cast(_)
             | Op::Broadcast { .. }
             | Op::Iota { .. }
+            | Op::ElementIndex { .. }
             | Op::Full { .. } => {}
             Op::Reduce { .. } if member != t => continue,
             other => {

@@ -24,7 +24,9 @@ use crate::fusion::{
     ExprId, Fusion, Inline, IterId, IterKind, MemoryType, Op, Operand, ParallelType, TensorId,
 };
 use crate::id::IdVec;
-use crate::kir::{Access, Buffer, BufferId, Compute, ComputeRole, Data, Kernel, Loop, Stmt};
+use crate::kir::{
+    Access, Buffer, BufferId, Compute, ComputeRole, Data, IndexOf, Kernel, Loop, Stmt,
+};
 use crate::plan::{Constraint, SizeExpr};
 use std::collections::{HashMap, HashSet};
 

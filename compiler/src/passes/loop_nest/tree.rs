@@ -631,7 +631,11 @@ fn expr_value(
             ),
             ComputeRole::ReductionUpdate,
         ),
-        Op::Iota { axis } => (Data::Index(*axis, None), ComputeRole::Normal),
+        Op::Iota { axis } => (Data::Index(IndexOf::Axis(*axis), None), ComputeRole::Normal),
+        Op::ElementIndex { axes } => (
+            Data::Index(IndexOf::Element(axes.clone()), None),
+            ComputeRole::Normal,
+        ),
         // A half type's literal is written in f32 and converted (it has no literal of its own).
         Op::Full { value } => {
             let literal = Data::Literal(*value, out_dtype.compute());
@@ -710,7 +714,7 @@ fn size_data(s: &crate::plan::SizeExpr, dtype: DType) -> Data {
 /// Whether the index of the computed tensor along `axis` is at least `lo` and below `hi`
 /// (`lo` 0: only the upper bound), compared as i32 as `iota` is: where a pad or cat reads.
 fn index_within(axis: usize, lo: i64, hi: &crate::plan::SizeExpr) -> Data {
-    let index = || Box::new(Data::Index(axis, None));
+    let index = || Box::new(Data::Index(IndexOf::Axis(axis), None));
     let below = Data::Binary(
         BinaryOp::Lt,
         DType::I32,
