@@ -17,8 +17,13 @@
 //! maximum):
 //! - `L_m` is gone, with the buffers only it wrote: the row is read once;
 //! - in `L_s`, before the step loop: `{lse}_prev = m_acc`, a copy of the step loop updating
-//!   `m_acc = max(m_acc, x')`, then `s_acc = s_acc * exp({lse}_prev - shift(m_acc))` (one
-//!   exponential per step); the subtraction reads `shift(m_acc)` and `w` is not computed;
+//!   `m_acc = max(m_acc, x')`, `{lse}_neg_log2 = shift(m_acc) * -log2(e)`, then `s_acc = s_acc *
+//!   exp2(fma({lse}_prev, log2(e), {lse}_neg_log2))` (one exponential per step); the
+//!   subtraction becomes `fma(x', log2(e), {lse}_neg_log2)` and its exponential `exp2`, the
+//!   base-2 form of `row_math` (its module doc has the error analysis; one FFMA and one
+//!   `ex2.approx` per element where `x' - m` and `expf` took about five instructions), and `w` is
+//!   not computed. Where something besides the exponential reads the subtraction, both stay
+//!   in base e (`d = x' - shift(m_acc)`, `exp({lse}_prev - shift(m_acc))`);
 //! - after `L_s`: `{lse}_thread = m_acc`, m's block reduction, write and shift (moved from
 //!   before `L_s`), then `s_acc = s_acc * exp({lse}_thread - u)`, `u` the block's shift, before
 //!   s's block reduction.
@@ -30,6 +35,7 @@
 
 use super::context::{Change, Ctx};
 use super::reduction::Accumulators;
+use super::row_math::{log2_fma, neg_log2};
 use super::welford::{one_row_accumulators, read, reg};
 use crate::diag::Diagnostic;
 use crate::dtype::DType;
@@ -58,9 +64,10 @@ pub fn run(
 struct Plan {
     max_acc: BufferId,
     sum_acc: BufferId,
-    /// `{lse}_prev` and `{lse}_thread`.
+    /// `{lse}_prev`, `{lse}_thread` and `{lse}_neg_log2`.
     prev: BufferId,
     thread: BufferId,
+    neg_log2: BufferId,
     max_expr: ExprId,
     sum_expr: ExprId,
     /// The exprs computed between the two nests (moved after `L_s`): m's write, `isinf`, the
@@ -103,11 +110,13 @@ fn rewrite(
     let broadcast = l.broadcast;
     let prev = cx.new_register(k, &format!("{name}_prev"), DType::F32, Vec::new());
     let thread = cx.new_register(k, &format!("{name}_thread"), DType::F32, Vec::new());
+    let neg_log2 = cx.new_register(k, &format!("{name}_neg_log2"), DType::F32, Vec::new());
     let plan = Plan {
         max_acc,
         sum_acc,
         prev,
         thread,
+        neg_log2,
         max_expr,
         sum_expr,
         between: [max_expr, inf_expr, shift_expr],
@@ -281,6 +290,7 @@ fn restructure(block: &mut Vec<Stmt>, p: &Plan) -> Result<Vec<ExprId>, String> {
         if i == i_sum {
             out.push(Stmt::Alloc(p.prev));
             out.push(Stmt::Alloc(p.thread));
+            out.push(Stmt::Alloc(p.neg_log2));
             out.append(&mut sum_nest);
             out.push(rescale(p.max_expr, p.thread, read(p.max_acc)));
             out.append(&mut moved);
@@ -307,14 +317,15 @@ fn restructure(block: &mut Vec<Stmt>, p: &Plan) -> Result<Vec<ExprId>, String> {
 
 /// In `body` (inside `L_s`): finds the loop that holds the subtraction alone, puts the step's
 /// maximum update and the sum's rescale before it and makes the subtraction read the running
-/// shift. Whether it found the subtraction.
+/// shift (in base 2 where only the exponential reads it). Whether it found the subtraction.
 fn edit_step(body: &mut Vec<Stmt>, p: &Plan) -> Result<bool, String> {
+    let base2 = exponential_only(body, p.sub_expr);
     let is_sub = |s: &Stmt| matches!(s, Stmt::Compute(c) if c.expr == p.sub_expr);
     let is_step = &mut |s: &Stmt| matches!(s, Stmt::Loop(l) if l.body.iter().any(is_sub));
-    let Some((body, i)) = crate::kir::find_mut(body, is_step) else {
+    let Some((step_block, i)) = crate::kir::find_mut(body, is_step) else {
         return Ok(false);
     };
-    let Stmt::Loop(l) = &mut body[i] else {
+    let Stmt::Loop(l) = &mut step_block[i] else {
         unreachable!("found as a loop")
     };
     let [Stmt::Compute(c)] = l.body.as_mut_slice() else {
@@ -324,12 +335,15 @@ fn edit_step(body: &mut Vec<Stmt>, p: &Plan) -> Result<bool, String> {
         return Err("internal: the subtraction is not one".into());
     };
     let (dt, x) = (*dt, (**x).clone());
-    c.value = Data::Binary(
-        BinaryOp::Sub,
-        dt,
-        Box::new(x.clone()),
-        Box::new(shift(p.max_acc)),
-    );
+    c.value = match base2 {
+        Some(_) => log2_fma(x.clone(), read(p.neg_log2), dt),
+        None => Data::Binary(
+            BinaryOp::Sub,
+            dt,
+            Box::new(x.clone()),
+            Box::new(shift(p.max_acc)),
+        ),
+    };
     let mut update = l.clone();
     update.body = vec![Stmt::Compute(Compute {
         expr: p.max_expr,
@@ -338,19 +352,74 @@ fn edit_step(body: &mut Vec<Stmt>, p: &Plan) -> Result<bool, String> {
         role: ComputeRole::ReductionUpdate,
         vector: None,
     })];
-    let before = vec![
+    let factor = match base2 {
+        Some(_) => Data::Unary(
+            UnaryOp::Exp2,
+            DType::F32,
+            Box::new(log2_fma(read(p.prev), read(p.neg_log2), DType::F32)),
+        ),
+        None => exp(f32_binary(BinaryOp::Sub, read(p.prev), shift(p.max_acc))),
+    };
+    let mut before = vec![
         rescale(p.max_expr, p.prev, read(p.max_acc)),
         Stmt::Loop(update),
-        rescale(
-            p.sum_expr,
-            p.sum_acc,
-            f32_binary(
-                BinaryOp::Mul,
-                read(p.sum_acc),
-                exp(f32_binary(BinaryOp::Sub, read(p.prev), shift(p.max_acc))),
-            ),
-        ),
     ];
-    body.splice(i..i, before);
+    if base2.is_some() {
+        before.push(rescale(
+            p.shift_expr,
+            p.neg_log2,
+            neg_log2(shift(p.max_acc), DType::F32),
+        ));
+    }
+    before.push(rescale(
+        p.sum_expr,
+        p.sum_acc,
+        f32_binary(BinaryOp::Mul, read(p.sum_acc), factor),
+    ));
+    step_block.splice(i..i, before);
+    if let Some(exp_expr) = base2 {
+        crate::kir::for_each_stmt_mut(body, &mut |s| {
+            if let Stmt::Compute(c) = s {
+                if c.expr == exp_expr {
+                    if let Data::Unary(op @ UnaryOp::Exp, _, _) = &mut c.value {
+                        *op = UnaryOp::Exp2;
+                    }
+                }
+            }
+            crate::kir::Flow::Descend
+        });
+    }
     Ok(true)
+}
+
+/// The expression of the exponential that alone reads the subtraction `sub` in `body` (f32,
+/// `exp(d)` on the subtraction's register), or None where anything else reads it.
+fn exponential_only(body: &[Stmt], sub: ExprId) -> Option<ExprId> {
+    let mut out = None;
+    crate::kir::for_each_stmt(body, &mut |s| {
+        if let Stmt::Compute(c) = s {
+            if c.expr == sub {
+                out = Some(c.out.buffer);
+            }
+        }
+    });
+    let sub_out = out?;
+    let (mut exp_expr, mut other_reader) = (None, false);
+    crate::kir::for_each_stmt(body, &mut |s| {
+        if let Stmt::Compute(c) = s {
+            let mut reads = FxHashSet::default();
+            data_reads(&c.value, &mut reads);
+            if !reads.contains(&sub_out) {
+                return;
+            }
+            match &c.value {
+                Data::Unary(UnaryOp::Exp, DType::F32, x) if matches!(&**x, Data::Read(a) if a.buffer == sub_out) =>
+                {
+                    other_reader |= exp_expr.replace(c.expr).is_some_and(|e| e != c.expr);
+                }
+                _ => other_reader = true,
+            }
+        }
+    });
+    exp_expr.filter(|_| !other_reader)
 }
