@@ -206,7 +206,20 @@ pub(super) fn cache_before(f: &mut Fusion, name: &str, a: &Args) -> SResult<()> 
     let new_root = fresh_logical_root(f, t);
     f.tensors[src].root = new_root.clone();
     f.tensors[src].loop_domain = new_root;
+    // The output's readers inside the fusion read the cache too: the same values, where they
+    // are computed (a register) rather than reread from the output in global memory behind a
+    // barrier (a quantization's per-row scale, both an output and the divisor of its row).
+    let readers: Vec<_> = f.uses(src);
     f.define(Op::Set, vec![Operand::Tensor(t)], src, Some(a.span));
+    if memory == MemoryType::Local {
+        for u in readers {
+            for op in &mut f.exprs[u].inputs {
+                if *op == Operand::Tensor(src) {
+                    *op = Operand::Tensor(t);
+                }
+            }
+        }
+    }
     f.tensors[t].row_pad = pad;
     f.tensors[src].store = store;
     f.tensors[src].fence = fence.unwrap_or_default();
