@@ -31,10 +31,27 @@
 //! wgmmas ([`overlap_promotions`]): two halves, block k's wgmmas into half k % 2, `wait_group
 //! 1` before block k - 1's promotion, four blocks per iteration of the block loop (the fourth
 //! promoted after `wait_group 0`); else the promotion waits for its block (`wait_group 0`).
+//!
+//! The scales are loaded ahead of the promotion: at the start of each block (before its stage
+//! is waited for and its wgmmas issued) into scale registers (`<acc>_block_<scale>`, one array
+//! a scale, in `Lower::scales_ahead`, two halves where the block accumulator has two), which
+//! the promotion reads after the block's `wait_group`. Why: `wgmma.wait_group` and the
+//! mbarrier waits are `asm volatile` with a memory clobber, so a scale load written after them
+//! cannot be issued before them, and each promotion stalled on global memory (the long
+//! scoreboard stalls of step 21 at the decode shape, `docs/fp8.md`). In registers rather than
+//! staged in shared memory by the producer: a thread needs three values a block (its two rows
+//! of `sa`, its tile's `sb`), which ptxas keeps in three registers (it merges the array's
+//! copies of one load), no shared memory, TMA box or mbarrier is added, and a load issued a
+//! whole stage wait and wgmma group before its use is as hidden as a staged copy; a staged
+//! copy would also need the scale caches outside the Mma nest, which `loop_nest` refuses
+//! (`docs/fp8.md`, "Scales' layout"). A block's scales are loaded only under the condition
+//! that issues its wgmmas (`k < blocks` in the overlapped loop), each read clamped into its
+//! tensor as the promotion's was: no load reaches past the scales of the last block.
 //! Emits: the block accumulators and their flags (in `Lower::promoted` and `Lower::started`),
-//! the flags' reset at the start of each block and the promotion nest (two `Mma` loops, which
-//! `fragment_nest` lowers like an epilogue) at its end; after `batch`, the overlapped block
-//! loops (`Let` of the block index, an empty commit group past the last block).
+//! the scales' loads (a nest of two `Mma` loops) and the flags' reset at the start of each
+//! block and the promotion nest at its end (both lowered by `fragment_nest` like an
+//! epilogue); after `batch`, the overlapped block loops (`Let` of the block index, an empty
+//! commit group past the last block).
 
 use super::product::Product;
 #[allow(unused_imports)]
@@ -603,11 +620,13 @@ const OVERLAP_UNROLL: i64 = 4;
 /// for g in 0..ceilDiv(blocks, U):
 ///   for j in 0..U (unrolled):
 ///     k = U g + j
-///     if k < blocks: reset half j % 2's flags; wait for the stage; wgmmas into it
+///     if k < blocks: block k's scales into half j % 2's scale registers; reset its flags;
+///                    wait for the stage; wgmmas into half j % 2
 ///     commit                            (an empty group past the last block)
 ///     if 0 < j:
 ///       wait_group 1                    // block k - 1's group has completed
-///       if k - 1 < blocks: release stage k - 1; promote half (j - 1) % 2, scales of k - 1
+///       if k - 1 < blocks: release stage k - 1; promote half (j - 1) % 2 (block k - 1's
+///                          scales, loaded in the previous step)
 ///   wait_group 0
 ///   if U g + U - 1 < blocks: release its stage; promote half (U - 1) % 2
 /// ```
