@@ -275,8 +275,7 @@ fn blocks_wider_than_the_k_tile_are_promoted_every_tile() {
     // block), which is exact: the sum of a block is the sum of its tiles.
     let c = compile(&step18_with_a_block(256));
     assert!(
-        c.cuda
-            .contains("* KB + k_o * 128 / 256, M * KB - 1)];"),
+        c.cuda.contains("* KB + k_o * 128 / 256, M * KB - 1)];"),
         "{}",
         c.cuda
     );

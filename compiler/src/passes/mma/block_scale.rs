@@ -363,19 +363,16 @@ impl Lower<'_> {
                 .iter()
                 .rev()
                 .filter(|l| !inside.iter().any(|(var, _)| *var == l.var))
-                .fold(
-                    mma_loop(&p.m, vec![mma_loop(&p.n, inner)]),
-                    |inner, l| {
-                        Stmt::Loop(Loop {
-                            key: l.key,
-                            var: l.var.clone(),
-                            extent: l.extent.clone(),
-                            parallel: l.parallel,
-                            digits: Vec::new(),
-                            body: vec![inner],
-                        })
-                    },
-                )
+                .fold(mma_loop(&p.m, vec![mma_loop(&p.n, inner)]), |inner, l| {
+                    Stmt::Loop(Loop {
+                        key: l.key,
+                        var: l.var.clone(),
+                        extent: l.extent.clone(),
+                        parallel: l.parallel,
+                        digits: Vec::new(),
+                        body: vec![inner],
+                    })
+                })
         };
         let mut start = vec![in_tile(loads)];
         start.extend(reset);
