@@ -20,12 +20,13 @@
 //! first column of the scales). A scale the same along the tile's M or N loop is read at the
 //! tile's first row or column (a 128 x 128 weight block's scale: one load a block, not one a
 //! register). Scale reads of global tensors are clamped into them and the promotion has no
-//! bounds guard (ptxas then loads each scale once, during the block's wgmmas); it writes
+//! bounds guard (ptxas then loads each scale once, unpredicated, at the block's start); it writes
 //! registers of a ragged tile's rows and columns past M and N too, values of no element that
-//! every reader skips under its own guard. Other scales keep the update's guard. Errors (at the sum, naming
-//! the scale as written): a scale that varies inside one instruction's K or inside the
-//! schedule's K tile (an unrolled K loop), with the block and the tile; scales constant along
-//! all of K (they belong after the sum); a product tile in no serial K loop.
+//! every reader skips under its own guard. Other scales (their loads and the update) keep the
+//! update's guard. Errors (at the sum, naming the scale as written): a scale that varies
+//! inside one instruction's K or inside the schedule's K tile (an unrolled K loop), with the
+//! block and the tile; scales constant along all of K (they belong after the sum); a product
+//! tile in no serial K loop.
 //! Where an empty mbarrier frees the stage and the block accumulator fits twice beside the
 //! sum's (in the registers ptxas gives a thread), the promotion overlaps the next block's
 //! wgmmas ([`overlap_promotions`]): two halves, block k's wgmmas into half k % 2, `wait_group
