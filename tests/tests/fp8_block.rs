@@ -204,27 +204,41 @@ fn step18_promotes_each_k_block_into_the_f32_accumulator() {
         .find("hf_wgmma_wait<0>();")
         .map(|i| i + first_wgmma)
         .unwrap();
-    // The scales' product first (one FFMA a register), each scale read clamped into its
-    // tensor (no bounds guard: ptxas loads each once, unpredicated), the weight block's scale
-    // at the tile's first column (one per 128 x 128 block: the same for the whole tile).
+    // The scales' product first (one FFMA a register), from the scale registers loaded at
+    // the block's start ...
     let promote = cuda
-        .find("s_acc[r2] = s_acc[r2] + (s_acc_block[r2] * (sa[hf_min<index_t>(")
+        .find("s_acc[r3] = s_acc[r3] + (s_acc_block[r3] * (s_acc_block_sa[r3] * s_acc_block_sb[r3]));")
         .expect("the promotion");
     assert!(wait < promote, "{cuda}");
     assert!(!cuda.contains("hf_wgmma_wait<1>"), "{cuda}");
-    assert!(
-        cuda[promote..].contains(
-            "* KB + k_o * 128 / 128, M * KB - 1)] * sb[hf_min<index_t>(tile_v1 + k_o * 128 / 128, NB * KB - 1)]));"
-        ),
-        "{cuda}"
-    );
     // No guard between the register loop and the update.
     assert!(
         cuda[..promote]
             .trim_end()
-            .ends_with("for (index_t r2 = 0; r2 < 64; ++r2) {"),
+            .ends_with("for (index_t r3 = 0; r3 < 64; ++r3) {"),
         "{cuda}"
     );
+    // ... each scale read clamped into its tensor (no bounds guard: ptxas loads each once,
+    // unpredicated), the weight block's scale at the tile's first column (one per 128 x 128
+    // block: the same for the whole tile), before the stage is waited for: the loads are in
+    // flight while the block's wgmmas run, none after a `wait_group`.
+    let stage_wait = cuda[k_loop..]
+        .find("hf_mbarrier_wait(&a_s_b_s_full[")
+        .map(|i| i + k_loop)
+        .unwrap();
+    for load in [
+        "s_acc_block_sa[r2] = sa[hf_min<index_t>((tile_v0 + (m_io * 64 + ",
+        "* KB + k_o * 128 / 128, M * KB - 1)];",
+        "s_acc_block_sb[r2] = sb[hf_min<index_t>(tile_v1 + k_o * 128 / 128, NB * KB - 1)];",
+    ] {
+        let at = cuda[k_loop..]
+            .find(load)
+            .map(|i| i + k_loop)
+            .unwrap_or_else(|| panic!("`{load}`\n{cuda}"));
+        assert!(at < reset && reset < stage_wait, "{load}\n{cuda}");
+    }
+    assert_eq!(cuda.matches(" = sa[").count(), 1, "{cuda}");
+    assert!(cuda.contains("float s_acc_block_sa[64];"), "{cuda}");
     // The main accumulator is zero-filled (no wgmma starts it) and is what the epilogue stores.
     assert!(cuda.contains("s_acc[r] = 0.0f;"), "{cuda}");
     assert!(cuda.contains("= hf_float_to_bf16(s_acc["), "{cuda}");
@@ -261,8 +275,7 @@ fn blocks_wider_than_the_k_tile_are_promoted_every_tile() {
     // block), which is exact: the sum of a block is the sum of its tiles.
     let c = compile(&step18_with_a_block(256));
     assert!(
-        c.cuda
-            .contains("* KB + k_o * 128 / 256, M * KB - 1)] * sb[hf_min<index_t>("),
+        c.cuda.contains("* KB + k_o * 128 / 256, M * KB - 1)];"),
         "{}",
         c.cuda
     );
@@ -311,7 +324,7 @@ fn a_one_warp_group_block_scaled_product_promotes_inside_its_k_loop() {
         .expect("the k loop");
     let barrier = cuda[k_loop..].find("__syncthreads();").unwrap() + k_loop;
     let promote = cuda
-        .find("s_acc[r2] = s_acc[r2] + (s_acc_block[r2] * (sa[")
+        .find("s_acc[r3] = s_acc[r3] + (s_acc_block[r3] * (s_acc_block_sa[r3] * s_acc_block_sb[r3]));")
         .expect("the promotion");
     let epilogue = cuda.find("hf_float_to_bf16(s_acc[").expect("the epilogue");
     assert!(
@@ -339,7 +352,12 @@ fn step18_overlap_promotes_each_block_while_the_next_one_runs() {
         "for (index_t k_oi = 0; k_oi < 4; ++k_oi) {",
         "const index_t k_o = k_oo * 4 + k_oi;",
         "if (k_o < hf_ceil_div<index_t>(K, 128)) {",
+        // (block k_o's scales into the half's registers, before the stage is waited for)
+        "s_acc_block_sa[r2 + k_oi % 2 * 32] = sa[hf_min<index_t>(",
+        "* KB + k_o * 128 / 128, M * KB - 1)];",
+        "s_acc_block_sb[r2 + k_oi % 2 * 32] = sb[hf_min<index_t>(tile_v1 + k_o * 128 / 128, NB * KB - 1)];",
         "s_acc_block_started[k_oi % 2] = 0;",
+        "hf_mbarrier_wait(&a_s_b_s_full[",
         "hf_wgmma_m64n64k32_e4m3_e4m3(&s_acc_block[k_oi % 2 * 32], ",
         "hf_wgmma_commit();",
         // ... then the previous block's group is waited for while this one runs, its stage
@@ -348,14 +366,12 @@ fn step18_overlap_promotes_each_block_while_the_next_one_runs() {
         "hf_wgmma_wait<1>();",
         "if (k_o - 1 < hf_ceil_div<index_t>(K, 128)) {",
         "hf_mbarrier_arrive_per_warp(&a_s_b_s_empty[(tile * hf_ceil_div<index_t>(K, 128) + (k_o - 1)) % 4]);",
-        "s_acc[r2] = s_acc[r2] + (s_acc_block[r2 + (k_oi - 1) % 2 * 32] * (sa[",
-        "* KB + (k_o - 1) * 128 / 128, M * KB - 1)] * sb[hf_min<index_t>(tile_v1 + (k_o - 1) * 128 / 128, NB * KB - 1)]));",
+        "s_acc[r3] = s_acc[r3] + (s_acc_block[r3 + (k_oi - 1) % 2 * 32] * (s_acc_block_sa[r3 + (k_oi - 1) % 2 * 32] * s_acc_block_sb[r3 + (k_oi - 1) % 2 * 32]));",
         // ... and the fourth block of an iteration after its group has completed.
         "hf_wgmma_wait<0>();",
         "if (k_oo * 4 + 3 < hf_ceil_div<index_t>(K, 128)) {",
         "hf_mbarrier_arrive_per_warp(&a_s_b_s_empty[(tile * hf_ceil_div<index_t>(K, 128) + (k_oo * 4 + 3)) % 4]);",
-        "s_acc[r2] = s_acc[r2] + (s_acc_block[r2 + 32] * (sa[",
-        "* KB + (k_oo * 4 + 3) * 128 / 128, M * KB - 1)] * sb[hf_min<index_t>(tile_v1 + (k_oo * 4 + 3) * 128 / 128, NB * KB - 1)]));",
+        "s_acc[r3] = s_acc[r3] + (s_acc_block[r3 + 32] * (s_acc_block_sa[r3 + 32] * s_acc_block_sb[r3 + 32]));",
         "= hf_float_to_bf16(s_acc[",
     ];
     let mut at = outer;
@@ -365,12 +381,18 @@ fn step18_overlap_promotes_each_block_while_the_next_one_runs() {
             .unwrap_or_else(|| panic!("`{want}` after byte {at}:\n{cuda}"));
     }
     assert_eq!(cuda.matches("hf_wgmma_wait<0>();").count(), 1, "{cuda}");
+    // The scale registers have two halves too; the scales are read from global memory only
+    // at the block's start.
+    assert!(cuda.contains("float s_acc_block_sa[64];"), "{cuda}");
+    assert_eq!(cuda.matches(" = sa[").count(), 1, "{cuda}");
 }
 
 /// The overlapped k loop of step 18, run on the host for `blocks` blocks of K: wgmma groups
 /// (each the halves of the block accumulator its wgmmas write, tagged with their block),
-/// `wait_group n` retiring all but the newest `n`, and each promotion checked to read a half
-/// whose group has completed and that holds the block whose scales it applies.
+/// `wait_group n` retiring all but the newest `n`, the scales loaded ahead into the halves of
+/// the scale registers (tagged with the block of `sa` they read, checked to be inside `sa`),
+/// and each promotion checked to read a half whose group has completed and to apply the scales
+/// of the block that half holds.
 fn run_overlapped_k_loop(kernel: &hopfuse::kir::Kernel, blocks: i64) -> Vec<i64> {
     use hopfuse::kir::{Stmt, Val};
     let find = |name: &str| {
@@ -380,13 +402,25 @@ fn run_overlapped_k_loop(kernel: &hopfuse::kir::Kernel, blocks: i64) -> Vec<i64>
             .position(|b| b.name == name)
             .unwrap_or_else(|| panic!("no buffer `{name}`"))
     };
-    let (blk, sa) = (find("s_acc_block"), find("sa"));
+    let bufs = Bufs {
+        blk: find("s_acc_block"),
+        sa: find("sa"),
+        sa_ahead: find("s_acc_block_sa"),
+    };
+    struct Bufs {
+        blk: usize,
+        sa: usize,
+        sa_ahead: usize,
+    }
     struct Run {
         env: BTreeMap<String, i64>,
+        blocks: i64,
         uncommitted: Vec<(i64, i64)>,
         groups: Vec<Vec<(i64, i64)>>,
         /// The block each half holds, once its group has completed.
         done: [Option<i64>; 2],
+        /// The block of `sa` each half of the scale registers holds.
+        scales: [Option<i64>; 2],
         promoted: Vec<i64>,
     }
     fn eval(run: &Run, v: &Val) -> i64 {
@@ -396,29 +430,29 @@ fn run_overlapped_k_loop(kernel: &hopfuse::kir::Kernel, blocks: i64) -> Vec<i64>
         })
         .unwrap_or_else(|| panic!("{}", v.text()))
     }
-    fn exec(run: &mut Run, body: &[Stmt], blk: usize, sa: usize) {
+    fn exec(run: &mut Run, body: &[Stmt], bufs: &Bufs) {
         for s in body {
             match s {
                 // (A thread binding: thread 0's iteration; a loop: every iteration.)
                 Stmt::Loop(l) if l.parallel.is_hw() => {
                     run.env.insert(l.var.clone(), 0);
-                    exec(run, &l.body, blk, sa);
+                    exec(run, &l.body, bufs);
                 }
                 Stmt::Loop(l) => {
                     for i in 0..eval(run, &l.extent) {
                         run.env.insert(l.var.clone(), i);
-                        exec(run, &l.body, blk, sa);
+                        exec(run, &l.body, bufs);
                     }
                 }
                 Stmt::If { cond, then, els } => {
                     let body = if eval(run, cond) != 0 { then } else { els };
-                    exec(run, body, blk, sa);
+                    exec(run, body, bufs);
                 }
                 Stmt::Let { var, value, .. } => {
                     let v = eval(run, value);
                     run.env.insert(var.clone(), v);
                 }
-                Stmt::Wgmma(w) if w.acc.buffer.index() == blk => {
+                Stmt::Wgmma(w) if w.acc.buffer.index() == bufs.blk => {
                     let half = eval(run, w.acc.index.as_ref().unwrap()) / 32;
                     let block = run.env["k_o"];
                     run.uncommitted.push((half, block));
@@ -434,34 +468,53 @@ fn run_overlapped_k_loop(kernel: &hopfuse::kir::Kernel, blocks: i64) -> Vec<i64>
                         }
                     }
                 }
-                Stmt::Compute(c) => {
-                    let mut half = None;
+                // A scale loaded ahead: the block of `sa` it reads (at register 0, row 0: the
+                // index is the block of K), which must be one of the tensor's.
+                Stmt::Compute(c) if c.out.buffer.index() == bufs.sa_ahead => {
+                    let register = eval(run, c.out.index.as_ref().unwrap());
+                    if register % 32 != 0 {
+                        continue;
+                    }
                     let mut block = None;
                     c.value.for_each_read(&mut |a| {
-                        if a.buffer.index() == blk {
-                            half = Some(eval(run, a.index.as_ref().unwrap()) / 32);
-                        }
-                        if a.buffer.index() == sa {
-                            // Row 0: the index is the block of K.
+                        if a.buffer.index() == bufs.sa {
                             block = Some(eval(run, a.index.as_ref().unwrap()));
                         }
                     });
-                    if let (Some(h), Some(b)) = (half, block) {
-                        // Once per register: count the promotion at register 0.
-                        if run.env.get("r2") == Some(&0) {
-                            let in_flight = run.groups.iter().flatten().chain(&run.uncommitted);
-                            assert!(
-                                !in_flight.into_iter().any(|&(x, _)| x == h),
-                                "block {b}'s promotion reads half {h} while a group writes it"
-                            );
-                            assert_eq!(run.done[h as usize], Some(b), "half {h}");
-                            run.promoted.push(b);
+                    let b = block.expect("the scale registers hold `sa`");
+                    assert!(b < run.blocks, "a load of block {b} of {}", run.blocks);
+                    run.scales[(register / 32) as usize] = Some(b);
+                }
+                Stmt::Compute(c) => {
+                    let mut half = None;
+                    let mut register = None;
+                    let mut scale_half = None;
+                    c.value.for_each_read(&mut |a| {
+                        let at = || eval(run, a.index.as_ref().unwrap());
+                        if a.buffer.index() == bufs.blk {
+                            half = Some(at() / 32);
+                            register = Some(at() % 32);
                         }
+                        if a.buffer.index() == bufs.sa_ahead {
+                            scale_half = Some(at() / 32);
+                        }
+                        assert_ne!(a.buffer.index(), bufs.sa, "a promotion reads `sa`");
+                    });
+                    // Once per promotion: count it at register 0.
+                    if let (Some(h), Some(0), Some(sh)) = (half, register, scale_half) {
+                        let b = run.scales[sh as usize].expect("scales loaded");
+                        let in_flight = run.groups.iter().flatten().chain(&run.uncommitted);
+                        assert!(
+                            !in_flight.into_iter().any(|&(x, _)| x == h),
+                            "block {b}'s promotion reads half {h} while a group writes it"
+                        );
+                        assert_eq!(run.done[h as usize], Some(b), "half {h}");
+                        run.promoted.push(b);
                     }
                 }
                 other => {
                     for child in other.children() {
-                        exec(run, child, blk, sa);
+                        exec(run, child, bufs);
                     }
                 }
             }
@@ -474,9 +527,11 @@ fn run_overlapped_k_loop(kernel: &hopfuse::kir::Kernel, blocks: i64) -> Vec<i64>
             ("M".to_string(), 1 << 20),
             ("N".to_string(), 1 << 20),
         ]),
+        blocks,
         uncommitted: Vec::new(),
         groups: Vec::new(),
         done: [None, None],
+        scales: [None, None],
         promoted: Vec::new(),
     };
     // The consumers' k loop and what follows it in the tile loop, up to the epilogue.
@@ -493,8 +548,7 @@ fn run_overlapped_k_loop(kernel: &hopfuse::kir::Kernel, blocks: i64) -> Vec<i64>
     exec(
         &mut run,
         std::slice::from_ref(k_loop.expect("the k loop")),
-        blk,
-        sa,
+        &bufs,
     );
     assert!(run.groups.is_empty() && run.uncommitted.is_empty());
     run.promoted
@@ -545,7 +599,7 @@ fn a_quantized_output_is_scaled_and_cast_to_e4m3_in_the_epilogue() {
     // The promoted f32 sum times the scale, cast to e4m3 in the registers, two adjacent
     // columns stored as one 2-byte vector where both are in bounds.
     assert!(
-        cuda.contains("c_mul[0] = s_acc[2 * r3_pair + r3_lane] * scale;"),
+        cuda.contains("c_mul[0] = s_acc[2 * r4_pair + r4_lane] * scale;"),
         "{cuda}"
     );
     assert!(

@@ -20,21 +20,39 @@
 //! first column of the scales). A scale the same along the tile's M or N loop is read at the
 //! tile's first row or column (a 128 x 128 weight block's scale: one load a block, not one a
 //! register). Scale reads of global tensors are clamped into them and the promotion has no
-//! bounds guard (ptxas then loads each scale once, during the block's wgmmas); it writes
+//! bounds guard (ptxas then loads each scale once, unpredicated, at the block's start); it writes
 //! registers of a ragged tile's rows and columns past M and N too, values of no element that
-//! every reader skips under its own guard. Other scales keep the update's guard. Errors (at the sum, naming
-//! the scale as written): a scale that varies inside one instruction's K or inside the
-//! schedule's K tile (an unrolled K loop), with the block and the tile; scales constant along
-//! all of K (they belong after the sum); a product tile in no serial K loop.
+//! every reader skips under its own guard. Other scales (their loads and the update) keep the
+//! update's guard. Errors (at the sum, naming the scale as written): a scale that varies
+//! inside one instruction's K or inside the schedule's K tile (an unrolled K loop), with the
+//! block and the tile; scales constant along all of K (they belong after the sum); a product
+//! tile in no serial K loop.
 //! Where an empty mbarrier frees the stage and the block accumulator fits twice beside the
 //! sum's (in the registers ptxas gives a thread), the promotion overlaps the next block's
 //! wgmmas ([`overlap_promotions`]): two halves, block k's wgmmas into half k % 2, `wait_group
 //! 1` before block k - 1's promotion, four blocks per iteration of the block loop (the fourth
 //! promoted after `wait_group 0`); else the promotion waits for its block (`wait_group 0`).
+//!
+//! The scales are loaded ahead of the promotion: at the start of each block (before its stage
+//! is waited for and its wgmmas issued) into scale registers (`<acc>_block_<scale>`, one array
+//! a scale, in `Lower::scales_ahead`, two halves where the block accumulator has two), which
+//! the promotion reads after the block's `wait_group`. Why: `wgmma.wait_group` and the
+//! mbarrier waits are `asm volatile` with a memory clobber, so a scale load written after them
+//! cannot be issued before them, and each promotion stalled on global memory (the long
+//! scoreboard stalls of step 21 at the decode shape, `docs/fp8.md`). In registers rather than
+//! staged in shared memory by the producer: a thread needs three values a block (its two rows
+//! of `sa`, its tile's `sb`), which ptxas keeps in three registers (it merges the array's
+//! copies of one load), no shared memory, TMA box or mbarrier is added, and a load issued a
+//! whole stage wait and wgmma group before its use is as hidden as a staged copy; a staged
+//! copy would also need the scale caches outside the Mma nest, which `loop_nest` refuses
+//! (`docs/fp8.md`, "Scales' layout"). A block's scales are loaded only under the condition
+//! that issues its wgmmas (`k < blocks` in the overlapped loop), each read clamped into its
+//! tensor as the promotion's was: no load reaches past the scales of the last block.
 //! Emits: the block accumulators and their flags (in `Lower::promoted` and `Lower::started`),
-//! the flags' reset at the start of each block and the promotion nest (two `Mma` loops, which
-//! `fragment_nest` lowers like an epilogue) at its end; after `batch`, the overlapped block
-//! loops (`Let` of the block index, an empty commit group past the last block).
+//! the scales' loads (a nest of two `Mma` loops) and the flags' reset at the start of each
+//! block and the promotion nest at its end (both lowered by `fragment_nest` like an
+//! epilogue); after `batch`, the overlapped block loops (`Let` of the block index, an empty
+//! commit group past the last block).
 
 use super::product::Product;
 #[allow(unused_imports)]
@@ -54,6 +72,8 @@ pub(super) struct Overlap {
     /// Registers and `scale-d` flags of one half.
     registers: i64,
     flag_count: i64,
+    /// The block's scale registers (as many as the block accumulator's, in two halves too).
+    scales: Vec<BufferId>,
 }
 
 /// A loop around a product tile, as the analysis needs it.
@@ -72,8 +92,9 @@ struct Site {
     acc: BufferId,
     /// Its block accumulator, which the wgmmas write.
     block: BufferId,
-    /// Reset of the block accumulator's flags (at the block's start) and the promotion (at its end).
-    reset: Vec<Stmt>,
+    /// The block's start: its scales loaded into registers, its flags reset; and the promotion
+    /// (at its end).
+    start: Vec<Stmt>,
     promotion: Stmt,
 }
 
@@ -239,7 +260,7 @@ impl VisitorMut for BlockScales<'_, '_, '_> {
             if matches!(l.body.last(), Some(Stmt::MbarArrive { .. })) {
                 self.lower.overlap(self.k, l.key, site.block);
             }
-            l.body.splice(0..0, site.reset);
+            l.body.splice(0..0, site.start);
             l.body.push(site.promotion);
         }
         Ok(())
@@ -299,7 +320,7 @@ impl Lower<'_> {
         let Some(Val::Int(flags)) = k.buffers[flag].size else {
             unreachable!("block_accumulator sizes the flags")
         };
-        let reset = (0..flags)
+        let reset: Vec<Stmt> = (0..flags)
             .map(|j| {
                 Stmt::Compute(Compute {
                     expr: p.expr,
@@ -313,7 +334,19 @@ impl Lower<'_> {
                 })
             })
             .collect();
-        let guarded = promotion_update(k, &p, blk, body, &inside);
+        let names: Vec<String> = p
+            .scales
+            .iter()
+            .map(|scale| {
+                let mut read = None;
+                scale.for_each_read(&mut |a| {
+                    read.get_or_insert(a.buffer);
+                });
+                read.map_or("scale".into(), |b| k.buffers[b].name.clone())
+            })
+            .collect();
+        let registers = self.scale_registers(cx, k, blk, &names);
+        let (loads, guarded) = promotion_update(k, &p, blk, &registers, body, &inside);
         let mma_loop = |l: &TileLoop, body: Vec<Stmt>| {
             Stmt::Loop(Loop {
                 key: l.key,
@@ -325,14 +358,13 @@ impl Lower<'_> {
             })
         };
         // The loops between the block loop and the tile that are not over K (e.g. a warp
-        // group's rows, TIDy) hold the promotion as they hold the tile.
-        let promotion = stack[depth + 1..]
-            .iter()
-            .rev()
-            .filter(|l| !inside.iter().any(|(var, _)| *var == l.var))
-            .fold(
-                mma_loop(&p.m, vec![mma_loop(&p.n, vec![guarded])]),
-                |inner, l| {
+        // group's rows, TIDy) hold the scales' loads and the promotion as they hold the tile.
+        let in_tile = |inner: Vec<Stmt>| {
+            stack[depth + 1..]
+                .iter()
+                .rev()
+                .filter(|l| !inside.iter().any(|(var, _)| *var == l.var))
+                .fold(mma_loop(&p.m, vec![mma_loop(&p.n, inner)]), |inner, l| {
                     Stmt::Loop(Loop {
                         key: l.key,
                         var: l.var.clone(),
@@ -341,15 +373,49 @@ impl Lower<'_> {
                         digits: Vec::new(),
                         body: vec![inner],
                     })
-                },
-            );
+                })
+        };
+        let mut start = vec![in_tile(loads)];
+        start.extend(reset);
         Ok(Some(Site {
             depth,
             acc: p.acc.buffer,
             block: blk,
-            reset,
-            promotion,
+            start,
+            promotion: in_tile(vec![guarded]),
         }))
+    }
+
+    /// The registers that hold block accumulator `blk`'s scales (one a tensor of `names`) from
+    /// the block's start to its promotion (made on first use): one array a scale, as many
+    /// registers as the block accumulator (each register's scale at its row and column). ptxas
+    /// keeps one register per distinct load (a thread's two rows of `sa`, one `sb`).
+    fn scale_registers(
+        &mut self,
+        cx: &mut Ctx,
+        k: &mut Kernel,
+        blk: BufferId,
+        names: &[String],
+    ) -> Vec<BufferId> {
+        let count = names.len();
+        let made = self.scales_ahead.entry(blk).or_default().len();
+        for tensor in &names[made.min(count)..] {
+            let name = cx.fresh_name(&format!("{}_{tensor}", k.buffers[blk].name));
+            k.buffers.push(Buffer {
+                name,
+                dtype: DType::F32,
+                memory: MemoryType::Local,
+                tensor: None,
+                size: k.buffers[blk].size.clone(),
+                smem_offset: None,
+                global_shape: Vec::new(),
+                is_input: false,
+            });
+            let b = BufferId::new(k.buffers.len() - 1);
+            self.fragments.insert(b);
+            self.scales_ahead.entry(blk).or_default().push(b);
+        }
+        self.scales_ahead[&blk][..count].to_vec()
     }
 
     /// The block loop of product `p`'s scales (its depth in `stack`): the innermost serial
@@ -430,7 +496,12 @@ impl Lower<'_> {
         if total + target::NON_ACCUMULATOR_REGISTERS > budget {
             return;
         }
-        k.buffers[blk].size = Some(Val::Int(2 * registers));
+        // (The scale registers are not counted: ptxas holds one register per distinct
+        // scale of a thread, three for a 64-row warp group's tile, not one per accumulator.)
+        let scales = self.scales_ahead.get(&blk).cloned().unwrap_or_default();
+        for &b in [blk].iter().chain(&scales) {
+            k.buffers[b].size = Some(Val::Int(2 * registers));
+        }
         k.buffers[flags].size = Some(Val::Int(2 * flag_count));
         self.overlapped.push(Overlap {
             key,
@@ -438,6 +509,7 @@ impl Lower<'_> {
             flags,
             registers,
             flag_count,
+            scales,
         });
     }
 
@@ -546,11 +618,13 @@ const OVERLAP_UNROLL: i64 = 4;
 /// for g in 0..ceilDiv(blocks, U):
 ///   for j in 0..U (unrolled):
 ///     k = U g + j
-///     if k < blocks: reset half j % 2's flags; wait for the stage; wgmmas into it
+///     if k < blocks: block k's scales into half j % 2's scale registers; reset its flags;
+///                    wait for the stage; wgmmas into half j % 2
 ///     commit                            (an empty group past the last block)
 ///     if 0 < j:
 ///       wait_group 1                    // block k - 1's group has completed
-///       if k - 1 < blocks: release stage k - 1; promote half (j - 1) % 2, scales of k - 1
+///       if k - 1 < blocks: release stage k - 1; promote half (j - 1) % 2 (block k - 1's
+///                          scales, loaded in the previous step)
 ///   wait_group 0
 ///   if U g + U - 1 < blocks: release its stage; promote half (U - 1) % 2
 /// ```
@@ -587,7 +661,9 @@ pub(super) fn overlap_promotions(
     // inside the block that is not unrolled) keeps its promotion after `wait_group 0`, and
     // its block accumulator one half.
     for (o, _) in overlaps.iter().zip(&done).filter(|(_, d)| !**d) {
-        k.buffers[o.block].size = Some(Val::Int(o.registers));
+        for &b in [o.block].iter().chain(&o.scales) {
+            k.buffers[b].size = Some(Val::Int(o.registers));
+        }
         k.buffers[o.flags].size = Some(Val::Int(o.flag_count));
     }
 }
@@ -682,17 +758,17 @@ fn in_groups_of_blocks(cx: &mut Ctx, l: Loop, o: &Overlap) -> Vec<Stmt> {
     // Block `b`'s promotion from half `h` (a value of the unrolled loop).
     let promote = |b: Val, h: Val| {
         let mut p = at(promotion.clone(), &var, &b);
-        offset_accesses(&mut p, o.block, &Val::mul(h, Val::Int(o.registers)));
+        for &half in [o.block].iter().chain(&o.scales) {
+            offset_accesses(&mut p, half, &Val::mul(h.clone(), Val::Int(o.registers)));
+        }
         vec![at(release.clone(), &var, &b), p]
     };
     let half = Val::rem(j.clone(), Val::Int(2));
     let mut issue = Vec::new();
     for mut s in body {
-        offset_accesses(
-            &mut s,
-            o.block,
-            &Val::mul(half.clone(), Val::Int(o.registers)),
-        );
+        for &b in [o.block].iter().chain(&o.scales) {
+            offset_accesses(&mut s, b, &Val::mul(half.clone(), Val::Int(o.registers)));
+        }
         offset_accesses(
             &mut s,
             o.flags,
@@ -755,17 +831,19 @@ fn in_groups_of_blocks(cx: &mut Ctx, l: Loop, o: &Overlap) -> Vec<Stmt> {
     })]
 }
 
-/// The promotion's statement for one accumulator register of product `p`: `acc += blk *
-/// (the scales' product)`, each scale read at the tile's first row (column) where it is the
-/// same along the tile's M (N) loop, clamped into its tensor where it can be (else under the
+/// The block's scales loaded into `registers` (one array a scale) and the promotion's statement
+/// for one accumulator register of product `p`: `acc += blk * (the registers' product)`. Each
+/// scale is read at the tile's first row (column) where it is the same along the tile's M (N)
+/// loop, clamped into its tensor where it can be (else the load and the update under the
 /// update's bounds guard), with the K loops `inside` the block at 0.
 fn promotion_update(
     k: &Kernel,
     p: &Product,
     blk: BufferId,
+    registers: &[BufferId],
     body: &[Stmt],
     inside: &[(String, i64)],
-) -> Stmt {
+) -> (Vec<Stmt>, Stmt) {
     // Each scale read at the tile's first row (column) when it is the same along the
     // tile's M (N) loop: a weight block's scale is then one load per block, not one per
     // register (ptxas cannot see that `(n0 * 128 + j) / 128` is `n0` for j < 128).
@@ -796,10 +874,53 @@ fn promotion_update(
     // of the accumulator skips under its own guard.
     let clamped: Option<Vec<Data>> = hoisted.iter().map(|s| clamped_into_tensors(k, s)).collect();
     let unguarded = clamped.is_some();
-    let scales = clamped.unwrap_or(hoisted).into_iter();
+    let guard = update_guard(body, p.expr).filter(|_| !unguarded);
+    let under_guard = |s: Stmt| match &guard {
+        Some(cond) => Stmt::If {
+            cond: cond.clone(),
+            then: vec![s],
+            els: Vec::new(),
+        },
+        None => s,
+    };
+    let at_block_start = |mut s: Stmt| {
+        s.map_vals(&mut |v| {
+            inside
+                .iter()
+                .fold(v.clone(), |v, (var, _)| v.subst(var, &Val::Int(0)))
+        });
+        s
+    };
+    // Each scale into its registers at the block's start: the loads are in flight while the
+    // block's stage is waited for and its wgmmas run, so that the promotion after them does
+    // not wait on global memory (see `overlap_promotions`).
+    let loads = clamped
+        .unwrap_or(hoisted)
+        .into_iter()
+        .zip(registers)
+        .map(|(scale, &reg)| {
+            at_block_start(under_guard(Stmt::Compute(Compute {
+                expr: p.expr,
+                out: Access {
+                    buffer: reg,
+                    index: p.acc.index.clone(),
+                },
+                value: scale,
+                role: ComputeRole::Normal,
+                vector: None,
+            })))
+        })
+        .collect();
     // The scales' product first, then one multiply-add per register (DeepGEMM's
     // `acc += block * (sa * sb)`): one FFMA a register, the scales' product once per row.
-    let scale = scales
+    let scale = registers
+        .iter()
+        .map(|&reg| {
+            Data::Read(Access {
+                buffer: reg,
+                index: p.acc.index.clone(),
+            })
+        })
         .reduce(|x, s| Data::Binary(BinaryOp::Mul, DType::F32, Box::new(x), Box::new(s)))
         .expect("a block-scaled product has a scale");
     let scaled = Data::Binary(
@@ -823,20 +944,7 @@ fn promotion_update(
         role: ComputeRole::Normal,
         vector: None,
     });
-    // The update's bounds guard (the scales' rows and columns inside the tensors), where
-    // the reads are not clamped.
-    let mut guarded = match update_guard(body, p.expr).filter(|_| !unguarded) {
-        Some(cond) => Stmt::If {
-            cond,
-            then: vec![update],
-            els: Vec::new(),
-        },
-        None => update,
-    };
-    guarded.map_vals(&mut |v| {
-        inside
-            .iter()
-            .fold(v.clone(), |v, (var, _)| v.subst(var, &Val::Int(0)))
-    });
-    guarded
+    // The update under the bounds guard (the scales' rows and columns inside the tensors),
+    // where the reads are not clamped.
+    (loads, at_block_start(under_guard(update)))
 }

@@ -144,6 +144,7 @@ pub fn run(
         started: HashMap::new(),
         aliases: HashMap::new(),
         promoted: HashMap::new(),
+        scales_ahead: HashMap::new(),
         overlapped: Vec::new(),
         rows: HashSet::new(),
     };
@@ -167,6 +168,7 @@ pub fn run(
     let mut body = lower.block(cx, k, body)?;
     let flags = lower.started.clone();
     let promoted = lower.promoted.clone();
+    let scales_ahead = lower.scales_ahead.clone();
     crate::kir::for_each_block_mut(&mut body, &mut |block| {
         // (A loop whose body was all accumulator copies, now aliases, is left empty.)
         block.retain(|s| !matches!(s, Stmt::Loop(l) if l.body.is_empty()));
@@ -180,6 +182,10 @@ pub fn run(
                 if let Some(&flag) = flags.get(&b) {
                     block.insert(i + 1, Stmt::Alloc(flag));
                     i += 1;
+                }
+                // A block accumulator's scales, loaded ahead of its promotion, beside its flags.
+                for &scale in scales_ahead.get(&b).into_iter().flatten().rev() {
+                    block.insert(i + 1, Stmt::Alloc(scale));
                 }
             }
             i += 1;
@@ -426,6 +432,9 @@ pub(super) struct Lower<'p> {
     /// Sums of block-scaled products (`block_scale.rs`): each accumulator and the block
     /// accumulator its wgmmas write, promoted into it after every block of K.
     pub(super) promoted: HashMap<BufferId, BufferId>,
+    /// Each block accumulator's scale registers (`block_scale.rs`): one array per scale of its
+    /// promotion, loaded at the start of the block, read by the promotion after its wgmmas.
+    pub(super) scales_ahead: HashMap<BufferId, Vec<BufferId>>,
     /// Block loops whose promotions overlap the next block's wgmmas (`block_scale.rs`).
     overlapped: Vec<block_scale::Overlap>,
     /// Row fragments (`rows.rs`): register arrays over a tile's M axis alone, two per thread.
