@@ -39,13 +39,16 @@ fn the_cross_entropy_example_reads_its_row_once() {
         "{text}"
     );
     assert!(!text.contains("lse_broadcast"), "{text}");
-    // Per vector: the previous maximum, the maximum over the vector, one rescale of the sum,
-    // then the exponentials shifted by the running maximum (0 where it is infinite).
+    // Per vector: the previous maximum, the maximum over the vector, its shift (0 where it is
+    // infinite) times -log2(e) once, one rescale of the sum, then the exponentials in base 2,
+    // each one FFMA and one exp2.
     let step = [
         "lse_prev[0] = lse_max_acc[0];",
         "lse_max_acc[0] = hf_maximum(lse_max_acc[0], x_r2[v_i]);",
-        "lse_sum_acc[0] = lse_sum_acc[0] * expf((lse_prev[0] - (isinf(lse_max_acc[0]) ? 0.0f : lse_max_acc[0])));",
-        "lse_sub[v_i] = x_r2[v_i] - (isinf(lse_max_acc[0]) ? 0.0f : lse_max_acc[0]);",
+        "lse_neg_log2[0] = (isinf(lse_max_acc[0]) ? 0.0f : lse_max_acc[0]) * -1.442695f;",
+        "lse_sum_acc[0] = lse_sum_acc[0] * exp2f(fmaf(lse_prev[0], 1.442695f, lse_neg_log2[0]));",
+        "lse_sub[v_i] = fmaf(x_r2[v_i], 1.442695f, lse_neg_log2[0]);",
+        "lse_exp[v_i] = exp2f(lse_sub[v_i]);",
         "lse_sum_acc[0] = lse_sum_acc[0] + lse_exp[v_i];",
     ];
     let at: Vec<usize> = step.iter().map(|s| position(&lines, s)).collect();
@@ -59,7 +62,7 @@ fn the_cross_entropy_example_reads_its_row_once() {
         "lse_sum_acc[0] = lse_sum_acc[0] * expf((lse_thread[0] - lse_where[0]));",
         "lse_sum_acc[0] = hf_block_reduce<true, false, false>(lse_sum_acc[0], hf_sum(),",
     ];
-    let loop_end = at[4];
+    let loop_end = at[6];
     let at: Vec<usize> = after.iter().map(|s| position(&lines, s)).collect();
     assert!(loop_end < at[0], "{text}");
     assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
