@@ -94,6 +94,9 @@ pub struct ClassifiedLoop {
     pub mask: CausalMask,
     /// The key-tile loop's variable.
     pub tile_var: String,
+    /// The variable of the query-tile loop around it (`longest_first` reverses its block
+    /// order).
+    pub query_var: String,
     /// How many of the first key tiles are wholly kept, in terms of the query tile's variable.
     pub kept_tiles: Val,
     /// With a lower bound (a sliding window): the first key tile wholly kept (the tiles before
@@ -448,6 +451,7 @@ pub fn bound(
         out.push(ClassifiedLoop {
             mask,
             tile_var,
+            query_var,
             kept_tiles,
             kept_from,
             first_tile,
