@@ -231,3 +231,55 @@ fn a_query_loop_not_bound_to_blocks_keeps_its_order() {
         c.cuda
     );
 }
+
+#[test]
+fn the_overlapped_loop_runs_the_kept_tiles_without_the_mask() {
+    // FlashAttention-3's two key loops: the tiles before the diagonal in a loop with no mask
+    // code, then the diagonal tiles (one of 128 keys per 128-query tile; two of 64 in the
+    // one-group kernel) in a loop that runs it, naming its iteration t_o_pv as before.
+    for (path, kept) in [
+        (
+            "attention/online_wgmma_overlap_pingpong_causal.hf",
+            "s2_o - 1",
+        ),
+        ("auto/attention_causal.hf", "s2_o - 1"),
+        ("attention/online_wgmma_overlap_causal.hf", "2 * s2_o - 1"),
+    ] {
+        let c = compile(&example(path));
+        let code = hopfuse_tests::consumer_code(&c.cuda);
+        let kept_loop = hopfuse_tests::position(
+            code,
+            "for (index_t t_o_pv = 0; t_o_pv < 0 - hf_min<index_t>(0, 0 - hf_min<index_t>(",
+        );
+        let diagonal_loop = hopfuse_tests::position(code, "for (index_t t_o_pv_diag = 0; ");
+        let last = hopfuse_tests::position(code, "for (index_t t_o_last = 0; ");
+        assert!(kept_loop < diagonal_loop && diagonal_loop < last, "{path}");
+        assert!(
+            code[kept_loop..diagonal_loop].contains(&format!(", {kept})); ++t_o_pv) {{")),
+            "{path}"
+        );
+        assert!(
+            !code[kept_loop..diagonal_loop].contains("keep_iota"),
+            "{path}"
+        );
+        assert!(
+            code[kept_loop..diagonal_loop].contains("sm[r2] = s_sum_acc[r2];"),
+            "{path}"
+        );
+        assert!(
+            code[diagonal_loop..last].contains(
+                "const index_t t_o_pv = t_o_pv_diag + (0 - hf_min<index_t>(0, 0 - hf_min<index_t>("
+            ),
+            "{path}"
+        );
+        assert!(
+            code[diagonal_loop..last].contains("keep[0] = keep_iota[0] <= keep_iota2[0];"),
+            "{path}"
+        );
+        // The product stays in flight over the softmax in both loops.
+        for part in [&code[kept_loop..diagonal_loop], &code[diagonal_loop..last]] {
+            assert_eq!(part.matches("hf_wgmma_wait<1>();").count(), 1, "{path}");
+            assert!(!part.contains("if (t_o <"), "{path}");
+        }
+    }
+}
