@@ -1280,20 +1280,36 @@ fn the_overlap_composes_with_the_causal_tile_classification() {
     };
     assert_eq!(schedule(&src), schedule(&overlap));
     let cuda = hopfuse_tests::compile(&src).cuda;
-    // The loop and the peeled tiles follow the causal bound; the peeled first tile splits the
-    // mask (a kept tile runs the scores as they are), the loop does not: there the P V product
-    // is in flight over the mask, and a branch would drain it.
+    // The loops and the peeled tiles follow the causal bound; the peeled first tile splits the
+    // mask (a kept tile runs the scores as they are); the loop, where the P V product is in
+    // flight over the mask and a branch would drain it, becomes two: the kept tiles (t_o <
+    // 2 s2_o, t_o = t_o_pv + 1) without the mask, then the diagonal ones with it.
     let bound = "hf_min<index_t>(hf_ceil_div<index_t>(T, 64), 2 * (s2_o + 1))";
+    let kept = format!("(0 - hf_min<index_t>(0, 0 - hf_min<index_t>({bound} - 1, 2 * s2_o - 1)))");
     assert!(cuda.contains(&format!(
-        "for (index_t t_o_pv = 0; t_o_pv < {bound} - 1; ++t_o_pv) {{"
+        "for (index_t t_o_pv = 0; t_o_pv < {}; ++t_o_pv) {{",
+        &kept[1..kept.len() - 1]
+    )));
+    assert!(cuda.contains(&format!(
+        "for (index_t t_o_pv_diag = 0; t_o_pv_diag < {bound} - 1 - {kept}; ++t_o_pv_diag) {{"
     )));
     assert!(cuda.contains(&format!("const index_t t_o = {bound} - 1;")));
     assert_eq!(cuda.matches("if (t_o < 2 * s2_o) {").count(), 1, "{cuda}");
     let split = line_of(&cuda, "if (t_o < 2 * s2_o) {");
     let main = line_of(&cuda, "for (index_t t_o_pv = 0; ");
-    assert!(split < main);
+    let diagonal = line_of(&cuda, "for (index_t t_o_pv_diag = 0; ");
+    assert!(split < main && main < diagonal);
     let masked = "sm[r2] = keep[0] ? s_sum_acc[r2] : ";
     assert_eq!(cuda.matches(masked).count(), 2, "{cuda}");
+    // One in the peeled tile's diagonal branch, one in the diagonal tiles' loop.
+    let masked_lines: Vec<usize> = (cuda.lines().enumerate())
+        .filter(|(_, l)| l.trim_start().starts_with(masked))
+        .map(|(n, _)| n)
+        .collect();
+    assert!(
+        masked_lines[0] < main && diagonal < masked_lines[1],
+        "{cuda}"
+    );
 }
 
 /// The statements of `src` from its fusion on, comments left out.
@@ -1464,7 +1480,7 @@ fn the_overlap_and_the_turns_compose_with_the_causal_tile_classification() {
     // s2_o, not the group), so they issue the same turns.
     let bound = "hf_min<index_t>(hf_ceil_div<index_t>(T, 128), s2_o + 1)";
     assert!(cuda.contains(&format!(
-        "for (index_t t_o_pv = 0; t_o_pv < {bound} - 1; ++t_o_pv) {{"
+        "for (index_t t_o_pv = 0; t_o_pv < 0 - hf_min<index_t>(0, 0 - hf_min<index_t>({bound} - 1, s2_o - 1)); ++t_o_pv) {{"
     )));
     assert!(!cuda.contains("s2_io + 1)"), "{cuda}");
     // The peeled first tile's mask split comes after its turn is passed (one branch taken by
@@ -1476,8 +1492,10 @@ fn the_overlap_and_the_turns_compose_with_the_causal_tile_classification() {
     assert_eq!(cuda.lines().nth(first_pass).map(str::trim), Some(pass));
     assert!(first_pass < split && split < main);
     assert_eq!(cuda.matches("if (t_o < s2_o) {").count(), 1, "{cuda}");
-    assert_eq!(count_lines(&cuda, wait), 4);
-    assert_eq!(count_lines(&cuda, pass), 4);
+    // Four turns per group in the code (the peeled S, the kept tiles' loop, the diagonal
+    // tiles' loop, the last P V), one pass at entry and one wait at exit.
+    assert_eq!(count_lines(&cuda, wait), 5);
+    assert_eq!(count_lines(&cuda, pass), 5);
 }
 
 #[test]

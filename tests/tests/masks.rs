@@ -3,7 +3,8 @@
 //! (`logical_and(j <= i, i - j < W)`) bound the key loop and mask only the boundary tiles, at
 //! ragged sizes too; SDPA is their peer only for the top-left causal mask (the others are
 //! compared with the PyTorch twin, which evaluates the mask as written); a mask the band does
-//! not describe is left to mask every tile.
+//! not describe is left to mask every tile. Causal kernels take their longest query tiles first
+//! (`passes/longest_first.rs`).
 
 use hopfuse::backend::torch::{emit_sdpa, SdpaBackend};
 use hopfuse_tests::{compile, example};
@@ -129,4 +130,156 @@ fn a_circular_buffer_keeps_the_window_loop_from_its_first_tile() {
     assert!(c
         .cuda
         .contains("hf_min<index_t>(hf_ceil_div<index_t>(T, 64), s2_o + 1)"));
+}
+
+/// The block-bound query-tile binding and the query tile each loop over it takes, as the CUDA
+/// writes them.
+fn longest_first_lines(extent: &str, indent: &str) -> String {
+    format!(
+        "{{  // s2_o_block = blockIdx.x\n{indent}const index_t s2_o = {extent} - 1 - s2_o_block;\n"
+    )
+}
+
+#[test]
+fn causal_kernels_take_the_longest_query_tile_first() {
+    // FlashAttention-3's ping-pong kernel, by hand and from the automatic scheduler: block x
+    // takes query tile ceilDiv(S, 128) - 1 - x, in the producer's two warps and the consumers.
+    for path in [
+        "attention/online_wgmma_overlap_pingpong_causal.hf",
+        "auto/attention_causal.hf",
+    ] {
+        let c = compile(&example(path));
+        assert!(ran(&c).contains(&"longest_first"), "{path}");
+        assert!(c
+            .cuda
+            .contains("  const index_t s2_o_block = blockIdx.x;\n"));
+        assert!(
+            !c.cuda.contains("const index_t s2_o = blockIdx.x;"),
+            "{path}"
+        );
+        let reversed = "const index_t s2_o = hf_ceil_div<index_t>(S, 128) - 1 - s2_o_block;";
+        assert_eq!(c.cuda.matches(reversed).count(), 3, "{path}: {}", c.cuda);
+        // The key loop's causal bound and the stores read the query tile, not the block.
+        assert!(c
+            .cuda
+            .contains("t_o < hf_min<index_t>(hf_ceil_div<index_t>(T, 128), s2_o + 1)"));
+        assert!(
+            c.cuda.contains("[(b * S + (s2_o * 128 + (s2_io * 64 + "),
+            "{path}"
+        );
+        assert!(!c.cuda.contains("s2_o_block * 128"), "{path}");
+    }
+    // The CUDA-core kernel too, its whole scope under the reversed tile.
+    let c = compile(&example("attention/online_causal.hf"));
+    assert!(c
+        .cuda
+        .contains(&longest_first_lines("hf_ceil_div<index_t>(S, 64)", "    ")));
+    // Without a mask the blocks keep their order.
+    for path in [
+        "attention/online_wgmma_overlap_pingpong.hf",
+        "auto/attention.hf",
+    ] {
+        let c = compile(&example(path));
+        assert!(!ran(&c).contains(&"longest_first"), "{path}");
+        assert!(
+            c.cuda.contains("const index_t s2_o = blockIdx.x;"),
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn longest_first_at_a_ragged_size_keeps_every_query_tile_once() {
+    // S = 1037: 9 query tiles of 128, the last one of 13 rows. Specialised, block x takes tile
+    // 8 - x: block 0 the partial tile, whose rows past S keep their bound on the query index.
+    let options = hopfuse::CompileOptions {
+        aligned_for: Some(
+            [("B", 3), ("S", 1037), ("T", 1037)]
+                .map(|(k, v)| (k.to_string(), v))
+                .into(),
+        ),
+        specialize: true,
+        ..hopfuse::CompileOptions::default()
+    };
+    let src = example("attention/online_wgmma_overlap_pingpong_causal.hf");
+    let c = hopfuse::compile(&src, &options).unwrap();
+    assert_eq!(c.plan.grid[0], hopfuse::plan::SizeExpr::Const(9));
+    assert_eq!(
+        c.cuda
+            .matches("const index_t s2_o = 8 - s2_o_block;")
+            .count(),
+        3,
+        "{}",
+        c.cuda
+    );
+    assert!(c.cuda.contains("(s2_io * 64 + (16 * (((index_t)threadIdx.x) / 32) + ((index_t)threadIdx.x) % 32 / 4 + 8 * (2 * r10_pair / 2 % 2))) < 1037"));
+}
+
+#[test]
+fn a_query_loop_not_bound_to_blocks_keeps_its_order() {
+    // The query tiles in a serial loop of one block: bounded and split as before, no block
+    // index to reverse.
+    let src = example("attention/online_causal.hf").replace("  o.parallelize(0, BIDx)\n", "");
+    let c = compile(&src);
+    assert!(ran(&c).contains(&"mask_tiles"));
+    assert!(!c.cuda.contains("blockIdx.x"), "{}", c.cuda);
+    assert!(!c.cuda.contains("s2_o_block"), "{}", c.cuda);
+    assert!(
+        c.cuda
+            .contains("for (index_t s2_o = 0; s2_o < hf_ceil_div<index_t>(S, 64); ++s2_o) {"),
+        "{}",
+        c.cuda
+    );
+}
+
+#[test]
+fn the_overlapped_loop_runs_the_kept_tiles_without_the_mask() {
+    // FlashAttention-3's two key loops: the tiles before the diagonal in a loop with no mask
+    // code, then the diagonal tiles (one of 128 keys per 128-query tile; two of 64 in the
+    // one-group kernel) in a loop that runs it, naming its iteration t_o_pv as before.
+    for (path, kept) in [
+        (
+            "attention/online_wgmma_overlap_pingpong_causal.hf",
+            "s2_o - 1",
+        ),
+        ("auto/attention_causal.hf", "s2_o - 1"),
+        ("attention/online_wgmma_overlap_causal.hf", "2 * s2_o - 1"),
+    ] {
+        let c = compile(&example(path));
+        let code = hopfuse_tests::consumer_code(&c.cuda);
+        let kept_loop = hopfuse_tests::position(
+            code,
+            "for (index_t t_o_pv = 0; t_o_pv < 0 - hf_min<index_t>(0, 0 - hf_min<index_t>(",
+        );
+        let diagonal_loop = hopfuse_tests::position(code, "for (index_t t_o_pv_diag = 0; ");
+        let last = hopfuse_tests::position(code, "for (index_t t_o_last = 0; ");
+        assert!(kept_loop < diagonal_loop && diagonal_loop < last, "{path}");
+        assert!(
+            code[kept_loop..diagonal_loop].contains(&format!(", {kept})); ++t_o_pv) {{")),
+            "{path}"
+        );
+        assert!(
+            !code[kept_loop..diagonal_loop].contains("keep_iota"),
+            "{path}"
+        );
+        assert!(
+            code[kept_loop..diagonal_loop].contains("sm[r2] = s_sum_acc[r2];"),
+            "{path}"
+        );
+        assert!(
+            code[diagonal_loop..last].contains(
+                "const index_t t_o_pv = t_o_pv_diag + (0 - hf_min<index_t>(0, 0 - hf_min<index_t>("
+            ),
+            "{path}"
+        );
+        assert!(
+            code[diagonal_loop..last].contains("keep[0] = keep_iota[0] <= keep_iota2[0];"),
+            "{path}"
+        );
+        // The product stays in flight over the softmax in both loops.
+        for part in [&code[kept_loop..diagonal_loop], &code[diagonal_loop..last]] {
+            assert_eq!(part.matches("hf_wgmma_wait<1>();").count(), 1, "{path}");
+            assert!(!part.contains("if (t_o <"), "{path}");
+        }
+    }
 }

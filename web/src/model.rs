@@ -590,8 +590,8 @@ mod tests {
         // The TMA passes run (and are dumped) only for fusions with TMA loads, `mma` only for
         // tensor-core tiles, `persistent` and `tile_values` only for persistent grids,
         // `specialize` never here (the playground's kernel is generic over its sizes),
-        // `online_softmax` only for an online softmax (`mask_bounds` and `mask_tiles` only for
-        // a causally masked one), `welford` only for a one-pass variance, `online_logsumexp`
+        // `online_softmax` only for an online softmax (`mask_bounds`, `mask_tiles` and
+        // `longest_first` only for a causally masked one), `welford` only for a one-pass variance, `online_logsumexp`
         // only for a one-pass log-sum-exp and `row_math` only for a row value broadcast into an
         // exponential or a division (no example here has any).
         let tma_passes = [
@@ -608,6 +608,7 @@ mod tests {
             "online_logsumexp",
             "mask_bounds",
             "mask_tiles",
+            "longest_first",
             "row_math",
         ];
         let count = |skip: &[&str]| {

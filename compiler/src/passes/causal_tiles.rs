@@ -55,8 +55,9 @@
 //! lower side), and one `If` in place of
 //! the mask's statements, per copy of the tile loop's body (the circular buffer's main loop and
 //! epilogue), except where a tensor-core product is in flight over them (after `wait_group 1`:
-//! the overlapped loop of `online_softmax(o, overlap=products)`), whose tiles all run the mask:
-//! a branch there would drain the product.
+//! the overlapped loop of `online_softmax(o, overlap=products)`), where a branch would drain
+//! the product: that loop becomes two instead, FlashAttention-3's ([`two_loops`]), the wholly
+//! kept tiles in one whose body has no mask, then the diagonal tiles in one that runs it.
 
 use super::context::{Ctx, KeyNode, LoopKey};
 use super::online_softmax::TileLoops;
@@ -67,6 +68,8 @@ use crate::fusion::{
 use crate::kir::{visit_mut, visit_stmt_mut, BufferId, Data, Flow, Kernel, Stmt, Val, VisitorMut};
 use crate::plan::SizeExpr;
 use std::convert::Infallible;
+
+mod two_loops;
 
 /// A causal mask on the scores of an online softmax ([`find`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -94,6 +97,9 @@ pub struct ClassifiedLoop {
     pub mask: CausalMask,
     /// The key-tile loop's variable.
     pub tile_var: String,
+    /// The variable of the query-tile loop around it (`longest_first` reverses its block
+    /// order).
+    pub query_var: String,
     /// How many of the first key tiles are wholly kept, in terms of the query tile's variable.
     pub kept_tiles: Val,
     /// With a lower bound (a sliding window): the first key tile wholly kept (the tiles before
@@ -448,6 +454,7 @@ pub fn bound(
         out.push(ClassifiedLoop {
             mask,
             tile_var,
+            query_var,
             kept_tiles,
             kept_from,
             first_tile,
@@ -660,6 +667,14 @@ pub fn split(tiles: &CausalTiles, k: &mut Kernel) -> super::Change {
                     .is_some_and(|t| c.mask.condition_tensors.contains(&t))
             })
             .collect();
+        // The overlapped loop first: its kept tiles in a loop of their own, without the mask.
+        let mut taken = Vec::new();
+        crate::kir::for_each_stmt(&k.body, &mut |s| match s {
+            Stmt::Loop(l) => taken.push(l.var.clone()),
+            Stmt::Let { var, .. } => taken.push(var.clone()),
+            _ => {}
+        });
+        changed |= two_loops::split_overlapped(&mut k.body, c, &buffers, &taken);
         let mut walk = SplitTiles {
             c,
             condition_buffers: &buffers,

@@ -27,6 +27,7 @@ pub mod causal_tiles;
 pub mod context;
 pub mod grid;
 pub mod indexing;
+pub mod longest_first;
 pub mod loop_nest;
 pub mod mma;
 pub mod online_logsumexp;
@@ -84,7 +85,7 @@ pub struct Handoff {
     /// `online_softmax` and `mma` (`overlap=products`).
     pub tile_loops: online_softmax::TileLoops,
     /// The key-tile loops bounded under a causal mask: made by `mask_bounds`, read by
-    /// `mask_tiles`.
+    /// `mask_tiles` and `longest_first`.
     pub causal_tiles: causal_tiles::CausalTiles,
     /// The tensor of each reduction accumulator: made by `reduction`, read by
     /// `online_softmax`, `allocation` and `mma` (errors about an accumulator point at its
@@ -248,6 +249,13 @@ pub const PIPELINE: &[Pass] = &[
         name: "mask_tiles",
         summary: "the causal mask only on the key tiles that cross the diagonal",
         run: |_, h, k| Ok(causal_tiles::split(&h.causal_tiles, k)),
+        applies: causal_tiles::used,
+        in_place: false,
+    },
+    Pass {
+        name: "longest_first",
+        summary: "a causal attention's blocks take the longest query tiles first",
+        run: |cx, h, k| Ok(longest_first::run(cx, &h.causal_tiles, k)),
         applies: causal_tiles::used,
         in_place: false,
     },
