@@ -387,6 +387,125 @@ fn step18_overlap_promotes_each_block_while_the_next_one_runs() {
     assert_eq!(cuda.matches(" = sa[").count(), 1, "{cuda}");
 }
 
+/// The buffers `run_overlapped_k_loop` follows.
+struct Bufs {
+    blk: usize,
+    sa: usize,
+    sa_ahead: usize,
+}
+/// The state of `run_overlapped_k_loop`'s host run.
+struct Run {
+    env: BTreeMap<String, i64>,
+    blocks: i64,
+    uncommitted: Vec<(i64, i64)>,
+    groups: Vec<Vec<(i64, i64)>>,
+    /// The block each half holds, once its group has completed.
+    done: [Option<i64>; 2],
+    /// The block of `sa` each half of the scale registers holds.
+    scales: [Option<i64>; 2],
+    promoted: Vec<i64>,
+}
+fn eval(run: &Run, v: &hopfuse::kir::Val) -> i64 {
+    use hopfuse::kir::Val;
+    v.eval_with(&|leaf| match leaf {
+        Val::Var(n) | Val::Size(n) => run.env.get(n).copied().or(Some(0)),
+        _ => Some(0),
+    })
+    .unwrap_or_else(|| panic!("{}", v.text()))
+}
+/// Runs `body` for thread 0 (see `run_overlapped_k_loop`).
+fn exec(run: &mut Run, body: &[hopfuse::kir::Stmt], bufs: &Bufs) {
+    use hopfuse::kir::Stmt;
+    for s in body {
+        match s {
+            // (A thread binding: thread 0's iteration; a loop: every iteration.)
+            Stmt::Loop(l) if l.parallel.is_hw() => {
+                run.env.insert(l.var.clone(), 0);
+                exec(run, &l.body, bufs);
+            }
+            Stmt::Loop(l) => {
+                for i in 0..eval(run, &l.extent) {
+                    run.env.insert(l.var.clone(), i);
+                    exec(run, &l.body, bufs);
+                }
+            }
+            Stmt::If { cond, then, els } => {
+                let body = if eval(run, cond) != 0 { then } else { els };
+                exec(run, body, bufs);
+            }
+            Stmt::Let { var, value, .. } => {
+                let v = eval(run, value);
+                run.env.insert(var.clone(), v);
+            }
+            Stmt::Wgmma(w) if w.acc.buffer.index() == bufs.blk => {
+                let half = eval(run, w.acc.index.as_ref().unwrap()) / 32;
+                let block = run.env["k_o"];
+                run.uncommitted.push((half, block));
+            }
+            Stmt::WgmmaCommit => {
+                let g = std::mem::take(&mut run.uncommitted);
+                run.groups.push(g);
+            }
+            Stmt::WgmmaWait(n) => {
+                while run.groups.len() > *n as usize {
+                    for (half, block) in run.groups.remove(0) {
+                        run.done[half as usize] = Some(block);
+                    }
+                }
+            }
+            // A scale loaded ahead: the block of `sa` it reads (at register 0, row 0: the
+            // index is the block of K), which must be one of the tensor's.
+            Stmt::Compute(c) if c.out.buffer.index() == bufs.sa_ahead => {
+                let register = eval(run, c.out.index.as_ref().unwrap());
+                if register % 32 != 0 {
+                    continue;
+                }
+                let mut block = None;
+                c.value.for_each_read(&mut |a| {
+                    if a.buffer.index() == bufs.sa {
+                        block = Some(eval(run, a.index.as_ref().unwrap()));
+                    }
+                });
+                let b = block.expect("the scale registers hold `sa`");
+                assert!(b < run.blocks, "a load of block {b} of {}", run.blocks);
+                run.scales[(register / 32) as usize] = Some(b);
+            }
+            Stmt::Compute(c) => {
+                let mut half = None;
+                let mut register = None;
+                let mut scale_half = None;
+                c.value.for_each_read(&mut |a| {
+                    let at = || eval(run, a.index.as_ref().unwrap());
+                    if a.buffer.index() == bufs.blk {
+                        half = Some(at() / 32);
+                        register = Some(at() % 32);
+                    }
+                    if a.buffer.index() == bufs.sa_ahead {
+                        scale_half = Some(at() / 32);
+                    }
+                    assert_ne!(a.buffer.index(), bufs.sa, "a promotion reads `sa`");
+                });
+                // Once per promotion: count it at register 0.
+                if let (Some(h), Some(0), Some(sh)) = (half, register, scale_half) {
+                    let b = run.scales[sh as usize].expect("scales loaded");
+                    let in_flight = run.groups.iter().flatten().chain(&run.uncommitted);
+                    assert!(
+                        !in_flight.into_iter().any(|&(x, _)| x == h),
+                        "block {b}'s promotion reads half {h} while a group writes it"
+                    );
+                    assert_eq!(run.done[h as usize], Some(b), "half {h}");
+                    run.promoted.push(b);
+                }
+            }
+            other => {
+                for child in other.children() {
+                    exec(run, child, bufs);
+                }
+            }
+        }
+    }
+}
+
 /// The overlapped k loop of step 18, run on the host for `blocks` blocks of K: wgmma groups
 /// (each the halves of the block accumulator its wgmmas write, tagged with their block),
 /// `wait_group n` retiring all but the newest `n`, the scales loaded ahead into the halves of
@@ -394,7 +513,7 @@ fn step18_overlap_promotes_each_block_while_the_next_one_runs() {
 /// and each promotion checked to read a half whose group has completed and to apply the scales
 /// of the block that half holds.
 fn run_overlapped_k_loop(kernel: &hopfuse::kir::Kernel, blocks: i64) -> Vec<i64> {
-    use hopfuse::kir::{Stmt, Val};
+    use hopfuse::kir::Stmt;
     let find = |name: &str| {
         kernel
             .buffers
@@ -407,119 +526,6 @@ fn run_overlapped_k_loop(kernel: &hopfuse::kir::Kernel, blocks: i64) -> Vec<i64>
         sa: find("sa"),
         sa_ahead: find("s_acc_block_sa"),
     };
-    struct Bufs {
-        blk: usize,
-        sa: usize,
-        sa_ahead: usize,
-    }
-    struct Run {
-        env: BTreeMap<String, i64>,
-        blocks: i64,
-        uncommitted: Vec<(i64, i64)>,
-        groups: Vec<Vec<(i64, i64)>>,
-        /// The block each half holds, once its group has completed.
-        done: [Option<i64>; 2],
-        /// The block of `sa` each half of the scale registers holds.
-        scales: [Option<i64>; 2],
-        promoted: Vec<i64>,
-    }
-    fn eval(run: &Run, v: &Val) -> i64 {
-        v.eval_with(&|leaf| match leaf {
-            Val::Var(n) | Val::Size(n) => run.env.get(n).copied().or(Some(0)),
-            _ => Some(0),
-        })
-        .unwrap_or_else(|| panic!("{}", v.text()))
-    }
-    fn exec(run: &mut Run, body: &[Stmt], bufs: &Bufs) {
-        for s in body {
-            match s {
-                // (A thread binding: thread 0's iteration; a loop: every iteration.)
-                Stmt::Loop(l) if l.parallel.is_hw() => {
-                    run.env.insert(l.var.clone(), 0);
-                    exec(run, &l.body, bufs);
-                }
-                Stmt::Loop(l) => {
-                    for i in 0..eval(run, &l.extent) {
-                        run.env.insert(l.var.clone(), i);
-                        exec(run, &l.body, bufs);
-                    }
-                }
-                Stmt::If { cond, then, els } => {
-                    let body = if eval(run, cond) != 0 { then } else { els };
-                    exec(run, body, bufs);
-                }
-                Stmt::Let { var, value, .. } => {
-                    let v = eval(run, value);
-                    run.env.insert(var.clone(), v);
-                }
-                Stmt::Wgmma(w) if w.acc.buffer.index() == bufs.blk => {
-                    let half = eval(run, w.acc.index.as_ref().unwrap()) / 32;
-                    let block = run.env["k_o"];
-                    run.uncommitted.push((half, block));
-                }
-                Stmt::WgmmaCommit => {
-                    let g = std::mem::take(&mut run.uncommitted);
-                    run.groups.push(g);
-                }
-                Stmt::WgmmaWait(n) => {
-                    while run.groups.len() > *n as usize {
-                        for (half, block) in run.groups.remove(0) {
-                            run.done[half as usize] = Some(block);
-                        }
-                    }
-                }
-                // A scale loaded ahead: the block of `sa` it reads (at register 0, row 0: the
-                // index is the block of K), which must be one of the tensor's.
-                Stmt::Compute(c) if c.out.buffer.index() == bufs.sa_ahead => {
-                    let register = eval(run, c.out.index.as_ref().unwrap());
-                    if register % 32 != 0 {
-                        continue;
-                    }
-                    let mut block = None;
-                    c.value.for_each_read(&mut |a| {
-                        if a.buffer.index() == bufs.sa {
-                            block = Some(eval(run, a.index.as_ref().unwrap()));
-                        }
-                    });
-                    let b = block.expect("the scale registers hold `sa`");
-                    assert!(b < run.blocks, "a load of block {b} of {}", run.blocks);
-                    run.scales[(register / 32) as usize] = Some(b);
-                }
-                Stmt::Compute(c) => {
-                    let mut half = None;
-                    let mut register = None;
-                    let mut scale_half = None;
-                    c.value.for_each_read(&mut |a| {
-                        let at = || eval(run, a.index.as_ref().unwrap());
-                        if a.buffer.index() == bufs.blk {
-                            half = Some(at() / 32);
-                            register = Some(at() % 32);
-                        }
-                        if a.buffer.index() == bufs.sa_ahead {
-                            scale_half = Some(at() / 32);
-                        }
-                        assert_ne!(a.buffer.index(), bufs.sa, "a promotion reads `sa`");
-                    });
-                    // Once per promotion: count it at register 0.
-                    if let (Some(h), Some(0), Some(sh)) = (half, register, scale_half) {
-                        let b = run.scales[sh as usize].expect("scales loaded");
-                        let in_flight = run.groups.iter().flatten().chain(&run.uncommitted);
-                        assert!(
-                            !in_flight.into_iter().any(|&(x, _)| x == h),
-                            "block {b}'s promotion reads half {h} while a group writes it"
-                        );
-                        assert_eq!(run.done[h as usize], Some(b), "half {h}");
-                        run.promoted.push(b);
-                    }
-                }
-                other => {
-                    for child in other.children() {
-                        exec(run, child, bufs);
-                    }
-                }
-            }
-        }
-    }
     let mut run = Run {
         env: BTreeMap::from([
             ("K".to_string(), blocks * 128),
