@@ -335,15 +335,34 @@ fn edit_step(body: &mut Vec<Stmt>, p: &Plan) -> Result<bool, String> {
         return Err("internal: the subtraction is not one".into());
     };
     let (dt, x) = (*dt, (**x).clone());
-    c.value = match base2 {
-        Some(_) => log2_fma(x.clone(), read(p.neg_log2), dt),
-        None => Data::Binary(
-            BinaryOp::Sub,
-            dt,
-            Box::new(x.clone()),
-            Box::new(shift(p.max_acc)),
+    // The subtraction's value, the shift's base-2 factor (computed once per step) and the
+    // sum's rescale: base 2 where the exponential alone reads the subtraction.
+    let (shifted, neg, factor) = match base2 {
+        Some(_) => (
+            log2_fma(x.clone(), read(p.neg_log2), dt),
+            Some(rescale(
+                p.shift_expr,
+                p.neg_log2,
+                neg_log2(shift(p.max_acc), DType::F32),
+            )),
+            Data::Unary(
+                UnaryOp::Exp2,
+                DType::F32,
+                Box::new(log2_fma(read(p.prev), read(p.neg_log2), DType::F32)),
+            ),
+        ),
+        None => (
+            Data::Binary(
+                BinaryOp::Sub,
+                dt,
+                Box::new(x.clone()),
+                Box::new(shift(p.max_acc)),
+            ),
+            None,
+            exp(f32_binary(BinaryOp::Sub, read(p.prev), shift(p.max_acc))),
         ),
     };
+    c.value = shifted;
     let mut update = l.clone();
     update.body = vec![Stmt::Compute(Compute {
         expr: p.max_expr,
@@ -352,25 +371,11 @@ fn edit_step(body: &mut Vec<Stmt>, p: &Plan) -> Result<bool, String> {
         role: ComputeRole::ReductionUpdate,
         vector: None,
     })];
-    let factor = match base2 {
-        Some(_) => Data::Unary(
-            UnaryOp::Exp2,
-            DType::F32,
-            Box::new(log2_fma(read(p.prev), read(p.neg_log2), DType::F32)),
-        ),
-        None => exp(f32_binary(BinaryOp::Sub, read(p.prev), shift(p.max_acc))),
-    };
     let mut before = vec![
         rescale(p.max_expr, p.prev, read(p.max_acc)),
         Stmt::Loop(update),
     ];
-    if base2.is_some() {
-        before.push(rescale(
-            p.shift_expr,
-            p.neg_log2,
-            neg_log2(shift(p.max_acc), DType::F32),
-        ));
-    }
+    before.extend(neg);
     before.push(rescale(
         p.sum_expr,
         p.sum_acc,
@@ -404,22 +409,24 @@ fn exponential_only(body: &[Stmt], sub: ExprId) -> Option<ExprId> {
         }
     });
     let sub_out = out?;
-    let (mut exp_expr, mut other_reader) = (None, false);
+    // Each reader of the subtraction: its expression where it is the exponential, else None.
+    let mut readers: Vec<Option<ExprId>> = Vec::new();
     crate::kir::for_each_stmt(body, &mut |s| {
         if let Stmt::Compute(c) = s {
             let mut reads = FxHashSet::default();
             data_reads(&c.value, &mut reads);
-            if !reads.contains(&sub_out) {
-                return;
-            }
-            match &c.value {
-                Data::Unary(UnaryOp::Exp, DType::F32, x) if matches!(&**x, Data::Read(a) if a.buffer == sub_out) =>
-                {
-                    other_reader |= exp_expr.replace(c.expr).is_some_and(|e| e != c.expr);
-                }
-                _ => other_reader = true,
+            if reads.contains(&sub_out) {
+                readers.push(match &c.value {
+                    Data::Unary(UnaryOp::Exp, DType::F32, x)
+                        if matches!(&**x, Data::Read(a) if a.buffer == sub_out) =>
+                    {
+                        Some(c.expr)
+                    }
+                    _ => None,
+                });
             }
         }
     });
-    exp_expr.filter(|_| !other_reader)
+    let first = (*readers.first()?)?;
+    readers.iter().all(|r| *r == Some(first)).then_some(first)
 }

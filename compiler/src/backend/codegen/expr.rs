@@ -126,12 +126,10 @@ impl Emitter<'_> {
                     .as_ref()
                     .expect("the indexing pass gives every index its value");
                 let dtype = of.dtype();
-                let ty = if dtype == DType::I64 {
-                    "long long"
-                } else {
-                    "int"
-                };
-                (format!("static_cast<{ty}>({})", self.val(v)), dtype)
+                (
+                    format!("static_cast<{}>({})", dtype.cuda(), self.val(v)),
+                    dtype,
+                )
             }
             Data::View(_, x) => self.data(x),
             Data::Cast(to, x) => {
