@@ -82,6 +82,19 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
             head_dim(at.v)
         ));
     }
+    if let Some(sm) = &at.score_mod {
+        return Err(format!(
+            "`{}` modifies the scores `{}` before the softmax; the attention scheduler takes the scaled scores as they are (or under a mask): write its schedule (examples/attention/attention.hf)",
+            name(sm.result),
+            name(sm.scaled)
+        ));
+    }
+    if let Some(m) = at.mask.filter(|m| !m.on_indices) {
+        return Err(format!(
+            "the mask `{}` reads input tensors; the attention scheduler takes masks written on `iota`s and scalars: write its schedule (examples/attention/attention.hf)",
+            name(m.keep)
+        ));
+    }
     let os = &at.softmax;
     if os.probs.is_none() || os.result != os.product {
         return Err(format!(

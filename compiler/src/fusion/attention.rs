@@ -7,10 +7,12 @@
 //! normalised or not, with `exp`), and optionally a second output `m + log(l)`, the rows'
 //! log-sum-exp, where
 //! - the scores `s` are `sum(q k, axis=D) * c`, `c * sum(...)` or the sum alone (`c` = 1),
-//!   `c` a literal or a scalar input (its value when the program gives one), optionally under
-//!   a mask `where(keep, s, -inf)` whose `keep` is computed from `iota`s and scalars only
-//!   ([`Mask::causal`] when it is `iota(s, axis=T) <= iota(s, axis=S)`, or `>=` with the
-//!   operands swapped: key `j` kept for query `i` when `j <= i`);
+//!   `c` a literal or a scalar input (its value when the program gives one), then optionally
+//!   modified by elementwise math ([`ScoreMod`]: a softcap's `tanh`, a bias), then optionally
+//!   under a mask `where(keep, s, -inf)` whose `keep` reads no product or factor of one
+//!   ([`Mask::on_indices`] when it is computed from `iota`s and scalars only; [`Mask::causal`]
+//!   when it is `iota(s, axis=T) <= iota(s, axis=S)`, or `>=` with the operands swapped: key
+//!   `j` kept for query `i` when `j <= i`);
 //! - the sum is a matrix product `q @ k^T` ([`super::contraction`]) of inputs `q [B?, S, D]`
 //!   (the product's first factor), `k [B?, T, D]`, and the softmax runs over `T`, the last
 //!   axis of `s`;
@@ -20,11 +22,11 @@
 //!   axis) or not.
 //!
 //! Guarantees every tensor in the [`Attention`] it answers plays the part its field names;
-//! anything else (`exp2`, a mask reading a tensor, a softcap, another output) is `None`.
+//! anything else (`exp2`, a mask reading the scores, another output) is `None`.
 
 use super::contraction;
 use super::online_softmax::{self, Exponential};
-use super::{BinaryOp, Fusion, Op, Operand, ReduceOp, TensorId, TernaryOp, UnaryOp};
+use super::{BinaryOp, ExprId, Fusion, Op, Operand, ReduceOp, TensorId, TernaryOp, UnaryOp};
 
 /// What the recognised attention is: what the attention scheduler (`crate::auto::attention`)
 /// reads, and enough to write the SDPA call.
@@ -37,6 +39,9 @@ pub struct Attention {
     pub batch: usize,
     /// The mask `where(keep, s, -inf)` on the scores, if any.
     pub mask: Option<Mask>,
+    /// Elementwise math on the scaled scores before the mask and the softmax (a softcap's
+    /// `tanh`, ALiBi's bias), if any.
+    pub score_mod: Option<ScoreMod>,
     /// The factor of the scores; None for a scalar input without a value in the program.
     pub scale: Option<f64>,
     /// The scores' product `q k^T` (the `sum` over `D`).
@@ -58,6 +63,25 @@ pub struct Mask {
     /// `keep` is `iota(s, axis=T) <= iota(s, axis=S)` (or `>=` swapped): key `j` kept for
     /// query `i` when `j <= i`, SDPA's `is_causal=True` (top-left aligned).
     pub causal: bool,
+    /// `keep` is computed from `iota`s and scalars only, so the tiles it keeps, drops and
+    /// cuts are known before the kernel runs (`passes::causal_tiles`); otherwise it reads
+    /// input tensors (a document mask comparing per-query and per-key ids).
+    pub on_indices: bool,
+}
+
+/// Elementwise math between the scaled scores `q k^T * scale` and the mask (or the softmax):
+/// FlexAttention's `score_mod`. One path of exprs runs from the scaled scores to
+/// [`ScoreMod::result`], each reading the previous tensor of the path once and otherwise only
+/// literals, `iota`s and inputs other than `q`, `k` and `v` (through broadcasts and math);
+/// no tensor of the path is read outside it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScoreMod {
+    /// The scaled scores the path starts from (the product itself when the scale is 1).
+    pub scaled: TensorId,
+    /// The path's last tensor: what the mask (or the softmax) reads.
+    pub result: TensorId,
+    /// The path's exprs, from the one reading `scaled` to the one defining `result`.
+    pub path: Vec<ExprId>,
 }
 
 impl Attention {
@@ -101,23 +125,76 @@ pub fn find(f: &Fusion) -> Option<Attention> {
     // The scores: the mask, then the scale, then the product q k^T.
     let mut scores = os.scores;
     let mut mask = None;
+    // The products' factors and results: what a mask or a bias may not read.
+    let products: Vec<TensorId> = contractions
+        .iter()
+        .enumerate()
+        .filter_map(|(t, c)| c.as_ref().map(|c| (TensorId::new(t), c)))
+        .flat_map(|(t, c)| c.factors.iter().map(|fa| fa.base).chain([t]))
+        .collect();
+    let reads_products = |t: TensorId| reads_any(f, t, &products);
     if let Some(x) = def(scores) {
         if let (
             Op::Ternary(TernaryOp::Where),
             [Operand::Tensor(keep), Operand::Tensor(kept), Operand::Scalar(masked)],
         ) = (&x.op, &x.inputs[..])
         {
-            if *masked != f64::NEG_INFINITY || !on_indices_only(f, *keep) {
+            if *masked != f64::NEG_INFINITY || reads_products(*keep) {
                 return None;
             }
             mask = Some(Mask {
                 masked: scores,
                 keep: *keep,
                 causal: is_causal_mask(f, *keep, f.rank(scores)),
+                on_indices: on_indices_only(f, *keep),
             });
             scores = *kept;
         }
     }
+    // The score modification: walk back from the scores along the one operand that reads the
+    // products, to the scaled product.
+    let is_scaled_product = |t: TensorId| {
+        contractions[t].is_some()
+            || def(t).is_some_and(|x| {
+                x.op == Op::Binary(BinaryOp::Mul)
+                    && x.input_tensors().any(|i| contractions[i].is_some())
+            })
+    };
+    let modified = scores;
+    let mut path = Vec::new();
+    while !is_scaled_product(scores) {
+        let d = f.tensors[scores].definition?;
+        let x = &f.exprs[d];
+        if !matches!(
+            x.op,
+            Op::Unary(_) | Op::Binary(_) | Op::Ternary(_) | Op::Cast(_)
+        ) || f.rank(scores) != f.rank(modified)
+        {
+            return None;
+        }
+        let mut on_path = x.input_tensors().filter(|&t| reads_products(t));
+        let (Some(prev), None) = (on_path.next(), on_path.next()) else {
+            return None;
+        };
+        if x.input_tensors().filter(|&t| t == prev).count() != 1 {
+            return None;
+        }
+        path.push(d);
+        scores = prev;
+    }
+    path.reverse();
+    // Nothing outside the path reads its tensors (the last is read by the mask or softmax).
+    let inner = path.iter().map(|&d| f.exprs[d].output);
+    for t in std::iter::once(scores).chain(inner).take(path.len()) {
+        if f.uses(t).len() != 1 {
+            return None;
+        }
+    }
+    let score_mod = (!path.is_empty()).then_some(ScoreMod {
+        scaled: scores,
+        result: modified,
+        path,
+    });
     // A literal (Some(value)) or a scalar input (its value when the program gives one).
     let scalar_value = |o: &Operand| match *o {
         Operand::Scalar(v) => Some(Some(v)),
@@ -186,6 +263,7 @@ pub fn find(f: &Fusion) -> Option<Attention> {
         v,
         batch: mm.batch,
         mask,
+        score_mod,
         scale,
         product: sum,
         softmax: os.clone(),
@@ -230,6 +308,23 @@ fn on_indices_only(f: &Fusion, keep: TensorId) -> bool {
         stack.extend(x.input_tensors());
     }
     true
+}
+
+/// Whether `t` is one of `targets` or reads one, directly or through other tensors.
+fn reads_any(f: &Fusion, t: TensorId, targets: &[TensorId]) -> bool {
+    let mut stack = vec![t];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(t) = stack.pop() {
+        if targets.contains(&t) {
+            return true;
+        }
+        if seen.insert(t) {
+            if let Some(d) = f.tensors[t].definition {
+                stack.extend(f.exprs[d].input_tensors());
+            }
+        }
+    }
+    false
 }
 
 /// Whether `keep` is `iota(axis=T) <= iota(axis=S)` (or `iota(axis=S) >= iota(axis=T)`) on
@@ -300,6 +395,72 @@ mod tests {
         let f = fusion(&example("online_wgmma_sliding_window.hf"));
         let mask = find(&f).unwrap().mask.unwrap();
         assert!(!mask.causal);
+    }
+
+    #[test]
+    fn score_modifications_and_masks_on_inputs_are_found() {
+        let base = example("online_wgmma_overlap_pingpong.hf");
+        let with = |from: &str, to: &str| {
+            assert!(base.contains(from), "{from}");
+            fusion(&base.replacen(from, to, 1))
+        };
+        // A softcap: cap * tanh(s / cap), the scale kept.
+        let f = with(
+            "  m = max(s, axis=2)\n  e = exp(s - ",
+            "  sc = 50.0 * tanh(s / 50.0)\n  m = max(sc, axis=2)\n  e = exp(sc - ",
+        );
+        let at = find(&f).unwrap();
+        let sm = at.score_mod.unwrap();
+        assert_eq!((name(&f, sm.scaled), name(&f, sm.result)), ("s", "sc"));
+        assert_eq!(sm.path.len(), 3);
+        assert_eq!(at.scale, Some(0.125));
+        // ALiBi: a bias from iotas and a per-batch slope.
+        let alibi = base
+            .replacen(
+                "  input scale: f32 = 0.125\n",
+                "  input scale: f32 = 0.125\n  input slope: f32[B]\n",
+                1,
+            )
+            .replacen(
+                "  m = max(s, axis=2)\n  e = exp(s - ",
+                "  dist = cast(iota(s, axis=2) - iota(s, axis=1), f32)\n  sb = s + broadcast(broadcast(slope, axis=1), axis=2) * dist\n  m = max(sb, axis=2)\n  e = exp(sb - ",
+                1,
+            );
+        let f = fusion(&alibi);
+        let sm = find(&f).unwrap().score_mod.unwrap();
+        assert_eq!((name(&f, sm.scaled), name(&f, sm.result)), ("s", "sb"));
+        // A document mask: per-query and per-key ids compared.
+        let doc = base
+            .replacen(
+                "  input scale: f32 = 0.125\n",
+                "  input scale: f32 = 0.125\n  input doc_q: i32[B, S]\n  input doc_k: i32[B, T]\n",
+                1,
+            )
+            .replacen(
+                "  m = max(s, axis=2)\n  e = exp(s - ",
+                "  same = broadcast(doc_q, axis=2) == broadcast(doc_k, axis=1)\n  sm = where(same, s, -1.0 / 0.0)\n  m = max(sm, axis=2)\n  e = exp(sm - ",
+                1,
+            );
+        let f = fusion(&doc);
+        let at = find(&f).unwrap();
+        let mask = at.mask.unwrap();
+        assert!(!mask.on_indices && !mask.causal);
+        assert_eq!((name(&f, mask.keep), at.score_mod), ("same", None));
+        // The scores read twice on the path, or a mask reading them, are not attention.
+        assert_eq!(
+            find(&with(
+                "  m = max(s, axis=2)\n  e = exp(s - ",
+                "  sq = s * s\n  m = max(sq, axis=2)\n  e = exp(sq - "
+            )),
+            None
+        );
+        assert_eq!(
+            find(&with(
+                "  m = max(s, axis=2)\n  e = exp(s - ",
+                "  sm = where(s > 0.0, s, -1.0 / 0.0)\n  m = max(sm, axis=2)\n  e = exp(sm - "
+            )),
+            None
+        );
     }
 
     #[test]

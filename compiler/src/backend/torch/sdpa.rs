@@ -32,7 +32,7 @@ pub enum SdpaBackend {
 fn recognise(f: &Fusion) -> Option<Attention> {
     let at = find(f)?;
     let sdpa_mask = at.mask.is_none_or(|m| m.causal);
-    (at.lse.is_none() && at.scale.is_some() && sdpa_mask).then_some(at)
+    (at.lse.is_none() && at.scale.is_some() && sdpa_mask && at.score_mod.is_none()).then_some(at)
 }
 
 /// The fusion as `scaled_dot_product_attention` on `backend`'s kernel.
