@@ -364,14 +364,15 @@ fn each_written_schedule_lowers_for_its_sizes() {
 }
 
 /// The written FP8 schedules multiply on FP8 tensor cores: k32 wgmma of the operands' types,
-/// 256 wide for the persistent tiles and 128 for the decode shape.
+/// 256 wide for the persistent tiles, 128 for a decode shape whose 64 x 128 tiles fill the GPU
+/// and 64 for one whose do not (N = 4096: 64 CTAs of 64 x 128 at M = 128).
 #[test]
 fn the_fp8_schedules_lower_to_fp8_wgmma() {
     for (source, size, wgmma) in [
         (FP8_PRODUCT, "M=4096,N=4096,K=4096", "m64n256k32_e4m3_e4m3"),
         (FP8_PRODUCT, "M=64,N=14336,K=4096", "m64n128k32_e4m3_e4m3"),
         (FP8_ROWWISE, "M=8192,N=8192,K=8192", "m64n256k32_e4m3_e5m2"),
-        (FP8_ROWWISE, "M=128,N=4096,K=4096", "m64n128k32_e4m3_e5m2"),
+        (FP8_ROWWISE, "M=128,N=4096,K=4096", "m64n64k32_e4m3_e5m2"),
         (
             FP8_DEQUANTIZED,
             "M=4096,N=4096,K=4096",

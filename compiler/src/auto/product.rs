@@ -4,14 +4,16 @@
 //!
 //! bf16 or f16 operands `a[M, K]` and `b[N, K]` (K-major, as the tensor-core ladder takes
 //! them) with a narrowing cast of the f32 sum: step 15's persistent warp-specialized kernel
-//! (128 x 256 tiles, 3 stages, a grouped raster over a grid sized to the GPU), or step 11's
-//! for small M (at most 128 rows: 64 x 128 tiles, 8 stages, so B streams at full width).
+//! (128 x 256 tiles, 3 stages, a grouped raster over a grid sized to the GPU), or for small M
+//! (at most 128 rows) step 11's (64 x 128 or 64 x 64 tiles, a deep pipeline) or step 20's
+//! split-K, whichever fills three quarters of the SMs with the fewest K chunks, so B streams
+//! through most of the GPU ([`DecodeTiles::choose`]).
 //! e4m3 or e5m2 operands `a[M, K]` and `b[N, K]`, plain or with per-tensor or row-wise
 //! dequantization scales multiplied into the f32 sum before the cast: step 16's kernel (step
 //! 15's with a 128-wide K tile of m64n256k32 wgmma; the scales are applied in the epilogue),
 //! step 17's with one row and one column vector (each tile's pieces of them staged in shared
-//! memory by a 1-D TMA copy issued before its k loop), or for small M step 11's with FP8's K
-//! tile (128 in k32 steps: a stage is the same 24 KiB as step 11's bf16 one). An FP8 operand stored MN-major is declined with
+//! memory by a 1-D TMA copy issued before its k loop), or for small M the bf16 decode choice with
+//! FP8's K tile (128 in k32 steps: a stage holds as many bytes as the bf16 one). An FP8 operand stored MN-major is declined with
 //! the rule (FP8 wgmma has no transpose), naming it; scales with 16-bit operands are declined.
 //! f32 operands `a[M, K]` and `b[K, N]`: examples/basics/matmul.hf's register tiling. Any
 //! other product is declined with what it has that the schedules do not take.
@@ -29,24 +31,136 @@ const PERSISTENT: &str = include_str!("../../../examples/matmul/step15_persisten
 const PERSISTENT_FP8: &str = include_str!("../../../examples/matmul/step16_fp8.hf");
 const PERSISTENT_FP8_ROWWISE: &str = include_str!("../../../examples/matmul/step17_fp8_rowwise.hf");
 const SMALL_M: &str = include_str!("../../../examples/matmul/step11_small_m_decode.hf");
+const SMALL_M_SPLIT_K: &str = include_str!("../../../examples/matmul/step20_split_k_decode.hf");
 const REGISTER_TILES: &str = include_str!("../../../examples/basics/matmul.hf");
 
-/// Step 11's K split (64 in k16 steps: one 128-byte swizzled row of bf16) and FP8's (128 in
-/// k32 steps: one row of e4m3 / e5m2), so the decode schedule carries over to FP8.
-const SMALL_M_K_SPLIT: (&str, &str) = (
-    "s.split(4, 64)\n  s.split(5, 16)\n",
-    "s.split(4, 128)\n  s.split(5, 32)\n",
-);
+/// Step 11's and step 20's K split (64 in k16 steps: one 128-byte swizzled row of bf16) and
+/// FP8's (128 in k32 steps: one row of e4m3 / e5m2), so the decode schedules carry over to FP8.
+const SMALL_M_K_SPLIT: [(&str, &str); 2] = [
+    (
+        "s.split(4, 64)\n  s.split(5, 16)\n",
+        "s.split(4, 128)\n  s.split(5, 32)\n",
+    ),
+    (
+        "s.split(5, 64)\n  s.split(6, 16)\n",
+        "s.split(5, 128)\n  s.split(6, 32)\n",
+    ),
+];
 
-/// Step 11's schedule with FP8's K tile.
-fn small_m_fp8() -> Result<String, String> {
-    let (bf16, fp8) = SMALL_M_K_SPLIT;
-    if !SMALL_M.contains(bf16) {
-        return Err(
-            "step 11's example no longer splits K as the FP8 decode schedule expects".into(),
-        );
+/// CTAs from which a decode grid counts as filling the GPU: three quarters of the SMs. Below
+/// it B streams through too few SMs (step 11's 64 x 128 tiles give 32 CTAs at N = 4096).
+const DECODE_FILL: i64 = crate::target::SM_COUNT * 3 / 4;
+
+/// A small-M product's tiling: the N tile, the K chunks (split-K on blockIdx.z when more
+/// than one) and the stages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DecodeTiles {
+    tile_n: i64,
+    /// K per chunk, a multiple of the K tile; `None`: one chunk (no split-K).
+    chunk: Option<i64>,
+    stages: i64,
+}
+
+impl DecodeTiles {
+    /// The first of 64 x 128 tiles, 64 x 64 tiles, and 64 x 64 tiles in two or four K chunks
+    /// whose grid fills [`DECODE_FILL`] CTAs, keeping each chunk at least 16 K tiles long (the pipeline's fill
+    /// is paid per chunk). Measured on the H200 at 64 x 4096 x 4096 bf16: 64 x 128 tiles
+    /// without split 18.61 us, 64 x 64 tiles 17.82, 64 x 64 tiles in two K chunks 15.87, in
+    /// four 17.23 (docs/benchmarks.md, twelfth session). Sizes without values: step 11's.
+    fn choose(m: Option<i64>, n: Option<i64>, k: Option<i64>, k_tile: i64) -> DecodeTiles {
+        let step11 = DecodeTiles {
+            tile_n: 128,
+            chunk: None,
+            stages: 8,
+        };
+        let (Some(m), Some(n), Some(k)) = (m, n, k) else {
+            return step11;
+        };
+        let m_tiles = (m + 63) / 64;
+        let k_tiles = (k + k_tile - 1) / k_tile;
+        // Wider tiles first, then more chunks: 64 x 128 tiles in four chunks measured slower
+        // than 64 x 64 tiles in two (19.41 against 15.87 us).
+        for (tile_n, chunks) in [(128, 1), (64, 1), (64, 2), (64, 4)] {
+            let fills = m_tiles * ((n + tile_n - 1) / tile_n) * chunks >= DECODE_FILL;
+            if fills && (chunks == 1 || k_tiles / chunks >= 16) {
+                let chunk = (chunks > 1).then(|| (k_tiles + chunks - 1) / chunks * k_tile);
+                // Step 11's 24 KiB stages hold 8 in shared memory, 64 x 64 tiles' 16 KiB 12;
+                // split-K's shorter chunks take 8.
+                let stages = match (tile_n, chunk) {
+                    (_, Some(_)) | (128, None) => 8,
+                    _ => 12,
+                };
+                return DecodeTiles {
+                    tile_n,
+                    chunk,
+                    stages,
+                };
+            }
+        }
+        // Too little work to fill the GPU at any split: the smallest tiles, one chunk.
+        DecodeTiles {
+            tile_n: 64,
+            chunk: None,
+            stages: 12,
+        }
     }
-    Ok(SMALL_M.replace(bf16, fp8))
+
+    /// Step 11's schedule (one chunk) or step 20's (split-K) with these tiles, and FP8's K
+    /// tile when `fp8`.
+    fn template(self, fp8: bool) -> Result<String, String> {
+        let (example, name, n_split, k_split) = match self.chunk {
+            None => (SMALL_M, "step 11", "s.split(2, 128)", SMALL_M_K_SPLIT[0]),
+            Some(_) => (
+                SMALL_M_SPLIT_K,
+                "step 20",
+                "s.split(2, 128)",
+                SMALL_M_K_SPLIT[1],
+            ),
+        };
+        let chunk_split = "s.split(4, 1024)";
+        let stages = ["circular_buffer(8,", "circular_buffer(4,"];
+        let has = |t: &str| example.contains(t);
+        if !has(n_split)
+            || !has(k_split.0)
+            || (self.chunk.is_some() && !has(chunk_split))
+            || !stages.iter().any(|s| has(s))
+        {
+            return Err(format!(
+                "{name}'s example no longer splits N, K or its stages as the decode schedule expects"
+            ));
+        }
+        let mut text = example.replace(n_split, &format!("s.split(2, {})", self.tile_n));
+        if let Some(chunk) = self.chunk {
+            text = text.replace(chunk_split, &format!("s.split(4, {chunk})"));
+        }
+        for s in stages {
+            text = text.replace(s, &format!("circular_buffer({},", self.stages));
+        }
+        if fp8 {
+            text = text.replace(k_split.0, k_split.1);
+        }
+        Ok(text)
+    }
+
+    /// What the reason says about the kernel.
+    fn describe(self, fp8: bool) -> String {
+        let (k_tile, wgmma) = if fp8 {
+            (128, format!("m64n{}k32", self.tile_n))
+        } else {
+            (64, format!("m64n{}k16", self.tile_n))
+        };
+        let fp8_k = if fp8 { " with FP8's K tile" } else { "" };
+        let split = match self.chunk {
+            None => format!("step 11's warp-specialized kernel{fp8_k}"),
+            Some(c) => format!(
+                "step 20's warp-specialized kernel{fp8_k}, K split in chunks of {c} over blockIdx.z (the partial sums added in chunk order by each tile's last block)"
+            ),
+        };
+        format!(
+            "{split}, 64 x {} tiles, a K tile of {k_tile} ({wgmma} wgmma), {} stages",
+            self.tile_n, self.stages
+        )
+    }
 }
 
 /// Rows from which the persistent 128 x 256 tiles are used instead of step 11's.
@@ -83,6 +197,10 @@ pub fn schedule(
         facts.sizes.describe()
     );
     let fp8 = shape.a_dtype.is_fp8() || shape.b_dtype.is_fp8();
+    let decode = |k_tile| {
+        let size = |e| facts.sizes.values_of(e);
+        DecodeTiles::choose(m, size(&shape.n), size(&shape.k), k_tile)
+    };
     let k_major = layouts == (OperandLayout::Normal, OperandLayout::Transposed);
     let (template, names, why): (Cow<str>, Vec<_>, String) = if fp8
         && shape.a_dtype.is_fp8()
@@ -93,10 +211,14 @@ pub fn schedule(
     {
         let scaled = scales_text(f, scales);
         if m.is_some_and(|m| m <= SMALL_M_ROWS) {
+            let tiles = decode(128);
             (
-                small_m_fp8()?.into(),
+                tiles.template(true)?.into(),
                 vec![("a", a), ("b", b), ("s", sum), ("c", c)],
-                format!("FP8 matrix product {describe}{scaled}; small M: step 11's warp-specialized kernel with FP8's K tile, 64 x 128 tiles, a K tile of 128 (m64n128k32 wgmma), 8 stages"),
+                format!(
+                    "FP8 matrix product {describe}{scaled}; small M: {}",
+                    tiles.describe(true)
+                ),
             )
         } else if let Some((row, column)) = row_and_column(scales) {
             (
@@ -135,10 +257,14 @@ pub fn schedule(
         && sum_position(f, sum) == Some(2)
     {
         if m.is_some_and(|m| m <= SMALL_M_ROWS) {
+            let tiles = decode(64);
             (
-                SMALL_M.into(),
+                tiles.template(false)?.into(),
                 vec![("a", a), ("b", b), ("s", sum), ("c", c)],
-                format!("matrix product {describe} with small M: step 11's warp-specialized kernel, 64 x 128 tiles, 8 stages"),
+                format!(
+                    "matrix product {describe} with small M: {}",
+                    tiles.describe(false)
+                ),
             )
         } else {
             (
@@ -322,4 +448,29 @@ fn rename(line: &str, renames: &BTreeMap<&str, &str>, facts: &Facts) -> String {
     }
     flush(&mut word, &mut out);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DecodeTiles;
+
+    /// The decode tiling at the shapes measured, and the split's chunk rounded to K tiles.
+    #[test]
+    fn decode_tiles_fill_the_gpu_with_the_fewest_chunks() {
+        let choose = |m, n, k, k_tile| {
+            let t = DecodeTiles::choose(Some(m), Some(n), Some(k), k_tile);
+            (t.tile_n, t.chunk, t.stages)
+        };
+        // 32 CTAs of 64 x 128, 64 of 64 x 64: two K chunks give 128.
+        assert_eq!(choose(64, 4096, 4096, 64), (64, Some(2048), 8));
+        assert_eq!(choose(64, 14336, 4096, 64), (128, None, 8));
+        assert_eq!(choose(128, 4096, 4096, 64), (64, None, 12));
+        // A chunk is whole K tiles: 4100 is 65 tiles of 64, 33 per chunk.
+        assert_eq!(choose(64, 4096, 4100, 64), (64, Some(33 * 64), 8));
+        // Chunks shorter than 16 K tiles are not worth their pipeline fill.
+        assert_eq!(choose(64, 4096, 1024, 64), (64, None, 12));
+        // Sizes without values: step 11's.
+        let unknown = DecodeTiles::choose(Some(64), None, Some(4096), 64);
+        assert_eq!((unknown.tile_n, unknown.chunk), (128, None));
+    }
 }
