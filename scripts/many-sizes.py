@@ -6,8 +6,9 @@
 
 Sizes (seed 2026): M uniform in 1..1500, N a multiple of 4 in 4..2800 (TMA rows are multiples of
 16 bytes). A matrix product (an input with a K dimension) gets K too: N and K multiples of 8 in
-8..3000 (bf16 rows of TMA-loaded and TMA-stored tensors), M in 1..3000. The fusion is renamed
-`<name>_<COUNT>`.
+8..3000 (bf16 rows of TMA-loaded and TMA-stored tensors), M in 1..3000. Attention (inputs with
+S and T dimensions) gets B in 1..4 and S, T in 1..1100 (any length: a key or query tile may be
+partial). The fusion is renamed `<name>_<COUNT>`.
 """
 import random
 import re
@@ -24,8 +25,12 @@ def main() -> int:
     text = re.sub(r"^fusion (\w+)", rf"fusion \1_{count}", "\n".join(lines) + "\n", flags=re.M)
     rng = random.Random(2026)
     product = re.search(r"^\s*input \w+: \w+\[[^\]]*\bK\b", src, flags=re.M) is not None
+    attention = re.search(r"^\s*input \w+: \w+\[[^\]]*\bT\b", src, flags=re.M) is not None
     for _ in range(count):
-        if product:
+        if attention:
+            b, s_len, t_len = rng.randint(1, 4), rng.randint(1, 1100), rng.randint(1, 1100)
+            text += f"// bench: B={b},S={s_len},T={t_len}\n"
+        elif product:
             m, n, k = rng.randint(1, 3000), 8 * rng.randint(1, 375), 8 * rng.randint(1, 375)
             text += f"// bench: M={m},N={n},K={k}\n"
         else:
