@@ -118,7 +118,7 @@ class Session:
         self.hold_ns = req.get("hold_ns_per_call", 100_000)
         fn = load_twin(self.dir, req["twin"], req["function"])
         # Other functions computing the same, called as they are (the cuBLASLt epilogue,
-        # torch._scaled_mm, SDPA and cuDNN SDPA for attention).
+        # torch._scaled_mm, SDPA, cuDNN SDPA and FlexAttention for attention).
         extra = {e["name"]: load_twin(self.dir, e["twin"], e["function"]) for e in req.get("extra", [])}
         inputs = [load(s) for s in req["inputs"]]
         l2 = req.get("l2") or {"kind": "none"}
