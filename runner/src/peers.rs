@@ -1001,13 +1001,9 @@ mod tests {
         // Batched bf16 attention with a softcap, ALiBi's per-batch slope, a document mask; the
         // causal sliding window unbatched. SDPA computes none of them.
         let base = "fusion att {\n  input q: bf16[B, S, D]\n  input k: bf16[B, T, D]\n  input v: bf16[B, T, D]\n  input scale: f32 = 0.5\nINPUTS  s = sum(cast(broadcast(q, axis=2), f32) * cast(broadcast(k, axis=1), f32), axis=3) * scale\nSCORES  m = max(x, axis=2)\n  e = exp(x - broadcast(m, axis=2))\n  p = e / broadcast(sum(e, axis=2), axis=2)\n  o = sum(cast(broadcast(cast(p, bf16), axis=3), f32) * cast(broadcast(v, axis=1), f32), axis=2)\n  ob = cast(o, bf16)\n  output ob\n}";
-        let variant = |inputs: &str, scores: &str| {
-            base.replace("INPUTS", inputs).replace("SCORES", scores)
-        };
-        let softcap = variant(
-            "  input cap: f32 = 2.0\n",
-            "  x = cap * tanh(s / cap)\n",
-        );
+        let variant =
+            |inputs: &str, scores: &str| base.replace("INPUTS", inputs).replace("SCORES", scores);
+        let softcap = variant("  input cap: f32 = 2.0\n", "  x = cap * tanh(s / cap)\n");
         let alibi = variant(
             "  input slope: f32[B]\n",
             "  x = s + broadcast(broadcast(slope, axis=1), axis=2) * cast(iota(s, axis=2) - iota(s, axis=1), f32)\n",

@@ -70,7 +70,11 @@ pub fn emit_flex(fusion: &Fusion) -> Option<Twin> {
         return None;
     }
     let function = format!("{}_flex", f.name);
-    let reserved: Vec<&str> = RESERVED.iter().copied().chain([function.as_str()]).collect();
+    let reserved: Vec<&str> = RESERVED
+        .iter()
+        .copied()
+        .chain([function.as_str()])
+        .collect();
     let mut e = Emitter::reserving(f, &[], &reserved);
     // A score_mod or mask_mod is one expression: nothing is named in it.
     e.inline_all();

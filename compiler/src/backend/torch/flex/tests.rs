@@ -1,5 +1,4 @@
 use super::*;
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 
@@ -39,11 +38,8 @@ fn softcap() -> Fusion {
 
 /// ALiBi: a per-batch (FlexAttention's per-head) slope times the key's distance.
 fn alibi() -> Fusion {
-    let base = example("auto/attention.hf").replacen(
-        SCALE,
-        &format!("{SCALE}  input slope: f32[B]\n"),
-        1,
-    );
+    let base =
+        example("auto/attention.hf").replacen(SCALE, &format!("{SCALE}  input slope: f32[B]\n"), 1);
     let src = base.replacen(
         SCORES,
         "  dist = cast(iota(s, axis=2) - iota(s, axis=1), f32)\n  sb = s + broadcast(broadcast(slope, axis=1), axis=2) * dist\n  m = max(sb, axis=2)\n  e = exp(sb - ",
@@ -77,7 +73,10 @@ fn cases() -> Vec<(&'static str, Fusion)> {
             fusion(&example("attention/online_wgmma_sliding_window.hf")),
         ),
         ("softcap", softcap()),
-        ("softcap_unbatched_f32", fusion(&example("attention/softcap.hf"))),
+        (
+            "softcap_unbatched_f32",
+            fusion(&example("attention/softcap.hf")),
+        ),
         ("alibi", alibi()),
         ("document", document()),
     ]
@@ -125,11 +124,15 @@ fn the_score_mod_and_mask_mod_read_the_indices_and_inputs() {
     );
     let causal = emit_flex(&causal).unwrap().source;
     assert!(
-        causal.contains("block_mask = _block_mask(mask_mod, (), None, q.shape[-2], k.shape[-2], q.device)"),
+        causal.contains(
+            "block_mask = _block_mask(mask_mod, (), None, q.shape[-2], k.shape[-2], q.device)"
+        ),
         "{causal}"
     );
     // Plain attention: no score_mod, no block mask, nothing to import for them.
-    let plain = emit_flex(&fusion(&example("auto/attention.hf"))).unwrap().source;
+    let plain = emit_flex(&fusion(&example("auto/attention.hf")))
+        .unwrap()
+        .source;
     assert!(
         !plain.contains("score_mod") && !plain.contains("block_mask"),
         "{plain}"
@@ -175,7 +178,10 @@ fn inputs_named_as_flex_attention_names_are_renamed() {
         );
     let twin = emit_flex(&fusion(&src)).unwrap().source;
     assert!(twin.contains("        return score + h_[h]\n"), "{twin}");
-    assert!(twin.contains("v: torch.Tensor, scale: torch.Tensor, h_: torch.Tensor)"), "{twin}");
+    assert!(
+        twin.contains("v: torch.Tensor, scale: torch.Tensor, h_: torch.Tensor)"),
+        "{twin}"
+    );
 }
 
 #[test]
@@ -185,10 +191,7 @@ fn what_flex_attention_cannot_compute_has_no_twin() {
         emit_flex(&fusion(&example("attention/online_wgmma_lse.hf"))),
         None
     );
-    assert_eq!(
-        emit_flex(&variant(SCALE, "  input scale: f32\n")),
-        None
-    );
+    assert_eq!(emit_flex(&variant(SCALE, "  input scale: f32\n")), None);
     let gemm = "fusion g {\n  input a: f32[M, K]\n  input b: f32[K, N]\n  c = sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1)\n  output c\n}\n";
     assert_eq!(emit_flex(&fusion(gemm)), None);
     // A bias that reduces an input, or reads one along two different axes of the scores.
