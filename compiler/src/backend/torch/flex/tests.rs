@@ -1,6 +1,5 @@
 use super::*;
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn fusion(src: &str) -> Fusion {
     let program = crate::frontend::parse(src).unwrap();
@@ -11,56 +10,45 @@ fn example(path: &str) -> String {
     std::fs::read_to_string(format!("{}/../examples/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
-/// `examples/auto/attention.hf` (batched, bf16, D 128) with `from` replaced by `to`.
-fn variant(from: &str, to: &str) -> Fusion {
-    let base = example("auto/attention.hf");
-    assert!(base.contains(from), "{from}");
-    fusion(&base.replacen(from, to, 1))
-}
-
 const SCORES: &str = "  m = max(s, axis=2)\n  e = exp(s - ";
 const SCALE: &str = "  input scale: f32 = 0.08838834764831845\n";
 
+/// `base` (an attention of `examples/auto/`) with `inputs` declared after the scale and the
+/// softmax reading `x`, which `lines` define from the scores `s`.
+fn modified(base: &str, inputs: &str, lines: &str) -> String {
+    assert!(base.contains(SCALE) && base.contains(SCORES));
+    base.replacen(SCALE, &format!("{SCALE}{inputs}"), 1)
+        .replacen(
+            SCORES,
+            &format!("{lines}  m = max(x, axis=2)\n  e = exp(x - "),
+            1,
+        )
+}
+
+/// `examples/auto/attention.hf` (batched, bf16, D 128) modified (see [`modified`]).
+fn variant(inputs: &str, lines: &str) -> Fusion {
+    fusion(&modified(&example("auto/attention.hf"), inputs, lines))
+}
+
 /// A softcap on the scaled scores: `cap * tanh(s / cap)`, `cap` a scalar input.
 fn softcap() -> Fusion {
-    let base = example("auto/attention.hf").replacen(
-        SCALE,
-        &format!("{SCALE}  input cap: f32 = 50.0\n"),
-        1,
-    );
-    let src = base.replacen(
-        SCORES,
-        "  sc = cap * tanh(s / cap)\n  m = max(sc, axis=2)\n  e = exp(sc - ",
-        1,
-    );
-    fusion(&src)
+    variant("  input cap: f32 = 50.0\n", "  x = cap * tanh(s / cap)\n")
 }
 
 /// ALiBi: a per-batch (FlexAttention's per-head) slope times the key's distance.
 fn alibi() -> Fusion {
-    let base =
-        example("auto/attention.hf").replacen(SCALE, &format!("{SCALE}  input slope: f32[B]\n"), 1);
-    let src = base.replacen(
-        SCORES,
-        "  dist = cast(iota(s, axis=2) - iota(s, axis=1), f32)\n  sb = s + broadcast(broadcast(slope, axis=1), axis=2) * dist\n  m = max(sb, axis=2)\n  e = exp(sb - ",
-        1,
-    );
-    fusion(&src)
+    variant(
+        "  input slope: f32[B]\n",
+        "  dist = cast(iota(s, axis=2) - iota(s, axis=1), f32)\n  x = s + broadcast(broadcast(slope, axis=1), axis=2) * dist\n",
+    )
 }
 
 /// A document mask: per-query and per-key ids of each batch compared.
 fn document() -> Fusion {
-    let base = example("auto/attention.hf").replacen(
-        SCALE,
-        &format!("{SCALE}  input doc_q: i32[B, S]\n  input doc_k: i32[B, T]\n"),
-        1,
-    );
-    let src = base.replacen(
-        SCORES,
-        "  same = broadcast(doc_q, axis=2) == broadcast(doc_k, axis=1)\n  sm = where(same, s, -1.0 / 0.0)\n  m = max(sm, axis=2)\n  e = exp(sm - ",
-        1,
-    );
-    fusion(&src)
+    variant(
+        "  input doc_q: i32[B, S]\n  input doc_k: i32[B, T]\n",
+        "  same = broadcast(doc_q, axis=2) == broadcast(doc_k, axis=1)\n  x = where(same, s, -1.0 / 0.0)\n",
+    )
 }
 
 /// The twins the tests read, by snapshot name.
@@ -146,19 +134,10 @@ fn every_flex_twin_is_python() {
         let source = emit_flex(&f).unwrap().source;
         let _ = writeln!(script, "ast.parse({source:?}, {name:?})");
     }
-    let mut child = Command::new("python3")
-        .arg("-")
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .output()
         .expect("python3 is needed to parse the FlexAttention twins (CI machines have it)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -169,14 +148,11 @@ fn every_flex_twin_is_python() {
 #[test]
 fn inputs_named_as_flex_attention_names_are_renamed() {
     // `h` and `b` are the score_mod's indices inside it; `score` its scores.
-    let src = example("auto/attention.hf")
-        .replacen(SCALE, &format!("{SCALE}  input h: f32[B]\n"), 1)
-        .replacen(
-            SCORES,
-            "  sb = s + broadcast(broadcast(h, axis=1), axis=2)\n  m = max(sb, axis=2)\n  e = exp(sb - ",
-            1,
-        );
-    let twin = emit_flex(&fusion(&src)).unwrap().source;
+    let f = variant(
+        "  input h: f32[B]\n",
+        "  x = s + broadcast(broadcast(h, axis=1), axis=2)\n",
+    );
+    let twin = emit_flex(&f).unwrap().source;
     assert!(twin.contains("        return score + h_[h]\n"), "{twin}");
     assert!(
         twin.contains("v: torch.Tensor, scale: torch.Tensor, h_: torch.Tensor)"),
@@ -191,21 +167,19 @@ fn what_flex_attention_cannot_compute_has_no_twin() {
         emit_flex(&fusion(&example("attention/online_wgmma_lse.hf"))),
         None
     );
-    assert_eq!(emit_flex(&variant(SCALE, "  input scale: f32\n")), None);
+    let no_value = example("auto/attention.hf").replacen(SCALE, "  input scale: f32\n", 1);
+    assert_eq!(emit_flex(&fusion(&no_value)), None);
     let gemm = "fusion g {\n  input a: f32[M, K]\n  input b: f32[K, N]\n  c = sum(broadcast(a, axis=2) * broadcast(b, axis=0), axis=1)\n  output c\n}\n";
     assert_eq!(emit_flex(&fusion(gemm)), None);
     // A bias that reduces an input, or reads one along two different axes of the scores.
     let with_bias = |inputs: &str, bias: &str| {
         // Self-attention (T = S), so that a tensor over S may stand along the keys too.
-        let src = example("auto/attention.hf")
-            .replace(", T, 128]", ", S, 128]")
-            .replacen(SCALE, &format!("{SCALE}{inputs}"), 1)
-            .replacen(
-                SCORES,
-                &format!("  sb = s + {bias}\n  m = max(sb, axis=2)\n  e = exp(sb - "),
-                1,
-            );
-        emit_flex(&fusion(&src))
+        let base = example("auto/attention.hf").replace(", T, 128]", ", S, 128]");
+        emit_flex(&fusion(&modified(
+            &base,
+            inputs,
+            &format!("  x = s + {bias}\n"),
+        )))
     };
     assert_eq!(
         with_bias(
