@@ -109,8 +109,21 @@ def as_tuple(out):
     return out if isinstance(out, tuple) else (out,)
 
 
+def forget_compiles():
+    """Drops torch.compile's compiled code of earlier sessions. Every FlexAttention peer calls
+    the one `flex_attention` compiled, so each session's shape and score_mod is a recompile of
+    the same code, and past Dynamo's recompile limit (8) it silently runs eagerly: a session
+    starts from none."""
+    try:
+        import torch._dynamo as dynamo
+    except ImportError:  # the fake torch has no Dynamo (nor compiles)
+        return
+    dynamo.reset()
+
+
 class Session:
     def __init__(self, req):
+        forget_compiles()
         self.dir = req["dir"]
         self.outputs = req["outputs"]
         # Eager calls launch several kernels from Python: hold the stream longer per call than
@@ -118,7 +131,7 @@ class Session:
         self.hold_ns = req.get("hold_ns_per_call", 100_000)
         fn = load_twin(self.dir, req["twin"], req["function"])
         # Other functions computing the same, called as they are (the cuBLASLt epilogue,
-        # torch._scaled_mm, SDPA and cuDNN SDPA for attention).
+        # torch._scaled_mm, SDPA, cuDNN SDPA and FlexAttention for attention).
         extra = {e["name"]: load_twin(self.dir, e["twin"], e["function"]) for e in req.get("extra", [])}
         inputs = [load(s) for s in req["inputs"]]
         l2 = req.get("l2") or {"kind": "none"}

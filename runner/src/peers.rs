@@ -3,8 +3,9 @@
 //! Takes a run (its request, the float64 reference outputs, its L2 policy) and a closure that
 //! times a round of kernel launches. The peers are the fusion's torch twin
 //! (`compiler/src/backend/torch/`) run eagerly and under `torch.compile`, and where the fusion
-//! has a library form, that call: cuBLASLt's fused epilogue, `torch._scaled_mm`, or SDPA (as
-//! PyTorch dispatches it and on cuDNN) for attention; all in a Python subprocess
+//! has a library form, that call: cuBLASLt's fused epilogue, `torch._scaled_mm`, or for
+//! attention SDPA (as PyTorch dispatches it and on cuDNN) and FlexAttention (also for the
+//! variants: a softcap, ALiBi, a sliding window, a document mask); all in a Python subprocess
 //! (`runner/peers/peers.py`, embedded in the binary, driven over stdin/stdout JSON lines; the
 //! interpreter is `$HOPFUSE_PYTHON`, default `python3`). The subprocess gets the run's exact
 //! input data (regenerated from the seed the way the engine generates it, written as raw
@@ -70,6 +71,11 @@ pub const SCALED_MM: &str = "torch._scaled_mm";
 /// attention on the H100) and on cuDNN's kernel (`hopfuse::backend::torch::emit_sdpa`).
 pub const SDPA: &str = "SDPA";
 pub const CUDNN_SDPA: &str = "cuDNN SDPA";
+
+/// The peer of attention and of its variants SDPA has no flag for (a softcap, ALiBi, a sliding
+/// window, a document mask): `torch.nn.attention.flex_attention` compiled once, the variant as
+/// its `score_mod` and the mask as a block mask (`hopfuse::backend::torch::emit_flex`).
+pub const FLEX: &str = "FlexAttention";
 
 /// The `_scaled_mm` twin of a program, its scales moved after the product as the compiler
 /// moves them (a dequantized product written with the scales inside the sum has one too).
@@ -300,8 +306,10 @@ impl Peers {
             L2Policy::Flush { bytes } => json!({"kind": "flush", "bytes": bytes}),
         };
         // A matrix product with a bias epilogue: also cuBLASLt's fused epilogue; an FP8 one with
-        // its scales (per tensor, per row / column, or in blocks): also torch._scaled_mm; attention: also SDPA, PyTorch's choice and cuDNN's.
-        use hopfuse::backend::torch::{emit_sdpa, SdpaBackend};
+        // its scales (per tensor, per row / column, or in blocks): also torch._scaled_mm;
+        // attention: also SDPA (PyTorch's choice and cuDNN's) where SDPA computes it, and
+        // FlexAttention, which also computes its variants.
+        use hopfuse::backend::torch::{emit_flex, emit_sdpa, SdpaBackend};
         let extra: Vec<Value> = [
             (
                 CUBLASLT,
@@ -310,6 +318,7 @@ impl Peers {
             (SCALED_MM, scaled_mm(&program)),
             (SDPA, emit_sdpa(&fusion, SdpaBackend::Default)),
             (CUDNN_SDPA, emit_sdpa(&fusion, SdpaBackend::Cudnn)),
+            (FLEX, emit_flex(&fusion)),
         ]
         .into_iter()
         .filter_map(|(name, twin)| {
@@ -942,9 +951,10 @@ mod tests {
         let mut peers = Peers::with_python(fake_python());
         let report = peers_report(&mut peers, &req, &expected);
         let names: Vec<&str> = report.peers.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["eager", "torch.compile", SDPA, CUDNN_SDPA]);
+        assert_eq!(names, ["eager", "torch.compile", SDPA, CUDNN_SDPA, FLEX]);
         for p in &report.peers {
-            // Validated against the causal reference: an SDPA call without `is_causal` fails.
+            // Validated against the causal reference: an SDPA call without `is_causal` (or
+            // FlexAttention without its block mask) fails.
             assert!(p.passed && p.timing.is_some(), "{p:?}");
         }
         // Without the mask the same reference no longer matches the peers' outputs.
@@ -953,13 +963,91 @@ mod tests {
             .replace("  sm = where(keep, s, -1.0 / 0.0)\n", "")
             .replace("(sm", "(s");
         let report = peers_report(&mut peers, &peers_request(&plain, &sizes, 3), &expected);
-        let sdpa: Vec<_> = report
+        let attention: Vec<_> = report
             .peers
             .iter()
-            .filter(|p| p.name.contains(SDPA))
+            .filter(|p| p.name.contains(SDPA) || p.name == FLEX)
             .collect();
-        assert_eq!(sdpa.len(), 2, "{report:?}");
-        assert!(sdpa.iter().all(|p| !p.passed), "{report:?}");
+        assert_eq!(attention.len(), 3, "{report:?}");
+        assert!(attention.iter().all(|p| !p.passed), "{report:?}");
+    }
+
+    /// The float64 reference of `source` at `sizes` on the inputs the peers get for `seed` (a
+    /// scalar input's value as the program gives it).
+    fn reference_of(
+        source: &str,
+        sizes: &BTreeMap<String, i64>,
+        seed: u64,
+    ) -> BTreeMap<String, Vec<f64>> {
+        let program = hopfuse::frontend::parse(source).unwrap();
+        let f = hopfuse::fusion::build(&program.fusion).unwrap();
+        let mut inputs = BTreeMap::new();
+        for &t in &f.inputs {
+            let (name, dtype, shape) = describe(&f, t, sizes).unwrap();
+            let values = match f.tensors[t].value {
+                Some(v) => vec![dtype.round(v)],
+                None => {
+                    let v = data::seeded_values(dtype, shape.iter().product(), seed, &name);
+                    data::decode(dtype, &data::encode(dtype, &v))
+                }
+            };
+            inputs.insert(name, values);
+        }
+        hopfuse::backend::reference::evaluate(&f, sizes, &inputs).unwrap()
+    }
+
+    #[test]
+    fn attention_variants_have_the_flex_attention_peer_validated() {
+        // Batched bf16 attention with a softcap, ALiBi's per-batch slope, a document mask; the
+        // causal sliding window unbatched. SDPA computes none of them.
+        let base = "fusion att {\n  input q: bf16[B, S, D]\n  input k: bf16[B, T, D]\n  input v: bf16[B, T, D]\n  input scale: f32 = 0.5\nINPUTS  s = sum(cast(broadcast(q, axis=2), f32) * cast(broadcast(k, axis=1), f32), axis=3) * scale\nSCORES  m = max(x, axis=2)\n  e = exp(x - broadcast(m, axis=2))\n  p = e / broadcast(sum(e, axis=2), axis=2)\n  o = sum(cast(broadcast(cast(p, bf16), axis=3), f32) * cast(broadcast(v, axis=1), f32), axis=2)\n  ob = cast(o, bf16)\n  output ob\n}";
+        let variant =
+            |inputs: &str, scores: &str| base.replace("INPUTS", inputs).replace("SCORES", scores);
+        let softcap = variant("  input cap: f32 = 2.0\n", "  x = cap * tanh(s / cap)\n");
+        let alibi = variant(
+            "  input slope: f32[B]\n",
+            "  x = s + broadcast(broadcast(slope, axis=1), axis=2) * cast(iota(s, axis=2) - iota(s, axis=1), f32)\n",
+        );
+        let document = variant(
+            "  input doc_q: i32[B, S]\n  input doc_k: i32[B, T]\n",
+            "  x = where(broadcast(doc_q, axis=2) == broadcast(doc_k, axis=1), s, -1.0 / 0.0)\n",
+        );
+        let window = include_str!("../../examples/attention/online_wgmma_sliding_window.hf")
+            .replace("< 1024", "< 3");
+        let sizes = |pairs: &[(&str, i64)]| -> BTreeMap<String, i64> {
+            pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
+        };
+        // 40 keys of 16 document ids: with seed 6 every query keeps some (else its row is NaN
+        // in the fusion and 0 in FlexAttention).
+        let batched = sizes(&[("B", 2), ("S", 3), ("T", 40), ("D", 4)]);
+        let mut peers = Peers::with_python(fake_python());
+        for (source, sizes) in [
+            (&softcap, &batched),
+            (&alibi, &batched),
+            (&document, &batched),
+            (&window, &sizes(&[("S", 6), ("T", 7)])),
+        ] {
+            let expected = reference_of(source, sizes, 6);
+            assert!(
+                expected.values().flatten().all(|x| x.is_finite()),
+                "{source}"
+            );
+            let report = peers_report(&mut peers, &peers_request(source, sizes, 6), &expected);
+            let names: Vec<&str> = report.peers.iter().map(|p| p.name.as_str()).collect();
+            assert_eq!(names, ["eager", "torch.compile", FLEX], "{source}");
+            for p in &report.peers {
+                assert!(p.passed && p.timing.is_some(), "{source}\n{p:?}");
+            }
+        }
+        // Validation is real: against the reference without the document mask (or without
+        // the slope), FlexAttention's output fails.
+        let unmasked = variant("", "  x = s\n");
+        for (source, wrong) in [(&document, &unmasked), (&alibi, &unmasked)] {
+            let expected = reference_of(wrong, &batched, 6);
+            let report = peers_report(&mut peers, &peers_request(source, &batched, 6), &expected);
+            let flex = report.peers.iter().find(|p| p.name == FLEX).unwrap();
+            assert!(!flex.passed && flex.error.is_none(), "{flex:?}");
+        }
     }
 
     #[test]

@@ -16,7 +16,9 @@ reads through (no kernel runs here: hopfuse's launch fails without a driver), an
 contiguous, except after `t()`, `transpose` and `permute`, whose results (copies here, their
 values in logical order) report the view's strides as torch does, until `contiguous()`
 (`_scaled_mm` checks its scales' layouts by them). `library.custom_op` registers a function and its fake implementation and calls the
-function (there is no fake-tensor mode).
+function (there is no fake-tensor mode). `nn.attention.flex_attention` calls a score_mod on each
+score and evaluates a mask_mod when its block mask is made, as torch does (a block mask made
+for other tensors keeps their mask).
 """
 
 import math
@@ -222,6 +224,8 @@ class Tensor:
         self._address = _address(len(data) * dt.itemsize)
         # The strides of the view this copy stands for (None: contiguous).
         self._view_strides = None
+        # torch's counter of in-place writes (FlexAttention twins key block masks by it).
+        self._version = 0
 
     def _on(self, where):
         t = Tensor(self._data, self.shape, self.dtype)
@@ -319,11 +323,13 @@ class Tensor:
 
     def zero_(self):
         self._data = [_round(0, self.dtype)] * len(self._data)
+        self._version += 1
         return self
 
     def copy_(self, src):
         assert src.shape == self.shape and src.dtype is self.dtype, "copy_: shape or dtype differs"
         self._data = list(src._data)
+        self._version += 1
         return self
 
     def clone(self):
@@ -392,16 +398,25 @@ class Tensor:
         return Tensor(data, shape, self.dtype)
 
     def __getitem__(self, key):
-        """Basic slicing only: a tuple of slices (and a trailing `...`), as the twins write."""
+        """Basic indexing only, as the twins write it: a tuple of slices and integers (Python
+        ints, or 0-dim integer tensors: a FlexAttention score_mod's `x[h, q_idx]`), and a
+        trailing `...`; an integer drops its axis."""
         key = key if isinstance(key, tuple) else (key,)
         if key and key[-1] is Ellipsis:
             key = key[:-1]
         assert len(key) <= self.dim(), "fake torch: more indices than axes"
-        assert not [k for k in key if not isinstance(k, slice)], "fake torch: slices only"
-        key = key + (slice(None),) * (self.dim() - len(key))
-        ranges = [range(*k.indices(n)) for k, n in zip(key, self.shape)]
-        shape = tuple(len(r) for r in ranges)
-        data = [self._at(tuple(r[i] for r, i in zip(ranges, idx))) for idx in _indices(shape)]
+        key = tuple(_basic_index(k) for k in key) + (slice(None),) * (self.dim() - len(key))
+        ranges = []
+        for k, n in zip(key, self.shape):
+            if isinstance(k, slice):
+                ranges.append(range(*k.indices(n)))
+                continue
+            if not -n <= k < n:
+                raise IndexError("index %d is out of bounds for dimension with size %d" % (k, n))
+            ranges.append(range(k % n, k % n + 1))
+        shape = tuple(len(r) for r, k in zip(ranges, key) if isinstance(k, slice))
+        full = tuple(len(r) for r in ranges)
+        data = [self._at(tuple(r[i] for r, i in zip(ranges, idx))) for idx in _indices(full)]
         return Tensor(data, shape, self.dtype)
 
     # -- arithmetic
@@ -500,6 +515,19 @@ class Tensor:
 
     def sum(self, dim, dtype=None):
         return sum(self, dim=dim, dtype=dtype)
+
+
+def _basic_index(k):
+    """A slice, or an integer index from a Python int or a 0-dim integer tensor."""
+    if isinstance(k, slice):
+        return k
+    if isinstance(k, Tensor):
+        if k.dim() != 0 or k.dtype.is_floating_point or k.dtype is bool:
+            raise IndexError("fake torch: a tensor index is a 0-dim integer here, not %r%r" % (k.dtype, tuple(k.shape)))
+        return int(k._data[0])
+    if type(k) is type(0):
+        return k
+    raise IndexError("fake torch: slices and integers only, not %r" % (k,))
 
 
 def _div(x, y):
@@ -710,10 +738,94 @@ class _SdpaKernel:
         return False
 
 
+def _index(i):
+    """A FlexAttention index argument: a 0-dim int32 tensor."""
+    return Tensor([i], (), int32)
+
+
+class _BlockMask:
+    """What `create_block_mask` returns: here the mask itself, evaluated when it is made, as
+    torch's block mask is (one made for other tensors, or for another shape, is theirs)."""
+
+    def __init__(self, keep, shape):
+        self.keep = keep
+        self.shape = shape
+
+    def kept(self, b, h, i, j):
+        nb, nh, nq, nk = self.shape
+        return self.keep[((b % nb * nh + h % nh) * nq + i) * nk + j]
+
+
+def _create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", BLOCK_SIZE=128, _compile=False):
+    """torch.nn.attention.flex_attention.create_block_mask: `mask_mod(b, h, q_idx, kv_idx)` (0-dim
+    int32 tensors) for every element; B or H None is one for all (broadcast)."""
+    shape = (B or 1, H or 1, Q_LEN, KV_LEN)
+    keep = []
+    for b, h, i, j in _indices(shape):
+        r = mask_mod(_index(b), _index(h), _index(i), _index(j))
+        if not isinstance(r, Tensor) or r.dim() != 0 or r.dtype is not bool:
+            raise TypeError("fake torch: a mask_mod returns a 0-dim bool tensor, not %r" % (r,))
+        keep.append(r._data[0] != 0)
+    return _BlockMask(keep, shape)
+
+
+def _flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False, return_lse=False, kernel_options=None):
+    """torch.nn.attention.flex_attention.flex_attention on `[B, H, L, E]`, `[B, H, S, E]`,
+    `[B, H, S, Ev]`: each score `q k * scale` an f32 0-dim tensor given to `score_mod(score, b, h,
+    q_idx, kv_idx)`, which returns one; the block mask's dropped scores -inf; the softmax and
+    its product with v in float64, rounded once to q's dtype. A query with every key masked is
+    0, as FlexAttention's (the fusion's is NaN). GQA and the log-sum-exp are not modelled."""
+    assert not enable_gqa and not return_lse and kernel_options is None, "fake torch: plain flex_attention only"
+    if not (query.dtype is key.dtype is value.dtype) or not query.dtype.is_floating_point:
+        raise TypeError("fake torch: flex_attention of %r, %r, %r" % (query.dtype, key.dtype, value.dtype))
+    if not query.dim() == key.dim() == value.dim() == 4:
+        raise ValueError("fake torch: flex_attention takes 4-D tensors, not %r" % (tuple(query.shape),))
+    nb, nh, nl, ne = query.shape
+    ns, nv = key.shape[2], value.shape[3]
+    if tuple(key.shape) != (nb, nh, ns, ne) or tuple(value.shape) != (nb, nh, ns, nv):
+        raise ValueError("fake torch: flex_attention of shapes %r, %r, %r" % (tuple(query.shape), tuple(key.shape), tuple(value.shape)))
+    if block_mask is not None:
+        bb, bh, bl, bs = block_mask.shape
+        if (bl, bs) != (nl, ns) or bb not in (1, nb) or bh not in (1, nh):
+            raise ValueError("block_mask was created for block_mask.shape=%r but got q_len=%d, kv_len=%d" % (block_mask.shape, nl, ns))
+    scale = 1.0 / math.sqrt(ne) if scale is None else scale
+    out = []
+    for b, h, i in _indices((nb, nh, nl)):
+        row = ((b * nh + h) * nl + i) * ne
+        s = []
+        for j in range(ns):
+            col = ((b * nh + h) * ns + j) * ne
+            x = sum_(query._data[row + e] * key._data[col + e] for e in range(ne)) * scale
+            if score_mod is not None:
+                r = score_mod(Tensor([x], (), float32), _index(b), _index(h), _index(i), _index(j))
+                if not isinstance(r, Tensor) or r.dim() != 0 or not r.dtype.is_floating_point:
+                    raise TypeError("fake torch: a score_mod returns a 0-dim float tensor, not %r" % (r,))
+                x = _round(r._data[0], float32)
+            if block_mask is not None and not block_mask.kept(b, h, i, j):
+                x = -math.inf
+            s.append(x)
+        m = max_(s) if s else -math.inf
+        w = [0.0 if m == -math.inf else _safe_exp(x - m) for x in s]
+        total = sum_(w)
+        base = (b * nh + h) * ns * nv
+        for d in range(nv):
+            out.append(sum_(w[j] * value._data[base + j * nv + d] for j in range(ns)) / total if total else 0.0)
+    return Tensor(out, (nb, nh, nl, nv), query.dtype)
+
+
+class _FlexAttentionModule:
+    """torch.nn.attention.flex_attention's members."""
+
+    flex_attention = staticmethod(_flex_attention)
+    create_block_mask = staticmethod(_create_block_mask)
+    BlockMask = _BlockMask
+
+
 class _Attention:
     SDPBackend = _SDPBackend
     sdpa_kernel = _SdpaKernel
     active = []
+    flex_attention = _FlexAttentionModule()
 
 
 class _Nn:
@@ -722,11 +834,13 @@ class _Nn:
 
 
 nn = _Nn()
-# `from torch.nn.functional import ...` and `from torch.nn.attention import ...`: this module is
-# no package, so its submodules are registered as loaded.
+# `from torch.nn.functional import ...`, `from torch.nn.attention import ...` and
+# `from torch.nn.attention.flex_attention import ...`: this module is no package, so its
+# submodules are registered as loaded.
 _sys.modules[__name__ + ".nn"] = nn
 _sys.modules[__name__ + ".nn.functional"] = nn.functional
 _sys.modules[__name__ + ".nn.attention"] = nn.attention
+_sys.modules[__name__ + ".nn.attention.flex_attention"] = nn.attention.flex_attention
 
 
 def cat(tensors, dim=0):

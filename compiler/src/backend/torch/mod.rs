@@ -43,10 +43,12 @@ use crate::id::IdVec;
 use std::fmt::Write;
 
 mod cublaslt;
+pub mod flex;
 mod random;
 mod scaled_mm;
 pub mod sdpa;
 pub use cublaslt::{emit_cublaslt, Activation};
+pub use flex::emit_flex;
 pub use scaled_mm::emit_scaled_mm;
 pub use sdpa::{emit_sdpa, SdpaBackend};
 
@@ -157,6 +159,9 @@ struct Emitter<'a> {
     contractions: IdVec<TensorId, Option<Contraction>>,
     /// Tensors written as their composite call (`torch.mean`, ...; see [`Emitter::call`]).
     composite: IdVec<TensorId, bool>,
+    /// Text that stands for a tensor wherever it is read, instead of its name or definition
+    /// (FlexAttention's `score_mod` reads the scores as `score`, an input as `x[h, q_idx]`).
+    overrides: rustc_hash::FxHashMap<TensorId, Py>,
 }
 
 const PY_KEYWORDS: &[&str] = &[
@@ -168,9 +173,16 @@ const PY_KEYWORDS: &[&str] = &[
 
 impl<'a> Emitter<'a> {
     fn new(f: &'a Fusion, named: &[&str]) -> Emitter<'a> {
+        Emitter::reserving(f, named, &[])
+    }
+
+    /// An emitter whose tensor names also stay off `reserved` (the names a peer's own code
+    /// defines around the fusion's, such as FlexAttention's `score_mod` parameters).
+    fn reserving(f: &'a Fusion, named: &[&str], reserved: &[&str]) -> Emitter<'a> {
         let n = f.tensors.len();
         // Python names: the fusion's, moved off keywords (and `torch`) and kept unique.
         let mut taken: Vec<String> = vec![f.name.clone()];
+        taken.extend(reserved.iter().map(|r| r.to_string()));
         let mut names = IdVec::default();
         for t in &f.tensors {
             let mut name = t.name.clone();
@@ -229,7 +241,19 @@ impl<'a> Emitter<'a> {
             live,
             contractions,
             composite,
+            overrides: Default::default(),
         }
+    }
+
+    /// Every tensor inlined where it is read: for one expression on its own (a `score_mod`'s
+    /// body), where no statement of the twin's function defines a name.
+    fn inline_all(&mut self) {
+        self.statement = vec![false; self.f.tensors.len()].into();
+    }
+
+    /// `text` (of `dtype`, binding as an atom) stands for `t` wherever it is read.
+    fn set_override(&mut self, t: TensorId, text: String, dtype: DType) {
+        self.overrides.insert(t, Py::new(text, ATOM, dtype));
     }
 
     fn module(&self) -> Twin {
@@ -349,8 +373,11 @@ impl<'a> Emitter<'a> {
         self.f.inputs.iter().any(|&i| self.names[i] == value.text)
     }
 
-    /// The expression that reads `t`: its name, or its definition inlined.
+    /// The expression that reads `t`: its override, its name, or its definition inlined.
     fn value(&self, t: TensorId) -> Py {
+        if let Some(p) = self.overrides.get(&t) {
+            return p.clone();
+        }
         let tensor = &self.f.tensors[t];
         if tensor.is_input || self.statement[t] {
             Py::new(self.names[t].clone(), ATOM, tensor.dtype)
