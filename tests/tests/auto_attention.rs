@@ -334,17 +334,24 @@ fn the_variants_schedules_place_their_tensors_in_the_s_fragment() {
     // block before the tile loop (position 2: the batch and the query tile).
     let softcap = attention_schedule(&example(VARIANTS[0]));
     assert!(softcap.text.contains("\ns.inline_at(4)\nsc.inline_at(4)\n"));
-    assert!(softcap.reason.contains("the scores' modification `sc` of `s`"));
+    assert!(softcap
+        .reason
+        .contains("the scores' modification `sc` of `s`"));
     let alibi = attention_schedule(&example(VARIANTS[1]));
     assert!(alibi.text.contains("\nsb.inline_at(4)\n"));
-    assert!(alibi.text.ends_with("\nsb_broadcast.inline_at(2)\n"), "{}", alibi.text);
+    assert!(
+        alibi.text.ends_with("\nsb_broadcast.inline_at(2)\n"),
+        "{}",
+        alibi.text
+    );
     // `dist` (over queries and keys, from iotas) is computed where `sb` reads it.
     assert!(!alibi.text.contains("dist."), "{}", alibi.text);
     // The document mask: every key tile runs it, and the reason says so.
     let doc = attention_schedule(&example(VARIANTS[3]));
     assert!(doc.text.contains("turns=products"));
     assert!(
-        doc.reason.contains("it reads input tensors, so no key tile can be skipped")
+        doc.reason
+            .contains("it reads input tensors, so no key tile can be skipped")
             && doc.reason.contains("every key tile runs the mask"),
         "{}",
         doc.reason
@@ -372,7 +379,9 @@ fn the_variants_lower_on_their_kernels() {
     assert!(softcap.contains("tanhf(") && softcap.find("tanhf(") > softcap.find("wgmma.mma_async"));
     // The slope read once per block, before the producer's and consumers' key loops.
     let alibi = cuda(VARIANTS[1]);
-    let slope = alibi.find("sb_broadcast[h] = slope[b];").expect("the slope's row fragment");
+    let slope = alibi
+        .find("sb_broadcast[h] = slope[b];")
+        .expect("the slope's row fragment");
     assert!(slope < alibi.find("for (index_t t_o_first").unwrap());
     assert!(alibi.contains("sb_broadcast[r2 / 2 % 2]"));
     // The ids compared per score.
@@ -386,17 +395,25 @@ fn the_variants_at_d64_get_the_one_group_kernel() {
         let source = example(path).replace("128]", "64]");
         let chosen = attention_schedule(&source);
         assert!(
-            chosen.reason.contains("with D = 64") && chosen.reason.contains("online_wgmma_batched's kernel"),
+            chosen.reason.contains("with D = 64")
+                && chosen.reason.contains("online_wgmma_batched's kernel"),
             "{path}: {}",
             chosen.reason
         );
         let c = compile(&source);
-        assert!(c.cuda.contains("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"), "{path}");
+        assert!(
+            c.cuda
+                .contains("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"),
+            "{path}"
+        );
         assert!(!c.cuda.contains("setmaxnreg"), "{path}");
     }
     // ALiBi's slope before the tile loop of the one-group kernel: position 2 there too.
     let alibi = attention_schedule(&example(VARIANTS[1]).replace("128]", "64]"));
-    assert!(alibi.text.contains("\nsb.inline_at(3)\n") && alibi.text.ends_with("\nsb_broadcast.inline_at(2)\n"));
+    assert!(
+        alibi.text.contains("\nsb.inline_at(3)\n")
+            && alibi.text.ends_with("\nsb_broadcast.inline_at(2)\n")
+    );
 }
 
 #[test]
@@ -408,14 +425,20 @@ fn a_score_modification_keeps_the_causal_tile_classification() {
     );
     let chosen = attention_schedule(&source);
     assert!(
-        chosen.reason.contains("the scores' modification `sb` of `s`")
-            && chosen.reason.contains("the causal mask `keep` (key tiles past the diagonal skipped"),
+        chosen
+            .reason
+            .contains("the scores' modification `sb` of `s`")
+            && chosen
+                .reason
+                .contains("the causal mask `keep` (key tiles past the diagonal skipped"),
         "{}",
         chosen.reason
     );
     let c = compile(&source);
     assert!(c.passes.iter().any(|p| p.name == "mask_bounds"));
-    assert!(c.cuda.contains("hf_min<index_t>(hf_ceil_div<index_t>(T, 128), s2_o + 1)"));
+    assert!(c
+        .cuda
+        .contains("hf_min<index_t>(hf_ceil_div<index_t>(T, 128), s2_o + 1)"));
 }
 
 #[test]
