@@ -6,7 +6,7 @@
 
 use hopfuse::fusion::online_softmax::{self, Exponential, OnlineSoftmax};
 use hopfuse::fusion::Fusion;
-use hopfuse_tests::example;
+use hopfuse_tests::{example, values};
 use std::collections::BTreeMap;
 
 const EXAMPLES: [&str; 4] = [
@@ -153,19 +153,6 @@ fn the_rule_names_the_tensor_that_breaks_it() {
         let err = pattern(&fusion(&src), product).expect_err(&src);
         assert!(err.contains(message), "{src}\nwant: {message}\ngot:  {err}");
     }
-}
-
-/// Deterministic values in [-2, 2).
-fn values(n: usize, seed: u64) -> Vec<f64> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
-        })
-        .collect()
 }
 
 /// The plain reference's `o` and the online form's over tiles of `tile`, for `src` at S x T x D

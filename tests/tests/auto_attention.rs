@@ -10,7 +10,7 @@
 
 use hopfuse::auto::Scheduler;
 use hopfuse::examples::without_schedule;
-use hopfuse_tests::{compile, example};
+use hopfuse_tests::{compile, example, values};
 use std::collections::BTreeMap;
 
 /// The hand examples whose schedule the attention scheduler writes: FlashAttention-3's
@@ -454,19 +454,6 @@ fn a_value_computed_per_key_alone_is_declined_with_the_reason() {
             && reason.contains("`broadcast(broadcast(slope, axis=1), axis=2)`"),
         "{reason}"
     );
-}
-
-/// Deterministic values in [-2, 2).
-fn values(n: usize, seed: u64) -> Vec<f64> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
-        })
-        .collect()
 }
 
 #[test]
