@@ -390,19 +390,35 @@ fn text(
         ));
     }
     s.line("inline_most()".into());
+    place_tile_tensors(&mut s, f, at, chain, rows, at_(2 + g), at_(1));
+    s.finish()
+}
+
+/// After `inline_most()`: the softmax's tensors (with the score modification's and the mask's
+/// that read the scores) at the tile loop, position `tile` of their loops; the per-query side
+/// tensors `rows` ([`SideTensors`]) before it, position `block` (the batch and the query tile).
+fn place_tile_tensors(
+    s: &mut ScheduleText,
+    f: &Fusion,
+    at: &Attention,
+    chain: &[TensorId],
+    rows: &[TensorId],
+    tile: usize,
+    block: usize,
+) {
+    let name = |t: TensorId| f.tensors[t].name.as_str();
     s.comment(
         "The softmax's tensors at the tile loop, each in its own loops over the fragment (M, N).",
     );
     for t in softmax_tile(f, at, chain) {
-        s.line(format!("{}.inline_at({})", name(t), at_(2 + g)));
+        s.line(format!("{}.inline_at({tile})", name(t)));
     }
     if !rows.is_empty() {
         s.comment("The per-query values the scores' modification or mask reads, once per block before the tile loop: a row fragment (the thread's two rows) each.");
         for &t in rows {
-            s.line(format!("{}.inline_at({})", name(t), at_(1)));
+            s.line(format!("{}.inline_at({block})", name(t)));
         }
     }
-    s.finish()
 }
 
 /// q's TMA box: the block's query tile once (with several groups, the groups' axis inside the
