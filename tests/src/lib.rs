@@ -61,6 +61,20 @@ pub fn reference(
         .unwrap_or_else(|| panic!("no output `{output}`"))
 }
 
+/// `n` deterministic values in [-2, 2), varied by `seed` (an xorshift stream): inputs for the
+/// float64 reference on the host.
+pub fn values(n: usize, seed: u64) -> Vec<f64> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
+        })
+        .collect()
+}
+
 /// `n` values every 8-bit float holds exactly (multiples of 1/4 in [-2, 2]), varied by `seed`:
 /// FP8 inputs whose products and sums the float64 reference computes exactly.
 pub fn fp8_values(n: usize, seed: usize) -> Vec<f64> {

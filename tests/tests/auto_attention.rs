@@ -3,11 +3,15 @@
 //! and launch plan), the `examples/auto/` attention programs' schedules are the ping-pong hand
 //! examples' with the programs' own names, every fusion shape at D = 128 (batched or not, f16,
 //! the log-sum-exp) gets the ping-pong kernel and D = 64 the one-group kernel, and attention it
-//! does not take is declined with the reason.
+//! does not take is declined with the reason. The variants (`examples/auto/attention_softcap`,
+//! `_alibi`, `_sliding_window`, `_document`) get the kernel with their tensors placed in the S
+//! fragment (their schedules are snapshots), lower at D = 128 and D = 64, and compute the
+//! plain form's math online (float64, on the host).
 
 use hopfuse::auto::Scheduler;
 use hopfuse::examples::without_schedule;
-use hopfuse_tests::{compile, example};
+use hopfuse_tests::{compile, example, values};
+use std::collections::BTreeMap;
 
 /// The hand examples whose schedule the attention scheduler writes: FlashAttention-3's
 /// kernel at D = 128, and the one-group kernel at D = 64 (the fastest measured there) and
@@ -304,4 +308,205 @@ fn attention_the_kernel_does_not_take_is_declined_with_the_reason() {
         uncast.contains("`o` is the f32 sum of the product"),
         "{uncast}"
     );
+}
+
+/// The variants of `examples/auto/` FlexAttention users write (a score modification or a
+/// mask), each with the tensors its schedule places besides the softmax's.
+const VARIANTS: [&str; 4] = [
+    "auto/attention_softcap.hf",
+    "auto/attention_alibi.hf",
+    "auto/attention_sliding_window.hf",
+    "auto/attention_document.hf",
+];
+
+#[test]
+fn the_variants_schedules_place_their_tensors_in_the_s_fragment() {
+    for path in VARIANTS {
+        let chosen = attention_schedule(&example(path));
+        let name = path.trim_start_matches("auto/").trim_end_matches(".hf");
+        insta::assert_snapshot!(
+            format!("auto_attention__{name}"),
+            format!("// {}\n{}", chosen.reason, chosen.text)
+        );
+    }
+    // The softcap's result and ALiBi's biased scores at the tile loop with the softmax's
+    // tensors (the ping-pong kernel's position 4); the slope's per-query broadcast once per
+    // block before the tile loop (position 2: the batch and the query tile).
+    let softcap = attention_schedule(&example(VARIANTS[0]));
+    assert!(softcap.text.contains("\ns.inline_at(4)\nsc.inline_at(4)\n"));
+    assert!(softcap
+        .reason
+        .contains("the scores' modification `sc` of `s`"));
+    let alibi = attention_schedule(&example(VARIANTS[1]));
+    assert!(alibi.text.contains("\nsb.inline_at(4)\n"));
+    assert!(
+        alibi.text.ends_with("\nsb_broadcast.inline_at(2)\n"),
+        "{}",
+        alibi.text
+    );
+    // `dist` (over queries and keys, from iotas) is computed where `sb` reads it.
+    assert!(!alibi.text.contains("dist."), "{}", alibi.text);
+    // The document mask: every key tile runs it, and the reason says so.
+    let doc = attention_schedule(&example(VARIANTS[3]));
+    assert!(doc.text.contains("turns=products"));
+    assert!(
+        doc.reason
+            .contains("it reads input tensors, so no key tile can be skipped")
+            && doc.reason.contains("every key tile runs the mask"),
+        "{}",
+        doc.reason
+    );
+}
+
+#[test]
+fn the_variants_lower_on_their_kernels() {
+    for path in VARIANTS {
+        let source = example(path);
+        let c = compile(&source);
+        let ran = |name: &str| c.passes.iter().any(|p| p.name == name);
+        let window = path.ends_with("sliding_window.hf");
+        // The sliding window keeps the one-group kernel, its tiles classified; the others run
+        // the ping-pong kernel, with no tile classification.
+        assert_eq!(c.cuda.contains("setmaxnreg"), !window, "{path}");
+        assert_eq!(ran("mask_bounds"), window, "{path}");
+        assert_eq!(ran("mask_tiles"), window, "{path}");
+        assert!(source.contains("// bench: B=3,S=1000,T=1037"), "{path}");
+        assert!(source.contains("// bench: B=128,S=2048,T=2048\n// bench: B=32,S=8192,T=8192"));
+    }
+    let cuda = |path: &str| compile(&example(path)).cuda;
+    // The cap on each score, in the tile loop (after the first key tile's wgmma).
+    let softcap = cuda(VARIANTS[0]);
+    assert!(softcap.contains("tanhf(") && softcap.find("tanhf(") > softcap.find("wgmma.mma_async"));
+    // The slope read once per block, before the producer's and consumers' key loops.
+    let alibi = cuda(VARIANTS[1]);
+    let slope = alibi
+        .find("sb_broadcast[h] = slope[b];")
+        .expect("the slope's row fragment");
+    assert!(slope < alibi.find("for (index_t t_o_first").unwrap());
+    assert!(alibi.contains("sb_broadcast[r2 / 2 % 2]"));
+    // The ids compared per score.
+    let doc = cuda(VARIANTS[3]);
+    assert!(doc.contains("doc_q[") && doc.contains("doc_k["));
+}
+
+#[test]
+fn the_variants_at_d64_get_the_one_group_kernel() {
+    for path in [VARIANTS[0], VARIANTS[1], VARIANTS[3]] {
+        let source = example(path).replace("128]", "64]");
+        let chosen = attention_schedule(&source);
+        assert!(
+            chosen.reason.contains("with D = 64")
+                && chosen.reason.contains("online_wgmma_batched's kernel"),
+            "{path}: {}",
+            chosen.reason
+        );
+        let c = compile(&source);
+        assert!(
+            c.cuda
+                .contains("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"),
+            "{path}"
+        );
+        assert!(!c.cuda.contains("setmaxnreg"), "{path}");
+    }
+    // ALiBi's slope before the tile loop of the one-group kernel: position 2 there too.
+    let alibi = attention_schedule(&example(VARIANTS[1]).replace("128]", "64]"));
+    assert!(
+        alibi.text.contains("\nsb.inline_at(3)\n")
+            && alibi.text.ends_with("\nsb_broadcast.inline_at(2)\n")
+    );
+}
+
+#[test]
+fn a_score_modification_keeps_the_causal_tile_classification() {
+    // ALiBi under the causal mask: the bias, then the mask on iotas, whose tiles are classified.
+    let source = example(VARIANTS[1]).replace(
+        "  m = max(sb, axis=2)\n  e = exp(sb - ",
+        "  keep = iota(s, axis=2) <= iota(s, axis=1)\n  sk = where(keep, sb, -1.0 / 0.0)\n  m = max(sk, axis=2)\n  e = exp(sk - ",
+    );
+    let chosen = attention_schedule(&source);
+    assert!(
+        chosen
+            .reason
+            .contains("the scores' modification `sb` of `s`")
+            && chosen
+                .reason
+                .contains("the causal mask `keep` (key tiles past the diagonal skipped"),
+        "{}",
+        chosen.reason
+    );
+    let c = compile(&source);
+    assert!(c.passes.iter().any(|p| p.name == "mask_bounds"));
+    assert!(c
+        .cuda
+        .contains("hf_min<index_t>(hf_ceil_div<index_t>(T, 128), s2_o + 1)"));
+}
+
+#[test]
+fn a_value_computed_per_key_alone_is_declined_with_the_reason() {
+    // The slope broadcast over the keys first: a [B, T] tensor, which no fragment holds.
+    let source = example(VARIANTS[1]).replace(
+        "broadcast(broadcast(slope, axis=1), axis=2)",
+        "broadcast(broadcast(slope, axis=1), axis=1)",
+    );
+    let reason = declined(&source);
+    assert!(
+        reason.contains("the expression `broadcast(slope, axis=1)` is computed per key, before a broadcast over the queries")
+            && reason.contains("`broadcast(broadcast(slope, axis=1), axis=2)`"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn the_variants_online_form_computes_their_plain_math() {
+    // The float64 reference of the plain form against the online form over tiles of the key
+    // axis (what the kernel computes), at a ragged size: the modification and the mask are
+    // computed per tile as the plain form computes them.
+    let sizes: BTreeMap<String, i64> = [("B", 2), ("S", 13), ("T", 37)]
+        .map(|(k, v)| (k.to_string(), v))
+        .into();
+    for path in VARIANTS {
+        // In float64 throughout (the online form applies no cast, the plain form rounds at
+        // each), the result itself as the output.
+        let source = example(path)
+            .replace("  out = cast(o, bf16)\n  output out", "  output o")
+            .replace("bf16", "f64")
+            .replace("f32", "f64");
+        let f = hopfuse::reference_fusion(&source).unwrap();
+        let mut inputs = BTreeMap::new();
+        for (k, &x) in f.inputs.iter().enumerate() {
+            let t = &f.tensors[x];
+            let n: i64 = f
+                .logical(x)
+                .iter()
+                .map(|&a| f.class_extent(f.class_of(a)).eval(&sizes).unwrap())
+                .product();
+            // Documents of 4 positions (queries and keys alike); ALiBi's slopes and the other
+            // inputs in [-2, 2).
+            let v = match (t.value, t.name.as_str()) {
+                (Some(v), _) => vec![v],
+                (None, "doc_q" | "doc_k") => {
+                    let len = n / sizes["B"];
+                    (0..n).map(|i| ((i % len) / 4) as f64).collect()
+                }
+                (None, _) => values(n as usize, k as u64 + 1),
+            };
+            inputs.insert(t.name.clone(), v);
+        }
+        let plain = hopfuse::backend::reference::evaluate(&f, &sizes, &inputs).unwrap();
+        let p = hopfuse::fusion::online_softmax::find_all(&f).remove(0);
+        let plain = &plain[&f.tensors[p.result].name];
+        assert!(plain.iter().all(|x| x.is_finite()), "{path}");
+        for tile in [8, 16] {
+            let online =
+                hopfuse::backend::reference::online::evaluate(&f, &p, tile, &sizes, &inputs)
+                    .unwrap();
+            assert_eq!(plain.len(), online.len(), "{path}");
+            for (i, (a, b)) in plain.iter().zip(&online).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-12 * a.abs().max(1.0),
+                    "{path}, tile {tile}: element {i}: plain {a}, online {b}"
+                );
+            }
+        }
+    }
 }

@@ -161,10 +161,22 @@ fn run_twin(
         .collect()
 }
 
+/// The relative L2 error of `got`, with the runner's rule for non-finite reference elements
+/// (`runner/src/validate.rs`): each must be matched exactly (NaN by NaN: a row of attention
+/// whose keys are all masked) and stays out of the sums; NaN when one is not.
 fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
-    let diff: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum();
-    let norm: f64 = want.iter().map(|w| w * w).sum();
-    (diff / norm.max(f64::MIN_POSITIVE)).sqrt()
+    let (mut diff, mut norm) = (0.0, 0.0);
+    for (&g, &w) in got.iter().zip(want) {
+        if !w.is_finite() {
+            if !(g == w || (g.is_nan() && w.is_nan())) {
+                return f64::NAN;
+            }
+            continue;
+        }
+        diff += (g - w) * (g - w);
+        norm += w * w;
+    }
+    (diff / f64::max(norm, f64::MIN_POSITIVE)).sqrt()
 }
 
 /// Checks one program's twins against the reference; `what` names it in failures. Returns

@@ -2,8 +2,9 @@
 //! hand schedules of `examples/attention/` write it, with the fusion's own tensor names.
 //!
 //! Takes an attention [`crate::fusion::attention::find`] recognises (the recognition the
-//! SDPA peers narrow: any mask on `iota`s, a scale without a value, the log-sum-exp as a
-//! second output): bf16 or f16 `q [B?, S, D]`, `k [B?, T, D]`, `v [B?, T, D]` of one
+//! SDPA peers narrow: a score modification such as a softcap or ALiBi's bias, any mask on
+//! `iota`s or reading inputs such as a document mask, a scale without a value, the
+//! log-sum-exp as a second output): bf16 or f16 `q [B?, S, D]`, `k [B?, T, D]`, `v [B?, T, D]` of one
 //! dtype, `D` a constant 64 or 128, the probabilities cast to that dtype before `p v`, and the
 //! output a cast of the normalised result. Anything else is declined with what it has that
 //! the kernel does not take.
@@ -25,8 +26,15 @@
 //!   only.
 //!
 //! In every form S = Q K^T and O += P V run on wgmma with P from registers and the softmax's
-//! tensors sit at the tile loop. A mask needs nothing more here: `passes::causal_tiles` bounds
-//! the key loop and masks only the boundary tiles. Guarantees: the D = 128 schedule lowers to
+//! tensors sit at the tile loop. A mask on `iota`s needs nothing more here:
+//! `passes::causal_tiles` bounds the key loop and masks only the boundary tiles. A mask reading
+//! inputs is not classified: every key tile runs it. The score modification's and the mask's
+//! tensors are computed per score in the S fragment: the named ones that read the scores at
+//! the tile loop with the softmax's, those over both queries and keys from side inputs
+//! (`iota`s, `broadcast(doc_q, axis=2)`) inlined into the fragment loop that reads them, and
+//! those per query alone (`broadcast(slope, axis=1)`) once per block before the tile loop, a
+//! row fragment each ([`SideTensors`]); a tensor per key alone is declined (no fragment holds
+//! the keys alone). Guarantees: the D = 128 schedule lowers to
 //! the hand examples' CUDA (`tests/tests/auto_attention.rs`), every form compiles without
 //! spills at both index types.
 
@@ -82,19 +90,6 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
             head_dim(at.v)
         ));
     }
-    if let Some(sm) = &at.score_mod {
-        return Err(format!(
-            "`{}` modifies the scores `{}` before the softmax; the attention scheduler takes the scaled scores as they are (or under a mask): write its schedule (examples/attention/attention.hf)",
-            name(sm.result),
-            name(sm.scaled)
-        ));
-    }
-    if let Some(m) = at.mask.filter(|m| !m.on_indices) {
-        return Err(format!(
-            "the mask `{}` reads input tensors; the attention scheduler takes masks written on `iota`s and scalars: write its schedule (examples/attention/attention.hf)",
-            name(m.keep)
-        ));
-    }
     let os = &at.softmax;
     if os.probs.is_none() || os.result != os.product {
         return Err(format!(
@@ -120,6 +115,13 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
             dtype.name()
         ));
     }
+    let side = side_tensors(f, at);
+    if let Some(&t) = side.keys.first() {
+        return Err(format!(
+            "{} is computed per key, before a broadcast over the queries; the attention kernel computes a score modification or a mask per score in the S fragment, which holds no registers over the keys alone: broadcast per-key inputs straight to the scores' shape (`broadcast(doc_k, axis=1)`) and per-batch or per-query values through the query axis (`broadcast(broadcast(slope, axis=1), axis=2)`), or write its schedule by hand",
+            f.describe(t)
+        ));
+    }
     let b = at.batch;
     let window = crate::passes::causal_tiles::find(f, os.scores, os.axis)
         .is_some_and(|band| band.lower.is_some());
@@ -128,12 +130,24 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
     } else {
         Kernel::PING_PONG
     };
-    let text = text(facts, at, d, kernel, &chain);
+    let text = text(facts, at, d, kernel, &chain, &side.rows);
     let mask = match at.mask {
         None => String::new(),
         Some(m) if m.causal => format!(", the causal mask `{}` (key tiles past the diagonal skipped, only diagonal tiles masked)", name(m.keep)),
-        Some(m) => format!(", the mask `{}` (its tiles classified by passes mask_bounds and mask_tiles)", name(m.keep)),
+        Some(m) if m.on_indices => format!(", the mask `{}` (its tiles classified by passes mask_bounds and mask_tiles)", name(m.keep)),
+        Some(m) => format!(", the mask `{}` on each score in the S fragment (it reads input tensors, so no key tile can be skipped or left unmasked before the kernel runs: every key tile runs the mask)", name(m.keep)),
     };
+    let score_mod = at
+        .score_mod
+        .as_ref()
+        .map(|sm| {
+            format!(
+                ", the scores' modification `{}` of `{}` on each score in the S fragment",
+                name(sm.result),
+                name(sm.scaled)
+            )
+        })
+        .unwrap_or_default();
     let lse = at
         .lse
         .map(|t| {
@@ -148,7 +162,7 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
         scheduler: Scheduler::Attention,
         text,
         reason: format!(
-            "attention `{}` over {}{} {} with D = {d} {}{mask}{lse}; {kernel_why}; the online softmax, S = Q K^T and O += P V on wgmma with P from registers",
+            "attention `{}` over {}{} {} with D = {d} {}{score_mod}{mask}{lse}; {kernel_why}; the online softmax, S = Q K^T and O += P V on wgmma with P from registers",
             name(at.out),
             if b == 1 { "a batch of " } else { "" },
             if b == 1 { "[B, S, D]" } else { "[S, D]" },
@@ -235,7 +249,14 @@ impl Kernel {
 /// The schedule's statements (module doc), `b` the batch axes before every position. With
 /// more than one group the query tile is split once more into the groups (`g` = 1 extra axis,
 /// on TIDy) and the loop positions after it shift by one.
-fn text(facts: &Facts, at: &Attention, d: i64, kernel: Kernel, chain: &[TensorId]) -> String {
+fn text(
+    facts: &Facts,
+    at: &Attention,
+    d: i64,
+    kernel: Kernel,
+    chain: &[TensorId],
+    rows: &[TensorId],
+) -> String {
     let f = facts.fusion;
     let name = |t: TensorId| f.tensors[t].name.clone();
     let b = at.batch;
@@ -369,13 +390,35 @@ fn text(facts: &Facts, at: &Attention, d: i64, kernel: Kernel, chain: &[TensorId
         ));
     }
     s.line("inline_most()".into());
+    place_tile_tensors(&mut s, f, at, chain, rows, at_(2 + g), at_(1));
+    s.finish()
+}
+
+/// After `inline_most()`: the softmax's tensors (with the score modification's and the mask's
+/// that read the scores) at the tile loop, position `tile` of their loops; the per-query side
+/// tensors `rows` ([`SideTensors`]) before it, position `block` (the batch and the query tile).
+fn place_tile_tensors(
+    s: &mut ScheduleText,
+    f: &Fusion,
+    at: &Attention,
+    chain: &[TensorId],
+    rows: &[TensorId],
+    tile: usize,
+    block: usize,
+) {
+    let name = |t: TensorId| f.tensors[t].name.as_str();
     s.comment(
         "The softmax's tensors at the tile loop, each in its own loops over the fragment (M, N).",
     );
     for t in softmax_tile(f, at, chain) {
-        s.line(format!("{}.inline_at({})", name(t), at_(2 + g)));
+        s.line(format!("{}.inline_at({tile})", name(t)));
     }
-    s.finish()
+    if !rows.is_empty() {
+        s.comment("The per-query values the scores' modification or mask reads, once per block before the tile loop: a row fragment (the thread's two rows) each.");
+        for &t in rows {
+            s.line(format!("{}.inline_at({block})", name(t)));
+        }
+    }
 }
 
 /// q's TMA box: the block's query tile once (with several groups, the groups' axis inside the
@@ -462,13 +505,7 @@ fn casts_probabilities_to(f: &Fusion, t: TensorId, dtype: DType) -> bool {
 /// order: those computed from the scores' product that the second product reads, outside its
 /// tile. Each is placed at the key-tile loop.
 fn softmax_tile(f: &Fusion, at: &Attention, chain: &[TensorId]) -> Vec<TensorId> {
-    let mut from_scores = BTreeSet::from([at.product]);
-    for e in f.topo_exprs() {
-        let x = &f.exprs[e];
-        if x.input_tensors().any(|i| from_scores.contains(&i)) {
-            from_scores.insert(x.output);
-        }
-    }
+    let from_scores = from_scores(f, at);
     let mut read_by_product = BTreeSet::new();
     let mut stack: Vec<TensorId> = chain.to_vec();
     while let Some(t) = stack.pop() {
@@ -492,4 +529,64 @@ fn softmax_tile(f: &Fusion, at: &Attention, chain: &[TensorId]) -> Vec<TensorId>
                 && !f.tensors[t].is_input
         })
         .collect()
+}
+
+/// The scores' product and every tensor computed from it.
+fn from_scores(f: &Fusion, at: &Attention) -> BTreeSet<TensorId> {
+    let mut from = BTreeSet::from([at.product]);
+    for e in f.topo_exprs() {
+        let x = &f.exprs[e];
+        if x.input_tensors().any(|i| from.contains(&i)) {
+            from.insert(x.output);
+        }
+    }
+    from
+}
+
+/// The tensors the score modification and the mask compute from their side inputs (the
+/// scalars, `iota`s and input tensors they read, not the scores), by shape.
+#[derive(Debug, Default, PartialEq)]
+struct SideTensors {
+    /// Per query, not per key (`broadcast(slope, axis=1)`, `[B, S]`): each placed once per
+    /// block before the tile loop, a row fragment of the thread's two rows.
+    rows: Vec<TensorId>,
+    /// Per key, not per query (`[B, T]`): the kernel has no fragment over the tile's keys
+    /// alone, so the scheduler declines them.
+    keys: Vec<TensorId>,
+}
+
+/// The [`SideTensors`] of `at`'s score modification and mask, in the fusion's order. Those
+/// over both the queries and the keys (`dist`, `broadcast(doc_q, axis=2)`) need nothing:
+/// `inline_most` computes them in the fragment loop of the tensor that reads them, per score.
+fn side_tensors(f: &Fusion, at: &Attention) -> SideTensors {
+    let scores = from_scores(f, at);
+    let mut stack: Vec<TensorId> = at.mask.map(|m| m.keep).into_iter().collect();
+    if let Some(sm) = &at.score_mod {
+        stack.extend(sm.path.iter().flat_map(|&d| f.exprs[d].input_tensors()));
+    }
+    let mut side = BTreeSet::new();
+    while let Some(t) = stack.pop() {
+        if scores.contains(&t) || f.tensors[t].is_input || !side.insert(t) {
+            continue;
+        }
+        if let Some(d) = f.tensors[t].definition {
+            stack.extend(f.exprs[d].input_tensors());
+        }
+    }
+    let axes = f.logical(at.softmax.scores);
+    let query = f.class_of(axes[axes.len() - 2]);
+    let key = f.class_of(at.softmax.axis);
+    let has = |t: TensorId, class| f.logical(t).iter().any(|&a| f.class_of(a) == class);
+    SideTensors {
+        rows: side
+            .iter()
+            .copied()
+            .filter(|&t| has(t, query) && !has(t, key))
+            .collect(),
+        keys: side
+            .iter()
+            .copied()
+            .filter(|&t| has(t, key) && !has(t, query))
+            .collect(),
+    }
 }

@@ -225,30 +225,42 @@ impl Lower<'_> {
         let row = row_of_half(&half);
         let mut body = body.to_vec();
         let mut bad = None;
+        // The first access to a tile fragment in the nest, and the tensor its statement computes.
         let mut tile_fragment = None;
         for s in &mut body {
             self.row_accesses(s, &m.var, None, &half, &mut bad);
             crate::kir::for_each_stmt(std::slice::from_ref(s), &mut |s| {
                 if let Stmt::Compute(c) = s {
-                    let mut hit = |a: &Access| {
+                    // A read first: the fragment the statement's tensor is computed from.
+                    c.value.for_each_read(&mut |a: &Access| {
                         if self.fragments.contains(&a.buffer) {
-                            tile_fragment = Some(a.buffer);
+                            tile_fragment = tile_fragment.or(Some((a.buffer, c.expr)));
                         }
-                    };
-                    hit(&c.out);
-                    c.value.for_each_read(&mut hit);
+                    });
+                    if self.fragments.contains(&c.out.buffer) {
+                        tile_fragment = tile_fragment.or(Some((c.out.buffer, c.expr)));
+                    }
                 }
             });
             s.map_vals(&mut |v| v.subst(&m.var, &row));
         }
-        if let Some(b) = tile_fragment {
-            return Err(Diagnostic::new(
+        if let Some((b, reader)) = tile_fragment {
+            let f = cx.fusion;
+            let fragment = &k.buffers[b].name;
+            let reader = f.exprs[reader].output;
+            // A tensor over M alone inlined into another's loop over M, whose loop over N reads
+            // the fragment: the loop cannot be both the row loop and a fragment loop.
+            let message = if f.tensors[reader].name == name {
+                format!("`{name}` reads the tensor-core fragment `{fragment}` in a loop over the tile's M axis alone; a tensor that reads the M x N fragment needs both its M and N axes as Mma axes")
+            } else {
+                let tensor = first_expr(&body).map(|e| f.exprs[e].output);
                 format!(
-                    "`{name}` reads the tensor-core fragment `{}` in a loop over the tile's M axis alone; a tensor that reads the M x N fragment needs both its M and N axes as Mma axes",
-                    k.buffers[b].name
-                ),
-                span,
-            ));
+                    "{} is computed inside a loop over the tile's M axis that also computes {}, which reads or writes the tensor-core fragment `{fragment}` (M x N) there: compute `{name}` in loops of its own (`{name}.inline_at(pos)` at the loops it shares with the tile, e.g. before the key-tile loop)",
+                    tensor.map(|t| f.describe(t)).unwrap_or_else(|| format!("`{name}`")),
+                    f.describe(reader)
+                )
+            };
+            return Err(Diagnostic::new(message, span));
         }
         if let Some(b) = bad {
             return Err(Diagnostic::new(
