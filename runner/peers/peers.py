@@ -101,6 +101,9 @@ def load_twin(directory, source, function):
         f.write(source)
     spec = importlib.util.spec_from_file_location("hopfuse_twin_" + function, path)
     module = importlib.util.module_from_spec(spec)
+    # Registered under its name: torch.compile (Dynamo) re-imports a function's module by name
+    # to read its globals (a FlexAttention score_mod calling `torch.tanh`).
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return getattr(module, function)
 

@@ -18,10 +18,11 @@
 //! - D = 64, and a mask with a lower side (a sliding window,
 //!   [`crate::passes::causal_tiles::find`]) at either D: the one-group kernel of
 //!   online_wgmma_batched.hf (D = 64) or online_wgmma_d128.hf (D = 128), 64 queries a block,
-//!   key tiles of 64, no producer. At D = 64 it is the fastest measured: the ping-pong form
-//!   with three consumer groups of 64 queries on 64-key tiles (FlashAttention-3's D = 64
-//!   choice, `registers=[32, 160]`; 128-key tiles spill there) took 656.5 us against its 369.6
-//!   us on the H200 at B = 32, S = T = 4096. Under a window its key loop starts at the window,
+//!   no producer; key tiles of 128 at D = 64 without a window, of 64 under one. At D = 64 it
+//!   is the fastest measured (H200, B = 32, S = T = 4096): 336.5 us on 128-key tiles, 368.6 us
+//!   on 64-key tiles, against 383.6 us for the ping-pong form with two consumer groups on
+//!   128-key tiles, 440.6 on 64-key tiles, and 656.5 us with three groups on 64-key tiles
+//!   (FlashAttention-3's D = 64 choice, `registers=[32, 160]`). Under a window its key loop starts at the window,
 //!   which a circular-buffered loop does not (it starts at 0), so it runs the window's tiles
 //!   only.
 //!
@@ -125,8 +126,10 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
     let b = at.batch;
     let window = crate::passes::causal_tiles::find(f, os.scores, os.axis)
         .is_some_and(|band| band.lower.is_some());
-    let kernel = if window || d != 128 {
+    let kernel = if window {
         Kernel::ONE_GROUP
+    } else if d != 128 {
+        Kernel::ONE_GROUP_WIDE
     } else {
         Kernel::PING_PONG
     };
@@ -192,6 +195,13 @@ impl Kernel {
         keys: TILE,
         registers: [0, 0],
     };
+    /// The same on key tiles of 128 (D = 64 without a window: fewer, wider tiles halve what
+    /// each tile pays once, the row statistics' shuffles and O's rescale).
+    const ONE_GROUP_WIDE: Kernel = Kernel {
+        groups: 1,
+        keys: 128,
+        registers: [0, 0],
+    };
     /// online_wgmma_overlap_pingpong.hf's kernel (FlashAttention-3's at D = 128): two
     /// consumer warp groups, key tiles of 128, setmaxnreg 24 / 240.
     const PING_PONG: Kernel = Kernel {
@@ -237,10 +247,11 @@ impl Kernel {
             let why = if window {
                 "since the mask's window starts past the first key tiles and its loop skips them only without circular buffers"
             } else {
-                "the fastest measured at D = 64 (H200, B = 32, S = T = 4096: 369.6 us, against 656.5 us for the ping-pong form with three groups on 64-key tiles)"
+                "the fastest measured at D = 64 (H200, B = 32, S = T = 4096: 336.5 us on 128-key tiles, against 368.6 us on 64-key tiles, 383.6 us for the ping-pong form with two groups on 128-key tiles and 656.5 us with three on 64-key tiles)"
             };
             format!(
-                "{which}, one warp group without a producer, {why}: {ROWS} queries per block{batch}, key tiles of {TILE} by TMA (128-byte swizzle){slabs}"
+                "{which}, one warp group without a producer, {why}: {ROWS} queries per block{batch}, key tiles of {} by TMA (128-byte swizzle){slabs}",
+                self.keys
             )
         }
     }
