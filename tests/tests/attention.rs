@@ -747,17 +747,18 @@ fn the_batched_tensor_core_example_is_the_one_head_example_per_problem() {
     );
     let tiles = line_of(
         cuda,
-        "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 64); ++t_o)",
+        "for (index_t t_o = 0; t_o < hf_ceil_div<index_t>(T, 128); ++t_o)",
     );
     let k_tile = line_of(
         cuda,
-        "hf_tma_load_3d(&ks[0], &ks_map, (int)(0), (int)(t_o * 64), (int)(b), &t_o_full[0]);",
+        "hf_tma_load_3d(&ks[0], &ks_map, (int)(0), (int)(t_o * 128), (int)(b), &t_o_full[0]);",
     );
     let v_tile = line_of(
         cuda,
-        "hf_tma_load_3d(&vs[0], &vs_map, (int)(0), (int)(t_o * 64), (int)(b), &t_o_full[0]);",
+        "hf_tma_load_3d(&vs[0], &vs_map, (int)(0), (int)(t_o * 128), (int)(b), &t_o_full[0]);",
     );
-    let scores = line_of(cuda, "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], ");
+    // 128-key tiles (S is m64n128), the head dim 64 (P V is m64n64).
+    let scores = line_of(cuda, "hf_wgmma_m64n128k16_bf16_nn(&s_sum_acc[0], ");
     let product = line_of(cuda, "hf_wgmma_m64n64k16_bf16_rt(&o_acc[0], ");
     let store = line_of(
         cuda,

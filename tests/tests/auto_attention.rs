@@ -14,13 +14,14 @@ use hopfuse_tests::{compile, example, values};
 use std::collections::BTreeMap;
 
 /// The hand examples whose schedule the attention scheduler writes: FlashAttention-3's
-/// kernel at D = 128, and the one-group kernel at D = 64 (the fastest measured there) and
-/// under a sliding window (its loop starts at the window only without circular buffers).
-const HAND: [&str; 7] = [
+/// kernel at D = 128, and the one-group kernel at D = 64 on 128-key tiles (the fastest
+/// measured there) and under a sliding window on 64-key tiles (its loop starts at the window
+/// only without circular buffers). online_wgmma.hf, the first tensor-core example, keeps its
+/// 64-key tiles (docs/attention.md section 2 walks through them), so it is not among them.
+const HAND: [&str; 6] = [
     "attention/online_wgmma_overlap_pingpong.hf",
     "attention/online_wgmma_overlap_pingpong_causal.hf",
     "attention/online_wgmma_sliding_window.hf",
-    "attention/online_wgmma.hf",
     "attention/online_wgmma_batched.hf",
     "attention/online_wgmma_causal.hf",
     "attention/online_wgmma_causal_bottom_right.hf",

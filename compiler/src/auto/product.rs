@@ -105,6 +105,12 @@ impl DecodeTiles {
         }
     }
 
+    /// [`DecodeTiles::choose`] at the sizes of the product `shape`.
+    fn of(facts: &Facts, shape: &MatmulShape, k_tile: i64) -> DecodeTiles {
+        let size = |e| facts.sizes.values_of(e);
+        DecodeTiles::choose(size(&shape.m), size(&shape.n), size(&shape.k), k_tile)
+    }
+
     /// Step 11's schedule (one chunk) or step 20's (split-K) with these tiles, and FP8's K
     /// tile when `fp8`.
     fn template(self, fp8: bool) -> Result<String, String> {
@@ -197,10 +203,7 @@ pub fn schedule(
         facts.sizes.describe()
     );
     let fp8 = shape.a_dtype.is_fp8() || shape.b_dtype.is_fp8();
-    let decode = |k_tile| {
-        let size = |e| facts.sizes.values_of(e);
-        DecodeTiles::choose(m, size(&shape.n), size(&shape.k), k_tile)
-    };
+    let decode = |k_tile| DecodeTiles::of(facts, shape, k_tile);
     let k_major = layouts == (OperandLayout::Normal, OperandLayout::Transposed);
     let (template, names, why): (Cow<str>, Vec<_>, String) = if fp8
         && shape.a_dtype.is_fp8()

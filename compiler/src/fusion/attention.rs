@@ -151,50 +151,8 @@ pub fn find(f: &Fusion) -> Option<Attention> {
             scores = *kept;
         }
     }
-    // The score modification: walk back from the scores along the one operand that reads the
-    // products, to the scaled product.
-    let is_scaled_product = |t: TensorId| {
-        contractions[t].is_some()
-            || def(t).is_some_and(|x| {
-                x.op == Op::Binary(BinaryOp::Mul)
-                    && x.input_tensors().any(|i| contractions[i].is_some())
-            })
-    };
-    let modified = scores;
-    let mut path = Vec::new();
-    while !is_scaled_product(scores) {
-        let d = f.tensors[scores].definition?;
-        let x = &f.exprs[d];
-        if !matches!(
-            x.op,
-            Op::Unary(_) | Op::Binary(_) | Op::Ternary(_) | Op::Cast(_)
-        ) || f.rank(scores) != f.rank(modified)
-        {
-            return None;
-        }
-        let mut on_path = x.input_tensors().filter(|&t| reads_products(t));
-        let (Some(prev), None) = (on_path.next(), on_path.next()) else {
-            return None;
-        };
-        if x.input_tensors().filter(|&t| t == prev).count() != 1 {
-            return None;
-        }
-        path.push(d);
-        scores = prev;
-    }
-    path.reverse();
-    // Nothing outside the path reads its tensors (the last is read by the mask or softmax).
-    let inner = path.iter().map(|&d| f.exprs[d].output);
-    for t in std::iter::once(scores).chain(inner).take(path.len()) {
-        if f.uses(t).len() != 1 {
-            return None;
-        }
-    }
-    let score_mod = (!path.is_empty()).then_some(ScoreMod {
-        scaled: scores,
-        result: modified,
-        path,
-    });
+    let (scaled, score_mod) = score_mod(f, &contractions, &products, scores)?;
+    scores = scaled;
     // A literal (Some(value)) or a scalar input (its value when the program gives one).
     let scalar_value = |o: &Operand| match *o {
         Operand::Scalar(v) => Some(Some(v)),
@@ -308,6 +266,63 @@ fn on_indices_only(f: &Fusion, keep: TensorId) -> bool {
         stack.extend(x.input_tensors());
     }
     true
+}
+
+/// The scaled product that `scores` (the mask's kept scores, or the softmax's) is computed
+/// from, and the [`ScoreMod`] path between them when there is one: walked back along the one
+/// operand that reads the products (`products`, their factors and results), each step an
+/// elementwise expr of the scores' rank whose result nothing else reads. `None` when the walk
+/// meets anything else (a reduction, the scores read twice, a tensor read off the path).
+fn score_mod(
+    f: &Fusion,
+    contractions: &crate::id::IdVec<TensorId, Option<contraction::Contraction>>,
+    products: &[TensorId],
+    scores: TensorId,
+) -> Option<(TensorId, Option<ScoreMod>)> {
+    let def = |t: TensorId| f.tensors[t].definition.map(|d| &f.exprs[d]);
+    let is_scaled_product = |t: TensorId| {
+        contractions[t].is_some()
+            || def(t).is_some_and(|x| {
+                x.op == Op::Binary(BinaryOp::Mul)
+                    && x.input_tensors().any(|i| contractions[i].is_some())
+            })
+    };
+    let mut scaled = scores;
+    let mut path = Vec::new();
+    while !is_scaled_product(scaled) {
+        let d = f.tensors[scaled].definition?;
+        let x = &f.exprs[d];
+        if !matches!(
+            x.op,
+            Op::Unary(_) | Op::Binary(_) | Op::Ternary(_) | Op::Cast(_)
+        ) || f.rank(scaled) != f.rank(scores)
+        {
+            return None;
+        }
+        let mut on_path = x.input_tensors().filter(|&t| reads_any(f, t, products));
+        let (Some(prev), None) = (on_path.next(), on_path.next()) else {
+            return None;
+        };
+        if x.input_tensors().filter(|&t| t == prev).count() != 1 {
+            return None;
+        }
+        path.push(d);
+        scaled = prev;
+    }
+    path.reverse();
+    // Nothing outside the path reads its tensors (the last is read by the mask or softmax).
+    let inner = path.iter().map(|&d| f.exprs[d].output);
+    for t in std::iter::once(scaled).chain(inner).take(path.len()) {
+        if f.uses(t).len() != 1 {
+            return None;
+        }
+    }
+    let score_mod = (!path.is_empty()).then_some(ScoreMod {
+        scaled,
+        result: scores,
+        path,
+    });
+    Some((scaled, score_mod))
 }
 
 /// Whether `t` is one of `targets` or reads one, directly or through other tensors.
