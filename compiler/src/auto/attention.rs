@@ -4,10 +4,10 @@
 //! Takes an attention [`crate::fusion::attention::find`] recognises (the recognition the
 //! SDPA peers narrow: a score modification such as a softcap or ALiBi's bias, any mask on
 //! `iota`s or reading inputs such as a document mask, a scale without a value, the
-//! log-sum-exp as a second output): bf16 or f16 `q [B?, S, D]`, `k [B?, T, D]`, `v [B?, T, D]` of one
-//! dtype, `D` a constant 64 or 128, the probabilities cast to that dtype before `p v`, and the
-//! output a cast of the normalised result. Anything else is declined with what it has that
-//! the kernel does not take.
+//! log-sum-exp as a second output): bf16 or f16 `q [B?, S, D]`, `k [B?, T, D]`,
+//! `v [B?, T, D]` of one dtype, `D` a constant 64 or 128, the probabilities cast to that
+//! dtype before `p v`, and the output a cast of the normalised result. Anything else is
+//! declined with what it has that the kernel does not take.
 //!
 //! Emits, without the batch axis when there is none (`Kernel` says which):
 //! - D = 128: online_wgmma_overlap_pingpong.hf's schedule, statement for statement (its
@@ -22,9 +22,9 @@
 //!   is the fastest measured (H200, B = 32, S = T = 4096): 336.5 us on 128-key tiles, 368.6 us
 //!   on 64-key tiles, against 383.6 us for the ping-pong form with two consumer groups on
 //!   128-key tiles, 440.6 on 64-key tiles, and 656.5 us with three groups on 64-key tiles
-//!   (FlashAttention-3's D = 64 choice, `registers=[32, 160]`). Under a window its key loop starts at the window,
-//!   which a circular-buffered loop does not (it starts at 0), so it runs the window's tiles
-//!   only.
+//!   (FlashAttention-3's D = 64 choice, `registers=[32, 160]`). Under a window its key loop
+//!   starts at the window, which a circular-buffered loop does not (it starts at 0), so it
+//!   runs the window's tiles only.
 //!
 //! In every form S = Q K^T and O += P V run on wgmma with P from registers and the softmax's
 //! tensors sit at the tile loop. A mask on `iota`s needs nothing more here:
@@ -518,7 +518,7 @@ fn casts_probabilities_to(f: &Fusion, t: TensorId, dtype: DType) -> bool {
 /// order: those computed from the scores' product that the second product reads, outside its
 /// tile. Each is placed at the key-tile loop.
 fn softmax_tile(f: &Fusion, at: &Attention, chain: &[TensorId]) -> Vec<TensorId> {
-    let from_scores = from_scores(f, at);
+    let from_scores = f.computed_from([at.product]);
     let mut read_by_product = BTreeSet::new();
     let mut stack: Vec<TensorId> = chain.to_vec();
     while let Some(t) = stack.pop() {
@@ -536,24 +536,12 @@ fn softmax_tile(f: &Fusion, at: &Attention, chain: &[TensorId]) -> Vec<TensorId>
         .filter(|&t| {
             t != at.product
                 && !chain.contains(&t)
-                && from_scores.contains(&t)
+                && from_scores[t]
                 && read_by_product.contains(&t)
                 && f.tensors[t].written.is_none()
                 && !f.tensors[t].is_input
         })
         .collect()
-}
-
-/// The scores' product and every tensor computed from it.
-fn from_scores(f: &Fusion, at: &Attention) -> BTreeSet<TensorId> {
-    let mut from = BTreeSet::from([at.product]);
-    for e in f.topo_exprs() {
-        let x = &f.exprs[e];
-        if x.input_tensors().any(|i| from.contains(&i)) {
-            from.insert(x.output);
-        }
-    }
-    from
 }
 
 /// The tensors the score modification and the mask compute from their side inputs (the
@@ -572,14 +560,14 @@ struct SideTensors {
 /// over both the queries and the keys (`dist`, `broadcast(doc_q, axis=2)`) need nothing:
 /// `inline_most` computes them in the fragment loop of the tensor that reads them, per score.
 fn side_tensors(f: &Fusion, at: &Attention) -> SideTensors {
-    let scores = from_scores(f, at);
+    let scores = f.computed_from([at.product]);
     let mut stack: Vec<TensorId> = at.mask.map(|m| m.keep).into_iter().collect();
     if let Some(sm) = &at.score_mod {
         stack.extend(sm.path.iter().flat_map(|&d| f.exprs[d].input_tensors()));
     }
     let mut side = BTreeSet::new();
     while let Some(t) = stack.pop() {
-        if scores.contains(&t) || f.tensors[t].is_input || !side.insert(t) {
+        if scores[t] || f.tensors[t].is_input || !side.insert(t) {
             continue;
         }
         if let Some(d) = f.tensors[t].definition {

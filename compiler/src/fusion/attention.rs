@@ -125,14 +125,16 @@ pub fn find(f: &Fusion) -> Option<Attention> {
     // The scores: the mask, then the scale, then the product q k^T.
     let mut scores = os.scores;
     let mut mask = None;
-    // The products' factors and results: what a mask or a bias may not read.
-    let products: Vec<TensorId> = contractions
-        .iter()
-        .enumerate()
-        .filter_map(|(t, c)| c.as_ref().map(|c| (TensorId::new(t), c)))
-        .flat_map(|(t, c)| c.factors.iter().map(|fa| fa.base).chain([t]))
-        .collect();
-    let reads_products = |t: TensorId| reads_any(f, t, &products);
+    // The products' factors and results and what is computed from them: what a mask or a
+    // bias may not read.
+    let from_products = f.computed_from(
+        contractions
+            .iter()
+            .enumerate()
+            .filter_map(|(t, c)| c.as_ref().map(|c| (TensorId::new(t), c)))
+            .flat_map(|(t, c)| c.factors.iter().map(|fa| fa.base).chain([t])),
+    );
+    let reads_products = |t: TensorId| from_products[t];
     if let Some(x) = def(scores) {
         if let (
             Op::Ternary(TernaryOp::Where),
@@ -151,7 +153,7 @@ pub fn find(f: &Fusion) -> Option<Attention> {
             scores = *kept;
         }
     }
-    let (scaled, score_mod) = score_mod(f, &contractions, &products, scores)?;
+    let (scaled, score_mod) = score_mod(f, &contractions, &from_products, scores)?;
     scores = scaled;
     // A literal (Some(value)) or a scalar input (its value when the program gives one).
     let scalar_value = |o: &Operand| match *o {
@@ -270,13 +272,14 @@ fn on_indices_only(f: &Fusion, keep: TensorId) -> bool {
 
 /// The scaled product that `scores` (the mask's kept scores, or the softmax's) is computed
 /// from, and the [`ScoreMod`] path between them when there is one: walked back along the one
-/// operand that reads the products (`products`, their factors and results), each step an
+/// operand that reads the products (`from_products`: their factors and results and what is
+/// computed from them), each step an
 /// elementwise expr of the scores' rank whose result nothing else reads. `None` when the walk
 /// meets anything else (a reduction, the scores read twice, a tensor read off the path).
 fn score_mod(
     f: &Fusion,
     contractions: &crate::id::IdVec<TensorId, Option<contraction::Contraction>>,
-    products: &[TensorId],
+    from_products: &crate::id::IdVec<TensorId, bool>,
     scores: TensorId,
 ) -> Option<(TensorId, Option<ScoreMod>)> {
     let def = |t: TensorId| f.tensors[t].definition.map(|d| &f.exprs[d]);
@@ -299,7 +302,7 @@ fn score_mod(
         {
             return None;
         }
-        let mut on_path = x.input_tensors().filter(|&t| reads_any(f, t, products));
+        let mut on_path = x.input_tensors().filter(|&t| from_products[t]);
         let (Some(prev), None) = (on_path.next(), on_path.next()) else {
             return None;
         };
@@ -323,23 +326,6 @@ fn score_mod(
         path,
     });
     Some((scaled, score_mod))
-}
-
-/// Whether `t` is one of `targets` or reads one, directly or through other tensors.
-fn reads_any(f: &Fusion, t: TensorId, targets: &[TensorId]) -> bool {
-    let mut stack = vec![t];
-    let mut seen = std::collections::BTreeSet::new();
-    while let Some(t) = stack.pop() {
-        if targets.contains(&t) {
-            return true;
-        }
-        if seen.insert(t) {
-            if let Some(d) = f.tensors[t].definition {
-                stack.extend(f.exprs[d].input_tensors());
-            }
-        }
-    }
-    false
 }
 
 /// Whether `keep` is `iota(axis=T) <= iota(axis=S)` (or `iota(axis=S) >= iota(axis=T)`) on

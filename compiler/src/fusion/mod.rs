@@ -925,6 +925,25 @@ impl Fusion {
         live
     }
 
+    /// Each tensor marked when it is one of `roots` or computed from one (in one pass over the
+    /// exprs in their topological order).
+    pub fn computed_from(
+        &self,
+        roots: impl IntoIterator<Item = TensorId>,
+    ) -> crate::id::IdVec<TensorId, bool> {
+        let mut from: crate::id::IdVec<TensorId, bool> = vec![false; self.tensors.len()].into();
+        for t in roots {
+            from[t] = true;
+        }
+        for e in self.topo_exprs() {
+            let x = &self.exprs[e];
+            if x.input_tensors().any(|i| from[i]) {
+                from[x.output] = true;
+            }
+        }
+        from
+    }
+
     /// Exprs reading tensor `t`.
     pub fn uses(&self, t: TensorId) -> Vec<ExprId> {
         self.expr_ids()
