@@ -332,12 +332,12 @@ fn the_online_kernel_keeps_running_statistics_in_one_tile_loop() {
             // The softmax in base 2: -m log2(e) once per row, each exponential one FMA and
             // exp2.
             "m_neg_log2[0] = m[0] * -1.442695f;",
-            "m_scale[0] = exp2f(fmaf(m_prev[0], 1.442695f, m_neg_log2[0]));",
+            "m_scale[0] = hf_exp2_ftz(fmaf(m_prev[0], 1.442695f, m_neg_log2[0]));",
             "l_acc[0] = l_acc[0] * m_scale[0];",
             "o_acc[d2] = o_acc[d2] * m_scale[0];",
             "e_broadcast[0] = m_neg_log2[0];",
             "e_sub[0] = fmaf(",
-            "e[t_i] = exp2f(e_sub[0]);",
+            "e[t_i] = hf_exp2_ftz(e_sub[0]);",
             "l_acc[0] = l_acc[0] + e[t_i];",
             "o_acc[d2] = o_acc[d2] + o_mul[0];",
             "o[(s2_o * 64 + s2_i) * 64 + d2] = o_acc[d2] / l_acc[0];",
@@ -649,7 +649,8 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
         // The softmax in base 2 (passes/online_softmax.rs): -m log2(e) per row, the rescale
         // factor and each exponential one FMA and exp2.
         let neg_log2 = line_of(cuda, "m_neg_log2[h4] = m[h4] * -1.442695f;");
-        assert!(cuda.contains("m_scale[h4] = exp2f(fmaf(m_prev[h4], 1.442695f, m_neg_log2[h4]));"));
+        assert!(cuda
+            .contains("m_scale[h4] = hf_exp2_ftz(fmaf(m_prev[h4], 1.442695f, m_neg_log2[h4]));"));
         let exponential = line_of(cuda, "e_broadcast[0] = m_neg_log2[r");
         let folded = cuda
             .lines()
@@ -660,7 +661,7 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
         assert!(
             folded.contains("e_sub[0] = fmaf(")
                 && folded.contains(", 1.442695f, e_broadcast[0]);")
-                && folded.contains("] = exp2f(e_sub[0]);"),
+                && folded.contains("] = hf_exp2_ftz(e_sub[0]);"),
             "{path}: {folded}"
         );
         assert!(!cuda.contains("expf("), "{path}");
@@ -680,7 +681,7 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
         let round = line_of(cuda, "pb[r");
         let product = line_of(
             cuda,
-            "hf_wgmma_m64n64k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], hf_wgmma_desc(&vs[t_io * 16 % 64 * 64], ",
+            "hf_wgmma_m64n64k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], (hf_wgmma_desc(&vs[0], ",
         );
         let divide = cuda
             .lines()
@@ -815,10 +816,10 @@ fn the_head_dim_128_kernel_takes_two_swizzle_spans_per_row() {
     assert!(cuda.contains("alignas(16) float s_sum_acc[32];"));
     assert!(cuda.contains("for (index_t d_o = 0; d_o < 8; ++d_o) {"));
     assert!(cuda.contains(
-        "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], hf_wgmma_desc(&qs[(d_o / 4 * 64 * 4 + d_o % 4) * 16], 0x4000004000010000ull), hf_wgmma_desc(&ks[(d_o / 4 * 64 * 4 + d_o % 4) * 16], 0x4000004000010000ull), s_sum_acc_started[0]);"
+        "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], (hf_wgmma_desc(&qs[0], 0x4000004000010000ull) + 512 * (d_o / 4) + 2 * (d_o % 4)), (hf_wgmma_desc(&ks[0], 0x4000004000010000ull) + 512 * (d_o / 4) + 2 * (d_o % 4)), s_sum_acc_started[0]);"
     ));
     assert!(cuda.contains(
-        "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], hf_wgmma_desc(&vs[t_io * 16 % 64 * 64], 0x4000004002000000ull), o_acc_started[0]);"
+        "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], (hf_wgmma_desc(&vs[0], 0x4000004002000000ull) + 8 * (t_io * 16 % 64)), o_acc_started[0]);"
     ));
     assert!(cuda.contains("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, "));
 }
@@ -861,7 +862,7 @@ fn the_warp_specialized_kernel_pipelines_k_and_v() {
     );
     let scores = line_of(
         &cuda,
-        "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], hf_wgmma_desc(&qs[(d_o / 4 * 64 * 4 + d_o % 4) * 16], 0x4000004000010000ull), hf_wgmma_desc(&ks[t_o % 2 * 8192 + (d_o / 4 * 64 * 4 + d_o % 4) * 16], ",
+        "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], (hf_wgmma_desc(&qs[0], 0x4000004000010000ull) + 512 * (d_o / 4) + 2 * (d_o % 4)), (hf_wgmma_desc(&ks[t_o % 2 * 8192], ",
     );
     let max_quad = line_of(
         &cuda,
@@ -869,7 +870,7 @@ fn the_warp_specialized_kernel_pipelines_k_and_v() {
     );
     let product = line_of(
         &cuda,
-        "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], hf_wgmma_desc(&vs[t_o % 2 * 8192 + t_io * 16 % 64 * 64], ",
+        "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], (hf_wgmma_desc(&vs[t_o % 2 * 8192], ",
     );
     let in_flight = line_of(&cuda, "hf_wgmma_wait<1>();");
     let release = line_of(
@@ -951,15 +952,15 @@ fn two_consumer_warp_groups_share_every_stage() {
     );
     let scores = line_of(
         &cuda,
-        "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], hf_wgmma_desc(&qs[((d_o / 4 * 2 + s2_io) * 64 * 4 + d_o % 4) * 16], 0x4000004000010000ull), hf_wgmma_desc(&ks[t_o % 2 * 8192 + (d_o / 4 * 64 * 4 + d_o % 4) * 16], ",
+        "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], (hf_wgmma_desc(&qs[s2_io * 64 * 4 * 16], 0x4000004000010000ull) + 1024 * (d_o / 4) + 2 * (d_o % 4)), (hf_wgmma_desc(&ks[t_o % 2 * 8192], ",
     );
     let max = line_of(&cuda, "m_acc[1] = hf_maximum(m_acc[1], m_acc_part[1]);");
     let neg_log2 = line_of(&cuda, "m_neg_log2[h4] = m[h4] * -1.442695f;");
     let rescale = line_of(&cuda, "o_acc[r3] = o_acc[r3] * m_scale[r3 / 2 % 2];");
-    let exp = line_of(&cuda, "e[r4] = exp2f(e_sub[0]);");
+    let exp = line_of(&cuda, "e[r4] = hf_exp2_ftz(e_sub[0]);");
     let product = line_of(
         &cuda,
-        "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], hf_wgmma_desc(&vs[t_o % 2 * 8192 + t_io * 16 % 64 * 64], ",
+        "hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[t_io * 16 % 64 / 4096 * 32 + t_io * 16 % 64 % 4096 / 8 * 4], (hf_wgmma_desc(&vs[t_o % 2 * 8192], ",
     );
     // (The unrolled loop's brace, then the binding's.)
     let commit = product + 4;
@@ -1035,7 +1036,7 @@ fn two_consumer_warp_groups_take_turns_with_their_products() {
     let s_commit = at("hf_wgmma_commit();", s_turn);
     assert_eq!(lines[s_commit + 1], pass);
     assert_eq!(lines[s_commit + 2], "hf_wgmma_wait<0>();");
-    let softmax = at("e[r4] = exp2f(e_sub[0]);", s_commit);
+    let softmax = at("e[r4] = hf_exp2_ftz(e_sub[0]);", s_commit);
     let pv_turn = at(wait, softmax);
     assert_eq!(lines[pv_turn + 1], "hf_wgmma_fence();");
     let pv = at("hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], ", pv_turn);
@@ -1165,7 +1166,7 @@ fn the_overlap_issues_the_next_scores_before_the_softmax_of_the_product_in_fligh
     assert_eq!(v_full, s_commit + 1);
     let conv = at(convert, v_full);
     let pv = at("hf_wgmma_m64n128k16_bf16_rt(&o_acc[0], &pb[", conv);
-    assert!(lines[pv].contains("hf_wgmma_desc(&vs[t_o_pv % 2 * 8192 + "));
+    assert!(lines[pv].contains("(hf_wgmma_desc(&vs[t_o_pv % 2 * 8192], "));
     let pv_commit = at("hf_wgmma_commit();", pv);
     next_is(pv_commit, "hf_wgmma_wait<1>();");
     assert_eq!(
@@ -1316,7 +1317,7 @@ fn with_product_turns(src: &str) -> String {
 const OVERLAP_SCORES: &str = "hf_wgmma_m64n64k16_bf16_nn(&s_sum_acc[0], ";
 /// The same on key tiles of 128 (the ping-pong examples').
 const OVERLAP_SCORES_128: &str = "hf_wgmma_m64n128k16_bf16_nn(&s_sum_acc[0], ";
-const OVERLAP_EXP: &str = "e[r4] = exp2f(e_sub[0]);";
+const OVERLAP_EXP: &str = "e[r4] = hf_exp2_ftz(e_sub[0]);";
 const OVERLAP_CONVERT: &str = "pb[r7] = hf_float_to_bf16(p[r7]);";
 
 /// A group's wait for its turn and its pass to the other of two groups, as the CUDA writes them.

@@ -27,6 +27,11 @@ pub enum UnaryOp {
     Log2,
     Log1p,
     Exp2,
+    /// `2^x` with a result below 2^-126 (a subnormal) flushed to 0: not in the language, the
+    /// exponentials of an online softmax or log-sum-exp in base 2 (passes `online_softmax`,
+    /// `online_logsumexp`), each at most 1 next to the row maximum's 1, where such a result
+    /// is below the rounding of the sum it joins. PTX `ex2.approx.ftz.f32`: one MUFU.EX2.
+    Exp2Ftz,
     Expm1,
     Erf,
     Sin,
@@ -52,7 +57,7 @@ pub enum UnaryOp {
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 30] = [
+    pub const ALL: [UnaryOp; 31] = [
         UnaryOp::Neg,
         UnaryOp::Exp,
         UnaryOp::Relu,
@@ -65,6 +70,7 @@ impl UnaryOp {
         UnaryOp::Log2,
         UnaryOp::Log1p,
         UnaryOp::Exp2,
+        UnaryOp::Exp2Ftz,
         UnaryOp::Expm1,
         UnaryOp::Erf,
         UnaryOp::Sin,
@@ -85,10 +91,12 @@ impl UnaryOp {
         UnaryOp::BitwiseNot,
     ];
 
-    /// The op's entry in [`OPS`] (`gelu`'s for both forms of GELU).
+    /// The op's entry in [`OPS`] (`gelu`'s for both forms of GELU, `exp2`'s for both forms of
+    /// 2^x).
     pub fn def(self) -> &'static OpDef {
         let kind = match self {
             UnaryOp::GeluTanh => OpKind::Unary(UnaryOp::Gelu),
+            UnaryOp::Exp2Ftz => OpKind::Unary(UnaryOp::Exp2),
             u => OpKind::Unary(u),
         };
         lookup_kind(kind)
@@ -98,6 +106,7 @@ impl UnaryOp {
     pub fn name(self) -> &'static str {
         match self {
             UnaryOp::GeluTanh => "gelu_tanh",
+            UnaryOp::Exp2Ftz => "exp2_ftz",
             u => u.def().name,
         }
     }
@@ -119,6 +128,14 @@ impl UnaryOp {
             UnaryOp::Log2 => x.log2(),
             UnaryOp::Log1p => x.ln_1p(),
             UnaryOp::Exp2 => x.exp2(),
+            UnaryOp::Exp2Ftz => {
+                let y = x.exp2();
+                if y < f64::from(f32::MIN_POSITIVE) {
+                    0.0
+                } else {
+                    y
+                }
+            }
             UnaryOp::Expm1 => x.exp_m1(),
             UnaryOp::Erf => libm::erf(x),
             UnaryOp::Sin => x.sin(),
@@ -915,11 +932,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn exp2_ftz_flushes_only_subnormal_results() {
+        let e = |x: f64| UnaryOp::Exp2Ftz.eval(x);
+        assert_eq!(e(1.0), 2.0);
+        assert_eq!(e(-126.0), f64::from(f32::MIN_POSITIVE));
+        assert_eq!(e(-126.5), 0.0);
+        assert_eq!(e(f64::NEG_INFINITY), 0.0);
+        assert!(e(f64::NAN).is_nan());
+        assert_eq!(UnaryOp::Exp2Ftz.name(), "exp2_ftz");
+        assert_eq!(UnaryOp::Exp2Ftz.def().name, "exp2");
+    }
+
+    #[test]
     fn every_op_has_one_entry_and_every_entry_is_documented() {
         for u in UnaryOp::ALL {
             assert_eq!(
                 OPS.iter().filter(|d| d.kind == OpKind::Unary(u)).count(),
-                usize::from(u != UnaryOp::GeluTanh),
+                usize::from(u != UnaryOp::GeluTanh && u != UnaryOp::Exp2Ftz),
                 "{u:?}"
             );
             let _ = u.def();

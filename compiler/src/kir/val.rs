@@ -219,6 +219,45 @@ impl Val {
         self.any_leaf(&|v| matches!(v, Val::Var(n) if n == name))
     }
 
+    /// The value as a sum of terms `c * t` (`+`, `-` and products by a constant distributed;
+    /// each `t` anything else: a leaf, a quotient, a remainder), constants as `c * 1`; `None`
+    /// on an overflow of a coefficient.
+    pub fn affine_terms(&self) -> Option<Vec<(i64, Val)>> {
+        let mut terms = Vec::new();
+        self.collect_terms(1, &mut terms)?;
+        Some(terms)
+    }
+
+    fn collect_terms(&self, scale: i64, terms: &mut Vec<(i64, Val)>) -> Option<()> {
+        match self {
+            Val::Int(k) => terms.push((scale.checked_mul(*k)?, Val::Int(1))),
+            Val::Add(a, b) => {
+                a.collect_terms(scale, terms)?;
+                b.collect_terms(scale, terms)?;
+            }
+            Val::Sub(a, b) => {
+                a.collect_terms(scale, terms)?;
+                b.collect_terms(scale.checked_neg()?, terms)?;
+            }
+            Val::Mul(a, b) => match (&**a, &**b) {
+                (x, Val::Int(k)) | (Val::Int(k), x) => {
+                    x.collect_terms(scale.checked_mul(*k)?, terms)?
+                }
+                _ => terms.push((scale, self.clone())),
+            },
+            _ => terms.push((scale, self.clone())),
+        }
+        Some(())
+    }
+
+    /// Whether `name` is the only variable, size or hardware index in the value (its other
+    /// leaves constants): once `name` is a constant, so is the value.
+    pub fn only_mentions(&self, name: &str) -> bool {
+        !self.any_leaf(&|v| {
+            !matches!(v, Val::Int(_) | Val::True) && !matches!(v, Val::Var(n) if n == name)
+        })
+    }
+
     /// `c` when the value is `c * name + (terms without name)` with a constant `c` (0 when
     /// `name` does not appear); `None` when `name` appears in any other way (under a division,
     /// a remainder, a product with another variable).
@@ -418,6 +457,41 @@ mod tests {
         assert_eq!(Val::mul(var("k"), var("m")).linear_coefficient("k"), None);
         assert_eq!(
             Val::div(var("k"), Val::Int(2)).linear_coefficient("k"),
+            None
+        );
+    }
+
+    #[test]
+    fn affine_terms_distribute_constant_products_and_keep_quotients_whole() {
+        // ((d / 4 * 2 + g) * 256 + d % 4) * 16 - 3: a tile of two slabs, q's rows of group g.
+        let d = || var("d");
+        let v = Val::Sub(
+            Box::new(Val::mul(
+                Val::add(
+                    Val::mul(
+                        Val::add(Val::mul(Val::div(d(), Val::Int(4)), Val::Int(2)), var("g")),
+                        Val::Int(256),
+                    ),
+                    Val::rem(d(), Val::Int(4)),
+                ),
+                Val::Int(16),
+            )),
+            Box::new(Val::Int(3)),
+        );
+        assert_eq!(
+            v.affine_terms(),
+            Some(vec![
+                (8192, Val::div(d(), Val::Int(4))),
+                (4096, var("g")),
+                (16, Val::rem(d(), Val::Int(4))),
+                (-3, Val::Int(1)),
+            ])
+        );
+        assert!(Val::div(d(), Val::Int(4)).only_mentions("d"));
+        assert!(!Val::div(d(), var("g")).only_mentions("d"));
+        assert!(!Val::rem(d(), Val::Size("T".into())).only_mentions("d"));
+        assert_eq!(
+            Val::mul(Val::Int(i64::MAX), Val::mul(d(), Val::Int(2))).affine_terms(),
             None
         );
     }

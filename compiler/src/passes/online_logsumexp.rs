@@ -21,7 +21,9 @@
 //!   exp2(fma({lse}_prev, log2(e), {lse}_neg_log2))` (one exponential per step); the
 //!   subtraction becomes `fma(x', log2(e), {lse}_neg_log2)` and its exponential `exp2`, the
 //!   base-2 form of `row_math` (its module doc has the error analysis; one FFMA and one
-//!   `ex2.approx` per element where `x' - m` and `expf` took about five instructions), and `w` is
+//!   `ex2.approx` per element where `x' - m` and `expf` took about five instructions); both
+//!   exponentials are `exp2_ftz` in f32 (`row_math::shifted_exp2`: at most 1, summed next to
+//!   the maximum's 1, a subnormal flushed to 0 is below the sum's rounding), and `w` is
 //!   not computed. Where something besides the exponential reads the subtraction, both stay
 //!   in base e (`d = x' - shift(m_acc)`, `exp({lse}_prev - shift(m_acc))`);
 //! - after `L_s`: `{lse}_thread = m_acc`, m's block reduction, write and shift (moved from
@@ -35,7 +37,7 @@
 
 use super::context::{Change, Ctx};
 use super::reduction::Accumulators;
-use super::row_math::{log2_fma, neg_log2};
+use super::row_math::{log2_fma, neg_log2, shifted_exp2};
 use super::welford::{one_row_accumulators, read, reg};
 use crate::diag::Diagnostic;
 use crate::dtype::DType;
@@ -346,7 +348,7 @@ fn edit_step(body: &mut Vec<Stmt>, p: &Plan) -> Result<bool, String> {
                 neg_log2(shift(p.max_acc), DType::F32),
             )),
             Data::Unary(
-                UnaryOp::Exp2,
+                shifted_exp2(DType::F32),
                 DType::F32,
                 Box::new(log2_fma(read(p.prev), read(p.neg_log2), DType::F32)),
             ),
@@ -386,8 +388,8 @@ fn edit_step(body: &mut Vec<Stmt>, p: &Plan) -> Result<bool, String> {
         crate::kir::for_each_stmt_mut(body, &mut |s| {
             if let Stmt::Compute(c) = s {
                 if c.expr == exp_expr {
-                    if let Data::Unary(op @ UnaryOp::Exp, _, _) = &mut c.value {
-                        *op = UnaryOp::Exp2;
+                    if let Data::Unary(op @ UnaryOp::Exp, dt, _) = &mut c.value {
+                        *op = shifted_exp2(*dt);
                     }
                 }
             }

@@ -16,9 +16,11 @@
 //!   `l_acc *= m_scale`, `o_acc *= m_scale`;
 //! - an `exp` softmax is computed in base 2, as FlashAttention does: per row `m_neg_log2 =
 //!   -m log2(e)` once, then per element `e = exp2(fma(x, log2(e), m_neg_log2))` (in PTX one
-//!   `fma.rn.f32` and one `ex2.approx.f32`, CUDA's `exp2f`; in SASS an FFMA, the MUFU.EX2 and
-//!   a compare and two multiplies for subnormal results: 5 instructions where the subtraction
-//!   and `expf` took 8 on the online_wgmma kernels) and `m_scale = exp2(fma(m_prev, log2(e), m_neg_log2))`; the
+//!   `fma.rn.f32` and one `ex2.approx.ftz.f32`: in SASS an FFMA and the MUFU.EX2, where the
+//!   subtraction and `expf` took 8 on the online_wgmma kernels and CUDA's `exp2f` adds a
+//!   compare and two multiplies for subnormal results) and `m_scale = exp2(fma(m_prev, log2(e), m_neg_log2))`,
+//!   both `exp2_ftz` in f32 (`row_math::shifted_exp2`: each at most 1, summed or rescaled next
+//!   to the maximum's 1, so a result below 2^-126 flushed to 0 is below the sum's rounding); the
 //!   views of `m` that the subtraction read read `m_neg_log2` instead. Within tolerance: the
 //!   argument `x log2(e) - m log2(e)` is off by the rounding of `m log2(e)` (2^-24 of `|m|
 //!   log2(e)`) and of the FFMA, a relative error of about 2^-24 |m| in the exponential, and
@@ -42,7 +44,7 @@
 
 use super::context::{Change, Ctx, LoopKey};
 use super::reduction::Accumulators;
-use super::row_math::{log2_fma, neg_log2};
+use super::row_math::{log2_fma, neg_log2, shifted_exp2};
 use crate::diag::Diagnostic;
 use crate::fusion::online_softmax::Exponential;
 use crate::fusion::{
@@ -392,7 +394,7 @@ fn row_statements(
     // exp2(m_prev - m) for a softmax written with exp2.
     let factor = match m_neg_log2 {
         Some(neg) => Data::Unary(
-            UnaryOp::Exp2,
+            shifted_exp2(dtype),
             dtype,
             Box::new(log2_fma(read(m_prev), read(neg), dtype)),
         ),
@@ -554,8 +556,8 @@ impl TileEdits<'_> {
                     if c.expr == diff_expr {
                         sub_folded |= fold_sub(&mut c.value);
                     } else if c.expr == exp_expr {
-                        if let Data::Unary(op @ UnaryOp::Exp, _, x) = &mut c.value {
-                            *op = UnaryOp::Exp2;
+                        if let Data::Unary(op @ UnaryOp::Exp, dt, x) = &mut c.value {
+                            *op = shifted_exp2(*dt);
                             sub_folded |= fold_sub(x);
                             exp_folded = true;
                         }

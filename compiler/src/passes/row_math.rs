@@ -78,6 +78,21 @@ pub fn neg_log2(m: Data, dtype: DType) -> Data {
     )
 }
 
+/// The exponential of an online softmax or log-sum-exp in base 2 (its elements `exp2(x - m)`
+/// and its rescale factor `exp2(m_prev - m)`, `m` the running maximum): in f32 `exp2_ftz`, one
+/// MUFU.EX2 where `exp2f` adds a compare and two multiplies for subnormal results. Each value
+/// is at most 1 and joins a sum (or a product's accumulator) that holds the maximum's own
+/// `exp2(0) = 1` (or is rescaled next to it), so a result below 2^-126 flushed to 0 changes
+/// that sum by less than its rounding (2^-24). Not here: a row softmax's exponentials
+/// divided into outputs, where a subnormal probability is a value of its own.
+pub fn shifted_exp2(dtype: DType) -> UnaryOp {
+    if dtype == DType::F32 {
+        UnaryOp::Exp2Ftz
+    } else {
+        UnaryOp::Exp2
+    }
+}
+
 /// What a row value's register holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum RowForm {

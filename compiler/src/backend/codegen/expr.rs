@@ -222,6 +222,12 @@ impl Emitter<'_> {
             UnaryOp::Log2 => math("log2"),
             UnaryOp::Log1p => math("log1p"),
             UnaryOp::Exp2 => math("exp2"),
+            // f64 has no flushing form (the passes make this op in f32 only).
+            UnaryOp::Exp2Ftz if f64t => math("exp2"),
+            UnaryOp::Exp2Ftz => {
+                self.uses.math.insert("exp2_ftz");
+                format!("hf_exp2_ftz({x})")
+            }
             UnaryOp::Expm1 => math("expm1"),
             UnaryOp::Erf => math("erf"),
             UnaryOp::Sin => math("sin"),

@@ -485,22 +485,46 @@ impl Emitter<'_> {
     /// units. NVCC cannot see through the masked shift in `hf_wgmma_desc`, so the plain form
     /// costs a dozen instructions per wgmma. Exact: the start address stays below 2^18, so the
     /// sum never carries out of the descriptor's 14-bit address field.
+    ///
+    /// Where the index reaches a loop's variable through quotients and remainders (`d / 4 * 2048
+    /// + d % 4 * 16`: a tile of two 64-column slabs), each term holding it holds nothing else,
+    /// so it is a constant per unrolled iteration too: the offset is its value less its value
+    /// at the first iteration, `+ 128 * (d / 4) + 2 * (d % 4)` in 16-byte units.
     fn descriptor(&mut self, tile: &Access, bits: u64) -> String {
         let bytes = i64::from(self.k.buffers[tile.buffer].dtype.size_bytes());
         let mut first = tile.clone();
         let mut steps = String::new();
-        for var in &self.unrolled {
+        for var in self.unrolled.clone() {
             let Some(index) = &first.index else { break };
-            match index
-                .linear_coefficient(var)
+            let offset = match index
+                .linear_coefficient(&var)
                 .and_then(|c| c.checked_mul(bytes))
             {
-                Some(0) => {}
-                Some(b) if b % 16 == 0 => {
-                    first.index = Some(index.subst(var, &Val::Int(0)));
-                    let _ = write!(steps, " + {} * {var}", b / 16);
-                }
-                _ => return format!("hf_wgmma_desc(&{}, {bits:#x}ull)", self.access(tile)),
+                Some(0) => continue,
+                Some(b) if b % 16 == 0 => vec![(b / 16, Val::Var(var.clone()))],
+                Some(_) => Vec::new(),
+                None => self.separable_offset(index, &var, bytes),
+            };
+            if offset.is_empty() {
+                return format!("hf_wgmma_desc(&{}, {bits:#x}ull)", self.access(tile));
+            }
+            first.index = Some(index.subst(&var, &Val::Int(0)));
+            for (units, term) in offset {
+                let at_first = crate::passes::simplify::simplify(
+                    &term.subst(&var, &Val::Int(0)),
+                    &Default::default(),
+                );
+                let term = match term {
+                    Val::Var(v) => v,
+                    t => format!("({})", self.val(&t)),
+                };
+                let _ = match at_first {
+                    Val::Int(0) => write!(steps, " + {units} * {term}"),
+                    v => {
+                        let v = self.val(&v);
+                        write!(steps, " + {units} * ({term} - {v})")
+                    }
+                };
             }
         }
         if let Some(i) = &first.index {
@@ -508,6 +532,23 @@ impl Emitter<'_> {
         }
         let a = self.access(&first);
         format!("(hf_wgmma_desc(&{a}, {bits:#x}ull){steps})")
+    }
+
+    /// The terms of `index` that hold `var`, each with its coefficient in 16-byte units, when
+    /// each holds no other variable (a constant once `var` is) and moves the start by whole
+    /// 16-byte units; empty otherwise.
+    fn separable_offset(&self, index: &Val, var: &str, bytes: i64) -> Vec<(i64, Val)> {
+        let Some(terms) = index.affine_terms() else {
+            return Vec::new();
+        };
+        let mut offset = Vec::new();
+        for (c, t) in terms.into_iter().filter(|(_, t)| t.mentions(var)) {
+            match c.checked_mul(bytes) {
+                Some(b) if b % 16 == 0 && t.only_mentions(var) => offset.push((b / 16, t)),
+                _ => return Vec::new(),
+            }
+        }
+        offset
     }
 
     fn val(&mut self, v: &Val) -> String {

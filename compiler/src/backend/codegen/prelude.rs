@@ -34,6 +34,13 @@ template <typename T> __device__ __forceinline__ T hf_minimum(T a, T b) { return
 ",
     ),
     (
+        "exp2_ftz",
+        "// 2^x with subnormal results flushed to 0: one MUFU.EX2, where exp2f (ex2.approx.f32)
+// adds a compare and two multiplies to scale subnormal results.
+__device__ __forceinline__ float hf_exp2_ftz(float x) { float r; asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(r) : \"f\"(x)); return r; }
+",
+    ),
+    (
         "sign",
         "__device__ __forceinline__ float hf_sign(float x) { return (float)((0.0f < x) - (x < 0.0f)); }
 __device__ __forceinline__ double hf_sign(double x) { return (double)((0.0 < x) - (x < 0.0)); }
