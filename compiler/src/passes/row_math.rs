@@ -56,7 +56,7 @@ use crate::dtype::DType;
 use crate::fusion::{
     BinaryOp, ExprId, MemoryType, Op, Operand, ParallelType, TensorId, TernaryOp, UnaryOp,
 };
-use crate::kir::{Access, BufferId, Compute, Data, Kernel, Stmt};
+use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Kernel, Stmt};
 use rustc_hash::FxHashSet;
 
 /// `x log2(e) + y` with one rounding: the argument of a base-2 exponential (`y` is `-m log2(e)`).
@@ -87,13 +87,25 @@ enum RowForm {
     Reciprocal,
 }
 
+/// Where a form's row value is read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RowSource {
+    /// A tensor's register, written by the kernel (a row's statistic, a 0-dim tensor).
+    Register,
+    /// A scalar input, read as a kernel parameter (a division form only): its row is the
+    /// whole kernel.
+    Param,
+}
+
 /// One exponential or division form of the fusion (the module doc).
 #[derive(Debug)]
 struct Site {
     form: RowForm,
-    /// The row value `R`.
+    source: RowSource,
+    /// The row value `R` (a scalar input when `source` is [`RowSource::Param`]).
     row: TensorId,
-    /// The broadcasts from `R` to the operand, `R`'s reader first.
+    /// The broadcasts from `R` to the operand, `R`'s reader first; none for a division by a
+    /// scalar (a scalar input or a 0-dim tensor, which an operand of any shape reads as it is).
     views: Vec<ExprId>,
     /// The subtraction (exponential form) or the division.
     op_expr: ExprId,
@@ -111,17 +123,40 @@ pub fn used(cx: &Ctx) -> bool {
             .get(&t)
             .is_some_and(|b| cx.layout.alloc_ids.contains_key(b))
     };
-    sites(cx)
-        .iter()
-        .any(|s| placed(s.row) && s.views.iter().all(|&e| placed(cx.fusion.exprs[e].output)))
+    sites(cx).iter().any(|s| match s.source {
+        RowSource::Register => {
+            placed(s.row) && s.views.iter().all(|&e| placed(cx.fusion.exprs[e].output))
+        }
+        RowSource::Param => placed(cx.fusion.exprs[s.op_expr].output),
+    })
 }
 
 /// Runs the pass: each form whose statements are as the module doc says is rewritten.
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
     // In the order made, so the statements' order does not depend on hashing.
     let mut twins: Vec<((TensorId, RowForm), BufferId)> = Vec::new();
+    // A scalar input's reciprocal, with the first division that reads it.
+    let mut param_twins: Vec<(TensorId, BufferId, ExprId)> = Vec::new();
     let mut changed = false;
     for site in sites(cx) {
+        if site.source == RowSource::Param {
+            let name = &cx.fusion.tensors[site.row].name;
+            if !param_division_fits(k, &site, name) {
+                continue;
+            }
+            let twin = match param_twins.iter().find(|(p, _, _)| *p == site.row) {
+                Some(&(_, b, _)) => b,
+                None => {
+                    let b = cx.new_register(k, &format!("{name}_recip"), DType::F32, Vec::new());
+                    k.buffers[b].size = Some(crate::kir::Val::Int(1));
+                    param_twins.push((site.row, b, site.op_expr));
+                    b
+                }
+            };
+            rewrite_param_division(k, &site, twin);
+            changed = true;
+            continue;
+        }
         let Some(bufs) = SiteBuffers::of(cx, k, &site) else {
             continue;
         };
@@ -143,6 +178,7 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
     for &((row, form), twin) in &twins {
         place_twin(k, cx.layout.tensor_buffer[&row], twin, form);
     }
+    place_param_twins(cx, k, &param_twins);
     Ok(if changed {
         Change::Changed
     } else {
@@ -186,6 +222,7 @@ fn sites(cx: &Ctx) -> Vec<Site> {
                 }
                 broadcast_chain(cx, *b, sub).map(|(row, views)| Site {
                     form: RowForm::NegLog2,
+                    source: RowSource::Register,
                     row,
                     views,
                     op_expr: sub,
@@ -193,13 +230,25 @@ fn sites(cx: &Ctx) -> Vec<Site> {
                 })
             }
             (Op::Binary(BinaryOp::Div), [Operand::Tensor(_), Operand::Tensor(b)]) => {
-                broadcast_chain(cx, *b, e).map(|(row, views)| Site {
+                let site = |source, row, views| Site {
                     form: RowForm::Reciprocal,
+                    source,
                     row,
                     views,
                     op_expr: e,
                     exp_expr: None,
-                })
+                };
+                // A scalar divisor of a division with axes: its row is the whole kernel (a
+                // division of two scalars is computed once anyway).
+                let scalar = f.rank(*b) == 0 && f.rank(expr.output) > 0;
+                if scalar && f.is_scalar_param(*b) {
+                    Some(site(RowSource::Param, *b, Vec::new()))
+                } else if scalar {
+                    Some(site(RowSource::Register, *b, Vec::new()))
+                } else {
+                    broadcast_chain(cx, *b, e)
+                        .map(|(row, views)| site(RowSource::Register, row, views))
+                }
             }
             _ => None,
         };
@@ -290,7 +339,8 @@ impl SiteBuffers {
             .chain(self.views.iter().copied())
             .chain(self.diff)
             .collect();
-        let last_view = *self.views.last().expect("a broadcast");
+        // The register the subtraction or division reads: `R`'s own for a 0-dim divisor.
+        let last_view = self.views.last().copied().unwrap_or(self.row);
         crate::kir::for_each_in_loops(&k.body, &mut |s, loops| {
             let c = match s {
                 Stmt::Alloc(b) if *b == self.row => {
@@ -362,22 +412,31 @@ fn new_twin(cx: &mut Ctx, k: &mut Kernel, site: &Site, row: BufferId) -> BufferI
 /// [`SiteBuffers::statements_fit`]): the first broadcast copies it, the subtraction is the
 /// base-2 argument and the exponential `exp2`, or the division a multiplication.
 fn rewrite_site(k: &mut Kernel, site: &Site, bufs: &SiteBuffers, twin: BufferId) {
-    let first_view = site.views[0];
+    let first_view = site.views.first().copied();
+    let to_twin = |d: &mut Data| {
+        d.for_each_read_mut(&mut |a| {
+            if a.buffer == bufs.row {
+                a.buffer = twin;
+            }
+        })
+    };
     crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| {
         let Stmt::Compute(c) = s else {
             return crate::kir::Flow::Descend;
         };
-        if c.expr == first_view {
-            c.value.for_each_read_mut(&mut |a| {
-                if a.buffer == bufs.row {
-                    a.buffer = twin;
-                }
-            });
+        if Some(c.expr) == first_view {
+            to_twin(&mut c.value);
         } else if c.expr == site.op_expr {
             let value = std::mem::replace(&mut c.value, Data::Literal(0.0, DType::F32));
             c.value = match value {
                 Data::Binary(BinaryOp::Sub, dt, a, b) => log2_fma(*a, *b, dt),
-                Data::Binary(BinaryOp::Div, dt, a, b) => Data::Binary(BinaryOp::Mul, dt, a, b),
+                // A 0-dim divisor is read as it is (no broadcast reads the twin for it).
+                Data::Binary(BinaryOp::Div, dt, a, mut b) => {
+                    if first_view.is_none() {
+                        to_twin(&mut b);
+                    }
+                    Data::Binary(BinaryOp::Mul, dt, a, b)
+                }
                 other => other,
             };
         } else if Some(c.expr) == site.exp_expr {
@@ -415,6 +474,68 @@ fn place_twin(k: &mut Kernel, row: BufferId, twin: BufferId, form: RowForm) {
         }
         s => vec![s],
     });
+}
+
+/// Whether the kernel computes the division of a scalar input's form (`a / cap`) as
+/// `loop_nest` writes it: each of its statements an f32 `div` whose right operand is the
+/// parameter `name`.
+fn param_division_fits(k: &Kernel, site: &Site, name: &str) -> bool {
+    let (mut fits, mut count) = (true, 0);
+    crate::kir::for_each_in_loops(&k.body, &mut |s, _| {
+        let Stmt::Compute(c) = s else { return };
+        if c.expr != site.op_expr {
+            return;
+        }
+        count += 1;
+        fits &= matches!(&c.value, Data::Binary(BinaryOp::Div, DType::F32, _, b)
+            if matches!(&**b, Data::Param(n, DType::F32) if n == name));
+    });
+    fits && count > 0
+}
+
+/// The division by a scalar input (checked by [`param_division_fits`]) becomes a
+/// multiplication by the register holding its reciprocal.
+fn rewrite_param_division(k: &mut Kernel, site: &Site, twin: BufferId) {
+    crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| {
+        if let Stmt::Compute(c) = s {
+            if c.expr == site.op_expr {
+                if let Data::Binary(op @ BinaryOp::Div, _, _, b) = &mut c.value {
+                    *op = BinaryOp::Mul;
+                    **b = Data::Read(Access {
+                        buffer: twin,
+                        index: None,
+                    });
+                }
+            }
+        }
+        crate::kir::Flow::Descend
+    });
+}
+
+/// Each scalar input's reciprocal register, allocated and computed first in the kernel (a
+/// parameter is available everywhere; once per thread, before every loop and branch), in the
+/// order made. Its statement is labelled with the first division that reads it.
+fn place_param_twins(cx: &Ctx, k: &mut Kernel, twins: &[(TensorId, BufferId, ExprId)]) {
+    let top = twins.iter().flat_map(|&(param, twin, expr)| {
+        let t = &cx.fusion.tensors[param];
+        let recip = Compute {
+            expr,
+            out: Access {
+                buffer: twin,
+                index: None,
+            },
+            value: Data::Unary(
+                UnaryOp::Reciprocal,
+                DType::F32,
+                Box::new(Data::Param(t.name.clone(), t.dtype)),
+            ),
+            role: ComputeRole::Normal,
+            vector: None,
+        };
+        [Stmt::Alloc(twin), Stmt::Compute(recip)]
+    });
+    let body = std::mem::take(&mut k.body);
+    k.body = top.chain(body).collect();
 }
 
 #[cfg(test)]
