@@ -378,6 +378,15 @@ fn the_variants_lower_on_their_kernels() {
     // The cap on each score, in the tile loop (after the first key tile's wgmma).
     let softcap = cuda(VARIANTS[0]);
     assert!(softcap.contains("tanhf(") && softcap.find("tanhf(") > softcap.find("wgmma.mma_async"));
+    // `s / cap` as a product by the cap's reciprocal (pass row_math), computed once by the
+    // consumer warps before their key loops.
+    let recip = softcap
+        .find("cap_recip[0] = 1.0f / (cap);")
+        .expect("the cap's reciprocal");
+    assert!(recip > softcap.find("consumer warps").unwrap());
+    assert!(recip < softcap.find("for (index_t t_o_first").unwrap());
+    assert!(softcap.contains("sc_div[0] = s_sum_acc[r2] * cap_recip[0];"));
+    assert!(!softcap.contains("/ cap;"));
     // The slope read once per block, before the producer's and consumers' key loops.
     let alibi = cuda(VARIANTS[1]);
     let slope = alibi
@@ -440,6 +449,55 @@ fn a_score_modification_keeps_the_causal_tile_classification() {
     assert!(c
         .cuda
         .contains("hf_min<index_t>(hf_ceil_div<index_t>(T, 128), s2_o + 1)"));
+}
+
+#[test]
+fn a_side_value_computed_over_neither_queries_nor_keys_gets_the_attention_kernel() {
+    // The softcap's reciprocal written out (a 0-dim tensor computed from the scalar input:
+    // it once opened no loops for the product reading it, which hid the scores' loops from
+    // `s`), inline and named, and ALiBi's slope computed per head first (`[B]`).
+    let softcap = example(VARIANTS[0]);
+    let alibi = example(VARIANTS[1]);
+    let forms = [
+        softcap.replace("s / cap", "s * (1.0 / cap)"),
+        softcap.replace(
+            "  sc = cap * tanh(s / cap)",
+            "  rc = 1.0 / cap\n  sc = cap * tanh(s * rc)",
+        ),
+        alibi.replace(
+            "  sb = s + broadcast(broadcast(slope, axis=1), axis=2) * dist",
+            "  hs = slope * 0.5\n  sb = s + broadcast(broadcast(hs, axis=1), axis=2) * dist",
+        ),
+    ];
+    let mut kernels = Vec::new();
+    for source in &forms {
+        assert!(*source != softcap && *source != alibi);
+        let c = compile(source);
+        let note = c.plan.auto_schedule.clone().expect("a note");
+        assert_eq!(
+            note.scheduler.as_deref(),
+            Some("attention"),
+            "{}",
+            note.reason
+        );
+        assert!(c.cuda.contains("setmaxnreg") && c.cuda.contains("wgmma.mma_async"));
+        kernels.push(c.cuda);
+    }
+    // The reciprocal computed once by the consumer warps before their key loops, the scores
+    // multiplied by it; the per-head value once per block, before the key loops too.
+    let [inline, named, per_head] = &kernels[..] else {
+        unreachable!()
+    };
+    for (cuda, r) in [(inline, "sc_div"), (named, "rc")] {
+        let once = cuda
+            .find(&format!("{r}[0] = 1.0f / cap;"))
+            .unwrap_or_else(|| panic!("{r} computed once"));
+        assert!(once > cuda.find("consumer warps").unwrap());
+        assert!(once < cuda.find("for (index_t t_o_first").unwrap());
+        assert!(cuda.contains(&format!("sc_mul[0] = s_sum_acc[r2] * {r}[0];")));
+    }
+    let half = per_head.find("hs[0] = slope[b] * 0.5f;").expect("hs");
+    assert!(half < per_head.find("for (index_t t_o_first").unwrap());
 }
 
 #[test]

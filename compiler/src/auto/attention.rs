@@ -559,6 +559,9 @@ struct SideTensors {
 /// The [`SideTensors`] of `at`'s score modification and mask, in the fusion's order. Those
 /// over both the queries and the keys (`dist`, `broadcast(doc_q, axis=2)`) need nothing:
 /// `inline_most` computes them in the fragment loop of the tensor that reads them, per score.
+/// Nor do those over neither: a 0-dim one (`1.0 / cap`) is computed once at the top of the
+/// kernel (`loop_nest` places it outside every loop), a per-batch one (`slope * 0.5`, `[B]`)
+/// with the per-query row fragment that reads it.
 fn side_tensors(f: &Fusion, at: &Attention) -> SideTensors {
     let scores = f.computed_from([at.product]);
     let mut stack: Vec<TensorId> = at.mask.map(|m| m.keep).into_iter().collect();

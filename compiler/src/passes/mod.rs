@@ -4,9 +4,9 @@
 //! requires, what it guarantees and what it emits. The kernel IR is printed after each pass.
 //! A pass whose `applies` is false for the fusion (the TMA passes without copies, stores or
 //! circular buffers; `persistent`, `mma`, `tile_values`, `welford`, `online_logsumexp` without their schedule statements;
-//! `row_math` without a row value broadcast into an exponential or a division) is
-//! skipped and not dumped; a pass returns whether it changed the kernel ([`Change`]), and the
-//! dump of one that did not is the previous one's text.
+//! `row_math` without a row value broadcast into an exponential or a division, or a division
+//! by a scalar) is skipped and not dumped; a pass returns whether it changed the kernel
+//! ([`Change`]), and the dump of one that did not is the previous one's text.
 //!
 //! The passes share two kinds of facts, kept apart as Cranelift keeps its analyses apart from
 //! the IR: the pass context [`Ctx`] ([`context`]: options, the loop-key analysis, read lists,

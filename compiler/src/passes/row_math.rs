@@ -1,5 +1,6 @@
 //! Pass `row_math`: a row softmax's exponentials in base 2 and divisions by a row value as one
-//! reciprocal per row, as FlashAttention and torch.compile's Triton kernels compute them.
+//! reciprocal per row, as FlashAttention and torch.compile's Triton kernels compute them; a
+//! division by a scalar as one reciprocal per kernel, the row being the whole kernel.
 //!
 //! Requires: `allocation` (the row value's register and the axes it spans), before `indexing`
 //! (the statements it adds are indexed as the row value's own write). Takes, from the fusion,
@@ -11,22 +12,42 @@
 //! - **division**: `q = a / broadcast(R)` (f32), a softmax's `e / broadcast(s)`, a norm's
 //!   `x / broadcast(norm)`.
 //!
+//! and the **scalar divisors**: `q = a / c` (f32, `q` with axes) where `c` is
+//! - a scalar input (`input cap: f32 = 50.0`), a kernel parameter: softcap's `s / cap`;
+//! - or a 0-dim tensor the kernel computes (`loop_nest` places it outside the loops of the
+//!   tensors that read it), dropout's `x / (1.0 - p)`; its reader reads its register as it is,
+//!   with no broadcast between.
+//!
+//! A division by a scalar is taken where a thread runs it more than once (inside a serial,
+//! unrolled, vectorized or fragment loop): one a thread runs once (one element per thread, or a
+//! division of two scalars, `1.0 / cap`) would pay the reciprocal's division and a product for
+//! the one division it had, and is left as it is.
+//!
 //! The kernel must hold them as `loop_nest` writes them: each expression its own statement, the
 //! broadcast a copy of `R` (`e_broadcast[*] = m[*]`), the subtraction or division reading the
-//! broadcast's register, the exponential the subtraction's; `R` in a register (not shared
-//! memory, not a tensor-core fragment), never written inside a vectorized loop. Where a form's
-//! statements are not so (an online softmax or log-sum-exp rewrote them: those are left out of
-//! the fusion's forms as well) the form is left as it is.
+//! broadcast's register (a 0-dim divisor's own register, a scalar input's parameter), the
+//! exponential the subtraction's; `R` in a register (not shared memory, not a tensor-core
+//! fragment), never written inside a vectorized loop. Where a form's statements are not so (an
+//! online softmax or log-sum-exp rewrote them: those are left out of the fusion's forms as well)
+//! the form is left as it is. The dividend may be anything, a tensor-core fragment included (the
+//! attention kernel's `s / cap` reads the S accumulator): only the divisor changes.
 //!
 //! Guarantees:
 //! - right after each write of `R` (in the same loops, with the same role, so predicated as that
 //!   write is), a register of `R`'s shape holds `R_neg_log2 = R * -log2(e)` for an exponential
-//!   form, `R_recip = 1 / R` (IEEE, CUDA's `1.0f / x`) for a division form: once per row;
-//! - the broadcast reads that register instead of `R`; the subtraction becomes `fma(a, log2(e),
-//!   R_neg_log2)` and the exponential `exp2` of it (in PTX one `fma.rn.f32` and one
-//!   `ex2.approx.f32`, CUDA's `exp2f`, the base-2 form `online_softmax` uses, with the same
-//!   helpers); the division becomes `a * R_recip` (one FMUL where the IEEE division was a
-//!   subroutine).
+//!   form, `R_recip = 1 / R` (IEEE, CUDA's `1.0f / x`) for a division form: once per row (once
+//!   where it is computed for a 0-dim `R`);
+//! - for each division by a scalar input `c`, a 0-dim register `c_recip = 1 / c` (IEEE)
+//!   allocated and written first in the kernel body, outside every loop and branch (a
+//!   warp-specialized kernel's consumer warps compute it once, its producer warps not at all):
+//!   once per thread, guarded as the division's bounds that the thread and block indices alone
+//!   decide (`place_param_twins` says why that is enough: one register per division);
+//! - the broadcast reads that register instead of `R` (a 0-dim divisor's reader reads it
+//!   itself); the subtraction becomes `fma(a, log2(e), R_neg_log2)` and the exponential `exp2`
+//!   of it (in PTX one `fma.rn.f32` and one `ex2.approx.f32`, CUDA's `exp2f`, the base-2 form
+//!   `online_softmax` uses, with the same helpers); the division becomes `a * R_recip` (one
+//!   FMUL where the IEEE division was a subroutine of about 10 instructions with a `MUFU.RCP`
+//!   and a branch to a slow path).
 //!
 //! Within tolerance (an f32 output is validated at a relative L2 of 1e-5, bf16 at 1e-2):
 //! - the exponential's argument `a log2(e) - R log2(e)` is off by the rounding of `R log2(e)`
@@ -37,18 +58,26 @@
 //!   multiplication;
 //! - `a * (1 / R)` is rounded twice, within 1.5 ulp (1.8e-7) of the correctly rounded `a / R`
 //!   while `R` and `1 / R` are normal (2^-126 < |R| < 2^126: a softmax's sum is at least 1, a
-//!   norm's at least its epsilon's square root);
+//!   norm's at least its epsilon's square root, a softcap's cap is 50, a dropout's `1 - p` in
+//!   (0, 1]); the same holds for a scalar divisor, which is one `R` for the whole kernel;
 //! - the special rows are the plain form's. A row masked throughout (`R = -inf`): `expf(-inf -
 //!   -inf)` is NaN and so is `exp2f(fma(-inf, log2(e), +inf))`, as the float64 reference's
 //!   `exp(-inf + inf)`; no guard (an online softmax's running maximum is guarded because its
 //!   factor `exp(m_prev - m)` must be 0 for earlier masked tiles; here NaN is what the plain form
 //!   and the reference give). An `R = +inf` gives NaN at its own element and 0 at finite ones
-//!   in both forms; a NaN row value NaN everywhere. Division: `a * (1 / 0)` is `±inf` or NaN
-//!   as `a / 0`, `a * (1 / inf)` 0 as `a / inf`, `inf * 0` NaN as `inf / inf`. Unlike the plain
-//!   form, a row value of magnitude 2^128 / log2(e) (2.4e38) or more overflows `R log2(e)`.
+//!   in both forms; a NaN row value NaN everywhere. Division, by a row value or a scalar alike:
+//!   `a * (1 / ±0)` is `±inf` or NaN as `a / ±0` (a softcap's `cap = 0`: `0 * tanh(±inf)` is 0
+//!   and `tanh(NaN)` at `s = 0` NaN, in both forms), `a * (1 / inf)` 0 as `a / inf` (`cap =
+//!   inf`: `inf * tanh(0)`, NaN in both), `inf * 0` NaN as `inf / inf`, and a NaN divisor NaN
+//!   everywhere in both. Unlike the plain form, a row value of magnitude 2^128 / log2(e)
+//!   (2.4e38) or more overflows `R log2(e)`, and a divisor below 2^-126 in magnitude
+//!   (subnormal) has a reciprocal that overflows to inf or loses bits where the division did
+//!   not.
 //!
 //! Emits: one register per row value and form (`{R}_neg_log2`, `{R}_recip`), its `alloc` right
-//! after `R`'s, its compute after each of `R`'s writes (`R`'s expression and role).
+//! after `R`'s, its compute after each of `R`'s writes (`R`'s expression and role); one 0-dim
+//! register per division by a scalar input (`{c}_recip`), its `alloc` and compute first in the
+//! kernel body (labelled with that division's expression).
 
 use super::context::{Change, Ctx};
 use crate::diag::Diagnostic;
@@ -56,7 +85,7 @@ use crate::dtype::DType;
 use crate::fusion::{
     BinaryOp, ExprId, MemoryType, Op, Operand, ParallelType, TensorId, TernaryOp, UnaryOp,
 };
-use crate::kir::{Access, BufferId, Compute, Data, Kernel, Stmt};
+use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Kernel, Stmt};
 use rustc_hash::FxHashSet;
 
 /// `x log2(e) + y` with one rounding: the argument of a base-2 exponential (`y` is `-m log2(e)`).
@@ -102,13 +131,25 @@ enum RowForm {
     Reciprocal,
 }
 
+/// Where a form's row value is read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RowSource {
+    /// A tensor's register, written by the kernel (a row's statistic, a 0-dim tensor).
+    Register,
+    /// A scalar input, read as a kernel parameter (a division form only): its row is the
+    /// whole kernel.
+    Param,
+}
+
 /// One exponential or division form of the fusion (the module doc).
 #[derive(Debug)]
 struct Site {
     form: RowForm,
-    /// The row value `R`.
+    source: RowSource,
+    /// The row value `R` (a scalar input when `source` is [`RowSource::Param`]).
     row: TensorId,
-    /// The broadcasts from `R` to the operand, `R`'s reader first.
+    /// The broadcasts from `R` to the operand, `R`'s reader first; none for a division by a
+    /// scalar (a scalar input or a 0-dim tensor, which an operand of any shape reads as it is).
     views: Vec<ExprId>,
     /// The subtraction (exponential form) or the division.
     op_expr: ExprId,
@@ -126,17 +167,38 @@ pub fn used(cx: &Ctx) -> bool {
             .get(&t)
             .is_some_and(|b| cx.layout.alloc_ids.contains_key(b))
     };
-    sites(cx)
-        .iter()
-        .any(|s| placed(s.row) && s.views.iter().all(|&e| placed(cx.fusion.exprs[e].output)))
+    sites(cx).iter().any(|s| match s.source {
+        RowSource::Register => {
+            placed(s.row) && s.views.iter().all(|&e| placed(cx.fusion.exprs[e].output))
+        }
+        RowSource::Param => placed(cx.fusion.exprs[s.op_expr].output),
+    })
 }
 
 /// Runs the pass: each form whose statements are as the module doc says is rewritten.
 pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
     // In the order made, so the statements' order does not depend on hashing.
     let mut twins: Vec<((TensorId, RowForm), BufferId)> = Vec::new();
+    // A scalar input's reciprocal for one division, labelled with it (see `place_param_twins`).
+    let mut param_twins: Vec<(TensorId, BufferId, ExprId)> = Vec::new();
     let mut changed = false;
     for site in sites(cx) {
+        // A division by a scalar that a thread runs once gains nothing from a reciprocal.
+        if site.views.is_empty() && !repeats_per_thread(k, site.op_expr) {
+            continue;
+        }
+        if site.source == RowSource::Param {
+            let name = &cx.fusion.tensors[site.row].name;
+            if !param_division_fits(k, &site, name) {
+                continue;
+            }
+            let twin = cx.new_register(k, &format!("{name}_recip"), DType::F32, Vec::new());
+            k.buffers[twin].size = Some(crate::kir::Val::Int(1));
+            param_twins.push((site.row, twin, site.op_expr));
+            rewrite_param_division(k, &site, twin);
+            changed = true;
+            continue;
+        }
         let Some(bufs) = SiteBuffers::of(cx, k, &site) else {
             continue;
         };
@@ -158,11 +220,27 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
     for &((row, form), twin) in &twins {
         place_twin(k, cx.layout.tensor_buffer[&row], twin, form);
     }
+    place_param_twins(cx, k, &param_twins);
     Ok(if changed {
         Change::Changed
     } else {
         Change::Unchanged
     })
+}
+
+/// Whether every statement of expression `e` runs more than once per thread: inside a loop
+/// that is not a thread or block binding (serial, unrolled, vectorized, a fragment's).
+fn repeats_per_thread(k: &Kernel, e: ExprId) -> bool {
+    let (mut every, mut any) = (true, false);
+    crate::kir::for_each_in_loops(&k.body, &mut |s, loops| {
+        if let Stmt::Compute(c) = s {
+            if c.expr == e {
+                any = true;
+                every &= loops.iter().any(|l| !l.parallel.is_hw());
+            }
+        }
+    });
+    any && every
 }
 
 /// The fusion's forms (the module doc), in expression order, without those an online softmax
@@ -201,6 +279,7 @@ fn sites(cx: &Ctx) -> Vec<Site> {
                 }
                 broadcast_chain(cx, *b, sub).map(|(row, views)| Site {
                     form: RowForm::NegLog2,
+                    source: RowSource::Register,
                     row,
                     views,
                     op_expr: sub,
@@ -208,13 +287,25 @@ fn sites(cx: &Ctx) -> Vec<Site> {
                 })
             }
             (Op::Binary(BinaryOp::Div), [Operand::Tensor(_), Operand::Tensor(b)]) => {
-                broadcast_chain(cx, *b, e).map(|(row, views)| Site {
+                let site = |source, row, views| Site {
                     form: RowForm::Reciprocal,
+                    source,
                     row,
                     views,
                     op_expr: e,
                     exp_expr: None,
-                })
+                };
+                // A scalar divisor of a division with axes: its row is the whole kernel (a
+                // division of two scalars is computed once anyway).
+                let scalar = f.rank(*b) == 0 && f.rank(expr.output) > 0;
+                if scalar && f.is_scalar_param(*b) {
+                    Some(site(RowSource::Param, *b, Vec::new()))
+                } else if scalar {
+                    Some(site(RowSource::Register, *b, Vec::new()))
+                } else {
+                    broadcast_chain(cx, *b, e)
+                        .map(|(row, views)| site(RowSource::Register, row, views))
+                }
             }
             _ => None,
         };
@@ -305,7 +396,8 @@ impl SiteBuffers {
             .chain(self.views.iter().copied())
             .chain(self.diff)
             .collect();
-        let last_view = *self.views.last().expect("a broadcast");
+        // The register the subtraction or division reads: `R`'s own for a 0-dim divisor.
+        let last_view = self.views.last().copied().unwrap_or(self.row);
         crate::kir::for_each_in_loops(&k.body, &mut |s, loops| {
             let c = match s {
                 Stmt::Alloc(b) if *b == self.row => {
@@ -377,22 +469,31 @@ fn new_twin(cx: &mut Ctx, k: &mut Kernel, site: &Site, row: BufferId) -> BufferI
 /// [`SiteBuffers::statements_fit`]): the first broadcast copies it, the subtraction is the
 /// base-2 argument and the exponential `exp2`, or the division a multiplication.
 fn rewrite_site(k: &mut Kernel, site: &Site, bufs: &SiteBuffers, twin: BufferId) {
-    let first_view = site.views[0];
+    let first_view = site.views.first().copied();
+    let to_twin = |d: &mut Data| {
+        d.for_each_read_mut(&mut |a| {
+            if a.buffer == bufs.row {
+                a.buffer = twin;
+            }
+        })
+    };
     crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| {
         let Stmt::Compute(c) = s else {
             return crate::kir::Flow::Descend;
         };
-        if c.expr == first_view {
-            c.value.for_each_read_mut(&mut |a| {
-                if a.buffer == bufs.row {
-                    a.buffer = twin;
-                }
-            });
+        if Some(c.expr) == first_view {
+            to_twin(&mut c.value);
         } else if c.expr == site.op_expr {
             let value = std::mem::replace(&mut c.value, Data::Literal(0.0, DType::F32));
             c.value = match value {
                 Data::Binary(BinaryOp::Sub, dt, a, b) => log2_fma(*a, *b, dt),
-                Data::Binary(BinaryOp::Div, dt, a, b) => Data::Binary(BinaryOp::Mul, dt, a, b),
+                // A 0-dim divisor is read as it is (no broadcast reads the twin for it).
+                Data::Binary(BinaryOp::Div, dt, a, mut b) => {
+                    if first_view.is_none() {
+                        to_twin(&mut b);
+                    }
+                    Data::Binary(BinaryOp::Mul, dt, a, b)
+                }
                 other => other,
             };
         } else if Some(c.expr) == site.exp_expr {
@@ -430,6 +531,72 @@ fn place_twin(k: &mut Kernel, row: BufferId, twin: BufferId, form: RowForm) {
         }
         s => vec![s],
     });
+}
+
+/// Whether the kernel computes the division of a scalar input's form (`a / cap`) as
+/// `loop_nest` writes it: each of its statements an f32 `div` whose right operand is the
+/// parameter `name`.
+fn param_division_fits(k: &Kernel, site: &Site, name: &str) -> bool {
+    let (mut fits, mut count) = (true, 0);
+    crate::kir::for_each_in_loops(&k.body, &mut |s, _| {
+        let Stmt::Compute(c) = s else { return };
+        if c.expr != site.op_expr {
+            return;
+        }
+        count += 1;
+        fits &= matches!(&c.value, Data::Binary(BinaryOp::Div, DType::F32, _, b)
+            if matches!(&**b, Data::Param(n, DType::F32) if n == name));
+    });
+    fits && count > 0
+}
+
+/// The division by a scalar input (checked by [`param_division_fits`]) becomes a
+/// multiplication by the register holding its reciprocal.
+fn rewrite_param_division(k: &mut Kernel, site: &Site, twin: BufferId) {
+    crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| {
+        if let Stmt::Compute(c) = s {
+            if c.expr == site.op_expr {
+                if let Data::Binary(op @ BinaryOp::Div, _, _, b) = &mut c.value {
+                    *op = BinaryOp::Mul;
+                    **b = Data::Read(Access {
+                        buffer: twin,
+                        index: None,
+                    });
+                }
+            }
+        }
+        crate::kir::Flow::Descend
+    });
+}
+
+/// Each scalar input's reciprocal register, allocated and computed first in the kernel (a
+/// parameter is available everywhere; once per thread, before every loop and branch), in the
+/// order made. Its statement is labelled with the division that reads it, so `predicate`
+/// guards it with the bounds of that division's tensor that the thread and block indices alone
+/// decide: a subset of the division's own guard, so the register is written wherever the
+/// division reads it (a register shared by divisions of tensors of other shapes could be read
+/// where it was not written: one per division).
+fn place_param_twins(cx: &Ctx, k: &mut Kernel, twins: &[(TensorId, BufferId, ExprId)]) {
+    let top = twins.iter().flat_map(|&(param, twin, expr)| {
+        let t = &cx.fusion.tensors[param];
+        let recip = Compute {
+            expr,
+            out: Access {
+                buffer: twin,
+                index: None,
+            },
+            value: Data::Unary(
+                UnaryOp::Reciprocal,
+                DType::F32,
+                Box::new(Data::Param(t.name.clone(), t.dtype)),
+            ),
+            role: ComputeRole::Normal,
+            vector: None,
+        };
+        [Stmt::Alloc(twin), Stmt::Compute(recip)]
+    });
+    let body = std::mem::take(&mut k.body);
+    k.body = top.chain(body).collect();
 }
 
 #[cfg(test)]
@@ -517,5 +684,63 @@ mod tests {
                 "{a} / {s}: {r} against {q}"
             );
         }
+    }
+
+    #[test]
+    fn a_scalar_divisors_reciprocal_is_the_division_for_any_normal_divisor_and_special_cap() {
+        // Divisors below 1 as well (a dropout's 1 - p), down to 2^-100 and up to 2^100: within
+        // 1.5 ulp of the division while the divisor, its reciprocal and the quotient are normal.
+        let mut c = 2f32.powi(-100);
+        while c < 2f32.powi(100) {
+            for a in [1e-3f32, 0.37, 1.0, 7.5, 1e3] {
+                let (q, r) = (a / c, a * (1.0 / c));
+                let ulp = f32::from_bits(q.to_bits() + 1) - q;
+                assert!((r - q).abs() <= 1.5 * ulp, "{a} / {c}: {r} against {q}");
+            }
+            c *= 3.7;
+        }
+        // A softcap's special caps: `cap * tanh(s * (1 / cap))` is `cap * tanh(s / cap)`,
+        // NaN where that is NaN (cap = 0 at s = 0, cap = inf everywhere, a NaN cap).
+        let inf = f32::INFINITY;
+        let plain = |s: f32, cap: f32| cap * (s / cap).tanh();
+        let recip = |s: f32, cap: f32| cap * (s * (1.0 / cap)).tanh();
+        for cap in [0.0f32, -0.0, inf, -inf, f32::NAN] {
+            for s in [-3.0f32, -0.0, 0.0, 1e-3, 7.0, inf, -inf] {
+                let (p, r) = (plain(s, cap), recip(s, cap));
+                assert!(
+                    p.to_bits() == r.to_bits() || (p.is_nan() && r.is_nan()),
+                    "cap {cap}, s {s}: {r} against {p}"
+                );
+            }
+        }
+        assert!(plain(0.0, 0.0).is_nan() && plain(1.0, inf).is_nan());
+        assert_eq!((plain(2.0, 0.0), recip(-2.0, 0.0)), (0.0, 0.0));
+    }
+
+    #[test]
+    fn a_division_by_a_scalar_a_thread_runs_once_stays_a_division() {
+        // One element per thread: a reciprocal would cost the division it saves.
+        let once = "fusion f {\n  input x: f32[M, N]\n  input c: f32 = 2.0\n  y = x / c + 1.0\n  output y\n}\nschedule {\n  y.merge(0)\n  y.split(0, 128)\n  y.parallelize(0, BIDx)\n  y.parallelize(1, TIDx)\n  propagate(y)\n  inline_most()\n}\n";
+        let cuda = crate::compile(once, &Default::default()).unwrap().cuda;
+        assert!(
+            cuda.contains("y_div[0] = x[mn_o * 128 + mn_i] / c;"),
+            "{cuda}"
+        );
+        assert!(!cuda.contains("recip"), "{cuda}");
+        // Four elements per thread (an unrolled loop): one reciprocal, four products.
+        let four = once.replace(
+            "  y.parallelize(1, TIDx)",
+            "  y.split(1, 4)\n  y.parallelize(1, TIDx)\n  y.parallelize(2, Unroll)",
+        );
+        let cuda = crate::compile(&four, &Default::default()).unwrap().cuda;
+        assert_eq!(
+            cuda.matches("c_recip[0] = 1.0f / (c);").count(),
+            1,
+            "{cuda}"
+        );
+        assert!(
+            cuda.contains("] * c_recip[0];") && !cuda.contains("/ c;"),
+            "{cuda}"
+        );
     }
 }

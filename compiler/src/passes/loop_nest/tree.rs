@@ -85,9 +85,13 @@ pub(super) fn build_tree(cx: &mut Ctx, k: &mut Kernel, order: &[ExprId]) -> Resu
             None => tree.top.push(Child::Compute(Box::new(compute))),
         }
         for c in consumers {
+            // A tensor that shares no loops with its consumers (a 0-dim value computed once at
+            // the kernel's top, `1.0 / cap`) opens none for them: an empty entry would read as
+            // "the consumer's loops are known, and there are none", which hides the loops its
+            // other producers open and makes them disagree with the producers' own loops.
             // A reader of an online softmax's final statistic after the tile loop shares
             // none of the loops the statistic is placed in (`place`).
-            if !cx.layout.placement[&c].0.starts_with(&keys[..q_t]) {
+            if q_t == 0 || !cx.layout.placement[&c].0.starts_with(&keys[..q_t]) {
                 continue;
             }
             tree.any_pending = true;
