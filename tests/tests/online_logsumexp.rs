@@ -46,9 +46,9 @@ fn the_cross_entropy_example_reads_its_row_once() {
         "lse_prev[0] = lse_max_acc[0];",
         "lse_max_acc[0] = hf_maximum(lse_max_acc[0], x_r2[v_i]);",
         "lse_neg_log2[0] = (isinf(lse_max_acc[0]) ? 0.0f : lse_max_acc[0]) * -1.442695f;",
-        "lse_sum_acc[0] = lse_sum_acc[0] * exp2f(fmaf(lse_prev[0], 1.442695f, lse_neg_log2[0]));",
+        "lse_sum_acc[0] = lse_sum_acc[0] * hf_exp2_ftz(fmaf(lse_prev[0], 1.442695f, lse_neg_log2[0]));",
         "lse_sub[v_i] = fmaf(x_r2[v_i], 1.442695f, lse_neg_log2[0]);",
-        "lse_exp[v_i] = exp2f(lse_sub[v_i]);",
+        "lse_exp[v_i] = hf_exp2_ftz(lse_sub[v_i]);",
         "lse_sum_acc[0] = lse_sum_acc[0] + lse_exp[v_i];",
     ];
     let at: Vec<usize> = step.iter().map(|s| position(&lines, s)).collect();
