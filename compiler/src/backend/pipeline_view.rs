@@ -17,13 +17,15 @@
 //!
 //! Tensor cores (`pipeline_view/mma.rs`): the same walk sees `Wgmma`, `WgmmaFence`, `WgmmaCommit`,
 //! `WgmmaWait`, the consumers' `MbarArrive` and the computes that read an accumulator; the
-//! warp groups that issue wgmma are a role like the others (`Role::mma`).
+//! warp groups that issue wgmma are a role like the others (`Role::mma`); with `Turn`, how their
+//! groups take turns and, per product, what runs while it is in flight.
 //!
 //! The staged epilogue and the loop nests (`pipeline_view/epilogue.rs`): `StMatrix`,
 //! `TmaStore`, `BulkCommit`, `BulkWaitRead` and `FenceProxyAsync`, and the loops around the
 //! producer's and the consumers' side of a warp-specialized pipeline.
 
 mod epilogue;
+mod flight;
 mod mma;
 mod walk;
 
@@ -36,6 +38,7 @@ use serde::Serialize;
 use walk::{conjuncts, has_wgmma};
 
 pub use epilogue::{Level, LoopNest, StagedEpilogue, StoreWait, StoreWaitAt};
+pub use flight::{InFlight, TurnKind, Turns};
 pub use mma::{
     Accumulator, Epilogue, Major, Mma, MmaInput, StageRelease, StageWait, WarpGroupAxis,
 };
@@ -287,6 +290,8 @@ enum What<'k> {
     },
     Commit,
     MmaWait(u32),
+    /// Ping-pong groups wait for their turn or pass it (`Stmt::Turn`).
+    Turn(crate::kir::TurnStep),
     /// An arrival that gives a slot back (`mbarrier.arrive` on an empty barrier).
     Release {
         bars: MbarId,

@@ -9,6 +9,7 @@
 //! The same product issued in several loops (a pipeline's main loop and its epilogue) is one
 //! [`Mma`] with several phases, shown as issued in the steady-state loop.
 
+use super::flight::{self, Flight, InFlight, Turns};
 use super::{role_key, Event, PhaseKind, Place, Role, ThreadLoop, Walk, What};
 use crate::fusion::MemoryType;
 use crate::kir::{BufferId, Kernel, MmaOperand, Val, Wgmma};
@@ -26,11 +27,15 @@ pub struct Mma {
     /// Thread-bound loops around the wgmma: each warp group takes its own tile along them
     /// (a TIDy axis over M).
     pub warp_group_axes: Vec<WarpGroupAxis>,
-    /// Ping-pong: the warp groups take turns, each consuming whole stages for its own tile
-    /// while the others run their epilogues (`WsPlan::turns`); None when every warp group
-    /// reads every stage (cooperative).
+    /// Ping-pong: how the warp groups take turns, with whole stages each (the matmul's) or
+    /// issuing their products on shared stages (`turns=products`, attention's); None when they
+    /// do not (cooperative).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub turns: Option<i64>,
+    pub turns: Option<Turns>,
+    /// The turn (numbered in its loop's iteration) whose wait and pass enclose its group:
+    /// products in one turn share it; None outside turns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn: Option<usize>,
     /// The instruction shape, `m64n256k16` (`k32` for 8-bit operands).
     pub shape: String,
     pub m: i64,
@@ -46,15 +51,19 @@ pub struct Mma {
     pub per_group: Option<i64>,
     /// A `wgmma.fence` opens the group.
     pub fence: bool,
-    /// The `N` of the `wgmma.wait_group N` after the group's commit (None: no wait follows).
+    /// The `N` of the first `wgmma.wait_group N` after the group's commit (None: no wait
+    /// follows).
     pub wait_group: Option<u32>,
+    /// The wait that drains its group and what runs meanwhile (`pipeline_view/flight.rs`).
+    pub in_flight: InFlight,
     /// The loop that issues one group per iteration (the K loop), if any.
     pub loop_var: Option<String>,
     /// The phases of the operands' pipeline it is issued in.
     pub phases: Vec<PhaseKind>,
     /// The full-barrier wait before the group: the stage its operands were loaded into.
     pub stage: Option<StageWait>,
-    /// The arrival after the group's wait that gives the stage back to the producer.
+    /// The arrival after the wait that drains the group (else after its first wait) that gives
+    /// the stage back to the producer.
     pub release: Option<StageRelease>,
     /// What reads the accumulator after the product (the epilogue over its registers).
     pub epilogue: Option<Epilogue>,
@@ -144,7 +153,7 @@ pub struct Epilogue {
 }
 
 /// The statements of one commit group, as event indices.
-struct Group {
+struct Group<'k> {
     role: usize,
     fence: bool,
     /// The fence, or the first wgmma without one.
@@ -153,10 +162,12 @@ struct Group {
     commit: Option<usize>,
     wait: Option<u32>,
     release: Option<usize>,
+    /// What is in flight with it, from its commit to the wait that drains it.
+    flight: Flight<'k>,
 }
 
 /// What makes two wgmmas the same product: role, accumulator, operands and shape.
-fn same_product(a: &Wgmma, b: &Wgmma) -> bool {
+pub(super) fn same_product(a: &Wgmma, b: &Wgmma) -> bool {
     let operand = |o: &MmaOperand| (o.tile.buffer, o.transposed, o.swizzle);
     let key = |w: &Wgmma| {
         (
@@ -172,7 +183,7 @@ fn same_product(a: &Wgmma, b: &Wgmma) -> bool {
 }
 
 /// The role an event's guards select (every role of an event with a wgmma was collected).
-fn role_index(roles: &[Role], e: &Event) -> Option<usize> {
+pub(super) fn role_index(roles: &[Role], e: &Event) -> Option<usize> {
     let key = role_key(&e.guards);
     roles.iter().position(|r| r.condition == key)
 }
@@ -191,7 +202,7 @@ pub(super) fn within(walk: &Walk, mut inner: Option<usize>, outer: Option<usize>
 }
 
 /// The commit groups of the kernel, in the order of their commits.
-fn groups(walk: &Walk, roles: &[Role]) -> Vec<Group> {
+fn groups<'k>(walk: &Walk<'k>, roles: &[Role]) -> Vec<Group<'k>> {
     let mut open: Vec<Option<Group>> = (0..roles.len()).map(|_| None).collect();
     let mut closed: Vec<Group> = Vec::new();
     for (i, e) in walk.events.iter().enumerate() {
@@ -212,6 +223,7 @@ fn groups(walk: &Walk, roles: &[Role]) -> Vec<Group> {
             commit: None,
             wait: None,
             release: None,
+            flight: Flight::default(),
         };
         match e.what {
             What::Fence => open[role] = Some(group(true)),
@@ -222,28 +234,83 @@ fn groups(walk: &Walk, roles: &[Role]) -> Vec<Group> {
                     closed.push(g);
                 }
             }
-            // The wait and the release after a group, in its loop.
-            What::MmaWait(n) => {
-                if let Some(g) = closed.iter_mut().rev().find(|g| g.role == role) {
-                    if g.wait.is_none() && open[role].is_none() {
-                        g.wait = Some(n);
-                    }
-                }
-            }
-            What::Release { .. } => {
-                if let Some(g) = closed.iter_mut().rev().find(|g| g.role == role) {
-                    let lp = g.commit.map(|c| walk.events[c].lp);
-                    if g.wait.is_some() && g.release.is_none() && lp == Some(e.lp) {
-                        g.release = Some(i);
-                    }
+            // The first wait after each group (two groups of one iteration share it).
+            What::MmaWait(n) if open[role].is_none() => {
+                for g in closed
+                    .iter_mut()
+                    .filter(|g| g.role == role && g.wait.is_none())
+                {
+                    g.wait = Some(n);
                 }
             }
             _ => {}
         }
     }
+    let accumulators: Vec<BufferId> = walk
+        .events
+        .iter()
+        .filter_map(|e| match e.what {
+            What::Mma { w, .. } => Some(w.acc.buffer),
+            _ => None,
+        })
+        .collect();
+    for g in &mut closed {
+        if let Some(c) = g.commit {
+            g.flight = flight::flight(walk, roles, g.role, c, &accumulators);
+        }
+    }
+    assign_releases(walk, roles, &mut closed);
     // Groups never committed (the mma pass commits every group it opens) last.
     closed.extend(open.into_iter().flatten().filter(|g| !g.mmas.is_empty()));
     closed
+}
+
+/// Gives each stage release (an arrival on an empty barrier) to a group: the one drained by the
+/// wait before it (attention's K stage after S's wait, V's after P V's), else the last group
+/// committed before it whose wait is in its loop (a stage both products of an iteration read,
+/// released a step late).
+fn assign_releases(walk: &Walk, roles: &[Role], closed: &mut [Group]) {
+    let events = &walk.events;
+    for (r, e) in events.iter().enumerate() {
+        if !matches!(e.what, What::Release { .. }) {
+            continue;
+        }
+        let Some(role) = role_index(roles, e) else {
+            continue;
+        };
+        let mine = |i: usize| role_index(roles, &events[i]) == Some(role);
+        let wait = (0..r)
+            .rev()
+            .take_while(|&i| !(matches!(events[i].what, What::Commit) && mine(i)))
+            .find(|&i| matches!(events[i].what, What::MmaWait(_)) && mine(i))
+            .filter(|&w| events[w].lp == e.lp);
+        let drained = wait.and_then(|w| {
+            closed.iter().position(|g| {
+                g.role == role && g.release.is_none() && g.flight.drain.map(|d| d.0) == Some(w)
+            })
+        });
+        let last = closed
+            .iter()
+            .rposition(|g| g.role == role && g.commit.is_some_and(|c| c < r))
+            .filter(|&j| {
+                let g = &closed[j];
+                g.wait.is_some()
+                    && g.release.is_none()
+                    && g.commit.map(|c| events[c].lp) == Some(e.lp)
+            });
+        if let Some(j) = drained.or(last) {
+            closed[j].release = Some(r);
+        }
+    }
+}
+
+/// A loop of at most one iteration (a prologue peeled off the steady state: `min(n, 1)`).
+fn at_most_once(extent: &Val) -> bool {
+    match extent {
+        Val::Int(n) => *n <= 1,
+        Val::Min(a, b) => at_most_once(a) || at_most_once(b),
+        _ => false,
+    }
 }
 
 fn operand(k: &Kernel, walk: &Walk, full: &[crate::kir::MbarId], o: &MmaOperand) -> MmaInput {
@@ -414,6 +481,8 @@ pub(super) fn extract(
     // Per product: its first wgmma (for `same_product`), whether the instance shown is the
     // steady-state one, and the last event of its groups (where its epilogue starts).
     let mut seen: Vec<(&Wgmma, bool, usize)> = Vec::new();
+    // Per product, what is in flight with the instance shown.
+    let mut flights: Vec<Flight> = Vec::new();
     for g in groups(walk, roles) {
         let lp = g.commit.map_or(events[g.start].lp, |c| events[c].lp);
         let last = g.release.or(g.commit).unwrap_or(g.start);
@@ -476,19 +545,15 @@ pub(super) fn extract(
             let steady = matches!(
                 phase,
                 Some(PhaseKind::Main | PhaseKind::Consume | PhaseKind::Once)
-            );
+            ) && !lp.is_some_and(|l| at_most_once(walk.loops[l].extent));
             let warp_group_axes = warp_group_axes(w, threads);
             let k_extent = target::wgmma_k(w.a_type).unwrap_or(0);
             let mma = Mma {
                 role: g.role,
                 warp_groups: roles[g.role].warp_groups,
                 warp_group_axes,
-                turns: plan
-                    .pipes
-                    .iter()
-                    .filter_map(|p| p.ws.as_ref())
-                    .map(|w| w.turns)
-                    .find(|&t| t > 1),
+                turns: flight::turns(plan),
+                turn: flight::turn(walk, roles, g.role, g.start),
                 shape: format!("m{}n{}k{k_extent}", target::WGMMA_M, w.n),
                 m: target::WGMMA_M,
                 n: w.n,
@@ -504,6 +569,7 @@ pub(super) fn extract(
                 per_group,
                 fence: g.fence,
                 wait_group: g.wait,
+                in_flight: InFlight::default(),
                 loop_var: lp.map(|l| walk.loops[l].var.to_string()),
                 phases: phase.into_iter().collect(),
                 stage: stage.clone(),
@@ -524,12 +590,14 @@ pub(super) fn extract(
                     if steady && !seen[j].1 {
                         let phases = std::mem::take(&mut out[j].phases);
                         out[j] = Mma { phases, ..mma };
+                        flights[j] = g.flight.clone();
                         seen[j].1 = true;
                     }
                     seen[j].2 = seen[j].2.max(last);
                 }
                 None => {
                     seen.push((w, steady, last));
+                    flights.push(g.flight.clone());
                     out.push(mma);
                 }
             }
@@ -538,7 +606,30 @@ pub(super) fn extract(
     for (m, (w, _, last)) in out.iter_mut().zip(&seen) {
         m.epilogue = epilogue(k, plan, walk, w.acc.buffer, *last);
     }
+    for (j, f) in flights.iter().enumerate() {
+        out[j].in_flight = in_flight(&seen, &out, out[j].role, f);
+    }
     out
+}
+
+/// A group's [`Flight`] with its products numbered: those of the same role the role issued,
+/// those whose accumulator was read.
+fn in_flight(seen: &[(&Wgmma, bool, usize)], out: &[Mma], role: usize, f: &Flight) -> InFlight {
+    let product = |w: &Wgmma| {
+        seen.iter()
+            .zip(out)
+            .position(|((o, ..), m)| same_product(o, w) && m.role == role)
+    };
+    InFlight {
+        drained_by: f.drain.map(|(_, n)| n),
+        next_iteration: f.next_iteration,
+        products: f.issued.iter().filter_map(|w| product(w)).collect(),
+        epilogues: f
+            .read
+            .iter()
+            .filter_map(|&b| seen.iter().position(|(o, ..)| o.acc.buffer == b))
+            .collect(),
+    }
 }
 
 #[cfg(test)]
@@ -605,6 +696,7 @@ mod tests {
                 warp_groups: Some(1),
                 warp_group_axes: vec![],
                 turns: None,
+                turn: None,
                 shape: "m64n128k16".into(),
                 m: 64,
                 n: 128,
@@ -623,6 +715,11 @@ mod tests {
                 per_group: Some(4),
                 fence: true,
                 wait_group: Some(0),
+                // Drained at once: nothing runs under it.
+                in_flight: InFlight {
+                    drained_by: Some(0),
+                    ..InFlight::default()
+                },
                 loop_var: Some("k_o".into()),
                 phases: vec![PhaseKind::Main],
                 stage: Some(StageWait {
@@ -779,7 +876,8 @@ mod tests {
             let per_group = match m.turns {
                 None => stage_bytes / ((64 * groups + m.n) * elem) / m.k,
                 Some(turns) => {
-                    assert_eq!(turns, groups, "{name}");
+                    assert_eq!(turns.kind, super::super::TurnKind::Stages, "{name}");
+                    assert_eq!(turns.groups, groups, "{name}");
                     // step 14: 128 x 128 per warp group, a K tile of 64: two wgmmas per k16.
                     let (rows, k_tile) = (128, 64);
                     assert_eq!(stage_bytes, (rows + m.n) * k_tile * 2, "{name}");

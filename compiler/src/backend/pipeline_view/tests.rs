@@ -295,3 +295,108 @@ fn pipelines_and_their_prefetch_come_from_the_plan() {
     let none = extract(&c.kernel, &crate::passes::PipelinePlan::default());
     assert!(none.pipelines.is_empty(), "{none:#?}");
 }
+
+/// The products of one role: (turns, turn, in flight) of each, in program order.
+fn turns_and_flights(path: &str) -> Vec<(Option<Turns>, Option<usize>, InFlight)> {
+    view(&example(path))
+        .mmas
+        .iter()
+        .map(|m| (m.turns, m.turn, m.in_flight.clone()))
+        .collect()
+}
+
+fn drained(n: u32, next_iteration: bool, products: &[usize], epilogues: &[usize]) -> InFlight {
+    InFlight {
+        drained_by: Some(n),
+        next_iteration,
+        products: products.to_vec(),
+        epilogues: epilogues.to_vec(),
+    }
+}
+
+/// FlashAttention-3's kernel: the two consumer groups take turns issuing S_j and P_{j-1}
+/// V_{j-1} (both in one turn); S_j is drained by `wait_group 1` while P V runs, and P V by
+/// `wait_group 0` after tile j's softmax, which reads S's accumulator, has run under it. Its
+/// steady state is the loop over `t_o_pv`, not the peeled S_0.
+#[test]
+fn attention_turns_take_products_and_the_softmax_runs_under_p_v() {
+    let products = Some(Turns {
+        kind: TurnKind::Products,
+        groups: 2,
+    });
+    let [s, pv] = &turns_and_flights("attention/online_wgmma_overlap_pingpong.hf")[..] else {
+        panic!("two products")
+    };
+    assert_eq!(*s, (products, Some(0), drained(1, false, &[1], &[])));
+    assert_eq!(*pv, (products, Some(0), drained(0, false, &[], &[0])));
+    let v = view(&example("attention/online_wgmma_overlap_pingpong.hf"));
+    let loops: Vec<_> = v.mmas.iter().map(|m| m.loop_var.as_deref()).collect();
+    assert_eq!(loops, [Some("t_o_pv"), Some("t_o_pv")]);
+    // Each stage is given back after the wait that drains the product reading it.
+    let released: Vec<_> = v
+        .mmas
+        .iter()
+        .map(|m| m.release.as_ref().map(|r| (&*r.barrier, &*r.slot)))
+        .collect();
+    assert_eq!(
+        released,
+        [
+            Some(("ks_empty", "t_o % 2")),
+            Some(("vs_empty", "t_o_pv % 2"))
+        ]
+    );
+    // The automatic schedule writes the same kernel.
+    assert_eq!(
+        turns_and_flights("auto/attention.hf"),
+        turns_and_flights("attention/online_wgmma_overlap_pingpong.hf")
+    );
+}
+
+/// The overlap without turns: the same in-flight facts, no turns.
+#[test]
+fn the_overlap_without_turns_has_the_same_products_in_flight() {
+    let [s, pv] = &turns_and_flights("attention/online_wgmma_overlap.hf")[..] else {
+        panic!("two products")
+    };
+    assert_eq!(*s, (None, None, drained(1, false, &[1], &[])));
+    assert_eq!(*pv, (None, None, drained(0, false, &[], &[0])));
+}
+
+/// Without the overlap each product is drained right after its commit: the softmax waits for S.
+/// With product turns but no overlap, S and P V are turns of their own, and P V stays in flight
+/// into the next iteration until the next S is drained (nothing reads an accumulator meanwhile).
+#[test]
+fn without_the_overlap_the_softmax_waits_for_s() {
+    let [s, pv] = &turns_and_flights("attention/online_wgmma.hf")[..] else {
+        panic!("two products")
+    };
+    assert_eq!(*s, (None, None, drained(0, false, &[], &[])));
+    assert_eq!(*pv, (None, None, drained(0, false, &[], &[])));
+    let products = Some(Turns {
+        kind: TurnKind::Products,
+        groups: 2,
+    });
+    let [s, pv] = &turns_and_flights("attention/online_wgmma_pingpong.hf")[..] else {
+        panic!("two products")
+    };
+    assert_eq!(*s, (products, Some(0), drained(0, false, &[], &[])));
+    assert_eq!(*pv, (products, Some(1), drained(0, true, &[0], &[])));
+}
+
+/// The matmul ping-pong takes turns with whole stages; its one product is drained by the next
+/// k step's `wait_group 1`, its own next group in flight with it.
+#[test]
+fn the_matmul_ping_pong_takes_turns_with_whole_stages() {
+    let [m] = &turns_and_flights("matmul/step14_ping_pong.hf")[..] else {
+        panic!("one product")
+    };
+    let stages = Some(Turns {
+        kind: TurnKind::Stages,
+        groups: 2,
+    });
+    assert_eq!(*m, (stages, Some(0), drained(1, true, &[0], &[])));
+    let [m] = &turns_and_flights("matmul/step3_warp_specialized.hf")[..] else {
+        panic!("one product")
+    };
+    assert_eq!(*m, (None, None, drained(1, true, &[0], &[])));
+}

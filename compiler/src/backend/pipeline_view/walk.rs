@@ -154,6 +154,7 @@ impl<'k> Walk<'k> {
             },
             Stmt::WgmmaCommit => What::Commit,
             Stmt::WgmmaWait(n) => What::MmaWait(*n),
+            Stmt::Turn { step, .. } => What::Turn(*step),
             Stmt::MbarArrive {
                 bars,
                 slot,
