@@ -8,7 +8,8 @@
 //! the slots), and the epilogue that reads them is said under the release. A staged epilogue
 //! (`stmatrix` into a shared cache, TMA stores) is a column of its own after the accumulators,
 //! and the footers say its path, where the stores are waited on, and the producer's loop
-//! against the consumers' loops. Built as text, so it
+//! against the consumers' loops; how the consumer groups take turns, and what runs while each
+//! product is in flight (`pipeline/overlap.rs`). Built as text, so it
 //! is tested natively; colours are the page's CSS variables (`.pl-*` in style.css), so it
 //! follows the light and dark themes.
 
@@ -18,6 +19,7 @@ use hopfuse::backend::pipeline_view::{
 };
 use std::fmt::Write;
 
+mod overlap;
 mod table;
 pub use table::*;
 
@@ -397,6 +399,13 @@ impl<'a> Diagram<'a> {
         let mut footers = vec![("release".to_string(), release, release_class)];
         if !epilogue.is_empty() {
             footers.push(("epilogue".into(), epilogue.join("; "), "pl-small"));
+        }
+        // The consumer groups' turns (once) and what overlaps each product of the diagram.
+        if let Some(t) = mmas.first().and_then(|m| overlap::turns_text(view, m)) {
+            footers.push(("turns".into(), t, "pl-small"));
+        }
+        for t in mmas.iter().filter_map(|m| overlap::in_flight_text(view, m)) {
+            footers.push(("in flight".into(), t, "pl-small"));
         }
         footers.extend(
             staged_rows(view, index)

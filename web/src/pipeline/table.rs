@@ -215,13 +215,13 @@ pub(super) fn mma_details(v: &PipelineView, m: &Mma) -> Vec<(&'static str, Strin
             };
             let _ = write!(groups, "; {} = {}{extent}{moves}", a.var, a.thread);
         }
-        if let Some(t) = m.turns {
-            let _ = write!(
-                groups,
-                "; ping-pong: the {t} groups take turns, each with whole stages of its own tile, one's epilogue under the next one's wgmmas"
-            );
+        if let Some(t) = super::overlap::turns_text(v, m) {
+            let _ = write!(groups, "; {t}");
         }
         rows.push(("warp groups", groups));
+    }
+    if let Some(t) = super::overlap::in_flight_text(v, m) {
+        rows.push(("in flight", t));
     }
     let acc = &m.accumulator;
     let mut text = format!(

@@ -367,3 +367,85 @@ fn a_persistent_kernel_shows_its_tile_order() {
         .iter()
         .all(|(what, _)| *what != "tile order"));
 }
+
+/// The rows of one kind in the tables of every pipeline of `v`, in order.
+fn rows_of(v: &PipelineView, kind: &str) -> Vec<String> {
+    v.pipelines
+        .iter()
+        .flat_map(|p| details(v, p))
+        .filter(|(k, _)| *k == kind)
+        .map(|(_, t)| t)
+        .collect()
+}
+
+/// FlashAttention-3's kernel: the table says who issues what in which turn and what overlaps
+/// what; the diagrams draw the producer's warps, the two consumer warp groups, and say the
+/// turns and the overlap under them.
+#[test]
+fn attention_says_its_turns_and_the_softmax_under_the_products() {
+    let v = view("attention/online_wgmma_overlap_pingpong");
+    let turns = "turns=products: the 2 consumer groups share every stage of k and v and take \
+                 turns issuing S_j and P_{j-1} V_{j-1}, all in one turn (named barriers pass the \
+                 turn)";
+    let groups = rows_of(&v, "warp groups");
+    assert_eq!(groups.len(), 2);
+    assert!(groups.iter().all(|g| g.ends_with(turns)), "{groups:?}");
+    assert_eq!(
+        rows_of(&v, "in flight"),
+        [
+            "S_j is in flight while the group issues P_{j-1} V_{j-1}; wait_group 1 drains it",
+            "each group's softmax of tile j (on s_sum_acc) runs while its P_{j-1} V_{j-1} and \
+             the other group's products are in flight; wait_group 0 drains it",
+        ]
+    );
+    // Not the matmul's ping-pong.
+    assert!(!html(&v).contains("whole stages"));
+    // k's diagram: the producer warp of k, a row per consumer warp group, the turns and S's
+    // overlap under it; v's: P V's.
+    let k = svg(&v, 0);
+    assert!(
+        k.contains(">producer 1<") && !k.contains(">producer 2<"),
+        "{k}"
+    );
+    assert_eq!(k.matches(">consumer warp group ").count(), 2, "{k}");
+    assert!(k.contains(&esc(turns)), "{k}");
+    assert!(k.contains("S_j is in flight while the group issues P_{j-1} V_{j-1}"));
+    let pv = svg(&v, 1);
+    assert!(pv.contains(">producer 2<"), "{pv}");
+    assert!(pv.contains(&esc(
+        "each group's softmax of tile j (on s_sum_acc) runs while its P_{j-1} V_{j-1} and the \
+         other group's products are in flight"
+    )));
+}
+
+/// Without the overlap the pane says the softmax waits for S; without turns it says none.
+#[test]
+fn attention_without_the_overlap_says_the_softmax_waits_for_s() {
+    let v = view("attention/online_wgmma");
+    assert_eq!(
+        rows_of(&v, "in flight")[0],
+        "nothing runs while S_j is in flight: wait_group 0 drains it right after its commit, so \
+         the softmax waits for it"
+    );
+    assert!(!html(&v).contains("turns"));
+    let v = view("attention/online_wgmma_pingpong");
+    assert!(rows_of(&v, "warp groups")[0]
+        .ends_with("take turns issuing S_j and P_j V_j, each in a turn of its own (named barriers pass the turn)"));
+    assert_eq!(
+        rows_of(&v, "in flight")[1],
+        "P_j V_j is in flight while the group issues S_{j+1}; wait_group 0 in the next t_o \
+         iteration drains it"
+    );
+}
+
+/// Step 14 keeps its own ping-pong sentence, in the table and under the diagram, and has no
+/// in-flight row (one product).
+#[test]
+fn the_matmul_ping_pong_says_whole_stages() {
+    let v = view("matmul/step14_ping_pong");
+    let sentence = "ping-pong: the 2 groups take turns, each with whole stages of its own tile, \
+                    one's epilogue under the next one's wgmmas";
+    assert!(rows_of(&v, "warp groups")[0].ends_with(sentence));
+    assert!(svg(&v, 0).contains(&esc(sentence)));
+    assert!(rows_of(&v, "in flight").is_empty());
+}
