@@ -861,9 +861,9 @@ mod tests {
             // except in a block-scaled product whose block accumulator does not fit twice:
             // its promotion reads it right after the block's group (wait_group 0).
             let block_scaled = src.contains("expand_blocks");
-            // (Step 21's one 64 x 128 tile per block fits the block accumulator twice.)
-            let overlapped = name.to_string().ends_with("_overlap.hf")
-                || name.to_string().ends_with("step21_fp8_block_split_k.hf");
+            // (Step 18's overlap and step 21 allocate the block accumulator twice: one half
+            // written while the other is promoted.)
+            let overlapped = m.accumulator.allocated == Some(2 * m.accumulator.registers);
             let in_flight = if m.release.is_some() && (!block_scaled || overlapped) {
                 1
             } else {
