@@ -117,10 +117,10 @@ pub(super) fn flight<'k>(
         let mine = || role_index(roles, e) == Some(role);
         match e.what {
             What::Commit if mine() => later += 1,
-            What::Mma { w, .. } if mine() => {
-                if !out.issued.iter().any(|o| super::mma::same_product(o, w)) {
-                    out.issued.push(w);
-                }
+            What::Mma { w, .. }
+                if mine() && !out.issued.iter().any(|o| super::mma::same_product(o, w)) =>
+            {
+                out.issued.push(w)
             }
             What::MmaWait(n) if mine() && later >= n => {
                 out.drain = Some((i, n));
