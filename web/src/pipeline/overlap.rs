@@ -22,14 +22,6 @@ fn attention(v: &PipelineView, role: usize) -> Option<(usize, usize)> {
     }
 }
 
-/// The index of `m` in the view.
-fn index_of(v: &PipelineView, m: &Mma) -> usize {
-    v.mmas
-        .iter()
-        .position(|o| std::ptr::eq(o, m))
-        .expect("a product of the view")
-}
-
 /// A product's name: S_j, P_{j-1} V_{j-1} or P_j V_j in an attention kernel, else the product
 /// into its accumulator.
 fn name(v: &PipelineView, j: usize) -> String {
@@ -89,7 +81,8 @@ pub(super) fn turns_text(v: &PipelineView, m: &Mma) -> Option<String> {
 /// What runs while `m` is in flight (the wait that drains it, the products issued and the
 /// accumulators read meanwhile); None for a role with one product (its stages say it).
 pub(super) fn in_flight_text(v: &PipelineView, m: &Mma) -> Option<String> {
-    let j = index_of(v, m);
+    // (`m` is one of the view's products: the table and the diagram pass them.)
+    let j = v.mmas.iter().position(|o| std::ptr::eq(o, m))?;
     if v.mmas.iter().filter(|o| o.role == m.role).count() < 2 {
         return None;
     }
