@@ -203,7 +203,7 @@ pub(super) fn staged(k: &Kernel, plan: &PipelinePlan, walk: &Walk) -> Vec<Staged
             .take_while(|(a, b)| a == b)
             .last()
             .map(|(l, _)| l);
-        let in_tile = |e: &Event| super::mma::within(walk, e.lp, tile);
+        let in_tile = |e: &Event| super::walk::within(walk, e.lp, tile);
         let between = |from: usize, to: usize, f: &dyn Fn(&What) -> bool| {
             events[from..to].iter().any(|e| f(&e.what) && in_tile(e))
         };

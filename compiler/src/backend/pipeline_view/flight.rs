@@ -14,7 +14,7 @@
 //! (`WsPlan::turns`, the matmul ping-pong) or issuing their products (`WsPlan::product_turns`,
 //! `turns=products`); the `Turn` statements say in which turn each group is issued.
 
-use super::mma::{role_index, within};
+use super::walk::{role_index, same_product, within};
 use super::{Role, Walk, What};
 use crate::kir::{BufferId, TurnStep, Wgmma};
 use crate::passes::PipelinePlan;
@@ -117,9 +117,7 @@ pub(super) fn flight<'k>(
         let mine = || role_index(roles, e) == Some(role);
         match e.what {
             What::Commit if mine() => later += 1,
-            What::Mma { w, .. }
-                if mine() && !out.issued.iter().any(|o| super::mma::same_product(o, w)) =>
-            {
+            What::Mma { w, .. } if mine() && !out.issued.iter().any(|o| same_product(o, w)) => {
                 out.issued.push(w)
             }
             What::MmaWait(n) if mine() && later >= n => {

@@ -10,7 +10,8 @@
 //! [`Mma`] with several phases, shown as issued in the steady-state loop.
 
 use super::flight::{self, Flight, InFlight, Turns};
-use super::{role_key, Event, PhaseKind, Place, Role, ThreadLoop, Walk, What};
+use super::walk::{role_index, same_product, within};
+use super::{Event, PhaseKind, Place, Role, ThreadLoop, Walk, What};
 use crate::fusion::MemoryType;
 use crate::kir::{BufferId, Kernel, MmaOperand, Val, Wgmma};
 use crate::passes::PipelinePlan;
@@ -164,41 +165,6 @@ struct Group<'k> {
     release: Option<usize>,
     /// What is in flight with it, from its commit to the wait that drains it.
     flight: Flight<'k>,
-}
-
-/// What makes two wgmmas the same product: role, accumulator, operands and shape.
-pub(super) fn same_product(a: &Wgmma, b: &Wgmma) -> bool {
-    let operand = |o: &MmaOperand| (o.tile.buffer, o.transposed, o.swizzle);
-    let key = |w: &Wgmma| {
-        (
-            w.acc.buffer,
-            w.n,
-            w.a_type,
-            w.b_type,
-            operand(&w.a),
-            operand(&w.b),
-        )
-    };
-    key(a) == key(b)
-}
-
-/// The role an event's guards select (every role of an event with a wgmma was collected).
-pub(super) fn role_index(roles: &[Role], e: &Event) -> Option<usize> {
-    let key = role_key(&e.guards);
-    roles.iter().position(|r| r.condition == key)
-}
-
-/// Whether loop `inner` is `outer` or inside it.
-pub(super) fn within(walk: &Walk, mut inner: Option<usize>, outer: Option<usize>) -> bool {
-    loop {
-        if inner == outer {
-            return true;
-        }
-        match inner {
-            Some(l) => inner = walk.loops[l].parent,
-            None => return false,
-        }
-    }
 }
 
 /// The commit groups of the kernel, in the order of their commits.

@@ -1,9 +1,9 @@
 //! The walk of the final kernel IR that the view is derived from: statements in program order
 //! as [`Event`]s under their guards and loops, thread-bound loops as bindings.
 
-use super::{Event, Guard, Guards, LoopInfo, Scope, ThreadLoop, Walk, What};
+use super::{role_key, Event, Guard, Guards, LoopInfo, Role, Scope, ThreadLoop, Walk, What};
 use crate::fusion::ParallelType;
-use crate::kir::{Flow, Stmt, Val, Visitor};
+use crate::kir::{Flow, MmaOperand, Stmt, Val, Visitor, Wgmma};
 
 /// Whether a wgmma appears anywhere in `body`.
 pub(super) fn has_wgmma(body: &[Stmt]) -> bool {
@@ -178,4 +178,39 @@ impl<'k> Walk<'k> {
             _ => return None,
         })
     }
+}
+
+/// The role an event's guards select (every role of an event with a wgmma was collected).
+pub(super) fn role_index(roles: &[Role], e: &Event) -> Option<usize> {
+    let key = role_key(&e.guards);
+    roles.iter().position(|r| r.condition == key)
+}
+
+/// Whether loop `inner` is `outer` or inside it.
+pub(super) fn within(walk: &Walk, mut inner: Option<usize>, outer: Option<usize>) -> bool {
+    loop {
+        if inner == outer {
+            return true;
+        }
+        match inner {
+            Some(l) => inner = walk.loops[l].parent,
+            None => return false,
+        }
+    }
+}
+
+/// What makes two wgmmas the same product: role, accumulator, operands and shape.
+pub(super) fn same_product(a: &Wgmma, b: &Wgmma) -> bool {
+    let operand = |o: &MmaOperand| (o.tile.buffer, o.transposed, o.swizzle);
+    let key = |w: &Wgmma| {
+        (
+            w.acc.buffer,
+            w.n,
+            w.a_type,
+            w.b_type,
+            operand(&w.a),
+            operand(&w.b),
+        )
+    };
+    key(a) == key(b)
 }
