@@ -503,7 +503,7 @@ impl Emitter<'_> {
                 Some(0) => continue,
                 Some(b) if b % 16 == 0 => vec![(b / 16, Val::Var(var.clone()))],
                 Some(_) => Vec::new(),
-                None => self.separable_offset(index, &var, bytes),
+                None => separable_offset(index, &var, bytes),
             };
             if offset.is_empty() {
                 return format!("hf_wgmma_desc(&{}, {bits:#x}ull)", self.access(tile));
@@ -532,23 +532,6 @@ impl Emitter<'_> {
         }
         let a = self.access(&first);
         format!("(hf_wgmma_desc(&{a}, {bits:#x}ull){steps})")
-    }
-
-    /// The terms of `index` that hold `var`, each with its coefficient in 16-byte units, when
-    /// each holds no other variable (a constant once `var` is) and moves the start by whole
-    /// 16-byte units; empty otherwise.
-    fn separable_offset(&self, index: &Val, var: &str, bytes: i64) -> Vec<(i64, Val)> {
-        let Some(terms) = index.affine_terms() else {
-            return Vec::new();
-        };
-        let mut offset = Vec::new();
-        for (c, t) in terms.into_iter().filter(|(_, t)| t.mentions(var)) {
-            match c.checked_mul(bytes) {
-                Some(b) if b % 16 == 0 && t.only_mentions(var) => offset.push((b / 16, t)),
-                _ => return Vec::new(),
-            }
-        }
-        offset
     }
 
     fn val(&mut self, v: &Val) -> String {
@@ -1186,4 +1169,21 @@ fn combine_name(op: ReduceOp) -> &'static str {
         ReduceOp::Any => "hf_any",
         ReduceOp::All => "hf_all",
     }
+}
+
+/// The terms of `index` that hold `var`, each with its coefficient in 16-byte units, when
+/// each holds no other variable (a constant once `var` is) and moves the start by whole
+/// 16-byte units; empty otherwise.
+fn separable_offset(index: &Val, var: &str, bytes: i64) -> Vec<(i64, Val)> {
+    let Some(terms) = index.affine_terms() else {
+        return Vec::new();
+    };
+    let mut offset = Vec::new();
+    for (c, t) in terms.into_iter().filter(|(_, t)| t.mentions(var)) {
+        match c.checked_mul(bytes) {
+            Some(b) if b % 16 == 0 && t.only_mentions(var) => offset.push((b / 16, t)),
+            _ => return Vec::new(),
+        }
+    }
+    offset
 }
