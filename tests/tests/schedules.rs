@@ -247,3 +247,74 @@ fn a_copy_into_a_padded_shared_tile_is_vectorized_when_its_rows_keep_the_vectors
         "{e}"
     );
 }
+
+/// `recompute(from=x_c)` stops the copies at the cache: the row is read from memory once into
+/// `x_c` (here in shared memory) and each loop converts it again, with no row of f32 values
+/// kept between the loops.
+#[test]
+fn recompute_from_a_cache_keeps_the_cache_and_copies_the_rest() {
+    let c = compile(
+        "fusion sm {
+  input x: bf16[M, N]
+  xs = cast(x, f32)
+  m = max(xs, axis=1)
+  e = exp(xs - broadcast(m, axis=1))
+  s = sum(e, axis=1)
+  y = cast(e / broadcast(s, axis=1), bf16)
+  output y
+}
+schedule {
+  x_c = cache_after(x)
+  y_c = cache_before(y)
+  xs.recompute(from=x_c)
+  e.recompute(from=x_c)
+  x_c.set_memory(shared)
+  y.split(1, 8)
+  y.split(1, 4, outer)
+  y.parallelize(0, BIDx)
+  y.parallelize(2, TIDx)
+  y.parallelize(3, Vectorize)
+  propagate(y)
+  inline_most()
+}",
+    );
+    // One load of the row (into shared memory), read by the three loops over it.
+    assert_eq!(
+        c.cuda
+            .matches("= *reinterpret_cast<const hf_vec<hf_bf16, 8>*>(&x[")
+            .count(),
+        1,
+        "{}",
+        c.cuda
+    );
+    assert!(
+        c.cuda
+            .contains("hf_bf16* x_c = reinterpret_cast<hf_bf16*>(hf_smem"),
+        "{}",
+        c.cuda
+    );
+    assert!(!c.cuda.contains("x_c_r2"), "{}", c.cuda);
+    for copy in ["xs_r2", "e_r2", "xs_r2_r2"] {
+        assert!(
+            c.cuda.contains(&format!("float {copy}[8]")),
+            "{copy}: {}",
+            c.cuda
+        );
+    }
+    assert!(
+        !c.cuda.contains("float e[32]") && !c.cuda.contains("float xs[32]"),
+        "{}",
+        c.cuda
+    );
+}
+
+#[test]
+fn recompute_from_names_a_tensor_of_the_chain() {
+    let e = hopfuse_tests::error(&format!(
+        "{SOFTMAX_F32}schedule {{\n  x_c = cache_after(x)\n  e.recompute(from=y)\n}}"
+    ));
+    assert!(
+        e.contains("`y` is not a tensor that `e` is computed from"),
+        "{e}"
+    );
+}

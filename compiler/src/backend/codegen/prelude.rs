@@ -60,7 +60,34 @@ __device__ __forceinline__ double hf_silu(double x) { return x / (1.0 + exp(-x))
     ),
     (
         "gelu",
-        "__device__ __forceinline__ float hf_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+        "// x * Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2, erfc(z) for z = |x| / sqrt 2 by Numerical
+// Recipes' erfcc (a Chebyshev fit, relative error < 1.2e-7 for z >= 0): t = 1 / (1 + z / 2),
+// erfc(z) = t exp(P(t) - z^2). One range and two MUFU operations, about 20 instructions where
+// torch's 0.5 x (1 + erff(x / sqrt 2)) takes about 27 (erff evaluates both of its ranges and
+// selects). Against the float64 result, evaluated in f32 on the host at steps of 3e-5 over
+// [-14, 14] (exact rcp and exp2; MUFU's approximations add about 2 ulp): absolute error at most
+// 3.9e-7 (torch's form: 4.5e-7), relative 4.2e-7 for x >= 0 (torch's: 1.2e-7), and no
+// cancellation in 1 + erf for negative x: relative error 2e-6 down to x = -4 and 1e-5 down to
+// x = -10, where torch's form has 5e-4 at x = -4 and no correct digit from x = -6. gelu(-inf)
+// is NaN (-inf * 0), as in torch's form and the reference.
+__device__ __forceinline__ float hf_gelu(float x) {
+  const float z = fabsf(x) * 0.70710678118654752f;
+  float t;
+  asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(t) : \"f\"(fmaf(0.5f, z, 1.0f)));
+  float p = fmaf(t, 0.17087277f, -0.82215223f);
+  p = fmaf(t, p, 1.48851587f);
+  p = fmaf(t, p, -1.13520398f);
+  p = fmaf(t, p, 0.27886807f);
+  p = fmaf(t, p, -0.18628806f);
+  p = fmaf(t, p, 0.09678418f);
+  p = fmaf(t, p, 0.37409196f);
+  p = fmaf(t, p, 1.00002368f);
+  p = fmaf(t, p, -1.26551223f);
+  float e;  // exp(P - z^2) / 2 = 2^((P - z^2) log2(e) - 1)
+  asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(e) : \"f\"(fmaf(fmaf(-z, z, p), 1.44269504088896341f, -1.0f)));
+  const float q = t * e;  // erfc(z) / 2
+  return x * (x >= 0.0f ? 1.0f - q : q);
+}
 __device__ __forceinline__ double hf_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }
 ",
     ),

@@ -6,6 +6,12 @@
 //! across the loops. What that costs is the chain's arithmetic once per consumer; what it frees
 //! is the whole row's storage, so any row width fits and a block holds only one step's elements.
 //!
+//! With `from=p` the copies stop at `p` too, a tensor of the chain that is then kept between
+//! the loops instead (nvFuser's projection of a persistent buffer onto its inputs): a row
+//! cached in bf16 (`p = cache_after(x)`) is held once, in half the registers of its f32 values,
+//! and each consumer converts and scales it again, so a block holds the row with fewer
+//! registers and more blocks fit on an SM, without reading the row twice.
+//!
 //! Takes a computed tensor with two or more consumers, none of whose chain has been scheduled
 //! yet (recompute first, then split and propagate). Copies `t_r2`, `t_r3`, ... (fresh names
 //! when those are taken) with the originals' ops, dtypes and axis classes, each marked
@@ -24,7 +30,24 @@ pub(super) fn recompute(f: &mut Fusion, t: TensorId, a: &Args) -> SResult<()> {
             None,
         );
     }
-    let chain = chain_of(f, t, a)?;
+    let from = match a.get("from") {
+        Some(g) => Some(a.tensor_of(f, g)?),
+        None => None,
+    };
+    let chain = chain_of(f, t, from.map(|(p, _, _)| p), a)?;
+    if let Some((p, pname, at)) = from {
+        let read = chain.iter().any(|&m| {
+            f.exprs[f.tensors[m].definition.expect("a chain member is computed")]
+                .input_tensors()
+                .any(|i| i == p)
+        });
+        if !read || p == t {
+            return a.err(
+                format!("`{pname}` is not a tensor that `{tname}` is computed from: `from=` names where the copies stop, one of the tensors `{tname}`'s computation reads"),
+                Some(at),
+            );
+        }
+    }
     for (k, &user) in uses.iter().enumerate().skip(1) {
         let mut copy_of: rustc_hash::FxHashMap<TensorId, TensorId> = Default::default();
         for &member in &chain {
@@ -64,9 +87,9 @@ pub(super) fn recompute(f: &mut Fusion, t: TensorId, a: &Args) -> SResult<()> {
     Ok(())
 }
 
-/// `t` and the computed tensors it reads, producers first, up to what is kept anyway; every
-/// check comes before the fusion changes.
-fn chain_of(f: &Fusion, t: TensorId, a: &Args) -> SResult<Vec<TensorId>> {
+/// `t` and the computed tensors it reads, producers first, up to what is kept anyway (and up to
+/// `stop`, `from=`'s tensor); every check comes before the fusion changes.
+fn chain_of(f: &Fusion, t: TensorId, stop: Option<TensorId>, a: &Args) -> SResult<Vec<TensorId>> {
     let tname = &f.tensors[t].name;
     let mut order = Vec::new();
     let mut stack = vec![(t, false)];
@@ -118,6 +141,7 @@ fn chain_of(f: &Fusion, t: TensorId, a: &Args) -> SResult<Vec<TensorId>> {
             let input = &f.tensors[i];
             // Kept anyway: what the chain reads but does not copy.
             let kept = input.is_input
+                || Some(i) == stop
                 || matches!(
                     input.definition.map(|d| &f.exprs[d].op),
                     Some(Op::Reduce { .. })
