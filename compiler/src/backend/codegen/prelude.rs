@@ -256,7 +256,10 @@ __device__ __forceinline__ T hf_block_reduce(T val, Op op, T* scratch) {
   const unsigned bx = blockDim.x, by = blockDim.y, bz = blockDim.z;
   if (RX && !RY && !RZ && (bx % 32u == 0u || by * bz == 1u)) {
     // Warp shuffles (the last warp may be partial), then one partial per warp through shared
-    // memory; every thread combines the partials of its row.
+    // memory; every thread combines the partials of its row: with whole warps by a second
+    // shuffle tree over them (lane w holds warp w's partial; five levels where a loop over the
+    // warps is a chain of up to 31 dependent combines), then lane 0's result to the warp. Every
+    // warp combines the same partials in the same order, so every thread has the same value.
     const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x / 32u;
     const unsigned warps = (bx + 31u) / 32u;
     const unsigned active = bx - warp * 32u < 32u ? bx - warp * 32u : 32u;
@@ -269,8 +272,18 @@ __device__ __forceinline__ T hf_block_reduce(T val, Op op, T* scratch) {
     const unsigned row = threadIdx.y + by * threadIdx.z;
     if (lane == 0u) scratch[row * warps + warp] = val;
     hf_bar_sync<BAR>();
-    T r = scratch[row * warps];
-    for (unsigned w = 1; w < warps; ++w) r = op(r, scratch[row * warps + w]);
+    T r = scratch[row * warps + (lane < warps ? lane : 0u)];
+    if (bx % 32u == 0u) {
+#pragma unroll
+      for (unsigned offset = 16; offset > 0; offset >>= 1) {
+        const T other = __shfl_down_sync(0xffffffffu, r, offset);
+        if (lane + offset < warps) r = op(r, other);
+      }
+      r = __shfl_sync(0xffffffffu, r, 0);
+    } else {
+      r = scratch[row * warps];
+      for (unsigned w = 1; w < warps; ++w) r = op(r, scratch[row * warps + w]);
+    }
     hf_bar_sync<BAR>();
     return r;
   }
