@@ -26,6 +26,7 @@ pub mod allocation;
 pub mod causal_tiles;
 pub mod context;
 pub mod grid;
+pub mod index_float;
 pub mod indexing;
 pub mod longest_first;
 pub mod loop_nest;
@@ -264,6 +265,13 @@ pub const PIPELINE: &[Pass] = &[
         summary: "a persistent kernel's tile indices computed once per tile",
         run: |cx, _, k| tile_values::run(cx, k),
         applies: tile_values::used,
+        in_place: false,
+    },
+    Pass {
+        name: "index_float",
+        summary: "an index converted to f32 in an unrolled loop as a float base plus a constant",
+        run: |cx, _, k| index_float::run(cx, k),
+        applies: index_float::used,
         in_place: false,
     },
 ];
