@@ -584,3 +584,126 @@ fn uses(s: &Stmt, f: &mut dyn FnMut(BufferId)) {
         | Stmt::WarpRoles(_) => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{exact_range, split_on, Range, F32_EXACT};
+    use crate::kir::Val;
+
+    fn var(n: &str) -> Val {
+        Val::Var(n.into())
+    }
+
+    /// ALiBi's key index minus its query index on the S fragment, as `simplify` leaves them:
+    /// `(t_o * 128 + 8 * (r2 / 4) + 2 * (lane % 4) + r2 % 2) - (s2_o * 128 + lane / 4 + 8 * (r2
+    /// / 2 % 2))`.
+    fn alibi_distance() -> Val {
+        let r2 = || var("r2");
+        let lane = || var("lane");
+        let key = Val::add(
+            Val::add(
+                Val::mul(var("t_o"), Val::Int(128)),
+                Val::mul(Val::Int(8), Val::div(r2(), Val::Int(4))),
+            ),
+            Val::add(
+                Val::mul(Val::Int(2), Val::rem(lane(), Val::Int(4))),
+                Val::rem(r2(), Val::Int(2)),
+            ),
+        );
+        let query = Val::add(
+            Val::add(
+                Val::mul(var("s2_o"), Val::Int(128)),
+                Val::div(lane(), Val::Int(4)),
+            ),
+            Val::mul(
+                Val::Int(8),
+                Val::rem(Val::div(r2(), Val::Int(2)), Val::Int(2)),
+            ),
+        );
+        Val::sub(key, query)
+    }
+
+    /// Loop ranges for T = S = `tiles * 128`: 32 lanes, 64 fragment registers.
+    fn ranges(tiles: i64) -> impl Fn(&Val) -> Option<Range> {
+        move |v| match v {
+            Val::Var(n) if n == "t_o" || n == "s2_o" => Some((0, tiles - 1)),
+            Val::Var(n) if n == "lane" => Some((0, 31)),
+            Val::Var(n) if n == "r2" => Some((0, 63)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn alibi_distance_splits_into_a_base_and_a_constant_of_the_register_index() {
+        let (base, step) = split_on(&alibi_distance(), "r2").expect("splits");
+        assert_eq!(
+            base.text(),
+            "128 * t_o + 2 * (lane % 4) - 128 * s2_o - lane / 4"
+        );
+        assert_eq!(step.text(), "8 * (r2 / 4) + r2 % 2 - 8 * (r2 / 2 % 2)");
+        // Each part's value for every point, summed, is the distance's.
+        for (t, s, lane, r2) in [(3, 0, 5, 17), (0, 15, 31, 63), (7, 7, 0, 6)] {
+            let at = |v: &Val| match v {
+                Val::Var(n) if n == "t_o" => Some(t),
+                Val::Var(n) if n == "s2_o" => Some(s),
+                Val::Var(n) if n == "lane" => Some(lane),
+                Val::Var(n) if n == "r2" => Some(r2),
+                _ => None,
+            };
+            let whole = alibi_distance().eval_with(&at);
+            assert_eq!(
+                whole,
+                Some(base.eval_with(&at).unwrap() + step.eval_with(&at).unwrap())
+            );
+        }
+        // 16 tiles of 128 (S = T = 2048): every value well inside 2^24.
+        assert_eq!(exact_range(&base, &ranges(16)), Some((-1927, 1926)));
+        assert_eq!(exact_range(&step, &ranges(16)), Some((-8, 121)));
+    }
+
+    #[test]
+    fn a_split_is_declined_where_a_range_is_unknown_or_reaches_2_pow_24() {
+        // A size symbol (a generic kernel's extent) has no range.
+        let generic = Val::add(Val::mul(Val::Size("T".into()), var("t_o")), var("r2"));
+        assert_eq!(exact_range(&generic, &ranges(16)), None);
+        // 2^16 tiles of 128 (T = 2^23): the base reaches 2^23 - 128 + 6; with 2^17 + 1 tiles
+        // (T beyond 2^24) it reaches 2^24 + 6.
+        let (base, _) = split_on(&alibi_distance(), "r2").unwrap();
+        assert_eq!(
+            exact_range(&base, &ranges(1 << 16)).map(|r| r.1),
+            Some((1 << 23) - 128 + 6)
+        );
+        assert_eq!(exact_range(&base, &ranges((1 << 17) + 1)), None);
+        // Every node is checked, not only the whole: `t_o * 2^24 - t_o * 2^24` is 0 but its
+        // terms are not exact.
+        let big = Val::mul(var("t_o"), Val::Int(F32_EXACT));
+        assert_eq!(exact_range(&Val::sub(big.clone(), big), &ranges(16)), None);
+        // A remainder or quotient by a variable is not bounded.
+        assert_eq!(
+            exact_range(&Val::rem(var("lane"), var("t_o")), &ranges(16)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_split_needs_a_varying_part_of_the_loop_alone_and_a_variable_base() {
+        // r2 * t_o mixes the loop's index with another value.
+        assert_eq!(split_on(&Val::mul(var("r2"), var("t_o")), "r2"), None);
+        // r2 / t_o as well.
+        assert_eq!(
+            split_on(&Val::add(var("t_o"), Val::div(var("r2"), var("t_o"))), "r2"),
+            None
+        );
+        // No r2: the same in every iteration (nothing to gain).
+        assert_eq!(split_on(&Val::add(var("t_o"), Val::Int(3)), "r2"), None);
+        // A constant base: the whole value is a constant once unrolled.
+        assert_eq!(split_on(&Val::add(var("r2"), Val::Int(3)), "r2"), None);
+        // Constants go with the iteration's part.
+        let (base, step) = split_on(
+            &Val::sub(Val::add(var("t_o"), Val::Int(3)), var("r2")),
+            "r2",
+        )
+        .unwrap();
+        assert_eq!((base.text(), step.text()), ("t_o".into(), "3 - r2".into()));
+    }
+}
