@@ -5,7 +5,8 @@
 //! A pass whose `applies` is false for the fusion (the TMA passes without copies, stores or
 //! circular buffers; `persistent`, `mma`, `tile_values`, `welford`, `online_logsumexp` without their schedule statements;
 //! `row_math` without a row value broadcast into an exponential or a division, or a division
-//! by a scalar) is skipped and not dumped; a pass returns whether it changed the kernel
+//! by a scalar; `index_float` without an `iota` and an integer converted to f32) is skipped and
+//! not dumped; a pass returns whether it changed the kernel
 //! ([`Change`]), and the dump of one that did not is the previous one's text.
 //!
 //! The passes share two kinds of facts, kept apart as Cranelift keeps its analyses apart from
