@@ -686,6 +686,29 @@ mod tests {
     }
 
     #[test]
+    fn the_converted_parts_sum_to_the_converted_whole_exactly_below_2_pow_24() {
+        // Every base and constant ALiBi's kernel has at S = T = 2048 (the ranges above): the
+        // f32 sum is the converted difference, bit for bit.
+        let (base, step) = split_on(&alibi_distance(), "r2").unwrap();
+        let b = exact_range(&base, &ranges(16)).unwrap();
+        let steps: Vec<i64> = (0..64)
+            .map(|r2| step.eval_with(&|_| Some(r2)).unwrap())
+            .collect();
+        for x in b.0..=b.1 {
+            for &c in &steps {
+                assert_eq!((x as f32 + c as f32).to_bits(), ((x + c) as f32).to_bits());
+            }
+        }
+        // At the edge: both parts and the sum below 2^24.
+        let (x, c) = (F32_EXACT - 2, 1);
+        assert_eq!(x as f32 + c as f32, (x + c) as f32);
+        // Beyond it the split is not exact: 2^24 + 1 converts to 2^24, and 2^24 + 1 (f32)
+        // rounds to 2^24 (to even), where the whole, 2^24 + 2, is an f32.
+        let (x, c) = (F32_EXACT + 1, 1);
+        assert_ne!(x as f32 + c as f32, (x + c) as f32);
+    }
+
+    #[test]
     fn a_split_needs_a_varying_part_of_the_loop_alone_and_a_variable_base() {
         // r2 * t_o mixes the loop's index with another value.
         assert_eq!(split_on(&Val::mul(var("r2"), var("t_o")), "r2"), None);
