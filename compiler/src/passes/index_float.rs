@@ -9,9 +9,11 @@
 //! Requires: the kernel's values final (after `simplify`, and after the passes that rewrite
 //! values after it: `mask_tiles`, `longest_first`, `tile_values`), a specialised kernel's sizes
 //! substituted (`specialize`). Takes, in the body of each `@Unroll` loop of constant extent
-//! `n` (its statements themselves, not those of loops or branches inside it), every
-//! `cast<f32>(x)` of an integer value `x` that is, through the one-element integer registers
-//! written before it in the same iteration (`dist_sub[0] = sub(dist_iota[0], dist_iota2[0])`),
+//! `n` (its statements and those of its branches, such as bounds predicates; not those of
+//! loops inside it), every `cast<f32>(x)` of an integer value `x` that is, through the
+//! one-element integer registers written before it in the same iteration (`dist_sub[0] =
+//! sub(dist_iota[0], dist_iota2[0])`; one written under branch conditions only where its
+//! reader is under the same conditions, so the write ran whenever the read does),
 //! a sum, difference, negation and product by constants of indices (`index@2[...]`, integer
 //! literals). That is an index expression `V`; its affine terms split it into `V = base + c`,
 //! `c` the terms that mention only the loop's variable `r` and constants (a constant once the
@@ -40,7 +42,8 @@
 //! an `FADD` of a constant where the integer add and `I2FP.F32.S32` were (NVRTC folds
 //! `float(c)` once the loop is unrolled and shares equal constants); a multiply-add of the
 //! value (`s + slope * dist`) is contracted to one `FFMA` by NVRTC as before. The integer
-//! registers only the converted value read are removed with their writes.
+//! registers only the converted value read are removed with their writes (and the branches
+//! those leave empty).
 //!
 //! Emits: for each taken conversion, a one-element f32 register `{out}_base` (`out` the
 //! converting statement's buffer) whose `alloc` and write `{out}_base[0] =
@@ -274,23 +277,30 @@ impl<'c, 'f> Split<'c, 'f> {
 
     /// Rewrites the conversions in unrolled loop `l`'s body; the statements to put before it.
     fn split_loop(&mut self, l: &mut Loop) -> Vec<Stmt> {
-        let Val::Int(n) = l.extent else {
-            return Vec::new();
-        };
         let mut hoisted = Vec::new();
+        let Val::Int(n) = l.extent else {
+            return hoisted;
+        };
         if n < 1 {
             return hoisted;
         }
-        // The integer value each one-element register written so far in this iteration holds,
-        // and the registers it was read through.
-        let mut regs: FxHashMap<BufferId, (Val, Vec<BufferId>)> = FxHashMap::default();
-        let at = Unrolled { var: &l.var, n };
-        for st in &mut l.body {
+        let mut it = Iteration {
+            at: Unrolled { var: &l.var, n },
+            guards: Vec::new(),
+            regs: FxHashMap::default(),
+        };
+        self.split_block(&mut l.body, &mut it, &mut hoisted);
+        hoisted
+    }
+
+    /// [`Split::split_loop`] on one block of the iteration: its statements and its branches'.
+    fn split_block(&mut self, body: &mut [Stmt], it: &mut Iteration, hoisted: &mut Vec<Stmt>) {
+        for st in body {
             match st {
                 Stmt::Alloc(_) => {}
                 Stmt::Compute(c) if c.vector.is_none() => {
                     let (expr, out) = (c.expr, self.buffers[c.out.buffer].name.clone());
-                    self.split_casts(&mut c.value, &regs, at, (expr, &out), &mut hoisted);
+                    self.split_casts(&mut c.value, it, (expr, &out), hoisted);
                     let b = c.out.buffer;
                     let register = self.buffers[b].memory == MemoryType::Local
                         && wide_int(self.buffers[b].dtype)
@@ -298,32 +308,51 @@ impl<'c, 'f> Split<'c, 'f> {
                         && c.out.index == Some(Val::Int(0));
                     let mut through = Vec::new();
                     match register
-                        .then(|| self.int_val(&c.value, &regs, at, &mut through))
+                        .then(|| self.int_val(&c.value, it, &mut through))
                         .flatten()
                     {
-                        Some(v) => regs.insert(b, (v, through)),
-                        None => regs.remove(&b),
+                        Some(value) => {
+                            let guards = it.guards.clone();
+                            it.regs.insert(
+                                b,
+                                Known {
+                                    value,
+                                    through,
+                                    guards,
+                                },
+                            )
+                        }
+                        None => it.regs.remove(&b),
                     };
                 }
+                // A branch (a bounds predicate): its writes are known under its condition, which
+                // is as true at the read as at the write (`elect.sync` excepted: it is not a
+                // value of the iteration's indices).
+                Stmt::If { cond, then, els } if !cond.any_leaf(&|v| matches!(v, Val::Elect)) => {
+                    it.guards.push(cond.clone());
+                    self.split_block(then, it, hoisted);
+                    it.guards.pop();
+                    it.guards.push(Val::eq(cond.clone(), Val::Int(0)));
+                    self.split_block(els, it, hoisted);
+                    it.guards.pop();
+                }
                 // Anything else may write a register: what was known is no longer.
-                _ => regs.clear(),
+                _ => it.regs.clear(),
             }
         }
-        hoisted
     }
 
     /// Rewrites each `cast<f32>` in `d` whose operand splits (outermost first).
     fn split_casts(
         &mut self,
         d: &mut Data,
-        regs: &FxHashMap<BufferId, (Val, Vec<BufferId>)>,
-        at: Unrolled,
+        it: &Iteration,
         (expr, out): (crate::fusion::ExprId, &str),
         hoisted: &mut Vec<Stmt>,
     ) {
         if let Data::Cast(DType::F32, x) = d {
             let mut through = Vec::new();
-            if let Some((base, step)) = self.exact_split(x, regs, at, &mut through) {
+            if let Some((base, step)) = self.exact_split(x, it, &mut through) {
                 let b = self.base_register(out);
                 let read = || Access {
                     buffer: b,
@@ -356,15 +385,15 @@ impl<'c, 'f> Split<'c, 'f> {
         }
         match d {
             Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => {
-                self.split_casts(x, regs, at, (expr, out), hoisted)
+                self.split_casts(x, it, (expr, out), hoisted)
             }
             Data::Binary(_, _, x, y) => {
-                self.split_casts(x, regs, at, (expr, out), hoisted);
-                self.split_casts(y, regs, at, (expr, out), hoisted);
+                self.split_casts(x, it, (expr, out), hoisted);
+                self.split_casts(y, it, (expr, out), hoisted);
             }
             Data::Ternary(_, _, xs) => {
                 for x in xs.iter_mut() {
-                    self.split_casts(x, regs, at, (expr, out), hoisted);
+                    self.split_casts(x, it, (expr, out), hoisted);
                 }
             }
             Data::Read(_) | Data::Param(..) | Data::Literal(..) | Data::Index(..) => {}
@@ -376,11 +405,10 @@ impl<'c, 'f> Split<'c, 'f> {
     fn exact_split(
         &self,
         x: &Data,
-        regs: &FxHashMap<BufferId, (Val, Vec<BufferId>)>,
-        at: Unrolled,
+        it: &Iteration,
         through: &mut Vec<BufferId>,
     ) -> Option<(Val, Val)> {
-        let v = self.int_val(x, regs, at, through)?;
+        let (at, v) = (it.at, self.int_val(x, it, through)?);
         let (base, step) = split_on(&v, at.var)?;
         // The base is computed before the loop: its variables are those in scope there.
         let b = exact_range(&base, &|l| self.leaf(l))?;
@@ -391,13 +419,7 @@ impl<'c, 'f> Split<'c, 'f> {
 
     /// The integer value of `d` as an index expression, every node and every index read within
     /// `(-2^24, 2^24)` (the registers read through pushed on `through`).
-    fn int_val(
-        &self,
-        d: &Data,
-        regs: &FxHashMap<BufferId, (Val, Vec<BufferId>)>,
-        at: Unrolled,
-        through: &mut Vec<BufferId>,
-    ) -> Option<Val> {
+    fn int_val(&self, d: &Data, it: &Iteration, through: &mut Vec<BufferId>) -> Option<Val> {
         let v = match d {
             Data::Index(IndexOf::Axis(_) | IndexOf::Value, Some(v)) => v.clone(),
             Data::Literal(x, dt)
@@ -406,22 +428,23 @@ impl<'c, 'f> Split<'c, 'f> {
                 Val::Int(*x as i64)
             }
             Data::Read(a) if a.index == Some(Val::Int(0)) => {
-                let (v, via) = regs.get(&a.buffer)?;
+                // Written in this iteration, under conditions the reader is under too.
+                let known = it.regs.get(&a.buffer)?;
+                if !it.guards.starts_with(&known.guards) {
+                    return None;
+                }
                 through.push(a.buffer);
-                through.extend(via);
-                v.clone()
+                through.extend(&known.through);
+                known.value.clone()
             }
-            Data::Cast(to, x) if wide_int(*to) => self.int_val(x, regs, at, through)?,
+            Data::Cast(to, x) if wide_int(*to) => self.int_val(x, it, through)?,
             Data::Unary(UnaryOp::Neg, dt, x) if wide_int(*dt) => {
-                Val::sub(Val::Int(0), self.int_val(x, regs, at, through)?)
+                Val::sub(Val::Int(0), self.int_val(x, it, through)?)
             }
             Data::Binary(op @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul), dt, x, y)
                 if wide_int(*dt) =>
             {
-                let (x, y) = (
-                    self.int_val(x, regs, at, through)?,
-                    self.int_val(y, regs, at, through)?,
-                );
+                let (x, y) = (self.int_val(x, it, through)?, self.int_val(y, it, through)?);
                 match op {
                     BinaryOp::Add => Val::add(x, y),
                     BinaryOp::Sub => Val::sub(x, y),
@@ -431,7 +454,7 @@ impl<'c, 'f> Split<'c, 'f> {
             _ => return None,
         };
         // Checked in this iteration's scope: the loop's variable in [0, n), the rest outside.
-        exact_range(&v, &|l| at.leaf(l).or_else(|| self.leaf(l)))?;
+        exact_range(&v, &|l| it.at.leaf(l).or_else(|| self.leaf(l)))?;
         Some(v)
     }
 
@@ -454,6 +477,22 @@ impl<'c, 'f> Split<'c, 'f> {
         });
         b
     }
+}
+
+/// What is known in one iteration of an unrolled loop, where the walk of its body is.
+struct Iteration<'a> {
+    at: Unrolled<'a>,
+    /// The conditions of the branches around the statement (an `else` as `cond == 0`).
+    guards: Vec<Val>,
+    /// The integer value each one-element register written so far in this iteration holds.
+    regs: FxHashMap<BufferId, Known>,
+}
+
+/// A register's value, written under `guards`, read through the registers of `through`.
+struct Known {
+    value: Val,
+    through: Vec<BufferId>,
+    guards: Vec<Val>,
 }
 
 /// The unrolled loop a conversion is in: its variable and trip count.
@@ -512,7 +551,8 @@ impl VisitorMut for Split<'_, '_> {
 }
 
 /// Removes the registers of `candidates` that nothing reads any more, with their writes and
-/// allocations (a removed register's write may have been the last read of another).
+/// allocations (a removed register's write may have been the last read of another), and the
+/// branches left empty.
 fn remove_unread(k: &mut Kernel, mut candidates: Vec<BufferId>) {
     candidates.sort_unstable();
     candidates.dedup();
@@ -532,10 +572,12 @@ fn remove_unread(k: &mut Kernel, mut candidates: Vec<BufferId>) {
             return;
         }
         candidates.retain(|b| !unread.contains(b));
+        // Inner blocks first, so a branch that held only removed writes is empty by its turn.
         for_each_block_mut(&mut k.body, &mut |body| {
             body.retain(|s| match s {
                 Stmt::Alloc(b) => !unread.contains(b),
                 Stmt::Compute(c) => !unread.contains(&c.out.buffer),
+                Stmt::If { then, els, .. } => !(then.is_empty() && els.is_empty()),
                 _ => true,
             })
         });
