@@ -55,6 +55,52 @@ fn dumps() -> Vec<String> {
     out
 }
 
+/// `index@value[...]` (pass `index_float`, which no generic example's kernel takes: it needs
+/// the sizes) reads back: a column minus a row converted to f32 in an unrolled loop,
+/// specialised.
+#[test]
+fn a_combination_of_indices_reads_back() {
+    let source = "fusion f {
+  input x: f32[M, N]
+  d = cast(iota(x, axis=1) - iota(x, axis=0), f32)
+  y = x + d
+  output y
+}
+schedule {
+  y.split(1, 8)
+  y.parallelize(0, BIDx)
+  y.parallelize(1, TIDx)
+  y.parallelize(2, Unroll)
+  propagate(y)
+  inline_most()
+}";
+    let (_, scheduled) = hopfuse::schedule(source).expect("schedules");
+    let options = hopfuse::CompileOptions {
+        aligned_for: Some([("M".to_string(), 64), ("N".to_string(), 256)].into()),
+        specialize: true,
+        ..Default::default()
+    };
+    let mut lowering = hopfuse::Lowering::new(&scheduled, &options);
+    for pass in PIPELINE {
+        lowering.run(pass).expect("compiles");
+    }
+    let text = lowering.kernel.print();
+    assert!(
+        text.contains("d_base[0] = cast<f32>(index@value[8 * n_o - m])"),
+        "{text}"
+    );
+    assert!(
+        text.contains("d[0] = add(d_base[0], cast<f32>(index@value[n_i]))"),
+        "{text}"
+    );
+    let back = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert!(
+        back == lowering.kernel,
+        "{}",
+        first_difference(&lowering.kernel, &back)
+    );
+}
+
 #[test]
 fn every_example_after_every_pass_reads_back_as_the_same_kernel() {
     let mut checked = 0;

@@ -592,8 +592,9 @@ mod tests {
         // `specialize` never here (the playground's kernel is generic over its sizes),
         // `online_softmax` only for an online softmax (`mask_bounds`, `mask_tiles` and
         // `longest_first` only for a causally masked one), `welford` only for a one-pass variance, `online_logsumexp`
-        // only for a one-pass log-sum-exp and `row_math` only for a row value broadcast into an
-        // exponential or a division (no example here has any).
+        // only for a one-pass log-sum-exp, `row_math` only for a row value broadcast into an
+        // exponential or a division and `index_float` only for an `iota` converted to f32 (no
+        // example here has any).
         let tma_passes = [
             "tma",
             "tma_issue",
@@ -610,6 +611,7 @@ mod tests {
             "mask_tiles",
             "longest_first",
             "row_math",
+            "index_float",
         ];
         let count = |skip: &[&str]| {
             hopfuse::passes::PIPELINE

@@ -70,12 +70,17 @@ pub enum IndexOf {
     /// i64 (`rand`'s element index, `fusion::Op::ElementIndex`): one value, so where the loops
     /// merge the axes it simplifies to the merged loop's index.
     Element(Vec<usize>),
+    /// An integer combination of the indices, no one axis's (an i32): a pass's split of an
+    /// index expression (`passes::index_float`: the part of an iota difference one unrolled
+    /// loop does not change, or the part it does). Written by passes after `indexing`, so it
+    /// always has its value.
+    Value,
 }
 
 impl IndexOf {
     pub fn dtype(&self) -> DType {
         match self {
-            IndexOf::Axis(_) => DType::I32,
+            IndexOf::Axis(_) | IndexOf::Value => DType::I32,
             IndexOf::Element(_) => DType::I64,
         }
     }

@@ -1439,7 +1439,9 @@ impl<'a> Parser<'a> {
         if c.eat("index@") {
             let axis =
                 |c: &mut Cursor| usize::try_from(c.int()?).map_err(|_| c.error("a negative axis"));
-            let of = if c.eat("(") {
+            let of = if c.eat("value") {
+                IndexOf::Value
+            } else if c.eat("(") {
                 let mut axes = vec![axis(c)?];
                 while c.eat(", ") {
                     axes.push(axis(c)?);

@@ -91,9 +91,11 @@ impl Data {
                 out.push(')');
             }
             // `index@1[*]` until the indexing pass, then `index@1[n_o * 256 + n_i]`; an
-            // element index over axes 0 and 1 is `index@(0, 1)[...]`.
+            // element index over axes 0 and 1 is `index@(0, 1)[...]`; a combination of indices
+            // `index@value[t_o * 128 - s2_o * 128]`.
             Data::Index(of, v) => {
                 match of {
+                    IndexOf::Value => out.push_str("index@value["),
                     IndexOf::Axis(axis) => {
                         let _ = write!(out, "index@{axis}[");
                     }

@@ -582,6 +582,8 @@ impl Indexer<'_, '_> {
                         }
                         sum
                     }
+                    // Made after this pass, with its value.
+                    IndexOf::Value => return Ok(()),
                 });
                 Ok(())
             }

@@ -5,7 +5,8 @@
 //! A pass whose `applies` is false for the fusion (the TMA passes without copies, stores or
 //! circular buffers; `persistent`, `mma`, `tile_values`, `welford`, `online_logsumexp` without their schedule statements;
 //! `row_math` without a row value broadcast into an exponential or a division, or a division
-//! by a scalar) is skipped and not dumped; a pass returns whether it changed the kernel
+//! by a scalar; `index_float` without an `iota` and an integer converted to f32) is skipped and
+//! not dumped; a pass returns whether it changed the kernel
 //! ([`Change`]), and the dump of one that did not is the previous one's text.
 //!
 //! The passes share two kinds of facts, kept apart as Cranelift keeps its analyses apart from
@@ -26,6 +27,7 @@ pub mod allocation;
 pub mod causal_tiles;
 pub mod context;
 pub mod grid;
+pub mod index_float;
 pub mod indexing;
 pub mod longest_first;
 pub mod loop_nest;
@@ -264,6 +266,13 @@ pub const PIPELINE: &[Pass] = &[
         summary: "a persistent kernel's tile indices computed once per tile",
         run: |cx, _, k| tile_values::run(cx, k),
         applies: tile_values::used,
+        in_place: false,
+    },
+    Pass {
+        name: "index_float",
+        summary: "an index converted to f32 in an unrolled loop as a float base plus a constant",
+        run: |cx, _, k| index_float::run(cx, k),
+        applies: index_float::used,
         in_place: false,
     },
 ];
