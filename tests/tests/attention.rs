@@ -1662,3 +1662,28 @@ fn causal_tiles_stop_at_the_diagonal_and_mask_only_it() {
         1
     );
 }
+
+/// A softcap's tanh reaches the scores through a product only: `tanh_abs` (absolute error
+/// scaled as the term's rounding). Read twice, exponentiated, or divided by, it stays `tanhf`.
+#[test]
+fn a_softcaps_tanh_is_the_absolute_form_only_where_its_error_scales_linearly() {
+    let src = example("auto/attention_softcap.hf");
+    // The attention scheduler's schedule of the softcap, for it and for each variant.
+    let schedule = hopfuse::auto_schedule(&src, None).unwrap().unwrap().block();
+    let with_schedule = |src: &str| hopfuse_tests::compile(&format!("{src}\n{schedule}")).cuda;
+    let c = with_schedule(&src);
+    assert!(c.contains("= hf_tanh_abs(") && !c.contains("tanhf("), "{c}");
+    for (why, math) in [
+        ("read twice", "t = tanh(s / cap)\n  sc = cap * t * t"),
+        ("exponentiated", "sc = cap * exp(tanh(s / cap))"),
+        ("a divisor", "sc = cap / (2.0 + tanh(s / cap))"),
+    ] {
+        let other = src.replace("sc = cap * tanh(s / cap)", math);
+        assert_ne!(other, src);
+        let c = with_schedule(&other);
+        assert!(
+            c.contains("tanhf(") && !c.contains("= hf_tanh_abs("),
+            "{why}: {c}"
+        );
+    }
+}

@@ -375,9 +375,13 @@ fn the_variants_lower_on_their_kernels() {
         assert!(source.contains("// bench: B=128,S=2048,T=2048\n// bench: B=32,S=8192,T=8192"));
     }
     let cuda = |path: &str| compile(&example(path)).cuda;
-    // The cap on each score, in the tile loop (after the first key tile's wgmma).
+    // The cap on each score, in the tile loop (after the first key tile's wgmma), its tanh
+    // in the absolute form (pass online_softmax).
     let softcap = cuda(VARIANTS[0]);
-    assert!(softcap.contains("tanhf(") && softcap.find("tanhf(") > softcap.find("wgmma.mma_async"));
+    assert!(
+        softcap.contains("= hf_tanh_abs(")
+            && softcap.find("= hf_tanh_abs(") > softcap.find("wgmma.mma_async")
+    );
     // `s / cap` as a product by the cap's reciprocal (pass row_math), computed once by the
     // consumer warps before their key loops.
     let recip = softcap

@@ -28,6 +28,13 @@
 //!   f32 next to `l >= 1` (the row's maximum gives `exp2(0) = 1`), so neither shows until
 //!   `|m|` is about 2^15. `-inf` scores still give 0 and `m_prev = -inf` a factor of 0. A
 //!   softmax written with `exp2` keeps `exp2(s - m)` and `exp2(m_prev - m)`;
+//! - a `tanh` in f32 whose value reaches the scores only through sums, differences, products,
+//!   divisions of it and copies (a softcap, `cap * tanh(s / cap)`) is `tanh_abs`
+//!   ([`absolute_tanhs`]): within about 2^-21 of tanh in absolute terms, one `ex2.approx` and one
+//!   `rcp.approx` where `tanhf` evaluates two ranges (the softcap kernel's loop: 4,096 SASS
+//!   instructions -> 3,448). The scores' error is then about `|F| 2^-21`, `F` the product of the
+//!   factors on the way, while the term `F tanh(.)`, at most `|F|`, is itself rounded to
+//!   `|F| 2^-24` in f32: a few ulp of the term's scale, whatever the cap;
 //! - the division `p = e / l` inside the loop becomes `p = e`, and `o`'s write after the loop
 //!   divides by the final `l_acc`; `l` and the views of it the division read keep no buffer;
 //! - tensors without `T` that read the final `m` and `l` after the loop (the log-sum-exp
@@ -46,12 +53,13 @@ use super::context::{Change, Ctx, LoopKey};
 use super::reduction::Accumulators;
 use super::row_math::{log2_fma, neg_log2, shifted_exp2};
 use crate::diag::Diagnostic;
+use crate::dtype::DType;
 use crate::fusion::online_softmax::Exponential;
 use crate::fusion::{
     BinaryOp, ExprId, IterKind, OnlineRewrite, Operand, ParallelType, TensorId, TernaryOp, UnaryOp,
 };
 use crate::kir::{Access, BufferId, Compute, ComputeRole, Data, Flow, Kernel, Stmt};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// The loop over `T` tiles of each online softmax, in [`crate::fusion::Fusion::online_softmax`]'s
 /// order ([`tile_loops`]): made by `loop_nest`, read by this pass.
@@ -295,6 +303,19 @@ fn rewrite(
         ));
     }
     read_final_statistics(cx, k, p, tile, m_buf, [m_acc, l_acc]);
+    let tanhs = absolute_tanhs(f, p.scores);
+    if !tanhs.is_empty() {
+        crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| {
+            if let Stmt::Compute(c) = s {
+                if let (true, Data::Unary(op @ UnaryOp::Tanh, DType::F32, _)) =
+                    (tanhs.contains(&c.expr), &mut c.value)
+                {
+                    *op = UnaryOp::TanhAbs;
+                }
+            }
+            Flow::Descend
+        });
+    }
     // `l` and its views exist only as the accumulator now: nothing writes their buffers, so
     // `allocation` does not place them.
     for e in denominator_views.iter().chain([&l_expr]) {
@@ -644,4 +665,61 @@ fn view_exprs(f: &crate::fusion::Fusion, from: TensorId, to: TensorId) -> Option
         }
     }
     Some(out)
+}
+
+/// The `tanh`s in f32 among the exprs the scores are computed from (back to the product's
+/// reduction and the fusion's inputs) whose value reaches the scores only through sums,
+/// differences, products, divisions of it (as the numerator) and copies, read once at each
+/// step: there an absolute error in the tanh is an absolute error in the score scaled by the
+/// factors on the way, as the rounding of that term is (the module doc). A tanh read in any
+/// other way (exponentiated, divided by, squared, compared) keeps the precise form.
+pub fn absolute_tanhs(f: &crate::fusion::Fusion, scores: TensorId) -> FxHashSet<ExprId> {
+    use crate::fusion::Op;
+    let mut found = FxHashSet::default();
+    let mut seen = FxHashSet::default();
+    let mut stack = vec![scores];
+    while let Some(t) = stack.pop() {
+        if !seen.insert(t) {
+            continue;
+        }
+        let Some(e) = f.tensors[t].definition else {
+            continue;
+        };
+        let expr = &f.exprs[e];
+        match expr.op {
+            Op::Reduce { .. } => continue,
+            Op::Unary(UnaryOp::Tanh)
+                if f.tensors[t].dtype == DType::F32 && reaches_linearly(f, t, scores) =>
+            {
+                found.insert(e);
+            }
+            _ => {}
+        }
+        stack.extend(expr.input_tensors());
+    }
+    found
+}
+
+/// Whether `t`'s value reaches `to` through a chain of single reads, each a sum, difference,
+/// product, division (`t` the numerator), copy or cast to f32.
+fn reaches_linearly(f: &crate::fusion::Fusion, mut t: TensorId, to: TensorId) -> bool {
+    use crate::fusion::Op;
+    while t != to {
+        let [user] = f.uses(t)[..] else {
+            return false;
+        };
+        let expr = &f.exprs[user];
+        let reads = expr.input_tensors().filter(|&i| i == t).count();
+        let linear = match expr.op {
+            Op::Set | Op::Cast(DType::F32) => true,
+            Op::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul) => true,
+            Op::Binary(BinaryOp::Div) => expr.inputs.first() == Some(&Operand::Tensor(t)),
+            _ => false,
+        };
+        if !linear || reads != 1 {
+            return false;
+        }
+        t = expr.output;
+    }
+    true
 }

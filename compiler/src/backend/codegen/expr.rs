@@ -222,6 +222,12 @@ impl Emitter<'_> {
             UnaryOp::Log2 => math("log2"),
             UnaryOp::Log1p => math("log1p"),
             UnaryOp::Exp2 => math("exp2"),
+            // Made in f32 only (pass online_softmax); f64 keeps the precise form.
+            UnaryOp::TanhAbs if f64t => math("tanh"),
+            UnaryOp::TanhAbs => {
+                self.uses.math.insert("tanh_abs");
+                format!("hf_tanh_abs({x})")
+            }
             // f64 has no flushing form (the passes make this op in f32 only).
             UnaryOp::Exp2Ftz if f64t => math("exp2"),
             UnaryOp::Exp2Ftz => {

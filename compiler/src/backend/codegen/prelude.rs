@@ -41,6 +41,21 @@ __device__ __forceinline__ float hf_exp2_ftz(float x) { float r; asm(\"ex2.appro
 ",
     ),
     (
+        "tanh_abs",
+        "// tanh(x) = 1 - 2 / (e^(2x) + 1): one MUFU.EX2 and one MUFU.RCP, within about 2^-21 of tanh(x)
+// (0.76 * 2^-22 with correctly rounded exp2 and reciprocal, measured over [-20, 20]; the two
+// approximations add at most about 2^-22); near 0, where tanh(x) ~ x, that is not a relative
+// bound. Made only where the value is used in absolute terms (the pass online_softmax: a
+// softcap's scores).
+__device__ __forceinline__ float hf_tanh_abs(float x) {
+  float e, r;
+  asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(e) : \"f\"(x * 2.88539008177792681f));
+  asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(r) : \"f\"(e + 1.0f));
+  return fmaf(-2.0f, r, 1.0f);
+}
+",
+    ),
+    (
         "sign",
         "__device__ __forceinline__ float hf_sign(float x) { return (float)((0.0f < x) - (x < 0.0f)); }
 __device__ __forceinline__ double hf_sign(double x) { return (double)((0.0 < x) - (x < 0.0)); }

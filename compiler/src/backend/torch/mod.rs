@@ -1115,7 +1115,7 @@ fn unary(u: UnaryOp, x: Py, out: DType) -> Py {
         UnaryOp::Abs => call("abs"),
         UnaryOp::Sqrt => call("sqrt"),
         UnaryOp::Rsqrt => call("rsqrt"),
-        UnaryOp::Tanh => call("tanh"),
+        UnaryOp::Tanh | UnaryOp::TanhAbs => call("tanh"),
         UnaryOp::Sigmoid => call("sigmoid"),
         UnaryOp::Log => call("log"),
         UnaryOp::Log2 => call("log2"),
