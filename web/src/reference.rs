@@ -133,6 +133,7 @@ pub const ENTRIES: &[Entry] = &[
     e("fence", Argument, "fence=analysis|per_store|issuing_warp", "Where the async-proxy fence before a TMA store goes (analysis: chosen by the sync analysis)."),
     e("swizzle", Argument, "swizzle=none|32|64|128", "Shared-memory swizzle of a TMA box, in bytes (the inner box row must be that wide)."),
     e("row_pad", Argument, "row_pad=n", "Elements after each row of a plain shared-memory cache's innermost axis (0 to 128), so threads reading down its columns hit different banks (a transpose's tile)."),
+    e("from", Argument, "t.recompute(from=p)", "Of recompute: the copies stop at p, a tensor t is computed from, which is kept between the loops instead (a bf16 cache of the row rather than its f32 values)."),
     e("prefetch", Argument, "prefetch=N", "Loads issued ahead of the iteration that consumes them (0 <= prefetch < stages)."),
     e("war", Argument, "war=sync|mbarrier", "How a slot is known free for refilling: a block barrier each iteration (sync) or empty mbarriers (mbarrier, TMA and bulk copies)."),
     e("registers", Argument, "registers=[producer, consumer]", "Registers per thread of the producer and consumer warp groups (setmaxnreg)."),
