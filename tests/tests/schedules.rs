@@ -318,3 +318,70 @@ fn recompute_from_names_a_tensor_of_the_chain() {
         "{e}"
     );
 }
+
+/// `cache_after(x, l2=evict_last)`: the input's loads carry the L2 policy (the kernel IR's
+/// parameter says so).
+#[test]
+fn an_l2_policy_marks_the_inputs_loads() {
+    let src = "fusion t {
+  input x: bf16[M, N]
+  input b: bf16[N]
+  y = cast(cast(x, f32) + cast(broadcast(b, axis=0), f32), bf16)
+  output y
+}
+schedule {
+  x_c = cache_after(x, l2=evict_last)
+  b_c = cache_after(b, l2=evict_first)
+  y.split(1, 8)
+  y.split(1, 128)
+  y.parallelize(0, BIDx)
+  y.parallelize(2, TIDx)
+  y.parallelize(3, Vectorize)
+  propagate(y)
+  inline_most()
+}";
+    let c = compile(src);
+    assert!(
+        c.cuda
+            .contains("= hf_ld_l2<true>(reinterpret_cast<const hf_vec<hf_bf16, 8>*>(&x["),
+        "{}",
+        c.cuda
+    );
+    assert!(c.cuda.contains("hf_ld_l2<false>("), "{}", c.cuda);
+    assert!(c
+        .cuda
+        .contains("createpolicy.fractional.L2::evict_last.b64"));
+    let kir = c.kernel.print();
+    assert!(kir.contains("global in l2=evict_last"), "{kir}");
+    assert!(kir.contains("global in l2=evict_first"), "{kir}");
+    // An element load (no vectors) carries it too.
+    let elements = compile(&src.replace("  y.split(1, 8)\n", "").replace(
+        "  y.parallelize(2, TIDx)\n  y.parallelize(3, Vectorize)",
+        "  y.parallelize(2, TIDx)",
+    ));
+    assert!(
+        elements.cuda.contains("hf_ld_l2<true>(&x["),
+        "{}",
+        elements.cuda
+    );
+    // Plain loads elsewhere.
+    let plain = compile(
+        &src.replace(", l2=evict_last", "")
+            .replace(", l2=evict_first", ""),
+    );
+    assert!(!plain.cuda.contains("hf_ld_l2"), "{}", plain.cuda);
+}
+
+#[test]
+fn an_l2_policy_is_for_the_plain_loads_of_an_input() {
+    let with =
+        |schedule: &str| hopfuse_tests::error(&format!("{SOFTMAX_F32}schedule {{\n{schedule}\n}}"));
+    let before = with("y_c = cache_before(y, l2=evict_last)");
+    assert!(before.contains("use it with cache_after"), "{before}");
+    let tma = with("x_s = cache_after(x, memory=shared, load=tma, l2=evict_last)");
+    assert!(tma.contains("plain loads of a fusion input"), "{tma}");
+    let twice = with("x_c = cache_after(x, l2=evict_last)\nx_d = cache_after(x, l2=evict_first)");
+    assert!(twice.contains("already have l2=evict_last"), "{twice}");
+    let unknown = with("x_c = cache_after(x, l2=keep)");
+    assert!(unknown.contains("evict_last"), "{unknown}");
+}

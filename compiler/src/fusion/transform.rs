@@ -476,6 +476,7 @@ pub(crate) fn push_tensor(
         fence: FenceMode::Analysis,
         swizzle: 0,
         row_pad: 0,
+        l2: L2Policy::Normal,
         value: None,
         in_memory: false,
         composite: None,

@@ -465,6 +465,8 @@ pub struct Buffer {
     pub global_shape: Vec<(SizeExpr, bool)>,
     /// Global buffers: kernel parameter role.
     pub is_input: bool,
+    /// Global inputs: how their loads use L2 (`cache_after(x, l2=evict_last)`).
+    pub l2: crate::fusion::L2Policy,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -592,6 +592,13 @@ impl<'a> Parser<'a> {
             "out" => false,
             other => return Err(c.error(format!("expected `in` or `out`, found `{other}`"))),
         };
+        let l2 = if c.eat(" l2=") {
+            let word = c.ident()?;
+            crate::fusion::L2Policy::parse(word)
+                .ok_or_else(|| c.error(format!("unknown L2 policy `{word}`")))?
+        } else {
+            crate::fusion::L2Policy::Normal
+        };
         let tensor = Self::tensor_of(c)?;
         self.add_buffer(
             c,
@@ -604,6 +611,7 @@ impl<'a> Parser<'a> {
                 smem_offset: None,
                 global_shape,
                 is_input,
+                l2,
             },
         )
     }
@@ -636,6 +644,7 @@ impl<'a> Parser<'a> {
                 smem_offset,
                 global_shape: Vec::new(),
                 is_input: false,
+                l2: crate::fusion::L2Policy::Normal,
             },
         )
     }

@@ -822,6 +822,9 @@ fn write_buffer_decl(b: &Buffer, s: &mut String) {
             shape.join(", "),
             if b.is_input { "in" } else { "out" }
         );
+        if b.l2 != crate::fusion::L2Policy::Normal {
+            let _ = write!(s, " l2={}", b.l2.name());
+        }
     } else {
         let _ = write!(s, "  {} {}: {}", b.memory.name(), b.name, b.dtype);
         if let Some(size) = &b.size {

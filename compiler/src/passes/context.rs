@@ -360,6 +360,7 @@ impl<'a> Ctx<'a> {
             smem_offset: None,
             global_shape: Vec::new(),
             is_input: false,
+            l2: crate::fusion::L2Policy::Normal,
         });
         self.layout.alloc_ids.insert(b, ids);
         b

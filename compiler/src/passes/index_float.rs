@@ -474,6 +474,7 @@ impl<'c, 'f> Split<'c, 'f> {
             smem_offset: None,
             global_shape: Vec::new(),
             is_input: false,
+            l2: crate::fusion::L2Policy::Normal,
         });
         b
     }

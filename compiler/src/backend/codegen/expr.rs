@@ -118,7 +118,17 @@ impl Emitter<'_> {
     /// Emits a value and returns it with its type.
     pub(super) fn data(&mut self, d: &Data) -> (String, DType) {
         match d {
-            Data::Read(a) => (self.access(a), self.k.buffers[a.buffer].dtype),
+            Data::Read(a) => {
+                let b = &self.k.buffers[a.buffer];
+                let dtype = b.dtype;
+                match super::l2_hint(b.l2) {
+                    Some(p) => {
+                        self.uses.l2_hint = true;
+                        (format!("hf_ld_l2<{p}>(&{})", self.access(a)), dtype)
+                    }
+                    None => (self.access(a), dtype),
+                }
+            }
             Data::Param(n, dt) => (n.clone(), dt.compute()),
             Data::Literal(v, dt) => (Self::literal(*v, *dt), *dt),
             Data::Index(of, v) => {

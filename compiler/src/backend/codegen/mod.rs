@@ -38,6 +38,15 @@ use lines::Written;
 use prelude::Uses;
 use std::fmt::Write;
 
+/// The `hf_ld_l2` template argument of a global input's L2 policy (None: plain loads).
+pub(super) fn l2_hint(p: crate::fusion::L2Policy) -> Option<&'static str> {
+    match p {
+        crate::fusion::L2Policy::Normal => None,
+        crate::fusion::L2Policy::EvictLast => Some("true"),
+        crate::fusion::L2Policy::EvictFirst => Some("false"),
+    }
+}
+
 pub fn emit(
     f: &Fusion,
     k: &Kernel,
@@ -587,9 +596,17 @@ impl Emitter<'_> {
             let dst_access = self.access(&c.out);
             let Data::Read(src) = &c.value else { return };
             let src_access = self.access(src);
-            let line = format!(
-                "*reinterpret_cast<hf_vec<{ty}, {w}>*>(&{dst_access}) = *reinterpret_cast<const hf_vec<{ty}, {w}>*>(&{src_access});"
-            );
+            let line = match l2_hint(self.k.buffers[src.buffer].l2) {
+                Some(p) => {
+                    self.uses.l2_hint = true;
+                    format!(
+                        "*reinterpret_cast<hf_vec<{ty}, {w}>*>(&{dst_access}) = hf_ld_l2<{p}>(reinterpret_cast<const hf_vec<{ty}, {w}>*>(&{src_access}));"
+                    )
+                }
+                None => format!(
+                    "*reinterpret_cast<hf_vec<{ty}, {w}>*>(&{dst_access}) = *reinterpret_cast<const hf_vec<{ty}, {w}>*>(&{src_access});"
+                ),
+            };
             self.line(depth, &line);
             return;
         }

@@ -230,6 +230,36 @@ template <typename T, int N>
 struct alignas(sizeof(T) * N) hf_vec { T v[N]; };
 ";
 
+/// A load of a fusion input with an L2 eviction policy (`cache_after(x, l2=evict_last)`:
+/// `LAST`; `evict_first`: not): `createpolicy.fractional` over the whole line, then
+/// `ld.global.L2::cache_hint` of 1 to 16 bytes.
+pub const L2_HINT: &str = "// A load with an L2 eviction policy (LAST: evict_last, else evict_first) on the lines it reads.
+template <bool LAST, typename T>
+__device__ __forceinline__ T hf_ld_l2(const T* p) {
+  unsigned long long pol;
+  if (LAST) asm(\"createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\" : \"=l\"(pol));
+  else asm(\"createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\" : \"=l\"(pol));
+  T v;
+  if constexpr (sizeof(T) == 16) {
+    unsigned* r = reinterpret_cast<unsigned*>(&v);
+    asm(\"ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\" : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"l\"(p), \"l\"(pol));
+  } else if constexpr (sizeof(T) == 8) {
+    unsigned* r = reinterpret_cast<unsigned*>(&v);
+    asm(\"ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\" : \"=r\"(r[0]), \"=r\"(r[1]) : \"l\"(p), \"l\"(pol));
+  } else if constexpr (sizeof(T) == 4) {
+    asm(\"ld.global.L2::cache_hint.u32 %0, [%1], %2;\" : \"=r\"(*reinterpret_cast<unsigned*>(&v)) : \"l\"(p), \"l\"(pol));
+  } else if constexpr (sizeof(T) == 2) {
+    asm(\"ld.global.L2::cache_hint.u16 %0, [%1], %2;\" : \"=h\"(*reinterpret_cast<unsigned short*>(&v)) : \"l\"(p), \"l\"(pol));
+  } else {
+    static_assert(sizeof(T) == 1, \"a load of 1, 2, 4, 8 or 16 bytes\");
+    unsigned short r;
+    asm(\"ld.global.L2::cache_hint.u8 %0, [%1], %2;\" : \"=h\"(r) : \"l\"(p), \"l\"(pol));
+    *reinterpret_cast<unsigned char*>(&v) = (unsigned char)r;
+  }
+  return v;
+}
+";
+
 /// The block reduction's combines beyond `hf_sum` (which [`BLOCK_REDUCE`] defines), by the name
 /// `Uses::combines` records (emitted after it, each only when used). `hf_max` and `hf_min` call
 /// [`MATH`]'s `maximum` helpers, which `Uses::math` then holds.
@@ -795,6 +825,8 @@ pub(super) struct Uses {
     /// The elementwise helpers of [`MATH`] used, by name.
     pub(super) math: std::collections::BTreeSet<&'static str>,
     pub(super) vector: bool,
+    /// Loads of an input with an L2 policy ([`L2_HINT`]).
+    pub(super) l2_hint: bool,
     pub(super) block_reduce: bool,
     /// Welford statistics combined across the block ([`BLOCK_WELFORD`]).
     pub(super) block_welford: bool,
@@ -870,6 +902,10 @@ impl Uses {
         if self.vector {
             src.push('\n');
             src.push_str(VECTOR);
+        }
+        if self.l2_hint {
+            src.push('\n');
+            src.push_str(L2_HINT);
         }
         if self.block_reduce || self.block_welford || self.named_barrier {
             src.push('\n');

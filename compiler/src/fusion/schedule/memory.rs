@@ -19,6 +19,7 @@ struct CacheOptions<'a> {
     fence: Option<FenceMode>,
     swizzle: u32,
     pad: u32,
+    l2: L2Policy,
 }
 
 /// Reads `name = {func}(x, ...)`: the tensor cached, the new name (checked free), the options
@@ -34,6 +35,32 @@ fn cache_options<'a>(
     let memory = a.choice("memory", MemoryType::parse)?;
     let load = a.choice("load", LoadKind::parse)?;
     let store = a.choice("store", LoadKind::parse)?;
+    let l2 = a.choice("l2", L2Policy::parse)?;
+    if l2 != L2Policy::Normal {
+        let at = a.get("l2").map(|g| g.at);
+        if func != "cache_after" {
+            return a.err(
+                "l2= says how an input's loads use L2: use it with cache_after",
+                at,
+            );
+        }
+        let input = &f.tensors[src];
+        if !input.is_input || input.memory != MemoryType::Global || load != LoadKind::Plain {
+            return a.err(
+                format!("l2= sets the L2 policy of plain loads of a fusion input in global memory, and `{src_name}` is not one (or load= is not plain)"),
+                at,
+            );
+        }
+        if input.l2 != L2Policy::Normal && input.l2 != l2 {
+            return a.err(
+                format!(
+                    "`{src_name}`'s loads already have l2={}: one policy per input",
+                    input.l2.name()
+                ),
+                at,
+            );
+        }
+    }
     let fence = match a.get("fence") {
         Some(_) => Some(a.choice("fence", FenceMode::parse)?),
         None => None,
@@ -91,6 +118,7 @@ fn cache_options<'a>(
         fence,
         swizzle: swizzle.map(|s| s.0).unwrap_or(0),
         pad,
+        l2,
     })
 }
 
@@ -104,6 +132,7 @@ pub(super) fn cache_after(f: &mut Fusion, name: &str, a: &Args) -> SResult<()> {
         load,
         swizzle,
         pad,
+        l2,
         ..
     } = cache_options(f, name, a, "cache_after")?;
     if load != LoadKind::Plain {
@@ -139,6 +168,9 @@ pub(super) fn cache_after(f: &mut Fusion, name: &str, a: &Args) -> SResult<()> {
     f.tensors[t].load = load;
     f.tensors[t].swizzle = swizzle;
     f.tensors[t].row_pad = pad;
+    if l2 != L2Policy::Normal {
+        f.tensors[src].l2 = l2;
+    }
     for u in uses {
         for op in &mut f.exprs[u].inputs {
             if *op == Operand::Tensor(src) {

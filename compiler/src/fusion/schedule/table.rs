@@ -114,16 +114,21 @@ pub const WARP_SPECIALIZED: Nested = Nested {
 
 /// The named options of `cache_after` and `cache_before` (each rejects those of the other
 /// with the reason).
-const CACHE_OPTIONS: [Param; 6] = [
+const CACHE_OPTIONS: [Param; 7] = [
     named("memory", ArgKind::Memory, IfAbsent::Is("local")),
     named("load", ArgKind::Load, IfAbsent::Is("plain")),
     named("store", ArgKind::Store, IfAbsent::Is("plain")),
     named("fence", ArgKind::Fence, IfAbsent::Is("analysis")),
     named("swizzle", ArgKind::Swizzle, IfAbsent::Is("none")),
     named("row_pad", ArgKind::Int, IfAbsent::Is("0")),
+    named(
+        "l2",
+        ArgKind::Keyword(&["normal", "evict_last", "evict_first"]),
+        IfAbsent::Is("normal"),
+    ),
 ];
 
-const fn cache_params() -> [Param; 7] {
+const fn cache_params() -> [Param; 8] {
     let o = CACHE_OPTIONS;
     [
         pos("x", ArgKind::Tensor),
@@ -133,6 +138,7 @@ const fn cache_params() -> [Param; 7] {
         o[3],
         o[4],
         o[5],
+        o[6],
     ]
 }
 
@@ -140,9 +146,9 @@ const fn cache_params() -> [Param; 7] {
 pub const PRIMITIVES: &[Primitive] = &[
     Primitive {
         name: "cache_after",
-        written: "x_c = cache_after(x, memory=local|shared|global, load=plain|tma|bulk, swizzle=none|32|64|128, row_pad=0)",
+        written: "x_c = cache_after(x, memory=local|shared|global, load=plain|tma|bulk, swizzle=none|32|64|128, row_pad=0, l2=normal|evict_last|evict_first)",
         params: &cache_params(),
-        doc: doc!("A copy of input x that its consumers read instead. load=tma fills a shared cache with TMA box copies (the box: the cache's Bulk axes); load=bulk with 1-D bulk copies. row_pad=n (a plain shared cache) puts n elements after each row of its innermost axis, so threads reading down a column hit different banks (a transpose's tile: examples/ops/transpose.hf)."),
+        doc: doc!("A copy of input x that its consumers read instead. load=tma fills a shared cache with TMA box copies (the box: the cache's Bulk axes); load=bulk with 1-D bulk copies. row_pad=n (a plain shared cache) puts n elements after each row of its innermost axis, so threads reading down a column hit different banks (a transpose's tile: examples/ops/transpose.hf). l2=evict_last (plain loads of a fusion input) asks L2 to keep the lines read and evict others first (examples/fusions/add_rmsnorm.hf)."),
         apply: Apply::Binding(memory::cache_after),
         checks_first: false,
         on_inputs: true,

@@ -132,6 +132,7 @@ fn create_buffers(cx: &mut Ctx, k: &mut Kernel) {
             smem_offset: None,
             global_shape,
             is_input: tensor.is_input,
+            l2: tensor.l2,
         });
     }
 }

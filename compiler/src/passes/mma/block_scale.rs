@@ -410,6 +410,7 @@ impl Lower<'_> {
                 smem_offset: None,
                 global_shape: Vec::new(),
                 is_input: false,
+                l2: crate::fusion::L2Policy::Normal,
             });
             let b = BufferId::new(k.buffers.len() - 1);
             self.fragments.insert(b);
@@ -548,6 +549,7 @@ impl Lower<'_> {
                 smem_offset: None,
                 global_shape: Vec::new(),
                 is_input: false,
+                l2: crate::fusion::L2Policy::Normal,
             });
             BufferId::new(k.buffers.len() - 1)
         };

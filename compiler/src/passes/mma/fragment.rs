@@ -74,6 +74,7 @@ fn lanes(
         smem_offset: None,
         global_shape: Vec::new(),
         is_input: false,
+        l2: crate::fusion::L2Policy::Normal,
     });
     let lane = cx.fresh_name(&format!("{reg}_lane"));
     let at_lane = Val::add(

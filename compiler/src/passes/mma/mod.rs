@@ -718,6 +718,7 @@ impl Lower<'_> {
                         smem_offset: None,
                         global_shape: Vec::new(),
                         is_input: false,
+                        l2: crate::fusion::L2Policy::Normal,
                     });
                     self.started.insert(acc, flag);
                     flag

@@ -74,6 +74,7 @@ pub(super) fn partials(
             smem_offset: None,
             global_shape: Vec::new(),
             is_input: false,
+            l2: crate::fusion::L2Policy::Normal,
         });
         crate::kir::for_each_stmt_mut(body, &mut |s| {
             if let Stmt::Compute(c) = s {
