@@ -8,9 +8,10 @@
 //!
 //! With `from=p` the copies stop at `p` too, a tensor of the chain that is then kept between
 //! the loops instead (nvFuser's projection of a persistent buffer onto its inputs): a row
-//! cached in bf16 (`p = cache_after(x)`) is held once, in half the registers of its f32 values,
-//! and each consumer converts and scales it again, so a block holds the row with fewer
-//! registers and more blocks fit on an SM, without reading the row twice.
+//! cached in bf16 (`p = cache_after(x)`) is what is kept, and each consumer converts and scales
+//! it again, without reading the row twice. In registers NVVM may merge the consumers' equal
+//! conversions and keep the f32 values live anyway (softmax_scale: 51 registers either way,
+//! docs/benchmarks.md, fourteenth session); a cache in shared memory is kept as written.
 //!
 //! Takes a computed tensor with two or more consumers, none of whose chain has been scheduled
 //! yet (recompute first, then split and propagate). Copies `t_r2`, `t_r3`, ... (fresh names

@@ -245,7 +245,7 @@ pub const PRIMITIVES: &[Primitive] = &[
         name: "recompute",
         written: "t.recompute() | t.recompute(from=p)",
         params: &[named("from", ArgKind::Tensor, IfAbsent::Off)],
-        doc: doc!("Gives each consumer of t after the first its own copy of t's computation (back to fusion inputs and reductions: t_r2, t_r3, ...), so each copy inlines into its consumer's loops and no row is kept between them: a row read by two reductions and an output is read again from memory (L2) instead of held in registers. With from=p the copies stop at p, a tensor t is computed from, which is kept instead (a bf16 cache of the row: half the registers of its f32 values, and the row read once). Before any transform of the chain."),
+        doc: doc!("Gives each consumer of t after the first its own copy of t's computation (back to fusion inputs and reductions: t_r2, t_r3, ...), so each copy inlines into its consumer's loops and no row is kept between them: a row read by two reductions and an output is read again from memory (L2) instead of held in registers. With from=p the copies stop at p, a tensor t is computed from, which is kept instead (a bf16 cache of the row, read from memory once). Before any transform of the chain."),
         apply: Apply::Method(recompute::recompute),
         checks_first: true,
         on_inputs: false,
