@@ -253,6 +253,55 @@ fn the_auto_examples_compile_with_the_attention_scheduler() {
 }
 
 #[test]
+fn d256_gets_the_ping_pong_kernel_on_64_key_tiles() {
+    let source = example("auto/attention_d256.hf");
+    let chosen = attention_schedule(&source);
+    assert!(
+        chosen.reason.contains("with D = 256")
+            && chosen
+                .reason
+                .contains("online_wgmma_overlap_pingpong's kernel on 64-key tiles")
+            && chosen
+                .reason
+                .contains("q's and k's tiles as four 64-column slabs"),
+        "{}",
+        chosen.reason
+    );
+    // The D = 128 schedule but for the key tile: 64 keys, so the slab splits and the groups'
+    // turns are the same statements.
+    let d128 = attention_schedule(&example("auto/attention.hf"));
+    let narrowed = d128
+        .text
+        .replace("s_sum.split(4, 128)", "s_sum.split(4, 64)");
+    assert_eq!(statements(&chosen.text), statements(&narrowed));
+    let c = compile(&source);
+    for wgmma in ["m64n64k16.f32.bf16.bf16", "m64n256k16.f32.bf16.bf16"] {
+        assert!(
+            c.cuda
+                .contains(&format!("wgmma.mma_async.sync.aligned.{wgmma}")),
+            "{wgmma}"
+        );
+    }
+    assert!(c.cuda.contains("setmaxnreg.inc.sync.aligned.u32 240;"));
+    // q's 128 x 256 tile and two stages of K's and V's 64 x 256 tiles: 192 KiB.
+    assert!(
+        c.cuda.contains("hf_smem + 196608);  // 1 mbarriers"),
+        "shared memory layout"
+    );
+    // Causal and under a window too (the window keeps the one-group kernel).
+    let causal = source.replace(
+        "  m = max(s, axis=2)\n  e = exp(s - broadcast(m, axis=2))",
+        "  keep = iota(s, axis=2) <= iota(s, axis=1)\n  sm = where(keep, s, -1.0 / 0.0)\n  m = max(sm, axis=2)\n  e = exp(sm - broadcast(m, axis=2))",
+    );
+    assert!(causal.contains("keep ="), "the causal form was written");
+    assert!(attention_schedule(&causal).text.contains("turns=products"));
+    assert!(compile(&causal)
+        .passes
+        .iter()
+        .any(|p| p.name == "mask_bounds"));
+}
+
+#[test]
 fn d64_keeps_the_one_group_kernel_and_says_why() {
     let source =
         without_schedule(&example("attention/online_wgmma_causal.hf")).replace("bf16", "f16");
@@ -284,13 +333,13 @@ fn attention_the_kernel_does_not_take_is_declined_with_the_reason() {
         "{f32}"
     );
     let d128 = without_schedule(&example("attention/online_wgmma_d128.hf"));
-    // A head dimension of 256, and one given as a size symbol.
-    let d256 = declined(&d128.replace("128]", "256]"));
+    // A head dimension the kernel has no tiling for, and one given as a size symbol.
+    let d96 = declined(&d128.replace("128]", "96]"));
     assert!(
-        d256.contains(
-            "`q` has head dimension 256; the attention kernel takes a constant 64 or 128"
+        d96.contains(
+            "`q` has head dimension 96; the attention kernel takes a constant 64, 128 or 256"
         ),
-        "{d256}"
+        "{d96}"
     );
     let symbolic = declined(&d128.replace("128]", "D]"));
     assert!(symbolic.contains("`q` has head dimension D;"), "{symbolic}");

@@ -5,7 +5,7 @@
 //! SDPA peers narrow: a score modification such as a softcap or ALiBi's bias, any mask on
 //! `iota`s or reading inputs such as a document mask, a scale without a value, the
 //! log-sum-exp as a second output): bf16 or f16 `q [B?, S, D]`, `k [B?, T, D]`,
-//! `v [B?, T, D]` of one dtype, `D` a constant 64 or 128, the probabilities cast to that
+//! `v [B?, T, D]` of one dtype, `D` a constant 64, 128 or 256, the probabilities cast to that
 //! dtype before `p v`, and the output a cast of the normalised result. Anything else is
 //! declined with what it has that the kernel does not take.
 //!
@@ -15,9 +15,12 @@
 //!   groups on TIDy), a producer warp group with K and V on their own warps, `setmaxnreg`
 //!   24 / 240, key tiles of 128 in two stages, `online_softmax(o, overlap=products)` and
 //!   `turns=products`; q's and k's tiles as two 64-column slabs (two TMA boxes each).
+//! - D = 256: the same kernel on key tiles of 64 (`Kernel::PING_PONG_NARROW`: two stages of
+//!   128-key tiles would not fit in shared memory beside q's tile), q's and k's tiles as four
+//!   64-column slabs.
 //! - D = 64, and a mask with a lower side (a sliding window,
 //!   [`crate::passes::causal_tiles::find`]) at either D: the one-group kernel of
-//!   online_wgmma_batched.hf (D = 64) or online_wgmma_d128.hf (D = 128), 64 queries a block,
+//!   online_wgmma_batched.hf (D = 64) or online_wgmma_d128.hf (D = 128 or 256), 64 queries a block,
 //!   no producer; key tiles of 128 at D = 64 without a mask, of 64 under one. At D = 64 it
 //!   is the fastest measured (H200, B = 32, S = T = 4096): 336.5 us on 128-key tiles, 368.6 us
 //!   on 64-key tiles, against 383.6 us for the ping-pong form with two consumer groups on
@@ -71,10 +74,10 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
         f.class_extent(f.class_of(axes[axes.len() - 1]))
     };
     let d = match head_dim(at.q) {
-        SizeExpr::Const(d @ (64 | 128)) => d,
+        SizeExpr::Const(d @ (64 | 128 | 256)) => d,
         other => {
             return Err(format!(
-                "`{}` has head dimension {}; the attention kernel takes a constant 64 or 128 (write it in the type, `{}: {}[.., 64]`)",
+                "`{}` has head dimension {}; the attention kernel takes a constant 64, 128 or 256 (write it in the type, `{}: {}[.., 64]`)",
                 name(at.q),
                 other,
                 name(at.q),
@@ -128,10 +131,12 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
         .is_some_and(|band| band.lower.is_some());
     // At D = 64 the 128-key tiles were measured without a mask; a masked kernel keeps the
     // 64-key tiles its diagonal was measured with.
-    let kernel = if window || (d != 128 && at.mask.is_some()) {
+    let kernel = if window || (d == 64 && at.mask.is_some()) {
         Kernel::ONE_GROUP
-    } else if d != 128 {
+    } else if d == 64 {
         Kernel::ONE_GROUP_WIDE
+    } else if d == 256 {
+        Kernel::PING_PONG_NARROW
     } else {
         Kernel::PING_PONG
     };
@@ -211,6 +216,15 @@ impl Kernel {
         keys: 128,
         registers: [24, 240],
     };
+    /// The same on key tiles of 64, for D = 256: a group's O accumulator is 64 x 256 (128
+    /// registers a thread), and q's 128 x 256 tile (64 KiB) with two stages of K's and V's
+    /// 64 x 256 tiles (128 KiB) fills 192 KiB of shared memory, where 128-key tiles would need
+    /// 320 KiB.
+    const PING_PONG_NARROW: Kernel = Kernel {
+        groups: 2,
+        keys: 64,
+        registers: [24, 240],
+    };
 
     fn ping_pong(self) -> bool {
         self.groups > 1
@@ -220,8 +234,12 @@ impl Kernel {
     /// register split, and why it was chosen; `b` the batch axes, `window` whether the mask
     /// has a lower side.
     fn describe(self, d: i64, b: usize, window: bool) -> String {
-        let slabs = if d == 128 {
-            ", q's and k's tiles as two 64-column slabs (two TMA boxes each)"
+        let slabs = if d > 64 {
+            if d == 128 {
+                ", q's and k's tiles as two 64-column slabs (two TMA boxes each)"
+            } else {
+                ", q's and k's tiles as four 64-column slabs (four TMA boxes each)"
+            }
         } else {
             ""
         };
@@ -232,7 +250,11 @@ impl Kernel {
         };
         if self.ping_pong() {
             let [producer, consumer] = self.registers;
-            let which = "online_wgmma_overlap_pingpong's kernel (FlashAttention-3's at D = 128, the fastest, docs/benchmarks.md)";
+            let which = if d == 128 {
+                "online_wgmma_overlap_pingpong's kernel (FlashAttention-3's at D = 128, the fastest, docs/benchmarks.md)"
+            } else {
+                "online_wgmma_overlap_pingpong's kernel on 64-key tiles (at D = 256 two stages of 128-key tiles would not fit in shared memory)"
+            };
             format!(
                 "{which}: {} consumer warp groups of {ROWS} queries ({} per block{}) and a producer warp group with K and V on their own warps (setmaxnreg {producer} / {consumer}), key tiles of {} by TMA (128-byte swizzle) in two stages{slabs}, the groups taking turns issuing S_j and P_(j-1) V_(j-1), each group's softmax of tile j while its P V product runs",
                 self.groups,
@@ -241,7 +263,7 @@ impl Kernel {
                 self.keys
             )
         } else {
-            let which = if d == 128 {
+            let which = if d > 64 {
                 "online_wgmma_d128's kernel"
             } else {
                 "online_wgmma_batched's kernel"
@@ -373,8 +395,8 @@ fn text(
     });
     s.append(q_box(&qs, d, g, &at_, &order));
     let mut k_box = ScheduleText::new(&ks);
-    if d == 128 {
-        // Two 64-column slabs of 128 bytes, one box each.
+    if d > 64 {
+        // 64-column slabs of 128 bytes (two at D = 128, four at 256), one box each.
         k_box.parallelize(&[(at_(1), "Serial")]);
         k_box.split(at_(1), 4, false);
         k_box.reorder(&order(&[0, 1, 3, 2, 4]));
@@ -385,7 +407,7 @@ fn text(
     }
     s.append(k_box);
     let mut v_box = ScheduleText::new(&vs);
-    if d == 128 {
+    if d > 64 {
         v_box.split(at_(2), 64, false);
         v_box.reorder(&order(&[0, 2, 1, 3]));
         v_box.parallelize(&(1..4).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
@@ -445,7 +467,7 @@ fn q_box(
 ) -> ScheduleText {
     let mut q = ScheduleText::new(qs);
     let bulk = |last: usize| (1..last).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>();
-    match (d == 128, g == 1) {
+    match (d > 64, g == 1) {
         // [So, Do, Si, Di] -> [So, Do / 4, Si, 4, Di]
         (true, false) => {
             q.parallelize(&[(at_(1), "Serial")]);
