@@ -340,7 +340,7 @@ fn the_online_kernel_keeps_running_statistics_in_one_tile_loop() {
             "e[t_i] = hf_exp2_ftz(e_sub[0]);",
             "l_acc[0] = l_acc[0] + e[t_i];",
             "o_acc[d2] = o_acc[d2] + o_mul[0];",
-            "o[(s2_o * 64 + s2_i) * 64 + d2] = o_acc[d2] / l_acc[0];",
+            "o[(s2_o * 64 + s2_i) * 64 + d2] = o_acc[d2] * (1.0f / (l_acc[0]));",
         ];
         let lines: Vec<usize> = order.iter().map(|n| line_of(cuda, n)).collect();
         assert!(
@@ -492,7 +492,7 @@ fn the_log_sum_exp_reads_the_final_statistics_after_the_tile_loop() {
     );
     let divide = line_of(
         &cuda,
-        "o[(s2_o * 64 + s2_i) * 64 + d2] = o_acc[d2] / l_acc[0];",
+        "o[(s2_o * 64 + s2_i) * 64 + d2] = o_acc[d2] * (1.0f / (l_acc[0]));",
     );
     let log = line_of(&cuda, "lse_log[0] = logf(l_acc[0]);");
     let store = line_of(&cuda, "lse[s2_o * 64 + s2_i] = m_acc[0] + lse_log[0];");
@@ -685,8 +685,8 @@ fn the_tensor_core_kernel_keeps_the_softmax_on_the_fragment() {
         );
         let divide = cuda
             .lines()
-            .position(|l| l.contains("] = o_acc[r") && l.contains("] / l_acc[r"))
-            .expect("o divided by its row's sum after the loop");
+            .position(|l| l.contains("] = o_acc[r") && l.contains("] * (1.0f / (l_acc[r"))
+            .expect("o times the reciprocal of its row sum after the loop");
         let store = line_of(cuda, "*reinterpret_cast<hf_vec<hf_bf16, 2>*>(&ob[");
         let order = [
             tiles, k_tile, v_tile, scores, max, max_quad, guard, rescale, sum_quad, round, product,
@@ -1194,7 +1194,10 @@ fn the_overlap_issues_the_next_scores_before_the_softmax_of_the_product_in_fligh
         lines[last_commit + 2],
         "hf_mbarrier_arrive_per_warp(&vs_empty[t_o % 2]);"
     );
-    let divide = at("o[r8] = o_acc[r8] / l_acc[r8 / 2 % 2];", last_commit);
+    let divide = at(
+        "o[r8] = o_acc[r8] * (1.0f / (l_acc[r8 / 2 % 2]));",
+        last_commit,
+    );
     assert!(divide > last_commit);
     // Each part once: S twice (peeled and in the loop), P V twice (loop and epilogue), the
     // exponentials twice, the rescale once, one wait_group 1.
