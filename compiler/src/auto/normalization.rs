@@ -10,6 +10,8 @@
 //! fit in a block's shared memory. Wider rows are streamed: every intermediate read more than
 //! once is recomputed for each reader (`recompute`), so nothing of the row is kept and each
 //! loop over it reads the inputs again (from L2 after the first loop, for a row just read).
+//! A row kept in registers whose outputs are all rows reads its inputs with `l2=evict_last`
+//! (the rule and its measurements: `auto/l2.rs`); shared and streamed rows keep plain loads.
 
 use super::l2::{self, Form};
 use super::text::ScheduleText;
