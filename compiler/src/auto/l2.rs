@@ -3,8 +3,8 @@
 //!
 //! Takes the schedule's [`Facts`] and the [`Form`] of kernel its scheduler writes. Guarantees
 //! `evict_last` only where the rule below holds or the tuner's [`super::Knobs::l2`] asks for
-//! it, plain loads everywhere else (every scheduler but the pointwise and normalization ones
-//! never asks). Emits the policy, the `cache_after` option that writes it and the clause the
+//! it, plain loads everywhere else (only the pointwise and normalization schedulers ask).
+//! Emits the policy, the `cache_after` option that writes it and the clause the
 //! schedule's reason sentence ends with.
 //!
 //! **The rule**: a kernel that streams its inputs through registers reads the inputs it caches
@@ -29,7 +29,10 @@
 //! Not measured, so plain loads: rows in shared memory or streamed, reductions, products,
 //! attention, and broadcast inputs of more than one axis (a rotary's cos and sin tables over
 //! batch and heads, which every block re-reads from L2, where the rows' evict_last lines would
-//! crowd them out).
+//! crowd them out). A segment of a split fusion (docs/segmentation.md) is scheduled as any
+//! fusion, so the rule takes the pointwise segments of auto/col_norm.hf,
+//! auto/normalize_by_total.hf and ops/quantize_fp8_tensor.hf and the row segment of
+//! auto/product_softmax.hf (not measured as segments).
 
 use super::Facts;
 use crate::fusion::{L2Policy, Op};
