@@ -258,7 +258,8 @@ fn schedule_prints_the_automatic_schedule_and_it_compiles() {
     assert!(
         printed.starts_with("// scheduler: normalization\n")
             && printed.contains("rows of 1000 bf16 for M=1000,N=1000")
-            && printed.contains("schedule {\n  x_c = cache_after(x)\n"),
+            // A row kept in registers reads its input with L2's evict_last (auto/l2.rs).
+            && printed.contains("schedule {\n  x_c = cache_after(x, l2=evict_last)\n"),
         "{printed}"
     );
     let source = std::fs::read_to_string(&file).unwrap();

@@ -18,6 +18,7 @@
 pub mod attention;
 pub mod classify;
 pub mod full_reduction;
+mod l2;
 pub mod normalization;
 pub mod pointwise;
 pub mod product;

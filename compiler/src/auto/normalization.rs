@@ -10,7 +10,10 @@
 //! fit in a block's shared memory. Wider rows are streamed: every intermediate read more than
 //! once is recomputed for each reader (`recompute`), so nothing of the row is kept and each
 //! loop over it reads the inputs again (from L2 after the first loop, for a row just read).
+//! A row kept in registers whose outputs are all rows reads its inputs with `l2=evict_last`
+//! (the rule and its measurements: `auto/l2.rs`); shared and streamed rows keep plain loads.
 
+use super::l2::{self, Form};
 use super::text::ScheduleText;
 use super::{dtype_names, AutoSchedule, Facts, RowPlacement, Scheduler};
 use crate::fusion::{IterId, TensorId};
@@ -123,8 +126,9 @@ impl Row<'_, '_> {
     fn in_registers(&self, k: i64, threads: i64, registers: i64) -> AutoSchedule {
         let (facts, reference, v) = (self.facts, self.reference, self.v);
         let (inputs, outputs, row_text) = (&self.inputs, &self.outputs, &self.row_text);
+        let policy = l2::policy(facts, Form::RowInRegisters, 2);
         let mut s = ScheduleText::new(facts.name(reference));
-        s.caches(facts, inputs, outputs, "");
+        s.caches(facts, inputs, outputs, &l2::cache_option(policy));
         s.comment(&format!(
         "One block per row, kept in registers: {v}-element vectors, {k} per thread, ceilDiv(N, {}) threads.",
         v * k
@@ -146,9 +150,10 @@ impl Row<'_, '_> {
         scheduler: Scheduler::Normalization,
         text: s.finish(),
         reason: format!(
-            "normalization of {row_text} {}: the row persistent in registers, {v}-element vectors, {} elements per thread, {threads} threads per row (about {registers} registers a thread)",
+            "normalization of {row_text} {}: the row persistent in registers, {v}-element vectors, {} elements per thread, {threads} threads per row (about {registers} registers a thread){}",
             facts.sizes.describe(),
             v * k,
+            l2::reason_clause(facts, Form::RowInRegisters, policy),
         ),
     }
     }
@@ -164,8 +169,14 @@ impl Row<'_, '_> {
             .clamp(MIN_THREADS, MAX_THREADS);
         let per_thread = super::ceil_div(n_or, most).max(1);
         let threads = super::ceil_div(n_or, per_thread);
+        let policy = l2::policy(facts, Form::RowElsewhere, 2);
         let mut s = ScheduleText::new(facts.name(reference));
-        s.caches(facts, inputs, &[], "memory=shared");
+        s.caches(
+            facts,
+            inputs,
+            &[],
+            &l2::with_option("memory=shared", policy),
+        );
         s.comment(&format!(
         "One block per row, kept in shared memory ({shared} bytes): {per_thread} elements per thread, ceilDiv(N, {per_thread}) threads."
     ));
@@ -180,8 +191,9 @@ impl Row<'_, '_> {
         scheduler: Scheduler::Normalization,
         text: s.finish(),
         reason: format!(
-            "normalization of {row_text} {}: the row too wide for registers, persistent in shared memory ({shared} bytes per block), {threads} threads per row",
+            "normalization of {row_text} {}: the row too wide for registers, persistent in shared memory ({shared} bytes per block), {threads} threads per row{}",
             facts.sizes.describe(),
+            l2::reason_clause(facts, Form::RowElsewhere, policy),
         ),
     }
     }
@@ -201,8 +213,9 @@ impl Row<'_, '_> {
                 .next_power_of_two()
                 .clamp(MIN_THREADS as u64, STREAM_THREADS as u64) as i64,
         };
+        let policy = l2::policy(facts, Form::RowElsewhere, 2);
         let mut s = ScheduleText::new(facts.name(reference));
-        s.caches(facts, inputs, outputs, "");
+        s.caches(facts, inputs, outputs, &l2::cache_option(policy));
         s.comment(&format!(
             "One block per row, streamed: the row ({shared} bytes of persistent buffers) fits neither registers nor shared memory, so each loop over it reads the inputs again and recomputes what it needs; {threads} threads of {v}-element vectors."
         ));
@@ -226,7 +239,7 @@ impl Row<'_, '_> {
             scheduler: Scheduler::Normalization,
             text: s.finish(),
             reason: format!(
-                "normalization of {row_text} {}: the row too wide to keep ({shared} bytes of persistent buffers per row, more than registers ({} elements per block) or shared memory ({limit} bytes) hold), streamed: each loop over the row reads the inputs again{}, {threads} threads per row",
+                "normalization of {row_text} {}: the row too wide to keep ({shared} bytes of persistent buffers per row, more than registers ({} elements per block) or shared memory ({limit} bytes) hold), streamed: each loop over the row reads the inputs again{}, {threads} threads per row{}",
                 facts.sizes.describe(),
                 largest_register_row(v, bytes_per_element),
                 if buffers.is_empty() {
@@ -241,6 +254,7 @@ impl Row<'_, '_> {
                             .join(", ")
                     )
                 },
+                l2::reason_clause(facts, Form::RowElsewhere, policy),
             ),
         }
     }

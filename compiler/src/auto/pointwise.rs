@@ -4,8 +4,11 @@
 //! accesses. Large problems unroll two vectors per thread (more loads in flight per thread,
 //! half the blocks), also along a row when a lower-rank input is broadcast over the rows
 //! (fusions/gelu_exact at 16384 x 16384 on the H200: 365.9 -> 334.6 us), four there from 2^26
-//! elements (318.3 us).
+//! elements (318.3 us). A map that reads each input element once at its own index (no view),
+//! with full-rank outputs and broadcast inputs of at most one axis, reads its cached inputs
+//! with `l2=evict_last` (the rule and its measurements: `auto/l2.rs`).
 
+use super::l2::{self, Form};
 use super::text::ScheduleText;
 use super::{dtype_names, AutoSchedule, Facts, Scheduler};
 use crate::fusion::TensorId;
@@ -70,8 +73,10 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
         _ => unroll,
     };
 
+    let policy = l2::policy(facts, Form::Pointwise, rank);
+    let l2_reason = l2::reason_clause(facts, Form::Pointwise, policy);
     let mut s = ScheduleText::new(facts.name(reference));
-    s.caches(facts, &inputs, &outputs, "");
+    s.caches(facts, &inputs, &outputs, &l2::cache_option(policy));
     if by_rows {
         rows(&mut s, rank, v, threads, unroll);
         s.propagate_and_inline();
@@ -79,7 +84,7 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
             scheduler: Scheduler::Pointwise,
             text: s.finish(),
             reason: format!(
-                "pointwise over {total} elements of {} {} with a row-broadcast input: each row in blocks of {threads} threads, {v}-element vectors, {unroll} vector{} per thread",
+                "pointwise over {total} elements of {} {} with a row-broadcast input: each row in blocks of {threads} threads, {v}-element vectors, {unroll} vector{} per thread{l2_reason}",
                 dtype_names(f, &accessed),
                 facts.sizes.describe(),
                 if unroll > 1 { "s" } else { "" },
@@ -126,7 +131,7 @@ pub fn schedule(facts: &Facts, reference: TensorId) -> AutoSchedule {
     s.parallelize(&axes);
     s.propagate_and_inline();
     let reason = format!(
-        "pointwise over {} elements of {} {}: {v}-element vectors, {threads} threads per block, {unroll} vector{} per thread",
+        "pointwise over {} elements of {} {}: {v}-element vectors, {threads} threads per block, {unroll} vector{} per thread{l2_reason}",
         total,
         dtype_names(f, &accessed),
         facts.sizes.describe(),

@@ -277,3 +277,198 @@ fn reductions_of_every_element_are_full_reductions_sized_to_a_wave() {
         small.reason
     );
 }
+
+/// The `cache_after` lines of a schedule text.
+fn cache_after_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| l.contains("cache_after("))
+        .collect()
+}
+
+/// Whether `chosen` reads its cached inputs with `l2=evict_last`, and says so in its reason
+/// (asserted to agree).
+fn evicts_last(chosen: &AutoSchedule) -> bool {
+    let caches = cache_after_lines(&chosen.text);
+    let in_text = caches.iter().any(|l| l.contains("l2=evict_last"));
+    assert!(!caches.is_empty(), "no cache_after\n{}", chosen.text);
+    assert_eq!(
+        in_text,
+        caches.iter().all(|l| l.contains("l2=evict_last")),
+        "every cached input or none\n{}",
+        chosen.text
+    );
+    assert_eq!(
+        in_text,
+        chosen.reason.contains("inputs read with l2=evict_last"),
+        "the reason says it\n{}\n{}",
+        chosen.reason,
+        chosen.text
+    );
+    in_text
+}
+
+const RMSNORM: &str = "input x: bf16[M, N]\ninput w: bf16[N]\nxf = cast(x, f32)\n\
+     r = rsqrt(sum(xf * xf, axis=1) / 4096.0 + 0.000001)\n\
+     y = cast(xf * broadcast(r, axis=1) * cast(broadcast(w, axis=0), f32), bf16)\noutput y";
+
+const SOFTMAX_F32: &str =
+    "input x: f32[M, N]\nm = max(x, axis=1)\ne = exp(x - broadcast(m, axis=1))\n\
+     s = sum(e, axis=1)\ny = e / broadcast(s, axis=1)\noutput y";
+
+#[test]
+fn a_row_kept_in_registers_reads_its_inputs_with_evict_last() {
+    let chosen = choose(&fusion(RMSNORM), &sized(&[("M", 32768), ("N", 4096)])).unwrap();
+    assert!(chosen.reason.contains("persistent in registers"));
+    assert!(evicts_last(&chosen));
+    assert!(
+        chosen
+            .text
+            .contains("x_c = cache_after(x, l2=evict_last)\ny_c = cache_before(y)\n"),
+        "{}",
+        chosen.text
+    );
+    assert!(
+        chosen.reason.contains("3-4% faster on the H200"),
+        "{}",
+        chosen.reason
+    );
+    // Two full-rank outputs (add + RMSNorm's h and y): still rows.
+    let add_norm = fusion(
+        "input x: bf16[M, N]\ninput res: bf16[M, N]\nh = cast(cast(x, f32) + cast(res, f32), bf16)\n\
+         hf = cast(h, f32)\nr = rsqrt(sum(hf * hf, axis=1) / 4096.0)\n\
+         y = cast(hf * broadcast(r, axis=1), bf16)\noutput h\noutput y",
+    );
+    let chosen = choose(&add_norm, &sized(&[("M", 32768), ("N", 4096)])).unwrap();
+    assert!(evicts_last(&chosen), "{}", chosen.text);
+    assert!(chosen
+        .text
+        .contains("res_c = cache_after(res, l2=evict_last)"));
+}
+
+#[test]
+fn rows_in_shared_memory_or_streamed_and_rows_with_a_row_value_output_keep_plain_loads() {
+    let f = fusion(SOFTMAX_F32);
+    // 28000 f32 elements with two persistent buffers: past the register file (16 vectors a
+    // thread would take 438 threads of 160 registers), within shared memory (224000 bytes).
+    let shared = choose(&f, &sized(&[("M", 64), ("N", 28000)])).unwrap();
+    assert!(
+        shared.reason.contains("persistent in shared memory"),
+        "{}",
+        shared.reason
+    );
+    assert!(!evicts_last(&shared));
+    assert!(shared
+        .text
+        .contains("x_c = cache_after(x, memory=shared)\n"));
+    let streamed = choose(&f, &sized(&[("M", 4), ("N", 65536)])).unwrap();
+    assert!(streamed.reason.contains("streamed"), "{}", streamed.reason);
+    assert!(!evicts_last(&streamed));
+    // A per-row value among the outputs (FP8 quantization's scale): measured slower.
+    let quantize = fusion(
+        "input x: bf16[M, N]\nxf = cast(x, f32)\nscale = max(abs(xf), axis=1) / 448.0\n\
+         q = cast(xf / broadcast(scale, axis=1), f8e4m3, saturate=true)\noutput q\noutput scale",
+    );
+    let chosen = choose(&quantize, &sized(&[("M", 32768), ("N", 4096)])).unwrap();
+    assert!(chosen.reason.contains("persistent in registers"));
+    assert!(!evicts_last(&chosen), "{}", chosen.text);
+}
+
+#[test]
+fn streaming_maps_read_their_inputs_with_evict_last_views_and_broadcast_tables_do_not() {
+    let size = sized(&[("M", 16384), ("N", 16384)]);
+    // A bias of one axis broadcast over the rows (gelu_exact): the rows' input evicts last,
+    // the bias is no cache of its own.
+    let gelu = fusion(
+        "input x: bf16[M, N]\ninput bias: bf16[N]\n\
+         y = cast(gelu(cast(x, f32) + cast(broadcast(bias, axis=0), f32)), bf16)\noutput y",
+    );
+    let chosen = choose(&gelu, &size).unwrap();
+    assert_eq!(chosen.scheduler, Scheduler::Pointwise);
+    assert!(evicts_last(&chosen));
+    assert_eq!(
+        cache_after_lines(&chosen.text),
+        ["x_c = cache_after(x, l2=evict_last)"]
+    );
+    let swiglu = fusion(
+        "input gate: bf16[M, N]\ninput up: bf16[M, N]\n\
+         y = cast(silu(cast(gate, f32)) * cast(up, f32), bf16)\noutput y",
+    );
+    assert!(evicts_last(&choose(&swiglu, &size).unwrap()));
+    // Rotary's rotate_half reads its input again at moved columns (examples/fusions/rotary.hf).
+    let rotary = fusion(
+        "input q: bf16[S, 128]\ninput cos_t: bf16[S, 128]\ninput sin_t: bf16[S, 128]\n\
+         x = q * 0.125\nrotated = cat(-slice(x, axis=1, start=64), slice(x, axis=1, stop=64), axis=1)\n\
+         y = cast(x * cos_t + rotated * sin_t, bf16)\noutput y",
+    );
+    let chosen = choose(&rotary, &sized(&[("S", 262144)])).unwrap();
+    assert_eq!(chosen.scheduler, Scheduler::Pointwise);
+    assert!(!evicts_last(&chosen), "{}", chosen.text);
+    // Cos and sin tables broadcast over the heads: every block re-reads them from L2.
+    let tables = fusion(
+        "input x: bf16[H, S, D]\ninput cos_t: bf16[S, D]\ninput sin_t: bf16[S, D]\n\
+         y = cast(cast(x, f32) * cast(broadcast(cos_t, axis=0), f32) + cast(x, f32) * cast(broadcast(sin_t, axis=0), f32), bf16)\n\
+         output y",
+    );
+    let chosen = choose(&tables, &sized(&[("H", 32), ("S", 4096), ("D", 128)])).unwrap();
+    assert_eq!(chosen.scheduler, Scheduler::Pointwise);
+    assert!(!evicts_last(&chosen), "{}", chosen.text);
+    // A transpose (measured slower) keeps plain loads, in its tiles and in the other inputs.
+    let transpose = fusion(
+        "input x: bf16[M, N]\ninput b: bf16[N, M]\n\
+         y = cast(cast(transpose(x, 0, 1), f32) + cast(b, f32), bf16)\noutput y",
+    );
+    let chosen = choose(&transpose, &size).unwrap();
+    assert_eq!(chosen.scheduler, Scheduler::Transpose);
+    assert!(!chosen.text.contains("l2="), "{}", chosen.text);
+}
+
+#[test]
+fn the_tuner_tries_the_other_l2_policy() {
+    let policies = |body: &str, size: &[(&str, i64)]| -> Vec<(String, bool)> {
+        candidates(&fusion(body), &sized(size))
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.knobs.l2.is_some() || c.knobs == Knobs::default())
+            .map(|c| {
+                (
+                    c.knobs.describe(),
+                    c.schedule.text.contains("l2=evict_last"),
+                )
+            })
+            .collect()
+    };
+    // The rule's choice first; the flipped policy next; the same policy as the rule's repeats
+    // the default and is dropped.
+    assert_eq!(
+        policies(RMSNORM, &[("M", 32768), ("N", 4096)]),
+        [
+            ("default".to_string(), true),
+            ("l2=normal".to_string(), false)
+        ]
+    );
+    assert_eq!(
+        policies(SOFTMAX_F32, &[("M", 64), ("N", 28000)]),
+        [
+            ("default".to_string(), false),
+            ("l2=evict_last".to_string(), true)
+        ]
+    );
+    let shared = candidates(&fusion(SOFTMAX_F32), &sized(&[("M", 64), ("N", 28000)])).unwrap();
+    let flipped = &shared[1];
+    assert_eq!(flipped.knobs.describe(), "l2=evict_last");
+    assert!(
+        flipped
+            .schedule
+            .text
+            .contains("x_c = cache_after(x, memory=shared, l2=evict_last)")
+            && flipped.schedule.reason.contains("(the tuner's choice)"),
+        "{}\n{}",
+        flipped.schedule.reason,
+        flipped.schedule.text
+    );
+    // Not a knob of the transpose scheduler.
+    let transpose = "input x: bf16[M, N]\ny = transpose(x, 0, 1)\noutput y";
+    assert!(policies(transpose, &[("M", 4096), ("N", 4096)])
+        .iter()
+        .all(|(knobs, evict)| knobs == "default" && !evict));
+}

@@ -28,21 +28,22 @@ impl ScheduleText {
         self.lines.push(statement);
     }
 
-    /// `x_c = cache_after(x[, options])` for each of `inputs`, `y_c = cache_before(y[, options])`
+    /// `x_c = cache_after(x[, input_options])` for each of `inputs`, `y_c = cache_before(y)`
     /// for each of `outputs`, with fresh names.
     pub fn caches(
         &mut self,
         facts: &Facts,
         inputs: &[TensorId],
         outputs: &[TensorId],
-        options: &str,
+        input_options: &str,
     ) {
-        for (tensors, func, suffix) in
-            [(inputs, "cache_after", "c"), (outputs, "cache_before", "c")]
-        {
+        for (tensors, func, options) in [
+            (inputs, "cache_after", input_options),
+            (outputs, "cache_before", ""),
+        ] {
             for &t in tensors {
                 let name = facts.name(t);
-                let mut s = format!("{} = {func}({name}", facts.fresh(name, suffix));
+                let mut s = format!("{} = {func}({name}", facts.fresh(name, "c"));
                 if !options.is_empty() {
                     let _ = write!(s, ", {options}");
                 }

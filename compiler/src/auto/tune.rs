@@ -13,7 +13,7 @@
 //! (it compiles, validates and times each on the GPU). Cheap: no lowering here.
 
 use super::{choose_with, AutoSchedule, Class, Declined, Sizes};
-use crate::fusion::Fusion;
+use crate::fusion::{Fusion, L2Policy};
 
 /// Most candidates one fusion gets (the default included): a tune run validates and times
 /// each on the GPU, so the search stays within a minute for the bench sizes.
@@ -64,6 +64,10 @@ pub struct Knobs {
     /// A persistent product's raster group (M tiles walked together, for L2 reuse).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raster: Option<i64>,
+    /// The L2 policy of the inputs a pointwise or normalization schedule caches, in place of
+    /// the rule of `auto/l2.rs` (plain loads or `evict_last`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2: Option<L2Policy>,
 }
 
 impl Knobs {
@@ -87,6 +91,9 @@ impl Knobs {
         }
         if let Some(g) = self.raster {
             parts.push(format!("raster={g}"));
+        }
+        if let Some(p) = self.l2 {
+            parts.push(format!("l2={}", p.name()));
         }
         if parts.is_empty() {
             "default".to_string()
@@ -134,6 +141,16 @@ pub fn candidates(fusion: &Fusion, sizes: &Sizes) -> Result<Vec<Candidate>, Decl
 /// [`MAX_CANDIDATES`]).
 fn space(class: &Class) -> Vec<Knobs> {
     let mut out = Vec::new();
+    // The inputs' L2 policy flipped from the rule's choice (the one equal to it repeats the
+    // default's text and is dropped): where the H200 measured either way, first.
+    if matches!(class, Class::Pointwise { .. } | Class::Normalization { .. }) {
+        for l2 in [L2Policy::EvictLast, L2Policy::Normal] {
+            out.push(Knobs {
+                l2: Some(l2),
+                ..Knobs::default()
+            });
+        }
+    }
     match class {
         Class::Pointwise { .. } => {
             for per_thread in [1, 2, 4] {

@@ -510,7 +510,9 @@ pub enum WarMode {
 /// A streaming norm reading its rows with `evict_last` ran 3.7% faster on the H200 than with
 /// plain loads, level with torch.compile's Triton kernel, which reads them so
 /// (docs/benchmarks.md, fourteenth session).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum L2Policy {
     #[default]
