@@ -18,9 +18,10 @@ use std::collections::BTreeMap;
 /// measured there) and under a sliding window on 64-key tiles (its loop starts at the window
 /// only without circular buffers). online_wgmma.hf, the first tensor-core example, keeps its
 /// 64-key tiles (docs/attention.md section 2 walks through them), so it is not among them.
-const HAND: [&str; 6] = [
+const HAND: [&str; 7] = [
     "attention/online_wgmma_overlap_pingpong.hf",
     "attention/online_wgmma_overlap_pingpong_causal.hf",
+    "attention/online_wgmma_gqa.hf",
     "attention/online_wgmma_sliding_window.hf",
     "attention/online_wgmma_batched.hf",
     "attention/online_wgmma_causal.hf",
@@ -621,4 +622,75 @@ fn the_variants_online_form_computes_their_plain_math() {
             }
         }
     }
+}
+
+#[test]
+fn grouped_query_attention_gets_the_kernel_with_its_heads_on_a_block_axis() {
+    // online_wgmma_gqa.hf without its schedule lowers to the hand kernel (`HAND`); here the
+    // reason, the form without a batch axis, a causal mask, and the peers that decline it.
+    let auto = without_schedule(&example("attention/online_wgmma_gqa.hf"));
+    let chosen = attention_schedule(&auto);
+    assert!(
+        chosen.reason.contains(
+            "[B, G, S, D] (G query heads per K/V head of [B, T, D], on blockIdx.z) bf16 with D = 128"
+        ),
+        "{}",
+        chosen.reason
+    );
+    assert!(
+        chosen.text.contains("s_sum.parallelize(1, BIDz)\n"),
+        "{}",
+        chosen.text
+    );
+    // Without the batch axis the heads take blockIdx.y.
+    let unbatched = auto
+        .replace("bf16[B, G, S, 128]", "bf16[G, S, 128]")
+        .replace("bf16[B, T, 128]", "bf16[T, 128]")
+        .replace("axis=[1, 2]", "axis=[0, 1]")
+        .replace("axis=3", "axis=2")
+        .replace("axis=4", "axis=3")
+        .replace("// bench: B=16,G=4,", "// bench: G=4,")
+        .replace("// bench: B=2,G=3,", "// bench: G=3,");
+    let chosen = attention_schedule(&unbatched);
+    assert!(
+        chosen
+            .reason
+            .contains("[G, S, D] (G query heads sharing one K/V head of [T, D], on blockIdx.y)"),
+        "{}",
+        chosen.reason
+    );
+    assert!(
+        chosen.text.contains("s_sum.parallelize(0, BIDy)\n"),
+        "{}",
+        chosen.text
+    );
+    let c = compile(&unbatched);
+    assert!(
+        c.cuda.contains("const index_t g = blockIdx.y;"),
+        "the heads on blockIdx.y"
+    );
+    // A causal mask over the group's queries: the key loop bounded at the diagonal.
+    let causal = auto.replace(
+        "  m = max(s, axis=3)\n  e = exp(s - broadcast(m, axis=3))",
+        "  keep = iota(s, axis=3) <= iota(s, axis=2)\n  sm = where(keep, s, -1.0 / 0.0)\n  m = max(sm, axis=3)\n  e = exp(sm - broadcast(m, axis=3))",
+    );
+    assert!(causal.contains("keep ="), "the causal form was written");
+    assert!(attention_schedule(&causal)
+        .reason
+        .contains("the causal mask `keep`"));
+    assert!(compile(&causal)
+        .passes
+        .iter()
+        .any(|p| p.name == "mask_bounds"));
+    // The SDPA and FlexAttention peers do not take the group axis yet.
+    let fusion = |src: &str| {
+        let program = hopfuse::frontend::parse(src).unwrap();
+        hopfuse::fusion::build(&program.fusion).unwrap()
+    };
+    let f = fusion(&auto);
+    assert!(
+        hopfuse::backend::torch::emit_sdpa(&f, hopfuse::backend::torch::SdpaBackend::Default)
+            .is_none()
+    );
+    assert!(hopfuse::backend::torch::emit_flex(&f).is_none());
 }

@@ -9,6 +9,12 @@
 //! dtype before `p v`, and the output a cast of the normalised result. Anything else is
 //! declined with what it has that the kernel does not take.
 //!
+//! Grouped-query attention (`q [B?, G, S, D]` against `k`, `v [B?, T, D]` read through
+//! `broadcast(x, axis=[..])` over the `G` query heads of a K/V head) gets the same kernels with
+//! `G` on blockIdx.z (blockIdx.y without a batch axis): q's, the scores' and the output's
+//! positions one further, k's and v's boxes as without it (examples/attention/online_wgmma_gqa.hf
+//! is the hand form).
+//!
 //! Emits, without the batch axis when there is none (`Kernel` says which):
 //! - D = 128: online_wgmma_overlap_pingpong.hf's schedule, statement for statement (its
 //!   causal twin's with a mask): two consumer warp groups of 64 queries (128 a block, the
@@ -175,7 +181,12 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
             "attention `{}` over {}{} {} with D = {d} {}{score_mod}{mask}{lse}; {kernel_why}; the online softmax, S = Q K^T and O += P V on wgmma with P from registers",
             name(at.out),
             if b == 1 { "a batch of " } else { "" },
-            if b == 1 { "[B, S, D]" } else { "[S, D]" },
+            match (b, at.groups) {
+                (1, 1) => "[B, G, S, D] (G query heads per K/V head of [B, T, D], on blockIdx.z)",
+                (_, 1) => "[G, S, D] (G query heads sharing one K/V head of [T, D], on blockIdx.y)",
+                (1, _) => "[B, S, D]",
+                _ => "[S, D]",
+            },
             dtype.name(),
             facts.sizes.describe(),
         ),
@@ -295,12 +306,20 @@ fn text(
     let f = facts.fusion;
     let name = |t: TensorId| f.tensors[t].name.clone();
     let b = at.batch;
+    // q's, the scores' and the output's axes before the queries: the batch, then the query
+    // heads of a K/V head (grouped-query attention); k and v have the batch axis only.
+    let lead = b + at.groups;
     let g = usize::from(kernel.ping_pong());
     let queries = ROWS * kernel.groups;
     let keys = kernel.keys;
-    // A position of the unbatched schedule; a permutation of it with the batch axis first.
-    let at_ = |i: usize| i + b;
-    let order =
+    // A position of the unbatched schedule; a permutation of it with the leading axes first;
+    // for k's and v's boxes, with their batch axis first.
+    let at_ = |i: usize| i + lead;
+    let order = |perm: &[usize]| -> Vec<usize> {
+        (0..lead).chain(perm.iter().map(|&i| i + lead)).collect()
+    };
+    let at_kv = |i: usize| i + b;
+    let order_kv =
         |perm: &[usize]| -> Vec<usize> { (0..b).chain(perm.iter().map(|&i| i + b)).collect() };
     let cache = |t: TensorId| {
         let plain = format!("{}s", name(t));
@@ -326,7 +345,12 @@ fn text(
             name(t)
         ));
     }
-    let batch = if b == 1 { "B (BIDy), " } else { "" };
+    let batch = match (b, at.groups) {
+        (1, 1) => "B (BIDy), G (BIDz), ",
+        (1, _) => "B (BIDy), ",
+        (_, 1) => "G (BIDy), ",
+        _ => "",
+    };
     let groups = if kernel.ping_pong() {
         format!("{} (TIDy: the consumer warp group), ", kernel.groups)
     } else {
@@ -334,7 +358,7 @@ fn text(
     };
     s.comment(&format!(
         "{sum}[{}S, T, D] -> [{batch}S / {queries} (BIDx), T / {keys} (the serial tile loop), {groups}D / 16 (unrolled), {ROWS} (Mma M), {keys} (Mma N: the tile's keys), 16 (Mma K)]",
-        if b == 1 { "B, " } else { "" }
+        ["", "B, ", "G, ", "B, G, "][b + 2 * at.groups]
     ));
     s.split(at_(0), queries, false);
     if kernel.ping_pong() {
@@ -349,6 +373,9 @@ fn text(
     }
     if b == 1 {
         s.parallelize(&[(0, "BIDy")]);
+    }
+    if at.groups == 1 {
+        s.parallelize(&[(b, if b == 1 { "BIDz" } else { "BIDy" })]);
     }
     s.parallelize(&[(at_(0), "BIDx")]);
     if kernel.ping_pong() {
@@ -397,22 +424,22 @@ fn text(
     let mut k_box = ScheduleText::new(&ks);
     if d > 64 {
         // 64-column slabs of 128 bytes (two at D = 128, four at 256), one box each.
-        k_box.parallelize(&[(at_(1), "Serial")]);
-        k_box.split(at_(1), 4, false);
-        k_box.reorder(&order(&[0, 1, 3, 2, 4]));
-        k_box.parallelize(&(1..5).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
+        k_box.parallelize(&[(at_kv(1), "Serial")]);
+        k_box.split(at_kv(1), 4, false);
+        k_box.reorder(&order_kv(&[0, 1, 3, 2, 4]));
+        k_box.parallelize(&(1..5).map(|i| (at_kv(i), "Bulk")).collect::<Vec<_>>());
     } else {
-        k_box.reorder(&order(&[0, 2, 1, 3]));
-        k_box.parallelize(&(1..4).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
+        k_box.reorder(&order_kv(&[0, 2, 1, 3]));
+        k_box.parallelize(&(1..4).map(|i| (at_kv(i), "Bulk")).collect::<Vec<_>>());
     }
     s.append(k_box);
     let mut v_box = ScheduleText::new(&vs);
     if d > 64 {
-        v_box.split(at_(2), 64, false);
-        v_box.reorder(&order(&[0, 2, 1, 3]));
-        v_box.parallelize(&(1..4).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
+        v_box.split(at_kv(2), 64, false);
+        v_box.reorder(&order_kv(&[0, 2, 1, 3]));
+        v_box.parallelize(&(1..4).map(|i| (at_kv(i), "Bulk")).collect::<Vec<_>>());
     } else {
-        v_box.parallelize(&(1..3).map(|i| (at_(i), "Bulk")).collect::<Vec<_>>());
+        v_box.parallelize(&(1..3).map(|i| (at_kv(i), "Bulk")).collect::<Vec<_>>());
     }
     s.append(v_box);
     if kernel.ping_pong() {

@@ -19,7 +19,8 @@
 //! - the probabilities (the first factor) multiply an input `v [B?, T, D]` summed over `T`
 //!   (`p @ v`);
 //! - `q`, `k`, `v` are distinct, of one floating dtype; batched (`[B, S, D]`, one leading batch
-//!   axis) or not.
+//!   axis) or not; grouped (`q [B?, G, S, D]` against `k`, `v [B?, T, D]` broadcast over `G`:
+//!   grouped-query attention's query heads sharing one K/V head) or not.
 //!
 //! Guarantees every tensor in the [`Attention`] it answers plays the part its field names;
 //! anything else (`exp2`, a mask reading the scores, another output) is `None`.
@@ -37,6 +38,9 @@ pub struct Attention {
     pub v: TensorId,
     /// The leading batch axes of `q`, `k` and `v` (0 or 1).
     pub batch: usize,
+    /// The group axes of `q` after the batch axes, over which `k` and `v` are broadcast (0,
+    /// or 1 for grouped-query attention's `G` query heads per K/V head).
+    pub groups: usize,
     /// The mask `where(keep, s, -inf)` on the scores, if any.
     pub mask: Option<Mask>,
     /// Elementwise math on the scaled scores before the mask and the softmax (a softcap's
@@ -178,10 +182,12 @@ pub fn find(f: &Fusion) -> Option<Attention> {
     let qk = contractions[sum].as_ref()?;
     let [fq, fk] = &qk.factors;
     let (q, k) = (fq.base, fk.base);
-    let mm = qk.matmul_layout()?;
-    if mm.batch > 1 || mm.a != 0 || mm.a_transposed || !mm.b_transposed {
+    let (mm, groups) = qk.matmul_layout_grouped()?;
+    if mm.batch > 1 || groups > 1 || mm.a != 0 || mm.a_transposed || !mm.b_transposed {
         return None;
     }
+    // The axes before the queries in `q`, the scores and the output.
+    let lead = mm.batch + groups;
     // The softmax runs over the keys: the last axis of the scores.
     let max_axes = match def(os.max).map(|x| &x.op) {
         Some(Op::Reduce {
@@ -190,7 +196,7 @@ pub fn find(f: &Fusion) -> Option<Attention> {
         }) => axes.clone(),
         _ => return None,
     };
-    if max_axes != [mm.batch + 1] || f.rank(os.scores) != mm.batch + 2 {
+    if max_axes != [lead + 1] || f.rank(os.scores) != lead + 2 {
         return None;
     }
     // p @ v: the product over the keys, `p` the first factor (as `q` is), neither transposed.
@@ -199,9 +205,10 @@ pub fn find(f: &Fusion) -> Option<Attention> {
         .flatten()
         .find(|c| c.factors.iter().any(|fa| fa.base == os.values))?;
     let v = pv.factors[1].base;
-    let mm_pv = pv.matmul_layout()?;
+    let (mm_pv, pv_groups) = pv.matmul_layout_grouped()?;
     if v != os.values
         || mm_pv.batch != mm.batch
+        || pv_groups != groups
         || mm_pv.a != 0
         || mm_pv.a_transposed
         || mm_pv.b_transposed
@@ -222,6 +229,7 @@ pub fn find(f: &Fusion) -> Option<Attention> {
         k,
         v,
         batch: mm.batch,
+        groups,
         mask,
         score_mod,
         scale,
@@ -396,6 +404,32 @@ mod tests {
         let f = fusion(&example("online_wgmma_sliding_window.hf"));
         let mask = find(&f).unwrap().mask.unwrap();
         assert!(!mask.causal);
+    }
+
+    #[test]
+    fn grouped_query_attention_is_found_with_its_group_axis() {
+        let src = example("online_wgmma_gqa.hf");
+        let f = fusion(&src);
+        let at = find(&f).unwrap();
+        assert_eq!((at.batch, at.groups), (1, 1));
+        assert_eq!([at.q, at.k, at.v].map(|t| name(&f, t)), ["q", "k", "v"]);
+        assert_eq!(name(&f, at.out), "ob");
+        let plain = fusion(&example("online_wgmma_overlap_pingpong.hf"));
+        assert_eq!(find(&plain).unwrap().groups, 0);
+        // Without the batch axis: q [G, S, D] against k, v [T, D].
+        let unbatched = src
+            .replace("bf16[B, G, S, 128]", "bf16[G, S, 128]")
+            .replace("bf16[B, T, 128]", "bf16[T, 128]")
+            .replace("axis=[1, 2]", "axis=[0, 1]")
+            .replace("axis=3", "axis=2")
+            .replace("axis=4", "axis=3");
+        let at = find(&fusion(&unbatched)).unwrap();
+        assert_eq!((at.batch, at.groups), (0, 1));
+        // k with the group axis too but v without: not one attention's layout.
+        let mixed = src
+            .replace("input k: bf16[B, T, 128]", "input k: bf16[B, G, T, 128]")
+            .replace("broadcast(k, axis=[1, 2])", "broadcast(k, axis=2)");
+        assert!(find(&fusion(&mixed)).is_none());
     }
 
     #[test]

@@ -83,6 +83,52 @@ impl Contraction {
     }
 }
 
+impl Contraction {
+    /// [`Self::matmul_layout`], where the first factor may also have *group* axes: kept axes
+    /// right after the batch axes that only it has (grouped-query attention's query heads
+    /// sharing one K/V head: `q [B, G, S, D]` against `k [B, T, D]`, broadcast over `G`). The
+    /// layout's `batch` counts the shared batch axes; `.1` the group axes (0 where
+    /// `matmul_layout` takes the contraction as it is).
+    pub fn matmul_layout_grouped(&self) -> Option<(MatMulLayout, usize)> {
+        if let Some(layout) = self.matmul_layout() {
+            return Some((layout, 0));
+        }
+        let [fx, fy] = &self.factors;
+        let [r] = self.reduced[..] else {
+            return None;
+        };
+        let kept: Vec<usize> = (0..self.rank).filter(|&a| a != r).collect();
+        let both = |a: &usize| fx.present.contains(a) && fy.present.contains(a);
+        let batch = kept.iter().take_while(|a| both(a)).count();
+        let groups = kept.len().checked_sub(batch + 2).filter(|&g| g > 0)?;
+        let lead = batch + groups;
+        let [pm, pn] = kept[lead..] else {
+            return None;
+        };
+        let first_only = kept[batch..lead]
+            .iter()
+            .all(|a| fx.present.contains(a) && !fy.present.contains(a));
+        let fits = |fa: &Factor, lead: usize, free: usize| {
+            fa.present.len() == lead + 2
+                && fa.present.contains(&free)
+                && fa.present.contains(&r)
+                && fa.present[..lead] == kept[..lead]
+        };
+        if !first_only || !fits(fx, lead, pm) || !fits(fy, batch, pn) {
+            return None;
+        }
+        Some((
+            MatMulLayout {
+                batch,
+                a: 0,
+                a_transposed: r < pm,
+                b_transposed: pn < r,
+            },
+            groups,
+        ))
+    }
+}
+
 /// A contraction as `a @ b` ([`Contraction::matmul_layout`]): `a [batch.., M, K]`,
 /// `b [batch.., K, N]`, each as stored or transposed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,7 +17,9 @@
 //! casts and elementwise math are the twin's. Anything else on the path or in the mask (a
 //! reduction, a view other than a broadcast, `rand`, an input read along two different score
 //! axes) has no FlexAttention form: `None`, never a wrong twin. So is the log-sum-exp as a
-//! second output (FlexAttention's way of returning it differs between PyTorch versions).
+//! second output (FlexAttention's way of returning it differs between PyTorch versions), and so
+//! is grouped-query attention (a group axis in `q`: FlexAttention's `enable_gqa`, not written
+//! yet).
 //!
 //! Emits, as FlexAttention's documentation writes it: `flex_attention` compiled once with
 //! `torch.compile` at module level, and a function taking every fusion input (as the torch
@@ -63,7 +65,7 @@ const KEPT_BLOCK_MASKS: usize = 16;
 /// what it computes.
 pub fn emit_flex(fusion: &Fusion) -> Option<Twin> {
     let f = fusion;
-    let at = find(f)?;
+    let at = find(f).filter(|at| at.groups == 0)?;
     let scale = at.scale?;
     let dtype = f.tensors[at.q].dtype;
     if at.lse.is_some() || !matches!(dtype, DType::BF16 | DType::F16 | DType::F32) {

@@ -6,8 +6,9 @@
 //! in it, narrowed to what SDPA computes: no mask or the causal one (SDPA's `is_causal=True`,
 //! top-left aligned when `S != T`), a scale with a value in the program (SDPA's `scale` is a
 //! Python float: reading a 0-dim GPU tensor with `.item()` would synchronise every call), one
-//! output. Anything else (a second output such as the log-sum-exp, another mask, a scale
-//! without a value) has no SDPA peer: `None`.
+//! output, no group axis. Anything else (a second output such as the log-sum-exp, another mask,
+//! a scale without a value, grouped-query attention, which would take `enable_gqa=True`) has no
+//! SDPA peer: `None`.
 //!
 //! Emits: `scaled_dot_product_attention(q, k, v, is_causal=..., scale=...)` on the `[B, H, S, D]`
 //! layout SDPA takes (a heads axis of 1 unsqueezed; `[1, 1, S, D]` for an unbatched fusion) and
@@ -32,7 +33,9 @@ pub enum SdpaBackend {
 fn recognise(f: &Fusion) -> Option<Attention> {
     let at = find(f)?;
     let sdpa_mask = at.mask.is_none_or(|m| m.causal);
-    (at.lse.is_none() && at.scale.is_some() && sdpa_mask && at.score_mod.is_none()).then_some(at)
+    // Grouped-query attention would take `enable_gqa=True`, not written yet.
+    let plain = at.groups == 0 && at.score_mod.is_none();
+    (at.lse.is_none() && at.scale.is_some() && sdpa_mask && plain).then_some(at)
 }
 
 /// The fusion as `scaled_dot_product_attention` on `backend`'s kernel.
