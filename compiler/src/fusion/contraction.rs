@@ -52,17 +52,11 @@ impl Contraction {
     /// (kept, in both factors) first in the result and in both factors, then one free axis of
     /// each factor.
     pub fn matmul_layout(&self) -> Option<MatMulLayout> {
-        let [fx, fy] = &self.factors;
-        let [r] = self.reduced[..] else {
-            return None;
-        };
-        let kept: Vec<usize> = (0..self.rank).filter(|&a| a != r).collect();
-        let both = |a: &usize| fx.present.contains(a) && fy.present.contains(a);
-        let batch = kept.iter().take_while(|a| both(a)).count();
+        let (r, kept, batch) = self.kept_axes()?;
         let [pm, pn] = kept[batch..] else {
             return None;
         };
-        let a = if fx.present.contains(&pm) { 0 } else { 1 };
+        let a = usize::from(!self.factors[0].present.contains(&pm));
         // Each operand: the batch axes (before the reduced one), its free axis and the
         // reduced one, nothing else.
         let fits = |fa: &Factor, free: usize| {
@@ -84,6 +78,19 @@ impl Contraction {
 }
 
 impl Contraction {
+    /// The one reduced axis, the kept axes in order, and how many of them lead in both
+    /// factors (the batch axes); `None` with more than one reduced axis.
+    fn kept_axes(&self) -> Option<(usize, Vec<usize>, usize)> {
+        let [fx, fy] = &self.factors;
+        let [r] = self.reduced[..] else {
+            return None;
+        };
+        let kept: Vec<usize> = (0..self.rank).filter(|&a| a != r).collect();
+        let both = |a: &usize| fx.present.contains(a) && fy.present.contains(a);
+        let batch = kept.iter().take_while(|a| both(a)).count();
+        Some((r, kept, batch))
+    }
+
     /// [`Self::matmul_layout`], where the first factor may also have *group* axes: kept axes
     /// right after the batch axes that only it has (grouped-query attention's query heads
     /// sharing one K/V head: `q [B, G, S, D]` against `k [B, T, D]`, broadcast over `G`). The
@@ -94,12 +101,7 @@ impl Contraction {
             return Some((layout, 0));
         }
         let [fx, fy] = &self.factors;
-        let [r] = self.reduced[..] else {
-            return None;
-        };
-        let kept: Vec<usize> = (0..self.rank).filter(|&a| a != r).collect();
-        let both = |a: &usize| fx.present.contains(a) && fy.present.contains(a);
-        let batch = kept.iter().take_while(|a| both(a)).count();
+        let (r, kept, batch) = self.kept_axes()?;
         let groups = kept.len().checked_sub(batch + 2).filter(|&g| g > 0)?;
         let lead = batch + groups;
         let [pm, pn] = kept[lead..] else {
