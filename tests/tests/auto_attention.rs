@@ -682,6 +682,25 @@ fn grouped_query_attention_gets_the_kernel_with_its_heads_on_a_block_axis() {
         .passes
         .iter()
         .any(|p| p.name == "mask_bounds"));
+    // D = 64 (the one-group kernel) and a sliding window (the one-group kernel at D = 128).
+    let d64 = auto.replace(", 128]", ", 64]");
+    assert!(attention_schedule(&d64)
+        .reason
+        .contains("online_wgmma_batched's kernel"));
+    assert!(compile(&d64)
+        .cuda
+        .contains("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"));
+    let window = auto.replace(
+        "  m = max(s, axis=3)\n  e = exp(s - broadcast(m, axis=3))",
+        "  qi = iota(s, axis=2)\n  kj = iota(s, axis=3)\n  keep = logical_and(kj <= qi, qi - kj < 256)\n  sw = where(keep, s, -1.0 / 0.0)\n  m = max(sw, axis=3)\n  e = exp(sw - broadcast(m, axis=3))",
+    );
+    assert!(attention_schedule(&window)
+        .reason
+        .contains("online_wgmma_d128's kernel, one warp group without a producer"));
+    assert!(compile(&window)
+        .passes
+        .iter()
+        .any(|p| p.name == "mask_bounds"));
     // The SDPA and FlexAttention peers do not take the group axis yet.
     let fusion = |src: &str| {
         let program = hopfuse::frontend::parse(src).unwrap();
