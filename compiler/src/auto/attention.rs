@@ -421,27 +421,7 @@ fn text(
         "The TMA boxes: q's tile once per block, k's and v's per key tile."
     });
     s.append(q_box(&qs, d, g, &at_, &order));
-    let mut k_box = ScheduleText::new(&ks);
-    if d > 64 {
-        // 64-column slabs of 128 bytes (two at D = 128, four at 256), one box each.
-        k_box.parallelize(&[(at_kv(1), "Serial")]);
-        k_box.split(at_kv(1), 4, false);
-        k_box.reorder(&order_kv(&[0, 1, 3, 2, 4]));
-        k_box.parallelize(&(1..5).map(|i| (at_kv(i), "Bulk")).collect::<Vec<_>>());
-    } else {
-        k_box.reorder(&order_kv(&[0, 2, 1, 3]));
-        k_box.parallelize(&(1..4).map(|i| (at_kv(i), "Bulk")).collect::<Vec<_>>());
-    }
-    s.append(k_box);
-    let mut v_box = ScheduleText::new(&vs);
-    if d > 64 {
-        v_box.split(at_kv(2), 64, false);
-        v_box.reorder(&order_kv(&[0, 2, 1, 3]));
-        v_box.parallelize(&(1..4).map(|i| (at_kv(i), "Bulk")).collect::<Vec<_>>());
-    } else {
-        v_box.parallelize(&(1..3).map(|i| (at_kv(i), "Bulk")).collect::<Vec<_>>());
-    }
-    s.append(v_box);
+    kv_boxes(&mut s, &ks, &vs, d, &at_kv, &order_kv);
     if kernel.ping_pong() {
         let [producer, consumer] = kernel.registers;
         s.comment(&format!("K and V in circular buffers of two stages, each filled by its own warp of the producer warp group (TIDy = {}) while the consumer warp groups compute on each stage; the groups take turns issuing their products (turns=products): S_j and P_(j-1) V_(j-1) in one turn.", kernel.groups));
@@ -481,6 +461,39 @@ fn place_tile_tensors(
             s.line(format!("{}.inline_at({block})", name(t)));
         }
     }
+}
+/// k's and v's TMA boxes per key tile, `at_kv` and `order_kv` their positions with the batch
+/// axis first: at D > 64 in 64-column slabs of 128 bytes (k's split from its D tiles, v's
+/// from its columns), one box each.
+fn kv_boxes(
+    s: &mut ScheduleText,
+    ks: &str,
+    vs: &str,
+    d: i64,
+    at_kv: &dyn Fn(usize) -> usize,
+    order_kv: &dyn Fn(&[usize]) -> Vec<usize>,
+) {
+    let mut k_box = ScheduleText::new(ks);
+    if d > 64 {
+        // 64-column slabs of 128 bytes (two at D = 128, four at 256), one box each.
+        k_box.parallelize(&[(at_kv(1), "Serial")]);
+        k_box.split(at_kv(1), 4, false);
+        k_box.reorder(&order_kv(&[0, 1, 3, 2, 4]));
+        k_box.parallelize(&(1..5).map(|i| (at_kv(i), "Bulk")).collect::<Vec<_>>());
+    } else {
+        k_box.reorder(&order_kv(&[0, 2, 1, 3]));
+        k_box.parallelize(&(1..4).map(|i| (at_kv(i), "Bulk")).collect::<Vec<_>>());
+    }
+    s.append(k_box);
+    let mut v_box = ScheduleText::new(vs);
+    if d > 64 {
+        v_box.split(at_kv(2), 64, false);
+        v_box.reorder(&order_kv(&[0, 2, 1, 3]));
+        v_box.parallelize(&(1..4).map(|i| (at_kv(i), "Bulk")).collect::<Vec<_>>());
+    } else {
+        v_box.parallelize(&(1..3).map(|i| (at_kv(i), "Bulk")).collect::<Vec<_>>());
+    }
+    s.append(v_box);
 }
 
 /// q's TMA box: the block's query tile once (with several groups, the groups' axis inside the
