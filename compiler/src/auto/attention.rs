@@ -462,6 +462,7 @@ fn place_tile_tensors(
         }
     }
 }
+
 /// k's and v's TMA boxes per key tile, `at_kv` and `order_kv` their positions with the batch
 /// axis first: at D > 64 in 64-column slabs of 128 bytes (k's split from its D tiles, v's
 /// from its columns), one box each.
