@@ -1051,6 +1051,45 @@ mod tests {
     }
 
     #[test]
+    fn grouped_query_attention_has_the_sdpa_and_flex_attention_peers_validated() {
+        // q's G heads share k's and v's one head per batch: SDPA's and FlexAttention's
+        // `enable_gqa=True`; a document mask per batch (FlexAttention's `b`) on FlexAttention only.
+        let base = "fusion att {\n  input q: bf16[B, G, S, D]\n  input k: bf16[B, T, D]\n  input v: bf16[B, T, D]\n  input scale: f32 = 0.5\nINPUTS  s = sum(cast(broadcast(q, axis=3), f32) * cast(broadcast(k, axis=[1, 2]), f32), axis=4) * scale\nSCORES  m = max(x, axis=3)\n  e = exp(x - broadcast(m, axis=3))\n  p = e / broadcast(sum(e, axis=3), axis=3)\n  o = sum(cast(broadcast(cast(p, bf16), axis=4), f32) * cast(broadcast(v, axis=[1, 2]), f32), axis=3)\n  ob = cast(o, bf16)\n  output ob\n}";
+        let variant =
+            |inputs: &str, scores: &str| base.replace("INPUTS", inputs).replace("SCORES", scores);
+        let plain = variant("", "").replace("(x", "(s");
+        let document = variant(
+            "  input doc_q: i32[B, S]\n  input doc_k: i32[B, T]\n",
+            "  x = where(broadcast(doc_q, axis=[1, 3]) == broadcast(doc_k, axis=[1, 2]), s, -1.0 / 0.0)\n",
+        );
+        let sizes: BTreeMap<String, i64> = [("B", 2), ("G", 3), ("S", 3), ("T", 40), ("D", 4)]
+            .map(|(k, v)| (k.to_string(), v))
+            .into();
+        let mut peers = Peers::with_python(fake_python());
+        for (source, want) in [
+            (
+                &plain,
+                &["eager", "torch.compile", SDPA, CUDNN_SDPA, FLEX][..],
+            ),
+            (&document, &["eager", "torch.compile", FLEX][..]),
+        ] {
+            let expected = reference_of(source, &sizes, 6);
+            assert!(expected.values().flatten().all(|x| x.is_finite()));
+            let report = peers_report(&mut peers, &peers_request(source, &sizes, 6), &expected);
+            let names: Vec<&str> = report.peers.iter().map(|p| p.name.as_str()).collect();
+            assert_eq!(names, want, "{source}");
+            for p in &report.peers {
+                assert!(p.passed && p.timing.is_some(), "{source}\n{p:?}");
+            }
+        }
+        // Validation is real: against the unmasked reference the document mask's peer fails.
+        let expected = reference_of(&plain, &sizes, 6);
+        let report = peers_report(&mut peers, &peers_request(&document, &sizes, 6), &expected);
+        let flex = report.peers.iter().find(|p| p.name == FLEX).unwrap();
+        assert!(!flex.passed && flex.error.is_none(), "{flex:?}");
+    }
+
+    #[test]
     fn without_torch_the_kernel_is_timed_alone_and_the_report_says_why() {
         let (req, expected) = softmax(1);
         // -S: no site-packages, so no torch even where it is installed.

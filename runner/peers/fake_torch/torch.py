@@ -683,21 +683,27 @@ class _Functional:
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         """softmax(q k^T * scale) v over `[..., L, E]`, `[..., S, E]`, `[..., S, Ev]` in float64,
         rounded once to q's dtype; `is_causal` keeps key j for query i when j <= i (torch's
-        top-left alignment when L != S). Masks, dropout and grouped heads are not modelled."""
-        assert attn_mask is None and dropout_p == 0.0 and not enable_gqa, "fake torch: plain or causal SDPA only"
+        top-left alignment when L != S). `enable_gqa`: k and v have Hkv heads (axis -3) where q
+        has Hq, a multiple; query head h reads K/V head h // (Hq / Hkv), as torch's
+        repeat_interleave. Masks and dropout are not modelled."""
+        assert attn_mask is None and dropout_p == 0.0, "fake torch: plain or causal SDPA only"
         if not (query.dtype is key.dtype is value.dtype) or not query.dtype.is_floating_point:
             raise TypeError("fake torch: SDPA of %r, %r, %r" % (query.dtype, key.dtype, value.dtype))
         batch = tuple(query.shape[:-2])
-        if query.dim() < 2 or tuple(key.shape[:-2]) != batch or tuple(value.shape[:-2]) != batch:
-            raise ValueError("fake torch: SDPA of shapes %r, %r, %r" % (tuple(query.shape), tuple(key.shape), tuple(value.shape)))
+        kv_batch = tuple(key.shape[:-2])
+        shapes = (tuple(query.shape), tuple(key.shape), tuple(value.shape))
+        if query.dim() < 2 or tuple(value.shape[:-2]) != kv_batch:
+            raise ValueError("fake torch: SDPA of shapes %r, %r, %r" % shapes)
+        heads = _gqa_heads(batch, kv_batch, enable_gqa, shapes)
         (nl, ne), (ns, ne2), (ns2, nv) = query.shape[-2:], key.shape[-2:], value.shape[-2:]
         assert ne == ne2 and ns == ns2, "fake torch: SDPA's q, k, v sizes differ"
         scale = 1.0 / math.sqrt(ne) if scale is None else scale
         out = []
         for b in range(_numel(batch)):
+            kb = _kv_head(b, heads)
             q = query._data[b * nl * ne : (b + 1) * nl * ne]
-            k = key._data[b * ns * ne : (b + 1) * ns * ne]
-            v = value._data[b * ns * nv : (b + 1) * ns * nv]
+            k = key._data[kb * ns * ne : (kb + 1) * ns * ne]
+            v = value._data[kb * ns * nv : (kb + 1) * ns * nv]
             for i in range(nl):
                 s = [
                     -math.inf if is_causal and j > i else sum_(q[i * ne + e] * k[j * ne + e] for e in range(ne)) * scale
@@ -709,6 +715,26 @@ class _Functional:
                 for d in range(nv):
                     out.append(sum_(w[j] * v[j * nv + d] for j in range(ns)) / total if total else math.nan)
         return Tensor(out, batch + (nl, nv), query.dtype)
+
+
+def _gqa_heads(batch, kv_batch, enable_gqa, shapes):
+    """The (query heads, K/V heads) grouped-query attention pairs for `batch` (q's leading axes)
+    and `kv_batch` (k's and v's), or None when they are equal. Without `enable_gqa` they must be
+    equal; with it, they differ only in the heads axis (the last), q's a multiple of k's, as
+    torch checks."""
+    if kv_batch == batch:
+        return None
+    if not enable_gqa or not batch or len(kv_batch) != len(batch) or kv_batch[:-1] != batch[:-1] or batch[-1] % kv_batch[-1]:
+        raise ValueError("fake torch: attention of shapes %r, %r, %r" % shapes)
+    return (batch[-1], kv_batch[-1])
+
+
+def _kv_head(b, heads):
+    """The flat K/V batch index query batch index `b` reads (`heads` from `_gqa_heads`)."""
+    if heads is None:
+        return b
+    hq, hk = heads
+    return b // hq * hk + b % hq // (hq // hk)
 
 
 class _SDPBackend:
@@ -774,16 +800,19 @@ def _flex_attention(query, key, value, score_mod=None, block_mask=None, scale=No
     `[B, H, S, Ev]`: each score `q k * scale` an f32 0-dim tensor given to `score_mod(score, b, h,
     q_idx, kv_idx)`, which returns one; the block mask's dropped scores -inf; the softmax and
     its product with v in float64, rounded once to q's dtype. A query with every key masked is
-    0, as FlexAttention's (the fusion's is NaN). GQA and the log-sum-exp are not modelled."""
-    assert not enable_gqa and not return_lse and kernel_options is None, "fake torch: plain flex_attention only"
+    0, as FlexAttention's (the fusion's is NaN). `enable_gqa`: k and v may have fewer heads, as
+    SDPA's (`_gqa_heads`). The log-sum-exp is not modelled."""
+    assert not return_lse and kernel_options is None, "fake torch: plain flex_attention only"
     if not (query.dtype is key.dtype is value.dtype) or not query.dtype.is_floating_point:
         raise TypeError("fake torch: flex_attention of %r, %r, %r" % (query.dtype, key.dtype, value.dtype))
     if not query.dim() == key.dim() == value.dim() == 4:
         raise ValueError("fake torch: flex_attention takes 4-D tensors, not %r" % (tuple(query.shape),))
     nb, nh, nl, ne = query.shape
-    ns, nv = key.shape[2], value.shape[3]
-    if tuple(key.shape) != (nb, nh, ns, ne) or tuple(value.shape) != (nb, nh, ns, nv):
-        raise ValueError("fake torch: flex_attention of shapes %r, %r, %r" % (tuple(query.shape), tuple(key.shape), tuple(value.shape)))
+    nhk, ns, nv = key.shape[1], key.shape[2], value.shape[3]
+    shapes = (tuple(query.shape), tuple(key.shape), tuple(value.shape))
+    if tuple(key.shape) != (nb, nhk, ns, ne) or tuple(value.shape) != (nb, nhk, ns, nv):
+        raise ValueError("fake torch: flex_attention of shapes %r, %r, %r" % shapes)
+    heads = _gqa_heads((nb, nh), (nb, nhk), enable_gqa, shapes)
     if block_mask is not None:
         bb, bh, bl, bs = block_mask.shape
         if (bl, bs) != (nl, ns) or bb not in (1, nb) or bh not in (1, nh):
@@ -792,9 +821,10 @@ def _flex_attention(query, key, value, score_mod=None, block_mask=None, scale=No
     out = []
     for b, h, i in _indices((nb, nh, nl)):
         row = ((b * nh + h) * nl + i) * ne
+        kv = _kv_head(b * nh + h, heads)
         s = []
         for j in range(ns):
-            col = ((b * nh + h) * ns + j) * ne
+            col = (kv * ns + j) * ne
             x = sum_(query._data[row + e] * key._data[col + e] for e in range(ne)) * scale
             if score_mod is not None:
                 r = score_mod(Tensor([x], (), float32), _index(b), _index(h), _index(i), _index(j))
@@ -807,7 +837,7 @@ def _flex_attention(query, key, value, score_mod=None, block_mask=None, scale=No
         m = max_(s) if s else -math.inf
         w = [0.0 if m == -math.inf else _safe_exp(x - m) for x in s]
         total = sum_(w)
-        base = (b * nh + h) * ns * nv
+        base = kv * ns * nv
         for d in range(nv):
             out.append(sum_(w[j] * value._data[base + j * nv + d] for j in range(ns)) / total if total else 0.0)
     return Tensor(out, (nb, nh, nl, nv), query.dtype)

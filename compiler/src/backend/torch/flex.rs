@@ -17,14 +17,14 @@
 //! casts and elementwise math are the twin's. Anything else on the path or in the mask (a
 //! reduction, a view other than a broadcast, `rand`, an input read along two different score
 //! axes) has no FlexAttention form: `None`, never a wrong twin. So is the log-sum-exp as a
-//! second output (FlexAttention's way of returning it differs between PyTorch versions), and so
-//! is grouped-query attention (a group axis in `q`: FlexAttention's `enable_gqa`, not written
-//! yet).
+//! second output (FlexAttention's way of returning it differs between PyTorch versions).
 //!
 //! Emits, as FlexAttention's documentation writes it: `flex_attention` compiled once with
 //! `torch.compile` at module level, and a function taking every fusion input (as the torch
 //! twin does) that calls it on the `[1, B, S, D]` layout (the fusion's batch axis on
-//! FlexAttention's heads, `[1, 1, S, D]` unbatched), the result squeezed back and converted to
+//! FlexAttention's heads, `[1, 1, S, D]` unbatched; grouped-query attention's `q [B?, G, S, D]`
+//! as `[B, G, S, D]` with `k`, `v` as `[B, 1, T, D]` and `enable_gqa=True`, the batch axis then
+//! FlexAttention's `b` and the group axis its `h`), the result squeezed back and converted to
 //! the output's dtype when it differs from `q`'s. The block mask is made once per shape, as the
 //! docs recommend (`create_block_mask` evaluates the mask over every block; per call it would be
 //! timed as part of attention), and again for other tensors read by the mask (a batch's document
@@ -65,7 +65,7 @@ const KEPT_BLOCK_MASKS: usize = 16;
 /// what it computes.
 pub fn emit_flex(fusion: &Fusion) -> Option<Twin> {
     let f = fusion;
-    let at = find(f).filter(|at| at.groups == 0)?;
+    let at = find(f)?;
     let scale = at.scale?;
     let dtype = f.tensors[at.q].dtype;
     if at.lse.is_some() || !matches!(dtype, DType::BF16 | DType::F16 | DType::F32) {
@@ -90,10 +90,15 @@ pub fn emit_flex(fusion: &Fusion) -> Option<Twin> {
         None => None,
     };
     let body = call_body(&e, &at, scale, score_mod.as_deref(), mask.as_ref());
+    let layout = if at.groups == 0 {
+        "[1, B, S, D] (the fusion's batch axis, if any, as its heads)"
+    } else {
+        "[B, G, S, D] with K and V of one head\n# (grouped-query attention: enable_gqa)"
+    };
     let mut source = format!(
         "# FlexAttention peer (`hopfuse run --peers`) of the hopfuse fusion `{}`,\n\
          # as a PyTorch user writes it: flex_attention compiled once, at module level, as its docs\n\
-         # say, and called on [1, B, S, D] (the fusion's batch axis, if any, as its heads).\n\
+         # say, and called on {layout}.\n\
          import torch\n",
         f.name
     );
@@ -146,28 +151,31 @@ fn call_body(
                     .join(", ")
             ),
         };
-        // Per-head block masks only where the mask reads the batch (FlexAttention's heads).
-        let heads = if m.per_head {
-            format!("{q}.shape[0]")
-        } else {
-            "None".into()
+        // A block mask per batch or per head only where the mask reads that axis (the
+        // fusion's axes before the queries, as FlexAttention's `b` and `h`).
+        let extent = |axis: usize| match m.reads_axis.get(axis) {
+            Some(true) => format!("{q}.shape[{axis}]"),
+            _ => "None".into(),
+        };
+        let (batch, heads) = match m.reads_axis.len() {
+            2 => (extent(0), extent(1)),
+            _ => ("None".into(), extent(0)),
         };
         let _ = writeln!(
             body,
             "    def mask_mod(b, h, q_idx, kv_idx):\n        return {}\n\n    \
-             block_mask = _block_mask(mask_mod, {reads}, {heads}, {q}.shape[-2], {k}.shape[-2], {q}.device)",
+             block_mask = _block_mask(mask_mod, {reads}, {batch}, {heads}, {q}.shape[-2], {k}.shape[-2], {q}.device)",
             m.text
         );
         args.push_str(", block_mask=block_mask");
     }
-    let (heads, squeeze) = if at.batch == 1 {
-        (".unsqueeze(0)", ".squeeze(0)")
-    } else {
-        (".unsqueeze(0).unsqueeze(0)", ".squeeze(0).squeeze(0)")
-    };
+    let layout = super::HeadsLayout::of(at, 1);
+    let (ql, kvl) = (layout.q, layout.kv);
     let mut call = format!(
-        "flex_attention({q}{heads}, {k}{heads}, {v}{heads}{args}, scale={}){squeeze}",
-        crate::text::float_literal(scale)
+        "flex_attention({q}{ql}, {k}{kvl}, {v}{kvl}{args}, scale={}{}){}",
+        crate::text::float_literal(scale),
+        layout.gqa_arg(),
+        layout.out
     );
     let out = f.tensors[at.out].dtype;
     if out != f.tensors[at.q].dtype {
@@ -185,13 +193,13 @@ fn block_mask_helper() -> String {
          # tensor, or one written since, is another key: a batch's document ids, made once for every\n\
          # layer); the last {KEPT_BLOCK_MASKS} kept.\n\
          _block_masks = {{}}\n\n\n\
-         def _block_mask(mask_mod, reads, heads, q_len, kv_len, device):\n    \
-             key = (heads, q_len, kv_len) + tuple((id(t), t._version) for t in reads)\n    \
+         def _block_mask(mask_mod, reads, batch, heads, q_len, kv_len, device):\n    \
+             key = (batch, heads, q_len, kv_len) + tuple((id(t), t._version) for t in reads)\n    \
              if key not in _block_masks:\n        \
                  if len(_block_masks) == {KEPT_BLOCK_MASKS}:\n            \
                      del _block_masks[next(iter(_block_masks))]\n        \
                  # The entry holds the tensors read, so no other tensor takes their ids.\n        \
-                 block_mask = create_block_mask(mask_mod, None, heads, q_len, kv_len, device=device)\n        \
+                 block_mask = create_block_mask(mask_mod, batch, heads, q_len, kv_len, device=device)\n        \
                  _block_masks[key] = (reads, block_mask)\n    \
              return _block_masks[key][1]\n"
     )
@@ -202,33 +210,35 @@ struct MaskMod {
     text: String,
     /// The inputs the mask reads (its block mask is made again for other ones).
     reads: Vec<TensorId>,
-    /// Whether it reads the batch axis (`h`): a block mask per head, else one for all.
-    per_head: bool,
+    /// Whether it reads each of the scores' axes before the queries (the batch, then the group
+    /// axis of grouped-query attention): a block mask per batch or head, else one for all.
+    reads_axis: Vec<bool>,
 }
 
 /// The tensors a `score_mod` or `mask_mod` reads, each with the score axis each of its logical
-/// axes stands for: the scores' axes `[B?, S, T]` are FlexAttention's `h`, `q_idx`, `kv_idx`.
+/// axes stands for: the scores' axes `[B?, S, T]` are FlexAttention's `h`, `q_idx`, `kv_idx`;
+/// grouped-query attention's `[B?, G, S, T]` its `b`, `h`, `q_idx`, `kv_idx`.
 struct ScoreSpace<'f> {
     f: &'f Fusion,
     /// The index names of the scores' axes.
     names: &'static [&'static str],
-    /// The batch axis of the scores, if any.
-    batch: Option<usize>,
+    /// The scores' axes before the queries (the batch, the group axis).
+    outer: usize,
     /// Each tensor reached, with the score axis of each of its logical axes.
     axes: FxHashMap<TensorId, Vec<usize>>,
 }
 
 impl<'f> ScoreSpace<'f> {
     fn new(f: &'f Fusion, at: &Attention) -> ScoreSpace<'f> {
-        let (names, batch): (&'static [&'static str], _) = if at.batch == 1 {
-            (&["h", "q_idx", "kv_idx"], Some(0))
-        } else {
-            (&["q_idx", "kv_idx"], None)
+        let names: &'static [&'static str] = match (at.batch, at.groups) {
+            (0, 0) => &["q_idx", "kv_idx"],
+            (1, 1) => &["b", "h", "q_idx", "kv_idx"],
+            _ => &["h", "q_idx", "kv_idx"],
         };
         ScoreSpace {
             f,
             names,
-            batch,
+            outer: names.len() - 2,
             axes: FxHashMap::default(),
         }
     }
@@ -253,7 +263,7 @@ impl<'f> ScoreSpace<'f> {
             return None;
         }
         let reached = self.reach(m.keep, None)?;
-        let per_head = self.index(e, &reached)?;
+        let reads_axis = self.index(e, &reached)?;
         let reads = reached
             .into_iter()
             .filter(|&t| f.tensors[t].is_input)
@@ -261,7 +271,7 @@ impl<'f> ScoreSpace<'f> {
         Some(MaskMod {
             text: e.value(m.keep).text,
             reads,
-            per_head,
+            reads_axis,
         })
     }
 
@@ -329,12 +339,15 @@ impl<'f> ScoreSpace<'f> {
 
     /// Overrides for the `reached` tensors that are not written as the twin writes them: an
     /// input indexed by its axes' names, an iota as its axis's name, a broadcast as its
-    /// operand (the operands are scalars here). Returns whether any reads the batch axis.
-    fn index(&self, e: &mut Emitter, reached: &[TensorId]) -> Option<bool> {
+    /// operand (the operands are scalars here). Returns whether any reads each of the axes
+    /// before the queries.
+    fn index(&self, e: &mut Emitter, reached: &[TensorId]) -> Option<Vec<bool>> {
         let f = self.f;
-        let mut reads_batch = false;
+        let mut reads_axis = vec![false; self.outer];
         let mut name = |axis: usize| {
-            reads_batch |= Some(axis) == self.batch;
+            if let Some(read) = reads_axis.get_mut(axis) {
+                *read = true;
+            }
             self.names[axis]
         };
         for &t in reached {
@@ -371,7 +384,7 @@ impl<'f> ScoreSpace<'f> {
                 }
             }
         }
-        Some(reads_batch)
+        Some(reads_axis)
     }
 }
 

@@ -64,6 +64,53 @@ pub struct Twin {
 }
 
 /// The torch dtype of a fusion dtype (`torch.float32`, ...).
+/// How an attention's `q`, `k`, `v` and output are viewed for a 4-D `[B, H, S, D]` attention call
+/// (SDPA, FlexAttention): the suffix each takes and whether K/V have fewer heads than `q`.
+pub(crate) struct HeadsLayout {
+    pub q: &'static str,
+    pub kv: &'static str,
+    /// The call's result back to the fusion's output shape.
+    pub out: &'static str,
+    /// Grouped-query attention: `q`'s group axis are the query heads of one K/V head.
+    pub gqa: bool,
+}
+
+impl HeadsLayout {
+    /// The layout of `at` where the fusion's batch axis (if any) is the call's axis `batch_as`
+    /// (0: SDPA's batch, 1: FlexAttention's heads) and grouped-query attention is `[B, G, S, D]`
+    /// with `k`, `v` as `[B, 1, T, D]` (`[1, G, S, D]` and `[1, 1, T, D]` unbatched).
+    pub fn of(at: &crate::fusion::attention::Attention, batch_as: usize) -> HeadsLayout {
+        let plain = |q, out| HeadsLayout {
+            q,
+            kv: q,
+            out,
+            gqa: false,
+        };
+        let gqa = |q, kv, out| HeadsLayout {
+            q,
+            kv,
+            out,
+            gqa: true,
+        };
+        match (at.batch, at.groups, batch_as) {
+            (0, 0, _) => plain(".unsqueeze(0).unsqueeze(0)", ".squeeze(0).squeeze(0)"),
+            (_, 0, 0) => plain(".unsqueeze(1)", ".squeeze(1)"),
+            (_, 0, _) => plain(".unsqueeze(0)", ".squeeze(0)"),
+            (0, _, _) => gqa(".unsqueeze(0)", ".unsqueeze(0).unsqueeze(0)", ".squeeze(0)"),
+            _ => gqa("", ".unsqueeze(1)", ""),
+        }
+    }
+
+    /// The call's grouped-query argument (empty for plain attention).
+    pub fn gqa_arg(&self) -> &'static str {
+        if self.gqa {
+            ", enable_gqa=True"
+        } else {
+            ""
+        }
+    }
+}
+
 pub fn torch_dtype(d: DType) -> String {
     format!("torch.{}", d.torch())
 }

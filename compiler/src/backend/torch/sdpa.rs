@@ -6,14 +6,16 @@
 //! in it, narrowed to what SDPA computes: no mask or the causal one (SDPA's `is_causal=True`,
 //! top-left aligned when `S != T`), a scale with a value in the program (SDPA's `scale` is a
 //! Python float: reading a 0-dim GPU tensor with `.item()` would synchronise every call), one
-//! output, no group axis. Anything else (a second output such as the log-sum-exp, another mask,
-//! a scale without a value, grouped-query attention, which would take `enable_gqa=True`) has no
-//! SDPA peer: `None`.
+//! output. Anything else (a second output such as the log-sum-exp, another mask, a scale without
+//! a value) has no SDPA peer: `None`.
 //!
 //! Emits: `scaled_dot_product_attention(q, k, v, is_causal=..., scale=...)` on the `[B, H, S, D]`
 //! layout SDPA takes (a heads axis of 1 unsqueezed; `[1, 1, S, D]` for an unbatched fusion) and
 //! the result squeezed back and converted to the output's dtype when it differs from `q`'s (SDPA
-//! returns `q`'s). The function takes every fusion input, as the torch twin does.
+//! returns `q`'s). Grouped-query attention (`q [B?, G, S, D]`, `k`, `v [B?, T, D]`) is
+//! `enable_gqa=True` with `q`'s group axis as SDPA's query heads and one K/V head (`[B, 1, T, D]`),
+//! as a PyTorch user of a GQA model calls it. The function takes every fusion input, as the torch
+//! twin does.
 
 use super::{Emitter, Twin};
 use crate::fusion::attention::{find, Attention};
@@ -33,9 +35,7 @@ pub enum SdpaBackend {
 fn recognise(f: &Fusion) -> Option<Attention> {
     let at = find(f)?;
     let sdpa_mask = at.mask.is_none_or(|m| m.causal);
-    // Grouped-query attention would take `enable_gqa=True`, not written yet.
-    let plain = at.groups == 0 && at.score_mod.is_none();
-    (at.lse.is_none() && at.scale.is_some() && sdpa_mask && plain).then_some(at)
+    (at.lse.is_none() && at.scale.is_some() && sdpa_mask && at.score_mod.is_none()).then_some(at)
 }
 
 /// The fusion as `scaled_dot_product_attention` on `backend`'s kernel.
@@ -44,16 +44,15 @@ pub fn emit_sdpa(fusion: &Fusion, backend: SdpaBackend) -> Option<Twin> {
     let at = recognise(f)?;
     let scale = at.scale?;
     let e = Emitter::new(f, &[]);
-    let (heads, squeeze) = if at.batch == 1 {
-        (".unsqueeze(1)", ".squeeze(1)")
-    } else {
-        (".unsqueeze(0).unsqueeze(0)", ".squeeze(0).squeeze(0)")
-    };
-    let [q, k, v] = [at.q, at.k, at.v].map(|t| format!("{}{heads}", e.names[t]));
+    let layout = super::HeadsLayout::of(&at, 0);
+    let q = format!("{}{}", e.names[at.q], layout.q);
+    let [k, v] = [at.k, at.v].map(|t| format!("{}{}", e.names[t], layout.kv));
     let mut call = format!(
-        "scaled_dot_product_attention({q}, {k}, {v}, is_causal={}, scale={:?}){squeeze}",
+        "scaled_dot_product_attention({q}, {k}, {v}, is_causal={}, scale={:?}{}){}",
         if at.causal() { "True" } else { "False" },
-        scale
+        scale,
+        layout.gqa_arg(),
+        layout.out
     );
     let out_dtype = f.tensors[at.out].dtype;
     if out_dtype != f.tensors[at.q].dtype {
@@ -115,6 +114,8 @@ mod tests {
             ("online_wgmma_causal.hf", "return scaled_dot_product_attention(q.unsqueeze(0).unsqueeze(0), k.unsqueeze(0).unsqueeze(0), v.unsqueeze(0).unsqueeze(0), is_causal=True, scale=0.125).squeeze(0).squeeze(0)"),
             ("online_wgmma_batched.hf", "return scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), is_causal=False, scale=0.125).squeeze(1)"),
             ("online_wgmma_ws.hf", "return scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), is_causal=False, scale=0.125).squeeze(1)"),
+            // Grouped-query attention: q's G heads share k's and v's one.
+            ("online_wgmma_gqa.hf", "return scaled_dot_product_attention(q, k.unsqueeze(1), v.unsqueeze(1), is_causal=False, scale=0.0883883461356163, enable_gqa=True)"),
         ];
         for (path, want) in cases {
             let f = example(path);

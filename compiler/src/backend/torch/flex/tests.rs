@@ -51,6 +51,43 @@ fn document() -> Fusion {
     )
 }
 
+/// Grouped-query attention (`examples/attention/online_wgmma_gqa.hf`: `q [B, G, S, D]`, `k`, `v
+/// [B, T, D]`), with `lines` defining `x` from the scores `s` where given.
+fn gqa(inputs: &str, lines: &str) -> Fusion {
+    let base = example("attention/online_wgmma_gqa.hf");
+    const GQA_SCORES: &str = "  m = max(s, axis=3)\n  e = exp(s - ";
+    assert!(base.contains(SCALE) && base.contains(GQA_SCORES));
+    if lines.is_empty() {
+        return fusion(&base);
+    }
+    fusion(
+        &base
+            .replacen(SCALE, &format!("{SCALE}{inputs}"), 1)
+            .replacen(
+                GQA_SCORES,
+                &format!("{lines}  m = max(x, axis=3)\n  e = exp(x - "),
+                1,
+            ),
+    )
+}
+
+/// A document mask on grouped-query attention: ids per batch (K/V head), the same for its G
+/// query heads: FlexAttention's `b`.
+fn gqa_document() -> Fusion {
+    gqa(
+        "  input doc_q: i32[B, S]\n  input doc_k: i32[B, T]\n",
+        "  same = broadcast(doc_q, axis=[1, 3]) == broadcast(doc_k, axis=[1, 2])\n  x = where(same, s, -1.0 / 0.0)\n",
+    )
+}
+
+/// ALiBi on grouped-query attention: a slope per query head of a group: FlexAttention's `h`.
+fn gqa_alibi() -> Fusion {
+    gqa(
+        "  input slope: f32[G]\n",
+        "  dist = cast(iota(s, axis=3) - iota(s, axis=2), f32)\n  x = s + broadcast(slope, axis=[0, 2, 3]) * dist\n",
+    )
+}
+
 /// The twins the tests read, by snapshot name.
 fn cases() -> Vec<(&'static str, Fusion)> {
     vec![
@@ -67,6 +104,9 @@ fn cases() -> Vec<(&'static str, Fusion)> {
         ),
         ("alibi", alibi()),
         ("document", document()),
+        ("gqa", gqa("", "")),
+        ("gqa_document", gqa_document()),
+        ("gqa_alibi", gqa_alibi()),
     ]
 }
 
@@ -107,15 +147,34 @@ fn the_score_mod_and_mask_mod_read_the_indices_and_inputs() {
     // causal one is one for every head and depends on the shape only.
     let doc = emit_flex(&document()).unwrap().source;
     assert!(
-        doc.contains("block_mask = _block_mask(mask_mod, (doc_q, doc_k), q.shape[0], q.shape[-2], k.shape[-2], q.device)"),
+        doc.contains("block_mask = _block_mask(mask_mod, (doc_q, doc_k), None, q.shape[0], q.shape[-2], k.shape[-2], q.device)"),
         "{doc}"
     );
     let causal = emit_flex(&causal).unwrap().source;
     assert!(
         causal.contains(
-            "block_mask = _block_mask(mask_mod, (), None, q.shape[-2], k.shape[-2], q.device)"
+            "block_mask = _block_mask(mask_mod, (), None, None, q.shape[-2], k.shape[-2], q.device)"
         ),
         "{causal}"
+    );
+    // Grouped-query attention: the batch is FlexAttention's `b`, the group axis its `h`; K and V
+    // have one head; a mask reading only the batch has a block mask per batch, not per head.
+    assert_eq!(
+        line(&gqa_document(), "def mask_mod"),
+        "return (doc_q[b, q_idx] == doc_k[b, kv_idx])"
+    );
+    let doc = emit_flex(&gqa_document()).unwrap().source;
+    assert!(
+        doc.contains("block_mask = _block_mask(mask_mod, (doc_q, doc_k), q.shape[0], None, q.shape[-2], k.shape[-2], q.device)"),
+        "{doc}"
+    );
+    assert!(
+        doc.contains("flex_attention(q, k.unsqueeze(1), v.unsqueeze(1), block_mask=block_mask, scale=0.0883883461356163, enable_gqa=True)"),
+        "{doc}"
+    );
+    assert_eq!(
+        line(&gqa_alibi(), "def score_mod"),
+        "return score + slope[h] * (kv_idx - q_idx).float()"
     );
     // Plain attention: no score_mod, no block mask, nothing to import for them.
     let plain = emit_flex(&fusion(&example("auto/attention.hf")))
