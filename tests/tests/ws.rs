@@ -413,3 +413,91 @@ fn thread_indices_are_broadcast_only_where_a_warp_has_one_value() {
         plain.cuda
     );
 }
+
+/// The ping-pong attention kernel made persistent, with `q`'s tile double-buffered by a
+/// producer warp of its own over the tile loop while warps 0 and 1 buffer K and V over the key
+/// tiles inside it (`variant`: the line after K's and V's `circular_buffer`s).
+fn persistent_attention(q_buffer: &str) -> String {
+    let base = example("attention/online_wgmma_overlap_pingpong.hf");
+    let online = "  online_softmax(o, overlap=products)\n";
+    let v_buffer =
+        "  vs.circular_buffer(2, warp_specialized(TIDy, registers=[24, 240], warp=1, turns=products))\n";
+    assert!(base.contains(online) && base.contains(v_buffer));
+    base.replacen(online, &format!("{online}  persistent(BIDx, 16)\n"), 1)
+        .replacen(v_buffer, &format!("{v_buffer}{q_buffer}"), 1)
+}
+
+#[test]
+fn two_buffered_loops_each_have_their_producer_warps() {
+    let c = compile(&persistent_attention(
+        "  qs.circular_buffer(2, warp_specialized(TIDy, registers=[24, 240], warp=2))\n",
+    ));
+    let cuda = &c.cuda;
+    let (producer, consumer) = cuda.split_once("// consumer warps").unwrap();
+    // Warp 10 (producer warp 2) walks the tile loop alone: two stages of q's 128 x 128 tile.
+    let q_warp = producer.split("if (hf_warp == 10) {").nth(1).unwrap();
+    let q_warp = q_warp.split("if (hf_warp == 8) {").next().unwrap();
+    assert!(
+        q_warp.contains("for (index_t tile = 0; tile < ")
+            && q_warp
+                .contains("hf_mbarrier_wait(&qs_empty[tile % 2], (unsigned)((tile / 2 + 1) % 2));")
+            && q_warp.contains("hf_mbarrier_arrive_expect_tx(&qs_full[tile % 2], 32768u);")
+            && !q_warp.contains("ks_map"),
+        "{cuda}"
+    );
+    // Warps 8 and 9 keep K's and V's flat (tile, key tile) loops.
+    for (warp, buffer) in [(8, "ks"), (9, "vs")] {
+        let role = producer
+            .split(&format!("if (hf_warp == {warp}) {{"))
+            .nth(1)
+            .unwrap();
+        assert!(
+            role.contains(&format!(
+                "hf_mbarrier_wait(&{buffer}_empty[(tile * hf_ceil_div<index_t>(T, 128) + t_o) % 2]"
+            )),
+            "{cuda}"
+        );
+    }
+    // The consumers wait for q's stage at each tile, read it there, and release it per warp
+    // at the tile's end: no block barrier orders q's reuse any more.
+    assert!(
+        consumer.contains("hf_mbarrier_wait(&qs_full[tile % 2], (unsigned)(tile / 2 % 2));")
+            && consumer.contains("hf_wgmma_desc(&qs[tile % 2 * 16384 + s2_io * 64 * 4 * 16]")
+            && consumer.contains("hf_mbarrier_arrive_per_warp(&qs_empty[tile % 2]);")
+            && !consumer.contains("hf_tma_load"),
+        "{cuda}"
+    );
+    assert!(
+        cuda.contains("hf_mbarrier_init(&qs_empty[hf_s], 8);"),
+        "{cuda}"
+    );
+    let tile_loop = consumer.split("for (index_t tile = 0;").nth(1).unwrap();
+    assert_eq!(
+        tile_loop.matches("hf_bar_sync<256>();").count(),
+        1,
+        "one block barrier, at the exit: {cuda}"
+    );
+    assert_eq!(c.plan.block[1].as_const(), Some(3));
+}
+
+#[test]
+fn two_buffered_loops_split_the_block_alike_and_share_no_warp() {
+    let q = |spec: &str| persistent_attention(&format!("  qs.circular_buffer(2, {spec})\n"));
+    let e = err(&q("warp_specialized(TIDy, registers=[24, 240], warp=1)"));
+    assert!(
+        e.contains("`ks`: producer warp 1 loads `qs` for another buffered loop: give each loop's loads their own warps (warp=...)"),
+        "{e}"
+    );
+    let e = err(&q("warp_specialized(TIDy, registers=[40, 232], warp=2)"));
+    assert!(
+        e.contains("`ks`: warp specialization splits the block once: this loop asks for registers=[24, 240] and another for [40, 232]; give both the same (or one of them none)"),
+        "{e}"
+    );
+    let e = err(&q("warp_specialized(TIDx, warp=2)"));
+    assert!(
+        e.contains("`qs`: warp specialization splits the block once: this loop is specialised on TIDx and another on TIDy; specialise both on one thread dim"),
+        "{e}"
+    );
+    // Without registers the pipe takes the kernel's.
+    compile(&q("warp_specialized(TIDy, warp=2)"));
+}

@@ -95,25 +95,25 @@ pub fn run(cx: &mut Ctx, plan: &PipelinePlan, k: &mut Kernel) -> Result<Change, 
     };
     let mut out = vec![guard(issuer.clone(), init), meet.clone()];
     let exit = [meet, guard(issuer, inval)];
-    match plan.pipes.iter().position(|p| p.ws.is_some()) {
-        Some(p) => {
-            let mut roles = super::warp_specialize::warp_specialize(cx, plan, body, p)?;
-            roles.consumer.extend(drain);
-            if exit[0] == Stmt::ClusterSync {
-                // Every thread of both roles meets the peers, after the roles rejoin.
-                out.push(Stmt::WarpRoles(roles));
-                out.extend(exit);
-            } else {
-                // The producers have left: the consumers' named barrier is the block's.
-                roles.consumer.extend(exit);
-                out.push(Stmt::WarpRoles(roles));
-            }
-        }
-        None => {
-            out.extend(body);
-            out.extend(drain);
+    let specialized: Vec<usize> = (0..plan.pipes.len())
+        .filter(|&p| plan.pipes[p].ws.is_some())
+        .collect();
+    if !specialized.is_empty() {
+        let mut roles = super::warp_specialize::warp_specialize(cx, plan, body, &specialized)?;
+        roles.consumer.extend(drain);
+        if exit[0] == Stmt::ClusterSync {
+            // Every thread of both roles meets the peers, after the roles rejoin.
+            out.push(Stmt::WarpRoles(roles));
             out.extend(exit);
+        } else {
+            // The producers have left: the consumers' named barrier is the block's.
+            roles.consumer.extend(exit);
+            out.push(Stmt::WarpRoles(roles));
         }
+    } else {
+        out.extend(body);
+        out.extend(drain);
+        out.extend(exit);
     }
     k.body = out;
     Ok(Change::Changed)

@@ -291,23 +291,38 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(PipelinePlan, Vec<Constraint
     }
     // Barriers of each pipeline: full when a copy fills its slots, empty with war=mbarrier.
     let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
-    if plan
+    // Warp specialization splits the block once; each buffered loop it covers (a persistent
+    // kernel's tile loop and the loop over k tiles inside it) has producer warps of its own.
+    // The block is planned from the loop that asks for register counts, if one does.
+    let specs: Vec<_> = plan
         .pipes
         .iter()
-        .filter(|p| plan.loads[p.members[0]].ws().is_some())
-        .count()
-        > 1
-    {
-        return Err(Diagnostic::new(
-            "warp specialization splits the block once: only one loop may be warp-specialized",
-            None,
-        ));
-    }
+        .filter_map(|p| plan.loads[p.members[0]].ws())
+        .collect();
+    let lead = specs
+        .iter()
+        .find(|s| s.registers.is_some())
+        .or(specs.first())
+        .copied();
+    let mut ws_block: Option<super::warp_specialize::WsBlock> = None;
     for p in 0..plan.pipes.len() {
         let pipe = plan.pipes[p].clone();
         let first = &f.tensors[plan.loads[pipe.members[0]].tensor];
         if let Some(spec) = plan.loads[pipe.members[0]].ws() {
-            let ws = plan_ws(cx, plan, k, &pipe, spec)?;
+            let span = first.circular.map(|c| c.span);
+            let diag = |m: String| Diagnostic::new(format!("`{}`: {m}", first.name), span);
+            let block = match &ws_block {
+                Some(block) => block.clone(),
+                None => {
+                    let lead = lead.expect("a warp-specialized pipe");
+                    let block = super::warp_specialize::WsBlock::plan(k, lead, &diag)?;
+                    ws_block = Some(block.clone());
+                    block
+                }
+            };
+            block.check_same(spec, &diag)?;
+            let ws = plan_ws(cx, plan, k, &pipe, spec, &block)?;
+            check_ws_pipes(f, plan, &ws, &diag)?;
             plan.pipes[p].ws = Some(ws);
             continue;
         }
@@ -350,8 +365,41 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(PipelinePlan, Vec<Constraint
             plan.pipes[p].empty = Some(empty);
         }
     }
+    if let Some(block) = &ws_block {
+        block.apply(k);
+    }
     super::cluster::plan_multicast(cx, k, plan)?;
     Ok((std::mem::take(plan), constraints))
+}
+
+/// A warp-specialized pipe `ws` among those planned before it: each producer warp loads for one
+/// buffered loop, and at most one loop is consumed in turns by the groups (ping-pong over
+/// tiles), whose turn barriers the kernel passes once at entry and exit.
+fn check_ws_pipes(
+    f: &crate::fusion::Fusion,
+    plan: &PipelinePlan,
+    ws: &super::WsPlan,
+    diag: &dyn Fn(String) -> Diagnostic,
+) -> Result<(), Diagnostic> {
+    let earlier = || plan.pipes.iter().filter_map(|p| p.ws.as_ref());
+    for role in &ws.roles {
+        let other = earlier()
+            .flat_map(|w| &w.roles)
+            .find(|r| r.warp == role.warp);
+        if let Some(other) = other {
+            let t = plan.loads[other.members[0]].tensor;
+            return Err(diag(format!(
+                "producer warp {} loads `{}` for another buffered loop: give each loop's loads their own warps (warp=...)",
+                role.warp, f.tensors[t].name
+            )));
+        }
+    }
+    if ws.turns > 1 && earlier().any(|w| w.turns > 1) {
+        return Err(diag(
+            "the consumer groups take turns with whole stages of one buffered loop only (ping-pong); buffer this one without turns".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The thread that issues copies and initialises barriers: one elected lane of warp 0 when the

@@ -29,14 +29,146 @@ use super::*;
 use crate::kir::{TurnStep, VisitorMut, WarpRoles};
 use std::convert::Infallible;
 
-/// Pads the specialised thread dim with a 128-thread producer warp group and gives every
-/// producer role (warp) its own full and empty barriers.
+/// The block of a warp-specialized kernel, planned once for every pipe that is: the consumers'
+/// thread dims, the producer warp group padded along the specialised one, and where its warps
+/// are in the block.
+#[derive(Clone, Debug)]
+pub(crate) struct WsBlock {
+    spec: crate::fusion::WarpSpecialized,
+    /// The consumers' block (before the padding).
+    dims: [i64; 3],
+    /// Threads the producer warp group adds along the specialised dim per period.
+    pad: i64,
+    /// Consecutive threads along the dims before the specialised one (x before y).
+    inner: i64,
+    /// Warps per period of the specialised dim, the consumers' warps first, and the producer's.
+    period: i64,
+    base: i64,
+    chunk: i64,
+    is_producer: Val,
+    consumer_threads: i64,
+}
+
+impl WsBlock {
+    /// Plans the block for `spec` (the first warp-specialized pipe's, `name` its first cache).
+    pub(crate) fn plan(
+        k: &Kernel,
+        spec: crate::fusion::WarpSpecialized,
+        diag: &dyn Fn(String) -> Diagnostic,
+    ) -> Result<WsBlock, Diagnostic> {
+        let err = |m: String| Err(diag(m));
+        let d = spec.on.dim().expect("a thread dim");
+        let mut dims = [0i64; 3];
+        for (i, b) in k.block.iter().enumerate() {
+            match b.as_const() {
+                Some(v) => dims[i] = v,
+                None => {
+                    return err(format!(
+                        "warp_specialized({}) needs a block size known at compile time, and thread dim {} is {b}: split the axes bound to threads by constants",
+                        spec.on,
+                        ["x", "y", "z"][i]
+                    ))
+                }
+            }
+        }
+        let others: i64 = (0..3).filter(|&i| i != d).map(|i| dims[i]).product();
+        if crate::target::WARPGROUP_THREADS % others != 0 {
+            return err(format!(
+                "warp_specialized({}) adds a 128-thread producer warp group along {}, so the other thread dims must multiply to a divisor of 128; they multiply to {others}",
+                spec.on,
+                ["x", "y", "z"][d]
+            ));
+        }
+        let pad = crate::target::WARPGROUP_THREADS / others;
+        let consumer_threads: i64 = dims.iter().product();
+        // Warps in linear thread order (x fastest): one period of the specialised dim holds the
+        // consumer part then the producer part; each part must be whole warps.
+        let inner: i64 = dims[..d].iter().product();
+        let (consumer_part, producer_part) = (inner * dims[d], inner * pad);
+        if consumer_part % crate::target::WARP_THREADS != 0
+            || producer_part % crate::target::WARP_THREADS != 0
+        {
+            return err(format!(
+                "warp_specialized({}): each warp must have one role, but along {} the consumers take {consumer_part} and the producers {producer_part} consecutive threads (not multiples of 32)",
+                spec.on,
+                ["x", "y", "z"][d]
+            ));
+        }
+        let period = (consumer_part + producer_part) / crate::target::WARP_THREADS;
+        let base = consumer_part / crate::target::WARP_THREADS;
+        let chunk = producer_part / crate::target::WARP_THREADS;
+        let is_producer = if d == 2 {
+            Val::lt(Val::Int(base - 1), Val::Warp)
+        } else {
+            Val::lt(Val::Int(base - 1), Val::rem(Val::Warp, Val::Int(period)))
+        };
+        let threads = consumer_threads + crate::target::WARPGROUP_THREADS;
+        if let Some((p, c)) = spec.registers {
+            crate::target::check_register_sharing(p, c, threads, crate::target::WARPGROUP_THREADS)
+                .map_err(diag)?;
+        }
+        if threads > crate::target::MAX_THREADS_PER_BLOCK {
+            return err(format!(
+                "warp_specialized adds 128 producer threads to the {consumer_threads} of the block: {threads} is more than 1024"
+            ));
+        }
+        Ok(WsBlock {
+            spec,
+            dims,
+            pad,
+            inner,
+            period,
+            base,
+            chunk,
+            is_producer,
+            consumer_threads,
+        })
+    }
+
+    /// Pads the kernel's block with the producer warp group and sets its register sharing.
+    pub(crate) fn apply(&self, k: &mut Kernel) {
+        let d = self.spec.on.dim().expect("a thread dim");
+        k.block[d] = SizeExpr::Const(self.dims[d] + self.pad);
+        k.register_sharing = self.spec.registers;
+    }
+
+    /// Checks that a second warp-specialized pipe's `spec` splits the block alike.
+    pub(crate) fn check_same(
+        &self,
+        spec: crate::fusion::WarpSpecialized,
+        diag: &dyn Fn(String) -> Diagnostic,
+    ) -> Result<(), Diagnostic> {
+        if spec.on != self.spec.on {
+            return Err(diag(format!(
+                "warp specialization splits the block once: this loop is specialised on {} and another on {}; specialise both on one thread dim",
+                spec.on, self.spec.on
+            )));
+        }
+        if spec.registers.is_some() && spec.registers != self.spec.registers {
+            return Err(diag(format!(
+                "warp specialization splits the block once: this loop asks for registers={} and another for {}; give both the same (or one of them none)",
+                registers_text(spec.registers),
+                registers_text(self.spec.registers)
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `[producer, consumer]` as written, or `none`.
+fn registers_text(r: Option<(u32, u32)>) -> String {
+    r.map_or("none".into(), |(p, c)| format!("[{p}, {c}]"))
+}
+
+/// Gives every producer role (warp) of `pipe` its own full and empty barriers, in the block
+/// `block` planned (and padded) once for every warp-specialized pipe.
 pub(crate) fn plan_ws(
     cx: &mut Ctx,
     plan: &PipelinePlan,
     k: &mut Kernel,
     pipe: &Pipe,
     spec: crate::fusion::WarpSpecialized,
+    block: &WsBlock,
 ) -> Result<WsPlan, Diagnostic> {
     let f = cx.fusion;
     let first = &f.tensors[plan.loads[pipe.members[0]].tensor];
@@ -44,60 +176,15 @@ pub(crate) fn plan_ws(
     let diag = |m: String| Diagnostic::new(format!("`{}`: {m}", first.name), span);
     let err = |m: String| Err(diag(m));
     let d = spec.on.dim().expect("a thread dim");
-    let mut dims = [0i64; 3];
-    for (i, b) in k.block.iter().enumerate() {
-        match b.as_const() {
-            Some(v) => dims[i] = v,
-            None => {
-                return err(format!(
-                    "warp_specialized({}) needs a block size known at compile time, and thread dim {} is {b}: split the axes bound to threads by constants",
-                    spec.on,
-                    ["x", "y", "z"][i]
-                ))
-            }
-        }
-    }
-    let others: i64 = (0..3).filter(|&i| i != d).map(|i| dims[i]).product();
-    if crate::target::WARPGROUP_THREADS % others != 0 {
-        return err(format!(
-            "warp_specialized({}) adds a 128-thread producer warp group along {}, so the other thread dims must multiply to a divisor of 128; they multiply to {others}",
-            spec.on,
-            ["x", "y", "z"][d]
-        ));
-    }
-    let pad = crate::target::WARPGROUP_THREADS / others;
-    let consumer_threads: i64 = dims.iter().product();
-    // Warps in linear thread order (x fastest): one period of the specialised dim holds the
-    // consumer part then the producer part; each part must be whole warps.
-    let inner: i64 = dims[..d].iter().product();
-    let (consumer_part, producer_part) = (inner * dims[d], inner * pad);
-    if consumer_part % crate::target::WARP_THREADS != 0
-        || producer_part % crate::target::WARP_THREADS != 0
-    {
-        return err(format!(
-            "warp_specialized({}): each warp must have one role, but along {} the consumers take {consumer_part} and the producers {producer_part} consecutive threads (not multiples of 32)",
-            spec.on,
-            ["x", "y", "z"][d]
-        ));
-    }
-    let period = (consumer_part + producer_part) / crate::target::WARP_THREADS;
-    let base = consumer_part / crate::target::WARP_THREADS;
-    let chunk = producer_part / crate::target::WARP_THREADS;
-    let is_producer = if d == 2 {
-        Val::lt(Val::Int(base - 1), Val::Warp)
-    } else {
-        Val::lt(Val::Int(base - 1), Val::rem(Val::Warp, Val::Int(period)))
-    };
-    let threads = consumer_threads + crate::target::WARPGROUP_THREADS;
-    if let Some((p, c)) = spec.registers {
-        crate::target::check_register_sharing(p, c, threads, crate::target::WARPGROUP_THREADS)
-            .map_err(diag)?;
-    }
-    if threads > crate::target::MAX_THREADS_PER_BLOCK {
-        return err(format!(
-            "warp_specialized adds 128 producer threads to the {consumer_threads} of the block: {threads} is more than 1024"
-        ));
-    }
+    let WsBlock {
+        dims,
+        inner,
+        period,
+        base,
+        chunk,
+        consumer_threads,
+        ..
+    } = *block;
     // Ping-pong: the buffered loop inside the consumers' loop over the specialised dim.
     let buffer = cx.layout.tensor_buffer[&plan.loads[pipe.members[0]].tensor];
     let around = super::loops_around_write(&k.body, buffer).unwrap_or_default();
@@ -127,8 +214,6 @@ pub(crate) fn plan_ws(
     if spec.product_turns {
         check_product_turns(f, spec, turns, dims[d], consumer_threads).map_err(diag)?;
     }
-    k.block[d] = SizeExpr::Const(dims[d] + pad);
-    k.register_sharing = spec.registers;
     // Roles: one per producer warp named by the loads (warp, its loads).
     let mut warps: Vec<(u32, Vec<usize>)> = Vec::new();
     for &m in &pipe.members {
@@ -171,7 +256,7 @@ pub(crate) fn plan_ws(
     }
     Ok(WsPlan {
         spec,
-        is_producer,
+        is_producer: block.is_producer.clone(),
         consumer_threads,
         turns,
         product_turns: spec.product_turns.then_some(dims[d]),
@@ -220,33 +305,83 @@ fn check_product_turns(
     Ok(())
 }
 
-/// Splits the kernel into the producer warp group and the consumers around pipe `p`.
+/// Splits the kernel into the producer warp group and the consumers around the
+/// warp-specialized pipes `pipes` (one per buffered loop; their producer warps differ).
 /// Producer role `r`: one elected lane of its warp walks the loops that enclose its loads
 /// (projected from the kernel: every other statement dropped) and, for each iteration `i` of
 /// the buffered loop, waits until slot `i % stages` is empty, announces its bytes on its full
 /// barrier and issues its copies. Consumers: the kernel without the copies; each iteration of
-/// the buffered loop waits on the full barrier of every role and releases every empty one
-/// (lane 0 of each warp). Slot and parity come from the same linear iteration on both sides.
+/// a buffered loop waits on the full barrier of every role of its pipe and releases every
+/// empty one (lane 0 of each warp). Slot and parity come from the same linear iteration on
+/// both sides.
 pub(crate) fn warp_specialize(
     cx: &Ctx,
     plan: &PipelinePlan,
     body: Vec<Stmt>,
-    p: usize,
+    pipes: &[usize],
 ) -> Result<WarpRoles, Diagnostic> {
-    let pipe = &plan.pipes[p];
-    let ws = pipe.ws.as_ref().expect("a warp-specialized pipe");
     let f = cx.fusion;
-    let name = &f.tensors[plan.loads[pipe.members[0]].tensor].name;
-    let span = f.tensors[plan.loads[pipe.members[0]].tensor].span;
-    if contains_reduce_over(&body, ws.spec.on) {
+    let first = &plan.pipes[pipes[0]];
+    let lead = first.ws.as_ref().expect("a warp-specialized pipe");
+    let span = f.tensors[plan.loads[first.members[0]].tensor].span;
+    if contains_reduce_over(&body, lead.spec.on) {
+        let name = &f.tensors[plan.loads[first.members[0]].tensor].name;
         return Err(Diagnostic::new(
             format!(
                 "`{name}` is warp-specialized on {} and the kernel reduces across {}: the producer warps would take part; specialise another thread dim",
-                ws.spec.on, ws.spec.on
+                lead.spec.on, lead.spec.on
             ),
             span,
         ));
     }
+    let mut producer = Vec::new();
+    let mut consumer = body;
+    for &p in pipes {
+        let pipe = &plan.pipes[p];
+        let ws = pipe.ws.as_ref().expect("a warp-specialized pipe");
+        producer.extend(producer_roles(cx, plan, pipe, ws, &consumer)?);
+        consume_pipe(cx, plan, pipe, ws, &mut consumer)?;
+    }
+    let mut registers = None;
+    for &p in pipes {
+        let ws = plan.pipes[p].ws.as_ref().expect("a warp-specialized pipe");
+        registers = registers.or(ws.spec.registers);
+        for role in &ws.roles {
+            let reads = role.members.iter().any(|&m| {
+                let b = cx.layout.tensor_buffer[&plan.loads[m].tensor];
+                reads_buffer(&consumer, b)
+            });
+            if !reads {
+                let t = &f.tensors[plan.loads[role.members[0]].tensor].name;
+                return Err(Diagnostic::new(
+                    format!(
+                        "producer warp {} loads `{t}`, which no consumer reads",
+                        role.warp
+                    ),
+                    span,
+                ));
+            }
+        }
+    }
+    Ok(WarpRoles {
+        is_producer: lead.is_producer.clone(),
+        producer,
+        consumer,
+        registers,
+        consumer_threads: lead.consumer_threads,
+    })
+}
+
+/// The producer warps of `pipe`: each role's elected lane walks its projection of `body` (the
+/// kernel before this pipe's loads leave the consumers).
+fn producer_roles(
+    cx: &Ctx,
+    plan: &PipelinePlan,
+    pipe: &Pipe,
+    ws: &WsPlan,
+    body: &[Stmt],
+) -> Result<Vec<Stmt>, Diagnostic> {
+    let span = cx.fusion.tensors[plan.loads[pipe.members[0]].tensor].span;
     let mut producer = Vec::new();
     for role in &ws.roles {
         let buffers: Vec<BufferId> = role
@@ -254,7 +389,7 @@ pub(crate) fn warp_specialize(
             .iter()
             .map(|&m| cx.layout.tensor_buffer[&plan.loads[m].tensor])
             .collect();
-        let nest = flatten_serial_nests(project(cx, plan, pipe, role, &buffers, &body));
+        let nest = flatten_serial_nests(project(cx, plan, pipe, role, &buffers, body));
         if !nest.iter().any(contains_copy) {
             return Err(Diagnostic::new(
                 format!(
@@ -274,12 +409,26 @@ pub(crate) fn warp_specialize(
             els: Vec::new(),
         });
     }
+    Ok(producer)
+}
+
+/// Removes `pipe`'s loads from the consumers' code `consumer`, with the waits and releases of
+/// its stages, and (ping-pong over tiles) the turns around its buffered loop.
+fn consume_pipe(
+    cx: &Ctx,
+    plan: &PipelinePlan,
+    pipe: &Pipe,
+    ws: &WsPlan,
+    consumer: &mut Vec<Stmt>,
+) -> Result<(), Diagnostic> {
+    let f = cx.fusion;
+    let name = &f.tensors[plan.loads[pipe.members[0]].tensor].name;
+    let span = f.tensors[plan.loads[pipe.members[0]].tensor].span;
     let all: Vec<BufferId> = pipe
         .members
         .iter()
         .map(|&m| cx.layout.tensor_buffer[&plan.loads[m].tensor])
         .collect();
-    let mut consumer = body;
     let mut walk = Consume {
         cx,
         plan,
@@ -290,7 +439,7 @@ pub(crate) fn warp_specialize(
         turns: vec![Vec::new()],
         found: false,
     };
-    let Ok(()) = crate::kir::visit_mut(&mut consumer, &mut walk);
+    let Ok(()) = crate::kir::visit_mut(consumer, &mut walk);
     if !walk.found {
         return Err(Diagnostic::new(
             format!("the loads of `{name}` are not inside the serial loop it is buffered over"),
@@ -315,29 +464,7 @@ pub(crate) fn warp_specialize(
             els: Vec::new(),
         });
     }
-    for role in &ws.roles {
-        let reads = role.members.iter().any(|&m| {
-            let b = cx.layout.tensor_buffer[&plan.loads[m].tensor];
-            reads_buffer(&consumer, b)
-        });
-        if !reads {
-            let t = &f.tensors[plan.loads[role.members[0]].tensor].name;
-            return Err(Diagnostic::new(
-                format!(
-                    "producer warp {} loads `{t}`, which no consumer reads",
-                    role.warp
-                ),
-                span,
-            ));
-        }
-    }
-    Ok(WarpRoles {
-        is_producer: ws.is_producer.clone(),
-        producer,
-        consumer,
-        registers: ws.spec.registers,
-        consumer_threads: ws.consumer_threads,
-    })
+    Ok(())
 }
 
 pub(crate) fn contains_reduce_over(body: &[Stmt], on: ParallelType) -> bool {
