@@ -109,7 +109,7 @@ pub const WARP_SPECIALIZED: Nested = Nested {
         named("warp", ArgKind::Int, IfAbsent::Is("0")),
         named("turns", ArgKind::Keyword(&["products"]), IfAbsent::Off),
     ],
-    doc: doc!("An argument of circular_buffer: the producer warp group is added along that thread dim; `registers` rebalances registers with setmaxnreg; caches with different `warp` are separate producer roles. Loads inside the consumers' loop over that dim make its thread groups take turns with whole stages (ping-pong: examples/matmul/step14_ping_pong.hf). With turns=products, thread groups along that dim that share every stage take turns issuing their tensor-core products instead (named barriers), so one group's softmax runs while the other's products do (examples/attention/online_wgmma_pingpong.hf)."),
+    doc: doc!("An argument of circular_buffer: the producer warp group is added along that thread dim; `registers` rebalances registers with setmaxnreg; caches with different `warp` are separate producer roles. Loads inside the consumers' loop over that dim make its thread groups take turns with whole stages (ping-pong: examples/matmul/step14_ping_pong.hf). With turns=products, thread groups along that dim that share every stage take turns issuing their tensor-core products instead (named barriers), so one group's softmax runs while the other's products do (examples/attention/online_wgmma_pingpong.hf). Caches buffered over different loops (a persistent kernel's tile loop and the key-tile loop inside it) may each be warp-specialized on the same dim: one producer warp group, each loop's loads on warps of their own (examples/attention/online_wgmma_persistent.hf)."),
 };
 
 /// The named options of `cache_after` and `cache_before` (each rejects those of the other
