@@ -76,17 +76,45 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
         .filter(|&id| cx.fusion.ids[id].parallel == ParallelType::Vectorize)
         .filter_map(|id| cx.keys.of_axis.get(&id).copied())
         .collect();
+    let signed = signed_lets(k);
     let mut body = std::mem::take(&mut k.body);
     let mut hoist = Hoist {
         cx,
         buffers: &mut k.buffers,
         vector_keys,
+        signed,
         changed: false,
     };
     for_each_block_mut(&mut body, &mut |block| hoist.block(block));
     let changed = hoist.changed;
     k.body = body;
     Ok(Change::from_changed(changed))
+}
+
+/// The `let` variables of the kernel (its statements' and a stream-K split's constants) whose
+/// value is not known to be `>= 0` (loop variables are).
+fn signed_lets(k: &Kernel) -> Vec<String> {
+    let mut lets: Vec<(String, Val)> = crate::kir::stream_k(k)
+        .map(|sk| sk.consts.clone())
+        .unwrap_or_default();
+    crate::kir::for_each_stmt(&k.body, &mut |s| {
+        if let Stmt::Let { var, value, .. } = s {
+            lets.push((var.clone(), value.clone()));
+        }
+    });
+    // A let's value may read another let: drop those known non-negative, to a fixpoint.
+    let mut signed: Vec<String> = lets.iter().map(|(n, _)| n.clone()).collect();
+    loop {
+        let next: Vec<String> = lets
+            .iter()
+            .filter(|(n, v)| signed.contains(n) && !nonneg(v, &signed))
+            .map(|(n, _)| n.clone())
+            .collect();
+        if next.len() == signed.len() {
+            return signed;
+        }
+        signed = next;
+    }
 }
 
 /// What the analysis knows of an index value over the lanes `v` in `[0, W)`: it is
@@ -112,14 +140,16 @@ fn divides(a: i64, b: i64) -> bool {
     a != 0 && b % a == 0
 }
 
-/// Whether the value is never negative: loop variables, indices, sizes and the sums,
-/// products, quotients, remainders and minimums of such.
-pub fn nonneg(v: &Val) -> bool {
+/// Whether the value is never negative: loop variables (not those of `signed`, the `let`s
+/// whose value may be negative), indices, sizes and the sums, products, quotients,
+/// remainders and minimums of such.
+pub fn nonneg(v: &Val, signed: &[String]) -> bool {
     match v {
         Val::Int(i) => *i >= 0,
+        Val::Var(n) => !signed.contains(n),
         Val::Sub(..) => false,
         _ => match v.operands() {
-            Some((a, b)) => nonneg(a) && nonneg(b),
+            Some((a, b)) => nonneg(a, signed) && nonneg(b, signed),
             None => true,
         },
     }
@@ -131,6 +161,8 @@ pub struct Lanes<'a> {
     pub var: &'a str,
     pub width: i64,
     pub facts: Vec<Vec<(i64, Val)>>,
+    /// The variables that may be negative (`let`s whose value is not known not to be).
+    pub signed: &'a [String],
 }
 
 /// `v`'s affine terms with equal terms added up and zero coefficients dropped.
@@ -151,7 +183,7 @@ impl Lanes<'_> {
     /// `None` where the lane variable appears in any other way than the module doc's.
     pub fn form(&self, v: &Val) -> Option<Form> {
         if !v.mentions(self.var) {
-            return Some(constant_form(v));
+            return Some(constant_form(v, self.signed));
         }
         let w = self.width;
         match v {
@@ -195,7 +227,7 @@ impl Lanes<'_> {
                 // Equal terms added up first: `(64 - x - 1) + 1` is `64 - x`.
                 for (c, t) in terms(v)? {
                     let f = match t {
-                        Val::Int(1) => constant_form(&Val::Int(1)),
+                        Val::Int(1) => constant_form(&Val::Int(1), self.signed),
                         // A product of two values (not by a constant) of the lane.
                         Val::Add(..) | Val::Sub(..) | Val::Mul(..) if t.mentions(self.var) => {
                             return None
@@ -272,7 +304,7 @@ impl Lanes<'_> {
             Val::Int(i) => (Some(*i), Some(*i)),
             Val::Var(n) if n == self.var => (Some(0), Some(self.width - 1)),
             Val::Mod(x, m) => match **m {
-                Val::Int(m) if m > 0 && nonneg(x) => (Some(0), Some(m - 1)),
+                Val::Int(m) if m > 0 && nonneg(x, self.signed) => (Some(0), Some(m - 1)),
                 Val::Int(m) if m > 0 => (Some(1 - m), Some(m - 1)),
                 _ => (None, None),
             },
@@ -284,7 +316,7 @@ impl Lanes<'_> {
                 };
                 (la.zip(lb).map(|(x, y)| x.min(y)), hi)
             }
-            _ => (nonneg(t).then_some(0), None),
+            _ => (nonneg(t, self.signed).then_some(0), None),
         }
     }
 
@@ -306,8 +338,8 @@ impl Lanes<'_> {
 }
 
 /// The form of a value the same in every lane: its divisor and sign.
-pub fn constant_form(v: &Val) -> Form {
-    let div = |v: &Val| constant_form(v).div;
+pub fn constant_form(v: &Val, signed: &[String]) -> Form {
+    let div = |v: &Val| constant_form(v, signed).div;
     let d = match v {
         Val::Int(i) => *i,
         Val::Add(a, b) | Val::Sub(a, b) | Val::Min(a, b) => gcd(div(a), div(b)),
@@ -329,7 +361,7 @@ pub fn constant_form(v: &Val) -> Form {
     Form {
         coef: 0,
         div: d.abs(),
-        nonneg: nonneg(v),
+        nonneg: nonneg(v, signed),
     }
 }
 
@@ -352,11 +384,16 @@ impl Atom {
 
     /// `not (a < b)`, that is `b - 1 < a` (integers).
     fn negated(a: Val, b: Val) -> Atom {
-        let b1 = match b {
-            Val::Int(i) => Val::Int(i - 1),
-            b => Val::sub(b, Val::Int(1)),
-        };
-        Atom::Less(b1, a)
+        Atom::Less(plus(b, -1), a)
+    }
+}
+
+/// `v + k`, folded when `v` is a constant.
+fn plus(v: Val, k: i64) -> Val {
+    match v {
+        Val::Int(i) => Val::Int(i.saturating_add(k)),
+        v if k < 0 => Val::sub(v, Val::Int(-k)),
+        v => Val::add(v, Val::Int(k)),
     }
 }
 
@@ -417,13 +454,12 @@ pub fn data_atoms(cond: &Data, taken: bool, symbols: &[String], out: &mut Vec<At
             if matches!(dt, DType::I32 | DType::I64) =>
         {
             let (a, b) = (data_val(a, symbols)?, data_val(b, symbols)?);
-            // As `x < y` where the comparison holds.
-            let plus1 = |v: Val| Val::add(v, Val::Int(1));
+            // As `x < y` where the comparison holds (`a >= b` as `b - 1 < a`).
             let (x, y) = match op {
                 BinaryOp::Lt => (a, b),
-                BinaryOp::Le => (a, plus1(b)),
+                BinaryOp::Le => (a, plus(b, 1)),
                 BinaryOp::Gt => (b, a),
-                _ => (b, plus1(a)),
+                _ => (plus(b, -1), a),
             };
             out.push(if taken {
                 Atom::Less(x, y)
@@ -482,13 +518,20 @@ pub struct VectorRead {
     pub guard: Val,
 }
 
-/// The vector read of `index` under `guard` in a lane loop over `var` of `width` lanes, or
-/// `None` where the module doc's conditions are not proved.
-pub fn vector_read(var: &str, width: i64, guard: &Guard, index: &Val) -> Option<VectorRead> {
+/// The vector read of `index` under `guard` in a lane loop over `var` of `width` lanes (the
+/// variables of `signed` may be negative), or `None` where the module doc's conditions are
+/// not proved.
+pub fn vector_read(
+    (var, width): (&str, i64),
+    signed: &[String],
+    guard: &Guard,
+    index: &Val,
+) -> Option<VectorRead> {
     let mut lanes = Lanes {
         var,
         width,
         facts: Vec::new(),
+        signed,
     };
     let (kept, facts) = guard_facts(&lanes, guard)?;
     lanes.facts = facts;
@@ -510,6 +553,8 @@ struct Hoist<'c, 'f> {
     cx: &'c mut Ctx<'f>,
     buffers: &'c mut Vec<Buffer>,
     vector_keys: FxHashSet<LoopKey>,
+    /// The `let` variables whose value may be negative.
+    signed: Vec<String>,
     changed: bool,
 }
 
@@ -636,7 +681,7 @@ impl Hoist<'_, '_> {
         {
             return None;
         }
-        let read = vector_read(site.var, site.width, guard, index)?;
+        let read = vector_read((site.var, site.width), &self.signed, guard, index)?;
         let lane = |b: BufferId| Access {
             buffer: b,
             index: Some(Val::Var(site.var.to_string())),
@@ -692,7 +737,7 @@ impl Hoist<'_, '_> {
                 var: site.var.to_string(),
                 extent: Val::Int(site.width),
                 parallel: ParallelType::Unroll,
-                body: vec![compute(lane(b), Data::Literal(0.0, dtype), None)],
+                body: vec![compute(lane(b), Data::Literal(0.0, dtype.compute()), None)],
                 digits: Vec::new(),
             });
             Stmt::If {
@@ -727,6 +772,7 @@ struct Site<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::passes::probe::eval_at;
 
     fn var(n: &str) -> Val {
         Val::Var(n.into())
@@ -734,8 +780,11 @@ mod tests {
     fn int(i: i64) -> Val {
         Val::Int(i)
     }
+    fn sub(a: Val, b: Val) -> Val {
+        Val::sub(a, b)
+    }
 
-    /// `((o * 128 + t) * 8 + v)`: the flat index of lane `v` of thread `t`'s vector.
+    /// `(o * 128 + t) * 8 + v`: the flat index of lane `v` of thread `t`'s vector of 8.
     fn flat() -> Val {
         Val::add(
             Val::mul(Val::add(Val::mul(var("o"), int(128)), var("t")), int(8)),
@@ -743,18 +792,247 @@ mod tests {
         )
     }
 
+    fn lanes(facts: Vec<Vec<(i64, Val)>>) -> Lanes<'static> {
+        Lanes {
+            var: "v",
+            width: 8,
+            facts,
+            signed: &[],
+        }
+    }
+
+    fn read(guard: &Guard, index: &Val) -> Option<VectorRead> {
+        vector_read(("v", 8), &[], guard, index)
+    }
+
+    /// `i - min(i, 0)`: `view_roots`'s clamp from below.
+    fn non_negative(i: Val) -> Val {
+        sub(i.clone(), Val::min(i, int(0)))
+    }
+
+    /// Rotary's cat of two slices of a row of 128: (index, guard) of each operand's read.
+    fn rotary() -> [(Val, Guard); 2] {
+        let col = || Val::rem(flat(), int(128));
+        let row = || Val::mul(Val::div(flat(), int(128)), int(128));
+        let first = Val::add(row(), Val::add(int(64), Val::min(col(), int(63))));
+        let second = Val::add(row(), non_negative(sub(col(), int(64))));
+        let mut taken = Guard::default();
+        data_atoms(&lt(Val::rem(flat(), int(128)), 64), true, &[], &mut taken.wheres).unwrap();
+        let mut other = Guard::default();
+        data_atoms(&lt(Val::rem(flat(), int(128)), 64), false, &[], &mut other.wheres).unwrap();
+        [(first, taken), (second, other)]
+    }
+
+    /// `lt<i32>(index@1[i], c)`, a cat's condition.
+    fn lt(i: Val, c: i64) -> Data {
+        Data::Binary(
+            BinaryOp::Lt,
+            DType::I32,
+            Box::new(Data::Index(crate::kir::IndexOf::Axis(1), Some(i))),
+            Box::new(Data::Literal(c as f64, DType::I32)),
+        )
+    }
+
+    /// `ge<i32>(index@1[i], c)`, a pad's lower condition.
+    fn ge(i: Val, c: i64) -> Data {
+        Data::Binary(
+            BinaryOp::Ge,
+            DType::I32,
+            Box::new(Data::Index(crate::kir::IndexOf::Axis(1), Some(i))),
+            Box::new(Data::Literal(c as f64, DType::I32)),
+        )
+    }
+
     #[test]
-    fn rotary_debug() {
-        let col = Val::rem(flat(), int(128));
+    fn a_remainder_by_a_multiple_of_the_width_keeps_the_lane_and_a_quotient_drops_it() {
+        let l = lanes(Vec::new());
+        let form = |v: Val| l.form(&v);
+        let lane = |div| Some(Form { coef: 1, div, nonneg: true });
+        // (X*8 + v) % 128 = (X*8) % 128 + v; (X*8 + v) / 128 is the same in every lane.
+        assert_eq!(form(Val::rem(flat(), int(128))), lane(8));
+        assert_eq!(
+            form(Val::div(flat(), int(128))),
+            Some(Form { coef: 0, div: 1, nonneg: true })
+        );
+        // Row 128 * (flat / 128) + 64 + flat % 128: 8 divides the start.
         let row = Val::mul(Val::div(flat(), int(128)), int(128));
-        let first = Val::add(row.clone(), Val::add(int(64), Val::min(col.clone(), int(63))));
-        let guard = Guard {
-            conds: vec![],
-            wheres: vec![Atom::Less(col.clone(), int(64))],
+        assert_eq!(
+            form(Val::add(row, Val::add(int(64), Val::rem(flat(), int(128))))),
+            lane(8)
+        );
+        // A width that does not divide the modulus: lanes may wrap.
+        assert_eq!(form(Val::rem(flat(), int(100))), None);
+        assert_eq!(form(Val::div(flat(), int(100))), None);
+        // A start that is not a multiple of the width: (X*8 + 4 + v) % 128 may wrap.
+        assert_eq!(form(Val::rem(Val::add(flat(), int(4)), int(128))), None);
+        // A negative start: C's quotient truncates toward zero, so (-128 + v) / 128 varies.
+        assert_eq!(form(Val::div(sub(flat(), int(128)), int(128))), None);
+        // Stride 2 (a slice with step 2) and a product of the lane with a variable.
+        assert_eq!(form(Val::mul(flat(), int(2))).map(|f| f.coef), Some(2));
+        assert_eq!(form(Val::mul(flat(), var("n"))), None);
+        // A let that may be negative is no start a quotient keeps in one block.
+        let signed = ["o".to_string()];
+        let l2 = Lanes { signed: &signed, ..lanes(Vec::new()) };
+        assert_eq!(l2.form(&Val::div(flat(), int(128))), None);
+    }
+
+    #[test]
+    fn a_comparison_is_uniform_when_its_lanes_cannot_straddle_the_bound() {
+        let l = lanes(Vec::new());
+        let col = || Val::rem(flat(), int(128));
+        assert!(l.uniform_less(&col(), &int(64)));
+        // Its negation `63 < col` too (an `e - v` form... here `e + v` with `e + 1` aligned).
+        assert!(l.uniform_less(&int(63), &col()));
+        // 60 is no multiple of 8: lanes 0..3 below it, 4..7 not.
+        assert!(!l.uniform_less(&col(), &int(60)));
+        assert!(!l.uniform_less(&int(59), &col()));
+        // A bounds predicate against a size times 128, and against a size alone (unknown).
+        let size = || Val::Size("S".into());
+        assert!(l.uniform_less(&flat(), &Val::mul(size(), int(128))));
+        assert!(!l.uniform_less(&flat(), &size()));
+        // Without the lane: uniform whatever it is.
+        assert!(l.uniform_less(&var("o"), &size()));
+    }
+
+    #[test]
+    fn clamps_are_resolved_by_the_guard_and_only_by_it() {
+        // min(col, 63) is col where col < 64 (col <= 63), and not without that fact.
+        let col = Val::rem(flat(), int(128));
+        let clamp = Val::min(col.clone(), int(63));
+        assert_eq!(lanes(Vec::new()).resolve(&clamp), None);
+        let fact = terms(&sub(int(63), col.clone())).unwrap();
+        assert_eq!(lanes(vec![fact]).resolve(&clamp), Some(col.clone()));
+        // A remainder's own range decides min(col, 127) without any fact.
+        assert_eq!(
+            lanes(Vec::new()).resolve(&Val::min(col.clone(), int(127))),
+            Some(col)
+        );
+    }
+
+    #[test]
+    fn rotary_reads_become_vectors_under_their_halves() {
+        let [(first, taken), (second, other)] = rotary();
+        let a = read(&taken, &first).expect("the first half is a vector");
+        let b = read(&other, &second).expect("the second half is a vector");
+        assert!(!a.start.text().contains("min"), "{}", a.start.text());
+        assert!(!b.start.text().contains("min"), "{}", b.start.text());
+        assert_eq!(
+            a.guard.text(),
+            "(o * 128 + t) * 8 % 128 < 64",
+            "the guard at lane 0"
+        );
+        assert_eq!(b.guard.text(), "63 < (o * 128 + t) * 8 % 128");
+    }
+
+    #[test]
+    fn reads_that_are_not_contiguous_and_aligned_are_declined() {
+        let row = |stride: i64| Val::mul(Val::div(flat(), int(96)), int(stride));
+        let col = || Val::rem(flat(), int(96));
+        let none = Guard::default();
+        // A slice with step 1 and start 16 of rows of 128 (96 columns): taken.
+        let slice = Val::add(row(128), Val::add(int(16), col()));
+        assert!(read(&none, &slice).is_some());
+        // Step 2, start 3, rows of a size (a generic kernel's): declined.
+        let step2 = Val::add(row(256), Val::mul(int(2), col()));
+        assert_eq!(read(&none, &step2), None);
+        let start3 = Val::add(row(128), Val::add(int(3), col()));
+        assert_eq!(read(&none, &start3), None);
+        let sized = Val::add(
+            Val::mul(Val::div(flat(), int(96)), Val::Size("N".into())),
+            col(),
+        );
+        assert_eq!(read(&none, &sized), None);
+        // A cat at 60: its condition straddles a vector, so its clamp is not resolved.
+        let at60 = Val::add(row(60), Val::min(col(), int(59)));
+        let mut guard = Guard::default();
+        data_atoms(&lt(col(), 60), true, &[], &mut guard.wheres).unwrap();
+        assert_eq!(read(&guard, &at60), None);
+        // A conditional around the compute that is not the same in every lane.
+        let odd = Guard {
+            conds: vec![Atom::Less(col(), int(61))],
+            wheres: Vec::new(),
         };
-        let lanes = Lanes { var: "v", width: 8, facts: vec![] };
-        eprintln!("{:?}", lanes.form(&col));
-        eprintln!("{:?}", lanes.uniform_less(&col, &int(64)));
-        eprintln!("{:?}", vector_read("v", 8, &guard, &first));
+        assert_eq!(read(&odd, &slice), None);
+        let mut eq = Vec::new();
+        assert_eq!(val_atoms(&Val::eq(var("v"), int(0)), "v", &mut eq), None);
+    }
+
+    /// Reads of views and their guards, each with the width it is built for: rotary's halves,
+    /// a pad (8 before, 48 columns, rows of 64 after it) with a bounds predicate, a slice.
+    fn cases() -> Vec<(Val, Guard)> {
+        let mut cases: Vec<(Val, Guard)> = rotary().into();
+        let p = || Val::rem(flat(), int(64));
+        let inside = Val::min(non_negative(sub(p(), int(8))), int(47));
+        let pad = Val::add(Val::mul(Val::div(flat(), int(64)), int(48)), inside);
+        let mut guard = Guard::default();
+        val_atoms(
+            &Val::lt(flat(), Val::mul(Val::Size("S".into()), int(64))),
+            "v",
+            &mut guard.conds,
+        )
+        .unwrap();
+        let within = Data::Binary(
+            BinaryOp::LogicalAnd,
+            DType::Bool,
+            Box::new(ge(p(), 8)),
+            Box::new(lt(p(), 56)),
+        );
+        data_atoms(&within, true, &[], &mut guard.wheres).unwrap();
+        cases.push((pad, guard));
+        let slice = Val::add(
+            Val::mul(Val::div(flat(), int(96)), int(128)),
+            Val::add(int(16), Val::rem(flat(), int(96))),
+        );
+        cases.push((slice, Guard::default()));
+        cases
+    }
+
+    /// Whether condition `c` holds at the point (the probes give `&&` no value: its operands
+    /// are evaluated one by one).
+    fn truth(c: &Val, at: &[(&str, i64)], seed: u64) -> bool {
+        match c {
+            Val::And(a, b) => truth(a, at, seed) && truth(b, at, seed),
+            Val::True => true,
+            c => eval_at(c, at, seed) == Some(1),
+        }
+    }
+
+    fn holds(atom: &Atom, at: &[(&str, i64)], seed: u64) -> bool {
+        truth(&atom.val(), at, seed)
+    }
+
+    /// At sampled points: where the vector's guard holds at lane 0, every lane reads the
+    /// element the scalar read did (clamps and all), from an aligned start; where the scalar
+    /// read is taken in some lane (its whole guard holds there), the vector's guard holds.
+    #[test]
+    fn the_vector_reads_exactly_the_scalar_reads_where_they_are_taken() {
+        let mut issued = 0;
+        for (index, guard) in cases() {
+            let r = read(&guard, &index).expect("each case is taken");
+            for seed in 0..40u64 {
+                for (o, t) in [(0, 0), (1, 7), (3, 100), (37, 127), (200, 5), (seed as i64, seed as i64 * 3 % 128)] {
+                    let point = |v: i64| [("o", o), ("t", t), ("v", v)];
+                    let at0 = point(0);
+                    let g0 = truth(&r.guard, &at0, seed);
+                    if g0 {
+                        issued += 1;
+                        let start = eval_at(&r.start, &at0, seed).expect("a start");
+                        assert_eq!(start % 8, 0, "aligned start");
+                        for v in 0..8 {
+                            let scalar = eval_at(&index, &point(v), seed);
+                            assert_eq!(scalar, Some(start + v), "{} at lane {v}", index.text());
+                        }
+                    }
+                    let all = guard.conds.iter().chain(&guard.wheres);
+                    let atoms: Vec<&Atom> = all.collect();
+                    for v in 0..8 {
+                        if atoms.iter().all(|a| holds(a, &point(v), seed)) {
+                            assert!(g0, "taken at lane {v} but not issued: {}", index.text());
+                        }
+                    }
+                }
+            }
+        }
+        assert!(issued > 100, "the guards held at too few points: {issued}");
     }
 }
