@@ -160,10 +160,13 @@ pub fn nonneg(v: &Val, signed: &[String]) -> bool {
 pub struct Lanes<'a> {
     pub var: &'a str,
     pub width: i64,
-    pub facts: Vec<Vec<(i64, Val)>>,
+    pub facts: Facts,
     /// The variables that may be negative (`let`s whose value is not known not to be).
     pub signed: &'a [String],
 }
+
+/// Values `>= 0` in every lane where a read is taken, each as the sum of its terms.
+pub type Facts = Vec<Vec<(i64, Val)>>;
 
 /// `v`'s affine terms with equal terms added up and zero coefficients dropped.
 fn terms(v: &Val) -> Option<Vec<(i64, Val)>> {
@@ -428,9 +431,12 @@ fn data_val(d: &Data, symbols: &[String]) -> Option<Val> {
         Data::Index(_, Some(v)) => Some(v.clone()),
         Data::Literal(x, _) if x.fract() == 0.0 && x.abs() < 9.0e15 => Some(Val::Int(*x as i64)),
         Data::Param(n, _) if symbols.contains(n) => Some(Val::Size(n.clone())),
-        Data::Binary(op @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul), dt, x, y)
-            if matches!(dt, DType::I32 | DType::I64) =>
-        {
+        Data::Binary(
+            op @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul),
+            DType::I32 | DType::I64,
+            x,
+            y,
+        ) => {
             let (x, y) = (data_val(x, symbols)?, data_val(y, symbols)?);
             Some(match op {
                 BinaryOp::Add => Val::add(x, y),
@@ -450,9 +456,12 @@ pub fn data_atoms(cond: &Data, taken: bool, symbols: &[String], out: &mut Vec<At
             data_atoms(a, true, symbols, out)?;
             data_atoms(b, true, symbols, out)
         }
-        Data::Binary(op @ (BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge), dt, a, b)
-            if matches!(dt, DType::I32 | DType::I64) =>
-        {
+        Data::Binary(
+            op @ (BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge),
+            DType::I32 | DType::I64,
+            a,
+            b,
+        ) => {
             let (a, b) = (data_val(a, symbols)?, data_val(b, symbols)?);
             // As `x < y` where the comparison holds (`a >= b` as `b - 1 < a`).
             let (x, y) = match op {
@@ -486,7 +495,7 @@ pub struct Guard {
 /// The atoms of `guard` kept (all of `conds`, the uniform ones of `wheres`) and the facts
 /// they give (each `y - x - 1 >= 0` of `x < y`), or `None` where a condition of `conds` is
 /// not the same in every lane or a fact's terms overflow.
-pub fn guard_facts(lanes: &Lanes, guard: &Guard) -> Option<(Vec<Atom>, Vec<Vec<(i64, Val)>>)> {
+pub fn guard_facts(lanes: &Lanes, guard: &Guard) -> Option<(Vec<Atom>, Facts)> {
     let (mut kept, mut facts) = (Vec::new(), Vec::new());
     let required = guard.conds.iter().map(|a| (a, true));
     for (atom, required) in required.chain(guard.wheres.iter().map(|a| (a, false))) {
@@ -670,7 +679,13 @@ impl Hoist<'_, '_> {
 
     /// The register read replacing global read `a` under `guard` when it is taken (its array
     /// filled by statements pushed on `taken`).
-    fn take(&mut self, site: &Site, a: &Access, guard: &Guard, taken: &mut Taken) -> Option<Access> {
+    fn take(
+        &mut self,
+        site: &Site,
+        a: &Access,
+        guard: &Guard,
+        taken: &mut Taken,
+    ) -> Option<Access> {
         let buf = &self.buffers[a.buffer];
         let index = a.index.as_ref()?;
         let bytes = site.width.checked_mul(buf.dtype.size_bytes() as i64)?;
@@ -817,9 +832,21 @@ mod tests {
         let first = Val::add(row(), Val::add(int(64), Val::min(col(), int(63))));
         let second = Val::add(row(), non_negative(sub(col(), int(64))));
         let mut taken = Guard::default();
-        data_atoms(&lt(Val::rem(flat(), int(128)), 64), true, &[], &mut taken.wheres).unwrap();
+        data_atoms(
+            &lt(Val::rem(flat(), int(128)), 64),
+            true,
+            &[],
+            &mut taken.wheres,
+        )
+        .unwrap();
         let mut other = Guard::default();
-        data_atoms(&lt(Val::rem(flat(), int(128)), 64), false, &[], &mut other.wheres).unwrap();
+        data_atoms(
+            &lt(Val::rem(flat(), int(128)), 64),
+            false,
+            &[],
+            &mut other.wheres,
+        )
+        .unwrap();
         [(first, taken), (second, other)]
     }
 
@@ -847,12 +874,22 @@ mod tests {
     fn a_remainder_by_a_multiple_of_the_width_keeps_the_lane_and_a_quotient_drops_it() {
         let l = lanes(Vec::new());
         let form = |v: Val| l.form(&v);
-        let lane = |div| Some(Form { coef: 1, div, nonneg: true });
+        let lane = |div| {
+            Some(Form {
+                coef: 1,
+                div,
+                nonneg: true,
+            })
+        };
         // (X*8 + v) % 128 = (X*8) % 128 + v; (X*8 + v) / 128 is the same in every lane.
         assert_eq!(form(Val::rem(flat(), int(128))), lane(8));
         assert_eq!(
             form(Val::div(flat(), int(128))),
-            Some(Form { coef: 0, div: 1, nonneg: true })
+            Some(Form {
+                coef: 0,
+                div: 1,
+                nonneg: true
+            })
         );
         // Row 128 * (flat / 128) + 64 + flat % 128: 8 divides the start.
         let row = Val::mul(Val::div(flat(), int(128)), int(128));
@@ -872,7 +909,10 @@ mod tests {
         assert_eq!(form(Val::mul(flat(), var("n"))), None);
         // A let that may be negative is no start a quotient keeps in one block.
         let signed = ["o".to_string()];
-        let l2 = Lanes { signed: &signed, ..lanes(Vec::new()) };
+        let l2 = Lanes {
+            signed: &signed,
+            ..lanes(Vec::new())
+        };
         assert_eq!(l2.form(&Val::div(flat(), int(128))), None);
     }
 
@@ -1010,7 +1050,14 @@ mod tests {
         for (index, guard) in cases() {
             let r = read(&guard, &index).expect("each case is taken");
             for seed in 0..40u64 {
-                for (o, t) in [(0, 0), (1, 7), (3, 100), (37, 127), (200, 5), (seed as i64, seed as i64 * 3 % 128)] {
+                for (o, t) in [
+                    (0, 0),
+                    (1, 7),
+                    (3, 100),
+                    (37, 127),
+                    (200, 5),
+                    (seed as i64, seed as i64 * 3 % 128),
+                ] {
                     let point = |v: i64| [("o", o), ("t", t), ("v", v)];
                     let at0 = point(0);
                     let g0 = truth(&r.guard, &at0, seed);
