@@ -20,10 +20,13 @@
 //! analysis below:
 //!
 //! - the read's guard is uniform over the lanes: the guard is the conjunction of the
-//!   conditionals around the compute and the conditions of the `where`s whose taken branch
-//!   holds the read (a condition for its `then`, its negation for its `else`), each a
-//!   comparison of integer index values (`index@1[i] < 64`, `i >= b`, `&&` of those) or a
-//!   condition without `v`;
+//!   conditionals around the compute (each a `<` of index values, or a condition without
+//!   `v`, else the loop is left alone: the read is in bounds only where they hold) and the
+//!   conditions of the `where`s whose taken branch holds the read (a condition for its
+//!   `then`, its negation for its `else`: integer comparisons, `index@1[i] < 64`, `i >= b`,
+//!   `&&` of those). A `where` condition not understood or not uniform is left out of the
+//!   guard: the clamps keep the read inside its tensor without it, so the load is only
+//!   issued more often (its facts are then not known, and a clamp they would resolve stays);
 //! - where the guard holds, the index is `s + v` with `s` a multiple of `W` (so lane `v` reads
 //!   element `s + v`, and the vector of `W` elements at `s` is `W * size` bytes aligned; the
 //!   buffer's base is, as every vector access assumes); the clamps are resolved under the
@@ -39,6 +42,10 @@
 //! lane or in none), or `e - v` with `W | e + 1`. Divisors come from constants only: a size
 //! symbol of a generic kernel divides nothing, so there the pass declines unless the extents
 //! involved are constants of the fusion.
+//!
+//! The facts are the comparisons' as index values; the `where` compares `index@1[i]` as an
+//! i32, as `iota` does, so the two agree while an axis's index fits an i32 (where they did not,
+//! the load would still stay in bounds).
 //!
 //! Guarantees: where the guard holds at lane 0 it holds in every lane, every clamp is
 //! inactive, and the vector holds exactly the `W` elements the lanes read (so no access leaves
