@@ -57,7 +57,10 @@
 //! `{out}_{buffer}` of `W` elements of the buffer's type, allocated before the lane loop and
 //! filled there by `if guard(0): vector<W> over v: a[0] = buffer[s]` `else:` zeros (an
 //! unrolled loop, so a lane the `where` does not take reads a defined value); the read becomes
-//! `a[v]`.
+//! `a[v]`. Reads of one type whose guards exclude each other (one has a comparison the other
+//! negates: a cat's two operands, rotary's halves) share one array (named after the first),
+//! filled by `if g1: load1 else: if g2: load2 else: zeros`: where the `where` takes one, the
+//! array holds its elements.
 
 use super::context::{Change, Ctx, LoopKey};
 use super::simplify::simplify;
@@ -396,6 +399,14 @@ impl Atom {
     fn negated(a: Val, b: Val) -> Atom {
         Atom::Less(plus(b, -1), a)
     }
+
+    /// Whether `other` is this comparison's negation as [`Atom::negated`] writes it.
+    fn negates(&self, other: &Atom) -> bool {
+        match self {
+            Atom::Less(a, b) => *other == Atom::negated(a.clone(), b.clone()),
+            Atom::Other(_) => false,
+        }
+    }
 }
 
 /// `v + k`, folded when `v` is a constant.
@@ -532,6 +543,18 @@ pub fn guard_facts(lanes: &Lanes, guard: &Guard) -> Option<(Vec<Atom>, Facts)> {
 pub struct VectorRead {
     pub start: Val,
     pub guard: Val,
+    /// The guard's atoms (in every lane's terms).
+    pub atoms: Vec<Atom>,
+}
+
+impl VectorRead {
+    /// Whether the two reads are never both taken: one's guard has a comparison whose negation
+    /// the other's has (a cat's two operands).
+    fn excludes(&self, other: &VectorRead) -> bool {
+        self.atoms
+            .iter()
+            .any(|a| other.atoms.iter().any(|b| a.negates(b) || b.negates(a)))
+    }
 }
 
 /// The vector read of `index` under `guard` in a lane loop over `var` of `width` lanes (the
@@ -561,6 +584,7 @@ pub fn vector_read(
     Some(VectorRead {
         start: lane0(&resolved),
         guard: lane0(&Val::all(kept.iter().map(Atom::val))),
+        atoms: kept,
     })
 }
 
@@ -574,11 +598,19 @@ struct Hoist<'c, 'f> {
     changed: bool,
 }
 
-/// One lane loop's hoisted reads: each array's global buffer, vector read and register array,
-/// and the statements that fill them.
+/// One lane loop's hoisted reads: the register arrays and the statements that fill them.
 struct Taken {
-    arrays: Vec<(BufferId, VectorRead, BufferId)>,
+    arrays: Vec<Array>,
     stmts: Vec<Stmt>,
+}
+
+/// A register array of hoisted reads: the reads (each global buffer and vector read, under
+/// guards that exclude each other), the array, and the place in [`Taken::stmts`] of the
+/// statement that fills it.
+struct Array {
+    reads: Vec<(BufferId, VectorRead)>,
+    buffer: BufferId,
+    fill: usize,
 }
 
 impl Hoist<'_, '_> {
@@ -709,14 +741,43 @@ impl Hoist<'_, '_> {
             index: Some(Val::Var(site.var.to_string())),
         };
         let global = a.buffer;
-        if let Some((_, _, b)) = taken
-            .arrays
-            .iter()
-            .find(|(g, r, _)| *g == global && *r == read)
-        {
-            return Some(lane(*b));
+        let same = |x: &(BufferId, VectorRead)| x.0 == global && x.1 == read;
+        if let Some(x) = taken.arrays.iter().find(|x| x.reads.iter().any(same)) {
+            return Some(lane(x.buffer));
         }
         let dtype = buf.dtype;
+        let compute = |out: Access, value: Data, vector| {
+            Stmt::Compute(Compute {
+                expr: site.expr,
+                out,
+                value,
+                role: ComputeRole::Normal,
+                vector,
+            })
+        };
+        let load = |b: BufferId| {
+            compute(
+                Access {
+                    buffer: b,
+                    index: Some(Val::Int(0)),
+                },
+                Data::Read(Access {
+                    buffer: global,
+                    index: Some(read.start.clone()),
+                }),
+                Some((site.var.to_string(), site.width as u32)),
+            )
+        };
+        // A read never taken where the array's others are (a cat's other operand) shares their
+        // array: its load is the `else` of theirs.
+        let exclusive = |x: &Array| {
+            self.buffers[x.buffer].dtype == dtype && x.reads.iter().all(|r| r.1.excludes(&read))
+        };
+        if let Some(x) = taken.arrays.iter_mut().find(|x| exclusive(x)) {
+            chain(&mut taken.stmts[x.fill], read.guard.clone(), load(x.buffer));
+            x.reads.push((global, read));
+            return Some(lane(x.buffer));
+        }
         let name = self.fresh(&format!("{}_{}", site.out, buf.name));
         let b = BufferId::new(self.buffers.len());
         self.buffers.push(Buffer {
@@ -730,29 +791,9 @@ impl Hoist<'_, '_> {
             is_input: false,
             l2: crate::fusion::L2Policy::Normal,
         });
-        let compute = |out: Access, value: Data, vector| {
-            Stmt::Compute(Compute {
-                expr: site.expr,
-                out,
-                value,
-                role: ComputeRole::Normal,
-                vector,
-            })
-        };
-        let load = compute(
-            Access {
-                buffer: b,
-                index: Some(Val::Int(0)),
-            },
-            Data::Read(Access {
-                buffer: global,
-                index: Some(read.start.clone()),
-            }),
-            Some((site.var.to_string(), site.width as u32)),
-        );
         taken.stmts.push(Stmt::Alloc(b));
         taken.stmts.push(if read.guard == Val::True {
-            load
+            load(b)
         } else {
             let zeros = Stmt::Loop(Loop {
                 key: site.key,
@@ -764,11 +805,15 @@ impl Hoist<'_, '_> {
             });
             Stmt::If {
                 cond: read.guard.clone(),
-                then: vec![load],
+                then: vec![load(b)],
                 els: vec![zeros],
             }
         });
-        taken.arrays.push((global, read, b));
+        taken.arrays.push(Array {
+            reads: vec![(global, read)],
+            buffer: b,
+            fill: taken.stmts.len() - 1,
+        });
         Some(lane(b))
     }
 
@@ -779,6 +824,25 @@ impl Hoist<'_, '_> {
             name = self.cx.fresh_name(base);
         }
         name
+    }
+}
+
+/// Puts `if cond: load` before the zeros at the end of the `else` chain of `fill` (an array's
+/// `if g1: load1 else: ... else: zeros`).
+fn chain(fill: &mut Stmt, cond: Val, load: Stmt) {
+    let Stmt::If { els, .. } = fill else {
+        return;
+    };
+    match els.as_mut_slice() {
+        [inner @ Stmt::If { .. }] => chain(inner, cond, load),
+        _ => {
+            let zeros = std::mem::take(els);
+            *els = vec![Stmt::If {
+                cond,
+                then: vec![load],
+                els: zeros,
+            }];
+        }
     }
 }
 
