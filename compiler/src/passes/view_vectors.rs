@@ -1036,6 +1036,24 @@ mod tests {
     }
 
     #[test]
+    fn a_cats_two_operands_exclude_each_other_and_a_read_does_not_exclude_itself() {
+        let [(first, taken), (second, other)] = rotary();
+        let (a, b) = (
+            read(&taken, &first).unwrap(),
+            read(&other, &second).unwrap(),
+        );
+        assert!(a.excludes(&b) && b.excludes(&a));
+        assert!(!a.excludes(&a));
+        // A read without a guard excludes nothing (it may be taken anywhere).
+        let slice = Val::add(
+            Val::mul(Val::div(flat(), int(96)), int(128)),
+            Val::add(int(16), Val::rem(flat(), int(96))),
+        );
+        let free = read(&Guard::default(), &slice).unwrap();
+        assert!(!free.excludes(&a) && !a.excludes(&free));
+    }
+
+    #[test]
     fn reads_that_are_not_contiguous_and_aligned_are_declined() {
         let row = |stride: i64| Val::mul(Val::div(flat(), int(96)), int(stride));
         let col = || Val::rem(flat(), int(96));
