@@ -593,8 +593,8 @@ mod tests {
         // `online_softmax` only for an online softmax (`mask_bounds`, `mask_tiles` and
         // `longest_first` only for a causally masked one), `welford` only for a one-pass variance, `online_logsumexp`
         // only for a one-pass log-sum-exp, `row_math` only for a row value broadcast into an
-        // exponential or a division and `index_float` only for an `iota` converted to f32 (no
-        // example here has any).
+        // exponential or a division, `index_float` only for an `iota` converted to f32 and
+        // `view_vectors` only for a view in a vectorized schedule (no example here has any).
         let tma_passes = [
             "tma",
             "tma_issue",
@@ -612,6 +612,7 @@ mod tests {
             "longest_first",
             "row_math",
             "index_float",
+            "view_vectors",
         ];
         let count = |skip: &[&str]| {
             hopfuse::passes::PIPELINE

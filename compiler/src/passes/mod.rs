@@ -5,7 +5,8 @@
 //! A pass whose `applies` is false for the fusion (the TMA passes without copies, stores or
 //! circular buffers; `persistent`, `mma`, `tile_values`, `welford`, `online_logsumexp` without their schedule statements;
 //! `row_math` without a row value broadcast into an exponential or a division, or a division
-//! by a scalar; `index_float` without an `iota` and an integer converted to f32) is skipped and
+//! by a scalar; `index_float` without an `iota` and an integer converted to f32; `view_vectors`
+//! without a vectorized axis and a view that moves indices) is skipped and
 //! not dumped; a pass returns whether it changed the kernel
 //! ([`Change`]), and the dump of one that did not is the previous one's text.
 //!
@@ -44,6 +45,7 @@ pub mod specialize;
 pub mod sync;
 pub mod tile_values;
 pub mod tma;
+pub mod view_vectors;
 pub mod welford;
 
 use crate::diag::Diagnostic;
@@ -245,6 +247,13 @@ pub const PIPELINE: &[Pass] = &[
         summary: "index arithmetic simplification",
         run: |_, _, k| Ok(simplify::run(k)),
         applies: always,
+        in_place: false,
+    },
+    Pass {
+        name: "view_vectors",
+        summary: "a view's reads in a vectorized loop as one aligned vector load per operand",
+        run: |cx, _, k| view_vectors::run(cx, k),
+        applies: view_vectors::used,
         in_place: false,
     },
     Pass {
