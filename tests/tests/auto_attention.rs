@@ -701,15 +701,31 @@ fn grouped_query_attention_gets_the_kernel_with_its_heads_on_a_block_axis() {
         .passes
         .iter()
         .any(|p| p.name == "mask_bounds"));
-    // The SDPA and FlexAttention peers do not take the group axis yet.
+    // The SDPA and FlexAttention peers take the group axis as query heads of one K/V head
+    // (enable_gqa=True), batched or not.
     let fusion = |src: &str| {
         let program = hopfuse::frontend::parse(src).unwrap();
         hopfuse::fusion::build(&program.fusion).unwrap()
     };
-    let f = fusion(&auto);
-    assert!(
-        hopfuse::backend::torch::emit_sdpa(&f, hopfuse::backend::torch::SdpaBackend::Default)
-            .is_none()
-    );
-    assert!(hopfuse::backend::torch::emit_flex(&f).is_none());
+    for (src, q, kv) in [
+        (&auto, "q", "k.unsqueeze(1)"),
+        (&unbatched, "q.unsqueeze(0)", "k.unsqueeze(0).unsqueeze(0)"),
+    ] {
+        let f = fusion(src);
+        let sdpa =
+            hopfuse::backend::torch::emit_sdpa(&f, hopfuse::backend::torch::SdpaBackend::Default)
+                .unwrap()
+                .source;
+        assert!(
+            sdpa.contains(&format!("scaled_dot_product_attention({q}, {kv}, "))
+                && sdpa.contains("enable_gqa=True"),
+            "{sdpa}"
+        );
+        let flex = hopfuse::backend::torch::emit_flex(&f).unwrap().source;
+        assert!(
+            flex.contains(&format!("flex_attention({q}, {kv}, "))
+                && flex.contains("enable_gqa=True"),
+            "{flex}"
+        );
+    }
 }
