@@ -829,7 +829,7 @@ pub const OPS: &[OpDef] = &[
     },
     OpDef {
         named: &["axis"],
-        ..op("cat", K::Cat, 2, T::Same, "cat(a, b, axis=1)", "Two tensors of one dtype end to end along one axis (torch.cat((a, b), dim)): the other axes must have equal extents; the result's extent along the axis is the sum (N + K). The operand may be computed or another view: the kernel recomputes its elementwise ops, casts and views from the fusion inputs at the moved indices (rotate_half: cat(-slice(x, axis=1, start=64), slice(x, axis=1, stop=64), axis=1)); a reduction's result, an iota or a full is read where it is computed, so the view may not move its axes (a per-row statistic broadcast along the moved axis is fine).")
+        ..op("cat", K::Cat, 2, T::Same, "cat(a, b, axis=1)", "Two tensors of one dtype end to end along one axis (torch.cat((a, b), dim)): the other axes must have equal extents; the result's extent along the axis is the sum (N + K). The operand may be computed or another view: the kernel recomputes its elementwise ops, casts and views from the fusion inputs at the moved indices (rotate_half: cat(-slice(x, axis=1, start=64), slice(x, axis=1, stop=64), axis=1)); a reduction's result, an iota or a full is read where it is computed, so the view may not move its axes (a per-row statistic broadcast along the moved axis is fine). In a vectorized loop whose vectors never straddle the two pieces (the first's extent a multiple of the vector, known at compile time), each piece is read with one aligned vector load (pass view_vectors).")
     },
     OpDef {
         named: &["block", "shape"],
