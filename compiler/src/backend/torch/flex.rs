@@ -169,7 +169,7 @@ fn call_body(
         );
         args.push_str(", block_mask=block_mask");
     }
-    let layout = super::HeadsLayout::of(at, 1);
+    let layout = super::HeadsLayout::flex(at);
     let (ql, kvl) = (layout.q, layout.kv);
     let mut call = format!(
         "flex_attention({q}{ql}, {k}{kvl}, {v}{kvl}{args}, scale={}{}){}",

@@ -76,29 +76,41 @@ pub(crate) struct HeadsLayout {
 }
 
 impl HeadsLayout {
-    /// The layout of `at` where the fusion's batch axis (if any) is the call's axis `batch_as`
-    /// (0: SDPA's batch, 1: FlexAttention's heads) and grouped-query attention is `[B, G, S, D]`
-    /// with `k`, `v` as `[B, 1, T, D]` (`[1, G, S, D]` and `[1, 1, T, D]` unbatched).
-    pub fn of(at: &crate::fusion::attention::Attention, batch_as: usize) -> HeadsLayout {
-        let plain = |q, out| HeadsLayout {
-            q,
-            kv: q,
-            out,
-            gqa: false,
+    /// SDPA's layout of `at`: the fusion's batch axis (if any) is SDPA's batch.
+    pub fn sdpa(at: &crate::fusion::attention::Attention) -> HeadsLayout {
+        HeadsLayout::of(at, ".unsqueeze(1)", ".squeeze(1)")
+    }
+
+    /// FlexAttention's layout of `at`: the fusion's batch axis (if any) is its heads.
+    pub fn flex(at: &crate::fusion::attention::Attention) -> HeadsLayout {
+        HeadsLayout::of(at, ".unsqueeze(0)", ".squeeze(0)")
+    }
+
+    /// `at`'s layout with a batched, ungrouped fusion viewed by `batched` and its result back by
+    /// `unview`; unbatched `[1, 1, S, D]`; grouped-query attention `[B, G, S, D]` with `k`, `v`
+    /// as `[B, 1, T, D]` (`[1, G, S, D]` and `[1, 1, T, D]` unbatched).
+    fn of(
+        at: &crate::fusion::attention::Attention,
+        batched: &'static str,
+        unview: &'static str,
+    ) -> HeadsLayout {
+        let (q, kv, out, gqa) = match (at.batch, at.groups) {
+            (0, 0) => (
+                ".unsqueeze(0).unsqueeze(0)",
+                ".unsqueeze(0).unsqueeze(0)",
+                ".squeeze(0).squeeze(0)",
+                false,
+            ),
+            (_, 0) => (batched, batched, unview, false),
+            (0, _) => (
+                ".unsqueeze(0)",
+                ".unsqueeze(0).unsqueeze(0)",
+                ".squeeze(0)",
+                true,
+            ),
+            _ => ("", ".unsqueeze(1)", "", true),
         };
-        let gqa = |q, kv, out| HeadsLayout {
-            q,
-            kv,
-            out,
-            gqa: true,
-        };
-        match (at.batch, at.groups, batch_as) {
-            (0, 0, _) => plain(".unsqueeze(0).unsqueeze(0)", ".squeeze(0).squeeze(0)"),
-            (_, 0, 0) => plain(".unsqueeze(1)", ".squeeze(1)"),
-            (_, 0, _) => plain(".unsqueeze(0)", ".squeeze(0)"),
-            (0, _, _) => gqa(".unsqueeze(0)", ".unsqueeze(0).unsqueeze(0)", ".squeeze(0)"),
-            _ => gqa("", ".unsqueeze(1)", ""),
-        }
+        HeadsLayout { q, kv, out, gqa }
     }
 
     /// The call's grouped-query argument (empty for plain attention).

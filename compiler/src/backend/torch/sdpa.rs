@@ -44,7 +44,7 @@ pub fn emit_sdpa(fusion: &Fusion, backend: SdpaBackend) -> Option<Twin> {
     let at = recognise(f)?;
     let scale = at.scale?;
     let e = Emitter::new(f, &[]);
-    let layout = super::HeadsLayout::of(&at, 0);
+    let layout = super::HeadsLayout::sdpa(&at);
     let q = format!("{}{}", e.names[at.q], layout.q);
     let [k, v] = [at.k, at.v].map(|t| format!("{}{}", e.names[t], layout.kv));
     let mut call = format!(

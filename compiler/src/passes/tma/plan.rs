@@ -293,35 +293,35 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<(PipelinePlan, Vec<Constraint
     let threads: Option<i64> = k.block.iter().map(|b| b.as_const()).product();
     // Warp specialization splits the block once; each buffered loop it covers (a persistent
     // kernel's tile loop and the loop over k tiles inside it) has producer warps of its own.
-    // The block is planned from the loop that asks for register counts, if one does.
-    let specs: Vec<_> = plan
-        .pipes
-        .iter()
-        .filter_map(|p| plan.loads[p.members[0]].ws())
-        .collect();
-    let lead = specs
-        .iter()
-        .find(|s| s.registers.is_some())
-        .or(specs.first())
-        .copied();
-    let mut ws_block: Option<super::warp_specialize::WsBlock> = None;
+    // The block is planned once, from the loop that asks for register counts if one does.
+    let specialized = || {
+        plan.pipes
+            .iter()
+            .filter_map(|p| Some((p, plan.loads[p.members[0]].ws()?)))
+    };
+    let lead = specialized()
+        .find(|(_, s)| s.registers.is_some())
+        .or_else(|| specialized().next());
+    let ws_block = match lead {
+        Some((pipe, spec)) => {
+            let first = &f.tensors[plan.loads[pipe.members[0]].tensor];
+            let span = first.circular.map(|c| c.span);
+            let diag = |m: String| Diagnostic::new(format!("`{}`: {m}", first.name), span);
+            Some(super::warp_specialize::WsBlock::plan(k, spec, &diag)?)
+        }
+        None => None,
+    };
     for p in 0..plan.pipes.len() {
         let pipe = plan.pipes[p].clone();
         let first = &f.tensors[plan.loads[pipe.members[0]].tensor];
         if let Some(spec) = plan.loads[pipe.members[0]].ws() {
             let span = first.circular.map(|c| c.span);
             let diag = |m: String| Diagnostic::new(format!("`{}`: {m}", first.name), span);
-            let block = match &ws_block {
-                Some(block) => block.clone(),
-                None => {
-                    let lead = lead.expect("a warp-specialized pipe");
-                    let block = super::warp_specialize::WsBlock::plan(k, lead, &diag)?;
-                    ws_block = Some(block.clone());
-                    block
-                }
-            };
+            let block = ws_block
+                .as_ref()
+                .expect("planned from a warp-specialized pipe");
             block.check_same(spec, &diag)?;
-            let ws = plan_ws(cx, plan, k, &pipe, spec, &block)?;
+            let ws = plan_ws(cx, plan, k, &pipe, spec, block)?;
             check_ws_pipes(f, plan, &ws, &diag)?;
             plan.pipes[p].ws = Some(ws);
             continue;
