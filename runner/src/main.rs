@@ -331,6 +331,12 @@ struct RunArgs {
     /// instead of specialised to them (the size symbols constants), to compare the two.
     #[arg(long)]
     generic: bool,
+    /// Launch this CUDA in place of the generated kernel: a hand edit of what `hopfuse compile
+    /// --cuda` prints for the same --size, --index and --generic. It runs with the program's
+    /// launch plan and inputs, and is validated against its float64 reference and timed as the
+    /// generated kernel would be.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["profile", "clock"])]
+    cuda_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -1174,7 +1180,17 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         clock: args.clock,
         generic: args.generic,
     };
-    let mut outcome = engine::run(&req);
+    let mut outcome = match &args.cuda_file {
+        Some(path) => {
+            eprintln!(
+                "note: {} runs in place of the kernel generated from {}",
+                path.display(),
+                args.file.display()
+            );
+            engine::run_edited(&req, &read(path)?)
+        }
+        None => engine::run(&req),
+    };
     if let (Ok(result), true) = (&mut outcome, args.profile) {
         if result.segments.is_some() {
             profile_segments_run(&args, result);

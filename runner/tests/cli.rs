@@ -188,6 +188,42 @@ fn run_without_a_gpu_says_so_first() {
     );
 }
 
+/// `run --cuda-file`: the edited source is read before anything else (a missing one is named),
+/// the run says which kernel it replaces, and options that rebuild the kernel are refused.
+#[test]
+fn run_with_an_edited_cuda_file() {
+    let file = tmp_file(
+        "edited.hf",
+        "fusion f {\n  input x: f32[4, 64]\n  y = exp(x)\n  output y\n}\n",
+    );
+    let missing = hopfuse(&["run", &file, "--cuda-file", "/nonexistent/k.cu"]);
+    assert_eq!(missing.status.code(), Some(1), "{}", text(&missing));
+    assert!(
+        text(&missing).contains("cannot read /nonexistent/k.cu"),
+        "{}",
+        text(&missing)
+    );
+    for clash in ["--profile", "--clock"] {
+        let out = hopfuse(&["run", &file, "--cuda-file", &file, clash]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains("cannot be used with"), "{}", text(&out));
+    }
+    let cuda = tmp_file("edited.cu", "extern \"C\" __global__ void f_kernel() {}\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_hopfuse"))
+        .args(["run", &file, "--cuda-file", &cuda, "--json"])
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains(&format!("{cuda} runs in place of the kernel generated from {file}")),
+        "{log}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["error"]["stage"], "cuda", "{v}");
+}
+
 #[test]
 fn run_reports_errors_as_json_with_json() {
     let file = tmp_file("j.hf", "@@@\n");

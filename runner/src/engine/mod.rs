@@ -144,6 +144,26 @@ pub fn run(req: &RunRequest) -> Result<RunResult, RunError> {
     run_with(req, &mut NoHooks)
 }
 
+/// [`run`] with the kernel's CUDA replaced by `cuda` (the CLI's `run --cuda-file`): a hand
+/// edit of the generated source, launched with the program's own launch plan and inputs, then
+/// validated and timed as the generated kernel is. This is how a change to a kernel is measured
+/// before the compiler is taught to make it. A fusion run as several kernels is refused.
+pub fn run_edited(req: &RunRequest, cuda: &str) -> Result<RunResult, RunError> {
+    req.check()?;
+    if segmented::split_of(req).is_some() {
+        return Err(RunError::new(
+            Stage::Request,
+            "this fusion runs as several kernels; an edited CUDA source replaces one kernel",
+        ));
+    }
+    let program = for_run(req, None, &mut NoHooks)?;
+    let mut slot = None;
+    device(&mut slot)?;
+    let p = &program.prepared;
+    let reference = program.reference();
+    execute_on(&mut slot, req, cuda, &p.plan, &p.setup, &reference, &mut NoHooks)
+}
+
 /// [`run`] with progress reports and a CUBIN source (a device of its own).
 pub fn run_with(req: &RunRequest, hooks: &mut dyn Hooks) -> Result<RunResult, RunError> {
     run_on(&mut None, req, None, hooks)
