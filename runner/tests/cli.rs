@@ -217,7 +217,9 @@ fn run_with_an_edited_cuda_file() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(
-        log.contains(&format!("{cuda} runs in place of the kernel generated from {file}")),
+        log.contains(&format!(
+            "{cuda} runs in place of the kernel generated from {file}"
+        )),
         "{log}"
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");

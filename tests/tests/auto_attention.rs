@@ -448,9 +448,10 @@ fn the_variants_lower_on_their_kernels() {
         .expect("the slope's row fragment");
     assert!(slope < alibi.find("for (index_t t_o_first").unwrap());
     assert!(alibi.contains("sb_broadcast[r2 / 2 % 2]"));
-    // The ids compared per score.
+    // The ids compared per score: the query's read from global memory, the key's from their
+    // cache beside K (the bench sizes' schedule).
     let doc = cuda(VARIANTS[3]);
-    assert!(doc.contains("doc_q[") && doc.contains("doc_k["));
+    assert!(doc.contains("doc_q[") && doc.contains("doc_ks[") && !doc.contains("doc_k["));
 }
 
 #[test]
@@ -728,4 +729,70 @@ fn grouped_query_attention_gets_the_kernel_with_its_heads_on_a_block_axis() {
             "{flex}"
         );
     }
+}
+
+/// A per-key input the mask reads (the document ids of the keys, `doc_k: i32[B, T]`) is cached
+/// in shared memory in K's stages, filled by K's producer warp, where each score read it from
+/// global memory after S's wait; K's stage is then released after the last read of the ids,
+/// not when S is done. Only where TMA can load it: T = 1037 (rows of 4148 bytes) keeps the
+/// loads.
+#[test]
+fn a_per_key_input_of_the_mask_is_cached_beside_k() {
+    let source = example("auto/attention_document.hf");
+    let chosen = attention_schedule(&source);
+    let lines = statements(&chosen.text);
+    for line in [
+        "doc_ks = cache_after(doc_k, memory=shared, load=tma)",
+        "doc_ks.parallelize(2, Bulk)",
+        "doc_ks.circular_buffer(2, warp_specialized(TIDy, registers=[24, 240], turns=products))",
+    ] {
+        assert!(lines.iter().any(|l| l == line), "{line}:\n{}", chosen.text);
+    }
+    assert!(
+        chosen
+            .reason
+            .contains("`doc_k` (per key) cached in shared memory beside K"),
+        "{}",
+        chosen.reason
+    );
+    let at = |t: i64| BTreeMap::from([("B".into(), 3), ("S".into(), 1000), ("T".into(), t)]);
+    let ragged = hopfuse::auto_schedule(&source, Some(&at(1037)))
+        .unwrap()
+        .unwrap();
+    assert!(!ragged.text.contains("doc_ks"), "{}", ragged.text);
+    assert!(!ragged.reason.contains("cached in shared memory"));
+    let aligned = hopfuse::auto_schedule(&source, Some(&at(1040)))
+        .unwrap()
+        .unwrap();
+    assert!(aligned.text.contains("doc_ks = cache_after"));
+
+    // The kernel: one box of the tile's ids per K stage, on K's barriers, and in the key loop
+    // K's stage released after the ids are compared, before the P V product's wait.
+    let options = hopfuse::CompileOptions {
+        specialize: true,
+        aligned_for: Some(at(2048)),
+        ..Default::default()
+    };
+    let cuda = hopfuse::compile(&source, &options).unwrap().cuda;
+    assert!(
+        cuda.contains("hf_tma_load_2d(&doc_ks[t_o % 2 * 128], &doc_ks_map")
+            && cuda.contains("&ks_doc_ks_full[t_o % 2]);"),
+        "{cuda}"
+    );
+    assert!(
+        !cuda.contains("doc_k["),
+        "the ids are not read from global memory"
+    );
+    let main = &cuda[cuda.find("for (index_t t_o_pv").expect("the key loop")..];
+    let main = &main[..main.find("for (index_t t_o_last").unwrap()];
+    let read = main.rfind("doc_ks[t_o % 2 * 128").expect("the ids read");
+    let release = main
+        .find("hf_mbarrier_arrive_per_warp(&ks_doc_ks_empty[t_o % 2]);")
+        .expect("K's stage released");
+    let s_done = main.find("hf_wgmma_wait<1>();").unwrap();
+    let pv_done = main.find("hf_wgmma_wait<0>();").unwrap();
+    assert!(
+        s_done < read && read < release && release < pv_done,
+        "{main}"
+    );
 }

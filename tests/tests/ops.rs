@@ -635,3 +635,40 @@ fn full_makes_a_tensor_of_the_listed_extents() {
         "{twin}"
     );
 }
+
+/// `tanh(x, approximate=hardware)`: PTX `tanh.approx.f32` in f32, the precise `tanh` in f64 and
+/// in the torch twin, and a tolerance of 1e-3 for what is computed from it; a bad value is
+/// located.
+#[test]
+fn tanh_approximate_hardware() {
+    let e = err(&fusion(XY, "c = tanh(x, approximate=fast)"));
+    assert!(e.contains("t.hf:4:15") && e.contains("`hardware`"), "{e}");
+    let src = fusion(XY, "c = 2.0 * tanh(x / y, approximate=hardware) + tanh(y)");
+    let cuda = hopfuse::compile(&src, &Default::default()).unwrap().cuda;
+    assert!(
+        cuda.contains("asm(\"tanh.approx.f32 %0, %1;\"")
+            && cuda.contains("hf_tanh_approx(")
+            && cuda.contains("tanhf("),
+        "one approximate tanh, one precise:\n{cuda}"
+    );
+    let twin = hopfuse::torch_twin(&src).unwrap().source;
+    assert_eq!(twin.matches("torch.tanh(").count(), 2, "{twin}");
+    let f = hopfuse::reference_fusion(&src).unwrap();
+    let tolerances = hopfuse::backend::reference::tolerance::output_tolerances(&f);
+    assert_eq!(tolerances, [("c".to_string(), 1e-3)]);
+    // Written with approximate=none, or in f64, it is the precise tanh: f32's own tolerance.
+    let src = fusion(XY, "c = tanh(x, approximate=none)");
+    let cuda = hopfuse::compile(&src, &Default::default()).unwrap().cuda;
+    assert!(!cuda.contains("tanh.approx"), "{cuda}");
+    let f = hopfuse::reference_fusion(&src).unwrap();
+    assert_eq!(
+        hopfuse::backend::reference::tolerance::output_tolerances(&f),
+        [("c".to_string(), 1e-5)]
+    );
+    let src = "fusion f {\n  input x: f64[N]\n  c = tanh(x, approximate=hardware)\n  output c\n}\n";
+    let cuda = hopfuse::compile(src, &Default::default()).unwrap().cuda;
+    assert!(
+        !cuda.contains("tanh.approx") && cuda.contains("tanh("),
+        "{cuda}"
+    );
+}

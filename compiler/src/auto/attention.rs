@@ -146,7 +146,12 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
     } else {
         Kernel::PING_PONG
     };
-    let text = text(facts, at, d, kernel, &chain, &side.rows);
+    let key_caches = if kernel.ping_pong() {
+        key_inputs(facts, at)
+    } else {
+        Vec::new()
+    };
+    let text = text(facts, at, d, kernel, &chain, &side.rows, &key_caches);
     let mask = match at.mask {
         None => String::new(),
         Some(m) if m.causal => format!(", the causal mask `{}` (key tiles past the diagonal skipped, only diagonal tiles masked)", name(m.keep)),
@@ -164,6 +169,10 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
             )
         })
         .unwrap_or_default();
+    let key_caches = key_caches
+        .iter()
+        .map(|&t| format!(", `{}` (per key) cached in shared memory beside K by the producer, its stage released once the mask has read it (TMA: its rows a multiple of 16 bytes apart, else each score loads it)", name(t)))
+        .collect::<String>();
     let lse = at
         .lse
         .map(|t| {
@@ -178,7 +187,7 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
         scheduler: Scheduler::Attention,
         text,
         reason: format!(
-            "attention `{}` over {}{} {} with D = {d} {}{score_mod}{mask}{lse}; {kernel_why}; the online softmax, S = Q K^T and O += P V on wgmma with P from registers",
+            "attention `{}` over {}{} {} with D = {d} {}{score_mod}{mask}{key_caches}{lse}; {kernel_why}; the online softmax, S = Q K^T and O += P V on wgmma with P from registers",
             name(at.out),
             if b == 1 { "a batch of " } else { "" },
             match (b, at.groups) {
@@ -302,6 +311,7 @@ fn text(
     kernel: Kernel,
     chain: &[TensorId],
     rows: &[TensorId],
+    key_caches: &[TensorId],
 ) -> String {
     let f = facts.fusion;
     let name = |t: TensorId| f.tensors[t].name.clone();
@@ -342,6 +352,13 @@ fn text(
     for (c, t) in [(&qs, at.q), (&ks, at.k), (&vs, at.v)] {
         s.line(format!(
             "{c} = cache_after({}, memory=shared, load=tma, swizzle=128)",
+            name(t)
+        ));
+    }
+    let key_cache_names: Vec<String> = key_caches.iter().map(|&t| cache(t)).collect();
+    for (c, &t) in key_cache_names.iter().zip(key_caches) {
+        s.line(format!(
+            "{c} = cache_after({}, memory=shared, load=tma)",
             name(t)
         ));
     }
@@ -422,11 +439,22 @@ fn text(
     });
     s.append(q_box(&qs, d, g, &at_, &order));
     kv_boxes(&mut s, &ks, &vs, d, &at_kv, &order_kv);
+    for c in &key_cache_names {
+        let mut key_box = ScheduleText::new(c);
+        key_box.parallelize(&[(at_kv(1), "Bulk")]);
+        s.append(key_box);
+    }
     if kernel.ping_pong() {
         let [producer, consumer] = kernel.registers;
         s.comment(&format!("K and V in circular buffers of two stages, each filled by its own warp of the producer warp group (TIDy = {}) while the consumer warp groups compute on each stage; the groups take turns issuing their products (turns=products): S_j and P_(j-1) V_(j-1) in one turn.", kernel.groups));
         let ws = format!("warp_specialized(TIDy, registers=[{producer}, {consumer}]");
         s.line(format!("{ks}.circular_buffer(2, {ws}, turns=products))"));
+        if !key_cache_names.is_empty() {
+            s.comment("The per-key inputs the mask reads, one box of the tile's keys per stage: in K's stages, filled by K's warp.");
+        }
+        for c in &key_cache_names {
+            s.line(format!("{c}.circular_buffer(2, {ws}, turns=products))"));
+        }
         s.line(format!(
             "{vs}.circular_buffer(2, {ws}, warp=1, turns=products))"
         ));
@@ -603,6 +631,51 @@ fn softmax_tile(f: &Fusion, at: &Attention, chain: &[TensorId]) -> Vec<TensorId>
                 && read_by_product.contains(&t)
                 && f.tensors[t].written.is_none()
                 && !f.tensors[t].is_input
+        })
+        .collect()
+}
+
+/// The fusion inputs over the batch and the keys alone (`doc_k: i32[B, T]`) that the mask or
+/// the score modification read: cached in shared memory one key tile per stage of K's
+/// pipeline, where each score's read of them was a global load after S's wait (a document
+/// mask, docs/benchmarks.md, seventeenth session). Only
+/// where TMA can load them: a known key extent whose rows are a multiple of 16 bytes apart
+/// (else each score keeps its load).
+fn key_inputs(facts: &Facts, at: &Attention) -> Vec<TensorId> {
+    let f = facts.fusion;
+    let scores = f.computed_from([at.product]);
+    let mut stack: Vec<TensorId> = at.mask.map(|m| m.keep).into_iter().collect();
+    if let Some(sm) = &at.score_mod {
+        stack.extend(sm.path.iter().flat_map(|&d| f.exprs[d].input_tensors()));
+    }
+    let (mut seen, mut inputs) = (BTreeSet::new(), BTreeSet::new());
+    while let Some(t) = stack.pop() {
+        if scores[t] || !seen.insert(t) {
+            continue;
+        }
+        match f.tensors[t].definition {
+            Some(d) => stack.extend(f.exprs[d].input_tensors()),
+            None if f.tensors[t].is_input => {
+                inputs.insert(t);
+            }
+            None => {}
+        }
+    }
+    let axes = f.logical(at.softmax.scores);
+    let query = f.class_of(axes[axes.len() - 2]);
+    let key = f.class_of(at.softmax.axis);
+    inputs
+        .into_iter()
+        .filter(|&t| {
+            let logical = f.logical(t);
+            let [.., last] = logical[..] else {
+                return false;
+            };
+            let bytes = i64::from(f.tensors[t].dtype.size_bytes());
+            logical.len() == at.batch + 1
+                && f.class_of(last) == key
+                && logical.iter().all(|&a| f.class_of(a) != query)
+                && facts.extent(last).is_some_and(|n| (n * bytes) % 16 == 0)
         })
         .collect()
 }

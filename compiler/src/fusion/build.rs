@@ -529,6 +529,9 @@ impl Builder {
                 if u == UnaryOp::Gelu {
                     u = self.gelu_form(args)?;
                 }
+                if u == UnaryOp::Tanh {
+                    u = self.tanh_form(args)?;
+                }
                 // `~` of a bool is `not` (on 0 and 1 as i32 it would give -1 and -2).
                 if u == UnaryOp::BitwiseNot
                     && matches!(pos[0].0, Value::Tensor(t) if self.f.tensors[t].dtype == DType::Bool)
@@ -1146,6 +1149,24 @@ impl Builder {
             }
         }
         Ok(UnaryOp::Gelu)
+    }
+
+    /// `tanh(x, approximate=none|hardware)`: precise, or the hardware's approximation.
+    fn tanh_form(&self, args: &[Arg]) -> BResult<UnaryOp> {
+        for a in args {
+            if let Arg::Named { value, loc, .. } = a {
+                return match value {
+                    ast::Expr::Name(n, _) if n == "none" => Ok(UnaryOp::Tanh),
+                    ast::Expr::Name(n, _) if n == "hardware" => Ok(UnaryOp::TanhApprox),
+                    _ => Err(Diagnostic::new(
+                        "`approximate=` is `none` (precise, the default) or `hardware` (PTX \
+                         tanh.approx.f32, relative error about 2^-11)",
+                        Some(loc.0),
+                    )),
+                };
+            }
+        }
+        Ok(UnaryOp::Tanh)
     }
 
     /// An elementwise op of these values: folded when every one is a number.

@@ -29,6 +29,10 @@ pub enum UnaryOp {
     /// `1 - 2 / (2^(2x log2(e)) + 1)`: PTX `ex2.approx.ftz.f32` and `rcp.approx.ftz.f32`, where
     /// CUDA's `tanhf` evaluates two ranges and selects.
     TanhAbs,
+    /// `tanh(x, approximate=hardware)`: the hardware's approximation, PTX `tanh.approx.f32`
+    /// (one MUFU.TANH; relative error at most about 2^-11, the PTX ISA's bound), which
+    /// FlashAttention-3 uses for its softcap. f32 only (f64 keeps the precise `tanh`).
+    TanhApprox,
     Sigmoid,
     Log,
     Log2,
@@ -64,7 +68,7 @@ pub enum UnaryOp {
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 32] = [
+    pub const ALL: [UnaryOp; 33] = [
         UnaryOp::Neg,
         UnaryOp::Exp,
         UnaryOp::Relu,
@@ -73,6 +77,7 @@ impl UnaryOp {
         UnaryOp::Rsqrt,
         UnaryOp::Tanh,
         UnaryOp::TanhAbs,
+        UnaryOp::TanhApprox,
         UnaryOp::Sigmoid,
         UnaryOp::Log,
         UnaryOp::Log2,
@@ -105,7 +110,7 @@ impl UnaryOp {
         let kind = match self {
             UnaryOp::GeluTanh => OpKind::Unary(UnaryOp::Gelu),
             UnaryOp::Exp2Ftz => OpKind::Unary(UnaryOp::Exp2),
-            UnaryOp::TanhAbs => OpKind::Unary(UnaryOp::Tanh),
+            UnaryOp::TanhAbs | UnaryOp::TanhApprox => OpKind::Unary(UnaryOp::Tanh),
             u => OpKind::Unary(u),
         };
         lookup_kind(kind)
@@ -117,6 +122,7 @@ impl UnaryOp {
             UnaryOp::GeluTanh => "gelu_tanh",
             UnaryOp::Exp2Ftz => "exp2_ftz",
             UnaryOp::TanhAbs => "tanh_abs",
+            UnaryOp::TanhApprox => "tanh_approx",
             u => u.def().name,
         }
     }
@@ -133,7 +139,7 @@ impl UnaryOp {
             UnaryOp::Sqrt => x.sqrt(),
             UnaryOp::Rsqrt => 1.0 / x.sqrt(),
             // The function it approximates (the float64 reference of the kernel IR).
-            UnaryOp::Tanh | UnaryOp::TanhAbs => x.tanh(),
+            UnaryOp::Tanh | UnaryOp::TanhAbs | UnaryOp::TanhApprox => x.tanh(),
             UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
             UnaryOp::Log => x.ln(),
             UnaryOp::Log2 => x.log2(),
@@ -704,7 +710,11 @@ pub const OPS: &[OpDef] = &[
     unary("reciprocal", UnaryOp::Reciprocal, T::Float, "reciprocal(x)", "Elementwise 1 / x."),
     unary("sin", UnaryOp::Sin, T::Float, "sin(x)", "Elementwise sine (radians)."),
     unary("cos", UnaryOp::Cos, T::Float, "cos(x)", "Elementwise cosine (radians)."),
-    unary("tanh", UnaryOp::Tanh, T::Float, "tanh(x)", "Elementwise hyperbolic tangent."),
+    OpDef {
+        named: &["approximate"],
+        ..unary("tanh", UnaryOp::Tanh, T::Float, "tanh(x) | tanh(x, approximate=hardware)",
+            "Elementwise hyperbolic tangent: precise (approximate=none, the default), or the hardware's approximation (approximate=hardware: PTX tanh.approx.f32, one MUFU.TANH, relative error at most about 2^-11; FlashAttention-3's softcap uses it). The approximation is computed in f32 (an f64 tanh stays precise), and an output computed from it is validated with at least 1e-3 (as a bf16 product's f32 result) rather than f32's 1e-5. The torch twin computes torch.tanh.")
+    },
     unary("erf", UnaryOp::Erf, T::Float, "erf(x)", "Elementwise error function."),
     unary("sigmoid", UnaryOp::Sigmoid, T::Float, "sigmoid(x)", "Elementwise 1 / (1 + e^-x)."),
     unary("silu", UnaryOp::Silu, T::Float, "silu(x)", "Elementwise x * sigmoid(x) (SiLU, swish)."),
@@ -959,6 +969,9 @@ mod tests {
         assert_eq!(UnaryOp::TanhAbs.name(), "tanh_abs");
         assert_eq!(UnaryOp::TanhAbs.def().name, "tanh");
         assert_eq!(UnaryOp::TanhAbs.eval(0.5), 0.5f64.tanh());
+        assert_eq!(UnaryOp::TanhApprox.name(), "tanh_approx");
+        assert_eq!(UnaryOp::TanhApprox.def().name, "tanh");
+        assert_eq!(UnaryOp::TanhApprox.eval(0.5), 0.5f64.tanh());
     }
 
     #[test]
@@ -966,9 +979,10 @@ mod tests {
         for u in UnaryOp::ALL {
             assert_eq!(
                 OPS.iter().filter(|d| d.kind == OpKind::Unary(u)).count(),
-                usize::from(
-                    u != UnaryOp::GeluTanh && u != UnaryOp::Exp2Ftz && u != UnaryOp::TanhAbs
-                ),
+                usize::from(!matches!(
+                    u,
+                    UnaryOp::GeluTanh | UnaryOp::Exp2Ftz | UnaryOp::TanhAbs | UnaryOp::TanhApprox
+                )),
                 "{u:?}"
             );
             let _ = u.def();

@@ -161,7 +161,15 @@ pub fn run_edited(req: &RunRequest, cuda: &str) -> Result<RunResult, RunError> {
     device(&mut slot)?;
     let p = &program.prepared;
     let reference = program.reference();
-    execute_on(&mut slot, req, cuda, &p.plan, &p.setup, &reference, &mut NoHooks)
+    execute_on(
+        &mut slot,
+        req,
+        cuda,
+        &p.plan,
+        &p.setup,
+        &reference,
+        &mut NoHooks,
+    )
 }
 
 /// [`run`] with progress reports and a CUBIN source (a device of its own).

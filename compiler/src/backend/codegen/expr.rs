@@ -238,6 +238,11 @@ impl Emitter<'_> {
                 self.uses.math.insert("tanh_abs");
                 format!("hf_tanh_abs({x})")
             }
+            UnaryOp::TanhApprox if f64t => math("tanh"),
+            UnaryOp::TanhApprox => {
+                self.uses.math.insert("tanh_approx");
+                format!("hf_tanh_approx({x})")
+            }
             // f64 has no flushing form (the passes make this op in f32 only).
             UnaryOp::Exp2Ftz if f64t => math("exp2"),
             UnaryOp::Exp2Ftz => {

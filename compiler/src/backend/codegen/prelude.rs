@@ -56,6 +56,12 @@ __device__ __forceinline__ float hf_tanh_abs(float x) {
 ",
     ),
     (
+        "tanh_approx",
+        "// tanh(x, approximate=hardware): one MUFU.TANH, relative error at most about 2^-11.
+__device__ __forceinline__ float hf_tanh_approx(float x) { float r; asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(r) : \"f\"(x)); return r; }
+",
+    ),
+    (
         "sign",
         "__device__ __forceinline__ float hf_sign(float x) { return (float)((0.0f < x) - (x < 0.0f)); }
 __device__ __forceinline__ double hf_sign(double x) { return (double)((0.0 < x) - (x < 0.0)); }

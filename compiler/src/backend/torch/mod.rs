@@ -1174,7 +1174,8 @@ fn unary(u: UnaryOp, x: Py, out: DType) -> Py {
         UnaryOp::Abs => call("abs"),
         UnaryOp::Sqrt => call("sqrt"),
         UnaryOp::Rsqrt => call("rsqrt"),
-        UnaryOp::Tanh | UnaryOp::TanhAbs => call("tanh"),
+        // The twin computes the precise tanh for `approximate=hardware` too.
+        UnaryOp::Tanh | UnaryOp::TanhAbs | UnaryOp::TanhApprox => call("tanh"),
         UnaryOp::Sigmoid => call("sigmoid"),
         UnaryOp::Log => call("log"),
         UnaryOp::Log2 => call("log2"),

@@ -19,7 +19,9 @@
 //!   the P V product reads (for tile `j - 1`), P_{j-1} converted into P's registers and
 //!   O += P_{j-1} V_{j-1} issued (commit), `wait_group 1` (S_j is done, the P V product still
 //!   runs), the empty arrives of barriers only S reads for tile `j` (K's stage is free), tile
-//!   j's softmax statistics (maximum, exponentials, sum), `wait_group 0`, the other empty
+//!   j's softmax statistics (maximum, exponentials, sum; the arrive of a stage they also read,
+//!   a mask's per-key ids cached beside K, right after the last statement that reads it),
+//!   `wait_group 0`, the other empty
 //!   arrives for tile `j - 1` (V's stage, or the joint K/V stage), then O rescaled;
 //! - epilogue (when `0 < n`, tile `n - 1`): its conversion, P V product, `wait_group 0` and
 //!   late arrives.
@@ -168,6 +170,10 @@ struct Iteration {
     product: Vec<Stmt>,
     /// Empty arrives of barriers only S reads.
     early_arrives: Vec<Stmt>,
+    /// Empty arrives of barriers whose stages S and the softmax statistics read: placed in
+    /// `stats` at `released_at`, after the last statement that reads one of their stages.
+    after_reads_arrives: Vec<Stmt>,
+    released_at: usize,
     /// The other empty arrives.
     late_arrives: Vec<Stmt>,
     /// The stages only the P V product reads (V's).
@@ -259,7 +265,9 @@ fn rewrite_loop(
                 &it.scores,
                 &[Stmt::WgmmaWait(0)],
                 &it.early_arrives,
-                &it.stats,
+                &it.stats[..it.released_at],
+                &it.after_reads_arrives,
+                &it.stats[it.released_at..],
             ])),
         ]),
     );
@@ -278,7 +286,9 @@ fn rewrite_loop(
                 &at_previous(&it.product),
                 &[Stmt::WgmmaWait(1)],
                 &it.early_arrives,
-                &it.stats,
+                &it.stats[..it.released_at],
+                &it.after_reads_arrives,
+                &it.stats[it.released_at..],
                 &[Stmt::WgmmaWait(0)],
                 &at_previous(&it.late_arrives),
                 &it.rescale,
@@ -397,6 +407,25 @@ fn split_iteration(
         convert,
         carried,
     } = between(&block[c1 + 2..f2], o_expr, p_buf)?;
+    // A stage the softmax statistics also read (a document mask's ids of the key tile, cached
+    // beside K) is released after the last statement reading it, not when S is done: the
+    // producer would refill it under the reads.
+    let reads_stage = |stmts: &[Stmt], bars| {
+        guarded_buffers(cx, plan, bars)
+            .iter()
+            .any(|&b| crate::passes::tma::warp_specialize::reads_buffer(stmts, b))
+    };
+    let (after_reads_arrives, early_arrives): (Vec<Stmt>, Vec<Stmt>) = early_arrives
+        .into_iter()
+        .partition(|s| matches!(s, Stmt::MbarArrive { bars, .. } if reads_stage(&stats, *bars)));
+    let released_at = stats
+        .iter()
+        .rposition(|s| {
+            after_reads_arrives.iter().any(|a| {
+                matches!(a, Stmt::MbarArrive { bars, .. } if reads_stage(std::slice::from_ref(s), *bars))
+            })
+        })
+        .map_or(0, |i| i + 1);
     Ok(Iteration {
         binding,
         head,
@@ -408,6 +437,8 @@ fn split_iteration(
         carried,
         product,
         early_arrives,
+        after_reads_arrives,
+        released_at,
         late_arrives,
         product_only: pv_reads
             .iter()
