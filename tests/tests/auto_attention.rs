@@ -796,3 +796,30 @@ fn a_per_key_input_of_the_mask_is_cached_beside_k() {
         "{main}"
     );
 }
+
+/// Pass `scaled_max`: plain attention's scores feed only the row maximum and the exponentials,
+/// so the maximum is taken before the scale (under `scale > 0`, the scaled form otherwise) and
+/// the scale joins the exponential's FMA; a softcap's scores also feed the cap, so its kernel
+/// keeps the scaling.
+#[test]
+fn the_plain_kernel_takes_the_maximum_before_the_scale() {
+    let plain = compile(&example("auto/attention.hf")).cuda;
+    assert_eq!(plain.matches("if (scale > 0.0f) {").count(), 2, "{plain}");
+    assert_eq!(
+        plain
+            .matches("fmaf(s_sum_acc[r4], (scale * 1.442695f), e_broadcast[0])")
+            .count(),
+        2
+    );
+    assert!(!plain.contains("s_sum_acc[r] = s_sum_acc[r] * scale;"));
+    let unscaled = plain.find("if (scale > 0.0f) {").unwrap();
+    let branch = &plain[unscaled..plain[unscaled..].find("} else {").unwrap() + unscaled];
+    assert!(
+        branch.contains("hf_maximum(m_acc_part[r2 / 2 % 2], s_sum_acc[r2])")
+            && branch.contains("m_acc_part[0] = m_acc_part[0] * scale;"),
+        "{branch}"
+    );
+    let softcap = compile(&example("auto/attention_softcap.hf")).cuda;
+    assert!(softcap.contains("s_sum_acc[r] = s_sum_acc[r] * scale;"));
+    assert!(!softcap.contains("> 0.0f"));
+}

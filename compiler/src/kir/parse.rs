@@ -322,6 +322,11 @@ impl<'a> Cursor<'a> {
         if self.eat("elect_one()") {
             return Ok((Val::Elect, 1));
         }
+        if self.eat("positive(") {
+            let param = self.ident()?.to_string();
+            self.expect(")")?;
+            return Ok((Val::Positive(param), 1));
+        }
         let start = self.pos;
         let name = self.ident()?;
         let v = match name {

@@ -41,6 +41,10 @@ pub enum Val {
     /// input `.0` (the kernel parameter, in global memory), clamped into `[0, .2)` so that the
     /// access it moves never leaves its tensor. A binary node over `.1` and `.2`.
     IndexIn(String, Box<Val>, Box<Val>),
+    /// Whether the float scalar parameter `.0` (a scalar input, passed by value) is above 0
+    /// (`scale > 0.0f`; false for NaN): a uniform branch between two forms of the code that
+    /// depend on its sign (pass `scaled_max`: a row maximum taken before the scale).
+    Positive(String),
 }
 
 #[allow(clippy::should_implement_trait)]
@@ -159,7 +163,7 @@ impl Val {
             Val::Xor(..) => bin(|a, b| Some(a ^ b)),
             Val::Min(..) => bin(|a, b| Some(a.min(b))),
             // Data: known only at run time.
-            Val::IndexIn(..) => None,
+            Val::IndexIn(..) | Val::Positive(_) => None,
             Val::Size(_) | Val::Var(_) | Val::Hw(_) | Val::Warp | Val::Elect | Val::Ctas => {
                 leaf(self)
             }
@@ -371,6 +375,11 @@ impl Val {
             } else {
                 "elect_one()"
             }),
+            Val::Positive(param) => {
+                out.push_str(if cuda { "(" } else { "positive(" });
+                out.push_str(param);
+                out.push_str(if cuda { " > 0.0f)" } else { ")" });
+            }
             Val::IndexIn(array, i, n) => {
                 out.push_str(if cuda {
                     "hf_index_in<index_t>("

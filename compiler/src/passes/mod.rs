@@ -40,6 +40,7 @@ pub mod predicate;
 pub mod probe;
 pub mod reduction;
 pub mod row_math;
+pub mod scaled_max;
 pub mod simplify;
 pub mod specialize;
 pub mod sync;
@@ -233,6 +234,13 @@ pub const PIPELINE: &[Pass] = &[
         summary: "tensor-core tiles: wgmma on descriptors, accumulator fragments",
         run: |cx, h, k| mma::run(cx, &h.plan, &h.accumulators, &h.tile_loops, k),
         applies: mma::used,
+        in_place: false,
+    },
+    Pass {
+        name: "scaled_max",
+        summary: "a row maximum of scaled scores taken before the scale, the scale in the exponential's FMA",
+        run: |cx, _, k| scaled_max::run(cx, k),
+        applies: scaled_max::used,
         in_place: false,
     },
     Pass {

@@ -79,7 +79,10 @@ impl<'k> Walk<'k> {
     /// warp-collective parts reached by whole warps) and returns how uniform it is.
     pub(super) fn value(&mut self, v: &Val, ctx: Uniformity) -> Uniformity {
         match v {
-            Val::Int(_) | Val::Size(_) | Val::True | Val::Ctas => Uniformity::Block,
+            // A scalar parameter's sign is the same in every thread of the grid.
+            Val::Int(_) | Val::Size(_) | Val::True | Val::Ctas | Val::Positive(_) => {
+                Uniformity::Block
+            }
             Val::Hw(p) => of_hw(self.k, *p),
             Val::Var(name) => match self.vars.iter().rev().find(|(n, _)| n == name) {
                 Some(&(_, u)) => u,
