@@ -613,6 +613,7 @@ mod tests {
             "row_math",
             "index_float",
             "view_vectors",
+            "scaled_max",
         ];
         let count = |skip: &[&str]| {
             hopfuse::passes::PIPELINE

@@ -42,21 +42,27 @@ use crate::kir::{BufferId, Compute, Data, Kernel, Loop, Stmt, Val};
 /// log2(e) as the passes write it in the exponential's FMA (`row_math::log2_fma`).
 const LOG2_E: f64 = std::f64::consts::LOG2_E;
 
-/// Whether the kernel can have the form: it has a scalar input and a row maximum.
+/// Whether the kernel can have the form: tensor-core fragments (the quad combination), a
+/// scalar input, a row maximum and an exponential.
 pub fn used(cx: &Ctx) -> bool {
+    use crate::fusion::{Op, ParallelType, UnaryOp};
     let f = cx.fusion;
-    f.inputs
-        .iter()
-        .any(|&t| f.tensors[t].root.is_empty() && !f.tensors[t].in_memory)
+    f.ids.iter().any(|a| a.parallel == ParallelType::Mma)
+        && f.inputs
+            .iter()
+            .any(|&t| f.tensors[t].root.is_empty() && !f.tensors[t].in_memory)
         && f.exprs.iter().any(|e| {
             matches!(
                 e.op,
-                crate::fusion::Op::Reduce {
+                Op::Reduce {
                     op: ReduceOp::Max,
                     ..
                 }
             )
         })
+        && f.exprs
+            .iter()
+            .any(|e| matches!(e.op, Op::Unary(UnaryOp::Exp | UnaryOp::Exp2)))
 }
 
 pub fn run(_cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
