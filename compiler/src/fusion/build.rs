@@ -526,12 +526,24 @@ impl Builder {
         let tensor = |t: BResult<TensorId>| t.map(Value::Tensor);
         match def.kind {
             OpKind::Unary(mut u) => {
-                if u == UnaryOp::Gelu {
-                    u = self.gelu_form(args)?;
-                }
-                if u == UnaryOp::Tanh {
-                    u = self.tanh_form(args)?;
-                }
+                // `gelu(x, approximate=none|tanh)`: which GELU; `tanh(x,
+                // approximate=none|hardware)`: precise, or the hardware's approximation.
+                u = match u {
+                    UnaryOp::Gelu => Self::approximate_form(
+                        args,
+                        u,
+                        ("tanh", UnaryOp::GeluTanh),
+                        "`none` (exact, the default) or `tanh`",
+                    )?,
+                    UnaryOp::Tanh => Self::approximate_form(
+                        args,
+                        u,
+                        ("hardware", UnaryOp::TanhApprox),
+                        "`none` (precise, the default) or `hardware` (PTX tanh.approx.f32, \
+                         relative error about 2^-11)",
+                    )?,
+                    u => u,
+                };
                 // `~` of a bool is `not` (on 0 and 1 as i32 it would give -1 and -2).
                 if u == UnaryOp::BitwiseNot
                     && matches!(pos[0].0, Value::Tensor(t) if self.f.tensors[t].dtype == DType::Bool)
@@ -1134,39 +1146,29 @@ impl Builder {
         select(self, over, Operand::Tensor(less), Operand::Tensor(least))
     }
 
-    /// `gelu(x, approximate=none|tanh)`: which GELU.
-    fn gelu_form(&self, args: &[Arg]) -> BResult<UnaryOp> {
-        for a in args {
-            if let Arg::Named { value, loc, .. } = a {
-                return match value {
-                    ast::Expr::Name(n, _) if n == "none" => Ok(UnaryOp::Gelu),
-                    ast::Expr::Name(n, _) if n == "tanh" => Ok(UnaryOp::GeluTanh),
-                    _ => Err(Diagnostic::new(
-                        "`approximate=` is `none` (exact, the default) or `tanh`",
-                        Some(loc.0),
-                    )),
-                };
-            }
+    /// The form of a unary op with an `approximate=` argument (`gelu`, `tanh`): `exact` when it
+    /// is absent or `none`, `approximate` for the `other` keyword; `what` says both, for the
+    /// located error on anything else.
+    fn approximate_form(
+        args: &[Arg],
+        exact: UnaryOp,
+        (other, approximate): (&str, UnaryOp),
+        what: &str,
+    ) -> BResult<UnaryOp> {
+        let Some((value, loc)) = args.iter().find_map(|a| match a {
+            Arg::Named { value, loc, .. } => Some((value, loc)),
+            _ => None,
+        }) else {
+            return Ok(exact);
+        };
+        match value {
+            ast::Expr::Name(n, _) if n == "none" => Ok(exact),
+            ast::Expr::Name(n, _) if n == other => Ok(approximate),
+            _ => Err(Diagnostic::new(
+                format!("`approximate=` is {what}"),
+                Some(loc.0),
+            )),
         }
-        Ok(UnaryOp::Gelu)
-    }
-
-    /// `tanh(x, approximate=none|hardware)`: precise, or the hardware's approximation.
-    fn tanh_form(&self, args: &[Arg]) -> BResult<UnaryOp> {
-        for a in args {
-            if let Arg::Named { value, loc, .. } = a {
-                return match value {
-                    ast::Expr::Name(n, _) if n == "none" => Ok(UnaryOp::Tanh),
-                    ast::Expr::Name(n, _) if n == "hardware" => Ok(UnaryOp::TanhApprox),
-                    _ => Err(Diagnostic::new(
-                        "`approximate=` is `none` (precise, the default) or `hardware` (PTX \
-                         tanh.approx.f32, relative error about 2^-11)",
-                        Some(loc.0),
-                    )),
-                };
-            }
-        }
-        Ok(UnaryOp::Tanh)
     }
 
     /// An elementwise op of these values: folded when every one is a number.
