@@ -146,11 +146,12 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
     } else {
         Kernel::PING_PONG
     };
-    let key_caches = if kernel.ping_pong() {
-        key_inputs(facts, at)
-    } else {
-        Vec::new()
-    };
+    let key_caches: Vec<TensorId> = side
+        .key_inputs
+        .iter()
+        .copied()
+        .filter(|&t| kernel.ping_pong() && tma_loadable(facts, t))
+        .collect();
     let text = text(facts, at, d, kernel, &chain, &side.rows, &key_caches);
     let mask = match at.mask {
         None => String::new(),
@@ -445,23 +446,29 @@ fn text(
         s.append(key_box);
     }
     if kernel.ping_pong() {
-        let [producer, consumer] = kernel.registers;
-        s.comment(&format!("K and V in circular buffers of two stages, each filled by its own warp of the producer warp group (TIDy = {}) while the consumer warp groups compute on each stage; the groups take turns issuing their products (turns=products): S_j and P_(j-1) V_(j-1) in one turn.", kernel.groups));
-        let ws = format!("warp_specialized(TIDy, registers=[{producer}, {consumer}]");
-        s.line(format!("{ks}.circular_buffer(2, {ws}, turns=products))"));
-        if !key_cache_names.is_empty() {
-            s.comment("The per-key inputs the mask reads, one box of the tile's keys per stage: in K's stages, filled by K's warp.");
-        }
-        for c in &key_cache_names {
-            s.line(format!("{c}.circular_buffer(2, {ws}, turns=products))"));
-        }
-        s.line(format!(
-            "{vs}.circular_buffer(2, {ws}, warp=1, turns=products))"
-        ));
+        ping_pong_pipelines(&mut s, kernel, [&ks, &vs], &key_cache_names);
     }
     s.line("inline_most()".into());
     place_tile_tensors(&mut s, f, at, chain, rows, at_(2 + g), at_(1));
     s.finish()
+}
+
+/// The ping-pong kernel's circular buffers: K's and V's stages, each on its own producer warp,
+/// the per-key caches `keys` in K's stages; the consumer groups take turns issuing products.
+fn ping_pong_pipelines(s: &mut ScheduleText, kernel: Kernel, [ks, vs]: [&str; 2], keys: &[String]) {
+    let [producer, consumer] = kernel.registers;
+    s.comment(&format!("K and V in circular buffers of two stages, each filled by its own warp of the producer warp group (TIDy = {}) while the consumer warp groups compute on each stage; the groups take turns issuing their products (turns=products): S_j and P_(j-1) V_(j-1) in one turn.", kernel.groups));
+    let ws = format!("warp_specialized(TIDy, registers=[{producer}, {consumer}]");
+    s.line(format!("{ks}.circular_buffer(2, {ws}, turns=products))"));
+    if !keys.is_empty() {
+        s.comment("The per-key inputs the mask reads, one box of the tile's keys per stage: in K's stages, filled by K's warp.");
+    }
+    for c in keys {
+        s.line(format!("{c}.circular_buffer(2, {ws}, turns=products))"));
+    }
+    s.line(format!(
+        "{vs}.circular_buffer(2, {ws}, warp=1, turns=products))"
+    ));
 }
 
 /// After `inline_most()`: the softmax's tensors (with the score modification's and the mask's
@@ -635,51 +642,6 @@ fn softmax_tile(f: &Fusion, at: &Attention, chain: &[TensorId]) -> Vec<TensorId>
         .collect()
 }
 
-/// The fusion inputs over the batch and the keys alone (`doc_k: i32[B, T]`) that the mask or
-/// the score modification read: cached in shared memory one key tile per stage of K's
-/// pipeline, where each score's read of them was a global load after S's wait (a document
-/// mask, docs/benchmarks.md, seventeenth session). Only
-/// where TMA can load them: a known key extent whose rows are a multiple of 16 bytes apart
-/// (else each score keeps its load).
-fn key_inputs(facts: &Facts, at: &Attention) -> Vec<TensorId> {
-    let f = facts.fusion;
-    let scores = f.computed_from([at.product]);
-    let mut stack: Vec<TensorId> = at.mask.map(|m| m.keep).into_iter().collect();
-    if let Some(sm) = &at.score_mod {
-        stack.extend(sm.path.iter().flat_map(|&d| f.exprs[d].input_tensors()));
-    }
-    let (mut seen, mut inputs) = (BTreeSet::new(), BTreeSet::new());
-    while let Some(t) = stack.pop() {
-        if scores[t] || !seen.insert(t) {
-            continue;
-        }
-        match f.tensors[t].definition {
-            Some(d) => stack.extend(f.exprs[d].input_tensors()),
-            None if f.tensors[t].is_input => {
-                inputs.insert(t);
-            }
-            None => {}
-        }
-    }
-    let axes = f.logical(at.softmax.scores);
-    let query = f.class_of(axes[axes.len() - 2]);
-    let key = f.class_of(at.softmax.axis);
-    inputs
-        .into_iter()
-        .filter(|&t| {
-            let logical = f.logical(t);
-            let [.., last] = logical[..] else {
-                return false;
-            };
-            let bytes = i64::from(f.tensors[t].dtype.size_bytes());
-            logical.len() == at.batch + 1
-                && f.class_of(last) == key
-                && logical.iter().all(|&a| f.class_of(a) != query)
-                && facts.extent(last).is_some_and(|n| (n * bytes) % 16 == 0)
-        })
-        .collect()
-}
-
 /// The tensors the score modification and the mask compute from their side inputs (the
 /// scalars, `iota`s and input tensors they read, not the scores), by shape.
 #[derive(Debug, Default, PartialEq)]
@@ -690,6 +652,22 @@ struct SideTensors {
     /// Per key, not per query (`[B, T]`): the kernel has no fragment over the tile's keys
     /// alone, so the scheduler declines them.
     keys: Vec<TensorId>,
+    /// The fusion inputs over the batch and the keys alone (`doc_k: i32[B, T]`) read: each
+    /// score's read of them was a global load after S's wait, so the ping-pong kernel caches
+    /// them in shared memory, one key tile per stage of K's pipeline, where TMA can load them
+    /// ([`tma_loadable`]; a document mask, docs/benchmarks.md, seventeenth session).
+    key_inputs: Vec<TensorId>,
+}
+
+/// Whether TMA can load input `t` by tiles of keys: its key extent known, its rows a multiple
+/// of 16 bytes apart (else each score keeps its load).
+fn tma_loadable(facts: &Facts, t: TensorId) -> bool {
+    let f = facts.fusion;
+    let bytes = i64::from(f.tensors[t].dtype.size_bytes());
+    f.logical(t)
+        .last()
+        .and_then(|&key| facts.extent(key))
+        .is_some_and(|n| (n * bytes) % 16 == 0)
 }
 
 /// The [`SideTensors`] of `at`'s score modification and mask, in the fusion's order. Those
@@ -704,13 +682,17 @@ fn side_tensors(f: &Fusion, at: &Attention) -> SideTensors {
     if let Some(sm) = &at.score_mod {
         stack.extend(sm.path.iter().flat_map(|&d| f.exprs[d].input_tensors()));
     }
-    let mut side = BTreeSet::new();
+    let (mut side, mut inputs) = (BTreeSet::new(), BTreeSet::new());
     while let Some(t) = stack.pop() {
-        if scores[t] || f.tensors[t].is_input || !side.insert(t) {
+        if scores[t] {
             continue;
         }
-        if let Some(d) = f.tensors[t].definition {
-            stack.extend(f.exprs[d].input_tensors());
+        if f.tensors[t].is_input {
+            inputs.insert(t);
+        } else if side.insert(t) {
+            if let Some(d) = f.tensors[t].definition {
+                stack.extend(f.exprs[d].input_tensors());
+            }
         }
     }
     let axes = f.logical(at.softmax.scores);
@@ -727,6 +709,15 @@ fn side_tensors(f: &Fusion, at: &Attention) -> SideTensors {
             .iter()
             .copied()
             .filter(|&t| has(t, key) && !has(t, query))
+            .collect(),
+        key_inputs: inputs
+            .into_iter()
+            .filter(|&t| {
+                let logical = f.logical(t);
+                logical.len() == at.batch + 1
+                    && logical.last().is_some_and(|&a| f.class_of(a) == key)
+                    && !has(t, query)
+            })
             .collect(),
     }
 }

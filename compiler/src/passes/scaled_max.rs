@@ -241,7 +241,7 @@ fn apply(block: &mut Vec<Stmt>, form: Form) {
     let maximum: Vec<Stmt> = block
         .drain(form.max_at..form.max_at + 1 + form.quads)
         .collect();
-    let Some((_, update)) = only_compute(&maximum[0]).map(|(l, c)| (l, c.clone())) else {
+    let Some(update) = only_compute(&maximum[0]).map(|(_, c)| c.clone()) else {
         unreachable!("find took a loop of one compute")
     };
     // c > 0: the maximum of the unscaled scores, scaled once per row (each combined partial).

@@ -157,19 +157,7 @@ pub fn run_edited(req: &RunRequest, cuda: &str) -> Result<RunResult, RunError> {
         ));
     }
     let program = for_run(req, None, &mut NoHooks)?;
-    let mut slot = None;
-    device(&mut slot)?;
-    let p = &program.prepared;
-    let reference = program.reference();
-    execute_on(
-        &mut slot,
-        req,
-        cuda,
-        &p.plan,
-        &p.setup,
-        &reference,
-        &mut NoHooks,
-    )
+    execute_program(&mut None, req, &program, Some(cuda), &mut NoHooks)
 }
 
 /// [`run`] with progress reports and a CUBIN source (a device of its own).
@@ -722,12 +710,24 @@ pub fn run_on(
         return segmented::run_split(slot, req, &split, hooks);
     }
     let program = for_run(req, prepared, hooks)?;
+    execute_program(slot, req, &program, None, hooks)
+}
+
+/// Runs `program` (its own CUDA, or `cuda` in place of it) on the device in `slot`.
+fn execute_program(
+    slot: &mut Option<Device>,
+    req: &RunRequest,
+    program: &ForRun,
+    cuda: Option<&str>,
+    hooks: &mut dyn Hooks,
+) -> Result<RunResult, RunError> {
     // The GPU before the float64 reference and NVRTC: on a machine without one, a program that
     // compiles is told that, not asked for NVRTC or kept waiting for its reference.
     device(slot)?;
     let p = &program.prepared;
     let reference = program.reference();
-    execute_on(slot, req, &p.cuda, &p.plan, &p.setup, &reference, hooks)
+    let cuda = cuda.unwrap_or(&p.cuda);
+    execute_on(slot, req, cuda, &p.plan, &p.setup, &reference, hooks)
 }
 
 /// Times `cuMemcpyDtoDAsync` of max(1 GiB, half the kernel's bytes), as much as fits in free
