@@ -89,6 +89,29 @@ pub fn wgmma_accumulators(n: i64) -> i64 {
     WGMMA_M * n / WARPGROUP_THREADS
 }
 
+/// MUFU (special function unit) instructions an f32 unary op compiles to, as the code
+/// generator writes it: `tanh_approx` one MUFU.TANH, `tanh_abs` a MUFU.EX2 and a MUFU.RCP, the
+/// exponentials one MUFU.EX2, the logarithms one MUFU.LG2, `sin` and `cos` one each, `rsqrt`
+/// one MUFU.RSQ. The MUFU retires 16 results per SM cycle where the FMA pipe retires 128: two
+/// such ops per attention score fill the other warp group's products (S and P V, 2 * 64 * 128
+/// * 128 multiply-adds at 4096 flop per cycle, 1024 cycles, against 2 * 8192 / 16 = 1024).
+pub fn mufu_ops(op: crate::fusion::UnaryOp) -> u32 {
+    use crate::fusion::UnaryOp as U;
+    match op {
+        U::TanhAbs | U::Sigmoid | U::Tanh => 2,
+        U::TanhApprox
+        | U::Exp
+        | U::Exp2
+        | U::Exp2Ftz
+        | U::Log
+        | U::Log2
+        | U::Sin
+        | U::Cos
+        | U::Rsqrt => 1,
+        _ => 0,
+    }
+}
+
 /// Most registers one thread may hold (the per-thread limit of the register file).
 pub const MAX_REGISTERS_PER_THREAD: i64 = 255;
 

@@ -439,7 +439,9 @@ fn the_variants_lower_on_their_kernels() {
         .expect("the cap's reciprocal");
     assert!(recip > softcap.find("consumer warps").unwrap());
     assert!(recip < softcap.find("for (index_t t_o_first").unwrap());
-    assert!(softcap.contains("sc_div[0] = s_sum_acc[r2] * cap_recip[0];"));
+    // The scale and the reciprocal merged into one product (pass merged_scales).
+    assert!(softcap.contains("s_sum_acc[r] = s_sum_acc[r] * (scale * cap_recip[0]);"));
+    assert!(softcap.contains("sc_div[0] = s_sum_acc[r2];"));
     assert!(!softcap.contains("/ cap;"));
     // The slope read once per block, before the producer's and consumers' key loops.
     let alibi = cuda(VARIANTS[1]);
@@ -549,7 +551,8 @@ fn a_side_value_computed_over_neither_queries_nor_keys_gets_the_attention_kernel
             .unwrap_or_else(|| panic!("{r} computed once"));
         assert!(once > cuda.find("consumer warps").unwrap());
         assert!(once < cuda.find("for (index_t t_o_first").unwrap());
-        assert!(cuda.contains(&format!("sc_mul[0] = s_sum_acc[r2] * {r}[0];")));
+        assert!(cuda.contains(&format!("s_sum_acc[r] = s_sum_acc[r] * (scale * {r}[0]);")));
+        assert!(cuda.contains("sc_mul[0] = s_sum_acc[r2];"));
     }
     let half = per_head.find("hs[0] = slope[b] * 0.5f;").expect("hs");
     assert!(half < per_head.find("for (index_t t_o_first").unwrap());
@@ -800,7 +803,8 @@ fn a_per_key_input_of_the_mask_is_cached_beside_k() {
 /// Pass `scaled_max`: plain attention's scores feed only the row maximum and the exponentials,
 /// so the maximum is taken before the scale (under `scale > 0`, the scaled form otherwise) and
 /// the scale joins the exponential's FMA; a softcap's scores also feed the cap, so its kernel
-/// keeps the scaling.
+/// keeps the scaling (merged with the cap's reciprocal: pass merged_scales) and its maximum is
+/// of the capped scores, with no branch.
 #[test]
 fn the_plain_kernel_takes_the_maximum_before_the_scale() {
     let plain = compile(&example("auto/attention.hf")).cuda;
@@ -820,6 +824,25 @@ fn the_plain_kernel_takes_the_maximum_before_the_scale() {
         "{branch}"
     );
     let softcap = compile(&example("auto/attention_softcap.hf")).cuda;
-    assert!(softcap.contains("s_sum_acc[r] = s_sum_acc[r] * scale;"));
+    assert!(softcap.contains("s_sum_acc[r] = s_sum_acc[r] * (scale * cap_recip[0]);"));
     assert!(!softcap.contains("> 0.0f"));
+}
+
+/// Pass `fma_exp2`: where the scores take a MUFU op of their own (a softcap's tanh), one
+/// exponential in four is computed on the FMA pipe; plain attention keeps every exponential
+/// on the MUFU.
+#[test]
+fn a_quarter_of_the_softcaps_exponentials_go_to_the_fma_pipe() {
+    for path in [
+        "auto/attention_softcap.hf",
+        "auto/attention_softcap_hardware_tanh.hf",
+    ] {
+        let cuda = compile(&example(path)).cuda;
+        assert_eq!(cuda.matches("if (r5 % 4 == 3) {").count(), 2, "{path}");
+        assert_eq!(cuda.matches("e[r5] = hf_exp2_fma(e_sub[0]);").count(), 2);
+        assert_eq!(cuda.matches("e[r5] = hf_exp2_ftz(e_sub[0]);").count(), 2);
+        assert!(cuda.contains("__device__ __forceinline__ float hf_exp2_fma(float x)"));
+    }
+    let plain = compile(&example("auto/attention.hf")).cuda;
+    assert!(!plain.contains("hf_exp2_fma"));
 }

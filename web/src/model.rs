@@ -594,7 +594,8 @@ mod tests {
         // `longest_first` only for a causally masked one), `welford` only for a one-pass variance, `online_logsumexp`
         // only for a one-pass log-sum-exp, `row_math` only for a row value broadcast into an
         // exponential or a division, `index_float` only for an `iota` converted to f32 and
-        // `view_vectors` only for a view in a vectorized schedule (no example here has any).
+        // `view_vectors` only for a view in a vectorized schedule, `merged_scales`, `scaled_max`
+        // and `fma_exp2` only for a softmax of tensor-core scores (no example here has any).
         let tma_passes = [
             "tma",
             "tma_issue",
@@ -613,7 +614,9 @@ mod tests {
             "row_math",
             "index_float",
             "view_vectors",
+            "merged_scales",
             "scaled_max",
+            "fma_exp2",
         ];
         let count = |skip: &[&str]| {
             hopfuse::passes::PIPELINE

@@ -43,6 +43,12 @@ pub enum UnaryOp {
     /// `online_logsumexp`), each at most 1 next to the row maximum's 1, where such a result
     /// is below the rounding of the sum it joins. PTX `ex2.approx.ftz.f32`: one MUFU.EX2.
     Exp2Ftz,
+    /// `2^x` on the FMA pipe instead of the MUFU (FlashAttention-4's software exponential):
+    /// `x = n + f` with `n = rint(x)`, `2^f` by a degree-3 polynomial on `[-1/2, 1/2]`
+    /// (relative error 7.5e-5, far inside bf16's 2^-9), `n` added to its exponent bits; a
+    /// result below 2^-125 is 0. Not in the language: pass `fma_exp2` puts a quarter of an
+    /// online softmax's `Exp2Ftz` exponentials on it where the scores already take a MUFU op.
+    Exp2Fma,
     Expm1,
     Erf,
     Sin,
@@ -68,7 +74,7 @@ pub enum UnaryOp {
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 33] = [
+    pub const ALL: [UnaryOp; 34] = [
         UnaryOp::Neg,
         UnaryOp::Exp,
         UnaryOp::Relu,
@@ -84,6 +90,7 @@ impl UnaryOp {
         UnaryOp::Log1p,
         UnaryOp::Exp2,
         UnaryOp::Exp2Ftz,
+        UnaryOp::Exp2Fma,
         UnaryOp::Expm1,
         UnaryOp::Erf,
         UnaryOp::Sin,
@@ -109,7 +116,7 @@ impl UnaryOp {
     pub fn def(self) -> &'static OpDef {
         let kind = match self {
             UnaryOp::GeluTanh => OpKind::Unary(UnaryOp::Gelu),
-            UnaryOp::Exp2Ftz => OpKind::Unary(UnaryOp::Exp2),
+            UnaryOp::Exp2Ftz | UnaryOp::Exp2Fma => OpKind::Unary(UnaryOp::Exp2),
             UnaryOp::TanhAbs | UnaryOp::TanhApprox => OpKind::Unary(UnaryOp::Tanh),
             u => OpKind::Unary(u),
         };
@@ -121,6 +128,7 @@ impl UnaryOp {
         match self {
             UnaryOp::GeluTanh => "gelu_tanh",
             UnaryOp::Exp2Ftz => "exp2_ftz",
+            UnaryOp::Exp2Fma => "exp2_fma",
             UnaryOp::TanhAbs => "tanh_abs",
             UnaryOp::TanhApprox => "tanh_approx",
             u => u.def().name,
@@ -151,6 +159,13 @@ impl UnaryOp {
                     0.0
                 } else {
                     y
+                }
+            }
+            UnaryOp::Exp2Fma => {
+                if x < -125.0 {
+                    0.0
+                } else {
+                    x.exp2()
                 }
             }
             UnaryOp::Expm1 => x.exp_m1(),
@@ -981,7 +996,11 @@ mod tests {
                 OPS.iter().filter(|d| d.kind == OpKind::Unary(u)).count(),
                 usize::from(!matches!(
                     u,
-                    UnaryOp::GeluTanh | UnaryOp::Exp2Ftz | UnaryOp::TanhAbs | UnaryOp::TanhApprox
+                    UnaryOp::GeluTanh
+                        | UnaryOp::Exp2Ftz
+                        | UnaryOp::Exp2Fma
+                        | UnaryOp::TanhAbs
+                        | UnaryOp::TanhApprox
                 )),
                 "{u:?}"
             );

@@ -27,11 +27,13 @@
 pub mod allocation;
 pub mod causal_tiles;
 pub mod context;
+pub mod fma_exp2;
 pub mod grid;
 pub mod index_float;
 pub mod indexing;
 pub mod longest_first;
 pub mod loop_nest;
+pub mod merged_scales;
 pub mod mma;
 pub mod online_logsumexp;
 pub mod online_softmax;
@@ -237,10 +239,24 @@ pub const PIPELINE: &[Pass] = &[
         in_place: false,
     },
     Pass {
+        name: "merged_scales",
+        summary: "two multiplications of the scores by uniform scalars made one",
+        run: |cx, _, k| merged_scales::run(cx, k),
+        applies: merged_scales::used,
+        in_place: false,
+    },
+    Pass {
         name: "scaled_max",
         summary: "a row maximum of scaled scores taken before the scale, the scale in the exponential's FMA",
         run: |cx, _, k| scaled_max::run(cx, k),
         applies: scaled_max::used,
+        in_place: false,
+    },
+    Pass {
+        name: "fma_exp2",
+        summary: "a quarter of the exponentials on the FMA pipe where the scores take a MUFU op",
+        run: |cx, _, k| fma_exp2::run(cx, k),
+        applies: fma_exp2::used,
         in_place: false,
     },
     Pass {

@@ -17,7 +17,11 @@
 //! with `c` a float scalar parameter (a scalar input such as attention's `scale`), where the
 //! block's other statements after the scaling neither read nor write `X` (so the scaled
 //! scores feed only the maximum and the exponentials: plain attention and a row softmax of a
-//! scaled product, not a mask or a score modification, which read them too).
+//! scaled product, not a mask or a score modification, which read them too). Not a softcap's
+//! `cap * tanh(...)`: its maximum under the branch would no longer share a basic block with the
+//! tanh's MUFU instructions, and ptxas could not overlap the two (measured on the H200 with
+//! the scaling written as the last statement of the tanh's loop: 1% faster where merging the
+//! two scales alone was 3%: docs/benchmarks.md, eighteenth session).
 //!
 //! Guarantees: the scaling loop is gone, one FMUL per score fewer where `c > 0` (the plain
 //! attention kernel at B = 128, S = T = 2048 on the H200: 461 -> 442 us, x0.91 -> x0.93 of
@@ -89,7 +93,7 @@ struct Form {
 
 /// The single compute of a loop (not a thread binding), the loop's only statement or the
 /// only statement of a conditional without `else` that is (a bounds guard of a ragged tile).
-fn only_compute(s: &Stmt) -> Option<(&Loop, &Compute)> {
+pub(super) fn only_compute(s: &Stmt) -> Option<(&Loop, &Compute)> {
     let Stmt::Loop(l) = s else {
         return None;
     };
@@ -138,7 +142,7 @@ fn is_exp_argument(s: &Stmt, x: BufferId) -> bool {
                 && !reads(&ops[2], x)))
 }
 
-fn reads(d: &Data, x: BufferId) -> bool {
+pub(super) fn reads(d: &Data, x: BufferId) -> bool {
     let mut found = false;
     d.for_each_read(&mut |a| found |= a.buffer == x);
     found
@@ -147,7 +151,7 @@ fn reads(d: &Data, x: BufferId) -> bool {
 /// How many statements of `stmts` (at any depth) may read or write `x`: computes that do,
 /// quad reductions of it, and every statement that moves data other than those (a wgmma, a
 /// TMA copy, a block reduction: counted whatever they access, so the form is not taken).
-fn touches(stmts: &[Stmt], x: BufferId) -> usize {
+pub(super) fn touches(stmts: &[Stmt], x: BufferId) -> usize {
     let mut n = 0;
     crate::kir::for_each_stmt(stmts, &mut |s| {
         n += usize::from(match s {

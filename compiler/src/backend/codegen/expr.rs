@@ -249,6 +249,11 @@ impl Emitter<'_> {
                 self.uses.math.insert("exp2_ftz");
                 format!("hf_exp2_ftz({x})")
             }
+            UnaryOp::Exp2Fma if f64t => math("exp2"),
+            UnaryOp::Exp2Fma => {
+                self.uses.math.insert("exp2_fma");
+                format!("hf_exp2_fma({x})")
+            }
             UnaryOp::Expm1 => math("expm1"),
             UnaryOp::Erf => math("erf"),
             UnaryOp::Sin => math("sin"),

@@ -41,6 +41,21 @@ __device__ __forceinline__ float hf_exp2_ftz(float x) { float r; asm(\"ex2.appro
 ",
     ),
     (
+        "exp2_fma",
+        "// 2^x on the FMA pipe (FlashAttention-4's software exponential), for the exponentials the
+// MUFU has no time for: x = n + f, n = rint(x) (the 1.5 * 2^23 shifter), f in [-1/2, 1/2],
+// 2^f by a degree-3 minimax polynomial (relative error 7.5e-5), n added to its exponent bits;
+// below 2^-125 (and for -inf) 0. Ten FMA-pipe instructions where exp2 is one MUFU.EX2.
+__device__ __forceinline__ float hf_exp2_fma(float x) {
+  const float j = x + 12582912.0f;
+  const float f = x - (j - 12582912.0f);
+  const float p = fmaf(fmaf(fmaf(0.0551716685f, f, 0.242611155f), f, 0.693260968f), f, 0.999928057f);
+  const float r = __int_as_float(__float_as_int(p) + (__float_as_int(j) << 23));
+  return x < -125.0f ? 0.0f : r;
+}
+",
+    ),
+    (
         "tanh_abs",
         "// tanh(x) = 1 - 2 / (e^(2x) + 1): one MUFU.EX2 and one MUFU.RCP, within about 2^-21 of tanh(x)
 // (0.76 * 2^-22 with correctly rounded exp2 and reciprocal, measured over [-20, 20]; the two

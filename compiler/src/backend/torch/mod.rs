@@ -1181,7 +1181,7 @@ fn unary(u: UnaryOp, x: Py, out: DType) -> Py {
         UnaryOp::Log2 => call("log2"),
         UnaryOp::Log1p => call("log1p"),
         // Made by the passes in the kernel IR only; the twin is written from the fusion.
-        UnaryOp::Exp2 | UnaryOp::Exp2Ftz => call("exp2"),
+        UnaryOp::Exp2 | UnaryOp::Exp2Ftz | UnaryOp::Exp2Fma => call("exp2"),
         UnaryOp::Expm1 => call("expm1"),
         UnaryOp::Erf => call("erf"),
         UnaryOp::Sin => call("sin"),
