@@ -1187,7 +1187,10 @@ fn run(args: RunArgs) -> Result<ExitCode> {
                 path.display(),
                 args.file.display()
             );
-            engine::run_edited(&req, &read(path)?)
+            let shown = path.display().to_string();
+            engine::run_edited(&req, &read(path)?, &mut |log| {
+                eprintln!("warning: NVRTC warned on {shown} (a hand edit: run anyway):\n{log}")
+            })
         }
         None => engine::run(&req),
     };

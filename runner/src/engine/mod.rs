@@ -147,8 +147,15 @@ pub fn run(req: &RunRequest) -> Result<RunResult, RunError> {
 /// [`run`] with the kernel's CUDA replaced by `cuda` (the CLI's `run --cuda-file`): a hand
 /// edit of the generated source, launched with the program's own launch plan and inputs, then
 /// validated and timed as the generated kernel is. This is how a change to a kernel is measured
-/// before the compiler is taught to make it. A fusion run as several kernels is refused.
-pub fn run_edited(req: &RunRequest, cuda: &str) -> Result<RunResult, RunError> {
+/// before the compiler is taught to make it. A fusion run as several kernels is refused. NVRTC's
+/// warnings on the edit (a variable the edit left unused) go to `warned` and the run goes on:
+/// the generated kernel's are errors, since the compiler must not make them, but a hand edit is
+/// an experiment.
+pub fn run_edited(
+    req: &RunRequest,
+    cuda: &str,
+    warned: &mut dyn FnMut(&str),
+) -> Result<RunResult, RunError> {
     req.check()?;
     if segmented::split_of(req).is_some() {
         return Err(RunError::new(
@@ -157,7 +164,28 @@ pub fn run_edited(req: &RunRequest, cuda: &str) -> Result<RunResult, RunError> {
         ));
     }
     let program = for_run(req, None, &mut NoHooks)?;
-    execute_program(&mut None, req, &program, Some(cuda), &mut NoHooks)
+    execute_program(
+        &mut None,
+        req,
+        &program,
+        Some(cuda),
+        &mut EditedHooks { warned },
+    )
+}
+
+/// [`run_edited`]'s hooks: NVRTC's warnings reported, not refused.
+pub struct EditedHooks<'w> {
+    pub warned: &'w mut dyn FnMut(&str),
+}
+
+impl Hooks for EditedHooks<'_> {
+    fn cubin(&mut self, cuda: &str, name: &str) -> Result<nvrtc::Cubin, nvrtc::NvrtcError> {
+        let cubin = nvrtc::compile(cuda, name)?;
+        if !cubin.warnings.is_empty() {
+            (self.warned)(&cubin.log);
+        }
+        Ok(cubin)
+    }
 }
 
 /// [`run`] with progress reports and a CUBIN source (a device of its own).

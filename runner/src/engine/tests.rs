@@ -399,3 +399,26 @@ fn ab_runs_take_split_programs_on_either_side() {
         assert!(matches!(e.stage, Stage::Cuda | Stage::Nvrtc), "{e}");
     }
 }
+
+#[test]
+fn a_hand_edits_nvrtc_warnings_are_reported_not_refused() {
+    if crate::not_run::nvrtc_missing("a hand edit's warnings through NVRTC") {
+        return;
+    }
+    // What an edit that leaves a variable unused looks like to NVRTC (warning #177-D).
+    let cuda =
+        "extern \"C\" __global__ void k(float* x) { float unused[1]; x[threadIdx.x] = 1.0f; }\n";
+    assert!(matches!(
+        NoHooks.cubin(cuda, "edit.cu"),
+        Err(nvrtc::NvrtcError::Warnings { .. })
+    ));
+    let mut logs = Vec::new();
+    let cubin = EditedHooks {
+        warned: &mut |log: &str| logs.push(log.to_string()),
+    }
+    .cubin(cuda, "edit.cu")
+    .expect("compiled despite the warning");
+    assert!(!cubin.image.is_empty());
+    assert_eq!(logs.len(), 1);
+    assert!(logs[0].contains("unused"), "{}", logs[0]);
+}
