@@ -89,25 +89,19 @@ pub fn wgmma_accumulators(n: i64) -> i64 {
     WGMMA_M * n / WARPGROUP_THREADS
 }
 
-/// MUFU (special function unit) instructions an f32 unary op compiles to, as the code
-/// generator writes it: `tanh_approx` one MUFU.TANH, `tanh_abs` a MUFU.EX2 and a MUFU.RCP, the
-/// exponentials one MUFU.EX2, the logarithms one MUFU.LG2, `sin` and `cos` one each, `rsqrt`
-/// one MUFU.RSQ. The MUFU retires 16 results per SM cycle where the FMA pipe retires 128: two
-/// such ops per attention score fill the other warp group's products (S and P V, 2 * 64 * 128
-/// * 128 multiply-adds at 4096 flop per cycle, 1024 cycles, against 2 * 8192 / 16 = 1024).
+/// MUFU (special function unit) instructions an f32 unary op compiles to on its fast path, as
+/// the code generator writes it (NVRTC 13.0's SASS for sm_90a): `tanh_approx` one MUFU.TANH;
+/// the exponentials (`expf`, `exp2f`, `ex2.approx`) one MUFU.EX2; `rsqrtf`, `sqrtf` one
+/// MUFU.RSQ; a reciprocal (an IEEE division) one MUFU.RCP; `tanh_abs`, `tanhf` and the sigmoid
+/// a MUFU.EX2 and a MUFU.RCP. The precise `logf`, `log2f`, `sinf` and `cosf` are polynomials:
+/// none. The MUFU retires 16 results per SM cycle where the FMA pipe retires 128: two such ops
+/// per attention score take as long as the other warp group's products (2 x 8192 / 16 = 1024
+/// cycles against 2 x 64 x 128 x 128 multiply-adds at 4096 flop per cycle).
 pub fn mufu_ops(op: crate::fusion::UnaryOp) -> u32 {
     use crate::fusion::UnaryOp as U;
     match op {
-        U::TanhAbs | U::Sigmoid | U::Tanh => 2,
-        U::TanhApprox
-        | U::Exp
-        | U::Exp2
-        | U::Exp2Ftz
-        | U::Log
-        | U::Log2
-        | U::Sin
-        | U::Cos
-        | U::Rsqrt => 1,
+        U::TanhAbs | U::Tanh | U::Sigmoid => 2,
+        U::TanhApprox | U::Exp | U::Exp2 | U::Exp2Ftz | U::Rsqrt | U::Sqrt | U::Reciprocal => 1,
         _ => 0,
     }
 }
