@@ -89,23 +89,6 @@ pub fn wgmma_accumulators(n: i64) -> i64 {
     WGMMA_M * n / WARPGROUP_THREADS
 }
 
-/// MUFU (special function unit) instructions an f32 unary op compiles to on its fast path, as
-/// the code generator writes it (NVRTC 13.0's SASS for sm_90a): `tanh_approx` one MUFU.TANH;
-/// the exponentials (`expf`, `exp2f`, `ex2.approx`) one MUFU.EX2; `rsqrtf`, `sqrtf` one
-/// MUFU.RSQ; a reciprocal (an IEEE division) one MUFU.RCP; `tanh_abs`, `tanhf` and the sigmoid
-/// a MUFU.EX2 and a MUFU.RCP. The precise `logf`, `log2f`, `sinf` and `cosf` are polynomials:
-/// none. The MUFU retires 16 results per SM cycle where the FMA pipe retires 128: two such ops
-/// per attention score take as long as the other warp group's products (2 x 8192 / 16 = 1024
-/// cycles against 2 x 64 x 128 x 128 multiply-adds at 4096 flop per cycle).
-pub fn mufu_ops(op: crate::fusion::UnaryOp) -> u32 {
-    use crate::fusion::UnaryOp as U;
-    match op {
-        U::TanhAbs | U::Tanh | U::Sigmoid => 2,
-        U::TanhApprox | U::Exp | U::Exp2 | U::Exp2Ftz | U::Rsqrt | U::Sqrt | U::Reciprocal => 1,
-        _ => 0,
-    }
-}
-
 /// Most registers one thread may hold (the per-thread limit of the register file).
 pub const MAX_REGISTERS_PER_THREAD: i64 = 255;
 

@@ -135,6 +135,26 @@ impl UnaryOp {
         }
     }
 
+    /// MUFU instructions the op's f32 form compiles to on its fast path, as the code generator
+    /// writes it (NVRTC 13.0's SASS for sm_90a; the unit retires 16 results per SM cycle, the
+    /// FMA pipe 128): `tanh_approx` one MUFU.TANH; the exponentials (`expf`,
+    /// `exp2f`, `ex2.approx`) one MUFU.EX2; `rsqrtf`, `sqrtf` one MUFU.RSQ; a reciprocal (an
+    /// IEEE division) one MUFU.RCP; `tanh_abs`, `tanhf` and the sigmoid a MUFU.EX2 and a
+    /// MUFU.RCP. The precise `logf`, `log2f`, `sinf` and `cosf` are polynomials: none.
+    pub fn mufu_ops(self) -> u32 {
+        match self {
+            UnaryOp::TanhAbs | UnaryOp::Tanh | UnaryOp::Sigmoid => 2,
+            UnaryOp::TanhApprox
+            | UnaryOp::Exp
+            | UnaryOp::Exp2
+            | UnaryOp::Exp2Ftz
+            | UnaryOp::Rsqrt
+            | UnaryOp::Sqrt
+            | UnaryOp::Reciprocal => 1,
+            _ => 0,
+        }
+    }
+
     /// The op on a float64 value (integers and bools are exact in it).
     pub fn eval(self, x: f64) -> f64 {
         const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;

@@ -6,7 +6,7 @@
 //! over the accumulator's registers). Takes, in any block, an unrolled loop whose extent is a
 //! multiple of 4 with a statement `E[r] = exp2_ftz(a)` (its body, or the body of the bounds
 //! guard that is its body), where an earlier loop of the block computes an op that compiles
-//! to a MUFU instruction (`target::mufu_ops`: a softcap's `tanh_approx` or `tanh_abs`), other
+//! to a MUFU instruction (`UnaryOp::mufu_ops`: a softcap's `tanh_approx` or `tanh_abs`), other
 //! than an exponential of the same softmax.
 //!
 //! Guarantees: the statement becomes `if (r % 4 == 3) E[r] = exp2_fma(a) else E[r] =
@@ -44,7 +44,7 @@ pub fn used(cx: &Ctx) -> bool {
                 }
             )
         })
-        && has(&|op| matches!(op, Op::Unary(u) if !is_exp(*u) && crate::target::mufu_ops(*u) > 0))
+        && has(&|op| matches!(op, Op::Unary(u) if !is_exp(*u) && u.mufu_ops() > 0))
 }
 
 fn is_exp(u: UnaryOp) -> bool {
@@ -81,7 +81,7 @@ fn computes_mufu(body: &[Stmt]) -> bool {
 fn has_mufu(d: &Data) -> bool {
     match d {
         Data::Unary(u, t, v) => {
-            (*t == DType::F32 && !is_exp(*u) && crate::target::mufu_ops(*u) > 0) || has_mufu(v)
+            (*t == DType::F32 && !is_exp(*u) && u.mufu_ops() > 0) || has_mufu(v)
         }
         Data::Cast(_, v) | Data::View(_, v) => has_mufu(v),
         Data::Binary(_, _, a, b) => has_mufu(a) || has_mufu(b),
