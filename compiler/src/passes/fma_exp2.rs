@@ -13,9 +13,10 @@
 //! exp2_ftz(a)` (the unrolled loop folds the branch): one exponential in four on the FMA pipe.
 //! Per score the MUFU issues 1.75 results where it issued 2 (3 with `tanh_abs`: 2.75); the FMA
 //! pipe, 8 times its rate, takes ten instructions for each. Measured with hand edits on the
-//! H200 (docs/benchmarks.md, eighteenth session): the softcap with the hardware tanh gains
-//! about 2%; a half on the FMA pipe loses 7%, and plain attention, which has one MUFU op per
-//! score, loses 2.5% with an eighth (so the pass leaves it). `exp2_fma` is within 7.5e-5
+//! H200 (docs/benchmarks.md, eighteenth session): the softcap with the hardware tanh (its
+//! scales merged) 568.9 -> 557.4 us with one in four, 598.5 us with one in two; plain
+//! attention, one MUFU op per score, loses 2.6% with one in eight and 7.2% with one in four
+//! (so the pass leaves it). `exp2_fma` is within 7.5e-5
 //! (relative) of `2^a` and flushes results below 2^-125 to 0 where `exp2_ftz` flushes those
 //! below 2^-126: each is at most 1 in a sum holding the row maximum's 1. Emits nothing else.
 
