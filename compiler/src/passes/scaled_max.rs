@@ -19,9 +19,9 @@
 //! scores feed only the maximum and the exponentials: plain attention and a row softmax of a
 //! scaled product, not a mask or a score modification, which read them too). Not a softcap's
 //! `cap * tanh(...)`: its maximum under the branch would no longer share a basic block with the
-//! tanh's MUFU instructions, and ptxas could not overlap the two (measured on the H200 with
-//! the scaling written as the last statement of the tanh's loop: 1% faster where merging the
-//! two scales alone was 3%: docs/benchmarks.md, eighteenth session).
+//! tanh's MUFU instructions, and ptxas could not overlap the two (measured on the H200, the
+//! softcap's kernel with its scales merged and a quarter of its exponentials on the FMA pipe:
+//! 573.8 us with that branch, 546.6 us without; docs/benchmarks.md, eighteenth session).
 //!
 //! Guarantees: the scaling loop is gone, one FMUL per score fewer where `c > 0` (the plain
 //! attention kernel at B = 128, S = T = 2048 on the H200: 461 -> 442 us, x0.91 -> x0.93 of
