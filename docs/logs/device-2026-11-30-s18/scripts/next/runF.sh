@@ -1,7 +1,7 @@
 #!/bin/bash
 # For the next session (written in session 18, not yet run): branch `alibi-distribute`'s ALiBi
 # kernels (pass distributed_bias), compiled at f8f8b41 (the branch rebased as c1355a9: the same kernels), launched by main's binary with
-# `--cuda-file`: validated against the float64 reference (bench, 8k and ragged sizes) and timed
+# `--cuda-file`: validated against the float64 reference (bench and ragged sizes) and timed
 # interleaved with main's kernel, then with peers. Run from the repository root with main's
 # release binary at target/release/hopfuse.
 N=target/release/hopfuse
