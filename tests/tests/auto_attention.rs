@@ -846,3 +846,33 @@ fn a_quarter_of_the_softcaps_exponentials_go_to_the_fma_pipe() {
     let plain = compile(&example("auto/attention.hf")).cuda;
     assert!(!plain.contains("hf_exp2_fma"));
 }
+
+/// Pass `distributed_bias`: specialised (so that `index_float` splits the index difference into
+/// a base and a constant), ALiBi's bias is the slope times the base once per key tile and one
+/// FMA per score; generic, the index stays one conversion and the pass leaves it.
+#[test]
+fn alibis_bias_is_one_fma_per_score_once_specialised() {
+    let source = example("auto/attention_alibi.hf");
+    let sizes = BTreeMap::from([("B".into(), 128), ("S".into(), 2048), ("T".into(), 2048)]);
+    let options = hopfuse::CompileOptions {
+        specialize: true,
+        aligned_for: Some(sizes),
+        ..Default::default()
+    };
+    let cuda = hopfuse::compile(&source, &options).unwrap().cuda;
+    assert_eq!(
+        cuda.matches("[1] = sb_broadcast[1] * dist_base").count(),
+        2,
+        "{cuda}"
+    );
+    assert_eq!(
+        cuda.matches("sb_mul[0] = fmaf(sb_broadcast2[0], ").count(),
+        2
+    );
+    assert!(!cuda.contains("dist[0] ="));
+    let generic = compile(&source).cuda;
+    assert!(
+        generic.contains("sb_mul[0] = sb_broadcast2[0] * dist[0];"),
+        "{generic}"
+    );
+}

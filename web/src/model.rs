@@ -613,6 +613,7 @@ mod tests {
             "longest_first",
             "row_math",
             "index_float",
+            "distributed_bias",
             "view_vectors",
             "merged_scales",
             "scaled_max",

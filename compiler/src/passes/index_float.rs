@@ -554,7 +554,7 @@ impl VisitorMut for Split<'_, '_> {
 /// Removes the registers of `candidates` that nothing reads any more, with their writes and
 /// allocations (a removed register's write may have been the last read of another), and the
 /// branches left empty.
-fn remove_unread(k: &mut Kernel, mut candidates: Vec<BufferId>) {
+pub(super) fn remove_unread(k: &mut Kernel, mut candidates: Vec<BufferId>) {
     candidates.sort_unstable();
     candidates.dedup();
     loop {

@@ -27,6 +27,7 @@
 pub mod allocation;
 pub mod causal_tiles;
 pub mod context;
+pub mod distributed_bias;
 pub mod fma_exp2;
 pub mod grid;
 pub mod index_float;
@@ -306,6 +307,13 @@ pub const PIPELINE: &[Pass] = &[
         summary: "an index converted to f32 in an unrolled loop as a float base plus a constant",
         run: |cx, _, k| index_float::run(cx, k),
         applies: index_float::used,
+        in_place: false,
+    },
+    Pass {
+        name: "distributed_bias",
+        summary: "a per-row factor times a converted index as one FMA per element",
+        run: |cx, _, k| distributed_bias::run(cx, k),
+        applies: distributed_bias::used,
         in_place: false,
     },
 ];
