@@ -363,11 +363,12 @@ fn attention_the_kernel_does_not_take_is_declined_with_the_reason() {
 
 /// The variants of `examples/auto/` FlexAttention users write (a score modification or a
 /// mask), each with the tensors its schedule places besides the softmax's.
-const VARIANTS: [&str; 4] = [
+const VARIANTS: [&str; 5] = [
     "auto/attention_softcap.hf",
     "auto/attention_alibi.hf",
     "auto/attention_sliding_window.hf",
     "auto/attention_document.hf",
+    "auto/attention_document_causal.hf",
 ];
 
 #[test]
@@ -397,16 +398,20 @@ fn the_variants_schedules_place_their_tensors_in_the_s_fragment() {
     );
     // `dist` (over queries and keys, from iotas) is computed where `sb` reads it.
     assert!(!alibi.text.contains("dist."), "{}", alibi.text);
-    // The document mask: every key tile runs it, and the reason says so.
-    let doc = attention_schedule(&example(VARIANTS[3]));
-    assert!(doc.text.contains("turns=products"));
-    assert!(
-        doc.reason
-            .contains("it reads input tensors, so no key tile can be skipped")
-            && doc.reason.contains("every key tile runs the mask"),
-        "{}",
-        doc.reason
-    );
+    // The document masks: the ping-pong kernel, each block visiting the key tiles it lists, and
+    // the reason says so.
+    for path in [VARIANTS[3], VARIANTS[4]] {
+        let doc = attention_schedule(&example(path));
+        assert!(doc.text.contains("turns=products"));
+        assert!(
+            doc.reason.contains("the document mask `")
+                && doc
+                    .reason
+                    .contains("visiting only the key tiles whose ids' range meets"),
+            "{}",
+            doc.reason
+        );
+    }
 }
 
 #[test]
@@ -458,7 +463,7 @@ fn the_variants_lower_on_their_kernels() {
 
 #[test]
 fn the_variants_at_d64_get_the_one_group_kernel() {
-    for path in [VARIANTS[0], VARIANTS[1], VARIANTS[3]] {
+    for path in [VARIANTS[0], VARIANTS[1], VARIANTS[3], VARIANTS[4]] {
         let source = example(path).replace("128]", "64]");
         let chosen = attention_schedule(&source);
         assert!(
@@ -875,4 +880,66 @@ fn alibis_bias_is_one_fma_per_score_once_specialised() {
         generic.contains("sb_mul[0] = sb_broadcast2[0] * dist[0];"),
         "{generic}"
     );
+}
+
+#[test]
+fn a_document_mask_visits_only_the_listed_key_tiles() {
+    // Pass document_tiles (docs/attention.md section 6): the kernel lists its key tiles before
+    // the body, every loop over them counts the list, and every copy, bound and id read takes
+    // the tile from it; the pipeline's slots and phases still count iterations.
+    for (path, band) in [
+        ("auto/attention_document.hf", None),
+        ("auto/attention_document_causal.hf", Some(", j - i <= 0")),
+    ] {
+        let c = compile(&example(path));
+        let v = c.kernel.visited.as_ref().expect("a list of key tiles");
+        assert_eq!((v.query_tile, v.key_tile), (128, 128), "{path}");
+        assert_eq!(
+            (v.query_ids.as_str(), v.key_ids.as_str()),
+            ("doc_q", "doc_k")
+        );
+        assert_eq!(v.upper.is_some(), band.is_some(), "{path}");
+        let ir = &c.passes.last().unwrap().ir;
+        let header = ir.lines().find(|l| l.contains("visited(")).unwrap();
+        assert_eq!(
+            header,
+            format!(
+                "  visited(t_o, 128, 128): doc_q[b * S] from s2_o * 128 of S, doc_k[b * T] of T{} at smem 164944",
+                band.unwrap_or("")
+            ),
+            "{path}"
+        );
+        let cuda = &c.cuda;
+        assert!(cuda.contains("hf_visit_document_tiles<128, 128, 1024>(doc_q + (b * S), s2_o * 128, S, doc_k + (b * T), T, "), "{path}");
+        // The producer's two loops, the consumers' first, main and last: all bounded by the list.
+        assert_eq!(cuda.matches("t_o < hf_visited_n;").count(), 2, "{path}");
+        assert!(cuda.contains("t_o_pv < hf_visited_n - 1;"), "{path}");
+        assert!(
+            cuda.contains("const index_t t_o = hf_visited_n - 1;"),
+            "{path}"
+        );
+        // No key tile index but the list's: every `t_o * 128` became the listed tile's.
+        let tile = "hf_index_in<index_t>(hf_visited[t_o], hf_ceil_div<index_t>(T, 128)) * 128";
+        assert!(!cuda.contains("(t_o * 128"), "{path}");
+        assert_eq!(cuda.matches(&format!("(int)({tile})")).count(), 5, "{path}");
+        // Slots and phases from the iteration.
+        assert!(
+            cuda.contains("hf_mbarrier_wait(&ks_doc_ks_full[t_o % 2], (unsigned)(t_o / 2 % 2));")
+        );
+        assert_eq!(
+            c.plan
+                .constraints
+                .iter()
+                .filter(|k| matches!(k, hopfuse::plan::Constraint::AtMost { max: 1024, .. }))
+                .count(),
+            1,
+            "{path}"
+        );
+    }
+    // The one-group kernel at D = 64 lists its tiles too; the plain causal mask keeps its own
+    // classification, and no list.
+    let d64 = compile(&example(VARIANTS[3]).replace("128]", "64]"));
+    assert!(d64.kernel.visited.is_some());
+    let causal = compile(&example("auto/attention_causal.hf"));
+    assert!(causal.kernel.visited.is_none());
 }

@@ -591,7 +591,7 @@ mod tests {
         // tensor-core tiles, `persistent` and `tile_values` only for persistent grids,
         // `specialize` never here (the playground's kernel is generic over its sizes),
         // `online_softmax` only for an online softmax (`mask_bounds`, `mask_tiles` and
-        // `longest_first` only for a causally masked one), `welford` only for a one-pass variance, `online_logsumexp`
+        // `longest_first` only for a causally masked one, `document_tiles` for a document mask), `welford` only for a one-pass variance, `online_logsumexp`
         // only for a one-pass log-sum-exp, `row_math` only for a row value broadcast into an
         // exponential or a division, `index_float` only for an `iota` converted to f32 and
         // `view_vectors` only for a view in a vectorized schedule, `merged_scales`, `scaled_max`
@@ -609,6 +609,7 @@ mod tests {
             "welford",
             "online_logsumexp",
             "mask_bounds",
+            "document_tiles",
             "mask_tiles",
             "longest_first",
             "row_math",

@@ -157,6 +157,7 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
         None => String::new(),
         Some(m) if m.causal => format!(", the causal mask `{}` (key tiles past the diagonal skipped, only diagonal tiles masked)", name(m.keep)),
         Some(m) if m.on_indices => format!(", the mask `{}` (its tiles classified by passes mask_bounds and mask_tiles)", name(m.keep)),
+        Some(m) if crate::passes::document_tiles::compares_ids(f, m.keep) => format!(", the document mask `{}` on each score in the S fragment, each block visiting only the key tiles whose ids' range meets its queries' (listed before the loop: pass document_tiles)", name(m.keep)),
         Some(m) => format!(", the mask `{}` on each score in the S fragment (it reads input tensors, so no key tile can be skipped or left unmasked before the kernel runs: every key tile runs the mask)", name(m.keep)),
     };
     let score_mod = at

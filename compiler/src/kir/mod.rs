@@ -491,6 +491,83 @@ pub struct Kernel {
     pub cluster: Option<[i64; 3]>,
     /// A persistent kernel's walk over its tiles (pass `persistent`).
     pub persistent: Option<Persistent>,
+    /// The key tiles each CTA visits under a document mask (pass `document_tiles`).
+    pub visited: Option<VisitedTiles>,
+}
+
+/// The key tiles a CTA visits under a document mask (pass `document_tiles`). Before the body,
+/// every thread of the CTA takes part in listing, in order, the key tiles of `key_tile` keys
+/// whose ids (`key_ids[key_row + j]`, `j < keys`) meet the range of the query tile's ids
+/// (`query_ids[query_row + i]`, `first_query <= i < min(first_query + query_tile, queries)`)
+/// and, with a band, hold a pair `(i, j)` with `lower <= j - i <= upper`. The list is in shared
+/// memory ([`VISITED_TABLE`], at `smem_offset`), and [`VISITED_COUNT`] holds its length, at
+/// least one tile when there is one (tile 0, masked whole, when no tile meets the queries: a
+/// row with no key still ends as `0 / 0`). The loop over `var` runs that many iterations, and
+/// the index walks read its tile as entry `var` of the list ([`VisitedTiles::tile`]), so the
+/// copies, the mask and the bounds follow the tile while the pipeline's slots and phases count
+/// iterations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VisitedTiles {
+    pub var: String,
+    pub key_tile: i64,
+    pub query_tile: i64,
+    pub query_ids: String,
+    pub query_row: Val,
+    pub first_query: Val,
+    pub queries: Val,
+    pub key_ids: String,
+    pub key_row: Val,
+    pub keys: Val,
+    /// The band's sides on `j - i`, if the mask has them.
+    pub upper: Option<Val>,
+    pub lower: Option<Val>,
+    /// Byte offset of the list in dynamic shared memory, set by the allocation pass.
+    pub smem_offset: Option<Val>,
+}
+
+/// The shared-memory list of [`VisitedTiles`] and the variable that holds its length.
+pub const VISITED_TABLE: &str = "hf_visited";
+pub const VISITED_COUNT: &str = "hf_visited_n";
+/// Key tiles the list holds at most (a launch constraint of the pass).
+pub const VISITED_CAPACITY: i64 = 1024;
+
+impl VisitedTiles {
+    /// The key tile visited at iteration `n`: entry `n` of the list, clamped into the tiles.
+    pub fn tile(&self, n: Val) -> Val {
+        Val::IndexIn(
+            VISITED_TABLE.to_string(),
+            Box::new(n),
+            Box::new(self.tiles()),
+        )
+    }
+
+    /// Key tiles in all: `ceilDiv(keys, key_tile)`.
+    pub fn tiles(&self) -> Val {
+        Val::ceil_div(self.keys.clone(), Val::Int(self.key_tile))
+    }
+
+    /// Shared-memory bytes: the list, its length and the query ids' range (a minimum and a
+    /// maximum), 16-byte rounded.
+    pub fn smem_bytes() -> i64 {
+        ((VISITED_CAPACITY + 4) * 4 + 15) / 16 * 16
+    }
+
+    fn map_vals(&mut self, f: &mut dyn FnMut(&Val) -> Val) {
+        for v in [
+            &mut self.query_row,
+            &mut self.first_query,
+            &mut self.queries,
+            &mut self.key_row,
+            &mut self.keys,
+        ]
+        .into_iter()
+        .chain(self.upper.as_mut())
+        .chain(self.lower.as_mut())
+        .chain(self.smem_offset.as_mut())
+        {
+            *v = f(v);
+        }
+    }
 }
 
 /// How a persistent kernel's CTAs walk the tiles (pass `persistent`): a serial loop over the
@@ -599,6 +676,9 @@ impl Kernel {
                 *v = f(v);
             }
         }
+        if let Some(v) = &mut self.visited {
+            v.map_vals(f);
+        }
         if let Some(p) = &mut self.persistent {
             for (_, _, v) in &mut p.bindings {
                 *v = f(v);
@@ -639,6 +719,7 @@ impl Kernel {
             register_sharing: None,
             cluster: None,
             persistent: None,
+            visited: None,
         }
     }
 

@@ -527,6 +527,8 @@ impl<'a> Parser<'a> {
                 self.persistent(&mut c)?;
             } else if text.starts_with("stream_k ") {
                 self.stream_k(&mut c)?;
+            } else if text.starts_with("visited(") {
+                self.visited(&mut c)?;
             } else if let Some(binding) = binding_form(text) {
                 let var = c.ident()?.to_string();
                 match binding {
@@ -758,6 +760,69 @@ impl<'a> Parser<'a> {
             group,
             bindings: Vec::new(),
             stream_k,
+        });
+        Ok(())
+    }
+
+    /// `visited(var, query_tile, key_tile): query_ids[row] from first of queries,
+    /// key_ids[row] of keys`, then `, j - i <= upper`, `, j - i >= lower` (a band) and, after
+    /// allocation, ` at smem offset`.
+    fn visited(&mut self, c: &mut Cursor) -> Result<()> {
+        c.expect("visited(")?;
+        let var = c.ident()?.to_string();
+        c.expect(", ")?;
+        let query_tile = c.int()?;
+        c.expect(", ")?;
+        let key_tile = c.int()?;
+        c.expect("): ")?;
+        let query_ids = c.ident()?.to_string();
+        c.expect("[")?;
+        let query_row = c.val()?;
+        c.expect("] from ")?;
+        let first_query = c.val()?;
+        c.expect(" of ")?;
+        let queries = c.val()?;
+        c.expect(", ")?;
+        let key_ids = c.ident()?.to_string();
+        c.expect("[")?;
+        let key_row = c.val()?;
+        c.expect("] of ")?;
+        let keys = c.val()?;
+        let upper = if c.eat(", j - i <= ") {
+            Some(c.val()?)
+        } else {
+            None
+        };
+        let lower = if c.eat(", j - i >= ") {
+            Some(c.val()?)
+        } else {
+            None
+        };
+        let smem_offset = if c.eat(" at smem ") {
+            Some(c.val()?)
+        } else {
+            None
+        };
+        if query_tile < 1 || key_tile < 1 {
+            return Err(c.error("a tile of fewer than one query or key"));
+        }
+        if self.kernel.visited.is_some() {
+            return Err(c.error("a second `visited` line"));
+        }
+        self.kernel.visited = Some(crate::kir::VisitedTiles {
+            var,
+            key_tile,
+            query_tile,
+            query_ids,
+            query_row,
+            first_query,
+            queries,
+            key_ids,
+            key_row,
+            keys,
+            upper,
+            lower,
+            smem_offset,
         });
         Ok(())
     }
@@ -1620,6 +1685,10 @@ fn resolve_sizes(k: &mut Kernel) {
     // The CTA's rank in its cluster is declared by every cluster kernel, not by a statement.
     let mut bound: HashSet<String> = HashSet::from([CTA_RANK.to_string()]);
     bound.extend(k.hw_vars.iter().map(|(v, _)| v.clone()));
+    if k.visited.is_some() {
+        // The list's length, declared at the top of a document-masked kernel.
+        bound.insert(crate::kir::VISITED_COUNT.to_string());
+    }
     if let Some(p) = &k.persistent {
         bound.insert(p.var.clone());
         bound.extend(p.bindings.iter().map(|(v, _, _)| v.clone()));

@@ -311,9 +311,40 @@ impl Kernel {
                 let _ = writeln!(s, "  {v} @{along} = {}", value.text());
             }
         }
+        if let Some(v) = &self.visited {
+            write_visited(v, &mut s);
+        }
         print_block(self, &self.body, 1, &mut s, &mut rec);
         s
     }
+}
+
+/// The `visited` line of a document-masked kernel ([`super::VisitedTiles`]).
+fn write_visited(v: &super::VisitedTiles, s: &mut String) {
+    let _ = write!(
+        s,
+        "  visited({}, {}, {}): {}[{}] from {} of {}, {}[{}] of {}",
+        v.var,
+        v.query_tile,
+        v.key_tile,
+        v.query_ids,
+        v.query_row.text(),
+        v.first_query.text(),
+        v.queries.text(),
+        v.key_ids,
+        v.key_row.text(),
+        v.keys.text()
+    );
+    if let Some(u) = &v.upper {
+        let _ = write!(s, ", j - i <= {}", u.text());
+    }
+    if let Some(l) = &v.lower {
+        let _ = write!(s, ", j - i >= {}", l.text());
+    }
+    if let Some(o) = &v.smem_offset {
+        let _ = write!(s, " at smem {}", o.text());
+    }
+    s.push('\n');
 }
 
 fn print_block(

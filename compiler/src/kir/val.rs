@@ -39,7 +39,8 @@ pub enum Val {
     Elect,
     /// An index read from data (`gather`, `index_select`): element `.1` of the integer fusion
     /// input `.0` (the kernel parameter, in global memory), clamped into `[0, .2)` so that the
-    /// access it moves never leaves its tensor. A binary node over `.1` and `.2`.
+    /// access it moves never leaves its tensor. A binary node over `.1` and `.2`. Also the key
+    /// tile a document-masked loop visits (`.0` the shared list [`super::VISITED_TABLE`]).
     IndexIn(String, Box<Val>, Box<Val>),
     /// Whether the float scalar parameter `.0` (a scalar input, passed by value) is above 0
     /// (`scale > 0.0f`; false for NaN): a uniform branch between two forms of the code that

@@ -149,6 +149,14 @@ pub fn run(
         m.smem_offset = Some(Val::from_size(&offset));
         offset = add(offset, SizeExpr::Const((m.count * 8 + 15) / 16 * 16));
     }
+    // The list of key tiles a document-masked CTA visits.
+    if let Some(v) = &mut k.visited {
+        v.smem_offset = Some(Val::from_size(&offset));
+        offset = add(
+            offset,
+            SizeExpr::Const(crate::kir::VisitedTiles::smem_bytes()),
+        );
+    }
     // Scratch for block reductions: one slot per thread, after the buffers.
     if let Some(slot) = crate::kir::reduce_scratch_per_thread(&k.body) {
         let threads = k.block.iter().cloned().fold(SizeExpr::Const(1), mul);

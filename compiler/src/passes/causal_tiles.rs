@@ -187,8 +187,29 @@ impl Affine {
     }
 }
 
+/// One side of a band `j - i <= upper` or `j - i >= lower` written as the comparison `t` of
+/// `iota`s of the scores (rank `rank`, key class `key`), as the module doc says: the side, with
+/// the query class, and the comparison's expressions and tensors (for a mask that combines it
+/// with another condition: `document_tiles`).
+pub(super) fn band_side(
+    f: &Fusion,
+    t: TensorId,
+    key: IterId,
+    rank: usize,
+) -> Option<(Bound, Vec<ExprId>, Vec<TensorId>)> {
+    let mut cond = Condition {
+        f,
+        rank,
+        key,
+        exprs: Vec::new(),
+        tensors: Vec::new(),
+    };
+    let side = cond.bound(t)?;
+    Some((side, cond.exprs, cond.tensors))
+}
+
 /// One side of the band: `j - i <= c` (upper) or `j - i >= c` (lower).
-enum Bound {
+pub(super) enum Bound {
     Upper(IterId, Offset),
     Lower(IterId, Offset),
 }
@@ -375,7 +396,7 @@ pub fn find(f: &Fusion, scores: TensorId, key_axis: IterId) -> Option<CausalMask
 
 /// A loop key as `(class, tile)`: the whole of an axis class (tile 1) or the outer loop of a
 /// class split by a constant inner extent.
-fn tiled_class(cx: &Ctx, key: LoopKey) -> Option<(IterId, i64)> {
+pub(super) fn tiled_class(cx: &Ctx, key: LoopKey) -> Option<(IterId, i64)> {
     let root = |k: LoopKey| match cx.keys.nodes[k] {
         KeyNode::Root(c) => Some(cx.fusion.class_of(c)),
         _ => None,

@@ -453,6 +453,11 @@ impl<'a> Ctx<'a> {
             let index = Val::add(Val::Var(sk.k_var.clone()), sk.lo.clone());
             Some((self.keys.named(&sk.k_var)?, index))
         });
+        // A document-masked key-tile loop counts the tiles it visits; its index is the tile.
+        let visited = k
+            .visited
+            .as_ref()
+            .and_then(|v| Some((self.keys.named(&v.var)?, v.tile(Val::Var(v.var.clone())))));
         k.hw_vars
             .iter()
             .filter_map(|(var, _)| Some((self.keys.named(var)?, Val::Var(var.clone()))))
@@ -461,6 +466,7 @@ impl<'a> Ctx<'a> {
                     .filter_map(|(var, _, value)| Some((self.keys.named(var)?, value.clone()))),
             )
             .chain(piece)
+            .chain(visited)
             .collect()
     }
 

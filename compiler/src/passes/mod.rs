@@ -28,6 +28,7 @@ pub mod allocation;
 pub mod causal_tiles;
 pub mod context;
 pub mod distributed_bias;
+pub mod document_tiles;
 pub mod fma_exp2;
 pub mod grid;
 pub mod index_float;
@@ -100,7 +101,8 @@ pub struct Handoff {
     /// reduction).
     pub accumulators: reduction::Accumulators,
     /// Conditions on the sizes the runner checks before launch: from `loop_nest` (clusters),
-    /// `tma` (tensor-map rows) and `predicate` (aligned vectors), in that order.
+    /// `document_tiles` (the list's length), `tma` (tensor-map rows) and `predicate` (aligned
+    /// vectors), in that order.
     pub constraints: Vec<crate::plan::Constraint>,
 }
 
@@ -127,6 +129,17 @@ pub const PIPELINE: &[Pass] = &[
             Ok(change)
         },
         applies: causal_tiles::used,
+        in_place: false,
+    },
+    Pass {
+        name: "document_tiles",
+        summary: "a document-masked key-tile loop visits only the tiles whose ids meet the query tile's",
+        run: |cx, h, k| {
+            let (change, constraints) = document_tiles::run(cx, &h.tile_loops, k)?;
+            h.constraints.extend(constraints);
+            Ok(change)
+        },
+        applies: document_tiles::used,
         in_place: false,
     },
     Pass {

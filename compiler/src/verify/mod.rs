@@ -405,6 +405,10 @@ impl<'k> Walk<'k> {
             // Read once at entry, the same for every thread of the CTA.
             vars.push((crate::kir::CTA_RANK.to_string(), Uniformity::Block));
         }
+        if k.visited.is_some() {
+            // Computed at entry by the whole CTA (`kir::VisitedTiles`).
+            vars.push((crate::kir::VISITED_COUNT.to_string(), Uniformity::Block));
+        }
         Walk {
             k,
             stage,

@@ -113,6 +113,7 @@ pub fn emit_mapped(
         }
     }
     e.uses.clock_probe = clock_probe;
+    e.uses.visited = k.visited.is_some();
     e.uses.write_prelude(!k.tensor_maps.is_empty(), &mut src);
     src.push('\n');
     let signature_line = lines::count(&src);
@@ -156,6 +157,11 @@ pub fn emit_mapped(
         };
         let _ = writeln!(src, "  const index_t {var} = {value};");
     }
+    let visited_line = lines::count(&src);
+    if let Some(v) = &k.visited {
+        write_visited(v, &mut src);
+    }
+    let body_line = lines::count(&src);
     src.push_str(&body);
     if clock_probe && e.clock_roles.is_none() {
         // Generated kernels have no early return: every thread that gets here ran the body.
@@ -166,6 +172,8 @@ pub fn emit_mapped(
     written.resize(setup_line, Written::Signature);
     written.resize(bindings_line, Written::Setup);
     written.extend((0..k.hw_vars.len()).map(Written::Binding));
+    debug_assert_eq!(written.len(), visited_line);
+    written.resize(body_line, Written::Setup);
     written.append(&mut e.written);
     if clock_probe && e.clock_roles.is_none() {
         written.push(Written::Setup);
@@ -320,6 +328,43 @@ fn write_setup(k: &Kernel, uses: &Uses, src: &mut String) {
             crate::kir::CTA_RANK
         );
     }
+}
+
+/// The list of key tiles a document-masked CTA visits ([`crate::kir::VisitedTiles`]), made by
+/// every thread before the body (after the bindings its values read; the helper ends with a
+/// block barrier, so no thread reads the list before it is whole).
+fn write_visited(v: &crate::kir::VisitedTiles, src: &mut String) {
+    let cuda = |v: &Val| {
+        let mut s = String::new();
+        v.write(&mut s, true);
+        s
+    };
+    let _ = writeln!(
+        src,
+        "  int* {table} = reinterpret_cast<int*>(hf_smem + {offset});",
+        table = crate::kir::VISITED_TABLE,
+        offset = cuda(v.smem_offset.as_ref().unwrap_or(&Val::Int(0))),
+    );
+    // A side the band does not have: a bound no index difference reaches.
+    let side = |v: &Option<Val>, none: &str| v.as_ref().map_or(none.to_string(), cuda);
+    let _ = writeln!(
+        src,
+        "  const index_t {count} = hf_visit_document_tiles<{bq}, {bk}, {cap}>({qids} + ({qrow}), {first}, {queries}, {kids} + ({krow}), {keys}, {upper}, {lower}, {table});",
+        count = crate::kir::VISITED_COUNT,
+        bq = v.query_tile,
+        bk = v.key_tile,
+        cap = crate::kir::VISITED_CAPACITY,
+        qids = v.query_ids,
+        qrow = cuda(&v.query_row),
+        first = cuda(&v.first_query),
+        queries = cuda(&v.queries),
+        kids = v.key_ids,
+        krow = cuda(&v.key_row),
+        keys = cuda(&v.keys),
+        upper = side(&v.upper, "0x7fffffffffffffffLL"),
+        lower = side(&v.lower, "(-0x7fffffffffffffffLL - 1)"),
+        table = crate::kir::VISITED_TABLE,
+    );
 }
 
 /// Bytes of global memory the launch reads and writes at least (its tensors but scratch).

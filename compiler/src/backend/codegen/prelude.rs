@@ -17,6 +17,85 @@ pub const INDEX_IN: &str = "template <typename T, typename I>
 __device__ __forceinline__ T hf_index_in(I v, T n) { long long i = (long long)v; return (T)(i < 0 ? 0 : (i < (long long)n ? i : (long long)n - 1)); }
 ";
 
+/// The key tiles a CTA of a document-masked attention visits (`kir::VisitedTiles`), called by
+/// every thread of the block: the range of the query tile's ids (queries `q0 ..` of the `nq`
+/// of the row, at most BQ, from `qids`), then per key tile (a warp each) whether the range of
+/// its ids (of `nk` keys from `kids`) meets it (two ranges that do not meet hold no equal pair:
+/// the tile is masked whole for every query) and whether a pair of the tiles has `lower <= j -
+/// i <= upper`, then the tiles that pass both, in order, listed by warp 0 (a ballot per 32
+/// tiles) in `table`; `table[CAP]` is how many, at least one when there is a tile (tile 0,
+/// masked whole: a row with no key ends as `0 / 0`, as without the list). Ends with a block
+/// barrier; returns the count.
+const VISITED: &str = "template <int BQ, int BK, int CAP, typename I, typename N>
+__device__ int hf_visit_document_tiles(const I* qids, N q0, N queries, const I* kids, N nk, long long upper, long long lower, int* table) {
+  const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const int threads = blockDim.x * blockDim.y * blockDim.z;
+  const int lane = tid % 32, warp = tid / 32, warps = threads / 32;
+  const long long nq = queries - q0 < (N)BQ ? (long long)(queries - q0) : (long long)BQ;
+  long long lo = 0x7fffffffffffffffLL, hi = (-0x7fffffffffffffffLL - 1);
+  for (long long i = tid; i < nq; i += threads) {
+    const long long x = (long long)qids[q0 + i];
+    lo = x < lo ? x : lo;
+    hi = x > hi ? x : hi;
+  }
+  for (int d = 16; d > 0; d /= 2) {
+    const long long a = __shfl_xor_sync(0xffffffffu, lo, d), b = __shfl_xor_sync(0xffffffffu, hi, d);
+    lo = a < lo ? a : lo;
+    hi = b > hi ? b : hi;
+  }
+  // Each warp's range in its own slots of the list (free until the marks), then warp 0's.
+  long long* ranges = reinterpret_cast<long long*>(table);
+  if (lane == 0) { ranges[2 * warp] = lo; ranges[2 * warp + 1] = hi; }
+  __syncthreads();
+  lo = 0x7fffffffffffffffLL; hi = (-0x7fffffffffffffffLL - 1);
+  for (int w = 0; w < warps; ++w) {
+    lo = ranges[2 * w] < lo ? ranges[2 * w] : lo;
+    hi = ranges[2 * w + 1] > hi ? ranges[2 * w + 1] : hi;
+  }
+  __syncthreads();
+  const long long tiles = ((long long)nk + BK - 1) / BK;
+  for (long long t = warp; t < tiles; t += warps) {
+    long long klo = 0x7fffffffffffffffLL, khi = (-0x7fffffffffffffffLL - 1);
+    const long long end = (t + 1) * BK < (long long)nk ? (t + 1) * BK : (long long)nk;
+    #pragma unroll 4
+    for (long long j = t * BK + lane; j < end; j += 32) {
+      const long long x = (long long)kids[j];
+      klo = x < klo ? x : klo;
+      khi = x > khi ? x : khi;
+    }
+    for (int d = 16; d > 0; d /= 2) {
+      const long long a = __shfl_xor_sync(0xffffffffu, klo, d), b = __shfl_xor_sync(0xffffffffu, khi, d);
+      klo = a < klo ? a : klo;
+      khi = b > khi ? b : khi;
+    }
+    // The band: the tile's first key past the last query by at most `upper`, its last key
+    // before the first query by at most `-lower`.
+    const bool band = t * BK - ((long long)q0 + nq - 1) <= upper && end - 1 - (long long)q0 >= lower;
+    if (lane == 0) table[t] = klo <= hi && lo <= khi && band;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    int n = 0;
+    for (long long base = 0; base < tiles; base += 32) {
+      const long long t = base + lane;
+      const bool meets = t < tiles && table[t] != 0;
+      const unsigned ballot = __ballot_sync(0xffffffffu, meets);
+      // Every lane has read its mark before any entry at or below `base + lane` is written.
+      __syncwarp();
+      if (meets) table[n + __popc(ballot & ((1u << lane) - 1u))] = (int)t;
+      n += __popc(ballot);
+      __syncwarp();
+    }
+    if (lane == 0) {
+      if (n == 0 && tiles > 0) { table[0] = 0; n = 1; }
+      table[CAP] = n;
+    }
+  }
+  __syncthreads();
+  return table[CAP];
+}
+";
+
 /// Elementwise ops with PyTorch's semantics that are more than one CUDA expression, by the
 /// name `Uses::math` records (emitted in this order, each only when used).
 pub const MATH: &[(&str, &str)] = &[
@@ -839,6 +918,8 @@ pub(super) struct Uses {
     pub(super) min: bool,
     /// An index read from data (`hf_index_in`).
     pub(super) index_in: bool,
+    /// The key tiles a document-masked CTA visits ([`VISITED`]).
+    pub(super) visited: bool,
     pub(super) bf16: bool,
     pub(super) f16: bool,
     /// 8-bit floats (`cuda_fp8.h` and the conversions of [`FP8`]).
@@ -895,6 +976,10 @@ impl Uses {
         if self.min {
             src.push('\n');
             src.push_str(MIN);
+        }
+        if self.visited {
+            src.push('\n');
+            src.push_str(VISITED);
         }
         if self.index_in {
             src.push('\n');
