@@ -11,6 +11,7 @@ use hopfuse::{DType, IndexType};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::num::NonZeroU32;
 
 /// Everything one run needs; the program travels as text so a service can send it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -44,6 +45,12 @@ pub struct RunRequest {
     /// symbols constants), to compare the two (the CLI's `--generic`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub generic: bool,
+    /// Integer inputs filled with packed-document ids instead of seeded values (the CLI's
+    /// `--documents doc_q,doc_k:512`): by input name, the documents' mean length. Along the
+    /// input's last axis the ids run 0,0,..,1,1,..; inputs given the same mean length share
+    /// their documents position by position (the runner's `data::DocumentIds`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub documents: BTreeMap<String, NonZeroU32>,
 }
 
 impl RunRequest {
@@ -312,6 +319,10 @@ pub struct RunResult {
     /// intermediates not counted). Absent for one kernel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segments: Option<SegmentsRun>,
+    /// The inputs filled with packed-document ids, and their documents' mean length (the
+    /// request's [`RunRequest::documents`]). Absent when every input was seeded as usual.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub documents: BTreeMap<String, NonZeroU32>,
 }
 
 impl RunResult {

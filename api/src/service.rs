@@ -197,6 +197,10 @@ pub struct RunBody {
     /// default; `RunRequest::generic`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generic: Option<bool>,
+    /// Integer inputs filled with packed-document ids, by name, each with the documents' mean
+    /// length (`RunRequest::documents`; 400 naming an input that is not an integer tensor).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub documents: BTreeMap<String, std::num::NonZeroU32>,
     /// After the run, profile the kernel with Nsight Compute (`result.profile`; single
     /// programs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -16,6 +16,7 @@ use crate::warm::{JobEnd, WarmWorker, WorkerCommand};
 use crate::worker::{Outcome, Part, WorkerEvent, WorkerJob};
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -49,6 +50,9 @@ pub struct BenchOptions {
     pub iters: u32,
     pub warmup: u32,
     pub seed: u64,
+    /// Integer inputs filled with packed-document ids (`--documents`), by name: the mean
+    /// length (`RunRequest::documents`); every program's run gets them.
+    pub documents: BTreeMap<String, NonZeroU32>,
     /// Per run, from sending it to the worker to its result.
     pub timeout: Duration,
     pub worker: WorkerCommand,
@@ -156,6 +160,7 @@ pub async fn run(options: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Vec<
                     peers: options.peers,
                     clock: options.clock,
                     generic: options.generic,
+                    documents: options.documents.clone(),
                 }),
                 cubin_cache: options.cubin_cache.clone(),
                 profile_limits: ProfileLimits::default(),

@@ -143,6 +143,8 @@ pub fn run_on(
         peers: false,
         clock: false,
         generic: false,
+        // A fault kernel's inputs are its own: no program inputs to fill.
+        documents: Default::default(),
         ..req.clone()
     };
     let reference = engine::Reference {

@@ -108,6 +108,7 @@ pub fn lower_with_diagnostics(req: &InspectRequest) -> Result<(Compilation, Vari
         peers: false,
         clock: false,
         generic: req.generic,
+        documents: Default::default(),
     };
     let (compilation, setup) = crate::prepare::compile_for_run(&run).map_err(|e| match e {
         crate::prepare::PrepareError::Compile(d) => compile_error(d),

@@ -15,6 +15,7 @@ pub mod compile_slots;
 pub mod cublas;
 pub mod data;
 pub mod distributed;
+pub mod documents;
 pub mod engine;
 pub mod faults;
 pub mod gemm_reference;

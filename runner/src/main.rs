@@ -3,11 +3,13 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hopfuse::{CompileOptions, IndexType};
+use hopfuse_runner::documents::{self, DocumentsArg};
 use hopfuse_runner::engine::{self, RunRequest};
 use hopfuse_runner::profile::ProfileReport;
 use hopfuse_runner::{nvrtc, report, selftest, sizes};
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -232,8 +234,8 @@ struct TuneArgs {
     runs: WarmRunArgs,
 }
 
-/// The run options `bench` and `tune` share: each run's (each candidate's) launches and seed,
-/// its time limit, the CUBIN cache's directory and the fake worker.
+/// The run options `bench` and `tune` share: each run's (each candidate's) launches, seed and
+/// packed-document inputs, its time limit, the CUBIN cache's directory and the fake worker.
 #[derive(Args)]
 struct WarmRunArgs {
     #[arg(long, default_value_t = 100)]
@@ -242,6 +244,8 @@ struct WarmRunArgs {
     warmup: u32,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    #[command(flatten)]
+    documents: DocumentsArgs,
     /// Seconds one run may take before its worker is killed. (Longer than the service's: a
     /// run includes its float64 reference, which for a fused epilogue at 8192^3 runs on the
     /// host and takes about a minute.)
@@ -271,6 +275,28 @@ impl WarmRunArgs {
     }
 }
 
+/// `--documents`, as `run`, `bench` and `tune` take it.
+#[derive(Args)]
+struct DocumentsArgs {
+    /// Fill integer inputs with packed-document ids instead of seeded values, e.g.
+    /// doc_q,doc_k:512 (may be repeated): along each named input's last axis, for each index of
+    /// its leading axes, ids 0,0,..,1,1,.. in documents of lengths uniform in [1, 2L-1] (mean
+    /// L); inputs given the same L share their documents position by position.
+    #[arg(
+        long,
+        value_name = "NAME[,NAME...]:L",
+        value_parser = documents::parse_documents
+    )]
+    documents: Vec<DocumentsArg>,
+}
+
+impl DocumentsArgs {
+    /// The request's `documents`; an input named twice is an error.
+    fn by_name(&self) -> Result<BTreeMap<String, NonZeroU32>> {
+        documents::merge_documents(&self.documents).map_err(anyhow::Error::msg)
+    }
+}
+
 #[derive(Args)]
 struct RunArgs {
     file: PathBuf,
@@ -291,6 +317,8 @@ struct RunArgs {
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    #[command(flatten)]
+    documents: DocumentsArgs,
     /// Index type (default: i32 when every tensor has fewer than 2^31 elements, else i64).
     #[arg(long, value_enum)]
     index: Option<Index>,
@@ -497,8 +525,13 @@ fn tune(args: TuneArgs) -> Result<ExitCode> {
         iters: args.runs.iters,
         warmup: args.runs.warmup,
         seed: args.runs.seed,
+        documents: args.runs.documents.by_name()?,
         cubin_cache: Some(args.runs.data_dir().join("cubin")),
     };
+    // Every candidate reads the same inputs: a documents entry the program cannot take is told
+    // once, not as every candidate's failure.
+    hopfuse_runner::data::InputFills::resolve(&options.source, &options.sizes, &options.documents)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
     let command = warm_worker(args.runs.fake_worker)?;
     let report = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -528,6 +561,9 @@ fn tune(args: TuneArgs) -> Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
+    if let Some(line) = documents::inputs_line(&options.documents) {
+        println!("{line}\n");
+    }
     print!("{}", tune::render(&report));
     match report.winner {
         Some(w) => {
@@ -578,6 +614,7 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
         iters: args.runs.iters,
         warmup: args.runs.warmup,
         seed: args.runs.seed,
+        documents: args.runs.documents.by_name()?,
         timeout: if args.peers {
             timeout.max(std::time::Duration::from_secs(900))
         } else {
@@ -596,6 +633,9 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
             eprintln!("bench: {} {} done", row.example, row.sizes);
         }));
     if let Some(line) = bench::summary(&rows) {
+        println!("{line}\n");
+    }
+    if let Some(line) = documents::inputs_line(&options.documents) {
         println!("{line}\n");
     }
     print!("{}", bench::render(&rows));
@@ -1179,6 +1219,7 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         peers: args.peers,
         clock: args.clock,
         generic: args.generic,
+        documents: args.documents.by_name()?,
     };
     let mut outcome = match &args.cuda_file {
         Some(path) => {

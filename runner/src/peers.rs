@@ -278,22 +278,7 @@ impl Peers {
         let fusion = hopfuse::fusion::build(&program.fusion).map_err(|d| d.message)?;
         let torch = self.start()?;
         let dir = TempDir::new().map_err(|e| format!("cannot make a temporary directory: {e}"))?;
-        let mut inputs = Vec::new();
-        let bounds = data::index_bounds(&req.source, &req.sizes);
-        for &t in &fusion.inputs {
-            let (name, dtype, shape) = describe(&fusion, t, &req.sizes)?;
-            let bound = bounds.get(&name).copied();
-            let file = dir.path.join(format!("input_{}.bin", inputs.len()));
-            // A scalar input's value given in the program, as the engine passes it.
-            let written = match fusion.tensors[t].value {
-                Some(v) => std::fs::write(&file, data::encode(dtype, &[dtype.round(v)])),
-                None => write_input(&file, req.seed, &name, dtype, bound, shape.iter().product()),
-            };
-            written.map_err(|e| format!("writing input `{name}`: {e}"))?;
-            inputs.push(
-                json!({"name": name, "file": file, "dtype": torch_name(dtype), "shape": shape}),
-            );
-        }
+        let inputs = write_inputs(req, &fusion, &dir.path)?;
         let (mut outputs, mut outputs_json) = (Vec::new(), Vec::new());
         for &t in &fusion.outputs {
             let (name, dtype, shape) = describe(&fusion, t, &req.sizes)?;
@@ -472,15 +457,44 @@ fn torch_name(d: DType) -> &'static str {
     d.torch()
 }
 
-/// Writes input `name`'s values exactly as the engine generates them (the same generator,
-/// seeded by the run's seed and the name), in chunks so a 2^28-element input needs no 2 GiB of
-/// doubles.
+/// Writes each input of `fusion` for `req` into `dir` (`input_0.bin`, ...), as the engine makes
+/// it: filled as the request's [`data::InputFills`] say, a scalar input given in the program
+/// with that value. Returns the peers' `setup` entries (name, file, dtype, shape).
+pub(crate) fn write_inputs(
+    req: &RunRequest,
+    fusion: &Fusion,
+    dir: &Path,
+) -> Result<Vec<Value>, String> {
+    let fills = data::InputFills::resolve(&req.source, &req.sizes, &req.documents)
+        .map_err(|e| e.to_string())?;
+    let mut inputs = Vec::new();
+    for &t in &fusion.inputs {
+        let (name, dtype, shape) = describe(fusion, t, &req.sizes)?;
+        let file = dir.join(format!("input_{}.bin", inputs.len()));
+        // A scalar input's value given in the program, as the engine passes it.
+        let written = match fusion.tensors[t].value {
+            Some(v) => std::fs::write(&file, data::encode(dtype, &[dtype.round(v)])),
+            None => {
+                let n = shape.iter().product();
+                write_input(&file, req.seed, &name, dtype, fills.of(&name), n)
+            }
+        };
+        written.map_err(|e| format!("writing input `{name}`: {e}"))?;
+        inputs
+            .push(json!({"name": name, "file": file, "dtype": torch_name(dtype), "shape": shape}));
+    }
+    Ok(inputs)
+}
+
+/// Writes input `name`'s values exactly as the engine generates them (the same blocks,
+/// [`data::seeded_input_block`], of the same fill), in blocks so a 2^28-element input needs no
+/// 2 GiB of doubles.
 fn write_input(
     path: &Path,
     seed: u64,
     name: &str,
     dtype: DType,
-    bound: Option<i64>,
+    fill: data::InputFill,
     n: usize,
 ) -> std::io::Result<()> {
     let block = data::seed_block_len();
@@ -489,7 +503,7 @@ fn write_input(
         let k = block.min(n - start);
         file.write_all(&data::encode(
             dtype,
-            &data::seeded_input_block(dtype, seed, name, bound, b, k),
+            &data::seeded_input_block(dtype, seed, name, fill, b, k),
         ))?;
     }
     file.flush()
@@ -684,7 +698,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("hopfuse-peers-input-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("x.bin");
-        write_input(&path, 7, "x", DType::BF16, None, n).unwrap();
+        write_input(&path, 7, "x", DType::BF16, data::InputFill::Random, n).unwrap();
         let written = std::fs::read(&path).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         let expected = data::encode(DType::BF16, &data::seeded_values(DType::BF16, n, 7, "x"));
@@ -715,6 +729,7 @@ mod tests {
             peers: true,
             clock: false,
             generic: false,
+            documents: Default::default(),
         };
         let v = data::random_values(DType::BF16, 21, &mut data::rng_for(seed, "x"));
         let x = data::decode(DType::BF16, &data::encode(DType::BF16, &v));
@@ -834,6 +849,7 @@ mod tests {
             peers: true,
             clock: false,
             generic: false,
+            documents: Default::default(),
         }
     }
 
@@ -979,15 +995,27 @@ mod tests {
         sizes: &BTreeMap<String, i64>,
         seed: u64,
     ) -> BTreeMap<String, Vec<f64>> {
+        reference_with_documents(source, sizes, seed, &BTreeMap::new())
+    }
+
+    /// [`reference_of`] with some inputs filled with packed-document ids (`documents`).
+    fn reference_with_documents(
+        source: &str,
+        sizes: &BTreeMap<String, i64>,
+        seed: u64,
+        documents: &BTreeMap<String, std::num::NonZeroU32>,
+    ) -> BTreeMap<String, Vec<f64>> {
         let program = hopfuse::frontend::parse(source).unwrap();
         let f = hopfuse::fusion::build(&program.fusion).unwrap();
+        let fills = data::InputFills::resolve(source, sizes, documents).unwrap();
         let mut inputs = BTreeMap::new();
         for &t in &f.inputs {
             let (name, dtype, shape) = describe(&f, t, sizes).unwrap();
             let values = match f.tensors[t].value {
                 Some(v) => vec![dtype.round(v)],
                 None => {
-                    let v = data::seeded_values(dtype, shape.iter().product(), seed, &name);
+                    let n = shape.iter().product();
+                    let v = data::seeded_input(dtype, n, seed, &name, fills.of(&name));
                     data::decode(dtype, &data::encode(dtype, &v))
                 }
             };
@@ -1048,6 +1076,53 @@ mod tests {
             let flex = report.peers.iter().find(|p| p.name == FLEX).unwrap();
             assert!(!flex.passed && flex.error.is_none(), "{flex:?}");
         }
+    }
+
+    #[test]
+    fn peers_take_the_runs_packed_documents() {
+        // The document mask on packed documents (`--documents doc_q,doc_k:3`): the peers' input
+        // files hold the ids the reference gets, so FlexAttention validates against it, and
+        // not against the reference of the seeded ids.
+        let source = include_str!("../../examples/auto/attention_document.hf");
+        let sizes: BTreeMap<String, i64> = [("B", 2), ("S", 5), ("T", 9)]
+            .map(|(k, v)| (k.to_string(), v))
+            .into();
+        let three = std::num::NonZeroU32::new(3).unwrap();
+        let documents: BTreeMap<String, _> =
+            [("doc_q".to_string(), three), ("doc_k".to_string(), three)].into();
+        let req = RunRequest {
+            documents: documents.clone(),
+            ..peers_request(source, &sizes, 4)
+        };
+        let expected = reference_with_documents(source, &sizes, 4, &documents);
+        // Each query sees at least the key at its own position (same document).
+        assert!(expected.values().flatten().all(|x| x.is_finite()));
+        let mut peers = Peers::with_python(fake_python());
+        let report = peers_report(&mut peers, &req, &expected);
+        let flex = report.peers.iter().find(|p| p.name == FLEX).unwrap();
+        assert!(flex.passed && flex.timing.is_some(), "{flex:?}");
+        assert!(report.peers.iter().all(|p| p.passed), "{report:?}");
+        let seeded_ids = reference_of(source, &sizes, 4);
+        let report = peers_report(&mut peers, &req, &seeded_ids);
+        let flex = report.peers.iter().find(|p| p.name == FLEX).unwrap();
+        assert!(!flex.passed && flex.error.is_none(), "{flex:?}");
+        // A documents entry the program cannot take: no peers, and why.
+        let bad = RunRequest {
+            documents: [("q".to_string(), three)].into(),
+            ..peers_request(source, &sizes, 4)
+        };
+        let run = PeerRun {
+            req: &bad,
+            expected: &expected,
+            tolerances: &tolerances(&bad),
+            l2: &L2Policy::None,
+        };
+        let (_, report) = peers
+            .interleave(&run, &mut |_, n| Ok(vec![1.0; n as usize]))
+            .unwrap();
+        assert!(report.peers.is_empty(), "{report:?}");
+        let why = report.unavailable.as_deref().unwrap_or_default();
+        assert!(why.contains("--documents `q`: `q` is bf16"), "{why}");
     }
 
     #[test]

@@ -162,7 +162,16 @@ pub fn render(r: &RunResult) -> String {
         none if none.is_empty() => String::new(),
         some => format!("  --size {some}"),
     };
-    let _ = writeln!(s, "hopfuse run {}{sizes}  --seed {}", r.file, r.seed);
+    // The packed-document inputs, as the flags that give them: a logged run says its ids.
+    let documents = match crate::documents::flags(&r.documents) {
+        none if none.is_empty() => String::new(),
+        some => format!("  {some}"),
+    };
+    let _ = writeln!(
+        s,
+        "hopfuse run {}{sizes}  --seed {}{documents}",
+        r.file, r.seed
+    );
     write_kernel(&mut s, r);
     let t = &r.timing;
     let _ = writeln!(
@@ -480,6 +489,20 @@ mod tests {
     }
 
     /// A result without a residency (an older runner's) has no waves line and no warning.
+    #[test]
+    fn the_header_names_the_packed_document_inputs() {
+        let mut r = recorded();
+        let header = |r: &RunResult| render(r).lines().next().unwrap().to_string();
+        assert!(!header(&r).contains("--documents"), "{}", header(&r));
+        let eight = std::num::NonZeroU32::new(8).unwrap();
+        r.documents = [("doc_q".to_string(), eight), ("doc_k".to_string(), eight)].into();
+        assert!(
+            header(&r).ends_with(&format!("--seed {}  --documents doc_k,doc_q:8", r.seed)),
+            "{}",
+            header(&r)
+        );
+    }
+
     #[test]
     fn an_old_result_has_no_waves_line() {
         let text = render(&recorded());

@@ -10,7 +10,8 @@
 //!    diagnostics when it does not compile, or when the sizes do not fit its plan; B's messages
 //!    start `program_b: `), the tensors within `--max-tensor-bytes` (a fault kernel's too), each
 //!    of `scalars` a scalar input of the program with a value its dtype holds (400 naming the
-//!    scalar and the rule), and
+//!    scalar and the rule), each of `documents` an integer tensor input it can fill with
+//!    packed-document ids (400 naming the input), and
 //!    for A/B whether both programs have the same inputs. The compiled programs travel with the
 //!    job, so the worker does not lower them again.
 //!
@@ -100,6 +101,7 @@ pub(crate) fn job_spec(
         peers: body.peers.unwrap_or(false),
         clock: body.clock.unwrap_or(false),
         generic: body.generic.unwrap_or(false),
+        documents: body.documents,
     };
     within("iters", request.iters, 1, args.max_iters)?;
     within("warmup", request.warmup, 0, args.max_warmup)?;
@@ -155,6 +157,7 @@ pub(crate) fn tune_job_spec(
         peers: false,
         clock: false,
         generic: false,
+        documents: Default::default(),
     };
     within("iters", request.iters, 1, args.max_iters)?;
     within("warmup", request.warmup, 0, args.max_warmup)?;
@@ -242,7 +245,8 @@ type Inputs = Vec<(String, hopfuse::DType, Vec<u64>)>;
 
 /// Everything that can be known before a worker, from one compile of the program for the
 /// run's sizes: it compiles (400 with diagnostics), the sizes fit its plan, the tensors fit the
-/// byte cap, the given scalar values are scalar inputs its dtypes hold. Returns the run's inputs and the compiled program, which the worker then runs.
+/// byte cap, the given scalar values are scalar inputs its dtypes hold, the `documents` integer
+/// tensor inputs. Returns the run's inputs and the compiled program, which the worker then runs.
 /// A program split into several kernels is checked kernel by kernel and has no `Prepared` (one
 /// kernel's): the worker compiles its kernels.
 fn check_run(
@@ -254,6 +258,7 @@ fn check_run(
         .map_err(|e| ApiError::bad_request(format!("{which}{}", api_wording(&e.to_string()))))?;
     if let Some(split) = split {
         check_bytes(split.working_set_bytes(&req.sizes), max_tensor_bytes)?;
+        check_documents(req, which)?;
         return Ok((split_inputs(&split, &req.sizes), None));
     }
     let (compilation, setup) = prepare::compile_for_run(req).map_err(|e| match e {
@@ -297,7 +302,16 @@ fn check_run(
     check_bytes(total, max_tensor_bytes)?;
     crate::scalars::resolve(&compilation.plan, &req.scalars)
         .map_err(|e| ApiError::bad_request(format!("{which}{}", api_wording(&e))))?;
+    check_documents(req, which)?;
     Ok((inputs, Some(prepare::Prepared::new(&compilation, setup))))
+}
+
+/// 400 for a `documents` entry the program cannot take: not an integer tensor input, a
+/// gather's indices, or a last axis too long for its dtype's ids ([`crate::data::InputFills`]).
+fn check_documents(req: &RunRequest, which: &str) -> Result<(), ApiError> {
+    crate::data::InputFills::resolve(&req.source, &req.sizes, &req.documents)
+        .map(|_| ())
+        .map_err(|e| ApiError::bad_request(format!("{which}{}", api_wording(&e.to_string()))))
 }
 
 /// The fusion inputs and scalars a split program's kernels read (not the intermediates one
@@ -338,6 +352,7 @@ pub(crate) fn api_wording(message: &str) -> String {
     message
         .replace("(pass it with --size ", "(give it in `sizes`, e.g. ")
         .replace("--scalar ", "scalars: ")
+        .replace("--documents ", "documents: ")
 }
 
 #[cfg(test)]
@@ -599,6 +614,32 @@ mod tests {
         let bad: Result<RunBody, _> =
             serde_json::from_value(json!({"program": SCALED, "scalars": {"k": "three"}}));
         assert!(bad.is_err());
+    }
+
+    #[test]
+    fn documents_travel_with_the_run_and_a_bad_one_is_a_400_naming_it() {
+        let document = include_str!("../../examples/auto/attention_document.hf");
+        let fields = |documents: Value| {
+            json!({"program": document, "sizes": {"B": 2, "S": 64, "T": 64},
+                "documents": documents})
+        };
+        let s = compiled(fields(json!({"doc_q": 16, "doc_k": 16})), u64::MAX).unwrap();
+        let sixteen = std::num::NonZeroU32::new(16).unwrap();
+        assert_eq!(s.request.documents.get("doc_k"), Some(&sixteen));
+        assert_eq!(s.request.documents.len(), 2);
+        assert!(spec(json!({}), &[]).unwrap().request.documents.is_empty());
+        let e = compiled(fields(json!({"doc": 16})), u64::MAX).expect_err("refused");
+        let (status, body) = e.parts();
+        assert_eq!(status.as_u16(), 400);
+        assert_eq!(
+            body.error,
+            "documents: `doc`: not an input of the program (its integer inputs: doc_q, doc_k)"
+        );
+        // A zero mean length, or a negative one, is refused by the JSON body itself.
+        for bad in [json!({"doc_q": 0}), json!({"doc_q": -2})] {
+            let body: Result<RunBody, _> = serde_json::from_value(fields(bad));
+            assert!(body.is_err());
+        }
     }
 
     #[test]

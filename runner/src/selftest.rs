@@ -292,6 +292,7 @@ pub fn run_case(
         peers: false,
         clock: false,
         generic: false,
+        documents: Default::default(),
     };
     engine::execute(&req, case.cuda, &case.plan, &setup, &case.reference)
 }

@@ -29,6 +29,7 @@ use hopfuse_api::tune::{
 };
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -47,6 +48,8 @@ pub struct TuneOptions {
     pub iters: u32,
     pub warmup: u32,
     pub seed: u64,
+    /// Integer inputs filled with packed-document ids (`RunRequest::documents`).
+    pub documents: BTreeMap<String, NonZeroU32>,
     pub cubin_cache: Option<PathBuf>,
 }
 
@@ -355,6 +358,7 @@ fn request(options: &TuneOptions, source: String) -> RunRequest {
         peers: false,
         clock: false,
         generic: false,
+        documents: options.documents.clone(),
     }
 }
 
@@ -491,6 +495,7 @@ mod tests {
             peers: false,
             clock: false,
             generic: false,
+            documents: Default::default(),
         }
     }
 

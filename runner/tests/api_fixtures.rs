@@ -176,6 +176,7 @@ fn measured(passed: bool) -> RunResult {
         warnings: vec![],
         clock: None,
         segments: None,
+        documents: Default::default(),
     }
 }
 

@@ -665,3 +665,107 @@ fn tune_lists_every_candidate_and_keeps_to_its_budget() {
         text(&out)
     );
 }
+
+/// `--documents`: a malformed value is a usage error, an input the program cannot fill is told
+/// before any device opens (naming the integer inputs), and a good one gets to the device; bench
+/// and tune say which inputs hold documents.
+#[test]
+fn documents_fill_integer_inputs_and_bad_ones_are_told() {
+    let file = examples_dir()
+        .join("auto/attention_document.hf")
+        .display()
+        .to_string();
+    let run = |documents: &[&str]| {
+        let mut args = vec!["run", &file, "--size", "B=2,S=64,T=80", "--json"];
+        for d in documents {
+            args.extend(["--documents", d]);
+        }
+        Command::new(env!("CARGO_BIN_EXE_hopfuse"))
+            .args(&args)
+            .env("CUDA_VISIBLE_DEVICES", "")
+            .output()
+            .unwrap()
+    };
+    for (value, needle) in [
+        ("doc_q:0", "the documents' mean length must be at least 1"),
+        ("doc_q:x", "mean length `x` is not a whole number"),
+        ("doc_q", "not NAME[,NAME...]:L"),
+    ] {
+        let out = run(&[value]);
+        assert_eq!(out.status.code(), Some(2), "{value}: {}", text(&out));
+        assert!(text(&out).contains(needle), "{value}: {}", text(&out));
+    }
+    let given_twice = run(&["doc_q:4", "doc_q,doc_k:8"]);
+    assert_eq!(given_twice.status.code(), Some(1), "{}", text(&given_twice));
+    assert!(text(&given_twice).contains("input `doc_q` is given twice"));
+    for (value, needle) in [
+        (
+            "doc:4",
+            "--documents `doc`: not an input of the program (its integer inputs: doc_q, doc_k)",
+        ),
+        ("q:4", "`q` is bf16; document ids fill integer inputs"),
+        ("scale:4", "`scale` is f32"),
+    ] {
+        let out = run(&[value]);
+        assert_eq!(out.status.code(), Some(1), "{value}: {}", text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+        assert_eq!(v["error"]["stage"], "request", "{value}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{value}: {message}");
+        assert!(!text(&out).contains("panicked"), "{}", text(&out));
+    }
+    // Taken: the run goes on to the device, which is hidden here.
+    let out = run(&["doc_q,doc_k:16"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["error"]["stage"], "cuda", "{v}");
+
+    // bench: the line above the table, and a program without the input fails its row.
+    let add = examples_dir().join("basics/add.hf").display().to_string();
+    let out = hopfuse(&[
+        "bench",
+        "--fake-worker",
+        "--no-cubin-cache",
+        "--documents",
+        "doc_q,doc_k:16",
+        &file,
+        &add,
+    ]);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        t.contains(
+            "Inputs: --documents doc_k,doc_q:16 (packed-document ids; the other inputs seeded)."
+        ),
+        "{t}"
+    );
+    let rows = |name: &str| t.lines().filter(|l| l.contains(name)).collect::<Vec<_>>();
+    // One row per `// bench:` line of the document mask, each compiled and checked.
+    let document_rows = rows("| auto/attention_document |");
+    assert_eq!(document_rows.len(), 3, "{t}");
+    assert!(
+        document_rows.iter().all(|r| r.contains("fake worker")),
+        "{t}"
+    );
+    let add_rows = rows("| basics/add |");
+    assert!(
+        add_rows.len() == 1
+            && add_rows[0].contains(
+                "--documents `doc_k`: not an input of the program (it has no integer tensor input)"
+            ),
+        "{t}"
+    );
+    // tune: told once, before any candidate.
+    let out = hopfuse(&[
+        "tune",
+        "--fake-worker",
+        "--size",
+        "B=2,S=64,T=80",
+        "--documents",
+        "q:16",
+        &file,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("`q` is bf16"), "{}", text(&out));
+    assert!(!text(&out).contains("| 1 |"), "{}", text(&out));
+}

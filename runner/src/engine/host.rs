@@ -35,12 +35,13 @@ pub(super) enum Expected<'a> {
 
 /// A run's inputs drawn from its seed, as the device reads them and as the reference gets them:
 /// each input tensor encoded in its dtype and decoded again (the reference gets exactly what the
-/// device reads), a tensor read as a gather's indices drawn inside the axis it indexes; each
+/// device reads), filled as its [`data::InputFill`] says (a gather's indices inside the axis
+/// they index, the request's `documents` packed-document ids, else seeded values); each
 /// scalar the request's value, else the program's, else a seeded one. Shared by one kernel's
 /// run ([`stage_host`]) and a segmented run's (`segmented.rs`).
 pub(super) struct SeededInputs {
     seed: u64,
-    index_bounds: BTreeMap<String, i64>,
+    fills: data::InputFills,
     /// Every input tensor and scalar by name, for the reference.
     pub(super) values: BTreeMap<String, Vec<f64>>,
     /// The scalar inputs' values, for the kernels' arguments.
@@ -48,19 +49,18 @@ pub(super) struct SeededInputs {
 }
 
 impl SeededInputs {
-    pub(super) fn new(req: &RunRequest) -> SeededInputs {
-        SeededInputs {
+    pub(super) fn new(req: &RunRequest) -> Result<SeededInputs, RunError> {
+        Ok(SeededInputs {
             seed: req.seed,
-            index_bounds: data::index_bounds(&req.source, &req.sizes),
+            fills: input_fills(req)?,
             values: BTreeMap::new(),
             scalars: BTreeMap::new(),
-        }
+        })
     }
 
     /// Input tensor `name` of `n` elements: its bytes for the device.
     pub(super) fn tensor(&mut self, name: &str, dtype: DType, n: usize) -> Vec<u8> {
-        let bound = self.index_bounds.get(name).copied();
-        let values = data::seeded_input(dtype, n, self.seed, name, bound);
+        let values = data::seeded_input(dtype, n, self.seed, name, self.fills.of(name));
         let init = data::encode(dtype, &values);
         self.values
             .insert(name.to_string(), data::decode(dtype, &init));
@@ -78,6 +78,13 @@ impl SeededInputs {
         self.scalars.insert(name.to_string(), v);
         v
     }
+}
+
+/// The request's input fills ([`data::InputFills::resolve`]); a `documents` entry the program
+/// cannot take is a request error. Checked once the program compiles, before the device opens.
+pub(super) fn input_fills(req: &RunRequest) -> Result<data::InputFills, RunError> {
+    data::InputFills::resolve(&req.source, &req.sizes, &req.documents)
+        .map_err(|e| RunError::new(Stage::Request, e.to_string()))
 }
 
 /// A tensor's element count for the sizes, and as a `usize` (an error names the tensor).
@@ -139,7 +146,7 @@ pub(super) fn stage_host<'a>(
 
     // Host data, in parameter order.
     let mut tensors = Vec::new();
-    let mut seeded = SeededInputs::new(req);
+    let mut seeded = SeededInputs::new(req)?;
     let scalar_values = crate::scalars::resolve(plan, &req.scalars)
         .map_err(|e| RunError::new(Stage::Request, e))?;
     for p in &plan.params {

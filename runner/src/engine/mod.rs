@@ -6,7 +6,8 @@
 //! A run: the program lowered once for the sizes (`prepare::compile_for_run`: aligned vectors
 //! for those sizes, a 32-bit index when every tensor has fewer than 2^31 elements), NVRTC to a
 //! CUBIN for `sm_90a`, the plan's constraints checked, inputs filled with seeded random values
-//! (never zeros), outputs poisoned (`data.rs`), the kernel launched and validated against the
+//! (never zeros; a gather's indices and the request's `documents` as `data::InputFill` says),
+//! outputs poisoned (`data.rs`), the kernel launched and validated against the
 //! float64 reference (`validate.rs`; the reference runs in pieces on every core,
 //! `host_parallel.rs`, and for a matrix product with M N K >= 2^27 on the GPU,
 //! `gemm_reference.rs`), then timed with CUDA events (warm-up, then the median of many) and
@@ -79,28 +80,31 @@ struct ForRun {
 impl ForRun {
     /// Uses `prepared` when the caller has it (then only the front end runs, for the reference
     /// fusion; its plan must take the request's sizes: a kernel specialised to other sizes is
-    /// refused), else compiles the request.
+    /// refused), else compiles the request. The request's input fills are checked too, so a
+    /// bad `documents` entry is told before any device opens.
     fn of(req: &RunRequest, prepared: Option<&Prepared>) -> Result<ForRun, RunError> {
-        match prepared {
+        let program = match prepared {
             Some(p) => {
                 p.plan
                     .concretize(&req.sizes)
                     .map_err(|e| RunError::new(Stage::Sizes, e.to_string()))?;
                 let fusion = hopfuse::reference_fusion(&req.source)
                     .map_err(|d| RunError::new(Stage::Compile, d.render(&req.source, &req.file)))?;
-                Ok(ForRun {
+                ForRun {
                     prepared: p.clone(),
                     fusion,
-                })
+                }
             }
             None => {
                 let (c, setup) = prepare(req)?;
-                Ok(ForRun {
+                ForRun {
                     prepared: Prepared::new(&c, setup),
                     fusion: c.fusion,
-                })
+                }
             }
-        }
+        };
+        host::input_fills(req)?;
+        Ok(program)
     }
 
     /// The float64 reference of the fusion, on every core, and the tolerances its outputs earn.

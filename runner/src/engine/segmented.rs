@@ -205,7 +205,7 @@ fn host_data(
 > {
     let mut buffers: Vec<Buffer> = Vec::new();
     // The whole fusion's inputs keep their names in every segment.
-    let mut seeded = host::SeededInputs::new(req);
+    let mut seeded = host::SeededInputs::new(req)?;
     let plans: Vec<LaunchPlan> = kernels.iter().map(|k| k.plan.clone()).collect();
     let values = crate::scalars::resolve_all(&plans, &req.scalars)
         .map_err(|e| RunError::new(Stage::Request, e))?;
@@ -399,6 +399,7 @@ pub(super) fn stage_split_host<'a>(
     }
     hooks.progress(Progress::Lowering);
     let kernels = compile(req, split)?;
+    host::input_fills(req)?;
     device(slot)?;
     let fusion = hopfuse::reference_fusion(&req.source)
         .map_err(|d| RunError::new(Stage::Compile, d.render(&req.source, &req.file)))?;
@@ -716,6 +717,7 @@ impl<'a> SplitStaged<'a> {
                 kernels: segment_runs,
                 intermediates,
             }),
+            documents: req.documents.clone(),
         };
         let copy = ceiling_for(dev, req, min_global_bytes, hooks)?;
         Ok(with_ceiling(result, copy))

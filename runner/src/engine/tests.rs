@@ -113,6 +113,7 @@ fn requests_round_trip_through_json() {
         peers: false,
         clock: false,
         generic: false,
+        documents: Default::default(),
     };
     let json = serde_json::to_string(&req).unwrap();
     assert_eq!(serde_json::from_str::<RunRequest>(&json).unwrap(), req);
@@ -164,6 +165,7 @@ fn compile_for_run_specialises_for_the_sizes_in_one_lowering() {
         clock: false,
         // The generic kernel's aligned-vector variant (a specialised one: below).
         generic: true,
+        documents: Default::default(),
     };
     let variant = |index_type, assume_aligned_vectors| {
         hopfuse::compile(
@@ -260,6 +262,7 @@ fn runs_specialise_to_their_sizes_and_refuse_others() {
         peers: false,
         clock: false,
         generic,
+        documents: Default::default(),
     };
     let (special, setup) = compile_for_run(&req(8192, 16384, false)).unwrap();
     assert_eq!(
@@ -311,6 +314,7 @@ fn bad_iteration_counts_are_rejected() {
         peers: false,
         clock: false,
         generic: false,
+        documents: Default::default(),
     };
     assert_eq!(run(&req).unwrap_err().stage, Stage::Request);
     req.iters = 1;
@@ -339,6 +343,7 @@ fn ab_runs_take_split_programs_on_either_side() {
         peers: false,
         clock,
         generic: false,
+        documents: Default::default(),
     };
     let kernels = |source: &str| if source == split { 2 } else { 1 };
     match ab::Program::of(&req(split, false), None, &mut NoHooks) {
@@ -421,4 +426,76 @@ fn a_hand_edits_nvrtc_warnings_are_reported_not_refused() {
     assert!(!cubin.image.is_empty());
     assert_eq!(logs.len(), 1);
     assert!(logs[0].contains("unused"), "{}", logs[0]);
+}
+
+/// `--documents`: the device's bytes, the reference's values and the torch peers' input files
+/// of a run are the same values, packed-document ids for the inputs named, shared by `doc_q`
+/// and `doc_k` position by position.
+#[test]
+fn device_reference_and_peers_get_the_same_packed_documents() {
+    let source = include_str!("../../../examples/auto/attention_document.hf");
+    let (b, s, t) = (2usize, 700usize, 1100usize);
+    let sizes: BTreeMap<String, i64> = [("B", b), ("S", s), ("T", t)]
+        .map(|(k, v)| (k.to_string(), v as i64))
+        .into();
+    let eight = std::num::NonZeroU32::new(8).unwrap();
+    let req = RunRequest {
+        file: "attention_document.hf".into(),
+        source: source.into(),
+        sizes,
+        scalars: Default::default(),
+        iters: 1,
+        warmup: 0,
+        seed: 12,
+        index: None,
+        copy_ceiling: false,
+        peers: true,
+        clock: false,
+        generic: false,
+        documents: [("doc_q".to_string(), eight), ("doc_k".to_string(), eight)].into(),
+    };
+    let mut seeded = host::SeededInputs::new(&req).unwrap();
+    let tensors = [
+        ("q", DType::BF16, b * s * 128),
+        ("k", DType::BF16, b * t * 128),
+        ("v", DType::BF16, b * t * 128),
+        ("doc_q", DType::I32, b * s),
+        ("doc_k", DType::I32, b * t),
+    ];
+    let device: BTreeMap<&str, Vec<u8>> = tensors
+        .iter()
+        .map(|&(name, dtype, n)| (name, seeded.tensor(name, dtype, n)))
+        .collect();
+    let dir = std::env::temp_dir().join(format!("hopfuse-engine-documents-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fusion = hopfuse::reference_fusion(source).unwrap();
+    let files = crate::peers::write_inputs(&req, &fusion, &dir).unwrap();
+    for (name, dtype, _) in tensors {
+        let entry = files.iter().find(|f| f["name"] == name).unwrap();
+        let file = std::fs::read(entry["file"].as_str().unwrap()).unwrap();
+        assert!(
+            file == device[name],
+            "`{name}`: the peers' file differs from the device's"
+        );
+        assert_eq!(data::decode(dtype, &file), seeded.values[name], "`{name}`");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    // The ids the three of them got: packed documents, doc_q's the start of doc_k's rows.
+    let (doc_q, doc_k) = (&seeded.values["doc_q"], &seeded.values["doc_k"]);
+    for row in 0..b {
+        let q = &doc_q[row * s..(row + 1) * s];
+        assert_eq!(q, &doc_k[row * t..row * t + s]);
+        assert_eq!(q[0], 0.0);
+        assert!(q.windows(2).all(|w| w[1] == w[0] || w[1] == w[0] + 1.0));
+        // About S / 8 documents, not the seeded {-8..8}.
+        assert!((40.0..140.0).contains(&q[s - 1]), "{}", q[s - 1]);
+    }
+    // A request naming an input the program cannot fill is refused before anything is made.
+    let bad = RunRequest {
+        documents: [("scale".to_string(), eight)].into(),
+        ..req
+    };
+    let err = host::SeededInputs::new(&bad).err().unwrap();
+    assert_eq!(err.stage, Stage::Request);
+    assert!(err.message.contains("`scale` is f32"), "{}", err.message);
 }

@@ -341,6 +341,7 @@ impl<'a> Staged<'a> {
             clock: None,
             segments: None,
             residency: Some(residency),
+            documents: req.documents.clone(),
         })
     }
 }

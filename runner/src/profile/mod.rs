@@ -112,6 +112,9 @@ pub struct ProfileRequest {
     pub seed: u64,
     /// `--index` of the run (none: as the run picks).
     pub index: Option<String>,
+    /// The run's packed-document inputs (`--documents`), so the kernel profiled reads the
+    /// run's inputs.
+    pub documents: BTreeMap<String, std::num::NonZeroU32>,
     pub kernel: String,
     pub time_limit: Duration,
     /// Where to keep ncu's raw page (CSV), e.g. to record it as a test fixture.
@@ -242,6 +245,9 @@ pub fn ncu_args(
     ]);
     if let Some(i) = &req.index {
         a.extend(["--index".into(), i.clone()]);
+    }
+    for value in crate::documents::flag_values(&req.documents) {
+        a.extend(["--documents".into(), value]);
     }
     a
 }
@@ -513,7 +519,8 @@ pub fn segment_report(
     )
 }
 
-/// The request that profiles `result`'s kernel again from `file` (same sizes, seed, index).
+/// The request that profiles `result`'s kernel again from `file` (same sizes, seed, index,
+/// packed-document inputs).
 pub fn request_for(
     file: PathBuf,
     result: &RunResult,
@@ -532,6 +539,7 @@ pub fn request_for(
             }
             .into(),
         ),
+        documents: result.documents.clone(),
         kernel: result.kernel.clone(),
         time_limit,
         keep_csv,

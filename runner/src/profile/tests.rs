@@ -140,6 +140,7 @@ fn the_profiling_child_runs_this_binary_once_for_the_kernel() {
         sizes: [("M".to_string(), 4096), ("N".to_string(), 4096)].into(),
         seed: 1,
         index: None,
+        documents: Default::default(),
         kernel: "exp_2d_kernel".into(),
         time_limit: Duration::from_secs(60),
         keep_csv: None,
@@ -156,6 +157,17 @@ fn the_profiling_child_runs_this_binary_once_for_the_kernel() {
     ));
     let fewer = ncu_args(&req, exe, Path::new("/tmp/r"), &CORE_SECTIONS, &[]).join(" ");
     assert!(!fewer.contains("--metrics") && !fewer.contains("RooflineChart"));
+    // A run on packed documents is profiled on the same inputs.
+    let eight = std::num::NonZeroU32::new(8).unwrap();
+    let documents = ProfileRequest {
+        documents: [("doc_q".to_string(), eight), ("doc_k".to_string(), eight)].into(),
+        ..req
+    };
+    let a = ncu_args(&documents, exe, Path::new("/tmp/r"), &SECTIONS, &METRICS).join(" ");
+    assert!(
+        a.ends_with("--seed 1 --no-ceiling --documents doc_k,doc_q:8"),
+        "{a}"
+    );
 }
 
 fn roofline(tensor: Option<f64>) -> Roofline {
@@ -399,6 +411,7 @@ fn exp_2d_request() -> ProfileRequest {
         sizes: [("M".to_string(), 8192), ("N".to_string(), 8192)].into(),
         seed: 1,
         index: Some("i32".into()),
+        documents: Default::default(),
         kernel: "exp_2d_kernel".into(),
         time_limit: Duration::from_secs(30),
         keep_csv: None,

@@ -28,6 +28,7 @@ fn spec() -> JobSpec {
         peers: false,
         clock: false,
         generic: false,
+        documents: Default::default(),
     })
 }
 

@@ -30,6 +30,7 @@ impl Queue {
             iters: req.iters,
             warmup: req.warmup,
             seed: req.seed,
+            documents: req.documents.clone(),
             cubin_cache: self.config.cubin_cache.clone(),
         };
         job.stage(JobStage::Compiling, Some(Progress::Lowering));

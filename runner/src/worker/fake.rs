@@ -1,5 +1,5 @@
 //! The fake worker (`hopfuse worker --fake`, for machines without a GPU): the program is
-//! compiled and its sizes checked for real, nothing runs, and the outcome says so with no
+//! compiled and its sizes and input fills checked for real, nothing runs, and the outcome says so with no
 //! numbers (a split program's kernels, when a profile is asked for, each say why they have
 //! none, where a GPU runner's carry their profiles); its test hooks (`--fake-behaviour`) hang, crash or fail like a kernel would, so the
 //! service's kill, crash and fresh-process paths can be tested.
@@ -144,6 +144,11 @@ pub(super) fn fake(
         }
     };
     let Prepared { cuda, plan, setup } = compiled;
+    // The request's packed-document inputs checked as a run checks them.
+    if let Err(e) = crate::data::InputFills::resolve(&req.source, &req.sizes, &req.documents) {
+        let error = RunError::new(Stage::Request, e.to_string());
+        return Outcome::Error { error };
+    }
     let working_set_bytes = match &split {
         Some(split) => split.working_set_bytes(&req.sizes),
         None => plan
