@@ -12,7 +12,8 @@
 //! The mask's tensors must be read by nothing else and the masked scores must be the very scores
 //! of the softmax (as [`super::causal_tiles`] asks). The key-tile loop must be the outer loop of
 //! `T` split by a constant `Bk`, and the loops around it must bind the outer loop of `S` split
-//! by a constant `Bq`, and each batch axis whole, to the grid (not a persistent one). Anything
+//! by a constant `Bq`, and each batch axis whole, to the grid (not a persistent one); the block
+//! is a whole number of warps, known when the kernel is compiled. Anything
 //! else is left as it was: every key tile runs, masked.
 //!
 //! Guarantees: the result is exactly the unlisted kernel's. Two ranges of ids that do not meet
@@ -212,6 +213,11 @@ pub fn run(
     k: &mut Kernel,
 ) -> Result<(super::Change, Vec<Constraint>), crate::diag::Diagnostic> {
     let f = cx.fusion;
+    // The list is made by whole warps (shuffles and votes over all 32 lanes).
+    let threads: Option<i64> = k.block.iter().map(|e| e.as_const()).product();
+    if threads.is_none_or(|n| n % crate::target::WARP_THREADS != 0) {
+        return Ok((super::Change::Unchanged, Vec::new()));
+    }
     for (r, &tile_key) in f.online_softmax.iter().zip(&tile_loops.0) {
         let Some(mask) = find(f, r.pattern.scores, r.pattern.axis) else {
             continue;

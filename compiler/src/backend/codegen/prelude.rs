@@ -18,71 +18,84 @@ __device__ __forceinline__ T hf_index_in(I v, T n) { long long i = (long long)v;
 ";
 
 /// The key tiles a CTA of a document-masked attention visits (`kir::VisitedTiles`), called by
-/// every thread of the block: the range of the query tile's ids (queries `q0 ..` of the `nq`
-/// of the row, at most BQ, from `qids`), then per key tile (a warp each) whether the range of
-/// its ids (of `nk` keys from `kids`) meets it (two ranges that do not meet hold no equal pair:
-/// the tile is masked whole for every query) and whether a pair of the tiles has `lower <= j -
-/// i <= upper`, then the tiles that pass both, in order, listed by warp 0 (a ballot per 32
-/// tiles) in `table`; `table[CAP]` is how many, at least one when there is a tile (tile 0,
-/// masked whole: a row with no key ends as `0 / 0`, as without the list). Ends with a block
-/// barrier; returns the count.
-const VISITED: &str = "template <int BQ, int BK, int CAP, typename I, typename N>
-__device__ int hf_visit_document_tiles(const I* qids, N q0, N queries, const I* kids, N nk, long long upper, long long lower, int* table) {
+/// every thread of the block (a whole number of warps) before the body. Its time is on every
+/// block's critical path (no copy starts before the list), so it is short: one round of loads
+/// (the thread's query id, queries `q0 ..` of the row's `queries`, at most BQ, and ROUND key
+/// ids `tid + r * threads` of the `nk` from `kids`), the queries' range by shuffles and one
+/// barrier, then per key id whether it lies in that range; a tile with such an id is marked
+/// (one shared `atomicOr` per warp and tile when a warp's ids lie in one tile). A key id outside
+/// the queries' range equals none of them, so an unmarked tile is masked whole for every query.
+/// Warp 0 lists the marked tiles that also hold a pair with `lower <= j - i <= upper`, in order
+/// (a ballot per 32 tiles), in `table`; `table[CAP]` is how many, at least one when there is a
+/// tile (tile 0, masked whole: a row with no key ends as `0 / 0`, as without the list); the
+/// warps' query ranges sit after it. Ends with a block barrier; returns the count.
+const VISITED: &str = "template <int BQ, int BK, int CAP, typename I>
+__device__ int hf_visit_document_tiles(const I* qids, long long q0, long long queries, const I* kids, long long nk, long long upper, long long lower, int* table) {
+  constexpr int ROUND = 8;
   const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const int threads = blockDim.x * blockDim.y * blockDim.z;
   const int lane = tid % 32, warp = tid / 32, warps = threads / 32;
-  const long long nq = queries - q0 < (N)BQ ? (long long)(queries - q0) : (long long)BQ;
-  long long lo = 0x7fffffffffffffffLL, hi = (-0x7fffffffffffffffLL - 1);
+  const long long nq = queries - q0 < BQ ? queries - q0 : (long long)BQ;
+  const long long tiles = (nk + BK - 1) / BK;
+  // Every load of the first round at once. A query id of the tile is neutral for its range.
+  long long lo = nq > 0 ? (long long)qids[q0] : 1, hi = nq > 0 ? lo : 0;
   for (long long i = tid; i < nq; i += threads) {
-    const long long x = (long long)qids[q0 + i];
-    lo = x < lo ? x : lo;
-    hi = x > hi ? x : hi;
+    const long long y = (long long)qids[q0 + i];
+    lo = y < lo ? y : lo;
+    hi = y > hi ? y : hi;
   }
+  long long x[ROUND];
+  #pragma unroll
+  for (int r = 0; r < ROUND; ++r) {
+    const long long j = tid + (long long)r * threads;
+    x[r] = j < nk ? (long long)kids[j] : 0;
+  }
+  for (long long t = tid; t < tiles; t += threads) table[t] = 0;
   for (int d = 16; d > 0; d /= 2) {
     const long long a = __shfl_xor_sync(0xffffffffu, lo, d), b = __shfl_xor_sync(0xffffffffu, hi, d);
     lo = a < lo ? a : lo;
     hi = b > hi ? b : hi;
   }
-  // Each warp's range in its own slots of the list (free until the marks), then warp 0's.
-  long long* ranges = reinterpret_cast<long long*>(table);
+  long long* ranges = reinterpret_cast<long long*>(table + CAP + 4);
   if (lane == 0) { ranges[2 * warp] = lo; ranges[2 * warp + 1] = hi; }
   __syncthreads();
-  lo = 0x7fffffffffffffffLL; hi = (-0x7fffffffffffffffLL - 1);
   for (int w = 0; w < warps; ++w) {
     lo = ranges[2 * w] < lo ? ranges[2 * w] : lo;
     hi = ranges[2 * w + 1] > hi ? ranges[2 * w + 1] : hi;
   }
-  __syncthreads();
-  const long long tiles = ((long long)nk + BK - 1) / BK;
-  for (long long t = warp; t < tiles; t += warps) {
-    long long klo = 0x7fffffffffffffffLL, khi = (-0x7fffffffffffffffLL - 1);
-    const long long end = (t + 1) * BK < (long long)nk ? (t + 1) * BK : (long long)nk;
-    #pragma unroll 4
-    for (long long j = t * BK + lane; j < end; j += 32) {
-      const long long x = (long long)kids[j];
-      klo = x < klo ? x : klo;
-      khi = x > khi ? x : khi;
+  // A warp's 32 ids lie in one tile when BK is a multiple of 32 and rounds start at multiples
+  // of 32 (`threads` is).
+  for (long long base = 0; base < nk; base += (long long)ROUND * threads) {
+    #pragma unroll
+    for (int r = 0; r < ROUND; ++r) {
+      const long long j = base + tid + (long long)r * threads;
+      if (base > 0) x[r] = j < nk ? (long long)kids[j] : 0;
     }
-    for (int d = 16; d > 0; d /= 2) {
-      const long long a = __shfl_xor_sync(0xffffffffu, klo, d), b = __shfl_xor_sync(0xffffffffu, khi, d);
-      klo = a < klo ? a : klo;
-      khi = b > khi ? b : khi;
+    #pragma unroll
+    for (int r = 0; r < ROUND; ++r) {
+      const long long j = base + tid + (long long)r * threads;
+      const bool in = j < nk && lo <= x[r] && x[r] <= hi;
+      if (BK % 32 == 0) {
+        if (__any_sync(0xffffffffu, in) && lane == 0) atomicOr(&table[j / BK], 1);
+      } else if (in) {
+        atomicOr(&table[j / BK], 1);
+      }
     }
-    // The band: the tile's first key past the last query by at most `upper`, its last key
-    // before the first query by at most `-lower`.
-    const bool band = t * BK - ((long long)q0 + nq - 1) <= upper && end - 1 - (long long)q0 >= lower;
-    if (lane == 0) table[t] = klo <= hi && lo <= khi && band;
   }
   __syncthreads();
   if (warp == 0) {
+    const long long first = q0, last = q0 + nq - 1;
     int n = 0;
     for (long long base = 0; base < tiles; base += 32) {
       const long long t = base + lane;
-      const bool meets = t < tiles && table[t] != 0;
-      const unsigned ballot = __ballot_sync(0xffffffffu, meets);
+      const long long end = (t + 1) * BK < nk ? (t + 1) * BK : nk;
+      // The band: the tile's first key past the last query by at most `upper`, its last key
+      // before the first query by at most `-lower`.
+      const bool listed = t < tiles && table[t] != 0 && t * BK - last <= upper && end - 1 - first >= lower;
+      const unsigned ballot = __ballot_sync(0xffffffffu, listed);
       // Every lane has read its mark before any entry at or below `base + lane` is written.
       __syncwarp();
-      if (meets) table[n + __popc(ballot & ((1u << lane) - 1u))] = (int)t;
+      if (listed) table[n + __popc(ballot & ((1u << lane) - 1u))] = (int)t;
       n += __popc(ballot);
       __syncwarp();
     }
