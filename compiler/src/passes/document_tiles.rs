@@ -13,19 +13,18 @@
 //! of the softmax (as [`super::causal_tiles`] asks). The key-tile loop must be the outer loop of
 //! `T` split by a constant `Bk`, and the loops around it must bind the outer loop of `S` split
 //! by a constant `Bq`, and each batch axis whole, to the grid (not a persistent one); the block
-//! is a whole number of warps, known when the kernel is compiled. Anything
-//! else is left as it was: every key tile runs, masked.
+//! is a whole number of warps, known when the kernel is compiled. Anything else is left as it
+//! was: every key tile runs, masked.
 //!
-//! Guarantees: the result is exactly the unlisted kernel's. Two ranges of ids that do not meet
-//! hold no equal pair, so a key tile whose ids' range does not meet the query tile's is masked
-//! whole for each of the tile's queries: it adds `-inf` to the running maximum and 0 to the sum
-//! and to the product, and is not visited; so is a tile with no pair `(i, j)` inside the band.
-//! The tiles that meet are visited in order, so each
-//! row's recurrence sees the same values in the same order, less the tiles that add nothing. A
-//! query tile that meets no key tile still runs tile 0, masked whole (a row with no key ends as
-//! `0 / 0`, as before). Any ids are right; packed documents (non-decreasing ids) are where
-//! tiles drop: about `S / L` query tiles each see the `Bq / Bk + L / Bk + 1` key tiles around
-//! their documents of mean length `L`.
+//! Guarantees: the result is exactly the unlisted kernel's. A key id outside the range of the
+//! query tile's ids equals none of them, so a key tile none of whose ids lies in that range is
+//! masked whole for each of the tile's queries: it adds `-inf` to the running maximum and 0 to
+//! the sum and to the product, and is not visited; nor is a tile with no pair `(i, j)` inside
+//! the band. The others are visited in order, so each row's recurrence sees the same values in
+//! the same order, less the tiles that add nothing. A query tile that meets no key tile still
+//! runs tile 0, masked whole (a row with no key ends as `0 / 0`, as before). Any ids are right;
+//! packed documents (non-decreasing ids) are where tiles drop: a query tile sees the key tiles
+//! of the documents its queries belong to.
 //!
 //! Emits: the kernel's [`VisitedTiles`] (the list, which every thread of the CTA makes before
 //! the body: `kir::VisitedTiles`), and [`VISITED_COUNT`] as the extent of the key-tile loops.
