@@ -741,17 +741,60 @@ fn map_access(a: &mut Access, f: &mut dyn FnMut(&Val) -> Val) {
 }
 
 impl Data {
+    /// Calls `f` on each operand of the node, in order (none for a leaf): with
+    /// [`Data::each_operand_mut`], the one place that knows which nodes hold values.
+    pub fn each_operand<'d>(&'d self, f: &mut dyn FnMut(&'d Data)) {
+        match self {
+            Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => f(x),
+            Data::Binary(_, _, x, y) => {
+                f(x);
+                f(y);
+            }
+            Data::Ternary(_, _, xs) => xs.iter().for_each(f),
+            Data::Read(_) | Data::Param(..) | Data::Literal(..) | Data::Index(..) => {}
+        }
+    }
+
+    /// [`Data::each_operand`], mutably.
+    pub fn each_operand_mut(&mut self, f: &mut dyn FnMut(&mut Data)) {
+        match self {
+            Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => f(x),
+            Data::Binary(_, _, x, y) => {
+                f(x);
+                f(y);
+            }
+            Data::Ternary(_, _, xs) => xs.iter_mut().for_each(f),
+            Data::Read(_) | Data::Param(..) | Data::Literal(..) | Data::Index(..) => {}
+        }
+    }
+
+    /// The first `Some` that `f` gives, over the nodes of the value in pre-order.
+    pub fn find_map<'d, T>(&'d self, f: &mut dyn FnMut(&'d Data) -> Option<T>) -> Option<T> {
+        if let Some(t) = f(self) {
+            return Some(t);
+        }
+        let mut found = None;
+        self.each_operand(&mut |x| {
+            if found.is_none() {
+                found = x.find_map(f);
+            }
+        });
+        found
+    }
+
+    /// Rewrites the value in pre-order: `f` may replace a node and says whether it did, in
+    /// which case the walk does not enter what it put there.
+    pub fn rewrite(&mut self, f: &mut dyn FnMut(&mut Data) -> bool) {
+        if !f(self) {
+            self.each_operand_mut(&mut |x| x.rewrite(f));
+        }
+    }
+
     /// Visits every read.
     pub fn for_each_read(&self, f: &mut dyn FnMut(&Access)) {
         match self {
             Data::Read(a) => f(a),
-            Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => x.for_each_read(f),
-            Data::Binary(_, _, x, y) => {
-                x.for_each_read(f);
-                y.for_each_read(f);
-            }
-            Data::Ternary(_, _, xs) => xs.iter().for_each(|x| x.for_each_read(f)),
-            Data::Param(..) | Data::Literal(..) | Data::Index(..) => {}
+            d => d.each_operand(&mut |x| x.for_each_read(f)),
         }
     }
 
@@ -759,13 +802,7 @@ impl Data {
     pub fn for_each_read_mut(&mut self, f: &mut dyn FnMut(&mut Access)) {
         match self {
             Data::Read(a) => f(a),
-            Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => x.for_each_read_mut(f),
-            Data::Binary(_, _, x, y) => {
-                x.for_each_read_mut(f);
-                y.for_each_read_mut(f);
-            }
-            Data::Ternary(_, _, xs) => xs.iter_mut().for_each(|x| x.for_each_read_mut(f)),
-            Data::Param(..) | Data::Literal(..) | Data::Index(..) => {}
+            d => d.each_operand_mut(&mut |x| x.for_each_read_mut(f)),
         }
     }
 
@@ -779,13 +816,7 @@ impl Data {
     pub fn for_each_index_mut(&mut self, f: &mut dyn FnMut(&mut Val)) {
         match self {
             Data::Index(_, Some(v)) => f(v),
-            Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => x.for_each_index_mut(f),
-            Data::Binary(_, _, x, y) => {
-                x.for_each_index_mut(f);
-                y.for_each_index_mut(f);
-            }
-            Data::Ternary(_, _, xs) => xs.iter_mut().for_each(|x| x.for_each_index_mut(f)),
-            Data::Read(_) | Data::Param(..) | Data::Literal(..) | Data::Index(_, None) => {}
+            d => d.each_operand_mut(&mut |x| x.for_each_index_mut(f)),
         }
     }
 }

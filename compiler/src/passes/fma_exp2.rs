@@ -80,15 +80,10 @@ fn computes_mufu(body: &[Stmt]) -> bool {
 }
 
 fn has_mufu(d: &Data) -> bool {
-    match d {
-        Data::Unary(u, t, v) => {
-            (*t == DType::F32 && !is_exp(*u) && u.mufu_ops() > 0) || has_mufu(v)
-        }
-        Data::Cast(_, v) | Data::View(_, v) => has_mufu(v),
-        Data::Binary(_, _, a, b) => has_mufu(a) || has_mufu(b),
-        Data::Ternary(_, _, vs) => vs.iter().any(has_mufu),
-        Data::Read(_) | Data::Param(..) | Data::Literal(..) | Data::Index(..) => false,
-    }
+    d.find_map(&mut |n| {
+        matches!(n, Data::Unary(u, DType::F32, _) if !is_exp(*u) && u.mufu_ops() > 0).then_some(())
+    })
+    .is_some()
 }
 
 /// The exponentials of loop `l` split between the pipes; whether it had any.

@@ -383,21 +383,7 @@ impl<'c, 'f> Split<'c, 'f> {
                 return;
             }
         }
-        match d {
-            Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => {
-                self.split_casts(x, it, (expr, out), hoisted)
-            }
-            Data::Binary(_, _, x, y) => {
-                self.split_casts(x, it, (expr, out), hoisted);
-                self.split_casts(y, it, (expr, out), hoisted);
-            }
-            Data::Ternary(_, _, xs) => {
-                for x in xs.iter_mut() {
-                    self.split_casts(x, it, (expr, out), hoisted);
-                }
-            }
-            Data::Read(_) | Data::Param(..) | Data::Literal(..) | Data::Index(..) => {}
-        }
+        d.each_operand_mut(&mut |x| self.split_casts(x, it, (expr, out), hoisted));
     }
 
     /// `x` as `(base, c)` (see [`split_on`]) when the split is exact: `x`'s value, `base`, `c`

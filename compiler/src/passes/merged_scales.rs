@@ -122,19 +122,7 @@ fn find_scaled_read<'d>(
     x: BufferId,
     constants: &FxHashSet<BufferId>,
 ) -> Option<&'d Data> {
-    if let Some(c) = scaled_read(d, x, constants) {
-        return Some(c);
-    }
-    match d {
-        Data::Unary(_, _, v) | Data::Cast(_, v) | Data::View(_, v) => {
-            find_scaled_read(v, x, constants)
-        }
-        Data::Binary(_, _, a, b) => {
-            find_scaled_read(a, x, constants).or_else(|| find_scaled_read(b, x, constants))
-        }
-        Data::Ternary(_, _, vs) => vs.iter().find_map(|v| find_scaled_read(v, x, constants)),
-        Data::Read(_) | Data::Param(..) | Data::Literal(..) | Data::Index(..) => None,
-    }
+    d.find_map(&mut |n| scaled_read(n, x, constants))
 }
 
 /// The in-place scaling's loop, the scores and the second scale.
@@ -199,23 +187,15 @@ fn apply(block: &mut [Stmt], scale_at: usize, x: BufferId, c2: Data) {
 
 /// The scaled read of `x` in `d` becomes the read.
 fn unscale(d: &mut Data, x: BufferId) {
-    if let Data::Binary(BinaryOp::Mul, DType::F32, a, b) = d {
-        let read = match (&**a, &**b) {
-            (Data::Read(r), _) | (_, Data::Read(r)) if r.buffer == x => Some(r.clone()),
-            _ => None,
+    d.rewrite(&mut |n| {
+        let Data::Binary(BinaryOp::Mul, DType::F32, a, b) = n else {
+            return false;
         };
-        if let Some(r) = read {
-            *d = Data::Read(r);
-            return;
-        }
-    }
-    match d {
-        Data::Unary(_, _, v) | Data::Cast(_, v) | Data::View(_, v) => unscale(v, x),
-        Data::Binary(_, _, a, b) => {
-            unscale(a, x);
-            unscale(b, x);
-        }
-        Data::Ternary(_, _, vs) => vs.iter_mut().for_each(|v| unscale(v, x)),
-        Data::Read(_) | Data::Param(..) | Data::Literal(..) | Data::Index(..) => {}
-    }
+        let read = match (&**a, &**b) {
+            (Data::Read(r), _) | (_, Data::Read(r)) if r.buffer == x => r.clone(),
+            _ => return false,
+        };
+        *n = Data::Read(read);
+        true
+    });
 }

@@ -191,18 +191,9 @@ fn is_update(s: &Stmt, expr: ExprId) -> bool {
 
 /// The buffers `d` reads.
 fn data_reads(d: &Data, out: &mut FxHashSet<BufferId>) {
-    match d {
-        Data::Read(a) => {
-            out.insert(a.buffer);
-        }
-        Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => data_reads(x, out),
-        Data::Binary(_, _, a, b) => {
-            data_reads(a, out);
-            data_reads(b, out);
-        }
-        Data::Ternary(_, _, xs) => xs.iter().for_each(|x| data_reads(x, out)),
-        Data::Param(..) | Data::Literal(..) | Data::Index(..) => {}
-    }
+    d.for_each_read(&mut |a| {
+        out.insert(a.buffer);
+    });
 }
 
 /// Restructures the block that allocates both accumulators (see the module doc); returns the

@@ -287,22 +287,17 @@ fn apply(block: &mut Vec<Stmt>, form: Form) {
 
 /// Each read of `x` in `d` becomes `x * c`.
 fn scale_reads(d: &mut Data, x: BufferId, c: &Data) {
-    match d {
+    d.rewrite(&mut |n| match n {
         Data::Read(a) if a.buffer == x => {
             let read = Data::Read(a.clone());
-            *d = Data::Binary(
+            *n = Data::Binary(
                 BinaryOp::Mul,
                 DType::F32,
                 Box::new(read),
                 Box::new(c.clone()),
             );
+            true
         }
-        Data::Unary(_, _, v) | Data::Cast(_, v) | Data::View(_, v) => scale_reads(v, x, c),
-        Data::Binary(_, _, a, b) => {
-            scale_reads(a, x, c);
-            scale_reads(b, x, c);
-        }
-        Data::Ternary(_, _, vs) => vs.iter_mut().for_each(|v| scale_reads(v, x, c)),
-        Data::Read(_) | Data::Param(..) | Data::Literal(..) | Data::Index(..) => {}
-    }
+        _ => false,
+    });
 }

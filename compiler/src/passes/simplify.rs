@@ -152,12 +152,6 @@ fn access(a: &mut Access, ext: &HashMap<String, Val>, changed: &mut bool) {
 fn data(d: &mut Data, ext: &HashMap<String, Val>, changed: &mut bool) {
     match d {
         Data::Read(a) => access(a, ext, changed),
-        Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => data(x, ext, changed),
-        Data::Binary(_, _, x, y) => {
-            data(x, ext, changed);
-            data(y, ext, changed);
-        }
-        Data::Ternary(_, _, xs) => xs.iter_mut().for_each(|x| data(x, ext, changed)),
         Data::Index(of, Some(v)) => {
             let mut s = simplify(v, ext);
             if matches!(of, IndexOf::Element(_)) {
@@ -168,7 +162,7 @@ fn data(d: &mut Data, ext: &HashMap<String, Val>, changed: &mut bool) {
                 *changed = true;
             }
         }
-        Data::Param(..) | Data::Literal(..) | Data::Index(_, None) => {}
+        d => d.each_operand_mut(&mut |x| data(x, ext, changed)),
     }
 }
 

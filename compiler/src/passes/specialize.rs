@@ -60,20 +60,12 @@ pub fn run(cx: &mut Ctx, k: &mut Kernel) -> Result<Change, Diagnostic> {
 /// Replaces each size symbol used as data (`Data::Param` of a symbol's name: symbols and
 /// scalar inputs never share a name) by its value.
 fn size_literals(d: &mut Data, symbols: &[String], sizes: &BTreeMap<String, i64>) {
-    match d {
-        Data::Param(name, dtype) if symbols.contains(name) => {
-            if let Some(&v) = sizes.get(name.as_str()) {
-                *d = Data::Literal(v as f64, *dtype);
+    d.rewrite(&mut |n| {
+        if let Data::Param(name, dtype) = n {
+            if let Some(&v) = sizes.get(name.as_str()).filter(|_| symbols.contains(name)) {
+                *n = Data::Literal(v as f64, *dtype);
             }
         }
-        Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => {
-            size_literals(x, symbols, sizes)
-        }
-        Data::Binary(_, _, x, y) => {
-            size_literals(x, symbols, sizes);
-            size_literals(y, symbols, sizes);
-        }
-        Data::Ternary(_, _, xs) => xs.iter_mut().for_each(|x| size_literals(x, symbols, sizes)),
-        Data::Param(..) | Data::Read(_) | Data::Literal(..) | Data::Index(..) => {}
-    }
+        false
+    });
 }

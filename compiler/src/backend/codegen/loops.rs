@@ -115,14 +115,15 @@ impl Emitter<'_> {
 /// Whether a register buffer is indexed with `var` anywhere in `body`.
 fn indexes_local(k: &Kernel, body: &[Stmt], var: &str) -> bool {
     fn data(k: &Kernel, d: &Data, var: &str) -> bool {
-        match d {
-            Data::Read(a) => access(k, a, var),
-            Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => data(k, x, var),
-            Data::Binary(_, _, x, y) => data(k, x, var) || data(k, y, var),
-            Data::Ternary(_, _, xs) => xs.iter().any(|x| data(k, x, var)),
-            Data::Index(_, v) => v.as_ref().is_some_and(|i| i.mentions(var)),
-            Data::Param(..) | Data::Literal(..) => false,
-        }
+        d.find_map(&mut |n| {
+            let found = match n {
+                Data::Read(a) => access(k, a, var),
+                Data::Index(_, v) => v.as_ref().is_some_and(|i| i.mentions(var)),
+                _ => false,
+            };
+            found.then_some(())
+        })
+        .is_some()
     }
     fn access(k: &Kernel, a: &Access, var: &str) -> bool {
         k.buffers[a.buffer].memory == MemoryType::Local

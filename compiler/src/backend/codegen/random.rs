@@ -57,20 +57,8 @@ impl Emitter<'_> {
 /// The `rand` / `randn` nodes of `d`, in the order [`Emitter::data`] writes them (operands
 /// first).
 fn draws_in(d: &Data, out: &mut Vec<*const Data>) {
-    match d {
-        Data::Ternary(op, _, xs) => {
-            for x in xs.iter() {
-                draws_in(x, out);
-            }
-            if matches!(op, TernaryOp::Rand | TernaryOp::RandN) {
-                out.push(d);
-            }
-        }
-        Data::Unary(_, _, x) | Data::Cast(_, x) | Data::View(_, x) => draws_in(x, out),
-        Data::Binary(_, _, x, y) => {
-            draws_in(x, out);
-            draws_in(y, out);
-        }
-        Data::Read(_) | Data::Param(..) | Data::Literal(..) | Data::Index(..) => {}
+    d.each_operand(&mut |x| draws_in(x, out));
+    if let Data::Ternary(TernaryOp::Rand | TernaryOp::RandN, ..) = d {
+        out.push(d);
     }
 }
