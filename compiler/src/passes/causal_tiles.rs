@@ -118,11 +118,7 @@ pub struct CausalTiles(pub Vec<ClassifiedLoop>);
 /// Whether some online softmax's scores carry a causal mask (and the grid is not persistent,
 /// whose query tile is no loop variable here): the passes' `applies`.
 pub fn used(cx: &Ctx) -> bool {
-    let f = cx.fusion;
-    f.persistent.is_none()
-        && f.online_softmax
-            .iter()
-            .any(|r| find(f, r.pattern.scores, r.pattern.axis).is_some())
+    super::online_softmax::some_masked(cx, |f, scores, axis| find(f, scores, axis).is_some())
 }
 
 /// An offset of the mask's band: an integer plus signed size extents (`T - S`).

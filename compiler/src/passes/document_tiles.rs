@@ -64,11 +64,7 @@ pub struct DocumentMask {
 /// Whether some online softmax's scores carry a document mask (and the grid is not
 /// persistent): the pass's `applies`.
 pub fn used(cx: &Ctx) -> bool {
-    let f = cx.fusion;
-    f.persistent.is_none()
-        && f.online_softmax
-            .iter()
-            .any(|r| find(f, r.pattern.scores, r.pattern.axis).is_some())
+    super::online_softmax::some_masked(cx, |f, scores, axis| find(f, scores, axis).is_some())
 }
 
 /// The document mask on `scores`, the scores of an online softmax over the class `key_axis`,
@@ -90,34 +86,25 @@ pub fn find(f: &Fusion, scores: TensorId, key_axis: IterId) -> Option<DocumentMa
         return None;
     }
     let key = f.class_of(key_axis);
-    // The comparison of ids alone, or with one side of a band.
-    let (compare, band) = match compared_ids(f, *same) {
-        Some(ids) => (ids, None),
-        None => {
-            let both = def(*same)?;
-            let (Op::Binary(BinaryOp::LogicalAnd), [Operand::Tensor(x), Operand::Tensor(y)]) =
-                (&f.exprs[both].op, &f.exprs[both].inputs[..])
-            else {
-                return None;
-            };
-            let (ids, side) = match compared_ids(f, *x) {
-                Some(ids) => (ids, *y),
-                None => (compared_ids(f, *y)?, *x),
-            };
+    let cond = condition(f, *same)?;
+    let band = match cond.other {
+        None => None,
+        Some((both, side)) => {
             let (bound, exprs, tensors) =
                 super::causal_tiles::band_side(f, side, key, f.rank(scores))?;
             let of_mask = |u: ExprId| u == both || exprs.contains(&u);
+            let compared = f.exprs[cond.ids.0].output;
             let only_mask = tensors
                 .iter()
-                .chain([x, y])
+                .chain([&side, &compared])
                 .all(|&t| !f.tensors[t].is_output && f.uses(t).iter().all(|&u| of_mask(u)));
             if !only_mask {
                 return None;
             }
-            (ids, Some(bound))
+            Some(bound)
         }
     };
-    let (_, a, b) = compare;
+    let (_, a, b) = cond.ids;
     let classes =
         |t: TensorId| -> Vec<IterId> { f.logical(t).into_iter().map(|i| f.class_of(i)).collect() };
     let (ca, cb) = (classes(a), classes(b));
@@ -152,18 +139,34 @@ pub fn find(f: &Fusion, scores: TensorId, key_axis: IterId) -> Option<DocumentMa
 /// Whether the mask's condition `keep` compares two inputs' ids, alone or in a `logical_and`
 /// (what the automatic schedule's note says; [`find`] decides).
 pub fn compares_ids(f: &Fusion, keep: TensorId) -> bool {
-    if compared_ids(f, keep).is_some() {
-        return true;
+    condition(f, keep).is_some()
+}
+
+/// A document mask's condition: the comparison of ids ([`compared_ids`]) and, when it is one
+/// side of a `logical_and`, that `logical_and` and its other side.
+struct Condition {
+    ids: (ExprId, TensorId, TensorId),
+    other: Option<(ExprId, TensorId)>,
+}
+
+fn condition(f: &Fusion, keep: TensorId) -> Option<Condition> {
+    if let Some(ids) = compared_ids(f, keep) {
+        return Some(Condition { ids, other: None });
     }
-    let Some(e) = f.tensors[keep].definition else {
-        return false;
+    let both = f.tensors[keep].definition?;
+    let (Op::Binary(BinaryOp::LogicalAnd), [Operand::Tensor(x), Operand::Tensor(y)]) =
+        (&f.exprs[both].op, &f.exprs[both].inputs[..])
+    else {
+        return None;
     };
-    match (&f.exprs[e].op, &f.exprs[e].inputs[..]) {
-        (Op::Binary(BinaryOp::LogicalAnd), [Operand::Tensor(x), Operand::Tensor(y)]) => {
-            compared_ids(f, *x).is_some() || compared_ids(f, *y).is_some()
-        }
-        _ => false,
-    }
+    let (ids, side) = match compared_ids(f, *x) {
+        Some(ids) => (ids, *y),
+        None => (compared_ids(f, *y)?, *x),
+    };
+    Some(Condition {
+        ids,
+        other: Some((both, side)),
+    })
 }
 
 /// The comparison `same = broadcast(ids_a) == broadcast(ids_b)` of two integer fusion inputs

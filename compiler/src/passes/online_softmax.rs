@@ -197,6 +197,20 @@ pub fn used(cx: &Ctx) -> bool {
     !cx.fusion.online_softmax.is_empty()
 }
 
+/// Whether the grid is not persistent (whose query tile is no loop variable) and some online
+/// softmax's scores carry a mask `masked` recognises (given the fusion, the scores and the key
+/// axis): the `applies` of the passes that classify a masked softmax's key tiles.
+pub fn some_masked(
+    cx: &Ctx,
+    masked: impl Fn(&crate::fusion::Fusion, crate::fusion::TensorId, crate::fusion::IterId) -> bool,
+) -> bool {
+    let f = cx.fusion;
+    f.persistent.is_none()
+        && f.online_softmax
+            .iter()
+            .any(|r| masked(f, r.pattern.scores, r.pattern.axis))
+}
+
 /// Runs the pass over the tile loops `loop_nest` made and the accumulators `reduction` made.
 pub fn run(
     cx: &mut Ctx,
