@@ -546,10 +546,10 @@ impl VisitedTiles {
         Val::ceil_div(self.keys.clone(), Val::Int(self.key_tile))
     }
 
-    /// Shared-memory bytes: the list, its length (16 bytes with padding) and each warp's range
-    /// of query ids (a minimum and a maximum, 8 bytes each, for up to 32 warps).
+    /// Shared-memory bytes: the list, its length (16 bytes with padding) and each warp's marks
+    /// of the tiles its key ids meet (a bit per tile, for up to 32 warps).
     pub fn smem_bytes() -> i64 {
-        VISITED_CAPACITY * 4 + 16 + 32 * 2 * 8
+        VISITED_CAPACITY * 4 + 16 + 32 * (VISITED_CAPACITY / 32) * 4
     }
 
     fn map_vals(&mut self, f: &mut dyn FnMut(&Val) -> Val) {

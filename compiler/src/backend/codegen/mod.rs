@@ -365,6 +365,15 @@ fn write_visited(v: &crate::kir::VisitedTiles, src: &mut String) {
         lower = side(&v.lower, "(-0x7fffffffffffffffLL - 1)"),
         table = crate::kir::VISITED_TABLE,
     );
+    // Every size is at least 1 (`LaunchPlan::concretize`), so there is a key tile and the helper
+    // lists at least one. Said to ptxas, the loop's first iteration always runs, and the reads
+    // that do not change with the tile (a query's document id) are made once, before the loop,
+    // instead of in every iteration (measured on the H200: 28 us of 546 at B = 128, 2k).
+    let _ = writeln!(
+        src,
+        "  __builtin_assume({count} >= 1);",
+        count = crate::kir::VISITED_COUNT,
+    );
 }
 
 /// Bytes of global memory the launch reads and writes at least (its tensors but scratch).

@@ -19,66 +19,79 @@ __device__ __forceinline__ T hf_index_in(I v, T n) { long long i = (long long)v;
 
 /// The key tiles a CTA of a document-masked attention visits (`kir::VisitedTiles`), called by
 /// every thread of the block (a whole number of warps) before the body. Its time is on every
-/// block's critical path (no copy starts before the list), so it is short: one round of loads
-/// (the thread's query id, queries `q0 ..` of the row's `queries`, at most BQ, and ROUND key
-/// ids `tid + r * threads` of the `nk` from `kids`), the queries' range by shuffles and one
-/// barrier, then per key id whether it lies in that range; a tile with such an id is marked
-/// (one shared `atomicOr` per warp and tile when a warp's ids lie in one tile). A key id outside
-/// the queries' range equals none of them, so an unmarked tile is masked whole for every query.
-/// Warp 0 lists the marked tiles that also hold a pair with `lower <= j - i <= upper`, in order
-/// (a ballot per 32 tiles), in `table`; `table[CAP]` is how many, at least one when there is a
-/// tile (tile 0, masked whole: a row with no key ends as `0 / 0`, as without the list); the
-/// warps' query ranges sit after it. Ends with a block barrier; returns the count.
-const VISITED: &str = "template <int BQ, int BK, int CAP, typename I>
+/// block's critical path (no copy starts before the list), so its chain is short: one round of
+/// loads, two block barriers. Each warp reads the tile's query ids (queries `q0 ..` of the
+/// row's `queries`, at most BQ) itself and reduces their range with shuffles, so no warp waits
+/// for another's; it tests its key ids (`tid + r * threads` of the `nk` from `kids`) against
+/// that range and marks a tile holding one in its own words of marks (a bit per tile; one
+/// store by lane 0 when a warp's 32 ids lie in one tile, else shared `atomicOr`s). A key id
+/// outside the queries' range equals none of them, so an unmarked tile is masked whole for
+/// every query. After a barrier, warp 0 ORs the warps' marks and lists the marked tiles that
+/// also hold a pair with `lower <= j - i <= upper`, in order (a ballot per 32 tiles), in
+/// `table`; `table[CAP]` is how many, at least one (tile 0, masked whole, when none is marked:
+/// a row with no key ends as `0 / 0`, as without the list). The marks sit after it (CAP / 32
+/// words per warp, up to 32 warps). Ids narrower than 32 bits compare as `int`. Ends with a
+/// block barrier; returns the count.
+const VISITED: &str = "template <typename I, bool NARROW> struct hf_id { using type = I; };
+template <typename I> struct hf_id<I, true> { using type = int; };
+template <int BQ, int BK, int CAP, typename I>
 __device__ int hf_visit_document_tiles(const I* qids, long long q0, long long queries, const I* kids, long long nk, long long upper, long long lower, int* table) {
-  constexpr int ROUND = 8;
+  using R = typename hf_id<I, (sizeof(I) < 4)>::type;
+  constexpr int ROUND = 8, QROUND = (BQ + 31) / 32, WORDS = CAP / 32;
   const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const int threads = blockDim.x * blockDim.y * blockDim.z;
   const int lane = tid % 32, warp = tid / 32, warps = threads / 32;
   const long long nq = queries - q0 < BQ ? queries - q0 : (long long)BQ;
   const long long tiles = (nk + BK - 1) / BK;
-  // Every load of the first round at once. A query id of the tile is neutral for its range.
-  long long lo = nq > 0 ? (long long)qids[q0] : 1, hi = nq > 0 ? lo : 0;
-  for (long long i = tid; i < nq; i += threads) {
-    const long long y = (long long)qids[q0 + i];
-    lo = y < lo ? y : lo;
-    hi = y > hi ? y : hi;
+  const int words = (int)((tiles + 31) / 32);
+  unsigned* const marks = reinterpret_cast<unsigned*>(table + CAP + 4);
+  unsigned* const own = marks + warp * WORDS;
+  // Every load of the first round at once: the queries' ids (a repeat of the first one is
+  // neutral for their range) and the thread's first ROUND key ids.
+  R qx[QROUND];
+  #pragma unroll
+  for (int r = 0; r < QROUND; ++r) {
+    const long long i = lane + 32LL * r;
+    qx[r] = nq > 0 ? (R)qids[q0 + (i < nq ? i : 0)] : (R)0;
   }
-  long long x[ROUND];
+  R x[ROUND];
   #pragma unroll
   for (int r = 0; r < ROUND; ++r) {
     const long long j = tid + (long long)r * threads;
-    x[r] = j < nk ? (long long)kids[j] : 0;
+    x[r] = j < nk ? (R)kids[j] : (R)0;
   }
-  for (long long t = tid; t < tiles; t += threads) table[t] = 0;
+  for (int w = lane; w < words; w += 32) own[w] = 0u;
+  R lo = qx[0], hi = qx[0];
+  #pragma unroll
+  for (int r = 1; r < QROUND; ++r) {
+    lo = qx[r] < lo ? qx[r] : lo;
+    hi = qx[r] > hi ? qx[r] : hi;
+  }
+  #pragma unroll
   for (int d = 16; d > 0; d /= 2) {
-    const long long a = __shfl_xor_sync(0xffffffffu, lo, d), b = __shfl_xor_sync(0xffffffffu, hi, d);
+    const R a = __shfl_xor_sync(0xffffffffu, lo, d), b = __shfl_xor_sync(0xffffffffu, hi, d);
     lo = a < lo ? a : lo;
     hi = b > hi ? b : hi;
   }
-  long long* ranges = reinterpret_cast<long long*>(table + CAP + 4);
-  if (lane == 0) { ranges[2 * warp] = lo; ranges[2 * warp + 1] = hi; }
-  __syncthreads();
-  for (int w = 0; w < warps; ++w) {
-    lo = ranges[2 * w] < lo ? ranges[2 * w] : lo;
-    hi = ranges[2 * w + 1] > hi ? ranges[2 * w + 1] : hi;
-  }
+  // The warp's marks are zero before any lane sets one.
+  __syncwarp();
   // A warp's 32 ids lie in one tile when BK is a multiple of 32 and rounds start at multiples
   // of 32 (`threads` is).
   for (long long base = 0; base < nk; base += (long long)ROUND * threads) {
     #pragma unroll
     for (int r = 0; r < ROUND; ++r) {
       const long long j = base + tid + (long long)r * threads;
-      if (base > 0) x[r] = j < nk ? (long long)kids[j] : 0;
+      if (base > 0) x[r] = j < nk ? (R)kids[j] : (R)0;
     }
     #pragma unroll
     for (int r = 0; r < ROUND; ++r) {
       const long long j = base + tid + (long long)r * threads;
-      const bool in = j < nk && lo <= x[r] && x[r] <= hi;
+      const bool in = nq > 0 && j < nk && lo <= x[r] && x[r] <= hi;
+      const long long t = j / BK;
       if (BK % 32 == 0) {
-        if (__any_sync(0xffffffffu, in) && lane == 0) atomicOr(&table[j / BK], 1);
+        if (__any_sync(0xffffffffu, in) && lane == 0) own[t / 32] |= 1u << (t % 32);
       } else if (in) {
-        atomicOr(&table[j / BK], 1);
+        atomicOr(&own[t / 32], 1u << (t % 32));
       }
     }
   }
@@ -86,21 +99,21 @@ __device__ int hf_visit_document_tiles(const I* qids, long long q0, long long qu
   if (warp == 0) {
     const long long first = q0, last = q0 + nq - 1;
     int n = 0;
-    for (long long base = 0; base < tiles; base += 32) {
-      const long long t = base + lane;
+    for (int w = 0; w < words; ++w) {
+      unsigned word = lane < warps ? marks[lane * WORDS + w] : 0u;
+      #pragma unroll
+      for (int d = 16; d > 0; d /= 2) word |= __shfl_xor_sync(0xffffffffu, word, d);
+      const long long t = 32LL * w + lane;
       const long long end = (t + 1) * BK < nk ? (t + 1) * BK : nk;
       // The band: the tile's first key past the last query by at most `upper`, its last key
       // before the first query by at most `-lower`.
-      const bool listed = t < tiles && table[t] != 0 && t * BK - last <= upper && end - 1 - first >= lower;
+      const bool listed = t < tiles && (word >> lane & 1u) != 0u && t * BK - last <= upper && end - 1 - first >= lower;
       const unsigned ballot = __ballot_sync(0xffffffffu, listed);
-      // Every lane has read its mark before any entry at or below `base + lane` is written.
-      __syncwarp();
       if (listed) table[n + __popc(ballot & ((1u << lane) - 1u))] = (int)t;
       n += __popc(ballot);
-      __syncwarp();
     }
     if (lane == 0) {
-      if (n == 0 && tiles > 0) { table[0] = 0; n = 1; }
+      if (n == 0) { table[0] = 0; n = 1; }
       table[CAP] = n;
     }
   }
