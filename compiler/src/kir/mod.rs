@@ -782,6 +782,11 @@ impl Data {
         found
     }
 
+    /// Whether `f` holds for some node of the value (pre-order, stopping at the first).
+    pub fn any(&self, f: &mut dyn FnMut(&Data) -> bool) -> bool {
+        self.find_map(&mut |n| f(n).then_some(())).is_some()
+    }
+
     /// Rewrites the value in pre-order: `f` may replace a node and says whether it did, in
     /// which case the walk does not enter what it put there.
     pub fn rewrite(&mut self, f: &mut dyn FnMut(&mut Data) -> bool) {

@@ -80,10 +80,7 @@ fn computes_mufu(body: &[Stmt]) -> bool {
 }
 
 fn has_mufu(d: &Data) -> bool {
-    d.find_map(&mut |n| {
-        matches!(n, Data::Unary(u, DType::F32, _) if !is_exp(*u) && u.mufu_ops() > 0).then_some(())
-    })
-    .is_some()
+    d.any(&mut |n| matches!(n, Data::Unary(u, DType::F32, _) if !is_exp(*u) && u.mufu_ops() > 0))
 }
 
 /// The exponentials of loop `l` split between the pipes; whether it had any.

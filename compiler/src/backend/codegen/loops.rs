@@ -115,15 +115,11 @@ impl Emitter<'_> {
 /// Whether a register buffer is indexed with `var` anywhere in `body`.
 fn indexes_local(k: &Kernel, body: &[Stmt], var: &str) -> bool {
     fn data(k: &Kernel, d: &Data, var: &str) -> bool {
-        d.find_map(&mut |n| {
-            let found = match n {
-                Data::Read(a) => access(k, a, var),
-                Data::Index(_, v) => v.as_ref().is_some_and(|i| i.mentions(var)),
-                _ => false,
-            };
-            found.then_some(())
+        d.any(&mut |n| match n {
+            Data::Read(a) => access(k, a, var),
+            Data::Index(_, v) => v.as_ref().is_some_and(|i| i.mentions(var)),
+            _ => false,
         })
-        .is_some()
     }
     fn access(k: &Kernel, a: &Access, var: &str) -> bool {
         k.buffers[a.buffer].memory == MemoryType::Local
