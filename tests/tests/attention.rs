@@ -1630,13 +1630,18 @@ fn causal_tiles_stop_at_the_diagonal_and_mask_only_it() {
         );
         assert!(cuda.contains("if (t_o < s2_o) {"), "{to}");
     }
-    // Masks it does not recognise keep today's full computation: anti-causal, finite masked
-    // scores, the mask on the query axis twice.
+    // An anti-causal mask is no band it reads: pass mask_list lists its key tiles (from the
+    // diagonal on) instead.
+    let anti = hopfuse_tests::compile(&src.replace(
+        "iota(s, axis=1) <= iota(s, axis=0)",
+        "iota(s, axis=1) >= iota(s, axis=0)",
+    ));
+    assert!(!ran(&anti).contains(&"mask_bounds"));
+    assert!(ran(&anti).contains(&"mask_list"));
+    assert!(anti.cuda.contains("t_o < hf_visited_n;"));
+    // Masks no pass bounds keep the full computation: finite masked scores, the mask on the
+    // query axis twice.
     for (from, to) in [
-        (
-            "iota(s, axis=1) <= iota(s, axis=0)",
-            "iota(s, axis=1) >= iota(s, axis=0)",
-        ),
         ("where(keep, s, -1.0 / 0.0)", "where(keep, s, -30000.0)"),
         (
             "iota(s, axis=1) <= iota(s, axis=0)",

@@ -894,11 +894,17 @@ fn a_document_mask_visits_only_the_listed_key_tiles() {
         let c = compile(&example(path));
         let v = c.kernel.visited.as_ref().expect("a list of key tiles");
         assert_eq!((v.query_tile, v.key_tile), (128, 128), "{path}");
-        assert_eq!(
-            (v.query_ids.as_str(), v.key_ids.as_str()),
-            ("doc_q", "doc_k")
-        );
-        assert_eq!(v.upper.is_some(), band.is_some(), "{path}");
+        let hopfuse::kir::TileTest::Ids {
+            query_ids,
+            key_ids,
+            upper,
+            ..
+        } = &v.test
+        else {
+            panic!("{path}: a list by ids");
+        };
+        assert_eq!((query_ids.as_str(), key_ids.as_str()), ("doc_q", "doc_k"));
+        assert_eq!(upper.is_some(), band.is_some(), "{path}");
         let ir = &c.passes.last().unwrap().ir;
         let header = ir.lines().find(|l| l.contains("visited(")).unwrap();
         assert_eq!(
@@ -942,4 +948,54 @@ fn a_document_mask_visits_only_the_listed_key_tiles() {
     assert!(d64.kernel.visited.is_some());
     let causal = compile(&example("auto/attention_causal.hf"));
     assert!(causal.kernel.visited.is_none());
+}
+
+#[test]
+fn masks_on_indices_visit_only_the_tiles_they_may_keep() {
+    // Pass mask_list (docs/attention.md section 7): a mask on iotas that is no band is bounded
+    // per pair of tiles; the kernel lists, before the body, the key tiles the query tile may
+    // keep a pair of, and its loops run over the list as under a document mask.
+    for (path, may, must) in [
+        (
+            "auto/attention_prefix_lm.hf",
+            "0 < (hf_k0 < hf_q1 + 1) + (hf_k0 < 512)",
+            "0 < (hf_k1 < hf_q0 + 1) + (hf_k1 < 512)",
+        ),
+        (
+            "auto/attention_chunked_causal.hf",
+            "hf_k0 < hf_q1 + 1 && (hf_q0 / 1024 < hf_k1 / 1024 + 1 && hf_k0 / 1024 < hf_q1 / 1024 + 1)",
+            "hf_k1 < hf_q0 + 1 && (hf_q0 / 1024 == hf_q1 / 1024 && hf_k0 / 1024 == hf_k1 / 1024 && hf_q0 / 1024 == hf_k0 / 1024)",
+        ),
+    ] {
+        let c = compile(&example(path));
+        let v = c.kernel.visited.as_ref().expect("a list of key tiles");
+        assert_eq!((v.query_tile, v.key_tile), (128, 128), "{path}");
+        assert!(matches!(v.test, hopfuse::kir::TileTest::Bounds { .. }), "{path}");
+        let ir = &c.passes.last().unwrap().ir;
+        let header = ir.lines().find(|l| l.contains("visited(")).unwrap();
+        assert!(
+            header.starts_with(&format!(
+                "  visited(t_o, 128, 128): queries from s2_o * 128 of S, keys of T, where {may}, kept where {must} at smem "
+            )),
+            "{path}: {header}"
+        );
+        let cuda = &c.cuda;
+        assert!(
+            cuda.contains("hf_visit_mask_tiles<128, 128, 1024>(s2_o * 128, S, T, [&](long long hf_q0, long long hf_q1, long long hf_k0, long long hf_k1) -> int { return "),
+            "{path}"
+        );
+        // The overlapped loop in two (FlashAttention-3's form, as for causal tiles): the
+        // wholly kept tiles first, without the mask's code, then the others with it.
+        assert!(cuda.contains("hf_visited_kept"), "{path}");
+        // No ids to read: the helper by ids is not in the kernel.
+        assert!(!cuda.contains("hf_visit_document_tiles"), "{path}");
+        assert_eq!(cuda.matches("t_o < hf_visited_n;").count(), 2, "{path}");
+        let tile = "hf_index_in<index_t>(hf_visited[t_o], hf_ceil_div<index_t>(T, 128)) * 128";
+        assert!(!cuda.contains("(t_o * 128"), "{path}");
+        assert!(cuda.contains(&format!("(int)({tile})")), "{path}");
+        assert!(c.plan.constraints.iter().any(|k| matches!(
+            k,
+            hopfuse::plan::Constraint::AtMost { max: 1024, reason, .. } if reason.starts_with("the mask's list")
+        )));
+    }
 }

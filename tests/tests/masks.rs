@@ -93,7 +93,7 @@ fn the_masked_examples_compile_at_ragged_sizes() {
 }
 
 #[test]
-fn masks_outside_the_band_mask_every_tile() {
+fn masks_outside_the_band_are_listed_instead() {
     let base = example("attention/online_wgmma_causal.hf");
     let causal = "keep = iota(s, axis=1) <= iota(s, axis=0)";
     assert!(base.contains(causal));
@@ -107,6 +107,9 @@ fn masks_outside_the_band_mask_every_tile() {
     ] {
         let c = compile(&base.replace(causal, other));
         assert!(!ran(&c).contains(&"mask_bounds"), "{other}");
+        // Pass mask_list bounds them per pair of tiles and lists the tiles they may keep.
+        assert!(ran(&c).contains(&"mask_list"), "{other}");
+        assert!(c.cuda.contains("hf_visit_mask_tiles<"), "{other}");
         assert_eq!(sdpa_call(&base.replace(causal, other)), None, "{other}");
     }
     // A constant shift is a band too.
@@ -117,19 +120,30 @@ fn masks_outside_the_band_mask_every_tile() {
 }
 
 #[test]
-fn a_circular_buffer_keeps_the_window_loop_from_its_first_tile() {
-    // The prologue of a circular buffer loads the first tiles outside the loop body: the loop
-    // keeps its start at 0 (the tiles below the window run masked) and its upper bound.
+fn a_circular_buffer_leaves_the_window_to_the_list() {
+    // The prologue of a circular buffer loads the first tiles outside the loop body, so the
+    // loop cannot start at the window: pass mask_list lists the window's tiles instead (those
+    // wholly inside it first), and the loops run over the list.
     let src = example("attention/online_wgmma_sliding_window.hf").replace(
         "  inline_most()\n",
         "  ks.circular_buffer(2)\n  vs.circular_buffer(2)\n  inline_most()\n",
     );
     let c = compile(&src);
+    assert!(!ran(&c).contains(&"mask_bounds"));
+    assert!(ran(&c).contains(&"mask_list"));
     assert!(ran(&c).contains(&"mask_tiles"));
     assert!(!c.cuda.contains("t_o_n"), "{}", c.cuda);
-    assert!(c
-        .cuda
-        .contains("hf_min<index_t>(hf_ceil_div<index_t>(T, 64), s2_o + 1)"));
+    assert!(
+        c.cuda.contains("hf_visit_mask_tiles<64, 64, 1024>("),
+        "{}",
+        c.cuda
+    );
+    assert!(c.cuda.contains("hf_visited_n"), "{}", c.cuda);
+    assert!(c.cuda.contains("hf_visited_kept"));
+    // Without the circular buffer the loop starts at the window (pass mask_bounds).
+    let plain = compile(&example("attention/online_wgmma_sliding_window.hf"));
+    assert!(ran(&plain).contains(&"mask_bounds"));
+    assert!(!ran(&plain).contains(&"mask_list"));
 }
 
 /// The block-bound query-tile binding and the query tile each loop over it takes, as the CUDA

@@ -610,6 +610,7 @@ mod tests {
             "online_logsumexp",
             "mask_bounds",
             "document_tiles",
+            "mask_list",
             "mask_tiles",
             "longest_first",
             "row_math",

@@ -33,7 +33,8 @@
 //!   128-key tiles, 440.6 on 64-key tiles, and 656.5 us with three groups on 64-key tiles
 //!   (FlashAttention-3's D = 64 choice, `registers=[32, 160]`). Under a window its key loop
 //!   starts at the window, which a circular-buffered loop does not (it starts at 0), so it
-//!   runs the window's tiles only.
+//!   runs the window's tiles only. (The ping-pong kernel with the window's tiles listed by
+//!   pass `mask_list` measured slower at D = 128: 262-263 us against 248 at B = 128, 2k.)
 //!
 //! In every form S = Q K^T and O += P V run on wgmma with P from registers and the softmax's
 //! tensors sit at the tile loop. A mask on `iota`s needs nothing more here:
@@ -136,7 +137,9 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
     let window = crate::passes::causal_tiles::find(f, os.scores, os.axis)
         .is_some_and(|band| band.lower.is_some());
     // At D = 64 the 128-key tiles were measured without a mask; a masked kernel keeps the
-    // 64-key tiles its diagonal was measured with.
+    // 64-key tiles its diagonal was measured with. A window keeps the one-group kernel, whose
+    // loop starts at the window: the ping-pong kernel with the window's tiles listed (pass
+    // mask_list) measured slower at D = 128 (H200, B = 128, 2k: 262-263 us against 248).
     let kernel = if window || (d == 64 && at.mask.is_some()) {
         Kernel::ONE_GROUP
     } else if d == 64 {
@@ -156,7 +159,9 @@ pub fn schedule(facts: &Facts, at: &Attention) -> Result<AutoSchedule, String> {
     let mask = match at.mask {
         None => String::new(),
         Some(m) if m.causal => format!(", the causal mask `{}` (key tiles past the diagonal skipped, only diagonal tiles masked)", name(m.keep)),
-        Some(m) if m.on_indices => format!(", the mask `{}` (its tiles classified by passes mask_bounds and mask_tiles)", name(m.keep)),
+        Some(m) if m.on_indices && crate::passes::causal_tiles::find(f, os.scores, os.axis).is_some() => format!(", the mask `{}` (its tiles classified by passes mask_bounds and mask_tiles)", name(m.keep)),
+        Some(m) if m.on_indices && crate::passes::mask_list::find(f, os.scores, os.axis).is_some() => format!(", the mask `{}` on each score in the S fragment, each block visiting only the key tiles where it may keep a pair (its bounds over the query tile and each key tile, listed before the loop by pass mask_list, the tiles it keeps whole first and without its code)", name(m.keep)),
+        Some(m) if m.on_indices => format!(", the mask `{}` on each score in the S fragment (every key tile runs it: no pass bounds it per tile)", name(m.keep)),
         Some(m) if crate::passes::document_tiles::compares_ids(f, m.keep) => format!(", the document mask `{}` on each score in the S fragment, each block visiting only the key tiles whose ids' range meets its queries' (listed before the loop: pass document_tiles)", name(m.keep)),
         Some(m) => format!(", the mask `{}` on each score in the S fragment (it reads input tensors, so no key tile can be skipped or left unmasked before the kernel runs: every key tile runs the mask)", name(m.keep)),
     };

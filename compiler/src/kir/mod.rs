@@ -491,43 +491,67 @@ pub struct Kernel {
     pub cluster: Option<[i64; 3]>,
     /// A persistent kernel's walk over its tiles (pass `persistent`).
     pub persistent: Option<Persistent>,
-    /// The key tiles each CTA visits under a document mask (pass `document_tiles`).
+    /// The key tiles each CTA visits under a mask that drops whole tiles (passes
+    /// `document_tiles`, `mask_list`).
     pub visited: Option<VisitedTiles>,
 }
 
-/// The key tiles a CTA visits under a document mask (pass `document_tiles`). Before the body,
-/// every thread of the CTA takes part in listing, in order, the key tiles of `key_tile` keys
-/// whose ids (`key_ids[key_row + j]`, `j < keys`) meet the range of the query tile's ids
-/// (`query_ids[query_row + i]`, `first_query <= i < min(first_query + query_tile, queries)`)
-/// and, with a band, hold a pair `(i, j)` with `lower <= j - i <= upper`. The list is in shared
-/// memory ([`VISITED_TABLE`], at `smem_offset`), and [`VISITED_COUNT`] holds its length, at
-/// least one tile when there is one (tile 0, masked whole, when no tile meets the queries: a
-/// row with no key still ends as `0 / 0`). The loop over `var` runs that many iterations, and
-/// the index walks read its tile as entry `var` of the list ([`VisitedTiles::tile`]), so the
-/// copies, the mask and the bounds follow the tile while the pipeline's slots and phases count
-/// iterations.
+/// The key tiles a CTA visits under a mask that drops whole tiles (passes `document_tiles`,
+/// `mask_list`). Before the body, the CTA lists, in order, the key tiles of `key_tile` keys
+/// (`j < keys`) that its query tile (`first_query <= i < min(first_query + query_tile,
+/// queries)`) may keep a pair of, by the test ([`TileTest`]). The list is in shared memory
+/// ([`VISITED_TABLE`], at `smem_offset`), and [`VISITED_COUNT`] holds its length, at least one
+/// tile when there is one (tile 0, masked whole, when the test lists none: a row with no key
+/// still ends as `0 / 0`). The loop over `var` runs that many iterations, and the index walks
+/// read its tile as entry `var` of the list ([`VisitedTiles::tile`]), so the copies, the mask
+/// and the bounds follow the tile while the pipeline's slots and phases count iterations.
 #[derive(Clone, Debug, PartialEq)]
 pub struct VisitedTiles {
     pub var: String,
     pub key_tile: i64,
     pub query_tile: i64,
-    pub query_ids: String,
-    pub query_row: Val,
     pub first_query: Val,
     pub queries: Val,
-    pub key_ids: String,
-    pub key_row: Val,
     pub keys: Val,
-    /// The band's sides on `j - i`, if the mask has them.
-    pub upper: Option<Val>,
-    pub lower: Option<Val>,
+    pub test: TileTest,
     /// Byte offset of the list in dynamic shared memory, set by the allocation pass.
     pub smem_offset: Option<Val>,
 }
 
+/// Which key tiles [`VisitedTiles`] lists.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TileTest {
+    /// A document mask (pass `document_tiles`): the tiles whose ids (`key_ids[key_row + j]`)
+    /// meet the range of the query tile's ids (`query_ids[query_row + i]`) and, with a band,
+    /// hold a pair `(i, j)` with `lower <= j - i <= upper`. Every thread of the CTA reads ids.
+    Ids {
+        query_ids: String,
+        query_row: Val,
+        key_ids: String,
+        key_row: Val,
+        /// The band's sides on `j - i`, if the mask has them.
+        upper: Option<Val>,
+        lower: Option<Val>,
+    },
+    /// A mask on the query and key indices (pass `mask_list`): the tiles for which `may`, a
+    /// condition on the query tile's first and last query ([`TILE_BOUNDS`] 0 and 1) and the key
+    /// tile's first and last key (2 and 3), holds. It is false only where the mask keeps no
+    /// pair of the two tiles (interval bounds of the mask's expression); `must` holds only
+    /// where it keeps every pair. First, in order, the tiles where `must` holds,
+    /// [`VISITED_KEPT`] of them (pass `mask_tiles` runs them without the mask), then the
+    /// others in order. One warp evaluates the two per tile; no memory is read.
+    Bounds { may: Val, must: Val },
+}
+
+/// The variables a [`TileTest::Bounds`] condition reads: the query tile's first and last
+/// query, the key tile's first and last key.
+pub const TILE_BOUNDS: [&str; 4] = ["hf_q0", "hf_q1", "hf_k0", "hf_k1"];
+
 /// The shared-memory list of [`VisitedTiles`] and the variable that holds its length.
 pub const VISITED_TABLE: &str = "hf_visited";
 pub const VISITED_COUNT: &str = "hf_visited_n";
+/// How many of the list's first tiles are wholly kept ([`TileTest::Bounds`]).
+pub const VISITED_KEPT: &str = "hf_visited_kept";
 /// Key tiles the list holds at most (a launch constraint of the pass).
 pub const VISITED_CAPACITY: i64 = 1024;
 
@@ -546,24 +570,35 @@ impl VisitedTiles {
         Val::ceil_div(self.keys.clone(), Val::Int(self.key_tile))
     }
 
-    /// Shared-memory bytes: the list, its length (16 bytes with padding) and each warp's marks
-    /// of the tiles its key ids meet (a bit per tile, for up to 32 warps).
-    pub fn smem_bytes() -> i64 {
-        VISITED_CAPACITY * 4 + 16 + 32 * (VISITED_CAPACITY / 32) * 4
+    /// Shared-memory bytes: the list, its length and kept tiles (16 bytes with padding) and, for ids, each
+    /// warp's marks of the tiles its key ids meet (a bit per tile, for up to 32 warps).
+    pub fn smem_bytes(&self) -> i64 {
+        let marks = match self.test {
+            TileTest::Ids { .. } => 32 * (VISITED_CAPACITY / 32) * 4,
+            TileTest::Bounds { .. } => 0,
+        };
+        VISITED_CAPACITY * 4 + 16 + marks
     }
 
     fn map_vals(&mut self, f: &mut dyn FnMut(&Val) -> Val) {
-        for v in [
-            &mut self.query_row,
-            &mut self.first_query,
-            &mut self.queries,
-            &mut self.key_row,
-            &mut self.keys,
-        ]
-        .into_iter()
-        .chain(self.upper.as_mut())
-        .chain(self.lower.as_mut())
-        .chain(self.smem_offset.as_mut())
+        let test: Vec<&mut Val> = match &mut self.test {
+            TileTest::Ids {
+                query_row,
+                key_row,
+                upper,
+                lower,
+                ..
+            } => [query_row, key_row]
+                .into_iter()
+                .chain(upper.as_mut())
+                .chain(lower.as_mut())
+                .collect(),
+            TileTest::Bounds { may, must } => vec![may, must],
+        };
+        for v in [&mut self.first_query, &mut self.queries, &mut self.keys]
+            .into_iter()
+            .chain(test)
+            .chain(self.smem_offset.as_mut())
         {
             *v = f(v);
         }

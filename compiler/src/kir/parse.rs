@@ -764,9 +764,11 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    /// `visited(var, query_tile, key_tile): query_ids[row] from first of queries,
-    /// key_ids[row] of keys`, then `, j - i <= upper`, `, j - i >= lower` (a band) and, after
-    /// allocation, ` at smem offset`.
+    /// `visited(var, query_tile, key_tile): ` then either `query_ids[row] from first of
+    /// queries, key_ids[row] of keys` with `, j - i <= upper`, `, j - i >= lower` (a band), or
+    /// `queries from first of queries, keys of keys, where may, kept where must`; after
+    /// allocation, ` at smem
+    /// offset`.
     fn visited(&mut self, c: &mut Cursor) -> Result<()> {
         c.expect("visited(")?;
         let var = c.ident()?.to_string();
@@ -775,28 +777,50 @@ impl<'a> Parser<'a> {
         c.expect(", ")?;
         let key_tile = c.int()?;
         c.expect("): ")?;
-        let query_ids = c.ident()?.to_string();
-        c.expect("[")?;
-        let query_row = c.val()?;
-        c.expect("] from ")?;
-        let first_query = c.val()?;
-        c.expect(" of ")?;
-        let queries = c.val()?;
-        c.expect(", ")?;
-        let key_ids = c.ident()?.to_string();
-        c.expect("[")?;
-        let key_row = c.val()?;
-        c.expect("] of ")?;
-        let keys = c.val()?;
-        let upper = if c.eat(", j - i <= ") {
-            Some(c.val()?)
+        let (first_query, queries, keys, test) = if c.eat("queries from ") {
+            let first_query = c.val()?;
+            c.expect(" of ")?;
+            let queries = c.val()?;
+            c.expect(", keys of ")?;
+            let keys = c.val()?;
+            c.expect(", where ")?;
+            let may = c.val()?;
+            c.expect(", kept where ")?;
+            let must = c.val()?;
+            (first_query, queries, keys, TileTest::Bounds { may, must })
         } else {
-            None
-        };
-        let lower = if c.eat(", j - i >= ") {
-            Some(c.val()?)
-        } else {
-            None
+            let query_ids = c.ident()?.to_string();
+            c.expect("[")?;
+            let query_row = c.val()?;
+            c.expect("] from ")?;
+            let first_query = c.val()?;
+            c.expect(" of ")?;
+            let queries = c.val()?;
+            c.expect(", ")?;
+            let key_ids = c.ident()?.to_string();
+            c.expect("[")?;
+            let key_row = c.val()?;
+            c.expect("] of ")?;
+            let keys = c.val()?;
+            let upper = if c.eat(", j - i <= ") {
+                Some(c.val()?)
+            } else {
+                None
+            };
+            let lower = if c.eat(", j - i >= ") {
+                Some(c.val()?)
+            } else {
+                None
+            };
+            let test = TileTest::Ids {
+                query_ids,
+                query_row,
+                key_ids,
+                key_row,
+                upper,
+                lower,
+            };
+            (first_query, queries, keys, test)
         };
         let smem_offset = if c.eat(" at smem ") {
             Some(c.val()?)
@@ -813,15 +837,10 @@ impl<'a> Parser<'a> {
             var,
             key_tile,
             query_tile,
-            query_ids,
-            query_row,
             first_query,
             queries,
-            key_ids,
-            key_row,
             keys,
-            upper,
-            lower,
+            test,
             smem_offset,
         });
         Ok(())
@@ -1685,9 +1704,14 @@ fn resolve_sizes(k: &mut Kernel) {
     // The CTA's rank in its cluster is declared by every cluster kernel, not by a statement.
     let mut bound: HashSet<String> = HashSet::from([CTA_RANK.to_string()]);
     bound.extend(k.hw_vars.iter().map(|(v, _)| v.clone()));
-    if k.visited.is_some() {
-        // The list's length, declared at the top of a document-masked kernel.
+    if let Some(v) = &k.visited {
+        // The list's length, declared at the top of the kernel, and the tile bounds its
+        // condition reads.
         bound.insert(crate::kir::VISITED_COUNT.to_string());
+        if let TileTest::Bounds { .. } = v.test {
+            bound.extend(crate::kir::TILE_BOUNDS.map(String::from));
+            bound.insert(crate::kir::VISITED_KEPT.to_string());
+        }
     }
     if let Some(p) = &k.persistent {
         bound.insert(p.var.clone());

@@ -319,27 +319,51 @@ impl Kernel {
     }
 }
 
-/// The `visited` line of a document-masked kernel ([`super::VisitedTiles`]).
+/// The `visited` line of a kernel whose key-tile loop visits a list ([`super::VisitedTiles`]).
 fn write_visited(v: &super::VisitedTiles, s: &mut String) {
     let _ = write!(
         s,
-        "  visited({}, {}, {}): {}[{}] from {} of {}, {}[{}] of {}",
-        v.var,
-        v.query_tile,
-        v.key_tile,
-        v.query_ids,
-        v.query_row.text(),
-        v.first_query.text(),
-        v.queries.text(),
-        v.key_ids,
-        v.key_row.text(),
-        v.keys.text()
+        "  visited({}, {}, {}): ",
+        v.var, v.query_tile, v.key_tile
     );
-    if let Some(u) = &v.upper {
-        let _ = write!(s, ", j - i <= {}", u.text());
-    }
-    if let Some(l) = &v.lower {
-        let _ = write!(s, ", j - i >= {}", l.text());
+    match &v.test {
+        super::TileTest::Ids {
+            query_ids,
+            query_row,
+            key_ids,
+            key_row,
+            upper,
+            lower,
+        } => {
+            let _ = write!(
+                s,
+                "{}[{}] from {} of {}, {}[{}] of {}",
+                query_ids,
+                query_row.text(),
+                v.first_query.text(),
+                v.queries.text(),
+                key_ids,
+                key_row.text(),
+                v.keys.text()
+            );
+            if let Some(u) = upper {
+                let _ = write!(s, ", j - i <= {}", u.text());
+            }
+            if let Some(l) = lower {
+                let _ = write!(s, ", j - i >= {}", l.text());
+            }
+        }
+        super::TileTest::Bounds { may, must } => {
+            let _ = write!(
+                s,
+                "queries from {} of {}, keys of {}, where {}, kept where {}",
+                v.first_query.text(),
+                v.queries.text(),
+                v.keys.text(),
+                may.text(),
+                must.text()
+            );
+        }
     }
     if let Some(o) = &v.smem_offset {
         let _ = write!(s, " at smem {}", o.text());

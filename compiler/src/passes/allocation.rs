@@ -149,13 +149,10 @@ pub fn run(
         m.smem_offset = Some(Val::from_size(&offset));
         offset = add(offset, SizeExpr::Const((m.count * 8 + 15) / 16 * 16));
     }
-    // The list of key tiles a document-masked CTA visits.
+    // The list of key tiles a CTA visits (document masks, masks on indices).
     if let Some(v) = &mut k.visited {
         v.smem_offset = Some(Val::from_size(&offset));
-        offset = add(
-            offset,
-            SizeExpr::Const(crate::kir::VisitedTiles::smem_bytes()),
-        );
+        offset = add(offset, SizeExpr::Const(v.smem_bytes()));
     }
     // Scratch for block reductions: one slot per thread, after the buffers.
     if let Some(slot) = crate::kir::reduce_scratch_per_thread(&k.body) {

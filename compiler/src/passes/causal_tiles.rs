@@ -42,8 +42,8 @@
 //!   `max(0, (Bq q + lower) / Bk)` (in `mask_tiles`, after the TMA pass: the loop counts its
 //!   iterations from 0 in a variable of its own, which the mbarrier waits' phases read, and its
 //!   body names the tile index with a `Let`; at least one tile runs). Not under a circular
-//!   buffer, whose prologue and producer load the first tiles outside the loop body: there the
-//!   tiles below the window run, masked.
+//!   buffer, whose prologue and producer load the first tiles outside the loop body: such a
+//!   band is left to pass `mask_list`, which lists the window's tiles ([`takes`]).
 //!
 //! Ragged sizes keep their bounds checks (`j < T`, `i < S` are the predicate pass's, not the
 //! mask's): a wholly kept tile past `T` is still bounded, and queries past `S` are never stored.
@@ -71,15 +71,22 @@ use std::convert::Infallible;
 
 mod two_loops;
 
+/// A mask's statements, which a wholly kept tile goes without (pass `mask_tiles`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MaskExprs {
+    /// The `where` that masks the scores.
+    pub select: ExprId,
+    /// The expressions that compute its condition (the comparisons and what they compare) and
+    /// the tensors they define, read by the select and each other only.
+    pub condition: Vec<ExprId>,
+    pub condition_tensors: Vec<TensorId>,
+}
+
 /// A causal mask on the scores of an online softmax ([`find`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CausalMask {
-    /// The `where` that masks the scores.
-    pub select: ExprId,
-    /// The expressions that compute its condition (the comparison and the `iota`s) and the
-    /// tensors they define.
-    pub condition: Vec<ExprId>,
-    pub condition_tensors: Vec<TensorId>,
+    /// The select and the comparisons and `iota`s of its condition.
+    pub exprs: MaskExprs,
     /// The class of the key axis `T` and of the query axis `S`.
     pub key: IterId,
     pub query: IterId,
@@ -94,7 +101,7 @@ pub struct CausalMask {
 /// `mask_tiles`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClassifiedLoop {
-    pub mask: CausalMask,
+    pub mask: MaskExprs,
     /// The key-tile loop's variable.
     pub tile_var: String,
     /// The variable of the query-tile loop around it (`longest_first` reverses its block
@@ -109,6 +116,12 @@ pub struct ClassifiedLoop {
     /// tiles' loads outside the loop): the first tile some query of the tile sees, where the
     /// loop starts, and the name of the variable that counts its iterations.
     pub first_tile: Option<(Val, String)>,
+    /// Whether the mask's statements outside the overlapped loop become an `If` on the tile.
+    /// A document mask's do not: its first iteration keeps the mask (a kept tile masked is
+    /// still right), so that its reads of the queries' ids, which no tile changes, run
+    /// unconditionally before the loops and ptxas reads them once (a branch around them made
+    /// the main loop read them in every iteration: 48 us of 549 at 2k on the H200).
+    pub branch: bool,
 }
 
 /// What `mask_bounds` found, for `mask_tiles`.
@@ -118,7 +131,16 @@ pub struct CausalTiles(pub Vec<ClassifiedLoop>);
 /// Whether some online softmax's scores carry a causal mask (and the grid is not persistent,
 /// whose query tile is no loop variable here): the passes' `applies`.
 pub fn used(cx: &Ctx) -> bool {
-    super::online_softmax::some_masked(cx, |f, scores, axis| find(f, scores, axis).is_some())
+    super::online_softmax::some_masked(cx, |f, scores, axis| takes(f, scores, axis).is_some())
+}
+
+/// The band mask passes `mask_bounds` and `mask_tiles` take: [`find`]'s, but not a band with a
+/// lower side (a window) when a circular buffer fills the key loop: its prologue and producer
+/// issue the first tiles' loads outside the loop body, so the loop cannot start at the
+/// window; pass `mask_list` lists the window's tiles instead.
+pub fn takes(f: &Fusion, scores: TensorId, key_axis: IterId) -> Option<CausalMask> {
+    let circular = f.tensor_ids().any(|t| f.tensors[t].circular.is_some());
+    find(f, scores, key_axis).filter(|m| m.lower.is_none() || !circular)
 }
 
 /// An offset of the mask's band: an integer plus signed size extents (`T - S`).
@@ -380,9 +402,11 @@ pub fn find(f: &Fusion, scores: TensorId, key_axis: IterId) -> Option<CausalMask
     let mut condition_tensors = cond.tensors;
     condition_tensors.dedup();
     Some(CausalMask {
-        select,
-        condition,
-        condition_tensors,
+        exprs: MaskExprs {
+            select,
+            condition,
+            condition_tensors,
+        },
         key,
         query,
         upper,
@@ -419,7 +443,7 @@ pub fn bound(
     let f = cx.fusion;
     let mut out = Vec::new();
     for (r, &tile_key) in f.online_softmax.iter().zip(&tile_loops.0) {
-        let Some(mask) = find(f, r.pattern.scores, r.pattern.axis) else {
+        let Some(mask) = takes(f, r.pattern.scores, r.pattern.axis) else {
             continue;
         };
         let Some((class, bk)) = tiled_class(cx, tile_key) else {
@@ -457,24 +481,22 @@ pub fn bound(
             .as_ref()
             .map(|lower| specialized(first_kept_tile(q(), bq, bk, lower)));
         let tile_var = cx.keys.names[tile_key].clone();
-        let first_tile = mask
-            .lower
-            .as_ref()
-            .filter(|_| lower_bound_fits(cx))
-            .map(|lower| {
-                let mut counter = format!("{tile_var}_n");
-                while cx.keys.names.contains(&counter) {
-                    counter.push('n');
-                }
-                (specialized(first_seen_tile(q(), bq, bk, lower)), counter)
-            });
+        // (No circular buffer fills the loop: [`takes`].)
+        let first_tile = mask.lower.as_ref().map(|lower| {
+            let mut counter = format!("{tile_var}_n");
+            while cx.keys.names.contains(&counter) {
+                counter.push('n');
+            }
+            (specialized(first_seen_tile(q(), bq, bk, lower)), counter)
+        });
         out.push(ClassifiedLoop {
-            mask,
+            mask: mask.exprs,
             tile_var,
             query_var,
             kept_tiles,
             kept_from,
             first_tile,
+            branch: true,
         });
     }
     Ok((
@@ -546,15 +568,6 @@ fn scaled(c: i64, v: Val) -> Val {
     } else {
         Val::mul(Val::Int(c), v)
     }
-}
-
-/// Whether the key loop may start past its first tiles: not when a circular buffer fills it
-/// (its prologue and producer issue the first tiles' loads outside the loop body, where the
-/// tile index is not yet offset).
-fn lower_bound_fits(cx: &Ctx) -> bool {
-    cx.fusion
-        .tensor_ids()
-        .all(|t| cx.fusion.tensors[t].circular.is_none())
 }
 
 /// The first key tile some query of tile `q` sees above the band's lower side `j - i >=
@@ -692,14 +705,16 @@ pub fn split(tiles: &CausalTiles, k: &mut Kernel) -> super::Change {
             _ => {}
         });
         changed |= two_loops::split_overlapped(&mut k.body, c, &buffers, &taken);
-        let mut walk = SplitTiles {
-            c,
-            condition_buffers: &buffers,
-            in_tile: vec![false],
-            changed: false,
-        };
-        let Ok(()) = visit_mut(&mut k.body, &mut walk);
-        changed |= walk.changed;
+        if c.branch {
+            let mut walk = SplitTiles {
+                c,
+                condition_buffers: &buffers,
+                in_tile: vec![false],
+                changed: false,
+            };
+            let Ok(()) = visit_mut(&mut k.body, &mut walk);
+            changed |= walk.changed;
+        }
         if let Some((first, counter)) = &c.first_tile {
             start_in(&mut k.body, c, first, counter);
             changed = true;
@@ -800,12 +815,14 @@ fn split_in(
     // drains it: `online_softmax(o, overlap=products)`), a branch would make ptxas drain the
     // product at its join (`WARPGROUP.DEPBAR` before the exponentials), so the mask stays as
     // it is, without a branch, and its selects run in the product's shadow.
-    if let Some(&first) = mask_stmts.first() {
-        let in_flight = body[..first].iter().rev().find_map(|s| match s {
+    // (At the select, where the `If` goes: a declaration of the mask's, such as a cache of a
+    // document's ids, may come before the wait.)
+    if let Some(at) = select_at {
+        let in_flight = body[..at].iter().rev().find_map(|s| match s {
             Stmt::WgmmaWait(n) => Some(*n > 0),
             _ => None,
         });
-        if select_at.is_some() && in_flight == Some(true) {
+        if in_flight == Some(true) {
             return Split::InFlight;
         }
     }
@@ -871,7 +888,7 @@ fn computes(s: &Stmt, e: ExprId) -> bool {
 
 /// `s` without the mask: the `where` takes its kept value, the condition's computations and
 /// buffers go.
-fn unmask(s: &mut Stmt, mask: &CausalMask, condition_buffers: &[BufferId]) {
+fn unmask(s: &mut Stmt, mask: &MaskExprs, condition_buffers: &[BufferId]) {
     let Ok(()) = visit_stmt_mut(
         s,
         0,
@@ -884,7 +901,7 @@ fn unmask(s: &mut Stmt, mask: &CausalMask, condition_buffers: &[BufferId]) {
 
 /// The walk of [`unmask`].
 struct Unmask<'s> {
-    mask: &'s CausalMask,
+    mask: &'s MaskExprs,
     condition_buffers: &'s [BufferId],
 }
 

@@ -39,7 +39,8 @@ use crate::fusion::{
     BinaryOp, ExprId, Fusion, IterId, Op, Operand, ParallelType, TensorId, TernaryOp,
 };
 use crate::kir::{
-    visit_mut, Flow, Kernel, Stmt, Val, VisitedTiles, VisitorMut, VISITED_CAPACITY, VISITED_COUNT,
+    visit_mut, Flow, Kernel, Stmt, TileTest, Val, VisitedTiles, VisitorMut, VISITED_CAPACITY,
+    VISITED_COUNT,
 };
 use crate::plan::{Constraint, SizeExpr};
 use std::convert::Infallible;
@@ -214,58 +215,93 @@ pub fn run(
     tile_loops: &TileLoops,
     k: &mut Kernel,
 ) -> Result<(super::Change, Vec<Constraint>), crate::diag::Diagnostic> {
-    let f = cx.fusion;
-    // The list is made by whole warps (shuffles and votes over all 32 lanes).
-    let threads: Option<i64> = k.block.iter().map(|e| e.as_const()).product();
-    if threads.is_none_or(|n| n % crate::target::WARP_THREADS != 0) {
-        return Ok((super::Change::Unchanged, Vec::new()));
-    }
-    for (r, &tile_key) in f.online_softmax.iter().zip(&tile_loops.0) {
-        let Some(mask) = find(f, r.pattern.scores, r.pattern.axis) else {
-            continue;
-        };
-        let Some((class, bk)) = super::causal_tiles::tiled_class(cx, tile_key) else {
-            continue;
-        };
-        if class != mask.key {
-            continue;
-        }
-        let mut walk = FindGrid {
-            tile_key,
-            enclosing: Vec::new(),
-            grid: None,
-        };
-        let Ok(()) = visit_mut(&mut k.body, &mut walk);
-        let Some(grid) = walk.grid else {
+    for (mask, tile_key, bk) in masked_tile_loops(cx, tile_loops, find, |m| m.key) {
+        let Some(grid) = grid_loops(k, tile_key) else {
             continue;
         };
         let Some(visited) = list(cx, &mask, &grid, tile_key, bk) else {
             continue;
         };
-        let count = Val::Var(VISITED_COUNT.to_string());
-        crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| {
-            if let Stmt::Loop(l) = s {
-                if l.key == tile_key {
-                    l.extent = count.clone();
-                }
-            }
-            Flow::Descend
-        });
-        k.visited = Some(visited);
-        let tiles = SizeExpr::CeilDiv(
-            Box::new(cx.class_extent(mask.key)),
-            Box::new(SizeExpr::Const(bk)),
-        );
-        let constraint = Constraint::AtMost {
-            value: tiles,
-            max: VISITED_CAPACITY,
-            reason: format!(
-                "the document mask's list of key tiles holds at most {VISITED_CAPACITY} tiles of {bk} keys"
-            ),
+        let Some(constraint) = install(
+            k,
+            tile_key,
+            visited,
+            cx.class_extent(mask.key),
+            "document mask",
+        ) else {
+            continue;
         };
         return Ok((super::Change::Changed, vec![constraint]));
     }
     Ok((super::Change::Unchanged, Vec::new()))
+}
+
+/// The loop over key tiles of each online softmax whose scores carry a mask `find` reads, with
+/// the mask and the tiles' size, where that loop is the outer loop of the mask's key axis
+/// (`key`) split by a constant.
+pub(super) fn masked_tile_loops<'a, M: 'a>(
+    cx: &'a Ctx,
+    tile_loops: &'a TileLoops,
+    find: impl Fn(&Fusion, TensorId, IterId) -> Option<M> + 'a,
+    key: impl Fn(&M) -> IterId + 'a,
+) -> impl Iterator<Item = (M, LoopKey, i64)> + 'a {
+    let f = cx.fusion;
+    f.online_softmax
+        .iter()
+        .zip(&tile_loops.0)
+        .filter_map(move |(r, &tile_key)| {
+            let mask = find(f, r.pattern.scores, r.pattern.axis)?;
+            let (class, bk) = super::causal_tiles::tiled_class(cx, tile_key)?;
+            (class == key(&mask)).then_some((mask, tile_key, bk))
+        })
+}
+
+/// The grid-bound loops around the first loop of key `tile_key`, outermost first: the list is
+/// made once per CTA, so its query tile and batch row must be the CTA's.
+pub(super) fn grid_loops(k: &mut Kernel, tile_key: LoopKey) -> Option<Vec<(LoopKey, String)>> {
+    let mut walk = FindGrid {
+        tile_key,
+        enclosing: Vec::new(),
+        grid: None,
+    };
+    let Ok(()) = visit_mut(&mut k.body, &mut walk);
+    walk.grid
+}
+
+/// Gives the kernel the list `visited` of the tile loop `tile_key`: the loops over it run
+/// [`VISITED_COUNT`] iterations. Returns the launch constraint on the list's length (the
+/// `mask` named in its reason), or `None`, the kernel unchanged, when its block is not a whole
+/// number of warps known when it is compiled (the list is made with votes over whole warps).
+pub(super) fn install(
+    k: &mut Kernel,
+    tile_key: LoopKey,
+    visited: VisitedTiles,
+    keys: SizeExpr,
+    mask: &str,
+) -> Option<Constraint> {
+    let threads: Option<i64> = k.block.iter().map(|e| e.as_const()).product();
+    if threads.is_none_or(|n| n % crate::target::WARP_THREADS != 0) {
+        return None;
+    }
+    let count = Val::Var(VISITED_COUNT.to_string());
+    crate::kir::for_each_stmt_mut(&mut k.body, &mut |s| {
+        if let Stmt::Loop(l) = s {
+            if l.key == tile_key {
+                l.extent = count.clone();
+            }
+        }
+        Flow::Descend
+    });
+    let bk = visited.key_tile;
+    let tiles = SizeExpr::CeilDiv(Box::new(keys), Box::new(SizeExpr::Const(bk)));
+    k.visited = Some(visited);
+    Some(Constraint::AtMost {
+        value: tiles,
+        max: VISITED_CAPACITY,
+        reason: format!(
+            "the {mask}'s list of key tiles holds at most {VISITED_CAPACITY} tiles of {bk} keys"
+        ),
+    })
 }
 
 /// The list of a mask's key tiles for the grid-bound loops around its tile loop: the ids' rows
@@ -311,15 +347,17 @@ fn list(
         var: cx.keys.names[tile_key].clone(),
         key_tile: bk,
         query_tile: bq,
-        query_ids: f.tensors[mask.query_ids].name.clone(),
-        query_row,
         first_query: Val::mul(query_var, Val::Int(bq)),
         queries: s,
-        key_ids: f.tensors[mask.key_ids].name.clone(),
-        key_row,
         keys: t,
-        upper: mask.upper.as_ref().map(offset),
-        lower: mask.lower.as_ref().map(offset),
+        test: TileTest::Ids {
+            query_ids: f.tensors[mask.query_ids].name.clone(),
+            query_row,
+            key_ids: f.tensors[mask.key_ids].name.clone(),
+            key_row,
+            upper: mask.upper.as_ref().map(offset),
+            lower: mask.lower.as_ref().map(offset),
+        },
         smem_offset: None,
     })
 }

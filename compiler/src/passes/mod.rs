@@ -35,6 +35,7 @@ pub mod index_float;
 pub mod indexing;
 pub mod longest_first;
 pub mod loop_nest;
+pub mod mask_list;
 pub mod merged_scales;
 pub mod mma;
 pub mod online_logsumexp;
@@ -96,12 +97,15 @@ pub struct Handoff {
     /// The key-tile loops bounded under a causal mask: made by `mask_bounds`, read by
     /// `mask_tiles` and `longest_first`.
     pub causal_tiles: causal_tiles::CausalTiles,
+    /// The key-tile loop over a list whose first iterations are the wholly kept tiles: made by
+    /// `mask_list`, read by `mask_tiles`.
+    pub listed_tiles: causal_tiles::CausalTiles,
     /// The tensor of each reduction accumulator: made by `reduction`, read by
     /// `online_softmax`, `allocation` and `mma` (errors about an accumulator point at its
     /// reduction).
     pub accumulators: reduction::Accumulators,
     /// Conditions on the sizes the runner checks before launch: from `loop_nest` (clusters),
-    /// `document_tiles` (the list's length), `tma` (tensor-map rows) and `predicate` (aligned
+    /// `document_tiles` and `mask_list` (the list's length), `tma` (tensor-map rows) and `predicate` (aligned
     /// vectors), in that order.
     pub constraints: Vec<crate::plan::Constraint>,
 }
@@ -140,6 +144,18 @@ pub const PIPELINE: &[Pass] = &[
             Ok(change)
         },
         applies: document_tiles::used,
+        in_place: false,
+    },
+    Pass {
+        name: "mask_list",
+        summary: "a key-tile loop masked on indices visits only the tiles where the mask may keep a pair",
+        run: |cx, h, k| {
+            let (change, constraints, tiles) = mask_list::run(cx, &h.tile_loops, k)?;
+            h.constraints.extend(constraints);
+            h.listed_tiles = tiles;
+            Ok(change)
+        },
+        applies: mask_list::used,
         in_place: false,
     },
     Pass {
@@ -296,9 +312,15 @@ pub const PIPELINE: &[Pass] = &[
     },
     Pass {
         name: "mask_tiles",
-        summary: "the causal mask only on the key tiles that cross the diagonal",
-        run: |_, h, k| Ok(causal_tiles::split(&h.causal_tiles, k)),
-        applies: causal_tiles::used,
+        summary: "the mask only on the key tiles it does not keep whole (a causal diagonal, a listed mask's edges)",
+        run: |_, h, k| {
+            let causal = causal_tiles::split(&h.causal_tiles, k);
+            let listed = causal_tiles::split(&h.listed_tiles, k);
+            Ok(Change::from_changed(
+                causal == Change::Changed || listed == Change::Changed,
+            ))
+        },
+        applies: |cx| causal_tiles::used(cx) || mask_list::used(cx),
         in_place: false,
     },
     Pass {

@@ -405,9 +405,12 @@ impl<'k> Walk<'k> {
             // Read once at entry, the same for every thread of the CTA.
             vars.push((crate::kir::CTA_RANK.to_string(), Uniformity::Block));
         }
-        if k.visited.is_some() {
+        if let Some(v) = &k.visited {
             // Computed at entry by the whole CTA (`kir::VisitedTiles`).
             vars.push((crate::kir::VISITED_COUNT.to_string(), Uniformity::Block));
+            if let crate::kir::TileTest::Bounds { .. } = v.test {
+                vars.push((crate::kir::VISITED_KEPT.to_string(), Uniformity::Block));
+            }
         }
         Walk {
             k,

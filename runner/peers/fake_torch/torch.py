@@ -947,6 +947,18 @@ def logical_and(a, b):
     return _compare(lambda x, y: x != 0 and y != 0, a, b)
 
 
+def logical_or(a, b):
+    return _compare(lambda x, y: x != 0 or y != 0, a, b)
+
+
+def logical_xor(a, b):
+    return _compare(lambda x, y: (x != 0) != (y != 0), a, b)
+
+
+def logical_not(a):
+    return _compare(lambda x, y: x == 0, a, a)
+
+
 def _reduce(x, dim, combine, dt):
     dims = (dim,) if isinstance(dim, type(0)) else tuple(dim)
     dims = tuple(d + x.dim() if d < 0 else d for d in dims)

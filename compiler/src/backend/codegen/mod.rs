@@ -113,7 +113,10 @@ pub fn emit_mapped(
         }
     }
     e.uses.clock_probe = clock_probe;
-    e.uses.visited = k.visited.is_some();
+    e.uses.visited = k.visited.as_ref().map(|v| match v.test {
+        crate::kir::TileTest::Ids { .. } => prelude::Visited::Ids,
+        crate::kir::TileTest::Bounds { .. } => prelude::Visited::Bounds,
+    });
     e.uses.write_prelude(!k.tensor_maps.is_empty(), &mut src);
     src.push('\n');
     let signature_line = lines::count(&src);
@@ -330,9 +333,9 @@ fn write_setup(k: &Kernel, uses: &Uses, src: &mut String) {
     }
 }
 
-/// The list of key tiles a document-masked CTA visits ([`crate::kir::VisitedTiles`]), made by
-/// every thread before the body (after the bindings its values read; the helper ends with a
-/// block barrier, so no thread reads the list before it is whole).
+/// The list of key tiles a CTA visits ([`crate::kir::VisitedTiles`]), made before the body
+/// (after the bindings its values read; the helpers end with a block barrier, so no thread
+/// reads the list before it is whole).
 fn write_visited(v: &crate::kir::VisitedTiles, src: &mut String) {
     let cuda = |v: &Val| {
         let mut s = String::new();
@@ -345,26 +348,62 @@ fn write_visited(v: &crate::kir::VisitedTiles, src: &mut String) {
         table = crate::kir::VISITED_TABLE,
         offset = cuda(v.smem_offset.as_ref().unwrap_or(&Val::Int(0))),
     );
-    // A side the band does not have: a bound no index difference reaches.
-    let side = |v: &Option<Val>, none: &str| v.as_ref().map_or(none.to_string(), cuda);
-    let _ = writeln!(
-        src,
-        "  const index_t {count} = hf_visit_document_tiles<{bq}, {bk}, {cap}>({qids} + ({qrow}), {first}, {queries}, {kids} + ({krow}), {keys}, {upper}, {lower}, {table});",
-        count = crate::kir::VISITED_COUNT,
-        bq = v.query_tile,
-        bk = v.key_tile,
-        cap = crate::kir::VISITED_CAPACITY,
-        qids = v.query_ids,
-        qrow = cuda(&v.query_row),
-        first = cuda(&v.first_query),
-        queries = cuda(&v.queries),
-        kids = v.key_ids,
-        krow = cuda(&v.key_row),
-        keys = cuda(&v.keys),
-        upper = side(&v.upper, "0x7fffffffffffffffLL"),
-        lower = side(&v.lower, "(-0x7fffffffffffffffLL - 1)"),
-        table = crate::kir::VISITED_TABLE,
-    );
+    match &v.test {
+        crate::kir::TileTest::Ids {
+            query_ids,
+            query_row,
+            key_ids,
+            key_row,
+            upper,
+            lower,
+        } => {
+            // A side the band does not have: a bound no index difference reaches.
+            let side = |v: &Option<Val>, none: &str| v.as_ref().map_or(none.to_string(), cuda);
+            let _ = writeln!(
+                src,
+                "  const index_t {count} = hf_visit_document_tiles<{bq}, {bk}, {cap}>({qids} + ({qrow}), {first}, {queries}, {kids} + ({krow}), {keys}, {upper}, {lower}, {table});",
+                count = crate::kir::VISITED_COUNT,
+                bq = v.query_tile,
+                bk = v.key_tile,
+                cap = crate::kir::VISITED_CAPACITY,
+                qids = query_ids,
+                qrow = cuda(query_row),
+                first = cuda(&v.first_query),
+                queries = cuda(&v.queries),
+                kids = key_ids,
+                krow = cuda(key_row),
+                keys = cuda(&v.keys),
+                upper = side(upper, "0x7fffffffffffffffLL"),
+                lower = side(lower, "(-0x7fffffffffffffffLL - 1)"),
+                table = crate::kir::VISITED_TABLE,
+            );
+        }
+        crate::kir::TileTest::Bounds { may, must } => {
+            // 0: no pair kept, 1: some, 2: every pair (`must` implies `may`).
+            let [q0, q1, k0, k1] = crate::kir::TILE_BOUNDS;
+            let _ = writeln!(
+                src,
+                "  const index_t {count} = hf_visit_mask_tiles<{bq}, {bk}, {cap}>({first}, {queries}, {keys}, [&](long long {q0}, long long {q1}, long long {k0}, long long {k1}) -> int {{ return {class}; }}, {table});",
+                count = crate::kir::VISITED_COUNT,
+                bq = v.query_tile,
+                bk = v.key_tile,
+                cap = crate::kir::VISITED_CAPACITY,
+                first = cuda(&v.first_query),
+                queries = cuda(&v.queries),
+                keys = cuda(&v.keys),
+                class = cuda(&Val::add(may.clone(), must.clone())),
+                table = crate::kir::VISITED_TABLE,
+            );
+            // Read by the loops pass `mask_tiles` splits (the wholly kept tiles come first).
+            let _ = writeln!(
+                src,
+                "  [[maybe_unused]] const index_t {kept} = {table}[{cap} + 1];",
+                kept = crate::kir::VISITED_KEPT,
+                table = crate::kir::VISITED_TABLE,
+                cap = crate::kir::VISITED_CAPACITY,
+            );
+        }
+    }
     // Every size is at least 1 (`LaunchPlan::concretize`), so there is a key tile and the helper
     // lists at least one. Said to ptxas, the loop's first iteration always runs, and the reads
     // that do not change with the tile (a query's document id) are made once, before the loop,

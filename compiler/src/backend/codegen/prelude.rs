@@ -122,6 +122,51 @@ __device__ int hf_visit_document_tiles(const I* qids, long long q0, long long qu
 }
 ";
 
+/// Which helper lists the key tiles a CTA visits (`kir::TileTest`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Visited {
+    Ids,
+    Bounds,
+}
+
+/// The key tiles a CTA visits under a mask on indices (`kir::TileTest::Bounds`), called by every
+/// thread of the block before the body. Warp 0 classifies 32 key tiles at a time with `kind`
+/// (the query tile's first and last query, the key tile's first and last key; 0 where the mask
+/// keeps no pair, 2 where it keeps every pair, else 1) and lists, in order, first the tiles of
+/// kind 2, then those of kind 1 (a ballot per 32 tiles each), in `table`; `table[CAP]` is how
+/// many, at least one (tile 0, masked whole, when none: a row with no key ends as `0 / 0`, as
+/// without the list), `table[CAP + 1]` how many of them are of kind 2. No memory is read, so
+/// the list costs one block barrier and a few instructions per 32 tiles. Returns the count.
+const VISITED_BOUNDS: &str = "template <int BQ, int BK, int CAP, typename F>
+__device__ int hf_visit_mask_tiles(long long q0, long long queries, long long nk, F kind, int* table) {
+  const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  if (tid < 32) {
+    const int lane = tid;
+    const long long q1 = (q0 + BQ < queries ? q0 + BQ : queries) - 1;
+    const long long tiles = (nk + BK - 1) / BK;
+    int n = 0, kept = 0;
+    for (int wanted = 2; wanted >= 1; --wanted) {
+      for (long long base = 0; base < tiles; base += 32) {
+        const long long t = base + lane;
+        const long long k0 = t * BK, k1 = ((t + 1) * BK < nk ? (t + 1) * BK : nk) - 1;
+        const bool listed = t < tiles && kind(q0, q1, k0, k1) == wanted;
+        const unsigned ballot = __ballot_sync(0xffffffffu, listed);
+        if (listed) table[n + __popc(ballot & ((1u << lane) - 1u))] = (int)t;
+        n += __popc(ballot);
+      }
+      if (wanted == 2) kept = n;
+    }
+    if (lane == 0) {
+      if (n == 0) { table[0] = 0; n = 1; }
+      table[CAP] = n;
+      table[CAP + 1] = kept;
+    }
+  }
+  __syncthreads();
+  return table[CAP];
+}
+";
+
 /// Elementwise ops with PyTorch's semantics that are more than one CUDA expression, by the
 /// name `Uses::math` records (emitted in this order, each only when used).
 pub const MATH: &[(&str, &str)] = &[
@@ -944,8 +989,8 @@ pub(super) struct Uses {
     pub(super) min: bool,
     /// An index read from data (`hf_index_in`).
     pub(super) index_in: bool,
-    /// The key tiles a document-masked CTA visits ([`VISITED`]).
-    pub(super) visited: bool,
+    /// The key tiles a CTA visits: by ids ([`VISITED`]) or by bounds ([`VISITED_BOUNDS`]).
+    pub(super) visited: Option<Visited>,
     pub(super) bf16: bool,
     pub(super) f16: bool,
     /// 8-bit floats (`cuda_fp8.h` and the conversions of [`FP8`]).
@@ -1003,9 +1048,12 @@ impl Uses {
             src.push('\n');
             src.push_str(MIN);
         }
-        if self.visited {
+        if let Some(v) = self.visited {
             src.push('\n');
-            src.push_str(VISITED);
+            src.push_str(match v {
+                Visited::Ids => VISITED,
+                Visited::Bounds => VISITED_BOUNDS,
+            });
         }
         if self.index_in {
             src.push('\n');
