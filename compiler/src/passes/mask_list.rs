@@ -8,14 +8,15 @@
 //! [`TileLoops`]). The analysis ([`find`]) recognises scores written as `sm = where(keep, x,
 //! -inf)`, `keep` made of `iota`s along the scores' key axis and one other axis, integer
 //! literals, sizes, `+`, `-`, `*` by a literal, `min`, `max`, `abs`, `neg`, `remainder` and
-//! `bitwise_right_shift` by a positive literal, casts between integers, comparisons,
-//! `logical_and`, `logical_or` and `logical_not`, each an integer or bool tensor read by the mask
-//! only. It bounds every node over a pair of tiles ([`Range`]: an integer's least and greatest
-//! value, a condition's "may hold" and "must hold"), as a [`Val`] of the tiles' first and last
-//! indices ([`TILE_BOUNDS`]). The key-tile loop must be the outer loop of `T` split by a
+//! `bitwise_right_shift` by a positive literal, widening casts between integers, comparisons,
+//! `logical_and`, `logical_or` and `logical_not`, each an integer or bool tensor, and `keep`
+//! read by the select alone. It bounds every node over a pair of tiles ([`Range`]: an
+//! integer's least and greatest value, a condition's "may hold" and "must hold"), as a [`Val`]
+//! of the tiles' first and last indices ([`TILE_BOUNDS`]). The key-tile loop must be the outer loop of `T` split by a
 //! constant; the other iota axis must be bound to the grid by a loop over it whole or split by
 //! a constant (the query tile), not a persistent grid; the block a whole number of warps.
-//! Anything else is left as it was: every key tile runs, masked.
+//! Anything else (or a mask whose bounds would exceed [`MAX_BOUND_NODES`]) is left as it was:
+//! every key tile runs, masked.
 //!
 //! Guarantees: the result is the unlisted kernel's up to the order of the running sums. Each
 //! bound holds for every pair of the two tiles (each op's bound is the interval of its values
@@ -30,7 +31,8 @@
 //! Emits: the kernel's [`VisitedTiles`] with [`TileTest::Bounds`] (one warp evaluates the
 //! conditions per key tile, a block barrier; the tiles the mask keeps whole first), the loop
 //! for `mask_tiles` when nothing but the mask reads its condition (the first
-//! [`VISITED_KEPT`] iterations run without the mask), and [`crate::kir::VISITED_COUNT`] as the extent of the key-tile
+//! [`VISITED_KEPT`] iterations run without the mask's code; otherwise "must" is 0 and every
+//! visited tile is masked), and [`crate::kir::VISITED_COUNT`] as the extent of the key-tile
 //! loops; the index walks after this pass read the loop's tile from the list, as under
 //! `document_tiles`. A launch constraint: at most [`crate::kir::VISITED_CAPACITY`] key tiles.
 
@@ -92,6 +94,7 @@ pub fn find(f: &Fusion, scores: TensorId, key_axis: IterId) -> Option<IndexMask>
         query: None,
         reads_key: false,
         exprs: Vec::new(),
+        ranges: rustc_hash::FxHashMap::default(),
     };
     let Range::Bool { may, must } = b.range(&Operand::Tensor(*keep))? else {
         return None;
@@ -147,10 +150,39 @@ struct Bounder<'f> {
     reads_key: bool,
     /// The expressions the ranges were built from.
     exprs: Vec<ExprId>,
+    /// Each tensor's range, once: a mask reads a tensor from several places.
+    ranges: rustc_hash::FxHashMap<TensorId, Range>,
+}
+
+/// The most nodes a bound's value may have: a tensor read twice by each of many sums would
+/// double its bounds' size at each (the values are trees); such a mask is left unlisted.
+const MAX_BOUND_NODES: usize = 512;
+
+fn nodes(v: &Val) -> usize {
+    1 + v.operands().map_or(0, |(a, b)| nodes(a) + nodes(b))
 }
 
 impl Bounder<'_> {
     fn range(&mut self, o: &Operand) -> Option<Range> {
+        if let Operand::Tensor(t) = *o {
+            if let Some(r) = self.ranges.get(&t) {
+                return Some(r.clone());
+            }
+            let r = self.range_of(o)?;
+            let size = match &r {
+                Range::Int { lo, hi, .. } => nodes(lo) + nodes(hi),
+                Range::Bool { may, must } => nodes(may) + nodes(must),
+            };
+            if size > MAX_BOUND_NODES {
+                return None;
+            }
+            self.ranges.insert(t, r.clone());
+            return Some(r);
+        }
+        self.range_of(o)
+    }
+
+    fn range_of(&mut self, o: &Operand) -> Option<Range> {
         let f = self.f;
         let t = match *o {
             Operand::Scalar(v) if v.fract() == 0.0 && v.abs() < 1e15 => {

@@ -3,6 +3,11 @@ use std::collections::BTreeMap;
 
 /// The attention of `[S, 4]` queries over `[T, 4]` keys with the scores masked by `keep`.
 fn masked(keep: &str) -> Fusion {
+    masked_after("", keep)
+}
+
+/// [`masked`] with `lines` (statements, each ending in a newline) before `keep`.
+fn masked_after(lines: &str, keep: &str) -> Fusion {
     let source = format!(
         "fusion f {{
   input q: f32[S, 4]
@@ -11,7 +16,7 @@ fn masked(keep: &str) -> Fusion {
   s = sum(broadcast(q, axis=1) * broadcast(k, axis=0), axis=2)
   i = iota(s, axis=0)
   j = iota(s, axis=1)
-  keep = {keep}
+{lines}  keep = {keep}
   sm = where(keep, s, -1.0 / 0.0)
   m = max(sm, axis=1)
   e = exp(sm - broadcast(m, axis=1))
@@ -174,4 +179,30 @@ fn a_condition_read_elsewhere_keeps_every_tile_masked() {
     let mask = find(&shared, sm, shared.logical(sm)[1]).unwrap();
     assert!(mask.exprs.is_none());
     assert_eq!(mask.must, Val::Int(0));
+}
+
+#[test]
+fn a_mask_whose_bounds_would_grow_without_end_is_left_unlisted() {
+    // Each line reads the one before twice: the bounds would double at each, to 2^40 nodes.
+    // The analysis stops at its cap, at once, and leaves the mask to the full loop.
+    let mut lines = String::from("  x0 = j\n");
+    for n in 1..=40 {
+        lines.push_str(&format!("  x{n} = x{} + x{}\n", n - 1, n - 1));
+    }
+    let f = masked_after(&lines, "x40 < i");
+    let sm = tensor(&f, "sm");
+    let started = std::time::Instant::now();
+    assert!(find(&f, sm, f.logical(sm)[1]).is_none());
+    assert!(started.elapsed().as_secs() < 2);
+    // Six levels stay under the cap and are listed.
+    let f = masked_after(
+        &lines
+            .lines()
+            .take(7)
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+        "x6 < i",
+    );
+    let sm = tensor(&f, "sm");
+    assert!(find(&f, sm, f.logical(sm)[1]).is_some());
 }
