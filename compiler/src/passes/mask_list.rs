@@ -93,7 +93,6 @@ pub fn find(f: &Fusion, scores: TensorId, key_axis: IterId) -> Option<IndexMask>
         key,
         query: None,
         reads_key: false,
-        exprs: Vec::new(),
         ranges: rustc_hash::FxHashMap::default(),
     };
     let Range::Bool { may, must } = b.range(&Operand::Tensor(*keep))? else {
@@ -103,7 +102,12 @@ pub fn find(f: &Fusion, scores: TensorId, key_axis: IterId) -> Option<IndexMask>
     if !b.reads_key {
         return None;
     }
-    let mut condition = b.exprs;
+    // The expressions of the condition: those of every tensor bounded.
+    let mut condition: Vec<ExprId> = b
+        .ranges
+        .keys()
+        .filter_map(|&t| f.tensors[t].definition)
+        .collect();
     condition.sort();
     condition.dedup();
     let condition_tensors: Vec<TensorId> = condition.iter().map(|&e| f.exprs[e].output).collect();
@@ -148,8 +152,6 @@ struct Bounder<'f> {
     key: IterId,
     query: Option<IterId>,
     reads_key: bool,
-    /// The expressions the ranges were built from.
-    exprs: Vec<ExprId>,
     /// Each tensor's range, once: a mask reads a tensor from several places.
     ranges: rustc_hash::FxHashMap<TensorId, Range>,
 }
@@ -205,7 +207,6 @@ impl Bounder<'_> {
             return None;
         }
         let e = f.tensors[t].definition?;
-        self.exprs.push(e);
         let x = &f.exprs[e];
         match (&x.op, &x.inputs[..]) {
             (Op::Iota { axis }, _) => {
