@@ -147,6 +147,83 @@ fn matmul_and_linear_follow_torch() {
     assert_eq!(batched, [17.0, 53.0]);
 }
 
+/// `matmul(a, transpose(w, 0, 1))`, torch's `a @ w.T`, is `linear`'s product on `w` K-major:
+/// the same values, the same kernel under the tensor-core example's schedule, and the automatic
+/// product schedule takes it (it took only `linear` and the written-out form before).
+#[test]
+fn matmul_by_a_transposed_weight_is_the_k_major_product() {
+    let sizes = [("M", 2), ("K", 3), ("N", 2)];
+    let x = vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    let w = vec![1.0, 0.0, 2.0, 0.0, 1.0, -1.0];
+    let of = |body: &str| {
+        let src = format!(
+            "fusion f {{\n  input x: f32[M, K]\n  input w: f32[N, K]\n{body}\n  output c\n}}\n"
+        );
+        reference(&src, &sizes, &[("x", x.clone()), ("w", w.clone())])
+    };
+    assert_eq!(
+        of("  c = matmul(x, transpose(w, 0, 1))"),
+        [7.0, -1.0, 16.0, -1.0]
+    );
+    assert_eq!(
+        of("  wt = permute(w, dims=[1, 0])\n  c = matmul(x, wt)"),
+        [7.0, -1.0, 16.0, -1.0]
+    );
+    // A transpose of other axes is a product over the view, as written.
+    let src = "fusion f {\n  input a: f32[B, M, K]\n  input w: f32[K, B, N]\n  c = matmul(a, transpose(w, 0, 1))\n  output c\n}\n";
+    let viewed = reference(
+        src,
+        &[("B", 2), ("M", 1), ("K", 2), ("N", 1)],
+        &[
+            ("a", vec![1.0, 2.0, 3.0, 4.0]),
+            ("w", vec![5.0, 7.0, 6.0, 8.0]),
+        ],
+    );
+    assert_eq!(viewed, [17.0, 53.0]);
+    // A K that does not match is named as written.
+    let src = "fusion f {\n  input x: f32[M, K]\n  input w: f32[K, N]\n  c = matmul(x, transpose(w, 0, 1))\n  output c\n}\n";
+    let e = err(src);
+    assert!(
+        e.contains("`x` has K columns and `transpose(w, ...)` has N rows"),
+        "{e}"
+    );
+    // A batched weight [B, N, K] transposed on its last two axes.
+    let src = "fusion f {\n  input a: f32[B, M, K]\n  input w: f32[B, N, K]\n  c = matmul(a, transpose(w, 1, 2))\n  output c\n}\n";
+    let batched = reference(
+        src,
+        &[("B", 2), ("M", 1), ("K", 2), ("N", 1)],
+        &[
+            ("a", vec![1.0, 2.0, 3.0, 4.0]),
+            ("w", vec![5.0, 6.0, 7.0, 8.0]),
+        ],
+    );
+    assert_eq!(batched, [17.0, 53.0]);
+    // The tensor-core example's kernel, with the product written as torch writes it.
+    let written = hopfuse_tests::example("matmul/step1_one_warp_group.hf");
+    let products = "  ab = cast(broadcast(a, axis=1), f32)\n  bb = cast(broadcast(b, axis=0), f32)\n  p = ab * bb\n  s = sum(p, axis=2)";
+    assert!(written.contains(products), "the example changed");
+    let op = written.replace(products, "  s = matmul(a, transpose(b, 0, 1))");
+    assert_eq!(compile(&op).cuda, compile(&written).cuda);
+    // Without a schedule: the automatic product schedule.
+    let src = "fusion f {\n  input a: bf16[M, K]\n  input b: bf16[N, K]\n  c = cast(matmul(a, transpose(b, 0, 1)), bf16)\n  output c\n}\n";
+    let sizes = std::collections::BTreeMap::from([
+        ("M".to_string(), 128),
+        ("N".to_string(), 4096),
+        ("K".to_string(), 4096),
+    ]);
+    let auto = hopfuse::schedule_for(src, Some(&sizes))
+        .unwrap_or_else(|e| panic!("{}", e.render(src, "t.hf")))
+        .auto
+        .expect("an automatic schedule note");
+    assert_eq!(
+        auto.scheduler.as_deref(),
+        Some("matrix product"),
+        "{}",
+        auto.reason
+    );
+    assert!(twin(src).contains("c = a @ b.t()\n"), "{}", twin(src));
+}
+
 #[test]
 fn matmul_lowers_to_the_cuda_of_its_broadcast_form() {
     // examples/basics/matmul.hf with the product written as an op.

@@ -59,11 +59,17 @@ struct DecodeTiles {
     /// K per chunk, a multiple of the K tile; `None`: one chunk (no split-K).
     chunk: Option<i64>,
     stages: i64,
+    /// The M tiles on blockIdx.x (launched next to each other) and the N tiles on blockIdx.y,
+    /// when there are several M tiles: the CTAs that read one tile of the weight then run
+    /// together, so its second read hits L2. Measured on the H200 at 128 x 4096 x 4096 bf16:
+    /// 18.77-18.91 us against 20.32-20.50 with the N tiles first (docs/benchmarks.md,
+    /// twenty-second session).
+    m_tiles_first: bool,
 }
 
 impl DecodeTiles {
     /// The first of 64 x 128 tiles, 64 x 64 tiles, and 64 x 64 tiles in two or four K chunks
-    /// whose grid fills [`DECODE_FILL`] CTAs, keeping each chunk at least 16 K tiles long (the pipeline's fill
+    /// (64 x 32 in two for full M tiles) whose grid fills [`DECODE_FILL`] CTAs, keeping each chunk at least 16 K tiles long (the pipeline's fill
     /// is paid per chunk). Measured on the H200 at 64 x 4096 x 4096 bf16: 64 x 128 tiles
     /// without split 18.61 us, 64 x 64 tiles 17.82, 64 x 64 tiles in two K chunks 15.87, in
     /// four 17.23 (docs/benchmarks.md, twelfth session). Sizes without values: step 11's.
@@ -72,11 +78,13 @@ impl DecodeTiles {
             tile_n: 128,
             chunk: None,
             stages: 8,
+            m_tiles_first: false,
         };
         let (Some(m), Some(n), Some(k)) = (m, n, k) else {
             return step11;
         };
         let m_tiles = (m + 63) / 64;
+        let m_tiles_first = m_tiles > 1;
         let k_tiles = (k + k_tile - 1) / k_tile;
         // Wider tiles first, then more chunks: 64 x 128 tiles in four chunks measured slower
         // than 64 x 64 tiles in two (19.41 against 15.87 us).
@@ -85,15 +93,34 @@ impl DecodeTiles {
             if fills && (chunks == 1 || k_tiles / chunks >= 16) {
                 let chunk = (chunks > 1).then(|| (k_tiles + chunks - 1) / chunks * k_tile);
                 // Step 11's 24 KiB stages hold 8 in shared memory, 64 x 64 tiles' 16 KiB 12;
-                // split-K's shorter chunks take 8.
+                // split-K's shorter chunks take 8. With several M tiles a weight tile's second
+                // read comes from L2, and 8 stages of 64 x 64 were faster than 10, 12 or 13
+                // (128 x 4096 x 4096 bf16 on the H200: 17.97-18.11 us against 18.56-18.85).
+                // 64 x 128 tiles in more CTAs than SMs take 4 stages, so two CTAs share an SM
+                // and the grid runs in one wave (128 x 14336 x 4096: 39.1 us against 41.8 with
+                // 8 stages, 44.7 with 6; 96 x 14336 x 4096: 41.0 against 46.3).
+                let ctas = m_tiles * ((n + tile_n - 1) / tile_n) * chunks;
                 let stages = match (tile_n, chunk) {
+                    (128, None) if ctas > crate::target::SM_COUNT => 4,
                     (_, Some(_)) | (128, None) => 8,
+                    _ if m_tiles_first => 8,
                     _ => 12,
+                };
+                // Two chunks of full 64-row M tiles: 64 x 32 tiles, twice the CTAs (64 x 4096 x
+                // 4096: bf16 16.0-16.5 us against 16.6-16.7, FP8 11.9 against 12.5-12.8). Not
+                // with a partial M tile: at M = 16-48 every CTA reads the same small tile of
+                // the activations at once, one L2 slice is the hot spot, and twice the CTAs
+                // made it worse (M = 16: 23.9-24.1 us against 19.5-19.9).
+                let tile_n = if chunks == 2 && m % 64 == 0 {
+                    32
+                } else {
+                    tile_n
                 };
                 return DecodeTiles {
                     tile_n,
                     chunk,
                     stages,
+                    m_tiles_first,
                 };
             }
         }
@@ -102,6 +129,7 @@ impl DecodeTiles {
             tile_n: 64,
             chunk: None,
             stages: 12,
+            m_tiles_first,
         }
     }
 
@@ -125,9 +153,11 @@ impl DecodeTiles {
         };
         let chunk_split = "s.split(4, 1024)";
         let stages = ["circular_buffer(8,", "circular_buffer(4,"];
+        let grid = ["s.parallelize(0, BIDy)", "s.parallelize(1, BIDx)"];
         let has = |t: &str| example.contains(t);
         if !has(n_split)
             || !has(k_split.0)
+            || !grid.iter().all(|g| has(g))
             || (self.chunk.is_some() && !has(chunk_split))
             || !stages.iter().any(|s| has(s))
         {
@@ -144,6 +174,11 @@ impl DecodeTiles {
         }
         if fp8 {
             text = text.replace(k_split.0, k_split.1);
+        }
+        if self.m_tiles_first {
+            text = text
+                .replace(grid[0], "s.parallelize(0, BIDx)")
+                .replace(grid[1], "s.parallelize(1, BIDy)");
         }
         Ok(text)
     }
@@ -162,8 +197,13 @@ impl DecodeTiles {
                 "step 20's warp-specialized kernel{fp8_k}, K split in chunks of {c} over blockIdx.z (the partial sums added in chunk order by each tile's last block)"
             ),
         };
+        let raster = if self.m_tiles_first {
+            ", the M tiles on blockIdx.x (those reading one tile of the weight launched together)"
+        } else {
+            ""
+        };
         format!(
-            "{split}, 64 x {} tiles, a K tile of {k_tile} ({wgmma} wgmma), {} stages",
+            "{split}, 64 x {} tiles, a K tile of {k_tile} ({wgmma} wgmma), {} stages{raster}",
             self.tile_n, self.stages
         )
     }
@@ -464,16 +504,46 @@ mod tests {
             let t = DecodeTiles::choose(Some(m), Some(n), Some(k), k_tile);
             (t.tile_n, t.chunk, t.stages)
         };
-        // 32 CTAs of 64 x 128, 64 of 64 x 64: two K chunks give 128.
-        assert_eq!(choose(64, 4096, 4096, 64), (64, Some(2048), 8));
+        // 32 CTAs of 64 x 128, 64 of 64 x 64: two K chunks give 128, and with a full M tile
+        // the N tile halves (256 CTAs).
+        assert_eq!(choose(64, 4096, 4096, 64), (32, Some(2048), 8));
+        assert_eq!(choose(16, 4096, 4096, 64), (64, Some(2048), 8));
         assert_eq!(choose(64, 14336, 4096, 64), (128, None, 8));
-        assert_eq!(choose(128, 4096, 4096, 64), (64, None, 12));
+        // 224 CTAs of 64 x 128: two an SM, so 4 stages of 24 KiB.
+        assert_eq!(choose(128, 14336, 4096, 64), (128, None, 4));
+        assert_eq!(choose(96, 14336, 4096, 64), (128, None, 4));
+        assert_eq!(choose(128, 4096, 4096, 64), (64, None, 8));
         // A chunk is whole K tiles: 4100 is 65 tiles of 64, 33 per chunk.
-        assert_eq!(choose(64, 4096, 4100, 64), (64, Some(33 * 64), 8));
+        assert_eq!(choose(48, 4096, 4100, 64), (64, Some(33 * 64), 8));
         // Chunks shorter than 16 K tiles are not worth their pipeline fill.
         assert_eq!(choose(64, 4096, 1024, 64), (64, None, 12));
         // Sizes without values: step 11's.
         let unknown = DecodeTiles::choose(Some(64), None, Some(4096), 64);
         assert_eq!((unknown.tile_n, unknown.chunk), (128, None));
+    }
+
+    /// With several M tiles the M tiles go on blockIdx.x, so the CTAs sharing a weight tile
+    /// launch together; with one, the N tiles keep blockIdx.x.
+    #[test]
+    fn decode_tiles_with_several_m_tiles_put_them_on_blockidx_x() {
+        let text = |m| {
+            let t = DecodeTiles::choose(Some(m), Some(4096), Some(4096), 64);
+            (
+                t.m_tiles_first,
+                t.template(false).expect("the decode template"),
+            )
+        };
+        let (first, two) = text(128);
+        assert!(first);
+        assert!(two.contains("s.parallelize(0, BIDx)") && two.contains("s.parallelize(1, BIDy)"));
+        let (first, one) = text(64);
+        assert!(!first);
+        assert!(one.contains("s.parallelize(0, BIDy)") && one.contains("s.parallelize(1, BIDx)"));
+        let split = DecodeTiles::choose(Some(100), Some(1000), Some(8192), 64);
+        assert!(split.chunk.is_some() && split.m_tiles_first);
+        let split = split.template(true).expect("the split-K template");
+        assert!(
+            split.contains("s.parallelize(0, BIDx)") && split.contains("s.parallelize(2, BIDz)")
+        );
     }
 }

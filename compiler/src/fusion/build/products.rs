@@ -10,20 +10,34 @@
 //! `examples/matmul/step1_one_warp_group.hf`'s `b`) and the bias broadcast over the leading
 //! axes and added. Half and 8-bit float operands are widened to f32 after the broadcast, as
 //! the written-out examples do, so the result is the f32 accumulator (cast it back, as after
-//! `sum`). The tensors are named as a nested expression's (`c_broadcast`, `c_mul`, ...), the
-//! last one taking the statement's name.
+//! `sum`). `matmul(a, transpose(w, -2, -1))` (torch's `a @ w.T`) is written as `linear`'s
+//! form on `w`, K-major, not as a product over the transposed view. The tensors are named as a
+//! nested expression's (`c_broadcast`, `c_mul`, ...), the last one taking the statement's name.
 
 use super::*;
 
+/// Which product a call writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Form {
+    /// `matmul(a, b)`, `b` [.., K, N].
+    MatMul,
+    /// `matmul(a, transpose(w, -2, -1))`: the operand given is `w` [.., N, K].
+    KMajor,
+    /// `linear(x, w[, bias])`.
+    Linear,
+}
+
 impl Builder {
-    /// The ops of `matmul(a, b)` (`linear` false) or `linear(x, w[, bias])` on `operands`.
+    /// The ops of `matmul(a, b)`, `matmul(a, transpose(w, -2, -1))` or `linear(x, w[, bias])`
+    /// on `operands`.
     pub(super) fn product(
         &mut self,
-        linear: bool,
+        form: Form,
         operands: &[(TensorId, Span)],
         dest: &str,
         span: Span,
     ) -> BResult<TensorId> {
+        let linear = form == Form::Linear;
         let func = if linear { "linear" } else { "matmul" };
         for &(t, at) in operands {
             let tensor = &self.f.tensors[t];
@@ -78,10 +92,18 @@ impl Builder {
                     Some(at),
                 ));
             }
-            let (k_a, k_b) = (extent(self, x, rank - 1), extent(self, w, rank - 2));
+            let k_major = form == Form::KMajor;
+            let k_axis = if k_major { rank - 1 } else { rank - 2 };
+            let (k_a, k_b) = (extent(self, x, rank - 1), extent(self, w, k_axis));
             if k_a != k_b {
+                // The K-major operand's K is its columns: the rows of the transpose written.
+                let b = if k_major {
+                    format!("`transpose({}, ...)`", name(self, w))
+                } else {
+                    format!("`{}`", name(self, w))
+                };
                 return Err(Diagnostic::new(
-                    format!("`matmul`: `{}` has {k_a} columns and `{}` has {k_b} rows; they must be equal", name(self, x), name(self, w)),
+                    format!("`matmul`: `{}` has {k_a} columns and {b} has {k_b} rows; they must be equal", name(self, x)),
                     Some(w_at),
                 ));
             }
@@ -98,9 +120,16 @@ impl Builder {
                     ));
                 }
             }
-            let ab = self.broadcast_to(x, vec![rank], dest, span)?;
-            let bb = self.broadcast_to(w, vec![rank - 2], dest, span)?;
-            (ab, bb, rank - 1)
+            if k_major {
+                // `w` is the weight [.., N, K] of `matmul(a, transpose(w, -2, -1))`.
+                let ab = self.broadcast_to(x, vec![rank - 1], dest, span)?;
+                let bb = self.broadcast_to(w, vec![rank - 2], dest, span)?;
+                (ab, bb, rank)
+            } else {
+                let ab = self.broadcast_to(x, vec![rank], dest, span)?;
+                let bb = self.broadcast_to(w, vec![rank - 2], dest, span)?;
+                (ab, bb, rank - 1)
+            }
         };
         let product = self.op(
             Op::Binary(BinaryOp::Mul),
