@@ -115,7 +115,8 @@ fn every_line_of_every_example_is_mapped_to_what_wrote_it() {
                     }
                 }
             }
-            // The body (everything after the set-up) is statements only.
+            // The body (everything after the set-up) is statements only, but for the list of
+            // visited key tiles, made after the mbarriers' init guard (set-up lines).
             let first_stmt = c
                 .lines
                 .lines
@@ -127,9 +128,23 @@ fn every_line_of_every_example_is_mapped_to_what_wrote_it() {
             let tail_probe = clock_probe
                 && cuda[cuda.len() - 2].trim() == "hf_clock_record(hf_clock_t0, hf_clock_c0);";
             let body_end = cuda.len() - 1 - usize::from(tail_probe);
-            assert!(c.lines.lines[first_stmt..body_end]
+            for (i, l) in c
+                .lines
+                .lines
                 .iter()
-                .all(|l| matches!(l, CudaLine::Stmt { .. })));
+                .enumerate()
+                .take(body_end)
+                .skip(first_stmt)
+            {
+                let visited = *l == CudaLine::Setup
+                    && (cuda[i].contains("hf_visited") || cuda[i].contains("hf_visit_"));
+                assert!(
+                    matches!(l, CudaLine::Stmt { .. }) || visited,
+                    "{name}: line {} `{}` is {l:?} inside the body",
+                    i + 1,
+                    cuda[i]
+                );
+            }
             if clock_probe {
                 let records = cuda
                     .iter()

@@ -337,17 +337,56 @@ fn mbarrier_init_a_dropped_init_and_a_dropped_barrier_after_it() {
 
     let mut k = lowered("tma/exp_store.hf");
     // The `__syncthreads()` right after the guarded init.
-    let init_guard = k
-        .body
-        .iter()
-        .position(
-            |s| matches!(s, Stmt::If { then, .. } if matches!(then[0], Stmt::MbarInit { .. })),
-        )
-        .expect("the init");
+    let init_guard = init_guard(&k);
     assert_eq!(k.body[init_guard + 1], Stmt::Sync);
     k.body.remove(init_guard + 1);
     let e = caught(&k, Rule::MbarrierInit, "mbarrier_arrive_expect_tx");
     assert!(e[0].detail.contains("no block barrier"), "{}", e[0]);
+}
+
+/// Where the kernel's body initialises its mbarriers (the guard of one thread).
+fn init_guard(k: &Kernel) -> usize {
+    k.body
+        .iter()
+        .position(
+            |s| matches!(s, Stmt::If { then, .. } if matches!(then[0], Stmt::MbarInit { .. })),
+        )
+        .expect("the init")
+}
+
+/// A copy the initialising thread starts in the init guard itself needs no barrier (program
+/// order): document masks start Q's copy with the init, before the list of visited tiles. The
+/// other threads' first use still needs the barrier after the guard.
+#[test]
+fn mbarrier_init_the_issuers_own_copy_in_the_init_guard_and_a_dropped_barrier() {
+    let mut k = lowered("auto/attention_document.hf");
+    assert!(k.visited.is_some(), "the document mask lists its tiles");
+    let init_guard = init_guard(&k);
+    let Stmt::If { then, .. } = &k.body[init_guard] else {
+        unreachable!("matched above")
+    };
+    assert!(
+        then.iter()
+            .any(|s| starts(&k, s, "mbarrier_arrive_expect_tx qs_full")),
+        "Q's copy starts with the init:\n{}",
+        k.print()
+    );
+    assert_eq!(k.body[init_guard + 1], Stmt::Sync);
+    k.body.remove(init_guard + 1);
+    // The producer's first copies of K are another thread's: caught. Q's copy in the guard
+    // is not.
+    let e = caught(
+        &k,
+        Rule::MbarrierInit,
+        "mbarrier_arrive_expect_tx ks_doc_ks_full",
+    );
+    assert!(e[0].detail.contains("no block barrier"), "{}", e[0]);
+    assert!(
+        e.iter()
+            .all(|e| !e.text.contains("qs_full[0], 32768 bytes")),
+        "{}",
+        list(&e)
+    );
 }
 
 #[test]

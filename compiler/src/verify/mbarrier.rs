@@ -1,6 +1,7 @@
 //! The mbarrier life cycle (after `circular_buffer`): each array that is used is initialised
 //! once, before its first use, with a block barrier in between (one thread initialises; the
-//! barrier publishes the init to the others), and invalidated once, after its last use, with a
+//! barrier publishes the init to the others; the initialising thread's own uses later in the
+//! same guarded body need none), and invalidated once, after its last use, with a
 //! block barrier in between (no thread may still wait on it), in statement order. An array
 //! released across the cluster needs the cluster's barrier in both places: peers signal it.
 
@@ -52,6 +53,9 @@ pub(super) fn check(k: &Kernel, events: &[Event], errors: &mut Vec<VerifyError>)
                 format!("`{name}` is used but never initialised"),
             ),
             ([init], _) => {
+                // The initialising thread's own uses after the init in the same guarded body
+                // (a copy the issuer starts with the init) need no barrier: program order.
+                let own = |u: &&Event| u.parent.is_some() && u.parent == init.parent;
                 if let Some(first) = uses.first() {
                     if first.stmt < init.stmt {
                         error(
@@ -62,15 +66,17 @@ pub(super) fn check(k: &Kernel, events: &[Event], errors: &mut Vec<VerifyError>)
                                 init.stmt
                             ),
                         );
-                    } else if !barrier_between(init.stmt, first.stmt) {
-                        error(
-                            Rule::MbarrierInit,
-                            first,
-                            format!(
-                                "no {barrier} between the initialisation of `{name}` (statement {}) and its first use: other threads may see it uninitialised",
-                                init.stmt
-                            ),
-                        );
+                    } else if let Some(first) = uses.iter().find(|u| !own(u)) {
+                        if !barrier_between(init.stmt, first.stmt) {
+                            error(
+                                Rule::MbarrierInit,
+                                first,
+                                format!(
+                                    "no {barrier} between the initialisation of `{name}` (statement {}) and its first use: other threads may see it uninitialised",
+                                    init.stmt
+                                ),
+                            );
+                        }
                     }
                 }
             }

@@ -306,6 +306,8 @@ struct Event<'k> {
     kind: EventKind,
     stmt: usize,
     st: &'k Stmt,
+    /// The preorder number of the statement whose body holds it (None: the kernel's body).
+    parent: Option<usize>,
 }
 
 /// An error at statement `stmt` (preorder number) `st`.
@@ -351,6 +353,8 @@ struct Walk<'k> {
     scopes: Vec<(Uniformity, Group)>,
     /// Per body entered, the variables and allocations in scope before it.
     blocks: Vec<(usize, usize)>,
+    /// The preorder numbers of the statements around the one walked, innermost last.
+    around: Vec<usize>,
 }
 
 /// The walk's scopes: a statement's bodies are reached as uniformly as its check says
@@ -364,6 +368,7 @@ impl<'k> Visitor<'k> for Walk<'k> {
         let (ctx, _) = *self.scopes.last().expect("the kernel's scope");
         let body_ctx = self.check(me, st, ctx);
         self.scopes.push((body_ctx, self.group));
+        self.around.push(me);
         Flow::Descend
     }
 
@@ -384,6 +389,7 @@ impl<'k> Visitor<'k> for Walk<'k> {
 
     fn after(&mut self, st: &'k Stmt, _at: usize) {
         let (_, outer) = self.scopes.pop().expect("pushed by `stmt`");
+        self.around.pop();
         self.group = outer;
         if let Stmt::Loop(l) = st {
             // The loop's variable and digits leave scope.
@@ -427,6 +433,7 @@ impl<'k> Walk<'k> {
             first_alloc: vec![None; k.buffers.len()].into(),
             scopes: vec![(Uniformity::Block, Group::Block)],
             blocks: Vec::new(),
+            around: Vec::new(),
         }
     }
 
@@ -438,7 +445,13 @@ impl<'k> Walk<'k> {
 
     fn event(&mut self, kind: EventKind) {
         if let Some((stmt, st)) = self.current {
-            self.events.push(Event { kind, stmt, st });
+            let parent = self.around.last().copied();
+            self.events.push(Event {
+                kind,
+                stmt,
+                st,
+                parent,
+            });
         }
     }
 
