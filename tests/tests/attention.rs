@@ -1209,10 +1209,15 @@ fn the_overlap_issues_the_next_scores_before_the_softmax_of_the_product_in_fligh
     assert_eq!(count("hf_wgmma_wait<1>();"), 1);
     // The RS wgmma reads P's pairs as 32-bit words (no packing after the group's fence).
     assert!(cuda.contains("  const unsigned a0 = reinterpret_cast<const unsigned*>(a)[0];"));
+}
 
-    // K and V released by one producer warp's joint barrier: the joint stage is released at
-    // wait_group 0, one iteration behind (for the tile of the P V product).
+/// K and V released by one producer warp's joint barrier under the overlap: the joint stage is
+/// released at wait_group 0, one iteration behind (for the tile of the P V product).
+#[test]
+fn the_overlap_releases_a_joint_k_and_v_stage_one_iteration_behind() {
+    let src = example("attention/online_wgmma_overlap.hf");
     let joint = src.replace("registers=[24, 240], warp=1))", "registers=[24, 240]))");
+    assert_ne!(joint, src, "the example changed");
     let cuda = hopfuse_tests::compile(&joint).cuda;
     let lines: Vec<&str> = cuda.lines().map(str::trim).collect();
     let drained = lines
