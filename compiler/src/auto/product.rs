@@ -89,7 +89,8 @@ impl DecodeTiles {
         // Wider tiles first, then more chunks: 64 x 128 tiles in four chunks measured slower
         // than 64 x 64 tiles in two (19.41 against 15.87 us).
         for (tile_n, chunks) in [(128, 1), (64, 1), (64, 2), (64, 4)] {
-            let fills = m_tiles * ((n + tile_n - 1) / tile_n) * chunks >= DECODE_FILL;
+            let ctas = m_tiles * ((n + tile_n - 1) / tile_n) * chunks;
+            let fills = ctas >= DECODE_FILL;
             if fills && (chunks == 1 || k_tiles / chunks >= 16) {
                 let chunk = (chunks > 1).then(|| (k_tiles + chunks - 1) / chunks * k_tile);
                 // Step 11's 24 KiB stages hold 8 in shared memory, 64 x 64 tiles' 16 KiB 12;
@@ -99,7 +100,6 @@ impl DecodeTiles {
                 // 64 x 128 tiles in more CTAs than SMs take 4 stages, so two CTAs share an SM
                 // and the grid runs in one wave (128 x 14336 x 4096: 39.1 us against 41.8 with
                 // 8 stages, 44.7 with 6; 96 x 14336 x 4096: 41.0 against 46.3).
-                let ctas = m_tiles * ((n + tile_n - 1) / tile_n) * chunks;
                 let stages = match (tile_n, chunk) {
                     (128, None) if ctas > crate::target::SM_COUNT => 4,
                     (_, Some(_)) | (128, None) => 8,

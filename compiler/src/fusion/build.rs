@@ -520,15 +520,11 @@ impl Builder {
         if def.kind == OpKind::Reshape {
             return Ok(Value::Tensor(self.reshape(args, dest, span)?));
         }
-        // `matmul(a, transpose(w, -2, -1))`: the product by `w` K-major, with no transposed
-        // view built (`products.rs`).
-        let k_major = (def.kind == OpKind::MatMul)
-            .then(|| self.transposed_operand(args))
-            .flatten();
-        let args: &[Arg] = match &k_major {
-            Some(rewritten) => rewritten,
-            None => args,
-        };
+        if matches!(def.kind, OpKind::MatMul | OpKind::Linear) {
+            return Ok(Value::Tensor(
+                self.product_call(func, def, args, has_axis, dest, span)?,
+            ));
+        }
         let pos = self.call_operands(func, def, args, has_axis, dest, span)?;
         let tensor_arg = |pos: &[(Value, Span)], i: usize| tensor_operand(func, pos, i);
         let values = |pos: Vec<(Value, Span)>| pos.into_iter().map(|p| p.0).collect::<Vec<_>>();
@@ -634,19 +630,7 @@ impl Builder {
                 let t = tensor_arg(&pos, 0)?;
                 tensor(self.expand_blocks(args, t, pos[0].1, dest, span))
             }
-            OpKind::MatMul | OpKind::Linear => {
-                let operands = pos
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| Ok((tensor_arg(&pos, i)?, p.1)))
-                    .collect::<BResult<Vec<_>>>()?;
-                let form = match def.kind {
-                    OpKind::Linear => products::Form::Linear,
-                    _ if k_major.is_some() => products::Form::KMajor,
-                    _ => products::Form::MatMul,
-                };
-                tensor(self.product(form, &operands, dest, span))
-            }
+            OpKind::MatMul | OpKind::Linear => unreachable!("built above"),
             OpKind::Gather | OpKind::IndexSelect => {
                 let select = def.kind == OpKind::IndexSelect;
                 tensor(self.gather_call(func, select, args, &pos, dest, span))
@@ -656,46 +640,6 @@ impl Builder {
                 tensor(self.expand_call(args, t, dest, span))
             }
         }
-    }
-
-    /// `matmul`'s arguments with the second operand's transpose removed, when it is
-    /// `transpose(w, i, j)` or `permute(w, dims=[..])` of a named tensor `w` swapping exactly its
-    /// last two axes (torch's `a @ w.T`); else None. Decided on the text, so no transposed view
-    /// is built and left unread.
-    fn transposed_operand(&self, args: &[Arg]) -> Option<Vec<Arg>> {
-        let [Arg::Pos(a), Arg::Pos(ast::Expr::Call {
-            func, args: inner, ..
-        })] = args
-        else {
-            return None;
-        };
-        let Some(Arg::Pos(w @ ast::Expr::Name(n, _))) = inner.first() else {
-            return None;
-        };
-        let r = self.f.rank(*self.names.get(n)?) as i64;
-        let axis = |e: &ast::Expr| {
-            let v = literal_number(e).ok()? as i64;
-            (-r..r).contains(&v).then_some(v.rem_euclid(r.max(1)))
-        };
-        let dims: Vec<i64> = match (func.as_str(), &inner[1..]) {
-            ("transpose", [Arg::Pos(i), Arg::Pos(j)]) => {
-                let (i, j) = (axis(i)?, axis(j)?);
-                let mut dims: Vec<i64> = (0..r).collect();
-                dims.swap(i as usize, j as usize);
-                dims
-            }
-            (
-                "permute",
-                [Arg::Named {
-                    name,
-                    value: ast::Expr::List(items, _),
-                    ..
-                }],
-            ) if name == "dims" => items.iter().map(axis).collect::<Option<_>>()?,
-            _ => return None,
-        };
-        let swapped: Vec<i64> = (0..r - 2).chain([r - 1, r - 2]).collect();
-        (r >= 2 && dims == swapped).then(|| vec![Arg::Pos(a.clone()), Arg::Pos(w.clone())])
     }
 
     /// A call's positional operands, built, and checked against the op's arity.

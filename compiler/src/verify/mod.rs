@@ -348,13 +348,11 @@ struct Walk<'k> {
     barriers: Vec<BarrierUse>,
     /// The first `alloc` of each buffer (sizes and places are reported there).
     first_alloc: IdVec<BufferId, Option<(usize, &'k Stmt)>>,
-    /// Per statement around the one walked, how uniformly the threads reach its bodies, and
-    /// the barrier group outside it; the first entry is the kernel's.
-    scopes: Vec<(Uniformity, Group)>,
+    /// Per statement around the one walked, how uniformly the threads reach its bodies, the
+    /// barrier group outside it, and its preorder number; the first entry is the kernel's.
+    scopes: Vec<(Uniformity, Group, Option<usize>)>,
     /// Per body entered, the variables and allocations in scope before it.
     blocks: Vec<(usize, usize)>,
-    /// The preorder numbers of the statements around the one walked, innermost last.
-    around: Vec<usize>,
 }
 
 /// The walk's scopes: a statement's bodies are reached as uniformly as its check says
@@ -365,10 +363,9 @@ impl<'k> Visitor<'k> for Walk<'k> {
         let me = self.next;
         self.next += 1;
         self.current = Some((me, st));
-        let (ctx, _) = *self.scopes.last().expect("the kernel's scope");
+        let (ctx, _, _) = *self.scopes.last().expect("the kernel's scope");
         let body_ctx = self.check(me, st, ctx);
-        self.scopes.push((body_ctx, self.group));
-        self.around.push(me);
+        self.scopes.push((body_ctx, self.group, Some(me)));
         Flow::Descend
     }
 
@@ -388,8 +385,7 @@ impl<'k> Visitor<'k> for Walk<'k> {
     }
 
     fn after(&mut self, st: &'k Stmt, _at: usize) {
-        let (_, outer) = self.scopes.pop().expect("pushed by `stmt`");
-        self.around.pop();
+        let (_, outer, _) = self.scopes.pop().expect("pushed by `stmt`");
         self.group = outer;
         if let Stmt::Loop(l) = st {
             // The loop's variable and digits leave scope.
@@ -431,9 +427,8 @@ impl<'k> Walk<'k> {
             events: Vec::new(),
             barriers: Vec::new(),
             first_alloc: vec![None; k.buffers.len()].into(),
-            scopes: vec![(Uniformity::Block, Group::Block)],
+            scopes: vec![(Uniformity::Block, Group::Block, None)],
             blocks: Vec::new(),
-            around: Vec::new(),
         }
     }
 
@@ -445,7 +440,7 @@ impl<'k> Walk<'k> {
 
     fn event(&mut self, kind: EventKind) {
         if let Some((stmt, st)) = self.current {
-            let parent = self.around.last().copied();
+            let parent = self.scopes.last().and_then(|s| s.2);
             self.events.push(Event {
                 kind,
                 stmt,

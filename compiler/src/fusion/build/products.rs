@@ -28,6 +28,73 @@ pub(super) enum Form {
 }
 
 impl Builder {
+    /// A `matmul` or `linear` call: its operands built (for `matmul(a, transpose(w, -2, -1))`,
+    /// `w` itself, no transposed view), then [`Builder::product`].
+    pub(super) fn product_call(
+        &mut self,
+        func: &str,
+        def: &ops::OpDef,
+        args: &[Arg],
+        has_axis: bool,
+        dest: &str,
+        span: Span,
+    ) -> BResult<TensorId> {
+        let k_major = (def.kind == OpKind::MatMul)
+            .then(|| self.transposed_operand(args))
+            .flatten();
+        let args: &[Arg] = k_major.as_deref().unwrap_or(args);
+        let pos = self.call_operands(func, def, args, has_axis, dest, span)?;
+        let operands = (0..pos.len())
+            .map(|i| Ok((tensor_operand(func, &pos, i)?, pos[i].1)))
+            .collect::<BResult<Vec<_>>>()?;
+        let form = match def.kind {
+            OpKind::Linear => Form::Linear,
+            _ if k_major.is_some() => Form::KMajor,
+            _ => Form::MatMul,
+        };
+        self.product(form, &operands, dest, span)
+    }
+
+    /// `matmul`'s arguments with the second operand's transpose removed, when it is
+    /// `transpose(w, i, j)` or `permute(w, dims=[..])` of a named tensor `w` swapping exactly its
+    /// last two axes (torch's `a @ w.T`); else None. Decided on the text, so no transposed view
+    /// is built and left unread.
+    fn transposed_operand(&self, args: &[Arg]) -> Option<Vec<Arg>> {
+        let [Arg::Pos(a), Arg::Pos(ast::Expr::Call {
+            func, args: inner, ..
+        })] = args
+        else {
+            return None;
+        };
+        let Some(Arg::Pos(w @ ast::Expr::Name(n, _))) = inner.first() else {
+            return None;
+        };
+        let r = self.f.rank(*self.names.get(n)?) as i64;
+        let axis = |e: &ast::Expr| {
+            let v = literal_number(e).ok()? as i64;
+            (-r..r).contains(&v).then_some(v.rem_euclid(r.max(1)))
+        };
+        let dims: Vec<i64> = match (func.as_str(), &inner[1..]) {
+            ("transpose", [Arg::Pos(i), Arg::Pos(j)]) => {
+                let (i, j) = (axis(i)?, axis(j)?);
+                let mut dims: Vec<i64> = (0..r).collect();
+                dims.swap(i as usize, j as usize);
+                dims
+            }
+            (
+                "permute",
+                [Arg::Named {
+                    name,
+                    value: ast::Expr::List(items, _),
+                    ..
+                }],
+            ) if name == "dims" => items.iter().map(axis).collect::<Option<_>>()?,
+            _ => return None,
+        };
+        let swapped: Vec<i64> = (0..r - 2).chain([r - 1, r - 2]).collect();
+        (r >= 2 && dims == swapped).then(|| vec![Arg::Pos(a.clone()), Arg::Pos(w.clone())])
+    }
+
     /// The ops of `matmul(a, b)`, `matmul(a, transpose(w, -2, -1))` or `linear(x, w[, bias])`
     /// on `operands`.
     pub(super) fn product(
@@ -120,16 +187,16 @@ impl Builder {
                     ));
                 }
             }
-            if k_major {
-                // `w` is the weight [.., N, K] of `matmul(a, transpose(w, -2, -1))`.
-                let ab = self.broadcast_to(x, vec![rank - 1], dest, span)?;
-                let bb = self.broadcast_to(w, vec![rank - 2], dest, span)?;
-                (ab, bb, rank)
+            // `a` [.., M, K] meets `b` [.., K, N] over [.., M, K, N], summed on K; the K-major
+            // `w` [.., N, K] over [.., M, N, K].
+            let (a_axis, reduced) = if k_major {
+                (rank - 1, rank)
             } else {
-                let ab = self.broadcast_to(x, vec![rank], dest, span)?;
-                let bb = self.broadcast_to(w, vec![rank - 2], dest, span)?;
-                (ab, bb, rank - 1)
-            }
+                (rank, rank - 1)
+            };
+            let ab = self.broadcast_to(x, vec![a_axis], dest, span)?;
+            let bb = self.broadcast_to(w, vec![rank - 2], dest, span)?;
+            (ab, bb, reduced)
         };
         let product = self.op(
             Op::Binary(BinaryOp::Mul),
